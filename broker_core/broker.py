@@ -1,0 +1,286 @@
+"""The broker_core API: `Broker` (blocking) and `AsyncBroker` (asyncio) over one implementation.
+
+Both drive the operation generators of operations.py; gateway, console and Celery tasks call these
+methods and nothing else. Time comes from the clock given (a FakeClock in tests), never from Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from . import errors
+from .clock import Clock, SystemClock
+from .destinations import Destination, parse_destination
+from .messages import Delivery, Message
+from .operations import (
+    Command,
+    Consumer,
+    ConsumerRef,
+    ConsumerSpec,
+    DestinationStats,
+    DispatchResult,
+    Eval,
+    GroupInfo,
+    NoDestination,
+    Op,
+    Operations,
+    Policy,
+)
+from .policy import PolicyStore
+from .scripts import script
+
+# Script error replies start with a code; each maps to one typed error.
+_ERRORS: dict[str, type[errors.BrokerError]] = {
+    "NO_DESTINATION": NoDestination,
+    "UNKNOWN_CONSUMER": errors.UnknownConsumer,
+    "NOT_IN_FLIGHT": errors.NotInFlight,
+    "NOT_DELIVERED": errors.NotInFlight,
+    "INVALID_ACK": errors.NotInFlight,
+    "CONSUMER_EXISTS": errors.InvalidConsumer,
+    "MESSAGE_TOO_LARGE": errors.MessageTooLarge,
+}
+
+_ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "transacted": "individual"}
+
+
+def _typed_error(exc: redis.ResponseError) -> Exception:
+    text = str(exc)
+    code, _, rest = text.partition(" ")
+    kind = _ERRORS.get(code)
+    return kind(rest) if kind else exc
+
+
+def _dest(destination: str | Destination) -> Destination:
+    return destination if isinstance(destination, Destination) else parse_destination(destination)
+
+
+def _messages(message: Message | str | bytes | Iterable[Message]) -> list[Message]:
+    if isinstance(message, Message):
+        return [message]
+    if isinstance(message, str | bytes):
+        return [Message(body=message)]
+    return list(message)
+
+
+class _Api:
+    """The methods both drivers share; `_run` is the only difference between them."""
+
+    def __init__(self, namespace: str, clock: Clock | None) -> None:
+        self.ops = Operations(namespace)
+        self.namespace = namespace
+        self.clock = clock or SystemClock()
+
+    def _now(self) -> int:
+        return self.clock.now_ms()
+
+    def _run(self, op: Op) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
+             *, tx: str | None = None) -> Any:
+        """Send one message, or several in order in one call; returns the message ids."""
+        dest, batch = _dest(destination), _messages(message)
+        if tx:
+            return self._run(self.ops.tx_send(tx, dest, batch, self._now()))
+        return self._run(self.ops.send(dest, batch, self._now()))
+
+    def add_consumer(self, destination: str | Destination, spec: ConsumerSpec | None = None,
+                     consumer_id: str | None = None) -> Any:
+        return self._run(self.ops.add_consumer(_dest(destination), spec or ConsumerSpec(), self._now(),
+                                               consumer_id))
+
+    def receive(self, consumer: ConsumerRef, max_messages: int = 1, lease_ms: int = 30_000) -> Any:
+        """Messages dispatched to the consumer, oldest first (a prefetch-0 consumer pulls them)."""
+        return self._run(self.ops.receive(consumer, max_messages, self._now(), lease_ms))
+
+    def cancel_pull(self, consumer: ConsumerRef) -> Any:
+        return self._run(self.ops.cancel_pull(consumer, self._now()))
+
+    def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
+            tx: str | None = None) -> Any:
+        """Acknowledge by the consumer's ack mode (client: cumulative; client-individual: that message)
+        or by an explicit mode: 'individual', 'cumulative' or 'delivered'."""
+        ids = [message_id] if isinstance(message_id, str) else list(message_id)
+        if mode is None:
+            if consumer.ack_mode == "auto":
+                raise errors.InvalidConsumer(
+                    f"consumer {consumer.consumer_id} acknowledges automatically; it takes no acks")
+            mode = _ACK_MODE_FOR[consumer.ack_mode]
+        if tx:
+            return self._run(self.ops.tx_ack(tx, consumer, ids, mode, self._now()))
+        if consumer.ack_mode == "transacted" and mode != "delivered":
+            raise errors.TransactionError(f"consumer {consumer.consumer_id} is transacted: ack inside a "
+                                          "transaction")
+        return self._run(self.ops.ack(consumer, ids, mode, self._now()))
+
+    def release(self, consumer: ConsumerRef, message_ids: list[str]) -> Any:
+        """Give in-flight messages back at once with the redelivery counter raised (recover/rollback)."""
+        return self._run(self.ops.release(consumer, message_ids, self._now()))
+
+    def close_consumer(self, consumer: ConsumerRef, reason: str = "closed") -> Any:
+        return self._run(self.ops.close_consumer(consumer, self._now(), reason))
+
+    def renew_leases(self, destination: str | Destination, consumer_ids: list[str],
+                     lease_ms: int = 30_000) -> Any:
+        return self._run(self.ops.renew(_dest(destination), consumer_ids, lease_ms, self._now()))
+
+    def reap_lapsed(self, destination: str | Destination, limit: int = 100) -> Any:
+        return self._run(self.ops.reap(_dest(destination), self._now(), limit))
+
+    def dispatch(self, destination: str | Destination) -> Any:
+        return self._run(self.ops.dispatch(_dest(destination), self._now()))
+
+    def pause(self, destination: str | Destination) -> Any:
+        return self._run(self.ops.pause(_dest(destination), True, self._now()))
+
+    def resume(self, destination: str | Destination) -> Any:
+        return self._run(self.ops.pause(_dest(destination), False, self._now()))
+
+    def remove_message_group(self, destination: str | Destination, group_id: str) -> Any:
+        return self._run(self.ops.remove_message_groups(_dest(destination), group_id, self._now()))
+
+    def remove_all_message_groups(self, destination: str | Destination) -> Any:
+        return self._run(self.ops.remove_message_groups(_dest(destination), None, self._now()))
+
+    def message_groups(self, destination: str | Destination) -> Any:
+        return self._run(self.ops.message_groups(_dest(destination), self._now()))
+
+    def stats(self, destination: str | Destination) -> Any:
+        return self._run(self.ops.stats(_dest(destination), self._now()))
+
+    def destinations(self) -> Any:
+        return self._run(self.ops.destinations())
+
+    def ensure_destination(self, destination: str | Destination) -> Any:
+        return self._run(self.ops.ensure_destination(_dest(destination), self._now()))
+
+    def refresh_policies(self) -> Any:
+        """Apply the policy store's current entries to every existing destination."""
+        return self._run(self.ops.refresh_policies(self._now()))
+
+    def begin(self, ttl_ms: int = 3_600_000) -> Any:
+        return self._run(self.ops.tx_begin(ttl_ms))
+
+    def commit(self, tx: str) -> Any:
+        return self._run(self.ops.tx_commit(tx, self._now(), parse_destination))
+
+    def rollback(self, tx: str) -> Any:
+        return self._run(self.ops.tx_rollback(tx, self._now()))
+
+
+class Broker(_Api):
+    """Blocking API over a redis.Redis client (decode_responses must be False)."""
+
+    def __init__(self, client: redis.Redis, namespace: str = "sb", clock: Clock | None = None,
+                 policies: PolicyStore | None = None) -> None:
+        super().__init__(namespace, clock)
+        self.redis = client
+        self.policies = policies or PolicyStore(client, namespace)
+
+    def _eval(self, call: Eval) -> Any:
+        s = script(call.script)
+        try:
+            return self.redis.evalsha(s.sha, len(call.keys), *call.keys, *call.args)
+        except redis.exceptions.NoScriptError:
+            return self.redis.eval(s.source, len(call.keys), *call.keys, *call.args)
+
+    def _step(self, request: Any) -> Any:
+        if isinstance(request, Eval):
+            return self._eval(request)
+        if isinstance(request, Command):
+            return self.redis.execute_command(*request.args)
+        if isinstance(request, Policy):
+            return self.policies.resolve(request.destination).to_redis_hash()
+        # a list of Evals: one MULTI/EXEC, each reply or its error
+        for call in request:
+            self.redis.script_load(script(call.script).source)
+        pipe = self.redis.pipeline(transaction=True)
+        for call in request:
+            pipe.evalsha(script(call.script).sha, len(call.keys), *call.keys, *call.args)
+        return pipe.execute(raise_on_error=False)
+
+    def _run(self, op: Op) -> Any:
+        try:
+            request = next(op)
+            while True:
+                try:
+                    reply = self._step(request)
+                except redis.ResponseError as exc:
+                    request = op.throw(_typed_error(exc))
+                else:
+                    request = op.send(reply)
+        except StopIteration as stop:
+            return stop.value
+
+    # typed signatures for the common calls
+    def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
+             *, tx: str | None = None) -> list[str]:
+        return super().send(destination, message, tx=tx)
+
+    def add_consumer(self, destination: str | Destination, spec: ConsumerSpec | None = None,
+                     consumer_id: str | None = None) -> Consumer:
+        return super().add_consumer(destination, spec, consumer_id)
+
+    def receive(self, consumer: ConsumerRef, max_messages: int = 1, lease_ms: int = 30_000) -> list[Delivery]:
+        return super().receive(consumer, max_messages, lease_ms)
+
+    def stats(self, destination: str | Destination) -> DestinationStats:
+        return super().stats(destination)
+
+    def message_groups(self, destination: str | Destination) -> list[GroupInfo]:
+        return super().message_groups(destination)
+
+    def dispatch(self, destination: str | Destination) -> DispatchResult:
+        return super().dispatch(destination)
+
+
+class AsyncBroker(_Api):
+    """The same API for asyncio callers (Channels consumers, async views); every method is awaitable."""
+
+    def __init__(self, client: redis.asyncio.Redis, namespace: str = "sb", clock: Clock | None = None,
+                 policies: PolicyStore | None = None) -> None:
+        super().__init__(namespace, clock)
+        self.redis = client
+        self.policies = policies  # resolved in a thread: it uses a blocking client, and only on first use
+
+    async def _eval(self, call: Eval) -> Any:
+        s = script(call.script)
+        try:
+            return await self.redis.evalsha(s.sha, len(call.keys), *call.keys, *call.args)
+        except redis.exceptions.NoScriptError:
+            return await self.redis.eval(s.source, len(call.keys), *call.keys, *call.args)
+
+    async def _step(self, request: Any) -> Any:
+        if isinstance(request, Eval):
+            return await self._eval(request)
+        if isinstance(request, Command):
+            return await self.redis.execute_command(*request.args)
+        if isinstance(request, Policy):
+            if self.policies is None:
+                raise errors.InvalidPolicy("AsyncBroker needs a PolicyStore to create destinations")
+            entry = await asyncio.to_thread(self.policies.resolve, request.destination)
+            return entry.to_redis_hash()
+        for call in request:
+            await self.redis.script_load(script(call.script).source)
+        pipe = self.redis.pipeline(transaction=True)
+        for call in request:
+            pipe.evalsha(script(call.script).sha, len(call.keys), *call.keys, *call.args)
+        return await pipe.execute(raise_on_error=False)
+
+    async def _run(self, op: Op) -> Any:  # type: ignore[override]
+        try:
+            request = next(op)
+            while True:
+                try:
+                    reply = await self._step(request)
+                except redis.ResponseError as exc:
+                    request = op.throw(_typed_error(exc))
+                else:
+                    request = op.send(reply)
+        except StopIteration as stop:
+            return stop.value

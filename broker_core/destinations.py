@@ -1,0 +1,270 @@
+"""Destination names: parsing and validation, client-side composites, and ActiveMQ wildcard matching.
+
+A destination is a queue or a topic with a dot-separated name (spec §10.1, §10.5). Its `tag` is the Redis
+hash tag shared by all of the destination's keys, so names never contain `{` or `}`.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Literal, cast
+
+from broker_core.errors import InvalidDestination
+
+DestinationKind = Literal["queue", "topic"]
+
+#: Longest accepted name, in characters (the name alone, without `queue://`). Keys embed the name
+#: twice (hash tag and key), so this keeps every key of a destination well under 1 KiB.
+MAX_NAME_LENGTH = 200
+
+SEPARATOR = "."
+ANY_CHILD = "*"  # exactly one segment
+ANY_DESCENDANT = ">"  # the remaining segments, including none: `a.>` matches `a`
+
+_KINDS: tuple[DestinationKind, ...] = ("queue", "topic")
+_TAG_PREFIX = {"queue": "q", "topic": "t"}
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
+_UNSUPPORTED_SCHEMES = {
+    "temp-queue": "temporary destinations (temp-queue://) are not supported",
+    "temp-topic": "temporary destinations (temp-topic://) are not supported",
+}
+# Characters with a meaning elsewhere: Redis hash tags, composite lists, ActiveMQ destination options.
+_RESERVED = {
+    "{": "'{' is reserved for the Redis hash tag",
+    "}": "'}' is reserved for the Redis hash tag",
+    ",": "',' separates the parts of a composite destination (use parse_composite)",
+    "?": "'?' starts ActiveMQ destination options, which are not supported",
+}
+_DISALLOWED_CATEGORIES = {"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"}
+
+
+@dataclass(frozen=True)
+class Destination:
+    """A queue or topic. `name` may be a wildcard pattern (`orders.*`, `orders.>`); see `is_wildcard`.
+
+    Constructing one validates the name (wildcards allowed); `parse_destination` is the usual way in.
+    """
+
+    kind: DestinationKind
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise InvalidDestination(
+                f"unknown destination kind {self.kind!r}; expected 'queue' or 'topic'", kind=self.kind
+            )
+        _check_name(self.name, allow_wildcards=True)
+
+    @property
+    def uri(self) -> str:
+        return f"{self.kind}://{self.name}"
+
+    @property
+    def tag(self) -> str:
+        """The Redis hash tag content, e.g. `q:orders.eu`; keys embed it as `{q:orders.eu}`."""
+        return f"{_TAG_PREFIX[self.kind]}:{self.name}"
+
+    @property
+    def is_queue(self) -> bool:
+        return self.kind == "queue"
+
+    @property
+    def is_topic(self) -> bool:
+        return self.kind == "topic"
+
+    @property
+    def segments(self) -> tuple[str, ...]:
+        return tuple(self.name.split(SEPARATOR))
+
+    @property
+    def is_wildcard(self) -> bool:
+        return any(s in (ANY_CHILD, ANY_DESCENDANT) for s in self.segments)
+
+    def __str__(self) -> str:
+        return self.uri
+
+
+def _split_scheme(text: str) -> tuple[str | None, str]:
+    """(lower-cased scheme or None, rest). Raises for schemes other than queue:// and topic://."""
+    match = _SCHEME.match(text)
+    if match is None:
+        return None, text
+    scheme = match.group(1).lower()
+    if scheme in _UNSUPPORTED_SCHEMES:
+        raise InvalidDestination(
+            f"{_UNSUPPORTED_SCHEMES[scheme]}: {text!r}", destination=text, scheme=scheme
+        )
+    if scheme not in _KINDS:
+        raise InvalidDestination(
+            f"unknown scheme '{match.group(1)}://' in {text!r}; use queue:// or topic://",
+            destination=text,
+            scheme=scheme,
+        )
+    return scheme, text[match.end() :]
+
+
+def _describe(char: str) -> str:
+    try:
+        label = unicodedata.name(char)
+    except ValueError:
+        label = unicodedata.category(char)
+    return f"U+{ord(char):04X} ({label.lower()})"
+
+
+def _check_name(name: str, *, allow_wildcards: bool) -> None:
+    """Raise InvalidDestination for the first problem in `name`; positions are 1-based."""
+
+    def fail(reason: str, position: int | None = None) -> None:
+        where = f" at position {position}" if position is not None else ""
+        raise InvalidDestination(
+            f"invalid destination name {name!r}: {reason}{where}", name=name, position=position
+        )
+
+    if not isinstance(name, str):
+        raise InvalidDestination(f"a destination name must be a string, got {type(name).__name__}")
+    if not name:
+        fail("the name is empty")
+    if len(name) > MAX_NAME_LENGTH:
+        fail(f"the name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH} (MAX_NAME_LENGTH)")
+    for index, char in enumerate(name, start=1):
+        if char in _RESERVED:
+            fail(_RESERVED[char], index)
+        if unicodedata.category(char) in _DISALLOWED_CATEGORIES:
+            fail(f"whitespace and control characters are not allowed, found {_describe(char)}", index)
+    if "://" in name:
+        fail("'://' inside a name (a scheme given twice?)", name.index("://") + 1)
+    segments = name.split(SEPARATOR)
+    position = 1
+    for number, segment in enumerate(segments):
+        is_last = number == len(segments) - 1
+        if not segment:
+            if number == 0:
+                fail("the name starts with '.'", 1)
+            elif is_last:
+                fail("the name ends with '.'", len(name))
+            else:
+                fail("empty segment ('..')", position - 1)
+        for wildcard in (ANY_CHILD, ANY_DESCENDANT):
+            if wildcard not in segment:
+                continue
+            at = position + segment.index(wildcard)
+            if segment != wildcard:
+                fail(f"wildcard '{wildcard}' must be a whole segment, found {segment!r}", at)
+            if not allow_wildcards:
+                fail(f"wildcard '{wildcard}' is only allowed in patterns (subscriptions and policies)", at)
+            if wildcard == ANY_DESCENDANT and not is_last:
+                fail("'>' must be the last segment", at)
+        position += len(segment) + 1
+
+
+def _check_kind(default_kind: str) -> DestinationKind:
+    if default_kind not in _KINDS:
+        raise InvalidDestination(
+            f"unknown destination kind {default_kind!r}; expected 'queue' or 'topic'", kind=default_kind
+        )
+    return cast(DestinationKind, default_kind)
+
+
+def parse_destination(
+    text: str, default_kind: DestinationKind = "queue", *, allow_wildcards: bool = False
+) -> Destination:
+    """Parse `queue://X`, `topic://X` (scheme case-insensitive) or a bare `X` of `default_kind`.
+
+    Wildcard segments (`*`, and `>` as the last segment) are accepted only with `allow_wildcards`.
+    """
+    kind = _check_kind(default_kind)
+    if not isinstance(text, str):
+        raise InvalidDestination(f"a destination must be a string, got {type(text).__name__}")
+    scheme, name = _split_scheme(text)
+    _check_name(name, allow_wildcards=allow_wildcards)
+    return Destination(cast(DestinationKind, scheme) if scheme else kind, name)
+
+
+def parse_composite(
+    text: str, default_kind: DestinationKind = "queue", *, allow_wildcards: bool = False
+) -> list[Destination]:
+    """Split a client-side composite such as `A,B,topic://C` into its destinations (spec §10.1).
+
+    Follows ActiveMQ's `createDestination` + `setPhysicalName`: a scheme at the very start sets the
+    kind of the whole composite; each part without its own scheme takes that kind (or `default_kind`),
+    never the kind of the part before it. So `topic://A,B,queue://C` is topics A and B and queue C, and
+    `A,topic://B,C` is queues A and C and topic B. Parts are trimmed and duplicates dropped (ActiveMQ uses a
+    HashSet; we keep first-seen order). Unlike ActiveMQ, an empty part is an error, not silently ignored.
+    """
+    kind = _check_kind(default_kind)
+    if not isinstance(text, str):
+        raise InvalidDestination(f"a destination must be a string, got {type(text).__name__}")
+    stripped = text.strip()
+    scheme, body = _split_scheme(stripped)
+    parent: DestinationKind = cast(DestinationKind, scheme) if scheme else kind
+    parts = body.split(",")
+    result: list[Destination] = []
+    for number, raw in enumerate(parts, start=1):
+        part = raw.strip()
+        if not part:
+            raise InvalidDestination(
+                f"invalid composite destination {text!r}: part {number} of {len(parts)} is empty",
+                destination=text,
+                part=number,
+            )
+        try:
+            destination = parse_destination(part, parent, allow_wildcards=allow_wildcards)
+        except InvalidDestination as error:
+            message = error.message
+            if len(parts) > 1:
+                message = f"in part {number} of composite destination {text!r}: {message}"
+            raise InvalidDestination(message, **error.details, part=number) from None
+        if destination not in result:
+            result.append(destination)
+    return result
+
+
+def _segment_matches(pattern_segment: str, segment: str) -> bool:
+    return pattern_segment == ANY_CHILD or pattern_segment == segment
+
+
+def matches(pattern: Destination, destination: Destination) -> bool:
+    """True if `pattern` selects `destination` (spec §10.5; ActiveMQ's DestinationFilter family).
+
+    Kinds must agree. A name without wildcards matches only itself. `*` matches exactly one segment.
+    A trailing `>` matches any number of further segments *including none*, so `orders.>` matches
+    `orders` itself (PrefixDestinationFilter), and `>` matches every name of that kind. `destination` is
+    normally concrete; wildcard segments in it are compared as literal text.
+    """
+    if pattern.kind != destination.kind:
+        return False
+    if not pattern.is_wildcard:
+        return pattern.name == destination.name
+    wanted = pattern.segments
+    have = destination.segments
+    if wanted[-1] == ANY_DESCENDANT:
+        prefix = wanted[:-1]
+        if len(have) < len(prefix):
+            return False
+        return all(_segment_matches(p, s) for p, s in zip(prefix, have, strict=False))
+    if len(have) != len(wanted):
+        return False
+    return all(_segment_matches(p, s) for p, s in zip(wanted, have, strict=True))
+
+
+def covers(general: Destination, specific: Destination) -> bool:
+    """True if every name `specific` matches is also matched by `general` (pattern inclusion).
+
+    Used to rank policy entries: `orders.>` covers `orders.eu.>` and `orders.*`, `*.*` covers `a.*`,
+    while `a.*` and `*.b` cover neither each other. Every pattern covers itself.
+    """
+    if general.kind != specific.kind:
+        return False
+    g, s = general.segments, specific.segments
+    g_open = g[-1] == ANY_DESCENDANT
+    s_open = s[-1] == ANY_DESCENDANT
+    g_fixed = g[:-1] if g_open else g
+    s_fixed = s[:-1] if s_open else s
+    if g_open:
+        if len(s_fixed) < len(g_fixed):
+            return False
+    elif s_open or len(s_fixed) != len(g_fixed):
+        return False
+    return all(_segment_matches(p, q) for p, q in zip(g_fixed, s_fixed, strict=False))

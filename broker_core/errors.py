@@ -1,0 +1,64 @@
+"""Typed errors raised by broker_core; each names what is wrong so adapters can show it as is."""
+
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    """Base class. `code` is a stable machine-readable name used by the adapters."""
+
+    code = "broker_error"
+
+    def __init__(self, message: str, **details: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class InvalidSelector(BrokerError):
+    """A selector that does not parse or type-check; `position` is the 1-based column."""
+
+    code = "invalid_selector"
+
+    def __init__(self, message: str, position: int | None = None, expected: str | None = None) -> None:
+        where = f" at position {position}" if position is not None else ""
+        super().__init__(f"{message}{where}", position=position, expected=expected)
+        self.position = position
+        self.expected = expected
+
+
+class InvalidDestination(BrokerError):
+    code = "invalid_destination"
+
+
+class InvalidMessage(BrokerError):
+    code = "invalid_message"
+
+
+class MessageTooLarge(InvalidMessage):
+    code = "message_too_large"
+
+
+class UnknownConsumer(BrokerError):
+    code = "unknown_consumer"
+
+
+class UnknownDestination(BrokerError):
+    code = "unknown_destination"
+
+
+class NotInFlight(BrokerError):
+    """An acknowledgement for a message the consumer does not hold."""
+
+    code = "not_in_flight"
+
+
+class InvalidConsumer(BrokerError):
+    code = "invalid_consumer"
+
+
+class InvalidPolicy(BrokerError):
+    code = "invalid_policy"
+
+
+class TransactionError(BrokerError):
+    code = "transaction_error"

@@ -1,0 +1,220 @@
+"""Messages: what a producer sends, what a consumer receives, and their packed form in Redis.
+
+A message is stored once, as one msgpack array (the layout below, mirrored by
+scripts/includes/message.lua), in its destination's `msgs` hash. Headers follow JMS: priority 0-9
+(default 4), persistent flag, timestamp, expiration (absolute ms, 0 = never), correlation id, reply-to,
+type, group id and sequence, plus typed user properties.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgpack
+
+from .errors import InvalidMessage
+
+FORMAT_VERSION = 1
+DEFAULT_PRIORITY = 4
+MAX_PROPERTY_NAME = 256
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+
+PropertyType = Literal["string", "boolean", "int", "long", "double"]
+_TYPE_CODES: dict[str, str] = {"string": "s", "boolean": "b", "int": "i", "long": "l", "double": "d"}
+_CODE_TYPES = {code: name for name, code in _TYPE_CODES.items()}
+
+
+@dataclass(frozen=True)
+class TypedValue:
+    """A property value with an explicit JMS type, e.g. TypedValue("long", 5)."""
+
+    type: PropertyType
+    value: str | bool | int | float
+
+
+PropertyValue = str | bool | int | float | TypedValue
+
+
+def new_message_id() -> str:
+    """A unique, roughly time-ordered id: 'ID:' + 16 url-safe characters (48-bit ms + 48 random bits)."""
+    raw = (time.time_ns() // 1_000_000).to_bytes(6, "big") + os.urandom(6)
+    return "ID:" + base64.urlsafe_b64encode(raw).decode()
+
+
+def _typed(name: str, value: PropertyValue) -> tuple[str, str | bool | int | float]:
+    """Validate one property and give its type code and value."""
+    if isinstance(value, TypedValue):
+        kind, raw = value.type, value.value
+        if kind not in _TYPE_CODES:
+            raise InvalidMessage(f"property {name!r} has unknown type {kind!r}", property=name)
+        ok = {
+            "string": isinstance(raw, str),
+            "boolean": isinstance(raw, bool),
+            "int": isinstance(raw, int) and not isinstance(raw, bool) and INT_MIN <= raw <= INT_MAX,
+            "long": isinstance(raw, int) and not isinstance(raw, bool) and LONG_MIN <= raw <= LONG_MAX,
+            "double": isinstance(raw, int | float) and not isinstance(raw, bool),
+        }[kind]
+        if not ok:
+            raise InvalidMessage(f"property {name!r}: {raw!r} is not a valid {kind}", property=name)
+        return _TYPE_CODES[kind], float(raw) if kind == "double" else raw
+    if isinstance(value, bool):
+        return "b", value
+    if isinstance(value, int):
+        if INT_MIN <= value <= INT_MAX:
+            return "i", value
+        if LONG_MIN <= value <= LONG_MAX:
+            return "l", value
+        raise InvalidMessage(f"property {name!r}: {value} does not fit in a long", property=name)
+    if isinstance(value, float):
+        return "d", value
+    if isinstance(value, str):
+        return "s", value
+    raise InvalidMessage(
+        f"property {name!r} has unsupported type {type(value).__name__} "
+        "(string, boolean, int, long or double)",
+        property=name,
+    )
+
+
+@dataclass
+class Message:
+    """A message as a producer sends it."""
+
+    body: str | bytes = ""
+    content_type: str | None = None
+    priority: int = DEFAULT_PRIORITY
+    persistent: bool = True
+    timestamp: int | None = None
+    expiration: int = 0
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    type: str | None = None
+    properties: dict[str, PropertyValue] = field(default_factory=dict)
+    group_id: str | None = None
+    group_seq: int = 0
+    connection_id: str | None = None
+    user_id: str | None = None
+    message_id: str | None = None
+    original_destination: str | None = None
+
+    def pack(self, now_ms: int) -> tuple[str, bytes]:
+        """Validate and give (message id, packed bytes). Raises InvalidMessage naming the problem."""
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not 0 <= self.priority <= 9:
+            raise InvalidMessage(f"priority must be an integer 0-9, got {self.priority!r}", field="priority")
+        if not isinstance(self.body, str | bytes):
+            raise InvalidMessage(
+                f"body must be text or bytes, got {type(self.body).__name__}", field="body"
+            )
+        if not isinstance(self.expiration, int) or self.expiration < 0:
+            raise InvalidMessage(f"expiration must be ms since the epoch or 0, got {self.expiration!r}",
+                                 field="expiration")
+        if isinstance(self.group_seq, bool) or not isinstance(self.group_seq, int):
+            raise InvalidMessage(f"group sequence must be an integer, got {self.group_seq!r}", field="group_seq")
+        if not INT_MIN <= self.group_seq <= INT_MAX:
+            raise InvalidMessage(f"group sequence {self.group_seq} does not fit in an int", field="group_seq")
+        flat: list[object] = []
+        for name, value in self.properties.items():
+            if not isinstance(name, str) or not name or len(name) > MAX_PROPERTY_NAME:
+                raise InvalidMessage(
+                    f"property names must be 1-{MAX_PROPERTY_NAME} characters, got {name!r}", property=name
+                )
+            code, raw = _typed(name, value)
+            flat += [name, code, raw]
+        message_id = self.message_id or new_message_id()
+        record = [
+            FORMAT_VERSION,
+            self.priority,
+            self.persistent,
+            self.timestamp if self.timestamp is not None else now_ms,
+            self.expiration,
+            self.correlation_id,
+            self.reply_to,
+            self.type,
+            self.group_id or None,
+            self.group_seq,
+            self.connection_id,
+            flat or None,
+            self.content_type,
+            "t" if isinstance(self.body, str) else "b",
+            self.body,
+            self.user_id,
+            self.original_destination,
+        ]
+        return message_id, msgpack.packb(record, use_bin_type=True)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A message as a consumer receives it."""
+
+    message_id: str
+    destination: str
+    consumer_id: str
+    body: str | bytes
+    content_type: str | None
+    priority: int
+    persistent: bool
+    timestamp: int
+    expiration: int
+    correlation_id: str | None
+    reply_to: str | None
+    type: str | None
+    properties: dict[str, PropertyValue]
+    group_id: str | None
+    group_seq: int
+    connection_id: str | None
+    user_id: str | None
+    original_destination: str | None
+    redelivery_count: int
+    group_first_for_consumer: bool
+
+    @property
+    def redelivered(self) -> bool:
+        return self.redelivery_count > 0
+
+    @property
+    def delivery_count(self) -> int:
+        """JMSXDeliveryCount: the redelivery counter plus one."""
+        return self.redelivery_count + 1
+
+
+def unpack_delivery(
+    message_id: str, destination: str, consumer_id: str, blob: bytes, redeliveries: int, first: bool
+) -> Delivery:
+    r = msgpack.unpackb(blob, raw=False)
+    r += [None] * (17 - len(r))
+    flat = r[11] or []
+    props: dict[str, PropertyValue] = {}
+    for i in range(0, len(flat), 3):
+        name, code, raw = flat[i], flat[i + 1], flat[i + 2]
+        # Keep the declared type where the Python value alone would not say it (a small long).
+        props[name] = TypedValue("long", raw) if code == "l" and INT_MIN <= raw <= INT_MAX else raw
+        if code == "d" and isinstance(raw, int):
+            props[name] = float(raw)
+    return Delivery(
+        message_id=message_id,
+        destination=destination,
+        consumer_id=consumer_id,
+        body=r[14] if r[14] is not None else "",
+        content_type=r[12],
+        priority=r[1],
+        persistent=bool(r[2]),
+        timestamp=r[3],
+        expiration=r[4],
+        correlation_id=r[5],
+        reply_to=r[6],
+        type=r[7],
+        properties=props,
+        group_id=r[8],
+        group_seq=r[9] or 0,
+        connection_id=r[10],
+        user_id=r[15],
+        original_destination=r[16],
+        redelivery_count=int(redeliveries),
+        group_first_for_consumer=bool(first),
+    )

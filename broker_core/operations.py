@@ -1,0 +1,459 @@
+"""Every broker operation, written once as a generator that yields Redis calls (sans I/O).
+
+An operation yields `Eval` (run a Lua script) or `Command` (a plain Redis command) or `Policy` (resolve
+a destination's policy), receives the reply, and finally returns its result. `broker.Broker` drives
+these generators with a blocking redis client and `broker.AsyncBroker` with an asyncio one, so the
+sync and async APIs share one implementation. Errors raised by Redis are thrown back into the
+generator, which is how a destination gets created on first use (NO_DESTINATION -> write its policy,
+retry).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgpack
+
+from .destinations import Destination
+from .errors import (
+    BrokerError,
+    InvalidConsumer,
+    NotInFlight,
+    TransactionError,
+    UnknownConsumer,
+    UnknownDestination,
+)
+from .messages import Delivery, Message, unpack_delivery
+from .selector import parse_selector
+
+AckMode = Literal["auto", "client", "client-individual", "transacted"]
+ACK_MODES: tuple[str, ...] = ("auto", "client", "client-individual", "transacted")
+DEFAULT_LEASE_MS = 30_000
+MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
+
+
+@dataclass(frozen=True)
+class Eval:
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Command:
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Ask the driver for the policy hash (PolicyEntry.to_redis_hash) of a destination."""
+
+    destination: Destination
+
+
+class NoDestination(BrokerError):
+    """Raised by a script when the destination has no policy yet (first use)."""
+
+    code = "no_destination"
+
+
+Op = Generator[Eval | Command | Policy, Any, Any]
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """How a consumer wants messages (spec §1.3-1.5, §2, §4, §5.2)."""
+
+    prefetch: int | None = None  # None: the client default (1000 for queues), which the policy may replace
+    priority: int = 0
+    exclusive: bool = False
+    selector: str | None = None
+    stomp_selector: bool = False  # STOMP's convert_string_expressions coercion mode
+    no_local: bool = False
+    connection_id: str | None = None
+    client_id: str | None = None
+    ack_mode: AckMode = "client"
+    lease_ms: int = DEFAULT_LEASE_MS
+    notify: str | None = None  # Redis pub/sub channel told when the consumer's outbox gets messages
+
+    def validate(self) -> None:
+        if self.prefetch is not None and (isinstance(self.prefetch, bool) or not 0 <= self.prefetch <= 32767):
+            raise InvalidConsumer(f"prefetch must be 0-32767, got {self.prefetch!r}", field="prefetch")
+        if isinstance(self.priority, bool) or not -128 <= self.priority <= 127:
+            raise InvalidConsumer(f"consumer priority must be -128..127, got {self.priority!r}", field="priority")
+        if self.ack_mode not in ACK_MODES:
+            raise InvalidConsumer(f"ack mode must be one of {', '.join(ACK_MODES)}, got {self.ack_mode!r}",
+                                  field="ack_mode")
+        if not 1_000 <= self.lease_ms <= 3_600_000:
+            raise InvalidConsumer(f"lease must be 1000-3600000 ms, got {self.lease_ms!r}", field="lease_ms")
+
+
+@dataclass(frozen=True)
+class ConsumerRef:
+    destination: Destination
+    consumer_id: str
+    ack_mode: AckMode = "client"
+
+
+@dataclass(frozen=True)
+class Consumer(ConsumerRef):
+    prefetch: int = 0
+    hold_until: int = 0
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    dispatched: int = 0
+    hold_until: int = 0  # a delayed start holds dispatch until this time (ms); call dispatch again then
+
+
+@dataclass(frozen=True)
+class ConsumerStats:
+    consumer_id: str
+    client_id: str | None
+    connection_id: str | None
+    selector: str | None
+    priority: int
+    exclusive: bool
+    ack_mode: str
+    prefetch: int
+    prefetch_extension: int
+    in_flight: int
+    undelivered: int  # dispatched but not yet handed to the adapter (receive)
+    dispatched: int
+    acked: int
+    groups: int
+    lease_expires: int | None
+    added: int
+    last_ack: int | None
+    is_exclusive_owner: bool
+
+
+@dataclass(frozen=True)
+class DestinationStats:
+    """ActiveMQ's queue view (spec §14.2): QueueSize counts pending plus in-flight messages."""
+
+    destination: str
+    queue_size: int
+    pending: int
+    in_flight: int
+    enqueued: int
+    dequeued: int
+    dispatched: int
+    expired: int
+    expired_on_arrival: int
+    duplicates: int
+    skipped: int
+    last_pass_skipped: int
+    consumer_count: int
+    group_count: int
+    paused: bool
+    exclusive_owner: str | None
+    consumers: list[ConsumerStats] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    group_id: str
+    owner: str
+    assigned_at: int
+
+
+def _str(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _pairs(flat: list[Any]) -> dict[str, str]:
+    return {_str(flat[i]): _str(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+class Operations:
+    """Builds the operation generators for one key namespace."""
+
+    def __init__(self, namespace: str = "sb") -> None:
+        self.namespace = namespace
+        self.registry_key = f"{namespace}:destinations"
+
+    def prefix(self, dest: Destination) -> str:
+        return f"{self.namespace}:{{{dest.tag}}}"
+
+    # -- plumbing -------------------------------------------------------------------------------------
+
+    def _eval(self, name: str, dest: Destination, now: int, *args: Any) -> Op:
+        """Run a script; on first use of the destination write its policy and run it again."""
+        for _ in range(2):
+            try:
+                return (yield Eval(name, (self.prefix(dest),), (now, *args)))
+            except NoDestination:
+                yield from self.init_destination(dest, now)
+        raise UnknownDestination(f"destination {dest.uri} could not be created")
+
+    def init_destination(self, dest: Destination, now: int) -> Op:
+        """Create a destination (idempotent): its resolved policy, its name, its registry entry."""
+        policy: dict[str, str] = yield Policy(dest)
+        prefix = self.prefix(dest)
+        yield Command(("HSET", f"{prefix}:policy", *[x for kv in policy.items() for x in kv]))
+        yield Command(("HSETNX", f"{prefix}:meta", "uri", dest.uri))
+        yield Command(("HSETNX", f"{prefix}:meta", "created", now))
+        yield Command(("ZADD", self.registry_key, "NX", now, dest.uri))
+
+    def refresh_policies(self, now: int) -> Op:
+        """Rewrite every destination's policy hash after the policy map changed at run time."""
+        for uri in (yield from self.destinations()):
+            dest = Destination(*uri.split("://", 1)) if "://" in uri else Destination("queue", uri)
+            policy: dict[str, str] = yield Policy(dest)
+            prefix = self.prefix(dest)
+            yield Command(("HSET", f"{prefix}:policy", *[x for kv in policy.items() for x in kv]))
+            yield Command(("HSET", f"{prefix}:meta", "dirty", "1"))
+
+    def _continue_dispatch(self, dest: Destination, now: int, more: int, hold: int) -> Op:
+        """Keep running chunks while the pass has more to examine (each call bounded)."""
+        dispatched = 0
+        chunks = 0
+        while more and chunks < MAX_DISPATCH_CHUNKS:
+            reply = yield from self._eval("dispatch", dest, now, 0)
+            dispatched += int(reply[0])
+            more, hold = int(reply[1]), int(reply[2])
+            chunks += 1
+        return DispatchResult(dispatched, hold)
+
+    # -- producing ------------------------------------------------------------------------------------
+
+    def send(self, dest: Destination, messages: Iterable[Message], now: int) -> Op:
+        """Enqueue messages in order; returns their ids. Refused duplicates raise before anything."""
+        args: list[Any] = [0]
+        for message in messages:
+            message_id, blob = message.pack(now)
+            args += [message_id, blob]
+        reply = yield from self._eval("send", dest, now, *args)
+        split = reply.index(b"")
+        yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
+        return [_str(x) for x in reply[:split]]
+
+    # -- consuming ------------------------------------------------------------------------------------
+
+    def add_consumer(self, dest: Destination, spec: ConsumerSpec, now: int, consumer_id: str | None) -> Op:
+        spec.validate()
+        selector = None
+        if spec.selector and spec.selector.strip():
+            selector = parse_selector(spec.selector, convert_string_expressions=spec.stomp_selector)
+        cid = consumer_id or f"c-{uuid.uuid4().hex[:12]}"
+        if not cid or any(ch in cid for ch in "{}|\n\r\t "):
+            raise InvalidConsumer(f"consumer id {cid!r} must be non-empty with no braces, '|' or whitespace")
+        definition = {
+            "priority": spec.priority,
+            "exclusive": spec.exclusive,
+            "selector": selector.compiled if selector else None,
+            "selector_text": spec.selector if selector else None,
+            "nolocal": spec.no_local,
+            "conn": spec.connection_id,
+            "client": spec.client_id,
+            "ack": spec.ack_mode,
+            "notify": spec.notify,
+        }
+        packed = msgpack.packb({k: v for k, v in definition.items() if v is not None}, use_bin_type=True)
+        requested = -1 if spec.prefetch is None else spec.prefetch
+        reply = yield from self._eval("consumer_add", dest, now, 0, cid, packed, spec.lease_ms, requested)
+        result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
+        return Consumer(dest, cid, spec.ack_mode, prefetch=int(reply[4]), hold_until=result.hold_until)
+
+    def receive(self, consumer: ConsumerRef, max_messages: int, now: int, lease_ms: int) -> Op:
+        if max_messages < 1:
+            raise InvalidConsumer(f"max_messages must be at least 1, got {max_messages}")
+        dest = consumer.destination
+        reply = yield from self._eval("receive", dest, now, 0, consumer.consumer_id, max_messages, lease_ms)
+        yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
+        out = []
+        for i in range(3, len(reply), 4):
+            out.append(unpack_delivery(_str(reply[i]), dest.uri, consumer.consumer_id, reply[i + 1],
+                                       int(reply[i + 2]), bool(int(reply[i + 3]))))
+        return out
+
+    def cancel_pull(self, consumer: ConsumerRef, now: int) -> Op:
+        yield from self._eval("cancel_pull", consumer.destination, now, consumer.consumer_id)
+
+    def ack(self, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
+        """mode: 'individual', 'cumulative' or 'delivered' (see scripts/ack.lua). Returns how many."""
+        if not message_ids:
+            raise NotInFlight("no message id given to acknowledge")
+        dest = consumer.destination
+        reply = yield from self._eval("ack", dest, now, 0, consumer.consumer_id, mode, *message_ids)
+        yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
+        return int(reply[0])
+
+    def release(self, consumer: ConsumerRef, message_ids: list[str], now: int) -> Op:
+        dest = consumer.destination
+        reply = yield from self._eval("release", dest, now, 0, consumer.consumer_id, *message_ids)
+        yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
+        return int(reply[0])
+
+    def close_consumer(self, consumer: ConsumerRef, now: int, reason: str) -> Op:
+        dest = consumer.destination
+        reply = yield from self._eval("consumer_close", dest, now, 0, consumer.consumer_id, reason)
+        return (yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2])))
+
+    def renew(self, dest: Destination, consumer_ids: list[str], lease_ms: int, now: int) -> Op:
+        """Renew leases; returns the ids that are no longer registered (closed or reaped)."""
+        reply = yield Eval("renew", (self.prefix(dest),), (now, lease_ms, *consumer_ids))
+        return [_str(x) for x in reply]
+
+    def reap(self, dest: Destination, now: int, limit: int) -> Op:
+        """Close consumers whose lease lapsed; returns their ids."""
+        reply = yield Eval("reap", (self.prefix(dest),), (now, 0, limit))
+        split = reply.index(b"")
+        yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
+        return [_str(x) for x in reply[:split]]
+
+    def dispatch(self, dest: Destination, now: int) -> Op:
+        reply = yield Eval("dispatch", (self.prefix(dest),), (now, 0))
+        rest = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
+        return DispatchResult(int(reply[0]) + rest.dispatched, rest.hold_until or int(reply[2]))
+
+    # -- administration -------------------------------------------------------------------------------
+
+    def pause(self, dest: Destination, paused: bool, now: int) -> Op:
+        reply = yield from self._eval("pause", dest, now, 0, "1" if paused else "0")
+        yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
+
+    def remove_message_groups(self, dest: Destination, group_id: str | None, now: int) -> Op:
+        """removeMessageGroup(group_id), or removeAllMessageGroups() when group_id is None."""
+        args = ("", "all") if group_id is None else (group_id, "")
+        reply = yield from self._eval("group_reset", dest, now, 0, *args)
+        yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
+        return int(reply[0])
+
+    def message_groups(self, dest: Destination, now: int) -> Op:
+        cursor = "0"
+        groups: list[GroupInfo] = []
+        while True:
+            reply = yield Eval("group_list", (self.prefix(dest),), (now, cursor, 500))
+            for i in range(1, len(reply), 3):
+                groups.append(GroupInfo(_str(reply[i]), _str(reply[i + 1]), int(reply[i + 2])))
+            cursor = _str(reply[0])
+            if cursor == "0":
+                return groups
+
+    def stats(self, dest: Destination, now: int) -> Op:
+        reply = yield Eval("stats", (self.prefix(dest),), (now,))
+        meta = _pairs(reply[0])
+        if "uri" not in meta:
+            raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
+        owner = meta.get("owner") or None
+        consumers = []
+        flat = reply[4]
+        for i in range(0, len(flat), 5):
+            cid = _str(flat[i])
+            definition = msgpack.unpackb(flat[i + 1], raw=False) if flat[i + 1] else {}
+            counters = _pairs(flat[i + 2])
+            lease = _str(flat[i + 3])
+            consumers.append(ConsumerStats(
+                consumer_id=cid,
+                client_id=definition.get("client"),
+                connection_id=definition.get("conn"),
+                selector=definition.get("selector_text"),
+                priority=int(definition.get("priority", 0)),
+                exclusive=bool(definition.get("exclusive", False)),
+                ack_mode=definition.get("ack", "client"),
+                prefetch=int(counters.get("prefetch", 0)),
+                prefetch_extension=int(counters.get("ext", 0)),
+                in_flight=int(counters.get("n", 0)),
+                undelivered=int(flat[i + 4]),
+                dispatched=int(counters.get("dispatched", 0)),
+                acked=int(counters.get("acked", 0)),
+                groups=int(counters.get("groups", 0)),
+                lease_expires=int(float(lease)) if lease else None,
+                added=int(counters.get("added", 0)),
+                last_ack=int(counters["last_ack"]) if "last_ack" in counters else None,
+                is_exclusive_owner=cid == owner,
+            ))
+        pending, in_flight = int(reply[1]), int(reply[2])
+
+        def count(name: str) -> int:
+            return int(meta.get(name, 0))
+
+        return DestinationStats(
+            destination=dest.uri, queue_size=pending + in_flight, pending=pending, in_flight=in_flight,
+            enqueued=count("enqueued"), dequeued=count("dequeued"), dispatched=count("dispatched"),
+            expired=count("expired"), expired_on_arrival=count("expired_on_arrival"),
+            duplicates=count("duplicates"), skipped=count("skipped"),
+            last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
+            group_count=int(reply[3]), paused=meta.get("paused") == "1", exclusive_owner=owner,
+            consumers=consumers,
+        )
+
+    def destinations(self) -> Op:
+        reply = yield Command(("ZRANGE", self.registry_key, 0, -1))
+        return [_str(x) for x in reply]
+
+    # -- transactions ---------------------------------------------------------------------------------
+    # A transaction buffers sends and acks in Redis (key <ns>:tx:<id>); commit applies them in one
+    # MULTI/EXEC, rollback returns the acked messages with their redelivery counter raised.
+
+    def tx_key(self, tx: str) -> str:
+        return f"{self.namespace}:tx:{tx}"
+
+    def tx_begin(self, ttl_ms: int) -> Op:
+        tx = f"tx-{uuid.uuid4().hex[:16]}"
+        yield Command(("RPUSH", self.tx_key(tx), msgpack.packb(["begin"])))
+        yield Command(("PEXPIRE", self.tx_key(tx), ttl_ms))
+        return tx
+
+    def _tx_records(self, tx: str) -> Op:
+        raw = yield Command(("LRANGE", self.tx_key(tx), 0, -1))
+        if not raw:
+            raise TransactionError(f"no open transaction {tx}", transaction=tx)
+        return [msgpack.unpackb(r, raw=False) for r in raw[1:]]
+
+    def tx_send(self, tx: str, dest: Destination, messages: Iterable[Message], now: int) -> Op:
+        yield from self._tx_records(tx)
+        ids = []
+        for message in messages:
+            message_id, blob = message.pack(now)
+            ids.append(message_id)
+            yield Command(("RPUSH", self.tx_key(tx), msgpack.packb(["send", dest.uri, message_id, blob],
+                                                                     use_bin_type=True)))
+        return ids
+
+    def tx_ack(self, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
+        """A transacted ack is a DELIVERED ack now (the window grows) and a real ack on commit."""
+        yield from self._tx_records(tx)
+        yield from self.ack(consumer, message_ids, "delivered", now)
+        yield Command(("RPUSH", self.tx_key(tx), msgpack.packb(
+            ["ack", consumer.destination.kind, consumer.destination.name, consumer.consumer_id, mode,
+             message_ids])))
+
+    def tx_commit(self, tx: str, now: int, parse: Any) -> Op:
+        records = yield from self._tx_records(tx)
+        calls: list[Eval] = []
+        for record in records:
+            if record[0] == "send":
+                dest = parse(record[1])
+                yield from self.ensure_destination(dest, now)
+                calls.append(Eval("send", (self.prefix(dest),), (now, 0, record[2], record[3])))
+            else:
+                dest = Destination(record[1], record[2])
+                calls.append(Eval("ack", (self.prefix(dest),), (now, 0, record[3], record[4], *record[5])))
+        yield Command(("DEL", self.tx_key(tx)))
+        replies = yield calls  # one MULTI/EXEC
+        errors = [r for r in replies if isinstance(r, Exception)]
+        if errors:
+            raise TransactionError(f"transaction {tx} committed with errors: {errors[0]}", transaction=tx)
+
+    def tx_rollback(self, tx: str, now: int) -> Op:
+        records = yield from self._tx_records(tx)
+        yield Command(("DEL", self.tx_key(tx)))
+        for record in records:
+            if record[0] == "ack":
+                consumer = ConsumerRef(Destination(record[1], record[2]), record[3])
+                try:
+                    yield from self.release(consumer, record[5], now)
+                except (UnknownConsumer, NotInFlight):
+                    pass  # the consumer closed meanwhile; its messages went back already
+
+    def ensure_destination(self, dest: Destination, now: int) -> Op:
+        exists = yield Command(("EXISTS", f"{self.prefix(dest)}:policy"))
+        if not exists:
+            yield from self.init_destination(dest, now)

@@ -1,0 +1,61 @@
+-- Register a consumer (spec §1.3, §2, §3.6) and dispatch to it.
+-- ARGV: now, budget, consumer id, packed definition, lease ms, requested prefetch (-1 = client default).
+-- The policy's queuePrefetch applies only to a consumer that kept the client default (spec §1.5).
+-- Returns {dispatched, more, hold_until, exclusive owner, effective prefetch}.
+--@include base
+--@include dispatch
+NOW = tonumber(ARGV[1])
+local missing = require_destination()
+if missing then return missing end
+local cid, packed, lease_ms = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local prefetch = tonumber(ARGV[6])
+if prefetch < 0 or prefetch == 1000 then prefetch = policy_num('queuePrefetch') end
+if redis.call('HEXISTS', K_CONSUMERS, cid) == 1 then
+  return fail('CONSUMER_EXISTS', 'consumer ' .. cid .. ' is already registered on this destination')
+end
+local def = cmsgpack.unpack(packed)
+local before = redis.call('HLEN', K_CONSUMERS)
+redis.call('HSET', K_CONSUMERS, cid, packed)
+redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'acked', 0, 'added', NOW,
+           'prefetch', prefetch)
+redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
+redis.call('RPUSH', K_CORDER, cid)
+local cons = load_consumers()
+sort_consumers(cons)
+save_order(cons)
+
+-- Exclusive ownership: the first wins; a newcomer takes over only with priority 127 or strictly higher.
+if def.exclusive or policy_flag('allConsumersExclusiveByDefault') then
+  local owner = redis.call('HGET', K_META, 'owner')
+  local take = (not owner or owner == '')
+  if not take then
+    local current = find_consumer(owner)
+    local priority = tonumber(def.priority) or 0
+    take = current == nil or priority == 127 or priority > current.priority
+  end
+  if take then
+    redis.call('HSET', K_META, 'owner', cid)
+    emit('exclusive_owner', 'consumer', cid)
+  end
+end
+
+-- A consumer arriving at an empty destination may hold dispatch back (never blocking Redis).
+if before == 0 then
+  local needed = policy_num('consumersBeforeDispatchStarts')
+  local wait = policy_num('timeBeforeDispatchStarts')
+  if needed > 0 then
+    if wait <= 0 then wait = 1000 end
+    redis.call('HSET', K_META, 'hold_until', NOW + wait)
+  elseif wait > 0 then
+    redis.call('HSET', K_META, 'hold_until', NOW + wait)
+  end
+end
+
+-- Mid-pass, the newcomer waits for the next pass so it sees messages from the head in order.
+local cursor = redis.call('HGET', K_META, 'cursor')
+if cursor and cursor ~= '' then redis.call('SADD', K_PASSFULL, cid) end
+mark_dirty()
+emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', def.exclusive and 1 or 0,
+     'prefetch', prefetch, 'selector', def.selector_text or '')
+local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+return {dispatched, more, hold, redis.call('HGET', K_META, 'owner') or '', prefetch}

@@ -1,0 +1,9 @@
+-- Run one bounded chunk of the dispatch pass. ARGV: now, budget (0 = the policy's maxPageSize).
+-- Returns {dispatched, more, hold_until}.
+--@include base
+--@include dispatch
+NOW = tonumber(ARGV[1])
+local budget = tonumber(ARGV[2])
+if budget == 0 then budget = nil end
+local dispatched, more, hold = dispatch_chunk(budget)
+return {dispatched, more, hold}

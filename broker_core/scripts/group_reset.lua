@@ -1,0 +1,28 @@
+-- removeMessageGroup(name) / removeAllMessageGroups() (spec §3.5): later messages are re-assigned;
+-- in-flight messages stay where they are. ARGV: now, budget, group id ('' with ARGV[4] = 'all' for every
+-- group). Returns {removed count, dispatched, more, hold_until}.
+--@include base
+--@include dispatch
+NOW = tonumber(ARGV[1])
+local removed = 0
+if ARGV[4] == 'all' then
+  removed = redis.call('HLEN', K_GROUPS)
+  local reset_counts = group_map_type() == 'cached'  -- only the cached map resets assigned counts
+  for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do
+    redis.call('DEL', K_CGRP(cid))
+    if reset_counts then redis.call('HSET', K_C(cid), 'groups', 0) end
+  end
+  redis.call('DEL', K_GROUPS)
+  if group_map_type() == 'cached' then redis.call('DEL', K_GLRU) end
+  emit('group_reset', 'group', '*', 'removed', removed)
+else
+  local slot = group_slot(ARGV[3])
+  if group_remove_slot(slot) then
+    removed = 1
+    if group_map_type() == 'bucket' then redis.call('ZREM', K_GLRU, ARGV[3]) end
+  end
+  emit('group_reset', 'group', ARGV[3], 'removed', removed)
+end
+mark_dirty()
+local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+return {removed, dispatched, more, hold}

@@ -1,0 +1,77 @@
+-- Shared helpers. Every script receives KEYS[1] = the destination's key prefix, e.g. "sb:{q:orders}".
+-- All other keys of the destination are derived from it and so share its hash tag (one cluster slot).
+local P = KEYS[1]
+local K_META = P .. ':meta'          -- hash: counters, sequences, dispatch-pass state, exclusive owner
+local K_POLICY = P .. ':policy'      -- hash: the resolved policy entry (camelCase attribute names)
+local K_MSGS = P .. ':msgs'          -- hash: message id -> packed message (msgpack array, see message.lua)
+local K_PENDING = P .. ':pending'    -- zset: message id -> dispatch order score
+local K_INFLIGHT = P .. ':inflight'  -- hash: message id -> "<consumer>|<pending score>"
+local K_REDELIV = P .. ':redeliv'    -- hash: message id -> redelivery counter (only when > 0)
+local K_GFIRST = P .. ':gfirst'      -- set: ids flagged JMSXGroupFirstForConsumer
+local K_CONSUMERS = P .. ':consumers'-- hash: consumer id -> packed consumer definition
+local K_CORDER = P .. ':corder'      -- list: consumer ids in dispatch order (priority, rotation)
+local K_LEASES = P .. ':leases'      -- zset: consumer id -> lease expiry (ms)
+local K_PASSFULL = P .. ':passfull'  -- set: consumers found full during the current dispatch pass
+local K_GROUPS = P .. ':groups'      -- hash: group id (or bucket) -> "<consumer>|<assigned ms>"
+local K_GLRU = P .. ':glru'          -- zset: group id -> recency (cached map LRU; bucket map name cache)
+local K_EVENTS = P .. ':events'      -- stream: lifecycle events
+
+local function K_C(cid) return P .. ':c:' .. cid end              -- hash: per-consumer counters
+local function K_CINF(cid) return P .. ':c:' .. cid .. ':inflight' end -- zset: id -> dispatch seq
+local function K_COUT(cid) return P .. ':c:' .. cid .. ':outbox' end   -- list: dispatched, not yet received
+local function K_CGRP(cid) return P .. ':c:' .. cid .. ':groups' end   -- set: groups this consumer owns
+
+local NOW = 0  -- set by each script from its ARGV before anything else runs
+
+local function fail(code, text)
+  return redis.error_reply(code .. ' ' .. text)
+end
+
+local function tonum(v, default)
+  if v == false or v == nil then return default end
+  local n = tonumber(v)
+  if n == nil then return default end
+  return n
+end
+
+-- Policy values, read once per script call. Missing attributes fall back to ActiveMQ's defaults.
+local POLICY_DEFAULTS = {
+  prioritizedMessages = '0', strictOrderDispatch = '0', useConsumerPriority = '1',
+  allConsumersExclusiveByDefault = '0', consumersBeforeDispatchStarts = '0',
+  timeBeforeDispatchStarts = '0', messageGroupMapFactoryType = 'cached', groupMapCacheSize = '1024',
+  groupMapBucketCount = '1024', maxPageSize = '200', usePrefetchExtension = '1',
+  eventsMaxLen = '100000', queuePrefetch = '1000', maxMessageSize = '4194304',
+}
+local POLICY_NAMES = {}
+for name in pairs(POLICY_DEFAULTS) do POLICY_NAMES[#POLICY_NAMES + 1] = name end
+local _policy = nil
+local function policy()
+  if _policy then return _policy end
+  local values = redis.call('HMGET', K_POLICY, unpack(POLICY_NAMES))
+  _policy = {}
+  for i, name in ipairs(POLICY_NAMES) do
+    local v = values[i]
+    if v == false then v = POLICY_DEFAULTS[name] end
+    _policy[name] = v
+  end
+  return _policy
+end
+local function policy_flag(name) return policy()[name] == '1' or policy()[name] == 'true' end
+local function policy_num(name) return tonumber(policy()[name]) end
+
+-- Destinations are created on first use: the caller writes the resolved policy and retries.
+local function require_destination()
+  if redis.call('EXISTS', K_POLICY) == 0 then
+    return fail('NO_DESTINATION', 'destination ' .. P .. ' has no policy yet')
+  end
+  return nil
+end
+
+local function meta_incr(field, by)
+  return redis.call('HINCRBY', K_META, field, by or 1)
+end
+
+-- Append one lifecycle event (docs/broker_core.md lists the types and fields).
+local function emit(kind, ...)
+  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', policy()['eventsMaxLen'], '*', 'type', kind, 'ts', NOW, ...)
+end

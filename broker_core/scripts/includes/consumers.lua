@@ -1,0 +1,79 @@
+-- Consumers as the dispatch loop sees them, their prefetch windows and their order (spec §1.3-1.5).
+local function load_consumer(cid, packed, counters, lease)
+  local def = cmsgpack.unpack(packed)
+  return {
+    id = cid, def = def, prefetch = tonumber(counters[4]) or 0, priority = tonumber(def.priority) or 0,
+    n = tonumber(counters[1]) or 0, ext = tonumber(counters[2]) or 0, groups = tonumber(counters[3]) or 0,
+    alive = lease ~= false and tonumber(lease) >= NOW, expr = nil,
+  }
+end
+
+-- Every consumer of the destination, in the stored dispatch order.
+local function load_consumers()
+  local ids = redis.call('LRANGE', K_CORDER, 0, -1)
+  local out = {}
+  if #ids == 0 then return out end
+  local defs = redis.call('HMGET', K_CONSUMERS, unpack(ids))
+  local leases = redis.call('ZMSCORE', K_LEASES, unpack(ids))
+  for i, cid in ipairs(ids) do
+    if defs[i] then
+      local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch')
+      out[#out + 1] = load_consumer(cid, defs[i], counters, leases[i])
+    end
+  end
+  return out
+end
+
+local function find_consumer(cid)
+  local packed = redis.call('HGET', K_CONSUMERS, cid)
+  if not packed then return nil end
+  local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch')
+  return load_consumer(cid, packed, counters, redis.call('ZSCORE', K_LEASES, cid))
+end
+
+-- PrefetchSubscription.isFull: the window is the prefetch plus the DELIVERED-ack extension;
+-- a prefetch of 0 (pull) has room only while a receive call has asked for messages.
+local function is_full(c)
+  if c.prefetch == 0 then return c.ext <= 0 end
+  local ext = c.ext
+  if not policy_flag('usePrefetchExtension') then ext = 0 end
+  return c.n - ext >= c.prefetch
+end
+
+-- Stable sort by priority (descending) and, once the queue has a group map, by the number of
+-- groups assigned (ascending); equal keys keep their current order (Collections.sort is stable).
+local function sort_consumers(cons)
+  if not policy_flag('useConsumerPriority') then return end
+  local by_groups = redis.call('HGET', K_META, 'gmap') == '1'
+  local function before(a, b)
+    if a.priority ~= b.priority then return a.priority > b.priority end
+    if by_groups and a.groups ~= b.groups then return a.groups < b.groups end
+    return false
+  end
+  for i = 2, #cons do
+    local c = cons[i]
+    local j = i - 1
+    while j >= 1 and before(c, cons[j]) do
+      cons[j + 1] = cons[j]
+      j = j - 1
+    end
+    cons[j + 1] = c
+  end
+end
+
+local function save_order(cons)
+  redis.call('DEL', K_CORDER)
+  if #cons > 0 then
+    local ids = {}
+    for i, c in ipairs(cons) do ids[i] = c.id end
+    redis.call('RPUSH', K_CORDER, unpack(ids))
+  end
+end
+
+local function selector_of(c)
+  if c.expr == nil then
+    local compiled = c.def.selector
+    if type(compiled) == 'string' and compiled ~= '' then c.expr = cjson.decode(compiled) else c.expr = false end
+  end
+  return c.expr
+end

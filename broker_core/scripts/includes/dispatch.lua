@@ -1,0 +1,168 @@
+-- The dispatch pass (spec §1.4), run in bounded chunks.
+--
+-- ActiveMQ pages at most maxPageSize messages into memory and stops paging while that many wait for a
+-- consumer, so messages behind 200 unmatched ones starve. Here a pass walks the whole pending zset in
+-- order, one chunk of maxPageSize messages per call, and the next call continues where the last one
+-- stopped (meta 'cursor'). Per-consumer FIFO is kept the way ActiveMQ keeps it inside one pass: a
+-- consumer found full is left out for the rest of the pass (set 'passfull'). A pass restarts at the head
+-- when something may have made an earlier message dispatchable (meta 'dirty': room freed, consumer
+-- added or removed, groups reset, a message returned ahead of the cursor); otherwise it rests at the
+-- tail so a new message costs one examination.
+
+--@include message
+--@include consumers
+--@include groups
+--@include selector
+--@include lifecycle
+
+-- Hand message `id` to consumer c: in flight, in its outbox, counted, logged, owner woken.
+local function deliver(c, id, score)
+  redis.call('ZREM', K_PENDING, id)
+  redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. score)
+  redis.call('ZADD', K_CINF(c.id), meta_incr('dseq'), id)
+  local queued = redis.call('RPUSH', K_COUT(c.id), id)
+  c.n = redis.call('HINCRBY', K_C(c.id), 'n', 1)
+  redis.call('HINCRBY', K_C(c.id), 'dispatched', 1)
+  if c.prefetch == 0 then c.ext = redis.call('HINCRBY', K_C(c.id), 'ext', -1) end
+  meta_incr('dispatched')
+  emit('dispatch', 'msg', id, 'consumer', c.id,
+       'redeliveries', tonumber(redis.call('HGET', K_REDELIV, id)) or 0)
+  if queued == 1 and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
+end
+
+-- One chunk of the pass. Returns dispatched count, 1 when the pass has more to examine, and the time
+-- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
+local function dispatch_chunk(budget)
+  if redis.call('HGET', K_META, 'paused') == '1' then return 0, 0, 0 end
+  local hold = tonum(redis.call('HGET', K_META, 'hold_until'), 0)
+  if hold > 0 then
+    local needed = policy_num('consumersBeforeDispatchStarts')
+    if NOW >= hold or (needed > 0 and redis.call('HLEN', K_CONSUMERS) >= needed) then
+      redis.call('HDEL', K_META, 'hold_until')
+    else
+      return 0, 0, hold
+    end
+  end
+  local cons = load_consumers()
+  if #cons == 0 then return 0, 0, 0 end
+  budget = budget or policy_num('maxPageSize')
+
+  local state = redis.call('HMGET', K_META, 'cursor', 'dirty', 'owner', 'pass_skipped')
+  local cursor = state[1] or ''
+  local dirty = state[2] == '1'
+  local owner = state[3] or nil
+  if owner == '' then owner = nil end
+  local pass_skipped = tonumber(state[4]) or 0
+  local excluded = {}
+  for _, cid in ipairs(redis.call('SMEMBERS', K_PASSFULL)) do excluded[cid] = true end
+  local strict = policy_flag('strictOrderDispatch')
+  local order_changed = false
+  local examined, dispatched, more = 0, 0, 0
+
+  local function end_pass()
+    cursor, dirty, excluded = '', false, {}
+    redis.call('HSET', K_META, 'last_pass_skipped', pass_skipped)
+    pass_skipped = 0
+  end
+  -- Is there a consumer with room at all, and one that this pass may still use?
+  local function room()
+    local usable, any = false, false
+    for _, c in ipairs(cons) do
+      if c.alive and not is_full(c) then
+        any = true
+        if not excluded[c.id] then usable = true end
+      end
+    end
+    return usable, any
+  end
+
+  while true do
+    local usable, any = room()
+    if not any then end_pass() break end        -- everyone is full: the next pass starts at the head
+    if not usable then end_pass() end           -- room only where this pass may not go: start over
+    if examined >= budget then more = 1 break end
+    local lower = '-inf'
+    if cursor ~= '' then lower = '(' .. cursor end
+    local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, budget - examined)
+    if #batch == 0 then
+      if dirty then end_pass() else break end   -- at the tail: restart if needed, else rest here
+      if redis.call('ZCARD', K_PENDING) == 0 then break end
+    end
+    local restart = false
+    for i = 1, #batch, 2 do
+      local id, score = batch[i], tonumber(batch[i + 1])
+      examined = examined + 1
+      local blob = redis.call('HGET', K_MSGS, id)
+      if not blob then
+        redis.call('ZREM', K_PENDING, id)
+        cursor = batch[i + 1]
+      else
+        local m = unpack_message(blob)
+        if is_expired(m) then
+          expire_pending(id, m)
+          cursor = batch[i + 1]
+        else
+          local gid, seq = m[M_GROUP], tonumber(m[M_GROUP_SEQ]) or 0
+          if gid and gid ~= '' then redis.call('HSET', K_META, 'gmap', '1') end
+          local view = nil
+          local target = nil
+          local available = false
+          for _, c in ipairs(cons) do
+            if c.alive and not excluded[c.id] then
+              if is_full(c) then
+                excluded[c.id] = true
+              else
+                available = true
+                local ok = owner == nil or owner == c.id
+                if ok and c.def.nolocal and c.def.conn and c.def.conn == m[M_CONNECTION] then ok = false end
+                if ok then
+                  local expr = selector_of(c)
+                  if expr then
+                    view = view or selector_view(id, m)
+                    ok = selector_matches(expr, view)
+                  end
+                end
+                if ok and group_allows(c, id, gid, seq) then target = c break end
+              end
+            end
+          end
+          if target then
+            deliver(target, id, score)
+            dispatched = dispatched + 1
+            cursor = batch[i + 1]
+            if not strict and #cons > 1 and target.id ~= owner then
+              -- Round-robin: the target goes to the back of its band, so peers get one message each in turn.
+              for j, c in ipairs(cons) do
+                if c == target then table.remove(cons, j) break end
+              end
+              cons[#cons + 1] = target
+              sort_consumers(cons)
+              order_changed = true
+            end
+          elseif not available then
+            -- No consumer this pass may use has room: this message is examined again by the next pass.
+            restart = true
+            break
+          else
+            cursor = batch[i + 1]
+            pass_skipped = pass_skipped + 1
+            meta_incr('skipped')
+          end
+        end
+      end
+    end
+    if restart then
+      local _, any_left = room()
+      end_pass()
+      if not any_left then break end
+    end
+  end
+
+  local passfull = {}
+  for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
+  redis.call('DEL', K_PASSFULL)
+  if #passfull > 0 then redis.call('SADD', K_PASSFULL, unpack(passfull)) end
+  redis.call('HSET', K_META, 'cursor', cursor, 'dirty', dirty and '1' or '0', 'pass_skipped', pass_skipped)
+  if order_changed then save_order(cons) end
+  return dispatched, more, 0
+end

@@ -1,0 +1,107 @@
+-- How messages leave a destination or go back to it. Each path counts and logs what happened.
+
+-- Forget a message's stored state once it has left the destination.
+local function drop_message(id)
+  redis.call('HDEL', K_MSGS, id)
+  redis.call('HDEL', K_REDELIV, id)
+  redis.call('SREM', K_GFIRST, id)
+end
+
+-- A pending (not in-flight) message whose time ran out (spec §6).
+local function expire_pending(id, m)
+  redis.call('ZREM', K_PENDING, id)
+  drop_message(id)
+  meta_incr('expired')
+  meta_incr('dequeued')
+  emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0)
+end
+
+-- Take message `id` out of consumer `cid`'s window; returns its pending score.
+local function take_inflight(cid, id)
+  local v = redis.call('HGET', K_INFLIGHT, id)
+  redis.call('HDEL', K_INFLIGHT, id)
+  redis.call('ZREM', K_CINF(cid), id)
+  redis.call('HINCRBY', K_C(cid), 'n', -1)
+  return tonumber(string.match(v or '', '|(.*)$')) or 0
+end
+
+-- A consumer acknowledged message `id`: it is gone for good.
+local function ack_message(c, id)
+  take_inflight(c.id, id)
+  drop_message(id)
+  meta_incr('dequeued')
+  redis.call('HINCRBY', K_C(c.id), 'acked', 1)
+  redis.call('HSET', K_C(c.id), 'last_ack', NOW)
+  -- STANDARD/INDIVIDUAL acks contract the DELIVERED-ack extension, never below zero.
+  if c.prefetch > 0 and c.ext > 0 then c.ext = redis.call('HINCRBY', K_C(c.id), 'ext', -1) end
+  c.n = c.n - 1
+  emit('ack', 'msg', id, 'consumer', c.id)
+end
+
+-- Put an in-flight message back in the pending zset ahead of fresh messages; `bump` raises its
+-- redelivery counter (it reached the client), as Queue.removeSubscription does.
+local function return_message(cid, id, bump, reason)
+  local score = take_inflight(cid, id)
+  local count = tonumber(redis.call('HGET', K_REDELIV, id)) or 0
+  if bump then count = redis.call('HINCRBY', K_REDELIV, id, 1) end
+  pending_add(id, redelivery_score(score))
+  emit('return', 'msg', id, 'consumer', cid, 'redeliveries', count, 'reason', reason)
+end
+
+local function recompute_exclusive_owner(removed_def, removed_id)
+  local owner = redis.call('HGET', K_META, 'owner')
+  local all_exclusive = policy_flag('allConsumersExclusiveByDefault')
+  if owner == removed_id and removed_def.exclusive then
+    -- The first exclusive consumer, in list order, with the highest priority takes over.
+    local best, best_priority = nil, nil
+    for _, c in ipairs(load_consumers()) do
+      if c.def.exclusive and (best_priority == nil or c.priority > best_priority) then
+        best, best_priority = c.id, c.priority
+      end
+    end
+    redis.call('HSET', K_META, 'owner', best or '')
+  elseif all_exclusive then
+    local best, best_priority = nil, nil
+    for _, c in ipairs(load_consumers()) do
+      if best_priority == nil or c.priority > best_priority then best, best_priority = c.id, c.priority end
+    end
+    redis.call('HSET', K_META, 'owner', best or '')
+  elseif owner == removed_id then
+    redis.call('HSET', K_META, 'owner', '')
+  end
+  local now_owner = redis.call('HGET', K_META, 'owner')
+  if now_owner ~= owner and now_owner ~= '' then emit('exclusive_owner', 'consumer', now_owner) end
+end
+
+-- Close consumer `cid` (client close, lapsed lease, abort): spec §1.8 and §3.4.
+local function close_consumer(cid, reason)
+  local packed = redis.call('HGET', K_CONSUMERS, cid)
+  if not packed then return false end
+  local def = cmsgpack.unpack(packed)
+  redis.call('HDEL', K_CONSUMERS, cid)
+  redis.call('LREM', K_CORDER, 0, cid)
+  redis.call('ZREM', K_LEASES, cid)
+  redis.call('SREM', K_PASSFULL, cid)
+  recompute_exclusive_owner(def, cid)
+  -- Its groups are freed; the first message of each afterwards binds the group to a new owner.
+  for _, slot in ipairs(redis.call('SMEMBERS', K_CGRP(cid))) do
+    local v = redis.call('HGET', K_GROUPS, slot)
+    if v and string.match(v, '^([^|]*)') == cid then
+      redis.call('HDEL', K_GROUPS, slot)
+      if group_map_type() == 'cached' then redis.call('ZREM', K_GLRU, slot) end
+    end
+  end
+  redis.call('HSET', K_META, 'gmap', '1')  -- ActiveMQ creates the group map on the first removal
+  -- Messages the adapter never received were never delivered: they go back without a bump.
+  local undelivered = {}
+  for _, id in ipairs(redis.call('LRANGE', K_COUT(cid), 0, -1)) do undelivered[id] = true end
+  local returned = 0
+  for _, id in ipairs(redis.call('ZRANGE', K_CINF(cid), 0, -1)) do
+    return_message(cid, id, not undelivered[id], reason)
+    returned = returned + 1
+  end
+  redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
+  redis.call('HSET', K_META, 'dirty', '1')
+  emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
+  return true
+end

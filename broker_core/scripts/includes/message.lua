@@ -1,0 +1,63 @@
+-- Packed message layout (msgpack array written by broker_core/messages.py; 1-based Lua indexes).
+local M_VERSION, M_PRIORITY, M_PERSISTENT, M_TIMESTAMP, M_EXPIRATION = 1, 2, 3, 4, 5
+local M_CORRELATION, M_REPLY_TO, M_TYPE, M_GROUP, M_GROUP_SEQ = 6, 7, 8, 9, 10
+local M_CONNECTION, M_PROPS, M_CONTENT_TYPE, M_BODY_KIND, M_BODY = 11, 12, 13, 14, 15
+local M_USER, M_ORIG_DEST = 16, 17
+
+local function unpack_message(blob)
+  return cmsgpack.unpack(blob)
+end
+
+local function is_expired(m)
+  local exp = tonumber(m[M_EXPIRATION]) or 0
+  return exp > 0 and NOW > exp
+end
+
+-- Order in the pending zset. FIFO by broker sequence; with prioritizedMessages, strict 9..0 first.
+local PRIORITY_BAND = 17592186044416   -- 2^44: room for the broker sequence inside one band
+local REDELIVERY_BAND = 35184372088832 -- 2^45: redelivered messages sort before fresh ones
+local function pending_score(seq, priority)
+  if policy_flag('prioritizedMessages') then
+    local p = tonumber(priority) or 4
+    if p < 0 then p = 0 elseif p > 9 then p = 9 end
+    return (9 - p) * PRIORITY_BAND + seq
+  end
+  return seq
+end
+-- Without message priority, returned messages go ahead of fresh ones (ActiveMQ's
+-- redeliveredWaitingDispatch); with it, they merge back into priority order at their old place.
+local function redelivery_score(score)
+  if policy_flag('prioritizedMessages') or score < 0 then return score end
+  return score - REDELIVERY_BAND
+end
+
+-- The table the selector evaluator reads (scripts/includes/selector.lua).
+local _dest_uri = nil
+local function selector_view(id, m)
+  if not _dest_uri then _dest_uri = redis.call('HGET', K_META, 'uri') or '' end
+  local props = {}
+  local flat = m[M_PROPS]
+  if type(flat) == 'table' then
+    for i = 1, #flat, 3 do props[flat[i]] = { flat[i + 1], flat[i + 2] } end
+  end
+  local persistent = m[M_PERSISTENT]
+  return {
+    id = id, dest = _dest_uri, orig_dest = m[M_ORIG_DEST] or nil, reply_to = m[M_REPLY_TO] or nil,
+    type = m[M_TYPE] or nil, corr_id = m[M_CORRELATION] or nil, user_id = m[M_USER] or nil,
+    priority = tonumber(m[M_PRIORITY]) or 4, persistent = (persistent == true or persistent == 1),
+    timestamp = tonumber(m[M_TIMESTAMP]) or 0, expiration = tonumber(m[M_EXPIRATION]) or 0,
+    redelivery = tonumber(redis.call('HGET', K_REDELIV, id)) or 0,
+    group_id = m[M_GROUP] or nil, group_seq = tonumber(m[M_GROUP_SEQ]) or 0,
+    group_first = redis.call('SISMEMBER', K_GFIRST, id) == 1,
+    props = props,
+  }
+end
+
+local function mark_dirty() redis.call('HSET', K_META, 'dirty', '1') end
+
+-- Put a message into the pending zset; one placed behind the pass cursor needs a restarted pass.
+local function pending_add(id, score)
+  redis.call('ZADD', K_PENDING, score, id)
+  local cursor = redis.call('HGET', K_META, 'cursor')
+  if cursor and cursor ~= '' and score <= tonumber(cursor) then mark_dirty() end
+end

@@ -1,0 +1,10 @@
+-- Pause or resume dispatch (QueueView.pause/resume). ARGV: now, budget, '1' to pause or '0' to resume.
+--@include base
+--@include dispatch
+NOW = tonumber(ARGV[1])
+redis.call('HSET', K_META, 'paused', ARGV[3])
+emit(ARGV[3] == '1' and 'pause' or 'resume')
+if ARGV[3] == '1' then return {0, 0, 0} end
+mark_dirty()
+local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+return {dispatched, more, hold}

@@ -1,0 +1,44 @@
+-- Hand the adapter the messages dispatched to a consumer, oldest first, and renew its lease.
+-- A prefetch-0 consumer pulls: it asks for `max` messages (MessagePull), which a dispatch chunk fills.
+-- In ack mode 'auto' the messages are acknowledged as they are handed over.
+-- ARGV: now, budget, consumer id, max, lease ms.
+-- Returns {dispatched, more, hold_until, then per message: id, packed message, redeliveries, group first}.
+--@include base
+--@include dispatch
+NOW = tonumber(ARGV[1])
+local cid, max = ARGV[3], tonumber(ARGV[4])
+local c = find_consumer(cid)
+if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
+redis.call('ZADD', K_LEASES, NOW + tonumber(ARGV[5]), cid)
+c.alive = true
+local dispatched, more, hold = 0, 0, 0
+if redis.call('LLEN', K_COUT(cid)) < max then
+  if c.prefetch == 0 and c.ext < max then
+    redis.call('HSET', K_C(cid), 'ext', max - redis.call('LLEN', K_COUT(cid)))
+    redis.call('SREM', K_PASSFULL, cid)
+    mark_dirty()
+  end
+  dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+end
+local out = {dispatched, more, hold}
+local ids = redis.call('LPOP', K_COUT(cid), max)
+if ids then
+  c = find_consumer(cid)
+  for _, id in ipairs(ids) do
+    local blob = redis.call('HGET', K_MSGS, id)
+    if blob then
+      out[#out + 1] = id
+      out[#out + 1] = blob
+      out[#out + 1] = tonumber(redis.call('HGET', K_REDELIV, id)) or 0
+      out[#out + 1] = redis.call('SISMEMBER', K_GFIRST, id)
+      if c.def.ack == 'auto' then ack_message(c, id) end
+    end
+  end
+  if c.def.ack == 'auto' and #ids > 0 then
+    mark_dirty()
+    local d2, m2, h2 = dispatch_chunk(tonumber(ARGV[2]))
+    out[1] = out[1] + d2
+    out[2], out[3] = m2, h2
+  end
+end
+return out

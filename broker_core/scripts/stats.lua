@@ -1,0 +1,18 @@
+-- A consistent snapshot of a destination's counters and of each consumer (spec §14.2-14.4).
+-- ARGV: now. Returns {meta hash flat, pending, in flight, consumers: per consumer id and its hash flat}.
+--@include base
+NOW = tonumber(ARGV[1])
+local out = {
+  redis.call('HGETALL', K_META), redis.call('ZCARD', K_PENDING), redis.call('HLEN', K_INFLIGHT),
+  redis.call('HLEN', K_GROUPS),
+}
+local consumers = {}
+for _, cid in ipairs(redis.call('LRANGE', K_CORDER, 0, -1)) do
+  consumers[#consumers + 1] = cid
+  consumers[#consumers + 1] = redis.call('HGET', K_CONSUMERS, cid) or ''
+  consumers[#consumers + 1] = redis.call('HGETALL', K_C(cid))
+  consumers[#consumers + 1] = tostring(redis.call('ZSCORE', K_LEASES, cid) or '')
+  consumers[#consumers + 1] = redis.call('LLEN', K_COUT(cid))
+end
+out[#out + 1] = consumers
+return out

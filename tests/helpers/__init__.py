@@ -1,0 +1,1 @@
+"""Helpers shared by the test suites: Channels communicators, Celery test tasks, processes."""

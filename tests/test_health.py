@@ -1,0 +1,68 @@
+"""GET /healthz reports Redis, the database and the Celery workers; 503 as soon as one is down."""
+
+from __future__ import annotations
+
+import pytest
+from celery import Celery
+
+from signalbox import health
+from signalbox.embedded_redis import free_port
+
+pytestmark = pytest.mark.django_db
+
+
+def test_all_healthy_with_a_running_worker(client, celery_worker):
+    response = client.get("/healthz")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["redis"]["status"] == "ok"
+    assert body["redis"]["version"]
+    assert body["database"] == {"status": "ok", "vendor": "sqlite"}
+    assert body["celery"]["status"] == "ok"
+    assert celery_worker.hostname in body["celery"]["workers"]
+    assert response["Cache-Control"] == "no-store"
+
+
+def test_unreachable_redis_makes_it_503_and_names_redis(client, settings, celery_worker):
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+
+    response = client.get("/healthz")
+
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "error"
+    assert body["redis"]["status"] == "error"
+    assert "ConnectionError" in body["redis"]["error"]
+    # The other checks still report on their own.
+    assert body["database"]["status"] == "ok"
+    assert body["celery"]["status"] == "ok"
+
+
+def test_no_worker_answering_makes_it_503(client, settings, monkeypatch, redis_url):
+    # A Celery app on another database of the same Redis: its broadcast ping reaches no worker.
+    lonely_app = Celery("lonely", broker=redis_url.rsplit("/", 1)[0] + "/15")
+    monkeypatch.setattr(health, "celery_app", lonely_app)
+    settings.HEALTH_CHECK_TIMEOUT = 0.3
+
+    response = client.get("/healthz")
+
+    assert response.status_code == 503
+    body = response.json()
+    assert body["celery"] == {"status": "error", "error": "no Celery worker answered a ping within 0.3s"}
+    assert body["redis"]["status"] == "ok"
+
+
+def test_a_failing_database_is_reported_not_raised(monkeypatch):
+    from django.db import connection
+
+    def refuse() -> None:
+        raise connection.Database.OperationalError("unable to open database file\nsecond line")
+
+    monkeypatch.setattr(connection, "ensure_connection", refuse)
+
+    assert health.check_database() == {
+        "status": "error",
+        "error": "OperationalError: unable to open database file",
+    }

@@ -1,0 +1,55 @@
+"""The WebSocket ping consumer, driven through the project's ASGI app and the Redis channel layer."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.channels import assert_silent, connect_refused, websocket
+
+pytestmark = pytest.mark.usefixtures("channel_layer_cleanup")
+
+
+async def test_text_frames_come_back_through_the_channel_layer():
+    async with websocket("/ws/ping") as communicator:
+        await communicator.send_to(text_data="ping 1")
+        assert await communicator.receive_from() == "ping 1"
+        await communicator.send_to(text_data="ping 2")
+        assert await communicator.receive_from() == "ping 2"
+        await assert_silent(communicator)
+
+
+async def test_binary_frames_come_back_unchanged():
+    async with websocket("/ws/ping") as communicator:
+        await communicator.send_to(bytes_data=b"\x00\x01\xfe\xff")
+        response = await communicator.receive_output(3)
+        assert response == {"type": "websocket.send", "bytes": b"\x00\x01\xfe\xff"}
+
+
+async def test_the_channel_layer_is_the_redis_one(settings):
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    assert type(layer).__module__ == "channels_redis.core"
+    assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] == [settings.REDIS_URL]
+
+
+async def test_clients_without_an_origin_header_are_accepted():
+    # Broker clients (STOMP over WebSocket, scripts) send no Origin; browsers always do.
+    async with websocket("/ws/ping", headers=[]) as communicator:
+        await communicator.send_to(text_data="hello")
+        assert await communicator.receive_from() == "hello"
+
+
+async def test_a_browser_on_an_allowed_host_is_accepted():
+    async with websocket("/ws/ping", headers=[(b"origin", b"http://127.0.0.1:8000")]) as communicator:
+        await communicator.send_to(text_data="hello")
+        assert await communicator.receive_from() == "hello"
+
+
+async def test_a_cross_site_browser_page_is_refused():
+    await connect_refused("/ws/ping", headers=[(b"origin", b"https://evil.example")])
+
+
+async def test_an_unknown_path_is_refused():
+    with pytest.raises(ValueError, match="No route found for path 'ws/nowhere'"):
+        await connect_refused("/ws/nowhere")
