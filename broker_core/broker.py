@@ -94,8 +94,9 @@ class _Api:
         return self._run(self.ops.add_consumer(_dest(destination), spec or ConsumerSpec(), self._now(),
                                                consumer_id))
 
-    def receive(self, consumer: ConsumerRef, max_messages: int = 1, lease_ms: int = 30_000) -> Any:
-        """Messages dispatched to the consumer, oldest first (a prefetch-0 consumer pulls them)."""
+    def receive(self, consumer: ConsumerRef, max_messages: int = 1, lease_ms: int = 0) -> Any:
+        """Messages dispatched to the consumer, oldest first (a prefetch-0 consumer pulls them). The call
+        renews the consumer's lease (by lease_ms, or by its own lease length when 0)."""
         return self._run(self.ops.receive(consumer, max_messages, self._now(), lease_ms))
 
     def cancel_pull(self, consumer: ConsumerRef) -> Any:
@@ -226,7 +227,7 @@ class Broker(_Api):
                      consumer_id: str | None = None) -> Consumer:
         return super().add_consumer(destination, spec, consumer_id)
 
-    def receive(self, consumer: ConsumerRef, max_messages: int = 1, lease_ms: int = 30_000) -> list[Delivery]:
+    def receive(self, consumer: ConsumerRef, max_messages: int = 1, lease_ms: int = 0) -> list[Delivery]:
         return super().receive(consumer, max_messages, lease_ms)
 
     def stats(self, destination: str | Destination) -> DestinationStats:

@@ -118,8 +118,9 @@ def _check_name(name: str, *, allow_wildcards: bool) -> None:
 
     def fail(reason: str, position: int | None = None) -> None:
         where = f" at position {position}" if position is not None else ""
+        shown = name if len(name) <= 60 else name[:60] + "..."
         raise InvalidDestination(
-            f"invalid destination name {name!r}: {reason}{where}", name=name, position=position
+            f"invalid destination name {shown!r}: {reason}{where}", name=name, position=position
         )
 
     if not isinstance(name, str):
@@ -222,7 +223,7 @@ def parse_composite(
 
 
 def _segment_matches(pattern_segment: str, segment: str) -> bool:
-    return pattern_segment == ANY_CHILD or pattern_segment == segment
+    return pattern_segment in (ANY_CHILD, segment)
 
 
 def matches(pattern: Destination, destination: Destination) -> bool:

@@ -253,6 +253,7 @@ class Operations:
             "client": spec.client_id,
             "ack": spec.ack_mode,
             "notify": spec.notify,
+            "lease": spec.lease_ms,
         }
         packed = msgpack.packb({k: v for k, v in definition.items() if v is not None}, use_bin_type=True)
         requested = -1 if spec.prefetch is None else spec.prefetch
@@ -428,6 +429,7 @@ class Operations:
     def tx_commit(self, tx: str, now: int, parse: Any) -> Op:
         records = yield from self._tx_records(tx)
         calls: list[Eval] = []
+        touched: dict[str, Destination] = {}
         for record in records:
             if record[0] == "send":
                 dest = parse(record[1])
@@ -436,9 +438,12 @@ class Operations:
             else:
                 dest = Destination(record[1], record[2])
                 calls.append(Eval("ack", (self.prefix(dest),), (now, 0, record[3], record[4], *record[5])))
+            touched[dest.uri] = dest
         yield Command(("DEL", self.tx_key(tx)))
         replies = yield calls  # one MULTI/EXEC
         errors = [r for r in replies if isinstance(r, Exception)]
+        for dest in touched.values():  # each script ran one chunk; finish the passes
+            yield from self._continue_dispatch(dest, now, 1, 0)
         if errors:
             raise TransactionError(f"transaction {tx} committed with errors: {errors[0]}", transaction=tx)
 

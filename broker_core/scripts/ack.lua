@@ -42,6 +42,6 @@ else
     ack_message(c, id)
   end
 end
-mark_dirty()
+room_freed(cid)
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 return {#ids, dispatched, more, hold}

@@ -3,7 +3,5 @@
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
-local budget = tonumber(ARGV[2])
-if budget == 0 then budget = nil end
-local dispatched, more, hold = dispatch_chunk(budget)
+local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 return {dispatched, more, hold}

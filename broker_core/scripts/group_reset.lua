@@ -23,6 +23,6 @@ else
   end
   emit('group_reset', 'group', ARGV[3], 'removed', removed)
 end
-mark_dirty()
+reset_pass()
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 return {removed, dispatched, more, hold}

@@ -1,7 +1,7 @@
 -- Hand the adapter the messages dispatched to a consumer, oldest first, and renew its lease.
 -- A prefetch-0 consumer pulls: it asks for `max` messages (MessagePull), which a dispatch chunk fills.
 -- In ack mode 'auto' the messages are acknowledged as they are handed over.
--- ARGV: now, budget, consumer id, max, lease ms.
+-- ARGV: now, budget, consumer id, max, lease ms (0: the consumer's own lease length).
 -- Returns {dispatched, more, hold_until, then per message: id, packed message, redeliveries, group first}.
 --@include base
 --@include dispatch
@@ -9,14 +9,15 @@ NOW = tonumber(ARGV[1])
 local cid, max = ARGV[3], tonumber(ARGV[4])
 local c = find_consumer(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
-redis.call('ZADD', K_LEASES, NOW + tonumber(ARGV[5]), cid)
+local lease = tonumber(ARGV[5])
+if lease <= 0 then lease = tonumber(c.def.lease) or 30000 end
+redis.call('ZADD', K_LEASES, NOW + lease, cid)
 c.alive = true
 local dispatched, more, hold = 0, 0, 0
 if redis.call('LLEN', K_COUT(cid)) < max then
   if c.prefetch == 0 and c.ext < max then
     redis.call('HSET', K_C(cid), 'ext', max - redis.call('LLEN', K_COUT(cid)))
-    redis.call('SREM', K_PASSFULL, cid)
-    mark_dirty()
+    room_freed(cid)
   end
   dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 end
@@ -35,7 +36,7 @@ if ids then
     end
   end
   if c.def.ack == 'auto' and #ids > 0 then
-    mark_dirty()
+    room_freed(cid)
     local d2, m2, h2 = dispatch_chunk(tonumber(ARGV[2]))
     out[1] = out[1] + d2
     out[2], out[3] = m2, h2

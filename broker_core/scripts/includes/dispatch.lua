@@ -45,7 +45,7 @@ local function dispatch_chunk(budget)
   end
   local cons = load_consumers()
   if #cons == 0 then return 0, 0, 0 end
-  budget = budget or policy_num('maxPageSize')
+  if not budget or budget <= 0 then budget = policy_num('maxPageSize') end
 
   local state = redis.call('HMGET', K_META, 'cursor', 'dirty', 'owner', 'pass_skipped')
   local cursor = state[1] or ''

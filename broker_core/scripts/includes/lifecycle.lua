@@ -101,7 +101,7 @@ local function close_consumer(cid, reason)
     returned = returned + 1
   end
   redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
-  redis.call('HSET', K_META, 'dirty', '1')
+  reset_pass()
   emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
   return true
 end

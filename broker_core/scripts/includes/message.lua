@@ -55,6 +55,19 @@ end
 
 local function mark_dirty() redis.call('HSET', K_META, 'dirty', '1') end
 
+-- A consumer got room back. It needs a fresh pass only if this pass left it out for being full; a
+-- consumer that had room all along has already seen every message up to the cursor.
+local function room_freed(cid)
+  if redis.call('SISMEMBER', K_PASSFULL, cid) == 1 then mark_dirty() end
+end
+
+-- Start the next dispatch pass at the head now: freed groups or a changed exclusive owner can make
+-- earlier messages dispatchable, and they must go before later ones (ActiveMQ iterates from the head).
+local function reset_pass()
+  redis.call('HSET', K_META, 'cursor', '', 'dirty', '0')
+  redis.call('DEL', K_PASSFULL)
+end
+
 -- Put a message into the pending zset; one placed behind the pass cursor needs a restarted pass.
 local function pending_add(id, score)
   redis.call('ZADD', K_PENDING, score, id)

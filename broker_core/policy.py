@@ -1,0 +1,1147 @@
+"""Per-destination policies: ActiveMQ's PolicyEntry and PolicyMap for Signalbox, the TOML policy file, and
+the Redis-backed store that lets every process see runtime changes (spec §13, §10.5, §5.3, §5.4, §1.5).
+
+Names. Python attributes are snake_case; configuration files, the API and Redis use ActiveMQ's camelCase
+attribute names. `ATTRIBUTE_NAMES` (camelCase -> snake_case) is the one mapping between them. Strategy
+beans that ActiveMQ nests in XML are flattened: the strategy is chosen by a type attribute
+(`deadLetterStrategy = "individual"`) and its properties are ordinary attributes (`queuePrefix = "DLQ."`).
+Where a strategy property's own name would be ambiguous among all attributes it carries a prefix
+(`expiration` -> `deadLetterExpiration`). Each type attribute also accepts ActiveMQ's `type?prop=value`
+form, e.g. `messageGroupMapFactoryType = "bucket?bucketCount=256&cacheSize=32"`, and ActiveMQ's XML element
+names as type names (`individualDeadLetterStrategy`).
+
+Redis. `PolicyEntry.to_redis_hash()` writes every attribute below under its camelCase name as a string
+(ints in decimal, floats as Python `repr`, booleans "1"/"0", `sendFailIfNoSpace` "-1" when unset). Lua
+scripts HMGET these names from a per-destination hash, so they are a stable interface:
+
+  flow control and limits   producerFlowControl memoryLimit minimumMessageSize storeUsageHighWaterMark
+                            sendFailIfNoSpace sendFailIfNoSpaceAfterTimeout blockedProducerWarningInterval
+                            maxMessageSize maxPropertyCount maxDestinations eventsMaxLen
+  paging and expiry         maxPageSize maxBrowsePageSize maxExpirePageSize expireMessagesPeriod
+  dispatch                  useConsumerPriority strictOrderDispatch prioritizedMessages
+                            allConsumersExclusiveByDefault consumersBeforeDispatchStarts
+                            timeBeforeDispatchStarts dispatchPolicy
+  prefetch                  queuePrefetch queueBrowserPrefetch topicPrefetch durableTopicPrefetch
+                            usePrefetchExtension
+  message groups            messageGroupMapFactoryType groupMapCacheSize groupMapBucketCount
+  duplicate detection       enableAudit maxQueueAuditDepth maxAuditDepth maxProducersToAudit
+                            topicSubscriptionAudit (derived: enableAudit and policyApplied)
+  redelivery                maximumRedeliveries initialRedeliveryDelay redeliveryDelay
+                            useExponentialBackOff backOffMultiplier maximumRedeliveryDelay
+                            useCollisionAvoidance
+  dead letters              deadLetterStrategy deadLetterQueue queuePrefix topicPrefix queueSuffix
+                            topicSuffix useQueueForQueueMessages useQueueForTopicMessages
+                            destinationPerDurableSubscriber processExpired processNonPersistent
+                            deadLetterExpiration deadLetterEnableAudit
+  slow consumers            slowConsumerStrategy checkPeriod maxSlowDuration maxSlowCount
+                            abortConnection maxTimeSinceLastAck ignoreIdleConsumers
+  advisories                advisoryForSlowConsumers advisoryForFastProducers
+                            advisoryForDiscardingMessages advisoryWhenFull advisoryForDelivery
+                            advisoryForConsumed advisoryForDispatched includeBodyForAdvisory
+                            sendAdvisoryIfNoConsumers
+  topics                    subscriptionRecoveryPolicy subscriptionRecoveryMaximumSize recoverDuration
+                            alwaysRetroactive pendingMessageLimitStrategy pendingMessageLimit
+                            pendingMessageLimitMultiplier messageEvictionStrategy
+                            evictExpiredMessagesHighWatermark evictionPropertyName
+                            offlineDurableSubscriberTimeout offlineDurableSubscriberTaskSchedule
+  destination lifecycle     gcInactiveDestinations inactiveTimeoutBeforeGC
+  provenance                policyApplied ("0" = no entry matched, class defaults) policyOrigin
+                            (the entry that applied: "queue://orders.>", "default", or "")
+
+Type-dependent attributes are "0" where they do not apply (groupMapBucketCount unless the group map is
+"bucket"; groupMapCacheSize for "simple"; subscriptionRecoveryMaximumSize unless "fixedCount"/"fixedSized").
+
+Signalbox's own limits (not in ActiveMQ): maxMessageSize, default 4 MiB (4194304 bytes; the body as
+stored, at most 512 MiB, Redis's string limit); maxPropertyCount, default 256 properties per message; and
+eventsMaxLen, default 100000, the approximate length cap (XADD MAXLEN ~) of the destination's event stream.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import time
+import tomllib
+import types
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from broker_core.destinations import (
+    Destination,
+    DestinationKind,
+    covers,
+    matches,
+    parse_composite,
+    parse_destination,
+)
+from broker_core.errors import InvalidConsumer, InvalidDestination, InvalidPolicy
+
+#: ActiveMQPrefetchPolicy.MAX_PREFETCH_SIZE: the client caps every prefetch at Short.MAX_VALUE.
+MAX_PREFETCH = 32767
+#: Upper bound for page sizes: a script handles at most one page per call, so this bounds the work.
+MAX_PAGE = 10_000
+MAX_MESSAGE_SIZE_LIMIT = 512 * 1024 * 1024
+
+PrefetchKind = Literal["queue", "browser", "topic", "durable"]
+#: Client-side prefetch defaults (ActiveMQPrefetchPolicy, spec §1.5).
+CLIENT_DEFAULT_PREFETCH: Mapping[str, int] = types.MappingProxyType(
+    {"queue": 1000, "browser": 500, "topic": 32767, "durable": 100}
+)
+#: DEFAULT_OPTIMIZE_DURABLE_TOPIC_PREFETCH also counts as "kept the default" for durable subscribers.
+_OPTIMIZE_DURABLE_TOPIC_PREFETCH = 1000
+
+DEFAULT_ENTRY_ID = "default"
+
+
+def _attr(default: Any, *, camel: str | None = None, minimum: float | None = None,
+          maximum: float | None = None, off: int | None = None, choices: tuple[str, ...] = ()) -> Any:
+    """A configuration attribute. `off` is a sentinel allowed below `minimum` (e.g. -1 = disabled)."""
+    return field(
+        default=default,
+        metadata={"camel": camel, "min": minimum, "max": maximum, "off": off, "choices": choices},
+    )
+
+
+_DISPATCH_POLICIES = ("simple", "roundRobin", "strictOrder", "priority")
+_GROUP_MAPS = ("cached", "simple", "bucket")
+_DEAD_LETTER_STRATEGIES = ("shared", "individual", "discarding")
+_SLOW_CONSUMER_STRATEGIES = ("none", "abortSlowConsumer", "abortSlowAckConsumer")
+_RECOVERY_POLICIES = ("retainedMessage", "none", "lastImage", "fixedCount", "fixedSized", "timed")
+_PENDING_LIMIT_STRATEGIES = ("none", "constant", "prefetchRate")
+_EVICTION_STRATEGIES = ("oldestMessage", "oldestMessageWithLowestPriority", "uniquePropertyMessage")
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """The policy values in force for one destination; defaults are ActiveMQ's PolicyEntry defaults.
+
+    `CLASS_DEFAULTS` is what a destination gets when no entry (and no default entry) matches: the same
+    values except maxQueueAuditDepth 2048 and maxProducersToAudit 1024 (BaseDestination), and no
+    per-subscription audit on non-durable topic subscriptions (TopicSubscription), see
+    `topic_subscription_audit`. Construct from configuration with `from_attributes`.
+    """
+
+    # Producer flow control and limits (§9); memory values are bytes of Redis memory.
+    producer_flow_control: bool = _attr(True)
+    memory_limit: int = _attr(0, minimum=0)  # 0 = the broker-wide limit
+    minimum_message_size: int = _attr(1024, minimum=0)  # a message counts at least this much
+    store_usage_high_water_mark: int = _attr(100, minimum=1, maximum=100)
+    send_fail_if_no_space: bool | None = _attr(None)  # None = inherit the broker setting (false)
+    send_fail_if_no_space_after_timeout: int = _attr(-1, minimum=0, off=-1)  # -1 = inherit (0)
+    blocked_producer_warning_interval: int = _attr(30000, minimum=0)
+    max_message_size: int = _attr(4 * 1024 * 1024, minimum=1, maximum=MAX_MESSAGE_SIZE_LIMIT)
+    max_property_count: int = _attr(256, minimum=0, maximum=65535)
+    max_destinations: int = _attr(-1, minimum=1, off=-1)  # destinations this entry's pattern may create
+    events_max_len: int = _attr(100_000, minimum=1)  # approximate cap of the lifecycle event stream
+    # Paging and expiry (§1.6, §6).
+    max_page_size: int = _attr(200, minimum=1, maximum=MAX_PAGE)
+    max_browse_page_size: int = _attr(400, minimum=1, maximum=MAX_PAGE)
+    max_expire_page_size: int = _attr(400, minimum=1, maximum=MAX_PAGE)
+    expire_messages_period: int = _attr(30000, minimum=0)  # 0 = no periodic expiry sweep
+    # Dispatch (§1, §2, §3.6, §7.1).
+    use_consumer_priority: bool = _attr(True)
+    strict_order_dispatch: bool = _attr(False)
+    prioritized_messages: bool = _attr(False)
+    all_consumers_exclusive_by_default: bool = _attr(False)
+    consumers_before_dispatch_starts: int = _attr(0, minimum=0)
+    time_before_dispatch_starts: int = _attr(0, minimum=0)
+    dispatch_policy: str = _attr("simple", choices=_DISPATCH_POLICIES)  # topics only
+    # Prefetch (§1.5): applied only to consumers that kept the client default, see effective_prefetch.
+    queue_prefetch: int = _attr(1000, minimum=0, maximum=MAX_PREFETCH)
+    queue_browser_prefetch: int = _attr(500, minimum=0, maximum=MAX_PREFETCH)
+    topic_prefetch: int = _attr(32767, minimum=0, maximum=MAX_PREFETCH)
+    durable_topic_prefetch: int = _attr(100, minimum=0, maximum=MAX_PREFETCH)
+    use_prefetch_extension: bool = _attr(True)
+    # Message groups (§3.1). None = the default for the map type (cached 1024; bucket 1024 buckets, 64).
+    message_group_map_factory_type: str = _attr("cached", choices=_GROUP_MAPS)
+    group_map_cache_size: int | None = _attr(None, minimum=1)
+    group_map_bucket_count: int | None = _attr(None, minimum=1)
+    # Duplicate detection (§12).
+    enable_audit: bool = _attr(True)
+    max_queue_audit_depth: int = _attr(10000, minimum=0)
+    max_audit_depth: int = _attr(10000, minimum=0)
+    max_producers_to_audit: int = _attr(64, minimum=0)
+    # Redelivery (§5.3, RedeliveryPolicy); Signalbox applies it on the broker.
+    maximum_redeliveries: int = _attr(6, minimum=-1)  # -1 = unlimited
+    initial_redelivery_delay: int = _attr(1000, minimum=0)
+    redelivery_delay: int = _attr(1000, minimum=0)
+    use_exponential_back_off: bool = _attr(False)
+    back_off_multiplier: float = _attr(5.0, minimum=1.0)
+    maximum_redelivery_delay: int = _attr(-1, minimum=0, off=-1)  # -1 = no cap
+    use_collision_avoidance: bool = _attr(False)
+    # Dead letters (§5.4).
+    dead_letter_strategy: str = _attr("shared", choices=_DEAD_LETTER_STRATEGIES)
+    dead_letter_queue: str = _attr("ActiveMQ.DLQ")
+    queue_prefix: str = _attr("ActiveMQ.DLQ.Queue.")
+    topic_prefix: str = _attr("ActiveMQ.DLQ.Topic.")
+    queue_suffix: str = _attr("")
+    topic_suffix: str = _attr("")
+    use_queue_for_queue_messages: bool = _attr(True)
+    use_queue_for_topic_messages: bool = _attr(True)
+    destination_per_durable_subscriber: bool = _attr(False)
+    process_expired: bool = _attr(True)
+    process_non_persistent: bool = _attr(False)
+    dead_letter_expiration: int = _attr(0, minimum=0)  # the strategy's `expiration`; 0 = never expires
+    dead_letter_enable_audit: bool = _attr(True)  # the strategy's own `enableAudit`
+    # Slow consumers (§8); none by default.
+    slow_consumer_strategy: str = _attr("none", choices=_SLOW_CONSUMER_STRATEGIES)
+    check_period: int = _attr(30000, minimum=1)
+    max_slow_duration: int = _attr(30000, minimum=0, off=-1)
+    max_slow_count: int = _attr(-1, minimum=1, off=-1)
+    abort_connection: bool = _attr(False)
+    max_time_since_last_ack: int = _attr(30000, minimum=0, off=-1)
+    ignore_idle_consumers: bool = _attr(True)
+    # Advisories (§11).
+    advisory_for_slow_consumers: bool = _attr(False)
+    advisory_for_fast_producers: bool = _attr(False)
+    advisory_for_discarding_messages: bool = _attr(False)
+    advisory_when_full: bool = _attr(False)
+    advisory_for_delivery: bool = _attr(False)
+    advisory_for_consumed: bool = _attr(False)
+    advisory_for_dispatched: bool = _attr(False)
+    include_body_for_advisory: bool = _attr(False)
+    send_advisory_if_no_consumers: bool = _attr(False)
+    # Topics (§7.4, §7.5, §8.5).
+    subscription_recovery_policy: str = _attr("retainedMessage", choices=_RECOVERY_POLICIES)
+    # None = the default for the policy type: fixedCount 100 messages, fixedSized 65536 bytes.
+    subscription_recovery_maximum_size: int | None = _attr(None, minimum=1)
+    recover_duration: int = _attr(60000, minimum=1)
+    always_retroactive: bool = _attr(False)
+    pending_message_limit_strategy: str = _attr("none", choices=_PENDING_LIMIT_STRATEGIES)
+    pending_message_limit: int = _attr(-1, minimum=-1)
+    pending_message_limit_multiplier: float = _attr(0.5, minimum=0.0)
+    message_eviction_strategy: str = _attr("oldestMessage", choices=_EVICTION_STRATEGIES)
+    evict_expired_messages_high_watermark: int = _attr(1000, minimum=0)
+    eviction_property_name: str = _attr("")
+    offline_durable_subscriber_timeout: int = _attr(-1, minimum=0, off=-1)
+    offline_durable_subscriber_task_schedule: int = _attr(300000, minimum=1, off=-1)
+    # Destination lifecycle.
+    gc_inactive_destinations: bool = _attr(False)
+    inactive_timeout_before_gc: int = _attr(60000, minimum=0, camel="inactiveTimeoutBeforeGC")
+    # Provenance, not configuration: False only for CLASS_DEFAULTS; origin names the entry that applied.
+    applied: bool = field(default=True, metadata={"internal": True})
+    origin: str = field(default="", compare=False, metadata={"internal": True})
+
+    def __post_init__(self) -> None:
+        not_applicable = _fill_type_defaults(self)
+        for spec in _SPECS:
+            if spec.camel in not_applicable:
+                continue
+            value = getattr(self, spec.snake)
+            _check_value(spec, value)
+            if spec.type == "float":
+                object.__setattr__(self, spec.snake, float(value))
+        _check_cross_field(self)
+
+    @classmethod
+    def from_attributes(cls, attributes: Mapping[str, Any], *, origin: str = "") -> PolicyEntry:
+        """Build from camelCase configuration attributes; unset ones keep their PolicyEntry defaults."""
+        explicit = normalize_attributes(attributes)
+        return cls(**{_BY_CAMEL[name].snake: value for name, value in explicit.items()}, origin=origin)
+
+    def to_attributes(self) -> dict[str, Any]:
+        """Every configuration attribute under its camelCase name, with its Python value."""
+        return {spec.camel: getattr(self, spec.snake) for spec in _SPECS}
+
+    def to_redis_hash(self) -> dict[str, str]:
+        """Every attribute as a string under its camelCase name, for the per-destination Redis hash."""
+        out = {spec.camel: _redis_string(getattr(self, spec.snake)) for spec in _SPECS}
+        out["topicSubscriptionAudit"] = _redis_string(self.topic_subscription_audit)
+        out["policyApplied"] = _redis_string(self.applied)
+        out["policyOrigin"] = self.origin
+        return out
+
+    @property
+    def topic_subscription_audit(self) -> bool:
+        """Whether non-durable topic subscriptions keep their own duplicate audit (§12.2).
+
+        TopicSubscription's class default is off; a matching policy turns it on with its enableAudit.
+        """
+        return self.applied and self.enable_audit
+
+    def dead_letter_destination_for(
+        self, destination: Destination, *, durable_subscription: str | None = None
+    ) -> Destination | None:
+        """Where a dead message from `destination` goes under this policy's strategy (§5.4), or None
+        when the strategy discards. `durable_subscription` is `clientId:subscriptionName` for messages
+        dead-lettered from a durable subscription; it is used only with destinationPerDurableSubscriber.
+        Raises InvalidDestination if the resulting name is not a valid destination name (e.g. too long).
+        """
+        if self.dead_letter_strategy == "discarding":
+            return None
+        if self.dead_letter_strategy == "shared":
+            return Destination("queue", self.dead_letter_queue)
+        if destination.is_queue:
+            prefix, suffix = self.queue_prefix, self.queue_suffix
+            use_queue = self.use_queue_for_queue_messages
+        else:
+            prefix, suffix = self.topic_prefix, self.topic_suffix
+            use_queue = self.use_queue_for_topic_messages
+        name = prefix + destination.name
+        if self.destination_per_durable_subscriber and durable_subscription:
+            name += "." + durable_subscription
+        return Destination("queue" if use_queue else "topic", name + suffix)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    snake: str
+    camel: str
+    type: str  # "bool", "int", "float", "str", "bool | None", "int | None"
+    default: Any
+    minimum: float | None
+    maximum: float | None
+    off: int | None
+    choices: tuple[str, ...]
+
+
+def _camel(snake: str) -> str:
+    first, *rest = snake.split("_")
+    return first + "".join(part.capitalize() for part in rest)
+
+
+_SPECS: tuple[_Spec, ...] = tuple(
+    _Spec(
+        snake=f.name,
+        camel=f.metadata["camel"] or _camel(f.name),
+        type=str(f.type),
+        default=f.default,
+        minimum=f.metadata["min"],
+        maximum=f.metadata["max"],
+        off=f.metadata["off"],
+        choices=f.metadata["choices"],
+    )
+    for f in fields(PolicyEntry)
+    if not f.metadata.get("internal")
+)
+_BY_CAMEL: dict[str, _Spec] = {spec.camel: spec for spec in _SPECS}
+_BY_SNAKE: dict[str, _Spec] = {spec.snake: spec for spec in _SPECS}
+#: The single mapping between configuration names (camelCase, ActiveMQ's) and Python attribute names.
+ATTRIBUTE_NAMES: Mapping[str, str] = types.MappingProxyType({s.camel: s.snake for s in _SPECS})
+
+# Strategy type attributes: type -> {ActiveMQ property name in "type?prop=value" -> flat attribute}.
+_DLQ_COMMON = {
+    "processExpired": "processExpired",
+    "processNonPersistent": "processNonPersistent",
+    "expiration": "deadLetterExpiration",
+    "enableAudit": "deadLetterEnableAudit",
+}
+_ABORT_SLOW = {
+    "checkPeriod": "checkPeriod",
+    "maxSlowDuration": "maxSlowDuration",
+    "maxSlowCount": "maxSlowCount",
+    "abortConnection": "abortConnection",
+}
+_EVICTION_COMMON = {"evictExpiredMessagesHighWatermark": "evictExpiredMessagesHighWatermark"}
+_STRATEGIES: dict[str, dict[str, dict[str, str]]] = {
+    "messageGroupMapFactoryType": {
+        "cached": {"cacheSize": "groupMapCacheSize"},
+        "simple": {},
+        "bucket": {"bucketCount": "groupMapBucketCount", "cacheSize": "groupMapCacheSize"},
+    },
+    "deadLetterStrategy": {
+        "shared": {"deadLetterQueue": "deadLetterQueue", **_DLQ_COMMON},
+        "individual": {
+            "queuePrefix": "queuePrefix",
+            "topicPrefix": "topicPrefix",
+            "queueSuffix": "queueSuffix",
+            "topicSuffix": "topicSuffix",
+            "useQueueForQueueMessages": "useQueueForQueueMessages",
+            "useQueueForTopicMessages": "useQueueForTopicMessages",
+            "destinationPerDurableSubscriber": "destinationPerDurableSubscriber",
+            **_DLQ_COMMON,
+        },
+        "discarding": {},
+    },
+    "slowConsumerStrategy": {
+        "none": {},
+        "abortSlowConsumer": dict(_ABORT_SLOW),
+        "abortSlowAckConsumer": {
+            **_ABORT_SLOW,
+            "maxTimeSinceLastAck": "maxTimeSinceLastAck",
+            "ignoreIdleConsumers": "ignoreIdleConsumers",
+        },
+    },
+    "subscriptionRecoveryPolicy": {
+        "retainedMessage": {},
+        "none": {},
+        "lastImage": {},
+        "fixedCount": {"maximumSize": "subscriptionRecoveryMaximumSize"},
+        "fixedSized": {"maximumSize": "subscriptionRecoveryMaximumSize"},
+        "timed": {"recoverDuration": "recoverDuration"},
+    },
+    "pendingMessageLimitStrategy": {
+        "none": {},
+        "constant": {"limit": "pendingMessageLimit"},
+        "prefetchRate": {"multiplier": "pendingMessageLimitMultiplier"},
+    },
+    "messageEvictionStrategy": {
+        "oldestMessage": dict(_EVICTION_COMMON),
+        "oldestMessageWithLowestPriority": dict(_EVICTION_COMMON),
+        "uniquePropertyMessage": {**_EVICTION_COMMON, "propertyName": "evictionPropertyName"},
+    },
+    "dispatchPolicy": {name: {} for name in _DISPATCH_POLICIES},
+}
+# ActiveMQ's XML element names, accepted as type names.
+_TYPE_ALIASES: dict[str, dict[str, str]] = {
+    "messageGroupMapFactoryType": {
+        "cachedMessageGroupMapFactory": "cached",
+        "simpleMessageGroupMapFactory": "simple",
+        "messageGroupHashBucketFactory": "bucket",
+    },
+    "deadLetterStrategy": {
+        "sharedDeadLetterStrategy": "shared",
+        "individualDeadLetterStrategy": "individual",
+        "discardingDeadLetterStrategy": "discarding",
+    },
+    "slowConsumerStrategy": {
+        "abortSlowConsumerStrategy": "abortSlowConsumer",
+        "abortSlowAckConsumerStrategy": "abortSlowAckConsumer",
+    },
+    "subscriptionRecoveryPolicy": {
+        "retainedMessageSubscriptionRecoveryPolicy": "retainedMessage",
+        "noSubscriptionRecoveryPolicy": "none",
+        "lastImageSubscriptionRecoveryPolicy": "lastImage",
+        "fixedCountSubscriptionRecoveryPolicy": "fixedCount",
+        "fixedSizedSubscriptionRecoveryPolicy": "fixedSized",
+        "timedSubscriptionRecoveryPolicy": "timed",
+    },
+    "pendingMessageLimitStrategy": {
+        "constantPendingMessageLimitStrategy": "constant",
+        "prefetchRatePendingMessageLimitStrategy": "prefetchRate",
+    },
+    "messageEvictionStrategy": {
+        "oldestMessageEvictionStrategy": "oldestMessage",
+        "oldestMessageWithLowestPriorityEvictionStrategy": "oldestMessageWithLowestPriority",
+        "uniquePropertyMessageEvictionStrategy": "uniquePropertyMessage",
+    },
+    "dispatchPolicy": {
+        "simpleDispatchPolicy": "simple",
+        "roundRobinDispatchPolicy": "roundRobin",
+        "strictOrderDispatchPolicy": "strictOrder",
+        "priorityDispatchPolicy": "priority",
+    },
+}
+# Attributes whose default depends on a type attribute; 0 where the type does not use them.
+_TYPE_DEFAULTS: dict[str, tuple[str, dict[str, int]]] = {
+    "groupMapCacheSize": ("messageGroupMapFactoryType", {"cached": 1024, "bucket": 64}),
+    "groupMapBucketCount": ("messageGroupMapFactoryType", {"bucket": 1024}),
+    "subscriptionRecoveryMaximumSize": (
+        "subscriptionRecoveryPolicy",
+        {"fixedCount": 100, "fixedSized": 65536},
+    ),
+}
+# Which strategy owns each flat property attribute.
+_OWNER: dict[str, str] = {
+    prop: strategy
+    for strategy, by_type in _STRATEGIES.items()
+    for props in by_type.values()
+    for prop in props.values()
+}
+
+# ActiveMQ attributes that Signalbox accepts knowingly and rejects with the reason.
+_NOT_SUPPORTED = {
+    "cursorMemoryHighWaterMark": "there are no in-memory cursors; pending messages are paged from Redis",
+    "useCache": "there are no in-memory cursors; pending messages are paged from Redis",
+    "lazyDispatch": "dispatch already fills only free prefetch slots",
+    "optimizedDispatch": "there is no dispatch thread to optimise away",
+    "pendingQueuePolicy": "pending messages always live in Redis",
+    "pendingSubscriberPolicy": "pending messages always live in Redis",
+    "pendingDurableSubscriberPolicy": "pending messages always live in Redis",
+    "sendDuplicateFromStoreToDLQ": "there is no store cursor that can page in duplicates",
+    "persistJMSRedelivered": "the redelivery counter always lives in Redis (as if it were true)",
+    "reduceMemoryFootprint": "there is no separate message store or broker heap",
+    "doOptimzeMessageStorage": "there is no separate message store or broker heap",
+    "optimizeMessageStoreInFlightLimit": "there is no separate message store or broker heap",
+    "gcWithNetworkConsumers": "there are no networks of brokers",
+    "advancedNetworkStatisticsEnabled": "there are no networks of brokers",
+    "networkBridgeFilterFactory": "there are no networks of brokers",
+    "advancedMessageStatisticsEnabled": "statistics come from the lifecycle event streams",
+    "useTopicSubscriptionInflightStats": "statistics come from the lifecycle event streams",
+    "allowTempDestinationStealing": "temporary destinations are not supported",
+    "tempQueue": "temporary destinations are not supported",
+    "tempTopic": "temporary destinations are not supported",
+    "messageInterceptorStrategy": "it takes a Java object",
+    "messageGroupMapFactory": "it takes a Java object; use messageGroupMapFactoryType",
+}
+
+
+def _fail(message: str, **details: Any) -> InvalidPolicy:
+    return InvalidPolicy(message, **details)
+
+
+def _fill_type_defaults(entry: PolicyEntry) -> set[str]:
+    """Give type-dependent attributes their type's default (0 where the type does not use them).
+
+    Returns the attributes that do not apply, which are not range-checked.
+    """
+    not_applicable = set()
+    for camel, (strategy, defaults) in _TYPE_DEFAULTS.items():
+        spec = _BY_CAMEL[camel]
+        chosen = getattr(entry, _BY_CAMEL[strategy].snake)
+        if camel not in _STRATEGIES[strategy].get(chosen, {}).values():
+            object.__setattr__(entry, spec.snake, 0)
+            not_applicable.add(camel)
+        elif getattr(entry, spec.snake) is None:
+            object.__setattr__(entry, spec.snake, defaults[chosen])
+    return not_applicable
+
+
+def _type_name(spec: _Spec) -> str:
+    return {"bool": "a boolean", "bool | None": "a boolean", "int": "an integer", "int | None": "an integer",
+            "float": "a number", "str": "a string"}[spec.type]
+
+
+def _range_text(spec: _Spec) -> str:
+    lo, hi = spec.minimum, spec.maximum
+    if lo is not None and hi is not None:
+        text = f"between {lo:g} and {hi:g}"
+    elif lo is not None:
+        text = f">= {lo:g}"
+    else:
+        text = f"<= {hi:g}"
+    text = f"{_type_name(spec)} {text}"
+    return f"{spec.off} (off) or {text}" if spec.off is not None else text
+
+
+def _check_value(spec: _Spec, value: Any) -> None:
+    """Check one attribute's type and range; raises InvalidPolicy naming the attribute and the value."""
+
+    def bad(expected: str) -> InvalidPolicy:
+        return _fail(f"{spec.camel} must be {expected}, got {value!r}", attribute=spec.camel, value=value)
+
+    if spec.type in ("bool", "bool | None"):
+        if not (isinstance(value, bool) or (value is None and spec.type == "bool | None")):
+            raise bad("a boolean (true or false)")
+        return
+    if spec.type == "str":
+        if not isinstance(value, str):
+            raise bad("a string")
+        if spec.choices and value not in spec.choices:
+            raise bad("one of " + ", ".join(repr(c) for c in spec.choices))
+        return
+    if spec.type == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise bad("a finite number")
+    elif isinstance(value, bool) or not isinstance(value, int):
+        raise bad("an integer")
+    if spec.off is not None and value == spec.off:
+        return
+    too_low = spec.minimum is not None and value < spec.minimum
+    if too_low or (spec.maximum is not None and value > spec.maximum):
+        raise bad(_range_text(spec))
+
+
+def _check_fragment(attribute: str, value: str, make_name: str) -> None:
+    try:
+        Destination("queue", make_name)
+    except InvalidDestination as error:
+        raise _fail(
+            f"{attribute} {value!r} would give invalid destination names: {error.message}",
+            attribute=attribute,
+            value=value,
+        ) from None
+
+
+def _check_cross_field(entry: PolicyEntry) -> None:
+    try:
+        Destination("queue", entry.dead_letter_queue)
+    except InvalidDestination as error:
+        raise _fail(
+            f"deadLetterQueue must be a queue name without a scheme: {error.message}",
+            attribute="deadLetterQueue",
+            value=entry.dead_letter_queue,
+        ) from None
+    _check_fragment("queuePrefix", entry.queue_prefix, entry.queue_prefix + "x")
+    _check_fragment("topicPrefix", entry.topic_prefix, entry.topic_prefix + "x")
+    _check_fragment("queueSuffix", entry.queue_suffix, "x" + entry.queue_suffix)
+    _check_fragment("topicSuffix", entry.topic_suffix, "x" + entry.topic_suffix)
+    name = entry.eviction_property_name
+    if name and (name.strip() != name or any(unicodedata.category(c)[0] in "CZ" for c in name)):
+        raise _fail(
+            f"evictionPropertyName must be a message property name, got {name!r}",
+            attribute="evictionPropertyName",
+            value=name,
+        )
+    if entry.message_eviction_strategy == "uniquePropertyMessage" and not name:
+        raise _fail(
+            "messageEvictionStrategy 'uniquePropertyMessage' needs evictionPropertyName "
+            "(the property whose newest message is kept)",
+            attribute="evictionPropertyName",
+            value=name,
+        )
+
+
+def _redis_string(value: Any) -> str:
+    if value is None:
+        return "-1"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _unknown_attribute(name: str) -> InvalidPolicy:
+    if name in _NOT_SUPPORTED:
+        return _fail(
+            f"ActiveMQ's {name} is not supported by Signalbox: {_NOT_SUPPORTED[name]}", attribute=name
+        )
+    if name in _BY_SNAKE:
+        camel = _BY_SNAKE[name].camel
+        return _fail(f"unknown policy attribute {name!r}; use the camelCase name {camel!r}",
+                     attribute=name, suggestion=camel)
+    known = list(_BY_CAMEL)
+    folded = {k.lower(): k for k in known}
+    suggestion = folded.get(name.lower())
+    if suggestion is None:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        suggestion = close[0] if close else None
+    hint = f"; did you mean {suggestion!r}?" if suggestion else ""
+    return _fail(f"unknown policy attribute {name!r}{hint}", attribute=name, suggestion=suggestion)
+
+
+def _convert_text(spec: _Spec, text: str, source: str) -> Any:
+    """A property value from a `type?prop=value` string, converted to the attribute's type."""
+    try:
+        if spec.type in ("bool", "bool | None"):
+            lowered = text.strip().lower()
+            if lowered in ("true", "false"):
+                return lowered == "true"
+            raise ValueError(text)
+        if spec.type in ("int", "int | None"):
+            return int(text.strip())
+        if spec.type == "float":
+            return float(text.strip())
+    except ValueError:
+        raise _fail(
+            f"{source}: {text!r} is not {_type_name(spec)} (for {spec.camel})",
+            attribute=spec.camel,
+            value=text,
+        ) from None
+    return text
+
+
+def _parse_type(strategy: str, value: Any) -> tuple[str, dict[str, Any]]:
+    """Split `type` or `type?prop=value&...` into the canonical type and flat attribute assignments."""
+    spec = _BY_CAMEL[strategy]
+    if not isinstance(value, str):
+        raise _fail(f"{strategy} must be a string, got {value!r}", attribute=strategy, value=value)
+    type_name, _, query = value.partition("?")
+    type_name = type_name.strip()
+    type_name = _TYPE_ALIASES.get(strategy, {}).get(type_name, type_name)
+    by_type = _STRATEGIES[strategy]
+    if type_name not in by_type:
+        close = difflib.get_close_matches(type_name, list(by_type), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise _fail(
+            f"{strategy} must be one of {', '.join(repr(t) for t in spec.choices)}, got {value!r}{hint}",
+            attribute=strategy,
+            value=value,
+        )
+    assignments: dict[str, Any] = {}
+    if not query:
+        return type_name, assignments
+    props = by_type[type_name]
+    for item in query.split("&"):
+        prop, equals, text = item.partition("=")
+        if not equals or not prop:
+            raise _fail(
+                f"{strategy} {value!r}: expected prop=value, got {item!r}", attribute=strategy, value=value
+            )
+        if prop not in props:
+            allowed = ", ".join(props) or "no properties"
+            raise _fail(
+                f"{strategy} {value!r}: {type_name!r} has no property {prop!r} (it takes {allowed})",
+                attribute=strategy,
+                value=value,
+            )
+        target = props[prop]
+        if target in assignments:
+            raise _fail(f"{strategy} {value!r}: {prop} is given twice", attribute=strategy, value=value)
+        assignments[target] = _convert_text(_BY_CAMEL[target], text, f"{strategy} {value!r}")
+    return type_name, assignments
+
+
+def normalize_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate camelCase policy attributes and return them in canonical form (flat, type names short).
+
+    Raises InvalidPolicy for unknown names (suggesting the closest known one), wrong types, values out of
+    range, properties of a strategy type other than the one chosen, and conflicting duplicate settings.
+    """
+    if not isinstance(attributes, Mapping):
+        raise _fail(f"policy attributes must be a table/mapping, got {type(attributes).__name__}")
+    explicit: dict[str, Any] = {}
+    from_types: dict[str, tuple[str, Any]] = {}  # flat attribute -> (strategy, value) from type?props
+    for name, value in attributes.items():
+        if not isinstance(name, str):
+            raise _fail(f"policy attribute names must be strings, got {name!r}", attribute=name)
+        if name not in _BY_CAMEL:
+            raise _unknown_attribute(name)
+        if name in _STRATEGIES:
+            type_name, assignments = _parse_type(name, value)
+            explicit[name] = type_name
+            for target, target_value in assignments.items():
+                from_types[target] = (name, target_value)
+            continue
+        spec = _BY_CAMEL[name]
+        _check_value(spec, value)
+        explicit[name] = float(value) if spec.type == "float" else value
+    for target, (strategy, value) in from_types.items():
+        spec = _BY_CAMEL[target]
+        _check_value(spec, value)
+        if target in explicit and explicit[target] != value:
+            raise _fail(
+                f"{target} is set to {explicit[target]!r} and to {value!r} (in {strategy}); give it once",
+                attribute=target,
+                value=value,
+            )
+        explicit[target] = value
+    for target in explicit:
+        owner = _OWNER.get(target)
+        if owner is None or target == owner:
+            continue
+        chosen = explicit.get(owner, _BY_CAMEL[owner].default)
+        if target not in _STRATEGIES[owner][chosen].values():
+            using = [t for t, props in _STRATEGIES[owner].items() if target in props.values()]
+            raise _fail(
+                f"{target} applies only when {owner} is {' or '.join(repr(t) for t in using)}, "
+                f"but {owner} is {chosen!r}",
+                attribute=target,
+                value=explicit[target],
+            )
+    return explicit
+
+
+def _class_defaults() -> PolicyEntry:
+    return PolicyEntry(max_queue_audit_depth=2048, max_producers_to_audit=1024, applied=False)
+
+
+#: What a destination gets when no policy entry matches and there is no default entry (§13 "class default").
+CLASS_DEFAULTS = _class_defaults()
+
+
+def effective_prefetch(entry: PolicyEntry, kind: PrefetchKind, requested: int | None) -> int:
+    """The prefetch a consumer gets (§1.5, PolicyEntry.configurePrefetch).
+
+    `kind` is "queue", "browser" (queue browser), "topic" (non-durable) or "durable". The policy value
+    replaces the consumer's only when the consumer kept the client default (`requested` is None or equals
+    the default; for durable subscribers 1000, the "optimize acknowledge" default, counts too). Requests
+    above 32767 are capped first, as ActiveMQ's client does, so they count as the topic default.
+    """
+    if kind not in CLIENT_DEFAULT_PREFETCH:
+        expected = ", ".join(CLIENT_DEFAULT_PREFETCH)
+        raise ValueError(f"unknown consumer kind {kind!r}; expected one of {expected}")
+    default = CLIENT_DEFAULT_PREFETCH[kind]
+    if requested is None:
+        requested = default
+    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 0:
+        raise InvalidConsumer(f"prefetch must be an integer >= 0, got {requested!r}", prefetch=requested)
+    requested = min(requested, MAX_PREFETCH)
+    policy_value = {
+        "queue": entry.queue_prefetch,
+        "browser": entry.queue_browser_prefetch,
+        "topic": entry.topic_prefetch,
+        "durable": entry.durable_topic_prefetch,
+    }[kind]
+    kept_default = requested == default or (
+        kind == "durable" and requested == _OPTIMIZE_DURABLE_TOPIC_PREFETCH
+    )
+    return policy_value if kept_default else requested
+
+
+@dataclass(frozen=True)
+class PolicyMapEntry:
+    """One configured entry: a (possibly wildcard) destination pattern and the attributes it sets."""
+
+    destination: Destination
+    attributes: Mapping[str, Any]
+    policy: PolicyEntry
+
+    @classmethod
+    def create(cls, kind: str, pattern: str, attributes: Mapping[str, Any]) -> PolicyMapEntry:
+        destination = _pattern(kind, pattern)
+        try:
+            explicit = normalize_attributes(attributes)
+            policy = PolicyEntry.from_attributes(explicit, origin=destination.uri)
+        except InvalidPolicy as error:
+            raise _in_context(error, f"policy entry {destination.uri}") from None
+        return cls(destination, types.MappingProxyType(explicit), policy)
+
+    @property
+    def id(self) -> str:
+        """Stable identity (the Redis hash field): the pattern's URI, e.g. `queue://orders.>`."""
+        return self.destination.uri
+
+    @property
+    def kind(self) -> DestinationKind:
+        return self.destination.kind
+
+    @property
+    def pattern(self) -> str:
+        return self.destination.name
+
+
+def _pattern(kind: str, pattern: str) -> Destination:
+    if kind not in ("queue", "topic"):
+        raise InvalidPolicy(f"policy entry kind must be 'queue' or 'topic', got {kind!r}", kind=kind)
+    destination = parse_destination(pattern, kind, allow_wildcards=True)
+    if destination.kind != kind:
+        raise InvalidDestination(
+            f"pattern {pattern!r} names a {destination.kind} but the entry is for a {kind}",
+            pattern=pattern,
+            kind=kind,
+        )
+    return destination
+
+
+def _in_context(error: InvalidPolicy, context: str) -> InvalidPolicy:
+    return InvalidPolicy(f"{context}: {error.message}", **{**error.details, "context": context})
+
+
+def _java_order(entry: PolicyMapEntry) -> bytes:
+    # ActiveMQ breaks ties with String.compareTo, which compares UTF-16 code units.
+    return entry.destination.name.encode("utf-16-be")
+
+
+class PolicyMap:
+    """Policy entries keyed by destination pattern, resolved the way ActiveMQ's PolicyMap does.
+
+    Resolution (ActiveMQ `DestinationMap.chooseValue` and `PolicyMap.getEntryFor`, spec §10.5):
+
+    1. Candidates are the entries of the destination's kind whose pattern matches it (`matches`).
+    2. An entry naming exactly the destination wins.
+    3. Otherwise the most specific pattern wins: an entry whose pattern covers another candidate's is
+       passed over (`orders.eu.>` beats `orders.>`, which beats `>`). Between candidates where neither
+       covers the other (`orders.*` and `*.eu`) the smaller name in Java's String order wins, because
+       ActiveMQ sorts candidates with `ActiveMQDestination.compare` and takes the first.
+    4. Exactly one entry applies: attributes of less specific entries are NOT merged in; whatever the
+       winning entry does not set has the PolicyEntry default.
+    5. No candidate: the default entry if there is one, else `CLASS_DEFAULTS`.
+
+    Where ActiveMQ differs: it decides "more specific" by running one pattern's filter over the other's
+    name, which treats `*` in the other pattern as matching anything. Under that test `orders.>` and
+    `*.>` (or `a.*` and `a.>`) "match" each other and ActiveMQ's choice depends on hash-set order; Signalbox
+    uses true pattern inclusion (`covers`), so the choice is deterministic: `orders.>` and `a.*` win.
+    """
+
+    def __init__(self, entries: Iterable[PolicyMapEntry] = (), default: Mapping[str, Any] | None = None):
+        self._entries: tuple[PolicyMapEntry, ...] = tuple(entries)
+        seen: set[str] = set()
+        for entry in self._entries:
+            if entry.id in seen:
+                raise InvalidPolicy(
+                    f"two policy entries for {entry.id}; give each pattern once", entry=entry.id
+                )
+            seen.add(entry.id)
+        self._by_kind: dict[str, list[PolicyMapEntry]] = {"queue": [], "topic": []}
+        for entry in self._entries:
+            self._by_kind[entry.kind].append(entry)
+        self._default_attributes: Mapping[str, Any] | None = None
+        self._default: PolicyEntry | None = None
+        if default is not None:
+            try:
+                explicit = normalize_attributes(default)
+            except InvalidPolicy as error:
+                raise _in_context(error, "default policy entry") from None
+            self._default_attributes = types.MappingProxyType(explicit)
+            self._default = PolicyEntry.from_attributes(explicit, origin=DEFAULT_ENTRY_ID)
+        self._cache: dict[Destination, PolicyEntry] = {}
+
+    @classmethod
+    def from_config(cls, data: Mapping[str, Any], *, source: str = "policy") -> PolicyMap:
+        """Build from the `[policy]` table of a configuration file (see signalbox.example.toml):
+        `default` (a table of attributes) and `entry` (an array of tables, each with `queue` or `topic`).
+        A composite pattern (`queue = "a.>,b.>"`) makes one entry per part, as ActiveMQ's DestinationMap does.
+        """
+        if not isinstance(data, Mapping):
+            raise InvalidPolicy(f"{source} must be a table, got {type(data).__name__}")
+        for key in data:
+            if key not in ("default", "entry"):
+                close = difflib.get_close_matches(str(key), ["default", "entry"], n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise InvalidPolicy(
+                    f"{source}: unknown key {key!r}{hint} (expected 'default' and 'entry')", key=key
+                )
+        default = data.get("default")
+        if default is not None and not isinstance(default, Mapping):
+            raise InvalidPolicy(f"{source}.default must be a table of attributes", key="default")
+        raw_entries = data.get("entry", [])
+        if not isinstance(raw_entries, list):
+            raise InvalidPolicy(f"{source}.entry must be an array of tables ([[policy.entry]])", key="entry")
+        entries: list[PolicyMapEntry] = []
+        for number, raw in enumerate(raw_entries, start=1):
+            where = f"{source}.entry #{number}"
+            if not isinstance(raw, Mapping):
+                raise InvalidPolicy(f"{where} must be a table", entry=number)
+            kinds = [k for k in ("queue", "topic") if k in raw]
+            if len(kinds) != 1:
+                temporary = {"tempQueue", "tempTopic"} & set(raw)
+                hint = " (temporary destinations are not supported)" if temporary else ""
+                raise InvalidPolicy(
+                    f"{where} must name exactly one of queue = \"pattern\" or topic = \"pattern\"{hint}",
+                    entry=number,
+                )
+            kind = kinds[0]
+            pattern = raw[kind]
+            attributes = {k: v for k, v in raw.items() if k != kind}
+            try:
+                if not isinstance(pattern, str):
+                    raise InvalidDestination(f"{kind} must be a string pattern, got {pattern!r}")
+                parts = parse_composite(pattern, kind, allow_wildcards=True)
+                for part in parts:
+                    if part.kind != kind:
+                        raise InvalidDestination(f"{kind} = {pattern!r} names a {part.kind} ({part.uri})")
+                    entries.append(PolicyMapEntry.create(kind, part.name, attributes))
+            except (InvalidPolicy, InvalidDestination) as error:
+                raise InvalidPolicy(
+                    f"{where} ({kind} = {pattern!r}): {error.message}", **{**error.details, "entry": number}
+                ) from None
+        try:
+            return cls(entries, default)
+        except InvalidPolicy as error:
+            raise InvalidPolicy(f"{source}: {error.message}", **error.details) from None
+
+    def to_config(self) -> dict[str, Any]:
+        """The `[policy]` table for this map; `PolicyMap.from_config(m.to_config())` rebuilds it."""
+        data: dict[str, Any] = {}
+        if self._default_attributes is not None:
+            data["default"] = dict(self._default_attributes)
+        data["entry"] = [{e.kind: e.pattern, **e.attributes} for e in self._entries]
+        return data
+
+    @property
+    def entries(self) -> tuple[PolicyMapEntry, ...]:
+        return self._entries
+
+    @property
+    def default(self) -> PolicyEntry | None:
+        return self._default
+
+    @property
+    def default_attributes(self) -> Mapping[str, Any] | None:
+        return self._default_attributes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def matching_entries(self, destination: Destination) -> list[PolicyMapEntry]:
+        """Every entry that matches `destination`, the one that applies first, then in resolution order."""
+        rest = [e for e in self._by_kind[destination.kind] if matches(e.destination, destination)]
+        ranked = [e for e in rest if e.destination == destination]
+        rest = [e for e in rest if e.destination != destination]
+        while rest:
+            most_specific = [
+                e for e in rest
+                if not any(o is not e and covers(e.destination, o.destination) for o in rest)
+            ]
+            best = min(most_specific, key=_java_order)
+            ranked.append(best)
+            rest.remove(best)
+        return ranked
+
+    def entry_for(self, destination: Destination) -> PolicyMapEntry | None:
+        """The entry that applies to `destination`, or None (then the default entry or class defaults)."""
+        candidates = self.matching_entries(destination)
+        return candidates[0] if candidates else None
+
+    def resolve(self, destination: Destination) -> PolicyEntry:
+        """The policy values in force for `destination` (see the class docstring for the rule)."""
+        cached = self._cache.get(destination)
+        if cached is not None:
+            return cached
+        entry = self.entry_for(destination)
+        if entry is not None:
+            result = entry.policy
+        else:
+            result = self._default if self._default is not None else CLASS_DEFAULTS
+        if len(self._cache) >= 10_000:
+            self._cache.clear()
+        self._cache[destination] = result
+        return result
+
+    def with_entry(self, kind: str, pattern: str, attributes: Mapping[str, Any]) -> PolicyMap:
+        """A copy with the entry for (kind, pattern) set to exactly `attributes` (added or replaced)."""
+        new = PolicyMapEntry.create(kind, pattern, attributes)
+        kept = [e for e in self._entries if e.id != new.id]
+        return PolicyMap([*kept, new], self._default_attributes)
+
+    def without_entry(self, kind: str, pattern: str) -> PolicyMap:
+        target = _pattern(kind, pattern).uri
+        return PolicyMap([e for e in self._entries if e.id != target], self._default_attributes)
+
+    def with_default(self, attributes: Mapping[str, Any] | None) -> PolicyMap:
+        return PolicyMap(self._entries, attributes)
+
+
+def load_policy_file(path: str | Path) -> PolicyMap:
+    """Read the `[policy]` table of a TOML file; other top-level tables belong to other parts of Signalbox.
+
+    Errors name the file, the entry and the attribute. A file without a `[policy]` table gives an empty
+    map (class defaults everywhere).
+    """
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise InvalidPolicy(f"policy file {str(path)!r} does not exist", file=str(path)) from None
+    except tomllib.TOMLDecodeError as error:
+        raise InvalidPolicy(f"{path}: not valid TOML: {error}", file=str(path)) from None
+    policy = data.get("policy", {})
+    if not isinstance(policy, Mapping):
+        raise InvalidPolicy(f"{path}: 'policy' must be a table ([policy])", file=str(path))
+    try:
+        return PolicyMap.from_config(policy, source="policy")
+    except InvalidPolicy as error:
+        raise InvalidPolicy(f"{path}: {error.message}", **{**error.details, "file": str(path)}) from None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class PolicyStore:
+    """Policies kept in Redis so every gateway process, worker and the console sees runtime changes.
+
+    Keys: `<namespace>:policies` is a hash from entry id (`queue://orders.>`, or `default` for the default
+    entry) to JSON `{"kind", "pattern", "attributes"}`; `<namespace>:policies:version` is incremented in the
+    same MULTI/EXEC as every change. `policy_map()` caches the map and re-reads it when the version moves,
+    checking at most every `check_interval` seconds (0 = on every call). On a Redis Cluster both keys must
+    hash to one slot, so give the namespace a hash tag (`{signalbox}`).
+    """
+
+    def __init__(self, redis_client: Any, namespace: str, *, check_interval: float = 0.0) -> None:
+        self._redis = redis_client
+        self.namespace = namespace
+        self.key = f"{namespace}:policies"
+        self.version_key = f"{namespace}:policies:version"
+        self.check_interval = check_interval
+        self._cached: PolicyMap | None = None
+        self._cached_version: int | None = None
+        self._checked_at = 0.0
+
+    # -- writing
+
+    @staticmethod
+    def _encode(entry: PolicyMapEntry) -> str:
+        return json.dumps(
+            {"kind": entry.kind, "pattern": entry.pattern, "attributes": dict(entry.attributes)},
+            sort_keys=True,
+        )
+
+    def _write(self, *, replace_all: bool = False, set_fields: Mapping[str, str] | None = None,
+               delete_fields: Iterable[str] = ()) -> int:
+        pipe = self._redis.pipeline(transaction=True)
+        if replace_all:
+            pipe.delete(self.key)
+        if set_fields:
+            pipe.hset(self.key, mapping=dict(set_fields))
+        delete = list(delete_fields)
+        if delete:
+            pipe.hdel(self.key, *delete)
+        pipe.incr(self.version_key)
+        return int(pipe.execute()[-1])
+
+    def load_from(self, policy_map: PolicyMap) -> int:
+        """Replace every stored entry (and the default entry) with `policy_map`'s; returns the new version."""
+        fields_ = {entry.id: self._encode(entry) for entry in policy_map.entries}
+        if policy_map.default_attributes is not None:
+            fields_[DEFAULT_ENTRY_ID] = json.dumps({"attributes": dict(policy_map.default_attributes)})
+        return self._write(replace_all=True, set_fields=fields_)
+
+    def set_entry(self, kind: str, pattern: str, attributes: Mapping[str, Any]) -> PolicyMapEntry:
+        """Add or replace the entry for (kind, pattern) with exactly `attributes` (camelCase).
+
+        Validated before anything is written: on InvalidPolicy/InvalidDestination nothing changes.
+        """
+        entry = PolicyMapEntry.create(kind, pattern, attributes)
+        self._write(set_fields={entry.id: self._encode(entry)})
+        return entry
+
+    def remove_entry(self, kind: str, pattern: str) -> bool:
+        """Remove the entry for (kind, pattern); False if there was none."""
+        entry_id = _pattern(kind, pattern).uri
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.hdel(self.key, entry_id)
+        pipe.incr(self.version_key)
+        removed, _ = pipe.execute()
+        return bool(removed)
+
+    def set_default(self, attributes: Mapping[str, Any] | None) -> None:
+        """Set the default entry's attributes (None removes it); validated before writing."""
+        if attributes is None:
+            self._write(delete_fields=[DEFAULT_ENTRY_ID])
+            return
+        try:
+            explicit = normalize_attributes(attributes)
+        except InvalidPolicy as error:
+            raise _in_context(error, "default policy entry") from None
+        self._write(set_fields={DEFAULT_ENTRY_ID: json.dumps({"attributes": explicit})})
+
+    # -- reading
+
+    def version(self) -> int:
+        raw = self._redis.get(self.version_key)
+        return int(raw) if raw is not None else 0
+
+    def _read(self) -> tuple[int, PolicyMap]:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.get(self.version_key)
+        pipe.hgetall(self.key)
+        raw_version, raw_fields = pipe.execute()
+        entries: list[PolicyMapEntry] = []
+        default: Mapping[str, Any] | None = None
+        for raw_id, raw_json in sorted((_text(k), _text(v)) for k, v in raw_fields.items()):
+            try:
+                data = json.loads(raw_json)
+                if raw_id == DEFAULT_ENTRY_ID:
+                    default = data["attributes"]
+                else:
+                    entries.append(PolicyMapEntry.create(data["kind"], data["pattern"], data["attributes"]))
+            except (ValueError, KeyError, TypeError, InvalidPolicy, InvalidDestination) as error:
+                known = isinstance(error, InvalidPolicy | InvalidDestination)
+                reason = error.message if known else repr(error)
+                raise InvalidPolicy(
+                    f"stored policy {raw_id!r} in {self.key} is unreadable: {reason}",
+                    key=self.key,
+                    entry=raw_id,
+                ) from None
+        version = int(raw_version) if raw_version is not None else 0
+        return version, PolicyMap(entries, default)
+
+    def entries(self) -> list[PolicyMapEntry]:
+        """The stored entries (without the default entry), read from Redis now."""
+        return list(self._read()[1].entries)
+
+    def policy_map(self) -> PolicyMap:
+        """The current map; cached, re-read from Redis when the version counter has changed."""
+        now = time.monotonic()
+        if self._cached is not None and now - self._checked_at < self.check_interval:
+            return self._cached
+        if self._cached is None or self.version() != self._cached_version:
+            self._cached_version, self._cached = self._read()
+        self._checked_at = now
+        return self._cached
+
+    def resolve(self, destination: Destination) -> PolicyEntry:
+        return self.policy_map().resolve(destination)
+
+
+__all__ = [
+    "ATTRIBUTE_NAMES",
+    "CLASS_DEFAULTS",
+    "CLIENT_DEFAULT_PREFETCH",
+    "MAX_PREFETCH",
+    "PolicyEntry",
+    "PolicyMap",
+    "PolicyMapEntry",
+    "PolicyStore",
+    "effective_prefetch",
+    "load_policy_file",
+    "normalize_attributes",
+]

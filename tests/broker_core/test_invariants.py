@@ -1,0 +1,199 @@
+"""A hypothesis state machine drives the queue engine on a real Redis and checks its invariants.
+
+Random sends (some grouped), consumer opens and closes, lease lapses, receives, acks and group resets;
+after every step: no message is lost or with two consumers at once; in-flight stays within prefetch
+(plus the DELIVERED-ack extension); a group has at most one owner and the messages dispatched to it
+since it was last bound are with that owner; each consumer gets fresh messages of one group (or the
+ungrouped ones) in send order.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import hypothesis.strategies as st
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from broker_core.broker import Broker
+from broker_core.clock import FakeClock
+from broker_core.messages import Message
+from broker_core.operations import ConsumerSpec
+
+DEST = "inv"
+GROUPS = [None, None, "G1", "G2", "G3"]
+
+
+class QueueMachine(RuleBasedStateMachine):
+    redis_url = ""
+
+    @initialize()
+    def setup(self):
+        self.client = redis.Redis.from_url(self.redis_url)
+        self.ns = f"t{uuid.uuid4().hex[:12]}"
+        self.clock = FakeClock()
+        self.broker = Broker(self.client, self.ns, self.clock)
+        self.sent: dict[str, tuple[int, str | None]] = {}  # id -> (send index, group)
+        self.acked: set[str] = set()
+        self.consumers: dict[str, object] = {}
+        self.received: dict[str, list[str]] = {}  # consumer -> fresh message ids in receive order
+        self.seq = 0
+
+    def teardown(self):
+        keys = list(self.client.scan_iter(match=f"{self.ns}:*", count=1000))
+        if keys:
+            self.client.delete(*keys)
+        self.client.close()
+
+    @rule(n=st.integers(1, 4), group=st.sampled_from(GROUPS), kind=st.sampled_from(["a", "b"]))
+    def send(self, n, group, kind):
+        batch = []
+        for _ in range(n):
+            self.seq += 1
+            batch.append(Message(body=str(self.seq), group_id=group, properties={"kind": kind}))
+        ids = self.broker.send(DEST, batch)
+        for message_id, message in zip(ids, batch, strict=True):
+            self.sent[message_id] = (int(message.body), group)
+
+    @precondition(lambda self: len(self.consumers) < 4)
+    @rule(prefetch=st.sampled_from([0, 1, 2, 5]), priority=st.integers(0, 2),
+          exclusive=st.booleans(), selector=st.sampled_from([None, None, "kind = 'a'"]),
+          mode=st.sampled_from(["client", "client-individual"]))
+    def open_consumer(self, prefetch, priority, exclusive, selector, mode):
+        c = self.broker.add_consumer(DEST, ConsumerSpec(prefetch=prefetch, priority=priority,
+                                                        exclusive=exclusive, selector=selector,
+                                                        ack_mode=mode, lease_ms=10_000))
+        self.consumers[c.consumer_id] = c
+        self.received[c.consumer_id] = []
+
+    def _pick(self, data):
+        return self.consumers[data.draw(st.sampled_from(sorted(self.consumers)))]
+
+    @precondition(lambda self: self.consumers)
+    @rule(data=st.data(), n=st.integers(1, 5))
+    def receive(self, data, n):
+        c = self._pick(data)
+        for d in self.broker.receive(c, n, lease_ms=10_000):
+            if not d.redelivered:
+                self.received[c.consumer_id].append(d.message_id)
+
+    @precondition(lambda self: self.consumers)
+    @rule(data=st.data(), which=st.integers(0, 10))
+    def ack(self, data, which):
+        c = self._pick(data)
+        held = self._held(c.consumer_id)
+        if not held:
+            return
+        delivered = [m for m in held if m not in self._undelivered(c.consumer_id)]
+        if not delivered:
+            return
+        target = delivered[which % len(delivered)]
+        before = set(held)
+        self.broker.ack(c, target)
+        after = set(self._held(c.consumer_id))
+        self.acked |= before - after
+
+    @precondition(lambda self: self.consumers)
+    @rule(data=st.data())
+    def close(self, data):
+        c = self._pick(data)
+        self.broker.close_consumer(c)
+        del self.consumers[c.consumer_id]
+
+    @precondition(lambda self: self.consumers)
+    @rule(data=st.data())
+    def lapse(self, data):
+        """The consumer's process dies: everyone else renews, time passes, the reaper runs."""
+        c = self._pick(data)
+        others = [cid for cid in self.consumers if cid != c.consumer_id]
+        self.clock.advance(6_000)
+        if others:
+            self.broker.renew_leases(DEST, others, 10_000)
+        self.clock.advance(6_000)
+        assert self.broker.reap_lapsed(DEST) == [c.consumer_id]
+        del self.consumers[c.consumer_id]
+
+    @rule(group=st.sampled_from(["G1", "G2", "G3", None]))
+    def reset_groups(self, group):
+        if group is None:
+            self.broker.remove_all_message_groups(DEST)
+        else:
+            self.broker.remove_message_group(DEST, group)
+
+    # -- views of Redis -------------------------------------------------------------------------
+
+    def _key(self, suffix):
+        return f"{self.ns}:{{q:{DEST}}}:{suffix}"
+
+    def _held(self, cid):
+        return [m.decode() for m in self.client.zrange(self._key(f"c:{cid}:inflight"), 0, -1)]
+
+    def _undelivered(self, cid):
+        return {m.decode() for m in self.client.lrange(self._key(f"c:{cid}:outbox"), 0, -1)}
+
+    # -- invariants -----------------------------------------------------------------------------
+
+    @invariant()
+    def nothing_is_lost_or_held_twice(self):
+        if not self.sent:
+            return
+        pending = {m.decode() for m in self.client.zrange(self._key("pending"), 0, -1)}
+        holders: dict[str, str] = {}
+        for cid in self.consumers:
+            for m in self._held(cid):
+                assert m not in holders, f"{m} is in flight with {holders[m]} and {cid}"
+                holders[m] = cid
+        inflight = {m.decode() for m in self.client.hkeys(self._key("inflight"))}
+        assert inflight == set(holders)
+        assert not pending & inflight and not pending & self.acked and not inflight & self.acked
+        assert pending | inflight | self.acked == set(self.sent)
+
+    @invariant()
+    def in_flight_stays_within_the_prefetch_window(self):
+        if not self.consumers:
+            return
+        for s in self.broker.stats(DEST).consumers:
+            if s.prefetch > 0:
+                assert s.in_flight - s.prefetch_extension <= s.prefetch
+            else:
+                assert s.in_flight <= 5  # a pull asks for at most 5 messages here
+
+    @invariant()
+    def a_group_has_one_owner_holding_what_was_dispatched_since_it_was_bound(self):
+        if not self.sent:
+            return
+        groups = self.broker.message_groups(DEST) if self.client.exists(self._key("meta")) else []
+        owners = {}
+        for g in groups:
+            assert g.group_id not in owners
+            owners[g.group_id] = g.owner
+            assert g.owner in self.consumers
+        events = self.client.xrange(self._key("events"))
+        bound_at = {e[b"group"].decode(): i for i, (_, e) in enumerate(events) if e[b"type"] == b"group_assign"}
+        for group, owner in owners.items():
+            start = bound_at[group]
+            for _, e in events[start:]:
+                if e[b"type"] == b"dispatch" and self.sent[e[b"msg"].decode()][1] == group:
+                    m = e[b"msg"].decode()
+                    holder = e[b"consumer"].decode()
+                    assert holder == owner, f"{m} of {group} went to {holder}, owner is {owner}"
+
+    @invariant()
+    def each_consumer_gets_fresh_messages_of_a_group_in_send_order(self):
+        for cid, ids in self.received.items():
+            last: dict[str | None, int] = {}
+            for m in ids:
+                index, group = self.sent[m]
+                assert index > last.get(group, 0), f"{cid} got {index} after {last[group]} ({group})"
+                last[group] = index
+
+
+@pytest.mark.e2e
+def test_queue_engine_invariants_hold_under_random_operations(redis_url):
+    QueueMachine.redis_url = redis_url
+    QueueMachine.TestCase.settings = settings(
+        max_examples=60, stateful_step_count=40, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow])
+    QueueMachine.TestCase().runTest()
