@@ -145,7 +145,8 @@ class Message:
             self.user_id,
             self.original_destination,
         ]
-        return message_id, msgpack.packb(record, use_bin_type=True)
+        # Redis's cmsgpack knows no bin type: bytes travel as msgpack raw strings, `body kind` says which.
+        return message_id, msgpack.packb(record, use_bin_type=False)
 
 
 @dataclass(frozen=True)
@@ -186,9 +187,13 @@ class Delivery:
 def unpack_delivery(
     message_id: str, destination: str, consumer_id: str, blob: bytes, redeliveries: int, first: bool
 ) -> Delivery:
-    r = msgpack.unpackb(blob, raw=False)
-    r += [None] * (17 - len(r))
-    flat = r[11] or []
+    raw_record = msgpack.unpackb(blob, raw=True)
+    raw_record += [None] * (17 - len(raw_record))
+    r = [x.decode() if isinstance(x, bytes) and i not in (11, 14) else x for i, x in enumerate(raw_record)]
+    body = r[14]
+    if r[13] == "t" and isinstance(body, bytes):
+        body = body.decode()
+    flat = [x.decode() if isinstance(x, bytes) else x for x in (r[11] or [])]
     props: dict[str, PropertyValue] = {}
     for i in range(0, len(flat), 3):
         name, code, raw = flat[i], flat[i + 1], flat[i + 2]
@@ -200,7 +205,7 @@ def unpack_delivery(
         message_id=message_id,
         destination=destination,
         consumer_id=consumer_id,
-        body=r[14] if r[14] is not None else "",
+        body=body if body is not None else "",
         content_type=r[12],
         priority=r[1],
         persistent=bool(r[2]),

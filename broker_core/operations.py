@@ -255,7 +255,7 @@ class Operations:
             "notify": spec.notify,
             "lease": spec.lease_ms,
         }
-        packed = msgpack.packb({k: v for k, v in definition.items() if v is not None}, use_bin_type=True)
+        packed = msgpack.packb({k: v for k, v in definition.items() if v is not None})
         requested = -1 if spec.prefetch is None else spec.prefetch
         reply = yield from self._eval("consumer_add", dest, now, 0, cid, packed, spec.lease_ms, requested)
         result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
@@ -414,8 +414,7 @@ class Operations:
         for message in messages:
             message_id, blob = message.pack(now)
             ids.append(message_id)
-            yield Command(("RPUSH", self.tx_key(tx), msgpack.packb(["send", dest.uri, message_id, blob],
-                                                                     use_bin_type=True)))
+            yield Command(("RPUSH", self.tx_key(tx), msgpack.packb(["send", dest.uri, message_id, blob])))
         return ids
 
     def tx_ack(self, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:

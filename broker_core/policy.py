@@ -206,6 +206,8 @@ class PolicyEntry:
     include_body_for_advisory: bool = _attr(False)
     send_advisory_if_no_consumers: bool = _attr(False)
     # Topics (§7.4, §7.5, §8.5).
+    # Any policy is wrapped in the retained-message one (Topic.setSubscriptionRecoveryPolicy), so
+    # ActiveMQ.Retain keeps working and "none" behaves like "retainedMessage".
     subscription_recovery_policy: str = _attr("retainedMessage", choices=_RECOVERY_POLICIES)
     # None = the default for the policy type: fixedCount 100 messages, fixedSized 65536 bytes.
     subscription_recovery_maximum_size: int | None = _attr(None, minimum=1)
@@ -244,7 +246,8 @@ class PolicyEntry:
         return cls(**{_BY_CAMEL[name].snake: value for name, value in explicit.items()}, origin=origin)
 
     def to_attributes(self) -> dict[str, Any]:
-        """Every configuration attribute under its camelCase name, with its Python value."""
+        """Every configuration attribute under its camelCase name, with its Python value (including the
+        properties of strategy types not chosen, so this is for display, not for `from_attributes`)."""
         return {spec.camel: getattr(self, spec.snake) for spec in _SPECS}
 
     def to_redis_hash(self) -> dict[str, str]:
@@ -496,14 +499,18 @@ def _type_name(spec: _Spec) -> str:
             "float": "a number", "str": "a string"}[spec.type]
 
 
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
 def _range_text(spec: _Spec) -> str:
     lo, hi = spec.minimum, spec.maximum
     if lo is not None and hi is not None:
-        text = f"between {lo:g} and {hi:g}"
+        text = f"between {_number(lo)} and {_number(hi)}"
     elif lo is not None:
-        text = f">= {lo:g}"
+        text = f">= {_number(lo)}"
     else:
-        text = f"<= {hi:g}"
+        text = f"<= {_number(hi)}"
     text = f"{_type_name(spec)} {text}"
     return f"{spec.off} (off) or {text}" if spec.off is not None else text
 
@@ -587,6 +594,9 @@ def _redis_string(value: Any) -> str:
 
 
 def _unknown_attribute(name: str) -> InvalidPolicy:
+    if name in ("queue", "topic"):
+        return _fail(f"{name!r} names the entry's pattern, not an attribute; give it as the pattern",
+                     attribute=name)
     if name in _NOT_SUPPORTED:
         return _fail(
             f"ActiveMQ's {name} is not supported by Signalbox: {_NOT_SUPPORTED[name]}", attribute=name
@@ -764,12 +774,17 @@ class PolicyMapEntry:
 
     @classmethod
     def create(cls, kind: str, pattern: str, attributes: Mapping[str, Any]) -> PolicyMapEntry:
+        """Validate and build; errors are prefixed with the entry (`policy entry queue://orders.>: ...`)."""
         destination = _pattern(kind, pattern)
         try:
-            explicit = normalize_attributes(attributes)
-            policy = PolicyEntry.from_attributes(explicit, origin=destination.uri)
+            return cls._build(destination, attributes)
         except InvalidPolicy as error:
             raise _in_context(error, f"policy entry {destination.uri}") from None
+
+    @classmethod
+    def _build(cls, destination: Destination, attributes: Mapping[str, Any]) -> PolicyMapEntry:
+        explicit = normalize_attributes(attributes)
+        policy = PolicyEntry.from_attributes(explicit, origin=destination.uri)
         return cls(destination, types.MappingProxyType(explicit), policy)
 
     @property
@@ -896,7 +911,7 @@ class PolicyMap:
                 for part in parts:
                     if part.kind != kind:
                         raise InvalidDestination(f"{kind} = {pattern!r} names a {part.kind} ({part.uri})")
-                    entries.append(PolicyMapEntry.create(kind, part.name, attributes))
+                    entries.append(PolicyMapEntry._build(part, attributes))
             except (InvalidPolicy, InvalidDestination) as error:
                 raise InvalidPolicy(
                     f"{where} ({kind} = {pattern!r}): {error.message}", **{**error.details, "entry": number}

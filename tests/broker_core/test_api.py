@@ -1,0 +1,63 @@
+"""The API surface: the asyncio driver runs the same operations; noLocal; selector modes at dispatch."""
+
+from __future__ import annotations
+
+import redis.asyncio
+
+from broker_core.broker import AsyncBroker
+from broker_core.messages import Message, TypedValue
+from broker_core.operations import ConsumerSpec
+
+from .conftest import consumer, drain
+
+
+async def test_the_async_broker_sends_dispatches_and_acks_like_the_blocking_one(broker, redis_url, namespace,
+                                                                                clock):
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        aio = AsyncBroker(client, namespace, clock, policies=broker.policies)
+        c = await aio.add_consumer("orders", ConsumerSpec(prefetch=5, ack_mode="client-individual"))
+        ids = await aio.send("orders", [Message(body="a"), Message(body=b"\x00\xff")])
+        got = await aio.receive(c, 10)
+        assert [d.message_id for d in got] == ids and got[1].body == b"\x00\xff"
+        assert await aio.ack(c, ids[0]) == 1
+        stats = await aio.stats("orders")
+        assert (stats.dequeued, stats.in_flight) == (1, 1)
+        assert broker.stats("orders").in_flight == 1  # the same state, seen through the blocking API
+    finally:
+        await client.aclose()
+
+
+def test_a_no_local_consumer_does_not_get_its_own_connections_messages(broker):
+    mine = consumer(broker, no_local=True, connection_id="conn-1", consumer_id="mine")
+    other = consumer(broker, connection_id="conn-2", consumer_id="other")
+    broker.send("orders", Message(body="from-1", connection_id="conn-1"))
+    broker.send("orders", Message(body="from-2", connection_id="conn-2"))
+    assert [d.body for d in drain(broker, mine)] == ["from-2"]
+    assert [d.body for d in drain(broker, other)] == ["from-1"]
+
+
+def test_a_jms_selector_does_not_coerce_but_a_stomp_selector_does(broker):
+    jms = consumer(broker, selector="count > 1", consumer_id="jms", prefetch=10)
+    broker.send("orders", Message(body="text-two", properties={"count": "2"}))
+    assert drain(broker, jms) == []
+    stomp = consumer(broker, selector="count > 1", stomp_selector=True, consumer_id="stomp")
+    assert [d.body for d in drain(broker, stomp)] == ["text-two"]
+
+
+def test_selectors_see_headers_and_typed_properties(broker):
+    c = consumer(broker, selector="JMSPriority > 6 AND big = 5000000000 AND JMSDeliveryMode = 'PERSISTENT'")
+    broker.send("orders", Message(body="no", priority=9, properties={"big": TypedValue("long", 5)}))
+    broker.send("orders", Message(body="yes", priority=7, properties={"big": 5_000_000_000}))
+    broker.send("orders", Message(body="no", priority=7, persistent=False, properties={"big": 5_000_000_000}))
+    assert [d.body for d in drain(broker, c)] == ["yes"]
+
+
+def test_delivered_properties_keep_their_types(broker):
+    c = consumer(broker)
+    props = {"s": "x", "b": True, "i": 7, "l": TypedValue("long", 8), "d": 1.5, "big": 2**40}
+    broker.send("orders", Message(body="m", properties=props, correlation_id="corr", reply_to="queue://r",
+                                  type="t"))
+    (d,) = drain(broker, c)
+    assert d.properties == {"s": "x", "b": True, "i": 7, "l": TypedValue("long", 8), "d": 1.5, "big": 2**40}
+    assert (d.correlation_id, d.reply_to, d.type, d.priority, d.persistent) == ("corr", "queue://r", "t", 4, True)
