@@ -43,6 +43,7 @@ _ERRORS: dict[str, type[errors.BrokerError]] = {
     "INVALID_ACK": errors.NotInFlight,
     "CONSUMER_EXISTS": errors.InvalidConsumer,
     "MESSAGE_TOO_LARGE": errors.MessageTooLarge,
+    "TOO_MANY_PROPERTIES": errors.InvalidMessage,
 }
 
 _ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "transacted": "individual"}

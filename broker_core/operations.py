@@ -231,7 +231,8 @@ class Operations:
         reply = yield from self._eval("send", dest, now, *args)
         split = reply.index(b"")
         yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
-        return [_str(x) for x in reply[:split]]
+        # '!' marks an id already stored (refused), '~' a message expired on arrival (not enqueued)
+        return [_str(x).lstrip("!~") for x in reply[:split]]
 
     # -- consuming ------------------------------------------------------------------------------------
 

@@ -7,34 +7,42 @@
 NOW = tonumber(ARGV[1])
 local missing = require_destination()
 if missing then return missing end
-local limit = policy_num('maxMessageSize')
-for i = 4, #ARGV, 2 do
-  if limit > 0 and #ARGV[i] > limit then
-    return fail('MESSAGE_TOO_LARGE', 'message ' .. ARGV[i - 1] .. ' is ' .. #ARGV[i] ..
+-- Validate every message before storing any, so a refused batch changes nothing.
+local limit = policy_num('maxMessageSize') or 0
+local max_props = tonumber(policy()['maxPropertyCount']) or 0
+local unpacked = {}
+for i = 3, #ARGV, 2 do
+  local id, blob = ARGV[i], ARGV[i + 1]
+  if limit > 0 and #blob > limit then
+    return fail('MESSAGE_TOO_LARGE', 'message ' .. id .. ' is ' .. #blob ..
       ' bytes packed, over the destination limit maxMessageSize=' .. limit)
   end
+  local m = unpack_message(blob)
+  local props = m[M_PROPS]
+  if max_props > 0 and type(props) == 'table' and #props / 3 > max_props then
+    return fail('TOO_MANY_PROPERTIES', 'message ' .. id .. ' has ' .. (#props / 3) ..
+      ' properties, over the destination limit maxPropertyCount=' .. max_props)
+  end
+  unpacked[i] = m
 end
 local out = {}
 for i = 3, #ARGV, 2 do
-  local id, blob = ARGV[i], ARGV[i + 1]
+  local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
   if redis.call('HEXISTS', K_MSGS, id) == 1 or redis.call('HEXISTS', K_INFLIGHT, id) == 1 then
     meta_incr('duplicates')
     out[#out + 1] = '!' .. id
+  elseif is_expired(m) then
+    -- Expired on arrival: never stored nor counted as an enqueue (Queue.send).
+    meta_incr('expired_on_arrival')
+    emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
+    out[#out + 1] = '~' .. id
   else
-    local m = unpack_message(blob)
-    if is_expired(m) then
-      -- Expired on arrival: never stored nor counted as an enqueue (Queue.send).
-      meta_incr('expired_on_arrival')
-      emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
-      out[#out + 1] = '~' .. id
-    else
-      local seq = meta_incr('seq')
-      redis.call('HSET', K_MSGS, id, blob)
-      pending_add(id, pending_score(seq, m[M_PRIORITY]))
-      meta_incr('enqueued')
-      emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob)
-      out[#out + 1] = id
-    end
+    local seq = meta_incr('seq')
+    redis.call('HSET', K_MSGS, id, blob)
+    pending_add(id, pending_score(seq, m[M_PRIORITY]))
+    meta_incr('enqueued')
+    emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob)
+    out[#out + 1] = id
   end
 end
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))

@@ -116,3 +116,11 @@ def test_a_duplicate_consumer_id_is_refused(broker):
     consumer(broker, consumer_id="A")
     with pytest.raises(InvalidConsumer, match="already registered"):
         consumer(broker, consumer_id="A")
+
+
+def test_too_many_properties_name_the_limit_and_nothing_is_stored(broker, policy):
+    broker.send("orders", Message(body="ok"))
+    policy("orders", maxPropertyCount=3)
+    with pytest.raises(InvalidMessage, match="maxPropertyCount=3"):
+        broker.send("orders", [Message(body="fine"), Message(body="x", properties={f"p{i}": i for i in range(4)})])
+    assert broker.stats("orders").enqueued == 1

@@ -40,7 +40,7 @@ local POLICY_DEFAULTS = {
   allConsumersExclusiveByDefault = '0', consumersBeforeDispatchStarts = '0',
   timeBeforeDispatchStarts = '0', messageGroupMapFactoryType = 'cached', groupMapCacheSize = '1024',
   groupMapBucketCount = '1024', maxPageSize = '200', usePrefetchExtension = '1',
-  eventsMaxLen = '100000', queuePrefetch = '1000', maxMessageSize = '4194304',
+  eventsMaxLen = '100000', queuePrefetch = '1000', maxMessageSize = '4194304', maxPropertyCount = '256',
 }
 local POLICY_NAMES = {}
 for name in pairs(POLICY_DEFAULTS) do POLICY_NAMES[#POLICY_NAMES + 1] = name end
