@@ -43,8 +43,8 @@ def cleanup(client: redis.Redis, broker: Broker) -> None:
 
 def run_one_per_call(broker: Broker, n: int, consumers: int, group_count: int = 0,
                      selector: str | None = None, props: dict | None = None) -> float:
-    """Every send, receive and ack call carries one message; rounds of 100 sends, then each
-    consumer drains its window one receive and one ack at a time."""
+    """Every call carries one message: rounds of 100 sends, then each consumer drains its window one
+    message at a time, each ack also handing over the next message (ack_and_receive)."""
     cs = [broker.add_consumer("bench", ConsumerSpec(prefetch=1000, ack_mode="client-individual",
                                                     selector=selector)) for _ in range(consumers)]
     start = time.perf_counter()
@@ -56,9 +56,10 @@ def run_one_per_call(broker: Broker, n: int, consumers: int, group_count: int = 
             broker.send("bench", Message(body="x" * 256, group_id=group, properties=props or {}))
             i += 1
         for c in cs:
-            while got := broker.receive(c, 1):
-                broker.ack(c, got[0].message_id)
+            got = broker.receive(c, 1)
+            while got:
                 done += 1
+                got = broker.ack_and_receive(c, got[0].message_id, 1)
     return n / (time.perf_counter() - start)
 
 

@@ -103,22 +103,42 @@ class _Api:
     def cancel_pull(self, consumer: ConsumerRef) -> Any:
         return self._run(self.ops.cancel_pull(consumer, self._now()))
 
-    def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
-            tx: str | None = None) -> Any:
-        """Acknowledge by the consumer's ack mode (client: cumulative; client-individual: that message)
-        or by an explicit mode: 'individual', 'cumulative' or 'delivered'."""
-        ids = [message_id] if isinstance(message_id, str) else list(message_id)
+    def _ack_mode(self, consumer: ConsumerRef, mode: str | None, tx: str | None) -> str:
         if mode is None:
             if consumer.ack_mode == "auto":
                 raise errors.InvalidConsumer(
                     f"consumer {consumer.consumer_id} acknowledges automatically; it takes no acks")
             mode = _ACK_MODE_FOR[consumer.ack_mode]
+        if not tx and consumer.ack_mode == "transacted" and mode != "delivered":
+            raise errors.TransactionError(
+                f"consumer {consumer.consumer_id} is transacted: ack inside a transaction")
+        return mode
+
+    def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
+            tx: str | None = None) -> Any:
+        """Acknowledge by the consumer's ack mode (client: cumulative; client-individual: that message)
+        or by an explicit mode: 'individual', 'cumulative' or 'delivered'. Returns how many."""
+        ids = [message_id] if isinstance(message_id, str) else list(message_id)
+        mode = self._ack_mode(consumer, mode, tx)
         if tx:
             return self._run(self.ops.tx_ack(tx, consumer, ids, mode, self._now()))
-        if consumer.ack_mode == "transacted" and mode != "delivered":
-            raise errors.TransactionError(f"consumer {consumer.consumer_id} is transacted: ack inside a "
-                                          "transaction")
-        return self._run(self.ops.ack(consumer, ids, mode, self._now()))
+        return self._run(self._first(self.ops.ack(consumer, ids, mode, self._now())))
+
+    def ack_and_receive(self, consumer: ConsumerRef, message_id: str | list[str], max_messages: int = 1,
+                        *, mode: str | None = None) -> Any:
+        """Acknowledge, then hand over up to max_messages next messages in the same call (one round trip
+        for an adapter that acks and forwards what the freed window brought)."""
+        ids = [message_id] if isinstance(message_id, str) else list(message_id)
+        mode = self._ack_mode(consumer, mode, None)
+        return self._run(self._second(self.ops.ack(consumer, ids, mode, self._now(), max_messages)))
+
+    @staticmethod
+    def _first(op: Op) -> Op:
+        return (yield from op)[0]
+
+    @staticmethod
+    def _second(op: Op) -> Op:
+        return (yield from op)[1]
 
     def release(self, consumer: ConsumerRef, message_ids: list[str]) -> Any:
         """Give in-flight messages back at once with the redelivery counter raised (recover/rollback)."""

@@ -166,6 +166,13 @@ def _str(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _deliveries(consumer: ConsumerRef, reply: list[Any], start: int) -> list[Delivery]:
+    """Messages a script handed over: groups of (id, packed message, redeliveries, group first)."""
+    return [unpack_delivery(_str(reply[i]), consumer.destination.uri, consumer.consumer_id, reply[i + 1],
+                            int(reply[i + 2]), bool(int(reply[i + 3])))
+            for i in range(start, len(reply), 4)]
+
+
 def _pairs(flat: list[Any]) -> dict[str, str]:
     return {_str(flat[i]): _str(flat[i + 1]) for i in range(0, len(flat), 2)}
 
@@ -268,23 +275,21 @@ class Operations:
         dest = consumer.destination
         reply = yield from self._eval("receive", dest, now, 0, consumer.consumer_id, max_messages, lease_ms)
         yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
-        out = []
-        for i in range(3, len(reply), 4):
-            out.append(unpack_delivery(_str(reply[i]), dest.uri, consumer.consumer_id, reply[i + 1],
-                                       int(reply[i + 2]), bool(int(reply[i + 3]))))
-        return out
+        return _deliveries(consumer, reply, 3)
 
     def cancel_pull(self, consumer: ConsumerRef, now: int) -> Op:
         yield from self._eval("cancel_pull", consumer.destination, now, consumer.consumer_id)
 
-    def ack(self, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
-        """mode: 'individual', 'cumulative' or 'delivered' (see scripts/ack.lua). Returns how many."""
+    def ack(self, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
+            receive: int = 0) -> Op:
+        """mode: 'individual', 'cumulative' or 'delivered' (see scripts/ack.lua). Returns how many were
+        acknowledged and, when `receive` > 0, up to that many next messages for the consumer."""
         if not message_ids:
             raise NotInFlight("no message id given to acknowledge")
         dest = consumer.destination
-        reply = yield from self._eval("ack", dest, now, 0, consumer.consumer_id, mode, *message_ids)
+        reply = yield from self._eval("ack", dest, now, 0, consumer.consumer_id, mode, receive, *message_ids)
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
-        return int(reply[0])
+        return int(reply[0]), _deliveries(consumer, reply, 4)
 
     def release(self, consumer: ConsumerRef, message_ids: list[str], now: int) -> Op:
         dest = consumer.destination
@@ -437,7 +442,7 @@ class Operations:
                 calls.append(Eval("send", (self.prefix(dest),), (now, 0, record[2], record[3])))
             else:
                 dest = Destination(record[1], record[2])
-                calls.append(Eval("ack", (self.prefix(dest),), (now, 0, record[3], record[4], *record[5])))
+                calls.append(Eval("ack", (self.prefix(dest),), (now, 0, record[3], record[4], 0, *record[5])))
             touched[dest.uri] = dest
         yield Command(("DEL", self.tx_key(tx)))
         replies = yield calls  # one MULTI/EXEC

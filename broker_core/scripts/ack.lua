@@ -1,47 +1,51 @@
--- Acknowledge messages of one consumer (spec §5.1, Appendix A).
--- ARGV: now, budget, consumer id, mode, message ids...
+-- Acknowledge messages of one consumer (spec §5.1, Appendix A), then optionally hand over the next ones.
+-- ARGV: now, budget, consumer id, mode, receive max (0 = none), message ids...
 --   individual: exactly the listed messages (INDIVIDUAL ack; also STOMP client-individual);
 --   cumulative: every message dispatched to this consumer up to and including the (single) listed one
 --               (STANDARD ack of a CLIENT_ACKNOWLEDGE session; STOMP client mode);
 --   delivered:  the listed messages reached the application; the prefetch window grows by their count.
 -- Nothing changes unless every listed message is in flight with this consumer.
--- Returns {acked count, dispatched, more, hold_until}.
+-- Returns {acked count, dispatched, more, hold_until, then received messages as receive.lua returns them}.
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
-local cid, mode = ARGV[3], ARGV[4]
+local cid, mode, receive_max = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local c = find_consumer(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
-if #ARGV < 5 then return fail('INVALID_ACK', 'no message id given') end
-for i = 5, #ARGV do
-  if not redis.call('ZSCORE', K_CINF(cid), ARGV[i]) then
+if #ARGV < 6 then return fail('INVALID_ACK', 'no message id given') end
+local rcv = received_upto(cid)
+local seqs = {}
+for i = 6, #ARGV do
+  local seq = redis.call('ZSCORE', K_CINF(cid), ARGV[i])
+  if not seq then
     return fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
   end
+  seqs[ARGV[i]] = tonumber(seq)
 end
 local ids = {}
 if mode == 'individual' or mode == 'delivered' then
-  for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
+  for i = 6, #ARGV do ids[#ids + 1] = ARGV[i] end
 elseif mode == 'cumulative' then
-  if #ARGV ~= 5 then return fail('INVALID_ACK', 'a cumulative ack names exactly one message') end
-  ids = redis.call('ZRANGEBYSCORE', K_CINF(cid), '-inf', redis.call('ZSCORE', K_CINF(cid), ARGV[5]))
+  if #ARGV ~= 6 then return fail('INVALID_ACK', 'a cumulative ack names exactly one message') end
+  ids = redis.call('ZRANGEBYSCORE', K_CINF(cid), '-inf', seqs[ARGV[6]])
 else
   return fail('INVALID_ACK', 'unknown ack mode ' .. mode .. ' (individual, cumulative or delivered)')
 end
-local undelivered = {}
-for _, id in ipairs(redis.call('LRANGE', K_COUT(cid), 0, -1)) do undelivered[id] = true end
 if mode == 'delivered' then
   for _, id in ipairs(ids) do
-    if undelivered[id] then
+    if seqs[id] > rcv then
       return fail('NOT_DELIVERED', 'message ' .. id .. ' has not been received by consumer ' .. cid)
     end
   end
   if c.prefetch > 0 then redis.call('HINCRBY', K_C(cid), 'ext', #ids) end
 else
   for _, id in ipairs(ids) do
-    if undelivered[id] then redis.call('LREM', K_COUT(cid), 1, id) end
+    if (seqs[id] or 0) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end  -- acked before received
     ack_message(c, id)
   end
 end
 room_freed(cid)
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return {#ids, dispatched, more, hold}
+local out = {#ids, dispatched, more, hold}
+if receive_max > 0 then pop_outbox(find_consumer(cid), receive_max, out) end
+return out

@@ -12,34 +12,18 @@ if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this
 local lease = tonumber(ARGV[5])
 if lease <= 0 then lease = tonumber(c.def.lease) or 30000 end
 redis.call('ZADD', K_LEASES, NOW + lease, cid)
-c.alive = true
 local dispatched, more, hold = 0, 0, 0
-if redis.call('LLEN', K_COUT(cid)) < max then
-  if c.prefetch == 0 and c.ext < max then
-    redis.call('HSET', K_C(cid), 'ext', max - redis.call('LLEN', K_COUT(cid)))
+local waiting = redis.call('LLEN', K_COUT(cid))
+if waiting < max then
+  if c.prefetch == 0 and c.ext < max - waiting then
+    redis.call('HSET', K_C(cid), 'ext', max - waiting)
     room_freed(cid)
   end
   dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 end
 local out = {dispatched, more, hold}
-local ids = redis.call('LPOP', K_COUT(cid), max)
-if ids then
-  c = find_consumer(cid)
-  for _, id in ipairs(ids) do
-    local blob = redis.call('HGET', K_MSGS, id)
-    if blob then
-      out[#out + 1] = id
-      out[#out + 1] = blob
-      out[#out + 1] = tonumber(redis.call('HGET', K_REDELIV, id)) or 0
-      out[#out + 1] = redis.call('SISMEMBER', K_GFIRST, id)
-      if c.def.ack == 'auto' then ack_message(c, id) end
-    end
-  end
-  if c.def.ack == 'auto' and #ids > 0 then
-    room_freed(cid)
-    local d2, m2, h2 = dispatch_chunk(tonumber(ARGV[2]))
-    out[1] = out[1] + d2
-    out[2], out[3] = m2, h2
-  end
+if pop_outbox(find_consumer(cid), max, out) > 0 and c.def.ack == 'auto' then
+  local d2, m2, h2 = dispatch_chunk(tonumber(ARGV[2]))
+  out[1], out[2], out[3] = out[1] + d2, m2, h2
 end
 return out

@@ -13,9 +13,11 @@ for i = 4, #ARGV do
     return fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
   end
 end
+local rcv = received_upto(cid)
 for i = 4, #ARGV do
-  redis.call('LREM', K_COUT(cid), 1, ARGV[i])
-  return_message(cid, ARGV[i], true, 'rollback')
+  local received = tonumber(redis.call('ZSCORE', K_CINF(cid), ARGV[i])) <= rcv
+  if not received then redis.call('LREM', K_COUT(cid), 1, ARGV[i]) end
+  return_message(cid, ARGV[i], received, 'rollback')
 end
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 return {#ARGV - 3, dispatched, more, hold}

@@ -101,3 +101,14 @@ def test_a_transacted_consumer_acks_only_inside_a_transaction(broker):
     (d,) = drain(broker, c)
     with pytest.raises(TransactionError):
         broker.ack(c, d.message_id)
+
+
+def test_ack_and_receive_hands_over_what_the_freed_window_brought_in_the_same_call(broker):
+    c = consumer(broker, prefetch=1, ack_mode="client-individual")
+    send(broker, "m0", "m1", "m2")
+    (first,) = drain(broker, c)
+    (second,) = broker.ack_and_receive(c, first.message_id, 5)
+    assert second.body == "m1"
+    assert [d.body for d in broker.ack_and_receive(c, second.message_id, 5)] == ["m2"]
+    stats = broker.stats("orders")
+    assert (stats.dequeued, stats.in_flight, stats.consumers[0].undelivered) == (2, 1, 0)

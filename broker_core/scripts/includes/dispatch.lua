@@ -14,27 +14,46 @@
 --@include groups
 --@include selector
 --@include lifecycle
+--@include outbox
 
--- Hand message `id` to consumer c: in flight, in its outbox, counted, logged, owner woken.
-local function deliver(c, id, score)
+-- Hand message `id` to consumer c: in flight, in its outbox, logged, owner woken. Counters are kept in
+-- `c` and `tally` and written once at the end of the chunk (see flush_counts).
+local function deliver(c, id, score, tally)
   redis.call('ZREM', K_PENDING, id)
   redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. score)
-  redis.call('ZADD', K_CINF(c.id), meta_incr('dseq'), id)
+  tally.dseq = tally.dseq + 1
+  redis.call('ZADD', K_CINF(c.id), tally.dseq, id)
   local queued = redis.call('RPUSH', K_COUT(c.id), id)
-  c.n = redis.call('HINCRBY', K_C(c.id), 'n', 1)
-  redis.call('HINCRBY', K_C(c.id), 'dispatched', 1)
-  if c.prefetch == 0 then c.ext = redis.call('HINCRBY', K_C(c.id), 'ext', -1) end
-  meta_incr('dispatched')
+  c.n = c.n + 1
+  c.delivered = (c.delivered or 0) + 1
+  if c.prefetch == 0 then c.ext = c.ext - 1 end
+  tally.dispatched = tally.dispatched + 1
   emit('dispatch', 'msg', id, 'consumer', c.id,
        'redeliveries', tonumber(redis.call('HGET', K_REDELIV, id)) or 0)
   if queued == 1 and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
 end
 
+local function flush_counts(cons, tally)
+  for _, c in ipairs(cons) do
+    if c.delivered then
+      redis.call('HSET', K_C(c.id), 'n', c.n, 'ext', c.ext)
+      redis.call('HINCRBY', K_C(c.id), 'dispatched', c.delivered)
+      c.delivered = nil
+    end
+  end
+  if tally.dispatched > 0 then
+    redis.call('HSET', K_META, 'dseq', tally.dseq)
+    redis.call('HINCRBY', K_META, 'dispatched', tally.dispatched)
+  end
+end
+
 -- One chunk of the pass. Returns dispatched count, 1 when the pass has more to examine, and the time
 -- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
 local function dispatch_chunk(budget)
-  if redis.call('HGET', K_META, 'paused') == '1' then return 0, 0, 0 end
-  local hold = tonum(redis.call('HGET', K_META, 'hold_until'), 0)
+  local state = redis.call('HMGET', K_META, 'paused', 'hold_until', 'cursor', 'dirty', 'owner',
+                           'pass_skipped', 'dseq')
+  if state[1] == '1' then return 0, 0, 0 end
+  local hold = tonum(state[2], 0)
   if hold > 0 then
     local needed = policy_num('consumersBeforeDispatchStarts')
     if NOW >= hold or (needed > 0 and redis.call('HLEN', K_CONSUMERS) >= needed) then
@@ -47,14 +66,15 @@ local function dispatch_chunk(budget)
   if #cons == 0 then return 0, 0, 0 end
   if not budget or budget <= 0 then budget = policy_num('maxPageSize') end
 
-  local state = redis.call('HMGET', K_META, 'cursor', 'dirty', 'owner', 'pass_skipped')
-  local cursor = state[1] or ''
-  local dirty = state[2] == '1'
-  local owner = state[3] or nil
+  local cursor = state[3] or ''
+  local dirty = state[4] == '1'
+  local owner = state[5] or nil
   if owner == '' then owner = nil end
-  local pass_skipped = tonumber(state[4]) or 0
+  local pass_skipped = tonumber(state[6]) or 0
+  local tally = { dseq = tonumber(state[7]) or 0, dispatched = 0 }
   local excluded = {}
-  for _, cid in ipairs(redis.call('SMEMBERS', K_PASSFULL)) do excluded[cid] = true end
+  local passfull_before = redis.call('SMEMBERS', K_PASSFULL)
+  for _, cid in ipairs(passfull_before) do excluded[cid] = true end
   local strict = policy_flag('strictOrderDispatch')
   local order_changed = false
   local examined, dispatched, more = 0, 0, 0
@@ -127,7 +147,7 @@ local function dispatch_chunk(budget)
             end
           end
           if target then
-            deliver(target, id, score)
+            deliver(target, id, score, tally)
             dispatched = dispatched + 1
             cursor = batch[i + 1]
             if not strict and #cons > 1 and target.id ~= owner then
@@ -158,10 +178,13 @@ local function dispatch_chunk(budget)
     end
   end
 
+  flush_counts(cons, tally)
   local passfull = {}
   for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
-  redis.call('DEL', K_PASSFULL)
-  if #passfull > 0 then redis.call('SADD', K_PASSFULL, unpack(passfull)) end
+  if #passfull ~= #passfull_before then  -- the set only ever grows within a pass, or is emptied
+    redis.call('DEL', K_PASSFULL)
+    if #passfull > 0 then redis.call('SADD', K_PASSFULL, unpack(passfull)) end
+  end
   redis.call('HSET', K_META, 'cursor', cursor, 'dirty', dirty and '1' or '0', 'pass_skipped', pass_skipped)
   if order_changed then save_order(cons) end
   return dispatched, more, 0

@@ -93,13 +93,12 @@ local function close_consumer(cid, reason)
   end
   redis.call('HSET', K_META, 'gmap', '1')  -- ActiveMQ creates the group map on the first removal
   -- Messages the adapter never received were never delivered: they go back without a bump.
-  local undelivered = {}
-  for _, id in ipairs(redis.call('LRANGE', K_COUT(cid), 0, -1)) do undelivered[id] = true end
-  local returned = 0
-  for _, id in ipairs(redis.call('ZRANGE', K_CINF(cid), 0, -1)) do
-    return_message(cid, id, not undelivered[id], reason)
-    returned = returned + 1
+  local rcv = tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
+  local held = redis.call('ZRANGE', K_CINF(cid), 0, -1, 'WITHSCORES')
+  for i = 1, #held, 2 do
+    return_message(cid, held[i], tonumber(held[i + 1]) <= rcv, reason)
   end
+  local returned = #held / 2
   redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
   reset_pass()
   emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)

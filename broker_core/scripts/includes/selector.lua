@@ -16,7 +16,9 @@
 -- single precision.
 
 local selector_eval, selector_matches, selector_error_message
-do
+-- Built on first use: a script call that evaluates no selector does not pay for creating these closures
+-- (Redis runs the whole script body on every call).
+local function selector_load()
   local type, tostring, tonumber, pcall, error = type, tostring, tonumber, pcall, error
   local sfind, ssub, sbyte, sformat = string.find, string.sub, string.byte, string.format
   local sgsub, smatch, srep, slower = string.gsub, string.match, string.rep, string.lower
@@ -804,3 +806,7 @@ do
     return false, selector_error_message(r) or tostring(r)
   end
 end
+
+selector_eval = function(expr, msg) selector_load() return selector_eval(expr, msg) end
+selector_matches = function(expr, msg) selector_load() return selector_matches(expr, msg) end
+selector_error_message = function(err) selector_load() return selector_error_message(err) end

@@ -1,0 +1,120 @@
+"""JMS message selectors: parsed and type-checked here, compiled to JSON, evaluated only in Lua.
+
+`parse_selector(text)` applies ActiveMQ's grammar and parse-time rules (spec §4.1) and returns a
+`Selector` whose `compiled` JSON the scripts evaluate with scripts/includes/selector.lua (spec §4.3).
+There is no Python evaluator: `evaluate_in_redis` runs the same Lua through scripts/selector_match.lua.
+
+Compiled form (compact JSON, stable for a given text): `{"v":1,"c":<bool>,"e":<node>}` where `c` turns
+on STOMP's string coercion and a node is an array whose first element names it:
+
+- literals `["s","text"]`, `["i",5]`, `["l",5]` (a decimal string beyond 2^53), `["d",1.5]` (`"1e999"` for
+  infinity), `["b",true]`, `["null"]`; a negated numeric literal is folded into the literal;
+- `["id",name]` a user property, `["hdr",name]` a JMS header identifier (spec §4.2);
+- `["and",a,b,...]`, `["or",a,b,...]`, `["not",a]`, `["bool",prop]` (a property used as a condition);
+- `["eq",a,b]` (`<>` is `["not",["eq",...]]`), `["lt"|"le"|"gt"|"ge",a,b]`, `["isnull",a]`;
+  BETWEEN is `["and",["ge",v,lo],["le",v,hi]]`, NOT BETWEEN `["or",["lt",v,lo],["gt",v,hi]]`;
+- `["like",a,[[is_pattern,text],...]]` (segments between `%` wildcards, see patterns.compile_like; NOT LIKE
+  wraps it in "not"), `["in",prop,{"value":true,...},negated]`;
+- `["add"|"sub"|"mul"|"div"|"mod",a,b]`, `["neg",a]`;
+- `["xquery"]`, `["inlist",list,v]`, `["makelist",a,...]`, `["regex",lua_pattern,v]`,
+  `["replace",s,lua_pattern,repl]`, `["split",s,lua_pattern]` or with a limit argument.
+
+Lua patterns carry the placeholder patterns.CONT (a NUL) for the UTF-8 continuation-byte range.
+The regular-expression subset REGEX/REPLACE/SPLIT accept is described in patterns.py.
+
+Where Signalbox differs from ActiveMQ on purpose:
+- XPATH is refused at parse time; the regular expression of REGEX/REPLACE/SPLIT must be a string
+  literal in the supported subset (ActiveMQ compiles it per message, so a bad one fails at run time);
+- a `--` comment may end at the end of input (ActiveMQ then lexes `-` `-`);
+- integer literals beyond a long are refused (ActiveMQ makes them BigDecimal, comparing FALSE);
+- numeric widening is symmetric (ActiveMQ compares Integer/Long/Float/Double on the left with a
+  Byte/Short on the right as FALSE, and a Double with a Float throws); negating a byte or short gives
+  an int (ActiveMQ throws); in the STOMP mode a boolean compared with a string converts the string
+  (ActiveMQ throws a ClassCastException);
+- long arithmetic is exact only below 2^53 and does not wrap at 2^63 (int arithmetic wraps as in Java);
+  long comparisons are exact over the whole range.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..errors import InvalidSelector
+from .evaluate import SelectorEvaluationError, evaluate_in_redis, evaluate_in_redis_async, message_json
+from .parser import HEADER_IDENTIFIERS, parse
+
+__all__ = [
+    "CONVERT_STRING_EXPRESSIONS_PREFIX",
+    "COMPILED_VERSION",
+    "Selector",
+    "SelectorEvaluationError",
+    "compile_optional",
+    "evaluate_in_redis",
+    "evaluate_in_redis_async",
+    "message_json",
+    "parse_selector",
+]
+
+CONVERT_STRING_EXPRESSIONS_PREFIX = "convert_string_expressions:"
+COMPILED_VERSION = 1
+CACHE_SIZE = 1024  # ActiveMQ keeps 100; compiled selectors are small and consumers many
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A parsed selector. `compiled` is what the Lua scripts evaluate (see the module docstring)."""
+
+    text: str
+    convert_string_expressions: bool
+    compiled: str
+    identifiers: frozenset[str]
+
+    @property
+    def header_identifiers(self) -> frozenset[str]:
+        """The JMS header names (JMSPriority, JMSXGroupID, ...) the selector reads."""
+        return self.identifiers & HEADER_IDENTIFIERS
+
+    @property
+    def property_names(self) -> frozenset[str]:
+        """The user property names the selector reads."""
+        return self.identifiers - HEADER_IDENTIFIERS
+
+
+def parse_selector(text: str, *, convert_string_expressions: bool = False) -> Selector:
+    """Parse and type-check a JMS selector; raises InvalidSelector with a 1-based position.
+
+    A text starting with `convert_string_expressions:` turns STOMP's coercion mode on, as ActiveMQ's
+    SelectorParser does; positions in errors count from the start of `text` as given. An empty or
+    blank selector is an error here; use compile_optional for "no selector".
+    """
+    if not isinstance(text, str):
+        raise InvalidSelector(f"a selector must be a string, not {type(text).__name__}")
+    return _parse_cached(text, bool(convert_string_expressions))
+
+
+def compile_optional(text: str | None, *, convert_string_expressions: bool = False) -> Selector | None:
+    """None for a missing or blank selector (JMS: no selector), else parse_selector(text)."""
+    if text is None:
+        return None
+    body = text.removeprefix(CONVERT_STRING_EXPRESSIONS_PREFIX)
+    if not body.strip():
+        return None
+    return parse_selector(text, convert_string_expressions=convert_string_expressions)
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _parse_cached(text: str, convert: bool) -> Selector:
+    offset = 0
+    if text.startswith(CONVERT_STRING_EXPRESSIONS_PREFIX):
+        convert = True
+        offset = len(CONVERT_STRING_EXPRESSIONS_PREFIX)
+    if not text[offset:].strip():
+        raise InvalidSelector("the selector is empty", position=offset + 1, expected="an expression")
+    root, identifiers = parse(text, offset)
+    compiled = json.dumps(
+        {"v": COMPILED_VERSION, "c": convert, "e": root.json},
+        separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+    )
+    return Selector(text, convert, compiled, identifiers)
