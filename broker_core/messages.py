@@ -104,7 +104,8 @@ class Message:
 
     def pack(self, now_ms: int) -> tuple[str, bytes]:
         """Validate and give (message id, packed bytes). Raises InvalidMessage naming the problem."""
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not 0 <= self.priority <= 9:
+        priority = self.priority
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
             raise InvalidMessage(f"priority must be an integer 0-9, got {self.priority!r}", field="priority")
         if not isinstance(self.body, str | bytes):
             raise InvalidMessage(
@@ -114,7 +115,8 @@ class Message:
             raise InvalidMessage(f"expiration must be ms since the epoch or 0, got {self.expiration!r}",
                                  field="expiration")
         if isinstance(self.group_seq, bool) or not isinstance(self.group_seq, int):
-            raise InvalidMessage(f"group sequence must be an integer, got {self.group_seq!r}", field="group_seq")
+            raise InvalidMessage(f"group sequence must be an integer, got {self.group_seq!r}",
+                                 field="group_seq")
         if not INT_MIN <= self.group_seq <= INT_MAX:
             raise InvalidMessage(f"group sequence {self.group_seq} does not fit in an int", field="group_seq")
         flat: list[object] = []

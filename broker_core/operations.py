@@ -83,7 +83,8 @@ class ConsumerSpec:
         if self.prefetch is not None and (isinstance(self.prefetch, bool) or not 0 <= self.prefetch <= 32767):
             raise InvalidConsumer(f"prefetch must be 0-32767, got {self.prefetch!r}", field="prefetch")
         if isinstance(self.priority, bool) or not -128 <= self.priority <= 127:
-            raise InvalidConsumer(f"consumer priority must be -128..127, got {self.priority!r}", field="priority")
+            raise InvalidConsumer(f"consumer priority must be -128..127, got {self.priority!r}",
+                                  field="priority")
         if self.ack_mode not in ACK_MODES:
             raise InvalidConsumer(f"ack mode must be one of {', '.join(ACK_MODES)}, got {self.ack_mode!r}",
                                   field="ack_mode")
@@ -460,8 +461,8 @@ class Operations:
                 consumer = ConsumerRef(Destination(record[1], record[2]), record[3])
                 try:
                     yield from self.release(consumer, record[5], now)
-                except (UnknownConsumer, NotInFlight):
-                    pass  # the consumer closed meanwhile; its messages went back already
+                except (UnknownConsumer, NotInFlight):  # the consumer closed; its messages went back already
+                    continue
 
     def ensure_destination(self, dest: Destination, now: int) -> Op:
         exists = yield Command(("EXISTS", f"{self.prefix(dest)}:policy"))

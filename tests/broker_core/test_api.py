@@ -11,8 +11,8 @@ from broker_core.operations import ConsumerSpec
 from .conftest import consumer, drain
 
 
-async def test_the_async_broker_sends_dispatches_and_acks_like_the_blocking_one(broker, redis_url, namespace,
-                                                                                clock):
+async def test_the_async_broker_sends_dispatches_and_acks_like_the_blocking_one(
+        broker, redis_url, namespace, clock):
     client = redis.asyncio.Redis.from_url(redis_url)
     try:
         aio = AsyncBroker(client, namespace, clock, policies=broker.policies)

@@ -123,7 +123,7 @@ def test_remove_all_message_groups_rebalances_later_messages_only(broker):
     for g in "PQRS":
         grouped(broker, f"{g}1", g)
     take(broker, a)
-    b = consumer(broker, prefetch=100, consumer_id="B")
+    consumer(broker, prefetch=100, consumer_id="B")
     assert broker.remove_all_message_groups("orders") == 4
     assert broker.stats("orders").in_flight == 4  # in-flight messages stay where they are
     for g in "PQRS":

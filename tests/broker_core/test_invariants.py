@@ -178,7 +178,8 @@ class QueueMachine(RuleBasedStateMachine):
             owners[g.group_id] = g.owner
             assert g.owner in self.consumers
         events = self.client.xrange(self._key("events"))
-        bound_at = {e[b"group"].decode(): i for i, (_, e) in enumerate(events) if e[b"type"] == b"group_assign"}
+        bound_at = {e[b"group"].decode(): i for i, (_, e) in enumerate(events)
+                    if e[b"type"] == b"group_assign"}
         for group, owner in owners.items():
             start = bound_at[group]
             for _, e in events[start:]:

@@ -96,7 +96,8 @@ def test_an_invalid_selector_names_the_position_and_registers_nothing(broker):
 
 @pytest.mark.parametrize(
     ("kw", "text"),
-    [({"prefetch": -1}, "prefetch"), ({"priority": 200}, "priority"), ({"ack_mode": "sometimes"}, "ack mode")],
+    [({"prefetch": -1}, "prefetch"), ({"priority": 200}, "priority"),
+     ({"ack_mode": "sometimes"}, "ack mode")],
 )
 def test_invalid_consumer_settings_are_refused(broker, kw, text):
     with pytest.raises(InvalidConsumer, match=text):
@@ -122,5 +123,6 @@ def test_too_many_properties_name_the_limit_and_nothing_is_stored(broker, policy
     broker.send("orders", Message(body="ok"))
     policy("orders", maxPropertyCount=3)
     with pytest.raises(InvalidMessage, match="maxPropertyCount=3"):
-        broker.send("orders", [Message(body="fine"), Message(body="x", properties={f"p{i}": i for i in range(4)})])
+        broker.send("orders", [Message(body="fine"),
+                               Message(body="x", properties={f"p{i}": i for i in range(4)})])
     assert broker.stats("orders").enqueued == 1
