@@ -174,4 +174,3 @@ def aof_files(data_dir: Path) -> list[Path]:
     files = sorted((data_dir / "appendonlydir").glob("*")) if (data_dir / "appendonlydir").is_dir() else []
     files += sorted(data_dir.glob("appendonly*.aof"))
     return [path for path in files if path.is_file()]
-

@@ -59,7 +59,7 @@ def check_database() -> Check:
 
 
 def check_celery(app: Any = None, timeout: float | None = None) -> Check:
-    """A broadcast ping; the first worker's pong is enough (limit=1 returns without waiting out the timeout)."""
+    """A broadcast ping. The first pong is enough: limit=1 returns without waiting out the timeout."""
     app = app or celery_app
     timeout = settings.HEALTH_CHECK_TIMEOUT if timeout is None else timeout
     try:

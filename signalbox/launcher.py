@@ -212,7 +212,10 @@ class Launcher:
         try:
             django.setup()
         except ImproperlyConfigured as exc:
-            raise ConfigError(one_line(exc)) from None
+            raise ConfigError(
+                f"the settings do not load ({one_line(exc)}); check DATABASE_URL, REDIS_URL and the "
+                "SIGNALBOX_* variables"
+            ) from None
 
     def check_database(self) -> None:
         from django.core.exceptions import ImproperlyConfigured
@@ -256,13 +259,19 @@ class Launcher:
 
     def migrate(self) -> None:
         from django.core.management import call_command
-        from django.db import connections
+        from django.db import DatabaseError, connections
         from django.db.migrations.executor import MigrationExecutor
 
         connection = connections["default"]
         executor = MigrationExecutor(connection)
         pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
-        call_command("migrate", interactive=False, verbosity=0)
+        try:
+            call_command("migrate", interactive=False, verbosity=0)
+        except DatabaseError as exc:
+            raise ConfigError(
+                f"migrating the {connection.vendor} database failed ({one_line(exc)}); the user in "
+                "DATABASE_URL needs rights to create tables"
+            ) from None
         say(f"database ready ({connection.vendor}, {len(pending)} migration(s) applied)")
 
     def ensure_admin(self) -> None:
@@ -338,7 +347,10 @@ class Launcher:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self.stop_requested.is_set():
             self.check_children()
-            with contextlib.suppress(OSError), socket.create_connection((self.config.host, self.config.port), 0.5):
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection((self.config.host, self.config.port), 0.5),
+            ):
                 return
             time.sleep(0.1)
         if not self.stop_requested.is_set():
@@ -348,7 +360,9 @@ class Launcher:
         for child in self.children:
             code = child.process.poll()
             if code is not None:
-                raise ChildExited(f"{child.name} exited unexpectedly (exit code {code}); see its output above")
+                raise ChildExited(
+                    f"{child.name} exited unexpectedly (exit code {code}); see its output above"
+                )
 
     # --- running and stopping ---
 

@@ -179,4 +179,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("SIGNALBOX_LOG_LEVEL", "INFO")},
+    # py4j narrates every gateway connection of Spark at INFO.
+    "loggers": {"py4j": {"level": "WARNING"}},
 }

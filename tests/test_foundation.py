@@ -25,7 +25,9 @@ for name in names:
 frameworks = sorted({m.split(".")[0] for m in sys.modules} & {"django", "channels", "celery", "kombu"})
 print(json.dumps({"modules": names, "frameworks": frameworks}))
 """
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, f"importing broker_core failed:\n{result.stderr}"
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert "broker_core.clock" in report["modules"]
