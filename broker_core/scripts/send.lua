@@ -28,7 +28,7 @@ end
 local out = {}
 for i = 3, #ARGV, 2 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
-  if redis.call('HEXISTS', K_MSGS, id) == 1 or redis.call('HEXISTS', K_INFLIGHT, id) == 1 then
+  if redis.call('HEXISTS', K_MSGS, id) == 1 then  -- stored until acked, in flight or not
     meta_incr('duplicates')
     out[#out + 1] = '!' .. id
   elseif is_expired(m) then

@@ -35,15 +35,15 @@ local function tonum(v, default)
 end
 
 -- Policy values, read once per script call. Missing attributes fall back to ActiveMQ's defaults.
-local POLICY_DEFAULTS = {
-  prioritizedMessages = '0', strictOrderDispatch = '0', useConsumerPriority = '1',
-  allConsumersExclusiveByDefault = '0', consumersBeforeDispatchStarts = '0',
-  timeBeforeDispatchStarts = '0', messageGroupMapFactoryType = 'cached', groupMapCacheSize = '1024',
-  groupMapBucketCount = '1024', maxPageSize = '200', usePrefetchExtension = '1',
-  eventsMaxLen = '100000', queuePrefetch = '1000', maxMessageSize = '4194304', maxPropertyCount = '256',
+local POLICY_NAMES = {
+  'prioritizedMessages', 'strictOrderDispatch', 'useConsumerPriority', 'allConsumersExclusiveByDefault',
+  'consumersBeforeDispatchStarts', 'timeBeforeDispatchStarts', 'messageGroupMapFactoryType',
+  'groupMapCacheSize', 'groupMapBucketCount', 'maxPageSize', 'usePrefetchExtension', 'eventsMaxLen',
+  'queuePrefetch', 'maxMessageSize', 'maxPropertyCount',
 }
-local POLICY_NAMES = {}
-for name in pairs(POLICY_DEFAULTS) do POLICY_NAMES[#POLICY_NAMES + 1] = name end
+local POLICY_DEFAULTS = {
+  '0', '0', '1', '0', '0', '0', 'cached', '1024', '1024', '200', '1', '100000', '1000', '4194304', '256',
+}
 local _policy = nil
 local function policy()
   if _policy then return _policy end
@@ -51,7 +51,7 @@ local function policy()
   _policy = {}
   for i, name in ipairs(POLICY_NAMES) do
     local v = values[i]
-    if v == false then v = POLICY_DEFAULTS[name] end
+    if v == false then v = POLICY_DEFAULTS[i] end
     _policy[name] = v
   end
   return _policy

@@ -4,6 +4,7 @@ local function load_consumer(cid, packed, counters, lease)
   return {
     id = cid, def = def, prefetch = tonumber(counters[4]) or 0, priority = tonumber(def.priority) or 0,
     n = tonumber(counters[1]) or 0, ext = tonumber(counters[2]) or 0, groups = tonumber(counters[3]) or 0,
+    dispatched = tonumber(counters[5]) or 0,
     alive = lease ~= false and tonumber(lease) >= NOW, expr = nil,
   }
 end
@@ -17,7 +18,7 @@ local function load_consumers()
   local leases = redis.call('ZMSCORE', K_LEASES, unpack(ids))
   for i, cid in ipairs(ids) do
     if defs[i] then
-      local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch')
+      local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched')
       out[#out + 1] = load_consumer(cid, defs[i], counters, leases[i])
     end
   end
@@ -27,7 +28,7 @@ end
 local function find_consumer(cid)
   local packed = redis.call('HGET', K_CONSUMERS, cid)
   if not packed then return nil end
-  local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch')
+  local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched')
   return load_consumer(cid, packed, counters, redis.call('ZSCORE', K_LEASES, cid))
 end
 

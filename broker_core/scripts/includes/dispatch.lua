@@ -36,14 +36,15 @@ end
 local function flush_counts(cons, tally)
   for _, c in ipairs(cons) do
     if c.delivered then
-      redis.call('HSET', K_C(c.id), 'n', c.n, 'ext', c.ext)
-      redis.call('HINCRBY', K_C(c.id), 'dispatched', c.delivered)
+      redis.call('HSET', K_C(c.id), 'n', c.n, 'ext', c.ext, 'dispatched', c.dispatched + c.delivered)
+      c.dispatched = c.dispatched + c.delivered
       c.delivered = nil
     end
   end
   if tally.dispatched > 0 then
-    redis.call('HSET', K_META, 'dseq', tally.dseq)
-    redis.call('HINCRBY', K_META, 'dispatched', tally.dispatched)
+    redis.call('HSET', K_META, 'dseq', tally.dseq, 'dispatched', tally.total + tally.dispatched)
+    tally.total = tally.total + tally.dispatched
+    tally.dispatched = 0
   end
 end
 
@@ -51,7 +52,7 @@ end
 -- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
 local function dispatch_chunk(budget)
   local state = redis.call('HMGET', K_META, 'paused', 'hold_until', 'cursor', 'dirty', 'owner',
-                           'pass_skipped', 'dseq')
+                           'pass_skipped', 'dseq', 'dispatched')
   if state[1] == '1' then return 0, 0, 0 end
   local hold = tonum(state[2], 0)
   if hold > 0 then
@@ -71,7 +72,7 @@ local function dispatch_chunk(budget)
   local owner = state[5] or nil
   if owner == '' then owner = nil end
   local pass_skipped = tonumber(state[6]) or 0
-  local tally = { dseq = tonumber(state[7]) or 0, dispatched = 0 }
+  local tally = { dseq = tonumber(state[7]) or 0, dispatched = 0, total = tonumber(state[8]) or 0 }
   local excluded = {}
   local passfull_before = redis.call('SMEMBERS', K_PASSFULL)
   for _, cid in ipairs(passfull_before) do excluded[cid] = true end
@@ -109,6 +110,7 @@ local function dispatch_chunk(budget)
       if redis.call('ZCARD', K_PENDING) == 0 then break end
     end
     local restart = false
+    local at_tail = #batch / 2 < budget - examined
     for i = 1, #batch, 2 do
       local id, score = batch[i], tonumber(batch[i + 1])
       examined = examined + 1
@@ -175,6 +177,8 @@ local function dispatch_chunk(budget)
       local _, any_left = room()
       end_pass()
       if not any_left then break end
+    elseif at_tail and not dirty then
+      break  -- the pass rests at the tail; no need to ask Redis again
     end
   end
 
