@@ -21,6 +21,7 @@ from .errors import InvalidMessage
 FORMAT_VERSION = 1
 DEFAULT_PRIORITY = 4
 MAX_PROPERTY_NAME = 256
+MAX_MESSAGE_ID = 256
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
@@ -128,6 +129,10 @@ class Message:
             code, raw = _typed(name, value)
             flat += [name, code, raw]
         message_id = self.message_id or new_message_id()
+        if not isinstance(message_id, str) or not 1 <= len(message_id) <= MAX_MESSAGE_ID or any(
+                ch.isspace() or ch == "|" for ch in message_id):
+            raise InvalidMessage(f"message id must be 1-{MAX_MESSAGE_ID} characters without whitespace or '|', "
+                                 f"got {message_id!r}", field="message_id")
         record = [
             FORMAT_VERSION,
             self.priority,
@@ -137,7 +142,7 @@ class Message:
             self.correlation_id,
             self.reply_to,
             self.type,
-            self.group_id or None,
+            self.group_id,
             self.group_seq,
             self.connection_id,
             flat or None,

@@ -10,6 +10,7 @@ retry).
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ from .selector import parse_selector
 
 AckMode = Literal["auto", "client", "client-individual", "transacted"]
 ACK_MODES: tuple[str, ...] = ("auto", "client", "client-individual", "transacted")
+# No ':' so that a consumer's key names never collide with another consumer's (…:c:<id>:inflight).
+_CONSUMER_ID = re.compile(r"[A-Za-z0-9._@-]{1,128}")
+MAX_RECEIVE = 1_000
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
 
@@ -231,7 +235,7 @@ class Operations:
     # -- producing ------------------------------------------------------------------------------------
 
     def send(self, dest: Destination, messages: Iterable[Message], now: int) -> Op:
-        """Enqueue messages in order; returns their ids. Refused duplicates raise before anything."""
+        """Enqueue messages in order; returns their ids. A bad message or a limit refuses the whole batch."""
         args: list[Any] = [0]
         for message in messages:
             message_id, blob = message.pack(now)
@@ -239,8 +243,9 @@ class Operations:
         reply = yield from self._eval("send", dest, now, *args)
         split = reply.index(b"")
         yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
-        # '!' marks an id already stored (refused), '~' a message expired on arrival (not enqueued)
-        return [_str(x).lstrip("!~") for x in reply[:split]]
+        # Every message's id, whatever became of it: stored, a duplicate of a stored id (dropped and
+        # counted in stats.duplicates) or expired on arrival (counted in stats.expired_on_arrival).
+        return args[1::2]
 
     # -- consuming ------------------------------------------------------------------------------------
 
@@ -250,8 +255,9 @@ class Operations:
         if spec.selector and spec.selector.strip():
             selector = parse_selector(spec.selector, convert_string_expressions=spec.stomp_selector)
         cid = consumer_id or f"c-{uuid.uuid4().hex[:12]}"
-        if not cid or any(ch in cid for ch in "{}|\n\r\t "):
-            raise InvalidConsumer(f"consumer id {cid!r} must be non-empty with no braces, '|' or whitespace")
+        if not _CONSUMER_ID.fullmatch(cid):
+            raise InvalidConsumer(f"consumer id {cid!r} must be 1-128 characters of letters, digits and . _ - @",
+                                  field="consumer_id")
         definition = {
             "priority": spec.priority,
             "exclusive": spec.exclusive,
@@ -271,8 +277,9 @@ class Operations:
         return Consumer(dest, cid, spec.ack_mode, prefetch=int(reply[4]), hold_until=result.hold_until)
 
     def receive(self, consumer: ConsumerRef, max_messages: int, now: int, lease_ms: int) -> Op:
-        if max_messages < 1:
-            raise InvalidConsumer(f"max_messages must be at least 1, got {max_messages}")
+        if not 1 <= max_messages <= MAX_RECEIVE:
+            raise InvalidConsumer(f"max_messages must be 1-{MAX_RECEIVE}, got {max_messages}",
+                                  field="max_messages")
         dest = consumer.destination
         reply = yield from self._eval("receive", dest, now, 0, consumer.consumer_id, max_messages, lease_ms)
         yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))

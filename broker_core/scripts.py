@@ -17,13 +17,15 @@ SCRIPT_DIR = Path(__file__).with_name("scripts")
 _INCLUDE = re.compile(r"^--@include\s+(\S+)\s*$", re.MULTILINE)
 
 
-def _expand(text: str, seen: tuple[str, ...] = ()) -> str:
+def _expand(text: str, included: set[str]) -> str:
+    """Inline `--@include name` lines; each include appears once per script, at its first mention."""
+
     def replace(match: re.Match[str]) -> str:
         name = match.group(1)
-        if name in seen:
-            return ""  # included once already on this path
-        body = (SCRIPT_DIR / "includes" / f"{name}.lua").read_text()
-        return _expand(body, seen + (name,))
+        if name in included:
+            return ""
+        included.add(name)
+        return _expand((SCRIPT_DIR / "includes" / f"{name}.lua").read_text(), included)
 
     return _INCLUDE.sub(replace, text)
 
@@ -38,5 +40,5 @@ class Script:
 @cache
 def script(name: str) -> Script:
     """The script `scripts/<name>.lua` with its includes expanded."""
-    source = _expand((SCRIPT_DIR / f"{name}.lua").read_text())
+    source = _expand((SCRIPT_DIR / f"{name}.lua").read_text(), set())
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest())

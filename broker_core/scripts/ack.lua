@@ -24,7 +24,11 @@ for i = 6, #ARGV do
 end
 local ids = {}
 if mode == 'individual' or mode == 'delivered' then
-  for i = 6, #ARGV do ids[#ids + 1] = ARGV[i] end
+  local seen = {}
+  for i = 6, #ARGV do
+    if not seen[ARGV[i]] then ids[#ids + 1] = ARGV[i] end  -- an id named twice is acked once
+    seen[ARGV[i]] = true
+  end
 elseif mode == 'cumulative' then
   if #ARGV ~= 6 then return fail('INVALID_ACK', 'a cumulative ack names exactly one message') end
   ids = redis.call('ZRANGEBYSCORE', K_CINF(cid), '-inf', seqs[ARGV[6]])

@@ -52,9 +52,7 @@ if before == 0 then
 end
 
 -- Mid-pass, the newcomer waits for the next pass so it sees messages from the head in order.
-local cursor = redis.call('HGET', K_META, 'cursor')
-if cursor and cursor ~= '' then redis.call('SADD', K_PASSFULL, cid) end
-mark_dirty()
+consumer_joined(cid)
 emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', def.exclusive and 1 or 0,
      'prefetch', prefetch, 'selector', def.selector_text or '')
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))

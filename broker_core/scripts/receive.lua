@@ -11,7 +11,7 @@ local c = find_consumer(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
 local lease = tonumber(ARGV[5])
 if lease <= 0 then lease = tonumber(c.def.lease) or 30000 end
-redis.call('ZADD', K_LEASES, NOW + lease, cid)
+renew_lease(cid, lease)
 local dispatched, more, hold = 0, 0, 0
 local waiting = redis.call('LLEN', K_COUT(cid))
 if waiting < max then

@@ -8,16 +8,24 @@ local cid = ARGV[3]
 if redis.call('HEXISTS', K_CONSUMERS, cid) == 0 then
   return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination')
 end
+local ids, seqs = {}, {}
 for i = 4, #ARGV do
-  if not redis.call('ZSCORE', K_CINF(cid), ARGV[i]) then
+  local seq = redis.call('ZSCORE', K_CINF(cid), ARGV[i])
+  if not seq then
     return fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
   end
+  if not seqs[ARGV[i]] then ids[#ids + 1] = ARGV[i] end
+  seqs[ARGV[i]] = tonumber(seq)
 end
 local rcv = received_upto(cid)
-for i = 4, #ARGV do
-  local received = tonumber(redis.call('ZSCORE', K_CINF(cid), ARGV[i])) <= rcv
-  if not received then redis.call('LREM', K_COUT(cid), 1, ARGV[i]) end
-  return_message(cid, ARGV[i], received, 'rollback')
+for _, id in ipairs(ids) do
+  local received = seqs[id] <= rcv
+  if not received then redis.call('LREM', K_COUT(cid), 1, id) end
+  return_message(cid, id, received, 'rollback')
 end
+-- The window opened by DELIVERED acks (a transaction's acks) closes again, never below zero.
+local ext = tonumber(redis.call('HGET', K_C(cid), 'ext')) or 0
+redis.call('HSET', K_C(cid), 'ext', math.max(0, ext - #ids))
+room_freed(cid)
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return {#ARGV - 3, dispatched, more, hold}
+return {#ids, dispatched, more, hold}

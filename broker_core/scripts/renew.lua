@@ -1,10 +1,12 @@
 -- Renew consumer leases. ARGV: now, lease ms, consumer ids... Returns the ids that are not registered.
 --@include base
+--@include message
 NOW = tonumber(ARGV[1])
 local missing = {}
 for i = 3, #ARGV do
-  if redis.call('ZADD', K_LEASES, 'XX', 'CH', NOW + tonumber(ARGV[2]), ARGV[i]) == 0
-     and redis.call('ZSCORE', K_LEASES, ARGV[i]) == false then
+  if redis.call('ZSCORE', K_LEASES, ARGV[i]) then
+    renew_lease(ARGV[i], tonumber(ARGV[2]))
+  else
     missing[#missing + 1] = ARGV[i]
   end
 end

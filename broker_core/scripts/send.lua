@@ -1,7 +1,7 @@
 -- Enqueue messages on a queue, then run a dispatch chunk.
 -- ARGV: now, budget, then per message: id, packed message.
--- Returns {accepted ids..., '', dispatched, more, hold_until}; an id already stored is refused ('!' .. id),
--- an already expired message is not enqueued ('~' .. id).
+-- Returns {status per message..., '', dispatched, more, hold_until}; status 'ok', 'duplicate' (an id
+-- already stored: not stored again, counted) or 'expired' (expired on arrival: not enqueued, counted).
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
@@ -30,19 +30,19 @@ for i = 3, #ARGV, 2 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
   if redis.call('HEXISTS', K_MSGS, id) == 1 then  -- stored until acked, in flight or not
     meta_incr('duplicates')
-    out[#out + 1] = '!' .. id
+    out[#out + 1] = 'duplicate'
   elseif is_expired(m) then
     -- Expired on arrival: never stored nor counted as an enqueue (Queue.send).
     meta_incr('expired_on_arrival')
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
-    out[#out + 1] = '~' .. id
+    out[#out + 1] = 'expired'
   else
     local seq = meta_incr('seq')
     redis.call('HSET', K_MSGS, id, blob)
     pending_add(id, pending_score(seq, m[M_PRIORITY]))
     meta_incr('enqueued')
     emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob)
-    out[#out + 1] = id
+    out[#out + 1] = 'ok'
   end
 end
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))

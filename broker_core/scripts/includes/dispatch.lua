@@ -80,8 +80,11 @@ local function dispatch_chunk(budget)
   local order_changed = false
   local examined, dispatched, more = 0, 0, 0
 
+  local excluded_changed = false
   local function end_pass()
     cursor, dirty, excluded = '', false, {}
+    PASS_DIRTY.value = false
+    excluded_changed = true
     redis.call('HSET', K_META, 'last_pass_skipped', pass_skipped)
     pass_skipped = 0
   end
@@ -105,12 +108,14 @@ local function dispatch_chunk(budget)
     local lower = '-inf'
     if cursor ~= '' then lower = '(' .. cursor end
     local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, budget - examined)
+    dirty = dirty or PASS_DIRTY.value
     if #batch == 0 then
-      if dirty then end_pass() else break end   -- at the tail: restart if needed, else rest here
-      if redis.call('ZCARD', K_PENDING) == 0 then break end
+      -- At the tail: restart from the head if something changed behind the cursor, else rest here.
+      if not dirty or redis.call('ZCARD', K_PENDING) == 0 then break end
+      end_pass()
     end
     local restart = false
-    local at_tail = #batch / 2 < budget - examined
+    local at_tail = #batch > 0 and #batch / 2 < budget - examined
     for i = 1, #batch, 2 do
       local id, score = batch[i], tonumber(batch[i + 1])
       examined = examined + 1
@@ -125,7 +130,7 @@ local function dispatch_chunk(budget)
           cursor = batch[i + 1]
         else
           local gid, seq = m[M_GROUP], tonumber(m[M_GROUP_SEQ]) or 0
-          if gid and gid ~= '' then redis.call('HSET', K_META, 'gmap', '1') end
+          if gid then redis.call('HSET', K_META, 'gmap', '1') end
           local view = nil
           local target = nil
           local available = false
@@ -133,6 +138,7 @@ local function dispatch_chunk(budget)
             if c.alive and not excluded[c.id] then
               if is_full(c) then
                 excluded[c.id] = true
+                excluded_changed = true
               else
                 available = true
                 local ok = owner == nil or owner == c.id
@@ -177,7 +183,7 @@ local function dispatch_chunk(budget)
       local _, any_left = room()
       end_pass()
       if not any_left then break end
-    elseif at_tail and not dirty then
+    elseif at_tail and not (dirty or PASS_DIRTY.value) then
       break  -- the pass rests at the tail; no need to ask Redis again
     end
   end
@@ -185,10 +191,11 @@ local function dispatch_chunk(budget)
   flush_counts(cons, tally)
   local passfull = {}
   for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
-  if #passfull ~= #passfull_before then  -- the set only ever grows within a pass, or is emptied
+  if excluded_changed then
     redis.call('DEL', K_PASSFULL)
     if #passfull > 0 then redis.call('SADD', K_PASSFULL, unpack(passfull)) end
   end
+  dirty = dirty or PASS_DIRTY.value
   redis.call('HSET', K_META, 'cursor', cursor, 'dirty', dirty and '1' or '0', 'pass_skipped', pass_skipped)
   if order_changed then save_order(cons) end
   return dispatched, more, 0

@@ -60,7 +60,9 @@ local function group_assign(gid, c)
   local previous = redis.call('HGET', K_GROUPS, slot)
   if previous then
     -- Re-binding (JMSXGroupSeq 1) moves the group; like ActiveMQ the old owner's count is not decremented.
+    -- Messages of the group skipped earlier in this pass may now go to the new owner.
     redis.call('SREM', K_CGRP(string.match(previous, '^([^|]*)')), slot)
+    mark_dirty()
   end
   redis.call('HSET', K_GROUPS, slot, c.id .. '|' .. NOW)
   redis.call('SADD', K_CGRP(c.id), slot)
@@ -77,6 +79,7 @@ local function group_assign(gid, c)
         local owner = string.match(v, '^([^|]*)')
         redis.call('SREM', K_CGRP(owner), eldest)
         adjust_group_count(owner, -1)
+        mark_dirty()
         emit('group_evict', 'group', eldest, 'consumer', owner)
       end
     end
@@ -101,7 +104,7 @@ end
 
 -- Queue.assignMessageGroup for the candidate consumer c (after selector and exclusivity passed).
 local function group_allows(c, id, gid, seq)
-  if gid == nil or gid == false or gid == '' then return true end
+  if gid == nil or gid == false then return true end  -- '' is a group, as in ActiveMQ
   if seq == 1 then
     group_assign(gid, c)
     redis.call('SADD', K_GFIRST, id)
@@ -117,6 +120,7 @@ local function group_allows(c, id, gid, seq)
     if seq < 0 then
       group_remove_slot(group_slot(gid))
       c.groups = redis.call('HINCRBY', K_C(c.id), 'groups', -1)
+      mark_dirty()
       emit('group_close', 'group', gid, 'consumer', c.id)
     end
     return true

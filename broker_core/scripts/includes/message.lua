@@ -53,12 +53,32 @@ local function selector_view(id, m)
   }
 end
 
-local function mark_dirty() redis.call('HSET', K_META, 'dirty', '1') end
+-- Something may have made a message behind the pass cursor dispatchable: the pass restarts from the head
+-- when it reaches the tail. `PASS_DIRTY` tells a chunk already running in this script call.
+local PASS_DIRTY = { value = false }
+local function mark_dirty()
+  PASS_DIRTY.value = true
+  redis.call('HSET', K_META, 'dirty', '1')
+end
 
 -- A consumer got room back. It needs a fresh pass only if this pass left it out for being full; a
 -- consumer that had room all along has already seen every message up to the cursor.
 local function room_freed(cid)
   if redis.call('SISMEMBER', K_PASSFULL, cid) == 1 then mark_dirty() end
+end
+
+-- A consumer joins the dispatch (new, or back from a lapsed lease): mid-pass it waits for the next
+-- pass, so it sees the messages from the head in order.
+local function consumer_joined(cid)
+  local cursor = redis.call('HGET', K_META, 'cursor')
+  if cursor and cursor ~= '' then redis.call('SADD', K_PASSFULL, cid) end
+  mark_dirty()
+end
+
+local function renew_lease(cid, lease_ms)
+  local old = redis.call('ZSCORE', K_LEASES, cid)
+  redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
+  if old and tonumber(old) < NOW then consumer_joined(cid) end
 end
 
 -- Start the next dispatch pass at the head now: freed groups or a changed exclusive owner can make
