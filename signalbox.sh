@@ -11,8 +11,12 @@ VENV="${SIGNALBOX_VENV:-.venv}"
 
 if [ ! -x "$VENV/bin/python" ]; then
     if ! command -v "$PYTHON" >/dev/null 2>&1; then
-        echo "signalbox: error: $PYTHON not found; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
-        exit 2
+        if command -v python3 >/dev/null 2>&1 && python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+            PYTHON=python3
+        else
+            echo "signalbox: error: $PYTHON not found; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
+            exit 2
+        fi
     fi
     echo "signalbox: creating virtualenv $VENV"
     "$PYTHON" -m venv "$VENV"

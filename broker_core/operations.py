@@ -256,8 +256,9 @@ class Operations:
             selector = parse_selector(spec.selector, convert_string_expressions=spec.stomp_selector)
         cid = consumer_id or f"c-{uuid.uuid4().hex[:12]}"
         if not _CONSUMER_ID.fullmatch(cid):
-            raise InvalidConsumer(f"consumer id {cid!r} must be 1-128 characters of letters, digits and . _ - @",
-                                  field="consumer_id")
+            raise InvalidConsumer(
+                f"consumer id {cid!r} must be 1-128 characters of letters, digits and . _ - @",
+                field="consumer_id")
         definition = {
             "priority": spec.priority,
             "exclusive": spec.exclusive,

@@ -143,10 +143,17 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 
 # Channels: the Redis channel layer wakes the gateway process that owns a consumer.
+# The layer waits for messages with BZPOPMIN, 5 s at a time. redis-py 8 made socket_timeout default
+# to 5 s as well, so an idle consumer's read raced the server's reply and died with TimeoutError
+# (django/channels_redis#422); the read timeout must stay well above the blocking timeout.
+CHANNEL_LAYER_SOCKET_TIMEOUT = 15
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": "signalbox:asgi"},
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT}],
+            "prefix": "signalbox:asgi",
+        },
     },
 }
 

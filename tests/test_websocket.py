@@ -30,7 +30,22 @@ async def test_the_channel_layer_is_the_redis_one(settings):
 
     layer = get_channel_layer()
     assert type(layer).__module__ == "channels_redis.core"
-    assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] == [settings.REDIS_URL]
+    (host,) = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]
+    assert host["address"] == settings.REDIS_URL
+    # Reads must outlast the layer's blocking pop, or idle consumers die (see settings).
+    assert host["socket_timeout"] > layer.brpop_timeout
+
+
+@pytest.mark.e2e
+async def test_an_idle_connection_survives_the_channel_layers_blocking_pop():
+    from channels.layers import get_channel_layer
+
+    idle = get_channel_layer().brpop_timeout + 1.5
+    async with websocket("/ws/ping") as communicator:
+        # Nothing to read for longer than one BZPOPMIN round: the consumer must still be there.
+        assert await communicator.receive_nothing(idle, interval=0.1)
+        await communicator.send_to(text_data="still here")
+        assert await communicator.receive_from() == "still here"
 
 
 async def test_clients_without_an_origin_header_are_accepted():
