@@ -132,7 +132,8 @@ class Message:
         if not isinstance(message_id, str) or not 1 <= len(message_id) <= MAX_MESSAGE_ID or any(
                 ch.isspace() or ch == "|" for ch in message_id):
             raise InvalidMessage(
-                f"message id must be 1-{MAX_MESSAGE_ID} characters without whitespace or '|', got {message_id!r}",
+                f"message id must be 1-{MAX_MESSAGE_ID} characters without whitespace or '|', "
+                f"got {message_id!r}",
                 field="message_id")
         record = [
             FORMAT_VERSION,
