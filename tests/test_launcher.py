@@ -1,0 +1,288 @@
+"""Acceptance of the README's run command: everything starts, answers, and stops on Ctrl-C.
+
+These start real processes (Redis, uvicorn, a Celery worker and beat) on free ports in temporary
+data folders, so they are marked e2e; the test command still runs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import re
+import socket
+import sqlite3
+import urllib.request
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+import websockets
+
+from signalbox.embedded_redis import EmbeddedRedis, aof_files, free_port, port_in_use
+from tests.helpers.processes import RunningLauncher, launcher_env, run_launcher_to_completion, start_launcher
+
+pytestmark = pytest.mark.e2e
+
+
+async def websocket_echo(url: str, text: str) -> str:
+    async with websockets.connect(url, open_timeout=10) as connection:
+        await connection.send(text)
+        return await asyncio.wait_for(connection.recv(), 10)
+
+
+def command_lines(processes: list[psutil.Process]) -> list[str]:
+    lines = []
+    for proc in processes:
+        with contextlib.suppress(psutil.Error):
+            lines.append(" ".join(proc.cmdline()))
+    return lines
+
+
+def exercise_and_stop(launcher: RunningLauncher, redis_url: str) -> tuple[bytes, list[str]]:
+    """The acceptance path shared by both variants. Returns the key written and the descendants'
+    process names while the system ran."""
+    report = launcher.wait_healthy()
+    assert report["redis"]["status"] == "ok"
+    assert report["redis"]["aof_enabled"] is True
+    assert report["database"] == {"status": "ok", "vendor": "sqlite"}
+    assert report["celery"]["status"] == "ok" and report["celery"]["workers"]
+
+    ws_url = f"ws://127.0.0.1:{launcher.port}/ws/ping"
+    assert (
+        asyncio.run(websocket_echo(ws_url, "ping from the acceptance test"))
+        == "ping from the acceptance test"
+    )
+
+    with urllib.request.urlopen(f"{launcher.base_url}/static/signalbox/signalbox.css", timeout=5) as response:
+        assert response.status == 200 and b"font-family" in response.read()
+
+    descendants = launcher.collect_descendants()
+    names = [proc.name() for proc in descendants]
+    commands = command_lines(descendants)
+    assert any("uvicorn signalbox.asgi:application" in line for line in commands), commands
+    assert any("celery -A signalbox worker" in line for line in commands), commands
+    assert any("celery -A signalbox beat" in line for line in commands), commands
+
+    key = f"e2e-{uuid.uuid4().hex}".encode()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.set(key, b"durable")
+    finally:
+        client.close()
+
+    assert launcher.ctrl_c() == 0, launcher.output()
+    _, alive = psutil.wait_procs(descendants, timeout=15)
+    assert alive == [], f"still running after Ctrl-C: {command_lines(alive)}"
+    output = launcher.output()
+    assert "Traceback" not in output, output
+    assert "signalbox: stopped" in output
+    assert "killing it" not in output, "a child had to be killed instead of stopping on its own"
+    return key, names
+
+
+def aof_contents(data_dir: Path) -> bytes:
+    files = aof_files(data_dir)
+    assert files, f"no AOF files in {data_dir}: {sorted(p.name for p in data_dir.iterdir())}"
+    return b"".join(path.read_bytes() for path in files)
+
+
+def admin_password_hash(data_dir: Path) -> str:
+    with sqlite3.connect(data_dir / "db.sqlite3") as db:
+        rows = db.execute(
+            "SELECT password FROM auth_user WHERE username = 'admin' AND is_superuser = 1"
+        ).fetchall()
+    assert len(rows) == 1
+    return rows[0][0]
+
+
+def test_run_with_embedded_redis_serves_then_stops_every_child_on_ctrl_c(tmp_path: Path):
+    from django.contrib.auth.hashers import check_password
+
+    data_dir = tmp_path / "data"
+    redis_port = free_port()
+    env = launcher_env(SIGNALBOX_REDIS_PORT=str(redis_port))
+    launcher = start_launcher(data_dir, free_port(), env, tmp_path / "launcher.log")
+    try:
+        key, names = exercise_and_stop(launcher, f"redis://127.0.0.1:{redis_port}/0")
+    finally:
+        launcher.kill()
+
+    assert "redis-server" in names
+    assert (data_dir / "redis.conf").read_text().count("appendfsync everysec") == 1
+    # Redis wrote the key to its AOF before it exited.
+    assert key in aof_contents(data_dir)
+    assert not port_in_use("127.0.0.1", redis_port)
+
+    # The first admin user got a generated password, printed exactly once.
+    printed = re.findall(r"created admin user 'admin' with password: (\S+)", launcher.output())
+    assert len(printed) == 1
+    assert check_password(printed[0], admin_password_hash(data_dir))
+
+    # A second run on the same data folder replays the AOF and keeps the admin user as it is.
+    again = start_launcher(data_dir, free_port(), env, tmp_path / "launcher-again.log")
+    try:
+        again.wait_healthy()
+        client = redis.Redis(port=redis_port)
+        try:
+            assert client.get(key) == b"durable"
+        finally:
+            client.close()
+        assert again.ctrl_c() == 0, again.output()
+    finally:
+        again.kill()
+    assert "created admin user" not in again.output()
+    assert check_password(printed[0], admin_password_hash(data_dir))
+
+
+def test_run_with_redis_url_uses_that_redis_and_leaves_it_running(tmp_path: Path):
+    from django.contrib.auth.hashers import check_password
+
+    external = EmbeddedRedis(tmp_path / "external-redis", port=free_port(), appendonly=True)
+    external.start()
+    data_dir = tmp_path / "data"
+    env = launcher_env(
+        REDIS_URL=external.url,
+        SIGNALBOX_REDIS_PORT=str(free_port()),
+        SIGNALBOX_ADMIN_PASSWORD="correct horse battery staple",
+    )
+    launcher = start_launcher(data_dir, free_port(), env, tmp_path / "launcher.log")
+    try:
+        launcher.wait_healthy()
+        client = redis.Redis.from_url(external.url)
+        try:
+            # The worker declared its queue binding in the external Redis.
+            assert client.exists(b"_kombu.binding.signalbox") == 1
+        finally:
+            client.close()
+
+        key, names = exercise_and_stop(launcher, external.url)
+        assert "redis-server" not in names, "the launcher started its own Redis despite REDIS_URL"
+
+        # The external Redis is not the launcher's to stop, and it holds the data.
+        assert external.process is not None and external.process.poll() is None
+        client = redis.Redis.from_url(external.url)
+        try:
+            assert client.get(key) == b"durable"
+        finally:
+            client.close()
+        assert external.stop() == 0
+        assert key in aof_contents(external.data_dir)
+        assert aof_files(data_dir) == []
+        assert (
+            "created admin user 'admin' with the password from SIGNALBOX_ADMIN_PASSWORD" in launcher.output()
+        )
+        assert check_password("correct horse battery staple", admin_password_hash(data_dir))
+    finally:
+        launcher.kill()
+        external.stop()
+
+
+# --- bad configuration: one line saying what is wrong and how to fix it, no traceback ---
+
+
+def assert_one_clear_line(result, *fragments: str) -> str:
+    combined = result.stdout + result.stderr
+    assert result.returncode != 0, combined
+    assert "Traceback" not in combined, combined
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{result.stderr}"
+    line = lines[0]
+    assert line.startswith("signalbox: error: ")
+    for fragment in fragments:
+        assert fragment in line
+    return line
+
+
+def test_unreachable_redis_url_is_one_clear_line(tmp_path: Path):
+    port = free_port()
+    result = run_launcher_to_completion(
+        ["--data-dir", str(tmp_path), "--port", str(free_port())],
+        launcher_env(REDIS_URL=f"redis://127.0.0.1:{port}/0"),
+    )
+    assert_one_clear_line(result, f"cannot reach Redis at redis://127.0.0.1:{port}/0", "unset REDIS_URL")
+
+
+def test_redis_url_with_a_password_is_never_printed(tmp_path: Path):
+    result = run_launcher_to_completion(
+        ["--data-dir", str(tmp_path), "--port", str(free_port())],
+        launcher_env(REDIS_URL=f"redis://app:s3cret@127.0.0.1:{free_port()}/0"),
+    )
+    line = assert_one_clear_line(result, "redis://app:***@127.0.0.1")
+    assert "s3cret" not in line
+
+
+def test_a_redis_url_that_is_not_one_is_one_clear_line(tmp_path: Path):
+    result = run_launcher_to_completion(
+        ["--data-dir", str(tmp_path), "--port", str(free_port())], launcher_env(REDIS_URL="http://localhost/")
+    )
+    assert_one_clear_line(result, "is not a Redis URL", "redis://")
+
+
+def test_web_port_in_use_is_one_clear_line(tmp_path: Path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_launcher_to_completion(
+            ["--data-dir", str(tmp_path), "--port", str(port)],
+            launcher_env(SIGNALBOX_REDIS_PORT=str(free_port())),
+        )
+    assert_one_clear_line(result, f"port {port} on 127.0.0.1 is already in use", "SIGNALBOX_PORT")
+
+
+def test_embedded_redis_port_in_use_is_one_clear_line(tmp_path: Path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_launcher_to_completion(
+            ["--data-dir", str(tmp_path), "--port", str(free_port())],
+            launcher_env(SIGNALBOX_REDIS_PORT=str(port)),
+        )
+    assert_one_clear_line(result, f"port {port} on 127.0.0.1 is already in use", "SIGNALBOX_REDIS_PORT")
+
+
+def test_malformed_database_url_is_one_clear_line(tmp_path: Path):
+    result = run_launcher_to_completion(
+        ["--data-dir", str(tmp_path), "--port", str(free_port())],
+        launcher_env(DATABASE_URL="postgress//nohost", SIGNALBOX_REDIS_PORT=str(free_port())),
+    )
+    assert_one_clear_line(
+        result, "DATABASE_URL is not a database URL", "postgres://user:password@host:5432/dbname"
+    )
+
+
+def test_unreachable_database_is_one_clear_line_and_starts_nothing(tmp_path: Path):
+    redis_port = free_port()
+    db_port = free_port()
+    result = run_launcher_to_completion(
+        ["--data-dir", str(tmp_path), "--port", str(free_port())],
+        launcher_env(
+            DATABASE_URL=f"postgres://signalbox:pw@127.0.0.1:{db_port}/signalbox",
+            SIGNALBOX_REDIS_PORT=str(redis_port),
+        ),
+    )
+    assert_one_clear_line(result, f"cannot connect to the postgresql database 127.0.0.1:{db_port}/signalbox")
+    assert "pw@" not in result.stderr
+    assert not port_in_use("127.0.0.1", redis_port)
+    assert aof_files(tmp_path) == []
+
+
+def test_bad_fsync_policy_is_one_clear_line(tmp_path: Path):
+    result = run_launcher_to_completion(
+        ["--data-dir", str(tmp_path)], launcher_env(SIGNALBOX_REDIS_APPENDFSYNC="sometimes")
+    )
+    assert_one_clear_line(result, "SIGNALBOX_REDIS_APPENDFSYNC='sometimes'", "always, everysec, no")
+
+
+def test_a_data_folder_in_use_by_another_run_is_one_clear_line(tmp_path: Path):
+    with open(tmp_path / "launcher.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = run_launcher_to_completion(
+            ["--data-dir", str(tmp_path), "--port", str(free_port())],
+            launcher_env(SIGNALBOX_REDIS_PORT=str(free_port())),
+        )
+    assert_one_clear_line(result, "another Signalbox run is using data folder", "SIGNALBOX_DATA_DIR")
