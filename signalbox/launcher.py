@@ -296,6 +296,32 @@ class Launcher:
             say(f"created admin user {username!r} with password: {password}")
             say("  (shown only this once; change it under /admin/)")
 
+    def load_policies(self, redis_url: str) -> None:
+        """Replace the destination policies in Redis with the policy file's, if there is one."""
+        import redis
+        from django.conf import settings
+
+        from broker_core.broker import Broker
+        from broker_core.errors import InvalidPolicy
+        from broker_core.policy import load_policy_file
+
+        path = settings.SIGNALBOX_POLICY_FILE
+        if not path:
+            say("destination policies: ActiveMQ's defaults (no SIGNALBOX_POLICY_FILE)")
+            return
+        try:
+            policy_map = load_policy_file(path)
+        except (OSError, InvalidPolicy) as exc:
+            raise ConfigError(f"policy file {path}: {one_line(exc)}; fix it or unset SIGNALBOX_POLICY_FILE") from None
+        client = redis.Redis.from_url(redis_url)
+        try:
+            broker = Broker(client, settings.SIGNALBOX_NAMESPACE)
+            broker.policies.load_from(policy_map)
+            broker.refresh_policies()
+        finally:
+            client.close()
+        say(f"destination policies: {len(policy_map.entries)} entries from {path}")
+
     def child_env(self, redis_url: str) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
@@ -387,6 +413,7 @@ class Launcher:
             redis_url = self.start_redis()
             self.migrate()
             self.ensure_admin()
+            self.load_policies(redis_url)
             from django.db import connections
 
             connections.close_all()

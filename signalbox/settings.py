@@ -36,6 +36,11 @@ DATA_DIR = Path(os.environ.get("SIGNALBOX_DATA_DIR") or BASE_DIR / "var").resolv
 # Port of the embedded Redis the launcher starts when REDIS_URL is unset.
 EMBEDDED_REDIS_PORT = int(os.environ.get("SIGNALBOX_REDIS_PORT") or 6390)
 REDIS_URL = os.environ.get("REDIS_URL") or f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
+# broker_core's key prefix in Redis, and the destination policy file loaded when the system starts
+# (ActiveMQ's <destinationPolicy>; format in signalbox.example.toml). Without one, ActiveMQ's defaults.
+SIGNALBOX_NAMESPACE = os.environ.get("SIGNALBOX_NAMESPACE") or "sb"
+SIGNALBOX_POLICY_FILE = os.environ.get("SIGNALBOX_POLICY_FILE") or (
+    str(BASE_DIR / "signalbox.toml") if (BASE_DIR / "signalbox.toml").exists() else "")
 
 
 def _secret_key() -> str:

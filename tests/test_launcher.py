@@ -286,3 +286,14 @@ def test_a_data_folder_in_use_by_another_run_is_one_clear_line(tmp_path: Path):
             launcher_env(SIGNALBOX_REDIS_PORT=str(free_port())),
         )
     assert_one_clear_line(result, "another Signalbox run is using data folder", "SIGNALBOX_DATA_DIR")
+
+
+def test_a_bad_policy_file_is_one_clear_line(tmp_path: Path, redis_url: str):
+    policy_file = tmp_path / "policies.toml"
+    policy_file.write_text('[[policy.entry]]\nqueue = "orders.>"\nprefetchSize = 5\n')
+    result = run_launcher_to_completion(
+        ["--data-dir", str(tmp_path / "data"), "--port", str(free_port())],
+        launcher_env(REDIS_URL=redis_url, SIGNALBOX_POLICY_FILE=str(policy_file),
+                     SIGNALBOX_NAMESPACE=f"t{uuid.uuid4().hex[:12]}"),
+    )
+    assert_one_clear_line(result, "policy file", "prefetchSize")

@@ -206,3 +206,24 @@ def test_message_expired_on_send_is_not_enqueued(broker, clock):
     send(broker, "late", expiration=clock.now_ms() - 1)
     stats = broker.stats("orders")
     assert (stats.enqueued, stats.queue_size, stats.expired_on_arrival) == (0, 0, 1)
+
+
+def test_a_policy_file_applies_to_existing_destinations_when_loaded_at_run_time(broker, tmp_path):
+    from broker_core.policy import load_policy_file
+
+    send(broker, *[f"m{i}" for i in range(4)], priority=0)
+    send(broker, "urgent", priority=9)
+    path = tmp_path / "policies.toml"
+    path.write_text('[[policy.entry]]\nqueue = ">"\n[[policy.entry]]\nqueue = "orders"\n'
+                    'queuePrefetch = 5\nprioritizedMessages = true\n')
+    broker.policies.load_from(load_policy_file(path))
+    broker.refresh_policies()
+    send(broker, "late-low", priority=0)
+    send(broker, "late-high", priority=9)
+    c = consumer(broker)
+    assert c.prefetch == 5
+    # messages sent before the change keep their FIFO places; later ones are ordered by priority
+    first = drain(broker, c)
+    assert bodies(first) == ["m0", "m1", "m2", "m3", "urgent"]
+    broker.ack(c, first[-1].message_id)  # cumulative
+    assert bodies(drain(broker, c)) == ["late-high", "late-low"]
