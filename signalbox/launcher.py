@@ -312,7 +312,8 @@ class Launcher:
         try:
             policy_map = load_policy_file(path)
         except (OSError, InvalidPolicy) as exc:
-            raise ConfigError(f"policy file {path}: {one_line(exc)}; fix it or unset SIGNALBOX_POLICY_FILE") from None
+            raise ConfigError(
+                f"policy file {path}: {one_line(exc)}; fix it or unset SIGNALBOX_POLICY_FILE") from None
         client = redis.Redis.from_url(redis_url)
         try:
             broker = Broker(client, settings.SIGNALBOX_NAMESPACE)
@@ -493,10 +494,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--data-dir", help="data folder (default ./var, env SIGNALBOX_DATA_DIR)")
     test = commands.add_parser("test", help="run ruff and the test suite; extra arguments go to pytest")
     test.add_argument("pytest_args", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-
+    # Options such as -q or -m belong to pytest; argparse's REMAINDER would reject a leading one.
+    args, extra = parser.parse_known_args(argv)
     if args.command == "test":
-        return run_tests(args.pytest_args)
+        return run_tests(extra + args.pytest_args)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         config = RunConfig.from_env(args)
     except ConfigError as exc:
