@@ -208,6 +208,7 @@ class Operations:
         policy: dict[str, str] = yield Policy(dest)
         prefix = self.prefix(dest)
         yield Command(("HSET", f"{prefix}:policy", *[x for kv in policy.items() for x in kv]))
+        yield Command(("HDEL", f"{prefix}:policy", "_packed"))  # the scripts' cache of it
         yield Command(("HSETNX", f"{prefix}:meta", "uri", dest.uri))
         yield Command(("HSETNX", f"{prefix}:meta", "created", now))
         yield Command(("ZADD", self.registry_key, "NX", now, dest.uri))
@@ -219,6 +220,7 @@ class Operations:
             policy: dict[str, str] = yield Policy(dest)
             prefix = self.prefix(dest)
             yield Command(("HSET", f"{prefix}:policy", *[x for kv in policy.items() for x in kv]))
+            yield Command(("HDEL", f"{prefix}:policy", "_packed"))  # the scripts' cache of it
             yield Command(("HSET", f"{prefix}:meta", "dirty", "1"))
 
     def _continue_dispatch(self, dest: Destination, now: int, more: int, hold: int) -> Op:

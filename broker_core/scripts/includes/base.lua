@@ -47,7 +47,16 @@ local POLICY_DEFAULTS = {
 local _policy = nil
 local function policy()
   if _policy then return _policy end
-  local values = redis.call('HMGET', K_POLICY, unpack(POLICY_NAMES))
+  -- The values scripts use are cached packed in one field, so a call reads one field, not fifteen;
+  -- whoever rewrites the policy hash deletes '_packed' (operations.py).
+  local packed = redis.call('HGET', K_POLICY, '_packed')
+  local values
+  if packed then
+    values = cmsgpack.unpack(packed)
+  else
+    values = redis.call('HMGET', K_POLICY, unpack(POLICY_NAMES))
+    if redis.call('EXISTS', K_POLICY) == 1 then redis.call('HSET', K_POLICY, '_packed', cmsgpack.pack(values)) end
+  end
   _policy = {}
   for i, name in ipairs(POLICY_NAMES) do
     local v = values[i]
