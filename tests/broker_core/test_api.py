@@ -62,3 +62,21 @@ def test_delivered_properties_keep_their_types(broker):
     assert d.properties == {"s": "x", "b": True, "i": 7, "l": TypedValue("long", 8), "d": 1.5, "big": 2**40}
     headers = (d.correlation_id, d.reply_to, d.type, d.priority, d.persistent)
     assert headers == ("corr", "queue://r", "t", 4, True)
+
+
+def test_the_owner_of_a_consumer_is_woken_when_its_empty_outbox_gets_messages(
+        broker, redis_client, namespace):
+    pubsub = redis_client.pubsub()
+    channel = f"{namespace}:wake:gateway-1"
+    pubsub.subscribe(channel)
+    assert pubsub.get_message(timeout=1)["type"] == "subscribe"
+    c = consumer(broker, prefetch=10, notify=channel, consumer_id="A")
+    broker.send("orders", [Message(body="m0"), Message(body="m1")])
+    broker.send("orders", Message(body="m2"))  # the outbox was not empty: no second wake-up
+    wake = pubsub.get_message(timeout=1)
+    assert (wake["channel"].decode(), wake["data"]) == (channel, b"A")
+    assert pubsub.get_message(timeout=0.2) is None
+    drain(broker, c)
+    broker.send("orders", Message(body="m3"))
+    assert pubsub.get_message(timeout=1)["data"] == b"A"
+    pubsub.close()
