@@ -189,7 +189,7 @@ class _Api:
         return self._run(self.ops.tx_begin(ttl_ms))
 
     def commit(self, tx: str) -> Any:
-        return self._run(self.ops.tx_commit(tx, self._now(), parse_destination))
+        return self._run(self.ops.tx_commit(tx, self._now()))
 
     def rollback(self, tx: str) -> Any:
         return self._run(self.ops.tx_rollback(tx, self._now()))

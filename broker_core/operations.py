@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import msgpack
 
-from .destinations import Destination
+from .destinations import Destination, parse_destination
 from .errors import (
     BrokerError,
     InvalidConsumer,
@@ -203,12 +203,16 @@ class Operations:
                 yield from self.init_destination(dest, now)
         raise UnknownDestination(f"destination {dest.uri} could not be created")
 
+    def _write_policy(self, dest: Destination) -> Op:
+        policy: dict[str, str] = yield Policy(dest)
+        key = f"{self.prefix(dest)}:policy"
+        yield Command(("HSET", key, *[x for kv in policy.items() for x in kv]))
+        yield Command(("HDEL", key, "_packed"))  # the scripts' packed copy of it
+
     def init_destination(self, dest: Destination, now: int) -> Op:
         """Create a destination (idempotent): its resolved policy, its name, its registry entry."""
-        policy: dict[str, str] = yield Policy(dest)
+        yield from self._write_policy(dest)
         prefix = self.prefix(dest)
-        yield Command(("HSET", f"{prefix}:policy", *[x for kv in policy.items() for x in kv]))
-        yield Command(("HDEL", f"{prefix}:policy", "_packed"))  # the scripts' cache of it
         yield Command(("HSETNX", f"{prefix}:meta", "uri", dest.uri))
         yield Command(("HSETNX", f"{prefix}:meta", "created", now))
         yield Command(("ZADD", self.registry_key, "NX", now, dest.uri))
@@ -216,12 +220,9 @@ class Operations:
     def refresh_policies(self, now: int) -> Op:
         """Rewrite every destination's policy hash after the policy map changed at run time."""
         for uri in (yield from self.destinations()):
-            dest = Destination(*uri.split("://", 1)) if "://" in uri else Destination("queue", uri)
-            policy: dict[str, str] = yield Policy(dest)
-            prefix = self.prefix(dest)
-            yield Command(("HSET", f"{prefix}:policy", *[x for kv in policy.items() for x in kv]))
-            yield Command(("HDEL", f"{prefix}:policy", "_packed"))  # the scripts' cache of it
-            yield Command(("HSET", f"{prefix}:meta", "dirty", "1"))
+            dest = parse_destination(uri)
+            yield from self._write_policy(dest)
+            yield Command(("HSET", f"{self.prefix(dest)}:meta", "dirty", "1"))
 
     def _continue_dispatch(self, dest: Destination, now: int, more: int, hold: int) -> Op:
         """Keep running chunks while the pass has more to examine (each call bounded)."""
@@ -419,42 +420,50 @@ class Operations:
         yield Command(("PEXPIRE", self.tx_key(tx), ttl_ms))
         return tx
 
-    def _tx_records(self, tx: str) -> Op:
-        raw = yield Command(("LRANGE", self.tx_key(tx), 0, -1))
-        if not raw:
+    # Records: ["send", kind, name, message id, packed message] and
+    # ["ack", kind, name, consumer id, ack mode, [message ids]].
+
+    def _tx_open(self, tx: str) -> Op:
+        if not (yield Command(("EXISTS", self.tx_key(tx)))):
             raise TransactionError(f"no open transaction {tx}", transaction=tx)
-        return [msgpack.unpackb(r, raw=False) for r in raw[1:]]
+
+    def _tx_records(self, tx: str) -> Op:
+        yield from self._tx_open(tx)
+        raw = yield Command(("LRANGE", self.tx_key(tx), 1, -1))
+        return [msgpack.unpackb(r, raw=False) for r in raw]
 
     def tx_send(self, tx: str, dest: Destination, messages: Iterable[Message], now: int) -> Op:
-        yield from self._tx_records(tx)
+        yield from self._tx_open(tx)
+        yield from self.ensure_destination(dest, now)  # so the commit's MULTI never meets a new one
         ids = []
         for message in messages:
             message_id, blob = message.pack(now)
             ids.append(message_id)
-            yield Command(("RPUSH", self.tx_key(tx), msgpack.packb(["send", dest.uri, message_id, blob])))
+            yield Command(("RPUSH", self.tx_key(tx),
+                           msgpack.packb(["send", dest.kind, dest.name, message_id, blob])))
         return ids
 
     def tx_ack(self, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
         """A transacted ack is a DELIVERED ack now (the window grows) and a real ack on commit."""
-        yield from self._tx_records(tx)
+        yield from self._tx_open(tx)
         yield from self.ack(consumer, message_ids, "delivered", now)
+        dest = consumer.destination
         yield Command(("RPUSH", self.tx_key(tx), msgpack.packb(
-            ["ack", consumer.destination.kind, consumer.destination.name, consumer.consumer_id, mode,
-             message_ids])))
+            ["ack", dest.kind, dest.name, consumer.consumer_id, mode, message_ids])))
 
-    def tx_commit(self, tx: str, now: int, parse: Any) -> Op:
+    def tx_commit(self, tx: str, now: int) -> Op:
         records = yield from self._tx_records(tx)
         calls: list[Eval] = []
         touched: dict[str, Destination] = {}
-        for record in records:
-            if record[0] == "send":
-                dest = parse(record[1])
-                yield from self.ensure_destination(dest, now)
-                calls.append(Eval("send", (self.prefix(dest),), (now, 0, record[2], record[3])))
-            else:
-                dest = Destination(record[1], record[2])
-                calls.append(Eval("ack", (self.prefix(dest),), (now, 0, record[3], record[4], 0, *record[5])))
+        for op, kind, name, *rest in records:
+            dest = Destination(kind, name)
             touched[dest.uri] = dest
+            if op == "send":
+                message_id, blob = rest
+                calls.append(Eval("send", (self.prefix(dest),), (now, 0, message_id, blob)))
+            else:
+                consumer_id, mode, message_ids = rest
+                calls.append(Eval("ack", (self.prefix(dest),), (now, 0, consumer_id, mode, 0, *message_ids)))
         yield Command(("DEL", self.tx_key(tx)))
         replies = yield calls  # one MULTI/EXEC
         errors = [r for r in replies if isinstance(r, Exception)]
