@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",  # API tokens: REST clients and STOMP/WebSocket logins
     "drf_spectacular",
     "gateway",
     "console",

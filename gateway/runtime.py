@@ -1,0 +1,111 @@
+"""The broker as this process's adapters see it: one broker client per process (per event loop for
+asyncio), and the wake-up hub that tells a waiting adapter its consumer got messages.
+
+Dispatch runs inside Redis scripts; when a consumer's outbox goes from empty to non-empty the script
+publishes the consumer id on the consumer's `notify` channel (broker_core/docs). Every process
+subscribes to one channel of its own, `<namespace>:wake:<process id>`, and gives it as `notify` for
+the consumers it registers, so one subscription serves all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import uuid
+
+import redis
+import redis.asyncio
+from django.conf import settings
+
+from broker_core.broker import AsyncBroker, Broker
+from broker_core.policy import PolicyStore
+
+PROCESS_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@functools.cache
+def sync_client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+@functools.cache
+def policies() -> PolicyStore:
+    return PolicyStore(sync_client(), settings.SIGNALBOX_NAMESPACE)
+
+
+@functools.cache
+def broker() -> Broker:
+    """The blocking broker client (Django views, Celery tasks)."""
+    return Broker(sync_client(), settings.SIGNALBOX_NAMESPACE, policies=policies())
+
+
+_async: dict[asyncio.AbstractEventLoop, tuple[AsyncBroker, WakeupHub]] = {}
+
+
+def _for_loop() -> tuple[AsyncBroker, WakeupHub]:
+    loop = asyncio.get_running_loop()
+    if loop not in _async:
+        client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+        _async[loop] = (AsyncBroker(client, settings.SIGNALBOX_NAMESPACE, policies=policies()),
+                        WakeupHub(client, settings.SIGNALBOX_NAMESPACE))
+    return _async[loop]
+
+
+def async_broker() -> AsyncBroker:
+    """The asyncio broker client of the running event loop (async views, WebSocket consumers)."""
+    return _for_loop()[0]
+
+
+def wakeups() -> WakeupHub:
+    """The running event loop's wake-up hub."""
+    return _for_loop()[1]
+
+
+class WakeupHub:
+    """One pub/sub subscription per process and loop; `wait(consumer_id)` returns when dispatch put
+    messages in that consumer's outbox (or at the timeout). A wake-up that arrives while nobody waits
+    is kept, so the next wait returns at once instead of missing it."""
+
+    def __init__(self, client: redis.asyncio.Redis, namespace: str) -> None:
+        self.client = client
+        self.channel = f"{namespace}:wake:{PROCESS_ID}"
+        self._events: dict[str, asyncio.Event] = {}
+        self._listener: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+
+    async def start(self) -> None:
+        """Subscribe (once); call before registering consumers with `notify=hub.channel`."""
+        if self._listener is None:
+            self._listener = asyncio.get_running_loop().create_task(self._listen())
+        await self._ready.wait()
+
+    async def _listen(self) -> None:
+        pubsub = self.client.pubsub()
+        await pubsub.subscribe(self.channel)
+        self._ready.set()
+        try:
+            async for message in pubsub.listen():
+                if message.get("type") == "message":
+                    self._event(message["data"].decode()).set()
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+
+    def _event(self, consumer_id: str) -> asyncio.Event:
+        return self._events.setdefault(consumer_id, asyncio.Event())
+
+    async def wait(self, consumer_id: str, timeout: float) -> bool:
+        """True if a wake-up came (now or since the last wait), False at the timeout."""
+        event = self._event(consumer_id)
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return False
+        event.clear()
+        return True
+
+    def forget(self, consumer_id: str) -> None:
+        """The consumer closed: drop its event."""
+        self._events.pop(consumer_id, None)
