@@ -7,6 +7,7 @@ methods and nothing else. Time comes from the clock given (a FakeClock in tests)
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterable
 from typing import Any
 
@@ -140,6 +141,21 @@ class _Api:
     def _second(op: Op) -> Op:
         return (yield from op)[1]
 
+    def nack(self, consumer: ConsumerRef, message_id: str | list[str], *, poison: bool = False) -> Any:
+        """Negative acknowledgement: the message comes back after the policy's redelivery delay with its
+        counter raised, or goes to the dead-letter queue when poison (STOMP NACK) or past
+        maximumRedeliveries. Returns (dead-lettered, redelivered) counts."""
+        ids = [message_id] if isinstance(message_id, str) else list(message_id)
+        return self._run(self.ops.nack(consumer, ids, poison, self._now(), random.uniform(-1.0, 1.0)))
+
+    def sweep_expired(self, destination: str | Destination) -> Any:
+        """One bounded page of the expiry sweep; returns SweepResult (call again until .done)."""
+        return self._run(self.ops.sweep_expired(_dest(destination), self._now()))
+
+    def forward(self, destination: str | Destination) -> Any:
+        """Deliver dead letters a crashed process left in the destination's forwarding hash."""
+        return self._run(self.ops.forward(_dest(destination), self._now()))
+
     def release(self, consumer: ConsumerRef, message_ids: list[str]) -> Any:
         """Give in-flight messages back at once with the redelivery counter raised (recover/rollback)."""
         return self._run(self.ops.release(consumer, message_ids, self._now()))
@@ -217,7 +233,7 @@ class Broker(_Api):
         if isinstance(request, Command):
             return self.redis.execute_command(*request.args)
         if isinstance(request, Policy):
-            return self.policies.resolve(request.destination).to_redis_hash()
+            return self.policies.resolve(request.destination)
         # a list of Evals: one MULTI/EXEC, each reply or its error
         for call in request:
             self.redis.script_load(script(call.script).source)
@@ -285,8 +301,7 @@ class AsyncBroker(_Api):
         if isinstance(request, Policy):
             if self.policies is None:
                 raise errors.InvalidPolicy("AsyncBroker needs a PolicyStore to create destinations")
-            entry = await asyncio.to_thread(self.policies.resolve, request.destination)
-            return entry.to_redis_hash()
+            return await asyncio.to_thread(self.policies.resolve, request.destination)
         for call in request:
             await self.redis.script_load(script(call.script).source)
         pipe = self.redis.pipeline(transaction=True)

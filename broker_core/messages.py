@@ -19,9 +19,11 @@ import msgpack
 from .errors import InvalidMessage
 
 FORMAT_VERSION = 1
+RECORD_LENGTH = 18  # fields of the packed array (scripts/includes/message.lua names them)
 DEFAULT_PRIORITY = 4
 MAX_PROPERTY_NAME = 256
 MAX_MESSAGE_ID = 256
+MAX_DELAY_MS = 366 * 24 * 3600 * 1000  # a year and a day
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
@@ -102,6 +104,7 @@ class Message:
     user_id: str | None = None
     message_id: str | None = None
     original_destination: str | None = None
+    delay_ms: int = 0  # AMQ_SCHEDULED_DELAY: invisible to consumers until this long after the send
 
     def pack(self, now_ms: int) -> tuple[str, bytes]:
         """Validate and give (message id, packed bytes). Raises InvalidMessage naming the problem."""
@@ -120,6 +123,10 @@ class Message:
                                  field="group_seq")
         if not INT_MIN <= self.group_seq <= INT_MAX:
             raise InvalidMessage(f"group sequence {self.group_seq} does not fit in an int", field="group_seq")
+        if isinstance(self.delay_ms, bool) or not isinstance(self.delay_ms, int) or not (
+                0 <= self.delay_ms <= MAX_DELAY_MS):
+            raise InvalidMessage(f"scheduled delay must be 0-{MAX_DELAY_MS} ms, got {self.delay_ms!r}",
+                                 field="delay_ms")
         flat: list[object] = []
         for name, value in self.properties.items():
             if not isinstance(name, str) or not name or len(name) > MAX_PROPERTY_NAME:
@@ -153,6 +160,7 @@ class Message:
             self.body,
             self.user_id,
             self.original_destination,
+            self.delay_ms,
         ]
         # Redis's cmsgpack knows no bin type: bytes travel as msgpack raw strings, `body kind` says which.
         return message_id, msgpack.packb(record, use_bin_type=False)
@@ -197,7 +205,7 @@ def unpack_delivery(
     message_id: str, destination: str, consumer_id: str, blob: bytes, redeliveries: int, first: bool
 ) -> Delivery:
     raw_record = msgpack.unpackb(blob, raw=True)
-    raw_record += [None] * (17 - len(raw_record))
+    raw_record += [None] * (RECORD_LENGTH - len(raw_record))
     r = [x.decode() if isinstance(x, bytes) and i not in (11, 14) else x for i, x in enumerate(raw_record)]
     body = r[14]
     if r[13] == "t" and isinstance(body, bytes):
@@ -232,3 +240,55 @@ def unpack_delivery(
         redelivery_count=int(redeliveries),
         group_first_for_consumer=bool(first),
     )
+
+
+def dead_letter_copy(blob: bytes, source: str, cause: str | None, now_ms: int,
+                     expiration_ms: int = 0) -> bytes:
+    """The copy a dead-letter queue receives (spec §5.4): the same id, `original destination` set to
+    where it died, `dlqDeliveryFailureCause` (unless the cause is null, as for a STOMP NACK),
+    `originalExpiration` unless already there, no expiry (or the strategy's), persistent (a
+    non-persistent one records `originalDeliveryMode`), no scheduled delay. Redelivery counters live
+    outside the message, so the copy starts at 0."""
+    record = msgpack.unpackb(blob, raw=True)
+    record += [None] * (RECORD_LENGTH - len(record))
+    flat = list(record[11] or [])
+    names = {flat[i] for i in range(0, len(flat), 3)}
+    if cause is not None:
+        flat += [b"dlqDeliveryFailureCause", b"s", cause.encode()]
+    if b"originalExpiration" not in names:
+        flat += [b"originalExpiration", b"l", record[4] or 0]
+    if not record[2]:
+        flat += [b"originalDeliveryMode", b"s", b"NON_PERSISTENT"]
+        record[2] = True
+    record[11] = flat
+    record[4] = now_ms + expiration_ms if expiration_ms > 0 else 0
+    record[16] = source
+    record[17] = 0
+    return msgpack.packb(record, use_bin_type=False)
+
+
+def redelivery_policy_text(policy: dict[str, str]) -> str:
+    """RedeliveryPolicy.toString() as ActiveMQ's client writes it into the cause."""
+    def flag(name: str) -> str:
+        return "true" if policy.get(name) in ("1", "true") else "false"
+
+    multiplier = float(policy.get("backOffMultiplier", "5.0"))
+    return (
+        "RedeliveryPolicy {destination = null, collisionAvoidanceFactor = 0.15, "
+        f"maximumRedeliveries = {policy.get('maximumRedeliveries', '6')}, "
+        f"maximumRedeliveryDelay = {policy.get('maximumRedeliveryDelay', '-1')}, "
+        f"initialRedeliveryDelay = {policy.get('initialRedeliveryDelay', '1000')}, "
+        f"useCollisionAvoidance = {flag('useCollisionAvoidance')}, "
+        f"useExponentialBackOff = {flag('useExponentialBackOff')}, backOffMultiplier = {multiplier!r}, "
+        f"redeliveryDelay = {policy.get('redeliveryDelay', '1000')}, preDispatchCheck = true}}"
+    )
+
+
+def failure_cause(kind: str, argument: str, policy: dict[str, str]) -> str | None:
+    """dlqDeliveryFailureCause for a dead letter of this kind (spec §5.4's table)."""
+    if kind == "redelivery":
+        return (f"java.lang.Throwable: Delivery[{argument}] exceeds redelivery policy limit:"
+                f"{redelivery_policy_text(policy)}, cause:null")
+    if kind == "expired":
+        return f"java.lang.Throwable: Message Expired. Expiration:{argument}"
+    return None  # poison: a STOMP NACK carries no cause

@@ -27,7 +27,8 @@ from .errors import (
     UnknownConsumer,
     UnknownDestination,
 )
-from .messages import Delivery, Message, unpack_delivery
+from .messages import Delivery, Message, dead_letter_copy, failure_cause, unpack_delivery
+from .policy import PolicyEntry
 from .selector import parse_selector
 
 AckMode = Literal["auto", "client", "client-individual", "transacted"]
@@ -37,6 +38,8 @@ _CONSUMER_ID = re.compile(r"[A-Za-z0-9._@-]{1,128}")
 MAX_RECEIVE = 1_000
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
+# Flags scripts return next to their dispatch count (scripts/includes/dispatch.lua).
+PASS_HAS_MORE, FORWARDS_WAITING = 1, 2
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class Command:
 
 @dataclass(frozen=True)
 class Policy:
-    """Ask the driver for the policy hash (PolicyEntry.to_redis_hash) of a destination."""
+    """Ask the driver for the PolicyEntry that applies to a destination."""
 
     destination: Destination
 
@@ -112,7 +115,29 @@ class Consumer(ConsumerRef):
 @dataclass(frozen=True)
 class DispatchResult:
     dispatched: int = 0
-    hold_until: int = 0  # a delayed start holds dispatch until this time (ms); call dispatch again then
+    # When to run dispatch again (ms): a delayed start ends, or a parked message (redelivery delay,
+    # scheduled delivery) becomes visible. 0: nothing waits for time.
+    hold_until: int = 0
+
+
+class SentId(str):
+    """A sent message's id, saying what became of it: `status` is "ok" (enqueued), "duplicate" (the id
+    is still stored or was enqueued within the audit window: accepted, not enqueued again) or "expired"
+    (expired on arrival: not enqueued; dead-lettered or dropped per the policy)."""
+
+    status: str
+
+    def __new__(cls, message_id: str, status: str) -> SentId:
+        sent = super().__new__(cls, message_id)
+        sent.status = status
+        return sent
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    examined: int
+    expired: int
+    done: bool  # the sweep reached the end of the queue; the next call starts at the head
 
 
 @dataclass(frozen=True)
@@ -150,6 +175,10 @@ class DestinationStats:
     dispatched: int
     expired: int
     expired_on_arrival: int
+    deadlettered: int  # left for the dead-letter queue (poison, past maximumRedeliveries, expired)
+    discarded: int  # dead letters dropped by the strategy (discarding, non-persistent, a DLQ's own)
+    parked: int  # waiting for a redelivery delay or a scheduled time
+    forwarding: int  # dead letters on their way to the dead-letter queue
     duplicates: int
     skipped: int
     last_pass_skipped: int
@@ -204,7 +233,10 @@ class Operations:
         raise UnknownDestination(f"destination {dest.uri} could not be created")
 
     def _write_policy(self, dest: Destination) -> Op:
-        policy: dict[str, str] = yield Policy(dest)
+        entry: PolicyEntry = yield Policy(dest)
+        policy = entry.to_redis_hash()
+        target = entry.dead_letter_destination_for(dest)
+        policy["deadLetterTarget"] = target.uri if target else ""  # "" = the discarding strategy
         key = f"{self.prefix(dest)}:policy"
         yield Command(("HSET", key, *[x for kv in policy.items() for x in kv]))
         yield Command(("HDEL", key, "_packed"))  # the scripts' packed copy of it
@@ -224,16 +256,48 @@ class Operations:
             yield from self._write_policy(dest)
             yield Command(("HSET", f"{self.prefix(dest)}:meta", "dirty", "1"))
 
-    def _continue_dispatch(self, dest: Destination, now: int, more: int, hold: int) -> Op:
-        """Keep running chunks while the pass has more to examine (each call bounded)."""
+    def _continue_dispatch(self, dest: Destination, now: int, flags: int, hold: int) -> Op:
+        """Finish what a script started: deliver its forwards (flag 2) and keep running chunks while the
+        pass has more to examine (flag 1); each call is bounded."""
         dispatched = 0
         chunks = 0
-        while more and chunks < MAX_DISPATCH_CHUNKS:
+        while flags and chunks < MAX_DISPATCH_CHUNKS:
+            if flags & FORWARDS_WAITING:
+                yield from self.forward(dest, now)
+            if not flags & PASS_HAS_MORE:
+                break
             reply = yield from self._eval("dispatch", dest, now, 0)
             dispatched += int(reply[0])
-            more, hold = int(reply[1]), int(reply[2])
+            flags, hold = int(reply[1]), int(reply[2])
             chunks += 1
         return DispatchResult(dispatched, hold)
+
+    def forward(self, dest: Destination, now: int, limit: int = 1_000) -> Op:
+        """Deliver the messages a script set aside for other destinations (dead letters), then delete
+        each entry. Safe to repeat: the target drops an id it has already enqueued."""
+        source_policy: dict[str, str] | None = None
+        done = 0
+        key = f"{self.prefix(dest)}:fwd"
+        while done < limit:
+            _, entries = yield Command(("HSCAN", key, 0, "COUNT", 100))  # redis-py gives a dict
+            if not entries:
+                return done
+            for raw_id, packed in entries.items():
+                message_id = _str(raw_id)
+                target_uri, cause, argument, blob = msgpack.unpackb(packed, raw=True)
+                target = parse_destination(_str(target_uri))
+                if source_policy is None:
+                    raw = yield Command(("HGETALL", f"{self.prefix(dest)}:policy"))  # a dict from redis-py
+                    source_policy = {_str(k): _str(v) for k, v in raw.items() if k != b"_packed"}
+                text = failure_cause(_str(cause), _str(argument), source_policy)
+                copy = dead_letter_copy(blob, dest.uri, text, now,
+                                        int(source_policy.get("deadLetterExpiration", "0")))
+                reply = yield from self._eval("send", target, now, 0, message_id, copy)
+                yield Command(("HSETNX", f"{self.prefix(target)}:meta", "dlq", "1"))
+                yield from self._continue_dispatch(target, now, int(reply[-2]), int(reply[-1]))
+                yield Command(("HDEL", key, message_id))
+                done += 1
+        return done
 
     # -- producing ------------------------------------------------------------------------------------
 
@@ -246,9 +310,8 @@ class Operations:
         reply = yield from self._eval("send", dest, now, *args)
         split = reply.index(b"")
         yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
-        # Every message's id, whatever became of it: stored, a duplicate of a stored id (dropped and
-        # counted in stats.duplicates) or expired on arrival (counted in stats.expired_on_arrival).
-        return args[1::2]
+        return [SentId(message_id, _str(status)) for message_id, status in zip(args[1::2], reply[:split],
+                                                                                  strict=True)]
 
     # -- consuming ------------------------------------------------------------------------------------
 
@@ -302,6 +365,24 @@ class Operations:
         reply = yield from self._eval("ack", dest, now, 0, consumer.consumer_id, mode, receive, *message_ids)
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0]), _deliveries(consumer, reply, 4)
+
+    def nack(self, consumer: ConsumerRef, message_ids: list[str], poison: bool, now: int,
+             jitter: float) -> Op:
+        """Negative acknowledgement (scripts/nack.lua): redelivery after the policy's delay, or the
+        dead-letter queue (poison, or past maximumRedeliveries). Returns (dead-lettered, redelivered)."""
+        if not message_ids:
+            raise NotInFlight("no message id given to acknowledge negatively")
+        dest = consumer.destination
+        reply = yield from self._eval("nack", dest, now, 0, consumer.consumer_id, "1" if poison else "0",
+                                      repr(jitter), *message_ids)
+        yield from self._continue_dispatch(dest, now, int(reply[3]), int(reply[4]))
+        return int(reply[0]), int(reply[1])
+
+    def sweep_expired(self, dest: Destination, now: int) -> Op:
+        """One page of the expiry sweep (scripts/sweep.lua); call again until `done`."""
+        reply = yield from self._eval("sweep", dest, now)
+        yield from self._continue_dispatch(dest, now, int(reply[3]), int(reply[4]))
+        return SweepResult(examined=int(reply[0]), expired=int(reply[1]), done=bool(int(reply[2])))
 
     def release(self, consumer: ConsumerRef, message_ids: list[str], now: int) -> Op:
         dest = consumer.destination
@@ -362,7 +443,7 @@ class Operations:
             raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
         owner = meta.get("owner") or None
         consumers = []
-        flat = reply[4]
+        flat = reply[6]
         for i in range(0, len(flat), 5):
             cid = _str(flat[i])
             definition = msgpack.unpackb(flat[i + 1], raw=False) if flat[i + 1] else {}
@@ -397,6 +478,8 @@ class Operations:
             destination=dest.uri, queue_size=pending + in_flight, pending=pending, in_flight=in_flight,
             enqueued=count("enqueued"), dequeued=count("dequeued"), dispatched=count("dispatched"),
             expired=count("expired"), expired_on_arrival=count("expired_on_arrival"),
+            deadlettered=count("deadlettered"), discarded=count("discarded"), parked=int(reply[4]),
+            forwarding=int(reply[5]),
             duplicates=count("duplicates"), skipped=count("skipped"),
             last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
             group_count=int(reply[3]), paused=meta.get("paused") == "1", exclusive_owner=owner,

@@ -25,21 +25,36 @@ for i = 3, #ARGV, 2 do
   end
   unpacked[i] = m
 end
+local audit = policy_flag('enableAudit')
+local audit_depth = policy_num('maxQueueAuditDepth')
 local out = {}
 for i = 3, #ARGV, 2 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
-  if redis.call('HEXISTS', K_MSGS, id) == 1 then  -- stored until acked, in flight or not
+  if redis.call('HEXISTS', K_MSGS, id) == 1 or (audit and redis.call('ZSCORE', K_AUDIT, id)) then
+    -- Still stored, or enqueued within the audit window: accepted, not enqueued twice (§12).
     meta_incr('duplicates')
+    emit('duplicate', 'msg', id)
     out[#out + 1] = 'duplicate'
   elseif is_expired(m) then
-    -- Expired on arrival: never stored nor counted as an enqueue (Queue.send).
+    -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
     meta_incr('expired_on_arrival')
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
+    dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   else
     local seq = meta_incr('seq')
     redis.call('HSET', K_MSGS, id, blob)
-    pending_add(id, pending_score(seq, m[M_PRIORITY]))
+    if audit then
+      redis.call('ZADD', K_AUDIT, seq, id)
+      if seq % 64 == 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, -audit_depth - 1) end
+    end
+    local delay = tonumber(m[M_DELAY]) or 0
+    if delay > 0 then
+      park(id, NOW + delay, pending_score(seq, m[M_PRIORITY]))
+      emit('schedule', 'msg', id, 'at', NOW + delay)
+    else
+      pending_add(id, pending_score(seq, m[M_PRIORITY]))
+    end
     meta_incr('enqueued')
     emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob)
     out[#out + 1] = 'ok'

@@ -1,10 +1,11 @@
 -- A consistent snapshot of a destination's counters and of each consumer (spec §14.2-14.4).
--- ARGV: now. Returns {meta hash flat, pending, in flight, consumers: per consumer id and its hash flat}.
+-- ARGV: now. Returns {meta hash flat, pending, in flight, groups, parked, forwarding,
+-- consumers: per consumer id, definition, counters (flat), lease, undelivered}.
 --@include base
 NOW = tonumber(ARGV[1])
 local out = {
   redis.call('HGETALL', K_META), redis.call('ZCARD', K_PENDING), redis.call('HLEN', K_INFLIGHT),
-  redis.call('HLEN', K_GROUPS),
+  redis.call('HLEN', K_GROUPS), redis.call('ZCARD', K_PARKED), redis.call('HLEN', K_FWD),
 }
 local consumers = {}
 for _, cid in ipairs(redis.call('LRANGE', K_CORDER, 0, -1)) do

@@ -15,6 +15,10 @@ local K_PASSFULL = P .. ':passfull'  -- set: consumers found full during the cur
 local K_GROUPS = P .. ':groups'      -- hash: group id (or bucket) -> "<consumer>|<assigned ms>"
 local K_GLRU = P .. ':glru'          -- zset: group id -> recency (cached map LRU; bucket map name cache)
 local K_EVENTS = P .. ':events'      -- stream: lifecycle events
+local K_PARKED = P .. ':parked'      -- zset: message id -> time it becomes visible (redelivery delay, schedule)
+local K_PARKINFO = P .. ':parkinfo'  -- hash: parked message id -> its pending score when it comes back
+local K_FWD = P .. ':fwd'            -- hash: message id -> packed forward (dead letter, move) to deliver
+local K_AUDIT = P .. ':audit'        -- zset: recently enqueued ids -> broker sequence (duplicate detection)
 
 local function K_C(cid) return P .. ':c:' .. cid end              -- hash: per-consumer counters
 local function K_CINF(cid) return P .. ':c:' .. cid .. ':inflight' end -- zset: id -> dispatch seq
@@ -40,9 +44,13 @@ local POLICY_NAMES = {
   'consumersBeforeDispatchStarts', 'timeBeforeDispatchStarts', 'messageGroupMapFactoryType',
   'groupMapCacheSize', 'groupMapBucketCount', 'maxPageSize', 'usePrefetchExtension', 'eventsMaxLen',
   'queuePrefetch', 'maxMessageSize', 'maxPropertyCount',
+  'maximumRedeliveries', 'initialRedeliveryDelay', 'redeliveryDelay', 'useExponentialBackOff',
+  'backOffMultiplier', 'maximumRedeliveryDelay', 'useCollisionAvoidance', 'deadLetterTarget',
+  'processExpired', 'processNonPersistent', 'enableAudit', 'maxQueueAuditDepth', 'maxExpirePageSize',
 }
 local POLICY_DEFAULTS = {
   '0', '0', '1', '0', '0', '0', 'cached', '1024', '1024', '200', '1', '100000', '1000', '4194304', '256',
+  '6', '1000', '1000', '0', '5.0', '-1', '0', 'queue://ActiveMQ.DLQ', '1', '0', '1', '2048', '400',
 }
 local _policy = nil
 local function policy()

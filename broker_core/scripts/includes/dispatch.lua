@@ -13,6 +13,7 @@
 --@include consumers
 --@include groups
 --@include selector
+--@include forward
 --@include lifecycle
 --@include outbox
 
@@ -50,7 +51,7 @@ end
 
 -- One chunk of the pass. Returns dispatched count, 1 when the pass has more to examine, and the time
 -- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
-local function dispatch_chunk(budget)
+local function dispatch_pass(budget)
   local state = redis.call('HMGET', K_META, 'paused', 'hold_until', 'cursor', 'dirty', 'owner',
                            'pass_skipped', 'dseq', 'dispatched')
   if state[1] == '1' then return 0, 0, 0 end
@@ -126,7 +127,7 @@ local function dispatch_chunk(budget)
       else
         local m = unpack_message(blob)
         if is_expired(m) then
-          expire_pending(id, m)
+          expire_pending(id, m, blob)
           cursor = batch[i + 1]
         else
           local gid, seq = m[M_GROUP], tonumber(m[M_GROUP_SEQ]) or 0
@@ -199,4 +200,17 @@ local function dispatch_chunk(budget)
   redis.call('HSET', K_META, 'cursor', cursor, 'dirty', dirty and '1' or '0', 'pass_skipped', pass_skipped)
   if order_changed then save_order(cons) end
   return dispatched, more, 0
+end
+
+local UNPARK_PER_CALL = 100
+
+-- What every script runs last: bring back parked messages that are due, run one chunk of the pass.
+-- Returns the dispatched count; flags (1: the pass has more to examine, 2: forwards wait in K_FWD);
+-- and when to run dispatch again (a delayed start, or the next parked message), 0 if never.
+local function dispatch_chunk(budget)
+  unpark_due(UNPARK_PER_CALL)
+  local dispatched, more, hold = dispatch_pass(budget)
+  if FWD.n > 0 then more = more + 2 end
+  if hold == 0 then hold = next_unpark() end
+  return dispatched, more, hold
 end

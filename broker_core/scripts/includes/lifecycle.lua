@@ -7,13 +7,19 @@ local function drop_message(id)
   redis.call('SREM', K_GFIRST, id)
 end
 
--- A pending (not in-flight) message whose time ran out (spec §6).
-local function expire_pending(id, m)
-  redis.call('ZREM', K_PENDING, id)
+-- A message whose time ran out (spec §6): counted, logged, dead-lettered or dropped per strategy.
+local function expire_message(id, m, blob)
   drop_message(id)
   meta_incr('expired')
   meta_incr('dequeued')
-  emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0)
+  local expiration = tonumber(m[M_EXPIRATION]) or 0
+  emit('expire', 'msg', id, 'expiration', expiration)
+  dead_letter(id, m, blob, 'expired', expiration)
+end
+
+local function expire_pending(id, m, blob)
+  redis.call('ZREM', K_PENDING, id)
+  expire_message(id, m, blob)
 end
 
 -- Take message `id` out of consumer `cid`'s window; returns its pending score.
@@ -36,6 +42,31 @@ local function ack_message(c, id)
   if c.prefetch > 0 and c.ext > 0 then c.ext = redis.call('HINCRBY', K_C(c.id), 'ext', -1) end
   c.n = c.n - 1
   emit('ack', 'msg', id, 'consumer', c.id)
+end
+
+-- Hold a message out of dispatch until `at`; it comes back with pending score `score`.
+local function park(id, at, score)
+  redis.call('ZADD', K_PARKED, at, id)
+  redis.call('HSET', K_PARKINFO, id, score)
+end
+
+-- Bring back parked messages whose time has come (bounded); returns how many.
+local function unpark_due(limit)
+  local due = redis.call('ZRANGEBYSCORE', K_PARKED, '-inf', NOW, 'LIMIT', 0, limit)
+  for _, id in ipairs(due) do
+    local score = tonumber(redis.call('HGET', K_PARKINFO, id))
+    redis.call('ZREM', K_PARKED, id)
+    redis.call('HDEL', K_PARKINFO, id)
+    if score and redis.call('HEXISTS', K_MSGS, id) == 1 then pending_add(id, score) end
+  end
+  return #due
+end
+
+-- The next time a parked message comes back (0 if none).
+local function next_unpark()
+  local first = redis.call('ZRANGE', K_PARKED, 0, 0, 'WITHSCORES')
+  if #first == 0 then return 0 end
+  return tonumber(first[2])
 end
 
 -- Put an in-flight message back in the pending zset ahead of fresh messages; `bump` raises its

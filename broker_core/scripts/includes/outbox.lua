@@ -10,9 +10,17 @@ end
 local function pop_outbox(c, max, out)
   local ids = redis.call('LPOP', K_COUT(c.id), max)
   if not ids then return 0 end
+  local handed = {}
   for _, id in ipairs(ids) do
     local blob = redis.call('HGET', K_MSGS, id)
-    if blob then
+    local m = blob and unpack_message(blob)
+    if m and is_expired(m) then
+      -- consumerExpiryCheckEnabled: an expired message never reaches the application (EXPIRED ack).
+      take_inflight(c.id, id)
+      c.n = c.n - 1
+      expire_message(id, m, blob)
+    elseif blob then
+      handed[#handed + 1] = id
       out[#out + 1] = id
       out[#out + 1] = blob
       out[#out + 1] = tonumber(redis.call('HGET', K_REDELIV, id)) or 0
@@ -22,8 +30,8 @@ local function pop_outbox(c, max, out)
   local last = redis.call('ZSCORE', K_CINF(c.id), ids[#ids])
   if last then redis.call('HSET', K_C(c.id), 'rcv', last) end
   if c.def.ack == 'auto' then
-    for _, id in ipairs(ids) do ack_message(c, id) end
-    room_freed(c.id)
+    for _, id in ipairs(handed) do ack_message(c, id) end
   end
+  if c.def.ack == 'auto' or #handed < #ids then room_freed(c.id) end
   return #ids
 end

@@ -1,0 +1,35 @@
+-- Messages leaving for another destination (dead-letter queue now; moves and copies later).
+--
+-- Another destination lives under another hash tag, so one script cannot write both. The message is
+-- taken out of this destination and put in its forwarding hash in the same step; the caller then
+-- delivers it to the target (operations.py `forward`) and deletes the entry. The target drops an id
+-- it has already enqueued, so a delivery repeated after a crash is harmless.
+
+local FWD = { n = 0 }
+
+-- Record a forward: target uri, why (cause kind and argument) and the packed message.
+local function queue_forward(id, blob, target, cause, cause_arg)
+  redis.call('HSET', K_FWD, id, cmsgpack.pack({ target, cause, cause_arg or '', blob }))
+  FWD.n = FWD.n + 1
+end
+
+-- §5.4: send a message that left this destination for a reason to the dead-letter queue, or drop it
+-- (discarding strategy, non-persistent without processNonPersistent, expired without processExpired,
+-- or the dead-letter queue itself). `cause` is 'redelivery' (argument: the delivery count), 'poison'
+-- (no cause text, STOMP NACK) or 'expired' (argument: the expiration). Returns true if forwarded.
+local function dead_letter(id, m, blob, cause, cause_arg)
+  local target = policy()['deadLetterTarget']
+  local persistent = m[M_PERSISTENT] == true or m[M_PERSISTENT] == 1
+  local keep = target ~= '' and target ~= redis.call('HGET', K_META, 'uri')
+  if keep and not persistent and not policy_flag('processNonPersistent') then keep = false end
+  if keep and cause == 'expired' and not policy_flag('processExpired') then keep = false end
+  if keep then
+    queue_forward(id, blob, target, cause, cause_arg)
+    meta_incr('deadlettered')
+    emit('deadletter', 'msg', id, 'target', target, 'cause', cause, 'detail', cause_arg or '')
+  else
+    meta_incr('discarded')
+    emit('discard', 'msg', id, 'cause', cause, 'detail', cause_arg or '')
+  end
+  return keep
+end

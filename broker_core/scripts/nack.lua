@@ -1,0 +1,70 @@
+-- Negative acknowledgement (spec §5.3, Appendix A), redelivery done by the broker with ActiveMQ's
+-- RedeliveryPolicy numbers. ARGV: now, budget, consumer id, poison ('1'/'0'), jitter (-1..1, for
+-- collision avoidance), message ids...
+-- Each message's redelivery counter goes up. Poison, or a counter past maximumRedeliveries (-1 =
+-- unlimited), dead-letters it now; otherwise it is parked until its redelivery delay has passed (other
+-- messages keep flowing) and then goes ahead of fresh messages.
+-- Returns {dead-lettered count, redelivered count, dispatched, flags, next time}.
+--@include base
+--@include dispatch
+NOW = tonumber(ARGV[1])
+local cid, poison, jitter = ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
+local c = find_consumer(cid)
+if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
+local ids, seen = {}, {}
+for i = 6, #ARGV do
+  if not redis.call('ZSCORE', K_CINF(cid), ARGV[i]) then
+    return fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
+  end
+  if not seen[ARGV[i]] then ids[#ids + 1] = ARGV[i] end
+  seen[ARGV[i]] = true
+end
+if #ids == 0 then return fail('INVALID_ACK', 'no message id given') end
+
+-- RedeliveryPolicy.getNextRedeliveryDelay: the first redelivery waits initialRedeliveryDelay, later
+-- ones redeliveryDelay, or the previous delay times backOffMultiplier with exponential back-off.
+local function delay_for(count)
+  local p = policy()
+  local delay = tonumber(p['initialRedeliveryDelay'])
+  if count > 1 then
+    if p['useExponentialBackOff'] == '1' then
+      delay = delay * tonumber(p['backOffMultiplier']) ^ (count - 1)
+    else
+      delay = tonumber(p['redeliveryDelay'])
+    end
+  end
+  local cap = tonumber(p['maximumRedeliveryDelay'])
+  if cap > 0 and delay > cap then delay = cap end
+  if p['useCollisionAvoidance'] == '1' then delay = delay + delay * 0.15 * jitter end
+  return math.floor(delay)
+end
+
+local max = policy_num('maximumRedeliveries')
+local rcv = received_upto(cid)
+local dead, later = 0, 0
+for _, id in ipairs(ids) do
+  if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end
+  local score = take_inflight(cid, id)
+  local count = redis.call('HINCRBY', K_REDELIV, id, 1)
+  if c.prefetch > 0 and c.ext > 0 then c.ext = redis.call('HINCRBY', K_C(cid), 'ext', -1) end
+  if poison or (max >= 0 and count > max) then
+    local blob = redis.call('HGET', K_MSGS, id)
+    local m = unpack_message(blob)
+    drop_message(id)
+    meta_incr('dequeued')
+    if poison then dead_letter(id, m, blob, 'poison') else dead_letter(id, m, blob, 'redelivery', count) end
+    dead = dead + 1
+  else
+    local delay = delay_for(count)
+    emit('redeliver', 'msg', id, 'consumer', cid, 'redeliveries', count, 'delay', delay)
+    if delay > 0 then
+      park(id, NOW + delay, redelivery_score(score))
+    else
+      pending_add(id, redelivery_score(score))
+    end
+    later = later + 1
+  end
+end
+room_freed(cid)
+local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+return {dead, later, dispatched, more, hold}

@@ -1,0 +1,32 @@
+-- The expiry sweep (spec §6): examine up to maxExpirePageSize pending (not in-flight) messages from the
+-- sweep cursor on and expire those whose time has run out; successive calls walk the whole queue.
+-- Skipped while the queue is paused, as in ActiveMQ. ARGV: now.
+-- Returns {examined, expired, done (1 when the walk reached the end), flags, next time}.
+--@include base
+--@include dispatch
+NOW = tonumber(ARGV[1])
+if redis.call('HGET', K_META, 'paused') == '1' then return {0, 0, 1, 0, 0} end
+local cursor = redis.call('HGET', K_META, 'sweep_cursor') or ''
+local lower = '-inf'
+if cursor ~= '' then lower = '(' .. cursor end
+local page = policy_num('maxExpirePageSize')
+local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, page)
+local expired = 0
+for i = 1, #batch, 2 do
+  local id = batch[i]
+  local blob = redis.call('HGET', K_MSGS, id)
+  if blob then
+    local m = unpack_message(blob)
+    if is_expired(m) then
+      expire_pending(id, m, blob)
+      expired = expired + 1
+    end
+  end
+end
+local done = #batch / 2 < page
+if done then cursor = '' else cursor = batch[#batch] end
+redis.call('HSET', K_META, 'sweep_cursor', cursor)
+if expired > 0 then emit('sweep', 'examined', #batch / 2, 'expired', expired) end
+local more = 0
+if FWD.n > 0 then more = 2 end
+return {#batch / 2, expired, done and 1 or 0, more, next_unpark()}
