@@ -45,6 +45,10 @@ _ERRORS: dict[str, type[errors.BrokerError]] = {
     "CONSUMER_EXISTS": errors.InvalidConsumer,
     "MESSAGE_TOO_LARGE": errors.MessageTooLarge,
     "TOO_MANY_PROPERTIES": errors.InvalidMessage,
+    "NO_MESSAGE": errors.UnknownMessage,
+    "IN_FLIGHT": errors.OperationRefused,
+    "NOT_A_DLQ": errors.OperationRefused,
+    "NO_ORIGINAL_DESTINATION": errors.OperationRefused,
 }
 
 _ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "transacted": "individual"}
@@ -155,6 +159,51 @@ class _Api:
     def forward(self, destination: str | Destination) -> Any:
         """Deliver dead letters a crashed process left in the destination's forwarding hash."""
         return self._run(self.ops.forward(_dest(destination), self._now()))
+
+    def browse(self, destination: str | Destination, *, selector: str | None = None,
+               cursor: str | None = None, limit: int = 100) -> Any:
+        """A page of stored messages (never changes anything); BrowsePage(messages, next_cursor)."""
+        return self._run(self.ops.browse(_dest(destination), selector, cursor, limit, self._now()))
+
+    def get_message(self, destination: str | Destination, message_id: str) -> Any:
+        return self._run(self.ops.get_message(_dest(destination), message_id, self._now()))
+
+    def remove_message(self, destination: str | Destination, message_id: str) -> Any:
+        """Remove one message, wherever it is (in flight too); True if it was there."""
+        return self._run(self.ops.remove(_dest(destination), [message_id], self._now())) == 1
+
+    def purge(self, destination: str | Destination) -> Any:
+        """Remove every message the destination holds now, in bounded calls; returns how many."""
+        return self._run(self.ops.purge(_dest(destination), self._now()))
+
+    def move_message(self, destination: str | Destination, message_id: str, target: str | Destination) -> Any:
+        return self._transfer(destination, "move", target, [message_id], None, None)
+
+    def copy_message(self, destination: str | Destination, message_id: str, target: str | Destination) -> Any:
+        return self._transfer(destination, "copy", target, [message_id], None, None)
+
+    def move_matching(self, destination: str | Destination, selector: str | None, target: str | Destination,
+                      limit: int | None = None) -> Any:
+        return self._transfer(destination, "move", target, [], selector, limit)
+
+    def copy_matching(self, destination: str | Destination, selector: str | None, target: str | Destination,
+                      limit: int | None = None) -> Any:
+        return self._transfer(destination, "copy", target, [], selector, limit)
+
+    def retry_message(self, dlq: str | Destination, message_id: str) -> Any:
+        """Send a dead letter back to its original destination (only from a dead-letter queue)."""
+        return self._transfer(dlq, "retry", None, [message_id], None, None)
+
+    def retry_messages(self, dlq: str | Destination, selector: str | None = None) -> Any:
+        return self._transfer(dlq, "retry", None, [], selector, None)
+
+    def _transfer(self, destination: str | Destination, mode: str, target: str | Destination | None,
+                  ids: list[str], selector: str | None, limit: int | None) -> Any:
+        return self._run(self.ops.transfer(_dest(destination), mode, _dest(target) if target else None, ids,
+                                           selector, limit, self._now()))
+
+    def delete_destination(self, destination: str | Destination) -> Any:
+        return self._run(self.ops.delete_destination(_dest(destination), self._now()))
 
     def release(self, consumer: ConsumerRef, message_ids: list[str]) -> Any:
         """Give in-flight messages back at once with the redelivery counter raised (recover/rollback)."""

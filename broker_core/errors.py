@@ -62,3 +62,13 @@ class InvalidPolicy(BrokerError):
 
 class TransactionError(BrokerError):
     code = "transaction_error"
+
+
+class UnknownMessage(BrokerError):
+    code = "unknown_message"
+
+
+class OperationRefused(BrokerError):
+    """An operator's operation that cannot apply here (not a DLQ, message in flight, same target...)."""
+
+    code = "operation_refused"

@@ -23,9 +23,11 @@ from .errors import (
     BrokerError,
     InvalidConsumer,
     NotInFlight,
+    OperationRefused,
     TransactionError,
     UnknownConsumer,
     UnknownDestination,
+    UnknownMessage,
 )
 from .messages import Delivery, Message, dead_letter_copy, failure_cause, unpack_delivery
 from .policy import PolicyEntry
@@ -36,8 +38,11 @@ ACK_MODES: tuple[str, ...] = ("auto", "client", "client-individual", "transacted
 # No ':' so that a consumer's key names never collide with another consumer's (…:c:<id>:inflight).
 _CONSUMER_ID = re.compile(r"[A-Za-z0-9._@-]{1,128}")
 MAX_RECEIVE = 1_000
+BROWSE_EXAMINE = 1_000  # messages a browse call looks at, matching or not
+TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
+TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is (not dead letters)
 # Flags scripts return next to their dispatch count (scripts/includes/dispatch.lua).
 PASS_HAS_MORE, FORWARDS_WAITING = 1, 2
 
@@ -134,6 +139,21 @@ class SentId(str):
 
 
 @dataclass(frozen=True)
+class Browsed:
+    """A stored message as an operator sees it: `state` is pending, parked or inflight (then
+    `message.consumer_id` names the consumer holding it)."""
+
+    message: Delivery
+    state: str
+
+
+@dataclass(frozen=True)
+class BrowsePage:
+    messages: list[Browsed]
+    next_cursor: str | None  # None: nothing more
+
+
+@dataclass(frozen=True)
 class SweepResult:
     examined: int
     expired: int
@@ -179,6 +199,8 @@ class DestinationStats:
     discarded: int  # dead letters dropped by the strategy (discarding, non-persistent, a DLQ's own)
     parked: int  # waiting for a redelivery delay or a scheduled time
     forwarding: int  # dead letters on their way to the dead-letter queue
+    purged: int  # removed by an operator (remove, purge)
+    moved: int  # moved or retried to another destination
     duplicates: int
     skipped: int
     last_pass_skipped: int
@@ -289,11 +311,16 @@ class Operations:
                 if source_policy is None:
                     raw = yield Command(("HGETALL", f"{self.prefix(dest)}:policy"))  # a dict from redis-py
                     source_policy = {_str(k): _str(v) for k, v in raw.items() if k != b"_packed"}
-                text = failure_cause(_str(cause), _str(argument), source_policy)
-                copy = dead_letter_copy(blob, dest.uri, text, now,
-                                        int(source_policy.get("deadLetterExpiration", "0")))
+                kind = _str(cause)
+                if kind in TRANSFERS:
+                    copy = blob  # moved, copied or retried as it is
+                else:
+                    text = failure_cause(kind, _str(argument), source_policy)
+                    copy = dead_letter_copy(blob, dest.uri, text, now,
+                                            int(source_policy.get("deadLetterExpiration", "0")))
                 reply = yield from self._eval("send", target, now, 0, message_id, copy)
-                yield Command(("HSETNX", f"{self.prefix(target)}:meta", "dlq", "1"))
+                if kind not in TRANSFERS:
+                    yield Command(("HSETNX", f"{self.prefix(target)}:meta", "dlq", "1"))
                 yield from self._continue_dispatch(target, now, int(reply[-2]), int(reply[-1]))
                 yield Command(("HDEL", key, message_id))
                 done += 1
@@ -479,7 +506,7 @@ class Operations:
             enqueued=count("enqueued"), dequeued=count("dequeued"), dispatched=count("dispatched"),
             expired=count("expired"), expired_on_arrival=count("expired_on_arrival"),
             deadlettered=count("deadlettered"), discarded=count("discarded"), parked=int(reply[4]),
-            forwarding=int(reply[5]),
+            forwarding=int(reply[5]), purged=count("purged"), moved=count("moved"),
             duplicates=count("duplicates"), skipped=count("skipped"),
             last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
             group_count=int(reply[3]), paused=meta.get("paused") == "1", exclusive_owner=owner,
@@ -489,6 +516,81 @@ class Operations:
     def destinations(self) -> Op:
         reply = yield Command(("ZRANGE", self.registry_key, 0, -1))
         return [_str(x) for x in reply]
+
+    # -- the operator's message operations (spec §14.3) --------------------------------------------------
+
+    def browse(self, dest: Destination, selector: str | None, cursor: str | None, limit: int, now: int) -> Op:
+        """One page of messages, never changing state: pending in dispatch order, then parked, then in
+        flight. Returns BrowsePage; pass its next_cursor to continue (None when done)."""
+        if not 1 <= limit <= MAX_RECEIVE:
+            raise InvalidConsumer(f"limit must be 1-{MAX_RECEIVE}, got {limit}", field="limit")
+        compiled = parse_selector(selector).compiled if selector and selector.strip() else ""
+        reply = yield Eval("browse", (self.prefix(dest),),
+                           (now, cursor or "", limit, BROWSE_EXAMINE, compiled))
+        messages = [
+            Browsed(unpack_delivery(_str(reply[i]), dest.uri, _str(reply[i + 3]), reply[i + 1],
+                                    int(reply[i + 4]), False), _str(reply[i + 2]))
+            for i in range(1, len(reply), 5)
+        ]
+        return BrowsePage(messages, _str(reply[0]) or None)
+
+    def get_message(self, dest: Destination, message_id: str, now: int) -> Op:
+        reply = yield Eval("message_get", (self.prefix(dest),), (now, message_id))
+        if not reply:
+            raise UnknownMessage(f"no message {message_id} on {dest.uri}", message_id=message_id)
+        return Browsed(unpack_delivery(message_id, dest.uri, _str(reply[2]), reply[0], int(reply[3]), False),
+                       _str(reply[1]))
+
+    def remove(self, dest: Destination, message_ids: list[str], now: int) -> Op:
+        """Remove messages by id (in flight too, as ActiveMQ's removeMessage); returns how many."""
+        reply = yield from self._eval("remove", dest, now, 0, 0, *message_ids)
+        yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
+        return int(reply[0])
+
+    def purge(self, dest: Destination, now: int, batch: int = 1_000) -> Op:
+        """Remove every message there at the start, in bounded calls (producers and consumers go on)."""
+        stats = yield from self.stats(dest, now)
+        target = stats.queue_size + stats.parked
+        removed = 0
+        while removed < target:
+            reply = yield from self._eval("remove", dest, now, 0, min(batch, target - removed))
+            yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
+            if int(reply[0]) == 0:
+                break
+            removed += int(reply[0])
+        return removed
+
+    def transfer(self, dest: Destination, mode: str, target: Destination | None, message_ids: list[str],
+                 selector: str | None, limit: int | None, now: int) -> Op:
+        """Move, copy or retry (to each message's original destination) messages by id or all pending
+        messages a selector matches, in bounded calls. Returns how many."""
+        if target is not None:
+            if target == dest:
+                raise OperationRefused(f"cannot {mode} messages of {dest.uri} to itself", target=target.uri)
+            known = yield Command(("ZSCORE", self.registry_key, target.uri))
+            if known is None:
+                raise UnknownDestination(f"no destination {target.uri} to {mode} messages to",
+                                         destination=target.uri)
+        compiled = parse_selector(selector).compiled if selector and selector.strip() else ""
+        remaining = limit if limit is not None else 2**62
+        taken, cursor = 0, ""
+        while remaining > 0:
+            reply = yield from self._eval("move", dest, now, 0, mode, target.uri if target else "", cursor,
+                                          TRANSFER_EXAMINE, min(remaining, TRANSFER_EXAMINE), compiled,
+                                          *message_ids)
+            yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
+            taken += int(reply[0])
+            remaining -= int(reply[0])
+            cursor = _str(reply[1])
+            if message_ids or not cursor:
+                break
+        return taken
+
+    def delete_destination(self, dest: Destination, now: int) -> Op:
+        """Delete a destination and everything in it; returns how many messages it held."""
+        count = yield Eval("destination_delete", (self.prefix(dest),), (now,))
+        yield Command(("ZREM", self.registry_key, dest.uri))
+        return int(count)
 
     # -- transactions ---------------------------------------------------------------------------------
     # A transaction buffers sends and acks in Redis (key <ns>:tx:<id>); commit applies them in one

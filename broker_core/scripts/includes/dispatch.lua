@@ -16,6 +16,7 @@
 --@include forward
 --@include lifecycle
 --@include outbox
+--@include operator
 
 -- Hand message `id` to consumer c: in flight, in its outbox, logged, owner woken. Counters are kept in
 -- `c` and `tally` and written once at the end of the chunk (see flush_counts).

@@ -7,9 +7,12 @@
 
 local FWD = { n = 0 }
 
--- Record a forward: target uri, why (cause kind and argument) and the packed message.
+-- Record a forward: target uri, why (cause kind and argument) and the packed message. A message that
+-- leaves is forgotten by this destination's duplicate audit, so it may come back (retry from a DLQ,
+-- dead-lettered again) without being taken for a duplicate; ActiveMQ rolls back the DLQ audit likewise.
 local function queue_forward(id, blob, target, cause, cause_arg)
   redis.call('HSET', K_FWD, id, cmsgpack.pack({ target, cause, cause_arg or '', blob }))
+  if cause ~= 'copy' then redis.call('ZREM', K_AUDIT, id) end
   FWD.n = FWD.n + 1
 end
 

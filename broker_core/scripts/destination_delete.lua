@@ -1,0 +1,16 @@
+-- Delete a destination with everything in it (BrokerView.removeQueue). Its consumers are gone with it;
+-- their adapters learn it from UNKNOWN_CONSUMER on their next call. ARGV: now.
+-- Returns the number of messages that were in it.
+--@include base
+NOW = tonumber(ARGV[1])
+local count = redis.call('HLEN', K_MSGS)
+local keys = { K_META, K_POLICY, K_MSGS, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER,
+  K_LEASES, K_PASSFULL, K_GROUPS, K_GLRU, K_PARKED, K_PARKINFO, K_FWD, K_AUDIT, K_EVENTS }
+for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do
+  keys[#keys + 1] = K_C(cid)
+  keys[#keys + 1] = K_CINF(cid)
+  keys[#keys + 1] = K_COUT(cid)
+  keys[#keys + 1] = K_CGRP(cid)
+end
+redis.call('UNLINK', unpack(keys))
+return count

@@ -1,0 +1,30 @@
+-- Pieces of the operator's message operations (spec §14.3): where a message is, taking it out.
+
+-- Where message `id` is: 'pending', 'parked', 'inflight' (with the consumer), or nil.
+local function locate(id)
+  if redis.call('ZSCORE', K_PENDING, id) then return 'pending' end
+  if redis.call('ZSCORE', K_PARKED, id) then return 'parked' end
+  local v = redis.call('HGET', K_INFLIGHT, id)
+  if v then return 'inflight', string.match(v, '^([^|]*)') end
+  return nil
+end
+
+-- Take a stored message out of this destination, wherever it is; returns its packed form.
+local function take_out(id)
+  local where, cid = locate(id)
+  if where == 'pending' then
+    redis.call('ZREM', K_PENDING, id)
+  elseif where == 'parked' then
+    redis.call('ZREM', K_PARKED, id)
+    redis.call('HDEL', K_PARKINFO, id)
+  elseif where == 'inflight' then
+    if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > received_upto(cid) then
+      redis.call('LREM', K_COUT(cid), 1, id)  -- dispatched, not yet handed over
+    end
+    take_inflight(cid, id)
+    room_freed(cid)
+  end
+  local blob = redis.call('HGET', K_MSGS, id)
+  drop_message(id)
+  return blob
+end

@@ -1,0 +1,9 @@
+-- One message with where it is (QueueView.getMessage). ARGV: now, message id.
+-- Returns {packed message, state, consumer, redeliveries} or an empty table.
+--@include base
+--@include dispatch
+NOW = tonumber(ARGV[1])
+local where, cid = locate(ARGV[2])
+local blob = redis.call('HGET', K_MSGS, ARGV[2])
+if not where or not blob then return {} end
+return {blob, where, cid or '', tonumber(redis.call('HGET', K_REDELIV, ARGV[2])) or 0}

@@ -1,0 +1,82 @@
+-- Move or copy messages to another destination (QueueView.move/copy...To, retry from a DLQ), by id or
+-- every pending or parked message a selector matches. The message leaves (move) or stays (copy) here in
+-- the same step as it is queued for the target (includes/forward.lua); in-flight messages are not
+-- moved. Bounded: examines at most ARGV[7] messages per call.
+-- ARGV: now, budget, mode ('move', 'copy' or 'retry'), target uri ('' for retry: each message's
+-- original destination), cursor (score; '' = head), examine budget, max to take, compiled selector
+-- JSON or '', ids... (ids given: only those)
+-- Returns {taken, next cursor ('' when done), flags, next time}.
+--@include base
+--@include dispatch
+NOW = tonumber(ARGV[1])
+local mode, target, cursor = ARGV[3], ARGV[4], ARGV[5]
+local budget, max = tonumber(ARGV[6]), tonumber(ARGV[7])
+local expr = false
+if ARGV[8] ~= '' then expr = cjson.decode(ARGV[8]) end
+if mode == 'retry' and redis.call('HGET', K_META, 'dlq') ~= '1' then
+  return fail('NOT_A_DLQ', 'Retry of message is only possible on Dead Letter Queues! '
+    .. redis.call('HGET', K_META, 'uri') .. ' is not one')
+end
+local self_uri = redis.call('HGET', K_META, 'uri')
+
+-- Validate before changing anything: named messages exist here, outside any consumer's window.
+local ids = {}
+for i = 9, #ARGV do
+  local where, cid = locate(ARGV[i])
+  if not where then return fail('NO_MESSAGE', 'no message ' .. ARGV[i] .. ' on ' .. self_uri) end
+  if where == 'inflight' then
+    return fail('IN_FLIGHT', 'message ' .. ARGV[i] .. ' is in flight with consumer ' .. cid ..
+      '; it can be moved once acknowledged or returned')
+  end
+  if mode == 'retry' then
+    local orig = unpack_message(redis.call('HGET', K_MSGS, ARGV[i]))[M_ORIG_DEST]
+    if not orig or orig == '' then
+      return fail('NO_ORIGINAL_DESTINATION', 'message ' .. ARGV[i] .. ' has no original destination')
+    end
+  end
+  ids[#ids + 1] = ARGV[i]
+end
+
+local taken = 0
+local function take(id, m, blob)
+  local to = target
+  if mode == 'retry' then
+    to = m[M_ORIG_DEST]
+    if not to or to == '' then return end  -- not retryable: stays (ids were checked above)
+  end
+  if mode == 'copy' then
+    queue_forward(id, blob, to, 'copy')
+  else
+    take_out(id)
+    queue_forward(id, blob, to, mode)
+    meta_incr('moved')
+    meta_incr('dequeued')
+  end
+  emit(mode, 'msg', id, 'target', to)
+  taken = taken + 1
+end
+
+local next_cursor = ''
+if #ids > 0 then
+  for _, id in ipairs(ids) do
+    local blob = redis.call('HGET', K_MSGS, id)
+    take(id, unpack_message(blob), blob)
+  end
+else
+  local lower = cursor == '' and '-inf' or '(' .. cursor
+  local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, budget)
+  for i = 1, #batch, 2 do
+    if taken >= max then break end
+    local id = batch[i]
+    next_cursor = batch[i + 1]
+    local blob = redis.call('HGET', K_MSGS, id)
+    if blob then
+      local m = unpack_message(blob)
+      if not expr or selector_matches(expr, selector_view(id, m)) then take(id, m, blob) end
+    end
+  end
+  if #batch / 2 < budget and taken < max then next_cursor = '' end
+end
+if mode ~= 'copy' then reset_pass() end
+local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+return {taken, next_cursor, more, hold}
