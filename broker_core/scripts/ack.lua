@@ -52,4 +52,5 @@ room_freed(cid)
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 local out = {#ids, dispatched, more, hold}
 if receive_max > 0 then pop_outbox(find_consumer(cid), receive_max, out) end
+out[3] = with_forward_flag(out[3])  -- handing over may have expired messages
 return out

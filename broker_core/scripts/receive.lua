@@ -26,4 +26,5 @@ if pop_outbox(find_consumer(cid), max, out) > 0 and c.def.ack == 'auto' then
   local d2, m2, h2 = dispatch_chunk(tonumber(ARGV[2]))
   out[1], out[2], out[3] = out[1] + d2, m2, h2
 end
+out[2] = with_forward_flag(out[2])  -- handing over may have expired messages
 return out

@@ -1,10 +1,12 @@
 """A hypothesis state machine drives the queue engine on a real Redis and checks its invariants.
 
-Random sends (some grouped), consumer opens and closes, lease lapses, receives, acks and group resets;
-after every step: no message is lost or with two consumers at once; in-flight stays within prefetch
-(plus the DELIVERED-ack extension); a group has at most one owner and the messages dispatched to it
-since it was last bound are with that owner; each consumer gets never-returned messages of one group (or the
-ungrouped ones) in send order.
+Random sends (some grouped, some expiring), consumer opens and closes, lease lapses, receives, acks,
+nacks and poison nacks, expiry sweeps, moves, removes, purges and group resets; after every step: every
+message is in exactly one place - on the queue (pending, parked or in flight with one consumer), acked,
+in the dead-letter queue, moved to the archive queue or purged - and nothing waits in transit; in-flight
+stays within prefetch (plus the DELIVERED-ack extension); a group has at most one owner and the messages
+dispatched to it since it was last bound are with that owner; each consumer gets never-returned messages
+of one group (or the ungrouped ones) in send order.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from broker_core.messages import Message
 from broker_core.operations import ConsumerSpec
 
 DEST = "inv"
+ARCHIVE = "inv.archive"
+DLQ = "ActiveMQ.DLQ"
 GROUPS = [None, None, "G1", "G2", "G3"]
 
 
@@ -41,6 +45,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.received: dict[str, list[str]] = {}  # consumer -> fresh message ids in receive order
         self.seq = 0
         self.opened = 0
+        self.purged: set[str] = set()
+        self.broker.ensure_destination(ARCHIVE)
+        self.broker.ensure_destination(DEST)
 
     def teardown(self):
         keys = list(self.client.scan_iter(match=f"{self.ns}:*", count=1000))
@@ -48,12 +55,15 @@ class QueueMachine(RuleBasedStateMachine):
             self.client.delete(*keys)
         self.client.close()
 
-    @rule(n=st.integers(1, 4), group=st.sampled_from(GROUPS), kind=st.sampled_from(["a", "b"]))
-    def send(self, n, group, kind):
+    @rule(n=st.integers(1, 4), group=st.sampled_from(GROUPS), kind=st.sampled_from(["a", "b"]),
+          ttl=st.sampled_from([0, 0, 0, 500, 3000]))
+    def send(self, n, group, kind, ttl):
         batch = []
         for _ in range(n):
             self.seq += 1
-            batch.append(Message(body=str(self.seq), group_id=group, properties={"kind": kind}))
+            expiration = self.clock.now_ms() + ttl if ttl else 0
+            batch.append(Message(body=str(self.seq), group_id=group, properties={"kind": kind},
+                                 expiration=expiration))
         ids = self.broker.send(DEST, batch)
         for message_id, message in zip(ids, batch, strict=True):
             self.sent[message_id] = (int(message.body), group)
@@ -77,19 +87,30 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.consumers)
     @rule(data=st.data(), n=st.integers(1, 5))
     def receive(self, data, n):
-        c = self._pick(data)
+        self._receive(self._pick(data), n)
+
+    def _receive(self, c, n):
         got = self.broker.receive(c, n, lease_ms=10_000)
         # Returned messages go ahead of fresh ones by design, even those never received (no counter bump).
         returned = {e[b"msg"].decode() for _, e in self.client.xrange(self._key("events"))
-                    if e[b"type"] == b"return"}
+                    if e[b"type"] in (b"return", b"redeliver")}
         for d in got:
             if d.message_id not in returned:
                 self.received[c.consumer_id].append(d.message_id)
 
     @precondition(lambda self: self.consumers)
+    @rule(data=st.data(), n=st.integers(1, 5), which=st.integers(0, 10))
+    def receive_then_ack(self, data, n, which):
+        c = self._pick(data)
+        self._receive(c, n)
+        self._ack(c, which)
+
+    @precondition(lambda self: self.consumers)
     @rule(data=st.data(), which=st.integers(0, 10))
     def ack(self, data, which):
-        c = self._pick(data)
+        self._ack(self._pick(data), which)
+
+    def _ack(self, c, which):
         held = self._held(c.consumer_id)
         if not held:
             return
@@ -122,6 +143,36 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.broker.reap_lapsed(DEST) == [c.consumer_id]
         del self.consumers[c.consumer_id]
 
+    @precondition(lambda self: self.consumers)
+    @rule(data=st.data(), poison=st.booleans())
+    def nack(self, data, poison):
+        c = self._pick(data)
+        delivered = [m for m in self._held(c.consumer_id) if m not in self._undelivered(c.consumer_id)]
+        if delivered:
+            self.broker.nack(c, data.draw(st.sampled_from(delivered)), poison=poison)
+
+    @rule(ms=st.integers(0, 2000))
+    def time_passes_and_the_sweep_runs(self, ms):
+        self.clock.advance(ms)
+        if self.consumers:
+            self.broker.renew_leases(DEST, list(self.consumers), 10_000)
+        while not self.broker.sweep_expired(DEST).done:
+            pass
+
+    @rule()
+    def move_kind_b_to_the_archive(self):
+        self.broker.move_matching(DEST, "kind = 'b'", ARCHIVE)
+
+    @rule(everything=st.sampled_from([False, False, False, True]), which=st.integers(0, 50))
+    def purge_or_remove(self, everything, which):
+        before = self._live()
+        if everything:
+            self.broker.purge(DEST)
+        elif before:
+            self.broker.remove_message(DEST, sorted(before)[which % len(before)])
+        # what left and did not expire into the DLQ meanwhile (the dispatch after a removal expires)
+        self.purged |= before - self._live() - self._stored(DLQ)
+
     @rule(group=st.sampled_from(["G1", "G2", "G3", None]))
     def reset_groups(self, group):
         if group is None:
@@ -137,16 +188,23 @@ class QueueMachine(RuleBasedStateMachine):
     def _held(self, cid):
         return [m.decode() for m in self.client.zrange(self._key(f"c:{cid}:inflight"), 0, -1)]
 
+    def _live(self):
+        pending = {m.decode() for m in self.client.zrange(self._key("pending"), 0, -1)}
+        parked = {m.decode() for m in self.client.zrange(self._key("parked"), 0, -1)}
+        return pending | parked | {m.decode() for m in self.client.hkeys(self._key("inflight"))}
+
+    def _stored(self, dest):
+        return {m.decode() for m in self.client.hkeys(f"{self.ns}:{{q:{dest}}}:msgs")}
+
     def _undelivered(self, cid):
         return {m.decode() for m in self.client.lrange(self._key(f"c:{cid}:outbox"), 0, -1)}
 
     # -- invariants -----------------------------------------------------------------------------
 
     @invariant()
-    def nothing_is_lost_or_held_twice(self):
+    def every_message_is_in_exactly_one_place(self):
         if not self.sent:
             return
-        pending = {m.decode() for m in self.client.zrange(self._key("pending"), 0, -1)}
         holders: dict[str, str] = {}
         for cid in self.consumers:
             for m in self._held(cid):
@@ -154,8 +212,22 @@ class QueueMachine(RuleBasedStateMachine):
                 holders[m] = cid
         inflight = {m.decode() for m in self.client.hkeys(self._key("inflight"))}
         assert inflight == set(holders)
-        assert not pending & inflight and not pending & self.acked and not inflight & self.acked
-        assert pending | inflight | self.acked == set(self.sent)
+        assert not self.client.hlen(self._key("fwd")), "a forward was left in transit"
+        places = {
+            "pending": {m.decode() for m in self.client.zrange(self._key("pending"), 0, -1)},
+            "parked": {m.decode() for m in self.client.zrange(self._key("parked"), 0, -1)},
+            "inflight": inflight, "acked": self.acked, "dead-lettered": self._stored(DLQ),
+            "moved": self._stored(ARCHIVE), "purged": self.purged,
+        }
+        for message_id in self.sent:
+            found = [name for name, ids in places.items() if message_id in ids]
+            assert len(found) == 1, f"{message_id} is in {found or 'no place'}"
+        stats = self.broker.stats(DEST)
+        assert stats.expired == stats.deadlettered - self._poisoned() and stats.discarded == 0
+
+    def _poisoned(self):
+        return sum(1 for _, e in self.client.xrange(self._key("events"))
+                   if e[b"type"] == b"deadletter" and e[b"cause"] != b"expired")
 
     @invariant()
     def in_flight_stays_within_the_prefetch_window(self):
@@ -202,6 +274,6 @@ class QueueMachine(RuleBasedStateMachine):
 def test_queue_engine_invariants_hold_under_random_operations(redis_url):
     QueueMachine.redis_url = redis_url
     QueueMachine.TestCase.settings = settings(
-        max_examples=60, stateful_step_count=40, deadline=None,
+        max_examples=80, stateful_step_count=40, deadline=None,
         suppress_health_check=[HealthCheck.too_slow])
     QueueMachine.TestCase().runTest()

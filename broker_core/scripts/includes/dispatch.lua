@@ -211,7 +211,6 @@ local UNPARK_PER_CALL = 100
 local function dispatch_chunk(budget)
   unpark_due(UNPARK_PER_CALL)
   local dispatched, more, hold = dispatch_pass(budget)
-  if FWD.n > 0 then more = more + 2 end
   if hold == 0 then hold = next_unpark() end
-  return dispatched, more, hold
+  return dispatched, with_forward_flag(more), hold
 end

@@ -7,6 +7,12 @@
 
 local FWD = { n = 0 }
 
+-- The flags a script returns (includes/dispatch.lua) say 2 when forwards wait for the caller.
+local function with_forward_flag(flags)
+  if FWD.n > 0 then return bit.bor(flags, 2) end
+  return flags
+end
+
 -- Record a forward: target uri, why (cause kind and argument) and the packed message. A message that
 -- leaves is forgotten by this destination's duplicate audit, so it may come back (retry from a DLQ,
 -- dead-lettered again) without being taken for a duplicate; ActiveMQ rolls back the DLQ audit likewise.
