@@ -179,6 +179,7 @@ class ConsumerStats:
     lease_expires: int | None
     added: int
     last_ack: int | None
+    slow_since: int | None  # §8.1: found full while the queue had a message to dispatch to it
     is_exclusive_owner: bool
 
 
@@ -494,6 +495,7 @@ class Operations:
                 lease_expires=int(float(lease)) if lease else None,
                 added=int(counters.get("added", 0)),
                 last_ack=int(counters["last_ack"]) if "last_ack" in counters else None,
+                slow_since=int(counters["slow_since"]) if "slow_since" in counters else None,
                 is_exclusive_owner=cid == owner,
             ))
         pending, in_flight = int(reply[1]), int(reply[2])

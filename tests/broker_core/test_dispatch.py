@@ -227,3 +227,15 @@ def test_a_policy_file_applies_to_existing_destinations_when_loaded_at_run_time(
     assert bodies(first) == ["m0", "m1", "m2", "m3", "urgent"]
     broker.ack(c, first[-1].message_id)  # cumulative
     assert bodies(drain(broker, c)) == ["late-high", "late-low"]
+
+
+def test_a_full_consumer_the_queue_tries_to_dispatch_to_is_marked_slow_until_it_has_room(broker, clock):
+    c = consumer(broker, prefetch=1, ack_mode="client-individual")
+    send(broker, "m0")
+    assert broker.stats("orders").consumers[0].slow_since is None
+    clock.advance(5)
+    send(broker, "m1")  # the queue has a message for it, its window is full
+    assert broker.stats("orders").consumers[0].slow_since == clock.now_ms()
+    (m0,) = drain(broker, c)
+    broker.ack(c, m0.message_id)  # room: m1 goes to it and it is not slow any more
+    assert broker.stats("orders").consumers[0].slow_since is None

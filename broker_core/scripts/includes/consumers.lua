@@ -4,7 +4,7 @@ local function load_consumer(cid, packed, counters, lease)
   return {
     id = cid, def = def, prefetch = tonumber(counters[4]) or 0, priority = tonumber(def.priority) or 0,
     n = tonumber(counters[1]) or 0, ext = tonumber(counters[2]) or 0, groups = tonumber(counters[3]) or 0,
-    dispatched = tonumber(counters[5]) or 0,
+    dispatched = tonumber(counters[5]) or 0, slow = counters[6] ~= false,
     alive = lease ~= false and tonumber(lease) >= NOW, expr = nil,
   }
 end
@@ -18,7 +18,7 @@ local function load_consumers()
   local leases = redis.call('ZMSCORE', K_LEASES, unpack(ids))
   for i, cid in ipairs(ids) do
     if defs[i] then
-      local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched')
+      local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since')
       out[#out + 1] = load_consumer(cid, defs[i], counters, leases[i])
     end
   end
@@ -28,7 +28,7 @@ end
 local function find_consumer(cid)
   local packed = redis.call('HGET', K_CONSUMERS, cid)
   if not packed then return nil end
-  local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched')
+  local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since')
   return load_consumer(cid, packed, counters, redis.call('ZSCORE', K_LEASES, cid))
 end
 
@@ -43,6 +43,19 @@ end
 
 -- Stable sort by priority (descending) and, once the queue has a group map, by the number of
 -- groups assigned (ascending); equal keys keep their current order (Collections.sort is stable).
+-- §8.1: a consumer the queue tries to dispatch to while its window is full is slow (once, with the
+-- time); one found with room is not slow any more.
+local function note_slow(c, full)
+  if full and not c.slow then
+    c.slow = true
+    redis.call('HSET', K_C(c.id), 'slow_since', NOW)
+    emit('slow', 'consumer', c.id)
+  elseif not full and c.slow then
+    c.slow = false
+    redis.call('HDEL', K_C(c.id), 'slow_since')
+  end
+end
+
 local function sort_consumers(cons)
   if not policy_flag('useConsumerPriority') then return end
   local by_groups = redis.call('HGET', K_META, 'gmap') == '1'

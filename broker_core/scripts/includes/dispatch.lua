@@ -104,7 +104,13 @@ local function dispatch_pass(budget)
 
   while true do
     local usable, any = room()
-    if not any then end_pass() break end        -- everyone is full: the next pass starts at the head
+    if not any then                             -- everyone is full: the next pass starts at the head
+      if redis.call('ZCARD', K_PENDING) > 0 then
+        for _, c in ipairs(cons) do if c.alive then note_slow(c, true) end end
+      end
+      end_pass()
+      break
+    end
     if not usable then end_pass() end           -- room only where this pass may not go: start over
     if examined >= budget then more = 1 break end
     local lower = '-inf'
@@ -141,7 +147,9 @@ local function dispatch_pass(budget)
               if is_full(c) then
                 excluded[c.id] = true
                 excluded_changed = true
+                note_slow(c, true)
               else
+                note_slow(c, false)
                 available = true
                 local ok = owner == nil or owner == c.id
                 if ok and c.def.nolocal and c.def.conn and c.def.conn == m[M_CONNECTION] then ok = false end
