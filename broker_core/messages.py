@@ -19,11 +19,12 @@ import msgpack
 from .errors import InvalidMessage
 
 FORMAT_VERSION = 1
-RECORD_LENGTH = 18  # fields of the packed array (scripts/includes/message.lua names them)
+RECORD_LENGTH = 20  # fields of the packed array (scripts/includes/message.lua names them)
 DEFAULT_PRIORITY = 4
 MAX_PROPERTY_NAME = 256
 MAX_MESSAGE_ID = 256
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000  # a year and a day
+MAX_REPEAT = 1_000_000
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
@@ -105,6 +106,8 @@ class Message:
     message_id: str | None = None
     original_destination: str | None = None
     delay_ms: int = 0  # AMQ_SCHEDULED_DELAY: invisible to consumers until this long after the send
+    period_ms: int = 0  # AMQ_SCHEDULED_PERIOD: time between repeated deliveries
+    repeat: int = 0  # AMQ_SCHEDULED_REPEAT: deliveries after the first, `period_ms` apart
 
     def pack(self, now_ms: int) -> tuple[str, bytes]:
         """Validate and give (message id, packed bytes). Raises InvalidMessage naming the problem."""
@@ -127,6 +130,16 @@ class Message:
                 0 <= self.delay_ms <= MAX_DELAY_MS):
             raise InvalidMessage(f"scheduled delay must be 0-{MAX_DELAY_MS} ms, got {self.delay_ms!r}",
                                  field="delay_ms")
+        repeat = self.repeat
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or not 0 <= repeat <= MAX_REPEAT:
+            raise InvalidMessage(f"scheduled repeat must be 0-{MAX_REPEAT}, got {repeat!r}", field="repeat")
+        if isinstance(self.period_ms, bool) or not isinstance(self.period_ms, int) or not (
+                0 <= self.period_ms <= MAX_DELAY_MS):
+            raise InvalidMessage(f"scheduled period must be 0-{MAX_DELAY_MS} ms, got {self.period_ms!r}",
+                                 field="period_ms")
+        if self.repeat and not self.period_ms:
+            raise InvalidMessage("a repeated scheduled message needs a period (AMQ_SCHEDULED_PERIOD > 0)",
+                                 field="period_ms")
         flat: list[object] = []
         for name, value in self.properties.items():
             if not isinstance(name, str) or not name or len(name) > MAX_PROPERTY_NAME:
@@ -161,6 +174,8 @@ class Message:
             self.user_id,
             self.original_destination,
             self.delay_ms,
+            self.period_ms,
+            self.repeat,
         ]
         # Redis's cmsgpack knows no bin type: bytes travel as msgpack raw strings, `body kind` says which.
         return message_id, msgpack.packb(record, use_bin_type=False)
@@ -263,7 +278,7 @@ def dead_letter_copy(blob: bytes, source: str, cause: str | None, now_ms: int,
     record[11] = flat
     record[4] = now_ms + expiration_ms if expiration_ms > 0 else 0
     record[16] = source
-    record[17] = 0
+    record[17:20] = [0, 0, 0]  # a dead letter is not scheduled
     return msgpack.packb(record, use_bin_type=False)
 
 

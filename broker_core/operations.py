@@ -126,9 +126,10 @@ class DispatchResult:
 
 
 class SentId(str):
-    """A sent message's id, saying what became of it: `status` is "ok" (enqueued), "duplicate" (the id
-    is still stored or was enqueued within the audit window: accepted, not enqueued again) or "expired"
-    (expired on arrival: not enqueued; dead-lettered or dropped per the policy)."""
+    """A sent message's id, saying what became of it: `status` is "ok" (enqueued), "scheduled" (a
+    repeating scheduled message: delivered as `id`, then `id#2`, `id#3`...), "duplicate" (the id is still
+    stored or was enqueued within the audit window: accepted, not enqueued again) or "expired" (expired
+    on arrival: not enqueued; dead-lettered or dropped per the policy)."""
 
     status: str
 

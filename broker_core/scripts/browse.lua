@@ -16,6 +16,10 @@ local found, examined = 0, 0
 local function offer(id, state, cid)
   examined = examined + 1
   local blob = redis.call('HGET', K_MSGS, id)
+  if not blob and state == 'parked' then
+    local job = redis.call('HGET', K_SCHED, id)
+    if job then blob = cmsgpack.unpack(job)[1] end
+  end
   if not blob then return end
   if expr and not selector_matches(expr, selector_view(id, unpack_message(blob))) then return end
   out[#out + 1] = id

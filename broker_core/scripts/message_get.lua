@@ -5,5 +5,9 @@
 NOW = tonumber(ARGV[1])
 local where, cid = locate(ARGV[2])
 local blob = redis.call('HGET', K_MSGS, ARGV[2])
+if not blob and where == 'parked' then
+  local job = redis.call('HGET', K_SCHED, ARGV[2])
+  if job then blob = cmsgpack.unpack(job)[1] end
+end
 if not where or not blob then return {} end
 return {blob, where, cid or '', tonumber(redis.call('HGET', K_REDELIV, ARGV[2])) or 0}

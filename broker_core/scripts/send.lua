@@ -30,7 +30,8 @@ local audit_depth = policy_num('maxQueueAuditDepth')
 local out = {}
 for i = 3, #ARGV, 2 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
-  if redis.call('HEXISTS', K_MSGS, id) == 1 or (audit and redis.call('ZSCORE', K_AUDIT, id)) then
+  if redis.call('HEXISTS', K_MSGS, id) == 1 or redis.call('HEXISTS', K_SCHED, id) == 1
+     or (audit and redis.call('ZSCORE', K_AUDIT, id)) then
     -- Still stored, or enqueued within the audit window: accepted, not enqueued twice (§12).
     meta_incr('duplicates')
     emit('duplicate', 'msg', id)
@@ -41,6 +42,12 @@ for i = 3, #ARGV, 2 do
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
     dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
+  elseif (tonumber(m[M_REPEAT]) or 0) > 0 then
+    schedule_job(id, blob, m, NOW + (tonumber(m[M_DELAY]) or 0))
+    if audit then redis.call('ZADD', K_AUDIT, redis.call('HGET', K_META, 'seq') or 0, id) end
+    emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[M_DELAY]) or 0), 'period', m[M_PERIOD],
+         'repeat', m[M_REPEAT])
+    out[#out + 1] = 'scheduled'
   else
     local seq = meta_incr('seq')
     redis.call('HSET', K_MSGS, id, blob)

@@ -239,3 +239,35 @@ def test_consumer_close_returns_messages_without_dead_lettering_by_count(broker,
     last = consumer(broker, prefetch=1)
     (d,) = drain(broker, last)
     assert d.redelivery_count == 3 and broker.stats("orders").deadlettered == 0
+
+
+def test_a_repeating_scheduled_message_is_delivered_every_period_the_given_number_of_times(broker, clock):
+    c = consumer(broker, ack_mode="client-individual")
+    (job,) = broker.send("orders", Message(body="tick", delay_ms=100, period_ms=1000, repeat=2))
+    assert job.status == "scheduled"
+    got = []
+    for _ in range(40):
+        clock.advance(100)
+        for d in drain(broker, c):
+            got.append((d.message_id, clock.now_ms() - 1_700_000_000_000))
+            broker.ack(c, d.message_id)
+    assert got == [(job, 100), (f"{job}#2", 1100), (f"{job}#3", 2100)]
+    assert broker.stats("orders").parked == 0
+
+
+def test_scheduled_messages_are_listed_and_cancellable(broker, clock):
+    c = consumer(broker)
+    (one,) = broker.send("orders", Message(body="once", delay_ms=1000))
+    (job,) = broker.send("orders", Message(body="often", delay_ms=1000, period_ms=500, repeat=5))
+    page = broker.browse("orders")
+    assert {(b.message.message_id, b.state) for b in page.messages} == {(one, "parked"), (job, "parked")}
+    assert broker.remove_message("orders", job) and broker.remove_message("orders", one)
+    clock.advance(5000)
+    assert drain(broker, c) == [] and broker.stats("orders").parked == 0
+
+
+def test_a_repeat_without_a_period_is_refused(broker):
+    from broker_core.errors import InvalidMessage
+
+    with pytest.raises(InvalidMessage, match="needs a period"):
+        broker.send("orders", Message(body="x", repeat=3))

@@ -18,6 +18,7 @@ local K_EVENTS = P .. ':events'      -- stream: lifecycle events
 local K_PARKED = P .. ':parked'      -- zset: message id -> time it becomes visible (redelivery delay, schedule)
 local K_PARKINFO = P .. ':parkinfo'  -- hash: parked message id -> its pending score when it comes back
 local K_FWD = P .. ':fwd'            -- hash: message id -> packed forward (dead letter, move) to deliver
+local K_SCHED = P .. ':sched'        -- hash: repeating scheduled message id -> packed job
 local K_AUDIT = P .. ':audit'        -- zset: recently enqueued ids -> broker sequence (duplicate detection)
 
 local function K_C(cid) return P .. ':c:' .. cid end              -- hash: per-consumer counters

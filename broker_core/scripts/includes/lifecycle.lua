@@ -50,16 +50,50 @@ local function park(id, at, score)
   redis.call('HSET', K_PARKINFO, id, score)
 end
 
--- Bring back parked messages whose time has come (bounded); returns how many.
-local function unpark_due(limit)
-  local due = redis.call('ZRANGEBYSCORE', K_PARKED, '-inf', NOW, 'LIMIT', 0, limit)
-  for _, id in ipairs(due) do
-    local score = tonumber(redis.call('HGET', K_PARKINFO, id))
+-- A repeating scheduled message (AMQ_SCHEDULED_REPEAT) is a job: each time it fires, one delivery is
+-- enqueued - the first under the message's id, later ones as '<id>#<n>' - until the repeats are spent.
+local function schedule_job(id, blob, m, at)
+  redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, tonumber(m[M_PERIOD]), tonumber(m[M_REPEAT]), 0 }))
+  redis.call('ZADD', K_PARKED, at, id)
+  redis.call('HSET', K_PARKINFO, id, 'job')
+end
+
+local function fire_scheduled(id, at)
+  local job = cmsgpack.unpack(redis.call('HGET', K_SCHED, id))
+  local blob, period, left, fired = job[1], job[2], job[3], job[4] + 1
+  local delivery = fired == 1 and id or (id .. '#' .. fired)
+  local m = unpack_message(blob)
+  local seq = meta_incr('seq')
+  redis.call('HSET', K_MSGS, delivery, blob)
+  pending_add(delivery, pending_score(seq, m[M_PRIORITY]))
+  meta_incr('enqueued')
+  emit('enqueue', 'msg', delivery, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob,
+       'scheduled', id)
+  if left > 0 then
+    redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired }))
+    redis.call('ZADD', K_PARKED, at + period, id)
+  else
+    redis.call('HDEL', K_SCHED, id)
     redis.call('ZREM', K_PARKED, id)
     redis.call('HDEL', K_PARKINFO, id)
-    if score and redis.call('HEXISTS', K_MSGS, id) == 1 then pending_add(id, score) end
   end
-  return #due
+end
+
+-- Bring back parked messages whose time has come (bounded); returns how many.
+local function unpark_due(limit)
+  local due = redis.call('ZRANGEBYSCORE', K_PARKED, '-inf', NOW, 'LIMIT', 0, limit, 'WITHSCORES')
+  for i = 1, #due, 2 do
+    local id, at = due[i], tonumber(due[i + 1])
+    local info = redis.call('HGET', K_PARKINFO, id)
+    if info == 'job' then
+      fire_scheduled(id, at)
+    else
+      redis.call('ZREM', K_PARKED, id)
+      redis.call('HDEL', K_PARKINFO, id)
+      if info and redis.call('HEXISTS', K_MSGS, id) == 1 then pending_add(id, tonumber(info)) end
+    end
+  end
+  return #due / 2
 end
 
 -- The next time a parked message comes back (0 if none).

@@ -2,7 +2,7 @@
 local M_VERSION, M_PRIORITY, M_PERSISTENT, M_TIMESTAMP, M_EXPIRATION = 1, 2, 3, 4, 5
 local M_CORRELATION, M_REPLY_TO, M_TYPE, M_GROUP, M_GROUP_SEQ = 6, 7, 8, 9, 10
 local M_CONNECTION, M_PROPS, M_CONTENT_TYPE, M_BODY_KIND, M_BODY = 11, 12, 13, 14, 15
-local M_USER, M_ORIG_DEST, M_DELAY = 16, 17, 18
+local M_USER, M_ORIG_DEST, M_DELAY, M_PERIOD, M_REPEAT = 16, 17, 18, 19, 20
 
 local function unpack_message(blob)
   return cmsgpack.unpack(blob)

@@ -25,6 +25,11 @@ local function take_out(id)
     room_freed(cid)
   end
   local blob = redis.call('HGET', K_MSGS, id)
+  if not blob and where == 'parked' then  -- a repeating scheduled message: cancel the job
+    local job = redis.call('HGET', K_SCHED, id)
+    redis.call('HDEL', K_SCHED, id)
+    if job then blob = cmsgpack.unpack(job)[1] end
+  end
   drop_message(id)
   return blob
 end
