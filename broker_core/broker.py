@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
@@ -172,9 +172,11 @@ class _Api:
         """Remove one message, wherever it is (in flight too); True if it was there."""
         return self._run(self.ops.remove(_dest(destination), [message_id], self._now())) == 1
 
-    def purge(self, destination: str | Destination) -> Any:
-        """Remove every message the destination holds now, in bounded calls; returns how many."""
-        return self._run(self.ops.purge(_dest(destination), self._now()))
+    def purge(self, destination: str | Destination,
+              progress: Callable[[int, int], None] | None = None) -> Any:
+        """Remove every message the destination holds now, in bounded calls; returns how many.
+        `progress(removed, total)` is told after each call."""
+        return self._run(self.ops.purge(_dest(destination), self._now(), progress))
 
     def move_message(self, destination: str | Destination, message_id: str, target: str | Destination) -> Any:
         return self._transfer(destination, "move", target, [message_id], None, None)

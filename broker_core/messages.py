@@ -108,6 +108,7 @@ class Message:
     delay_ms: int = 0  # AMQ_SCHEDULED_DELAY: invisible to consumers until this long after the send
     period_ms: int = 0  # AMQ_SCHEDULED_PERIOD: time between repeated deliveries
     repeat: int = 0  # AMQ_SCHEDULED_REPEAT: deliveries after the first, `period_ms` apart
+    cron: str | None = None  # AMQ_SCHEDULED_CRON: not supported; refused with a clear error
 
     def pack(self, now_ms: int) -> tuple[str, bytes]:
         """Validate and give (message id, packed bytes). Raises InvalidMessage naming the problem."""
@@ -130,6 +131,9 @@ class Message:
                 0 <= self.delay_ms <= MAX_DELAY_MS):
             raise InvalidMessage(f"scheduled delay must be 0-{MAX_DELAY_MS} ms, got {self.delay_ms!r}",
                                  field="delay_ms")
+        if self.cron is not None:
+            raise InvalidMessage(f"cron schedules (AMQ_SCHEDULED_CRON={self.cron!r}) are not supported; "
+                                 "use a delay, a period and a repeat count", field="cron")
         repeat = self.repeat
         if isinstance(repeat, bool) or not isinstance(repeat, int) or not 0 <= repeat <= MAX_REPEAT:
             raise InvalidMessage(f"scheduled repeat must be 0-{MAX_REPEAT}, got {repeat!r}", field="repeat")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -550,8 +550,10 @@ class Operations:
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0])
 
-    def purge(self, dest: Destination, now: int, batch: int = 1_000) -> Op:
-        """Remove every message there at the start, in bounded calls (producers and consumers go on)."""
+    def purge(self, dest: Destination, now: int, progress: Callable[[int, int], None] | None = None,
+              batch: int = 1_000) -> Op:
+        """Remove every message there at the start, in bounded calls (producers and consumers go on);
+        `progress(removed, total)` is told after each call. Interrupted, it can simply be run again."""
         stats = yield from self.stats(dest, now)
         target = stats.queue_size + stats.parked
         removed = 0
@@ -561,6 +563,8 @@ class Operations:
             if int(reply[0]) == 0:
                 break
             removed += int(reply[0])
+            if progress:
+                progress(removed, target)
         return removed
 
     def transfer(self, dest: Destination, mode: str, target: Destination | None, message_ids: list[str],

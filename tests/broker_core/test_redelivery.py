@@ -271,3 +271,11 @@ def test_a_repeat_without_a_period_is_refused(broker):
 
     with pytest.raises(InvalidMessage, match="needs a period"):
         broker.send("orders", Message(body="x", repeat=3))
+
+
+def test_a_cron_schedule_is_refused_with_a_clear_error(broker):
+    from broker_core.errors import InvalidMessage
+
+    with pytest.raises(InvalidMessage, match="cron schedules .* are not supported"):
+        broker.send("orders", Message(body="x", cron="0 * * * *"))
+    assert broker.destinations() == []
