@@ -44,10 +44,14 @@ local function ack_message(c, id)
   emit('ack', 'msg', id, 'consumer', c.id)
 end
 
+-- When the first parked message is due, as far as this script call knows (nil: ask Redis).
+local PARK = { next = nil }
+
 -- Hold a message out of dispatch until `at`; it comes back with pending score `score`.
 local function park(id, at, score)
   redis.call('ZADD', K_PARKED, at, id)
   redis.call('HSET', K_PARKINFO, id, score)
+  PARK.next = nil
 end
 
 -- A repeating scheduled message (AMQ_SCHEDULED_REPEAT) is a job: each time it fires, one delivery is
@@ -56,6 +60,7 @@ local function schedule_job(id, blob, m, at)
   redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, tonumber(m[M_PERIOD]), tonumber(m[M_REPEAT]), 0 }))
   redis.call('ZADD', K_PARKED, at, id)
   redis.call('HSET', K_PARKINFO, id, 'job')
+  PARK.next = nil
 end
 
 local function fire_scheduled(id, at)
@@ -79,8 +84,20 @@ local function fire_scheduled(id, at)
   end
 end
 
+-- The next time a parked message comes back (0 if none).
+local function next_unpark()
+  if PARK.next == nil then
+    local first = redis.call('ZRANGE', K_PARKED, 0, 0, 'WITHSCORES')
+    PARK.next = #first == 0 and 0 or tonumber(first[2])
+  end
+  return PARK.next
+end
+
 -- Bring back parked messages whose time has come (bounded); returns how many.
 local function unpark_due(limit)
+  local first = next_unpark()
+  if first == 0 or first > NOW then return 0 end  -- the usual case costs one look at the head
+  PARK.next = nil
   local due = redis.call('ZRANGEBYSCORE', K_PARKED, '-inf', NOW, 'LIMIT', 0, limit, 'WITHSCORES')
   for i = 1, #due, 2 do
     local id, at = due[i], tonumber(due[i + 1])
@@ -94,13 +111,6 @@ local function unpark_due(limit)
     end
   end
   return #due / 2
-end
-
--- The next time a parked message comes back (0 if none).
-local function next_unpark()
-  local first = redis.call('ZRANGE', K_PARKED, 0, 0, 'WITHSCORES')
-  if #first == 0 then return 0 end
-  return tonumber(first[2])
 end
 
 -- Put an in-flight message back in the pending zset ahead of fresh messages; `bump` raises its

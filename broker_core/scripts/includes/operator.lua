@@ -17,6 +17,7 @@ local function take_out(id)
   elseif where == 'parked' then
     redis.call('ZREM', K_PARKED, id)
     redis.call('HDEL', K_PARKINFO, id)
+    PARK.next = nil
   elseif where == 'inflight' then
     if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > received_upto(cid) then
       redis.call('LREM', K_COUT(cid), 1, id)  -- dispatched, not yet handed over
