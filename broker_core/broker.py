@@ -49,6 +49,8 @@ _ERRORS: dict[str, type[errors.BrokerError]] = {
     "IN_FLIGHT": errors.OperationRefused,
     "NOT_A_DLQ": errors.OperationRefused,
     "NO_ORIGINAL_DESTINATION": errors.OperationRefused,
+    "SCHEDULED_JOB": errors.OperationRefused,
+    "UNKNOWN_DESTINATION": errors.UnknownDestination,
 }
 
 _ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "transacted": "individual"}

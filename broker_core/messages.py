@@ -119,7 +119,8 @@ class Message:
             raise InvalidMessage(
                 f"body must be text or bytes, got {type(self.body).__name__}", field="body"
             )
-        if not isinstance(self.expiration, int) or self.expiration < 0:
+        if isinstance(self.expiration, bool) or not isinstance(self.expiration, int) or not (
+                0 <= self.expiration <= LONG_MAX):
             raise InvalidMessage(f"expiration must be ms since the epoch or 0, got {self.expiration!r}",
                                  field="expiration")
         if isinstance(self.group_seq, bool) or not isinstance(self.group_seq, int):
@@ -154,10 +155,10 @@ class Message:
             flat += [name, code, raw]
         message_id = self.message_id or new_message_id()
         if not isinstance(message_id, str) or not 1 <= len(message_id) <= MAX_MESSAGE_ID or any(
-                ch.isspace() or ch == "|" for ch in message_id):
+                ch.isspace() or ch in "|#" for ch in message_id):
             raise InvalidMessage(
-                f"message id must be 1-{MAX_MESSAGE_ID} characters without whitespace or '|', "
-                f"got {message_id!r}",
+                f"message id must be 1-{MAX_MESSAGE_ID} characters without whitespace, '|' or '#' "
+                f"('#' marks deliveries of repeating scheduled messages), got {message_id!r}",
                 field="message_id")
         record = [
             FORMAT_VERSION,
@@ -271,9 +272,11 @@ def dead_letter_copy(blob: bytes, source: str, cause: str | None, now_ms: int,
     record = msgpack.unpackb(blob, raw=True)
     record += [None] * (RECORD_LENGTH - len(record))
     flat = list(record[11] or [])
-    names = {flat[i] for i in range(0, len(flat), 3)}
-    if cause is not None:
+    if cause is not None:  # a retried dead letter that dies again gets the new cause, once
+        flat = [x for i in range(0, len(flat), 3) if flat[i] != b"dlqDeliveryFailureCause"
+                for x in flat[i:i + 3]]
         flat += [b"dlqDeliveryFailureCause", b"s", cause.encode()]
+    names = {flat[i] for i in range(0, len(flat), 3)}
     if b"originalExpiration" not in names:
         flat += [b"originalExpiration", b"l", record[4] or 0]
     if not record[2]:

@@ -203,6 +203,7 @@ class DestinationStats:
     forwarding: int  # dead letters on their way to the dead-letter queue
     purged: int  # removed by an operator (remove, purge)
     moved: int  # moved or retried to another destination
+    cancelled: int  # repeating scheduled messages cancelled before their last delivery
     duplicates: int
     skipped: int
     last_pass_skipped: int
@@ -320,7 +321,7 @@ class Operations:
                     text = failure_cause(kind, _str(argument), source_policy)
                     copy = dead_letter_copy(blob, dest.uri, text, now,
                                             int(source_policy.get("deadLetterExpiration", "0")))
-                reply = yield from self._eval("send", target, now, 0, message_id, copy)
+                reply = yield from self._eval("send", target, now, 0, "forward", message_id, copy)
                 if kind not in TRANSFERS:
                     yield Command(("HSETNX", f"{self.prefix(target)}:meta", "dlq", "1"))
                 yield from self._continue_dispatch(target, now, int(reply[-2]), int(reply[-1]))
@@ -332,14 +333,14 @@ class Operations:
 
     def send(self, dest: Destination, messages: Iterable[Message], now: int) -> Op:
         """Enqueue messages in order; returns their ids. A bad message or a limit refuses the whole batch."""
-        args: list[Any] = [0]
+        args: list[Any] = [0, "producer"]
         for message in messages:
             message_id, blob = message.pack(now)
             args += [message_id, blob]
         reply = yield from self._eval("send", dest, now, *args)
         split = reply.index(b"")
         yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
-        return [SentId(message_id, _str(status)) for message_id, status in zip(args[1::2], reply[:split],
+        return [SentId(message_id, _str(status)) for message_id, status in zip(args[2::2], reply[:split],
                                                                                   strict=True)]
 
     # -- consuming ------------------------------------------------------------------------------------
@@ -510,6 +511,7 @@ class Operations:
             expired=count("expired"), expired_on_arrival=count("expired_on_arrival"),
             deadlettered=count("deadlettered"), discarded=count("discarded"), parked=int(reply[4]),
             forwarding=int(reply[5]), purged=count("purged"), moved=count("moved"),
+            cancelled=count("cancelled"),
             duplicates=count("duplicates"), skipped=count("skipped"),
             last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
             group_count=int(reply[3]), paused=meta.get("paused") == "1", exclusive_owner=owner,
@@ -652,15 +654,15 @@ class Operations:
             touched[dest.uri] = dest
             if op == "send":
                 message_id, blob = rest
-                calls.append(Eval("send", (self.prefix(dest),), (now, 0, message_id, blob)))
+                calls.append(Eval("send", (self.prefix(dest),), (now, 0, "producer", message_id, blob)))
             else:
                 consumer_id, mode, message_ids = rest
                 calls.append(Eval("ack", (self.prefix(dest),), (now, 0, consumer_id, mode, 0, *message_ids)))
         yield Command(("DEL", self.tx_key(tx)))
         replies = yield calls  # one MULTI/EXEC
         errors = [r for r in replies if isinstance(r, Exception)]
-        for dest in touched.values():  # each script ran one chunk; finish the passes
-            yield from self._continue_dispatch(dest, now, 1, 0)
+        for dest in touched.values():  # each script ran one chunk: finish the passes and forwards
+            yield from self._continue_dispatch(dest, now, PASS_HAS_MORE | FORWARDS_WAITING, 0)
         if errors:
             raise TransactionError(f"transaction {tx} committed with errors: {errors[0]}", transaction=tx)
 

@@ -7,6 +7,8 @@
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
+local unknown = unknown_destination()
+if unknown then return unknown end
 local cursor, limit, budget = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local expr = false
 if ARGV[5] ~= '' then expr = cjson.decode(ARGV[5]) end
@@ -30,20 +32,37 @@ local function offer(id, state, cid)
   found = found + 1
 end
 
--- One ordered phase over a zset: returns the cursor to continue with, or nil when the zset is done.
+-- One ordered phase over a zset: returns the cursor to continue with ('<tag>:<score>|<id>' of the last
+-- message seen), or nil when the zset is done. Scores can tie (parked times often do), so a walk goes on
+-- from the rank of the last id seen; if that id has gone meanwhile, from its score, skipping the ids
+-- of that score it has seen (equal scores are ordered by id).
 local function walk_zset(key, tag, state, from)
-  local lower = from == '' and '-inf' or '(' .. from
+  local score, last = string.match(from, '^(.-)|(.*)$')
   while found < limit and examined < budget do
-    local batch = redis.call('ZRANGEBYSCORE', key, lower, '+inf', 'WITHSCORES', 'LIMIT', 0,
-                             math.min(100, budget - examined))
+    local want = math.min(100, budget - examined)
+    local batch
+    local rank = last and redis.call('ZRANK', key, last)
+    if not last then
+      batch = redis.call('ZRANGE', key, 0, want - 1, 'WITHSCORES')
+    elseif rank then
+      batch = redis.call('ZRANGE', key, rank + 1, rank + want, 'WITHSCORES')
+    else
+      batch = redis.call('ZRANGEBYSCORE', key, score, '+inf', 'WITHSCORES', 'LIMIT', 0, want)
+    end
     if #batch == 0 then return nil end
     for i = 1, #batch, 2 do
-      offer(batch[i], state)
-      lower = '(' .. batch[i + 1]
-      if found >= limit or examined >= budget then return tag .. ':' .. batch[i + 1] end
+      local id, s = batch[i], batch[i + 1]
+      if rank or not last or not (s == score and id <= last) then
+        offer(id, state)
+      else
+        examined = examined + 1
+      end
+      score, last = s, id
+      if found >= limit or examined >= budget then return tag .. ':' .. s .. '|' .. id end
     end
+    if #batch < 2 * want then return nil end
   end
-  return tag .. ':' .. string.sub(lower, 2)
+  return tag .. ':' .. score .. '|' .. last
 end
 
 local phase, position = string.match(cursor, '^(%a):(.*)$')

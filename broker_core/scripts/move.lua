@@ -1,5 +1,5 @@
--- Move or copy messages to another destination (QueueView.move/copy...To, retry from a DLQ), by id or
--- every pending or parked message a selector matches. The message leaves (move) or stays (copy) here in
+-- Move or copy messages to another destination (QueueView.move/copy...To, retry from a DLQ), by id
+-- (pending or parked) or every pending message a selector matches. The message leaves (move) or stays (copy) here in
 -- the same step as it is queued for the target (includes/forward.lua); in-flight messages are not
 -- moved. Bounded: examines at most ARGV[7] messages per call.
 -- ARGV: now, budget, mode ('move', 'copy' or 'retry'), target uri ('' for retry: each message's
@@ -9,6 +9,8 @@
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
+local unknown = unknown_destination()
+if unknown then return unknown end
 local mode, target, cursor = ARGV[3], ARGV[4], ARGV[5]
 local budget, max = tonumber(ARGV[6]), tonumber(ARGV[7])
 local expr = false
@@ -24,6 +26,10 @@ local ids = {}
 for i = 9, #ARGV do
   local where, cid = locate(ARGV[i])
   if not where then return fail('NO_MESSAGE', 'no message ' .. ARGV[i] .. ' on ' .. self_uri) end
+  if where == 'parked' and redis.call('HEXISTS', K_SCHED, ARGV[i]) == 1 then
+    return fail('SCHEDULED_JOB', 'message ' .. ARGV[i] .. ' is a repeating scheduled message; cancel it with '
+      .. 'remove instead of moving it')
+  end
   if where == 'inflight' then
     return fail('IN_FLIGHT', 'message ' .. ARGV[i] .. ' is in flight with consumer ' .. cid ..
       '; it can be moved once acknowledged or returned')

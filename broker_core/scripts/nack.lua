@@ -21,20 +21,23 @@ for i = 6, #ARGV do
 end
 if #ids == 0 then return fail('INVALID_ACK', 'no message id given') end
 
--- RedeliveryPolicy.getNextRedeliveryDelay: the first redelivery waits initialRedeliveryDelay, later
--- ones redeliveryDelay, or the previous delay times backOffMultiplier with exponential back-off.
+-- The first redelivery waits initialRedeliveryDelay; each later one RedeliveryPolicy's
+-- getNextRedeliveryDelay(previous): redeliveryDelay, or with exponential back-off (and a previous delay
+-- above 0, a multiplier above 1) previous x backOffMultiplier, over maximumRedeliveryDelay (-1 = none)
+-- cut back to max(maximumRedeliveryDelay, redeliveryDelay).
 local function delay_for(count)
   local p = policy()
+  local step, backoff = tonumber(p['redeliveryDelay']), p['useExponentialBackOff'] == '1'
+  local multiplier, cap = tonumber(p['backOffMultiplier']), tonumber(p['maximumRedeliveryDelay'])
   local delay = tonumber(p['initialRedeliveryDelay'])
-  if count > 1 then
-    if p['useExponentialBackOff'] == '1' then
-      delay = delay * tonumber(p['backOffMultiplier']) ^ (count - 1)
-    else
-      delay = tonumber(p['redeliveryDelay'])
+  for _ = 2, math.min(count, 64) do
+    local next_delay = step
+    if delay > 0 and backoff and multiplier > 1 then
+      next_delay = delay * multiplier
+      if cap ~= -1 and next_delay > cap then next_delay = math.max(cap, step) end
     end
+    delay = next_delay
   end
-  local cap = tonumber(p['maximumRedeliveryDelay'])
-  if cap > 0 and delay > cap then delay = cap end
   if p['useCollisionAvoidance'] == '1' then delay = delay + delay * 0.15 * jitter end
   return math.floor(delay)
 end

@@ -5,9 +5,16 @@
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
+local unknown = unknown_destination()
+if unknown then return unknown end
 local removed = 0
 local function remove(id)
-  if take_out(id) then
+  local blob, job = take_out(id)
+  if job then
+    removed = removed + 1
+    meta_incr('cancelled')
+    emit('cancel', 'msg', id)
+  elseif blob then
     removed = removed + 1
     meta_incr('purged')
     meta_incr('dequeued')

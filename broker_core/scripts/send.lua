@@ -1,5 +1,6 @@
 -- Enqueue messages on a queue, then run a dispatch chunk.
--- ARGV: now, budget, then per message: id, packed message.
+-- ARGV: now, budget, origin ('producer', or 'forward' for a message another destination passes on: a
+-- dead letter or a moved one, which the producer limits do not apply to), then per message: id, packed.
 -- Returns {status per message..., '', dispatched, more, hold_until}; status 'ok', 'duplicate' (an id
 -- already stored: not stored again, counted) or 'expired' (expired on arrival: not enqueued, counted).
 --@include base
@@ -10,8 +11,9 @@ if missing then return missing end
 -- Validate every message before storing any, so a refused batch changes nothing.
 local limit = policy_num('maxMessageSize') or 0
 local max_props = tonumber(policy()['maxPropertyCount']) or 0
+if ARGV[3] == 'forward' then limit, max_props = 0, 0 end
 local unpacked = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local id, blob = ARGV[i], ARGV[i + 1]
   if limit > 0 and #blob > limit then
     return fail('MESSAGE_TOO_LARGE', 'message ' .. id .. ' is ' .. #blob ..
@@ -28,7 +30,7 @@ end
 local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')
 local out = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
   if redis.call('HEXISTS', K_MSGS, id) == 1 or redis.call('HEXISTS', K_SCHED, id) == 1
      or (audit and redis.call('ZSCORE', K_AUDIT, id)) then

@@ -5,6 +5,7 @@
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
+if redis.call('EXISTS', K_META) == 0 then return {0, 0, 1, 0, 0} end  -- deleted meanwhile: nothing to do
 if redis.call('HGET', K_META, 'paused') == '1' then return {0, 0, 1, 0, 0} end
 local cursor = redis.call('HGET', K_META, 'sweep_cursor') or ''
 local lower = '-inf'

@@ -251,7 +251,7 @@ def test_a_repeating_scheduled_message_is_delivered_every_period_the_given_numbe
         for d in drain(broker, c):
             got.append((d.message_id, clock.now_ms() - 1_700_000_000_000))
             broker.ack(c, d.message_id)
-    assert got == [(job, 100), (f"{job}#2", 1100), (f"{job}#3", 2100)]
+    assert got == [(f"{job}#1", 100), (f"{job}#2", 1100), (f"{job}#3", 2100)]
     assert broker.stats("orders").parked == 0
 
 

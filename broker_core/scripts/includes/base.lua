@@ -85,6 +85,13 @@ local function require_destination()
   return nil
 end
 
+-- The operator's operations refuse a destination that does not exist rather than create its keys.
+local function unknown_destination()
+  if redis.call('EXISTS', K_META) == 1 then return nil end
+  local kind, name = string.match(P, '{(%a):(.*)}$')
+  return fail('UNKNOWN_DESTINATION', 'no destination ' .. (kind == 't' and 'topic://' or 'queue://') .. name)
+end
+
 local function meta_incr(field, by)
   return redis.call('HINCRBY', K_META, field, by or 1)
 end

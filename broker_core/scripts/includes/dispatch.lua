@@ -22,7 +22,7 @@
 -- `c` and `tally` and written once at the end of the chunk (see flush_counts).
 local function deliver(c, id, score, tally)
   redis.call('ZREM', K_PENDING, id)
-  redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. score)
+  redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. string.format('%.0f', score))  -- all digits
   tally.dseq = tally.dseq + 1
   redis.call('ZADD', K_CINF(c.id), tally.dseq, id)
   local queued = redis.call('RPUSH', K_COUT(c.id), id)

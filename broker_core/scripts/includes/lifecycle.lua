@@ -54,8 +54,9 @@ local function park(id, at, score)
   PARK.next = nil
 end
 
--- A repeating scheduled message (AMQ_SCHEDULED_REPEAT) is a job: each time it fires, one delivery is
--- enqueued - the first under the message's id, later ones as '<id>#<n>' - until the repeats are spent.
+-- A repeating scheduled message (AMQ_SCHEDULED_REPEAT) is a job kept under the message's id; each time
+-- it fires, one delivery '<id>#<n>' is enqueued, until the repeats are spent. ('#' is not allowed in
+-- producers' ids, so deliveries never meet another message's id.)
 local function schedule_job(id, blob, m, at)
   redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, tonumber(m[M_PERIOD]), tonumber(m[M_REPEAT]), 0 }))
   redis.call('ZADD', K_PARKED, at, id)
@@ -66,7 +67,7 @@ end
 local function fire_scheduled(id, at)
   local job = cmsgpack.unpack(redis.call('HGET', K_SCHED, id))
   local blob, period, left, fired = job[1], job[2], job[3], job[4] + 1
-  local delivery = fired == 1 and id or (id .. '#' .. fired)
+  local delivery = id .. '#' .. fired
   local m = unpack_message(blob)
   local seq = meta_incr('seq')
   redis.call('HSET', K_MSGS, delivery, blob)

@@ -9,7 +9,8 @@ local function locate(id)
   return nil
 end
 
--- Take a stored message out of this destination, wherever it is; returns its packed form.
+-- Take a stored message out of this destination, wherever it is; returns its packed form, and true
+-- when it was a repeating scheduled message's job (cancelled, never enqueued).
 local function take_out(id)
   local where, cid = locate(id)
   if where == 'pending' then
@@ -26,11 +27,12 @@ local function take_out(id)
     room_freed(cid)
   end
   local blob = redis.call('HGET', K_MSGS, id)
+  local job = nil
   if not blob and where == 'parked' then  -- a repeating scheduled message: cancel the job
-    local job = redis.call('HGET', K_SCHED, id)
+    job = redis.call('HGET', K_SCHED, id)
     redis.call('HDEL', K_SCHED, id)
     if job then blob = cmsgpack.unpack(job)[1] end
   end
   drop_message(id)
-  return blob
+  return blob, job ~= nil
 end

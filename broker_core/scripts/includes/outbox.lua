@@ -10,6 +10,7 @@ end
 local function pop_outbox(c, max, out)
   local ids = redis.call('LPOP', K_COUT(c.id), max)
   if not ids then return 0 end
+  local last = redis.call('ZSCORE', K_CINF(c.id), ids[#ids])  -- before expiry may remove it
   local handed = {}
   for _, id in ipairs(ids) do
     local blob = redis.call('HGET', K_MSGS, id)
@@ -27,7 +28,6 @@ local function pop_outbox(c, max, out)
       out[#out + 1] = redis.call('SISMEMBER', K_GFIRST, id)
     end
   end
-  local last = redis.call('ZSCORE', K_CINF(c.id), ids[#ids])
   if last then redis.call('HSET', K_C(c.id), 'rcv', last) end
   if c.def.ack == 'auto' then
     for _, id in ipairs(handed) do ack_message(c, id) end
