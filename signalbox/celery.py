@@ -1,12 +1,36 @@
 """The Celery app. Workers and beat run broker_core maintenance; tasks stay one-line wrappers."""
 
 import os
+from typing import Any
 
 from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
 
-app = Celery("signalbox")
+# signalbox.tasks: the maintenance tasks (broker_core/maintenance.py) every worker knows.
+app = Celery("signalbox", include=["signalbox.tasks"])
 # Every CELERY_* name in signalbox/settings.py configures this app (broker = REDIS_URL by default).
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+MAINTENANCE_TICK = "signalbox.maintenance.tick"
+MAINTENANCE_TICK_SECONDS = 1.0
+# A tick no worker started within this long is dropped: the next one does the same work, and ticks
+# must not pile up while the workers are down.
+MAINTENANCE_TICK_EXPIRES = 5.0
+
+
+@app.on_after_configure.connect
+def schedule_maintenance(sender: Celery, **kwargs: Any) -> None:
+    """Beat sends the maintenance dispatcher every second. The periods themselves come from the
+    destination policies, read at every tick, so changing them needs no restart. The tick carries the
+    namespace of the process running beat, so a worker serves the deployment that scheduled it."""
+    from django.conf import settings
+
+    sender.add_periodic_task(
+        MAINTENANCE_TICK_SECONDS,
+        sender.signature(MAINTENANCE_TICK, kwargs={"namespace": settings.SIGNALBOX_NAMESPACE}),
+        name="broker maintenance",
+        expires=MAINTENANCE_TICK_EXPIRES,
+        ignore_result=True,
+    )

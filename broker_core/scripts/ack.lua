@@ -42,6 +42,7 @@ if mode == 'delivered' then
     end
   end
   if c.prefetch > 0 then redis.call('HINCRBY', K_C(cid), 'ext', #ids) end
+  redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- any ack is one (AbstractSubscription.acknowledge)
 else
   for _, id in ipairs(ids) do
     if (seqs[id] or 0) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end  -- acked before received

@@ -16,6 +16,8 @@ end
 local def = cmsgpack.unpack(packed)
 local before = redis.call('HLEN', K_CONSUMERS)
 redis.call('HSET', K_CONSUMERS, cid, packed)
+redis.call('HDEL', P .. ':aborted', cid)  -- a reused id does not inherit an old abort notice
+redis.call('ZREM', P .. ':aborted:at', cid)
 redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'acked', 0, 'added', NOW,
            'prefetch', prefetch)
 redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)

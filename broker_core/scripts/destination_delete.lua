@@ -5,7 +5,9 @@
 NOW = tonumber(ARGV[1])
 local count = redis.call('HLEN', K_MSGS)
 local keys = { K_META, K_POLICY, K_MSGS, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER,
-  K_LEASES, K_PASSFULL, K_GROUPS, K_GLRU, K_PARKED, K_PARKINFO, K_FWD, K_AUDIT, K_EVENTS, K_SCHED }
+  K_LEASES, K_PASSFULL, K_GROUPS, K_GLRU, K_PARKED, K_PARKINFO, K_FWD, K_AUDIT, K_EVENTS, K_SCHED,
+  -- maintenance state (broker_core/maintenance.py, scripts/abort.lua)
+  P .. ':maint', P .. ':slowcons', P .. ':aborted', P .. ':aborted:at' }
 for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do
   keys[#keys + 1] = K_C(cid)
   keys[#keys + 1] = K_CINF(cid)

@@ -68,6 +68,7 @@ for _, id in ipairs(ids) do
     later = later + 1
   end
 end
+redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- a negative ack is an ack for lastAckTime
 room_freed(cid)
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 return {dead, later, dispatched, more, hold}

@@ -1,0 +1,69 @@
+"""Celery tasks: one-line wrappers around broker_core.maintenance (the logic and its tests live there).
+
+Beat sends `signalbox.maintenance.tick` every second (signalbox/celery.py); the tick reads every
+destination's policy and runs the jobs that are due. The other tasks run one job on one destination by
+hand. `namespace` defaults to SIGNALBOX_NAMESPACE; results are plain dicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import redis
+from django.conf import settings
+
+from broker_core import maintenance
+from broker_core.broker import Broker
+from broker_core.destinations import parse_destination
+from broker_core.operations import ConsumerRef
+from signalbox.celery import app
+
+
+@functools.cache
+def _client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+@functools.cache
+def _broker(namespace: str) -> Broker:
+    return Broker(_client(), namespace)
+
+
+def broker(namespace: str | None = None) -> Broker:
+    """The worker's blocking broker client for a key namespace (one per namespace and process)."""
+    return _broker(namespace or settings.SIGNALBOX_NAMESPACE)
+
+
+def _plain(result: Any) -> Any:
+    return dataclasses.asdict(result) if dataclasses.is_dataclass(result) else result
+
+
+@app.task(name="signalbox.maintenance.tick")
+def tick(namespace: str | None = None) -> dict[str, Any]:
+    return _plain(maintenance.run_due(broker(namespace)))
+
+
+@app.task(name="signalbox.maintenance.recover")
+def recover(destination: str, namespace: str | None = None) -> dict[str, Any]:
+    return _plain(maintenance.run_recovery(broker(namespace), destination))
+
+
+@app.task(name="signalbox.maintenance.sweep_expired")
+def sweep_expired(destination: str, namespace: str | None = None, max_pages: int | None = None,
+                  force: bool = True) -> dict[str, Any]:
+    return _plain(maintenance.run_expiry_sweep(broker(namespace), destination, max_pages=max_pages,
+                                               force=force))
+
+
+@app.task(name="signalbox.maintenance.check_slow_consumers")
+def check_slow_consumers(destination: str, namespace: str | None = None) -> dict[str, Any]:
+    return _plain(maintenance.run_slow_consumer_check(broker(namespace), destination))
+
+
+@app.task(name="signalbox.maintenance.abort_consumer")
+def abort_consumer(destination: str, consumer_id: str, reason: str, abort_connection: bool = False,
+                   namespace: str | None = None) -> None:
+    maintenance.abort_consumer(broker(namespace), ConsumerRef(parse_destination(destination), consumer_id),
+                               reason, abort_connection=abort_connection)
