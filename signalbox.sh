@@ -29,4 +29,17 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     touch "$stamp"
 fi
 
+# Browser-side packages the tests use (package.json; node_modules/ is never committed).
+npm_stamp="node_modules/.signalbox-installed"
+if [ "${1:-}" = "test" ] && [ -f package-lock.json ] \
+        && { [ ! -f "$npm_stamp" ] || [ package-lock.json -nt "$npm_stamp" ]; }; then
+    if command -v npm >/dev/null 2>&1; then
+        echo "signalbox: installing the npm packages the browser tests use"
+        npm ci --no-audit --no-fund --loglevel=error
+        touch "$npm_stamp"
+    else
+        echo "signalbox: npm not found; the browser tests will be skipped" >&2
+    fi
+fi
+
 exec "$VENV/bin/python" -m signalbox.launcher "$@"

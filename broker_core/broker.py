@@ -140,6 +140,10 @@ class _Api:
         return self._run(self._second(self.ops.ack(consumer, ids, mode, self._now(), max_messages)))
 
     @staticmethod
+    def _was_one(op: Op) -> Op:
+        return (yield from op) == 1
+
+    @staticmethod
     def _first(op: Op) -> Op:
         return (yield from op)[0]
 
@@ -172,7 +176,7 @@ class _Api:
 
     def remove_message(self, destination: str | Destination, message_id: str) -> Any:
         """Remove one message, wherever it is (in flight too); True if it was there."""
-        return self._run(self.ops.remove(_dest(destination), [message_id], self._now())) == 1
+        return self._run(self._was_one(self.ops.remove(_dest(destination), [message_id], self._now())))
 
     def purge(self, destination: str | Destination,
               progress: Callable[[int, int], None] | None = None) -> Any:

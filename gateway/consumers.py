@@ -1,10 +1,22 @@
-"""WebSocket consumers of the gateway. PingConsumer proves the ASGI server and channel layer work."""
+"""WebSocket consumers of the gateway: thin glue between Channels and the protocol sessions.
+
+- `PingConsumer` (/ws/ping) proves the ASGI server and channel layer work.
+- `StompConsumer` (/stomp) speaks STOMP 1.0/1.1/1.2 (gateway/stomp/protocol.py).
+- `JsonConsumer` (/ws/v1) speaks the JSON protocol (gateway/ws/json_protocol.py).
+
+The broker consumers wake their connection through the process's wake-up hub (gateway/runtime.py), not
+through the channel layer, so the STOMP and JSON consumers open no channel-layer channel of their own.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
+
+from gateway import runtime
+from gateway.stomp.protocol import StompSession, Transport, choose_subprotocol
+from gateway.ws.json_protocol import JsonSession
 
 
 class PingConsumer(AsyncWebsocketConsumer):
@@ -31,3 +43,68 @@ class PingConsumer(AsyncWebsocketConsumer):
             await self.send(bytes_data=event["bytes"])
         else:
             await self.send(text_data=event["text"])
+
+
+class _SocketTransport(Transport):
+    def __init__(self, consumer: AsyncWebsocketConsumer) -> None:
+        self.consumer = consumer
+
+    async def write(self, payload: bytes | str) -> None:
+        if isinstance(payload, str):
+            await self.consumer.send(text_data=payload)
+        else:
+            await self.consumer.send(bytes_data=payload)
+
+    async def close(self) -> None:
+        await self.consumer.close()
+
+
+class _SessionConsumer(AsyncWebsocketConsumer):
+    channel_layer_alias = "signalbox-no-channel-layer"  # not configured: no channel per connection
+    session: Any = None
+
+    def make_session(self, transport: Transport) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def subprotocol(self) -> str | None:
+        return None
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels runs close_old_connections in a worker thread before every handler: a thread hop per
+        # WebSocket message, the largest cost on the hot path. These sessions touch the database only
+        # through database_sync_to_async (authentication), which closes old connections itself.
+        if message["type"] == "websocket.receive":
+            await self.websocket_receive(message)
+        else:
+            await super().dispatch(message)
+
+    async def connect(self) -> None:
+        await self.accept(self.subprotocol())
+        self.session = self.make_session(_SocketTransport(self))
+        await self.session.start()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        await self.session.data_received(bytes_data if bytes_data is not None else (text_data or "").encode())
+
+    async def disconnect(self, code: int) -> None:
+        if self.session is not None:
+            await self.session.connection_lost()
+
+
+class StompConsumer(_SessionConsumer):
+    """STOMP over WebSocket at /stomp (subprotocols v12.stomp, v11.stomp, v10.stomp, or none)."""
+
+    def subprotocol(self) -> str | None:
+        return choose_subprotocol(list(self.scope.get("subprotocols") or []))
+
+    def make_session(self, transport: Transport) -> StompSession:
+        return StompSession(transport, broker=runtime.async_broker(), hub=runtime.wakeups(),
+                            session_user=self.scope.get("user"))
+
+
+class JsonConsumer(_SessionConsumer):
+    """The JSON protocol at /ws/v1: one JSON object per WebSocket message."""
+
+    def make_session(self, transport: Transport) -> JsonSession:
+        return JsonSession(transport, broker=runtime.async_broker(), hub=runtime.wakeups(),
+                           session_user=self.scope.get("user"))

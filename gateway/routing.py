@@ -2,8 +2,10 @@
 
 from django.urls import path
 
-from gateway.consumers import PingConsumer
+from gateway.consumers import JsonConsumer, PingConsumer, StompConsumer
 
 websocket_urlpatterns = [
     path("ws/ping", PingConsumer.as_asgi()),
+    path("stomp", StompConsumer.as_asgi()),
+    path("ws/v1", JsonConsumer.as_asgi()),
 ]

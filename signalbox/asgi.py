@@ -2,7 +2,7 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
+from gateway.api.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
 # Set up Django (app registry, settings) before anything imports models through the consumers.

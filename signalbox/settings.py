@@ -79,18 +79,21 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",  # API tokens: REST clients and STOMP/WebSocket logins
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served from our own static files (no CDN)
     "gateway",
     "console",
 ]
 
+# Django's usual stack. The gateway's API requests run these inline on the event loop instead of
+# two thread hops per middleware (gateway/api/middleware.py); everything else is unchanged.
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "gateway.api.middleware.SecurityMiddleware",
+    "gateway.api.middleware.SessionMiddleware",
+    "gateway.api.middleware.CommonMiddleware",
+    "gateway.api.middleware.CsrfViewMiddleware",
+    "gateway.api.middleware.AuthenticationMiddleware",
+    "gateway.api.middleware.MessageMiddleware",
+    "gateway.api.middleware.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "signalbox.urls"
@@ -163,14 +166,51 @@ CHANNEL_LAYERS = {
     },
 }
 
+# The REST gateway (gateway/api). Clients log in with a token (`Authorization: Token <key>`), the
+# console with its session; HTTP Basic only on ActiveMQ's /api/message. Every error is RFC 9457
+# problem details. No pagination default: list endpoints page themselves (limit/offset, cursors).
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "gateway.api.auth.TokenAuthentication",
+        "gateway.api.auth.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+    ],
+    "EXCEPTION_HANDLER": "gateway.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Signalbox API",
-    "DESCRIPTION": "HTTP gateway of the Signalbox message broker.",
-    "VERSION": "0.1.0",
+    "DESCRIPTION": (
+        "HTTP gateway of the Signalbox message broker: produce, consume with leases, administer. "
+        "Errors are RFC 9457 problem details (application/problem+json). Authenticate with "
+        "`Authorization: Token <key>` (POST /api/v1/auth/token) or a console session. "
+        "/api/message/ is ActiveMQ's REST MessageServlet, for existing ActiveMQ clients."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {},
 }
+# Gateway knobs. Long-poll receives wait at most this long (seconds), like ActiveMQ's 20 s readTimeout cap.
+SIGNALBOX_MAX_RECEIVE_WAIT = float(os.environ.get("SIGNALBOX_MAX_RECEIVE_WAIT") or 20.0)
+# Requests per second per user on the API (0 = unlimited); beyond it, 429 with Retry-After.
+SIGNALBOX_API_RATE_LIMIT = int(os.environ.get("SIGNALBOX_API_RATE_LIMIT") or 0)
+# How long a process trusts a verified token or Basic login, and its snapshot of the permission rules.
+SIGNALBOX_AUTH_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_AUTH_CACHE_SECONDS") or 30.0)
+SIGNALBOX_PERMISSION_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_PERMISSION_CACHE_SECONDS") or 1.0)
+# Lease of the consumers behind ActiveMQ's /api/message GET (renewed by every GET of that client).
+SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 300_000)
+# Largest request body (a batch of messages); larger requests get 413.
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SIGNALBOX_MAX_REQUEST_BYTES") or 16 * 1024 * 1024)
 
 # Celery (the app reads every CELERY_* name). Broker and results live in the same Redis by default.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL

@@ -1,9 +1,9 @@
-"""Root URLs: health, admin, the OpenAPI schema; gateway and console mount their own URLs here."""
+"""Root URLs: health, admin, the OpenAPI schema and its interactive page, the REST gateway."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from django.views.generic import TemplateView
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from signalbox.health import healthz
 
@@ -12,4 +12,10 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="openapi-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="openapi-docs"),
+    path("api/", include("gateway.api.urls")),
 ]
+
+# Under /api/ a missing resource or a crash is a problem-details response like every other error.
+handler404 = "gateway.api.errors.not_found"
+handler500 = "gateway.api.errors.server_error"

@@ -80,3 +80,14 @@ def test_the_owner_of_a_consumer_is_woken_when_its_empty_outbox_gets_messages(
     broker.send("orders", Message(body="m3"))
     assert pubsub.get_message(timeout=1)["data"] == b"A"
     pubsub.close()
+
+
+async def test_every_async_call_gives_what_the_blocking_one_gives(broker, redis_url, namespace, clock):
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        aio = AsyncBroker(client, namespace, clock, policies=broker.policies)
+        (m,) = await aio.send("orders", Message(body="x"))
+        assert await aio.remove_message("orders", m) is True
+        assert await aio.remove_message("orders", m) is False
+    finally:
+        await client.aclose()

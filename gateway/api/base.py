@@ -1,0 +1,205 @@
+"""The async view every endpoint derives from: DRF's request, parsing, rendering and exception
+handling, with the handlers as coroutines.
+
+Django runs synchronous views of an ASGI server on one shared thread; the gateway's handlers
+long-poll and talk to Redis, so they are coroutines instead, and the few blocking steps (a database
+read on an authentication cache miss, an audit record) run in a thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django.http import HttpResponse
+from rest_framework import exceptions
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from broker_core.destinations import Destination
+from gateway import runtime
+from gateway.api.auth import SessionAuthentication, TokenAuthentication
+from gateway.api.errors import describe
+from gateway.permissions import Action, allowed_async
+
+
+class RateLimited(exceptions.Throttled):
+    pass
+
+
+async def _throttle(request: Request, scope: str) -> None:
+    """Fixed one-second window per user in Redis (so every gateway process counts together).
+    Off unless SIGNALBOX_API_RATE_LIMIT (requests per second per user) is set."""
+    limit = int(getattr(settings, "SIGNALBOX_API_RATE_LIMIT", 0) or 0)
+    if limit <= 0:
+        return
+    window = int(time.time())
+    key = f"{settings.SIGNALBOX_NAMESPACE}:gw:rate:{scope}:{request.user.pk}:{window}"
+    client = runtime.async_broker().redis
+    pipe = client.pipeline(transaction=False)
+    pipe.incr(key)
+    pipe.expire(key, 2)
+    count, _ = await pipe.execute()
+    if int(count) > limit:
+        raise RateLimited(wait=max(0.001, window + 1 - time.time()),
+                          detail=f"more than {limit} requests per second (SIGNALBOX_API_RATE_LIMIT)")
+
+
+class GatewayView(APIView):
+    """Base of the API views: handlers are `async def get/post/...`."""
+
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAuthenticated]
+    throttle_scope = "api"
+
+    view_is_async = True  # every handler below is a coroutine (checked by Django's View.as_view)
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        # The API speaks JSON only: answer in it whatever the Accept header says (no 406, and no
+        # Accept parsing on every request).
+        return super().perform_content_negotiation(request, force=True)
+
+    async def options(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().options(request, *args, **kwargs)
+
+    async def authenticate(self, request: Request) -> None:
+        for authenticator in request.authenticators:
+            cached = getattr(authenticator, "cached", None)
+            hit = cached(request) if cached else None
+            if hit is not None:
+                request._authenticator = authenticator
+                request.user, request.auth = hit
+                return
+        # A cache miss reads the database: do it off the event loop.
+        await db(lambda: request.user)
+
+    async def initial_async(self, request: Request) -> None:
+        self.format_kwarg = self.get_format_suffix(**self.kwargs)
+        neg = self.perform_content_negotiation(request)
+        request.accepted_renderer, request.accepted_media_type = neg
+        version, scheme = self.determine_version(request, *self.args, **self.kwargs)
+        request.version, request.versioning_scheme = version, scheme
+        await self.authenticate(request)
+        self.check_permissions(request)
+        if request.user.is_authenticated:
+            await _throttle(request, self.throttle_scope)
+
+    async def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        self.args = args
+        self.kwargs = kwargs
+        request = self.initialize_request(request, *args, **kwargs)
+        self.request = request
+        self.headers = self.default_response_headers
+        try:
+            await self.initial_async(request)
+            method = request.method.lower()
+            handler = getattr(self, method, None) if method in self.http_method_names else None
+            if handler is None:
+                raise exceptions.MethodNotAllowed(request.method)
+            response = await handler(request, *args, **kwargs)
+        except Exception as exc:
+            response = self.handle_exception(exc)
+        self.response = self.finalize_response(request, response, *args, **kwargs)
+        return rendered(self.response)
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+            header = self.get_authenticate_header(self.request)
+            exc.auth_header = header or 'Token realm="signalbox"'  # type: ignore[attr-defined]
+            if not header:
+                exc.status_code = 401
+        response = self.settings.EXCEPTION_HANDLER(exc, self.get_exception_handler_context())
+        if response is None:  # pragma: no cover - our handler always answers
+            raise exc
+        response.exception = True
+        return response
+
+    # -- helpers for the handlers --------------------------------------------------------------------
+
+    async def require(self, request: Request, destinations: Destination | Iterable[Destination],
+                      action: Action) -> None:
+        """Raise 403 (401 when anonymous) unless the user may do `action` on every destination."""
+        targets = [destinations] if isinstance(destinations, Destination) else list(destinations)
+        if await allowed_async(request.user, targets, action):
+            return
+        if not request.user.is_authenticated:
+            raise exceptions.NotAuthenticated()
+        names = ", ".join(d.uri for d in targets)
+        raise exceptions.PermissionDenied(f"user {request.user.get_username()!r} has no {action} "
+                                          f"permission on {names}")
+
+    async def audited(self, request: Request, action: str, destination: str, target: str,
+                      parameters: dict[str, Any], run: Callable[[], Awaitable[Response]]) -> Response:
+        """Run an administrative action and keep an audit record of it, whatever its outcome."""
+        try:
+            response = await run()
+        except Exception as exc:
+            described = describe(exc)
+            status_code, body = (described[0], described[1]) if described else (500, {"detail": str(exc)})
+            await record_audit(request, action, destination, target, parameters, status_code, body)
+            raise
+        result = response.data if isinstance(response.data, dict) else {}
+        await record_audit(request, action, destination, target, parameters, response.status_code, result)
+        return response
+
+
+def rendered(response: Any) -> Any:
+    """Render a DRF Response here, on the event loop (JSON only, no I/O), and hand Django a plain
+    HttpResponse: a response with a render() method costs a thread hop in Django's async handler."""
+    if not isinstance(response, Response):
+        return response
+    response.render()
+    plain = HttpResponse(response.content, status=response.status_code)
+    for name, value in response.items():
+        plain[name] = value
+    plain.cookies = response.cookies
+    return plain
+
+
+async def record_audit(request: Request, action: str, destination: str, target: str,
+                       parameters: dict[str, Any], status_code: int, result: dict[str, Any]) -> None:
+    from gateway.models import AuditRecord
+
+    user = request.user if request.user.is_authenticated else None
+    forwarded = request.META.get("REMOTE_ADDR", "")
+
+    def write() -> None:
+        AuditRecord.objects.create(
+            user=user, username=user.get_username() if user else "", action=action,
+            destination=destination, target=target[:256], parameters=_jsonable(parameters),
+            succeeded=status_code < 400, status_code=status_code, result=_jsonable(result),
+            remote_addr=forwarded[:64])
+
+    await db(write)
+
+
+async def db(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a blocking database step in a worker thread, with a fresh connection closed after it.
+
+    API requests skip Django's per-request thread and its request_started/finished signals
+    (gateway/api/asgi.py), so nothing else would close the connection this thread opened."""
+
+    def run() -> Any:
+        close_old_connections()
+        try:
+            return fn(*args)
+        finally:
+            close_old_connections()
+
+    return await sync_to_async(run, thread_sensitive=False)()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)

@@ -1,0 +1,319 @@
+"""ActiveMQ's REST MessageServlet (`/api/message/<name>`), reproduced so its clients move over by
+changing only the host (spec §15.1).
+
+What matches ActiveMQ 5.17: destination from `destination` or the path (`/` -> `.`), `type` (absent
+means topic), POST parameters (JMSCorrelationID, JMSReplyTo, JMSType, JMSDeliveryMode, JMSPriority
+default 5, JMSTimeToLive; every other single-valued parameter a string property; JMSXGroupID/Seq the
+group), `body` or the raw body up to 100000 bytes, `200 Message sent` with a `messageID` header;
+GET/DELETE receive one message with `readTimeout` (negative or above 20000 ms: 20000), `204` on
+timeout, headers `destination`, `id` and one per property, the `<?...?>` prolog removed, the content
+type rules, consumers kept per client (`clientId`, else the `JSESSIONID` cookie) and per destination,
+the `selector` header used when the consumer is created, `oneShot`, `action=unsubscribe`, and
+"Concurrent access to consumer is not supported" for a second request on a busy consumer.
+
+Where Signalbox differs, on purpose: the consumer pulls (prefetch 0) instead of prefetching 1000
+messages that other consumers then cannot see, and it holds a lease, so an abandoned REST client's
+consumer lapses (SIGNALBOX_COMPAT_LEASE_MS, default 5 minutes) instead of living as long as its HTTP
+session. Errors are problem details with their proper status (ActiveMQ answers 500 for most). Topics
+answer 501 until broker_core has them. Logging in is HTTP Basic (as ActiveMQ's own), or a token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import secrets
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.request import Request
+
+from broker_core.destinations import Destination, parse_destination
+from broker_core.errors import InvalidConsumer, UnknownConsumer
+from broker_core.messages import Message
+from broker_core.operations import ConsumerRef, ConsumerSpec
+from gateway import runtime
+from gateway.api.auth import BasicAuthentication, SessionAuthentication, TokenAuthentication
+from gateway.api.base import GatewayView
+from gateway.api.codec import property_json
+from gateway.api.common import topics_supported
+from gateway.api.errors import Problem, topics_not_supported
+from gateway.api.views_messaging import long_poll, problem_doc, problems
+
+MAX_MESSAGE_SIZE = 100_000
+DEFAULT_PRIORITY = 5
+MAXIMUM_READ_TIMEOUT_MS = 20_000
+SESSION_COOKIE = "JSESSIONID"
+# Not message properties: the servlet's own parameters (JMSCorrelationID & co. are taken out first).
+_NOT_PROPERTIES = {"destination", "type", "body", "JMSDeliveryMode", "JMSPriority", "JMSTimeToLive",
+                   "JMSCorrelationID", "JMSExpiration", "JMSReplyTo", "JMSType"}
+_PROLOG = re.compile(r"^<\?.*?\?>", re.DOTALL)
+
+
+def _parameters(request: Request) -> dict[str, list[str]]:
+    """The servlet's parameter map: query string and form fields together."""
+    params: dict[str, list[str]] = {k: request.query_params.getlist(k) for k in request.query_params}
+    media = (request.content_type or "").split(";")[0].strip().lower()
+    if request.method == "POST" and media == "application/x-www-form-urlencoded":
+        form = request._request.POST
+        for key in form:
+            params.setdefault(key, []).extend(form.getlist(key))
+    return params
+
+
+def _first(params: dict[str, list[str]], name: str) -> str | None:
+    values = params.get(name)
+    return values[0] if values else None
+
+
+def compat_destination(request: Request, path: str, params: dict[str, list[str]]) -> Destination:
+    name = _first(params, "destination") or path.strip("/").replace("/", ".")
+    if not name:
+        raise Problem(400, "no_destination", "No destination",
+                      "no destination given: use /api/message/<name> or ?destination=<name>")
+    lowered = name.lower()
+    if lowered.startswith("topic://"):
+        kind, name = "topic", name[len("topic://"):]
+    elif lowered.startswith("queue://"):
+        kind, name = "queue", name[len("queue://"):]
+    elif lowered.startswith("channel://"):
+        kind, name = "queue", name[len("channel://"):]
+    else:
+        type_ = _first(params, "type")
+        # ActiveMQ's servlet init-param `topic` defaults to true: no type means a topic.
+        kind = "topic" if type_ is None or type_.lower() == "topic" else "queue"
+    destination = parse_destination(name, kind)  # type: ignore[arg-type]
+    if destination.is_topic and not topics_supported():
+        raise topics_not_supported(f"{destination.uri}; ActiveMQ's /api/message defaults to a topic when "
+                                   "no type is given, add type=queue")
+    return destination
+
+
+def _long(params: dict[str, list[str]], name: str, default: int) -> int:
+    raw = _first(params, name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise Problem(400, "invalid_parameter", "Invalid parameter", f"{name} must be a number, got {raw!r}",
+                      parameter=name) from None
+
+
+def _too_large() -> Problem:
+    return Problem(413, "message_too_large", "Message too large",
+                   f"the maximum message size of {MAX_MESSAGE_SIZE} is exceeded", limit=MAX_MESSAGE_SIZE)
+
+
+def _lease_ms() -> int:
+    return int(getattr(settings, "SIGNALBOX_COMPAT_LEASE_MS", 300_000))
+
+
+class MessageServletView(GatewayView):
+    authentication_classes = [BasicAuthentication, TokenAuthentication, SessionAuthentication]
+    throttle_scope = "compat"
+
+    # -- POST: send ---------------------------------------------------------------------------------
+
+    @extend_schema(
+        operation_id="activemq_send", tags=["activemq"],
+        summary="ActiveMQ MessageServlet: send a text message (type=queue; no type means a topic)",
+        parameters=[OpenApiParameter("type", str, enum=["queue", "topic"]),
+                    OpenApiParameter("destination", str), OpenApiParameter("body", str),
+                    OpenApiParameter("JMSPriority", int), OpenApiParameter("JMSTimeToLive", int),
+                    OpenApiParameter("JMSDeliveryMode", str), OpenApiParameter("JMSCorrelationID", str),
+                    OpenApiParameter("JMSReplyTo", str), OpenApiParameter("JMSType", str),
+                    OpenApiParameter("JMSXGroupID", str), OpenApiParameter("JMSXGroupSeq", int)],
+        request={"text/plain": str},
+        responses={200: OpenApiResponse(str, description="Message sent (header messageID)"),
+                   **problems(400, 401, 403, 413, 501, 503)})
+    async def post(self, request: Request, path: str = "") -> HttpResponse:
+        params = _parameters(request)
+        if _first(params, "action") == "unsubscribe" and _first(params, "clientId"):
+            await self._unsubscribe(request, "c:" + (_first(params, "clientId") or ""))
+            return HttpResponse(b"", content_type="text/plain")
+        destination = compat_destination(request, path, params)
+        await self.require(request, destination, "write")
+        body = _first(params, "body")
+        if body is None:
+            raw = request._request.body
+            media = (request.content_type or "").split(";")[0].strip().lower()
+            raw = b"" if media == "application/x-www-form-urlencoded" else raw
+            if len(raw) > MAX_MESSAGE_SIZE:
+                raise _too_large()
+            body = raw.decode(request._request.encoding or "utf-8", errors="replace")
+        elif len(body.encode()) > MAX_MESSAGE_SIZE:
+            raise _too_large()
+        broker = runtime.async_broker()
+        now = broker.clock.now_ms()
+        mode = _first(params, "JMSDeliveryMode")
+        ttl = _long(params, "JMSTimeToLive", 0)
+        priority = _long(params, "JMSPriority", DEFAULT_PRIORITY)
+        reply_to = _first(params, "JMSReplyTo")
+        message = Message(
+            body=body,
+            priority=priority,
+            persistent=mode is None or mode.lower() == "persistent",
+            expiration=now + ttl if ttl > 0 else 0,
+            correlation_id=_first(params, "JMSCorrelationID"),
+            reply_to=parse_destination(reply_to).uri if reply_to else None,
+            type=_first(params, "JMSType"),
+            user_id=request.user.get_username(),
+            connection_id=f"http:{request.user.pk}",
+        )
+        for name, values in params.items():
+            if name in _NOT_PROPERTIES or len(values) != 1:
+                continue  # ActiveMQ drops multi-valued parameters
+            if name == "JMSXGroupID":
+                message.group_id = values[0]
+            elif name == "JMSXGroupSeq":
+                message.group_seq = _long(params, name, 0)
+            else:
+                message.properties[name] = values[0]
+        [message_id] = await broker.send(destination, message)
+        response = HttpResponse(b"Message sent", content_type="text/plain")
+        response["messageID"] = message_id
+        return response
+
+    # -- GET / DELETE: receive one ------------------------------------------------------------------
+
+    @extend_schema(
+        operation_id="activemq_receive", tags=["activemq"],
+        summary="ActiveMQ MessageServlet: receive one message (auto-acknowledged), 204 on timeout",
+        parameters=[OpenApiParameter("type", str, enum=["queue", "topic"]),
+                    OpenApiParameter("destination", str), OpenApiParameter("readTimeout", int),
+                    OpenApiParameter("clientId", str), OpenApiParameter("oneShot", bool),
+                    OpenApiParameter("json", bool), OpenApiParameter("xml", bool),
+                    OpenApiParameter("selector", str, OpenApiParameter.HEADER)],
+        responses={200: OpenApiResponse(str, description="The message body; headers destination, id, "
+                                                         "one per property"),
+                   204: OpenApiResponse(description="No message within readTimeout"),
+                   **problems(400, 401, 403, 501)} | problem_doc(409, "Consumer busy"))
+    async def get(self, request: Request, path: str = "") -> HttpResponse:
+        return await self._receive(request, path)
+
+    @extend_schema(operation_id="activemq_receive_delete", tags=["activemq"],
+                   summary="ActiveMQ MessageServlet: DELETE receives like GET",
+                   responses={200: OpenApiResponse(str), 204: OpenApiResponse(description="No message"),
+                              **problems(400, 401, 403, 501)})
+    async def delete(self, request: Request, path: str = "") -> HttpResponse:
+        return await self._receive(request, path)
+
+    def _client_key(self, request: Request, params: dict[str, list[str]]) -> tuple[str, str | None]:
+        """(client key, new session cookie to set or None)."""
+        client_id = _first(params, "clientId")
+        if client_id:
+            return "c:" + client_id, None
+        session = request.COOKIES.get(SESSION_COOKIE)
+        if session and re.fullmatch(r"[A-Za-z0-9_-]{8,64}", session):
+            return "s:" + session, None
+        session = secrets.token_urlsafe(18)
+        return "s:" + session, session
+
+    def _registry(self, request: Request, client_key: str) -> str:
+        digest = hashlib.sha256(f"{request.user.pk}|{client_key}".encode()).hexdigest()[:24]
+        return f"{settings.SIGNALBOX_NAMESPACE}:gw:amq:{digest}"
+
+    def _consumer_id(self, request: Request, client_key: str, destination: Destination) -> str:
+        digest = hashlib.sha256(f"{request.user.pk}|{client_key}|{destination.uri}".encode()).hexdigest()
+        return f"amq-{digest[:24]}"
+
+    async def _receive(self, request: Request, path: str) -> HttpResponse:
+        params = _parameters(request)
+        destination = compat_destination(request, path, params)
+        await self.require(request, destination, "read")
+        timeout_ms = _long(params, "readTimeout", -1)
+        if timeout_ms < 0 or timeout_ms > MAXIMUM_READ_TIMEOUT_MS:
+            timeout_ms = MAXIMUM_READ_TIMEOUT_MS
+        client_key, new_cookie = self._client_key(request, params)
+        consumer_id = self._consumer_id(request, client_key, destination)
+        ref = ConsumerRef(destination, consumer_id, "auto")
+        broker = runtime.async_broker()
+        busy = f"{self._registry(request, client_key)}:busy:{consumer_id}"
+        if not await broker.redis.set(busy, "1", nx=True, px=timeout_ms + 30_000):
+            raise Problem(409, "concurrent_access", "Consumer busy",
+                          "Concurrent access to consumer is not supported", consumer_id=consumer_id)
+        try:
+            deliveries = await self._poll(request, ref, client_key, timeout_ms / 1000)
+            if (_first(params, "oneShot") or "").lower() == "true":
+                await self._close(ref)
+        finally:
+            await broker.redis.delete(busy)
+        response = self._render(deliveries[0], params) if deliveries else HttpResponse(status=204)
+        response["Cache-Control"] = "no-cache"
+        response["Pragma"] = "no-cache"
+        response["Expires"] = "0"
+        if new_cookie:
+            response.set_cookie(SESSION_COOKIE, new_cookie, httponly=True, samesite="Lax",
+                                path="/api/message")
+        return response
+
+    async def _poll(self, request: Request, ref: ConsumerRef, client_key: str, wait: float) -> list[Any]:
+        for _ in range(2):
+            try:
+                return await long_poll(ref, 1, wait, pull=True)
+            except UnknownConsumer:
+                await self._create(request, ref, client_key)
+        return []
+
+    async def _create(self, request: Request, ref: ConsumerRef, client_key: str) -> None:
+        """Register the client's consumer on first use; the selector header counts only now."""
+        hub = runtime.wakeups()
+        await hub.start()
+        spec = ConsumerSpec(prefetch=0, selector=request.META.get("HTTP_SELECTOR") or None,
+                            ack_mode="auto", lease_ms=_lease_ms(), notify=hub.channel,
+                            connection_id=f"http:{request.user.pk}", client_id=client_key[2:][:200])
+        broker = runtime.async_broker()
+        try:
+            await broker.add_consumer(ref.destination, spec, ref.consumer_id)
+        except InvalidConsumer as exc:
+            if "exists" not in exc.message.lower() and "CONSUMER_EXISTS" not in str(exc):
+                raise
+        registry = self._registry(request, client_key)
+        await broker.redis.hset(registry, ref.destination.uri, ref.consumer_id)
+        await broker.redis.pexpire(registry, _lease_ms() * 2)
+
+    async def _close(self, ref: ConsumerRef) -> None:
+        with contextlib.suppress(UnknownConsumer):
+            await runtime.async_broker().close_consumer(ref)
+        runtime.wakeups().forget(ref.consumer_id)
+
+    async def _unsubscribe(self, request: Request, client_key: str) -> None:
+        broker = runtime.async_broker()
+        registry = self._registry(request, client_key)
+        for uri, consumer_id in (await broker.redis.hgetall(registry)).items():
+            await self._close(ConsumerRef(parse_destination(uri.decode()), consumer_id.decode(), "auto"))
+        await broker.redis.delete(registry)
+
+    def _render(self, delivery: Any, params: dict[str, list[str]]) -> HttpResponse:
+        text = delivery.body if isinstance(delivery.body, str) else ""
+        if text.startswith("<?"):
+            text = _PROLOG.sub("", text, count=1)
+        if (_first(params, "xml") or "").lower() == "true":
+            content_type = "application/xml"
+        elif (_first(params, "json") or "").lower() == "true":
+            content_type = "application/json"
+        elif getattr(settings, "SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE", ""):
+            content_type = settings.SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE
+        else:
+            content_type = "application/xml" if text.startswith("<") else "text/plain"
+        response = HttpResponse(text.encode(), content_type=content_type)
+        response["destination"] = delivery.destination
+        response["id"] = delivery.message_id
+        for name, value in delivery.properties.items():
+            if re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+                response[name] = str(property_json(value))
+        if delivery.group_id is not None:
+            response["JMSXGroupID"] = delivery.group_id
+        if delivery.group_first_for_consumer:
+            response["JMSXGroupFirstForConsumer"] = "true"
+        return response
+
+
+class MessageServletRootView(MessageServletView):
+    """`/api/message?destination=...`: the same servlet, left out of the schema (one path is enough)."""
+
+    schema = None

@@ -1,0 +1,299 @@
+"""The API's resource shapes: one serializer per resource, used for validation of the slower
+endpoints and for the OpenAPI schema of all (the hot paths parse with gateway.api.codec)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from broker_core.messages import MAX_DELAY_MS, MAX_REPEAT
+from broker_core.operations import DEFAULT_LEASE_MS
+
+
+class ProblemSerializer(serializers.Serializer):
+    """RFC 9457 problem details; extension members depend on `code`."""
+
+    type = serializers.CharField()
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    detail = serializers.CharField()
+    instance = serializers.CharField(required=False)
+    code = serializers.CharField()
+    position = serializers.IntegerField(required=False, help_text="Bad selector: 1-based column.")
+    expected = serializers.CharField(required=False, help_text="Bad selector: what the parser expected.")
+    errors = serializers.DictField(required=False, help_text="Validation errors by field.")
+    retry_after = serializers.FloatField(required=False, help_text="Seconds (also the Retry-After header).")
+
+
+class TypedPropertySerializer(serializers.Serializer):
+    type = serializers.ChoiceField(["string", "boolean", "int", "long", "double"])
+    value = serializers.JSONField()
+
+
+class MessageEnvelopeSerializer(serializers.Serializer):
+    """A message to send. Properties are string, number, boolean, or {"type", "value"}."""
+
+    body = serializers.CharField(required=False, allow_blank=True, help_text="Text body.")
+    body_base64 = serializers.CharField(required=False, help_text="Bytes body, base64.")
+    content_type = serializers.CharField(required=False)
+    priority = serializers.IntegerField(required=False, min_value=0, max_value=9, default=4)
+    persistent = serializers.BooleanField(required=False, default=True)
+    ttl = serializers.IntegerField(required=False, min_value=0, help_text="Time to live, ms.")
+    expiration = serializers.IntegerField(required=False, min_value=0,
+                                          help_text="Expiry, ms since the epoch.")
+    correlation_id = serializers.CharField(required=False)
+    reply_to = serializers.CharField(required=False)
+    type = serializers.CharField(required=False)
+    group_id = serializers.CharField(required=False, help_text="JMSXGroupID")
+    group_seq = serializers.IntegerField(required=False, help_text="JMSXGroupSeq; -1 closes the group")
+    properties = serializers.DictField(required=False, child=serializers.JSONField())
+    # cron (AMQ_SCHEDULED_CRON) is refused by the broker (400) and left out of the schema.
+    period = serializers.IntegerField(required=False, min_value=0, max_value=MAX_DELAY_MS,
+                                      help_text="AMQ_SCHEDULED_PERIOD: ms between repeated deliveries.")
+    repeat = serializers.IntegerField(required=False, min_value=0, max_value=MAX_REPEAT,
+                                      help_text="AMQ_SCHEDULED_REPEAT: deliveries after the first.")
+    delay = serializers.IntegerField(required=False, min_value=0, max_value=MAX_DELAY_MS,
+                                     help_text="Scheduled delivery (AMQ_SCHEDULED_DELAY): ms after the send.")
+
+
+class SendRequestSerializer(MessageEnvelopeSerializer):
+    """One envelope, or {"messages": [envelope, ...]} for a batch (1-1000, sent in order)."""
+
+    messages = MessageEnvelopeSerializer(many=True, required=False)
+
+
+class SendResultSerializer(serializers.Serializer):
+    message_ids = serializers.ListField(child=serializers.CharField())
+    statuses = serializers.ListField(
+        child=serializers.ChoiceField(["ok", "duplicate", "expired"]),
+        help_text="Per message: ok (enqueued), duplicate (already stored or recently sent: not enqueued "
+                  "again), expired (expired on arrival).")
+    destinations = serializers.ListField(child=serializers.CharField())
+
+
+class DeliverySerializer(serializers.Serializer):
+    message_id = serializers.CharField()
+    destination = serializers.CharField()
+    body = serializers.CharField(allow_null=True)
+    body_base64 = serializers.CharField(required=False)
+    content_type = serializers.CharField(allow_null=True)
+    priority = serializers.IntegerField()
+    persistent = serializers.BooleanField()
+    timestamp = serializers.IntegerField()
+    expiration = serializers.IntegerField()
+    correlation_id = serializers.CharField(allow_null=True)
+    reply_to = serializers.CharField(allow_null=True)
+    type = serializers.CharField(allow_null=True)
+    group_id = serializers.CharField(allow_null=True)
+    group_seq = serializers.IntegerField()
+    properties = serializers.DictField(child=serializers.JSONField())
+    redelivered = serializers.BooleanField()
+    delivery_count = serializers.IntegerField(help_text="JMSXDeliveryCount")
+    group_first_for_consumer = serializers.BooleanField(help_text="JMSXGroupFirstForConsumer")
+
+
+class StoredMessageSerializer(serializers.Serializer):
+    """A message as browsing shows it: a delivery's fields (without group_first_for_consumer), its
+    state and, in flight, the consumer holding it."""
+
+    message_id = serializers.CharField()
+    destination = serializers.CharField()
+    body = serializers.CharField(allow_null=True)
+    body_base64 = serializers.CharField(required=False)
+    content_type = serializers.CharField(allow_null=True)
+    priority = serializers.IntegerField()
+    persistent = serializers.BooleanField()
+    timestamp = serializers.IntegerField()
+    expiration = serializers.IntegerField()
+    correlation_id = serializers.CharField(allow_null=True)
+    reply_to = serializers.CharField(allow_null=True)
+    type = serializers.CharField(allow_null=True)
+    group_id = serializers.CharField(allow_null=True)
+    group_seq = serializers.IntegerField()
+    properties = serializers.DictField(child=serializers.JSONField())
+    redelivered = serializers.BooleanField()
+    delivery_count = serializers.IntegerField()
+    state = serializers.ChoiceField(["pending", "parked", "inflight"], allow_null=True)
+    consumer_id = serializers.CharField(allow_null=True)
+
+
+class ReceiveResultSerializer(serializers.Serializer):
+    messages = DeliverySerializer(many=True)
+
+
+class ConsumerCreateSerializer(serializers.Serializer):
+    selector = serializers.CharField(required=False, allow_blank=True, allow_null=True, max_length=10_000)
+    prefetch = serializers.IntegerField(required=False, allow_null=True, min_value=0, max_value=32767,
+                                        help_text="Omit for the policy's default; 0 pulls on receive.")
+    priority = serializers.IntegerField(required=False, default=0, min_value=-128, max_value=127)
+    exclusive = serializers.BooleanField(required=False, default=False)
+    no_local = serializers.BooleanField(required=False, default=False)
+    ack_mode = serializers.ChoiceField(["client-individual", "client", "auto"], required=False,
+                                       default="client-individual")
+    lease_ms = serializers.IntegerField(required=False, default=DEFAULT_LEASE_MS, min_value=1000,
+                                        max_value=3_600_000)
+    client_id = serializers.CharField(required=False, allow_blank=True, allow_null=True, max_length=200)
+
+
+class HttpConsumerSerializer(serializers.Serializer):
+    consumer_id = serializers.CharField()
+    destination = serializers.CharField()
+    ack_mode = serializers.CharField()
+    prefetch = serializers.IntegerField()
+    lease_ms = serializers.IntegerField()
+    selector = serializers.CharField(allow_null=True)
+    priority = serializers.IntegerField()
+    exclusive = serializers.BooleanField()
+    no_local = serializers.BooleanField()
+    client_id = serializers.CharField(allow_null=True)
+    links = serializers.DictField(child=serializers.CharField())
+
+
+class AckRequestSerializer(serializers.Serializer):
+    message_ids = serializers.ListField(child=serializers.CharField(), min_length=1, max_length=1000)
+    mode = serializers.ChoiceField(["individual", "cumulative", "delivered"], required=False,
+                                   help_text="Default: the consumer's ack mode.")
+
+
+class AckResultSerializer(serializers.Serializer):
+    acknowledged = serializers.IntegerField(allow_null=True, help_text="null when ?receive= was given")
+    messages = DeliverySerializer(many=True)
+
+
+class NackRequestSerializer(serializers.Serializer):
+    message_ids = serializers.ListField(child=serializers.CharField(), min_length=1, max_length=1000)
+    poison = serializers.BooleanField(required=False, default=False,
+                                      help_text="Dead-letter at once instead of redelivering.")
+
+
+class NackResultSerializer(serializers.Serializer):
+    dead_lettered = serializers.IntegerField(help_text="Sent to the dead-letter queue (poison, or past "
+                                             "maximumRedeliveries).")
+    redelivered = serializers.IntegerField(help_text="Coming back after the policy's redelivery delay.")
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    consumer_id = serializers.CharField()
+    lease_expires = serializers.IntegerField(help_text="ms since the epoch")
+
+
+class ConsumerStatsSerializer(serializers.Serializer):
+    consumer_id = serializers.CharField()
+    client_id = serializers.CharField(allow_null=True)
+    connection_id = serializers.CharField(allow_null=True)
+    selector = serializers.CharField(allow_null=True)
+    priority = serializers.IntegerField()
+    exclusive = serializers.BooleanField()
+    ack_mode = serializers.CharField()
+    prefetch = serializers.IntegerField()
+    prefetch_extension = serializers.IntegerField()
+    in_flight = serializers.IntegerField()
+    undelivered = serializers.IntegerField()
+    dispatched = serializers.IntegerField()
+    acked = serializers.IntegerField()
+    groups = serializers.IntegerField()
+    lease_expires = serializers.IntegerField(allow_null=True)
+    added = serializers.IntegerField()
+    last_ack = serializers.IntegerField(allow_null=True)
+    is_exclusive_owner = serializers.BooleanField()
+    full = serializers.BooleanField(help_text="In flight reached the prefetch.")
+    slow = serializers.BooleanField()
+
+
+class DestinationSerializer(serializers.Serializer):
+    destination = serializers.CharField()
+    kind = serializers.CharField()
+    name = serializers.CharField()
+    queue_size = serializers.IntegerField()
+    pending = serializers.IntegerField()
+    in_flight = serializers.IntegerField()
+    enqueued = serializers.IntegerField()
+    dequeued = serializers.IntegerField()
+    dispatched = serializers.IntegerField()
+    expired = serializers.IntegerField()
+    expired_on_arrival = serializers.IntegerField()
+    deadlettered = serializers.IntegerField(required=False)
+    discarded = serializers.IntegerField(required=False)
+    parked = serializers.IntegerField(required=False,
+                                      help_text="Waiting for a redelivery delay or a schedule.")
+    forwarding = serializers.IntegerField(required=False)
+    purged = serializers.IntegerField(required=False)
+    moved = serializers.IntegerField(required=False)
+    duplicates = serializers.IntegerField()
+    skipped = serializers.IntegerField()
+    last_pass_skipped = serializers.IntegerField()
+    consumer_count = serializers.IntegerField()
+    group_count = serializers.IntegerField()
+    paused = serializers.BooleanField()
+    exclusive_owner = serializers.CharField(allow_null=True)
+
+
+class DestinationDetailSerializer(DestinationSerializer):
+    consumers = ConsumerStatsSerializer(many=True)
+    policy = serializers.DictField(child=serializers.JSONField())
+
+
+class DestinationPageSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    next = serializers.CharField(allow_null=True)
+    previous = serializers.CharField(allow_null=True)
+    results = DestinationSerializer(many=True)
+
+
+class GroupSerializer(serializers.Serializer):
+    group_id = serializers.CharField()
+    owner = serializers.CharField()
+    assigned_at = serializers.IntegerField()
+
+
+class CountSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+
+
+class RemovedSerializer(serializers.Serializer):
+    removed = serializers.IntegerField(help_text="Messages the destination held.")
+
+
+class BrowsePageSerializer(serializers.Serializer):
+    messages = StoredMessageSerializer(many=True)
+    next_cursor = serializers.CharField(allow_null=True)
+
+
+class TargetSerializer(serializers.Serializer):
+    target = serializers.CharField(help_text="Destination to move or copy to (a queue by default).")
+
+
+class MatchingSerializer(serializers.Serializer):
+    selector = serializers.CharField(allow_blank=True, required=False, default="")
+    target = serializers.CharField(required=False, help_text="Required for move and copy; none for retry.")
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=1_000_000)
+
+
+class PolicyEntrySerializer(serializers.Serializer):
+    id = serializers.CharField(read_only=True)
+    kind = serializers.ChoiceField(["queue", "topic"], read_only=True)
+    pattern = serializers.CharField(read_only=True)
+    attributes = serializers.DictField(child=serializers.JSONField())
+
+
+class PolicyWriteSerializer(serializers.Serializer):
+    attributes = serializers.DictField(child=serializers.JSONField(),
+                                       help_text="ActiveMQ PolicyEntry attributes, camelCase.")
+
+
+class AuditRecordSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    username = serializers.CharField()
+    action = serializers.CharField()
+    destination = serializers.CharField()
+    target = serializers.CharField()
+    parameters = serializers.DictField()
+    succeeded = serializers.BooleanField()
+    status_code = serializers.IntegerField()
+    result = serializers.DictField()
+
+
+class AuditPageSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    next = serializers.CharField(allow_null=True)
+    previous = serializers.CharField(allow_null=True)
+    results = AuditRecordSerializer(many=True)

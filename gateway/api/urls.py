@@ -1,0 +1,82 @@
+"""URLs of the REST gateway, mounted at /api/ by signalbox.urls.
+
+Destinations are addressed as /api/v1/queues/<name> and /api/v1/topics/<name>; composites are sent
+through /api/v1/messages?destination=A,B,topic://C. ActiveMQ's servlet lives at /api/message/.
+"""
+
+from __future__ import annotations
+
+from django.urls import path, re_path
+from drf_spectacular.utils import extend_schema
+from rest_framework.authtoken.models import Token
+from rest_framework.authtoken.serializers import AuthTokenSerializer
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from gateway.api import compat, schema, views_admin, views_messaging  # noqa: F401 - schema registers
+from gateway.api.base import GatewayView, db
+
+
+class TokenView(GatewayView):
+    """POST username and password (JSON or form), get the user's API token (created on first use)."""
+
+    authentication_classes: list[type] = []
+    permission_classes = [AllowAny]
+    throttle_scope = "token"
+
+    @extend_schema(operation_id="token_obtain", summary="Get your API token",
+                   request={"application/json": {"type": "object", "properties": {
+                       "username": {"type": "string"}, "password": {"type": "string"}},
+                       "required": ["username", "password"]}},
+                   responses={200: {"type": "object", "properties": {"token": {"type": "string"}}},
+                              **views_messaging.problems(400)})
+    async def post(self, request: Request) -> Response:
+        def issue() -> str:
+            serializer = AuthTokenSerializer(data=request.data, context={"request": request})
+            serializer.is_valid(raise_exception=True)
+            token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
+            return token.key
+
+        return Response({"token": await db(issue)})
+
+
+KIND = r"(?P<kind>queues|topics)"
+NAME = r"(?P<name>[^/]+)"
+D = rf"^v1/{KIND}/{NAME}"
+
+urlpatterns = [
+    path("v1/auth/token", TokenView.as_view(), name="api-token"),
+    path("v1/messages", views_messaging.CompositeSendView.as_view(), name="api-send-composite"),
+    path("v1/destinations", views_admin.DestinationListView.as_view(), name="api-destinations"),
+    path("v1/policies", views_admin.PolicyListView.as_view(), name="api-policies"),
+    re_path(r"^v1/policies/(?P<kind>[a-z]+)/(?P<pattern>[^/]+)$", views_admin.PolicyDetailView.as_view(),
+            name="api-policy"),
+    path("v1/audit", views_admin.AuditListView.as_view(), name="api-audit"),
+    re_path(rf"{D}$", views_admin.DestinationDetailView.as_view(), name="api-destination"),
+    re_path(rf"{D}/messages$", views_messaging.DestinationMessagesView.as_view(), name="api-messages"),
+    re_path(rf"{D}/messages/(?P<message_id>[^/]+)$", views_admin.MessageDetailView.as_view(),
+            name="api-message"),
+    *[re_path(rf"{D}/messages/(?P<message_id>[^/]+)/{action}$",
+              views_admin.MessageActionView.as_view(action_name=action), name=f"api-message-{action}")
+      for action in ("move", "copy", "retry")],
+    *[re_path(rf"{D}/{action}-matching$", views_admin.MatchingActionView.as_view(action_name=action),
+              name=f"api-{action}-matching") for action in ("move", "copy", "retry")],
+    *[re_path(rf"{D}/{action}$", views_admin.DestinationActionView.as_view(action_name=action),
+              name=f"api-{action}") for action in ("pause", "resume", "purge")],
+    re_path(rf"{D}/scheduled$", views_admin.ScheduledView.as_view(), name="api-scheduled"),
+    re_path(rf"{D}/groups$", views_admin.GroupsView.as_view(), name="api-groups"),
+    re_path(rf"{D}/groups/(?P<group_id>[^/]+)$", views_admin.GroupDetailView.as_view(), name="api-group"),
+    re_path(rf"{D}/consumers$", views_messaging.ConsumersView.as_view(), name="api-consumers"),
+    re_path(rf"{D}/consumers/(?P<consumer_id>[^/]+)$", views_messaging.ConsumerDetailView.as_view(),
+            name="api-consumer"),
+    re_path(rf"{D}/consumers/(?P<consumer_id>[^/]+)/receive$", views_messaging.ReceiveView.as_view(),
+            name="api-receive"),
+    re_path(rf"{D}/consumers/(?P<consumer_id>[^/]+)/ack$", views_messaging.AckView.as_view(), name="api-ack"),
+    re_path(rf"{D}/consumers/(?P<consumer_id>[^/]+)/nack$", views_messaging.NackView.as_view(),
+            name="api-nack"),
+    re_path(rf"{D}/consumers/(?P<consumer_id>[^/]+)/heartbeat$", views_messaging.HeartbeatView.as_view(),
+            name="api-heartbeat"),
+    path("message", compat.MessageServletRootView.as_view(), name="api-activemq-root"),
+    re_path(r"^message/(?P<path>.+)$", compat.MessageServletView.as_view(), name="api-activemq"),
+]

@@ -1,0 +1,471 @@
+"""Administration over HTTP: destinations with statistics, consumers, message groups, browsing and
+message operations, pause/resume/purge, policies, and the audit log. Every state-changing action
+is audited (who, what, when, result)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from broker_core.destinations import Destination, covers, parse_destination
+from broker_core.errors import UnknownDestination
+from broker_core.operations import ConsumerStats, DestinationStats
+from gateway import permissions, runtime
+from gateway.api import serializers as s
+from gateway.api.base import GatewayView, db
+from gateway.api.codec import render_message
+from gateway.api.common import destination_from_url, int_param, json_body
+from gateway.api.errors import Problem
+from gateway.api.pagination import page, page_bounds
+from gateway.api.views_messaging import KIND_PARAM, problem_doc, problems
+
+SLOW_AFTER_MS = 30_000
+SORTABLE = ("name", "queue_size", "pending", "in_flight", "enqueued", "dequeued", "dispatched", "expired",
+            "consumer_count", "group_count")
+
+
+def consumer_json(consumer: ConsumerStats, now_ms: int | None = None) -> dict[str, Any]:
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    out = dataclasses.asdict(consumer)
+    window = consumer.prefetch + consumer.prefetch_extension
+    full = consumer.prefetch > 0 and consumer.in_flight >= window
+    out["full"] = full
+    if hasattr(consumer, "slow"):
+        out["slow"] = bool(consumer.slow)
+    else:
+        # Until broker_core marks slow consumers (issue 5/8): full, and no ack for SLOW_AFTER_MS.
+        last = consumer.last_ack or consumer.added
+        out["slow"] = full and now_ms - last > SLOW_AFTER_MS
+    return out
+
+
+def destination_json(stats: DestinationStats) -> dict[str, Any]:
+    out = dataclasses.asdict(stats)
+    out.pop("consumers", None)
+    destination = parse_destination(stats.destination)
+    out["kind"], out["name"] = destination.kind, destination.name
+    return out
+
+
+async def stats_or_404(destination: Destination) -> DestinationStats:
+    try:
+        return await runtime.async_broker().stats(destination)
+    except UnknownDestination:
+        raise Problem(404, "unknown_destination", "Unknown destination", f"no destination {destination.uri}",
+                      destination=destination.uri) from None
+
+
+async def browse(view: GatewayView, request: Request, destination: Destination) -> Response:
+    await view.require(request, destination, "read")
+    await stats_or_404(destination)
+    limit = int_param(request, "limit", 100, 1, 1000)
+    selector = request.query_params.get("selector") or None
+    cursor = request.query_params.get("cursor") or None
+    result = await runtime.async_broker().browse(destination, selector=selector, cursor=cursor, limit=limit)
+    return Response({"messages": [render_message(m) for m in result.messages],
+                     "next_cursor": result.next_cursor})
+
+
+class DestinationListView(GatewayView):
+    @extend_schema(
+        operation_id="destination_list", summary="Destinations with statistics (filter, sort, page)",
+        parameters=[OpenApiParameter("kind", str, enum=["queue", "topic"]),
+                    OpenApiParameter("search", str, description="Part of the name"),
+                    OpenApiParameter("ordering", str, enum=[*SORTABLE, *[f"-{k}" for k in SORTABLE]]),
+                    OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
+        responses={200: s.DestinationPageSerializer, **problems(400, 401)})
+    async def get(self, request: Request) -> Response:
+        kind = request.query_params.get("kind")
+        if kind not in (None, "", "queue", "topic"):
+            raise Problem(400, "invalid_parameter", "Invalid parameter", "kind is queue or topic",
+                          parameter="kind")
+        search = (request.query_params.get("search") or "").lower()
+        ordering = request.query_params.get("ordering") or "name"
+        if ordering.lstrip("-") not in SORTABLE:
+            raise Problem(400, "invalid_parameter", "Invalid parameter",
+                          f"ordering is one of {', '.join(SORTABLE)} (- for descending)",
+                          parameter="ordering")
+        limit, offset = page_bounds(request)
+        broker = runtime.async_broker()
+        patterns = await db(permissions.readable_patterns, request.user, "read")
+        destinations = []
+        for uri in await broker.destinations():
+            destination = parse_destination(uri)
+            if kind and destination.kind != kind:
+                continue
+            if search and search not in destination.name.lower():
+                continue
+            if permissions.visible(patterns, destination):
+                destinations.append(destination)
+        key = ordering.lstrip("-")
+        reverse = ordering.startswith("-")
+        if key == "name":
+            destinations.sort(key=lambda d: (d.name, d.kind), reverse=reverse)
+            chosen = destinations[offset:offset + limit]
+            rows = [destination_json(await broker.stats(d)) for d in chosen]
+        else:  # sorting by a statistic needs every candidate's statistics
+            rows = [destination_json(await broker.stats(d)) for d in destinations]
+            rows.sort(key=lambda r: (r[key], r["name"]), reverse=reverse)
+            rows = rows[offset:offset + limit]
+        return Response(page(request, len(destinations), limit, offset, rows))
+
+
+class DestinationDetailView(GatewayView):
+    @extend_schema(operation_id="destination_detail", summary="A destination: statistics, consumers, policy",
+                   parameters=[KIND_PARAM],
+                   responses={200: s.DestinationDetailSerializer, **problems(401, 403, 404, 501)})
+    async def get(self, request: Request, kind: str, name: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "read")
+        stats = await stats_or_404(destination)
+        out = destination_json(stats)
+        now = runtime.async_broker().clock.now_ms()
+        out["consumers"] = [consumer_json(c, now) for c in stats.consumers]
+        policy = await sync_to_async(runtime.policies().resolve, thread_sensitive=False)(destination)
+        out["policy"] = {k: v for k, v in policy.to_attributes().items()}
+        return Response(out)
+
+    @extend_schema(operation_id="destination_create", summary="Create a destination (idempotent)",
+                   parameters=[KIND_PARAM], request=None,
+                   responses={201: s.DestinationSerializer, **problems(400, 401, 403, 501)})
+    async def put(self, request: Request, kind: str, name: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "admin")
+
+        async def create() -> Response:
+            await runtime.async_broker().ensure_destination(destination)
+            stats = await stats_or_404(destination)
+            return Response(destination_json(stats), status=status.HTTP_201_CREATED)
+
+        return await self.audited(request, "create_destination", destination.uri, "", {}, create)
+
+    @extend_schema(operation_id="destination_delete", summary="Delete a destination and its messages",
+                   parameters=[KIND_PARAM],
+                   responses={200: s.RemovedSerializer, **problems(401, 403, 404, 501)})
+    async def delete(self, request: Request, kind: str, name: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "admin")
+
+        async def delete() -> Response:
+            await stats_or_404(destination)
+            removed = await runtime.async_broker().delete_destination(destination)
+            return Response({"removed": int(removed or 0)})
+
+        return await self.audited(request, "delete_destination", destination.uri, "", {}, delete)
+
+
+class DestinationActionView(GatewayView):
+    """POST /pause, /resume, /purge."""
+
+    action_name = ""
+
+    @extend_schema(parameters=[KIND_PARAM], request=None,
+                   responses={200: s.DestinationSerializer, **problems(401, 403, 404, 501)})
+    async def post(self, request: Request, kind: str, name: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "admin")
+        action = self.action_name
+
+        async def run() -> Response:
+            await stats_or_404(destination)
+            broker = runtime.async_broker()
+            result: dict[str, Any] = {}
+            if action == "pause":
+                await broker.pause(destination)
+            elif action == "resume":
+                await broker.resume(destination)
+            else:
+                result["removed"] = await broker.purge(destination)
+            out = destination_json(await stats_or_404(destination))
+            return Response({**out, **result})
+
+        return await self.audited(request, action, destination.uri, "", {}, run)
+
+
+class GroupsView(GatewayView):
+    @extend_schema(operation_id="group_list", summary="Message groups and their owners",
+                   parameters=[KIND_PARAM],
+                   responses={200: s.GroupSerializer(many=True), **problems(401, 403, 404, 501)})
+    async def get(self, request: Request, kind: str, name: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "read")
+        await stats_or_404(destination)
+        groups = await runtime.async_broker().message_groups(destination)
+        return Response([dataclasses.asdict(g) for g in groups])
+
+    @extend_schema(operation_id="group_remove_all", summary="removeAllMessageGroups",
+                   parameters=[KIND_PARAM],
+                   responses={200: s.CountSerializer, **problems(401, 403, 404, 501)})
+    async def delete(self, request: Request, kind: str, name: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "admin")
+
+        async def run() -> Response:
+            await stats_or_404(destination)
+            return Response({"count": await runtime.async_broker().remove_all_message_groups(destination)})
+
+        return await self.audited(request, "remove_all_message_groups", destination.uri, "", {}, run)
+
+
+class GroupDetailView(GatewayView):
+    @extend_schema(operation_id="group_remove", summary="removeMessageGroup", parameters=[KIND_PARAM],
+                   responses={200: s.CountSerializer, **problems(401, 403, 404, 501)})
+    async def delete(self, request: Request, kind: str, name: str, group_id: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "admin")
+
+        async def run() -> Response:
+            await stats_or_404(destination)
+            removed = await runtime.async_broker().remove_message_group(destination, group_id)
+            if not removed:
+                raise Problem(404, "unknown_group", "Unknown group",
+                              f"no message group {group_id!r} on {destination.uri}", group_id=group_id)
+            return Response({"count": removed})
+
+        return await self.audited(request, "remove_message_group", destination.uri, group_id, {}, run)
+
+
+class MessageDetailView(GatewayView):
+    @extend_schema(operation_id="message_detail", summary="One stored message", parameters=[KIND_PARAM],
+                   responses={200: s.StoredMessageSerializer, **problems(401, 403, 404, 501)})
+    async def get(self, request: Request, kind: str, name: str, message_id: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "read")
+        await stats_or_404(destination)
+        return Response(render_message(await runtime.async_broker().get_message(destination, message_id)))
+
+    @extend_schema(operation_id="message_remove", summary="Remove a message (in flight too)",
+                   parameters=[KIND_PARAM], responses={204: None, **problems(401, 403, 404, 501)})
+    async def delete(self, request: Request, kind: str, name: str, message_id: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "admin")
+
+        async def run() -> Response:
+            await stats_or_404(destination)
+            if not await runtime.async_broker().remove_message(destination, message_id):
+                raise _no_message(destination, message_id)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+
+        return await self.audited(request, "remove_message", destination.uri, message_id, {}, run)
+
+
+def _no_message(destination: Destination, message_id: str) -> Problem:
+    return Problem(404, "unknown_message", "Unknown message", f"no message {message_id} on {destination.uri}",
+                   message_id=message_id, destination=destination.uri)
+
+
+async def _target(view: GatewayView, request: Request, body: dict[str, Any]) -> Destination:
+    text = body.get("target")
+    if not text:
+        raise Problem(400, "validation_error", "Invalid request", "target: this field is required",
+                      errors={"target": ["This field is required."]})
+    target = parse_destination(text)
+    if target.is_topic:
+        destination_from_url("topic", target.name)  # 501 until topics exist
+    await view.require(request, target, "write")
+    return target
+
+
+class MessageActionView(GatewayView):
+    """POST /messages/{id}/move, /copy (body: target) and /retry (a dead-letter queue's message back to
+    where it came from)."""
+
+    action_name = ""
+
+    @extend_schema(parameters=[KIND_PARAM], request=s.TargetSerializer,
+                   responses={200: s.CountSerializer, **problems(400, 401, 403, 404, 501)}
+                   | problem_doc(409, "Operation refused"))
+    async def post(self, request: Request, kind: str, name: str, message_id: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "admin")
+        action = self.action_name
+        target = None
+        if action != "retry":
+            target = await _target(self, request, json_body(request, required=True))
+        broker = runtime.async_broker()
+
+        async def run() -> Response:
+            await stats_or_404(destination)
+            if action == "retry":
+                count = await broker.retry_message(destination, message_id)
+            elif action == "move":
+                count = await broker.move_message(destination, message_id, target)
+            else:
+                count = await broker.copy_message(destination, message_id, target)
+            if not count:
+                raise _no_message(destination, message_id)
+            return Response({"count": int(count)})
+
+        params = {"target": target.uri} if target else {}
+        return await self.audited(request, f"{action}_message", destination.uri, message_id, params, run)
+
+
+class MatchingActionView(GatewayView):
+    """POST /move-matching, /copy-matching (body: selector, target, limit) and /retry-matching."""
+
+    action_name = ""
+
+    @extend_schema(parameters=[KIND_PARAM], request=s.MatchingSerializer,
+                   responses={200: s.CountSerializer, **problems(400, 401, 403, 404, 501)}
+                   | problem_doc(409, "Operation refused"))
+    async def post(self, request: Request, kind: str, name: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "admin")
+        body = s.MatchingSerializer(data=json_body(request))
+        body.is_valid(raise_exception=True)
+        options = body.validated_data
+        selector = options.get("selector") or None
+        action = self.action_name
+        target = None if action == "retry" else await _target(self, request, options)
+        broker = runtime.async_broker()
+
+        async def run() -> Response:
+            await stats_or_404(destination)
+            if action == "retry":
+                count = await broker.retry_messages(destination, selector)
+            elif action == "move":
+                count = await broker.move_matching(destination, selector, target, options.get("limit"))
+            else:
+                count = await broker.copy_matching(destination, selector, target, options.get("limit"))
+            return Response({"count": int(count)})
+
+        params = {"selector": selector, **({"target": target.uri} if target else {})}
+        return await self.audited(request, f"{action}_matching", destination.uri, "", params, run)
+
+
+class ScheduledView(GatewayView):
+    @extend_schema(operation_id="scheduled_list",
+                   summary="Parked messages: scheduled (delay) or waiting for a redelivery delay",
+                   parameters=[KIND_PARAM, OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
+                   responses={200: s.BrowsePageSerializer, **problems(400, 401, 403, 404, 501)})
+    async def get(self, request: Request, kind: str, name: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "read")
+        await stats_or_404(destination)
+        limit = int_param(request, "limit", 100, 1, 1000)
+        cursor = request.query_params.get("cursor") or None
+        found: list[dict[str, Any]] = []
+        broker = runtime.async_broker()
+        for _ in range(20):  # bounded: at most 20 browse pages per request, then a cursor
+            result = await broker.browse(destination, cursor=cursor, limit=limit)
+            found += [render_message(m) for m in result.messages if m.state == "parked"]
+            cursor = result.next_cursor
+            if cursor is None or len(found) >= limit:
+                break
+        return Response({"messages": found, "next_cursor": cursor})
+
+
+# -- policies -----------------------------------------------------------------------------------------
+
+def _entry_json(entry: Any) -> dict[str, Any]:
+    return {"id": entry.id, "kind": entry.kind, "pattern": entry.pattern,
+            "attributes": dict(entry.attributes)}
+
+
+class PolicyListView(GatewayView):
+    @extend_schema(operation_id="policy_list", summary="The policy map's entries",
+                   responses={200: s.PolicyEntrySerializer(many=True), **problems(401)})
+    async def get(self, request: Request) -> Response:
+        store = runtime.policies()
+        entries = await sync_to_async(store.entries, thread_sensitive=False)()
+        patterns = await db(permissions.readable_patterns, request.user, "read")
+        # An entry is shown to those who may read everything its pattern covers.
+        return Response([_entry_json(e) for e in entries
+                         if patterns is None or any(covers(p, e.destination) for p in patterns)])
+
+
+POLICY_PARAMS = [OpenApiParameter("kind", str, OpenApiParameter.PATH, enum=["queue", "topic"]),
+                 OpenApiParameter("pattern", str, OpenApiParameter.PATH,
+                                  description="Destination name or wildcard pattern (orders.>, *.eu)")]
+
+
+@extend_schema(parameters=POLICY_PARAMS)
+class PolicyDetailView(GatewayView):
+    """One entry, addressed by kind and pattern (`/policies/queue/orders.>`)."""
+
+    async def _pattern(self, request: Request, kind: str, pattern: str, action: str) -> Destination:
+        if kind not in ("queue", "topic"):
+            raise Problem(404, "not_found", "Not found",
+                          "policy entries are under /policies/queue/ or /policies/topic/")
+        destination = parse_destination(pattern, kind, allow_wildcards=True)  # type: ignore[arg-type]
+        await self.require(request, destination, action)  # type: ignore[arg-type]
+        return destination
+
+    @extend_schema(operation_id="policy_detail", summary="A policy entry",
+                   responses={200: s.PolicyEntrySerializer, **problems(400, 401, 403, 404)})
+    async def get(self, request: Request, kind: str, pattern: str) -> Response:
+        destination = await self._pattern(request, kind, pattern, "read")
+        for entry in await sync_to_async(runtime.policies().entries, thread_sensitive=False)():
+            if entry.id == destination.uri:
+                return Response(_entry_json(entry))
+        raise Problem(404, "unknown_policy", "Unknown policy entry", f"no policy entry {destination.uri}")
+
+    @extend_schema(operation_id="policy_set", summary="Add or replace a policy entry (applied at once)",
+                   request=s.PolicyWriteSerializer,
+                   responses={200: s.PolicyEntrySerializer, **problems(400, 401, 403)})
+    async def put(self, request: Request, kind: str, pattern: str) -> Response:
+        destination = await self._pattern(request, kind, pattern, "admin")
+        body = s.PolicyWriteSerializer(data=json_body(request, required=True))
+        body.is_valid(raise_exception=True)
+        attributes = body.validated_data["attributes"]
+
+        async def run() -> Response:
+            entry = await sync_to_async(runtime.policies().set_entry, thread_sensitive=False)(
+                kind, destination.name, attributes)
+            await runtime.async_broker().refresh_policies()
+            return Response(_entry_json(entry))
+
+        return await self.audited(request, "set_policy", destination.uri, "", {"attributes": attributes}, run)
+
+    @extend_schema(operation_id="policy_remove", summary="Remove a policy entry",
+                   responses={204: None, **problems(401, 403, 404)})
+    async def delete(self, request: Request, kind: str, pattern: str) -> Response:
+        destination = await self._pattern(request, kind, pattern, "admin")
+
+        async def run() -> Response:
+            removed = await sync_to_async(runtime.policies().remove_entry, thread_sensitive=False)(
+                kind, destination.name)
+            if not removed:
+                raise Problem(404, "unknown_policy", "Unknown policy entry",
+                              f"no policy entry {destination.uri}")
+            await runtime.async_broker().refresh_policies()
+            return Response(status=status.HTTP_204_NO_CONTENT)
+
+        return await self.audited(request, "remove_policy", destination.uri, "", {}, run)
+
+
+# -- audit ------------------------------------------------------------------------------------------
+
+class AuditListView(GatewayView):
+    @extend_schema(operation_id="audit_list", summary="Audit records of administrative actions (staff)",
+                   parameters=[OpenApiParameter("destination", str), OpenApiParameter("action", str),
+                               OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
+                   responses={200: s.AuditPageSerializer, **problems(401, 403)})
+    async def get(self, request: Request) -> Response:
+        from rest_framework.exceptions import PermissionDenied
+
+        from gateway.models import AuditRecord
+
+        if not (request.user.is_staff or request.user.is_superuser):
+            raise PermissionDenied("the audit log is for staff users")
+        limit, offset = page_bounds(request)
+        filters = {k: request.query_params[k] for k in ("destination", "action")
+                   if request.query_params.get(k)}
+
+        def load() -> tuple[int, list[dict[str, Any]]]:
+            query = AuditRecord.objects.filter(**filters)
+            rows = query[offset:offset + limit]
+            return query.count(), [
+                {"at": r.at.isoformat(), "username": r.username, "action": r.action,
+                 "destination": r.destination, "target": r.target, "parameters": r.parameters,
+                 "succeeded": r.succeeded, "status_code": r.status_code, "result": r.result} for r in rows]
+
+        count, rows = await db(load)
+        return Response(page(request, count, limit, offset, rows))

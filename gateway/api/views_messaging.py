@@ -1,0 +1,469 @@
+"""Producing and consuming over HTTP: send (one, a batch, raw, composite, idempotent), HTTP consumers
+with leases (create, long-poll receive, ack, nack, heartbeat, delete). Never ack-on-dispatch: a
+message is acknowledged only when the client says so (or, for `auto` consumers, when the gateway
+has handed it over), and a consumer that stops renewing its lease lapses and its messages go back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from broker_core.destinations import Destination
+from broker_core.errors import UnknownConsumer
+from broker_core.messages import new_message_id
+from broker_core.operations import ConsumerRef, ConsumerSpec
+from gateway import runtime
+from gateway.api import serializers as s
+from gateway.api.base import GatewayView
+from gateway.api.codec import parse_envelope, render_delivery
+from gateway.api.common import (
+    Idempotency,
+    composite,
+    destination_from_url,
+    float_param,
+    int_param,
+    json_body,
+    max_wait,
+    message_ids_for,
+    reap_now_and_then,
+    topics_supported,
+)
+from gateway.api.consumer_ids import HttpConsumer, new_consumer_id, parse_consumer_id
+from gateway.api.errors import Problem
+
+MAX_BATCH = 1000
+PROBLEM_TYPE = "application/problem+json"
+PROBLEMS = {code: OpenApiResponse(s.ProblemSerializer, description=text) for code, text in {
+    400: "Invalid request (problem details)", 401: "Not authenticated", 403: "Permission denied",
+    404: "Unknown destination or consumer", 413: "Message too large", 429: "Rate limited",
+    501: "Not supported yet (topics, scheduled delivery)", 503: "Flow control: retry later",
+}.items()}
+
+
+def problems(*codes: int) -> dict[tuple[int, str], OpenApiResponse]:
+    """Problem-details responses for the schema, under their own media type. Every endpoint may
+    answer 401 (no or bad credentials) and 429 (rate limit)."""
+    return {(code, PROBLEM_TYPE): PROBLEMS[code] for code in sorted({*codes, 401, 429})}
+
+
+def problem_doc(code: int, text: str) -> dict[tuple[int, str], OpenApiResponse]:
+    return {(code, PROBLEM_TYPE): OpenApiResponse(s.ProblemSerializer, description=text)}
+
+
+# Topic URLs answer 501 until broker_core has topics; the schema offers them from then on.
+KIND_PARAM = OpenApiParameter("kind", str, OpenApiParameter.PATH,
+                              enum=["queues", "topics"] if topics_supported() else ["queues"])
+
+
+# -- producing --------------------------------------------------------------------------------------
+
+_HEADER_FIELDS = {
+    "HTTP_MESSAGE_PRIORITY": ("priority", int), "HTTP_MESSAGE_PERSISTENT": ("persistent", "bool"),
+    "HTTP_MESSAGE_TTL": ("ttl", int), "HTTP_MESSAGE_EXPIRATION": ("expiration", int),
+    "HTTP_MESSAGE_CORRELATION_ID": ("correlation_id", str), "HTTP_MESSAGE_REPLY_TO": ("reply_to", str),
+    "HTTP_MESSAGE_TYPE": ("type", str), "HTTP_MESSAGE_GROUP_ID": ("group_id", str),
+    "HTTP_MESSAGE_GROUP_SEQ": ("group_seq", int), "HTTP_MESSAGE_DELAY": ("delay", int),
+    "HTTP_MESSAGE_PERIOD": ("period", int), "HTTP_MESSAGE_REPEAT": ("repeat", int),
+    "HTTP_MESSAGE_CRON": ("cron", str),
+}
+
+
+def _raw_envelope(request: Request) -> dict[str, Any]:
+    """A raw body with its headers (`Message-Priority: 7`, `Message-Properties: {"a": 1}`...)."""
+    meta = request.META
+    envelope: dict[str, Any] = {}
+    for header, (name, kind) in _HEADER_FIELDS.items():
+        raw = meta.get(header)
+        if raw is None:
+            continue
+        if kind == "bool":
+            if raw.lower() not in ("true", "false"):
+                raise Problem(400, "invalid_message", "Invalid message",
+                              f"header Message-Persistent must be true or false, got {raw!r}")
+            envelope[name] = raw.lower() == "true"
+        elif kind is int:
+            try:
+                envelope[name] = int(raw)
+            except ValueError:
+                header_name = header[5:].replace("_", "-").title()
+                raise Problem(400, "invalid_message", "Invalid message",
+                              f"header {header_name} must be an integer, got {raw!r}") from None
+        else:
+            envelope[name] = raw
+    if "HTTP_MESSAGE_PROPERTIES" in meta:
+        try:
+            envelope["properties"] = json.loads(meta["HTTP_MESSAGE_PROPERTIES"])
+        except ValueError:
+            raise Problem(400, "invalid_message", "Invalid message",
+                          "header Message-Properties must be a JSON object") from None
+    content_type = request.content_type or "application/octet-stream"
+    body = request._request.body
+    media = content_type.split(";")[0].strip().lower()
+    textual = media.startswith("text/") or media in ("application/xml", "application/javascript")
+    if textual:
+        try:
+            envelope["body"] = body.decode(request._request.encoding or "utf-8")
+        except (UnicodeDecodeError, LookupError):
+            envelope["body_base64"] = base64.b64encode(body).decode()
+    else:
+        envelope["body_base64"] = base64.b64encode(body).decode()
+    envelope["content_type"] = content_type
+    return envelope
+
+
+def _is_json(request: Request) -> bool:
+    media = (request.content_type or "").split(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+async def send_messages(view: GatewayView, request: Request, destinations: list[Destination]) -> Response:
+    await view.require(request, destinations, "write")
+    broker = runtime.async_broker()
+    now = broker.clock.now_ms()
+    user = request.user.get_username()
+    if _is_json(request):
+        data = json_body(request, required=True)
+        if "messages" in data:
+            raw = data["messages"]
+            if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_BATCH or len(data) != 1:
+                raise Problem(400, "invalid_message", "Invalid message",
+                              f"a batch is {{\"messages\": [1..{MAX_BATCH} envelopes]}} and nothing else")
+            messages = [parse_envelope(item, now, i, user_id=user) for i, item in enumerate(raw)]
+        else:
+            messages = [parse_envelope(data, now, user_id=user)]
+    else:
+        messages = [parse_envelope(_raw_envelope(request), now, user_id=user)]
+
+    idempotency_key = request.META.get("HTTP_IDEMPOTENCY_KEY")
+    record = None
+    if idempotency_key:
+        if len(idempotency_key) > 255:
+            raise Problem(400, "invalid_idempotency_key", "Invalid Idempotency-Key",
+                          "the Idempotency-Key header is at most 255 characters")
+        body_digest = hashlib.sha256(request._request.body).hexdigest()
+        fingerprint = "|".join(d.uri for d in destinations) + "|" + request.content_type + "|" + body_digest
+        record = Idempotency(request, idempotency_key, fingerprint)
+        stored = await record.begin()
+        if stored is not None:
+            response = Response(stored["body"], status=stored["status"])
+            response["Idempotent-Replayed"] = "true"
+            return response
+        ids = message_ids_for(record.id_prefix, len(messages))
+    else:
+        # One id per message across a composite's parts, as ActiveMQ copies one message to each.
+        ids = [new_message_id() for _ in messages] if len(destinations) > 1 else [None] * len(messages)
+    # An HTTP "connection" is the user: a noLocal HTTP consumer skips what the same user sent over HTTP.
+    connection_id = f"http:{request.user.pk}"
+    for message, message_id in zip(messages, ids, strict=True):
+        message.connection_id = connection_id
+        if message_id:
+            message.message_id = message_id
+    try:
+        sent: list[str] = []
+        for destination in destinations:
+            sent = await broker.send(destination, messages)
+    except Exception:
+        if record:
+            await record.abandon()
+        raise
+    body = {"message_ids": [str(i) for i in sent], "statuses": [getattr(i, "status", "ok") for i in sent],
+            "destinations": [d.uri for d in destinations]}
+    if record:
+        await record.finish(201, body)
+    return Response(body, status=status.HTTP_201_CREATED)
+
+
+SEND_DOC = dict(
+    request={"application/json": s.SendRequestSerializer, "text/plain": OpenApiTypes.STR,
+             "application/octet-stream": OpenApiTypes.BINARY},
+    responses={201: s.SendResultSerializer, **problems(400, 401, 403, 413, 429, 501, 503)},
+    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
+                                 description="Retries with the same key and request send nothing again.")],
+)
+
+
+class DestinationMessagesView(GatewayView):
+    """POST: send to one queue. GET: browse it (see views_admin.browse)."""
+
+    @extend_schema(operation_id="send", summary="Send one message, a batch, or a raw body",
+                   **{**SEND_DOC, "parameters": [KIND_PARAM, *SEND_DOC["parameters"]]})
+    async def post(self, request: Request, kind: str, name: str) -> Response:
+        return await send_messages(self, request, [destination_from_url(kind, name)])
+
+    @extend_schema(operation_id="browse", summary="Browse messages (selector, cursor paging)",
+                   parameters=[KIND_PARAM,
+                               OpenApiParameter("selector", str, description="JMS selector"),
+                               OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
+                   responses={200: s.BrowsePageSerializer, **problems(400, 401, 403, 404, 501)})
+    async def get(self, request: Request, kind: str, name: str) -> Response:
+        from gateway.api.views_admin import browse
+
+        return await browse(self, request, destination_from_url(kind, name))
+
+
+class CompositeSendView(GatewayView):
+    @extend_schema(operation_id="send_composite",
+                   summary="Send to a composite destination (A,B,topic://C)", **{
+                       **SEND_DOC, "parameters": [
+                           OpenApiParameter(
+                               "destination", str, required=True,
+                               description="Destination or composite, e.g. orders,audit (queues; "
+                                           "topic:// parts answer 501 until topics exist)",
+                               pattern=None if topics_supported() else r"^[^:/{}?\s]+$"),
+                           *SEND_DOC["parameters"]]})
+    async def post(self, request: Request) -> Response:
+        text = request.query_params.get("destination", "")
+        if not text:
+            raise Problem(400, "invalid_parameter", "Invalid parameter",
+                          "give the destination as ?destination=A,B", parameter="destination")
+        return await send_messages(self, request, composite(text))
+
+
+# -- consuming --------------------------------------------------------------------------------------
+
+LEASE_DEFAULT_MS = 30_000
+
+
+class ConsumersView(GatewayView):
+    @extend_schema(operation_id="consumer_create", summary="Create an HTTP consumer",
+                   parameters=[KIND_PARAM], request=s.ConsumerCreateSerializer,
+                   responses={201: s.HttpConsumerSerializer, **problems(400, 401, 403, 501)})
+    async def post(self, request: Request, kind: str, name: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "read")
+        serializer = s.ConsumerCreateSerializer(data=json_body(request))
+        serializer.is_valid(raise_exception=True)
+        options = serializer.validated_data
+        hub = runtime.wakeups()
+        await hub.start()
+        consumer_id = new_consumer_id(destination, options["ack_mode"], options["lease_ms"], request.user.pk,
+                                      pull=options.get("prefetch") == 0)
+        spec = ConsumerSpec(
+            prefetch=options.get("prefetch"), priority=options["priority"], exclusive=options["exclusive"],
+            selector=options.get("selector") or None, no_local=options["no_local"],
+            connection_id=f"http:{request.user.pk}", client_id=options.get("client_id") or None,
+            ack_mode=options["ack_mode"], lease_ms=options["lease_ms"], notify=hub.channel)
+        consumer = await runtime.async_broker().add_consumer(destination, spec, consumer_id)
+        base = request.build_absolute_uri(f"/api/v1/{kind}/{name}/consumers/{consumer_id}")
+        body = {
+            "consumer_id": consumer_id, "destination": destination.uri, "ack_mode": options["ack_mode"],
+            "prefetch": consumer.prefetch, "lease_ms": options["lease_ms"],
+            "selector": options.get("selector") or None, "priority": options["priority"],
+            "exclusive": options["exclusive"], "no_local": options["no_local"],
+            "client_id": options.get("client_id") or None,
+            "links": {name_: f"{base}/{name_}" for name_ in ("receive", "ack", "nack", "heartbeat")}
+            | {"self": base},
+        }
+        response = Response(body, status=status.HTTP_201_CREATED)
+        response["Location"] = base
+        return response
+
+    @extend_schema(operation_id="consumer_list", summary="Consumers of a destination with their statistics",
+                   parameters=[KIND_PARAM],
+                   responses={200: s.ConsumerStatsSerializer(many=True), **problems(401, 403, 404, 501)})
+    async def get(self, request: Request, kind: str, name: str) -> Response:
+        from gateway.api.views_admin import consumer_json
+
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "admin")
+        stats = await runtime.async_broker().stats(destination)
+        return Response([consumer_json(c) for c in stats.consumers])
+
+
+async def own_consumer(view: GatewayView, request: Request, kind: str, name: str,
+                       consumer_id: str) -> HttpConsumer:
+    """The caller's own HTTP consumer (404 for anyone else's: ids are not to be guessed or shared)."""
+    destination = destination_from_url(kind, name)
+    consumer = parse_consumer_id(destination, consumer_id)
+    if consumer is None or consumer.user_id != request.user.pk:
+        raise Problem(404, "unknown_consumer", "Unknown consumer",
+                      f"no HTTP consumer {consumer_id} of yours on {destination.uri}",
+                      consumer_id=consumer_id, destination=destination.uri)
+    await view.require(request, destination, "read")
+    return consumer
+
+
+def _gone(consumer: HttpConsumer) -> Problem:
+    return Problem(404, "unknown_consumer", "Unknown consumer",
+                   f"consumer {consumer.consumer_id} is gone: it was closed or its lease lapsed",
+                   consumer_id=consumer.consumer_id, destination=consumer.destination.uri)
+
+
+async def long_poll(ref: ConsumerRef, max_messages: int, wait: float, *, pull: bool) -> list[Any]:
+    """Receive up to max_messages; with none there, wait up to `wait` seconds for dispatch to wake us.
+
+    Waits are sliced (1 s) so a consumer created through another gateway process, whose wake-ups go
+    to that process, is still served; each slice also renews the lease and reaps lapsed peers.
+    Raises UnknownConsumer when the consumer is gone."""
+    broker = runtime.async_broker()
+    hub = runtime.wakeups()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    try:
+        while True:
+            deliveries = await broker.receive(ref, max_messages)
+            remaining = deadline - loop.time()
+            if deliveries or remaining <= 0:
+                break
+            await hub.start()
+            await reap_now_and_then(ref.destination)
+            await hub.wait(ref.consumer_id, min(remaining, 1.0))
+        if not deliveries and pull:
+            await broker.cancel_pull(ref)  # a pull consumer's request must not outlive the request
+    except UnknownConsumer:
+        hub.forget(ref.consumer_id)
+        raise
+    return deliveries
+
+
+class ConsumerDetailView(GatewayView):
+    @extend_schema(operation_id="consumer_detail", summary="One consumer's statistics",
+                   parameters=[KIND_PARAM],
+                   responses={200: s.ConsumerStatsSerializer, **problems(401, 403, 404, 501)})
+    async def get(self, request: Request, kind: str, name: str, consumer_id: str) -> Response:
+        from gateway.api.views_admin import consumer_json
+
+        destination = destination_from_url(kind, name)
+        mine = parse_consumer_id(destination, consumer_id)
+        if mine is None or mine.user_id != request.user.pk:
+            await self.require(request, destination, "admin")
+        else:
+            await self.require(request, destination, "read")
+        stats = await runtime.async_broker().stats(destination)
+        for consumer in stats.consumers:
+            if consumer.consumer_id == consumer_id:
+                return Response(consumer_json(consumer))
+        raise Problem(404, "unknown_consumer", "Unknown consumer",
+                      f"no consumer {consumer_id} on {destination.uri}", consumer_id=consumer_id)
+
+    @extend_schema(operation_id="consumer_delete",
+                   summary="Close a consumer: its unacknowledged messages are redelivered",
+                   parameters=[KIND_PARAM], responses={204: None, **problems(401, 403, 404, 501)})
+    async def delete(self, request: Request, kind: str, name: str, consumer_id: str) -> Response:
+        destination = destination_from_url(kind, name)
+        mine = parse_consumer_id(destination, consumer_id)
+        broker = runtime.async_broker()
+        if mine is not None and mine.user_id == request.user.pk:
+            await self.require(request, destination, "read")
+            try:
+                await broker.close_consumer(mine.ref)
+            except UnknownConsumer:
+                raise _gone(mine) from None
+            runtime.wakeups().forget(consumer_id)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        await self.require(request, destination, "admin")
+
+        async def close() -> Response:
+            try:
+                await broker.close_consumer(ConsumerRef(destination, consumer_id), "closed by administrator")
+            except UnknownConsumer:
+                raise Problem(404, "unknown_consumer", "Unknown consumer",
+                              f"no consumer {consumer_id} on {destination.uri}",
+                              consumer_id=consumer_id) from None
+            return Response(status=status.HTTP_204_NO_CONTENT)
+
+        return await self.audited(request, "close_consumer", destination.uri, consumer_id, {}, close)
+
+
+class ReceiveView(GatewayView):
+    @extend_schema(operation_id="consumer_receive",
+                   summary="Receive up to max_messages, waiting up to `wait` seconds (long poll)",
+                   parameters=[KIND_PARAM, OpenApiParameter("max_messages", int, description="1-1000"),
+                               OpenApiParameter("wait", float, description="seconds, capped at 20")],
+                   request=None,
+                   responses={200: s.ReceiveResultSerializer, **problems(400, 401, 403, 404, 501)})
+    async def post(self, request: Request, kind: str, name: str, consumer_id: str) -> Response:
+        consumer = await own_consumer(self, request, kind, name, consumer_id)
+        if request._request.body.strip():
+            json_body(request)
+        count = int_param(request, "max_messages", 1, 1, 1000)
+        wait = float_param(request, "wait", 0.0, 0.0, max_wait())
+        try:
+            deliveries = await long_poll(consumer.ref, count, wait, pull=consumer.pull)
+        except UnknownConsumer:
+            raise _gone(consumer) from None
+        return Response({"messages": [render_delivery(d) for d in deliveries]})
+
+
+def _message_ids(data: dict[str, Any]) -> list[str]:
+    ids = data.get("message_ids")
+    if ids is None and "message_id" in data:
+        ids = [data["message_id"]]
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+        raise Problem(400, "invalid_body", "Invalid body",
+                      "give message_ids: a non-empty list of message ids (or message_id)")
+    if len(ids) > 1000:
+        raise Problem(400, "invalid_body", "Invalid body", "at most 1000 message ids per request")
+    return ids
+
+
+class AckView(GatewayView):
+    @extend_schema(operation_id="consumer_ack",
+                   summary="Acknowledge (individual, cumulative or delivered); optionally receive the next",
+                   parameters=[KIND_PARAM], request=s.AckRequestSerializer,
+                   responses={200: s.AckResultSerializer, **problems(400, 401, 403, 404, 501)}
+                   | problem_doc(409, "Not in flight"))
+    async def post(self, request: Request, kind: str, name: str, consumer_id: str) -> Response:
+        consumer = await own_consumer(self, request, kind, name, consumer_id)
+        data = json_body(request, required=True)
+        ids = _message_ids(data)
+        mode = data.get("mode")
+        if mode is not None and mode not in ("individual", "cumulative", "delivered"):
+            raise Problem(400, "invalid_body", "Invalid body",
+                          f"mode must be individual, cumulative or delivered, got {mode!r}")
+        receive = int_param(request, "receive", 0, 0, 1000)
+        broker = runtime.async_broker()
+        try:
+            if receive:
+                deliveries = await broker.ack_and_receive(consumer.ref, ids, receive, mode=mode)
+                return Response({"acknowledged": None,
+                                 "messages": [render_delivery(d) for d in deliveries]})
+            count = await broker.ack(consumer.ref, ids, mode=mode)
+        except UnknownConsumer:
+            raise _gone(consumer) from None
+        return Response({"acknowledged": count, "messages": []})
+
+
+class NackView(GatewayView):
+    @extend_schema(operation_id="consumer_nack",
+                   summary="Negative acknowledgement: redeliver with the policy's delay, or dead-letter",
+                   parameters=[KIND_PARAM], request=s.NackRequestSerializer,
+                   responses={200: s.NackResultSerializer, **problems(400, 401, 403, 404, 501)}
+                   | problem_doc(409, "Not in flight"))
+    async def post(self, request: Request, kind: str, name: str, consumer_id: str) -> Response:
+        consumer = await own_consumer(self, request, kind, name, consumer_id)
+        data = json_body(request, required=True)
+        ids = _message_ids(data)
+        poison = data.get("poison", False)
+        if not isinstance(poison, bool):
+            raise Problem(400, "invalid_body", "Invalid body", "poison must be true or false")
+        broker = runtime.async_broker()
+        try:
+            dead_lettered, redelivered = await broker.nack(consumer.ref, ids, poison=poison)
+        except UnknownConsumer:
+            raise _gone(consumer) from None
+        return Response({"dead_lettered": dead_lettered, "redelivered": redelivered})
+
+
+class HeartbeatView(GatewayView):
+    @extend_schema(operation_id="consumer_heartbeat", summary="Renew the consumer's lease",
+                   parameters=[KIND_PARAM], request=None,
+                   responses={200: s.HeartbeatSerializer, **problems(401, 403, 404, 501)})
+    async def post(self, request: Request, kind: str, name: str, consumer_id: str) -> Response:
+        consumer = await own_consumer(self, request, kind, name, consumer_id)
+        broker = runtime.async_broker()
+        gone = await broker.renew_leases(consumer.destination, [consumer.consumer_id], consumer.lease_ms)
+        if consumer.consumer_id in gone:
+            raise _gone(consumer)
+        return Response({"consumer_id": consumer.consumer_id,
+                         "lease_expires": broker.clock.now_ms() + consumer.lease_ms})

@@ -1,0 +1,315 @@
+"""The STOMP frame codec: bytes in, frames out, and back. Pure: no I/O, no Django, no broker.
+
+Covers STOMP 1.0, 1.1 and 1.2 (https://stomp.github.io): header escaping per version (none in 1.0 and in
+CONNECT/STOMP/CONNECTED frames; `\\n \\c \\\\` in 1.1; `\\r` too in 1.2), `content-length` bodies that may
+hold NUL octets, heart-beat EOLs between frames, the first of repeated headers wins, and version and
+heart-beat negotiation. Every malformed input raises `FrameError`, whose `message` is short enough for
+an ERROR frame's `message` header and whose `detail` explains.
+
+`FrameParser` is incremental: a WebSocket message may hold several frames, part of one, or only
+heart-beat EOLs, so `feed` keeps what it cannot parse yet. Limits bound what it buffers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2")
+CLIENT_COMMANDS = frozenset(
+    {"CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT",
+     "DISCONNECT"})
+SERVER_COMMANDS = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
+# These frames are never escaped, for compatibility with STOMP 1.0 (STOMP 1.2, "Value Encoding").
+_RAW_COMMANDS = frozenset({"CONNECT", "STOMP", "CONNECTED"})
+HEARTBEAT = b"\n"
+
+_COMMAND = re.compile(r"[A-Za-z]{1,32}")
+_BLANK_LINE = re.compile(rb"\n\r?\n")
+_HEART_BEAT = re.compile(r"\s*(\d{1,9})\s*,\s*(\d{1,9})\s*")
+_UNESCAPE = {"1.1": {"n": "\n", "c": ":", "\\": "\\"}, "1.2": {"n": "\n", "c": ":", "\\": "\\", "r": "\r"}}
+_ESCAPE = {
+    "1.1": str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"}),
+    "1.2": str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"}),
+}
+_NO_EOL = str.maketrans({"\n": " ", "\r": " "})
+
+
+class FrameError(Exception):
+    """A frame that cannot be parsed (or a header value that is not valid). Fatal for the connection."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail or message
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One STOMP frame. `headers` keeps order and repeats; `get` returns the first, as STOMP 1.2 says."""
+
+    command: str
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return default
+
+    def __contains__(self, name: str) -> bool:
+        return any(key == name for key, _ in self.headers)
+
+    def header_dict(self) -> dict[str, str]:
+        """Headers by name, the first occurrence of each."""
+        result: dict[str, str] = {}
+        for key, value in self.headers:
+            result.setdefault(key, value)
+        return result
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one frame may be. Defaults follow ActiveMQ's StompWireFormat (1000 headers of 10 KiB) with a
+    body limit under the WebSocket server's message size."""
+
+    max_body: int = 10 * 1024 * 1024
+    max_headers: int = 1000
+    max_header_line: int = 10 * 1024
+
+    @property
+    def max_head(self) -> int:
+        return (self.max_headers + 1) * (self.max_header_line + 2)
+
+
+def unescape(text: str, version: str) -> str:
+    """Undo STOMP header escaping; an undefined escape sequence is an error (1.1 and 1.2)."""
+    table = _UNESCAPE.get(version)
+    if table is None or "\\" not in text:
+        return text
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch != "\\":
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1] if i + 1 < n else ""
+        if nxt not in table:
+            shown = ("\\" + nxt) if nxt else "\\ at the end"
+            raise FrameError("Invalid header escape",
+                             f"undefined escape sequence {shown!r} in header {text!r} (STOMP {version} "
+                             f"defines {', '.join(repr(chr(92) + k) for k in table)})")
+        out.append(table[nxt])
+        i += 2
+    return "".join(out)
+
+
+def escape(text: str, version: str, command: str = "") -> str:
+    """Escape a header name or value for `version` (CONNECT/STOMP/CONNECTED and 1.0 frames are raw;
+    there a line break cannot be sent and becomes a space)."""
+    if "\\" not in text and "\n" not in text and ":" not in text and "\r" not in text:
+        return text  # the common case, checked at C speed (translate looks up every character)
+    if version == "1.0" or command in _RAW_COMMANDS:
+        return text.translate(_NO_EOL)
+    return text.translate(_ESCAPE[version])
+
+
+def encode(command: str, headers: Iterable[tuple[str, str]] = (), body: bytes = b"",
+           version: str = "1.2") -> bytes:
+    """One frame as bytes: command, escaped headers, blank line, body, NUL."""
+    lines = [command]
+    lines += [f"{escape(k, version, command)}:{escape(v, version, command)}" for k, v in headers]
+    return ("\n".join(lines) + "\n\n").encode() + body + b"\x00"
+
+
+def encode_frame(frame: Frame, version: str = "1.2") -> bytes:
+    return encode(frame.command, frame.headers, frame.body, version)
+
+
+class FrameParser:
+    """Incremental parser for frames a client sends. Set `version` once CONNECT has negotiated it (CONNECT
+    itself is parsed without escaping whatever the version)."""
+
+    def __init__(self, version: str = "1.2", limits: Limits | None = None) -> None:
+        self.version = version
+        self.limits = limits or Limits()
+        self._buf = bytearray()
+        self._scan_from = 0
+        # the parsed head of the frame whose body has not fully arrived: command, headers, body start,
+        # content-length or None
+        self._head: tuple[str, tuple[tuple[str, str], ...], int, int | None] | None = None
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def end_of_message(self) -> None:
+        """A WebSocket message ended: like ActiveMQ's WebSocket transport, a frame must not span messages,
+        so anything left but heart-beat EOLs is a truncated frame."""
+        if self._head is None:
+            self._skip_eols()
+        if self._buf or self._head is not None:
+            size = len(self._buf)
+            self._buf.clear()
+            self._head = None
+            self._scan_from = 0
+            raise FrameError("Truncated frame",
+                             f"the WebSocket message ended inside a frame ({size} bytes without the end of "
+                             "the frame); each message must hold whole frames")
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Add received bytes; return the frames they completed (heart-beat EOLs yield nothing)."""
+        self._buf += data
+        frames = []
+        while True:
+            frame = self._next()
+            if frame is None:
+                return frames
+            frames.append(frame)
+
+    def _skip_eols(self) -> None:
+        buf = self._buf
+        i, n = 0, len(buf)
+        while i < n:
+            if buf[i] == 0x0A:
+                i += 1
+            elif buf[i] == 0x0D and i + 1 < n and buf[i + 1] == 0x0A:
+                i += 2
+            else:
+                break
+        if i:
+            del buf[:i]
+            self._scan_from = 0
+
+    def _next(self) -> Frame | None:
+        if self._head is None:
+            self._skip_eols()
+            if not self._buf:
+                return None
+            match = _BLANK_LINE.search(self._buf, self._scan_from)
+            if match is None:
+                if len(self._buf) > self.limits.max_head:
+                    raise FrameError("Frame headers too large",
+                                     f"no end of headers within {self.limits.max_head} bytes "
+                                     f"(at most {self.limits.max_headers} headers of "
+                                     f"{self.limits.max_header_line} bytes)")
+                self._scan_from = max(0, len(self._buf) - 2)
+                return None
+            self._head = self._parse_head(bytes(self._buf[:match.start()]), match.end())
+            self._scan_from = match.end()
+        command, headers, start, length = self._head
+        buf = self._buf
+        if length is not None:
+            if len(buf) < start + length + 1:
+                return None
+            if buf[start + length] != 0:
+                raise FrameError("Frame not terminated by NUL",
+                                 f"content-length is {length} but the octet after that many body octets "
+                                 "is not NUL")
+            end = start + length
+        else:
+            end = buf.find(b"\x00", self._scan_from)
+            if end < 0:
+                if len(buf) - start > self.limits.max_body:
+                    raise FrameError("Frame body too large",
+                                     f"the body exceeds {self.limits.max_body} bytes without a NUL "
+                                     "terminator")
+                self._scan_from = max(start, len(buf))
+                return None
+        body = bytes(buf[start:end])
+        del buf[:end + 1]
+        self._head = None
+        self._scan_from = 0
+        return Frame(command, headers, body)
+
+    def _parse_head(self, head: bytes, body_start: int) -> tuple[str, tuple[tuple[str, str], ...], int,
+                                                                  int | None]:
+        lines = head.split(b"\n")
+        if len(lines) - 1 > self.limits.max_headers:
+            raise FrameError("Too many headers",
+                             f"{len(lines) - 1} headers; the limit is {self.limits.max_headers}")
+        # STOMP 1.2 ends lines with LF or CR LF; before 1.2 a CR is part of the header value. The command
+        # line, and CONNECT (sent before any version is agreed), accept CR LF always.
+        connect = lines[0].rstrip(b"\r") in (b"CONNECT", b"STOMP")
+        crlf = self.version == "1.2" or connect
+        decoded: list[str] = []
+        for number, raw in enumerate(lines):
+            if raw.endswith(b"\r") and (crlf or number == 0):
+                raw = raw[:-1]
+            if len(raw) > self.limits.max_header_line:
+                what = "command line" if number == 0 else f"header line {number}"
+                raise FrameError("Header too long",
+                                 f"{what} is {len(raw)} bytes; the limit is {self.limits.max_header_line}")
+            try:
+                decoded.append(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                what = "the command" if number == 0 else f"header line {number}"
+                raise FrameError("Invalid UTF-8", f"{what} is not valid UTF-8 ({exc.reason} at byte "
+                                                  f"{exc.start})") from None
+        command = decoded[0]
+        if not _COMMAND.fullmatch(command):
+            raise FrameError("Invalid command", f"{command[:64]!r} is not a STOMP command")
+        version = "1.0" if command in _RAW_COMMANDS else self.version
+        headers: list[tuple[str, str]] = []
+        for number, line in enumerate(decoded[1:], start=1):
+            name, colon, value = line.partition(":")
+            if not colon:
+                raise FrameError("Invalid header", f"header line {number} ({line[:64]!r}) has no ':'")
+            headers.append((unescape(name, version), unescape(value, version)))
+        length: int | None = None
+        for name, value in headers:
+            if name == "content-length":
+                if not value.strip().isdigit() or not value.strip().isascii():
+                    raise FrameError("Invalid content-length",
+                                     f"content-length must be a non-negative integer, got {value[:64]!r}")
+                length = int(value.strip())
+                if length > self.limits.max_body:
+                    raise FrameError("Frame body too large",
+                                     f"content-length {length} exceeds the limit of {self.limits.max_body} "
+                                     "bytes")
+                break
+        return command, tuple(headers), body_start, length
+
+
+def negotiate_version(accept_version: str | None) -> str | None:
+    """The highest version both sides speak: no `accept-version` means 1.0; None when there is none."""
+    if accept_version is None or not accept_version.strip():
+        return "1.0"
+    offered = {v.strip() for v in accept_version.split(",")}
+    common = [v for v in VERSIONS if v in offered]
+    return common[-1] if common else None
+
+
+@dataclass(frozen=True)
+class HeartBeat:
+    """Negotiated heart-beating, in ms (0 = off): how often this side sends, how long it waits for the
+    client's data before it declares the connection dead, and the CONNECTED `heart-beat` value."""
+
+    send_every: int
+    expect_every: int
+    header: str
+
+
+def parse_heart_beat(value: str | None) -> tuple[int, int]:
+    """The client's `cx,cy`: it can send every cx ms, it wants to receive every cy ms (0: never)."""
+    if value is None:
+        return 0, 0
+    match = _HEART_BEAT.fullmatch(value)
+    if match is None:
+        raise FrameError("Invalid heart-beat header",
+                         f"heart-beat must be two non-negative integers 'cx,cy', got {value[:64]!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def negotiate_heart_beat(value: str | None, minimum_ms: int = 100) -> HeartBeat:
+    """ActiveMQ's answer to `heart-beat: cx,cy` is `cy,cx`: the server sends as often as the client wants
+    and expects the client as often as it offers. Intervals below `minimum_ms` are raised to it (in the
+    reply too, so both sides compute the same periods: max(sx, cy) and max(cx, sy))."""
+    cx, cy = parse_heart_beat(value)
+    send = max(cy, minimum_ms) if cy else 0
+    expect = max(cx, minimum_ms) if cx else 0
+    return HeartBeat(send, expect, f"{send},{expect}")

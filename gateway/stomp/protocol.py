@@ -1,0 +1,671 @@
+"""A STOMP session over one WebSocket: frames from the codec, calls to the broker through the link.
+
+ActiveMQ's STOMP mapping (shared/spec/activemq-semantics.md Appendix A): `/queue/X` destinations and
+composites, SUBSCRIBE's `activemq.*` headers, SEND headers to message fields (every other header a string
+property), MESSAGE headers exactly as ActiveMQ writes them, ack modes `auto` / `client` (cumulative over
+the subscription) / `client-individual`, NACK as a poison ack. Any error is an ERROR frame (`message`
+header, explanation in the body, `receipt-id` when the frame asked for a receipt), then the connection
+closes, as STOMP says. docs/websocket.md lists every header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings as django_settings
+
+from broker_core.destinations import Destination, parse_destination
+from broker_core.errors import BrokerError
+from broker_core.messages import Delivery, Message, TypedValue
+from broker_core.operations import Consumer
+from gateway.stomp.frames import (
+    CLIENT_COMMANDS,
+    HEARTBEAT,
+    VERSIONS,
+    Frame,
+    FrameError,
+    FrameParser,
+    Limits,
+    encode,
+    negotiate_heart_beat,
+    negotiate_version,
+)
+from gateway.ws import auth
+from gateway.ws.link import Link, LinkError, LinkSettings, SendBuffer, SlowClient, Subscription
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "Signalbox/0.1.0"
+SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+ACK_MODES = ("auto", "client", "client-individual")
+DEFAULT_QUEUE_PREFETCH = 1000  # ActiveMQ's queue prefetch; None lets a destination policy replace it
+# Headers of a SEND frame that are not message properties (ActiveMQ strips or maps them).
+_NOT_PROPERTIES = frozenset({
+    "destination", "transaction", "receipt", "content-length", "content-type", "message-id", "redelivered",
+    "subscription", "JMSXUserID", "JMSXDeliveryCount", "persistent", "priority", "expires", "timestamp",
+    "type", "correlation-id", "reply-to", "JMSXGroupID", "JMSXGroupSeq",
+    "AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT", "AMQ_SCHEDULED_CRON",
+})
+GROUP_HEADERS = "signalbox.groupHeaders"
+INBOX_FRAMES = 1000  # frames parsed but not handled yet, per connection...
+INBOX_BYTES = 16 * 1024 * 1024  # ...and their bytes
+SEND_BATCH = 500  # consecutive SENDs to one destination per broker call
+# Bytes of MESSAGE frames per WebSocket message: measured with stomp.py (bench/ws_gateway.py), 8 KiB beat
+# both one frame per message and whole 200-message batches by a wide margin.
+MESSAGE_CHUNK = 8 * 1024
+
+
+def _size(item: Frame | FrameError) -> int:
+    if isinstance(item, FrameError):
+        return 0
+    return len(item.body) + sum(len(k) + len(v) + 2 for k, v in item.headers)
+
+
+class StompError(Exception):
+    """A frame the session refuses: `message` for the ERROR header, `detail` for its body."""
+
+    def __init__(self, message: str, detail: str = "", headers: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail or message
+        self.headers = headers
+
+
+def choose_subprotocol(offered: list[str]) -> str | None:
+    """The highest STOMP subprotocol the client offers; None when it offers none of them (stomp.py offers
+    none; the version then comes from CONNECT's accept-version alone)."""
+    for name in SUBPROTOCOLS:
+        if name in offered:
+            return name
+    return None
+
+
+@dataclass(frozen=True)
+class StompSettings:
+    heartbeat_min_ms: int = 100  # SIGNALBOX_STOMP_HEARTBEAT_MIN_MS
+    heartbeat_grace: float = 1.5  # SIGNALBOX_STOMP_HEARTBEAT_GRACE: missing client beats tolerated x this
+    connect_timeout: float = 30.0  # SIGNALBOX_STOMP_CONNECT_TIMEOUT: seconds to send CONNECT
+    limits: Limits = Limits()  # SIGNALBOX_STOMP_MAX_BODY, _MAX_HEADERS, _MAX_HEADER_LINE
+
+    @classmethod
+    def from_django(cls) -> StompSettings:
+        def get(name: str, default: Any) -> Any:
+            return getattr(django_settings, name, default)
+
+        return cls(
+            heartbeat_min_ms=int(get("SIGNALBOX_STOMP_HEARTBEAT_MIN_MS", cls.heartbeat_min_ms)),
+            heartbeat_grace=float(get("SIGNALBOX_STOMP_HEARTBEAT_GRACE", cls.heartbeat_grace)),
+            connect_timeout=float(get("SIGNALBOX_STOMP_CONNECT_TIMEOUT", cls.connect_timeout)),
+            limits=Limits(
+                max_body=int(get("SIGNALBOX_STOMP_MAX_BODY", Limits.max_body)),
+                max_headers=int(get("SIGNALBOX_STOMP_MAX_HEADERS", Limits.max_headers)),
+                max_header_line=int(get("SIGNALBOX_STOMP_MAX_HEADER_LINE", Limits.max_header_line)),
+            ),
+        )
+
+
+def _java_bool(value: str | None) -> bool:
+    """Boolean.parseBoolean: 'true' in any case is true, everything else false."""
+    return value is not None and value.strip().lower() == "true"
+
+
+def _int(frame: Frame, name: str, low: int, high: int, default: int | None = None) -> int | None:
+    value = frame.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise StompError(f"Invalid {name} header", f"{name} must be an integer, got {value[:64]!r}") from None
+    if not low <= number <= high:
+        raise StompError(f"Invalid {name} header", f"{name} must be {low}..{high}, got {number}")
+    return number
+
+
+def stomp_destinations(text: str | None) -> list[Destination]:
+    """`/queue/A` or a composite `/queue/A,/queue/B` as broker destinations (ActiveMQ's STOMP names)."""
+    if text is None or not text.strip():
+        raise StompError("Missing destination header", "this frame needs a destination header")
+    return list(_parse_stomp_destinations(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_stomp_destinations(text: str) -> tuple[Destination, ...]:
+    # Cached: a connection sends to the same few destinations, and validating a name looks at each
+    # character (errors are not cached: lru_cache does not keep exceptions).
+    result: list[Destination] = []
+    for part in (p.strip() for p in text.split(",")):
+        if part.startswith("/queue/"):
+            try:
+                dest = parse_destination("queue://" + part[len("/queue/"):])
+            except BrokerError as exc:
+                raise StompError("Invalid destination", exc.message) from None
+        elif part.startswith("/topic/"):
+            raise StompError("Topics are not supported yet",
+                             f"{part}: topic destinations arrive with issue 5; use /queue/ destinations")
+        elif part.startswith(("/temp-queue/", "/temp-topic/", "/remote-temp-queue/", "/remote-temp-topic/")):
+            raise StompError("Temporary destinations are not supported", f"{part}: use /queue/ destinations")
+        else:
+            raise StompError(
+                f"Illegal destination name: [{part}] -- ActiveMQ STOMP destinations must begin with one of: "
+                "/queue/ /topic/ /temp-queue/ /temp-topic/")
+        if dest not in result:
+            result.append(dest)
+    return tuple(result)
+
+
+def stomp_name(uri: str | None) -> str | None:
+    """queue://X -> /queue/X (anything else unchanged)."""
+    if uri is None:
+        return None
+    for kind in ("queue", "topic"):
+        if uri.startswith(f"{kind}://"):
+            return f"/{kind}/{uri[len(kind) + 3:]}"
+    return uri
+
+
+def _property_text(value: Any) -> str:
+    if isinstance(value, TypedValue):
+        value = value.value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def message_headers(delivery: Delivery, subscription_id: str | None, ack_id: str | None,
+                    group_headers: bool) -> list[tuple[str, str]]:
+    """MESSAGE headers as ActiveMQ's FrameTranslator writes them, then the properties as strings; the
+    group fields only when the subscriber asked for them (ActiveMQ never sends them over STOMP)."""
+    d = delivery
+    headers = [("message-id", d.message_id), ("destination", stomp_name(d.destination) or "")]
+    if d.correlation_id is not None:
+        headers.append(("correlation-id", d.correlation_id))
+    headers.append(("expires", str(d.expiration)))
+    if d.redelivered:
+        headers.append(("redelivered", "true"))
+    headers.append(("priority", str(d.priority)))
+    if d.reply_to is not None:
+        headers.append(("reply-to", d.reply_to))
+    headers.append(("timestamp", str(d.timestamp)))
+    if d.type is not None:
+        headers.append(("type", d.type))
+    if d.user_id is not None:
+        headers.append(("JMSXUserID", d.user_id))
+    if d.original_destination is not None:
+        headers.append(("original-destination", stomp_name(d.original_destination) or ""))
+    if d.persistent:
+        headers.append(("persistent", "true"))
+    if subscription_id is not None:
+        headers.append(("subscription", subscription_id))
+    if ack_id is not None:
+        headers.append(("ack", ack_id))
+    if d.content_type is not None:
+        headers.append(("content-type", d.content_type))
+    headers += [(name, _property_text(value)) for name, value in d.properties.items()]
+    if group_headers:
+        headers += [("JMSXGroupID", d.group_id or ""), ("JMSXGroupSeq", str(d.group_seq)),
+                    ("JMSXGroupFirstForConsumer", "true" if d.group_first_for_consumer else "false")]
+    return headers
+
+
+def message_from_send(frame: Frame, connection_id: str | None = None) -> Message:
+    """A SEND frame as a message (ActiveMQ's copyStandardHeadersFromFrameToMessage): a body with
+    content-length is bytes (ActiveMQ's BytesMessage), without it text; `persistent` only when 'true'."""
+    body: str | bytes = frame.body
+    if "content-length" not in frame:
+        try:
+            body = frame.body.decode("utf-8")
+        except UnicodeDecodeError:
+            body = frame.body
+    expires = _int(frame, "expires", 0, 2**63 - 1, 0)
+    timestamp = _int(frame, "timestamp", 0, 2**63 - 1)
+    group_seq = _int(frame, "JMSXGroupSeq", -(2**31), 2**31 - 1, 0)
+    priority = _int(frame, "priority", 0, 9, 4)
+    # ActiveMQ's scheduler headers (ScheduledMessage): the broker parks the message, or repeats it
+    delay = _int(frame, "AMQ_SCHEDULED_DELAY", 0, 2**63 - 1, 0)
+    period = _int(frame, "AMQ_SCHEDULED_PERIOD", 0, 2**63 - 1, 0)
+    repeat = _int(frame, "AMQ_SCHEDULED_REPEAT", 0, 2**31 - 1, 0)
+    properties: dict[str, Any] = {}
+    for name, value in frame.headers:
+        if name not in _NOT_PROPERTIES and name not in properties:
+            properties[name] = value
+    return Message(
+        body=body,
+        content_type=frame.get("content-type"),
+        priority=priority if priority is not None else 4,
+        persistent=_java_bool(frame.get("persistent")),
+        timestamp=timestamp,
+        expiration=expires or 0,
+        correlation_id=frame.get("correlation-id"),
+        reply_to=frame.get("reply-to"),
+        type=frame.get("type"),
+        properties=properties,
+        group_id=frame.get("JMSXGroupID"),
+        group_seq=group_seq or 0,
+        connection_id=connection_id,
+        delay_ms=delay or 0,
+        period_ms=period or 0,
+        repeat=repeat or 0,
+        cron=frame.get("AMQ_SCHEDULED_CRON"),
+    )
+
+
+class Transport:
+    """What the session needs from the WebSocket: write one message, close."""
+
+    async def write(self, payload: bytes | str) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    async def close(self) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class StompSession:
+    """One STOMP connection. `data_received` for every WebSocket message, `connection_lost` at the end."""
+
+    def __init__(self, transport: Transport, *, broker: Any, hub: Any, session_user: Any = None,
+                 settings: StompSettings | None = None, link_settings: LinkSettings | None = None) -> None:
+        self.transport = transport
+        self.broker = broker
+        self.hub = hub
+        self.session_user = session_user
+        self.settings = settings or StompSettings.from_django()
+        self.link_settings = link_settings or LinkSettings.from_django()
+        self.parser = FrameParser("1.2", self.settings.limits)
+        self.version = "1.0"
+        self.user: Any = None
+        self.client_id: str | None = None
+        self.link: Link | None = None
+        self.closing = False
+        self.last_read = time.monotonic()
+        self.buffer: SendBuffer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._inbox: deque[Frame | FrameError] = deque()
+        self._inbox_bytes = 0
+        self._inbox_ready = asyncio.Event()
+        self._inbox_room = asyncio.Event()
+        # each handler returns True when it sent the frame's RECEIPT itself
+        self._handlers: dict[str, Callable[[Frame], Awaitable[Any]]] = {
+            "SEND": self.on_send, "SUBSCRIBE": self.on_subscribe, "UNSUBSCRIBE": self.on_unsubscribe,
+            "ACK": self.on_ack, "NACK": self.on_nack, "BEGIN": self.on_begin, "COMMIT": self.on_commit,
+            "ABORT": self.on_abort, "DISCONNECT": self.on_disconnect,
+        }
+
+    async def start(self) -> None:
+        self.buffer = SendBuffer(self.transport.write, self.link_settings.send_buffer_bytes,
+                                 self.link_settings.slow_client_seconds, coalesce=True)
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._connect_timeout()))
+        self._tasks.append(loop.create_task(self._work()))
+
+    # -- input ----------------------------------------------------------------------------------------
+
+    async def data_received(self, data: bytes) -> None:
+        """Parse a WebSocket message and queue its frames for the worker. The queue is bounded: when the
+        worker falls behind this waits, and the client's socket with it."""
+        if self.closing:
+            return
+        self.last_read = time.monotonic()
+        items: list[Frame | FrameError] = []
+        try:
+            items += self.parser.feed(data)
+            self.parser.end_of_message()
+        except FrameError as exc:
+            items.append(exc)
+        for item in items:
+            while (len(self._inbox) >= INBOX_FRAMES or self._inbox_bytes >= INBOX_BYTES) and not self.closing:
+                self._inbox_room.clear()
+                await self._inbox_room.wait()
+            self._inbox.append(item)
+            self._inbox_bytes += _size(item)
+            self._inbox_ready.set()
+
+    async def _work(self) -> None:
+        """Handle queued frames in order; consecutive SENDs to one destination go to the broker in one
+        call (they arrive faster than one Redis round trip each)."""
+        inbox = self._inbox
+        while not self.closing:
+            while not inbox:
+                self._inbox_ready.clear()
+                await self._inbox_ready.wait()
+            item = self._take_item()
+            if isinstance(item, FrameError):
+                await self.fail(item.message, item.detail)
+                return
+            single = "," not in (item.get("destination") or ",")
+            if item.command == "SEND" and self.link is not None and single:
+                batch = [item]
+                key = (item.get("destination"), item.get("transaction"))
+                while (inbox and len(batch) < SEND_BATCH and isinstance(inbox[0], Frame)
+                       and inbox[0].command == "SEND"
+                       and (inbox[0].get("destination"), inbox[0].get("transaction")) == key):
+                    batch.append(self._take_item())
+                self._inbox_room.set()
+                await self.handle_sends(batch)
+            else:
+                self._inbox_room.set()
+                await self.handle(item)
+
+    def _take_item(self) -> Frame | FrameError:
+        item = self._inbox.popleft()
+        self._inbox_bytes -= _size(item)
+        return item
+
+    async def handle_sends(self, batch: list[Frame]) -> None:
+        """SENDs to one destination in one broker call; anything wrong and they go one by one through
+        `handle`, which reports the first bad frame exactly (a refused batch wrote nothing)."""
+        assert self.link is not None
+        if len(batch) > 1:
+            try:
+                (dest,) = stomp_destinations(batch[0].get("destination"))
+                await self._authorize([dest], "write")
+                name = batch[0].get("transaction")
+                tx = self.link.transaction(name) if name is not None else None
+                messages = [message_from_send(frame, self.link.connection_id) for frame in batch]
+                await self.broker.send(dest, messages, tx=tx)
+            except (StompError, LinkError, BrokerError):  # refused before anything was written:
+                pass  # the one-by-one path reports the first bad frame
+            else:
+                for frame in batch:
+                    receipt = frame.get("receipt")
+                    if receipt is not None:
+                        await self.send_frame("RECEIPT", [("receipt-id", receipt)])
+                return
+        for frame in batch:
+            await self.handle(frame)
+            if self.closing:
+                return
+
+    async def handle(self, frame: Frame) -> None:
+        receipt = frame.get("receipt")
+        try:
+            if frame.command in ("CONNECT", "STOMP"):
+                await self.on_connect(frame)
+                return
+            if frame.command not in CLIENT_COMMANDS:
+                raise StompError(f"Unknown STOMP action: {frame.command}",
+                                 f"{frame.command!r} is not a client command of STOMP {self.version}")
+            if self.link is None:
+                raise StompError("Not connected", f"{frame.command} before CONNECT; send CONNECT first")
+            receipt_sent = await self._handlers[frame.command](frame)
+            if receipt is not None and not receipt_sent and not self.closing:
+                await self.send_frame("RECEIPT", [("receipt-id", receipt)])
+        except (StompError, FrameError, LinkError) as exc:
+            await self.fail(exc.message, exc.detail, receipt, getattr(exc, "headers", ()))
+        except BrokerError as exc:
+            await self.fail(exc.message.split("\n", 1)[0][:200], exc.message, receipt)
+        except SlowClient as exc:
+            await self.shutdown(str(exc))
+        except Exception as exc:
+            logger.exception("STOMP %s failed", frame.command)
+            await self.fail("Internal error", f"{frame.command} failed: {exc}", receipt)
+
+    # -- output ---------------------------------------------------------------------------------------
+
+    async def send_frame(self, command: str, headers: list[tuple[str, str]], body: bytes = b"",
+                         force: bool = False) -> None:
+        assert self.buffer is not None
+        data = encode(command, headers, body, self.version)
+        try:
+            payload: bytes | str = data.decode("utf-8")
+        except UnicodeDecodeError:  # a binary body: a binary WebSocket message
+            payload = data
+        await self.buffer.put(payload, force=force)
+
+    def message_frame(self, sub: Subscription, consumer: Consumer, delivery: Delivery) -> bytes:
+        ack_id = sub.track(consumer, delivery) if sub.ack_mode != "auto" else None
+        headers = message_headers(delivery, sub.options.get("id"), ack_id if self.version == "1.2" else None,
+                                  sub.options.get("group_headers", False))
+        body = delivery.body.encode("utf-8") if isinstance(delivery.body, str) else delivery.body
+        if isinstance(delivery.body, bytes) or b"\x00" in body:
+            headers.append(("content-length", str(len(body))))
+        return encode("MESSAGE", headers, body, self.version)
+
+    async def deliver(self, sub: Subscription, consumer: Consumer, deliveries: list[Delivery]) -> None:
+        """A receive batch as WebSocket messages of about MESSAGE_CHUNK bytes each (text unless a body is
+        binary): fewer, larger messages cost less per frame, but clients parse a message at a time."""
+        assert self.buffer is not None
+        chunk: list[bytes] = []
+        size = 0
+        for delivery in deliveries:
+            frame = self.message_frame(sub, consumer, delivery)
+            chunk.append(frame)
+            size += len(frame)
+            if size >= MESSAGE_CHUNK:
+                await self._put_frames(chunk)
+                chunk, size = [], 0
+        if chunk:
+            await self._put_frames(chunk)
+
+    async def _put_frames(self, frames: list[bytes]) -> None:
+        assert self.buffer is not None
+        data = b"".join(frames)
+        try:
+            payload: bytes | str = data.decode("utf-8")
+        except UnicodeDecodeError:
+            payload = data
+        await self.buffer.put(payload)
+
+    async def fail(self, message: str, detail: str = "", receipt: str | None = None,
+                   headers: tuple[tuple[str, str], ...] = ()) -> None:
+        """Send ERROR, then close the connection (STOMP: the server closes after an ERROR)."""
+        if self.closing:
+            return
+        body = (detail or message).encode("utf-8")
+        error_headers = [("message", message), *headers, ("content-type", "text/plain"),
+                         ("content-length", str(len(body)))]
+        if receipt is not None:
+            error_headers.insert(1, ("receipt-id", receipt))
+        self.closing = True
+        with contextlib.suppress(Exception):
+            await self.send_frame("ERROR", error_headers, body, force=True)
+        await self.shutdown(message)
+
+    async def shutdown(self, reason: str = "") -> None:
+        """Release the broker side, flush what is queued, close the socket."""
+        self.closing = True
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        if self.link is not None:
+            await self.link.close()
+        if self.buffer is not None:
+            await self.buffer.flush(2.0)
+            await self.buffer.close()
+        with contextlib.suppress(Exception):
+            await self.transport.close()
+
+    async def connection_lost(self) -> None:
+        self.closing = True
+        for task in self._tasks:
+            task.cancel()
+        if self.link is not None:
+            await self.link.close()
+        if self.buffer is not None:
+            await self.buffer.close()
+
+    async def _lost(self, reason: str) -> None:
+        await self.fail("Connection lost its subscriptions", reason)
+
+    # -- timers ---------------------------------------------------------------------------------------
+
+    async def _connect_timeout(self) -> None:
+        await asyncio.sleep(self.settings.connect_timeout)
+        if self.link is None and not self.closing:
+            await self.fail("No CONNECT frame", f"no CONNECT within {self.settings.connect_timeout:g} s")
+
+    async def _send_heart_beats(self, every_ms: int) -> None:
+        assert self.buffer is not None
+        period = every_ms / 1000
+        while not self.closing:
+            await asyncio.sleep(period - min(period, time.monotonic() - self.buffer.last_write))
+            if time.monotonic() - self.buffer.last_write >= period * 0.9 and not self.buffer.size:
+                await self.buffer.put(HEARTBEAT.decode())
+
+    async def _check_heart_beats(self, expect_ms: int) -> None:
+        limit = expect_ms / 1000 * self.settings.heartbeat_grace
+        while not self.closing:
+            await asyncio.sleep(max(0.01, limit - (time.monotonic() - self.last_read)))
+            if time.monotonic() - self.last_read >= limit:
+                await self.fail(f"Channel was inactive for too (>{int(limit * 1000)}) long",
+                                f"no frame or heart-beat from the client for {limit:g} s; it promised one "
+                                f"every {expect_ms} ms")
+                return
+
+    # -- frames ---------------------------------------------------------------------------------------
+
+    async def on_connect(self, frame: Frame) -> None:
+        if self.link is not None:
+            raise StompError("Already connected", "this connection sent CONNECT twice")
+        version = negotiate_version(frame.get("accept-version"))
+        if version is None:
+            raise StompError(f"Supported protocol versions are {','.join(VERSIONS)}",
+                             f"accept-version {frame.get('accept-version')!r} names no version this server "
+                             "speaks", (("version", ",".join(VERSIONS)),))
+        self.version = version
+        self.parser.version = version
+        beat = negotiate_heart_beat(frame.get("heart-beat") if version != "1.0" else None,
+                                    self.settings.heartbeat_min_ms)
+        login, passcode = frame.get("login"), frame.get("passcode")
+        user = await auth.authenticate(login, passcode, self.session_user)
+        if user is None:
+            raise StompError(f"User name [{login or ''}] or password is invalid.",
+                             "CONNECT needs login and passcode: a user name and password, or an API token as "
+                             "the passcode")
+        self.user = user
+        self.client_id = frame.get("client-id")
+        link = Link(self.broker, self.hub, self.deliver, self._lost, self.link_settings)
+        await link.open()
+        self.link = link
+        headers = [("version", version), ("session", link.connection_id), ("server", SERVER_NAME)]
+        if version != "1.0":
+            headers.append(("heart-beat", beat.header))
+        await self.send_frame("CONNECTED", headers)
+        loop = asyncio.get_running_loop()
+        if beat.send_every:
+            self._tasks.append(loop.create_task(self._send_heart_beats(beat.send_every)))
+        if beat.expect_every:
+            self.last_read = time.monotonic()
+            self._tasks.append(loop.create_task(self._check_heart_beats(beat.expect_every)))
+
+    async def _authorize(self, destinations: list[Destination], action: str) -> None:
+        if not await auth.may(self.user, destinations, action):
+            verb = "write to" if action == "write" else "read from"
+            names = ", ".join(d.uri for d in destinations)
+            raise StompError(f"User {auth.username(self.user)} is not authorized to {verb}: {names}")
+
+    async def on_send(self, frame: Frame) -> None:
+        assert self.link is not None
+        destinations = stomp_destinations(frame.get("destination"))
+        await self._authorize(destinations, "write")
+        message = message_from_send(frame, self.link.connection_id)
+        name = frame.get("transaction")
+        tx = self.link.transaction(name) if name is not None else None
+        for dest in destinations:
+            await self.broker.send(dest, message, tx=tx)
+
+    async def on_subscribe(self, frame: Frame) -> bool:
+        assert self.link is not None
+        destinations = stomp_destinations(frame.get("destination"))
+        if frame.get("activemq.subscriptionName") is not None:
+            raise StompError("Invalid Subscription: cannot durably subscribe to a Queue destination!")
+        if _java_bool(frame.get("browser")):
+            raise StompError("Browsing is not supported", "SUBSCRIBE with browser:true is not supported")
+        ack = frame.get("ack", "auto") or "auto"
+        if ack not in ACK_MODES:
+            raise StompError("Invalid ack mode", f"ack must be one of {', '.join(ACK_MODES)}, got {ack!r}")
+        prefetch = _int(frame, "activemq.prefetchSize", 1, 32767)
+        priority = _int(frame, "activemq.priority", -128, 127, 0)
+        _int(frame, "activemq.maximumPendingMessageLimit", -1, 2**31 - 1)  # topics only; checked, ignored
+        await self._authorize(destinations, "read")
+        sub_id = frame.get("id")
+        key = sub_id if sub_id is not None else (frame.get("destination") or "")
+        spec = self.link.spec(
+            prefetch=prefetch, priority=priority or 0, exclusive=_java_bool(frame.get("activemq.exclusive")),
+            selector=frame.get("selector"), stomp_selector=True,
+            no_local=_java_bool(frame.get("activemq.noLocal")), client_id=self.client_id, ack_mode=ack)
+        options = {"id": sub_id, "group_headers": _java_bool(frame.get(GROUP_HEADERS))}
+        receipt = frame.get("receipt")
+        sub = await self.link.subscribe(key, destinations, spec, options, start=False)
+        if receipt is not None:
+            # ActiveMQ holds dispatch until the RECEIPT is out; the pumps start after it.
+            await self.send_frame("RECEIPT", [("receipt-id", receipt)])
+        self.link.start(sub)
+        return receipt is not None
+
+    async def on_unsubscribe(self, frame: Frame) -> None:
+        assert self.link is not None
+        if frame.get("activemq.subscriptionName") is not None:
+            raise StompError("Topics are not supported yet",
+                             "removing a durable subscription needs topics (issue 5)")
+        key = frame.get("id") if frame.get("id") is not None else frame.get("destination")
+        if key is None:
+            raise StompError("No subscription matched.", "UNSUBSCRIBE needs the subscription's id header")
+        await self.link.unsubscribe(key)
+
+    def _ack_target(self, frame: Frame) -> tuple[Subscription, str]:
+        assert self.link is not None
+        name = "id" if self.version == "1.2" else "message-id"
+        ack_id = frame.get(name)
+        if ack_id is None:
+            raise StompError(f"{frame.command} received without a {name} header",
+                             f"STOMP {self.version} {frame.command} names the message by its {name} header")
+        sub_key = frame.get("subscription")
+        sub = self.link.subscriptions.get(sub_key) if sub_key is not None else None
+        if sub is None or ack_id not in sub.unacked:
+            sub = self.link.find(ack_id)
+        if sub is None:
+            raise StompError(f"Unexpected {frame.command} received for message-id [{ack_id}]",
+                             f"no subscription of this connection holds an unacknowledged message {ack_id}")
+        return sub, ack_id
+
+    async def on_ack(self, frame: Frame) -> None:
+        assert self.link is not None
+        sub, ack_id = self._ack_target(frame)
+        await self.link.ack(sub, ack_id, frame.get("transaction"))
+
+    async def on_nack(self, frame: Frame) -> None:
+        assert self.link is not None
+        if self.version == "1.0":
+            raise StompError("Unknown STOMP action: NACK", "NACK exists from STOMP 1.1 on")
+        sub, ack_id = self._ack_target(frame)
+        await self.link.nack(sub, ack_id, frame.get("transaction"))
+
+    def _transaction_name(self, frame: Frame) -> str:
+        name = frame.get("transaction")
+        if name is None:
+            raise StompError("Missing transaction header", f"{frame.command} needs a transaction header")
+        return name
+
+    async def on_begin(self, frame: Frame) -> None:
+        assert self.link is not None
+        await self.link.begin(self._transaction_name(frame))
+
+    async def on_commit(self, frame: Frame) -> None:
+        assert self.link is not None
+        await self.link.commit(self._transaction_name(frame))
+
+    async def on_abort(self, frame: Frame) -> None:
+        assert self.link is not None
+        await self.link.abort(self._transaction_name(frame))
+
+    async def on_disconnect(self, frame: Frame) -> None:
+        """Close the subscriptions (unacked messages go back), send the RECEIPT, close."""
+        assert self.link is not None
+        self.closing = True
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        await self.link.close()
+        receipt = frame.get("receipt")
+        if receipt is not None:
+            await self.send_frame("RECEIPT", [("receipt-id", receipt)], force=True)
+        await self.shutdown("DISCONNECT")

@@ -1,0 +1,50 @@
+"""Who is on a WebSocket connection and what they may do: the REST API's rules, for sockets.
+
+A STOMP CONNECT (or the JSON protocol's `connect`) gives login and passcode: a user name and password
+(Django's authenticate()), or an API token (rest_framework.authtoken) as the passcode, with or without
+the login. Without credentials the browser's session user (AuthMiddlewareStack) counts. Per-destination
+permissions are gateway.permissions' `allowed` (read to consume, write to produce).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+
+from broker_core.destinations import Destination
+
+
+def _check_credentials(login: str | None, passcode: str | None) -> Any:
+    from django.contrib.auth import authenticate
+    from rest_framework.authtoken.models import Token
+
+    if login and passcode:
+        user = authenticate(username=login, password=passcode)
+        if user is not None:
+            return user
+    if passcode:
+        token = Token.objects.select_related("user").filter(key=passcode).first()
+        if token is not None and token.user.is_active and (not login or token.user.get_username() == login):
+            return token.user
+    return None
+
+
+async def authenticate(login: str | None, passcode: str | None, session_user: Any = None) -> Any:
+    """The authenticated user, or None. No credentials at all: the session's user if logged in."""
+    if not login and not passcode:
+        if session_user is not None and getattr(session_user, "is_authenticated", False):
+            return session_user
+        return None
+    return await database_sync_to_async(_check_credentials)(login, passcode)
+
+
+async def may(user: Any, destinations: list[Destination], action: str) -> bool:
+    """May `user` do `action` ('read' or 'write') on every one of `destinations`?"""
+    from gateway.permissions import allowed_async
+
+    return await allowed_async(user, destinations, action)  # type: ignore[arg-type]
+
+
+def username(user: Any) -> str:
+    return user.get_username() if user is not None and hasattr(user, "get_username") else ""

@@ -1,0 +1,308 @@
+"""The JSON protocol at /ws/v1: one JSON object per WebSocket message, `type` says what it is.
+
+Requests (each may carry `id`; the answer to a request with an id is `{"type": "ok", "id": ...}`):
+`connect`, `subscribe`, `unsubscribe`, `send`, `ack`, `nack`, `begin`, `commit`, `abort`. The server
+pushes `message` objects and answers problems with `{"type": "error", "code", "message", "id"}`; a request
+error leaves the connection open, a failed `connect` or a lost subscription closes it. docs/websocket.md
+describes every field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from typing import Any
+
+from broker_core.destinations import Destination, parse_composite
+from broker_core.errors import BrokerError
+from broker_core.messages import Delivery, Message
+from broker_core.operations import Consumer
+from gateway.api.codec import parse_envelope, render_delivery
+from gateway.api.errors import Problem
+from gateway.ws import auth
+from gateway.ws.link import Link, LinkError, LinkSettings, SendBuffer, SlowClient, Subscription
+
+logger = logging.getLogger(__name__)
+
+ACK_MODES = ("auto", "client", "client-individual")
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+MAX_BATCH = 1000
+# The REST consumer's options (gateway/api/serializers.ConsumerCreateSerializer) but the lease, which is
+# the connection's; prefetch must be at least 1 since the socket is pushed to.
+_CONSUMER_OPTIONS = {"prefetch": int, "priority": int, "exclusive": bool, "selector": str, "no_local": bool,
+                     "client_id": str}
+DEFAULT_ACK_MODE = "client-individual"  # the REST consumer's default
+ANSWERED: Any = object()  # a handler that sent its own answer returns this
+
+
+class RequestError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _field(request: dict[str, Any], name: str, kind: type | tuple[type, ...], required: bool = False,
+           default: Any = None) -> Any:
+    value = request.get(name, default)
+    if value is None:
+        if required:
+            raise RequestError("invalid_request", f"{request.get('type')} needs {name!r}")
+        return default
+    if isinstance(value, bool) and kind in (int, float):
+        raise RequestError("invalid_request", f"{name!r} must be {kind.__name__}, got a boolean")
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise RequestError("invalid_request", f"{name!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def _destinations(text: Any) -> list[Destination]:
+    if not isinstance(text, str):
+        raise RequestError("invalid_request", "'destination' must be a string like 'queue://orders'")
+    try:
+        destinations = parse_composite(text)
+    except BrokerError as exc:
+        raise RequestError(exc.code, exc.message) from None
+    topics = [d.uri for d in destinations if d.is_topic]
+    if topics:
+        raise RequestError("not_supported", f"topics are not supported yet (issue 5): {', '.join(topics)}")
+    return destinations
+
+
+def message_object(sub: Subscription, delivery: Delivery) -> dict[str, Any]:
+    """A pushed message: the REST API's Delivery object under `message`."""
+    return {"type": "message", "subscription": sub.key, "message": render_delivery(delivery)}
+
+
+class JsonSession:
+    def __init__(self, transport: Any, *, broker: Any, hub: Any, session_user: Any = None,
+                 link_settings: LinkSettings | None = None) -> None:
+        self.transport = transport
+        self.broker = broker
+        self.hub = hub
+        self.session_user = session_user
+        self.link_settings = link_settings or LinkSettings.from_django()
+        self.user: Any = None
+        self.link: Link | None = None
+        self.buffer: SendBuffer | None = None
+        self.closing = False
+
+    async def start(self) -> None:
+        self.buffer = SendBuffer(self.transport.write, self.link_settings.send_buffer_bytes,
+                                 self.link_settings.slow_client_seconds)
+        if self.session_user is not None and getattr(self.session_user, "is_authenticated", False):
+            await self._open(self.session_user)
+
+    async def _open(self, user: Any) -> None:
+        self.user = user
+        link = Link(self.broker, self.hub, self.deliver, self._lost, self.link_settings)
+        await link.open()
+        self.link = link
+
+    async def emit(self, obj: dict[str, Any], force: bool = False) -> None:
+        assert self.buffer is not None
+        await self.buffer.put(json.dumps(obj, separators=(",", ":")), force=force)
+
+    async def deliver(self, sub: Subscription, consumer: Consumer, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            if sub.ack_mode != "auto":
+                sub.track(consumer, delivery)
+            await self.emit(message_object(sub, delivery))
+
+    async def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        request_id = None
+        try:
+            if len(data) > MAX_REQUEST_BYTES:
+                raise RequestError("too_large", f"a request may be at most {MAX_REQUEST_BYTES} bytes")
+            try:
+                request = json.loads(data)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise RequestError("invalid_json", f"not a JSON object: {exc}") from None
+            if not isinstance(request, dict):
+                raise RequestError("invalid_json", "each message must be one JSON object")
+            request_id = request.get("id")
+            kind = request.get("type")
+            handler = getattr(self, f"on_{kind}", None) if kind in _REQUESTS else None
+            if handler is None:
+                raise RequestError("unknown_type", f"unknown request type {kind!r}; expected one of "
+                                                   f"{', '.join(sorted(_REQUESTS))}")
+            if kind != "connect" and self.link is None:
+                raise RequestError("not_connected", "send a connect request first (or log in to the console)")
+            result = await handler(request)
+            if request_id is not None and result is not ANSWERED and not self.closing:
+                await self.emit({"type": "ok", "id": request_id, **(result or {})})
+        except RequestError as exc:
+            await self.error(exc.code, exc.message, request_id)
+        except LinkError as exc:
+            await self.error(exc.code, exc.detail, request_id)
+        except BrokerError as exc:
+            await self.error(exc.code, exc.message, request_id)
+        except Problem as exc:
+            await self.error(exc.problem_code, str(exc.detail), request_id)
+        except SlowClient as exc:
+            await self.shutdown(str(exc))
+        except Exception as exc:
+            logger.exception("JSON request failed")
+            await self.error("internal_error", str(exc), request_id)
+
+    async def error(self, code: str, message: str, request_id: Any = None, fatal: bool = False) -> None:
+        obj = {"type": "error", "code": code, "message": message}
+        if request_id is not None:
+            obj["id"] = request_id
+        await self.emit(obj, force=fatal)
+        if fatal:
+            await self.shutdown(message)
+
+    async def _lost(self, reason: str) -> None:
+        if not self.closing:
+            await self.error("connection_lost", reason, fatal=True)
+
+    async def shutdown(self, reason: str = "") -> None:
+        self.closing = True
+        if self.link is not None:
+            await self.link.close()
+        if self.buffer is not None:
+            await self.buffer.flush(2.0)
+            await self.buffer.close()
+        with contextlib.suppress(Exception):
+            await self.transport.close()
+
+    async def connection_lost(self) -> None:
+        self.closing = True
+        if self.link is not None:
+            await self.link.close()
+        if self.buffer is not None:
+            await self.buffer.close()
+
+    # -- requests -------------------------------------------------------------------------------------
+
+    async def on_connect(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.link is not None:
+            raise RequestError("already_connected", "this connection is already authenticated")
+        login = _field(request, "login", str)
+        passcode = _field(request, "passcode", str) or _field(request, "token", str)
+        user = await auth.authenticate(login, passcode, self.session_user)
+        if user is None:
+            await self.error("authentication_failed", f"User name [{login or ''}] or password is invalid.",
+                             request.get("id"), fatal=True)
+            return {}
+        await self._open(user)
+        assert self.link is not None
+        return {"connection": self.link.connection_id, "user": auth.username(user)}
+
+    async def _authorize(self, destinations: list[Destination], action: str) -> None:
+        if not await auth.may(self.user, destinations, action):
+            verb = "write to" if action == "write" else "read from"
+            raise RequestError("permission_denied", f"User {auth.username(self.user)} is not authorized to "
+                                                    f"{verb}: {', '.join(d.uri for d in destinations)}")
+
+    def _subscription(self, request: dict[str, Any]) -> Subscription:
+        assert self.link is not None
+        key = _field(request, "subscription", str, required=True)
+        sub = self.link.subscriptions.get(key)
+        if sub is None:
+            raise RequestError("unknown_subscription", f"no subscription {key!r} on this connection")
+        return sub
+
+    async def on_subscribe(self, request: dict[str, Any]) -> Any:
+        assert self.link is not None
+        key = _field(request, "subscription", str, required=True)
+        destinations = _destinations(request.get("destination"))
+        ack_mode = _field(request, "ack_mode", str, default=DEFAULT_ACK_MODE)
+        if ack_mode not in ACK_MODES:
+            raise RequestError("invalid_consumer", f"ack_mode must be one of {', '.join(ACK_MODES)}")
+        options = {name: _field(request, name, kind) for name, kind in _CONSUMER_OPTIONS.items()}
+        options = {k: v for k, v in options.items() if v is not None}
+        if "prefetch" in options and options["prefetch"] < 1:
+            raise RequestError("invalid_consumer", "prefetch must be 1..32767 on a WebSocket (messages are "
+                                                   "pushed; there is no pull)")
+        await self._authorize(destinations, "read")
+        spec = self.link.spec(ack_mode=ack_mode, **options)
+        sub = await self.link.subscribe(key, destinations, spec, start=False)
+        if request.get("id") is not None:  # the answer goes before the first message
+            await self.emit({"type": "ok", "id": request["id"], "subscription": key,
+                             "prefetch": sub.consumers[0].prefetch})
+        self.link.start(sub)
+        return ANSWERED
+
+    async def on_unsubscribe(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.link is not None
+        await self.link.unsubscribe(_field(request, "subscription", str, required=True))
+        return {}
+
+    def _ack_ids(self, request: dict[str, Any]) -> list[str]:
+        ids = request.get("message_ids")
+        if ids is None:
+            return [_field(request, "message_id", str, required=True)]
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+            raise RequestError("invalid_request", "'message_ids' must be a non-empty list of strings")
+        return ids
+
+    async def on_ack(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.link is not None
+        sub = self._subscription(request)
+        tx = _field(request, "transaction", str)
+        count = 0
+        for message_id in self._ack_ids(request):
+            count += await self.link.ack(sub, message_id, tx)
+        return {"acknowledged": count}
+
+    async def on_nack(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.link is not None
+        sub = self._subscription(request)
+        count = 0
+        for message_id in self._ack_ids(request):
+            count += await self.link.nack(sub, message_id, _field(request, "transaction", str))
+        return {"dead_lettered": count}
+
+    async def on_send(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.link is not None
+        destinations = _destinations(request.get("destination"))
+        await self._authorize(destinations, "write")
+        messages = self._messages(request)
+        name = _field(request, "transaction", str)
+        tx = self.link.transaction(name) if name is not None else None
+        ids: list[str] = []
+        for dest in destinations:
+            ids += await self.broker.send(dest, messages, tx=tx)
+        return {"message_ids": ids}
+
+    def _messages(self, request: dict[str, Any]) -> list[Message]:
+        """`message` (one REST envelope) or `messages` (a list of them), as the REST API takes them."""
+        assert self.link is not None
+        now = self.broker.clock.now_ms()
+        user = auth.username(self.user)
+        if "messages" in request:
+            raw = request["messages"]
+            if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_BATCH:
+                raise RequestError("invalid_message", f"'messages' is a list of 1..{MAX_BATCH} envelopes")
+            envelopes = list(enumerate(raw))
+        else:
+            envelopes = [(None, _field(request, "message", dict, required=True))]
+        messages = [parse_envelope(item, now, index, user_id=user) for index, item in envelopes]
+        for message in messages:
+            message.connection_id = self.link.connection_id  # for no_local subscribers
+        return messages
+
+    async def on_begin(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.link is not None
+        await self.link.begin(_field(request, "transaction", str, required=True))
+        return {}
+
+    async def on_commit(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.link is not None
+        await self.link.commit(_field(request, "transaction", str, required=True))
+        return {}
+
+    async def on_abort(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.link is not None
+        await self.link.abort(_field(request, "transaction", str, required=True))
+        return {}
+
+
+_REQUESTS = frozenset({"connect", "subscribe", "unsubscribe", "send", "ack", "nack", "begin", "commit",
+                       "abort"})

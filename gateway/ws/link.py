@@ -1,0 +1,476 @@
+"""A WebSocket connection's link to the broker, shared by the STOMP and JSON protocols.
+
+It owns the connection's broker consumers (one per destination of a subscription), pushes what dispatch
+assigns them (woken by the process's wake-up hub, gateway/runtime.py: no polling in the hot path), keeps
+their leases alive while the socket lives, maps acknowledgements to the right consumer, holds the
+connection's transactions, and closes everything when the connection ends. Protocols only translate.
+
+`SendBuffer` sits between the protocol and the socket: bounded in bytes, so a client that does not read
+stops the pumps (its messages stay in the broker, never in this process's memory) and, when it stays
+stuck longer than the slow-client timeout, is disconnected and its messages go to other consumers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings as django_settings
+
+from broker_core.destinations import Destination
+from broker_core.errors import NotInFlight, UnknownConsumer
+from broker_core.messages import Delivery
+from broker_core.operations import Consumer, ConsumerSpec
+
+logger = logging.getLogger(__name__)
+
+
+def _setting(name: str, default: Any) -> Any:
+    return getattr(django_settings, name, default)
+
+
+@dataclass(frozen=True)
+class LinkSettings:
+    """Knobs of the WebSocket gateway; each is a Django setting of the same name (defaults here)."""
+
+    lease_ms: int = 30_000  # SIGNALBOX_WS_LEASE_MS: a consumer's lease; renewed every third of it
+    send_buffer_bytes: int = 1024 * 1024  # SIGNALBOX_WS_SEND_BUFFER_BYTES
+    slow_client_seconds: float = 30.0  # SIGNALBOX_WS_SLOW_CLIENT_SECONDS
+    max_subscriptions: int = 1000  # SIGNALBOX_WS_MAX_SUBSCRIPTIONS (per connection)
+    receive_batch: int = 500  # SIGNALBOX_WS_RECEIVE_BATCH: messages taken per receive call
+
+    @classmethod
+    def from_django(cls) -> LinkSettings:
+        return cls(
+            lease_ms=int(_setting("SIGNALBOX_WS_LEASE_MS", cls.lease_ms)),
+            send_buffer_bytes=int(_setting("SIGNALBOX_WS_SEND_BUFFER_BYTES", cls.send_buffer_bytes)),
+            slow_client_seconds=float(_setting("SIGNALBOX_WS_SLOW_CLIENT_SECONDS", cls.slow_client_seconds)),
+            max_subscriptions=int(_setting("SIGNALBOX_WS_MAX_SUBSCRIPTIONS", cls.max_subscriptions)),
+            receive_batch=int(_setting("SIGNALBOX_WS_RECEIVE_BATCH", cls.receive_batch)),
+        )
+
+    @property
+    def renew_every(self) -> float:
+        return self.lease_ms / 3000
+
+
+class SlowClient(Exception):
+    """The client did not read for longer than the slow-client timeout."""
+
+
+class LinkError(Exception):
+    """A request the link refuses; `message` is short, `detail` explains."""
+
+    def __init__(self, message: str, detail: str = "", code: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail or message
+        self.code = code
+
+
+Payload = bytes | str
+
+
+class SendBuffer:
+    """A bounded queue of outgoing WebSocket messages drained by one writer task.
+
+    `put` waits while the buffer holds `max_bytes` (one message larger than that still goes through
+    alone); after `slow_seconds` of waiting it raises SlowClient. With `coalesce`, consecutive text
+    payloads (or bytes payloads) are joined into one WebSocket message, as STOMP allows.
+    """
+
+    def __init__(self, write: Callable[[Payload], Awaitable[None]], max_bytes: int, slow_seconds: float,
+                 coalesce: bool = False, coalesce_limit: int = 8 * 1024) -> None:
+        self._write = write
+        self.max_bytes = max_bytes
+        self.slow_seconds = slow_seconds
+        self.coalesce = coalesce
+        self.coalesce_limit = coalesce_limit
+        self._items: list[Payload] = []
+        self._size = 0
+        self._room = asyncio.Condition()
+        self._ready = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+        self.last_write = time.monotonic()
+        self._writing_since: float | None = None
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    async def put(self, item: Payload, force: bool = False) -> None:
+        """Queue one message; waits while the buffer is full (`force`: never waits, for the last ERROR)."""
+        if self._closed:
+            return
+        n = len(item)
+        async with self._room:
+            if not force and self._size and self._size + n > self.max_bytes:
+                try:
+                    await asyncio.wait_for(
+                        self._room.wait_for(lambda: self._closed or not self._size
+                                            or self._size + n <= self.max_bytes),
+                        self.slow_seconds)
+                except TimeoutError:
+                    raise SlowClient(f"the client read nothing for {self.slow_seconds:g} s with "
+                                     f"{self._size} bytes waiting") from None
+            if self._closed:
+                return
+            self._items.append(item)
+            self._size += n
+            self._idle.clear()
+            self._ready.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._items:
+                batch = self._take()
+                self._writing_since = time.monotonic()
+                await self._write(batch)
+                self.last_write = time.monotonic()
+                self._writing_since = None
+                async with self._room:
+                    self._size -= len(batch)
+                    self._room.notify_all()
+            self._idle.set()
+
+    def _take(self) -> Payload:
+        first = self._items.pop(0)
+        if not self.coalesce:
+            return first
+        parts = [first]
+        total = len(first)
+        while self._items and type(self._items[0]) is type(first) and total < self.coalesce_limit:
+            item = self._items.pop(0)
+            parts.append(item)
+            total += len(item)
+        if len(parts) == 1:
+            return first
+        return "".join(parts) if isinstance(first, str) else b"".join(parts)  # type: ignore[arg-type]
+
+    @property
+    def stuck(self) -> bool:
+        """The client has not taken a write for longer than the slow-client timeout."""
+        since = self._writing_since
+        return since is not None and time.monotonic() - since >= self.slow_seconds
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        """Wait until everything put so far has been written (bounded; at once for a stuck client)."""
+        if self.stuck:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout)
+
+    async def close(self) -> None:
+        self._closed = True
+        async with self._room:
+            self._room.notify_all()
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+
+
+@dataclass
+class Subscription:
+    """One client subscription: its consumers (one per destination of a composite), its ack mode and the
+    messages it delivered that wait for an acknowledgement, in delivery order."""
+
+    key: str
+    destinations: list[Destination]
+    ack_mode: str
+    consumers: list[Consumer] = field(default_factory=list)
+    unacked: OrderedDict[str, tuple[Consumer, str]] = field(default_factory=OrderedDict)
+    options: dict[str, Any] = field(default_factory=dict)  # protocol-specific (STOMP id, group headers...)
+
+    def track(self, consumer: Consumer, delivery: Delivery) -> str:
+        """Remember a delivered message until it is acknowledged; returns its ack id (the message id,
+        made unique within the subscription when a composite delivers the same id twice)."""
+        ack_id = delivery.message_id
+        if ack_id in self.unacked:
+            ack_id = f"{delivery.message_id}@{consumer.destination.uri}"
+        self.unacked[ack_id] = (consumer, delivery.message_id)
+        return ack_id
+
+    def take(self, ack_id: str, cumulative: bool) -> list[tuple[Consumer, str]]:
+        """Remove and return what an ack of `ack_id` covers: that message, or with `cumulative` every
+        message this subscription delivered up to and including it (STOMP `client` mode)."""
+        if ack_id not in self.unacked:
+            raise KeyError(ack_id)
+        if not cumulative:
+            return [self.unacked.pop(ack_id)]
+        taken = []
+        while self.unacked:
+            key, entry = self.unacked.popitem(last=False)
+            taken.append(entry)
+            if key == ack_id:
+                break
+        return taken
+
+
+class Link:
+    """The broker side of one WebSocket connection. Call `open()` first and `close()` at the end.
+
+    `deliver(subscription, consumer, deliveries)` is the protocol's hook that turns deliveries (in order,
+    up to one receive batch) into frames and puts them in the send buffer (it may wait: that is the
+    backpressure). `lost(reason)` is
+    called when the link cannot go on (a lease lapsed, the client is slow, the broker failed).
+    """
+
+    def __init__(self, broker: Any, hub: Any, deliver: Callable[[Subscription, Consumer, list[Delivery]],
+                                                                 Awaitable[None]],
+                 lost: Callable[[str], Awaitable[None]], settings: LinkSettings | None = None) -> None:
+        self.broker = broker
+        self.hub = hub
+        self.deliver = deliver
+        self.lost = lost
+        self.settings = settings or LinkSettings.from_django()
+        self.connection_id = f"ws-{uuid.uuid4().hex[:16]}"
+        self.subscriptions: dict[str, Subscription] = {}
+        self.transactions: dict[str, str] = {}  # the client's name -> broker transaction id
+        self._pumps: dict[str, asyncio.Task[None]] = {}
+        self._keeper: asyncio.Task[None] | None = None
+        self._consumer_seq = 0
+        self._closed = False
+        self._lost_task: asyncio.Task[None] | None = None
+
+    def _report_lost(self, reason: str) -> None:
+        """Tell the protocol once, from a task of its own (the caller may be a task the teardown cancels)."""
+        if self._lost_task is None and not self._closed:
+            self._lost_task = asyncio.get_running_loop().create_task(self.lost(reason))
+
+    async def open(self) -> None:
+        await self.hub.start()
+        self._keeper = asyncio.get_running_loop().create_task(self._keep_leases())
+
+    # -- subscriptions ------------------------------------------------------------------------------
+
+    def spec(self, **options: Any) -> ConsumerSpec:
+        """A ConsumerSpec for this connection: lease, wake-up channel and connection id filled in."""
+        return ConsumerSpec(lease_ms=self.settings.lease_ms, notify=self.hub.channel,
+                            connection_id=self.connection_id, **options)
+
+    async def subscribe(self, key: str, destinations: list[Destination], spec: ConsumerSpec,
+                        options: dict[str, Any] | None = None, start: bool = True) -> Subscription:
+        if key in self.subscriptions:
+            raise LinkError("Duplicate subscription", f"this connection already has a subscription {key!r}",
+                            "duplicate_subscription")
+        if len(self.subscriptions) >= self.settings.max_subscriptions:
+            raise LinkError("Too many subscriptions",
+                            f"a connection may hold at most {self.settings.max_subscriptions} subscriptions "
+                            "(SIGNALBOX_WS_MAX_SUBSCRIPTIONS)", "too_many_subscriptions")
+        sub = Subscription(key, destinations, spec.ack_mode, options=dict(options or {}))
+        try:
+            for dest in destinations:
+                self._consumer_seq += 1
+                cid = f"{self.connection_id}-{self._consumer_seq}"
+                sub.consumers.append(await self.broker.add_consumer(dest, spec, cid))
+        except BaseException:
+            for consumer in sub.consumers:
+                with contextlib.suppress(Exception):
+                    await self.broker.close_consumer(consumer, "subscribe failed")
+            raise
+        self.subscriptions[key] = sub
+        if start:
+            self.start(sub)
+        return sub
+
+    def start(self, sub: Subscription) -> None:
+        """Start pushing the subscription's messages (after a RECEIPT, so that it comes first)."""
+        loop = asyncio.get_running_loop()
+        for consumer in sub.consumers:
+            if consumer.consumer_id not in self._pumps:
+                self._pumps[consumer.consumer_id] = loop.create_task(self._pump(sub, consumer))
+
+    async def unsubscribe(self, key: str) -> Subscription:
+        sub = self.subscriptions.pop(key, None)
+        if sub is None:
+            raise LinkError("No subscription matched.", f"this connection has no subscription {key!r}",
+                            "unknown_subscription")
+        await self._close_subscription(sub, "unsubscribed")
+        return sub
+
+    async def _close_subscription(self, sub: Subscription, reason: str) -> None:
+        for consumer in sub.consumers:
+            task = self._pumps.pop(consumer.consumer_id, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        for consumer in sub.consumers:
+            with contextlib.suppress(UnknownConsumer):
+                await self.broker.close_consumer(consumer, reason)
+            self.hub.forget(consumer.consumer_id)
+
+    async def _pump(self, sub: Subscription, consumer: Consumer) -> None:
+        batch = self.settings.receive_batch
+        idle = self.settings.renew_every
+        cid = consumer.consumer_id
+        loop = asyncio.get_running_loop()
+        ahead: asyncio.Task[list[Delivery]] | None = None
+        try:
+            while True:
+                deliveries = await (ahead or self.broker.receive(consumer, batch))
+                ahead = None
+                if len(deliveries) == batch:
+                    # more are waiting: fetch the next batch while this one is written to the socket
+                    ahead = loop.create_task(self.broker.receive(consumer, batch))
+                if deliveries:
+                    await self.deliver(sub, consumer, deliveries)
+                if ahead is None:
+                    # the outbox is empty: the next dispatch into it publishes a wake-up; the timeout only
+                    # guards against a lost one
+                    await self.hub.wait(cid, idle)
+        except asyncio.CancelledError:
+            raise
+        except UnknownConsumer:
+            self._report_lost(f"subscription {sub.key} lost its consumer {cid} (its lease lapsed)")
+        except SlowClient as exc:
+            self._report_lost(f"slow client: {exc}")
+        except Exception as exc:  # the broker failed: the connection cannot keep its promises
+            logger.exception("push to %s failed", cid)
+            self._report_lost(f"delivery failed: {exc}")
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+    async def _keep_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.renew_every)
+            by_destination: dict[Destination, list[str]] = {}
+            for sub in list(self.subscriptions.values()):
+                for consumer in sub.consumers:
+                    by_destination.setdefault(consumer.destination, []).append(consumer.consumer_id)
+            try:
+                for dest, ids in by_destination.items():
+                    gone = await self.broker.renew_leases(dest, ids, self.settings.lease_ms)
+                    live = {c.consumer_id for s in self.subscriptions.values() for c in s.consumers}
+                    gone = [cid for cid in gone if cid in live]  # not those unsubscribed meanwhile
+                    if gone:
+                        self._report_lost(f"consumers {', '.join(gone)} were closed by the broker "
+                                          "(lease lapsed)")
+                        return
+                    # Consumers of gateway processes that died lapse here: the surviving processes reap
+                    # them, so their messages go to live consumers within about one lease.
+                    await self.broker.reap_lapsed(dest)
+            except Exception as exc:
+                logger.exception("lease renewal failed")
+                self._report_lost(f"lease renewal failed: {exc}")
+                return
+
+    # -- acknowledgements -----------------------------------------------------------------------------
+
+    def find(self, ack_id: str) -> Subscription | None:
+        """The subscription that delivered `ack_id` (for protocols whose ack does not name it)."""
+        for sub in self.subscriptions.values():
+            if ack_id in sub.unacked:
+                return sub
+        return None
+
+    async def ack(self, sub: Subscription, ack_id: str, tx: str | None = None) -> int:
+        """Acknowledge by the subscription's ack mode: `client` is cumulative over the subscription,
+        `client-individual` that message only. Inside a transaction the ack happens on commit."""
+        if sub.ack_mode == "auto":
+            raise LinkError("Unexpected ACK", f"subscription {sub.key} acknowledges automatically",
+                            "not_in_flight")
+        entries = self._take(sub, ack_id)
+        tx_id = self.transaction(tx) if tx else None
+        count = 0
+        for consumer, ids in self._by_consumer(entries):
+            target = ids if sub.ack_mode != "client" else ids[-1]
+            try:
+                result = await self.broker.ack(consumer, target, tx=tx_id)
+            except NotInFlight as exc:
+                raise LinkError("Unexpected ACK", exc.message, "not_in_flight") from None
+            count += result if isinstance(result, int) else len(ids)
+        return count
+
+    async def nack(self, sub: Subscription, ack_id: str, tx: str | None = None) -> int:
+        """Poison: the message (in `client` mode every message up to it) goes to the dead-letter queue at
+        once (ActiveMQ's STOMP NACK). Not allowed in a transaction."""
+        if tx:
+            raise LinkError("Poison ack cannot be transacted",
+                            "NACK inside a transaction is rejected, as ActiveMQ does", "transaction_error")
+        if sub.ack_mode == "auto":
+            raise LinkError("Unexpected NACK", f"subscription {sub.key} acknowledges automatically",
+                            "not_in_flight")
+        entries = self._take(sub, ack_id)
+        count = 0
+        for consumer, ids in self._by_consumer(entries):
+            dead_lettered, _redelivered = await self.broker.nack(consumer, ids, poison=True)
+            count += int(dead_lettered)
+        return count
+
+    def _take(self, sub: Subscription, ack_id: str) -> list[tuple[Consumer, str]]:
+        try:
+            return sub.take(ack_id, cumulative=sub.ack_mode == "client")
+        except KeyError:
+            raise LinkError("Unexpected ACK", f"Unexpected ACK received for message-id [{ack_id}]",
+                            "not_in_flight") from None
+
+    @staticmethod
+    def _by_consumer(entries: list[tuple[Consumer, str]]) -> list[tuple[Consumer, list[str]]]:
+        grouped: dict[str, tuple[Consumer, list[str]]] = {}
+        for consumer, message_id in entries:
+            grouped.setdefault(consumer.consumer_id, (consumer, []))[1].append(message_id)
+        return list(grouped.values())
+
+    # -- transactions ---------------------------------------------------------------------------------
+
+    def transaction(self, name: str) -> str:
+        try:
+            return self.transactions[name]
+        except KeyError:
+            raise LinkError(f"Invalid transaction id: {name}",
+                            f"transaction {name!r} was not begun on this connection (or already ended)",
+                            "transaction_error") from None
+
+    async def begin(self, name: str) -> None:
+        if name in self.transactions:
+            raise LinkError(f"Transaction {name} is already active",
+                            f"transaction {name!r} was already begun on this connection", "transaction_error")
+        self.transactions[name] = await self.broker.begin()
+
+    async def commit(self, name: str) -> None:
+        tx = self.transaction(name)
+        del self.transactions[name]
+        await self.broker.commit(tx)
+
+    async def abort(self, name: str) -> None:
+        tx = self.transaction(name)
+        del self.transactions[name]
+        await self.broker.rollback(tx)
+
+    # -- the end --------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Roll back open transactions, close every consumer (their unacked messages go back for
+        redelivery) and stop the tasks. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._keeper
+        for name in list(self.transactions):
+            tx = self.transactions.pop(name)
+            with contextlib.suppress(Exception):
+                await self.broker.rollback(tx)
+        subs = list(self.subscriptions.values())
+        self.subscriptions.clear()
+        for sub in subs:
+            try:
+                await self._close_subscription(sub, "connection closed")
+            except Exception:  # the consumer's lease will lapse and the reaper returns its messages
+                logger.exception("closing subscription %s failed", sub.key)

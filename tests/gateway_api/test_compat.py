@@ -1,0 +1,146 @@
+"""ActiveMQ's REST MessageServlet at /api/message (spec §15.1): its request sequences get its answers."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import pytest
+
+from tests.gateway_api.mixins import assert_problem, blocking
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def basic(make_user):
+    """ActiveMQ clients log in with HTTP Basic (the anchor uses admin/admin)."""
+    make_user("amq", [("queue://>", "admin")])
+    return {"Authorization": "Basic " + base64.b64encode(b"amq:pw").decode()}
+
+
+async def test_post_then_get_round_trips_a_text_message(api, basic):
+    sent = await api.post("/api/message/orders/eu?type=queue", content="hello", headers=basic)
+    assert sent.status_code == 200 and sent.text == "Message sent"
+    assert sent.headers["messageID"].startswith("ID:")
+    got = await api.get("/api/message/orders/eu?type=queue&readTimeout=1000", headers=basic)
+    assert got.status_code == 200 and got.text == "hello"
+    assert got.headers["destination"] == "queue://orders.eu"
+    assert got.headers["id"] == sent.headers["messageID"]
+    assert got.headers["content-type"] == "text/plain"
+    assert got.headers["cache-control"] == "no-cache"
+
+
+async def test_parameters_become_headers_properties_and_groups(api, basic):
+    await api.post("/api/message/orders.eu", params={
+        "type": "queue", "body": "<?xml version='1.0'?><order/>", "JMSCorrelationID": "c1", "JMSType": "t",
+        "JMSXGroupID": "cart", "JMSXGroupSeq": "1", "region": "eu", "JMSTimeToLive": "60000"}, headers=basic)
+    got = await api.get("/api/message/orders.eu", params={"type": "queue", "readTimeout": "1000"},
+                        headers=basic)
+    assert got.text == "<order/>"  # the prolog is removed
+    assert got.headers["content-type"] == "application/xml"  # the text starts with '<'
+    assert got.headers["region"] == "eu" and got.headers["JMSXGroupID"] == "cart"
+    assert "JMSCorrelationID" not in got.headers  # a header field, not a property
+
+
+async def test_priority_defaults_to_5_and_delivery_mode_to_persistent(api, basic, make_user):
+    await api.post("/api/message/orders.eu?type=queue", content="x", headers=basic)
+    await api.post("/api/message/orders.eu?type=queue&JMSDeliveryMode=nonpersistent&JMSPriority=9",
+                   content="y", headers=basic)
+    browse = (await api.get("/api/v1/queues/orders.eu/messages", headers=basic)).json()
+    assert browse["detail"]  # the v1 API does not take Basic: it is ActiveMQ's servlet only
+    root = await blocking(make_user)("root", superuser=True)
+    messages = (await api.get("/api/v1/queues/orders.eu/messages", headers=root)).json()["messages"]
+    assert [(m["priority"], m["persistent"]) for m in messages] == [(5, True), (9, False)]
+
+
+async def test_no_type_means_a_topic_which_says_it_is_not_supported_yet(api, basic):
+    response = await api.post("/api/message/orders.eu", content="x", headers=basic)
+    assert "type=queue" in assert_problem(response, 501, "not_supported")["detail"]
+    response = await api.get("/api/message/orders.eu?readTimeout=10", headers=basic)
+    assert_problem(response, 501, "not_supported")
+    # the queue:// prefix wins over a missing type, and the destination parameter over the path
+    sent = await api.post("/api/message", params={"destination": "queue://orders.eu"}, content="x",
+                          headers=basic)
+    assert sent.status_code == 200
+
+
+async def test_an_empty_queue_answers_204_after_the_read_timeout(api, basic):
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    got = await api.get("/api/message/orders.eu?type=queue&readTimeout=300", headers=basic)
+    assert got.status_code == 204 and got.content == b""
+    assert 0.25 < loop.time() - started < 3
+
+
+async def test_a_selector_header_counts_when_the_clients_consumer_is_created(api, basic):
+    for region in ("eu", "us", "us"):
+        await api.post(f"/api/message/orders.eu?type=queue&region={region}", content=region, headers=basic)
+    first = await api.get("/api/message/orders.eu?type=queue&clientId=c1&readTimeout=500",
+                          headers={**basic, "selector": "region = 'us'"})
+    assert first.text == "us"
+    # a later request's selector is ignored: the consumer exists already
+    second = await api.get("/api/message/orders.eu?type=queue&clientId=c1&readTimeout=500",
+                           headers={**basic, "selector": "region = 'eu'"})
+    assert second.text == "us"
+
+
+async def test_a_session_cookie_keeps_the_consumer_and_one_shot_closes_it(api, basic):
+    await api.post("/api/message/orders.eu?type=queue", content="a", headers=basic)
+    got = await api.get("/api/message/orders.eu?type=queue&readTimeout=500", headers=basic)
+    assert "JSESSIONID" in got.headers["set-cookie"]
+    again = await api.get("/api/message/orders.eu?type=queue&readTimeout=100", headers=basic)
+    assert again.status_code == 204 and "set-cookie" not in again.headers  # same session, same consumer
+    await api.get("/api/message/orders.eu?type=queue&readTimeout=100&oneShot=true", headers=basic)
+    root_stats = await api.get("/api/message/orders.eu?type=queue&readTimeout=10&clientId=x", headers=basic)
+    assert root_stats.status_code == 204
+
+
+async def test_a_second_request_on_a_busy_consumer_is_refused(api, basic):
+    url = "/api/message/orders.eu?type=queue&clientId=busy&readTimeout=1500"
+    first = asyncio.create_task(api.get(url, headers=basic))
+    await asyncio.sleep(0.3)
+    second = await api.get(url, headers=basic)
+    assert "Concurrent access to consumer is not supported" in assert_problem(second, 409)["detail"]
+    assert (await first).status_code == 204
+
+
+async def test_unsubscribe_closes_the_clients_consumers(api, basic, make_user):
+    await api.get("/api/message/orders.eu?type=queue&clientId=gone&readTimeout=10", headers=basic)
+    root = await blocking(make_user)("root", superuser=True)
+    assert (await api.get("/api/v1/queues/orders.eu", headers=root)).json()["consumer_count"] == 1
+    response = await api.post("/api/message/orders.eu?action=unsubscribe&clientId=gone", headers=basic)
+    assert response.status_code == 200
+    assert (await api.get("/api/v1/queues/orders.eu", headers=root)).json()["consumer_count"] == 0
+
+
+async def test_json_and_xml_parameters_choose_the_content_type(api, basic):
+    for _ in range(2):
+        await api.post("/api/message/orders.eu?type=queue", content='{"a": 1}', headers=basic)
+    as_json = await api.get("/api/message/orders.eu?type=queue&json=true&readTimeout=500", headers=basic)
+    as_xml = await api.get("/api/message/orders.eu?type=queue&xml=true&readTimeout=500", headers=basic)
+    assert as_json.headers["content-type"] == "application/json"
+    assert as_xml.headers["content-type"] == "application/xml"
+
+
+async def test_a_form_post_and_its_errors(api, basic):
+    sent = await api.post("/api/message/orders.eu", data={"type": "queue", "body": "from a form"},
+                          headers=basic)
+    assert sent.status_code == 200
+    got = await api.get("/api/message/orders.eu?type=queue&readTimeout=500", headers=basic)
+    assert got.text == "from a form"
+    too_big = await api.post("/api/message/orders.eu?type=queue", content="x" * 100_001, headers=basic)
+    assert_problem(too_big, 413, "message_too_large")
+    assert_problem(await api.post("/api/message/orders.eu?type=queue", content="x"), 401)
+    wrong = {"Authorization": "Basic " + base64.b64encode(b"amq:wrong").decode()}
+    assert_problem(await api.post("/api/message/orders.eu?type=queue", content="x", headers=wrong), 401)
+    assert_problem(await api.post("/api/message/orders.eu?type=queue&JMSPriority=high", content="x",
+                                  headers=basic), 400, "invalid_parameter")
+
+
+async def test_the_servlet_checks_permissions_too(api, make_user):
+    writer = await blocking(make_user)("writer", [("queue://orders.>", "write")])
+    sent = await api.post("/api/message/orders.eu?type=queue", content="x", headers=writer)
+    assert sent.status_code == 200
+    response = await api.get("/api/message/orders.eu?type=queue&readTimeout=10", headers=writer)
+    assert_problem(response, 403, "permission_denied")

@@ -1,0 +1,99 @@
+"""Every failure is one problem-details shape (RFC 9457) with a clear message and the right status."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+
+from broker_core import errors as broker_errors
+from gateway.api.errors import describe
+from tests.gateway_api.mixins import assert_problem, blocking
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def test_unknown_api_paths_and_methods(api, alice):
+    assert_problem(await api.get("/api/v1/nothing", headers=alice), 404, "not_found")
+    assert_problem(await api.patch("/api/v1/queues/orders.eu/messages", headers=alice), 405,
+                   "method_not_allowed")
+
+
+async def test_a_wrong_media_type_is_415(api, alice):
+    response = await api.post("/api/v1/queues/orders.eu/consumers", content=b"selector=x",
+                              headers={**alice, "Content-Type": "application/x-www-form-urlencoded"})
+    assert_problem(response, 415, "unsupported_media_type")
+
+
+async def test_validation_errors_name_their_fields(api, alice):
+    response = await api.post("/api/v1/queues/orders.eu/consumers", json={"prefetch": -1, "ack_mode": "x"},
+                              headers=alice)
+    problem = assert_problem(response, 400, "validation_error")
+    assert set(problem["errors"]) == {"prefetch", "ack_mode"}
+
+
+async def test_rate_limits_answer_429_with_retry_after(api, alice, settings):
+    settings.SIGNALBOX_API_RATE_LIMIT = 2
+    statuses = []
+    for _ in range(5):
+        response = await api.get("/api/v1/destinations", headers=alice)
+        statuses.append(response.status_code)
+    assert statuses.count(429) >= 2 and statuses[0] == 200
+    limited = response if response.status_code == 429 else None
+    assert limited is not None
+    assert_problem(limited, 429, "rate_limited")
+    assert int(limited.headers["Retry-After"]) >= 1
+
+
+async def test_a_request_body_over_the_limit_is_413(api, alice, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = await api.post("/api/v1/queues/orders.eu/messages", json={"body": "x" * 5000}, headers=alice)
+    assert_problem(response, 413, "request_too_large")
+
+
+def test_flow_control_refusals_are_503_with_retry_after():
+    class FlowControl(broker_errors.BrokerError):
+        code = "flow_control"
+
+    status, body, headers = describe(FlowControl("queue://orders is full", retry_after=2.5))
+    assert status == 503 and headers["Retry-After"] == "2" and body["retry_after"] == 2.5
+    status, body, headers = describe(FlowControl("full"))
+    assert status == 503 and headers["Retry-After"] == "1"
+
+
+def test_every_broker_error_has_a_status():
+    for kind in (broker_errors.InvalidSelector("x", position=3, expected="y"),
+                 broker_errors.InvalidDestination("x"), broker_errors.MessageTooLarge("x"),
+                 broker_errors.UnknownConsumer("x"), broker_errors.NotInFlight("x"),
+                 broker_errors.UnknownMessage("x"), broker_errors.OperationRefused("x")):
+        status, body, _ = describe(kind)
+        assert status in (400, 404, 409, 413) and body["code"] == kind.code
+
+
+async def test_anonymous_access_is_only_to_healthz(api):
+    # /healthz answers anonymous users (200 or 503 by the health of its parts, never 401)
+    assert (await api.get("/healthz")).status_code in (200, 503)
+    for path in ("/api/v1/destinations", "/api/v1/policies", "/api/v1/audit"):
+        assert_problem(await api.get(path), 401, "not_authenticated")
+
+
+async def test_a_token_can_be_obtained_with_a_password(api):
+    await blocking(User.objects.create_user)("dora", password="pw-123456")
+    response = await api.post("/api/v1/auth/token", json={"username": "dora", "password": "pw-123456"})
+    assert response.status_code == 200
+    token = response.json()["token"]
+    listing = await api.get("/api/v1/destinations", headers={"Authorization": f"Token {token}"})
+    assert listing.status_code == 200
+    bad = await api.post("/api/v1/auth/token", json={"username": "dora", "password": "nope"})
+    assert_problem(bad, 400, "validation_error")
+
+
+async def test_the_console_session_works_and_needs_csrf_for_changes(api, make_user):
+    await blocking(make_user)("eve", [("queue://orders.>", "admin")])
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    await blocking(client.login)(username="eve", password="pw")
+    api.cookies.set("sessionid", client.cookies["sessionid"].value)
+    assert (await api.get("/api/v1/destinations")).status_code == 200
+    refused = await api.put("/api/v1/queues/orders.eu")
+    assert "CSRF" in assert_problem(refused, 403)["detail"]

@@ -1,0 +1,181 @@
+"""Producing over HTTP: one message, batches, raw bodies, composites, idempotency keys, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import pytest
+
+from gateway import runtime
+from tests.gateway_api.mixins import EndpointTests, assert_problem, blocking, consumer, receive, send
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class TestSendOne(EndpointTests):
+    method, path, action, expected_status = "post", "/api/v1/queues/orders.eu/messages", "write", 201
+    body = {"body": "hello", "priority": 7, "properties": {"region": "eu", "n": 3, "big": {"type": "long",
+                                                                                           "value": 5}},
+            "correlation_id": "c-1", "type": "order", "reply_to": "queue://replies", "group_id": "cart-1",
+            "group_seq": 1, "ttl": 60_000, "persistent": False}
+
+    async def check(self, api, response, context, headers):
+        result = response.json()
+        assert result["destinations"] == ["queue://orders.eu"] and result["statuses"] == ["ok"]
+        [message_id] = result["message_ids"]
+        [got] = await receive(api, headers, await consumer(api, headers))
+        assert got["message_id"] == message_id
+        assert (got["body"], got["priority"]) == ("hello", 7)
+        assert (got["correlation_id"], got["type"]) == ("c-1", "order")
+        assert got["properties"] == {"region": "eu", "n": 3, "big": 5, "JMSXGroupFirstForConsumer": True}
+        assert got["group_id"] == "cart-1" and got["group_seq"] == 1 and got["persistent"] is False
+        assert got["expiration"] > got["timestamp"]
+
+
+class TestSendBatch(EndpointTests):
+    method, path, action, expected_status = "post", "/api/v1/queues/orders.eu/messages", "write", 201
+    body = {"messages": [{"body": f"m{i}"} for i in range(5)]}
+
+    async def check(self, api, response, context, headers):
+        ids = response.json()["message_ids"]
+        assert len(ids) == 5
+        got = await receive(api, headers, await consumer(api, headers), max_messages=10)
+        assert [m["body"] for m in got] == [f"m{i}" for i in range(5)]
+        assert [m["message_id"] for m in got] == ids
+
+
+class TestSendComposite(EndpointTests):
+    method, path, action, expected_status = "post", "/api/v1/messages", "write", 201
+    params = {"destination": "orders.eu,orders.us"}
+    body = {"body": "both"}
+
+    async def test_users_without_the_permission_are_refused(self, api, make_user):
+        # write on orders.eu only: the composite also names orders.us, so nothing is sent
+        user = await blocking(make_user)("half", [("queue://orders.eu", "write")])
+        response = await self.call(api, user, {})
+        assert_problem(response, 403, "permission_denied")
+
+    async def test_permitted_users_succeed(self, api, make_user):
+        user = await blocking(make_user)("both", [("queue://orders.>", "admin")])
+        response = await self.call(api, user, {})
+        assert response.status_code == 201, response.text
+        result = response.json()
+        assert result["destinations"] == ["queue://orders.eu", "queue://orders.us"]
+        for name in ("orders.eu", "orders.us"):
+            [got] = await receive(api, user, await consumer(api, user, name))
+            assert got["body"] == "both" and got["message_id"] == result["message_ids"][0]
+
+    async def test_permission_through_a_group_is_enough(self, api, make_user):
+        user = await blocking(make_user)("member", [("queue://orders.>", "write")], group="producers")
+        assert (await self.call(api, user, {})).status_code == 201
+
+
+async def test_a_raw_body_is_sent_with_its_headers(api, alice):
+    response = await api.post("/api/v1/queues/orders.eu/messages", content=b"<order id='1'/>",
+                              headers={**alice, "Content-Type": "application/xml", "Message-Priority": "9",
+                                       "Message-Group-Id": "g", "Message-Properties": '{"region": "eu"}'})
+    assert response.status_code == 201, response.text
+    [got] = await receive(api, alice, await consumer(api, alice))
+    assert got["body"] == "<order id='1'/>" and got["priority"] == 9 and got["group_id"] == "g"
+    assert got["content_type"] == "application/xml" and got["properties"]["region"] == "eu"
+
+
+async def test_binary_bodies_travel_as_base64(api, alice):
+    payload = bytes(range(256))
+    response = await api.post("/api/v1/queues/orders.eu/messages", content=payload,
+                              headers={**alice, "Content-Type": "application/octet-stream"})
+    assert response.status_code == 201
+    await send(api, alice, {"body_base64": base64.b64encode(b"\x00\xff").decode()})
+    got = await receive(api, alice, await consumer(api, alice))
+    assert [base64.b64decode(m["body_base64"]) for m in got] == [payload, b"\x00\xff"]
+    assert all(m["body"] is None for m in got)
+
+
+async def test_a_retry_with_the_same_idempotency_key_sends_nothing_again(api, alice):
+    headers = {**alice, "Idempotency-Key": "order-17"}
+    first = await api.post("/api/v1/queues/orders.eu/messages", json={"body": "once"}, headers=headers)
+    again = await api.post("/api/v1/queues/orders.eu/messages", json={"body": "once"}, headers=headers)
+    assert first.status_code == again.status_code == 201
+    assert again.json() == first.json() and again.headers["Idempotent-Replayed"] == "true"
+    got = await receive(api, alice, await consumer(api, alice))
+    assert [m["body"] for m in got] == ["once"]
+
+    other = await api.post("/api/v1/queues/orders.eu/messages", json={"body": "different"}, headers=headers)
+    assert_problem(other, 422, "idempotency_key_reused")
+
+
+async def test_a_refused_send_does_not_use_up_its_idempotency_key(api, alice):
+    headers = {**alice, "Idempotency-Key": "k"}
+    bad = {"body": "x", "priority": 10}
+    first = await api.post("/api/v1/queues/orders.eu/messages", json=bad, headers=headers)
+    assert_problem(first, 400, "invalid_message")
+    again = await api.post("/api/v1/queues/orders.eu/messages", json=bad, headers=headers)
+    assert_problem(again, 400, "invalid_message")  # evaluated again, not replayed from a record
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"body": "x", "priority": 10}, "priority"),
+    ({"body": "x", "colour": "red"}, "colour"),
+    ({"body": 5}, "body"),
+    ({"body_base64": "***"}, "body_base64"),
+    ({"body": "x", "ttl": 5, "expiration": 5}, "expiration"),
+    ({"body": "x", "properties": {"p": [1]}}, "properties.p"),
+    ({"body": "x", "properties": {"p": {"type": "int", "value": 2**40}}}, None),
+    ({"messages": []}, None),
+])
+async def test_invalid_messages_are_refused_with_the_field_named(api, alice, body, field):
+    response = await api.post("/api/v1/queues/orders.eu/messages", json=body, headers=alice)
+    problem = assert_problem(response, 400, "invalid_message")
+    if field:
+        assert field in problem["detail"]
+
+
+async def test_a_body_over_the_policys_limit_is_413(api, alice):
+    await blocking(runtime.policies().set_entry)("queue", "orders.>", {"maxMessageSize": 100})
+    response = await api.post("/api/v1/queues/orders.eu/messages", json={"body": "x" * 1000}, headers=alice)
+    assert_problem(response, 413, "message_too_large")
+
+
+async def test_malformed_json_and_bad_names_are_problems(api, alice):
+    response = await api.post("/api/v1/queues/orders.eu/messages", content=b"{nope",
+                              headers={**alice, "Content-Type": "application/json"})
+    assert_problem(response, 400, "invalid_json")
+    response = await api.post("/api/v1/queues/orders..eu/messages", json={"body": "x"}, headers=alice)
+    assert_problem(response, 400, "invalid_destination")
+
+
+async def test_topics_say_they_are_not_supported_yet(api, make_user):
+    user = await blocking(make_user)("t", [(">", "admin"), ("topic://>", "admin")])
+    response = await api.post("/api/v1/topics/prices/messages", json={"body": "x"}, headers=user)
+    assert "not yet supported" in assert_problem(response, 501, "not_supported")["detail"]
+    response = await api.post("/api/v1/messages", params={"destination": "orders,topic://prices"},
+                              json={"body": "x"}, headers=user)
+    assert_problem(response, 501, "not_supported")
+
+
+async def test_a_scheduled_message_is_delivered_after_its_delay(api, alice):
+    path = await consumer(api, alice)
+    await send(api, alice, {"body": "later", "delay": 400})
+    assert await receive(api, alice, path) == []
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    got = await receive(api, alice, path, wait=5)
+    assert [m["body"] for m in got] == ["later"] and loop.time() - started < 4
+
+
+async def test_a_repeating_schedule_delivers_every_period(api, alice):
+    path = await consumer(api, alice)
+    await send(api, alice, {"body": "tick", "delay": 100, "period": 200, "repeat": 2})
+    bodies = []
+    for _ in range(3):
+        for m in await receive(api, alice, path, wait=3):
+            bodies.append(m["body"])
+            await api.post(f"{path}/ack", json={"message_ids": [m["message_id"]]}, headers=alice)
+    assert bodies == ["tick"] * 3
+
+
+async def test_cron_schedules_are_refused(api, alice):
+    response = await api.post("/api/v1/queues/orders.eu/messages", json={"body": "x", "cron": "* * * * *"},
+                              headers=alice)
+    assert "cron" in assert_problem(response, 400, "invalid_message")["detail"]

@@ -1,0 +1,120 @@
+"""Fixtures of the WebSocket gateway tests: an isolated broker namespace for in-process consumers, users
+with passwords and API tokens, and STOMP helpers over Channels' WebsocketCommunicator."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from django.test import override_settings
+
+from gateway import runtime
+
+FAST_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def _close_thread_connections() -> None:
+    """Authentication ran in asgiref's worker thread and left a database connection there, which the next
+    test's consumer (closing old connections) would trip pytest-django's database blocker on. SQLite's
+    close() keeps in-memory test databases open, hence the base class's close."""
+    from django.db import connections
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None:
+            BaseDatabaseWrapper.close(conn)
+
+
+@pytest.fixture
+async def ws_runtime(channel_layer_cleanup) -> AsyncIterator[str]:
+    """The gateway runtime on a namespace of its own; yields the namespace. Closes the event loop's broker
+    client and wake-up hub at the end."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    with override_settings(SIGNALBOX_NAMESPACE=namespace, PASSWORD_HASHERS=FAST_HASHERS):
+        runtime.policies.cache_clear()
+        runtime._async.clear()
+        try:
+            yield namespace
+        finally:
+            from asgiref.sync import sync_to_async
+
+            await sync_to_async(_close_thread_connections)()
+            for aio, hub in list(runtime._async.values()):
+                if hub._listener is not None:
+                    hub._listener.cancel()
+                    with contextlib.suppress(BaseException):
+                        await hub._listener
+                await aio.redis.aclose()
+            runtime._async.clear()
+            runtime.policies.cache_clear()
+
+
+@pytest.fixture
+def stomp_user(transactional_db):
+    """A user `alice` with password `secret` and an API token; returns (user, token key)."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    with override_settings(PASSWORD_HASHERS=FAST_HASHERS):
+        user = get_user_model().objects.create_superuser("alice", "alice@example.com", "secret")
+    token = Token.objects.create(user=user)
+    return user, token.key
+
+
+@pytest.fixture(scope="session")
+def gateway_data(tmp_path_factory) -> tuple:
+    """A data folder with a migrated database and the test users, and a broker namespace for the gateway
+    processes of this session."""
+    from tests.helpers.gateway_server import prepare_database
+
+    data_dir = tmp_path_factory.mktemp("gateway")
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(data_dir, namespace)
+    return data_dir, namespace
+
+
+@pytest.fixture(scope="session")
+def gateway(gateway_data):
+    """One live gateway process (uvicorn + the project's ASGI app) for the session's protocol tests."""
+    from tests.helpers.gateway_server import start_gateway
+
+    data_dir, namespace = gateway_data
+    server = start_gateway(data_dir, namespace)
+    server.namespace = namespace
+    yield server
+    server.stop()
+    output = server.output()
+    assert "Traceback" not in output, output
+
+
+@pytest.fixture
+def broker(gateway, redis_client):
+    """A blocking broker client on the gateway's namespace, to look at broker state."""
+    from broker_core.broker import Broker
+
+    return Broker(redis_client, gateway.namespace)
+
+
+@pytest.fixture
+def queue_name() -> str:
+    return f"q{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def clients(gateway):
+    """Factory of connected stomp.py clients; all are closed at the end of the test."""
+    from tests.helpers.stomp_client import Client
+
+    made: list[Client] = []
+
+    def make(login: str = "alice", passcode: str = "secret", *, heartbeats=(0, 0), connect: bool = True,
+             binary_mode: bool = False, **headers: str) -> Client:
+        client = Client(gateway.port, heartbeats=heartbeats, binary_mode=binary_mode)
+        made.append(client)
+        return client.connect(login, passcode, **headers) if connect else client
+
+    yield make
+    for client in made:
+        client.close()

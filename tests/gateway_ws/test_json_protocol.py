@@ -1,0 +1,165 @@
+"""The JSON protocol at /ws/v1 (in-process over the project's ASGI stack, real Redis): connect, subscribe,
+send, ack, nack, transactions, the REST API's message shapes, errors as typed messages."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway import runtime
+from tests.helpers.channels import receive_json, send_json, websocket
+
+pytestmark = pytest.mark.usefixtures("ws_runtime", "stomp_user")
+
+
+async def request(ws, **fields):
+    await send_json(ws, fields)
+    return await receive_json(ws)
+
+
+async def answer_and_messages(ws, n_messages: int, **fields):
+    """Send a request; return its answer and the next n pushed messages (they may come in either order)."""
+    await send_json(ws, fields)
+    answer, messages = None, []
+    while answer is None or len(messages) < n_messages:
+        obj = await receive_json(ws)
+        if obj["type"] == "message":
+            messages.append(obj)
+        else:
+            answer = obj
+    return answer, messages
+
+
+async def connected(ws, login="alice", passcode="secret"):
+    answer = await request(ws, type="connect", id="c", login=login, passcode=passcode)
+    assert answer["type"] == "ok" and answer["user"] == login, answer
+    return answer
+
+
+async def test_connect_then_subscribe_send_and_receive_the_rest_apis_delivery_shape():
+    async with websocket("/ws/v1") as ws:
+        answer = await connected(ws)
+        assert answer["connection"].startswith("ws-")
+        ok = await request(ws, type="subscribe", id=1, subscription="s", destination="queue://json.a",
+                           ack_mode="auto", prefetch=10)
+        assert ok == {"type": "ok", "id": 1, "subscription": "s", "prefetch": 10}
+        sent, (pushed,) = await answer_and_messages(
+            ws, 1, type="send", id=2, destination="json.a",
+            message={"body": "hello", "priority": 6, "properties": {"n": 5}})
+        assert sent["type"] == "ok" and len(sent["message_ids"]) == 1
+        assert pushed["type"] == "message" and pushed["subscription"] == "s"
+        message = pushed["message"]
+        assert message["body"] == "hello" and message["priority"] == 6 and message["properties"] == {"n": 5}
+        assert message["message_id"] == sent["message_ids"][0]
+        assert message["redelivered"] is False and message["delivery_count"] == 1
+
+
+async def test_client_individual_is_the_default_and_acks_one_message():
+    aio = runtime.async_broker()
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="subscribe", id=1, subscription="s", destination="queue://json.b")
+        _, pushed = await answer_and_messages(ws, 2, type="send", id=2, destination="queue://json.b",
+                                              messages=[{"body": "one"}, {"body": "two"}])
+        first, second = (m["message"] for m in pushed)
+        answer = await request(ws, type="ack", id=3, subscription="s", message_id=second["message_id"])
+        assert answer == {"type": "ok", "id": 3, "acknowledged": 1}
+        stats = await aio.stats("queue://json.b")
+        assert stats.in_flight == 1 and stats.dequeued == 1
+        assert first["body"] == "one"
+
+
+async def test_nack_dead_letters():
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="subscribe", id=1, subscription="s", destination="queue://json.c")
+        _, (pushed,) = await answer_and_messages(ws, 1, type="send", id=2, destination="queue://json.c",
+                                                 message={"body": "bad"})
+        message = pushed["message"]
+        answer = await request(ws, type="nack", id=3, subscription="s", message_id=message["message_id"])
+        assert answer == {"type": "ok", "id": 3, "dead_lettered": 1}
+        stats = await runtime.async_broker().stats("queue://json.c")
+        assert stats.queue_size == 0
+
+
+async def test_transactions_cover_sends():
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="subscribe", id=1, subscription="s", destination="queue://json.d",
+                      ack_mode="auto")
+        await request(ws, type="begin", id=2, transaction="t")
+        await request(ws, type="send", id=3, destination="queue://json.d", transaction="t",
+                      message={"body": "later"})
+        assert await ws.receive_nothing(0.2)
+        answer, (pushed,) = await answer_and_messages(ws, 1, type="commit", id=4, transaction="t")
+        assert answer == {"type": "ok", "id": 4}
+        assert pushed["message"]["body"] == "later"
+
+
+async def test_binary_bodies_travel_as_base64():
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="subscribe", id=1, subscription="s", destination="queue://json.e",
+                      ack_mode="auto")
+        _, (pushed,) = await answer_and_messages(ws, 1, type="send", id=2, destination="queue://json.e",
+                                                 message={"body_base64": "AAH/"})
+        message = pushed["message"]
+        assert message["body"] is None and message["body_base64"] == "AAH/"
+
+
+@pytest.mark.parametrize(("fields", "code"), [
+    ({"type": "frob"}, "unknown_type"),
+    ({"type": "subscribe", "subscription": "s", "destination": "topic://t"}, "not_supported"),
+    ({"type": "subscribe", "subscription": "s", "destination": "queue://x", "selector": "a >"},
+     "invalid_selector"),
+    ({"type": "subscribe", "subscription": "s", "destination": "queue://x", "prefetch": 0},
+     "invalid_consumer"),
+    ({"type": "send", "destination": "queue://x", "message": {"priority": 12}}, "invalid_message"),
+    ({"type": "ack", "subscription": "nope", "message_id": "ID:x"}, "unknown_subscription"),
+    ({"type": "commit", "transaction": "nope"}, "transaction_error"),
+])
+async def test_request_errors_are_typed_messages_and_the_connection_stays(fields, code):
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        error = await request(ws, id="r", **fields)
+        assert error["type"] == "error" and error["code"] == code and error["id"] == "r", error
+        assert error["message"]
+        ok = await request(ws, type="send", id="after", destination="queue://json.ok", message={"body": "x"})
+        assert ok["type"] == "ok"
+
+
+async def test_invalid_json_is_an_error_message():
+    async with websocket("/ws/v1") as ws:
+        await ws.send_to(text_data="{not json")
+        error = await receive_json(ws)
+        assert error["type"] == "error" and error["code"] == "invalid_json"
+
+
+async def test_requests_before_connect_are_refused_and_a_bad_login_closes():
+    async with websocket("/ws/v1") as ws:
+        error = await request(ws, type="send", id=1, destination="queue://x", message={"body": "x"})
+        assert error["code"] == "not_connected"
+        error = await request(ws, type="connect", id=2, login="alice", passcode="nope")
+        assert error["code"] == "authentication_failed"
+        assert (await ws.receive_output(3))["type"] == "websocket.close"
+
+
+async def test_an_api_token_connects(stomp_user):
+    _, token = stomp_user
+    async with websocket("/ws/v1") as ws:
+        answer = await request(ws, type="connect", id=1, token=token)
+        assert answer["type"] == "ok" and answer["user"] == "alice"
+
+
+async def test_unsubscribe_returns_unacked_messages():
+    aio = runtime.async_broker()
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="subscribe", id=1, subscription="s", destination="queue://json.f")
+        await answer_and_messages(ws, 1, type="send", id=2, destination="queue://json.f",
+                                  message={"body": "x"})
+        assert await request(ws, type="unsubscribe", id=3, subscription="s") == {"type": "ok", "id": 3}
+        await asyncio.sleep(0)
+        stats = await aio.stats("queue://json.f")
+        assert stats.pending == 1 and stats.consumer_count == 0

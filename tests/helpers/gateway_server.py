@@ -1,0 +1,112 @@
+"""Real gateway processes for WebSocket tests and benchmarks: uvicorn serving the project's ASGI app on a
+free port, against the session's Redis and a SQLite database of its own with known users."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from signalbox.embedded_redis import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = "tests.gateway_ws.server_settings"
+
+# alice: superuser (password 'secret', token ALICE_TOKEN); bob: no permissions but read on queue://bob.>
+ALICE_TOKEN = "a" * 40
+_USERS = f"""
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+from gateway.models import DestinationPermission
+User = get_user_model()
+alice = User.objects.create_superuser("alice", "alice@example.com", "secret")
+Token.objects.create(user=alice, key="{ALICE_TOKEN}")
+bob = User.objects.create_user("bob", "bob@example.com", "secret")
+rule = DestinationPermission.objects.create(destination="queue://bob.>", can_read=True, can_write=True)
+rule.users.add(bob)
+"""
+
+
+def server_env(data_dir: Path, namespace: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(DJANGO_SETTINGS_MODULE=SETTINGS, DATABASE_URL=f"sqlite:///{data_dir / 'db.sqlite3'}",
+               SIGNALBOX_DATA_DIR=str(data_dir), SIGNALBOX_NAMESPACE=namespace, PYTHONPATH=str(ROOT))
+    env.update(extra)
+    return env
+
+
+def prepare_database(data_dir: Path, namespace: str) -> None:
+    """Migrate a fresh SQLite database and create the test users."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = server_env(data_dir, namespace)
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env,
+                   check=True, timeout=120)
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", _USERS], cwd=ROOT, env=env, check=True,
+                   timeout=60)
+
+
+@dataclass
+class GatewayServer:
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def stomp_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/stomp"
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies without closing anything (the fault test)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def start_gateway(data_dir: Path, namespace: str, name: str = "gateway", **extra_env: str) -> GatewayServer:
+    """uvicorn on a free port; returns once it accepts connections."""
+    return wait_listening(spawn_gateway(data_dir, namespace, name, **extra_env))
+
+
+def spawn_gateway(data_dir: Path, namespace: str, name: str = "gateway", **extra_env: str) -> GatewayServer:
+    """Start uvicorn on a free port without waiting for it (start several, then `wait_listening`)."""
+    port = free_port()
+    log_path = data_dir / f"{name}-{port}.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - the child writes to it
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "signalbox.asgi:application", "--host", "127.0.0.1", "--port",
+         str(port), "--lifespan", "off", "--log-level", "warning", "--no-access-log"],
+        cwd=ROOT, env=server_env(data_dir, namespace, **extra_env), stdin=subprocess.DEVNULL, stdout=log,
+        stderr=subprocess.STDOUT)
+    log.close()
+    return GatewayServer(process, port, log_path)
+
+
+def wait_listening(server: GatewayServer, timeout: float = 30) -> GatewayServer:
+    process, port = server.process, server.port
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"gateway exited with {process.returncode}:\n{server.output()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return server
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise AssertionError(f"gateway did not listen within 30 s:\n{server.output()}")

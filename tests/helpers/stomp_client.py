@@ -1,0 +1,166 @@
+"""stomp.py's WebSocket transport as the tests use it: a connection whose listener queues every frame, so
+a test reads MESSAGE / RECEIPT / ERROR frames in order with a timeout."""
+
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import stomp
+from stomp.adapter.ws import WSStompConnection
+
+
+@dataclass
+class Received:
+    command: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Any = None
+
+
+class QueueListener(stomp.ConnectionListener):
+    def __init__(self) -> None:
+        self.frames: queue.Queue[Received] = queue.Queue()
+        self.heart_beats = 0
+        self.disconnected = False
+        self.connected: dict[str, str] = {}
+
+    def on_connected(self, frame: Any) -> None:
+        self.connected = dict(frame.headers)
+
+    def on_message(self, frame: Any) -> None:
+        self.frames.put(Received("MESSAGE", dict(frame.headers), frame.body))
+
+    def on_receipt(self, frame: Any) -> None:
+        self.frames.put(Received("RECEIPT", dict(frame.headers), frame.body))
+
+    def on_error(self, frame: Any) -> None:
+        self.frames.put(Received("ERROR", dict(frame.headers), frame.body))
+
+    def on_heartbeat(self) -> None:
+        self.heart_beats += 1
+
+    def on_disconnected(self) -> None:
+        self.disconnected = True
+        self.frames.put(Received("DISCONNECTED"))
+
+
+class Client:
+    """One stomp.py WebSocket connection to a gateway."""
+
+    def __init__(self, port: int, *, heartbeats: tuple[int, int] = (0, 0), binary_mode: bool = False) -> None:
+        self.conn = WSStompConnection([("127.0.0.1", port)], ws_path="/stomp", heartbeats=heartbeats,
+                                      reconnect_attempts_max=1, auto_decode=False, binary_mode=binary_mode)
+        self.listener = QueueListener()
+        self.conn.set_listener("test", self.listener)
+
+    def connect(self, login: str = "alice", passcode: str = "secret", **headers: str) -> Client:
+        self.conn.connect(login, passcode, wait=True, headers=headers)
+        return self
+
+    def next(self, timeout: float = 5) -> Received:
+        try:
+            return self.listener.frames.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no frame within {timeout} s") from None
+
+    def expect(self, command: str, timeout: float = 5) -> Received:
+        frame = self.next(timeout)
+        assert frame.command == command, f"expected {command}, got {frame}"
+        return frame
+
+    def messages(self, n: int, timeout: float = 5) -> list[Received]:
+        return [self.expect("MESSAGE", timeout) for _ in range(n)]
+
+    def silent(self, seconds: float = 0.3) -> bool:
+        """Nothing arrives within `seconds`."""
+        time.sleep(seconds)
+        return self.listener.frames.empty()
+
+    def receipt(self, send: Any, *args: Any, **kwargs: Any) -> Received:
+        """Call a stomp.py method with a receipt and wait for it."""
+        rid = f"r-{time.monotonic_ns()}"
+        send(*args, receipt=rid, **kwargs)
+        frame = self.expect("RECEIPT")
+        assert frame.headers["receipt-id"] == rid
+        return frame
+
+    def close(self) -> None:
+        try:
+            if self.conn.is_connected():
+                self.conn.disconnect()
+        except Exception:
+            pass
+
+
+class RawStomp:
+    """A hand-driven STOMP connection over the `websockets` client, for what stomp.py cannot send:
+    STOMP 1.0/1.1, exact bytes, malformed frames, silence."""
+
+    def __init__(self, url: str, version: str = "1.2", subprotocols: list[str] | None = None) -> None:
+        from websockets.sync.client import connect
+
+        from gateway.stomp.frames import FrameParser
+
+        self.ws = connect(url, subprotocols=subprotocols, open_timeout=5)  # type: ignore[arg-type]
+        self.ws.__enter__()  # the sync client warns when not used as a context manager
+        self.version = version
+        self.parser = FrameParser(version)
+        self.pending: list[Any] = []
+        self.heart_beats = 0
+
+    @property
+    def subprotocol(self) -> str | None:
+        return self.ws.subprotocol
+
+    def send(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
+        from gateway.stomp.frames import encode
+
+        self.ws.send(encode(command, list((headers or {}).items()), body, self.version))
+
+    def send_raw(self, data: bytes) -> None:
+        self.ws.send(data)
+
+    def receive(self, timeout: float = 5) -> Any:
+        while not self.pending:
+            data = self.ws.recv(timeout)
+            if isinstance(data, str):
+                data = data.encode()
+            if data.strip(b"\r\n") == b"":
+                self.heart_beats += 1
+                continue
+            self.pending += self.parser.feed(data)
+        return self.pending.pop(0)
+
+    def expect(self, command: str, timeout: float = 5) -> Any:
+        frame = self.receive(timeout)
+        assert frame.command == command, f"expected {command}, got {frame}"
+        return frame
+
+    def connect(self, version: str | None = "1.2", **headers: str) -> Any:
+        all_headers = {"login": "alice", "passcode": "secret", "host": "localhost"}
+        if version is not None:
+            all_headers["accept-version"] = version
+        all_headers.update({k.replace("_", "-"): v for k, v in headers.items()})
+        self.send("CONNECT", all_headers)
+        frame = self.expect("CONNECTED")
+        self.version = self.parser.version = frame.get("version") or "1.0"
+        return frame
+
+    def closed_within(self, timeout: float = 5) -> bool:
+        """The server closes the socket within `timeout` (frames still arriving are skipped)."""
+        from websockets.exceptions import ConnectionClosed
+
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                self.ws.recv(max(0.01, deadline - time.monotonic()))
+        except ConnectionClosed:
+            return True
+        except TimeoutError:
+            return False
+        return False
+
+    def close(self) -> None:
+        self.ws.close()
