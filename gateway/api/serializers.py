@@ -70,7 +70,9 @@ class SendResultSerializer(serializers.Serializer):
     destinations = serializers.ListField(child=serializers.CharField())
 
 
-class DeliverySerializer(serializers.Serializer):
+class MessageFieldsSerializer(serializers.Serializer):
+    """What every message shown by the API carries: headers, properties, body, redelivery."""
+
     message_id = serializers.CharField()
     destination = serializers.CharField()
     body = serializers.CharField(allow_null=True)
@@ -88,30 +90,16 @@ class DeliverySerializer(serializers.Serializer):
     properties = serializers.DictField(child=serializers.JSONField())
     redelivered = serializers.BooleanField()
     delivery_count = serializers.IntegerField(help_text="JMSXDeliveryCount")
+
+
+class DeliverySerializer(MessageFieldsSerializer):
     group_first_for_consumer = serializers.BooleanField(help_text="JMSXGroupFirstForConsumer")
 
 
-class StoredMessageSerializer(serializers.Serializer):
+class StoredMessageSerializer(MessageFieldsSerializer):
     """A message as browsing shows it: a delivery's fields (without group_first_for_consumer), its
     state and, in flight, the consumer holding it."""
 
-    message_id = serializers.CharField()
-    destination = serializers.CharField()
-    body = serializers.CharField(allow_null=True)
-    body_base64 = serializers.CharField(required=False)
-    content_type = serializers.CharField(allow_null=True)
-    priority = serializers.IntegerField()
-    persistent = serializers.BooleanField()
-    timestamp = serializers.IntegerField()
-    expiration = serializers.IntegerField()
-    correlation_id = serializers.CharField(allow_null=True)
-    reply_to = serializers.CharField(allow_null=True)
-    type = serializers.CharField(allow_null=True)
-    group_id = serializers.CharField(allow_null=True)
-    group_seq = serializers.IntegerField()
-    properties = serializers.DictField(child=serializers.JSONField())
-    redelivered = serializers.BooleanField()
-    delivery_count = serializers.IntegerField()
     state = serializers.ChoiceField(["pending", "parked", "inflight"], allow_null=True)
     consumer_id = serializers.CharField(allow_null=True)
 
