@@ -12,6 +12,7 @@ import hashlib
 import json
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -20,6 +21,7 @@ from rest_framework.response import Response
 
 from broker_core.destinations import Destination
 from broker_core.errors import UnknownConsumer
+from broker_core.maintenance import abort_notice
 from broker_core.messages import new_message_id
 from broker_core.operations import ConsumerRef, ConsumerSpec
 from gateway import runtime
@@ -293,7 +295,16 @@ async def own_consumer(view: GatewayView, request: Request, kind: str, name: str
     return consumer
 
 
-def _gone(consumer: HttpConsumer) -> Problem:
+async def _gone(consumer: HttpConsumer) -> Problem:
+    """404 for a consumer that is gone, or 410 with the reason when a slow-consumer strategy or an
+    operator aborted it (issue 8: the REST consumer answers its next call with 410 and the reason)."""
+    notice = await sync_to_async(abort_notice, thread_sensitive=False)(
+        runtime.broker(), consumer.destination, consumer.consumer_id)
+    if notice is not None:
+        return Problem(410, "consumer_aborted", "Consumer aborted",
+                       f"consumer {consumer.consumer_id} was aborted: {notice.reason}",
+                       consumer_id=consumer.consumer_id, destination=consumer.destination.uri,
+                       strategy=notice.strategy, aborted_at=notice.at)
     return Problem(404, "unknown_consumer", "Unknown consumer",
                    f"consumer {consumer.consumer_id} is gone: it was closed or its lease lapsed",
                    consumer_id=consumer.consumer_id, destination=consumer.destination.uri)
@@ -358,7 +369,7 @@ class ConsumerDetailView(GatewayView):
             try:
                 await broker.close_consumer(mine.ref)
             except UnknownConsumer:
-                raise _gone(mine) from None
+                raise await _gone(mine) from None
             runtime.wakeups().forget(consumer_id)
             return Response(status=status.HTTP_204_NO_CONTENT)
         await self.require(request, destination, "admin")
@@ -391,7 +402,7 @@ class ReceiveView(GatewayView):
         try:
             deliveries = await long_poll(consumer.ref, count, wait, pull=consumer.pull)
         except UnknownConsumer:
-            raise _gone(consumer) from None
+            raise await _gone(consumer) from None
         return Response({"messages": [render_delivery(d) for d in deliveries]})
 
 
@@ -430,7 +441,7 @@ class AckView(GatewayView):
                                  "messages": [render_delivery(d) for d in deliveries]})
             count = await broker.ack(consumer.ref, ids, mode=mode)
         except UnknownConsumer:
-            raise _gone(consumer) from None
+            raise await _gone(consumer) from None
         return Response({"acknowledged": count, "messages": []})
 
 
@@ -451,7 +462,7 @@ class NackView(GatewayView):
         try:
             dead_lettered, redelivered = await broker.nack(consumer.ref, ids, poison=poison)
         except UnknownConsumer:
-            raise _gone(consumer) from None
+            raise await _gone(consumer) from None
         return Response({"dead_lettered": dead_lettered, "redelivered": redelivered})
 
 
@@ -464,6 +475,6 @@ class HeartbeatView(GatewayView):
         broker = runtime.async_broker()
         gone = await broker.renew_leases(consumer.destination, [consumer.consumer_id], consumer.lease_ms)
         if consumer.consumer_id in gone:
-            raise _gone(consumer)
+            raise await _gone(consumer)
         return Response({"consumer_id": consumer.consumer_id,
                          "lease_expires": broker.clock.now_ms() + consumer.lease_ms})

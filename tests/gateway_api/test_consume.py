@@ -275,3 +275,18 @@ async def test_a_pull_consumer_gets_what_arrives_during_its_long_poll(api, alice
     await send(api, alice, {"body": "later"})  # nothing is dispatched to it between receives
     stats = (await api.get(path, headers=alice)).json()
     assert stats["in_flight"] == 1 and stats["undelivered"] == 0
+
+
+async def test_an_aborted_consumer_answers_its_next_call_with_410_and_the_reason(api, alice):
+    from broker_core.destinations import parse_destination
+    from broker_core.maintenance import abort_consumer
+    from broker_core.operations import ConsumerRef
+
+    await send(api, alice, {"body": "x"})
+    path = await consumer(api, alice)
+    assert len(await receive(api, alice, path)) == 1
+    (held,) = (await blocking(runtime.broker().stats)("orders.eu")).consumers
+    ref = ConsumerRef(parse_destination("orders.eu"), held.consumer_id)
+    await blocking(abort_consumer)(runtime.broker(), ref, "stopped acknowledging for 30 s")
+    problem = assert_problem(await api.post(f"{path}/receive", headers=alice), 410, "consumer_aborted")
+    assert "stopped acknowledging for 30 s" in problem["detail"] and problem["strategy"] == "operator"
