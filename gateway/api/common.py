@@ -39,10 +39,16 @@ def composite(text: str) -> list[Destination]:
     return destinations
 
 
-def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+def _raw_param(request: Request, name: str) -> Any:
+    """A parameter from the query string, else from the JSON body already parsed."""
     raw = request.query_params.get(name)
     if raw is None and isinstance(getattr(request, "_json", None), dict):
         raw = request._json.get(name)  # type: ignore[attr-defined]
+    return raw
+
+
+def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = _raw_param(request, name)
     if raw is None or raw == "":
         return default
     try:
@@ -58,9 +64,7 @@ def int_param(request: Request, name: str, default: int, low: int, high: int) ->
 
 def float_param(request: Request, name: str, default: float, low: float, high: float) -> float:
     """A float clamped into [low, high] (a long-poll wait is capped, not refused)."""
-    raw = request.query_params.get(name)
-    if raw is None and isinstance(getattr(request, "_json", None), dict):
-        raw = request._json.get(name)  # type: ignore[attr-defined]
+    raw = _raw_param(request, name)
     if raw is None or raw == "":
         return default
     try:
