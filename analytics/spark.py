@@ -1,8 +1,15 @@
-"""The Spark session every analytics job uses: local[*] by default, any cluster via SIGNALBOX_SPARK_MASTER."""
+"""The Spark session every analytics job uses: local[*] by default, any cluster via SIGNALBOX_SPARK_MASTER.
+
+The machine set-up Spark needs is done here, not by the user: in local mode the driver binds to the
+loopback interface (a host name that resolves to an unreachable address otherwise stalls start-up), and
+Python workers run the interpreter that runs the driver (the virtualenv's, with pyarrow and this package)
+unless PYSPARK_PYTHON says otherwise.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -12,18 +19,52 @@ DEFAULT_MASTER = "local[*]"
 
 
 def spark_master() -> str:
-    return os.environ.get("SIGNALBOX_SPARK_MASTER") or DEFAULT_MASTER
+    """SIGNALBOX_SPARK_MASTER, else the Django setting of that name (when Django is set up), else local[*]."""
+    if os.environ.get("SIGNALBOX_SPARK_MASTER"):
+        return os.environ["SIGNALBOX_SPARK_MASTER"]
+    try:
+        from django.conf import settings
+
+        if settings.configured and getattr(settings, "SIGNALBOX_SPARK_MASTER", ""):
+            return str(settings.SIGNALBOX_SPARK_MASTER)
+    except ImportError:  # plain spark-submit without Django installed
+        pass
+    return DEFAULT_MASTER
+
+
+def prepare_environment(master: str) -> None:
+    """Environment the driver JVM and the Python workers read at start-up."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 def spark_session(app_name: str = "signalbox-analytics", master: str | None = None) -> SparkSession:
-    """A SparkSession for `app_name` on `master` (default: SIGNALBOX_SPARK_MASTER, else local[*])."""
+    """A SparkSession for `app_name` on `master` (default: spark_master()). An active session (one that
+    spark-submit started, or a test's) is reused with its own master."""
     from pyspark.sql import SparkSession  # imported here: starting the JVM is the caller's choice
 
+    builder = SparkSession.builder.appName(app_name)
+    if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # Launched by spark-submit: its --master (already in the JVM's conf) decides.
+        master = SparkSession.builder.getOrCreate().sparkContext.master
+    else:
+        master = master or spark_master()
+        builder = builder.master(master)
+    prepare_environment(master)
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master or spark_master())
+        builder
         # Event timestamps are epoch milliseconds in UTC; keep Spark from shifting them to local time.
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        # Small jobs on few cores: Spark's default of 200 shuffle partitions is mostly scheduling overhead.
+        .config("spark.sql.shuffle.partitions", os.environ.get("SIGNALBOX_SPARK_SHUFFLE_PARTITIONS", "8"))
+        .config("spark.sql.adaptive.enabled", "true")
     )
+    if os.environ.get("SIGNALBOX_SPARK_DRIVER_MEMORY"):  # local mode: the executors live in the driver
+        builder = builder.config("spark.driver.memory", os.environ["SIGNALBOX_SPARK_DRIVER_MEMORY"])
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host",
+                                                                                   "127.0.0.1")
     return builder.getOrCreate()

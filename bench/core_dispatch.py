@@ -107,6 +107,38 @@ SCENARIOS = {
 }
 
 
+# Topic fan-out (issue 5): (topics, subscribers per topic, messages per topic).
+FANOUT = {
+    "1 topic x 100 subscribers": (1, 100, 1_000),
+    "1,000 topics x 10 subscribers": (1_000, 10, 10),
+}
+
+
+def run_fanout(broker: Broker, topics: int, subscribers: int, per_topic: int) -> tuple[float, float, int]:
+    """Publish `per_topic` messages on each topic in batches of up to 100, then every subscriber drains
+    with receives of up to 100 and cumulative acks that hand over the next 100 (client ack mode).
+    Returns (deliveries per second, published messages per second, deliveries); the clock runs from the
+    first send to the last ack, subscribing not included."""
+    names = [f"topic://fan.{t}" for t in range(topics)]
+    subs = {name: [broker.add_consumer(name, ConsumerSpec(prefetch=1000, ack_mode="client"))
+                   for _ in range(subscribers)] for name in names}
+    start = time.perf_counter()
+    delivered = 0
+    for name in names:
+        left = per_topic
+        while left > 0:
+            size = min(BATCH, left)
+            broker.send(name, [Message(body="x" * 256) for _ in range(size)])
+            left -= size
+            for c in subs[name]:
+                got = broker.receive(c, BATCH)
+                while got:
+                    delivered += len(got)
+                    got = broker.ack_and_receive(c, got[-1].message_id, BATCH)
+    elapsed = time.perf_counter() - start
+    return delivered / elapsed, topics * per_topic / elapsed, delivered
+
+
 def round_trip_us(client: redis.Redis, n: int = 5000) -> dict[str, float]:
     """The floor under one-per-call figures: a bare round trip from this client."""
     sha = client.script_load("return 1")
@@ -135,6 +167,9 @@ def main() -> None:
     parser.add_argument("--redis-url")
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--scenario", action="append", choices=list(SCENARIOS))
+    parser.add_argument("--fanout", action="append", choices=list(FANOUT),
+                        help="topic fan-out scenarios to run (default: all)")
+    parser.add_argument("--fanout-only", action="store_true", help="run only the topic fan-out scenarios")
     args = parser.parse_args()
     server = None
     if args.redis_url:
@@ -153,7 +188,7 @@ def main() -> None:
     print(f"messages per scenario: {args.messages}, body 256 bytes, prefetch 1000, batch {BATCH}")
     print(f"round trip on this machine: PING {rtt['ping']:.0f} us, EVALSHA of 'return 1' "
           f"{rtt['evalsha']:.0f} us (one-per-call makes 2 script calls per message: send, ack_and_receive)")
-    for name in args.scenario or list(SCENARIOS):
+    for name in [] if args.fanout_only else args.scenario or list(SCENARIOS):
         consumers, extra = SCENARIOS[name]
         extra = dict(extra)
         backlog = extra.pop("backlog", False)
@@ -164,8 +199,16 @@ def main() -> None:
             rate = run(broker, n, consumers, **extra)
             cleanup(client, broker)
             print(f"{name:<65} {label:<13} {rate:>9,.0f} msgs/s")
-    print(f"Redis memory per pending 256-byte message beyond the body: "
-          f"{memory_per_message(client, 100_000):.0f} bytes")
+    if not args.fanout_only:
+        print(f"Redis memory per pending 256-byte message beyond the body: "
+              f"{memory_per_message(client, 100_000):.0f} bytes")
+    for name in args.fanout or list(FANOUT):
+        topics, subscribers, per_topic = FANOUT[name]
+        broker = fresh(client)
+        per_second, published, delivered = run_fanout(broker, topics, subscribers, per_topic)
+        cleanup(client, broker)
+        print(f"fan-out {name:<57} {per_second:>9,.0f} deliveries/s ({published:,.0f} published msgs/s, "
+              f"{delivered:,} delivered, batched)")
     if server is not None:
         server.shutdown()
 

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
 import redis.asyncio
 
-from . import errors
+from . import errors, topic_ops, virtual
 from .clock import Clock, SystemClock
 from .destinations import Destination, parse_destination
+from .flow import Sleep
 from .messages import Delivery, Message
 from .operations import (
     Command,
@@ -51,6 +53,9 @@ _ERRORS: dict[str, type[errors.BrokerError]] = {
     "NO_ORIGINAL_DESTINATION": errors.OperationRefused,
     "SCHEDULED_JOB": errors.OperationRefused,
     "UNKNOWN_DESTINATION": errors.UnknownDestination,
+    "DURABLE_IN_USE": errors.DurableSubscriptionInUse,  # TOPICS
+    "NO_SUBSCRIPTION": errors.UnknownSubscription,
+    "TOPIC_REPEAT": errors.InvalidMessage,
 }
 
 _ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "transacted": "individual"}
@@ -65,6 +70,14 @@ def _typed_error(exc: redis.ResponseError) -> Exception:
 
 def _dest(destination: str | Destination) -> Destination:
     return destination if isinstance(destination, Destination) else parse_destination(destination)
+
+
+def _topic(destination: str | Destination) -> Destination:
+    dest = _dest(destination)
+    if not dest.is_topic:
+        raise errors.InvalidDestination(f"{dest.uri} is not a topic; durable subscriptions are on topics",
+                                        destination=dest.uri)
+    return dest
 
 
 def _messages(message: Message | str | bytes | Iterable[Message]) -> list[Message]:
@@ -91,7 +104,11 @@ class _Api:
 
     def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
              *, tx: str | None = None) -> Any:
-        """Send one message, or several in order in one call; returns the message ids."""
+        """Send one message, or several in order in one call; returns the message ids. A client-side
+        composite (`A,B,topic://C`) sends to every part (VIRTUAL: broker_core/virtual.py)."""
+        parts = virtual.split_composite(destination) if isinstance(destination, str) else None
+        if parts is not None:
+            return self._run(virtual.send_composite(self.ops, parts, _messages(message), self._now(), tx))
         dest, batch = _dest(destination), _messages(message)
         if tx:
             return self._run(self.ops.tx_send(tx, dest, batch, self._now()))
@@ -248,6 +265,30 @@ class _Api:
     def stats(self, destination: str | Destination) -> Any:
         return self._run(self.ops.stats(_dest(destination), self._now()))
 
+    def group_counts(self, destination: str | Destination, pending_limit: int = 10_000,
+                     in_flight_limit: int = 10_000) -> Any:
+        """`GroupCounts`: pending and in-flight messages per message group (the console's groups view)."""
+        return self._run(self.ops.group_counts(_dest(destination), self._now(), pending_limit,
+                                               in_flight_limit))
+
+    # -- TOPICS (docs/broker_core.md "Topics") -------------------------------------------------------
+
+    def unsubscribe(self, destination: str | Destination, *, client_id: str, subscription_name: str) -> Any:
+        """Delete an offline durable subscription and its messages; returns how many messages went.
+        DurableSubscriptionInUse while a consumer is attached, UnknownSubscription if there is none."""
+        return self._run(topic_ops.unsubscribe(self.ops, _topic(destination), client_id, subscription_name,
+                                               self._now()))
+
+    def subscriptions(self, destination: str | Destination) -> Any:
+        """Every subscription of a topic with its counters (list of SubscriptionStats)."""
+        return self._run(topic_ops.subscriptions(self.ops, _topic(destination), self._now()))
+
+    def expire_offline_durables(self, destination: str | Destination, timeout_ms: int | None = None) -> Any:
+        """Remove durable subscriptions offline for offlineDurableSubscriberTimeout (or `timeout_ms`) or
+        more, with their messages; returns their keys. Nothing when the timeout is off (-1)."""
+        return self._run(topic_ops.expire_offline_durables(self.ops, _topic(destination), timeout_ms,
+                                                           self._now()))
+
     def destinations(self) -> Any:
         return self._run(self.ops.destinations())
 
@@ -291,6 +332,9 @@ class Broker(_Api):
             return self.redis.execute_command(*request.args)
         if isinstance(request, Policy):
             return self.policies.resolve(request.destination)
+        if isinstance(request, Sleep):  # FLOW: a send waiting for space
+            time.sleep(request.ms / 1000)
+            return self._now()
         # a list of Evals: one MULTI/EXEC, each reply or its error
         for call in request:
             self.redis.script_load(script(call.script).source)
@@ -359,6 +403,9 @@ class AsyncBroker(_Api):
             if self.policies is None:
                 raise errors.InvalidPolicy("AsyncBroker needs a PolicyStore to create destinations")
             return await asyncio.to_thread(self.policies.resolve, request.destination)
+        if isinstance(request, Sleep):  # FLOW: a send waiting for space
+            await asyncio.sleep(request.ms / 1000)
+            return self._now()
         for call in request:
             await self.redis.script_load(script(call.script).source)
         pipe = self.redis.pipeline(transaction=True)
@@ -378,3 +425,72 @@ class AsyncBroker(_Api):
                     request = op.send(reply)
         except StopIteration as stop:
             return stop.value
+
+    # -- console (issue 9): many destinations' statistics at once -------------------------------------
+
+    async def stats_many(self, destinations: list[str | Destination]) -> list[DestinationStats | None]:
+        """`stats` of many destinations in one pipelined round trip per 1,000 (None for one that is
+        gone). The console's destination list sorts 10,000 destinations by a statistic with this."""
+        out: list[DestinationStats | None] = []
+        source = script("stats")
+        await self.redis.script_load(source.source)  # once, so no call in the pipeline meets NOSCRIPT
+        for start in range(0, len(destinations), 1000):
+            now = self._now()
+            chunk = [_dest(d) for d in destinations[start:start + 1000]]
+            # TOPICS: a topic's stats read each subscription, so topics are not pipelined here.
+            ops = [self.ops.stats(d, now) for d in chunk if not d.is_topic]
+            calls = [next(op) for op in ops]
+            pipe = self.redis.pipeline(transaction=False)
+            for call in calls:
+                pipe.evalsha(source.sha, len(call.keys), *call.keys, *call.args)
+            queue_stats: list[DestinationStats | None] = []
+            for op, reply in zip(ops, await pipe.execute(raise_on_error=False), strict=True):
+                try:
+                    if isinstance(reply, redis.ResponseError):
+                        op.throw(_typed_error(reply))
+                    op.send(reply)
+                except StopIteration as stop:
+                    queue_stats.append(stop.value)
+                except errors.UnknownDestination:
+                    queue_stats.append(None)
+            queued = iter(queue_stats)
+            for d in chunk:
+                if not d.is_topic:
+                    out.append(next(queued))
+                    continue
+                try:
+                    out.append(await self.stats(d))
+                except errors.UnknownDestination:
+                    out.append(None)
+        return out
+
+    async def summaries(self, destinations: list[str | Destination]) -> list[Any]:
+        """`DestinationSummary` (main counters) of many queues, pipelined 1,000 per round trip; None for
+        one that is gone. A topic's come from its full `stats` (they read each subscription)."""
+        out: list[Any] = []
+        source = script("summary")
+        await self.redis.script_load(source.source)
+        for start in range(0, len(destinations), 1000):
+            now = self._now()
+            chunk = [_dest(d) for d in destinations[start:start + 1000]]
+            queues = [d for d in chunk if not d.is_topic]
+            pipe = self.redis.pipeline(transaction=False)
+            ops = [self.ops.summary(d, now) for d in queues]
+            for op in ops:
+                call = next(op)
+                pipe.evalsha(source.sha, len(call.keys), *call.keys, *call.args)
+            found: dict[str, Any] = {}
+            for d, op, reply in zip(queues, ops, await pipe.execute(), strict=True):
+                try:
+                    op.send(reply)
+                except StopIteration as stop:
+                    found[d.uri] = stop.value
+            for d in chunk:
+                if d.is_topic:
+                    (found[d.uri],) = await self.stats_many([d])
+                out.append(found[d.uri])
+        return out
+
+    def events_key(self, destination: str | Destination) -> str:
+        """The Redis stream of the destination's lifecycle events (docs/broker_core.md), for XREAD."""
+        return self.ops.events_key(_dest(destination))

@@ -72,3 +72,15 @@ class OperationRefused(BrokerError):
     """An operator's operation that cannot apply here (not a DLQ, message in flight, same target...)."""
 
     code = "operation_refused"
+
+
+class DurableSubscriptionInUse(BrokerError):
+    """A durable subscription that has an active consumer (ActiveMQ's "Durable consumer is in use")."""
+
+    code = "durable_in_use"
+
+
+class UnknownSubscription(BrokerError):
+    """No durable subscription with that client id and name (ActiveMQ's InvalidDestinationException)."""
+
+    code = "unknown_subscription"

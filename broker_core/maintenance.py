@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import topic_ops
 from .broker import Broker
 from .destinations import Destination, parse_destination
 from .errors import UnknownDestination
@@ -306,7 +307,7 @@ def abort_consumer(broker: Broker, consumer: ConsumerRef, reason: str, *, abort_
                    ) -> None:
     """Abort a consumer now (an operator's decision): closed as the strategies close it, with a
     tombstone carrying `reason`. Raises UnknownConsumer if it is not registered."""
-    dest = consumer.destination
+    dest = broker._run(broker.ops.home(consumer))  # TOPICS: a topic consumer's subscription
     reply = broker._run(_abort_op(broker, dest, broker.clock.now_ms(), "abort", consumer.consumer_id, reason,
                                   _flag(abort_connection)))
     if reply is None:
@@ -331,6 +332,34 @@ def abort_reason(broker: Broker, destination: str | Destination, consumer_id: st
     return notice.reason if notice else None
 
 
+# -- offline durable subscriptions (spec §7.4, TOPICS) ------------------------------------------------
+
+
+def run_offline_durable_cleanup(broker: Broker, destination: str | Destination,
+                                entry: PolicyEntry | None = None, *, force: bool = False) -> list[str]:
+    """TopicRegion.doCleanup: every offlineDurableSubscriberTaskSchedule ms (when it and
+    offlineDurableSubscriberTimeout are not -1), remove the durable subscriptions offline for the timeout
+    or more, with their messages. Returns their keys. `force` runs it now whatever the schedule."""
+    dest = _dest(destination)
+    entry = entry or broker.policies.resolve(dest)
+    timeout = entry.offline_durable_subscriber_timeout
+    schedule = entry.offline_durable_subscriber_task_schedule
+    if timeout < 0 or (schedule < 0 and not force):
+        return []
+    now = broker.clock.now_ms()
+    last = broker.redis.hget(_maint_key(broker, dest), "offline:last_run")
+    if not force and last is not None and now < int(last) + schedule:
+        return []
+    with job_lease(broker, dest, "offline", SLOW_LEASE_MS) as lease:
+        if lease is None:
+            return []
+        removed = broker.expire_offline_durables(dest, timeout)
+        _record(broker, dest, {"offline:last_run": now}, {"offline:removed": len(removed)})
+    if removed:
+        log.info("removed offline durable subscriptions %s of %s", ", ".join(removed), dest.uri)
+    return removed
+
+
 # -- the dispatcher ---------------------------------------------------------------------------------
 
 
@@ -346,6 +375,7 @@ class TickReport:
     aborted: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     duration_ms: int = 0
+    offline_removed: list[str] = field(default_factory=list)  # TOPICS: "<topic uri>#<subscription key>"
 
 
 def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickReport:
@@ -361,28 +391,35 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
     reaped: list[str] = []
     aborted: list[str] = []
     errors: list[str] = []
+    offline_removed: list[str] = []
     forwarded = dispatched = sweeps = expired = slow_checks = 0
     for uri in uris:
         try:
             dest = parse_destination(uri)
             entry = policy_map.resolve(dest)
-            recovery = run_recovery(broker, dest)
-            reaped += [f"{uri}#{cid}" for cid in recovery.reaped]
-            forwarded += recovery.forwarded
-            dispatched += recovery.dispatched
-            now = broker.clock.now_ms()
-            period = entry.expire_messages_period
-            if period > 0 and _sweep_due(broker.redis.hmget(_maint_key(broker, dest), "expire:started",
-                                                            "expire:running"), period, now):
-                sweep = run_expiry_sweep(broker, dest, period_ms=period, max_pages=SWEEP_PAGES_PER_RUN)
-                sweeps += sweep.ran
-                expired += sweep.expired
-            if entry.slow_consumer_strategy != "none":
-                last = broker.redis.hget(_maint_key(broker, dest), "slow:last_run")
-                if last is None or now >= int(last) + entry.check_period:
-                    check = run_slow_consumer_check(broker, dest, entry)
-                    slow_checks += check.ran
-                    aborted += [f"{uri}#{cid}" for cid in check.aborted]
+            targets = [dest]
+            if dest.is_topic:  # TOPICS: the jobs run on each subscription; offline durables on the topic
+                removed = run_offline_durable_cleanup(broker, dest, entry)
+                offline_removed += [f"{uri}#{key}" for key in removed]
+                targets = broker._run(topic_ops.for_each_subscription(broker.ops, dest))
+            for dest in targets:
+                recovery = run_recovery(broker, dest)
+                reaped += [f"{uri}#{cid}" for cid in recovery.reaped]
+                forwarded += recovery.forwarded
+                dispatched += recovery.dispatched
+                now = broker.clock.now_ms()
+                period = entry.expire_messages_period
+                if period > 0 and _sweep_due(broker.redis.hmget(_maint_key(broker, dest), "expire:started",
+                                                                "expire:running"), period, now):
+                    sweep = run_expiry_sweep(broker, dest, period_ms=period, max_pages=SWEEP_PAGES_PER_RUN)
+                    sweeps += sweep.ran
+                    expired += sweep.expired
+                if entry.slow_consumer_strategy != "none":
+                    last = broker.redis.hget(_maint_key(broker, dest), "slow:last_run")
+                    if last is None or now >= int(last) + entry.check_period:
+                        check = run_slow_consumer_check(broker, dest, entry)
+                        slow_checks += check.ran
+                        aborted += [f"{uri}#{cid}" for cid in check.aborted]
         except Exception as exc:  # one broken destination must not stop the maintenance of the others
             log.exception("maintenance of %s failed", uri)
             errors.append(f"{uri}: {type(exc).__name__}: {exc}")
@@ -392,7 +429,7 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
         "errors": len(errors),
     })
     return TickReport(len(uris), reaped, forwarded, dispatched, sweeps, expired, slow_checks, aborted, errors,
-                      duration_ms)
+                      duration_ms, offline_removed)
 
 
 # -- what the console shows ---------------------------------------------------------------------------

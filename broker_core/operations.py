@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import msgpack
 
+from . import advisory, flow, virtual
 from .destinations import Destination, parse_destination
 from .errors import (
     BrokerError,
@@ -32,6 +33,7 @@ from .errors import (
 from .messages import Delivery, Message, dead_letter_copy, failure_cause, unpack_delivery
 from .policy import PolicyEntry
 from .selector import parse_selector
+from .topics import Subscription, SubscriptionStats, pack_for_topic
 
 AckMode = Literal["auto", "client", "client-individual", "transacted"]
 ACK_MODES: tuple[str, ...] = ("auto", "client", "client-individual", "transacted")
@@ -90,6 +92,9 @@ class ConsumerSpec:
     ack_mode: AckMode = "client"
     lease_ms: int = DEFAULT_LEASE_MS
     notify: str | None = None  # Redis pub/sub channel told when the consumer's outbox gets messages
+    # TOPICS (§7.4, §7.5): with client_id, a durable subscription; replay what the recovery policy kept.
+    subscription_name: str | None = None
+    retroactive: bool = False
 
     def validate(self) -> None:
         if self.prefetch is not None and (isinstance(self.prefetch, bool) or not 0 <= self.prefetch <= 32767):
@@ -100,6 +105,9 @@ class ConsumerSpec:
         if self.ack_mode not in ACK_MODES:
             raise InvalidConsumer(f"ack mode must be one of {', '.join(ACK_MODES)}, got {self.ack_mode!r}",
                                   field="ack_mode")
+        if self.subscription_name is not None and (not self.subscription_name or not self.client_id):
+            raise InvalidConsumer("a durable subscription needs a client id and a non-empty "
+                                  "subscription name", field="subscription_name")
         if not 1_000 <= self.lease_ms <= 3_600_000:
             raise InvalidConsumer(f"lease must be 1000-3600000 ms, got {self.lease_ms!r}", field="lease_ms")
 
@@ -115,6 +123,7 @@ class ConsumerRef:
 class Consumer(ConsumerRef):
     prefetch: int = 0
     hold_until: int = 0
+    subscription: str | None = None  # TOPICS: the subscription's key (topics.py)
 
 
 @dataclass(frozen=True)
@@ -212,6 +221,51 @@ class DestinationStats:
     paused: bool
     exclusive_owner: str | None
     consumers: list[ConsumerStats] = field(default_factory=list)
+    # TOPICS (topic_ops.stats): the subscriptions, messages no subscription matched (dropped), durable
+    # subscriptions active and offline, evictions (§8.5), messages dropped with a removed subscription.
+    subscriptions: list[SubscriptionStats] = field(default_factory=list)
+    no_subscription: int = 0
+    durable_active: int = 0
+    durable_offline: int = 0
+    evicted: int = 0
+    removed_with_subscription: int = 0
+    # FLOW (spec §9, §14.2): bytes held, the limit in force (memoryLimit, else the broker's), the percent
+    # ActiveMQ reports as MemoryPercentUsage, sends refused or held by flow control and the time held.
+    memory_usage: int = 0
+    memory_limit: int = 0
+    memory_percent_usage: int = 0
+    blocked_sends: int = 0
+    total_blocked_time: int = 0
+
+
+@dataclass(frozen=True)
+class DestinationSummary:
+    """The counters of DestinationStats that lists sort and total (same names), read in one small call."""
+
+    destination: str
+    queue_size: int
+    pending: int
+    in_flight: int
+    parked: int
+    group_count: int
+    consumer_count: int
+    enqueued: int
+    dequeued: int
+    dispatched: int
+    expired: int
+    deadlettered: int
+    paused: bool
+
+
+@dataclass(frozen=True)
+class GroupCounts:
+    """Messages per group: {group: (pending, in flight)}, and how much of the queue was examined."""
+
+    groups: dict[str, tuple[int, int]]
+    pending_examined: int
+    all_pending: bool
+    in_flight_examined: int
+    all_in_flight: bool
 
 
 @dataclass(frozen=True)
@@ -236,15 +290,40 @@ def _pairs(flat: list[Any]) -> dict[str, str]:
     return {_str(flat[i]): _str(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
+def _memory_stats(meta: dict[str, str], limits: list[Any]) -> dict[str, int]:
+    """FLOW: DestinationStats' memory fields from the meta hash and stats.lua's limits."""
+    own, broker = int(_str(limits[0]) or 0), _str(limits[1])
+    limit = own if own > 0 else (int(broker) if broker else flow.DEFAULT_MEMORY_LIMIT)
+    used = int(meta.get("mem", 0))
+    return {"memory_usage": used, "memory_limit": limit, "memory_percent_usage": flow.percent(used, limit),
+            "blocked_sends": int(meta.get("blocked_sends", 0)),
+            "total_blocked_time": int(meta.get("blocked_ms", 0))}
+
+
 class Operations:
     """Builds the operation generators for one key namespace."""
 
     def __init__(self, namespace: str = "sb") -> None:
         self.namespace = namespace
         self.registry_key = f"{namespace}:destinations"
+        self.virtual = virtual.VirtualCache()  # VIRTUAL: this process's copy of the routing configuration
 
     def prefix(self, dest: Destination) -> str:
+        if isinstance(dest, Subscription):  # TOPICS: a subscription's keys, inside the topic's hash tag
+            return f"{self.namespace}:{{{dest.tag}}}:s:{dest.key}"
         return f"{self.namespace}:{{{dest.tag}}}"
+
+    def home(self, consumer: ConsumerRef) -> Op:
+        """Where a consumer's messages are: its queue, or (TOPICS) its topic subscription."""
+        dest = consumer.destination
+        if not dest.is_topic or isinstance(dest, Subscription):
+            return dest
+        return (yield from topic_ops.home(self, dest, consumer.consumer_id,
+                                          getattr(consumer, "subscription", None)))
+
+    def events_key(self, dest: Destination) -> str:
+        """The lifecycle event stream every script appends to (read by the console's live view)."""
+        return f"{self.prefix(dest)}:events"
 
     # -- plumbing -------------------------------------------------------------------------------------
 
@@ -254,7 +333,8 @@ class Operations:
             try:
                 return (yield Eval(name, (self.prefix(dest),), (now, *args)))
             except NoDestination:
-                yield from self.init_destination(dest, now)
+                base = dest.topic if isinstance(dest, Subscription) else dest  # TOPICS
+                yield from self.init_destination(base, now)
         raise UnknownDestination(f"destination {dest.uri} could not be created")
 
     def _write_policy(self, dest: Destination) -> Op:
@@ -272,7 +352,10 @@ class Operations:
         prefix = self.prefix(dest)
         yield Command(("HSETNX", f"{prefix}:meta", "uri", dest.uri))
         yield Command(("HSETNX", f"{prefix}:meta", "created", now))
-        yield Command(("ZADD", self.registry_key, "NX", now, dest.uri))
+        created = yield Command(("ZADD", self.registry_key, "NX", now, dest.uri))
+        yield from virtual.on_created(self, dest)  # VIRTUAL: a virtual topic's consumer queue joins
+        if created:  # ADVISORY: ActiveMQ.Advisory.Queue / .Topic (advisory.py)
+            yield from advisory.destination_changed(self, dest, now, added=True)
 
     def refresh_policies(self, now: int) -> Op:
         """Rewrite every destination's policy hash after the policy map changed at run time."""
@@ -302,14 +385,25 @@ class Operations:
         each entry. Safe to repeat: the target drops an id it has already enqueued."""
         source_policy: dict[str, str] | None = None
         done = 0
+        if isinstance(dest, Subscription):  # TOPICS: forwards wait on the topic
+            dest = dest.topic
         key = f"{self.prefix(dest)}:fwd"
         while done < limit:
-            _, entries = yield Command(("HSCAN", key, 0, "COUNT", 100))  # redis-py gives a dict
+            # VIRTUAL: read a batch whole and deliver it in the order it was recorded (a record's 5th
+            # element, if any), so a composite's targets get a producer's messages in order.
+            entries: dict[Any, Any] = {}
+            cursor: Any = 0
+            while True:
+                cursor, found = yield Command(("HSCAN", key, cursor, "COUNT", 100))  # redis-py: a dict
+                entries.update(found)
+                if int(cursor) == 0 or len(entries) >= limit:
+                    break
             if not entries:
                 return done
-            for raw_id, packed in entries.items():
-                message_id = _str(raw_id)
-                target_uri, cause, argument, blob = msgpack.unpackb(packed, raw=True)
+            records = sorted(((raw_id, *msgpack.unpackb(packed, raw=True))
+                              for raw_id, packed in entries.items()), key=lambda r: r[5] if len(r) > 5 else 0)
+            for raw_id, target_uri, cause, argument, blob, *_ in records:
+                message_id = _str(raw_id).partition("|")[0]  # VIRTUAL: copies are '<id>|<target>'
                 target = parse_destination(_str(target_uri))
                 if source_policy is None:
                     raw = yield Command(("HGETALL", f"{self.prefix(dest)}:policy"))  # a dict from redis-py
@@ -317,27 +411,42 @@ class Operations:
                 kind = _str(cause)
                 if kind in TRANSFERS:
                     copy = blob  # moved, copied or retried as it is
+                elif kind == "virtual":  # VIRTUAL: a virtual destination's copy (virtual.py)
+                    copy = virtual.forward_copy(blob, _str(argument))
+                elif kind == "advisory":  # ADVISORY: an advisory message about an event (advisory.py)
+                    copy = advisory.build(message_id, argument, blob, now)
                 else:
                     text = failure_cause(kind, _str(argument), source_policy)
                     copy = dead_letter_copy(blob, dest.uri, text, now,
                                             int(source_policy.get("deadLetterExpiration", "0")))
-                reply = yield from self._eval("send", target, now, 0, "forward", message_id, copy)
-                if kind not in TRANSFERS:
+                # VIRTUAL: the target's own virtual destinations apply (ActiveMQ re-routes a copy too)
+                origin = yield from virtual.origin(self, target, "forward")
+                if target.is_topic:  # VIRTUAL: published to the topic's subscriptions
+                    reply = yield from self._eval("topic_send", target, now, 0, origin, message_id, copy,
+                                                  "", "")
+                    yield from topic_ops.finish_send(self, target, now, reply[reply.index(b"") + 1:])
+                else:
+                    reply = yield from self._eval("send", target, now, 0, origin, message_id, copy)
+                    yield from self._continue_dispatch(target, now, int(reply[-2]), int(reply[-1]))
+                if kind not in TRANSFERS and kind not in ("virtual", "advisory"):
                     yield Command(("HSETNX", f"{self.prefix(target)}:meta", "dlq", "1"))
-                yield from self._continue_dispatch(target, now, int(reply[-2]), int(reply[-1]))
-                yield Command(("HDEL", key, message_id))
+                yield Command(("HDEL", key, raw_id))
                 done += 1
         return done
 
     # -- producing ------------------------------------------------------------------------------------
 
-    def send(self, dest: Destination, messages: Iterable[Message], now: int) -> Op:
-        """Enqueue messages in order; returns their ids. A bad message or a limit refuses the whole batch."""
-        args: list[Any] = [0, "producer"]
+    def send(self, dest: Destination, messages: Iterable[Message], now: int,
+             also: tuple[Destination, ...] = ()) -> Op:
+        """Enqueue messages in order; returns their ids. A bad message or a limit refuses the whole batch.
+        `also`: the other parts of a client-side composite (`A,B,topic://C`), sent copies (VIRTUAL)."""
+        if dest.is_topic:
+            return (yield from topic_ops.send(self, dest, messages, now))
+        args: list[Any] = [0, (yield from virtual.origin(self, dest, "producer", also))]  # VIRTUAL
         for message in messages:
             message_id, blob = message.pack(now)
             args += [message_id, blob]
-        reply = yield from self._eval("send", dest, now, *args)
+        reply = yield from flow.send_when_space(self, dest, now, args)  # FLOW: waits or raises when full
         split = reply.index(b"")
         yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
         return [SentId(message_id, _str(status)) for message_id, status in zip(args[2::2], reply[:split],
@@ -368,6 +477,12 @@ class Operations:
             "lease": spec.lease_ms,
         }
         packed = msgpack.packb({k: v for k, v in definition.items() if v is not None})
+        if dest.is_topic:
+            return (yield from topic_ops.subscribe(self, dest, spec, now, cid, packed,
+                                                   selector.compiled if selector else None))
+        if spec.subscription_name is not None or spec.retroactive:
+            raise InvalidConsumer("durable subscriptions and retroactive consumers are for topics only",
+                                  field="subscription_name")
         requested = -1 if spec.prefetch is None else spec.prefetch
         reply = yield from self._eval("consumer_add", dest, now, 0, cid, packed, spec.lease_ms, requested)
         result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
@@ -377,13 +492,13 @@ class Operations:
         if not 1 <= max_messages <= MAX_RECEIVE:
             raise InvalidConsumer(f"max_messages must be 1-{MAX_RECEIVE}, got {max_messages}",
                                   field="max_messages")
-        dest = consumer.destination
+        dest = yield from self.home(consumer)
         reply = yield from self._eval("receive", dest, now, 0, consumer.consumer_id, max_messages, lease_ms)
         yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
         return _deliveries(consumer, reply, 3)
 
     def cancel_pull(self, consumer: ConsumerRef, now: int) -> Op:
-        yield from self._eval("cancel_pull", consumer.destination, now, consumer.consumer_id)
+        yield from self._eval("cancel_pull", (yield from self.home(consumer)), now, consumer.consumer_id)
 
     def ack(self, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
             receive: int = 0) -> Op:
@@ -391,7 +506,7 @@ class Operations:
         acknowledged and, when `receive` > 0, up to that many next messages for the consumer."""
         if not message_ids:
             raise NotInFlight("no message id given to acknowledge")
-        dest = consumer.destination
+        dest = yield from self.home(consumer)
         reply = yield from self._eval("ack", dest, now, 0, consumer.consumer_id, mode, receive, *message_ids)
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0]), _deliveries(consumer, reply, 4)
@@ -402,7 +517,7 @@ class Operations:
         dead-letter queue (poison, or past maximumRedeliveries). Returns (dead-lettered, redelivered)."""
         if not message_ids:
             raise NotInFlight("no message id given to acknowledge negatively")
-        dest = consumer.destination
+        dest = yield from self.home(consumer)
         reply = yield from self._eval("nack", dest, now, 0, consumer.consumer_id, "1" if poison else "0",
                                       repr(jitter), *message_ids)
         yield from self._continue_dispatch(dest, now, int(reply[3]), int(reply[4]))
@@ -410,34 +525,42 @@ class Operations:
 
     def sweep_expired(self, dest: Destination, now: int) -> Op:
         """One page of the expiry sweep (scripts/sweep.lua); call again until `done`."""
+        if dest.is_topic and not isinstance(dest, Subscription):
+            return (yield from topic_ops.sweep_expired(self, dest, now))
         reply = yield from self._eval("sweep", dest, now)
         yield from self._continue_dispatch(dest, now, int(reply[3]), int(reply[4]))
         return SweepResult(examined=int(reply[0]), expired=int(reply[1]), done=bool(int(reply[2])))
 
     def release(self, consumer: ConsumerRef, message_ids: list[str], now: int) -> Op:
-        dest = consumer.destination
+        dest = yield from self.home(consumer)
         reply = yield from self._eval("release", dest, now, 0, consumer.consumer_id, *message_ids)
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0])
 
     def close_consumer(self, consumer: ConsumerRef, now: int, reason: str) -> Op:
-        dest = consumer.destination
+        dest = yield from self.home(consumer)
         reply = yield from self._eval("consumer_close", dest, now, 0, consumer.consumer_id, reason)
         return (yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2])))
 
     def renew(self, dest: Destination, consumer_ids: list[str], lease_ms: int, now: int) -> Op:
         """Renew leases; returns the ids that are no longer registered (closed or reaped)."""
+        if dest.is_topic and not isinstance(dest, Subscription):
+            return (yield from topic_ops.renew(self, dest, consumer_ids, lease_ms, now))
         reply = yield Eval("renew", (self.prefix(dest),), (now, lease_ms, *consumer_ids))
         return [_str(x) for x in reply]
 
     def reap(self, dest: Destination, now: int, limit: int) -> Op:
         """Close consumers whose lease lapsed; returns their ids."""
+        if dest.is_topic and not isinstance(dest, Subscription):
+            return (yield from topic_ops.reap(self, dest, now, limit))
         reply = yield Eval("reap", (self.prefix(dest),), (now, 0, limit))
         split = reply.index(b"")
         yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
         return [_str(x) for x in reply[:split]]
 
     def dispatch(self, dest: Destination, now: int) -> Op:
+        if dest.is_topic and not isinstance(dest, Subscription):
+            return (yield from topic_ops.dispatch(self, dest, now))
         reply = yield Eval("dispatch", (self.prefix(dest),), (now, 0))
         rest = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
         return DispatchResult(int(reply[0]) + rest.dispatched, rest.hold_until or int(reply[2]))
@@ -466,7 +589,24 @@ class Operations:
             if cursor == "0":
                 return groups
 
+    def group_counts(self, dest: Destination, now: int, pending_limit: int, in_flight_limit: int) -> Op:
+        """Pending (among the first `pending_limit`) and in-flight messages per group (the console)."""
+        reply = yield Eval("group_counts", (self.prefix(dest),), (now, pending_limit, in_flight_limit))
+        groups = {_str(reply[i]): (int(reply[i + 1]), int(reply[i + 2])) for i in range(4, len(reply), 3)}
+        return GroupCounts(groups, int(reply[0]), bool(int(reply[1])), int(reply[2]), bool(int(reply[3])))
+
+    def summary(self, dest: Destination, now: int) -> Op:
+        """The main counters only (console index); None when the destination does not exist."""
+        r = yield Eval("summary", (self.prefix(dest),), (now,))
+        if not int(r[0]):
+            return None
+        n = [int(v) if v else 0 for v in r[6:11]]
+        return DestinationSummary(dest.uri, int(r[1]) + int(r[2]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
+                                  int(r[5]), n[0], n[1], n[2], n[3], n[4], r[11] in (b"1", "1"))
+
     def stats(self, dest: Destination, now: int) -> Op:
+        if dest.is_topic and not isinstance(dest, Subscription):
+            return (yield from topic_ops.stats(self, dest, now))
         reply = yield Eval("stats", (self.prefix(dest),), (now,))
         meta = _pairs(reply[0])
         if "uri" not in meta:
@@ -515,7 +655,7 @@ class Operations:
             duplicates=count("duplicates"), skipped=count("skipped"),
             last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
             group_count=int(reply[3]), paused=meta.get("paused") == "1", exclusive_owner=owner,
-            consumers=consumers,
+            consumers=consumers, **_memory_stats(meta, reply[7]),
         )
 
     def destinations(self) -> Op:
@@ -597,8 +737,17 @@ class Operations:
 
     def delete_destination(self, dest: Destination, now: int) -> Op:
         """Delete a destination and everything in it; returns how many messages it held."""
+        if dest.is_topic:  # TOPICS: its subscriptions first, then the keys below
+            stored = yield from topic_ops.delete(self, dest, now)
+            yield Eval("destination_delete", (self.prefix(dest),), (now,))
+            if (yield Command(("ZREM", self.registry_key, dest.uri))):
+                yield from advisory.destination_changed(self, dest, now, added=False)  # ADVISORY
+            return stored
         count = yield Eval("destination_delete", (self.prefix(dest),), (now,))
-        yield Command(("ZREM", self.registry_key, dest.uri))
+        removed = yield Command(("ZREM", self.registry_key, dest.uri))
+        yield from virtual.on_deleted(self, dest)  # VIRTUAL
+        if removed:
+            yield from advisory.destination_changed(self, dest, now, added=False)  # ADVISORY
         return int(count)
 
     # -- transactions ---------------------------------------------------------------------------------
@@ -630,8 +779,17 @@ class Operations:
         yield from self._tx_open(tx)
         yield from self.ensure_destination(dest, now)  # so the commit's MULTI never meets a new one
         ids = []
-        for message in messages:
-            message_id, blob = message.pack(now)
+        if dest.is_topic:  # TOPICS: recorded with the ActiveMQ.Retain decision (topics.pack_for_topic)
+            for message in messages:
+                message_id, blob, retain, copy = pack_for_topic(message, now)
+                ids.append(message_id)
+                yield Command(("RPUSH", self.tx_key(tx),
+                               msgpack.packb(["send", dest.kind, dest.name, message_id, blob, retain, copy])))
+            return ids
+        packed = [message.pack(now) for message in messages]
+        # FLOW: a transacted send waits for space (or fails) when it is sent; its commit is not refused.
+        yield from flow.send_when_space(self, dest, now, [0, "probe", *[x for p in packed for x in p]])
+        for message_id, blob in packed:
             ids.append(message_id)
             yield Command(("RPUSH", self.tx_key(tx),
                            msgpack.packb(["send", dest.kind, dest.name, message_id, blob])))
@@ -652,16 +810,30 @@ class Operations:
         for op, kind, name, *rest in records:
             dest = Destination(kind, name)
             touched[dest.uri] = dest
-            if op == "send":
+            if op == "send" and dest.is_topic:  # TOPICS
+                origin = yield from virtual.origin(self, dest, "commit")  # VIRTUAL
+                calls.append(Eval("topic_send", (self.prefix(dest),), (now, 0, origin, *rest)))
+            elif op == "send":
                 message_id, blob = rest
-                calls.append(Eval("send", (self.prefix(dest),), (now, 0, "producer", message_id, blob)))
+                origin = yield from virtual.origin(self, dest, "commit")  # VIRTUAL
+                calls.append(Eval("send", (self.prefix(dest),), (now, 0, origin, message_id, blob)))
             else:
                 consumer_id, mode, message_ids = rest
+                if dest.is_topic:  # TOPICS: the ack goes to the consumer's subscription
+                    try:
+                        dest = yield from topic_ops.home(self, dest, consumer_id, None)
+                    except UnknownConsumer:
+                        continue  # closed: its messages went back (durable) or away (non-durable) already
+                    touched[f"{dest.uri}#{dest.key}"] = dest
                 calls.append(Eval("ack", (self.prefix(dest),), (now, 0, consumer_id, mode, 0, *message_ids)))
         yield Command(("DEL", self.tx_key(tx)))
         replies = yield calls  # one MULTI/EXEC
         errors = [r for r in replies if isinstance(r, Exception)]
         for dest in touched.values():  # each script ran one chunk: finish the passes and forwards
+            if dest.is_topic and not isinstance(dest, Subscription):
+                yield from self.forward(dest, now)
+                yield from self.dispatch(dest, now)
+                continue
             yield from self._continue_dispatch(dest, now, PASS_HAS_MORE | FORWARDS_WAITING, 0)
         if errors:
             raise TransactionError(f"transaction {tx} committed with errors: {errors[0]}", transaction=tx)
@@ -681,3 +853,6 @@ class Operations:
         exists = yield Command(("EXISTS", f"{self.prefix(dest)}:policy"))
         if not exists:
             yield from self.init_destination(dest, now)
+
+
+from . import topic_ops  # noqa: E402  TOPICS: topic_ops builds on this module's names

@@ -98,8 +98,9 @@ class StompConsumer(_SessionConsumer):
         return choose_subprotocol(list(self.scope.get("subprotocols") or []))
 
     def make_session(self, transport: Transport) -> StompSession:
+        client = self.scope.get("client") or ("unknown", 0)
         return StompSession(transport, broker=runtime.async_broker(), hub=runtime.wakeups(),
-                            session_user=self.scope.get("user"))
+                            session_user=self.scope.get("user"), remote_address=f"ws://{client[0]}:{client[1]}")
 
 
 class JsonConsumer(_SessionConsumer):

@@ -19,8 +19,12 @@ import redis
 import redis.asyncio
 from django.conf import settings
 
+from broker_core import maintenance
 from broker_core.broker import AsyncBroker, Broker
+from broker_core.destinations import Destination
+from broker_core.operations import ConsumerRef
 from broker_core.policy import PolicyStore
+from broker_core.topics import Subscription, non_durable_key
 
 PROCESS_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
@@ -39,6 +43,25 @@ def policies() -> PolicyStore:
 def broker() -> Broker:
     """The blocking broker client (Django views, Celery tasks)."""
     return Broker(sync_client(), settings.SIGNALBOX_NAMESPACE, policies=policies())
+
+
+@functools.cache
+def _broker_for(namespace: str) -> Broker:
+    """A blocking client of an async broker's namespace (for broker_core functions that only block)."""
+    return Broker(sync_client(), namespace)
+
+
+async def abort_notice(broker: AsyncBroker, consumer: ConsumerRef) -> maintenance.AbortNotice | None:
+    """Why a slow-consumer strategy or an operator aborted `consumer` (broker_core.maintenance.abort_notice,
+    run in a thread: it is blocking), or None if it was not aborted. Every adapter asks here when its
+    consumer is gone: REST answers 410, WebSockets send the notice. A topic consumer's notice is kept by its
+    subscription: the one the consumer was given, else its non-durable subscription."""
+    where: Destination = consumer.destination
+    if where.is_topic and not isinstance(where, Subscription):
+        key = getattr(consumer, "subscription", None) or non_durable_key(consumer.consumer_id)
+        where = Subscription(where.kind, where.name, key)
+    return await asyncio.to_thread(maintenance.abort_notice, _broker_for(broker.namespace), where,
+                                   consumer.consumer_id)
 
 
 _async: dict[asyncio.AbstractEventLoop, tuple[AsyncBroker, WakeupHub]] = {}

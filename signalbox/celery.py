@@ -34,3 +34,24 @@ def schedule_maintenance(sender: Celery, **kwargs: Any) -> None:
         expires=MAINTENANCE_TICK_EXPIRES,
         ignore_result=True,
     )
+
+
+# -- analytics (issue 10): archive the lifecycle events every SIGNALBOX_ARCHIVE_SECONDS (default 60 s);
+# run the PySpark jobs every SIGNALBOX_ANALYTICS_SECONDS (0, the default, leaves them off).
+ANALYTICS_ARCHIVE = "signalbox.analytics.archive"
+ANALYTICS_RUN = "signalbox.analytics.run"
+
+
+@app.on_after_configure.connect
+def schedule_analytics(sender: Celery, **kwargs: Any) -> None:
+    from django.conf import settings
+
+    from analytics import config
+
+    namespace = {"namespace": settings.SIGNALBOX_NAMESPACE}
+    for task, name, seconds in ((ANALYTICS_ARCHIVE, "analytics archive", config.archive_seconds()),
+                                (ANALYTICS_RUN, "analytics jobs", config.analytics_seconds())):
+        if seconds > 0:
+            # A run nobody started within one period is dropped: the next one covers the same ground.
+            sender.add_periodic_task(seconds, sender.signature(task, kwargs=namespace), name=name,
+                                     expires=seconds, ignore_result=True)

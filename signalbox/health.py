@@ -1,20 +1,25 @@
-"""GET /healthz: whether Redis, the database and at least one Celery worker answer, for monitoring.
+"""GET /healthz: whether Redis, the database and at least one Celery worker answer, and whether the
+maintenance tick (Celery beat sending it, a worker running it) is alive, for monitoring.
 
-The three checks run concurrently, each bounded by HEALTH_CHECK_TIMEOUT, so a dead dependency makes
-the endpoint slow by at most that timeout. 200 means all healthy, 503 means at least one is not.
+The checks run concurrently, each bounded by HEALTH_CHECK_TIMEOUT, so a dead dependency makes the
+endpoint slow by at most that timeout. 200 means all healthy, 503 means at least one is not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
+from broker_core import maintenance
+from broker_core.broker import Broker
 from signalbox.celery import app as celery_app
 
 Check = dict[str, Any]
@@ -72,13 +77,54 @@ def check_celery(app: Any = None, timeout: float | None = None) -> Check:
     return {"status": "ok", "workers": workers}
 
 
+# The tick runs every second (signalbox/celery.py); one that has not finished for this long means beat
+# or every worker stopped (a tick over many destinations may itself take a few seconds).
+MAINTENANCE_STALE_SECONDS = 15.0
+
+
+def stale_after_ms() -> int:
+    """SIGNALBOX_MAINTENANCE_STALE_SECONDS, a Django setting or else an environment variable."""
+    value = (getattr(settings, "SIGNALBOX_MAINTENANCE_STALE_SECONDS", None)
+             or os.environ.get("SIGNALBOX_MAINTENANCE_STALE_SECONDS") or MAINTENANCE_STALE_SECONDS)
+    return int(float(value) * 1000)
+
+
+def tick_status(tick: dict[str, int], now_ms: int, stale_ms: int) -> Check:
+    """Judge `maintenance.last_tick`: ok while the last tick finished within `stale_ms`. The REST API's
+    job listing (gateway/api/views_maintenance.py) reports the same judgement."""
+    if not tick:
+        return {"status": "error", "error": "the maintenance tick has never run: start Celery beat and a "
+                                            "worker (./signalbox.sh run starts both)"}
+    age = now_ms - tick["last_tick"]
+    out: Check = {"status": "ok", **tick, "age_ms": age}
+    if age > stale_ms:
+        out.update(status="error", error=f"the maintenance tick last ran {age / 1000:.1f}s ago (more than "
+                                         f"{stale_ms / 1000:g}s): Celery beat or every worker has stopped")
+    return out
+
+
+def check_maintenance(timeout: float | None = None) -> Check:
+    """Is the maintenance dispatcher alive? `broker_core.maintenance.last_tick` of this deployment."""
+    timeout = settings.HEALTH_CHECK_TIMEOUT if timeout is None else timeout
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=timeout, socket_timeout=timeout)
+    try:
+        broker = Broker(client, settings.SIGNALBOX_NAMESPACE)
+        return tick_status(maintenance.last_tick(broker), broker.clock.now_ms(), stale_after_ms())
+    except Exception as exc:
+        return _error(exc)
+    finally:
+        client.close()
+
+
 async def run_checks() -> dict[str, Check]:
-    redis_status, database_status, celery_status = await asyncio.gather(
+    redis_status, database_status, celery_status, maintenance_status = await asyncio.gather(
         check_redis(),
         sync_to_async(check_database, thread_sensitive=False)(),
         sync_to_async(check_celery, thread_sensitive=False)(),
+        sync_to_async(check_maintenance, thread_sensitive=False)(),
     )
-    return {"redis": redis_status, "database": database_status, "celery": celery_status}
+    return {"redis": redis_status, "database": database_status, "celery": celery_status,
+            "maintenance": maintenance_status}
 
 
 async def healthz(request: HttpRequest) -> JsonResponse:

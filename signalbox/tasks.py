@@ -67,3 +67,28 @@ def abort_consumer(destination: str, consumer_id: str, reason: str, abort_connec
                    namespace: str | None = None) -> None:
     maintenance.abort_consumer(broker(namespace), ConsumerRef(parse_destination(destination), consumer_id),
                                reason, abort_connection=abort_connection)
+
+
+@app.task(name="signalbox.maintenance.expire_offline_durables")
+def expire_offline_durables(destination: str, namespace: str | None = None) -> list[str]:
+    return maintenance.run_offline_durable_cleanup(broker(namespace), destination, force=True)
+
+
+# -- analytics (issue 10): the event archive and the PySpark pipeline (analytics/) --------------------
+
+
+@app.task(name="signalbox.analytics.archive")
+def archive_events(namespace: str | None = None) -> dict[str, Any]:
+    """Drain every destination's lifecycle events into the Parquet archive (analytics/archive.py)."""
+    from analytics import tasks as analytics_tasks
+
+    return analytics_tasks.archive(broker(namespace))
+
+
+@app.task(name="signalbox.analytics.run")
+def run_analytics(since: str | None = None, until: str | None = None, namespace: str | None = None
+                  ) -> dict[str, Any]:
+    """Run the PySpark jobs over [since, until) (default: the last SIGNALBOX_ANALYTICS_WINDOW_HOURS)."""
+    from analytics import tasks as analytics_tasks
+
+    return analytics_tasks.run(broker(namespace), since, until)

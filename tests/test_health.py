@@ -1,17 +1,28 @@
-"""GET /healthz reports Redis, the database and the Celery workers; 503 as soon as one is down."""
+"""GET /healthz reports Redis, the database, the Celery workers and the maintenance tick; 503 as soon
+as one is down."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from celery import Celery
 
-from signalbox import health
+from signalbox import health, tasks
 from signalbox.embedded_redis import free_port
 
 pytestmark = pytest.mark.django_db
 
 
-def test_all_healthy_with_a_running_worker(client, celery_worker):
+@pytest.fixture
+def ticked(settings, namespace, celery_worker) -> str:
+    """A deployment namespace of its own whose maintenance tick the real worker has just run once."""
+    settings.SIGNALBOX_NAMESPACE = namespace
+    tasks.tick.delay(namespace).get(timeout=30)
+    return namespace
+
+
+def test_all_healthy_with_a_running_worker(client, celery_worker, ticked):
     response = client.get("/healthz")
 
     assert response.status_code == 200
@@ -22,10 +33,41 @@ def test_all_healthy_with_a_running_worker(client, celery_worker):
     assert body["database"] == {"status": "ok", "vendor": "sqlite"}
     assert body["celery"]["status"] == "ok"
     assert celery_worker.hostname in body["celery"]["workers"]
+    assert body["maintenance"]["status"] == "ok"
+    assert 0 <= body["maintenance"]["age_ms"] < 15_000
+    assert body["maintenance"]["errors"] == 0
     assert response["Cache-Control"] == "no-store"
 
 
-def test_unreachable_redis_makes_it_503_and_names_redis(client, settings, celery_worker):
+def test_a_stale_maintenance_tick_makes_it_503_and_says_beat_or_the_workers_stopped(client, settings,
+                                                                                     ticked):
+    settings.SIGNALBOX_MAINTENANCE_STALE_SECONDS = 0.3
+    time.sleep(0.5)  # no beat runs in this test: nothing ticks again
+
+    response = client.get("/healthz")
+
+    assert response.status_code == 503
+    body = response.json()
+    assert body["maintenance"]["status"] == "error"
+    assert body["maintenance"]["age_ms"] >= 500
+    assert "Celery beat or every worker has stopped" in body["maintenance"]["error"]
+    assert "more than 0.3s" in body["maintenance"]["error"]
+    assert body["celery"]["status"] == "ok"  # the workers answer pings; it is the tick that stopped
+
+
+def test_a_tick_that_never_ran_makes_it_503(client, settings, namespace, celery_worker):
+    settings.SIGNALBOX_NAMESPACE = namespace
+
+    response = client.get("/healthz")
+
+    assert response.status_code == 503
+    assert response.json()["maintenance"] == {
+        "status": "error",
+        "error": "the maintenance tick has never run: start Celery beat and a worker (./signalbox.sh run "
+                 "starts both)"}
+
+
+def test_unreachable_redis_makes_it_503_and_names_redis(client, settings, celery_worker, ticked):
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
 
     response = client.get("/healthz")

@@ -4,6 +4,8 @@
 --@include base
 NOW = tonumber(ARGV[1])
 local count = redis.call('HLEN', K_MSGS)
+-- What it held no longer counts towards the broker's memory usage (flow.lua).
+redis.call('HINCRBY', K_USAGE, 'used', 0 - (tonumber(redis.call('HGET', K_META, 'mem')) or 0))  -- 0 - x: Lua's -(0) is -0, which HINCRBY refuses
 local keys = { K_META, K_POLICY, K_MSGS, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER,
   K_LEASES, K_PASSFULL, K_GROUPS, K_GLRU, K_PARKED, K_PARKINFO, K_FWD, K_AUDIT, K_EVENTS, K_SCHED,
   -- maintenance state (broker_core/maintenance.py, scripts/abort.lua)

@@ -1,17 +1,26 @@
 -- Enqueue messages on a queue, then run a dispatch chunk.
--- ARGV: now, budget, origin ('producer', or 'forward' for a message another destination passes on: a
--- dead letter or a moved one, which the producer limits do not apply to), then per message: id, packed.
+-- ARGV: now, budget, origin ('producer', 'commit' (a transaction's), or 'forward' for a message another
+-- destination passes on: a dead letter, a moved one or a virtual destination's copy, which the producer
+-- limits do not apply to; optionally '+' and a routing plan, includes/virtual.lua), then per message: id,
+-- packed. Status 'forwarded': a virtual destination's copies were recorded, nothing is kept here.
 -- Returns {status per message..., '', dispatched, more, hold_until}; status 'ok', 'duplicate' (an id
 -- already stored: not stored again, counted) or 'expired' (expired on arrival: not enqueued, counted).
+-- Producer flow control (includes/flow.lua) applies to origin 'producer' and to 'retry' (the same send
+-- again after waiting for space, flow.py); a send that does not fit stores nothing and returns
+-- {'', 'full', scope, used, limit, fail at once, timeout ms, bytes needed}. Origin 'probe' stores nothing
+-- and returns {''} when the messages would fit.
 --@include base
 --@include dispatch
+--@include virtual
 NOW = tonumber(ARGV[1])
+-- VIRTUAL: the origin may carry a routing plan (includes/virtual.lua): copies for other destinations.
+local origin, plan = split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
 -- Validate every message before storing any, so a refused batch changes nothing.
 local limit = policy_num('maxMessageSize') or 0
 local max_props = tonumber(policy()['maxPropertyCount']) or 0
-if ARGV[3] == 'forward' then limit, max_props = 0, 0 end
+if origin == 'forward' then limit, max_props = 0, 0 end
 local unpacked = {}
 for i = 4, #ARGV, 2 do
   local id, blob = ARGV[i], ARGV[i + 1]
@@ -27,6 +36,20 @@ for i = 4, #ARGV, 2 do
   end
   unpacked[i] = m
 end
+local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
+if flow_checked then  -- FLOW: producer flow control (spec §9.2); 'probe' only asks (a transacted send)
+  local need = 0
+  for i = 4, #ARGV, 2 do need = need + message_charge(#ARGV[i + 1]) end
+  local full = memory_refusal(need)
+  if full then
+    if origin == 'producer' then  -- counted and logged once per send, not per retry
+      meta_incr('blocked_sends')
+      emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
+    end
+    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need }
+  end
+  if origin == 'probe' then return { '' } end
+end
 local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')
 local out = {}
@@ -41,9 +64,13 @@ for i = 4, #ARGV, 2 do
   elseif is_expired(m) then
     -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
     meta_incr('expired_on_arrival')
+    ADVISE.blob = blob  -- ADVISORY: the Expired advisory carries a copy
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
     dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
+  elseif not route_virtual(id, blob, m, plan) then
+    -- VIRTUAL: copies recorded for the plan's targets (in the call above); nothing is kept here.
+    out[#out + 1] = 'forwarded'
   elseif (tonumber(m[M_REPEAT]) or 0) > 0 then
     schedule_job(id, blob, m, NOW + (tonumber(m[M_DELAY]) or 0))
     if audit then redis.call('ZADD', K_AUDIT, redis.call('HGET', K_META, 'seq') or 0, id) end
@@ -53,6 +80,7 @@ for i = 4, #ARGV, 2 do
   else
     local seq = meta_incr('seq')
     redis.call('HSET', K_MSGS, id, blob)
+    memory_charge(#blob)  -- FLOW: includes/flow.lua
     if audit then
       redis.call('ZADD', K_AUDIT, seq, id)
       if seq % 64 == 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, -audit_depth - 1) end

@@ -1,6 +1,6 @@
 -- A consistent snapshot of a destination's counters and of each consumer (spec §14.2-14.4).
 -- ARGV: now. Returns {meta hash flat, pending, in flight, groups, parked, forwarding,
--- consumers: per consumer id, definition, counters (flat), lease, undelivered}.
+-- consumers: per consumer id, definition, counters (flat), lease, undelivered, {memoryLimit, broker limit}}.
 --@include base
 NOW = tonumber(ARGV[1])
 local out = {
@@ -16,4 +16,6 @@ for _, cid in ipairs(redis.call('LRANGE', K_CORDER, 0, -1)) do
   consumers[#consumers + 1] = redis.call('LLEN', K_COUT(cid))
 end
 out[#out + 1] = consumers
+-- FLOW: the limits in force for memory usage (includes/flow.lua): memoryLimit, and the broker's limit.
+out[#out + 1] = { redis.call('HGET', K_POLICY, 'memoryLimit') or '0', redis.call('HGET', K_USAGE, 'limit') or '' }
 return out

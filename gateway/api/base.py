@@ -25,6 +25,7 @@ from rest_framework.views import APIView
 from broker_core.destinations import Destination
 from gateway import runtime
 from gateway.api.auth import SessionAuthentication, TokenAuthentication
+from gateway.api.common import destination_from_url
 from gateway.api.errors import describe
 from gateway.permissions import Action, allowed_async
 
@@ -133,6 +134,12 @@ class GatewayView(APIView):
         names = ", ".join(d.uri for d in targets)
         raise exceptions.PermissionDenied(f"user {request.user.get_username()!r} has no {action} "
                                           f"permission on {names}")
+
+    async def destination(self, request: Request, kind: str, name: str, action: Action) -> Destination:
+        """The destination the URL names (`queues`/`topics` + name), once the user may do `action` on it."""
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, action)
+        return destination
 
     async def audited(self, request: Request, action: str, destination: str, target: str,
                       parameters: dict[str, Any], run: Callable[[], Awaitable[Response]]) -> Response:

@@ -20,8 +20,9 @@ KINDS = {"queues": "queue", "topics": "topic"}
 
 
 def topics_supported() -> bool:
-    """Topics arrive with issue 5; until broker_core can subscribe to them, say so instead of failing."""
-    return hasattr(AsyncBroker, "subscribe")
+    """Whether broker_core has topics (issue 5: its topic API includes `subscriptions`); without them,
+    topic destinations answer 501 instead of failing."""
+    return hasattr(AsyncBroker, "subscriptions")
 
 
 def destination_from_url(kind: str, name: str) -> Destination:

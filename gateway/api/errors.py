@@ -38,6 +38,9 @@ BROKER_STATUS: dict[str, tuple[int, str]] = {
     "not_in_flight": (409, "Message not in flight"),
     "transaction_error": (409, "Transaction error"),
     "operation_refused": (409, "Operation refused"),
+    # topics (issue 5)
+    "unknown_subscription": (404, "Unknown subscription"),
+    "durable_in_use": (409, "Durable subscription in use"),
     # Producer flow control and resource limits (issue 4 names): refused now, try again later.
     "flow_control": (503, "Flow control"),
     "producer_flow_control": (503, "Flow control"),

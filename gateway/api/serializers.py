@@ -120,6 +120,11 @@ class ConsumerCreateSerializer(serializers.Serializer):
     lease_ms = serializers.IntegerField(required=False, default=DEFAULT_LEASE_MS, min_value=1000,
                                         max_value=3_600_000)
     client_id = serializers.CharField(required=False, allow_blank=True, allow_null=True, max_length=200)
+    subscription_name = serializers.CharField(
+        required=False, allow_null=True, max_length=200,
+        help_text="Topics: with client_id, a durable subscription (created, or taken up again).")
+    retroactive = serializers.BooleanField(
+        required=False, default=False, help_text="Topics: first replay what the recovery policy kept.")
 
 
 class HttpConsumerSerializer(serializers.Serializer):
@@ -133,6 +138,7 @@ class HttpConsumerSerializer(serializers.Serializer):
     exclusive = serializers.BooleanField()
     no_local = serializers.BooleanField()
     client_id = serializers.CharField(allow_null=True)
+    subscription_name = serializers.CharField(allow_null=True)
     links = serializers.DictField(child=serializers.CharField())
 
 

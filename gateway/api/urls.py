@@ -14,7 +14,15 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gateway.api import compat, schema, views_admin, views_messaging  # noqa: F401 - schema registers
+from gateway.api import (  # noqa: F401 - schema registers
+    compat,
+    schema,
+    views_admin,
+    views_console,  # console (issue 9)
+    views_maintenance,
+    views_messaging,
+    views_topics,
+)
 from gateway.api.base import GatewayView, db
 
 
@@ -53,6 +61,17 @@ urlpatterns = [
     re_path(r"^v1/policies/(?P<kind>[a-z]+)/(?P<pattern>[^/]+)$", views_admin.PolicyDetailView.as_view(),
             name="api-policy"),
     path("v1/audit", views_admin.AuditListView.as_view(), name="api-audit"),
+    path("v1/maintenance/jobs", views_maintenance.MaintenanceJobsView.as_view(), name="api-maintenance-jobs"),
+    # console (issue 9): what the web console needs beyond the endpoints above (docs/api.md, Console)
+    path("v1/console/overview", views_console.OverviewView.as_view(), name="api-console-overview"),
+    path("v1/console/permissions", views_console.PermissionsView.as_view(), name="api-console-permissions"),
+    path("v1/console/dead-letters", views_console.DeadLettersView.as_view(), name="api-console-dead-letters"),
+    re_path(rf"^v1/console/{KIND}/{NAME}/groups$", views_console.GroupCountsView.as_view(),
+            name="api-console-groups"),
+    re_path(rf"^v1/topics/{NAME}/subscriptions$", views_topics.SubscriptionListView.as_view(),
+            name="api-subscriptions"),
+    re_path(rf"^v1/topics/{NAME}/subscriptions/(?P<client_id>[^/]+)/(?P<subscription_name>[^/]+)$",
+            views_topics.DurableSubscriptionView.as_view(), name="api-durable-subscription"),
     re_path(rf"{D}$", views_admin.DestinationDetailView.as_view(), name="api-destination"),
     re_path(rf"{D}/messages$", views_messaging.DestinationMessagesView.as_view(), name="api-messages"),
     re_path(rf"{D}/messages/(?P<message_id>[^/]+)$", views_admin.MessageDetailView.as_view(),

@@ -12,7 +12,6 @@ import hashlib
 import json
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -21,7 +20,6 @@ from rest_framework.response import Response
 
 from broker_core.destinations import Destination
 from broker_core.errors import UnknownConsumer
-from broker_core.maintenance import abort_notice
 from broker_core.messages import new_message_id
 from broker_core.operations import ConsumerRef, ConsumerSpec
 from gateway import runtime
@@ -246,6 +244,10 @@ class ConsumersView(GatewayView):
         serializer = s.ConsumerCreateSerializer(data=json_body(request))
         serializer.is_valid(raise_exception=True)
         options = serializer.validated_data
+        if options.get("subscription_name") is not None and not destination.is_topic:
+            raise Problem(400, "invalid_consumer", "Invalid consumer",
+                          "subscription_name makes a durable topic subscription; a queue has none",
+                          field="subscription_name")
         hub = runtime.wakeups()
         await hub.start()
         consumer_id = new_consumer_id(destination, options["ack_mode"], options["lease_ms"], request.user.pk,
@@ -254,7 +256,9 @@ class ConsumersView(GatewayView):
             prefetch=options.get("prefetch"), priority=options["priority"], exclusive=options["exclusive"],
             selector=options.get("selector") or None, no_local=options["no_local"],
             connection_id=f"http:{request.user.pk}", client_id=options.get("client_id") or None,
-            ack_mode=options["ack_mode"], lease_ms=options["lease_ms"], notify=hub.channel)
+            ack_mode=options["ack_mode"], lease_ms=options["lease_ms"], notify=hub.channel,
+            subscription_name=options.get("subscription_name"),
+            retroactive=options["retroactive"] and destination.is_topic)
         consumer = await runtime.async_broker().add_consumer(destination, spec, consumer_id)
         base = request.build_absolute_uri(f"/api/v1/{kind}/{name}/consumers/{consumer_id}")
         body = {
@@ -263,6 +267,7 @@ class ConsumersView(GatewayView):
             "selector": options.get("selector") or None, "priority": options["priority"],
             "exclusive": options["exclusive"], "no_local": options["no_local"],
             "client_id": options.get("client_id") or None,
+            "subscription_name": options.get("subscription_name"),
             "links": {name_: f"{base}/{name_}" for name_ in ("receive", "ack", "nack", "heartbeat")}
             | {"self": base},
         }
@@ -298,8 +303,7 @@ async def own_consumer(view: GatewayView, request: Request, kind: str, name: str
 async def _gone(consumer: HttpConsumer) -> Problem:
     """404 for a consumer that is gone, or 410 with the reason when a slow-consumer strategy or an
     operator aborted it (issue 8: the REST consumer answers its next call with 410 and the reason)."""
-    notice = await sync_to_async(abort_notice, thread_sensitive=False)(
-        runtime.broker(), consumer.destination, consumer.consumer_id)
+    notice = await runtime.abort_notice(runtime.async_broker(), consumer.ref)
     if notice is not None:
         return Problem(410, "consumer_aborted", "Consumer aborted",
                        f"consumer {consumer.consumer_id} was aborted: {notice.reason}",

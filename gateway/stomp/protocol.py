@@ -24,6 +24,7 @@ from django.conf import settings as django_settings
 
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import BrokerError
+from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message, TypedValue
 from broker_core.operations import Consumer
 from gateway.stomp.frames import (
@@ -39,7 +40,8 @@ from gateway.stomp.frames import (
     negotiate_version,
 )
 from gateway.ws import auth
-from gateway.ws.link import Link, LinkError, LinkSettings, SendBuffer, SlowClient, Subscription
+from gateway.ws.link import LinkError, LinkSettings, SlowClient, Subscription
+from gateway.ws.session import LinkedSession
 
 logger = logging.getLogger(__name__)
 
@@ -143,14 +145,12 @@ def _parse_stomp_destinations(text: str) -> tuple[Destination, ...]:
     # character (errors are not cached: lru_cache does not keep exceptions).
     result: list[Destination] = []
     for part in (p.strip() for p in text.split(",")):
-        if part.startswith("/queue/"):
+        kind = next((k for k in ("queue", "topic") if part.startswith(f"/{k}/")), None)
+        if kind is not None:
             try:
-                dest = parse_destination("queue://" + part[len("/queue/"):])
+                dest = parse_destination(f"{kind}://" + part[len(kind) + 2:])
             except BrokerError as exc:
                 raise StompError("Invalid destination", exc.message) from None
-        elif part.startswith("/topic/"):
-            raise StompError("Topics are not supported yet",
-                             f"{part}: topic destinations arrive with issue 5; use /queue/ destinations")
         elif part.startswith(("/temp-queue/", "/temp-topic/", "/remote-temp-queue/", "/remote-temp-topic/")):
             raise StompError("Temporary destinations are not supported", f"{part}: use /queue/ destinations")
         else:
@@ -268,26 +268,20 @@ class Transport:
         raise NotImplementedError
 
 
-class StompSession:
+class StompSession(LinkedSession):
     """One STOMP connection. `data_received` for every WebSocket message, `connection_lost` at the end."""
 
     def __init__(self, transport: Transport, *, broker: Any, hub: Any, session_user: Any = None,
-                 settings: StompSettings | None = None, link_settings: LinkSettings | None = None) -> None:
-        self.transport = transport
-        self.broker = broker
-        self.hub = hub
-        self.session_user = session_user
+                 settings: StompSettings | None = None, link_settings: LinkSettings | None = None,
+                 remote_address: str = "") -> None:
+        super().__init__(transport, broker=broker, hub=hub, session_user=session_user,
+                         link_settings=link_settings)
+        self.remote_address = remote_address  # ws://host:port of the client, named when its client-id clashes
         self.settings = settings or StompSettings.from_django()
-        self.link_settings = link_settings or LinkSettings.from_django()
         self.parser = FrameParser("1.2", self.settings.limits)
         self.version = "1.0"
-        self.user: Any = None
         self.client_id: str | None = None
-        self.link: Link | None = None
-        self.closing = False
         self.last_read = time.monotonic()
-        self.buffer: SendBuffer | None = None
-        self._tasks: list[asyncio.Task[None]] = []
         self._inbox: deque[Frame | FrameError] = deque()
         self._inbox_bytes = 0
         self._inbox_ready = asyncio.Event()
@@ -300,8 +294,7 @@ class StompSession:
         }
 
     async def start(self) -> None:
-        self.buffer = SendBuffer(self.transport.write, self.link_settings.send_buffer_bytes,
-                                 self.link_settings.slow_client_seconds, coalesce=True)
+        self.open_buffer(coalesce=True)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._connect_timeout()))
         self._tasks.append(loop.create_task(self._work()))
@@ -469,31 +462,34 @@ class StompSession:
             await self.send_frame("ERROR", error_headers, body, force=True)
         await self.shutdown(message)
 
-    async def shutdown(self, reason: str = "") -> None:
-        """Release the broker side, flush what is queued, close the socket."""
-        self.closing = True
-        for task in self._tasks:
-            if task is not asyncio.current_task():
-                task.cancel()
-        if self.link is not None:
-            await self.link.close()
-        if self.buffer is not None:
-            await self.buffer.flush(2.0)
-            await self.buffer.close()
-        with contextlib.suppress(Exception):
-            await self.transport.close()
-
-    async def connection_lost(self) -> None:
-        self.closing = True
-        for task in self._tasks:
-            task.cancel()
-        if self.link is not None:
-            await self.link.close()
-        if self.buffer is not None:
-            await self.buffer.close()
-
     async def _lost(self, reason: str) -> None:
         await self.fail("Connection lost its subscriptions", reason)
+
+    async def _aborted(self, sub: Subscription, notice: AbortNotice) -> None:
+        """A slow-consumer strategy or an operator aborted the subscription (spec §8.4); the link already
+        closed it and its unacked messages went back to the queue. ActiveMQ's STOMP converter drops the
+        broker's ConsumerControl, so its client only notices that nothing arrives any more; the one
+        unsolicited notice its STOMP mapping has is an ERROR that leaves the connection open
+        (ProtocolConverter.handleException for an asynchronous ConnectionError). We send that, naming the
+        subscription and the reason. With abortConnection the ERROR is followed by the close, as ever."""
+        if self.closing:
+            return
+        headers: list[tuple[str, str]] = []
+        if sub.options.get("id") is not None:
+            headers.append(("subscription", sub.options["id"]))
+        headers += [("destination", ",".join(stomp_name(d.uri) or "" for d in sub.destinations)),
+                    ("abort-strategy", notice.strategy),
+                    ("abort-connection", "true" if notice.abort_connection else "false")]
+        if notice.abort_connection:
+            await self.fail(notice.reason, f"The broker aborted subscription {sub.key} and closes this "
+                            f"connection (abortConnection): {notice.reason}. Unacknowledged messages go to "
+                            "other consumers.", headers=tuple(headers))
+            return
+        body = (f"The broker aborted subscription {sub.key}: {notice.reason}. Its unacknowledged messages go "
+                "to other consumers. The connection stays open; SUBSCRIBE again to go on consuming.")
+        data = body.encode("utf-8")
+        await self.send_frame("ERROR", [("message", notice.reason), *headers, ("content-type", "text/plain"),
+                                        ("content-length", str(len(data)))], data)
 
     # -- timers ---------------------------------------------------------------------------------------
 
@@ -540,11 +536,11 @@ class StompSession:
             raise StompError(f"User name [{login or ''}] or password is invalid.",
                              "CONNECT needs login and passcode: a user name and password, or an API token as "
                              "the passcode")
-        self.user = user
         self.client_id = frame.get("client-id")
-        link = Link(self.broker, self.hub, self.deliver, self._lost, self.link_settings)
-        await link.open()
-        self.link = link
+        link = await self.open_link(user)
+        if self.client_id is not None:
+            # one connection per client id, across gateway processes (ActiveMQ's InvalidClientIDException)
+            await link.claim_client_id(self.client_id, self.remote_address)
         headers = [("version", version), ("session", link.connection_id), ("server", SERVER_NAME)]
         if version != "1.0":
             headers.append(("heart-beat", beat.header))
@@ -557,10 +553,9 @@ class StompSession:
             self._tasks.append(loop.create_task(self._check_heart_beats(beat.expect_every)))
 
     async def _authorize(self, destinations: list[Destination], action: str) -> None:
-        if not await auth.may(self.user, destinations, action):
-            verb = "write to" if action == "write" else "read from"
-            names = ", ".join(d.uri for d in destinations)
-            raise StompError(f"User {auth.username(self.user)} is not authorized to {verb}: {names}")
+        refusal = await self.refusal(destinations, action)
+        if refusal is not None:
+            raise StompError(refusal)
 
     async def on_send(self, frame: Frame) -> None:
         assert self.link is not None
@@ -575,7 +570,8 @@ class StompSession:
     async def on_subscribe(self, frame: Frame) -> bool:
         assert self.link is not None
         destinations = stomp_destinations(frame.get("destination"))
-        if frame.get("activemq.subscriptionName") is not None:
+        durable_name = frame.get("activemq.subscriptionName")
+        if durable_name is not None and any(not d.is_topic for d in destinations):
             raise StompError("Invalid Subscription: cannot durably subscribe to a Queue destination!")
         if _java_bool(frame.get("browser")):
             raise StompError("Browsing is not supported", "SUBSCRIBE with browser:true is not supported")
@@ -584,14 +580,18 @@ class StompSession:
             raise StompError("Invalid ack mode", f"ack must be one of {', '.join(ACK_MODES)}, got {ack!r}")
         prefetch = _int(frame, "activemq.prefetchSize", 1, 32767)
         priority = _int(frame, "activemq.priority", -128, 127, 0)
-        _int(frame, "activemq.maximumPendingMessageLimit", -1, 2**31 - 1)  # topics only; checked, ignored
+        # checked; the topic policy's pendingMessageLimitStrategy decides (ActiveMQ ignores the consumer's
+        # value without a strategy, and broker_core takes the strategy's)
+        _int(frame, "activemq.maximumPendingMessageLimit", -1, 2**31 - 1)
         await self._authorize(destinations, "read")
         sub_id = frame.get("id")
         key = sub_id if sub_id is not None else (frame.get("destination") or "")
         spec = self.link.spec(
             prefetch=prefetch, priority=priority or 0, exclusive=_java_bool(frame.get("activemq.exclusive")),
             selector=frame.get("selector"), stomp_selector=True,
-            no_local=_java_bool(frame.get("activemq.noLocal")), client_id=self.client_id, ack_mode=ack)
+            no_local=_java_bool(frame.get("activemq.noLocal")), client_id=self.durable_client_id(),
+            ack_mode=ack, subscription_name=durable_name,
+            retroactive=_java_bool(frame.get("activemq.retroactive")))
         options = {"id": sub_id, "group_headers": _java_bool(frame.get(GROUP_HEADERS))}
         receipt = frame.get("receipt")
         sub = await self.link.subscribe(key, destinations, spec, options, start=False)
@@ -601,17 +601,38 @@ class StompSession:
         self.link.start(sub)
         return receipt is not None
 
+    def durable_client_id(self) -> str:
+        """The client id durable subscriptions are kept under: CONNECT's client-id, else (as ActiveMQ)
+        the connection's own id, which makes a subscription no later connection can take up again."""
+        assert self.link is not None
+        return self.client_id or self.link.connection_id
+
     async def on_unsubscribe(self, frame: Frame) -> None:
         assert self.link is not None
-        if frame.get("activemq.subscriptionName") is not None:
-            raise StompError("Topics are not supported yet",
-                             "removing a durable subscription needs topics (issue 5)")
+        durable_name = frame.get("activemq.subscriptionName")
+        if durable_name is not None:
+            # ActiveMQ's RemoveSubscriptionInfo: delete the durable subscription and its messages. This
+            # connection's own subscription holding it ends first (ActiveMQ would answer "Durable consumer
+            # is in use"); one held by another connection is in use.
+            client_id = self.durable_client_id()
+            if frame.get("destination"):
+                topics = stomp_destinations(frame.get("destination"))
+            else:
+                topics = [await self.link.durable_topic(client_id, durable_name)]
+            if any(not topic.is_topic for topic in topics):
+                raise StompError("Invalid Subscription: cannot durably subscribe to a Queue destination!")
+            await self._authorize(topics, "read")
+            for topic in topics:
+                await self.link.unsubscribe_durable(client_id, durable_name, topic)
+            return
         key = frame.get("id") if frame.get("id") is not None else frame.get("destination")
         if key is None:
             raise StompError("No subscription matched.", "UNSUBSCRIBE needs the subscription's id header")
         await self.link.unsubscribe(key)
 
-    def _ack_target(self, frame: Frame) -> tuple[Subscription, str]:
+    def _ack_target(self, frame: Frame) -> tuple[Subscription, str] | None:
+        """The subscription and ack id an ACK/NACK names; None for a message of a subscription the broker
+        aborted since (it went back to the queue; acknowledging it late is not the client's error)."""
         assert self.link is not None
         name = "id" if self.version == "1.2" else "message-id"
         ack_id = frame.get(name)
@@ -622,6 +643,8 @@ class StompSession:
         sub = self.link.subscriptions.get(sub_key) if sub_key is not None else None
         if sub is None or ack_id not in sub.unacked:
             sub = self.link.find(ack_id)
+        if sub is None and self.link.was_aborted(ack_id):
+            return None
         if sub is None:
             raise StompError(f"Unexpected {frame.command} received for message-id [{ack_id}]",
                              f"no subscription of this connection holds an unacknowledged message {ack_id}")
@@ -629,15 +652,17 @@ class StompSession:
 
     async def on_ack(self, frame: Frame) -> None:
         assert self.link is not None
-        sub, ack_id = self._ack_target(frame)
-        await self.link.ack(sub, ack_id, frame.get("transaction"))
+        target = self._ack_target(frame)
+        if target is not None:
+            await self.link.ack(*target, frame.get("transaction"))
 
     async def on_nack(self, frame: Frame) -> None:
         assert self.link is not None
         if self.version == "1.0":
             raise StompError("Unknown STOMP action: NACK", "NACK exists from STOMP 1.1 on")
-        sub, ack_id = self._ack_target(frame)
-        await self.link.nack(sub, ack_id, frame.get("transaction"))
+        target = self._ack_target(frame)
+        if target is not None:
+            await self.link.nack(*target, frame.get("transaction"))
 
     def _transaction_name(self, frame: Frame) -> str:
         name = frame.get("transaction")
@@ -660,11 +685,7 @@ class StompSession:
     async def on_disconnect(self, frame: Frame) -> None:
         """Close the subscriptions (unacked messages go back), send the RECEIPT, close."""
         assert self.link is not None
-        self.closing = True
-        for task in self._tasks:
-            if task is not asyncio.current_task():
-                task.cancel()
-        await self.link.close()
+        await self.release()
         receipt = frame.get("receipt")
         if receipt is not None:
             await self.send_frame("RECEIPT", [("receipt-id", receipt)], force=True)

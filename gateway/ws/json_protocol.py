@@ -9,19 +9,20 @@ describes every field.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from typing import Any
 
 from broker_core.destinations import Destination, parse_composite
 from broker_core.errors import BrokerError
+from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message
 from broker_core.operations import Consumer
 from gateway.api.codec import parse_envelope, render_delivery
 from gateway.api.errors import Problem
 from gateway.ws import auth
-from gateway.ws.link import Link, LinkError, LinkSettings, SendBuffer, SlowClient, Subscription
+from gateway.ws.link import LinkError, SlowClient, Subscription
+from gateway.ws.session import LinkedSession
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ MAX_BATCH = 1000
 # The REST consumer's options (gateway/api/serializers.ConsumerCreateSerializer) but the lease, which is
 # the connection's; prefetch must be at least 1 since the socket is pushed to.
 _CONSUMER_OPTIONS = {"prefetch": int, "priority": int, "exclusive": bool, "selector": str, "no_local": bool,
-                     "client_id": str}
+                     "client_id": str, "subscription_name": str, "retroactive": bool}
 DEFAULT_ACK_MODE = "client-individual"  # the REST consumer's default
 ANSWERED: Any = object()  # a handler that sent its own answer returns this
 
@@ -62,13 +63,9 @@ def _destinations(text: Any) -> list[Destination]:
     if not isinstance(text, str):
         raise RequestError("invalid_request", "'destination' must be a string like 'queue://orders'")
     try:
-        destinations = parse_composite(text)
+        return parse_composite(text)
     except BrokerError as exc:
         raise RequestError(exc.code, exc.message) from None
-    topics = [d.uri for d in destinations if d.is_topic]
-    if topics:
-        raise RequestError("not_supported", f"topics are not supported yet (issue 5): {', '.join(topics)}")
-    return destinations
 
 
 def message_object(sub: Subscription, delivery: Delivery) -> dict[str, Any]:
@@ -76,30 +73,11 @@ def message_object(sub: Subscription, delivery: Delivery) -> dict[str, Any]:
     return {"type": "message", "subscription": sub.key, "message": render_delivery(delivery)}
 
 
-class JsonSession:
-    def __init__(self, transport: Any, *, broker: Any, hub: Any, session_user: Any = None,
-                 link_settings: LinkSettings | None = None) -> None:
-        self.transport = transport
-        self.broker = broker
-        self.hub = hub
-        self.session_user = session_user
-        self.link_settings = link_settings or LinkSettings.from_django()
-        self.user: Any = None
-        self.link: Link | None = None
-        self.buffer: SendBuffer | None = None
-        self.closing = False
-
+class JsonSession(LinkedSession):
     async def start(self) -> None:
-        self.buffer = SendBuffer(self.transport.write, self.link_settings.send_buffer_bytes,
-                                 self.link_settings.slow_client_seconds)
+        self.open_buffer(coalesce=False)
         if self.session_user is not None and getattr(self.session_user, "is_authenticated", False):
-            await self._open(self.session_user)
-
-    async def _open(self, user: Any) -> None:
-        self.user = user
-        link = Link(self.broker, self.hub, self.deliver, self._lost, self.link_settings)
-        await link.open()
-        self.link = link
+            await self.open_link(self.session_user)
 
     async def emit(self, obj: dict[str, Any], force: bool = False) -> None:
         assert self.buffer is not None
@@ -161,22 +139,18 @@ class JsonSession:
         if not self.closing:
             await self.error("connection_lost", reason, fatal=True)
 
-    async def shutdown(self, reason: str = "") -> None:
-        self.closing = True
-        if self.link is not None:
-            await self.link.close()
-        if self.buffer is not None:
-            await self.buffer.flush(2.0)
-            await self.buffer.close()
-        with contextlib.suppress(Exception):
-            await self.transport.close()
-
-    async def connection_lost(self) -> None:
-        self.closing = True
-        if self.link is not None:
-            await self.link.close()
-        if self.buffer is not None:
-            await self.buffer.close()
+    async def _aborted(self, sub: Subscription, notice: AbortNotice) -> None:
+        """A slow-consumer strategy or an operator aborted the subscription (spec §8.4): the link already
+        closed it (its unacked messages went back). The client gets a `subscription_aborted` event; with
+        abortConnection it is followed by a `consumer_aborted` error and the connection closes."""
+        if self.closing:
+            return
+        await self.emit({"type": "subscription_aborted", "subscription": sub.key,
+                         "destination": ",".join(d.uri for d in sub.destinations), "reason": notice.reason,
+                         "strategy": notice.strategy, "abort_connection": notice.abort_connection},
+                        force=notice.abort_connection)
+        if notice.abort_connection:
+            await self.error("consumer_aborted", notice.reason, fatal=True)
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -190,22 +164,21 @@ class JsonSession:
             await self.error("authentication_failed", f"User name [{login or ''}] or password is invalid.",
                              request.get("id"), fatal=True)
             return {}
-        await self._open(user)
-        assert self.link is not None
-        return {"connection": self.link.connection_id, "user": auth.username(user)}
+        link = await self.open_link(user)
+        return {"connection": link.connection_id, "user": auth.username(user)}
 
     async def _authorize(self, destinations: list[Destination], action: str) -> None:
-        if not await auth.may(self.user, destinations, action):
-            verb = "write to" if action == "write" else "read from"
-            raise RequestError("permission_denied", f"User {auth.username(self.user)} is not authorized to "
-                                                    f"{verb}: {', '.join(d.uri for d in destinations)}")
+        refusal = await self.refusal(destinations, action)
+        if refusal is not None:
+            raise RequestError("permission_denied", refusal)
 
     def _subscription(self, request: dict[str, Any]) -> Subscription:
         assert self.link is not None
         key = _field(request, "subscription", str, required=True)
         sub = self.link.subscriptions.get(key)
         if sub is None:
-            raise RequestError("unknown_subscription", f"no subscription {key!r} on this connection")
+            raise RequestError("unknown_subscription", f"no subscription {key!r} on this connection (or the "
+                                                       "broker aborted it: see subscription_aborted)")
         return sub
 
     async def on_subscribe(self, request: dict[str, Any]) -> Any:
@@ -220,6 +193,13 @@ class JsonSession:
         if "prefetch" in options and options["prefetch"] < 1:
             raise RequestError("invalid_consumer", "prefetch must be 1..32767 on a WebSocket (messages are "
                                                    "pushed; there is no pull)")
+        if "subscription_name" in options:
+            if any(not d.is_topic for d in destinations):
+                raise RequestError("invalid_consumer", "a durable subscription (subscription_name) is for "
+                                                       "topics only")
+            if not options.get("client_id"):
+                raise RequestError("invalid_consumer", "a durable subscription needs 'client_id' with "
+                                                       "'subscription_name'")
         await self._authorize(destinations, "read")
         spec = self.link.spec(ack_mode=ack_mode, **options)
         sub = await self.link.subscribe(key, destinations, spec, start=False)
@@ -230,9 +210,26 @@ class JsonSession:
         return ANSWERED
 
     async def on_unsubscribe(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Close a subscription (`subscription`), or remove a durable one with its messages
+        (`subscription_name` + `client_id`, optional `destination`; this connection's subscription holding
+        it ends first)."""
         assert self.link is not None
-        await self.link.unsubscribe(_field(request, "subscription", str, required=True))
-        return {}
+        name = _field(request, "subscription_name", str)
+        if name is None:
+            await self.link.unsubscribe(_field(request, "subscription", str, required=True))
+            return {}
+        client_id = _field(request, "client_id", str, required=True)
+        if request.get("destination") is not None:
+            topics = _destinations(request["destination"])
+        else:
+            topics = [await self.link.durable_topic(client_id, name)]
+        if any(not t.is_topic for t in topics):
+            raise RequestError("invalid_request", "durable subscriptions are on topics only")
+        await self._authorize(topics, "read")
+        removed = 0
+        for topic in topics:
+            removed += await self.link.unsubscribe_durable(client_id, name, topic)
+        return {"removed": removed}
 
     def _ack_ids(self, request: dict[str, Any]) -> list[str]:
         ids = request.get("message_ids")

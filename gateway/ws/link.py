@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -24,10 +25,15 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from broker_core.destinations import Destination
-from broker_core.errors import NotInFlight, UnknownConsumer
+from broker_core.destinations import Destination, parse_destination
+from broker_core.errors import NotInFlight, UnknownConsumer, UnknownSubscription
+from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery
 from broker_core.operations import Consumer, ConsumerSpec
+from broker_core.topic_ops import registry_key
+from broker_core.topics import durable_registry_field
+from gateway import runtime
+from gateway.ws.client_ids import ClientIdClaim, ClientIdInUse
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +65,9 @@ class LinkSettings:
     @property
     def renew_every(self) -> float:
         return self.lease_ms / 3000
+
+
+ABORTED_ACKS_KEPT = 100_000  # ack ids of aborted subscriptions remembered per connection
 
 
 class SlowClient(Exception):
@@ -192,6 +201,7 @@ class Subscription:
     consumers: list[Consumer] = field(default_factory=list)
     unacked: OrderedDict[str, tuple[Consumer, str]] = field(default_factory=OrderedDict)
     options: dict[str, Any] = field(default_factory=dict)  # protocol-specific (STOMP id, group headers...)
+    durable: tuple[str, str] | None = None  # (client id, subscription name) of a durable topic subscription
 
     def track(self, consumer: Consumer, delivery: Delivery) -> str:
         """Remember a delivered message until it is acknowledged; returns its ack id (the message id,
@@ -225,15 +235,20 @@ class Link:
     up to one receive batch) into frames and puts them in the send buffer (it may wait: that is the
     backpressure). `lost(reason)` is
     called when the link cannot go on (a lease lapsed, the client is slow, the broker failed).
+    `aborted(subscription, notice)` is called when a slow-consumer strategy or an operator aborted one of
+    the subscription's consumers (spec §8.4): the link has already closed the subscription; the protocol
+    tells the client and, when `notice.abort_connection`, closes the connection.
     """
 
     def __init__(self, broker: Any, hub: Any, deliver: Callable[[Subscription, Consumer, list[Delivery]],
                                                                  Awaitable[None]],
-                 lost: Callable[[str], Awaitable[None]], settings: LinkSettings | None = None) -> None:
+                 lost: Callable[[str], Awaitable[None]], settings: LinkSettings | None = None,
+                 aborted: Callable[[Subscription, AbortNotice], Awaitable[None]] | None = None) -> None:
         self.broker = broker
         self.hub = hub
         self.deliver = deliver
         self.lost = lost
+        self.aborted = aborted
         self.settings = settings or LinkSettings.from_django()
         self.connection_id = f"ws-{uuid.uuid4().hex[:16]}"
         self.subscriptions: dict[str, Subscription] = {}
@@ -243,6 +258,11 @@ class Link:
         self._consumer_seq = 0
         self._closed = False
         self._lost_task: asyncio.Task[None] | None = None
+        self._abort_tasks: set[asyncio.Task[None]] = set()
+        # ack ids that aborted subscriptions had delivered: a late ACK of one is not the client's mistake
+        # (the message already went back to the queue), so protocols let it pass
+        self._aborted_acks: OrderedDict[str, None] = OrderedDict()
+        self._client_id: ClientIdClaim | None = None
 
     def _report_lost(self, reason: str) -> None:
         """Tell the protocol once, from a task of its own (the caller may be a task the teardown cancels)."""
@@ -252,6 +272,19 @@ class Link:
     async def open(self) -> None:
         await self.hub.start()
         self._keeper = asyncio.get_running_loop().create_task(self._keep_leases())
+
+    async def claim_client_id(self, client_id: str, address: str) -> None:
+        """Hold `client_id` for this connection while it lives (renewed with the consumers' leases); a
+        connection elsewhere holding it: LinkError with ActiveMQ's InvalidClientIDException text."""
+        claim = ClientIdClaim(self.broker.redis, self.broker.namespace, client_id, self.connection_id,
+                              address)
+        try:
+            await claim.take(self.settings.lease_ms)
+        except ClientIdInUse as exc:
+            raise LinkError(str(exc), f"{exc}: a client id names one connection at a time; close the other "
+                                      "connection or give this one another client-id", "invalid_client_id"
+                            ) from None
+        self._client_id = claim
 
     # -- subscriptions ------------------------------------------------------------------------------
 
@@ -269,12 +302,16 @@ class Link:
             raise LinkError("Too many subscriptions",
                             f"a connection may hold at most {self.settings.max_subscriptions} subscriptions "
                             "(SIGNALBOX_WS_MAX_SUBSCRIPTIONS)", "too_many_subscriptions")
-        sub = Subscription(key, destinations, spec.ack_mode, options=dict(options or {}))
+        durable = (spec.client_id or "", spec.subscription_name) if spec.subscription_name else None
+        sub = Subscription(key, destinations, spec.ack_mode, options=dict(options or {}), durable=durable)
+        # retroactive means nothing for a queue (as in ActiveMQ); durable names are only for topics
+        queue_spec = dataclasses.replace(spec, retroactive=False)
         try:
             for dest in destinations:
                 self._consumer_seq += 1
                 cid = f"{self.connection_id}-{self._consumer_seq}"
-                sub.consumers.append(await self.broker.add_consumer(dest, spec, cid))
+                dest_spec = spec if dest.is_topic else queue_spec
+                sub.consumers.append(await self.broker.add_consumer(dest, dest_spec, cid))
         except BaseException:
             for consumer in sub.consumers:
                 with contextlib.suppress(Exception):
@@ -299,6 +336,28 @@ class Link:
                             "unknown_subscription")
         await self._close_subscription(sub, "unsubscribed")
         return sub
+
+    async def unsubscribe_durable(self, client_id: str, name: str, topic: Destination | None = None) -> int:
+        """Remove the durable subscription (client id, name) and its messages (ActiveMQ's
+        RemoveSubscriptionInfo), first ending this connection's own subscription holding it. Without
+        `topic`, the broker's registry of durable subscriptions says which topic it is on. Returns how
+        many messages went with it; UnknownSubscription when there is none, DurableSubscriptionInUse while
+        another connection consumes from it."""
+        for sub in list(self.subscriptions.values()):
+            if sub.durable == (client_id, name):
+                await self.unsubscribe(sub.key)
+        if topic is None:
+            topic = await self.durable_topic(client_id, name)
+        return int(await self.broker.unsubscribe(topic, client_id=client_id, subscription_name=name))
+
+    async def durable_topic(self, client_id: str, name: str) -> Destination:
+        """The topic the durable subscription (client id, name) is on (a durable key is broker-wide)."""
+        where = await self.broker.redis.hget(registry_key(self.broker.ops),
+                                             durable_registry_field(client_id, name))
+        if where is None:
+            raise UnknownSubscription(f"No durable subscription exists for clientID: {client_id} and "
+                                      f"subscriptionName: {name}")
+        return parse_destination(where.decode())
 
     async def _close_subscription(self, sub: Subscription, reason: str) -> None:
         for consumer in sub.consumers:
@@ -334,7 +393,7 @@ class Link:
         except asyncio.CancelledError:
             raise
         except UnknownConsumer:
-            self._report_lost(f"subscription {sub.key} lost its consumer {cid} (its lease lapsed)")
+            self._consumer_gone(sub, consumer)
         except SlowClient as exc:
             self._report_lost(f"slow client: {exc}")
         except Exception as exc:  # the broker failed: the connection cannot keep its promises
@@ -347,18 +406,20 @@ class Link:
     async def _keep_leases(self) -> None:
         while True:
             await asyncio.sleep(self.settings.renew_every)
+            if self._client_id is not None and not await self._renew_client_id():
+                return
             by_destination: dict[Destination, list[str]] = {}
             for sub in list(self.subscriptions.values()):
                 for consumer in sub.consumers:
                     by_destination.setdefault(consumer.destination, []).append(consumer.consumer_id)
             try:
                 for dest, ids in by_destination.items():
-                    gone = await self.broker.renew_leases(dest, ids, self.settings.lease_ms)
-                    live = {c.consumer_id for s in self.subscriptions.values() for c in s.consumers}
-                    gone = [cid for cid in gone if cid in live]  # not those unsubscribed meanwhile
-                    if gone:
-                        self._report_lost(f"consumers {', '.join(gone)} were closed by the broker "
-                                          "(lease lapsed)")
+                    gone = set(await self.broker.renew_leases(dest, ids, self.settings.lease_ms))
+                    for sub in list(self.subscriptions.values()):  # not those unsubscribed meanwhile
+                        for consumer in sub.consumers:
+                            if consumer.consumer_id in gone:
+                                self._consumer_gone(sub, consumer)
+                    if self._lost_task is not None:
                         return
                     # Consumers of gateway processes that died lapse here: the surviving processes reap
                     # them, so their messages go to live consumers within about one lease.
@@ -367,6 +428,58 @@ class Link:
                 logger.exception("lease renewal failed")
                 self._report_lost(f"lease renewal failed: {exc}")
                 return
+
+    async def _renew_client_id(self) -> bool:
+        assert self._client_id is not None
+        try:
+            renewed = await self._client_id.renew(self.settings.lease_ms)
+        except Exception as exc:
+            logger.exception("renewing the client id failed")
+            self._report_lost(f"renewing client id {self._client_id.client_id} failed: {exc}")
+            return False
+        if not renewed:
+            self._report_lost(f"the claim on client id {self._client_id.client_id} lapsed")
+        return renewed
+
+    # -- consumers closed by the broker ------------------------------------------------------------------
+
+    def _consumer_gone(self, sub: Subscription, consumer: Consumer) -> None:
+        """The broker closed one of the subscription's consumers. Aborted (a slow-consumer strategy or an
+        operator, spec §8.4): the subscription ends and the protocol tells the client. Otherwise its lease
+        lapsed (this process stalled): the connection cannot keep its promises and ends. Runs in a task
+        of its own (the caller may be a pump that closing the subscription cancels)."""
+        if self._closed or self._lost_task is not None:
+            return
+        task = asyncio.get_running_loop().create_task(self._handle_gone(sub, consumer))
+        self._abort_tasks.add(task)
+        task.add_done_callback(self._abort_tasks.discard)
+
+    async def _handle_gone(self, sub: Subscription, consumer: Consumer) -> None:
+        try:
+            notice = await runtime.abort_notice(self.broker, consumer)
+        except Exception as exc:
+            logger.exception("looking up the abort of %s failed", consumer.consumer_id)
+            self._report_lost(f"subscription {sub.key} lost its consumer {consumer.consumer_id}: {exc}")
+            return
+        if notice is None or self.aborted is None:
+            self._report_lost(f"subscription {sub.key} lost its consumer {consumer.consumer_id} "
+                              "(its lease lapsed)")
+            return
+        if self.subscriptions.get(sub.key) is not sub:
+            return  # already ended (unsubscribed, or a second consumer of a composite reported it)
+        del self.subscriptions[sub.key]
+        for ack_id in sub.unacked:
+            self._aborted_acks[ack_id] = None
+        while len(self._aborted_acks) > ABORTED_ACKS_KEPT:
+            self._aborted_acks.popitem(last=False)
+        sub.unacked.clear()
+        # a composite's other consumers go too: ActiveMQ aborts the one consumer the subscription is
+        await self._close_subscription(sub, "aborted")
+        await self.aborted(sub, notice)
+
+    def was_aborted(self, ack_id: str) -> bool:
+        """`ack_id` was delivered by a subscription that the broker aborted since."""
+        return ack_id in self._aborted_acks
 
     # -- acknowledgements -----------------------------------------------------------------------------
 
@@ -459,10 +572,11 @@ class Link:
         if self._closed:
             return
         self._closed = True
-        if self._keeper is not None:
-            self._keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._keeper
+        for task in [self._keeper, *self._abort_tasks]:
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         for name in list(self.transactions):
             tx = self.transactions.pop(name)
             with contextlib.suppress(Exception):
@@ -474,3 +588,6 @@ class Link:
                 await self._close_subscription(sub, "connection closed")
             except Exception:  # the consumer's lease will lapse and the reaper returns its messages
                 logger.exception("closing subscription %s failed", sub.key)
+        if self._client_id is not None:  # last: the id is free once its consumers are gone
+            with contextlib.suppress(Exception):  # else it lapses with its lease
+                await self._client_id.release()

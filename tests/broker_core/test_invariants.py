@@ -1,4 +1,4 @@
-"""A hypothesis state machine drives the queue engine on a real Redis and checks its invariants.
+"""Hypothesis state machines drive the queue engine and the topics on a real Redis and checks its invariants.
 
 Random sends (some grouped, some expiring), consumer opens and closes, lease lapses, receives, acks,
 nacks and poison nacks, expiry sweeps, moves, removes, purges and group resets; after every step: every
@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from broker_core.broker import Broker
 from broker_core.clock import FakeClock
+from broker_core.errors import DurableSubscriptionInUse
 from broker_core.messages import Message
 from broker_core.operations import ConsumerSpec
 
@@ -277,3 +278,194 @@ def test_queue_engine_invariants_hold_under_random_operations(redis_url):
         max_examples=80, stateful_step_count=40, deadline=None,
         suppress_health_check=[HealthCheck.too_slow])
     QueueMachine.TestCase().runTest()
+
+
+# -- topics ----------------------------------------------------------------------------------------
+# TOPICS (issue 5): non-durable, durable (going offline and online, timed out) and retroactive
+# subscriptions, a pending-message limit that evicts, expiring messages. After every step: each
+# subscription holds or has finished every message it matched exactly once - pending, parked, in flight,
+# acknowledged, or evicted / expired with it counted - and holds nothing it did not match; a stored
+# message's reference count is the number of subscriptions holding it, and nothing else is stored.
+
+TOPIC = "inv.t"
+TOPIC_URI = f"topic://{TOPIC}"
+RECOVER = 5
+LIMIT = 3
+
+
+class TopicMachine(RuleBasedStateMachine):
+    redis_url = ""
+
+    @initialize()
+    def setup(self):
+        self.client = redis.Redis.from_url(self.redis_url)
+        self.ns = f"t{uuid.uuid4().hex[:12]}"
+        self.clock = FakeClock()
+        self.broker = Broker(self.client, self.ns, self.clock)
+        self.broker.policies.set_entry("topic", ">", {
+            "pendingMessageLimitStrategy": "constant", "pendingMessageLimit": LIMIT,
+            "subscriptionRecoveryPolicy": "fixedCount", "subscriptionRecoveryMaximumSize": RECOVER,
+            "deadLetterStrategy": "discarding"})
+        self.seq = 0
+        self.opened = 0
+        self.sent: list[tuple[str, str]] = []  # (id, kind) in send order
+        # subscription key -> {"kind": selector kind or None, "name": durable name or None,
+        #   "consumer": Consumer or None (offline), "since": event stream id at its creation,
+        #   "expected": ids it matched, "acked": ids it acknowledged, "fresh": ids received fresh}
+        self.subs: dict[str, dict] = {}
+        self.broker.ensure_destination(TOPIC_URI)
+
+    def teardown(self):
+        keys = list(self.client.scan_iter(match=f"{self.ns}:*", count=1000))
+        if keys:
+            self.client.delete(*keys)
+        self.client.close()
+
+    def _key(self, suffix):
+        return f"{self.ns}:{{t:{TOPIC}}}:{suffix}"
+
+    def _last_event(self):
+        last = self.client.xrevrange(self._key("events"), count=1)
+        return last[0][0].decode() if last else "0"
+
+    def _events(self, sub_key, kind):
+        since = self.subs[sub_key]["since"]
+        return [e[b"msg"].decode() for _, e in self.client.xrange(self._key("events"), f"({since}")
+                if e[b"type"] == kind and e.get(b"sub", b"").decode() == sub_key]
+
+    @rule(n=st.integers(1, 4), kind=st.sampled_from(["a", "b"]), ttl=st.sampled_from([0, 0, 0, 500]))
+    def send(self, n, kind, ttl):
+        batch = []
+        for _ in range(n):
+            self.seq += 1
+            batch.append(Message(body=str(self.seq), properties={"kind": kind},
+                                 expiration=self.clock.now_ms() + ttl if ttl else 0))
+        ids = self.broker.send(TOPIC_URI, batch)
+        for message_id in ids:
+            self.sent.append((message_id, kind))
+            for s in self.subs.values():
+                if s["kind"] in (None, kind):
+                    s["expected"].add(message_id)
+
+    def _subscribe(self, kind, name, prefetch, retroactive):
+        self.opened += 1
+        spec = ConsumerSpec(prefetch=prefetch, selector=f"kind = '{kind}'" if kind else None,
+                            retroactive=retroactive, ack_mode="client-individual",
+                            client_id="inv" if name else None, subscription_name=name)
+        since = self._last_event()
+        c = self.broker.add_consumer(TOPIC_URI, spec, consumer_id=f"c{self.opened}")
+        entry = self.subs.get(c.subscription)
+        if entry is None or entry["kind"] != kind:  # new, or replaced for a changed selector
+            entry = {"kind": kind, "name": name, "since": since, "expected": set(), "acked": set(),
+                     "fresh": []}
+            self.subs[c.subscription] = entry
+        entry["consumer"] = c
+        # What a retroactive subscriber got replayed: from the recovery window, through its selector
+        # (a new retroactive durable also gets what other durables still hold).
+        recovered = set(self._events(c.subscription, b"recover")) - entry["expected"]
+        if name is None:
+            window = {m for m, _ in self.sent[-RECOVER:]}
+            assert recovered <= {m for m in window if m in dict(self.sent) and
+                                 entry["kind"] in (None, dict(self.sent)[m])}
+        entry["expected"] |= recovered
+
+    @precondition(lambda self: sum(1 for s in self.subs.values() if s["consumer"]) < 4)
+    @rule(kind=st.sampled_from([None, "a", "b"]), prefetch=st.sampled_from([1, 2, 5]),
+          retroactive=st.booleans())
+    def open_non_durable(self, kind, prefetch, retroactive):
+        self._subscribe(kind, None, prefetch, retroactive)
+
+    @rule(name=st.sampled_from(["d1", "d2"]), kind=st.sampled_from([None, "a"]), retroactive=st.booleans())
+    def open_durable(self, name, kind, retroactive):
+        if any(s["name"] == name and s["consumer"] for s in self.subs.values()):
+            self.opened += 1
+            spec = ConsumerSpec(client_id="inv", subscription_name=name)
+            with pytest.raises(DurableSubscriptionInUse):
+                self.broker.add_consumer(TOPIC_URI, spec, consumer_id=f"c{self.opened}")
+            return
+        self._subscribe(kind, name, 2, retroactive)
+
+    def _active(self):
+        return sorted(k for k, s in self.subs.items() if s["consumer"])
+
+    @precondition(lambda self: any(s["consumer"] for s in self.subs.values()))
+    @rule(data=st.data(), n=st.integers(1, 4), ack=st.booleans())
+    def receive(self, data, n, ack):
+        key = data.draw(st.sampled_from(self._active()))
+        s = self.subs[key]
+        for d in self.broker.receive(s["consumer"], n):
+            assert d.message_id in s["expected"], f"{key} got {d.message_id} it did not match"
+            if not d.redelivered:
+                assert d.message_id not in s["fresh"], f"{key} got {d.message_id} twice"
+                s["fresh"].append(d.message_id)
+            if ack:
+                self.broker.ack(s["consumer"], d.message_id)
+                s["acked"].add(d.message_id)
+
+    @precondition(lambda self: any(s["consumer"] for s in self.subs.values()))
+    @rule(data=st.data())
+    def close(self, data):
+        key = data.draw(st.sampled_from(self._active()))
+        s = self.subs[key]
+        self.broker.close_consumer(s["consumer"])
+        s["consumer"] = None
+        if not s["name"]:  # a non-durable subscription ends with its consumer
+            del self.subs[key]
+
+    @rule(ms=st.sampled_from([0, 300, 1000, 20_000]))
+    def time_passes_and_offline_durables_time_out(self, ms):
+        self.clock.advance(ms)
+        active = [self.subs[key]["consumer"].consumer_id for key in self._active()]
+        if active:
+            self.broker.renew_leases(TOPIC_URI, active, 30_000)
+        for key in self.broker.expire_offline_durables(TOPIC_URI, 15_000):
+            assert self.subs[key]["name"] and self.subs[key]["consumer"] is None
+            del self.subs[key]
+        self.broker.dispatch(TOPIC_URI)
+
+    # -- invariants ---------------------------------------------------------------------------------
+
+    @invariant()
+    def each_subscription_has_each_matching_message_exactly_once_or_counted(self):
+        stats = {s.key: s for s in self.broker.subscriptions(TOPIC_URI)}
+        assert set(stats) == set(self.subs), "the broker's subscriptions differ from the model's"
+        for key, s in self.subs.items():
+            prefix = f"s:{key}"
+            pending = {m.decode() for m in self.client.zrange(self._key(f"{prefix}:pending"), 0, -1)}
+            parked = {m.decode() for m in self.client.zrange(self._key(f"{prefix}:parked"), 0, -1)}
+            inflight = {m.decode() for m in self.client.hkeys(self._key(f"{prefix}:inflight"))}
+            evicted, expired = set(self._events(key, b"evict")), set(self._events(key, b"expire"))
+            places = {"pending": pending, "parked": parked, "inflight": inflight, "acked": s["acked"],
+                      "evicted": evicted, "expired": expired}
+            for message_id in s["expected"]:
+                found = [name for name, ids in places.items() if message_id in ids]
+                assert len(found) == 1, f"{message_id} of {key} is in {found or 'no place'}"
+            held = pending | parked | inflight
+            assert held <= s["expected"], f"{key} holds {held - s['expected']} it did not match"
+            counted = stats[key]
+            assert (counted.evicted, counted.expired) == (len(evicted), len(expired))
+            if not s["name"]:
+                assert len(pending) <= LIMIT
+
+    @invariant()
+    def a_stored_message_is_counted_once_per_subscription_holding_it(self):
+        holders: dict[str, int] = {}
+        for key in self.subs:
+            held = [m.decode() for m in self.client.zrange(self._key(f"s:{key}:pending"), 0, -1)]
+            held += [m.decode() for m in self.client.zrange(self._key(f"s:{key}:parked"), 0, -1)]
+            held += [m.decode() for m in self.client.hkeys(self._key(f"s:{key}:inflight"))]
+            for m in held:
+                holders[m] = holders.get(m, 0) + 1
+        stored = {m.decode() for m in self.client.hkeys(self._key("msgs"))}
+        refs = {k.decode(): int(v) for k, v in self.client.hgetall(self._key("refs")).items()}
+        assert stored == set(holders), f"stored {stored ^ set(holders)} differs from what is held"
+        assert refs == holders
+
+
+@pytest.mark.e2e
+def test_topic_invariants_hold_under_random_operations(redis_url):
+    TopicMachine.redis_url = redis_url
+    TopicMachine.TestCase.settings = settings(
+        max_examples=60, stateful_step_count=40, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow])
+    TopicMachine.TestCase().runTest()

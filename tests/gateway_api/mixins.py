@@ -158,11 +158,11 @@ async def send(api: httpx.AsyncClient, headers: dict[str, str], *messages: dict[
 
 
 async def consumer(api: httpx.AsyncClient, headers: dict[str, str], destination: str = "orders.eu",
-                   **options: Any) -> str:
-    """Create an HTTP consumer; returns its path (/api/v1/queues/<name>/consumers/<id>)."""
-    response = await api.post(f"/api/v1/queues/{destination}/consumers", json=options, headers=headers)
+                   kind: str = "queues", **options: Any) -> str:
+    """Create an HTTP consumer; returns its path (/api/v1/<kind>/<name>/consumers/<id>)."""
+    response = await api.post(f"/api/v1/{kind}/{destination}/consumers", json=options, headers=headers)
     assert response.status_code == 201, response.text
-    return f"/api/v1/queues/{destination}/consumers/{response.json()['consumer_id']}"
+    return f"/api/v1/{kind}/{destination}/consumers/{response.json()['consumer_id']}"
 
 
 async def receive(api: httpx.AsyncClient, headers: dict[str, str], path: str, max_messages: int = 10,

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def basic(make_user):
     """ActiveMQ clients log in with HTTP Basic (the anchor uses admin/admin)."""
-    make_user("amq", [("queue://>", "admin")])
+    make_user("amq", [("queue://>", "admin"), ("topic://>", "admin")])
     return {"Authorization": "Basic " + base64.b64encode(b"amq:pw").decode()}
 
 
@@ -54,11 +54,16 @@ async def test_priority_defaults_to_5_and_delivery_mode_to_persistent(api, basic
     assert [(m["priority"], m["persistent"]) for m in messages] == [(5, True), (9, False)]
 
 
-async def test_no_type_means_a_topic_which_says_it_is_not_supported_yet(api, basic):
-    response = await api.post("/api/message/orders.eu", content="x", headers=basic)
-    assert "type=queue" in assert_problem(response, 501, "not_supported")["detail"]
-    response = await api.get("/api/message/orders.eu?readTimeout=10", headers=basic)
-    assert_problem(response, 501, "not_supported")
+async def test_no_type_means_a_topic(api, basic):
+    # a topic keeps nothing for subscribers that do not exist yet: the first GET subscribes (204), a
+    # message sent then reaches the kept consumer's subscription, the next GET gets it
+    first = await api.get("/api/message/orders.eu?readTimeout=10&clientId=c1", headers=basic)
+    assert first.status_code == 204
+    sent = await api.post("/api/message/orders.eu", content="to the topic", headers=basic)
+    assert sent.status_code == 200
+    got = await api.get("/api/message/orders.eu?readTimeout=2000&clientId=c1", headers=basic)
+    assert (got.status_code, got.text, got.headers["destination"]) == (200, "to the topic",
+                                                                        "topic://orders.eu")
     # the queue:// prefix wins over a missing type, and the destination parameter over the path
     sent = await api.post("/api/message", params={"destination": "queue://orders.eu"}, content="x",
                           headers=basic)

@@ -145,13 +145,17 @@ async def test_malformed_json_and_bad_names_are_problems(api, alice):
     assert_problem(response, 400, "invalid_destination")
 
 
-async def test_topics_say_they_are_not_supported_yet(api, make_user):
+async def test_a_composite_reaches_a_queue_and_a_topics_subscribers(api, make_user):
     user = await blocking(make_user)("t", [(">", "admin"), ("topic://>", "admin")])
-    response = await api.post("/api/v1/topics/prices/messages", json={"body": "x"}, headers=user)
-    assert "not yet supported" in assert_problem(response, 501, "not_supported")["detail"]
+    path = await consumer(api, user, "prices", kind="topics")
     response = await api.post("/api/v1/messages", params={"destination": "orders,topic://prices"},
                               json={"body": "x"}, headers=user)
-    assert_problem(response, 501, "not_supported")
+    assert response.status_code == 201, response.text
+    assert response.json()["destinations"] == ["queue://orders", "topic://prices"]
+    (got,) = await receive(api, user, path)
+    assert (got["body"], got["destination"]) == ("x", "topic://prices")
+    browse = (await api.get("/api/v1/queues/orders/messages", headers=user)).json()["messages"]
+    assert [m["body"] for m in browse] == ["x"]
 
 
 async def test_a_scheduled_message_is_delivered_after_its_delay(api, alice):

@@ -89,6 +89,25 @@ def gateway(gateway_data):
     assert "Traceback" not in output, output
 
 
+TWO_GATEWAYS_LEASE_MS = 2000
+
+
+@pytest.fixture
+def two_gateways(gateway_data, request):
+    """Two more gateway processes on the session's namespace, with a short consumer lease
+    (TWO_GATEWAYS_LEASE_MS), for tests that kill one; both are killed at the end."""
+    from tests.helpers.gateway_server import spawn_gateway, wait_listening
+
+    data_dir, namespace = gateway_data
+    servers = [spawn_gateway(data_dir, namespace, f"{request.node.name[:40]}-{n}",
+                             SIGNALBOX_WS_LEASE_MS=str(TWO_GATEWAYS_LEASE_MS)) for n in range(2)]
+    for server in servers:
+        wait_listening(server)
+    yield servers
+    for server in servers:
+        server.kill()
+
+
 @pytest.fixture
 def broker(gateway, redis_client):
     """A blocking broker client on the gateway's namespace, to look at broker state."""

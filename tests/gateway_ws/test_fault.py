@@ -9,24 +9,12 @@ import uuid
 
 import pytest
 
-from tests.helpers.gateway_server import spawn_gateway, wait_listening
+from tests.gateway_ws.conftest import TWO_GATEWAYS_LEASE_MS
 from tests.helpers.stomp_client import Client
 
 pytestmark = pytest.mark.e2e
 
-LEASE_MS = 2000
-
-
-@pytest.fixture
-def two_gateways(gateway_data):
-    data_dir, namespace = gateway_data
-    servers = [spawn_gateway(data_dir, namespace, f"fault-{n}", SIGNALBOX_WS_LEASE_MS=str(LEASE_MS))
-               for n in range(2)]
-    for server in servers:
-        wait_listening(server)
-    yield servers
-    for server in servers:
-        server.kill()
+LEASE_MS = TWO_GATEWAYS_LEASE_MS
 
 
 def test_killing_the_gateway_of_a_subscriber_redelivers_its_unacked_messages_elsewhere(two_gateways):

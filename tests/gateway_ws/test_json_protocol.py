@@ -110,7 +110,11 @@ async def test_binary_bodies_travel_as_base64():
 
 @pytest.mark.parametrize(("fields", "code"), [
     ({"type": "frob"}, "unknown_type"),
-    ({"type": "subscribe", "subscription": "s", "destination": "topic://t"}, "not_supported"),
+    ({"type": "subscribe", "subscription": "s", "destination": "queue://x", "subscription_name": "d",
+      "client_id": "c"}, "invalid_consumer"),
+    ({"type": "subscribe", "subscription": "s", "destination": "topic://t", "subscription_name": "d"},
+     "invalid_consumer"),
+    ({"type": "unsubscribe", "subscription_name": "nope", "client_id": "c"}, "unknown_subscription"),
     ({"type": "subscribe", "subscription": "s", "destination": "queue://x", "selector": "a >"},
      "invalid_selector"),
     ({"type": "subscribe", "subscription": "s", "destination": "queue://x", "prefetch": 0},

@@ -1,25 +1,38 @@
 -- Shared helpers. Every script receives KEYS[1] = the destination's key prefix, e.g. "sb:{q:orders}".
 -- All other keys of the destination are derived from it and so share its hash tag (one cluster slot).
-local P = KEYS[1]
-local K_META = P .. ':meta'          -- hash: counters, sequences, dispatch-pass state, exclusive owner
-local K_POLICY = P .. ':policy'      -- hash: the resolved policy entry (camelCase attribute names)
-local K_MSGS = P .. ':msgs'          -- hash: message id -> packed message (msgpack array, see message.lua)
-local K_PENDING = P .. ':pending'    -- zset: message id -> dispatch order score
-local K_INFLIGHT = P .. ':inflight'  -- hash: message id -> "<consumer>|<pending score>"
-local K_REDELIV = P .. ':redeliv'    -- hash: message id -> redelivery counter (only when > 0)
-local K_GFIRST = P .. ':gfirst'      -- set: ids flagged JMSXGroupFirstForConsumer
-local K_CONSUMERS = P .. ':consumers'-- hash: consumer id -> packed consumer definition
-local K_CORDER = P .. ':corder'      -- list: consumer ids in dispatch order (priority, rotation)
-local K_LEASES = P .. ':leases'      -- zset: consumer id -> lease expiry (ms)
-local K_PASSFULL = P .. ':passfull'  -- set: consumers found full during the current dispatch pass
-local K_GROUPS = P .. ':groups'      -- hash: group id (or bucket) -> "<consumer>|<assigned ms>"
-local K_GLRU = P .. ':glru'          -- zset: group id -> recency (cached map LRU; bucket map name cache)
-local K_EVENTS = P .. ':events'      -- stream: lifecycle events
-local K_PARKED = P .. ':parked'      -- zset: message id -> time it becomes visible (redelivery delay, schedule)
-local K_PARKINFO = P .. ':parkinfo'  -- hash: parked message id -> its pending score when it comes back
-local K_FWD = P .. ':fwd'            -- hash: message id -> packed forward (dead letter, move) to deliver
-local K_SCHED = P .. ':sched'        -- hash: repeating scheduled message id -> packed job
-local K_AUDIT = P .. ':audit'        -- zset: recently enqueued ids -> broker sequence (duplicate detection)
+-- Topics (docs/broker_core.md "Topics"): a subscription is run by the same scripts as a queue, under its
+-- own prefix "<topic prefix>:s:<subscription key>" inside the topic's hash tag. Its dispatch state is its
+-- own; what the topic shares (the policy, the messages stored once, the event stream, forwards) lives
+-- under the topic prefix TP. For a queue TP == P and SUB is nil. `use_prefix` switches a script between
+-- subscriptions (a topic send fans out to several in one call).
+local P, TP, SUB
+local K_META, K_POLICY, K_MSGS, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER
+local K_LEASES, K_PASSFULL, K_GROUPS, K_GLRU, K_EVENTS, K_PARKED, K_PARKINFO, K_FWD, K_SCHED, K_AUDIT
+local function use_prefix(prefix)
+  P = prefix
+  local topic, sub = string.match(prefix, '^(.-}):s:(.+)$')
+  if topic then TP, SUB = topic, sub else TP, SUB = prefix, nil end
+  K_META = P .. ':meta'          -- hash: counters, sequences, dispatch-pass state, exclusive owner
+  K_POLICY = TP .. ':policy'     -- hash: the resolved policy entry (camelCase attribute names)
+  K_MSGS = TP .. ':msgs'         -- hash: message id -> packed message (msgpack array, see message.lua)
+  K_PENDING = P .. ':pending'    -- zset: message id -> dispatch order score
+  K_INFLIGHT = P .. ':inflight'  -- hash: message id -> "<consumer>|<pending score>"
+  K_REDELIV = P .. ':redeliv'    -- hash: message id -> redelivery counter (only when > 0)
+  K_GFIRST = P .. ':gfirst'      -- set: ids flagged JMSXGroupFirstForConsumer
+  K_CONSUMERS = P .. ':consumers'-- hash: consumer id -> packed consumer definition
+  K_CORDER = P .. ':corder'      -- list: consumer ids in dispatch order (priority, rotation)
+  K_LEASES = P .. ':leases'      -- zset: consumer id -> lease expiry (ms)
+  K_PASSFULL = P .. ':passfull'  -- set: consumers found full during the current dispatch pass
+  K_GROUPS = P .. ':groups'      -- hash: group id (or bucket) -> "<consumer>|<assigned ms>"
+  K_GLRU = P .. ':glru'          -- zset: group id -> recency (cached map LRU; bucket map name cache)
+  K_EVENTS = TP .. ':events'     -- stream: lifecycle events
+  K_PARKED = P .. ':parked'      -- zset: message id -> time it becomes visible (redelivery delay, schedule)
+  K_PARKINFO = P .. ':parkinfo'  -- hash: parked message id -> its pending score when it comes back
+  K_FWD = TP .. ':fwd'           -- hash: message id -> packed forward (dead letter, move) to deliver
+  K_SCHED = P .. ':sched'        -- hash: repeating scheduled message id -> packed job
+  K_AUDIT = P .. ':audit'        -- zset: recently enqueued ids -> broker sequence (duplicate detection)
+end
+use_prefix(KEYS[1])
 
 local function K_C(cid) return P .. ':c:' .. cid end              -- hash: per-consumer counters
 local function K_CINF(cid) return P .. ':c:' .. cid .. ':inflight' end -- zset: id -> dispatch seq
@@ -48,10 +61,15 @@ local POLICY_NAMES = {
   'maximumRedeliveries', 'initialRedeliveryDelay', 'redeliveryDelay', 'useExponentialBackOff',
   'backOffMultiplier', 'maximumRedeliveryDelay', 'useCollisionAvoidance', 'deadLetterTarget',
   'processExpired', 'processNonPersistent', 'enableAudit', 'maxQueueAuditDepth', 'maxExpirePageSize',
+  -- FLOW (includes/flow.lua) and ADVISORY (includes/advisory.lua)
+  'producerFlowControl', 'memoryLimit', 'sendFailIfNoSpace', 'sendFailIfNoSpaceAfterTimeout',
+  'advisoryForSlowConsumers', 'advisoryWhenFull', 'advisoryForDiscardingMessages', 'advisoryForDelivery',
+  'advisoryForConsumed', 'advisoryForDispatched', 'advisoryForFastProducers', 'includeBodyForAdvisory',
 }
 local POLICY_DEFAULTS = {
   '0', '0', '1', '0', '0', '0', 'cached', '1024', '1024', '200', '1', '100000', '1000', '4194304', '256',
   '6', '1000', '1000', '0', '5.0', '-1', '0', 'queue://ActiveMQ.DLQ', '1', '0', '1', '2048', '400',
+  '1', '0', '-1', '-1', '0', '0', '0', '0', '0', '0', '0', '0',
 }
 local _policy = nil
 local function policy()
@@ -96,7 +114,20 @@ local function meta_incr(field, by)
   return redis.call('HINCRBY', K_META, field, by or 1)
 end
 
+-- ADVISORY (FLOW helper, issue 5 item 7): events ActiveMQ advises about become advisory messages.
+--@include advisory
+
 -- Append one lifecycle event (docs/broker_core.md lists the types and fields).
+-- A subscription's events carry its key ('sub') on the topic's stream.
 local function emit(kind, ...)
-  redis.call('XADD', K_EVENTS, 'MAXLEN', '~', policy()['eventsMaxLen'], '*', 'type', kind, 'ts', NOW, ...)
+  if SUB then
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', policy()['eventsMaxLen'], '*', 'type', kind, 'ts', NOW,
+               'sub', SUB, ...)
+  else
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', policy()['eventsMaxLen'], '*', 'type', kind, 'ts', NOW, ...)
+  end
+  advise(kind, ...)  -- ADVISORY: includes/advisory.lua
 end
+
+-- Memory usage and producer flow control (FLOW, issue 5 item 6): every script keeps the counts.
+--@include flow

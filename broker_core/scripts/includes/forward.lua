@@ -9,7 +9,7 @@ local FWD = { n = 0 }
 
 -- The flags a script returns (includes/dispatch.lua) say 2 when forwards wait for the caller.
 local function with_forward_flag(flags)
-  if FWD.n > 0 then return bit.bor(flags, 2) end
+  if FWD.n > 0 or ADVISE.n > 0 then return bit.bor(flags, 2) end  -- ADVISE: includes/advisory.lua
   return flags
 end
 
@@ -35,6 +35,7 @@ local function dead_letter(id, m, blob, cause, cause_arg)
   if keep then
     queue_forward(id, blob, target, cause, cause_arg)
     meta_incr('deadlettered')
+    ADVISE.blob = blob  -- ADVISORY: the MessageDLQd advisory carries a copy
     emit('deadletter', 'msg', id, 'target', target, 'cause', cause, 'detail', cause_arg or '')
   else
     meta_incr('discarded')

@@ -1,8 +1,24 @@
 -- How messages leave a destination or go back to it. Each path counts and logs what happened.
 
 -- Forget a message's stored state once it has left the destination.
+-- TOPICS: a topic's message is stored once for all its subscriptions, with a reference count in
+-- <topic>:refs; it is deleted (and its memory released, on the topic's meta) when the last
+-- subscription is done with it.
 local function drop_message(id)
-  redis.call('HDEL', K_MSGS, id)
+  if SUB then
+    if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
+      local own_meta = K_META
+      K_META = TP .. ':meta'
+      memory_release(redis.call('HSTRLEN', K_MSGS, id))
+      K_META = own_meta
+      redis.call('HDEL', K_MSGS, id)
+      redis.call('HDEL', TP .. ':refs', id)
+      redis.call('ZREM', TP .. ':order', id)
+    end
+  else
+    memory_release(redis.call('HSTRLEN', K_MSGS, id))  -- flow.lua: 0 bytes when it is not stored
+    redis.call('HDEL', K_MSGS, id)
+  end
   redis.call('HDEL', K_REDELIV, id)
   redis.call('SREM', K_GFIRST, id)
 end
@@ -13,6 +29,7 @@ local function expire_message(id, m, blob)
   meta_incr('expired')
   meta_incr('dequeued')
   local expiration = tonumber(m[M_EXPIRATION]) or 0
+  ADVISE.blob = blob  -- ADVISORY: the Expired advisory carries a copy (it is gone from K_MSGS)
   emit('expire', 'msg', id, 'expiration', expiration)
   dead_letter(id, m, blob, 'expired', expiration)
 end
@@ -59,6 +76,7 @@ end
 -- producers' ids, so deliveries never meet another message's id.)
 local function schedule_job(id, blob, m, at)
   redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, tonumber(m[M_PERIOD]), tonumber(m[M_REPEAT]), 0 }))
+  memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
   redis.call('ZADD', K_PARKED, at, id)
   redis.call('HSET', K_PARKINFO, id, 'job')
   PARK.next = nil
@@ -71,6 +89,7 @@ local function fire_scheduled(id, at)
   local m = unpack_message(blob)
   local seq = meta_incr('seq')
   redis.call('HSET', K_MSGS, delivery, blob)
+  memory_charge(#blob)
   pending_add(delivery, pending_score(seq, m[M_PRIORITY]))
   meta_incr('enqueued')
   emit('enqueue', 'msg', delivery, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob,
@@ -80,6 +99,7 @@ local function fire_scheduled(id, at)
     redis.call('ZADD', K_PARKED, at + period, id)
   else
     redis.call('HDEL', K_SCHED, id)
+    memory_release(#blob)
     redis.call('ZREM', K_PARKED, id)
     redis.call('HDEL', K_PARKINFO, id)
   end
@@ -149,6 +169,50 @@ local function recompute_exclusive_owner(removed_def, removed_id)
   if now_owner ~= owner and now_owner ~= '' then emit('exclusive_owner', 'consumer', now_owner) end
 end
 
+-- TOPICS: the end of a subscription (docs/broker_core.md "Topics"). Every message it holds (pending,
+-- parked, in flight) is released from the shared store and counted on the topic as 'sub_removed'.
+local function remove_subscription(reason)
+  local dropped = 0
+  local function drop_all(ids)
+    for _, id in ipairs(ids) do
+      drop_message(id)
+      dropped = dropped + 1
+    end
+  end
+  drop_all(redis.call('ZRANGE', K_PENDING, 0, -1))
+  drop_all(redis.call('ZRANGE', K_PARKED, 0, -1))
+  drop_all(redis.call('HKEYS', K_INFLIGHT))
+  local keys = { K_META, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER, K_LEASES,
+    K_PASSFULL, K_GROUPS, K_GLRU, K_PARKED, K_PARKINFO, K_SCHED, K_AUDIT,
+    P .. ':maint', P .. ':slowcons' }
+  for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do
+    redis.call('HDEL', TP .. ':subof', cid)
+    keys[#keys + 1] = K_C(cid)
+    keys[#keys + 1] = K_CINF(cid)
+    keys[#keys + 1] = K_COUT(cid)
+    keys[#keys + 1] = K_CGRP(cid)
+  end
+  redis.call('DEL', unpack(keys))
+  redis.call('HDEL', TP .. ':subs', SUB)
+  redis.call('LREM', TP .. ':sorder', 0, SUB)
+  if dropped > 0 then redis.call('HINCRBY', TP .. ':meta', 'sub_removed', dropped) end
+  emit('subscription_remove', 'reason', reason, 'dropped', dropped)
+  return dropped
+end
+
+-- TOPICS: a subscription's consumer went away (closed, lease lapsed, aborted). A non-durable
+-- subscription ends with it (its messages are dropped, as a TopicSubscription's are); a durable one goes
+-- offline and keeps receiving, its unacknowledged messages back in its pending list.
+local function subscription_consumer_gone(cid, reason)
+  redis.call('HDEL', TP .. ':subof', cid)
+  if redis.call('HGET', K_META, 'durable') == '1' then
+    redis.call('HSET', K_META, 'active', '', 'offline_since', NOW)
+    emit('subscription_offline', 'consumer', cid, 'reason', reason)
+  else
+    remove_subscription(reason)
+  end
+end
+
 -- Close consumer `cid` (client close, lapsed lease, abort): spec §1.8 and §3.4.
 local function close_consumer(cid, reason)
   local packed = redis.call('HGET', K_CONSUMERS, cid)
@@ -178,5 +242,6 @@ local function close_consumer(cid, reason)
   redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
   reset_pass()
   emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
+  if SUB then subscription_consumer_gone(cid, reason) end  -- TOPICS
   return true
 end

@@ -1,0 +1,157 @@
+"""Advisory topics (spec §11): ActiveMQ's names, and the advisory messages built from lifecycle events.
+
+The scripts decide which events are advised (scripts/includes/advisory.lua: the event types ActiveMQ
+advises about, gated by the destination's policy flags as ActiveMQ gates them) and record each one in
+the destination's forwarding hash in the same atomic step as the event; `operations.forward` then calls
+`build` and publishes the result on the advisory topic, which is an ordinary topic: subscribe to it like
+any other. An advisory is only recorded while its topic exists (someone has subscribed to it), since a
+topic message without subscriptions is dropped anyway.
+
+The topics, the events they come from, their properties and their policy gates are listed in
+docs/broker_core.md (Advisory topics).
+
+`<T>` is `Queue` or `Topic`. ActiveMQ's advisory carries a data structure (ConsumerInfo, RemoveInfo, the
+message copy); Signalbox sends it as a JSON text body (`{"ConsumerInfo": {...}}`, `{"message": {...}}`),
+the form ActiveMQ gives STOMP clients that ask for JSON. A message copy has no body unless the policy's
+`includeBodyForAdvisory`. Advisory messages are non-persistent, of JMSType `Advisory`, and are never
+generated about advisory topics.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from typing import Any
+
+import msgpack
+
+from .destinations import Destination, parse_destination
+from .messages import Message, TypedValue, unpack_delivery
+
+PREFIX = "ActiveMQ.Advisory."
+BROKER_NAME = "localhost"  # ActiveMQ's default brokerName, sent as originBrokerName
+KINDS = ("Consumer", "Expired", "MessageDLQd", "SlowConsumer", "FULL", "FastProducer", "MessageDiscarded",
+         "MessageDelivered", "MessageConsumed", "MessageDispatched")
+
+
+def is_advisory(destination: str | Destination) -> bool:
+    dest = destination if isinstance(destination, Destination) else parse_destination(destination)
+    return dest.is_topic and dest.name.startswith(PREFIX)
+
+
+def topic(kind: str, destination: str | Destination) -> Destination:
+    """The advisory topic of `kind` (one of KINDS) about `destination`, e.g.
+    topic("Consumer", "queue://orders") -> topic://ActiveMQ.Advisory.Consumer.Queue.orders."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown advisory kind {kind!r}; one of {', '.join(KINDS)}")
+    dest = destination if isinstance(destination, Destination) else parse_destination(destination)
+    return Destination("topic", f"{PREFIX}{kind}.{'Topic' if dest.is_topic else 'Queue'}.{dest.name}")
+
+
+def destination_topic(destination: Destination) -> Destination:
+    """ActiveMQ.Advisory.Queue or ActiveMQ.Advisory.Topic: destinations created and removed."""
+    return Destination("topic", f"{PREFIX}{'Topic' if destination.is_topic else 'Queue'}")
+
+
+def destination_changed(ops: Any, dest: Destination, now: int, added: bool) -> Any:
+    """The DestinationInfo advisory for a destination just created (`added`) or deleted, if anybody
+    subscribed to it. A creation's advisory goes through the new destination's forwarding hash like the
+    others; a deletion's is published directly, since the destination and its hash are gone."""
+    from .operations import Command  # operations imports this module
+
+    if is_advisory(dest):
+        return
+    topic = destination_topic(dest)
+    if not (yield Command(("EXISTS", f"{ops.prefix(topic)}:meta"))):
+        return
+    advisory_id = f"ID:advisory:{dest.tag}:{'add' if added else 'remove'}:{uuid.uuid4().hex[:12]}"
+    kind = "destination_add" if added else "destination_remove"
+    event = msgpack.packb({"advisory": "Destination", "type": kind, "uri": dest.uri, "fields": {}, "ts": now})
+    if added:
+        yield Command(("HSET", f"{ops.prefix(dest)}:fwd", f"{advisory_id}|{topic.uri}",
+                       msgpack.packb([topic.uri, "advisory", event, b"", 0])))
+        yield from ops.forward(dest, now)
+        return
+    from .topic_ops import finish_send
+
+    reply = yield from ops._eval("topic_send", topic, now, 0, "forward", advisory_id,
+                                 build(advisory_id, event, b"", now), "", "")
+    yield from finish_send(ops, topic, now, reply[reply.index(b"") + 1:])
+
+
+def _message_json(message_id: str, source: str, blob: bytes, include_body: bool) -> dict[str, Any]:
+    """The message copy an advisory carries, as JSON (no body unless includeBodyForAdvisory)."""
+    if not blob:
+        return {"messageId": message_id, "destination": source}
+    d = unpack_delivery(message_id, source, "", blob, 0, False)
+    props = {k: (v.value if isinstance(v, TypedValue) else v) for k, v in d.properties.items()}
+    out: dict[str, Any] = {
+        "messageId": message_id, "destination": source, "priority": d.priority, "persistent": d.persistent,
+        "timestamp": d.timestamp, "expiration": d.expiration, "correlationId": d.correlation_id,
+        "type": d.type, "groupId": d.group_id, "groupSeq": d.group_seq,
+        "originalDestination": d.original_destination, "properties": props,
+    }
+    if include_body:
+        out["body"] = d.body if isinstance(d.body, str) else base64.b64encode(d.body).decode()
+        out["bodyEncoding"] = "text" if isinstance(d.body, str) else "base64"
+    return out
+
+
+def build(advisory_id: str, packed_event: bytes, blob: bytes, now: int) -> bytes:
+    """The packed advisory message for an event the scripts recorded (see the module docstring)."""
+    event = msgpack.unpackb(packed_event, raw=False)
+    kind, source, fields = event["advisory"], event["uri"], event.get("fields") or {}
+    if isinstance(fields, list):  # an empty Lua table packs as an array
+        fields = {}
+    include_body = bool(event.get("body"))
+    props: dict[str, Any] = {"originBrokerName": BROKER_NAME}
+    msg_id = fields.get("msg")
+    if kind == "Destination":
+        body = {"DestinationInfo": {"destination": source, "operationType":
+                                    0 if event["type"] == "destination_add" else 1}}
+    elif kind == "Consumer":
+        props["consumerCount"] = TypedValue("int", int(event.get("count", 0)))
+        if event["type"] == "consumer_add":
+            info = {"consumerId": fields.get("consumer"), "destination": source,
+                    "prefetchSize": _int(fields.get("prefetch")), "priority": _int(fields.get("priority")),
+                    "exclusive": fields.get("exclusive") in ("1", "true"),
+                    "selector": fields.get("selector") or None}
+            body: dict[str, Any] = {"ConsumerInfo": info}
+        else:
+            body = {"RemoveInfo": {"objectId": fields.get("consumer"), "destination": source,
+                                   "reason": fields.get("reason")}}
+    elif kind == "SlowConsumer":
+        props["consumerId"] = fields.get("consumer", "")
+        body = {"ConsumerInfo": {"consumerId": fields.get("consumer"), "destination": source}}
+    elif kind == "FULL":
+        usage = f"{source}:memory" if fields.get("scope") == "destination" else "default:memory"
+        props["usageName"] = usage
+        props["usageCount"] = TypedValue("long", _int(fields.get("used")))
+        body = {"usage": {"name": usage, "used": _int(fields.get("used")), "limit": _int(fields.get("limit")),
+                          "need": _int(fields.get("need"))}}
+    elif kind == "FastProducer":
+        props["producerId"] = ""  # producers are not tracked by broker_core
+        body = {"ProducerInfo": {"destination": source}}
+    else:  # a message event: the advisory carries a copy of the message
+        props["orignalMessageId"] = msg_id or ""
+        if kind in ("MessageDiscarded", "MessageDelivered", "MessageConsumed", "MessageDispatched"):
+            props["orignalDestination"] = source
+        consumer_id = fields.get("consumer") or fields.get("sub")
+        if kind in ("MessageDiscarded", "MessageDispatched", "MessageConsumed") and consumer_id:
+            props["consumerId"] = consumer_id
+        if kind == "MessageDLQd":
+            props = {"originBrokerName": BROKER_NAME}  # ActiveMQ adds nothing else to this one
+        body = {"message": _message_json(msg_id or "", source, blob, include_body)}
+    body["event"] = {"type": event["type"], "time": event.get("ts"), **fields}
+    message = Message(body=json.dumps(body, separators=(",", ":")), content_type="application/json",
+                      type="Advisory", persistent=False, message_id=advisory_id, properties=props,
+                      timestamp=int(event.get("ts") or now))
+    return message.pack(now)[1]
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return 0

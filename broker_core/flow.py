@@ -1,0 +1,213 @@
+"""Producer flow control and memory usage (spec §9): the broker-wide limit, waiting for space, the error.
+
+The counting is done by the scripts (scripts/includes/flow.lua): a destination's usage is the bytes its
+stored messages take (packed size, at least `minimumMessageSize`), the broker's usage the sum over all
+destinations, in `<ns>:usage`. A send that would take either past its limit stores nothing; this module
+then waits for space (re-running the send) or raises `ResourceAllocationError`, as the policy says:
+
+- `producerFlowControl = false`: no limit applies to that destination's producers;
+- `sendFailIfNoSpace = true` (policy, else the broker's setting): fail at once;
+- otherwise wait, up to `sendFailIfNoSpaceAfterTimeout` ms (policy, else the broker's; 0 means ActiveMQ's
+  "wait until there is space", which here is bounded by `MAX_SEND_WAIT_MS` so no caller hangs for ever).
+
+Forwards (dead letters, moves, virtual destinations) are exempt, as ActiveMQ exempts its DLQ sends.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .destinations import Destination
+from .errors import BrokerError, InvalidPolicy
+
+DEFAULT_MEMORY_LIMIT = 1 << 30  # SystemUsage's memory limit: 1 GB (the scripts use the same default)
+MAX_SEND_WAIT_MS = 60_000  # the longest a send waits when the policy says "until there is space"
+FIRST_POLL_MS, MAX_POLL_MS = 10, 250  # re-try a waiting send after 10 ms, doubling up to 250 ms
+RETRY_AFTER_S = 1.0  # what adapters tell a refused producer (HTTP Retry-After)
+FLOW_DOC = "See http://activemq.apache.org/producer-flow-control.html for more info"
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """A request to the driver (broker.py): wait `ms` milliseconds, reply with the clock's time."""
+
+    ms: int
+
+
+class ResourceAllocationError(BrokerError):
+    """A send refused by producer flow control (ActiveMQ's ResourceAllocationException). `details` name
+    the destination, which limit (`scope` "destination" or "broker"), the limit and usage in bytes, what
+    the send needed, how long it waited, and `retry_after` (seconds) for the adapters (HTTP 503)."""
+
+    code = "resource_limit"
+
+    @property
+    def retry_after(self) -> float:
+        return float(self.details.get("retry_after", RETRY_AFTER_S))
+
+
+@dataclass(frozen=True)
+class SystemUsage:
+    """The broker-wide settings (ActiveMQ's <systemUsage>): the memory limit over every destination's
+    stored bytes, and the defaults a policy that leaves them unset inherits."""
+
+    memory_limit: int = DEFAULT_MEMORY_LIMIT
+    send_fail_if_no_space: bool = False
+    send_fail_if_no_space_after_timeout: int = 0
+
+    _NAMES = {"memoryLimit": "memory_limit", "sendFailIfNoSpace": "send_fail_if_no_space",
+              "sendFailIfNoSpaceAfterTimeout": "send_fail_if_no_space_after_timeout"}
+
+    def __post_init__(self) -> None:
+        limit = self.memory_limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidPolicy(f"systemUsage memoryLimit must be a number of bytes >= 0 (0 = no limit), "
+                                f"got {limit!r}", key="memoryLimit")
+        if not isinstance(self.send_fail_if_no_space, bool):
+            raise InvalidPolicy(f"systemUsage sendFailIfNoSpace must be true or false, got "
+                                f"{self.send_fail_if_no_space!r}", key="sendFailIfNoSpace")
+        timeout = self.send_fail_if_no_space_after_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
+            raise InvalidPolicy(f"systemUsage sendFailIfNoSpaceAfterTimeout must be milliseconds >= 0, got "
+                                f"{timeout!r}", key="sendFailIfNoSpaceAfterTimeout")
+
+    @classmethod
+    def from_config(cls, data: Mapping[str, Any], *, source: str = "systemUsage") -> SystemUsage:
+        """From the `[systemUsage]` table of the configuration file (camelCase names)."""
+        if not isinstance(data, Mapping):
+            raise InvalidPolicy(f"{source} must be a table")
+        unknown = sorted(set(data) - set(cls._NAMES))
+        if unknown:
+            raise InvalidPolicy(f"{source}: unknown setting {unknown[0]!r} (expected one of "
+                                f"{', '.join(cls._NAMES)})", key=unknown[0])
+        return cls(**{cls._NAMES[k]: v for k, v in data.items()})
+
+
+def load_system_usage(path: str | Path) -> SystemUsage:
+    """The `[systemUsage]` table of a TOML configuration file (defaults when there is none)."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise InvalidPolicy(f"configuration file {str(path)!r} does not exist", file=str(path)) from None
+    except tomllib.TOMLDecodeError as error:
+        raise InvalidPolicy(f"{path}: not valid TOML: {error}", file=str(path)) from None
+    try:
+        return SystemUsage.from_config(data.get("systemUsage", {}))
+    except InvalidPolicy as error:
+        raise InvalidPolicy(f"{path}: {error.message}", **{**error.details, "file": str(path)}) from None
+
+
+def usage_key(namespace: str) -> str:
+    """The broker-wide usage hash the scripts keep (includes/flow.lua)."""
+    return f"{namespace}:usage"
+
+
+def configure(broker: Any, usage: SystemUsage) -> None:
+    """Apply broker-wide settings; every process sees them at its next send (they live in Redis)."""
+    broker.redis.hset(usage_key(broker.namespace), mapping={
+        "limit": usage.memory_limit,
+        "sendFailIfNoSpace": "1" if usage.send_fail_if_no_space else "0",
+        "sendFailIfNoSpaceAfterTimeout": usage.send_fail_if_no_space_after_timeout,
+    })
+
+
+@dataclass(frozen=True)
+class MemoryUsage:
+    """Bytes held against a limit; `percent_usage` as ActiveMQ's Usage reports it (floor, may pass 100)."""
+
+    used: int
+    limit: int
+
+    @property
+    def percent_usage(self) -> int:
+        return percent(self.used, self.limit)
+
+
+def percent(used: int, limit: int) -> int:
+    return used * 100 // limit if limit > 0 else 0
+
+
+def broker_memory(broker: Any) -> MemoryUsage:
+    """The broker-wide memory usage (BrokerView's MemoryPercentUsage, MemoryLimit)."""
+    used, limit = broker.redis.hmget(usage_key(broker.namespace), "used", "limit")
+    return MemoryUsage(int(used or 0), int(limit) if limit is not None else DEFAULT_MEMORY_LIMIT)
+
+
+# -- used by operations.py ------------------------------------------------------------------------------
+
+def is_full(reply: list[Any]) -> bool:
+    return len(reply) > 1 and reply[0] == b"" and reply[1] == b"full"
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _limit_text(scope: str, used: int, limit: int, need: int) -> str:
+    which = "destination memoryLimit" if scope == "destination" else "broker memory limit (systemUsage)"
+    return f"{which} {limit} bytes, {used} used, this send needs {need}"
+
+
+def refusal_error(dest: Destination, reply: list[Any], waited_ms: int,
+                  capped: bool) -> ResourceAllocationError:
+    scope, used, limit, need = _text(reply[2]), int(reply[3]), int(reply[4]), int(reply[7])
+    details: dict[str, Any] = {"destination": dest.uri, "scope": scope, "limit": limit, "usage": used,
+                               "need": need, "waited_ms": waited_ms, "retry_after": RETRY_AFTER_S}
+    usage = _limit_text(scope, used, limit, need)
+    if need > limit:
+        which = "destination memoryLimit" if scope == "destination" else "broker memory limit"
+        text = (f"Usage Manager Memory Limit reached on {dest.uri}: the send needs {need} bytes, more than "
+                f"the {which} of {limit}; it can never fit. {FLOW_DOC}")
+    elif waited_ms:
+        bound = " (the longest Signalbox waits)" if capped else " (sendFailIfNoSpaceAfterTimeout)"
+        text = (f"Usage Manager Memory Limit Wait Timeout. Stopping producer to prevent flooding {dest.uri}: "
+                f"waited {waited_ms} ms{bound}; {usage}. {FLOW_DOC}")
+    else:
+        text = f"Usage Manager Memory Limit reached on {dest.uri}: {usage}. {FLOW_DOC}"
+    return ResourceAllocationError(text, **details)
+
+
+def send_when_space(ops: Any, dest: Destination, now: int, args: list[Any], script: str = "send") -> Any:
+    """Run the send script (`send`, or `topic_send`; args as the operation builds them, origin at args[1]);
+    while the send does not fit, wait and re-run it or raise, per the policy. Returns the script's reply
+    once the messages are stored."""
+    reply = yield from ops._eval(script, dest, now, *args)
+    waited, pause = 0, FIRST_POLL_MS
+    if is_full(reply):
+        yield from ops.forward(dest, now)  # the FULL advisory the refusal may have recorded (advisory.py)
+    while is_full(reply):
+        fail_now, timeout, need, limit = int(reply[5]), int(reply[6]), int(reply[7]), int(reply[4])
+        capped = timeout <= 0
+        deadline = MAX_SEND_WAIT_MS if capped else timeout
+        if fail_now or need > limit or waited >= deadline:
+            if waited:
+                yield from _record_blocked(ops, dest, waited)
+            raise refusal_error(dest, reply, waited, capped)
+        step = min(pause, deadline - waited)
+        now = yield Sleep(step)
+        waited += step
+        pause = min(pause * 2, MAX_POLL_MS)
+        args = [args[0], _retry(args[1]), *args[2:]]
+        reply = yield from ops._eval(script, dest, now, *args)
+    if waited:
+        yield from _record_blocked(ops, dest, waited)
+    return reply
+
+
+def _retry(origin: str | bytes) -> str | bytes:
+    """The origin of a send re-run after waiting: 'producer' becomes 'retry' (its routing plan kept)."""
+    if isinstance(origin, bytes) and origin.startswith(b"producer"):
+        return b"retry" + origin[len(b"producer"):]
+    return "retry" if origin == "producer" else origin
+
+
+def _record_blocked(ops: Any, dest: Destination, waited: int) -> Any:
+    from .operations import Command  # operations imports this module
+
+    yield Command(("HINCRBY", f"{ops.prefix(dest)}:meta", "blocked_ms", waited))

@@ -1,0 +1,96 @@
+-- Advisory messages (spec §11; broker_core/advisory.py builds the messages and names the topics).
+--
+-- emit() hands every lifecycle event here. One that ActiveMQ advises about is recorded in the
+-- destination's forwarding hash in the same atomic step, under '<advisory id>|<advisory topic>', and
+-- operations.forward publishes it on the topic (a crash in between leaves the record for the maintenance
+-- job; the topic drops an id it already has). Nothing is recorded for an advisory topic that does not
+-- exist (nobody ever subscribed: ActiveMQ drops a topic message without subscriptions) nor about an
+-- advisory topic itself. That existence check reads a key outside this destination's hash tag, like
+-- flow.lua's broker-wide usage (docs/broker_core.md).
+local ADVISE = { n = 0, blob = nil, flags = nil, dest = nil }
+
+-- Event type -> {advisory kind, the policy flag that gates it ('' = always)}.
+local ADVISORY_EVENTS = {
+  consumer_add = { 'Consumer', '' }, consumer_remove = { 'Consumer', '' },
+  expire = { 'Expired', '' }, deadletter = { 'MessageDLQd', '' },
+  slow = { 'SlowConsumer', 'advisoryForSlowConsumers' },  -- ungated for queues (5.17.3+), see below
+  full = { 'FULL', 'advisoryWhenFull' },
+  evict = { 'MessageDiscarded', 'advisoryForDiscardingMessages' },
+  enqueue = { 'MessageDelivered', 'advisoryForDelivery' },
+  ack = { 'MessageConsumed', 'advisoryForConsumed' },
+  dispatch = { 'MessageDispatched', 'advisoryForDispatched' },
+}
+local ADVISORY_FLAGS = { 'advisoryForSlowConsumers', 'advisoryWhenFull', 'advisoryForDiscardingMessages',
+  'advisoryForDelivery', 'advisoryForConsumed', 'advisoryForDispatched', 'advisoryForFastProducers',
+  'includeBodyForAdvisory' }
+
+-- The policy's advisory flags (from the policy values every script reads once, base.lua).
+local function advisory_flags()
+  if not ADVISE.flags then
+    ADVISE.flags = {}
+    for _, flag in ipairs(ADVISORY_FLAGS) do ADVISE.flags[flag] = policy_flag(flag) end
+  end
+  return ADVISE.flags
+end
+
+-- This destination as advisories name it, read once per script call; false for an advisory topic.
+local function advisory_source()
+  if ADVISE.dest == nil then
+    local uri = redis.call('HGET', TP .. ':meta', 'uri') or ''
+    local scheme, name = string.match(uri, '^(%a+)://(.*)$')
+    if not name or string.sub(name, 1, 18) == 'ActiveMQ.Advisory.' then
+      ADVISE.dest = false
+    else
+      local ns = string.match(TP, '^(.-):{')
+      ADVISE.dest = { uri = uri, name = name, type = scheme == 'topic' and 'Topic' or 'Queue', ns = ns,
+                      tag = string.sub(TP, #ns + 3, -2) }
+    end
+  end
+  return ADVISE.dest
+end
+
+local function advise_on(kind, src, event, id, blob)
+  local topic = 'ActiveMQ.Advisory.' .. kind .. '.' .. src.type .. '.' .. src.name
+  if redis.call('EXISTS', src.ns .. ':{t:' .. topic .. '}:meta') == 0 then return end
+  if blob == nil then
+    blob = id and redis.call('HGET', TP .. ':msgs', id) or ''
+    if not blob then blob = '' end
+  end
+  local seq = redis.call('HINCRBY', TP .. ':meta', 'fwdseq', 1)
+  local advisory_id = 'ID:advisory:' .. src.tag .. ':' .. seq
+  event.advisory = kind
+  redis.call('HSET', TP .. ':fwd', advisory_id .. '|topic://' .. topic,
+             cmsgpack.pack({ 'topic://' .. topic, 'advisory', cmsgpack.pack(event), blob, seq }))
+  ADVISE.n = ADVISE.n + 1
+end
+
+-- Called by emit() with the event's type and fields. ADVISE.blob, when a caller set it, is the packed
+-- message the event is about (it may already be gone from K_MSGS, e.g. an expired one).
+local function advise(kind, ...)
+  local blob = ADVISE.blob
+  ADVISE.blob = nil
+  local spec = ADVISORY_EVENTS[kind]
+  if not spec then return end
+  local flags = advisory_flags()  -- gated events (most sends, dispatches, acks) stop here: one HMGET
+  local gate = spec[2]
+  local maybe = kind == 'slow' or (kind == 'full' and flags['advisoryForFastProducers'])
+  if gate ~= '' and not flags[gate] and not maybe then return end
+  local src = advisory_source()
+  if not src then return end
+  if kind == 'slow' and src.type == 'Queue' then gate = '' end
+  local kinds = {}
+  if gate == '' or flags[gate] then kinds[#kinds + 1] = spec[1] end
+  if kind == 'full' and flags['advisoryForFastProducers'] then kinds[#kinds + 1] = 'FastProducer' end
+  if #kinds == 0 then return end
+  local flat = { ... }
+  local fields = {}
+  for i = 1, #flat - 1, 2 do fields[tostring(flat[i])] = tostring(flat[i + 1]) end
+  if SUB then fields.sub = SUB end  -- a topic subscription's event (MessageDiscarded names it)
+  local event = { type = kind, uri = src.uri, fields = fields, ts = NOW,
+                  body = flags['includeBodyForAdvisory'] and 1 or 0 }
+  if kind == 'consumer_add' or kind == 'consumer_remove' then
+    -- ConsumerCount as ActiveMQ counts it: on a topic, offline durable subscriptions too
+    event.count = redis.call('HLEN', TP .. (src.type == 'Topic' and ':subs' or ':consumers'))
+  end
+  for _, advisory in ipairs(kinds) do advise_on(advisory, src, event, fields.msg, blob) end
+end

@@ -1,0 +1,47 @@
+-- Durable subscriptions' administration (spec §7.4). KEYS[1] = the topic's prefix. ARGV: now, op, ...
+--   unsubscribe key client name -> messages dropped with it. Refused while a consumer is attached
+--       ("Durable consumer is in use") and for a missing subscription (ActiveMQ's text).
+--   expire_offline timeout -> keys of the durable subscriptions removed for having been offline at least
+--       `timeout` ms (offlineDurableSubscriberTimeout; TopicRegion.doCleanup), with their messages.
+--   delete -> every subscription removed with its messages (the topic is being deleted).
+--@include base
+--@include dispatch
+--@include topic
+NOW = tonumber(ARGV[1])
+local op = ARGV[2]
+if op == 'unsubscribe' then
+  local key, client, name = ARGV[3], ARGV[4], ARGV[5]
+  if not redis.call('HGET', TP .. ':subs', key) then
+    return fail('NO_SUBSCRIPTION', 'No durable subscription exists for clientID: ' .. client ..
+                ' and subscriptionName: ' .. name)
+  end
+  TOPIC.switch(key)
+  if (redis.call('HGET', K_META, 'active') or '') ~= '' then
+    return fail('DURABLE_IN_USE', 'Durable consumer is in use')
+  end
+  return remove_subscription('unsubscribed')
+elseif op == 'expire_offline' then
+  local timeout = tonumber(ARGV[3])
+  local removed = {}
+  for _, s in ipairs(TOPIC.subscriptions()) do
+    if s.def.durable then
+      TOPIC.switch(s.key)
+      local state = redis.call('HMGET', K_META, 'active', 'offline_since')
+      local since = tonumber(state[2] or '')
+      if (state[1] or '') == '' and since and NOW - since >= timeout then
+        remove_subscription('offline_timeout')
+        removed[#removed + 1] = s.key
+      end
+      TOPIC.switch(nil)
+    end
+  end
+  return removed
+elseif op == 'delete' then
+  for _, s in ipairs(TOPIC.subscriptions()) do
+    TOPIC.switch(s.key)
+    remove_subscription('destination_deleted')
+    TOPIC.switch(nil)
+  end
+  return 1
+end
+return redis.error_reply('INVALID_OPERATION unknown topic operation ' .. tostring(op))

@@ -1,0 +1,129 @@
+-- Publish messages on a topic (spec §7.1): each message is stored once and put in the pending list of
+-- every subscription it matches (selector, noLocal), which then runs a dispatch chunk; a message no
+-- subscription matches is dropped and counted ('no_subscription'). Non-durable subscriptions then apply
+-- the topic slow rule and their pending-message limit (includes/topic.lua).
+-- KEYS[1] = the topic's prefix. ARGV: now, budget, origin ('producer' or 'forward'), then per message:
+-- id, packed, retain ('' | 'set' | 'clear': ActiveMQ.Retain, decided by operations.py), retained copy.
+-- Returns {status per message..., '', dispatched, flags, hold_until, subscription keys whose pass has
+-- more...}; statuses as send.lua's.
+--@include base
+--@include dispatch
+--@include topic
+--@include virtual
+NOW = tonumber(ARGV[1])
+-- VIRTUAL (FLOW helper): the origin may carry a routing plan (includes/virtual.lua): composite topics,
+-- virtual topics' consumer queues. Copies are recorded in the same step; operations.forward delivers them.
+local origin, plan = split_origin(ARGV[3])
+local missing = require_destination()
+if missing then return missing end
+local limit = policy_num('maxMessageSize') or 0
+local max_props = tonumber(policy()['maxPropertyCount']) or 0
+if origin == 'forward' then limit, max_props = 0, 0 end
+local unpacked = {}
+for i = 4, #ARGV, 4 do
+  local id, blob = ARGV[i], ARGV[i + 1]
+  if limit > 0 and #blob > limit then
+    return fail('MESSAGE_TOO_LARGE', 'message ' .. id .. ' is ' .. #blob ..
+      ' bytes packed, over the destination limit maxMessageSize=' .. limit)
+  end
+  local m = unpack_message(blob)
+  local props = m[M_PROPS]
+  if max_props > 0 and type(props) == 'table' and #props / 3 > max_props then
+    return fail('TOO_MANY_PROPERTIES', 'message ' .. id .. ' has ' .. (#props / 3) ..
+      ' properties, over the destination limit maxPropertyCount=' .. max_props)
+  end
+  if (tonumber(m[M_REPEAT]) or 0) > 0 then
+    return fail('TOPIC_REPEAT', 'message ' .. id .. ': repeating scheduled messages (AMQ_SCHEDULED_REPEAT) '
+      .. 'are not supported on topics; send it to a queue or without a repeat')
+  end
+  unpacked[i] = m
+end
+if origin == 'producer' or origin == 'retry' then  -- producer flow control, as send.lua (flow.lua)
+  local need = 0
+  for i = 4, #ARGV, 4 do need = need + message_charge(#ARGV[i + 1]) end
+  local full = memory_refusal(need)
+  if full then
+    if origin == 'producer' then
+      meta_incr('blocked_sends')
+      emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
+    end
+    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need }
+  end
+end
+
+local audit = policy_flag('enableAudit')
+local audit_depth = policy_num('maxQueueAuditDepth')
+local subs = TOPIC.subscriptions()
+local touched, touched_order = {}, {}
+local out = {}
+for i = 4, #ARGV, 4 do
+  local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
+  if redis.call('HEXISTS', K_MSGS, id) == 1 or (audit and redis.call('ZSCORE', K_AUDIT, id)) then
+    meta_incr('duplicates')
+    emit('duplicate', 'msg', id)
+    out[#out + 1] = 'duplicate'
+  elseif is_expired(m) then
+    meta_incr('expired_on_arrival')
+    emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
+    dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
+    out[#out + 1] = 'expired'
+  elseif not route_virtual(id, blob, m, plan) then
+    out[#out + 1] = 'forwarded'  -- VIRTUAL: a forward-only composite topic keeps nothing
+  else
+    local seq = meta_incr('seq')
+    if audit then
+      redis.call('ZADD', K_AUDIT, seq, id)
+      if seq % 64 == 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, -audit_depth - 1) end
+    end
+    meta_incr('enqueued')
+    TOPIC.recovery_add(id, ARGV[i + 3] ~= '' and ARGV[i + 3] or blob, seq, ARGV[i + 2])
+    local matched, view = {}, nil
+    for _, s in ipairs(subs) do
+      local ok
+      ok, view = TOPIC.matches(s, id, m, view)
+      if ok then matched[#matched + 1] = s end
+    end
+    if #matched == 0 then
+      -- Topic.onMessageWithNoConsumers: nobody to hold it, so it is not stored.
+      meta_incr('no_subscription')
+      emit('no_subscription', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'size', #blob)
+    else
+      TOPIC.store(id, blob, #matched, seq)
+      emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob,
+           'subscriptions', #matched)
+      for _, s in ipairs(matched) do
+        if not touched[s.key] then
+          touched[s.key] = { s = s, ids = {}, msgs = {} }
+          touched_order[#touched_order + 1] = s.key
+        end
+        local entry = touched[s.key]
+        entry.ids[#entry.ids + 1] = id
+        entry.msgs[#entry.msgs + 1] = m
+      end
+    end
+    out[#out + 1] = 'ok'
+  end
+end
+
+local dispatched, flags, hold = 0, 0, 0
+local more_keys = {}
+local budget = tonumber(ARGV[2])
+for _, key in ipairs(touched_order) do
+  local entry = touched[key]
+  TOPIC.switch(key)
+  TOPIC.add_all_to_current(entry.ids, entry.msgs)
+  local d, more, h = dispatch_chunk(budget)
+  dispatched = dispatched + d
+  if more == 1 then more_keys[#more_keys + 1] = key end
+  if h > 0 and (hold == 0 or h < hold) then hold = h end
+  if not entry.s.def.durable then TOPIC.after_send(entry.ids) end
+end
+TOPIC.switch(nil)
+if #more_keys > 0 then flags = 1 end
+flags = with_forward_flag(flags)
+out[#out + 1] = ''
+out[#out + 1] = dispatched
+out[#out + 1] = flags
+out[#out + 1] = hold
+for _, key in ipairs(more_keys) do out[#out + 1] = key end
+return out

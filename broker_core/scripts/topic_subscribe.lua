@@ -1,0 +1,104 @@
+-- Subscribe a consumer to a topic (spec §7.2-§7.5): a non-durable subscription is created for it; a
+-- durable one (client id + subscription name) is created, re-activated, or replaced when its selector or
+-- noLocal changed (its messages dropped). A second active consumer on a durable subscription is refused
+-- with ActiveMQ's text. Retroactive consumers get what the recovery policy kept.
+-- KEYS[1] = the topic's prefix. ARGV: now, budget, consumer id, packed consumer definition, lease ms,
+-- requested prefetch (-1 = client default), subscription key, packed subscription definition,
+-- retroactive ('1'/'0'), client id, subscription name.
+-- Returns {dispatched, flags, hold_until, effective prefetch, recovered, 'new'|'changed'|'existing'}.
+--@include base
+--@include dispatch
+--@include topic
+NOW = tonumber(ARGV[1])
+local missing = require_destination()
+if missing then return missing end
+local cid, packed, lease_ms, requested = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local key, sub_packed, retroactive = ARGV[7], ARGV[8], ARGV[9] == '1'
+local client, name = ARGV[10], ARGV[11]
+local sub_def = cmsgpack.unpack(sub_packed)
+local durable = sub_def.durable == true
+
+if redis.call('HEXISTS', TP .. ':subof', cid) == 1 then
+  return fail('CONSUMER_EXISTS', 'consumer ' .. cid .. ' is already registered on this destination')
+end
+local state = 'existing'
+local existing = redis.call('HGET', TP .. ':subs', key)
+if existing and not durable then
+  return fail('CONSUMER_EXISTS', 'consumer ' .. cid .. ' is already registered on this destination')
+end
+if existing then
+  TOPIC.switch(key)
+  if (redis.call('HGET', K_META, 'active') or '') ~= '' then
+    return fail('DURABLE_IN_USE', 'Durable consumer is in use for client: ' .. client ..
+                ' and subscriptionName: ' .. name)
+  end
+  local old = cmsgpack.unpack(existing)
+  if (old.selector_text or '') ~= (sub_def.selector_text or '') or (old.nolocal == true) ~= (sub_def.nolocal == true) then
+    remove_subscription('changed')  -- TopicRegion.hasDurableSubChanged: a new subscription replaces it
+    existing = nil
+    state = 'changed'
+  end
+  TOPIC.switch(nil)
+end
+if not existing then
+  if state ~= 'changed' then state = 'new' end
+  redis.call('HSET', TP .. ':subs', key, sub_packed)
+  redis.call('RPUSH', TP .. ':sorder', key)
+  TOPIC.switch(key)
+  redis.call('HSET', K_META, 'uri', redis.call('HGET', TP .. ':meta', 'uri') or '', 'created', NOW,
+             'durable', durable and '1' or '0', 'client', client, 'name', name,
+             'selector', sub_def.selector_text or '', 'nolocal', sub_def.nolocal and '1' or '0')
+  emit('subscription_add', 'durable', durable and 1 or 0, 'client', client, 'name', name,
+       'selector', sub_def.selector_text or '')
+else
+  TOPIC.switch(key)
+end
+
+-- The prefetch: the policy's value replaces the client default (§1.5); durable 100 (or 1000, the
+-- optimize-acknowledge default), non-durable 32767.
+local pol = TOPIC.policy()
+local prefetch = requested
+if durable then
+  if requested < 0 or requested == 100 or requested == 1000 then prefetch = tonumber(pol['durableTopicPrefetch']) end
+elseif requested < 0 or requested == 32767 then
+  prefetch = tonumber(pol['topicPrefetch'])
+end
+
+redis.call('HSET', K_CONSUMERS, cid, packed)
+redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'acked', 0, 'added', NOW,
+           'prefetch', prefetch)
+redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
+redis.call('RPUSH', K_CORDER, cid)
+redis.call('HSET', K_META, 'active', cid)
+redis.call('HDEL', K_META, 'offline_since')
+redis.call('HSET', TP .. ':subof', cid, key)
+redis.call('HDEL', TP .. ':aborted', cid)  -- a reused id does not inherit an old abort notice
+redis.call('ZREM', TP .. ':aborted:at', cid)
+consumer_joined(cid)
+local def = cmsgpack.unpack(packed)
+emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', 0, 'prefetch', prefetch,
+     'selector', def.selector_text or '')
+if durable and state == 'existing' then emit('subscription_online', 'consumer', cid) end
+
+-- §7.5 retroactive consumers.
+local recovered = 0
+local replayed = nil
+local s = { key = key, def = sub_def }
+if durable then
+  if retroactive then
+    -- The wrapped recovery policy only when the subscription has nothing pending; the retained message
+    -- always. A new subscription also catches up on what is stored for other durable subscriptions.
+    local empty = redis.call('ZCARD', K_PENDING) == 0 and redis.call('HLEN', K_INFLIGHT) == 0
+    recovered = TOPIC.replay(s, TOPIC.recovery_items(empty))
+    if state ~= 'existing' then recovered = recovered + TOPIC.replay(s, TOPIC.durable_backlog(key)) end
+  end
+elseif retroactive or pol['alwaysRetroactive'] == '1' or pol['alwaysRetroactive'] == 'true' then
+  replayed = {}
+  recovered = TOPIC.replay(s, TOPIC.recovery_items(true), replayed)
+end
+
+local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+-- Recovered messages reach a non-durable subscription as any other (TopicSubscription.add): its
+-- pending-message limit applies to them.
+if replayed and #replayed > 0 then TOPIC.after_send(replayed) end
+return {dispatched, more, hold, prefetch, recovered, state}

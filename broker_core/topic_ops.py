@@ -1,0 +1,297 @@
+"""The topic operations (spec §7, §8.5), written like operations.py's: generators that yield Redis calls.
+
+`Operations` hands topic destinations to these functions; the scripts are scripts/topic_*.lua and the
+queue scripts run under each subscription's prefix (topics.py explains the layout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from . import flow, virtual
+from .destinations import Destination
+from .errors import DurableSubscriptionInUse, InvalidConsumer, UnknownConsumer, UnknownDestination
+from .messages import Message
+from .operations import (
+    PASS_HAS_MORE,
+    Command,
+    Consumer,
+    ConsumerSpec,
+    DestinationStats,
+    DispatchResult,
+    Policy,
+    SentId,
+    SweepResult,
+    _memory_stats,
+    _str,
+)
+from .topics import (
+    Subscription,
+    SubscriptionStats,
+    durable_key,
+    durable_registry_field,
+    non_durable_key,
+    pack_for_topic,
+)
+
+if TYPE_CHECKING:
+    from .operations import Op, Operations
+    from .policy import PolicyEntry
+
+
+def registry_key(ops: Operations) -> str:
+    """<ns>:durables: `client id \\0 subscription name` -> the topic uri it is on (a durable key is
+    broker-wide: subscribing to another topic under the same key replaces the subscription)."""
+    return f"{ops.namespace}:durables"
+
+
+def subscription_keys(ops: Operations, topic: Destination) -> Op:
+    reply = yield Command(("LRANGE", f"{ops.prefix(topic)}:sorder", 0, -1))
+    return [_str(k) for k in reply]
+
+
+def send(ops: Operations, dest: Destination, messages: Iterable[Message], now: int) -> Op:
+    args: list[Any] = [0, (yield from virtual.origin(ops, dest, "producer"))]  # VIRTUAL (FLOW helper)
+    ids: list[str] = []
+    for message in messages:
+        message_id, blob, retain, copy = pack_for_topic(message, now)
+        ids.append(message_id)
+        args += [message_id, blob, retain, copy]
+    # FLOW: waits for space or raises, as a queue send does (flow.py)
+    reply = yield from flow.send_when_space(ops, dest, now, args, script="topic_send")
+    split = reply.index(b"")
+    yield from finish_send(ops, dest, now, reply[split + 1:])
+    return [SentId(message_id, _str(status)) for message_id, status in zip(ids, reply[:split], strict=True)]
+
+
+def finish_send(ops: Operations, dest: Destination, now: int, tail: list[Any]) -> Op:
+    """After topic_send: forwards (dead letters of evictions, expiries) and the passes that have more."""
+    flags = int(tail[1])
+    if flags & 2:
+        yield from ops.forward(dest, now)
+    for key in tail[3:]:
+        sub = Subscription(dest.kind, dest.name, _str(key))
+        yield from ops._continue_dispatch(sub, now, PASS_HAS_MORE, 0)
+
+
+def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, cid: str,
+              packed: bytes, selector_compiled: str | None) -> Op:
+    durable = spec.subscription_name is not None
+    client = spec.client_id or ""
+    name = spec.subscription_name or ""
+    if durable:
+        key = durable_key(client, name)
+        field = durable_registry_field(client, name)
+        where = yield Command(("HGET", registry_key(ops), field))
+        if where is not None and _str(where) != dest.uri:
+            # Re-subscribing with another destination replaces the subscription (TopicRegion.addConsumer).
+            old = Destination("topic", _str(where).removeprefix("topic://"))
+            try:
+                yield from unsubscribe(ops, old, client, name, now, reason="changed")
+            except DurableSubscriptionInUse:
+                raise DurableSubscriptionInUse(
+                    f"Durable consumer is in use for client: {client} and subscriptionName: {name}",
+                    client_id=client, subscription_name=name) from None
+            except UnknownDestination:
+                pass
+    else:
+        key = non_durable_key(cid)
+    sub_def = {"selector": selector_compiled, "selector_text": spec.selector if selector_compiled else None,
+               "nolocal": spec.no_local, "conn": spec.connection_id, "client": spec.client_id,
+               "name": spec.subscription_name, "durable": durable, "priority": spec.priority}
+    sub_packed = msgpack.packb({k: v for k, v in sub_def.items() if v is not None})
+    requested = -1 if spec.prefetch is None else spec.prefetch
+    reply = yield from ops._eval("topic_subscribe", dest, now, 0, cid, packed, spec.lease_ms, requested, key,
+                                 sub_packed, "1" if spec.retroactive else "0", client, name)
+    if durable:
+        yield Command(("HSET", registry_key(ops), durable_registry_field(client, name), dest.uri))
+    sub = Subscription(dest.kind, dest.name, key)
+    result = yield from ops._continue_dispatch(sub, now, int(reply[1]), int(reply[2]))
+    return Consumer(dest, cid, spec.ack_mode, prefetch=int(reply[3]), hold_until=result.hold_until,
+                    subscription=key)
+
+
+def unsubscribe(ops: Operations, dest: Destination, client_id: str, subscription_name: str, now: int,
+                reason: str = "unsubscribed") -> Op:
+    """Delete an offline durable subscription and its messages; returns how many messages went."""
+    if not client_id or not subscription_name:
+        raise InvalidConsumer("unsubscribe needs the client id and the subscription name",
+                              field="subscription_name")
+    exists = yield Command(("EXISTS", f"{ops.prefix(dest)}:policy"))
+    if not exists:
+        raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
+    dropped = yield from ops._eval("topic_admin", dest, now, "unsubscribe",
+                                   durable_key(client_id, subscription_name), client_id, subscription_name)
+    yield Command(("HDEL", registry_key(ops), durable_registry_field(client_id, subscription_name)))
+    return int(dropped)
+
+
+def expire_offline_durables(ops: Operations, dest: Destination, timeout_ms: int | None, now: int) -> Op:
+    """Remove the durable subscriptions offline for `timeout_ms` (None: the policy's
+    offlineDurableSubscriberTimeout) or more; returns their keys."""
+    if timeout_ms is None:
+        entry: PolicyEntry = yield Policy(dest)
+        timeout_ms = entry.offline_durable_subscriber_timeout
+    if timeout_ms < 0:
+        return []
+    # The registry entries of the removed ones go too: read them before the script deletes the metas.
+    keys = yield from subscription_keys(ops, dest)
+    names: dict[str, tuple[str, str]] = {}
+    for key in keys:
+        if key.startswith("d."):
+            raw = yield Command(("HMGET", f"{ops.prefix(Subscription(dest.kind, dest.name, key))}:meta",
+                                 "client", "name"))
+            names[key] = (_str(raw[0] or b""), _str(raw[1] or b""))
+    removed = yield from ops._eval("topic_admin", dest, now, "expire_offline", timeout_ms)
+    out = [_str(k) for k in removed]
+    for key in out:
+        if key in names:
+            yield Command(("HDEL", registry_key(ops), durable_registry_field(*names[key])))
+    return out
+
+
+def home(ops: Operations, dest: Destination, consumer_id: str, known: str | None) -> Op:
+    """The subscription a topic consumer belongs to."""
+    if known is None:
+        raw = yield Command(("HGET", f"{ops.prefix(dest)}:subof", consumer_id))
+        if raw is None:
+            raise UnknownConsumer(f"no consumer {consumer_id} on {dest.uri}", consumer_id=consumer_id)
+        known = _str(raw)
+    return Subscription(dest.kind, dest.name, known)
+
+
+def renew(ops: Operations, dest: Destination, consumer_ids: list[str], lease_ms: int, now: int) -> Op:
+    missing: list[str] = []
+    for cid in consumer_ids:
+        try:
+            sub = yield from home(ops, dest, cid, None)
+        except UnknownConsumer:
+            missing.append(cid)
+            continue
+        missing += (yield from ops.renew(sub, [cid], lease_ms, now))
+    return missing
+
+
+def for_each_subscription(ops: Operations, dest: Destination) -> Op:
+    keys = yield from subscription_keys(ops, dest)
+    return [Subscription(dest.kind, dest.name, key) for key in keys]
+
+
+def reap(ops: Operations, dest: Destination, now: int, limit: int) -> Op:
+    closed: list[str] = []
+    for sub in (yield from for_each_subscription(ops, dest)):
+        closed += (yield from ops.reap(sub, now, limit - len(closed)))
+        if len(closed) >= limit:
+            break
+    return closed
+
+
+def dispatch(ops: Operations, dest: Destination, now: int) -> Op:
+    dispatched, hold = 0, 0
+    for sub in (yield from for_each_subscription(ops, dest)):
+        result = yield from ops.dispatch(sub, now)
+        dispatched += result.dispatched
+        if result.hold_until and (not hold or result.hold_until < hold):
+            hold = result.hold_until
+    return DispatchResult(dispatched, hold)
+
+
+def sweep_expired(ops: Operations, dest: Destination, now: int) -> Op:
+    """One page of each subscription's expiry sweep."""
+    examined = expired = 0
+    done = True
+    for sub in (yield from for_each_subscription(ops, dest)):
+        page = yield from ops.sweep_expired(sub, now)
+        examined += page.examined
+        expired += page.expired
+        done = done and page.done
+    return SweepResult(examined, expired, done)
+
+
+def subscription_stats(ops: Operations, sub: Subscription, now: int) -> Op:
+    st: DestinationStats = yield from ops.stats(sub, now)
+    raw = yield Command(("HGETALL", f"{ops.prefix(sub)}:meta"))
+    meta = {_str(k): _str(v) for k, v in raw.items()}
+    consumer = st.consumers[0] if st.consumers else None
+    durable = meta.get("durable") == "1"
+
+    def count(name: str) -> int:
+        return int(meta.get(name, 0))
+
+    return SubscriptionStats(
+        key=sub.key, durable=durable, client_id=meta.get("client") or None,
+        subscription_name=meta.get("name") or None, selector=meta.get("selector") or None,
+        no_local=meta.get("nolocal") == "1", consumer_id=meta.get("active") or None,
+        active=bool(meta.get("active")), offline_since=int(meta["offline_since"]) if meta.get("offline_since")
+        else None, created=count("created"), pending=st.pending, in_flight=st.in_flight, parked=st.parked,
+        enqueued=count("enqueued"), dispatched=count("dispatched"), dequeued=count("dequeued"),
+        evicted=count("evicted"), dropped=count("dropped"), expired=count("expired"),
+        deadlettered=count("deadlettered"), discarded=count("discarded"),
+        prefetch=consumer.prefetch if consumer else 0, slow_since=consumer.slow_since if consumer else None,
+    ), st.consumers
+
+
+def subscriptions(ops: Operations, dest: Destination, now: int) -> Op:
+    out: list[SubscriptionStats] = []
+    for sub in (yield from for_each_subscription(ops, dest)):
+        stats, _ = yield from subscription_stats(ops, sub, now)
+        out.append(stats)
+    return out
+
+
+def stats(ops: Operations, dest: Destination, now: int) -> Op:
+    """The topic's view (§14.2): its counters, its subscriptions, and their consumers; QueueSize is 0
+    for topics, as in ActiveMQ (AMQ-2586)."""
+    raw = yield Command(("HGETALL", f"{ops.prefix(dest)}:meta"))
+    meta = {_str(k): _str(v) for k, v in raw.items()}
+    if "uri" not in meta:
+        raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
+    subs: list[SubscriptionStats] = []
+    consumers = []
+    for sub in (yield from for_each_subscription(ops, dest)):
+        one, cons = yield from subscription_stats(ops, sub, now)
+        subs.append(one)
+        consumers += cons
+    fwd = yield Command(("HLEN", f"{ops.prefix(dest)}:fwd"))
+    # FLOW: the memory limit in force (the topic's memoryLimit, else the broker's), as for queues
+    limits = [(yield Command(("HGET", f"{ops.prefix(dest)}:policy", "memoryLimit"))) or b"0",
+              (yield Command(("HGET", flow.usage_key(ops.namespace), "limit"))) or b""]
+
+    def count(name: str) -> int:
+        return int(meta.get(name, 0))
+
+    def total(name: str) -> int:
+        return sum(getattr(s, name) for s in subs)
+
+    return DestinationStats(
+        destination=dest.uri, queue_size=0, pending=total("pending"), in_flight=total("in_flight"),
+        enqueued=count("enqueued"), dequeued=total("dequeued"), dispatched=total("dispatched"),
+        expired=count("expired") + total("expired"), expired_on_arrival=count("expired_on_arrival"),
+        deadlettered=count("deadlettered") + total("deadlettered"),
+        discarded=count("discarded") + total("discarded"), parked=total("parked"), forwarding=int(fwd),
+        purged=0, moved=0, cancelled=0, duplicates=count("duplicates"), skipped=0, last_pass_skipped=0,
+        consumer_count=len(subs), group_count=0, paused=False, exclusive_owner=None, consumers=consumers,
+        **_memory_stats(meta, limits),  # FLOW
+        subscriptions=subs, no_subscription=count("no_subscription"),
+        durable_active=sum(1 for s in subs if s.durable and s.active),
+        durable_offline=sum(1 for s in subs if s.durable and not s.active),
+        evicted=total("evicted"), removed_with_subscription=count("sub_removed"),
+    )
+
+
+def delete(ops: Operations, dest: Destination, now: int) -> Op:
+    """Delete a topic: every subscription (its consumers learn it from UNKNOWN_CONSUMER), then the
+    topic's own keys. Returns how many messages were stored."""
+    stored = yield Command(("HLEN", f"{ops.prefix(dest)}:msgs"))
+    fields = yield Command(("HGETALL", registry_key(ops)))
+    for field, uri in fields.items():
+        if _str(uri) == dest.uri:
+            yield Command(("HDEL", registry_key(ops), field))
+    yield from ops._eval("topic_admin", dest, now, "delete")
+    prefix = ops.prefix(dest)
+    yield Command(("DEL", *[f"{prefix}:{name}" for name in
+                            ("subs", "sorder", "subof", "refs", "order", "retain", "recov", "recovmsg")]))
+    return int(stored)

@@ -1,0 +1,472 @@
+"""Virtual destinations (spec §10): composite queues and topics, virtual topics, mirrored queues, and
+client-side composites (`A,B,topic://C`).
+
+The configuration (`[virtualDestinations]` in the TOML file, see signalbox.example.toml) lives in Redis
+(`<ns>:virtual`, JSON, with `<ns>:virtual:version`) so every process routes alike. For each send this
+module works out a routing plan: the destinations that get a copy (with a selector for a
+filteredDestination) and whether the message is also kept where it was sent. The send script records each
+copy in the destination's forwarding hash in the same atomic step that accepts the message
+(scripts/includes/virtual.lua); `operations.forward` then delivers the copies, each target's send being its
+own atomic step, and a process that dies in between leaves the records for the maintenance job. A target
+drops an id it already has, so nothing arrives twice.
+
+As in ActiveMQ (BrokerService.createDefaultDestinationInterceptor), `useVirtualTopics` (default true, the
+`VirtualTopic.>` topic fanned out to `Consumer.*.VirtualTopic.>` queues) and `useMirroredQueues` apply only
+when no virtual destination is configured explicitly: configuring any `compositeQueue`, `compositeTopic`,
+`virtualTopic` or `mirroredQueue` replaces the defaults, so list the virtual topic again if it is wanted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from .destinations import Destination, matches, parse_destination
+from .errors import InvalidDestination, InvalidPolicy, InvalidSelector
+from .selector import parse_selector
+
+CHECK_INTERVAL_S = 1.0  # how often a process looks for a changed configuration
+VIRTUAL_TOPIC_INDEX = "vtq"  # <ns>:vtq, zset of '<topic name>|<consumer queue name>' (score 0, by lex)
+
+
+@dataclass(frozen=True)
+class ForwardTo:
+    """One `forwardTo` element: a queue or topic, or a filteredDestination with its selector."""
+
+    destination: Destination
+    selector: str | None = None
+    filtered: bool = False  # a filteredDestination; without a selector it never matches (ActiveMQ)
+    compiled: str = ""  # the selector compiled for the scripts (broker_core.selector), once
+
+
+@dataclass(frozen=True)
+class CompositeDestination:
+    """`compositeQueue` / `compositeTopic` (spec §10.2). `destination` may be a wildcard pattern."""
+
+    destination: Destination
+    forward_to: tuple[ForwardTo, ...]
+    forward_only: bool = True
+    send_when_not_matched: bool = False
+
+
+@dataclass(frozen=True)
+class VirtualTopic:
+    """`virtualTopic` (spec §10.3): a send to a topic matching `name` is copied to every existing queue
+    named `prefix + topic + postfix` (`*` in the prefix is one path element)."""
+
+    name: str = "VirtualTopic.>"
+    prefix: str = "Consumer.*."
+    postfix: str = ""
+
+    @property
+    def pattern(self) -> Destination:
+        return Destination("topic", self.name)
+
+    def consumer_queues(self, topic: Destination) -> Destination:
+        return Destination("queue", self.prefix + topic.name + self.postfix)
+
+    def topic_of(self, queue: Destination) -> str | None:
+        """The topic name a consumer queue of this virtual topic listens to, or None."""
+        pre = [s for s in self.prefix.split(".") if s]
+        post = [s for s in self.postfix.split(".") if s]
+        segments = queue.name.split(".")
+        if len(segments) <= len(pre) + len(post):
+            return None
+        rest = segments[len(pre):len(segments) - len(post)]
+        topic = Destination("topic", ".".join(rest))
+        if not matches(self.pattern, topic) or not matches(self.consumer_queues(topic), queue):
+            return None
+        return topic.name
+
+
+@dataclass(frozen=True)
+class MirroredQueue:
+    """`mirroredQueue` (spec §10.4): every queue's messages are also sent to topic prefix + name + postfix
+    (plain concatenation, no dot added)."""
+
+    prefix: str = "VirtualTopic.Mirror."
+    postfix: str = ""
+
+    def topic_for(self, queue: Destination) -> Destination:
+        return Destination("topic", self.prefix + queue.name + self.postfix)
+
+
+@dataclass(frozen=True)
+class VirtualConfig:
+    composites: tuple[CompositeDestination, ...] = ()
+    virtual_topics: tuple[VirtualTopic, ...] = (VirtualTopic(),)
+    mirrored_queue: MirroredQueue | None = None
+    # The configuration as written, kept so that it can be stored and read back unchanged.
+    source: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_config(cls, data: Mapping[str, Any], *, source: str = "virtualDestinations") -> VirtualConfig:
+        """From the `[virtualDestinations]` table; errors name the entry and the setting."""
+        if not isinstance(data, Mapping):
+            raise InvalidPolicy(f"{source} must be a table")
+        known = {"useVirtualTopics", "useMirroredQueues", "virtualTopic", "compositeQueue", "compositeTopic",
+                 "mirroredQueue"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidPolicy(f"{source}: unknown setting {unknown[0]!r} (expected one of "
+                                f"{', '.join(sorted(known))})", key=unknown[0])
+        explicit = any(k in data for k in ("virtualTopic", "compositeQueue", "compositeTopic",
+                                           "mirroredQueue"))
+        composites: list[CompositeDestination] = []
+        for kind in ("queue", "topic"):
+            key = "compositeQueue" if kind == "queue" else "compositeTopic"
+            for number, raw in enumerate(_tables(data, key, source), start=1):
+                composites.append(_composite(raw, kind, f"{source}.{key} #{number}"))
+        if explicit:
+            # ActiveMQ silently ignores these flags once interceptors are configured; say so instead.
+            for flag, instead in (("useVirtualTopics", f"a [[{source}.virtualTopic]] entry"),
+                                  ("useMirroredQueues", f"a [{source}.mirroredQueue] table")):
+                if data.get(flag) is True:
+                    raise InvalidPolicy(f"{source}: {flag} = true has no effect when virtual destinations are "
+                                        f"configured explicitly (as in ActiveMQ); add {instead}", key=flag)
+            topics = tuple(_virtual_topic(raw, f"{source}.virtualTopic #{n}")
+                           for n, raw in enumerate(_tables(data, "virtualTopic", source), start=1))
+            mirror_raw = data.get("mirroredQueue")
+            mirror = (_mirrored_queue(mirror_raw, f"{source}.mirroredQueue") if mirror_raw is not None
+                      else None)
+        else:
+            topics = (VirtualTopic(),) if _flag(data, "useVirtualTopics", True, source) else ()
+            mirror = MirroredQueue() if _flag(data, "useMirroredQueues", False, source) else None
+        config = cls(tuple(composites), topics, mirror, dict(data))
+        config._check_cycles(source)
+        return config
+
+    def _check_cycles(self, source: str) -> None:
+        """A composite that forwards back to itself, directly or through others, would forward for ever."""
+        exact = {c.destination: c for c in self.composites if not c.destination.is_wildcard}
+
+        def visit(dest: Destination, path: list[Destination]) -> None:
+            if dest in path:
+                loop = " -> ".join(d.uri for d in [*path[path.index(dest):], dest])
+                raise InvalidPolicy(f"{source}: composite destinations forward in a circle: {loop}")
+            composite = exact.get(dest)
+            if composite is not None:
+                for target in composite.forward_to:
+                    visit(target.destination, [*path, dest])
+
+        for dest in exact:
+            visit(dest, [])
+
+    # -- routing
+
+    def composite_for(self, dest: Destination) -> CompositeDestination | None:
+        """The composite that applies: one naming `dest` exactly, else the first matching pattern."""
+        candidates = [c for c in self.composites if c.destination.kind == dest.kind and
+                      matches(c.destination, dest)]
+        exact = [c for c in candidates if c.destination == dest]
+        return (exact or candidates or [None])[0]
+
+    def virtual_topics_for(self, topic: Destination) -> list[VirtualTopic]:
+        return [v for v in self.virtual_topics if topic.is_topic and matches(v.pattern, topic)]
+
+    def index_entries(self, queue: Destination) -> list[str]:
+        """The virtual-topic index members for a queue (its topic and its name), if it is a consumer queue."""
+        if not queue.is_queue:
+            return []
+        return sorted({f"{t}|{queue.name}" for v in self.virtual_topics if (t := v.topic_of(queue))})
+
+
+def _tables(data: Mapping[str, Any], key: str, source: str) -> list[Mapping[str, Any]]:
+    raw = data.get(key, [])
+    if isinstance(raw, Mapping):
+        raw = [raw]
+    if not isinstance(raw, list) or not all(isinstance(x, Mapping) for x in raw):
+        raise InvalidPolicy(f"{source}.{key} must be an array of tables ([[{source}.{key}]])", key=key)
+    return raw
+
+
+def _flag(data: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidPolicy(f"{where}: {key} must be true or false, got {value!r}", key=key)
+    return value
+
+
+def _string(data: Mapping[str, Any], key: str, default: str | None, where: str) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str):
+        raise InvalidPolicy(f"{where}: {key} must be a string, got {value!r}", key=key)
+    return value
+
+
+def _only(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise InvalidPolicy(f"{where}: unknown setting {unknown[0]!r} (expected one of "
+                            f"{', '.join(sorted(allowed))})", key=unknown[0])
+
+
+def _composite(raw: Mapping[str, Any], kind: str, where: str) -> CompositeDestination:
+    _only(raw, {"name", "forwardTo", "forwardOnly", "sendWhenNotMatched", "copyMessage", "concurrentSend"},
+          where)
+    try:
+        dest = parse_destination(_string(raw, "name", None, where), kind, allow_wildcards=True)  # type: ignore[arg-type]
+    except InvalidDestination as error:
+        raise InvalidPolicy(f"{where}: name: {error.message}", key="name") from None
+    if dest.kind != kind:
+        raise InvalidPolicy(f"{where}: name {dest.uri} is not a {kind}", key="name")
+    targets = raw.get("forwardTo")
+    if not isinstance(targets, list) or not targets:
+        raise InvalidPolicy(f"{where} ({dest.uri}): forwardTo must be a non-empty list of destinations",
+                            key="forwardTo")
+    forward_to = tuple(_forward_to(t, f"{where} ({dest.uri}) forwardTo #{n}")
+                       for n, t in enumerate(targets, start=1))
+    if any(f.destination == dest for f in forward_to):
+        raise InvalidPolicy(f"{where}: {dest.uri} forwards to itself", key="forwardTo")
+    return CompositeDestination(dest, forward_to, _flag(raw, "forwardOnly", True, where),
+                                _flag(raw, "sendWhenNotMatched", False, where))
+
+
+def _forward_to(raw: Any, where: str) -> ForwardTo:
+    try:
+        if isinstance(raw, str):
+            return ForwardTo(parse_destination(raw, "queue"))
+        if not isinstance(raw, Mapping):
+            raise InvalidPolicy(f"{where}: expected \"name\", \"topic://name\" or a table "
+                                "{ queue = \"name\", selector = \"...\" }")
+        _only(raw, {"queue", "topic", "selector"}, where)
+        kinds = [k for k in ("queue", "topic") if k in raw]
+        if len(kinds) != 1:
+            raise InvalidPolicy(f"{where}: name exactly one of queue = \"...\" or topic = \"...\"")
+        dest = parse_destination(_string(raw, kinds[0], None, where), kinds[0])  # type: ignore[arg-type]
+        if dest.kind != kinds[0]:
+            raise InvalidPolicy(f"{where}: {kinds[0]} = {raw[kinds[0]]!r} names a {dest.kind}")
+        if "selector" not in raw:
+            return ForwardTo(dest)
+        text = _string(raw, "selector", None, where)
+        if not text.strip():
+            return ForwardTo(dest, None, True)  # ActiveMQ: a filteredDestination without one never matches
+        return ForwardTo(dest, text, True, parse_selector(text).compiled)  # refused here, not at a send
+    except InvalidDestination as error:
+        raise InvalidPolicy(f"{where}: {error.message}") from None
+    except InvalidSelector as error:
+        raise InvalidPolicy(f"{where}: selector: {error.message}", key="selector") from None
+
+
+def _virtual_topic(raw: Mapping[str, Any], where: str) -> VirtualTopic:
+    _only(raw, {"name", "prefix", "postfix"}, where)
+    topic = VirtualTopic(_string(raw, "name", "VirtualTopic.>", where),
+                         _string(raw, "prefix", "Consumer.*.", where), _string(raw, "postfix", "", where))
+    try:
+        parse_destination(topic.name, "topic", allow_wildcards=True)
+        parse_destination("x" if not topic.prefix.strip(".") and not topic.postfix.strip(".") else
+                          (topic.prefix + "x" + topic.postfix), "queue", allow_wildcards=True)
+    except InvalidDestination as error:
+        raise InvalidPolicy(f"{where}: {error.message}") from None
+    return topic
+
+
+def _mirrored_queue(raw: Any, where: str) -> MirroredQueue:
+    if not isinstance(raw, Mapping):
+        raise InvalidPolicy(f"{where} must be a table ([{where}])")
+    _only(raw, {"prefix", "postfix"}, where)
+    return MirroredQueue(_string(raw, "prefix", "VirtualTopic.Mirror.", where),
+                         _string(raw, "postfix", "", where))
+
+
+def load_virtual_config(path: str | Path) -> VirtualConfig:
+    """The `[virtualDestinations]` table of a TOML configuration file (ActiveMQ's defaults without one)."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise InvalidPolicy(f"configuration file {str(path)!r} does not exist", file=str(path)) from None
+    except tomllib.TOMLDecodeError as error:
+        raise InvalidPolicy(f"{path}: not valid TOML: {error}", file=str(path)) from None
+    try:
+        return VirtualConfig.from_config(data.get("virtualDestinations", {}))
+    except InvalidPolicy as error:
+        raise InvalidPolicy(f"{path}: {error.message}", **{**error.details, "file": str(path)}) from None
+
+
+# -- the configuration in Redis --------------------------------------------------------------------------
+
+def config_key(namespace: str) -> str:
+    return f"{namespace}:virtual"
+
+
+def configure(broker: Any, config: VirtualConfig) -> None:
+    """Store the configuration for every process and rebuild the virtual-topic index of existing queues."""
+    ns = broker.namespace
+    pipe = broker.redis.pipeline(transaction=True)
+    pipe.set(config_key(ns), json.dumps(dict(config.source)))
+    pipe.incr(f"{config_key(ns)}:version")
+    pipe.delete(f"{ns}:{VIRTUAL_TOPIC_INDEX}")
+    members = [m for uri in broker.destinations() for m in config.index_entries(parse_destination(uri))]
+    if members:
+        pipe.zadd(f"{ns}:{VIRTUAL_TOPIC_INDEX}", dict.fromkeys(members, 0))
+    pipe.execute()
+    broker.ops.virtual.set(config, None)
+
+
+class VirtualCache:
+    """A process's copy of the configuration, re-read when its version moves (checked every second)."""
+
+    def __init__(self) -> None:
+        self.config = VirtualConfig()
+        self.version: int | None = None
+        self.checked = float("-inf")
+
+    def set(self, config: VirtualConfig, version: int | None) -> None:
+        self.config, self.version, self.checked = config, version, time.monotonic()
+
+
+def current(ops: Any) -> Any:
+    """The configuration in force (an operation: yields Redis commands at most once a second)."""
+    from .operations import Command  # operations imports this module
+
+    cache: VirtualCache = ops.virtual
+    if time.monotonic() - cache.checked < CHECK_INTERVAL_S:
+        return cache.config
+    key = config_key(ops.namespace)
+    version = yield Command(("GET", f"{key}:version"))
+    version = int(version) if version is not None else 0
+    if version != cache.version:
+        raw = yield Command(("GET", key))
+        try:
+            config = VirtualConfig.from_config(json.loads(raw)) if raw else VirtualConfig()
+        except (ValueError, InvalidPolicy) as error:
+            raise InvalidPolicy(f"stored virtual destination configuration {key} is unreadable: "
+                                f"{error}") from None
+        cache.set(config, version)
+    cache.checked = time.monotonic()
+    return cache.config
+
+
+# -- routing plans (used by operations.py) -----------------------------------------------------------------
+
+def plan(ops: Any, dest: Destination, also: Sequence[Destination] = ()) -> Any:
+    """The packed routing plan for a send to `dest` (None: no copies), `also` being the other parts of a
+    client-side composite. Each target: (uri, compiled selector or "", original destination or "")."""
+    from .operations import Command
+
+    config: VirtualConfig = yield from current(ops)
+    targets: list[tuple[str, str, str]] = []
+    forward_only = send_when_not_matched = False
+    composite = config.composite_for(dest)
+    if composite is not None:
+        forward_only, send_when_not_matched = composite.forward_only, composite.send_when_not_matched
+        for target in composite.forward_to:
+            if target.filtered and not target.selector:
+                continue  # a filteredDestination without a selector never matches
+            targets.append((target.destination.uri, target.compiled, dest.uri))
+    if dest.is_queue and config.mirrored_queue is not None:
+        targets.append((config.mirrored_queue.topic_for(dest).uri, "", ""))
+    for vt in config.virtual_topics_for(dest):
+        index = f"{ops.namespace}:{VIRTUAL_TOPIC_INDEX}"
+        members = yield Command(("ZRANGEBYLEX", index, f"[{dest.name}|", f"({dest.name}}}"))
+        wanted = vt.consumer_queues(dest)
+        for member in members:
+            queue = Destination("queue", _text(member).partition("|")[2])
+            if matches(wanted, queue):
+                targets.append((queue.uri, "", dest.uri))
+    targets += [(d.uri, "", "") for d in also if d != dest]
+    if not targets and not forward_only:
+        return None
+    unique = list(dict.fromkeys(targets))
+    return msgpack.packb([int(forward_only), int(send_when_not_matched), *[list(t) for t in unique]])
+
+
+def origin(ops: Any, dest: Destination, kind: str, also: Sequence[Destination] = ()) -> Any:
+    """The send script's origin argument for a send to `dest`: `kind`, with the routing plan if any."""
+    packed = yield from plan(ops, dest, also)
+    return kind if packed is None else kind.encode() + b"+" + packed
+
+
+def on_created(ops: Any, dest: Destination) -> Any:
+    """A new queue that is a virtual topic's consumer queue starts receiving the topic's copies now
+    (messages sent before it existed are not kept for it, as in ActiveMQ)."""
+    from .operations import Command
+
+    config: VirtualConfig = yield from current(ops)
+    members = config.index_entries(dest)
+    if members:
+        yield Command(("ZADD", f"{ops.namespace}:{VIRTUAL_TOPIC_INDEX}",
+                       *[x for m in members for x in (0, m)]))
+
+
+def on_deleted(ops: Any, dest: Destination) -> Any:
+    from .operations import Command
+
+    if dest.is_queue:
+        config: VirtualConfig = yield from current(ops)
+        members = config.index_entries(dest)
+        if members:
+            yield Command(("ZREM", f"{ops.namespace}:{VIRTUAL_TOPIC_INDEX}", *members))
+
+
+def forward_copy(blob: bytes, original: str) -> bytes:
+    """The copy a virtual destination's target receives: the message as sent, with its original
+    destination set when the configuration says so (composites and virtual topics)."""
+    if not original:
+        return blob
+    record = msgpack.unpackb(blob, raw=True)
+    record[16] = original
+    return msgpack.packb(record, use_bin_type=False)
+
+
+def split_composite(text: str) -> list[Destination] | None:
+    """The parts of a client-side composite (`A,B,topic://C`), or None for a single destination."""
+    from .destinations import parse_composite
+
+    if "," not in text:
+        return None
+    parts = list(dict.fromkeys(parse_composite(text)))  # ActiveMQ keeps them in a set: no duplicates
+    if not parts:
+        raise InvalidDestination(f"composite destination {text!r} names no destination")
+    return parts
+
+
+def describe(config: VirtualConfig) -> list[dict[str, Any]]:
+    """The routing as the console and APIs show it: one row per virtual destination."""
+    rows: list[dict[str, Any]] = []
+    for c in config.composites:
+        rows.append({"type": f"composite{c.destination.kind.capitalize()}", "name": c.destination.uri,
+                     "forwardTo": [{"destination": f.destination.uri, "selector": f.selector}
+                                   for f in c.forward_to],
+                     "forwardOnly": c.forward_only, "sendWhenNotMatched": c.send_when_not_matched})
+    for v in config.virtual_topics:
+        rows.append({"type": "virtualTopic", "name": v.pattern.uri, "prefix": v.prefix, "postfix": v.postfix})
+    if config.mirrored_queue:
+        rows.append({"type": "mirroredQueue", "prefix": config.mirrored_queue.prefix,
+                     "postfix": config.mirrored_queue.postfix})
+    return rows
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+
+
+def send_composite(ops: Any, parts: list[Destination], messages: list[Any], now: int,
+                   tx: str | None = None) -> Any:
+    """A client-side composite send (spec §10.1). The first queue part takes the send, and in the same
+    atomic step records copies for the other parts, so a crash cannot leave some parts without it. A
+    composite of topics only is sent to each topic in turn (topic sends take no routing plan yet)."""
+    if tx:
+        ids: list[str] = []
+        for part in parts:
+            ids = yield from ops.tx_send(tx, part, messages, now)
+        return ids
+    queues = [p for p in parts if p.is_queue]
+    if not queues:
+        sent: list[str] = []
+        for part in parts:
+            sent = yield from ops.send(part, messages, now)
+        return sent
+    entry = queues[0]
+    return (yield from ops.send(entry, messages, now, tuple(p for p in parts if p != entry)))

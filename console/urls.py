@@ -1,0 +1,23 @@
+"""The console's pages, mounted at /console/ by signalbox.urls."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from console import views
+
+app_name = "console"
+
+urlpatterns = [
+    path("login/", auth_views.LoginView.as_view(template_name="console/login.html",
+                                                redirect_authenticated_user=True,
+                                                next_page="console:overview"), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(next_page="console:login"), name="logout"),
+    path("", views.overview, name="overview"),
+    path("destinations/", views.destinations, name="destinations"),
+    path("queues/<str:name>/", views.queue, name="queue"),
+    path("queues/<str:name>/browse/", views.browse, name="browse"),
+    path("queues/<str:name>/messages/<str:message_id>/", views.message, name="message"),
+    path("dead-letters/", views.dead_letters, name="dead-letters"),
+    path("send/", views.send, name="send"),
+    path("audit/", views.audit, name="audit"),
+]

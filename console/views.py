@@ -1,0 +1,87 @@
+"""The console's pages: server-rendered shells whose tables and charts the browser fills from the REST
+API (/api/v1) and keeps live over /ws/console/events. Each page gets the user's permissions on its
+destination, so actions they may not take are not shown; the API refuses them anyway."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from broker_core.destinations import Destination, parse_destination
+from broker_core.errors import InvalidDestination
+from gateway.permissions import ACTIONS, allowed
+
+LOGIN = "console:login"
+
+
+def _queue(name: str) -> Destination:
+    try:
+        return parse_destination(name, "queue")
+    except InvalidDestination as exc:
+        raise Http404(str(exc)) from None
+
+
+def _may(request: HttpRequest, destination: Destination) -> dict[str, bool]:
+    return {action: allowed(request.user, destination, action) for action in ACTIONS}
+
+
+def _page(request: HttpRequest, template: str, section: str, **context: Any) -> HttpResponse:
+    return render(request, f"console/{template}", {"section": section, **context})
+
+
+def _forbidden(request: HttpRequest, detail: str) -> HttpResponse:
+    """403 as a console page (not an exception: Django would log each refusal with a traceback)."""
+    return render(request, "console/forbidden.html", {"detail": detail, "section": ""}, status=403)
+
+
+def _queue_page(request: HttpRequest, name: str, template: str, section: str, **context: Any) -> HttpResponse:
+    destination = _queue(name)
+    may = _may(request, destination)
+    if not may["read"]:
+        return _forbidden(request, f"You have no read permission on {destination.uri}.")
+    return _page(request, template, section, destination=destination, may=may, **context)
+
+
+@login_required(login_url=LOGIN)
+def overview(request: HttpRequest) -> HttpResponse:
+    return _page(request, "overview.html", "overview")
+
+
+@login_required(login_url=LOGIN)
+def destinations(request: HttpRequest) -> HttpResponse:
+    return _page(request, "destinations.html", "destinations")
+
+
+@login_required(login_url=LOGIN)
+def queue(request: HttpRequest, name: str) -> HttpResponse:
+    return _queue_page(request, name, "queue.html", "destinations")
+
+
+@login_required(login_url=LOGIN)
+def browse(request: HttpRequest, name: str) -> HttpResponse:
+    return _queue_page(request, name, "browse.html", "destinations", selector=request.GET.get("selector", ""))
+
+
+@login_required(login_url=LOGIN)
+def message(request: HttpRequest, name: str, message_id: str) -> HttpResponse:
+    return _queue_page(request, name, "message.html", "destinations", message_id=message_id)
+
+
+@login_required(login_url=LOGIN)
+def dead_letters(request: HttpRequest) -> HttpResponse:
+    return _page(request, "dead_letters.html", "dead-letters")
+
+
+@login_required(login_url=LOGIN)
+def send(request: HttpRequest) -> HttpResponse:
+    return _page(request, "send.html", "send", destination=request.GET.get("destination", ""))
+
+
+@login_required(login_url=LOGIN)
+def audit(request: HttpRequest) -> HttpResponse:
+    if not (request.user.is_staff or request.user.is_superuser):
+        return _forbidden(request, "The audit log is for staff users.")
+    return _page(request, "audit.html", "audit")

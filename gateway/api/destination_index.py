@@ -1,0 +1,208 @@
+"""The destination list at scale: filter, sort and page 10,000 destinations in well under 300 ms.
+
+Names come from broker_core's registry (one ZRANGE). Sorting by name needs no statistics: only the
+page's rows are read, in one pipelined round trip (`AsyncBroker.stats_many`). Sorting by a statistic,
+the overview's totals and the message rates use the **statistics index**: every destination's main
+counters (`AsyncBroker.summaries`) packed into one Redis key, `<ns>:console:index`, with the rates
+between it and the previous one. Any gateway process that finds it older than `INDEX_MAX_AGE` seconds
+refreshes it — one process at a time (a Redis lock), in a worker thread with its own event loop so
+the requests of that process are not held up, while the stale index is served. Only a missing index is
+waited for. The rows a page shows are always read fresh; only their order and the totals may be a few
+seconds old.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+from typing import Any
+
+import msgpack
+import redis.asyncio
+from django.conf import settings
+
+from broker_core.broker import AsyncBroker
+from broker_core.destinations import Destination
+from broker_core.destinations import parse_destination as _parse_destination
+from gateway import permissions
+
+INDEX_MAX_AGE = 5.0  # seconds
+LOCK_MS = 60_000
+# The counters kept per destination, in this order (DestinationSummary's names).
+FIELDS = ("queue_size", "pending", "in_flight", "parked", "group_count", "consumer_count", "enqueued",
+          "dequeued", "dispatched", "expired", "deadlettered")
+RATES = ("enqueue_rate", "dequeue_rate")
+
+# Parsing a name costs ~30 us: 0.3 s for 10,000 on every listing. Destinations are immutable values.
+parse_destination = functools.lru_cache(maxsize=100_000)(_parse_destination)
+
+
+@dataclasses.dataclass
+class Index:
+    at_ms: int
+    rows: dict[str, list[float]]  # uri -> FIELDS values, then RATES
+
+    def value(self, uri: str, key: str) -> float:
+        row = self.rows.get(uri)
+        if row is None:
+            return 0
+        return row[(FIELDS + RATES).index(key)]
+
+    def rates(self, uri: str) -> tuple[float, float]:
+        row = self.rows.get(uri)
+        return (row[-2], row[-1]) if row else (0.0, 0.0)
+
+
+def _key(namespace: str) -> str:
+    return f"{namespace}:console:index"
+
+
+async def _build(broker: AsyncBroker) -> bytes:
+    """Read every destination's counters and pack them with the rates since the stored index."""
+    uris = await broker.destinations()
+    summaries = await broker.summaries(uris)
+    now = broker.clock.now_ms()
+    previous_raw = await broker.redis.get(_key(broker.namespace))
+    previous = msgpack.unpackb(previous_raw, raw=False) if previous_raw else None
+    rows: dict[str, list[float]] = {}
+    elapsed = (now - previous["at"]) / 1000 if previous else 0
+    for uri, s in zip(uris, summaries, strict=True):
+        if s is None:
+            continue
+        row = [int(getattr(s, f)) for f in FIELDS]
+        enqueue_rate = dequeue_rate = 0.0
+        before = previous["rows"].get(uri) if previous else None
+        if before is not None and elapsed >= 1:
+            enqueue_rate = round(max(0, row[6] - before[6]) / elapsed, 2)
+            dequeue_rate = round(max(0, row[7] - before[7]) / elapsed, 2)
+        elif before is not None:  # too close for a meaningful rate: keep the last ones
+            enqueue_rate, dequeue_rate = before[-2], before[-1]
+        rows[uri] = [*row, enqueue_rate, dequeue_rate]
+    packed = msgpack.packb({"at": now, "rows": rows})
+    await broker.redis.set(_key(broker.namespace), packed)
+    return packed
+
+
+def _build_in_thread(namespace: str) -> None:
+    """_build on an event loop and Redis connection of its own (called in a worker thread)."""
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+        try:
+            await _build(AsyncBroker(client, namespace))
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+
+
+class _Cache:
+    """The last index this process unpacked, and its refresh in progress."""
+
+    def __init__(self) -> None:
+        self.raw: bytes | None = None
+        self.index: Index | None = None
+        self.refreshing: asyncio.Future[None] | None = None
+
+    def decode(self, raw: bytes) -> Index:
+        if raw != self.raw:
+            data = msgpack.unpackb(raw, raw=False)
+            self.raw, self.index = raw, Index(data["at"], data["rows"])
+        assert self.index is not None
+        return self.index
+
+
+_caches: dict[str, _Cache] = {}
+
+
+async def index(broker: AsyncBroker) -> Index:
+    """The statistics index; a stale one starts a refresh in the background and is returned at once."""
+    cache = _caches.setdefault(broker.namespace, _Cache())
+    raw = await broker.redis.get(_key(broker.namespace))
+    if raw is None:
+        raw = await _build(broker)
+        return cache.decode(raw)
+    current = cache.decode(raw)
+    stale = broker.clock.now_ms() - current.at_ms > INDEX_MAX_AGE * 1000
+    if stale and (cache.refreshing is None or cache.refreshing.done()):
+        lock = f"{_key(broker.namespace)}:refresh"
+        if await broker.redis.set(lock, b"1", nx=True, px=LOCK_MS):
+
+            async def refresh() -> None:
+                try:
+                    await asyncio.to_thread(_build_in_thread, broker.namespace)
+                finally:
+                    await broker.redis.delete(lock)
+
+            cache.refreshing = asyncio.ensure_future(refresh())
+    return current
+
+
+def row(stats: Any, idx: Index | None) -> dict[str, Any]:
+    """A destination as the list shows it: every statistic, plus kind, name and message rates."""
+    out = dataclasses.asdict(stats)
+    out.pop("consumers", None)
+    destination = parse_destination(stats.destination)
+    out["kind"], out["name"] = destination.kind, destination.name
+    out["enqueue_rate"], out["dequeue_rate"] = idx.rates(stats.destination) if idx else (0.0, 0.0)
+    return out
+
+
+async def list_destinations(broker: AsyncBroker, patterns: list[Destination] | None, kind: str | None,
+                            search: str, ordering: str, limit: int,
+                            offset: int) -> tuple[int, list[dict[str, Any]]]:
+    """(how many match, the rows of the page). `patterns` from permissions.readable_patterns."""
+    chosen: list[Destination] = []
+    for uri in await broker.destinations():
+        destination = parse_destination(uri)
+        if kind and destination.kind != kind:
+            continue
+        if search and search not in destination.name.lower():
+            continue
+        if permissions.visible(patterns, destination):
+            chosen.append(destination)
+    key = ordering.lstrip("-")
+    reverse = ordering.startswith("-")
+    idx = await index(broker)
+    if key == "name":
+        chosen.sort(key=lambda d: (d.name, d.kind), reverse=reverse)
+    else:
+        values = {d.uri: idx.value(d.uri, key) for d in chosen}
+        missing = [d.uri for d in chosen if d.uri not in idx.rows]
+        if missing:  # created since the index was built: read them now rather than sort them as zeros
+            for s in await broker.summaries(missing):
+                if s is not None:
+                    values[s.destination] = getattr(s, key, 0)
+        chosen.sort(key=lambda d: d.name)
+        chosen.sort(key=lambda d: values[d.uri], reverse=reverse)  # stable: ties stay in name order
+    page = chosen[offset:offset + limit]
+    fresh = await broker.stats_many([d.uri for d in page])
+    return len(chosen), [row(s, idx) for s in fresh if s is not None]
+
+
+async def totals(broker: AsyncBroker, patterns: list[Destination] | None) -> dict[str, Any]:
+    """Broker totals over the destinations the user may read (ActiveMQ's BrokerView totals)."""
+    idx = await index(broker)
+    names = ("queue_size", "pending", "in_flight", "enqueued", "dequeued", "expired", "deadlettered",
+             "parked")
+    positions = [FIELDS.index(n) for n in names]
+    out: dict[str, Any] = {"destinations": 0, "queues": 0, "topics": 0, "consumers": 0,
+                           **{n: 0 for n in names}, "enqueue_rate": 0.0, "dequeue_rate": 0.0}
+    consumers = FIELDS.index("consumer_count")
+    for uri, values in idx.rows.items():
+        if patterns is not None:
+            destination = parse_destination(uri)
+            if not permissions.visible(patterns, destination):
+                continue
+        out["destinations"] += 1
+        out["topics" if uri.startswith("topic://") else "queues"] += 1
+        for n, i in zip(names, positions, strict=True):
+            out[n] += values[i]
+        out["consumers"] += values[consumers]
+        out["enqueue_rate"] += values[-2]
+        out["dequeue_rate"] += values[-1]
+    out["enqueue_rate"] = round(out["enqueue_rate"], 2)
+    out["dequeue_rate"] = round(out["dequeue_rate"], 2)
+    out["index_age_ms"] = broker.clock.now_ms() - idx.at_ms
+    return out

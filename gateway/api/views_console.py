@@ -1,0 +1,171 @@
+"""API endpoints the web console needed and the rest of the API lacked (docs/api.md, "Console").
+
+- `GET /api/v1/console/overview`: broker totals and Redis memory;
+- `GET /api/v1/console/permissions?destination=A,B`: what the user may do on each (to hide buttons;
+  the endpoints refuse anyway);
+- `GET /api/v1/console/queues/<q>/groups`: message groups with message counts, held-back messages and
+  the group map's type and fill;
+- `GET /api/v1/console/dead-letters`: each dead-letter queue with its original destinations and causes.
+
+Read-only, built on broker_core's operations like every other view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from broker_core.destinations import parse_composite
+from gateway import permissions, runtime
+from gateway.api.base import GatewayView, db
+from gateway.api.common import destination_from_url
+from gateway.api.destination_index import parse_destination, totals
+from gateway.api.views_admin import stats_or_404
+from gateway.api.views_messaging import KIND_PARAM, problems
+
+# How many messages the groups view and the dead-letter summary examine from the head of a queue.
+# Counts are exact below it; on deeper queues they describe the first EXAMINE messages (and say so).
+EXAMINE = 10_000
+PAGE = 1_000
+
+
+class OverviewView(GatewayView):
+    @extend_schema(operation_id="console_overview", summary="Broker totals and Redis memory (console)",
+                   responses={200: {"type": "object"}, **problems(401)})
+    async def get(self, request: Request) -> Response:
+        broker = runtime.async_broker()
+        patterns = await db(permissions.readable_patterns, request.user, "read")
+        out = await totals(broker, patterns)
+        memory = await broker.redis.info("memory")
+        out["redis_memory"] = {"used": int(memory.get("used_memory", 0)),
+                               "peak": int(memory.get("used_memory_peak", 0)),
+                               "max": int(memory.get("maxmemory", 0))}
+        return Response(out)
+
+
+class PermissionsView(GatewayView):
+    @extend_schema(operation_id="console_permissions", summary="What the user may do on destinations",
+                   parameters=[OpenApiParameter("destination", str, description="Comma-separated")],
+                   responses={200: {"type": "object"}, **problems(400, 401)})
+    async def get(self, request: Request) -> Response:
+        text = request.query_params.get("destination") or ""
+        destinations = parse_composite(text, allow_wildcards=True) if text.strip() else []
+        user = request.user
+        out: dict[str, Any] = {"user": user.get_username(), "staff": bool(user.is_staff or user.is_superuser),
+                               "destinations": {}}
+        for d in destinations[:200]:
+            out["destinations"][d.uri] = {a: await permissions.allowed_async(user, d, a)
+                                          for a in permissions.ACTIONS}
+        return Response(out)
+
+
+def _map_capacity(policy: Any) -> tuple[str, int | None]:
+    attributes = policy.to_attributes()
+    kind = str(attributes.get("messageGroupMapFactoryType", "cached"))
+    if kind == "cached":
+        return kind, int(attributes.get("groupMapCacheSize", 1024))
+    if kind == "bucket":
+        return kind, int(attributes.get("groupMapBucketCount", 1024))
+    return kind, None  # simple: unbounded
+
+
+async def _walk(destination: Any, limit: int = EXAMINE) -> tuple[list[Any], bool]:
+    """Up to `limit` stored messages from the head (pending, parked, then in flight); (messages, all seen)."""
+    broker = runtime.async_broker()
+    found: list[Any] = []
+    cursor = None
+    while len(found) < limit:
+        page = await broker.browse(destination, cursor=cursor, limit=min(PAGE, limit - len(found)))
+        found += page.messages
+        cursor = page.next_cursor
+        if cursor is None:
+            return found, True
+    return found, False
+
+
+class GroupCountsView(GatewayView):
+    @extend_schema(operation_id="console_groups",
+                   summary="Message groups with owners, counts, held-back messages, map type and fill",
+                   parameters=[KIND_PARAM], responses={200: {"type": "object"}, **problems(401, 403, 404)})
+    async def get(self, request: Request, kind: str, name: str) -> Response:
+        destination = destination_from_url(kind, name)
+        await self.require(request, destination, "read")
+        stats = await stats_or_404(destination)
+        broker = runtime.async_broker()
+        groups = await broker.message_groups(destination)
+        policy = await sync_to_async(runtime.policies().resolve, thread_sensitive=False)(destination)
+        map_type, capacity = _map_capacity(policy)
+        # A consumer is busy when its prefetch window is full; its groups' pending messages wait for it.
+        full = {c.consumer_id for c in stats.consumers
+                if c.prefetch > 0 and c.in_flight >= c.prefetch + c.prefetch_extension}
+        owner_of = {g.group_id: g.owner for g in groups}
+        counts = await broker.group_counts(destination, EXAMINE, EXAMINE)
+        pending = {g: p for g, (p, _) in counts.groups.items()}
+        in_flight = {g: f for g, (_, f) in counts.groups.items()}
+        # Pending messages of a group whose owner's window is full wait for that owner (§3: the group
+        # stays with it), even when other consumers have room.
+        held = {g: p for g, p in pending.items() if p and owner_of.get(g) in full}
+        rows = [{**dataclasses.asdict(g), "pending": pending.get(g.group_id, 0),
+                 "in_flight": in_flight.get(g.group_id, 0), "held_back": held.get(g.group_id, 0),
+                 "owner_busy": g.owner in full} for g in groups]
+        unowned = sorted(g for g, p in pending.items() if p and g not in owner_of)
+        return Response({
+            "destination": destination.uri, "map_type": map_type, "capacity": capacity,
+            "group_count": stats.group_count,
+            "fill": round(stats.group_count / capacity, 4) if capacity else None,
+            "groups": rows, "unassigned": [{"group_id": g, "pending": pending[g]} for g in unowned[:200]],
+            "held_back": sum(held.values()), "examined": counts.pending_examined + counts.in_flight_examined,
+            "complete": counts.all_pending and counts.all_in_flight,
+        })
+
+
+def _is_dlq(name: str) -> bool:
+    return name == "ActiveMQ.DLQ" or name.startswith(("ActiveMQ.DLQ.", "DLQ.")) or ".DLQ" in name
+
+
+def _cause(properties: dict[str, Any]) -> str:
+    """A dead letter's cause in a few words (the full text stays on the message)."""
+    text = properties.get("dlqDeliveryFailureCause")
+    if text is None:
+        return "poison (NACK)"  # a poison NACK dead-letters with a null cause, as in ActiveMQ
+    text = str(text)
+    if "exceeds redelivery policy limit" in text:
+        return "redelivery limit exceeded"
+    if "expired" in text.lower():
+        return "expired"
+    return text[:80]
+
+
+class DeadLettersView(GatewayView):
+    @extend_schema(operation_id="console_dead_letters",
+                   summary="Dead-letter queues with their original destinations and causes",
+                   responses={200: {"type": "object"}, **problems(401)})
+    async def get(self, request: Request) -> Response:
+        broker = runtime.async_broker()
+        patterns = await db(permissions.readable_patterns, request.user, "read")
+        out = []
+        for uri in await broker.destinations():
+            if not uri.startswith("queue://") or not _is_dlq(uri[len("queue://"):]):
+                continue  # cheap string test first: 10,000 names are not all parsed
+            destination = parse_destination(uri)
+            if not permissions.visible(patterns, destination):
+                continue
+            stats = await broker.stats(destination)
+            messages, complete = await _walk(destination, 1_000)
+            origins: dict[tuple[str, str], list[str]] = {}
+            for browsed in messages:
+                m = browsed.message
+                key = (m.original_destination or "", _cause(m.properties))
+                origins.setdefault(key, []).append(m.message_id)
+            ranked = sorted(origins.items(), key=lambda item: -len(item[1]))
+            out.append({"destination": uri, "name": destination.name, "queue_size": stats.queue_size,
+                        "complete": complete, "examined": len(messages),
+                        # the ids let the console retry one origin's messages (no selector names it)
+                        "origins": [{"original_destination": o, "cause": c, "count": len(ids),
+                                     "message_ids": ids} for (o, c), ids in ranked]})
+        return Response({"dead_letter_queues": out})

@@ -1,0 +1,165 @@
+"""The console's live feed at /ws/console/events: lifecycle events and statistics over a WebSocket.
+
+The browser's session user (AuthMiddlewareStack) must be logged in; anonymous handshakes are refused.
+
+- `?destination=queue://orders` (read permission needed, else the socket closes with 4403): the
+  destination's lifecycle event stream (docs/broker_core.md) tailed with XREAD, sent as
+  `{"type": "events", "counts": {type: n}, "recent": [event, ...]}` at most every 0.5 s, and
+  `{"type": "stats", "stats": {...}}` (the REST destination detail: statistics and consumers) every
+  second while something happens, every 5 s otherwise.
+- no destination (overview, destination list): `{"type": "totals", "totals": {...}}` every 2 s (the
+  same totals as GET /api/v1/console/overview), and `"rows"` for the destinations the client named with
+  `{"watch": ["queue://a", ...]}` (at most 200; the rows of the page it shows).
+
+Every message carries `ts` (server ms). The client shows a disconnected indicator when the socket drops
+and reconnects by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import Any
+from urllib.parse import parse_qs
+
+import redis.asyncio
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from broker_core.destinations import parse_destination
+from broker_core.errors import BrokerError, UnknownDestination
+from gateway import permissions, runtime
+
+RECENT = 20  # events listed per batch; the rest are only counted
+EVENTS_EVERY = 0.5
+STATS_BUSY, STATS_IDLE, TOTALS_EVERY = 1.0, 5.0, 2.0
+MAX_WATCH = 200
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class ConsoleEventsConsumer(AsyncWebsocketConsumer):
+    channel_layer_alias = "signalbox-no-channel-layer"  # no channel per connection: nothing sends to it
+
+    task: asyncio.Task[None] | None = None
+    watched: list[str]
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close()  # the handshake is refused (HTTP 403)
+            return
+        self.watched = []
+        query = parse_qs(_text(self.scope.get("query_string", b"")))
+        text = (query.get("destination") or [""])[0]
+        await self.accept()
+        if text:
+            try:
+                destination = parse_destination(text)
+            except BrokerError as exc:
+                await self._send({"type": "error", "detail": str(exc)})
+                await self.close(4400)
+                return
+            if not await permissions.allowed_async(user, destination, "read"):
+                await self._send({"type": "error", "detail": f"no read permission on {destination.uri}"})
+                await self.close(4403)
+                return
+            self.task = asyncio.get_running_loop().create_task(self._tail(destination))
+        else:
+            self.task = asyncio.get_running_loop().create_task(self._totals())
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            data = json.loads(text_data or "{}")
+        except ValueError:
+            return
+        watch = data.get("watch") if isinstance(data, dict) else None
+        if isinstance(watch, list):
+            user = self.scope["user"]
+            allowed = []
+            for uri in watch[:MAX_WATCH]:
+                with contextlib.suppress(BrokerError, TypeError):
+                    destination = parse_destination(str(uri))
+                    if await permissions.allowed_async(user, destination, "read"):
+                        allowed.append(destination.uri)
+            self.watched = allowed
+
+    async def disconnect(self, code: int) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(BaseException):
+                await self.task
+
+    async def _send(self, payload: dict[str, Any]) -> None:
+        payload["ts"] = int(time.time() * 1000)
+        await self.send(text_data=json.dumps(payload, default=str))
+
+    async def _totals(self) -> None:
+        from gateway.api.base import db
+        from gateway.api.destination_index import index, row, totals
+
+        broker = runtime.async_broker()
+        user = self.scope["user"]
+        while True:
+            patterns = await db(permissions.readable_patterns, user, "read")
+            payload: dict[str, Any] = {"type": "totals", "totals": await totals(broker, patterns)}
+            memory = await broker.redis.info("memory")
+            payload["totals"]["redis_memory"] = {"used": int(memory.get("used_memory", 0)),
+                                                 "max": int(memory.get("maxmemory", 0))}
+            if self.watched:
+                idx = await index(broker)
+                fresh = await broker.stats_many(list(self.watched))
+                payload["rows"] = [row(s, idx) for s in fresh if s is not None]
+            await self._send(payload)
+            await asyncio.sleep(TOTALS_EVERY)
+
+    async def _stats(self, destination: Any) -> dict[str, Any] | None:
+        from gateway.api.views_admin import consumer_json, destination_json
+
+        broker = runtime.async_broker()
+        try:
+            stats = await broker.stats(destination)
+        except UnknownDestination:
+            return None
+        out = destination_json(stats)
+        now = broker.clock.now_ms()
+        out["consumers"] = [consumer_json(c, now) for c in stats.consumers]
+        return out
+
+    async def _tail(self, destination: Any) -> None:
+        """XREAD the destination's event stream from now on (a connection of its own: it blocks)."""
+        broker = runtime.async_broker()
+        key = broker.events_key(destination)
+        client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+        last_id = "$"
+        counts: dict[str, int] = {}
+        recent: list[dict[str, Any]] = []
+        sent_events = sent_stats = 0.0
+        busy = False
+        try:
+            await self._send({"type": "stats", "stats": await self._stats(destination)})
+            while True:
+                reply = await client.xread({key: last_id}, count=1000, block=int(EVENTS_EVERY * 1000))
+                for _stream, entries in reply or []:
+                    for entry_id, fields in entries:
+                        last_id = _text(entry_id)
+                        event = {_text(k): _text(v) for k, v in fields.items()}
+                        event["id"] = last_id
+                        kind = event.get("type", "?")
+                        counts[kind] = counts.get(kind, 0) + 1
+                        recent.append(event)
+                        busy = True
+                    del recent[:-RECENT]
+                now = time.monotonic()
+                if counts and now - sent_events >= EVENTS_EVERY:
+                    await self._send({"type": "events", "counts": counts, "recent": recent})
+                    counts, recent, sent_events = {}, [], now
+                if now - sent_stats >= (STATS_BUSY if busy else STATS_IDLE):
+                    await self._send({"type": "stats", "stats": await self._stats(destination)})
+                    sent_stats, busy = now, False
+        finally:
+            await client.aclose()

@@ -1,0 +1,242 @@
+/* The console's shared pieces: API calls (session + CSRF), confirmation and progress dialogs, the live
+   WebSocket with its connection indicator, a small canvas line chart, DOM and number helpers.
+   No framework: every page script (overview.js, queue.js, ...) builds on window.SB. */
+"use strict";
+(function () {
+  const body = document.body;
+  const API = body.dataset.api || "/api/v1";
+  const csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || "";
+
+  class ApiError extends Error {
+    constructor(status, problem) {
+      super((problem && (problem.detail || problem.title)) || `HTTP ${status}`);
+      this.status = status;
+      this.problem = problem || {};
+    }
+  }
+
+  async function api(method, path, data) {
+    const options = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
+    if (method !== "GET") options.headers["X-CSRFToken"] = csrf;
+    if (data !== undefined) {
+      options.headers["Content-Type"] = "application/json";
+      options.body = JSON.stringify(data);
+    }
+    const response = await fetch(path.startsWith("/") ? path : `${API}/${path}`, options);
+    if (response.status === 204) return null;
+    let payload = null;
+    try { payload = await response.json(); } catch (e) { payload = null; }
+    if (!response.ok) throw new ApiError(response.status, payload);
+    return payload;
+  }
+
+  function queuePath(name) { return `queues/${encodeURIComponent(name)}`; }
+
+  /* el("td", {class: "num"}, "12") — text children are text nodes, never HTML. */
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else if (key === "dataset") Object.assign(node.dataset, value);
+      else node.setAttribute(key, value === true ? "" : value);
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function fill(tbody, rows, columns, emptyText) {
+    tbody.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: columns, class: "empty" }, emptyText))]));
+  }
+
+  const fmt = {
+    num(n) { return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"); },
+    rate(n) { return n === null || n === undefined ? "–" : (n >= 100 ? Math.round(n).toLocaleString("en-US") : Number(n).toFixed(1)); },
+    bytes(n) {
+      if (!n && n !== 0) return "–";
+      const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+      let i = 0; let v = n;
+      while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+      return `${v.toFixed(i ? 1 : 0)} ${units[i]}`;
+    },
+    time(ms) { return ms ? new Date(Number(ms)).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "–"; },
+    ago(ms) {
+      if (!ms) return "–";
+      const s = Math.round((Date.now() - Number(ms)) / 1000);
+      if (Math.abs(s) < 60) return s >= 0 ? `${s}s ago` : `in ${-s}s`;
+      const m = Math.round(s / 60);
+      if (Math.abs(m) < 60) return m >= 0 ? `${m} min ago` : `in ${-m} min`;
+      return fmt.time(ms);
+    },
+  };
+
+  function toast(text, bad) {
+    const box = document.getElementById("toast");
+    box.textContent = text;
+    box.className = bad ? "bad" : "";
+    box.hidden = false;
+    clearTimeout(toast.timer);
+    toast.timer = setTimeout(() => { box.hidden = true; }, bad ? 8000 : 4000);
+  }
+
+  /* Every administrative action asks first. Resolves true when confirmed. */
+  function confirmAction(text, okLabel) {
+    const dialog = document.getElementById("confirm");
+    document.getElementById("confirm-text").textContent = text;
+    document.getElementById("confirm-ok").textContent = okLabel || "Confirm";
+    dialog.returnValue = "";
+    return new Promise((resolve) => {
+      dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+      dialog.showModal();
+    });
+  }
+
+  function progress(title) {
+    const dialog = document.getElementById("progress");
+    const bar = document.getElementById("progress-bar");
+    const text = document.getElementById("progress-text");
+    document.getElementById("progress-title").textContent = title;
+    bar.removeAttribute("value");
+    text.textContent = "";
+    dialog.showModal();
+    return {
+      update(done, total, note) {
+        if (total) { bar.max = total; bar.value = Math.min(done, total); } else bar.removeAttribute("value");
+        text.textContent = note || (total ? `${fmt.num(done)} of ${fmt.num(total)}` : `${fmt.num(done)} done`);
+      },
+      close() { dialog.close(); },
+    };
+  }
+
+  /* A long call with a progress dialog; poll() (optional) says {done, total} while it runs. */
+  async function tracked(title, call, poll) {
+    const bar = progress(title);
+    let running = true;
+    (async () => {
+      while (running && poll) {
+        try { const s = await poll(); if (s && running) bar.update(s.done, s.total); } catch (e) { /* keep going */ }
+        await new Promise((r) => setTimeout(r, 400));
+      }
+    })();
+    try { return await call(bar); } finally { running = false; bar.close(); }
+  }
+
+  /* Runs an administrative API call after confirmation; reports the outcome. */
+  async function act(text, okLabel, run) {
+    if (!(await confirmAction(text, okLabel))) return null;
+    try {
+      const result = await run();
+      return result === undefined ? {} : (result || {});
+    } catch (error) {
+      toast(error.message, true);
+      return null;
+    }
+  }
+
+  const feeds = [];
+
+  /* The live feed. Reconnects with back-off; the header's indicator says whether it is connected. */
+  function live(query, onMessage, onOpen) {
+    const indicator = document.getElementById("live");
+    const label = indicator.querySelector(".label");
+    const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${body.dataset.events}${query ? `?${query}` : ""}`;
+    let socket = null; let delay = 500; let closedByUs = false;
+    const state = (name, text) => { indicator.dataset.state = name; label.textContent = text; };
+    function connect() {
+      socket = new WebSocket(url);
+      socket.addEventListener("open", () => {
+        delay = 500; state("connected", "Live");
+        if (onOpen) onOpen(handle);
+      });
+      socket.addEventListener("message", (event) => {
+        let data; try { data = JSON.parse(event.data); } catch (e) { return; }
+        if (data.type === "error") toast(data.detail, true);
+        onMessage(data);
+      });
+      socket.addEventListener("close", () => {
+        if (closedByUs) return;
+        state("disconnected", "Disconnected — reconnecting");
+        setTimeout(connect, delay);
+        delay = Math.min(delay * 2, 10000);
+      });
+    }
+    const handle = {
+      send(obj) { if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(obj)); },
+      close() { closedByUs = true; if (socket) socket.close(); },
+      get socket() { return socket; },
+    };
+    window.addEventListener("beforeunload", () => { closedByUs = true; });
+    connect();
+    feeds.push(handle);
+    return handle;
+  }
+
+  /* Rates from cumulative counters: rate(counters) gives per-second deltas since the previous call. */
+  function rateTracker(names) {
+    let last = null;
+    return function (counters, ts) {
+      const now = ts || Date.now();
+      let out = null;
+      if (last && now > last.ts) {
+        out = {};
+        for (const n of names) out[n] = Math.max(0, (counters[n] - last.values[n]) / ((now - last.ts) / 1000));
+      }
+      last = { ts: now, values: Object.fromEntries(names.map((n) => [n, counters[n]])) };
+      return out;
+    };
+  }
+
+  /* A line chart over a fixed time window; series colours come from CSS variables (themes). */
+  class Chart {
+    constructor(canvas, series, windowMs) {
+      this.canvas = canvas; this.series = series; this.windowMs = windowMs || 300000; this.points = [];
+      this.draw();
+      matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => this.draw());
+    }
+    push(ts, values) {
+      this.points.push({ ts, values });
+      const cut = ts - this.windowMs;
+      while (this.points.length && this.points[0].ts < cut) this.points.shift();
+      this.draw();
+    }
+    draw() {
+      const c = this.canvas; const ctx = c.getContext("2d");
+      const css = getComputedStyle(document.documentElement);
+      const w = c.width; const h = c.height; const pad = 34;
+      ctx.clearRect(0, 0, w, h);
+      const max = Math.max(1, ...this.points.flatMap((p) => this.series.map((s) => p.values[s.key] || 0)));
+      ctx.strokeStyle = css.getPropertyValue("--line"); ctx.fillStyle = css.getPropertyValue("--muted");
+      ctx.font = "11px system-ui"; ctx.lineWidth = 1;
+      for (let i = 0; i <= 4; i++) {
+        const y = pad / 2 + ((h - pad) * i) / 4;
+        ctx.beginPath(); ctx.moveTo(pad, y); ctx.lineTo(w - 4, y); ctx.stroke();
+        ctx.fillText(fmt.rate(max * (1 - i / 4)), 2, y + 4);
+      }
+      const now = this.points.length ? this.points[this.points.length - 1].ts : Date.now();
+      const x = (ts) => pad + ((w - pad - 4) * (ts - (now - this.windowMs))) / this.windowMs;
+      const y = (v) => pad / 2 + (h - pad) * (1 - v / max);
+      for (const s of this.series) {
+        ctx.strokeStyle = css.getPropertyValue(s.color); ctx.lineWidth = 2; ctx.beginPath();
+        this.points.forEach((p, i) => { const px = x(p.ts); const py = y(p.values[s.key] || 0); if (i) ctx.lineTo(px, py); else ctx.moveTo(px, py); });
+        ctx.stroke();
+      }
+    }
+  }
+
+  function meter(value, max, full) {
+    const pct = max > 0 ? Math.min(100, (100 * value) / max) : 0;
+    return el("span", { class: `meter${full ? " full" : ""}`, role: "meter", "aria-valuemin": 0, "aria-valuemax": max, "aria-valuenow": value,
+      "aria-label": `${value} of ${max}` },
+    el("span", { class: "track" }, el("span", { class: "fill", style: `width:${pct}%` })),
+    el("span", { class: "meter-text" }, `${fmt.num(value)} / ${fmt.num(max)}`));
+  }
+
+  function page() { const node = document.getElementById("page"); return node ? node.dataset : {}; }
+
+  window.SB = { api, ApiError, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, rateTracker, Chart, meter, page, feeds };
+})();

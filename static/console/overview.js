@@ -1,0 +1,44 @@
+/* Overview: broker totals and rates live from the feed's totals; health from /healthz. */
+"use strict";
+(function () {
+  const { api, el, fill, fmt, live, Chart } = window.SB;
+  const chart = new Chart(document.getElementById("rates-chart"),
+    [{ key: "enqueued", color: "--enq" }, { key: "dequeued", color: "--deq" }], 300000);
+
+  function show(totals, ts, charted) {
+    for (const node of document.querySelectorAll("[data-total]")) {
+      const key = node.dataset.total;
+      if (key === "redis_memory") {
+        const m = totals.redis_memory;
+        if (m) node.textContent = m.max ? `${fmt.bytes(m.used)} of ${fmt.bytes(m.max)}` : fmt.bytes(m.used);
+      } else if (key === "pending") node.textContent = fmt.num(totals.queue_size);
+      else node.textContent = fmt.num(totals[key]);
+    }
+    // The server's rates (between two statistics snapshots, with their real time apart).
+    const r = charted ? { enqueued: totals.enqueue_rate, dequeued: totals.dequeue_rate } : null;
+    if (r) {
+      chart.push(ts, r);
+      document.getElementById("rates-now").textContent = `now: ${fmt.rate(r.enqueued)} in/s, ${fmt.rate(r.dequeued)} out/s`;
+    }
+  }
+
+  async function health() {
+    let data;
+    try {
+      const response = await fetch("/healthz", { credentials: "same-origin" });
+      data = await response.json();
+    } catch (error) { data = { redis: { status: "error", error: String(error) } }; }
+    const rows = ["redis", "database", "celery"].filter((k) => data[k]).map((k) => {
+      const c = data[k];
+      const details = c.status === "ok" ? (c.workers ? `workers: ${c.workers.join(", ")}` : c.version ? `version ${c.version}` : c.vendor || "") : c.error;
+      return el("tr", {}, el("th", { scope: "row" }, k === "celery" ? "Celery workers" : k[0].toUpperCase() + k.slice(1)),
+        el("td", {}, el("span", { class: `badge ${c.status === "ok" ? "good" : "bad"}` }, c.status)), el("td", {}, details));
+    });
+    fill(document.querySelector("#health tbody"), rows, 3, "No health data");
+  }
+
+  api("GET", "console/overview").then((t) => show(t, Date.now())).catch((e) => window.SB.toast(e.message, true));
+  live("", (msg) => { if (msg.type === "totals") show(msg.totals, msg.ts, true); });
+  health();
+  setInterval(health, 15000);
+})();

@@ -1,0 +1,141 @@
+/* Queue page: statistics, rate chart, consumers with prefetch bars, message groups, scheduled messages
+   and recent events, live from the destination's lifecycle events; QueueView operations for admins. */
+"use strict";
+(function () {
+  const { api, el, fill, fmt, live, act, toast, tracked, queuePath, rateTracker, Chart, meter, page } = window.SB;
+  const P = page();
+  const name = P.name; const admin = P.admin === "1";
+  const base = queuePath(name);
+  const chart = new Chart(document.getElementById("rate-chart"),
+    [{ key: "enqueued", color: "--enq" }, { key: "dequeued", color: "--deq" }], 300000);
+  const rates = rateTracker(["enqueued", "dequeued"]);
+  let current = null;
+
+  function showStats(stats, ts) {
+    if (!stats) { toast(`The queue ${name} does not exist (any more).`, true); return; }
+    current = stats;
+    for (const node of document.querySelectorAll("[data-stat]")) {
+      const v = stats[node.dataset.stat];
+      node.textContent = typeof v === "number" ? fmt.num(v) : (v || "–");
+    }
+    document.getElementById("paused-badge").hidden = !stats.paused;
+    const pause = document.getElementById("pause"); const resume = document.getElementById("resume");
+    if (pause) { pause.hidden = stats.paused; resume.hidden = !stats.paused; }
+    const r = rates(stats, ts);
+    if (r) {
+      chart.push(ts, r);
+      document.getElementById("rate-now").textContent = `now: ${fmt.rate(r.enqueued)} in/s, ${fmt.rate(r.dequeued)} out/s`;
+    }
+    showConsumers(stats.consumers || []);
+  }
+
+  function showConsumers(consumers) {
+    const rows = consumers.map((c) => {
+      const window = c.prefetch + (c.prefetch_extension || 0);
+      return el("tr", { dataset: { consumer: c.consumer_id } },
+        el("td", { class: "id" }, el("code", {}, c.consumer_id)),
+        el("td", {}, c.client_id || "–"),
+        el("td", {}, c.selector ? el("code", {}, c.selector) : "–"),
+        el("td", { class: "num" }, c.priority),
+        el("td", {}, c.exclusive ? (c.is_exclusive_owner ? "yes (owner)" : "yes") : (c.is_exclusive_owner ? "owner" : "no")),
+        el("td", {}, c.ack_mode),
+        el("td", { class: "num" }, c.prefetch === 0 ? "0 (pull)" : fmt.num(c.prefetch)),
+        el("td", { class: "prefetch" }, meter(c.in_flight, Math.max(window, c.in_flight), c.full)),
+        el("td", { class: "num" }, fmt.num(c.dispatched)),
+        el("td", { class: "num" }, fmt.num(c.acked)),
+        el("td", { class: "num" }, fmt.num(c.groups)),
+        el("td", {}, c.slow_since ? el("span", { class: "badge bad" }, `slow since ${fmt.ago(c.slow_since)}`) : "–"),
+        el("td", {}, c.lease_expires ? fmt.ago(c.lease_expires) : "–"));
+    });
+    fill(document.querySelector("#consumers tbody"), rows, 13, "No consumers.");
+  }
+
+  async function loadGroups() {
+    let g;
+    try { g = await api("GET", `console/${base}/groups`); } catch (e) { return; }
+    const fill_ = g.capacity ? `${fmt.num(g.group_count)} of ${fmt.num(g.capacity)} (${(100 * g.fill).toFixed(1)}%)` : `${fmt.num(g.group_count)} (unbounded)`;
+    const scope = g.complete ? "" : ` Counts cover the first ${fmt.num(g.examined)} messages.`;
+    document.getElementById("groups-summary").textContent =
+      `Group map: ${g.map_type}, ${fill_} · ${fmt.num(g.held_back)} messages held back waiting for busy owners.${scope}`;
+    const rows = g.groups.map((x) => el("tr", { dataset: { group: x.group_id } },
+      el("th", { scope: "row" }, x.group_id),
+      el("td", { class: "id" }, el("code", {}, x.owner), x.owner_busy ? el("span", { class: "badge warn" }, " busy") : null),
+      el("td", {}, fmt.ago(x.assigned_at)),
+      el("td", { class: "num" }, fmt.num(x.pending)),
+      el("td", { class: "num" }, fmt.num(x.in_flight)),
+      el("td", { class: "num" }, fmt.num(x.held_back)),
+      admin ? el("td", {}, el("button", { type: "button", class: "small", "aria-label": `Reset group ${x.group_id}`,
+        onclick: () => resetGroup(x.group_id) }, "Reset")) : null));
+    fill(document.querySelector("#groups tbody"), rows, admin ? 7 : 6, "No message groups are assigned.");
+  }
+
+  async function resetGroup(group) {
+    const done = await act(`Reset the message group ${group}? Its next message picks a new owner.`, "Reset group",
+      () => api("DELETE", `${base}/groups/${encodeURIComponent(group)}`));
+    if (done) { toast(`Group ${group} reset`); loadGroups(); }
+  }
+
+  async function loadScheduled() {
+    let data;
+    try { data = await api("GET", `${base}/scheduled?limit=50`); } catch (e) { return; }
+    const rows = data.messages.map((m) => el("tr", {},
+      el("td", { class: "id" }, el("a", { href: `/console/queues/${encodeURIComponent(name)}/messages/${encodeURIComponent(m.message_id)}/` }, m.message_id)),
+      el("td", {}, fmt.time(m.timestamp)), el("td", {}, m.group_id || "–"), el("td", { class: "num" }, m.priority)));
+    fill(document.querySelector("#scheduled tbody"), rows, 4, "No scheduled or delayed messages.");
+  }
+
+  const eventsList = document.getElementById("events");
+  function showEvents(recent) {
+    for (const e of recent) {
+      const { type, ts, id, ...rest } = e;
+      const detail = Object.entries(rest).map(([k, v]) => `${k}=${v}`).join(" ");
+      eventsList.prepend(el("li", {}, `${fmt.time(Number(ts))} ${type} ${detail}`));
+    }
+    while (eventsList.children.length > 100) eventsList.lastChild.remove();
+  }
+
+  let groupsTimer = null;
+  function groupsSoon() { if (!groupsTimer) groupsTimer = setTimeout(() => { groupsTimer = null; loadGroups(); }, 700); }
+
+  live(`destination=${encodeURIComponent(P.uri)}`, (msg) => {
+    if (msg.type === "stats") showStats(msg.stats, msg.ts);
+    else if (msg.type === "events") {
+      showEvents(msg.recent);
+      const kinds = Object.keys(msg.counts);
+      if (kinds.some((k) => k.startsWith("group_") || k.startsWith("consumer_") || k === "dispatch" || k === "ack" || k === "enqueue")) groupsSoon();
+      if (kinds.some((k) => k === "schedule" || k === "redeliver" || k === "cancel")) loadScheduled();
+    }
+  });
+
+  async function admin_(text, label, call, progressTitle) {
+    if (!(await window.SB.confirm(text, label))) return;
+    try {
+      const start = current ? current.queue_size : 0;
+      const result = progressTitle
+        ? await tracked(progressTitle, call, async () => {
+          const s = await api("GET", base);
+          return { done: Math.max(0, start - s.queue_size), total: start };
+        })
+        : await call();
+      toast(`${label}: done${result && result.removed !== undefined ? ` (${fmt.num(result.removed)} removed)` : ""}${result && result.count !== undefined ? ` (${fmt.num(result.count)})` : ""}`);
+      return result || {};
+    } catch (e) { toast(e.message, true); return null; }
+  }
+
+  if (admin) {
+    document.getElementById("pause").addEventListener("click", async () => { if (await admin_(`Pause ${name}? Nothing is dispatched until it is resumed.`, "Pause", () => api("POST", `${base}/pause`))) showStats(await api("GET", base), Date.now()); });
+    document.getElementById("resume").addEventListener("click", async () => { if (await admin_(`Resume ${name}?`, "Resume", () => api("POST", `${base}/resume`))) showStats(await api("GET", base), Date.now()); });
+    document.getElementById("purge").addEventListener("click", () => admin_(`Purge every message of ${name}, in flight too? This cannot be undone.`, "Purge", () => api("POST", `${base}/purge`), `Purging ${name}`));
+    document.getElementById("delete").addEventListener("click", async () => {
+      if (await admin_(`Delete ${name} and all its messages? This cannot be undone.`, "Delete", () => api("DELETE", base))) location.href = "/console/destinations/";
+    });
+    document.getElementById("remove-all-groups").addEventListener("click", async () => {
+      if (await admin_(`Remove all message groups of ${name}? Their next messages are assigned to consumers again.`, "Remove all message groups",
+        () => api("DELETE", `${base}/groups`))) loadGroups();
+    });
+  }
+
+  api("GET", base).then((s) => showStats(s, Date.now())).catch((e) => toast(e.message, true));
+  loadGroups();
+  loadScheduled();
+})();

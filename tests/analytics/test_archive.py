@@ -1,0 +1,118 @@
+"""The archiver against a real Redis: exactly once, even when it is killed (SIGKILL) at each step."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from analytics import archive
+from analytics.archive import ArchiveLocation, archive_destination
+from analytics.events import parse_stream_id
+from broker_core.broker import Broker
+from broker_core.messages import Message
+from broker_core.operations import ConsumerSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+LEASE_MS = 300
+
+
+def traffic(broker: Broker, destination: str, messages: int) -> None:
+    """Sends, dispatches and acks on a real destination: its scripts write the events."""
+    broker.send(destination, [Message(body=f"m{i}", group_id=f"g{i % 3}") for i in range(messages)])
+    consumer = broker.add_consumer(destination, ConsumerSpec(prefetch=100, ack_mode="client-individual"))
+    for delivery in broker.receive(consumer, max_messages=messages):
+        broker.ack(consumer, delivery.message_id)
+    broker.close_consumer(consumer)
+
+
+def stream_ids(broker: Broker, destination: str) -> list[tuple[int, int]]:
+    dest = archive.parse_destination(destination)
+    return [parse_stream_id(i) for i, _ in broker.redis.xrange(archive.events_key(broker, dest))]
+
+
+def archived_ids(root: Path, destination: str) -> list[tuple[int, int]]:
+    """Every archived event id of a destination, duplicates kept (pyarrow skips the hidden .tmp files)."""
+    if not root.exists():
+        return []
+    table = ds.dataset(str(root), format="parquet", partitioning="hive").to_table()
+    # pyarrow decodes the folder names as Spark does (queue%3A%2F%2Forders -> queue://orders).
+    rows = table.filter(ds.field("destination") == destination).to_pylist()
+    return sorted((r["event_ms"], r["event_seq"]) for r in rows)
+
+
+def run_archiver(redis_url: str, namespace: str, root: Path, kill_at: str | None = None) -> int:
+    env = {**os.environ, "SIGNALBOX_ARCHIVE_KILL_AT": kill_at or ""}
+    command = [sys.executable, "-m", "analytics.archive", "--redis-url", redis_url, "--namespace", namespace,
+               "--archive", str(root), "--batch-events", "7", "--lease-ms", str(LEASE_MS), "--keep-ms", "0",
+               "--retention-days", "0"]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=120).returncode
+
+
+@pytest.fixture
+def broker(redis_client, namespace) -> Broker:
+    return Broker(redis_client, namespace)
+
+
+def test_an_archive_run_moves_every_event_to_parquet_and_trims_the_stream(broker, tmp_path):
+    traffic(broker, "orders", 10)
+    before = stream_ids(broker, "queue://orders")
+    run = archive_destination(broker, "orders", ArchiveLocation.parse(tmp_path), batch_events=7)
+    assert run.archived == len(before) > 30
+    assert archived_ids(tmp_path, "queue://orders") == before
+    assert stream_ids(broker, "queue://orders") == []
+    assert archive.checkpoint(broker, "orders")["last"] == "{}-{}".format(*before[-1])
+    # Nothing new: a second run writes nothing.
+    again = archive_destination(broker, "orders", ArchiveLocation.parse(tmp_path), batch_events=7)
+    assert again.archived == 0 and archived_ids(tmp_path, "queue://orders") == before
+
+
+def test_events_younger_than_keep_ms_stay_in_the_stream_for_live_views(broker, tmp_path):
+    traffic(broker, "orders", 3)
+    before = stream_ids(broker, "queue://orders")
+    archive_destination(broker, "orders", ArchiveLocation.parse(tmp_path), keep_ms=600_000)
+    assert archived_ids(tmp_path, "queue://orders") == before
+    assert stream_ids(broker, "queue://orders") == before  # archived, kept for now, never archived twice
+    assert archive_destination(broker, "orders", ArchiveLocation.parse(tmp_path)).archived == 0
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("kill_at", [f"{p}:{n}" for p in archive.KILL_POINTS for n in (1, 3)])
+def test_an_archiver_killed_at_any_step_leaves_every_event_archived_exactly_once(
+        broker, redis_url, namespace, tmp_path, kill_at):
+    traffic(broker, "orders", 12)
+    first = stream_ids(broker, "queue://orders")
+    died = run_archiver(redis_url, namespace, tmp_path, kill_at)
+    assert died == -signal.SIGKILL, "the kill point was not reached"
+    traffic(broker, "orders", 4)  # the broker goes on while the archiver is down
+    # The killed run may have trimmed part of `first` (after archiving it); nothing else left the stream.
+    everything = set(first) | set(stream_ids(broker, "queue://orders"))
+    time.sleep(LEASE_MS / 1000 + 0.2)  # the dead archiver's lease lapses
+    assert run_archiver(redis_url, namespace, tmp_path) == 0
+    archived = archived_ids(tmp_path, "queue://orders")
+    assert archived == sorted(set(everything)) and len(archived) == len(set(archived))
+    assert stream_ids(broker, "queue://orders") == []
+    assert not [p for p in tmp_path.rglob(".tmp-*")], "temporary files of the killed run were cleared"
+
+
+def test_retention_deletes_day_folders_older_than_the_setting(tmp_path):
+    import datetime as dt
+
+    for day in ("2026-11-01", "2026-11-20", "2026-11-22"):
+        (tmp_path / f"date={day}" / "destination=queue%3A%2F%2Forders").mkdir(parents=True)
+    removed = archive.apply_retention(ArchiveLocation.parse(tmp_path), 3, today=dt.date(2026, 11, 22))
+    assert removed == ["2026-11-01"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["date=2026-11-20", "date=2026-11-22"]
+
+
+def test_an_unusable_archive_location_is_refused_with_its_name():
+    with pytest.raises(archive.ArchiveError, match="nosuchscheme://x"):
+        ArchiveLocation.parse("nosuchscheme://x/archive")
+    with pytest.raises(archive.ArchiveError, match="empty"):
+        ArchiveLocation.parse("  ")
