@@ -83,6 +83,7 @@ def compute(events: Any) -> dict[str, Any]:
     """Every metric table, as DataFrames (lazy)."""
     lives = jobs.lives(events).cache()
     return {
+        "lives": lives,
         "per_minute": jobs.per_minute(events),
         "latency": jobs.latency(jobs.latency_samples(lives)),
         "redeliveries": jobs.redelivery_distribution(lives),
@@ -193,6 +194,7 @@ def run(spark: Any, *, since_ms: int, until_ms: int, archive: str | None = None,
     # The summary reads back the tables just written (small aggregates), not the events again.
     tables = {name: _rows(spark.read.parquet(f"{target.spark_path}/{name}")) for name in TABLES}
     tables["active_consumers"] = _rows(frames["active_consumers"])
+    frames["lives"].unpersist()
     events.unpersist()
     summary = summarise(tables, since_ms, until_ms)
     text = json.dumps(summary, separators=(",", ":"), default=str)

@@ -10,7 +10,9 @@ then waits for space (re-running the send) or raises `ResourceAllocationError`, 
 - otherwise wait, up to `sendFailIfNoSpaceAfterTimeout` ms (policy, else the broker's; 0 means ActiveMQ's
   "wait until there is space", which here is bounded by `MAX_SEND_WAIT_MS` so no caller hangs for ever).
 
-Forwards (dead letters, moves, virtual destinations) are exempt, as ActiveMQ exempts its DLQ sends.
+Forwards (dead letters, moves, virtual destination copies) are exempt once recorded, as ActiveMQ exempts
+its DLQ sends; a producer's send that makes virtual destination copies counts them up front, against the
+broker's limit and each target's own limit (scripts/includes/flow.lua).
 """
 
 from __future__ import annotations
@@ -157,19 +159,24 @@ def _limit_text(scope: str, used: int, limit: int, need: int) -> str:
 def refusal_error(dest: Destination, reply: list[Any], waited_ms: int,
                   capped: bool) -> ResourceAllocationError:
     scope, used, limit, need = _text(reply[2]), int(reply[3]), int(reply[4]), int(reply[7])
-    details: dict[str, Any] = {"destination": dest.uri, "scope": scope, "limit": limit, "usage": used,
+    # A virtual destination's target may be the full one (its copy would not fit): name it.
+    full = _text(reply[8]) if len(reply) > 8 and reply[8] else dest.uri
+    details: dict[str, Any] = {"destination": full, "scope": scope, "limit": limit, "usage": used,
                                "need": need, "waited_ms": waited_ms, "retry_after": RETRY_AFTER_S}
+    where = full if full == dest.uri else f"{full} (a copy of a send to {dest.uri})"
+    if full != dest.uri:
+        details["sent_to"] = dest.uri
     usage = _limit_text(scope, used, limit, need)
     if need > limit:
         which = "destination memoryLimit" if scope == "destination" else "broker memory limit"
-        text = (f"Usage Manager Memory Limit reached on {dest.uri}: the send needs {need} bytes, more than "
+        text = (f"Usage Manager Memory Limit reached on {where}: the send needs {need} bytes, more than "
                 f"the {which} of {limit}; it can never fit. {FLOW_DOC}")
     elif waited_ms:
         bound = " (the longest Signalbox waits)" if capped else " (sendFailIfNoSpaceAfterTimeout)"
-        text = (f"Usage Manager Memory Limit Wait Timeout. Stopping producer to prevent flooding {dest.uri}: "
+        text = (f"Usage Manager Memory Limit Wait Timeout. Stopping producer to prevent flooding {where}: "
                 f"waited {waited_ms} ms{bound}; {usage}. {FLOW_DOC}")
     else:
-        text = f"Usage Manager Memory Limit reached on {dest.uri}: {usage}. {FLOW_DOC}"
+        text = f"Usage Manager Memory Limit reached on {where}: {usage}. {FLOW_DOC}"
     return ResourceAllocationError(text, **details)
 
 

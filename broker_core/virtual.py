@@ -129,8 +129,9 @@ class VirtualConfig:
             for flag, instead in (("useVirtualTopics", f"a [[{source}.virtualTopic]] entry"),
                                   ("useMirroredQueues", f"a [{source}.mirroredQueue] table")):
                 if data.get(flag) is True:
-                    raise InvalidPolicy(f"{source}: {flag} = true has no effect when virtual destinations are "
-                                        f"configured explicitly (as in ActiveMQ); add {instead}", key=flag)
+                    raise InvalidPolicy(f"{source}: {flag} = true has no effect when virtual destinations "
+                                        f"are configured explicitly (as in ActiveMQ); add {instead}",
+                                        key=flag)
             topics = tuple(_virtual_topic(raw, f"{source}.virtualTopic #{n}")
                            for n, raw in enumerate(_tables(data, "virtualTopic", source), start=1))
             mirror_raw = data.get("mirroredQueue")

@@ -210,6 +210,10 @@ SIGNALBOX_AUTH_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_AUTH_CACHE_SECOND
 SIGNALBOX_PERMISSION_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_PERMISSION_CACHE_SECONDS") or 1.0)
 # Lease of the consumers behind ActiveMQ's /api/message GET (renewed by every GET of that client).
 SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 300_000)
+# The broker's name in ActiveMQ's texts (InvalidClientIDException, advisories' originBrokerName).
+SIGNALBOX_BROKER_NAME = os.environ.get("SIGNALBOX_BROKER_NAME") or "localhost"
+# /healthz reports the maintenance tick stale (beat or every worker stopped) after this many seconds.
+SIGNALBOX_MAINTENANCE_STALE_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_STALE_SECONDS") or 15.0)
 # Largest request body (a batch of messages); larger requests get 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SIGNALBOX_MAX_REQUEST_BYTES") or 16 * 1024 * 1024)
 

@@ -40,6 +40,8 @@ end
 
 -- Close consumer `cid` for being slow (or on an operator's word) and leave its tombstone.
 local function abort(cid, reason, abort_connection, strategy)
+  local c = find_consumer(cid)
+  local notify = c and c.def.notify
   emit('abort', 'consumer', cid, 'reason', reason, 'abort_connection', abort_connection and 1 or 0,
        'strategy', strategy)
   close_consumer(cid, 'aborted')
@@ -53,6 +55,9 @@ local function abort(cid, reason, abort_connection, strategy)
   if over > 0 then forget_tombstones(redis.call('ZRANGE', K_ABORTED_AT, 0, over - 1)) end
   redis.call('PEXPIRE', K_ABORTED, TOMBSTONE_MS)
   redis.call('PEXPIRE', K_ABORTED_AT, TOMBSTONE_MS)
+  -- Wake the adapter serving the consumer (as a dispatch does): it finds the consumer gone and the
+  -- tombstone there, and tells its client now rather than at its next lease renewal.
+  if notify then redis.call('PUBLISH', notify, cid) end
 end
 
 local function finish(ran, tracked, aborted)

@@ -7,7 +7,8 @@
 -- already stored: not stored again, counted) or 'expired' (expired on arrival: not enqueued, counted).
 -- Producer flow control (includes/flow.lua) applies to origin 'producer' and to 'retry' (the same send
 -- again after waiting for space, flow.py); a send that does not fit stores nothing and returns
--- {'', 'full', scope, used, limit, fail at once, timeout ms, bytes needed}. Origin 'probe' stores nothing
+-- {'', 'full', scope, used, limit, fail at once, timeout ms, bytes needed, the full destination if another
+-- (a virtual destination's target)}. Origin 'probe' stores nothing
 -- and returns {''} when the messages would fit.
 --@include base
 --@include dispatch
@@ -40,13 +41,13 @@ local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'pro
 if flow_checked then  -- FLOW: producer flow control (spec §9.2); 'probe' only asks (a transacted send)
   local need = 0
   for i = 4, #ARGV, 2 do need = need + message_charge(#ARGV[i + 1]) end
-  local full = memory_refusal(need)
+  local full = memory_refusal(need, plan)
   if full then
     if origin == 'producer' then  -- counted and logged once per send, not per retry
       meta_incr('blocked_sends')
       emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
     end
-    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need }
+    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6] }
   end
   if origin == 'probe' then return { '' } end
 end

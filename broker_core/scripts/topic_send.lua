@@ -41,13 +41,13 @@ end
 if origin == 'producer' or origin == 'retry' then  -- producer flow control, as send.lua (flow.lua)
   local need = 0
   for i = 4, #ARGV, 4 do need = need + message_charge(#ARGV[i + 1]) end
-  local full = memory_refusal(need)
+  local full = memory_refusal(need, plan)  -- VIRTUAL: the copies' targets count (flow.lua)
   if full then
     if origin == 'producer' then
       meta_incr('blocked_sends')
       emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
     end
-    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need }
+    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6] }
   end
 end
 

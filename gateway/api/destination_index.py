@@ -43,11 +43,10 @@ class Index:
     at_ms: int
     rows: dict[str, list[float]]  # uri -> FIELDS values, then RATES
 
-    def value(self, uri: str, key: str) -> float:
-        row = self.rows.get(uri)
-        if row is None:
-            return 0
-        return row[(FIELDS + RATES).index(key)]
+    def values(self, uris: list[str], key: str) -> dict[str, float]:
+        position = (FIELDS + RATES).index(key)
+        rows = self.rows
+        return {uri: rows[uri][position] if uri in rows else 0 for uri in uris}
 
     def rates(self, uri: str) -> tuple[float, float]:
         row = self.rows.get(uri)
@@ -80,7 +79,10 @@ async def _build(broker: AsyncBroker) -> bytes:
             enqueue_rate, dequeue_rate = before[-2], before[-1]
         rows[uri] = [*row, enqueue_rate, dequeue_rate]
     packed = msgpack.packb({"at": now, "rows": rows})
-    await broker.redis.set(_key(broker.namespace), packed)
+    pipe = broker.redis.pipeline(transaction=True)
+    pipe.set(_key(broker.namespace), packed)
+    pipe.set(f"{_key(broker.namespace)}:at", now)  # readers check this first, not the whole index
+    await pipe.execute()
     return packed
 
 
@@ -119,11 +121,14 @@ _caches: dict[str, _Cache] = {}
 async def index(broker: AsyncBroker) -> Index:
     """The statistics index; a stale one starts a refresh in the background and is returned at once."""
     cache = _caches.setdefault(broker.namespace, _Cache())
-    raw = await broker.redis.get(_key(broker.namespace))
-    if raw is None:
-        raw = await _build(broker)
-        return cache.decode(raw)
-    current = cache.decode(raw)
+    at = await broker.redis.get(f"{_key(broker.namespace)}:at")
+    if at is not None and cache.index is not None and int(at) == cache.index.at_ms:
+        current = cache.index  # unchanged: no need to fetch and unpack ~60 bytes per destination
+    else:
+        raw = await broker.redis.get(_key(broker.namespace))
+        if raw is None:
+            return cache.decode(await _build(broker))
+        current = cache.decode(raw)
     stale = broker.clock.now_ms() - current.at_ms > INDEX_MAX_AGE * 1000
     if stale and (cache.refreshing is None or cache.refreshing.done()):
         lock = f"{_key(broker.namespace)}:refresh"
@@ -168,7 +173,7 @@ async def list_destinations(broker: AsyncBroker, patterns: list[Destination] | N
     if key == "name":
         chosen.sort(key=lambda d: (d.name, d.kind), reverse=reverse)
     else:
-        values = {d.uri: idx.value(d.uri, key) for d in chosen}
+        values = idx.values([d.uri for d in chosen], key)
         missing = [d.uri for d in chosen if d.uri not in idx.rows]
         if missing:  # created since the index was built: read them now rather than sort them as zeros
             for s in await broker.summaries(missing):
@@ -184,6 +189,11 @@ async def list_destinations(broker: AsyncBroker, patterns: list[Destination] | N
 async def totals(broker: AsyncBroker, patterns: list[Destination] | None) -> dict[str, Any]:
     """Broker totals over the destinations the user may read (ActiveMQ's BrokerView totals)."""
     idx = await index(broker)
+    everything = patterns is None  # the same for every user who may read everything: computed once
+    if everything and _totals_memo.get(broker.namespace, (None,))[0] == idx.at_ms:
+        out = dict(_totals_memo[broker.namespace][1])
+        out["index_age_ms"] = broker.clock.now_ms() - idx.at_ms
+        return out
     names = ("queue_size", "pending", "in_flight", "enqueued", "dequeued", "expired", "deadlettered",
              "parked")
     positions = [FIELDS.index(n) for n in names]
@@ -204,5 +214,10 @@ async def totals(broker: AsyncBroker, patterns: list[Destination] | None) -> dic
         out["dequeue_rate"] += values[-1]
     out["enqueue_rate"] = round(out["enqueue_rate"], 2)
     out["dequeue_rate"] = round(out["dequeue_rate"], 2)
+    if everything:
+        _totals_memo[broker.namespace] = (idx.at_ms, dict(out))
     out["index_age_ms"] = broker.clock.now_ms() - idx.at_ms
     return out
+
+
+_totals_memo: dict[str, tuple[int, dict[str, Any]]] = {}

@@ -28,9 +28,9 @@ from gateway.api.destination_index import parse_destination, totals
 from gateway.api.views_admin import stats_or_404
 from gateway.api.views_messaging import KIND_PARAM, problems
 
-# How many messages the groups view and the dead-letter summary examine from the head of a queue.
+# How many pending and in-flight messages the groups view counts (from the head of the queue).
 # Counts are exact below it; on deeper queues they describe the first EXAMINE messages (and say so).
-EXAMINE = 10_000
+EXAMINE = 5_000
 PAGE = 1_000
 
 

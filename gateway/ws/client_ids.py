@@ -8,7 +8,6 @@ within one lease instead of blocked forever.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from django.conf import settings
@@ -27,10 +26,8 @@ return 0
 class ClientIdInUse(Exception):
     def __init__(self, client_id: str, holder_address: str) -> None:
         # ActiveMQ's InvalidClientIDException, word for word (broker name: SIGNALBOX_BROKER_NAME)
-        broker_name = (getattr(settings, "SIGNALBOX_BROKER_NAME", None)
-                       or os.environ.get("SIGNALBOX_BROKER_NAME") or "localhost")
-        super().__init__(f"Broker: {broker_name} - Client: {client_id} already connected from "
-                         f"{holder_address}")
+        super().__init__(f"Broker: {settings.SIGNALBOX_BROKER_NAME} - Client: {client_id} "
+                         f"already connected from {holder_address}")
         self.client_id = client_id
         self.holder_address = holder_address
 

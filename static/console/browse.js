@@ -55,7 +55,7 @@
         rows = []; nextCursor = null;
       } else toast(e.message, true);
     }
-    selectorInput.removeAttribute(errorBox.hidden ? "aria-invalid" : "data-none");
+    if (errorBox.hidden) selectorInput.removeAttribute("aria-invalid");
     render();
     document.getElementById("browse-status").textContent = `page ${cursors.length}: ${rows.length} messages${nextCursor ? "" : " (end)"}`;
     document.getElementById("next").disabled = !nextCursor;
@@ -108,7 +108,7 @@
           for (;;) {
             const q = new URLSearchParams({ limit: 500 }); if (selector) q.set("selector", selector);
             const data = await api("GET", `${base}/messages?${q}`);
-            const ids = data.messages.filter((m) => m.state !== "inflight" || true).map((m) => m.message_id);
+            const ids = data.messages.map((m) => m.message_id);  // in-flight ones too, as removeMessage
             if (!ids.length) break;
             let removed = 0;
             for (const id of ids) {

@@ -318,3 +318,37 @@ def test_a_topic_counts_each_message_once_and_its_producers_wait_like_a_queues(b
         for d in drain(broker, sub):
             broker.ack(sub, d.message_id)
     assert broker.stats("topic://prices").memory_usage == 0 == flow.broker_memory(broker).used
+
+
+def test_a_virtual_topic_send_waits_or_fails_when_a_consumer_queue_is_full(broker):
+    from broker_core.operations import ConsumerSpec
+
+    broker.policies.set_entry("queue", "Consumer.slow.VirtualTopic.Orders", {"memoryLimit": 2 * 1100})
+    broker.policies.set_entry("topic", "VirtualTopic.Orders", {"sendFailIfNoSpace": True})
+    broker.ensure_destination("Consumer.slow.VirtualTopic.Orders")
+    broker.ensure_destination("Consumer.fast.VirtualTopic.Orders")
+    sub = broker.add_consumer("topic://VirtualTopic.Orders", ConsumerSpec(prefetch=10))
+    broker.send("topic://VirtualTopic.Orders", [Message(body=KB), Message(body=KB)])
+    with pytest.raises(ResourceAllocationError) as refused:
+        broker.send("topic://VirtualTopic.Orders", Message(body=KB, message_id="third"))
+    assert refused.value.details["destination"] == "queue://Consumer.slow.VirtualTopic.Orders"
+    assert refused.value.details["sent_to"] == "topic://VirtualTopic.Orders"
+    assert "(a copy of a send to topic://VirtualTopic.Orders)" in refused.value.message
+    for name in ("Consumer.slow.VirtualTopic.Orders", "Consumer.fast.VirtualTopic.Orders"):
+        assert broker.stats(name).queue_size == 2  # the refused send reached nobody
+    assert len(drain(broker, sub)) == 2
+
+
+def test_the_copies_of_a_composite_send_count_against_the_broker_limit(broker):
+    from broker_core import virtual
+    from broker_core.virtual import VirtualConfig
+
+    virtual.configure(broker, VirtualConfig.from_config({"compositeQueue": [{"name": "x",
+                                                                             "forwardTo": ["x.a", "x.b"]}]}))
+    flow.configure(broker, SystemUsage(memory_limit=4 * 1100, send_fail_if_no_space=True))
+    fill(broker, "x", 2)  # two copies each
+    with pytest.raises(ResourceAllocationError) as refused:
+        broker.send("x", Message(body=KB))
+    assert refused.value.details["scope"] == "broker"
+    assert flow.broker_memory(broker).used <= 4 * 1100
+    assert broker.stats("x.a").queue_size == broker.stats("x.b").queue_size == 2

@@ -327,3 +327,40 @@ def test_at_tablet_width_in_the_dark_theme_the_queue_page_fits_and_works_from_th
         assert broker.message_groups(queue_name) == []
     finally:
         page.context.close()
+
+
+def test_deleting_everything_a_selector_matches_leaves_the_rest(admin_page, console_server, broker,
+                                                               queue_name):
+    broker.send(queue_name, [Message(body=str(i), properties={"keep": i % 2 == 0}) for i in range(10)])
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/browse/?selector=keep%20%3D%20FALSE")
+    expect(page.locator("#messages tbody tr")).to_have_count(5)
+    page.click("[data-bulk=delete][data-scope=matching]")
+    expect(page.locator("#confirm-text")).to_contain_text("keep = FALSE")
+    confirm(page)
+    expect(page.locator("#toast")).to_contain_text("Delete: 5 messages")
+    remaining = broker.browse(queue_name).messages
+    assert sorted(int(m.message.body) for m in remaining) == [0, 2, 4, 6, 8]
+
+
+def test_pausing_and_purging_a_queue_asks_first_and_is_audited(admin_page, console_server, broker,
+                                                              queue_name):
+    broker.send(queue_name, [Message(body="x")] * 3)
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    expect(page.locator("[data-stat=queue_size]")).to_have_text("3")
+    page.click("#pause")
+    confirm(page)
+    expect(page.locator("#paused-badge")).to_be_visible()
+    expect(page.locator("#resume")).to_be_visible()
+    assert broker.stats(queue_name).paused
+    page.click("#purge")
+    confirm(page)
+    expect(page.locator("[data-stat=queue_size]")).to_have_text("0", timeout=10_000)
+    assert broker.stats(queue_name).queue_size == 0
+    page.goto(f"{console_server.url}/console/audit/")
+    page.fill("#a-destination", f"queue://{queue_name}")
+    page.press("#a-destination", "Enter")
+    expect(page.locator("#audit tbody tr")).to_have_count(2)
+    expect(page.locator("#audit tbody")).to_contain_text("purge")
+    expect(page.locator("#audit tbody")).to_contain_text("pause")

@@ -200,3 +200,30 @@ def test_lease_lapse_without_an_abort_still_ends_the_connection(fast_gateway, br
         assert client.expect("DISCONNECTED")
     finally:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def slow_lease_gateway(gateway_data):
+    data_dir, namespace = gateway_data
+    server = start_gateway(data_dir, namespace, "abort-long-lease", SIGNALBOX_WS_LEASE_MS="60000")
+    server.namespace = namespace
+    yield server
+    server.stop()
+    assert "Traceback" not in server.output(), server.output()
+
+
+def test_the_abort_wakes_the_gateway_so_the_notice_comes_at_once_not_at_the_next_lease_renewal(
+        slow_lease_gateway, redis_client, queue, celery_worker):
+    """The lease here is 60 s (renewed every 20 s); the notice must not wait for that."""
+    broker = Broker(redis_client, slow_lease_gateway.namespace)
+    client = Client(slow_lease_gateway.port).connect()
+    try:
+        client.receipt(client.conn.subscribe, f"/queue/{queue}", id="s1", ack="client")
+        started = time.monotonic()
+        operator_abort(broker, queue, "wake up", abort_connection=False)
+        notice = client.expect("ERROR", timeout=5)
+        assert notice.headers["message"] == "wake up"
+        assert time.monotonic() - started < 5
+        assert client.conn.is_connected()
+    finally:
+        client.close()

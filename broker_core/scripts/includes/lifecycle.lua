@@ -1,5 +1,12 @@
 -- How messages leave a destination or go back to it. Each path counts and logs what happened.
 
+-- Redis runs a script's whole body on every call, and each `local function` costs a closure (and a walk
+-- of the open upvalues for each name it uses). The paths most calls never take (expiry, scheduling,
+-- returns, closing a consumer) are therefore built on first use: these names start as stubs that build
+-- their group, then call the real function.
+local expire_message, expire_pending, park, schedule_job, fire_scheduled, return_message
+local recompute_exclusive_owner, remove_subscription, subscription_consumer_gone, close_consumer
+
 -- Forget a message's stored state once it has left the destination.
 -- TOPICS: a topic's message is stored once for all its subscriptions, with a reference count in
 -- <topic>:refs; it is deleted (and its memory released, on the topic's meta) when the last
@@ -21,22 +28,6 @@ local function drop_message(id)
   end
   redis.call('HDEL', K_REDELIV, id)
   redis.call('SREM', K_GFIRST, id)
-end
-
--- A message whose time ran out (spec §6): counted, logged, dead-lettered or dropped per strategy.
-local function expire_message(id, m, blob)
-  drop_message(id)
-  meta_incr('expired')
-  meta_incr('dequeued')
-  local expiration = tonumber(m[M_EXPIRATION]) or 0
-  ADVISE.blob = blob  -- ADVISORY: the Expired advisory carries a copy (it is gone from K_MSGS)
-  emit('expire', 'msg', id, 'expiration', expiration)
-  dead_letter(id, m, blob, 'expired', expiration)
-end
-
-local function expire_pending(id, m, blob)
-  redis.call('ZREM', K_PENDING, id)
-  expire_message(id, m, blob)
 end
 
 -- Take message `id` out of consumer `cid`'s window; returns its pending score.
@@ -63,47 +54,6 @@ end
 
 -- When the first parked message is due, as far as this script call knows (nil: ask Redis).
 local PARK = { next = nil }
-
--- Hold a message out of dispatch until `at`; it comes back with pending score `score`.
-local function park(id, at, score)
-  redis.call('ZADD', K_PARKED, at, id)
-  redis.call('HSET', K_PARKINFO, id, score)
-  PARK.next = nil
-end
-
--- A repeating scheduled message (AMQ_SCHEDULED_REPEAT) is a job kept under the message's id; each time
--- it fires, one delivery '<id>#<n>' is enqueued, until the repeats are spent. ('#' is not allowed in
--- producers' ids, so deliveries never meet another message's id.)
-local function schedule_job(id, blob, m, at)
-  redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, tonumber(m[M_PERIOD]), tonumber(m[M_REPEAT]), 0 }))
-  memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
-  redis.call('ZADD', K_PARKED, at, id)
-  redis.call('HSET', K_PARKINFO, id, 'job')
-  PARK.next = nil
-end
-
-local function fire_scheduled(id, at)
-  local job = cmsgpack.unpack(redis.call('HGET', K_SCHED, id))
-  local blob, period, left, fired = job[1], job[2], job[3], job[4] + 1
-  local delivery = id .. '#' .. fired
-  local m = unpack_message(blob)
-  local seq = meta_incr('seq')
-  redis.call('HSET', K_MSGS, delivery, blob)
-  memory_charge(#blob)
-  pending_add(delivery, pending_score(seq, m[M_PRIORITY]))
-  meta_incr('enqueued')
-  emit('enqueue', 'msg', delivery, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob,
-       'scheduled', id)
-  if left > 0 then
-    redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired }))
-    redis.call('ZADD', K_PARKED, at + period, id)
-  else
-    redis.call('HDEL', K_SCHED, id)
-    memory_release(#blob)
-    redis.call('ZREM', K_PARKED, id)
-    redis.call('HDEL', K_PARKINFO, id)
-  end
-end
 
 -- The next time a parked message comes back (0 if none).
 local function next_unpark()
@@ -134,114 +84,188 @@ local function unpark_due(limit)
   return #due / 2
 end
 
--- Put an in-flight message back in the pending zset ahead of fresh messages; `bump` raises its
--- redelivery counter (it reached the client), as Queue.removeSubscription does.
-local function return_message(cid, id, bump, reason)
-  local score = take_inflight(cid, id)
-  local count = tonumber(redis.call('HGET', K_REDELIV, id)) or 0
-  if bump then count = redis.call('HINCRBY', K_REDELIV, id, 1) end
-  pending_add(id, redelivery_score(score))
-  emit('return', 'msg', id, 'consumer', cid, 'redeliveries', count, 'reason', reason)
+-- Built on first use (see the top of this file): expiry, scheduling, returns.
+local function lifecycle_load_moves()
+  -- A message whose time ran out (spec §6): counted, logged, dead-lettered or dropped per strategy.
+  expire_message = function(id, m, blob)
+    drop_message(id)
+    meta_incr('expired')
+    meta_incr('dequeued')
+    local expiration = tonumber(m[M_EXPIRATION]) or 0
+    ADVISE.blob = blob  -- ADVISORY: the Expired advisory carries a copy (it is gone from K_MSGS)
+    emit('expire', 'msg', id, 'expiration', expiration)
+    dead_letter(id, m, blob, 'expired', expiration)
+  end
+
+  expire_pending = function(id, m, blob)
+    redis.call('ZREM', K_PENDING, id)
+    expire_message(id, m, blob)
+  end
+
+  -- Hold a message out of dispatch until `at`; it comes back with pending score `score`.
+  park = function(id, at, score)
+    redis.call('ZADD', K_PARKED, at, id)
+    redis.call('HSET', K_PARKINFO, id, score)
+    PARK.next = nil
+  end
+
+  -- A repeating scheduled message (AMQ_SCHEDULED_REPEAT) is a job kept under the message's id; each time
+  -- it fires, one delivery '<id>#<n>' is enqueued, until the repeats are spent. ('#' is not allowed in
+  -- producers' ids, so deliveries never meet another message's id.)
+  schedule_job = function(id, blob, m, at)
+    redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, tonumber(m[M_PERIOD]), tonumber(m[M_REPEAT]), 0 }))
+    memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
+    redis.call('ZADD', K_PARKED, at, id)
+    redis.call('HSET', K_PARKINFO, id, 'job')
+    PARK.next = nil
+  end
+
+  fire_scheduled = function(id, at)
+    local job = cmsgpack.unpack(redis.call('HGET', K_SCHED, id))
+    local blob, period, left, fired = job[1], job[2], job[3], job[4] + 1
+    local delivery = id .. '#' .. fired
+    local m = unpack_message(blob)
+    local seq = meta_incr('seq')
+    redis.call('HSET', K_MSGS, delivery, blob)
+    memory_charge(#blob)
+    pending_add(delivery, pending_score(seq, m[M_PRIORITY]))
+    meta_incr('enqueued')
+    emit('enqueue', 'msg', delivery, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob,
+         'scheduled', id)
+    if left > 0 then
+      redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired }))
+      redis.call('ZADD', K_PARKED, at + period, id)
+    else
+      redis.call('HDEL', K_SCHED, id)
+      memory_release(#blob)
+      redis.call('ZREM', K_PARKED, id)
+      redis.call('HDEL', K_PARKINFO, id)
+    end
+  end
+
+  -- Put an in-flight message back in the pending zset ahead of fresh messages; `bump` raises its
+  -- redelivery counter (it reached the client), as Queue.removeSubscription does.
+  return_message = function(cid, id, bump, reason)
+    local score = take_inflight(cid, id)
+    local count = tonumber(redis.call('HGET', K_REDELIV, id)) or 0
+    if bump then count = redis.call('HINCRBY', K_REDELIV, id, 1) end
+    pending_add(id, redelivery_score(score))
+    emit('return', 'msg', id, 'consumer', cid, 'redeliveries', count, 'reason', reason)
+  end
 end
 
-local function recompute_exclusive_owner(removed_def, removed_id)
-  local owner = redis.call('HGET', K_META, 'owner')
-  local all_exclusive = policy_flag('allConsumersExclusiveByDefault')
-  if owner == removed_id and removed_def.exclusive then
-    -- The first exclusive consumer, in list order, with the highest priority takes over.
-    local best, best_priority = nil, nil
-    for _, c in ipairs(load_consumers()) do
-      if c.def.exclusive and (best_priority == nil or c.priority > best_priority) then
-        best, best_priority = c.id, c.priority
+-- Built on first use: closing a consumer or a subscription.
+local function lifecycle_load_close()
+  recompute_exclusive_owner = function(removed_def, removed_id)
+    local owner = redis.call('HGET', K_META, 'owner')
+    local all_exclusive = policy_flag('allConsumersExclusiveByDefault')
+    if owner == removed_id and removed_def.exclusive then
+      -- The first exclusive consumer, in list order, with the highest priority takes over.
+      local best, best_priority = nil, nil
+      for _, c in ipairs(load_consumers()) do
+        if c.def.exclusive and (best_priority == nil or c.priority > best_priority) then
+          best, best_priority = c.id, c.priority
+        end
+      end
+      redis.call('HSET', K_META, 'owner', best or '')
+    elseif all_exclusive then
+      local best, best_priority = nil, nil
+      for _, c in ipairs(load_consumers()) do
+        if best_priority == nil or c.priority > best_priority then best, best_priority = c.id, c.priority end
+      end
+      redis.call('HSET', K_META, 'owner', best or '')
+    elseif owner == removed_id then
+      redis.call('HSET', K_META, 'owner', '')
+    end
+    local now_owner = redis.call('HGET', K_META, 'owner')
+    if now_owner ~= owner and now_owner ~= '' then emit('exclusive_owner', 'consumer', now_owner) end
+  end
+
+  -- TOPICS: the end of a subscription (docs/broker_core.md "Topics"). Every message it holds (pending,
+  -- parked, in flight) is released from the shared store and counted on the topic as 'sub_removed'.
+  remove_subscription = function(reason)
+    local dropped = 0
+    local function drop_all(ids)
+      for _, id in ipairs(ids) do
+        drop_message(id)
+        dropped = dropped + 1
       end
     end
-    redis.call('HSET', K_META, 'owner', best or '')
-  elseif all_exclusive then
-    local best, best_priority = nil, nil
-    for _, c in ipairs(load_consumers()) do
-      if best_priority == nil or c.priority > best_priority then best, best_priority = c.id, c.priority end
+    drop_all(redis.call('ZRANGE', K_PENDING, 0, -1))
+    drop_all(redis.call('ZRANGE', K_PARKED, 0, -1))
+    drop_all(redis.call('HKEYS', K_INFLIGHT))
+    local keys = { K_META, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER, K_LEASES,
+      K_PASSFULL, K_GROUPS, K_GLRU, K_PARKED, K_PARKINFO, K_SCHED, K_AUDIT,
+      P .. ':maint', P .. ':slowcons' }
+    for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do
+      redis.call('HDEL', TP .. ':subof', cid)
+      keys[#keys + 1] = K_C(cid)
+      keys[#keys + 1] = K_CINF(cid)
+      keys[#keys + 1] = K_COUT(cid)
+      keys[#keys + 1] = K_CGRP(cid)
     end
-    redis.call('HSET', K_META, 'owner', best or '')
-  elseif owner == removed_id then
-    redis.call('HSET', K_META, 'owner', '')
+    redis.call('DEL', unpack(keys))
+    redis.call('HDEL', TP .. ':subs', SUB)
+    redis.call('LREM', TP .. ':sorder', 0, SUB)
+    if dropped > 0 then redis.call('HINCRBY', TP .. ':meta', 'sub_removed', dropped) end
+    emit('subscription_remove', 'reason', reason, 'dropped', dropped)
+    return dropped
   end
-  local now_owner = redis.call('HGET', K_META, 'owner')
-  if now_owner ~= owner and now_owner ~= '' then emit('exclusive_owner', 'consumer', now_owner) end
-end
 
--- TOPICS: the end of a subscription (docs/broker_core.md "Topics"). Every message it holds (pending,
--- parked, in flight) is released from the shared store and counted on the topic as 'sub_removed'.
-local function remove_subscription(reason)
-  local dropped = 0
-  local function drop_all(ids)
-    for _, id in ipairs(ids) do
-      drop_message(id)
-      dropped = dropped + 1
-    end
-  end
-  drop_all(redis.call('ZRANGE', K_PENDING, 0, -1))
-  drop_all(redis.call('ZRANGE', K_PARKED, 0, -1))
-  drop_all(redis.call('HKEYS', K_INFLIGHT))
-  local keys = { K_META, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER, K_LEASES,
-    K_PASSFULL, K_GROUPS, K_GLRU, K_PARKED, K_PARKINFO, K_SCHED, K_AUDIT,
-    P .. ':maint', P .. ':slowcons' }
-  for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do
+  -- TOPICS: a subscription's consumer went away (closed, lease lapsed, aborted). A non-durable
+  -- subscription ends with it (its messages are dropped, as a TopicSubscription's are); a durable one goes
+  -- offline and keeps receiving, its unacknowledged messages back in its pending list.
+  subscription_consumer_gone = function(cid, reason)
     redis.call('HDEL', TP .. ':subof', cid)
-    keys[#keys + 1] = K_C(cid)
-    keys[#keys + 1] = K_CINF(cid)
-    keys[#keys + 1] = K_COUT(cid)
-    keys[#keys + 1] = K_CGRP(cid)
-  end
-  redis.call('DEL', unpack(keys))
-  redis.call('HDEL', TP .. ':subs', SUB)
-  redis.call('LREM', TP .. ':sorder', 0, SUB)
-  if dropped > 0 then redis.call('HINCRBY', TP .. ':meta', 'sub_removed', dropped) end
-  emit('subscription_remove', 'reason', reason, 'dropped', dropped)
-  return dropped
-end
-
--- TOPICS: a subscription's consumer went away (closed, lease lapsed, aborted). A non-durable
--- subscription ends with it (its messages are dropped, as a TopicSubscription's are); a durable one goes
--- offline and keeps receiving, its unacknowledged messages back in its pending list.
-local function subscription_consumer_gone(cid, reason)
-  redis.call('HDEL', TP .. ':subof', cid)
-  if redis.call('HGET', K_META, 'durable') == '1' then
-    redis.call('HSET', K_META, 'active', '', 'offline_since', NOW)
-    emit('subscription_offline', 'consumer', cid, 'reason', reason)
-  else
-    remove_subscription(reason)
-  end
-end
-
--- Close consumer `cid` (client close, lapsed lease, abort): spec §1.8 and §3.4.
-local function close_consumer(cid, reason)
-  local packed = redis.call('HGET', K_CONSUMERS, cid)
-  if not packed then return false end
-  local def = cmsgpack.unpack(packed)
-  redis.call('HDEL', K_CONSUMERS, cid)
-  redis.call('LREM', K_CORDER, 0, cid)
-  redis.call('ZREM', K_LEASES, cid)
-  redis.call('SREM', K_PASSFULL, cid)
-  recompute_exclusive_owner(def, cid)
-  -- Its groups are freed; the first message of each afterwards binds the group to a new owner.
-  for _, slot in ipairs(redis.call('SMEMBERS', K_CGRP(cid))) do
-    local v = redis.call('HGET', K_GROUPS, slot)
-    if v and string.match(v, '^([^|]*)') == cid then
-      redis.call('HDEL', K_GROUPS, slot)
-      if group_map_type() == 'cached' then redis.call('ZREM', K_GLRU, slot) end
+    if redis.call('HGET', K_META, 'durable') == '1' then
+      redis.call('HSET', K_META, 'active', '', 'offline_since', NOW)
+      emit('subscription_offline', 'consumer', cid, 'reason', reason)
+    else
+      remove_subscription(reason)
     end
   end
-  redis.call('HSET', K_META, 'gmap', '1')  -- ActiveMQ creates the group map on the first removal
-  -- Messages the adapter never received were never delivered: they go back without a bump.
-  local rcv = tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
-  local held = redis.call('ZRANGE', K_CINF(cid), 0, -1, 'WITHSCORES')
-  for i = 1, #held, 2 do
-    return_message(cid, held[i], tonumber(held[i + 1]) <= rcv, reason)
+
+  -- Close consumer `cid` (client close, lapsed lease, abort): spec §1.8 and §3.4.
+  close_consumer = function(cid, reason)
+    local packed = redis.call('HGET', K_CONSUMERS, cid)
+    if not packed then return false end
+    local def = cmsgpack.unpack(packed)
+    redis.call('HDEL', K_CONSUMERS, cid)
+    redis.call('LREM', K_CORDER, 0, cid)
+    redis.call('ZREM', K_LEASES, cid)
+    redis.call('SREM', K_PASSFULL, cid)
+    recompute_exclusive_owner(def, cid)
+    -- Its groups are freed; the first message of each afterwards binds the group to a new owner.
+    for _, slot in ipairs(redis.call('SMEMBERS', K_CGRP(cid))) do
+      local v = redis.call('HGET', K_GROUPS, slot)
+      if v and string.match(v, '^([^|]*)') == cid then
+        redis.call('HDEL', K_GROUPS, slot)
+        if group_map_type() == 'cached' then redis.call('ZREM', K_GLRU, slot) end
+      end
+    end
+    redis.call('HSET', K_META, 'gmap', '1')  -- ActiveMQ creates the group map on the first removal
+    -- Messages the adapter never received were never delivered: they go back without a bump.
+    local rcv = tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
+    local held = redis.call('ZRANGE', K_CINF(cid), 0, -1, 'WITHSCORES')
+    for i = 1, #held, 2 do
+      return_message(cid, held[i], tonumber(held[i + 1]) <= rcv, reason)
+    end
+    local returned = #held / 2
+    redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
+    reset_pass()
+    emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
+    if SUB then subscription_consumer_gone(cid, reason) end  -- TOPICS
+    return true
   end
-  local returned = #held / 2
-  redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
-  reset_pass()
-  emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
-  if SUB then subscription_consumer_gone(cid, reason) end  -- TOPICS
-  return true
 end
+
+expire_message = function(...) lifecycle_load_moves() return expire_message(...) end
+expire_pending = function(...) lifecycle_load_moves() return expire_pending(...) end
+park = function(...) lifecycle_load_moves() return park(...) end
+schedule_job = function(...) lifecycle_load_moves() return schedule_job(...) end
+fire_scheduled = function(...) lifecycle_load_moves() return fire_scheduled(...) end
+return_message = function(...) lifecycle_load_moves() return return_message(...) end
+recompute_exclusive_owner = function(...) lifecycle_load_close() return recompute_exclusive_owner(...) end
+remove_subscription = function(...) lifecycle_load_close() return remove_subscription(...) end
+subscription_consumer_gone = function(...) lifecycle_load_close() return subscription_consumer_gone(...) end
+close_consumer = function(...) lifecycle_load_close() return close_consumer(...) end
