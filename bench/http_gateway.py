@@ -15,12 +15,18 @@ Without --url it starts its own server: Redis at REDIS_URL or an embedded one (A
 everysec, like `./signalbox.sh run`), a fresh SQLite database, and one uvicorn process serving
 signalbox.asgi (as the launcher does). The client is the standard library's http.client, so the
 figures are the server's, not a client library's. Bodies are 256 bytes.
+
+Each scenario also prints the CPU time spent per 10,000 messages by the gateway process (psutil, the
+server's pid: its own with no --url, else --server-pid), by Redis (its process_id from INFO, when it
+runs on this machine) and by this client, and Redis's `INFO commandstats` microseconds per message.
+CPU time does not depend on how loaded the machine is; wall-clock rates do.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import http.client
 import json
 import os
@@ -39,6 +45,43 @@ sys.path.insert(0, str(ROOT))
 
 BODY = "x" * 256
 BATCH = 100
+
+
+class CpuMeter:
+    """CPU seconds of the gateway, Redis and this client between `start` and `stop`, and Redis's own
+    accounting of its commands (`INFO commandstats` usec)."""
+
+    def __init__(self, server_pid: int | None, redis_url: str | None) -> None:
+        import psutil
+
+        self.redis = None
+        self.processes: dict[str, psutil.Process] = {}
+        if server_pid:
+            self.processes["gateway"] = psutil.Process(server_pid)
+        if redis_url:
+            import redis
+
+            self.redis = redis.Redis.from_url(redis_url)
+            # Redis on another machine: commandstats only.
+            if urlsplit(redis_url).hostname in ("127.0.0.1", "localhost", None):
+                with contextlib.suppress(psutil.Error, TypeError, ValueError):
+                    self.processes["redis"] = psutil.Process(int(self.redis.info("server")["process_id"]))
+
+    def _sample(self) -> dict[str, float]:
+        sample = {name: sum(p.cpu_times()[:2]) for name, p in self.processes.items()}
+        sample["client"] = time.process_time()
+        if self.redis is not None:
+            stats = self.redis.info("commandstats")
+            sample["redis commands"] = sum(v["usec"] for v in stats.values()) / 1e6
+        return sample
+
+    def start(self) -> None:
+        self.before = self._sample()
+
+    def stop(self, messages: int) -> str:
+        after = self._sample()
+        per = {name: (after[name] - self.before[name]) / max(1, messages) * 1e4 for name in after}
+        return "    CPU s per 10,000 msgs: " + ", ".join(f"{name} {value:.2f}" for name, value in per.items())
 
 
 class Client:
@@ -203,7 +246,7 @@ SCENARIOS: dict[str, tuple[str, Callable[[Client, int], tuple[float, list[float]
 }
 
 
-def start_own_server(tmp: Path) -> tuple[str, str, Callable[[], None]]:
+def start_own_server(tmp: Path) -> tuple[str, str, Callable[[], None], int]:
     """Redis (REDIS_URL or embedded, AOF everysec), a migrated SQLite database, one uvicorn."""
     from signalbox.embedded_redis import EmbeddedRedis, free_port
 
@@ -224,7 +267,7 @@ def start_own_server(tmp: Path) -> tuple[str, str, Callable[[], None]]:
         for fn in stops:
             fn()
 
-    return f"http://127.0.0.1:{server.port}", ALICE_TOKEN, stop
+    return f"http://127.0.0.1:{server.port}", ALICE_TOKEN, stop, server.process.pid
 
 
 def describe_machine(redis_url: str | None) -> None:
@@ -251,15 +294,18 @@ def main() -> int:
     parser.add_argument("--token", help="API token of a user allowed everything on bench.>")
     parser.add_argument("--basic", help="user:password for the ActiveMQ scenarios (default: the token)")
     parser.add_argument("--scenario", action="append", choices=list(SCENARIOS))
+    parser.add_argument("--server-pid", type=int, help="the gateway's pid with --url, for its CPU time")
     args = parser.parse_args()
     stop: Callable[[], None] = lambda: None  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="signalbox-bench-") as tmp:
         if args.url:
-            url, token = args.url, args.token or ""
+            url, token, server_pid = args.url, args.token or "", args.server_pid
         else:
-            url, token, stop = start_own_server(Path(tmp))
+            url, token, stop, server_pid = start_own_server(Path(tmp))
         try:
             describe_machine(os.environ.get("REDIS_URL"))
+            print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            meter = CpuMeter(server_pid, os.environ.get("REDIS_URL"))
             print(f"server {url}, {args.messages} messages per scenario, {len(BODY)}-byte bodies, one "
                   "keep-alive connection, http.client")
             headers = {"Authorization": f"Token {token}"}
@@ -270,11 +316,15 @@ def main() -> int:
                 title, run = SCENARIOS[name]
                 client = Client(url, basic_headers if name.startswith("amq") else headers)
                 run(client, min(200, args.messages))  # warm up: connection, caches, scripts
+                meter.start()
                 seconds, latencies, moved = run(client, args.messages)
+                cpu = meter.stop(moved)
                 p50, p99 = percentile(latencies, 0.5) * 1e3, percentile(latencies, 0.99) * 1e3
                 print(f"{title:<45} {moved / seconds:>9,.0f} msgs/s   p50 {p50:6.2f} ms   p99 {p99:6.2f} ms"
                       f"   ({len(latencies)} requests, mean {statistics.fmean(latencies) * 1e3:.2f} ms)")
+                print(cpu, flush=True)
                 client.connection.close()
+            print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         finally:
             stop()
     return 0

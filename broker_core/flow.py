@@ -17,7 +17,6 @@ broker's limit and each target's own limit (scripts/includes/flow.lua).
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 from .destinations import Destination
 from .errors import BrokerError, InvalidPolicy
+from .policy import read_config_table
 
 DEFAULT_MEMORY_LIMIT = 1 << 30  # SystemUsage's memory limit: 1 GB (the scripts use the same default)
 MAX_SEND_WAIT_MS = 60_000  # the longest a send waits when the policy says "until there is space"
@@ -91,18 +91,7 @@ class SystemUsage:
 
 def load_system_usage(path: str | Path) -> SystemUsage:
     """The `[systemUsage]` table of a TOML configuration file (defaults when there is none)."""
-    path = Path(path)
-    try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise InvalidPolicy(f"configuration file {str(path)!r} does not exist", file=str(path)) from None
-    except tomllib.TOMLDecodeError as error:
-        raise InvalidPolicy(f"{path}: not valid TOML: {error}", file=str(path)) from None
-    try:
-        return SystemUsage.from_config(data.get("systemUsage", {}))
-    except InvalidPolicy as error:
-        raise InvalidPolicy(f"{path}: {error.message}", **{**error.details, "file": str(path)}) from None
+    return read_config_table(path, "systemUsage", SystemUsage.from_config)
 
 
 def usage_key(namespace: str) -> str:

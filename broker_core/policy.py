@@ -65,10 +65,10 @@ import time
 import tomllib
 import types
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from broker_core.destinations import (
     Destination,
@@ -993,27 +993,35 @@ class PolicyMap:
         return PolicyMap(self._entries, attributes)
 
 
-def load_policy_file(path: str | Path) -> PolicyMap:
-    """Read the `[policy]` table of a TOML file; other top-level tables belong to other parts of Signalbox.
+T = TypeVar("T")
 
-    Errors name the file, the entry and the attribute. A file without a `[policy]` table gives an empty
-    map (class defaults everywhere).
-    """
+
+def read_config_table(path: str | Path, table: str, parse: Callable[[Any], T]) -> T:
+    """Parse one top-level table of the TOML configuration file with `parse` (given {} when the file has
+    no such table). The file's other tables belong to other parts of Signalbox ([policy] here,
+    [systemUsage] in flow.py, [virtualDestinations] in virtual.py). Errors name the file, then what
+    `parse` found wrong."""
     path = Path(path)
     try:
         with path.open("rb") as handle:
             data = tomllib.load(handle)
     except FileNotFoundError:
-        raise InvalidPolicy(f"policy file {str(path)!r} does not exist", file=str(path)) from None
+        raise InvalidPolicy(f"configuration file {str(path)!r} does not exist", file=str(path)) from None
     except tomllib.TOMLDecodeError as error:
         raise InvalidPolicy(f"{path}: not valid TOML: {error}", file=str(path)) from None
-    policy = data.get("policy", {})
-    if not isinstance(policy, Mapping):
-        raise InvalidPolicy(f"{path}: 'policy' must be a table ([policy])", file=str(path))
+    raw = data.get(table, {})
+    if not isinstance(raw, Mapping):
+        raise InvalidPolicy(f"{path}: {table!r} must be a table ([{table}])", file=str(path))
     try:
-        return PolicyMap.from_config(policy, source="policy")
+        return parse(raw)
     except InvalidPolicy as error:
         raise InvalidPolicy(f"{path}: {error.message}", **{**error.details, "file": str(path)}) from None
+
+
+def load_policy_file(path: str | Path) -> PolicyMap:
+    """The `[policy]` table of the configuration file (an empty map, class defaults everywhere, without
+    one). Errors name the file, the entry and the attribute."""
+    return read_config_table(path, "policy", lambda raw: PolicyMap.from_config(raw, source="policy"))
 
 
 def _text(value: Any) -> str:

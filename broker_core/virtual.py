@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import time
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ import msgpack
 
 from .destinations import Destination, matches, parse_destination
 from .errors import InvalidDestination, InvalidPolicy, InvalidSelector
+from .policy import read_config_table
 from .selector import parse_selector
 
 CHECK_INTERVAL_S = 1.0  # how often a process looks for a changed configuration
@@ -279,18 +279,7 @@ def _mirrored_queue(raw: Any, where: str) -> MirroredQueue:
 
 def load_virtual_config(path: str | Path) -> VirtualConfig:
     """The `[virtualDestinations]` table of a TOML configuration file (ActiveMQ's defaults without one)."""
-    path = Path(path)
-    try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise InvalidPolicy(f"configuration file {str(path)!r} does not exist", file=str(path)) from None
-    except tomllib.TOMLDecodeError as error:
-        raise InvalidPolicy(f"{path}: not valid TOML: {error}", file=str(path)) from None
-    try:
-        return VirtualConfig.from_config(data.get("virtualDestinations", {}))
-    except InvalidPolicy as error:
-        raise InvalidPolicy(f"{path}: {error.message}", **{**error.details, "file": str(path)}) from None
+    return read_config_table(path, "virtualDestinations", VirtualConfig.from_config)
 
 
 # -- the configuration in Redis --------------------------------------------------------------------------

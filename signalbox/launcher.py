@@ -297,10 +297,12 @@ class Launcher:
             say("  (shown only this once; change it under /admin/)")
 
     def load_policies(self, redis_url: str) -> None:
-        """Replace the destination policies in Redis with the policy file's, if there is one."""
+        """Replace the destination policies, the broker-wide memory limits and the virtual destinations in
+        Redis with the configuration file's, if there is one."""
         import redis
         from django.conf import settings
 
+        from broker_core import flow, virtual
         from broker_core.broker import Broker
         from broker_core.errors import InvalidPolicy
         from broker_core.policy import load_policy_file
@@ -311,6 +313,8 @@ class Launcher:
             return
         try:
             policy_map = load_policy_file(path)
+            usage = flow.load_system_usage(path)
+            virtual_config = virtual.load_virtual_config(path)
         except (OSError, InvalidPolicy) as exc:
             raise ConfigError(
                 f"policy file {path}: {one_line(exc)}; fix it or unset SIGNALBOX_POLICY_FILE") from None
@@ -319,9 +323,12 @@ class Launcher:
             broker = Broker(client, settings.SIGNALBOX_NAMESPACE)
             broker.policies.load_from(policy_map)
             broker.refresh_policies()
+            flow.configure(broker, usage)
+            virtual.configure(broker, virtual_config)
         finally:
             client.close()
-        say(f"destination policies: {len(policy_map.entries)} entries from {path}")
+        say(f"destination policies: {len(policy_map.entries)} entries from {path}; broker memory limit "
+            f"{usage.memory_limit} bytes")
 
     def child_env(self, redis_url: str) -> dict[str, str]:
         env = dict(os.environ)

@@ -297,3 +297,31 @@ def test_a_bad_policy_file_is_one_clear_line(tmp_path: Path, redis_url: str):
                      SIGNALBOX_NAMESPACE=f"t{uuid.uuid4().hex[:12]}"),
     )
     assert_one_clear_line(result, "policy file", "prefetchSize")
+
+
+def test_the_configuration_file_applies_policies_memory_limits_and_virtual_destinations(
+        tmp_path: Path, redis_url: str, redis_client: redis.Redis, namespace: str, settings):
+    """`run` loads every table of SIGNALBOX_POLICY_FILE into Redis before the web server starts."""
+    from broker_core import flow, virtual
+    from broker_core.broker import Broker
+    from broker_core.destinations import parse_destination
+    from broker_core.messages import Message
+    from signalbox.launcher import Launcher, RunConfig
+
+    config_file = tmp_path / "signalbox.toml"
+    config_file.write_text(
+        '[[policy.entry]]\nqueue = "orders.>"\nqueuePrefetch = 7\n\n'
+        '[systemUsage]\nmemoryLimit = 5000000\nsendFailIfNoSpace = true\n\n'
+        '[[virtualDestinations.compositeQueue]]\nname = "fanout"\nforwardTo = ["queue://a", "queue://b"]\n')
+    settings.SIGNALBOX_POLICY_FILE = str(config_file)
+    settings.SIGNALBOX_NAMESPACE = namespace
+    run_config = RunConfig(tmp_path, "127.0.0.1", free_port(), redis_url, free_port(), "everysec", 1, 5.0)
+    Launcher(run_config).load_policies(redis_url)
+
+    broker = Broker(redis_client, namespace)
+    assert broker.policies.resolve(parse_destination("queue://orders.eu")).queue_prefetch == 7
+    usage = {k.decode(): v.decode() for k, v in redis_client.hgetall(flow.usage_key(namespace)).items()}
+    assert usage["limit"] == "5000000" and usage["sendFailIfNoSpace"] == "1"
+    broker.send("fanout", Message(body="x"))
+    assert broker.stats("a").queue_size == 1 and broker.stats("b").queue_size == 1
+    assert redis_client.exists(virtual.config_key(namespace))

@@ -13,7 +13,7 @@ local cid, mode, receive_max = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local c = find_consumer(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
 if #ARGV < 6 then return fail('INVALID_ACK', 'no message id given') end
-local rcv = received_upto(cid)
+local rcv = c.rcv  -- received_upto(cid), read with the consumer
 local seqs = {}
 for i = 6, #ARGV do
   local seq = redis.call('ZSCORE', K_CINF(cid), ARGV[i])
@@ -52,6 +52,7 @@ end
 room_freed(cid)
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 local out = {#ids, dispatched, more, hold}
-if receive_max > 0 then pop_outbox(find_consumer(cid), receive_max, out) end
+-- The acks kept `c` current; a dispatch chunk changes only a pull consumer's (prefetch 0) window.
+if receive_max > 0 then pop_outbox(c.prefetch > 0 and c or find_consumer(cid), receive_max, out) end
 out[3] = with_forward_flag(out[3])  -- handing over may have expired messages
 return out

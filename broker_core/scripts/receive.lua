@@ -22,7 +22,8 @@ if waiting < max then
   dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 end
 local out = {dispatched, more, hold}
-if pop_outbox(find_consumer(cid), max, out) > 0 and c.def.ack == 'auto' then
+-- A dispatch chunk changes only a pull consumer's (prefetch 0) window: `c` is still current otherwise.
+if pop_outbox(c.prefetch > 0 and c or find_consumer(cid), max, out) > 0 and c.def.ack == 'auto' then
   local d2, m2, h2 = dispatch_chunk(tonumber(ARGV[2]))
   out[1], out[2], out[3] = out[1] + d2, m2, h2
 end

@@ -81,6 +81,7 @@ for i = 4, #ARGV, 2 do
   else
     local seq = meta_incr('seq')
     redis.call('HSET', K_MSGS, id, blob)
+    FRESH[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
     memory_charge(#blob)  -- FLOW: includes/flow.lua
     if audit then
       redis.call('ZADD', K_AUDIT, seq, id)

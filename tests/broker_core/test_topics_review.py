@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from broker_core import topic_ops
+from broker_core import maintenance, topic_ops
 from broker_core.broker import _typed_error
 from broker_core.destinations import parse_destination
 from broker_core.errors import BrokerError, InvalidConsumer
@@ -287,3 +287,69 @@ def test_a_new_retroactive_durable_with_a_backlog_gets_the_backlog_not_the_recov
     broker.send(T, Message(body="stored-for-other"))
     late = durable(broker, T, name="late", retroactive=True)
     assert bodies(drain(broker, late)) == ["stored-for-other"]
+
+
+def test_no_local_without_a_connection_id_is_refused_rather_than_silently_ignored(broker):
+    """§7.3: NoLocalExpression compares connection ids. ConsumerSpec(no_local=True) without
+    connection_id is accepted and TOPIC.matches then never filters (s.def.conn is nil): the subscriber
+    gets its own messages. Bad input should raise a typed error naming the field."""
+    with pytest.raises(InvalidConsumer):
+        sub(broker, T, no_local=True)
+
+
+# -- queue-only policy fields leaking into subscriptions (§13) ---------------------------------------
+
+def test_topic_deliveries_never_carry_group_first_for_consumer(broker):
+    """JMSXGroupFirstForConsumer is set by Queue.assignMessageGroup only (§3.3); topics have no group
+    assignment. A subscription runs the queue's group code."""
+    c = sub(broker, T)
+    broker.send(T, Message(body="x", group_id="g"))
+    [d] = drain(broker, c)
+    assert d.group_first_for_consumer is False
+
+
+# -- scale -------------------------------------------------------------------------------------------
+
+def test_a_topic_with_8000_subscriptions_still_accepts_sends(broker):
+    """TOPIC.subscriptions() does HMGET <topic>:subs unpack(keys) over every subscription key; Lua's
+    unpack() fails past ~8000 values ("too many results to unpack"), so once a topic has that many
+    subscribers every send (and subscribe, retroactive or not) fails."""
+    for i in range(8100):  # ~30 s
+        broker.add_consumer(T, ConsumerSpec(prefetch=1), consumer_id=f"s{i}")
+    [status] = broker.send(T, Message(body="x"))
+    assert status.status == "ok"
+
+
+# -- crash between a topic send and its forwards ----------------------------------------------------
+
+def test_forwards_a_crashed_topic_send_left_are_delivered_by_maintenance_even_without_subscriptions(
+        broker, clock):
+    """topic_send records forwards (dead letters, virtual-topic/composite copies, advisories) in
+    <topic>:fwd; finish_send delivers them. If the process dies in between, run_due is the safety net,
+    but for a topic it only visits the topic's *subscriptions* (maintenance.py, TOPICS edit): a topic
+    with none (a VirtualTopic.>, a composite, a topic nobody listens to) never has its forwards
+    delivered. Here: a persistent message expired on arrival must reach the DLQ."""
+    broker.ensure_destination(T)
+    msg = Message(body="late", expiration=clock.now_ms() - 1)
+    step = Stepper(broker, broker.ops.send(parse_destination(T), [msg], broker._now()))
+    step.run_until(is_eval("topic_send"))
+    step.run_until(lambda r: not is_eval("topic_send")(r))  # topic_send ran; crash before forwarding
+    step.crash()
+    assert broker.redis.hlen(f"{broker.namespace}:{{t:review}}:fwd") == 1
+    clock.advance(600_000)
+    maintenance.run_due(broker)
+    assert broker.redis.hlen(f"{broker.namespace}:{{t:review}}:fwd") == 0
+    assert broker.stats("queue://ActiveMQ.DLQ").enqueued == 1
+
+
+def test_zz_control(broker, clock):
+    sub(broker, T)
+    msg = Message(body="late", expiration=clock.now_ms() - 1)
+    step = Stepper(broker, broker.ops.send(parse_destination(T), [msg], broker._now()))
+    step.run_until(is_eval("topic_send"))
+    step.run_until(lambda r: not is_eval("topic_send")(r))
+    step.crash()
+    assert broker.redis.hlen(f"{broker.namespace}:{{t:review}}:fwd") == 1
+    clock.advance(600_000)
+    print(maintenance.run_due(broker))
+    assert broker.redis.hlen(f"{broker.namespace}:{{t:review}}:fwd") == 0

@@ -25,11 +25,16 @@ local function load_consumers()
   return out
 end
 
+-- One consumer; its `rcv` (outbox.lua) and `acked` counters come in the same read, for the ack path.
 local function find_consumer(cid)
   local packed = redis.call('HGET', K_CONSUMERS, cid)
   if not packed then return nil end
-  local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since')
-  return load_consumer(cid, packed, counters, redis.call('ZSCORE', K_LEASES, cid))
+  local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since',
+                              'rcv', 'acked')
+  local c = load_consumer(cid, packed, counters, redis.call('ZSCORE', K_LEASES, cid))
+  c.rcv = tonumber(counters[7]) or 0
+  c.acked = tonumber(counters[8]) or 0
+  return c
 end
 
 -- PrefetchSubscription.isFull: the window is the prefetch plus the DELIVERED-ack extension;

@@ -20,7 +20,7 @@
 
 -- Hand message `id` to consumer c: in flight, in its outbox, logged, owner woken. Counters are kept in
 -- `c` and `tally` and written once at the end of the chunk (see flush_counts).
-local function deliver(c, id, score, tally)
+local function deliver(c, id, score, tally, fresh)
   redis.call('ZREM', K_PENDING, id)
   redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. string.format('%.0f', score))  -- all digits
   tally.dseq = tally.dseq + 1
@@ -30,8 +30,9 @@ local function deliver(c, id, score, tally)
   c.delivered = (c.delivered or 0) + 1
   if c.prefetch == 0 then c.ext = c.ext - 1 end
   tally.dispatched = tally.dispatched + 1
+  -- A message this call stored (FRESH) has never been delivered: no counter to read.
   emit('dispatch', 'msg', id, 'consumer', c.id,
-       'redeliveries', tonumber(redis.call('HGET', K_REDELIV, id)) or 0)
+       'redeliveries', not fresh and tonumber(redis.call('HGET', K_REDELIV, id)) or 0)
   if queued == 1 and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
 end
 
@@ -65,6 +66,9 @@ local function dispatch_pass(budget)
       return 0, 0, hold
     end
   end
+  -- Nothing pending (e.g. an ack on a drained queue): the pass has nothing to examine, so its state
+  -- stays as it is; the consumers need not be read.
+  if redis.call('ZCARD', K_PENDING) == 0 then return 0, 0, 0 end
   local cons = load_consumers()
   if #cons == 0 then return 0, 0, 0 end
   if not budget or budget <= 0 then budget = policy_num('maxPageSize') end
@@ -119,20 +123,24 @@ local function dispatch_pass(budget)
     dirty = dirty or PASS_DIRTY.value
     if #batch == 0 then
       -- At the tail: restart from the head if something changed behind the cursor, else rest here.
-      if not dirty or redis.call('ZCARD', K_PENDING) == 0 then break end
+      if not dirty then break end
       end_pass()
+      -- Nothing left at all: the pass is over (a later message starts the next one at the head).
+      if redis.call('ZCARD', K_PENDING) == 0 then break end
     end
     local restart = false
     local at_tail = #batch > 0 and #batch / 2 < budget - examined
     for i = 1, #batch, 2 do
       local id, score = batch[i], tonumber(batch[i + 1])
       examined = examined + 1
-      local blob = redis.call('HGET', K_MSGS, id)
+      local fresh = FRESH[id]
+      FRESH[id] = nil
+      local blob = fresh and fresh[1] or redis.call('HGET', K_MSGS, id)
       if not blob then
         redis.call('ZREM', K_PENDING, id)
         cursor = batch[i + 1]
       else
-        local m = unpack_message(blob)
+        local m = fresh and fresh[2] or unpack_message(blob)
         if is_expired(m) then
           expire_pending(id, m, blob)
           cursor = batch[i + 1]
@@ -165,7 +173,7 @@ local function dispatch_pass(budget)
             end
           end
           if target then
-            deliver(target, id, score, tally)
+            deliver(target, id, score, tally, fresh)
             dispatched = dispatched + 1
             cursor = batch[i + 1]
             if not strict and #cons > 1 and target.id ~= owner then

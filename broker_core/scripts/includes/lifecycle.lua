@@ -12,6 +12,7 @@ local recompute_exclusive_owner, remove_subscription, subscription_consumer_gone
 -- <topic>:refs; it is deleted (and its memory released, on the topic's meta) when the last
 -- subscription is done with it.
 local function drop_message(id)
+  FRESH[id] = nil
   if SUB then
     if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
       local own_meta = K_META
@@ -30,9 +31,10 @@ local function drop_message(id)
   redis.call('SREM', K_GFIRST, id)
 end
 
--- Take message `id` out of consumer `cid`'s window; returns its pending score.
-local function take_inflight(cid, id)
-  local v = redis.call('HGET', K_INFLIGHT, id)
+-- Take message `id` out of consumer `cid`'s window; returns its pending score (not read when
+-- `no_score`: an acknowledged message never goes back).
+local function take_inflight(cid, id, no_score)
+  local v = not no_score and redis.call('HGET', K_INFLIGHT, id)
   redis.call('HDEL', K_INFLIGHT, id)
   redis.call('ZREM', K_CINF(cid), id)
   redis.call('HINCRBY', K_C(cid), 'n', -1)
@@ -41,11 +43,16 @@ end
 
 -- A consumer acknowledged message `id`: it is gone for good.
 local function ack_message(c, id)
-  take_inflight(c.id, id)
+  take_inflight(c.id, id, true)
   drop_message(id)
   meta_incr('dequeued')
-  redis.call('HINCRBY', K_C(c.id), 'acked', 1)
-  redis.call('HSET', K_C(c.id), 'last_ack', NOW)
+  if c.acked then  -- read by find_consumer and kept current here: one write instead of two
+    c.acked = c.acked + 1
+    redis.call('HSET', K_C(c.id), 'acked', c.acked, 'last_ack', NOW)
+  else
+    redis.call('HINCRBY', K_C(c.id), 'acked', 1)
+    redis.call('HSET', K_C(c.id), 'last_ack', NOW)
+  end
   -- STANDARD/INDIVIDUAL acks contract the DELIVERED-ack extension, never below zero.
   if c.prefetch > 0 and c.ext > 0 then c.ext = redis.call('HINCRBY', K_C(c.id), 'ext', -1) end
   c.n = c.n - 1

@@ -8,6 +8,11 @@ local function unpack_message(blob)
   return cmsgpack.unpack(blob)
 end
 
+-- Messages this script call stored (id -> {packed, unpacked}), so the dispatch chunk that follows a
+-- send hands them out without reading and decoding them again. An entry is used once; a message that
+-- leaves (drop_message) loses it.
+local FRESH = {}
+
 local function is_expired(m)
   local exp = tonumber(m[M_EXPIRATION]) or 0
   return exp > 0 and NOW > exp

@@ -17,7 +17,7 @@ local function pop_outbox(c, max, out)
     local m = blob and unpack_message(blob)
     if m and is_expired(m) then
       -- consumerExpiryCheckEnabled: an expired message never reaches the application (EXPIRED ack).
-      take_inflight(c.id, id)
+      take_inflight(c.id, id, true)
       c.n = c.n - 1
       expire_message(id, m, blob)
     elseif blob then
