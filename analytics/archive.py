@@ -208,7 +208,7 @@ def archive_destination(broker: Broker, destination: str | Destination, location
             last, pending = (None if v is None else _text(v) for v in client.hmget(ckey, "last", "pending"))
             if last:
                 run.trimmed += _trim(client, stream, last, keep_ms)  # a crash after the checkpoint left these
-            if False and pending:
+            if pending:
                 first_id, last_id = pending.split()
                 entries = client.xrange(stream, first_id, last_id)
             else:

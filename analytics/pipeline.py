@@ -27,6 +27,7 @@ from analytics import config, jobs
 from analytics.archive import ArchiveLocation
 from analytics.balance import balance
 from analytics.events import SPARK_SCHEMA_DDL
+from analytics.store import write_summary
 
 TABLES = ("per_minute", "latency", "redeliveries", "dead_letters", "groups", "group_consumers",
           "slow_consumer_episodes", "aborts")
@@ -170,10 +171,6 @@ def summarise(tables: dict[str, list[dict[str, Any]]], since_ms: int, until_ms: 
             "counters": list(jobs.COUNTER_NAMES), "destinations": out}
 
 
-def summary_key(namespace: str) -> str:
-    return f"{namespace}:analytics:summary"
-
-
 def run(spark: Any, *, since_ms: int, until_ms: int, archive: str | None = None, output: str | None = None,
         destinations: list[str] | None = None, redis_client: Any = None, namespace: str | None = None
         ) -> Result:
@@ -202,13 +199,8 @@ def run(spark: Any, *, since_ms: int, until_ms: int, archive: str | None = None,
     with target.fs.open_output_stream(f"{target.root}/summary.json") as stream:
         stream.write(text.encode())
     if redis_client is not None and namespace:
-        redis_client.set(summary_key(namespace), text)
+        write_summary(redis_client, namespace, text)
     return Result(summary, target.url, time.monotonic() - started)
-
-
-def read_summary(redis_client: Any, namespace: str) -> dict[str, Any] | None:
-    raw = redis_client.get(summary_key(namespace))
-    return json.loads(raw) if raw else None
 
 
 def main(argv: list[str] | None = None) -> int:

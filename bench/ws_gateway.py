@@ -150,10 +150,11 @@ def stream(port: int, n: int, persistent: bool, gateway: psutil.Process | None =
             "cpu_consumer": consumer_cpu / n * 1e6}
 
 
-def send_receipt(port: int, n: int) -> dict[str, float]:
+def send_receipt(port: int, n: int, gateway: psutil.Process | None = None) -> dict[str, float]:
     queue = f"/queue/bench.receipt.{uuid.uuid4().hex[:8]}"
     producer, listener = connection(port)
     times = []
+    cpu_before = _cpu(gateway)
     start = time.perf_counter()
     for i in range(n):
         event = threading.Event()
@@ -164,8 +165,10 @@ def send_receipt(port: int, n: int) -> dict[str, float]:
             raise RuntimeError(f"no RECEIPT for send {i}")
         times.append((time.perf_counter() - t0) * 1000)
     elapsed = time.perf_counter() - start
+    cpu_gateway = (_cpu(gateway) - cpu_before) / n * 1e6
     producer.disconnect()
-    return {"rate": n / elapsed, "p50": percentile(times, 50), "p99": percentile(times, 99)}
+    return {"rate": n / elapsed, "p50": percentile(times, 50), "p99": percentile(times, 99),
+            "cpu_gateway": cpu_gateway}
 
 
 def ping_pong(port: int, n: int) -> dict[str, float]:
@@ -234,9 +237,10 @@ def main() -> None:
                       f"stomp.py producer {r['cpu_producer']:.0f} us, "
                       f"subscriber {r['cpu_consumer']:.0f} us")
         if "receipt" in args.only:
-            r = send_receipt(gateway.port, args.round_trips)
+            r = send_receipt(gateway.port, args.round_trips, gateway_process)
             print(f"SEND->RECEIPT persistent {r['rate']:>8,.0f} /s   p50 {r['p50']:.2f} ms  "
                   f"p99 {r['p99']:.2f} ms")
+            print(f"    CPU per round trip: gateway {r['cpu_gateway']:.0f} us")
         if "ping" in args.only:
             r = ping_pong(gateway.port, args.round_trips)
             print(f"ping-pong (producer -> gateway -> subscriber)   p50 {r['p50']:.2f} ms  "

@@ -33,6 +33,7 @@ from .operations import (
     Op,
     Operations,
     Policy,
+    summary_from,
 )
 from .policy import PolicyStore
 from .scripts import script
@@ -464,6 +465,8 @@ class AsyncBroker(_Api):
                     out.append(None)
         return out
 
+    _summary_many = True  # one script over many queues, until a Redis Cluster refuses it
+
     async def summaries(self, destinations: list[str | Destination]) -> list[Any]:
         """`DestinationSummary` (main counters) of many queues, pipelined 1,000 per round trip; None for
         one that is gone. A topic's come from its full `stats` (they read each subscription)."""
@@ -474,17 +477,27 @@ class AsyncBroker(_Api):
             now = self._now()
             chunk = [_dest(d) for d in destinations[start:start + 1000]]
             queues = [d for d in chunk if not d.is_topic]
-            pipe = self.redis.pipeline(transaction=False)
-            ops = [self.ops.summary(d, now) for d in queues]
-            for op in ops:
-                call = next(op)
-                pipe.evalsha(source.sha, len(call.keys), *call.keys, *call.args)
             found: dict[str, Any] = {}
-            for d, op, reply in zip(queues, ops, await pipe.execute(), strict=True):
+            if queues and self._summary_many:
                 try:
-                    op.send(reply)
-                except StopIteration as stop:
-                    found[d.uri] = stop.value
+                    prefixes = tuple(self.ops.prefix(d) for d in queues)
+                    flat = await self._eval(Eval("summary_many", prefixes, (now,)))
+                except redis.ResponseError:  # a Redis Cluster: the queues are on several slots
+                    self._summary_many = False
+                else:
+                    for i, d in enumerate(queues):
+                        found[d.uri] = summary_from(flat[12 * i:12 * i + 12], d.uri)
+            if len(found) < len(queues):
+                pipe = self.redis.pipeline(transaction=False)
+                ops = [self.ops.summary(d, now) for d in queues]
+                for op in ops:
+                    call = next(op)
+                    pipe.evalsha(source.sha, len(call.keys), *call.keys, *call.args)
+                for d, op, reply in zip(queues, ops, await pipe.execute(), strict=True):
+                    try:
+                        op.send(reply)
+                    except StopIteration as stop:
+                        found[d.uri] = stop.value
             for d in chunk:
                 if d.is_topic:
                     (found[d.uri],) = await self.stats_many([d])

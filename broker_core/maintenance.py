@@ -401,6 +401,10 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
             if dest.is_topic:  # TOPICS: the jobs run on each subscription; offline durables on the topic
                 removed = run_offline_durable_cleanup(broker, dest, entry)
                 offline_removed += [f"{uri}#{key}" for key in removed]
+                # TOPICS: forwards wait on the topic itself (<topic>:fwd), so they are recovered there too:
+                # a topic nobody subscribes to (VirtualTopic.>, a composite) has no subscription to do it.
+                recovery = run_recovery(broker, dest)
+                forwarded += recovery.forwarded
                 targets = broker._run(topic_ops.for_each_subscription(broker.ops, dest))
             for dest in targets:
                 recovery = run_recovery(broker, dest)

@@ -95,6 +95,9 @@ class ConsumerSpec:
     # TOPICS (§7.4, §7.5): with client_id, a durable subscription; replay what the recovery policy kept.
     subscription_name: str | None = None
     retroactive: bool = False
+    # TOPICS (§8.5): the consumer's own maximumPendingMessageLimit (STOMP's
+    # activemq.maximumPendingMessageLimit); with a pendingMessageLimitStrategy it wins when > 0 and smaller.
+    maximum_pending_message_limit: int | None = None
 
     def validate(self) -> None:
         if self.prefetch is not None and (isinstance(self.prefetch, bool) or not 0 <= self.prefetch <= 32767):
@@ -110,6 +113,10 @@ class ConsumerSpec:
                                   "subscription name", field="subscription_name")
         if not 1_000 <= self.lease_ms <= 3_600_000:
             raise InvalidConsumer(f"lease must be 1000-3600000 ms, got {self.lease_ms!r}", field="lease_ms")
+        limit = self.maximum_pending_message_limit  # TOPICS
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise InvalidConsumer(f"maximum pending message limit must be an integer >= 0, got {limit!r}",
+                                  field="maximum_pending_message_limit")
 
 
 @dataclass(frozen=True)
@@ -255,6 +262,15 @@ class DestinationSummary:
     expired: int
     deadlettered: int
     paused: bool
+
+
+def summary_from(r: list[Any], uri: str) -> DestinationSummary | None:
+    """A DestinationSummary from the 12 values of summary.lua / summary_many.lua."""
+    if not int(r[0]):
+        return None
+    n = [int(v) if v else 0 for v in r[6:11]]
+    return DestinationSummary(uri, int(r[1]) + int(r[2]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
+                              int(r[5]), n[0], n[1], n[2], n[3], n[4], r[11] in (b"1", "1"))
 
 
 @dataclass(frozen=True)
@@ -597,12 +613,7 @@ class Operations:
 
     def summary(self, dest: Destination, now: int) -> Op:
         """The main counters only (console index); None when the destination does not exist."""
-        r = yield Eval("summary", (self.prefix(dest),), (now,))
-        if not int(r[0]):
-            return None
-        n = [int(v) if v else 0 for v in r[6:11]]
-        return DestinationSummary(dest.uri, int(r[1]) + int(r[2]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
-                                  int(r[5]), n[0], n[1], n[2], n[3], n[4], r[11] in (b"1", "1"))
+        return summary_from((yield Eval("summary", (self.prefix(dest),), (now,))), dest.uri)
 
     def stats(self, dest: Destination, now: int) -> Op:
         if dest.is_topic and not isinstance(dest, Subscription):
@@ -688,6 +699,7 @@ class Operations:
 
     def remove(self, dest: Destination, message_ids: list[str], now: int) -> Op:
         """Remove messages by id (in flight too, as ActiveMQ's removeMessage); returns how many."""
+        _refuse_on_topic(dest, "remove messages from")  # TOPICS
         reply = yield from self._eval("remove", dest, now, 0, 0, *message_ids)
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0])
@@ -713,6 +725,7 @@ class Operations:
                  selector: str | None, limit: int | None, now: int) -> Op:
         """Move, copy or retry (to each message's original destination) messages by id or all pending
         messages a selector matches, in bounded calls. Returns how many."""
+        _refuse_on_topic(dest, f"{mode} messages of")  # TOPICS
         if target is not None:
             if target == dest:
                 raise OperationRefused(f"cannot {mode} messages of {dest.uri} to itself", target=target.uri)
@@ -853,6 +866,15 @@ class Operations:
         exists = yield Command(("EXISTS", f"{self.prefix(dest)}:policy"))
         if not exists:
             yield from self.init_destination(dest, now)
+
+
+def _refuse_on_topic(dest: Destination, what: str) -> None:
+    """TOPICS: a topic stores each message once for all its subscriptions (topics.py), so taking one out
+    by id would pull it from under every subscriber; ActiveMQ's TopicView has no removeMessage/move."""
+    if dest.is_topic and not isinstance(dest, Subscription):
+        raise OperationRefused(f"cannot {what} a topic ({dest.uri}): a topic's messages belong to its "
+                               "subscriptions; ActiveMQ's TopicView has no such operation",
+                               destination=dest.uri)
 
 
 from . import topic_ops  # noqa: E402  TOPICS: topic_ops builds on this module's names

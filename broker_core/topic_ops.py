@@ -77,80 +77,96 @@ def finish_send(ops: Operations, dest: Destination, now: int, tail: list[Any]) -
         yield from ops._continue_dispatch(sub, now, PASS_HAS_MORE, 0)
 
 
+ADVISORY_PREFIX = "ActiveMQ.Advisory."
+MOVE_ATTEMPTS = 5  # a durable key re-subscribed elsewhere at the same moment: bounded retries
+
+
 def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, cid: str,
               packed: bytes, selector_compiled: str | None) -> Op:
     durable = spec.subscription_name is not None
     client = spec.client_id or ""
     name = spec.subscription_name or ""
-    if durable:
-        key = durable_key(client, name)
-        field = durable_registry_field(client, name)
-        where = yield Command(("HGET", registry_key(ops), field))
-        if where is not None and _str(where) != dest.uri:
-            # Re-subscribing with another destination replaces the subscription (TopicRegion.addConsumer).
-            old = Destination("topic", _str(where).removeprefix("topic://"))
-            try:
-                yield from unsubscribe(ops, old, client, name, now, reason="changed")
-            except DurableSubscriptionInUse:
-                raise DurableSubscriptionInUse(
-                    f"Durable consumer is in use for client: {client} and subscriptionName: {name}",
-                    client_id=client, subscription_name=name) from None
-            except UnknownDestination:
-                pass
-    else:
-        key = non_durable_key(cid)
+    if durable and dest.name.startswith(ADVISORY_PREFIX):
+        # §7.4, TopicRegion.addConsumer
+        raise InvalidConsumer(f"Cannot create a durable subscription for an advisory Topic ({dest.uri})",
+                              field="subscription_name")
+    if spec.no_local and not spec.connection_id:
+        # §7.3: noLocal compares the publisher's connection id with the subscriber's; without one it
+        # could never filter anything.
+        raise InvalidConsumer("no_local needs the subscriber's connection_id", field="connection_id")
+    key = durable_key(client, name) if durable else non_durable_key(cid)
+    field = durable_registry_field(client, name) if durable else ""
     sub_def = {"selector": selector_compiled, "selector_text": spec.selector if selector_compiled else None,
                "nolocal": spec.no_local, "conn": spec.connection_id, "client": spec.client_id,
-               "name": spec.subscription_name, "durable": durable, "priority": spec.priority}
+               "name": spec.subscription_name, "durable": durable, "priority": spec.priority,
+               "maxpending": spec.maximum_pending_message_limit}
     sub_packed = msgpack.packb({k: v for k, v in sub_def.items() if v is not None})
     requested = -1 if spec.prefetch is None else spec.prefetch
-    reply = yield from ops._eval("topic_subscribe", dest, now, 0, cid, packed, spec.lease_ms, requested, key,
-                                 sub_packed, "1" if spec.retroactive else "0", client, name)
-    if durable:
-        yield Command(("HSET", registry_key(ops), durable_registry_field(client, name), dest.uri))
+    for _ in range(MOVE_ATTEMPTS):
+        # topic_subscribe validates everything, then registers the durable key with the subscription in
+        # one step; a key registered on another topic comes back as 'elsewhere' with nothing changed.
+        reply = yield from ops._eval("topic_subscribe", dest, now, 0, cid, packed, spec.lease_ms, requested,
+                                     key, sub_packed, "1" if spec.retroactive else "0", client, name, field,
+                                     dest.uri)
+        if reply[0] != b"elsewhere":
+            break
+        # Re-subscribing with another topic replaces the subscription (TopicRegion.addConsumer): the old
+        # one goes (and its registry entry with it, one step), then the subscribe runs again. A crash in
+        # between leaves the key free, never on two topics.
+        old = Destination("topic", _str(reply[1]).removeprefix("topic://"))
+        try:
+            yield from ops._eval("topic_admin", old, now, "release", key, field, old.uri)
+        except DurableSubscriptionInUse:
+            raise DurableSubscriptionInUse(
+                f"Durable consumer is in use for client: {client} and subscriptionName: {name}",
+                client_id=client, subscription_name=name) from None
+    else:
+        raise DurableSubscriptionInUse(
+            f"Durable subscription for client: {client} and subscriptionName: {name} is being "
+            "re-subscribed elsewhere at the same time", client_id=client, subscription_name=name)
     sub = Subscription(dest.kind, dest.name, key)
     result = yield from ops._continue_dispatch(sub, now, int(reply[1]), int(reply[2]))
     return Consumer(dest, cid, spec.ack_mode, prefetch=int(reply[3]), hold_until=result.hold_until,
                     subscription=key)
 
 
+def durable_home(ops: Operations, client_id: str, subscription_name: str) -> Op:
+    """The topic the durable key is registered on, or None."""
+    where = yield Command(("HGET", registry_key(ops), durable_registry_field(client_id, subscription_name)))
+    return None if where is None else Destination("topic", _str(where).removeprefix("topic://"))
+
+
 def unsubscribe(ops: Operations, dest: Destination, client_id: str, subscription_name: str, now: int,
                 reason: str = "unsubscribed") -> Op:
-    """Delete an offline durable subscription and its messages; returns how many messages went."""
+    """Delete an offline durable subscription and its messages; returns how many messages went.
+
+    The key alone names it (ActiveMQ's RemoveSubscriptionInfo carries no destination, §7.4): the registry
+    says which topic it is on; `dest` is only used for a key the registry does not know."""
     if not client_id or not subscription_name:
         raise InvalidConsumer("unsubscribe needs the client id and the subscription name",
                               field="subscription_name")
+    home_topic = yield from durable_home(ops, client_id, subscription_name)
+    if home_topic is not None:
+        dest = home_topic
     exists = yield Command(("EXISTS", f"{ops.prefix(dest)}:policy"))
     if not exists:
         raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
+    # topic_admin removes the subscription and its registry entry in one step.
     dropped = yield from ops._eval("topic_admin", dest, now, "unsubscribe",
                                    durable_key(client_id, subscription_name), client_id, subscription_name)
-    yield Command(("HDEL", registry_key(ops), durable_registry_field(client_id, subscription_name)))
     return int(dropped)
 
 
 def expire_offline_durables(ops: Operations, dest: Destination, timeout_ms: int | None, now: int) -> Op:
     """Remove the durable subscriptions offline for `timeout_ms` (None: the policy's
-    offlineDurableSubscriberTimeout) or more; returns their keys."""
+    offlineDurableSubscriberTimeout) or more, with their registry entries; returns their keys."""
     if timeout_ms is None:
         entry: PolicyEntry = yield Policy(dest)
         timeout_ms = entry.offline_durable_subscriber_timeout
     if timeout_ms < 0:
         return []
-    # The registry entries of the removed ones go too: read them before the script deletes the metas.
-    keys = yield from subscription_keys(ops, dest)
-    names: dict[str, tuple[str, str]] = {}
-    for key in keys:
-        if key.startswith("d."):
-            raw = yield Command(("HMGET", f"{ops.prefix(Subscription(dest.kind, dest.name, key))}:meta",
-                                 "client", "name"))
-            names[key] = (_str(raw[0] or b""), _str(raw[1] or b""))
     removed = yield from ops._eval("topic_admin", dest, now, "expire_offline", timeout_ms)
-    out = [_str(k) for k in removed]
-    for key in out:
-        if key in names:
-            yield Command(("HDEL", registry_key(ops), durable_registry_field(*names[key])))
-    return out
+    return [_str(k) for k in removed]
 
 
 def home(ops: Operations, dest: Destination, consumer_id: str, known: str | None) -> Op:
@@ -264,11 +280,14 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         return int(meta.get(name, 0))
 
     def total(name: str) -> int:
-        return sum(getattr(s, name) for s in subs)
+        # The live subscriptions' counts plus those of ended ones (remove_subscription folds them into the
+        # topic as 'ended_<name>'): a topic's counts never go down (§14.2).
+        return sum(getattr(s, name) for s in subs) + count(f"ended_{name}")
 
     return DestinationStats(
         destination=dest.uri, queue_size=0, pending=total("pending"), in_flight=total("in_flight"),
-        enqueued=count("enqueued"), dequeued=total("dequeued"), dispatched=total("dispatched"),
+        enqueued=count("enqueued"), dequeued=total("dequeued") + count("evict_dequeued"),
+        dispatched=total("dispatched"),
         expired=count("expired") + total("expired"), expired_on_arrival=count("expired_on_arrival"),
         deadlettered=count("deadlettered") + total("deadlettered"),
         discarded=count("discarded") + total("discarded"), parked=total("parked"), forwarding=int(fwd),
@@ -286,11 +305,7 @@ def delete(ops: Operations, dest: Destination, now: int) -> Op:
     """Delete a topic: every subscription (its consumers learn it from UNKNOWN_CONSUMER), then the
     topic's own keys. Returns how many messages were stored."""
     stored = yield Command(("HLEN", f"{ops.prefix(dest)}:msgs"))
-    fields = yield Command(("HGETALL", registry_key(ops)))
-    for field, uri in fields.items():
-        if _str(uri) == dest.uri:
-            yield Command(("HDEL", registry_key(ops), field))
-    yield from ops._eval("topic_admin", dest, now, "delete")
+    yield from ops._eval("topic_admin", dest, now, "delete")  # durable keys' registry entries go too
     prefix = ops.prefix(dest)
     yield Command(("DEL", *[f"{prefix}:{name}" for name in
                             ("subs", "sorder", "subof", "refs", "order", "retain", "recov", "recovmsg")]))

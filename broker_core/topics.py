@@ -39,12 +39,14 @@ def non_durable_key(consumer_id: str) -> str:
 
 def durable_key(client_id: str, subscription_name: str) -> str:
     """A key made only of safe characters, whatever the client id and name contain."""
-    digest = hashlib.sha1(f"{client_id}\x00{subscription_name}".encode()).hexdigest()[:24]
+    digest = hashlib.sha1(durable_registry_field(client_id, subscription_name).encode()).hexdigest()[:24]
     return f"d.{digest}"
 
 
 def durable_registry_field(client_id: str, subscription_name: str) -> str:
-    return f"{client_id}\x00{subscription_name}"
+    """(client id, subscription name) as one string, told apart for every pair: the client id's length
+    comes first, so no character the two may contain (NUL included) can make two pairs meet."""
+    return f"{len(client_id)}:{client_id}{subscription_name}"
 
 
 def _is_true(value: Any) -> bool:

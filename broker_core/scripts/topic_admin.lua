@@ -4,11 +4,16 @@
 --   expire_offline timeout -> keys of the durable subscriptions removed for having been offline at least
 --       `timeout` ms (offlineDurableSubscriberTimeout; TopicRegion.doCleanup), with their messages.
 --   delete -> every subscription removed with its messages (the topic is being deleted).
+--   release key field uri -> the durable subscription `key` removed (with its messages) because its key is
+--       being subscribed on another topic (TopicRegion.addConsumer); refused while a consumer is attached.
+--       Does nothing unless the registry still names this topic (`uri`). Returns the messages dropped.
+-- Each removal forgets the key's registry entry (<ns>:durables) in the same step (TOPIC.unregister).
 --@include base
 --@include dispatch
 --@include topic
 NOW = tonumber(ARGV[1])
 local op = ARGV[2]
+local topic_uri = redis.call('HGET', TP .. ':meta', 'uri')
 if op == 'unsubscribe' then
   local key, client, name = ARGV[3], ARGV[4], ARGV[5]
   if not redis.call('HGET', TP .. ':subs', key) then
@@ -19,7 +24,21 @@ if op == 'unsubscribe' then
   if (redis.call('HGET', K_META, 'active') or '') ~= '' then
     return fail('DURABLE_IN_USE', 'Durable consumer is in use')
   end
+  TOPIC.unregister(topic_uri)
   return remove_subscription('unsubscribed')
+elseif op == 'release' then
+  local key, field, uri = ARGV[3], ARGV[4], ARGV[5]
+  if redis.call('HGET', TOPIC.registry, field) ~= uri then return 0 end
+  local dropped = 0
+  if redis.call('HGET', TP .. ':subs', key) then
+    TOPIC.switch(key)
+    if (redis.call('HGET', K_META, 'active') or '') ~= '' then
+      return fail('DURABLE_IN_USE', 'Durable consumer is in use')
+    end
+    dropped = remove_subscription('changed')
+  end
+  redis.call('HDEL', TOPIC.registry, field)
+  return dropped
 elseif op == 'expire_offline' then
   local timeout = tonumber(ARGV[3])
   local removed = {}
@@ -29,6 +48,7 @@ elseif op == 'expire_offline' then
       local state = redis.call('HMGET', K_META, 'active', 'offline_since')
       local since = tonumber(state[2] or '')
       if (state[1] or '') == '' and since and NOW - since >= timeout then
+        TOPIC.unregister(topic_uri)
         remove_subscription('offline_timeout')
         removed[#removed + 1] = s.key
       end
@@ -39,9 +59,11 @@ elseif op == 'expire_offline' then
 elseif op == 'delete' then
   for _, s in ipairs(TOPIC.subscriptions()) do
     TOPIC.switch(s.key)
+    if s.def.durable then TOPIC.unregister(topic_uri) end
     remove_subscription('destination_deleted')
     TOPIC.switch(nil)
   end
+  TOPIC.recovery_release_all()
   return 1
 end
 return redis.error_reply('INVALID_OPERATION unknown topic operation ' .. tostring(op))

@@ -116,7 +116,7 @@ for _, key in ipairs(touched_order) do
   dispatched = dispatched + d
   if more == 1 then more_keys[#more_keys + 1] = key end
   if h > 0 and (hold == 0 or h < hold) then hold = h end
-  if not entry.s.def.durable then TOPIC.after_send(entry.ids) end
+  if not entry.s.def.durable then TOPIC.after_send(entry.ids, entry.s) end
 end
 TOPIC.switch(nil)
 if #more_keys > 0 then flags = 1 end

@@ -4,8 +4,12 @@
 -- with ActiveMQ's text. Retroactive consumers get what the recovery policy kept.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, consumer id, packed consumer definition, lease ms,
 -- requested prefetch (-1 = client default), subscription key, packed subscription definition,
--- retroactive ('1'/'0'), client id, subscription name.
--- Returns {dispatched, flags, hold_until, effective prefetch, recovered, 'new'|'changed'|'existing'}.
+-- retroactive ('1'/'0'), client id, subscription name, registry field, topic uri.
+-- Returns {dispatched, flags, hold_until, effective prefetch, recovered, 'new'|'changed'|'existing'}, or
+-- {'elsewhere', uri} when the durable key is registered on another topic (nothing changed: topic_ops
+-- removes that one with topic_admin 'release' and tries again).
+-- A durable key's registry entry (<ns>:durables, TOPIC.registry) is written here, in the same step as
+-- the subscription, so a crash can never leave one without the other.
 --@include base
 --@include dispatch
 --@include topic
@@ -15,6 +19,7 @@ if missing then return missing end
 local cid, packed, lease_ms, requested = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local key, sub_packed, retroactive = ARGV[7], ARGV[8], ARGV[9] == '1'
 local client, name = ARGV[10], ARGV[11]
+local reg_field, uri = ARGV[12], ARGV[13]
 local sub_def = cmsgpack.unpack(sub_packed)
 local durable = sub_def.durable == true
 
@@ -25,6 +30,11 @@ local state = 'existing'
 local existing = redis.call('HGET', TP .. ':subs', key)
 if existing and not durable then
   return fail('CONSUMER_EXISTS', 'consumer ' .. cid .. ' is already registered on this destination')
+end
+if durable then
+  -- One durable key, one topic (§7.4): registered elsewhere, that subscription must go first.
+  local where = redis.call('HGET', TOPIC.registry, reg_field)
+  if where and where ~= uri then return { 'elsewhere', where } end
 end
 if existing then
   TOPIC.switch(key)
@@ -40,6 +50,7 @@ if existing then
   end
   TOPIC.switch(nil)
 end
+if durable then redis.call('HSET', TOPIC.registry, reg_field, uri) end
 if not existing then
   if state ~= 'changed' then state = 'new' end
   redis.call('HSET', TP .. ':subs', key, sub_packed)
@@ -47,7 +58,8 @@ if not existing then
   TOPIC.switch(key)
   redis.call('HSET', K_META, 'uri', redis.call('HGET', TP .. ':meta', 'uri') or '', 'created', NOW,
              'durable', durable and '1' or '0', 'client', client, 'name', name,
-             'selector', sub_def.selector_text or '', 'nolocal', sub_def.nolocal and '1' or '0')
+             'selector', sub_def.selector_text or '', 'nolocal', sub_def.nolocal and '1' or '0',
+             'regfield', durable and reg_field or '')
   emit('subscription_add', 'durable', durable and 1 or 0, 'client', client, 'name', name,
        'selector', sub_def.selector_text or '')
 else
@@ -86,11 +98,13 @@ local replayed = nil
 local s = { key = key, def = sub_def }
 if durable then
   if retroactive then
-    -- The wrapped recovery policy only when the subscription has nothing pending; the retained message
-    -- always. A new subscription also catches up on what is stored for other durable subscriptions.
+    -- A new subscription first catches up on what is stored for other durable subscriptions (Topic.activate
+    -- loads the store's backlog); then the wrapped recovery policy runs only if that left nothing pending
+    -- (DurableTopicSubscription.activate, §7.5); the retained message always.
+    if state ~= 'existing' then recovered = TOPIC.replay(s, TOPIC.durable_backlog(key)) end
     local empty = redis.call('ZCARD', K_PENDING) == 0 and redis.call('HLEN', K_INFLIGHT) == 0
-    recovered = TOPIC.replay(s, TOPIC.recovery_items(empty))
-    if state ~= 'existing' then recovered = recovered + TOPIC.replay(s, TOPIC.durable_backlog(key)) end
+      and redis.call('ZCARD', K_PARKED) == 0
+    recovered = recovered + TOPIC.replay(s, TOPIC.recovery_items(empty))
   end
 elseif retroactive or pol['alwaysRetroactive'] == '1' or pol['alwaysRetroactive'] == 'true' then
   replayed = {}
@@ -100,5 +114,5 @@ end
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 -- Recovered messages reach a non-durable subscription as any other (TopicSubscription.add): its
 -- pending-message limit applies to them.
-if replayed and #replayed > 0 then TOPIC.after_send(replayed) end
+if replayed and #replayed > 0 then TOPIC.after_send(replayed, s) end
 return {dispatched, more, hold, prefetch, recovered, state}

@@ -60,10 +60,16 @@ def _key(namespace: str) -> str:
 async def _build(broker: AsyncBroker) -> bytes:
     """Read every destination's counters and pack them with the rates since the stored index."""
     uris = await broker.destinations()
-    summaries = await broker.summaries(uris)
+    summaries = await broker.summaries([parse_destination(u) for u in uris])  # cached parses
     now = broker.clock.now_ms()
-    previous_raw = await broker.redis.get(_key(broker.namespace))
-    previous = msgpack.unpackb(previous_raw, raw=False) if previous_raw else None
+    previous = None
+    at = await broker.redis.get(f"{_key(broker.namespace)}:at")
+    known = _caches.get(broker.namespace)
+    if at is not None and known is not None and known.index is not None and int(at) == known.index.at_ms:
+        previous = {"at": known.index.at_ms, "rows": known.index.rows}  # already unpacked here
+    elif at is not None:
+        previous_raw = await broker.redis.get(_key(broker.namespace))
+        previous = msgpack.unpackb(previous_raw, raw=False) if previous_raw else None
     rows: dict[str, list[float]] = {}
     elapsed = (now - previous["at"]) / 1000 if previous else 0
     for uri, s in zip(uris, summaries, strict=True):
@@ -118,8 +124,9 @@ class _Cache:
 _caches: dict[str, _Cache] = {}
 
 
-async def index(broker: AsyncBroker) -> Index:
-    """The statistics index; a stale one starts a refresh in the background and is returned at once."""
+async def index(broker: AsyncBroker, refresh: bool = True) -> Index | None:
+    """The statistics index; a stale one starts a refresh in the background and is returned at once.
+    With refresh=False whatever index there is (None when there is none), and no refresh."""
     cache = _caches.setdefault(broker.namespace, _Cache())
     at = await broker.redis.get(f"{_key(broker.namespace)}:at")
     if at is not None and cache.index is not None and int(at) == cache.index.at_ms:
@@ -127,8 +134,10 @@ async def index(broker: AsyncBroker) -> Index:
     else:
         raw = await broker.redis.get(_key(broker.namespace))
         if raw is None:
-            return cache.decode(await _build(broker))
+            return cache.decode(await _build(broker)) if refresh else None
         current = cache.decode(raw)
+    if not refresh:
+        return current
     stale = broker.clock.now_ms() - current.at_ms > INDEX_MAX_AGE * 1000
     if stale and (cache.refreshing is None or cache.refreshing.done()):
         lock = f"{_key(broker.namespace)}:refresh"
@@ -169,10 +178,12 @@ async def list_destinations(broker: AsyncBroker, patterns: list[Destination] | N
             chosen.append(destination)
     key = ordering.lstrip("-")
     reverse = ordering.startswith("-")
-    idx = await index(broker)
-    if key == "name":
+    if key == "name":  # needs no statistics: the index only lends its rates, as they are
+        idx = await index(broker, refresh=False)
         chosen.sort(key=lambda d: (d.name, d.kind), reverse=reverse)
     else:
+        idx = await index(broker)
+        assert idx is not None
         values = idx.values([d.uri for d in chosen], key)
         missing = [d.uri for d in chosen if d.uri not in idx.rows]
         if missing:  # created since the index was built: read them now rather than sort them as zeros
@@ -189,6 +200,7 @@ async def list_destinations(broker: AsyncBroker, patterns: list[Destination] | N
 async def totals(broker: AsyncBroker, patterns: list[Destination] | None) -> dict[str, Any]:
     """Broker totals over the destinations the user may read (ActiveMQ's BrokerView totals)."""
     idx = await index(broker)
+    assert idx is not None
     everything = patterns is None  # the same for every user who may read everything: computed once
     if everything and _totals_memo.get(broker.namespace, (None,))[0] == idx.at_ms:
         out = dict(_totals_memo[broker.namespace][1])

@@ -20,7 +20,7 @@ from rest_framework.response import Response
 
 from broker_core.destinations import Destination
 from broker_core.errors import UnknownConsumer
-from broker_core.messages import new_message_id
+from broker_core.messages import Message, new_message_id
 from broker_core.operations import ConsumerRef, ConsumerSpec
 from gateway import runtime
 from gateway.api import serializers as s
@@ -126,21 +126,41 @@ def _is_json(request: Request) -> bool:
     return media == "application/json" or media.endswith("+json")
 
 
+def parse_messages(data: dict[str, Any], now_ms: int, user_name: str) -> list[Message]:
+    """The messages of a JSON send body: one envelope, or `{"messages": [envelopes]}`."""
+    if "messages" in data:
+        raw = data["messages"]
+        if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_BATCH or len(data) != 1:
+            raise Problem(400, "invalid_message", "Invalid message",
+                          f"a batch is {{\"messages\": [1..{MAX_BATCH} envelopes]}} and nothing else")
+        return [parse_envelope(item, now_ms, i, user_id=user_name) for i, item in enumerate(raw)]
+    return [parse_envelope(data, now_ms, user_id=user_name)]
+
+
+async def send_parsed(user: Any, destinations: list[Destination], messages: list[Message],
+                      ids: list[str | None]) -> dict[str, Any]:
+    """Send parsed messages to every destination; the 201 body. The one send of the REST API (the
+    views and the lean path of gateway/api/asgi.py)."""
+    # An HTTP "connection" is the user: a noLocal HTTP consumer skips what the same user sent over HTTP.
+    connection_id = f"http:{user.pk}"
+    for message, message_id in zip(messages, ids, strict=True):
+        message.connection_id = connection_id
+        if message_id:
+            message.message_id = message_id
+    broker = runtime.async_broker()
+    sent: list[str] = []
+    for destination in destinations:
+        sent = await broker.send(destination, messages)
+    return {"message_ids": [str(i) for i in sent], "statuses": [getattr(i, "status", "ok") for i in sent],
+            "destinations": [d.uri for d in destinations]}
+
+
 async def send_messages(view: GatewayView, request: Request, destinations: list[Destination]) -> Response:
     await view.require(request, destinations, "write")
-    broker = runtime.async_broker()
-    now = broker.clock.now_ms()
+    now = runtime.async_broker().clock.now_ms()
     user = request.user.get_username()
     if _is_json(request):
-        data = json_body(request, required=True)
-        if "messages" in data:
-            raw = data["messages"]
-            if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_BATCH or len(data) != 1:
-                raise Problem(400, "invalid_message", "Invalid message",
-                              f"a batch is {{\"messages\": [1..{MAX_BATCH} envelopes]}} and nothing else")
-            messages = [parse_envelope(item, now, i, user_id=user) for i, item in enumerate(raw)]
-        else:
-            messages = [parse_envelope(data, now, user_id=user)]
+        messages = parse_messages(json_body(request, required=True), now, user)
     else:
         messages = [parse_envelope(_raw_envelope(request), now, user_id=user)]
 
@@ -158,26 +178,16 @@ async def send_messages(view: GatewayView, request: Request, destinations: list[
             response = Response(stored["body"], status=stored["status"])
             response["Idempotent-Replayed"] = "true"
             return response
-        ids = message_ids_for(record.id_prefix, len(messages))
+        ids: list[str | None] = list(message_ids_for(record.id_prefix, len(messages)))
     else:
         # One id per message across a composite's parts, as ActiveMQ copies one message to each.
         ids = [new_message_id() for _ in messages] if len(destinations) > 1 else [None] * len(messages)
-    # An HTTP "connection" is the user: a noLocal HTTP consumer skips what the same user sent over HTTP.
-    connection_id = f"http:{request.user.pk}"
-    for message, message_id in zip(messages, ids, strict=True):
-        message.connection_id = connection_id
-        if message_id:
-            message.message_id = message_id
     try:
-        sent: list[str] = []
-        for destination in destinations:
-            sent = await broker.send(destination, messages)
+        body = await send_parsed(request.user, destinations, messages, ids)
     except Exception:
         if record:
             await record.abandon()
         raise
-    body = {"message_ids": [str(i) for i in sent], "statuses": [getattr(i, "status", "ok") for i in sent],
-            "destinations": [d.uri for d in destinations]}
     if record:
         await record.finish(201, body)
     return Response(body, status=status.HTTP_201_CREATED)
@@ -287,16 +297,23 @@ class ConsumersView(GatewayView):
         return Response([consumer_json(c) for c in stats.consumers])
 
 
-async def own_consumer(view: GatewayView, request: Request, kind: str, name: str,
-                       consumer_id: str) -> HttpConsumer:
-    """The caller's own HTTP consumer (404 for anyone else's: ids are not to be guessed or shared)."""
+def parse_own_consumer(user: Any, kind: str, name: str, consumer_id: str) -> HttpConsumer:
+    """The user's own HTTP consumer named by the URL (404 for anyone else's: ids are not to be guessed
+    or shared); permissions not checked yet."""
     destination = destination_from_url(kind, name)
     consumer = parse_consumer_id(destination, consumer_id)
-    if consumer is None or consumer.user_id != request.user.pk:
+    if consumer is None or consumer.user_id != user.pk:
         raise Problem(404, "unknown_consumer", "Unknown consumer",
                       f"no HTTP consumer {consumer_id} of yours on {destination.uri}",
                       consumer_id=consumer_id, destination=destination.uri)
-    await view.require(request, destination, "read")
+    return consumer
+
+
+async def own_consumer(view: GatewayView, request: Request, kind: str, name: str,
+                       consumer_id: str) -> HttpConsumer:
+    """The caller's own HTTP consumer, once the caller may read its destination."""
+    consumer = parse_own_consumer(request.user, kind, name, consumer_id)
+    await view.require(request, consumer.destination, "read")
     return consumer
 
 
@@ -401,13 +418,22 @@ class ReceiveView(GatewayView):
         consumer = await own_consumer(self, request, kind, name, consumer_id)
         if request._request.body.strip():
             json_body(request)
-        count = int_param(request, "max_messages", 1, 1, 1000)
-        wait = float_param(request, "wait", 0.0, 0.0, max_wait())
-        try:
-            deliveries = await long_poll(consumer.ref, count, wait, pull=consumer.pull)
-        except UnknownConsumer:
-            raise await _gone(consumer) from None
-        return Response({"messages": [render_delivery(d) for d in deliveries]})
+        count, wait = receive_params(request)
+        return Response(await receive_messages(consumer, count, wait))
+
+
+def receive_params(params: Any) -> tuple[int, float]:
+    """(max_messages, wait) of a receive, from the query string or the JSON body."""
+    return int_param(params, "max_messages", 1, 1, 1000), float_param(params, "wait", 0.0, 0.0, max_wait())
+
+
+async def receive_messages(consumer: HttpConsumer, count: int, wait: float) -> dict[str, Any]:
+    """The one receive of the REST API (the view and the lean path of gateway/api/asgi.py)."""
+    try:
+        deliveries = await long_poll(consumer.ref, count, wait, pull=consumer.pull)
+    except UnknownConsumer:
+        raise await _gone(consumer) from None
+    return {"messages": [render_delivery(d) for d in deliveries]}
 
 
 def _message_ids(data: dict[str, Any]) -> list[str]:
@@ -431,22 +457,32 @@ class AckView(GatewayView):
     async def post(self, request: Request, kind: str, name: str, consumer_id: str) -> Response:
         consumer = await own_consumer(self, request, kind, name, consumer_id)
         data = json_body(request, required=True)
-        ids = _message_ids(data)
-        mode = data.get("mode")
-        if mode is not None and mode not in ("individual", "cumulative", "delivered"):
-            raise Problem(400, "invalid_body", "Invalid body",
-                          f"mode must be individual, cumulative or delivered, got {mode!r}")
-        receive = int_param(request, "receive", 0, 0, 1000)
-        broker = runtime.async_broker()
-        try:
-            if receive:
-                deliveries = await broker.ack_and_receive(consumer.ref, ids, receive, mode=mode)
-                return Response({"acknowledged": None,
-                                 "messages": [render_delivery(d) for d in deliveries]})
-            count = await broker.ack(consumer.ref, ids, mode=mode)
-        except UnknownConsumer:
-            raise await _gone(consumer) from None
-        return Response({"acknowledged": count, "messages": []})
+        ids, mode, receive = ack_params(request, data)
+        return Response(await acknowledge(consumer, ids, mode, receive))
+
+
+def ack_params(params: Any, data: dict[str, Any]) -> tuple[list[str], str | None, int]:
+    """(message ids, mode, how many to receive after) of an ack request; 400 naming what is wrong."""
+    ids = _message_ids(data)
+    mode = data.get("mode")
+    if mode is not None and mode not in ("individual", "cumulative", "delivered"):
+        raise Problem(400, "invalid_body", "Invalid body",
+                      f"mode must be individual, cumulative or delivered, got {mode!r}")
+    return ids, mode, int_param(params, "receive", 0, 0, 1000)
+
+
+async def acknowledge(consumer: HttpConsumer, ids: list[str], mode: str | None,
+                      receive: int) -> dict[str, Any]:
+    """The one ack (and ack-then-receive) of the REST API (the view and gateway/api/asgi.py's lean path)."""
+    broker = runtime.async_broker()
+    try:
+        if receive:
+            deliveries = await broker.ack_and_receive(consumer.ref, ids, receive, mode=mode)
+            return {"acknowledged": None, "messages": [render_delivery(d) for d in deliveries]}
+        count = await broker.ack(consumer.ref, ids, mode=mode)
+    except UnknownConsumer:
+        raise await _gone(consumer) from None
+    return {"acknowledged": count, "messages": []}
 
 
 class NackView(GatewayView):

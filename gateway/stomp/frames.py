@@ -66,7 +66,8 @@ class Frame:
         """Headers by name, the first occurrence of each."""
         result: dict[str, str] = {}
         for key, value in self.headers:
-            result.setdefault(key, value)
+            if key not in result:
+                result[key] = value
         return result
 
 
@@ -108,22 +109,37 @@ def unescape(text: str, version: str) -> str:
     return "".join(out)
 
 
+def _needs_escape(text: str) -> bool:
+    return "\\" in text or "\n" in text or ":" in text or "\r" in text
+
+
 def escape(text: str, version: str, command: str = "") -> str:
     """Escape a header name or value for `version` (CONNECT/STOMP/CONNECTED and 1.0 frames are raw;
     there a line break cannot be sent and becomes a space)."""
-    if "\\" not in text and "\n" not in text and ":" not in text and "\r" not in text:
-        return text  # the common case, checked at C speed (translate looks up every character)
+    if not _needs_escape(text):
+        return text  # the common case, checked at C speed
     if version == "1.0" or command in _RAW_COMMANDS:
         return text.translate(_NO_EOL)
-    return text.translate(_ESCAPE[version])
+    # str.replace runs at C speed; translate looks every character up in a dict. The backslash first,
+    # so the escapes added after it are not escaped again.
+    text = text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+    return text.replace("\r", "\\r") if version == "1.2" else text
 
 
 def encode(command: str, headers: Iterable[tuple[str, str]] = (), body: bytes = b"",
            version: str = "1.2") -> bytes:
     """One frame as bytes: command, escaped headers, blank line, body, NUL."""
+    # Per header, the test for characters to escape is inline: this runs for every MESSAGE frame, and
+    # most names and values need nothing (message ids, which hold ':', are the usual exception).
     lines = [command]
-    lines += [f"{escape(k, version, command)}:{escape(v, version, command)}" for k, v in headers]
-    return ("\n".join(lines) + "\n\n").encode() + body + b"\x00"
+    for k, v in headers:
+        if "\\" in k or "\n" in k or ":" in k or "\r" in k:
+            k = escape(k, version, command)
+        if "\\" in v or "\n" in v or ":" in v or "\r" in v:
+            v = escape(v, version, command)
+        lines.append(f"{k}:{v}")
+    lines.append("\n")
+    return "\n".join(lines).encode() + body + b"\x00"
 
 
 def encode_frame(frame: Frame, version: str = "1.2") -> bytes:
@@ -228,6 +244,45 @@ class FrameParser:
 
     def _parse_head(self, head: bytes, body_start: int) -> tuple[str, tuple[tuple[str, str], ...], int,
                                                                   int | None]:
+        """The usual head (valid UTF-8, no CR, shorter than one header line may be) decoded in one go;
+        anything else goes through `_parse_head_lines`, which checks line by line and names the fault."""
+        if b"\r" in head or len(head) > self.limits.max_header_line \
+                or head.count(b"\n") > self.limits.max_headers:
+            return self._parse_head_lines(head, body_start)
+        try:
+            lines = head.decode("utf-8").split("\n")
+        except UnicodeDecodeError:
+            return self._parse_head_lines(head, body_start)
+        command = lines[0]
+        if not _COMMAND.fullmatch(command):
+            raise FrameError("Invalid command", f"{command[:64]!r} is not a STOMP command")
+        version = "1.0" if command in _RAW_COMMANDS else self.version
+        headers: list[tuple[str, str]] = []
+        content_length: str | None = None
+        for number, line in enumerate(lines[1:], start=1):
+            name, colon, value = line.partition(":")
+            if not colon:
+                raise FrameError("Invalid header", f"header line {number} ({line[:64]!r}) has no ':'")
+            if "\\" in line:
+                name, value = unescape(name, version), unescape(value, version)
+            if content_length is None and name == "content-length":
+                content_length = value
+            headers.append((name, value))
+        length = self._content_length(content_length) if content_length is not None else None
+        return command, tuple(headers), body_start, length
+
+    def _content_length(self, value: str) -> int:
+        if not value.strip().isdigit() or not value.strip().isascii():
+            raise FrameError("Invalid content-length",
+                             f"content-length must be a non-negative integer, got {value[:64]!r}")
+        length = int(value.strip())
+        if length > self.limits.max_body:
+            raise FrameError("Frame body too large",
+                             f"content-length {length} exceeds the limit of {self.limits.max_body} bytes")
+        return length
+
+    def _parse_head_lines(self, head: bytes, body_start: int) -> tuple[str, tuple[tuple[str, str], ...], int,
+                                                                        int | None]:
         lines = head.split(b"\n")
         if len(lines) - 1 > self.limits.max_headers:
             raise FrameError("Too many headers",
@@ -263,14 +318,7 @@ class FrameParser:
         length: int | None = None
         for name, value in headers:
             if name == "content-length":
-                if not value.strip().isdigit() or not value.strip().isascii():
-                    raise FrameError("Invalid content-length",
-                                     f"content-length must be a non-negative integer, got {value[:64]!r}")
-                length = int(value.strip())
-                if length > self.limits.max_body:
-                    raise FrameError("Frame body too large",
-                                     f"content-length {length} exceeds the limit of {self.limits.max_body} "
-                                     "bytes")
+                length = self._content_length(value)
                 break
         return command, tuple(headers), body_start, length
 

@@ -120,7 +120,10 @@ def _java_bool(value: str | None) -> bool:
 
 
 def _int(frame: Frame, name: str, low: int, high: int, default: int | None = None) -> int | None:
-    value = frame.get(name)
+    return _int_value(frame.get(name), name, low, high, default)
+
+
+def _int_value(value: str | None, name: str, low: int, high: int, default: int | None = None) -> int | None:
     if value is None:
         return default
     try:
@@ -219,42 +222,44 @@ def message_headers(delivery: Delivery, subscription_id: str | None, ack_id: str
 def message_from_send(frame: Frame, connection_id: str | None = None) -> Message:
     """A SEND frame as a message (ActiveMQ's copyStandardHeadersFromFrameToMessage): a body with
     content-length is bytes (ActiveMQ's BytesMessage), without it text; `persistent` only when 'true'."""
+    # One pass over the headers (the first of a repeated header wins, as STOMP says), then dict lookups:
+    # this runs for every SEND.
+    headers = frame.header_dict()
+    get = headers.get
     body: str | bytes = frame.body
-    if "content-length" not in frame:
+    if "content-length" not in headers:
         try:
             body = frame.body.decode("utf-8")
         except UnicodeDecodeError:
             body = frame.body
-    expires = _int(frame, "expires", 0, 2**63 - 1, 0)
-    timestamp = _int(frame, "timestamp", 0, 2**63 - 1)
-    group_seq = _int(frame, "JMSXGroupSeq", -(2**31), 2**31 - 1, 0)
-    priority = _int(frame, "priority", 0, 9, 4)
+    expires = _int_value(get("expires"), "expires", 0, 2**63 - 1, 0)
+    timestamp = _int_value(get("timestamp"), "timestamp", 0, 2**63 - 1)
+    group_seq = _int_value(get("JMSXGroupSeq"), "JMSXGroupSeq", -(2**31), 2**31 - 1, 0)
+    priority = _int_value(get("priority"), "priority", 0, 9, 4)
     # ActiveMQ's scheduler headers (ScheduledMessage): the broker parks the message, or repeats it
-    delay = _int(frame, "AMQ_SCHEDULED_DELAY", 0, 2**63 - 1, 0)
-    period = _int(frame, "AMQ_SCHEDULED_PERIOD", 0, 2**63 - 1, 0)
-    repeat = _int(frame, "AMQ_SCHEDULED_REPEAT", 0, 2**31 - 1, 0)
-    properties: dict[str, Any] = {}
-    for name, value in frame.headers:
-        if name not in _NOT_PROPERTIES and name not in properties:
-            properties[name] = value
+    delay = _int_value(get("AMQ_SCHEDULED_DELAY"), "AMQ_SCHEDULED_DELAY", 0, 2**63 - 1, 0)
+    period = _int_value(get("AMQ_SCHEDULED_PERIOD"), "AMQ_SCHEDULED_PERIOD", 0, 2**63 - 1, 0)
+    repeat = _int_value(get("AMQ_SCHEDULED_REPEAT"), "AMQ_SCHEDULED_REPEAT", 0, 2**31 - 1, 0)
+    properties: dict[str, Any] = {name: value for name, value in headers.items()
+                                  if name not in _NOT_PROPERTIES}
     return Message(
         body=body,
-        content_type=frame.get("content-type"),
+        content_type=get("content-type"),
         priority=priority if priority is not None else 4,
-        persistent=_java_bool(frame.get("persistent")),
+        persistent=_java_bool(get("persistent")),
         timestamp=timestamp,
         expiration=expires or 0,
-        correlation_id=frame.get("correlation-id"),
-        reply_to=frame.get("reply-to"),
-        type=frame.get("type"),
+        correlation_id=get("correlation-id"),
+        reply_to=get("reply-to"),
+        type=get("type"),
         properties=properties,
-        group_id=frame.get("JMSXGroupID"),
+        group_id=get("JMSXGroupID"),
         group_seq=group_seq or 0,
         connection_id=connection_id,
         delay_ms=delay or 0,
         period_ms=period or 0,
         repeat=repeat or 0,
-        cron=frame.get("AMQ_SCHEDULED_CRON"),
+        cron=get("AMQ_SCHEDULED_CRON"),
     )
 
 

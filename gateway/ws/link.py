@@ -105,6 +105,7 @@ class SendBuffer:
         self._items: list[Payload] = []
         self._size = 0
         self._room = asyncio.Condition()
+        self._waiting = 0  # puts waiting for room
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -122,22 +123,30 @@ class SendBuffer:
         if self._closed:
             return
         n = len(item)
+        if force or not self._size or self._size + n <= self.max_bytes:
+            self._append(item, n)  # room now: the condition (and its lock) is only for waiting
+            return
         async with self._room:
-            if not force and self._size and self._size + n > self.max_bytes:
-                try:
-                    await asyncio.wait_for(
-                        self._room.wait_for(lambda: self._closed or not self._size
-                                            or self._size + n <= self.max_bytes),
-                        self.slow_seconds)
-                except TimeoutError:
-                    raise SlowClient(f"the client read nothing for {self.slow_seconds:g} s with "
-                                     f"{self._size} bytes waiting") from None
+            self._waiting += 1
+            try:
+                await asyncio.wait_for(
+                    self._room.wait_for(lambda: self._closed or not self._size
+                                        or self._size + n <= self.max_bytes),
+                    self.slow_seconds)
+            except TimeoutError:
+                raise SlowClient(f"the client read nothing for {self.slow_seconds:g} s with "
+                                 f"{self._size} bytes waiting") from None
+            finally:
+                self._waiting -= 1
             if self._closed:
                 return
-            self._items.append(item)
-            self._size += n
-            self._idle.clear()
-            self._ready.set()
+            self._append(item, n)
+
+    def _append(self, item: Payload, n: int) -> None:
+        self._items.append(item)
+        self._size += n
+        self._idle.clear()
+        self._ready.set()
 
     async def _run(self) -> None:
         while True:
@@ -149,9 +158,10 @@ class SendBuffer:
                 await self._write(batch)
                 self.last_write = time.monotonic()
                 self._writing_since = None
-                async with self._room:
-                    self._size -= len(batch)
-                    self._room.notify_all()
+                self._size -= len(batch)
+                if self._waiting:  # a put waits for room
+                    async with self._room:
+                        self._room.notify_all()
             self._idle.set()
 
     def _take(self) -> Payload:

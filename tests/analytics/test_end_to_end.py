@@ -8,7 +8,7 @@ import time
 import pytest
 from django.core.management import CommandError, call_command
 
-from analytics.pipeline import read_summary
+from analytics.store import read_summary
 from broker_core.broker import Broker
 from broker_core.messages import Message
 from broker_core.operations import ConsumerSpec
@@ -23,10 +23,12 @@ def test_bad_time_ranges_are_refused_naming_the_option():
         call_command("signalbox_analytics", "--since", "2026-11-22", "--until", "2026-11-21", "--no-archive")
 
 
-def send_and_consume(broker: Broker) -> None:
+def send_and_consume(broker: Broker, queue: str = "orders") -> None:
+    """50 messages: 40 in four groups (all owned by the consumer "early", though "late" joins halfway),
+    5 released once (redelivered), 2 poison-nacked to ActiveMQ.DLQ, 48 acked."""
     spec = ConsumerSpec(prefetch=100, ack_mode="client-individual")
-    first = broker.add_consumer("orders", spec, consumer_id="early")
-    broker.send("orders", [Message(body=f"g{i}", group_id=f"g{i % 4}") for i in range(20)]
+    first = broker.add_consumer(queue, spec, consumer_id="early")
+    broker.send(queue, [Message(body=f"g{i}", group_id=f"g{i % 4}") for i in range(20)]
                 + [Message(body=f"plain{i}") for i in range(10)])
     deliveries = broker.receive(first, max_messages=100)
     assert len(deliveries) == 30
@@ -38,8 +40,8 @@ def send_and_consume(broker: Broker) -> None:
     poisoned = plain[5:7]
     broker.nack(first, poisoned, poison=True)  # → ActiveMQ.DLQ
     broker.ack(first, [d.message_id for d in deliveries if d.message_id not in poisoned])
-    late = broker.add_consumer("orders", spec, consumer_id="late")
-    broker.send("orders", [Message(body=f"more{i}", group_id=f"g{i % 4}") for i in range(20)])
+    late = broker.add_consumer(queue, spec, consumer_id="late")
+    broker.send(queue, [Message(body=f"more{i}", group_id=f"g{i % 4}") for i in range(20)])
     more = broker.receive(first, max_messages=100)
     assert len(more) == 20 and broker.receive(late, max_messages=100) == []  # the groups stay with "early"
     broker.ack(first, [d.message_id for d in more])

@@ -21,9 +21,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from broker_core.broker import Broker
 from broker_core.clock import FakeClock
-from broker_core.errors import DurableSubscriptionInUse
+from broker_core.errors import DurableSubscriptionInUse, UnknownSubscription
 from broker_core.messages import Message
 from broker_core.operations import ConsumerSpec
+from broker_core.topics import durable_key, durable_registry_field
 
 DEST = "inv"
 ARCHIVE = "inv.archive"
@@ -289,6 +290,7 @@ def test_queue_engine_invariants_hold_under_random_operations(redis_url):
 
 TOPIC = "inv.t"
 TOPIC_URI = f"topic://{TOPIC}"
+OTHER_TOPIC_URI = "topic://inv.t2"  # where a durable key may be re-subscribed (and so leave TOPIC)
 RECOVER = 5
 LIMIT = 3
 
@@ -302,18 +304,26 @@ class TopicMachine(RuleBasedStateMachine):
         self.ns = f"t{uuid.uuid4().hex[:12]}"
         self.clock = FakeClock()
         self.broker = Broker(self.client, self.ns, self.clock)
-        self.broker.policies.set_entry("topic", ">", {
-            "pendingMessageLimitStrategy": "constant", "pendingMessageLimit": LIMIT,
-            "subscriptionRecoveryPolicy": "fixedCount", "subscriptionRecoveryMaximumSize": RECOVER,
-            "deadLetterStrategy": "discarding"})
+        self.limit = LIMIT
+        self._set_policy()
         self.seq = 0
         self.opened = 0
         self.sent: list[tuple[str, str]] = []  # (id, kind) in send order
+        self.expires: dict[str, int] = {}  # id -> expiration (0: never)
         # subscription key -> {"kind": selector kind or None, "name": durable name or None,
         #   "consumer": Consumer or None (offline), "since": event stream id at its creation,
         #   "expected": ids it matched, "acked": ids it acknowledged, "fresh": ids received fresh}
         self.subs: dict[str, dict] = {}
+        self.elsewhere: set[str] = set()  # durable names now on OTHER_TOPIC_URI
         self.broker.ensure_destination(TOPIC_URI)
+        self.broker.ensure_destination(OTHER_TOPIC_URI)
+
+    def _set_policy(self):
+        # Dead letters go to the shared ActiveMQ.DLQ (the default strategy); the limit is LIMIT or 0.
+        self.broker.policies.set_entry("topic", ">", {
+            "pendingMessageLimitStrategy": "constant", "pendingMessageLimit": self.limit,
+            "subscriptionRecoveryPolicy": "fixedCount", "subscriptionRecoveryMaximumSize": RECOVER})
+        self.broker.refresh_policies()
 
     def teardown(self):
         keys = list(self.client.scan_iter(match=f"{self.ns}:*", count=1000))
@@ -333,6 +343,15 @@ class TopicMachine(RuleBasedStateMachine):
         return [e[b"msg"].decode() for _, e in self.client.xrange(self._key("events"), f"({since}")
                 if e[b"type"] == kind and e.get(b"sub", b"").decode() == sub_key]
 
+    def _held(self, key):
+        held = {m.decode() for m in self.client.zrange(self._key(f"s:{key}:pending"), 0, -1)}
+        held |= {m.decode() for m in self.client.zrange(self._key(f"s:{key}:parked"), 0, -1)}
+        return held | {m.decode() for m in self.client.hkeys(self._key(f"s:{key}:inflight"))}
+
+    def _live(self, message_id):
+        exp = self.expires.get(message_id, 0)
+        return not exp or self.clock.now_ms() <= exp
+
     @rule(n=st.integers(1, 4), kind=st.sampled_from(["a", "b"]), ttl=st.sampled_from([0, 0, 0, 500]))
     def send(self, n, kind, ttl):
         batch = []
@@ -341,8 +360,9 @@ class TopicMachine(RuleBasedStateMachine):
             batch.append(Message(body=str(self.seq), properties={"kind": kind},
                                  expiration=self.clock.now_ms() + ttl if ttl else 0))
         ids = self.broker.send(TOPIC_URI, batch)
-        for message_id in ids:
+        for message_id, message in zip(ids, batch, strict=True):
             self.sent.append((message_id, kind))
+            self.expires[message_id] = message.expiration
             for s in self.subs.values():
                 if s["kind"] in (None, kind):
                     s["expected"].add(message_id)
@@ -352,21 +372,47 @@ class TopicMachine(RuleBasedStateMachine):
         spec = ConsumerSpec(prefetch=prefetch, selector=f"kind = '{kind}'" if kind else None,
                             retroactive=retroactive, ack_mode="client-individual",
                             client_id="inv" if name else None, subscription_name=name)
+        kinds = dict(self.sent)
+
+        def matching(ids):
+            return {m for m in ids if kind in (None, kinds.get(m)) and self._live(m)}
+
+        # What the replay may draw from, read before the subscribe (§7.5): the recovery buffer, and for a
+        # new durable what other durables still hold.
+        buffer = matching(m.decode() for m in self.client.zrange(self._key("recov"), 0, -1))
+        backlog = set()
+        for key, other in self.subs.items():
+            if other["name"] and other["name"] != name:
+                backlog |= self._held(key)
+        backlog = matching(backlog)
+        previous = next((k for k, s in self.subs.items() if name and s["name"] == name), None)
+        held_before = self._held(previous) if previous else set()
         since = self._last_event()
         c = self.broker.add_consumer(TOPIC_URI, spec, consumer_id=f"c{self.opened}")
+        self.elsewhere.discard(name)
         entry = self.subs.get(c.subscription)
-        if entry is None or entry["kind"] != kind:  # new, or replaced for a changed selector
+        new = entry is None or entry["kind"] != kind
+        if new:  # new, or replaced for a changed selector
             entry = {"kind": kind, "name": name, "since": since, "expected": set(), "acked": set(),
                      "fresh": []}
             self.subs[c.subscription] = entry
         entry["consumer"] = c
-        # What a retroactive subscriber got replayed: from the recovery window, through its selector
-        # (a new retroactive durable also gets what other durables still hold).
-        recovered = set(self._events(c.subscription, b"recover")) - entry["expected"]
-        if name is None:
-            window = {m for m, _ in self.sent[-RECOVER:]}
-            assert recovered <= {m for m in window if m in dict(self.sent) and
-                                 entry["kind"] in (None, dict(self.sent)[m])}
+        replayed = set(self._events(c.subscription, b"recover"))
+        if not new:
+            replayed = {m for m in replayed if m not in entry["expected"]}
+        recovered = replayed
+        if not retroactive:
+            assert recovered == set(), f"{recovered} replayed to a subscriber that did not ask"
+        elif name is None:
+            assert recovered == buffer, f"non-durable got {recovered}, the buffer held {buffer}"
+        elif new:
+            # Topic.activate: the stored backlog first; the buffer only if that left nothing pending.
+            assert backlog <= recovered, f"new durable missed {backlog - recovered} still stored for others"
+            allowed = backlog | (buffer if not backlog else set())
+            assert recovered <= allowed, f"new durable got {recovered - allowed} it should not"
+        else:
+            allowed = buffer if not (held_before - {m for m in held_before if not self._live(m)}) else set()
+            assert recovered <= allowed, f"returning durable got {recovered - allowed} it should not"
         entry["expected"] |= recovered
 
     @precondition(lambda self: sum(1 for s in self.subs.values() if s["consumer"]) < 4)
@@ -375,15 +421,56 @@ class TopicMachine(RuleBasedStateMachine):
     def open_non_durable(self, kind, prefetch, retroactive):
         self._subscribe(kind, None, prefetch, retroactive)
 
+    def _in_use(self, name):
+        return any(s["name"] == name and s["consumer"] for s in self.subs.values())
+
     @rule(name=st.sampled_from(["d1", "d2"]), kind=st.sampled_from([None, "a"]), retroactive=st.booleans())
     def open_durable(self, name, kind, retroactive):
-        if any(s["name"] == name and s["consumer"] for s in self.subs.values()):
+        if self._in_use(name):
             self.opened += 1
             spec = ConsumerSpec(client_id="inv", subscription_name=name)
             with pytest.raises(DurableSubscriptionInUse):
                 self.broker.add_consumer(TOPIC_URI, spec, consumer_id=f"c{self.opened}")
             return
         self._subscribe(kind, name, 2, retroactive)
+
+    @rule(name=st.sampled_from(["d1", "d2"]))
+    def resubscribe_durable_on_another_topic(self, name):
+        """§7.4: the key moves; the subscription on TOPIC goes with its messages (refused while in use)."""
+        self.opened += 1
+        spec = ConsumerSpec(client_id="inv", subscription_name=name)
+        if self._in_use(name):
+            with pytest.raises(DurableSubscriptionInUse):
+                self.broker.add_consumer(OTHER_TOPIC_URI, spec, consumer_id=f"c{self.opened}")
+            return
+        c = self.broker.add_consumer(OTHER_TOPIC_URI, spec, consumer_id=f"c{self.opened}")
+        self.broker.close_consumer(c)
+        for key in [k for k, s in self.subs.items() if s["name"] == name]:
+            del self.subs[key]
+        self.elsewhere.add(name)
+
+    @rule(name=st.sampled_from(["d1", "d2"]))
+    def unsubscribe_durable(self, name):
+        """By key alone: the registry finds the topic (TOPIC or OTHER_TOPIC_URI)."""
+        if self._in_use(name):
+            with pytest.raises(DurableSubscriptionInUse):
+                self.broker.unsubscribe(TOPIC_URI, client_id="inv", subscription_name=name)
+            return
+        known = name in self.elsewhere or any(s["name"] == name for s in self.subs.values())
+        if not known:
+            with pytest.raises(UnknownSubscription):
+                self.broker.unsubscribe(TOPIC_URI, client_id="inv", subscription_name=name)
+            return
+        self.broker.unsubscribe(TOPIC_URI, client_id="inv", subscription_name=name)
+        for key in [k for k, s in self.subs.items() if s["name"] == name]:
+            del self.subs[key]
+        self.elsewhere.discard(name)
+
+    @rule(limit=st.sampled_from([LIMIT, LIMIT, 0]))
+    def pending_limit_changes(self, limit):
+        """§8.5: a limit of 0 drops what the window cannot take at once (counted, not dead-lettered)."""
+        self.limit = limit
+        self._set_policy()
 
     def _active(self):
         return sorted(k for k, s in self.subs.items() if s["consumer"])
@@ -421,6 +508,9 @@ class TopicMachine(RuleBasedStateMachine):
         for key in self.broker.expire_offline_durables(TOPIC_URI, 15_000):
             assert self.subs[key]["name"] and self.subs[key]["consumer"] is None
             del self.subs[key]
+        self.broker.expire_offline_durables(OTHER_TOPIC_URI, 15_000)
+        self.elsewhere = {n for n in self.elsewhere if self.client.hget(
+            f"{self.ns}:durables", durable_registry_field("inv", n)) is not None}
         self.broker.dispatch(TOPIC_URI)
 
     # -- invariants ---------------------------------------------------------------------------------
@@ -435,15 +525,17 @@ class TopicMachine(RuleBasedStateMachine):
             parked = {m.decode() for m in self.client.zrange(self._key(f"{prefix}:parked"), 0, -1)}
             inflight = {m.decode() for m in self.client.hkeys(self._key(f"{prefix}:inflight"))}
             evicted, expired = set(self._events(key, b"evict")), set(self._events(key, b"expire"))
+            dropped = set(self._events(key, b"drop"))
             places = {"pending": pending, "parked": parked, "inflight": inflight, "acked": s["acked"],
-                      "evicted": evicted, "expired": expired}
+                      "evicted": evicted, "expired": expired, "dropped": dropped}
             for message_id in s["expected"]:
                 found = [name for name, ids in places.items() if message_id in ids]
                 assert len(found) == 1, f"{message_id} of {key} is in {found or 'no place'}"
             held = pending | parked | inflight
             assert held <= s["expected"], f"{key} holds {held - s['expected']} it did not match"
             counted = stats[key]
-            assert (counted.evicted, counted.expired) == (len(evicted), len(expired))
+            assert (counted.evicted, counted.expired, counted.dropped) == (len(evicted), len(expired),
+                                                                           len(dropped))
             if not s["name"]:
                 assert len(pending) <= LIMIT
 
@@ -451,15 +543,34 @@ class TopicMachine(RuleBasedStateMachine):
     def a_stored_message_is_counted_once_per_subscription_holding_it(self):
         holders: dict[str, int] = {}
         for key in self.subs:
-            held = [m.decode() for m in self.client.zrange(self._key(f"s:{key}:pending"), 0, -1)]
-            held += [m.decode() for m in self.client.zrange(self._key(f"s:{key}:parked"), 0, -1)]
-            held += [m.decode() for m in self.client.hkeys(self._key(f"s:{key}:inflight"))]
-            for m in held:
+            for m in self._held(key):
                 holders[m] = holders.get(m, 0) + 1
         stored = {m.decode() for m in self.client.hkeys(self._key("msgs"))}
         refs = {k.decode(): int(v) for k, v in self.client.hgetall(self._key("refs")).items()}
         assert stored == set(holders), f"stored {stored ^ set(holders)} differs from what is held"
         assert refs == holders
+
+    @invariant()
+    def each_durable_key_is_registered_on_the_one_topic_it_lives_on(self):
+        registry = {k.decode(): v.decode() for k, v in self.client.hgetall(f"{self.ns}:durables").items()}
+        on_topic = {durable_registry_field("inv", s["name"]) for s in self.subs.values() if s["name"]}
+        elsewhere = {durable_registry_field("inv", n) for n in self.elsewhere}
+        assert on_topic.isdisjoint(elsewhere)
+        assert registry == {**{f: TOPIC_URI for f in on_topic}, **{f: OTHER_TOPIC_URI for f in elsewhere}}
+        other = {s.key for s in self.broker.subscriptions(OTHER_TOPIC_URI)}
+        assert other == {durable_key("inv", n) for n in self.elsewhere}
+
+    @invariant()
+    def what_was_evicted_or_expired_is_in_the_dlq_once_and_nothing_else_is(self):
+        given_up = set()
+        for _, e in self.client.xrange(self._key("events")):
+            if e[b"type"] in (b"evict", b"expire") and b"msg" in e:
+                given_up.add(e[b"msg"].decode())
+        dlq = {m.decode() for m in self.client.hkeys(f"{self.ns}:{{q:ActiveMQ.DLQ}}:msgs")}
+        assert dlq == given_up, f"DLQ differs: {dlq ^ given_up}"
+        topic = self.broker.stats(TOPIC_URI)
+        assert topic.evicted == sum(1 for _, e in self.client.xrange(self._key("events"))
+                                    if e[b"type"] == b"evict")
 
 
 @pytest.mark.e2e

@@ -30,9 +30,10 @@ def info(broker, consumer):
 
 def test_a_non_durable_subscriber_is_slow_once_more_than_its_prefetch_waits(broker):
     c = sub(broker, T, prefetch=2)
-    send(broker, 4)
-    assert info(broker, c).slow_since is None  # 2 in flight, 2 waiting: not more than the prefetch
-    send(broker, 1)
+    # TopicSubscription.add checks matched.size() > prefetch before adding the new message (§8.1).
+    send(broker, 5)
+    assert info(broker, c).slow_since is None  # the 5th arrived with 2 waiting: not more than the prefetch
+    send(broker, 1)  # arrives with 3 waiting
     assert info(broker, c).slow_since is not None
     assert [e["consumer"] for e in events(broker, T) if e["type"] == "slow"] == [c.consumer_id]
     send(broker, 3)
@@ -65,7 +66,7 @@ def test_the_abort_strategy_aborts_a_slow_non_durable_subscriber_and_drops_its_s
                      checkPeriod=30_000)
     slow = sub(broker, T, prefetch=2)
     fine = sub(broker, T)
-    send(broker, 5)
+    send(broker, 6)  # the 6th arrives with 3 (> prefetch 2) waiting
     # Marked slow by the send; with the defaults the first check (1 x 30 s >= 30 s) aborts it.
     report = maintenance.run_due(broker)
     assert report.aborted == [f"{T}#{slow.consumer_id}"]
@@ -74,7 +75,7 @@ def test_the_abort_strategy_aborts_a_slow_non_durable_subscriber_and_drops_its_s
     with pytest.raises(UnknownConsumer):
         broker.receive(slow)
     assert [s.consumer_id for s in broker.subscriptions(T)] == [fine.consumer_id]
-    assert len(drain(broker, fine)) == 5
+    assert len(drain(broker, fine)) == 6
 
 
 def test_an_operator_can_abort_a_topic_consumer(broker):

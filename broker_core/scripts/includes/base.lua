@@ -72,17 +72,22 @@ local POLICY_DEFAULTS = {
   '1', '0', '-1', '-1', '0', '0', '0', '0', '0', '0', '0', '0',
 }
 local _policy = nil
+local POLICY_READ = { key = nil, found = false }  -- which policy hash policy() read, and whether it exists
 local function policy()
   if _policy then return _policy end
   -- The values scripts use are cached packed in one field, so a call reads one field, not fifteen;
   -- whoever rewrites the policy hash deletes '_packed' (operations.py).
   local packed = redis.call('HGET', K_POLICY, '_packed')
   local values
+  POLICY_READ.key, POLICY_READ.found = K_POLICY, packed ~= false
   if packed then
     values = cmsgpack.unpack(packed)
   else
     values = redis.call('HMGET', K_POLICY, unpack(POLICY_NAMES))
-    if redis.call('EXISTS', K_POLICY) == 1 then redis.call('HSET', K_POLICY, '_packed', cmsgpack.pack(values)) end
+    if redis.call('EXISTS', K_POLICY) == 1 then
+      POLICY_READ.found = true
+      redis.call('HSET', K_POLICY, '_packed', cmsgpack.pack(values))
+    end
   end
   _policy = {}
   for i, name in ipairs(POLICY_NAMES) do
@@ -96,7 +101,10 @@ local function policy_flag(name) return policy()[name] == '1' or policy()[name] 
 local function policy_num(name) return tonumber(policy()[name]) end
 
 -- Destinations are created on first use: the caller writes the resolved policy and retries.
+-- The policy is read anyway (one HGET, cached for the call), and finding it answers the question.
 local function require_destination()
+  if not _policy then policy() end
+  if POLICY_READ.key == K_POLICY and POLICY_READ.found then return nil end
   if redis.call('EXISTS', K_POLICY) == 0 then
     return fail('NO_DESTINATION', 'destination ' .. P .. ' has no policy yet')
   end

@@ -36,7 +36,9 @@ local function deliver(c, id, score, tally, fresh)
   if queued == 1 and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
 end
 
+-- Returns the destination's counters (field, value, ...) for the caller's one write of K_META.
 local function flush_counts(cons, tally)
+  local meta = {}
   for _, c in ipairs(cons) do
     if c.delivered then
       redis.call('HSET', K_C(c.id), 'n', c.n, 'ext', c.ext, 'dispatched', c.dispatched + c.delivered)
@@ -45,10 +47,11 @@ local function flush_counts(cons, tally)
     end
   end
   if tally.dispatched > 0 then
-    redis.call('HSET', K_META, 'dseq', tally.dseq, 'dispatched', tally.total + tally.dispatched)
+    meta = { 'dseq', tally.dseq, 'dispatched', tally.total + tally.dispatched }
     tally.total = tally.total + tally.dispatched
     tally.dispatched = 0
   end
+  return meta
 end
 
 -- One chunk of the pass. Returns dispatched count, 1 when the pass has more to examine, and the time
@@ -67,8 +70,8 @@ local function dispatch_pass(budget)
     end
   end
   -- Nothing pending (e.g. an ack on a drained queue): the pass has nothing to examine, so its state
-  -- stays as it is; the consumers need not be read.
-  if redis.call('ZCARD', K_PENDING) == 0 then return 0, 0, 0 end
+  -- stays as it is; the consumers need not be read. (After a send there is: no need to ask.)
+  if next(FRESH) == nil and redis.call('ZCARD', K_PENDING) == 0 then return 0, 0, 0 end
   local cons = load_consumers()
   if #cons == 0 then return 0, 0, 0 end
   if not budget or budget <= 0 then budget = policy_num('maxPageSize') end
@@ -146,7 +149,7 @@ local function dispatch_pass(budget)
           cursor = batch[i + 1]
         else
           local gid, seq = m[M_GROUP], tonumber(m[M_GROUP_SEQ]) or 0
-          if gid then redis.call('HSET', K_META, 'gmap', '1') end
+          if gid then create_group_map() end
           local view = nil
           local target = nil
           local available = false
@@ -206,7 +209,7 @@ local function dispatch_pass(budget)
     end
   end
 
-  flush_counts(cons, tally)
+  local counts = flush_counts(cons, tally)
   local passfull = {}
   for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
   if excluded_changed then
@@ -214,7 +217,8 @@ local function dispatch_pass(budget)
     if #passfull > 0 then redis.call('SADD', K_PASSFULL, unpack(passfull)) end
   end
   dirty = dirty or PASS_DIRTY.value
-  redis.call('HSET', K_META, 'cursor', cursor, 'dirty', dirty and '1' or '0', 'pass_skipped', pass_skipped)
+  redis.call('HSET', K_META, 'cursor', cursor, 'dirty', dirty and '1' or '0', 'pass_skipped', pass_skipped,
+             unpack(counts))
   if order_changed then save_order(cons) end
   return dispatched, more, 0
 end

@@ -201,6 +201,13 @@ local function lifecycle_load_close()
     drop_all(redis.call('ZRANGE', K_PENDING, 0, -1))
     drop_all(redis.call('ZRANGE', K_PARKED, 0, -1))
     drop_all(redis.call('HKEYS', K_INFLIGHT))
+    -- TOPICS: the topic's counts never go down (§14.2): what the subscription counted stays on the topic.
+    local ENDED = { 'dequeued', 'dispatched', 'expired', 'deadlettered', 'discarded', 'evicted', 'dropped' }
+    local counts = redis.call('HMGET', K_META, unpack(ENDED))
+    for i, name in ipairs(ENDED) do
+      local n = tonumber(counts[i]) or 0
+      if n ~= 0 then redis.call('HINCRBY', TP .. ':meta', 'ended_' .. name, n) end
+    end
     local keys = { K_META, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER, K_LEASES,
       K_PASSFULL, K_GROUPS, K_GLRU, K_PARKED, K_PARKINFO, K_SCHED, K_AUDIT,
       P .. ':maint', P .. ':slowcons' }
@@ -250,7 +257,7 @@ local function lifecycle_load_close()
         if group_map_type() == 'cached' then redis.call('ZREM', K_GLRU, slot) end
       end
     end
-    redis.call('HSET', K_META, 'gmap', '1')  -- ActiveMQ creates the group map on the first removal
+    create_group_map()  -- ActiveMQ creates the group map on the first removal
     -- Messages the adapter never received were never delivered: they go back without a bump.
     local rcv = tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
     local held = redis.call('ZRANGE', K_CINF(cid), 0, -1, 'WITHSCORES')

@@ -21,8 +21,13 @@ end
 -- Order in the pending zset. FIFO by broker sequence; with prioritizedMessages, strict 9..0 first.
 local PRIORITY_BAND = 17592186044416   -- 2^44: room for the broker sequence inside one band
 local REDELIVERY_BAND = 35184372088832 -- 2^45: redelivered messages sort before fresh ones
+-- TOPICS: a non-durable subscription's pending list ignores it (TopicSubscription's cursor is built with
+-- prioritizedMessages=false); its key starts with 'c.' (topics.non_durable_key).
+local function prioritized()
+  return policy_flag('prioritizedMessages') and not (SUB and string.sub(SUB, 1, 2) == 'c.')
+end
 local function pending_score(seq, priority)
-  if policy_flag('prioritizedMessages') then
+  if prioritized() then
     local p = tonumber(priority) or 4
     if p < 0 then p = 0 elseif p > 9 then p = 9 end
     return (9 - p) * PRIORITY_BAND + seq
@@ -32,7 +37,7 @@ end
 -- Without message priority, returned messages go ahead of fresh ones (ActiveMQ's
 -- redeliveredWaitingDispatch); with it, they merge back into priority order at their old place.
 local function redelivery_score(score)
-  if policy_flag('prioritizedMessages') or score < 0 then return score end
+  if prioritized() or score < 0 then return score end
   return score - REDELIVERY_BAND
 end
 

@@ -14,6 +14,22 @@
 -- Functions live in one table so the including scripts stay under Lua's limit of local variables.
 
 local TOPIC = { selectors = {} }
+-- <ns>:durables: durable registry field (topics.durable_registry_field) -> the topic uri its subscription
+-- is on. Like flow.lua's K_USAGE, a broker-wide key outside the topic's hash tag: it is only ever changed
+-- in the same script that creates or removes the subscription it names.
+TOPIC.registry = string.match(KEYS[1], '^(.-):{') .. ':durables'
+
+-- Forget the registry entry of the current durable subscription (about to be removed), if it is this
+-- topic's: a newer one on another topic keeps its entry.
+function TOPIC.unregister(uri)
+  local field = redis.call('HGET', K_META, 'regfield')
+  if not field or field == '' then
+    local names = redis.call('HMGET', K_META, 'client', 'name')
+    if not names[1] then return end
+    field = string.len(names[1]) .. ':' .. names[1] .. (names[2] or '')
+  end
+  if redis.call('HGET', TOPIC.registry, field) == uri then redis.call('HDEL', TOPIC.registry, field) end
+end
 
 local TOPIC_POLICY_NAMES = {
   'dispatchPolicy', 'topicPrefetch', 'durableTopicPrefetch', 'subscriptionRecoveryPolicy',
@@ -52,9 +68,14 @@ function TOPIC.subscriptions()
   local keys = redis.call('LRANGE', TP .. ':sorder', 0, -1)
   local subs = {}
   if #keys == 0 then return subs end
-  local defs = redis.call('HMGET', TP .. ':subs', unpack(keys))
-  for i, key in ipairs(keys) do
-    if defs[i] then subs[#subs + 1] = { key = key, def = cmsgpack.unpack(defs[i]) } end
+  -- unpack() has a limit (~8000 values), so the definitions are read in slices.
+  for from = 1, #keys, 1000 do
+    local upto = math.min(from + 999, #keys)
+    local defs = redis.call('HMGET', TP .. ':subs', unpack(keys, from, upto))
+    for i = from, upto do
+      local def = defs[i - from + 1]
+      if def then subs[#subs + 1] = { key = keys[i], def = cmsgpack.unpack(def) } end
+    end
   end
   local dispatch_policy = TOPIC.policy()['dispatchPolicy']
   if dispatch_policy == 'priority' then
@@ -148,11 +169,16 @@ function TOPIC.holds(id)
       or redis.call('HEXISTS', K_INFLIGHT, id) == 1
 end
 
--- §7.5: what the recovery policy keeps. Called on the topic prefix for every message sent.
+-- §7.5: what the recovery policy keeps. Called on the topic prefix for every message sent. What it keeps
+-- counts in the topic's memory usage (flow.lua) like a stored message, until it is let go.
 function TOPIC.recovery_add(id, blob, seq, retain)
   local pol = TOPIC.policy()
+  if retain == 'set' or retain == 'clear' then
+    memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))  -- 0 bytes when none was retained
+  end
   if retain == 'set' then
     redis.call('HSET', TP .. ':retain', 'id', id, 'blob', blob)
+    memory_charge(#blob)
   elseif retain == 'clear' then
     redis.call('DEL', TP .. ':retain')
   end
@@ -161,12 +187,17 @@ function TOPIC.recovery_add(id, blob, seq, retain)
   local K_RECOV, K_RMSG = TP .. ':recov', TP .. ':recovmsg'
   redis.call('ZADD', K_RECOV, seq, id)
   redis.call('HSET', K_RMSG, id, cmsgpack.pack({ blob, NOW }))
+  memory_charge(#blob)
   local function drop_first(n)
     if n <= 0 then return end
     local gone = redis.call('ZRANGE', K_RECOV, 0, n - 1)
     for _, old in ipairs(gone) do
       local rec = redis.call('HGET', K_RMSG, old)
-      if rec then redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -#cmsgpack.unpack(rec)[1]) end
+      if rec then
+        local bytes = #cmsgpack.unpack(rec)[1]
+        redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -bytes)
+        memory_release(bytes)
+      end
       redis.call('HDEL', K_RMSG, old)
       redis.call('ZREM', K_RECOV, old)
     end
@@ -200,10 +231,27 @@ function TOPIC.recovery_trim()
     local rec = redis.call('HGET', K_RMSG, first[1])
     local entry = rec and cmsgpack.unpack(rec)
     if entry and entry[2] >= horizon then return end
-    if entry then redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -#entry[1]) end
+    if entry then
+      redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -#entry[1])
+      memory_release(#entry[1])
+    end
     redis.call('HDEL', K_RMSG, first[1])
     redis.call('ZREM', K_RECOV, first[1])
   end
+end
+
+-- The topic is being deleted: what the recovery policy kept stops counting in memory usage (the keys
+-- themselves are deleted by topic_ops.delete).
+function TOPIC.recovery_release_all()
+  memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))
+  local cursor = '0'
+  repeat
+    local page = redis.call('HSCAN', TP .. ':recovmsg', cursor, 'COUNT', 1000)
+    cursor = page[1]
+    for i = 2, #page[2], 2 do memory_release(#cmsgpack.unpack(page[2][i])[1]) end
+  until cursor == '0'
+  redis.call('DEL', TP .. ':retain', TP .. ':recov', TP .. ':recovmsg')
+  redis.call('HSET', TP .. ':meta', 'recov_bytes', 0)
 end
 
 -- Replay (id, blob) pairs into the current subscription `s` (a retroactive subscriber, §7.5): expired
@@ -269,15 +317,22 @@ function TOPIC.durable_backlog(key)
   return items
 end
 
--- §8.5: the current (non-durable) subscription's pending-message limit, from the policy's strategy.
-function TOPIC.pending_limit(prefetch)
+-- §8.5: the current (non-durable) subscription `s`'s pending-message limit, from the policy's strategy;
+-- the consumer's own maximumPendingMessageLimit wins when > 0 and smaller (PolicyEntry.configure).
+function TOPIC.pending_limit(prefetch, s)
   local pol = TOPIC.policy()
   local strategy = pol['pendingMessageLimitStrategy']
-  if strategy == 'constant' then return tonumber(pol['pendingMessageLimit']) or -1 end
-  if strategy == 'prefetchRate' then
-    return math.floor(prefetch * (tonumber(pol['pendingMessageLimitMultiplier']) or 0.5))
+  local value = -1
+  if strategy == 'constant' then
+    value = tonumber(pol['pendingMessageLimit']) or -1
+  elseif strategy == 'prefetchRate' then
+    value = math.floor(prefetch * (tonumber(pol['pendingMessageLimitMultiplier']) or 0.5))
+  else
+    return -1
   end
-  return -1
+  local own = s and tonumber(s.def.maxpending) or 0
+  if own > 0 and (value < 0 or own < value) then value = own end
+  return value
 end
 
 -- Take message `id` out of the current subscription's pending list for good: evicted (counted as
@@ -286,8 +341,9 @@ function TOPIC.discard_pending(id, cause, detail)
   local blob = redis.call('HGET', K_MSGS, id)
   redis.call('ZREM', K_PENDING, id)
   if cause == 'evicted' then
+    -- TopicSubscription.discard: the topic's dequeues count it, not the subscription's (those are acks).
     meta_incr('evicted')
-    meta_incr('dequeued')
+    redis.call('HINCRBY', TP .. ':meta', 'evict_dequeued', 1)
     emit('evict', 'msg', id, 'strategy', detail)
     if blob then dead_letter(id, unpack_message(blob), blob, 'evicted', detail) end
   else
@@ -347,7 +403,7 @@ end
 
 -- After a send reached the current non-durable subscription `s` (its new ids in `new_ids`): the topic
 -- slow rule (§8.1) and the pending-message limit with eviction (§8.5).
-function TOPIC.after_send(new_ids)
+function TOPIC.after_send(new_ids, s)
   local cons = load_consumers()
   local c = cons[1]
   if not c then return end
@@ -356,9 +412,9 @@ function TOPIC.after_send(new_ids)
   for _, id in ipairs(new_ids) do
     if redis.call('ZSCORE', K_PENDING, id) then still_new[#still_new + 1] = id end
   end
-  -- §8.1 topic rule: slow once more than its prefetch waits beyond a full window; an immediate
-  -- dispatch clears it.
-  if c.prefetch > 1 and waiting > c.prefetch then
+  -- §8.1 topic rule (TopicSubscription.add): slow when more than its prefetch were already waiting as a
+  -- message arrived, so the last new one still pending does not count; an immediate dispatch clears it.
+  if c.prefetch > 1 and #still_new > 0 and waiting - 1 > c.prefetch then
     if not c.slow then
       redis.call('HSET', K_C(c.id), 'slow_since', NOW)
       emit('slow', 'consumer', c.id)
@@ -366,7 +422,7 @@ function TOPIC.after_send(new_ids)
   elseif #still_new == 0 and c.slow then
     redis.call('HDEL', K_C(c.id), 'slow_since')
   end
-  local limit = TOPIC.pending_limit(c.prefetch)
+  local limit = TOPIC.pending_limit(c.prefetch, s)
   if limit == 0 then
     for _, id in ipairs(still_new) do TOPIC.discard_pending(id, 'pending_limit') end
     return

@@ -1,0 +1,103 @@
+/* Analytics page of one destination: draws the analytics pipeline's summary (summary.json of the last
+   run): totals, per-minute throughput, latency percentiles, dead-letter causes, redeliveries, message-group
+   balance with the removeAllMessageGroups recommendation, slow-consumer episodes. */
+"use strict";
+(function () {
+  const { api, el, fill, fmt, toast, confirm, queuePath, Chart, page } = window.SB;
+  const P = page();
+  const admin = P.admin === "1";
+  const LABELS = { enqueued: "Enqueued", dispatched: "Dispatched", acked: "Acked", redelivered: "Redelivered",
+    expired: "Expired", dead_lettered: "Dead-lettered", discarded: "Discarded", evicted: "Evicted" };
+  const METRICS = { send_to_dispatch: "send → dispatch", dispatch_to_ack: "dispatch → ack", send_to_ack: "send → ack" };
+  const when = (ms) => new Date(ms).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+  const ms = (v) => (v === null || v === undefined ? "–" : fmt.num(Math.round(v)));
+
+  function bar(value, max, label) {
+    const pct = max > 0 ? Math.min(100, (100 * value) / max) : 0;
+    return el("span", { class: "meter", role: "meter", "aria-valuemin": 0, "aria-valuemax": max, "aria-valuenow": value, "aria-label": label },
+      el("span", { class: "track" }, el("span", { class: "fill", style: `width:${pct}%` })));
+  }
+
+  function show(s) {
+    document.getElementById("range").textContent =
+      `${when(s.since_ms)} – ${when(s.until_ms)}; computed ${when(s.generated_at_ms)}.`;
+    document.getElementById("analytics-body").hidden = false;
+    document.getElementById("totals").replaceChildren(...s.counters.map((name) =>
+      el("div", { dataset: { counter: name } }, el("dt", {}, LABELS[name] || name), el("dd", {}, fmt.num(s.totals[name])))));
+
+    const index = Object.fromEntries(s.counters.map((n, i) => [n, i + 1]));
+    const points = s.per_minute;
+    const span = points.length ? Math.max(60000, points[points.length - 1][0] - points[0][0] + 60000) : 60000;
+    const chart = new Chart(document.getElementById("throughput-chart"),
+      [{ key: "enqueued", color: "--enq" }, { key: "acked", color: "--deq" }], span);
+    for (const p of points) chart.push(p[0], { enqueued: p[index.enqueued] / 60, acked: p[index.acked] / 60 });
+
+    const latencyRows = [];
+    const maxP99 = Math.max(1, ...Object.values(s.latency).map((x) => x.p99 || 0),
+      ...Object.values(s.latency_by_consumer).flatMap((m) => Object.values(m).map((x) => x.p99 || 0)));
+    const addLatency = (consumer, metrics) => {
+      for (const [metric, x] of Object.entries(metrics)) {
+        latencyRows.push(el("tr", { dataset: { consumer: consumer || "", metric } },
+          el("td", {}, consumer || "all consumers"), el("td", {}, METRICS[metric] || metric),
+          el("td", { class: "num" }, fmt.num(x.count)), el("td", { class: "num" }, ms(x.p50)),
+          el("td", { class: "num" }, ms(x.p95)), el("td", { class: "num" }, ms(x.p99)),
+          el("td", {}, bar(x.p99 || 0, maxP99, `p99 ${ms(x.p99)} ms`))));
+      }
+    };
+    addLatency(null, s.latency);
+    for (const [consumer, metrics] of Object.entries(s.latency_by_consumer).sort()) addLatency(consumer, metrics);
+    fill(document.querySelector("#latency tbody"), latencyRows, 7, "No message was delivered in the range.");
+
+    const dlqTotal = s.dead_letters.reduce((a, d) => a + d.count, 0);
+    fill(document.querySelector("#dead-letters tbody"), s.dead_letters.map((d) => el("tr", {},
+      el("td", {}, d.outcome === "discard" ? "discarded" : "dead-lettered"), el("td", {}, d.cause || "–"),
+      el("td", {}, d.target || "–"), el("td", { class: "num" }, fmt.num(d.count)),
+      el("td", {}, bar(d.count, dlqTotal, `${d.count} of ${dlqTotal}`)), el("td", { class: "detail" }, d.sample_detail || ""))),
+    6, "Nothing was dead-lettered in the range.");
+    const redeliveries = Object.entries(s.redeliveries).map(([n, c]) => [Number(n), c]).sort((a, b) => a[0] - b[0]);
+    const delivered = redeliveries.reduce((a, r) => a + r[1], 0);
+    fill(document.querySelector("#redeliveries tbody"), redeliveries.map(([n, c]) => el("tr", {},
+      el("td", { class: "num" }, fmt.num(n)), el("td", { class: "num" }, fmt.num(c)), el("td", {}, bar(c, delivered, `${c} of ${delivered}`)))),
+    3, "No message was delivered in the range.");
+
+    const g = s.groups; const b = g.balance;
+    document.getElementById("balance").textContent = b
+      ? `${fmt.num(g.count)} groups, ${fmt.num(b.grouped_messages)} grouped messages over ${fmt.num(b.consumers)} active consumers; `
+        + `imbalance ${b.imbalance === null ? "–" : b.imbalance.toFixed(2)} (1.00 is even)`
+        + (b.busiest_consumer ? `, busiest ${b.busiest_consumer} with ${Math.round(100 * b.busiest_share)} %` : "") + "."
+      : "No message groups in the range.";
+    const rec = document.getElementById("recommendation");
+    rec.textContent = b ? b.recommendation : "";
+    rec.className = b && b.recommend_reset ? "badge warn" : "";
+    const grouped = g.consumers.reduce((a, c) => a + c.messages, 0);
+    fill(document.querySelector("#group-consumers tbody"), g.consumers.map((c) => el("tr", { dataset: { consumer: c.consumer } },
+      el("td", {}, c.consumer), el("td", { class: "num" }, fmt.num(c.groups)), el("td", { class: "num" }, fmt.num(c.messages)),
+      el("td", {}, bar(c.messages, grouped, `${c.messages} of ${grouped}`)))), 4, "No grouped message was dispatched.");
+    fill(document.querySelector("#top-groups tbody"), g.top.map((x) => el("tr", {},
+      el("td", {}, x.group), el("td", { class: "num" }, fmt.num(x.messages)), el("td", { class: "num" }, fmt.num(x.owner_changes)),
+      el("td", {}, x.owner || "–"))), 4, "No message groups.");
+
+    const slow = s.slow_consumers;
+    document.getElementById("slow-summary").textContent =
+      `${fmt.num(slow.episodes)} slow-consumer episodes, ${fmt.num(slow.aborts)} consumers aborted.`;
+    fill(document.querySelector("#slow-episodes tbody"), slow.recent_episodes.map((e) => el("tr", {},
+      el("td", {}, e.consumer), el("td", {}, when(e.start_ts)), el("td", {}, when(e.end_ts)), el("td", { class: "num" }, fmt.num(e.signals)))),
+    4, "No slow consumers in the range.");
+  }
+
+  api("GET", P.summary).then(show).catch((e) => {
+    document.getElementById("range").textContent = e.message;
+  });
+
+  const reset = document.getElementById("remove-all-groups");
+  if (admin && reset) {
+    reset.addEventListener("click", async () => {
+      if (!(await confirm(`Remove all message groups of ${P.name}? Their next messages are assigned to consumers again.`,
+        "Remove all message groups"))) return;
+      try {
+        const result = await api("DELETE", `${queuePath(P.name)}/groups`);
+        toast(`Message groups removed${result && result.removed !== undefined ? ` (${fmt.num(result.removed)})` : ""}.`);
+      } catch (e) { toast(e.message, true); }
+    });
+  }
+})();
