@@ -125,11 +125,13 @@ def build(advisory_id: str, packed_event: bytes, blob: bytes, now: int) -> bytes
         props["consumerId"] = fields.get("consumer", "")
         body = {"ConsumerInfo": {"consumerId": fields.get("consumer"), "destination": source}}
     elif kind == "FULL":
-        usage = f"{source}:memory" if fields.get("scope") == "destination" else "default:memory"
+        # AdvisoryBroker.isFull gets the destination's own child usage, also when its parent (the broker's
+        # limit) is the full one: name it and count its bytes; the body says which limit refused.
+        usage = f"{source}:memory"
         props["usageName"] = usage
-        props["usageCount"] = TypedValue("long", _int(fields.get("used")))
+        props["usageCount"] = TypedValue("long", _int(fields.get("mem", fields.get("used"))))
         body = {"usage": {"name": usage, "used": _int(fields.get("used")), "limit": _int(fields.get("limit")),
-                          "need": _int(fields.get("need"))}}
+                          "need": _int(fields.get("need")), "scope": fields.get("scope")}}
     elif kind == "FastProducer":
         props["producerId"] = ""  # producers are not tracked by broker_core
         body = {"ProducerInfo": {"destination": source}}
@@ -137,7 +139,7 @@ def build(advisory_id: str, packed_event: bytes, blob: bytes, now: int) -> bytes
         props["orignalMessageId"] = msg_id or ""
         if kind in ("MessageDiscarded", "MessageDelivered", "MessageConsumed", "MessageDispatched"):
             props["orignalDestination"] = source
-        consumer_id = fields.get("consumer") or fields.get("sub")
+        consumer_id = fields.get("consumer") or fields.get("sub")  # the scripts name the consumer
         if kind in ("MessageDiscarded", "MessageDispatched", "MessageConsumed") and consumer_id:
             props["consumerId"] = consumer_id
         if kind == "MessageDLQd":

@@ -192,7 +192,7 @@ def parse_composite(
     kind of the whole composite; each part without its own scheme takes that kind (or `default_kind`),
     never the kind of the part before it. So `topic://A,B,queue://C` is topics A and B and queue C, and
     `A,topic://B,C` is queues A and C and topic B. Parts are trimmed and duplicates dropped (ActiveMQ uses a
-    HashSet; we keep first-seen order). Unlike ActiveMQ, an empty part is an error, not silently ignored.
+    HashSet; we keep first-seen order). Empty parts are ignored (spec §10.1).
     """
     kind = _check_kind(default_kind)
     if not isinstance(text, str):
@@ -205,11 +205,7 @@ def parse_composite(
     for number, raw in enumerate(parts, start=1):
         part = raw.strip()
         if not part:
-            raise InvalidDestination(
-                f"invalid composite destination {text!r}: part {number} of {len(parts)} is empty",
-                destination=text,
-                part=number,
-            )
+            continue  # §10.1: parts are trimmed, empty parts are ignored (FLOWFIX)
         try:
             destination = parse_destination(part, parent, allow_wildcards=allow_wildcards)
         except InvalidDestination as error:
@@ -219,6 +215,8 @@ def parse_composite(
             raise InvalidDestination(message, **error.details, part=number) from None
         if destination not in result:
             result.append(destination)
+    if not result:
+        raise InvalidDestination(f"composite destination {text!r} names no destination", destination=text)
     return result
 
 

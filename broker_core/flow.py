@@ -140,6 +140,12 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _need(reply: list[Any]) -> int:
+    """What the refused check needed: with a routing plan, against the broker's limit, the message times
+    every place it will be stored (flow.lua), so "can never fit" compares that, not one copy."""
+    return int(reply[9]) if len(reply) > 9 and reply[9] not in (None, b"", "") else int(reply[7])
+
+
 def _limit_text(scope: str, used: int, limit: int, need: int) -> str:
     which = "destination memoryLimit" if scope == "destination" else "broker memory limit (systemUsage)"
     return f"{which} {limit} bytes, {used} used, this send needs {need}"
@@ -147,7 +153,7 @@ def _limit_text(scope: str, used: int, limit: int, need: int) -> str:
 
 def refusal_error(dest: Destination, reply: list[Any], waited_ms: int,
                   capped: bool) -> ResourceAllocationError:
-    scope, used, limit, need = _text(reply[2]), int(reply[3]), int(reply[4]), int(reply[7])
+    scope, used, limit, need = _text(reply[2]), int(reply[3]), int(reply[4]), _need(reply)
     # A virtual destination's target may be the full one (its copy would not fit): name it.
     full = _text(reply[8]) if len(reply) > 8 and reply[8] else dest.uri
     details: dict[str, Any] = {"destination": full, "scope": scope, "limit": limit, "usage": used,
@@ -178,7 +184,7 @@ def send_when_space(ops: Any, dest: Destination, now: int, args: list[Any], scri
     if is_full(reply):
         yield from ops.forward(dest, now)  # the FULL advisory the refusal may have recorded (advisory.py)
     while is_full(reply):
-        fail_now, timeout, need, limit = int(reply[5]), int(reply[6]), int(reply[7]), int(reply[4])
+        fail_now, timeout, need, limit = int(reply[5]), int(reply[6]), _need(reply), int(reply[4])
         capped = timeout <= 0
         deadline = MAX_SEND_WAIT_MS if capped else timeout
         if fail_now or need > limit or waited >= deadline:

@@ -397,8 +397,9 @@ class Operations:
         return DispatchResult(dispatched, hold)
 
     def forward(self, dest: Destination, now: int, limit: int = 1_000) -> Op:
-        """Deliver the messages a script set aside for other destinations (dead letters), then delete
-        each entry. Safe to repeat: the target drops an id it has already enqueued."""
+        """Deliver the messages a script set aside for other destinations (dead letters, moves, virtual
+        destination copies, advisories), each delivery and the removal of its entry in one MULTI/EXEC
+        (FLOWFIX), so a crash can neither lose nor duplicate one. Safe to repeat."""
         source_policy: dict[str, str] | None = None
         done = 0
         if isinstance(dest, Subscription):  # TOPICS: forwards wait on the topic
@@ -418,7 +419,8 @@ class Operations:
                 return done
             records = sorted(((raw_id, *msgpack.unpackb(packed, raw=True))
                               for raw_id, packed in entries.items()), key=lambda r: r[5] if len(r) > 5 else 0)
-            for raw_id, target_uri, cause, argument, blob, *_ in records:
+            ensured: set[Destination] = set()
+            for raw_id, target_uri, cause, argument, blob, *extra in records:
                 message_id = _str(raw_id).partition("|")[0]  # VIRTUAL: copies are '<id>|<target>'
                 target = parse_destination(_str(target_uri))
                 if source_policy is None:
@@ -435,18 +437,40 @@ class Operations:
                     text = failure_cause(kind, _str(argument), source_policy)
                     copy = dead_letter_copy(blob, dest.uri, text, now,
                                             int(source_policy.get("deadLetterExpiration", "0")))
+                if target not in ensured:  # the MULTI below must not meet a target without a policy
+                    yield from self.ensure_destination(target, now)
+                    ensured.add(target)
                 # VIRTUAL: the target's own virtual destinations apply (ActiveMQ re-routes a copy too)
                 origin = yield from virtual.origin(self, target, "forward")
+                # FLOWFIX: a virtual copy still on its way counts against its target ('memfwd', virtual.lua)
+                charge = int(extra[1]) if kind == "virtual" and len(extra) > 1 else 0
                 if target.is_topic:  # VIRTUAL: published to the topic's subscriptions
-                    reply = yield from self._eval("topic_send", target, now, 0, origin, message_id, copy,
-                                                  "", "")
+                    send = Eval("topic_send", (self.prefix(target),),
+                                (now, 0, origin, message_id, copy, "", ""))
+                else:
+                    send = Eval("send", (self.prefix(target),), (now, 0, origin, message_id, copy))
+                # FLOWFIX: the target's send and the record's removal are one MULTI/EXEC, so a crash can
+                # neither lose the copy nor deliver it twice (not even after the target's audit moved on).
+                done_call = Eval("forward_done", (self.prefix(dest),),
+                                 (now, "done", raw_id, f"{self.prefix(target)}:meta", charge))
+                reply, _ = yield [send, done_call]
+                if isinstance(reply, Exception):
+                    if _str(str(reply)).startswith("NO_DESTINATION"):  # deleted since: put the record back
+                        yield Command(("HSET", key, raw_id, entries[raw_id]))
+                        if charge:
+                            yield Command(("HINCRBY", f"{self.prefix(target)}:meta", "memfwd", charge))
+                        ensured.discard(target)
+                        return done
+                    # FLOWFIX: a copy its target refuses for good (a repeating scheduled message to a
+                    # topic: TOPIC_REPEAT) is counted and logged, not retried for ever: forwarding goes on.
+                    yield Eval("forward_done", (self.prefix(dest),),
+                               (now, "refused", raw_id, "", 0, target.uri, str(reply)[:200]))
+                elif target.is_topic:
                     yield from topic_ops.finish_send(self, target, now, reply[reply.index(b"") + 1:])
                 else:
-                    reply = yield from self._eval("send", target, now, 0, origin, message_id, copy)
                     yield from self._continue_dispatch(target, now, int(reply[-2]), int(reply[-1]))
                 if kind not in TRANSFERS and kind not in ("virtual", "advisory"):
                     yield Command(("HSETNX", f"{self.prefix(target)}:meta", "dlq", "1"))
-                yield Command(("HDEL", key, raw_id))
                 done += 1
         return done
 
@@ -457,7 +481,7 @@ class Operations:
         """Enqueue messages in order; returns their ids. A bad message or a limit refuses the whole batch.
         `also`: the other parts of a client-side composite (`A,B,topic://C`), sent copies (VIRTUAL)."""
         if dest.is_topic:
-            return (yield from topic_ops.send(self, dest, messages, now))
+            return (yield from topic_ops.send(self, dest, messages, now, also))  # FLOWFIX: also
         args: list[Any] = [0, (yield from virtual.origin(self, dest, "producer", also))]  # VIRTUAL
         for message in messages:
             message_id, blob = message.pack(now)
@@ -791,17 +815,24 @@ class Operations:
     def tx_send(self, tx: str, dest: Destination, messages: Iterable[Message], now: int) -> Op:
         yield from self._tx_open(tx)
         yield from self.ensure_destination(dest, now)  # so the commit's MULTI never meets a new one
-        ids = []
         if dest.is_topic:  # TOPICS: recorded with the ActiveMQ.Retain decision (topics.pack_for_topic)
-            for message in messages:
-                message_id, blob, retain, copy = pack_for_topic(message, now)
+            records = [pack_for_topic(message, now) for message in messages]
+            packed = [(message_id, blob) for message_id, blob, _, _ in records]
+        else:
+            packed = [message.pack(now) for message in messages]
+        # FLOW: a transacted send waits for space (or fails) when it is sent; its commit is not refused.
+        # FLOWFIX: the space it needs is reserved for the transaction until its commit or rollback (or its
+        # end of life), so open transactions together cannot commit past a limit (§9.2), topics included.
+        ttl = yield Command(("PTTL", self.tx_key(tx)))
+        probe = f"probe:{tx}:{max(int(ttl), 1)}"
+        yield from flow.send_when_space(self, dest, now, [0, probe, *[x for p in packed for x in p]])
+        ids = []
+        if dest.is_topic:
+            for message_id, blob, retain, copy in records:
                 ids.append(message_id)
                 yield Command(("RPUSH", self.tx_key(tx),
                                msgpack.packb(["send", dest.kind, dest.name, message_id, blob, retain, copy])))
             return ids
-        packed = [message.pack(now) for message in messages]
-        # FLOW: a transacted send waits for space (or fails) when it is sent; its commit is not refused.
-        yield from flow.send_when_space(self, dest, now, [0, "probe", *[x for p in packed for x in p]])
         for message_id, blob in packed:
             ids.append(message_id)
             yield Command(("RPUSH", self.tx_key(tx),
@@ -839,6 +870,8 @@ class Operations:
                         continue  # closed: its messages went back (durable) or away (non-durable) already
                     touched[f"{dest.uri}#{dest.key}"] = dest
                 calls.append(Eval("ack", (self.prefix(dest),), (now, 0, consumer_id, mode, 0, *message_ids)))
+        # FLOWFIX: the reservations end in the same atomic step as the committed messages start counting
+        calls += [Eval("flow_release", (self.prefix(d),), (now, tx)) for d in _sent_to(records)]
         yield Command(("DEL", self.tx_key(tx)))
         replies = yield calls  # one MULTI/EXEC
         errors = [r for r in replies if isinstance(r, Exception)]
@@ -854,6 +887,8 @@ class Operations:
     def tx_rollback(self, tx: str, now: int) -> Op:
         records = yield from self._tx_records(tx)
         yield Command(("DEL", self.tx_key(tx)))
+        for dest in _sent_to(records):  # FLOWFIX: give back the space its sends reserved
+            yield Eval("flow_release", (self.prefix(dest),), (now, tx))
         for record in records:
             if record[0] == "ack":
                 consumer = ConsumerRef(Destination(record[1], record[2]), record[3])
@@ -866,6 +901,11 @@ class Operations:
         exists = yield Command(("EXISTS", f"{self.prefix(dest)}:policy"))
         if not exists:
             yield from self.init_destination(dest, now)
+
+
+def _sent_to(records: list[Any]) -> list[Destination]:
+    """FLOWFIX: the destinations a transaction's send records name (each holds a reservation)."""
+    return list(dict.fromkeys(Destination(r[1], r[2]) for r in records if r[0] == "send"))
 
 
 def _refuse_on_topic(dest: Destination, what: str) -> None:

@@ -53,8 +53,10 @@ def subscription_keys(ops: Operations, topic: Destination) -> Op:
     return [_str(k) for k in reply]
 
 
-def send(ops: Operations, dest: Destination, messages: Iterable[Message], now: int) -> Op:
-    args: list[Any] = [0, (yield from virtual.origin(ops, dest, "producer"))]  # VIRTUAL (FLOW helper)
+def send(ops: Operations, dest: Destination, messages: Iterable[Message], now: int,
+         also: tuple[Destination, ...] = ()) -> Op:
+    # VIRTUAL (FLOW helper); FLOWFIX: `also`, a client-side composite's other parts, recorded as copies
+    args: list[Any] = [0, (yield from virtual.origin(ops, dest, "producer", also))]
     ids: list[str] = []
     for message in messages:
         message_id, blob, retain, copy = pack_for_topic(message, now)

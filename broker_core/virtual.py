@@ -7,8 +7,8 @@ module works out a routing plan: the destinations that get a copy (with a select
 filteredDestination) and whether the message is also kept where it was sent. The send script records each
 copy in the destination's forwarding hash in the same atomic step that accepts the message
 (scripts/includes/virtual.lua); `operations.forward` then delivers the copies, each target's send being its
-own atomic step, and a process that dies in between leaves the records for the maintenance job. A target
-drops an id it already has, so nothing arrives twice.
+own atomic step together with the record's removal (one MULTI/EXEC), and a process that dies before it
+leaves the records for the maintenance job: nothing is lost and nothing arrives twice.
 
 As in ActiveMQ (BrokerService.createDefaultDestinationInterceptor), `useVirtualTopics` (default true, the
 `VirtualTopic.>` topic fanned out to `Consumer.*.VirtualTopic.>` queues) and `useMirroredQueues` apply only
@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -145,29 +145,32 @@ class VirtualConfig:
         return config
 
     def _check_cycles(self, source: str) -> None:
-        """A composite that forwards back to itself, directly or through others, would forward for ever."""
-        exact = {c.destination: c for c in self.composites if not c.destination.is_wildcard}
+        """A composite that forwards back to itself, directly or through others, would forward for ever.
+        Every composite whose name (a pattern too: `audit.>` forwarding to `audit.all`) matches a target
+        applies to the copy (composites_for), so each of them is followed."""
 
-        def visit(dest: Destination, path: list[Destination]) -> None:
-            if dest in path:
-                loop = " -> ".join(d.uri for d in [*path[path.index(dest):], dest])
-                raise InvalidPolicy(f"{source}: composite destinations forward in a circle: {loop}")
-            composite = exact.get(dest)
-            if composite is not None:
-                for target in composite.forward_to:
-                    visit(target.destination, [*path, dest])
+        def visit(composite: CompositeDestination, path: list[CompositeDestination],
+                  names: list[Destination]) -> None:
+            for target in composite.forward_to:
+                for nxt in self.composites_for(target.destination):
+                    if nxt in path:
+                        loop = " -> ".join(d.uri for d in [*names[path.index(nxt):], target.destination])
+                        raise InvalidPolicy(f"{source}: composite destinations forward in a circle: {loop}"
+                                            f" ({nxt.destination.uri} matches {target.destination.uri})")
+                    visit(nxt, [*path, nxt], [*names, target.destination])
 
-        for dest in exact:
-            visit(dest, [])
+        for composite in self.composites:
+            visit(composite, [composite], [composite.destination])
 
     # -- routing
 
-    def composite_for(self, dest: Destination) -> CompositeDestination | None:
-        """The composite that applies: one naming `dest` exactly, else the first matching pattern."""
-        candidates = [c for c in self.composites if c.destination.kind == dest.kind and
-                      matches(c.destination, dest)]
-        exact = [c for c in candidates if c.destination == dest]
-        return (exact or candidates or [None])[0]
+    def composites_for(self, dest: Destination) -> list[CompositeDestination]:
+        """Every composite whose name or pattern matches `dest`: as ActiveMQ's
+        VirtualDestinationInterceptor, all of them intercept the send, not only the most exact one.
+        A composite never applies to one of its own targets (`audit.>` forwarding to `audit.all`): its
+        copy would be forwarded to the same target again, for ever (ActiveMQ loops there)."""
+        return [c for c in self.composites if c.destination.kind == dest.kind and matches(c.destination, dest)
+                and all(f.destination != dest for f in c.forward_to)]
 
     def virtual_topics_for(self, topic: Destination) -> list[VirtualTopic]:
         return [v for v in self.virtual_topics if topic.is_topic and matches(v.pattern, topic)]
@@ -338,23 +341,33 @@ def current(ops: Any) -> Any:
 
 # -- routing plans (used by operations.py) -----------------------------------------------------------------
 
-def plan(ops: Any, dest: Destination, also: Sequence[Destination] = ()) -> Any:
-    """The packed routing plan for a send to `dest` (None: no copies), `also` being the other parts of a
-    client-side composite. Each target: (uri, compiled selector or "", original destination or "")."""
+MAX_WEIGHT_DEPTH = 4  # how deep plan() follows a copy's own routing to count what it stores (flow.lua)
+
+
+def _targets(ops: Any, config: VirtualConfig, dest: Destination, also: Sequence[Destination],
+             depth: int) -> Any:
+    """(kept whatever matched, sendWhenNotMatched composites, targets): each target
+    [uri, compiled selector or "", original destination or "", further copies its own routing makes,
+    sendWhenNotMatched composite number or 0] (the plan's layout, includes/virtual.lua)."""
     from .operations import Command
 
-    config: VirtualConfig = yield from current(ops)
-    targets: list[tuple[str, str, str]] = []
-    forward_only = send_when_not_matched = False
-    composite = config.composite_for(dest)
-    if composite is not None:
-        forward_only, send_when_not_matched = composite.forward_only, composite.send_when_not_matched
+    targets: list[list[Any]] = []
+    composites = config.composites_for(dest)
+    # Kept here unless every composite is forwardOnly; a sendWhenNotMatched one keeps it when none of
+    # its own targets matched (each composite decides for itself, §10.2).
+    keep = not composites or any(not c.forward_only and not c.send_when_not_matched for c in composites)
+    groups = 0
+    for composite in composites:
+        group = 0
+        if composite.send_when_not_matched:
+            groups += 1
+            group = groups
         for target in composite.forward_to:
             if target.filtered and not target.selector:
                 continue  # a filteredDestination without a selector never matches
-            targets.append((target.destination.uri, target.compiled, dest.uri))
+            targets.append([target.destination.uri, target.compiled, dest.uri, 0, group])
     if dest.is_queue and config.mirrored_queue is not None:
-        targets.append((config.mirrored_queue.topic_for(dest).uri, "", ""))
+        targets.append([config.mirrored_queue.topic_for(dest).uri, "", "", 0, 0])
     for vt in config.virtual_topics_for(dest):
         index = f"{ops.namespace}:{VIRTUAL_TOPIC_INDEX}"
         members = yield Command(("ZRANGEBYLEX", index, f"[{dest.name}|", f"({dest.name}}}"))
@@ -362,12 +375,31 @@ def plan(ops: Any, dest: Destination, also: Sequence[Destination] = ()) -> Any:
         for member in members:
             queue = Destination("queue", _text(member).partition("|")[2])
             if matches(wanted, queue):
-                targets.append((queue.uri, "", dest.uri))
-    targets += [(d.uri, "", "") for d in also if d != dest]
-    if not targets and not forward_only:
+                targets.append([queue.uri, "", dest.uri, 0, 0])
+    # A client-side composite's other parts: their original destination is the composite, set on the
+    # message itself (send_composite).
+    targets += [[d.uri, "", "", 0, 0] for d in also if d != dest]
+    seen: set[tuple[Any, ...]] = set()
+    unique = []
+    for t in targets:
+        if (t[0], t[1], t[4]) not in seen:
+            seen.add((t[0], t[1], t[4]))
+            unique.append(t)
+    if depth < MAX_WEIGHT_DEPTH:
+        for t in unique:  # FLOWFIX: a copy's own copies count against the broker's limit too (flow.lua)
+            _, _, nested = yield from _targets(ops, config, parse_destination(t[0]), (), depth + 1)
+            t[3] = sum(1 + n[3] for n in nested)
+    return keep, groups, unique
+
+
+def plan(ops: Any, dest: Destination, also: Sequence[Destination] = ()) -> Any:
+    """The packed routing plan for a send to `dest` (None: no copies), `also` being the other parts of a
+    client-side composite (layout: _targets, includes/virtual.lua)."""
+    config: VirtualConfig = yield from current(ops)
+    keep, groups, targets = yield from _targets(ops, config, dest, also, 0)
+    if not targets and keep and not groups:
         return None
-    unique = list(dict.fromkeys(targets))
-    return msgpack.packb([int(forward_only), int(send_when_not_matched), *[list(t) for t in unique]])
+    return msgpack.packb([0 if keep else 1, groups, *targets])
 
 
 def origin(ops: Any, dest: Destination, kind: str, also: Sequence[Destination] = ()) -> Any:
@@ -408,15 +440,24 @@ def forward_copy(blob: bytes, original: str) -> bytes:
     return msgpack.packb(record, use_bin_type=False)
 
 
-def split_composite(text: str) -> list[Destination] | None:
+class CompositeParts(list):  # type: ignore[type-arg]
+    """The parts of a client-side composite; `uri` names the composite itself (its messages' original
+    destination, as CompositeDestinationBroker.send sets it)."""
+
+    uri: str = ""
+
+
+def split_composite(text: str) -> CompositeParts | None:
     """The parts of a client-side composite (`A,B,topic://C`), or None for a single destination."""
     from .destinations import parse_composite
 
     if "," not in text:
         return None
-    parts = list(dict.fromkeys(parse_composite(text)))  # ActiveMQ keeps them in a set: no duplicates
+    parts = CompositeParts(dict.fromkeys(parse_composite(text)))  # ActiveMQ keeps them in a set
     if not parts:
         raise InvalidDestination(f"composite destination {text!r} names no destination")
+    kind = "topic" if text.strip().startswith("topic://") else "queue"
+    parts.uri = f"{kind}://" + ",".join(p.name if p.kind == kind else p.uri for p in parts)
     return parts
 
 
@@ -444,19 +485,16 @@ def _text(v: Any) -> str:
 
 def send_composite(ops: Any, parts: list[Destination], messages: list[Any], now: int,
                    tx: str | None = None) -> Any:
-    """A client-side composite send (spec §10.1). The first queue part takes the send, and in the same
-    atomic step records copies for the other parts, so a crash cannot leave some parts without it. A
-    composite of topics only is sent to each topic in turn (topic sends take no routing plan yet)."""
+    """A client-side composite send (spec §10.1). The first queue part (else the first topic) takes the
+    send, and in the same atomic step records copies for the other parts, so a crash cannot leave some
+    parts without it. Each part's message has the composite as its original destination."""
+    uri = getattr(parts, "uri", "")
+    if uri:
+        messages = [replace(m, original_destination=uri) for m in messages]
     if tx:
         ids: list[str] = []
         for part in parts:
             ids = yield from ops.tx_send(tx, part, messages, now)
         return ids
-    queues = [p for p in parts if p.is_queue]
-    if not queues:
-        sent: list[str] = []
-        for part in parts:
-            sent = yield from ops.send(part, messages, now)
-        return sent
-    entry = queues[0]
+    entry = next((p for p in parts if p.is_queue), parts[0])
     return (yield from ops.send(entry, messages, now, tuple(p for p in parts if p != entry)))

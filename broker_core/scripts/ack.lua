@@ -41,7 +41,7 @@ if mode == 'delivered' then
       return fail('NOT_DELIVERED', 'message ' .. id .. ' has not been received by consumer ' .. cid)
     end
   end
-  if c.prefetch > 0 then redis.call('HINCRBY', K_C(cid), 'ext', #ids) end
+  if c.prefetch > 0 then c.ext = redis.call('HINCRBY', K_C(cid), 'ext', #ids) end  -- `c` stays current
   redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- any ack is one (AbstractSubscription.acknowledge)
 else
   for _, id in ipairs(ids) do

@@ -47,9 +47,9 @@ if flow_checked then  -- FLOW: producer flow control (spec §9.2); 'probe' only 
       meta_incr('blocked_sends')
       emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
     end
-    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6] }
+    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7] }  -- FLOWFIX: [7] what the refused check needed
   end
-  if origin == 'probe' then return { '' } end
+  if origin == 'probe' then flow_reserve(need) return { '' } end  -- FLOWFIX: held until commit (flow.lua)
 end
 local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')

@@ -47,7 +47,7 @@ if origin == 'producer' or origin == 'retry' then  -- producer flow control, as 
       meta_incr('blocked_sends')
       emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
     end
-    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6] }
+    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7] }  -- FLOWFIX: [7] what the refused check needed
   end
 end
 
@@ -64,6 +64,7 @@ for i = 4, #ARGV, 4 do
     out[#out + 1] = 'duplicate'
   elseif is_expired(m) then
     meta_incr('expired_on_arrival')
+    ADVISE.blob = blob  -- ADVISORY (FLOWFIX): the Expired advisory carries a copy, as send.lua's
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
     dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'

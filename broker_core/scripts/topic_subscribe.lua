@@ -115,4 +115,5 @@ local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 -- Recovered messages reach a non-durable subscription as any other (TopicSubscription.add): its
 -- pending-message limit applies to them.
 if replayed and #replayed > 0 then TOPIC.after_send(replayed, s) end
-return {dispatched, more, hold, prefetch, recovered, state}
+-- Dead letters of evicted replays (and advisories) wait in the topic's :fwd; flag 2 has them delivered now.
+return {dispatched, with_forward_flag(more), hold, prefetch, recovered, state}

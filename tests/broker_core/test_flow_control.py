@@ -176,15 +176,26 @@ def test_forwards_to_a_full_dead_letter_queue_are_never_refused(broker, policy):
         broker.send("ActiveMQ.DLQ", Message(body=KB))
 
 
-def test_a_transacted_send_is_refused_when_sent_and_its_commit_never_is(broker, policy):
+def test_a_transacted_send_is_refused_when_sent_and_holds_its_room_until_the_commit(broker, policy):
     policy("orders", memoryLimit=2 * 1100, sendFailIfNoSpace=True)
     tx = broker.begin()
     broker.send("orders", [Message(body=KB), Message(body=KB)], tx=tx)
     with pytest.raises(ResourceAllocationError):
         broker.send("orders", [Message(body=KB)] * 3, tx=tx)
-    fill(broker, "orders", 1)  # someone else takes half the room meanwhile
+    with pytest.raises(ResourceAllocationError):  # the transaction's room is reserved (FLOWFIX, §9.2)
+        fill(broker, "orders", 1)
     broker.commit(tx)  # the commit is not refused: nothing sent in a transaction is lost
-    assert broker.stats("orders").queue_size == 3
+    stats = broker.stats("orders")
+    assert stats.queue_size == 2 and stats.memory_usage <= 2 * 1100
+
+
+def test_a_rolled_back_transaction_gives_its_reserved_room_back(broker, policy):
+    policy("orders", memoryLimit=2 * 1100, sendFailIfNoSpace=True)
+    tx = broker.begin()
+    broker.send("orders", [Message(body=KB), Message(body=KB)], tx=tx)
+    broker.rollback(tx)
+    fill(broker, "orders", 2)
+    assert broker.stats("orders").queue_size == 2
 
 
 def test_the_async_broker_waits_for_space_too(redis_url, namespace):

@@ -171,3 +171,18 @@ def test_recovery_buffers_survive_with_no_subscription(broker, policy):
     send(broker, "only")
     assert broker.stats(T).no_subscription == 1
     assert bodies(drain(broker, retro(broker))) == ["only"]
+
+
+def test_replayed_messages_evicted_by_the_pending_limit_reach_the_dlq_at_once(broker):
+    """Found by TopicMachine: a retroactive non-durable subscriber's pending-message limit applies to
+    what is replayed (§8.5); the evicted ones are dead-lettered by the subscribe itself, not left in the
+    topic's forwards until a maintenance tick."""
+    set_topic_policy(broker, subscriptionRecoveryPolicy="fixedCount", pendingMessageLimitStrategy="constant",
+                     pendingMessageLimit=1)
+    send(broker, "1", "2", "3", "4")
+    c = retro(broker, prefetch=1)
+    [s] = broker.subscriptions(T)
+    assert (s.in_flight, s.pending, s.evicted) == (1, 1, 2)
+    assert broker.stats("queue://ActiveMQ.DLQ").enqueued == 2
+    assert broker.stats(T).forwarding == 0
+    assert c

@@ -71,10 +71,11 @@ local POLICY_DEFAULTS = {
   '6', '1000', '1000', '0', '5.0', '-1', '0', 'queue://ActiveMQ.DLQ', '1', '0', '1', '2048', '400',
   '1', '0', '-1', '-1', '0', '0', '0', '0', '0', '0', '0', '0',
 }
-local _policy = nil
-local POLICY_READ = { key = nil, found = false }  -- which policy hash policy() read, and whether it exists
+-- The values read (once per call), which policy hash they came from and whether it exists. (One table,
+-- not three locals: every top-level local a function uses makes each closure created after it costlier.)
+local POLICY_READ = { values = nil, key = nil, found = false }
 local function policy()
-  if _policy then return _policy end
+  if POLICY_READ.values then return POLICY_READ.values end
   -- The values scripts use are cached packed in one field, so a call reads one field, not fifteen;
   -- whoever rewrites the policy hash deletes '_packed' (operations.py).
   local packed = redis.call('HGET', K_POLICY, '_packed')
@@ -89,13 +90,14 @@ local function policy()
       redis.call('HSET', K_POLICY, '_packed', cmsgpack.pack(values))
     end
   end
-  _policy = {}
+  local resolved = {}
   for i, name in ipairs(POLICY_NAMES) do
     local v = values[i]
     if v == false then v = POLICY_DEFAULTS[i] end
-    _policy[name] = v
+    resolved[name] = v
   end
-  return _policy
+  POLICY_READ.values = resolved
+  return resolved
 end
 local function policy_flag(name) return policy()[name] == '1' or policy()[name] == 'true' end
 local function policy_num(name) return tonumber(policy()[name]) end
@@ -103,7 +105,7 @@ local function policy_num(name) return tonumber(policy()[name]) end
 -- Destinations are created on first use: the caller writes the resolved policy and retries.
 -- The policy is read anyway (one HGET, cached for the call), and finding it answers the question.
 local function require_destination()
-  if not _policy then policy() end
+  if not POLICY_READ.values then policy() end
   if POLICY_READ.key == K_POLICY and POLICY_READ.found then return nil end
   if redis.call('EXISTS', K_POLICY) == 0 then
     return fail('NO_DESTINATION', 'destination ' .. P .. ' has no policy yet')

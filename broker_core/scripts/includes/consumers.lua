@@ -71,13 +71,14 @@ end
 
 -- Whether the destination has a message-group map yet (meta 'gmap'): read once per script call (and
 -- per prefix: a topic send switches subscriptions), not once per dispatched message.
+-- (One table, not three locals: see POLICY_READ in base.lua.)
 local GMAP = { key = nil, on = false }
-local function has_group_map()
+function GMAP.exists()
   if GMAP.key ~= K_META then GMAP.key, GMAP.on = K_META, redis.call('HGET', K_META, 'gmap') == '1' end
   return GMAP.on
 end
-local function create_group_map()
-  if not has_group_map() then
+function GMAP.create()
+  if not GMAP.exists() then
     redis.call('HSET', K_META, 'gmap', '1')
     GMAP.on = true
   end
@@ -85,7 +86,7 @@ end
 
 local function sort_consumers(cons)
   if not policy_flag('useConsumerPriority') then return end
-  local by_groups = has_group_map()
+  local by_groups = GMAP.exists()
   local function before(a, b)
     if a.priority ~= b.priority then return a.priority > b.priority end
     if by_groups and a.groups ~= b.groups then return a.groups < b.groups end

@@ -149,7 +149,7 @@ local function dispatch_pass(budget)
           cursor = batch[i + 1]
         else
           local gid, seq = m[M_GROUP], tonumber(m[M_GROUP_SEQ]) or 0
-          if gid then create_group_map() end
+          if gid then GMAP.create() end
           local view = nil
           local target = nil
           local available = false

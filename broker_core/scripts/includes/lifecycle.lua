@@ -91,8 +91,8 @@ local function unpark_due(limit)
   return #due / 2
 end
 
--- Built on first use (see the top of this file): expiry, scheduling, returns.
-local function lifecycle_load_moves()
+-- Built on first use (see the top of this file): expiry, scheduling, returns, closing.
+local function lifecycle_load()
   -- A message whose time ran out (spec §6): counted, logged, dead-lettered or dropped per strategy.
   expire_message = function(id, m, blob)
     drop_message(id)
@@ -159,10 +159,8 @@ local function lifecycle_load_moves()
     pending_add(id, redelivery_score(score))
     emit('return', 'msg', id, 'consumer', cid, 'redeliveries', count, 'reason', reason)
   end
-end
 
--- Built on first use: closing a consumer or a subscription.
-local function lifecycle_load_close()
+  -- Closing a consumer or a subscription.
   recompute_exclusive_owner = function(removed_def, removed_id)
     local owner = redis.call('HGET', K_META, 'owner')
     local all_exclusive = policy_flag('allConsumersExclusiveByDefault')
@@ -257,7 +255,7 @@ local function lifecycle_load_close()
         if group_map_type() == 'cached' then redis.call('ZREM', K_GLRU, slot) end
       end
     end
-    create_group_map()  -- ActiveMQ creates the group map on the first removal
+    GMAP.create()  -- ActiveMQ creates the group map on the first removal
     -- Messages the adapter never received were never delivered: they go back without a bump.
     local rcv = tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
     local held = redis.call('ZRANGE', K_CINF(cid), 0, -1, 'WITHSCORES')
@@ -273,13 +271,13 @@ local function lifecycle_load_close()
   end
 end
 
-expire_message = function(...) lifecycle_load_moves() return expire_message(...) end
-expire_pending = function(...) lifecycle_load_moves() return expire_pending(...) end
-park = function(...) lifecycle_load_moves() return park(...) end
-schedule_job = function(...) lifecycle_load_moves() return schedule_job(...) end
-fire_scheduled = function(...) lifecycle_load_moves() return fire_scheduled(...) end
-return_message = function(...) lifecycle_load_moves() return return_message(...) end
-recompute_exclusive_owner = function(...) lifecycle_load_close() return recompute_exclusive_owner(...) end
-remove_subscription = function(...) lifecycle_load_close() return remove_subscription(...) end
-subscription_consumer_gone = function(...) lifecycle_load_close() return subscription_consumer_gone(...) end
-close_consumer = function(...) lifecycle_load_close() return close_consumer(...) end
+expire_message = function(...) lifecycle_load() return expire_message(...) end
+expire_pending = function(...) lifecycle_load() return expire_pending(...) end
+park = function(...) lifecycle_load() return park(...) end
+schedule_job = function(...) lifecycle_load() return schedule_job(...) end
+fire_scheduled = function(...) lifecycle_load() return fire_scheduled(...) end
+return_message = function(...) lifecycle_load() return return_message(...) end
+recompute_exclusive_owner = function(...) lifecycle_load() return recompute_exclusive_owner(...) end
+remove_subscription = function(...) lifecycle_load() return remove_subscription(...) end
+subscription_consumer_gone = function(...) lifecycle_load() return subscription_consumer_gone(...) end
+close_consumer = function(...) lifecycle_load() return close_consumer(...) end
