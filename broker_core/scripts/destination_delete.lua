@@ -6,6 +6,24 @@ NOW = tonumber(ARGV[1])
 local count = redis.call('HLEN', K_MSGS)
 -- What it held no longer counts towards the broker's memory usage (flow.lua).
 redis.call('HINCRBY', K_USAGE, 'used', 0 - (tonumber(redis.call('HGET', K_META, 'mem')) or 0))  -- 0 - x: Lua's -(0) is -0, which HINCRBY refuses
+-- FLOWFIX: virtual copies it still owed stop counting against their targets ('memfwd', virtual.lua), and
+-- transactions' reservations on it end (flow.lua).
+for _, packed in ipairs(redis.call('HVALS', K_FWD)) do
+  local r = cmsgpack.unpack(packed)
+  local charge = tonumber(r[6]) or 0
+  if r[2] == 'virtual' and charge > 0 then
+    local kind, name = string.match(r[1], '^(%a+)://(.*)$')
+    local meta = string.match(P, '^(.-):{') .. ':{' .. (kind == 'topic' and 't' or 'q') .. ':' .. name
+      .. '}:meta'
+    if redis.call('EXISTS', meta) == 1 and redis.call('HINCRBY', meta, 'memfwd', -charge) < 0 then
+      redis.call('HSET', meta, 'memfwd', 0)
+    end
+  end
+end
+for _, tx in ipairs(redis.call('HKEYS', P .. ':memres')) do
+  redis.call('HDEL', K_USAGE .. ':res', tx .. '|' .. P)
+end
+redis.call('UNLINK', P .. ':memres')
 local keys = { K_META, K_POLICY, K_MSGS, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER,
   K_LEASES, K_PASSFULL, K_GROUPS, K_GLRU, K_PARKED, K_PARKINFO, K_FWD, K_AUDIT, K_EVENTS, K_SCHED,
   -- maintenance state (broker_core/maintenance.py, scripts/abort.lua)

@@ -61,21 +61,27 @@ class GatewayASGIHandler(ASGIHandler):
 
     async def handle_hot(self, scope: dict[str, Any], receive: Any, send: Any, match: re.Match[str]) -> None:
         """The hot path (module docstring), or Django's with the body replayed."""
-        chunks = []
+        messages: list[dict[str, Any]] = []
+        size = 0
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return  # the client left before sending its request: nothing to answer
-            chunks.append(message.get("body", b""))
+            messages.append(message)
+            size += len(message.get("body", b""))
             if not message.get("more_body"):
                 break
-        body = b"".join(chunks)
-        answer = await self.hot.serve(scope, body, match) if self.hot else None
+            if limit is not None and size > limit:
+                break  # too large for the hot path: Django refuses it (413) as it always did
+        answer = None
+        if not messages[-1].get("more_body") and (limit is None or size <= limit) and self.hot is not None:
+            answer = await self.hot.serve(scope, b"".join(m.get("body", b"") for m in messages), match)
         if answer is None:
-            replay = [{"type": "http.request", "body": body, "more_body": False}]
+            messages.reverse()
 
             async def replayed() -> Any:
-                return replay.pop() if replay else await receive()
+                return messages.pop() if messages else await receive()
 
             await self.handle_api(scope, replayed, send)
             return
@@ -250,7 +256,7 @@ class HotPath:
                 if data is None:
                     return _FALLBACK
                 endpoint = "messages"
-                destination = views.destination_from_url(kind, name)
+                destination = views.url_destination(kind, name)
                 if not await self.allowed(user, [destination], "write"):
                     return _FALLBACK
                 now = views.runtime.async_broker().clock.now_ms()

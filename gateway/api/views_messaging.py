@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import json
 from typing import Any
@@ -208,7 +209,7 @@ class DestinationMessagesView(GatewayView):
     @extend_schema(operation_id="send", summary="Send one message, a batch, or a raw body",
                    **{**SEND_DOC, "parameters": [KIND_PARAM, *SEND_DOC["parameters"]]})
     async def post(self, request: Request, kind: str, name: str) -> Response:
-        return await send_messages(self, request, [destination_from_url(kind, name)])
+        return await send_messages(self, request, [url_destination(kind, name)])
 
     @extend_schema(operation_id="browse", summary="Browse messages (selector, cursor paging)",
                    parameters=[KIND_PARAM,
@@ -297,11 +298,18 @@ class ConsumersView(GatewayView):
         return Response([consumer_json(c) for c in stats.consumers])
 
 
+# A client sends to and acks on the same few URLs: parsing a destination name checks every character,
+# and a consumer id's MAC is an HMAC-SHA256, so both are remembered (both are pure; failures raise or
+# are None and are parsed again).
+url_destination = functools.lru_cache(maxsize=4096)(destination_from_url)
+_consumer_from_id = functools.lru_cache(maxsize=4096)(parse_consumer_id)
+
+
 def parse_own_consumer(user: Any, kind: str, name: str, consumer_id: str) -> HttpConsumer:
     """The user's own HTTP consumer named by the URL (404 for anyone else's: ids are not to be guessed
     or shared); permissions not checked yet."""
-    destination = destination_from_url(kind, name)
-    consumer = parse_consumer_id(destination, consumer_id)
+    destination = url_destination(kind, name)
+    consumer = _consumer_from_id(destination, consumer_id)
     if consumer is None or consumer.user_id != user.pk:
         raise Problem(404, "unknown_consumer", "Unknown consumer",
                       f"no HTTP consumer {consumer_id} of yours on {destination.uri}",

@@ -363,3 +363,16 @@ def test_the_copies_of_a_composite_send_count_against_the_broker_limit(broker):
     assert refused.value.details["scope"] == "broker"
     assert flow.broker_memory(broker).used <= 4 * 1100
     assert broker.stats("x.a").queue_size == broker.stats("x.b").queue_size == 2
+
+
+def test_a_transaction_that_is_never_ended_holds_its_room_only_for_its_life(broker, policy, clock):
+    """FLOWFIX: a reservation lapses with its transaction (the tx key's TTL), so a client that vanishes
+    without commit or rollback does not block a destination for ever."""
+    policy("orders", memoryLimit=2 * 1100, sendFailIfNoSpace=True)
+    tx = broker.begin(ttl_ms=5_000)
+    broker.send("orders", [Message(body=KB), Message(body=KB)], tx=tx)
+    with pytest.raises(ResourceAllocationError):
+        fill(broker, "orders", 1)
+    clock.advance(5_001)
+    fill(broker, "orders", 2)
+    assert broker.stats("orders").queue_size == 2

@@ -380,3 +380,21 @@ def test_a_client_side_composite_ignores_empty_parts(broker):
     broker.send("a,,b,", Message(body="x", message_id="m1"))
     for name in ("a", "b"):
         assert [b.message.message_id for b in broker.browse(name, limit=10).messages] == ["m1"]
+
+
+def test_deleting_a_composite_with_copies_still_owed_gives_the_targets_room_back(broker, clock):
+    """FLOWFIX follow-up to finding 8: a copy recorded but not delivered counts against its target until
+    delivered; if the composite is deleted with the record, the target must not keep counting it."""
+    virtual.configure(broker, VirtualConfig.from_config(
+        {"compositeQueue": [{"name": "x", "forwardTo": ["x.a"]}]}))
+    floors(broker)
+    broker.policies.set_entry("queue", "x.a", {"minimumMessageSize": FLOOR, "memoryLimit": FLOOR,
+                                               "sendFailIfNoSpace": True})
+    broker.ensure_destination("x.a")
+    broker.refresh_policies()
+    op = broker.ops.send(parse_destination("x"), [Message(body="s", message_id="m1")], clock.now_ms())
+    with pytest.raises(Crash):
+        drive(broker, op, stop_at=lambda r: hasattr(r, "args") and r.args[0] == "HSCAN")
+    broker.delete_destination("x")
+    broker.send("x.a", Message(body="s", message_id="direct"))  # the room is free again
+    assert [b.message.message_id for b in broker.browse("x.a", limit=10).messages] == ["direct"]

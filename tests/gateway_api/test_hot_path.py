@@ -130,3 +130,16 @@ async def test_a_long_poll_receive_goes_to_django(api, alice, settings, django_p
     assert waited.status_code == at_once.status_code == 200
     assert waited.json() == at_once.json() == {"messages": []}
     assert django_path_calls == [f"{path}/receive"]
+
+
+async def test_a_body_over_the_request_limit_is_413_on_the_hot_path_too(api, alice, settings,
+                                                                      django_path_calls):
+    settings.SIGNALBOX_API_HOT_PATH = True
+    await send(api, alice, {"body": "warm"}, destination="orders.big")  # the token is cached from here on
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = await api.post("/api/v1/queues/orders.big/messages", json={"body": "x" * 5000}, headers=alice)
+    assert response.status_code == 413 and response.json()["code"] == "request_too_large"
+    assert django_path_calls == ["/api/v1/queues/orders.big/messages"] * 2  # Django refused it
+    messages = await api.post(f"{await consumer(api, alice, 'orders.big')}/receive?max_messages=5",
+                              headers=alice)
+    assert [m["body"] for m in messages.json()["messages"]] == ["warm"]

@@ -71,6 +71,8 @@ def sub_keys(broker, dest):
 
 # -- §7.5 retained message ---------------------------------------------------------------------------
 
+@pytest.mark.xfail(strict=True, reason="not built: the replayed copy of a retained message still stored for "
+                   "another subscription is the shared one, without ActiveMQ.Retained (docs/broker_core.md lists it)")
 def test_replayed_retained_message_carries_retained_flag_even_while_another_subscription_holds_it(broker):
     """RetainedMessageSubscriptionRecoveryPolicy replays a COPY with ActiveMQ.Retained=true. When the
     published message is still stored for another subscription, TOPIC.replay shares the published blob
