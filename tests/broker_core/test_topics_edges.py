@@ -1,4 +1,5 @@
-"""Review of the topics work (issue 5 items 1-4): each test shows one defect; see the report."""
+"""Topic edge cases (issue 5 items 1-4) found by a review against the spec: durable keys, operator calls
+on topics, counters, recovery order, memory, slow marking, evictions."""
 
 from __future__ import annotations
 
@@ -71,8 +72,9 @@ def sub_keys(broker, dest):
 
 # -- §7.5 retained message ---------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="not built: the replayed copy of a retained message still stored for "
-                   "another subscription is the shared one, without ActiveMQ.Retained (docs/broker_core.md lists it)")
+@pytest.mark.xfail(strict=True, reason="not built: the replayed copy of a retained message still stored "
+                   "for another subscription is the shared one, without ActiveMQ.Retained "
+                   "(docs/broker_core.md lists it)")
 def test_replayed_retained_message_carries_retained_flag_even_while_another_subscription_holds_it(broker):
     """RetainedMessageSubscriptionRecoveryPolicy replays a COPY with ActiveMQ.Retained=true. When the
     published message is still stored for another subscription, TOPIC.replay shares the published blob
