@@ -2,8 +2,8 @@
 
 -- Redis runs a script's whole body on every call, and each `local function` costs a closure (and a walk
 -- of the open upvalues for each name it uses). The paths most calls never take (expiry, scheduling,
--- returns, closing a consumer) are therefore built on first use: these names start as stubs that build
--- their group, then call the real function.
+-- returns, closing a consumer) are therefore built on first use: these names start as stubs (at the end of
+-- this file) that build them all (lifecycle_load), then call the real function.
 local expire_message, expire_pending, park, schedule_job, fire_scheduled, return_message
 local recompute_exclusive_owner, remove_subscription, subscription_consumer_gone, close_consumer
 
