@@ -13,9 +13,10 @@ from tests.analytics.journal import Journal, generate
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator:
-    from analytics.spark import spark_session
+    from analytics.spark import DEFAULT_MASTER, spark_session
 
-    session = spark_session("signalbox-tests", "local[2]")
+    # The default master, so tests/test_analytics_spark.py (which checks it) can reuse this session.
+    session = spark_session("signalbox-tests", DEFAULT_MASTER)
     try:
         yield session
     finally:

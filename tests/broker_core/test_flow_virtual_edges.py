@@ -1,7 +1,7 @@
-"""Review of flow control, virtual destinations and advisories (issue 5 items 5-7; spec §9-§11, §13).
+"""Edge cases of flow control, virtual destinations and advisories (issue 5 items 5-7; spec §9-§11, §13).
 
-Each test names a behaviour the implementation got wrong; FLOWFIX fixed them (docstrings keep the
-review's description of the bug). Two crash tests stop at the step the fix made atomic (see their notes).
+Each test pins a behaviour a review against the spec found wrong and that was then fixed (docstrings keep
+the description of the bug). Two crash tests stop at the step the fix made atomic (see their notes).
 """
 
 from __future__ import annotations
