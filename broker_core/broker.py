@@ -54,7 +54,7 @@ _ERRORS: dict[str, type[errors.BrokerError]] = {
     "NO_ORIGINAL_DESTINATION": errors.OperationRefused,
     "SCHEDULED_JOB": errors.OperationRefused,
     "UNKNOWN_DESTINATION": errors.UnknownDestination,
-    "DURABLE_IN_USE": errors.DurableSubscriptionInUse,  # TOPICS
+    "DURABLE_IN_USE": errors.DurableSubscriptionInUse,
     "NO_SUBSCRIPTION": errors.UnknownSubscription,
     "TOPIC_REPEAT": errors.InvalidMessage,
 }
@@ -106,7 +106,7 @@ class _Api:
     def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
              *, tx: str | None = None) -> Any:
         """Send one message, or several in order in one call; returns the message ids. A client-side
-        composite (`A,B,topic://C`) sends to every part (VIRTUAL: broker_core/virtual.py)."""
+        composite (`A,B,topic://C`) sends to every part (broker_core/virtual.py)."""
         parts = virtual.split_composite(destination) if isinstance(destination, str) else None
         if parts is not None:
             return self._run(virtual.send_composite(self.ops, parts, _messages(message), self._now(), tx))
@@ -272,7 +272,7 @@ class _Api:
         return self._run(self.ops.group_counts(_dest(destination), self._now(), pending_limit,
                                                in_flight_limit))
 
-    # -- TOPICS (docs/broker_core.md "Topics") -------------------------------------------------------
+    # -- topics (docs/broker_core.md "Topics") -------------------------------------------------------
 
     def unsubscribe(self, destination: str | Destination, *, client_id: str, subscription_name: str) -> Any:
         """Delete an offline durable subscription and its messages; returns how many messages went.
@@ -333,7 +333,7 @@ class Broker(_Api):
             return self.redis.execute_command(*request.args)
         if isinstance(request, Policy):
             return self.policies.resolve(request.destination)
-        if isinstance(request, Sleep):  # FLOW: a send waiting for space
+        if isinstance(request, Sleep):  # a send waiting for space
             time.sleep(request.ms / 1000)
             return self._now()
         # a list of Evals: one MULTI/EXEC, each reply or its error
@@ -404,7 +404,7 @@ class AsyncBroker(_Api):
             if self.policies is None:
                 raise errors.InvalidPolicy("AsyncBroker needs a PolicyStore to create destinations")
             return await asyncio.to_thread(self.policies.resolve, request.destination)
-        if isinstance(request, Sleep):  # FLOW: a send waiting for space
+        if isinstance(request, Sleep):  # a send waiting for space
             await asyncio.sleep(request.ms / 1000)
             return self._now()
         for call in request:
@@ -427,7 +427,7 @@ class AsyncBroker(_Api):
         except StopIteration as stop:
             return stop.value
 
-    # -- console (issue 9): many destinations' statistics at once -------------------------------------
+    # -- many destinations' statistics at once -------------------------------------
 
     async def stats_many(self, destinations: list[str | Destination]) -> list[DestinationStats | None]:
         """`stats` of many destinations in one pipelined round trip per 1,000 (None for one that is
@@ -438,7 +438,7 @@ class AsyncBroker(_Api):
         for start in range(0, len(destinations), 1000):
             now = self._now()
             chunk = [_dest(d) for d in destinations[start:start + 1000]]
-            # TOPICS: a topic's stats read each subscription, so topics are not pipelined here.
+            # a topic's stats read each subscription, so topics are not pipelined here.
             ops = [self.ops.stats(d, now) for d in chunk if not d.is_topic]
             calls = [next(op) for op in ops]
             pipe = self.redis.pipeline(transaction=False)

@@ -205,7 +205,7 @@ def parse_composite(
     for number, raw in enumerate(parts, start=1):
         part = raw.strip()
         if not part:
-            continue  # §10.1: parts are trimmed, empty parts are ignored (FLOWFIX)
+            continue  # §10.1: parts are trimmed, empty parts are ignored
         try:
             destination = parse_destination(part, parent, allow_wildcards=allow_wildcards)
         except InvalidDestination as error:

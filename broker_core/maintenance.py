@@ -307,7 +307,7 @@ def abort_consumer(broker: Broker, consumer: ConsumerRef, reason: str, *, abort_
                    ) -> None:
     """Abort a consumer now (an operator's decision): closed as the strategies close it, with a
     tombstone carrying `reason`. Raises UnknownConsumer if it is not registered."""
-    dest = broker._run(broker.ops.home(consumer))  # TOPICS: a topic consumer's subscription
+    dest = broker._run(broker.ops.home(consumer))  # a topic consumer's subscription
     reply = broker._run(_abort_op(broker, dest, broker.clock.now_ms(), "abort", consumer.consumer_id, reason,
                                   _flag(abort_connection)))
     if reply is None:
@@ -332,7 +332,7 @@ def abort_reason(broker: Broker, destination: str | Destination, consumer_id: st
     return notice.reason if notice else None
 
 
-# -- offline durable subscriptions (spec §7.4, TOPICS) ------------------------------------------------
+# -- offline durable subscriptions (spec §7.4) ------------------------------------------------
 
 
 def run_offline_durable_cleanup(broker: Broker, destination: str | Destination,
@@ -375,7 +375,7 @@ class TickReport:
     aborted: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     duration_ms: int = 0
-    offline_removed: list[str] = field(default_factory=list)  # TOPICS: "<topic uri>#<subscription key>"
+    offline_removed: list[str] = field(default_factory=list)  # "<topic uri>#<subscription key>"
 
 
 def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickReport:
@@ -398,10 +398,10 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
             dest = parse_destination(uri)
             entry = policy_map.resolve(dest)
             targets = [dest]
-            if dest.is_topic:  # TOPICS: the jobs run on each subscription; offline durables on the topic
+            if dest.is_topic:  # the jobs run on each subscription; offline durables on the topic
                 removed = run_offline_durable_cleanup(broker, dest, entry)
                 offline_removed += [f"{uri}#{key}" for key in removed]
-                # TOPICS: forwards wait on the topic itself (<topic>:fwd), so they are recovered there too:
+                # forwards wait on the topic itself (<topic>:fwd), so they are recovered there too:
                 # a topic nobody subscribes to (VirtualTopic.>, a composite) has no subscription to do it.
                 recovery = run_recovery(broker, dest)
                 forwarded += recovery.forwarded

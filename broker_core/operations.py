@@ -92,10 +92,10 @@ class ConsumerSpec:
     ack_mode: AckMode = "client"
     lease_ms: int = DEFAULT_LEASE_MS
     notify: str | None = None  # Redis pub/sub channel told when the consumer's outbox gets messages
-    # TOPICS (§7.4, §7.5): with client_id, a durable subscription; replay what the recovery policy kept.
+    # (§7.4, §7.5) with client_id, a durable subscription; replay what the recovery policy kept.
     subscription_name: str | None = None
     retroactive: bool = False
-    # TOPICS (§8.5): the consumer's own maximumPendingMessageLimit (STOMP's
+    # (§8.5) the consumer's own maximumPendingMessageLimit (STOMP's
     # activemq.maximumPendingMessageLimit); with a pendingMessageLimitStrategy it wins when > 0 and smaller.
     maximum_pending_message_limit: int | None = None
 
@@ -113,7 +113,7 @@ class ConsumerSpec:
                                   "subscription name", field="subscription_name")
         if not 1_000 <= self.lease_ms <= 3_600_000:
             raise InvalidConsumer(f"lease must be 1000-3600000 ms, got {self.lease_ms!r}", field="lease_ms")
-        limit = self.maximum_pending_message_limit  # TOPICS
+        limit = self.maximum_pending_message_limit
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InvalidConsumer(f"maximum pending message limit must be an integer >= 0, got {limit!r}",
                                   field="maximum_pending_message_limit")
@@ -130,7 +130,7 @@ class ConsumerRef:
 class Consumer(ConsumerRef):
     prefetch: int = 0
     hold_until: int = 0
-    subscription: str | None = None  # TOPICS: the subscription's key (topics.py)
+    subscription: str | None = None  # the subscription's key (topics.py)
 
 
 @dataclass(frozen=True)
@@ -228,7 +228,7 @@ class DestinationStats:
     paused: bool
     exclusive_owner: str | None
     consumers: list[ConsumerStats] = field(default_factory=list)
-    # TOPICS (topic_ops.stats): the subscriptions, messages no subscription matched (dropped), durable
+    # (topic_ops.stats) the subscriptions, messages no subscription matched (dropped), durable
     # subscriptions active and offline, evictions (§8.5), messages dropped with a removed subscription.
     subscriptions: list[SubscriptionStats] = field(default_factory=list)
     no_subscription: int = 0
@@ -307,7 +307,7 @@ def _pairs(flat: list[Any]) -> dict[str, str]:
 
 
 def _memory_stats(meta: dict[str, str], limits: list[Any]) -> dict[str, int]:
-    """FLOW: DestinationStats' memory fields from the meta hash and stats.lua's limits."""
+    """DestinationStats' memory fields from the meta hash and stats.lua's limits."""
     own, broker = int(_str(limits[0]) or 0), _str(limits[1])
     limit = own if own > 0 else (int(broker) if broker else flow.DEFAULT_MEMORY_LIMIT)
     used = int(meta.get("mem", 0))
@@ -322,15 +322,15 @@ class Operations:
     def __init__(self, namespace: str = "sb") -> None:
         self.namespace = namespace
         self.registry_key = f"{namespace}:destinations"
-        self.virtual = virtual.VirtualCache()  # VIRTUAL: this process's copy of the routing configuration
+        self.virtual = virtual.VirtualCache()  # this process's copy of the routing configuration
 
     def prefix(self, dest: Destination) -> str:
-        if isinstance(dest, Subscription):  # TOPICS: a subscription's keys, inside the topic's hash tag
+        if isinstance(dest, Subscription):  # a subscription's keys, inside the topic's hash tag
             return f"{self.namespace}:{{{dest.tag}}}:s:{dest.key}"
         return f"{self.namespace}:{{{dest.tag}}}"
 
     def home(self, consumer: ConsumerRef) -> Op:
-        """Where a consumer's messages are: its queue, or (TOPICS) its topic subscription."""
+        """Where a consumer's messages are: its queue, or its topic subscription."""
         dest = consumer.destination
         if not dest.is_topic or isinstance(dest, Subscription):
             return dest
@@ -349,7 +349,7 @@ class Operations:
             try:
                 return (yield Eval(name, (self.prefix(dest),), (now, *args)))
             except NoDestination:
-                base = dest.topic if isinstance(dest, Subscription) else dest  # TOPICS
+                base = dest.topic if isinstance(dest, Subscription) else dest
                 yield from self.init_destination(base, now)
         raise UnknownDestination(f"destination {dest.uri} could not be created")
 
@@ -369,8 +369,8 @@ class Operations:
         yield Command(("HSETNX", f"{prefix}:meta", "uri", dest.uri))
         yield Command(("HSETNX", f"{prefix}:meta", "created", now))
         created = yield Command(("ZADD", self.registry_key, "NX", now, dest.uri))
-        yield from virtual.on_created(self, dest)  # VIRTUAL: a virtual topic's consumer queue joins
-        if created:  # ADVISORY: ActiveMQ.Advisory.Queue / .Topic (advisory.py)
+        yield from virtual.on_created(self, dest)  # a virtual topic's consumer queue joins
+        if created:  # ActiveMQ.Advisory.Queue / .Topic (advisory.py)
             yield from advisory.destination_changed(self, dest, now, added=True)
 
     def refresh_policies(self, now: int) -> Op:
@@ -398,15 +398,15 @@ class Operations:
 
     def forward(self, dest: Destination, now: int, limit: int = 1_000) -> Op:
         """Deliver the messages a script set aside for other destinations (dead letters, moves, virtual
-        destination copies, advisories), each delivery and the removal of its entry in one MULTI/EXEC
-        (FLOWFIX), so a crash can neither lose nor duplicate one. Safe to repeat."""
+        destination copies, advisories), each delivery and the removal of its entry in one MULTI/EXEC,
+        so a crash can neither lose nor duplicate one. Safe to repeat."""
         source_policy: dict[str, str] | None = None
         done = 0
-        if isinstance(dest, Subscription):  # TOPICS: forwards wait on the topic
+        if isinstance(dest, Subscription):  # forwards wait on the topic
             dest = dest.topic
         key = f"{self.prefix(dest)}:fwd"
         while done < limit:
-            # VIRTUAL: read a batch whole and deliver it in the order it was recorded (a record's 5th
+            # read a batch whole and deliver it in the order it was recorded (a record's 5th
             # element, if any), so a composite's targets get a producer's messages in order.
             entries: dict[Any, Any] = {}
             cursor: Any = 0
@@ -421,7 +421,7 @@ class Operations:
                               for raw_id, packed in entries.items()), key=lambda r: r[5] if len(r) > 5 else 0)
             ensured: set[Destination] = set()
             for raw_id, target_uri, cause, argument, blob, *extra in records:
-                message_id = _str(raw_id).partition("|")[0]  # VIRTUAL: copies are '<id>|<target>'
+                message_id = _str(raw_id).partition("|")[0]  # copies are '<id>|<target>'
                 target = parse_destination(_str(target_uri))
                 if source_policy is None:
                     raw = yield Command(("HGETALL", f"{self.prefix(dest)}:policy"))  # a dict from redis-py
@@ -429,9 +429,9 @@ class Operations:
                 kind = _str(cause)
                 if kind in TRANSFERS:
                     copy = blob  # moved, copied or retried as it is
-                elif kind == "virtual":  # VIRTUAL: a virtual destination's copy (virtual.py)
+                elif kind == "virtual":  # a virtual destination's copy (virtual.py)
                     copy = virtual.forward_copy(blob, _str(argument))
-                elif kind == "advisory":  # ADVISORY: an advisory message about an event (advisory.py)
+                elif kind == "advisory":  # an advisory message about an event (advisory.py)
                     copy = advisory.build(message_id, argument, blob, now)
                 else:
                     text = failure_cause(kind, _str(argument), source_policy)
@@ -440,16 +440,16 @@ class Operations:
                 if target not in ensured:  # the MULTI below must not meet a target without a policy
                     yield from self.ensure_destination(target, now)
                     ensured.add(target)
-                # VIRTUAL: the target's own virtual destinations apply (ActiveMQ re-routes a copy too)
+                # the target's own virtual destinations apply (ActiveMQ re-routes a copy too)
                 origin = yield from virtual.origin(self, target, "forward")
-                # FLOWFIX: a virtual copy still on its way counts against its target ('memfwd', virtual.lua)
+                # a virtual copy still on its way counts against its target ('memfwd', virtual.lua)
                 charge = int(extra[1]) if kind == "virtual" and len(extra) > 1 else 0
-                if target.is_topic:  # VIRTUAL: published to the topic's subscriptions
+                if target.is_topic:  # published to the topic's subscriptions
                     send = Eval("topic_send", (self.prefix(target),),
                                 (now, 0, origin, message_id, copy, "", ""))
                 else:
                     send = Eval("send", (self.prefix(target),), (now, 0, origin, message_id, copy))
-                # FLOWFIX: the target's send and the record's removal are one MULTI/EXEC, so a crash can
+                # the target's send and the record's removal are one MULTI/EXEC, so a crash can
                 # neither lose the copy nor deliver it twice (not even after the target's audit moved on).
                 done_call = Eval("forward_done", (self.prefix(dest),),
                                  (now, "done", raw_id, f"{self.prefix(target)}:meta", charge))
@@ -461,7 +461,7 @@ class Operations:
                             yield Command(("HINCRBY", f"{self.prefix(target)}:meta", "memfwd", charge))
                         ensured.discard(target)
                         return done
-                    # FLOWFIX: a copy its target refuses for good (a repeating scheduled message to a
+                    # a copy its target refuses for good (a repeating scheduled message to a
                     # topic: TOPIC_REPEAT) is counted and logged, not retried for ever: forwarding goes on.
                     yield Eval("forward_done", (self.prefix(dest),),
                                (now, "refused", raw_id, "", 0, target.uri, str(reply)[:200]))
@@ -479,14 +479,14 @@ class Operations:
     def send(self, dest: Destination, messages: Iterable[Message], now: int,
              also: tuple[Destination, ...] = ()) -> Op:
         """Enqueue messages in order; returns their ids. A bad message or a limit refuses the whole batch.
-        `also`: the other parts of a client-side composite (`A,B,topic://C`), sent copies (VIRTUAL)."""
+        `also`: the other parts of a client-side composite (`A,B,topic://C`), sent copies."""
         if dest.is_topic:
-            return (yield from topic_ops.send(self, dest, messages, now, also))  # FLOWFIX: also
-        args: list[Any] = [0, (yield from virtual.origin(self, dest, "producer", also))]  # VIRTUAL
+            return (yield from topic_ops.send(self, dest, messages, now, also))  # also
+        args: list[Any] = [0, (yield from virtual.origin(self, dest, "producer", also))]
         for message in messages:
             message_id, blob = message.pack(now)
             args += [message_id, blob]
-        reply = yield from flow.send_when_space(self, dest, now, args)  # FLOW: waits or raises when full
+        reply = yield from flow.send_when_space(self, dest, now, args)  # waits or raises when full
         split = reply.index(b"")
         yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
         return [SentId(message_id, _str(status)) for message_id, status in zip(args[2::2], reply[:split],
@@ -723,7 +723,7 @@ class Operations:
 
     def remove(self, dest: Destination, message_ids: list[str], now: int) -> Op:
         """Remove messages by id (in flight too, as ActiveMQ's removeMessage); returns how many."""
-        _refuse_on_topic(dest, "remove messages from")  # TOPICS
+        _refuse_on_topic(dest, "remove messages from")
         reply = yield from self._eval("remove", dest, now, 0, 0, *message_ids)
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0])
@@ -749,7 +749,7 @@ class Operations:
                  selector: str | None, limit: int | None, now: int) -> Op:
         """Move, copy or retry (to each message's original destination) messages by id or all pending
         messages a selector matches, in bounded calls. Returns how many."""
-        _refuse_on_topic(dest, f"{mode} messages of")  # TOPICS
+        _refuse_on_topic(dest, f"{mode} messages of")
         if target is not None:
             if target == dest:
                 raise OperationRefused(f"cannot {mode} messages of {dest.uri} to itself", target=target.uri)
@@ -774,17 +774,17 @@ class Operations:
 
     def delete_destination(self, dest: Destination, now: int) -> Op:
         """Delete a destination and everything in it; returns how many messages it held."""
-        if dest.is_topic:  # TOPICS: its subscriptions first, then the keys below
+        if dest.is_topic:  # its subscriptions first, then the keys below
             stored = yield from topic_ops.delete(self, dest, now)
             yield Eval("destination_delete", (self.prefix(dest),), (now,))
             if (yield Command(("ZREM", self.registry_key, dest.uri))):
-                yield from advisory.destination_changed(self, dest, now, added=False)  # ADVISORY
+                yield from advisory.destination_changed(self, dest, now, added=False)
             return stored
         count = yield Eval("destination_delete", (self.prefix(dest),), (now,))
         removed = yield Command(("ZREM", self.registry_key, dest.uri))
-        yield from virtual.on_deleted(self, dest)  # VIRTUAL
+        yield from virtual.on_deleted(self, dest)
         if removed:
-            yield from advisory.destination_changed(self, dest, now, added=False)  # ADVISORY
+            yield from advisory.destination_changed(self, dest, now, added=False)
         return int(count)
 
     # -- transactions ---------------------------------------------------------------------------------
@@ -815,13 +815,13 @@ class Operations:
     def tx_send(self, tx: str, dest: Destination, messages: Iterable[Message], now: int) -> Op:
         yield from self._tx_open(tx)
         yield from self.ensure_destination(dest, now)  # so the commit's MULTI never meets a new one
-        if dest.is_topic:  # TOPICS: recorded with the ActiveMQ.Retain decision (topics.pack_for_topic)
+        if dest.is_topic:  # recorded with the ActiveMQ.Retain decision (topics.pack_for_topic)
             records = [pack_for_topic(message, now) for message in messages]
             packed = [(message_id, blob) for message_id, blob, _, _ in records]
         else:
             packed = [message.pack(now) for message in messages]
-        # FLOW: a transacted send waits for space (or fails) when it is sent; its commit is not refused.
-        # FLOWFIX: the space it needs is reserved for the transaction until its commit or rollback (or its
+        # a transacted send waits for space (or fails) when it is sent; its commit is not refused.
+        # the space it needs is reserved for the transaction until its commit or rollback (or its
         # end of life), so open transactions together cannot commit past a limit (§9.2), topics included.
         ttl = yield Command(("PTTL", self.tx_key(tx)))
         probe = f"probe:{tx}:{max(int(ttl), 1)}"
@@ -854,23 +854,23 @@ class Operations:
         for op, kind, name, *rest in records:
             dest = Destination(kind, name)
             touched[dest.uri] = dest
-            if op == "send" and dest.is_topic:  # TOPICS
-                origin = yield from virtual.origin(self, dest, "commit")  # VIRTUAL
+            if op == "send" and dest.is_topic:
+                origin = yield from virtual.origin(self, dest, "commit")
                 calls.append(Eval("topic_send", (self.prefix(dest),), (now, 0, origin, *rest)))
             elif op == "send":
                 message_id, blob = rest
-                origin = yield from virtual.origin(self, dest, "commit")  # VIRTUAL
+                origin = yield from virtual.origin(self, dest, "commit")
                 calls.append(Eval("send", (self.prefix(dest),), (now, 0, origin, message_id, blob)))
             else:
                 consumer_id, mode, message_ids = rest
-                if dest.is_topic:  # TOPICS: the ack goes to the consumer's subscription
+                if dest.is_topic:  # the ack goes to the consumer's subscription
                     try:
                         dest = yield from topic_ops.home(self, dest, consumer_id, None)
                     except UnknownConsumer:
                         continue  # closed: its messages went back (durable) or away (non-durable) already
                     touched[f"{dest.uri}#{dest.key}"] = dest
                 calls.append(Eval("ack", (self.prefix(dest),), (now, 0, consumer_id, mode, 0, *message_ids)))
-        # FLOWFIX: the reservations end in the same atomic step as the committed messages start counting
+        # the reservations end in the same atomic step as the committed messages start counting
         calls += [Eval("flow_release", (self.prefix(d),), (now, tx)) for d in _sent_to(records)]
         yield Command(("DEL", self.tx_key(tx)))
         replies = yield calls  # one MULTI/EXEC
@@ -887,7 +887,7 @@ class Operations:
     def tx_rollback(self, tx: str, now: int) -> Op:
         records = yield from self._tx_records(tx)
         yield Command(("DEL", self.tx_key(tx)))
-        for dest in _sent_to(records):  # FLOWFIX: give back the space its sends reserved
+        for dest in _sent_to(records):  # give back the space its sends reserved
             yield Eval("flow_release", (self.prefix(dest),), (now, tx))
         for record in records:
             if record[0] == "ack":
@@ -904,12 +904,12 @@ class Operations:
 
 
 def _sent_to(records: list[Any]) -> list[Destination]:
-    """FLOWFIX: the destinations a transaction's send records name (each holds a reservation)."""
+    """the destinations a transaction's send records name (each holds a reservation)."""
     return list(dict.fromkeys(Destination(r[1], r[2]) for r in records if r[0] == "send"))
 
 
 def _refuse_on_topic(dest: Destination, what: str) -> None:
-    """TOPICS: a topic stores each message once for all its subscriptions (topics.py), so taking one out
+    """a topic stores each message once for all its subscriptions (topics.py), so taking one out
     by id would pull it from under every subscriber; ActiveMQ's TopicView has no removeMessage/move."""
     if dest.is_topic and not isinstance(dest, Subscription):
         raise OperationRefused(f"cannot {what} a topic ({dest.uri}): a topic's messages belong to its "
@@ -917,4 +917,4 @@ def _refuse_on_topic(dest: Destination, what: str) -> None:
                                destination=dest.uri)
 
 
-from . import topic_ops  # noqa: E402  TOPICS: topic_ops builds on this module's names
+from . import topic_ops  # noqa: E402  topic_ops builds on this module's names

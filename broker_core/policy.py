@@ -446,7 +446,7 @@ _OWNER: dict[str, str] = {
     for prop in props.values()
 }
 
-# FLOWFIX: attributes accepted at their default (false) only; true is refused with the reason.
+# attributes accepted at their default (false) only; true is refused with the reason.
 _ONLY_FALSE = {
     "sendAdvisoryIfNoConsumers": "no NoConsumer advisory is generated (docs/broker_core.md, Advisory topics)",
 }
@@ -529,7 +529,7 @@ def _check_value(spec: _Spec, value: Any) -> None:
     if spec.type in ("bool", "bool | None"):
         if not (isinstance(value, bool) or (value is None and spec.type == "bool | None")):
             raise bad("a boolean (true or false)")
-        if value is True and spec.camel in _ONLY_FALSE:  # FLOWFIX: accepted only as the default
+        if value is True and spec.camel in _ONLY_FALSE:  # accepted only as the default
             raise _fail(f"ActiveMQ's {spec.camel} = true is not supported by Signalbox: "
                         f"{_ONLY_FALSE[spec.camel]}", attribute=spec.camel, value=value)
         return

@@ -55,14 +55,14 @@ def subscription_keys(ops: Operations, topic: Destination) -> Op:
 
 def send(ops: Operations, dest: Destination, messages: Iterable[Message], now: int,
          also: tuple[Destination, ...] = ()) -> Op:
-    # VIRTUAL (FLOW helper); FLOWFIX: `also`, a client-side composite's other parts, recorded as copies
+    # `also`, a client-side composite's other parts, recorded as copies
     args: list[Any] = [0, (yield from virtual.origin(ops, dest, "producer", also))]
     ids: list[str] = []
     for message in messages:
         message_id, blob, retain, copy = pack_for_topic(message, now)
         ids.append(message_id)
         args += [message_id, blob, retain, copy]
-    # FLOW: waits for space or raises, as a queue send does (flow.py)
+    # waits for space or raises, as a queue send does (flow.py)
     reply = yield from flow.send_when_space(ops, dest, now, args, script="topic_send")
     split = reply.index(b"")
     yield from finish_send(ops, dest, now, reply[split + 1:])
@@ -274,7 +274,7 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         subs.append(one)
         consumers += cons
     fwd = yield Command(("HLEN", f"{ops.prefix(dest)}:fwd"))
-    # FLOW: the memory limit in force (the topic's memoryLimit, else the broker's), as for queues
+    # the memory limit in force (the topic's memoryLimit, else the broker's), as for queues
     limits = [(yield Command(("HGET", f"{ops.prefix(dest)}:policy", "memoryLimit"))) or b"0",
               (yield Command(("HGET", flow.usage_key(ops.namespace), "limit"))) or b""]
 
@@ -295,7 +295,7 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         discarded=count("discarded") + total("discarded"), parked=total("parked"), forwarding=int(fwd),
         purged=0, moved=0, cancelled=0, duplicates=count("duplicates"), skipped=0, last_pass_skipped=0,
         consumer_count=len(subs), group_count=0, paused=False, exclusive_owner=None, consumers=consumers,
-        **_memory_stats(meta, limits),  # FLOW
+        **_memory_stats(meta, limits),
         subscriptions=subs, no_subscription=count("no_subscription"),
         durable_active=sum(1 for s in subs if s.durable and s.active),
         durable_offline=sum(1 for s in subs if s.durable and not s.active),

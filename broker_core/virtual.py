@@ -386,7 +386,7 @@ def _targets(ops: Any, config: VirtualConfig, dest: Destination, also: Sequence[
             seen.add((t[0], t[1], t[4]))
             unique.append(t)
     if depth < MAX_WEIGHT_DEPTH:
-        for t in unique:  # FLOWFIX: a copy's own copies count against the broker's limit too (flow.lua)
+        for t in unique:  # a copy's own copies count against the broker's limit too (flow.lua)
             _, _, nested = yield from _targets(ops, config, parse_destination(t[0]), (), depth + 1)
             t[3] = sum(1 + n[3] for n in nested)
     return keep, groups, unique

@@ -20,7 +20,7 @@ urlpatterns = [
     path("dead-letters/", views.dead_letters, name="dead-letters"),
     path("send/", views.send, name="send"),
     path("audit/", views.audit, name="audit"),
-    # analytics (issue 10): the pipeline's summary per destination (console/views_analytics.py)
+    # the pipeline's summary per destination (console/views_analytics.py)
     path("analytics/", views_analytics.index, name="analytics"),
     path("analytics/<str:kind>/<str:name>/", views_analytics.destination, name="analytics-destination"),
     path("analytics/<str:kind>/<str:name>/summary.json", views_analytics.summary_json,

@@ -36,7 +36,7 @@ def schedule_maintenance(sender: Celery, **kwargs: Any) -> None:
     )
 
 
-# -- analytics (issue 10): archive the lifecycle events every SIGNALBOX_ARCHIVE_SECONDS (default 60 s);
+# -- archive the lifecycle events every SIGNALBOX_ARCHIVE_SECONDS (default 60 s);
 # run the PySpark jobs every SIGNALBOX_ANALYTICS_SECONDS (0, the default, leaves them off).
 ANALYTICS_ARCHIVE = "signalbox.analytics.archive"
 ANALYTICS_RUN = "signalbox.analytics.run"

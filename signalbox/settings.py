@@ -82,7 +82,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI served from our own static files (no CDN)
     "gateway",
     "console",
-    "analytics.apps.AnalyticsConfig",  # analytics (issue 10): the signalbox_analytics management command
+    "analytics.apps.AnalyticsConfig",  # the signalbox_analytics management command
 ]
 
 # Django's usual stack. The gateway's API requests run these inline on the event loop instead of

@@ -74,7 +74,7 @@ def expire_offline_durables(destination: str, namespace: str | None = None) -> l
     return maintenance.run_offline_durable_cleanup(broker(namespace), destination, force=True)
 
 
-# -- analytics (issue 10): the event archive and the PySpark pipeline (analytics/) --------------------
+# -- the event archive and the PySpark pipeline (analytics/) --------------------
 
 
 @app.task(name="signalbox.analytics.archive")

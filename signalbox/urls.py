@@ -14,7 +14,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="openapi-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="openapi-docs"),
     path("api/", include("gateway.api.urls")),
-    path("console/", include("console.urls")),  # the web console (issue 9)
+    path("console/", include("console.urls")),  # the web console
 ]
 
 # Under /api/ a missing resource or a crash is a problem-details response like every other error.

@@ -25,7 +25,7 @@ local op = ARGV[5]
 
 local K_SLOW = P .. ':slowcons'     -- hash: consumer id -> packed {markCount, slowCount, slow_since seen}
 local K_MAINT = P .. ':maint'       -- hash: maintenance job state (broker_core/maintenance.py)
-local K_ABORTED = TP .. ':aborted'  -- hash: consumer id -> JSON tombstone (a topic's: TOPICS, on the topic)
+local K_ABORTED = TP .. ':aborted'  -- hash: consumer id -> JSON tombstone (a topic's live on the topic)
 local K_ABORTED_AT = TP .. ':aborted:at'  -- zset: consumer id -> time of the abort (oldest go first)
 local KEEP_MS = 7 * 86400000  -- bookkeeping of a destination no worker maintains any more goes away
 

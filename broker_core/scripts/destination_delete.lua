@@ -6,7 +6,7 @@ NOW = tonumber(ARGV[1])
 local count = redis.call('HLEN', K_MSGS)
 -- What it held no longer counts towards the broker's memory usage (flow.lua).
 redis.call('HINCRBY', K_USAGE, 'used', 0 - (tonumber(redis.call('HGET', K_META, 'mem')) or 0))  -- 0 - x: Lua's -(0) is -0, which HINCRBY refuses
--- FLOWFIX: virtual copies it still owed stop counting against their targets ('memfwd', virtual.lua), and
+-- virtual copies it still owed stop counting against their targets ('memfwd', virtual.lua), and
 -- transactions' reservations on it end (flow.lua).
 for _, packed in ipairs(redis.call('HVALS', K_FWD)) do
   local r = cmsgpack.unpack(packed)

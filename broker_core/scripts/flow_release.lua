@@ -1,4 +1,4 @@
--- FLOWFIX: a transaction's commit or rollback gives back the space its sends reserved (includes/flow.lua).
+-- a transaction's commit or rollback gives back the space its sends reserved (includes/flow.lua).
 -- KEYS[1] = the destination's prefix. ARGV: now, transaction id. Runs in the commit's MULTI/EXEC, so the
 -- reservation ends in the same atomic step as the committed messages start counting.
 local P = KEYS[1]

@@ -1,4 +1,4 @@
--- Finish one forward (operations.forward; includes/forward.lua records them). FLOWFIX.
+-- Finish one forward (operations.forward; includes/forward.lua records them).
 -- KEYS[1] = the source destination's prefix. ARGV: now, mode, record field, target meta key, charge, target,
 -- reason.
 -- mode 'done': runs in the same MULTI/EXEC as the target's send, so the copy is delivered and its record

@@ -14,7 +14,7 @@
 --@include dispatch
 --@include virtual
 NOW = tonumber(ARGV[1])
--- VIRTUAL: the origin may carry a routing plan (includes/virtual.lua): copies for other destinations.
+-- the origin may carry a routing plan (includes/virtual.lua): copies for other destinations.
 local origin, plan = split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
@@ -38,7 +38,7 @@ for i = 4, #ARGV, 2 do
   unpacked[i] = m
 end
 local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
-if flow_checked then  -- FLOW: producer flow control (spec §9.2); 'probe' only asks (a transacted send)
+if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (a transacted send)
   local need = 0
   for i = 4, #ARGV, 2 do need = need + message_charge(#ARGV[i + 1]) end
   local full = memory_refusal(need, plan)
@@ -47,9 +47,9 @@ if flow_checked then  -- FLOW: producer flow control (spec §9.2); 'probe' only 
       meta_incr('blocked_sends')
       emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
     end
-    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7] }  -- FLOWFIX: [7] what the refused check needed
+    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7] }  -- [7] what the refused check needed
   end
-  if origin == 'probe' then flow_reserve(need) return { '' } end  -- FLOWFIX: held until commit (flow.lua)
+  if origin == 'probe' then flow_reserve(need) return { '' } end  -- held until commit (flow.lua)
 end
 local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')
@@ -65,12 +65,12 @@ for i = 4, #ARGV, 2 do
   elseif is_expired(m) then
     -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
     meta_incr('expired_on_arrival')
-    ADVISE.blob = blob  -- ADVISORY: the Expired advisory carries a copy
+    ADVISE.blob = blob  -- the Expired advisory carries a copy
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
     dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif not route_virtual(id, blob, m, plan) then
-    -- VIRTUAL: copies recorded for the plan's targets (in the call above); nothing is kept here.
+    -- copies recorded for the plan's targets (in the call above); nothing is kept here.
     out[#out + 1] = 'forwarded'
   elseif (tonumber(m[M_REPEAT]) or 0) > 0 then
     schedule_job(id, blob, m, NOW + (tonumber(m[M_DELAY]) or 0))
@@ -82,7 +82,7 @@ for i = 4, #ARGV, 2 do
     local seq = meta_incr('seq')
     redis.call('HSET', K_MSGS, id, blob)
     FRESH[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
-    memory_charge(#blob)  -- FLOW: includes/flow.lua
+    memory_charge(#blob)  -- includes/flow.lua
     if audit then
       redis.call('ZADD', K_AUDIT, seq, id)
       if seq % 64 == 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, -audit_depth - 1) end

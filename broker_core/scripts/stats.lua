@@ -16,6 +16,6 @@ for _, cid in ipairs(redis.call('LRANGE', K_CORDER, 0, -1)) do
   consumers[#consumers + 1] = redis.call('LLEN', K_COUT(cid))
 end
 out[#out + 1] = consumers
--- FLOW: the limits in force for memory usage (includes/flow.lua): memoryLimit, and the broker's limit.
+-- the limits in force for memory usage (includes/flow.lua): memoryLimit, and the broker's limit.
 out[#out + 1] = { redis.call('HGET', K_POLICY, 'memoryLimit') or '0', redis.call('HGET', K_USAGE, 'limit') or '' }
 return out

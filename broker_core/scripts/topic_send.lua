@@ -11,7 +11,7 @@
 --@include topic
 --@include virtual
 NOW = tonumber(ARGV[1])
--- VIRTUAL (FLOW helper): the origin may carry a routing plan (includes/virtual.lua): composite topics,
+-- the origin may carry a routing plan (includes/virtual.lua): composite topics,
 -- virtual topics' consumer queues. Copies are recorded in the same step; operations.forward delivers them.
 local origin, plan = split_origin(ARGV[3])
 local missing = require_destination()
@@ -41,13 +41,13 @@ end
 if origin == 'producer' or origin == 'retry' then  -- producer flow control, as send.lua (flow.lua)
   local need = 0
   for i = 4, #ARGV, 4 do need = need + message_charge(#ARGV[i + 1]) end
-  local full = memory_refusal(need, plan)  -- VIRTUAL: the copies' targets count (flow.lua)
+  local full = memory_refusal(need, plan)  -- the copies' targets count (flow.lua)
   if full then
     if origin == 'producer' then
       meta_incr('blocked_sends')
       emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
     end
-    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7] }  -- FLOWFIX: [7] what the refused check needed
+    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7] }  -- [7] what the refused check needed
   end
 end
 
@@ -64,12 +64,12 @@ for i = 4, #ARGV, 4 do
     out[#out + 1] = 'duplicate'
   elseif is_expired(m) then
     meta_incr('expired_on_arrival')
-    ADVISE.blob = blob  -- ADVISORY (FLOWFIX): the Expired advisory carries a copy, as send.lua's
+    ADVISE.blob = blob  -- the Expired advisory carries a copy, as send.lua's
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
     dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif not route_virtual(id, blob, m, plan) then
-    out[#out + 1] = 'forwarded'  -- VIRTUAL: a forward-only composite topic keeps nothing
+    out[#out + 1] = 'forwarded'  -- a forward-only composite topic keeps nothing
   else
     local seq = meta_incr('seq')
     if audit then

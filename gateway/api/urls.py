@@ -18,7 +18,7 @@ from gateway.api import (  # noqa: F401 - schema registers
     compat,
     schema,
     views_admin,
-    views_console,  # console (issue 9)
+    views_console,
     views_maintenance,
     views_messaging,
     views_topics,
@@ -62,7 +62,7 @@ urlpatterns = [
             name="api-policy"),
     path("v1/audit", views_admin.AuditListView.as_view(), name="api-audit"),
     path("v1/maintenance/jobs", views_maintenance.MaintenanceJobsView.as_view(), name="api-maintenance-jobs"),
-    # console (issue 9): what the web console needs beyond the endpoints above (docs/api.md, Console)
+    # what the web console needs beyond the endpoints above (docs/api.md, Console)
     path("v1/console/overview", views_console.OverviewView.as_view(), name="api-console-overview"),
     path("v1/console/permissions", views_console.PermissionsView.as_view(), name="api-console-permissions"),
     path("v1/console/dead-letters", views_console.DeadLettersView.as_view(), name="api-console-dead-letters"),

@@ -30,7 +30,7 @@ from gateway.api.views_messaging import KIND_PARAM, problem_doc, problems
 SLOW_AFTER_MS = 30_000
 SORTABLE = ("name", "queue_size", "pending", "in_flight", "enqueued", "dequeued", "dispatched", "expired",
             "consumer_count", "group_count",
-            "deadlettered", "enqueue_rate", "dequeue_rate")  # console (issue 9): its columns sort too
+            "deadlettered", "enqueue_rate", "dequeue_rate")  # its columns sort too
 
 
 def consumer_json(consumer: ConsumerStats, now_ms: int | None = None) -> dict[str, Any]:
@@ -109,7 +109,7 @@ class DestinationListView(GatewayView):
                           parameter="ordering")
         limit, offset = page_bounds(request)
         patterns = await db(permissions.readable_patterns, request.user, "read")
-        # console (issue 9): fast with 10,000 destinations (pipelined stats, a statistics index)
+        # fast with 10,000 destinations (pipelined stats, a statistics index)
         from gateway.api.destination_index import list_destinations
 
         count, rows = await list_destinations(runtime.async_broker(), patterns, kind, search, ordering,

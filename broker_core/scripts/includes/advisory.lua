@@ -57,7 +57,7 @@ local function advise_on(kind, src, event, id, blob)
     if not blob then blob = '' end
   end
   local seq = redis.call('HINCRBY', TP .. ':meta', 'fwdseq', 1)  -- orders the destination's forwards
-  -- FLOWFIX: the id's number is broker-wide (<ns>:advseq), not the destination's fwdseq, which a deleted
+  -- the id's number is broker-wide (<ns>:advseq), not the destination's fwdseq, which a deleted
   -- and recreated destination starts again: the advisory topic's duplicate audit would drop its advisories.
   local advisory_id = 'ID:advisory:' .. src.tag .. ':' .. redis.call('INCR', src.ns .. ':advseq')
   event.advisory = kind
@@ -89,11 +89,11 @@ local function advise(kind, ...)
   for i = 1, #flat - 1, 2 do fields[tostring(flat[i])] = tostring(flat[i + 1]) end
   if SUB then fields.sub = SUB end  -- a topic subscription's event (MessageDiscarded names it)
   if SUB and kind == 'evict' and not fields.consumer then
-    -- FLOWFIX: MessageDiscarded's consumerId is the subscription's consumer, not its internal key
+    -- MessageDiscarded's consumerId is the subscription's consumer, not its internal key
     local held_by = redis.call('HKEYS', K_CONSUMERS)
     if #held_by > 0 then fields.consumer = held_by[1] end
   end
-  if kind == 'full' then  -- FLOWFIX: FULL names this destination's own usage (AdvisoryBroker.isFull)
+  if kind == 'full' then  -- FULL names this destination's own usage (AdvisoryBroker.isFull)
     fields.mem = redis.call('HGET', TP .. ':meta', 'mem') or '0'
   end
   local event = { type = kind, uri = src.uri, fields = fields, ts = NOW,
@@ -101,7 +101,7 @@ local function advise(kind, ...)
   if kind == 'consumer_add' or kind == 'consumer_remove' then
     -- ConsumerCount as ActiveMQ counts it: on a topic, offline durable subscriptions too
     event.count = redis.call('HLEN', TP .. (src.type == 'Topic' and ':subs' or ':consumers'))
-    -- FLOWFIX: the count after the removal (AdvisoryBroker.removeConsumer runs after it): a non-durable
+    -- the count after the removal (AdvisoryBroker.removeConsumer runs after it): a non-durable
     -- subscription ('c.<id>') is deleted right after this event (lifecycle.lua close_consumer).
     if kind == 'consumer_remove' and SUB and string.sub(SUB, 1, 2) == 'c.'
        and redis.call('HEXISTS', TP .. ':subs', SUB) == 1 then

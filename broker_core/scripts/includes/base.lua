@@ -61,7 +61,7 @@ local POLICY_NAMES = {
   'maximumRedeliveries', 'initialRedeliveryDelay', 'redeliveryDelay', 'useExponentialBackOff',
   'backOffMultiplier', 'maximumRedeliveryDelay', 'useCollisionAvoidance', 'deadLetterTarget',
   'processExpired', 'processNonPersistent', 'enableAudit', 'maxQueueAuditDepth', 'maxExpirePageSize',
-  -- FLOW (includes/flow.lua) and ADVISORY (includes/advisory.lua)
+  -- flow control (includes/flow.lua) and advisories (includes/advisory.lua)
   'producerFlowControl', 'memoryLimit', 'sendFailIfNoSpace', 'sendFailIfNoSpaceAfterTimeout',
   'advisoryForSlowConsumers', 'advisoryWhenFull', 'advisoryForDiscardingMessages', 'advisoryForDelivery',
   'advisoryForConsumed', 'advisoryForDispatched', 'advisoryForFastProducers', 'includeBodyForAdvisory',
@@ -124,7 +124,7 @@ local function meta_incr(field, by)
   return redis.call('HINCRBY', K_META, field, by or 1)
 end
 
--- ADVISORY (FLOW helper, issue 5 item 7): events ActiveMQ advises about become advisory messages.
+-- events ActiveMQ advises about become advisory messages.
 --@include advisory
 
 -- Append one lifecycle event (docs/broker_core.md lists the types and fields).
@@ -136,8 +136,8 @@ local function emit(kind, ...)
   else
     redis.call('XADD', K_EVENTS, 'MAXLEN', '~', policy()['eventsMaxLen'], '*', 'type', kind, 'ts', NOW, ...)
   end
-  advise(kind, ...)  -- ADVISORY: includes/advisory.lua
+  advise(kind, ...)  -- includes/advisory.lua
 end
 
--- Memory usage and producer flow control (FLOW, issue 5 item 6): every script keeps the counts.
+-- Memory usage and producer flow control : every script keeps the counts.
 --@include flow

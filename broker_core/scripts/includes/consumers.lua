@@ -50,7 +50,7 @@ end
 -- groups assigned (ascending); equal keys keep their current order (Collections.sort is stable).
 -- §8.1: a consumer the queue tries to dispatch to while its window is full is slow (once, with the
 -- time); one found with room is not slow any more.
--- TOPICS: a non-durable topic subscription is marked slow by the topic's rule instead (§8.1: more than
+-- a non-durable topic subscription is marked slow by the topic's rule instead (§8.1: more than
 -- its prefetch waiting beyond a full window; includes/topic.lua), so the queue rule leaves it alone.
 local SLOW_RULE = { prefix = nil, topic = false }
 local function note_slow(c, full)

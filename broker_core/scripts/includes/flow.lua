@@ -45,7 +45,7 @@ local function flag_value(v)
   return nil  -- unset (-1): inherit
 end
 
--- FLOWFIX: space held for transactions between their sends and their commit (spec §9: limits are never
+-- space held for transactions between their sends and their commit (spec §9: limits are never
 -- passed): '<TP>:memres' (transaction -> 'bytes|expires ms') and K_USAGE .. ':res' ('<tx>|<TP>' -> the
 -- same). Entries past their transaction's life are dropped when read; commit and rollback delete them
 -- (scripts/flow_release.lua).

@@ -35,7 +35,7 @@ local function dead_letter(id, m, blob, cause, cause_arg)
   if keep then
     queue_forward(id, blob, target, cause, cause_arg)
     meta_incr('deadlettered')
-    ADVISE.blob = blob  -- ADVISORY: the MessageDLQd advisory carries a copy
+    ADVISE.blob = blob  -- the MessageDLQd advisory carries a copy
     emit('deadletter', 'msg', id, 'target', target, 'cause', cause, 'detail', cause_arg or '')
   else
     meta_incr('discarded')

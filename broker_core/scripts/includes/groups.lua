@@ -105,7 +105,7 @@ end
 -- Queue.assignMessageGroup for the candidate consumer c (after selector and exclusivity passed).
 local function group_allows(c, id, gid, seq)
   if gid == nil or gid == false then return true end  -- '' is a group, as in ActiveMQ
-  if SUB then return true end  -- TOPICS: message groups are a queue's (§3.3); a subscription has none
+  if SUB then return true end  -- message groups are a queue's (§3.3); a subscription has none
   if seq == 1 then
     group_assign(gid, c)
     redis.call('SADD', K_GFIRST, id)

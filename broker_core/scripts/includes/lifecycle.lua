@@ -8,7 +8,7 @@ local expire_message, expire_pending, park, schedule_job, fire_scheduled, return
 local recompute_exclusive_owner, remove_subscription, subscription_consumer_gone, close_consumer
 
 -- Forget a message's stored state once it has left the destination.
--- TOPICS: a topic's message is stored once for all its subscriptions, with a reference count in
+-- a topic's message is stored once for all its subscriptions, with a reference count in
 -- <topic>:refs; it is deleted (and its memory released, on the topic's meta) when the last
 -- subscription is done with it.
 local function drop_message(id)
@@ -99,7 +99,7 @@ local function lifecycle_load()
     meta_incr('expired')
     meta_incr('dequeued')
     local expiration = tonumber(m[M_EXPIRATION]) or 0
-    ADVISE.blob = blob  -- ADVISORY: the Expired advisory carries a copy (it is gone from K_MSGS)
+    ADVISE.blob = blob  -- the Expired advisory carries a copy (it is gone from K_MSGS)
     emit('expire', 'msg', id, 'expiration', expiration)
     dead_letter(id, m, blob, 'expired', expiration)
   end
@@ -186,7 +186,7 @@ local function lifecycle_load()
     if now_owner ~= owner and now_owner ~= '' then emit('exclusive_owner', 'consumer', now_owner) end
   end
 
-  -- TOPICS: the end of a subscription (docs/broker_core.md "Topics"). Every message it holds (pending,
+  -- the end of a subscription (docs/broker_core.md "Topics"). Every message it holds (pending,
   -- parked, in flight) is released from the shared store and counted on the topic as 'sub_removed'.
   remove_subscription = function(reason)
     local dropped = 0
@@ -199,7 +199,7 @@ local function lifecycle_load()
     drop_all(redis.call('ZRANGE', K_PENDING, 0, -1))
     drop_all(redis.call('ZRANGE', K_PARKED, 0, -1))
     drop_all(redis.call('HKEYS', K_INFLIGHT))
-    -- TOPICS: the topic's counts never go down (§14.2): what the subscription counted stays on the topic.
+    -- the topic's counts never go down (§14.2): what the subscription counted stays on the topic.
     local ENDED = { 'dequeued', 'dispatched', 'expired', 'deadlettered', 'discarded', 'evicted', 'dropped' }
     local counts = redis.call('HMGET', K_META, unpack(ENDED))
     for i, name in ipairs(ENDED) do
@@ -224,7 +224,7 @@ local function lifecycle_load()
     return dropped
   end
 
-  -- TOPICS: a subscription's consumer went away (closed, lease lapsed, aborted). A non-durable
+  -- a subscription's consumer went away (closed, lease lapsed, aborted). A non-durable
   -- subscription ends with it (its messages are dropped, as a TopicSubscription's are); a durable one goes
   -- offline and keeps receiving, its unacknowledged messages back in its pending list.
   subscription_consumer_gone = function(cid, reason)
@@ -266,7 +266,7 @@ local function lifecycle_load()
     redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
     reset_pass()
     emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
-    if SUB then subscription_consumer_gone(cid, reason) end  -- TOPICS
+    if SUB then subscription_consumer_gone(cid, reason) end
     return true
   end
 end

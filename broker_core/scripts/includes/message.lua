@@ -21,7 +21,7 @@ end
 -- Order in the pending zset. FIFO by broker sequence; with prioritizedMessages, strict 9..0 first.
 local PRIORITY_BAND = 17592186044416   -- 2^44: room for the broker sequence inside one band
 local REDELIVERY_BAND = 35184372088832 -- 2^45: redelivered messages sort before fresh ones
--- TOPICS: a non-durable subscription's pending list ignores it (TopicSubscription's cursor is built with
+-- a non-durable subscription's pending list ignores it (TopicSubscription's cursor is built with
 -- prioritizedMessages=false); its key starts with 'c.' (topics.non_durable_key).
 local function prioritized()
   return policy_flag('prioritizedMessages') and not (SUB and string.sub(SUB, 1, 2) == 'c.')

@@ -10,7 +10,7 @@
 --@include selector
 --@include forward
 
--- FLOWFIX: a transacted send's probe is 'probe:<transaction>:<ttl ms>': it reserves the space it needs
+-- a transacted send's probe is 'probe:<transaction>:<ttl ms>': it reserves the space it needs
 -- (flow.lua flow_reserve) until the commit or rollback, or the transaction's end of life.
 local function split_origin(arg)
   local tx, ttl = string.match(arg, '^probe:([^:+]+):(%d+)$')
@@ -46,7 +46,7 @@ local function route_virtual(id, blob, m, plan)
       if group > 0 then matched[group] = true end
       if not recorded[target] then
         recorded[target] = true
-        -- FLOWFIX: until delivered, the copy counts against its target's memory limit ('memfwd' in the
+        -- until delivered, the copy counts against its target's memory limit ('memfwd' in the
         -- target's meta, read by flow.lua); operations.forward takes it off when it delivers the copy.
         -- A target that does not exist yet has no limit, and no keys are made for it here.
         local kind, name = string.match(target, '^(%a+)://(.*)$')
