@@ -18,25 +18,8 @@ NOW = tonumber(ARGV[1])
 local origin, plan = split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
--- Validate every message before storing any, so a refused batch changes nothing.
-local limit = policy_num('maxMessageSize') or 0
-local max_props = tonumber(policy()['maxPropertyCount']) or 0
-if origin == 'forward' then limit, max_props = 0, 0 end
-local unpacked = {}
-for i = 4, #ARGV, 2 do
-  local id, blob = ARGV[i], ARGV[i + 1]
-  if limit > 0 and #blob > limit then
-    return fail('MESSAGE_TOO_LARGE', 'message ' .. id .. ' is ' .. #blob ..
-      ' bytes packed, over the destination limit maxMessageSize=' .. limit)
-  end
-  local m = unpack_message(blob)
-  local props = m[M_PROPS]
-  if max_props > 0 and type(props) == 'table' and #props / 3 > max_props then
-    return fail('TOO_MANY_PROPERTIES', 'message ' .. id .. ' has ' .. (#props / 3) ..
-      ' properties, over the destination limit maxPropertyCount=' .. max_props)
-  end
-  unpacked[i] = m
-end
+local unpacked = unpack_send(origin, 2)
+if unpacked.err then return unpacked end
 local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
 if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (a transacted send)
   local need = 0

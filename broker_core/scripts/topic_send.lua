@@ -16,27 +16,14 @@ NOW = tonumber(ARGV[1])
 local origin, plan = split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
-local limit = policy_num('maxMessageSize') or 0
-local max_props = tonumber(policy()['maxPropertyCount']) or 0
-if origin == 'forward' then limit, max_props = 0, 0 end
-local unpacked = {}
+local unpacked = unpack_send(origin, 4)
+if unpacked.err then return unpacked end
 for i = 4, #ARGV, 4 do
-  local id, blob = ARGV[i], ARGV[i + 1]
-  if limit > 0 and #blob > limit then
-    return fail('MESSAGE_TOO_LARGE', 'message ' .. id .. ' is ' .. #blob ..
-      ' bytes packed, over the destination limit maxMessageSize=' .. limit)
-  end
-  local m = unpack_message(blob)
-  local props = m[M_PROPS]
-  if max_props > 0 and type(props) == 'table' and #props / 3 > max_props then
-    return fail('TOO_MANY_PROPERTIES', 'message ' .. id .. ' has ' .. (#props / 3) ..
-      ' properties, over the destination limit maxPropertyCount=' .. max_props)
-  end
+  local id, m = ARGV[i], unpacked[i]
   if (tonumber(m[M_REPEAT]) or 0) > 0 then
     return fail('TOPIC_REPEAT', 'message ' .. id .. ': repeating scheduled messages (AMQ_SCHEDULED_REPEAT) '
       .. 'are not supported on topics; send it to a queue or without a repeat')
   end
-  unpacked[i] = m
 end
 if origin == 'producer' or origin == 'retry' then  -- producer flow control, as send.lua (flow.lua)
   local need = 0

@@ -104,3 +104,29 @@ local function pending_add(id, score)
   local cursor = redis.call('HGET', K_META, 'cursor')
   if cursor and cursor ~= '' and score <= tonumber(cursor) then mark_dirty() end
 end
+
+-- A send's messages checked against the destination's limits before any is stored, so a refused batch
+-- changes nothing: the unpacked messages by ARGV index (ARGV from 4 on holds `step` values per message,
+-- its id and packed form first), or the fail() reply. Forwarded messages (dead letters, moves, copies)
+-- were accepted once already and are not refused now.
+local function unpack_send(origin, step)
+  local limit = policy_num('maxMessageSize') or 0
+  local max_props = tonumber(policy()['maxPropertyCount']) or 0
+  if origin == 'forward' then limit, max_props = 0, 0 end
+  local unpacked = {}
+  for i = 4, #ARGV, step do
+    local id, blob = ARGV[i], ARGV[i + 1]
+    if limit > 0 and #blob > limit then
+      return fail('MESSAGE_TOO_LARGE', 'message ' .. id .. ' is ' .. #blob ..
+        ' bytes packed, over the destination limit maxMessageSize=' .. limit)
+    end
+    local m = unpack_message(blob)
+    local props = m[M_PROPS]
+    if max_props > 0 and type(props) == 'table' and #props / 3 > max_props then
+      return fail('TOO_MANY_PROPERTIES', 'message ' .. id .. ' has ' .. (#props / 3) ..
+        ' properties, over the destination limit maxPropertyCount=' .. max_props)
+    end
+    unpacked[i] = m
+  end
+  return unpacked
+end
