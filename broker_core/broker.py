@@ -293,6 +293,10 @@ class _Api:
     def destinations(self) -> Any:
         return self._run(self.ops.destinations())
 
+    def virtual_routing(self) -> Any:
+        """The virtual destinations every send routes by, one row each (`virtual.describe`)."""
+        return self._run(virtual.routing(self.ops))
+
     def ensure_destination(self, destination: str | Destination) -> Any:
         return self._run(self.ops.ensure_destination(_dest(destination), self._now()))
 

@@ -317,6 +317,11 @@ class VirtualCache:
         self.config, self.version, self.checked = config, version, time.monotonic()
 
 
+def routing(ops: Any) -> Any:
+    """The configuration in force as `describe` shows it (an operation)."""
+    return describe((yield from current(ops)))
+
+
 def current(ops: Any) -> Any:
     """The configuration in force (an operation: yields Redis commands at most once a second)."""
     from .operations import Command  # operations imports this module

@@ -17,9 +17,9 @@ from gateway.permissions import ACTIONS, allowed
 LOGIN = "console:login"
 
 
-def _queue(name: str) -> Destination:
+def _queue(name: str, kind: str = "queue") -> Destination:
     try:
-        return parse_destination(name, "queue")
+        return parse_destination(name, kind)  # type: ignore[arg-type]
     except InvalidDestination as exc:
         raise Http404(str(exc)) from None
 
@@ -37,8 +37,9 @@ def _forbidden(request: HttpRequest, detail: str) -> HttpResponse:
     return render(request, "console/forbidden.html", {"detail": detail, "section": ""}, status=403)
 
 
-def _queue_page(request: HttpRequest, name: str, template: str, section: str, **context: Any) -> HttpResponse:
-    destination = _queue(name)
+def _queue_page(request: HttpRequest, name: str, template: str, section: str, kind: str = "queue",
+                **context: Any) -> HttpResponse:
+    destination = _queue(name, kind)
     may = _may(request, destination)
     if not may["read"]:
         return _forbidden(request, f"You have no read permission on {destination.uri}.")
@@ -58,6 +59,11 @@ def destinations(request: HttpRequest) -> HttpResponse:
 @login_required(login_url=LOGIN)
 def queue(request: HttpRequest, name: str) -> HttpResponse:
     return _queue_page(request, name, "queue.html", "destinations")
+
+
+@login_required(login_url=LOGIN)
+def topic(request: HttpRequest, name: str) -> HttpResponse:
+    return _queue_page(request, name, "topic.html", "destinations", kind="topic")
 
 
 @login_required(login_url=LOGIN)
@@ -85,3 +91,11 @@ def audit(request: HttpRequest) -> HttpResponse:
     if not (request.user.is_staff or request.user.is_superuser):
         return _forbidden(request, "The audit log is for staff users.")
     return _page(request, "audit.html", "audit")
+
+
+@login_required(login_url=LOGIN)
+def routing(request: HttpRequest) -> HttpResponse:
+    # as GET /api/v1/virtual-destinations: routing names destinations across the broker
+    if not (request.user.is_staff or request.user.is_superuser):
+        return _forbidden(request, "The virtual destination routing is for staff users.")
+    return _page(request, "routing.html", "routing")

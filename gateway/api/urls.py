@@ -22,6 +22,7 @@ from gateway.api import (  # noqa: F401 - schema registers
     views_maintenance,
     views_messaging,
     views_topics,
+    views_virtual,
 )
 from gateway.api.base import GatewayView, db
 
@@ -61,6 +62,8 @@ urlpatterns = [
     re_path(r"^v1/policies/(?P<kind>[a-z]+)/(?P<pattern>[^/]+)$", views_admin.PolicyDetailView.as_view(),
             name="api-policy"),
     path("v1/audit", views_admin.AuditListView.as_view(), name="api-audit"),
+    path("v1/virtual-destinations", views_virtual.VirtualDestinationListView.as_view(),
+         name="api-virtual-destinations"),
     path("v1/maintenance/jobs", views_maintenance.MaintenanceJobsView.as_view(), name="api-maintenance-jobs"),
     # what the web console needs beyond the endpoints above (docs/api.md, Console)
     path("v1/console/overview", views_console.OverviewView.as_view(), name="api-console-overview"),

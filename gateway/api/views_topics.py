@@ -34,14 +34,19 @@ class SubscriptionSerializer(serializers.Serializer):
     active = serializers.BooleanField()
     offline_since = serializers.IntegerField(allow_null=True)
     created = serializers.IntegerField()
-    pending = serializers.IntegerField()
-    in_flight = serializers.IntegerField()
+    pending = serializers.IntegerField(help_text="Waiting for the subscriber (PendingQueueSize)")
+    in_flight = serializers.IntegerField(help_text="Dispatched, not yet acknowledged")
+    parked = serializers.IntegerField(help_text="Waiting for a redelivery delay or a scheduled time")
     enqueued = serializers.IntegerField()
     dispatched = serializers.IntegerField()
     dequeued = serializers.IntegerField()
-    evicted = serializers.IntegerField()
-    dropped = serializers.IntegerField()
+    evicted = serializers.IntegerField(help_text="Given up by the eviction strategy (DiscardedCount)")
+    dropped = serializers.IntegerField(help_text="Dropped by a pending-message limit of 0")
+    expired = serializers.IntegerField()
+    deadlettered = serializers.IntegerField()
+    discarded = serializers.IntegerField(help_text="Dead letters the dead-letter strategy dropped")
     prefetch = serializers.IntegerField()
+    slow_since = serializers.IntegerField(allow_null=True, help_text="Epoch ms the subscriber became slow")
 
 
 class SubscriptionListView(GatewayView):

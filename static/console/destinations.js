@@ -45,7 +45,8 @@
 
   function render(rows) {
     fill(tbody, rows.map((row) => el("tr", { dataset: { uri: row.destination } },
-      el("th", { scope: "row" }, row.kind === "queue" ? el("a", { href: `/console/queues/${encodeURIComponent(row.name)}/` }, row.name) : `${row.name} (topic)`,
+      el("th", { scope: "row" }, row.kind === "queue" ? el("a", { href: `/console/queues/${encodeURIComponent(row.name)}/` }, row.name)
+        : el("a", { href: `/console/topics/${encodeURIComponent(row.name)}/` }, `${row.name} (topic)`),
         row.paused ? el("span", { class: "badge warn" }, " paused") : null),
       ...cells(row), operations(row))), 11, "No destinations match.");
   }

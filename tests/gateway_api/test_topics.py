@@ -81,3 +81,54 @@ async def test_subscriptions_need_read_on_the_topic(api, make_user, trader):
     assert_problem(await api.get(f"{T}/subscriptions", headers=stranger), 403, "permission_denied")
     assert_problem(await api.delete(f"{T}/subscriptions/app-1/audit", headers=stranger), 403)
     assert_problem(await api.get(f"{T}/subscriptions"), 401, "not_authenticated")
+
+
+async def test_the_listing_shows_each_subscriptions_counters_and_slow_state(api, trader):
+    durable = {"client_id": "app-1", "subscription_name": "audit", "selector": "region = 'eu'"}
+    path = await consumer(api, trader, "prices", kind="topics", **durable)
+    assert (await api.delete(path, headers=trader)).status_code in (200, 204)  # offline
+    active = await consumer(api, trader, "prices", kind="topics", prefetch=5)
+    await api.post(f"{T}/messages", json={"messages": [{"body": "x", "properties": {"region": "eu"}},
+                                                         {"body": "y", "properties": {"region": "us"}}]},
+                   headers=trader)
+    got = await receive(api, trader, active, max_messages=1)
+    assert [m["body"] for m in got] == ["x"]
+
+    subs = {s["durable"]: s for s in (await api.get(f"{T}/subscriptions", headers=trader)).json()}
+    offline, live = subs[True], subs[False]
+    assert (offline["active"], offline["client_id"], offline["subscription_name"], offline["selector"],
+            offline["consumer_id"], offline["pending"], offline["in_flight"]) == (
+        False, "app-1", "audit", "region = 'eu'", None, 1, 0)
+    assert offline["offline_since"] is not None and offline["slow_since"] is None
+    assert live["active"] and live["consumer_id"] == active.rsplit("/", 1)[1]
+    # both dispatched into its prefetch window (one received, none acknowledged): in flight, none pending
+    assert (live["pending"], live["in_flight"], live["dispatched"], live["prefetch"]) == (0, 2, 2, 5)
+    for sub in (offline, live):
+        assert {"no_local", "dequeued", "evicted", "dropped", "discarded", "deadlettered", "expired",
+                "parked", "enqueued", "created", "key"} <= set(sub)
+        assert sub["evicted"] == sub["dropped"] == sub["discarded"] == 0
+
+
+async def test_the_virtual_destination_routing_in_force_is_listed_for_staff(api, make_user, api_namespace):
+    from broker_core import virtual
+    from gateway import runtime
+
+    config = virtual.VirtualConfig.from_config({
+        "compositeQueue": [{"name": "orders.all", "forwardOnly": False,
+                            "forwardTo": ["orders.eu", {"topic": "orders.audit",
+                                                        "selector": "amount > 100"}]}],
+        "virtualTopic": [{"name": "VirtualTopic.>", "prefix": "Consumer.*."}]})
+    await blocking(virtual.configure)(runtime.broker(), config)
+    staff = await blocking(make_user)("ops", staff=True)
+    rows = (await api.get("/api/v1/virtual-destinations", headers=staff)).json()
+    assert rows == [
+        {"type": "compositeQueue", "name": "queue://orders.all",
+         "forwardTo": [{"destination": "queue://orders.eu", "selector": None},
+                       {"destination": "topic://orders.audit", "selector": "amount > 100"}],
+         "forwardOnly": False, "sendWhenNotMatched": False},
+        {"type": "virtualTopic", "name": "topic://VirtualTopic.>", "prefix": "Consumer.*.", "postfix": ""}]
+
+
+async def test_the_virtual_destination_routing_is_refused_to_non_staff(api, trader):
+    assert_problem(await api.get("/api/v1/virtual-destinations", headers=trader), 403, "permission_denied")
+    assert_problem(await api.get("/api/v1/virtual-destinations"), 401, "not_authenticated")

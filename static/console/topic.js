@@ -1,0 +1,70 @@
+/* Topic page: the topic's statistics and its subscriptions (durable active/offline, pending, in flight,
+   slow state, discards), live from the destination's stats; admins may delete an offline durable
+   subscription (DurableSubscriptionView.destroy; the API audits it and refuses an active one). */
+"use strict";
+(function () {
+  const { api, el, fill, fmt, live, act, toast, page } = window.SB;
+  const P = page();
+  const name = P.name; const admin = P.admin === "1";
+  const base = `topics/${encodeURIComponent(name)}`;
+
+  function showStats(stats) {
+    if (!stats) { toast(`The topic ${name} does not exist (any more).`, true); return; }
+    for (const node of document.querySelectorAll("[data-stat]")) {
+      const v = stats[node.dataset.stat];
+      node.textContent = typeof v === "number" ? fmt.num(v) : (v || "–");
+    }
+    showSubscriptions(stats.subscriptions || []);
+  }
+
+  function label(s) {
+    return s.durable ? `${s.client_id} / ${s.subscription_name}` : `non-durable ${s.consumer_id || s.key}`;
+  }
+
+  function showSubscriptions(subs) {
+    const rows = subs.map((s) => el("tr", { dataset: { key: s.key, durable: s.durable ? "1" : "0" } },
+      el("th", { scope: "row" }, label(s)),
+      el("td", { class: "state" },
+        s.active ? el("span", { class: "badge good" }, "active")
+          : el("span", { class: "badge warn", title: s.offline_since ? `offline since ${fmt.time(s.offline_since)}` : null }, "offline"),
+        s.durable ? " durable" : null),
+      el("td", {}, s.selector ? el("code", {}, s.selector) : "–", s.no_local ? " (noLocal)" : null),
+      el("td", { class: "num", dataset: { col: "pending" } }, fmt.num(s.pending)),
+      el("td", { class: "num", dataset: { col: "in_flight" } }, fmt.num(s.in_flight)),
+      el("td", { class: "num" }, fmt.num(s.dispatched)),
+      el("td", { class: "num" }, fmt.num(s.dequeued)),
+      el("td", { class: "num", dataset: { col: "discards" },
+        title: `evicted ${s.evicted}, dropped ${s.dropped}, dead letters discarded ${s.discarded}` },
+      fmt.num(s.evicted + s.dropped + s.discarded)),
+      el("td", { class: "num" }, s.active ? fmt.num(s.prefetch) : "–"),
+      el("td", {}, s.slow_since ? el("span", { class: "badge bad" }, `slow since ${fmt.ago(s.slow_since)}`) : "–"),
+      admin ? el("td", {}, s.durable ? el("button", { type: "button", class: "small danger",
+        "aria-label": `Delete subscription ${label(s)}`, onclick: () => remove(s) }, "Delete subscription") : null) : null));
+    fill(document.querySelector("#subscriptions tbody"), rows, admin ? 11 : 10, "No subscriptions.");
+  }
+
+  async function remove(s) {
+    const path = `${base}/subscriptions/${encodeURIComponent(s.client_id)}/${encodeURIComponent(s.subscription_name)}`;
+    const done = await act(`Delete the durable subscription ${label(s)} and its ${fmt.num(s.pending + s.in_flight)} messages? This cannot be undone.`,
+      "Delete subscription", () => api("DELETE", path));
+    if (done) { toast(`Subscription ${label(s)} deleted (${fmt.num(done.removed)} messages removed)`); refresh(); }
+  }
+
+  function refresh() { return api("GET", base).then(showStats).catch((e) => toast(e.message, true)); }
+
+  const eventsList = document.getElementById("events");
+  function showEvents(recent) {
+    for (const e of recent) {
+      const { type, ts, id, ...rest } = e;
+      const detail = Object.entries(rest).map(([k, v]) => `${k}=${v}`).join(" ");
+      eventsList.prepend(el("li", {}, `${fmt.time(Number(ts))} ${type} ${detail}`));
+    }
+    while (eventsList.children.length > 100) eventsList.lastChild.remove();
+  }
+
+  live(`destination=${encodeURIComponent(P.uri)}`, (msg) => {
+    if (msg.type === "stats") showStats(msg.stats);
+    else if (msg.type === "events") showEvents(msg.recent);
+  });
+  refresh();
+})();
