@@ -64,7 +64,9 @@ def queue_name() -> str:
     return f"cq.{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running in this thread while it
+# is open, and the asyncio tests that run after a browser module need that thread free again.
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (.ci/apt-packages lists it)")
