@@ -5,10 +5,12 @@ and returns a DataFrame; nothing collects raw events to the driver. Definitions 
 
 - a message's *life* on a destination starts at an `enqueue` event and lasts until the next one (a dead
   letter retried back starts a new life); lives are numbered by a running count of enqueues in stream
-  order (`event_ms`, `event_seq`), which is the true order of a destination's events;
+  order (`event_ms`, `event_seq`), which is the true order of a destination's events (computed by one
+  groupBy per message and a SQL fold over its events, `messages`; no window function);
 - send→dispatch: first dispatch of the life − enqueue; dispatch→ack: the ack − the delivery (dispatch)
   just before it; send→ack: the ack − enqueue. Consumer: the dispatch's consumer for send→dispatch, the
-  acking consumer otherwise. Percentiles are exact (Spark's `percentile`, linear interpolation);
+  acking consumer otherwise. Percentiles are exact (Spark's `percentile` with frequencies over a value
+  histogram, linear interpolation);
 - redelivered: dispatches of a message already delivered before (`redeliveries` > 0, JMSRedelivered);
 - a slow-consumer episode: a consumer's `slow`/`slow_consumer` events with gaps under EPISODE_GAP_MS.
 """
@@ -61,62 +63,109 @@ def per_minute(events: DataFrame) -> DataFrame:
     )
 
 
-def lives(events: DataFrame) -> DataFrame:
-    """One row per message life: (destination, msg, life, sent_ts, first_dispatch, ack, max_redeliveries),
-    first_dispatch = struct(ts, consumer), ack = struct(ts, consumer, delivered_ts) (nulls when absent)."""
-    order = Window.partitionBy("destination", "msg").orderBy("event_ms", "event_seq")
-    upto_here = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    is_enqueue, is_dispatch, is_ack = _type("enqueue"), _type("dispatch"), _type("ack")
-    position = F.struct("event_ms", "event_seq")
-    return (
+_LIFE = ("STRUCT<sent_ts: BIGINT, fd_ts: BIGINT, fd_consumer: STRING, ack_ts: BIGINT, ack_consumer: STRING, "
+         "ack_delivered: BIGINT, maxr: BIGINT>")
+# One fold over a message's enqueue/dispatch/ack events in stream order (k: 0 enqueue, 1 dispatch, 2 ack):
+# `life` counts enqueues, `delivered` is the last dispatch's ts (across lives), `cur` the open life and
+# `out` the closed ones. Events before the first enqueue (life 0) only move `delivered`.
+_FOLD = f"""aggregate(array_sort(evs),
+  named_struct('life', 0, 'delivered', CAST(NULL AS BIGINT), 'cur', CAST(NULL AS {_LIFE}),
+               'out', CAST(array() AS ARRAY<{_LIFE}>)),
+  (s, e) -> CASE
+    WHEN e.k = 0 THEN named_struct('life', s.life + 1, 'delivered', s.delivered,
+      'cur', CAST(named_struct('sent_ts', e.ts, 'fd_ts', NULL, 'fd_consumer', NULL, 'ack_ts', NULL,
+                               'ack_consumer', NULL, 'ack_delivered', NULL, 'maxr', NULL) AS {_LIFE}),
+      'out', IF(s.life > 0, concat(s.out, array(s.cur)), s.out))
+    WHEN e.k = 1 THEN named_struct('life', s.life, 'delivered', e.ts,
+      'cur', IF(s.life = 0, s.cur, named_struct('sent_ts', s.cur.sent_ts,
+                'fd_ts', coalesce(s.cur.fd_ts, e.ts),
+                'fd_consumer', IF(s.cur.fd_ts IS NULL, e.consumer, s.cur.fd_consumer),
+                'ack_ts', s.cur.ack_ts, 'ack_consumer', s.cur.ack_consumer,
+                'ack_delivered', s.cur.ack_delivered, 'maxr', greatest(s.cur.maxr, e.redeliveries))),
+      'out', s.out)
+    ELSE named_struct('life', s.life, 'delivered', s.delivered,
+      'cur', IF(s.life = 0 OR s.cur.ack_ts IS NOT NULL, s.cur, named_struct('sent_ts', s.cur.sent_ts,
+                'fd_ts', s.cur.fd_ts, 'fd_consumer', s.cur.fd_consumer, 'ack_ts', e.ts,
+                'ack_consumer', e.consumer, 'ack_delivered', s.delivered, 'maxr', s.cur.maxr)),
+      'out', s.out)
+  END,
+  s -> IF(s.life > 0, concat(s.out, array(s.cur)), s.out))"""
+
+
+def messages(events: DataFrame) -> DataFrame:
+    """One row per (destination, msg) with enqueue/dispatch/ack events: `lives` (array of life structs,
+    in order: sent_ts, fd_ts, fd_consumer, ack_ts, ack_consumer, ack_delivered, maxr), `groups` (the
+    distinct non-empty groups its enqueues carried) and `dispatched_to` (distinct struct(consumer) of its
+    dispatches). One shuffle of the events by message, no window: the per-message events are folded in
+    stream order (`event_ms`, `event_seq`) by a SQL higher-order function (no Python UDF)."""
+    is_enqueue, is_dispatch = _type("enqueue"), _type("dispatch")
+    kind = F.when(is_enqueue, 0).when(is_dispatch, 1).otherwise(2).cast("tinyint")
+    per_message = (
         events.filter(_type("enqueue", "dispatch", "ack") & F.col("msg").isNotNull())
-        .select("destination", "msg", "type", "ts", "event_ms", "event_seq", "consumer", "redeliveries")
-        .withColumn("life", F.sum(F.when(is_enqueue, 1).otherwise(0)).over(upto_here))
-        .withColumn("delivered_ts",
-                    F.last(F.when(is_dispatch, F.col("ts")), ignorenulls=True).over(upto_here))
-        .filter(F.col("life") > 0)  # dispatches and acks of a life that started before the time range
-        .groupBy("destination", "msg", "life")
-        .agg(
-            F.min(F.when(is_enqueue, F.col("ts"))).alias("sent_ts"),
-            F.min(F.when(is_dispatch, F.struct(position.alias("at"), "ts", "consumer")))
-            .alias("first_dispatch"),
-            F.min(F.when(is_ack, F.struct(position.alias("at"), "ts", "consumer", "delivered_ts")))
-            .alias("ack"),
-            F.max(F.when(is_dispatch, F.col("redeliveries"))).alias("max_redeliveries"),
-        )
-        .select("destination", "msg", "life", "sent_ts",
-                F.col("first_dispatch").dropFields("at").alias("first_dispatch"),
-                F.col("ack").dropFields("at").alias("ack"), "max_redeliveries")
+        .groupBy("destination", "msg")
+        .agg(F.collect_list(F.struct("event_ms", "event_seq", kind.alias("k"), "ts", "consumer",
+                                     "redeliveries")).alias("evs"),
+             F.collect_set(F.when(is_enqueue & F.col("group").isNotNull() & (F.col("group") != ""),
+                                  F.col("group"))).alias("groups"),
+             F.collect_set(F.when(is_dispatch, F.struct("consumer"))).alias("dispatched_to"))
+    )
+    return per_message.select("destination", "msg", F.expr(_FOLD).alias("lives"), "groups", "dispatched_to")
+
+
+def lives(events: DataFrame, per_message: DataFrame | None = None) -> DataFrame:
+    """One row per message life: (destination, msg, life, sent_ts, first_dispatch, ack, max_redeliveries),
+    first_dispatch = struct(ts, consumer), ack = struct(ts, consumer, delivered_ts) (nulls when absent).
+    `per_message`: messages(events), when the caller already has it (the pipeline caches it)."""
+    frame = messages(events) if per_message is None else per_message
+    life = F.col("l")
+    return (
+        frame.select("destination", "msg", F.posexplode("lives").alias("pos", "l"))
+        .select("destination", "msg", (F.col("pos") + 1).alias("life"), life["sent_ts"].alias("sent_ts"),
+                F.when(life["fd_ts"].isNotNull(),
+                       F.struct(life["fd_ts"].alias("ts"), life["fd_consumer"].alias("consumer")))
+                .alias("first_dispatch"),
+                F.when(life["ack_ts"].isNotNull(),
+                       F.struct(life["ack_ts"].alias("ts"), life["ack_consumer"].alias("consumer"),
+                                life["ack_delivered"].alias("delivered_ts"))).alias("ack"),
+                life["maxr"].alias("max_redeliveries"))
     )
 
 
 def latency_samples(message_lives: DataFrame) -> DataFrame:
-    """(destination, consumer, metric, value_ms): one sample per life and metric."""
-    send_to_dispatch = message_lives.filter(F.col("first_dispatch").isNotNull()).select(
-        "destination", F.col("first_dispatch.consumer").alias("consumer"),
-        F.lit("send_to_dispatch").alias("metric"),
-        (F.col("first_dispatch.ts") - F.col("sent_ts")).alias("value_ms"))
-    acked = message_lives.filter(F.col("ack").isNotNull())
-    dispatch_to_ack = acked.filter(F.col("ack.delivered_ts").isNotNull()).select(
-        "destination", F.col("ack.consumer").alias("consumer"), F.lit("dispatch_to_ack").alias("metric"),
-        (F.col("ack.ts") - F.col("ack.delivered_ts")).alias("value_ms"))
-    send_to_ack = acked.select(
-        "destination", F.col("ack.consumer").alias("consumer"), F.lit("send_to_ack").alias("metric"),
-        (F.col("ack.ts") - F.col("sent_ts")).alias("value_ms"))
-    return send_to_dispatch.unionByName(dispatch_to_ack).unionByName(send_to_ack)
+    """(destination, consumer, metric, value_ms): one sample per life and metric (one pass, no union)."""
+    sample = F.struct
+    candidates = F.array(
+        F.when(F.col("first_dispatch").isNotNull(),
+               sample(F.col("first_dispatch.consumer").alias("consumer"),
+                      F.lit("send_to_dispatch").alias("metric"),
+                      (F.col("first_dispatch.ts") - F.col("sent_ts")).alias("value_ms"))),
+        F.when(F.col("ack.delivered_ts").isNotNull(),
+               sample(F.col("ack.consumer").alias("consumer"), F.lit("dispatch_to_ack").alias("metric"),
+                      (F.col("ack.ts") - F.col("ack.delivered_ts")).alias("value_ms"))),
+        F.when(F.col("ack").isNotNull(),
+               sample(F.col("ack.consumer").alias("consumer"), F.lit("send_to_ack").alias("metric"),
+                      (F.col("ack.ts") - F.col("sent_ts")).alias("value_ms"))),
+    )
+    present = F.filter(candidates, lambda s: s.isNotNull())
+    return (message_lives.select("destination", F.explode(present).alias("s"))
+            .select("destination", "s.consumer", "s.metric", "s.value_ms"))
 
 
 def latency(samples: DataFrame) -> DataFrame:
-    """(destination, consumer, metric, count, p50, p95, p99); consumer is null on the destination's rows."""
+    """(destination, consumer, metric, count, p50, p95, p99); consumer is null on the destination's rows.
+    Exact percentiles from a histogram: the samples are counted per distinct value first (latencies in ms
+    repeat a lot), then `percentile(value, p, frequency)` interpolates exactly as over the raw samples."""
+    histogram = samples.groupBy("destination", "consumer", "metric", "value_ms").agg(
+        F.count("*").alias("n"))
 
     def summarise(frame: DataFrame, keys: list[str]) -> DataFrame:
-        quantiles = F.percentile(F.col("value_ms").cast("double"), list(PERCENTILES))
-        return frame.groupBy(*keys, "metric").agg(F.count("*").alias("count"), quantiles.alias("q")).select(
+        quantiles = F.percentile(F.col("value_ms").cast("double"), list(PERCENTILES), F.col("n"))
+        return frame.groupBy(*keys, "metric").agg(F.sum("n").alias("count"), quantiles.alias("q")).select(
             *keys, "metric", "count", F.col("q")[0].alias("p50"), F.col("q")[1].alias("p95"),
             F.col("q")[2].alias("p99"))
 
-    per_destination = summarise(samples, ["destination"]).withColumn("consumer", F.lit(None).cast("string"))
-    per_consumer = summarise(samples.filter(F.col("consumer").isNotNull()), ["destination", "consumer"])
+    per_destination = summarise(histogram, ["destination"]).withColumn("consumer", F.lit(None).cast("string"))
+    per_consumer = summarise(histogram.filter(F.col("consumer").isNotNull()), ["destination", "consumer"])
     return per_destination.unionByName(per_consumer)
 
 
@@ -182,14 +231,16 @@ def groups(events: DataFrame) -> DataFrame:
                     F.coalesce("owner_changes", F.lit(0)).alias("owner_changes"), "owner"))
 
 
-def group_consumers(events: DataFrame) -> DataFrame:
+def group_consumers(events: DataFrame, per_message: DataFrame | None = None) -> DataFrame:
     """(destination, consumer, groups, messages): per consumer, the distinct groups and grouped messages
-    dispatched to it."""
-    grouped = _grouped_messages(events)
-    dispatches = events.filter(_type("dispatch")).select("destination", "msg", "consumer")
-    return (dispatches.join(grouped, ["destination", "msg"])
+    dispatched to it. From messages(events) (one row per message: its groups and the consumers it was
+    dispatched to), so no join of the dispatches with the grouped messages."""
+    frame = messages(events) if per_message is None else per_message
+    return (frame.filter(F.size("groups") > 0)
+            .select("destination", "groups", F.explode("dispatched_to.consumer").alias("consumer"))
             .groupBy("destination", "consumer")
-            .agg(F.countDistinct("group").alias("groups"), F.countDistinct("msg").alias("messages")))
+            .agg(F.size(F.array_distinct(F.flatten(F.collect_list("groups")))).cast("long").alias("groups"),
+                 F.count("*").alias("messages")))
 
 
 def active_consumers(events: DataFrame) -> DataFrame:

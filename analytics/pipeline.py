@@ -80,17 +80,26 @@ def load_events(spark: Any, location: ArchiveLocation, since_ms: int, until_ms: 
     return frame
 
 
-def compute(events: Any) -> dict[str, Any]:
-    """Every metric table, as DataFrames (lazy)."""
-    lives = jobs.lives(events).cache()
+# The columns the jobs read (the archive's other columns are never decoded).
+JOB_COLUMNS = ("event_ms", "event_seq", "ts", "type", "msg", "consumer", "group", "reason", "cause", "target",
+               "detail", "strategy", "redeliveries", "attrs", "destination")
+
+
+def compute(events: Any, per_message: Any = None) -> dict[str, Any]:
+    """Every metric table, as DataFrames (lazy). `per_message` (jobs.messages(events), the one shuffle of
+    the bulk events by message) feeds the latency, redelivery and group-per-consumer tables; the pipeline
+    caches it so that shuffle runs once."""
+    if per_message is None:
+        per_message = jobs.messages(events)
+    lives = jobs.lives(events, per_message)
     return {
-        "lives": lives,
+        "per_message": per_message,
         "per_minute": jobs.per_minute(events),
         "latency": jobs.latency(jobs.latency_samples(lives)),
         "redeliveries": jobs.redelivery_distribution(lives),
         "dead_letters": jobs.dead_letter_causes(events),
         "groups": jobs.groups(events),
-        "group_consumers": jobs.group_consumers(events),
+        "group_consumers": jobs.group_consumers(events, per_message),
         "slow_consumer_episodes": jobs.slow_consumer_episodes(events),
         "aborts": jobs.aborts(events),
         "active_consumers": jobs.active_consumers(events),
@@ -180,18 +189,23 @@ def run(spark: Any, *, since_ms: int, until_ms: int, archive: str | None = None,
     started = time.monotonic()
     location = ArchiveLocation.parse(archive or config.archive_url())
     target = ArchiveLocation.parse(output or config.output_url())
-    # Every table reads the events: decode the Parquet files once (spilling to disk when they do not fit).
+    # Every table reads the events: decode the needed Parquet columns once (spilling to disk when they do
+    # not fit), shuffle the bulk events by message once (per_message), and keep each small table cached
+    # between writing it and collecting it for the summary (no re-reading, no recomputation).
     from pyspark import StorageLevel
 
-    events = load_events(spark, location, since_ms, until_ms, destinations)
+    events = load_events(spark, location, since_ms, until_ms, destinations).select(*JOB_COLUMNS)
     events = events.persist(StorageLevel.MEMORY_AND_DISK)
-    frames = compute(events)
-    for name in TABLES:
-        frames[name].write.mode("overwrite").parquet(f"{target.spark_path}/{name}")
-    # The summary reads back the tables just written (small aggregates), not the events again.
-    tables = {name: _rows(spark.read.parquet(f"{target.spark_path}/{name}")) for name in TABLES}
-    tables["active_consumers"] = _rows(frames["active_consumers"])
-    frames["lives"].unpersist()
+    per_message = jobs.messages(events).persist(StorageLevel.MEMORY_AND_DISK)
+    frames = compute(events, per_message)
+    tables = {}
+    for name in (*TABLES, "active_consumers"):
+        frame = frames[name].cache()
+        if name in TABLES:
+            frame.write.mode("overwrite").parquet(f"{target.spark_path}/{name}")
+        tables[name] = _rows(frame)
+        frame.unpersist()
+    per_message.unpersist()
     events.unpersist()
     summary = summarise(tables, since_ms, until_ms)
     text = json.dumps(summary, separators=(",", ":"), default=str)

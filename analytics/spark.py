@@ -32,6 +32,16 @@ def spark_master() -> str:
     return DEFAULT_MASTER
 
 
+def _default_shuffle_partitions(master: str) -> int:
+    if master.startswith("local"):
+        cores = master[len("local"):].strip("[]").split(",")[0]
+        if cores.isdigit():
+            return max(int(cores), 1)
+        if cores == "*" or cores == "":
+            return os.cpu_count() or 2
+    return 8
+
+
 def prepare_environment(master: str) -> None:
     """Environment the driver JVM and the Python workers read at start-up."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -58,8 +68,10 @@ def spark_session(app_name: str = "signalbox-analytics", master: str | None = No
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        # Small jobs on few cores: Spark's default of 200 shuffle partitions is mostly scheduling overhead.
-        .config("spark.sql.shuffle.partitions", os.environ.get("SIGNALBOX_SPARK_SHUFFLE_PARTITIONS", "8"))
+        # Spark's default of 200 shuffle partitions is mostly scheduling overhead on a few cores: in local
+        # mode one per core (local[2] -> 2), else 8 (adaptive execution coalesces small ones either way).
+        .config("spark.sql.shuffle.partitions", os.environ.get("SIGNALBOX_SPARK_SHUFFLE_PARTITIONS")
+                or str(_default_shuffle_partitions(master)))
         .config("spark.sql.adaptive.enabled", "true")
     )
     if os.environ.get("SIGNALBOX_SPARK_DRIVER_MEMORY"):  # local mode: the executors live in the driver
