@@ -238,5 +238,18 @@
 
   function page() { const node = document.getElementById("page"); return node ? node.dataset : {}; }
 
-  window.SB = { api, ApiError, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, rateTracker, Chart, meter, page, feeds };
+  // A destination's "Recent events" list: newest first, the last 100 kept; returns the function that
+  // adds a batch of events as the live feed delivers them.
+  function eventLog(list) {
+    return function show(recent) {
+      for (const e of recent) {
+        const { type, ts, id, ...rest } = e;
+        const detail = Object.entries(rest).map(([k, v]) => `${k}=${v}`).join(" ");
+        list.prepend(el("li", {}, `${fmt.time(Number(ts))} ${type} ${detail}`));
+      }
+      while (list.children.length > 100) list.lastChild.remove();
+    };
+  }
+
+  window.SB = { api, ApiError, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, rateTracker, Chart, meter, page, feeds, eventLog };
 })();

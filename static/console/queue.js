@@ -2,7 +2,7 @@
    and recent events, live from the destination's lifecycle events; QueueView operations for admins. */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live, act, toast, tracked, queuePath, rateTracker, Chart, meter, page } = window.SB;
+  const { api, el, fill, fmt, live, act, toast, eventLog, tracked, queuePath, rateTracker, Chart, meter, page } = window.SB;
   const P = page();
   const name = P.name; const admin = P.admin === "1";
   const base = queuePath(name);
@@ -84,15 +84,7 @@
     fill(document.querySelector("#scheduled tbody"), rows, 4, "No scheduled or delayed messages.");
   }
 
-  const eventsList = document.getElementById("events");
-  function showEvents(recent) {
-    for (const e of recent) {
-      const { type, ts, id, ...rest } = e;
-      const detail = Object.entries(rest).map(([k, v]) => `${k}=${v}`).join(" ");
-      eventsList.prepend(el("li", {}, `${fmt.time(Number(ts))} ${type} ${detail}`));
-    }
-    while (eventsList.children.length > 100) eventsList.lastChild.remove();
-  }
+  const showEvents = eventLog(document.getElementById("events"));
 
   let groupsTimer = null;
   function groupsSoon() { if (!groupsTimer) groupsTimer = setTimeout(() => { groupsTimer = null; loadGroups(); }, 700); }

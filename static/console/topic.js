@@ -3,7 +3,7 @@
    subscription (DurableSubscriptionView.destroy; the API audits it and refuses an active one). */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live, act, toast, page } = window.SB;
+  const { api, el, fill, fmt, live, act, toast, eventLog, page } = window.SB;
   const P = page();
   const name = P.name; const admin = P.admin === "1";
   const base = `topics/${encodeURIComponent(name)}`;
@@ -52,15 +52,7 @@
 
   function refresh() { return api("GET", base).then(showStats).catch((e) => toast(e.message, true)); }
 
-  const eventsList = document.getElementById("events");
-  function showEvents(recent) {
-    for (const e of recent) {
-      const { type, ts, id, ...rest } = e;
-      const detail = Object.entries(rest).map(([k, v]) => `${k}=${v}`).join(" ");
-      eventsList.prepend(el("li", {}, `${fmt.time(Number(ts))} ${type} ${detail}`));
-    }
-    while (eventsList.children.length > 100) eventsList.lastChild.remove();
-  }
+  const showEvents = eventLog(document.getElementById("events"));
 
   live(`destination=${encodeURIComponent(P.uri)}`, (msg) => {
     if (msg.type === "stats") showStats(msg.stats);

@@ -118,6 +118,11 @@ def test_grouped_messages_are_owned_and_remove_all_message_groups_reassigns_them
     expect(page.locator("#groups tbody tr[data-group]")).to_have_count(2, timeout=10_000)
     assert {g.group_id for g in broker.message_groups(queue_name)} == {"cart-1", "cart-2"}
     assert {g.owner for g in broker.message_groups(queue_name)} <= ids
+    # ... and the recent-events list got those sends and their dispatches from the live feed.
+    events = page.locator("#events li")
+    sent = events.filter(has_text="enqueue").filter(has_text="group=cart-2")
+    expect(sent).not_to_have_count(0, timeout=10_000)
+    expect(events.filter(has_text="dispatch")).not_to_have_count(0)
 
     # The action is in the audit log, with its own page.
     page.goto(f"{console_server.url}/console/audit/")
