@@ -73,6 +73,16 @@ local POLICY_DEFAULTS = {
 }
 -- The values read (once per call), which policy hash they came from and whether it exists. (One table,
 -- not three locals: every top-level local a function uses makes each closure created after it costlier.)
+-- A policy hash's fields read with HMGET (false where unset) as a table by name, defaults filled in.
+local function with_defaults(names, defaults, values)
+  local out = {}
+  for i, name in ipairs(names) do
+    local v = values[i]
+    if v == false then v = defaults[i] end
+    out[name] = v
+  end
+  return out
+end
 local POLICY_READ = { values = nil, key = nil, found = false }
 local function policy()
   if POLICY_READ.values then return POLICY_READ.values end
@@ -90,14 +100,8 @@ local function policy()
       redis.call('HSET', K_POLICY, '_packed', cmsgpack.pack(values))
     end
   end
-  local resolved = {}
-  for i, name in ipairs(POLICY_NAMES) do
-    local v = values[i]
-    if v == false then v = POLICY_DEFAULTS[i] end
-    resolved[name] = v
-  end
-  POLICY_READ.values = resolved
-  return resolved
+  POLICY_READ.values = with_defaults(POLICY_NAMES, POLICY_DEFAULTS, values)
+  return POLICY_READ.values
 end
 local function policy_flag(name) return policy()[name] == '1' or policy()[name] == 'true' end
 local function policy_num(name) return tonumber(policy()[name]) end

@@ -45,14 +45,8 @@ local TOPIC_POLICY_DEFAULTS = {
 function TOPIC.policy()
   if TOPIC._policy then return TOPIC._policy end
   local values = redis.call('HMGET', TP .. ':policy', unpack(TOPIC_POLICY_NAMES))
-  local out = {}
-  for i, name in ipairs(TOPIC_POLICY_NAMES) do
-    local v = values[i]
-    if v == false then v = TOPIC_POLICY_DEFAULTS[i] end
-    out[name] = v
-  end
-  TOPIC._policy = out
-  return out
+  TOPIC._policy = with_defaults(TOPIC_POLICY_NAMES, TOPIC_POLICY_DEFAULTS, values)
+  return TOPIC._policy
 end
 
 -- Work on subscription `key` (or, with nil, on the topic itself). Per-prefix caches start over.
