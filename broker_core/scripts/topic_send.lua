@@ -16,7 +16,7 @@ NOW = tonumber(ARGV[1])
 local origin, plan = split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
-local unpacked = unpack_send(origin, 4)
+local unpacked = unpack_send(ARGV, origin, 4)
 if unpacked.err then return unpacked end
 for i = 4, #ARGV, 4 do
   local id, m = ARGV[i], unpacked[i]

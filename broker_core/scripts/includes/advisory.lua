@@ -8,6 +8,7 @@
 -- advisory topic itself. That existence check reads a key outside this destination's hash tag, like
 -- flow.lua's broker-wide usage (docs/broker_core.md).
 local ADVISE = { n = 0, blob = nil, flags = nil, dest = nil }
+on_call(function() ADVISE.n, ADVISE.blob, ADVISE.flags, ADVISE.dest = 0, nil, nil, nil end)
 
 -- Event type -> {advisory kind, the policy flag that gates it ('' = always)}.
 local ADVISORY_EVENTS = {

@@ -32,7 +32,17 @@ local function use_prefix(prefix)
   K_SCHED = P .. ':sched'        -- hash: repeating scheduled message id -> packed job
   K_AUDIT = P .. ':audit'        -- zset: recently enqueued ids -> broker sequence (duplicate detection)
 end
-use_prefix(KEYS[1])
+
+-- State that lives for one call. On Redis >= 7 these includes are loaded once as a function library
+-- (broker_core/scripts.py), so their top-level statements run once, not per call: whatever a call
+-- changes outside its own functions is reset here. Each include registers its resets with on_call;
+-- every script starts with begin_call(KEYS) (scripts.py puts it in front of the script's body).
+local CALL_RESETS = {}
+local function on_call(reset) CALL_RESETS[#CALL_RESETS + 1] = reset end
+local function begin_call(keys)
+  use_prefix(keys[1])
+  for i = 1, #CALL_RESETS do CALL_RESETS[i]() end
+end
 
 local function K_C(cid) return P .. ':c:' .. cid end              -- hash: per-consumer counters
 local function K_CINF(cid) return P .. ':c:' .. cid .. ':inflight' end -- zset: id -> dispatch seq
@@ -84,6 +94,10 @@ local function with_defaults(names, defaults, values)
   return out
 end
 local POLICY_READ = { values = nil, key = nil, found = false }
+on_call(function()
+  NOW = 0
+  POLICY_READ.values, POLICY_READ.key, POLICY_READ.found = nil, nil, false
+end)
 local function policy()
   if POLICY_READ.values then return POLICY_READ.values end
   -- The values scripts use are cached packed in one field, so a call reads one field, not fifteen;

@@ -39,12 +39,14 @@ end
 
 -- PrefetchSubscription.isFull: the window is the prefetch plus the DELIVERED-ack extension;
 -- a prefetch of 0 (pull) has room only while a receive call has asked for messages.
-local function is_full(c)
-  if c.prefetch == 0 then return c.ext <= 0 end
+-- How many more messages consumer c's window takes (prefetch 0: the receives waiting for one).
+local function free_slots(c)
+  if c.prefetch == 0 then return c.ext end
   local ext = c.ext
   if not policy_flag('usePrefetchExtension') then ext = 0 end
-  return c.n - ext >= c.prefetch
+  return c.prefetch + ext - c.n
 end
+local function is_full(c) return free_slots(c) <= 0 end
 
 -- Stable sort by priority (descending) and, once the queue has a group map, by the number of
 -- groups assigned (ascending); equal keys keep their current order (Collections.sort is stable).
@@ -53,6 +55,7 @@ end
 -- a non-durable topic subscription is marked slow by the topic's rule instead (§8.1: more than
 -- its prefetch waiting beyond a full window; includes/topic.lua), so the queue rule leaves it alone.
 local SLOW_RULE = { prefix = nil, topic = false }
+on_call(function() SLOW_RULE.prefix, SLOW_RULE.topic = nil, false end)
 local function note_slow(c, full)
   if SLOW_RULE.prefix ~= P then
     SLOW_RULE.prefix = P
@@ -73,6 +76,7 @@ end
 -- per prefix: a topic send switches subscriptions), not once per dispatched message.
 -- (One table, not three locals: see POLICY_READ in base.lua.)
 local GMAP = { key = nil, on = false }
+on_call(function() GMAP.key, GMAP.on = nil, false end)
 function GMAP.exists()
   if GMAP.key ~= K_META then GMAP.key, GMAP.on = K_META, redis.call('HGET', K_META, 'gmap') == '1' end
   return GMAP.on

@@ -97,20 +97,22 @@ local function dispatch_pass(budget)
     redis.call('HSET', K_META, 'last_pass_skipped', pass_skipped)
     pass_skipped = 0
   end
-  -- Is there a consumer with room at all, and one that this pass may still use?
+  -- Is there a consumer with room at all, and one that this pass may still use? And how many messages
+  -- the usable ones can take, which bounds the page read next.
   local function room()
-    local usable, any = false, false
+    local usable, any, free = false, false, 0
     for _, c in ipairs(cons) do
-      if c.alive and not is_full(c) then
+      local slots = c.alive and free_slots(c) or 0
+      if slots > 0 then
         any = true
-        if not excluded[c.id] then usable = true end
+        if not excluded[c.id] then usable, free = true, free + slots end
       end
     end
-    return usable, any
+    return usable, any, free
   end
 
   while true do
-    local usable, any = room()
+    local usable, any, free = room()
     if not any then                             -- everyone is full: the next pass starts at the head
       if redis.call('ZCARD', K_PENDING) > 0 then
         for _, c in ipairs(cons) do if c.alive then note_slow(c, true) end end
@@ -118,11 +120,17 @@ local function dispatch_pass(budget)
       end_pass()
       break
     end
-    if not usable then end_pass() end           -- room only where this pass may not go: start over
+    if not usable then                          -- room only where this pass may not go: start over
+      end_pass()
+      usable, any, free = room()
+    end
     if examined >= budget then more = 1 break end
     local lower = '-inf'
     if cursor ~= '' then lower = '(' .. cursor end
-    local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, budget - examined)
+    -- A page the consumers can take (and a few more, for those a selector or a group owner skips); a
+    -- full window freeing one slot reads a handful of messages, not maxPageSize of them.
+    local page = math.min(budget - examined, free + 8)
+    local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, page)
     dirty = dirty or PASS_DIRTY.value
     if #batch == 0 then
       -- At the tail: restart from the head if something changed behind the cursor, else rest here.
@@ -132,7 +140,7 @@ local function dispatch_pass(budget)
       if redis.call('ZCARD', K_PENDING) == 0 then break end
     end
     local restart = false
-    local at_tail = #batch > 0 and #batch / 2 < budget - examined
+    local at_tail = #batch > 0 and #batch / 2 < page
     for i = 1, #batch, 2 do
       local id, score = batch[i], tonumber(batch[i + 1])
       examined = examined + 1

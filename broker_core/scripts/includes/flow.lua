@@ -5,13 +5,17 @@
 -- minimumMessageSize. The broker's usage is the sum over all destinations, kept by the same scripts in
 -- the same atomic steps in K_USAGE (hash: used, limit, sendFailIfNoSpace, sendFailIfNoSpaceAfterTimeout).
 -- K_USAGE is the one key outside the destination's hash tag (docs/broker_core.md, Flow control).
-local K_USAGE = string.match(P, '^(.-):{') .. ':usage'
+local K_USAGE
 -- Messages are stored once per destination (a topic's under the topic, TP, not under a subscription), so
 -- usage is counted in the destination's own meta hash whichever subscription a script has switched to.
 local function flow_meta() return TP .. ':meta' end
 local BROKER_DEFAULT_LIMIT = 1073741824  -- SystemUsage's memory limit when none is configured: 1 GB
 
 local FLOW = { floor = nil }
+on_call(function()
+  K_USAGE = string.match(P, '^(.-):{') .. ':usage'
+  FLOW.floor, FLOW.reserve = nil, nil
+end)
 
 -- What a message of `bytes` packed bytes counts. The floor is read from the policy once, when the
 -- destination first stores something, and kept in K_META, so a charge and its release always agree

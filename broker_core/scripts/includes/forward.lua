@@ -6,6 +6,7 @@
 -- it has already enqueued, so a delivery repeated after a crash is harmless.
 
 local FWD = { n = 0 }
+on_call(function() FWD.n = 0 end)
 
 -- The flags a script returns (includes/dispatch.lua) say 2 when forwards wait for the caller.
 local function with_forward_flag(flags)

@@ -61,6 +61,7 @@ end
 
 -- When the first parked message is due, as far as this script call knows (nil: ask Redis).
 local PARK = { next = nil }
+on_call(function() PARK.next = nil end)
 
 -- The next time a parked message comes back (0 if none).
 local function next_unpark()

@@ -12,6 +12,7 @@ end
 -- send hands them out without reading and decoding them again. An entry is used once; a message that
 -- leaves (drop_message) loses it.
 local FRESH = {}
+on_call(function() FRESH = {} end)
 
 local function is_expired(m)
   local exp = tonumber(m[M_EXPIRATION]) or 0
@@ -43,6 +44,7 @@ end
 
 -- The table the selector evaluator reads (scripts/includes/selector.lua).
 local _dest_uri = nil
+on_call(function() _dest_uri = nil end)
 local function selector_view(id, m)
   if not _dest_uri then _dest_uri = redis.call('HGET', K_META, 'uri') or '' end
   local props = {}
@@ -66,6 +68,7 @@ end
 -- Something may have made a message behind the pass cursor dispatchable: the pass restarts from the head
 -- when it reaches the tail. `PASS_DIRTY` tells a chunk already running in this script call.
 local PASS_DIRTY = { value = false }
+on_call(function() PASS_DIRTY.value = false end)
 local function mark_dirty()
   PASS_DIRTY.value = true
   redis.call('HSET', K_META, 'dirty', '1')
@@ -106,16 +109,16 @@ local function pending_add(id, score)
 end
 
 -- A send's messages checked against the destination's limits before any is stored, so a refused batch
--- changes nothing: the unpacked messages by ARGV index (ARGV from 4 on holds `step` values per message,
+-- changes nothing: the unpacked messages by argument index (`argv`, the script's ARGV: from 4 on it holds `step` values per message,
 -- its id and packed form first), or the fail() reply. Forwarded messages (dead letters, moves, copies)
 -- were accepted once already and are not refused now.
-local function unpack_send(origin, step)
+local function unpack_send(argv, origin, step)
   local limit = policy_num('maxMessageSize') or 0
   local max_props = tonumber(policy()['maxPropertyCount']) or 0
   if origin == 'forward' then limit, max_props = 0, 0 end
   local unpacked = {}
-  for i = 4, #ARGV, step do
-    local id, blob = ARGV[i], ARGV[i + 1]
+  for i = 4, #argv, step do
+    local id, blob = argv[i], argv[i + 1]
     if limit > 0 and #blob > limit then
       return fail('MESSAGE_TOO_LARGE', 'message ' .. id .. ' is ' .. #blob ..
         ' bytes packed, over the destination limit maxMessageSize=' .. limit)

@@ -303,12 +303,14 @@ local function selector_load()
 
   -- Python writes the continuation-byte range as a NUL placeholder (see selector/patterns.py).
   local CONT_RANGE = '\128-\191'
-  local expanded = {}
+  -- Loaded once per function library on Redis >= 7 (scripts.py), so this cache outlives a call: bounded.
+  local expanded, n_expanded = {}, 0
   local function lua_pattern(p)
     local e = expanded[p]
     if not e then
       e = sgsub(p, '%z', CONT_RANGE)
-      expanded[p] = e
+      if n_expanded >= 1024 then expanded, n_expanded = {}, 0 end
+      expanded[p], n_expanded = e, n_expanded + 1
     end
     return e
   end

@@ -17,7 +17,10 @@ local TOPIC = { selectors = {} }
 -- <ns>:durables: durable registry field (topics.durable_registry_field) -> the topic uri its subscription
 -- is on. Like flow.lua's K_USAGE, a broker-wide key outside the topic's hash tag: it is only ever changed
 -- in the same script that creates or removes the subscription it names.
-TOPIC.registry = string.match(KEYS[1], '^(.-):{') .. ':durables'
+on_call(function()
+  TOPIC.registry = string.match(P, '^(.-):{') .. ':durables'
+  TOPIC.selectors, TOPIC._policy = {}, nil
+end)
 
 -- Forget the registry entry of the current durable subscription (about to be removed), if it is this
 -- topic's: a newer one on another topic keeps its entry.

@@ -24,6 +24,7 @@ local function split_origin(arg)
 end
 
 local VIRTUAL_SELECTORS = {}
+on_call(function() VIRTUAL_SELECTORS = {} end)
 
 -- Record the copies message `id` owes the plan's targets; returns whether it is also kept here.
 -- plan[1] = 0: kept whatever matched (no composite, or one with forwardOnly false). Otherwise plan[2] is
