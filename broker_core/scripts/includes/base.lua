@@ -98,6 +98,11 @@ on_call(function()
   NOW = 0
   POLICY_READ.values, POLICY_READ.key, POLICY_READ.found = nil, nil, false
 end)
+-- Where the library outlives a call (Redis >= 7, scripts.py), the table decoded from a packed policy is
+-- kept under that packed string: the same bytes always decode to the same values, and a changed policy
+-- is packed anew, so the cache can only miss, never be stale. Nothing writes into these tables. (With
+-- EVAL it lives for one call.) Bounded, as destinations may have many distinct policies.
+local POLICY_DECODED = { n = 0, by_packed = {} }
 local function policy()
   if POLICY_READ.values then return POLICY_READ.values end
   -- The values scripts use are cached packed in one field, so a call reads one field, not fifteen;
@@ -106,7 +111,17 @@ local function policy()
   local values
   POLICY_READ.key, POLICY_READ.found = K_POLICY, packed ~= false
   if packed then
+    local known = POLICY_DECODED.by_packed[packed]
+    if known then
+      POLICY_READ.values = known
+      return known
+    end
     values = cmsgpack.unpack(packed)
+    if POLICY_DECODED.n >= 256 then POLICY_DECODED.n, POLICY_DECODED.by_packed = 0, {} end
+    POLICY_DECODED.n = POLICY_DECODED.n + 1
+    POLICY_DECODED.by_packed[packed] = with_defaults(POLICY_NAMES, POLICY_DEFAULTS, values)
+    POLICY_READ.values = POLICY_DECODED.by_packed[packed]
+    return POLICY_READ.values
   else
     values = redis.call('HMGET', K_POLICY, unpack(POLICY_NAMES))
     if redis.call('EXISTS', K_POLICY) == 1 then
@@ -139,7 +154,7 @@ local function unknown_destination()
 end
 
 local function meta_incr(field, by)
-  return redis.call('HINCRBY', K_META, field, by or 1)
+  return redis.call('HINCRBY', K_META, field, by or '1')  -- a string: Redis formats a number with snprintf
 end
 
 -- events ActiveMQ advises about become advisory messages.
@@ -147,12 +162,16 @@ end
 
 -- Append one lifecycle event (docs/broker_core.md lists the types and fields).
 -- A subscription's events carry its key ('sub') on the topic's stream.
+-- NOW as text, formatted once per call rather than by Redis for every event (snprintf per number).
+local NOW_TEXT = { at = nil, text = nil }
 local function emit(kind, ...)
+  if NOW_TEXT.at ~= NOW then NOW_TEXT.at, NOW_TEXT.text = NOW, string.format('%.0f', NOW) end
   if SUB then
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', policy()['eventsMaxLen'], '*', 'type', kind, 'ts', NOW,
-               'sub', SUB, ...)
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', policy()['eventsMaxLen'], '*', 'type', kind,
+               'ts', NOW_TEXT.text, 'sub', SUB, ...)
   else
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', policy()['eventsMaxLen'], '*', 'type', kind, 'ts', NOW, ...)
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', policy()['eventsMaxLen'], '*', 'type', kind,
+               'ts', NOW_TEXT.text, ...)
   end
   advise(kind, ...)  -- includes/advisory.lua
 end

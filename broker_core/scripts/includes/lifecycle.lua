@@ -37,7 +37,7 @@ local function take_inflight(cid, id, no_score)
   local v = not no_score and redis.call('HGET', K_INFLIGHT, id)
   redis.call('HDEL', K_INFLIGHT, id)
   redis.call('ZREM', K_CINF(cid), id)
-  redis.call('HINCRBY', K_C(cid), 'n', -1)
+  redis.call('HINCRBY', K_C(cid), 'n', '-1')
   return tonumber(string.match(v or '', '|(.*)$')) or 0
 end
 
