@@ -8,9 +8,9 @@ are built again on each call; that set-up was the largest single cost of a one-m
 library is different: Redis runs its top level once, when it is loaded, and each call runs only the
 body. So where the server has functions (FUNCTION LOAD, Redis 7), all the includes are loaded once as
 the library `signalbox_<hash>` and each script body is registered in it as the function
-`sb<hash>_<name>`; elsewhere each script is its includes plus its body, run by EVALSHA. Both forms start
-the body with `begin_call(KEYS)` (includes/base.lua), which resets the state a call may leave behind, so
-the two behave the same. The hash covers the whole library, so processes running different versions of
+`sb<hash>_<name>`; elsewhere each script is its includes plus its body, run by EVALSHA. In both forms the
+body is a function of KEYS and ARGV that starts with `begin_call(KEYS)` (includes/base.lua), which resets
+the state a call may leave behind, so the two behave the same. The hash covers the whole library, so processes running different versions of
 the scripts never call each other's functions.
 
 A server that lost its scripts or its library (a restart without persistence) answers NOSCRIPT or
@@ -68,7 +68,7 @@ def _includes_text(names: list[str]) -> tuple[str, set[str]]:
 @dataclass(frozen=True)
 class Script:
     name: str
-    source: str  # the EVAL form: includes, begin_call, body
+    source: str  # the EVAL form: includes, then the body as a function starting with begin_call
     sha: str
     function: str  # its name in the function library
 
@@ -108,7 +108,10 @@ def script(name: str) -> Script:
     """The script `scripts/<name>.lua` with its includes expanded."""
     includes, body = _split(name)
     shared, included = _includes_text(includes)
-    source = shared + (_BEGIN if "base" in included else "") + body
+    # The body is a function here too, as in the library: its own locals then do not count towards
+    # Lua's limit of 200 locals in one function, which the includes' top level nearly fills.
+    source = (shared + "return (function(KEYS, ARGV)\n" + (_BEGIN if "base" in included else "") + body
+              + "\nend)(KEYS, ARGV)\n")
     digest = library().name.removeprefix("signalbox_")
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), _function_name(digest, name))
 

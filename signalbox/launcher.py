@@ -32,6 +32,7 @@ from signalbox.embedded_redis import (
     APPENDFSYNC_POLICIES,
     EmbeddedRedis,
     EmbeddedRedisError,
+    configured_executable,
     die_with_parent,
     port_in_use,
 )
@@ -82,6 +83,7 @@ class RunConfig:
     port: int
     redis_url: str | None
     redis_port: int
+    redis_server: str
     appendfsync: str
     worker_concurrency: int
     shutdown_timeout: float
@@ -96,12 +98,19 @@ class RunConfig:
                 f"use one of {', '.join(APPENDFSYNC_POLICIES)}"
             )
         port = args.port if args.port is not None else _env_int("SIGNALBOX_PORT", 8000)
+        redis_server = configured_executable()
+        if not (os.path.isfile(redis_server) and os.access(redis_server, os.X_OK)):
+            raise ConfigError(
+                f"SIGNALBOX_REDIS_SERVER={redis_server!r} is not an executable file; give the path of a "
+                "redis-server binary (6.2 or newer), or unset it to use the embedded one"
+            )
         return cls(
             data_dir=data_dir.expanduser().resolve(),
             host=args.host or os.environ.get("SIGNALBOX_HOST") or "127.0.0.1",
             port=port,
             redis_url=os.environ.get("REDIS_URL") or None,
             redis_port=_env_int("SIGNALBOX_REDIS_PORT", 6390),
+            redis_server=redis_server,
             appendfsync=appendfsync,
             worker_concurrency=_env_int("SIGNALBOX_WORKER_CONCURRENCY", 2, maximum=64),
             shutdown_timeout=float(_env_int("SIGNALBOX_SHUTDOWN_TIMEOUT", 20, maximum=3600)),
@@ -244,7 +253,8 @@ class Launcher:
         if self.config.redis_url:
             return self.config.redis_url
         server = EmbeddedRedis(
-            self.config.data_dir, port=self.config.redis_port, appendfsync=self.config.appendfsync
+            self.config.data_dir, port=self.config.redis_port, appendfsync=self.config.appendfsync,
+            executable=self.config.redis_server,
         )
         self.redis_server = server
         try:

