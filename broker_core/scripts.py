@@ -10,8 +10,8 @@ body. So where the server has functions (FUNCTION LOAD, Redis 7), all the includ
 the library `signalbox_<hash>` and each script body is registered in it as the function
 `sb<hash>_<name>`; elsewhere each script is its includes plus its body, run by EVALSHA. In both forms the
 body is a function of KEYS and ARGV that starts with `begin_call(KEYS)` (includes/base.lua), which resets
-the state a call may leave behind, so the two behave the same. The hash covers the whole library, so processes running different versions of
-the scripts never call each other's functions.
+the state a call may leave behind, so the two behave the same. The hash covers the whole library, so
+processes running different versions of the scripts never call each other's functions.
 
 A server that lost its scripts or its library (a restart without persistence) answers NOSCRIPT or
 "Function not found"; the caller loads them again and repeats the call (broker.py).
