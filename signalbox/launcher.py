@@ -83,10 +83,10 @@ class RunConfig:
     port: int
     redis_url: str | None
     redis_port: int
-    redis_server: str
     appendfsync: str
     worker_concurrency: int
     shutdown_timeout: float
+    redis_server: str = field(default_factory=configured_executable)  # the embedded server's binary
 
     @classmethod
     def from_env(cls, args: argparse.Namespace) -> RunConfig:
