@@ -7,6 +7,10 @@ the destination's forwarding hash in the same atomic step as the event; `operati
 any other. An advisory is only recorded while its topic exists (someone has subscribed to it), since a
 topic message without subscriptions is dropped anyway.
 
+Two advisories are not JSON documents about an event: NoConsumer (`sendAdvisoryIfNoConsumers`) is the
+message itself, recorded by the send scripts (`no_consumer_copy`), and Connection advisories come from the
+gateway's sessions, published directly (`connection_changed`), as a deleted destination's are.
+
 The topics, the events they come from, their properties and their policy gates are listed in
 docs/broker_core.md (Advisory topics).
 
@@ -26,13 +30,14 @@ from typing import Any
 
 import msgpack
 
+from . import virtual
 from .destinations import Destination, parse_destination
 from .messages import Message, TypedValue, unpack_delivery
 
 PREFIX = "ActiveMQ.Advisory."
 BROKER_NAME = "localhost"  # ActiveMQ's default brokerName, sent as originBrokerName
 KINDS = ("Consumer", "Expired", "MessageDLQd", "SlowConsumer", "FULL", "FastProducer", "MessageDiscarded",
-         "MessageDelivered", "MessageConsumed", "MessageDispatched")
+         "MessageDelivered", "MessageConsumed", "MessageDispatched", "NoConsumer")
 
 
 def is_advisory(destination: str | Destination) -> bool:
@@ -49,6 +54,10 @@ def topic(kind: str, destination: str | Destination) -> Destination:
     return Destination("topic", f"{PREFIX}{kind}.{'Topic' if dest.is_topic else 'Queue'}.{dest.name}")
 
 
+# ActiveMQ.Advisory.Connection: connections opened (ConnectionInfo) and closed (RemoveInfo).
+CONNECTION_TOPIC = Destination("topic", f"{PREFIX}Connection")
+
+
 def destination_topic(destination: Destination) -> Destination:
     """ActiveMQ.Advisory.Queue or ActiveMQ.Advisory.Topic: destinations created and removed."""
     return Destination("topic", f"{PREFIX}{'Topic' if destination.is_topic else 'Queue'}")
@@ -58,12 +67,13 @@ def destination_changed(ops: Any, dest: Destination, now: int, added: bool) -> A
     """The DestinationInfo advisory for a destination just created (`added`) or deleted, if anybody
     subscribed to it. A creation's advisory goes through the new destination's forwarding hash like the
     others; a deletion's is published directly, since the destination and its hash are gone."""
-    from .operations import Command  # operations imports this module
+    from . import topic_ops  # operations imports this module, topic_ops imports operations
+    from .operations import Command
 
     if is_advisory(dest):
         return
     topic = destination_topic(dest)
-    if not (yield Command(("EXISTS", f"{ops.prefix(topic)}:meta"))):
+    if not (yield from topic_ops.advisable(ops, topic)):  # exists, or a wildcard subscription matches
         return
     advisory_id = f"ID:advisory:{dest.tag}:{'add' if added else 'remove'}:{uuid.uuid4().hex[:12]}"
     kind = "destination_add" if added else "destination_remove"
@@ -73,11 +83,37 @@ def destination_changed(ops: Any, dest: Destination, now: int, added: bool) -> A
                        msgpack.packb([topic.uri, "advisory", event, b"", 0])))
         yield from ops.forward(dest, now)
         return
-    from .topic_ops import finish_send
+    yield from publish(ops, topic, advisory_id, event, now)
+
+
+def publish(ops: Any, topic: Destination, advisory_id: str, packed_event: bytes, now: int) -> Any:
+    """Build the advisory for `packed_event` and publish it on `topic` at once: for an advisory with no
+    destination whose forwarding hash could hold it (a deleted destination, a connection)."""
+    from .topic_ops import finish_send  # topic_ops imports operations, which imports this module
 
     reply = yield from ops._eval("topic_send", topic, now, 0, "forward", advisory_id,
-                                 build(advisory_id, event, b"", now), "", "")
+                                 build(advisory_id, packed_event, b"", now), "", "")
     yield from finish_send(ops, topic, now, reply[reply.index(b"") + 1:])
+
+
+def connection_changed(ops: Any, info: dict[str, str], now: int, added: bool) -> Any:
+    """ActiveMQ.Advisory.Connection (AdvisoryBroker.addConnection / removeConnection): a ConnectionInfo
+    when a connection is established, a RemoveInfo when it ends, if anybody subscribed to the topic.
+    `info`: `connection` (its id), and for an added one `client` (client id), `user`, `address`,
+    `protocol`; for a removed one `reason`. There is no forwarding hash to record it in (a connection is
+    not a destination), so it is published directly, like a deleted destination's advisory: a process
+    dying before it publishes loses that one advisory."""
+    from . import topic_ops
+    from .operations import Command
+
+    if not (yield from topic_ops.advisable(ops, CONNECTION_TOPIC)):
+        return
+    number = yield Command(("INCR", f"{ops.namespace}:advseq"))  # broker-wide, as advisory.lua's ids
+    advisory_id = f"ID:advisory:connection:{number}"
+    kind = "connection_add" if added else "connection_remove"
+    event = msgpack.packb({"advisory": "Connection", "type": kind, "uri": "",
+                           "fields": {k: v for k, v in info.items() if v is not None}, "ts": now})
+    yield from publish(ops, CONNECTION_TOPIC, advisory_id, event, now)
 
 
 def _message_json(message_id: str, source: str, blob: bytes, include_body: bool) -> dict[str, Any]:
@@ -98,10 +134,23 @@ def _message_json(message_id: str, source: str, blob: bytes, include_body: bool)
     return out
 
 
+def no_consumer_copy(blob: bytes, source: str) -> bytes:
+    """The NoConsumer advisory (BaseDestination.onMessageWithNoConsumers): the message itself, same id,
+    body and properties, no advisory properties. ActiveMQ sets the copy's original destination to the
+    destination it was sent to only when it already had one (a message routed before, e.g. by a
+    virtual destination), and leaves it unset otherwise. A repeating scheduled message's firing (advised
+    at each firing, lifecycle.lua fire_scheduled) leaves without its schedule, as the message ActiveMQ's
+    scheduler re-sends does (virtual.forward_copy): a topic refuses a repeat."""
+    record = msgpack.unpackb(blob, raw=True)
+    return virtual.forward_copy(blob, source if len(record) > 16 and record[16] else "")
+
+
 def build(advisory_id: str, packed_event: bytes, blob: bytes, now: int) -> bytes:
     """The packed advisory message for an event the scripts recorded (see the module docstring)."""
     event = msgpack.unpackb(packed_event, raw=False)
     kind, source, fields = event["advisory"], event["uri"], event.get("fields") or {}
+    if kind == "NoConsumer":
+        return no_consumer_copy(blob, source)
     if isinstance(fields, list):  # an empty Lua table packs as an array
         fields = {}
     include_body = bool(event.get("body"))
@@ -110,6 +159,16 @@ def build(advisory_id: str, packed_event: bytes, blob: bytes, now: int) -> bytes
     if kind == "Destination":
         body = {"DestinationInfo": {"destination": source, "operationType":
                                     0 if event["type"] == "destination_add" else 1}}
+    elif kind == "Connection":
+        if event["type"] == "connection_add":  # the password is never sent (ActiveMQ blanks it)
+            body = {"ConnectionInfo": {"connectionId": fields.get("connection"),
+                                       "clientId": fields.get("client") or None,
+                                       "userName": fields.get("user") or None, "password": "",
+                                       "clientIp": fields.get("address") or None,
+                                       "protocol": fields.get("protocol") or None}}
+        else:
+            body = {"RemoveInfo": {"objectId": fields.get("connection"),
+                                   "reason": fields.get("reason") or None}}
     elif kind == "Consumer":
         props["consumerCount"] = TypedValue("int", int(event.get("count", 0)))
         if event["type"] == "consumer_add":

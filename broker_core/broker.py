@@ -15,9 +15,9 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from . import errors, topic_ops, virtual
+from . import advisory, errors, topic_ops, virtual
 from .clock import Clock, SystemClock
-from .destinations import Destination, parse_destination
+from .destinations import Destination, parse_destination, require_concrete
 from .flow import Sleep
 from .messages import Delivery, Message
 from .operations import (
@@ -69,8 +69,26 @@ def _typed_error(exc: redis.ResponseError) -> Exception:
     return kind(rest) if kind else exc
 
 
-def _dest(destination: str | Destination) -> Destination:
-    return destination if isinstance(destination, Destination) else parse_destination(destination)
+def _dest(destination: str | Destination, refuse_pattern: str | None = None) -> Destination:
+    """A destination from its text (or as given). Topic patterns (`topic://orders.>`) are what a wildcard
+    subscription subscribes to; their pseudo-topics are no destinations (docs/broker_core.md "Wildcard
+    subscriptions"). Only the APIs that act on a pattern's subscriptions take one: subscribing, stats,
+    subscriptions, unsubscribing, deleting, and the upkeep of its consumers (lease renewal, reaping,
+    dispatch, forwards, expiry sweeps) that the gateway and maintenance run. The others pass
+    `refuse_pattern`, what they do, and get InvalidDestination naming the pattern before any state changes
+    (ensure_destination would otherwise write keys nothing lists or cleans). Sends are refused by the
+    operation (destinations.require_concrete); queue patterns are refused everywhere."""
+    dest = destination if isinstance(destination, Destination) else parse_destination(destination,
+                                                                                       allow_wildcards=True)
+    if dest.is_wildcard:
+        if dest.is_queue:
+            require_concrete(dest, refuse_pattern or "use")
+        elif refuse_pattern is not None:
+            raise errors.InvalidDestination(
+                f"cannot {refuse_pattern} {dest.uri}: a wildcard names topics to subscribe to, not a "
+                "destination (only subscribing, stats, subscriptions, unsubscribing and deleting take one)",
+                destination=dest.uri)
+    return dest
 
 
 def _topic(destination: str | Destination) -> Destination:
@@ -190,20 +208,21 @@ class _Api:
     def browse(self, destination: str | Destination, *, selector: str | None = None,
                cursor: str | None = None, limit: int = 100) -> Any:
         """A page of stored messages (never changes anything); BrowsePage(messages, next_cursor)."""
-        return self._run(self.ops.browse(_dest(destination), selector, cursor, limit, self._now()))
+        return self._run(self.ops.browse(_dest(destination, "browse"), selector, cursor, limit, self._now()))
 
     def get_message(self, destination: str | Destination, message_id: str) -> Any:
-        return self._run(self.ops.get_message(_dest(destination), message_id, self._now()))
+        return self._run(self.ops.get_message(_dest(destination, "read from"), message_id, self._now()))
 
     def remove_message(self, destination: str | Destination, message_id: str) -> Any:
         """Remove one message, wherever it is (in flight too); True if it was there."""
-        return self._run(self._was_one(self.ops.remove(_dest(destination), [message_id], self._now())))
+        return self._run(self._was_one(self.ops.remove(_dest(destination, "remove from"), [message_id],
+                                                       self._now())))
 
     def purge(self, destination: str | Destination,
               progress: Callable[[int, int], None] | None = None) -> Any:
         """Remove every message the destination holds now, in bounded calls; returns how many.
         `progress(removed, total)` is told after each call."""
-        return self._run(self.ops.purge(_dest(destination), self._now(), progress))
+        return self._run(self.ops.purge(_dest(destination, "purge"), self._now(), progress))
 
     def move_message(self, destination: str | Destination, message_id: str, target: str | Destination) -> Any:
         return self._transfer(destination, "move", target, [message_id], None, None)
@@ -228,7 +247,8 @@ class _Api:
 
     def _transfer(self, destination: str | Destination, mode: str, target: str | Destination | None,
                   ids: list[str], selector: str | None, limit: int | None) -> Any:
-        return self._run(self.ops.transfer(_dest(destination), mode, _dest(target) if target else None, ids,
+        return self._run(self.ops.transfer(_dest(destination, f"{mode} messages from"), mode,
+                                           _dest(target, f"{mode} messages to") if target else None, ids,
                                            selector, limit, self._now()))
 
     def delete_destination(self, destination: str | Destination) -> Any:
@@ -252,19 +272,21 @@ class _Api:
         return self._run(self.ops.dispatch(_dest(destination), self._now()))
 
     def pause(self, destination: str | Destination) -> Any:
-        return self._run(self.ops.pause(_dest(destination), True, self._now()))
+        return self._run(self.ops.pause(_dest(destination, "pause"), True, self._now()))
 
     def resume(self, destination: str | Destination) -> Any:
-        return self._run(self.ops.pause(_dest(destination), False, self._now()))
+        return self._run(self.ops.pause(_dest(destination, "resume"), False, self._now()))
 
     def remove_message_group(self, destination: str | Destination, group_id: str) -> Any:
-        return self._run(self.ops.remove_message_groups(_dest(destination), group_id, self._now()))
+        return self._run(self.ops.remove_message_groups(_dest(destination, "reset groups of"), group_id,
+                                                        self._now()))
 
     def remove_all_message_groups(self, destination: str | Destination) -> Any:
-        return self._run(self.ops.remove_message_groups(_dest(destination), None, self._now()))
+        return self._run(self.ops.remove_message_groups(_dest(destination, "reset groups of"), None,
+                                                        self._now()))
 
     def message_groups(self, destination: str | Destination) -> Any:
-        return self._run(self.ops.message_groups(_dest(destination), self._now()))
+        return self._run(self.ops.message_groups(_dest(destination, "list groups of"), self._now()))
 
     def stats(self, destination: str | Destination) -> Any:
         return self._run(self.ops.stats(_dest(destination), self._now()))
@@ -272,8 +294,8 @@ class _Api:
     def group_counts(self, destination: str | Destination, pending_limit: int = 10_000,
                      in_flight_limit: int = 10_000) -> Any:
         """`GroupCounts`: pending and in-flight messages per message group (the console's groups view)."""
-        return self._run(self.ops.group_counts(_dest(destination), self._now(), pending_limit,
-                                               in_flight_limit))
+        return self._run(self.ops.group_counts(_dest(destination, "count groups of"), self._now(),
+                                               pending_limit, in_flight_limit))
 
     # -- topics (docs/broker_core.md "Topics") -------------------------------------------------------
 
@@ -296,12 +318,21 @@ class _Api:
     def destinations(self) -> Any:
         return self._run(self.ops.destinations())
 
+    def advise_connection(self, connection_id: str, *, added: bool, client_id: str | None = None,
+                          user: str | None = None, address: str | None = None, protocol: str | None = None,
+                          reason: str | None = None) -> Any:
+        """Publish ActiveMQ.Advisory.Connection's ConnectionInfo (`added`) or RemoveInfo for a client
+        connection the gateway opened or closed, if anybody subscribed to it (advisory.connection_changed)."""
+        info = {"connection": connection_id, "client": client_id, "user": user, "address": address,
+                "protocol": protocol, "reason": reason}
+        return self._run(advisory.connection_changed(self.ops, info, self._now(), added))
+
     def virtual_routing(self) -> Any:
         """The virtual destinations every send routes by, one row each (`virtual.describe`)."""
         return self._run(virtual.routing(self.ops))
 
     def ensure_destination(self, destination: str | Destination) -> Any:
-        return self._run(self.ops.ensure_destination(_dest(destination), self._now()))
+        return self._run(self.ops.ensure_destination(_dest(destination, "create"), self._now()))
 
     def refresh_policies(self) -> Any:
         """Apply the policy store's current entries to every existing destination."""

@@ -160,6 +160,24 @@ def _check_name(name: str, *, allow_wildcards: bool) -> None:
         position += len(segment) + 1
 
 
+def require_concrete(destination: Destination, action: str) -> None:
+    """Raise InvalidDestination when `destination` is a pattern and `action` needs a real destination.
+
+    A topic pattern is what a wildcard subscription subscribes to (docs/broker_core.md "Wildcard
+    subscriptions"): messages are sent to real topics only. Wildcard queues are not supported at all.
+    """
+    if not destination.is_wildcard:
+        return
+    if destination.is_queue:
+        raise InvalidDestination(
+            f"cannot {action} {destination.uri}: wildcard queue destinations are not supported (only topic "
+            "subscriptions take wildcards; consume from each queue instead)", destination=destination.uri)
+    if action != "subscribe to":
+        raise InvalidDestination(
+            f"cannot {action} {destination.uri}: a wildcard names topics to subscribe to, not one to send to",
+            destination=destination.uri)
+
+
 def _check_kind(default_kind: str) -> DestinationKind:
     if default_kind not in _KINDS:
         raise InvalidDestination(

@@ -187,6 +187,13 @@ def send_when_space(ops: Any, dest: Destination, now: int, args: list[Any], scri
         fail_now, timeout, need, limit = int(reply[5]), int(reply[6]), _need(reply), int(reply[4])
         capped = timeout <= 0
         deadline = MAX_SEND_WAIT_MS if capped else timeout
+        if _drops_copies(reply) and (need > limit or waited >= deadline):
+            # the full one is a virtual topic's consumer queue with dropOnResourceLimit: where ActiveMQ's
+            # copy would fail (VirtualTopicInterceptor swallows the ResourceAllocationException), the
+            # send goes on without the copies for full such queues (dropped and counted, virtual.lua).
+            args = [args[0], _dropping(args[1]), *args[2:]]
+            reply = yield from ops._eval(script, dest, now, *args)
+            continue
         if fail_now or need > limit or waited >= deadline:
             if waited:
                 yield from _record_blocked(ops, dest, waited)
@@ -207,6 +214,19 @@ def _retry(origin: str | bytes) -> str | bytes:
     if isinstance(origin, bytes) and origin.startswith(b"producer"):
         return b"retry" + origin[len(b"producer"):]
     return "retry" if origin == "producer" else origin
+
+
+def _drops_copies(reply: list[Any]) -> bool:
+    """Whether the full destination of a refusal drops its copies instead (flow.lua memory_refusal)."""
+    return len(reply) > 10 and reply[10] in (1, b"1", "1")
+
+
+def _dropping(origin: str | bytes) -> str | bytes:
+    """The origin of a send re-run to drop the copies full dropOnResourceLimit queues would fail:
+    'drop' (includes/virtual.lua split_origin), its routing plan kept."""
+    text = origin if isinstance(origin, bytes) else origin.encode()
+    _, plus, plan = text.partition(b"+")
+    return b"drop" + plus + plan
 
 
 def _record_blocked(ops: Any, dest: Destination, waited: int) -> Any:

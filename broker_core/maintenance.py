@@ -53,7 +53,9 @@ def _text(value: Any) -> str:
 
 
 def _dest(destination: str | Destination) -> Destination:
-    return destination if isinstance(destination, Destination) else parse_destination(destination)
+    # a registered topic may be a wildcard subscription's pseudo-topic (docs/broker_core.md)
+    return destination if isinstance(destination, Destination) else parse_destination(destination,
+                                                                                       allow_wildcards=True)
 
 
 def _maint_key(broker: Broker, dest: Destination) -> str:
@@ -384,7 +386,13 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
     checkPeriod. A failing destination is logged and reported; the others go on."""
     started = time.monotonic()
     policy_map = broker.policies.policy_map()
-    uris = list(broker.destinations() if destinations is None else destinations)
+    idle: set[str] = set()
+    if destinations is None:  # with the wildcard subscriptions' pseudo-topics, which are not registered,
+        # and those whose pattern lost its last subscription: what waits there is delivered, then they go
+        idle = set(broker._run(topic_ops.idle_pattern_topics(broker.ops)))
+        uris = list(broker.destinations()) + broker._run(topic_ops.pattern_topics(broker.ops)) + sorted(idle)
+    else:
+        uris = list(destinations)
     # Several ticks running at once (several workers) spread over the destinations instead of meeting
     # at the same lease one after another.
     random.shuffle(uris)
@@ -395,7 +403,7 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
     forwarded = dispatched = sweeps = expired = slow_checks = 0
     for uri in uris:
         try:
-            dest = parse_destination(uri)
+            dest = _dest(uri)
             entry = policy_map.resolve(dest)
             targets = [dest]
             if dest.is_topic:  # the jobs run on each subscription; offline durables on the topic
@@ -424,6 +432,9 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
                         check = run_slow_consumer_check(broker, dest, entry)
                         slow_checks += check.ran
                         aborted += [f"{uri}#{cid}" for cid in check.aborted]
+            if uri in idle:  # its forwards were delivered above (run_recovery): its keys go when none is left
+                broker._run(topic_ops.drop_idle_pattern(broker.ops, _dest(uri), broker.clock.now_ms(),
+                                                        (*JOBS, "offline")))
         except Exception as exc:  # one broken destination must not stop the maintenance of the others
             log.exception("maintenance of %s failed", uri)
             errors.append(f"{uri}: {type(exc).__name__}: {exc}")

@@ -20,6 +20,9 @@ from .errors import InvalidMessage
 
 FORMAT_VERSION = 1
 RECORD_LENGTH = 20  # fields of the packed array (scripts/includes/message.lua names them)
+# An optional 21st field, only on the copy a wildcard topic subscription receives: the topic the message
+# was published to, which its consumers see as its destination (topics.wildcard_copy).
+PUBLISHED_TO = RECORD_LENGTH
 DEFAULT_PRIORITY = 4
 MAX_PROPERTY_NAME = 256
 MAX_MESSAGE_ID = 256
@@ -240,7 +243,7 @@ def unpack_delivery(
             props[name] = float(raw)
     return Delivery(
         message_id=message_id,
-        destination=destination,
+        destination=r[PUBLISHED_TO] if len(r) > PUBLISHED_TO and r[PUBLISHED_TO] else destination,
         consumer_id=consumer_id,
         body=body if body is not None else "",
         content_type=r[12],
@@ -271,6 +274,9 @@ def dead_letter_copy(blob: bytes, source: str, cause: str | None, now_ms: int,
     outside the message, so the copy starts at 0."""
     record = msgpack.unpackb(blob, raw=True)
     record += [None] * (RECORD_LENGTH - len(record))
+    if len(record) > PUBLISHED_TO:  # a wildcard subscription's copy died: where it was published
+        source = record[PUBLISHED_TO].decode() if record[PUBLISHED_TO] else source
+        del record[PUBLISHED_TO:]
     flat = list(record[11] or [])
     if cause is not None:  # a retried dead letter that dies again gets the new cause, once
         flat = [x for i in range(0, len(flat), 3) if flat[i] != b"dlqDeliveryFailureCause"

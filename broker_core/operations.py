@@ -19,10 +19,11 @@ from typing import Any, Literal
 import msgpack
 
 from . import advisory, flow, virtual
-from .destinations import Destination, parse_destination
+from .destinations import Destination, parse_destination, require_concrete
 from .errors import (
     BrokerError,
     InvalidConsumer,
+    InvalidDestination,
     NotInFlight,
     OperationRefused,
     TransactionError,
@@ -33,7 +34,7 @@ from .errors import (
 from .messages import Delivery, Message, dead_letter_copy, failure_cause, unpack_delivery
 from .policy import PolicyEntry
 from .selector import parse_selector
-from .topics import Subscription, SubscriptionStats, pack_for_topic
+from .topics import Subscription, SubscriptionStats, pack_for_topic, wildcard_copy
 
 AckMode = Literal["auto", "client", "client-individual", "transacted"]
 ACK_MODES: tuple[str, ...] = ("auto", "client", "client-individual", "transacted")
@@ -45,6 +46,10 @@ TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
 TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is (not dead letters)
+# forwards that publish a copy made for the target: a virtual destination's, an advisory, a wildcard
+# subscription's (scripts/includes/wildcard.lua). With TRANSFERS, every forward that is not a dead letter:
+# only a dead letter's target is marked a dead-letter queue (meta dlq=1, which retry requires).
+COPIES = ("virtual", "advisory", "wildcard")
 # Flags scripts return next to their dispatch count (scripts/includes/dispatch.lua).
 PASS_HAS_MORE, FORWARDS_WAITING = 1, 2
 
@@ -243,6 +248,10 @@ class DestinationStats:
     memory_percent_usage: int = 0
     blocked_sends: int = 0
     total_blocked_time: int = 0
+    # Virtual destinations (spec §10): copies made here that a target refused for good, and copies for a
+    # full dropOnResourceLimit consumer queue that were dropped instead of failing the send.
+    forward_refused: int = 0
+    forward_dropped: int = 0
 
 
 @dataclass(frozen=True)
@@ -316,6 +325,12 @@ def _memory_stats(meta: dict[str, str], limits: list[Any]) -> dict[str, int]:
             "total_blocked_time": int(meta.get("blocked_ms", 0))}
 
 
+def _forward_stats(meta: dict[str, str]) -> dict[str, int]:
+    """DestinationStats' virtual destination copy counters from the meta hash (includes/virtual.lua)."""
+    return {"forward_refused": int(meta.get("forward_refused", 0)),
+            "forward_dropped": int(meta.get("forward_dropped", 0))}
+
+
 class Operations:
     """Builds the operation generators for one key namespace."""
 
@@ -358,6 +373,9 @@ class Operations:
         policy = entry.to_redis_hash()
         target = entry.dead_letter_destination_for(dest)
         policy["deadLetterTarget"] = target.uri if target else ""  # "" = the discarding strategy
+        # destinationPerDurableSubscriber: a durable subscription's own DLQ, '' when it does not apply
+        per_subscriber = entry.dead_letter_per_subscriber(dest)
+        policy["deadLetterDurablePrefix"], policy["deadLetterDurableSuffix"] = per_subscriber or ("", "")
         key = f"{self.prefix(dest)}:policy"
         yield Command(("HSET", key, *[x for kv in policy.items() for x in kv]))
         yield Command(("HDEL", key, "_packed"))  # the scripts' packed copy of it
@@ -368,6 +386,10 @@ class Operations:
         prefix = self.prefix(dest)
         yield Command(("HSETNX", f"{prefix}:meta", "uri", dest.uri))
         yield Command(("HSETNX", f"{prefix}:meta", "created", now))
+        if dest.is_wildcard:
+            # a wildcard subscription's pseudo-topic is no destination: not listed, no advisory; maintenance
+            # and policy refreshes find it in <ns>:wildcards (topic_ops.pattern_topics)
+            return
         created = yield Command(("ZADD", self.registry_key, "NX", now, dest.uri))
         yield from virtual.on_created(self, dest)  # a virtual topic's consumer queue joins
         if created:  # ActiveMQ.Advisory.Queue / .Topic (advisory.py)
@@ -375,8 +397,8 @@ class Operations:
 
     def refresh_policies(self, now: int) -> Op:
         """Rewrite every destination's policy hash after the policy map changed at run time."""
-        for uri in (yield from self.destinations()):
-            dest = parse_destination(uri)
+        for uri in (yield from self.destinations()) + (yield from topic_ops.pattern_topics(self)):
+            dest = parse_destination(uri, allow_wildcards=True)  # wildcard subscriptions' pseudo-topics too
             yield from self._write_policy(dest)
             yield Command(("HSET", f"{self.prefix(dest)}:meta", "dirty", "1"))
 
@@ -422,26 +444,42 @@ class Operations:
             ensured: set[Destination] = set()
             for raw_id, target_uri, cause, argument, blob, *extra in records:
                 message_id = _str(raw_id).partition("|")[0]  # copies are '<id>|<target>'
-                target = parse_destination(_str(target_uri))
                 if source_policy is None:
                     raw = yield Command(("HGETALL", f"{self.prefix(dest)}:policy"))  # a dict from redis-py
                     source_policy = {_str(k): _str(v) for k, v in raw.items() if k != b"_packed"}
                 kind = _str(cause)
+                try:
+                    # (a wildcard's pseudo-topic is allowed)
+                    target = parse_destination(_str(target_uri), allow_wildcards=True)
+                except InvalidDestination:
+                    # a durable subscription's own dead-letter queue (destinationPerDurableSubscriber) whose
+                    # client id or subscription name makes no valid name: the topic's DLQ takes it instead
+                    if kind in TRANSFERS or kind in COPIES or not source_policy.get(
+                            "deadLetterTarget"):
+                        raise
+                    target = parse_destination(source_policy["deadLetterTarget"])
                 if kind in TRANSFERS:
                     copy = blob  # moved, copied or retried as it is
                 elif kind == "virtual":  # a virtual destination's copy (virtual.py)
                     copy = virtual.forward_copy(blob, _str(argument))
                 elif kind == "advisory":  # an advisory message about an event (advisory.py)
                     copy = advisory.build(message_id, argument, blob, now)
+                elif kind == "wildcard":  # a wildcard subscription's copy (scripts/includes/wildcard.lua)
+                    copy = wildcard_copy(blob, _str(argument))
                 else:
                     text = failure_cause(kind, _str(argument), source_policy)
                     copy = dead_letter_copy(blob, dest.uri, text, now,
                                             int(source_policy.get("deadLetterExpiration", "0")))
+                    if dest.is_wildcard:  # the dead-letter queue of the topic it was published to
+                        target = yield from topic_ops.wildcard_dead_letter_target(self, dest, copy, target)
                 if target not in ensured:  # the MULTI below must not meet a target without a policy
                     yield from self.ensure_destination(target, now)
                     ensured.add(target)
-                # the target's own virtual destinations apply (ActiveMQ re-routes a copy too)
-                origin = yield from virtual.origin(self, target, "forward")
+                # the target's own virtual destinations apply (ActiveMQ re-routes a copy too); a
+                # wildcard's pseudo-topic is no destination of its own and has none
+                origin = "forward"
+                if not target.is_wildcard:
+                    origin = yield from virtual.origin(self, target, "forward")
                 # a virtual copy still on its way counts against its target ('memfwd', virtual.lua)
                 charge = int(extra[1]) if kind == "virtual" and len(extra) > 1 else 0
                 if target.is_topic:  # published to the topic's subscriptions
@@ -461,15 +499,16 @@ class Operations:
                             yield Command(("HINCRBY", f"{self.prefix(target)}:meta", "memfwd", charge))
                         ensured.discard(target)
                         return done
-                    # a copy its target refuses for good (a repeating scheduled message to a
-                    # topic: TOPIC_REPEAT) is counted and logged, not retried for ever: forwarding goes on.
+                    # a copy its target refuses for good (e.g. a repeating message's delivery moved or
+                    # copied to a topic, which refuses schedules: TOPIC_REPEAT) is counted
+                    # (forward_refused) and logged, not retried for ever: forwarding goes on.
                     yield Eval("forward_done", (self.prefix(dest),),
                                (now, "refused", raw_id, "", 0, target.uri, str(reply)[:200]))
                 elif target.is_topic:
                     yield from topic_ops.finish_send(self, target, now, reply[reply.index(b"") + 1:])
                 else:
                     yield from self._continue_dispatch(target, now, int(reply[-2]), int(reply[-1]))
-                if kind not in TRANSFERS and kind not in ("virtual", "advisory"):
+                if kind not in TRANSFERS and kind not in COPIES:
                     yield Command(("HSETNX", f"{self.prefix(target)}:meta", "dlq", "1"))
                 done += 1
         return done
@@ -480,6 +519,7 @@ class Operations:
              also: tuple[Destination, ...] = ()) -> Op:
         """Enqueue messages in order; returns their ids. A bad message or a limit refuses the whole batch.
         `also`: the other parts of a client-side composite (`A,B,topic://C`), sent copies."""
+        require_concrete(dest, "send to")
         if dest.is_topic:
             return (yield from topic_ops.send(self, dest, messages, now, also))  # also
         args: list[Any] = [0, (yield from virtual.origin(self, dest, "producer", also))]
@@ -523,6 +563,7 @@ class Operations:
         if spec.subscription_name is not None or spec.retroactive:
             raise InvalidConsumer("durable subscriptions and retroactive consumers are for topics only",
                                   field="subscription_name")
+        require_concrete(dest, "subscribe to")  # wildcard queues: not supported
         requested = -1 if spec.prefetch is None else spec.prefetch
         reply = yield from self._eval("consumer_add", dest, now, 0, cid, packed, spec.lease_ms, requested)
         result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
@@ -690,7 +731,7 @@ class Operations:
             duplicates=count("duplicates"), skipped=count("skipped"),
             last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
             group_count=int(reply[3]), paused=meta.get("paused") == "1", exclusive_owner=owner,
-            consumers=consumers, **_memory_stats(meta, reply[7]),
+            consumers=consumers, **_memory_stats(meta, reply[7]), **_forward_stats(meta),
         )
 
     def destinations(self) -> Op:
@@ -813,6 +854,7 @@ class Operations:
         return [msgpack.unpackb(r, raw=False) for r in raw]
 
     def tx_send(self, tx: str, dest: Destination, messages: Iterable[Message], now: int) -> Op:
+        require_concrete(dest, "send to")
         yield from self._tx_open(tx)
         yield from self.ensure_destination(dest, now)  # so the commit's MULTI never meets a new one
         if dest.is_topic:  # recorded with the ActiveMQ.Retain decision (topics.pack_for_topic)

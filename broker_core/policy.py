@@ -289,6 +289,20 @@ class PolicyEntry:
             name += "." + durable_subscription
         return Destination("queue" if use_queue else "topic", name + suffix)
 
+    def dead_letter_per_subscriber(self, destination: Destination) -> tuple[str, str] | None:
+        """The dead-letter destination of a durable subscription on topic `destination` under
+        destinationPerDurableSubscriber, as the URI before and after its `clientId:subscriptionName`
+        (IndividualDeadLetterStrategy.createDestination:
+        `<topicPrefix><topic>.<clientId>:<subscriptionName><topicSuffix>`);
+        the scripts put the key between them (includes/forward.lua). None when it does not apply: another
+        strategy, the flag off, a queue (only DurableTopicSubscriptions have a key), or a wildcard
+        subscription's pattern (its dead letters go to the DLQ of the topic each was sent to)."""
+        if (self.dead_letter_strategy != "individual" or not self.destination_per_durable_subscriber
+                or not destination.is_topic or destination.is_wildcard):
+            return None
+        uri = self.dead_letter_destination_for(destination).uri  # ends with the suffix
+        return uri[:len(uri) - len(self.topic_suffix)] + ".", self.topic_suffix
+
 
 @dataclass(frozen=True)
 class _Spec:
@@ -446,10 +460,9 @@ _OWNER: dict[str, str] = {
     for prop in props.values()
 }
 
-# attributes accepted at their default (false) only; true is refused with the reason.
-_ONLY_FALSE = {
-    "sendAdvisoryIfNoConsumers": "no NoConsumer advisory is generated (docs/broker_core.md, Advisory topics)",
-}
+# attributes accepted at their default (false) only; true is refused with the reason. None today:
+# sendAdvisoryIfNoConsumers, the last one, is honoured (docs/broker_core.md, Advisory topics).
+_ONLY_FALSE: dict[str, str] = {}
 
 # ActiveMQ attributes that Signalbox accepts knowingly and rejects with the reason.
 _NOT_SUPPORTED = {

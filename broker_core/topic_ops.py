@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from . import flow, virtual
-from .destinations import Destination
+from .destinations import Destination, matches
 from .errors import DurableSubscriptionInUse, InvalidConsumer, UnknownConsumer, UnknownDestination
 from .messages import Message
 from .operations import (
@@ -22,9 +22,11 @@ from .operations import (
     ConsumerSpec,
     DestinationStats,
     DispatchResult,
+    Eval,
     Policy,
     SentId,
     SweepResult,
+    _forward_stats,
     _memory_stats,
     _str,
 )
@@ -46,6 +48,42 @@ def registry_key(ops: Operations) -> str:
     """<ns>:durables: `client id \\0 subscription name` -> the topic uri it is on (a durable key is
     broker-wide: subscribing to another topic under the same key replaces the subscription)."""
     return f"{ops.namespace}:durables"
+
+
+def wildcards_key(ops: Operations) -> str:
+    """<ns>:wildcards: the topic patterns that have subscriptions (scripts/includes/wildcard.lua)."""
+    return f"{ops.namespace}:wildcards"
+
+
+def pattern_topics(ops: Operations) -> Op:
+    """The uris of the wildcard subscriptions' pseudo-topics (`topic://orders.>`): not in the destination
+    registry, so maintenance and policy refreshes add these."""
+    reply = yield Command(("SMEMBERS", wildcards_key(ops)))
+    return sorted(f"topic://{_str(p)}" for p in reply)
+
+
+def idle_pattern_topics(ops: Operations) -> Op:
+    """The uris of the pseudo-topics whose pattern lost its last subscription while keys remain there
+    (<ns>:wildcards:idle, scripts/includes/wildcard.lua): maintenance delivers what waits in their
+    forwarding hash (a wildcard subscription's dead letters), then `drop_idle_pattern` removes them."""
+    reply = yield Command(("SMEMBERS", f"{wildcards_key(ops)}:idle"))
+    return sorted(f"topic://{_str(p)}" for p in reply)
+
+
+def drop_idle_pattern(ops: Operations, dest: Destination, now: int, jobs: tuple[str, ...]) -> Op:
+    """Remove an idle pattern's pseudo-topic keys in one step once nothing waits there and none of the
+    maintenance `jobs` holds a lease on it; True if they went, False if it must wait (or is subscribed
+    again, which takes it out of the idle set)."""
+    return bool(int((yield Eval("topic_admin", (ops.prefix(dest),), (now, "drop_idle", *jobs)))))
+
+
+def advisable(ops: Operations, topic: Destination) -> Op:
+    """Whether an advisory for `topic` is worth publishing: the topic exists, or a wildcard subscription's
+    pattern matches it (the Python side of includes/advisory.lua's check)."""
+    if (yield Command(("EXISTS", f"{ops.prefix(topic)}:meta"))):
+        return True
+    patterns = yield Command(("SMEMBERS", wildcards_key(ops)))
+    return any(matches(Destination("topic", _str(p)), topic) for p in patterns)
 
 
 def subscription_keys(ops: Operations, topic: Destination) -> Op:
@@ -92,6 +130,11 @@ def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, 
         # §7.4, TopicRegion.addConsumer
         raise InvalidConsumer(f"Cannot create a durable subscription for an advisory Topic ({dest.uri})",
                               field="subscription_name")
+    if dest.is_wildcard and spec.retroactive:
+        # ActiveMQ recovers from every matching topic; here a pattern's pseudo-topic has no recovery
+        # buffer of its own and the matching topics are other hash tags (docs/broker_core.md).
+        raise InvalidConsumer(f"retroactive consumers are not supported on wildcard topics ({dest.uri}): "
+                              "subscribe to each topic to recover its messages", field="retroactive")
     if spec.no_local and not spec.connection_id:
         # §7.3: noLocal compares the publisher's connection id with the subscriber's; without one it
         # could never filter anything.
@@ -130,6 +173,19 @@ def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, 
     result = yield from ops._continue_dispatch(sub, now, int(reply[1]), int(reply[2]))
     return Consumer(dest, cid, spec.ack_mode, prefetch=int(reply[3]), hold_until=result.hold_until,
                     subscription=key)
+
+
+def wildcard_dead_letter_target(ops: Operations, pattern: Destination, copy: bytes,
+                                recorded: Destination) -> Op:
+    """Where a dead letter from a wildcard subscription goes: the pattern's policy strategy applied to
+    the topic the message was published to (its dead-letter copy's original destination), as ActiveMQ
+    dead-letters it from that topic; `recorded` (the pattern's own target) when that is unknown."""
+    published = msgpack.unpackb(copy, raw=True)[16]  # messages.py: the original destination
+    if not published or not published.startswith(b"topic://"):
+        return recorded
+    entry: PolicyEntry = yield Policy(pattern)
+    target = entry.dead_letter_destination_for(Destination("topic", published.decode().removeprefix("topic://")))
+    return target if target is not None else recorded
 
 
 def durable_home(ops: Operations, client_id: str, subscription_name: str) -> Op:
@@ -229,7 +285,14 @@ def sweep_expired(ops: Operations, dest: Destination, now: int) -> Op:
     return SweepResult(examined, expired, done)
 
 
-def subscription_stats(ops: Operations, sub: Subscription, now: int) -> Op:
+def pending_limits(ops: Operations, dest: Destination, now: int) -> Op:
+    """Subscription key -> the pending-message limit in force, as the send script computes it (§8.5)."""
+    flat = yield from ops._eval("topic_admin", dest, now, "limits")
+    return {_str(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def subscription_stats(ops: Operations, sub: Subscription, now: int, limits: dict[str, int]) -> Op:
+    """One subscription's SubscriptionStats and its consumers; `limits` from `pending_limits`."""
     st: DestinationStats = yield from ops.stats(sub, now)
     raw = yield Command(("HGETALL", f"{ops.prefix(sub)}:meta"))
     meta = {_str(k): _str(v) for k, v in raw.items()}
@@ -249,13 +312,15 @@ def subscription_stats(ops: Operations, sub: Subscription, now: int) -> Op:
         evicted=count("evicted"), dropped=count("dropped"), expired=count("expired"),
         deadlettered=count("deadlettered"), discarded=count("discarded"),
         prefetch=consumer.prefetch if consumer else 0, slow_since=consumer.slow_since if consumer else None,
+        retroactive=meta.get("retroactive") == "1", pending_message_limit=limits.get(sub.key, -1),
     ), st.consumers
 
 
 def subscriptions(ops: Operations, dest: Destination, now: int) -> Op:
     out: list[SubscriptionStats] = []
+    limits = yield from pending_limits(ops, dest, now)
     for sub in (yield from for_each_subscription(ops, dest)):
-        stats, _ = yield from subscription_stats(ops, sub, now)
+        stats, _ = yield from subscription_stats(ops, sub, now, limits)
         out.append(stats)
     return out
 
@@ -269,8 +334,9 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
     subs: list[SubscriptionStats] = []
     consumers = []
+    limits = yield from pending_limits(ops, dest, now)
     for sub in (yield from for_each_subscription(ops, dest)):
-        one, cons = yield from subscription_stats(ops, sub, now)
+        one, cons = yield from subscription_stats(ops, sub, now, limits)
         subs.append(one)
         consumers += cons
     fwd = yield Command(("HLEN", f"{ops.prefix(dest)}:fwd"))
@@ -295,7 +361,7 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         discarded=count("discarded") + total("discarded"), parked=total("parked"), forwarding=int(fwd),
         purged=0, moved=0, cancelled=0, duplicates=count("duplicates"), skipped=0, last_pass_skipped=0,
         consumer_count=len(subs), group_count=0, paused=False, exclusive_owner=None, consumers=consumers,
-        **_memory_stats(meta, limits),
+        **_memory_stats(meta, limits), **_forward_stats(meta),
         subscriptions=subs, no_subscription=count("no_subscription"),
         durable_active=sum(1 for s in subs if s.durable and s.active),
         durable_offline=sum(1 for s in subs if s.durable and not s.active),
@@ -311,4 +377,6 @@ def delete(ops: Operations, dest: Destination, now: int) -> Op:
     prefix = ops.prefix(dest)
     yield Command(("DEL", *[f"{prefix}:{name}" for name in
                             ("subs", "sorder", "subof", "refs", "order", "retain", "recov", "recovmsg")]))
+    if dest.is_wildcard:  # its last subscription made it idle (wildcard.lua forget): nothing is left of it
+        yield Command(("SREM", f"{wildcards_key(ops)}:idle", dest.name))
     return int(stored)

@@ -15,8 +15,10 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 from .destinations import Destination
-from .messages import Message, TypedValue
+from .messages import PUBLISHED_TO, RECORD_LENGTH, Message, TypedValue
 
 RETAIN_PROPERTY = "ActiveMQ.Retain"
 RETAINED_PROPERTY = "ActiveMQ.Retained"
@@ -47,6 +49,18 @@ def durable_registry_field(client_id: str, subscription_name: str) -> str:
     """(client id, subscription name) as one string, told apart for every pair: the client id's length
     comes first, so no character the two may contain (NUL included) can make two pairs meet."""
     return f"{len(client_id)}:{client_id}{subscription_name}"
+
+
+def wildcard_copy(blob: bytes, published_to: str) -> bytes:
+    """The copy a wildcard subscription's pseudo-topic receives (scripts/includes/wildcard.lua records
+    it): the message as sent, plus the topic it was published to, which its consumers see as its
+    destination (Delivery.destination, STOMP `destination`) while `original_destination` stays the
+    message's own."""
+    record = msgpack.unpackb(blob, raw=True)
+    record += [None] * (RECORD_LENGTH - len(record))
+    del record[PUBLISHED_TO:]
+    record.append(published_to)
+    return msgpack.packb(record, use_bin_type=False)
 
 
 def _is_true(value: Any) -> bool:
@@ -107,3 +121,7 @@ class SubscriptionStats:
     discarded: int  # dead letters the strategy dropped
     prefetch: int
     slow_since: int | None
+    retroactive: bool  # its consumer replayed the recovery policy when it attached (§7.5)
+    # the pending-message limit in force (§8.5): the strategy's constant or prefetch × multiplier, or the
+    # consumer's own smaller maximumPendingMessageLimit; -1 = unlimited (also every durable subscription)
+    pending_message_limit: int

@@ -29,11 +29,15 @@ import msgpack
 
 from .destinations import Destination, matches, parse_destination
 from .errors import InvalidDestination, InvalidPolicy, InvalidSelector
+from .messages import RECORD_LENGTH
 from .policy import read_config_table
 from .selector import parse_selector
 
 CHECK_INTERVAL_S = 1.0  # how often a process looks for a changed configuration
 VIRTUAL_TOPIC_INDEX = "vtq"  # <ns>:vtq, zset of '<topic name>|<consumer queue name>' (score 0, by lex)
+# A routing plan target's flags (its 6th element, includes/virtual.lua), set by a virtualTopic entry.
+COPY_SELECTOR_AWARE = 1
+COPY_DROP_ON_RESOURCE_LIMIT = 2
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,17 @@ class VirtualTopic:
     name: str = "VirtualTopic.>"
     prefix: str = "Consumer.*."
     postfix: str = ""
+    # a copy only for a queue one of whose consumers' selectors matches it
+    # (SelectorAwareVirtualTopicInterceptor)
+    selector_aware: bool = False
+    # a copy its full queue's flow control would fail is dropped and counted, the send goes on
+    drop_on_resource_limit: bool = False
+
+    @property
+    def copy_flags(self) -> int:
+        """The flags a consumer queue's target in a routing plan carries (includes/virtual.lua)."""
+        return (COPY_SELECTOR_AWARE if self.selector_aware else 0) | (
+            COPY_DROP_ON_RESOURCE_LIMIT if self.drop_on_resource_limit else 0)
 
     @property
     def pattern(self) -> Destination:
@@ -260,9 +275,11 @@ def _forward_to(raw: Any, where: str) -> ForwardTo:
 
 
 def _virtual_topic(raw: Mapping[str, Any], where: str) -> VirtualTopic:
-    _only(raw, {"name", "prefix", "postfix"}, where)
+    _only(raw, {"name", "prefix", "postfix", "selectorAware", "dropOnResourceLimit"}, where)
     topic = VirtualTopic(_string(raw, "name", "VirtualTopic.>", where),
-                         _string(raw, "prefix", "Consumer.*.", where), _string(raw, "postfix", "", where))
+                         _string(raw, "prefix", "Consumer.*.", where), _string(raw, "postfix", "", where),
+                         _flag(raw, "selectorAware", False, where),
+                         _flag(raw, "dropOnResourceLimit", False, where))
     try:
         parse_destination(topic.name, "topic", allow_wildcards=True)
         parse_destination("x" if not topic.prefix.strip(".") and not topic.postfix.strip(".") else
@@ -353,7 +370,8 @@ def _targets(ops: Any, config: VirtualConfig, dest: Destination, also: Sequence[
              depth: int) -> Any:
     """(kept whatever matched, sendWhenNotMatched composites, targets): each target
     [uri, compiled selector or "", original destination or "", further copies its own routing makes,
-    sendWhenNotMatched composite number or 0] (the plan's layout, includes/virtual.lua)."""
+    sendWhenNotMatched composite number or 0, and for a virtual topic's consumer queue its flags
+    (COPY_SELECTOR_AWARE, COPY_DROP_ON_RESOURCE_LIMIT)] (the plan's layout, includes/virtual.lua)."""
     from .operations import Command
 
     targets: list[list[Any]] = []
@@ -380,7 +398,7 @@ def _targets(ops: Any, config: VirtualConfig, dest: Destination, also: Sequence[
         for member in members:
             queue = Destination("queue", _text(member).partition("|")[2])
             if matches(wanted, queue):
-                targets.append([queue.uri, "", dest.uri, 0, 0])
+                targets.append([queue.uri, "", dest.uri, 0, 0, vt.copy_flags])
     # A client-side composite's other parts: their original destination is the composite, set on the
     # message itself (send_composite).
     targets += [[d.uri, "", "", 0, 0] for d in also if d != dest]
@@ -437,11 +455,20 @@ def on_deleted(ops: Any, dest: Destination) -> Any:
 
 def forward_copy(blob: bytes, original: str) -> bytes:
     """The copy a virtual destination's target receives: the message as sent, with its original
-    destination set when the configuration says so (composites and virtual topics)."""
-    if not original:
-        return blob
+    destination set when the configuration says so (composites and virtual topics).
+
+    A repeating scheduled message's copies are made each time its job fires (lifecycle.lua
+    fire_scheduled), never at its send, so a copy that still carries a repeat is one firing: like the
+    firing ActiveMQ's scheduler re-sends (SchedulerBroker.scheduledJob), it loses its delay, period and
+    repeat, so its target delivers it now and schedules nothing again."""
     record = msgpack.unpackb(blob, raw=True)
-    record[16] = original
+    fired = len(record) >= RECORD_LENGTH and bool(record[19])
+    if not original and not fired:
+        return blob
+    if original:
+        record[16] = original
+    if fired:
+        record[17:20] = [0, 0, 0]
     return msgpack.packb(record, use_bin_type=False)
 
 
@@ -475,7 +502,8 @@ def describe(config: VirtualConfig) -> list[dict[str, Any]]:
                                    for f in c.forward_to],
                      "forwardOnly": c.forward_only, "sendWhenNotMatched": c.send_when_not_matched})
     for v in config.virtual_topics:
-        rows.append({"type": "virtualTopic", "name": v.pattern.uri, "prefix": v.prefix, "postfix": v.postfix})
+        rows.append({"type": "virtualTopic", "name": v.pattern.uri, "prefix": v.prefix, "postfix": v.postfix,
+                     "selectorAware": v.selector_aware, "dropOnResourceLimit": v.drop_on_resource_limit})
     if config.mirrored_queue:
         rows.append({"type": "mirroredQueue", "prefix": config.mirrored_queue.prefix,
                      "postfix": config.mirrored_queue.postfix})

@@ -15,7 +15,7 @@
 --@include virtual
 NOW = tonumber(ARGV[1])
 -- the origin may carry a routing plan (includes/virtual.lua): copies for other destinations.
-local origin, plan = split_origin(ARGV[3])
+local origin, plan = FWD.split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
 local unpacked = unpack_send(ARGV, origin, 2)
@@ -30,7 +30,8 @@ if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (
       meta_incr('blocked_sends')
       emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
     end
-    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7] }  -- [7] what the refused check needed
+    -- [7] what the refused check needed, [8] 1: the full one drops copies instead (dropOnResourceLimit)
+    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7], full[8] }
   end
   if origin == 'probe' then flow_reserve(need) return { '' } end  -- held until commit (flow.lua)
 end
@@ -52,15 +53,19 @@ for i = 4, #ARGV, 2 do
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
     dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
-  elseif not route_virtual(id, blob, m, plan) then
-    -- copies recorded for the plan's targets (in the call above); nothing is kept here.
-    out[#out + 1] = 'forwarded'
   elseif (tonumber(m[M_REPEAT]) or 0) > 0 then
-    schedule_job(id, blob, m, NOW + (tonumber(m[M_DELAY]) or 0))
+    -- a job kept here; each time it fires, its delivery is routed by the plan (copies then, as
+    -- ActiveMQ's scheduler re-sends every repeat to the destination: lifecycle.lua fire_scheduled).
+    -- No NoConsumer check here: SchedulerBroker.send keeps the job and does not pass the message on to
+    -- the queue (no Queue.messageSent); each firing is checked (fire_scheduled).
+    schedule_job(id, blob, m, NOW + (tonumber(m[M_DELAY]) or 0), plan)
     if audit then redis.call('ZADD', K_AUDIT, redis.call('HGET', K_META, 'seq') or 0, id) end
     emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[M_DELAY]) or 0), 'period', m[M_PERIOD],
          'repeat', m[M_REPEAT])
     out[#out + 1] = 'scheduled'
+  elseif not FWD.route_virtual(id, blob, m, plan) then
+    -- copies recorded for the plan's targets (in the call above); nothing is kept here.
+    out[#out + 1] = 'forwarded'
   else
     local seq = meta_incr('seq')
     redis.call('HSET', K_MSGS, id, blob)
@@ -79,6 +84,7 @@ for i = 4, #ARGV, 2 do
     end
     meta_incr('enqueued')
     emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob)
+    ADVISE.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     out[#out + 1] = 'ok'
   end
 end

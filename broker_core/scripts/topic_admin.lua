@@ -7,6 +7,11 @@
 --   release key field uri -> the durable subscription `key` removed (with its messages) because its key is
 --       being subscribed on another topic (TopicRegion.addConsumer); refused while a consumer is attached.
 --       Does nothing unless the registry still names this topic (`uri`). Returns the messages dropped.
+--   limits -> {key, pending-message limit in force, ...} for every subscription (changes nothing): the
+--       value TOPIC.after_send applies (§8.5; -1 = unlimited, and for durable subscriptions, which have none).
+--   drop_idle lease... -> a wildcard pattern's pseudo-topic whose last subscription went: its keys removed
+--       once no forward waits there and no job (`lease...`: the maintenance jobs' names) holds a lease;
+--       1 if removed, 0 if it must wait (includes/wildcard.lua WILDCARD.drop_idle).
 -- Each removal forgets the key's registry entry (<ns>:durables) in the same step (TOPIC.unregister).
 --@include base
 --@include dispatch
@@ -56,6 +61,20 @@ elseif op == 'expire_offline' then
     end
   end
   return removed
+elseif op == 'limits' then
+  local out = {}
+  for _, s in ipairs(TOPIC.subscriptions()) do
+    local limit = -1
+    if not s.def.durable then
+      TOPIC.switch(s.key)
+      local c = load_consumers()[1]
+      if c then limit = TOPIC.pending_limit(c.prefetch, s) end
+      TOPIC.switch(nil)
+    end
+    out[#out + 1] = s.key
+    out[#out + 1] = limit
+  end
+  return out
 elseif op == 'delete' then
   for _, s in ipairs(TOPIC.subscriptions()) do
     TOPIC.switch(s.key)
@@ -65,5 +84,7 @@ elseif op == 'delete' then
   end
   TOPIC.recovery_release_all()
   return 1
+elseif op == 'drop_idle' then
+  return ADVISE.wildcard.drop_idle({ unpack(ARGV, 3) })
 end
 return redis.error_reply('INVALID_OPERATION unknown topic operation ' .. tostring(op))

@@ -1,7 +1,9 @@
 -- Publish messages on a topic (spec §7.1): each message is stored once and put in the pending list of
 -- every subscription it matches (selector, noLocal), which then runs a dispatch chunk; a message no
 -- subscription matches is dropped and counted ('no_subscription'). Non-durable subscriptions then apply
--- the topic slow rule and their pending-message limit (includes/topic.lua).
+-- the topic slow rule and their pending-message limit (includes/topic.lua). A pattern matching the topic
+-- one of whose wildcard subscriptions takes the message gets a copy through the forwarding hash
+-- (includes/wildcard.lua); a message only they take is not dropped, one nobody takes is 'no_subscription'.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, origin ('producer' or 'forward'), then per message:
 -- id, packed, retain ('' | 'set' | 'clear': ActiveMQ.Retain, decided by operations.py), retained copy.
 -- Returns {status per message..., '', dispatched, flags, hold_until, subscription keys whose pass has
@@ -13,7 +15,7 @@
 NOW = tonumber(ARGV[1])
 -- the origin may carry a routing plan (includes/virtual.lua): composite topics,
 -- virtual topics' consumer queues. Copies are recorded in the same step; operations.forward delivers them.
-local origin, plan = split_origin(ARGV[3])
+local origin, plan = FWD.split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
 local unpacked = unpack_send(ARGV, origin, 4)
@@ -34,13 +36,20 @@ if origin == 'producer' or origin == 'retry' then  -- producer flow control, as 
       meta_incr('blocked_sends')
       emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
     end
-    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7] }  -- [7] what the refused check needed
+    -- [7] what the refused check needed, [8] 1: the full one drops copies instead (dropOnResourceLimit)
+    return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7], full[8] }
   end
 end
 
 local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')
 local subs = TOPIC.subscriptions()
+-- Wildcard subscriptions (includes/wildcard.lua): the registered patterns matching this topic and their
+-- subscriptions, read in this step; an accepted message owes a copy to each pattern one of whose
+-- subscriptions takes it, recorded below and delivered by operations.forward. A pattern's own pseudo-topic matches none and keeps no recovery buffer (a
+-- retroactive wildcard subscription is refused, topic_ops.subscribe).
+-- (one local: the scripts' main chunk is close to Lua's 200 locals)
+local wild = ADVISE.wildcard.for_send()
 local touched, touched_order = {}, {}
 local out = {}
 for i = 4, #ARGV, 4 do
@@ -55,7 +64,7 @@ for i = 4, #ARGV, 4 do
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
     dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
-  elseif not route_virtual(id, blob, m, plan) then
+  elseif not FWD.route_virtual(id, blob, m, plan) then
     out[#out + 1] = 'forwarded'  -- a forward-only composite topic keeps nothing
   else
     local seq = meta_incr('seq')
@@ -64,21 +73,40 @@ for i = 4, #ARGV, 4 do
       if seq % 64 == 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, -audit_depth - 1) end
     end
     meta_incr('enqueued')
-    TOPIC.recovery_add(id, ARGV[i + 3] ~= '' and ARGV[i + 3] or blob, seq, ARGV[i + 2])
+    if not wild.is_pattern then TOPIC.recovery_add(id, ARGV[i + 3] ~= '' and ARGV[i + 3] or blob, seq, ARGV[i + 2]) end
     local matched, view = {}, nil
     for _, s in ipairs(subs) do
       local ok
       ok, view = TOPIC.matches(s, id, m, view)
       if ok then matched[#matched + 1] = s end
     end
-    if #matched == 0 then
-      -- Topic.onMessageWithNoConsumers: nobody to hold it, so it is not stored.
+    -- the matching patterns some of whose subscriptions take it (selector, noLocal) get a copy
+    local takers
+    takers, view = ADVISE.wildcard.takers(wild, id, m, view, TOPIC.matches)
+    local copies = #takers
+    if copies > 0 then
+      ADVISE.wildcard.record(id, blob, wild.uri, takers)
+      FWD.n = FWD.n + copies  -- includes/forward.lua: flag 2, the caller delivers them now
+      for _, pattern in ipairs(takers) do emit('forward', 'msg', id, 'target', 'topic://' .. pattern) end
+    end
+    if #matched == 0 and copies == 0 then
+      -- Topic.onMessageWithNoConsumers: nobody, exact or wildcard, takes it, so it is not stored.
       meta_incr('no_subscription')
       emit('no_subscription', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'size', #blob)
+      ADVISE.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
+    elseif #matched == 0 then
+      -- only wildcard subscriptions take it: their copies hold it, nothing is stored here
+      emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob,
+           'subscriptions', 0, 'wildcards', copies)
     else
       TOPIC.store(id, blob, #matched, seq)
-      emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob,
-           'subscriptions', #matched)
+      if copies == 0 then
+        emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob,
+             'subscriptions', #matched)
+      else
+        emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob,
+             'subscriptions', #matched, 'wildcards', copies)
+      end
       for _, s in ipairs(matched) do
         if not touched[s.key] then
           touched[s.key] = { s = s, ids = {}, msgs = {} }

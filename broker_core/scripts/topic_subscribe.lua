@@ -51,6 +51,9 @@ if existing then
   TOPIC.switch(nil)
 end
 if durable then redis.call('HSET', TOPIC.registry, reg_field, uri) end
+-- a pattern's pseudo-topic (a wildcard subscription) joins <ns>:wildcards with the subscription, so the
+-- next send to a matching topic, from any process, copies to it (includes/wildcard.lua)
+ADVISE.wildcard.register()
 if not existing then
   if state ~= 'changed' then state = 'new' end
   redis.call('HSET', TP .. ':subs', key, sub_packed)
@@ -96,6 +99,10 @@ if durable and state == 'existing' then emit('subscription_online', 'consumer', 
 local recovered = 0
 local replayed = nil
 local s = { key = key, def = sub_def }
+-- Whether this attachment replays the recovery policy, for the subscription listing (topic_ops): the
+-- consumer asked for it, or (non-durable only, §7.5) the topic is alwaysRetroactive.
+redis.call('HSET', K_META, 'retroactive', (retroactive or (not durable and (pol['alwaysRetroactive'] == '1'
+  or pol['alwaysRetroactive'] == 'true'))) and '1' or '0')
 if durable then
   if retroactive then
     -- A new subscription first catches up on what is stored for other durable subscriptions (Topic.activate
@@ -106,7 +113,10 @@ if durable then
       and redis.call('ZCARD', K_PARKED) == 0
     recovered = recovered + TOPIC.replay(s, TOPIC.recovery_items(empty))
   end
-elseif retroactive or pol['alwaysRetroactive'] == '1' or pol['alwaysRetroactive'] == 'true' then
+elseif (retroactive or pol['alwaysRetroactive'] == '1' or pol['alwaysRetroactive'] == 'true')
+       and not ADVISE.wildcard.is_pattern(select(2, ADVISE.wildcard.topic_name())) then
+  -- a pattern's pseudo-topic keeps no recovery buffer (topic_send.lua); topic_ops refuses `retroactive`
+  -- on a wildcard, and alwaysRetroactive has nothing to replay there
   replayed = {}
   recovered = TOPIC.replay(s, TOPIC.recovery_items(true), replayed)
 end

@@ -26,7 +26,9 @@ def topics_supported() -> bool:
 
 
 def destination_from_url(kind: str, name: str) -> Destination:
-    destination = parse_destination(name, KINDS.get(kind, kind))  # type: ignore[arg-type]
+    # a wildcard (topics/orders.>) is what a wildcard subscription's consumer is created on; broker_core
+    # refuses sends to one and consumers on wildcard queues (destinations.require_concrete)
+    destination = parse_destination(name, KINDS.get(kind, kind), allow_wildcards=True)  # type: ignore[arg-type]
     if destination.is_topic and not topics_supported():
         raise topics_not_supported(destination.uri)
     return destination

@@ -210,6 +210,11 @@ class DestinationSerializer(serializers.Serializer):
     parked = serializers.IntegerField(required=False,
                                       help_text="Waiting for a redelivery delay or a schedule.")
     forwarding = serializers.IntegerField(required=False)
+    forward_refused = serializers.IntegerField(
+        required=False, help_text="Virtual destination copies made here that their target refused for good.")
+    forward_dropped = serializers.IntegerField(
+        required=False, help_text="Virtual topic copies dropped because their full consumer queue has "
+                                  "dropOnResourceLimit.")
     purged = serializers.IntegerField(required=False)
     moved = serializers.IntegerField(required=False)
     duplicates = serializers.IntegerField()

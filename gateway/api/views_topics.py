@@ -47,6 +47,12 @@ class SubscriptionSerializer(serializers.Serializer):
     discarded = serializers.IntegerField(help_text="Dead letters the dead-letter strategy dropped")
     prefetch = serializers.IntegerField()
     slow_since = serializers.IntegerField(allow_null=True, help_text="Epoch ms the subscriber became slow")
+    retroactive = serializers.BooleanField(
+        help_text="Its consumer replayed the recovery policy when it attached (retroactive, or a non-durable "
+                  "subscription on an alwaysRetroactive topic)")
+    pending_message_limit = serializers.IntegerField(
+        help_text="The pending-message limit in force: the strategy's constant or prefetch × multiplier, or "
+                  "the consumer's smaller maximumPendingMessageLimit; -1 = unlimited (always for durables)")
 
 
 class SubscriptionListView(GatewayView):

@@ -135,15 +135,16 @@ def _int_value(value: str | None, name: str, low: int, high: int, default: int |
     return number
 
 
-def stomp_destinations(text: str | None) -> list[Destination]:
-    """`/queue/A` or a composite `/queue/A,/queue/B` as broker destinations (ActiveMQ's STOMP names)."""
+def stomp_destinations(text: str | None, subscribe: bool = False) -> list[Destination]:
+    """`/queue/A` or a composite `/queue/A,/queue/B` as broker destinations (ActiveMQ's STOMP names).
+    `subscribe`: wildcards (`/topic/orders.>`) are accepted, for broker_core to subscribe to or refuse."""
     if text is None or not text.strip():
         raise StompError("Missing destination header", "this frame needs a destination header")
-    return list(_parse_stomp_destinations(text))
+    return list(_parse_stomp_destinations(text, subscribe))
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_stomp_destinations(text: str) -> tuple[Destination, ...]:
+def _parse_stomp_destinations(text: str, wildcards: bool = False) -> tuple[Destination, ...]:
     # Cached: a connection sends to the same few destinations, and validating a name looks at each
     # character (errors are not cached: lru_cache does not keep exceptions).
     result: list[Destination] = []
@@ -151,7 +152,7 @@ def _parse_stomp_destinations(text: str) -> tuple[Destination, ...]:
         kind = next((k for k in ("queue", "topic") if part.startswith(f"/{k}/")), None)
         if kind is not None:
             try:
-                dest = parse_destination(f"{kind}://" + part[len(kind) + 2:])
+                dest = parse_destination(f"{kind}://" + part[len(kind) + 2:], allow_wildcards=wildcards)
             except BrokerError as exc:
                 raise StompError("Invalid destination", exc.message) from None
         elif part.startswith(("/temp-queue/", "/temp-topic/", "/remote-temp-queue/", "/remote-temp-topic/")):
@@ -275,6 +276,8 @@ class Transport:
 
 class StompSession(LinkedSession):
     """One STOMP connection. `data_received` for every WebSocket message, `connection_lost` at the end."""
+
+    protocol = "stomp"
 
     def __init__(self, transport: Transport, *, broker: Any, hub: Any, session_user: Any = None,
                  settings: StompSettings | None = None, link_settings: LinkSettings | None = None,
@@ -546,6 +549,7 @@ class StompSession(LinkedSession):
         if self.client_id is not None:
             # one connection per client id, across gateway processes (ActiveMQ's InvalidClientIDException)
             await link.claim_client_id(self.client_id, self.remote_address)
+        await self.connected()  # ActiveMQ.Advisory.Connection, once the connection stands
         headers = [("version", version), ("session", link.connection_id), ("server", SERVER_NAME)]
         if version != "1.0":
             headers.append(("heart-beat", beat.header))
@@ -574,7 +578,7 @@ class StompSession(LinkedSession):
 
     async def on_subscribe(self, frame: Frame) -> bool:
         assert self.link is not None
-        destinations = stomp_destinations(frame.get("destination"))
+        destinations = stomp_destinations(frame.get("destination"), subscribe=True)
         durable_name = frame.get("activemq.subscriptionName")
         if durable_name is not None and any(not d.is_topic for d in destinations):
             raise StompError("Invalid Subscription: cannot durably subscribe to a Queue destination!")
@@ -621,7 +625,7 @@ class StompSession(LinkedSession):
             # is in use"); one held by another connection is in use.
             client_id = self.durable_client_id()
             if frame.get("destination"):
-                topics = stomp_destinations(frame.get("destination"))
+                topics = stomp_destinations(frame.get("destination"), subscribe=True)
             else:
                 topics = [await self.link.durable_topic(client_id, durable_name)]
             if any(not topic.is_topic for topic in topics):
@@ -690,7 +694,7 @@ class StompSession(LinkedSession):
     async def on_disconnect(self, frame: Frame) -> None:
         """Close the subscriptions (unacked messages go back), send the RECEIPT, close."""
         assert self.link is not None
-        await self.release()
+        await self.release("DISCONNECT")
         receipt = frame.get("receipt")
         if receipt is not None:
             await self.send_frame("RECEIPT", [("receipt-id", receipt)], force=True)

@@ -59,11 +59,12 @@ def _field(request: dict[str, Any], name: str, kind: type | tuple[type, ...], re
     return value
 
 
-def _destinations(text: Any) -> list[Destination]:
+def _destinations(text: Any, subscribe: bool = False) -> list[Destination]:
+    """`subscribe`: wildcards (`topic://orders.>`) are accepted, for broker_core to subscribe to or refuse."""
     if not isinstance(text, str):
         raise RequestError("invalid_request", "'destination' must be a string like 'queue://orders'")
     try:
-        return parse_composite(text)
+        return parse_composite(text, allow_wildcards=subscribe)
     except BrokerError as exc:
         raise RequestError(exc.code, exc.message) from None
 
@@ -74,10 +75,13 @@ def message_object(sub: Subscription, delivery: Delivery) -> dict[str, Any]:
 
 
 class JsonSession(LinkedSession):
+    protocol = "json"
+
     async def start(self) -> None:
         self.open_buffer(coalesce=False)
         if self.session_user is not None and getattr(self.session_user, "is_authenticated", False):
             await self.open_link(self.session_user)
+            await self.connected()  # ActiveMQ.Advisory.Connection
 
     async def emit(self, obj: dict[str, Any], force: bool = False) -> None:
         assert self.buffer is not None
@@ -165,6 +169,7 @@ class JsonSession(LinkedSession):
                              request.get("id"), fatal=True)
             return {}
         link = await self.open_link(user)
+        await self.connected()  # ActiveMQ.Advisory.Connection
         return {"connection": link.connection_id, "user": auth.username(user)}
 
     async def _authorize(self, destinations: list[Destination], action: str) -> None:
@@ -184,7 +189,7 @@ class JsonSession(LinkedSession):
     async def on_subscribe(self, request: dict[str, Any]) -> Any:
         assert self.link is not None
         key = _field(request, "subscription", str, required=True)
-        destinations = _destinations(request.get("destination"))
+        destinations = _destinations(request.get("destination"), subscribe=True)
         ack_mode = _field(request, "ack_mode", str, default=DEFAULT_ACK_MODE)
         if ack_mode not in ACK_MODES:
             raise RequestError("invalid_consumer", f"ack_mode must be one of {', '.join(ACK_MODES)}")
@@ -220,7 +225,7 @@ class JsonSession(LinkedSession):
             return {}
         client_id = _field(request, "client_id", str, required=True)
         if request.get("destination") is not None:
-            topics = _destinations(request["destination"])
+            topics = _destinations(request["destination"], subscribe=True)
         else:
             topics = [await self.link.durable_topic(client_id, name)]
         if any(not t.is_topic for t in topics):

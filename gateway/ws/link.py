@@ -367,7 +367,7 @@ class Link:
         if where is None:
             raise UnknownSubscription(f"No durable subscription exists for clientID: {client_id} and "
                                       f"subscriptionName: {name}")
-        return parse_destination(where.decode())
+        return parse_destination(where.decode(), allow_wildcards=True)  # a wildcard subscription's pattern
 
     async def _close_subscription(self, sub: Subscription, reason: str) -> None:
         for consumer in sub.consumers:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from broker_core.destinations import Destination
@@ -16,10 +17,16 @@ from broker_core.operations import Consumer
 from gateway.ws import auth
 from gateway.ws.link import Link, LinkSettings, SendBuffer, Subscription
 
+logger = logging.getLogger(__name__)
+
 
 class LinkedSession:
     """One WebSocket connection's session. Subclasses implement `deliver` (deliveries to frames), `_lost`
     (the link cannot go on) and `_aborted` (the broker aborted a subscription, spec §8.4)."""
+
+    protocol = ""  # how the client speaks ('stomp', 'json'), named in the Connection advisory
+    client_id: str | None = None  # the JMS client id the client gave (STOMP's client-id header)
+    remote_address = ""  # the client's address, when the transport knows it
 
     def __init__(self, transport: Any, *, broker: Any, hub: Any, session_user: Any = None,
                  link_settings: LinkSettings | None = None) -> None:
@@ -33,6 +40,7 @@ class LinkedSession:
         self.buffer: SendBuffer | None = None
         self.closing = False
         self._tasks: list[asyncio.Task[None]] = []  # the session's timers; cancelled at the end
+        self._advised = False  # a ConnectionInfo advisory went out, so a RemoveInfo is owed at the end
 
     def open_buffer(self, coalesce: bool) -> None:
         self.buffer = SendBuffer(self.transport.write, self.link_settings.send_buffer_bytes,
@@ -46,6 +54,15 @@ class LinkedSession:
         await link.open()
         self.link = link
         return link
+
+    async def connected(self) -> None:
+        """The connection is established (logged in, client id claimed): ActiveMQ.Advisory.Connection's
+        ConnectionInfo (spec §11), published only while someone subscribes to that topic."""
+        assert self.link is not None
+        await self.broker.advise_connection(
+            self.link.connection_id, added=True, client_id=self.client_id, user=auth.username(self.user),
+            address=self.remote_address or None, protocol=self.protocol or None)
+        self._advised = True
 
     async def refusal(self, destinations: list[Destination], action: str) -> str | None:
         """None when the user may `action` ('read' or 'write') every destination, else ActiveMQ's text."""
@@ -65,18 +82,27 @@ class LinkedSession:
     async def _aborted(self, sub: Subscription, notice: AbortNotice) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    async def release(self) -> None:
-        """Stop the timers and close the link (subscriptions closed, their unacked messages go back)."""
+    async def release(self, reason: str = "") -> None:
+        """Stop the timers and close the link (subscriptions closed, their unacked messages go back), then
+        advise the connection's end (RemoveInfo) once, however it ended: DISCONNECT, an error, the socket
+        closing. A gateway process that dies sends none (ActiveMQ's broker would see the transport fail)."""
         self.closing = True
         for task in self._tasks:
             if task is not asyncio.current_task():
                 task.cancel()
         if self.link is not None:
             await self.link.close()
+        if self._advised and self.link is not None:
+            self._advised = False
+            try:
+                await self.broker.advise_connection(self.link.connection_id, added=False,
+                                                    reason=reason or None)
+            except Exception:  # the connection is closing whatever happens: the advisory is lost, logged
+                logger.exception("Connection advisory for %s failed", self.link.connection_id)
 
     async def shutdown(self, reason: str = "") -> None:
         """Release the broker side, flush what is queued (bounded), close the socket."""
-        await self.release()
+        await self.release(reason)
         if self.buffer is not None:
             await self.buffer.flush(2.0)
             await self.buffer.close()
@@ -85,6 +111,6 @@ class LinkedSession:
 
     async def connection_lost(self) -> None:
         """The socket closed: release the broker side; nothing more can be written."""
-        await self.release()
+        await self.release("connection lost")
         if self.buffer is not None:
             await self.buffer.close()

@@ -1,6 +1,7 @@
-/* Topic page: the topic's statistics and its subscriptions (durable active/offline, pending, in flight,
-   slow state, discards), live from the destination's stats; admins may delete an offline durable
-   subscription (DurableSubscriptionView.destroy; the API audits it and refuses an active one). */
+/* Topic page: the topic's statistics and its subscriptions (durable active/offline, retroactive, pending,
+   in flight, slow state, discards, pending-message limit), live from the destination's stats; admins may
+   delete an offline durable subscription (DurableSubscriptionView.destroy; the API audits it and refuses
+   an active one). */
 "use strict";
 (function () {
   const { api, el, fill, fmt, live, act, toast, eventLog, page } = window.SB;
@@ -27,7 +28,7 @@
       el("td", { class: "state" },
         s.active ? el("span", { class: "badge good" }, "active")
           : el("span", { class: "badge warn", title: s.offline_since ? `offline since ${fmt.time(s.offline_since)}` : null }, "offline"),
-        s.durable ? " durable" : null),
+        s.durable ? " durable" : null, s.retroactive ? " retroactive" : null),
       el("td", {}, s.selector ? el("code", {}, s.selector) : "–", s.no_local ? " (noLocal)" : null),
       el("td", { class: "num", dataset: { col: "pending" } }, fmt.num(s.pending)),
       el("td", { class: "num", dataset: { col: "in_flight" } }, fmt.num(s.in_flight)),
@@ -37,10 +38,13 @@
         title: `evicted ${s.evicted}, dropped ${s.dropped}, dead letters discarded ${s.discarded}` },
       fmt.num(s.evicted + s.dropped + s.discarded)),
       el("td", { class: "num" }, s.active ? fmt.num(s.prefetch) : "–"),
+      // the pending-message limit in force (§8.5); -1 = none (durable subscriptions never have one)
+      el("td", { class: "num", dataset: { col: "pending_limit" } },
+        s.pending_message_limit < 0 ? "none" : fmt.num(s.pending_message_limit)),
       el("td", {}, s.slow_since ? el("span", { class: "badge bad" }, `slow since ${fmt.ago(s.slow_since)}`) : "–"),
       admin ? el("td", {}, s.durable ? el("button", { type: "button", class: "small danger",
         "aria-label": `Delete subscription ${label(s)}`, onclick: () => remove(s) }, "Delete subscription") : null) : null));
-    fill(document.querySelector("#subscriptions tbody"), rows, admin ? 11 : 10, "No subscriptions.");
+    fill(document.querySelector("#subscriptions tbody"), rows, admin ? 12 : 11, "No subscriptions.");
   }
 
   async function remove(s) {

@@ -126,7 +126,8 @@ async def test_the_virtual_destination_routing_in_force_is_listed_for_staff(api,
          "forwardTo": [{"destination": "queue://orders.eu", "selector": None},
                        {"destination": "topic://orders.audit", "selector": "amount > 100"}],
          "forwardOnly": False, "sendWhenNotMatched": False},
-        {"type": "virtualTopic", "name": "topic://VirtualTopic.>", "prefix": "Consumer.*.", "postfix": ""}]
+        {"type": "virtualTopic", "name": "topic://VirtualTopic.>", "prefix": "Consumer.*.", "postfix": "",
+         "selectorAware": False, "dropOnResourceLimit": False}]
 
 
 async def test_the_virtual_destination_routing_is_refused_to_non_staff(api, trader):

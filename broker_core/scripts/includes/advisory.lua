@@ -9,6 +9,8 @@
 -- flow.lua's broker-wide usage (docs/broker_core.md).
 local ADVISE = { n = 0, blob = nil, flags = nil, dest = nil }
 on_call(function() ADVISE.n, ADVISE.blob, ADVISE.flags, ADVISE.dest = 0, nil, nil, nil end)
+-- ADVISE.wildcard: wildcard subscriptions, whose patterns count as existing advisory topics (below)
+--@include wildcard
 
 -- Event type -> {advisory kind, the policy flag that gates it ('' = always)}.
 local ADVISORY_EVENTS = {
@@ -23,7 +25,7 @@ local ADVISORY_EVENTS = {
 }
 local ADVISORY_FLAGS = { 'advisoryForSlowConsumers', 'advisoryWhenFull', 'advisoryForDiscardingMessages',
   'advisoryForDelivery', 'advisoryForConsumed', 'advisoryForDispatched', 'advisoryForFastProducers',
-  'includeBodyForAdvisory' }
+  'includeBodyForAdvisory', 'sendAdvisoryIfNoConsumers' }
 
 -- The policy's advisory flags (from the policy values every script reads once, base.lua).
 local function advisory_flags()
@@ -39,7 +41,8 @@ local function advisory_source()
   if ADVISE.dest == nil then
     local uri = redis.call('HGET', TP .. ':meta', 'uri') or ''
     local scheme, name = string.match(uri, '^(%a+)://(.*)$')
-    if not name or string.sub(name, 1, 18) == 'ActiveMQ.Advisory.' then
+    -- nor about a wildcard subscription's pseudo-topic (its name is a pattern, not a destination)
+    if not name or string.sub(name, 1, 18) == 'ActiveMQ.Advisory.' or ADVISE.wildcard.is_pattern(name) then
       ADVISE.dest = false
     else
       local ns = string.match(TP, '^(.-):{')
@@ -50,9 +53,12 @@ local function advisory_source()
   return ADVISE.dest
 end
 
-local function advise_on(kind, src, event, id, blob)
+-- `record_id`, when given, is the id the advisory message gets (NoConsumer: the message's own id).
+local function advise_on(kind, src, event, id, blob, record_id)
   local topic = 'ActiveMQ.Advisory.' .. kind .. '.' .. src.type .. '.' .. src.name
-  if redis.call('EXISTS', src.ns .. ':{t:' .. topic .. '}:meta') == 0 then return end
+  -- a wildcard subscription on a pattern matching the advisory topic counts as its existence
+  if redis.call('EXISTS', src.ns .. ':{t:' .. topic .. '}:meta') == 0
+     and #ADVISE.wildcard.matching(src.ns, topic) == 0 then return end
   if blob == nil then
     blob = id and redis.call('HGET', TP .. ':msgs', id) or ''
     if not blob then blob = '' end
@@ -60,7 +66,7 @@ local function advise_on(kind, src, event, id, blob)
   local seq = redis.call('HINCRBY', TP .. ':meta', 'fwdseq', 1)  -- orders the destination's forwards
   -- the id's number is broker-wide (<ns>:advseq), not the destination's fwdseq, which a deleted
   -- and recreated destination starts again: the advisory topic's duplicate audit would drop its advisories.
-  local advisory_id = 'ID:advisory:' .. src.tag .. ':' .. redis.call('INCR', src.ns .. ':advseq')
+  local advisory_id = record_id or 'ID:advisory:' .. src.tag .. ':' .. redis.call('INCR', src.ns .. ':advseq')
   event.advisory = kind
   redis.call('HSET', TP .. ':fwd', advisory_id .. '|topic://' .. topic,
              cmsgpack.pack({ 'topic://' .. topic, 'advisory', cmsgpack.pack(event), blob, seq }))
@@ -110,4 +116,20 @@ local function advise(kind, ...)
     end
   end
   for _, advisory in ipairs(kinds) do advise_on(advisory, src, event, fields.msg, blob) end
+end
+
+-- BaseDestination.onMessageWithNoConsumers (spec §11), with the policy's sendAdvisoryIfNoConsumers: a
+-- NON-persistent message that found no consumer is sent, as it is and under its own id, to
+-- ActiveMQ.Advisory.NoConsumer.<T>.<name> (advisory.py `build` applies ActiveMQ's original-destination
+-- rule). The send scripts call this for a message they accepted: a topic's when no subscription matched it
+-- (Topic.dispatch: none, or none matching; it is then dropped), a queue's when the queue has no consumer at
+-- all (Queue.messageSent: consumers.isEmpty(), whatever their selectors; the message is still enqueued).
+-- Never about an advisory topic (advisory_source). `persistent` is the message's M_PERSISTENT value.
+function ADVISE.no_consumer(id, blob, persistent)
+  if persistent == true or persistent == 1 or not advisory_flags()['sendAdvisoryIfNoConsumers'] then return end
+  local src = advisory_source()
+  if not src then return end
+  if src.type == 'Queue' and redis.call('HLEN', K_CONSUMERS) > 0 then return end
+  advise_on('NoConsumer', src, { type = 'no_consumer', uri = src.uri, fields = { msg = id }, ts = NOW },
+            id, blob, id)
 end

@@ -75,11 +75,12 @@ local POLICY_NAMES = {
   'producerFlowControl', 'memoryLimit', 'sendFailIfNoSpace', 'sendFailIfNoSpaceAfterTimeout',
   'advisoryForSlowConsumers', 'advisoryWhenFull', 'advisoryForDiscardingMessages', 'advisoryForDelivery',
   'advisoryForConsumed', 'advisoryForDispatched', 'advisoryForFastProducers', 'includeBodyForAdvisory',
+  'sendAdvisoryIfNoConsumers',
 }
 local POLICY_DEFAULTS = {
   '0', '0', '1', '0', '0', '0', 'cached', '1024', '1024', '200', '1', '100000', '1000', '4194304', '256',
   '6', '1000', '1000', '0', '5.0', '-1', '0', 'queue://ActiveMQ.DLQ', '1', '0', '1', '2048', '400',
-  '1', '0', '-1', '-1', '0', '0', '0', '0', '0', '0', '0', '0',
+  '1', '0', '-1', '-1', '0', '0', '0', '0', '0', '0', '0', '0', '0',
 }
 -- The values read (once per call), which policy hash they came from and whether it exists. (One table,
 -- not three locals: every top-level local a function uses makes each closure created after it costlier.)

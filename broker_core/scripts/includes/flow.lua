@@ -91,9 +91,45 @@ local function held(prefix, stored)
   return (tonumber(stored or mem[1]) or 0) + coming + reserved(prefix .. ':memres')
 end
 
+-- (The helpers below are fields of FLOW, not locals: a script's main chunk may have at most 200 locals.)
+-- The key prefix of the destination `uri` names ('queue://x' / 'topic://x'), in this namespace.
+function FLOW.destination_prefix(uri)
+  local kind, name = string.match(uri, '^(%a+)://(.*)$')
+  return string.match(TP, '^(.-):{') .. ':{' .. (kind == 'topic' and 't' or 'q') .. ':' .. name .. '}'
+end
+
+-- Whether a full destination fails a send at once and how long it lets one wait: its policy's
+-- sendFailIfNoSpace / sendFailIfNoSpaceAfterTimeout where set, else the broker's (`sys`, from K_USAGE).
+function FLOW.wait_rule(fail_v, timeout_v, sys)
+  local fail_now = flag_value(fail_v)
+  if fail_now == nil then fail_now = flag_value(sys[3]) or 0 end
+  local timeout = tonumber(timeout_v) or -1
+  if timeout < 0 then timeout = tonumber(sys[4]) or 0 end
+  return fail_now, timeout
+end
+
+function FLOW.system_usage()
+  return redis.call('HMGET', K_USAGE, 'used', 'limit', 'sendFailIfNoSpace', 'sendFailIfNoSpaceAfterTimeout')
+end
+
+-- A virtual destination's target under `prefix` goes through its own flow control (ActiveMQ sends a copy
+-- through the target's Queue.send): nil when `need` more bytes fit there (or it has no limit of its own,
+-- or flow control off), else {used, limit, fail at once (0/1), wait timeout ms}.
+function FLOW.target_refusal(prefix, need, sys)
+  local t = redis.call('HMGET', prefix .. ':policy', 'producerFlowControl', 'memoryLimit',
+                       'sendFailIfNoSpace', 'sendFailIfNoSpaceAfterTimeout')
+  local t_limit = tonumber(t[2]) or 0
+  if t_limit <= 0 or flag_value(t[1]) == 0 then return nil end
+  local t_used = held(prefix)
+  if t_used + need <= t_limit then return nil end
+  local fail_now, timeout = FLOW.wait_rule(t[3], t[4], sys or FLOW.system_usage())
+  return { t_used, t_limit, fail_now, timeout }
+end
+
 -- Producer flow control (spec §9.1-9.2): nil when `need` more bytes fit, else why not:
 -- {scope ('destination' or 'broker'), used, limit, fail at once (0/1), wait timeout ms (0 = no limit),
--- the full destination when it is not this one, the bytes the refused check needed}. Unlike ActiveMQ,
+-- the full destination when it is not this one, the bytes the refused check needed, 1 when that full
+-- destination is a virtual topic's consumer queue with dropOnResourceLimit}. Unlike ActiveMQ,
 -- which accepts sends while usage is below 100 % and so overshoots by a message, a send is refused when
 -- it would take usage past the limit: the limit is never exceeded. With a routing plan
 -- (includes/virtual.lua) the copies count too: against the broker's limit (with the copies each target's
@@ -101,13 +137,15 @@ end
 -- target's own flow control (ActiveMQ sends a copy through the target's Queue.send), even when this
 -- destination's producerFlowControl is off. The targets are read across hash tags, like K_USAGE; a
 -- target whose selector would not match still counts (the check is before the selectors run).
+-- dropOnResourceLimit (the plan's flags, virtual.py COPY_DROP_ON_RESOURCE_LIMIT): a full consumer queue
+-- that fails sends at once, or any full one once the producer has waited its time (FLOW.drop, a send
+-- re-run with origin 'drop' by flow.py), refuses nothing: route_virtual drops its copy instead.
 local function memory_refusal(need, plan)
   local p = policy()
   local pol = { p['producerFlowControl'], p['memoryLimit'], p['sendFailIfNoSpace'],
                 p['sendFailIfNoSpaceAfterTimeout'] }
-  local sys = redis.call('HMGET', K_USAGE, 'used', 'limit', 'sendFailIfNoSpace',
-                         'sendFailIfNoSpaceAfterTimeout')
-  local scope, used, limit, where, total
+  local sys = FLOW.system_usage()
+  local scope, used, limit, total
   local fail_v, timeout_v = pol[3], pol[4]
   local copies, weight = 0, 0
   if plan then
@@ -130,27 +168,18 @@ local function memory_refusal(need, plan)
     end
   end
   if not scope then
-    local ns = string.match(TP, '^(.-):{')
     for i = 3, 2 + copies do
-      local kind, name = string.match(plan[i][1], '^(%a+)://(.*)$')
-      local prefix = ns .. ':{' .. (kind == 'topic' and 't' or 'q') .. ':' .. name .. '}'
-      local t = redis.call('HMGET', prefix .. ':policy', 'producerFlowControl', 'memoryLimit',
-                           'sendFailIfNoSpace', 'sendFailIfNoSpaceAfterTimeout')
-      local t_limit = tonumber(t[2]) or 0
-      if t_limit > 0 and flag_value(t[1]) ~= 0 then
-        local t_used = held(prefix)
-        if t_used + need > t_limit then
-          scope, used, limit, where, total = 'destination', t_used, t_limit, plan[i][1], need
-          fail_v, timeout_v = t[3], t[4]  -- the target's own flow control decides
-          break
+      local full = FLOW.target_refusal(FLOW.destination_prefix(plan[i][1]), need, sys)
+      if full then
+        local drops = bit.band(tonumber(plan[i][6]) or 0, 2) ~= 0  -- dropOnResourceLimit
+        if not (drops and (full[3] == 1 or FLOW.drop)) then
+          -- the target's own flow control decides whether the producer waits
+          return { 'destination', full[1], full[2], full[3], full[4], plan[i][1], need, drops and 1 or 0 }
         end
       end
     end
     if not scope then return nil end
   end
-  local fail_now = flag_value(fail_v)
-  if fail_now == nil then fail_now = flag_value(sys[3]) or 0 end
-  local timeout = tonumber(timeout_v) or -1
-  if timeout < 0 then timeout = tonumber(sys[4]) or 0 end
-  return { scope, used, limit, fail_now, timeout, where or '', total }
+  local fail_now, timeout = FLOW.wait_rule(fail_v, timeout_v, sys)
+  return { scope, used, limit, fail_now, timeout, '', total, 0 }
 end

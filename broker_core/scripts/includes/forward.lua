@@ -17,8 +17,11 @@ end
 -- Record a forward: target uri, why (cause kind and argument) and the packed message. A message that
 -- leaves is forgotten by this destination's duplicate audit, so it may come back (retry from a DLQ,
 -- dead-lettered again) without being taken for a duplicate; ActiveMQ rolls back the DLQ audit likewise.
-local function queue_forward(id, blob, target, cause, cause_arg)
-  redis.call('HSET', K_FWD, id, cmsgpack.pack({ target, cause, cause_arg or '', blob }))
+-- `field` (default: the id) names the record; a durable subscription's own dead-letter queue gets
+-- '<id>|<target>', so that each subscription's dead letter of a message is delivered (operations.forward
+-- reads the id before '|').
+local function queue_forward(id, blob, target, cause, cause_arg, field)
+  redis.call('HSET', K_FWD, field or id, cmsgpack.pack({ target, cause, cause_arg or '', blob }))
   if cause ~= 'copy' then redis.call('ZREM', K_AUDIT, id) end
   FWD.n = FWD.n + 1
 end
@@ -28,13 +31,26 @@ end
 -- or the dead-letter queue itself). `cause` is 'redelivery' (argument: the delivery count), 'poison'
 -- (no cause text, STOMP NACK) or 'expired' (argument: the expiration). Returns true if forwarded.
 local function dead_letter(id, m, blob, cause, cause_arg)
-  local target = policy()['deadLetterTarget']
+  local target, field = policy()['deadLetterTarget'], nil
+  if SUB then
+    -- destinationPerDurableSubscriber (individual strategy, topics; operations._write_policy): a durable
+    -- subscription's dead letters go to '<topicPrefix><topic>.<clientId>:<subscriptionName><topicSuffix>'
+    -- (IndividualDeadLetterStrategy.createDestination with DurableTopicSubscription.getSubscriptionKey)
+    local per = redis.call('HMGET', K_POLICY, 'deadLetterDurablePrefix', 'deadLetterDurableSuffix')
+    if per[1] and per[1] ~= '' then
+      local sub = redis.call('HMGET', K_META, 'durable', 'client', 'name')
+      if sub[1] == '1' then
+        target = per[1] .. sub[2] .. ':' .. sub[3] .. (per[2] or '')
+        field = id .. '|' .. target
+      end
+    end
+  end
   local persistent = m[M_PERSISTENT] == true or m[M_PERSISTENT] == 1
   local keep = target ~= '' and target ~= redis.call('HGET', K_META, 'uri')
   if keep and not persistent and not policy_flag('processNonPersistent') then keep = false end
   if keep and cause == 'expired' and not policy_flag('processExpired') then keep = false end
   if keep then
-    queue_forward(id, blob, target, cause, cause_arg)
+    queue_forward(id, blob, target, cause, cause_arg, field)
     meta_incr('deadlettered')
     ADVISE.blob = blob  -- the MessageDLQd advisory carries a copy
     emit('deadletter', 'msg', id, 'target', target, 'cause', cause, 'detail', cause_arg or '')

@@ -1,4 +1,6 @@
 -- How messages leave a destination or go back to it. Each path counts and logs what happened.
+-- (virtual: a repeating scheduled message's firing is routed like a send, fire_scheduled)
+--@include virtual
 
 -- Redis runs a script's whole body on every call, and each `local function` costs a closure (and a walk
 -- of the open upvalues for each name it uses). The paths most calls never take (expiry, scheduling,
@@ -119,9 +121,13 @@ local function lifecycle_load()
 
   -- A repeating scheduled message (AMQ_SCHEDULED_REPEAT) is a job kept under the message's id; each time
   -- it fires, one delivery '<id>#<n>' is enqueued, until the repeats are spent. ('#' is not allowed in
-  -- producers' ids, so deliveries never meet another message's id.)
-  schedule_job = function(id, blob, m, at)
-    redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, tonumber(m[M_PERIOD]), tonumber(m[M_REPEAT]), 0 }))
+  -- producers' ids, so deliveries never meet another message's id.) A job sent with a routing plan
+  -- (virtual destinations, includes/virtual.lua) keeps it: each firing is routed like a send of the
+  -- delivery (ActiveMQ's scheduler re-sends every repeat to the destination), so its copies, a topic's
+  -- too, are made then, selectors evaluated then; the targets are those of the send.
+  schedule_job = function(id, blob, m, at, plan)
+    redis.call('HSET', K_SCHED, id,
+               cmsgpack.pack({ blob, tonumber(m[M_PERIOD]), tonumber(m[M_REPEAT]), 0, plan }))
     memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
     redis.call('ZADD', K_PARKED, at, id)
     redis.call('HSET', K_PARKINFO, id, 'job')
@@ -130,18 +136,25 @@ local function lifecycle_load()
 
   fire_scheduled = function(id, at)
     local job = cmsgpack.unpack(redis.call('HGET', K_SCHED, id))
-    local blob, period, left, fired = job[1], job[2], job[3], job[4] + 1
+    local blob, period, left, fired, plan = job[1], job[2], job[3], job[4] + 1, job[5]
     local delivery = id .. '#' .. fired
     local m = unpack_message(blob)
-    local seq = meta_incr('seq')
-    redis.call('HSET', K_MSGS, delivery, blob)
-    memory_charge(#blob)
-    pending_add(delivery, pending_score(seq, m[M_PRIORITY]))
-    meta_incr('enqueued')
-    emit('enqueue', 'msg', delivery, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob,
-         'scheduled', id)
+    -- the copies leave without the schedule (virtual.py forward_copy); nothing kept here when the
+    -- plan forwards only (a forward-only composite)
+    if FWD.route_virtual(delivery, blob, m, plan) then
+      local seq = meta_incr('seq')
+      redis.call('HSET', K_MSGS, delivery, blob)
+      memory_charge(#blob)
+      pending_add(delivery, pending_score(seq, m[M_PRIORITY]))
+      meta_incr('enqueued')
+      emit('enqueue', 'msg', delivery, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '',
+           'size', #blob, 'scheduled', id)
+      -- each firing is a send (SchedulerBroker re-sends it, Queue.messageSent): the NoConsumer check
+      -- runs for this delivery, under its own id (includes/advisory.lua)
+      ADVISE.no_consumer(delivery, blob, m[M_PERSISTENT])
+    end
     if left > 0 then
-      redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired }))
+      redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired, plan }))
       redis.call('ZADD', K_PARKED, at + period, id)
     else
       redis.call('HDEL', K_SCHED, id)
@@ -220,6 +233,8 @@ local function lifecycle_load()
     redis.call('DEL', unpack(keys))
     redis.call('HDEL', TP .. ':subs', SUB)
     redis.call('LREM', TP .. ':sorder', 0, SUB)
+    -- a wildcard pattern with no subscription left leaves <ns>:wildcards in this step (wildcard.lua)
+    if redis.call('HLEN', TP .. ':subs') == 0 then ADVISE.wildcard.forget() end
     if dropped > 0 then redis.call('HINCRBY', TP .. ':meta', 'sub_removed', dropped) end
     emit('subscription_remove', 'reason', reason, 'dropped', dropped)
     return dropped

@@ -254,21 +254,33 @@ end
 -- Replay (id, blob) pairs into the current subscription `s` (a retroactive subscriber, §7.5): expired
 -- ones, ones it does not match and ones it holds already are left out. Appends the ids it got to `into`
 -- (when given) and returns how many.
+-- A replayed message still stored for other subscriptions is shared with them (one more reference). The
+-- retained copy is another message than the published one (RetainedMessageSubscriptionRecoveryPolicy
+-- replays a copy carrying ActiveMQ.Retained=true): while the published one is stored under the same id, the
+-- copy is stored once under its own id '<id>#retained' ('#' is never in a producer's id, messages.py) with
+-- its own reference count, and shared by the retroactive subscribers that come while it lasts.
 function TOPIC.replay(s, items, into)
   local got = 0
   for _, item in ipairs(items) do
     local id, blob = item[1], item[2]
     local m = unpack_message(blob)
-    if not is_expired(m) and not TOPIC.holds(id) and TOPIC.matches(s, id, m, nil) then
-      if redis.call('HEXISTS', K_MSGS, id) == 1 then
-        redis.call('HINCRBY', TP .. ':refs', id, 1)  -- still stored for others: shared, not copied
-      else
-        TOPIC.store(id, blob, 1, tonumber(redis.call('HINCRBY', TP .. ':meta', 'seq', 1)))
+    local own = id .. '#retained'
+    if not is_expired(m) and not TOPIC.holds(id) and not TOPIC.holds(own) and TOPIC.matches(s, id, m, nil) then
+      local key, shared = id, redis.call('HGET', K_MSGS, id)
+      if redis.call('HEXISTS', K_MSGS, own) == 1 then
+        key, shared = own, true
+      elseif shared and shared ~= blob then
+        key, shared = own, false
       end
-      TOPIC.add_to_current(id, m)
-      emit('recover', 'msg', id)
+      if shared then
+        redis.call('HINCRBY', TP .. ':refs', key, 1)  -- still stored for others: shared, not copied
+      else
+        TOPIC.store(key, blob, 1, tonumber(redis.call('HINCRBY', TP .. ':meta', 'seq', 1)))
+      end
+      TOPIC.add_to_current(key, m)
+      emit('recover', 'msg', key)
       got = got + 1
-      if into then into[#into + 1] = id end
+      if into then into[#into + 1] = key end
     end
   end
   return got
