@@ -53,7 +53,7 @@ end
 if durable then redis.call('HSET', TOPIC.registry, reg_field, uri) end
 -- a pattern's pseudo-topic (a wildcard subscription) joins <ns>:wildcards with the subscription, so the
 -- next send to a matching topic, from any process, copies to it (includes/wildcard.lua)
-ADVISE.wildcard.register()
+ADVISE.wildcard.mark(true)
 if not existing then
   if state ~= 'changed' then state = 'new' end
   redis.call('HSET', TP .. ':subs', key, sub_packed)

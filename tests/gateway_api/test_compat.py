@@ -102,12 +102,14 @@ async def test_a_session_cookie_keeps_the_consumer_and_one_shot_closes_it(api, b
 
 
 async def test_a_second_request_on_a_busy_consumer_is_refused(api, basic):
-    url = "/api/message/orders.eu?type=queue&clientId=busy&readTimeout=1500"
+    url = "/api/message/orders.eu?type=queue&clientId=busy&readTimeout=3000"
     first = asyncio.create_task(api.get(url, headers=basic))
-    await asyncio.sleep(0.3)
-    second = await api.get(url, headers=basic)
-    assert "Concurrent access to consumer is not supported" in assert_problem(second, 409)["detail"]
-    assert (await first).status_code == 204
+    try:
+        await asyncio.sleep(1.0)  # by then the first request waits on the consumer, even on a busy machine
+        second = await api.get(url, headers=basic)
+        assert "Concurrent access to consumer is not supported" in assert_problem(second, 409)["detail"]
+    finally:  # never leave the first request running into the next test's event loop
+        assert (await first).status_code == 204
 
 
 async def test_unsubscribe_closes_the_clients_consumers(api, basic, make_user):

@@ -75,23 +75,16 @@ function WILDCARD.idle(ns)
   return ns .. ':wildcards:idle'
 end
 
--- The current topic is a pattern that just got a subscription: it is registered (idempotent).
-function WILDCARD.register()
+-- The current topic, when it is a pattern, just got a subscription (`active`: registered, idempotent, so
+-- sends copy to it) or lost its last one, durable ones included (sends stop copying to it, and its
+-- pseudo-topic waits in <ns>:wildcards:idle for maintenance).
+function WILDCARD.mark(active)
   local ns, name = WILDCARD.topic_name()
-  if name and WILDCARD.is_pattern(name) then
-    redis.call('SADD', WILDCARD.registry(ns), name)
-    redis.call('SREM', WILDCARD.idle(ns), name)
-  end
-end
-
--- Called when the current topic's last subscription (durable ones included) is gone: sends stop copying
--- to the pattern, and its pseudo-topic waits in <ns>:wildcards:idle for maintenance.
-function WILDCARD.forget()
-  local ns, name = WILDCARD.topic_name()
-  if name and WILDCARD.is_pattern(name) then
-    redis.call('SREM', WILDCARD.registry(ns), name)
-    redis.call('SADD', WILDCARD.idle(ns), name)
-  end
+  if not (name and WILDCARD.is_pattern(name)) then return end
+  local into, out_of = WILDCARD.registry(ns), WILDCARD.idle(ns)
+  if not active then into, out_of = out_of, into end
+  redis.call('SADD', into, name)
+  redis.call('SREM', out_of, name)
 end
 
 -- The current topic's keys, a pattern's pseudo-topic in <ns>:wildcards:idle, removed in this step once
