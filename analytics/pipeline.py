@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,24 +86,30 @@ JOB_COLUMNS = ("event_ms", "event_seq", "ts", "type", "msg", "consumer", "group"
                "detail", "strategy", "redeliveries", "attrs", "destination")
 
 
-def compute(events: Any, per_message: Any = None) -> dict[str, Any]:
-    """Every metric table, as DataFrames (lazy). `per_message` (jobs.messages(events), the one shuffle of
-    the bulk events by message) feeds the latency, redelivery and group-per-consumer tables; the pipeline
-    caches it so that shuffle runs once."""
-    if per_message is None:
-        per_message = jobs.messages(events)
-    lives = jobs.lives(events, per_message)
+def compute(events: Any, keep: Callable[[Any], Any] = lambda frame: frame) -> dict[str, Any]:
+    """Every metric table, as DataFrames (lazy). `keep` is applied to each small intermediate that several
+    tables read (the pipeline persists them): the control events (groups, dead letters, slow consumers,
+    aborts), the consumers seen and the grouped enqueues, and the per-message facts (jobs.message_facts:
+    the one shuffle of the bulk events by message, aggregated into latency histograms, redelivery counts
+    and group pairs; jobs.all_facts adds the few complex messages, folded). The events themselves are not
+    kept: each pass reads only its Parquet columns, which costs no more than scanning a cache of them.
+    Picking the key salt and counting the complex messages run two small jobs."""
+    control = keep(jobs.control_events(events))
+    seen = keep(jobs.consumers_seen(events))
+    grouped = keep(jobs.group_messages(events))
+    salt = jobs.key_salt(seen, grouped)
+    names = jobs.consumer_names(seen, salt)
+    facts = keep(jobs.all_facts(events, keep(jobs.message_facts(jobs.messages(events, salt))), salt))
     return {
-        "per_message": per_message,
         "per_minute": jobs.per_minute(events),
-        "latency": jobs.latency(jobs.latency_samples(lives)),
-        "redeliveries": jobs.redelivery_distribution(lives),
-        "dead_letters": jobs.dead_letter_causes(events),
-        "groups": jobs.groups(events),
-        "group_consumers": jobs.group_consumers(events, per_message),
-        "slow_consumer_episodes": jobs.slow_consumer_episodes(events),
-        "aborts": jobs.aborts(events),
-        "active_consumers": jobs.active_consumers(events),
+        "latency": jobs.latency_from_facts(facts, names),
+        "redeliveries": jobs.redeliveries_from_facts(facts),
+        "dead_letters": jobs.dead_letter_causes(control),
+        "groups": jobs.groups(control, grouped),
+        "group_consumers": jobs.group_consumers_from_facts(facts, names),
+        "slow_consumer_episodes": jobs.slow_consumer_episodes(control),
+        "aborts": jobs.aborts(control),
+        "active_consumers": jobs.active_consumers(events, seen),
     }
 
 
@@ -189,15 +196,19 @@ def run(spark: Any, *, since_ms: int, until_ms: int, archive: str | None = None,
     started = time.monotonic()
     location = ArchiveLocation.parse(archive or config.archive_url())
     target = ArchiveLocation.parse(output or config.output_url())
-    # Every table reads the events: decode the needed Parquet columns once (spilling to disk when they do
-    # not fit), shuffle the bulk events by message once (per_message), and keep each small table cached
-    # between writing it and collecting it for the summary (no re-reading, no recomputation).
+    # Compute each shared intermediate once (compute's `keep`, spilling to disk if it does not fit), and
+    # keep each small table cached between writing it and collecting it for the summary (no re-reading,
+    # no recomputation). The events are read by a few passes, each decoding only its Parquet columns.
     from pyspark import StorageLevel
 
+    kept: list[Any] = []
+
+    def keep(frame: Any) -> Any:
+        kept.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
+        return frame
+
     events = load_events(spark, location, since_ms, until_ms, destinations).select(*JOB_COLUMNS)
-    events = events.persist(StorageLevel.MEMORY_AND_DISK)
-    per_message = jobs.messages(events).persist(StorageLevel.MEMORY_AND_DISK)
-    frames = compute(events, per_message)
+    frames = compute(events, keep)
     tables = {}
     for name in (*TABLES, "active_consumers"):
         frame = frames[name].cache()
@@ -205,8 +216,8 @@ def run(spark: Any, *, since_ms: int, until_ms: int, archive: str | None = None,
             frame.write.mode("overwrite").parquet(f"{target.spark_path}/{name}")
         tables[name] = _rows(frame)
         frame.unpersist()
-    per_message.unpersist()
-    events.unpersist()
+    for frame in kept:
+        frame.unpersist()
     summary = summarise(tables, since_ms, until_ms)
     text = json.dumps(summary, separators=(",", ":"), default=str)
     target.fs.create_dir(target.root, recursive=True)
