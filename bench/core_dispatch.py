@@ -9,8 +9,9 @@ Redis 6.2 (EVALSHA scripts), or the binary SIGNALBOX_REDIS_SERVER names, e.g. De
 runs the scripts as a function library. Prints the machine and settings first so figures can be compared.
 
 --concurrent adds, for the one-consumer scenario, the way broker benchmarks (ActiveMQ's among them)
-measure throughput: a producer process and a consumer process at the same time, each one message per
-call (`send` of one; `ack_and_receive` of one), from the first send to the last acknowledgement.
+measure throughput: producer processes and consumer processes at the same time (`--pairs`, default 1
+and 4 of each; each consumer process is its own consumer on the queue), each one message per call
+(`send` of one; `ack_and_receive` of one), from the first send to the last acknowledgement.
 """
 
 from __future__ import annotations
@@ -110,39 +111,51 @@ def _produce(target: tuple[str, str], namespace: str, n: int, start: object, don
     done.put(("producer", time.perf_counter()))  # type: ignore[attr-defined]
 
 
-def _consume(target: tuple[str, str], namespace: str, consumer: object, n: int, start: object,
-             done: object) -> None:
+def _consume(target: tuple[str, str], namespace: str, consumer: object, n: int, received: object,
+             start: object, done: object) -> None:
+    """Until the consumers together have received n: acknowledge the last one and take the next in one
+    call, polling while the producers are behind."""
     broker = Broker(_client(target), namespace)
     start.wait()  # type: ignore[attr-defined]
     got: list = []
-    received = 0
-    while received < n:
-        # Acknowledge the last one and take the next in one call; poll while the producer is behind.
+    while received.value < n:  # type: ignore[attr-defined]
         got = broker.ack_and_receive(consumer, got[0].message_id, 1) if got else broker.receive(consumer, 1)
-        received += len(got)
-    broker.ack(consumer, got[0].message_id)
+        if got:
+            with received.get_lock():  # type: ignore[attr-defined]
+                received.value += 1  # type: ignore[attr-defined]
+    if got:
+        broker.ack(consumer, got[0].message_id)
     done.put(("consumer", time.perf_counter()))  # type: ignore[attr-defined]
 
 
-def run_concurrent(client: redis.Redis, target: tuple[str, str], n: int) -> tuple[float, float]:
-    """One producer process and one consumer process at the same time, one message per call each.
-    Returns (messages per second end to end, the producer's own send rate)."""
+def run_concurrent(client: redis.Redis, target: tuple[str, str], n: int,
+                   pairs: int = 1) -> tuple[float, float]:
+    """`pairs` producer processes and as many consumer processes (each its own consumer on the queue) at
+    the same time, one message per call each. Returns (messages per second end to end, the producers'
+    own send rate)."""
     broker = fresh(client)
-    consumer = broker.add_consumer("bench", ConsumerSpec(prefetch=1000, ack_mode="client-individual"))
+    consumers = [broker.add_consumer("bench", ConsumerSpec(prefetch=1000, ack_mode="client-individual"))
+                 for _ in range(pairs)]
     ctx = multiprocessing.get_context("fork")
-    start, done = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_produce, args=(target, broker.namespace, n, start, done)),
-             ctx.Process(target=_consume, args=(target, broker.namespace, consumer, n, start, done))]
+    start, done, received = ctx.Event(), ctx.Queue(), ctx.Value("l", 0)
+    share = n // pairs
+    procs = [ctx.Process(target=_produce, args=(target, broker.namespace, share, start, done))
+             for _ in range(pairs)]
+    procs += [ctx.Process(target=_consume, args=(target, broker.namespace, c, share * pairs, received, start,
+                                                 done)) for c in consumers]
     for p in procs:
         p.start()
-    time.sleep(0.5)  # both connected and waiting
+    time.sleep(0.5)  # all connected and waiting
     t0 = time.perf_counter()
     start.set()
-    ends = dict(done.get(timeout=600) for _ in procs)
+    ends: dict[str, float] = {}
+    for _ in procs:
+        role, at = done.get(timeout=600)
+        ends[role] = max(ends.get(role, 0.0), at)
     for p in procs:
         p.join()
     cleanup(client, broker)
-    return n / (ends["consumer"] - t0), n / (ends["producer"] - t0)
+    return share * pairs / (ends["consumer"] - t0), share * pairs / (ends["producer"] - t0)
 
 
 def with_backlog(runner: Callable[..., float]) -> Callable[..., float]:
@@ -246,7 +259,9 @@ def main() -> None:
     parser.add_argument("--no-fanout", action="store_true", help="skip the topic fan-out scenarios")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory-per-message measurement")
     parser.add_argument("--concurrent", action="store_true",
-                        help="also run '1 consumer' with a producer and a consumer process at the same time")
+                        help="also run '1 consumer' with producer and consumer processes at the same time")
+    parser.add_argument("--pairs", type=lambda v: [int(x) for x in v.split(",")], default=[1, 4],
+                        help="with --concurrent: how many producer/consumer process pairs, e.g. 1,4")
     args = parser.parse_args()
     server = None
     if args.redis_url:
@@ -279,9 +294,12 @@ def main() -> None:
             cleanup(client, broker)
             print(f"{name:<65} {label:<13} {rate:>9,.0f} msgs/s")
         if args.concurrent and name == "1 consumer":
-            rate, produced = run_concurrent(client, target, args.messages // 4)
-            print(f"{name + ', producer and consumer processes at once':<65} {'one per call':<13} "
-                  f"{rate:>9,.0f} msgs/s (the producer alone sent {produced:,.0f} msgs/s)")
+            for pairs in args.pairs:
+                rate, produced = run_concurrent(client, target, args.messages // 4, pairs)
+                what = ("1 producer and 1 consumer process at once" if pairs == 1 else
+                        f"{pairs} producer and {pairs} consumer processes at once")
+                print(f"{what:<65} {'one per call':<13} "
+                      f"{rate:>9,.0f} msgs/s (the producers alone sent {produced:,.0f} msgs/s)")
     if not args.fanout_only and not args.no_memory:
         print(f"Redis memory per pending 256-byte message beyond the body: "
               f"{memory_per_message(client, 100_000):.0f} bytes")
