@@ -73,9 +73,10 @@ def test_the_python_matcher_follows_the_table(pattern, name, expected):
 
 
 def test_the_lua_matcher_follows_the_same_table(redis_client):
-    # the include is functions only (hung on advisory.lua's ADVISE), so it runs alone: the very text
-    # every script uses
-    source = "local ADVISE = {}\n" + (SCRIPT_DIR / "includes" / "wildcard.lua").read_text() + (
+    # the include is functions only (hung on advisory.lua's ADVISE, built by base.lua's `lazy`), so it
+    # runs alone: the very text every script uses
+    prelude = "local ADVISE = {}\nlocal function lazy(t, build) build(t) return t end\n"
+    source = prelude + (SCRIPT_DIR / "includes" / "wildcard.lua").read_text() + (
         "\nlocal out = {}\nfor i = 1, #ARGV, 2 do\n"
         "  out[#out + 1] = ADVISE.wildcard.matches(ARGV[i], ARGV[i + 1]) and 1 or 0\nend\nreturn out")
     got = redis_client.eval(source, 0, *[x for pattern, name, _ in CASES for x in (pattern, name)])

@@ -44,6 +44,23 @@ local function begin_call(keys)
   for i = 1, #CALL_RESETS do CALL_RESETS[i]() end
 end
 
+-- A table of functions an include builds on first use. Redis runs an EVAL script's whole text on every
+-- call, so each function an include defines is built again each time, used or not; `build(t)` runs when a
+-- call first reads a field `t` lacks, and `t` is an ordinary table from then on. State fields set on `t`
+-- are left alone. A function library (Redis >= 7) is built once, when loaded (where setmetatable is not
+-- offered): there `build` runs at once.
+local function lazy(t, build)
+  if redis.register_function then
+    build(t)
+    return t
+  end
+  return setmetatable(t, { __index = function(self, key)
+    setmetatable(self, nil)
+    build(self)
+    return rawget(self, key)
+  end })
+end
+
 local function K_C(cid) return P .. ':c:' .. cid end              -- hash: per-consumer counters
 local function K_CINF(cid) return P .. ':c:' .. cid .. ':inflight' end -- zset: id -> dispatch seq
 local function K_COUT(cid) return P .. ':c:' .. cid .. ':outbox' end   -- list: dispatched, not yet received

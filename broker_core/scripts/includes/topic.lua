@@ -13,7 +13,449 @@
 -- K_META also holds uri, durable, client, name, selector, active (consumer id), offline_since.
 -- Functions live in one table so the including scripts stay under Lua's limit of local variables.
 
-local TOPIC = { selectors = {} }
+-- Built on a script's first use of one of them (base.lua `lazy`): most scripts that include this file
+-- use a few of its functions, and an EVAL script would build them all on every call.
+local TOPIC = lazy({ selectors = {} }, function(TOPIC)
+
+  -- Forget the registry entry of the current durable subscription (about to be removed), if it is this
+  -- topic's: a newer one on another topic keeps its entry.
+  function TOPIC.unregister(uri)
+    local field = redis.call('HGET', K_META, 'regfield')
+    if not field or field == '' then
+      local names = redis.call('HMGET', K_META, 'client', 'name')
+      if not names[1] then return end
+      field = string.len(names[1]) .. ':' .. names[1] .. (names[2] or '')
+    end
+    if redis.call('HGET', TOPIC.registry, field) == uri then redis.call('HDEL', TOPIC.registry, field) end
+  end
+
+  local TOPIC_POLICY_NAMES = {
+    'dispatchPolicy', 'topicPrefetch', 'durableTopicPrefetch', 'subscriptionRecoveryPolicy',
+    'subscriptionRecoveryMaximumSize', 'recoverDuration', 'alwaysRetroactive', 'pendingMessageLimitStrategy',
+    'pendingMessageLimit', 'pendingMessageLimitMultiplier', 'messageEvictionStrategy',
+    'evictExpiredMessagesHighWatermark', 'evictionPropertyName', 'offlineDurableSubscriberTimeout',
+  }
+  local TOPIC_POLICY_DEFAULTS = {
+    'simple', '32767', '100', 'retainedMessage', '-1', '60000', '0', 'none', '-1', '0.5', 'oldestMessage',
+    '1000', '', '-1',
+  }
+
+  function TOPIC.policy()
+    if TOPIC._policy then return TOPIC._policy end
+    local values = redis.call('HMGET', TP .. ':policy', unpack(TOPIC_POLICY_NAMES))
+    TOPIC._policy = with_defaults(TOPIC_POLICY_NAMES, TOPIC_POLICY_DEFAULTS, values)
+    return TOPIC._policy
+  end
+
+  -- Work on subscription `key` (or, with nil, on the topic itself). Per-prefix caches start over.
+  function TOPIC.switch(key)
+    if key then use_prefix(TP .. ':s:' .. key) else use_prefix(TP) end
+    PARK.next = nil
+    PASS_DIRTY.value = false
+  end
+
+  -- The subscriptions in the order the topic's dispatch policy visits them (§7.1). Every matching one gets
+  -- the message whatever the policy; the policy only orders the deliveries of one send.
+  function TOPIC.subscriptions()
+    local keys = redis.call('LRANGE', TP .. ':sorder', 0, -1)
+    local subs = {}
+    if #keys == 0 then return subs end
+    -- unpack() has a limit (~8000 values), so the definitions are read in slices.
+    for from = 1, #keys, 1000 do
+      local upto = math.min(from + 999, #keys)
+      local defs = redis.call('HMGET', TP .. ':subs', unpack(keys, from, upto))
+      for i = from, upto do
+        local def = defs[i - from + 1]
+        if def then subs[#subs + 1] = { key = keys[i], def = cmsgpack.unpack(def) } end
+      end
+    end
+    local dispatch_policy = TOPIC.policy()['dispatchPolicy']
+    if dispatch_policy == 'priority' then
+      -- PriorityDispatchPolicy: by consumer priority, highest first; a stable insertion sort.
+      for i = 2, #subs do
+        local s, j = subs[i], i - 1
+        while j >= 1 and (tonumber(s.def.priority) or 0) > (tonumber(subs[j].def.priority) or 0) do
+          subs[j + 1] = subs[j]
+          j = j - 1
+        end
+        subs[j + 1] = s
+      end
+    elseif dispatch_policy == 'roundRobin' and #subs > 1 then
+      -- RoundRobinDispatchPolicy: the first visited moves to the back for the next send.
+      local turn = redis.call('HINCRBY', TP .. ':meta', 'rr', 1) % #subs
+      local rotated = {}
+      for i = 1, #subs do rotated[i] = subs[((i - 1 + turn) % #subs) + 1] end
+      subs = rotated
+    end
+    return subs
+  end
+
+  -- Does subscription `s` take message (id, m)? noLocal, then the selector (§7.3, §4).
+  function TOPIC.matches(s, id, m, view)
+    if s.def.nolocal and s.def.conn and s.def.conn == m[M_CONNECTION] then return false, view end
+    local compiled = s.def.selector
+    if type(compiled) ~= 'string' or compiled == '' then return true, view end
+    local expr = TOPIC.selectors[s.key]
+    if not expr then
+      expr = cjson.decode(compiled)
+      TOPIC.selectors[s.key] = expr
+    end
+    view = view or selector_view(id, m)
+    return selector_matches(expr, view), view
+  end
+
+  -- Store a message once for `refs` subscriptions (memory counted on the topic, flow.lua).
+  function TOPIC.store(id, blob, refs, seq)
+    local own_meta = K_META
+    K_META = TP .. ':meta'
+    memory_charge(#blob)
+    K_META = own_meta
+    redis.call('HSET', TP .. ':msgs', id, blob)
+    redis.call('HSET', TP .. ':refs', id, refs)
+    redis.call('ZADD', TP .. ':order', seq, id)
+  end
+
+  -- Put a stored message in the current subscription's pending list (or park it for its delay).
+  function TOPIC.add_to_current(id, m)
+    local seq = meta_incr('seq')
+    local delay = tonumber(m[M_DELAY]) or 0
+    if delay > 0 then
+      park(id, NOW + delay, pending_score(seq, m[M_PRIORITY]))
+    else
+      pending_add(id, pending_score(seq, m[M_PRIORITY]))
+    end
+    meta_incr('enqueued')
+  end
+
+  -- The same for a send's messages in order, with one call per kind of write (a fan-out to many
+  -- subscriptions does this once per subscription).
+  function TOPIC.add_all_to_current(ids, msgs)
+    local last = redis.call('HINCRBY', K_META, 'seq', #ids)
+    redis.call('HINCRBY', K_META, 'enqueued', #ids)
+    local zadd, lowest = {}, nil
+    for i, id in ipairs(ids) do
+      local m = msgs[i]
+      local score = pending_score(last - #ids + i, m[M_PRIORITY])
+      local delay = tonumber(m[M_DELAY]) or 0
+      if delay > 0 then
+        park(id, NOW + delay, score)
+      else
+        zadd[#zadd + 1] = score
+        zadd[#zadd + 1] = id
+        if lowest == nil or score < lowest then lowest = score end
+      end
+    end
+    if #zadd > 0 then
+      for from = 1, #zadd, 2000 do  -- unpack() has a limit; a large batch goes in slices
+        redis.call('ZADD', K_PENDING, unpack(zadd, from, math.min(from + 1999, #zadd)))
+      end
+      -- As pending_add: one placed behind the pass cursor needs a restarted pass.
+      local cursor = redis.call('HGET', K_META, 'cursor')
+      if cursor and cursor ~= '' and lowest <= tonumber(cursor) then mark_dirty() end
+    end
+  end
+
+  -- Does the current subscription hold message `id` already (pending, parked or in flight)?
+  function TOPIC.holds(id)
+    return redis.call('ZSCORE', K_PENDING, id) or redis.call('ZSCORE', K_PARKED, id)
+        or redis.call('HEXISTS', K_INFLIGHT, id) == 1
+  end
+
+  -- §7.5: what the recovery policy keeps. Called on the topic prefix for every message sent. What it keeps
+  -- counts in the topic's memory usage (flow.lua) like a stored message, until it is let go.
+  function TOPIC.recovery_add(id, blob, seq, retain)
+    local pol = TOPIC.policy()
+    if retain == 'set' or retain == 'clear' then
+      memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))  -- 0 bytes when none was retained
+    end
+    if retain == 'set' then
+      redis.call('HSET', TP .. ':retain', 'id', id, 'blob', blob)
+      memory_charge(#blob)
+    elseif retain == 'clear' then
+      redis.call('DEL', TP .. ':retain')
+    end
+    local kind = pol['subscriptionRecoveryPolicy']
+    if kind == 'retainedMessage' or kind == 'none' then return end
+    local K_RECOV, K_RMSG = TP .. ':recov', TP .. ':recovmsg'
+    redis.call('ZADD', K_RECOV, seq, id)
+    redis.call('HSET', K_RMSG, id, cmsgpack.pack({ blob, NOW }))
+    memory_charge(#blob)
+    local function drop_first(n)
+      if n <= 0 then return end
+      local gone = redis.call('ZRANGE', K_RECOV, 0, n - 1)
+      for _, old in ipairs(gone) do
+        local rec = redis.call('HGET', K_RMSG, old)
+        if rec then
+          local bytes = #cmsgpack.unpack(rec)[1]
+          redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -bytes)
+          memory_release(bytes)
+        end
+        redis.call('HDEL', K_RMSG, old)
+        redis.call('ZREM', K_RECOV, old)
+      end
+    end
+    redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', #blob)
+    local max = tonumber(pol['subscriptionRecoveryMaximumSize']) or -1
+    if kind == 'lastImage' then
+      drop_first(redis.call('ZCARD', K_RECOV) - 1)
+    elseif kind == 'fixedCount' then
+      if max < 1 then max = 100 end
+      local over = redis.call('ZCARD', K_RECOV) - max
+      if over > 0 then drop_first(over) end
+    elseif kind == 'fixedSized' then
+      if max < 1 then max = 65536 end
+      while redis.call('ZCARD', K_RECOV) > 0 and tonumber(redis.call('HGET', TP .. ':meta', 'recov_bytes')) > max do
+        drop_first(1)
+      end
+    elseif kind == 'timed' then
+      TOPIC.recovery_trim()
+    end
+  end
+
+  -- TimedSubscriptionRecoveryPolicy: forget what is older than recoverDuration.
+  function TOPIC.recovery_trim()
+    if TOPIC.policy()['subscriptionRecoveryPolicy'] ~= 'timed' then return end
+    local horizon = NOW - (tonumber(TOPIC.policy()['recoverDuration']) or 60000)
+    local K_RECOV, K_RMSG = TP .. ':recov', TP .. ':recovmsg'
+    while true do
+      local first = redis.call('ZRANGE', K_RECOV, 0, 0)
+      if #first == 0 then return end
+      local rec = redis.call('HGET', K_RMSG, first[1])
+      local entry = rec and cmsgpack.unpack(rec)
+      if entry and entry[2] >= horizon then return end
+      if entry then
+        redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -#entry[1])
+        memory_release(#entry[1])
+      end
+      redis.call('HDEL', K_RMSG, first[1])
+      redis.call('ZREM', K_RECOV, first[1])
+    end
+  end
+
+  -- The topic is being deleted: what the recovery policy kept stops counting in memory usage (the keys
+  -- themselves are deleted by topic_ops.delete).
+  function TOPIC.recovery_release_all()
+    memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))
+    local cursor = '0'
+    repeat
+      local page = redis.call('HSCAN', TP .. ':recovmsg', cursor, 'COUNT', 1000)
+      cursor = page[1]
+      for i = 2, #page[2], 2 do memory_release(#cmsgpack.unpack(page[2][i])[1]) end
+    until cursor == '0'
+    redis.call('DEL', TP .. ':retain', TP .. ':recov', TP .. ':recovmsg')
+    redis.call('HSET', TP .. ':meta', 'recov_bytes', 0)
+  end
+
+  -- Replay (id, blob) pairs into the current subscription `s` (a retroactive subscriber, §7.5): expired
+  -- ones, ones it does not match and ones it holds already are left out. Appends the ids it got to `into`
+  -- (when given) and returns how many.
+  -- A replayed message still stored for other subscriptions is shared with them (one more reference). The
+  -- retained copy is another message than the published one (RetainedMessageSubscriptionRecoveryPolicy
+  -- replays a copy carrying ActiveMQ.Retained=true): while the published one is stored under the same id, the
+  -- copy is stored once under its own id '<id>#retained' ('#' is never in a producer's id, messages.py) with
+  -- its own reference count, and shared by the retroactive subscribers that come while it lasts.
+  function TOPIC.replay(s, items, into)
+    local got = 0
+    for _, item in ipairs(items) do
+      local id, blob = item[1], item[2]
+      local m = unpack_message(blob)
+      local own = id .. '#retained'
+      if not is_expired(m) and not TOPIC.holds(id) and not TOPIC.holds(own) and TOPIC.matches(s, id, m, nil) then
+        local key, shared = id, redis.call('HGET', K_MSGS, id)
+        if redis.call('HEXISTS', K_MSGS, own) == 1 then
+          key, shared = own, true
+        elseif shared and shared ~= blob then
+          key, shared = own, false
+        end
+        if shared then
+          redis.call('HINCRBY', TP .. ':refs', key, 1)  -- still stored for others: shared, not copied
+        else
+          TOPIC.store(key, blob, 1, tonumber(redis.call('HINCRBY', TP .. ':meta', 'seq', 1)))
+        end
+        TOPIC.add_to_current(key, m)
+        emit('recover', 'msg', key)
+        got = got + 1
+        if into then into[#into + 1] = key end
+      end
+    end
+    return got
+  end
+
+  -- The recovery policy's messages, oldest first: its buffer, then the retained message if not in it.
+  function TOPIC.recovery_items(with_buffer)
+    local items, seen = {}, {}
+    if with_buffer then
+      TOPIC.recovery_trim()
+      local ids = redis.call('ZRANGE', TP .. ':recov', 0, -1)
+      for _, id in ipairs(ids) do
+        local rec = redis.call('HGET', TP .. ':recovmsg', id)
+        if rec then
+          items[#items + 1] = { id, cmsgpack.unpack(rec)[1] }
+          seen[id] = true
+        end
+      end
+    end
+    local retained = redis.call('HMGET', TP .. ':retain', 'id', 'blob')
+    if retained[1] and not seen[retained[1]] then items[#items + 1] = { retained[1], retained[2] } end
+    return items
+  end
+
+  -- A new durable subscription created retroactive gets every message still stored for other durable
+  -- subscriptions, in topic order (KahaDB's addAckLocationForRetroactiveSub, §7.5).
+  function TOPIC.durable_backlog(key)
+    local items = {}
+    local durables = {}
+    for _, s in ipairs(TOPIC.subscriptions()) do
+      if s.key ~= key and s.def.durable then durables[#durables + 1] = TP .. ':s:' .. s.key end
+    end
+    if #durables == 0 then return items end
+    for _, id in ipairs(redis.call('ZRANGE', TP .. ':order', 0, -1)) do
+      for _, prefix in ipairs(durables) do
+        if redis.call('ZSCORE', prefix .. ':pending', id) or redis.call('ZSCORE', prefix .. ':parked', id)
+           or redis.call('HEXISTS', prefix .. ':inflight', id) == 1 then
+          items[#items + 1] = { id, redis.call('HGET', K_MSGS, id) }
+          break
+        end
+      end
+    end
+    return items
+  end
+
+  -- §8.5: the current (non-durable) subscription `s`'s pending-message limit, from the policy's strategy;
+  -- the consumer's own maximumPendingMessageLimit wins when > 0 and smaller (PolicyEntry.configure).
+  function TOPIC.pending_limit(prefetch, s)
+    local pol = TOPIC.policy()
+    local strategy = pol['pendingMessageLimitStrategy']
+    local value = -1
+    if strategy == 'constant' then
+      value = tonumber(pol['pendingMessageLimit']) or -1
+    elseif strategy == 'prefetchRate' then
+      value = math.floor(prefetch * (tonumber(pol['pendingMessageLimitMultiplier']) or 0.5))
+    else
+      return -1
+    end
+    local own = s and tonumber(s.def.maxpending) or 0
+    if own > 0 and (value < 0 or own < value) then value = own end
+    return value
+  end
+
+  -- Take message `id` out of the current subscription's pending list for good: evicted (counted as
+  -- ActiveMQ's discarded, and dead-lettered per the strategy, §8.5) or dropped by a limit of 0.
+  function TOPIC.discard_pending(id, cause, detail)
+    local blob = redis.call('HGET', K_MSGS, id)
+    redis.call('ZREM', K_PENDING, id)
+    if cause == 'evicted' then
+      -- TopicSubscription.discard: the topic's dequeues count it, not the subscription's (those are acks).
+      meta_incr('evicted')
+      redis.call('HINCRBY', TP .. ':meta', 'evict_dequeued', 1)
+      emit('evict', 'msg', id, 'strategy', detail)
+      if blob then dead_letter(id, unpack_message(blob), blob, 'evicted', detail) end
+    else
+      meta_incr('dropped')
+      emit('drop', 'msg', id, 'cause', cause)
+    end
+    drop_message(id)
+  end
+
+  -- Which pending messages the eviction strategy gives up (§8.5), from a page of the oldest.
+  function TOPIC.evict_choice(page_size)
+    local pol = TOPIC.policy()
+    local strategy = pol['messageEvictionStrategy']
+    local page = redis.call('ZRANGE', K_PENDING, 0, page_size - 1)
+    if #page == 0 then return {} end
+    if strategy == 'oldestMessageWithLowestPriority' then
+      local lowest, pick = nil, nil
+      for _, id in ipairs(page) do
+        local blob = redis.call('HGET', K_MSGS, id)
+        local p = blob and (tonumber(unpack_message(blob)[M_PRIORITY]) or 4) or 4
+        if lowest == nil or p < lowest then lowest, pick = p, id end
+      end
+      return { pick }
+    elseif strategy == 'uniquePropertyMessage' then
+      -- UniquePropertyMessageEvictionStrategy: the newest message per property value stays; every other
+      -- message of the page goes. With no message carrying the property, or nothing else to evict, the
+      -- oldest goes.
+      local name = pol['evictionPropertyName']
+      local pivots, pivot_ts, order = {}, {}, {}
+      for _, id in ipairs(page) do
+        local blob = redis.call('HGET', K_MSGS, id)
+        if blob then
+          local m = unpack_message(blob)
+          local flat = m[M_PROPS]
+          if type(flat) == 'table' then
+            for i = 1, #flat, 3 do
+              if flat[i] == name then
+                local value = flat[i + 1] .. ':' .. tostring(flat[i + 2])
+                local ts = tonumber(m[M_TIMESTAMP]) or 0
+                if pivots[value] == nil then order[#order + 1] = value end
+                if pivots[value] == nil or ts > pivot_ts[value] then pivots[value], pivot_ts[value] = id, ts end
+              end
+            end
+          end
+        end
+      end
+      if #order > 0 then
+        local keep = {}
+        for _, value in ipairs(order) do keep[pivots[value]] = true end
+        local out = {}
+        for _, id in ipairs(page) do if not keep[id] then out[#out + 1] = id end end
+        if #out > 0 then return out end
+      end
+    end
+    return { page[1] }
+  end
+
+  -- After a send reached the current non-durable subscription `s` (its new ids in `new_ids`): the topic
+  -- slow rule (§8.1) and the pending-message limit with eviction (§8.5).
+  function TOPIC.after_send(new_ids, s)
+    local cons = load_consumers()
+    local c = cons[1]
+    if not c then return end
+    local waiting = redis.call('ZCARD', K_PENDING)
+    local still_new = {}
+    for _, id in ipairs(new_ids) do
+      if redis.call('ZSCORE', K_PENDING, id) then still_new[#still_new + 1] = id end
+    end
+    -- §8.1 topic rule (TopicSubscription.add): slow when more than its prefetch were already waiting as a
+    -- message arrived, so the last new one still pending does not count; an immediate dispatch clears it.
+    if c.prefetch > 1 and #still_new > 0 and waiting - 1 > c.prefetch then
+      if not c.slow then
+        redis.call('HSET', K_C(c.id), 'slow_since', NOW)
+        emit('slow', 'consumer', c.id)
+      end
+    elseif #still_new == 0 and c.slow then
+      redis.call('HDEL', K_C(c.id), 'slow_since')
+    end
+    local limit = TOPIC.pending_limit(c.prefetch, s)
+    if limit == 0 then
+      for _, id in ipairs(still_new) do TOPIC.discard_pending(id, 'pending_limit') end
+      return
+    end
+    if limit < 0 or waiting <= limit then return end
+    local pol = TOPIC.policy()
+    local high = tonumber(pol['evictExpiredMessagesHighWatermark']) or 1000
+    if limit < high then high = limit end
+    if waiting > high then
+      -- The first expired message found goes (removeExpiredMessages).
+      for _, id in ipairs(redis.call('ZRANGE', K_PENDING, 0, 999)) do
+        local blob = redis.call('HGET', K_MSGS, id)
+        local m = blob and unpack_message(blob)
+        if m and is_expired(m) then
+          expire_pending(id, m, blob)
+          break
+        end
+      end
+    end
+    local strategy = pol['messageEvictionStrategy']
+    while true do
+      local excess = redis.call('ZCARD', K_PENDING) - limit
+      if excess <= 0 then break end
+      local chosen = TOPIC.evict_choice(math.max(1000, excess))
+      if #chosen == 0 then break end
+      for _, id in ipairs(chosen) do TOPIC.discard_pending(id, 'evicted', strategy) end
+    end
+  end
+end)
 -- <ns>:durables: durable registry field (topics.durable_registry_field) -> the topic uri its subscription
 -- is on. Like flow.lua's K_USAGE, a broker-wide key outside the topic's hash tag: it is only ever changed
 -- in the same script that creates or removes the subscription it names.
@@ -21,442 +463,3 @@ on_call(function()
   TOPIC.registry = string.match(P, '^(.-):{') .. ':durables'
   TOPIC.selectors, TOPIC._policy = {}, nil
 end)
-
--- Forget the registry entry of the current durable subscription (about to be removed), if it is this
--- topic's: a newer one on another topic keeps its entry.
-function TOPIC.unregister(uri)
-  local field = redis.call('HGET', K_META, 'regfield')
-  if not field or field == '' then
-    local names = redis.call('HMGET', K_META, 'client', 'name')
-    if not names[1] then return end
-    field = string.len(names[1]) .. ':' .. names[1] .. (names[2] or '')
-  end
-  if redis.call('HGET', TOPIC.registry, field) == uri then redis.call('HDEL', TOPIC.registry, field) end
-end
-
-local TOPIC_POLICY_NAMES = {
-  'dispatchPolicy', 'topicPrefetch', 'durableTopicPrefetch', 'subscriptionRecoveryPolicy',
-  'subscriptionRecoveryMaximumSize', 'recoverDuration', 'alwaysRetroactive', 'pendingMessageLimitStrategy',
-  'pendingMessageLimit', 'pendingMessageLimitMultiplier', 'messageEvictionStrategy',
-  'evictExpiredMessagesHighWatermark', 'evictionPropertyName', 'offlineDurableSubscriberTimeout',
-}
-local TOPIC_POLICY_DEFAULTS = {
-  'simple', '32767', '100', 'retainedMessage', '-1', '60000', '0', 'none', '-1', '0.5', 'oldestMessage',
-  '1000', '', '-1',
-}
-
-function TOPIC.policy()
-  if TOPIC._policy then return TOPIC._policy end
-  local values = redis.call('HMGET', TP .. ':policy', unpack(TOPIC_POLICY_NAMES))
-  TOPIC._policy = with_defaults(TOPIC_POLICY_NAMES, TOPIC_POLICY_DEFAULTS, values)
-  return TOPIC._policy
-end
-
--- Work on subscription `key` (or, with nil, on the topic itself). Per-prefix caches start over.
-function TOPIC.switch(key)
-  if key then use_prefix(TP .. ':s:' .. key) else use_prefix(TP) end
-  PARK.next = nil
-  PASS_DIRTY.value = false
-end
-
--- The subscriptions in the order the topic's dispatch policy visits them (§7.1). Every matching one gets
--- the message whatever the policy; the policy only orders the deliveries of one send.
-function TOPIC.subscriptions()
-  local keys = redis.call('LRANGE', TP .. ':sorder', 0, -1)
-  local subs = {}
-  if #keys == 0 then return subs end
-  -- unpack() has a limit (~8000 values), so the definitions are read in slices.
-  for from = 1, #keys, 1000 do
-    local upto = math.min(from + 999, #keys)
-    local defs = redis.call('HMGET', TP .. ':subs', unpack(keys, from, upto))
-    for i = from, upto do
-      local def = defs[i - from + 1]
-      if def then subs[#subs + 1] = { key = keys[i], def = cmsgpack.unpack(def) } end
-    end
-  end
-  local dispatch_policy = TOPIC.policy()['dispatchPolicy']
-  if dispatch_policy == 'priority' then
-    -- PriorityDispatchPolicy: by consumer priority, highest first; a stable insertion sort.
-    for i = 2, #subs do
-      local s, j = subs[i], i - 1
-      while j >= 1 and (tonumber(s.def.priority) or 0) > (tonumber(subs[j].def.priority) or 0) do
-        subs[j + 1] = subs[j]
-        j = j - 1
-      end
-      subs[j + 1] = s
-    end
-  elseif dispatch_policy == 'roundRobin' and #subs > 1 then
-    -- RoundRobinDispatchPolicy: the first visited moves to the back for the next send.
-    local turn = redis.call('HINCRBY', TP .. ':meta', 'rr', 1) % #subs
-    local rotated = {}
-    for i = 1, #subs do rotated[i] = subs[((i - 1 + turn) % #subs) + 1] end
-    subs = rotated
-  end
-  return subs
-end
-
--- Does subscription `s` take message (id, m)? noLocal, then the selector (§7.3, §4).
-function TOPIC.matches(s, id, m, view)
-  if s.def.nolocal and s.def.conn and s.def.conn == m[M_CONNECTION] then return false, view end
-  local compiled = s.def.selector
-  if type(compiled) ~= 'string' or compiled == '' then return true, view end
-  local expr = TOPIC.selectors[s.key]
-  if not expr then
-    expr = cjson.decode(compiled)
-    TOPIC.selectors[s.key] = expr
-  end
-  view = view or selector_view(id, m)
-  return selector_matches(expr, view), view
-end
-
--- Store a message once for `refs` subscriptions (memory counted on the topic, flow.lua).
-function TOPIC.store(id, blob, refs, seq)
-  local own_meta = K_META
-  K_META = TP .. ':meta'
-  memory_charge(#blob)
-  K_META = own_meta
-  redis.call('HSET', TP .. ':msgs', id, blob)
-  redis.call('HSET', TP .. ':refs', id, refs)
-  redis.call('ZADD', TP .. ':order', seq, id)
-end
-
--- Put a stored message in the current subscription's pending list (or park it for its delay).
-function TOPIC.add_to_current(id, m)
-  local seq = meta_incr('seq')
-  local delay = tonumber(m[M_DELAY]) or 0
-  if delay > 0 then
-    park(id, NOW + delay, pending_score(seq, m[M_PRIORITY]))
-  else
-    pending_add(id, pending_score(seq, m[M_PRIORITY]))
-  end
-  meta_incr('enqueued')
-end
-
--- The same for a send's messages in order, with one call per kind of write (a fan-out to many
--- subscriptions does this once per subscription).
-function TOPIC.add_all_to_current(ids, msgs)
-  local last = redis.call('HINCRBY', K_META, 'seq', #ids)
-  redis.call('HINCRBY', K_META, 'enqueued', #ids)
-  local zadd, lowest = {}, nil
-  for i, id in ipairs(ids) do
-    local m = msgs[i]
-    local score = pending_score(last - #ids + i, m[M_PRIORITY])
-    local delay = tonumber(m[M_DELAY]) or 0
-    if delay > 0 then
-      park(id, NOW + delay, score)
-    else
-      zadd[#zadd + 1] = score
-      zadd[#zadd + 1] = id
-      if lowest == nil or score < lowest then lowest = score end
-    end
-  end
-  if #zadd > 0 then
-    for from = 1, #zadd, 2000 do  -- unpack() has a limit; a large batch goes in slices
-      redis.call('ZADD', K_PENDING, unpack(zadd, from, math.min(from + 1999, #zadd)))
-    end
-    -- As pending_add: one placed behind the pass cursor needs a restarted pass.
-    local cursor = redis.call('HGET', K_META, 'cursor')
-    if cursor and cursor ~= '' and lowest <= tonumber(cursor) then mark_dirty() end
-  end
-end
-
--- Does the current subscription hold message `id` already (pending, parked or in flight)?
-function TOPIC.holds(id)
-  return redis.call('ZSCORE', K_PENDING, id) or redis.call('ZSCORE', K_PARKED, id)
-      or redis.call('HEXISTS', K_INFLIGHT, id) == 1
-end
-
--- §7.5: what the recovery policy keeps. Called on the topic prefix for every message sent. What it keeps
--- counts in the topic's memory usage (flow.lua) like a stored message, until it is let go.
-function TOPIC.recovery_add(id, blob, seq, retain)
-  local pol = TOPIC.policy()
-  if retain == 'set' or retain == 'clear' then
-    memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))  -- 0 bytes when none was retained
-  end
-  if retain == 'set' then
-    redis.call('HSET', TP .. ':retain', 'id', id, 'blob', blob)
-    memory_charge(#blob)
-  elseif retain == 'clear' then
-    redis.call('DEL', TP .. ':retain')
-  end
-  local kind = pol['subscriptionRecoveryPolicy']
-  if kind == 'retainedMessage' or kind == 'none' then return end
-  local K_RECOV, K_RMSG = TP .. ':recov', TP .. ':recovmsg'
-  redis.call('ZADD', K_RECOV, seq, id)
-  redis.call('HSET', K_RMSG, id, cmsgpack.pack({ blob, NOW }))
-  memory_charge(#blob)
-  local function drop_first(n)
-    if n <= 0 then return end
-    local gone = redis.call('ZRANGE', K_RECOV, 0, n - 1)
-    for _, old in ipairs(gone) do
-      local rec = redis.call('HGET', K_RMSG, old)
-      if rec then
-        local bytes = #cmsgpack.unpack(rec)[1]
-        redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -bytes)
-        memory_release(bytes)
-      end
-      redis.call('HDEL', K_RMSG, old)
-      redis.call('ZREM', K_RECOV, old)
-    end
-  end
-  redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', #blob)
-  local max = tonumber(pol['subscriptionRecoveryMaximumSize']) or -1
-  if kind == 'lastImage' then
-    drop_first(redis.call('ZCARD', K_RECOV) - 1)
-  elseif kind == 'fixedCount' then
-    if max < 1 then max = 100 end
-    local over = redis.call('ZCARD', K_RECOV) - max
-    if over > 0 then drop_first(over) end
-  elseif kind == 'fixedSized' then
-    if max < 1 then max = 65536 end
-    while redis.call('ZCARD', K_RECOV) > 0 and tonumber(redis.call('HGET', TP .. ':meta', 'recov_bytes')) > max do
-      drop_first(1)
-    end
-  elseif kind == 'timed' then
-    TOPIC.recovery_trim()
-  end
-end
-
--- TimedSubscriptionRecoveryPolicy: forget what is older than recoverDuration.
-function TOPIC.recovery_trim()
-  if TOPIC.policy()['subscriptionRecoveryPolicy'] ~= 'timed' then return end
-  local horizon = NOW - (tonumber(TOPIC.policy()['recoverDuration']) or 60000)
-  local K_RECOV, K_RMSG = TP .. ':recov', TP .. ':recovmsg'
-  while true do
-    local first = redis.call('ZRANGE', K_RECOV, 0, 0)
-    if #first == 0 then return end
-    local rec = redis.call('HGET', K_RMSG, first[1])
-    local entry = rec and cmsgpack.unpack(rec)
-    if entry and entry[2] >= horizon then return end
-    if entry then
-      redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -#entry[1])
-      memory_release(#entry[1])
-    end
-    redis.call('HDEL', K_RMSG, first[1])
-    redis.call('ZREM', K_RECOV, first[1])
-  end
-end
-
--- The topic is being deleted: what the recovery policy kept stops counting in memory usage (the keys
--- themselves are deleted by topic_ops.delete).
-function TOPIC.recovery_release_all()
-  memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))
-  local cursor = '0'
-  repeat
-    local page = redis.call('HSCAN', TP .. ':recovmsg', cursor, 'COUNT', 1000)
-    cursor = page[1]
-    for i = 2, #page[2], 2 do memory_release(#cmsgpack.unpack(page[2][i])[1]) end
-  until cursor == '0'
-  redis.call('DEL', TP .. ':retain', TP .. ':recov', TP .. ':recovmsg')
-  redis.call('HSET', TP .. ':meta', 'recov_bytes', 0)
-end
-
--- Replay (id, blob) pairs into the current subscription `s` (a retroactive subscriber, §7.5): expired
--- ones, ones it does not match and ones it holds already are left out. Appends the ids it got to `into`
--- (when given) and returns how many.
--- A replayed message still stored for other subscriptions is shared with them (one more reference). The
--- retained copy is another message than the published one (RetainedMessageSubscriptionRecoveryPolicy
--- replays a copy carrying ActiveMQ.Retained=true): while the published one is stored under the same id, the
--- copy is stored once under its own id '<id>#retained' ('#' is never in a producer's id, messages.py) with
--- its own reference count, and shared by the retroactive subscribers that come while it lasts.
-function TOPIC.replay(s, items, into)
-  local got = 0
-  for _, item in ipairs(items) do
-    local id, blob = item[1], item[2]
-    local m = unpack_message(blob)
-    local own = id .. '#retained'
-    if not is_expired(m) and not TOPIC.holds(id) and not TOPIC.holds(own) and TOPIC.matches(s, id, m, nil) then
-      local key, shared = id, redis.call('HGET', K_MSGS, id)
-      if redis.call('HEXISTS', K_MSGS, own) == 1 then
-        key, shared = own, true
-      elseif shared and shared ~= blob then
-        key, shared = own, false
-      end
-      if shared then
-        redis.call('HINCRBY', TP .. ':refs', key, 1)  -- still stored for others: shared, not copied
-      else
-        TOPIC.store(key, blob, 1, tonumber(redis.call('HINCRBY', TP .. ':meta', 'seq', 1)))
-      end
-      TOPIC.add_to_current(key, m)
-      emit('recover', 'msg', key)
-      got = got + 1
-      if into then into[#into + 1] = key end
-    end
-  end
-  return got
-end
-
--- The recovery policy's messages, oldest first: its buffer, then the retained message if not in it.
-function TOPIC.recovery_items(with_buffer)
-  local items, seen = {}, {}
-  if with_buffer then
-    TOPIC.recovery_trim()
-    local ids = redis.call('ZRANGE', TP .. ':recov', 0, -1)
-    for _, id in ipairs(ids) do
-      local rec = redis.call('HGET', TP .. ':recovmsg', id)
-      if rec then
-        items[#items + 1] = { id, cmsgpack.unpack(rec)[1] }
-        seen[id] = true
-      end
-    end
-  end
-  local retained = redis.call('HMGET', TP .. ':retain', 'id', 'blob')
-  if retained[1] and not seen[retained[1]] then items[#items + 1] = { retained[1], retained[2] } end
-  return items
-end
-
--- A new durable subscription created retroactive gets every message still stored for other durable
--- subscriptions, in topic order (KahaDB's addAckLocationForRetroactiveSub, §7.5).
-function TOPIC.durable_backlog(key)
-  local items = {}
-  local durables = {}
-  for _, s in ipairs(TOPIC.subscriptions()) do
-    if s.key ~= key and s.def.durable then durables[#durables + 1] = TP .. ':s:' .. s.key end
-  end
-  if #durables == 0 then return items end
-  for _, id in ipairs(redis.call('ZRANGE', TP .. ':order', 0, -1)) do
-    for _, prefix in ipairs(durables) do
-      if redis.call('ZSCORE', prefix .. ':pending', id) or redis.call('ZSCORE', prefix .. ':parked', id)
-         or redis.call('HEXISTS', prefix .. ':inflight', id) == 1 then
-        items[#items + 1] = { id, redis.call('HGET', K_MSGS, id) }
-        break
-      end
-    end
-  end
-  return items
-end
-
--- §8.5: the current (non-durable) subscription `s`'s pending-message limit, from the policy's strategy;
--- the consumer's own maximumPendingMessageLimit wins when > 0 and smaller (PolicyEntry.configure).
-function TOPIC.pending_limit(prefetch, s)
-  local pol = TOPIC.policy()
-  local strategy = pol['pendingMessageLimitStrategy']
-  local value = -1
-  if strategy == 'constant' then
-    value = tonumber(pol['pendingMessageLimit']) or -1
-  elseif strategy == 'prefetchRate' then
-    value = math.floor(prefetch * (tonumber(pol['pendingMessageLimitMultiplier']) or 0.5))
-  else
-    return -1
-  end
-  local own = s and tonumber(s.def.maxpending) or 0
-  if own > 0 and (value < 0 or own < value) then value = own end
-  return value
-end
-
--- Take message `id` out of the current subscription's pending list for good: evicted (counted as
--- ActiveMQ's discarded, and dead-lettered per the strategy, §8.5) or dropped by a limit of 0.
-function TOPIC.discard_pending(id, cause, detail)
-  local blob = redis.call('HGET', K_MSGS, id)
-  redis.call('ZREM', K_PENDING, id)
-  if cause == 'evicted' then
-    -- TopicSubscription.discard: the topic's dequeues count it, not the subscription's (those are acks).
-    meta_incr('evicted')
-    redis.call('HINCRBY', TP .. ':meta', 'evict_dequeued', 1)
-    emit('evict', 'msg', id, 'strategy', detail)
-    if blob then dead_letter(id, unpack_message(blob), blob, 'evicted', detail) end
-  else
-    meta_incr('dropped')
-    emit('drop', 'msg', id, 'cause', cause)
-  end
-  drop_message(id)
-end
-
--- Which pending messages the eviction strategy gives up (§8.5), from a page of the oldest.
-function TOPIC.evict_choice(page_size)
-  local pol = TOPIC.policy()
-  local strategy = pol['messageEvictionStrategy']
-  local page = redis.call('ZRANGE', K_PENDING, 0, page_size - 1)
-  if #page == 0 then return {} end
-  if strategy == 'oldestMessageWithLowestPriority' then
-    local lowest, pick = nil, nil
-    for _, id in ipairs(page) do
-      local blob = redis.call('HGET', K_MSGS, id)
-      local p = blob and (tonumber(unpack_message(blob)[M_PRIORITY]) or 4) or 4
-      if lowest == nil or p < lowest then lowest, pick = p, id end
-    end
-    return { pick }
-  elseif strategy == 'uniquePropertyMessage' then
-    -- UniquePropertyMessageEvictionStrategy: the newest message per property value stays; every other
-    -- message of the page goes. With no message carrying the property, or nothing else to evict, the
-    -- oldest goes.
-    local name = pol['evictionPropertyName']
-    local pivots, pivot_ts, order = {}, {}, {}
-    for _, id in ipairs(page) do
-      local blob = redis.call('HGET', K_MSGS, id)
-      if blob then
-        local m = unpack_message(blob)
-        local flat = m[M_PROPS]
-        if type(flat) == 'table' then
-          for i = 1, #flat, 3 do
-            if flat[i] == name then
-              local value = flat[i + 1] .. ':' .. tostring(flat[i + 2])
-              local ts = tonumber(m[M_TIMESTAMP]) or 0
-              if pivots[value] == nil then order[#order + 1] = value end
-              if pivots[value] == nil or ts > pivot_ts[value] then pivots[value], pivot_ts[value] = id, ts end
-            end
-          end
-        end
-      end
-    end
-    if #order > 0 then
-      local keep = {}
-      for _, value in ipairs(order) do keep[pivots[value]] = true end
-      local out = {}
-      for _, id in ipairs(page) do if not keep[id] then out[#out + 1] = id end end
-      if #out > 0 then return out end
-    end
-  end
-  return { page[1] }
-end
-
--- After a send reached the current non-durable subscription `s` (its new ids in `new_ids`): the topic
--- slow rule (§8.1) and the pending-message limit with eviction (§8.5).
-function TOPIC.after_send(new_ids, s)
-  local cons = load_consumers()
-  local c = cons[1]
-  if not c then return end
-  local waiting = redis.call('ZCARD', K_PENDING)
-  local still_new = {}
-  for _, id in ipairs(new_ids) do
-    if redis.call('ZSCORE', K_PENDING, id) then still_new[#still_new + 1] = id end
-  end
-  -- §8.1 topic rule (TopicSubscription.add): slow when more than its prefetch were already waiting as a
-  -- message arrived, so the last new one still pending does not count; an immediate dispatch clears it.
-  if c.prefetch > 1 and #still_new > 0 and waiting - 1 > c.prefetch then
-    if not c.slow then
-      redis.call('HSET', K_C(c.id), 'slow_since', NOW)
-      emit('slow', 'consumer', c.id)
-    end
-  elseif #still_new == 0 and c.slow then
-    redis.call('HDEL', K_C(c.id), 'slow_since')
-  end
-  local limit = TOPIC.pending_limit(c.prefetch, s)
-  if limit == 0 then
-    for _, id in ipairs(still_new) do TOPIC.discard_pending(id, 'pending_limit') end
-    return
-  end
-  if limit < 0 or waiting <= limit then return end
-  local pol = TOPIC.policy()
-  local high = tonumber(pol['evictExpiredMessagesHighWatermark']) or 1000
-  if limit < high then high = limit end
-  if waiting > high then
-    -- The first expired message found goes (removeExpiredMessages).
-    for _, id in ipairs(redis.call('ZRANGE', K_PENDING, 0, 999)) do
-      local blob = redis.call('HGET', K_MSGS, id)
-      local m = blob and unpack_message(blob)
-      if m and is_expired(m) then
-        expire_pending(id, m, blob)
-        break
-      end
-    end
-  end
-  local strategy = pol['messageEvictionStrategy']
-  while true do
-    local excess = redis.call('ZCARD', K_PENDING) - limit
-    if excess <= 0 then break end
-    local chosen = TOPIC.evict_choice(math.max(1000, excess))
-    if #chosen == 0 then break end
-    for _, id in ipairs(chosen) do TOPIC.discard_pending(id, 'evicted', strategy) end
-  end
-end
