@@ -10,10 +10,9 @@ import contextlib
 import json
 
 import pytest
-import redis
 
 from broker_core import advisory, flow, maintenance, virtual
-from broker_core.broker import Broker, _typed_error
+from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.errors import InvalidPolicy
 from broker_core.flow import ResourceAllocationError, Sleep, SystemUsage
@@ -31,21 +30,21 @@ class Crash(Exception):
 
 
 def drive(broker: Broker, op, stop_at=None):
-    """Run an operation as Broker._run does; raise Crash before the first request `stop_at` matches."""
+    """Run an operation with Broker._run; raise Crash before the first request `stop_at` matches, as a
+    process dying there would (the operation is closed, nothing after it reaches Redis)."""
+    step = broker._step
+
+    def guarded(request):
+        if stop_at is not None and stop_at(request):
+            op.close()
+            raise Crash
+        return step(request)
+
+    broker._step = guarded
     try:
-        request = next(op)
-        while True:
-            if stop_at is not None and stop_at(request):
-                op.close()
-                raise Crash
-            try:
-                reply = broker._step(request)
-            except redis.ResponseError as exc:
-                request = op.throw(_typed_error(exc))
-            else:
-                request = op.send(reply)
-    except StopIteration as stop:
-        return stop.value
+        return broker._run(op)
+    finally:
+        del broker._step  # the class's method again
 
 
 def floors(broker: Broker, **extra) -> None:
