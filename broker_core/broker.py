@@ -20,6 +20,7 @@ from .clock import Clock, SystemClock
 from .destinations import Destination, parse_destination, require_concrete
 from .flow import Sleep
 from .messages import Delivery, Message
+from .multiplexed import MultiplexedConnection
 from .operations import (
     Command,
     Consumer,
@@ -453,42 +454,57 @@ class AsyncBroker(_Api):
         super().__init__(namespace, clock)
         self.redis = client
         self.policies = policies  # resolved in a thread: it uses a blocking client, and only on first use
+        # Script calls and transactions share one connection (multiplexed.py), or go through redis-py
+        # for a client that connection cannot copy.
+        self.link = MultiplexedConnection.for_client(client)
 
     async def _uses_functions(self) -> bool:
         if self._functions is None:
             self._functions = wants_functions(await self.redis.info("server"))
         return self._functions
 
+    async def aclose(self) -> None:
+        """Close this broker's own connection (the redis-py client given stays the caller's to close)."""
+        if self.link is not None:
+            self.link.close()
+
+    async def _command(self, args: tuple) -> Any:
+        return await (self.link.call(*args) if self.link is not None else self.redis.execute_command(*args))
+
     async def _eval(self, call: Eval) -> Any:
         s, functions = script(call.script), await self._uses_functions()
         try:
-            return await self.redis.execute_command(*call_args(s, functions, call.keys, call.args))
+            return await self._command(call_args(s, functions, call.keys, call.args))
         except redis.ResponseError as exc:
             if not is_missing(exc):
                 raise
-        await self.redis.execute_command(*load_args(s, functions))
-        return await self.redis.execute_command(*call_args(s, functions, call.keys, call.args))
+        await self._command(load_args(s, functions))
+        return await self._command(call_args(s, functions, call.keys, call.args))
 
     async def _load(self, names: Iterable[str]) -> bool:
         """Make sure the server has these scripts (or the library) before a pipeline runs them."""
         functions = await self._uses_functions()
         if functions:
             if not self._library_loaded:
-                await self.redis.execute_command(*load_args(None, True))
+                await self._command(load_args(None, True))
                 self._library_loaded = True
         else:
             for name in dict.fromkeys(names):
-                await self.redis.execute_command(*load_args(script(name), False))
+                await self._command(load_args(script(name), False))
         return functions
 
     async def _transaction(self, calls: list[Eval]) -> list[Any]:
         """Several scripts in one MULTI/EXEC; each reply or its error (as Broker._transaction)."""
         for _attempt in range(2):
             functions = await self._load(call.script for call in calls)
-            pipe = self.redis.pipeline(transaction=True)
-            for call in calls:
-                pipe.execute_command(*call_args(script(call.script), functions, call.keys, call.args))
-            replies = await pipe.execute(raise_on_error=False)
+            commands = [call_args(script(call.script), functions, call.keys, call.args) for call in calls]
+            if self.link is not None:
+                replies = await self.link.transaction(commands)
+            else:
+                pipe = self.redis.pipeline(transaction=True)
+                for command in commands:
+                    pipe.execute_command(*command)
+                replies = await pipe.execute(raise_on_error=False)
             if not (functions and any(isinstance(r, Exception) and is_missing(r) for r in replies)):
                 break
             self._library_loaded = False

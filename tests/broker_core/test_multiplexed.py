@@ -1,0 +1,149 @@
+"""The connection AsyncBroker's script calls share (broker_core/multiplexed.py), against the real Redis:
+replies matched to their calls under concurrency, errors raised as redis-py raises them, MULTI/EXEC
+blocks kept whole, a lost connection failing its waiting calls and the next call reconnecting."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+import redis.asyncio
+from redis.exceptions import NoScriptError
+
+from broker_core.broker import AsyncBroker
+from broker_core.messages import Message
+from broker_core.multiplexed import MultiplexedConnection, pack
+from broker_core.operations import ConsumerSpec
+
+
+@pytest.fixture
+async def link(redis_url):
+    client = redis.asyncio.Redis.from_url(redis_url)
+    connection = MultiplexedConnection.for_client(client)
+    assert connection is not None
+    yield connection
+    connection.close()
+    await client.aclose()
+
+
+def test_pack_writes_resp_bulk_strings():
+    assert pack(("SET", "k", b"\x00v", 12, 1.5)) == (
+        b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n\x00v\r\n$2\r\n12\r\n$3\r\n1.5\r\n")
+    with pytest.raises(redis.DataError, match="invalid argument None"):
+        pack(("SET", "k", None))
+
+
+async def test_concurrent_calls_each_get_their_own_reply(link, namespace):
+    replies = await asyncio.gather(*(link.call("ECHO", f"{namespace}-{i}") for i in range(500)))
+    assert replies == [f"{namespace}-{i}".encode() for i in range(500)]
+
+
+async def test_an_error_reply_is_raised_and_the_connection_goes_on(link, namespace, redis_client):
+    redis_client.set(f"{namespace}:s", "text")
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        await link.call("INCR", f"{namespace}:s")
+    with pytest.raises(NoScriptError):
+        await link.call("EVALSHA", "0" * 40, 0)
+    assert await link.call("INCRBY", f"{namespace}:n", 5) == 5
+
+
+async def test_a_transaction_gives_each_reply_or_its_error(link, namespace, redis_client):
+    redis_client.set(f"{namespace}:s", "text")
+    replies = await link.transaction([("INCR", f"{namespace}:a"), ("INCR", f"{namespace}:s"),
+                                      ("INCR", f"{namespace}:a")])
+    assert replies[0] == 1 and replies[2] == 2
+    assert isinstance(replies[1], redis.ResponseError)
+
+
+async def test_a_transaction_refused_while_queueing_raises_and_applies_nothing(link, namespace, redis_client):
+    with pytest.raises(redis.ResponseError, match="(?i)unknown command"):
+        await link.transaction([("INCR", f"{namespace}:a"), ("NOSUCHCOMMAND",)])
+    assert redis_client.get(f"{namespace}:a") is None
+    assert await link.call("INCR", f"{namespace}:a") == 1  # still in step afterwards
+
+
+async def test_calls_around_a_transaction_are_not_mixed_into_it(link, namespace):
+    key = f"{namespace}:t"
+    results = await asyncio.gather(
+        link.call("RPUSH", key, "before"),
+        link.transaction([("RPUSH", key, "in-1"), ("RPUSH", key, "in-2")]),
+        link.call("RPUSH", key, "after"))
+    assert results == [1, [2, 3], 4]
+    assert await link.call("LRANGE", key, 0, -1) == [b"before", b"in-1", b"in-2", b"after"]
+
+
+async def test_a_killed_connection_fails_its_waiting_call_and_the_next_call_reconnects(link, namespace,
+                                                                                      redis_client):
+    await link.call("CLIENT", "SETNAME", f"{namespace}-link")
+    waiting = asyncio.ensure_future(link.call("BLPOP", f"{namespace}:never", 5))
+    await asyncio.sleep(0.1)
+    link_id = _client_id(redis_client, f"{namespace}-link")
+    assert redis_client.execute_command("CLIENT", "KILL", "ID", link_id) == 1
+    with pytest.raises(redis.ConnectionError, match="connection to Redis lost"):
+        await waiting
+    assert await link.call("ECHO", "again") == b"again"
+
+
+async def test_a_reply_later_than_the_socket_timeout_drops_the_connection(redis_url, namespace):
+    client = redis.asyncio.Redis.from_url(redis_url, socket_timeout=0.3)
+    link = MultiplexedConnection.for_client(client)
+    try:
+        with pytest.raises(redis.TimeoutError, match="no reply from Redis in 0.3 s"):
+            await link.call("BLPOP", f"{namespace}:never", 2)
+        assert await link.call("ECHO", "fresh connection") == b"fresh connection"
+    finally:
+        link.close()
+        await client.aclose()
+
+
+async def test_the_database_of_the_url_is_selected(redis_url, namespace, redis_client):
+    other = redis_url.rsplit("/", 1)[0] + "/3"
+    client = redis.asyncio.Redis.from_url(other)
+    link = MultiplexedConnection.for_client(client)
+    try:
+        # Issued together: none may run before the connection's SELECT.
+        await asyncio.gather(*(link.call("SET", f"{namespace}:db{i}", "3") for i in range(20)))
+        assert redis_client.get(f"{namespace}:db0") is None
+        assert redis.Redis.from_url(other).get(f"{namespace}:db19") == b"3"
+    finally:
+        link.close()
+        redis.Redis.from_url(other).delete(*(f"{namespace}:db{i}" for i in range(20)))
+        await client.aclose()
+
+
+def test_a_client_it_cannot_mirror_keeps_redis_py(redis_url):
+    decoding = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+    assert MultiplexedConnection.for_client(decoding) is None
+    assert MultiplexedConnection.for_client(redis.asyncio.Redis.from_url(redis_url, protocol=3)) is None
+
+
+def test_the_connection_follows_the_client_to_a_new_event_loop(redis_url, namespace):
+    client = redis.asyncio.Redis.from_url(redis_url)
+    link = MultiplexedConnection.for_client(client)
+    assert asyncio.run(link.call("ECHO", "first loop")) == b"first loop"
+    assert asyncio.run(link.call("ECHO", "second loop")) == b"second loop"
+    assert asyncio.run(link.transaction([("ECHO", "x")])) == [b"x"]
+    link.close()
+
+
+async def test_async_broker_runs_its_scripts_over_it(redis_url, namespace, clock, broker):
+    client = redis.asyncio.Redis.from_url(redis_url)
+    aio = AsyncBroker(client, namespace, clock, policies=broker.policies)
+    try:
+        assert aio.link is not None
+        c = await aio.add_consumer("orders", ConsumerSpec(prefetch=10, ack_mode="client-individual"))
+        ids = await asyncio.gather(*(aio.send("orders", Message(body=f"m{i}")) for i in range(50)))
+        got = await aio.receive(c, 50)
+        assert len(got) == 10  # the prefetch window
+        assert {d.message_id for d in got} <= {i[0] for i in ids}
+        assert await aio.ack(c, [d.message_id for d in got]) == 10
+        stats = await aio.stats("orders")
+        assert (stats.enqueued, stats.dequeued) == (50, 10)
+    finally:
+        await aio.aclose()
+        await client.aclose()
+
+
+def _client_id(client: redis.Redis, name: str) -> str:
+    return next(str(c["id"]) for c in client.client_list() if c.get("name") == name)
