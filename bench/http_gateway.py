@@ -1,4 +1,4 @@
-"""Throughput and latency of the REST gateway over HTTP on loopback, one keep-alive connection.
+"""Throughput and latency of the REST gateway over HTTP on loopback, one keep-alive connection per client.
 
 Usage: python bench/http_gateway.py [--messages N] [--url URL --token KEY] [--scenario NAME ...]
 
@@ -7,6 +7,7 @@ Scenarios (each prints msgs/s and the p50/p99 latency of one request):
   produce-100    the same with {"messages": [100 envelopes]}
   consume-ack-1  one request per message: POST .../ack?receive=1 acknowledges the previous message
                  and hands over the next one (the first request is a receive)
+  consume-ack-1x4  consume-ack-1 by 4 consumers at once, each its own process and connection
   consume-100    POST .../ack?receive=100 acknowledges 100 and hands over the next 100
   amq-post       ActiveMQ's POST /api/message/<q>?type=queue, one message per request
   amq-get        ActiveMQ's GET /api/message/<q>?type=queue&clientId=bench (auto-acknowledged)
@@ -38,6 +39,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,6 +190,59 @@ def scenario_consume_ack_1(client: Client, n: int) -> tuple[float, list[float], 
     return result
 
 
+PARALLEL = 4  # consumer processes of consume-ack-1x4
+
+
+def _consume_one_per_request(url: str, headers: dict[str, str], consumer: str, start: Any,
+                             results: Any) -> None:
+    """A consumer process of consume-ack-1x4: ack?receive=1 on its own connection until its window
+    comes back empty; puts (first request, last answer, latencies) on `results`."""
+    client = Client(url, headers)
+    latencies: list[float] = []
+    last: list[str] = []
+    start.wait()
+    began = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        if last:
+            body = json.dumps({"message_ids": last}).encode()
+            status, data, _ = client.call("POST", f"{consumer}/ack?receive=1", body)
+        else:
+            status, data, _ = client.call("POST", f"{consumer}/receive?max_messages=1")
+        latencies.append(time.perf_counter() - t0)
+        assert status == 200, data
+        last = [m["message_id"] for m in json.loads(data)["messages"]]
+        if not last:
+            break
+    results.put((began, time.perf_counter(), latencies[:-1]))
+
+
+def scenario_consume_ack_1_parallel(client: Client, n: int) -> tuple[float, list[float], int]:
+    """consume-ack-1 by PARALLEL consumers at once, each its own process and keep-alive connection (how a
+    server's throughput is measured: with requests in flight together). The consumers register before
+    the messages arrive, so dispatch spreads them round-robin; the rate is all messages over the time from
+    the first request to the last answer."""
+    import multiprocessing
+
+    queue = f"bench.c1p.{uuid.uuid4().hex[:6]}"
+    consumers = [new_consumer(client, queue, 1000) for _ in range(PARALLEL)]
+    fill(client, queue, n)
+    context = multiprocessing.get_context("fork")
+    start, results = context.Barrier(PARALLEL), context.Queue()
+    url = f"http://{client.connection.host}:{client.connection.port}"
+    workers = [context.Process(target=_consume_one_per_request,
+                               args=(url, client.headers, consumer, start, results))
+               for consumer in consumers]
+    for worker in workers:
+        worker.start()
+    done = [results.get(timeout=600) for _ in workers]
+    for worker in workers:
+        worker.join()
+    latencies = [latency for _b, _e, own in done for latency in own]
+    seconds = max(end for _b, end, _l in done) - min(began for began, _e, _l in done)
+    return seconds, latencies, len(latencies)
+
+
 def scenario_consume_100(client: Client, n: int) -> tuple[float, list[float], int]:
     queue = f"bench.c100.{uuid.uuid4().hex[:6]}"
     fill(client, queue, n)
@@ -240,6 +295,8 @@ SCENARIOS: dict[str, tuple[str, Callable[[Client, int], tuple[float, list[float]
     "produce-1": ("produce, one message per request", scenario_produce_1),
     "produce-100": ("produce, batches of 100", scenario_produce_100),
     "consume-ack-1": ("consume and ack, one message per request", scenario_consume_ack_1),
+    "consume-ack-1x4": (f"consume and ack, one per request, {PARALLEL} consumers",
+                        scenario_consume_ack_1_parallel),
     "consume-100": ("consume and ack, batches of 100", scenario_consume_100),
     "amq-post": ("ActiveMQ-compatible POST, one per request", scenario_amq_post),
     "amq-get": ("ActiveMQ-compatible GET, one per request", scenario_amq_get),
@@ -307,7 +364,8 @@ def main() -> int:
             print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             meter = CpuMeter(server_pid, os.environ.get("REDIS_URL"))
             print(f"server {url}, {args.messages} messages per scenario, {len(BODY)}-byte bodies, one "
-                  "keep-alive connection, http.client")
+                  "keep-alive connection, http.client (consume-ack-1x4: one per consumer process, whose CPU "
+                  "the client figure leaves out)")
             headers = {"Authorization": f"Token {token}"}
             basic_headers = headers
             if args.basic:
