@@ -12,6 +12,7 @@ NOW = tonumber(ARGV[1])
 local cid, mode, receive_max = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local c = find_consumer(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
+c.kept = true  -- this script keeps `c` current (lifecycle.lua ack_message)
 if #ARGV < 6 then return fail('INVALID_ACK', 'no message id given') end
 local rcv = c.rcv  -- received_upto(cid), read with the consumer
 local seqs = {}
@@ -36,7 +37,8 @@ else
   return fail('INVALID_ACK', 'unknown ack mode ' .. mode .. ' (individual, cumulative or delivered)')
 end
 if mode == 'delivered' then
-  for _, id in ipairs(ids) do
+  for i = 1, #ids do
+    local id = ids[i]
     if seqs[id] > rcv then
       return fail('NOT_DELIVERED', 'message ' .. id .. ' has not been received by consumer ' .. cid)
     end
@@ -44,12 +46,15 @@ if mode == 'delivered' then
   if c.prefetch > 0 then c.ext = redis.call('HINCRBY', K_C(cid), 'ext', #ids) end  -- `c` stays current
   redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- any ack is one (AbstractSubscription.acknowledge)
 else
-  for _, id in ipairs(ids) do
+  for i = 1, #ids do  -- (numeric loops in this path: ipairs is a call into C per element)
+    local id = ids[i]
     if (seqs[id] or 0) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end  -- acked before received
     ack_message(c, id)
   end
 end
 room_freed(cid)
+-- `c` is current (the acks kept it so): the dispatch chunk uses it rather than read it again (consumers.lua)
+SLOW_RULE.known, SLOW_RULE.known_prefix = c, P
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 local out = {#ids, dispatched, more, hold}
 -- The acks kept `c` current; a dispatch chunk changes only a pull consumer's (prefetch 0) window.

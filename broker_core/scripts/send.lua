@@ -72,7 +72,7 @@ for i = 4, #ARGV, 2 do
     FRESH[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
     memory_charge(#blob)  -- includes/flow.lua
     if audit then
-      redis.call('ZADD', K_AUDIT, seq, id)
+      redis.call('ZADD', K_AUDIT, NOW_TEXT.num(seq), id)
       if seq % 64 == 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, -audit_depth - 1) end
     end
     local delay = tonumber(m[M_DELAY]) or 0

@@ -7,7 +7,8 @@
 -- exist (nobody ever subscribed: ActiveMQ drops a topic message without subscriptions) nor about an
 -- advisory topic itself. That existence check reads a key outside this destination's hash tag, like
 -- flow.lua's broker-wide usage (docs/broker_core.md).
-local ADVISE = { n = 0, blob = nil, flags = nil, dest = nil }
+local ADVISE = { n = 0, blob = nil, flags = nil, dest = nil, sources = false, topic = false, no_consumer = false,
+                 wildcard = false }
 on_call(function() ADVISE.n, ADVISE.blob, ADVISE.flags, ADVISE.dest = 0, nil, nil, nil end)
 -- ADVISE.wildcard: wildcard subscriptions, whose patterns count as existing advisory topics (below)
 --@include wildcard
@@ -28,18 +29,35 @@ local ADVISORY_FLAGS = { 'advisoryForSlowConsumers', 'advisoryWhenFull', 'adviso
   'includeBodyForAdvisory', 'sendAdvisoryIfNoConsumers' }
 
 -- The policy's advisory flags (from the policy values every script reads once, base.lua).
+-- They are derived from the policy values alone, so they are kept in that table (under the key
+-- ADVISORY_FLAGS, which no policy name can be): decoded once per packed policy (base.lua), not per call.
 local function advisory_flags()
   if not ADVISE.flags then
-    ADVISE.flags = {}
-    for _, flag in ipairs(ADVISORY_FLAGS) do ADVISE.flags[flag] = policy_flag(flag) end
+    local values = policy()
+    local flags = values[ADVISORY_FLAGS]
+    if not flags then
+      flags = {}
+      for _, flag in ipairs(ADVISORY_FLAGS) do flags[flag] = policy_flag(flag) end
+      values[ADVISORY_FLAGS] = flags
+    end
+    ADVISE.flags = flags
   end
   return ADVISE.flags
 end
 
 -- This destination as advisories name it, read once per script call; false for an advisory topic.
+-- What it makes of a prefix and its uri is kept (ADVISE.sources, by prefix: bounded; across calls where
+-- the library outlives one), as is what ADVISE.topic makes of it (src.topics): derived from the prefix and
+-- the uri alone, so a changed uri is a miss, never stale.
+ADVISE.sources = { n = 0, by_tp = {} }
 local function advisory_source()
   if ADVISE.dest == nil then
     local uri = redis.call('HGET', TP .. ':meta', 'uri') or ''
+    local known = ADVISE.sources.by_tp[TP]
+    if known and known.uri == uri then
+      ADVISE.dest = known.dest
+      return ADVISE.dest
+    end
     local scheme, name = string.match(uri, '^(%a+)://(.*)$')
     -- nor about a wildcard subscription's pseudo-topic (its name is a pattern, not a destination)
     if not name or string.sub(name, 1, 18) == 'ActiveMQ.Advisory.' or ADVISE.wildcard.is_pattern(name) then
@@ -47,18 +65,34 @@ local function advisory_source()
     else
       local ns = string.match(TP, '^(.-):{')
       ADVISE.dest = { uri = uri, name = name, type = scheme == 'topic' and 'Topic' or 'Queue', ns = ns,
-                      tag = string.sub(TP, #ns + 3, -2) }
+                      tag = string.sub(TP, #ns + 3, -2), topics = {} }
     end
+    local sources = ADVISE.sources
+    if sources.n >= 1024 then sources.n, sources.by_tp = 0, {} end
+    sources.n = sources.n + 1
+    sources.by_tp[TP] = { uri = uri, dest = ADVISE.dest }
   end
   return ADVISE.dest
 end
 
--- `record_id`, when given, is the id the advisory message gets (NoConsumer: the message's own id).
-local function advise_on(kind, src, event, id, blob, record_id)
-  local topic = 'ActiveMQ.Advisory.' .. kind .. '.' .. src.type .. '.' .. src.name
+-- The advisory topic of `kind` about `src` when it exists, else nil.
+function ADVISE.topic(kind, src)
+  local names = src.topics[kind]
+  if not names then
+    local topic = 'ActiveMQ.Advisory.' .. kind .. '.' .. src.type .. '.' .. src.name
+    names = { topic, src.ns .. ':{t:' .. topic .. '}:meta' }
+    src.topics[kind] = names
+  end
   -- a wildcard subscription on a pattern matching the advisory topic counts as its existence
-  if redis.call('EXISTS', src.ns .. ':{t:' .. topic .. '}:meta') == 0
-     and #ADVISE.wildcard.matching(src.ns, topic) == 0 then return end
+  if redis.call('EXISTS', names[2]) == 0 and #ADVISE.wildcard.matching(src.ns, names[1]) == 0 then return nil end
+  return names[1]
+end
+
+-- `record_id`, when given, is the id the advisory message gets (NoConsumer: the message's own id).
+-- `topic`: ADVISE.topic(kind, src) when the caller has asked already.
+local function advise_on(kind, src, event, id, blob, record_id, topic)
+  topic = topic or ADVISE.topic(kind, src)
+  if not topic then return end
   if blob == nil then
     blob = id and redis.call('HGET', TP .. ':msgs', id) or ''
     if not blob then blob = '' end
@@ -91,6 +125,10 @@ local function advise(kind, ...)
   if gate == '' or flags[gate] then kinds[#kinds + 1] = spec[1] end
   if kind == 'full' and flags['advisoryForFastProducers'] then kinds[#kinds + 1] = 'FastProducer' end
   if #kinds == 0 then return end
+  -- Most advisory topics do not exist (nobody subscribed): asked first, before the event is built.
+  local topics = {}
+  for i, advisory in ipairs(kinds) do topics[i] = ADVISE.topic(advisory, src) or false end
+  if not topics[1] and not topics[2] then return end
   local flat = { ... }
   local fields = {}
   for i = 1, #flat - 1, 2 do fields[tostring(flat[i])] = tostring(flat[i + 1]) end
@@ -115,7 +153,9 @@ local function advise(kind, ...)
       event.count = event.count - 1
     end
   end
-  for _, advisory in ipairs(kinds) do advise_on(advisory, src, event, fields.msg, blob) end
+  for i, advisory in ipairs(kinds) do
+    if topics[i] then advise_on(advisory, src, event, fields.msg, blob, nil, topics[i]) end
+  end
 end
 
 -- BaseDestination.onMessageWithNoConsumers (spec §11), with the policy's sendAdvisoryIfNoConsumers: a

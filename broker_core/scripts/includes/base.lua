@@ -8,29 +8,85 @@
 local P, TP, SUB
 local K_META, K_POLICY, K_MSGS, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER
 local K_LEASES, K_PASSFULL, K_GROUPS, K_GLRU, K_EVENTS, K_PARKED, K_PARKINFO, K_FWD, K_SCHED, K_AUDIT
-local function use_prefix(prefix)
-  P = prefix
-  local topic, sub = string.match(prefix, '^(.-}):s:(.+)$')
-  if topic then TP, SUB = topic, sub else TP, SUB = prefix, nil end
-  K_META = P .. ':meta'          -- hash: counters, sequences, dispatch-pass state, exclusive owner
-  K_POLICY = TP .. ':policy'     -- hash: the resolved policy entry (camelCase attribute names)
-  K_MSGS = TP .. ':msgs'         -- hash: message id -> packed message (msgpack array, see message.lua)
-  K_PENDING = P .. ':pending'    -- zset: message id -> dispatch order score
-  K_INFLIGHT = P .. ':inflight'  -- hash: message id -> "<consumer>|<pending score>"
-  K_REDELIV = P .. ':redeliv'    -- hash: message id -> redelivery counter (only when > 0)
-  K_GFIRST = P .. ':gfirst'      -- set: ids flagged JMSXGroupFirstForConsumer
-  K_CONSUMERS = P .. ':consumers'-- hash: consumer id -> packed consumer definition
-  K_CORDER = P .. ':corder'      -- list: consumer ids in dispatch order (priority, rotation)
-  K_LEASES = P .. ':leases'      -- zset: consumer id -> lease expiry (ms)
-  K_PASSFULL = P .. ':passfull'  -- set: consumers found full during the current dispatch pass
-  K_GROUPS = P .. ':groups'      -- hash: group id (or bucket) -> "<consumer>|<assigned ms>"
-  K_GLRU = P .. ':glru'          -- zset: group id -> recency (cached map LRU; bucket map name cache)
-  K_EVENTS = TP .. ':events'     -- stream: lifecycle events
-  K_PARKED = P .. ':parked'      -- zset: message id -> time it becomes visible (redelivery delay, schedule)
-  K_PARKINFO = P .. ':parkinfo'  -- hash: parked message id -> its pending score when it comes back
-  K_FWD = TP .. ':fwd'           -- hash: message id -> packed forward (dead letter, move) to deliver
-  K_SCHED = P .. ':sched'        -- hash: repeating scheduled message id -> packed job
-  K_AUDIT = P .. ':audit'        -- zset: recently enqueued ids -> broker sequence (duplicate detection)
+-- The key names of a prefix are built once and kept (per call with EVAL; where the library outlives a
+-- call, across calls, bounded): every call starts here, and building 19 strings is not free.
+-- A consumer's key names (K_C ...) likewise, kept with its prefix's (bounded too).
+local use_prefix, K_C, K_CINF, K_COUT, K_CGRP
+do
+  -- kept only where the library outlives a call (with EVAL nothing outlives the call, and a call rarely
+  -- switches prefixes); the same test as `lazy` below
+  local keep = redis.register_function ~= nil
+  local known = { n = 0, by_prefix = {} }
+  local current = nil  -- the names of P
+  local function names(prefix)  -- (one table constructor: sized once, never grown)
+    local P = prefix
+    local topic, sub = string.match(prefix, '^(.-}):s:(.+)$')
+    local TP = topic or prefix
+    return {
+      P = P, TP = TP, SUB = topic and sub or nil, count = 0,
+      c = keep and {} or nil, cinf = keep and {} or nil, cout = keep and {} or nil, cgrp = keep and {} or nil,
+      K_META = P .. ':meta',          -- hash: counters, sequences, dispatch-pass state, exclusive owner
+      K_POLICY = TP .. ':policy',     -- hash: the resolved policy entry (camelCase attribute names)
+      K_MSGS = TP .. ':msgs',         -- hash: message id -> packed message (msgpack array, see message.lua)
+      K_PENDING = P .. ':pending',    -- zset: message id -> dispatch order score
+      K_INFLIGHT = P .. ':inflight',  -- hash: message id -> "<consumer>|<pending score>"
+      K_REDELIV = P .. ':redeliv',    -- hash: message id -> redelivery counter (only when > 0)
+      K_GFIRST = P .. ':gfirst',      -- set: ids flagged JMSXGroupFirstForConsumer
+      K_CONSUMERS = P .. ':consumers',-- hash: consumer id -> packed consumer definition
+      K_CORDER = P .. ':corder',      -- list: consumer ids in dispatch order (priority, rotation)
+      K_LEASES = P .. ':leases',      -- zset: consumer id -> lease expiry (ms)
+      K_PASSFULL = P .. ':passfull',  -- set: consumers found full during the current dispatch pass
+      K_GROUPS = P .. ':groups',      -- hash: group id (or bucket) -> "<consumer>|<assigned ms>"
+      K_GLRU = P .. ':glru',          -- zset: group id -> recency (cached map LRU; bucket map name cache)
+      K_EVENTS = TP .. ':events',     -- stream: lifecycle events
+      K_PARKED = P .. ':parked',      -- zset: message id -> time it becomes visible (redelivery delay, schedule)
+      K_PARKINFO = P .. ':parkinfo',  -- hash: parked message id -> its pending score when it comes back
+      K_FWD = TP .. ':fwd',           -- hash: message id -> packed forward (dead letter, move) to deliver
+      K_SCHED = P .. ':sched',        -- hash: repeating scheduled message id -> packed job
+      K_AUDIT = P .. ':audit',        -- zset: recently enqueued ids -> broker sequence (duplicate detection)
+    }
+  end
+  function use_prefix(prefix)
+    local k = keep and known.by_prefix[prefix]
+    if not k then
+      k = names(prefix)
+      if keep then
+        if known.n >= 1024 then known.n, known.by_prefix = 0, {} end
+        known.n = known.n + 1
+        known.by_prefix[prefix] = k
+      end
+    end
+    current = k
+    P, TP, SUB = k.P, k.TP, k.SUB
+    K_META, K_POLICY, K_MSGS, K_PENDING, K_INFLIGHT = k.K_META, k.K_POLICY, k.K_MSGS, k.K_PENDING, k.K_INFLIGHT
+    K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER = k.K_REDELIV, k.K_GFIRST, k.K_CONSUMERS, k.K_CORDER
+    K_LEASES, K_PASSFULL, K_GROUPS, K_GLRU, K_EVENTS = k.K_LEASES, k.K_PASSFULL, k.K_GROUPS, k.K_GLRU, k.K_EVENTS
+    K_PARKED, K_PARKINFO, K_FWD, K_SCHED, K_AUDIT = k.K_PARKED, k.K_PARKINFO, k.K_FWD, k.K_SCHED, k.K_AUDIT
+  end
+  local function remember(kind, cid, key)
+    if current.count >= 1024 then
+      current.count, current.c, current.cinf, current.cout, current.cgrp = 0, {}, {}, {}, {}
+    end
+    current.count = current.count + 1
+    current[kind][cid] = key
+    return key
+  end
+  function K_C(cid)  -- hash: per-consumer counters
+    if not keep then return P .. ':c:' .. cid end
+    return current.c[cid] or remember('c', cid, P .. ':c:' .. cid)
+  end
+  function K_CINF(cid)  -- zset: id -> dispatch seq
+    if not keep then return P .. ':c:' .. cid .. ':inflight' end
+    return current.cinf[cid] or remember('cinf', cid, P .. ':c:' .. cid .. ':inflight')
+  end
+  function K_COUT(cid)  -- list: dispatched, not yet received
+    if not keep then return P .. ':c:' .. cid .. ':outbox' end
+    return current.cout[cid] or remember('cout', cid, P .. ':c:' .. cid .. ':outbox')
+  end
+  function K_CGRP(cid)  -- set: groups this consumer owns
+    if not keep then return P .. ':c:' .. cid .. ':groups' end
+    return current.cgrp[cid] or remember('cgrp', cid, P .. ':c:' .. cid .. ':groups')
+  end
 end
 
 -- State that lives for one call. On Redis >= 7 these includes are loaded once as a function library
@@ -61,10 +117,6 @@ local function lazy(t, build)
   end })
 end
 
-local function K_C(cid) return P .. ':c:' .. cid end              -- hash: per-consumer counters
-local function K_CINF(cid) return P .. ':c:' .. cid .. ':inflight' end -- zset: id -> dispatch seq
-local function K_COUT(cid) return P .. ':c:' .. cid .. ':outbox' end   -- list: dispatched, not yet received
-local function K_CGRP(cid) return P .. ':c:' .. cid .. ':groups' end   -- set: groups this consumer owns
 
 local NOW = 0  -- set by each script from its ARGV before anything else runs
 
@@ -118,9 +170,12 @@ on_call(function()
 end)
 -- Where the library outlives a call (Redis >= 7, scripts.py), the table decoded from a packed policy is
 -- kept under that packed string: the same bytes always decode to the same values, and a changed policy
--- is packed anew, so the cache can only miss, never be stale. Nothing writes into these tables. (With
--- EVAL it lives for one call.) Bounded, as destinations may have many distinct policies.
-local POLICY_DECODED = { n = 0, by_packed = {} }
+-- is packed anew, so the cache can only miss, never be stale. Nothing changes these tables' values; what
+-- is derived from them alone is kept in them, under table keys no policy name can be (policy_num,
+-- advisory.lua advisory_flags). (With EVAL it lives for one call.) Bounded, as destinations may have many
+-- distinct policies.
+-- (Its other fields are set below and in message.lua, named here so the table is made at its size.)
+local POLICY_DECODED = { n = 0, by_packed = {}, defs = false, def = false, head = false }
 local function policy()
   if POLICY_READ.values then return POLICY_READ.values end
   -- The values scripts use are cached packed in one field, so a call reads one field, not fifteen;
@@ -150,8 +205,41 @@ local function policy()
   POLICY_READ.values = with_defaults(POLICY_NAMES, POLICY_DEFAULTS, values)
   return POLICY_READ.values
 end
-local function policy_flag(name) return policy()[name] == '1' or policy()[name] == 'true' end
-local function policy_num(name) return tonumber(policy()[name]) end
+-- Consumer definitions (includes/consumers.lua) are kept decoded the same way, under their packed form:
+-- a script call reads the same definition more than once (the acked consumer, then the dispatch chunk's
+-- consumers), and, where the library outlives a call, every call reads them. Nothing writes into these.
+POLICY_DECODED.defs = { n = 0, by_packed = {} }
+function POLICY_DECODED.def(packed)
+  local defs = POLICY_DECODED.defs
+  local def = defs.by_packed[packed]
+  if def == nil then
+    def = cmsgpack.unpack(packed)
+    if defs.n >= 1024 then defs.n, defs.by_packed = 0, {} end
+    defs.n = defs.n + 1
+    defs.by_packed[packed] = def
+  end
+  return def
+end
+local function policy_flag(name)
+  local v = policy()[name]
+  return v == '1' or v == 'true'
+end
+-- The numbers are kept in the values table too, under the key POLICY_DEFAULTS (no policy name): derived
+-- from the values alone (see advisory_flags in advisory.lua).
+local function policy_num(name)
+  local values = policy()
+  local nums = values[POLICY_DEFAULTS]
+  if not nums then
+    nums = {}
+    values[POLICY_DEFAULTS] = nums
+  end
+  local n = nums[name]
+  if n == nil then
+    n = tonumber(values[name]) or false
+    nums[name] = n
+  end
+  return n or nil
+end
 
 -- Destinations are created on first use: the caller writes the resolved policy and retries.
 -- The policy is read anyway (one HGET, cached for the call), and finding it answers the question.
@@ -181,9 +269,39 @@ end
 -- Append one lifecycle event (docs/broker_core.md lists the types and fields).
 -- A subscription's events carry its key ('sub') on the topic's stream.
 -- NOW as text, formatted once per call rather than by Redis for every event (snprintf per number).
-local NOW_TEXT = { at = nil, text = nil }
+-- NOW_TEXT.get() is NOW for a command's argument: the text Redis would make of it ('%.17g', the same
+-- digits as '%d' for a whole number), formatted once per call; NOW itself when it is not a whole number.
+-- (NOW_TEXT.text, for the events, is the same text for a whole number.)
+-- NOW_TEXT.num(n) likewise for a whole number below 2^53 (each from 0 to 4095 remembered as text, where the
+-- library outlives a call); anything else is returned as it is, for Redis to format. Redis formats a number
+-- argument with snprintf("%.17g"), several times the cost of a string argument.
+local NOW_TEXT = { at = false, text = false, arg = false, nums = {}, keep = redis.register_function ~= nil,
+                   set = false, get = false, num = false }
+function NOW_TEXT.set()
+  NOW_TEXT.at = NOW
+  if NOW % 1 == 0 and NOW > 0 and NOW < 1e15 then
+    NOW_TEXT.text = string.format('%d', NOW)
+    NOW_TEXT.arg = NOW_TEXT.text
+  else
+    NOW_TEXT.text, NOW_TEXT.arg = string.format('%.0f', NOW), NOW
+  end
+end
+function NOW_TEXT.get()
+  if NOW_TEXT.at ~= NOW then NOW_TEXT.set() end
+  return NOW_TEXT.arg
+end
+function NOW_TEXT.num(n)
+  if n % 1 ~= 0 or n >= 9007199254740992 or n <= -9007199254740992 or (n == 0 and 1 / n < 0) then return n end
+  if n < 0 or n >= 4096 then return string.format('%d', n) end
+  local text = NOW_TEXT.nums[n]
+  if not text then
+    text = string.format('%d', n)
+    if NOW_TEXT.keep then NOW_TEXT.nums[n] = text end
+  end
+  return text
+end
 local function emit(kind, ...)
-  if NOW_TEXT.at ~= NOW then NOW_TEXT.at, NOW_TEXT.text = NOW, string.format('%.0f', NOW) end
+  if NOW_TEXT.at ~= NOW then NOW_TEXT.set() end
   if SUB then
     redis.call('XADD', K_EVENTS, 'MAXLEN', '~', policy()['eventsMaxLen'], '*', 'type', kind,
                'ts', NOW_TEXT.text, 'sub', SUB, ...)

@@ -1,25 +1,55 @@
 -- Consumers as the dispatch loop sees them, their prefetch windows and their order (spec §1.3-1.5).
+
+-- Per-call state of this file (reset with GMAP's, below): note_slow's rule for the current prefix and
+-- whether it defers its writes, and `known`, `known_prefix` (load_consumers).
+local SLOW_RULE = { prefix = nil, topic = false, known = nil, known_prefix = nil, defer = false }
+
 local function load_consumer(cid, packed, counters, lease)
-  local def = cmsgpack.unpack(packed)
+  local def = POLICY_DECODED.def(packed)  -- base.lua: decoded once
   return {
-    id = cid, def = def, prefetch = tonumber(counters[4]) or 0, priority = tonumber(def.priority) or 0,
-    n = tonumber(counters[1]) or 0, ext = tonumber(counters[2]) or 0, groups = tonumber(counters[3]) or 0,
-    dispatched = tonumber(counters[5]) or 0, slow = counters[6] ~= false,
+    -- (`x and tonumber(x) or 0`: no call into C for an unset field)
+    id = cid, def = def, prefetch = counters[4] and tonumber(counters[4]) or 0,
+    priority = tonumber(def.priority) or 0,
+    n = counters[1] and tonumber(counters[1]) or 0, ext = counters[2] and tonumber(counters[2]) or 0,
+    groups = counters[3] and tonumber(counters[3]) or 0,
+    dispatched = counters[5] and tonumber(counters[5]) or 0, slow = counters[6] ~= false,
     alive = lease ~= false and tonumber(lease) >= NOW, expr = nil,
   }
 end
 
--- Every consumer of the destination, in the stored dispatch order.
+-- Every consumer of the destination, in the stored dispatch order. A consumer the script has read already
+-- and kept current (SLOW_RULE.known, of prefix SLOW_RULE.known_prefix: set by ack.lua just before its
+-- dispatch chunk) is not read again: that table is used, once, for the next load here.
 local function load_consumers()
-  local ids = redis.call('LRANGE', K_CORDER, 0, -1)
+  local ids = redis.call('LRANGE', K_CORDER, '0', '-1')
   local out = {}
+  local known = SLOW_RULE.known
+  SLOW_RULE.known = nil
   if #ids == 0 then return out end
-  local defs = redis.call('HMGET', K_CONSUMERS, unpack(ids))
-  local leases = redis.call('ZMSCORE', K_LEASES, unpack(ids))
-  for i, cid in ipairs(ids) do
-    if defs[i] then
-      local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since')
-      out[#out + 1] = load_consumer(cid, defs[i], counters, leases[i])
+  if known and SLOW_RULE.known_prefix ~= P then known = nil end
+  local ask = ids
+  if known then
+    ask = {}
+    for k = 1, #ids do
+      if ids[k] ~= known.id then ask[#ask + 1] = ids[k] end
+    end
+  end
+  local defs, leases = nil, nil  -- (read only for the consumers asked for)
+  if #ask > 0 then
+    defs = redis.call('HMGET', K_CONSUMERS, unpack(ask))
+    leases = redis.call('ZMSCORE', K_LEASES, unpack(ask))
+  end
+  local i = 0
+  for k = 1, #ids do
+    local cid = ids[k]
+    if known and cid == known.id then
+      out[#out + 1] = known
+    else
+      i = i + 1
+      if defs[i] then
+        local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since')
+        out[#out + 1] = load_consumer(cid, defs[i], counters, leases[i])
+      end
     end
   end
   return out
@@ -32,8 +62,8 @@ local function find_consumer(cid)
   local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since',
                               'rcv', 'acked')
   local c = load_consumer(cid, packed, counters, redis.call('ZSCORE', K_LEASES, cid))
-  c.rcv = tonumber(counters[7]) or 0
-  c.acked = tonumber(counters[8]) or 0
+  c.rcv = counters[7] and tonumber(counters[7]) or 0
+  c.acked = counters[8] and tonumber(counters[8]) or 0
   return c
 end
 
@@ -54,21 +84,26 @@ local function is_full(c) return free_slots(c) <= 0 end
 -- time); one found with room is not slow any more.
 -- a non-durable topic subscription is marked slow by the topic's rule instead (§8.1: more than
 -- its prefetch waiting beyond a full window; includes/topic.lua), so the queue rule leaves it alone.
-local SLOW_RULE = { prefix = nil, topic = false }
-on_call(function() SLOW_RULE.prefix, SLOW_RULE.topic = nil, false end)
 local function note_slow(c, full)
   if SLOW_RULE.prefix ~= P then
     SLOW_RULE.prefix = P
     SLOW_RULE.topic = SUB ~= nil and redis.call('HGET', K_META, 'durable') ~= '1'
   end
   if SLOW_RULE.topic then return end
+  -- During a dispatch pass (SLOW_RULE.defer) the field is written once, with the consumer's counters at
+  -- the end of the pass (dispatch.lua flush_counts; nothing reads it in between): c.slow_write, true to
+  -- set it to NOW, false to delete it.
   if full and not c.slow then
     c.slow = true
-    redis.call('HSET', K_C(c.id), 'slow_since', NOW)
+    if SLOW_RULE.defer then
+      c.slow_write = true
+    else
+      redis.call('HSET', K_C(c.id), 'slow_since', NOW_TEXT.get())
+    end
     emit('slow', 'consumer', c.id)
   elseif not full and c.slow then
     c.slow = false
-    redis.call('HDEL', K_C(c.id), 'slow_since')
+    if SLOW_RULE.defer then c.slow_write = false else redis.call('HDEL', K_C(c.id), 'slow_since') end
   end
 end
 
@@ -76,7 +111,11 @@ end
 -- per prefix: a topic send switches subscriptions), not once per dispatched message.
 -- (One table, not three locals: see POLICY_READ in base.lua.)
 local GMAP = { key = nil, on = false }
-on_call(function() GMAP.key, GMAP.on = nil, false end)
+on_call(function()
+  GMAP.key, GMAP.on = nil, false
+  SLOW_RULE.prefix, SLOW_RULE.topic, SLOW_RULE.defer = nil, false, false
+  SLOW_RULE.known, SLOW_RULE.known_prefix = nil, nil
+end)
 function GMAP.exists()
   if GMAP.key ~= K_META then GMAP.key, GMAP.on = K_META, redis.call('HGET', K_META, 'gmap') == '1' end
   return GMAP.on

@@ -22,32 +22,50 @@
 -- `c` and `tally` and written once at the end of the chunk (see flush_counts).
 local function deliver(c, id, score, tally, fresh)
   redis.call('ZREM', K_PENDING, id)
-  redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. string.format('%.0f', score))  -- all digits
+  PASS_DIRTY.pending = nil
+  local digits = NOW_TEXT.num(score)  -- base.lua: the digits of a whole number below 2^53
+  if type(digits) ~= 'string' then digits = string.format('%.0f', score) end
+  redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. digits)  -- all digits
   tally.dseq = tally.dseq + 1
-  redis.call('ZADD', K_CINF(c.id), tally.dseq, id)
+  redis.call('ZADD', K_CINF(c.id), NOW_TEXT.num(tally.dseq), id)
   local queued = redis.call('RPUSH', K_COUT(c.id), id)
   c.n = c.n + 1
   c.delivered = (c.delivered or 0) + 1
   if c.prefetch == 0 then c.ext = c.ext - 1 end
   tally.dispatched = tally.dispatched + 1
-  -- A message this call stored (FRESH) has never been delivered: no counter to read.
+  -- A message this call stored (FRESH) has never been delivered: no counter to read. The counter is
+  -- passed on as stored (only HINCRBY writes it: the digits Redis would make of the number).
   emit('dispatch', 'msg', id, 'consumer', c.id,
-       'redeliveries', not fresh and tonumber(redis.call('HGET', K_REDELIV, id)) or 0)
+       'redeliveries', not fresh and redis.call('HGET', K_REDELIV, id) or '0')
   if queued == 1 and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
 end
 
 -- Returns the destination's counters (field, value, ...) for the caller's one write of K_META.
+-- The slow_since changes of the pass are written here too (consumers.lua note_slow).
 local function flush_counts(cons, tally)
   local meta = {}
-  for _, c in ipairs(cons) do
+  SLOW_RULE.defer = false
+  for i = 1, #cons do
+    local c = cons[i]
+    local slow = c.slow_write
+    c.slow_write = nil
     if c.delivered then
-      redis.call('HSET', K_C(c.id), 'n', c.n, 'ext', c.ext, 'dispatched', c.dispatched + c.delivered)
+      if slow == true then
+        redis.call('HSET', K_C(c.id), 'n', NOW_TEXT.num(c.n), 'ext', NOW_TEXT.num(c.ext),
+                   'dispatched', NOW_TEXT.num(c.dispatched + c.delivered), 'slow_since', NOW_TEXT.get())
+      else
+        redis.call('HSET', K_C(c.id), 'n', NOW_TEXT.num(c.n), 'ext', NOW_TEXT.num(c.ext),
+                   'dispatched', NOW_TEXT.num(c.dispatched + c.delivered))
+      end
       c.dispatched = c.dispatched + c.delivered
       c.delivered = nil
+    elseif slow == true then
+      redis.call('HSET', K_C(c.id), 'slow_since', NOW_TEXT.get())
     end
+    if slow == false then redis.call('HDEL', K_C(c.id), 'slow_since') end
   end
   if tally.dispatched > 0 then
-    meta = { 'dseq', tally.dseq, 'dispatched', tally.total + tally.dispatched }
+    meta = { 'dseq', NOW_TEXT.num(tally.dseq), 'dispatched', NOW_TEXT.num(tally.total + tally.dispatched) }
     tally.total = tally.total + tally.dispatched
     tally.dispatched = 0
   end
@@ -83,25 +101,28 @@ local function dispatch_pass(budget)
   local pass_skipped = tonumber(state[6]) or 0
   local tally = { dseq = tonumber(state[7]) or 0, dispatched = 0, total = tonumber(state[8]) or 0 }
   local excluded = {}
-  local passfull_before = redis.call('SMEMBERS', K_PASSFULL)
-  for _, cid in ipairs(passfull_before) do excluded[cid] = true end
+  local passfull_before = PASS_DIRTY.passfull_key == K_PASSFULL and PASS_DIRTY.passfull
+                          or redis.call('SMEMBERS', K_PASSFULL)  -- (read by room_freed: message.lua)
+  for i = 1, #passfull_before do excluded[passfull_before[i]] = true end
   local strict = policy_flag('strictOrderDispatch')
   local order_changed = false
   local examined, dispatched, more = 0, 0, 0
 
   local excluded_changed = false
+  local last_skipped = nil  -- the skipped count of the pass that ended last, written with the state below
   local function end_pass()
     cursor, dirty, excluded = '', false, {}
     PASS_DIRTY.value = false
     excluded_changed = true
-    redis.call('HSET', K_META, 'last_pass_skipped', pass_skipped)
+    last_skipped = pass_skipped
     pass_skipped = 0
   end
   -- Is there a consumer with room at all, and one that this pass may still use? And how many messages
   -- the usable ones can take, which bounds the page read next.
   local function room()
     local usable, any, free = false, false, 0
-    for _, c in ipairs(cons) do
+    for i = 1, #cons do  -- (numeric loops here: ipairs is a call into C per element)
+      local c = cons[i]
       local slots = c.alive and free_slots(c) or 0
       if slots > 0 then
         any = true
@@ -111,11 +132,12 @@ local function dispatch_pass(budget)
     return usable, any, free
   end
 
+  SLOW_RULE.defer = true  -- until flush_counts (consumers.lua note_slow)
   while true do
     local usable, any, free = room()
     if not any then                             -- everyone is full: the next pass starts at the head
-      if redis.call('ZCARD', K_PENDING) > 0 then
-        for _, c in ipairs(cons) do if c.alive then note_slow(c, true) end end
+      if PASS_DIRTY.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
+        for i = 1, #cons do if cons[i].alive then note_slow(cons[i], true) end end
       end
       end_pass()
       break
@@ -129,8 +151,10 @@ local function dispatch_pass(budget)
     if cursor ~= '' then lower = '(' .. cursor end
     -- A page the consumers can take (and a few more, for those a selector or a group owner skips); a
     -- full window freeing one slot reads a handful of messages, not maxPageSize of them.
-    local page = math.min(budget - examined, free + 8)
-    local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, page)
+    local page = budget - examined  -- math.min(budget - examined, free + 8)
+    if free + 8 < page then page = free + 8 end
+    local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', '0',
+                             NOW_TEXT.num(page))
     dirty = dirty or PASS_DIRTY.value
     if #batch == 0 then
       -- At the tail: restart from the head if something changed behind the cursor, else rest here.
@@ -149,19 +173,29 @@ local function dispatch_pass(budget)
       local blob = fresh and fresh[1] or redis.call('HGET', K_MSGS, id)
       if not blob then
         redis.call('ZREM', K_PENDING, id)
+        PASS_DIRTY.pending = nil
         cursor = batch[i + 1]
       else
-        local m = fresh and fresh[2] or unpack_message(blob)
-        if is_expired(m) then
-          expire_pending(id, m, blob)
+        -- the loop reads four fields (POLICY_DECODED.head, message.lua: without decoding the message
+        -- when it can); `full` is the whole message, decoded when a selector or the expiry needs it
+        local full = fresh and fresh[2]
+        local exp, gid, seq, conn
+        if not full then exp, gid, seq, conn = POLICY_DECODED.head(blob, true) end
+        if exp == nil then
+          full = full or unpack_message(blob)
+          exp, gid, seq, conn = tonumber(full[M_EXPIRATION]) or 0, full[M_GROUP],
+                                tonumber(full[M_GROUP_SEQ]) or 0, full[M_CONNECTION]
+        end  -- (head's sequence is a number already)
+        if exp > 0 and NOW > exp then  -- is_expired
+          expire_pending(id, full or unpack_message(blob), blob)
           cursor = batch[i + 1]
         else
-          local gid, seq = m[M_GROUP], tonumber(m[M_GROUP_SEQ]) or 0
           if gid then GMAP.create() end
           local view = nil
           local target = nil
           local available = false
-          for _, c in ipairs(cons) do
+          for k = 1, #cons do
+            local c = cons[k]
             if c.alive and not excluded[c.id] then
               if is_full(c) then
                 excluded[c.id] = true
@@ -171,11 +205,12 @@ local function dispatch_pass(budget)
                 note_slow(c, false)
                 available = true
                 local ok = owner == nil or owner == c.id
-                if ok and c.def.nolocal and c.def.conn and c.def.conn == m[M_CONNECTION] then ok = false end
+                if ok and c.def.nolocal and c.def.conn and c.def.conn == conn then ok = false end
                 if ok then
                   local expr = selector_of(c)
                   if expr then
-                    view = view or selector_view(id, m)
+                    if not full then full = unpack_message(blob) end
+                    view = view or selector_view(id, full)
                     ok = selector_matches(expr, view)
                   end
                 end
@@ -221,12 +256,18 @@ local function dispatch_pass(budget)
   local passfull = {}
   for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
   if excluded_changed then
-    redis.call('DEL', K_PASSFULL)
+    -- nothing in the pass adds to the set: it holds what was read at the start
+    if #passfull_before > 0 then redis.call('DEL', K_PASSFULL) end
     if #passfull > 0 then redis.call('SADD', K_PASSFULL, unpack(passfull)) end
+    PASS_DIRTY.passfull_key = nil
   end
   dirty = dirty or PASS_DIRTY.value
-  redis.call('HSET', K_META, 'cursor', cursor, 'dirty', dirty and '1' or '0', 'pass_skipped', pass_skipped,
-             unpack(counts))
+  if last_skipped then
+    counts[#counts + 1] = 'last_pass_skipped'
+    counts[#counts + 1] = NOW_TEXT.num(last_skipped)
+  end
+  redis.call('HSET', K_META, 'cursor', cursor, 'dirty', dirty and '1' or '0', 'pass_skipped',
+             NOW_TEXT.num(pass_skipped), unpack(counts))
   if order_changed then save_order(cons) end
   return dispatched, more, 0
 end

@@ -8,12 +8,21 @@
 local K_USAGE
 -- Messages are stored once per destination (a topic's under the topic, TP, not under a subscription), so
 -- usage is counted in the destination's own meta hash whichever subscription a script has switched to.
-local function flow_meta() return TP .. ':meta' end
+local FLOW = { floor = nil, usage_of = nil, usage = nil, meta_of = nil, meta = nil, usage_res = nil,
+               reserve = nil, drop = nil, destination_prefix = false, wait_rule = false, system_usage = false,
+               target_refusal = false }
+local function flow_meta()  -- TP .. ':meta', made once per prefix
+  if FLOW.meta_of ~= TP then FLOW.meta_of, FLOW.meta = TP, TP .. ':meta' end
+  return FLOW.meta
+end
 local BROKER_DEFAULT_LIMIT = 1073741824  -- SystemUsage's memory limit when none is configured: 1 GB
 
-local FLOW = { floor = nil }
 on_call(function()
-  K_USAGE = string.match(P, '^(.-):{') .. ':usage'
+  if FLOW.usage_of ~= P then
+    FLOW.usage_of, FLOW.usage = P, string.match(P, '^(.-):{') .. ':usage'
+    FLOW.usage_res = FLOW.usage .. ':res'  -- K_USAGE .. ':res'
+  end
+  K_USAGE = FLOW.usage
   FLOW.floor, FLOW.reserve = nil, nil
 end)
 
@@ -33,6 +42,7 @@ local function message_charge(bytes)
 end
 
 local function memory_add(bytes)
+  bytes = NOW_TEXT.num(bytes)  -- base.lua: formatted once for both
   redis.call('HINCRBY', flow_meta(), 'mem', bytes)
   redis.call('HINCRBY', K_USAGE, 'used', bytes)
 end
@@ -157,7 +167,7 @@ local function memory_refusal(need, plan)
   local kept = (plan and plan[1] == 1 and plan[2] == 0) and 0 or 1  -- forward only: nothing stays here
   if flag_value(pol[1]) ~= 0 then
     local own = tonumber(pol[2]) or 0
-    local broker_used = (tonumber(sys[1]) or 0) + reserved(K_USAGE .. ':res')
+    local broker_used = (tonumber(sys[1]) or 0) + reserved(FLOW.usage_res)  -- K_USAGE .. ':res'
     local broker_limit = tonumber(sys[2]) or BROKER_DEFAULT_LIMIT
     local mine = own > 0 and held(TP) or 0
     if own > 0 and mine + need > own then

@@ -34,23 +34,33 @@ local function drop_message(id)
 end
 
 -- Take message `id` out of consumer `cid`'s window; returns its pending score (not read when
--- `no_score`: an acknowledged message never goes back).
-local function take_inflight(cid, id, no_score)
+-- `no_score`: an acknowledged message never goes back). `no_count`: the caller writes the consumer's
+-- in-flight count 'n' itself (ack_message).
+local function take_inflight(cid, id, no_score, no_count)
   local v = not no_score and redis.call('HGET', K_INFLIGHT, id)
   redis.call('HDEL', K_INFLIGHT, id)
   redis.call('ZREM', K_CINF(cid), id)
-  redis.call('HINCRBY', K_C(cid), 'n', '-1')
+  if not no_count then redis.call('HINCRBY', K_C(cid), 'n', '-1') end
+  if no_score then return 0 end
   return tonumber(string.match(v or '', '|(.*)$')) or 0
 end
 
 -- A consumer acknowledged message `id`: it is gone for good.
+-- `c.kept` (ack.lua): c.n is what the consumer's 'n' holds, kept so by every change this script makes
+-- (the acks here, the dispatch chunk's deliveries: consumers.lua load_consumers), so the count is written
+-- with the other counters, not decremented by a command of its own.
 local function ack_message(c, id)
-  take_inflight(c.id, id, true)
+  local kept = c.kept and c.acked
+  take_inflight(c.id, id, true, kept)
   drop_message(id)
   meta_incr('dequeued')
-  if c.acked then  -- read by find_consumer and kept current here: one write instead of two
+  if kept then
     c.acked = c.acked + 1
-    redis.call('HSET', K_C(c.id), 'acked', c.acked, 'last_ack', NOW)
+    redis.call('HSET', K_C(c.id), 'acked', NOW_TEXT.num(c.acked), 'last_ack', NOW_TEXT.get(),
+               'n', NOW_TEXT.num(c.n - 1))
+  elseif c.acked then  -- read by find_consumer and kept current here: one write instead of two
+    c.acked = c.acked + 1
+    redis.call('HSET', K_C(c.id), 'acked', NOW_TEXT.num(c.acked), 'last_ack', NOW_TEXT.get())
   else
     redis.call('HINCRBY', K_C(c.id), 'acked', 1)
     redis.call('HSET', K_C(c.id), 'last_ack', NOW)
@@ -68,7 +78,7 @@ on_call(function() PARK.next = nil end)
 -- The next time a parked message comes back (0 if none).
 local function next_unpark()
   if PARK.next == nil then
-    local first = redis.call('ZRANGE', K_PARKED, 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', K_PARKED, '0', '0', 'WITHSCORES')
     PARK.next = #first == 0 and 0 or tonumber(first[2])
   end
   return PARK.next
@@ -109,6 +119,7 @@ local function lifecycle_load()
 
   expire_pending = function(id, m, blob)
     redis.call('ZREM', K_PENDING, id)
+    PASS_DIRTY.pending = nil
     expire_message(id, m, blob)
   end
 
@@ -231,6 +242,7 @@ local function lifecycle_load()
       keys[#keys + 1] = K_CGRP(cid)
     end
     redis.call('DEL', unpack(keys))
+    PASS_DIRTY.passfull_key, PASS_DIRTY.pending = nil, nil
     redis.call('HDEL', TP .. ':subs', SUB)
     redis.call('LREM', TP .. ':sorder', 0, SUB)
     -- a wildcard pattern with no subscription left leaves <ns>:wildcards in this step (wildcard.lua)
@@ -262,6 +274,7 @@ local function lifecycle_load()
     redis.call('LREM', K_CORDER, 0, cid)
     redis.call('ZREM', K_LEASES, cid)
     redis.call('SREM', K_PASSFULL, cid)
+    PASS_DIRTY.passfull_key = nil
     recompute_exclusive_owner(def, cid)
     -- Its groups are freed; the first message of each afterwards binds the group to a new owner.
     for _, slot in ipairs(redis.call('SMEMBERS', K_CGRP(cid))) do

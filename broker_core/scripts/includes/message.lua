@@ -8,11 +8,68 @@ local function unpack_message(blob)
   return cmsgpack.unpack(blob)
 end
 
+-- The fields the dispatch loop and the expiry check read, without decoding the whole message (its body,
+-- its properties): expiration (as is_expired reads it), and with `group` also the group id, group sequence
+-- and connection (M_GROUP, M_GROUP_SEQ, M_CONNECTION as unpack_message gives them). Only for the layout
+-- Python packs a message in when its correlation id, reply-to and type are unset (an array16 whose first
+-- elements are small integers, a boolean, a uint64 timestamp, ...); for anything else nil, and the caller
+-- decodes the message whole. Few calls into C (each costs about as much as ten table reads), no table.
+-- (A field of base.lua's POLICY_DECODED, not a local: see the top of base.lua.)
+function POLICY_DECODED.head(blob, group)
+  local byte = string.byte
+  -- 1-3 array16 header, 4 version, 5 priority, 6 persistent, 7 timestamp's uint64 tag (8-15), 16 expiration
+  local h1, h2, h3, ver, pri, pers, tag, _, _, _, _, _, _, _, _, x = byte(blob, 1, 16)
+  if h1 ~= 0xdc or x == nil or h2 * 256 + h3 < 11 or ver > 0x7f or pri > 0x7f
+     or (pers ~= 0xc2 and pers ~= 0xc3) or tag ~= 0xcf then
+    return nil
+  end
+  local exp, p
+  if x <= 0x7f then
+    exp, p = x, 17
+  elseif x == 0xcf then
+    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(blob, 17, 24)
+    if b8 == nil then return nil end
+    -- both halves exact, one rounding: the double cmsgpack makes of the uint64
+    exp = (((b1 * 0x100 + b2) * 0x100 + b3) * 0x100 + b4) * 0x100000000
+          + (((b5 * 0x100 + b6) * 0x100 + b7) * 0x100 + b8)
+    p = 25
+  else
+    return nil
+  end
+  if not group then return exp end
+  -- correlation id, reply-to, type unset (nil), then the group id: nil or a fixstr
+  local c6, c7, c8, g = byte(blob, p, p + 3)
+  if c6 ~= 0xc0 or c7 ~= 0xc0 or c8 ~= 0xc0 or g == nil then return nil end
+  local gid = nil
+  p = p + 4
+  if g >= 0xa0 and g <= 0xbf then
+    gid = string.sub(blob, p, p + g - 0xa1)
+    p = p + g - 0xa0
+  elseif g ~= 0xc0 then
+    return nil
+  end
+  -- the group sequence: a fixint (positive or negative); the connection: nil or a fixstr
+  local sq, cn = byte(blob, p, p + 1)
+  if cn == nil then return nil end
+  if sq >= 0xe0 then
+    sq = sq - 256
+  elseif sq > 0x7f then
+    return nil
+  end
+  local conn = nil
+  if cn >= 0xa0 and cn <= 0xbf then
+    if p + 1 + cn - 0xa0 > #blob then return nil end
+    conn = string.sub(blob, p + 2, p + 1 + cn - 0xa0)
+  elseif cn ~= 0xc0 then
+    return nil
+  end
+  return exp, gid, sq, conn
+end
+
 -- Messages this script call stored (id -> {packed, unpacked}), so the dispatch chunk that follows a
 -- send hands them out without reading and decoding them again. An entry is used once; a message that
 -- leaves (drop_message) loses it.
-local FRESH = {}
-on_call(function() FRESH = {} end)
+local FRESH = {}  -- (reset with PASS_DIRTY, below)
 
 local function is_expired(m)
   local exp = tonumber(m[M_EXPIRATION]) or 0
@@ -43,8 +100,7 @@ local function redelivery_score(score)
 end
 
 -- The table the selector evaluator reads (scripts/includes/selector.lua).
-local _dest_uri = nil
-on_call(function() _dest_uri = nil end)
+local _dest_uri = nil  -- (reset with PASS_DIRTY, below)
 local function selector_view(id, m)
   if not _dest_uri then _dest_uri = redis.call('HGET', K_META, 'uri') or '' end
   local props = {}
@@ -67,8 +123,15 @@ end
 
 -- Something may have made a message behind the pass cursor dispatchable: the pass restarts from the head
 -- when it reaches the tail. `PASS_DIRTY` tells a chunk already running in this script call.
-local PASS_DIRTY = { value = false }
-on_call(function() PASS_DIRTY.value = false end)
+-- PASS_DIRTY.passfull: the members of the set K_PASSFULL names, read by room_freed for the dispatch
+-- chunk that follows (dispatch.lua); whatever writes the set forgets it (PASS_DIRTY.passfull_key = nil).
+-- PASS_DIRTY.pending: the pending zset this call added to (pending_add) and has taken nothing from since,
+-- so it is not empty; whatever removes from it forgets it.
+local PASS_DIRTY = { value = false, passfull_key = nil, passfull = nil, pending = nil }
+on_call(function()
+  PASS_DIRTY.value, PASS_DIRTY.passfull_key, PASS_DIRTY.passfull, PASS_DIRTY.pending = false, nil, nil, nil
+  FRESH, _dest_uri = {}, nil
+end)
 local function mark_dirty()
   PASS_DIRTY.value = true
   redis.call('HSET', K_META, 'dirty', '1')
@@ -77,14 +140,24 @@ end
 -- A consumer got room back. It needs a fresh pass only if this pass left it out for being full; a
 -- consumer that had room all along has already seen every message up to the cursor.
 local function room_freed(cid)
-  if redis.call('SISMEMBER', K_PASSFULL, cid) == 1 then mark_dirty() end
+  local members = redis.call('SMEMBERS', K_PASSFULL)
+  PASS_DIRTY.passfull_key, PASS_DIRTY.passfull = K_PASSFULL, members
+  for i = 1, #members do
+    if members[i] == cid then
+      mark_dirty()
+      return
+    end
+  end
 end
 
 -- A consumer joins the dispatch (new, or back from a lapsed lease): mid-pass it waits for the next
 -- pass, so it sees the messages from the head in order.
 local function consumer_joined(cid)
   local cursor = redis.call('HGET', K_META, 'cursor')
-  if cursor and cursor ~= '' then redis.call('SADD', K_PASSFULL, cid) end
+  if cursor and cursor ~= '' then
+    redis.call('SADD', K_PASSFULL, cid)
+    PASS_DIRTY.passfull_key = nil
+  end
   mark_dirty()
 end
 
@@ -99,11 +172,13 @@ end
 local function reset_pass()
   redis.call('HSET', K_META, 'cursor', '', 'dirty', '0')
   redis.call('DEL', K_PASSFULL)
+  PASS_DIRTY.passfull_key = nil
 end
 
 -- Put a message into the pending zset; one placed behind the pass cursor needs a restarted pass.
 local function pending_add(id, score)
-  redis.call('ZADD', K_PENDING, score, id)
+  redis.call('ZADD', K_PENDING, NOW_TEXT.num(score), id)
+  PASS_DIRTY.pending = K_PENDING
   local cursor = redis.call('HGET', K_META, 'cursor')
   if cursor and cursor ~= '' and score <= tonumber(cursor) then mark_dirty() end
 end
@@ -114,7 +189,7 @@ end
 -- were accepted once already and are not refused now.
 local function unpack_send(argv, origin, step)
   local limit = policy_num('maxMessageSize') or 0
-  local max_props = tonumber(policy()['maxPropertyCount']) or 0
+  local max_props = policy_num('maxPropertyCount') or 0
   if origin == 'forward' then limit, max_props = 0, 0 end
   local unpacked = {}
   for i = 4, #argv, step do

@@ -15,6 +15,7 @@ local function take_out(id)
   local where, cid = locate(id)
   if where == 'pending' then
     redis.call('ZREM', K_PENDING, id)
+    PASS_DIRTY.pending = nil  -- (message.lua)
   elseif where == 'parked' then
     redis.call('ZREM', K_PARKED, id)
     redis.call('HDEL', K_PARKINFO, id)

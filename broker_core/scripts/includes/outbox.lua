@@ -8,14 +8,22 @@ end
 -- Pop up to `max` messages from c's outbox into `out` (id, packed message, redeliveries, group first);
 -- in ack mode 'auto' they are acknowledged as they go. Returns how many.
 local function pop_outbox(c, max, out)
-  local ids = redis.call('LPOP', K_COUT(c.id), max)
+  local ids = redis.call('LPOP', K_COUT(c.id), NOW_TEXT.num(max))
   if not ids then return 0 end
   local last = redis.call('ZSCORE', K_CINF(c.id), ids[#ids])  -- before expiry may remove it
   local handed = {}
-  for _, id in ipairs(ids) do
+  for i = 1, #ids do
+    local id = ids[i]
     local blob = redis.call('HGET', K_MSGS, id)
-    local m = blob and unpack_message(blob)
-    if m and is_expired(m) then
+    -- the expiry is all this reads of the message (POLICY_DECODED.head, message.lua: without decoding it
+    -- when it can)
+    local exp = blob and POLICY_DECODED.head(blob)
+    if blob and exp == nil then
+      local m = unpack_message(blob)
+      exp = m and (tonumber(m[M_EXPIRATION]) or 0) or 0
+    end
+    if blob and exp > 0 and NOW > exp then  -- is_expired
+      local m = unpack_message(blob)
       -- consumerExpiryCheckEnabled: an expired message never reaches the application (EXPIRED ack).
       take_inflight(c.id, id, true)
       c.n = c.n - 1
@@ -24,13 +32,14 @@ local function pop_outbox(c, max, out)
       handed[#handed + 1] = id
       out[#out + 1] = id
       out[#out + 1] = blob
-      out[#out + 1] = tonumber(redis.call('HGET', K_REDELIV, id)) or 0
+      local redeliveries = redis.call('HGET', K_REDELIV, id)
+      out[#out + 1] = redeliveries and tonumber(redeliveries) or 0
       out[#out + 1] = redis.call('SISMEMBER', K_GFIRST, id)
     end
   end
   if last then redis.call('HSET', K_C(c.id), 'rcv', last) end
   if c.def.ack == 'auto' then
-    for _, id in ipairs(handed) do ack_message(c, id) end
+    for i = 1, #handed do ack_message(c, handed[i]) end
   end
   if c.def.ack == 'auto' or #handed < #ids then room_freed(c.id) end
   return #ids

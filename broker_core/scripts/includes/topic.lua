@@ -344,6 +344,7 @@ local TOPIC = lazy({ selectors = {} }, function(TOPIC)
   function TOPIC.discard_pending(id, cause, detail)
     local blob = redis.call('HGET', K_MSGS, id)
     redis.call('ZREM', K_PENDING, id)
+    PASS_DIRTY.pending = nil  -- (message.lua)
     if cause == 'evicted' then
       -- TopicSubscription.discard: the topic's dequeues count it, not the subscription's (those are acks).
       meta_incr('evicted')

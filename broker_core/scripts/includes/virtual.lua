@@ -15,16 +15,20 @@
 -- (flow.lua flow_reserve) until the commit or rollback, or the transaction's end of life.
 -- Origin 'drop' is a producer's send re-run by flow.py once it waited as long as a full
 -- dropOnResourceLimit consumer queue lets it: a 'retry' whose copies for full such queues are dropped.
-on_call(function() FLOW.drop = nil end)
 -- Everything here is a field of FWD (includes/forward.lua), not a local: a script's main chunk may have
 -- at most 200 locals, and every script that dispatches includes this file (a repeating job's firing is
 -- routed, lifecycle.lua); the functions are built on first use (base.lua `lazy`), as most of those
 -- scripts never route. FWD.selectors: the selectors decoded in this call.
 FWD.selectors = {}
-on_call(function() FWD.selectors = {} end)
+on_call(function()
+  FLOW.drop = nil
+  FWD.selectors = {}
+end)
 
 lazy(FWD, function(FWD)
   function FWD.split_origin(arg)
+    -- the usual origins, as the general case below reads them (no probe, no plan, not 'drop')
+    if arg == 'producer' or arg == 'retry' or arg == 'forward' or arg == 'commit' then return arg, nil end
     local tx, ttl = string.match(arg, '^probe:([^:+]+):(%d+)$')
     if tx then
       FLOW.reserve = { tx = tx, ttl = tonumber(ttl) }
