@@ -10,8 +10,6 @@ stateful invariant machines on the library form, and drop the library under a ru
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import uuid
 
 import pytest
@@ -22,15 +20,9 @@ from broker_core.clock import FakeClock
 from broker_core.messages import Message
 from broker_core.operations import ConsumerSpec
 from broker_core.scripts import SCRIPT_DIR, library, script, wants_functions
-from signalbox.embedded_redis import EmbeddedRedis, free_port
+from signalbox.embedded_redis import EmbeddedRedis, free_port, installed_redis7
 
 from . import test_invariants
-
-
-def _major_version(executable: str) -> int:
-    out = subprocess.run([executable, "--version"], capture_output=True, text=True, check=True).stdout
-    version = out.split("v=", 1)[1].split()[0] if "v=" in out else "0"
-    return int(version.split(".")[0])
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +36,8 @@ def functions_url(tmp_path_factory, redis_url):
             return
     finally:
         client.close()
-    executable = shutil.which("redis-server")
-    if not executable or _major_version(executable) < 7:
+    executable = installed_redis7()
+    if not executable:
         pytest.skip("needs a Redis >= 7: install Debian's redis-server package (.ci/apt-packages lists it)")
     server = EmbeddedRedis(tmp_path_factory.mktemp("redis7"), port=free_port(), appendonly=False,
                            executable=executable)
