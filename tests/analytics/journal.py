@@ -17,10 +17,15 @@ class Journal:
     entries: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
     _seq: dict[str, tuple[int, int]] = field(default_factory=dict)
 
-    def add(self, destination: str, ts: int, kind: str, **fields: Any) -> None:
-        last_ms, last_seq = self._seq.get(destination, (0, -1))
-        ms = max(ts, last_ms)
-        seq = last_seq + 1 if ms == last_ms else 0
+    def add(self, destination: str, ts: int, kind: str, stream_id: tuple[int, int] | None = None,
+            **fields: Any) -> None:
+        """Append an event; its stream id follows the last one, or is `stream_id` (ms, seq) when given
+        (an id whose ms differs from the event's ts, or a sequence too large to pack)."""
+        if stream_id is None:
+            last_ms, last_seq = self._seq.get(destination, (0, -1))
+            ms = max(ts, last_ms)
+            stream_id = (ms, last_seq + 1 if ms == last_ms else 0)
+        ms, seq = stream_id
         self._seq[destination] = (ms, seq)
         entry = {"type": kind, "ts": str(ts), **{k: str(v) for k, v in fields.items()}}
         self.entries.setdefault(destination, []).append((f"{ms}-{seq}", entry))

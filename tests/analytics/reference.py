@@ -85,6 +85,21 @@ def latency(rows):
     return {k: (len(v), *(percentile(v, p) for p in (0.5, 0.95, 0.99))) for k, v in samples.items()}
 
 
+def assert_latency_matches(frame, rows) -> dict:
+    """jobs.latency's rows equal `latency(rows)` (counts exactly, percentiles approximately); returns
+    them keyed as `latency` keys its answer."""
+    import pytest
+
+    got = {(r["destination"], r["consumer"], r["metric"]): (r["count"], r["p50"], r["p95"], r["p99"])
+           for r in frame.collect()}
+    expected = latency(rows)
+    assert got.keys() == expected.keys()
+    for key, (count, *quantiles) in expected.items():
+        assert got[key][0] == count, key
+        assert got[key][1:] == pytest.approx(quantiles), key
+    return got
+
+
 def redeliveries(rows):
     out: Counter = Counter()
     for (dest, _m, _l), e in lives(rows).items():

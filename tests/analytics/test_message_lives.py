@@ -67,10 +67,8 @@ def edge_journal() -> Journal:
     add(2_500, "enqueue", msg="waiting", group="")
     # The broker clocks (ts) out of stream order: the dispatch's ts is before the enqueue's.
     add(3_000, "enqueue", msg="clocks", group="")
-    journal.entries[DEST].append((f"{START_MS + 3_000}-99", {"type": "dispatch", "ts": str(START_MS + 2_990),
-                                                              "msg": "clocks", "consumer": "c3",
-                                                              "redeliveries": "0"}))
-    journal._seq[DEST] = (START_MS + 3_000, 99)
+    journal.add(DEST, START_MS + 2_990, "dispatch", stream_id=(START_MS + 3_000, 99), msg="clocks",
+                consumer="c3", redeliveries=0)
     add(3_005, "ack", msg="clocks", consumer="c3")
     # A second dispatch and ack after the first ack; acked twice.
     add(3_100, "enqueue", msg="after-ack", group="g3")
@@ -89,10 +87,8 @@ def edge_journal() -> Journal:
     # A stream sequence of 2^20 within one millisecond: its position does not pack into one long.
     add(3_400, "enqueue", msg="big-seq", group="")
     big_ms = START_MS + 3_410
-    journal.entries[DEST].append((f"{big_ms}-{1 << 20}", {"type": "dispatch", "ts": str(big_ms),
-                                                           "msg": "big-seq", "consumer": "c1",
-                                                           "redeliveries": "0"}))
-    journal._seq[DEST] = (big_ms, 1 << 20)
+    journal.add(DEST, big_ms, "dispatch", stream_id=(big_ms, 1 << 20), msg="big-seq", consumer="c1",
+                redeliveries=0)
     add(3_420, "ack", msg="big-seq", consumer="c1")
     return journal
 
@@ -133,12 +129,7 @@ def test_lives_equal_the_plain_python_fold(edge_events, edge_rows):
 
 
 def test_latency_redeliveries_and_group_consumers_match(edge_events, edge_rows):
-    latency = {(r["destination"], r["consumer"], r["metric"]): (r["count"], r["p50"], r["p95"], r["p99"])
-               for r in jobs.latency(jobs.latency_samples(jobs.lives(edge_events))).collect()}
-    expected = reference.latency(edge_rows)
-    assert latency.keys() == expected.keys()
-    for k, (count, *quantiles) in expected.items():
-        assert latency[k][0] == count and latency[k][1:] == pytest.approx(quantiles), k
+    reference.assert_latency_matches(jobs.latency(jobs.latency_samples(jobs.lives(edge_events))), edge_rows)
     redeliveries = {(r["destination"], r["redeliveries"]): r["messages"]
                     for r in jobs.redelivery_distribution(jobs.lives(edge_events)).collect()}
     assert redeliveries == reference.redeliveries(edge_rows)
