@@ -71,22 +71,14 @@ do
     current[kind][cid] = key
     return key
   end
-  function K_C(cid)  -- hash: per-consumer counters
-    if not keep then return P .. ':c:' .. cid end
-    return current.c[cid] or remember('c', cid, P .. ':c:' .. cid)
+  local function consumer_key(kind, cid, suffix)
+    if not keep then return P .. ':c:' .. cid .. suffix end
+    return current[kind][cid] or remember(kind, cid, P .. ':c:' .. cid .. suffix)
   end
-  function K_CINF(cid)  -- zset: id -> dispatch seq
-    if not keep then return P .. ':c:' .. cid .. ':inflight' end
-    return current.cinf[cid] or remember('cinf', cid, P .. ':c:' .. cid .. ':inflight')
-  end
-  function K_COUT(cid)  -- list: dispatched, not yet received
-    if not keep then return P .. ':c:' .. cid .. ':outbox' end
-    return current.cout[cid] or remember('cout', cid, P .. ':c:' .. cid .. ':outbox')
-  end
-  function K_CGRP(cid)  -- set: groups this consumer owns
-    if not keep then return P .. ':c:' .. cid .. ':groups' end
-    return current.cgrp[cid] or remember('cgrp', cid, P .. ':c:' .. cid .. ':groups')
-  end
+  function K_C(cid) return consumer_key('c', cid, '') end                -- hash: per-consumer counters
+  function K_CINF(cid) return consumer_key('cinf', cid, ':inflight') end -- zset: id -> dispatch seq
+  function K_COUT(cid) return consumer_key('cout', cid, ':outbox') end   -- list: dispatched, not yet received
+  function K_CGRP(cid) return consumer_key('cgrp', cid, ':groups') end   -- set: groups this consumer owns
 end
 
 -- State that lives for one call. On Redis >= 7 these includes are loaded once as a function library
