@@ -20,6 +20,7 @@ from .clock import Clock, SystemClock
 from .destinations import Destination, parse_destination, require_concrete
 from .flow import Sleep
 from .messages import Delivery, Message
+from .direct import DirectConnections
 from .multiplexed import MultiplexedConnection
 from .operations import (
     Command,
@@ -357,42 +358,57 @@ class Broker(_Api):
         super().__init__(namespace, clock)
         self.redis = client
         self.policies = policies or PolicyStore(client, namespace)
+        # Script calls and transactions go over this broker's own connections (direct.py), or through
+        # redis-py for a client those cannot copy.
+        self.link = DirectConnections.for_client(client)
+
+    def close(self) -> None:
+        """Close this broker's own idle connections (the redis-py client given stays the caller's)."""
+        if self.link is not None:
+            self.link.close()
 
     def _uses_functions(self) -> bool:
         if self._functions is None:
             self._functions = wants_functions(self.redis.info("server"))
         return self._functions
 
+    def _command(self, args: tuple) -> Any:
+        return self.link.call(*args) if self.link is not None else self.redis.execute_command(*args)
+
     def _eval(self, call: Eval) -> Any:
         s, functions = script(call.script), self._uses_functions()
         try:
-            return self.redis.execute_command(*call_args(s, functions, call.keys, call.args))
+            return self._command(call_args(s, functions, call.keys, call.args))
         except redis.ResponseError as exc:
             if not is_missing(exc):
                 raise
-        self.redis.execute_command(*load_args(s, functions))
-        return self.redis.execute_command(*call_args(s, functions, call.keys, call.args))
+        self._command(load_args(s, functions))
+        return self._command(call_args(s, functions, call.keys, call.args))
 
     def _load(self, names: Iterable[str]) -> bool:
         """Make sure the server has these scripts (or the library) before a pipeline runs them."""
         functions = self._uses_functions()
         if functions:
             if not self._library_loaded:
-                self.redis.execute_command(*load_args(None, True))
+                self._command(load_args(None, True))
                 self._library_loaded = True
         else:  # every script, so none of them meets NOSCRIPT half-way through a transaction
             for name in dict.fromkeys(names):
-                self.redis.execute_command(*load_args(script(name), False))
+                self._command(load_args(script(name), False))
         return functions
 
     def _transaction(self, calls: list[Eval]) -> list[Any]:
         """Several scripts in one MULTI/EXEC; each reply or its error."""
         for _attempt in range(2):
             functions = self._load(call.script for call in calls)
-            pipe = self.redis.pipeline(transaction=True)
-            for call in calls:
-                pipe.execute_command(*call_args(script(call.script), functions, call.keys, call.args))
-            replies = pipe.execute(raise_on_error=False)
+            commands = [call_args(script(call.script), functions, call.keys, call.args) for call in calls]
+            if self.link is not None:
+                replies = self.link.transaction(commands)
+            else:
+                pipe = self.redis.pipeline(transaction=True)
+                for command in commands:
+                    pipe.execute_command(*command)
+                replies = pipe.execute(raise_on_error=False)
             # One library: when it is missing (a server restarted) every call failed and none applied.
             if not (functions and any(isinstance(r, Exception) and is_missing(r) for r in replies)):
                 break

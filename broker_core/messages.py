@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -26,6 +27,7 @@ PUBLISHED_TO = RECORD_LENGTH
 DEFAULT_PRIORITY = 4
 MAX_PROPERTY_NAME = 256
 MAX_MESSAGE_ID = 256
+_ID_FORBIDDEN = re.compile(r"[\s|#]")  # whitespace (as str.isspace), '|' and '#'
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000  # a year and a day
 MAX_REPEAT = 1_000_000
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
@@ -157,8 +159,8 @@ class Message:
             code, raw = _typed(name, value)
             flat += [name, code, raw]
         message_id = self.message_id or new_message_id()
-        if not isinstance(message_id, str) or not 1 <= len(message_id) <= MAX_MESSAGE_ID or any(
-                ch.isspace() or ch in "|#" for ch in message_id):
+        if not isinstance(message_id, str) or not 1 <= len(message_id) <= MAX_MESSAGE_ID \
+                or _ID_FORBIDDEN.search(message_id):
             raise InvalidMessage(
                 f"message id must be 1-{MAX_MESSAGE_ID} characters without whitespace, '|' or '#' "
                 f"('#' marks deliveries of repeating scheduled messages), got {message_id!r}",

@@ -26,37 +26,10 @@ from typing import Any
 import hiredis
 import redis
 import redis.asyncio
-from redis.exceptions import NoScriptError
+
+from .resp import connect_settings, pack, reply_error, setup_commands, transaction_result
 
 _PLAIN = {redis.asyncio.Connection, redis.asyncio.UnixDomainSocketConnection}
-
-
-def _reply_error(text: str) -> Exception:
-    """The exception redis-py would raise for an error reply (the ones broker_core tells apart)."""
-    if text.startswith("NOSCRIPT"):
-        return NoScriptError(text.partition(" ")[2] or text)
-    return redis.ResponseError(text)
-
-
-def _bulk(value: Any) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return repr(value).encode()
-    raise redis.DataError(f"invalid argument {value!r}: a command takes bytes, str, int or float")
-
-
-def pack(args: tuple | list) -> bytes:
-    """One command in RESP: an array of bulk strings."""
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = _bulk(arg)
-        parts.append(b"$%d\r\n" % len(data))
-        parts.append(data)
-        parts.append(b"\r\n")
-    return b"".join(parts)
 
 
 class _Call:
@@ -73,7 +46,7 @@ class _Call:
 class _Protocol(asyncio.Protocol):
     def __init__(self, owner: MultiplexedConnection) -> None:
         self.owner = owner
-        self.reader = hiredis.Reader(replyError=_reply_error)
+        self.reader = hiredis.Reader(replyError=reply_error)
         self.transport: asyncio.BaseTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -120,18 +93,8 @@ class MultiplexedConnection:
 
     @classmethod
     def for_client(cls, client: redis.asyncio.Redis) -> MultiplexedConnection | None:
-        pool = client.connection_pool
-        kwargs = pool.connection_kwargs
-        if pool.connection_class not in _PLAIN or kwargs.get("decode_responses") \
-                or kwargs.get("credential_provider") is not None \
-                or kwargs.get("protocol") not in (None, 2, "2"):
-            return None
-        connect = {key: kwargs.get(key) for key in ("host", "port", "path", "db", "username", "password",
-                                                     "client_name", "socket_connect_timeout")}
-        if connect["path"] is None:
-            connect["host"] = connect["host"] or "localhost"
-            connect["port"] = int(connect["port"] or 6379)
-        return cls(connect, kwargs.get("socket_timeout"))
+        settings = connect_settings(client.connection_pool, _PLAIN)
+        return None if settings is None else cls(settings, settings["socket_timeout"])
 
     def _ready(self) -> bool:
         if self.transport is None or self.transport.is_closing():
@@ -158,11 +121,7 @@ class MultiplexedConnection:
             await self._connect()
         buffer = pack(("MULTI",)) + b"".join(pack(c) for c in commands) + pack(("EXEC",))
         reply, queued_errors = await self._write(self.transport, buffer, len(commands) + 2)
-        if isinstance(reply, Exception):  # EXECABORT: a command was refused while queueing, none ran
-            raise queued_errors[0] if queued_errors else reply
-        if reply is None:
-            raise redis.WatchError("the transaction was aborted")
-        return list(reply)
+        return transaction_result(reply, queued_errors)
 
     def _write(self, transport: asyncio.Transport | None, buffer: bytes, replies: int) -> asyncio.Future[Any]:
         assert self.loop is not None and transport is not None
@@ -196,15 +155,7 @@ class MultiplexedConnection:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.opening = transport  # type: ignore[assignment]
             # Calls wait until these are answered, so none of them runs before AUTH or SELECT.
-            setup: list[tuple] = []
-            if args["password"] is not None:
-                setup.append(("AUTH", args["username"], args["password"]) if args["username"]
-                             else ("AUTH", args["password"]))
-            if args["client_name"]:
-                setup.append(("CLIENT", "SETNAME", args["client_name"]))
-            if args["db"]:
-                setup.append(("SELECT", args["db"]))
-            for command in setup:
+            for command in setup_commands(args):
                 reply, _errors = await self._write(transport, pack(command), 1)  # type: ignore[arg-type]
                 if isinstance(reply, Exception):
                     raise redis.ConnectionError(f"Redis refused {command[0]}: {reply}")

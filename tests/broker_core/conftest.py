@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from broker_core.broker import Broker
@@ -9,8 +11,10 @@ from broker_core.operations import ConsumerSpec
 
 
 @pytest.fixture
-def broker(redis_client, namespace, clock) -> Broker:
-    return Broker(redis_client, namespace, clock)
+def broker(redis_client, namespace, clock) -> Iterator[Broker]:
+    b = Broker(redis_client, namespace, clock)
+    yield b
+    b.close()
 
 
 @pytest.fixture
