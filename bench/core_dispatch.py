@@ -34,6 +34,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker_core.broker import Broker  # noqa: E402
+from broker_core.direct import DirectConnections  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
 from broker_core.operations import ConsumerSpec  # noqa: E402
 from broker_core.scripts import wants_functions  # noqa: E402
@@ -211,14 +212,18 @@ def run_fanout(broker: Broker, topics: int, subscribers: int, per_topic: int) ->
 
 
 def round_trip_us(client: redis.Redis, n: int = 5000) -> dict[str, float]:
-    """The floor under one-per-call figures: a bare round trip from this client."""
+    """The floor under one-per-call figures: a bare round trip over the connection Broker's script calls
+    use (broker_core/direct.py), and through redis-py for comparison."""
     sha = client.script_load("return 1")
+    link = DirectConnections.for_client(client)
     out = {}
-    for name, call in (("ping", client.ping), ("evalsha", lambda: client.evalsha(sha, 0))):
+    for name, call in (("ping", lambda: link.call("PING")), ("evalsha", lambda: link.call("EVALSHA", sha, 0)),
+                       ("ping redis-py", client.ping)):
         start = time.perf_counter()
         for _ in range(n):
             call()
         out[name] = (time.perf_counter() - start) / n * 1e6
+    link.close()
     return out
 
 
@@ -281,8 +286,9 @@ def main() -> None:
     print(f"messages per scenario: {args.messages}, body 256 bytes, prefetch 1000, batch {BATCH}")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average before: {load} (other processes share the machine when this is high)")
-    print(f"round trip on this machine: PING {rtt['ping']:.0f} us, EVALSHA of 'return 1' "
-          f"{rtt['evalsha']:.0f} us (one-per-call makes 2 script calls per message: send, ack_and_receive)")
+    print(f"round trip on this machine: PING {rtt['ping']:.0f} us, EVALSHA of 'return 1' {rtt['evalsha']:.0f} us "
+          f"over Broker's connection (PING through redis-py {rtt['ping redis-py']:.0f} us); one-per-call makes "
+          "2 script calls per message: send, ack_and_receive")
     for name in [] if args.fanout_only else args.scenario or list(SCENARIOS):
         consumers, extra = SCENARIOS[name]
         extra = dict(extra)
