@@ -12,12 +12,15 @@ Prints the machine and settings first so figures can be compared.
 --concurrent adds, for the one-consumer scenario, the way broker benchmarks (ActiveMQ's among them)
 measure throughput: producer processes and consumer processes at the same time (`--pairs`, default 1
 and 4 of each; each consumer process is its own consumer on the queue), each one message per call
-(`send` of one; `ack_and_receive` of one), from the first send to the last acknowledgement.
+(`send` of one; `ack_and_receive` of one), from the first send to the last acknowledgement. It also
+runs producer and consumer tasks in one asyncio process through AsyncBroker (`--tasks`, default 4 and 16
+of each), as the gateways serve many clients: concurrent calls share the broker's one connection.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing
 import os
 import platform
@@ -30,10 +33,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
+import redis.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from broker_core.broker import Broker  # noqa: E402
+from broker_core.broker import AsyncBroker, Broker  # noqa: E402
 from broker_core.direct import DirectConnections  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
 from broker_core.operations import ConsumerSpec  # noqa: E402
@@ -160,6 +164,56 @@ def run_concurrent(client: redis.Redis, target: tuple[str, str], n: int,
     return share * pairs / (ends["consumer"] - t0), share * pairs / (ends["producer"] - t0)
 
 
+def run_concurrent_async(client: redis.Redis, target: tuple[str, str], n: int, tasks: int) -> tuple[float, float]:
+    """`tasks` producer tasks and as many consumer tasks (each its own consumer on the queue) in one
+    process on one event loop, each one message per call, through AsyncBroker and its one multiplexed
+    connection (broker_core/multiplexed.py): the way the gateways run many clients. A consumer that finds
+    nothing waits a millisecond before asking again. Returns (messages per second end to end, the
+    producers' own send rate)."""
+    broker = fresh(client)
+    consumers = [broker.add_consumer("bench", ConsumerSpec(prefetch=1000, ack_mode="client-individual"))
+                 for _ in range(tasks)]
+    share = n // tasks
+
+    async def main() -> tuple[float, float]:
+        aclient = redis.asyncio.Redis.from_url(target[1]) if target[0] == "url" else \
+            redis.asyncio.Redis(unix_socket_path=target[1])
+        aio = AsyncBroker(aclient, broker.namespace, policies=broker.policies)
+        received = 0
+        ends: dict[str, float] = {}
+
+        async def produce() -> None:
+            for _ in range(share):
+                await aio.send("bench", Message(body="x" * 256))
+            ends["producer"] = time.perf_counter()
+
+        async def consume(consumer: object) -> None:
+            nonlocal received
+            got: list = []
+            while received < share * tasks:
+                got = await (aio.ack_and_receive(consumer, got[0].message_id, 1) if got
+                             else aio.receive(consumer, 1))
+                if got:
+                    received += 1
+                else:
+                    await asyncio.sleep(0.001)
+            if got:
+                await aio.ack(consumer, got[0].message_id)
+            ends["consumer"] = time.perf_counter()
+
+        await aio.stats("bench")  # connected and the library loaded before the clock starts
+        t0 = time.perf_counter()
+        await asyncio.gather(*(produce() for _ in range(tasks)), *(consume(c) for c in consumers))
+        await aio.aclose()
+        await aclient.aclose()
+        return share * tasks / (ends["consumer"] - t0), share * tasks / (ends["producer"] - t0)
+
+    try:
+        return asyncio.run(main())
+    finally:
+        cleanup(client, broker)
+
+
 def with_backlog(runner: Callable[..., float]) -> Callable[..., float]:
     """10,000 messages no consumer matches sit at the head of the queue first."""
 
@@ -266,6 +320,9 @@ def main() -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the memory-per-message measurement")
     parser.add_argument("--concurrent", action="store_true",
                         help="also run '1 consumer' with producer and consumer processes at the same time")
+    parser.add_argument("--tasks", type=lambda v: [int(x) for x in v.split(",") if x], default=[4, 16],
+                        help="with --concurrent: producer and consumer task counts for the asyncio scenario "
+                             "(AsyncBroker in one process), comma-separated; empty to skip")
     parser.add_argument("--pairs", type=lambda v: [int(x) for x in v.split(",")], default=[1, 4],
                         help="with --concurrent: how many producer/consumer process pairs, e.g. 1,4")
     args = parser.parse_args()
@@ -305,6 +362,11 @@ def main() -> None:
                 rate, produced = run_concurrent(client, target, args.messages // 4, pairs)
                 what = ("1 producer and 1 consumer process at once" if pairs == 1 else
                         f"{pairs} producer and {pairs} consumer processes at once")
+                print(f"{what:<65} {'one per call':<13} "
+                      f"{rate:>9,.0f} msgs/s (the producers alone sent {produced:,.0f} msgs/s)")
+            for tasks in args.tasks:
+                rate, produced = run_concurrent_async(client, target, args.messages // 4, tasks)
+                what = f"{tasks} producer and {tasks} consumer tasks, one asyncio process"
                 print(f"{what:<65} {'one per call':<13} "
                       f"{rate:>9,.0f} msgs/s (the producers alone sent {produced:,.0f} msgs/s)")
     if not args.fanout_only and not args.no_memory:
