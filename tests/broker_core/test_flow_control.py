@@ -336,14 +336,17 @@ def test_a_topic_counts_each_message_once_and_its_producers_wait_like_a_queues(b
 def test_a_virtual_topic_send_waits_or_fails_when_a_consumer_queue_is_full(broker):
     from broker_core.operations import ConsumerSpec
 
-    broker.policies.set_entry("queue", "Consumer.slow.VirtualTopic.Orders", {"memoryLimit": 2 * 1100})
+    # The full consumer queue's own flow control decides (it waits 200 ms), not the topic's (fail at once).
+    broker.policies.set_entry("queue", "Consumer.slow.VirtualTopic.Orders", {"memoryLimit": 2 * 1100,
+                                                                           "sendFailIfNoSpaceAfterTimeout": 200})
     broker.policies.set_entry("topic", "VirtualTopic.Orders", {"sendFailIfNoSpace": True})
     broker.ensure_destination("Consumer.slow.VirtualTopic.Orders")
     broker.ensure_destination("Consumer.fast.VirtualTopic.Orders")
     sub = broker.add_consumer("topic://VirtualTopic.Orders", ConsumerSpec(prefetch=10))
     broker.send("topic://VirtualTopic.Orders", [Message(body=KB), Message(body=KB)])
-    with pytest.raises(ResourceAllocationError) as refused:
+    with pytest.raises(ResourceAllocationError, match="Wait Timeout") as refused:
         broker.send("topic://VirtualTopic.Orders", Message(body=KB, message_id="third"))
+    assert refused.value.details["waited_ms"] >= 200
     assert refused.value.details["destination"] == "queue://Consumer.slow.VirtualTopic.Orders"
     assert refused.value.details["sent_to"] == "topic://VirtualTopic.Orders"
     assert "(a copy of a send to topic://VirtualTopic.Orders)" in refused.value.message
