@@ -15,7 +15,7 @@ if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this
 c.kept = true  -- this script keeps `c` current (lifecycle.lua ack_message)
 if #ARGV < 6 then return fail('INVALID_ACK', 'no message id given') end
 local rcv = c.rcv  -- received_upto(cid), read with the consumer
-local seqs = {}
+local seqs = { [ARGV[6]] = false }  -- (made with room for the first id: set just below)
 for i = 6, #ARGV do
   local seq = redis.call('ZSCORE', K_CINF(cid), ARGV[i])
   if not seq then
@@ -23,8 +23,11 @@ for i = 6, #ARGV do
   end
   seqs[ARGV[i]] = tonumber(seq)
 end
-local ids = {}
-if mode == 'individual' or mode == 'delivered' then
+local ids
+if (mode == 'individual' or mode == 'delivered') and #ARGV == 6 then
+  ids = { ARGV[6] }  -- one id: nothing to dedupe (no table for that; made at its size)
+elseif mode == 'individual' or mode == 'delivered' then
+  ids = {}
   local seen = {}
   for i = 6, #ARGV do
     if not seen[ARGV[i]] then ids[#ids + 1] = ARGV[i] end  -- an id named twice is acked once
@@ -46,17 +49,20 @@ if mode == 'delivered' then
   if c.prefetch > 0 then c.ext = redis.call('HINCRBY', K_C(cid), 'ext', #ids) end  -- `c` stays current
   redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- any ack is one (AbstractSubscription.acknowledge)
 else
+  local tally = { n = 0 }
   for i = 1, #ids do  -- (numeric loops in this path: ipairs is a call into C per element)
     local id = ids[i]
     if (seqs[id] or 0) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end  -- acked before received
-    ack_message(c, id)
+    ack_message(c, id, tally)
   end
+  ack_tally_written(c, tally)
 end
 room_freed(cid)
 -- `c` is current (the acks kept it so): the dispatch chunk uses it rather than read it again (consumers.lua)
 SLOW_RULE.known, SLOW_RULE.known_prefix = c, P
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-local out = {#ids, dispatched, more, hold}
+-- (room for one received message: a table that grows is rebuilt at each power of two)
+local out = { #ids, dispatched, more, hold, nil, nil, nil, nil }
 -- The acks kept `c` current; a dispatch chunk changes only a pull consumer's (prefetch 0) window.
 if receive_max > 0 then pop_outbox(c.prefetch > 0 and c or find_consumer(cid), receive_max, out) end
 out[3] = with_forward_flag(out[3])  -- handing over may have expired messages

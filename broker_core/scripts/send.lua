@@ -37,7 +37,12 @@ if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (
 end
 local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')
-local out = {}
+-- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
+local out = { nil, nil, nil, nil, nil }
+-- What the stored messages add to the destination's counters is written once after the loop, not per
+-- message: the enqueued count, and (with no routing plan, whose copies check the usage as they go) the
+-- memory charged. The pass cursor is read once: nothing in the loop moves it.
+local stored, charged, cursor = 0, 0, nil
 for i = 4, #ARGV, 2 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
   if redis.call('HEXISTS', K_MSGS, id) == 1 or redis.call('HEXISTS', K_SCHED, id) == 1
@@ -70,7 +75,7 @@ for i = 4, #ARGV, 2 do
     local seq = meta_incr('seq')
     redis.call('HSET', K_MSGS, id, blob)
     FRESH[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
-    memory_charge(#blob)  -- includes/flow.lua
+    if plan then memory_charge(#blob) else charged = charged + message_charge(#blob) end  -- includes/flow.lua
     if audit then
       redis.call('ZADD', K_AUDIT, NOW_TEXT.num(seq), id)
       if seq % 64 == 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, -audit_depth - 1) end
@@ -80,14 +85,17 @@ for i = 4, #ARGV, 2 do
       park(id, NOW + delay, pending_score(seq, m[M_PRIORITY]))
       emit('schedule', 'msg', id, 'at', NOW + delay)
     else
-      pending_add(id, pending_score(seq, m[M_PRIORITY]))
+      if cursor == nil then cursor = redis.call('HGET', K_META, 'cursor') end
+      pending_add(id, pending_score(seq, m[M_PRIORITY]), cursor)
     end
-    meta_incr('enqueued')
+    stored = stored + 1
     emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob)
     ADVISE.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     out[#out + 1] = 'ok'
   end
 end
+if stored > 0 then meta_incr('enqueued', NOW_TEXT.num(stored)) end
+if charged > 0 then memory_add(charged) end
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 out[#out + 1] = ''
 out[#out + 1] = dispatched

@@ -33,7 +33,7 @@ local ADVISORY_FLAGS = { 'advisoryForSlowConsumers', 'advisoryWhenFull', 'adviso
 -- ADVISORY_FLAGS, which no policy name can be): decoded once per packed policy (base.lua), not per call.
 local function advisory_flags()
   if not ADVISE.flags then
-    local values = policy()
+    local values = POLICY_READ.values or policy()
     local flags = values[ADVISORY_FLAGS]
     if not flags then
       flags = {}

@@ -47,6 +47,10 @@ do
     }
   end
   function use_prefix(prefix)
+    -- Where the library outlives a call, the names are the locals' values still when the last call used
+    -- the same prefix: only use_prefix sets them, but for K_META, which two paths change for a moment
+    -- (lifecycle.lua drop_message, topic.lua), so it is compared too (a call that failed in between).
+    if current ~= nil and P == prefix and current.P == prefix and K_META == current.K_META then return end
     local k = keep and known.by_prefix[prefix]
     if not k then
       k = names(prefix)
@@ -71,14 +75,31 @@ do
     current[kind][cid] = key
     return key
   end
-  local function consumer_key(kind, cid, suffix)
-    if not keep then return P .. ':c:' .. cid .. suffix end
-    return current[kind][cid] or remember(kind, cid, P .. ':c:' .. cid .. suffix)
+  -- (each reads its cache itself, a call less per name; with EVAL there is none, and the name is made)
+  function K_C(cid)                                -- hash: per-consumer counters
+    local key = keep and current.c[cid]
+    if key then return key end
+    key = P .. ':c:' .. cid
+    return keep and remember('c', cid, key) or key
   end
-  function K_C(cid) return consumer_key('c', cid, '') end                -- hash: per-consumer counters
-  function K_CINF(cid) return consumer_key('cinf', cid, ':inflight') end -- zset: id -> dispatch seq
-  function K_COUT(cid) return consumer_key('cout', cid, ':outbox') end   -- list: dispatched, not yet received
-  function K_CGRP(cid) return consumer_key('cgrp', cid, ':groups') end   -- set: groups this consumer owns
+  function K_CINF(cid)                             -- zset: id -> dispatch seq
+    local key = keep and current.cinf[cid]
+    if key then return key end
+    key = P .. ':c:' .. cid .. ':inflight'
+    return keep and remember('cinf', cid, key) or key
+  end
+  function K_COUT(cid)                             -- list: dispatched, not yet received
+    local key = keep and current.cout[cid]
+    if key then return key end
+    key = P .. ':c:' .. cid .. ':outbox'
+    return keep and remember('cout', cid, key) or key
+  end
+  function K_CGRP(cid)                             -- set: groups this consumer owns
+    local key = keep and current.cgrp[cid]
+    if key then return key end
+    key = P .. ':c:' .. cid .. ':groups'
+    return keep and remember('cgrp', cid, key) or key
+  end
 end
 
 -- State that lives for one call. On Redis >= 7 these includes are loaded once as a function library
@@ -213,13 +234,13 @@ function POLICY_DECODED.def(packed)
   return def
 end
 local function policy_flag(name)
-  local v = policy()[name]
+  local v = (POLICY_READ.values or policy())[name]  -- (no call when it is read already)
   return v == '1' or v == 'true'
 end
 -- The numbers are kept in the values table too, under the key POLICY_DEFAULTS (no policy name): derived
 -- from the values alone (see advisory_flags in advisory.lua).
 local function policy_num(name)
-  local values = policy()
+  local values = POLICY_READ.values or policy()
   local nums = values[POLICY_DEFAULTS]
   if not nums then
     nums = {}
@@ -268,7 +289,7 @@ end
 -- library outlives a call); anything else is returned as it is, for Redis to format. Redis formats a number
 -- argument with snprintf("%.17g"), several times the cost of a string argument.
 local NOW_TEXT = { at = false, text = false, arg = false, nums = {}, keep = redis.register_function ~= nil,
-                   set = false, get = false, num = false }
+                   set = false, get = false, num = false, n1 = false, t1 = false, n2 = false, t2 = false }
 function NOW_TEXT.set()
   NOW_TEXT.at = NOW
   if NOW % 1 == 0 and NOW > 0 and NOW < 1e15 then
@@ -284,7 +305,15 @@ function NOW_TEXT.get()
 end
 function NOW_TEXT.num(n)
   if n % 1 ~= 0 or n >= 9007199254740992 or n <= -9007199254740992 or (n == 0 and 1 / n < 0) then return n end
-  if n < 0 or n >= 4096 then return string.format('%d', n) end
+  if n < 0 or n >= 4096 then
+    -- the two made last are kept (n1, n2): a message's sequence and dispatch sequence are each written
+    -- more than once in a call (the audit, the pending and in-flight scores; the consumer's, the destination's)
+    if n == NOW_TEXT.n1 then return NOW_TEXT.t1 end
+    if n == NOW_TEXT.n2 then return NOW_TEXT.t2 end
+    local text = string.format('%d', n)
+    NOW_TEXT.n2, NOW_TEXT.t2, NOW_TEXT.n1, NOW_TEXT.t1 = NOW_TEXT.n1, NOW_TEXT.t1, n, text
+    return text
+  end
   local text = NOW_TEXT.nums[n]
   if not text then
     text = string.format('%d', n)
@@ -295,10 +324,10 @@ end
 local function emit(kind, ...)
   if NOW_TEXT.at ~= NOW then NOW_TEXT.set() end
   if SUB then
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', policy()['eventsMaxLen'], '*', 'type', kind,
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', (POLICY_READ.values or policy())['eventsMaxLen'], '*', 'type', kind,
                'ts', NOW_TEXT.text, 'sub', SUB, ...)
   else
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', policy()['eventsMaxLen'], '*', 'type', kind,
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', (POLICY_READ.values or policy())['eventsMaxLen'], '*', 'type', kind,
                'ts', NOW_TEXT.text, ...)
   end
   advise(kind, ...)  -- includes/advisory.lua

@@ -22,7 +22,7 @@ end
 -- dispatch chunk) is not read again: that table is used, once, for the next load here.
 local function load_consumers()
   local ids = redis.call('LRANGE', K_CORDER, '0', '-1')
-  local out = {}
+  local out = { nil }  -- (made with room for one: a table that grows is rebuilt at each power of two)
   local known = SLOW_RULE.known
   SLOW_RULE.known = nil
   if #ids == 0 then return out end

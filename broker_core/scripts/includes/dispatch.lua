@@ -43,7 +43,7 @@ end
 -- Returns the destination's counters (field, value, ...) for the caller's one write of K_META.
 -- The slow_since changes of the pass are written here too (consumers.lua note_slow).
 local function flush_counts(cons, tally)
-  local meta = {}
+  local meta
   SLOW_RULE.defer = false
   for i = 1, #cons do
     local c = cons[i]
@@ -68,15 +68,34 @@ local function flush_counts(cons, tally)
     meta = { 'dseq', NOW_TEXT.num(tally.dseq), 'dispatched', NOW_TEXT.num(tally.total + tally.dispatched) }
     tally.total = tally.total + tally.dispatched
     tally.dispatched = 0
+  else
+    meta = {}
   end
   return meta
+end
+
+-- Is there a consumer with room at all, and one that this pass may still use (not in `excluded`)? And how
+-- many messages the usable ones can take, which bounds the page read next. (A function of its own, not a
+-- closure made by every pass.)
+local function pass_room(cons, excluded)
+  local usable, any, free = false, false, 0
+  for i = 1, #cons do  -- (numeric loops here: ipairs is a call into C per element)
+    local c = cons[i]
+    local slots = c.alive and free_slots(c) or 0
+    if slots > 0 then
+      any = true
+      if not excluded[c.id] then usable, free = true, free + slots end
+    end
+  end
+  return usable, any, free
 end
 
 -- One chunk of the pass. Returns dispatched count, 1 when the pass has more to examine, and the time
 -- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
 local function dispatch_pass(budget)
-  local state = redis.call('HMGET', K_META, 'paused', 'hold_until', 'cursor', 'dirty', 'owner',
-                           'pass_skipped', 'dseq', 'dispatched')
+  -- the pass state is read in two steps: an ack on a drained queue (the check for pending messages
+  -- below) needs only the first two fields
+  local state = redis.call('HMGET', K_META, 'paused', 'hold_until')
   if state[1] == '1' then return 0, 0, 0 end
   local hold = tonum(state[2], 0)
   if hold > 0 then
@@ -93,13 +112,14 @@ local function dispatch_pass(budget)
   local cons = load_consumers()
   if #cons == 0 then return 0, 0, 0 end
   if not budget or budget <= 0 then budget = policy_num('maxPageSize') end
+  local rest = redis.call('HMGET', K_META, 'cursor', 'dirty', 'owner', 'pass_skipped', 'dseq', 'dispatched')
 
-  local cursor = state[3] or ''
-  local dirty = state[4] == '1'
-  local owner = state[5] or nil
+  local cursor = rest[1] or ''
+  local dirty = rest[2] == '1'
+  local owner = rest[3] or nil
   if owner == '' then owner = nil end
-  local pass_skipped = tonumber(state[6]) or 0
-  local tally = { dseq = tonumber(state[7]) or 0, dispatched = 0, total = tonumber(state[8]) or 0 }
+  local pass_skipped = tonumber(rest[4]) or 0
+  local tally = { dseq = tonumber(rest[5]) or 0, dispatched = 0, total = tonumber(rest[6]) or 0 }
   local excluded = {}
   local passfull_before = PASS_DIRTY.passfull_key == K_PASSFULL and PASS_DIRTY.passfull
                           or redis.call('SMEMBERS', K_PASSFULL)  -- (read by room_freed: message.lua)
@@ -117,24 +137,10 @@ local function dispatch_pass(budget)
     last_skipped = pass_skipped
     pass_skipped = 0
   end
-  -- Is there a consumer with room at all, and one that this pass may still use? And how many messages
-  -- the usable ones can take, which bounds the page read next.
-  local function room()
-    local usable, any, free = false, false, 0
-    for i = 1, #cons do  -- (numeric loops here: ipairs is a call into C per element)
-      local c = cons[i]
-      local slots = c.alive and free_slots(c) or 0
-      if slots > 0 then
-        any = true
-        if not excluded[c.id] then usable, free = true, free + slots end
-      end
-    end
-    return usable, any, free
-  end
 
   SLOW_RULE.defer = true  -- until flush_counts (consumers.lua note_slow)
   while true do
-    local usable, any, free = room()
+    local usable, any, free = pass_room(cons, excluded)
     if not any then                             -- everyone is full: the next pass starts at the head
       if PASS_DIRTY.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
         for i = 1, #cons do if cons[i].alive then note_slow(cons[i], true) end end
@@ -144,7 +150,7 @@ local function dispatch_pass(budget)
     end
     if not usable then                          -- room only where this pass may not go: start over
       end_pass()
-      usable, any, free = room()
+      usable, any, free = pass_room(cons, excluded)
     end
     if examined >= budget then more = 1 break end
     local lower = '-inf'
@@ -244,7 +250,7 @@ local function dispatch_pass(budget)
       end
     end
     if restart then
-      local _, any_left = room()
+      local _, any_left = pass_room(cons, excluded)
       end_pass()
       if not any_left then break end
     elseif at_tail and not (dirty or PASS_DIRTY.value) then
@@ -253,9 +259,9 @@ local function dispatch_pass(budget)
   end
 
   local counts = flush_counts(cons, tally)
-  local passfull = {}
-  for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
   if excluded_changed then
+    local passfull = {}
+    for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
     -- nothing in the pass adds to the set: it holds what was read at the start
     if #passfull_before > 0 then redis.call('DEL', K_PASSFULL) end
     if #passfull > 0 then redis.call('SADD', K_PASSFULL, unpack(passfull)) end

@@ -110,16 +110,23 @@ end
 
 -- Whether a full destination fails a send at once and how long it lets one wait: its policy's
 -- sendFailIfNoSpace / sendFailIfNoSpaceAfterTimeout where set, else the broker's (`sys`, from K_USAGE).
+-- (`sys` holds the broker's two rules only once one was needed: FLOW.system_usage reads its usage alone, as
+-- a send that fits needs nothing more; nothing a script does changes the rules.)
 function FLOW.wait_rule(fail_v, timeout_v, sys)
   local fail_now = flag_value(fail_v)
-  if fail_now == nil then fail_now = flag_value(sys[3]) or 0 end
   local timeout = tonumber(timeout_v) or -1
+  if (fail_now == nil or timeout < 0) and sys[3] == nil then
+    local rules = redis.call('HMGET', K_USAGE, 'sendFailIfNoSpace', 'sendFailIfNoSpaceAfterTimeout')
+    sys[3], sys[4] = rules[1], rules[2]
+  end
+  if fail_now == nil then fail_now = flag_value(sys[3]) or 0 end
   if timeout < 0 then timeout = tonumber(sys[4]) or 0 end
   return fail_now, timeout
 end
 
+-- The broker's usage: {used, limit} (the rules are read by FLOW.wait_rule when needed).
 function FLOW.system_usage()
-  return redis.call('HMGET', K_USAGE, 'used', 'limit', 'sendFailIfNoSpace', 'sendFailIfNoSpaceAfterTimeout')
+  return redis.call('HMGET', K_USAGE, 'used', 'limit')
 end
 
 -- A virtual destination's target under `prefix` goes through its own flow control (ActiveMQ sends a copy
@@ -152,11 +159,9 @@ end
 -- re-run with origin 'drop' by flow.py), refuses nothing: route_virtual drops its copy instead.
 local function memory_refusal(need, plan)
   local p = policy()
-  local pol = { p['producerFlowControl'], p['memoryLimit'], p['sendFailIfNoSpace'],
-                p['sendFailIfNoSpaceAfterTimeout'] }
   local sys = FLOW.system_usage()
   local scope, used, limit, total
-  local fail_v, timeout_v = pol[3], pol[4]
+  local fail_v, timeout_v = p['sendFailIfNoSpace'], p['sendFailIfNoSpaceAfterTimeout']
   local copies, weight = 0, 0
   if plan then
     for i = 3, #plan do
@@ -165,8 +170,8 @@ local function memory_refusal(need, plan)
     end
   end
   local kept = (plan and plan[1] == 1 and plan[2] == 0) and 0 or 1  -- forward only: nothing stays here
-  if flag_value(pol[1]) ~= 0 then
-    local own = tonumber(pol[2]) or 0
+  if flag_value(p['producerFlowControl']) ~= 0 then
+    local own = tonumber(p['memoryLimit']) or 0
     local broker_used = (tonumber(sys[1]) or 0) + reserved(FLOW.usage_res)  -- K_USAGE .. ':res'
     local broker_limit = tonumber(sys[2]) or BROKER_DEFAULT_LIMIT
     local mine = own > 0 and held(TP) or 0

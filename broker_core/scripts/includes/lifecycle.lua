@@ -49,15 +49,19 @@ end
 -- `c.kept` (ack.lua): c.n is what the consumer's 'n' holds, kept so by every change this script makes
 -- (the acks here, the dispatch chunk's deliveries: consumers.lua load_consumers), so the count is written
 -- with the other counters, not decremented by a command of its own.
-local function ack_message(c, id)
+-- `tally` (ack.lua's loop over the messages of one ack): the destination's dequeued count and the kept
+-- consumer counters are written once for the whole ack, by ack_tally_written, not once per message.
+local function ack_message(c, id, tally)
   local kept = c.kept and c.acked
   take_inflight(c.id, id, true, kept)
   drop_message(id)
-  meta_incr('dequeued')
+  if tally then tally.n = tally.n + 1 else meta_incr('dequeued') end
   if kept then
     c.acked = c.acked + 1
-    redis.call('HSET', K_C(c.id), 'acked', NOW_TEXT.num(c.acked), 'last_ack', NOW_TEXT.get(),
-               'n', NOW_TEXT.num(c.n - 1))
+    if not tally then
+      redis.call('HSET', K_C(c.id), 'acked', NOW_TEXT.num(c.acked), 'last_ack', NOW_TEXT.get(),
+                 'n', NOW_TEXT.num(c.n - 1))
+    end
   elseif c.acked then  -- read by find_consumer and kept current here: one write instead of two
     c.acked = c.acked + 1
     redis.call('HSET', K_C(c.id), 'acked', NOW_TEXT.num(c.acked), 'last_ack', NOW_TEXT.get())
@@ -69,6 +73,15 @@ local function ack_message(c, id)
   if c.prefetch > 0 and c.ext > 0 then c.ext = redis.call('HINCRBY', K_C(c.id), 'ext', -1) end
   c.n = c.n - 1
   emit('ack', 'msg', id, 'consumer', c.id)
+end
+
+-- The counters ack_message left to the end of an ack of `tally.n` messages.
+local function ack_tally_written(c, tally)
+  if tally.n == 0 then return end
+  meta_incr('dequeued', NOW_TEXT.num(tally.n))
+  if c.kept and c.acked then
+    redis.call('HSET', K_C(c.id), 'acked', NOW_TEXT.num(c.acked), 'last_ack', NOW_TEXT.get(), 'n', NOW_TEXT.num(c.n))
+  end
 end
 
 -- When the first parked message is due, as far as this script call knows (nil: ask Redis).

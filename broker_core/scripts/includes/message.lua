@@ -130,7 +130,8 @@ end
 local PASS_DIRTY = { value = false, passfull_key = nil, passfull = nil, pending = nil }
 on_call(function()
   PASS_DIRTY.value, PASS_DIRTY.passfull_key, PASS_DIRTY.passfull, PASS_DIRTY.pending = false, nil, nil, nil
-  FRESH, _dest_uri = {}, nil
+  if next(FRESH) ~= nil then FRESH = {} end  -- (an empty one is as good as a new one)
+  _dest_uri = nil
 end)
 local function mark_dirty()
   PASS_DIRTY.value = true
@@ -176,10 +177,12 @@ local function reset_pass()
 end
 
 -- Put a message into the pending zset; one placed behind the pass cursor needs a restarted pass.
-local function pending_add(id, score)
+-- `cursor`: the pass cursor (K_META's field) when the caller read it already, false when it is unset;
+-- a send reads it once for all its messages (nothing in its loop moves it).
+local function pending_add(id, score, cursor)
   redis.call('ZADD', K_PENDING, NOW_TEXT.num(score), id)
   PASS_DIRTY.pending = K_PENDING
-  local cursor = redis.call('HGET', K_META, 'cursor')
+  if cursor == nil then cursor = redis.call('HGET', K_META, 'cursor') end
   if cursor and cursor ~= '' and score <= tonumber(cursor) then mark_dirty() end
 end
 
@@ -191,7 +194,7 @@ local function unpack_send(argv, origin, step)
   local limit = policy_num('maxMessageSize') or 0
   local max_props = policy_num('maxPropertyCount') or 0
   if origin == 'forward' then limit, max_props = 0, 0 end
-  local unpacked = {}
+  local unpacked = { nil, nil, nil, nil }  -- (the first message's index, 4, in its array part)
   for i = 4, #argv, step do
     local id, blob = argv[i], argv[i + 1]
     if limit > 0 and #blob > limit then

@@ -11,7 +11,7 @@ local function pop_outbox(c, max, out)
   local ids = redis.call('LPOP', K_COUT(c.id), NOW_TEXT.num(max))
   if not ids then return 0 end
   local last = redis.call('ZSCORE', K_CINF(c.id), ids[#ids])  -- before expiry may remove it
-  local handed = {}
+  local handed = { nil }  -- (made with room for one: see ack.lua's reply)
   for i = 1, #ids do
     local id = ids[i]
     local blob = redis.call('HGET', K_MSGS, id)

@@ -15,7 +15,7 @@
 
 -- Built on a script's first use of one of them (base.lua `lazy`): most scripts that include this file
 -- use a few of its functions, and an EVAL script would build them all on every call.
-local TOPIC = lazy({ selectors = {} }, function(TOPIC)
+local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, function(TOPIC)
 
   -- Forget the registry entry of the current durable subscription (about to be removed), if it is this
   -- topic's: a newer one on another topic keeps its entry.
@@ -460,7 +460,10 @@ end)
 -- <ns>:durables: durable registry field (topics.durable_registry_field) -> the topic uri its subscription
 -- is on. Like flow.lua's K_USAGE, a broker-wide key outside the topic's hash tag: it is only ever changed
 -- in the same script that creates or removes the subscription it names.
+-- The registry's name is made once per prefix (as flow.lua's K_USAGE), not per call; the per-call
+-- selectors table is replaced only when a call used it (an empty one is as good as a new one).
 on_call(function()
-  TOPIC.registry = string.match(P, '^(.-):{') .. ':durables'
-  TOPIC.selectors, TOPIC._policy = {}, nil
+  if TOPIC.registry_of ~= P then TOPIC.registry_of, TOPIC.registry = P, string.match(P, '^(.-):{') .. ':durables' end
+  if next(TOPIC.selectors) ~= nil then TOPIC.selectors = {} end
+  TOPIC._policy = nil
 end)

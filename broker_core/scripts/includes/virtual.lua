@@ -22,7 +22,7 @@
 FWD.selectors = {}
 on_call(function()
   FLOW.drop = nil
-  FWD.selectors = {}
+  if next(FWD.selectors) ~= nil then FWD.selectors = {} end  -- (an empty one is as good as a new one)
 end)
 
 lazy(FWD, function(FWD)
