@@ -164,7 +164,8 @@ def run_concurrent(client: redis.Redis, target: tuple[str, str], n: int,
     return share * pairs / (ends["consumer"] - t0), share * pairs / (ends["producer"] - t0)
 
 
-def run_concurrent_async(client: redis.Redis, target: tuple[str, str], n: int, tasks: int) -> tuple[float, float]:
+def run_concurrent_async(client: redis.Redis, target: tuple[str, str], n: int,
+                         tasks: int) -> tuple[float, float]:
     """`tasks` producer tasks and as many consumer tasks (each its own consumer on the queue) in one
     process on one event loop, each one message per call, through AsyncBroker and its one multiplexed
     connection (broker_core/multiplexed.py): the way the gateways run many clients. A consumer that finds
@@ -343,9 +344,10 @@ def main() -> None:
     print(f"messages per scenario: {args.messages}, body 256 bytes, prefetch 1000, batch {BATCH}")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average before: {load} (other processes share the machine when this is high)")
-    print(f"round trip on this machine: PING {rtt['ping']:.0f} us, EVALSHA of 'return 1' {rtt['evalsha']:.0f} us "
-          f"over Broker's connection (PING through redis-py {rtt['ping redis-py']:.0f} us); one-per-call makes "
-          "2 script calls per message: send, ack_and_receive")
+    print(f"round trip on this machine: PING {rtt['ping']:.0f} us, EVALSHA of 'return 1' "
+          f"{rtt['evalsha']:.0f} us over Broker's connection (PING through redis-py "
+          f"{rtt['ping redis-py']:.0f} us); one-per-call makes 2 script calls per message: "
+          "send, ack_and_receive")
     for name in [] if args.fanout_only else args.scenario or list(SCENARIOS):
         consumers, extra = SCENARIOS[name]
         extra = dict(extra)

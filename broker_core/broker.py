@@ -18,9 +18,9 @@ import redis.asyncio
 from . import advisory, errors, topic_ops, virtual
 from .clock import Clock, SystemClock
 from .destinations import Destination, parse_destination, require_concrete
+from .direct import DirectConnections
 from .flow import Sleep
 from .messages import Delivery, Message
-from .direct import DirectConnections
 from .multiplexed import MultiplexedConnection
 from .operations import (
     Command,

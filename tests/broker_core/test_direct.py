@@ -49,7 +49,8 @@ def test_an_error_reply_is_raised_and_the_connection_goes_on(link, namespace, re
 
 def test_a_transaction_gives_each_reply_or_its_error(link, namespace, redis_client):
     redis_client.set(f"{namespace}:s", "text")
-    replies = link.transaction([("INCR", f"{namespace}:a"), ("INCR", f"{namespace}:s"), ("INCR", f"{namespace}:a")])
+    replies = link.transaction([("INCR", f"{namespace}:a"), ("INCR", f"{namespace}:s"),
+                                ("INCR", f"{namespace}:a")])
     assert replies[0] == 1 and replies[2] == 2
     assert isinstance(replies[1], redis.ResponseError)
 
@@ -63,7 +64,8 @@ def test_a_transaction_refused_while_queueing_raises_and_applies_nothing(link, n
 
 def test_an_idle_connection_the_server_closed_is_replaced_before_the_next_call(link, namespace, redis_client):
     link.call("CLIENT", "SETNAME", f"{namespace}-idle")
-    assert redis_client.execute_command("CLIENT", "KILL", "ID", _client_id(redis_client, f"{namespace}-idle")) == 1
+    idle_id = _client_id(redis_client, f"{namespace}-idle")
+    assert redis_client.execute_command("CLIENT", "KILL", "ID", idle_id) == 1
     assert link.call("INCR", f"{namespace}:once") == 1
     assert redis_client.get(f"{namespace}:once") == b"1"  # written once, on the new connection
 

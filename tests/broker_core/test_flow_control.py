@@ -337,8 +337,8 @@ def test_a_virtual_topic_send_waits_or_fails_when_a_consumer_queue_is_full(broke
     from broker_core.operations import ConsumerSpec
 
     # The full consumer queue's own flow control decides (it waits 200 ms), not the topic's (fail at once).
-    broker.policies.set_entry("queue", "Consumer.slow.VirtualTopic.Orders", {"memoryLimit": 2 * 1100,
-                                                                           "sendFailIfNoSpaceAfterTimeout": 200})
+    broker.policies.set_entry("queue", "Consumer.slow.VirtualTopic.Orders",
+                              {"memoryLimit": 2 * 1100, "sendFailIfNoSpaceAfterTimeout": 200})
     broker.policies.set_entry("topic", "VirtualTopic.Orders", {"sendFailIfNoSpace": True})
     broker.ensure_destination("Consumer.slow.VirtualTopic.Orders")
     broker.ensure_destination("Consumer.fast.VirtualTopic.Orders")
