@@ -85,8 +85,7 @@ for i = 4, #ARGV, 2 do
       park(id, NOW + delay, pending_score(seq, m[M_PRIORITY]))
       emit('schedule', 'msg', id, 'at', NOW + delay)
     else
-      if cursor == nil then cursor = redis.call('HGET', K_META, 'cursor') end
-      pending_add(id, pending_score(seq, m[M_PRIORITY]), cursor)
+      cursor = pending_add(id, pending_score(seq, m[M_PRIORITY]), cursor)
     end
     stored = stored + 1
     emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob)

@@ -75,31 +75,14 @@ do
     current[kind][cid] = key
     return key
   end
-  -- (each reads its cache itself, a call less per name; with EVAL there is none, and the name is made)
-  function K_C(cid)                                -- hash: per-consumer counters
-    local key = keep and current.c[cid]
-    if key then return key end
-    key = P .. ':c:' .. cid
-    return keep and remember('c', cid, key) or key
+  local function consumer_key(kind, cid, suffix)
+    if not keep then return P .. ':c:' .. cid .. suffix end
+    return current[kind][cid] or remember(kind, cid, P .. ':c:' .. cid .. suffix)
   end
-  function K_CINF(cid)                             -- zset: id -> dispatch seq
-    local key = keep and current.cinf[cid]
-    if key then return key end
-    key = P .. ':c:' .. cid .. ':inflight'
-    return keep and remember('cinf', cid, key) or key
-  end
-  function K_COUT(cid)                             -- list: dispatched, not yet received
-    local key = keep and current.cout[cid]
-    if key then return key end
-    key = P .. ':c:' .. cid .. ':outbox'
-    return keep and remember('cout', cid, key) or key
-  end
-  function K_CGRP(cid)                             -- set: groups this consumer owns
-    local key = keep and current.cgrp[cid]
-    if key then return key end
-    key = P .. ':c:' .. cid .. ':groups'
-    return keep and remember('cgrp', cid, key) or key
-  end
+  function K_C(cid) return consumer_key('c', cid, '') end                -- hash: per-consumer counters
+  function K_CINF(cid) return consumer_key('cinf', cid, ':inflight') end -- zset: id -> dispatch seq
+  function K_COUT(cid) return consumer_key('cout', cid, ':outbox') end   -- list: dispatched, not yet received
+  function K_CGRP(cid) return consumer_key('cgrp', cid, ':groups') end   -- set: groups this consumer owns
 end
 
 -- State that lives for one call. On Redis >= 7 these includes are loaded once as a function library

@@ -177,13 +177,14 @@ local function reset_pass()
 end
 
 -- Put a message into the pending zset; one placed behind the pass cursor needs a restarted pass.
--- `cursor`: the pass cursor (K_META's field) when the caller read it already, false when it is unset;
--- a send reads it once for all its messages (nothing in its loop moves it).
+-- Returns the pass cursor (K_META's field, false when unset), which the caller may hand back as `cursor`
+-- when nothing can have moved it since: a send reads it once for all its messages.
 local function pending_add(id, score, cursor)
   redis.call('ZADD', K_PENDING, NOW_TEXT.num(score), id)
   PASS_DIRTY.pending = K_PENDING
   if cursor == nil then cursor = redis.call('HGET', K_META, 'cursor') end
   if cursor and cursor ~= '' and score <= tonumber(cursor) then mark_dirty() end
+  return cursor
 end
 
 -- A send's messages checked against the destination's limits before any is stored, so a refused batch
