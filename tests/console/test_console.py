@@ -326,6 +326,7 @@ def test_at_tablet_width_in_the_dark_theme_the_queue_page_fits_and_works_from_th
         assert len(broker.message_groups(queue_name)) == 2
         button.focus()
         page.keyboard.press("Enter")
+        expect(page.locator("dialog#confirm")).to_be_visible()  # open, its Cancel focused, before the Tab
         page.keyboard.press("Tab")  # from Cancel to Confirm
         page.keyboard.press("Enter")
         expect(page.locator("#groups tbody tr[data-group]")).to_have_count(0)
