@@ -12,7 +12,7 @@ NOW = tonumber(ARGV[1])
 local cid, mode, receive_max = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local c = find_consumer(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
-c.kept = true  -- this script keeps `c` current (lifecycle.lua ack_message)
+c.kept = true  -- this script keeps `c` current (lifecycle.lua ack_messages)
 if #ARGV < 6 then return fail('INVALID_ACK', 'no message id given') end
 local rcv = c.rcv  -- received_upto(cid), read with the consumer
 local seqs = { [ARGV[6]] = false }  -- (made with room for the first id: set just below)
@@ -49,13 +49,11 @@ if mode == 'delivered' then
   if c.prefetch > 0 then c.ext = redis.call('HINCRBY', K_C(cid), 'ext', #ids) end  -- `c` stays current
   redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- any ack is one (AbstractSubscription.acknowledge)
 else
-  local tally = { n = 0 }
   for i = 1, #ids do  -- (numeric loops in this path: ipairs is a call into C per element)
     local id = ids[i]
     if (seqs[id] or 0) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end  -- acked before received
-    ack_message(c, id, tally)
   end
-  ack_tally_written(c, tally)
+  ack_messages(c, ids)
 end
 room_freed(cid)
 -- `c` is current (the acks kept it so): the dispatch chunk uses it rather than read it again (consumers.lua)

@@ -259,6 +259,22 @@ local function meta_incr(field, by)
   return redis.call('HINCRBY', K_META, field, by or '1')  -- a string: Redis formats a number with snprintf
 end
 
+-- One command over many members of one key (HDEL, ZREM, HMGET, ...): one call instead of one per member,
+-- in chunks (Lua's unpack has a stack limit). Returns the replies joined (the reply itself for one chunk).
+local CALL_CHUNK = 1000
+local function call_many(command, key, members)
+  local n = #members
+  if n <= CALL_CHUNK then return redis.call(command, key, unpack(members)) end
+  local joined = {}
+  for i = 1, n, CALL_CHUNK do
+    local reply = redis.call(command, key, unpack(members, i, math.min(i + CALL_CHUNK - 1, n)))
+    if type(reply) == 'table' then
+      for k = 1, #reply do joined[#joined + 1] = reply[k] end
+    end
+  end
+  return joined
+end
+
 -- events ActiveMQ advises about become advisory messages.
 --@include advisory
 

@@ -9,79 +9,85 @@
 local expire_message, expire_pending, park, schedule_job, fire_scheduled, return_message
 local recompute_exclusive_owner, remove_subscription, subscription_consumer_gone, close_consumer
 
--- Forget a message's stored state once it has left the destination.
+-- Forget the stored state of messages that have left the destination: one command per key for all of
+-- them, and one memory release.
 -- a topic's message is stored once for all its subscriptions, with a reference count in
 -- <topic>:refs; it is deleted (and its memory released, on the topic's meta) when the last
 -- subscription is done with it.
-local function drop_message(id)
-  FRESH[id] = nil
-  if SUB then
-    if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
-      local own_meta = K_META
-      K_META = TP .. ':meta'
-      memory_release(redis.call('HSTRLEN', K_MSGS, id))
-      K_META = own_meta
-      redis.call('HDEL', K_MSGS, id)
-      redis.call('HDEL', TP .. ':refs', id)
-      redis.call('ZREM', TP .. ':order', id)
+local function drop_messages(ids)
+  local bytes = 0
+  for i = 1, #ids do
+    local id = ids[i]
+    FRESH[id] = nil
+    if SUB then
+      if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
+        local own_meta = K_META
+        K_META = TP .. ':meta'
+        memory_release(redis.call('HSTRLEN', K_MSGS, id))
+        K_META = own_meta
+        redis.call('HDEL', K_MSGS, id)
+        redis.call('HDEL', TP .. ':refs', id)
+        redis.call('ZREM', TP .. ':order', id)
+      end
+    else
+      local size = redis.call('HSTRLEN', K_MSGS, id)  -- 0 when it is not stored
+      if size > 0 then bytes = bytes + message_charge(size) end
     end
-  else
-    memory_release(redis.call('HSTRLEN', K_MSGS, id))  -- flow.lua: 0 bytes when it is not stored
-    redis.call('HDEL', K_MSGS, id)
   end
-  redis.call('HDEL', K_REDELIV, id)
-  redis.call('SREM', K_GFIRST, id)
+  if not SUB then
+    if bytes > 0 then memory_add(-bytes) end  -- flow.lua
+    call_many('HDEL', K_MSGS, ids)
+  end
+  call_many('HDEL', K_REDELIV, ids)
+  call_many('SREM', K_GFIRST, ids)
 end
+local function drop_message(id) drop_messages({ id }) end
 
 -- Take message `id` out of consumer `cid`'s window; returns its pending score (not read when
--- `no_score`: an acknowledged message never goes back). `no_count`: the caller writes the consumer's
--- in-flight count 'n' itself (ack_message).
-local function take_inflight(cid, id, no_score, no_count)
+-- `no_score`: an acknowledged message never goes back).
+local function take_inflight(cid, id, no_score)
   local v = not no_score and redis.call('HGET', K_INFLIGHT, id)
   redis.call('HDEL', K_INFLIGHT, id)
   redis.call('ZREM', K_CINF(cid), id)
-  if not no_count then redis.call('HINCRBY', K_C(cid), 'n', '-1') end
+  redis.call('HINCRBY', K_C(cid), 'n', '-1')
   if no_score then return 0 end
   return tonumber(string.match(v or '', '|(.*)$')) or 0
 end
 
--- A consumer acknowledged message `id`: it is gone for good.
+-- Consumer c acknowledged messages `ids` (each in flight with it, none twice: the caller checked): they
+-- are gone for good. One command per key for all of them, and the counters written once.
 -- `c.kept` (ack.lua): c.n is what the consumer's 'n' holds, kept so by every change this script makes
 -- (the acks here, the dispatch chunk's deliveries: consumers.lua load_consumers), so the count is written
--- with the other counters, not decremented by a command of its own.
--- `tally` (ack.lua's loop over the messages of one ack): the destination's dequeued count and the kept
--- consumer counters are written once for the whole ack, by ack_tally_written, not once per message.
-local function ack_message(c, id, tally)
-  local kept = c.kept and c.acked
-  take_inflight(c.id, id, true, kept)
-  drop_message(id)
-  if tally then tally.n = tally.n + 1 else meta_incr('dequeued') end
-  if kept then
-    c.acked = c.acked + 1
-    if not tally then
-      redis.call('HSET', K_C(c.id), 'acked', NOW_TEXT.num(c.acked), 'last_ack', NOW_TEXT.get(),
-                 'n', NOW_TEXT.num(c.n - 1))
-    end
-  elseif c.acked then  -- read by find_consumer and kept current here: one write instead of two
-    c.acked = c.acked + 1
-    redis.call('HSET', K_C(c.id), 'acked', NOW_TEXT.num(c.acked), 'last_ack', NOW_TEXT.get())
+-- with the other counters; otherwise (receive.lua, whose dispatch chunk counted deliveries in a copy of
+-- the consumer) it is decremented in Redis.
+local function ack_messages(c, ids)
+  local n = #ids
+  if n == 0 then return end
+  call_many('HDEL', K_INFLIGHT, ids)
+  call_many('ZREM', K_CINF(c.id), ids)
+  drop_messages(ids)
+  meta_incr('dequeued', NOW_TEXT.num(n))
+  -- (made at its size: last_ack, acked, n, ext)
+  local fields = { 'last_ack', NOW_TEXT.get(), nil, nil, nil, nil, nil, nil }
+  if c.acked then  -- read by find_consumer and kept current here
+    c.acked = c.acked + n
+    fields[#fields + 1], fields[#fields + 2] = 'acked', NOW_TEXT.num(c.acked)
   else
-    redis.call('HINCRBY', K_C(c.id), 'acked', 1)
-    redis.call('HSET', K_C(c.id), 'last_ack', NOW)
+    redis.call('HINCRBY', K_C(c.id), 'acked', NOW_TEXT.num(n))
   end
-  -- STANDARD/INDIVIDUAL acks contract the DELIVERED-ack extension, never below zero.
-  if c.prefetch > 0 and c.ext > 0 then c.ext = redis.call('HINCRBY', K_C(c.id), 'ext', -1) end
-  c.n = c.n - 1
-  emit('ack', 'msg', id, 'consumer', c.id)
-end
-
--- The counters ack_message left to the end of an ack of `tally.n` messages.
-local function ack_tally_written(c, tally)
-  if tally.n == 0 then return end
-  meta_incr('dequeued', NOW_TEXT.num(tally.n))
-  if c.kept and c.acked then
-    redis.call('HSET', K_C(c.id), 'acked', NOW_TEXT.num(c.acked), 'last_ack', NOW_TEXT.get(), 'n', NOW_TEXT.num(c.n))
+  if c.kept then
+    fields[#fields + 1], fields[#fields + 2] = 'n', NOW_TEXT.num(c.n - n)
+  else
+    redis.call('HINCRBY', K_C(c.id), 'n', NOW_TEXT.num(-n))
   end
+  c.n = c.n - n
+  -- STANDARD/INDIVIDUAL acks contract the DELIVERED-ack extension, by one per message, never below zero.
+  if c.prefetch > 0 and c.ext > 0 then
+    c.ext = c.ext > n and c.ext - n or 0
+    fields[#fields + 1], fields[#fields + 2] = 'ext', NOW_TEXT.num(c.ext)
+  end
+  redis.call('HSET', K_C(c.id), unpack(fields))
+  for i = 1, n do emit('ack', 'msg', ids[i], 'consumer', c.id) end
 end
 
 -- When the first parked message is due, as far as this script call knows (nil: ask Redis).

@@ -6,15 +6,18 @@ local function received_upto(cid)
 end
 
 -- Pop up to `max` messages from c's outbox into `out` (id, packed message, redeliveries, group first);
--- in ack mode 'auto' they are acknowledged as they go. Returns how many.
+-- in ack mode 'auto' they are acknowledged as they go. Returns how many. What it reads of the messages
+-- is one command per key for all of them.
 local function pop_outbox(c, max, out)
   local ids = redis.call('LPOP', K_COUT(c.id), NOW_TEXT.num(max))
   if not ids then return 0 end
   local last = redis.call('ZSCORE', K_CINF(c.id), ids[#ids])  -- before expiry may remove it
+  local blobs = call_many('HMGET', K_MSGS, ids)
+  local redeliveries = call_many('HMGET', K_REDELIV, ids)
+  local firsts = call_many('SMISMEMBER', K_GFIRST, ids)
   local handed = { nil }  -- (made with room for one: see ack.lua's reply)
   for i = 1, #ids do
-    local id = ids[i]
-    local blob = redis.call('HGET', K_MSGS, id)
+    local id, blob = ids[i], blobs[i]
     -- the expiry is all this reads of the message (POLICY_DECODED.head, message.lua: without decoding it
     -- when it can)
     local exp = blob and POLICY_DECODED.head(blob)
@@ -32,15 +35,12 @@ local function pop_outbox(c, max, out)
       handed[#handed + 1] = id
       out[#out + 1] = id
       out[#out + 1] = blob
-      local redeliveries = redis.call('HGET', K_REDELIV, id)
-      out[#out + 1] = redeliveries and tonumber(redeliveries) or 0
-      out[#out + 1] = redis.call('SISMEMBER', K_GFIRST, id)
+      out[#out + 1] = redeliveries[i] and tonumber(redeliveries[i]) or 0
+      out[#out + 1] = firsts[i]
     end
   end
   if last then redis.call('HSET', K_C(c.id), 'rcv', last) end
-  if c.def.ack == 'auto' then
-    for i = 1, #handed do ack_message(c, handed[i]) end
-  end
+  if c.def.ack == 'auto' then ack_messages(c, handed) end
   if c.def.ack == 'auto' or #handed < #ids then room_freed(c.id) end
   return #ids
 end
