@@ -39,15 +39,40 @@ local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')
 -- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
 local out = { nil, nil, nil, nil, nil }
--- What the stored messages add to the destination's counters is written once after the loop, not per
--- message: the enqueued count, and (with no routing plan, whose copies check the usage as they go) the
--- memory charged. The pass cursor is read once: nothing in the loop moves it.
-local stored, charged, cursor = 0, 0, nil
+-- What the messages were before this send: an id still stored (or kept as a repeating job), or enqueued
+-- within the audit window, is a duplicate (§12). Read with one command per key for all the messages; for
+-- one message (a producer's usual send) with the same three commands and no tables.
+local single = #ARGV == 5
+local was_stored, was_job, was_audited, duplicate_one
+if single then
+  local id = ARGV[4]
+  duplicate_one = redis.call('HEXISTS', K_MSGS, id) == 1 or redis.call('HEXISTS', K_SCHED, id) == 1
+                  or (audit and redis.call('ZSCORE', K_AUDIT, id)) or false
+else
+  local ids = {}
+  for i = 4, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+  was_stored = call_many('HMGET', K_MSGS, ids)
+  was_job = call_many('HMGET', K_SCHED, ids)
+  was_audited = audit and call_many('ZMSCORE', K_AUDIT, ids)
+end
+-- ids this send stored, or kept as a job: the same id again in one send is a duplicate
+local now_stored = not single and {} or nil
+-- What the stored messages add to the destination is written once after the loop, not per message: the
+-- messages, their pending and audit entries, the sequence and enqueued counters, and (with no routing
+-- plan, whose copies check the usage as they go) the memory charged.
+local counts = redis.call('HMGET', K_META, 'seq', 'enqueued', 'cursor')
+local seq = tonumber(counts[1]) or 0
+local first_seq = seq
+local stored, charged, lowest = 0, 0, nil
+-- (field, value ... for one HSET; score, member ... for ZADD: made at the size one message takes)
+local msgs, pending, audited = { nil, nil }, { nil, nil }, { nil, nil }
 for i = 4, #ARGV, 2 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
-  if redis.call('HEXISTS', K_MSGS, id) == 1 or redis.call('HEXISTS', K_SCHED, id) == 1
-     or (audit and redis.call('ZSCORE', K_AUDIT, id)) then
-    -- Still stored, or enqueued within the audit window: accepted, not enqueued twice (§12).
+  local k = (i - 2) / 2
+  local duplicate
+  if single then duplicate = duplicate_one
+  else duplicate = was_stored[k] or was_job[k] or (audit and was_audited[k]) or now_stored[id] end
+  if duplicate then
     meta_incr('duplicates')
     emit('duplicate', 'msg', id)
     out[#out + 1] = 'duplicate'
@@ -64,7 +89,11 @@ for i = 4, #ARGV, 2 do
     -- No NoConsumer check here: SchedulerBroker.send keeps the job and does not pass the message on to
     -- the queue (no Queue.messageSent); each firing is checked (fire_scheduled).
     schedule_job(id, blob, m, NOW + (tonumber(m[M_DELAY]) or 0), plan)
-    if audit then redis.call('ZADD', K_AUDIT, redis.call('HGET', K_META, 'seq') or 0, id) end
+    if now_stored then now_stored[id] = true end
+    if audit then
+      audited[#audited + 1] = NOW_TEXT.num(seq)
+      audited[#audited + 1] = id
+    end
     emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[M_DELAY]) or 0), 'period', m[M_PERIOD],
          'repeat', m[M_REPEAT])
     out[#out + 1] = 'scheduled'
@@ -72,28 +101,44 @@ for i = 4, #ARGV, 2 do
     -- copies recorded for the plan's targets (in the call above); nothing is kept here.
     out[#out + 1] = 'forwarded'
   else
-    local seq = meta_incr('seq')
-    redis.call('HSET', K_MSGS, id, blob)
+    seq = seq + 1
+    stored = stored + 1
+    if now_stored then now_stored[id] = true end
+    msgs[#msgs + 1], msgs[#msgs + 2] = id, blob
     FRESH[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
     if plan then memory_charge(#blob) else charged = charged + message_charge(#blob) end  -- includes/flow.lua
     if audit then
-      redis.call('ZADD', K_AUDIT, NOW_TEXT.num(seq), id)
-      if seq % 64 == 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, -audit_depth - 1) end
+      audited[#audited + 1] = NOW_TEXT.num(seq)
+      audited[#audited + 1] = id
     end
     local delay = tonumber(m[M_DELAY]) or 0
+    local score = pending_score(seq, m[M_PRIORITY])
     if delay > 0 then
-      park(id, NOW + delay, pending_score(seq, m[M_PRIORITY]))
+      park(id, NOW + delay, score)
       emit('schedule', 'msg', id, 'at', NOW + delay)
     else
-      cursor = pending_add(id, pending_score(seq, m[M_PRIORITY]), cursor)
+      pending[#pending + 1], pending[#pending + 2] = NOW_TEXT.num(score), id
+      if not lowest or score < lowest then lowest = score end
     end
-    stored = stored + 1
-    emit('enqueue', 'msg', id, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '', 'size', #blob)
+    ADVISE.blob = blob  -- (not in K_MSGS yet: written after the loop)
+    emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '',
+         'size', NOW_TEXT.num(#blob))
     ADVISE.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     out[#out + 1] = 'ok'
   end
 end
-if stored > 0 then meta_incr('enqueued', NOW_TEXT.num(stored)) end
+if stored > 0 then
+  call_many('HSET', K_MSGS, msgs)
+  redis.call('HSET', K_META, 'seq', NOW_TEXT.num(seq), 'enqueued', NOW_TEXT.num((tonumber(counts[2]) or 0) + stored))
+end
+if lowest then pending_add_many(pending, lowest, counts[3]) end
+if #audited > 0 then
+  call_many('ZADD', K_AUDIT, audited)
+  -- trimmed to its depth each time the sequence passes a multiple of 64
+  if audit and math.floor(seq / 64) > math.floor(first_seq / 64) then
+    redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, -audit_depth - 1)
+  end
+end
 if charged > 0 then memory_add(charged) end
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 out[#out + 1] = ''

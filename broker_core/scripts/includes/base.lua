@@ -260,19 +260,21 @@ local function meta_incr(field, by)
 end
 
 -- One command over many members of one key (HDEL, ZREM, HMGET, ...): one call instead of one per member,
--- in chunks (Lua's unpack has a stack limit). Returns the replies joined (the reply itself for one chunk).
-local CALL_CHUNK = 1000
+-- in chunks (Lua's unpack has a stack limit). Returns the reply (of the last chunk), or the array
+-- replies of all chunks joined.
+local CALL_CHUNK = 1000  -- (even: a chunk of field, value pairs ends with a value)
 local function call_many(command, key, members)
   local n = #members
   if n <= CALL_CHUNK then return redis.call(command, key, unpack(members)) end
-  local joined = {}
+  local joined, reply = nil, nil
   for i = 1, n, CALL_CHUNK do
-    local reply = redis.call(command, key, unpack(members, i, math.min(i + CALL_CHUNK - 1, n)))
+    reply = redis.call(command, key, unpack(members, i, math.min(i + CALL_CHUNK - 1, n)))
     if type(reply) == 'table' then
+      joined = joined or {}
       for k = 1, #reply do joined[#joined + 1] = reply[k] end
     end
   end
-  return joined
+  return joined or reply
 end
 
 -- events ActiveMQ advises about become advisory messages.

@@ -19,16 +19,39 @@
 --@include operator
 
 -- Hand message `id` to consumer c: in flight, in its outbox, logged, owner woken. Counters are kept in
--- `c` and `tally` and written once at the end of the chunk (see flush_counts).
-local function deliver(c, id, score, tally, fresh)
-  redis.call('ZREM', K_PENDING, id)
+-- `c` and `tally` and written once at the end of the chunk (see flush_counts). With `writes` (a page of
+-- more than one message) the deliveries' writes are collected and made with one command per key when the
+-- page is done (PAGE.flush: nothing in the pass reads those keys in between); a page of one message
+-- writes at once (collecting costs more tables than it saves commands).
+-- (fields of one table: dispatch_pass is near Lua's limit of 60 upvalues)
+local PAGE = {}
+function PAGE.new() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {} } end
+function PAGE.deliver(c, id, score, tally, fresh, writes)
   PASS_DIRTY.pending = nil
   local digits = NOW_TEXT.num(score)  -- base.lua: the digits of a whole number below 2^53
   if type(digits) ~= 'string' then digits = string.format('%.0f', score) end
-  redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. digits)  -- all digits
   tally.dseq = tally.dseq + 1
-  redis.call('ZADD', K_CINF(c.id), NOW_TEXT.num(tally.dseq), id)
-  local queued = redis.call('RPUSH', K_COUT(c.id), id)
+  if writes then
+    writes.ids[#writes.ids + 1] = id
+    writes.inflight[#writes.inflight + 1] = id
+    writes.inflight[#writes.inflight + 1] = c.id .. '|' .. digits  -- all digits
+    local mine = writes.by_consumer[c]
+    if not mine then
+      mine = { c = c, window = {}, outbox = {} }
+      writes.by_consumer[c] = mine
+      writes.consumers[#writes.consumers + 1] = mine
+    end
+    mine.window[#mine.window + 1] = NOW_TEXT.num(tally.dseq)
+    mine.window[#mine.window + 1] = id
+    mine.outbox[#mine.outbox + 1] = id
+  else
+    redis.call('ZREM', K_PENDING, id)
+    redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. digits)
+    redis.call('ZADD', K_CINF(c.id), NOW_TEXT.num(tally.dseq), id)
+    if redis.call('RPUSH', K_COUT(c.id), id) == 1 and c.def.notify then
+      redis.call('PUBLISH', c.def.notify, c.id)
+    end
+  end
   c.n = c.n + 1
   c.delivered = (c.delivered or 0) + 1
   if c.prefetch == 0 then c.ext = c.ext - 1 end
@@ -37,7 +60,20 @@ local function deliver(c, id, score, tally, fresh)
   -- passed on as stored (only HINCRBY writes it: the digits Redis would make of the number).
   emit('dispatch', 'msg', id, 'consumer', c.id,
        'redeliveries', not fresh and redis.call('HGET', K_REDELIV, id) or '0')
-  if queued == 1 and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
+end
+
+-- The writes PAGE.deliver collected; a consumer whose outbox was empty is woken.
+function PAGE.flush(writes)
+  if not writes or #writes.ids == 0 then return end
+  call_many('ZREM', K_PENDING, writes.ids)
+  call_many('HSET', K_INFLIGHT, writes.inflight)
+  for i = 1, #writes.consumers do
+    local mine = writes.consumers[i]
+    local c = mine.c
+    call_many('ZADD', K_CINF(c.id), mine.window)
+    local queued = call_many('RPUSH', K_COUT(c.id), mine.outbox)
+    if queued == #mine.outbox and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
+  end
 end
 
 -- Returns the destination's counters (field, value, ...) for the caller's one write of K_META.
@@ -139,7 +175,10 @@ local function dispatch_pass(budget)
   end
 
   SLOW_RULE.defer = true  -- until flush_counts (consumers.lua note_slow)
+  local writes = nil  -- the deliveries' writes of the page being examined (PAGE.deliver)
   while true do
+    PAGE.flush(writes)  -- (before anything below reads the pending zset)
+    writes = nil
     local usable, any, free = pass_room(cons, excluded)
     if not any then                             -- everyone is full: the next pass starts at the head
       if PASS_DIRTY.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
@@ -161,6 +200,7 @@ local function dispatch_pass(budget)
     if free + 8 < page then page = free + 8 end
     local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', '0',
                              NOW_TEXT.num(page))
+    if #batch > 2 then writes = PAGE.new() end
     dirty = dirty or PASS_DIRTY.value
     if #batch == 0 then
       -- At the tail: restart from the head if something changed behind the cursor, else rest here.
@@ -225,7 +265,7 @@ local function dispatch_pass(budget)
             end
           end
           if target then
-            deliver(target, id, score, tally, fresh)
+            PAGE.deliver(target, id, score, tally, fresh, writes)
             dispatched = dispatched + 1
             cursor = batch[i + 1]
             if not strict and #cons > 1 and target.id ~= owner then
@@ -258,6 +298,7 @@ local function dispatch_pass(budget)
     end
   end
 
+  PAGE.flush(writes)
   local counts = flush_counts(cons, tally)
   if excluded_changed then
     local passfull = {}

@@ -176,16 +176,16 @@ local function reset_pass()
   PASS_DIRTY.passfull_key = nil
 end
 
--- Put a message into the pending zset; one placed behind the pass cursor needs a restarted pass.
--- Returns the pass cursor (K_META's field, false when unset), which the caller may hand back as `cursor`
--- when nothing can have moved it since: a send reads it once for all its messages.
-local function pending_add(id, score, cursor)
-  redis.call('ZADD', K_PENDING, NOW_TEXT.num(score), id)
+-- Put messages into the pending zset: `entries` is score (as text), id, ... for one ZADD; `lowest` the
+-- lowest score. One placed behind the pass cursor needs a restarted pass. `cursor`: the pass cursor
+-- (K_META's field) when the caller has read it, else it is read here.
+local function pending_add_many(entries, lowest, cursor)
+  call_many('ZADD', K_PENDING, entries)
   PASS_DIRTY.pending = K_PENDING
   if cursor == nil then cursor = redis.call('HGET', K_META, 'cursor') end
-  if cursor and cursor ~= '' and score <= tonumber(cursor) then mark_dirty() end
-  return cursor
+  if cursor and cursor ~= '' and lowest <= tonumber(cursor) then mark_dirty() end
 end
+local function pending_add(id, score) pending_add_many({ NOW_TEXT.num(score), id }, score) end
 
 -- A send's messages checked against the destination's limits before any is stored, so a refused batch
 -- changes nothing: the unpacked messages by argument index (`argv`, the script's ARGV: from 4 on it holds `step` values per message,
