@@ -42,7 +42,7 @@ from broker_core.direct import DirectConnections  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
 from broker_core.operations import ConsumerSpec  # noqa: E402
 from broker_core.scripts import wants_functions  # noqa: E402
-from signalbox.embedded_redis import configured_executable  # noqa: E402
+from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable  # noqa: E402
 
 BATCH = 100
 
@@ -299,7 +299,8 @@ def start_server() -> tuple[subprocess.Popen[bytes], str]:
     folder = tempfile.mkdtemp()
     socket_file = os.path.join(folder, "redis.sock")
     server = subprocess.Popen([configured_executable(), "--port", "0", "--unixsocket", socket_file,
-                               "--save", "", "--appendonly", "no", "--dir", folder],
+                               "--save", "", "--appendonly", "no", "--dir", folder,
+                               *(arg for name, value in ENCODING_SETTINGS for arg in (f"--{name}", value))],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 15
     while not os.path.exists(socket_file):
@@ -338,9 +339,11 @@ def main() -> None:
     info = client.info("server")
     rtt = round_trip_us(client)
     form = "function library" if wants_functions(info) else "EVALSHA scripts"
+    encodings = " ".join(f"{name} {value}" for name, value in ENCODING_SETTINGS)
+    server_desc = args.redis_url or f"{configured_executable()}, unix socket, no persistence, {encodings}"
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, Redis {info['redis_version']} "
-          f"({args.redis_url or configured_executable() + ', unix socket, no persistence'}; {form})")
+          f"({server_desc}; {form})")
     print(f"messages per scenario: {args.messages}, body 256 bytes, prefetch 1000, batch {BATCH}")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average before: {load} (other processes share the machine when this is high)")
