@@ -1,0 +1,125 @@
+"""Redis instructions per message for send + dispatch + ack, counted by callgrind: a measure of the
+scripts' cost that does not move with a virtual machine's speed, so two versions compare exactly.
+
+Usage: python bench/redis_instructions.py [--messages N] [--listpack-entries K]
+
+Starts redis-server (Debian's, or SIGNALBOX_REDIS_SERVER) under `valgrind --tool=callgrind` on a
+loopback port, drives it through `Broker` with one consumer (prefetch N + 10, client-individual acks),
+and prints the instructions Redis executed per message in each phase: `send` of one message (dispatched
+to the waiting consumer in the same call), `ack_and_receive` of one message, and batched (sends of 100,
+a receive of 100, cumulative acks that hand over the next 100). Counters are zeroed before a phase with
+`callgrind_control -z` and read after it with `callgrind_control -d`. Needs Debian's `valgrind` package.
+--listpack-entries sets hash- and zset-max-ziplist-entries (default: what `run` configures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from broker_core.broker import Broker  # noqa: E402
+from broker_core.messages import Message  # noqa: E402
+from broker_core.operations import ConsumerSpec  # noqa: E402
+from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable, free_port  # noqa: E402
+
+BATCH = 100
+BODY = "x" * 256
+
+
+def instructions(pid: int, out_prefix: str) -> int:
+    """Dump callgrind's counters since the last zeroing and return the total."""
+    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
+    newest = max(glob.glob(out_prefix + "*"), key=os.path.getmtime)
+    with open(newest) as dump:
+        for line in dump:
+            if line.startswith("summary:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no summary in {newest}")
+
+
+def measure(client: redis.Redis, pid: int, out_prefix: str, n: int) -> dict[str, float]:
+    def zero() -> None:
+        subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+
+    broker = Broker(client, "ir")
+    c = broker.add_consumer("one", ConsumerSpec(prefetch=n + 10, ack_mode="client-individual"))
+    for _ in range(20):  # warm-up: the library loaded, the destination made, the caches filled
+        broker.send("one", Message(body=BODY))
+    got = broker.receive(c, 1)
+    for _ in range(10):
+        got = broker.ack_and_receive(c, got[0].message_id, 1)
+    figures = {}
+    zero()
+    for _ in range(n):
+        broker.send("one", Message(body=BODY))
+    figures["send"] = instructions(pid, out_prefix) / n
+    zero()
+    for _ in range(n):
+        got = broker.ack_and_receive(c, got[0].message_id, 1)
+    figures["ack_and_receive"] = instructions(pid, out_prefix) / n
+    figures["one per call"] = figures["send"] + figures["ack_and_receive"]
+    batched = broker.add_consumer("many", ConsumerSpec(prefetch=1000, ack_mode="client"))
+    broker.send("many", [Message(body=BODY) for _ in range(BATCH)])  # warm-up
+    got = broker.receive(batched, BATCH)
+    broker.ack_and_receive(batched, got[-1].message_id, BATCH, mode="cumulative")
+    zero()
+    rounds = max(n // BATCH, 2)
+    for _ in range(rounds):
+        broker.send("many", [Message(body=BODY) for _ in range(BATCH)])
+    got = broker.receive(batched, BATCH)
+    done = 0
+    while got:
+        done += len(got)
+        got = broker.ack_and_receive(batched, got[-1].message_id, BATCH, mode="cumulative")
+    figures["batched"] = instructions(pid, out_prefix) / done
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=300)
+    parser.add_argument("--listpack-entries", type=int, default=int(dict(ENCODING_SETTINGS)[
+        "hash-max-ziplist-entries"]))
+    args = parser.parse_args()
+    folder = tempfile.mkdtemp()
+    out_prefix = os.path.join(folder, "callgrind.out")
+    port = free_port()
+    entries = str(args.listpack_entries)
+    server = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_prefix}", configured_executable(),
+         "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", folder,
+         "--hash-max-ziplist-entries", entries, "--zset-max-ziplist-entries", entries],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port, socket_timeout=600)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    sys.exit("could not start redis-server under valgrind (is valgrind installed?)")
+                time.sleep(0.5)
+        info = client.info("server")
+        print(f"Redis {info['redis_version']} ({configured_executable()}) under callgrind, "
+              f"listpacks up to {entries} entries, {args.messages} messages per phase, body 256 bytes")
+        for name, value in measure(client, server.pid, out_prefix, args.messages).items():
+            print(f"{name:<20} {value / 1000:8.1f} k instructions per message")
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    main()
