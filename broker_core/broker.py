@@ -130,7 +130,9 @@ class _Api:
              *, tx: str | None = None) -> Any:
         """Send one message, or several in order in one call; returns the message ids. A client-side
         composite (`A,B,topic://C`) sends to every part (broker_core/virtual.py)."""
-        parts = virtual.split_composite(destination) if isinstance(destination, str) else None
+        parts = None
+        if isinstance(destination, str) and "," in destination:  # (split_composite's None otherwise)
+            parts = virtual.split_composite(destination)
         if parts is not None:
             return self._run(virtual.send_composite(self.ops, parts, _messages(message), self._now(), tx))
         dest, batch = _dest(destination), _messages(message)

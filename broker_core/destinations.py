@@ -46,6 +46,9 @@ class Destination:
     """A queue or topic. `name` may be a wildcard pattern (`orders.*`, `orders.>`); see `is_wildcard`.
 
     Constructing one validates the name (wildcards allowed); `parse_destination` is the usual way in.
+    `uri`, `tag` and `is_wildcard` are worked out once per object (functools.cached_property keeps them
+    in the instance, past the frozen __setattr__): every call of the API asks for them, on the same
+    objects `parse_destination` keeps.
     """
 
     kind: DestinationKind
@@ -58,11 +61,11 @@ class Destination:
             )
         _check_name(self.name, allow_wildcards=True)
 
-    @property
+    @functools.cached_property
     def uri(self) -> str:
         return f"{self.kind}://{self.name}"
 
-    @property
+    @functools.cached_property
     def tag(self) -> str:
         """The Redis hash tag content, e.g. `q:orders.eu`; keys embed it as `{q:orders.eu}`."""
         return f"{_TAG_PREFIX[self.kind]}:{self.name}"
@@ -79,7 +82,7 @@ class Destination:
     def segments(self) -> tuple[str, ...]:
         return tuple(self.name.split(SEPARATOR))
 
-    @property
+    @functools.cached_property
     def is_wildcard(self) -> bool:
         return any(s in (ANY_CHILD, ANY_DESCENDANT) for s in self.segments)
 

@@ -528,7 +528,8 @@ class Operations:
             args += [message_id, blob]
         reply = yield from flow.send_when_space(self, dest, now, args)  # waits or raises when full
         split = reply.index(b"")
-        yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
+        if int(reply[split + 2]):  # (nothing to finish, the usual case: no generator to make and run)
+            yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
         return [SentId(message_id, _str(status)) for message_id, status in zip(args[2::2], reply[:split],
                                                                                   strict=True)]
 
@@ -573,9 +574,10 @@ class Operations:
         if not 1 <= max_messages <= MAX_RECEIVE:
             raise InvalidConsumer(f"max_messages must be 1-{MAX_RECEIVE}, got {max_messages}",
                                   field="max_messages")
-        dest = yield from self.home(consumer)
+        dest = (yield from self.home(consumer)) if consumer.destination.is_topic else consumer.destination
         reply = yield from self._eval("receive", dest, now, 0, consumer.consumer_id, max_messages, lease_ms)
-        yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
+        if int(reply[1]):
+            yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
         return _deliveries(consumer, reply, 3)
 
     def cancel_pull(self, consumer: ConsumerRef, now: int) -> Op:
@@ -587,9 +589,11 @@ class Operations:
         acknowledged and, when `receive` > 0, up to that many next messages for the consumer."""
         if not message_ids:
             raise NotInFlight("no message id given to acknowledge")
-        dest = yield from self.home(consumer)
+        # (a queue consumer's home is its queue: no generator for that, the usual case)
+        dest = (yield from self.home(consumer)) if consumer.destination.is_topic else consumer.destination
         reply = yield from self._eval("ack", dest, now, 0, consumer.consumer_id, mode, receive, *message_ids)
-        yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
+        if int(reply[2]):  # (nothing to finish, the usual case)
+            yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0]), _deliveries(consumer, reply, 4)
 
     def nack(self, consumer: ConsumerRef, message_ids: list[str], poison: bool, now: int,

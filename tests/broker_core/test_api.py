@@ -91,3 +91,14 @@ async def test_every_async_call_gives_what_the_blocking_one_gives(broker, redis_
         assert await aio.remove_message("orders", m) is False
     finally:
         await client.aclose()
+
+
+def test_a_send_of_no_messages_stores_nothing_and_a_batch_with_a_repeated_id_stores_it_once(broker):
+    assert broker.send("q.empty", []) == []
+    assert broker.stats("q.empty").enqueued == 0
+    same = "ID:same"
+    batch = [Message(body="a", message_id=same), Message(body="b", message_id=same), Message(body="c")]
+    sent = broker.send("q.empty", batch)
+    assert [s.status for s in sent] == ["ok", "duplicate", "ok"]
+    c = consumer(broker, "q.empty")
+    assert [d.body for d in broker.receive(c, 10)] == ["a", "c"]

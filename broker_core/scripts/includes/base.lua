@@ -265,6 +265,7 @@ end
 local CALL_CHUNK = 1000  -- (even: a chunk of field, value pairs ends with a value)
 local function call_many(command, key, members)
   local n = #members
+  if n == 0 then return {} end  -- (nothing to do; Redis refuses the command without members)
   if n <= CALL_CHUNK then return redis.call(command, key, unpack(members)) end
   local joined, reply = nil, nil
   for i = 1, n, CALL_CHUNK do
