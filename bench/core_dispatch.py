@@ -11,8 +11,9 @@ Prints the machine and settings first so figures can be compared.
 
 --concurrent adds, for the one-consumer scenario, the way broker benchmarks (ActiveMQ's among them)
 measure throughput: producer processes and consumer processes at the same time (`--pairs`, default 1
-and 4 of each; each consumer process is its own consumer on the queue), each one message per call
-(`send` of one; `ack_and_receive` of one), from the first send to the last acknowledgement. It also
+and 4 of each; each consumer process is its own consumer on the queue), one message per call (`send` of
+one; `ack_and_receive` of one) and then batched (`send` of 100; `ack_and_receive` acknowledging the last
+received cumulatively and taking up to 100), from the first send to the last acknowledgement. It also
 runs producer and consumer tasks in one asyncio process through AsyncBroker (`--tasks`, default 4 and 16
 of each), as the gateways serve many clients: concurrent calls share the broker's one connection.
 """
@@ -109,46 +110,52 @@ def _client(target: tuple[str, str]) -> redis.Redis:
     return redis.Redis.from_url(where) if kind == "url" else redis.Redis(unix_socket_path=where)
 
 
-def _produce(target: tuple[str, str], namespace: str, n: int, start: object, done: object) -> None:
+def _produce(target: tuple[str, str], namespace: str, n: int, batch: int, start: object,
+             done: object) -> None:
     broker = Broker(_client(target), namespace)
     start.wait()  # type: ignore[attr-defined]
-    for _ in range(n):
-        broker.send("bench", Message(body="x" * 256))
+    for _ in range(n // batch):
+        broker.send("bench", [Message(body="x" * 256) for _ in range(batch)] if batch > 1
+                    else Message(body="x" * 256))
     done.put(("producer", time.perf_counter()))  # type: ignore[attr-defined]
 
 
-def _consume(target: tuple[str, str], namespace: str, consumer: object, n: int, received: object,
+def _consume(target: tuple[str, str], namespace: str, consumer: object, n: int, batch: int, received: object,
              start: object, done: object) -> None:
-    """Until the consumers together have received n: acknowledge the last one and take the next in one
-    call, polling while the producers are behind."""
+    """Until the consumers together have received n: acknowledge what was received last and take up to
+    `batch` more in one call (one message: an individual ack; more: a cumulative ack of the last one); when
+    the producers are behind and nothing came, wait a millisecond before asking again."""
     broker = Broker(_client(target), namespace)
     start.wait()  # type: ignore[attr-defined]
     got: list = []
     while received.value < n:  # type: ignore[attr-defined]
-        got = broker.ack_and_receive(consumer, got[0].message_id, 1) if got else broker.receive(consumer, 1)
+        got = (broker.ack_and_receive(consumer, got[-1].message_id, batch) if got
+               else broker.receive(consumer, batch))
         if got:
             with received.get_lock():  # type: ignore[attr-defined]
-                received.value += 1  # type: ignore[attr-defined]
+                received.value += len(got)  # type: ignore[attr-defined]
+        else:
+            time.sleep(0.001)
     if got:
-        broker.ack(consumer, got[0].message_id)
+        broker.ack(consumer, got[-1].message_id)
     done.put(("consumer", time.perf_counter()))  # type: ignore[attr-defined]
 
 
 def run_concurrent(client: redis.Redis, target: tuple[str, str], n: int,
-                   pairs: int = 1) -> tuple[float, float]:
+                   pairs: int = 1, batch: int = 1) -> tuple[float, float]:
     """`pairs` producer processes and as many consumer processes (each its own consumer on the queue) at
-    the same time, one message per call each. Returns (messages per second end to end, the producers'
-    own send rate)."""
+    the same time, `batch` messages per call each (1: one message per call). Returns (messages per second
+    end to end, the producers' own send rate)."""
     broker = fresh(client)
-    consumers = [broker.add_consumer("bench", ConsumerSpec(prefetch=1000, ack_mode="client-individual"))
-                 for _ in range(pairs)]
+    consumers = [broker.add_consumer("bench", ConsumerSpec(
+        prefetch=1000, ack_mode="client-individual" if batch == 1 else "client")) for _ in range(pairs)]
     ctx = multiprocessing.get_context("fork")
     start, done, received = ctx.Event(), ctx.Queue(), ctx.Value("l", 0)
-    share = n // pairs
-    procs = [ctx.Process(target=_produce, args=(target, broker.namespace, share, start, done))
+    share = n // pairs // batch * batch
+    procs = [ctx.Process(target=_produce, args=(target, broker.namespace, share, batch, start, done))
              for _ in range(pairs)]
-    procs += [ctx.Process(target=_consume, args=(target, broker.namespace, c, share * pairs, received, start,
-                                                 done)) for c in consumers]
+    procs += [ctx.Process(target=_consume, args=(target, broker.namespace, c, share * pairs, batch, received,
+                                                 start, done)) for c in consumers]
     for p in procs:
         p.start()
     time.sleep(0.5)  # all connected and waiting
@@ -368,6 +375,12 @@ def main() -> None:
                 what = ("1 producer and 1 consumer process at once" if pairs == 1 else
                         f"{pairs} producer and {pairs} consumer processes at once")
                 print(f"{what:<65} {'one per call':<13} "
+                      f"{rate:>9,.0f} msgs/s (the producers alone sent {produced:,.0f} msgs/s)")
+            for pairs in args.pairs:
+                rate, produced = run_concurrent(client, target, args.messages, pairs, BATCH)
+                what = ("1 producer and 1 consumer process at once" if pairs == 1 else
+                        f"{pairs} producer and {pairs} consumer processes at once")
+                print(f"{what:<65} {'batched':<13} "
                       f"{rate:>9,.0f} msgs/s (the producers alone sent {produced:,.0f} msgs/s)")
             for tasks in args.tasks:
                 rate, produced = run_concurrent_async(client, target, args.messages // 4, tasks)

@@ -4,66 +4,32 @@ local M_CORRELATION, M_REPLY_TO, M_TYPE, M_GROUP, M_GROUP_SEQ = 6, 7, 8, 9, 10
 local M_CONNECTION, M_PROPS, M_CONTENT_TYPE, M_BODY_KIND, M_BODY = 11, 12, 13, 14, 15
 local M_USER, M_ORIG_DEST, M_DELAY, M_PERIOD, M_REPEAT = 16, 17, 18, 19, 20
 
+-- A packed message is one msgpack array; Python packs it as an array16 (tag 0xdc, then a 2-byte length).
+-- cmsgpack.unpack builds the decoded table one element at a time (regrowing it at each power of two),
+-- which costs several times what decoding the elements does. Its elements are also a sequence of msgpack
+-- values starting after that 3-byte header: unpack_limit returns them as values, and a table made from
+-- them is made at its size (same values, same indexes). Anything else is decoded by cmsgpack.unpack.
 local function unpack_message(blob)
+  local tag, high, low = string.byte(blob, 1, 3)
+  if tag == 0xdc and low then return { select(2, cmsgpack.unpack_limit(blob, high * 256 + low, 3)) } end
   return cmsgpack.unpack(blob)
 end
 
 -- The fields the dispatch loop and the expiry check read, without decoding the whole message (its body,
 -- its properties): expiration (as is_expired reads it), and with `group` also the group id, group sequence
--- and connection (M_GROUP, M_GROUP_SEQ, M_CONNECTION as unpack_message gives them). Only for the layout
--- Python packs a message in when its correlation id, reply-to and type are unset (an array16 whose first
--- elements are small integers, a boolean, a uint64 timestamp, ...); for anything else nil, and the caller
--- decodes the message whole. Few calls into C (each costs about as much as ten table reads), no table.
+-- and connection (M_GROUP, M_GROUP_SEQ, M_CONNECTION as unpack_message gives them): the first fields of
+-- the array decoded as values (see unpack_message), no table. nil for a message not packed as Python
+-- packs it; the caller then decodes it whole.
 -- (A field of base.lua's POLICY_DECODED, not a local: see the top of base.lua.)
 function POLICY_DECODED.head(blob, group)
-  local byte = string.byte
-  -- 1-3 array16 header, 4 version, 5 priority, 6 persistent, 7 timestamp's uint64 tag (8-15), 16 expiration
-  local h1, h2, h3, ver, pri, pers, tag, _, _, _, _, _, _, _, _, x = byte(blob, 1, 16)
-  if h1 ~= 0xdc or x == nil or h2 * 256 + h3 < 11 or ver > 0x7f or pri > 0x7f
-     or (pers ~= 0xc2 and pers ~= 0xc3) or tag ~= 0xcf then
-    return nil
+  local tag, high, low = string.byte(blob, 1, 3)
+  if tag ~= 0xdc or not low or high * 256 + low < M_CONNECTION then return nil end
+  if not group then
+    local _, _, _, _, _, exp = cmsgpack.unpack_limit(blob, M_EXPIRATION, 3)
+    return tonumber(exp) or 0
   end
-  local exp, p
-  if x <= 0x7f then
-    exp, p = x, 17
-  elseif x == 0xcf then
-    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(blob, 17, 24)
-    if b8 == nil then return nil end
-    -- both halves exact, one rounding: the double cmsgpack makes of the uint64
-    exp = (((b1 * 0x100 + b2) * 0x100 + b3) * 0x100 + b4) * 0x100000000
-          + (((b5 * 0x100 + b6) * 0x100 + b7) * 0x100 + b8)
-    p = 25
-  else
-    return nil
-  end
-  if not group then return exp end
-  -- correlation id, reply-to, type unset (nil), then the group id: nil or a fixstr
-  local c6, c7, c8, g = byte(blob, p, p + 3)
-  if c6 ~= 0xc0 or c7 ~= 0xc0 or c8 ~= 0xc0 or g == nil then return nil end
-  local gid = nil
-  p = p + 4
-  if g >= 0xa0 and g <= 0xbf then
-    gid = string.sub(blob, p, p + g - 0xa1)
-    p = p + g - 0xa0
-  elseif g ~= 0xc0 then
-    return nil
-  end
-  -- the group sequence: a fixint (positive or negative); the connection: nil or a fixstr
-  local sq, cn = byte(blob, p, p + 1)
-  if cn == nil then return nil end
-  if sq >= 0xe0 then
-    sq = sq - 256
-  elseif sq > 0x7f then
-    return nil
-  end
-  local conn = nil
-  if cn >= 0xa0 and cn <= 0xbf then
-    if p + 1 + cn - 0xa0 > #blob then return nil end
-    conn = string.sub(blob, p + 2, p + 1 + cn - 0xa0)
-  elseif cn ~= 0xc0 then
-    return nil
-  end
-  return exp, gid, sq, conn
+  local _, _, _, _, _, exp, _, _, _, gid, seq, conn = cmsgpack.unpack_limit(blob, M_CONNECTION, 3)
+  return tonumber(exp) or 0, gid, tonumber(seq) or 0, conn
 end
 
 -- Messages this script call stored (id -> {packed, unpacked}), so the dispatch chunk that follows a
