@@ -7,7 +7,9 @@ Starts redis-server (Debian's, or SIGNALBOX_REDIS_SERVER) under `valgrind --tool
 loopback port, drives it through `Broker` with one consumer (prefetch N + 10, client-individual acks),
 and prints the instructions Redis executed per message in each phase: `send` of one message (dispatched
 to the waiting consumer in the same call), `ack_and_receive` of one message, and batched (sends of 100,
-a receive of 100, cumulative acks that hand over the next 100). Counters are zeroed before a phase with
+a receive of 100, cumulative acks that hand over the next 100), and sends of one message by 16 concurrent
+asyncio tasks through one AsyncBroker, which groups them (broker_core/coalesce.py; the messages per script
+call are printed, as they depend on timing). Counters are zeroed before a phase with
 `callgrind_control -z` and read after it with `callgrind_control -d`. Needs Debian's `valgrind` package.
 --listpack-entries sets hash- and zset-max-ziplist-entries (default: what `run` configures).
 """
@@ -15,6 +17,7 @@ a receive of 100, cumulative acks that hand over the next 100). Counters are zer
 from __future__ import annotations
 
 import argparse
+import asyncio
 import glob
 import os
 import subprocess
@@ -24,16 +27,19 @@ import time
 from pathlib import Path
 
 import redis
+import redis.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from broker_core.broker import Broker  # noqa: E402
+from broker_core.broker import AsyncBroker, Broker  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
 from broker_core.operations import ConsumerSpec  # noqa: E402
+from broker_core.policy import PolicyStore  # noqa: E402
 from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable, free_port  # noqa: E402
 
 BATCH = 100
 BODY = "x" * 256
+GROUP_SIZE = "messages per grouped send call"
 
 
 def instructions(pid: int, out_prefix: str) -> int:
@@ -82,7 +88,34 @@ def measure(client: redis.Redis, pid: int, out_prefix: str, n: int) -> dict[str,
         done += len(got)
         got = broker.ack_and_receive(batched, got[-1].message_id, BATCH, mode="cumulative")
     figures["batched"] = instructions(pid, out_prefix) / done
+    figures["send, 16 concurrent senders"], figures[GROUP_SIZE] = asyncio.run(
+        grouped_sends(client, pid, out_prefix, n, broker.policies))
     return figures
+
+
+async def grouped_sends(client: redis.Redis, pid: int, out_prefix: str, n: int,
+                        policies: PolicyStore) -> tuple[float, float]:
+    """Sends of one message by 16 concurrent tasks through one AsyncBroker, which groups those that wait
+    for a send under way into one script call (broker_core/coalesce.py); each dispatched to the waiting
+    consumer. Returns (instructions per message, messages per send script call)."""
+    tasks = 16
+    aclient = redis.asyncio.Redis(port=client.connection_pool.connection_kwargs["port"], socket_timeout=600)
+    aio = AsyncBroker(aclient, "ir", policies=policies)
+    await aio.add_consumer("grouped", ConsumerSpec(prefetch=n + 10 * tasks, ack_mode="client-individual"))
+    await asyncio.gather(*(aio.send("grouped", Message(body=BODY)) for _ in range(2 * tasks)))  # warm-up
+    calls_before = client.info("commandstats")["cmdstat_fcall"]["calls"]
+    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+
+    async def producer() -> None:
+        for _ in range(n // tasks):
+            await aio.send("grouped", Message(body=BODY))
+
+    await asyncio.gather(*(producer() for _ in range(tasks)))
+    per_message = instructions(pid, out_prefix) / (n // tasks * tasks)
+    calls = client.info("commandstats")["cmdstat_fcall"]["calls"] - calls_before - 1  # (INFO's own: none)
+    await aio.aclose()
+    await aclient.aclose()
+    return per_message, n // tasks * tasks / max(calls, 1)
 
 
 def main() -> None:
@@ -115,7 +148,11 @@ def main() -> None:
         print(f"Redis {info['redis_version']} ({configured_executable()}) under callgrind, "
               f"listpacks up to {entries} entries, {args.messages} messages per phase, body 256 bytes")
         for name, value in measure(client, server.pid, out_prefix, args.messages).items():
-            print(f"{name:<20} {value / 1000:8.1f} k instructions per message")
+            if name == GROUP_SIZE:
+                print(f"  ({value:.1f} messages per send script call: AsyncBroker groups concurrent sends, "
+                      "broker_core/coalesce.py)")
+            else:
+                print(f"{name:<30} {value / 1000:8.1f} k instructions per message")
     finally:
         server.terminate()
         server.wait(timeout=60)

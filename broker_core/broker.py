@@ -17,6 +17,7 @@ import redis.asyncio
 
 from . import advisory, errors, topic_ops, virtual
 from .clock import Clock, SystemClock
+from .coalesce import SendCoalescer
 from .destinations import Destination, parse_destination, require_concrete
 from .direct import DirectConnections
 from .flow import Sleep
@@ -475,6 +476,20 @@ class AsyncBroker(_Api):
         # Script calls and transactions share one connection (multiplexed.py), or go through redis-py
         # for a client that connection cannot copy.
         self.link = MultiplexedConnection.for_client(client)
+        self._sends = SendCoalescer(self._send_packed)
+
+    async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
+                   *, tx: str | None = None) -> list[str]:
+        """As Broker.send; concurrent sends to one queue share a script call (coalesce.py)."""
+        if tx is None and not (isinstance(destination, str) and "," in destination):
+            dest, batch = _dest(destination), _messages(message)
+            if dest.is_queue and batch:
+                now = self._now()
+                return await self._sends.send(dest, [m.pack(now) for m in batch])
+        return await super().send(destination, message, tx=tx)
+
+    async def _send_packed(self, dest: Destination, packed: list[tuple[str, bytes]]) -> list[str]:
+        return await self._run(self.ops.send_packed(dest, packed, self._now()))
 
     async def _uses_functions(self) -> bool:
         if self._functions is None:

@@ -522,9 +522,14 @@ class Operations:
         require_concrete(dest, "send to")
         if dest.is_topic:
             return (yield from topic_ops.send(self, dest, messages, now, also))  # also
+        return (yield from self.send_packed(dest, [message.pack(now) for message in messages], now, also))
+
+    def send_packed(self, dest: Destination, packed: list[tuple[str, bytes]], now: int,
+                    also: tuple[Destination, ...] = ()) -> Op:
+        """`send` to a queue of messages packed already (Message.pack: id, bytes). A limit the script
+        checks (size, properties, memory) refuses all of them before anything is stored."""
         args: list[Any] = [0, (yield from virtual.origin(self, dest, "producer", also))]
-        for message in messages:
-            message_id, blob = message.pack(now)
+        for message_id, blob in packed:
             args += [message_id, blob]
         reply = yield from flow.send_when_space(self, dest, now, args)  # waits or raises when full
         split = reply.index(b"")
