@@ -17,13 +17,14 @@ import redis.asyncio
 
 from . import advisory, errors, topic_ops, virtual
 from .clock import Clock, SystemClock
-from .coalesce import SendCoalescer
+from .coalesce import Coalescer
 from .destinations import Destination, parse_destination, require_concrete
 from .direct import DirectConnections
-from .flow import Sleep
+from .flow import ResourceAllocationError, Sleep
 from .messages import Delivery, Message
 from .multiplexed import MultiplexedConnection
 from .operations import (
+    AckRequest,
     Command,
     Consumer,
     ConsumerRef,
@@ -61,6 +62,8 @@ _ERRORS: dict[str, type[errors.BrokerError]] = {
     "NO_SUBSCRIPTION": errors.UnknownSubscription,
     "TOPIC_REPEAT": errors.InvalidMessage,
 }
+
+Packed = list[tuple[str, bytes]]  # messages as Message.pack gives them: (id, bytes)
 
 _ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "transacted": "individual"}
 
@@ -476,7 +479,11 @@ class AsyncBroker(_Api):
         # Script calls and transactions share one connection (multiplexed.py), or go through redis-py
         # for a client that connection cannot copy.
         self.link = MultiplexedConnection.for_client(client)
-        self._sends = SendCoalescer(self._send_packed)
+        # concurrent sends, and acks of different consumers, to one queue share script calls (coalesce.py)
+        self._sends: Coalescer[Packed, list[str]] = Coalescer(
+            self._send_groups, (errors.InvalidMessage, ResourceAllocationError), size=len)
+        self._acks: Coalescer[AckRequest, tuple[int, list[Delivery]]] = Coalescer(
+            self._ack_groups, (errors.UnknownConsumer, errors.NotInFlight), tag=lambda r: r[0].consumer_id)
 
     async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
                    *, tx: str | None = None) -> list[str]:
@@ -485,11 +492,40 @@ class AsyncBroker(_Api):
             dest, batch = _dest(destination), _messages(message)
             if dest.is_queue and batch:
                 now = self._now()
-                return await self._sends.send(dest, [m.pack(now) for m in batch])
+                return await self._sends.run(dest, [m.pack(now) for m in batch])  # (a bad one fails here)
         return await super().send(destination, message, tx=tx)
 
-    async def _send_packed(self, dest: Destination, packed: list[tuple[str, bytes]]) -> list[str]:
-        return await self._run(self.ops.send_packed(dest, packed, self._now()))
+    async def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
+                  tx: str | None = None) -> int:
+        """As Broker.ack; acks of different consumers of one queue share a script call (coalesce.py)."""
+        ids = [message_id] if isinstance(message_id, str) else list(message_id)
+        if tx is None and ids and consumer.destination.is_queue:
+            request = (consumer, ids, self._ack_mode(consumer, mode, tx), 0)
+            return (await self._acks.run(consumer.destination, request))[0]
+        return await super().ack(consumer, message_id, mode=mode, tx=tx)
+
+    async def ack_and_receive(self, consumer: ConsumerRef, message_id: str | list[str], max_messages: int = 1,
+                              *, mode: str | None = None) -> list[Delivery]:
+        """As Broker.ack_and_receive; grouped like `ack`."""
+        ids = [message_id] if isinstance(message_id, str) else list(message_id)
+        if ids and consumer.destination.is_queue:
+            request = (consumer, ids, self._ack_mode(consumer, mode, None), max_messages)
+            return (await self._acks.run(consumer.destination, request))[1]
+        return await super().ack_and_receive(consumer, message_id, max_messages, mode=mode)
+
+    async def _send_groups(self, dest: Destination, groups: list[Packed]) -> list[list[str]]:
+        """One send of the grouped sends' messages; each its own ids."""
+        sent = await self._run(self.ops.send_packed(dest, [m for packed in groups for m in packed],
+                                                    self._now()))
+        out, start = [], 0
+        for packed in groups:
+            out.append(sent[start:start + len(packed)])
+            start += len(packed)
+        return out
+
+    async def _ack_groups(self, dest: Destination,
+                          requests: list[AckRequest]) -> list[tuple[int, list[Delivery]]]:
+        return await self._run(self.ops.ack_many(dest, requests, self._now()))
 
     async def _uses_functions(self) -> bool:
         if self._functions is None:

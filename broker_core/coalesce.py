@@ -1,63 +1,66 @@
-"""Concurrent sends to one queue share a script call (AsyncBroker's group commit).
+"""Concurrent calls to one queue share a script call (AsyncBroker's group commit).
 
-The gateways serve many producers through one AsyncBroker, most of them sending one message per call. A
-script call costs the same fixed work whatever it carries (reading the destination's state, the
-consumers, the dispatch pass), so while a send to a queue is under way, the sends to that queue that
-arrive meanwhile wait for it and then go together, in arrival order, as one `send` of all their messages:
-one atomic transition, each caller getting the ids and statuses of its own messages. A send that finds
-nothing under way goes at once, so a lone producer waits for nobody.
+The gateways serve many producers and consumers through one AsyncBroker, most of them sending or
+acknowledging one message per call. A script call costs much the same fixed work whatever it carries
+(reading the destination's state, the consumers, a dispatch chunk), so while a call of one kind to a queue
+is under way, the calls of that kind to that queue that arrive meanwhile wait for it and then go
+together, in arrival order, as one script call: one atomic transition, each caller getting its own
+result. A call that finds nothing under way goes at once, so a lone caller waits for nobody. AsyncBroker
+groups sends (one `send` of all their messages) and acks of different consumers (one `ack` naming each
+consumer once; two acks of one consumer never share a call, so each sees the other done or not begun).
 
-What each caller would have seen on its own is kept: a message that fails validation fails its own send
-before anything is grouped (Message.pack), and a group the script refuses before storing anything (a
-size or property limit, producer flow control) is sent again one caller at a time, so each gets its own
-outcome. Any other failure is every member's, as it would be for a single call that failed half-way.
+What each caller would have seen on its own is kept: a group the script refuses before changing anything
+(a send over a size, property or memory limit; an ack of a message not in flight) is run again one caller
+at a time, so only the call at fault fails, or waits. Any other failure is every member's, as it would be
+for a single call that failed half-way.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, Generic, TypeVar
 
 from .destinations import Destination
-from .errors import InvalidMessage
-from .flow import ResourceAllocationError
 
-# Refusals the send script makes before it stores anything: the group is retried caller by caller.
-REFUSED_WHOLE = (InvalidMessage, ResourceAllocationError)
-# At most this many messages in one grouped call (what a batched send carries in the benchmarks).
-GROUP_MESSAGES = 100
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
-Packed = list[tuple[str, bytes]]
+# At most this much in one grouped call (what a batched send carries in the benchmarks).
+GROUP_LIMIT = 100
 
 
-class SendCoalescer:
-    """`send(dest, packed)` through `store(dest, packed)` (one send script call, returning the sent ids),
-    grouping the sends to a queue that arrive while one to it is under way."""
+class Coalescer(Generic[Item, Result]):
+    """`run(dest, item)` through `store(dest, items)`, one script call returning each item's result in
+    order, grouping the items for a queue that arrive while a call for it is under way. `refused`: the
+    errors `store` raises only before it changed anything. `size`: what an item counts towards
+    GROUP_LIMIT. `tag`: items with the same tag (not None) never share a call."""
 
-    def __init__(self, store: Callable[[Destination, Packed], Awaitable[list[Any]]]) -> None:
-        self._store = store
+    def __init__(self, store: Callable[[Destination, list[Item]], Awaitable[list[Result]]],
+                 refused: tuple[type[Exception], ...], size: Callable[[Item], int] = lambda item: 1,
+                 tag: Callable[[Item], Hashable | None] = lambda item: None) -> None:
+        self._store, self._refused, self._size, self._tag = store, refused, size, tag
         # by event loop and queue (a broker may serve one loop after another: each has its own calls)
-        self._waiting: dict[tuple[Any, Destination], list[tuple[Packed, asyncio.Future[list[Any]]]]] = {}
+        self._waiting: dict[tuple[Any, Destination], list[tuple[Item, asyncio.Future[Result]]]] = {}
         self._busy: set[tuple[Any, Destination]] = set()
         self._tasks: set[asyncio.Task[None]] = set()  # running groups (asyncio keeps only weak references)
 
-    async def send(self, dest: Destination, packed: Packed) -> list[Any]:
+    async def run(self, dest: Destination, item: Item) -> Result:
         loop = asyncio.get_running_loop()
         key = (loop, dest)
-        if key not in self._busy:  # nothing under way: this send goes at once
+        if key not in self._busy:  # nothing under way: this call goes at once
             self._busy.add(key)
             try:
-                return await self._store(dest, packed)
+                return (await self._store(dest, [item]))[0]
             finally:
                 self._next(key)
-        future: asyncio.Future[list[Any]] = loop.create_future()
-        self._waiting.setdefault(key, []).append((packed, future))
+        future: asyncio.Future[Result] = loop.create_future()
+        self._waiting.setdefault(key, []).append((item, future))
         return await future
 
     def _next(self, key: tuple[Any, Destination]) -> None:
-        """The call under way is done: the sends that waited for it go next, together, else the queue is
-        free for the next send to go at once."""
+        """The call under way is done: the calls that waited for it go next, together, else the queue is
+        free for the next call to go at once."""
         if self._waiting.get(key):
             task = key[0].create_task(self._flush(key))
             self._tasks.add(task)
@@ -66,35 +69,38 @@ class SendCoalescer:
             self._busy.discard(key)
 
     async def _flush(self, key: tuple[Any, Destination]) -> None:
-        dest = key[1]
-        waiting = [(packed, future) for packed, future in self._waiting.pop(key) if not future.cancelled()]
+        waiting = [(item, future) for item, future in self._waiting.pop(key) if not future.cancelled()]
         try:
-            group: list[tuple[Packed, asyncio.Future[list[Any]]]] = []
-            size = 0
-            for packed, future in waiting:
-                if group and size + len(packed) > GROUP_MESSAGES:
-                    await self._send_group(dest, group)
-                    group, size = [], 0
-                group.append((packed, future))
-                size += len(packed)
-            if group:
-                await self._send_group(dest, group)
+            while waiting:
+                group, later, size, tags = [], [], 0, set()
+                for item, future in waiting:
+                    tag = self._tag(item)
+                    if (group and size + self._size(item) > GROUP_LIMIT) or later or tag in tags:
+                        later.append((item, future))  # (arrival order kept: what follows waits too)
+                        continue
+                    group.append((item, future))
+                    size += self._size(item)
+                    if tag is not None:
+                        tags.add(tag)
+                await self._run_group(key[1], group)
+                waiting = later
         finally:
             self._next(key)
 
-    async def _send_group(self, dest: Destination,
-                          group: list[tuple[Packed, asyncio.Future[list[Any]]]]) -> None:
+    async def _run_group(self, dest: Destination, group: list[tuple[Item, asyncio.Future[Result]]]) -> None:
         try:
-            sent = await self._store(dest, [message for packed, _ in group for message in packed])
-        except REFUSED_WHOLE as exc:
+            results = await self._store(dest, [item for item, _ in group])
+        except self._refused as exc:
             if len(group) == 1:
                 _settle(group[0][1], error=exc)
                 return
-            for packed, future in group:  # nothing was stored: each send on its own, as it would have gone
+            for item, future in group:  # nothing changed: each call on its own, as it would have gone
                 try:
-                    _settle(future, await self._store(dest, packed))
-                except Exception as own:  # noqa: BLE001 - the caller's own outcome, raised in its send
+                    (result,) = await self._store(dest, [item])
+                except Exception as own:  # noqa: BLE001 - the caller's own outcome, raised in its call
                     _settle(future, error=own)
+                else:
+                    _settle(future, result)
             return
         except BaseException as exc:
             for _, future in group:
@@ -102,17 +108,14 @@ class SendCoalescer:
             if not isinstance(exc, Exception):
                 raise
             return
-        start = 0
-        for packed, future in group:
-            _settle(future, sent[start:start + len(packed)])
-            start += len(packed)
+        for (_, future), result in zip(group, results, strict=True):
+            _settle(future, result)
 
 
-def _settle(future: asyncio.Future[list[Any]], result: list[Any] | None = None,
-            error: BaseException | None = None) -> None:
+def _settle(future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None) -> None:
     if future.done():  # its caller gave up waiting (cancelled)
         return
     if error is not None:
         future.set_exception(error)
     else:
-        future.set_result(result or [])
+        future.set_result(result)

@@ -138,6 +138,11 @@ class Consumer(ConsumerRef):
     subscription: str | None = None  # the subscription's key (topics.py)
 
 
+# One consumer's part of an ack call (Operations.ack_many): the consumer, message ids, mode, how many next
+# messages to hand over.
+AckRequest = tuple[ConsumerRef, list[str], str, int]
+
+
 @dataclass(frozen=True)
 class DispatchResult:
     dispatched: int = 0
@@ -596,10 +601,24 @@ class Operations:
             raise NotInFlight("no message id given to acknowledge")
         # (a queue consumer's home is its queue: no generator for that, the usual case)
         dest = (yield from self.home(consumer)) if consumer.destination.is_topic else consumer.destination
-        reply = yield from self._eval("ack", dest, now, 0, consumer.consumer_id, mode, receive, *message_ids)
-        if int(reply[2]):  # (nothing to finish, the usual case)
-            yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
-        return int(reply[0]), _deliveries(consumer, reply, 4)
+        return (yield from self.ack_many(dest, [(consumer, message_ids, mode, receive)], now))[0]
+
+    def ack_many(self, dest: Destination, requests: list[AckRequest], now: int) -> Op:
+        """`ack` of several consumers of `dest` (its home: a queue, or one subscription), each named once
+        and with message ids, in one script call: all are checked before any is applied. Returns (acked,
+        next messages) per request, in order."""
+        args: list[Any] = [0]
+        for consumer, message_ids, mode, receive in requests:
+            args += [consumer.consumer_id, mode, receive, len(message_ids), *message_ids]
+        reply = yield from self._eval("ack", dest, now, *args)
+        if int(reply[1]):  # (nothing to finish, the usual case)
+            yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
+        out, at = [], 3
+        for consumer, *_ in requests:
+            acked, received = int(reply[at]), int(reply[at + 1])
+            out.append((acked, _deliveries(consumer, reply[at + 2:at + 2 + 4 * received], 0)))
+            at += 2 + 4 * received
+        return out
 
     def nack(self, consumer: ConsumerRef, message_ids: list[str], poison: bool, now: int,
              jitter: float) -> Op:
@@ -920,7 +939,8 @@ class Operations:
                     except UnknownConsumer:
                         continue  # closed: its messages went back (durable) or away (non-durable) already
                     touched[f"{dest.uri}#{dest.key}"] = dest
-                calls.append(Eval("ack", (self.prefix(dest),), (now, 0, consumer_id, mode, 0, *message_ids)))
+                calls.append(Eval("ack", (self.prefix(dest),),
+                                  (now, 0, consumer_id, mode, 0, len(message_ids), *message_ids)))
         # the reservations end in the same atomic step as the committed messages start counting
         calls += [Eval("flow_release", (self.prefix(d),), (now, tx)) for d in _sent_to(records)]
         yield Command(("DEL", self.tx_key(tx)))

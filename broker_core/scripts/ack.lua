@@ -1,67 +1,102 @@
--- Acknowledge messages of one consumer (spec §5.1, Appendix A), then optionally hand over the next ones.
--- ARGV: now, budget, consumer id, mode, receive max (0 = none), message ids...
+-- Acknowledge messages of one or more consumers of a destination (spec §5.1, Appendix A), then optionally
+-- hand each of them its next messages.
+-- ARGV: now, budget, then per consumer: consumer id, mode, receive max (0 = none), how many ids, message ids...
 --   individual: exactly the listed messages (INDIVIDUAL ack; also STOMP client-individual);
 --   cumulative: every message dispatched to this consumer up to and including the (single) listed one
 --               (STANDARD ack of a CLIENT_ACKNOWLEDGE session; STOMP client mode);
 --   delivered:  the listed messages reached the application; the prefetch window grows by their count.
--- Nothing changes unless every listed message is in flight with this consumer.
--- Returns {acked count, dispatched, more, hold_until, then received messages as receive.lua returns them}.
+-- Several consumers are the acks of concurrent callers (AsyncBroker, broker_core/coalesce.py), each consumer
+-- named once. Nothing changes unless every listed message is in flight with its consumer: all of them are
+-- checked before any is acknowledged. One dispatch chunk runs after all the acks.
+-- Returns {dispatched, more, hold_until, then per consumer: acked count, messages received, and the
+-- received messages as receive.lua returns them}.
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
-local cid, mode, receive_max = ARGV[3], ARGV[4], tonumber(ARGV[5])
-local c = find_consumer(cid)
-if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
-c.kept = true  -- this script keeps `c` current (lifecycle.lua ack_messages)
-if #ARGV < 6 then return fail('INVALID_ACK', 'no message id given') end
-local rcv = c.rcv  -- received_upto(cid), read with the consumer
-local seqs = { [ARGV[6]] = false }  -- (made with room for the first id: set just below)
-for i = 6, #ARGV do
-  local seq = redis.call('ZSCORE', K_CINF(cid), ARGV[i])
-  if not seq then
-    return fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
+local groups = { nil }  -- (made with room for one consumer, the usual call)
+local at = 3
+while at <= #ARGV do
+  local cid, mode, receive_max, count = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local first, last = at + 4, at + 3 + (count or 0)
+  if not receive_max or not count or last > #ARGV then
+    return fail('INVALID_ACK', 'malformed arguments for consumer ' .. tostring(cid))
   end
-  seqs[ARGV[i]] = tonumber(seq)
-end
-local ids
-if (mode == 'individual' or mode == 'delivered') and #ARGV == 6 then
-  ids = { ARGV[6] }  -- one id: nothing to dedupe (no table for that; made at its size)
-elseif mode == 'individual' or mode == 'delivered' then
-  ids = {}
-  local seen = {}
-  for i = 6, #ARGV do
-    if not seen[ARGV[i]] then ids[#ids + 1] = ARGV[i] end  -- an id named twice is acked once
-    seen[ARGV[i]] = true
+  for g = 1, #groups do
+    if groups[g].c.id == cid then return fail('INVALID_ACK', 'consumer ' .. cid .. ' named twice in one call') end
   end
-elseif mode == 'cumulative' then
-  if #ARGV ~= 6 then return fail('INVALID_ACK', 'a cumulative ack names exactly one message') end
-  ids = redis.call('ZRANGEBYSCORE', K_CINF(cid), '-inf', seqs[ARGV[6]])
-else
-  return fail('INVALID_ACK', 'unknown ack mode ' .. mode .. ' (individual, cumulative or delivered)')
-end
-if mode == 'delivered' then
-  for i = 1, #ids do
-    local id = ids[i]
-    if seqs[id] > rcv then
-      return fail('NOT_DELIVERED', 'message ' .. id .. ' has not been received by consumer ' .. cid)
+  local c = find_consumer(cid)
+  if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
+  if count < 1 then return fail('INVALID_ACK', 'no message id given') end
+  local seqs = { [ARGV[first]] = false }  -- (made with room for the first id: set just below)
+  for i = first, last do
+    local seq = redis.call('ZSCORE', K_CINF(cid), ARGV[i])
+    if not seq then
+      return fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
+    end
+    seqs[ARGV[i]] = tonumber(seq)
+  end
+  local ids
+  if (mode == 'individual' or mode == 'delivered') and count == 1 then
+    ids = { ARGV[first] }  -- one id: nothing to dedupe (no table for that; made at its size)
+  elseif mode == 'individual' or mode == 'delivered' then
+    ids = {}
+    local seen = {}
+    for i = first, last do
+      if not seen[ARGV[i]] then ids[#ids + 1] = ARGV[i] end  -- an id named twice is acked once
+      seen[ARGV[i]] = true
+    end
+  elseif mode == 'cumulative' then
+    if count ~= 1 then return fail('INVALID_ACK', 'a cumulative ack names exactly one message') end
+    ids = redis.call('ZRANGEBYSCORE', K_CINF(cid), '-inf', seqs[ARGV[first]])
+  else
+    return fail('INVALID_ACK', 'unknown ack mode ' .. mode .. ' (individual, cumulative or delivered)')
+  end
+  if mode == 'delivered' then
+    for i = 1, #ids do
+      if seqs[ids[i]] > c.rcv then  -- (c.rcv: received_upto(cid), read with the consumer)
+        return fail('NOT_DELIVERED', 'message ' .. ids[i] .. ' has not been received by consumer ' .. cid)
+      end
     end
   end
-  if c.prefetch > 0 then c.ext = redis.call('HINCRBY', K_C(cid), 'ext', #ids) end  -- `c` stays current
-  redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- any ack is one (AbstractSubscription.acknowledge)
-else
-  for i = 1, #ids do  -- (numeric loops in this path: ipairs is a call into C per element)
-    local id = ids[i]
-    if (seqs[id] or 0) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end  -- acked before received
-  end
-  ack_messages(c, ids)
+  groups[#groups + 1] = { c = c, mode = mode, ids = ids, seqs = seqs, receive_max = receive_max }
+  at = last + 1
 end
-room_freed(cid)
--- `c` is current (the acks kept it so): the dispatch chunk uses it rather than read it again (consumers.lua)
-SLOW_RULE.known, SLOW_RULE.known_prefix = c, P
+if #groups == 0 then return fail('INVALID_ACK', 'no consumer given') end
+
+for g = 1, #groups do
+  local group = groups[g]
+  local c, ids = group.c, group.ids
+  c.kept = true  -- this script keeps `c` current (lifecycle.lua ack_messages)
+  if group.mode == 'delivered' then
+    if c.prefetch > 0 then c.ext = redis.call('HINCRBY', K_C(c.id), 'ext', #ids) end  -- `c` stays current
+    redis.call('HSET', K_C(c.id), 'last_ack', NOW)  -- any ack is one (AbstractSubscription.acknowledge)
+  else
+    for i = 1, #ids do  -- (numeric loops in this path: ipairs is a call into C per element)
+      if (group.seqs[ids[i]] or 0) > c.rcv then redis.call('LREM', K_COUT(c.id), 1, ids[i]) end  -- acked before received
+    end
+    ack_messages(c, ids)
+  end
+  room_freed(c.id)
+end
+-- One consumer's `c` is current (the acks kept it so): the dispatch chunk uses it rather than read it again
+-- (consumers.lua). With several, the chunk reads them all.
+local single = #groups == 1 and groups[1].c or nil
+if single then SLOW_RULE.known, SLOW_RULE.known_prefix = single, P end
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
--- (room for one received message: a table that grows is rebuilt at each power of two)
-local out = { #ids, dispatched, more, hold, nil, nil, nil, nil }
--- The acks kept `c` current; a dispatch chunk changes only a pull consumer's (prefetch 0) window.
-if receive_max > 0 then pop_outbox(c.prefetch > 0 and c or find_consumer(cid), receive_max, out) end
-out[3] = with_forward_flag(out[3])  -- handing over may have expired messages
+-- (room for one consumer's reply with one message: a table that grows is rebuilt at each power of two)
+local out = { dispatched, more, hold, nil, nil, nil, nil, nil, nil }
+for g = 1, #groups do
+  local group = groups[g]
+  local c = group.c
+  out[#out + 1] = #group.ids
+  local count_at = #out + 1
+  out[count_at] = 0
+  if group.receive_max > 0 then
+    -- A dispatch chunk changes only a pull consumer's (prefetch 0) window of the consumer it was given;
+    -- the others it read itself, so theirs are read again.
+    pop_outbox((single and c.prefetch > 0) and c or find_consumer(c.id), group.receive_max, out)
+    out[count_at] = (#out - count_at) / 4  -- (4 values per message handed over: expired ones are not)
+  end
+end
+out[2] = with_forward_flag(out[2])  -- handing over may have expired messages
 return out
