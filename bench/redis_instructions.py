@@ -8,8 +8,9 @@ loopback port, drives it through `Broker` with one consumer (prefetch N + 10, cl
 and prints the instructions Redis executed per message in each phase: `send` of one message (dispatched
 to the waiting consumer in the same call), `ack_and_receive` of one message, and batched (sends of 100,
 a receive of 100, cumulative acks that hand over the next 100), and sends of one message by 16 concurrent
-asyncio tasks through one AsyncBroker, which groups them (broker_core/coalesce.py; the messages per script
-call are printed, as they depend on timing). Counters are zeroed before a phase with
+asyncio tasks through one AsyncBroker, which groups them (broker_core/coalesce.py), and acks with receives
+(`ack_and_receive` of one) by 16 consumers in their own tasks, which it groups likewise (how many share a
+script call depends on timing, so it is printed). Counters are zeroed before a phase with
 `callgrind_control -z` and read after it with `callgrind_control -d`. Needs Debian's `valgrind` package.
 --listpack-entries sets hash- and zset-max-ziplist-entries (default: what `run` configures).
 """
@@ -40,6 +41,7 @@ from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable, f
 BATCH = 100
 BODY = "x" * 256
 GROUP_SIZE = "messages per grouped send call"
+ACK_GROUP_SIZE = "consumers per grouped ack call"
 
 
 def instructions(pid: int, out_prefix: str) -> int:
@@ -90,7 +92,39 @@ def measure(client: redis.Redis, pid: int, out_prefix: str, n: int) -> dict[str,
     figures["batched"] = instructions(pid, out_prefix) / done
     figures["send, 16 concurrent senders"], figures[GROUP_SIZE] = asyncio.run(
         grouped_sends(client, pid, out_prefix, n, broker.policies))
+    figures["ack_and_receive, 16 consumers"], figures[ACK_GROUP_SIZE] = asyncio.run(
+        grouped_acks(client, pid, out_prefix, n, broker.policies))
     return figures
+
+
+async def grouped_acks(client: redis.Redis, pid: int, out_prefix: str, n: int,
+                       policies: PolicyStore) -> tuple[float, float]:
+    """16 consumers (prefetch 1) of one queue, each in its own asyncio task acknowledging its message and
+    taking the next (`ack_and_receive` of one) through one AsyncBroker, which groups the acks of different
+    consumers into one script call (broker_core/coalesce.py). Returns (instructions per message, consumers
+    per ack script call)."""
+    tasks, rounds = 16, max(n // 16, 1)
+    aclient = redis.asyncio.Redis(port=client.connection_pool.connection_kwargs["port"], socket_timeout=600)
+    aio = AsyncBroker(aclient, "ir", policies=policies)
+    consumers = [await aio.add_consumer("acked", ConsumerSpec(prefetch=1, ack_mode="client-individual"))
+                 for _ in range(tasks)]
+    for _ in range((rounds + 3) * tasks // BATCH + 1):
+        await aio.send("acked", [Message(body=BODY) for _ in range(BATCH)])
+    got = [await aio.receive(c, 1) for c in consumers]
+
+    async def consume(i: int, times: int) -> None:
+        for _ in range(times):
+            got[i] = await aio.ack_and_receive(consumers[i], got[i][0].message_id, 1)
+
+    await asyncio.gather(*(consume(i, 2) for i in range(tasks)))  # warm-up
+    calls_before = client.info("commandstats")["cmdstat_fcall"]["calls"]
+    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+    await asyncio.gather(*(consume(i, rounds) for i in range(tasks)))
+    per_message = instructions(pid, out_prefix) / (rounds * tasks)
+    calls = client.info("commandstats")["cmdstat_fcall"]["calls"] - calls_before
+    await aio.aclose()
+    await aclient.aclose()
+    return per_message, rounds * tasks / max(calls, 1)
 
 
 async def grouped_sends(client: redis.Redis, pid: int, out_prefix: str, n: int,
@@ -112,7 +146,7 @@ async def grouped_sends(client: redis.Redis, pid: int, out_prefix: str, n: int,
 
     await asyncio.gather(*(producer() for _ in range(tasks)))
     per_message = instructions(pid, out_prefix) / (n // tasks * tasks)
-    calls = client.info("commandstats")["cmdstat_fcall"]["calls"] - calls_before - 1  # (INFO's own: none)
+    calls = client.info("commandstats")["cmdstat_fcall"]["calls"] - calls_before
     await aio.aclose()
     await aclient.aclose()
     return per_message, n // tasks * tasks / max(calls, 1)
@@ -148,9 +182,10 @@ def main() -> None:
         print(f"Redis {info['redis_version']} ({configured_executable()}) under callgrind, "
               f"listpacks up to {entries} entries, {args.messages} messages per phase, body 256 bytes")
         for name, value in measure(client, server.pid, out_prefix, args.messages).items():
-            if name == GROUP_SIZE:
-                print(f"  ({value:.1f} messages per send script call: AsyncBroker groups concurrent sends, "
-                      "broker_core/coalesce.py)")
+            if name in (GROUP_SIZE, ACK_GROUP_SIZE):
+                what = name.split(" per ")[0]
+                print(f"  ({value:.1f} {what} per script call: AsyncBroker groups concurrent calls, "
+                      "coalesce.py)")
             else:
                 print(f"{name:<30} {value / 1000:8.1f} k instructions per message")
     finally:

@@ -1,6 +1,6 @@
 -- Acknowledge messages of one or more consumers of a destination (spec §5.1, Appendix A), then optionally
 -- hand each of them its next messages.
--- ARGV: now, budget, then per consumer: consumer id, mode, receive max (0 = none), how many ids, message ids...
+-- ARGV: now, budget, then per consumer: consumer id, mode, receive max (0 = none), how many ids, the ids...
 --   individual: exactly the listed messages (INDIVIDUAL ack; also STOMP client-individual);
 --   cumulative: every message dispatched to this consumer up to and including the (single) listed one
 --               (STANDARD ack of a CLIENT_ACKNOWLEDGE session; STOMP client mode);
@@ -22,7 +22,9 @@ while at <= #ARGV do
     return fail('INVALID_ACK', 'malformed arguments for consumer ' .. tostring(cid))
   end
   for g = 1, #groups do
-    if groups[g].c.id == cid then return fail('INVALID_ACK', 'consumer ' .. cid .. ' named twice in one call') end
+    if groups[g].c.id == cid then
+      return fail('INVALID_ACK', 'consumer ' .. cid .. ' named twice in one call')
+    end
   end
   local c = find_consumer(cid)
   if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
@@ -72,16 +74,18 @@ for g = 1, #groups do
     redis.call('HSET', K_C(c.id), 'last_ack', NOW)  -- any ack is one (AbstractSubscription.acknowledge)
   else
     for i = 1, #ids do  -- (numeric loops in this path: ipairs is a call into C per element)
-      if (group.seqs[ids[i]] or 0) > c.rcv then redis.call('LREM', K_COUT(c.id), 1, ids[i]) end  -- acked before received
+      -- acked before received
+      if (group.seqs[ids[i]] or 0) > c.rcv then redis.call('LREM', K_COUT(c.id), 1, ids[i]) end
     end
     ack_messages(c, ids)
   end
   room_freed(c.id)
 end
--- One consumer's `c` is current (the acks kept it so): the dispatch chunk uses it rather than read it again
--- (consumers.lua). With several, the chunk reads them all.
-local single = #groups == 1 and groups[1].c or nil
-if single then SLOW_RULE.known, SLOW_RULE.known_prefix = single, P end
+-- The consumers' tables are current (the acks kept them so): the dispatch chunk uses them rather than read
+-- them again (consumers.lua), and keeps them current.
+local known = {}
+for g = 1, #groups do known[groups[g].c.id] = groups[g].c end
+SLOW_RULE.known, SLOW_RULE.known_prefix = known, P
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 -- (room for one consumer's reply with one message: a table that grows is rebuilt at each power of two)
 local out = { dispatched, more, hold, nil, nil, nil, nil, nil, nil }
@@ -92,9 +96,8 @@ for g = 1, #groups do
   local count_at = #out + 1
   out[count_at] = 0
   if group.receive_max > 0 then
-    -- A dispatch chunk changes only a pull consumer's (prefetch 0) window of the consumer it was given;
-    -- the others it read itself, so theirs are read again.
-    pop_outbox((single and c.prefetch > 0) and c or find_consumer(c.id), group.receive_max, out)
+    -- (the dispatch chunk changes a pull consumer's (prefetch 0) window: read again)
+    pop_outbox(c.prefetch > 0 and c or find_consumer(c.id), group.receive_max, out)
     out[count_at] = (#out - count_at) / 4  -- (4 values per message handed over: expired ones are not)
   end
 end

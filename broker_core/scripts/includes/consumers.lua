@@ -17,9 +17,10 @@ local function load_consumer(cid, packed, counters, lease)
   }
 end
 
--- Every consumer of the destination, in the stored dispatch order. A consumer the script has read already
--- and kept current (SLOW_RULE.known, of prefix SLOW_RULE.known_prefix: set by ack.lua just before its
--- dispatch chunk) is not read again: that table is used, once, for the next load here.
+-- Every consumer of the destination, in the stored dispatch order. Consumers the script has read already
+-- and kept current (SLOW_RULE.known: consumer id -> its table, of prefix SLOW_RULE.known_prefix; set by
+-- ack.lua just before its dispatch chunk) are not read again: those tables are used, once, for the next
+-- load here.
 local function load_consumers()
   local ids = redis.call('LRANGE', K_CORDER, '0', '-1')
   local out = { nil }  -- (made with room for one: a table that grows is rebuilt at each power of two)
@@ -31,7 +32,7 @@ local function load_consumers()
   if known then
     ask = {}
     for k = 1, #ids do
-      if ids[k] ~= known.id then ask[#ask + 1] = ids[k] end
+      if not known[ids[k]] then ask[#ask + 1] = ids[k] end
     end
   end
   local defs, leases = nil, nil  -- (read only for the consumers asked for)
@@ -42,8 +43,9 @@ local function load_consumers()
   local i = 0
   for k = 1, #ids do
     local cid = ids[k]
-    if known and cid == known.id then
-      out[#out + 1] = known
+    local mine = known and known[cid]
+    if mine then
+      out[#out + 1] = mine
     else
       i = i + 1
       if defs[i] then

@@ -107,7 +107,9 @@ end
 -- A consumer got room back. It needs a fresh pass only if this pass left it out for being full; a
 -- consumer that had room all along has already seen every message up to the cursor.
 local function room_freed(cid)
-  local members = redis.call('SMEMBERS', K_PASSFULL)
+  -- (read once per call: whatever writes the set forgets what was read, PASS_DIRTY.passfull_key = nil)
+  local members = PASS_DIRTY.passfull_key == K_PASSFULL and PASS_DIRTY.passfull
+                  or redis.call('SMEMBERS', K_PASSFULL)
   PASS_DIRTY.passfull_key, PASS_DIRTY.passfull = K_PASSFULL, members
   for i = 1, #members do
     if members[i] == cid then
