@@ -65,6 +65,7 @@ while at <= #ARGV do
 end
 if #groups == 0 then return fail('INVALID_ACK', 'no consumer given') end
 
+local acks = { nil }  -- the acknowledged messages, {consumer, ids} per consumer (lifecycle.lua ack_messages)
 for g = 1, #groups do
   local group = groups[g]
   local c, ids = group.c, group.ids
@@ -77,10 +78,11 @@ for g = 1, #groups do
       -- acked before received
       if (group.seqs[ids[i]] or 0) > c.rcv then redis.call('LREM', K_COUT(c.id), 1, ids[i]) end
     end
-    ack_messages(c, ids)
+    acks[#acks + 1] = { c, ids }
   end
-  room_freed(c.id)
 end
+if #acks > 0 then ack_messages(acks) end
+for g = 1, #groups do room_freed(groups[g].c.id) end
 -- The consumers' tables are current (the acks kept them so): the dispatch chunk uses them rather than read
 -- them again (consumers.lua), and keeps them current.
 local known = {}

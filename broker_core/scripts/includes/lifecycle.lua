@@ -54,40 +54,54 @@ local function take_inflight(cid, id, no_score)
   return tonumber(string.match(v or '', '|(.*)$')) or 0
 end
 
--- Consumer c acknowledged messages `ids` (each in flight with it, none twice: the caller checked): they
--- are gone for good. One command per key for all of them, and the counters written once.
+-- Consumers acknowledged messages: `acks` holds, per consumer, {c, ids} (each id in flight with that
+-- consumer, none twice: the caller checked). They are gone for good: one command per key for all of them
+-- (the destination's keys once, each consumer's own once), and the counters written once.
 -- `c.kept` (ack.lua): c.n is what the consumer's 'n' holds, kept so by every change this script makes
 -- (the acks here, the dispatch chunk's deliveries: consumers.lua load_consumers), so the count is written
 -- with the other counters; otherwise (receive.lua, whose dispatch chunk counted deliveries in a copy of
 -- the consumer) it is decremented in Redis.
-local function ack_messages(c, ids)
-  local n = #ids
-  if n == 0 then return end
-  call_many('HDEL', K_INFLIGHT, ids)
-  call_many('ZREM', K_CINF(c.id), ids)
-  drop_messages(ids)
-  meta_incr('dequeued', NOW_TEXT.num(n))
-  -- (made at its size: last_ack, acked, n, ext)
-  local fields = { 'last_ack', NOW_TEXT.get(), nil, nil, nil, nil, nil, nil }
-  if c.acked then  -- read by find_consumer and kept current here
-    c.acked = c.acked + n
-    fields[#fields + 1], fields[#fields + 2] = 'acked', NOW_TEXT.num(c.acked)
-  else
-    redis.call('HINCRBY', K_C(c.id), 'acked', NOW_TEXT.num(n))
+local function ack_messages(acks)
+  local all = acks[1][2]
+  if #acks > 1 then
+    all = {}
+    for a = 1, #acks do
+      local ids = acks[a][2]
+      for i = 1, #ids do all[#all + 1] = ids[i] end
+    end
   end
-  if c.kept then
-    fields[#fields + 1], fields[#fields + 2] = 'n', NOW_TEXT.num(c.n - n)
-  else
-    redis.call('HINCRBY', K_C(c.id), 'n', NOW_TEXT.num(-n))
+  if #all == 0 then return end
+  call_many('HDEL', K_INFLIGHT, all)
+  drop_messages(all)
+  meta_incr('dequeued', NOW_TEXT.num(#all))
+  for a = 1, #acks do
+    local c, ids = acks[a][1], acks[a][2]
+    local n = #ids
+    if n > 0 then
+      call_many('ZREM', K_CINF(c.id), ids)
+      -- (made at its size: last_ack, acked, n, ext)
+      local fields = { 'last_ack', NOW_TEXT.get(), nil, nil, nil, nil, nil, nil }
+      if c.acked then  -- read by find_consumer and kept current here
+        c.acked = c.acked + n
+        fields[#fields + 1], fields[#fields + 2] = 'acked', NOW_TEXT.num(c.acked)
+      else
+        redis.call('HINCRBY', K_C(c.id), 'acked', NOW_TEXT.num(n))
+      end
+      if c.kept then
+        fields[#fields + 1], fields[#fields + 2] = 'n', NOW_TEXT.num(c.n - n)
+      else
+        redis.call('HINCRBY', K_C(c.id), 'n', NOW_TEXT.num(-n))
+      end
+      c.n = c.n - n
+      -- STANDARD/INDIVIDUAL acks contract the DELIVERED-ack extension, by one per message, never below zero.
+      if c.prefetch > 0 and c.ext > 0 then
+        c.ext = c.ext > n and c.ext - n or 0
+        fields[#fields + 1], fields[#fields + 2] = 'ext', NOW_TEXT.num(c.ext)
+      end
+      redis.call('HSET', K_C(c.id), unpack(fields))
+      for i = 1, n do emit('ack', 'msg', ids[i], 'consumer', c.id) end
+    end
   end
-  c.n = c.n - n
-  -- STANDARD/INDIVIDUAL acks contract the DELIVERED-ack extension, by one per message, never below zero.
-  if c.prefetch > 0 and c.ext > 0 then
-    c.ext = c.ext > n and c.ext - n or 0
-    fields[#fields + 1], fields[#fields + 2] = 'ext', NOW_TEXT.num(c.ext)
-  end
-  redis.call('HSET', K_C(c.id), unpack(fields))
-  for i = 1, n do emit('ack', 'msg', ids[i], 'consumer', c.id) end
 end
 
 -- When the first parked message is due, as far as this script call knows (nil: ask Redis).

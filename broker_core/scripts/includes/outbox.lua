@@ -40,7 +40,7 @@ local function pop_outbox(c, max, out)
     end
   end
   if last then redis.call('HSET', K_C(c.id), 'rcv', last) end
-  if c.def.ack == 'auto' then ack_messages(c, handed) end
+  if c.def.ack == 'auto' then ack_messages({ { c, handed } }) end
   if c.def.ack == 'auto' or #handed < #ids then room_freed(c.id) end
   return #ids
 end
