@@ -65,6 +65,15 @@ _ERRORS: dict[str, type[errors.BrokerError]] = {
 
 Packed = list[tuple[str, bytes]]  # messages as Message.pack gives them: (id, bytes)
 
+
+def _send_refused(error: Exception) -> bool:
+    """Whether the send script refused a send at once, storing nothing (coalesce.py): a size or property
+    limit, or a memory limit it fails on without waiting (a send that waited in vain has waited its time)."""
+    if isinstance(error, ResourceAllocationError):
+        return not error.details.get("waited_ms")
+    return isinstance(error, errors.InvalidMessage)
+
+
 _ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "transacted": "individual"}
 
 
@@ -480,10 +489,10 @@ class AsyncBroker(_Api):
         # for a client that connection cannot copy.
         self.link = MultiplexedConnection.for_client(client)
         # concurrent sends, and acks of different consumers, to one queue share script calls (coalesce.py)
-        self._sends: Coalescer[Packed, list[str]] = Coalescer(
-            self._send_groups, (errors.InvalidMessage, ResourceAllocationError), size=len)
+        self._sends: Coalescer[Packed, list[str]] = Coalescer(self._send_groups, _send_refused, size=len)
         self._acks: Coalescer[AckRequest, tuple[int, list[Delivery]]] = Coalescer(
-            self._ack_groups, (errors.UnknownConsumer, errors.NotInFlight), tag=lambda r: r[0].consumer_id)
+            self._ack_groups, lambda e: isinstance(e, errors.UnknownConsumer | errors.NotInFlight),
+            tag=lambda r: r[0].consumer_id)
 
     async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
                    *, tx: str | None = None) -> list[str]:

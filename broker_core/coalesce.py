@@ -9,10 +9,12 @@ result. A call that finds nothing under way goes at once, so a lone caller waits
 groups sends (one `send` of all their messages) and acks of different consumers (one `ack` naming each
 consumer once; two acks of one consumer never share a call, so each sees the other done or not begun).
 
-What each caller would have seen on its own is kept: a group the script refuses before changing anything
-(a send over a size, property or memory limit; an ack of a message not in flight) is run again one caller
-at a time, so only the call at fault fails, or waits. Any other failure is every member's, as it would be
-for a single call that failed half-way.
+What each caller would have seen on its own is kept: a group the script refuses at once, before changing
+anything (a send over a size or property limit, or over a memory limit it fails at once or can never fit
+in; an ack of a message not in flight), is run again one caller at a time, so only the call at fault
+fails, or waits. Any other failure is every member's, as it would be for a single call that failed
+half-way; so is a memory limit the group waited for in vain (each member waited as long as its own send
+would have).
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ GROUP_LIMIT = 100
 
 class Coalescer(Generic[Item, Result]):
     """`run(dest, item)` through `store(dest, items)`, one script call returning each item's result in
-    order, grouping the items for a queue that arrive while a call for it is under way. `refused`: the
-    errors `store` raises only before it changed anything. `size`: what an item counts towards
-    GROUP_LIMIT. `tag`: items with the same tag (not None) never share a call."""
+    order, grouping the items for a queue that arrive while a call for it is under way. `refused(error)`:
+    whether `store` raised it before changing anything, so each item can be tried on its own. `size`:
+    what an item counts towards GROUP_LIMIT. `tag`: items with the same tag (not None) never share a
+    call."""
 
     def __init__(self, store: Callable[[Destination, list[Item]], Awaitable[list[Result]]],
-                 refused: tuple[type[Exception], ...], size: Callable[[Item], int] = lambda item: 1,
+                 refused: Callable[[Exception], bool], size: Callable[[Item], int] = lambda item: 1,
                  tag: Callable[[Item], Hashable | None] = lambda item: None) -> None:
         self._store, self._refused, self._size, self._tag = store, refused, size, tag
         # by event loop and queue (a broker may serve one loop after another: each has its own calls)
@@ -90,24 +93,23 @@ class Coalescer(Generic[Item, Result]):
     async def _run_group(self, dest: Destination, group: list[tuple[Item, asyncio.Future[Result]]]) -> None:
         try:
             results = await self._store(dest, [item for item, _ in group])
-        except self._refused as exc:
-            if len(group) == 1:
-                _settle(group[0][1], error=exc)
+        except Exception as exc:  # noqa: BLE001 - handed to the callers, raised in their calls
+            if len(group) > 1 and self._refused(exc):
+                for item, future in group:  # nothing changed: each call on its own, as it would have gone
+                    try:
+                        (result,) = await self._store(dest, [item])
+                    except Exception as own:  # noqa: BLE001 - the caller's own outcome
+                        _settle(future, error=own)
+                    else:
+                        _settle(future, result)
                 return
-            for item, future in group:  # nothing changed: each call on its own, as it would have gone
-                try:
-                    (result,) = await self._store(dest, [item])
-                except Exception as own:  # noqa: BLE001 - the caller's own outcome, raised in its call
-                    _settle(future, error=own)
-                else:
-                    _settle(future, result)
-            return
-        except BaseException as exc:
             for _, future in group:
                 _settle(future, error=exc)
-            if not isinstance(exc, Exception):
-                raise
             return
+        except BaseException as exc:  # cancelled, or the process ends: the callers are told, then it goes on
+            for _, future in group:
+                _settle(future, error=exc)
+            raise
         for (_, future), result in zip(group, results, strict=True):
             _settle(future, result)
 

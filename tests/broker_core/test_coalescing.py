@@ -10,6 +10,7 @@ import redis.asyncio
 
 from broker_core.broker import AsyncBroker
 from broker_core.errors import InvalidMessage, MessageTooLarge, NotInFlight
+from broker_core.flow import ResourceAllocationError
 from broker_core.messages import Message
 from broker_core.operations import ConsumerSpec
 
@@ -84,6 +85,29 @@ async def test_a_send_the_script_refuses_fails_alone_and_the_others_are_stored(a
     assert all(isinstance(r, list) and r[0].status == "ok" for i, r in enumerate(results) if i != 5)
     assert max(aio.send_calls) > 1  # the others were grouped: the group was refused, then sent one by one
     assert broker.stats("orders").enqueued == 1 + 11
+
+
+async def test_a_group_over_a_memory_limit_that_fails_at_once_is_sent_again_one_by_one(aio, broker, policy):
+    policy("orders", memoryLimit=3 * 1100, sendFailIfNoSpace=True)  # the warm-up message holds 1,024
+    kb = "k" * 1000
+    results = await asyncio.gather(*(aio.send("orders", Message(body=kb)) for _ in range(3)),
+                                   return_exceptions=True)
+    # the first went alone; the other two did not fit together, so each went on its own: one fitted
+    assert [type(r).__name__ for r in results] == ["list", "list", "ResourceAllocationError"]
+    assert aio.send_calls == [1, 2, 1, 1]
+    assert broker.stats("orders").enqueued == 3
+
+
+async def test_a_group_that_waited_for_space_in_vain_fails_as_a_whole(aio, broker, policy):
+    policy("orders", memoryLimit=2 * 1100, sendFailIfNoSpaceAfterTimeout=200)
+    kb = "k" * 1000
+    results = await asyncio.gather(*(aio.send("orders", Message(body=kb)) for _ in range(3)),
+                                   return_exceptions=True)
+    assert isinstance(results[0], list)
+    # the group waited its 200 ms for room for both and gave up: each of them had waited that long
+    assert all(isinstance(r, ResourceAllocationError) and r.details["waited_ms"] >= 200 for r in results[1:])
+    assert aio.send_calls == [1, 2]  # not sent again one by one, which would wait as long again
+    assert broker.stats("orders").enqueued == 2
 
 
 async def test_an_invalid_message_fails_its_own_send_before_any_grouping(aio, broker):
