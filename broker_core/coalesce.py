@@ -85,9 +85,11 @@ class Coalescer(Generic[Item, Result]):
                     size += self._size(item)
                     if tag is not None:
                         tags.add(tag)
-                await self._run_group(key[1], group)
                 waiting = later
+                await self._run_group(key[1], group)
         finally:
+            if waiting:  # this task was cancelled before their turn: they go first in the next call
+                self._waiting[key] = waiting + self._waiting.get(key, [])
             self._next(key)
 
     async def _run_group(self, dest: Destination, group: list[tuple[Item, asyncio.Future[Result]]]) -> None:

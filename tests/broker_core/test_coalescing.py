@@ -9,6 +9,8 @@ import pytest
 import redis.asyncio
 
 from broker_core.broker import AsyncBroker
+from broker_core.coalesce import Coalescer
+from broker_core.destinations import Destination
 from broker_core.errors import InvalidMessage, MessageTooLarge, NotInFlight
 from broker_core.flow import ResourceAllocationError
 from broker_core.messages import Message
@@ -198,3 +200,33 @@ def test_one_ack_call_naming_a_consumer_twice_or_a_message_not_in_flight_changes
                                                    (b, [got_b[0].message_id], "individual", 0)], 0))
     assert [n for n, _ in acked] == [1, 1] and acked[1][1] == []
     assert broker.stats("work").dequeued == 2
+
+
+async def test_calls_waiting_behind_a_cancelled_group_still_go():
+    """The grouping itself (coalesce.py): a group task cancelled while its call is under way (its event
+    loop closing, say) leaves none of the calls behind it waiting for ever."""
+    gates = {"first": asyncio.Event(), "held": asyncio.Event()}
+    calls: list[list[str]] = []
+
+    async def store(dest, items):
+        calls.append(list(items))
+        if items[0] in gates:
+            await gates[items[0]].wait()  # under way until the test says
+        return [f"done {item}" for item in items]
+
+    grouped = Coalescer(store, refused=lambda error: False, tag=lambda item: item.split()[0])
+    dest = Destination("queue", "q")
+    lone = asyncio.ensure_future(grouped.run(dest, "first"))
+    await asyncio.sleep(0)  # under way
+    held = asyncio.ensure_future(grouped.run(dest, "held"))
+    after = asyncio.ensure_future(grouped.run(dest, "held again"))  # same tag: the next call, not this one
+    await asyncio.sleep(0)  # both waiting
+    gates["first"].set()
+    assert await lone == "done first"
+    await asyncio.sleep(0)  # the group of "held" under way
+    [group_task] = list(grouped._tasks)
+    group_task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await held  # its call was under way when its group was cancelled
+    assert await asyncio.wait_for(after, 2) == "done held again"
+    assert calls == [["first"], ["held"], ["held again"]]
