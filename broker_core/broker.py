@@ -114,6 +114,15 @@ def _topic(destination: str | Destination) -> Destination:
     return dest
 
 
+def _ids(message_id: str | list[str]) -> list[str]:
+    return [message_id] if isinstance(message_id, str) else list(message_id)
+
+
+def _is_composite(destination: str | Destination) -> bool:
+    """Whether a send names several destinations (`A,B,topic://C`: virtual.split_composite)."""
+    return isinstance(destination, str) and "," in destination
+
+
 def _messages(message: Message | str | bytes | Iterable[Message]) -> list[Message]:
     if isinstance(message, Message):
         return [message]
@@ -143,9 +152,7 @@ class _Api:
              *, tx: str | None = None) -> Any:
         """Send one message, or several in order in one call; returns the message ids. A client-side
         composite (`A,B,topic://C`) sends to every part (broker_core/virtual.py)."""
-        parts = None
-        if isinstance(destination, str) and "," in destination:  # (split_composite's None otherwise)
-            parts = virtual.split_composite(destination)
+        parts = virtual.split_composite(destination) if _is_composite(destination) else None
         if parts is not None:
             return self._run(virtual.send_composite(self.ops, parts, _messages(message), self._now(), tx))
         dest, batch = _dest(destination), _messages(message)
@@ -181,7 +188,7 @@ class _Api:
             tx: str | None = None) -> Any:
         """Acknowledge by the consumer's ack mode (client: cumulative; client-individual: that message)
         or by an explicit mode: 'individual', 'cumulative' or 'delivered'. Returns how many."""
-        ids = [message_id] if isinstance(message_id, str) else list(message_id)
+        ids = _ids(message_id)
         mode = self._ack_mode(consumer, mode, tx)
         if tx:
             return self._run(self.ops.tx_ack(tx, consumer, ids, mode, self._now()))
@@ -191,7 +198,7 @@ class _Api:
                         *, mode: str | None = None) -> Any:
         """Acknowledge, then hand over up to max_messages next messages in the same call (one round trip
         for an adapter that acks and forwards what the freed window brought)."""
-        ids = [message_id] if isinstance(message_id, str) else list(message_id)
+        ids = _ids(message_id)
         mode = self._ack_mode(consumer, mode, None)
         return self._run(self._second(self.ops.ack(consumer, ids, mode, self._now(), max_messages)))
 
@@ -211,7 +218,7 @@ class _Api:
         """Negative acknowledgement: the message comes back after the policy's redelivery delay with its
         counter raised, or goes to the dead-letter queue when poison (STOMP NACK) or past
         maximumRedeliveries. Returns (dead-lettered, redelivered) counts."""
-        ids = [message_id] if isinstance(message_id, str) else list(message_id)
+        ids = _ids(message_id)
         return self._run(self.ops.nack(consumer, ids, poison, self._now(), random.uniform(-1.0, 1.0)))
 
     def sweep_expired(self, destination: str | Destination) -> Any:
@@ -497,7 +504,7 @@ class AsyncBroker(_Api):
     async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
                    *, tx: str | None = None) -> list[str]:
         """As Broker.send; concurrent sends to one queue share a script call (coalesce.py)."""
-        if tx is None and not (isinstance(destination, str) and "," in destination):
+        if tx is None and not _is_composite(destination):
             dest, batch = _dest(destination), _messages(message)
             if dest.is_queue and batch:
                 now = self._now()
@@ -507,7 +514,7 @@ class AsyncBroker(_Api):
     async def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
                   tx: str | None = None) -> int:
         """As Broker.ack; acks of different consumers of one queue share a script call (coalesce.py)."""
-        ids = [message_id] if isinstance(message_id, str) else list(message_id)
+        ids = _ids(message_id)
         if tx is None and ids and consumer.destination.is_queue:
             request = (consumer, ids, self._ack_mode(consumer, mode, tx), 0)
             return (await self._acks.run(consumer.destination, request))[0]
@@ -516,7 +523,7 @@ class AsyncBroker(_Api):
     async def ack_and_receive(self, consumer: ConsumerRef, message_id: str | list[str], max_messages: int = 1,
                               *, mode: str | None = None) -> list[Delivery]:
         """As Broker.ack_and_receive; grouped like `ack`."""
-        ids = [message_id] if isinstance(message_id, str) else list(message_id)
+        ids = _ids(message_id)
         if ids and consumer.destination.is_queue:
             request = (consumer, ids, self._ack_mode(consumer, mode, None), max_messages)
             return (await self._acks.run(consumer.destination, request))[1]
