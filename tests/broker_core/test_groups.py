@@ -152,6 +152,46 @@ def test_the_cached_map_evicts_the_least_recently_used_group_beyond_its_size(bro
     assert broker.stats("orders").consumers[0].groups == 2
 
 
+def test_a_group_used_again_outlives_one_used_earlier_within_one_send_and_across_sends(broker, policy):
+    # LinkedHashMap in access order: the eldest is the group least recently used, whichever call used it.
+    policy("orders", messageGroupMapFactoryType="cached?cacheSize=2")
+    a = consumer(broker, prefetch=100, consumer_id="A")
+    grouped(broker, "x0", "X")
+    grouped(broker, "y0", "Y")
+    broker.send("orders", [Message(body="x1", group_id="X"), Message(body="z0", group_id="Z")])
+    assert sorted(g.group_id for g in broker.message_groups("orders")) == ["X", "Z"]
+    broker.send("orders", [Message(body="x2", group_id="X"), Message(body="w0", group_id="W"),
+                           Message(body="v0", group_id="V")])
+    assert sorted(g.group_id for g in broker.message_groups("orders")) == ["V", "W"]
+    assert [body for body, _ in take(broker, a)] == ["x0", "y0", "x1", "z0", "x2", "w0", "v0"]
+
+
+def test_group_counts_follow_evictions_made_within_one_send(broker, policy):
+    # Sends of several messages open and evict groups in one dispatch pass; each consumer's count is the
+    # number of groups it owns when the send returns.
+    policy("orders", messageGroupMapFactoryType="cached?cacheSize=3")
+    a = consumer(broker, prefetch=100, consumer_id="A")
+    b = consumer(broker, prefetch=100, consumer_id="B")
+    for first in range(0, 40, 8):
+        broker.send("orders", [Message(body=str(i), group_id=f"g{i % 7}") for i in range(first, first + 8)])
+        owned = {"A": 0, "B": 0}
+        for g in broker.message_groups("orders"):
+            owned[g.owner] += 1
+        assert sum(owned.values()) == 3
+        assert {c.consumer_id: c.groups for c in broker.stats("orders").consumers} == owned
+    assert len(take(broker, a)) + len(take(broker, b)) == 40
+
+
+def test_a_group_closed_within_one_send_leaves_room_in_the_cached_map(broker, policy):
+    policy("orders", messageGroupMapFactoryType="cached?cacheSize=2")
+    a = consumer(broker, prefetch=100, consumer_id="A")
+    broker.send("orders", [Message(body="x0", group_id="X"), Message(body="y0", group_id="Y"),
+                           Message(body="x1", group_id="X", group_seq=-1), Message(body="z0", group_id="Z")])
+    assert sorted(g.group_id for g in broker.message_groups("orders")) == ["Y", "Z"]
+    assert broker.stats("orders").consumers[0].groups == 2
+    assert len(take(broker, a)) == 4
+
+
 def test_the_bucket_map_makes_colliding_groups_share_an_owner(broker, policy):
     policy("orders", messageGroupMapFactoryType="bucket?bucketCount=1")
     a = consumer(broker, prefetch=100, consumer_id="A")

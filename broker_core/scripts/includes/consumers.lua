@@ -14,6 +14,7 @@ local function load_consumer(cid, packed, counters, lease)
     groups = counters[3] and tonumber(counters[3]) or 0,
     dispatched = counters[5] and tonumber(counters[5]) or 0, slow = counters[6] ~= false,
     alive = lease ~= false and tonumber(lease) >= NOW, expr = nil,
+    groups_moved = false,  -- (groups.lua; flush_counts writes the count when true)
   }
 end
 

@@ -18,15 +18,16 @@
 --@include outbox
 --@include operator
 
--- Hand message `id` to consumer c: in flight, in its outbox, logged, owner woken. Counters are kept in
+-- Hand message `id` to consumer c: in flight, in its outbox, logged, owner woken; with `first`, marked the
+-- first of its group for c (groups.lua group_allows). Counters are kept in
 -- `c` and `tally` and written once at the end of the chunk (see flush_counts). With `writes` (a page of
 -- more than one message) the deliveries' writes are collected and made with one command per key when the
 -- page is done (PAGE.flush: nothing in the pass reads those keys in between); a page of one message
 -- writes at once (collecting costs more tables than it saves commands).
 -- (fields of one table: dispatch_pass is near Lua's limit of 60 upvalues)
 local PAGE = {}
-function PAGE.new() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {} } end
-function PAGE.deliver(c, id, score, tally, fresh, writes)
+function PAGE.new() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {}, firsts = {} } end
+function PAGE.deliver(c, id, score, tally, fresh, writes, first)
   PASS_DIRTY.pending = nil
   local digits = NOW_TEXT.num(score)  -- base.lua: the digits of a whole number below 2^53
   if type(digits) ~= 'string' then digits = string.format('%.0f', score) end
@@ -44,7 +45,9 @@ function PAGE.deliver(c, id, score, tally, fresh, writes)
     mine.window[#mine.window + 1] = NOW_TEXT.num(tally.dseq)
     mine.window[#mine.window + 1] = id
     mine.outbox[#mine.outbox + 1] = id
+    if first then writes.firsts[#writes.firsts + 1] = id end
   else
+    if first then redis.call('SADD', K_GFIRST, id) end
     redis.call('ZREM', K_PENDING, id)
     redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. digits)
     redis.call('ZADD', K_CINF(c.id), NOW_TEXT.num(tally.dseq), id)
@@ -67,6 +70,7 @@ function PAGE.flush(writes)
   if not writes or #writes.ids == 0 then return end
   call_many('ZREM', K_PENDING, writes.ids)
   call_many('HSET', K_INFLIGHT, writes.inflight)
+  if #writes.firsts > 0 then call_many('SADD', K_GFIRST, writes.firsts) end
   for i = 1, #writes.consumers do
     local mine = writes.consumers[i]
     local c = mine.c
@@ -77,7 +81,8 @@ function PAGE.flush(writes)
 end
 
 -- Returns the destination's counters (field, value, ...) for the caller's one write of K_META.
--- The slow_since changes of the pass are written here too (consumers.lua note_slow).
+-- The slow_since changes of the pass are written here too (consumers.lua note_slow), and the consumers'
+-- group counts that moved (groups.lua).
 local function flush_counts(cons, tally)
   local meta
   SLOW_RULE.defer = false
@@ -86,18 +91,27 @@ local function flush_counts(cons, tally)
     local slow = c.slow_write
     c.slow_write = nil
     if c.delivered then
-      if slow == true then
+      local dispatched = c.dispatched + c.delivered
+      if slow == true or c.groups_moved then
+        local fields = { 'n', NOW_TEXT.num(c.n), 'ext', NOW_TEXT.num(c.ext),
+                         'dispatched', NOW_TEXT.num(dispatched) }
+        if slow == true then fields[7], fields[8] = 'slow_since', NOW_TEXT.get() end
+        if c.groups_moved then
+          fields[#fields + 1] = 'groups'
+          fields[#fields + 1] = NOW_TEXT.num(c.groups)
+        end
+        redis.call('HSET', K_C(c.id), unpack(fields))
+      else  -- (the common case, without a table)
         redis.call('HSET', K_C(c.id), 'n', NOW_TEXT.num(c.n), 'ext', NOW_TEXT.num(c.ext),
-                   'dispatched', NOW_TEXT.num(c.dispatched + c.delivered), 'slow_since', NOW_TEXT.get())
-      else
-        redis.call('HSET', K_C(c.id), 'n', NOW_TEXT.num(c.n), 'ext', NOW_TEXT.num(c.ext),
-                   'dispatched', NOW_TEXT.num(c.dispatched + c.delivered))
+                   'dispatched', NOW_TEXT.num(dispatched))
       end
-      c.dispatched = c.dispatched + c.delivered
+      c.dispatched = dispatched
       c.delivered = nil
-    elseif slow == true then
-      redis.call('HSET', K_C(c.id), 'slow_since', NOW_TEXT.get())
+    else
+      if slow == true then redis.call('HSET', K_C(c.id), 'slow_since', NOW_TEXT.get()) end
+      if c.groups_moved then redis.call('HSET', K_C(c.id), 'groups', NOW_TEXT.num(c.groups)) end
     end
+    c.groups_moved = false
     if slow == false then redis.call('HDEL', K_C(c.id), 'slow_since') end
   end
   if tally.dispatched > 0 then
@@ -175,6 +189,7 @@ local function dispatch_pass(budget)
   end
 
   SLOW_RULE.defer = true  -- until flush_counts (consumers.lua note_slow)
+  PASS_DIRTY.in_pass = true  -- until the state is written, below (message.lua mark_dirty)
   local writes = nil  -- the deliveries' writes of the page being examined (PAGE.deliver)
   while true do
     PAGE.flush(writes)  -- (before anything below reads the pending zset)
@@ -238,7 +253,7 @@ local function dispatch_pass(budget)
         else
           if gid then GMAP.create() end
           local view = nil
-          local target = nil
+          local target, first = nil, false
           local available = false
           for k = 1, #cons do
             local c = cons[k]
@@ -260,12 +275,15 @@ local function dispatch_pass(budget)
                     ok = selector_matches(expr, view)
                   end
                 end
-                if ok and group_allows(c, id, gid, seq) then target = c break end
+                if ok then
+                  ok, first = group_allows(c, id, gid, seq, cons)
+                  if ok then target = c break end
+                end
               end
             end
           end
           if target then
-            PAGE.deliver(target, id, score, tally, fresh, writes)
+            PAGE.deliver(target, id, score, tally, fresh, writes, first)
             dispatched = dispatched + 1
             cursor = batch[i + 1]
             if not strict and #cons > 1 and target.id ~= owner then
@@ -300,6 +318,7 @@ local function dispatch_pass(budget)
 
   PAGE.flush(writes)
   local counts = flush_counts(cons, tally)
+  GLRU.flush(counts)
   if excluded_changed then
     local passfull = {}
     for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
@@ -309,6 +328,7 @@ local function dispatch_pass(budget)
     PASS_DIRTY.passfull_key = nil
   end
   dirty = dirty or PASS_DIRTY.value
+  PASS_DIRTY.in_pass = false
   if last_skipped then
     counts[#counts + 1] = 'last_pass_skipped'
     counts[#counts + 1] = NOW_TEXT.num(last_skipped)

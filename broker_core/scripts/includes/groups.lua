@@ -41,23 +41,55 @@ local function group_slot(gid)
   return gid
 end
 
-local function group_owner(gid)
-  local slot = group_slot(gid)
-  local v = redis.call('HGET', K_GROUPS, slot)
-  if not v then return nil end
-  if group_map_type() == 'cached' then
-    redis.call('ZADD', K_GLRU, meta_incr('gclock'), slot)  -- LinkedHashMap access order
+-- Within a dispatch pass (the only caller of group_allows) the cached map's recency clock (meta 'gclock')
+-- and the LRU's size are kept here, and the consumers' group counts in their tables (written by
+-- flush_counts, dispatch.lua); the clock is written with the pass's state (GLRU.flush). A message that
+-- opens a group and evicts the eldest would otherwise read and write each of them once more.
+-- GLRU.msg, GLRU.stored: the message whose group was looked up last and the group's stored value, so the
+-- candidates after the first (dispatch.lua tries each consumer in turn) do not read it again.
+-- (Fields are reset to false, not nil: a field set to nil is dropped from the table by the next garbage
+-- collection, and setting it again adds it anew.)
+-- GLRU.ticked: the clock's text once it moved in this pass.
+local GLRU = { key = false, clock = 0, ticked = false, size = false, msg = false, stored = false }
+local function glru_reset() GLRU.key, GLRU.ticked, GLRU.size, GLRU.msg = false, false, false, false end
+on_call(glru_reset)
+-- (The clock's text is made here, not by NOW_TEXT.num, whose last two numbers are the message's and the
+-- dispatch's sequences, written again later in the call.)
+function GLRU.tick()
+  if GLRU.key ~= K_META then
+    GLRU.key, GLRU.clock = K_META, tonumber(redis.call('HGET', K_META, 'gclock')) or 0
   end
-  return string.match(v, '^([^|]*)')
+  GLRU.clock = GLRU.clock + 1
+  GLRU.ticked = string.format('%d', GLRU.clock)
+  return GLRU.ticked
+end
+-- At the end of a pass: the clock's field and value for its write of the destination's meta hash, if it
+-- moved.
+function GLRU.flush(counts)
+  if GLRU.ticked then
+    counts[#counts + 1] = 'gclock'
+    counts[#counts + 1] = GLRU.ticked
+  end
+  glru_reset()
 end
 
-local function adjust_group_count(cid, by)
-  if redis.call('HEXISTS', K_CONSUMERS, cid) == 1 then redis.call('HINCRBY', K_C(cid), 'groups', by) end
+-- A group of consumer `cid` went away: counted down in its table when it is one of the pass's consumers
+-- `cons` (flush_counts writes the count), else in Redis, if the consumer is still there.
+local function group_count_down(cid, cons)
+  for i = 1, #cons do
+    local c = cons[i]
+    if c.id == cid then
+      c.groups = c.groups - 1
+      c.groups_moved = true
+      return
+    end
+  end
+  if redis.call('HEXISTS', K_CONSUMERS, cid) == 1 then redis.call('HINCRBY', K_C(cid), 'groups', -1) end
 end
 
-local function group_assign(gid, c)
-  local slot = group_slot(gid)
-  local previous = redis.call('HGET', K_GROUPS, slot)
+-- Assign group `gid` (stored under `slot`, whose stored value was `previous`) to consumer c, one of the
+-- pass's consumers `cons`.
+local function group_assign(gid, slot, previous, c, cons)
   if previous then
     -- Re-binding (JMSXGroupSeq 1) moves the group; like ActiveMQ the old owner's count is not decremented.
     -- Messages of the group skipped earlier in this pass may now go to the new owner.
@@ -66,26 +98,29 @@ local function group_assign(gid, c)
   end
   redis.call('HSET', K_GROUPS, slot, c.id .. '|' .. NOW)
   redis.call('SADD', K_CGRP(c.id), slot)
-  c.groups = redis.call('HINCRBY', K_C(c.id), 'groups', 1)
+  c.groups = c.groups + 1
+  c.groups_moved = true
   local kind = group_map_type()
   if kind == 'cached' then
-    redis.call('ZADD', K_GLRU, meta_incr('gclock'), slot)
     local size = policy_num('groupMapCacheSize')
-    while redis.call('ZCARD', K_GLRU) > size do
+    if not GLRU.size then GLRU.size = redis.call('ZCARD', K_GLRU) end
+    GLRU.size = GLRU.size + redis.call('ZADD', K_GLRU, GLRU.tick(), slot)
+    while GLRU.size > size do
       local eldest = redis.call('ZPOPMIN', K_GLRU)[1]
+      GLRU.size = GLRU.size - 1
       local v = redis.call('HGET', K_GROUPS, eldest)
       redis.call('HDEL', K_GROUPS, eldest)
       if v then
         local owner = string.match(v, '^([^|]*)')
         redis.call('SREM', K_CGRP(owner), eldest)
-        adjust_group_count(owner, -1)
+        group_count_down(owner, cons)
         mark_dirty()
         emit('group_evict', 'group', eldest, 'consumer', owner)
       end
     end
   elseif kind == 'bucket' then
     -- The bucket map only remembers recent group names, for listing (JMX MessageGroups).
-    redis.call('ZADD', K_GLRU, meta_incr('gclock'), gid)
+    redis.call('ZADD', K_GLRU, GLRU.tick(), gid)
     local size = policy_num('groupMapCacheSize')
     if size and redis.call('ZCARD', K_GLRU) > size then redis.call('ZPOPMIN', K_GLRU) end
   end
@@ -98,29 +133,40 @@ local function group_remove_slot(slot)
   local owner = string.match(v, '^([^|]*)')
   redis.call('HDEL', K_GROUPS, slot)
   redis.call('SREM', K_CGRP(owner), slot)
-  if group_map_type() == 'cached' then redis.call('ZREM', K_GLRU, slot) end
+  if group_map_type() == 'cached' then
+    local removed = redis.call('ZREM', K_GLRU, slot)
+    if GLRU.size then GLRU.size = GLRU.size - removed end
+  end
   return owner
 end
 
--- Queue.assignMessageGroup for the candidate consumer c (after selector and exclusivity passed).
-local function group_allows(c, id, gid, seq)
+-- Queue.assignMessageGroup for the candidate consumer c (after selector and exclusivity passed); called by
+-- the dispatch pass only (its consumers `cons`), which ends with GLRU.flush. Returns whether c may have the
+-- message and, second, whether it is the first of its group for c (JMSXGroupFirstForConsumer: the pass
+-- records it in K_GFIRST as it delivers).
+local function group_allows(c, id, gid, seq, cons)
   if gid == nil or gid == false then return true end  -- '' is a group, as in ActiveMQ
   if SUB then return true end  -- message groups are a queue's (§3.3); a subscription has none
-  if seq == 1 then
-    group_assign(gid, c)
-    redis.call('SADD', K_GFIRST, id)
-    return true
+  local slot = group_slot(gid)
+  local v = GLRU.stored
+  if GLRU.msg ~= id then
+    v = redis.call('HGET', K_GROUPS, slot)
+    GLRU.msg, GLRU.stored = id, v
+    if v and seq ~= 1 and group_map_type() == 'cached' then
+      redis.call('ZADD', K_GLRU, GLRU.tick(), slot)  -- LinkedHashMap access order
+    end
   end
-  local owner = group_owner(gid)
-  if owner == nil then
-    group_assign(gid, c)
-    redis.call('SADD', K_GFIRST, id)
-    return true
+  if seq == 1 or not v then
+    GLRU.msg = false
+    group_assign(gid, slot, v, c, cons)
+    return true, true
   end
-  if owner == c.id then
+  if string.match(v, '^([^|]*)') == c.id then
     if seq < 0 then
-      group_remove_slot(group_slot(gid))
-      c.groups = redis.call('HINCRBY', K_C(c.id), 'groups', -1)
+      GLRU.msg = false
+      group_remove_slot(slot)
+      c.groups = c.groups - 1
+      c.groups_moved = true
       mark_dirty()
       emit('group_close', 'group', gid, 'consumer', c.id)
     end

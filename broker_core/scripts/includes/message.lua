@@ -93,15 +93,17 @@ end
 -- chunk that follows (dispatch.lua); whatever writes the set forgets it (PASS_DIRTY.passfull_key = nil).
 -- PASS_DIRTY.pending: the pending zset this call added to (pending_add) and has taken nothing from since,
 -- so it is not empty; whatever removes from it forgets it.
-local PASS_DIRTY = { value = false, passfull_key = nil, passfull = nil, pending = nil }
+-- PASS_DIRTY.in_pass: a dispatch pass is running, and writes 'dirty' with its state when it ends.
+local PASS_DIRTY = { value = false, passfull_key = nil, passfull = nil, pending = nil, in_pass = false }
 on_call(function()
   PASS_DIRTY.value, PASS_DIRTY.passfull_key, PASS_DIRTY.passfull, PASS_DIRTY.pending = false, nil, nil, nil
+  PASS_DIRTY.in_pass = false
   if next(FRESH) ~= nil then FRESH = {} end  -- (an empty one is as good as a new one)
   _dest_uri = nil
 end)
 local function mark_dirty()
   PASS_DIRTY.value = true
-  redis.call('HSET', K_META, 'dirty', '1')
+  if not PASS_DIRTY.in_pass then redis.call('HSET', K_META, 'dirty', '1') end
 end
 
 -- A consumer got room back. It needs a fresh pass only if this pass left it out for being full; a
