@@ -42,6 +42,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.broker = Broker(self.client, self.ns, self.clock)
         self.sent: dict[str, tuple[int, str | None]] = {}  # id -> (send index, group)
+        self.kinds: dict[str, tuple[str, int]] = {}  # id -> (its property 'kind', its expiration)
+        self.specs: dict[str, ConsumerSpec] = {}  # consumer id -> how it was opened
         self.acked: set[str] = set()
         self.consumers: dict[str, object] = {}
         self.received: dict[str, list[str]] = {}  # consumer -> fresh message ids in receive order
@@ -69,6 +71,7 @@ class QueueMachine(RuleBasedStateMachine):
         ids = self.broker.send(DEST, batch)
         for message_id, message in zip(ids, batch, strict=True):
             self.sent[message_id] = (int(message.body), group)
+            self.kinds[message_id] = (kind, message.expiration)
 
     @precondition(lambda self: len(self.consumers) < 4)
     @rule(prefetch=st.sampled_from([0, 1, 2, 5]), priority=st.integers(0, 2),
@@ -76,11 +79,11 @@ class QueueMachine(RuleBasedStateMachine):
           mode=st.sampled_from(["client", "client-individual"]))
     def open_consumer(self, prefetch, priority, exclusive, selector, mode):
         self.opened += 1  # ids must not depend on randomness outside hypothesis
-        c = self.broker.add_consumer(DEST, ConsumerSpec(prefetch=prefetch, priority=priority,
-                                                        exclusive=exclusive, selector=selector,
-                                                        ack_mode=mode, lease_ms=10_000),
-                                     consumer_id=f"c{self.opened}")
+        spec = ConsumerSpec(prefetch=prefetch, priority=priority, exclusive=exclusive, selector=selector,
+                            ack_mode=mode, lease_ms=10_000)
+        c = self.broker.add_consumer(DEST, spec, consumer_id=f"c{self.opened}")
         self.consumers[c.consumer_id] = c
+        self.specs[c.consumer_id] = spec
         self.received[c.consumer_id] = []
 
     def _pick(self, data):
@@ -261,6 +264,32 @@ class QueueMachine(RuleBasedStateMachine):
                     m = e[b"msg"].decode()
                     holder = e[b"consumer"].decode()
                     assert holder == owner, f"{m} of {group} went to {holder}, owner is {owner}"
+
+    @invariant()
+    def no_message_waits_that_a_consumer_with_room_would_take(self):
+        # Spec §1.4, and the "must not starve": when an operation returns, its dispatch has run to
+        # the end, so a pending message (not yet expired) has no consumer that has room in its window
+        # (prefetch > 0), passes its selector, may take it under the exclusive owner (if any), and owns its
+        # group or finds it unowned.
+        if not self.consumers or not self.client.exists(self._key("meta")):
+            return
+        now = self.clock.now_ms()
+        owner = (self.client.hget(self._key("meta"), "owner") or b"").decode() or None
+        groups = {g.group_id: g.owner for g in self.broker.message_groups(DEST)}
+        room = {s.consumer_id for s in self.broker.stats(DEST).consumers
+                if s.prefetch > 0 and s.in_flight < s.prefetch + s.prefetch_extension}
+        for raw, _ in self.client.zrange(self._key("pending"), 0, -1, withscores=True):
+            m = raw.decode()
+            kind, expiration = self.kinds[m]
+            if expiration and expiration <= now:
+                continue
+            group = self.sent[m][1]
+            for cid in room:
+                spec = self.specs[cid]
+                takes = ((owner is None or owner == cid)
+                         and (spec.selector is None or kind == "a")
+                         and (group is None or groups.get(group, cid) == cid))
+                assert not takes, f"{m} waits although {cid} has room and would take it"
 
     @invariant()
     def each_consumer_gets_fresh_messages_of_a_group_in_send_order(self):

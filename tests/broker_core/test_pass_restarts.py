@@ -109,3 +109,30 @@ def test_an_empty_group_id_is_a_group(broker):
     b = consumer(broker, prefetch=10, consumer_id="B")
     broker.send("orders", [Message(body="e1", group_id=""), Message(body="e2", group_id="")])
     assert bodies(drain(broker, a)) == ["e1", "e2"] and drain(broker, b) == []
+
+
+def test_room_freed_behind_a_long_unmatched_backlog_does_not_walk_the_backlog_again(broker):
+    # The pass first left A out (full) after the backlog; room freed restarts it there, not at the head.
+    broker.send("orders", [Message(body=f"o{i}", properties={"k": "other"}) for i in range(300)])
+    a = consumer(broker, prefetch=2, selector="k = 'w'", ack_mode="client-individual", consumer_id="A")
+    broker.send("orders", [Message(body=f"w{i}", properties={"k": "w"}) for i in range(6)])
+    got = broker.receive(a, 2)
+    assert bodies(got) == ["w0", "w1"]
+    walked = broker.stats("orders").skipped
+    taken = []
+    for _ in range(4):
+        got = got[1:] + broker.ack_and_receive(a, got[0].message_id, 1)
+        taken.append(got[-1].body)
+    assert taken == ["w2", "w3", "w4", "w5"]
+    assert broker.stats("orders").skipped - walked < 10
+    assert broker.stats("orders").pending == 300
+
+
+def test_a_pass_restarted_for_room_still_offers_what_the_full_consumer_missed_in_order(broker):
+    # B (no selector) was full when m2..m4 came; X only takes k = 'x' so they were skipped. When B gets
+    # room it must get m2 first, although the pass had moved past it.
+    b = consumer(broker, prefetch=1, ack_mode="client-individual", consumer_id="B")
+    consumer(broker, prefetch=10, selector="k = 'x'", consumer_id="X")
+    broker.send("orders", [Message(body=f"m{i}") for i in range(1, 5)])
+    (m1,) = drain(broker, b)
+    assert bodies(broker.ack_and_receive(b, m1.message_id, 1)) == ["m2"]

@@ -7,7 +7,8 @@
 -- consumer found full is left out for the rest of the pass (set 'passfull'). A pass restarts at the head
 -- when something may have made an earlier message dispatchable (meta 'dirty': room freed, consumer
 -- added or removed, groups reset, a message returned ahead of the cursor); otherwise it rests at the
--- tail so a new message costs one examination.
+-- tail so a new message costs one examination. A pass restarted only because a consumer it left out for
+-- being full has room again starts where it first left one out (meta 'resume'), not at the head.
 
 --@include message
 --@include consumers
@@ -162,10 +163,14 @@ local function dispatch_pass(budget)
   local cons = load_consumers()
   if #cons == 0 then return 0, 0, 0 end
   if not budget or budget <= 0 then budget = policy_num('maxPageSize') end
-  local rest = redis.call('HMGET', K_META, 'cursor', 'dirty', 'owner', 'pass_skipped', 'dseq', 'dispatched')
+  local rest = redis.call('HMGET', K_META, 'cursor', 'dirty', 'owner', 'pass_skipped', 'dseq', 'dispatched',
+                          'dirty_room', 'resume', 'resume_skipped')
 
   local cursor = rest[1] or ''
-  local dirty = rest[2] == '1'
+  -- dirty: the pass must walk again what it has walked; `full`: from the head, else only from `resume`
+  -- (message.lua mark_dirty, mark_room)
+  local full = rest[2] == '1'
+  local dirty = full or rest[7] == '1'
   local owner = rest[3] or nil
   if owner == '' then owner = nil end
   local pass_skipped = tonumber(rest[4]) or 0
@@ -180,12 +185,26 @@ local function dispatch_pass(budget)
 
   local excluded_changed = false
   local last_skipped = nil  -- the skipped count of the pass that ended last, written with the state below
+  -- Where the pass first left out a full consumer (the cursor then) and its skipped count there; '-' while
+  -- it has left none out. Every message up to there was examined while each consumer had room (or was
+  -- gone, and comes back as a new one: mark_dirty), so room freed cannot make one of them dispatchable: a
+  -- pass that ends for want of room, or for room freed, is followed by one that starts there, not at the
+  -- head. A consumer whose window stays full behind a long backlog nobody takes would otherwise have each
+  -- freed slot walk the whole backlog again.
+  local resume, resume_skipped = rest[8] or '-', tonumber(rest[9]) or 0
+  local function left_out()
+    if resume == '-' then resume, resume_skipped = cursor, pass_skipped end
+  end
   local function end_pass()
-    cursor, dirty, excluded = '', false, {}
+    local start, skipped = '', 0
+    if resume ~= '-' and not (full or PASS_DIRTY.value == true) then
+      start, skipped = resume, resume_skipped
+    end
+    cursor, dirty, full, excluded, resume = start, false, false, {}, '-'
     PASS_DIRTY.value = false
     excluded_changed = true
     last_skipped = pass_skipped
-    pass_skipped = 0
+    pass_skipped = skipped
   end
 
   SLOW_RULE.defer = true  -- until flush_counts (consumers.lua note_slow)
@@ -195,10 +214,11 @@ local function dispatch_pass(budget)
     PAGE.flush(writes)  -- (before anything below reads the pending zset)
     writes = nil
     local usable, any, free = pass_room(cons, excluded)
-    if not any then                             -- everyone is full: the next pass starts at the head
+    if not any then                             -- everyone is full: the next pass starts over
       if PASS_DIRTY.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
         for i = 1, #cons do if cons[i].alive then note_slow(cons[i], true) end end
       end
+      left_out()
       end_pass()
       break
     end
@@ -259,6 +279,7 @@ local function dispatch_pass(budget)
             local c = cons[k]
             if c.alive and not excluded[c.id] then
               if is_full(c) then
+                left_out()
                 excluded[c.id] = true
                 excluded_changed = true
                 note_slow(c, true)
@@ -327,13 +348,15 @@ local function dispatch_pass(budget)
     if #passfull > 0 then redis.call('SADD', K_PASSFULL, unpack(passfull)) end
     PASS_DIRTY.passfull_key = nil
   end
+  full = full or PASS_DIRTY.value == true
   dirty = dirty or PASS_DIRTY.value
   PASS_DIRTY.in_pass = false
   if last_skipped then
     counts[#counts + 1] = 'last_pass_skipped'
     counts[#counts + 1] = NOW_TEXT.num(last_skipped)
   end
-  redis.call('HSET', K_META, 'cursor', cursor, 'dirty', dirty and '1' or '0', 'pass_skipped',
+  redis.call('HSET', K_META, 'cursor', cursor, 'dirty', full and '1' or '0', 'dirty_room', dirty and '1' or '0',
+             'resume', resume, 'resume_skipped', NOW_TEXT.num(resume_skipped), 'pass_skipped',
              NOW_TEXT.num(pass_skipped), unpack(counts))
   if order_changed then save_order(cons) end
   return dispatched, more, 0

@@ -88,7 +88,9 @@ local function selector_view(id, m)
 end
 
 -- Something may have made a message behind the pass cursor dispatchable: the pass restarts from the head
--- when it reaches the tail. `PASS_DIRTY` tells a chunk already running in this script call.
+-- when it reaches the tail (from where it first left a full consumer out, when all that happened is that
+-- such a consumer has room again: mark_room). `PASS_DIRTY` tells a chunk already running in this script
+-- call.
 -- PASS_DIRTY.passfull: the members of the set K_PASSFULL names, read by room_freed for the dispatch
 -- chunk that follows (dispatch.lua); whatever writes the set forgets it (PASS_DIRTY.passfull_key = nil).
 -- PASS_DIRTY.pending: the pending zset this call added to (pending_add) and has taken nothing from since,
@@ -105,6 +107,12 @@ local function mark_dirty()
   PASS_DIRTY.value = true
   if not PASS_DIRTY.in_pass then redis.call('HSET', K_META, 'dirty', '1') end
 end
+-- Room freed for a consumer the pass left out for being full: the pass walks again, but only from where it
+-- first left one out (dispatch.lua 'resume'); PASS_DIRTY.value 'room' unless something else needs more.
+local function mark_room()
+  if PASS_DIRTY.value == false then PASS_DIRTY.value = 'room' end
+  if not PASS_DIRTY.in_pass then redis.call('HSET', K_META, 'dirty_room', '1') end
+end
 
 -- A consumer got room back. It needs a fresh pass only if this pass left it out for being full; a
 -- consumer that had room all along has already seen every message up to the cursor.
@@ -115,7 +123,7 @@ local function room_freed(cid)
   PASS_DIRTY.passfull_key, PASS_DIRTY.passfull = K_PASSFULL, members
   for i = 1, #members do
     if members[i] == cid then
-      mark_dirty()
+      mark_room()
       return
     end
   end
@@ -141,7 +149,7 @@ end
 -- Start the next dispatch pass at the head now: freed groups or a changed exclusive owner can make
 -- earlier messages dispatchable, and they must go before later ones (ActiveMQ iterates from the head).
 local function reset_pass()
-  redis.call('HSET', K_META, 'cursor', '', 'dirty', '0')
+  redis.call('HSET', K_META, 'cursor', '', 'dirty', '0', 'dirty_room', '0', 'resume', '-')
   redis.call('DEL', K_PASSFULL)
   PASS_DIRTY.passfull_key = nil
 end
