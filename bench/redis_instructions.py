@@ -10,7 +10,8 @@ to the waiting consumer in the same call), `ack_and_receive` of one message, and
 a receive of 100, cumulative acks that hand over the next 100), and sends of one message by 16 concurrent
 asyncio tasks through one AsyncBroker, which groups them (broker_core/coalesce.py), and acks with receives
 (`ack_and_receive` of one) by 16 consumers in their own tasks, which it groups likewise (how many share a
-script call depends on timing, so it is printed). Counters are zeroed before a phase with
+script call depends on timing, so it is printed); sends of one message to a queue with 10 consumers, and
+the batched phase with 10 consumers and 10,000 message groups. Counters are zeroed before a phase with
 `callgrind_control -z` and read after it with `callgrind_control -d`. Needs Debian's `valgrind` package.
 --listpack-entries sets hash- and zset-max-ziplist-entries (default: what `run` configures).
 """
@@ -90,11 +91,57 @@ def measure(client: redis.Redis, pid: int, out_prefix: str, n: int) -> dict[str,
         done += len(got)
         got = broker.ack_and_receive(batched, got[-1].message_id, BATCH, mode="cumulative")
     figures["batched"] = instructions(pid, out_prefix) / done
+    figures["send, 10 consumers"] = spread_sends(broker, pid, out_prefix, n)
+    figures["batched, 10,000 groups, 10 consumers"] = batched_groups(broker, pid, out_prefix, n)
     figures["send, 16 concurrent senders"], figures[GROUP_SIZE] = asyncio.run(
         grouped_sends(client, pid, out_prefix, n, broker.policies))
     figures["ack_and_receive, 16 consumers"], figures[ACK_GROUP_SIZE] = asyncio.run(
         grouped_acks(client, pid, out_prefix, n, broker.policies))
     return figures
+
+
+def spread_sends(broker: Broker, pid: int, out_prefix: str, n: int) -> float:
+    """`send` of one message to a queue with 10 consumers (prefetch n + 10): each dispatched to the next
+    consumer in the rotation. Returns instructions per message."""
+    for _ in range(10):
+        broker.add_consumer("ten", ConsumerSpec(prefetch=n + 10, ack_mode="client-individual"))
+    for _ in range(20):  # warm-up
+        broker.send("ten", Message(body=BODY))
+    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+    for _ in range(n):
+        broker.send("ten", Message(body=BODY))
+    return instructions(pid, out_prefix) / n
+
+
+def batched_groups(broker: Broker, pid: int, out_prefix: str, n: int) -> float:
+    """The batched phase with 10 consumers and 10,000 message groups in turn (the default cached group map
+    holds 1,024: nearly every message opens a group and evicts the least recently used). Returns
+    instructions per message."""
+    consumers = [broker.add_consumer("groups", ConsumerSpec(prefetch=1000, ack_mode="client"))
+                 for _ in range(10)]
+    sent = 0
+
+    def send_round() -> None:
+        nonlocal sent
+        broker.send("groups", [Message(body=BODY, group_id=f"g{(sent + k) % 10_000}") for k in range(BATCH)])
+        sent += BATCH
+
+    def drain() -> int:
+        done = 0
+        for c in consumers:
+            got = broker.receive(c, BATCH)
+            while got:
+                done += len(got)
+                got = broker.ack_and_receive(c, got[-1].message_id, BATCH, mode="cumulative")
+        return done
+
+    for _ in range(12):  # warm-up: the group map full
+        send_round()
+    drain()
+    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+    for _ in range(max(n // BATCH, 2) * 2):
+        send_round()
+    return instructions(pid, out_prefix) / drain()
 
 
 async def grouped_acks(client: redis.Redis, pid: int, out_prefix: str, n: int,
@@ -187,7 +234,7 @@ def main() -> None:
                 print(f"  ({value:.1f} {what} per script call: AsyncBroker groups concurrent calls, "
                       "coalesce.py)")
             else:
-                print(f"{name:<30} {value / 1000:8.1f} k instructions per message")
+                print(f"{name:<38} {value / 1000:8.1f} k instructions per message")
     finally:
         server.terminate()
         server.wait(timeout=60)

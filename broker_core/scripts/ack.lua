@@ -91,6 +91,7 @@ SLOW_RULE.known, SLOW_RULE.known_prefix = known, P
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 -- (room for one consumer's reply with one message: a table that grows is rebuilt at each power of two)
 local out = { dispatched, more, hold, nil, nil, nil, nil, nil, nil }
+local refill = false  -- a message expired as it was handed over: its room is dispatched to below
 for g = 1, #groups do
   local group = groups[g]
   local c = group.c
@@ -99,9 +100,14 @@ for g = 1, #groups do
   out[count_at] = 0
   if group.receive_max > 0 then
     -- (the dispatch chunk changes a pull consumer's (prefetch 0) window: read again)
-    pop_outbox(c.prefetch > 0 and c or find_consumer(c.id), group.receive_max, out)
+    local _, freed = pop_outbox(c.prefetch > 0 and c or find_consumer(c.id), group.receive_max, out)
+    refill = refill or freed
     out[count_at] = (#out - count_at) / 4  -- (4 values per message handed over: expired ones are not)
   end
+end
+if refill then
+  local d2, m2, h2 = dispatch_chunk(tonumber(ARGV[2]))
+  out[1], out[2], out[3] = out[1] + d2, m2, h2
 end
 out[2] = with_forward_flag(out[2])  -- handing over may have expired messages
 return out

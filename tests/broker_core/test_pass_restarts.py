@@ -136,3 +136,24 @@ def test_a_pass_restarted_for_room_still_offers_what_the_full_consumer_missed_in
     broker.send("orders", [Message(body=f"m{i}") for i in range(1, 5)])
     (m1,) = drain(broker, b)
     assert bodies(broker.ack_and_receive(b, m1.message_id, 1)) == ["m2"]
+
+
+def test_a_message_that_expires_as_it_is_handed_over_frees_its_slot_for_the_next(broker, clock):
+    a = consumer(broker, prefetch=1, ack_mode="client", consumer_id="A")
+    broker.send("orders", [Message(body="soon", expiration=clock.now_ms() + 500), Message(body="later")])
+    clock.advance(1_000)
+    assert broker.receive(a, 1) == []  # "soon" expired in A's window; "later" takes the freed slot at once
+    assert broker.stats("orders").pending == 0  # (a pushed consumer is told now, not at its next call)
+    assert bodies(broker.receive(a, 1)) == ["later"]
+
+
+def test_an_expiry_while_acknowledging_and_receiving_also_frees_the_slot(broker, clock):
+    a = consumer(broker, prefetch=2, ack_mode="client-individual", consumer_id="A")
+    broker.send("orders", [Message(body="m1"), Message(body="soon", expiration=clock.now_ms() + 500),
+                           Message(body="later"), Message(body="last")])
+    (m1,) = broker.receive(a, 1)
+    clock.advance(1_000)
+    # the ack makes room for "later"; "soon" expires as it is handed over, which makes room for "last"
+    assert broker.ack_and_receive(a, m1.message_id, 1) == []
+    assert broker.stats("orders").pending == 0
+    assert bodies(broker.receive(a, 2)) == ["later", "last"]

@@ -4,25 +4,44 @@
 -- whether it defers its writes, and `known`, `known_prefix` (load_consumers).
 local SLOW_RULE = { prefix = nil, topic = false, known = nil, known_prefix = nil, defer = false }
 
-local function load_consumer(cid, packed, counters, lease)
+local COUNTERS = { 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since' }  -- (a consumer's hash)
+
+-- The counters of consumer c from `counters` (HMGET of COUNTERS, then whatever else the caller asked for).
+local function read_counters(c, counters)
+  -- (`x and tonumber(x) or 0`: no call into C for an unset field)
+  c.n, c.ext = counters[1] and tonumber(counters[1]) or 0, counters[2] and tonumber(counters[2]) or 0
+  c.groups, c.prefetch = counters[3] and tonumber(counters[3]) or 0, counters[4] and tonumber(counters[4]) or 0
+  c.dispatched, c.slow = counters[5] and tonumber(counters[5]) or 0, counters[6] ~= false
+  c.loaded = true
+end
+
+-- A consumer from its stored definition, whether its lease runs, and, unless they are read later
+-- (`counters` nil: counted), its counters.
+local function load_consumer(cid, packed, counters, alive)
   local def = POLICY_DECODED.def(packed)  -- base.lua: decoded once
-  return {
-    -- (`x and tonumber(x) or 0`: no call into C for an unset field)
-    id = cid, def = def, prefetch = counters[4] and tonumber(counters[4]) or 0,
-    priority = tonumber(def.priority) or 0,
-    n = counters[1] and tonumber(counters[1]) or 0, ext = counters[2] and tonumber(counters[2]) or 0,
-    groups = counters[3] and tonumber(counters[3]) or 0,
-    dispatched = counters[5] and tonumber(counters[5]) or 0, slow = counters[6] ~= false,
-    alive = lease ~= false and tonumber(lease) >= NOW, expr = nil,
+  local c = {
+    id = cid, def = def, priority = tonumber(def.priority) or 0, alive = alive, expr = nil,
     groups_moved = false,  -- (groups.lua; flush_counts writes the count when true)
+    loaded = false,
+    -- (named so the table is made with room for them; read_counters sets them)
+    n = nil, ext = nil, groups = nil, prefetch = nil, dispatched = nil, slow = nil,
   }
+  if counters then read_counters(c, counters) end
+  return c
+end
+
+-- Consumer c with its counters, read now if load_consumers(true) left them for later.
+local function counted(c)
+  if not c.loaded then read_counters(c, redis.call('HMGET', K_C(c.id), unpack(COUNTERS))) end
+  return c
 end
 
 -- Every consumer of the destination, in the stored dispatch order. Consumers the script has read already
 -- and kept current (SLOW_RULE.known: consumer id -> its table, of prefix SLOW_RULE.known_prefix; set by
 -- ack.lua just before its dispatch chunk) are not read again: those tables are used, once, for the next
--- load here.
-local function load_consumers()
+-- load here. With `lazy` (the dispatch pass) each consumer's counters are read when first needed
+-- (counted): a message offered to the first consumer in the order reads that consumer's, not all of them.
+local function load_consumers(lazy)
   local ids = redis.call('LRANGE', K_CORDER, '0', '-1')
   local out = { nil }  -- (made with room for one: a table that grows is rebuilt at each power of two)
   local known = SLOW_RULE.known
@@ -36,10 +55,14 @@ local function load_consumers()
       if not known[ids[k]] then ask[#ask + 1] = ids[k] end
     end
   end
-  local defs, leases = nil, nil  -- (read only for the consumers asked for)
+  local defs, alive = nil, nil  -- (read only for the consumers asked for)
   if #ask > 0 then
     defs = redis.call('HMGET', K_CONSUMERS, unpack(ask))
-    leases = redis.call('ZMSCORE', K_LEASES, unpack(ask))
+    -- The consumers whose lease runs to NOW or later, by name: their scores would come back as text that
+    -- Redis formats and Lua parses again, which costs more than the rest of a consumer's loading.
+    local live = redis.call('ZRANGEBYSCORE', K_LEASES, NOW_TEXT.get(), '+inf')
+    alive = {}
+    for k = 1, #live do alive[live[k]] = true end
   end
   local i = 0
   for k = 1, #ids do
@@ -50,8 +73,8 @@ local function load_consumers()
     else
       i = i + 1
       if defs[i] then
-        local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since')
-        out[#out + 1] = load_consumer(cid, defs[i], counters, leases[i])
+        local counters = not lazy and redis.call('HMGET', K_C(cid), unpack(COUNTERS)) or nil
+        out[#out + 1] = load_consumer(cid, defs[i], counters, alive[cid] == true)
       end
     end
   end
@@ -63,8 +86,9 @@ local function find_consumer(cid)
   local packed = redis.call('HGET', K_CONSUMERS, cid)
   if not packed then return nil end
   local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since',
-                              'rcv', 'acked')
-  local c = load_consumer(cid, packed, counters, redis.call('ZSCORE', K_LEASES, cid))
+                              'rcv', 'acked')  -- (COUNTERS, then these two)
+  local lease = redis.call('ZSCORE', K_LEASES, cid)
+  local c = load_consumer(cid, packed, counters, lease ~= false and tonumber(lease) >= NOW)
   c.rcv = counters[7] and tonumber(counters[7]) or 0
   c.acked = counters[8] and tonumber(counters[8]) or 0
   return c
@@ -74,6 +98,7 @@ end
 -- a prefetch of 0 (pull) has room only while a receive call has asked for messages.
 -- How many more messages consumer c's window takes (prefetch 0: the receives waiting for one).
 local function free_slots(c)
+  if not c.loaded then counted(c) end
   if c.prefetch == 0 then return c.ext end
   local ext = c.ext
   if not policy_flag('usePrefetchExtension') then ext = 0 end
@@ -93,6 +118,7 @@ local function note_slow(c, full)
     SLOW_RULE.topic = SUB ~= nil and redis.call('HGET', K_META, 'durable') ~= '1'
   end
   if SLOW_RULE.topic then return end
+  if not c.loaded then counted(c) end
   -- During a dispatch pass (SLOW_RULE.defer) the field is written once, with the consumer's counters at
   -- the end of the pass (dispatch.lua flush_counts; nothing reads it in between): c.slow_write, true to
   -- set it to NOW, false to delete it.
@@ -133,6 +159,9 @@ end
 local function sort_consumers(cons)
   if not policy_flag('useConsumerPriority') then return end
   local by_groups = GMAP.exists()
+  if by_groups then
+    for i = 1, #cons do if not cons[i].loaded then counted(cons[i]) end end
+  end
   local function before(a, b)
     if a.priority ~= b.priority then return a.priority > b.priority end
     if by_groups and a.groups ~= b.groups then return a.groups < b.groups end

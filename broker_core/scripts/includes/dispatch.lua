@@ -126,16 +126,20 @@ local function flush_counts(cons, tally)
 end
 
 -- Is there a consumer with room at all, and one that this pass may still use (not in `excluded`)? And how
--- many messages the usable ones can take, which bounds the page read next. (A function of its own, not a
--- closure made by every pass.)
-local function pass_room(cons, excluded)
+-- many messages the usable ones can take, which bounds the page read next: summed until it reaches `want`
+-- (all of them without), so a consumer with a large window spares reading the others' counters. (A function
+-- of its own, not a closure made by every pass.)
+local function pass_room(cons, excluded, want)
   local usable, any, free = false, false, 0
   for i = 1, #cons do  -- (numeric loops here: ipairs is a call into C per element)
     local c = cons[i]
     local slots = c.alive and free_slots(c) or 0
     if slots > 0 then
       any = true
-      if not excluded[c.id] then usable, free = true, free + slots end
+      if not excluded[c.id] then
+        usable, free = true, free + slots
+        if want and free >= want then break end
+      end
     end
   end
   return usable, any, free
@@ -160,11 +164,11 @@ local function dispatch_pass(budget)
   -- Nothing pending (e.g. an ack on a drained queue): the pass has nothing to examine, so its state
   -- stays as it is; the consumers need not be read. (After a send there is: no need to ask.)
   if next(FRESH) == nil and redis.call('ZCARD', K_PENDING) == 0 then return 0, 0, 0 end
-  local cons = load_consumers()
+  local cons = load_consumers(true)
   if #cons == 0 then return 0, 0, 0 end
   if not budget or budget <= 0 then budget = policy_num('maxPageSize') end
   local rest = redis.call('HMGET', K_META, 'cursor', 'dirty', 'owner', 'pass_skipped', 'dseq', 'dispatched',
-                          'dirty_room', 'resume', 'resume_skipped')
+                          'dirty_room', 'resume')
 
   local cursor = rest[1] or ''
   -- dirty: the pass must walk again what it has walked; `full`: from the head, else only from `resume`
@@ -191,16 +195,19 @@ local function dispatch_pass(budget)
   -- pass that ends for want of room, or for room freed, is followed by one that starts there, not at the
   -- head. A consumer whose window stays full behind a long backlog nobody takes would otherwise have each
   -- freed slot walk the whole backlog again.
-  local resume, resume_skipped = rest[8] or '-', tonumber(rest[9]) or 0
+  -- (written only when they change, as 'dirty_room'; the skipped count is read when needed)
+  local resume_stored, room_stored = rest[8] or '-', rest[7] == '1'
+  local resume, resume_skipped = resume_stored, nil
   local function left_out()
     if resume == '-' then resume, resume_skipped = cursor, pass_skipped end
   end
   local function end_pass()
     local start, skipped = '', 0
     if resume ~= '-' and not (full or PASS_DIRTY.value == true) then
-      start, skipped = resume, resume_skipped
+      start = resume
+      skipped = resume_skipped or tonumber(redis.call('HGET', K_META, 'resume_skipped')) or 0
     end
-    cursor, dirty, full, excluded, resume = start, false, false, {}, '-'
+    cursor, dirty, full, excluded, resume, resume_skipped = start, false, false, {}, '-', nil
     PASS_DIRTY.value = false
     excluded_changed = true
     last_skipped = pass_skipped
@@ -213,7 +220,7 @@ local function dispatch_pass(budget)
   while true do
     PAGE.flush(writes)  -- (before anything below reads the pending zset)
     writes = nil
-    local usable, any, free = pass_room(cons, excluded)
+    local usable, any, free = pass_room(cons, excluded, budget - examined)
     if not any then                             -- everyone is full: the next pass starts over
       if PASS_DIRTY.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
         for i = 1, #cons do if cons[i].alive then note_slow(cons[i], true) end end
@@ -224,7 +231,7 @@ local function dispatch_pass(budget)
     end
     if not usable then                          -- room only where this pass may not go: start over
       end_pass()
-      usable, any, free = pass_room(cons, excluded)
+      usable, any, free = pass_room(cons, excluded, budget - examined)
     end
     if examined >= budget then more = 1 break end
     local lower = '-inf'
@@ -355,8 +362,19 @@ local function dispatch_pass(budget)
     counts[#counts + 1] = 'last_pass_skipped'
     counts[#counts + 1] = NOW_TEXT.num(last_skipped)
   end
-  redis.call('HSET', K_META, 'cursor', cursor, 'dirty', full and '1' or '0', 'dirty_room', dirty and '1' or '0',
-             'resume', resume, 'resume_skipped', NOW_TEXT.num(resume_skipped), 'pass_skipped',
+  if (dirty and true or false) ~= room_stored then
+    counts[#counts + 1] = 'dirty_room'
+    counts[#counts + 1] = dirty and '1' or '0'
+  end
+  if resume ~= resume_stored then
+    counts[#counts + 1] = 'resume'
+    counts[#counts + 1] = resume
+    if resume_skipped then
+      counts[#counts + 1] = 'resume_skipped'
+      counts[#counts + 1] = NOW_TEXT.num(resume_skipped)
+    end
+  end
+  redis.call('HSET', K_META, 'cursor', cursor, 'dirty', full and '1' or '0', 'pass_skipped',
              NOW_TEXT.num(pass_skipped), unpack(counts))
   if order_changed then save_order(cons) end
   return dispatched, more, 0

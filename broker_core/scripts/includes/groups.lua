@@ -79,6 +79,7 @@ local function group_count_down(cid, cons)
   for i = 1, #cons do
     local c = cons[i]
     if c.id == cid then
+      counted(c)
       c.groups = c.groups - 1
       c.groups_moved = true
       return

@@ -6,11 +6,12 @@ local function received_upto(cid)
 end
 
 -- Pop up to `max` messages from c's outbox into `out` (id, packed message, redeliveries, group first);
--- in ack mode 'auto' they are acknowledged as they go. Returns how many. What it reads of the messages
--- is one command per key for all of them.
+-- in ack mode 'auto' they are acknowledged as they go. Returns how many, and whether that freed room in c's
+-- window (acknowledged, or expired on the way): the caller then runs a dispatch chunk, or the room stays
+-- unused until something else does. What it reads of the messages is one command per key for all of them.
 local function pop_outbox(c, max, out)
   local ids = redis.call('LPOP', K_COUT(c.id), NOW_TEXT.num(max))
-  if not ids then return 0 end
+  if not ids then return 0, false end
   local last = redis.call('ZSCORE', K_CINF(c.id), ids[#ids])  -- before expiry may remove it
   local blobs = call_many('HMGET', K_MSGS, ids)
   local redeliveries = call_many('HMGET', K_REDELIV, ids)
@@ -41,6 +42,7 @@ local function pop_outbox(c, max, out)
   end
   if last then redis.call('HSET', K_C(c.id), 'rcv', last) end
   if c.def.ack == 'auto' then ack_messages({ { c, handed } }) end
-  if c.def.ack == 'auto' or #handed < #ids then room_freed(c.id) end
-  return #ids
+  local freed = c.def.ack == 'auto' or #handed < #ids
+  if freed then room_freed(c.id) end
+  return #ids, freed
 end
