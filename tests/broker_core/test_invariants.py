@@ -426,6 +426,7 @@ class TopicMachine(RuleBasedStateMachine):
                      "fresh": []}
             self.subs[c.subscription] = entry
         entry["consumer"] = c
+        entry["prefetch"] = prefetch
         replayed = set(self._events(c.subscription, b"recover"))
         if not new:
             replayed = {m for m in replayed if m not in entry["expected"]}
@@ -543,6 +544,17 @@ class TopicMachine(RuleBasedStateMachine):
         self.broker.dispatch(TOPIC_URI)
 
     # -- invariants ---------------------------------------------------------------------------------
+
+    @invariant()
+    def no_message_waits_in_a_subscription_whose_consumer_has_room(self):
+        # A subscription holds only what its selector matched, for its one consumer: when an operation
+        # returns, its dispatch has run to the end, so with room in that consumer's window nothing live waits.
+        for key, s in self.subs.items():
+            if not s["consumer"] or self.client.hlen(self._key(f"s:{key}:inflight")) >= s["prefetch"]:
+                continue
+            waiting = {m.decode() for m in self.client.zrange(self._key(f"s:{key}:pending"), 0, -1)}
+            live = {m for m in waiting if self._live(m)}
+            assert not live, f"{sorted(live)} wait in {key} although its consumer has room"
 
     @invariant()
     def each_subscription_has_each_matching_message_exactly_once_or_counted(self):

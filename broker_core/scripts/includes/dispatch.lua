@@ -20,11 +20,11 @@
 --@include operator
 
 -- Hand message `id` to consumer c: in flight, in its outbox, logged, owner woken; with `first`, marked the
--- first of its group for c (groups.lua group_allows). Counters are kept in
--- `c` and `tally` and written once at the end of the chunk (see flush_counts). With `writes` (a page of
--- more than one message) the deliveries' writes are collected and made with one command per key when the
--- page is done (PAGE.flush: nothing in the pass reads those keys in between); a page of one message
--- writes at once (collecting costs more tables than it saves commands).
+-- first of its group for c (groups.lua group_allows). Counters are kept in `c` and `tally` and written once
+-- at the end of the chunk (see flush_counts). With `writes` (a page of more than one message) the
+-- deliveries' writes are collected and made with one command per key when the page is done (PAGE.flush:
+-- nothing in the pass reads those keys in between); a page of one message writes at once (collecting costs
+-- more tables than it saves commands).
 -- (fields of one table: dispatch_pass is near Lua's limit of 60 upvalues)
 local PAGE = {}
 function PAGE.new() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {}, firsts = {} } end
