@@ -68,6 +68,7 @@ class Workload:
     consumers: int
     group_count: int = 0  # messages carry the group ids g0, g1, ... in turn
     backlog: bool = False  # 10,000 messages no consumer matches sit at the head of the queue first
+    prefetch: int = 1000
 
     def messages(self, count: int, first: int = 0) -> list[Message]:
         """`count` messages of 256 bytes, the first being the scenario's message number `first`."""
@@ -77,7 +78,7 @@ class Workload:
                 for k in range(count)]
 
     def spec(self, ack_mode: str) -> ConsumerSpec:
-        return ConsumerSpec(prefetch=1000, ack_mode=ack_mode,
+        return ConsumerSpec(prefetch=self.prefetch, ack_mode=ack_mode,
                             selector="kind = 'wanted'" if self.backlog else None)
 
     def prepare(self, broker: Broker) -> None:
@@ -254,6 +255,8 @@ SCENARIOS = {
     "10 consumers": Workload(10),
     "10,000 groups over 10 consumers": Workload(10, group_count=10_000),
     "selector consumer behind a 10,000-message non-matching backlog": Workload(1, backlog=True),
+    # the same consumer with a window of 10, full most of the time: each acknowledgement frees a slot
+    "the same with prefetch 10": Workload(1, backlog=True, prefetch=10),
 }
 
 
@@ -405,7 +408,8 @@ def main() -> None:
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, Redis {info['redis_version']} "
           f"({server_desc}; {form})")
-    print(f"messages per scenario: {args.messages}, body 256 bytes, prefetch 1000, batch {BATCH}")
+    print(f"messages per scenario: {args.messages}, body 256 bytes, prefetch 1000 unless the scenario says, "
+          f"batch {BATCH}")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average before: {load} (other processes share the machine when this is high)")
     cpu = f"CPU {rtt['ping client cpu']:.0f} us here" + (
