@@ -10,9 +10,10 @@ to the waiting consumer in the same call), `ack_and_receive` of one message, and
 a receive of 100, cumulative acks that hand over the next 100), and sends of one message by 16 concurrent
 asyncio tasks through one AsyncBroker, which groups them (broker_core/coalesce.py), and acks with receives
 (`ack_and_receive` of one) by 16 consumers in their own tasks, which it groups likewise (how many share a
-script call depends on timing, so it is printed); sends of one message to a queue with 10 consumers, and
-the batched phase with 10 consumers and 10,000 message groups. Counters are zeroed before a phase with
-`callgrind_control -z` and read after it with `callgrind_control -d`. Needs Debian's `valgrind` package.
+script call depends on timing, so it is printed); sends of one message to a queue with 10 consumers,
+without and with message groups, and the batched phase with 10 consumers and 10,000 message groups.
+Counters are zeroed before a phase with `callgrind_control -z` and read after it with
+`callgrind_control -d`. Needs Debian's `valgrind` package.
 --listpack-entries sets hash- and zset-max-ziplist-entries (default: what `run` configures).
 """
 
@@ -91,7 +92,9 @@ def measure(client: redis.Redis, pid: int, out_prefix: str, n: int) -> dict[str,
         done += len(got)
         got = broker.ack_and_receive(batched, got[-1].message_id, BATCH, mode="cumulative")
     figures["batched"] = instructions(pid, out_prefix) / done
-    figures["send, 10 consumers"] = spread_sends(broker, pid, out_prefix, n)
+    figures["send, 10 consumers"] = spread_sends(broker, pid, out_prefix, n, "ten", 0)
+    figures["send, 10,000 groups, 10 consumers"] = spread_sends(broker, pid, out_prefix, n, "groups1",
+                                                                 10_000)
     figures["batched, 10,000 groups, 10 consumers"] = batched_groups(broker, pid, out_prefix, n)
     figures["send, 16 concurrent senders"], figures[GROUP_SIZE] = asyncio.run(
         grouped_sends(client, pid, out_prefix, n, broker.policies))
@@ -100,16 +103,24 @@ def measure(client: redis.Redis, pid: int, out_prefix: str, n: int) -> dict[str,
     return figures
 
 
-def spread_sends(broker: Broker, pid: int, out_prefix: str, n: int) -> float:
-    """`send` of one message to a queue with 10 consumers (prefetch n + 10): each dispatched to the next
-    consumer in the rotation. Returns instructions per message."""
+def spread_sends(broker: Broker, pid: int, out_prefix: str, n: int, dest: str, group_count: int) -> float:
+    """`send` of one message to a queue with 10 consumers (prefetch n + 30): each dispatched to the next
+    consumer in the rotation; with `group_count`, the messages carry that many group ids in turn (each a new
+    group here). Returns instructions per message."""
     for _ in range(10):
-        broker.add_consumer("ten", ConsumerSpec(prefetch=n + 10, ack_mode="client-individual"))
+        broker.add_consumer(dest, ConsumerSpec(prefetch=n + 30, ack_mode="client-individual"))
+    sent = 0
+
+    def send() -> None:
+        nonlocal sent
+        broker.send(dest, Message(body=BODY, group_id=f"g{sent % group_count}" if group_count else None))
+        sent += 1
+
     for _ in range(20):  # warm-up
-        broker.send("ten", Message(body=BODY))
+        send()
     subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
     for _ in range(n):
-        broker.send("ten", Message(body=BODY))
+        send()
     return instructions(pid, out_prefix) / n
 
 

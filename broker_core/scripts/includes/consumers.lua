@@ -159,8 +159,11 @@ end
 local function sort_consumers(cons)
   if not policy_flag('useConsumerPriority') then return end
   local by_groups = GMAP.exists()
-  if by_groups then
-    for i = 1, #cons do if not cons[i].loaded then counted(cons[i]) end end
+  if by_groups then  -- (the group count alone of a consumer not read yet: counted reads the rest if needed)
+    for i = 1, #cons do
+      local c = cons[i]
+      if c.groups == nil then c.groups = tonumber(redis.call('HGET', K_C(c.id), 'groups')) or 0 end
+    end
   end
   local function before(a, b)
     if a.priority ~= b.priority then return a.priority > b.priority end
