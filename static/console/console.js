@@ -84,6 +84,19 @@
     toast.timer = setTimeout(() => { box.hidden = true; }, bad ? 8000 : 4000);
   }
 
+  /* A loader whose calls may overlap (a live update and an action's refresh): load() fetches, show(data)
+     renders, and only the call started last renders, so an older answer arriving later cannot put back
+     what an action has just changed. A failed fetch renders nothing. */
+  function latest(load, show) {
+    let seq = 0;
+    return async () => {
+      const mine = ++seq;
+      let data;
+      try { data = await load(); } catch (e) { return; }
+      if (mine === seq) show(data);
+    };
+  }
+
   /* Every administrative action asks first. Resolves true when confirmed. */
   function confirmAction(text, okLabel) {
     const dialog = document.getElementById("confirm");
@@ -251,5 +264,5 @@
     };
   }
 
-  window.SB = { api, ApiError, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, rateTracker, Chart, meter, page, feeds, eventLog };
+  window.SB = { api, ApiError, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, Chart, meter, page, feeds, eventLog };
 })();

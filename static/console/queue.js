@@ -2,7 +2,7 @@
    and recent events, live from the destination's lifecycle events; QueueView operations for admins. */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live, act, toast, eventLog, tracked, queuePath, rateTracker, Chart, meter, page } = window.SB;
+  const { api, el, fill, fmt, live, latest, act, toast, eventLog, tracked, queuePath, rateTracker, Chart, meter, page } = window.SB;
   const P = page();
   const name = P.name; const admin = P.admin === "1";
   const base = queuePath(name);
@@ -50,9 +50,7 @@
     fill(document.querySelector("#consumers tbody"), rows, 13, "No consumers.");
   }
 
-  async function loadGroups() {
-    let g;
-    try { g = await api("GET", `console/${base}/groups`); } catch (e) { return; }
+  const loadGroups = latest(() => api("GET", `console/${base}/groups`), (g) => {
     const fill_ = g.capacity ? `${fmt.num(g.group_count)} of ${fmt.num(g.capacity)} (${(100 * g.fill).toFixed(1)}%)` : `${fmt.num(g.group_count)} (unbounded)`;
     const scope = g.complete ? "" : ` Counts cover the first ${fmt.num(g.examined)} messages.`;
     document.getElementById("groups-summary").textContent =
@@ -67,7 +65,7 @@
       admin ? el("td", {}, el("button", { type: "button", class: "small", "aria-label": `Reset group ${x.group_id}`,
         onclick: () => resetGroup(x.group_id) }, "Reset")) : null));
     fill(document.querySelector("#groups tbody"), rows, admin ? 7 : 6, "No message groups are assigned.");
-  }
+  });
 
   async function resetGroup(group) {
     const done = await act(`Reset the message group ${group}? Its next message picks a new owner.`, "Reset group",
@@ -75,14 +73,12 @@
     if (done) { toast(`Group ${group} reset`); loadGroups(); }
   }
 
-  async function loadScheduled() {
-    let data;
-    try { data = await api("GET", `${base}/scheduled?limit=50`); } catch (e) { return; }
+  const loadScheduled = latest(() => api("GET", `${base}/scheduled?limit=50`), (data) => {
     const rows = data.messages.map((m) => el("tr", {},
       el("td", { class: "id" }, el("a", { href: `/console/queues/${encodeURIComponent(name)}/messages/${encodeURIComponent(m.message_id)}/` }, m.message_id)),
       el("td", {}, fmt.time(m.timestamp)), el("td", {}, m.group_id || "–"), el("td", { class: "num" }, m.priority)));
     fill(document.querySelector("#scheduled tbody"), rows, 4, "No scheduled or delayed messages.");
-  }
+  });
 
   const showEvents = eventLog(document.getElementById("events"));
 
