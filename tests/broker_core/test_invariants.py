@@ -42,7 +42,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.broker = Broker(self.client, self.ns, self.clock)
         self.sent: dict[str, tuple[int, str | None]] = {}  # id -> (send index, group)
-        self.kinds: dict[str, tuple[str, int]] = {}  # id -> (its property 'kind', its expiration)
+        self.kind_and_expiry: dict[str, tuple[str, int]] = {}  # id -> (its property 'kind', expiration)
         self.specs: dict[str, ConsumerSpec] = {}  # consumer id -> how it was opened
         self.acked: set[str] = set()
         self.consumers: dict[str, object] = {}
@@ -71,7 +71,7 @@ class QueueMachine(RuleBasedStateMachine):
         ids = self.broker.send(DEST, batch)
         for message_id, message in zip(ids, batch, strict=True):
             self.sent[message_id] = (int(message.body), group)
-            self.kinds[message_id] = (kind, message.expiration)
+            self.kind_and_expiry[message_id] = (kind, message.expiration)
 
     @precondition(lambda self: len(self.consumers) < 4)
     @rule(prefetch=st.sampled_from([0, 1, 2, 5]), priority=st.integers(0, 2),
@@ -280,7 +280,7 @@ class QueueMachine(RuleBasedStateMachine):
                 if s.prefetch > 0 and s.in_flight < s.prefetch + s.prefetch_extension}
         for raw, _ in self.client.zrange(self._key("pending"), 0, -1, withscores=True):
             m = raw.decode()
-            kind, expiration = self.kinds[m]
+            kind, expiration = self.kind_and_expiry[m]
             if expiration and expiration <= now:
                 continue
             group = self.sent[m][1]

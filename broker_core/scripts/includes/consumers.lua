@@ -5,6 +5,8 @@
 local SLOW_RULE = { prefix = nil, topic = false, known = nil, known_prefix = nil, defer = false }
 
 local COUNTERS = { 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since' }  -- (a consumer's hash)
+-- find_consumer's: COUNTERS, then what the ack path also reads
+local COUNTERS_FOR_ACK = { 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since', 'rcv', 'acked' }
 
 -- The counters of consumer c from `counters` (HMGET of COUNTERS, then whatever else the caller asked for).
 local function read_counters(c, counters)
@@ -85,8 +87,7 @@ end
 local function find_consumer(cid)
   local packed = redis.call('HGET', K_CONSUMERS, cid)
   if not packed then return nil end
-  local counters = redis.call('HMGET', K_C(cid), 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since',
-                              'rcv', 'acked')  -- (COUNTERS, then these two)
+  local counters = redis.call('HMGET', K_C(cid), unpack(COUNTERS_FOR_ACK))
   local lease = redis.call('ZSCORE', K_LEASES, cid)
   local c = load_consumer(cid, packed, counters, lease ~= false and tonumber(lease) >= NOW)
   c.rcv = counters[7] and tonumber(counters[7]) or 0
