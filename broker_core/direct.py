@@ -24,9 +24,11 @@ mirror: resp.connect_settings); every other command keeps redis-py.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import socket
+import struct
 import threading
 from typing import Any
 
@@ -37,11 +39,16 @@ from .resp import connect_settings, pack, reply_error, setup_commands, transacti
 
 _PLAIN = {redis.Connection, redis.UnixDomainSocketConnection}
 
+# Counts the forks this process is a child of: a pool made before a fork is not the child's to use. (Read
+# on every call, where os.getpid() would be a system call.)
+_FORKS = [0]
+os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
+
 
 class _Link:
     """One open connection and its reply reader."""
 
-    __slots__ = ("sock", "reader", "poll")
+    __slots__ = ("sock", "reader", "poll", "timeout")
 
     def __init__(self, settings: dict[str, Any]) -> None:
         timeout = settings["socket_connect_timeout"] or settings["socket_timeout"]
@@ -61,7 +68,16 @@ class _Link:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         except OSError as exc:
             raise redis.ConnectionError(f"cannot connect to Redis: {exc}") from exc
-        sock.settimeout(settings["socket_timeout"])
+        # A blocking socket whose timeout the kernel keeps (SO_RCVTIMEO, SO_SNDTIMEO): with Python's own
+        # timeout every send and receive first waits in poll(), two more system calls per script call, each
+        # dear on a virtual machine (docs/benchmarks.md, "Session 9").
+        sock.settimeout(None)
+        self.timeout = settings["socket_timeout"]
+        if self.timeout:
+            seconds = int(self.timeout)
+            limit = struct.pack("ll", seconds, int((self.timeout - seconds) * 1_000_000))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
         self.sock, self.reader = sock, hiredis.Reader(replyError=reply_error)
         self.poll = select.poll()
         self.poll.register(sock, select.POLLIN)
@@ -94,9 +110,9 @@ class _Link:
                     return reply, errors
                 if isinstance(reply, Exception):
                     errors.append(reply)
-        except TimeoutError as exc:
-            raise redis.TimeoutError(f"no reply from Redis in {sock.gettimeout()} s") from exc
         except OSError as exc:
+            if isinstance(exc, TimeoutError) or exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                raise redis.TimeoutError(f"no reply from Redis in {self.timeout} s") from exc
             raise redis.ConnectionError(f"connection to Redis lost: {exc}") from exc
 
     def still_open(self) -> bool:
@@ -114,7 +130,7 @@ class DirectConnections:
         self.settings = settings
         self._idle: list[_Link] = []
         self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._forks = _FORKS[0]
 
     @classmethod
     def for_client(cls, client: redis.Redis) -> DirectConnections | None:
@@ -147,8 +163,8 @@ class DirectConnections:
     def _take(self) -> _Link:
         while True:
             with self._lock:
-                if self._pid != os.getpid():  # a forked child: the parent's sockets are not ours to use
-                    self._idle, self._pid = [], os.getpid()
+                if self._forks != _FORKS[0]:  # a forked child: the parent's sockets are not ours to use
+                    self._idle, self._forks = [], _FORKS[0]
                 if not self._idle:
                     break
                 link = self._idle.pop()
