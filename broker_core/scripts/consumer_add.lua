@@ -23,6 +23,7 @@ redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'ac
 redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
 redis.call('RPUSH', K_CORDER, cid)
 local cons = load_consumers()
+GMAP.note_priorities(cons)
 sort_consumers(cons)
 save_order(cons)
 

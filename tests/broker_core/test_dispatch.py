@@ -239,3 +239,34 @@ def test_a_full_consumer_the_queue_tries_to_dispatch_to_is_marked_slow_until_it_
     (m0,) = drain(broker, c)
     broker.ack(c, m0.message_id)  # room: m1 goes to it and it is not slow any more
     assert broker.stats("orders").consumers[0].slow_since is None
+
+
+def test_consumer_priority_is_followed_as_consumers_of_other_priorities_come_and_go(broker):
+    # A pass reads only the consumers it offers messages to while all have one priority (meta 'cprio');
+    # a consumer of another priority sorts the order again, and once it has gone the others share in turn.
+    a = consumer(broker, prefetch=10, consumer_id="A")
+    b = consumer(broker, prefetch=10, consumer_id="B")
+    send(broker, "m0", "m1")
+    assert (bodies(drain(broker, a)), bodies(drain(broker, b))) == (["m0"], ["m1"])
+    high = consumer(broker, prefetch=10, priority=5, consumer_id="high")
+    low = consumer(broker, prefetch=10, priority=-5, consumer_id="low")
+    send(broker, "m2", "m3")
+    got = drain(broker, high)
+    assert bodies(got) == ["m2", "m3"] and drain(broker, a) == drain(broker, b) == drain(broker, low) == []
+    broker.ack(high, got[-1].message_id)
+    broker.close_consumer(high)
+    send(broker, "m4", "m5", "m6", "m7")
+    assert (bodies(drain(broker, a)), bodies(drain(broker, b))) == (["m4", "m6"], ["m5", "m7"])
+    assert drain(broker, low) == []
+    broker.close_consumer(low)
+    send(broker, "m8", "m9")
+    assert (bodies(drain(broker, a)), bodies(drain(broker, b))) == (["m8"], ["m9"])
+
+
+def test_a_lapsed_consumer_first_in_the_order_is_passed_over_and_the_others_share_in_turn(broker, clock):
+    first = consumer(broker, prefetch=10, consumer_id="first", lease_ms=1000)
+    others = [consumer(broker, prefetch=10, consumer_id=f"c{i}", lease_ms=10_000) for i in range(3)]
+    clock.advance(1500)  # the first one's lease has lapsed; the reaper has not run
+    send(broker, *[f"m{i}" for i in range(6)])
+    assert drain(broker, first) == []
+    assert [bodies(drain(broker, c)) for c in others] == [["m0", "m3"], ["m1", "m4"], ["m2", "m5"]]

@@ -38,11 +38,60 @@ local function counted(c)
   return c
 end
 
+-- The dispatch pass's consumers (load_consumers(true)): the order is read at once, a consumer's definition
+-- and lease when the pass first looks at its priority, `alive` or `def` (a metatable reads them on that
+-- first access). A message usually goes to the first consumer in the order, so a pass over a queue with many
+-- consumers reads one definition and one lease, not all of them (each consumer read costs the script about
+-- 13 k Redis instructions: docs/benchmarks.md, "Session 9"). Once a second one is needed, all the others not
+-- read yet are read together, one command per key, as load_consumers does.
+local DEF_NONE = {}  -- (the definition of a consumer gone from the destination: never alive)
+local function lazy_consumers(ids, known, out)
+  local waiting, read_one, mt = {}, false, {}
+  local function define(c, packed, alive)
+    setmetatable(c, nil)
+    local def = packed and POLICY_DECODED.def(packed) or DEF_NONE
+    c.def, c.priority, c.alive = def, tonumber(def.priority) or 0, packed and alive or false
+  end
+  mt.__index = function(c, key)
+    if key ~= 'def' and key ~= 'alive' and key ~= 'priority' then return nil end
+    if not read_one then
+      read_one = true
+      local packed = redis.call('HGET', K_CONSUMERS, c.id)
+      local lease = packed and redis.call('ZSCORE', K_LEASES, c.id)
+      define(c, packed, lease and tonumber(lease) >= NOW)
+    else
+      local rest, names = {}, {}
+      for i = 1, #waiting do
+        local s = waiting[i]
+        if rawget(s, 'def') == nil then rest[#rest + 1], names[#names + 1] = s, s.id end
+      end
+      local defs = redis.call('HMGET', K_CONSUMERS, unpack(names))
+      -- (the live leases by name, as load_consumers reads them)
+      local live = redis.call('ZRANGEBYSCORE', K_LEASES, NOW_TEXT.get(), '+inf')
+      local alive = {}
+      for k = 1, #live do alive[live[k]] = true end
+      for i = 1, #rest do define(rest[i], defs[i], alive[rest[i].id] == true) end
+    end
+    return rawget(c, key)
+  end
+  for k = 1, #ids do
+    local cid = ids[k]
+    local c = known and known[cid]
+    if not c then
+      c = setmetatable({ id = cid, groups_moved = false, loaded = false }, mt)
+      waiting[#waiting + 1] = c
+    end
+    out[#out + 1] = c
+  end
+  return out
+end
+
 -- Every consumer of the destination, in the stored dispatch order. Consumers the script has read already
 -- and kept current (SLOW_RULE.known: consumer id -> its table, of prefix SLOW_RULE.known_prefix; set by
 -- ack.lua just before its dispatch chunk) are not read again: those tables are used, once, for the next
--- load here. With `lazy` (the dispatch pass) each consumer's counters are read when first needed
--- (counted): a message offered to the first consumer in the order reads that consumer's, not all of them.
+-- load here. With `lazy` (the dispatch pass) a consumer's counters are read when first needed (counted), and
+-- where there are several consumers, its definition and lease too (lazy_consumers): a message offered to the
+-- first consumer in the order reads that consumer's alone.
 local function load_consumers(lazy)
   local ids = redis.call('LRANGE', K_CORDER, '0', '-1')
   local out = { nil }  -- (made with room for one: a table that grows is rebuilt at each power of two)
@@ -50,6 +99,7 @@ local function load_consumers(lazy)
   SLOW_RULE.known = nil
   if #ids == 0 then return out end
   if known and SLOW_RULE.known_prefix ~= P then known = nil end
+  if lazy and #ids > 1 then return lazy_consumers(ids, known, out) end
   local ask = ids
   if known then
     ask = {}
@@ -107,8 +157,6 @@ local function free_slots(c)
 end
 local function is_full(c) return free_slots(c) <= 0 end
 
--- Stable sort by priority (descending) and, once the queue has a group map, by the number of
--- groups assigned (ascending); equal keys keep their current order (Collections.sort is stable).
 -- §8.1: a consumer the queue tries to dispatch to while its window is full is slow (once, with the
 -- time); one found with room is not slow any more.
 -- a non-durable topic subscription is marked slow by the topic's rule instead (§8.1: more than
@@ -140,9 +188,9 @@ end
 -- Whether the destination has a message-group map yet (meta 'gmap'): read once per script call (and
 -- per prefix: a topic send switches subscriptions), not once per dispatched message.
 -- (One table, not three locals: see POLICY_READ in base.lua.)
-local GMAP = { key = nil, on = false }
+local GMAP = { key = nil, on = false, cprio_key = nil, cprio = nil }
 on_call(function()
-  GMAP.key, GMAP.on = nil, false
+  GMAP.key, GMAP.on, GMAP.cprio_key = nil, false, nil
   SLOW_RULE.prefix, SLOW_RULE.topic, SLOW_RULE.defer = nil, false, false
   SLOW_RULE.known, SLOW_RULE.known_prefix = nil, nil
 end)
@@ -157,9 +205,39 @@ function GMAP.create()
   end
 end
 
+-- Whether every consumer of the destination has the same priority (meta 'cprio': that priority, or
+-- 'mixed'): then ordering by priority changes nothing, and the dispatch pass need not read every consumer's
+-- definition to keep its order (lazy_consumers). consumer_add, which reads them all, writes it; whatever
+-- else changes the consumers (a subscription's consumer, a close) deletes it, and the next sort works it out
+-- again from the consumers it has.
+function GMAP.one_priority(cons)
+  if GMAP.cprio_key ~= K_META then
+    GMAP.cprio_key, GMAP.cprio = K_META, redis.call('HGET', K_META, 'cprio')
+    if not GMAP.cprio then GMAP.note_priorities(cons) end
+  end
+  return GMAP.cprio ~= 'mixed'
+end
+function GMAP.note_priorities(cons)
+  if #cons == 0 then return end
+  local first, value = cons[1].priority, nil
+  for i = 2, #cons do
+    if cons[i].priority ~= first then value = 'mixed' break end
+  end
+  GMAP.cprio_key, GMAP.cprio = K_META, value or string.format('%d', first)
+  redis.call('HSET', K_META, 'cprio', GMAP.cprio)
+end
+function GMAP.forget_priorities()
+  redis.call('HDEL', K_META, 'cprio')
+  GMAP.cprio_key = nil
+end
+
+-- Stable sort by priority (descending) and, once the queue has a group map, by the number of
+-- groups assigned (ascending); equal keys keep their current order (Collections.sort is stable).
 local function sort_consumers(cons)
   if not policy_flag('useConsumerPriority') then return end
   local by_groups = GMAP.exists()
+  local by_priority = not GMAP.one_priority(cons)
+  if not (by_groups or by_priority) then return end  -- every key is equal: the order stands
   if by_groups then  -- (the group count alone of a consumer not read yet: counted reads the rest if needed)
     for i = 1, #cons do
       local c = cons[i]
@@ -167,7 +245,7 @@ local function sort_consumers(cons)
     end
   end
   local function before(a, b)
-    if a.priority ~= b.priority then return a.priority > b.priority end
+    if by_priority and a.priority ~= b.priority then return a.priority > b.priority end
     if by_groups and a.groups ~= b.groups then return a.groups < b.groups end
     return false
   end

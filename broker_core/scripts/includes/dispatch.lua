@@ -81,39 +81,45 @@ function PAGE.flush(writes)
   end
 end
 
--- Returns the destination's counters (field, value, ...) for the caller's one write of K_META.
--- The slow_since changes of the pass are written here too (consumers.lua note_slow), and the consumers'
--- group counts that moved (groups.lua).
+-- Consumer c's counters, and the slow_since change of the pass (consumers.lua note_slow) and its group count
+-- if it moved (groups.lua), written once at the end of the pass.
+local function flush_consumer(c)
+  local slow = c.slow_write
+  c.slow_write = nil
+  if c.delivered then
+    local dispatched = c.dispatched + c.delivered
+    if slow == true or c.groups_moved then
+      local fields = { 'n', NOW_TEXT.num(c.n), 'ext', NOW_TEXT.num(c.ext),
+                       'dispatched', NOW_TEXT.num(dispatched) }
+      if slow == true then fields[7], fields[8] = 'slow_since', NOW_TEXT.get() end
+      if c.groups_moved then
+        fields[#fields + 1] = 'groups'
+        fields[#fields + 1] = NOW_TEXT.num(c.groups)
+      end
+      redis.call('HSET', K_C(c.id), unpack(fields))
+    else  -- (the common case, without a table)
+      redis.call('HSET', K_C(c.id), 'n', NOW_TEXT.num(c.n), 'ext', NOW_TEXT.num(c.ext),
+                 'dispatched', NOW_TEXT.num(dispatched))
+    end
+    c.dispatched = dispatched
+    c.delivered = nil
+  else
+    if slow == true then redis.call('HSET', K_C(c.id), 'slow_since', NOW_TEXT.get()) end
+    if c.groups_moved then redis.call('HSET', K_C(c.id), 'groups', NOW_TEXT.num(c.groups)) end
+  end
+  c.groups_moved = false
+  if slow == false then redis.call('HDEL', K_C(c.id), 'slow_since') end
+end
+
+-- Returns the destination's counters (field, value, ...) for the caller's one write of K_META; writes each
+-- consumer's own (flush_consumer).
 local function flush_counts(cons, tally)
   local meta
   SLOW_RULE.defer = false
   for i = 1, #cons do
     local c = cons[i]
-    local slow = c.slow_write
-    c.slow_write = nil
-    if c.delivered then
-      local dispatched = c.dispatched + c.delivered
-      if slow == true or c.groups_moved then
-        local fields = { 'n', NOW_TEXT.num(c.n), 'ext', NOW_TEXT.num(c.ext),
-                         'dispatched', NOW_TEXT.num(dispatched) }
-        if slow == true then fields[7], fields[8] = 'slow_since', NOW_TEXT.get() end
-        if c.groups_moved then
-          fields[#fields + 1] = 'groups'
-          fields[#fields + 1] = NOW_TEXT.num(c.groups)
-        end
-        redis.call('HSET', K_C(c.id), unpack(fields))
-      else  -- (the common case, without a table)
-        redis.call('HSET', K_C(c.id), 'n', NOW_TEXT.num(c.n), 'ext', NOW_TEXT.num(c.ext),
-                   'dispatched', NOW_TEXT.num(dispatched))
-      end
-      c.dispatched = dispatched
-      c.delivered = nil
-    else
-      if slow == true then redis.call('HSET', K_C(c.id), 'slow_since', NOW_TEXT.get()) end
-      if c.groups_moved then redis.call('HSET', K_C(c.id), 'groups', NOW_TEXT.num(c.groups)) end
-    end
-    c.groups_moved = false
-    if slow == false then redis.call('HDEL', K_C(c.id), 'slow_since') end
+    -- (a consumer the pass never counted has nothing to write: all of that comes with counting it)
+    if c.loaded then flush_consumer(c) end
   end
   if tally.dispatched > 0 then
     meta = { 'dseq', NOW_TEXT.num(tally.dseq), 'dispatched', NOW_TEXT.num(tally.total + tally.dispatched) }

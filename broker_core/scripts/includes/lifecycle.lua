@@ -305,6 +305,7 @@ local function lifecycle_load()
     local def = cmsgpack.unpack(packed)
     redis.call('HDEL', K_CONSUMERS, cid)
     redis.call('LREM', K_CORDER, 0, cid)
+    GMAP.forget_priorities()
     redis.call('ZREM', K_LEASES, cid)
     redis.call('SREM', K_PASSFULL, cid)
     PASS_DIRTY.passfull_key = nil
