@@ -107,25 +107,31 @@ def test_a_send_of_no_messages_stores_nothing_and_a_batch_with_a_repeated_id_sto
 def test_generated_message_ids_differ_across_forked_processes_that_seed_random_alike():
     # The random half of an id comes from the module's own generator, reseeded in a forked child: two
     # processes forked from one parent, each seeding `random` the same way, still make different ids
-    # (a repeated id would be taken for a duplicate send and dropped).
-    import multiprocessing
+    # (a repeated id would be taken for a duplicate send and dropped). The children are bare os.fork()s
+    # that write to a pipe and leave with os._exit: nothing else of the test process runs in them.
+    import os
     import random
     import types
 
     from broker_core import messages
 
-    def make(out) -> None:
-        random.seed(7)
-        # the same millisecond for every id: only the random half can tell them apart
-        messages.time = types.SimpleNamespace(time_ns=lambda: 1_700_000_000_000_000_000)
-        out.put([messages.new_message_id() for _ in range(200)])
+    def child_ids() -> list[str]:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            try:
+                os.close(read)
+                random.seed(7)
+                # the same millisecond for every id: only the random half can tell them apart
+                messages.time = types.SimpleNamespace(time_ns=lambda: 1_700_000_000_000_000_000)
+                os.write(write, " ".join(messages.new_message_id() for _ in range(200)).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            text = pipe.read().decode()
+        os.waitpid(pid, 0)
+        return text.split()
 
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    children = [ctx.Process(target=make, args=(out,)) for _ in range(2)]
-    for child in children:
-        child.start()
-    ids = out.get(timeout=30) + out.get(timeout=30)
-    for child in children:
-        child.join(timeout=30)
+    ids = child_ids() + child_ids()
     assert len(set(ids)) == 400 and all(i.startswith("ID:") and len(i) == 19 for i in ids)
