@@ -7,11 +7,11 @@
 --@include dispatch
 NOW = tonumber(ARGV[1])
 local cid, max = ARGV[3], tonumber(ARGV[4])
-local c = find_consumer(cid)
+local c, lease_until = find_consumer(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
 local lease = tonumber(ARGV[5])
 if lease <= 0 then lease = tonumber(c.def.lease) or 30000 end
-renew_lease(cid, lease)
+renew_lease(cid, lease, lease_until)
 local dispatched, more, hold = 0, 0, 0
 local waiting = redis.call('LLEN', K_COUT(cid))
 if waiting < max then

@@ -44,6 +44,16 @@ end
 -- consumers reads one definition and one lease, not all of them (each consumer read costs the script about
 -- 13 k Redis instructions: docs/benchmarks.md, "Session 9"). Once a second one is needed, all the others not
 -- read yet are read together, one command per key, as load_consumers does.
+-- The consumers whose lease runs to NOW or later (a set of their ids), read by name: their scores would
+-- come back as text that Redis formats and Lua parses again, which costs more than the rest of a consumer's
+-- loading.
+local function live_leases()
+  local live = redis.call('ZRANGEBYSCORE', K_LEASES, NOW_TEXT.get(), '+inf')
+  local alive = {}
+  for k = 1, #live do alive[live[k]] = true end
+  return alive
+end
+
 local DEF_NONE = {}  -- (the definition of a consumer gone from the destination: never alive)
 local function lazy_consumers(ids, known, out)
   local waiting, read_one, mt = {}, false, {}
@@ -66,10 +76,7 @@ local function lazy_consumers(ids, known, out)
         if rawget(s, 'def') == nil then rest[#rest + 1], names[#names + 1] = s, s.id end
       end
       local defs = redis.call('HMGET', K_CONSUMERS, unpack(names))
-      -- (the live leases by name, as load_consumers reads them)
-      local live = redis.call('ZRANGEBYSCORE', K_LEASES, NOW_TEXT.get(), '+inf')
-      local alive = {}
-      for k = 1, #live do alive[live[k]] = true end
+      local alive = live_leases()
       for i = 1, #rest do define(rest[i], defs[i], alive[rest[i].id] == true) end
     end
     return rawget(c, key)
@@ -110,11 +117,7 @@ local function load_consumers(lazy)
   local defs, alive = nil, nil  -- (read only for the consumers asked for)
   if #ask > 0 then
     defs = redis.call('HMGET', K_CONSUMERS, unpack(ask))
-    -- The consumers whose lease runs to NOW or later, by name: their scores would come back as text that
-    -- Redis formats and Lua parses again, which costs more than the rest of a consumer's loading.
-    local live = redis.call('ZRANGEBYSCORE', K_LEASES, NOW_TEXT.get(), '+inf')
-    alive = {}
-    for k = 1, #live do alive[live[k]] = true end
+    alive = live_leases()
   end
   local i = 0
   for k = 1, #ids do
@@ -134,6 +137,7 @@ local function load_consumers(lazy)
 end
 
 -- One consumer; its `rcv` (outbox.lua) and `acked` counters come in the same read, for the ack path.
+-- Second: its lease's end as stored (false: none), for a renewal in the same call (renew_lease).
 local function find_consumer(cid)
   local packed = redis.call('HGET', K_CONSUMERS, cid)
   if not packed then return nil end
@@ -142,7 +146,7 @@ local function find_consumer(cid)
   local c = load_consumer(cid, packed, counters, lease ~= false and tonumber(lease) >= NOW)
   c.rcv = counters[7] and tonumber(counters[7]) or 0
   c.acked = counters[8] and tonumber(counters[8]) or 0
-  return c
+  return c, lease
 end
 
 -- PrefetchSubscription.isFull: the window is the prefetch plus the DELIVERED-ack extension;

@@ -140,9 +140,10 @@ local function consumer_joined(cid)
   mark_dirty()
 end
 
-local function renew_lease(cid, lease_ms)
-  local old = redis.call('ZSCORE', K_LEASES, cid)
-  redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
+local function renew_lease(cid, lease_ms, old)
+  if old == nil then old = redis.call('ZSCORE', K_LEASES, cid) end  -- (`old`: as find_consumer read it)
+  local ends = NOW + lease_ms  -- (as text when whole: Redis would format a number with '%.17g')
+  redis.call('ZADD', K_LEASES, ends % 1 == 0 and string.format('%d', ends) or ends, cid)
   if old and tonumber(old) < NOW then consumer_joined(cid) end
 end
 
