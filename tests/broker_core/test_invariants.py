@@ -66,8 +66,10 @@ class QueueMachine(RuleBasedStateMachine):
         for _ in range(n):
             self.seq += 1
             expiration = self.clock.now_ms() + ttl if ttl else 0
+            # ids of the test's own making: generated ones are random, and the rules pick messages by id
+            # (purge_or_remove sorts them), so a replay of the same steps would pick others
             batch.append(Message(body=str(self.seq), group_id=group, properties={"kind": kind},
-                                 expiration=expiration))
+                                 expiration=expiration, message_id=f"ID:m{self.seq:05d}"))
         ids = self.broker.send(DEST, batch)
         for message_id, message in zip(ids, batch, strict=True):
             self.sent[message_id] = (int(message.body), group)
@@ -387,7 +389,8 @@ class TopicMachine(RuleBasedStateMachine):
         for _ in range(n):
             self.seq += 1
             batch.append(Message(body=str(self.seq), properties={"kind": kind},
-                                 expiration=self.clock.now_ms() + ttl if ttl else 0))
+                                 expiration=self.clock.now_ms() + ttl if ttl else 0,
+                                 message_id=f"ID:m{self.seq:05d}"))  # (as QueueMachine.send's)
         ids = self.broker.send(TOPIC_URI, batch)
         for message_id, message in zip(ids, batch, strict=True):
             self.sent.append((message_id, kind))

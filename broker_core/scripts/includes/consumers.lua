@@ -38,12 +38,6 @@ local function counted(c)
   return c
 end
 
--- The dispatch pass's consumers (load_consumers(true)): the order is read at once, a consumer's definition
--- and lease when the pass first looks at its priority, `alive` or `def` (a metatable reads them on that
--- first access). A message usually goes to the first consumer in the order, so a pass over a queue with many
--- consumers reads one definition and one lease, not all of them (each consumer read costs the script about
--- 13 k Redis instructions: docs/benchmarks.md, "Session 9"). Once a second one is needed, all the others not
--- read yet are read together, one command per key, as load_consumers does.
 -- The consumers whose lease runs to NOW or later (a set of their ids), read by name: their scores would
 -- come back as text that Redis formats and Lua parses again, which costs more than the rest of a consumer's
 -- loading.
@@ -54,6 +48,12 @@ local function live_leases()
   return alive
 end
 
+-- The dispatch pass's consumers (load_consumers(true)): the order is read at once, a consumer's definition
+-- and lease when the pass first looks at its priority, `alive` or `def` (a metatable reads them on that
+-- first access). A message usually goes to the first consumer in the order, so a pass over a queue with many
+-- consumers reads one definition and one lease, not all of them (each consumer read costs the script about
+-- 13 k Redis instructions: docs/benchmarks.md, "Session 9"). Once a second one is needed, all the others not
+-- read yet are read together, one command per key, as load_consumers does.
 local DEF_NONE = {}  -- (the definition of a consumer gone from the destination: never alive)
 local function lazy_consumers(ids, known, out)
   local waiting, read_one, mt = {}, false, {}
