@@ -270,3 +270,14 @@ def test_a_lapsed_consumer_first_in_the_order_is_passed_over_and_the_others_shar
     send(broker, *[f"m{i}" for i in range(6)])
     assert drain(broker, first) == []
     assert [bodies(drain(broker, c)) for c in others] == [["m0", "m3"], ["m1", "m4"], ["m2", "m5"]]
+
+
+def test_an_order_entry_whose_consumer_is_gone_is_passed_over_and_dropped(broker, redis_client, namespace):
+    # Only a store changed outside the scripts has one (they write a consumer and its order entry together).
+    a = consumer(broker, prefetch=10, consumer_id="A")
+    b = consumer(broker, prefetch=10, consumer_id="B")
+    order = f"{namespace}:{{q:orders}}:corder"
+    redis_client.lpush(order, "ghost")
+    send(broker, "m0", "m1", "m2")
+    assert (bodies(drain(broker, a)), bodies(drain(broker, b))) == (["m0", "m2"], ["m1"])
+    assert b"ghost" not in redis_client.lrange(order, 0, -1)

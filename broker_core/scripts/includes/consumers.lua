@@ -264,13 +264,17 @@ local function sort_consumers(cons)
   end
 end
 
+-- (an id whose consumer is gone from the destination, found by lazy_consumers, is left out, as
+-- load_consumers leaves it out of what it reads: every script writes the two keys together, so only a store
+-- changed outside the scripts has one)
 local function save_order(cons)
   redis.call('DEL', K_CORDER)
-  if #cons > 0 then
-    local ids = {}
-    for i, c in ipairs(cons) do ids[i] = c.id end
-    redis.call('RPUSH', K_CORDER, unpack(ids))
+  local ids = {}
+  for i = 1, #cons do
+    local c = cons[i]
+    if rawget(c, 'def') ~= DEF_NONE then ids[#ids + 1] = c.id end
   end
+  if #ids > 0 then redis.call('RPUSH', K_CORDER, unpack(ids)) end
 end
 
 local function selector_of(c)
