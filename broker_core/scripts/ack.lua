@@ -105,9 +105,6 @@ for g = 1, #groups do
     out[count_at] = (#out - count_at) / 4  -- (4 values per message handed over: expired ones are not)
   end
 end
-if refill then
-  local d2, m2, h2 = dispatch_chunk(tonumber(ARGV[2]))
-  out[1], out[2], out[3] = out[1] + d2, m2, h2
-end
+if refill then dispatch_more(out, tonumber(ARGV[2])) end
 out[2] = with_forward_flag(out[2])  -- handing over may have expired messages
 return out

@@ -24,9 +24,6 @@ end
 local out = {dispatched, more, hold}
 -- A dispatch chunk changes only a pull consumer's (prefetch 0) window: `c` is still current otherwise.
 local _, freed = pop_outbox(c.prefetch > 0 and c or find_consumer(cid), max, out)
-if freed then  -- (acknowledged as handed over, or expired on the way)
-  local d2, m2, h2 = dispatch_chunk(tonumber(ARGV[2]))
-  out[1], out[2], out[3] = out[1] + d2, m2, h2
-end
+if freed then dispatch_more(out, tonumber(ARGV[2])) end
 out[2] = with_forward_flag(out[2])  -- handing over may have expired messages
 return out

@@ -6,7 +6,11 @@ local SLOW_RULE = { prefix = nil, topic = false, known = nil, known_prefix = nil
 
 local COUNTERS = { 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since' }  -- (a consumer's hash)
 -- find_consumer's: COUNTERS, then what the ack path also reads
-local COUNTERS_FOR_ACK = { 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since', 'rcv', 'acked' }
+-- (made with plain indexing: registering the function library failed with unpack called here, 'nonexistent
+-- global variable')
+local COUNTERS_FOR_ACK = {}
+for i = 1, #COUNTERS do COUNTERS_FOR_ACK[i] = COUNTERS[i] end
+COUNTERS_FOR_ACK[#COUNTERS + 1], COUNTERS_FOR_ACK[#COUNTERS + 2] = 'rcv', 'acked'  -- (counters[7], [8])
 
 -- The counters of consumer c from `counters` (HMGET of COUNTERS, then whatever else the caller asked for).
 local function read_counters(c, counters)
@@ -55,11 +59,15 @@ end
 -- 13 k Redis instructions: docs/benchmarks.md, "Session 9"). Once a second one is needed, all the others not
 -- read yet are read together, one command per key, as load_consumers does.
 local DEF_NONE = {}  -- (the definition of a consumer gone from the destination: never alive)
+-- GONE.any: this call found such a consumer (save_order then leaves it out).
+local GONE = { any = false }
+on_call(function() GONE.any = false end)
 local function lazy_consumers(ids, known, out)
   local waiting, read_one, mt = {}, false, {}
   local function define(c, packed, alive)
     setmetatable(c, nil)
     local def = packed and POLICY_DECODED.def(packed) or DEF_NONE
+    if not packed then GONE.any = true end
     c.def, c.priority, c.alive = def, tonumber(def.priority) or 0, packed and alive or false
   end
   mt.__index = function(c, key)
@@ -272,7 +280,7 @@ local function save_order(cons)
   local ids = {}
   for i = 1, #cons do
     local c = cons[i]
-    if rawget(c, 'def') ~= DEF_NONE then ids[#ids + 1] = c.id end
+    if not GONE.any or rawget(c, 'def') ~= DEF_NONE then ids[#ids + 1] = c.id end
   end
   if #ids > 0 then redis.call('RPUSH', K_CORDER, unpack(ids)) end
 end

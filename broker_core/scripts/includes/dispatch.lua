@@ -397,3 +397,10 @@ local function dispatch_chunk(budget)
   if hold == 0 then hold = next_unpark() end
   return dispatched, with_forward_flag(more), hold
 end
+
+-- Another chunk for a reply that begins {dispatched, more, hold} (handing messages over freed room in a
+-- window: acknowledged in ack mode 'auto', or expired on the way), added into those three.
+local function dispatch_more(out, budget)
+  local dispatched, more, hold = dispatch_chunk(budget)
+  out[1], out[2], out[3] = out[1] + dispatched, more, hold
+end

@@ -142,8 +142,7 @@ end
 
 local function renew_lease(cid, lease_ms, old)
   if old == nil then old = redis.call('ZSCORE', K_LEASES, cid) end  -- (`old`: as find_consumer read it)
-  local ends = NOW + lease_ms  -- (as text when whole: Redis would format a number with '%.17g')
-  redis.call('ZADD', K_LEASES, ends % 1 == 0 and string.format('%d', ends) or ends, cid)
+  redis.call('ZADD', K_LEASES, NOW_TEXT.num(NOW + lease_ms), cid)
   if old and tonumber(old) < NOW then consumer_joined(cid) end
 end
 
