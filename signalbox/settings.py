@@ -214,6 +214,15 @@ SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 3
 SIGNALBOX_BROKER_NAME = os.environ.get("SIGNALBOX_BROKER_NAME") or "localhost"
 # /healthz reports the maintenance tick stale (beat or every worker stopped) after this many seconds.
 SIGNALBOX_MAINTENANCE_STALE_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_STALE_SECONDS") or 15.0)
+# STOMP over TCP (gateway/stomp/tcp.py; `manage.py stomp_listener`, which `run` starts): the address, the
+# plain port (0: none), the stomp+ssl port (used when a PEM certificate and key are given) and how many
+# connections one listener process serves at once.
+SIGNALBOX_STOMP_HOST = os.environ.get("SIGNALBOX_HOST") or "127.0.0.1"
+SIGNALBOX_STOMP_PORT = int(os.environ.get("SIGNALBOX_STOMP_PORT") or 61613)
+SIGNALBOX_STOMP_TLS_PORT = int(os.environ.get("SIGNALBOX_STOMP_TLS_PORT") or 61614)
+SIGNALBOX_STOMP_TLS_CERT = os.environ.get("SIGNALBOX_STOMP_TLS_CERT") or ""
+SIGNALBOX_STOMP_TLS_KEY = os.environ.get("SIGNALBOX_STOMP_TLS_KEY") or ""
+SIGNALBOX_STOMP_MAX_CONNECTIONS = int(os.environ.get("SIGNALBOX_STOMP_MAX_CONNECTIONS") or 1000)
 # Largest request body (a batch of messages); larger requests get 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SIGNALBOX_MAX_REQUEST_BYTES") or 16 * 1024 * 1024)
 

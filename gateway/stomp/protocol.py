@@ -1,4 +1,5 @@
-"""A STOMP session over one WebSocket: frames from the codec, calls to the broker through the link.
+"""A STOMP session over one connection (a WebSocket, or a TCP stream: gateway/stomp/tcp.py): frames from the
+codec, calls to the broker through the link.
 
 ActiveMQ's STOMP mapping (shared/spec/activemq-semantics.md Appendix A): `/queue/X` destinations and
 composites, SUBSCRIBE's `activemq.*` headers, SEND headers to message fields (every other header a string
@@ -275,15 +276,18 @@ class Transport:
 
 
 class StompSession(LinkedSession):
-    """One STOMP connection. `data_received` for every WebSocket message, `connection_lost` at the end."""
+    """One STOMP connection. `data_received` for every WebSocket message (or every read of a stream:
+    `stream=True`), `connection_lost` at the end."""
 
     protocol = "stomp"
 
     def __init__(self, transport: Transport, *, broker: Any, hub: Any, session_user: Any = None,
                  settings: StompSettings | None = None, link_settings: LinkSettings | None = None,
-                 remote_address: str = "") -> None:
+                 remote_address: str = "", stream: bool = False) -> None:
         super().__init__(transport, broker=broker, hub=hub, session_user=session_user,
                          link_settings=link_settings)
+        # On a stream a frame may span reads; on a WebSocket each message must hold whole frames.
+        self.stream = stream
         self.remote_address = remote_address  # ws://host:port of the client, named when its client-id clashes
         self.settings = settings or StompSettings.from_django()
         self.parser = FrameParser("1.2", self.settings.limits)
@@ -318,8 +322,10 @@ class StompSession(LinkedSession):
         items: list[Frame | FrameError] = []
         try:
             items += self.parser.feed(data)
-            self.parser.end_of_message()
+            if not self.stream:
+                self.parser.end_of_message()
         except FrameError as exc:
+            items += exc.parsed
             items.append(exc)
         for item in items:
             while (len(self._inbox) >= INBOX_FRAMES or self._inbox_bytes >= INBOX_BYTES) and not self.closing:
