@@ -1,0 +1,75 @@
+"""The `signalbox` command: the group, its connection options, and `token`."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+
+import click
+
+from signalbox.cli import admin, messaging
+from signalbox.cli.api import Session
+from signalbox.cli.errors import USAGE, Failure
+from signalbox.cli.output import print_json, say
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("signalbox")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(context_settings=CONTEXT)
+@click.option("--url", help="The server, e.g. http://127.0.0.1:8000 (else SIGNALBOX_URL, else the config "
+                            "file).")
+@click.option("--token", help="API token (else SIGNALBOX_TOKEN, else the config file).")
+@click.option("--config", type=click.Path(dir_okay=False),
+              help="Config file (else SIGNALBOX_CONFIG, else ~/.config/signalbox/cli.toml).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds to wait for an answer (default 30).")
+@click.version_option(version(), prog_name="signalbox", message="%(prog)s %(version)s")
+@click.pass_context
+def app(ctx: click.Context, url: str | None, token: str | None, config: str | None,
+        timeout: float | None) -> None:
+    """Signalbox from the command line, over its REST API.
+
+    Exit codes: 0 done, 1 the API refused, 2 usage or config error, 3 server unreachable,
+    130 interrupted."""
+    ctx.obj = Session(url, token, config, timeout)
+
+
+@app.command()
+@click.option("-u", "--username", required=True)
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.option("--json", "as_json", is_flag=True, help="Print {\"token\": ...}.")
+@click.pass_obj
+def token(session: Session, username: str, password_stdin: bool, as_json: bool) -> None:
+    """Get your API token (POST /api/v1/auth/token); put it in SIGNALBOX_TOKEN or the config file."""
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    elif sys.stdin.isatty():
+        password = click.prompt("Password", hide_input=True)
+    else:
+        raise Failure("no terminal to ask the password on: give --password-stdin", USAGE)
+    answer = session.api().call("POST", "/api/v1/auth/token",
+                                json={"username": username, "password": password})
+    if as_json:
+        print_json(answer)
+    else:
+        say(answer["token"])
+
+
+app.add_command(messaging.send)
+app.add_command(messaging.receive)
+app.add_command(messaging.receive, "consume")
+app.add_command(messaging.browse)
+app.add_command(admin.stat)
+app.add_command(admin.purge)
+app.add_command(admin.move)
+app.add_command(admin.retry_dlq)
+app.add_command(admin.groups)
+app.add_command(admin.consumers)
