@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
+from typing import Any
 
 import click
 
 from signalbox.cli import admin, messaging
 from signalbox.cli.api import Session
-from signalbox.cli.errors import USAGE, Failure
+from signalbox.cli.errors import INTERRUPTED, USAGE, Failure
 from signalbox.cli.output import print_json, say
 
 
@@ -23,7 +24,36 @@ def version() -> str:
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-@click.group(context_settings=CONTEXT)
+NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
+class App(click.Group):
+    """Every error ends with one line on stderr and its exit code (signalbox/cli/errors.py): click's
+    usage errors too, which it would print as four lines with the usage."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except NO_ARGS_IS_HELP as e:  # `signalbox groups` alone: the help, as click shows it
+            e.show()
+            sys.exit(USAGE)
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx else "signalbox"
+            Failure(f"{e.format_message()} (see '{where} --help')", USAGE).show()
+            sys.exit(USAGE)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.Abort:  # Ctrl-C outside a command's own handling
+            Failure("interrupted", INTERRUPTED).show()
+            sys.exit(INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=App, context_settings=CONTEXT)
 @click.option("--url", help="The server, e.g. http://127.0.0.1:8000 (else SIGNALBOX_URL, else the config "
                             "file).")
 @click.option("--token", help="API token (else SIGNALBOX_TOKEN, else the config file).")

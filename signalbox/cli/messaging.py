@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import signal
 import sys
 import time
 from collections import Counter
@@ -212,21 +213,21 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
     consumer = client.call("POST", f"{path}/consumers", json=spec)
     base = f"{path}/consumers/{quote(consumer['consumer_id'], safe='')}"
     received = 0
+    # SIGTERM ends the command as Ctrl-C does: through the `finally` that closes the consumer.
+    signal.signal(signal.SIGTERM, terminated)
     try:
         received = receive_loop(client, base, ack_mode, limit, follow, wait, as_json, verbose)
     except KeyboardInterrupt:
-        close_consumer(client, base)
         raise SystemExit(INTERRUPTED) from None
-    except BrokenPipeError:  # the reader went away: what was not acknowledged goes back
+    finally:  # also on an error and when the reader of a pipe goes away (BrokenPipeError)
         close_consumer(client, base)
-        raise SystemExit(0) from None
-    except BaseException:
-        close_consumer(client, base)
-        raise
-    close_consumer(client, base)
     if not as_json:
         err_console().print(f"received {plural(received, 'message')} from {consumer['destination']}",
                             highlight=False, markup=False)
+
+
+def terminated(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follow: bool, wait: float,
