@@ -197,7 +197,7 @@ def test_round_trip_send_stat_browse_receive_purge(server, home):
     # receive: printed, acknowledged, counted; the consumer is closed on exit
     got = json_lines(run(home, server, "receive", q, "-n", "2", "--json"))
     assert [m["message_id"] for m in got] == [first, browsed[1]["message_id"]]
-    after = stats(home, server, q)
+    after = as_json(run(home, server, "stat", q, "--json"))
     assert (after["queue_size"], after["dequeued"], after["in_flight"]) == (253, 2, 0)
     assert after["consumer_count"] == 0
     assert after["dispatched"] == 2  # a bounded receive pulls: nothing was dispatched that it did not print
@@ -206,12 +206,12 @@ def test_round_trip_send_stat_browse_receive_purge(server, home):
     result = run(home, server, "receive", q, "-n", "4", "--ack", "auto", "-v")
     lines = ok(result).splitlines()
     assert len(lines) == 8 and all(json.loads(h[2:])["message_id"] for h in lines[::2]) and lines[1] == "x"
-    after = stats(home, server, q)
+    after = as_json(run(home, server, "stat", q, "--json"))
     assert (after["queue_size"], after["dequeued"], after["consumer_count"]) == (246, 9, 0)
 
     purged = as_json(run(home, server, "purge", q, "--json"))
     assert purged["removed"] == 246
-    assert stats(home, server, q)["queue_size"] == 0
+    assert as_json(run(home, server, "stat", q, "--json"))["queue_size"] == 0
     assert "purged 0 messages" in ok(run(home, server, "purge", q))
     result = run(home, server, "receive", q, "--wait", "0.5")
     assert ok(result) == "" and "received 0 messages" in result.stderr
@@ -408,6 +408,7 @@ def test_stat_watch(server, home):
 def test_api_errors_are_one_line_with_exit_code_1(server, home):
     failed(run(home, server, "stat", "cli.nosuch"), 1, "Unknown destination", "404", "queue://cli.nosuch")
     failed(run(home, server, "browse", "cli.nosuch"), 1, "unknown_destination")
+    failed(run(home, server, "stat", "--sort", "colour"), 1, "invalid_parameter", "ordering is one of")
     q = unique("cli.errors")
     ok(run(home, server, "send", q, "e"))
     failed(run(home, server, "browse", q, "--selector", "a = = 1"), 1, "Invalid selector", "invalid_selector")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -127,28 +129,19 @@ def send(destination: str, body: str | None, file: str | None, properties: tuple
         say(f"sent {count} messages to {where}{note}")
 
 
-class progress_bar:  # noqa: N801 - used as a function
-    """A rich progress bar on stderr when it is a terminal and there is more than one message;
-    `advance(n)` otherwise does nothing."""
+@contextlib.contextmanager
+def progress_bar(total: int, what: str) -> Iterator[Callable[[int], None]]:
+    """`advance(n)`: a rich progress bar on stderr when it is a terminal and there is more than one
+    message, else nothing."""
+    if total <= 1 or not err_console().is_terminal:
+        yield lambda n: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    def __init__(self, total: int, what: str) -> None:
-        self.progress = None
-        if total > 1 and err_console().is_terminal:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.progress = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(),
-                                     TimeRemainingColumn(), console=err_console())
-            self.task = self.progress.add_task(what, total=total)
-
-    def __enter__(self) -> Any:
-        if self.progress is None:
-            return lambda n: None
-        self.progress.start()
-        return lambda n: self.progress.advance(self.task, n)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.progress is not None:
-            self.progress.stop()
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err_console()) as progress:
+        task = progress.add_task(what, total=total)
+        yield lambda n: progress.advance(task, n)
 
 
 # -- receive ------------------------------------------------------------------------------------------
