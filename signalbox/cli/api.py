@@ -88,18 +88,20 @@ class Api:
             raise Failure(f"{method} {path}: the answer is not JSON (is {url} a Signalbox server?)") from None
 
     def pages(self, path: str, params: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
-        """Every row of a limit/offset list (`{"results", "next"}`), following `next`; a plain list is
-        one page."""
+        """Every row of a list in the API's paged shapes: limit/offset (`{"results", "next"}`, following
+        the `next` link) or cursor (`{"results", "next_cursor"}`); a plain list is one page."""
         answer = self.call("GET", path, params=params)
         while True:
             if isinstance(answer, list):
                 yield from answer
                 return
             yield from answer.get("results", [])
-            following = answer.get("next")
-            if not following:
+            if answer.get("next"):
+                answer = self.call("GET", answer["next"])
+            elif answer.get("next_cursor"):
+                answer = self.call("GET", path, params={**(params or {}), "cursor": answer["next_cursor"]})
+            else:
                 return
-            answer = self.call("GET", following)
 
 
 class Session:
