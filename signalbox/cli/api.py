@@ -4,14 +4,16 @@ destination arguments turned into paths. No broker semantics here: the server de
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import click
-import httpx
 
 from signalbox.cli.config import Settings
 from signalbox.cli.errors import UNREACHABLE, USAGE, Failure
+
+if TYPE_CHECKING:
+    import httpx
 
 SCHEMES = {"queue://": "queues", "topic://": "topics"}
 
@@ -57,6 +59,8 @@ def problem_message(response: httpx.Response, has_token: bool) -> tuple[str, dic
 
 class Api:
     def __init__(self, settings: Settings) -> None:
+        import httpx  # here: `--help` and usage errors need no HTTP client (half the start-up)
+
         self.settings = settings
         headers = {"Accept": "application/json", "User-Agent": "signalbox-cli"}
         if settings.token:
@@ -69,6 +73,8 @@ class Api:
     def call(self, method: str, path: str, *, params: dict[str, Any] | None = None, json: Any = None,
              timeout: float | None = None) -> Any:
         """The answer's JSON (None for an empty answer); raises Failure on any error."""
+        import httpx
+
         url = self.settings.url
         wait = timeout or self.settings.timeout
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import sys
 from typing import Any
 
@@ -14,11 +13,17 @@ from signalbox.cli.errors import INTERRUPTED, USAGE, Failure
 from signalbox.cli.output import print_json, say
 
 
-def version() -> str:
+def show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    import importlib.metadata  # here, not at start: it costs a third of the command's start-up
+
     try:
-        return importlib.metadata.version("signalbox")
+        version = importlib.metadata.version("signalbox")
     except importlib.metadata.PackageNotFoundError:
-        return "(not installed)"
+        version = "(not installed)"
+    click.echo(f"signalbox {version}")
+    ctx.exit()
 
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -61,7 +66,8 @@ class App(click.Group):
               help="Config file (else SIGNALBOX_CONFIG, else ~/.config/signalbox/cli.toml).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
               help="Seconds to wait for an answer (default 30).")
-@click.version_option(version(), prog_name="signalbox", message="%(prog)s %(version)s")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=show_version,
+              help="Show the version and exit.")
 @click.pass_context
 def app(ctx: click.Context, url: str | None, token: str | None, config: str | None,
         timeout: float | None) -> None:
