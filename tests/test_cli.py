@@ -150,13 +150,22 @@ def test_config_and_usage_mistakes_exit_2(home):
     failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", "novalue", "body"), 2, "NAME=VALUE")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "--file", str(home / "nope"), ), 2, "--file")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "body", "--file", "-"), 2, "not both")
-    # click's own usage errors: exit 2, the usage and the error
-    result = run(home, "http://127.0.0.1:1", "send", "q", "body", "--priority", "12")
-    assert result.returncode == 2 and "'--priority': 12 is not in the range 0<=x<=9" in result.stderr
-    result = run(home, "http://127.0.0.1:1", "send", "q", "body", "--ttl", "soon")
-    assert result.returncode == 2 and "'soon' is not a duration" in result.stderr
-    result = run(home, "http://127.0.0.1:1", "frobnicate")
-    assert result.returncode == 2 and "No such command 'frobnicate'" in result.stderr
+    # no body and standard input is a terminal: nothing to wait for
+    leader, follower = pty.openpty()
+    try:
+        result = subprocess.run([*CLI, "send", "q"], cwd=ROOT, env=cli_env(home, "http://127.0.0.1:1"),
+                                stdin=follower, capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    failed(result, 2, "no body: give it as an argument, with --file PATH, or on standard input")
+    # click's own usage errors: exit 2, one line naming the option and where the help is
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "body", "--priority", "12"), 2,
+           "'--priority': 12 is not in the range 0<=x<=9", "see 'signalbox send --help'")
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "body", "--ttl", "soon"), 2,
+           "'soon' is not a duration")
+    failed(run(home, "http://127.0.0.1:1", "frobnicate"), 2, "No such command 'frobnicate'")
+    failed(run(home, "http://127.0.0.1:1", "receive"), 2, "Missing argument 'DESTINATION'")
     assert "Exit codes" in ok(run(home, None, "--help"))
 
 
