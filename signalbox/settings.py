@@ -214,6 +214,8 @@ SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 3
 SIGNALBOX_BROKER_NAME = os.environ.get("SIGNALBOX_BROKER_NAME") or "localhost"
 # /healthz reports the maintenance tick stale (beat or every worker stopped) after this many seconds.
 SIGNALBOX_MAINTENANCE_STALE_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_STALE_SECONDS") or 15.0)
+# While Redis cannot be reached the API answers 503 with this Retry-After (seconds; gateway/unavailable.py).
+SIGNALBOX_UNAVAILABLE_RETRY_AFTER = int(os.environ.get("SIGNALBOX_UNAVAILABLE_RETRY_AFTER") or 1)
 # Largest request body (a batch of messages); larger requests get 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SIGNALBOX_MAX_REQUEST_BYTES") or 16 * 1024 * 1024)
 

@@ -76,7 +76,7 @@ class LinkedSession:
                       ) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    async def _lost(self, reason: str) -> None:  # pragma: no cover - interface
+    async def _lost(self, reason: str, unavailable: bool = False) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
     async def _aborted(self, sub: Subscription, notice: AbortNotice) -> None:  # pragma: no cover - interface
