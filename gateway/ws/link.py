@@ -603,8 +603,11 @@ class Link:
         for sub in subs:
             try:
                 await self._close_subscription(sub, "connection closed")
-            except Exception:  # the consumer's lease will lapse and the reaper returns its messages
-                logger.exception("closing subscription %s failed", sub.key)
+            except Exception as exc:  # the consumer's lease will lapse and the reaper returns its messages
+                if store_unavailable(exc):
+                    logger.warning("closing subscription %s failed: Redis unavailable (%s)", sub.key, exc)
+                else:
+                    logger.exception("closing subscription %s failed", sub.key)
         if self._client_id is not None:  # last: the id is free once its consumers are gone
             with contextlib.suppress(Exception):  # else it lapses with its lease
                 await self._client_id.release()
