@@ -202,3 +202,18 @@ def check_outage_and_recovery(store: EmbeddedRedis, server: GatewayServer,
     for message in arrived:
         again.send("ACK", {"id": message.get("ack")})
     again.close()
+
+
+def test_a_redis_loading_its_data_counts_as_unavailable():
+    """A restarted Redis answers LOADING until its AOF is read; broker_core's drivers raise it as redis-py
+    does (BusyLoadingError, a ConnectionError), so every adapter maps it like a refused connection."""
+    import redis
+
+    from broker_core.resp import reply_error
+    from gateway.api.errors import describe
+
+    error = reply_error("LOADING Redis is loading the dataset in memory")
+    assert isinstance(error, redis.BusyLoadingError)
+    status, problem, headers = describe(error)
+    assert (status, problem["code"], headers) == (503, "broker_unavailable", {"Retry-After": "1"})
+    assert "is loading its data" in problem["detail"]

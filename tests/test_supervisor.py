@@ -243,6 +243,7 @@ def test_killed_children_are_restarted_and_no_accepted_message_is_lost(tmp_path:
         # For the second Redis was away the API said so: 503, Retry-After, broker_unavailable.
         assert traffic.unavailable and all(u == ("1", "broker_unavailable") for u in traffic.unavailable), \
             traffic.unavailable
+        launcher.wait_healthy()  # the worker reconnected by itself and beat's maintenance tick runs again
 
         kill_and_see_restart(launcher, "uvicorn signalbox.asgi:application", "web server", "1")
         traffic.progress(30)
@@ -256,6 +257,9 @@ def test_killed_children_are_restarted_and_no_accepted_message_is_lost(tmp_path:
         missing = traffic.accepted - traffic.delivered
         lost = missing - traffic.maybe_delivered - stored_bodies(traffic)
         assert not lost, f"{len(lost)} of {len(traffic.accepted)} accepted messages lost: {sorted(lost)[:10]}"
+        print(f"accepted {len(traffic.accepted)}, delivered {len(traffic.accepted & traffic.delivered)}, "
+              f"ack answer lost {len(missing & traffic.maybe_delivered)}, "
+              f"503 answers {len(traffic.unavailable)}")
         assert len(traffic.accepted) >= 120
 
         launcher.collect_descendants()
