@@ -95,6 +95,7 @@ MIDDLEWARE = [
     "gateway.api.middleware.AuthenticationMiddleware",
     "gateway.api.middleware.MessageMiddleware",
     "gateway.api.middleware.XFrameOptionsMiddleware",
+    "gateway.unavailable.UnavailableMiddleware",  # Redis unreachable: 503 + Retry-After, not 500
 ]
 
 ROOT_URLCONF = "signalbox.urls"

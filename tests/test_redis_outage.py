@@ -169,6 +169,14 @@ def check_outage_and_recovery(store: EmbeddedRedis, server: GatewayServer,
         assert problem["code"] == "broker_unavailable" and problem["status"] == 503
         assert "Redis" in problem["detail"]
 
+    # Django's own pages too (the console's analytics page reads Redis): 503, not a server error.
+    page = urllib.request.Request(f"http://127.0.0.1:{server.port}/console/analytics/",
+                                  headers={"Cookie": cookie})
+    with pytest.raises(urllib.error.HTTPError) as refused_page:
+        urllib.request.urlopen(page, timeout=10)
+    assert refused_page.value.code == 503 and refused_page.value.headers["Retry-After"] == "1"
+    assert refused_page.value.read().startswith(b"503 Broker unavailable: the broker is unavailable")
+
     # A new STOMP connection is refused with the same ERROR while Redis is away.
     refused = RawStomp(f"ws://127.0.0.1:{server.port}/stomp")
     refused.send("CONNECT", {"accept-version": "1.2", "host": "localhost", "login": "alice",
