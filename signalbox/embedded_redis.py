@@ -129,8 +129,9 @@ class EmbeddedRedis:
         ]
         return "\n".join(lines) + "\n"
 
-    def start(self, timeout: float = 15.0) -> None:
-        """Start the server and return once it answers PING; raise EmbeddedRedisError otherwise."""
+    def spawn(self) -> subprocess.Popen[bytes]:
+        """Start the server process with this config (the same port, data folder and AOF every time) and
+        return at once; the launcher restarts a crashed Redis with this."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_text())
         self.process = subprocess.Popen(
@@ -141,6 +142,12 @@ class EmbeddedRedis:
             start_new_session=True,  # Ctrl-C goes to the launcher, which stops Redis last
             preexec_fn=die_with_parent,
         )
+        return self.process
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Start the server and return once it answers PING; raise EmbeddedRedisError otherwise."""
+        self.spawn()
+        assert self.process is not None
         client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5, socket_timeout=2)
         deadline = time.monotonic() + timeout
         try:

@@ -95,6 +95,7 @@ MIDDLEWARE = [
     "gateway.api.middleware.AuthenticationMiddleware",
     "gateway.api.middleware.MessageMiddleware",
     "gateway.api.middleware.XFrameOptionsMiddleware",
+    "gateway.unavailable.UnavailableMiddleware",  # Redis unreachable: 503 + Retry-After, not 500
 ]
 
 ROOT_URLCONF = "signalbox.urls"
@@ -223,6 +224,8 @@ SIGNALBOX_STOMP_TLS_PORT = int(os.environ.get("SIGNALBOX_STOMP_TLS_PORT") or 616
 SIGNALBOX_STOMP_TLS_CERT = os.environ.get("SIGNALBOX_STOMP_TLS_CERT") or ""
 SIGNALBOX_STOMP_TLS_KEY = os.environ.get("SIGNALBOX_STOMP_TLS_KEY") or ""
 SIGNALBOX_STOMP_MAX_CONNECTIONS = int(os.environ.get("SIGNALBOX_STOMP_MAX_CONNECTIONS") or 1000)
+# While Redis cannot be reached the API answers 503 with this Retry-After (seconds; gateway/unavailable.py).
+SIGNALBOX_UNAVAILABLE_RETRY_AFTER = int(os.environ.get("SIGNALBOX_UNAVAILABLE_RETRY_AFTER") or 1)
 # Largest request body (a batch of messages); larger requests get 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SIGNALBOX_MAX_REQUEST_BYTES") or 16 * 1024 * 1024)
 

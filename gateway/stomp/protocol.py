@@ -40,6 +40,7 @@ from gateway.stomp.frames import (
     negotiate_heart_beat,
     negotiate_version,
 )
+from gateway.unavailable import STORE_ERRORS, explain, retry_after
 from gateway.ws import auth
 from gateway.ws.link import LinkError, LinkSettings, SlowClient, Subscription
 from gateway.ws.session import LinkedSession
@@ -380,6 +381,9 @@ class StompSession(LinkedSession):
                 await self.broker.send(dest, messages, tx=tx)
             except (StompError, LinkError, BrokerError):  # refused before anything was written:
                 pass  # the one-by-one path reports the first bad frame
+            except STORE_ERRORS as exc:  # perhaps written: never sent again one by one
+                await self.fail_unavailable(exc, batch[0].get("receipt"))
+                return
             else:
                 for frame in batch:
                     receipt = frame.get("receipt")
@@ -411,6 +415,8 @@ class StompSession(LinkedSession):
             await self.fail(exc.message.split("\n", 1)[0][:200], exc.message, receipt)
         except SlowClient as exc:
             await self.shutdown(str(exc))
+        except STORE_ERRORS as exc:
+            await self.fail_unavailable(exc, receipt)
         except Exception as exc:
             logger.exception("STOMP %s failed", frame.command)
             await self.fail("Internal error", f"{frame.command} failed: {exc}", receipt)
@@ -476,7 +482,19 @@ class StompSession(LinkedSession):
             await self.send_frame("ERROR", error_headers, body, force=True)
         await self.shutdown(message)
 
-    async def _lost(self, reason: str) -> None:
+    async def fail_unavailable(self, exc: BaseException, receipt: str | None = None) -> None:
+        """Redis cannot be reached: ERROR `Broker unavailable` and the close. The client reconnects (after
+        the `retry-after` seconds): CONNECT succeeds again as soon as Redis answers. Unacknowledged
+        messages go back to the queue when this connection's consumers lapse."""
+        logger.warning("STOMP connection ends: Redis unavailable (%s)", exc)
+        await self.fail("Broker unavailable", explain(exc) + "; reconnect to go on", receipt,
+                        (("retry-after", str(retry_after())),))
+
+    async def _lost(self, reason: str, unavailable: bool = False) -> None:
+        if unavailable:
+            await self.fail("Broker unavailable", f"{reason}; the broker's store (Redis) cannot be reached, "
+                            "reconnect to go on", headers=(("retry-after", str(retry_after())),))
+            return
         await self.fail("Connection lost its subscriptions", reason)
 
     async def _aborted(self, sub: Subscription, notice: AbortNotice) -> None:
