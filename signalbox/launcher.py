@@ -1,7 +1,8 @@
 """One-machine launcher behind `./signalbox.sh run|test` (also `python -m signalbox.launcher`).
 
 `run` starts the embedded Redis (unless REDIS_URL is set), migrates the database, creates the first
-admin user, then supervises uvicorn (HTTP + WebSocket), a Celery worker and Celery beat. A child that
+admin user, then supervises uvicorn (HTTP + WebSocket), the STOMP listener (TCP, and TLS when configured),
+a Celery worker and Celery beat. A child that
 exits on its own is restarted after a back-off (Redis on the same port, data folder and AOF), with one
 line saying so; only a crash loop ends the run (`RestartPolicy`). Ctrl-C stops the children in order,
 Redis last so the worker can finish with it. `test` runs ruff, then pytest.
@@ -129,6 +130,8 @@ class RunConfig:
     appendfsync: str
     worker_concurrency: int
     shutdown_timeout: float
+    stomp_port: int = 61613  # 0: no STOMP over TCP listener
+    stomp_tls_port: int | None = None  # set when a certificate and key are configured
     redis_server: str = field(default_factory=configured_executable)  # the embedded server's binary
     restart: RestartPolicy = field(default_factory=RestartPolicy)
 
@@ -159,6 +162,9 @@ class RunConfig:
             worker_concurrency=_env_int("SIGNALBOX_WORKER_CONCURRENCY", 2, maximum=64),
             shutdown_timeout=float(_env_int("SIGNALBOX_SHUTDOWN_TIMEOUT", 20, maximum=3600)),
             restart=RestartPolicy.from_env(),
+            stomp_port=_env_int("SIGNALBOX_STOMP_PORT", 61613, minimum=0),
+            stomp_tls_port=(_env_int("SIGNALBOX_STOMP_TLS_PORT", 61614)
+                            if os.environ.get("SIGNALBOX_STOMP_TLS_CERT") else None),
         )
 
 
@@ -224,6 +230,13 @@ class Launcher:
                 f"port {config.port} on {config.host} is already in use, so the web server cannot listen "
                 "there; stop the program using it or choose another port with SIGNALBOX_PORT"
             )
+        for port in (config.stomp_port, config.stomp_tls_port):
+            if port and port_in_use(config.host, port):
+                raise ConfigError(
+                    f"port {port} on {config.host} is already in use, so the STOMP listener cannot listen "
+                    "there; stop the program using it (an ActiveMQ?), choose another port with "
+                    "SIGNALBOX_STOMP_PORT / SIGNALBOX_STOMP_TLS_PORT, or set SIGNALBOX_STOMP_PORT=0"
+                )
         if config.redis_url is None and port_in_use("127.0.0.1", config.redis_port):
             raise ConfigError(
                 f"port {config.redis_port} on 127.0.0.1 is already in use, so the embedded Redis cannot "
@@ -454,6 +467,14 @@ class Launcher:
              "--lifespan", "off", "--timeout-graceful-shutdown", "5"],
             env,
         )  # fmt: skip
+        if config.stomp_port or config.stomp_tls_port:
+            self.spawn(
+                "STOMP listener",
+                [python, "-m", "django", "stomp_listener", "--host", config.host,
+                 "--port", str(config.stomp_port),
+                 *(["--tls-port", str(config.stomp_tls_port)] if config.stomp_tls_port else [])],
+                env,
+            )  # fmt: skip
 
     def wait_for_web_server(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout

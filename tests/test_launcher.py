@@ -66,6 +66,12 @@ def exercise_and_stop(launcher: RunningLauncher, redis_url: str) -> tuple[bytes,
     assert any("uvicorn signalbox.asgi:application" in line for line in commands), commands
     assert any("celery -A signalbox worker" in line for line in commands), commands
     assert any("celery -A signalbox beat" in line for line in commands), commands
+    assert any("django stomp_listener" in line for line in commands), commands
+    with socket.create_connection(("127.0.0.1", launcher.stomp_port), timeout=10) as stomp:
+        # a full session behind the listener: it reads the users' table to refuse a wrong password
+        stomp.sendall(b"CONNECT\naccept-version:1.2\nlogin:nobody\npasscode:wrong\n\n\x00")
+        stomp.settimeout(10)
+        assert stomp.recv(4096).startswith(b"ERROR\nmessage:User name [nobody] or password is invalid.")
 
     key = f"e2e-{uuid.uuid4().hex}".encode()
     client = redis.Redis.from_url(redis_url)
