@@ -83,6 +83,7 @@ class _Nfa:
 
     def __init__(self) -> None:
         self.nodes: list[tuple] = [(_MATCH,)]
+        self.inside: set[int] = set()  # nodes reached in the middle of a character
 
     MATCH = 0
 
@@ -98,6 +99,8 @@ class _Nfa:
         if cs.literal is not None:
             node = then
             for b in (cs.literal if reverse else reversed(cs.literal)):
+                if node != then:
+                    self.inside.add(node)
                 node = self.switch((frozenset((b,)), node))
             return node
         if not cs.nonascii:
@@ -106,10 +109,12 @@ class _Nfa:
             r3 = self.switch((LEAD4, then))
             r2 = self.switch((LEAD3, then), (CONT, r3))
             r1 = self.switch((LEAD2, then), (CONT, r2))
+            self.inside.update((r1, r2, r3))
             return self.switch((cs.ascii, then), (CONT, r1))
         c1 = self.switch((CONT, then))
         c2 = self.switch((CONT, c1))
         c3 = self.switch((CONT, c2))
+        self.inside.update((c1, c2, c3))
         return self.switch((cs.ascii, then), (LEAD2, c1), (LEAD3, c2), (LEAD4, c3))
 
     def item(self, it: Item, then: int, reverse: bool) -> int:
@@ -159,10 +164,11 @@ def _classes(nfa: _Nfa) -> tuple[list[int], list[int]]:
 
 
 class _Builder:
-    def __init__(self, nfa: _Nfa, ordered: bool, sticky: bool) -> None:
+    def __init__(self, nfa: _Nfa, ordered: bool, sticky: bool, decide: bool = False) -> None:
         self.nfa = nfa
         self.ordered = ordered  # leftmost-first (priority lists with the cut) rather than plain sets
         self.sticky = sticky  # once matched, stay matched (REGEX finds): the absorbing match state
+        self.decide = decide  # only the answer at the end matters: stop as soon as it is known
         self.cmap, self.members = _classes(nfa)
         self.steps = 0
         self._closure: dict[int, tuple[int, ...]] = {}
@@ -246,14 +252,64 @@ class _Builder:
             i = len(rows)
             rows.append([i] * k if i < stop else [intern(self.step(order[i], b)) for b in self.members])
         flags = [1 if (s is matched or _Nfa.MATCH in s) else 0 for s in order]
+        if self.decide:
+            first = self.decided(order, rows, flags, first)
         # States that every byte leaves where they are end the run early (the Lua loop stops below "x"):
         # the dead state, and states like the one after the prefix of `abc%`, whose answer is then known.
-        absorbing = [i for i, row in enumerate(rows) if all(t == i for t in row)]
-        rest = sorted(set(range(len(rows))) - set(absorbing))
+        reachable, stack = {0, first}, [first]
+        while stack:
+            for t in rows[stack.pop()]:
+                if t not in reachable:
+                    reachable.add(t)
+                    stack.append(t)
+        absorbing = [i for i in sorted(reachable) if all(t == i for t in rows[i])]
+        rest = sorted(reachable - set(absorbing))
         new = {old: n for n, old in enumerate(absorbing + rest)}
         table = [new[t] * k for old in absorbing + rest for t in rows[old]]
         return {"k": k, "c": [c + 1 for c in self.cmap], "t": table,
                 "f": [flags[old] for old in absorbing + rest], "s": new[first] * k, "x": len(absorbing) * k}
+
+    def decided(self, order: list[tuple], rows: list[list[int]], flags: list[int], first: int) -> int:
+        """Send every state whose answer is already known to an absorbing state: dead when no accepting
+        state can follow, accepting when every state that can follow at a character boundary accepts
+        (the value is UTF-8, so it ends at one). `abc%` then stops after `abc`. Returns the new start;
+        `rows` and `flags` are changed in place (states nothing reaches any more stay, unused)."""
+        preds: list[set[int]] = [set() for _ in rows]
+        for i, row in enumerate(rows):
+            for t in row:
+                preds[t].add(i)
+
+        def reaching(targets: list[int]) -> set[int]:
+            found, stack = set(targets), list(targets)
+            while stack:
+                for p in preds[stack.pop()]:
+                    if p not in found:
+                        found.add(p)
+                        stack.append(p)
+            return found
+
+        boundary = [not any(n in self.nfa.inside for n in s) for s in order]
+        may_reject = reaching([i for i in range(len(rows)) if boundary[i] and not flags[i]])
+        may_accept = reaching([i for i in range(len(rows)) if flags[i]])
+        sure = [i for i in range(len(rows)) if i not in may_reject]
+        if not sure:
+            accept = -1
+        else:
+            accept = next((i for i in sure if all(t == i for t in rows[i])), -1)
+            if accept < 0:
+                accept = len(rows)
+                rows.append([accept] * len(rows[0]))
+                flags.append(1)
+        sure_set = set(sure)
+
+        def target(t: int) -> int:
+            if t in sure_set or t == accept:
+                return accept
+            return t if t in may_accept else 0
+
+        for row in rows:
+            row[:] = [target(t) for t in row]
+        return target(first)
 
 
 def cells(compiled: dict) -> int:
@@ -267,7 +323,7 @@ def find_automaton(p: Pattern) -> dict:
     """The DFA deciding whether `p` occurs in the value (matches all of it when anchored at both ends)."""
     nfa = _Nfa()
     start = nfa.program(p, reverse=False, restart=not p.head)
-    return _Builder(nfa, ordered=False, sticky=not p.tail).build(start)
+    return _Builder(nfa, ordered=False, sticky=not p.tail, decide=True).build(start)
 
 
 def span_automata(p: Pattern) -> dict:

@@ -21,7 +21,7 @@ MAX_AUTOMATON_CELLS = 16384  # transition-table entries of all the selector's au
 MAX_CONSTRUCTION_STEPS = 1_000_000  # parse-time work building one automaton (about 0.25 s of Python)
 # Bytes one evaluation may run through automata or produce with REPLACE; beyond it the selector fails on
 # that message (no match). At about 0.1 us a byte this keeps one evaluation to a few milliseconds.
-MAX_EVALUATION_BYTES = 1 << 20
+MAX_EVALUATION_BYTES = 256 * 1024
 
 LIMITS = {
     "max_selector_length": MAX_SELECTOR_LENGTH,

@@ -7,6 +7,7 @@
 --   selector_matches(expr, msg)    -> true only when the result is exactly TRUE; never raises. A runtime
 --                                     error counts as no match; its message is the second result.
 --   selector_error_message(err)    -> the message of a selector runtime error caught by pcall, else nil
+--   SELECTOR_COST.bytes            -> the work of every evaluation so far (bytes matched or built)
 -- `expr` is cjson.decode(Selector.compiled) = {v = 1, c = <STOMP coercion mode>, e = <tree>}.
 -- `msg` is the table built by message.lua's selector_view (fields listed in broker_core/selector).
 --
@@ -16,6 +17,9 @@
 -- single precision.
 
 local selector_eval, selector_matches, selector_error_message
+-- Bytes every evaluation so far has spent (see `spend`), ever growing: a chunked loop compares it with
+-- its value at the start of the call to end the chunk early (dispatch.lua, browse.lua).
+local SELECTOR_COST = { bytes = 0 }
 -- Built on first use: a script call that evaluates no selector does not pay for creating these closures
 -- (Redis runs the whole script body on every call).
 local function selector_load()
@@ -309,35 +313,81 @@ local function selector_load()
   -- What this evaluation may still spend, in bytes read by automata or written by REPLACE and string
   -- concatenation (the compiled selector's "b", limits.MAX_EVALUATION_BYTES); selector_eval sets it.
   local budget, budget_limit = 0, 0
+  local MATCH_COST = 64  -- what one search for a match (REPLACE, SPLIT) costs besides its bytes
   local function spend(n)
     budget = budget - n
+    SELECTOR_COST.bytes = SELECTOR_COST.bytes + n
     if budget < 0 then
       raise('matching this message takes more than ' .. budget_limit .. ' bytes (limit max_evaluation_bytes)')
     end
   end
 
+  -- Lookup tables built once per decoded automaton: the class of each byte by its value (index 0 too),
+  -- and the accepting states by their number times k.
+  local function prepared(A)
+    local C0 = A.c0
+    if C0 then return C0, A.fa end
+    local C, F, k = A.c, A.f, A.k
+    C0 = {}
+    for b = 0, 255 do C0[b] = C[b + 1] end
+    local FA = {}
+    for i = 1, #F do if F[i] == 1 then FA[(i - 1) * k] = true end end
+    A.c0, A.fa = C0, FA
+    return C0, FA
+  end
+
   -- The bytes from..to (dir 1) or from down to `to` (dir -1) through automaton A from state st (states
   -- are multiples of A.k, so t[st + class] is the next one; those below A.x absorb). Returns the state,
-  -- and with `track` the position of the last byte after which the state was accepting.
+  -- and with `track` the position of the last byte after which the state was accepting. Bytes are read
+  -- eight at a time (string.byte is a function call); an absorbing state stays put, so reading a few
+  -- bytes past the one that reached it changes nothing.
   local function run(A, s, st, from, to, dir, track)
-    local T, C, F, k, x = A.t, A.c, A.f, A.k, A.x
+    local T, x = A.t, A.x
+    local C, FA = prepared(A)
     local count = (to - from) * dir + 1
     if count > budget then
       to = from + (budget - 1) * dir  -- may still stop early; past it the limit is raised below
     end
     local last
     local p = from
-    if track then
-      while st >= x and p ~= to + dir do
-        st = T[st + C[sbyte(s, p) + 1]]
-        if F[st / k + 1] == 1 then last = p end
-        p = p + dir
+    if not track then
+      while st >= x and p + 7 <= to do
+        local b1, b2, b3, b4, b5, b6, b7, b8 = sbyte(s, p, p + 7)
+        st = T[st + C[b1]] st = T[st + C[b2]] st = T[st + C[b3]] st = T[st + C[b4]]
+        st = T[st + C[b5]] st = T[st + C[b6]] st = T[st + C[b7]] st = T[st + C[b8]]
+        p = p + 8
+      end
+    elseif dir == 1 then
+      while st >= x and p + 7 <= to do
+        local b1, b2, b3, b4, b5, b6, b7, b8 = sbyte(s, p, p + 7)
+        st = T[st + C[b1]] if FA[st] then last = p end
+        st = T[st + C[b2]] if FA[st] then last = p + 1 end
+        st = T[st + C[b3]] if FA[st] then last = p + 2 end
+        st = T[st + C[b4]] if FA[st] then last = p + 3 end
+        st = T[st + C[b5]] if FA[st] then last = p + 4 end
+        st = T[st + C[b6]] if FA[st] then last = p + 5 end
+        st = T[st + C[b7]] if FA[st] then last = p + 6 end
+        st = T[st + C[b8]] if FA[st] then last = p + 7 end
+        p = p + 8
       end
     else
-      while st >= x and p ~= to + dir do
-        st = T[st + C[sbyte(s, p) + 1]]
-        p = p + dir
+      while st >= x and p - 7 >= to do
+        local b1, b2, b3, b4, b5, b6, b7, b8 = sbyte(s, p - 7, p)
+        st = T[st + C[b8]] if FA[st] then last = p end
+        st = T[st + C[b7]] if FA[st] then last = p - 1 end
+        st = T[st + C[b6]] if FA[st] then last = p - 2 end
+        st = T[st + C[b5]] if FA[st] then last = p - 3 end
+        st = T[st + C[b4]] if FA[st] then last = p - 4 end
+        st = T[st + C[b3]] if FA[st] then last = p - 5 end
+        st = T[st + C[b2]] if FA[st] then last = p - 6 end
+        st = T[st + C[b1]] if FA[st] then last = p - 7 end
+        p = p - 8
       end
+    end
+    while st >= x and p ~= to + dir do
+      st = T[st + C[sbyte(s, p)]]
+      if track and FA[st] then last = p end
+      p = p + dir
     end
     spend((p - from) * dir)
     if st >= x and count > (p - from) * dir then spend(count) end  -- stopped by the budget
@@ -365,6 +415,7 @@ local function selector_load()
   local function find_span(P, s, pos)
     local F, n = P.f, #s
     if P.a and pos > 1 then return nil end
+    spend(MATCH_COST)
     local e
     local st, last = run(F, s, F.s, pos, n, 1, not P.z)
     if P.z then
