@@ -4,9 +4,10 @@
 `Selector` whose `compiled` JSON the scripts evaluate with scripts/includes/selector.lua (spec §4.3).
 There is no Python evaluator: `evaluate_in_redis` runs the same Lua through scripts/selector_match.lua.
 
-Compiled form (compact JSON, stable for a given text): `{"v":2,"c":<bool>,"b":<bytes>,"e":<node>}` where
-`c` turns on STOMP's string coercion, `b` is what one evaluation may spend (limits.MAX_EVALUATION_BYTES)
-and a node is an array whose first element names it:
+Compiled form (compact JSON, stable for a given text):
+`{"v":2,"c":<bool>,"b":<bytes>,"B":<bytes>,"e":<node>}` where `c` turns on STOMP's string coercion,
+`b` is what one evaluation may spend and `B` what the evaluations of one dispatch or browse call may
+(limits.py), and a node is an array whose first element names it:
 
 - literals `["s","text"]`, `["i",5]`, `["l",5]` (a decimal string beyond 2^53), `["d",1.5]` (`"1e999"` for
   infinity), `["b",true]`, `["null"]`; a negated numeric literal is folded into the literal;
@@ -44,7 +45,7 @@ from functools import lru_cache
 
 from ..errors import InvalidSelector
 from .evaluate import SelectorEvaluationError, evaluate_in_redis, evaluate_in_redis_async, message_json
-from .limits import MAX_EVALUATION_BYTES
+from .limits import MAX_CALL_EVALUATION_BYTES, MAX_EVALUATION_BYTES
 from .parser import HEADER_IDENTIFIERS, parse
 
 __all__ = [
@@ -116,7 +117,8 @@ def _parse_cached(text: str, convert: bool) -> Selector:
         raise InvalidSelector("the selector is empty", position=offset + 1, expected="an expression")
     root, identifiers = parse(text, offset)
     compiled = json.dumps(
-        {"v": COMPILED_VERSION, "c": convert, "b": MAX_EVALUATION_BYTES, "e": root.json},
+        {"v": COMPILED_VERSION, "c": convert, "b": MAX_EVALUATION_BYTES, "B": MAX_CALL_EVALUATION_BYTES,
+         "e": root.json},
         separators=(",", ":"), ensure_ascii=False, allow_nan=False,
     )
     return Selector(text, convert, compiled, identifiers)

@@ -22,6 +22,9 @@ MAX_CONSTRUCTION_STEPS = 1_000_000  # parse-time work building one automaton (ab
 # Bytes one evaluation may run through automata or produce with REPLACE; beyond it the selector fails on
 # that message (no match). At about 0.1 us a byte this keeps one evaluation to a few milliseconds.
 MAX_EVALUATION_BYTES = 256 * 1024
+# A dispatch or browse chunk ends once its evaluations have spent this much (after at least one message),
+# and the next call goes on from there.
+MAX_CALL_EVALUATION_BYTES = 512 * 1024
 
 LIMITS = {
     "max_selector_length": MAX_SELECTOR_LENGTH,
@@ -35,6 +38,7 @@ LIMITS = {
     "max_automaton_cells": MAX_AUTOMATON_CELLS,
     "max_construction_steps": MAX_CONSTRUCTION_STEPS,
     "max_evaluation_bytes": MAX_EVALUATION_BYTES,
+    "max_call_evaluation_bytes": MAX_CALL_EVALUATION_BYTES,
 }
 
 

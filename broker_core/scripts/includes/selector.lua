@@ -8,6 +8,7 @@
 --                                     error counts as no match; its message is the second result.
 --   selector_error_message(err)    -> the message of a selector runtime error caught by pcall, else nil
 --   SELECTOR_COST.bytes            -> the work of every evaluation so far (bytes matched or built)
+--   SELECTOR_COST.call_limit       -> how much of it a chunked loop does in one call (limits.py)
 -- `expr` is cjson.decode(Selector.compiled) = {v = 1, c = <STOMP coercion mode>, e = <tree>}.
 -- `msg` is the table built by message.lua's selector_view (fields listed in broker_core/selector).
 --
@@ -19,7 +20,7 @@
 local selector_eval, selector_matches, selector_error_message
 -- Bytes every evaluation so far has spent (see `spend`), ever growing: a chunked loop compares it with
 -- its value at the start of the call to end the chunk early (dispatch.lua, browse.lua).
-local SELECTOR_COST = { bytes = 0 }
+local SELECTOR_COST = { bytes = 0, call_limit = 1 / 0 }  -- (no math library at load time)
 -- Built on first use: a script call that evaluates no selector does not pay for creating these closures
 -- (Redis runs the whole script body on every call).
 local function selector_load()
@@ -873,6 +874,7 @@ local function selector_load()
   selector_eval = function(expr, msg)
     budget_limit = expr.b or 0
     budget = budget_limit
+    SELECTOR_COST.call_limit = expr.B or budget_limit
     local t, v = ev(expr.e, msg, expr.c == true)
     if t == B then return v end
     return nil
