@@ -274,10 +274,16 @@ class _Builder:
         state can follow, accepting when every state that can follow at a character boundary accepts
         (the value is UTF-8, so it ends at one). `abc%` then stops after `abc`. Returns the new start;
         `rows` and `flags` are changed in place (states nothing reaches any more stay, unused)."""
+        # Only the edges valid UTF-8 can take: at a boundary an ASCII or a lead byte, inside a character a
+        # continuation byte (a stray byte goes to the dead state, which would otherwise make every state
+        # look as if it could still fail).
+        boundary = [not any(n in self.nfa.inside for n in s) for s in order]
+        groups = [_group(b) for b in self.members]
         preds: list[set[int]] = [set() for _ in rows]
         for i, row in enumerate(rows):
-            for t in row:
-                preds[t].add(i)
+            for c, t in enumerate(row):
+                if (groups[c] == "cont") != boundary[i] and groups[c] != "invalid":
+                    preds[t].add(i)
 
         def reaching(targets: list[int]) -> set[int]:
             found, stack = set(targets), list(targets)
@@ -288,7 +294,6 @@ class _Builder:
                         stack.append(p)
             return found
 
-        boundary = [not any(n in self.nfa.inside for n in s) for s in order]
         may_reject = reaching([i for i in range(len(rows)) if boundary[i] and not flags[i]])
         may_accept = reaching([i for i in range(len(rows)) if flags[i]])
         sure = [i for i in range(len(rows)) if i not in may_reject]
@@ -310,6 +315,14 @@ class _Builder:
         for row in rows:
             row[:] = [target(t) for t in row]
         return target(first)
+
+
+def _group(b: int) -> str:
+    if b < 0x80:
+        return "ascii"
+    if b < 0xC0:
+        return "cont"
+    return "lead" if b < 0xF8 else "invalid"
 
 
 def cells(compiled: dict) -> int:
