@@ -84,6 +84,90 @@ def case(name: str) -> Callable[[Callable[[Context], Calls]], Callable[[Context]
 # Cases are added below, one section per area.
 
 
+# --- selectors ---
+# LIKE and REGEX run as DFAs (broker_core/selector/automata.py); the issue's pathological selectors, on
+# browse, on a send to a queue whose consumer has one, and on a dispatch chunk of large messages.
+
+BIG = 100_000
+
+
+def _fill(ctx: Context, queue: str, values: list[str]) -> None:
+    from broker_core.messages import Message
+    for i, value in enumerate(values):
+        ctx.broker.send(queue, Message(message_id=f"m{i}", properties={"s": value}))
+
+
+def _browse_all(ctx: Context, queue: str, selector: str) -> int:
+    found, cursor = 0, None
+    while True:
+        page = ctx.broker.browse(queue, selector=selector, cursor=cursor, limit=1000)
+        found += len(page.messages)
+        cursor = page.next_cursor
+        if not cursor:
+            return found
+
+
+@case("browse REGEX('a*a*a*a*a*a*a*a*c', s), one message, s 32 chars")
+def _browse_regex_short(ctx: Context) -> Calls:
+    _fill(ctx, "sel", ["a" * 32])
+    return ctx.measure(lambda: _browse_all(ctx, "sel", "REGEX('a*a*a*a*a*a*a*a*c', s)"))
+
+
+@case("browse REGEX('.*.*.*.*Z', s), one message, s 100 kB")
+def _browse_regex_big(ctx: Context) -> Calls:
+    _fill(ctx, "sel", ["a" * BIG])
+    return ctx.measure(lambda: _browse_all(ctx, "sel", "REGEX('.*.*.*.*Z', s)"))
+
+
+@case("browse REGEX('.*.*.*.*Z', s), 50 messages, s 100 kB")
+def _browse_regex_chunk(ctx: Context) -> Calls:
+    _fill(ctx, "sel", ["a" * BIG] * 50)
+    return ctx.measure(lambda: _browse_all(ctx, "sel", "REGEX('.*.*.*.*Z', s)"))
+
+
+@case("browse s LIKE '%'+400x'_'+'b%': refused when parsed")
+def _browse_like_refused(ctx: Context) -> Calls:
+    from broker_core.errors import InvalidSelector
+    _fill(ctx, "sel", ["a" * BIG])
+
+    def attempt() -> None:
+        try:
+            _browse_all(ctx, "sel", "s LIKE '%" + "_" * 400 + "b%'")
+        except InvalidSelector as exc:
+            print(f"    refused: {exc}")
+
+    return ctx.measure(attempt)
+
+
+@case("browse s LIKE '%'+100x'_'+'b%', one message, s 100 kB")
+def _browse_like_big(ctx: Context) -> Calls:
+    _fill(ctx, "sel", ["a" * BIG])
+    return ctx.measure(lambda: _browse_all(ctx, "sel", "s LIKE '%" + "_" * 100 + "b%'"))
+
+
+@case("browse REPLACE(s, 'a', 'b') = 'x', s 100 kB (over the evaluation budget)")
+def _browse_replace_big(ctx: Context) -> Calls:
+    _fill(ctx, "sel", ["a" * BIG])
+    return ctx.measure(lambda: _browse_all(ctx, "sel", "REPLACE(s, 'a', 'b') = 'x'"))
+
+
+@case("send, the consumer's selector REGEX('.*.*.*.*Z', s), s 100 kB")
+def _send_to_selector(ctx: Context) -> Calls:
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+    ctx.broker.add_consumer("sel", ConsumerSpec(selector="REGEX('.*.*.*.*Z', s)"))
+    _fill(ctx, "sel", ["a" * BIG] * 3)
+    last = Message(message_id="last", properties={"s": "a" * BIG})
+    return ctx.measure(lambda: ctx.broker.send("sel", last))
+
+
+@case("dispatch 24 messages, s 100 kB, to a consumer with REGEX('Z$', s)")
+def _dispatch_to_selector(ctx: Context) -> Calls:
+    from broker_core.operations import ConsumerSpec
+    _fill(ctx, "sel", ["a" * BIG + "Z"] * 24)
+    return ctx.measure(lambda: ctx.broker.add_consumer("sel", ConsumerSpec(selector="REGEX('Z$', s)")))
+
+
 def start_server() -> tuple[subprocess.Popen[bytes], str]:
     """The embedded server on a unix socket, no persistence, every command recorded in the SLOWLOG."""
     folder = tempfile.mkdtemp()

@@ -24,7 +24,7 @@ MAX_CONSTRUCTION_STEPS = 1_000_000  # parse-time work building one automaton (ab
 MAX_EVALUATION_BYTES = 256 * 1024
 # A dispatch or browse chunk ends once its evaluations have spent this much (after at least one message),
 # and the next call goes on from there.
-MAX_CALL_EVALUATION_BYTES = 512 * 1024
+MAX_CALL_EVALUATION_BYTES = 256 * 1024
 
 LIMITS = {
     "max_selector_length": MAX_SELECTOR_LENGTH,
