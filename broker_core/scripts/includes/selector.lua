@@ -314,7 +314,7 @@ local function selector_load()
   -- What this evaluation may still spend, in bytes read by automata or written by REPLACE and string
   -- concatenation (the compiled selector's "b", limits.MAX_EVALUATION_BYTES); selector_eval sets it.
   local budget, budget_limit = 0, 0
-  local MATCH_COST = 64  -- what one search for a match (REPLACE, SPLIT) costs besides its bytes
+  local MATCH_COST = 128  -- what one search for a match (REPLACE, SPLIT) costs besides its bytes
   local function spend(n)
     budget = budget - n
     SELECTOR_COST.bytes = SELECTOR_COST.bytes + n
