@@ -303,3 +303,24 @@ def test_a_topic_subscription_whose_selector_fails_does_not_get_the_message_and_
     assert broker.receive(failing, 10) == []
     assert [d.message_id for d in broker.receive(plain, 10)] == ["big"]
     assert broker.stats("topic://t").selector_errors == 1
+
+
+def test_a_durable_subscription_stored_with_an_older_compiled_selector_takes_the_new_one(broker):
+    """A durable subscription made before the automata keeps its selector text; subscribing again with
+    that text stores the selector compiled anew, which the evaluator needs."""
+    import msgpack
+
+    from broker_core.destinations import parse_destination
+    from broker_core.topics import durable_key
+
+    spec = ConsumerSpec(client_id="c", subscription_name="n", selector="s LIKE 'x%'")
+    broker.close_consumer(broker.add_consumer("topic://t", spec))
+    subs = f"{broker.ops.prefix(parse_destination('topic://t'))}:subs"
+    key = durable_key("c", "n")
+    old = msgpack.unpackb(broker.redis.hget(subs, key))
+    old["selector"] = '{"v":1,"c":false,"e":["like",["id","s"],[[false,"x"],[false,""]]]}'  # version 1
+    broker.redis.hset(subs, key, msgpack.packb(old))
+    again = broker.add_consumer("topic://t", spec)
+    broker.send("topic://t", Message(message_id="m", properties={"s": "xyz"}))
+    assert [d.message_id for d in broker.receive(again, 10)] == ["m"]
+    assert msgpack.unpackb(broker.redis.hget(subs, key))["selector"] == parse_selector("s LIKE 'x%'").compiled
