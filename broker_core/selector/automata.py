@@ -7,15 +7,17 @@ cost is paid here, at parse time, where it is bounded: a pattern whose automaton
 MAX_PATTERN_STATES states (or the selector more than MAX_AUTOMATON_CELLS table entries, or the
 construction more than MAX_CONSTRUCTION_STEPS steps) is refused with an error naming that limit.
 
-A pattern (patterns.Pattern) is a sequence of items, each a character set with a repetition. Each item
+A Pattern (read by patterns.py) is a sequence of items, each a character set with a repetition. Each item
 becomes a small NFA over bytes (a UTF-8 character is one to four bytes; continuation bytes share one
 chain per item, so a wildcard adds four NFA nodes), and the subset construction turns the NFA into a DFA
 over the byte classes the pattern distinguishes.
 
 Three uses:
 - `find_automaton`: does the pattern occur (REGEX) or match the whole value (LIKE)? A plain subset DFA;
-  for an unanchored pattern the start state keeps a "restart at the next character" thread, and once a
-  match is seen the DFA goes to an absorbing match state, where the Lua loop stops.
+  for an unanchored pattern the start state keeps a "restart at the next character" thread. A state
+  whose answer is already known (a REGEX has matched; `abc%` has read `abc`; nothing can match any
+  more) becomes an absorbing state, where the Lua loop stops. This assumes the value is valid UTF-8,
+  which every value reaching a selector is (it came through JSON or msgpack from Python strings).
 - `span_automata` (REPLACE, SPLIT): where is the match java.util.regex's Matcher.find() returns? The
   forward DFA keeps its threads in priority order (greedy or lazy), drops every thread behind one that
   has matched, and reports the end of the leftmost match Java's backtracking would choose (the method

@@ -1,7 +1,7 @@
 -- JMS selector evaluation (spec §4.3) over the compiled form built by broker_core/selector.
 --
 -- The only selector evaluator in Signalbox: Python parses and type-checks, this file evaluates.
--- Exposes three locals (everything else stays inside the do-block, so including scripts keep their
+-- Exposes these locals (everything else stays inside selector_load, so including scripts keep their
 -- local-variable budget):
 --   selector_eval(expr, msg)       -> true | false | nil (SQL NULL); raises on ActiveMQ's runtime errors
 --   selector_matches(expr, msg)    -> true only when the result is exactly TRUE; never raises. A runtime
@@ -9,7 +9,8 @@
 --   selector_error_message(err)    -> the message of a selector runtime error caught by pcall, else nil
 --   SELECTOR_COST.bytes            -> the work of every evaluation so far (bytes matched or built)
 --   SELECTOR_COST.call_limit       -> how much of it a chunked loop does in one call (limits.py)
--- `expr` is cjson.decode(Selector.compiled) = {v = 1, c = <STOMP coercion mode>, e = <tree>}.
+-- `expr` is cjson.decode(Selector.compiled) = {v = 2, c = <STOMP coercion mode>, b = <evaluation budget>,
+-- B = <a call's budget>, e = <tree>}.
 -- `msg` is the table built by message.lua's selector_view (fields listed in broker_core/selector).
 --
 -- Values travel as two results (type, value). Types: 's' string, 'b' boolean, 'y' byte, 'h' short,
