@@ -324,3 +324,23 @@ def test_a_durable_subscription_stored_with_an_older_compiled_selector_takes_the
     broker.send("topic://t", Message(message_id="m", properties={"s": "xyz"}))
     assert [d.message_id for d in broker.receive(again, 10)] == ["m"]
     assert msgpack.unpackb(broker.redis.hget(subs, key))["selector"] == parse_selector("s LIKE 'x%'").compiled
+
+
+def test_move_matching_ends_its_call_after_a_calls_worth_of_matching_and_goes_on(broker, redis_client):
+    for i in range(12):
+        broker.send("src", Message(message_id=f"m{i}", properties={"s": "a" * BIG + ("Z" if i % 3 else "")}))
+    broker.ensure_destination("dst")
+    settings_before = redis_client.config_get("slowlog-*")
+    redis_client.config_set("slowlog-log-slower-than", 0)
+    redis_client.config_set("slowlog-max-len", 10_000)
+    redis_client.slowlog_reset()
+    try:
+        broker.move_matching("src", "REGEX('Z$', s)", "dst")
+        move = (f"EVALSHA {script('move').sha} ".encode(), f"FCALL {script('move').function} ".encode())
+        calls = [e for e in redis_client.slowlog_get(10_000) if e["command"].startswith(move)]
+    finally:
+        for name, value in settings_before.items():
+            redis_client.config_set(name, value)
+    assert len(calls) >= 4  # 12 x 100 kB of matching at 256 KiB a call
+    assert broker.stats("dst").queue_size == 8
+    assert broker.stats("src").queue_size == 4
