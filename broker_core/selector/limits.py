@@ -22,8 +22,8 @@ MAX_CONSTRUCTION_STEPS = 400_000  # parse-time work building one automaton (0.1-
 # Bytes one evaluation may run through automata or produce with REPLACE; beyond it the selector fails on
 # that message (no match). At about 0.1 us a byte this keeps one evaluation to a few milliseconds.
 MAX_EVALUATION_BYTES = 256 * 1024
-# A dispatch or browse chunk ends once its evaluations have spent this much (after at least one message),
-# and the next call goes on from there.
+# A dispatch, browse or move-matching chunk ends once its evaluations have spent this much (after at
+# least one message), and the next call goes on from there.
 MAX_CALL_EVALUATION_BYTES = 256 * 1024
 
 LIMITS = {
