@@ -344,3 +344,21 @@ def test_move_matching_ends_its_call_after_a_calls_worth_of_matching_and_goes_on
     assert len(calls) >= 4  # 12 x 100 kB of matching at 256 KiB a call
     assert broker.stats("dst").queue_size == 8
     assert broker.stats("src").queue_size == 4
+
+
+@pytest.mark.parametrize("mode", ["jms", "stomp"])
+def test_the_selector_truth_table_holds_in_the_function_form_too(client7, mode):
+    """test_selector_semantics runs it on EVALSHA; the same rows through the function library."""
+    from .test_selector_semantics import MESSAGE, RAISES, TRUTH_TABLE
+
+    form = Form(client7, True)
+    wrong = []
+    for text, jms, stomp in TRUTH_TABLE:
+        try:
+            result = form.evaluate(parse_selector(text, convert_string_expressions=mode == "stomp"), MESSAGE)
+        except SelectorEvaluationError:
+            result = RAISES
+        if result != (jms if mode == "jms" else stomp):
+            wrong.append((text, result))
+    assert wrong == []
+    assert len(TRUTH_TABLE) > 100
