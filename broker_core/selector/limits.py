@@ -17,7 +17,7 @@ MAX_PATTERNS = 16  # LIKE, REGEX, REPLACE and SPLIT patterns
 MAX_PATTERN_LENGTH = 1024  # characters of one LIKE pattern or regular expression
 MAX_REPEAT = 100  # the largest count in a regex repetition {n,m}
 MAX_PATTERN_STATES = 2048  # states of one pattern's automaton (a pattern usually needs a few dozen)
-MAX_AUTOMATON_CELLS = 16384  # transition-table entries of all the selector's automata together
+MAX_AUTOMATON_CELLS = 8192  # transition-table entries of all the selector's automata (~40 kB of JSON)
 MAX_CONSTRUCTION_STEPS = 400_000  # parse-time work building one automaton (0.1-0.3 s of Python)
 # Bytes one evaluation may run through automata or produce with REPLACE; beyond it the selector fails on
 # that message (no match). At about 0.1 us a byte this keeps one evaluation to a few milliseconds.

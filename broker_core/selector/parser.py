@@ -290,7 +290,7 @@ class Parser:
                     position=esc.start + 1, expected="a single-character string such as '\\'",
                 )
             end = esc.end
-        automaton = self.automaton("the LIKE pattern", pattern, compile_like, escape)
+        automaton = self.automaton("the LIKE pattern", pattern, lambda text: compile_like(text, escape))
         node = self.make(["like", left.json, automaton], left.start, end, (left,), boolean=True)
         if negate:
             node = self.make(["not", node.json], left.start, end, (node,), boolean=True)
@@ -452,15 +452,19 @@ class Parser:
                 position=arg.position, expected="a string literal",
             )
         try:
-            return self.automaton(f"the {name} pattern", token, java_regex, spans=(name != "REGEX"))
+            spans = name != "REGEX"
+            return self.automaton(
+                f"the {name} pattern", token, lambda text: java_regex(text, spans=spans), spans
+            )
         except RegexUnsupported as exc:
             raise InvalidSelector(
                 f"{name} pattern: {exc.message}", position=_string_position(token, exc.index),
                 expected="a regular expression in the supported subset",
             ) from None
 
-    def automaton(self, what: str, token: Token, read: Callable[..., Pattern], *args: Any, **kw: Any) -> dict:
-        """The automaton (automata.py) of the pattern in string literal `token`, within the limits."""
+    def automaton(self, what: str, token: Token, read: Callable[[str], Pattern], spans: bool = False) -> dict:
+        """The automaton (automata.py) of the pattern in string literal `token`, within the limits: the
+        one deciding a match, or with `spans` those finding where matches are (REPLACE, SPLIT)."""
         at = token.start + 1
         self.patterns += 1
         if self.patterns > MAX_PATTERNS:
@@ -471,9 +475,9 @@ class Parser:
         text = str(token.value)
         if len(text) > MAX_PATTERN_LENGTH:
             raise InvalidSelector(over("max_pattern_length", f"{what} has", "characters"), position=at)
-        pattern = read(text, *args, **kw)
+        pattern = read(text)
         try:
-            automaton = (find_automaton if kw.get("spans") is not True else span_automata)(pattern)
+            automaton = span_automata(pattern) if spans else find_automaton(pattern)
         except AutomatonTooLarge as exc:
             raise InvalidSelector(f"{what} is too complex: {exc}", position=at) from None
         self.cells += cells(automaton)
