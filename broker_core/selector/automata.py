@@ -25,10 +25,10 @@ Three uses:
   start. Both runs are linear in the bytes they read.
 
 The JSON form of an automaton (read by scripts/includes/selector.lua): {"k": number of byte classes,
-"c": class + 1 of each byte 0..255, "t": next state of each (state, class) as state * k (so the Lua loop
-indexes t[state + class]), "f": 1 for each accepting state, "s": the start state (times k), "x": the
-states below it (times k) are absorbing (every byte leaves them where they are), so the run stops there;
-state 0 is the dead state}.
+"c": the class + 1 of the bytes 0..255 in runs [count, class + 1, count, class + 1, ...], "t": the next
+state of each (state, class) as state * k (so the Lua loop indexes t[state + class]), "f": 1 for each
+accepting state, "s": the start state (times k), "x": the states below it (times k) are absorbing (every
+byte leaves them where they are), so the run stops there; state 0 is the dead state}.
 """
 
 from __future__ import annotations
@@ -268,7 +268,13 @@ class _Builder:
         rest = sorted(reachable - set(absorbing))
         new = {old: n for n, old in enumerate(absorbing + rest)}
         table = [new[t] * k for old in absorbing + rest for t in rows[old]]
-        return {"k": k, "c": [c + 1 for c in self.cmap], "t": table,
+        runs: list[int] = []  # the byte classes as runs: [count, class + 1, count, class + 1, ...]
+        for c in self.cmap:
+            if runs and runs[-1] == c + 1:
+                runs[-2] += 1
+            else:
+                runs += [1, c + 1]
+        return {"k": k, "c": runs, "t": table,
                 "f": [flags[old] for old in absorbing + rest], "s": new[first] * k, "x": len(absorbing) * k}
 
     def decided(self, order: list[tuple], rows: list[list[int]], flags: list[int], first: int) -> int:

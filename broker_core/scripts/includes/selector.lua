@@ -329,9 +329,12 @@ local function selector_load()
   local function prepared(A)
     local C0 = A.c0
     if C0 then return C0, A.fa end
-    local C, F, k = A.c, A.f, A.k
+    local runs, F, k = A.c, A.f, A.k
     C0 = {}
-    for b = 0, 255 do C0[b] = C[b + 1] end
+    local b = 0
+    for i = 1, #runs, 2 do
+      for _ = 1, runs[i] do C0[b] = runs[i + 1] b = b + 1 end
+    end
     local FA = {}
     for i = 1, #F do if F[i] == 1 then FA[(i - 1) * k] = true end end
     A.c0, A.fa = C0, FA
