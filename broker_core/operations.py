@@ -246,6 +246,9 @@ class DestinationStats:
     durable_offline: int = 0
     evicted: int = 0
     removed_with_subscription: int = 0
+    # Selectors that failed on a message, which they then did not match (an evaluation error, such as
+    # one over limits.MAX_EVALUATION_BYTES), counted by the dispatch (a topic: by the send).
+    selector_errors: int = 0
     # FLOW (spec §9, §14.2): bytes held, the limit in force (memoryLimit, else the broker's), the percent
     # ActiveMQ reports as MemoryPercentUsage, sends refused or held by flow control and the time held.
     memory_usage: int = 0
@@ -760,6 +763,7 @@ class Operations:
             last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
             group_count=int(reply[3]), paused=meta.get("paused") == "1", exclusive_owner=owner,
             consumers=consumers, **_memory_stats(meta, reply[7]), **_forward_stats(meta),
+            selector_errors=count("selector_errors"),
         )
 
     def destinations(self) -> Op:

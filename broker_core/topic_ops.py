@@ -366,6 +366,7 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         durable_active=sum(1 for s in subs if s.durable and s.active),
         durable_offline=sum(1 for s in subs if s.durable and not s.active),
         evicted=total("evicted"), removed_with_subscription=count("sub_removed"),
+        selector_errors=count("selector_errors"),
     )
 
 

@@ -47,6 +47,11 @@ if existing then
     remove_subscription('changed')  -- TopicRegion.hasDurableSubChanged: a new subscription replaces it
     existing = nil
     state = 'changed'
+  elseif old.selector ~= sub_def.selector then
+    -- The same selector compiled by another version of the parser (since version 2 its patterns are
+    -- automata, which the evaluator needs): the subscription stays, with the new compiled form.
+    old.selector = sub_def.selector
+    redis.call('HSET', TP .. ':subs', key, cmsgpack.pack(old))
   end
   TOPIC.switch(nil)
 end

@@ -192,6 +192,9 @@ local function dispatch_pass(budget)
   local strict = policy_flag('strictOrderDispatch')
   local order_changed = false
   local examined, dispatched, more = 0, 0, 0
+  -- Selector evaluations end the chunk once they have done a call's worth of matching (after at least
+  -- one message): the rest of the page waits for the next chunk (selector.lua SELECTOR_COST).
+  local selector_work, work_cut = SELECTOR_COST.bytes, false
 
   local excluded_changed = false
   local last_skipped = nil  -- the skipped count of the pass that ended last, written with the state below
@@ -260,6 +263,10 @@ local function dispatch_pass(budget)
     local restart = false
     local at_tail = #batch > 0 and #batch / 2 < page
     for i = 1, #batch, 2 do
+      if examined > 0 and SELECTOR_COST.bytes - selector_work >= SELECTOR_COST.call_limit then
+        more, work_cut = 1, true
+        break
+      end
       local id, score = batch[i], tonumber(batch[i + 1])
       examined = examined + 1
       local fresh = FRESH[id]
@@ -306,7 +313,9 @@ local function dispatch_pass(budget)
                   if expr then
                     if not full then full = unpack_message(blob) end
                     view = view or selector_view(id, full)
-                    ok = selector_matches(expr, view)
+                    local failed
+                    ok, failed = selector_matches(expr, view)
+                    if failed then meta_incr('selector_errors') end
                   end
                 end
                 if ok then
@@ -341,6 +350,7 @@ local function dispatch_pass(budget)
         end
       end
     end
+    if work_cut then break end
     if restart then
       local _, any_left = pass_room(cons, excluded)
       end_pass()
