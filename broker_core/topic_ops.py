@@ -153,6 +153,11 @@ def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, 
         reply = yield from ops._eval("topic_subscribe", dest, now, 0, cid, packed, spec.lease_ms, requested,
                                      key, sub_packed, "1" if spec.retroactive else "0", client, name, field,
                                      dest.uri)
+        if reply[0] == b"closing":
+            # the durable subscription's last consumer had this id and its messages are still going
+            # back (return_owed): finish that, then subscribe
+            yield from ops.return_owed(Subscription(dest.kind, dest.name, key), now)
+            continue
         if reply[0] != b"elsewhere":
             break
         # Re-subscribing with another topic replaces the subscription (TopicRegion.addConsumer): the old

@@ -6,8 +6,16 @@
 -- of the open upvalues for each name it uses). The paths most calls never take (expiry, scheduling,
 -- returns, closing a consumer) are therefore built on first use: these names start as stubs (at the end of
 -- this file) that build them all (lifecycle_load), then call the real function.
-local expire_message, expire_pending, park, schedule_job, fire_scheduled, return_message
+local expire_message, expire_pending, park, schedule_job, fire_scheduled, return_message, return_messages
 local recompute_exclusive_owner, remove_subscription, subscription_consumer_gone, close_consumer
+local return_owed, returns_begin
+
+-- Consumers closed while holding more messages than one call returns (close_consumer with a chunk): hash
+-- consumer id -> the reason it closed. Each is gone from dispatch; its window (K_CINF), counters (K_C: 'n',
+-- 'rcv') and outbox stay until return_owed has returned every message it holds. While any is owed, meta
+-- 'fence' keeps the dispatch pass below that score (dispatch.lua): a message that was never returned
+-- cannot overtake the owed ones, which the one-step close would have put ahead of it.
+local function closing_key() return P .. ':closing' end
 
 -- Forget the stored state of messages that have left the destination: one command per key for all of
 -- them, and one memory release.
@@ -274,6 +282,13 @@ local function lifecycle_load()
       keys[#keys + 1] = K_COUT(cid)
       keys[#keys + 1] = K_CGRP(cid)
     end
+    -- (closed consumers whose returns were owed: their messages were dropped with K_INFLIGHT's above)
+    for _, cid in ipairs(redis.call('HKEYS', P .. ':closing')) do
+      keys[#keys + 1] = K_C(cid)
+      keys[#keys + 1] = K_CINF(cid)
+      keys[#keys + 1] = K_COUT(cid)
+    end
+    keys[#keys + 1] = P .. ':closing'
     redis.call('DEL', unpack(keys))
     PASS_DIRTY.passfull_key, PASS_DIRTY.pending = nil, nil
     redis.call('HDEL', TP .. ':subs', SUB)
@@ -297,11 +312,97 @@ local function lifecycle_load()
       remove_subscription(reason)
     end
   end
+end
 
-  -- Close consumer `cid` (client close, lapsed lease, abort): spec §1.8 and §3.4.
-  close_consumer = function(cid, reason)
+-- Built on first use too, apart from lifecycle_load (a Lua function has at most 60 upvalues): closing a
+-- consumer, and returning what it holds in chunks.
+local function closing_load()
+  -- return_message for many messages of consumer `cid` at once, one command per key: `held` is id,
+  -- dispatch sequence, ... (ZRANGE of its window WITHSCORES); those at or below `rcv` (the adapter had
+  -- received them) get the counter raised. Returns how many.
+  return_messages = function(cid, held, rcv, reason)
+    local n = #held / 2
+    if n == 0 then return 0 end
+    local ids = {}
+    for i = 1, #held, 2 do ids[#ids + 1] = held[i] end
+    local where = call_many('HMGET', K_INFLIGHT, ids)
+    local counts = call_many('HMGET', K_REDELIV, ids)
+    local entries, bumped, lowest = {}, {}, nil
+    for k = 1, n do
+      local id = ids[k]
+      local score = redelivery_score(tonumber(string.match(where[k] or '', '|(.*)$')) or 0)
+      if lowest == nil or score < lowest then lowest = score end
+      entries[2 * k - 1], entries[2 * k] = NOW_TEXT.num(score), id
+      local count = tonumber(counts[k]) or 0
+      if tonumber(held[2 * k]) <= rcv then
+        count = count + 1
+        local at = #bumped
+        bumped[at + 1], bumped[at + 2] = id, string.format('%d', count)
+      end
+      counts[k] = count
+    end
+    call_many('HDEL', K_INFLIGHT, ids)
+    call_many('ZREM', K_CINF(cid), ids)
+    redis.call('HINCRBY', K_C(cid), 'n', string.format('%d', -n))
+    call_many('HSET', K_REDELIV, bumped)
+    pending_add_many(entries, lowest)
+    for k = 1, n do
+      emit('return', 'msg', ids[k], 'consumer', cid, 'redeliveries', counts[k], 'reason', reason)
+    end
+    return n
+  end
+
+  -- A closed consumer's returns are all made: forget it; with none left owed the fence goes and the pass
+  -- starts over at the head (the fence may have held it back).
+  local function returns_done(cid)
+    redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
+    redis.call('HDEL', closing_key(), cid)
+    if redis.call('HLEN', closing_key()) == 0 and redis.call('HDEL', K_META, 'fence') == 1 then reset_pass() end
+  end
+
+  -- Consumer `cid` closed (it is gone from dispatch): return the first `limit` of its messages now (all
+  -- when nil) and record the rest as owed, with the fence. Returns how many are owed.
+  returns_begin = function(cid, reason, limit)
+    redis.call('HSET', closing_key(), cid, reason)
+    local _, owed = return_owed(limit, cid)
+    if owed > 0 then
+      -- (returned messages score below 0 unless messages are prioritized: then they are spread over the
+      -- priority order, and nothing is dispatched until the last is back)
+      redis.call('HSET', K_META, 'fence', prioritized() and '-inf' or '0')
+    end
+    return owed
+  end
+
+  -- Return up to `limit` more messages that closed consumers still hold (all when `limit` is nil), oldest
+  -- dispatch first, consumer `only` alone when given. Returns how many it returned and how many are still
+  -- owed (counted over the consumers it looked at: `owed` is 0 only when none is left).
+  return_owed = function(limit, only)
+    local names = only and { only } or redis.call('HKEYS', closing_key())
+    local returned, owed = 0, 0
+    for i = 1, #names do
+      local cid = names[i]
+      local reason = redis.call('HGET', closing_key(), cid)
+      if reason then
+        local take = limit and limit - returned or -1
+        if take ~= 0 then
+          local rcv = tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
+          local held = redis.call('ZRANGE', K_CINF(cid), 0, take > 0 and take - 1 or -1, 'WITHSCORES')
+          returned = returned + return_messages(cid, held, rcv, reason)
+        end
+        local left = redis.call('ZCARD', K_CINF(cid))
+        if left == 0 then returns_done(cid) else owed = owed + left end
+      end
+    end
+    return returned, owed
+  end
+
+  -- Close consumer `cid` (client close, lapsed lease, abort): spec §1.8 and §3.4. It leaves dispatch, the
+  -- exclusive ownership and its groups at once; of the messages it holds, the first `limit` (all when nil)
+  -- go back now and the rest are owed (closing_key, return_owed). Returns true (false: no such consumer)
+  -- and how many are still owed.
+  close_consumer = function(cid, reason, limit)
     local packed = redis.call('HGET', K_CONSUMERS, cid)
-    if not packed then return false end
+    if not packed then return false, 0 end
     local def = cmsgpack.unpack(packed)
     redis.call('HDEL', K_CONSUMERS, cid)
     redis.call('LREM', K_CORDER, 0, cid)
@@ -319,18 +420,16 @@ local function lifecycle_load()
       end
     end
     GMAP.create()  -- ActiveMQ creates the group map on the first removal
+    redis.call('DEL', K_CGRP(cid))
     -- Messages the adapter never received were never delivered: they go back without a bump.
-    local rcv = tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
-    local held = redis.call('ZRANGE', K_CINF(cid), 0, -1, 'WITHSCORES')
-    for i = 1, #held, 2 do
-      return_message(cid, held[i], tonumber(held[i + 1]) <= rcv, reason)
-    end
-    local returned = #held / 2
-    redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
+    -- A non-durable subscription ends with its consumer: what it holds is dropped in this step anyway.
+    if SUB and redis.call('HGET', K_META, 'durable') ~= '1' then limit = nil end
+    local returned = redis.call('ZCARD', K_CINF(cid))
+    local owed = returns_begin(cid, reason, limit)
     reset_pass()
     emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
     if SUB then subscription_consumer_gone(cid, reason) end
-    return true
+    return true, owed
   end
 end
 
@@ -343,4 +442,7 @@ return_message = function(...) lifecycle_load() return return_message(...) end
 recompute_exclusive_owner = function(...) lifecycle_load() return recompute_exclusive_owner(...) end
 remove_subscription = function(...) lifecycle_load() return remove_subscription(...) end
 subscription_consumer_gone = function(...) lifecycle_load() return subscription_consumer_gone(...) end
-close_consumer = function(...) lifecycle_load() return close_consumer(...) end
+close_consumer = function(...) closing_load() return close_consumer(...) end
+return_messages = function(...) closing_load() return return_messages(...) end
+return_owed = function(...) closing_load() return return_owed(...) end
+returns_begin = function(...) closing_load() return returns_begin(...) end
