@@ -46,8 +46,9 @@ TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
 # In-flight messages a closed (or reaped, aborted) consumer returns per script call; the rest follow in
-# further calls (return_owed). 500 keeps a call near 10 ms on a 2-core machine (docs/benchmarks.md).
-RETURN_CHUNK = 500
+# further calls (return_owed). Each costs about 15 µs of Redis time per message on a 2-core machine: 200
+# keeps a call near 3 ms, well under the 20 ms bound (docs/benchmarks.md, "Closing and reaping").
+RETURN_CHUNK = 200
 TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is (not dead letters)
 # forwards that publish a copy made for the target: a virtual destination's, an advisory, a wildcard
 # subscription's (scripts/includes/wildcard.lua). With TRANSFERS, every forward that is not a dead letter:

@@ -57,7 +57,8 @@ class Queue:
         return {k.decode(): int(v) for k, v in self.r.hgetall(f"{self.p}:redeliv").items()}
 
     def returns(self) -> Counter:
-        return Counter(e[b"msg"].decode() for _, e in self.r.xrange(f"{self.p}:events") if e[b"type"] == b"return")
+        return Counter(e[b"msg"].decode() for _, e in self.r.xrange(f"{self.p}:events")
+                       if e[b"type"] == b"return")
 
     def owed(self) -> dict[str, str]:
         return {k.decode(): v.decode() for k, v in self.r.hgetall(f"{self.p}:closing").items()}
