@@ -163,7 +163,7 @@ def test_a_reap_returns_the_messages_a_chunk_per_call(broker, redis_client, cloc
     _after(q, broker, b, ids, HELD)
 
 
-def test_when_the_closer_dies_between_chunks_the_maintenance_tick_returns_the_rest_once(broker, redis_client):
+def test_a_closer_dying_between_chunks_leaves_the_rest_to_the_tick(broker, redis_client):
     broker.ops.return_chunk = CHUNK
     a, b, ids = _setup(broker, received=100)
     q = Queue(broker, redis_client)
