@@ -41,5 +41,8 @@ for _, cid in ipairs(redis.call('HKEYS', P .. ':closing')) do
   keys[#keys + 1] = K_COUT(cid)
 end
 keys[#keys + 1] = P .. ':closing'
+-- a topic's ended subscriptions' messages still to release (includes/lifecycle.lua remove_subscription)
+for _, key in ipairs(redis.call('SMEMBERS', P .. ':ended')) do keys[#keys + 1] = key end
+keys[#keys + 1] = P .. ':ended'
 redis.call('UNLINK', unpack(keys))
 return count

@@ -305,3 +305,99 @@ def test_deleting_or_purging_while_returns_are_owed_leaves_nothing_behind(broker
     driving.close()
     broker.delete_destination("orders")
     assert list(redis_client.scan_iter(match=f"{q.p}:*")) == []
+
+
+# -- non-durable topic subscriptions: they end with their consumer ------------------------------------
+
+
+def _topic_keys(broker, redis_client, topic="news"):
+    p = f"{broker.namespace}:{{t:{topic}}}"
+    return p, {k.decode() for k in redis_client.scan_iter(match=f"{p}:*")}
+
+
+def test_a_non_durable_subscription_ends_at_once_and_its_messages_are_released_a_chunk_per_call(
+        broker, redis_client):
+    broker.ops.return_chunk = 40
+    gone = broker.add_consumer("topic://news", ConsumerSpec(prefetch=200), consumer_id="gone")
+    stays = broker.add_consumer("topic://news", ConsumerSpec(prefetch=1000, selector="n < 100"),
+                                consumer_id="stays")
+    ids = broker.send("topic://news", [Message(body=str(i), message_id=f"t{i:03d}", properties={"n": i})
+                                       for i in range(300)])
+    assert len(broker.receive(gone, 150)) == 150  # 150 received, 50 dispatched only, 100 pending
+    p, _ = _topic_keys(broker, redis_client)
+    released_before = None
+    driving = calls(broker, broker.ops.close_consumer(gone, broker._now(), "closed"))
+    for name, _ in driving:
+        if name not in ("consumer_close", "return_owed"):
+            continue
+        stored = {m.decode() for m in redis_client.hkeys(f"{p}:msgs")}
+        refs = {k.decode(): int(v) for k, v in redis_client.hgetall(f"{p}:refs").items()}
+        ended = [k.decode() for k in redis_client.smembers(f"{p}:ended")]
+        waiting = {m.decode() for k in ended for m in redis_client.zrange(k, 0, -1)}
+        if name == "consumer_close":  # gone, counted, at once
+            assert redis_client.hget(f"{p}:subof", "gone") is None
+            assert len(broker.subscriptions("topic://news")) == 1
+            assert broker.stats("topic://news").removed_with_subscription == 300
+            assert not list(redis_client.scan_iter(match=f"{p}:s:c.gone:*"))
+            released_before = 300
+        # a message is stored exactly while a subscription holds it or the ended one still has to release it
+        for m in ids:
+            expected = (m in waiting) + (int(m[1:]) < 100)
+            assert refs.get(m, 0) == expected and (m in stored) == (expected > 0), m
+        assert released_before - len(waiting) <= 40
+        released_before = len(waiting)
+    assert released_before == 0 and not redis_client.exists(f"{p}:ended")
+    assert broker.stats("topic://news").memory_usage == 100 * 1024  # the 100 the other one holds
+    assert len(drain(broker, stays)) == 100
+
+
+def test_an_ended_subscription_left_half_released_is_finished_by_the_tick(broker, redis_client):
+    broker.ops.return_chunk = 40
+    gone = broker.add_consumer("topic://news", ConsumerSpec(prefetch=200), consumer_id="gone")
+    broker.send("topic://news", [Message(body=str(i), message_id=f"t{i:03d}") for i in range(300)])
+    assert len(broker.receive(gone, 200)) == 200
+    p, _ = _topic_keys(broker, redis_client)
+    driving = calls(broker, broker.ops.close_consumer(gone, broker._now(), "closed"))
+    for name, _ in driving:
+        if name == "return_owed":
+            break
+    driving.close()
+    assert redis_client.hlen(f"{p}:msgs") == 300 - 40  # the first call releases none
+    assert maintenance.run_recovery(broker, "topic://news").ran
+    _, keys = _topic_keys(broker, redis_client)
+    assert not {k for k in keys if k.rsplit(":", 1)[-1] in ("msgs", "refs", "order", "ended")}
+    assert not [k for k in keys if ":ended:" in k]
+    assert broker.stats("topic://news").memory_usage == 0
+
+
+def test_unsubscribing_a_durable_subscription_releases_its_messages_a_chunk_per_call(broker, redis_client):
+    broker.ops.return_chunk = 40
+    spec = ConsumerSpec(client_id="cl", subscription_name="s", prefetch=100)
+    d = broker.add_consumer("topic://news", spec, consumer_id="d1")
+    broker.send("topic://news", [Message(body=str(i), message_id=f"t{i:03d}") for i in range(250)])
+    assert len(broker.receive(d, 60)) == 60
+    broker.close_consumer(d)
+    p, _ = _topic_keys(broker, redis_client)
+    reads = [name for name, _ in calls(broker, broker.ops.return_owed(parse_destination("topic://news"),
+                                                                        broker._now()))]
+    assert reads == ["return_owed"]  # nothing owed after the close: its returns went back in that call
+    assert broker.unsubscribe("topic://news", client_id="cl", subscription_name="s") == 250
+    assert redis_client.hlen(f"{p}:msgs") == 0 and not redis_client.exists(f"{p}:ended")
+    assert broker.stats("topic://news").memory_usage == 0
+
+
+def test_deleting_a_topic_while_an_ended_subscription_is_being_released(broker, redis_client):
+    broker.ops.return_chunk = 40
+    gone = broker.add_consumer("topic://news", ConsumerSpec(prefetch=200), consumer_id="gone")
+    broker.send("topic://news", [Message(body=str(i), message_id=f"t{i:03d}") for i in range(300)])
+    driving = calls(broker, broker.ops.close_consumer(gone, broker._now(), "closed"))
+    for name, _ in driving:
+        if name == "return_owed":
+            break
+    driving.close()
+    usage = f"{broker.namespace}:usage"
+    used_before = int(redis_client.hget(usage, "used"))
+    broker.delete_destination("topic://news")
+    p, keys = _topic_keys(broker, redis_client)
+    assert keys == set()
+    assert int(redis_client.hget(usage, "used")) == used_before - 260 * 1024

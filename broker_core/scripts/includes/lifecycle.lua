@@ -8,7 +8,7 @@
 -- this file) that build them all (lifecycle_load), then call the real function.
 local expire_message, expire_pending, park, schedule_job, fire_scheduled, return_message, return_messages
 local recompute_exclusive_owner, remove_subscription, subscription_consumer_gone, close_consumer
-local return_owed, returns_begin
+local return_owed, returns_begin, release_ended
 
 -- Consumers closed while holding more messages than one call returns (close_consumer with a chunk): hash
 -- consumer id -> the reason it closed. Each is gone from dispatch; its window (K_CINF), counters (K_C: 'n',
@@ -22,21 +22,26 @@ local function closing_key() return P .. ':closing' end
 -- a topic's message is stored once for all its subscriptions, with a reference count in
 -- <topic>:refs; it is deleted (and its memory released, on the topic's meta) when the last
 -- subscription is done with it.
+-- A subscription is done with topic message `id`: one reference fewer, and the message gone with the last.
+local function release_shared(id)
+  if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
+    local own_meta = K_META
+    K_META = TP .. ':meta'
+    memory_release(redis.call('HSTRLEN', TP .. ':msgs', id))
+    K_META = own_meta
+    redis.call('HDEL', TP .. ':msgs', id)
+    redis.call('HDEL', TP .. ':refs', id)
+    redis.call('ZREM', TP .. ':order', id)
+  end
+end
+
 local function drop_messages(ids)
   local bytes = 0
   for i = 1, #ids do
     local id = ids[i]
     FRESH[id] = nil
     if SUB then
-      if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
-        local own_meta = K_META
-        K_META = TP .. ':meta'
-        memory_release(redis.call('HSTRLEN', K_MSGS, id))
-        K_META = own_meta
-        redis.call('HDEL', K_MSGS, id)
-        redis.call('HDEL', TP .. ':refs', id)
-        redis.call('ZREM', TP .. ':order', id)
-      end
+      release_shared(id)
     else
       local size = redis.call('HSTRLEN', K_MSGS, id)  -- 0 when it is not stored
       if size > 0 then bytes = bytes + message_charge(size) end
@@ -253,18 +258,26 @@ local function lifecycle_load()
   end
 
   -- the end of a subscription (docs/broker_core.md "Topics"). Every message it holds (pending,
-  -- parked, in flight) is released from the shared store and counted on the topic as 'sub_removed'.
+  -- parked, in flight) is counted on the topic as 'sub_removed' now, and released from the shared store in
+  -- the calls that follow: the keys listing them (in flight: each message is in one consumer's window, a
+  -- closed consumer's too) are renamed aside, <topic>:ended:<n>:<i>, listed in the set <topic>:ended, and
+  -- return_owed (closing_load) releases them a chunk per call. The rest of its keys go now (UNLINK: a big
+  -- one is freed outside the call).
   remove_subscription = function(reason)
     local dropped = 0
-    local function drop_all(ids)
-      for _, id in ipairs(ids) do
-        drop_message(id)
-        dropped = dropped + 1
+    local holders = { K_PENDING, K_PARKED }
+    for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do holders[#holders + 1] = K_CINF(cid) end
+    for _, cid in ipairs(redis.call('HKEYS', P .. ':closing')) do holders[#holders + 1] = K_CINF(cid) end
+    local aside = nil
+    for i = 1, #holders do
+      local n = redis.call('ZCARD', holders[i])
+      if n > 0 then
+        aside = aside or TP .. ':ended:' .. redis.call('HINCRBY', TP .. ':meta', 'endseq', 1) .. ':'
+        redis.call('RENAME', holders[i], aside .. i)
+        redis.call('SADD', TP .. ':ended', aside .. i)
+        dropped = dropped + n
       end
     end
-    drop_all(redis.call('ZRANGE', K_PENDING, 0, -1))
-    drop_all(redis.call('ZRANGE', K_PARKED, 0, -1))
-    drop_all(redis.call('HKEYS', K_INFLIGHT))
     -- the topic's counts never go down (§14.2): what the subscription counted stays on the topic.
     local ENDED = { 'dequeued', 'dispatched', 'expired', 'deadlettered', 'discarded', 'evicted', 'dropped' }
     local counts = redis.call('HMGET', K_META, unpack(ENDED))
@@ -282,14 +295,14 @@ local function lifecycle_load()
       keys[#keys + 1] = K_COUT(cid)
       keys[#keys + 1] = K_CGRP(cid)
     end
-    -- (closed consumers whose returns were owed: their messages were dropped with K_INFLIGHT's above)
+    -- (closed consumers whose returns were owed: their windows were set aside above)
     for _, cid in ipairs(redis.call('HKEYS', P .. ':closing')) do
       keys[#keys + 1] = K_C(cid)
       keys[#keys + 1] = K_CINF(cid)
       keys[#keys + 1] = K_COUT(cid)
     end
     keys[#keys + 1] = P .. ':closing'
-    redis.call('DEL', unpack(keys))
+    redis.call('UNLINK', unpack(keys))
     PASS_DIRTY.passfull_key, PASS_DIRTY.pending = nil, nil
     redis.call('HDEL', TP .. ':subs', SUB)
     redis.call('LREM', TP .. ':sorder', 0, SUB)
@@ -360,6 +373,24 @@ local function closing_load()
     if redis.call('HLEN', closing_key()) == 0 and redis.call('HDEL', K_META, 'fence') == 1 then reset_pass() end
   end
 
+  -- Release up to `limit` (all when nil) of the messages ended subscriptions of this topic held
+  -- (remove_subscription set them aside). Returns how many, and how many are left (0: none).
+  release_ended = function(limit)
+    local released, left = 0, 0
+    for _, key in ipairs(redis.call('SMEMBERS', TP .. ':ended')) do
+      local take = limit and limit - released or -1
+      if take ~= 0 then
+        local ids = redis.call('ZRANGE', key, 0, take > 0 and take - 1 or -1)
+        for i = 1, #ids do release_shared(ids[i]) end
+        call_many('ZREM', key, ids)
+        released = released + #ids
+      end
+      local n = redis.call('ZCARD', key)
+      if n == 0 then redis.call('SREM', TP .. ':ended', key) else left = left + n end
+    end
+    return released, left
+  end
+
   -- Consumer `cid` closed (it is gone from dispatch): return the first `limit` of its messages now (all
   -- when nil) and record the rest as owed, with the fence. Returns how many are owed.
   returns_begin = function(cid, reason, limit)
@@ -379,6 +410,7 @@ local function closing_load()
   return_owed = function(limit, only)
     local names = only and { only } or redis.call('HKEYS', closing_key())
     local returned, owed = 0, 0
+    if not only then returned, owed = release_ended(limit) end
     for i = 1, #names do
       local cid = names[i]
       local reason = redis.call('HGET', closing_key(), cid)
@@ -421,14 +453,22 @@ local function closing_load()
     end
     GMAP.create()  -- ActiveMQ creates the group map on the first removal
     redis.call('DEL', K_CGRP(cid))
-    -- Messages the adapter never received were never delivered: they go back without a bump.
-    -- A non-durable subscription ends with its consumer: what it holds is dropped in this step anyway.
-    if SUB and redis.call('HGET', K_META, 'durable') ~= '1' then limit = nil end
     local returned = redis.call('ZCARD', K_CINF(cid))
-    local owed = returns_begin(cid, reason, limit)
+    local owed = 0
+    if SUB and redis.call('HGET', K_META, 'durable') ~= '1' then
+      -- A non-durable subscription ends with its consumer (subscription_consumer_gone): what it holds is
+      -- released with it, not returned first; listed as closing, its window goes with the subscription's.
+      redis.call('HSET', closing_key(), cid, reason)
+    else
+      -- Messages the adapter never received were never delivered: they go back without a bump.
+      owed = returns_begin(cid, reason, limit)
+    end
     reset_pass()
     emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
-    if SUB then subscription_consumer_gone(cid, reason) end
+    if SUB then
+      subscription_consumer_gone(cid, reason)
+      owed = owed + redis.call('SCARD', TP .. ':ended')
+    end
     return true, owed
   end
 end
@@ -446,3 +486,4 @@ close_consumer = function(...) closing_load() return close_consumer(...) end
 return_messages = function(...) closing_load() return return_messages(...) end
 return_owed = function(...) closing_load() return return_owed(...) end
 returns_begin = function(...) closing_load() return returns_begin(...) end
+release_ended = function(...) closing_load() return release_ended(...) end
