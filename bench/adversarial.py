@@ -124,6 +124,31 @@ def close_holding_32767(ctx: Context) -> Calls:
     return ctx.measure(lambda: ctx.broker.close_consumer(holder))
 
 
+def _topic_holding(broker: Broker):
+    """A non-durable topic consumer (prefetch 32,767, the topic default) holding 32,767 received messages,
+    half of them also held by a second subscription, so half are released and half stay stored."""
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+
+    holder = broker.add_consumer("topic://close.t", ConsumerSpec(prefetch=HELD), consumer_id="holder")
+    broker.add_consumer("topic://close.t", ConsumerSpec(prefetch=1, selector="n < 16384"),
+                        consumer_id="other")
+    for start in range(0, HELD, 100):
+        broker.send("topic://close.t", [Message(body="x" * 100, properties={"n": start + i})
+                                        for i in range(min(100, HELD - start))])
+    received = 0
+    while received < HELD:
+        received += len(broker.receive(holder, 1000))
+    broker._run(broker.ops.return_owed(holder.destination, broker._now()))  # (each script run once)
+    return holder
+
+
+@case("close: a non-durable topic consumer holding 32,767 received messages")
+def close_topic_holding_32767(ctx: Context) -> Calls:
+    holder = _topic_holding(ctx.broker)
+    return ctx.measure(lambda: ctx.broker.close_consumer(holder))
+
+
 @case("reap: a lapsed consumer holding 32,767 received messages")
 def reap_holding_32767(ctx: Context) -> Calls:
     from broker_core.clock import FakeClock

@@ -3,7 +3,7 @@
 Usage: python bench/close_cpu.py [--chunk N]
 
 `bench/adversarial.py` reports the longest call as the server's SLOWLOG records it: wall time, which on a
-machine other processes keep busy includes the time the server waited for a core. This runs the same two
+machine other processes keep busy includes the time the server waited for a core. This runs the same three
 cases (its "close and reap" section) on the same server, drives each operation one Redis call at a time,
 and reads the server's own CPU time around every call (`/proc/<pid>/schedstat`, nanoseconds), which no
 other process adds to. Prints, per script, the number of calls and their CPU time (median, 90th
@@ -68,12 +68,15 @@ def main() -> None:
     try:
         client = redis.Redis(unix_socket_path=socket_file)
         print(f"server: {adversarial.configured_executable()} ({client.info('server')['redis_version']})")
-        for case in ("close", "reap"):
+        for case in ("close", "reap", "topic"):
             clock = FakeClock(int(time.time() * 1000))
             broker = Broker(client, adversarial.Context(client).broker.namespace, clock)
             if args.chunk:
                 broker.ops.return_chunk = args.chunk
-            holder = adversarial._holding(broker, lease_ms=1_000 if case == "reap" else 60_000)
+            if case == "topic":
+                holder = adversarial._topic_holding(broker)
+            else:
+                holder = adversarial._holding(broker, lease_ms=1_000 if case == "reap" else 60_000)
             if case == "reap":
                 clock.advance(2_000)
                 broker.renew_leases("close.q", ["other"], 60_000)
@@ -84,8 +87,10 @@ def main() -> None:
             calls = per_call(broker, op, server.pid)
             entries = [e for e in client.slowlog_get(adversarial.SLOWLOG_ENTRIES)
                        if not adversarial._command(e).upper().startswith("SLOWLOG")]
-            report(f"{case}: a consumer holding {adversarial.HELD:,} received messages "
-                   f"(chunk {broker.ops.return_chunk})", calls, max(e["duration"] for e in entries) / 1000)
+            title = "close: a non-durable topic consumer" if case == "topic" else f"{case}: a consumer"
+            chunk = broker.ops.return_chunk
+            report(f"{title} holding {adversarial.HELD:,} received messages (chunk {chunk})", calls,
+                   max(e["duration"] for e in entries) / 1000)
     finally:
         server.terminate()
         server.wait()
