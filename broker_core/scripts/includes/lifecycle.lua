@@ -6,7 +6,7 @@
 -- of the open upvalues for each name it uses). The paths most calls never take (expiry, scheduling,
 -- returns, closing a consumer) are therefore built on first use: these names start as stubs (at the end of
 -- this file) that build them all (lifecycle_load), then call the real function.
-local expire_message, expire_pending, park, schedule_job, fire_scheduled, return_message, return_messages
+local expire_message, expire_pending, park, schedule_job, fire_scheduled, return_messages
 local recompute_exclusive_owner, remove_subscription, subscription_consumer_gone, close_consumer
 local return_owed, returns_begin, release_ended
 
@@ -17,11 +17,6 @@ local return_owed, returns_begin, release_ended
 -- cannot overtake the owed ones, which the one-step close would have put ahead of it.
 local function closing_key() return P .. ':closing' end
 
--- Forget the stored state of messages that have left the destination: one command per key for all of
--- them, and one memory release.
--- a topic's message is stored once for all its subscriptions, with a reference count in
--- <topic>:refs; it is deleted (and its memory released, on the topic's meta) when the last
--- subscription is done with it.
 -- A subscription is done with topic message `id`: one reference fewer, and the message gone with the last.
 local function release_shared(id)
   if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
@@ -35,6 +30,11 @@ local function release_shared(id)
   end
 end
 
+-- Forget the stored state of messages that have left the destination: one command per key for all of
+-- them, and one memory release.
+-- a topic's message is stored once for all its subscriptions, with a reference count in
+-- <topic>:refs; it is deleted (and its memory released, on the topic's meta) when the last
+-- subscription is done with it.
 local function drop_messages(ids)
   local bytes = 0
   for i = 1, #ids do
@@ -221,15 +221,6 @@ local function lifecycle_load()
     end
   end
 
-  -- Put an in-flight message back in the pending zset ahead of fresh messages; `bump` raises its
-  -- redelivery counter (it reached the client), as Queue.removeSubscription does.
-  return_message = function(cid, id, bump, reason)
-    local score = take_inflight(cid, id)
-    local count = tonumber(redis.call('HGET', K_REDELIV, id)) or 0
-    if bump then count = redis.call('HINCRBY', K_REDELIV, id, 1) end
-    pending_add(id, redelivery_score(score))
-    emit('return', 'msg', id, 'consumer', cid, 'redeliveries', count, 'reason', reason)
-  end
 
   -- Closing a consumer or a subscription.
   recompute_exclusive_owner = function(removed_def, removed_id)
@@ -330,9 +321,10 @@ end
 -- Built on first use too, apart from lifecycle_load (a Lua function has at most 60 upvalues): closing a
 -- consumer, and returning what it holds in chunks.
 local function closing_load()
-  -- return_message for many messages of consumer `cid` at once, one command per key: `held` is id,
-  -- dispatch sequence, ... (ZRANGE of its window WITHSCORES); those at or below `rcv` (the adapter had
-  -- received them) get the counter raised. Returns how many.
+  -- Put in-flight messages of consumer `cid` back in the pending zset ahead of fresh messages (closing,
+  -- rollback), one command per key for all of them: `held` is id, dispatch sequence, ... (as ZRANGE of its
+  -- window WITHSCORES gives them). Those at or below `rcv` (the adapter had received them: they reached
+  -- the client) get the redelivery counter raised, as Queue.removeSubscription does. Returns how many.
   return_messages = function(cid, held, rcv, reason)
     local n = #held / 2
     if n == 0 then return 0 end
@@ -478,7 +470,6 @@ expire_pending = function(...) lifecycle_load() return expire_pending(...) end
 park = function(...) lifecycle_load() return park(...) end
 schedule_job = function(...) lifecycle_load() return schedule_job(...) end
 fire_scheduled = function(...) lifecycle_load() return fire_scheduled(...) end
-return_message = function(...) lifecycle_load() return return_message(...) end
 recompute_exclusive_owner = function(...) lifecycle_load() return recompute_exclusive_owner(...) end
 remove_subscription = function(...) lifecycle_load() return remove_subscription(...) end
 subscription_consumer_gone = function(...) lifecycle_load() return subscription_consumer_gone(...) end
