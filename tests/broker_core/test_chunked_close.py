@@ -401,3 +401,38 @@ def test_deleting_a_topic_while_an_ended_subscription_is_being_released(broker, 
     p, keys = _topic_keys(broker, redis_client)
     assert keys == set()
     assert int(redis_client.hget(usage, "used")) == used_before - 260 * 1024
+
+
+def test_lapsed_consumers_reaped_together_share_one_chunk_per_call(broker, redis_client, clock):
+    broker.ops.return_chunk = 40
+    a = consumer(broker, prefetch=60, consumer_id="A", lease_ms=1_000)
+    c = consumer(broker, prefetch=60, consumer_id="C", lease_ms=1_000)
+    ids = broker.send("orders", [Message(body=str(i), message_id=f"m{i:04d}") for i in range(120)])
+    assert len(broker.receive(a, 60)) == 60 and len(broker.receive(c, 60)) == 60
+    clock.advance(1_500)
+    q = Queue(broker, redis_client)
+    returned_before, reaped = 0, None
+    for name, reply in calls(broker, broker.ops.reap(ORDERS, broker._now(), 100)):
+        if name == "reap":
+            reaped = sorted(x.decode() for x in reply[:reply.index(b"")])
+        if name in ("reap", "return_owed"):
+            returned = sum(q.returns().values())
+            assert returned - returned_before <= 40
+            returned_before = returned
+            assert set(q.owed()) == {cid for cid in ("A", "C") if q.window(cid)}
+    assert reaped == ["A", "C"]
+    assert q.returns() == Counter(ids) and q.redeliveries() == dict.fromkeys(ids, 1)
+    assert q.owed() == {} and q.fence() is None and sorted(q.pending()) == ids
+
+
+def test_an_aborted_consumer_returns_its_messages_in_chunks(broker, redis_client):
+    broker.ops.return_chunk = 40
+    a, b, ids = _setup(broker, received=HELD)
+    q = Queue(broker, redis_client)
+    # (maintenance.abort_consumer runs this operation)
+    op = maintenance._abort_op(broker, ORDERS, broker._now(), "abort", "A", "too slow", "0")
+    names = [name for name, _ in calls(broker, op) if name in ("abort", "return_owed")]
+    assert names == ["abort"] + ["return_owed"] * -(-HELD // 40)  # the abort returns none itself
+    assert maintenance.abort_notice(broker, "orders", "A").reason == "too slow"
+    assert q.returns() == Counter(ids) and q.owed() == {} and q.fence() is None
+    assert [d.message_id for d in drain(broker, b)] == ids
