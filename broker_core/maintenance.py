@@ -150,8 +150,9 @@ class Recovery:
 
 def run_recovery(broker: Broker, destination: str | Destination) -> Recovery:
     """Close consumers whose lease lapsed (their messages return with the redelivery counter raised),
-    complete forwards left behind, and run dispatch when a parked message or a delayed start came due.
-    One cheap script call when there is nothing to do."""
+    finish returning what closed consumers still hold and releasing what ended subscriptions held (a
+    process died between those chunks), complete forwards left behind, and run dispatch when a parked
+    message or a delayed start came due. One cheap script call when there is nothing to do."""
     dest = _dest(destination)
     now = broker.clock.now_ms()
     token = uuid.uuid4().hex
@@ -168,7 +169,7 @@ def run_recovery(broker: Broker, destination: str | Destination) -> Recovery:
                 reaped += batch
                 if len(batch) < REAP_BATCH:
                     break
-        if int(owed):  # a process died while returning a closed consumer's messages: finish that
+        if int(owed):  # a process died while returning (or releasing) a closed consumer's messages
             broker._run(broker.ops.return_owed(dest, now))
         forwarded = 0
         if int(forwards):

@@ -45,9 +45,10 @@ BROWSE_EXAMINE = 1_000  # messages a browse call looks at, matching or not
 TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
-# In-flight messages a closed (or reaped, aborted) consumer returns per script call; the rest follow in
-# further calls (return_owed). Each costs about 15 µs of Redis time per message on a 2-core machine: 200
-# keeps a call near 3 ms, well under the 20 ms bound (docs/benchmarks.md, "Closing and reaping").
+# In-flight messages a closed (or reaped, aborted) consumer returns per script call, and messages an ended
+# topic subscription held released per call; the rest follow in further calls (return_owed). A message
+# costs about 10 µs of Redis CPU: 200 keep a call at 2-6 ms, well under the 20 ms bound
+# (docs/benchmarks.md, "Closing and reaping").
 RETURN_CHUNK = 200
 TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is (not dead letters)
 # forwards that publish a copy made for the target: a virtual destination's, an advisory, a wildcard
@@ -345,7 +346,7 @@ class Operations:
 
     def __init__(self, namespace: str = "sb", return_chunk: int = RETURN_CHUNK) -> None:
         self.namespace = namespace
-        self.return_chunk = return_chunk  # messages a closing consumer returns per call (>= 1)
+        self.return_chunk = return_chunk  # messages returned (or released) per call
         self.registry_key = f"{namespace}:destinations"
         self.virtual = virtual.VirtualCache()  # this process's copy of the routing configuration
 
@@ -666,12 +667,13 @@ class Operations:
         return DispatchResult(result.dispatched + rest.dispatched, rest.hold_until)
 
     def return_owed(self, dest: Destination, now: int) -> Op:
-        """Return what closed consumers of `dest` (a queue, or one subscription) still hold, `return_chunk`
-        messages per script call, each followed by its dispatch, until nothing is owed. Safe to run from
-        several processes at once: each call returns messages no other call has."""
+        """Return what closed consumers of `dest` (a queue, or one subscription) still hold, and release
+        what ended subscriptions of its topic held, `return_chunk` messages per script call, each followed
+        by its dispatch, until nothing is owed. Safe to run from several processes at once: each call takes
+        messages no other call has."""
         dispatched, hold = 0, 0
         while True:
-            reply = yield Eval("return_owed", (self.prefix(dest),), (now, 0, self.return_chunk))
+            reply = yield Eval("return_owed", (self.prefix(dest),), (now, 0, max(1, self.return_chunk)))
             result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
             dispatched += int(reply[0]) + result.dispatched
             hold = result.hold_until or int(reply[2])
