@@ -196,6 +196,87 @@ def _dispatch_to_selector(ctx: Context) -> Calls:
     return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("sel", spec)))
 
 
+# --- close and reap ---
+# A consumer holding 32,767 messages (the largest prefetch a client may ask for) that its client had all
+# received: closing it, or reaping it once its lease lapsed, returns them all with the counter raised. A
+# second consumer with room takes them as they come back, so each call's dispatch chunk has work too.
+
+HELD = 32_767
+
+
+def _holding(broker: Broker, lease_ms: int = 60_000):
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+
+    holder = broker.add_consumer("close.q", ConsumerSpec(prefetch=HELD, lease_ms=lease_ms),
+                                 consumer_id="holder")
+    for start in range(0, HELD, 100):
+        broker.send("close.q", [Message(body="x" * 100) for _ in range(min(100, HELD - start))])
+    received = 0
+    while received < HELD:
+        received += len(broker.receive(holder, 1000))
+    broker.add_consumer("close.q", ConsumerSpec(prefetch=1000), consumer_id="other")
+    # On a Redis without functions each script is loaded, and its first run is slow (tens of ms), on its
+    # first use by the server: once per server, not the operation's work. Each script runs once here.
+    import contextlib
+
+    from broker_core.errors import UnknownConsumer
+    from broker_core.operations import ConsumerRef
+
+    broker.reap_lapsed("close.q")
+    broker._run(broker.ops.return_owed(holder.destination, broker._now()))
+    with contextlib.suppress(UnknownConsumer):
+        broker.close_consumer(ConsumerRef(holder.destination, "nobody"))
+    return holder
+
+
+@case("close: a consumer holding 32,767 received messages")
+def close_holding_32767(ctx: Context) -> Calls:
+    holder = _holding(ctx.broker)
+    return ctx.measure(lambda: ctx.broker.close_consumer(holder))
+
+
+def _topic_holding(broker: Broker):
+    """A non-durable topic consumer (prefetch 32,767, the topic default) holding 32,767 received messages,
+    half of them also held by a second subscription, so half are released and half stay stored."""
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+
+    holder = broker.add_consumer("topic://close.t", ConsumerSpec(prefetch=HELD), consumer_id="holder")
+    broker.add_consumer("topic://close.t", ConsumerSpec(prefetch=1, selector="n < 16384"),
+                        consumer_id="other")
+    for start in range(0, HELD, 100):
+        broker.send("topic://close.t", [Message(body="x" * 100, properties={"n": start + i})
+                                        for i in range(min(100, HELD - start))])
+    received = 0
+    while received < HELD:
+        received += len(broker.receive(holder, 1000))
+    broker._run(broker.ops.return_owed(holder.destination, broker._now()))  # (each script run once)
+    return holder
+
+
+@case("close: a non-durable topic consumer holding 32,767 received messages")
+def close_topic_holding_32767(ctx: Context) -> Calls:
+    holder = _topic_holding(ctx.broker)
+    return ctx.measure(lambda: ctx.broker.close_consumer(holder))
+
+
+@case("reap: a lapsed consumer holding 32,767 received messages")
+def reap_holding_32767(ctx: Context) -> Calls:
+    from broker_core.clock import FakeClock
+
+    clock = FakeClock(int(time.time() * 1000))
+    broker = Broker(ctx.client, ctx.broker.namespace, clock)
+    _holding(broker, lease_ms=1_000)
+    clock.advance(2_000)
+    broker.renew_leases("close.q", ["other"], 60_000)
+
+    def reap() -> None:
+        assert broker.reap_lapsed("close.q") == ["holder"]
+
+    return ctx.measure(reap)
+
+
 def start_server() -> tuple[subprocess.Popen[bytes], str]:
     """The embedded server on a unix socket, no persistence, every command recorded in the SLOWLOG."""
     folder = tempfile.mkdtemp()

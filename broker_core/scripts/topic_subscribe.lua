@@ -42,6 +42,9 @@ if existing then
     return fail('DURABLE_IN_USE', 'Durable consumer is in use for client: ' .. client ..
                 ' and subscriptionName: ' .. name)
   end
+  -- its last consumer, under this id, still has messages being returned: the caller returns them
+  -- (return_owed.lua) and asks again (consumer_add.lua does the same)
+  if redis.call('HEXISTS', P .. ':closing', cid) == 1 then return { 'closing' } end
   local old = cmsgpack.unpack(existing)
   if (old.selector_text or '') ~= (sub_def.selector_text or '') or (old.nolocal == true) ~= (sub_def.nolocal == true) then
     remove_subscription('changed')  -- TopicRegion.hasDurableSubChanged: a new subscription replaces it

@@ -23,7 +23,7 @@ from broker_core.messages import Message
 from broker_core.operations import ConsumerSpec
 from broker_core.scripts import SCRIPT_DIR, library, script, wants_functions
 
-from . import test_invariants
+from . import test_chunked_close, test_invariants
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +178,23 @@ def test_both_forms_give_the_same_results(client7):
     assert flat["pri"] == ([("pri-5", 0), ("pri-4", 0), ("pri-3", 0)],)
     assert flat["dlq"] == (1, 0) and flat["expired"] == (1,) and flat["after commit"] == (1,)
     assert flat["durable again"][0] and flat["virtual topic"][0] and flat["groups"][0]
+
+
+@pytest.mark.parametrize("functions", [False, True])
+def test_a_close_in_chunks_and_the_tick_that_finishes_it_in_both_forms(client7, functions):
+    """Closing and reaping a consumer that holds more than a call returns, each call checked, and the
+    maintenance tick returning what a closer that died left owed (tests/broker_core/test_chunked_close.py)."""
+    t = test_chunked_close
+    for run in (lambda b: t.test_a_close_returns_the_messages_a_chunk_per_call(b, client7, 70),
+                lambda b: t.test_a_reap_returns_the_messages_a_chunk_per_call(b, client7, b.clock),
+                lambda b: t.test_a_closer_dying_between_chunks_leaves_the_rest_to_the_tick(b, client7),
+                lambda b: t.test_a_durable_subscription_goes_offline_and_gets_its_messages_back_in_chunks(
+                    b, client7)):
+        broker = _broker(client7, functions)
+        try:
+            run(broker)
+        finally:
+            _forget(client7, broker)
 
 
 def test_a_lost_library_is_loaded_again_even_inside_a_transaction(client7):

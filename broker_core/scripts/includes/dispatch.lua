@@ -156,8 +156,11 @@ end
 local function dispatch_pass(budget)
   -- the pass state is read in two steps: an ack on a drained queue (the check for pending messages
   -- below) needs only the first two fields
-  local state = redis.call('HMGET', K_META, 'paused', 'hold_until')
+  -- (third: the fence of a close whose returns are still owed, lifecycle.lua closing_key: the pass reads
+  -- only messages below it)
+  local state = redis.call('HMGET', K_META, 'paused', 'hold_until', 'fence')
   if state[1] == '1' then return 0, 0, 0 end
+  local upper = state[3] and '(' .. state[3] or '+inf'
   local hold = tonum(state[2], 0)
   if hold > 0 then
     local needed = policy_num('consumersBeforeDispatchStarts')
@@ -249,7 +252,7 @@ local function dispatch_pass(budget)
     -- full window freeing one slot reads a handful of messages, not maxPageSize of them.
     local page = budget - examined  -- math.min(budget - examined, free + 8)
     if free + 8 < page then page = free + 8 end
-    local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', '0',
+    local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, upper, 'WITHSCORES', 'LIMIT', '0',
                              NOW_TEXT.num(page))
     if #batch > 2 then writes = PAGE.new() end
     dirty = dirty or PASS_DIRTY.value
