@@ -500,7 +500,9 @@ class Launcher:
                     continue
                 if as_json and not _is_json_object(line):
                     output_log.info(line, extra={"process_name": name})
-                else:
+                    continue
+                # Keep reading when our stdout is gone (a closed pipe): a child must not block on its output.
+                with contextlib.suppress(OSError, ValueError):
                     sys.stdout.write(line + "\n")
                     sys.stdout.flush()
 
@@ -565,6 +567,9 @@ class Launcher:
                 if now >= child.restart_at:
                     child.restart_at = None
                     child.process = child.spawn()
+                    if child is self.redis_child:  # the others say so in Launcher.spawn
+                        log.info(f"Redis started (pid {child.process.pid})",
+                                 extra={"child": "Redis", "pid": child.process.pid})
                 continue
             code = child.process.poll()
             if code is None:

