@@ -739,8 +739,8 @@ def configure_logging(level: str | None, fmt: str | None) -> None:
         fmt = logs.format_from(fmt, "--log-format") if fmt else logs.format_from(
             os.environ.get("SIGNALBOX_LOG_FORMAT"))
     except logs.LogSettingError as exc:
-        os.environ.pop("SIGNALBOX_LOG_FORMAT", None)  # the error itself in plain text
-        raise ConfigError(f"{exc}; fix or unset it") from None
+        os.environ.pop("SIGNALBOX_LOG_FORMAT", None)  # said in plain text: the format may be what is wrong
+        raise ConfigError(str(exc) if str(exc).startswith("--") else f"{exc}; fix or unset it") from None
     os.environ.update(SIGNALBOX_LOG_LEVEL=level, SIGNALBOX_LOG_FORMAT=fmt, SIGNALBOX_PROCESS=LAUNCHER)
     logs.configure(level, fmt)
 

@@ -67,7 +67,18 @@ def test_a_bad_log_level_option_is_one_clear_line(tmp_path: Path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "signalbox: error: --log-level='chatty' is not a log level; use one of DEBUG, INFO, WARNING, ERROR, "
-        "CRITICAL; fix or unset it"]
+        "CRITICAL"]
+
+
+def test_a_configuration_mistake_in_json_is_one_json_record_on_stderr(tmp_path: Path):
+    result = run_launcher_to_completion(["--data-dir", str(tmp_path), "--log-format", "json"],
+                                        launcher_env(SIGNALBOX_REDIS_APPENDFSYNC="sometimes"))
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    record = json.loads(line)
+    assert (record["level"], record["process"], record["logger"]) == (
+        "ERROR", "launcher", "signalbox.launcher")
+    assert record["message"].startswith("SIGNALBOX_REDIS_APPENDFSYNC='sometimes' is not a Redis fsync policy")
 
 
 # --- the maintenance tick: the real task function on the session's Redis ---
