@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -73,12 +74,16 @@ def json_formatter() -> logging.Formatter:
     from pythonjsonlogger.core import RESERVED_ATTRS
     from pythonjsonlogger.json import JsonFormatter
 
-    return JsonFormatter(
-        ["levelname", "process_name", "name", "message"],
-        rename_fields={"levelname": "level", "process_name": "process", "name": "logger"},
-        timestamp="time",  # ISO 8601, UTC
+    formatter = JsonFormatter(
+        ["asctime", "levelname", "process_name", "name", "message"],
+        rename_fields={"asctime": "time", "levelname": "level", "process_name": "process", "name": "logger"},
         reserved_attrs=[*RESERVED_ATTRS, *_NOT_EXTRAS],
     )
+    # time: ISO 8601 in UTC with milliseconds, e.g. 2026-11-28T01:09:50.091Z
+    formatter.converter = time.gmtime
+    formatter.default_time_format = "%Y-%m-%dT%H:%M:%S"
+    formatter.default_msec_format = "%s.%03dZ"
+    return formatter
 
 
 def config(level: str | None = None, fmt: str | None = None) -> dict[str, Any]:
