@@ -13,6 +13,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from signalbox import logs
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -215,6 +217,9 @@ SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 3
 SIGNALBOX_BROKER_NAME = os.environ.get("SIGNALBOX_BROKER_NAME") or "localhost"
 # /healthz reports the maintenance tick stale (beat or every worker stopped) after this many seconds.
 SIGNALBOX_MAINTENANCE_STALE_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_STALE_SECONDS") or 15.0)
+# A maintenance tick that takes longer than this (seconds) is logged as a WARNING; a tick that did work
+# (reaped, dispatched, expired, ...) at INFO; an idle one at DEBUG only.
+SIGNALBOX_MAINTENANCE_SLOW_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_SLOW_SECONDS") or 1.0)
 # STOMP over TCP (gateway/stomp/tcp.py; `manage.py stomp_listener`, which `run` starts): the address, the
 # plain port (0: none), the stomp+ssl port (used when a PEM certificate and key are given) and how many
 # connections one listener process serves at once.
@@ -243,12 +248,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # /healthz waits at most this long for each dependency (Redis, database, a Celery worker's pong).
 HEALTH_CHECK_TIMEOUT = float(os.environ.get("SIGNALBOX_HEALTH_TIMEOUT") or 1.0)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("SIGNALBOX_LOG_LEVEL", "INFO")},
-    # py4j narrates every gateway connection of Spark at INFO.
-    "loggers": {"py4j": {"level": "WARNING"}},
-}
+# One logging configuration for every process `run` starts (signalbox/logs.py): SIGNALBOX_LOG_LEVEL,
+# SIGNALBOX_LOG_FORMAT (text or json), one line per record on stdout.
+try:
+    LOGGING = logs.config()
+except logs.LogSettingError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+# Django applies LOGGING itself; Celery's processes apply it through the setup_logging signal.
