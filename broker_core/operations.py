@@ -391,6 +391,8 @@ class Operations:
         prefix = self.prefix(dest)
         yield Command(("HSETNX", f"{prefix}:meta", "uri", dest.uri))
         yield Command(("HSETNX", f"{prefix}:meta", "created", now))
+        # into the maintenance index (broker_core/maintenance.py), due now: its first visit schedules it
+        yield Command(("ZADD", f"{self.namespace}:due", "NX", now, prefix))
         if dest.is_wildcard:
             # a wildcard subscription's pseudo-topic is no destination: not listed, no advisory; maintenance
             # and policy refreshes find it in <ns>:wildcards (topic_ops.pattern_topics)

@@ -278,6 +278,15 @@ local function call_many(command, key, members)
   return joined or reply
 end
 
+-- The maintenance index <ns>:due (broker_core/maintenance.py): key prefix -> the earliest time the tick
+-- must look at that destination or subscription, so a tick visits what is due, not everything. A script
+-- that creates work for the tick (a lease that can lapse, a parked message, a delayed start, a forward
+-- to deliver) brings the prefix's entry forward to `at`, never back (LT); the tick's visit sets the entry
+-- from what it finds (maintenance.lua `schedule`).
+local function due_at(prefix, at)
+  redis.call('ZADD', string.match(prefix, '^(.-):{') .. ':due', 'LT', string.format('%d', at), prefix)
+end
+
 -- events ActiveMQ advises about become advisory messages.
 --@include advisory
 

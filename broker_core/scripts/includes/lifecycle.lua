@@ -105,7 +105,7 @@ local function ack_messages(acks)
 end
 
 -- When the first parked message is due, as far as this script call knows (nil: ask Redis).
-local PARK = { next = nil }
+local PARK = { next = nil, due_at = due_at }  -- (due_at through PARK: lifecycle_load is at Lua's 60 upvalues)
 on_call(function() PARK.next = nil end)
 
 -- The next time a parked message comes back (0 if none).
@@ -159,6 +159,7 @@ local function lifecycle_load()
   -- Hold a message out of dispatch until `at`; it comes back with pending score `score`.
   park = function(id, at, score)
     redis.call('ZADD', K_PARKED, at, id)
+    PARK.due_at(P, at)
     redis.call('HSET', K_PARKINFO, id, score)
     PARK.next = nil
   end
@@ -174,6 +175,7 @@ local function lifecycle_load()
                cmsgpack.pack({ blob, tonumber(m[M_PERIOD]), tonumber(m[M_REPEAT]), 0, plan }))
     memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
     redis.call('ZADD', K_PARKED, at, id)
+    PARK.due_at(P, at)
     redis.call('HSET', K_PARKINFO, id, 'job')
     PARK.next = nil
   end
@@ -200,6 +202,7 @@ local function lifecycle_load()
     if left > 0 then
       redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired, plan }))
       redis.call('ZADD', K_PARKED, at + period, id)
+      PARK.due_at(P, at + period)
     else
       redis.call('HDEL', K_SCHED, id)
       memory_release(#blob)
