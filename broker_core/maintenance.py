@@ -484,6 +484,10 @@ def _reindex_step(broker: Broker, now: int) -> None:
     built, walking, cursor = broker.redis.hmget(f"{key}:state", "built", "walking", "cursor")
     if built is not None and _text(built) == version:
         return
+    # A changed map moves every entry to now; a first build (no index yet, or an older one) adds only the
+    # missing entries, destinations created since this code runs having theirs already.
+    changed = built is not None and _text(built).startswith(f"{INDEX_VERSION}:")
+    bring = {"lt": True} if changed else {"nx": True}
     cursor = int(cursor or 0) if walking is not None and _text(walking) == version else 0
     cursor, uris = broker.redis.zscan(f"{broker.namespace}:destinations", cursor, count=REINDEX_CHUNK)
     uris = [_text(u) for u, _ in uris]
@@ -495,7 +499,8 @@ def _reindex_step(broker: Broker, now: int) -> None:
         targets = [dest]
         if dest.is_topic:
             targets += broker._run(topic_ops.for_each_subscription(broker.ops, dest))
-        pipe.zadd(key, {broker.ops.prefix(t): now for t in targets}, lt=True)
+        for index in (key, f"{key}:periodic"):
+            pipe.zadd(index, {broker.ops.prefix(t): now for t in targets}, **bring)
     state = {"walking": version, "cursor": cursor}
     if cursor == 0:
         state["built"] = version
@@ -513,15 +518,38 @@ def _guarded(tally: _Tally, what: str, run: Any) -> bool:
         return False
 
 
+def _visit_due(broker: Broker, key: str, tally: _Tally, visit: Any) -> int:
+    """Visit one chunk of the entries of index `key` that are due now; how many there were."""
+    now = broker.clock.now_ms()
+    members = [_text(m) for m in broker.redis.zrangebyscore(key, "-inf", now, 0, TICK_CHUNK)]
+    # several ticks at once (several workers) spread over the entries instead of meeting at one lease
+    random.shuffle(members)
+    for member in members:
+        try:
+            dest = _member_dest(broker, member)
+            label = f"{dest.uri}#{dest.key}" if isinstance(dest, Subscription) else dest.uri
+        except Exception:  # (not one of ours: an entry written by hand) nothing to visit
+            broker.redis.zrem(key, member)
+            continue
+        if not _guarded(tally, label, lambda dest=dest: visit(dest)):
+            pipe = broker.redis.pipeline(transaction=False)
+            for index in (_due_key(broker), f"{_due_key(broker)}:periodic"):
+                pipe.zadd(index, {member: broker.clock.now_ms() + RETRY_MS}, xx=True, gt=True)
+            pipe.execute()
+    return len(members)
+
+
 def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickReport:
     """Run every job that is due, reading the policies now: recovery (lapsed consumers, parked messages
     come due, forwards left behind), the expiry sweep every expireMessagesPeriod, the slow-consumer check
     every checkPeriod, the offline-durable cleanup every offlineDurableSubscriberTaskSchedule.
 
-    What is due is read from the maintenance index `<ns>:due` (key prefix -> when it is next due), TICK_CHUNK
-    entries per call, for at most TICK_SECONDS; the rest is the next tick's. So a tick costs what is due,
-    not what exists. With `destinations`, those destinations and all their subscriptions are visited
-    whatever the index says. A failing destination is logged and reported; the others go on."""
+    What is due is read from the maintenance index (key prefix -> when it is next due): `<ns>:due` for work
+    with a deadline (leases, parked messages, delayed starts, forwards), `<ns>:due:periodic` for the
+    periodic jobs; TICK_CHUNK entries per call, for at most TICK_SECONDS, the rest being the next tick's.
+    So a tick costs what is due, not what exists. With `destinations`, those destinations and all their
+    subscriptions are visited whatever the index says. A failing destination is logged and reported; the
+    others go on."""
     started = time.monotonic()
     policy_map = broker.policies.policy_map()
     tally = _Tally()
@@ -558,22 +586,15 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
                                                         (*JOBS, "offline")))
             _guarded(tally, uri, visit_idle)
         deadline = started + TICK_SECONDS
+        urgent, periodic = key, f"{key}:periodic"
         while time.monotonic() < deadline:
-            # Each visit moves its entry past `now`, so every call reads entries not seen in this tick.
-            members = [_text(m) for m in broker.redis.zrangebyscore(key, "-inf", now, 0, TICK_CHUNK)]
-            if not members:
+            # Work with a deadline first (leases, parked messages, forwards), all of it, then one chunk of
+            # the periodic jobs, then again: so a lease that lapses during a long run of sweeps waits for at
+            # most one chunk. A visit moves its entries past `now`, so each read finds entries not seen yet.
+            while time.monotonic() < deadline and _visit_due(broker, urgent, tally, visit):
+                pass
+            if not _visit_due(broker, periodic, tally, visit):
                 break
-            # several ticks at once (several workers) spread over the entries instead of meeting at one lease
-            random.shuffle(members)
-            for member in members:
-                try:
-                    dest = _member_dest(broker, member)
-                    label = f"{dest.uri}#{dest.key}" if isinstance(dest, Subscription) else dest.uri
-                except Exception:  # (not one of ours: an entry written by hand) nothing to visit
-                    broker.redis.zrem(key, member)
-                    continue
-                if not _guarded(tally, label, lambda dest=dest: visit(dest)):
-                    broker.redis.zadd(key, {member: broker.clock.now_ms() + RETRY_MS}, xx=True, gt=True)
         count = tally.visited
     duration_ms = int((time.monotonic() - started) * 1000)
     pipe = broker.redis.pipeline(transaction=False)
@@ -581,9 +602,11 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
         "last_tick": broker.clock.now_ms(), "duration_ms": duration_ms, "destinations": count,
         "errors": len(tally.errors),
     })
-    pipe.zcard(_due_key(broker))
-    pipe.zcount(_due_key(broker), "-inf", now)
-    _, indexed, still_due = pipe.execute()
+    for index in (_due_key(broker), f"{_due_key(broker)}:periodic"):
+        pipe.zcard(index)
+        pipe.zcount(index, "-inf", now)
+    _, indexed, still_due, periodic_indexed, periodic_due = pipe.execute()
+    indexed, still_due = indexed + periodic_indexed, still_due + periodic_due
     broker.redis.hset(_heartbeat_key(broker), mapping={"indexed": indexed, "still_due": still_due})
     return TickReport(count, tally.reaped, tally.forwarded, tally.dispatched, tally.sweeps, tally.expired,
                       tally.slow_checks, tally.aborted, tally.errors, duration_ms, tally.offline_removed,

@@ -17,6 +17,7 @@
 -- Returns {ran (0: not due), tracked, dispatched, flags, hold_until, aborted consumer ids...}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local budget = tonumber(ARGV[2])
 local TOMBSTONES_MAX = tonumber(ARGV[3])

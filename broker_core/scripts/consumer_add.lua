@@ -4,6 +4,7 @@
 -- Returns {dispatched, more, hold_until, exclusive owner, effective prefetch}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local missing = require_destination()
 if missing then return missing end

@@ -2,6 +2,7 @@
 -- ARGV: now, budget, consumer id, reason. Returns {dispatched, more, hold_until}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 if not close_consumer(ARGV[3], ARGV[4]) then
   return fail('UNKNOWN_CONSUMER', 'no consumer ' .. ARGV[3] .. ' on this destination')

@@ -12,16 +12,17 @@
 --                             count only once they have waited `grace` ms: until then the process that
 --                             queued them is taken to be delivering them.
 --   visit token ttl grace sweep_period slow_period offline_schedule keep_ms
---                          -> {held, lapsed, forwards, next dispatch time, sweep due (2: done here), slow check due,
---                             offline cleanup due, scheduled}: the tick's visit of an entry of the
---                             maintenance index (<ns>:due, member = this prefix). The recover probe, and
---                             whether each periodic job is due (period 0 / -1 = off). A sweep that is due
---                             on a subscription or queue with nothing pending is done here (it would examine
---                             nothing). When nothing is left for the caller to do, the entry is set to
---                             the next time something is due here (scheduled = 1); else the caller does
---                             the work and then calls `schedule`.
---   schedule grace sweep_period slow_period offline_schedule -> the next due time written (0: entry removed)
+--                          -> {held, lapsed, forwards, next dispatch time, sweep due (2: done here),
+--                             slow check due, offline cleanup due, scheduled}: the tick's visit of this
+--                             prefix's entries in the maintenance index (<ns>:due, <ns>:due:periodic).
+--                             The recover probe, and whether each periodic job is due (period 0 / -1 =
+--                             off). A sweep that is due on a queue or subscription with nothing pending
+--                             is done here (it would examine nothing). When nothing is left for the
+--                             caller to do, the entries are set to when something is next due here
+--                             (scheduled = 1); else the caller does the work and then calls `schedule`.
+--   schedule grace sweep_period slow_period offline_schedule -> {next due, next periodic} (0: no entry)
 --@include base
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local op = ARGV[2]
 
@@ -39,6 +40,7 @@ local function acquire(job, token, ttl)
 end
 
 local DUE_KEY = string.match(P, '^(.-):{') .. ':due'
+local NEXT_TICK_MS = 1000  -- Celery beat's period (signalbox/celery.py)
 
 -- Whether the recovery job has work here, taking its lease when it has (op `recover`).
 local function probe(token, ttl, grace)
@@ -70,14 +72,17 @@ local function probe(token, ttl, grace)
   return {held, lapsed, forwards, due}
 end
 
--- The next time the tick must look at this prefix: the first lease to lapse, parked message or delayed
--- start to come due, forward to go stale (on the topic's own entry, where forwards wait), periodic job to
--- be due. Written to the index (never sooner than the next ms, so one tick visits an entry once); no
--- entry when nothing here will ever be due. Scripts that add work only bring the entry forward
--- (base.lua due_at), so this value, read and written in one step, is never later than the work.
+-- When the tick must next look at this prefix, in two entries: in <ns>:due the first lease to lapse,
+-- parked message or delayed start to come due, forward to go stale (on the topic's own entry, where
+-- forwards wait) -- work with a deadline, which every tick does first; in <ns>:due:periodic the next
+-- expiry sweep, slow-consumer check or offline-durable cleanup. No entry when nothing of its kind is
+-- coming. Scripts that add work only bring the first entry forward (base.lua due_at), so a value read and
+-- written here in one step is never later than the work. Work still due after a visit (another worker
+-- holds the job, more than one visit's worth) is left for the next tick, a second on.
 local function schedule(grace, sweep, slow, offline)
-  local at = false
+  local at, later = false, false
   local function soon(t) if t and (not at or t < at) then at = t end end
+  local function periodic(t) if not later or t < later then later = t end end
   local first = redis.call('ZRANGE', K_LEASES, 0, 0, 'WITHSCORES')
   if #first > 0 then soon(tonumber(first[2]) + 1) end  -- a lease lapses once its end is in the past
   first = redis.call('ZRANGE', K_PARKED, 0, 0, 'WITHSCORES')
@@ -88,17 +93,18 @@ local function schedule(grace, sweep, slow, offline)
                            'slow:last_run', 'offline:last_run')
   if not SUB and redis.call('HLEN', K_FWD) > 0 then soon((tonumber(maint[1] or '') or NOW) + grace) end
   if sweep > 0 then
-    if maint[3] == '1' then soon(NOW) else soon((tonumber(maint[2] or '') or NOW) + sweep) end
+    if maint[3] == '1' then periodic(NOW) else periodic((tonumber(maint[2] or '') or NOW) + sweep) end
   end
-  if slow >= 0 then soon((tonumber(maint[4] or '') or NOW) + slow) end
-  if offline >= 0 then soon((tonumber(maint[5] or '') or NOW) + offline) end
-  if not at then
-    redis.call('ZREM', DUE_KEY, P)
-    return 0
+  if slow >= 0 then periodic((tonumber(maint[4] or '') or NOW) + slow) end
+  if offline >= 0 then periodic((tonumber(maint[5] or '') or NOW) + offline) end
+  local function put(key, t)
+    if not t then return redis.call('ZREM', key, P) end
+    if t <= NOW then t = NOW + NEXT_TICK_MS end
+    redis.call('ZADD', key, string.format('%d', t), P)
   end
-  if at <= NOW then at = NOW + 1 end
-  redis.call('ZADD', DUE_KEY, string.format('%d', at), P)
-  return at
+  put(DUE_KEY, at)
+  put(DUE_KEY .. ':periodic', later)
+  return {at or 0, later or 0}
 end
 
 if op == 'acquire' then
@@ -116,6 +122,7 @@ elseif op == 'recover' then
 elseif op == 'visit' then
   if redis.call('EXISTS', K_META) == 0 then  -- deleted (or a subscription that ended): out of the index
     redis.call('ZREM', DUE_KEY, P)
+    redis.call('ZREM', DUE_KEY .. ':periodic', P)
     return {0, 0, 0, 0, 0, 0, 0, 1}
   end
   local grace, sweep, slow, offline = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -145,7 +152,8 @@ elseif op == 'visit' then
 elseif op == 'schedule' then
   if redis.call('EXISTS', K_META) == 0 then
     redis.call('ZREM', DUE_KEY, P)
-    return 0
+    redis.call('ZREM', DUE_KEY .. ':periodic', P)
+    return {0, 0}
   end
   return schedule(tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
 end

@@ -2,6 +2,7 @@
 -- ARGV: now, budget, max consumers. Returns {closed ids..., '', dispatched, more, hold_until}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local out = {}
 for _, cid in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', '(' .. NOW, 'LIMIT', 0, tonumber(ARGV[3]))) do

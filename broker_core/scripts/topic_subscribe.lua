@@ -13,6 +13,7 @@
 --@include base
 --@include dispatch
 --@include topic
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local missing = require_destination()
 if missing then return missing end
