@@ -476,16 +476,17 @@ def _member_dest(broker: Broker, member: str) -> Destination:
 
 
 def _reindex_step(broker: Broker, now: int) -> None:
-    """Bring every destination's and subscription's index entry forward to now, one chunk of the registry
-    per tick, when the index was built for another policy map (a changed period applies at once) or by
-    an older Signalbox (or never: an existing deployment's first tick)."""
+    """Bring every destination's and subscription's periodic index entry forward to now, one chunk of the
+    registry per tick, when the index was built for another policy map (a changed period applies at once)
+    or by an older Signalbox (or never: an existing deployment's first tick)."""
     key = _due_key(broker)
     version = f"{INDEX_VERSION}:{_text(broker.redis.get(f'{broker.namespace}:policies:version') or b'0')}"
     built, walking, cursor = broker.redis.hmget(f"{key}:state", "built", "walking", "cursor")
     if built is not None and _text(built) == version:
         return
-    # A changed map moves every entry to now; a first build (no index yet, or an older one) adds only the
-    # missing entries, destinations created since this code runs having theirs already.
+    # A changed map moves every periodic entry to now; a first build (no index yet, or an older one) adds
+    # only the missing ones, destinations created since this code runs having theirs already. One entry
+    # is enough: the visit sets both from what it finds.
     changed = built is not None and _text(built).startswith(f"{INDEX_VERSION}:")
     bring = {"lt": True} if changed else {"nx": True}
     cursor = int(cursor or 0) if walking is not None and _text(walking) == version else 0
@@ -499,8 +500,7 @@ def _reindex_step(broker: Broker, now: int) -> None:
         targets = [dest]
         if dest.is_topic:
             targets += broker._run(topic_ops.for_each_subscription(broker.ops, dest))
-        for index in (key, f"{key}:periodic"):
-            pipe.zadd(index, {broker.ops.prefix(t): now for t in targets}, **bring)
+        pipe.zadd(f"{key}:periodic", {broker.ops.prefix(t): now for t in targets}, **bring)
     state = {"walking": version, "cursor": cursor}
     if cursor == 0:
         state["built"] = version

@@ -103,7 +103,7 @@ def test_a_changed_policy_brings_every_entry_forward_at_the_next_tick(broker, cl
 def test_an_index_lost_or_never_built_is_rebuilt_from_the_registry(broker, clock, redis_client, namespace):
     settle(broker, clock, 30)
     c = broker.add_consumer("q9", ConsumerSpec(lease_ms=1_000))
-    redis_client.delete(f"{namespace}:due", f"{namespace}:due:state")  # as a deployment from before it
+    redis_client.delete(*(f"{namespace}:due{s}" for s in ("", ":periodic", ":state")))  # as before the index
     clock.advance(1_001)
     report = maintenance.run_due(broker)
     assert report.reaped == [f"queue://q9#{c.consumer_id}"] and len(due(broker, "due:periodic")) == 30
