@@ -75,13 +75,18 @@ def longest_call(client: redis.Redis) -> tuple[float, str]:
     return worst["duration"] / 1000.0, command[:60]
 
 
-def timed(client: redis.Redis, run) -> tuple[float, float, str, object]:
+def timed(client: redis.Redis, run) -> tuple[float, float, str, int, object]:
+    """Wall time, the longest single call (SLOWLOG), and the calls Redis served (INFO's
+    total_commands_processed, less the one INFO and SLOWLOG RESET of the measurement): the count does not
+    move with the machine's load, the times do."""
     client.slowlog_reset()
+    before = client.info("stats")["total_commands_processed"]
     start = time.perf_counter()
     result = run()
     wall = time.perf_counter() - start
+    calls = client.info("stats")["total_commands_processed"] - before - 1
     ms, command = longest_call(client)
-    return wall, ms, command, result
+    return wall, ms, command, calls, result
 
 
 def main() -> None:
@@ -109,8 +114,9 @@ def main() -> None:
 
         print("\nbefore (every destination walked):")
         for label in ("every sweep due", "right after"):
-            wall, ms, command, _ = timed(client, lambda: walk_everything(broker, uris))
-            print(f"  {label:<16} tick {wall:6.2f} s   longest call {ms:5.2f} ms  {command}")
+            wall, ms, command, calls, _ = timed(client, lambda: walk_everything(broker, uris))
+            print(f"  {label:<16} tick {wall:6.2f} s, {calls:6d} Redis calls, longest call {ms:5.2f} ms  "
+                  f"{command}")
 
         # Consumers whose leases end at times spread over the run, each holding 3 messages.
         rng = random.Random(7)
@@ -127,18 +133,19 @@ def main() -> None:
             lapsing.append((c, uri, end))
 
         print("\nafter (maintenance.run_due once a second):")
-        ticks: list[tuple[float, float, int, int]] = []
+        ticks: list[tuple[float, float, int, int, int]] = []
         delays: dict[str, float] = {}
         run_end = time.monotonic() + args.seconds
         next_start = time.monotonic()
         while time.monotonic() < run_end:
             time.sleep(max(0.0, next_start - time.monotonic()))
             next_start = time.monotonic() + 1.0
-            wall, ms, command, report = timed(client, lambda: maintenance.run_due(broker))
-            ticks.append((wall, ms, report.destinations, report.still_due))
-            if report.destinations > 50 or ms > 5:
-                print(f"  tick at {len(ticks):3d} s: {wall:6.2f} s, {report.destinations:5d} visited, "
-                      f"{report.sweeps:5d} sweeps, longest call {ms:5.2f} ms  {command}")
+            wall, ms, command, calls, report = timed(client, lambda: maintenance.run_due(broker))
+            ticks.append((wall, ms, report.destinations, report.still_due, calls))
+            if report.destinations > 50 or ms > 5 or report.reaped:
+                print(f"  tick {len(ticks):3d}: {wall:6.2f} s, {calls:6d} calls, {report.destinations:5d} "
+                      f"visited, {report.sweeps:5d} sweeps, {len(report.reaped)} reaped, "
+                      f"longest call {ms:5.2f} ms  {command}")
             now = time.time() * 1000
             for c, uri, end in lapsing:
                 if c.consumer_id in delays or now <= end:
@@ -150,7 +157,8 @@ def main() -> None:
         walls = sorted(t[0] for t in ticks)
         print(f"  {len(ticks)} ticks: median {statistics.median(walls) * 1000:.0f} ms, "
               f"max {walls[-1]:.2f} s; longest single call {max(t[1] for t in ticks):.2f} ms; "
-              f"median entries visited {statistics.median(t[2] for t in ticks):.0f}")
+              f"median entries visited {statistics.median(t[2] for t in ticks):.0f}, "
+              f"median Redis calls {statistics.median(t[4] for t in ticks):.0f}")
         values = sorted(delays.values())
         missing = len(lapsing) - len(values)
         print(f"\nreap delay (lease end -> reaped, its messages pending again), {len(values)} consumers"

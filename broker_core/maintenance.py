@@ -51,6 +51,7 @@ TOMBSTONE_MS = 86_400_000
 # what is still due then is the next tick's (health turns stale only after 15 s without a finished tick).
 TICK_CHUNK = 200
 TICK_SECONDS = 5.0
+PERIODIC_SLICE_SECONDS = 0.2  # periodic visits between two looks at the work with a deadline
 RETRY_MS = 1_000  # an entry whose visit failed is looked at again this much later
 # (Re)building the index walks the registry this many destinations per tick (SCAN's COUNT hint).
 REINDEX_CHUNK = 500
@@ -518,13 +519,17 @@ def _guarded(tally: _Tally, what: str, run: Any) -> bool:
         return False
 
 
-def _visit_due(broker: Broker, key: str, tally: _Tally, visit: Any) -> int:
-    """Visit one chunk of the entries of index `key` that are due now; how many there were."""
+def _visit_due(broker: Broker, key: str, tally: _Tally, visit: Any, seconds: float | None = None) -> int:
+    """Visit one chunk of the entries of index `key` that are due now, or those of them that fit in
+    `seconds` (the others stay due); how many were visited."""
+    until = None if seconds is None else time.monotonic() + seconds
     now = broker.clock.now_ms()
     members = [_text(m) for m in broker.redis.zrangebyscore(key, "-inf", now, 0, TICK_CHUNK)]
     # several ticks at once (several workers) spread over the entries instead of meeting at one lease
     random.shuffle(members)
-    for member in members:
+    for done, member in enumerate(members):
+        if until is not None and done and time.monotonic() > until:
+            return done
         try:
             dest = _member_dest(broker, member)
             label = f"{dest.uri}#{dest.key}" if isinstance(dest, Subscription) else dest.uri
@@ -588,12 +593,13 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
         deadline = started + TICK_SECONDS
         urgent, periodic = key, f"{key}:periodic"
         while time.monotonic() < deadline:
-            # Work with a deadline first (leases, parked messages, forwards), all of it, then one chunk of
-            # the periodic jobs, then again: so a lease that lapses during a long run of sweeps waits for at
-            # most one chunk. A visit moves its entries past `now`, so each read finds entries not seen yet.
+            # Work with a deadline first (leases, parked messages, forwards), all of it, then periodic jobs
+            # for up to PERIODIC_SLICE_SECONDS, then again: so a lease that lapses during a long run of
+            # sweeps waits for one slice. A visit moves its entries past `now`, so each read finds entries
+            # not seen yet.
             while time.monotonic() < deadline and _visit_due(broker, urgent, tally, visit):
                 pass
-            if not _visit_due(broker, periodic, tally, visit):
+            if not _visit_due(broker, periodic, tally, visit, PERIODIC_SLICE_SECONDS):
                 break
         count = tally.visited
     duration_ms = int((time.monotonic() - started) * 1000)
