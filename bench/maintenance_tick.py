@@ -76,9 +76,9 @@ def longest_call(client: redis.Redis) -> tuple[float, str]:
 
 
 def timed(client: redis.Redis, run) -> tuple[float, float, str, int, object]:
-    """Wall time, the longest single call (SLOWLOG), and the calls Redis served (INFO's
-    total_commands_processed, less the one INFO and SLOWLOG RESET of the measurement): the count does not
-    move with the machine's load, the times do."""
+    """Wall time, the longest single call (SLOWLOG), and the commands Redis executed (INFO's
+    total_commands_processed, which counts those a script runs too, less the measurement's own INFO):
+    the count does not move with the machine's load, the times do."""
     client.slowlog_reset()
     before = client.info("stats")["total_commands_processed"]
     start = time.perf_counter()
@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--destinations", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=45.0)
     parser.add_argument("--lapsing", type=int, default=20)
+    parser.add_argument("--verbose", action="store_true", help="when each tick ran; the longest reap delays")
     args = parser.parse_args()
     server, socket_file = start_server()
     try:
@@ -115,7 +116,7 @@ def main() -> None:
         print("\nbefore (every destination walked):")
         for label in ("every sweep due", "right after"):
             wall, ms, command, calls, _ = timed(client, lambda: walk_everything(broker, uris))
-            print(f"  {label:<16} tick {wall:6.2f} s, {calls:6d} Redis calls, longest call {ms:5.2f} ms  "
+            print(f"  {label:<16} tick {wall:6.2f} s, {calls:6d} Redis commands, longest call {ms:5.2f} ms  "
                   f"{command}")
 
         # Consumers whose leases end at times spread over the run, each holding 3 messages.
@@ -136,14 +137,18 @@ def main() -> None:
         ticks: list[tuple[float, float, int, int, int]] = []
         delays: dict[str, float] = {}
         run_end = time.monotonic() + args.seconds
+        run_start_ms = time.time() * 1000
         next_start = time.monotonic()
         while time.monotonic() < run_end:
             time.sleep(max(0.0, next_start - time.monotonic()))
             next_start = time.monotonic() + 1.0
             wall, ms, command, calls, report = timed(client, lambda: maintenance.run_due(broker))
             ticks.append((wall, ms, report.destinations, report.still_due, calls))
+            if args.verbose:
+                ended = (time.time() * 1000 - run_start_ms) / 1000
+                print(f"  tick {len(ticks)} ran {ended - wall:.2f}-{ended:.2f} s")
             if report.destinations > 50 or ms > 5 or report.reaped:
-                print(f"  tick {len(ticks):3d}: {wall:6.2f} s, {calls:6d} calls, {report.destinations:5d} "
+                print(f"  tick {len(ticks):3d}: {wall:6.2f} s, {calls:6d} commands, {report.destinations:5d} "
                       f"visited, {report.sweeps:5d} sweeps, {len(report.reaped)} reaped, "
                       f"longest call {ms:5.2f} ms  {command}")
             now = time.time() * 1000
@@ -158,8 +163,13 @@ def main() -> None:
         print(f"  {len(ticks)} ticks: median {statistics.median(walls) * 1000:.0f} ms, "
               f"max {walls[-1]:.2f} s; longest single call {max(t[1] for t in ticks):.2f} ms; "
               f"median entries visited {statistics.median(t[2] for t in ticks):.0f}, "
-              f"median Redis calls {statistics.median(t[4] for t in ticks):.0f}")
+              f"median Redis commands {statistics.median(t[4] for t in ticks):.0f}")
         values = sorted(delays.values())
+        if args.verbose:
+            for cid, delay in sorted(delays.items(), key=lambda kv: -kv[1])[:5]:
+                end = next(e for c, _, e in lapsing if c.consumer_id == cid)
+                print(f"  {cid}: lease end at {(end - run_start_ms) / 1000:.2f} s, "
+                      f"reaped {delay:.2f} s later")
         missing = len(lapsing) - len(values)
         print(f"\nreap delay (lease end -> reaped, its messages pending again), {len(values)} consumers"
               f"{f', {missing} not reaped within the run' if missing else ''}: "
