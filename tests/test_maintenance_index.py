@@ -129,3 +129,31 @@ def test_a_topic_subscription_has_its_own_entry_and_its_lapsed_consumer_is_reape
     assert report.reaped == [f"topic://prices#{c.consumer_id}"]
     assert report.destinations == 1  # the subscription only
     assert broker.subscriptions("topic://prices") == []  # a non-durable subscription ends with it
+
+
+@pytest.mark.e2e
+def test_at_2000_queues_a_lapsed_consumer_is_reaped_within_a_second_by_ticks_once_a_second(
+        redis_client, namespace):
+    import time
+
+    broker = Broker(redis_client, namespace)  # the real clock
+    for i in range(2_000):
+        broker.ensure_destination(f"q{i}")
+    maintenance.run_due(broker)  # the first tick schedules them all
+    c = broker.add_consumer("q1234", ConsumerSpec(prefetch=5, lease_ms=2_000))
+    broker.send("q1234", [Message(body=str(i)) for i in range(3)])
+    assert len(broker.receive(c, 5)) == 3
+    lease_end = int(redis_client.zscore(f"{namespace}:{{q:q1234}}:leases", c.consumer_id))
+    visited = []
+    while True:
+        report = maintenance.run_due(broker)
+        visited.append(report.destinations)
+        if report.reaped:
+            break
+        assert time.time() * 1000 < lease_end + 3_000, "not reaped"
+        time.sleep(max(0.0, 1 - (time.time() % 1)))  # once a second, as Celery beat
+    reaped_at = time.time() * 1000
+    assert report.reaped == [f"queue://q1234#{c.consumer_id}"]
+    assert reaped_at - lease_end < 1_500
+    assert broker.stats("q1234").pending == 3
+    assert max(visited) <= 5  # nothing else was due: 2,000 queues, a handful of visits
