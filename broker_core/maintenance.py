@@ -482,15 +482,19 @@ def _reindex_step(broker: Broker, now: int) -> None:
     or by an older Signalbox (or never: an existing deployment's first tick)."""
     key = _due_key(broker)
     version = f"{INDEX_VERSION}:{_text(broker.redis.get(f'{broker.namespace}:policies:version') or b'0')}"
-    built, walking, cursor = broker.redis.hmget(f"{key}:state", "built", "walking", "cursor")
+    built, walking, mode, cursor = broker.redis.hmget(f"{key}:state", "built", "walking", "mode", "cursor")
     if built is not None and _text(built) == version:
         return
-    # A changed map moves every periodic entry to now; a first build (no index yet, or an older one) adds
-    # only the missing ones, destinations created since this code runs having theirs already. One entry
-    # is enough: the visit sets both from what it finds.
-    changed = built is not None and _text(built).startswith(f"{INDEX_VERSION}:")
-    bring = {"lt": True} if changed else {"nx": True}
-    cursor = int(cursor or 0) if walking is not None and _text(walking) == version else 0
+    if walking is not None and _text(walking) == version:  # a walk under way goes on
+        mode, cursor = _text(mode or b"lt"), int(cursor or 0)
+    elif built is None and walking is None and not broker.redis.zcard(f"{broker.namespace}:destinations"):
+        broker.redis.hset(f"{key}:state", mapping={"built": version})  # a new deployment: nothing to walk
+        return
+    else:
+        # A changed map (or index version) moves every periodic entry to now; a first build (an older
+        # deployment) adds only the missing ones, destinations created since this code runs having theirs
+        # already. One entry is enough: the visit sets both from what it finds.
+        mode, cursor = ("nx" if built is None and walking is None else "lt"), 0
     cursor, uris = broker.redis.zscan(f"{broker.namespace}:destinations", cursor, count=REINDEX_CHUNK)
     uris = [_text(u) for u, _ in uris]
     if cursor == 0:  # (the last chunk) the wildcard subscriptions' pseudo-topics, which are not registered
@@ -501,8 +505,8 @@ def _reindex_step(broker: Broker, now: int) -> None:
         targets = [dest]
         if dest.is_topic:
             targets += broker._run(topic_ops.for_each_subscription(broker.ops, dest))
-        pipe.zadd(f"{key}:periodic", {broker.ops.prefix(t): now for t in targets}, **bring)
-    state = {"walking": version, "cursor": cursor}
+        pipe.zadd(f"{key}:periodic", {broker.ops.prefix(t): now for t in targets}, **{mode: True})
+    state = {"walking": version, "mode": mode, "cursor": cursor}
     if cursor == 0:
         state["built"] = version
     pipe.hset(f"{key}:state", mapping=state)
