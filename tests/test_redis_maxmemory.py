@@ -34,6 +34,24 @@ def test_maxmemory_defaults_to_half_the_memory_and_takes_redis_sizes():
         maxmemory_setting("lots")
 
 
+def test_run_refuses_a_maxmemory_that_is_not_a_size_in_one_clear_line(tmp_path):
+    from tests.helpers.processes import launcher_env, run_launcher_to_completion
+
+    result = run_launcher_to_completion(["--data-dir", str(tmp_path)],
+                                        launcher_env(SIGNALBOX_REDIS_MAXMEMORY="plenty"))
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert lines == ["signalbox: error: SIGNALBOX_REDIS_MAXMEMORY='plenty' is not a memory size; give bytes "
+                     "or a number with kb, mb or gb (e.g. 2gb), or 0 for no limit"]
+
+
+def test_the_embedded_servers_config_has_maxmemory_and_noeviction(tmp_path):
+    text = EmbeddedRedis(tmp_path, port=free_port(), maxmemory="2GB").config_text()
+    assert "maxmemory 2gb\n" in text and "maxmemory-policy noeviction\n" in text
+    default = EmbeddedRedis(tmp_path, port=free_port()).config_text()
+    assert f"maxmemory {total_memory() // 2}\n" in default
+
+
 @pytest.fixture(params=SERVERS)
 def small_server(request, tmp_path):
     server = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendonly=False, maxmemory="8mb",
