@@ -48,6 +48,7 @@ from signalbox.embedded_redis import (
     EmbeddedRedisError,
     configured_executable,
     die_with_parent,
+    maxmemory_setting,
     port_in_use,
 )
 
@@ -162,6 +163,8 @@ class RunConfig:
     stomp_tls_port: int | None = None  # set when a certificate and key are configured
     redis_server: str = field(default_factory=configured_executable)  # the embedded server's binary
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    # the embedded server's maxmemory: SIGNALBOX_REDIS_MAXMEMORY, else half the machine's memory
+    maxmemory: str = field(default_factory=lambda: maxmemory_setting(None))
 
     @classmethod
     def from_env(cls, args: argparse.Namespace) -> RunConfig:
@@ -172,6 +175,10 @@ class RunConfig:
                 f"SIGNALBOX_REDIS_APPENDFSYNC={appendfsync!r} is not a Redis fsync policy; "
                 f"use one of {', '.join(APPENDFSYNC_POLICIES)}"
             )
+        try:
+            maxmemory = maxmemory_setting(os.environ.get("SIGNALBOX_REDIS_MAXMEMORY"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         port = args.port if args.port is not None else _env_int("SIGNALBOX_PORT", 8000)
         redis_server = configured_executable()
         if not (os.path.isfile(redis_server) and os.access(redis_server, os.X_OK)):
@@ -187,6 +194,7 @@ class RunConfig:
             redis_port=_env_int("SIGNALBOX_REDIS_PORT", 6390),
             redis_server=redis_server,
             appendfsync=appendfsync,
+            maxmemory=maxmemory,
             worker_concurrency=_env_int("SIGNALBOX_WORKER_CONCURRENCY", 2, maximum=64),
             shutdown_timeout=float(_env_int("SIGNALBOX_SHUTDOWN_TIMEOUT", 20, maximum=3600)),
             restart=RestartPolicy.from_env(),
@@ -368,7 +376,7 @@ class Launcher:
             return self.config.redis_url
         server = EmbeddedRedis(
             self.config.data_dir, port=self.config.redis_port, appendfsync=self.config.appendfsync,
-            executable=self.config.redis_server,
+            executable=self.config.redis_server, maxmemory=self.config.maxmemory,
         )
         self.redis_server = server
         try:

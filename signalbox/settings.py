@@ -213,6 +213,8 @@ SIGNALBOX_AUTH_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_AUTH_CACHE_SECOND
 SIGNALBOX_PERMISSION_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_PERMISSION_CACHE_SECONDS") or 1.0)
 # Lease of the consumers behind ActiveMQ's /api/message GET (renewed by every GET of that client).
 SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 300_000)
+# Idempotency-Key records a user may hold at once (each kept 24 h); a new key past it is refused (429).
+SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER = int(os.environ.get("SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER") or 100_000)
 # The broker's name in ActiveMQ's texts (InvalidClientIDException, advisories' originBrokerName).
 SIGNALBOX_BROKER_NAME = os.environ.get("SIGNALBOX_BROKER_NAME") or "localhost"
 # /healthz reports the maintenance tick stale (beat or every worker stopped) after this many seconds.

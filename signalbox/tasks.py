@@ -1,8 +1,9 @@
 """Celery tasks: one-line wrappers around broker_core.maintenance (the logic and its tests live there).
 
-Beat sends `signalbox.maintenance.tick` every second (signalbox/celery.py); the tick reads every
-destination's policy and runs the jobs that are due. The other tasks run one job on one destination by
-hand. `namespace` defaults to SIGNALBOX_NAMESPACE; results are plain dicts.
+Beat sends `signalbox.maintenance.tick` every second (signalbox/celery.py); the tick visits what the
+maintenance index says is due (docs/broker_core.md "The maintenance index") and runs those jobs. The
+other tasks run one job on one destination by hand. `namespace` defaults to SIGNALBOX_NAMESPACE; results
+are plain dicts.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 -- Returns {exists (0/1), pending, in flight, parked, groups, consumers, then the meta counters
 -- enqueued, dequeued, dispatched, expired, deadlettered, paused (false when unset)}.
 --@include base
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local exists = redis.call('HEXISTS', K_META, 'uri')
 local out = {

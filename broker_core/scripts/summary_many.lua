@@ -3,6 +3,7 @@
 -- A Redis Cluster refuses the call (CROSSSLOT); the caller then falls back to summary.lua per queue.
 -- ARGV: now. Returns per queue the 12 values of summary.lua.
 --@include base
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local out = {}
 for _, prefix in ipairs(KEYS) do
