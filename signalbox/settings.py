@@ -179,7 +179,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "gateway.api.common.JSONParser",  # DRF's, with the nesting and lone-surrogate limits
         "rest_framework.parsers.FormParser",
     ],
     "EXCEPTION_HANDLER": "gateway.api.errors.exception_handler",

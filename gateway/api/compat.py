@@ -15,16 +15,29 @@ Where Signalbox differs, on purpose: the consumer pulls (prefetch 0) instead of 
 messages that other consumers then cannot see, and it holds a lease, so an abandoned REST client's
 consumer lapses (SIGNALBOX_COMPAT_LEASE_MS, default 5 minutes) instead of living as long as its HTTP
 session. Errors are problem details with their proper status (ActiveMQ answers 500 for most). Topics
-answer 501 until broker_core has them. Logging in is HTTP Basic (as ActiveMQ's own), or a token.
+answer 501 until broker_core has them. Logging in is HTTP Basic (as ActiveMQ's own), or a token: never
+the console's session cookie, since a GET here consumes and a cross-site link would carry the cookie.
+
+A GET acknowledges only once its whole answer is built: the consumer acknowledges client-individually,
+the delivery is rendered (status, headers, body), then acknowledged. If rendering or the ack fails, or
+the request is cancelled, the message is negatively acknowledged (back to the queue with its redelivery
+counter raised, to the dead-letter queue past maximumRedeliveries), as a JMS consumer's rollback. The
+id of the message a request holds is written down (`held`), so if the gateway process dies holding
+one, the client's next GET gives it back first.
+
+Properties become headers as ActiveMQ's setResponseHeaders does, but only safely (`property_headers`):
+ActiveMQ copies every property name and value into a header unchecked.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import re
 import secrets
 from typing import Any
+from urllib.parse import quote
 
 from django.conf import settings
 from django.http import HttpResponse
@@ -32,11 +45,11 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.request import Request
 
 from broker_core.destinations import Destination, parse_destination
-from broker_core.errors import InvalidConsumer, UnknownConsumer
+from broker_core.errors import InvalidConsumer, NotInFlight, UnknownConsumer
 from broker_core.messages import Message
 from broker_core.operations import ConsumerRef, ConsumerSpec
 from gateway import runtime
-from gateway.api.auth import BasicAuthentication, SessionAuthentication, TokenAuthentication
+from gateway.api.auth import BasicAuthentication, TokenAuthentication
 from gateway.api.base import GatewayView
 from gateway.api.codec import property_json
 from gateway.api.common import topics_supported
@@ -51,6 +64,88 @@ SESSION_COOKIE = "JSESSIONID"
 _NOT_PROPERTIES = {"destination", "type", "body", "JMSDeliveryMode", "JMSPriority", "JMSTimeToLive",
                    "JMSCorrelationID", "JMSExpiration", "JMSReplyTo", "JMSType"}
 _PROLOG = re.compile(r"^<\?.*?\?>", re.DOTALL)
+# The consumer acknowledges each message itself, once the answer carrying it is built.
+ACK_MODE = "client-individual"
+
+# -- properties as headers ----------------------------------------------------------------------------
+# A property becomes a header when its name is an RFC 9110 token that names no header with a meaning of
+# its own: those this endpoint sets, hop-by-hop ones, and those a client, cache, proxy or browser acts on.
+# Compared case-insensitively; a name with one of the prefixes is refused as well.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
+RESERVED_HEADERS = frozenset({
+    # set by this endpoint, Django or DRF on the answer
+    "destination", "id", "jmsxgroupid", "jmsxgroupfirstforconsumer", "cache-control", "pragma", "expires",
+    "set-cookie", "set-cookie2", "vary", "allow", "date", "server", "x-frame-options",
+    "x-content-type-options", "referrer-policy", "strict-transport-security",
+    # hop-by-hop and framing
+    "connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "http2-settings",
+    # acted on by clients, caches, proxies or browsers
+    "accept-ranges", "age", "alt-svc", "authorization", "clear-site-data", "cookie", "etag", "expect",
+    "forwarded", "host", "last-modified", "link", "location", "nel", "permissions-policy",
+    "feature-policy", "refresh", "report-to", "reporting-endpoints", "retry-after",
+    "service-worker-allowed", "sourcemap", "timing-allow-origin", "via", "warning", "www-authenticate",
+    "x-xss-protection", "x-dns-prefetch-control", "x-permitted-cross-domain-policies", "x-sendfile",
+    "x-lighttpd-send-file", "x-powered-by", "expect-ct", "public-key-pins", "origin-agent-cluster",
+    "accept-ch",
+})
+RESERVED_PREFIXES = ("content-", "proxy-", "access-control-", "cross-origin-", "sec-", "x-forwarded-",
+                     "x-accel-", "signalbox-")
+# A value goes out as it is when it is printable ASCII without surrounding blanks; otherwise (control
+# characters such as CR, LF or NUL, non-ASCII text, surrounding blanks) as an RFC 8187 ext-value,
+# UTF-8''<percent-encoded UTF-8>. A plain value that starts with UTF-8'' is encoded too, so a client
+# can always tell. One header's value is at most MAX_PROPERTY_HEADER_BYTES once encoded.
+MAX_PROPERTY_HEADER_BYTES = 8192
+EXT_VALUE_PREFIX = "UTF-8''"
+_PLAIN_VALUE = re.compile(r"(?:[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?)?")
+_ATTR_CHARS = "!#$&+-.^_`|~"  # RFC 8187 attr-char besides letters and digits
+OMITTED_HEADER = "Signalbox-Omitted-Properties"
+_MAX_OMITTED_BYTES = 2048
+
+
+def header_value(text: str) -> str:
+    """The header form of a value (see above)."""
+    if _PLAIN_VALUE.fullmatch(text) and text[:7].upper() != EXT_VALUE_PREFIX.upper():
+        return text
+    return EXT_VALUE_PREFIX + quote(text.encode("utf-8", "surrogatepass"), safe=_ATTR_CHARS)
+
+
+def _header_text(value: Any) -> str:
+    value = property_json(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"  # Java's Boolean.toString, as ActiveMQ sends it
+    return str(value)
+
+
+def property_headers(properties: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(headers for the properties that may be headers, names of those that may not)."""
+    headers: list[tuple[str, str]] = []
+    omitted: list[str] = []
+    for name, raw in properties.items():
+        lowered = name.lower()
+        if (not _TOKEN.fullmatch(name) or lowered in RESERVED_HEADERS
+                or lowered.startswith(RESERVED_PREFIXES)):
+            omitted.append(name)
+            continue
+        value = header_value(_header_text(raw))
+        if len(value) > MAX_PROPERTY_HEADER_BYTES:
+            omitted.append(name)
+            continue
+        headers.append((name, value))
+    return headers, omitted
+
+
+def omitted_header(names: list[str]) -> str:
+    """The omitted names, comma-separated, each percent-encoded as needed; cut with `...` past 2 KiB."""
+    out, size = [], 0
+    for name in names:
+        encoded = quote(name.encode("utf-8", "surrogatepass"), safe=_ATTR_CHARS + "'*")
+        if size + len(encoded) + 1 > _MAX_OMITTED_BYTES:
+            out.append("...")
+            break
+        out.append(encoded)
+        size += len(encoded) + 1
+    return ",".join(out)
+
 
 
 def _parameters(request: Request) -> dict[str, list[str]]:
@@ -113,7 +208,8 @@ def _lease_ms() -> int:
 
 
 class MessageServletView(GatewayView):
-    authentication_classes = [BasicAuthentication, TokenAuthentication, SessionAuthentication]
+    # No SessionAuthentication: a GET consumes, and a cross-site link would carry the console's cookie.
+    authentication_classes = [BasicAuthentication, TokenAuthentication]
     throttle_scope = "compat"
 
     # -- POST: send ---------------------------------------------------------------------------------
@@ -182,7 +278,7 @@ class MessageServletView(GatewayView):
 
     @extend_schema(
         operation_id="activemq_receive", tags=["activemq"],
-        summary="ActiveMQ MessageServlet: receive one message (auto-acknowledged), 204 on timeout",
+        summary="ActiveMQ MessageServlet: one message, acknowledged once its answer is built; 204 on timeout",
         parameters=[OpenApiParameter("type", str, enum=["queue", "topic"]),
                     OpenApiParameter("destination", str), OpenApiParameter("readTimeout", int),
                     OpenApiParameter("clientId", str), OpenApiParameter("oneShot", bool),
@@ -219,7 +315,7 @@ class MessageServletView(GatewayView):
 
     def _consumer_id(self, request: Request, client_key: str, destination: Destination) -> str:
         digest = hashlib.sha256(f"{request.user.pk}|{client_key}|{destination.uri}".encode()).hexdigest()
-        return f"amq-{digest[:24]}"
+        return f"amqc-{digest[:24]}"  # amqc: the client-individual consumer (amq- ones acked on receipt)
 
     async def _receive(self, request: Request, path: str) -> HttpResponse:
         params = _parameters(request)
@@ -230,22 +326,27 @@ class MessageServletView(GatewayView):
             timeout_ms = MAXIMUM_READ_TIMEOUT_MS
         client_key, new_cookie = self._client_key(request, params)
         consumer_id = self._consumer_id(request, client_key, destination)
-        ref = ConsumerRef(destination, consumer_id, "auto")
+        ref = ConsumerRef(destination, consumer_id, ACK_MODE)
         broker = runtime.async_broker()
-        busy = f"{self._registry(request, client_key)}:busy:{consumer_id}"
+        registry = self._registry(request, client_key)
+        busy, held = f"{registry}:busy:{consumer_id}", f"{registry}:held:{consumer_id}"
         if not await broker.redis.set(busy, "1", nx=True, px=timeout_ms + 30_000):
             raise Problem(409, "concurrent_access", "Consumer busy",
                           "Concurrent access to consumer is not supported", consumer_id=consumer_id)
+        settled = False  # nothing is left in flight: the message was acknowledged or given back
         try:
+            # `held` is "?" while a request may hold a message. Found set, a previous request died holding
+            # one (a crashed gateway): closing the consumer gives back what it held, redelivered.
+            if await broker.redis.set(held, "?", px=_lease_ms() * 2, get=True) is not None:
+                await self._close(ref)
             deliveries = await self._poll(request, ref, client_key, timeout_ms / 1000)
+            response = await self._answer(ref, deliveries[0], params) if deliveries else _no_cache(
+                HttpResponse(status=204))
+            settled = True
             if (_first(params, "oneShot") or "").lower() == "true":
                 await self._close(ref)
         finally:
-            await broker.redis.delete(busy)
-        response = self._render(deliveries[0], params) if deliveries else HttpResponse(status=204)
-        response["Cache-Control"] = "no-cache"
-        response["Pragma"] = "no-cache"
-        response["Expires"] = "0"
+            await asyncio.shield(broker.redis.delete(busy, held) if settled else broker.redis.delete(busy))
         if new_cookie:
             response.set_cookie(SESSION_COOKIE, new_cookie, httponly=True, samesite="Lax",
                                 path="/api/message")
@@ -264,7 +365,7 @@ class MessageServletView(GatewayView):
         hub = runtime.wakeups()
         await hub.start()
         spec = ConsumerSpec(prefetch=0, selector=request.META.get("HTTP_SELECTOR") or None,
-                            ack_mode="auto", lease_ms=_lease_ms(), notify=hub.channel,
+                            ack_mode=ACK_MODE, lease_ms=_lease_ms(), notify=hub.channel,
                             connection_id=f"http:{request.user.pk}", client_id=client_key[2:][:200])
         broker = runtime.async_broker()
         try:
@@ -285,8 +386,20 @@ class MessageServletView(GatewayView):
         broker = runtime.async_broker()
         registry = self._registry(request, client_key)
         for uri, consumer_id in (await broker.redis.hgetall(registry)).items():
-            await self._close(ConsumerRef(parse_destination(uri.decode()), consumer_id.decode(), "auto"))
+            await self._close(ConsumerRef(parse_destination(uri.decode()), consumer_id.decode(), ACK_MODE))
         await broker.redis.delete(registry)
+
+    async def _answer(self, ref: ConsumerRef, delivery: Any, params: dict[str, list[str]]) -> HttpResponse:
+        """The whole answer, then the ack; on any failure (or cancellation) the message goes back."""
+        broker = runtime.async_broker()
+        try:
+            response = self._render(delivery, params)
+            await broker.ack(ref, delivery.message_id)
+        except BaseException:
+            with contextlib.suppress(NotInFlight, UnknownConsumer):
+                await asyncio.shield(broker.nack(ref, delivery.message_id))
+            raise
+        return response
 
     def _render(self, delivery: Any, params: dict[str, list[str]]) -> HttpResponse:
         text = delivery.body if isinstance(delivery.body, str) else ""
@@ -300,17 +413,26 @@ class MessageServletView(GatewayView):
             content_type = settings.SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE
         else:
             content_type = "application/xml" if text.startswith("<") else "text/plain"
-        response = HttpResponse(text.encode(), content_type=content_type)
-        response["destination"] = delivery.destination
-        response["id"] = delivery.message_id
-        for name, value in delivery.properties.items():
-            if re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
-                response[name] = str(property_json(value))
+        response = HttpResponse(text.encode("utf-8", "replace"), content_type=content_type)
+        response["destination"] = header_value(delivery.destination)
+        response["id"] = header_value(delivery.message_id)
+        headers, omitted = property_headers(delivery.properties)
+        for name, value in headers:
+            response[name] = value
+        if omitted:
+            response[OMITTED_HEADER] = omitted_header(omitted)
         if delivery.group_id is not None:
-            response["JMSXGroupID"] = delivery.group_id
+            response["JMSXGroupID"] = header_value(delivery.group_id)
         if delivery.group_first_for_consumer:
             response["JMSXGroupFirstForConsumer"] = "true"
-        return response
+        return _no_cache(response)
+
+
+def _no_cache(response: HttpResponse) -> HttpResponse:
+    response["Cache-Control"] = "no-cache"
+    response["Pragma"] = "no-cache"
+    response["Expires"] = "0"
+    return response
 
 
 class MessageServletRootView(MessageServletView):
