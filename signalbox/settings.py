@@ -68,6 +68,11 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("SIGNALBOX_DEBUG", False)
 ALLOWED_HOSTS = env_list("SIGNALBOX_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("SIGNALBOX_CSRF_TRUSTED_ORIGINS", [])
+# Browser pages that may open the WebSockets (the session cookie rides along): scheme://host[:port],
+# compared whole. Unset: ALLOWED_HOSTS at the scheme and port the connection came in on (signalbox/routing).
+SIGNALBOX_ALLOWED_ORIGINS = env_list("SIGNALBOX_ALLOWED_ORIGINS", [])
+# The web server's port (the launcher's SIGNALBOX_PORT), for a connection that does not say it.
+SIGNALBOX_PORT = int(os.environ.get("SIGNALBOX_PORT") or 8000)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
