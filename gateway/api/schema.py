@@ -1,10 +1,23 @@
-"""OpenAPI descriptions of the gateway's authentication classes (drf-spectacular extensions)."""
+"""The OpenAPI schema's view, and descriptions of the gateway's authentication classes (drf-spectacular
+extensions)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.renderers import JSONRenderer
+
+
+class SchemaView(SpectacularAPIView):
+    """drf-spectacular's schema view, whose refusals (401) are problem details in JSON like the API's,
+    not problem members written as YAML."""
+
+    def handle_exception(self, exc: Exception) -> Any:
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return super().handle_exception(exc)
 
 
 class TokenScheme(OpenApiAuthenticationExtension):

@@ -37,8 +37,24 @@ def test_errors_are_documented_as_problem_details(schema):
     assert {"tokenAuth": []} in send["security"]
 
 
-def test_the_schema_and_the_interactive_page_are_served(client):
-    assert client.get("/api/schema/?format=json").json()["info"]["title"] == "Signalbox API"
+def test_the_schema_and_the_interactive_page_are_served_to_authenticated_users(client, django_user_model):
+    user = django_user_model.objects.create_user("reader", password="pw")
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=user)
+    schema = client.get("/api/schema/?format=json", HTTP_AUTHORIZATION=f"Token {token.key}")
+    assert schema.json()["info"]["title"] == "Signalbox API"
+    client.force_login(user)
+    assert client.get("/api/schema/").status_code == 200  # the page's own fetch: the console session
     page = client.get("/api/docs/")
     assert page.status_code == 200 and b"swagger-ui" in page.content
     assert b"/static/drf_spectacular_sidecar/" in page.content  # served locally, no CDN
+
+
+def test_anonymous_users_get_neither_the_schema_nor_the_page(client):
+    for path in ("/api/schema/", "/api/schema/?format=json"):
+        refused = client.get(path)
+        assert refused.status_code == 401 and refused["Content-Type"] == "application/problem+json", path
+        assert refused.json()["code"] == "not_authenticated"
+    page = client.get("/api/docs/")
+    assert page.status_code == 302 and page["Location"] == "/console/login/?next=/api/docs/"
