@@ -6,8 +6,8 @@ in Redis' client as a 500) and recurses once per nesting level (a deep array rai
 on the document. Every JSON input path uses it: the REST bodies and the Message-Properties header
 (`common.json_body`, the DRF parser, the hot path) and the JSON WebSocket protocol.
 
-The checks walk the parsed document only when the raw text could hold a problem (more brackets than
-the depth limit, or a surrogate escape or byte sequence), so an ordinary message costs two C-level scans.
+The document is walked (to name the place) only when the text holds a surrogate escape or nests too
+deep, both found by C-level scans of the text, so an ordinary request costs little beyond parsing.
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ from typing import Any
 
 MAX_JSON_DEPTH = 32  # arrays and objects inside each other; the deepest legitimate request has 5
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
-# A surrogate escape (\ud800) or UTF-8-encoded surrogate bytes (json.loads decodes bytes with surrogatepass).
-_MAY_HOLD_SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
-_MAY_HOLD_SURROGATE_TEXT = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
 
 
 class InvalidJSON(ValueError):
@@ -31,24 +28,46 @@ def _not_json(constant: str) -> Any:
     raise InvalidJSON(f"{constant} is not a JSON number")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_not_json)  # one decoder: json.loads(..., **kw) builds one a call
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+_INNERMOST = re.compile(rb"\[\]|\{\}")
+
+
 def loads(raw: bytes | str) -> Any:
     try:
-        value = json.loads(raw, parse_constant=_not_json)
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass") if isinstance(raw, bytes) else raw
+        value = _DECODER.decode(text)
     except InvalidJSON:
         raise
     except RecursionError:
         raise InvalidJSON(f"nested deeper than {MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH)") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidJSON(str(exc)) from None
-    if isinstance(raw, bytes):
-        brackets = raw.count(b"[") + raw.count(b"{")
-        surrogates = _MAY_HOLD_SURROGATE_BYTES.search(raw) is not None
-    else:
-        brackets = raw.count("[") + raw.count("{")
-        surrogates = _MAY_HOLD_SURROGATE_TEXT.search(raw) is not None
-    if brackets > MAX_JSON_DEPTH or surrogates:
-        check(value)
+    try:
+        data = text.encode()
+        suspect = b"\\ud" in data or b"\\uD" in data  # an escape that may be a lone surrogate
+    except UnicodeEncodeError:  # a surrogate itself, from bytes decoded with surrogatepass
+        data, suspect = text.encode("utf-8", "surrogatepass"), True
+    if suspect or _too_deep(data):
+        check(value)  # names the place, or finds nothing wrong (a surrogate pair)
     return value
+
+
+def _too_deep(data: bytes) -> bool:
+    """Whether valid JSON nests deeper than MAX_JSON_DEPTH, with C-level scans only: the strings cut out
+    (brackets inside them must neither add nor hide depth), the brackets kept, then one level of
+    innermost pairs removed per round."""
+    if data.count(b"[") + data.count(b"{") <= MAX_JSON_DEPTH:
+        return False
+    # Valid JSON has backslashes only inside strings: without the escaped backslashes and quotes, every
+    # other quote-separated piece lies outside the strings.
+    unescaped = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    skeleton = b"".join(unescaped.split(b'"')[::2]).translate(None, _NOT_BRACKETS)
+    for _ in range(MAX_JSON_DEPTH):
+        if not skeleton:
+            return False
+        skeleton = _INNERMOST.sub(b"", skeleton)  # one pass: "{[]}" loses one level, not two
+    return bool(skeleton)
 
 
 def check(value: Any) -> None:

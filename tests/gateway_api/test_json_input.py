@@ -41,6 +41,11 @@ def test_the_limits_name_themselves():
         loads("[NaN]")
     with pytest.raises(InvalidJSON, match="member name"):
         loads('{"\\udc00": 1}')
+    # brackets inside strings neither hide depth nor add to it
+    hiding = '[' * 10 + '"' + ']' * 8 + '",' + '[' * 30 + ']' * 30 + ',"\\\\\\"' + '[' * 8 + '"' + ']' * 10
+    with pytest.raises(InvalidJSON, match="nested deeper"):
+        loads(hiding)
+    assert loads('["' + '[' * 100 + '"]') == ["[" * 100]
     assert loads(nested(MAX_JSON_DEPTH)) is not None  # the limit itself is fine
     assert loads('"\\ud83d\\ude00"') == "\U0001F600"  # a surrogate pair is one character
     assert loads("\"\xe9\"".encode()) == "\xe9"
@@ -100,6 +105,32 @@ def bodies(draw) -> bytes:
     text = json.dumps(doc if isinstance(doc, dict) else {"body": doc}, ensure_ascii=draw(st.booleans()),
                       allow_nan=False) if depth < 100 else '{"body": ' + nested(depth) + "}"
     return text.encode("utf-8", "surrogatepass")
+
+
+bracket_text = st.text(st.sampled_from('[]{}"\\\\u:,a\u00e9'), max_size=12)
+tricky = st.recursive(scalars | bracket_text, lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(any_text | bracket_text, inner, max_size=3), max_leaves=12)
+
+
+@given(doc=tricky, depth=st.integers(0, MAX_JSON_DEPTH + 3), ascii_only=st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_the_fast_scan_agrees_with_the_walk(doc, depth, ascii_only):
+    # loads() walks the document only when C-level scans of the text say it may be too deep or hold a
+    # surrogate: it must refuse exactly what the full walk refuses
+    for _ in range(depth):
+        doc = {"k": doc} if depth % 2 else [doc]
+    text = json.dumps(doc, ensure_ascii=ascii_only)
+    try:
+        check(json.loads(text))
+        refused_by_walk = False
+    except InvalidJSON:
+        refused_by_walk = True
+    try:
+        loads(text.encode("utf-8", "surrogatepass"))
+        refused = False
+    except InvalidJSON:
+        refused = True
+    assert refused == refused_by_walk
 
 
 @given(body=bodies(), path=st.sampled_from([SEND, "/api/v1/queues/orders.eu/consumers",
