@@ -106,4 +106,10 @@ def complete_problems(result: dict[str, Any], generator: Any, request: Any, publ
                     continue
                 answer = responses.setdefault(status, {"description": description})
                 answer.setdefault("content", {}).setdefault(_PROBLEM_MEDIA_TYPE, problem)
+                if status in ("429", "503"):
+                    answer.setdefault("headers", {})["Retry-After"] = _RETRY_AFTER
     return result
+
+
+_RETRY_AFTER = {"required": True, "schema": {"type": "integer", "minimum": 1},
+                "description": "Seconds to wait before trying again"}

@@ -78,3 +78,4 @@ def test_every_operation_documents_the_problems_it_can_answer(schema):
             for status in expected:
                 content = responses[status]["content"]["application/problem+json"]
                 assert content["schema"]["$ref"].endswith("/Problem")
+            assert responses["429"]["headers"]["Retry-After"]["required"] is True
