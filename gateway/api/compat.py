@@ -207,6 +207,17 @@ def _lease_ms() -> int:
     return int(getattr(settings, "SIGNALBOX_COMPAT_LEASE_MS", 300_000))
 
 
+def _refuse_cross_site(request: Request) -> None:
+    """A browser also sends Basic credentials it remembers with a request another site's page makes (a
+    link, an image, a form): refuse what the browser itself marks as coming from another origin's page
+    (Fetch Metadata). ActiveMQ's clients, curl and scripts send no Sec-Fetch-Site."""
+    site = request.META.get("HTTP_SEC_FETCH_SITE")
+    if site is not None and site not in ("same-origin", "none"):
+        raise Problem(403, "cross_site_request", "Cross-site request",
+                      f"/api/message does not serve requests made by another site's page "
+                      f"(Sec-Fetch-Site: {site[:40]}); a GET here consumes a message")
+
+
 class MessageServletView(GatewayView):
     # No SessionAuthentication: a GET consumes, and a cross-site link would carry the console's cookie.
     authentication_classes = [BasicAuthentication, TokenAuthentication]
@@ -227,6 +238,7 @@ class MessageServletView(GatewayView):
         responses={200: OpenApiResponse(str, description="Message sent (header messageID)"),
                    **problems(400, 401, 403, 413, 501, 503)})
     async def post(self, request: Request, path: str = "") -> HttpResponse:
+        _refuse_cross_site(request)
         params = _parameters(request)
         if _first(params, "action") == "unsubscribe" and _first(params, "clientId"):
             await self._unsubscribe(request, "c:" + (_first(params, "clientId") or ""))
@@ -318,6 +330,7 @@ class MessageServletView(GatewayView):
         return f"amqc-{digest[:24]}"  # amqc: the client-individual consumer (amq- ones acked on receipt)
 
     async def _receive(self, request: Request, path: str) -> HttpResponse:
+        _refuse_cross_site(request)
         params = _parameters(request)
         destination = compat_destination(request, path, params)
         await self.require(request, destination, "read")

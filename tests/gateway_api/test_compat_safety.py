@@ -182,3 +182,21 @@ async def test_the_console_session_cookie_does_not_consume(api, make_user):
     api.cookies.clear()
     stats = await _stats(api, make_user, "orders.csrf")
     assert stats["queue_size"] == 1  # still there
+
+
+@pytestmark_db
+async def test_a_page_of_another_site_cannot_use_remembered_basic_credentials(api, basic, make_user):
+    # a browser sends the Basic credentials it remembers with a cross-site link, image or form too; it
+    # also says where the request comes from (Sec-Fetch-Site), which clients such as curl never send
+    await api.post("/api/message/orders.site?type=queue", content="stays", headers=basic)
+    for site in ("cross-site", "same-site"):  # same-site: another port of the host is one
+        got = await api.get("/api/message/orders.site?type=queue&readTimeout=100",
+                            headers={**basic, "Sec-Fetch-Site": site})
+        assert_problem(got, 403, "cross_site_request")
+        sent = await api.post("/api/message/orders.site?type=queue", content="injected",
+                              headers={**basic, "Sec-Fetch-Site": site})
+        assert_problem(sent, 403, "cross_site_request")
+    assert (await _stats(api, make_user, "orders.site"))["queue_size"] == 1
+    mine = await api.get("/api/message/orders.site?type=queue&readTimeout=1000",
+                         headers={**basic, "Sec-Fetch-Site": "same-origin"})
+    assert (mine.status_code, mine.text) == (200, "stays")
