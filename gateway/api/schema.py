@@ -52,7 +52,8 @@ _COMMON_PROBLEMS = {
            "`invalid_json` (also past MAX_JSON_DEPTH, lone surrogates), `invalid_body`, "
            "`validation_error`, `invalid_idempotency_key`, and broker_core's `invalid_*` codes",
     "401": "Not authenticated: `not_authenticated`, `authentication_failed`",
-    "403": "Permission denied: `permission_denied` (the detail names the action and destination)",
+    "403": "Permission denied: `permission_denied` (the detail names the action and destination); "
+           "`cross_site_request` on /api/message",
     "404": "Not found: `not_found` (no such path, e.g. a name with a slash), `unknown_destination`, "
            "`unknown_consumer`, `unknown_message`, `unknown_group`, `unknown_policy`",
     "413": "Too large: `request_too_large` (SIGNALBOX_MAX_REQUEST_BYTES), `message_too_large`",
