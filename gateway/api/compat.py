@@ -343,14 +343,20 @@ class MessageServletView(GatewayView):
         broker = runtime.async_broker()
         registry = self._registry(request, client_key)
         busy, held = f"{registry}:busy:{consumer_id}", f"{registry}:held:{consumer_id}"
-        if not await broker.redis.set(busy, "1", nx=True, px=timeout_ms + 30_000):
+        # `held` is "?" while a request may hold a message; found set by the request that gets the consumer,
+        # the one before died holding one (a crashed gateway): closing the consumer gives back what it held,
+        # redelivered. Atomic with taking the busy lock (MULTI): a refused request rewrites the "?" the
+        # running one wrote, which changes nothing.
+        pipe = broker.redis.pipeline(transaction=True)
+        pipe.set(busy, "1", nx=True, px=timeout_ms + 30_000)
+        pipe.set(held, "?", px=_lease_ms() * 2, get=True)
+        acquired, died_holding = await pipe.execute()
+        if not acquired:
             raise Problem(409, "concurrent_access", "Consumer busy",
                           "Concurrent access to consumer is not supported", consumer_id=consumer_id)
         settled = False  # nothing is left in flight: the message was acknowledged or given back
         try:
-            # `held` is "?" while a request may hold a message. Found set, a previous request died holding
-            # one (a crashed gateway): closing the consumer gives back what it held, redelivered.
-            if await broker.redis.set(held, "?", px=_lease_ms() * 2, get=True) is not None:
+            if died_holding is not None:
                 await self._close(ref)
             deliveries = await self._poll(request, ref, client_key, timeout_ms / 1000)
             response = await self._answer(ref, deliveries[0], params) if deliveries else _no_cache(
