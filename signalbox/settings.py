@@ -70,6 +70,11 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("SIGNALBOX_DEBUG", False)
 ALLOWED_HOSTS = env_list("SIGNALBOX_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("SIGNALBOX_CSRF_TRUSTED_ORIGINS", [])
+# Browser pages that may open the WebSockets (the session cookie rides along): scheme://host[:port],
+# compared whole. Unset: ALLOWED_HOSTS at the scheme and port the connection came in on (signalbox/routing).
+SIGNALBOX_ALLOWED_ORIGINS = env_list("SIGNALBOX_ALLOWED_ORIGINS", [])
+# The web server's port (the launcher's SIGNALBOX_PORT), for a connection that does not say it.
+SIGNALBOX_PORT = int(os.environ.get("SIGNALBOX_PORT") or 8000)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -182,7 +187,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "gateway.api.common.JSONParser",  # DRF's, with the nesting and lone-surrogate limits
         "rest_framework.parsers.FormParser",
     ],
     "EXCEPTION_HANDLER": "gateway.api.errors.exception_handler",
@@ -198,6 +203,11 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its page are for authenticated users, as the API (signalbox/urls.py says why).
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Every operation documents every problem it can answer (gateway/api/schema.py).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "gateway.api.schema.complete_problems"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -10,12 +10,14 @@ from typing import Any
 
 import redis
 from django.conf import settings
+from rest_framework import parsers
 from rest_framework.request import Request
 
 from broker_core import flow
 from broker_core.broker import AsyncBroker
 from broker_core.destinations import Destination, parse_composite, parse_destination
 from gateway import runtime
+from gateway.api import json_input
 from gateway.api.errors import Problem, topics_not_supported
 
 KINDS = {"queues": "queue", "topics": "topic"}
@@ -95,13 +97,27 @@ def json_body(request: Request, *, required: bool = False) -> dict[str, Any]:
         raise Problem(415, "unsupported_media_type", "Unsupported media type",
                       f"send application/json, not {content_type}")
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise Problem(400, "invalid_json", "Invalid JSON", f"the body is not valid JSON: {exc}") from None
+        data = json_input.loads(raw)
+    except json_input.InvalidJSON as exc:
+        raise invalid_json(f"the body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise Problem(400, "invalid_body", "Invalid body", "the body must be a JSON object")
     request._json = data  # type: ignore[attr-defined]
     return data
+
+
+def invalid_json(detail: str) -> Problem:
+    return Problem(400, "invalid_json", "Invalid JSON", detail)
+
+
+class JSONParser(parsers.JSONParser):
+    """DRF's JSON parser with json_input's limits (the views that read `request.data`)."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        try:
+            return json_input.loads(stream.read())
+        except json_input.InvalidJSON as exc:
+            raise invalid_json(f"the body is not valid JSON: {exc}") from None
 
 
 def max_wait() -> float:
