@@ -19,8 +19,8 @@ from broker_core.errors import BrokerError
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message
 from broker_core.operations import Consumer
-from gateway.api import json_input
 from gateway import unavailable as store
+from gateway.api import json_input
 from gateway.api.codec import parse_envelope, render_delivery
 from gateway.api.errors import Problem
 from gateway.ws import auth
