@@ -347,14 +347,20 @@ class Link:
         await self._close_subscription(sub, "unsubscribed")
         return sub
 
-    async def unsubscribe_durable(self, client_id: str, name: str, topic: Destination | None = None) -> int:
+    async def unsubscribe_durable(self, client_id: str, name: str, topic: Destination | None = None,
+                                  end_own: bool = True) -> int:
         """Remove the durable subscription (client id, name) and its messages (ActiveMQ's
-        RemoveSubscriptionInfo), first ending this connection's own subscription holding it. Without
-        `topic`, the broker's registry of durable subscriptions says which topic it is on. Returns how
-        many messages went with it; UnknownSubscription when there is none, DurableSubscriptionInUse while
-        another connection consumes from it."""
+        RemoveSubscriptionInfo), first ending this connection's own subscription holding it (`end_own`;
+        without it that subscription makes it in use, as in ActiveMQ's STOMP). Without `topic`, the
+        broker's registry of durable subscriptions says which topic it is on. Returns how many messages
+        went with it; UnknownSubscription when there is none, DurableSubscriptionInUse while another
+        connection consumes from it."""
         for sub in list(self.subscriptions.values()):
             if sub.durable == (client_id, name):
+                if not end_own:
+                    raise LinkError("Durable consumer is in use",
+                                    f"subscription {sub.key} of this connection consumes from durable "
+                                    f"subscription {name}; UNSUBSCRIBE its id first", "durable_in_use")
                 await self.unsubscribe(sub.key)
         if topic is None:
             topic = await self.durable_topic(client_id, name)
@@ -519,24 +525,25 @@ class Link:
         return count
 
     async def nack(self, sub: Subscription, ack_id: str, tx: str | None = None) -> int:
-        """Poison: the message (in `client` mode every message up to it) goes to the dead-letter queue at
-        once (ActiveMQ's STOMP NACK). Not allowed in a transaction."""
+        """Poison: that one message goes to the dead-letter queue at once (ActiveMQ's STOMP NACK, in every
+        ack mode: in `client` mode the messages before it stay unacknowledged and a later ACK covers
+        them). Not allowed in a transaction."""
         if tx:
             raise LinkError("Poison ack cannot be transacted",
                             "NACK inside a transaction is rejected, as ActiveMQ does", "transaction_error")
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected NACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        entries = self._take(sub, ack_id)
+        entries = self._take(sub, ack_id, cumulative=False)
         count = 0
         for consumer, ids in self._by_consumer(entries):
             dead_lettered, _redelivered = await self.broker.nack(consumer, ids, poison=True)
             count += int(dead_lettered)
         return count
 
-    def _take(self, sub: Subscription, ack_id: str) -> list[tuple[Consumer, str]]:
+    def _take(self, sub: Subscription, ack_id: str, cumulative: bool = True) -> list[tuple[Consumer, str]]:
         try:
-            return sub.take(ack_id, cumulative=sub.ack_mode == "client")
+            return sub.take(ack_id, cumulative=cumulative and sub.ack_mode == "client")
         except KeyError:
             raise LinkError("Unexpected ACK", f"Unexpected ACK received for message-id [{ack_id}]",
                             "not_in_flight") from None
@@ -560,7 +567,7 @@ class Link:
 
     async def begin(self, name: str) -> None:
         if name in self.transactions:
-            raise LinkError(f"Transaction {name} is already active",
+            raise LinkError(f"The transaction was already started: {name}",
                             f"transaction {name!r} was already begun on this connection", "transaction_error")
         self.transactions[name] = await self.broker.begin()
 
