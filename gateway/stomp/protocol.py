@@ -23,11 +23,14 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
+from broker_core import advisory
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import BrokerError
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message, TypedValue
 from broker_core.operations import Consumer
+from broker_core.virtual import split_composite
+from gateway.stomp import advisory_replay
 from gateway.stomp.frames import (
     CLIENT_COMMANDS,
     HEARTBEAT,
@@ -58,6 +61,8 @@ _NOT_PROPERTIES = frozenset({
     "AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT", "AMQ_SCHEDULED_CRON",
 })
 GROUP_HEADERS = "signalbox.groupHeaders"
+ADVISORY_PREFIX = f"topic://{advisory.PREFIX}"
+ADVISORY_BROKER_URL = "stomp://localhost"  # originBrokerURL: the broker, not this gateway's address
 INBOX_FRAMES = 1000  # frames parsed but not handled yet, per connection...
 INBOX_BYTES = 16 * 1024 * 1024  # ...and their bytes
 SEND_BATCH = 500  # consecutive SENDs to one destination per broker call
@@ -176,9 +181,16 @@ def _parse_stomp_destinations(text: str, wildcards: bool = False) -> tuple[Desti
 
 
 def stomp_name(uri: str | None) -> str | None:
-    """queue://X -> /queue/X (anything else unchanged)."""
+    """queue://X -> /queue/X (anything else unchanged). A composite as ActiveMQ's STOMP writes it: the
+    first part as a STOMP name, the others qualified (queue://a,b,topic://c -> /queue/a,queue://b,topic://c)."""
     if uri is None:
         return None
+    if "," in uri:
+        with contextlib.suppress(BrokerError):
+            parts = split_composite(uri)
+            if parts:
+                first, *rest = parts
+                return ",".join([f"/{first.kind}/{first.name}", *(part.uri for part in rest)])
     for kind in ("queue", "topic"):
         if uri.startswith(f"{kind}://"):
             return f"/{kind}/{uri[len(kind) + 3:]}"
@@ -198,6 +210,8 @@ def message_headers(delivery: Delivery, subscription_id: str | None, ack_id: str
     """MESSAGE headers as ActiveMQ's FrameTranslator writes them, then the properties as strings; the
     group fields only when the subscriber asked for them (ActiveMQ never sends them over STOMP)."""
     d = delivery
+    if d.type == "Advisory" and d.destination.startswith(ADVISORY_PREFIX):
+        return _advisory_headers(d, subscription_id, ack_id)
     headers = [("message-id", d.message_id), ("destination", stomp_name(d.destination) or "")]
     if d.correlation_id is not None:
         headers.append(("correlation-id", d.correlation_id))
@@ -226,6 +240,22 @@ def message_headers(delivery: Delivery, subscription_id: str | None, ack_id: str
     if group_headers:
         headers += [("JMSXGroupID", d.group_id or ""), ("JMSXGroupSeq", str(d.group_seq)),
                     ("JMSXGroupFirstForConsumer", "true" if d.group_first_for_consumer else "false")]
+    return headers
+
+
+def _advisory_headers(d: Delivery, subscription_id: str | None, ack_id: str | None) -> list[tuple[str, str]]:
+    """An advisory as ActiveMQ's STOMP translator for advisory topics writes it: priority and timestamp
+    0 (the advisory's own fields: ActiveMQ sets neither), `transformation:jms-advisory-json`, the origin
+    broker's id and URL, and no content-type; the body is Signalbox's JSON (docs/broker_core.md)."""
+    headers = [("message-id", d.message_id), ("destination", stomp_name(d.destination) or ""),
+               ("expires", "0"), ("priority", "0"), ("timestamp", "0"), ("type", "Advisory"),
+               ("transformation", "jms-advisory-json"), ("originBrokerId", f"ID:{advisory.BROKER_NAME}"),
+               ("originBrokerURL", ADVISORY_BROKER_URL)]
+    if subscription_id is not None:
+        headers.append(("subscription", subscription_id))
+    if ack_id is not None:
+        headers.append(("ack", ack_id))
+    headers += [(name, _property_text(value)) for name, value in d.properties.items()]
     return headers
 
 
@@ -444,7 +474,7 @@ class StompSession(LinkedSession):
             payload = data
         await self.buffer.put(payload, force=force)
 
-    def message_frame(self, sub: Subscription, consumer: Consumer, delivery: Delivery) -> bytes:
+    def message_frame(self, sub: Subscription, consumer: Consumer | None, delivery: Delivery) -> bytes:
         ack_id = sub.track(consumer, delivery) if sub.ack_mode != "auto" else None
         headers = message_headers(delivery, sub.options.get("id"), ack_id if self.version == "1.2" else None,
                                   sub.options.get("group_headers", False))
@@ -453,7 +483,7 @@ class StompSession(LinkedSession):
             headers.append(("content-length", str(len(body))))
         return encode("MESSAGE", headers, body, self.version)
 
-    async def deliver(self, sub: Subscription, consumer: Consumer, deliveries: list[Delivery]) -> None:
+    async def deliver(self, sub: Subscription, consumer: Consumer | None, deliveries: list[Delivery]) -> None:
         """A receive batch as WebSocket messages of about MESSAGE_CHUNK bytes each (text unless a body is
         binary): fewer, larger messages cost less per frame, but clients parse a message at a time."""
         assert self.buffer is not None
@@ -596,8 +626,12 @@ class StompSession(LinkedSession):
         message = message_from_send(frame, self.link.connection_id)
         name = frame.get("transaction")
         tx = self.link.transaction(name) if name is not None else None
-        for dest in destinations:
-            await self.broker.send(dest, message, tx=tx)
+        if len(destinations) == 1:
+            await self.broker.send(destinations[0], message, tx=tx)
+        else:
+            # one message, one id, for every part, sent in one atomic step (broker_core's composite send,
+            # spec §10.1); each copy's original destination is the composite, as in ActiveMQ
+            await self.broker.send(",".join(d.uri for d in destinations), message, tx=tx)
 
     async def on_subscribe(self, frame: Frame) -> bool:
         assert self.link is not None
@@ -635,6 +669,10 @@ class StompSession(LinkedSession):
             # ActiveMQ holds dispatch until the RECEIPT is out; the pumps start after it.
             await self.send_frame("RECEIPT", [("receipt-id", receipt)])
         self.link.start(sub)
+        for dest in destinations:  # a new advisory subscriber first hears about the present (ActiveMQ's)
+            replayed = await advisory_replay.replay(self.broker, dest)
+            if replayed:
+                await self.deliver(sub, None, replayed)
         return receipt is not None
 
     def durable_client_id(self) -> str:

@@ -68,6 +68,9 @@ class LinkSettings:
 
 
 ABORTED_ACKS_KEPT = 100_000  # ack ids of aborted subscriptions remembered per connection
+# what an ack takes from a subscription: (ack id, (consumer, message id)); no consumer for a message the
+# broker does not hold (a replayed advisory)
+Taken = tuple[str, tuple["Consumer | None", str]]
 
 
 class SlowClient(Exception):
@@ -209,33 +212,43 @@ class Subscription:
     destinations: list[Destination]
     ack_mode: str
     consumers: list[Consumer] = field(default_factory=list)
-    unacked: OrderedDict[str, tuple[Consumer, str]] = field(default_factory=OrderedDict)
+    unacked: OrderedDict[str, tuple[Consumer | None, str]] = field(default_factory=OrderedDict)
     options: dict[str, Any] = field(default_factory=dict)  # protocol-specific (STOMP id, group headers...)
     durable: tuple[str, str] | None = None  # (client id, subscription name) of a durable topic subscription
 
-    def track(self, consumer: Consumer, delivery: Delivery) -> str:
+    def track(self, consumer: Consumer | None, delivery: Delivery) -> str:
         """Remember a delivered message until it is acknowledged; returns its ack id (the message id,
-        made unique within the subscription when a composite delivers the same id twice)."""
+        made unique within the subscription when a composite delivers the same id twice). No consumer:
+        a message the broker does not hold (a replayed advisory), which an ack only forgets."""
         ack_id = delivery.message_id
         if ack_id in self.unacked:
-            ack_id = f"{delivery.message_id}@{consumer.destination.uri}"
+            ack_id = f"{delivery.message_id}@{delivery.destination}"
         self.unacked[ack_id] = (consumer, delivery.message_id)
         return ack_id
 
-    def take(self, ack_id: str, cumulative: bool) -> list[tuple[Consumer, str]]:
-        """Remove and return what an ack of `ack_id` covers: that message, or with `cumulative` every
-        message this subscription delivered up to and including it (STOMP `client` mode)."""
+    def take(self, ack_id: str, cumulative: bool) -> list[Taken]:
+        """Remove and return (ack id, entry) for what an ack of `ack_id` covers: that message, or with
+        `cumulative` every message this subscription delivered up to and including it (STOMP `client`
+        mode)."""
         if ack_id not in self.unacked:
             raise KeyError(ack_id)
         if not cumulative:
-            return [self.unacked.pop(ack_id)]
+            return [(ack_id, self.unacked.pop(ack_id))]
         taken = []
         while self.unacked:
             key, entry = self.unacked.popitem(last=False)
-            taken.append(entry)
+            taken.append((key, entry))
             if key == ack_id:
                 break
         return taken
+
+    def restore(self, taken: list[Taken]) -> None:
+        """Put back what `take` removed (an aborted transaction's acks), first: a cumulative ack takes
+        the oldest, so they go back where they were; individual acks have no order to keep."""
+        kept = list(self.unacked.items())
+        self.unacked.clear()
+        self.unacked.update(taken)
+        self.unacked.update(kept)
 
 
 class Link:
@@ -263,6 +276,9 @@ class Link:
         self.connection_id = f"ws-{uuid.uuid4().hex[:16]}"
         self.subscriptions: dict[str, Subscription] = {}
         self.transactions: dict[str, str] = {}  # the client's name -> broker transaction id
+        # acks made in a transaction, applied at COMMIT: an ABORT gives the client its ack ids back and the
+        # messages stay delivered to it (ActiveMQ's STOMP: not redelivered to the live subscription)
+        self._tx_acks: dict[str, list[tuple[Subscription, list[Taken]]]] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
         self._keeper: asyncio.Task[None] | None = None
         self._consumer_seq = 0
@@ -512,8 +528,15 @@ class Link:
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected ACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        entries = self._take(sub, ack_id)
         tx_id = self.transaction(tx) if tx else None
+        taken = self._take(sub, ack_id)
+        if tx:
+            self._tx_acks.setdefault(tx, []).append((sub, taken))
+            return len(taken)
+        return await self._ack_entries(sub, [entry for _key, entry in taken], tx_id)
+
+    async def _ack_entries(self, sub: Subscription, entries: list[tuple[Consumer | None, str]],
+                           tx_id: str | None) -> int:
         count = 0
         for consumer, ids in self._by_consumer(entries):
             target = ids if sub.ack_mode != "client" else ids[-1]
@@ -534,14 +557,15 @@ class Link:
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected NACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        entries = self._take(sub, ack_id, cumulative=False)
+        entries = [entry for _key, entry in self._take(sub, ack_id, cumulative=False)]
         count = 0
         for consumer, ids in self._by_consumer(entries):
             dead_lettered, _redelivered = await self.broker.nack(consumer, ids, poison=True)
             count += int(dead_lettered)
         return count
 
-    def _take(self, sub: Subscription, ack_id: str, cumulative: bool = True) -> list[tuple[Consumer, str]]:
+    def _take(self, sub: Subscription, ack_id: str,
+              cumulative: bool = True) -> list[Taken]:
         try:
             return sub.take(ack_id, cumulative=cumulative and sub.ack_mode == "client")
         except KeyError:
@@ -549,9 +573,11 @@ class Link:
                             "not_in_flight") from None
 
     @staticmethod
-    def _by_consumer(entries: list[tuple[Consumer, str]]) -> list[tuple[Consumer, list[str]]]:
+    def _by_consumer(entries: list[tuple[Consumer | None, str]]) -> list[tuple[Consumer, list[str]]]:
         grouped: dict[str, tuple[Consumer, list[str]]] = {}
         for consumer, message_id in entries:
+            if consumer is None:  # nothing for the broker to acknowledge
+                continue
             grouped.setdefault(consumer.consumer_id, (consumer, []))[1].append(message_id)
         return list(grouped.values())
 
@@ -574,11 +600,22 @@ class Link:
     async def commit(self, name: str) -> None:
         tx = self.transaction(name)
         del self.transactions[name]
+        acks = self._tx_acks.pop(name, [])
+        try:
+            for sub, taken in acks:  # into the broker transaction, so that they commit with its sends
+                if self.subscriptions.get(sub.key) is sub:  # not a subscription ended since
+                    await self._ack_entries(sub, [entry for _key, entry in taken], tx)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.broker.rollback(tx)
+            raise
         await self.broker.commit(tx)
 
     async def abort(self, name: str) -> None:
         tx = self.transaction(name)
         del self.transactions[name]
+        for sub, taken in reversed(self._tx_acks.pop(name, [])):
+            sub.restore(taken)
         await self.broker.rollback(tx)
 
     # -- the end --------------------------------------------------------------------------------------
@@ -594,6 +631,7 @@ class Link:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        self._tx_acks.clear()  # their messages are still delivered: closing the consumers returns them
         for name in list(self.transactions):
             tx = self.transactions.pop(name)
             with contextlib.suppress(Exception):

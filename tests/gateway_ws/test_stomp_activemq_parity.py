@@ -4,6 +4,8 @@ Frames stomp.py will not send go through the raw WebSocket client."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from broker_core.errors import UnknownDestination
@@ -132,3 +134,112 @@ def test_selectors_see_jmsreplyto_as_the_qualified_destination(clients, queue_na
     got = sorted((m.headers["subscription"], m.headers["reply-to"], m.body) for m in client.messages(3))
     assert got == [("n", "elsewhere", b"B"), ("q", "/queue/replies", b"A"), ("t", "/topic/replies", b"C")]
     assert client.silent(0.3)
+
+
+# -- item 2: ACK in a transaction, then ABORT: the message stays delivered, not redelivered ----------------
+
+def test_an_aborted_transactional_ack_keeps_the_message_delivered_until_the_connection_ends(
+        clients, queue_name, broker):
+    client = clients()
+    client.receipt(client.conn.subscribe, q(queue_name), id="s", ack="client-individual",
+                   headers={"activemq.prefetchSize": "1"})
+    producer = clients()
+    producer.receipt(producer.conn.send, q(queue_name), "first")
+    message = client.expect("MESSAGE")
+    tx = client.conn.begin()
+    client.conn.ack(message.headers["ack"], transaction=tx)
+    client.receipt(client.conn.abort, tx)
+    assert client.silent(0.5)  # not handed to the same live subscription again
+    stats = broker.stats(f"queue://{queue_name}")
+    assert (stats.queue_size, stats.in_flight, stats.dequeued) == (1, 1, 0)
+    client.close()  # the connection ends: the message returns to the queue, redelivered
+    other = clients()
+    other.receipt(other.conn.subscribe, q(queue_name), id="s", ack="client-individual")
+    again = other.expect("MESSAGE")
+    assert (again.body, again.headers.get("redelivered")) == (b"first", "true")
+
+
+def test_after_an_aborted_transactional_ack_the_ack_id_is_valid_again(clients, queue_name, broker):
+    client = clients()
+    client.receipt(client.conn.subscribe, q(queue_name), id="s", ack="client",
+                   headers={"activemq.prefetchSize": "2"})
+    producer = clients()
+    producer.receipt(producer.conn.send, q(queue_name), "m1")
+    producer.receipt(producer.conn.send, q(queue_name), "m2")
+    m1, m2 = client.messages(2)
+    tx = client.conn.begin()
+    client.conn.ack(m2.headers["ack"], transaction=tx)  # cumulative: m1 and m2
+    client.receipt(client.conn.abort, tx)
+    client.receipt(client.conn.ack, m1.headers["ack"])  # both ack ids are back, in order
+    stats = broker.stats(f"queue://{queue_name}")
+    assert (stats.queue_size, stats.dequeued) == (1, 1)
+    client.receipt(client.conn.ack, m2.headers["ack"])
+    assert broker.stats(f"queue://{queue_name}").queue_size == 0
+
+
+# -- item 8: advisory MESSAGE frames as ActiveMQ's STOMP writes them -------------------------------
+
+def test_advisory_messages_have_activemqs_stomp_headers(clients, queue_name):
+    watcher = clients()
+    watcher.receipt(watcher.conn.subscribe, f"/topic/ActiveMQ.Advisory.Consumer.Queue.{queue_name}", id="adv")
+    consumer = clients()
+    consumer.receipt(consumer.conn.subscribe, q(queue_name), id="s")
+    advised = watcher.expect("MESSAGE")
+    h = advised.headers
+    assert (h["priority"], h["timestamp"], h["transformation"], h["type"]) == (
+        "0", "0", "jms-advisory-json", "Advisory")
+    assert h["originBrokerId"] and h["originBrokerURL"] and h["consumerCount"] == "1"
+    assert "content-type" not in h
+
+
+# -- item 6: a composite SEND is one message, one id, the composite as original-destination -----------------
+
+def test_a_composite_send_is_one_message_with_one_id_and_the_composite_as_original_destination(
+        clients, queue_name):
+    client = clients()
+    client.receipt(client.conn.subscribe, q(f"{queue_name}a"), id="a")
+    client.receipt(client.conn.subscribe, q(f"{queue_name}b"), id="b")
+    client.receipt(client.conn.subscribe, f"/topic/{queue_name}t", id="t")
+    producer = clients()
+    producer.receipt(producer.conn.send, f"/queue/{queue_name}a, /queue/{queue_name}b,/topic/{queue_name}t",
+                     "one")
+    got = {m.headers["subscription"]: m.headers for m in client.messages(3)}
+    assert len({h["message-id"] for h in got.values()}) == 1
+    assert {h["original-destination"] for h in got.values()} == {
+        f"/queue/{queue_name}a,queue://{queue_name}b,topic://{queue_name}t"}
+    assert got["a"]["destination"] == q(f"{queue_name}a")
+    assert got["t"]["destination"] == f"/topic/{queue_name}t"
+
+
+# -- item 9: a new advisory subscriber hears about the present -----------------------------------------------
+
+def test_a_new_consumer_advisory_subscriber_gets_one_consumer_info_per_existing_consumer(clients, queue_name):
+    consumer = clients()
+    consumer.receipt(consumer.conn.subscribe, q(queue_name), id="s1")
+    consumer.receipt(consumer.conn.subscribe, q(queue_name), id="s2", headers={"selector": "x = 1"})
+    watcher = clients()
+    watcher.receipt(watcher.conn.subscribe, f"/topic/ActiveMQ.Advisory.Consumer.Queue.{queue_name}", id="adv",
+                    ack="client-individual")
+    replayed = watcher.messages(2)
+    assert [m.headers["consumerCount"] for m in replayed] == ["2", "2"]
+    infos = [json.loads(m.body)["ConsumerInfo"] for m in replayed]
+    assert sorted(str(i["selector"]) for i in infos) == ["None", "x = 1"]
+    assert all(i["destination"] == f"queue://{queue_name}" for i in infos)
+    watcher.receipt(watcher.conn.ack, replayed[0].headers["ack"])  # acknowledging one is no error
+    assert watcher.silent(0.3)
+
+
+def test_a_new_queue_advisory_subscriber_gets_a_destination_info_per_existing_queue(clients, queue_name):
+    producer = clients()
+    producer.receipt(producer.conn.send, q(queue_name), "makes the queue")
+    watcher = clients()
+    watcher.receipt(watcher.conn.subscribe, "/topic/ActiveMQ.Advisory.Queue", id="adv",
+                    headers={"selector": "1 = 1"})
+    seen = []
+    for _ in range(1000):  # the session's other tests made queues too; this one is among them
+        info = json.loads(watcher.expect("MESSAGE").body)["DestinationInfo"]
+        assert info["operationType"] == 0
+        seen.append(info["destination"])
+        if info["destination"] == f"queue://{queue_name}":
+            break
+    assert f"queue://{queue_name}" in seen and all(d.startswith("queue://") for d in seen)

@@ -294,8 +294,7 @@ def test_sends_in_a_transaction_arrive_on_commit_and_never_on_abort(clients, que
     assert consumer.silent(0.3)
 
 
-def test_an_ack_in_an_aborted_transaction_redelivers_and_a_committed_one_consumes(clients, queue_name,
-                                                                                  broker):
+def test_an_ack_in_an_aborted_transaction_is_undone_and_a_committed_one_consumes(clients, queue_name, broker):
     client = clients()
     client.receipt(client.conn.subscribe, q(queue_name), id="s", ack="client-individual")
     client.conn.send(q(queue_name), "m")
@@ -303,10 +302,9 @@ def test_an_ack_in_an_aborted_transaction_redelivers_and_a_committed_one_consume
     tx = client.conn.begin()
     client.conn.ack(message.headers["ack"], transaction=tx)
     client.receipt(client.conn.abort, tx)
-    again = client.expect("MESSAGE")
-    assert again.body == b"m" and again.headers["redelivered"] == "true"
+    assert client.silent(0.3)  # as ActiveMQ: still delivered to this subscription, its ack id valid again
     tx = client.conn.begin()
-    client.conn.ack(again.headers["ack"], transaction=tx)
+    client.conn.ack(message.headers["ack"], transaction=tx)
     client.receipt(client.conn.commit, tx)
     stats = broker.stats(f"queue://{queue_name}")
     assert stats.queue_size == 0 and stats.dequeued == 1
