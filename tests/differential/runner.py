@@ -11,7 +11,7 @@ A scenario is data (tests/differential/scenarios/<group>.json): named connection
 - `["frame", conn, COMMAND, {headers}, body]`: send a frame. Header values may name an earlier value
   with `$name` (set by `save`).
 - `["expect", conn, fact]`: the next frame on `conn` is fact `fact` (command, then headers).
-- `["expect_sorted", conn, n, fact]`: the next `n` frames, in an order-free form (sorted by body).
+- `["expect_sorted", conn, n, fact]`: the next `n` frames, in an order-free form (sorted).
 - `["silent", conn, seconds, fact]`: whether nothing arrives within `seconds` (`silent`, or the frame).
 - `["collect", conn, seconds, fact]`: every frame until none arrives for `seconds`, in order.
 - `["save", conn, fact, header, name]`: keep a header of a recorded frame under `$name`.
@@ -24,6 +24,7 @@ see each other; `{future}` is an expiry ten minutes ahead. Advisory bodies are e
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import time
@@ -187,8 +188,7 @@ def run(scenario: dict[str, Any], url: str, login: tuple[str, str], wait: float 
             elif kind == "expect_sorted":
                 frames = [wires[step[1]].receive(5) for _ in range(step[2])]
                 values = [norm.frame(f) for f in frames]
-                facts[step[3]] = sorted(values, key=lambda v: str(v.get("body", "")) if isinstance(v, dict)
-                                        else "")
+                facts[step[3]] = sorted(values, key=lambda v: json.dumps(v, sort_keys=True))
             elif kind == "collect":
                 frames = []
                 while (frame := wires[step[1]].receive(step[2])) is not None:
