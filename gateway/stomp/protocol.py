@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -27,7 +28,7 @@ from broker_core import advisory
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import BrokerError
 from broker_core.maintenance import AbortNotice
-from broker_core.messages import Delivery, Message, TypedValue
+from broker_core.messages import Delivery, Message, TypedValue, new_message_id
 from broker_core.operations import Consumer
 from broker_core.virtual import split_composite
 from gateway.stomp import advisory_replay
@@ -629,8 +630,10 @@ class StompSession(LinkedSession):
         if len(destinations) == 1:
             await self.broker.send(destinations[0], message, tx=tx)
         else:
-            # one message, one id, for every part, sent in one atomic step (broker_core's composite send,
-            # spec §10.1); each copy's original destination is the composite, as in ActiveMQ
+            # one message, one id (set here: a transaction stores each part on its own), for every part, in
+            # one atomic step (broker_core's composite send, spec §10.1); each copy's original destination
+            # is the composite, as in ActiveMQ
+            message = dataclasses.replace(message, message_id=new_message_id())
             await self.broker.send(",".join(d.uri for d in destinations), message, tx=tx)
 
     async def on_subscribe(self, frame: Frame) -> bool:

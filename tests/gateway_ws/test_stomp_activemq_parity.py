@@ -209,6 +209,10 @@ def test_a_composite_send_is_one_message_with_one_id_and_the_composite_as_origin
         f"/queue/{queue_name}a,queue://{queue_name}b,topic://{queue_name}t"}
     assert got["a"]["destination"] == q(f"{queue_name}a")
     assert got["t"]["destination"] == f"/topic/{queue_name}t"
+    tx = producer.conn.begin()  # in a transaction too
+    producer.conn.send(f"/queue/{queue_name}a,/queue/{queue_name}b", "two", transaction=tx)
+    producer.receipt(producer.conn.commit, tx)
+    assert len({m.headers["message-id"] for m in client.messages(2)}) == 1
 
 
 # -- item 9: a new advisory subscriber hears about the present -----------------------------------------------
