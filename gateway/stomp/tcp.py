@@ -36,8 +36,10 @@ class _StreamTransport(Transport):
 
     async def close(self) -> None:
         self.writer.close()
+        # Shielded: every waiter shares one "closed" future, and a session task cancelled while it waits
+        # here (the session's end cancels its tasks) would cancel that future under the connection's task.
         with contextlib.suppress(Exception):
-            await self.writer.wait_closed()
+            await asyncio.shield(self.writer.wait_closed())
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class StompServer:
     def __init__(self, listener: Listener) -> None:
         self.listener = listener
         self.sessions: set[StompSession] = set()
+        self.tasks: set[asyncio.Task[None]] = set()  # one per connection, awaited when the listener stops
         self.server: asyncio.Server | None = None
 
     @property
@@ -74,6 +77,26 @@ class StompServer:
         return self.server.sockets[0].getsockname()[1]
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        try:
+            await self._serve_connection(reader, writer)
+        finally:
+            self.tasks.discard(task)
+
+    async def stop(self) -> None:
+        """Stop listening, end every connection as DISCONNECT would (subscriptions closed, unacknowledged
+        messages back at once; a killed listener leaves that to the consumers' leases), and wait for the
+        connections' tasks, so none is cancelled half-way through its clean-up."""
+        if self.server is not None:
+            self.server.close()
+        for session in list(self.sessions):
+            await session.shutdown("the listener is stopping")
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=10)
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("unknown", 0)
         if len(self.sessions) >= self.listener.max_connections:
             # Refused before any session exists: one ERROR frame naming the limit, then the close.
@@ -125,10 +148,5 @@ async def serve(listeners: list[Listener], ready: asyncio.Event | None = None) -
     try:
         await asyncio.Event().wait()
     finally:
-        # A stopping listener ends its connections as a DISCONNECT would: subscriptions closed and their
-        # unacknowledged messages back at once (a killed one leaves that to the consumers' leases).
         for server in servers:
-            if server.server is not None:
-                server.server.close()
-            for session in list(server.sessions):
-                await session.shutdown("the listener is stopping")
+            await server.stop()
