@@ -95,6 +95,7 @@ MIDDLEWARE = [
     "gateway.api.middleware.AuthenticationMiddleware",
     "gateway.api.middleware.MessageMiddleware",
     "gateway.api.middleware.XFrameOptionsMiddleware",
+    "gateway.metrics.route_middleware",  # innermost: names the matched route for /metrics
 ]
 
 ROOT_URLCONF = "signalbox.urls"
@@ -214,6 +215,10 @@ SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 3
 SIGNALBOX_BROKER_NAME = os.environ.get("SIGNALBOX_BROKER_NAME") or "localhost"
 # /healthz reports the maintenance tick stale (beat or every worker stopped) after this many seconds.
 SIGNALBOX_MAINTENANCE_STALE_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_STALE_SECONDS") or 15.0)
+# GET /metrics (docs/metrics.md) answers only `Authorization: Bearer <this>`; unset, it answers 403.
+SIGNALBOX_METRICS_TOKEN = os.environ.get("SIGNALBOX_METRICS_TOKEN") or ""
+# A scrape shows at most this many destinations (the oldest); the rest are counted as omitted.
+SIGNALBOX_METRICS_MAX_DESTINATIONS = int(os.environ.get("SIGNALBOX_METRICS_MAX_DESTINATIONS") or 10_000)
 # Largest request body (a batch of messages); larger requests get 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SIGNALBOX_MAX_REQUEST_BYTES") or 16 * 1024 * 1024)
 

@@ -1,4 +1,4 @@
-"""Root URLs: health, admin, the OpenAPI schema and its interactive page, the REST gateway."""
+"""Root URLs: health, metrics, admin, the OpenAPI schema and its interactive page, the REST gateway."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -6,10 +6,12 @@ from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from signalbox.health import healthz
+from signalbox.metrics import metrics_view
 
 urlpatterns = [
     path("", TemplateView.as_view(template_name="signalbox/index.html"), name="index"),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),  # Prometheus (docs/metrics.md)
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="openapi-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="openapi-docs"),

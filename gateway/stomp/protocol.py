@@ -27,6 +27,7 @@ from broker_core.errors import BrokerError
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message, TypedValue
 from broker_core.operations import Consumer
+from gateway import metrics
 from gateway.stomp.frames import (
     CLIENT_COMMANDS,
     HEARTBEAT,
@@ -339,6 +340,7 @@ class StompSession(LinkedSession):
                 await self._inbox_ready.wait()
             item = self._take_item()
             if isinstance(item, FrameError):
+                metrics.frame("stomp", "invalid", "error")
                 await self.fail(item.message, item.detail)
                 return
             single = "," not in (item.get("destination") or ",")
@@ -375,6 +377,7 @@ class StompSession(LinkedSession):
             except (StompError, LinkError, BrokerError):  # refused before anything was written:
                 pass  # the one-by-one path reports the first bad frame
             else:
+                metrics.frame("stomp", "SEND", "ok", len(batch))
                 for frame in batch:
                     receipt = frame.get("receipt")
                     if receipt is not None:
@@ -387,9 +390,11 @@ class StompSession(LinkedSession):
 
     async def handle(self, frame: Frame) -> None:
         receipt = frame.get("receipt")
+        outcome = "error"
         try:
             if frame.command in ("CONNECT", "STOMP"):
                 await self.on_connect(frame)
+                outcome = "ok"
                 return
             if frame.command not in CLIENT_COMMANDS:
                 raise StompError(f"Unknown STOMP action: {frame.command}",
@@ -397,6 +402,7 @@ class StompSession(LinkedSession):
             if self.link is None:
                 raise StompError("Not connected", f"{frame.command} before CONNECT; send CONNECT first")
             receipt_sent = await self._handlers[frame.command](frame)
+            outcome = "ok"
             if receipt is not None and not receipt_sent and not self.closing:
                 await self.send_frame("RECEIPT", [("receipt-id", receipt)])
         except (StompError, FrameError, LinkError) as exc:
@@ -406,8 +412,11 @@ class StompSession(LinkedSession):
         except SlowClient as exc:
             await self.shutdown(str(exc))
         except Exception as exc:
+            outcome = "internal_error"
             logger.exception("STOMP %s failed", frame.command)
             await self.fail("Internal error", f"{frame.command} failed: {exc}", receipt)
+        finally:  # (a command outside STOMP's own is counted as `unknown`: labels stay few)
+            metrics.frame("stomp", frame.command if frame.command in CLIENT_COMMANDS else "unknown", outcome)
 
     # -- output ---------------------------------------------------------------------------------------
 

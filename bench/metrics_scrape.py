@@ -1,0 +1,114 @@
+"""Time of a GET /metrics scrape with 10,000 destinations (issue 25: under 1 s), and the longest single
+Redis call it makes (SLOWLOG, against the 20 ms bound).
+
+    .venv/bin/python bench/metrics_scrape.py [--destinations 10000] [--topics 0] [--runs 10]
+
+Starts a throw-away system (console/demo.py: embedded Redis, SQLite, uvicorn) with a metrics token,
+creates the destinations (one message waiting in each queue, so every queue's oldest-message lookup
+runs), then times the scrape over HTTP from the same machine, and, in this process, its two parts:
+reading Redis (`signalbox.metrics.gather`) and formatting the text (prometheus_client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from broker_core.messages import Message  # noqa: E402
+from console.demo import DemoSystem  # noqa: E402
+
+TOKEN = "bench-metrics-token-0123456789"
+
+
+def fill(system: DemoSystem, destinations: int, topics: int) -> None:
+    started = time.monotonic()
+    pipe_size = 500
+    for start in range(0, destinations - topics, pipe_size):
+        for i in range(start, min(start + pipe_size, destinations - topics)):
+            system.broker.send(f"bench.q{i:05d}", Message(body="x" * 100))
+    for i in range(topics):
+        system.broker.ensure_destination(f"topic://bench.t{i:05d}")
+    print(f"created {destinations - topics} queues (one message each) and {topics} topics in "
+          f"{time.monotonic() - started:.1f} s", flush=True)
+
+
+def in_process(system: DemoSystem, runs: int) -> None:
+    os.environ.update(REDIS_URL=system.redis_url, SIGNALBOX_NAMESPACE=system.namespace,
+                      DJANGO_SETTINGS_MODULE="signalbox.settings",
+                      SIGNALBOX_DATA_DIR=str(system.folder))
+    import django
+
+    django.setup()
+    import redis.asyncio
+    from prometheus_client import generate_latest
+
+    from broker_core.broker import AsyncBroker
+    from signalbox.metrics import BrokerCollector, gather
+
+    async def once() -> tuple[float, float, int]:
+        client = redis.asyncio.Redis.from_url(system.redis_url)
+        broker = AsyncBroker(client, system.namespace)
+        try:
+            started = time.perf_counter()
+            snapshot = await gather(broker)
+            read = time.perf_counter() - started
+            started = time.perf_counter()
+            text = generate_latest(BrokerCollector(snapshot))
+            return read, time.perf_counter() - started, len(text)
+        finally:
+            await broker.aclose()
+            await client.aclose()
+
+    reads, formats = [], []
+    size = 0
+    for _ in range(runs):
+        read, fmt, size = asyncio.run(once())
+        reads.append(read)
+        formats.append(fmt)
+    print(f"in process: reading Redis median {statistics.median(reads) * 1000:.0f} ms, formatting "
+          f"median {statistics.median(formats) * 1000:.0f} ms ({size / 1e6:.1f} MB of text)", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--destinations", type=int, default=10_000)
+    parser.add_argument("--topics", type=int, default=0, help="how many of the destinations are topics")
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    os.environ["SIGNALBOX_METRICS_TOKEN"] = TOKEN
+    with DemoSystem() as system:
+        fill(system, args.destinations, args.topics)
+        url = f"{system.url}/metrics"
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        requests.get(url, headers=headers, timeout=60).raise_for_status()  # warm: scripts loaded
+        system.redis.config_set("slowlog-log-slower-than", 0)
+        system.redis.config_set("slowlog-max-len", 100_000)
+        times, longest = [], 0
+        for _ in range(args.runs):
+            system.redis.slowlog_reset()
+            started = time.perf_counter()
+            reply = requests.get(url, headers=headers, timeout=60)
+            times.append(time.perf_counter() - started)
+            reply.raise_for_status()
+            entries = system.redis.slowlog_get(100_000)
+            longest = max([longest, *(e["duration"] for e in entries
+                                      if not e["command"].upper().startswith((b"SLOWLOG", b"CONFIG")))])
+        times.sort()
+        print(f"GET /metrics, {args.destinations} destinations, {args.runs} runs: median "
+              f"{statistics.median(times) * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms; "
+              f"{len(reply.content) / 1e6:.1f} MB; longest Redis call {longest / 1000:.1f} ms", flush=True)
+        in_process(system, min(args.runs, 5))
+
+
+if __name__ == "__main__":
+    main()
