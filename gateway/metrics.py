@@ -14,7 +14,11 @@ import time
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Histogram, disable_created_metrics
+
+# Without this every counter and histogram also gets a `<name>_created` gauge (the time the process
+# made it): a series per label set that no dashboard or alert uses.
+disable_created_metrics()
 
 HTTP_REQUESTS = Counter(
     "signalbox_http_requests", "HTTP requests answered, by route name, method and status.",
@@ -40,9 +44,9 @@ def set_route(scope: dict[str, Any], route: str) -> None:
 
 def instrument_http(app: Any, static_prefix: str = "/static/") -> Any:
     """An ASGI wrapper counting and timing every HTTP request. The route label is the URL pattern's name
-    (`api-messages`, `healthz`), never the path: paths carry destination names and consumer ids, which
-    would make a series per queue and per consumer. Unnamed patterns use the pattern; requests no
-    pattern matched are `unmatched`, static files `static`."""
+    (`api-messages`, `healthz`, `admin:index`), never the path: paths carry destination names and
+    consumer ids, which would make a series per queue and per consumer. Unnamed patterns show their
+    view's dotted path; requests no pattern matched are `unmatched`, static files `static`."""
 
     async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -82,7 +86,7 @@ def route_middleware(get_response: Any) -> Any:
         match = getattr(request, "resolver_match", None)
         scope = getattr(request, "scope", None)
         if match is not None and scope is not None:
-            scope[ROUTE_KEY] = match.url_name or match.route
+            scope[ROUTE_KEY] = match.view_name  # the pattern's name with its namespace, e.g. admin:index
 
     if iscoroutinefunction(get_response):
         async def middleware(request: Any) -> Any:

@@ -131,11 +131,8 @@ def test_destination_figures_match_the_broker(server, broker):
     again = samples(scrape(server).text)
     assert of(again, "signalbox_destination_oldest_message_age_seconds", destination=f"queue://{old}") == 0
     assert of(again, "signalbox_destination_queue_size", destination=f"queue://{old}") == 0
-    # Redis and the tick (no beat runs here: never ran, so not ok and no age)
     assert of(again, "signalbox_redis_up") == 1
     assert of(again, "signalbox_redis_memory_used_bytes") > 0
-    assert of(again, "signalbox_maintenance_tick_ok") == 0
-    assert not any(name == "signalbox_maintenance_tick_age_seconds" for name, _ in again)
 
 
 def test_oldest_age_with_priority_bands(server, broker):
@@ -149,6 +146,47 @@ def test_oldest_age_with_priority_bands(server, broker):
     parsed = samples(scrape(server).text)
     age = of(parsed, "signalbox_destination_oldest_message_age_seconds", destination=f"queue://{queue}")
     assert 200 <= age < 230
+
+
+def test_maintenance_tick_figures(server, broker):
+    """The tick as /healthz judges it: before any tick, not ok and no age; after one, its figures."""
+    from broker_core import maintenance
+
+    if not maintenance.last_tick(broker):  # (another test of this module may have run one)
+        parsed = samples(scrape(server).text)
+        assert of(parsed, "signalbox_maintenance_tick_ok") == 0
+        assert not any(name == "signalbox_maintenance_tick_age_seconds" for name, _ in parsed)
+    report = maintenance.run_due(broker)
+    parsed = samples(scrape(server).text)
+    assert of(parsed, "signalbox_maintenance_tick_ok") == 1
+    assert 0 <= of(parsed, "signalbox_maintenance_tick_age_seconds") < 15
+    assert of(parsed, "signalbox_maintenance_tick_destinations") == report.destinations
+    assert of(parsed, "signalbox_maintenance_tick_errors") == len(report.errors) == 0
+
+
+def test_the_dashboard_uses_only_exposed_metrics(server, broker):
+    """docs/grafana-dashboard.json: valid JSON, and every signalbox_ metric it queries is in a scrape."""
+    import re
+    from pathlib import Path
+
+    from broker_core import maintenance
+
+    maintenance.run_due(broker)  # so the tick's figures are there
+    broker.send(f"dash{uuid.uuid4().hex[:6]}", Message(body="x"))
+    dashboard = json.loads((Path(__file__).parents[1] / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+    used = {name for e in exprs for name in re.findall(r"\bsignalbox_[a-z_]+", e)}
+    assert len(used) >= 15
+    text = scrape(server).text
+    parsed = list(text_string_to_metric_families(text))
+    # (a labelled counter no process has counted yet has its family but no sample)
+    exposed = {s.name for f in parsed for s in f.samples} | {
+        f.name + ("_total" if f.type == "counter" else "") for f in parsed}
+    assert used <= exposed, used - exposed
+    documented = (Path(__file__).parents[1] / "docs" / "metrics.md").read_text()
+    for family in parsed:
+        if family.name.startswith("signalbox_"):
+            assert f"`{family.name}" in documented, family.name
 
 
 def test_requests_and_frames_are_counted_by_route_and_command(server, broker):
