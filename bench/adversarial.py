@@ -83,6 +83,39 @@ def case(name: str) -> Callable[[Callable[[Context], Calls]], Callable[[Context]
 
 # Cases are added below, one section per area.
 
+# --- metrics ---
+
+
+@case("metrics: one scrape page (summary_many over 100 prioritized queues, 10 priority bands each)")
+def metrics_page(ctx: Context) -> Calls:
+    """The worst page GET /metrics reads: PAGE queues, each with messages waiting in all ten priority
+    bands, so the oldest-message lookup visits every band of every queue."""
+    import asyncio
+
+    import redis.asyncio
+
+    from broker_core.broker import AsyncBroker
+    from broker_core.messages import Message
+    from signalbox.metrics import PAGE
+
+    ctx.broker.policies.set_entry("queue", "metrics.>", {"prioritizedMessages": True})
+    names = [f"metrics.q{i:03d}" for i in range(PAGE)]
+    for name in names:
+        ctx.broker.send(name, [Message(body="x", priority=p) for p in range(10)])
+    path = ctx.client.connection_pool.connection_kwargs["path"]
+
+    async def page() -> None:
+        client = redis.asyncio.Redis(unix_socket_path=path)
+        broker = AsyncBroker(client, ctx.broker.namespace)
+        try:
+            summaries = await broker.summaries(names, page=PAGE)
+            assert all(s is not None and s.oldest_timestamp for s in summaries)
+        finally:
+            await broker.aclose()
+            await client.aclose()
+
+    return ctx.measure(lambda: asyncio.run(page()))
+
 
 def start_server() -> tuple[subprocess.Popen[bytes], str]:
     """The embedded server on a unix socket, no persistence, every command recorded in the SLOWLOG."""

@@ -352,3 +352,45 @@ def test_unreachable_redis_is_a_figure_not_a_failure():
     parsed = samples(generate_latest(BrokerCollector(snapshot)).decode())
     assert of(parsed, "signalbox_redis_up") == 0
     assert not any(name.startswith("signalbox_destination_") for name, _ in parsed)
+
+
+@pytest.mark.e2e
+def test_several_web_processes_are_summed_with_a_multiprocess_folder(tmp_path, namespace):
+    """uvicorn --workers 2 with PROMETHEUS_MULTIPROC_DIR: whichever process answers the scrape, the
+    request counters are the sum over both processes."""
+    import subprocess
+    import sys
+
+    from signalbox.embedded_redis import free_port
+    from tests.helpers.gateway_server import ROOT, GatewayServer, server_env, wait_listening
+
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    port = free_port()
+    log_path = tmp_path / "uvicorn.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "signalbox.asgi:application", "--host", "127.0.0.1", "--port",
+             str(port), "--workers", "2", "--lifespan", "off", "--log-level", "warning", "--no-access-log"],
+            cwd=ROOT, env=server_env(tmp_path, namespace, SIGNALBOX_METRICS_TOKEN=TOKEN,
+                                     PROMETHEUS_MULTIPROC_DIR=str(folder)),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    server = wait_listening(GatewayServer(process, port, log_path))
+    try:
+        deadline = time.monotonic() + 30
+        while len({p.name.rsplit("_", 1)[-1] for p in folder.glob("counter_*.db")}) < 2:
+            # new connections until both processes have answered one (the kernel picks the process)
+            assert time.monotonic() < deadline, "one process never answered"
+            httpx.get(f"http://127.0.0.1:{port}/no/such/page", timeout=10)
+        before = samples(scrape(server).text)
+        for _ in range(20):
+            assert httpx.get(f"http://127.0.0.1:{port}/no/such/page", timeout=10).status_code == 404
+        for _ in range(4):  # any process's answer has the same sum
+            after = samples(scrape(server).text)
+            labels = {"method": "GET", "route": "unmatched", "status": "404"}
+            assert of(after, "signalbox_http_requests_total", **labels) - of(
+                before, "signalbox_http_requests_total", **labels) == 20
+            assert of(after, "signalbox_redis_up") == 1
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output(), server.output()
