@@ -98,7 +98,7 @@ class JsonSession(LinkedSession):
         if self.closing:
             return
         request_id = None
-        kind, outcome = "invalid", "error"
+        label, outcome = "invalid", "error"  # the metrics' command label: a known type, else few values
         try:
             if len(data) > MAX_REQUEST_BYTES:
                 raise RequestError("too_large", f"a request may be at most {MAX_REQUEST_BYTES} bytes")
@@ -110,7 +110,7 @@ class JsonSession(LinkedSession):
                 raise RequestError("invalid_json", "each message must be one JSON object")
             request_id = request.get("id")
             kind = request.get("type")
-            kind = kind if kind in _REQUESTS else "unknown"  # (labels stay few)
+            label = kind if kind in _REQUESTS else "unknown"
             handler = getattr(self, f"on_{kind}", None) if kind in _REQUESTS else None
             if handler is None:
                 raise RequestError("unknown_type", f"unknown request type {kind!r}; expected one of "
@@ -136,7 +136,7 @@ class JsonSession(LinkedSession):
             logger.exception("JSON request failed")
             await self.error("internal_error", str(exc), request_id)
         finally:
-            metrics.frame("json", kind, outcome)
+            metrics.frame("json", label, outcome)
 
     async def error(self, code: str, message: str, request_id: Any = None, fatal: bool = False) -> None:
         obj = {"type": "error", "code": code, "message": message}
