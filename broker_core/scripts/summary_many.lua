@@ -12,11 +12,11 @@ NOW = tonumber(ARGV[1])
 -- (9 - priority) * 2^44 + sequence (message.lua pending_score): each band is in sending order, so the
 -- oldest pending message is the head of one of the bands. At most 10 lookups, O(log n) each.
 local BAND = 17592186044416  -- 2^44
-local function oldest_pending_timestamp()
-  local head = redis.call('ZRANGE', K_PENDING, 0, 0, 'WITHSCORES')
+local function oldest_pending_timestamp(pending_key, msgs_key)
+  local head = redis.call('ZRANGE', pending_key, 0, 0, 'WITHSCORES')
   local oldest = false
   while head[1] do
-    local blob = redis.call('HGET', K_MSGS, head[1])
+    local blob = redis.call('HGET', msgs_key, head[1])
     -- the timestamp is the 4th element of the packed array (message.lua), read without the rest
     if blob and string.byte(blob, 1) == 0xdc then
       local _, _, _, _, ts = cmsgpack.unpack_limit(blob, 4, 3)
@@ -25,25 +25,26 @@ local function oldest_pending_timestamp()
     end
     local score = tonumber(head[2])  -- (returned messages without priority: the band below 0)
     local next_band = (math.floor(score / BAND) + 1) * BAND
-    head = redis.call('ZRANGEBYSCORE', K_PENDING, next_band, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    head = redis.call('ZRANGEBYSCORE', pending_key, next_band, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   end
   return oldest
 end
 
 local out = {}
 for _, prefix in ipairs(KEYS) do
-  use_prefix(prefix)
-  local pending = redis.call('ZCARD', K_PENDING)
-  out[#out + 1] = redis.call('HEXISTS', K_META, 'uri')
+  -- the few keys read here, named here (base.lua's names for a queue): use_prefix would build all 19
+  -- names of every queue, half of this script's time
+  local pending_key = prefix .. ':pending'
+  local meta = redis.call('HMGET', prefix .. ':meta', 'uri', 'enqueued', 'dequeued', 'dispatched', 'expired',
+                          'deadlettered', 'paused', 'mem')
+  local pending = redis.call('ZCARD', pending_key)
+  out[#out + 1] = meta[1] and 1 or 0
   out[#out + 1] = pending
-  out[#out + 1] = redis.call('HLEN', K_INFLIGHT)
-  out[#out + 1] = redis.call('ZCARD', K_PARKED)
-  out[#out + 1] = redis.call('HLEN', K_GROUPS)
-  out[#out + 1] = redis.call('LLEN', K_CORDER)
-  for _, v in ipairs(redis.call('HMGET', K_META, 'enqueued', 'dequeued', 'dispatched', 'expired',
-                                'deadlettered', 'paused', 'mem')) do
-    out[#out + 1] = v or false
-  end
-  out[#out + 1] = pending > 0 and oldest_pending_timestamp() or false
+  out[#out + 1] = redis.call('HLEN', prefix .. ':inflight')
+  out[#out + 1] = redis.call('ZCARD', prefix .. ':parked')
+  out[#out + 1] = redis.call('HLEN', prefix .. ':groups')
+  out[#out + 1] = redis.call('LLEN', prefix .. ':corder')
+  for i = 2, 8 do out[#out + 1] = meta[i] or false end
+  out[#out + 1] = pending > 0 and oldest_pending_timestamp(pending_key, prefix .. ':msgs') or false
 end
 return out
