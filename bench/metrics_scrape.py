@@ -101,7 +101,7 @@ def main() -> None:
         requests.get(url, headers=headers, timeout=60).raise_for_status()  # warm: scripts loaded
         system.redis.config_set("slowlog-log-slower-than", 0)
         system.redis.config_set("slowlog-max-len", 100_000)
-        times, longest, gateway_cpu, redis_cpu = [], 0, [], []
+        times, longest, gateway_cpu, redis_cpu, script_calls = [], (0, ""), [], [], []
         gateway = psutil.Process(system.process.pid)
         for _ in range(args.runs):
             system.redis.slowlog_reset()
@@ -113,13 +113,22 @@ def main() -> None:
             gateway_cpu.append(after[0].user + after[0].system - before[0].user - before[0].system)
             redis_cpu.append(after[1] - before[1])
             reply.raise_for_status()
-            entries = system.redis.slowlog_get(100_000)
-            longest = max([longest, *(e["duration"] for e in entries
-                                      if not e["command"].upper().startswith((b"SLOWLOG", b"CONFIG")))])
+            for entry in system.redis.slowlog_get(100_000):
+                command = entry["command"]
+                command = command.decode(errors="replace") if isinstance(command, bytes) else str(command)
+                if command.upper().startswith(("FCALL", "EVALSHA")):
+                    script_calls.append(entry["duration"])
+                if entry["duration"] > longest[0] and not command.upper().startswith(("SLOWLOG", "CONFIG")):
+                    longest = (entry["duration"], command[:50])
         times.sort()
         print(f"GET /metrics, {args.destinations} destinations, {args.runs} runs: median "
               f"{statistics.median(times) * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms; "
-              f"{len(reply.content) / 1e6:.1f} MB; longest Redis call {longest / 1000:.1f} ms", flush=True)
+              f"{len(reply.content) / 1e6:.1f} MB; longest Redis call {longest[0] / 1000:.1f} ms "
+              f"({longest[1]}...)", flush=True)
+        script_calls.sort()
+        p99 = script_calls[int(len(script_calls) * 0.99)]
+        print(f"summary_many calls: {len(script_calls)}, median {statistics.median(script_calls) / 1000:.1f} "
+              f"ms, 99th percentile {p99 / 1000:.1f} ms", flush=True)
         print(f"CPU per scrape (median): gateway process {statistics.median(gateway_cpu) * 1000:.0f} ms, "
               f"Redis {statistics.median(redis_cpu) * 1000:.0f} ms (what an idle machine's wall time is "
               f"made of; load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)", flush=True)
