@@ -108,7 +108,7 @@ def metrics_page(ctx: Context) -> Calls:
         client = redis.asyncio.Redis(unix_socket_path=path)
         broker = AsyncBroker(client, ctx.broker.namespace)
         try:
-            summaries = await broker.summaries(names, page=PAGE)
+            summaries = await broker.summaries(names, page=PAGE, oldest=True)
             assert all(s is not None and s.oldest_timestamp for s in summaries)
         finally:
             await broker.aclose()

@@ -664,9 +664,11 @@ class AsyncBroker(_Api):
 
     _summary_many = True  # one script over many queues, until a Redis Cluster refuses it
 
-    async def summaries(self, destinations: list[str | Destination], page: int = 1000) -> list[Any]:
+    async def summaries(self, destinations: list[str | Destination], page: int = 1000,
+                        oldest: bool = False) -> list[Any]:
         """`DestinationSummary` (main counters) of many queues, one script call per `page`; None for
-        one that is gone. A topic's come from its full `stats` (they read each subscription)."""
+        one that is gone. A topic's come from its full `stats` (they read each subscription). With
+        `oldest`, also each queue's oldest pending message (up to ten lookups per queue: pages smaller)."""
         out: list[Any] = []
         source = script("summary_many")
         functions = await self._load(["summary_many"])
@@ -678,7 +680,7 @@ class AsyncBroker(_Api):
             if queues and self._summary_many:
                 try:
                     prefixes = tuple(self.ops.prefix(d) for d in queues)
-                    flat = await self._eval(Eval("summary_many", prefixes, (now,)))
+                    flat = await self._eval(Eval("summary_many", prefixes, (now, int(oldest))))
                 except redis.ResponseError:  # a Redis Cluster: the queues are on several slots
                     self._summary_many = False
                 else:
@@ -686,7 +688,7 @@ class AsyncBroker(_Api):
                         found[d.uri] = summary_from(flat[SUMMARY_WIDTH * i:SUMMARY_WIDTH * (i + 1)], d.uri)
             if len(found) < len(queues):
                 pipe = self.redis.pipeline(transaction=False)
-                ops = [self.ops.summary(d, now) for d in queues]
+                ops = [self.ops.summary(d, now, oldest) for d in queues]
                 for op in ops:
                     call = next(op)
                     pipe.execute_command(*call_args(source, functions, call.keys, call.args))

@@ -278,8 +278,8 @@ class DestinationSummary:
     deadlettered: int
     paused: bool
     memory_usage: int = 0  # bytes held (DestinationStats.memory_usage)
-    # the timestamp (ms) of the oldest message waiting for dispatch; None when none waits (or a topic,
-    # whose messages wait per subscription)
+    # the timestamp (ms) of the oldest message waiting for dispatch (when asked for); None when none
+    # waits (or a topic, whose messages wait per subscription)
     oldest_timestamp: int | None = None
 
 
@@ -721,9 +721,9 @@ class Operations:
         groups = {_str(reply[i]): (int(reply[i + 1]), int(reply[i + 2])) for i in range(4, len(reply), 3)}
         return GroupCounts(groups, int(reply[0]), bool(int(reply[1])), int(reply[2]), bool(int(reply[3])))
 
-    def summary(self, dest: Destination, now: int) -> Op:
+    def summary(self, dest: Destination, now: int, oldest: bool = False) -> Op:
         """The main counters only (console index); None when the destination does not exist."""
-        return summary_from((yield Eval("summary_many", (self.prefix(dest),), (now,))), dest.uri)
+        return summary_from((yield Eval("summary_many", (self.prefix(dest),), (now, int(oldest)))), dest.uri)
 
     def stats(self, dest: Destination, now: int) -> Op:
         if dest.is_topic and not isinstance(dest, Subscription):

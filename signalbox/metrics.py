@@ -106,7 +106,8 @@ async def gather(broker: AsyncBroker, limit: int | None = None, page: int = PAGE
         out.registered = int(registered)
         uris = [n.decode() if isinstance(n, bytes) else n for n in names]
         # one summary_many script call per `page` queues (a topic's summary: its full stats)
-        out.summaries = [s for s in await broker.summaries(uris, page) if s is not None]  # None: deleted
+        out.summaries = [s for s in await broker.summaries(uris, page, oldest=True)
+                         if s is not None]  # (None: deleted since the ZRANGE)
         out.pages = -(-len(uris) // page)
     except (redis.RedisError, OSError) as exc:  # Redis went away during the scrape
         out.redis_up, out.redis_error, out.summaries = False, f"{type(exc).__name__}: {exc}", []

@@ -1,12 +1,14 @@
 -- The main counters of one or many queues (the console's index and the metrics scrape of 10,000
 -- destinations: one call per page instead of one pipelined call per queue, whose client-side cost
 -- dominated). KEYS: the queues' prefixes. A Redis Cluster refuses a call over several slots (CROSSSLOT);
--- the caller then calls it per queue. ARGV: now.
+-- the caller then calls it per queue. ARGV: now, oldest (1: also look up the oldest pending message,
+-- up to 10 more lookups per queue; the metrics scrape asks, the console's index does not).
 -- Returns per queue 14 values: exists (0/1), pending, in flight, parked, groups, consumers, the meta
 -- counters enqueued, dequeued, dispatched, expired, deadlettered, paused (false when unset), bytes held
--- (meta.mem), and the timestamp of the oldest pending message (false when none).
+-- (meta.mem), and the timestamp of the oldest pending message (false when none or not asked).
 --@include base
 NOW = tonumber(ARGV[1])
+local want_oldest = ARGV[2] == '1'
 
 -- Scores are the broker sequence (a returned message's minus 2^45), or with prioritizedMessages
 -- (9 - priority) * 2^44 + sequence (message.lua pending_score): each band is in sending order, so the
@@ -45,6 +47,7 @@ for _, prefix in ipairs(KEYS) do
   out[#out + 1] = redis.call('HLEN', prefix .. ':groups')
   out[#out + 1] = redis.call('LLEN', prefix .. ':corder')
   for i = 2, 8 do out[#out + 1] = meta[i] or false end
-  out[#out + 1] = pending > 0 and oldest_pending_timestamp(pending_key, prefix .. ':msgs') or false
+  out[#out + 1] = want_oldest and pending > 0 and oldest_pending_timestamp(pending_key, prefix .. ':msgs')
+    or false
 end
 return out
