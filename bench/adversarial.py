@@ -86,7 +86,7 @@ def case(name: str) -> Callable[[Callable[[Context], Calls]], Callable[[Context]
 # --- metrics ---
 
 
-@case("metrics: one scrape page (summary_many over 100 prioritized queues, 10 priority bands each)")
+@case("metrics: one scrape page (summary_many over 50 prioritized queues, 10 priority bands each)")
 def metrics_page(ctx: Context) -> Calls:
     """The worst page GET /metrics reads: PAGE queues, each with messages waiting in all ten priority
     bands, so the oldest-message lookup visits every band of every queue."""
