@@ -103,18 +103,22 @@ def metrics_page(ctx: Context) -> Calls:
     for name in names:
         ctx.broker.send(name, [Message(body="x", priority=p) for p in range(10)])
     path = ctx.client.connection_pool.connection_kwargs["path"]
+    loop = asyncio.new_event_loop()
+    client = redis.asyncio.Redis(unix_socket_path=path)
+    broker = AsyncBroker(client, ctx.broker.namespace)
 
     async def page() -> None:
-        client = redis.asyncio.Redis(unix_socket_path=path)
-        broker = AsyncBroker(client, ctx.broker.namespace)
-        try:
-            summaries = await broker.summaries(names, page=PAGE, oldest=True)
-            assert all(s is not None and s.oldest_timestamp for s in summaries)
-        finally:
-            await broker.aclose()
-            await client.aclose()
+        summaries = await broker.summaries(names, page=PAGE, oldest=True)
+        assert all(s is not None and s.oldest_timestamp for s in summaries)
 
-    return ctx.measure(lambda: asyncio.run(page()))
+    # once before measuring: an AsyncBroker's first call loads the script library (FUNCTION LOAD)
+    loop.run_until_complete(page())
+    try:
+        return ctx.measure(lambda: loop.run_until_complete(page()))
+    finally:
+        loop.run_until_complete(broker.aclose())
+        loop.run_until_complete(client.aclose())
+        loop.close()
 
 
 def start_server() -> tuple[subprocess.Popen[bytes], str]:
