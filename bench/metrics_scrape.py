@@ -127,7 +127,8 @@ def main() -> None:
               f"({longest[1]}...)", flush=True)
         script_calls.sort()
         p99 = script_calls[int(len(script_calls) * 0.99)]
-        print(f"summary_many calls: {len(script_calls)}, median {statistics.median(script_calls) / 1000:.1f} "
+        print(f"script calls (summary_many; topics' statistics make others): {len(script_calls)}, "
+              f"median {statistics.median(script_calls) / 1000:.1f} "
               f"ms, 99th percentile {p99 / 1000:.1f} ms", flush=True)
         print(f"CPU per scrape (median): gateway process {statistics.median(gateway_cpu) * 1000:.0f} ms, "
               f"Redis {statistics.median(redis_cpu) * 1000:.0f} ms (what an idle machine's wall time is "
