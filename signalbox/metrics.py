@@ -6,8 +6,9 @@ Redis's memory; a Collector made for the scrape turns them into metric families.
 itself records (requests, frames) comes from gateway.metrics.
 
 Bounded work: at most SIGNALBOX_METRICS_MAX_DESTINATIONS destinations (10,000; the oldest first, as the
-registry orders them) are read, PAGE queues per script call, so a scrape of 10,000 queues is a few
-dozen Redis calls, none of them long. Those past the limit are counted, not shown.
+registry orders them) are read, PAGE queues per script call: a scrape of 10,000 queues is about 200
+Redis calls of a millisecond or two each (docs/benchmarks.md). Those past the limit are counted, not
+shown. A topic is read with its full statistics, not paged (docs/metrics.md says what that costs).
 """
 
 from __future__ import annotations
@@ -111,7 +112,6 @@ async def gather(broker: AsyncBroker, limit: int | None = None, page: int = PAGE
         out.pages = -(-len(uris) // page)
     except (redis.RedisError, OSError) as exc:  # Redis went away during the scrape
         out.redis_up, out.redis_error, out.summaries = False, f"{type(exc).__name__}: {exc}", []
-    out.tick = await tick
     out.tick = await tick
     out.seconds = time.perf_counter() - started
     return out
