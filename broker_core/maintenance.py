@@ -150,13 +150,14 @@ class Recovery:
 
 def run_recovery(broker: Broker, destination: str | Destination) -> Recovery:
     """Close consumers whose lease lapsed (their messages return with the redelivery counter raised),
-    complete forwards left behind, and run dispatch when a parked message or a delayed start came due.
-    One cheap script call when there is nothing to do."""
+    finish returning what closed consumers still hold and releasing what ended subscriptions held (a
+    process died between those chunks), complete forwards left behind, and run dispatch when a parked
+    message or a delayed start came due. One cheap script call when there is nothing to do."""
     dest = _dest(destination)
     now = broker.clock.now_ms()
     token = uuid.uuid4().hex
-    held, lapsed, forwards, due = broker._run(_eval(broker, dest, "maintenance", now, "recover", token,
-                                                    RECOVER_LEASE_MS, FORWARD_GRACE_MS))
+    held, lapsed, forwards, due, owed = broker._run(_eval(broker, dest, "maintenance", now, "recover", token,
+                                                          RECOVER_LEASE_MS, FORWARD_GRACE_MS))
     if not int(held):
         return Recovery(ran=False)
     lease = Lease(broker, dest, "recover", token, RECOVER_LEASE_MS)
@@ -168,6 +169,8 @@ def run_recovery(broker: Broker, destination: str | Destination) -> Recovery:
                 reaped += batch
                 if len(batch) < REAP_BATCH:
                     break
+        if int(owed):  # a process died while returning (or releasing) a closed consumer's messages
+            broker._run(broker.ops.return_owed(dest, now))
         forwarded = 0
         if int(forwards):
             forwarded = broker.forward(dest)
@@ -273,6 +276,8 @@ def _abort_op(broker: Broker, dest: Destination, now: int, *args: Any) -> Op:
     except NoDestination:
         return None
     yield from broker.ops._continue_dispatch(dest, now, int(reply[3]), int(reply[4]))
+    if len(reply) > 5:  # consumers were aborted: their messages go back in chunks
+        yield from broker.ops.return_owed(dest, now)
     return reply
 
 

@@ -45,6 +45,11 @@ BROWSE_EXAMINE = 1_000  # messages a browse call looks at, matching or not
 TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
+# In-flight messages a closed (or reaped, aborted) consumer returns per script call, and messages an ended
+# topic subscription held released per call; the rest follow in further calls (return_owed). A message
+# costs about 10 µs of Redis CPU: 200 keep a call at 2-6 ms, well under the 20 ms bound
+# (docs/benchmarks.md, "Closing and reaping").
+RETURN_CHUNK = 200
 TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is (not dead letters)
 # forwards that publish a copy made for the target: a virtual destination's, an advisory, a wildcard
 # subscription's (scripts/includes/wildcard.lua). With TRANSFERS, every forward that is not a dead letter:
@@ -246,6 +251,9 @@ class DestinationStats:
     durable_offline: int = 0
     evicted: int = 0
     removed_with_subscription: int = 0
+    # Selectors that failed on a message, which they then did not match (an evaluation error, such as
+    # one over limits.MAX_EVALUATION_BYTES), counted by the dispatch (a topic: by the send).
+    selector_errors: int = 0
     # FLOW (spec §9, §14.2): bytes held, the limit in force (memoryLimit, else the broker's), the percent
     # ActiveMQ reports as MemoryPercentUsage, sends refused or held by flow control and the time held.
     memory_usage: int = 0
@@ -356,8 +364,9 @@ def _forward_stats(meta: dict[str, str]) -> dict[str, int]:
 class Operations:
     """Builds the operation generators for one key namespace."""
 
-    def __init__(self, namespace: str = "sb") -> None:
+    def __init__(self, namespace: str = "sb", return_chunk: int = RETURN_CHUNK) -> None:
         self.namespace = namespace
+        self.return_chunk = return_chunk  # messages returned (or released) per call
         self.registry_key = f"{namespace}:destinations"
         self.virtual = virtual.VirtualCache()  # this process's copy of the routing configuration
 
@@ -594,6 +603,9 @@ class Operations:
         require_concrete(dest, "subscribe to")  # wildcard queues: not supported
         requested = -1 if spec.prefetch is None else spec.prefetch
         reply = yield from self._eval("consumer_add", dest, now, 0, cid, packed, spec.lease_ms, requested)
+        if reply[0] == b"closing":  # the id of a closed consumer whose messages are still going back
+            yield from self.return_owed(dest, now)
+            reply = yield from self._eval("consumer_add", dest, now, 0, cid, packed, spec.lease_ms, requested)
         result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
         return Consumer(dest, cid, spec.ack_mode, prefetch=int(reply[4]), hold_until=result.hold_until)
 
@@ -664,9 +676,29 @@ class Operations:
         return int(reply[0])
 
     def close_consumer(self, consumer: ConsumerRef, now: int, reason: str) -> Op:
+        """The consumer leaves dispatch in the first call; its messages go back `return_chunk` per call."""
         dest = yield from self.home(consumer)
-        reply = yield from self._eval("consumer_close", dest, now, 0, consumer.consumer_id, reason)
-        return (yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2])))
+        reply = yield from self._eval("consumer_close", dest, now, 0, consumer.consumer_id, reason,
+                                      self.return_chunk)
+        result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
+        if not int(reply[3]):
+            return result
+        rest = yield from self.return_owed(dest, now)
+        return DispatchResult(result.dispatched + rest.dispatched, rest.hold_until)
+
+    def return_owed(self, dest: Destination, now: int) -> Op:
+        """Return what closed consumers of `dest` (a queue, or one subscription) still hold, and release
+        what ended subscriptions of its topic held, `return_chunk` messages per script call, each followed
+        by its dispatch, until nothing is owed. Safe to run from several processes at once: each call takes
+        messages no other call has."""
+        dispatched, hold = 0, 0
+        while True:
+            reply = yield Eval("return_owed", (self.prefix(dest),), (now, 0, max(1, self.return_chunk)))
+            result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
+            dispatched += int(reply[0]) + result.dispatched
+            hold = result.hold_until or int(reply[2])
+            if not int(reply[3]):
+                return DispatchResult(dispatched, hold)
 
     def renew(self, dest: Destination, consumer_ids: list[str], lease_ms: int, now: int) -> Op:
         """Renew leases; returns the ids that are no longer registered (closed or reaped)."""
@@ -679,9 +711,11 @@ class Operations:
         """Close consumers whose lease lapsed; returns their ids."""
         if dest.is_topic and not isinstance(dest, Subscription):
             return (yield from topic_ops.reap(self, dest, now, limit))
-        reply = yield Eval("reap", (self.prefix(dest),), (now, 0, limit))
+        reply = yield Eval("reap", (self.prefix(dest),), (now, 0, limit, self.return_chunk))
         split = reply.index(b"")
         yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
+        if int(reply[split + 4]):
+            yield from self.return_owed(dest, now)
         return [_str(x) for x in reply[:split]]
 
     def dispatch(self, dest: Destination, now: int) -> Op:
@@ -777,6 +811,7 @@ class Operations:
             last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
             group_count=int(reply[3]), paused=meta.get("paused") == "1", exclusive_owner=owner,
             consumers=consumers, **_memory_stats(meta, reply[7]), **_forward_stats(meta),
+            selector_errors=count("selector_errors"),
         )
 
     def destinations(self) -> Op:

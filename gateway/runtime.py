@@ -89,32 +89,60 @@ def wakeups() -> WakeupHub:
 class WakeupHub:
     """One pub/sub subscription per process and loop; `wait(consumer_id)` returns when dispatch put
     messages in that consumer's outbox (or at the timeout). A wake-up that arrives while nobody waits
-    is kept, so the next wait returns at once instead of missing it."""
+    is kept, so the next wait returns at once instead of missing it.
+
+    The subscription survives Redis going away: the listener subscribes again (every RESUBSCRIBE_EVERY
+    seconds until Redis answers). When the subscription drops, and again when it is back, every waiter is
+    woken, because wake-ups published meanwhile are lost: they look at their outboxes at once, so the
+    adapters learn of the outage from their next call (and tell their clients), and see what was
+    dispatched during it."""
+
+    RESUBSCRIBE_EVERY = 0.25
 
     def __init__(self, client: redis.asyncio.Redis, namespace: str) -> None:
         self.client = client
         self.channel = f"{namespace}:wake:{PROCESS_ID}"
         self._events: dict[str, asyncio.Event] = {}
         self._listener: asyncio.Task[None] | None = None
-        self._ready = asyncio.Event()
+        self.subscribed = False
+        self.failure: BaseException | None = None  # why the last attempt to subscribe failed
+        self._changed = asyncio.Condition()
 
     async def start(self) -> None:
-        """Subscribe (once); call before registering consumers with `notify=hub.channel`."""
+        """Subscribe (once); call before registering consumers with `notify=hub.channel`. Raises redis-py's
+        ConnectionError while Redis cannot be reached (gateway/unavailable.py)."""
         if self._listener is None:
             self._listener = asyncio.get_running_loop().create_task(self._listen())
-        await self._ready.wait()
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.subscribed or self.failure is not None)
+        if not self.subscribed:
+            raise redis.ConnectionError(f"the wake-up subscription is down: {self.failure}")
+
+    async def _settle(self, subscribed: bool, failure: BaseException | None) -> None:
+        self.subscribed, self.failure = subscribed, failure
+        self._wake_all()
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _wake_all(self) -> None:
+        for event in self._events.values():
+            event.set()
 
     async def _listen(self) -> None:
-        pubsub = self.client.pubsub()
-        await pubsub.subscribe(self.channel)
-        self._ready.set()
-        try:
-            async for message in pubsub.listen():
-                if message.get("type") == "message":
-                    self._event(message["data"].decode()).set()
-        finally:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()
+        while True:
+            pubsub = self.client.pubsub()
+            try:
+                await pubsub.subscribe(self.channel)
+                await self._settle(True, None)
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        self._event(message["data"].decode()).set()
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                await self._settle(False, exc)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+            await asyncio.sleep(self.RESUBSCRIBE_EVERY)
 
     def _event(self, consumer_id: str) -> asyncio.Event:
         return self._events.setdefault(consumer_id, asyncio.Event())

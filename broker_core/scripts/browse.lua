@@ -14,6 +14,7 @@ local expr = false
 if ARGV[5] ~= '' then expr = cjson.decode(ARGV[5]) end
 local out = { '' }
 local found, examined = 0, 0
+local selector_work = SELECTOR_COST.bytes  -- (selector.lua: the call ends once it has matched enough)
 
 local function offer(id, state, cid)
   examined = examined + 1
@@ -23,7 +24,11 @@ local function offer(id, state, cid)
     if job then blob = cmsgpack.unpack(job)[1] end
   end
   if not blob then return end
-  if expr and not selector_matches(expr, selector_view(id, unpack_message(blob))) then return end
+  if expr then
+    local ok = selector_matches(expr, selector_view(id, unpack_message(blob)))
+    if SELECTOR_COST.bytes - selector_work >= SELECTOR_COST.call_limit then examined = budget end
+    if not ok then return end
+  end
   out[#out + 1] = id
   out[#out + 1] = blob
   out[#out + 1] = state

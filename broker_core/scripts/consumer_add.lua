@@ -13,6 +13,9 @@ if prefetch < 0 or prefetch == 1000 then prefetch = policy_num('queuePrefetch') 
 if redis.call('HEXISTS', K_CONSUMERS, cid) == 1 then
   return fail('CONSUMER_EXISTS', 'consumer ' .. cid .. ' is already registered on this destination')
 end
+-- The id of a closed consumer whose messages are still being returned (its keys are still in use): the
+-- caller returns them (return_owed.lua) and asks again.
+if redis.call('HEXISTS', P .. ':closing', cid) == 1 then return { 'closing' } end
 local def = cmsgpack.unpack(packed)
 local before = redis.call('HLEN', K_CONSUMERS)
 redis.call('HSET', K_CONSUMERS, cid, packed)

@@ -34,5 +34,15 @@ for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do
   keys[#keys + 1] = K_COUT(cid)
   keys[#keys + 1] = K_CGRP(cid)
 end
+-- closed consumers whose messages were still being returned (includes/lifecycle.lua return_owed)
+for _, cid in ipairs(redis.call('HKEYS', P .. ':closing')) do
+  keys[#keys + 1] = K_C(cid)
+  keys[#keys + 1] = K_CINF(cid)
+  keys[#keys + 1] = K_COUT(cid)
+end
+keys[#keys + 1] = P .. ':closing'
+-- a topic's ended subscriptions' messages still to release (includes/lifecycle.lua remove_subscription)
+for _, key in ipairs(redis.call('SMEMBERS', P .. ':ended')) do keys[#keys + 1] = key end
+keys[#keys + 1] = P .. ':ended'
 redis.call('UNLINK', unpack(keys))
 return count

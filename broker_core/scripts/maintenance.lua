@@ -7,7 +7,10 @@
 -- KEYS[1] = the destination's prefix. ARGV: now, op, then per op:
 --   acquire job token ttl  -> 1 if the caller holds the lease now (taken, or renewed: same token), else 0
 --   release job token      -> 1 if the caller held it (and it is gone now), else 0
---   recover token ttl grace -> {held, lapsed consumers, forwards waiting, next dispatch time (0 = none)};
+--   recover token ttl grace -> {held, lapsed consumers, forwards waiting, next dispatch time (0 = none),
+--                             closed consumers whose messages are still owed and ended subscriptions
+--                             whose messages are still to release (a closer died between chunks:
+--                             includes/lifecycle.lua return_owed)};
 --                             takes the 'recover' lease only when there is something to do. Forwards
 --                             count only once they have waited `grace` ms: until then the process that
 --                             queued them is taken to be delivering them.
@@ -59,11 +62,12 @@ elseif op == 'recover' then
   if #first > 0 then due = tonumber(first[2]) end
   local hold = tonum(redis.call('HGET', K_META, 'hold_until'), 0)
   if hold > 0 and (due == 0 or hold < due) then due = hold end
+  local owed = redis.call('HLEN', P .. ':closing') + redis.call('SCARD', TP .. ':ended')
   local held = 0
-  if lapsed > 0 or stale or (due > 0 and due <= NOW) then
+  if lapsed > 0 or stale or owed > 0 or (due > 0 and due <= NOW) then
     held = acquire('recover', ARGV[3], tonumber(ARGV[4]))
   end
   if not stale then forwards = 0 end
-  return {held, lapsed, forwards, due}
+  return {held, lapsed, forwards, due, owed}
 end
 return redis.error_reply('INVALID_OPERATION unknown maintenance operation ' .. tostring(op))

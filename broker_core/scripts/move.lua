@@ -71,8 +71,11 @@ if #ids > 0 then
 else
   local lower = cursor == '' and '-inf' or '(' .. cursor
   local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, budget)
+  -- (selector.lua SELECTOR_COST: the call ends once its selector evaluations have done a call's worth)
+  local selector_work, cut = SELECTOR_COST.bytes, false
   for i = 1, #batch, 2 do
     if taken >= max then break end
+    if i > 1 and SELECTOR_COST.bytes - selector_work >= SELECTOR_COST.call_limit then cut = true break end
     local id = batch[i]
     next_cursor = batch[i + 1]
     local blob = redis.call('HGET', K_MSGS, id)
@@ -81,7 +84,7 @@ else
       if not expr or selector_matches(expr, selector_view(id, m)) then take(id, m, blob) end
     end
   end
-  if #batch / 2 < budget and taken < max then next_cursor = '' end
+  if not cut and #batch / 2 < budget and taken < max then next_cursor = '' end
 end
 if mode ~= 'copy' then reset_pass() end
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))

@@ -1,11 +1,19 @@
 -- Close consumers whose lease ran out (crashed gateway process, abandoned HTTP consumer).
--- ARGV: now, budget, max consumers. Returns {closed ids..., '', dispatched, more, hold_until}.
+-- Between them they return at most `chunk` of the messages they hold; the rest are owed (return_owed.lua).
+-- ARGV: now, budget, max consumers, chunk. Returns {closed ids..., '', dispatched, more, hold_until, owed}.
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
 local out = {}
+local chunk, owed = tonumber(ARGV[4]), 0
 for _, cid in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', '(' .. NOW, 'LIMIT', 0, tonumber(ARGV[3]))) do
-  if close_consumer(cid, 'lease_expired') then out[#out + 1] = cid end
+  local held = redis.call('ZCARD', K_CINF(cid))
+  local closed, left = close_consumer(cid, 'lease_expired', chunk)
+  if closed then
+    out[#out + 1] = cid
+    chunk = math.max(chunk - (held - left), 0)
+    owed = owed + left
+  end
 end
 local dispatched, more, hold = 0, 0, 0
 if #out > 0 then dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2])) end
@@ -13,4 +21,5 @@ out[#out + 1] = ''
 out[#out + 1] = dispatched
 out[#out + 1] = more
 out[#out + 1] = hold
+out[#out + 1] = owed
 return out

@@ -18,11 +18,13 @@ for i = 4, #ARGV do
   seqs[ARGV[i]] = tonumber(seq)
 end
 local rcv = received_upto(cid)
+local held = {}
 for _, id in ipairs(ids) do
-  local received = seqs[id] <= rcv
-  if not received then redis.call('LREM', K_COUT(cid), 1, id) end
-  return_message(cid, id, received, 'rollback')
+  if seqs[id] > rcv then redis.call('LREM', K_COUT(cid), 1, id) end  -- never received: no bump
+  local n = #held
+  held[n + 1], held[n + 2] = id, seqs[id]
 end
+return_messages(cid, held, rcv, 'rollback')
 -- The window opened by DELIVERED acks (a transaction's acks) closes again, never below zero.
 local ext = tonumber(redis.call('HGET', K_C(cid), 'ext')) or 0
 redis.call('HSET', K_C(cid), 'ext', math.max(0, ext - #ids))

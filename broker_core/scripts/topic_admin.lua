@@ -82,6 +82,9 @@ elseif op == 'delete' then
     remove_subscription('destination_deleted')
     TOPIC.switch(nil)
   end
+  -- what they held goes with the topic's messages (destination_delete.lua), not released one by one
+  for _, key in ipairs(redis.call('SMEMBERS', TP .. ':ended')) do redis.call('UNLINK', key) end
+  redis.call('UNLINK', TP .. ':ended')
   TOPIC.recovery_release_all()
   return 1
 elseif op == 'drop_idle' then

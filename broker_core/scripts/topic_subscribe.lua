@@ -42,11 +42,19 @@ if existing then
     return fail('DURABLE_IN_USE', 'Durable consumer is in use for client: ' .. client ..
                 ' and subscriptionName: ' .. name)
   end
+  -- its last consumer, under this id, still has messages being returned: the caller returns them
+  -- (return_owed.lua) and asks again (consumer_add.lua does the same)
+  if redis.call('HEXISTS', P .. ':closing', cid) == 1 then return { 'closing' } end
   local old = cmsgpack.unpack(existing)
   if (old.selector_text or '') ~= (sub_def.selector_text or '') or (old.nolocal == true) ~= (sub_def.nolocal == true) then
     remove_subscription('changed')  -- TopicRegion.hasDurableSubChanged: a new subscription replaces it
     existing = nil
     state = 'changed'
+  elseif old.selector ~= sub_def.selector then
+    -- The same selector compiled by another version of the parser (since version 2 its patterns are
+    -- automata, which the evaluator needs): the subscription stays, with the new compiled form.
+    old.selector = sub_def.selector
+    redis.call('HSET', TP .. ':subs', key, cmsgpack.pack(old))
   end
   TOPIC.switch(nil)
 end

@@ -4,8 +4,10 @@
 `Selector` whose `compiled` JSON the scripts evaluate with scripts/includes/selector.lua (spec §4.3).
 There is no Python evaluator: `evaluate_in_redis` runs the same Lua through scripts/selector_match.lua.
 
-Compiled form (compact JSON, stable for a given text): `{"v":1,"c":<bool>,"e":<node>}` where `c` turns
-on STOMP's string coercion and a node is an array whose first element names it:
+Compiled form (compact JSON, stable for a given text):
+`{"v":2,"c":<bool>,"b":<bytes>,"B":<bytes>,"e":<node>}` where `c` turns on STOMP's string coercion,
+`b` is what one evaluation may spend and `B` what the evaluations of one dispatch or browse call may
+(limits.py), and a node is an array whose first element names it:
 
 - literals `["s","text"]`, `["i",5]`, `["l",5]` (a decimal string beyond 2^53), `["d",1.5]` (`"1e999"` for
   infinity), `["b",true]`, `["null"]`; a negated numeric literal is folded into the literal;
@@ -13,14 +15,14 @@ on STOMP's string coercion and a node is an array whose first element names it:
 - `["and",a,b,...]`, `["or",a,b,...]`, `["not",a]`, `["bool",prop]` (a property used as a condition);
 - `["eq",a,b]` (`<>` is `["not",["eq",...]]`), `["lt"|"le"|"gt"|"ge",a,b]`, `["isnull",a]`;
   BETWEEN is `["and",["ge",v,lo],["le",v,hi]]`, NOT BETWEEN `["or",["lt",v,lo],["gt",v,hi]]`;
-- `["like",a,[[is_pattern,text],...]]` (segments between `%` wildcards, see patterns.compile_like; NOT LIKE
-  wraps it in "not"), `["in",prop,{"value":true,...},negated]`;
+- `["like",a,<automaton>]` (NOT LIKE wraps it in "not"), `["in",prop,{"value":true,...},negated]`;
 - `["add"|"sub"|"mul"|"div"|"mod",a,b]`, `["neg",a]`;
-- `["xquery"]`, `["inlist",list,v]`, `["makelist",a,...]`, `["regex",lua_pattern,v]`,
-  `["replace",s,lua_pattern,repl]`, `["split",s,lua_pattern]` or with a limit argument.
+- `["xquery"]`, `["inlist",list,v]`, `["makelist",a,...]`, `["regex",<automaton>,v]`,
+  `["replace",s,<span automata>,repl]`, `["split",s,<span automata>]` or with a limit argument.
 
-Lua patterns carry the placeholder patterns.CONT (a NUL) for the UTF-8 continuation-byte range.
-The regular-expression subset REGEX/REPLACE/SPLIT accept is described in patterns.py.
+Patterns are compiled to DFAs over UTF-8 bytes, which the Lua evaluator runs in one pass over the value
+(automata.py describes both JSON forms). The regular-expression subset REGEX/REPLACE/SPLIT accept is
+described in patterns.py; every limit on a selector is in limits.py.
 
 Where Signalbox differs from ActiveMQ on purpose:
 - XPATH is refused at parse time; the regular expression of REGEX/REPLACE/SPLIT must be a string
@@ -43,6 +45,7 @@ from functools import lru_cache
 
 from ..errors import InvalidSelector
 from .evaluate import SelectorEvaluationError, evaluate_in_redis, evaluate_in_redis_async, message_json
+from .limits import MAX_CALL_EVALUATION_BYTES, MAX_EVALUATION_BYTES
 from .parser import HEADER_IDENTIFIERS, parse
 
 __all__ = [
@@ -58,7 +61,7 @@ __all__ = [
 ]
 
 CONVERT_STRING_EXPRESSIONS_PREFIX = "convert_string_expressions:"
-COMPILED_VERSION = 1
+COMPILED_VERSION = 2
 CACHE_SIZE = 1024  # ActiveMQ keeps 100; compiled selectors are small and consumers many
 
 
@@ -114,7 +117,8 @@ def _parse_cached(text: str, convert: bool) -> Selector:
         raise InvalidSelector("the selector is empty", position=offset + 1, expected="an expression")
     root, identifiers = parse(text, offset)
     compiled = json.dumps(
-        {"v": COMPILED_VERSION, "c": convert, "e": root.json},
+        {"v": COMPILED_VERSION, "c": convert, "b": MAX_EVALUATION_BYTES, "B": MAX_CALL_EVALUATION_BYTES,
+         "e": root.json},
         separators=(",", ":"), ensure_ascii=False, allow_nan=False,
     )
     return Selector(text, convert, compiled, identifiers)

@@ -10,18 +10,28 @@ are literals; IN needs a property on its left. Each node carries its compiled JS
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidSelector
+from .automata import AutomatonTooLarge, Pattern, cells, find_automaton, span_automata
 from .lexer import Token, tokenize
-from .patterns import RegexUnsupported, compile_like, java_regex_to_lua
+from .limits import (
+    MAX_AUTOMATON_CELLS,
+    MAX_NESTING,
+    MAX_PATTERN_LENGTH,
+    MAX_PATTERNS,
+    MAX_SELECTOR_LENGTH,
+    MAX_TERMS,
+    MAX_TREE_DEPTH,
+    over,
+)
+from .patterns import RegexUnsupported, compile_like, java_regex
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 EXACT_DOUBLE = 2**53  # integers beyond this travel as decimal strings so Lua keeps them exact
-MAX_NESTING = 48  # parentheses / unary operators; keeps Python's recursion well inside its limit
-MAX_TREE_DEPTH = 96  # the compiled tree; cjson refuses JSON deeper than 1000 levels
 
 # Identifiers that map to message headers (spec §4.2); everything else is a user property.
 HEADER_IDENTIFIERS = frozenset({
@@ -77,6 +87,9 @@ class Parser:
         self.k = 0
         self.nesting = 0
         self.identifiers: set[str] = set()
+        self.terms = 0
+        self.patterns = 0
+        self.cells = 0
 
     # -- token helpers ---------------------------------------------------------------------------------
 
@@ -129,9 +142,8 @@ class Parser:
                 )
         depth = 1 + max((c.depth for c in children), default=0)
         if depth > MAX_TREE_DEPTH:
-            raise InvalidSelector(
-                f"the selector nests more than {MAX_TREE_DEPTH} operations deep", position=start + 1
-            )
+            raise InvalidSelector(over("max_tree_depth", "the selector nests operations", "deep"),
+                                  position=start + 1)
         return Node(json, start, end, depth=depth, **flags)
 
     def as_boolean(self, node: Node, context: str) -> Node:
@@ -278,11 +290,8 @@ class Parser:
                     position=esc.start + 1, expected="a single-character string such as '\\'",
                 )
             end = esc.end
-        try:
-            segments = compile_like(str(pattern.value), escape)
-        except ValueError as exc:
-            raise InvalidSelector(str(exc), position=pattern.start + 1) from None
-        node = self.make(["like", left.json, segments], left.start, end, (left,), boolean=True)
+        automaton = self.automaton("the LIKE pattern", pattern, lambda text: compile_like(text, escape))
+        node = self.make(["like", left.json, automaton], left.start, end, (left,), boolean=True)
         if negate:
             node = self.make(["not", node.json], left.start, end, (node,), boolean=True)
         return node
@@ -311,6 +320,7 @@ class Parser:
         values: dict[str, bool] = {}
         while True:
             item = self.string_literal("a string literal (IN lists hold only strings)")
+            self.term(item)
             values[str(item.value)] = True
             if self.at_op(","):
                 self.next()
@@ -344,7 +354,8 @@ class Parser:
         try:
             if self.nesting > MAX_NESTING:
                 raise InvalidSelector(
-                    f"the selector nests more than {MAX_NESTING} levels deep", position=self.tok.start + 1
+                    over("max_nesting", "the selector nests parentheses or unary operators", "deep"),
+                    position=self.tok.start + 1,
                 )
             return self._unary()
         finally:
@@ -441,15 +452,54 @@ class Parser:
                 position=arg.position, expected="a string literal",
             )
         try:
-            return java_regex_to_lua(str(arg.value), spans=(name != "REGEX"))
+            spans = name != "REGEX"
+            return self.automaton(
+                f"the {name} pattern", token, lambda text: java_regex(text, spans=spans), spans
+            )
         except RegexUnsupported as exc:
             raise InvalidSelector(
                 f"{name} pattern: {exc.message}", position=_string_position(token, exc.index),
                 expected="a regular expression in the supported subset",
             ) from None
 
+    def automaton(self, what: str, token: Token, read: Callable[[str], Pattern], spans: bool = False) -> dict:
+        """The automaton (automata.py) of the pattern in string literal `token`, within the limits: the
+        one deciding a match, or with `spans` those finding where matches are (REPLACE, SPLIT)."""
+        at = token.start + 1
+        self.patterns += 1
+        if self.patterns > MAX_PATTERNS:
+            raise InvalidSelector(
+                over("max_patterns", "the selector has", "patterns (LIKE, REGEX, REPLACE, SPLIT)"),
+                position=at,
+            )
+        text = str(token.value)
+        if len(text) > MAX_PATTERN_LENGTH:
+            raise InvalidSelector(over("max_pattern_length", f"{what} has", "characters"), position=at)
+        pattern = read(text)
+        try:
+            automaton = span_automata(pattern) if spans else find_automaton(pattern)
+        except AutomatonTooLarge as exc:
+            raise InvalidSelector(f"{what} is too complex: {exc}", position=at) from None
+        self.cells += cells(automaton)
+        if self.cells > MAX_AUTOMATON_CELLS:
+            raise InvalidSelector(
+                over("max_automaton_cells", "the selector's patterns need", "automaton table entries"),
+                position=at,
+            )
+        return automaton
+
+    def term(self, token: Token) -> None:
+        self.terms += 1
+        if self.terms > MAX_TERMS:
+            raise InvalidSelector(
+                over("max_terms", "the selector has", "terms (literals, properties, IN values)"),
+                position=token.start + 1,
+            )
+
     def primary(self) -> Node:
         t = self.tok
+        if t.kind in ("str", "int", "float", "id") or self.at_kw("TRUE", "FALSE", "NULL"):
+            self.term(t)
         if t.kind == "str":
             self.next()
             return Node(_literal_json("s", t.value), t.start, t.end, literal="s", value=t.value)
@@ -496,6 +546,9 @@ def _string_position(token: Token, index: int) -> int:
 
 def parse(text: str, offset: int) -> tuple[Node, frozenset[str]]:
     """Parse text[offset:]; returns the boolean root node and the identifiers it references."""
+    if len(text) > MAX_SELECTOR_LENGTH:
+        raise InvalidSelector(over("max_selector_length", "the selector has", "characters"),
+                              position=MAX_SELECTOR_LENGTH + 1)
     parser = Parser(text, offset)
     root = parser.selector()
     return root, frozenset(parser.identifiers)

@@ -1,14 +1,14 @@
-"""LIKE patterns and Java regexes translated to Lua patterns, which the Lua evaluator runs on UTF-8 bytes.
+"""LIKE patterns and Java regexes read into automata.Pattern (items of character sets with repetitions).
 
-Lua patterns work on bytes and have no alternation or groups, so only a subset of Java's regex syntax
-translates faithfully; anything outside it is refused when the selector is parsed (RegexUnsupported,
-turned into InvalidSelector by the parser). The supported subset, for REGEX, REPLACE and SPLIT:
+automata.py turns a Pattern into the DFAs the Lua evaluator runs. Only a subset of Java's regex syntax is
+accepted; anything outside it is refused when the selector is parsed (RegexUnsupported, turned into
+InvalidSelector by the parser). The supported subset, for REGEX, REPLACE and SPLIT:
 
 - literal characters, including escaped metacharacters (`\\.`), `\\t \\n \\r \\f \\a \\e`, `\\xhh`,
   `\\x{h..}`, `\\uhhhh`, `\\0ooo`, `\\cX` and `\\Q...\\E` quoting;
 - `.` (any character except `\\n` and `\\r`), `\\d \\D \\w \\W \\s \\S` (ASCII, as in Java's default),
   and bracket classes `[...]` / `[^...]` of ASCII characters, ranges and `\\d \\w \\s`;
-- the quantifiers `* + ? {n} {n,} {n,m}`, and the lazy `*? +? {n}? {n,}?`;
+- the quantifiers `* + ? {n} {n,} {n,m}` (counts up to MAX_REPEAT), and the lazy `*? +? {n}? {n,}?`;
 - `^` / `\\A` at the start, and at the end `$` / `\\Z` (REGEX only: end of input or before a final line
   terminator) and `\\z` (end of input).
 
@@ -16,22 +16,15 @@ Refused: alternation `|`, groups and lookaround `( )`, back-references, `\\b \\B
 possessive quantifiers, `??`, lazy `{n,m}?`, class unions/intersections, non-ASCII characters inside
 classes, and quantifiers other than `{n}` on a non-ASCII character. Java's `.` also stops at U+0085,
 U+2028 and U+2029; Signalbox's does not.
-
-A single "any character" has to match a whole UTF-8 sequence. Lua patterns cannot hold the raw bytes
-0x80-0xBF once the pattern has travelled through JSON as text, so the byte range is written as the
-placeholder CONT (a NUL character, which never appears otherwise: literal NULs are written `%z`), and the
-Lua side replaces it with "\\128-\\191" before use.
 """
 
 from __future__ import annotations
 
 import string
 
-CONT = "\x00"  # placeholder for the Lua class range of UTF-8 continuation bytes, "\128-\191"
-MAX_QUANTIFIED_ITEMS = 400  # Lua 5.1 recurses once per quantified pattern item; keep that bounded
-MAX_REPEAT = 100
+from .automata import ANY, ASCII, CharSet, Item, Pattern
+from .limits import MAX_REPEAT
 
-_ALNUM = frozenset(string.ascii_letters + string.digits)
 _DIGITS = frozenset(range(ord("0"), ord("9") + 1))
 _WORD = frozenset(ord(c) for c in string.ascii_letters + string.digits + "_")
 _SPACE = frozenset(ord(c) for c in " \t\n\x0b\f\r")
@@ -55,88 +48,36 @@ class RegexUnsupported(ValueError):
         self.index = index
 
 
-def lua_literal(ch: str) -> str:
-    """One character as a Lua pattern item matching exactly it."""
-    if ch == "\x00":
-        return "%z"
-    if ch.isascii() and ch not in _ALNUM and ch.isprintable():
-        return "%" + ch
-    return ch
-
-
-def _class_body(codes: frozenset[int]) -> str:
-    """The inside of a Lua [...] class for a set of ASCII codes; ranges only between alphanumerics."""
-    out: list[str] = []
-    ordered = sorted(codes)
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        lo, hi = chr(ordered[i]), chr(ordered[j])
-        if j - i >= 2 and lo in _ALNUM and hi in _ALNUM and (lo.isdigit() == hi.isdigit()) and (
-            lo.isupper() == hi.isupper()
-        ):
-            out.append(f"{lo}-{hi}")
-            i = j + 1
-            continue
-        ch = chr(ordered[i])
-        out.append("%z" if ch == "\x00" else ("%" + ch if ch not in _ALNUM and ch.isprintable() else ch))
-        i += 1
-    return "".join(out)
-
-
-# One UTF-8 character whose first byte is not in `excluded`: an ASCII character or a lead byte, then
-# its continuation bytes.
-def _one_char(excluded: frozenset[int]) -> str:
-    return f"[^{_class_body(excluded)}{CONT}][{CONT}]*"
-
-
-ANY_CHAR = _one_char(frozenset())  # LIKE's `_`: DOTALL, so any character at all
+def _literal(ch: str) -> CharSet:
+    if ch.isascii():
+        return CharSet(frozenset((ord(ch),)))
+    return CharSet(literal=ch.encode())
 
 
 # -- LIKE --------------------------------------------------------------------------------------------------
 
 
-def compile_like(pattern: str, escape: str | None) -> list[list[object]]:
-    """The segments of a LIKE pattern between its `%` wildcards, as [is_lua_pattern, text] pairs.
-
-    A segment without `_` is plain text (compared with string.find's plain mode); one with `_` is a Lua
-    pattern. The first segment is anchored at the start of the value, the last at its end; with a single
-    segment (no `%`) the whole value must match. The Lua side matches each middle segment at its
-    leftmost position, which is exact for patterns whose only variable-length part is `%`.
-    """
-    segments: list[list[tuple[str, str]]] = [[]]
+def compile_like(pattern: str, escape: str | None) -> Pattern:
+    """SQL LIKE as a Pattern anchored at both ends: `%` any run of characters, `_` any one (newlines
+    included), and ESCAPE escaping only `_`, `%` or itself (ActiveMQ's LikeExpression)."""
+    items: list[Item] = []
     i = 0
     while i < len(pattern):
         c = pattern[i]
         escaped = i + 1 < len(pattern) and pattern[i + 1] in ("_", "%", escape)
         if escape is not None and c == escape and escaped:
-            segments[-1].append(("lit", pattern[i + 1]))
+            items.append(Item(_literal(pattern[i + 1]), 1, 1))
             i += 2
             continue
         if c == "%":
-            segments.append([])
+            if not items or items[-1] != Item(ANY, 0, None):  # `%%` is `%`
+                items.append(Item(ANY, 0, None))
         elif c == "_":
-            segments[-1].append(("any", ""))
+            items.append(Item(ANY, 1, 1))
         else:
-            segments[-1].append(("lit", c))
+            items.append(Item(_literal(c), 1, 1))
         i += 1
-    out: list[list[object]] = []
-    last = len(segments) - 1
-    for index, items in enumerate(segments):
-        if all(kind == "lit" for kind, _ in items):
-            out.append([False, "".join(ch for _, ch in items)])
-            continue
-        if sum(1 for kind, _ in items if kind == "any") > MAX_QUANTIFIED_ITEMS:
-            raise ValueError(f"LIKE pattern has more than {MAX_QUANTIFIED_ITEMS} '_' wildcards in a row")
-        body = "".join(ANY_CHAR if kind == "any" else lua_literal(ch) for kind, ch in items)
-        if index == 0:
-            body = "^" + body
-        if index == last:
-            body += "$"
-        out.append([True, body])
-    return out
+    return Pattern(tuple(items), head=True, tail=True)
 
 
 # -- Java regex ----------------------------------------------------------------------------------------------
@@ -219,11 +160,9 @@ class _RegexReader:
 
 
 def _item(
-    atom: tuple[str, object], quantifier: str, lo: int, hi: int | None, lazy: bool, at: int
-) -> tuple[list[str], int]:
-    """Lua pattern items for one atom and its quantifier ('' none, '*', '+', '?', '{}'), and how many
-    quantified Lua items they hold."""
-    kind, payload = atom
+    atom: CharSet, quantifier: str, lo: int, hi: int | None, lazy: bool, at: int
+) -> Item:
+    """The item for one atom and its quantifier ('' none, '*', '+', '?', '{}')."""
     if quantifier == "":
         lo, hi = 1, 1
     elif quantifier == "*":
@@ -234,52 +173,34 @@ def _item(
         lo, hi = 0, 1
     if lazy and hi is not None and hi != lo:
         raise RegexUnsupported("lazy quantifiers other than *? +? and {n,}? are not supported", at)
-    if kind == "seq":
-        if hi != lo:
-            raise RegexUnsupported(
-                f"a quantifier on the non-ASCII character {payload!r} is not supported", at
-            )
-        return [str(payload)] * lo, 0
-    codes, negated = payload  # type: ignore[misc]
-    if not negated:
-        one = lua_literal(chr(next(iter(codes)))) if len(codes) == 1 else f"[{_class_body(codes)}]"
-        star, lazy_star, optional = one + "*", one + "-", one + "?"
-        per_one, per_optional = 0, 1
-    else:
-        body = _class_body(codes)
-        one = f"[^{body}{CONT}][{CONT}]*"
-        star, lazy_star = f"[^{body}]*", f"[^{body}]-"
-        optional = f"[^{body}{CONT}]?[{CONT}]*"
-        per_one, per_optional = 1, 2
-    if not negated and hi is None and lo >= 1 and not lazy:
-        return [one] * (lo - 1) + [one + "+"], 1
-    items = [one] * lo
-    count = per_one * lo
-    if hi is None:
-        items.append(lazy_star if lazy else star)
-        count += 1
-    else:
-        items += [optional] * (hi - lo)
-        count += per_optional * (hi - lo)
-    return items, count
+    if atom.literal is not None and hi != lo:
+        raise RegexUnsupported(
+            f"a quantifier on the non-ASCII character {atom.literal.decode()!r} is not supported", at
+        )
+    return Item(atom, lo, hi, lazy and hi != lo)
 
 
-def java_regex_to_lua(regex: str, *, spans: bool) -> str:
-    """A Lua pattern equivalent to the Java regex `regex`, or RegexUnsupported naming what is not."""
+def _set(codes: frozenset[int], negated: bool) -> CharSet:
+    return CharSet(ASCII - codes, True) if negated else CharSet(codes)
+
+
+_CR_LF = (Item(CharSet(frozenset((13,))), 0, 1), Item(CharSet(frozenset((10,))), 0, 1))
+
+
+def java_regex(regex: str, *, spans: bool) -> Pattern:
+    """The Pattern of the Java regex `regex`, or RegexUnsupported naming what is not supported."""
     r = _RegexReader(regex, spans)
-    head = ""
-    tail = ""
-    items: list[str] = []
-    quantified = 0
+    head = tail = False
+    items: list[Item] = []
     n = len(regex)
     while r.i < n:
         start = r.i
         c = regex[r.i]
-        atom: tuple[str, object] | None = None
+        atom: CharSet
         if c == "^":
             if start != 0:
                 raise r.fail("'^' is only supported at the start of the pattern")
-            head = "^"
+            head = True
             r.i += 1
             continue
         if c == "$":
@@ -287,7 +208,8 @@ def java_regex_to_lua(regex: str, *, spans: bool) -> str:
                 raise r.fail("'$' is only supported at the end of the pattern")
             if spans:
                 raise r.fail("'$' is not supported in REPLACE and SPLIT (use \\z for the end of input)")
-            tail = "\r?\n?$"
+            items += _CR_LF  # Java's `$`: the end, or before a final line terminator
+            tail = True
             r.i += 1
             continue
         if c == "|":
@@ -300,7 +222,7 @@ def java_regex_to_lua(regex: str, *, spans: bool) -> str:
             raise r.fail("'{' must be escaped as '\\{' when it is not a quantifier")
         if c == ".":
             r.i += 1
-            atom = ("set", (_NEWLINES, True))
+            atom = _set(_NEWLINES, True)
         elif c == "[":
             atom = _read_class(r)
         elif c == "\\":
@@ -310,8 +232,7 @@ def java_regex_to_lua(regex: str, *, spans: bool) -> str:
                 close = regex.find("\\E", r.i + 1)
                 quoted = regex[r.i + 1: close if close >= 0 else n]
                 r.i = close + 2 if close >= 0 else n
-                for ch in quoted:
-                    items += _item(_literal_atom(ch), "", 1, 1, False, start)[0]
+                items += (Item(_literal(ch), 1, 1) for ch in quoted)
                 continue
             if e == "E":  # a stray \E is ignored by Java
                 r.i += 1
@@ -321,40 +242,32 @@ def java_regex_to_lua(regex: str, *, spans: bool) -> str:
                 if e == "A":
                     if start != 0:
                         raise r.fail("\\A is only supported at the start of the pattern", start)
-                    head = "^"
+                    head = True
                     continue
                 if r.i != n:
                     raise r.fail(f"\\{e} is only supported at the end of the pattern", start)
                 if e == "Z" and spans:
                     raise r.fail("\\Z is not supported in REPLACE and SPLIT (use \\z)", start)
-                tail = "$" if e == "z" else "\r?\n?$"
+                if e == "Z":
+                    items += _CR_LF
+                tail = True
                 continue
             if e in _NAMED_CLASSES:
                 r.i += 1
-                atom = ("set", _NAMED_CLASSES[e])
+                atom = _set(*_NAMED_CLASSES[e])
             else:
                 ch = r.escaped_char(start)
                 if ch is None:
                     what = _UNSUPPORTED_ESCAPES.get(e, f"the escape \\{e}")
                     raise r.fail(f"{what} is not supported", start)
-                atom = _literal_atom(ch)
+                atom = _literal(ch)
         else:
             r.i += 1
-            atom = _literal_atom(c)
+            atom = _literal(c)
         quantifier_start = r.i
         quantifier, lo, hi, lazy = _read_quantifier(r)
-        more, count = _item(atom, quantifier, lo, hi, lazy, quantifier_start)
-        items += more
-        quantified += count
-        if quantified > MAX_QUANTIFIED_ITEMS or len(items) > 4 * MAX_QUANTIFIED_ITEMS:
-            raise RegexUnsupported("the pattern is too complex to run in Redis", start)
-    return head + "".join(items) + tail
-
-
-def _literal_atom(ch: str) -> tuple[str, object]:
-    if ch.isascii():
-        return ("set", (frozenset((ord(ch),)), False))
-    return ("seq", ch)
+        items.append(_item(atom, quantifier, lo, hi, lazy, quantifier_start))
+    return Pattern(tuple(items), head, tail)
 
 
 def _read_quantifier(r: _RegexReader) -> tuple[str, int, int | None, bool]:
@@ -376,7 +289,7 @@ def _read_quantifier(r: _RegexReader) -> tuple[str, int, int | None, bool]:
         if hi is not None and hi < lo:
             raise r.fail(f"invalid repetition {{{spec}}}: the maximum is below the minimum", start)
         if lo > MAX_REPEAT or (hi or 0) > MAX_REPEAT:
-            raise r.fail(f"repetition counts above {MAX_REPEAT} are not supported", start)
+            raise r.fail(f"repetition counts above {MAX_REPEAT} are not supported (limit max_repeat)", start)
         quantifier = "{}"
         r.i = close + 1
     else:
@@ -394,7 +307,7 @@ def _read_quantifier(r: _RegexReader) -> tuple[str, int, int | None, bool]:
     return quantifier, lo, hi, lazy
 
 
-def _read_class(r: _RegexReader) -> tuple[str, object]:
+def _read_class(r: _RegexReader) -> CharSet:
     start = r.i
     r.i += 1  # '['
     negated = False
@@ -431,7 +344,7 @@ def _read_class(r: _RegexReader) -> tuple[str, object]:
             codes.update(range(ord(low), ord(high) + 1))
         else:
             codes.add(ord(low))
-    return ("set", (frozenset(codes), negated))
+    return _set(frozenset(codes), negated)
 
 
 def _class_char(r: _RegexReader, codes: set[int]) -> str | None:

@@ -17,6 +17,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from broker_core import errors as broker_errors
+from gateway import unavailable
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,12 @@ def describe(exc: BaseException) -> tuple[int, dict[str, Any], dict[str, str]] |
         elif status_code == 503:
             headers["Retry-After"] = "1"
         return status_code, problem(status_code, exc.code, title, exc.message, **extra), headers
+    if unavailable.store_unavailable(exc):
+        log.warning("Redis unavailable: %s", exc)
+        wait = unavailable.retry_after()
+        headers["Retry-After"] = str(wait)
+        return 503, problem(503, unavailable.CODE, unavailable.TITLE, unavailable.explain(exc),
+                            retry_after=wait), headers
     if isinstance(exc, RequestDataTooBig):
         return 413, problem(413, "request_too_large", "Request too large", str(exc)), headers
     if isinstance(exc, exceptions.ValidationError):

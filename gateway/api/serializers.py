@@ -220,6 +220,8 @@ class DestinationSerializer(serializers.Serializer):
     duplicates = serializers.IntegerField()
     skipped = serializers.IntegerField()
     last_pass_skipped = serializers.IntegerField()
+    selector_errors = serializers.IntegerField(
+        required=False, help_text="Selector evaluations that failed on a message (no match), e.g. a limit.")
     consumer_count = serializers.IntegerField()
     group_count = serializers.IntegerField()
     paused = serializers.BooleanField()

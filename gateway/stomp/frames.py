@@ -43,6 +43,9 @@ class FrameError(Exception):
         super().__init__(message)
         self.message = message
         self.detail = detail or message
+        # The whole frames that came before the bad one in the same feed: they are handled before the
+        # ERROR, as a stream's reader would (a SEND followed by garbage in one read is still sent).
+        self.parsed: list[Frame] = []
 
 
 @dataclass(frozen=True)
@@ -180,12 +183,14 @@ class FrameParser:
     def feed(self, data: bytes) -> list[Frame]:
         """Add received bytes; return the frames they completed (heart-beat EOLs yield nothing)."""
         self._buf += data
-        frames = []
-        while True:
-            frame = self._next()
-            if frame is None:
-                return frames
-            frames.append(frame)
+        frames: list[Frame] = []
+        try:
+            while (frame := self._next()) is not None:
+                frames.append(frame)
+        except FrameError as exc:
+            exc.parsed = frames
+            raise
+        return frames
 
     def _skip_eols(self) -> None:
         buf = self._buf

@@ -1,4 +1,5 @@
-"""A STOMP session over one WebSocket: frames from the codec, calls to the broker through the link.
+"""A STOMP session over one connection (a WebSocket, or a TCP stream: gateway/stomp/tcp.py): frames from the
+codec, calls to the broker through the link.
 
 ActiveMQ's STOMP mapping (shared/spec/activemq-semantics.md Appendix A): `/queue/X` destinations and
 composites, SUBSCRIBE's `activemq.*` headers, SEND headers to message fields (every other header a string
@@ -40,6 +41,7 @@ from gateway.stomp.frames import (
     negotiate_heart_beat,
     negotiate_version,
 )
+from gateway.unavailable import STORE_ERRORS, explain, retry_after
 from gateway.ws import auth
 from gateway.ws.link import LinkError, LinkSettings, SlowClient, Subscription
 from gateway.ws.session import LinkedSession
@@ -276,15 +278,18 @@ class Transport:
 
 
 class StompSession(LinkedSession):
-    """One STOMP connection. `data_received` for every WebSocket message, `connection_lost` at the end."""
+    """One STOMP connection. `data_received` for every WebSocket message (or every read of a stream:
+    `stream=True`), `connection_lost` at the end."""
 
     protocol = "stomp"
 
     def __init__(self, transport: Transport, *, broker: Any, hub: Any, session_user: Any = None,
                  settings: StompSettings | None = None, link_settings: LinkSettings | None = None,
-                 remote_address: str = "") -> None:
+                 remote_address: str = "", stream: bool = False) -> None:
         super().__init__(transport, broker=broker, hub=hub, session_user=session_user,
                          link_settings=link_settings)
+        # On a stream a frame may span reads; on a WebSocket each message must hold whole frames.
+        self.stream = stream
         self.remote_address = remote_address  # ws://host:port of the client, named when its client-id clashes
         self.settings = settings or StompSettings.from_django()
         self.parser = FrameParser("1.2", self.settings.limits)
@@ -319,8 +324,10 @@ class StompSession(LinkedSession):
         items: list[Frame | FrameError] = []
         try:
             items += self.parser.feed(data)
-            self.parser.end_of_message()
+            if not self.stream:
+                self.parser.end_of_message()
         except FrameError as exc:
+            items += exc.parsed
             items.append(exc)
         for item in items:
             while (len(self._inbox) >= INBOX_FRAMES or self._inbox_bytes >= INBOX_BYTES) and not self.closing:
@@ -376,6 +383,9 @@ class StompSession(LinkedSession):
                 await self.broker.send(dest, messages, tx=tx)
             except (StompError, LinkError, BrokerError):  # refused before anything was written:
                 pass  # the one-by-one path reports the first bad frame
+            except STORE_ERRORS as exc:  # perhaps written: never sent again one by one
+                await self.fail_unavailable(exc, batch[0].get("receipt"))
+                return
             else:
                 metrics.frame("stomp", "SEND", "ok", len(batch))
                 for frame in batch:
@@ -411,6 +421,8 @@ class StompSession(LinkedSession):
             await self.fail(exc.message.split("\n", 1)[0][:200], exc.message, receipt)
         except SlowClient as exc:
             await self.shutdown(str(exc))
+        except STORE_ERRORS as exc:
+            await self.fail_unavailable(exc, receipt)
         except Exception as exc:
             outcome = "internal_error"
             logger.exception("STOMP %s failed", frame.command)
@@ -479,7 +491,19 @@ class StompSession(LinkedSession):
             await self.send_frame("ERROR", error_headers, body, force=True)
         await self.shutdown(message)
 
-    async def _lost(self, reason: str) -> None:
+    async def fail_unavailable(self, exc: BaseException, receipt: str | None = None) -> None:
+        """Redis cannot be reached: ERROR `Broker unavailable` and the close. The client reconnects (after
+        the `retry-after` seconds): CONNECT succeeds again as soon as Redis answers. Unacknowledged
+        messages go back to the queue when this connection's consumers lapse."""
+        logger.warning("STOMP connection ends: Redis unavailable (%s)", exc)
+        await self.fail("Broker unavailable", explain(exc) + "; reconnect to go on", receipt,
+                        (("retry-after", str(retry_after())),))
+
+    async def _lost(self, reason: str, unavailable: bool = False) -> None:
+        if unavailable:
+            await self.fail("Broker unavailable", f"{reason}; the broker's store (Redis) cannot be reached, "
+                            "reconnect to go on", headers=(("retry-after", str(retry_after())),))
+            return
         await self.fail("Connection lost its subscriptions", reason)
 
     async def _aborted(self, sub: Subscription, notice: AbortNotice) -> None:

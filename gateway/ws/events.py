@@ -11,8 +11,11 @@ The browser's session user (AuthMiddlewareStack) must be logged in; anonymous ha
   same totals as GET /api/v1/console/overview), and `"rows"` for the destinations the client named with
   `{"watch": ["queue://a", ...]}` (at most 200; the rows of the page it shows).
 
-Every message carries `ts` (server ms). The client shows a disconnected indicator when the socket drops
-and reconnects by itself.
+Every message carries `ts` (server ms). Every connection also gets `{"type": "status", "broker": "ok"}`
+each second, or `"broker": "unavailable"` with a `detail` while Redis cannot be reached (a PING bounded by
+STATUS_EVERY); the feed's own loops wait for Redis and go on by themselves. The client shows a
+disconnected indicator when the socket drops (and reconnects by itself), "Broker unavailable" on such a
+status, and "stale" when nothing at all arrived for a few seconds (a stalled server).
 """
 
 from __future__ import annotations
@@ -31,10 +34,12 @@ from django.conf import settings
 from broker_core.destinations import parse_destination
 from broker_core.errors import BrokerError, UnknownDestination
 from gateway import permissions, runtime
+from gateway.unavailable import STORE_ERRORS, explain
 
 RECENT = 20  # events listed per batch; the rest are only counted
 EVENTS_EVERY = 0.5
 STATS_BUSY, STATS_IDLE, TOTALS_EVERY = 1.0, 5.0, 2.0
+STATUS_EVERY = 1.0  # the broker status message, also the heartbeat the browser's staleness check watches
 MAX_WATCH = 200
 
 
@@ -46,6 +51,7 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
     channel_layer_alias = "signalbox-no-channel-layer"  # no channel per connection: nothing sends to it
 
     task: asyncio.Task[None] | None = None
+    status_task: asyncio.Task[None] | None = None
     watched: list[str]
 
     async def connect(self) -> None:
@@ -57,6 +63,7 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
         query = parse_qs(_text(self.scope.get("query_string", b"")))
         text = (query.get("destination") or [""])[0]
         await self.accept()
+        self.status_task = asyncio.get_running_loop().create_task(self._status())
         if text:
             try:
                 destination = parse_destination(text)
@@ -68,9 +75,9 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
                 await self._send({"type": "error", "detail": f"no read permission on {destination.uri}"})
                 await self.close(4403)
                 return
-            self.task = asyncio.get_running_loop().create_task(self._tail(destination))
+            self.task = asyncio.get_running_loop().create_task(self._outlasting(self._tail, destination))
         else:
-            self.task = asyncio.get_running_loop().create_task(self._totals())
+            self.task = asyncio.get_running_loop().create_task(self._outlasting(self._totals))
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:
@@ -89,10 +96,32 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
             self.watched = allowed
 
     async def disconnect(self, code: int) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(BaseException):
-                await self.task
+        for task in (self.task, self.status_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def _status(self) -> None:
+        """Whether Redis answers, every STATUS_EVERY seconds (docstring above)."""
+        client = runtime.async_broker().redis
+        while True:
+            try:
+                await asyncio.wait_for(client.ping(), STATUS_EVERY)
+                status: dict[str, Any] = {"type": "status", "broker": "ok"}
+            except (*STORE_ERRORS, TimeoutError) as exc:
+                status = {"type": "status", "broker": "unavailable", "detail": explain(exc)}
+            await self._send(status)
+            await asyncio.sleep(STATUS_EVERY)
+
+    async def _outlasting(self, feed: Any, *args: Any) -> None:
+        """Run `feed` again after STATUS_EVERY whenever Redis fails it; the status task tells the browser."""
+        while True:
+            try:
+                await feed(*args)
+                return
+            except STORE_ERRORS:
+                await asyncio.sleep(STATUS_EVERY)
 
     async def _send(self, payload: dict[str, Any]) -> None:
         payload["ts"] = int(time.time() * 1000)

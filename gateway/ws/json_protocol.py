@@ -3,7 +3,8 @@
 Requests (each may carry `id`; the answer to a request with an id is `{"type": "ok", "id": ...}`):
 `connect`, `subscribe`, `unsubscribe`, `send`, `ack`, `nack`, `begin`, `commit`, `abort`. The server
 pushes `message` objects and answers problems with `{"type": "error", "code", "message", "id"}`; a request
-error leaves the connection open, a failed `connect` or a lost subscription closes it. docs/websocket.md
+error leaves the connection open, a failed `connect`, a lost subscription or the broker's store (Redis)
+becoming unreachable (`broker_unavailable`) closes it. docs/websocket.md
 describes every field.
 """
 
@@ -19,6 +20,7 @@ from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message
 from broker_core.operations import Consumer
 from gateway import metrics
+from gateway import unavailable as store
 from gateway.api.codec import parse_envelope, render_delivery
 from gateway.api.errors import Problem
 from gateway.ws import auth
@@ -81,8 +83,11 @@ class JsonSession(LinkedSession):
     async def start(self) -> None:
         self.open_buffer(coalesce=False)
         if self.session_user is not None and getattr(self.session_user, "is_authenticated", False):
-            await self.open_link(self.session_user)
-            await self.connected()  # ActiveMQ.Advisory.Connection
+            try:
+                await self.open_link(self.session_user)
+                await self.connected()  # ActiveMQ.Advisory.Connection
+            except store.STORE_ERRORS as exc:
+                await self.error(store.CODE, store.explain(exc) + "; reconnect to go on", fatal=True)
 
     async def emit(self, obj: dict[str, Any], force: bool = False) -> None:
         assert self.buffer is not None
@@ -131,6 +136,9 @@ class JsonSession(LinkedSession):
             await self.error(exc.problem_code, str(exc.detail), request_id)
         except SlowClient as exc:
             await self.shutdown(str(exc))
+        except store.STORE_ERRORS as exc:  # the connection's consumers cannot go on either: it ends
+            logger.warning("JSON WebSocket connection ends: Redis unavailable (%s)", exc)
+            await self.error(store.CODE, store.explain(exc) + "; reconnect to go on", request_id, fatal=True)
         except Exception as exc:
             outcome = "internal_error"
             logger.exception("JSON request failed")
@@ -146,9 +154,9 @@ class JsonSession(LinkedSession):
         if fatal:
             await self.shutdown(message)
 
-    async def _lost(self, reason: str) -> None:
+    async def _lost(self, reason: str, unavailable: bool = False) -> None:
         if not self.closing:
-            await self.error("connection_lost", reason, fatal=True)
+            await self.error(store.CODE if unavailable else "connection_lost", reason, fatal=True)
 
     async def _aborted(self, sub: Subscription, notice: AbortNotice) -> None:
         """A slow-consumer strategy or an operator aborted the subscription (spec §8.4): the link already

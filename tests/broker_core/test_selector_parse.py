@@ -144,7 +144,7 @@ def test_parse_errors_name_the_position_and_what_was_expected(text, position, me
 )
 def test_valid_selectors_parse(text):
     selector = parse_selector(text)
-    assert json.loads(selector.compiled)["v"] == 1
+    assert json.loads(selector.compiled)["v"] == 2
 
 
 def test_not_binds_tighter_than_comparison():

@@ -121,16 +121,38 @@ def queue_name() -> str:
     return f"q{uuid.uuid4().hex[:10]}"
 
 
+@pytest.fixture(scope="session")
+def stomp_listener(gateway_data):
+    """One STOMP-over-TCP listener process (`manage.py stomp_listener`) on the session's namespace."""
+    from tests.helpers.gateway_server import spawn_stomp_listener, wait_listening
+
+    data_dir, namespace = gateway_data
+    server = wait_listening(spawn_stomp_listener(data_dir, namespace))
+    server.namespace = namespace
+    yield server
+    server.stop()
+    output = server.output()
+    assert "Traceback" not in output, output
+
+
 @pytest.fixture
-def clients(gateway):
+def stomp_transport() -> str:
+    """How `clients` connect: 'ws' here; a module that overrides this with params runs on both."""
+    return "ws"
+
+
+@pytest.fixture
+def clients(gateway, stomp_transport, request):
     """Factory of connected stomp.py clients; all are closed at the end of the test."""
     from tests.helpers.stomp_client import Client
 
     made: list[Client] = []
+    tcp = stomp_transport == "tcp"
+    port = request.getfixturevalue("stomp_listener").port if tcp else gateway.port
 
     def make(login: str = "alice", passcode: str = "secret", *, heartbeats=(0, 0), connect: bool = True,
              binary_mode: bool = False, **headers: str) -> Client:
-        client = Client(gateway.port, heartbeats=heartbeats, binary_mode=binary_mode)
+        client = Client(port, heartbeats=heartbeats, binary_mode=binary_mode, tcp=tcp)
         made.append(client)
         return client.connect(login, passcode, **headers) if connect else client
 

@@ -15,6 +15,12 @@ from tests.helpers.stomp_client import RawStomp
 pytestmark = pytest.mark.e2e
 
 
+@pytest.fixture(params=["ws", "tcp"])
+def stomp_transport(request) -> str:
+    """Every test with `clients` runs over WebSocket and over TCP: one session code, two transports."""
+    return request.param
+
+
 def q(name: str) -> str:
     return f"/queue/{name}"
 

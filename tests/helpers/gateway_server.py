@@ -97,6 +97,20 @@ def spawn_gateway(data_dir: Path, namespace: str, name: str = "gateway", **extra
     return GatewayServer(process, port, log_path)
 
 
+def spawn_stomp_listener(data_dir: Path, namespace: str, name: str = "stomp",
+                         **extra_env: str) -> GatewayServer:
+    """`manage.py stomp_listener` (STOMP over TCP) on a free port, without waiting for it."""
+    port = free_port()
+    log_path = data_dir / f"{name}-{port}.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - the child writes to it
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "stomp_listener", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT, env=server_env(data_dir, namespace, **extra_env), stdin=subprocess.DEVNULL, stdout=log,
+        stderr=subprocess.STDOUT)
+    log.close()
+    return GatewayServer(process, port, log_path)
+
+
 def wait_listening(server: GatewayServer, timeout: float = 30) -> GatewayServer:
     process, port = server.process, server.port
     deadline = time.monotonic() + timeout

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psutil
 
+from signalbox.embedded_redis import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Variables of the test session that must not leak into a launcher under test.
@@ -26,6 +28,8 @@ def launcher_env(**overrides: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key not in _SESSION_ONLY}
     # signalbox.sh would create .venv on first use; point it at the virtualenv running the tests.
     env["SIGNALBOX_VENV"] = sys.prefix
+    # Each launcher's STOMP listener on a port of its own (61613 may be another broker's, or another test's).
+    env["SIGNALBOX_STOMP_PORT"] = str(free_port())
     env.update(overrides)
     return env
 
@@ -44,6 +48,7 @@ class RunningLauncher:
     process: subprocess.Popen[bytes]
     log_path: Path
     port: int
+    stomp_port: int = 0
     descendants: list[psutil.Process] = field(default_factory=list)
 
     @property
@@ -109,7 +114,7 @@ def start_launcher(data_dir: Path, port: int, env: dict[str, str], log_path: Pat
         start_new_session=True,  # its own process group, like a job started from a shell
     )
     log.close()
-    return RunningLauncher(process, log_path, port)
+    return RunningLauncher(process, log_path, port, int(env.get("SIGNALBOX_STOMP_PORT") or 0))
 
 
 def run_launcher_to_completion(

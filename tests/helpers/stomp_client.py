@@ -47,11 +47,18 @@ class QueueListener(stomp.ConnectionListener):
 
 
 class Client:
-    """One stomp.py WebSocket connection to a gateway."""
+    """One stomp.py connection: over WebSocket to a gateway's /stomp, or over TCP to a STOMP listener
+    (`tcp=True`, stomp.py's default transport)."""
 
-    def __init__(self, port: int, *, heartbeats: tuple[int, int] = (0, 0), binary_mode: bool = False) -> None:
-        self.conn = WSStompConnection([("127.0.0.1", port)], ws_path="/stomp", heartbeats=heartbeats,
-                                      reconnect_attempts_max=1, auto_decode=False, binary_mode=binary_mode)
+    def __init__(self, port: int, *, heartbeats: tuple[int, int] = (0, 0), binary_mode: bool = False,
+                 tcp: bool = False) -> None:
+        if tcp:
+            self.conn: Any = stomp.Connection12([("127.0.0.1", port)], heartbeats=heartbeats,
+                                                reconnect_attempts_max=1, auto_decode=False)
+        else:
+            self.conn = WSStompConnection([("127.0.0.1", port)], ws_path="/stomp", heartbeats=heartbeats,
+                                          reconnect_attempts_max=1, auto_decode=False,
+                                          binary_mode=binary_mode)
         self.listener = QueueListener()
         self.conn.set_listener("test", self.listener)
 

@@ -156,8 +156,11 @@ end
 local function dispatch_pass(budget)
   -- the pass state is read in two steps: an ack on a drained queue (the check for pending messages
   -- below) needs only the first two fields
-  local state = redis.call('HMGET', K_META, 'paused', 'hold_until')
+  -- (third: the fence of a close whose returns are still owed, lifecycle.lua closing_key: the pass reads
+  -- only messages below it)
+  local state = redis.call('HMGET', K_META, 'paused', 'hold_until', 'fence')
   if state[1] == '1' then return 0, 0, 0 end
+  local upper = state[3] and '(' .. state[3] or '+inf'
   local hold = tonum(state[2], 0)
   if hold > 0 then
     local needed = policy_num('consumersBeforeDispatchStarts')
@@ -192,6 +195,9 @@ local function dispatch_pass(budget)
   local strict = policy_flag('strictOrderDispatch')
   local order_changed = false
   local examined, dispatched, more = 0, 0, 0
+  -- Selector evaluations end the chunk once they have done a call's worth of matching (after at least
+  -- one message): the rest of the page waits for the next chunk (selector.lua SELECTOR_COST).
+  local selector_work, work_cut = SELECTOR_COST.bytes, false
 
   local excluded_changed = false
   local last_skipped = nil  -- the skipped count of the pass that ended last, written with the state below
@@ -246,7 +252,7 @@ local function dispatch_pass(budget)
     -- full window freeing one slot reads a handful of messages, not maxPageSize of them.
     local page = budget - examined  -- math.min(budget - examined, free + 8)
     if free + 8 < page then page = free + 8 end
-    local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', '0',
+    local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, upper, 'WITHSCORES', 'LIMIT', '0',
                              NOW_TEXT.num(page))
     if #batch > 2 then writes = PAGE.new() end
     dirty = dirty or PASS_DIRTY.value
@@ -260,6 +266,10 @@ local function dispatch_pass(budget)
     local restart = false
     local at_tail = #batch > 0 and #batch / 2 < page
     for i = 1, #batch, 2 do
+      if examined > 0 and SELECTOR_COST.bytes - selector_work >= SELECTOR_COST.call_limit then
+        more, work_cut = 1, true
+        break
+      end
       local id, score = batch[i], tonumber(batch[i + 1])
       examined = examined + 1
       local fresh = FRESH[id]
@@ -306,7 +316,9 @@ local function dispatch_pass(budget)
                   if expr then
                     if not full then full = unpack_message(blob) end
                     view = view or selector_view(id, full)
-                    ok = selector_matches(expr, view)
+                    local failed
+                    ok, failed = selector_matches(expr, view)
+                    if failed then meta_incr('selector_errors') end
                   end
                 end
                 if ok then
@@ -341,6 +353,7 @@ local function dispatch_pass(budget)
         end
       end
     end
+    if work_cut then break end
     if restart then
       local _, any_left = pass_room(cons, excluded)
       end_pass()

@@ -6,8 +6,29 @@
 -- of the open upvalues for each name it uses). The paths most calls never take (expiry, scheduling,
 -- returns, closing a consumer) are therefore built on first use: these names start as stubs (at the end of
 -- this file) that build them all (lifecycle_load), then call the real function.
-local expire_message, expire_pending, park, schedule_job, fire_scheduled, return_message
+local expire_message, expire_pending, park, schedule_job, fire_scheduled, return_messages
 local recompute_exclusive_owner, remove_subscription, subscription_consumer_gone, close_consumer
+local return_owed, returns_begin, release_ended
+
+-- Consumers closed while holding more messages than one call returns (close_consumer with a chunk): hash
+-- consumer id -> the reason it closed. Each is gone from dispatch; its window (K_CINF), counters (K_C: 'n',
+-- 'rcv') and outbox stay until return_owed has returned every message it holds. While any is owed, meta
+-- 'fence' keeps the dispatch pass below that score (dispatch.lua): a message that was never returned
+-- cannot overtake the owed ones, which the one-step close would have put ahead of it.
+local function closing_key() return P .. ':closing' end
+
+-- A subscription is done with topic message `id`: one reference fewer, and the message gone with the last.
+local function release_shared(id)
+  if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
+    local own_meta = K_META
+    K_META = TP .. ':meta'
+    memory_release(redis.call('HSTRLEN', TP .. ':msgs', id))
+    K_META = own_meta
+    redis.call('HDEL', TP .. ':msgs', id)
+    redis.call('HDEL', TP .. ':refs', id)
+    redis.call('ZREM', TP .. ':order', id)
+  end
+end
 
 -- Forget the stored state of messages that have left the destination: one command per key for all of
 -- them, and one memory release.
@@ -20,15 +41,7 @@ local function drop_messages(ids)
     local id = ids[i]
     FRESH[id] = nil
     if SUB then
-      if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
-        local own_meta = K_META
-        K_META = TP .. ':meta'
-        memory_release(redis.call('HSTRLEN', K_MSGS, id))
-        K_META = own_meta
-        redis.call('HDEL', K_MSGS, id)
-        redis.call('HDEL', TP .. ':refs', id)
-        redis.call('ZREM', TP .. ':order', id)
-      end
+      release_shared(id)
     else
       local size = redis.call('HSTRLEN', K_MSGS, id)  -- 0 when it is not stored
       if size > 0 then bytes = bytes + message_charge(size) end
@@ -208,15 +221,6 @@ local function lifecycle_load()
     end
   end
 
-  -- Put an in-flight message back in the pending zset ahead of fresh messages; `bump` raises its
-  -- redelivery counter (it reached the client), as Queue.removeSubscription does.
-  return_message = function(cid, id, bump, reason)
-    local score = take_inflight(cid, id)
-    local count = tonumber(redis.call('HGET', K_REDELIV, id)) or 0
-    if bump then count = redis.call('HINCRBY', K_REDELIV, id, 1) end
-    pending_add(id, redelivery_score(score))
-    emit('return', 'msg', id, 'consumer', cid, 'redeliveries', count, 'reason', reason)
-  end
 
   -- Closing a consumer or a subscription.
   recompute_exclusive_owner = function(removed_def, removed_id)
@@ -245,18 +249,26 @@ local function lifecycle_load()
   end
 
   -- the end of a subscription (docs/broker_core.md "Topics"). Every message it holds (pending,
-  -- parked, in flight) is released from the shared store and counted on the topic as 'sub_removed'.
+  -- parked, in flight) is counted on the topic as 'sub_removed' now, and released from the shared store in
+  -- the calls that follow: the keys listing them (in flight: each message is in one consumer's window, a
+  -- closed consumer's too) are renamed aside, <topic>:ended:<n>:<i>, listed in the set <topic>:ended, and
+  -- return_owed (closing_load) releases them a chunk per call. The rest of its keys go now (UNLINK: a big
+  -- one is freed outside the call).
   remove_subscription = function(reason)
     local dropped = 0
-    local function drop_all(ids)
-      for _, id in ipairs(ids) do
-        drop_message(id)
-        dropped = dropped + 1
+    local holders = { K_PENDING, K_PARKED }
+    for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do holders[#holders + 1] = K_CINF(cid) end
+    for _, cid in ipairs(redis.call('HKEYS', P .. ':closing')) do holders[#holders + 1] = K_CINF(cid) end
+    local aside = nil
+    for i = 1, #holders do
+      local n = redis.call('ZCARD', holders[i])
+      if n > 0 then
+        aside = aside or TP .. ':ended:' .. redis.call('HINCRBY', TP .. ':meta', 'endseq', 1) .. ':'
+        redis.call('RENAME', holders[i], aside .. i)
+        redis.call('SADD', TP .. ':ended', aside .. i)
+        dropped = dropped + n
       end
     end
-    drop_all(redis.call('ZRANGE', K_PENDING, 0, -1))
-    drop_all(redis.call('ZRANGE', K_PARKED, 0, -1))
-    drop_all(redis.call('HKEYS', K_INFLIGHT))
     -- the topic's counts never go down (§14.2): what the subscription counted stays on the topic.
     local ENDED = { 'dequeued', 'dispatched', 'expired', 'deadlettered', 'discarded', 'evicted', 'dropped' }
     local counts = redis.call('HMGET', K_META, unpack(ENDED))
@@ -274,7 +286,14 @@ local function lifecycle_load()
       keys[#keys + 1] = K_COUT(cid)
       keys[#keys + 1] = K_CGRP(cid)
     end
-    redis.call('DEL', unpack(keys))
+    -- (closed consumers whose returns were owed: their windows were set aside above)
+    for _, cid in ipairs(redis.call('HKEYS', P .. ':closing')) do
+      keys[#keys + 1] = K_C(cid)
+      keys[#keys + 1] = K_CINF(cid)
+      keys[#keys + 1] = K_COUT(cid)
+    end
+    keys[#keys + 1] = P .. ':closing'
+    redis.call('UNLINK', unpack(keys))
     PASS_DIRTY.passfull_key, PASS_DIRTY.pending = nil, nil
     redis.call('HDEL', TP .. ':subs', SUB)
     redis.call('LREM', TP .. ':sorder', 0, SUB)
@@ -297,11 +316,117 @@ local function lifecycle_load()
       remove_subscription(reason)
     end
   end
+end
 
-  -- Close consumer `cid` (client close, lapsed lease, abort): spec §1.8 and §3.4.
-  close_consumer = function(cid, reason)
+-- Built on first use too, apart from lifecycle_load (a Lua function has at most 60 upvalues): closing a
+-- consumer, and returning what it holds in chunks.
+local function closing_load()
+  -- Put in-flight messages of consumer `cid` back in the pending zset ahead of fresh messages (closing,
+  -- rollback), one command per key for all of them: `held` is id, dispatch sequence, ... (as ZRANGE of its
+  -- window WITHSCORES gives them). Those at or below `rcv` (the adapter had received them: they reached
+  -- the client) get the redelivery counter raised, as Queue.removeSubscription does. Returns how many.
+  return_messages = function(cid, held, rcv, reason)
+    local n = #held / 2
+    if n == 0 then return 0 end
+    local ids = {}
+    for i = 1, #held, 2 do ids[#ids + 1] = held[i] end
+    local where = call_many('HMGET', K_INFLIGHT, ids)
+    local counts = call_many('HMGET', K_REDELIV, ids)
+    local entries, bumped, lowest = {}, {}, nil
+    for k = 1, n do
+      local id = ids[k]
+      local score = redelivery_score(tonumber(string.match(where[k] or '', '|(.*)$')) or 0)
+      if lowest == nil or score < lowest then lowest = score end
+      entries[2 * k - 1], entries[2 * k] = NOW_TEXT.num(score), id
+      local count = tonumber(counts[k]) or 0
+      if tonumber(held[2 * k]) <= rcv then
+        count = count + 1
+        local at = #bumped
+        bumped[at + 1], bumped[at + 2] = id, string.format('%d', count)
+      end
+      counts[k] = count
+    end
+    call_many('HDEL', K_INFLIGHT, ids)
+    call_many('ZREM', K_CINF(cid), ids)
+    redis.call('HINCRBY', K_C(cid), 'n', string.format('%d', -n))
+    call_many('HSET', K_REDELIV, bumped)
+    pending_add_many(entries, lowest)
+    for k = 1, n do
+      emit('return', 'msg', ids[k], 'consumer', cid, 'redeliveries', counts[k], 'reason', reason)
+    end
+    return n
+  end
+
+  -- A closed consumer's returns are all made: forget it; with none left owed the fence goes and the pass
+  -- starts over at the head (the fence may have held it back).
+  local function returns_done(cid)
+    redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
+    redis.call('HDEL', closing_key(), cid)
+    if redis.call('HLEN', closing_key()) == 0 and redis.call('HDEL', K_META, 'fence') == 1 then reset_pass() end
+  end
+
+  -- Release up to `limit` (all when nil) of the messages ended subscriptions of this topic held
+  -- (remove_subscription set them aside). Returns how many, and how many are left (0: none).
+  release_ended = function(limit)
+    local released, left = 0, 0
+    for _, key in ipairs(redis.call('SMEMBERS', TP .. ':ended')) do
+      local take = limit and limit - released or -1
+      if take ~= 0 then
+        local ids = redis.call('ZRANGE', key, 0, take > 0 and take - 1 or -1)
+        for i = 1, #ids do release_shared(ids[i]) end
+        call_many('ZREM', key, ids)
+        released = released + #ids
+      end
+      local n = redis.call('ZCARD', key)
+      if n == 0 then redis.call('SREM', TP .. ':ended', key) else left = left + n end
+    end
+    return released, left
+  end
+
+  -- Consumer `cid` closed (it is gone from dispatch): return the first `limit` of its messages now (all
+  -- when nil) and record the rest as owed, with the fence. Returns how many are owed.
+  returns_begin = function(cid, reason, limit)
+    redis.call('HSET', closing_key(), cid, reason)
+    local _, owed = return_owed(limit, cid)
+    if owed > 0 then
+      -- (returned messages score below 0 unless messages are prioritized: then they are spread over the
+      -- priority order, and nothing is dispatched until the last is back)
+      redis.call('HSET', K_META, 'fence', prioritized() and '-inf' or '0')
+    end
+    return owed
+  end
+
+  -- Return up to `limit` more messages that closed consumers still hold (all when `limit` is nil), oldest
+  -- dispatch first, consumer `only` alone when given. Returns how many it returned and how many are still
+  -- owed (counted over the consumers it looked at: `owed` is 0 only when none is left).
+  return_owed = function(limit, only)
+    local names = only and { only } or redis.call('HKEYS', closing_key())
+    local returned, owed = 0, 0
+    if not only then returned, owed = release_ended(limit) end
+    for i = 1, #names do
+      local cid = names[i]
+      local reason = redis.call('HGET', closing_key(), cid)
+      if reason then
+        local take = limit and limit - returned or -1
+        if take ~= 0 then
+          local rcv = tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
+          local held = redis.call('ZRANGE', K_CINF(cid), 0, take > 0 and take - 1 or -1, 'WITHSCORES')
+          returned = returned + return_messages(cid, held, rcv, reason)
+        end
+        local left = redis.call('ZCARD', K_CINF(cid))
+        if left == 0 then returns_done(cid) else owed = owed + left end
+      end
+    end
+    return returned, owed
+  end
+
+  -- Close consumer `cid` (client close, lapsed lease, abort): spec §1.8 and §3.4. It leaves dispatch, the
+  -- exclusive ownership and its groups at once; of the messages it holds, the first `limit` (all when nil)
+  -- go back now and the rest are owed (closing_key, return_owed). Returns true (false: no such consumer)
+  -- and how many are still owed.
+  close_consumer = function(cid, reason, limit)
     local packed = redis.call('HGET', K_CONSUMERS, cid)
-    if not packed then return false end
+    if not packed then return false, 0 end
     local def = cmsgpack.unpack(packed)
     redis.call('HDEL', K_CONSUMERS, cid)
     redis.call('LREM', K_CORDER, 0, cid)
@@ -319,18 +444,24 @@ local function lifecycle_load()
       end
     end
     GMAP.create()  -- ActiveMQ creates the group map on the first removal
-    -- Messages the adapter never received were never delivered: they go back without a bump.
-    local rcv = tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
-    local held = redis.call('ZRANGE', K_CINF(cid), 0, -1, 'WITHSCORES')
-    for i = 1, #held, 2 do
-      return_message(cid, held[i], tonumber(held[i + 1]) <= rcv, reason)
+    redis.call('DEL', K_CGRP(cid))
+    local returned = redis.call('ZCARD', K_CINF(cid))
+    local owed = 0
+    if SUB and redis.call('HGET', K_META, 'durable') ~= '1' then
+      -- A non-durable subscription ends with its consumer (subscription_consumer_gone): what it holds is
+      -- released with it, not returned first; listed as closing, its window goes with the subscription's.
+      redis.call('HSET', closing_key(), cid, reason)
+    else
+      -- Messages the adapter never received were never delivered: they go back without a bump.
+      owed = returns_begin(cid, reason, limit)
     end
-    local returned = #held / 2
-    redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
     reset_pass()
     emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
-    if SUB then subscription_consumer_gone(cid, reason) end
-    return true
+    if SUB then
+      subscription_consumer_gone(cid, reason)
+      owed = owed + redis.call('SCARD', TP .. ':ended')
+    end
+    return true, owed
   end
 end
 
@@ -339,8 +470,11 @@ expire_pending = function(...) lifecycle_load() return expire_pending(...) end
 park = function(...) lifecycle_load() return park(...) end
 schedule_job = function(...) lifecycle_load() return schedule_job(...) end
 fire_scheduled = function(...) lifecycle_load() return fire_scheduled(...) end
-return_message = function(...) lifecycle_load() return return_message(...) end
 recompute_exclusive_owner = function(...) lifecycle_load() return recompute_exclusive_owner(...) end
 remove_subscription = function(...) lifecycle_load() return remove_subscription(...) end
 subscription_consumer_gone = function(...) lifecycle_load() return subscription_consumer_gone(...) end
-close_consumer = function(...) lifecycle_load() return close_consumer(...) end
+close_consumer = function(...) closing_load() return close_consumer(...) end
+return_messages = function(...) closing_load() return return_messages(...) end
+return_owed = function(...) closing_load() return return_owed(...) end
+returns_begin = function(...) closing_load() return returns_begin(...) end
+release_ended = function(...) closing_load() return release_ended(...) end

@@ -1,13 +1,16 @@
 -- JMS selector evaluation (spec §4.3) over the compiled form built by broker_core/selector.
 --
 -- The only selector evaluator in Signalbox: Python parses and type-checks, this file evaluates.
--- Exposes three locals (everything else stays inside the do-block, so including scripts keep their
+-- Exposes these locals (everything else stays inside selector_load, so including scripts keep their
 -- local-variable budget):
 --   selector_eval(expr, msg)       -> true | false | nil (SQL NULL); raises on ActiveMQ's runtime errors
 --   selector_matches(expr, msg)    -> true only when the result is exactly TRUE; never raises. A runtime
 --                                     error counts as no match; its message is the second result.
 --   selector_error_message(err)    -> the message of a selector runtime error caught by pcall, else nil
--- `expr` is cjson.decode(Selector.compiled) = {v = 1, c = <STOMP coercion mode>, e = <tree>}.
+--   SELECTOR_COST.bytes            -> the work of every evaluation so far (bytes matched or built)
+--   SELECTOR_COST.call_limit       -> how much of it a chunked loop does in one call (limits.py)
+-- `expr` is cjson.decode(Selector.compiled) = {v = 2, c = <STOMP coercion mode>, b = <evaluation budget>,
+-- B = <a call's budget>, e = <tree>}.
 -- `msg` is the table built by message.lua's selector_view (fields listed in broker_core/selector).
 --
 -- Values travel as two results (type, value). Types: 's' string, 'b' boolean, 'y' byte, 'h' short,
@@ -16,6 +19,9 @@
 -- single precision.
 
 local selector_eval, selector_matches, selector_error_message
+-- Bytes every evaluation so far has spent (see `spend`), ever growing: a chunked loop compares it with
+-- its value at the start of the call to end the chunk early (dispatch.lua, browse.lua).
+local SELECTOR_COST = { bytes = 0, call_limit = 1 / 0 }  -- (no math library at load time)
 -- Built on first use: a script call that evaluates no selector does not pay for creating these closures
 -- (Redis runs the whole script body on every call).
 local function selector_load()
@@ -177,7 +183,12 @@ local function selector_load()
   end
 
   local function parse_java_double(s)
-    s = smatch(s, '^[%z\1- ]*(.-)[%z\1- ]*$')
+    -- String.trim (characters up to ' '), without a pattern that backtracks over a long run of spaces
+    local first = sfind(s, '[^%z\1- ]')
+    if not first then return nil end
+    local last = #s
+    while sbyte(s, last) <= 32 do last = last - 1 end
+    s = ssub(s, first, last)
     local sign, body = smatch(s, '^([+-]?)(.*)$')
     if body == 'NaN' then return 0 / 0 end
     if body == 'Infinity' then return sign == '-' and -huge or huge end
@@ -299,20 +310,100 @@ local function selector_load()
     return TYPE_NAMES[t] .. ' ' .. (t == 's' and "'" .. shown .. "'" or shown)
   end
 
-  -- Patterns ----------------------------------------------------------------------------------------
+  -- Patterns: DFAs over bytes (broker_core/selector/automata.py) -----------------------------------------
 
-  -- Python writes the continuation-byte range as a NUL placeholder (see selector/patterns.py).
-  local CONT_RANGE = '\128-\191'
-  -- Loaded once per function library on Redis >= 7 (scripts.py), so this cache outlives a call: bounded.
-  local expanded, n_expanded = {}, 0
-  local function lua_pattern(p)
-    local e = expanded[p]
-    if not e then
-      e = sgsub(p, '%z', CONT_RANGE)
-      if n_expanded >= 1024 then expanded, n_expanded = {}, 0 end
-      expanded[p], n_expanded = e, n_expanded + 1
+  -- What this evaluation may still spend, in bytes read by automata or written by REPLACE and string
+  -- concatenation (the compiled selector's "b", limits.MAX_EVALUATION_BYTES); selector_eval sets it.
+  local budget, budget_limit = 0, 0
+  local MATCH_COST = 128  -- what one search for a match (REPLACE, SPLIT) costs besides its bytes
+  local function spend(n)
+    budget = budget - n
+    SELECTOR_COST.bytes = SELECTOR_COST.bytes + n
+    if budget < 0 then
+      raise('matching this message takes more than ' .. budget_limit .. ' bytes (limit max_evaluation_bytes)')
     end
-    return e
+  end
+
+  -- Lookup tables built once per decoded automaton: the class of each byte by its value (index 0 too),
+  -- and the accepting states by their number times k.
+  local function prepared(A)
+    local C0 = A.c0
+    if C0 then return C0, A.fa end
+    local runs, F, k = A.c, A.f, A.k
+    C0 = {}
+    local b = 0
+    for i = 1, #runs, 2 do
+      for _ = 1, runs[i] do C0[b] = runs[i + 1] b = b + 1 end
+    end
+    local FA = {}
+    for i = 1, #F do if F[i] == 1 then FA[(i - 1) * k] = true end end
+    A.c0, A.fa = C0, FA
+    return C0, FA
+  end
+
+  -- The bytes from..to (dir 1) or from down to `to` (dir -1) through automaton A from state st (states
+  -- are multiples of A.k, so t[st + class] is the next one; those below A.x absorb). Returns the state,
+  -- and with `track` the position of the last byte after which the state was accepting. Bytes are read
+  -- eight at a time (string.byte is a function call); an absorbing state stays put, so reading a few
+  -- bytes past the one that reached it changes nothing.
+  local function run(A, s, st, from, to, dir, track)
+    local T, x = A.t, A.x
+    local C, FA = prepared(A)
+    local count = (to - from) * dir + 1
+    if count > budget then
+      to = from + (budget - 1) * dir  -- may still stop early; past it the limit is raised below
+    end
+    local last
+    local p = from
+    if not track then
+      while st >= x and p + 7 <= to do
+        local b1, b2, b3, b4, b5, b6, b7, b8 = sbyte(s, p, p + 7)
+        st = T[st + C[b1]] st = T[st + C[b2]] st = T[st + C[b3]] st = T[st + C[b4]]
+        st = T[st + C[b5]] st = T[st + C[b6]] st = T[st + C[b7]] st = T[st + C[b8]]
+        p = p + 8
+      end
+    elseif dir == 1 then
+      while st >= x and p + 7 <= to do
+        local b1, b2, b3, b4, b5, b6, b7, b8 = sbyte(s, p, p + 7)
+        st = T[st + C[b1]] if FA[st] then last = p end
+        st = T[st + C[b2]] if FA[st] then last = p + 1 end
+        st = T[st + C[b3]] if FA[st] then last = p + 2 end
+        st = T[st + C[b4]] if FA[st] then last = p + 3 end
+        st = T[st + C[b5]] if FA[st] then last = p + 4 end
+        st = T[st + C[b6]] if FA[st] then last = p + 5 end
+        st = T[st + C[b7]] if FA[st] then last = p + 6 end
+        st = T[st + C[b8]] if FA[st] then last = p + 7 end
+        p = p + 8
+      end
+    else
+      while st >= x and p - 7 >= to do
+        local b1, b2, b3, b4, b5, b6, b7, b8 = sbyte(s, p - 7, p)
+        st = T[st + C[b8]] if FA[st] then last = p end
+        st = T[st + C[b7]] if FA[st] then last = p - 1 end
+        st = T[st + C[b6]] if FA[st] then last = p - 2 end
+        st = T[st + C[b5]] if FA[st] then last = p - 3 end
+        st = T[st + C[b4]] if FA[st] then last = p - 4 end
+        st = T[st + C[b3]] if FA[st] then last = p - 5 end
+        st = T[st + C[b2]] if FA[st] then last = p - 6 end
+        st = T[st + C[b1]] if FA[st] then last = p - 7 end
+        p = p - 8
+      end
+    end
+    while st >= x and p ~= to + dir do
+      st = T[st + C[sbyte(s, p)]]
+      if track and FA[st] then last = p end
+      p = p + dir
+    end
+    spend((p - from) * dir)
+    if st >= x and count > (p - from) * dir then spend(count) end  -- stopped by the budget
+    return st, last
+  end
+
+  local function accepting(A, st) return A.f[st / A.k + 1] == 1 end
+
+  -- LIKE and REGEX: does the automaton accept the value (REGEX: find it anywhere)?
+  local function occurs(A, s)
+    return accepting(A, (run(A, s, A.s, 1, #s, 1)))
   end
 
   local function char_length(s, i)
@@ -322,15 +413,42 @@ local function selector_load()
     return 2
   end
 
+  -- Matcher.find() from byte `pos` (a character boundary): the first and last byte of the match (last =
+  -- first - 1 for an empty one), or nil. P = {f = forward, r = reversed, a = anchored at the start,
+  -- z = at the end}. The forward run finds where the match Java would choose ends; the reversed pattern,
+  -- run backwards from there, finds its leftmost start (automata.py).
+  local function find_span(P, s, pos)
+    local F, n = P.f, #s
+    if P.a and pos > 1 then return nil end
+    spend(MATCH_COST)
+    local e
+    local st, last = run(F, s, F.s, pos, n, 1, not P.z)
+    if P.z then
+      if not accepting(F, st) then return nil end
+      e = n
+    else
+      e = last
+      if st < F.x and accepting(F, st) then e = n  -- absorbing and accepting: it matches up to the end
+      elseif not e and accepting(F, F.s) then e = pos - 1 end
+    end
+    if not e then return nil end
+    if P.a then return pos, e end
+    local R = P.r
+    local a
+    st, a = run(R, s, R.s, e, pos, -1, true)
+    if st < R.x and accepting(R, st) then a = pos
+    elseif not a and accepting(R, R.s) then a = e + 1 end
+    return a, e
+  end
+
   -- Matcher.find() over the whole input: fn(first, last) per match (last < first for an empty one);
   -- fn returning false stops. After an empty match the search resumes one character later.
-  local function each_match(s, pattern, fn)
-    local anchored = sbyte(pattern, 1) == 94 -- '^': only at the start of the input
+  local function each_match(s, P, fn)
     local pos, n = 1, #s
     while pos <= n + 1 do
-      local a, b = sfind(s, pattern, pos)
+      local a, b = find_span(P, s, pos)
       if not a then return end
-      if fn(a, b) == false or anchored then return end
+      if fn(a, b) == false or P.a then return end
       if b >= a then
         pos = b + 1
       else
@@ -338,44 +456,6 @@ local function selector_load()
         pos = a + char_length(s, a)
       end
     end
-  end
-
-  -- LIKE: segments between '%' wildcards, the first anchored at the start and the last at the end.
-  local function like_match(s, segs)
-    local n = #segs
-    if n == 1 then
-      local seg = segs[1]
-      if seg[1] then return sfind(s, lua_pattern(seg[2])) ~= nil end
-      return s == seg[2]
-    end
-    local pos
-    local first = segs[1]
-    if first[1] then
-      local a, b = sfind(s, lua_pattern(first[2]))
-      if not a then return false end
-      pos = b + 1
-    else
-      local t = first[2]
-      if ssub(s, 1, #t) ~= t then return false end
-      pos = #t + 1
-    end
-    for k = 2, n - 1 do
-      local seg = segs[k]
-      local a, b
-      if seg[1] then
-        a, b = sfind(s, lua_pattern(seg[2]), pos)
-      elseif seg[2] ~= '' then
-        a, b = sfind(s, seg[2], pos, true)
-      else
-        a, b = pos, pos - 1
-      end
-      if not a then return false end
-      pos = b + 1
-    end
-    local last = segs[n]
-    if last[1] then return sfind(s, lua_pattern(last[2]), pos) ~= nil end
-    local t = last[2]
-    return #s - #t + 1 >= pos and ssub(s, #s - #t + 1) == t
   end
 
   -- Matcher.replaceAll's replacement syntax, with no groups in the pattern: '\x' is x, '$0' (and
@@ -595,7 +675,7 @@ local function selector_load()
     local t, v = ev(node[2], m, c)
     if t == nil then return nil end
     if t ~= 's' then return B, false end
-    return B, like_match(v, node[3])
+    return B, occurs(node[3], v)
   end
 
   -- IN gives NULL for NULL and for any non-string value, for IN and NOT IN alike.
@@ -644,7 +724,11 @@ local function selector_load()
   OPS.add = function(node, m, c)
     local lt, lv, rt, rv = operands(node, m, c)
     if lt == nil then return nil end
-    if lt == 's' then return 's', lv .. java_string(rt, rv) end
+    if lt == 's' then
+      local r = lv .. java_string(rt, rv)
+      spend(#r)
+      return 's', r
+    end
     check_numbers('add', lt, lv, rt, rv)
     local kind = kind_of(lt, rt)
     local r = to_number(lv) + to_number(rv)
@@ -729,15 +813,14 @@ local function selector_load()
 
   -- REGEX(pattern, value): find anywhere in String.valueOf(value); FALSE when the value is NULL.
   OPS.regex = function(node, m, c)
-    local pattern = lua_pattern(node[2])
     local t, v = ev(node[3], m, c)
     if t == nil then return B, false end
-    return B, sfind(java_string(t, v), pattern) ~= nil
+    return B, occurs(node[2], java_string(t, v))
   end
 
   OPS.replace = function(node, m, c)
     local st, sv = ev(node[2], m, c)
-    local pattern = lua_pattern(node[3])
+    local pattern = node[3]
     local rt, rv = ev(node[4], m, c)
     if st ~= 's' then raise('REPLACE needs a string to work on, not ' .. (st and describe(st, sv) or 'NULL')) end
     if rt ~= 's' then raise('REPLACE needs a string replacement, not ' .. (rt and describe(rt, rv) or 'NULL')) end
@@ -748,6 +831,7 @@ local function selector_load()
       for k = 1, #parts do
         local part = parts[k]
         out[#out + 1] = part == true and ssub(sv, a, b) or part
+        spend(#out[#out])
       end
       last = b + 1
     end)
@@ -758,7 +842,7 @@ local function selector_load()
   -- SPLIT(s, regex[, limit]): String.split, including its rules for leading and trailing empties.
   OPS.split = function(node, m, c)
     local st, sv = ev(node[2], m, c)
-    local pattern = lua_pattern(node[3])
+    local pattern = node[3]
     local limit = 0
     if node[4] ~= nil then
       local lt, lv = ev(node[4], m, c)
@@ -792,6 +876,9 @@ local function selector_load()
   end
 
   selector_eval = function(expr, msg)
+    budget_limit = expr.b or 0
+    budget = budget_limit
+    SELECTOR_COST.call_limit = expr.B or budget_limit
     local t, v = ev(expr.e, msg, expr.c == true)
     if t == B then return v end
     return nil

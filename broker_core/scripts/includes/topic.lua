@@ -101,7 +101,9 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       TOPIC.selectors[s.key] = expr
     end
     view = view or selector_view(id, m)
-    return selector_matches(expr, view), view
+    local ok, failed = selector_matches(expr, view)
+    if failed then redis.call('HINCRBY', TP .. ':meta', 'selector_errors', 1) end
+    return ok, view
   end
 
   -- Store a message once for `refs` subscriptions (memory counted on the topic, flow.lua).

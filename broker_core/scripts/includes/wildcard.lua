@@ -97,6 +97,8 @@ ADVISE.wildcard = lazy({}, function(WILDCARD)
       return 0
     end
     if redis.call('HLEN', TP .. ':fwd') > 0 then return 0 end
+    -- (an ended subscription's messages still to release: maintenance's recovery releases them first)
+    if redis.call('SCARD', TP .. ':ended') > 0 then return 0 end
     for _, job in ipairs(leases) do
       if redis.call('EXISTS', TP .. ':lease:' .. job) == 1 then return 0 end
     end

@@ -1,0 +1,58 @@
+"""`manage.py stomp_listener [--host H] [--port P] [--tls-port P]`: serve STOMP over TCP (and stomp+ssl when
+SIGNALBOX_STOMP_TLS_CERT and _KEY are set) until stopped. `run` starts one as a supervised child; more may
+run on the same port (SO_REUSEPORT) or on other hosts against the same Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from gateway.stomp.tcp import Listener, serve, tls_context
+
+
+class Command(BaseCommand):
+    help = "Serve STOMP over TCP (and TLS) until stopped."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=settings.SIGNALBOX_STOMP_HOST)
+        parser.add_argument("--port", type=int, default=settings.SIGNALBOX_STOMP_PORT,
+                            help="plain STOMP port (0: none)")
+        parser.add_argument("--tls-port", type=int, default=settings.SIGNALBOX_STOMP_TLS_PORT,
+                            help="stomp+ssl port, used when SIGNALBOX_STOMP_TLS_CERT and _KEY are set")
+
+    def handle(self, *args: object, host: str, port: int, tls_port: int, **options: object) -> None:
+        listeners = self.listeners(host, port, tls_port)
+        if not listeners:
+            raise CommandError("nothing to serve: SIGNALBOX_STOMP_PORT is 0 and no TLS certificate is set")
+        asyncio.run(self.serve(listeners))
+
+    def listeners(self, host: str, port: int, tls_port: int) -> list[Listener]:
+        most = settings.SIGNALBOX_STOMP_MAX_CONNECTIONS
+        listeners = [Listener(host, port, None, most)] if port else []
+        cert, key = settings.SIGNALBOX_STOMP_TLS_CERT, settings.SIGNALBOX_STOMP_TLS_KEY
+        if bool(cert) != bool(key):
+            raise CommandError("stomp+ssl needs both SIGNALBOX_STOMP_TLS_CERT and SIGNALBOX_STOMP_TLS_KEY")
+        if cert:
+            try:
+                context = tls_context(cert, key)
+            except (OSError, ValueError) as exc:
+                raise CommandError(f"cannot load the STOMP TLS certificate {cert} and key {key}: {exc}"
+                                   ) from exc
+            listeners.append(Listener(host, tls_port, context, most))
+        return listeners
+
+    async def serve(self, listeners: list[Listener]) -> None:
+        task = asyncio.ensure_future(serve(listeners))
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        except OSError as exc:  # the port is taken, the address is not this host's, ...
+            where = ", ".join(f"{listener.host}:{listener.port}" for listener in listeners)
+            raise CommandError(f"cannot listen for STOMP on {where}: {exc.strerror or exc}") from exc

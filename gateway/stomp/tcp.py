@@ -1,0 +1,134 @@
+"""STOMP over plain TCP (and TLS): a byte-stream transport for the one STOMP session.
+
+Every frame is handled by `StompSession` (gateway/stomp/protocol.py), exactly as on /stomp over
+WebSocket; this module only moves bytes. The differences a stream makes: a frame may span reads and one
+read may hold many frames (the parser keeps what it has not finished; `stream=True` tells the session no
+message boundary closes a frame), and the socket's own flow control applies (a write waits for `drain`,
+and a client that stops reading is cut off by the session's send buffer, as on WebSocket).
+
+Several listener processes may serve one Redis, on one port (SO_REUSEPORT) or on several hosts: a
+connection's consumers hold leases, so a listener that dies loses nothing; its clients reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from dataclasses import dataclass
+
+from gateway import runtime
+from gateway.stomp.protocol import StompSession, Transport
+
+logger = logging.getLogger(__name__)
+
+READ_BYTES = 64 * 1024  # one read; the session's inbox bounds what is buffered beyond it
+
+
+class _StreamTransport(Transport):
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+
+    async def write(self, payload: bytes | str) -> None:
+        self.writer.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
+        await self.writer.drain()
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
+
+
+@dataclass(frozen=True)
+class Listener:
+    """Where to listen: host, port (0 picks one), TLS context or None, and how many connections at once."""
+
+    host: str
+    port: int
+    tls: ssl.SSLContext | None = None
+    max_connections: int = 1000
+
+
+class StompServer:
+    """One listener's connections; `serve` runs until cancelled."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        self.sessions: set[StompSession] = set()
+        self.server: asyncio.Server | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "stomp+ssl" if self.listener.tls is not None else "stomp"
+
+    async def start(self) -> asyncio.Server:
+        self.server = await asyncio.start_server(
+            self._connection, self.listener.host, self.listener.port, ssl=self.listener.tls,
+            reuse_port=True, limit=READ_BYTES)
+        return self.server
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("unknown", 0)
+        if len(self.sessions) >= self.listener.max_connections:
+            # Refused before any session exists: one ERROR frame naming the limit, then the close.
+            body = f"this listener serves at most {self.listener.max_connections} connections"
+            writer.write(b"ERROR\nmessage:Too many connections (SIGNALBOX_STOMP_MAX_CONNECTIONS)\n"
+                         b"content-type:text/plain\ncontent-length:%d\n\n%s\x00"
+                         % (len(body), body.encode()))
+            with contextlib.suppress(Exception):
+                await writer.drain()
+            writer.close()
+            return
+        session = StompSession(_StreamTransport(writer), broker=runtime.async_broker(), hub=runtime.wakeups(),
+                               remote_address=f"{'tcp' if self.listener.tls is None else 'ssl'}://"
+                                              f"{peer[0]}:{peer[1]}",
+                               stream=True)
+        self.sessions.add(session)
+        try:
+            await session.start()
+            while not session.closing:
+                data = await reader.read(READ_BYTES)
+                if not data:
+                    break
+                await session.data_received(data)
+        except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
+            pass  # the client went away; the session releases below
+        finally:
+            self.sessions.discard(session)
+            await session.connection_lost()
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    """A server context for stomp+ssl from a PEM certificate (chain) and key."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+async def serve(listeners: list[Listener], ready: asyncio.Event | None = None) -> None:
+    """Listen on every listener until cancelled."""
+    servers = [StompServer(listener) for listener in listeners]
+    for server in servers:
+        await server.start()
+        logger.info("STOMP listening on %s://%s:%d", server.scheme, server.listener.host, server.port)
+    if ready is not None:
+        ready.set()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        # A stopping listener ends its connections as a DISCONNECT would: subscriptions closed and their
+        # unacknowledged messages back at once (a killed one leaves that to the consumers' leases).
+        for server in servers:
+            if server.server is not None:
+                server.server.close()
+            for session in list(server.sessions):
+                await session.shutdown("the listener is stopping")

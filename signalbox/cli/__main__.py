@@ -1,0 +1,3 @@
+from signalbox.cli.main import app
+
+app(prog_name="signalbox")

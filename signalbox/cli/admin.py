@@ -1,0 +1,287 @@
+"""stat, purge, move, retry-dlq, groups and consumers: the operator's commands."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import quote
+
+import click
+
+from signalbox.cli.api import api, destination_path
+from signalbox.cli.output import (
+    Column,
+    build_table,
+    column,
+    console,
+    json_option,
+    plural,
+    print_json,
+    print_table,
+    relative_ms,
+    say,
+)
+
+# -- stat ---------------------------------------------------------------------------------------------
+
+# ActiveMQ's `activemq dstat` columns, with what Signalbox adds (in flight, expired, dead-lettered, rates).
+STAT_COLUMNS: list[Column] = [
+    ("Name", lambda r: f"{r['kind']}://{r['name']}" if r.get("kind") == "topic" else r["name"], False),
+    column("queue_size", "Queue Size", True),
+    column("pending", "Pending", True),
+    column("in_flight", "In Flight", True),
+    column("consumer_count", "Consumer #", True),
+    column("enqueued", "Enqueue #", True),
+    column("dequeued", "Dequeue #", True),
+    column("expired", "Expired #", True),
+    column("deadlettered", "DLQ #", True),
+    column("memory_percent_usage", "Memory %", True),
+    column("enqueue_rate", "In/s", True),
+    column("dequeue_rate", "Out/s", True),
+]
+DETAIL_KEYS = ["destination", "queue_size", "pending", "in_flight", "parked", "consumer_count",
+               "group_count", "enqueued", "dequeued", "dispatched", "expired", "deadlettered", "purged",
+               "moved", "duplicates", "paused", "memory_usage", "memory_limit", "memory_percent_usage",
+               "blocked_sends"]
+
+
+def destination_rows(kind: str | None, search: str | None, sort: str) -> list[dict[str, Any]]:
+    params = {"limit": 1000, "ordering": sort, "kind": kind, "search": search}
+    return list(api().pages("/api/v1/destinations", {k: v for k, v in params.items() if v}))
+
+
+@click.command()
+@click.argument("destination", required=False)
+@click.option("--kind", type=click.Choice(["queue", "topic"]), help="Only queues or only topics.")
+@click.option("--search", help="Only destinations whose name contains this.")
+@click.option("--sort", default="name", show_default=True, metavar="[-]COLUMN",
+              help="Sort by a statistic (queue_size, pending, enqueued, deadlettered, enqueue_rate...; "
+                   "the server names them all if one is wrong); - descends.")
+@click.option("--watch", type=click.FloatRange(0.2), is_flag=False, flag_value=2.0, default=None,
+              metavar="[SECONDS]", help="Refresh every SECONDS (2 when not given) until Ctrl-C.")
+@click.option("--times", type=click.IntRange(1), help="With --watch: stop after this many refreshes.")
+@json_option
+def stat(destination: str | None, kind: str | None, search: str | None, sort: str, watch: float | None,
+         times: int | None, as_json: bool) -> None:
+    """A table of destinations and their statistics, like `activemq dstat`; with DESTINATION, all of
+    that destination's statistics."""
+    if destination is not None:
+        def fetch() -> Any:
+            detail = api().call("GET", destination_path(destination))
+            return {k: v for k, v in detail.items() if k != "policy"} if not as_json else detail
+
+        def show(data: Any) -> Any:
+            from rich.console import Group
+
+            parts = [detail_table(data)]
+            if data.get("consumers"):
+                parts.append(build_table(CONSUMER_COLUMNS, data["consumers"], title="consumers"))
+            return Group(*parts)
+    else:
+        def fetch() -> Any:
+            return destination_rows(kind, search, sort)
+
+        def show(data: Any) -> Any:
+            return build_table(STAT_COLUMNS, data) if data else "no destinations"
+
+    if watch is None:
+        data = fetch()
+        if as_json:
+            print_json(data)
+        else:
+            console().print(show(data))
+        return
+    run_watch(fetch, show, watch, times, as_json)
+
+
+def detail_table(data: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key in DETAIL_KEYS:
+        if key in data:
+            table.add_row(key, str(data[key]))
+    return table
+
+
+def run_watch(fetch: Any, show: Any, every: float, times: int | None, as_json: bool) -> None:
+    """Refresh until Ctrl-C (which ends a watch normally) or `times` refreshes: in place on a terminal,
+    else one table (or one JSON line) per refresh."""
+    out = console()
+    live = None
+    if out.is_terminal and not as_json:
+        from rich.live import Live
+
+        live = Live(console=out, auto_refresh=False)
+        live.start()
+    shown = 0
+    try:
+        while True:
+            data = fetch()
+            if as_json:
+                print_json(data, lines=True)
+            elif live is not None:
+                live.update(show(data), refresh=True)
+            else:
+                out.print(show(data))
+                out.print()
+            shown += 1
+            if times is not None and shown >= times:
+                return
+            time.sleep(every)
+    except KeyboardInterrupt:
+        return
+    finally:
+        if live is not None:
+            live.stop()
+
+
+# -- purge, move, retry-dlq ---------------------------------------------------------------------------
+
+@click.command()
+@click.argument("destination")
+@json_option
+def purge(destination: str, as_json: bool) -> None:
+    """Remove every message of DESTINATION (pending and parked; ActiveMQ's purge)."""
+    answer = api().call("POST", destination_path(destination) + "/purge")
+    if as_json:
+        print_json(answer)
+    else:
+        where = answer.get("destination", destination)
+        say(f"purged {plural(answer.get('removed', 0), 'message')} from {where}")
+
+
+def message_ids_option(verb: str) -> Any:
+    return click.option("--message-id", "message_ids", multiple=True,
+                        help=f"{verb} only this message (repeatable) instead of by selector.")
+
+
+@click.command()
+@click.argument("source")
+@click.argument("target")
+@click.option("--selector", help="Only the messages matching this JMS selector (default: all).")
+@click.option("-n", "--limit", type=click.IntRange(1), help="At most this many messages.")
+@message_ids_option("Move")
+@click.option("--copy", is_flag=True, help="Copy instead of move.")
+@json_option
+def move(source: str, target: str, selector: str | None, limit: int | None, message_ids: tuple[str, ...],
+         copy: bool, as_json: bool) -> None:
+    """Move (or --copy) the messages of SOURCE to TARGET, all, by selector, or by id."""
+    client = api()
+    path = destination_path(source)
+    verb = "copy" if copy else "move"
+    if message_ids:
+        if selector or limit:
+            raise click.UsageError("--message-id does not go with --selector or --limit")
+        count = sum(client.call("POST", f"{path}/messages/{quote(i, safe='')}/{verb}",
+                                json={"target": target})["count"] for i in message_ids)
+    else:
+        body: dict[str, Any] = {"target": target, "selector": selector or ""}
+        if limit:
+            body["limit"] = limit
+        count = client.call("POST", f"{path}/{verb}-matching", json=body)["count"]
+    if as_json:
+        print_json({"count": count, "source": source, "target": target})
+    else:
+        say(f"{'copied' if copy else 'moved'} {plural(count, 'message')} from {source} to {target}")
+
+
+@click.command("retry-dlq")
+@click.argument("dlq", default="ActiveMQ.DLQ")
+@click.option("--selector", help="Only the dead letters matching this JMS selector (default: all).")
+@message_ids_option("Retry")
+@json_option
+def retry_dlq(dlq: str, selector: str | None, message_ids: tuple[str, ...], as_json: bool) -> None:
+    """Send the dead letters of DLQ (default ActiveMQ.DLQ) back to where they came from."""
+    client = api()
+    path = destination_path(dlq)
+    if message_ids:
+        if selector:
+            raise click.UsageError("--message-id does not go with --selector")
+        count = sum(client.call("POST", f"{path}/messages/{quote(i, safe='')}/retry")["count"]
+                    for i in message_ids)
+    else:
+        count = client.call("POST", f"{path}/retry-matching", json={"selector": selector or ""})["count"]
+    if as_json:
+        print_json({"count": count, "dlq": dlq})
+    else:
+        say(f"retried {plural(count, 'message')} from {dlq}")
+
+
+# -- groups, consumers --------------------------------------------------------------------------------
+
+@click.group()
+def groups() -> None:
+    """Message groups of a queue: list, reset one, remove all."""
+
+
+@groups.command("list")
+@click.argument("destination")
+@json_option
+def groups_list(destination: str, as_json: bool) -> None:
+    """The message groups of DESTINATION and the consumer owning each."""
+    rows = list(api().pages(destination_path(destination) + "/groups"))
+    if as_json:
+        print_json(rows)
+    elif rows:
+        print_table([column("group_id", "Group"), column("owner", "Owner"),
+                     ("Assigned", lambda r: relative_ms(r.get("assigned_at")), False)], rows)
+    else:
+        say("no message groups")
+
+
+@groups.command("reset")
+@click.argument("destination")
+@click.argument("group")
+@json_option
+def groups_reset(destination: str, group: str, as_json: bool) -> None:
+    """Free GROUP (removeMessageGroup): its next message picks an owner again."""
+    answer = api().call("DELETE", f"{destination_path(destination)}/groups/{quote(group, safe='')}")
+    if as_json:
+        print_json(answer)
+    else:
+        say(f"reset group {group} of {destination}")
+
+
+@groups.command("remove-all")
+@click.argument("destination")
+@json_option
+def groups_remove_all(destination: str, as_json: bool) -> None:
+    """Free every message group of DESTINATION (removeAllMessageGroups)."""
+    answer = api().call("DELETE", destination_path(destination) + "/groups")
+    if as_json:
+        print_json(answer)
+    else:
+        say(f"removed {plural(answer.get('count', 0), 'message group')} of {destination}")
+
+
+CONSUMER_COLUMNS: list[Column] = [
+    column("consumer_id", "ID"),
+    column("selector", "Selector"),
+    column("ack_mode", "Ack"),
+    column("prefetch", "Prefetch", True),
+    column("in_flight", "In Flight", True),
+    column("dispatched", "Dispatched", True),
+    column("acked", "Acked", True),
+    column("groups", "Groups", True),
+    ("Lease", lambda r: relative_ms(r.get("lease_expires")), False),
+    column("full", "Full"),
+    column("slow", "Slow"),
+]
+
+
+@click.command()
+@click.argument("destination")
+@json_option
+def consumers(destination: str, as_json: bool) -> None:
+    """The consumers of DESTINATION with prefetch, in flight, acked, lease (needs admin)."""
+    rows = api().call("GET", destination_path(destination) + "/consumers")
+    if as_json:
+        print_json(rows)
+    elif rows:
+        print_table(CONSUMER_COLUMNS, rows)
+    else:
+        say("no consumers")
+

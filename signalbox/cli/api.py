@@ -1,0 +1,132 @@
+"""The REST API as the command line calls it: one client, errors turned into one line and an exit code,
+destination arguments turned into paths. No broker semantics here: the server decides everything."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import click
+
+from signalbox.cli.config import Settings
+from signalbox.cli.errors import UNREACHABLE, USAGE, Failure
+
+if TYPE_CHECKING:
+    import httpx
+
+SCHEMES = {"queue://": "queues", "topic://": "topics"}
+
+
+def destination_path(text: str) -> str:
+    """`orders` or `queue://orders` -> /api/v1/queues/orders; `topic://prices` -> /api/v1/topics/prices.
+    The name itself is checked by the server."""
+    kind, name = "queues", text
+    for scheme, plural in SCHEMES.items():
+        if text.startswith(scheme):
+            kind, name = plural, text[len(scheme):]
+            break
+    else:
+        if "://" in text:
+            raise Failure(f"destination {text!r}: the scheme is queue:// or topic:// (none means a queue)",
+                          USAGE)
+    if not name:
+        raise Failure(f"destination {text!r} has no name", USAGE)
+    return f"/api/v1/{kind}/{quote(name, safe='')}"
+
+
+def problem_message(response: httpx.Response, has_token: bool) -> tuple[str, dict[str, Any] | None]:
+    """One line from an error answer: the problem's title, status, code and detail (RFC 9457)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    status = response.status_code
+    if not isinstance(body, dict) or not (body.get("title") or body.get("detail")):
+        return f"HTTP {status} {response.reason_phrase} from {response.request.url}", None
+    title = body.get("title") or response.reason_phrase
+    code = body.get("code")
+    message = f"{title} ({status}{' ' + code if code else ''})"
+    if body.get("detail") and body["detail"] != title:
+        message += f": {body['detail']}"
+    if status == 401 and not has_token:
+        message += " (no token: give --token, SIGNALBOX_TOKEN or token in the config file)"
+    retry_after = response.headers.get("Retry-After")
+    if retry_after:
+        message += f" (retry after {retry_after} s)"
+    return message, body
+
+
+class Api:
+    def __init__(self, settings: Settings) -> None:
+        import httpx  # here: `--help` and usage errors need no HTTP client (half the start-up)
+
+        self.settings = settings
+        headers = {"Accept": "application/json", "User-Agent": "signalbox-cli"}
+        if settings.token:
+            headers["Authorization"] = f"Token {settings.token}"
+        self.http = httpx.Client(base_url=settings.url, headers=headers, timeout=settings.timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def call(self, method: str, path: str, *, params: dict[str, Any] | None = None, json: Any = None,
+             timeout: float | None = None) -> Any:
+        """The answer's JSON (None for an empty answer); raises Failure on any error."""
+        import httpx
+
+        url = self.settings.url
+        wait = timeout or self.settings.timeout
+        try:
+            response = self.http.request(method, path, params=params, json=json, timeout=wait)
+        except httpx.TimeoutException:
+            raise Failure(f"no answer from Signalbox at {url} within {wait:g} s", UNREACHABLE) from None
+        except httpx.TransportError as e:
+            raise Failure(f"cannot reach Signalbox at {url}: {e or type(e).__name__}", UNREACHABLE) from None
+        if response.status_code >= 400:
+            message, body = problem_message(response, bool(self.settings.token))
+            raise Failure(message, problem=body)
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            raise Failure(f"{method} {path}: the answer is not JSON (is {url} a Signalbox server?)") from None
+
+    def pages(self, path: str, params: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        """Every row of a list in the API's paged shapes: limit/offset (`{"results", "next"}`, following
+        the `next` link) or cursor (`{"results", "next_cursor"}`); a plain list is one page."""
+        answer = self.call("GET", path, params=params)
+        while True:
+            if isinstance(answer, list):
+                yield from answer
+                return
+            yield from answer.get("results", [])
+            if answer.get("next"):
+                answer = self.call("GET", answer["next"])
+            elif answer.get("next_cursor"):
+                answer = self.call("GET", path, params={**(params or {}), "cursor": answer["next_cursor"]})
+            else:
+                return
+
+
+class Session:
+    """The group's --url/--token/--config/--timeout, resolved on first use (so `--help` works whatever
+    the config file holds) into one client for the whole command."""
+
+    def __init__(self, url: str | None, token: str | None, config: str | None, timeout: float | None):
+        self.options = (url, token, config, timeout)
+        self._api: Api | None = None
+
+    def api(self) -> Api:
+        if self._api is None:
+            from signalbox.cli.config import resolve
+
+            self._api = Api(resolve(*self.options))
+            click.get_current_context().call_on_close(self._api.close)
+        return self._api
+
+
+def api() -> Api:
+    """The current command's client."""
+    return click.get_current_context().find_object(Session).api()

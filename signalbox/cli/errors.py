@@ -1,0 +1,33 @@
+"""Exit codes and the one-line error every failure ends with.
+
+    0  done
+    1  the API refused (an HTTP error: its problem's title and detail are printed); also click's code
+       when the reader of a pipe goes away (`signalbox receive q -n 100 | head -1`)
+    2  usage: a bad option or argument, or a bad config file (click's own code for usage errors)
+    3  Signalbox could not be reached (connection refused, DNS, timeout)
+  130  interrupted (Ctrl-C); a consumer is closed first, so what it did not print goes back
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+import click
+
+API_ERROR = 1
+USAGE = 2
+UNREACHABLE = 3
+INTERRUPTED = 130
+
+
+class Failure(click.ClickException):
+    """Ends the command with one line on stderr, `signalbox: <message>`, and its exit code."""
+
+    def __init__(self, message: str, exit_code: int = API_ERROR, problem: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.problem = problem
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"signalbox: {self.format_message()}", file=file or click.get_text_stream("stderr"),
+                   err=file is None)

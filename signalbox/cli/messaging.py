@@ -1,0 +1,312 @@
+"""send, receive (consume) and browse."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import quote
+
+import click
+
+from signalbox.cli.api import Api, api, destination_path
+from signalbox.cli.errors import INTERRUPTED, USAGE, Failure
+from signalbox.cli.output import console, err_console, json_option, plural, print_json, print_table, say
+from signalbox.cli.params import MILLIS, PROPERTY
+
+MAX_BATCH = 1000  # the API's largest batch
+
+
+# -- send ---------------------------------------------------------------------------------------------
+
+def read_body(body: str | None, file: str | None) -> bytes | str:
+    if body is not None and file is not None:
+        raise Failure("give the body as an argument or with --file, not both", USAGE)
+    if body is not None:
+        return body
+    if file is None:
+        if sys.stdin.isatty():
+            raise Failure("no body: give it as an argument, with --file PATH, or on standard input", USAGE)
+        file = "-"
+    if file == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(file, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise Failure(f"--file {file}: {e.strerror}", USAGE) from None
+
+
+def envelope_of(body: bytes | str, fields: dict[str, Any],
+                properties: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The API's message envelope: text bodies as `body`, anything not UTF-8 as `body_base64`."""
+    envelope: dict[str, Any] = {}
+    if isinstance(body, bytes):
+        try:
+            envelope["body"] = body.decode("utf-8")
+        except UnicodeDecodeError:
+            envelope["body_base64"] = base64.b64encode(body).decode()
+    else:
+        envelope["body"] = body
+    envelope.update({k: v for k, v in fields.items() if v is not None})
+    if properties:
+        envelope["properties"] = dict(properties)
+    return envelope
+
+
+def send_path(destination: str) -> tuple[str, dict[str, str] | None]:
+    """A composite (`orders,audit`) goes to /api/v1/messages?destination=...; one destination to its own."""
+    if "," in destination:
+        return "/api/v1/messages", {"destination": destination}
+    return destination_path(destination) + "/messages", None
+
+
+@click.command()
+@click.argument("destination")
+@click.argument("body", required=False)
+@click.option("-f", "--file", help="Read the body from a file ('-' for standard input).")
+@click.option("-p", "--property", "properties", type=PROPERTY, multiple=True,
+              help="NAME=VALUE (string) or NAME:=JSON (number, boolean, typed); repeatable.")
+@click.option("--priority", type=click.IntRange(0, 9), help="0-9 (the server's default is 4).")
+@click.option("--ttl", type=MILLIS, help="Time to live: ms, or 30s, 5m, 2h...")
+@click.option("--delay", type=MILLIS, help="Deliver after this long (AMQ_SCHEDULED_DELAY).")
+@click.option("--correlation-id", help="JMSCorrelationID.")
+@click.option("--type", "type_", help="JMSType.")
+@click.option("--reply-to", help="JMSReplyTo, a destination.")
+@click.option("--group", help="JMSXGroupID: the message group.")
+@click.option("--group-seq", type=int, help="JMSXGroupSeq.")
+@click.option("--content-type", help="The body's content type.")
+@click.option("--non-persistent", is_flag=True, help="Send as non-persistent.")
+@click.option("-n", "--count", type=click.IntRange(1), default=1, show_default=True,
+              help="Send the message this many times (in batches, with a progress bar on a terminal).")
+@click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=100, show_default=True,
+              help="Messages per request with --count.")
+@json_option
+def send(destination: str, body: str | None, file: str | None, properties: tuple[tuple[str, Any], ...],
+         priority: int | None, ttl: int | None, delay: int | None, correlation_id: str | None,
+         type_: str | None, reply_to: str | None, group: str | None, group_seq: int | None,
+         content_type: str | None, non_persistent: bool, count: int, batch: int, as_json: bool) -> None:
+    """Send a message to DESTINATION (a queue, queue://name, topic://name, or a composite A,B).
+
+    The body is BODY, a file (--file), or standard input."""
+    fields = {"priority": priority, "ttl": ttl, "delay": delay, "correlation_id": correlation_id,
+              "type": type_, "reply_to": reply_to, "group_id": group, "group_seq": group_seq,
+              "content_type": content_type, "persistent": False if non_persistent else None}
+    envelope = envelope_of(read_body(body, file), fields, list(properties))
+    path, params = send_path(destination)
+    client = api()
+    result: dict[str, Any] = {"message_ids": [], "statuses": [], "destinations": []}
+    with progress_bar(count, "sending") as advance:
+        while len(result["message_ids"]) < count:
+            n = min(batch, count - len(result["message_ids"]))
+            payload = envelope if count == 1 else {"messages": [envelope] * n}
+            try:
+                answer = client.call("POST", path, params=params, json=payload)
+            except Failure as e:
+                if result["message_ids"]:
+                    e.message += f" (after sending {len(result['message_ids'])} of {count})"
+                raise
+            result["message_ids"] += answer["message_ids"]
+            result["statuses"] += answer["statuses"]
+            result["destinations"] = answer["destinations"]
+            advance(n)
+    if as_json:
+        print_json(result)
+        return
+    where = ", ".join(result["destinations"])
+    tally = Counter(result["statuses"])
+    others = ", ".join(f"{n} {status}" for status, n in sorted(tally.items()))
+    note = "" if set(tally) <= {"ok"} else f" ({others})"
+    if count == 1:
+        say(f"sent {result['message_ids'][0]} to {where}{note}")
+    else:
+        say(f"sent {count} messages to {where}{note}")
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, what: str) -> Iterator[Callable[[int], None]]:
+    """`advance(n)`: a rich progress bar on stderr when it is a terminal and there is more than one
+    message, else nothing."""
+    if total <= 1 or not err_console().is_terminal:
+        yield lambda n: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err_console()) as progress:
+        task = progress.add_task(what, total=total)
+        yield lambda n: progress.advance(task, n)
+
+
+# -- receive ------------------------------------------------------------------------------------------
+
+ACK_MODES = {"individual": "client-individual", "client": "client", "auto": "auto"}
+MAX_WAIT = 20.0  # the server caps one long poll at SIGNALBOX_MAX_RECEIVE_WAIT (20 s by default)
+
+
+def show_message(message: dict[str, Any], as_json: bool, verbose: bool) -> None:
+    """A received message: its body on a line (bytes as they are), or a JSON line."""
+    if as_json:
+        print_json(message, lines=True)
+        return
+    if verbose:
+        header = {k: message.get(k) for k in ("message_id", "destination", "priority", "redelivered",
+                                              "delivery_count", "group_id", "correlation_id", "type")}
+        header = {k: v for k, v in header.items() if v not in (None, "", False)}
+        if message.get("properties"):
+            header["properties"] = message["properties"]
+        click.echo("# " + json.dumps(header, ensure_ascii=False))
+    if message.get("body_base64") is not None and message.get("body") is None:
+        out = click.get_binary_stream("stdout")
+        out.write(base64.b64decode(message["body_base64"]) + b"\n")
+        out.flush()
+    else:
+        click.echo(message.get("body") or "")
+
+
+@click.command()
+@click.argument("destination")
+@click.option("--ack", "ack_mode", type=click.Choice(list(ACK_MODES)), default="individual",
+              show_default=True,
+              help="individual: each printed message by id; client: cumulatively, up to the last printed; "
+                   "auto: the server acknowledges as it hands messages over.")
+@click.option("--selector", help="A JMS selector, e.g. \"region = 'eu' AND n > 3\".")
+@click.option("-n", "--count", type=click.IntRange(1),
+              help="Stop after N messages (default: 1, or no limit with --follow).")
+@click.option("-f", "--follow", is_flag=True, help="Keep receiving until Ctrl-C (or --count).")
+@click.option("--wait", type=click.FloatRange(0), default=5.0, show_default=True,
+              help="Without --follow: seconds to wait for a message before stopping.")
+@click.option("--prefetch", type=click.IntRange(0, 32767),
+              help="Messages the broker may dispatch ahead (default: 0 with a --count, each receive pulling "
+                   "exactly what is missing; 100 with --follow alone).")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Print a header line (# {id, priority, ...}) before each message.")
+@json_option
+def receive(destination: str, ack_mode: str, selector: str | None, count: int | None, follow: bool,
+            wait: float, prefetch: int | None, verbose: bool, as_json: bool) -> None:
+    """Receive messages from DESTINATION and print them (bodies, or JSON lines with --json).
+
+    A leased consumer is created, each printed message is acknowledged after it is printed, and the
+    consumer is closed on exit (Ctrl-C too), so what was not printed goes back to the queue."""
+    limit = count if count is not None else (None if follow else 1)
+    if prefetch is None:
+        # A bounded receive pulls: nothing is dispatched to it that it will not print and ack.
+        prefetch = 0 if limit else 100
+    client = api()
+    path = destination_path(destination)
+    spec: dict[str, Any] = {"ack_mode": ACK_MODES[ack_mode], "prefetch": prefetch}
+    if selector:
+        spec["selector"] = selector
+    consumer = client.call("POST", f"{path}/consumers", json=spec)
+    base = f"{path}/consumers/{quote(consumer['consumer_id'], safe='')}"
+    received = 0
+    # SIGTERM ends the command as Ctrl-C does: through the `finally` that closes the consumer.
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        received = receive_loop(client, base, ack_mode, limit, follow, wait, as_json, verbose)
+    except KeyboardInterrupt:
+        raise SystemExit(INTERRUPTED) from None
+    finally:  # also on an error and when the reader of a pipe goes away (BrokenPipeError)
+        close_consumer(client, base)
+    if not as_json:
+        err_console().print(f"received {plural(received, 'message')} from {consumer['destination']}",
+                            highlight=False, markup=False)
+
+
+def terminated(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follow: bool, wait: float,
+                 as_json: bool, verbose: bool) -> int:
+    received = 0
+    deadline = time.monotonic() + wait
+    while limit is None or received < limit:
+        want = min(limit - received, MAX_BATCH) if limit else 100
+        slice_ = MAX_WAIT if follow else max(0.0, min(MAX_WAIT, deadline - time.monotonic()))
+        answer = client.call("POST", f"{base}/receive",
+                             params={"max_messages": want, "wait": f"{slice_:.3f}"},
+                             timeout=client.settings.timeout + slice_)
+        messages = answer["messages"]
+        if not messages:
+            if follow or time.monotonic() < deadline:
+                continue
+            break
+        for message in messages:
+            show_message(message, as_json, verbose)
+        sys.stdout.flush()
+        ids = [m["message_id"] for m in messages]
+        if ack_mode == "individual":
+            client.call("POST", f"{base}/ack", json={"message_ids": ids})
+        elif ack_mode == "client":  # cumulative: the last acknowledges everything before it
+            client.call("POST", f"{base}/ack", json={"message_ids": ids[-1:]})
+        received += len(messages)
+        deadline = time.monotonic() + wait
+    return received
+
+
+def close_consumer(client: Api, base: str) -> None:
+    """Close the consumer; its unacknowledged messages go back. A consumer already gone (lapsed,
+    aborted) has nothing to give back; failing to reach the server is said, not hidden."""
+    try:
+        client.call("DELETE", base)
+    except Failure as e:
+        problem = e.problem or {}
+        if problem.get("status") not in (404, 410):
+            err_console().print(f"signalbox: closing the consumer failed: {e.message} (its lease returns "
+                                "its messages when it lapses)", highlight=False, markup=False)
+
+
+# -- browse -------------------------------------------------------------------------------------------
+
+def body_preview(message: dict[str, Any], width: int = 60) -> str:
+    if message.get("body") is None and message.get("body_base64") is not None:
+        return f"<{len(base64.b64decode(message['body_base64']))} bytes>"
+    text = (message.get("body") or "").replace("\n", "\\n")
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+BROWSE_COLUMNS = [
+    ("ID", lambda m: m["message_id"], False),
+    ("State", lambda m: m.get("state"), False),
+    ("Pri", lambda m: m.get("priority"), True),
+    ("Deliveries", lambda m: m.get("delivery_count"), True),
+    ("Group", lambda m: m.get("group_id"), False),
+    ("Properties", lambda m: json.dumps(m["properties"], ensure_ascii=False) if m.get("properties") else None,
+     False),
+    ("Body", body_preview, False),
+]
+
+
+@click.command()
+@click.argument("destination")
+@click.option("--selector", help="Only messages matching this JMS selector.")
+@click.option("-n", "--limit", type=click.IntRange(1), default=100, show_default=True,
+              help="Show at most this many messages.")
+@json_option
+def browse(destination: str, selector: str | None, limit: int, as_json: bool) -> None:
+    """List the messages of DESTINATION without consuming them (pending, parked and in flight)."""
+    client = api()
+    path = destination_path(destination) + "/messages"
+    found: list[dict[str, Any]] = []
+    cursor = None
+    while len(found) < limit:
+        params = {"limit": min(limit - len(found), MAX_BATCH), "selector": selector, "cursor": cursor}
+        page = client.call("GET", path, params={k: v for k, v in params.items() if v is not None})
+        found += page["messages"]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            break
+    found = found[:limit]
+    if as_json:
+        print_json(found)
+    elif found:
+        print_table(BROWSE_COLUMNS, found)
+    else:
+        console().print("no messages", highlight=False)

@@ -1,0 +1,85 @@
+"""What the commands print: rich tables for people, JSON for scripts (`--json`)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import click
+
+# A column: heading, how to get the cell from a row, and whether it is a number (right-aligned).
+Column = tuple[str, Callable[[dict[str, Any]], Any], bool]
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+@functools.cache
+def console() -> Any:
+    from rich.console import Console
+
+    # Piped, rich would fold a wide table to 80 columns; rows are easier to grep whole.
+    return Console(width=None if sys.stdout.isatty() else 250)
+
+
+@functools.cache
+def err_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def print_json(data: Any, *, lines: bool = False) -> None:
+    """JSON to stdout: indented, or one compact object per line for streams (`lines`)."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":")) if lines else json.dumps(
+        data, ensure_ascii=False, indent=2)
+    click.echo(text)
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def build_table(columns: Sequence[Column], rows: Iterable[dict[str, Any]], title: str | None = None) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, box=None, header_style="bold", pad_edge=False)
+    for heading, _, numeric in columns:
+        table.add_column(heading, justify="right" if numeric else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*(cell(get(row)) for _, get, _ in columns))
+    return table
+
+
+def print_table(columns: Sequence[Column], rows: Iterable[dict[str, Any]], title: str | None = None) -> None:
+    console().print(build_table(columns, rows, title))
+
+
+def say(text: str) -> None:
+    """A human summary line (stdout; --json prints data instead)."""
+    console().print(text, highlight=False, markup=False)
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def relative_ms(epoch_ms: int | None) -> str:
+    """`in 12 s` / `3 s ago` for a time in ms since the epoch."""
+    if not epoch_ms:
+        return "-"
+    delta = (epoch_ms - time.time() * 1000) / 1000
+    return f"in {delta:.0f} s" if delta >= 0 else f"{-delta:.0f} s ago"
+
+
+def column(key: str, heading: str | None = None, numeric: bool = False) -> Column:
+    return (heading or key, lambda row: row.get(key), numeric)

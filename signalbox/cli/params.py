@@ -1,0 +1,52 @@
+"""Option types the commands share: durations (`30s`, `5m`, `1500` ms) and message properties."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import click
+
+UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class Millis(click.ParamType):
+    """A duration in ms: a plain number is ms; `250ms`, `30s`, `5m`, `2h`, `1d` are converted."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", str(value).lower())
+        if not found:
+            self.fail(f"{value!r} is not a duration: give ms, or a number with ms, s, m, h or d", param, ctx)
+        return int(float(found[1]) * UNITS[found[2] or "ms"])
+
+
+MILLIS = Millis()
+
+
+class Property(click.ParamType):
+    """`NAME=VALUE` is a string property; `NAME:=JSON` gives a number, a boolean or a typed value
+    (`n:=3`, `ok:=true`, `big:='{"type": "long", "value": 5}'`)."""
+
+    name = "name=value"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[str, Any]:
+        if isinstance(value, tuple):
+            return value
+        name, sep, text = str(value).partition("=")
+        if not sep or not name or name == ":":
+            self.fail(f"{value!r}: a property is NAME=VALUE (a string) or NAME:=JSON", param, ctx)
+        if not name.endswith(":"):
+            return name, text
+        try:
+            return name[:-1], json.loads(text)
+        except ValueError:
+            self.fail(f"{value!r}: after := comes JSON (a number, true, false or an object)", param, ctx)
+
+
+PROPERTY = Property()

@@ -1,0 +1,53 @@
+"""The console's header when Redis goes away and comes back, in Debian's headless Chromium: "Broker
+unavailable" within about two seconds of the kill, "Live" again when Redis answers, without reloading the
+page or restarting the gateway. The gateway runs on a Redis of this test's own, which it kills."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from playwright.sync_api import expect
+
+from signalbox.embedded_redis import EmbeddedRedis, free_port
+from tests.console.conftest import USERS, login
+from tests.helpers.gateway_server import ROOT, server_env, start_gateway
+
+pytestmark = pytest.mark.e2e
+
+
+def test_the_header_says_broker_unavailable_while_redis_is_away(chromium, tmp_path):
+    store = EmbeddedRedis(tmp_path / "redis", port=free_port())
+    store.start()
+    data_dir = tmp_path / "console"
+    data_dir.mkdir()
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    env = server_env(data_dir, namespace, REDIS_URL=store.url)
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env,
+                   check=True, timeout=120)
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", USERS], cwd=ROOT, env=env, check=True,
+                   timeout=60)
+    server = start_gateway(data_dir, namespace, name="console-outage", REDIS_URL=store.url)
+    server.url = f"http://127.0.0.1:{server.port}"
+    page = None
+    try:
+        page = login(chromium, server, "admin")
+        live = page.locator("#live")
+        expect(live).to_have_attribute("data-state", "connected")
+        store.process.kill()
+        killed_at = time.monotonic()
+        expect(live).to_have_attribute("data-state", "unavailable", timeout=3000)
+        assert time.monotonic() - killed_at < 3
+        expect(live).to_contain_text("Broker unavailable")
+        store.start()  # same port, data folder and AOF
+        expect(live).to_have_attribute("data-state", "connected", timeout=5000)
+        expect(live).to_contain_text("Live")
+        expect(page.locator("[data-total=destinations]")).not_to_have_text("–")
+    finally:
+        if page is not None:
+            page.context.close()
+        server.stop()
+        store.stop()

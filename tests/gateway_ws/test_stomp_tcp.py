@@ -1,0 +1,349 @@
+"""STOMP over TCP (gateway/stomp/tcp.py, `manage.py stomp_listener`) with real sockets: what a byte stream
+adds to the session the WebSocket endpoint shares (tests/gateway_ws/test_stomp_protocol.py runs every
+stomp.py test over both): frames split anywhere and many per read, the frame limits, heart-beats, a
+silent client, the connection limit, TLS, a listener killed mid-stream, and a client from npm."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.stomp.frames import Frame, FrameParser, encode
+from tests.helpers.gateway_server import ROOT, spawn_stomp_listener, wait_listening
+from tests.helpers.stomp_client import Client
+
+pytestmark = pytest.mark.e2e
+
+
+class RawTcp:
+    """A hand-driven STOMP connection over a plain (or TLS) socket: exact bytes, split anywhere."""
+
+    def __init__(self, port: int, tls: ssl.SSLContext | None = None) -> None:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.sock = tls.wrap_socket(sock, server_hostname="localhost") if tls else sock
+        self.parser = FrameParser("1.2")
+        self.pending: list[Frame] = []
+
+    def send(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
+        self.sock.sendall(encode(command, list((headers or {}).items()), body))
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def connect(self, **headers: str) -> Frame:
+        self.send("CONNECT", {"accept-version": "1.2", "login": "alice", "passcode": "secret", **headers})
+        return self.expect("CONNECTED")
+
+    def receive(self, timeout: float = 5) -> Frame:
+        deadline = time.monotonic() + timeout
+        while not self.pending:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed by the server")
+            self.pending += self.parser.feed(data)
+        return self.pending.pop(0)
+
+    def expect(self, command: str, timeout: float = 5) -> Frame:
+        frame = self.receive(timeout)
+        assert frame.command == command, f"expected {command}, got {frame}"
+        return frame
+
+    def closed_within(self, seconds: float) -> bool:
+        """The server closes the socket within `seconds` (frames still queued are read and dropped)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                if not self.sock.recv(65536):
+                    return True
+            except TimeoutError:
+                return False
+            except OSError:
+                return True
+        return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def raw(stomp_listener):
+    made: list[RawTcp] = []
+
+    def make(port: int | None = None, tls: ssl.SSLContext | None = None) -> RawTcp:
+        conn = RawTcp(port or stomp_listener.port, tls)
+        made.append(conn)
+        return conn
+
+    yield make
+    for conn in made:
+        conn.close()
+
+
+@pytest.fixture
+def listener(gateway_data, request):
+    """A listener of the test's own, with settings of its own (environment variables); killed at the end."""
+    made = []
+
+    def start(**env: str):
+        data_dir, namespace = gateway_data
+        server = wait_listening(spawn_stomp_listener(data_dir, namespace, f"{request.node.name[:40]}", **env))
+        made.append(server)
+        return server
+
+    yield start
+    for server in made:
+        server.kill()
+
+
+def _q() -> str:
+    return f"/queue/tcp{uuid.uuid4().hex[:10]}"
+
+
+# -- framing ------------------------------------------------------------------------------------------
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(min_value=1, max_value=400), min_size=1, max_size=12),
+       bodies=st.lists(st.binary(max_size=60), min_size=1, max_size=6))
+def test_frames_split_anywhere_or_packed_together_arrive_whole_and_in_order(raw, cuts, bodies):
+    """The same SEND frames written as one read, or cut at arbitrary places, give the same messages (bodies
+    with NULs travel with content-length)."""
+    conn = raw()
+    conn.connect()
+    dest = _q()
+    stream = b"".join(encode("SEND", [("destination", dest), ("content-length", str(len(b)))], b)
+                      for b in bodies)
+    stream += encode("SUBSCRIBE", [("destination", dest), ("id", "s"), ("receipt", "sub")])
+    start = 0
+    for cut in cuts:
+        conn.send_raw(stream[start:start + cut])
+        start += cut
+        time.sleep(0.001)
+    conn.send_raw(stream[start:])
+    conn.expect("RECEIPT")
+    got = [conn.expect("MESSAGE").body for _ in bodies]
+    assert got == bodies
+
+
+def test_a_frame_sent_one_byte_at_a_time_is_one_frame(raw):
+    conn = raw()
+    conn.connect()
+    for byte in encode("SUBSCRIBE", [("destination", _q()), ("id", "s"), ("receipt", "r1")]):
+        conn.send_raw(bytes([byte]))
+    assert conn.expect("RECEIPT").get("receipt-id") == "r1"
+
+
+def test_a_send_before_a_bad_frame_in_the_same_read_is_still_sent(raw, stomp_listener, redis_client):
+    from broker_core.broker import Broker
+
+    dest = _q()
+    conn = raw()
+    conn.connect()
+    conn.send_raw(encode("SEND", [("destination", dest)], b"kept") + b"NOT-A-COMMAND\n\n\x00")
+    error = conn.expect("ERROR")
+    assert error.get("message") == "Invalid command" and b"NOT-A-COMMAND" in error.body
+    assert conn.closed_within(5)
+    broker = Broker(redis_client, stomp_listener.namespace)
+    assert broker.stats(dest.removeprefix("/queue/")).queue_size == 1
+
+
+def test_a_frame_over_the_body_limit_is_refused_with_an_error_that_names_it(raw):
+    conn = raw()
+    conn.connect()
+    big = 11 * 1024 * 1024
+    conn.send_raw(f"SEND\ndestination:{_q()}\ncontent-length:{big}\n\n".encode())
+    error = conn.expect("ERROR")
+    assert "10485760" in error.get("message", "") + error.body.decode(errors="replace")
+    assert conn.closed_within(5)
+
+
+def test_a_client_that_never_sends_connect_is_cut_off(listener):
+    server = listener(SIGNALBOX_STOMP_CONNECT_TIMEOUT="1")
+    conn = RawTcp(server.port)
+    try:
+        conn.send_raw(b"CONN")  # slow loris: a frame that never ends
+        assert conn.closed_within(6)
+    finally:
+        conn.close()
+
+
+def test_missing_heart_beats_end_the_connection(raw):
+    conn = raw()
+    connected = conn.connect(**{"heart-beat": "200,0"})
+    assert connected.get("heart-beat", "").split(",")[1] != "0"
+    error = conn.expect("ERROR", timeout=5)
+    assert "inactive" in error.get("message", "")
+    assert conn.closed_within(5)
+
+
+def test_connections_beyond_the_limit_are_refused_with_an_error_that_names_it(listener):
+    server = listener(SIGNALBOX_STOMP_MAX_CONNECTIONS="2")
+    time.sleep(1)  # the probe connection that saw the listener up has been closed and counted out
+    held = [RawTcp(server.port) for _ in range(2)]
+    try:
+        for conn in held:
+            conn.connect()
+        third = RawTcp(server.port)
+        try:
+            error = third.expect("ERROR")
+            assert "SIGNALBOX_STOMP_MAX_CONNECTIONS" in error.get("message", "")
+            assert third.closed_within(5)
+        finally:
+            third.close()
+    finally:
+        for conn in held:
+            conn.close()
+
+
+# -- TLS ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[Path, Path]:
+    if not shutil.which("openssl"):
+        pytest.skip("needs the openssl command")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+def test_stomp_over_tls_round_trips_and_the_plain_port_serves_beside_it(listener, certificate):
+    from signalbox.embedded_redis import free_port
+
+    cert, key = certificate
+    tls_port = free_port()
+    server = listener(SIGNALBOX_STOMP_TLS_CERT=str(cert), SIGNALBOX_STOMP_TLS_KEY=str(key),
+                      SIGNALBOX_STOMP_TLS_PORT=str(tls_port))
+    wait_listening(type(server)(server.process, tls_port, server.log_path))
+    context = ssl.create_default_context(cafile=str(cert))
+    conn = RawTcp(tls_port, context)
+    try:
+        conn.connect()
+        dest = _q()
+        conn.send("SUBSCRIBE", {"destination": dest, "id": "s", "receipt": "sub"})
+        conn.expect("RECEIPT")
+        conn.send("SEND", {"destination": dest}, b"secret")
+        assert conn.expect("MESSAGE").body == b"secret"
+    finally:
+        conn.close()
+    plain = RawTcp(server.port)
+    try:
+        plain.connect()
+    finally:
+        plain.close()
+    with pytest.raises(ssl.SSLError):  # no plain text on the TLS port
+        RawTcp(tls_port, ssl.create_default_context()).connect()  # an untrusted certificate
+
+
+# -- a listener that dies -----------------------------------------------------------------------------
+
+def test_a_listener_killed_mid_stream_loses_nothing(listener, stomp_listener, redis_client):
+    """Messages a killed listener's client held unacknowledged come back when its lease lapses; with what
+    the other listener's client acknowledges, every message is consumed exactly once."""
+    from broker_core import maintenance
+    from broker_core.broker import Broker
+
+    doomed = listener(SIGNALBOX_WS_LEASE_MS="1500")
+    dest = _q()
+    sent = [f"m{i}" for i in range(40)]
+    first = Client(doomed.port, tcp=True).connect()
+    first.conn.subscribe(dest, id="a", ack="client-individual", headers={"activemq.prefetchSize": "5"})
+    producer = Client(stomp_listener.port, tcp=True).connect()
+    try:
+        for body in sent:
+            producer.conn.send(dest, body)
+        window = first.messages(5)
+        acked = []
+        for frame in window[:2]:
+            first.conn.ack(frame.headers["ack"], receipt=f"ack-{frame.body.decode()}")
+            acked.append(frame.body.decode())
+        receipts = 0
+        while receipts < 2:  # the acks' receipts come among the messages that refill the window
+            receipts += first.next().command == "RECEIPT"
+        doomed.kill()  # the rest of its window is unacknowledged
+        second = Client(stomp_listener.port, tcp=True).connect()
+        try:
+            second.conn.subscribe(dest, id="b", ack="client-individual")
+            broker = Broker(redis_client, stomp_listener.namespace)
+            deadline = time.monotonic() + 30
+            while len(acked) < len(sent) and time.monotonic() < deadline:
+                maintenance.run_recovery(broker, f"queue://{dest.removeprefix('/queue/')}")
+                try:
+                    frame = second.expect("MESSAGE", timeout=0.5)
+                except AssertionError:
+                    continue
+                second.conn.ack(frame.headers["ack"])
+                acked.append(frame.body.decode())
+            assert sorted(acked) == sorted(sent)  # each message once: none lost, none twice
+            name = dest.removeprefix("/queue/")
+            while broker.stats(name).dequeued < len(sent) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stats = broker.stats(name)
+            assert (stats.enqueued, stats.dequeued, stats.queue_size) == (len(sent), len(sent), 0)
+        finally:
+            second.close()
+    finally:
+        first.close()
+        producer.close()
+
+
+# -- a client in another language ---------------------------------------------------------------------
+
+NODE_CLIENT = """
+import { Client } from '@stomp/stompjs';
+import { TCPWrapper } from '@stomp/tcp-wrapper';
+const [port, dest] = process.argv.slice(2);
+const client = new Client({
+  webSocketFactory: () => new TCPWrapper('127.0.0.1', Number(port)),
+  connectHeaders: { login: 'alice', passcode: 'secret' },
+  reconnectDelay: 0,
+  onStompError: (frame) => { console.error('ERROR', frame.headers.message); process.exit(2); },
+});
+client.onConnect = () => {
+  const got = [];
+  client.subscribe(dest, (message) => {
+    got.push(message.body + ':' + message.headers['priority']);
+    message.ack();
+    if (got.length === 3) {
+      console.log(JSON.stringify(got));
+      client.deactivate().then(() => process.exit(0));
+    }
+  }, { ack: 'client-individual' });
+  for (const n of [1, 2, 3]) client.publish({ destination: dest, body: 'hello ' + n });
+};
+client.activate();
+setTimeout(() => { console.error('timed out'); process.exit(3); }, 20000);
+"""
+
+
+def test_a_nodejs_client_from_npm_sends_and_acknowledges_over_tcp(stomp_listener, redis_client, tmp_path):
+    import json
+
+    from broker_core.broker import Broker
+
+    if not shutil.which("node") or not (ROOT / "node_modules" / "@stomp" / "tcp-wrapper").is_dir():
+        pytest.skip("needs Node.js and the npm packages (./signalbox.sh test installs them)")
+    script = ROOT / "node_modules" / f".stomp-tcp-{uuid.uuid4().hex[:8]}.mjs"  # resolves node_modules
+    script.write_text(NODE_CLIENT)
+    dest = _q()
+    try:
+        done = subprocess.run(["node", str(script), str(stomp_listener.port), dest], capture_output=True,
+                              text=True, timeout=60)
+    finally:
+        script.unlink()
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["hello 1:4", "hello 2:4", "hello 3:4"]
+    stats = Broker(redis_client, stomp_listener.namespace).stats(dest.removeprefix("/queue/"))
+    assert (stats.enqueued, stats.dequeued, stats.queue_size) == (3, 3, 0)

@@ -1,0 +1,447 @@
+"""The `signalbox` command line (signalbox/cli/, docs/cli.md), run as a subprocess — the way a user runs
+it — against a real gateway process (uvicorn) on the session's Redis. Every command, --json output,
+errors and exit codes, the body from stdin and files, the config precedence, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from signalbox.embedded_redis import free_port
+from tests.helpers.gateway_server import ALICE_TOKEN, ROOT, prepare_database, start_gateway
+
+CLI = [sys.executable, "-m", "signalbox.cli"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("cli-gateway")
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(data_dir, namespace)
+    gateway = start_gateway(data_dir, namespace, name="cli")
+    try:
+        yield f"http://127.0.0.1:{gateway.port}"
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    """A HOME and XDG_CONFIG_HOME of the test's own, so no user's config file is read."""
+    (tmp_path / "config").mkdir()
+    return tmp_path
+
+
+def cli_env(home: Path, url: str | None, token: str | None = ALICE_TOKEN, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNALBOX_")}
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / "config"), PYTHONPATH=str(ROOT))
+    if url is not None:
+        env["SIGNALBOX_URL"] = url
+    if token is not None:
+        env["SIGNALBOX_TOKEN"] = token
+    env.update(extra)
+    return env
+
+
+def run(home: Path, url: str | None, *args: str, input: bytes | str | None = None,
+        token: str | None = ALICE_TOKEN, **extra: str) -> subprocess.CompletedProcess[str]:
+    data = input.encode() if isinstance(input, str) else input
+    result = subprocess.run([*CLI, *args], cwd=ROOT, env=cli_env(home, url, token, **extra), input=data,
+                            stdin=None if data is not None else subprocess.DEVNULL, capture_output=True,
+                            timeout=120)
+    return subprocess.CompletedProcess(result.args, result.returncode,
+                                       result.stdout.decode(errors="replace"), result.stderr.decode())
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def as_json(result: subprocess.CompletedProcess[str]):
+    return json.loads(ok(result))
+
+
+def json_lines(result: subprocess.CompletedProcess[str]) -> list[dict]:
+    return [json.loads(line) for line in ok(result).splitlines()]
+
+
+def failed(result: subprocess.CompletedProcess[str], code: int, *words: str) -> str:
+    """The command failed with `code` and one line on stderr naming what went wrong."""
+    assert result.returncode == code, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("signalbox: "), result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def stats(home: Path, url: str, queue: str) -> dict:
+    """A queue's statistics straight from the API (the `stat` command has tests of its own)."""
+    answer = httpx.get(f"{url}/api/v1/queues/{queue}", headers={"Authorization": f"Token {ALICE_TOKEN}"},
+                       timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}.{uuid.uuid4().hex[:8]}"
+
+
+# -- without a server ---------------------------------------------------------------------------------
+
+def test_the_command_imports_neither_django_nor_the_broker():
+    code = ("import json, sys, signalbox.cli; print(json.dumps(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('django', 'celery', 'broker_core', 'gateway', 'redis'))))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
+
+
+def test_the_console_script_names_the_command_group():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["project"]["scripts"] == {"signalbox": "signalbox.cli:app"}
+    from signalbox.cli import app
+
+    assert set(app.commands) == {"send", "receive", "consume", "browse", "stat", "purge", "move", "retry-dlq",
+                                 "groups", "consumers", "token"}
+    assert set(app.commands["groups"].commands) == {"list", "reset", "remove-all"}
+
+
+def test_flags_override_the_environment_which_overrides_the_config_file(home):
+    # Three unreachable addresses: the error names the one in force.
+    file_port, env_port, flag_port = free_port(), free_port(), free_port()
+    (home / "config" / "signalbox").mkdir()
+    (home / "config" / "signalbox" / "cli.toml").write_text(f'url = "http://127.0.0.1:{file_port}"\n')
+    failed(run(home, None, "stat"), 3, f"cannot reach Signalbox at http://127.0.0.1:{file_port}")
+    failed(run(home, f"http://127.0.0.1:{env_port}", "stat"), 3, f"127.0.0.1:{env_port}")
+    failed(run(home, f"http://127.0.0.1:{env_port}", "--url", f"http://127.0.0.1:{flag_port}", "stat"), 3,
+           f"127.0.0.1:{flag_port}")
+    other = home / "other.toml"
+    other.write_text(f'url = "http://127.0.0.1:{flag_port}"\n')
+    failed(run(home, None, "--config", str(other), "stat"), 3, f"127.0.0.1:{flag_port}")
+    failed(run(home, None, "stat", SIGNALBOX_CONFIG=str(other)), 3, f"127.0.0.1:{flag_port}")
+
+
+def test_config_and_usage_mistakes_exit_2(home):
+    failed(run(home, None, "--config", str(home / "missing.toml"), "stat"), 2, "missing.toml does not exist")
+    bad = home / "bad.toml"
+    bad.write_text('url = "http://x"\ncolour = "red"\n')
+    failed(run(home, None, "--config", str(bad), "stat"), 2, "unknown key 'colour'")
+    bad.write_text("url = 3\n")
+    failed(run(home, None, "--config", str(bad), "stat"), 2, "url has the wrong type")
+    bad.write_text("url = [\n")
+    failed(run(home, None, "--config", str(bad), "stat"), 2, "bad.toml")
+    failed(run(home, "ftp://host", "stat"), 2, "must start with http:// or https://")
+    failed(run(home, "http://127.0.0.1:1", "send", "mqtt://x", "body"), 2, "queue:// or topic://")
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", "novalue", "body"), 2, "NAME=VALUE")
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "--file", str(home / "nope"), ), 2, "--file")
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "body", "--file", "-"), 2, "not both")
+    # no body and standard input is a terminal: nothing to wait for
+    leader, follower = pty.openpty()
+    try:
+        result = subprocess.run([*CLI, "send", "q"], cwd=ROOT, env=cli_env(home, "http://127.0.0.1:1"),
+                                stdin=follower, capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    failed(result, 2, "no body: give it as an argument, with --file PATH, or on standard input")
+    # click's own usage errors: exit 2, one line naming the option and where the help is
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "body", "--priority", "12"), 2,
+           "'--priority': 12 is not in the range 0<=x<=9", "see 'signalbox send --help'")
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "body", "--ttl", "soon"), 2,
+           "'soon' is not a duration")
+    failed(run(home, "http://127.0.0.1:1", "frobnicate"), 2, "No such command 'frobnicate'")
+    failed(run(home, "http://127.0.0.1:1", "receive"), 2, "Missing argument 'DESTINATION'")
+    assert "Exit codes" in ok(run(home, None, "--help"))
+
+
+# -- against a real server ----------------------------------------------------------------------------
+
+@pytest.mark.e2e
+def test_round_trip_send_stat_browse_receive_purge(server, home):
+    q = unique("cli.orders")
+    sent = as_json(run(home, server, "send", q, "hello", "-p", "region=eu", "-p", "n:=3", "--priority", "7",
+                       "--correlation-id", "c-1", "--type", "order", "--group", "g1", "--ttl", "1h",
+                       "--json"))
+    assert sent["statuses"] == ["ok"] and sent["destinations"] == [f"queue://{q}"]
+    first = sent["message_ids"][0]
+    assert ok(run(home, server, "send", q, input="from stdin")).startswith("sent ID:")
+    many = as_json(run(home, server, "send", q, "x", "--count", "250", "--batch", "100", "--json"))
+    assert len(set(many["message_ids"])) == 250 and set(many["statuses"]) == {"ok"}
+    assert "sent 3 messages" in ok(run(home, server, "send", q, "y", "-n", "3"))
+
+    before = as_json(run(home, server, "stat", q, "--json"))
+    assert (before["queue_size"], before["enqueued"], before["dequeued"]) == (255, 255, 0)
+    table = ok(run(home, server, "stat"))
+    assert "Queue Size" in table and any(line.split()[:2] == [q, "255"] for line in table.splitlines())
+    rows = as_json(run(home, server, "stat", "--search", q, "--json"))
+    assert [(r["name"], r["queue_size"]) for r in rows] == [(q, 255)]
+
+    browsed = as_json(run(home, server, "browse", q, "--json", "-n", "1000"))
+    assert len(browsed) == 255 and browsed[0]["message_id"] == first  # priority 7 first
+    assert browsed[0]["properties"] == {"region": "eu", "n": 3}
+    top = browsed[0]
+    assert (top["correlation_id"], top["type"], top["group_id"]) == ("c-1", "order", "g1")
+    assert browsed[0]["expiration"] > browsed[0]["timestamp"] + 3_500_000
+    assert browsed[1]["body"] == "from stdin"
+    assert [m["message_id"] for m in as_json(run(home, server, "browse", q, "--selector", "region = 'eu'",
+                                                 "--json"))] == [first]
+    assert len(as_json(run(home, server, "browse", q, "-n", "120", "--json"))) == 120  # limit over pages
+    assert first in ok(run(home, server, "browse", q, "-n", "5"))
+
+    # receive: printed, acknowledged, counted; the consumer is closed on exit
+    got = json_lines(run(home, server, "receive", q, "-n", "2", "--json"))
+    assert [m["message_id"] for m in got] == [first, browsed[1]["message_id"]]
+    after = as_json(run(home, server, "stat", q, "--json"))
+    assert (after["queue_size"], after["dequeued"], after["in_flight"]) == (253, 2, 0)
+    assert after["consumer_count"] == 0
+    assert after["dispatched"] == 2  # a bounded receive pulls: nothing was dispatched that it did not print
+    result = run(home, server, "consume", q, "-n", "3", "--ack", "client")
+    assert ok(result) == "x\nx\nx\n" and "received 3 messages" in result.stderr
+    result = run(home, server, "receive", q, "-n", "4", "--ack", "auto", "-v")
+    lines = ok(result).splitlines()
+    assert len(lines) == 8 and all(json.loads(h[2:])["message_id"] for h in lines[::2]) and lines[1] == "x"
+    after = as_json(run(home, server, "stat", q, "--json"))
+    assert (after["queue_size"], after["dequeued"], after["consumer_count"]) == (246, 9, 0)
+
+    purged = as_json(run(home, server, "purge", q, "--json"))
+    assert purged["removed"] == 246
+    assert as_json(run(home, server, "stat", q, "--json"))["queue_size"] == 0
+    assert "purged 0 messages" in ok(run(home, server, "purge", q))
+    result = run(home, server, "receive", q, "--wait", "0.5")
+    assert ok(result) == "" and "received 0 messages" in result.stderr
+
+
+@pytest.mark.e2e
+def test_bytes_from_a_file_arrive_unchanged(server, home):
+    q = unique("cli.bytes")
+    payload = bytes(range(256)) * 4
+    (home / "blob").write_bytes(payload)
+    ok(run(home, server, "send", q, "--file", str(home / "blob"), "--content-type",
+           "application/octet-stream"))
+    ok(run(home, server, "send", q, "--file", "-", input=b"\xff\xfe not text"))
+    browsed = as_json(run(home, server, "browse", q, "--json"))
+    assert [m["body"] for m in browsed] == [None, None]
+    assert "<1024 bytes>" in ok(run(home, server, "browse", q))
+    result = subprocess.run([*CLI, "receive", q, "-n", "2"], cwd=ROOT, env=cli_env(home, server),
+                            stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert result.returncode == 0 and result.stdout == payload + b"\n" + b"\xff\xfe not text\n"
+
+
+@pytest.mark.e2e
+def test_a_composite_send_reaches_every_part(server, home):
+    a, b = unique("cli.comp"), unique("cli.comp")
+    sent = as_json(run(home, server, "send", f"{a},{b}", "both", "--json"))
+    assert sent["destinations"] == [f"queue://{a}", f"queue://{b}"]
+    assert stats(home, server, a)["queue_size"] == stats(home, server, b)["queue_size"] == 1
+
+
+@pytest.mark.e2e
+def test_follow_until_ctrl_c_then_the_consumer_is_closed(server, home):
+    q = unique("cli.follow")
+    ok(run(home, server, "send", q, "m", "-n", "3"))
+    process = subprocess.Popen([*CLI, "receive", q, "--follow", "--json"], cwd=ROOT,
+                               env=cli_env(home, server), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    try:
+        printed = [json.loads(process.stdout.readline()) for _ in range(3)]
+        ok(run(home, server, "send", q, "late"))  # --follow keeps receiving
+        printed.append(json.loads(process.stdout.readline()))
+        assert printed[-1]["body"] == "late"
+        deadline = time.monotonic() + 10
+        while stats(home, server, q)["dequeued"] < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stats(home, server, q)["consumer_count"] == 1
+        process.send_signal(signal.SIGINT)
+        assert process.wait(20) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    after = stats(home, server, q)
+    # everything printed acknowledged, and the consumer closed at once (not left to its lease)
+    assert (after["dequeued"], after["queue_size"], after["consumer_count"]) == (4, 0, 0)
+    ok(run(home, server, "send", q, "after"))
+    assert stats(home, server, q)["pending"] == 1
+
+
+@pytest.mark.e2e
+def test_sigterm_closes_the_consumer_too(server, home):
+    q = unique("cli.term")
+    ok(run(home, server, "send", q, "t"))
+    process = subprocess.Popen([*CLI, "receive", q, "--follow"], cwd=ROOT, env=cli_env(home, server),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert process.stdout.readline() == b"t\n"
+        assert stats(home, server, q)["consumer_count"] == 1
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 128 + signal.SIGTERM
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        process.stdout.close()
+    assert stats(home, server, q)["consumer_count"] == 0
+
+
+@pytest.mark.e2e
+def test_a_progress_bar_on_a_terminal(server, home):
+    q = unique("cli.progress")
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([*CLI, "send", q, "p", "--count", "300", "--batch", "50"], cwd=ROOT,
+                               env=cli_env(home, server, COLUMNS="100"), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=follower)
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed: the process is done with it
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    assert process.wait(60) == 0
+    assert b"sending" in seen and b"300/300" in seen
+    assert process.stdout.read().decode().strip() == f"sent 300 messages to queue://{q}"
+    process.stdout.close()
+    assert stats(home, server, q)["queue_size"] == 300
+
+
+@pytest.mark.e2e
+def test_move_copy_and_retry_from_the_dead_letter_queue(server, home):
+    src, dst = unique("cli.src"), unique("cli.dst")
+    for kind in ("a", "b", "a", "b", "b"):
+        ok(run(home, server, "send", src, kind, "-p", f"kind={kind}"))
+    failed(run(home, server, "move", src, dst), 1, "unknown_destination", f"queue://{dst}")
+    with httpx.Client(base_url=server, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=30) as http:
+        assert http.put(f"/api/v1/queues/{dst}").status_code == 201  # the API moves to existing queues only
+    assert "moved 2 messages" in ok(run(home, server, "move", src, dst, "--selector", "kind = 'a'"))
+    assert {m["body"] for m in as_json(run(home, server, "browse", dst, "--json"))} == {"a"}
+    one = as_json(run(home, server, "browse", src, "--json"))[0]["message_id"]
+    assert as_json(run(home, server, "move", src, dst, "--message-id", one, "--json"))["count"] == 1
+    assert as_json(run(home, server, "move", src, dst, "--copy", "--json"))["count"] == 2
+    assert (stats(home, server, src)["queue_size"], stats(home, server, dst)["queue_size"]) == (2, 5)
+    assert as_json(run(home, server, "move", src, dst, "-n", "1", "--json"))["count"] == 1
+    failed(run(home, server, "move", src, src), 1, "operation_refused")
+    failed(run(home, server, "move", src, dst, "--message-id", "x", "--selector", "a = 1"), 2, "--message-id")
+
+    # a dead letter, made through the API (poison nack), goes back with retry-dlq
+    poisoned = unique("cli.poison")
+    ok(run(home, server, "send", poisoned, "bad"))
+    with httpx.Client(base_url=server, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=30) as http:
+        consumer = http.post(f"/api/v1/queues/{poisoned}/consumers", json={}).json()["consumer_id"]
+        base = f"/api/v1/queues/{poisoned}/consumers/{consumer}"
+        message = http.post(f"{base}/receive", params={"wait": 5}).json()["messages"][0]
+        assert http.post(f"{base}/nack", json={"message_ids": [message["message_id"]], "poison": True}
+                         ).json()["dead_lettered"] == 1
+        http.delete(base)
+        deadline = time.monotonic() + 20
+        while not any(m["message_id"] == message["message_id"] for m in http.get(
+                "/api/v1/queues/ActiveMQ.DLQ/messages", params={"limit": 1000}).json().get("messages", [])):
+            assert time.monotonic() < deadline, "the dead letter never reached ActiveMQ.DLQ"
+            time.sleep(0.2)
+    failed(run(home, server, "retry-dlq", src), 1, "operation_refused")
+    retried = as_json(run(home, server, "retry-dlq", "--message-id", message["message_id"], "--json"))
+    assert retried == {"count": 1, "dlq": "ActiveMQ.DLQ"}
+    assert [m["body"] for m in as_json(run(home, server, "browse", poisoned, "--json"))] == ["bad"]
+    assert "retried 0 messages" in ok(run(home, server, "retry-dlq", "queue://ActiveMQ.DLQ", "--selector",
+                                          "JMSMessageID = 'nothing'"))
+
+
+@pytest.mark.e2e
+def test_groups_and_consumers(server, home):
+    q = unique("cli.groups")
+    for group in ("g1", "g2", "g3"):
+        ok(run(home, server, "send", q, group, "--group", group))
+    with httpx.Client(base_url=server, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=30) as http:
+        consumer = http.post(f"/api/v1/queues/{q}/consumers", json={"selector": "JMSXGroupID <> 'zz'"}).json()
+        cid = consumer["consumer_id"]
+        received = http.post(f"/api/v1/queues/{q}/consumers/{cid}/receive", params={"max_messages": 3})
+        assert len(received.json()["messages"]) == 3
+        rows = as_json(run(home, server, "consumers", q, "--json"))
+        assert [(r["consumer_id"], r["in_flight"], r["selector"]) for r in rows] == [
+            (cid, 3, "JMSXGroupID <> 'zz'")]
+        assert cid in ok(run(home, server, "consumers", q))
+        listed = as_json(run(home, server, "groups", "list", q, "--json"))
+        assert sorted((g["group_id"], g["owner"]) for g in listed) == [("g1", cid), ("g2", cid), ("g3", cid)]
+        assert "g2" in ok(run(home, server, "groups", "list", q))
+        assert as_json(run(home, server, "groups", "reset", q, "g1", "--json")) == {"count": 1}
+        failed(run(home, server, "groups", "reset", q, "g1"), 1, "unknown_group", "g1")
+        assert "removed 2 message groups" in ok(run(home, server, "groups", "remove-all", q))
+        assert as_json(run(home, server, "groups", "list", q, "--json")) == []
+        assert "no message groups" in ok(run(home, server, "groups", "list", q))
+        http.delete(f"/api/v1/queues/{q}/consumers/{cid}")
+    assert "no consumers" in ok(run(home, server, "consumers", q))
+
+
+@pytest.mark.e2e
+def test_stat_watch(server, home):
+    q = unique("cli.watch")
+    ok(run(home, server, "send", q, "w"))
+    refreshes = json_lines(run(home, server, "stat", "--search", q, "--watch", "0.2", "--times", "3",
+                               "--json"))
+    assert len(refreshes) == 3 and all([r["name"] for r in rows] == [q] for rows in refreshes)
+    tables = ok(run(home, server, "stat", q, "--watch", "0.2", "--times", "2"))
+    assert tables.count("queue_size") == 2
+    process = subprocess.Popen([*CLI, "stat", "--watch", "0.2"], cwd=ROOT, env=cli_env(home, server),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert b"Queue Size" in process.stdout.readline()
+        process.send_signal(signal.SIGINT)  # Ctrl-C is how a watch ends
+        assert process.wait(20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        process.stdout.close()
+        process.stderr.close()
+
+
+@pytest.mark.e2e
+def test_api_errors_are_one_line_with_exit_code_1(server, home):
+    failed(run(home, server, "stat", "cli.nosuch"), 1, "Unknown destination", "404", "queue://cli.nosuch")
+    failed(run(home, server, "browse", "cli.nosuch"), 1, "unknown_destination")
+    failed(run(home, server, "stat", "--sort", "colour"), 1, "invalid_parameter", "ordering is one of")
+    q = unique("cli.errors")
+    ok(run(home, server, "send", q, "e"))
+    failed(run(home, server, "browse", q, "--selector", "a = = 1"), 1, "Invalid selector", "invalid_selector")
+    failed(run(home, server, "receive", q, "--selector", "("), 1, "invalid_selector")
+    failed(run(home, server, "send", "bad name", "x"), 1, "invalid_destination", "whitespace")
+    failed(run(home, server, "send", q, "x", "-p", "big:={\"type\": \"long\"}"), 1, "invalid_message",
+           "properties.big")
+    failed(run(home, server, "stat", token="0" * 40), 1, "401", "Invalid token")
+    failed(run(home, server, "stat", token=None), 1, "401", "no token: give --token, SIGNALBOX_TOKEN")
+    # a token from the config file; a flag overrides it
+    (home / "config" / "signalbox").mkdir()
+    (home / "config" / "signalbox" / "cli.toml").write_text(f'token = "{ALICE_TOKEN}"\n')
+    assert stats(home, server, q)["queue_size"] == 1
+    ok(run(home, server, "stat", q, token=None))
+    failed(run(home, server, "--token", "0" * 40, "stat", q, token=None), 1, "401")
+    # bob may read and write queue://bob.> only; he gets his token with his password
+    bob = ok(run(home, server, "token", "-u", "bob", "--password-stdin", input="secret\n",
+                 token=None)).strip()
+    assert len(bob) == 40
+    failed(run(home, server, "token", "-u", "bob", "--password-stdin", input="wrong\n", token=None), 1,
+           "Unable to log in")
+    ok(run(home, server, "send", "bob.inbox", "hi", token=bob))
+    assert ok(run(home, server, "receive", "bob.inbox", token=bob)) == "hi\n"
+    failed(run(home, server, "purge", "bob.inbox", token=bob), 1, "permission_denied")
+    failed(run(home, server, "receive", q, token=bob), 1, "403")
+    failed(run(home, server, "consumers", "bob.inbox", token=bob), 1, "403")
+    assert stats(home, server, q)["consumer_count"] == 0
