@@ -314,6 +314,74 @@ def reap_holding_32767(ctx: Context) -> Calls:
     return ctx.measure(reap)
 
 
+# --- mem ---
+# The maintenance tick at 10,000 destinations (the index of what is due) and the memory bounds.
+
+def _destinations(ctx: Context, n: int) -> None:
+    for i in range(n):
+        ctx.broker.ensure_destination(f"d{i}")
+
+
+@case("tick: 10,000 destinations, every one due (the first tick)")
+def tick_all_due(ctx: Context) -> Calls:
+    from broker_core import maintenance
+
+    _destinations(ctx, 10_000)
+    return ctx.measure(lambda: maintenance.run_due(ctx.broker))
+
+
+@case("tick: 10,000 destinations, one lease lapsed, nothing else due")
+def tick_one_due(ctx: Context) -> Calls:
+    from broker_core import maintenance
+    from broker_core.operations import ConsumerSpec
+
+    _destinations(ctx, 10_000)
+    maintenance.run_due(ctx.broker)
+    ctx.broker.add_consumer("d77", ConsumerSpec(lease_ms=1_000))
+    time.sleep(1.01)
+    return ctx.measure(lambda: maintenance.run_due(ctx.broker))
+
+
+@case("tick: index rebuilt after a policy change, 10,000 destinations (one chunk)")
+def tick_reindex(ctx: Context) -> Calls:
+    from broker_core import maintenance
+
+    _destinations(ctx, 10_000)
+    maintenance.run_due(ctx.broker)
+    ctx.broker.policies.set_entry("queue", ">", {"expireMessagesPeriod": 20_000})
+    return ctx.measure(lambda: maintenance._reindex_step(ctx.broker, ctx.broker.clock.now_ms()))
+
+
+@case("audit: a send after maxQueueAuditDepth lowered from 1,000,000 to 10")
+def audit_lowered(ctx: Context) -> Calls:
+    from broker_core.messages import Message
+
+    ctx.broker.policies.set_entry("queue", ">", {"maxQueueAuditDepth": 1_000_000})
+    ctx.broker.ensure_destination("a")
+    key = f"{ctx.broker.namespace}:{{q:a}}:audit"
+    for start in range(0, 1_000_000, 10_000):
+        ctx.client.zadd(key, {f"old{i}": i for i in range(start, start + 10_000)})
+    ctx.broker.policies.set_entry("queue", ">", {"maxQueueAuditDepth": 10})
+    ctx.broker.refresh_policies()
+    return ctx.measure(lambda: ctx.broker.send("a", [Message(body="x") for _ in range(64)]))
+
+
+@case("events: a send after eventsMaxLen lowered from 1,000,000 to 100")
+def events_lowered(ctx: Context) -> Calls:
+    from broker_core.messages import Message
+
+    ctx.broker.ensure_destination("e")
+    key = f"{ctx.broker.namespace}:{{q:e}}:events"
+    for _ in range(100):
+        pipe = ctx.client.pipeline(transaction=False)
+        for _ in range(10_000):
+            pipe.xadd(key, {"type": "old"})
+        pipe.execute()
+    ctx.broker.policies.set_entry("queue", ">", {"eventsMaxLen": 100})
+    ctx.broker.refresh_policies()
+    return ctx.measure(lambda: ctx.broker.send("e", Message(body="x")))
+
+
 def start_server() -> tuple[subprocess.Popen[bytes], str]:
     """The embedded server on a unix socket, no persistence, every command recorded in the SLOWLOG."""
     folder = tempfile.mkdtemp()

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from . import advisory, errors, topic_ops, virtual
+from . import advisory, errors, flow, topic_ops, virtual
 from .clock import Clock, SystemClock
 from .coalesce import Coalescer
 from .destinations import Destination, parse_destination, require_concrete
@@ -81,6 +81,9 @@ _ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "tra
 
 def _typed_error(exc: redis.ResponseError) -> Exception:
     text = str(exc)
+    if flow.is_redis_maxmemory(text):
+        return flow.RedisMaxMemory(flow.REDIS_MAXMEMORY_TEXT, scope="redis", limit="maxmemory",
+                                   retry_after=flow.RETRY_AFTER_S)
     code, _, rest = text.partition(" ")
     kind = _ERRORS.get(code)
     return kind(rest) if kind else exc

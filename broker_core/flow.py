@@ -52,6 +52,27 @@ class ResourceAllocationError(BrokerError):
         return float(self.details.get("retry_after", RETRY_AFTER_S))
 
 
+class RedisMaxMemory(ResourceAllocationError):
+    """Redis itself refused the call's first write: its used memory is over its `maxmemory`, and with
+    `maxmemory-policy noeviction` (the embedded server's, signalbox/embedded_redis.py) it refuses writes
+    rather than evict a key. The backstop behind the limits above, which count message bytes only: the
+    call changed nothing (a script is refused before its first write), nothing stored is lost, and
+    consumers can still drain what is there."""
+
+    code = "redis_maxmemory"
+
+
+REDIS_MAXMEMORY_TEXT = (
+    "Redis is at its maxmemory (maxmemory-policy noeviction): the call was refused and stored nothing; "
+    "nothing already stored is lost. Consume or purge messages, or give Redis more memory "
+    "(SIGNALBOX_REDIS_MAXMEMORY for the embedded server)")
+
+
+def is_redis_maxmemory(text: str) -> bool:
+    """Whether a Redis error reply is its maxmemory refusal (a command's, or a script's first write's)."""
+    return "OOM command not allowed" in text
+
+
 @dataclass(frozen=True)
 class SystemUsage:
     """The broker-wide settings (ActiveMQ's <systemUsage>): the memory limit over every destination's

@@ -28,6 +28,7 @@ from .destinations import Destination, parse_destination
 from .errors import UnknownDestination
 from .operations import ConsumerRef, Eval, NoDestination, Op
 from .policy import PolicyEntry
+from .topics import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,15 @@ KEEP_MS = 7 * 86_400_000  # job state of a destination no worker maintains any m
 # Tombstones of aborted consumers (AbortNotice) per destination: the latest this many, for this long.
 TOMBSTONES_MAX = 1_000
 TOMBSTONE_MS = 86_400_000
+# The tick reads the maintenance index (<ns>:due) this many entries per call, and stops after TICK_SECONDS:
+# what is still due then is the next tick's (health turns stale only after 15 s without a finished tick).
+TICK_CHUNK = 200
+TICK_SECONDS = 5.0
+PERIODIC_SLICE_SECONDS = 0.2  # periodic visits between two looks at the work with a deadline
+RETRY_MS = 1_000  # an entry whose visit failed is looked at again this much later
+# (Re)building the index walks the registry this many destinations per tick (SCAN's COUNT hint).
+REINDEX_CHUNK = 500
+INDEX_VERSION = "1"  # bumped when what the index holds changes: every deployment rebuilds it once
 
 
 def _text(value: Any) -> str:
@@ -160,23 +170,29 @@ def run_recovery(broker: Broker, destination: str | Destination) -> Recovery:
                                                           RECOVER_LEASE_MS, FORWARD_GRACE_MS))
     if not int(held):
         return Recovery(ran=False)
+    return _recover(broker, dest, now, token, int(lapsed), int(forwards), int(due), int(owed))
+
+
+def _recover(broker: Broker, dest: Destination, now: int, token: str, lapsed: int, forwards: int, due: int,
+             owed: int) -> Recovery:
+    """The recovery work the probe found, under the 'recover' lease it took (`token`), released at the end."""
     lease = Lease(broker, dest, "recover", token, RECOVER_LEASE_MS)
     try:
         reaped: list[str] = []
-        if int(lapsed):
+        if lapsed:
             for _ in range(REAP_ROUNDS):
                 batch = broker.reap_lapsed(dest, REAP_BATCH)
                 reaped += batch
                 if len(batch) < REAP_BATCH:
                     break
-        if int(owed):  # a process died while returning (or releasing) a closed consumer's messages
+        if owed:  # a process died while returning (or releasing) a closed consumer's messages
             broker._run(broker.ops.return_owed(dest, now))
         forwarded = 0
-        if int(forwards):
+        if forwards:
             forwarded = broker.forward(dest)
             broker.redis.hdel(_maint_key(broker, dest), "recover:fwd_since")
         dispatched = 0
-        if 0 < int(due) <= now:
+        if 0 < due <= now:
             dispatched = broker.dispatch(dest).dispatched
         if reaped or forwarded or dispatched:
             _record(broker, dest, {"recover:last_work": now},
@@ -383,73 +399,233 @@ class TickReport:
     errors: list[str] = field(default_factory=list)
     duration_ms: int = 0
     offline_removed: list[str] = field(default_factory=list)  # "<topic uri>#<subscription key>"
+    indexed: int = 0  # entries in the maintenance index after the tick
+    still_due: int = 0  # of them, due before the tick started and left for the next (over TICK_SECONDS)
+
+
+@dataclass
+class _Tally:
+    reaped: list[str] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    offline_removed: list[str] = field(default_factory=list)
+    forwarded: int = 0
+    dispatched: int = 0
+    sweeps: int = 0
+    expired: int = 0
+    slow_checks: int = 0
+    visited: int = 0
+
+
+def _due_key(broker: Broker) -> str:
+    return f"{broker.namespace}:due"
+
+
+def _periods(entry: PolicyEntry, topic_level: bool) -> tuple[int, int, int]:
+    """(expiry sweep period, slow-consumer check period, offline-durable cleanup schedule) of an index
+    entry; 0 / -1 = the job does not run there. Sweeps and checks run on queues and subscriptions, the
+    cleanup on a topic itself."""
+    if topic_level:
+        timeout = entry.offline_durable_subscriber_timeout
+        schedule = entry.offline_durable_subscriber_task_schedule
+        return 0, -1, schedule if timeout >= 0 and schedule >= 0 else -1
+    slow = entry.check_period if entry.slow_consumer_strategy != "none" else -1
+    return max(entry.expire_messages_period, 0), slow, -1
+
+
+def _visit(broker: Broker, dest: Destination, entry: PolicyEntry, tally: _Tally) -> None:
+    """Run what is due on one queue, topic (forwards waiting there, offline durables) or subscription, then
+    set its index entry to when something is next due there. One script call when nothing is due."""
+    topic_level = dest.is_topic and not isinstance(dest, Subscription)
+    sweep, slow, offline = _periods(entry, topic_level)
+    now = broker.clock.now_ms()
+    token = uuid.uuid4().hex
+    reply = broker._run(_eval(broker, dest, "maintenance", now, "visit", token, RECOVER_LEASE_MS,
+                              FORWARD_GRACE_MS, sweep, slow, offline, KEEP_MS))
+    held, lapsed, forwards, due, owed, sweep_due, slow_due, offline_due, scheduled = (int(x) for x in reply)
+    tally.visited += 1
+    uri = dest.uri
+    try:
+        if held:
+            recovery = _recover(broker, dest, now, token, lapsed, forwards, due, owed)
+            tally.reaped += [f"{uri}#{cid}" for cid in recovery.reaped]
+            tally.forwarded += recovery.forwarded
+            tally.dispatched += recovery.dispatched
+        if offline_due:
+            removed = run_offline_durable_cleanup(broker, dest, entry)
+            tally.offline_removed += [f"{uri}#{key}" for key in removed]
+        if sweep_due == 2:  # a sweep of nothing, recorded by the visit itself
+            tally.sweeps += 1
+        elif sweep_due:
+            result = run_expiry_sweep(broker, dest, period_ms=sweep, max_pages=SWEEP_PAGES_PER_RUN)
+            tally.sweeps += result.ran
+            tally.expired += result.expired
+        if slow_due:
+            check = run_slow_consumer_check(broker, dest, entry)
+            tally.slow_checks += check.ran
+            tally.aborted += [f"{uri}#{cid}" for cid in check.aborted]
+    finally:
+        if not scheduled:
+            broker._run(_eval(broker, dest, "maintenance", broker.clock.now_ms(), "schedule",
+                              FORWARD_GRACE_MS, sweep, slow, offline))
+
+
+def _member_dest(broker: Broker, member: str) -> Destination:
+    """The queue, topic or subscription an index entry (its key prefix) names."""
+    rest = member[len(broker.namespace) + 2:]  # past "<ns>:{"
+    tag, _, tail = rest.partition("}")
+    kind, _, name = tag.partition(":")
+    dest = _dest(f"{'queue' if kind == 'q' else 'topic'}://{name}")
+    if tail.startswith(":s:"):
+        return Subscription(dest.kind, dest.name, tail[3:])
+    return dest
+
+
+def _reindex_step(broker: Broker, now: int) -> None:
+    """Bring every destination's and subscription's periodic index entry forward to now, one chunk of the
+    registry per tick, when the index was built for another policy map (a changed period applies at once)
+    or by an older Signalbox (or never: an existing deployment's first tick)."""
+    key = _due_key(broker)
+    version = f"{INDEX_VERSION}:{_text(broker.redis.get(f'{broker.namespace}:policies:version') or b'0')}"
+    built, walking, mode, cursor = broker.redis.hmget(f"{key}:state", "built", "walking", "mode", "cursor")
+    if built is not None and _text(built) == version:
+        return
+    if walking is not None and _text(walking) == version:  # a walk under way goes on
+        mode, cursor = _text(mode or b"lt"), int(cursor or 0)
+    elif built is None and walking is None and not broker.redis.zcard(f"{broker.namespace}:destinations"):
+        broker.redis.hset(f"{key}:state", mapping={"built": version})  # a new deployment: nothing to walk
+        return
+    else:
+        # A changed map (or index version) moves every periodic entry to now; a first build (an older
+        # deployment) adds only the missing ones, destinations created since this code runs having theirs
+        # already. One entry is enough: the visit sets both from what it finds.
+        mode, cursor = ("nx" if built is None and walking is None else "lt"), 0
+    cursor, uris = broker.redis.zscan(f"{broker.namespace}:destinations", cursor, count=REINDEX_CHUNK)
+    uris = [_text(u) for u, _ in uris]
+    if cursor == 0:  # (the last chunk) the wildcard subscriptions' pseudo-topics, which are not registered
+        uris += broker._run(topic_ops.pattern_topics(broker.ops))
+    pipe = broker.redis.pipeline(transaction=False)
+    for uri in uris:
+        dest = _dest(uri)
+        targets = [dest]
+        if dest.is_topic:
+            targets += broker._run(topic_ops.for_each_subscription(broker.ops, dest))
+        pipe.zadd(f"{key}:periodic", {broker.ops.prefix(t): now for t in targets}, **{mode: True})
+    state = {"walking": version, "mode": mode, "cursor": cursor}
+    if cursor == 0:
+        state["built"] = version
+    pipe.hset(f"{key}:state", mapping=state)
+    pipe.execute()
+
+
+def _guarded(tally: _Tally, what: str, run: Any) -> bool:
+    try:
+        run()
+        return True
+    except Exception as exc:  # one broken destination must not stop the maintenance of the others
+        log.exception("maintenance of %s failed", what)
+        tally.errors.append(f"{what}: {type(exc).__name__}: {exc}")
+        return False
+
+
+def _visit_due(broker: Broker, key: str, tally: _Tally, visit: Any, seconds: float | None = None) -> int:
+    """Visit one chunk of the entries of index `key` that are due now, or those of them that fit in
+    `seconds` (the others stay due); how many were visited."""
+    until = None if seconds is None else time.monotonic() + seconds
+    now = broker.clock.now_ms()
+    members = [_text(m) for m in broker.redis.zrangebyscore(key, "-inf", now, 0, TICK_CHUNK)]
+    # several ticks at once (several workers) spread over the entries instead of meeting at one lease
+    random.shuffle(members)
+    for done, member in enumerate(members):
+        if until is not None and done and time.monotonic() > until:
+            return done
+        try:
+            dest = _member_dest(broker, member)
+            label = f"{dest.uri}#{dest.key}" if isinstance(dest, Subscription) else dest.uri
+        except Exception:  # (not one of ours: an entry written by hand) nothing to visit
+            broker.redis.zrem(key, member)
+            continue
+        if not _guarded(tally, label, lambda dest=dest: visit(dest)):
+            pipe = broker.redis.pipeline(transaction=False)
+            for index in (_due_key(broker), f"{_due_key(broker)}:periodic"):
+                pipe.zadd(index, {member: broker.clock.now_ms() + RETRY_MS}, xx=True, gt=True)
+            pipe.execute()
+    return len(members)
 
 
 def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickReport:
-    """Run every job that is due on every destination (or on `destinations`), reading the policies now:
-    recovery always, the expiry sweep every expireMessagesPeriod, the slow-consumer check every
-    checkPeriod. A failing destination is logged and reported; the others go on."""
+    """Run every job that is due, reading the policies now: recovery (lapsed consumers, parked messages
+    come due, forwards left behind), the expiry sweep every expireMessagesPeriod, the slow-consumer check
+    every checkPeriod, the offline-durable cleanup every offlineDurableSubscriberTaskSchedule.
+
+    What is due is read from the maintenance index (key prefix -> when it is next due): `<ns>:due` for work
+    with a deadline (leases, parked messages, delayed starts, forwards), `<ns>:due:periodic` for the
+    periodic jobs; TICK_CHUNK entries per call, for at most TICK_SECONDS, the rest being the next tick's.
+    So a tick costs what is due, not what exists. With `destinations`, those destinations and all their
+    subscriptions are visited whatever the index says. A failing destination is logged and reported; the
+    others go on."""
     started = time.monotonic()
     policy_map = broker.policies.policy_map()
-    idle: set[str] = set()
-    if destinations is None:  # with the wildcard subscriptions' pseudo-topics, which are not registered,
-        # and those whose pattern lost its last subscription: what waits there is delivered, then they go
-        idle = set(broker._run(topic_ops.idle_pattern_topics(broker.ops)))
-        uris = list(broker.destinations()) + broker._run(topic_ops.pattern_topics(broker.ops)) + sorted(idle)
-    else:
+    tally = _Tally()
+    now = broker.clock.now_ms()
+
+    def visit(dest: Destination) -> None:
+        topic = dest.topic if isinstance(dest, Subscription) else dest
+        _visit(broker, dest, policy_map.resolve(topic), tally)
+
+    if destinations is not None:
         uris = list(destinations)
-    # Several ticks running at once (several workers) spread over the destinations instead of meeting
-    # at the same lease one after another.
-    random.shuffle(uris)
-    reaped: list[str] = []
-    aborted: list[str] = []
-    errors: list[str] = []
-    offline_removed: list[str] = []
-    forwarded = dispatched = sweeps = expired = slow_checks = 0
-    for uri in uris:
-        try:
-            dest = _dest(uri)
-            entry = policy_map.resolve(dest)
-            targets = [dest]
-            if dest.is_topic:  # the jobs run on each subscription; offline durables on the topic
-                removed = run_offline_durable_cleanup(broker, dest, entry)
-                offline_removed += [f"{uri}#{key}" for key in removed]
-                # forwards wait on the topic itself (<topic>:fwd), so they are recovered there too:
-                # a topic nobody subscribes to (VirtualTopic.>, a composite) has no subscription to do it.
-                recovery = run_recovery(broker, dest)
-                forwarded += recovery.forwarded
-                targets = broker._run(topic_ops.for_each_subscription(broker.ops, dest))
-            for dest in targets:
-                recovery = run_recovery(broker, dest)
-                reaped += [f"{uri}#{cid}" for cid in recovery.reaped]
-                forwarded += recovery.forwarded
-                dispatched += recovery.dispatched
-                now = broker.clock.now_ms()
-                period = entry.expire_messages_period
-                if period > 0 and _sweep_due(broker.redis.hmget(_maint_key(broker, dest), "expire:started",
-                                                                "expire:running"), period, now):
-                    sweep = run_expiry_sweep(broker, dest, period_ms=period, max_pages=SWEEP_PAGES_PER_RUN)
-                    sweeps += sweep.ran
-                    expired += sweep.expired
-                if entry.slow_consumer_strategy != "none":
-                    last = broker.redis.hget(_maint_key(broker, dest), "slow:last_run")
-                    if last is None or now >= int(last) + entry.check_period:
-                        check = run_slow_consumer_check(broker, dest, entry)
-                        slow_checks += check.ran
-                        aborted += [f"{uri}#{cid}" for cid in check.aborted]
-            if uri in idle:  # its forwards were delivered above (run_recovery): its keys go when none is left
-                broker._run(topic_ops.drop_idle_pattern(broker.ops, _dest(uri), broker.clock.now_ms(),
+        random.shuffle(uris)
+        for uri in uris:
+            def visit_all(uri: str = uri) -> None:
+                dest = _dest(uri)
+                targets = [dest]
+                if dest.is_topic:
+                    targets += broker._run(topic_ops.for_each_subscription(broker.ops, dest))
+                for target in targets:
+                    visit(target)
+            _guarded(tally, uri, visit_all)
+        count = len(uris)
+    else:
+        key = _due_key(broker)
+        _reindex_step(broker, now)
+        # The pseudo-topics of patterns that lost their last subscription (a handful): what waits there is
+        # delivered by their visit, then their keys go.
+        for uri in broker._run(topic_ops.idle_pattern_topics(broker.ops)):
+            def visit_idle(uri: str = uri) -> None:
+                dest = _dest(uri)
+                for target in [dest, *broker._run(topic_ops.for_each_subscription(broker.ops, dest))]:
+                    visit(target)
+                broker._run(topic_ops.drop_idle_pattern(broker.ops, dest, broker.clock.now_ms(),
                                                         (*JOBS, "offline")))
-        except Exception as exc:  # one broken destination must not stop the maintenance of the others
-            log.exception("maintenance of %s failed", uri)
-            errors.append(f"{uri}: {type(exc).__name__}: {exc}")
+            _guarded(tally, uri, visit_idle)
+        deadline = started + TICK_SECONDS
+        urgent, periodic = key, f"{key}:periodic"
+        while time.monotonic() < deadline:
+            # Work with a deadline first (leases, parked messages, forwards), all of it, then periodic jobs
+            # for up to PERIODIC_SLICE_SECONDS, then again: so a lease that lapses during a long run of
+            # sweeps waits for one slice. A visit moves its entries past `now`, so each read finds entries
+            # not seen yet.
+            while time.monotonic() < deadline and _visit_due(broker, urgent, tally, visit):
+                pass
+            if not _visit_due(broker, periodic, tally, visit, PERIODIC_SLICE_SECONDS):
+                break
+        count = tally.visited
     duration_ms = int((time.monotonic() - started) * 1000)
-    broker.redis.hset(_heartbeat_key(broker), mapping={
-        "last_tick": broker.clock.now_ms(), "duration_ms": duration_ms, "destinations": len(uris),
-        "errors": len(errors),
+    pipe = broker.redis.pipeline(transaction=False)
+    pipe.hset(_heartbeat_key(broker), mapping={
+        "last_tick": broker.clock.now_ms(), "duration_ms": duration_ms, "destinations": count,
+        "errors": len(tally.errors),
     })
-    return TickReport(len(uris), reaped, forwarded, dispatched, sweeps, expired, slow_checks, aborted, errors,
-                      duration_ms, offline_removed)
+    for index in (_due_key(broker), f"{_due_key(broker)}:periodic"):
+        pipe.zcard(index)
+        pipe.zcount(index, "-inf", now)
+    _, indexed, still_due, periodic_indexed, periodic_due = pipe.execute()
+    indexed, still_due = indexed + periodic_indexed, still_due + periodic_due
+    broker.redis.hset(_heartbeat_key(broker), mapping={"indexed": indexed, "still_due": still_due})
+    return TickReport(count, tally.reaped, tally.forwarded, tally.dispatched, tally.sweeps, tally.expired,
+                      tally.slow_checks, tally.aborted, tally.errors, duration_ms, tally.offline_removed,
+                      indexed, still_due)
 
 
 # -- what the console shows ---------------------------------------------------------------------------

@@ -265,6 +265,12 @@ class DestinationStats:
     # full dropOnResourceLimit consumer queue that were dropped instead of failing the send.
     forward_refused: int = 0
     forward_dropped: int = 0
+    # What the destination keeps beside its messages, each bounded (docs/broker_core.md "Memory bounds"):
+    # the lifecycle event stream's length (eventsMaxLen) and the events trimmed off it so far, and the ids
+    # in the duplicate audit (maxQueueAuditDepth).
+    events: int = 0
+    events_trimmed: int = 0
+    audit_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -355,6 +361,12 @@ def _memory_stats(meta: dict[str, str], limits: list[Any]) -> dict[str, int]:
             "total_blocked_time": int(meta.get("blocked_ms", 0))}
 
 
+def _bound_stats(meta: dict[str, str], sizes: list[Any]) -> dict[str, int]:
+    """DestinationStats' sizes of the bounded structures: [stream length, audit size] and the meta hash."""
+    return {"events": int(sizes[0]), "events_trimmed": int(meta.get("events_trimmed", 0)),
+            "audit_size": int(sizes[1])}
+
+
 def _forward_stats(meta: dict[str, str]) -> dict[str, int]:
     """DestinationStats' virtual destination copy counters from the meta hash (includes/virtual.lua)."""
     return {"forward_refused": int(meta.get("forward_refused", 0)),
@@ -417,6 +429,8 @@ class Operations:
         prefix = self.prefix(dest)
         yield Command(("HSETNX", f"{prefix}:meta", "uri", dest.uri))
         yield Command(("HSETNX", f"{prefix}:meta", "created", now))
+        # into the maintenance index (broker_core/maintenance.py), due now: its first visit schedules it
+        yield Command(("ZADD", f"{self.namespace}:due:periodic", "NX", now, prefix))
         if dest.is_wildcard:
             # a wildcard subscription's pseudo-topic is no destination: not listed, no advisory; maintenance
             # and policy refreshes find it in <ns>:wildcards (topic_ops.pattern_topics)
@@ -811,7 +825,7 @@ class Operations:
             last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
             group_count=int(reply[3]), paused=meta.get("paused") == "1", exclusive_owner=owner,
             consumers=consumers, **_memory_stats(meta, reply[7]), **_forward_stats(meta),
-            selector_errors=count("selector_errors"),
+            selector_errors=count("selector_errors"), **_bound_stats(meta, reply[8]),
         )
 
     def destinations(self) -> Op:

@@ -53,7 +53,8 @@ Type-dependent attributes are "0" where they do not apply (groupMapBucketCount u
 
 Signalbox's own limits (not in ActiveMQ): maxMessageSize, default 4 MiB (4194304 bytes; the body as
 stored, at most 512 MiB, Redis's string limit); maxPropertyCount, default 256 properties per message; and
-eventsMaxLen, default 100000, the approximate length cap (XADD MAXLEN ~) of the destination's event stream.
+eventsMaxLen, default 100000 (at most 1000000), the approximate length cap (XTRIM MAXLEN ~, once per script
+call) of the destination's event stream; what it trims is counted (DestinationStats.events_trimmed).
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class PolicyEntry:
     max_message_size: int = _attr(4 * 1024 * 1024, minimum=1, maximum=MAX_MESSAGE_SIZE_LIMIT)
     max_property_count: int = _attr(256, minimum=0, maximum=65535)
     max_destinations: int = _attr(-1, minimum=1, off=-1)  # destinations this entry's pattern may create
-    events_max_len: int = _attr(100_000, minimum=1)  # approximate cap of the lifecycle event stream
+    events_max_len: int = _attr(100_000, minimum=1, maximum=1_000_000)  # approximate cap of the event stream
     # Paging and expiry (§1.6, §6).
     max_page_size: int = _attr(200, minimum=1, maximum=MAX_PAGE)
     max_browse_page_size: int = _attr(400, minimum=1, maximum=MAX_PAGE)
@@ -162,7 +163,7 @@ class PolicyEntry:
     group_map_bucket_count: int | None = _attr(None, minimum=1)
     # Duplicate detection (§12).
     enable_audit: bool = _attr(True)
-    max_queue_audit_depth: int = _attr(10000, minimum=0)
+    max_queue_audit_depth: int = _attr(10000, minimum=0, maximum=1_000_000)  # ids per destination
     max_audit_depth: int = _attr(10000, minimum=0)
     max_producers_to_audit: int = _attr(64, minimum=0)
     # Redelivery (§5.3, RedeliveryPolicy); Signalbox applies it on the broker.

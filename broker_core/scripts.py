@@ -33,6 +33,15 @@ SCRIPT_DIR = Path(__file__).with_name("scripts")
 _INCLUDE = re.compile(r"^--@include\s+(\S+)\s*$", re.MULTILINE)
 # Scripts that include base.lua start with begin_call (flow_release and selector_match need no prefix).
 _BEGIN = "begin_call(KEYS)\n"
+# A script marked `--@allow-oom` runs when Redis is over its maxmemory (noeviction): those that consume,
+# remove, read or keep the broker running, so consumers drain a full broker; those that store messages
+# (send, topic_send, forward_done, move) are refused there (flow.RedisMaxMemory). A function gets Redis 7's
+# `allow-oom` flag. An EVAL script has no flags (Redis 6.2), and Redis refuses only its first write that
+# may grow memory (each later one is let through, the script being half done); so such a script starts
+# with a write that cannot: DEL of a key that never exists, in the destination's hash tag (keyless scripts
+# write nothing).
+_ALLOW_OOM = re.compile(r"^--@allow-oom\s*$", re.MULTILINE)
+_OOM_GUARD = "redis.call('DEL', KEYS[1] .. ':-')  -- (--@allow-oom: see scripts.py)\n"
 _FUNCTIONS_ENV = "SIGNALBOX_REDIS_FUNCTIONS"
 
 
@@ -88,14 +97,15 @@ def library() -> Library:
     for name in _names():
         includes, body = _split(name)
         begin = _BEGIN if "base" in _includes_text(includes)[1] else ""
-        bodies.append((name, begin + body))
-    digest = hashlib.sha1((shared + "".join(b for _, b in bodies)).encode()).hexdigest()[:12]
+        bodies.append((name, begin + body, bool(_ALLOW_OOM.search(body))))
+    digest = hashlib.sha1((shared + "".join(f"{b}{oom}" for _, b, oom in bodies)).encode()).hexdigest()[:12]
     lib = f"signalbox_{digest}"
     parts = [f"#!lua name={lib}\n", shared]
-    for name, body in bodies:
+    for name, body, allow_oom in bodies:
         # The body's KEYS and ARGV are the function's arguments; everything else it names is the library's.
-        parts.append(f"\nredis.register_function('{_function_name(digest, name)}', function(KEYS, ARGV)\n"
-                     f"{body}\nend)\n")
+        flags = "flags = { 'allow-oom' }, " if allow_oom else ""
+        parts.append(f"\nredis.register_function{{function_name = '{_function_name(digest, name)}', {flags}"
+                     f"callback = function(KEYS, ARGV)\n{body}\nend}}\n")
     return Library(lib, "".join(parts))
 
 
@@ -110,8 +120,9 @@ def script(name: str) -> Script:
     shared, included = _includes_text(includes)
     # The body is a function here too, as in the library: its own locals then do not count towards
     # Lua's limit of 200 locals in one function, which the includes' top level nearly fills.
-    source = (shared + "return (function(KEYS, ARGV)\n" + (_BEGIN if "base" in included else "") + body
-              + "\nend)(KEYS, ARGV)\n")
+    guard = _OOM_GUARD if "KEYS[1]" in shared + body and _ALLOW_OOM.search(body) else ""
+    source = (shared + "return (function(KEYS, ARGV)\n" + (_BEGIN if "base" in included else "") + guard
+              + body + "\nend)(KEYS, ARGV)\n")
     digest = library().name.removeprefix("signalbox_")
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), _function_name(digest, name))
 

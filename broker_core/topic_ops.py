@@ -26,6 +26,7 @@ from .operations import (
     Policy,
     SentId,
     SweepResult,
+    _bound_stats,
     _forward_stats,
     _memory_stats,
     _str,
@@ -351,6 +352,8 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         subs.append(one)
         consumers += cons
     fwd = yield Command(("HLEN", f"{ops.prefix(dest)}:fwd"))
+    sizes = [(yield Command(("XLEN", f"{ops.prefix(dest)}:events"))),
+             (yield Command(("ZCARD", f"{ops.prefix(dest)}:audit")))]
     # the memory limit in force (the topic's memoryLimit, else the broker's), as for queues
     limits = [(yield Command(("HGET", f"{ops.prefix(dest)}:policy", "memoryLimit"))) or b"0",
               (yield Command(("HGET", flow.usage_key(ops.namespace), "limit"))) or b""]
@@ -372,7 +375,7 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         discarded=count("discarded") + total("discarded"), parked=total("parked"), forwarding=int(fwd),
         purged=0, moved=0, cancelled=0, duplicates=count("duplicates"), skipped=0, last_pass_skipped=0,
         consumer_count=len(subs), group_count=0, paused=False, exclusive_owner=None, consumers=consumers,
-        **_memory_stats(meta, limits), **_forward_stats(meta),
+        **_memory_stats(meta, limits), **_forward_stats(meta), **_bound_stats(meta, sizes),
         subscriptions=subs, no_subscription=count("no_subscription"),
         durable_active=sum(1 for s in subs if s.durable and s.active),
         durable_offline=sum(1 for s in subs if s.durable and not s.active),

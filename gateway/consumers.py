@@ -24,12 +24,29 @@ class PingConsumer(AsyncWebsocketConsumer):
 
     The detour is the point: a reply proves the Redis channel layer delivers to this process,
     which is how broker dispatch will wake the gateway process that owns a consumer.
+
+    Anonymous, as /healthz: it is the WebSocket path's health probe (load balancers, the launcher's
+    check) and tells nothing but that the path works. So an anonymous client cannot use it to pour
+    data through Redis, a frame is at most MAX_PING_BYTES and a connection gets MAX_PINGS echoes;
+    beyond either, it is closed with 1009 (too big) or 1008 (policy).
     """
+
+    MAX_PING_BYTES = 1024
+    MAX_PINGS = 100
+    pings = 0
 
     async def connect(self) -> None:
         await self.accept()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        size = len(bytes_data) if bytes_data is not None else len((text_data or "").encode())
+        if size > self.MAX_PING_BYTES:
+            await self.close(1009, f"a ping is at most {self.MAX_PING_BYTES} bytes (MAX_PING_BYTES)")
+            return
+        self.pings += 1
+        if self.pings > self.MAX_PINGS:
+            await self.close(1008, f"at most {self.MAX_PINGS} pings per connection (MAX_PINGS)")
+            return
         event: dict[str, Any] = {"type": "ping.echo"}
         if bytes_data is not None:
             # The channel layer serialises with msgpack, which carries bytes as they are.

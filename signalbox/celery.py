@@ -1,9 +1,11 @@
 """The Celery app. Workers and beat run broker_core maintenance; tasks stay one-line wrappers."""
 
 import os
+import warnings
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
+from celery.exceptions import SecurityWarning
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
 
@@ -12,6 +14,22 @@ app = Celery("signalbox", include=["signalbox.tasks"])
 # Every CELERY_* name in signalbox/settings.py configures this app (broker = REDIS_URL by default).
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@signals.setup_logging.connect
+def use_signalbox_logging(**kwargs: Any) -> None:
+    """Workers and beat log like every other process of the run (signalbox/logs.py: SIGNALBOX_LOG_LEVEL,
+    SIGNALBOX_LOG_FORMAT) instead of Celery's own set-up; with a receiver here Celery neither installs
+    handlers nor redirects stdout."""
+    from signalbox import logs
+
+    logs.configure()
+
+
+if os.environ.get("SIGNALBOX_PROCESS"):
+    # Started by `run`, whose launcher says once, in one line, what to do about running as root; Celery's
+    # multi-line "superuser privileges" warning would repeat it at every worker (re)start.
+    warnings.filterwarnings("ignore", category=SecurityWarning)
 
 MAINTENANCE_TICK = "signalbox.maintenance.tick"
 MAINTENANCE_TICK_SECONDS = 1.0

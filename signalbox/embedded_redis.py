@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -37,6 +38,33 @@ ENCODING_SETTINGS = (("hash-max-ziplist-entries", "32"), ("zset-max-ziplist-entr
 # The fsync policies Redis accepts for `appendfsync`; `everysec` loses at most ~1 s of writes on a
 # power cut, `always` loses none and costs a disk flush per write, `no` leaves it to the OS.
 APPENDFSYNC_POLICIES = ("always", "everysec", "no")
+
+
+# Redis's own memory sizes: bytes, or a number with k/kb/m/mb/g/gb (case-insensitive); 0 = no limit.
+_MEMORY_SIZE = re.compile(r"^(\d+)(b|k|kb|m|mb|g|gb)?$", re.IGNORECASE)
+
+
+def total_memory() -> int:
+    """The machine's memory in bytes, or the container's (cgroup v2 memory.max / v1 limit) when lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            total = min(total, int(Path(path).read_text().strip()))
+    return total
+
+
+def maxmemory_setting(value: str | None) -> str:
+    """The embedded server's `maxmemory`: SIGNALBOX_REDIS_MAXMEMORY as given (Redis's syntax, checked), or by
+    default half the machine's (or container's) memory: the other half is for the AOF rewrite's fork,
+    whose copied pages grow with the writes during it, and for the other processes. With
+    `maxmemory-policy noeviction` it is the backstop behind the broker's own limits: a write past it is
+    refused (a send fails with `redis_maxmemory`), nothing stored is evicted. Raises ValueError."""
+    if value is None or not value.strip():
+        return str(max(total_memory() // 2, 64 << 20))
+    if not _MEMORY_SIZE.match(value.strip()):
+        raise ValueError(f"SIGNALBOX_REDIS_MAXMEMORY={value!r} is not a memory size; give bytes or a number "
+                         "with kb, mb or gb (e.g. 2gb), or 0 for no limit")
+    return value.strip().lower()
 
 
 def configured_executable() -> str:
@@ -90,6 +118,7 @@ class EmbeddedRedis:
     host: str = "127.0.0.1"
     appendonly: bool = True
     appendfsync: str = "everysec"
+    maxmemory: str = field(default_factory=lambda: maxmemory_setting(None))  # (Redis's syntax; 0 = none)
     executable: str = field(default_factory=lambda: configured_executable())
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -97,6 +126,7 @@ class EmbeddedRedis:
         self.data_dir = Path(self.data_dir).resolve()
         if self.appendfsync not in APPENDFSYNC_POLICIES:
             raise ValueError(f"appendfsync must be one of {', '.join(APPENDFSYNC_POLICIES)}")
+        self.maxmemory = maxmemory_setting(str(self.maxmemory))
 
     @property
     def url(self) -> str:
@@ -123,7 +153,9 @@ class EmbeddedRedis:
             'save ""',
             f"appendonly {'yes' if self.appendonly else 'no'}",
             f"appendfsync {self.appendfsync}",
-            # Keys evicted under memory pressure would be lost messages: refuse writes instead.
+            # Keys evicted under memory pressure would be lost messages: refuse writes instead, past a
+            # bound below what the machine has (maxmemory_setting), rather than meet the OOM killer.
+            f"maxmemory {self.maxmemory}",
             "maxmemory-policy noeviction",
             *(f"{name} {value}" for name, value in ENCODING_SETTINGS),
         ]

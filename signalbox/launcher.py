@@ -8,6 +8,12 @@ line saying so; only a crash loop ends the run (`RestartPolicy`). Ctrl-C stops t
 Redis last so the worker can finish with it. `test` runs ruff, then pytest.
 
 A configuration mistake ends `run` with one line on stderr naming the problem and the fix.
+
+Logging (signalbox/logs.py): the launcher and every child log in one format at one level
+(`--log-level`/SIGNALBOX_LOG_LEVEL, `--log-format`/SIGNALBOX_LOG_FORMAT), each line naming its process
+(SIGNALBOX_PROCESS). The children's output comes back through a pipe and the launcher writes it out, so
+in json even a line a child prints outside logging (a crash's traceback, Celery's "Warm shutdown") is
+one JSON object.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import json
+import logging
 import os
 import secrets
 import signal
@@ -33,12 +41,14 @@ from urllib.parse import urlsplit, urlunsplit
 import dj_database_url
 import redis
 
+from signalbox import logs
 from signalbox.embedded_redis import (
     APPENDFSYNC_POLICIES,
     EmbeddedRedis,
     EmbeddedRedisError,
     configured_executable,
     die_with_parent,
+    maxmemory_setting,
     port_in_use,
 )
 
@@ -50,8 +60,27 @@ class ConfigError(Exception):
     """A problem the user fixes by changing configuration; the message says what and how."""
 
 
+log = logging.getLogger("signalbox.launcher")  # not __name__: "__main__" under python -m
+# Lines a child wrote outside logging, wrapped as records of that child in json (Launcher.relay).
+output_log = logging.getLogger("signalbox.output")
+LAUNCHER = "launcher"  # the launcher's own SIGNALBOX_PROCESS
+
+
 def say(message: str) -> None:
+    """A line of the `test` command (not a log: it runs no children)."""
     print(f"signalbox: {message}", flush=True)
+
+
+def fail(message: str) -> None:
+    """The run's last word (a configuration mistake, a crash loop): one line on stderr, `signalbox: error:
+    ...` in text, a JSON record at ERROR in json."""
+    if os.environ.get("SIGNALBOX_LOG_FORMAT", "").strip().lower() == "json":
+        record = logging.LogRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
+        logs.ProcessName().filter(record)
+        line = logs.json_formatter().format(record)
+    else:
+        line = f"signalbox: error: {message}"
+    print(line, file=sys.stderr, flush=True)
 
 
 def one_line(text: str) -> str:
@@ -134,6 +163,8 @@ class RunConfig:
     stomp_tls_port: int | None = None  # set when a certificate and key are configured
     redis_server: str = field(default_factory=configured_executable)  # the embedded server's binary
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    # the embedded server's maxmemory: SIGNALBOX_REDIS_MAXMEMORY, else half the machine's memory
+    maxmemory: str = field(default_factory=lambda: maxmemory_setting(None))
 
     @classmethod
     def from_env(cls, args: argparse.Namespace) -> RunConfig:
@@ -144,6 +175,10 @@ class RunConfig:
                 f"SIGNALBOX_REDIS_APPENDFSYNC={appendfsync!r} is not a Redis fsync policy; "
                 f"use one of {', '.join(APPENDFSYNC_POLICIES)}"
             )
+        try:
+            maxmemory = maxmemory_setting(os.environ.get("SIGNALBOX_REDIS_MAXMEMORY"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         port = args.port if args.port is not None else _env_int("SIGNALBOX_PORT", 8000)
         redis_server = configured_executable()
         if not (os.path.isfile(redis_server) and os.access(redis_server, os.X_OK)):
@@ -159,6 +194,7 @@ class RunConfig:
             redis_port=_env_int("SIGNALBOX_REDIS_PORT", 6390),
             redis_server=redis_server,
             appendfsync=appendfsync,
+            maxmemory=maxmemory,
             worker_concurrency=_env_int("SIGNALBOX_WORKER_CONCURRENCY", 2, maximum=64),
             shutdown_timeout=float(_env_int("SIGNALBOX_SHUTDOWN_TIMEOUT", 20, maximum=3600)),
             restart=RestartPolicy.from_env(),
@@ -166,6 +202,15 @@ class RunConfig:
             stomp_tls_port=(_env_int("SIGNALBOX_STOMP_TLS_PORT", 61614)
                             if os.environ.get("SIGNALBOX_STOMP_TLS_CERT") else None),
         )
+
+
+def _is_json_object(line: str) -> bool:
+    if not line.startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
 
 
 def exit_text(code: int) -> str:
@@ -202,6 +247,7 @@ class Launcher:
     redis_child: Child | None = None  # the embedded Redis, supervised like the others but stopped last
     children: list[Child] = field(default_factory=list)
     lock_file: IO[str] | None = None
+    relays: list[threading.Thread] = field(default_factory=list)  # threads writing out children's output
 
     # --- preflight: every check that can fail on configuration runs before anything starts ---
 
@@ -275,7 +321,7 @@ class Launcher:
                 f"Redis at {shown} is version {version}; Signalbox needs Redis 6.2 or newer, "
                 "so upgrade it or unset REDIS_URL to use the embedded Redis"
             )
-        say(f"using Redis {version} at {shown} (REDIS_URL)")
+        log.info(f"using Redis {version} at {shown} (REDIS_URL)")
 
     def check_database_url(self) -> None:
         url = os.environ.get("DATABASE_URL")
@@ -330,7 +376,7 @@ class Launcher:
             return self.config.redis_url
         server = EmbeddedRedis(
             self.config.data_dir, port=self.config.redis_port, appendfsync=self.config.appendfsync,
-            executable=self.config.redis_server,
+            executable=self.config.redis_server, maxmemory=self.config.maxmemory,
         )
         self.redis_server = server
         try:
@@ -340,10 +386,9 @@ class Launcher:
         assert server.process is not None
         # A restart reuses the same config: port, data folder and AOF, so nothing acknowledged is lost.
         self.redis_child = Child("Redis", server.spawn, server.process)
-        say(
-            f"embedded Redis at {server.url}, AOF appendfsync={server.appendfsync}, "
-            f"data in {self.config.data_dir}"
-        )
+        pid = server.process.pid
+        log.info(f"embedded Redis at {server.url} (pid {pid}), AOF appendfsync={server.appendfsync}, "
+                 f"data in {self.config.data_dir}", extra={"child": "Redis", "pid": pid})
         return server.url
 
     def migrate(self) -> None:
@@ -361,7 +406,7 @@ class Launcher:
                 f"migrating the {connection.vendor} database failed ({one_line(exc)}); the user in "
                 "DATABASE_URL needs rights to create tables"
             ) from None
-        say(f"database ready ({connection.vendor}, {len(pending)} migration(s) applied)")
+        log.info(f"database ready ({connection.vendor}, {len(pending)} migration(s) applied)")
 
     def ensure_admin(self) -> None:
         from django.contrib.auth import get_user_model
@@ -378,12 +423,12 @@ class Launcher:
             )
         if password:
             user_model.objects.create_superuser(username, email="", password=password)
-            say(f"created admin user {username!r} with the password from SIGNALBOX_ADMIN_PASSWORD")
+            log.info(f"created admin user {username!r} with the password from SIGNALBOX_ADMIN_PASSWORD")
         else:
             password = secrets.token_urlsafe(12)
             user_model.objects.create_superuser(username, email="", password=password)
-            say(f"created admin user {username!r} with password: {password}")
-            say("  (shown only this once; change it under /admin/)")
+            log.warning(f"created admin user {username!r} with password: {password} "
+                        "(shown only this once; change it under /admin/)")
 
     def load_policies(self, redis_url: str) -> None:
         """Replace the destination policies, the broker-wide memory limits and the virtual destinations in
@@ -398,7 +443,7 @@ class Launcher:
 
         path = settings.SIGNALBOX_POLICY_FILE
         if not path:
-            say("destination policies: ActiveMQ's defaults (no SIGNALBOX_POLICY_FILE)")
+            log.info("destination policies: ActiveMQ's defaults (no SIGNALBOX_POLICY_FILE)")
             return
         try:
             policy_map = load_policy_file(path)
@@ -416,7 +461,7 @@ class Launcher:
             virtual.configure(broker, virtual_config)
         finally:
             client.close()
-        say(f"destination policies: {len(policy_map.entries)} entries from {path}; broker memory limit "
+        log.info(f"destination policies: {len(policy_map.entries)} entries from {path}; broker memory limit "
             f"{usage.memory_limit} bytes")
 
     def child_env(self, redis_url: str) -> dict[str, str]:
@@ -430,32 +475,64 @@ class Launcher:
         return env
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        env = {**env, "SIGNALBOX_PROCESS": name}
+
         def start() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
+            process = subprocess.Popen(
                 argv,
                 env=env,
                 stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 # Own process group: the launcher alone receives Ctrl-C and decides the shutdown order.
                 start_new_session=True,
                 preexec_fn=die_with_parent,
             )
+            relay = threading.Thread(target=self.relay, args=(name, process.stdout), daemon=True,
+                                     name=f"output of {name}")
+            relay.start()
+            self.relays.append(relay)
+            log.info(f"{name} started (pid {process.pid})", extra={"child": name, "pid": process.pid})
+            return process
 
         self.children.append(Child(name, start, start()))
+
+    def relay(self, name: str, stream: IO[bytes]) -> None:
+        """Write a child's output lines to ours. In json, a line that is not already a JSON object (one
+        printed outside logging) becomes a record of that child; blank lines are dropped."""
+        as_json = os.environ.get("SIGNALBOX_LOG_FORMAT") == "json"
+        with stream:
+            for raw in stream:
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                if not line.strip():
+                    continue
+                if as_json and not _is_json_object(line):
+                    output_log.info(line, extra={"process_name": name})
+                    continue
+                # Keep reading when our stdout is gone (a closed pipe): a child must not block on its output.
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()
 
     def start_children(self, redis_url: str) -> None:
         config = self.config
         env = self.child_env(redis_url)
         python = sys.executable
+        # uvicorn configures logging before it imports the app (and Django with it); give it ours, so its
+        # first line is already in the run's format. Rewritten at every start from the current settings.
+        log_config = config.data_dir / "logging.json"
+        log_config.write_text(json.dumps(logs.config(), indent=1) + "\n")
         self.spawn(
             "celery worker",
-            [python, "-m", "celery", "-A", "signalbox", "worker", "--loglevel", "INFO",
+            # --quiet: no banner (the launcher's lines say what started); levels and format: signalbox/logs.py
+            [python, "-m", "celery", "-A", "signalbox", "--quiet", "worker",
              "--concurrency", str(config.worker_concurrency),
              "--hostname", f"signalbox-{os.getpid()}@%h"],
             env,
         )  # fmt: skip
         self.spawn(
             "celery beat",
-            [python, "-m", "celery", "-A", "signalbox", "beat", "--loglevel", "INFO",
+            [python, "-m", "celery", "-A", "signalbox", "--quiet", "beat",
              "--schedule", str(config.data_dir / "celerybeat-schedule"),
              "--pidfile", str(config.data_dir / "celerybeat.pid")],
             env,
@@ -464,7 +541,7 @@ class Launcher:
             "web server",
             [python, "-m", "uvicorn", "signalbox.asgi:application",
              "--host", config.host, "--port", str(config.port),
-             "--lifespan", "off", "--timeout-graceful-shutdown", "5"],
+             "--lifespan", "off", "--timeout-graceful-shutdown", "5", "--log-config", str(log_config)],
             env,
         )  # fmt: skip
         if config.stomp_port or config.stomp_tls_port:
@@ -498,6 +575,9 @@ class Launcher:
                 if now >= child.restart_at:
                     child.restart_at = None
                     child.process = child.spawn()
+                    if child is self.redis_child:  # the others say so in Launcher.spawn
+                        log.info(f"Redis started (pid {child.process.pid})",
+                                 extra={"child": "Redis", "pid": child.process.pid})
                 continue
             code = child.process.poll()
             if code is None:
@@ -515,8 +595,9 @@ class Launcher:
                 )
             delay = policy.backoff(exits)
             child.restart_at = now + delay
-            say(f"{child.name} exited unexpectedly ({exit_text(code)}); restarting it in {delay:g} s "
-                f"(restart {exits} of at most {policy.limit} within {policy.window:g} s)")
+            log.warning(f"{child.name} exited unexpectedly ({exit_text(code)}); restarting it in {delay:g} s "
+                        f"(restart {exits} of at most {policy.limit} within {policy.window:g} s)",
+                        extra={"child": child.name, "exit": exit_text(code), "restart_in": delay})
 
     # --- running and stopping ---
 
@@ -529,6 +610,7 @@ class Launcher:
         try:
             self.lock_data_dir()
             self.check_ports()
+            warn_if_root()
             self.check_database_url()
             if self.config.redis_url:
                 self.check_external_redis(self.config.redis_url)
@@ -551,16 +633,16 @@ class Launcher:
             self.wait_for_web_server()
             if not self.stop_requested.is_set():
                 base = f"{self.config.host}:{self.config.port}"
-                say(f"running at http://{base}/ (health: /healthz, WebSocket: ws://{base}/ws/ping)")
-                say("press Ctrl-C to stop")
+                log.info(f"running at http://{base}/ (health: /healthz, WebSocket: ws://{base}/ws/ping); "
+                         "press Ctrl-C to stop")
             while not self.stop_requested.wait(0.1):
                 self.supervise()
             return 0
         except ConfigError as exc:
-            print(f"signalbox: error: {one_line(exc)}", file=sys.stderr, flush=True)
+            fail(one_line(exc))
             return 2
         except ChildExited as exc:
-            print(f"signalbox: error: {exc}", file=sys.stderr, flush=True)
+            fail(str(exc))
             return 1
         finally:
             # A second Ctrl-C must not interrupt the orderly shutdown; its timeouts bound it anyway.
@@ -571,7 +653,8 @@ class Launcher:
     def shutdown(self) -> None:
         running = [child for child in self.children if child.alive()]
         if running or (self.redis_server and self.redis_server.process):
-            say("stopping " + ", ".join([c.name for c in running] + (["Redis"] if self.redis_server else [])))
+            names = [c.name for c in running] + (["Redis"] if self.redis_server else [])
+            log.info("stopping " + ", ".join(names))
         for child in running:
             with contextlib.suppress(ProcessLookupError):
                 child.process.send_signal(signal.SIGTERM)
@@ -580,16 +663,33 @@ class Launcher:
             try:
                 child.process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                say(f"{child.name} did not stop within {self.config.shutdown_timeout:.0f}s; killing it")
+                log.warning(f"{child.name} did not stop within {self.config.shutdown_timeout:.0f}s; "
+                            "killing it")
             # Kill whatever is left in the child's process group (e.g. orphaned pool processes).
             child.kill_group()
-            child.process.wait()
-        if self.redis_server is not None:
-            self.redis_server.stop(timeout=self.config.shutdown_timeout)
+            code = child.process.wait()
+            if child in running:
+                log.info(f"{child.name} exited ({exit_text(code)})",
+                         extra={"child": child.name, "exit": exit_text(code)})
+        for relay in self.relays:  # the children's last lines before ours
+            relay.join(timeout=max(0.1, deadline - time.monotonic()))
+        if self.redis_server is not None and self.redis_server.process is not None:
+            code = self.redis_server.stop(timeout=self.config.shutdown_timeout)
+            log.info(f"Redis exited ({exit_text(code)})", extra={"child": "Redis", "exit": exit_text(code)})
         if running or self.redis_server:
-            say("stopped")
+            log.info("stopped")
         if self.lock_file is not None:
             self.lock_file.close()
+
+
+def warn_if_root() -> None:
+    """Every process of the run inherits the launcher's user. Said once, here, rather than by Celery at every
+    worker start: the launcher does not switch users itself, since the data folder (database, secret key,
+    AOF) belongs to whoever created it and a silent switch would leave files neither user can use."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        log.warning("running as root: the web server, the STOMP listener and the Celery worker all have "
+                    "root's privileges; run Signalbox as an unprivileged user that owns the data folder "
+                    "instead (e.g. sudo -u signalbox ./signalbox.sh run)")
 
 
 class ChildExited(Exception):
@@ -618,6 +718,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--host", help="address of the web server (default 127.0.0.1, env SIGNALBOX_HOST)")
     run.add_argument("--port", type=int, help="port of the web server (default 8000, env SIGNALBOX_PORT)")
     run.add_argument("--data-dir", help="data folder (default ./var, env SIGNALBOX_DATA_DIR)")
+    run.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR, for every process "
+                                         "(default INFO, env SIGNALBOX_LOG_LEVEL)")
+    run.add_argument("--log-format", help="text, or json: one JSON object per line, for log collectors "
+                                          "(default text, env SIGNALBOX_LOG_FORMAT)")
     test = commands.add_parser("test", help="run ruff and the test suite; extra arguments go to pytest")
     test.add_argument("pytest_args", nargs=argparse.REMAINDER)
     # Options such as -q or -m belong to pytest; argparse's REMAINDER would reject a leading one.
@@ -627,11 +731,26 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        configure_logging(args.log_level, args.log_format)
         config = RunConfig.from_env(args)
     except ConfigError as exc:
-        print(f"signalbox: error: {exc}", file=sys.stderr)
+        fail(str(exc))
         return 2
     return Launcher(config).run()
+
+
+def configure_logging(level: str | None, fmt: str | None) -> None:
+    """The options win over the environment; both end up in the environment every child inherits."""
+    try:
+        level = logs.level_from(level, "--log-level") if level else logs.level_from(
+            os.environ.get("SIGNALBOX_LOG_LEVEL"))
+        fmt = logs.format_from(fmt, "--log-format") if fmt else logs.format_from(
+            os.environ.get("SIGNALBOX_LOG_FORMAT"))
+    except logs.LogSettingError as exc:
+        os.environ.pop("SIGNALBOX_LOG_FORMAT", None)  # said in plain text: the format may be what is wrong
+        raise ConfigError(str(exc) if str(exc).startswith("--") else f"{exc}; fix or unset it") from None
+    os.environ.update(SIGNALBOX_LOG_LEVEL=level, SIGNALBOX_LOG_FORMAT=fmt, SIGNALBOX_PROCESS=LAUNCHER)
+    logs.configure(level, fmt)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from signalbox import logs
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -68,6 +70,11 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("SIGNALBOX_DEBUG", False)
 ALLOWED_HOSTS = env_list("SIGNALBOX_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("SIGNALBOX_CSRF_TRUSTED_ORIGINS", [])
+# Browser pages that may open the WebSockets (the session cookie rides along): scheme://host[:port],
+# compared whole. Unset: ALLOWED_HOSTS at the scheme and port the connection came in on (signalbox/routing).
+SIGNALBOX_ALLOWED_ORIGINS = env_list("SIGNALBOX_ALLOWED_ORIGINS", [])
+# The web server's port (the launcher's SIGNALBOX_PORT), for a connection that does not say it.
+SIGNALBOX_PORT = int(os.environ.get("SIGNALBOX_PORT") or 8000)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -181,7 +188,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "gateway.api.common.JSONParser",  # DRF's, with the nesting and lone-surrogate limits
         "rest_framework.parsers.FormParser",
     ],
     "EXCEPTION_HANDLER": "gateway.api.errors.exception_handler",
@@ -197,6 +204,11 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its page are for authenticated users, as the API (signalbox/urls.py says why).
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Every operation documents every problem it can answer (gateway/api/schema.py).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "gateway.api.schema.complete_problems"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -212,10 +224,15 @@ SIGNALBOX_AUTH_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_AUTH_CACHE_SECOND
 SIGNALBOX_PERMISSION_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_PERMISSION_CACHE_SECONDS") or 1.0)
 # Lease of the consumers behind ActiveMQ's /api/message GET (renewed by every GET of that client).
 SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 300_000)
+# Idempotency-Key records a user may hold at once (each kept 24 h); a new key past it is refused (429).
+SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER = int(os.environ.get("SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER") or 100_000)
 # The broker's name in ActiveMQ's texts (InvalidClientIDException, advisories' originBrokerName).
 SIGNALBOX_BROKER_NAME = os.environ.get("SIGNALBOX_BROKER_NAME") or "localhost"
 # /healthz reports the maintenance tick stale (beat or every worker stopped) after this many seconds.
 SIGNALBOX_MAINTENANCE_STALE_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_STALE_SECONDS") or 15.0)
+# A maintenance tick that takes longer than this (seconds) is logged as a WARNING; a tick that did work
+# (reaped, dispatched, expired, ...) at INFO; an idle one at DEBUG only.
+SIGNALBOX_MAINTENANCE_SLOW_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_SLOW_SECONDS") or 1.0)
 # GET /metrics (docs/metrics.md) answers only `Authorization: Bearer <this>`; unset, it answers 403.
 SIGNALBOX_METRICS_TOKEN = os.environ.get("SIGNALBOX_METRICS_TOKEN") or ""
 # A scrape shows at most this many destinations (the oldest); the rest are counted as omitted.
@@ -248,12 +265,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # /healthz waits at most this long for each dependency (Redis, database, a Celery worker's pong).
 HEALTH_CHECK_TIMEOUT = float(os.environ.get("SIGNALBOX_HEALTH_TIMEOUT") or 1.0)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("SIGNALBOX_LOG_LEVEL", "INFO")},
-    # py4j narrates every gateway connection of Spark at INFO.
-    "loggers": {"py4j": {"level": "WARNING"}},
-}
+# One logging configuration for every process `run` starts (signalbox/logs.py): SIGNALBOX_LOG_LEVEL,
+# SIGNALBOX_LOG_FORMAT (text or json), one line per record on stdout.
+try:
+    LOGGING = logs.config()
+except logs.LogSettingError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+# Django applies LOGGING itself; Celery's processes apply it through the setup_logging signal.

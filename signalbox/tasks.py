@@ -1,14 +1,17 @@
 """Celery tasks: one-line wrappers around broker_core.maintenance (the logic and its tests live there).
 
-Beat sends `signalbox.maintenance.tick` every second (signalbox/celery.py); the tick reads every
-destination's policy and runs the jobs that are due. The other tasks run one job on one destination by
-hand. `namespace` defaults to SIGNALBOX_NAMESPACE; results are plain dicts.
+Beat sends `signalbox.maintenance.tick` every second (signalbox/celery.py); the tick visits what the
+maintenance index says is due (docs/broker_core.md "The maintenance index") and runs those jobs. The
+other tasks run one job on one destination by hand. `namespace` defaults to SIGNALBOX_NAMESPACE; results
+are plain dicts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
+import time
 from typing import Any
 
 import redis
@@ -19,6 +22,10 @@ from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.operations import ConsumerRef
 from signalbox.celery import app
+
+log = logging.getLogger(__name__)
+# What a tick report counts that changed something (the rest is bookkeeping: destinations, checks run).
+TICK_WORK = ("reaped", "forwarded", "dispatched", "expired", "aborted", "offline_removed")
 
 
 @functools.cache
@@ -42,7 +49,32 @@ def _plain(result: Any) -> Any:
 
 @app.task(name="signalbox.maintenance.tick")
 def tick(namespace: str | None = None) -> dict[str, Any]:
-    return _plain(maintenance.run_due(broker(namespace)))
+    started = time.monotonic()
+    report = _plain(maintenance.run_due(broker(namespace)))
+    log_tick(report, time.monotonic() - started)
+    return report
+
+
+def log_tick(report: dict[str, Any], seconds: float) -> None:
+    """One line per tick that matters: failed destinations (ERROR), slower than
+    SIGNALBOX_MAINTENANCE_SLOW_SECONDS (WARNING), did work (INFO); an idle tick only at DEBUG, since beat
+    sends one every second. The report rides along as the record's `tick` extra (a JSON field)."""
+    work = {key: report[key] for key in TICK_WORK if report.get(key)}
+    counts = ", ".join(f"{key} {len(value) if isinstance(value, list) else value}"
+                       for key, value in work.items())
+    summary = (f"maintenance tick: {counts or 'nothing due'} on {report.get('destinations', 0)} "
+               f"destination(s) in {seconds * 1000:.0f} ms")
+    slow = settings.SIGNALBOX_MAINTENANCE_SLOW_SECONDS
+    extra = {"tick": report}
+    if report.get("errors"):
+        log.error("%s; %d destination(s) failed: %s", summary, len(report["errors"]),
+                  "; ".join(report["errors"]), extra=extra)
+    elif seconds > slow:
+        log.warning("%s, over SIGNALBOX_MAINTENANCE_SLOW_SECONDS=%g", summary, slow, extra=extra)
+    elif work:
+        log.info(summary, extra=extra)
+    else:
+        log.debug(summary, extra=extra)
 
 
 @app.task(name="signalbox.maintenance.recover")

@@ -1,10 +1,19 @@
-"""Root URLs: health, metrics, admin, the OpenAPI schema and its interactive page, the REST gateway."""
+"""Root URLs: health, metrics, admin, the OpenAPI schema and its interactive page, the REST gateway.
+
+Only /healthz answers anonymous users (/metrics answers its own token only: signalbox/metrics.py). The
+schema and its page are for authenticated users (SPECTACULAR_SETTINGS' SERVE_PERMISSIONS: a token or the
+console's session), as the API they describe: they tell which version and which features this
+deployment runs, and nobody needs them without an account (the public reference is docs/api.md). The
+page sends an anonymous browser to the console's login first.
+"""
 
 from django.contrib import admin
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from django.views.generic import TemplateView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularSwaggerView
 
+from gateway.api.schema import SchemaView
 from signalbox.health import healthz
 from signalbox.metrics import metrics_view
 
@@ -13,8 +22,9 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),  # Prometheus (docs/metrics.md)
     path("admin/", admin.site.urls),
-    path("api/schema/", SpectacularAPIView.as_view(), name="openapi-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="openapi-docs"),
+    path("api/schema/", SchemaView.as_view(), name="openapi-schema"),
+    path("api/docs/", login_required(SpectacularSwaggerView.as_view(url_name="openapi-schema"),
+                                     login_url="console:login"), name="openapi-docs"),
     path("api/", include("gateway.api.urls")),
     path("console/", include("console.urls")),  # the web console
 ]

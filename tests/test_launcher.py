@@ -64,8 +64,8 @@ def exercise_and_stop(launcher: RunningLauncher, redis_url: str) -> tuple[bytes,
     names = [proc.name() for proc in descendants]
     commands = command_lines(descendants)
     assert any("uvicorn signalbox.asgi:application" in line for line in commands), commands
-    assert any("celery -A signalbox worker" in line for line in commands), commands
-    assert any("celery -A signalbox beat" in line for line in commands), commands
+    assert any("celery -A signalbox --quiet worker" in line for line in commands), commands
+    assert any("celery -A signalbox --quiet beat" in line for line in commands), commands
     assert any("django stomp_listener" in line for line in commands), commands
     with socket.create_connection(("127.0.0.1", launcher.stomp_port), timeout=10) as stomp:
         # a full session behind the listener: it reads the users' table to refuse a wrong password
@@ -85,7 +85,7 @@ def exercise_and_stop(launcher: RunningLauncher, redis_url: str) -> tuple[bytes,
     assert alive == [], f"still running after Ctrl-C: {command_lines(alive)}"
     output = launcher.output()
     assert "Traceback" not in output, output
-    assert "signalbox: stopped" in output
+    assert "signalbox.launcher: stopped" in output
     assert "killing it" not in output, "a child had to be killed instead of stopping on its own"
     return key, names
 

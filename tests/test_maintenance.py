@@ -531,18 +531,22 @@ def test_tombstones_are_bounded_in_number_and_age(broker, clock, monkeypatch):
 def test_one_failing_destination_does_not_stop_the_others(broker, clock, monkeypatch):
     broker.ensure_destination("good")
     broker.ensure_destination("bad")
-    real = maintenance.run_recovery
+    real = maintenance._visit
 
-    def failing(b, dest):
+    def failing(b, dest, entry, tally):
         if dest.name == "bad":
             raise RuntimeError("boom")
-        return real(b, dest)
+        return real(b, dest, entry, tally)
 
-    monkeypatch.setattr(maintenance, "run_recovery", failing)
+    monkeypatch.setattr(maintenance, "_visit", failing)
     report = maintenance.run_due(broker)
     assert report.errors == ["queue://bad: RuntimeError: boom"]
     assert report.sweeps == 2  # "good" and "orders" were swept
     assert maintenance.last_tick(broker)["errors"] == 1
+    # the failed entry is looked at again a second later, not in a loop within the tick
+    assert maintenance.run_due(broker).errors == []
+    clock.advance(maintenance.RETRY_MS)
+    assert maintenance.run_due(broker).errors == ["queue://bad: RuntimeError: boom"]
 
 
 def test_the_heartbeat_says_when_the_dispatcher_last_ran(broker, clock):

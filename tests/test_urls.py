@@ -18,11 +18,12 @@ def test_the_landing_page_links_health_admin_and_schema(client):
         assert href in html
 
 
-def test_the_openapi_schema_is_served(client):
-    response = client.get("/api/schema/")
+def test_the_openapi_schema_is_served_to_logged_in_users(admin_client, client):
+    response = admin_client.get("/api/schema/")
 
     assert response.status_code == 200
     assert b"title: Signalbox API" in response.content
+    assert client.get("/api/schema/").status_code == 401  # only /healthz answers anonymous users
 
 
 def test_admin_asks_anonymous_users_to_log_in(client):

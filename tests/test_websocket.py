@@ -68,3 +68,21 @@ async def test_a_cross_site_browser_page_is_refused():
 async def test_an_unknown_path_is_refused():
     with pytest.raises(ValueError, match="No route found for path 'ws/nowhere'"):
         await connect_refused("/ws/nowhere")
+
+
+async def test_the_anonymous_probe_is_bounded():
+    # /ws/ping is anonymous like /healthz (docs/api.md), so it takes only small frames, and few of them.
+    from gateway.consumers import PingConsumer
+
+    async with websocket("/ws/ping") as communicator:
+        await communicator.send_to(text_data="x" * (PingConsumer.MAX_PING_BYTES + 1))
+        closed = await communicator.receive_output(3)
+        assert closed["type"] == "websocket.close" and closed["code"] == 1009
+        assert "MAX_PING_BYTES" in closed["reason"]
+    async with websocket("/ws/ping") as communicator:
+        for i in range(PingConsumer.MAX_PINGS):
+            await communicator.send_to(text_data=str(i))
+            assert await communicator.receive_from() == str(i)
+        await communicator.send_to(text_data="one too many")
+        closed = await communicator.receive_output(3)
+        assert closed["type"] == "websocket.close" and closed["code"] == 1008

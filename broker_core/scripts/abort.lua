@@ -18,6 +18,7 @@
 -- consumers' messages are all owed: the caller returns them with return_owed.lua.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local budget = tonumber(ARGV[2])
 local TOMBSTONES_MAX = tonumber(ARGV[3])

@@ -12,6 +12,7 @@
 -- received messages as receive.lua returns them}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local groups = { nil }  -- (made with room for one consumer, the usual call)
 local at = 3

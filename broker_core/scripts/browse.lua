@@ -6,6 +6,7 @@
 -- Returns {next cursor ('' when done), then per message: id, packed, state, consumer, redeliveries}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local unknown = unknown_destination()
 if unknown then return unknown end

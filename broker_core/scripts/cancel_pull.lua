@@ -1,6 +1,7 @@
 -- A pull (prefetch 0) receive timed out: withdraw its request so nothing more is dispatched to it.
 -- ARGV: now, consumer id.
 --@include base
+--@allow-oom
 NOW = tonumber(ARGV[1])
 if redis.call('HEXISTS', K_CONSUMERS, ARGV[2]) == 0 then
   return fail('UNKNOWN_CONSUMER', 'no consumer ' .. ARGV[2] .. ' on this destination')

@@ -4,6 +4,7 @@
 -- Returns {dispatched, more, hold_until, exclusive owner, effective prefetch}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local missing = require_destination()
 if missing then return missing end
@@ -24,6 +25,7 @@ redis.call('ZREM', P .. ':aborted:at', cid)
 redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'acked', 0, 'added', NOW,
            'prefetch', prefetch)
 redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
+due_at(P, NOW + lease_ms + 1)  -- the reaper's visit when it lapses
 redis.call('RPUSH', K_CORDER, cid)
 local cons = load_consumers()
 GMAP.note_priorities(cons)
@@ -52,8 +54,10 @@ if before == 0 then
   if needed > 0 then
     if wait <= 0 then wait = 1000 end
     redis.call('HSET', K_META, 'hold_until', NOW + wait)
+    due_at(P, NOW + wait)
   elseif wait > 0 then
     redis.call('HSET', K_META, 'hold_until', NOW + wait)
+    due_at(P, NOW + wait)
   end
 end
 

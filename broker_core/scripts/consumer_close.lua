@@ -3,6 +3,7 @@
 -- ARGV: now, budget, consumer id, reason, chunk. Returns {dispatched, more, hold_until, owed}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local closed, owed = close_consumer(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 if not closed then

@@ -2,6 +2,7 @@
 -- their adapters learn it from UNKNOWN_CONSUMER on their next call. ARGV: now.
 -- Returns the number of messages that were in it.
 --@include base
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local count = redis.call('HLEN', K_MSGS)
 -- What it held no longer counts towards the broker's memory usage (flow.lua).

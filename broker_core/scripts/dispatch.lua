@@ -2,6 +2,7 @@
 -- Returns {dispatched, more, hold_until}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 return {dispatched, more, hold}

@@ -1,6 +1,7 @@
 -- a transaction's commit or rollback gives back the space its sends reserved (includes/flow.lua).
 -- KEYS[1] = the destination's prefix. ARGV: now, transaction id. Runs in the commit's MULTI/EXEC, so the
 -- reservation ends in the same atomic step as the committed messages start counting.
+--@allow-oom
 local P = KEYS[1]
 local TP = string.match(P, '^(.-}):s:') or P
 redis.call('HDEL', TP .. ':memres', ARGV[2])

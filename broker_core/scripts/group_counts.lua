@@ -5,6 +5,7 @@
 -- then per group in order of first sight: group id, pending, in flight}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local unknown = unknown_destination()
 if unknown then return unknown end

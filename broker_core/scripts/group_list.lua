@@ -3,6 +3,7 @@
 -- For the bucket map the names are the recently seen groups of each bucket (its LRU cache).
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local out = {}
 if group_map_type() == 'bucket' then

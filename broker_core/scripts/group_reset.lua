@@ -3,6 +3,7 @@
 -- group). Returns {removed count, dispatched, more, hold_until}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local removed = 0
 if ARGV[4] == 'all' then

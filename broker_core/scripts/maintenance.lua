@@ -14,7 +14,18 @@
 --                             takes the 'recover' lease only when there is something to do. Forwards
 --                             count only once they have waited `grace` ms: until then the process that
 --                             queued them is taken to be delivering them.
+--   visit token ttl grace sweep_period slow_period offline_schedule keep_ms
+--                          -> {held, lapsed, forwards, next dispatch time, sweep due (2: done here),
+--                             slow check due, offline cleanup due, scheduled}: the tick's visit of this
+--                             prefix's entries in the maintenance index (<ns>:due, <ns>:due:periodic).
+--                             The recover probe, and whether each periodic job is due (period 0 / -1 =
+--                             off). A sweep that is due on a queue or subscription with nothing pending
+--                             is done here (it would examine nothing). When nothing is left for the
+--                             caller to do, the entries are set to when something is next due here
+--                             (scheduled = 1); else the caller does the work and then calls `schedule`.
+--   schedule grace sweep_period slow_period offline_schedule -> {next due, next periodic} (0: no entry)
 --@include base
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local op = ARGV[2]
 
@@ -31,17 +42,11 @@ local function acquire(job, token, ttl)
   return 1
 end
 
-if op == 'acquire' then
-  return acquire(ARGV[3], ARGV[4], tonumber(ARGV[5]))
-elseif op == 'release' then
-  local key = lease_key(ARGV[3])
-  local held = redis.call('GET', key)
-  if held and string.match(held, '^(.*)|') == ARGV[4] then
-    redis.call('DEL', key)
-    return 1
-  end
-  return 0
-elseif op == 'recover' then
+local DUE_KEY = string.match(P, '^(.-):{') .. ':due'
+local NEXT_TICK_MS = 1000  -- Celery beat's period (signalbox/celery.py)
+
+-- Whether the recovery job has work here, taking its lease when it has (op `recover`).
+local function probe(token, ttl, grace)
   local lapsed = redis.call('ZCOUNT', K_LEASES, '-inf', '(' .. NOW)
   local forwards = redis.call('HLEN', K_FWD)
   local stale = false
@@ -52,7 +57,7 @@ elseif op == 'recover' then
     if not since then
       redis.call('HSET', P .. ':maint', 'recover:fwd_since', string.format('%d', NOW))
     else
-      stale = NOW - since >= tonumber(ARGV[5])
+      stale = NOW - since >= grace
     end
   end
   -- Dispatch must run again when a parked message (redelivery delay, scheduled delivery) comes due or a
@@ -65,9 +70,98 @@ elseif op == 'recover' then
   local owed = redis.call('HLEN', P .. ':closing') + redis.call('SCARD', TP .. ':ended')
   local held = 0
   if lapsed > 0 or stale or owed > 0 or (due > 0 and due <= NOW) then
-    held = acquire('recover', ARGV[3], tonumber(ARGV[4]))
+    held = acquire('recover', token, ttl)
   end
   if not stale then forwards = 0 end
   return {held, lapsed, forwards, due, owed}
+end
+
+-- When the tick must next look at this prefix, in two entries: in <ns>:due the first lease to lapse,
+-- parked message or delayed start to come due, forward to go stale (on the topic's own entry, where
+-- forwards wait) -- work with a deadline, which every tick does first; in <ns>:due:periodic the next
+-- expiry sweep, slow-consumer check or offline-durable cleanup. No entry when nothing of its kind is
+-- coming. Scripts that add work only bring the first entry forward (base.lua due_at), so a value read and
+-- written here in one step is never later than the work. Work still due after a visit (another worker
+-- holds the job, more than one visit's worth) is left for the next tick, a second on.
+local function schedule(grace, sweep, slow, offline)
+  local at, later = false, false
+  local function soon(t) if t and (not at or t < at) then at = t end end
+  local function periodic(t) if not later or t < later then later = t end end
+  local first = redis.call('ZRANGE', K_LEASES, 0, 0, 'WITHSCORES')
+  if #first > 0 then soon(tonumber(first[2]) + 1) end  -- a lease lapses once its end is in the past
+  first = redis.call('ZRANGE', K_PARKED, 0, 0, 'WITHSCORES')
+  if #first > 0 then soon(tonumber(first[2])) end
+  local hold = tonum(redis.call('HGET', K_META, 'hold_until'), 0)
+  if hold > 0 then soon(hold) end
+  -- returns a closed consumer still owes, or what an ended subscription held: the closer drives them, and
+  -- the next tick finishes them if it died
+  if redis.call('HLEN', P .. ':closing') + redis.call('SCARD', TP .. ':ended') > 0 then soon(NOW) end
+  local maint = redis.call('HMGET', P .. ':maint', 'recover:fwd_since', 'expire:started', 'expire:running',
+                           'slow:last_run', 'offline:last_run')
+  if not SUB and redis.call('HLEN', K_FWD) > 0 then soon((tonumber(maint[1] or '') or NOW) + grace) end
+  if sweep > 0 then
+    if maint[3] == '1' then periodic(NOW) else periodic((tonumber(maint[2] or '') or NOW) + sweep) end
+  end
+  if slow >= 0 then periodic((tonumber(maint[4] or '') or NOW) + slow) end
+  if offline >= 0 then periodic((tonumber(maint[5] or '') or NOW) + offline) end
+  local function put(key, t)
+    if not t then return redis.call('ZREM', key, P) end
+    if t <= NOW then t = NOW + NEXT_TICK_MS end
+    redis.call('ZADD', key, string.format('%d', t), P)
+  end
+  put(DUE_KEY, at)
+  put(DUE_KEY .. ':periodic', later)
+  return {at or 0, later or 0}
+end
+
+if op == 'acquire' then
+  return acquire(ARGV[3], ARGV[4], tonumber(ARGV[5]))
+elseif op == 'release' then
+  local key = lease_key(ARGV[3])
+  local held = redis.call('GET', key)
+  if held and string.match(held, '^(.*)|') == ARGV[4] then
+    redis.call('DEL', key)
+    return 1
+  end
+  return 0
+elseif op == 'recover' then
+  return probe(ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]))
+elseif op == 'visit' then
+  if redis.call('EXISTS', K_META) == 0 then  -- deleted (or a subscription that ended): out of the index
+    redis.call('ZREM', DUE_KEY, P)
+    redis.call('ZREM', DUE_KEY .. ':periodic', P)
+    return {0, 0, 0, 0, 0, 0, 0, 0, 1}
+  end
+  local grace, sweep, slow, offline = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+  local reply = probe(ARGV[3], tonumber(ARGV[4]), grace)
+  local maint = redis.call('HMGET', P .. ':maint', 'expire:started', 'expire:running', 'slow:last_run',
+                           'offline:last_run')
+  local sweep_due = sweep > 0 and (maint[2] == '1' or not maint[1] or NOW >= tonumber(maint[1]) + sweep)
+  if sweep_due and maint[2] ~= '1' and redis.call('ZCARD', K_PENDING) == 0 then
+    -- a sweep of nothing: recorded as done now (maintenance.run_expiry_sweep's fields), no worker needed
+    local now = string.format('%d', NOW)
+    redis.call('HSET', P .. ':maint', 'expire:started', now, 'expire:running', 0, 'expire:examined', 0,
+               'expire:expired', 0, 'expire:pages', 0, 'expire:last_run', now, 'expire:last_done', now,
+               'expire:last_examined', 0, 'expire:last_expired', 0)
+    redis.call('PEXPIRE', P .. ':maint', tonumber(ARGV[9]))
+    sweep_due = 'done'
+  end
+  local slow_due = slow >= 0 and (not maint[3] or NOW >= tonumber(maint[3]) + slow)
+  local offline_due = offline >= 0 and (not maint[4] or NOW >= tonumber(maint[4]) + offline)
+  local scheduled = 0
+  if reply[1] == 0 and sweep_due ~= true and not slow_due and not offline_due then
+    schedule(grace, sweep, slow, offline)
+    scheduled = 1
+  end
+  reply[6] = (sweep_due == 'done' and 2) or (sweep_due and 1) or 0
+  reply[7], reply[8], reply[9] = slow_due and 1 or 0, offline_due and 1 or 0, scheduled
+  return reply
+elseif op == 'schedule' then
+  if redis.call('EXISTS', K_META) == 0 then
+    redis.call('ZREM', DUE_KEY, P)
+    redis.call('ZREM', DUE_KEY .. ':periodic', P)
+    return {0, 0}
+  end
+  return schedule(tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))
 end
 return redis.error_reply('INVALID_OPERATION unknown maintenance operation ' .. tostring(op))

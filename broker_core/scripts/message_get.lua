@@ -2,6 +2,7 @@
 -- Returns {packed message, state, consumer, redeliveries} or an empty table.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local unknown = unknown_destination()
 if unknown then return unknown end

@@ -7,6 +7,7 @@
 -- Returns {dead-lettered count, redelivered count, dispatched, flags, next time}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local cid, poison, jitter = ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
 local c = find_consumer(cid)

@@ -1,6 +1,7 @@
 -- Pause or resume dispatch (QueueView.pause/resume). ARGV: now, budget, '1' to pause or '0' to resume.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 redis.call('HSET', K_META, 'paused', ARGV[3])
 emit(ARGV[3] == '1' and 'pause' or 'resume')

@@ -3,6 +3,7 @@
 -- ARGV: now, budget, max consumers, chunk. Returns {closed ids..., '', dispatched, more, hold_until, owed}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local out = {}
 local chunk, owed = tonumber(ARGV[4]), 0

@@ -5,6 +5,7 @@
 -- Returns {dispatched, more, hold_until, then per message: id, packed message, redeliveries, group first}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local cid, max = ARGV[3], tonumber(ARGV[4])
 local c, lease_until = find_consumer(cid)

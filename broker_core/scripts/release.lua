@@ -3,6 +3,7 @@
 -- Returns {returned count, dispatched, more, hold_until}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local cid = ARGV[3]
 if redis.call('HEXISTS', K_CONSUMERS, cid) == 0 then

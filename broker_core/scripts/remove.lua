@@ -4,6 +4,7 @@
 -- Returns {removed count, left (pending + in flight + parked), flags, next time}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local unknown = unknown_destination()
 if unknown then return unknown end

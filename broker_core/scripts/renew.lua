@@ -1,6 +1,7 @@
 -- Renew consumer leases. ARGV: now, lease ms, consumer ids... Returns the ids that are not registered.
 --@include base
 --@include message
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local missing = {}
 for i = 3, #ARGV do

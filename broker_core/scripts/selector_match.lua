@@ -3,6 +3,7 @@
 -- Returns "TRUE", "FALSE" or "NULL"; a selector runtime error is an error reply "SELECTOR_ERROR <why>".
 
 --@include selector
+--@allow-oom
 
 local expr = cjson.decode(ARGV[1])
 local msg = cjson.decode(ARGV[2])

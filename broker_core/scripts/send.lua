@@ -134,9 +134,11 @@ end
 if lowest then pending_add_many(pending, lowest, counts[3]) end
 if #audited > 0 then
   call_many('ZADD', K_AUDIT, audited)
-  -- trimmed to its depth each time the sequence passes a multiple of 64
+  -- trimmed to its depth each time the sequence passes a multiple of 64, the oldest ids first, at most
+  -- 1,024 of them a time (a lowered maxQueueAuditDepth shrinks it over later sends, each call bounded)
   if audit and math.floor(seq / 64) > math.floor(first_seq / 64) then
-    redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, -audit_depth - 1)
+    local over = redis.call('ZCARD', K_AUDIT) - audit_depth
+    if over > 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, math.min(over, 1024) - 1) end
   end
 end
 if charged > 0 then memory_add(charged) end

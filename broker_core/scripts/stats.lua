@@ -2,6 +2,7 @@
 -- ARGV: now. Returns {meta hash flat, pending, in flight, groups, parked, forwarding,
 -- consumers: per consumer id, definition, counters (flat), lease, undelivered, {memoryLimit, broker limit}}.
 --@include base
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local out = {
   redis.call('HGETALL', K_META), redis.call('ZCARD', K_PENDING), redis.call('HLEN', K_INFLIGHT),
@@ -18,4 +19,6 @@ end
 out[#out + 1] = consumers
 -- the limits in force for memory usage (includes/flow.lua): memoryLimit, and the broker's limit.
 out[#out + 1] = { redis.call('HGET', K_POLICY, 'memoryLimit') or '0', redis.call('HGET', K_USAGE, 'limit') or '' }
+-- the bounded structures beside the messages: the event stream's length, the duplicate audit's size
+out[#out + 1] = { redis.call('XLEN', K_EVENTS), redis.call('ZCARD', K_AUDIT) }
 return out

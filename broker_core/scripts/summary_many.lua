@@ -7,6 +7,7 @@
 -- counters enqueued, dequeued, dispatched, expired, deadlettered, paused (false when unset), bytes held
 -- (meta.mem), and the timestamp of the oldest pending message (false when none or not asked).
 --@include base
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local want_oldest = ARGV[2] == '1'
 

@@ -4,6 +4,7 @@
 -- Returns {examined, expired, done (1 when the walk reached the end), flags, next time}.
 --@include base
 --@include dispatch
+--@allow-oom
 NOW = tonumber(ARGV[1])
 if redis.call('EXISTS', K_META) == 0 then return {0, 0, 1, 0, 0} end  -- deleted meanwhile: nothing to do
 if redis.call('HGET', K_META, 'paused') == '1' then return {0, 0, 1, 0, 0} end

@@ -16,6 +16,7 @@
 --@include base
 --@include dispatch
 --@include topic
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local op = ARGV[2]
 local topic_uri = redis.call('HGET', TP .. ':meta', 'uri')

@@ -70,7 +70,10 @@ for i = 4, #ARGV, 4 do
     local seq = meta_incr('seq')
     if audit then
       redis.call('ZADD', K_AUDIT, seq, id)
-      if seq % 64 == 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, -audit_depth - 1) end
+      if seq % 64 == 0 then  -- trimmed to its depth, at most 1,024 ids a time (send.lua)
+        local over = redis.call('ZCARD', K_AUDIT) - audit_depth
+        if over > 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, math.min(over, 1024) - 1) end
+      end
     end
     meta_incr('enqueued')
     if not wild.is_pattern then TOPIC.recovery_add(id, ARGV[i + 3] ~= '' and ARGV[i + 3] or blob, seq, ARGV[i + 2]) end

@@ -13,6 +13,7 @@
 --@include base
 --@include dispatch
 --@include topic
+--@allow-oom
 NOW = tonumber(ARGV[1])
 local missing = require_destination()
 if missing then return missing end
@@ -92,6 +93,7 @@ GMAP.forget_priorities()
 redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'acked', 0, 'added', NOW,
            'prefetch', prefetch)
 redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
+due_at(P, NOW + lease_ms + 1)  -- the reaper's visit when it lapses
 redis.call('RPUSH', K_CORDER, cid)
 redis.call('HSET', K_META, 'active', cid)
 redis.call('HDEL', K_META, 'offline_since')

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 from http import HTTPStatus
@@ -39,6 +38,7 @@ from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.urls import set_script_prefix
 
+from gateway.api import json_input
 from gateway.metrics import ROUTE_KEY
 
 API_PREFIXES = ("/api/v1/", "/api/message")
@@ -247,7 +247,7 @@ class HotPath:
             if content_type is None or content_type.split(b";")[0].strip().lower() != b"application/json":
                 return _FALLBACK
             try:
-                data = json.loads(body)  # as common.json_body
+                data = json_input.loads(body)  # as common.json_body
             except ValueError:
                 return _FALLBACK
             if not isinstance(data, dict):

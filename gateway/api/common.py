@@ -8,12 +8,16 @@ import json
 import time
 from typing import Any
 
+import redis
 from django.conf import settings
+from rest_framework import parsers
 from rest_framework.request import Request
 
+from broker_core import flow
 from broker_core.broker import AsyncBroker
 from broker_core.destinations import Destination, parse_composite, parse_destination
 from gateway import runtime
+from gateway.api import json_input
 from gateway.api.errors import Problem, topics_not_supported
 
 KINDS = {"queues": "queue", "topics": "topic"}
@@ -93,13 +97,27 @@ def json_body(request: Request, *, required: bool = False) -> dict[str, Any]:
         raise Problem(415, "unsupported_media_type", "Unsupported media type",
                       f"send application/json, not {content_type}")
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise Problem(400, "invalid_json", "Invalid JSON", f"the body is not valid JSON: {exc}") from None
+        data = json_input.loads(raw)
+    except json_input.InvalidJSON as exc:
+        raise invalid_json(f"the body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise Problem(400, "invalid_body", "Invalid body", "the body must be a JSON object")
     request._json = data  # type: ignore[attr-defined]
     return data
+
+
+def invalid_json(detail: str) -> Problem:
+    return Problem(400, "invalid_json", "Invalid JSON", detail)
+
+
+class JSONParser(parsers.JSONParser):
+    """DRF's JSON parser with json_input's limits (the views that read `request.data`)."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        try:
+            return json_input.loads(stream.read())
+        except json_input.InvalidJSON as exc:
+            raise invalid_json(f"the body is not valid JSON: {exc}") from None
 
 
 def max_wait() -> float:
@@ -123,6 +141,36 @@ async def reap_now_and_then(destination: Destination) -> None:
 
 IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000
 PENDING_TTL_MS = 60_000
+IDEMPOTENCY_EXPIRED_PER_CALL = 100  # expired index entries a new key clears away (each call bounded)
+
+# The records are plain keys with their own expiry; beside them, an index of every live record
+# (<ns>:gw:idem:index, "<user>:<digest>" -> when it expires) and a count per user (<ns>:gw:idem:users),
+# so the store is bounded per user and its size is known without a SCAN. A new key: clear a few expired
+# index entries, then refuse if the user is at the bound, else write the pending record and count it.
+# Returns 1 (go ahead), 0 (a record exists: read it) or -1 (the user is at the bound).
+_BEGIN_SCRIPT = """
+local index, users, now = KEYS[2], KEYS[3], tonumber(ARGV[1])
+local gone = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, tonumber(ARGV[6]))
+for _, member in ipairs(gone) do
+  redis.call('ZREM', index, member)
+  local user = string.match(member, '^(.*):[^:]*$')
+  if redis.call('HINCRBY', users, user, -1) <= 0 then redis.call('HDEL', users, user) end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local member = ARGV[2] .. ':' .. ARGV[3]
+if not redis.call('ZSCORE', index, member) then
+  if tonumber(redis.call('HGET', users, ARGV[2]) or '0') >= tonumber(ARGV[5]) then return -1 end
+  redis.call('HINCRBY', users, ARGV[2], 1)
+end
+redis.call('ZADD', index, now + tonumber(ARGV[4]), member)
+redis.call('SET', KEYS[1], ARGV[7], 'PX', ARGV[4])
+return 1
+"""
+
+
+def idempotency_keys_count(redis_client: Any) -> Any:
+    """How many Idempotency-Key records the gateway holds (awaitable with an asyncio client)."""
+    return redis_client.zcard(f"{settings.SIGNALBOX_NAMESPACE}:gw:idem:index")
 
 
 class Idempotency:
@@ -130,11 +178,20 @@ class Idempotency:
     day; a retry with the same key and the same request gets that response again (header
     `Idempotent-Replayed: true`) and sends nothing. The message ids are derived from the key, so even a
     retry after a crash between the send and the record is dropped by the broker's duplicate check
-    while the first copy is still queued."""
+    while the first copy is still queued.
+
+    A user holds at most SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER records at once; a request with a new key
+    past that is refused (429 `idempotency_keys_full`, sending nothing) rather than forgetting an older
+    key early, which would let a retry of that key within its day send its messages again."""
 
     def __init__(self, request: Request, key: str, fingerprint: str) -> None:
         digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-        self.key = f"{settings.SIGNALBOX_NAMESPACE}:gw:idem:{request.user.pk}:{digest}"
+        namespace = settings.SIGNALBOX_NAMESPACE
+        self.user = str(request.user.pk)
+        self.digest = digest
+        self.key = f"{namespace}:gw:idem:{self.user}:{digest}"
+        self.index = f"{namespace}:gw:idem:index"
+        self.users = f"{namespace}:gw:idem:users"
         self.fingerprint = hashlib.sha256(fingerprint.encode()).hexdigest()[:32]
         self.id_prefix = f"ID:idem-{hashlib.sha256(f'{request.user.pk}|{key}'.encode()).hexdigest()[:24]}"
         self.redis = runtime.async_broker().redis
@@ -142,8 +199,23 @@ class Idempotency:
     async def begin(self) -> dict[str, Any] | None:
         """None: go ahead. A dict: the stored response to replay."""
         pending = json.dumps({"pending": True, "fp": self.fingerprint})
-        if await self.redis.set(self.key, pending, nx=True, px=PENDING_TTL_MS):
+        limit = settings.SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER
+        try:
+            started = await self.redis.eval(
+                _BEGIN_SCRIPT, 3, self.key, self.index, self.users, int(time.time() * 1000), self.user,
+                self.digest, PENDING_TTL_MS, limit, IDEMPOTENCY_EXPIRED_PER_CALL, pending)
+        except redis.ResponseError as exc:  # Redis at its maxmemory: refused by name, as a send would be
+            if flow.is_redis_maxmemory(str(exc)):
+                raise flow.RedisMaxMemory(flow.REDIS_MAXMEMORY_TEXT, scope="redis", limit="maxmemory",
+                                          retry_after=flow.RETRY_AFTER_S) from None
+            raise
+        if int(started) == 1:
             return None
+        if int(started) == -1:
+            raise Problem(429, "idempotency_keys_full", "Too many idempotency keys",
+                          f"this user holds {limit} Idempotency-Key records "
+                          "(SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER), each kept 24 h; the request was not sent. "
+                          "Send it without a key, with a key used before, or later", limit=limit)
         raw = await self.redis.get(self.key)
         if raw is None:
             return await self.begin()
@@ -158,9 +230,13 @@ class Idempotency:
 
     async def finish(self, status: int, body: dict[str, Any]) -> None:
         record = json.dumps({"fp": self.fingerprint, "status": status, "body": body})
-        await self.redis.set(self.key, record, px=IDEMPOTENCY_TTL_MS)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.set(self.key, record, px=IDEMPOTENCY_TTL_MS)
+        pipe.zadd(self.index, {f"{self.user}:{self.digest}": int(time.time() * 1000) + IDEMPOTENCY_TTL_MS})
+        await pipe.execute()
 
     async def abandon(self) -> None:
+        # (its index entry stays until it expires with the pending record's time, counted till then)
         await self.redis.delete(self.key)
 
 

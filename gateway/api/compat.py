@@ -15,11 +15,23 @@ Where Signalbox differs, on purpose: the consumer pulls (prefetch 0) instead of 
 messages that other consumers then cannot see, and it holds a lease, so an abandoned REST client's
 consumer lapses (SIGNALBOX_COMPAT_LEASE_MS, default 5 minutes) instead of living as long as its HTTP
 session. Errors are problem details with their proper status (ActiveMQ answers 500 for most). Topics
-answer 501 until broker_core has them. Logging in is HTTP Basic (as ActiveMQ's own), or a token.
+answer 501 until broker_core has them. Logging in is HTTP Basic (as ActiveMQ's own), or a token: never
+the console's session cookie, since a GET here consumes and a cross-site link would carry the cookie.
+
+A GET acknowledges only once its whole answer is built: the consumer acknowledges client-individually,
+the delivery is rendered (status, headers, body), then acknowledged. If rendering or the ack fails, or
+the request is cancelled, the message is negatively acknowledged (back to the queue with its redelivery
+counter raised, to the dead-letter queue past maximumRedeliveries), as a JMS consumer's rollback. A
+marker (`held`) says while a request may hold a message, so if the gateway process dies holding one,
+the client's next GET gives it back first (it closes the consumer, which returns what it held).
+
+Properties become headers as ActiveMQ's setResponseHeaders does, but only safely (compat_headers.py):
+ActiveMQ copies every property name and value into a header unchecked.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import re
@@ -32,14 +44,14 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.request import Request
 
 from broker_core.destinations import Destination, parse_destination
-from broker_core.errors import InvalidConsumer, UnknownConsumer
+from broker_core.errors import InvalidConsumer, NotInFlight, UnknownConsumer
 from broker_core.messages import Message
 from broker_core.operations import ConsumerRef, ConsumerSpec
 from gateway import runtime
-from gateway.api.auth import BasicAuthentication, SessionAuthentication, TokenAuthentication
+from gateway.api.auth import BasicAuthentication, TokenAuthentication
 from gateway.api.base import GatewayView
-from gateway.api.codec import property_json
 from gateway.api.common import topics_supported
+from gateway.api.compat_headers import OMITTED_HEADER, header_value, omitted_header, property_headers
 from gateway.api.errors import Problem, topics_not_supported
 from gateway.api.views_messaging import long_poll, problem_doc, problems
 
@@ -51,6 +63,8 @@ SESSION_COOKIE = "JSESSIONID"
 _NOT_PROPERTIES = {"destination", "type", "body", "JMSDeliveryMode", "JMSPriority", "JMSTimeToLive",
                    "JMSCorrelationID", "JMSExpiration", "JMSReplyTo", "JMSType"}
 _PROLOG = re.compile(r"^<\?.*?\?>", re.DOTALL)
+# The consumer acknowledges each message itself, once the answer carrying it is built.
+ACK_MODE = "client-individual"
 
 
 def _parameters(request: Request) -> dict[str, list[str]]:
@@ -112,8 +126,20 @@ def _lease_ms() -> int:
     return int(getattr(settings, "SIGNALBOX_COMPAT_LEASE_MS", 300_000))
 
 
+def _refuse_cross_site(request: Request) -> None:
+    """A browser also sends Basic credentials it remembers with a request another site's page makes (a
+    link, an image, a form): refuse what the browser itself marks as coming from another origin's page
+    (Fetch Metadata). ActiveMQ's clients, curl and scripts send no Sec-Fetch-Site."""
+    site = request.META.get("HTTP_SEC_FETCH_SITE")
+    if site is not None and site not in ("same-origin", "none"):
+        raise Problem(403, "cross_site_request", "Cross-site request",
+                      f"/api/message does not serve requests made by another site's page "
+                      f"(Sec-Fetch-Site: {site[:40]}); a GET here consumes a message")
+
+
 class MessageServletView(GatewayView):
-    authentication_classes = [BasicAuthentication, TokenAuthentication, SessionAuthentication]
+    # No SessionAuthentication: a GET consumes, and a cross-site link would carry the console's cookie.
+    authentication_classes = [BasicAuthentication, TokenAuthentication]
     throttle_scope = "compat"
 
     # -- POST: send ---------------------------------------------------------------------------------
@@ -131,6 +157,7 @@ class MessageServletView(GatewayView):
         responses={200: OpenApiResponse(str, description="Message sent (header messageID)"),
                    **problems(400, 401, 403, 413, 501, 503)})
     async def post(self, request: Request, path: str = "") -> HttpResponse:
+        _refuse_cross_site(request)
         params = _parameters(request)
         if _first(params, "action") == "unsubscribe" and _first(params, "clientId"):
             await self._unsubscribe(request, "c:" + (_first(params, "clientId") or ""))
@@ -182,7 +209,7 @@ class MessageServletView(GatewayView):
 
     @extend_schema(
         operation_id="activemq_receive", tags=["activemq"],
-        summary="ActiveMQ MessageServlet: receive one message (auto-acknowledged), 204 on timeout",
+        summary="ActiveMQ MessageServlet: one message, acknowledged once its answer is built; 204 on timeout",
         parameters=[OpenApiParameter("type", str, enum=["queue", "topic"]),
                     OpenApiParameter("destination", str), OpenApiParameter("readTimeout", int),
                     OpenApiParameter("clientId", str), OpenApiParameter("oneShot", bool),
@@ -219,9 +246,10 @@ class MessageServletView(GatewayView):
 
     def _consumer_id(self, request: Request, client_key: str, destination: Destination) -> str:
         digest = hashlib.sha256(f"{request.user.pk}|{client_key}|{destination.uri}".encode()).hexdigest()
-        return f"amq-{digest[:24]}"
+        return f"amqc-{digest[:24]}"  # amqc: the client-individual consumer (amq- ones acked on receipt)
 
     async def _receive(self, request: Request, path: str) -> HttpResponse:
+        _refuse_cross_site(request)
         params = _parameters(request)
         destination = compat_destination(request, path, params)
         await self.require(request, destination, "read")
@@ -230,22 +258,33 @@ class MessageServletView(GatewayView):
             timeout_ms = MAXIMUM_READ_TIMEOUT_MS
         client_key, new_cookie = self._client_key(request, params)
         consumer_id = self._consumer_id(request, client_key, destination)
-        ref = ConsumerRef(destination, consumer_id, "auto")
+        ref = ConsumerRef(destination, consumer_id, ACK_MODE)
         broker = runtime.async_broker()
-        busy = f"{self._registry(request, client_key)}:busy:{consumer_id}"
-        if not await broker.redis.set(busy, "1", nx=True, px=timeout_ms + 30_000):
+        registry = self._registry(request, client_key)
+        busy, held = f"{registry}:busy:{consumer_id}", f"{registry}:held:{consumer_id}"
+        # `held` is "?" while a request may hold a message; found set by the request that gets the consumer,
+        # the one before died holding one (a crashed gateway): closing the consumer gives back what it held,
+        # redelivered. Atomic with taking the busy lock (MULTI): a refused request rewrites the "?" the
+        # running one wrote, which changes nothing.
+        pipe = broker.redis.pipeline(transaction=True)
+        pipe.set(busy, "1", nx=True, px=timeout_ms + 30_000)
+        pipe.set(held, "?", px=_lease_ms() * 2, get=True)
+        acquired, died_holding = await pipe.execute()
+        if not acquired:
             raise Problem(409, "concurrent_access", "Consumer busy",
                           "Concurrent access to consumer is not supported", consumer_id=consumer_id)
+        settled = False  # nothing is left in flight: the message was acknowledged or given back
         try:
+            if died_holding is not None:
+                await self._close(ref)
             deliveries = await self._poll(request, ref, client_key, timeout_ms / 1000)
+            response = await self._answer(ref, deliveries[0], params) if deliveries else _no_cache(
+                HttpResponse(status=204))
+            settled = True
             if (_first(params, "oneShot") or "").lower() == "true":
                 await self._close(ref)
         finally:
-            await broker.redis.delete(busy)
-        response = self._render(deliveries[0], params) if deliveries else HttpResponse(status=204)
-        response["Cache-Control"] = "no-cache"
-        response["Pragma"] = "no-cache"
-        response["Expires"] = "0"
+            await asyncio.shield(broker.redis.delete(busy, held) if settled else broker.redis.delete(busy))
         if new_cookie:
             response.set_cookie(SESSION_COOKIE, new_cookie, httponly=True, samesite="Lax",
                                 path="/api/message")
@@ -264,7 +303,7 @@ class MessageServletView(GatewayView):
         hub = runtime.wakeups()
         await hub.start()
         spec = ConsumerSpec(prefetch=0, selector=request.META.get("HTTP_SELECTOR") or None,
-                            ack_mode="auto", lease_ms=_lease_ms(), notify=hub.channel,
+                            ack_mode=ACK_MODE, lease_ms=_lease_ms(), notify=hub.channel,
                             connection_id=f"http:{request.user.pk}", client_id=client_key[2:][:200])
         broker = runtime.async_broker()
         try:
@@ -285,8 +324,20 @@ class MessageServletView(GatewayView):
         broker = runtime.async_broker()
         registry = self._registry(request, client_key)
         for uri, consumer_id in (await broker.redis.hgetall(registry)).items():
-            await self._close(ConsumerRef(parse_destination(uri.decode()), consumer_id.decode(), "auto"))
+            await self._close(ConsumerRef(parse_destination(uri.decode()), consumer_id.decode(), ACK_MODE))
         await broker.redis.delete(registry)
+
+    async def _answer(self, ref: ConsumerRef, delivery: Any, params: dict[str, list[str]]) -> HttpResponse:
+        """The whole answer, then the ack; on any failure (or cancellation) the message goes back."""
+        broker = runtime.async_broker()
+        try:
+            response = self._render(delivery, params)
+            await broker.ack(ref, delivery.message_id)
+        except BaseException:
+            with contextlib.suppress(NotInFlight, UnknownConsumer):
+                await asyncio.shield(broker.nack(ref, delivery.message_id))
+            raise
+        return response
 
     def _render(self, delivery: Any, params: dict[str, list[str]]) -> HttpResponse:
         text = delivery.body if isinstance(delivery.body, str) else ""
@@ -300,17 +351,26 @@ class MessageServletView(GatewayView):
             content_type = settings.SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE
         else:
             content_type = "application/xml" if text.startswith("<") else "text/plain"
-        response = HttpResponse(text.encode(), content_type=content_type)
-        response["destination"] = delivery.destination
-        response["id"] = delivery.message_id
-        for name, value in delivery.properties.items():
-            if re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
-                response[name] = str(property_json(value))
+        response = HttpResponse(text.encode("utf-8", "replace"), content_type=content_type)
+        response["destination"] = header_value(delivery.destination)
+        response["id"] = header_value(delivery.message_id)
+        headers, omitted = property_headers(delivery.properties)
+        for name, value in headers:
+            response[name] = value
+        if omitted:
+            response[OMITTED_HEADER] = omitted_header(omitted)
         if delivery.group_id is not None:
-            response["JMSXGroupID"] = delivery.group_id
+            response["JMSXGroupID"] = header_value(delivery.group_id)
         if delivery.group_first_for_consumer:
             response["JMSXGroupFirstForConsumer"] = "true"
-        return response
+        return _no_cache(response)
+
+
+def _no_cache(response: HttpResponse) -> HttpResponse:
+    response["Cache-Control"] = "no-cache"
+    response["Pragma"] = "no-cache"
+    response["Expires"] = "0"
+    return response
 
 
 class MessageServletRootView(MessageServletView):

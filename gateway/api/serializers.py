@@ -217,6 +217,12 @@ class DestinationSerializer(serializers.Serializer):
                                   "dropOnResourceLimit.")
     purged = serializers.IntegerField(required=False)
     moved = serializers.IntegerField(required=False)
+    events = serializers.IntegerField(required=False,
+                                      help_text="Lifecycle events in the stream (eventsMaxLen).")
+    events_trimmed = serializers.IntegerField(
+        required=False, help_text="Events trimmed off the stream at its bound (events only, no message).")
+    audit_size = serializers.IntegerField(
+        required=False, help_text="Message ids in the duplicate audit (maxQueueAuditDepth).")
     duplicates = serializers.IntegerField()
     skipped = serializers.IntegerField()
     last_pass_skipped = serializers.IntegerField()

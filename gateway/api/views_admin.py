@@ -230,7 +230,9 @@ class MessageDetailView(GatewayView):
         return Response(render_message(await runtime.async_broker().get_message(destination, message_id)))
 
     @extend_schema(operation_id="message_remove", summary="Remove a message (in flight too)",
-                   parameters=[KIND_PARAM], responses={204: None, **problems(401, 403, 404, 501)})
+                   parameters=[KIND_PARAM], responses={204: None, **problems(401, 403, 404, 501),
+                                                       **problem_doc(409, "operation_refused: a topic's "
+                                                                          "messages are its subscriptions'")})
     async def delete(self, request: Request, kind: str, name: str, message_id: str) -> Response:
         destination = await self.destination(request, kind, name, "admin")
 

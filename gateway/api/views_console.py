@@ -16,6 +16,7 @@ import dataclasses
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -23,7 +24,7 @@ from rest_framework.response import Response
 from broker_core.destinations import parse_composite
 from gateway import permissions, runtime
 from gateway.api.base import GatewayView, db
-from gateway.api.common import destination_from_url
+from gateway.api.common import destination_from_url, idempotency_keys_count
 from gateway.api.destination_index import parse_destination, totals
 from gateway.api.views_admin import stats_or_404
 from gateway.api.views_messaging import KIND_PARAM, problems
@@ -44,7 +45,11 @@ class OverviewView(GatewayView):
         memory = await broker.redis.info("memory")
         out["redis_memory"] = {"used": int(memory.get("used_memory", 0)),
                                "peak": int(memory.get("used_memory_peak", 0)),
-                               "max": int(memory.get("maxmemory", 0))}
+                               "max": int(memory.get("maxmemory", 0)),
+                               "policy": str(memory.get("maxmemory_policy", ""))}
+        # the gateway's Idempotency-Key records (bounded per user, gateway/api/common.py)
+        out["idempotency_keys"] = {"count": int(await idempotency_keys_count(broker.redis)),
+                                   "per_user_limit": settings.SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER}
         return Response(out)
 
 

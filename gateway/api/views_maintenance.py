@@ -28,8 +28,10 @@ class TickSerializer(serializers.Serializer):
     last_tick = serializers.IntegerField(required=False, help_text="When the last tick finished (ms)")
     age_ms = serializers.IntegerField(required=False)
     duration_ms = serializers.IntegerField(required=False, help_text="How long the last tick took")
-    destinations = serializers.IntegerField(required=False, help_text="Destinations the last tick visited")
+    destinations = serializers.IntegerField(required=False, help_text="Index entries the last tick visited")
     errors = serializers.IntegerField(required=False, help_text="Destinations whose maintenance failed")
+    indexed = serializers.IntegerField(required=False, help_text="Entries in the index of due maintenance")
+    still_due = serializers.IntegerField(required=False, help_text="Of them, due and left for the next tick")
 
 
 class DestinationJobsSerializer(serializers.Serializer):

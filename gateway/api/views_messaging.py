@@ -10,7 +10,6 @@ import asyncio
 import base64
 import functools
 import hashlib
-import json
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -24,6 +23,7 @@ from broker_core.errors import UnknownConsumer
 from broker_core.messages import Message, new_message_id
 from broker_core.operations import ConsumerRef, ConsumerSpec
 from gateway import runtime
+from gateway.api import json_input
 from gateway.api import serializers as s
 from gateway.api.base import GatewayView
 from gateway.api.codec import parse_envelope, render_delivery
@@ -103,10 +103,10 @@ def _raw_envelope(request: Request) -> dict[str, Any]:
             envelope[name] = raw
     if "HTTP_MESSAGE_PROPERTIES" in meta:
         try:
-            envelope["properties"] = json.loads(meta["HTTP_MESSAGE_PROPERTIES"])
-        except ValueError:
+            envelope["properties"] = json_input.loads(meta["HTTP_MESSAGE_PROPERTIES"])
+        except json_input.InvalidJSON as exc:
             raise Problem(400, "invalid_message", "Invalid message",
-                          "header Message-Properties must be a JSON object") from None
+                          f"header Message-Properties must be a JSON object: {exc}") from None
     content_type = request.content_type or "application/octet-stream"
     body = request._request.body
     media = content_type.split(";")[0].strip().lower()

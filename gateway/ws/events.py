@@ -34,6 +34,7 @@ from django.conf import settings
 from broker_core.destinations import parse_destination
 from broker_core.errors import BrokerError, UnknownDestination
 from gateway import permissions, runtime
+from gateway.api import json_input
 from gateway.unavailable import STORE_ERRORS, explain
 
 RECENT = 20  # events listed per batch; the rest are only counted
@@ -81,8 +82,8 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:
-            data = json.loads(text_data or "{}")
-        except ValueError:
+            data = json_input.loads(text_data or "{}")
+        except json_input.InvalidJSON:
             return
         watch = data.get("watch") if isinstance(data, dict) else None
         if isinstance(watch, list):

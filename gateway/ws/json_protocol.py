@@ -21,6 +21,7 @@ from broker_core.messages import Delivery, Message
 from broker_core.operations import Consumer
 from gateway import metrics
 from gateway import unavailable as store
+from gateway.api import json_input
 from gateway.api.codec import parse_envelope, render_delivery
 from gateway.api.errors import Problem
 from gateway.ws import auth
@@ -108,8 +109,8 @@ class JsonSession(LinkedSession):
             if len(data) > MAX_REQUEST_BYTES:
                 raise RequestError("too_large", f"a request may be at most {MAX_REQUEST_BYTES} bytes")
             try:
-                request = json.loads(data)
-            except (ValueError, UnicodeDecodeError) as exc:
+                request = json_input.loads(data)
+            except json_input.InvalidJSON as exc:
                 raise RequestError("invalid_json", f"not a JSON object: {exc}") from None
             if not isinstance(request, dict):
                 raise RequestError("invalid_json", "each message must be one JSON object")

@@ -53,7 +53,19 @@ def page_server():
     server.server_close()
 
 
-def test_a_stompjs_page_in_chromium_subscribes_receives_acks_and_replies(gateway, page_server, clients,
+@pytest.fixture
+def page_gateway(gateway_data, page_server):
+    """A gateway that lets the page open WebSockets: the page comes from another port of 127.0.0.1, another
+    origin, which is refused unless SIGNALBOX_ALLOWED_ORIGINS lists it (docs/websocket.md)."""
+    from tests.helpers.gateway_server import start_gateway
+
+    data_dir, namespace = gateway_data
+    server = start_gateway(data_dir, namespace, name="browser", SIGNALBOX_ALLOWED_ORIGINS=page_server)
+    yield server
+    server.stop()
+
+
+def test_a_stompjs_page_in_chromium_subscribes_receives_acks_and_replies(page_gateway, page_server, clients,
                                                                            broker):
     from playwright.sync_api import sync_playwright
 
@@ -64,7 +76,8 @@ def test_a_stompjs_page_in_chromium_subscribes_receives_acks_and_replies(gateway
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page()
-            page.goto(f"{page_server}/page.html?broker=ws://127.0.0.1:{gateway.port}/stomp&queue={queue}")
+            page.goto(f"{page_server}/page.html?broker=ws://127.0.0.1:{page_gateway.port}/stomp"
+                      f"&queue={queue}")
             page.wait_for_function("window.subscribed === true", timeout=15_000)
             assert page.evaluate("window.connected.version") == "1.2"
 

@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,10 +103,11 @@ class RunningLauncher:
                 proc.kill()
 
 
-def start_launcher(data_dir: Path, port: int, env: dict[str, str], log_path: Path) -> RunningLauncher:
+def start_launcher(data_dir: Path, port: int, env: dict[str, str], log_path: Path,
+                   args: Sequence[str] = ()) -> RunningLauncher:
     log = open(log_path, "wb")  # noqa: SIM115 - the child keeps writing after this returns
     process = subprocess.Popen(
-        [*run_command(), "--data-dir", str(data_dir), "--port", str(port)],
+        [*run_command(), "--data-dir", str(data_dir), "--port", str(port), *args],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,

@@ -104,6 +104,7 @@ local function advise_on(kind, src, event, id, blob, record_id, topic)
   event.advisory = kind
   redis.call('HSET', TP .. ':fwd', advisory_id .. '|topic://' .. topic,
              cmsgpack.pack({ 'topic://' .. topic, 'advisory', cmsgpack.pack(event), blob, seq }))
+  due_at(TP, NOW)
   ADVISE.n = ADVISE.n + 1
 end
 

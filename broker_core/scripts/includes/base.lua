@@ -278,6 +278,15 @@ local function call_many(command, key, members)
   return joined or reply
 end
 
+-- The maintenance index <ns>:due (broker_core/maintenance.py): key prefix -> the earliest time the tick
+-- must look at that destination or subscription, so a tick visits what is due, not everything. A script
+-- that creates work for the tick (a lease that can lapse, a parked message, a delayed start, a forward
+-- to deliver) brings the prefix's entry forward to `at`, never back (LT); the tick's visit sets the entry
+-- from what it finds (maintenance.lua `schedule`).
+local function due_at(prefix, at)
+  redis.call('ZADD', string.match(prefix, '^(.-):{') .. ':due', 'LT', string.format('%d', at), prefix)
+end
+
 -- events ActiveMQ advises about become advisory messages.
 --@include advisory
 
@@ -323,14 +332,24 @@ function NOW_TEXT.num(n)
   end
   return text
 end
+-- The event stream's bound (eventsMaxLen, approximate): a call trims the stream once, at its first
+-- event, and counts what went (`events_trimmed` in the meta hash of the stream's owner, the topic for a
+-- subscription): trimming loses events only, never a message. Between two calls a stream is over its
+-- bound by at most one call's events.
+local EVENTS_TRIMMED = { stream = nil }
+on_call(function() EVENTS_TRIMMED.stream = nil end)
 local function emit(kind, ...)
   if NOW_TEXT.at ~= NOW then NOW_TEXT.set() end
   if SUB then
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', (POLICY_READ.values or policy())['eventsMaxLen'], '*', 'type', kind,
-               'ts', NOW_TEXT.text, 'sub', SUB, ...)
+    redis.call('XADD', K_EVENTS, '*', 'type', kind, 'ts', NOW_TEXT.text, 'sub', SUB, ...)
   else
-    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', (POLICY_READ.values or policy())['eventsMaxLen'], '*', 'type', kind,
-               'ts', NOW_TEXT.text, ...)
+    redis.call('XADD', K_EVENTS, '*', 'type', kind, 'ts', NOW_TEXT.text, ...)
+  end
+  -- (after the XADD: a script's first write stays one Redis may refuse at its maxmemory, scripts.py)
+  if EVENTS_TRIMMED.stream ~= K_EVENTS then
+    EVENTS_TRIMMED.stream = K_EVENTS
+    local gone = redis.call('XTRIM', K_EVENTS, 'MAXLEN', '~', (POLICY_READ.values or policy())['eventsMaxLen'])
+    if gone > 0 then redis.call('HINCRBY', TP .. ':meta', 'events_trimmed', gone) end
   end
   advise(kind, ...)  -- includes/advisory.lua
 end

@@ -22,6 +22,7 @@ end
 -- reads the id before '|').
 local function queue_forward(id, blob, target, cause, cause_arg, field)
   redis.call('HSET', K_FWD, field or id, cmsgpack.pack({ target, cause, cause_arg or '', blob }))
+  due_at(TP, NOW)  -- the caller delivers it; should it die first, the tick finds it (base.lua)
   if cause ~= 'copy' then redis.call('ZREM', K_AUDIT, id) end
   FWD.n = FWD.n + 1
 end

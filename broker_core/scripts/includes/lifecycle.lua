@@ -16,6 +16,9 @@ local return_owed, returns_begin, release_ended
 -- 'fence' keeps the dispatch pass below that score (dispatch.lua): a message that was never returned
 -- cannot overtake the owed ones, which the one-step close would have put ahead of it.
 local function closing_key() return P .. ':closing' end
+-- How long the maintenance index waits before a tick finishes returns a closer left owed (it drives them
+-- itself, call after call; the tick is for a closer that died).
+local RETURNS_GRACE_MS = 2000
 
 -- A subscription is done with topic message `id`: one reference fewer, and the message gone with the last.
 local function release_shared(id)
@@ -118,7 +121,7 @@ local function ack_messages(acks)
 end
 
 -- When the first parked message is due, as far as this script call knows (nil: ask Redis).
-local PARK = { next = nil }
+local PARK = { next = nil, due_at = due_at }  -- (due_at through PARK: lifecycle_load is at Lua's 60 upvalues)
 on_call(function() PARK.next = nil end)
 
 -- The next time a parked message comes back (0 if none).
@@ -172,6 +175,7 @@ local function lifecycle_load()
   -- Hold a message out of dispatch until `at`; it comes back with pending score `score`.
   park = function(id, at, score)
     redis.call('ZADD', K_PARKED, at, id)
+    PARK.due_at(P, at)
     redis.call('HSET', K_PARKINFO, id, score)
     PARK.next = nil
   end
@@ -187,6 +191,7 @@ local function lifecycle_load()
                cmsgpack.pack({ blob, tonumber(m[M_PERIOD]), tonumber(m[M_REPEAT]), 0, plan }))
     memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
     redis.call('ZADD', K_PARKED, at, id)
+    PARK.due_at(P, at)
     redis.call('HSET', K_PARKINFO, id, 'job')
     PARK.next = nil
   end
@@ -213,6 +218,7 @@ local function lifecycle_load()
     if left > 0 then
       redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired, plan }))
       redis.call('ZADD', K_PARKED, at + period, id)
+      PARK.due_at(P, at + period)
     else
       redis.call('HDEL', K_SCHED, id)
       memory_release(#blob)
@@ -266,6 +272,7 @@ local function lifecycle_load()
         aside = aside or TP .. ':ended:' .. redis.call('HINCRBY', TP .. ':meta', 'endseq', 1) .. ':'
         redis.call('RENAME', holders[i], aside .. i)
         redis.call('SADD', TP .. ':ended', aside .. i)
+        due_at(TP, NOW + RETURNS_GRACE_MS)  -- the tick releases them if the caller dies
         dropped = dropped + n
       end
     end
@@ -389,6 +396,7 @@ local function closing_load()
     redis.call('HSET', closing_key(), cid, reason)
     local _, owed = return_owed(limit, cid)
     if owed > 0 then
+      due_at(P, NOW + RETURNS_GRACE_MS)  -- the tick finishes them if the closer dies
       -- (returned messages score below 0 unless messages are prioritized: then they are spread over the
       -- priority order, and nothing is dispatched until the last is back)
       redis.call('HSET', K_META, 'fence', prioritized() and '-inf' or '0')

@@ -143,6 +143,8 @@ end
 local function renew_lease(cid, lease_ms, old)
   if old == nil then old = redis.call('ZSCORE', K_LEASES, cid) end  -- (`old`: as find_consumer read it)
   redis.call('ZADD', K_LEASES, NOW_TEXT.num(NOW + lease_ms), cid)
+  -- the index entry is no later than the old end (+1), so only an earlier end needs writing there
+  if not old or tonumber(old) > NOW + lease_ms then due_at(P, NOW + lease_ms + 1) end
   if old and tonumber(old) < NOW then consumer_joined(cid) end
 end
 

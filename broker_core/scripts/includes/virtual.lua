@@ -109,6 +109,7 @@ lazy(FWD, function(FWD)
           -- the 5th element orders delivery: operations.forward sends a batch in the order it was recorded
           redis.call('HSET', K_FWD, id .. '|' .. target,
                      cmsgpack.pack({ target, 'virtual', original, blob, meta_incr('fwdseq'), charge }))
+          due_at(TP, NOW)
           FWD.n = FWD.n + 1
           meta_incr('forwarded')
           emit('forward', 'msg', id, 'target', target)

@@ -193,6 +193,7 @@ ADVISE.wildcard = lazy({}, function(WILDCARD)
       local target = 'topic://' .. pattern
       redis.call('HSET', TP .. ':fwd', id .. '|' .. target,
                  cmsgpack.pack({ target, 'wildcard', uri, blob, redis.call('HINCRBY', TP .. ':meta', 'fwdseq', 1) }))
+      due_at(TP, NOW)
     end
   end
 end)

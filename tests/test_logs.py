@@ -1,0 +1,234 @@
+"""What `run` logs (signalbox/logs.py): start-up facts, each child's start and exit, errors and ticks that
+matter, one line per record, in text or one JSON object per line; nothing per second at INFO.
+
+The two runs are real launchers with their real children (tests/helpers/processes.py); the tick's lines
+come from the real task function on the session's Redis, caught with caplog.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from broker_core.broker import Broker
+from broker_core.clock import FakeClock, SystemClock
+from broker_core.operations import ConsumerSpec
+from signalbox import logs, tasks
+from signalbox.embedded_redis import free_port
+from tests.helpers.processes import launcher_env, run_launcher_to_completion, start_launcher
+
+CHILDREN = ("celery worker", "celery beat", "web server", "STOMP listener")
+TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "
+                       r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) \[[^]]+\] \S+: ")
+
+
+# --- the configuration ---
+
+
+def test_chatty_loggers_speak_at_debug_only_and_a_bad_setting_names_itself():
+    at_info = logs.config("INFO", "text")
+    assert at_info["root"]["level"] == "INFO"
+    for name in logs.CHATTY:
+        assert at_info["loggers"][name]["level"] == "WARNING"
+    assert logs.config("ERROR", "text")["loggers"]["celery.beat"]["level"] == "ERROR"
+    at_debug = logs.config("debug", "json")
+    assert at_debug["root"]["level"] == "DEBUG" and at_debug["loggers"]["uvicorn.access"]["level"] == "DEBUG"
+    assert at_debug["formatters"]["signalbox"] == {"()": "signalbox.logs.json_formatter"}
+    with pytest.raises(logs.LogSettingError, match=r"SIGNALBOX_LOG_LEVEL='loud' is not a log level"):
+        logs.config("loud", "text")
+    with pytest.raises(logs.LogSettingError, match=r"SIGNALBOX_LOG_FORMAT='xml' is not a log format"):
+        logs.config("INFO", "xml")
+
+
+def test_a_json_record_carries_time_level_process_logger_message_and_extras(monkeypatch):
+    monkeypatch.setenv("SIGNALBOX_PROCESS", "celery worker")
+    record = logging.LogRecord("signalbox.tasks", logging.WARNING, __file__, 1, "slow %s", ("tick",), None)
+    record.tick = {"destinations": 3}
+    logs.ProcessName().filter(record)
+    line = logs.json_formatter().format(record)
+    fields = json.loads(line)
+    assert "\n" not in line
+    assert {key: fields[key] for key in ("level", "process", "logger", "message", "tick")} == {
+        "level": "WARNING", "process": "celery worker", "logger": "signalbox.tasks", "message": "slow tick",
+        "tick": {"destinations": 3}}
+    assert list(fields)[0] == "time"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", fields["time"])
+
+
+def test_a_bad_log_level_option_is_one_clear_line(tmp_path: Path):
+    result = run_launcher_to_completion(["--data-dir", str(tmp_path), "--log-level", "chatty"],
+                                        launcher_env())
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "signalbox: error: --log-level='chatty' is not a log level; use one of DEBUG, INFO, WARNING, ERROR, "
+        "CRITICAL"]
+
+
+def test_a_configuration_mistake_in_json_is_one_json_record_on_stderr(tmp_path: Path):
+    result = run_launcher_to_completion(["--data-dir", str(tmp_path), "--log-format", "json"],
+                                        launcher_env(SIGNALBOX_REDIS_APPENDFSYNC="sometimes"))
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    record = json.loads(line)
+    assert (record["level"], record["process"], record["logger"]) == (
+        "ERROR", "launcher", "signalbox.launcher")
+    assert record["message"].startswith("SIGNALBOX_REDIS_APPENDFSYNC='sometimes' is not a Redis fsync policy")
+
+
+# --- the maintenance tick: the real task function on the session's Redis ---
+
+
+def tick_records(caplog: pytest.LogCaptureFixture, namespace: str) -> list[logging.LogRecord]:
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="signalbox.tasks"):
+        tasks.tick(namespace)
+    return [r for r in caplog.records if r.name == "signalbox.tasks"]
+
+
+def test_an_idle_tick_is_debug_only_and_a_tick_that_did_work_is_one_info_line(
+        caplog, redis_client, namespace, settings):
+    broker = Broker(redis_client, namespace)
+    broker.ensure_destination("orders")
+    [idle] = tick_records(caplog, namespace)
+    assert idle.levelno == logging.DEBUG and "nothing due" in idle.getMessage()
+
+    # A consumer whose 1 s lease lapsed 4 s ago (it was added on a clock 5 s behind): the tick reaps it.
+    behind = Broker(redis_client, namespace, FakeClock(SystemClock().now_ms() - 5_000))
+    behind.add_consumer("orders", ConsumerSpec(prefetch=1, lease_ms=1_000), consumer_id="gone")
+    [worked] = tick_records(caplog, namespace)
+    assert worked.levelno == logging.INFO, worked.getMessage()
+    assert "reaped 1" in worked.getMessage() and worked.tick["reaped"] == ["queue://orders#gone"]
+
+
+def test_a_slow_tick_is_a_warning(caplog, redis_client, namespace, settings):
+    Broker(redis_client, namespace).ensure_destination("orders")
+    settings.SIGNALBOX_MAINTENANCE_SLOW_SECONDS = 0.000001
+    [slow] = tick_records(caplog, namespace)
+    assert slow.levelno == logging.WARNING
+    assert "over SIGNALBOX_MAINTENANCE_SLOW_SECONDS=1e-06" in slow.getMessage()
+
+
+def test_a_failing_tick_is_an_error(caplog, redis_client, namespace, settings):
+    broker = Broker(redis_client, namespace)
+    broker.ensure_destination("orders")
+    # A key of the wrong type where the destination's maintenance bookkeeping lives: its script fails.
+    redis_client.delete(f"{broker.ops.prefix(broker_dest('orders'))}:maint")
+    redis_client.set(f"{broker.ops.prefix(broker_dest('orders'))}:maint", "not a hash")
+    records = tick_records(caplog, namespace)
+    errors = [r for r in records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, [r.getMessage() for r in records]
+    assert "1 destination(s) failed: queue://orders: " in errors[0].getMessage()
+    assert errors[0].tick["errors"]
+
+
+def broker_dest(name: str):
+    from broker_core.destinations import parse_destination
+
+    return parse_destination(name)
+
+
+# --- whole runs ---
+
+
+def wait_for_output(launcher, pattern: str, timeout: float = 30) -> re.Match[str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        match = re.search(pattern, launcher.output(), re.MULTILINE)
+        if match:
+            return match
+        time.sleep(0.1)
+    raise AssertionError(f"no line matching {pattern!r}:\n{launcher.output()}")
+
+
+def direct_child(launcher, marker: str):
+    import psutil
+
+    for proc in psutil.Process(launcher.process.pid).children():
+        if marker in " ".join(proc.cmdline()):
+            return proc
+    raise AssertionError(f"no child {marker!r}:\n{launcher.output()}")
+
+
+@pytest.mark.e2e
+def test_a_run_at_info_says_what_matters_and_nothing_every_second(tmp_path: Path):
+    env = launcher_env(SIGNALBOX_REDIS_PORT=str(free_port()), SIGNALBOX_RESTART_DELAY="0.5")
+    env.pop("SIGNALBOX_LOG_LEVEL", None)
+    env.pop("SIGNALBOX_LOG_FORMAT", None)
+    launcher = start_launcher(tmp_path / "data", free_port(), env, tmp_path / "launcher.log")
+    try:
+        launcher.wait_healthy()
+        time.sleep(10)  # ten maintenance ticks, none of them with work to do
+        beat = direct_child(launcher, "celery -A signalbox --quiet beat")
+        beat.send_signal(signal.SIGKILL)
+        wait_for_output(launcher, r"WARNING \[launcher\] signalbox.launcher: celery beat exited unexpectedly "
+                                  r"\(killed by SIGKILL\); restarting it in 0.5 s")
+        wait_for_output(launcher, r"celery beat started \(pid \d+\)\n(.*\n)*"
+                                  r".*celery beat started \(pid \d+\)")
+        assert launcher.ctrl_c() == 0, launcher.output()
+    finally:
+        launcher.kill()
+    output = launcher.output()
+    lines = output.splitlines()
+    for fact in ("embedded Redis at", "database ready", "created admin user 'admin' with password:",
+                 "destination policies:", "running at http://127.0.0.1:", "STOMP listening on"):
+        assert fact in output, fact
+    for name in CHILDREN:
+        assert re.search(rf"INFO \[launcher\] signalbox.launcher: {name} started \(pid \d+\)$", output, re.M)
+        assert re.search(rf"INFO \[launcher\] signalbox.launcher: {name} exited \(", output, re.M), name
+    assert "signalbox.launcher: Redis exited (exit status 0)" in output
+    # No banner, no per-second lines, no per-task lines, no Celery superuser warning.
+    for noise in ("-------------- ", "[tasks]", "celery beat v", "Sending due task", "maintenance tick",
+                  "succeeded in", "received", "superuser privileges", "SecurityWarning", "Traceback"):
+        assert noise not in output, noise
+    if os.geteuid() == 0:
+        assert len([line for line in lines if "running as root" in line]) == 1
+    # Every line is a record in the one format, but for the worker's own "Warm shutdown" print.
+    strays = [line for line in lines if not TEXT_LINE.match(line)]
+    assert strays == ["worker: Warm shutdown (MainProcess)"], strays
+    assert len(lines) < 45, output  # ~15 s of running, two restarts
+
+
+@pytest.mark.e2e
+def test_a_run_in_json_writes_one_object_per_line_for_every_process(tmp_path: Path):
+    env = launcher_env(SIGNALBOX_REDIS_PORT=str(free_port()), SIGNALBOX_RESTART_DELAY="0.5",
+                       SIGNALBOX_LOG_FORMAT="text")  # the option wins over the environment
+    launcher = start_launcher(tmp_path / "data", free_port(), env, tmp_path / "launcher.log",
+                              args=["--log-format", "json"])
+    try:
+        launcher.wait_healthy()
+        web = direct_child(launcher, "uvicorn signalbox.asgi:application")
+        web.send_signal(signal.SIGKILL)
+        wait_for_output(launcher, r'"message": "web server exited unexpectedly \(killed by SIGKILL\)')
+        launcher.wait_healthy()
+        assert launcher.ctrl_c() == 0, launcher.output()
+    finally:
+        launcher.kill()
+    records = []
+    for line in launcher.output().splitlines():
+        record = json.loads(line)  # every line, the children's included
+        assert isinstance(record, dict)
+        assert {"time", "level", "process", "logger", "message"} <= record.keys(), record
+        records.append(record)
+    # beat has nothing to say at INFO (its per-second "Sending due task" is DEBUG); the others do
+    assert {r["process"] for r in records} >= {"launcher", "web server", "celery worker", "STOMP listener"}
+    [restart] = [r for r in records if "exited unexpectedly" in r["message"]]
+    assert (restart["level"], restart["process"], restart["logger"]) == (
+        "WARNING", "launcher", "signalbox.launcher")
+    assert (restart["child"], restart["exit"], restart["restart_in"]) == (
+        "web server", "killed by SIGKILL", 0.5)
+    started = [r for r in records if r["message"].startswith("web server started")]
+    assert len(started) == 2 and all(isinstance(r["pid"], int) for r in started)
+    assert [r["process"] for r in records if r["logger"] == "uvicorn.error"
+            and r["message"].startswith("Started server process")] == ["web server", "web server"]
+    # Celery's print at shutdown, relayed as a record of the worker.
+    assert {"process": "celery worker", "logger": "signalbox.output",
+            "message": "worker: Warm shutdown (MainProcess)"}.items() <= next(
+        r for r in records if "Warm shutdown" in r["message"]).items()
+    assert not [r for r in records if r["logger"] in ("celery.beat", "celery.app.trace", "signalbox.tasks")]

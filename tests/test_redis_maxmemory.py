@@ -1,0 +1,84 @@
+"""The embedded server's backstop: `maxmemory` with `noeviction`. A real server (the embedded Valkey) in each
+script form (EVALSHA scripts, as on a Redis 6.2; the function library) filled with messages until the server
+itself refuses: the send fails with the named error, nothing already stored is lost, consumers drain it."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+
+from broker_core import flow
+from broker_core.broker import Broker
+from broker_core.messages import Message
+from broker_core.operations import ConsumerSpec
+from signalbox.embedded_redis import EmbeddedRedis, free_port, maxmemory_setting, total_memory
+
+FORMS = [pytest.param("0", id="eval"), pytest.param("1", id="functions")]
+
+
+def test_maxmemory_defaults_to_half_the_memory_and_takes_redis_sizes():
+    assert int(maxmemory_setting(None)) == total_memory() // 2
+    assert maxmemory_setting(" 2GB ") == "2gb" and maxmemory_setting("0") == "0"
+    with pytest.raises(ValueError, match="SIGNALBOX_REDIS_MAXMEMORY='lots' is not a memory size"):
+        maxmemory_setting("lots")
+
+
+def test_run_refuses_a_maxmemory_that_is_not_a_size_in_one_clear_line(tmp_path):
+    from tests.helpers.processes import launcher_env, run_launcher_to_completion
+
+    result = run_launcher_to_completion(["--data-dir", str(tmp_path)],
+                                        launcher_env(SIGNALBOX_REDIS_MAXMEMORY="plenty"))
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert lines == ["signalbox: error: SIGNALBOX_REDIS_MAXMEMORY='plenty' is not a memory size; give bytes "
+                     "or a number with kb, mb or gb (e.g. 2gb), or 0 for no limit"]
+
+
+def test_the_embedded_servers_config_has_maxmemory_and_noeviction(tmp_path):
+    text = EmbeddedRedis(tmp_path, port=free_port(), maxmemory="2GB").config_text()
+    assert "maxmemory 2gb\n" in text and "maxmemory-policy noeviction\n" in text
+    default = EmbeddedRedis(tmp_path, port=free_port()).config_text()
+    assert f"maxmemory {total_memory() // 2}\n" in default
+
+
+@pytest.fixture(params=FORMS)
+def small_server(request, tmp_path, monkeypatch):
+    monkeypatch.setenv("SIGNALBOX_REDIS_FUNCTIONS", request.param)  # the form the brokers below choose
+    server = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendonly=False, maxmemory="8mb")
+    server.start()
+    client = redis.Redis.from_url(server.url)
+    try:
+        assert client.config_get("maxmemory") == {"maxmemory": str(8 << 20)}
+        assert client.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+        yield client
+    finally:
+        client.close()
+        server.stop()
+
+
+def test_at_maxmemory_a_send_is_refused_by_name_and_nothing_stored_is_lost(small_server):
+    broker = Broker(small_server, f"t{uuid.uuid4().hex[:8]}")
+    body = "x" * 2_000
+    sent: list[str] = []
+    refused = None
+    while refused is None and len(sent) < 100_000:
+        try:
+            sent += broker.send("orders", [Message(body=body) for _ in range(20)])
+        except flow.RedisMaxMemory as exc:
+            refused = exc
+    assert refused is not None and len(sent) > 200  # Redis's limit, not the broker's 1 GiB memoryLimit
+    assert refused.code == "redis_maxmemory" and "maxmemory" in refused.message
+    assert refused.details["scope"] == "redis" and refused.retry_after == 1.0
+    assert broker.stats("orders").queue_size == len(sent)  # the refused batch stored nothing
+
+    # Consumers drain it: every stored message once, then sends are accepted again.
+    c = broker.add_consumer("orders", ConsumerSpec(prefetch=100, ack_mode="client-individual"))
+    got: list[str] = []
+    while deliveries := broker.receive(c, 100):
+        ids = [d.message_id for d in deliveries]
+        broker.ack(c, ids)
+        got += ids
+    assert sorted(got) == sorted(sent)
+    assert broker.send("orders", Message(body="again"))
