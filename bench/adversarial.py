@@ -83,6 +83,22 @@ def case(name: str) -> Callable[[Callable[[Context], Calls]], Callable[[Context]
 
 # Cases are added below, one section per area.
 
+# --- STOMP parity with ActiveMQ (advisory replay) ---
+
+
+@case("advisory replay: a new ActiveMQ.Advisory.Queue subscriber, 50,000 destinations")
+def advisory_replay_registry(ctx: Context) -> Calls:
+    from gateway.stomp.advisory_replay import REPLAY_LIMIT
+
+    key = ctx.broker.ops.registry_key
+    pipe = ctx.broker.redis.pipeline(transaction=False)
+    for n in range(0, 50_000, 1000):
+        pipe.zadd(key, {f"queue://replay.q{i}": i for i in range(n, n + 1000)})
+    pipe.execute()
+    # the one read gateway/stomp/advisory_replay.py makes for it
+    return ctx.measure(lambda: ctx.broker.redis.zrange(key, 0, REPLAY_LIMIT - 1))
+
+
 # --- metrics ---
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -23,12 +24,15 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
+from broker_core import advisory
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import BrokerError
 from broker_core.maintenance import AbortNotice
-from broker_core.messages import Delivery, Message, TypedValue
+from broker_core.messages import Delivery, Message, TypedValue, new_message_id
 from broker_core.operations import Consumer
+from broker_core.virtual import split_composite
 from gateway import metrics
+from gateway.stomp import advisory_replay
 from gateway.stomp.frames import (
     CLIENT_COMMANDS,
     HEARTBEAT,
@@ -60,6 +64,8 @@ _NOT_PROPERTIES = frozenset({
     "AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT", "AMQ_SCHEDULED_CRON",
 })
 GROUP_HEADERS = "signalbox.groupHeaders"
+ADVISORY_PREFIX = f"topic://{advisory.PREFIX}"
+ADVISORY_BROKER_URL = "stomp://localhost"  # originBrokerURL: the broker, not this gateway's address
 INBOX_FRAMES = 1000  # frames parsed but not handled yet, per connection...
 INBOX_BYTES = 16 * 1024 * 1024  # ...and their bytes
 SEND_BATCH = 500  # consecutive SENDs to one destination per broker call
@@ -138,11 +144,16 @@ def _int_value(value: str | None, name: str, low: int, high: int, default: int |
     return number
 
 
-def stomp_destinations(text: str | None, subscribe: bool = False) -> list[Destination]:
+def stomp_destinations(text: str | None, subscribe: bool = False, command: str = "") -> list[Destination]:
     """`/queue/A` or a composite `/queue/A,/queue/B` as broker destinations (ActiveMQ's STOMP names).
-    `subscribe`: wildcards (`/topic/orders.>`) are accepted, for broker_core to subscribe to or refuse."""
+    `subscribe`: wildcards (`/topic/orders.>`) are accepted, for broker_core to subscribe to or refuse.
+    The errors are ActiveMQ's texts: a SEND without the header, any frame with an empty one."""
+    if text is None and command == "SEND":
+        raise StompError("SEND received without a Destination specified!",
+                         "SEND needs a destination header, such as destination:/queue/orders")
     if text is None or not text.strip():
-        raise StompError("Missing destination header", "this frame needs a destination header")
+        raise StompError("Invalid empty or 'null' Destination header",
+                         f"{command or 'this frame'} needs a destination header, such as /queue/orders")
     return list(_parse_stomp_destinations(text, subscribe))
 
 
@@ -161,18 +172,28 @@ def _parse_stomp_destinations(text: str, wildcards: bool = False) -> tuple[Desti
         elif part.startswith(("/temp-queue/", "/temp-topic/", "/remote-temp-queue/", "/remote-temp-topic/")):
             raise StompError("Temporary destinations are not supported", f"{part}: use /queue/ destinations")
         else:
-            raise StompError(
-                f"Illegal destination name: [{part}] -- ActiveMQ STOMP destinations must begin with one of: "
-                "/queue/ /topic/ /temp-queue/ /temp-topic/")
+            # ActiveMQ's fallback (spec Appendix A): any other name is a queue of that literal name, so
+            # `bare` is /queue/bare and `/foo/bar` is the queue "/foo/bar" (/queue//foo/bar in MESSAGEs)
+            try:
+                dest = parse_destination("queue://" + part)
+            except BrokerError as exc:
+                raise StompError("Invalid destination", exc.message) from None
         if dest not in result:
             result.append(dest)
     return tuple(result)
 
 
 def stomp_name(uri: str | None) -> str | None:
-    """queue://X -> /queue/X (anything else unchanged)."""
+    """queue://X -> /queue/X (anything else unchanged). A composite as ActiveMQ's STOMP writes it: the
+    first part as a STOMP name, the others qualified (queue://a,b,topic://c -> /queue/a,queue://b,topic://c)."""
     if uri is None:
         return None
+    if "," in uri:
+        with contextlib.suppress(BrokerError):
+            parts = split_composite(uri)
+            if parts:
+                first, *rest = parts
+                return ",".join([f"/{first.kind}/{first.name}", *(part.uri for part in rest)])
     for kind in ("queue", "topic"):
         if uri.startswith(f"{kind}://"):
             return f"/{kind}/{uri[len(kind) + 3:]}"
@@ -192,6 +213,8 @@ def message_headers(delivery: Delivery, subscription_id: str | None, ack_id: str
     """MESSAGE headers as ActiveMQ's FrameTranslator writes them, then the properties as strings; the
     group fields only when the subscriber asked for them (ActiveMQ never sends them over STOMP)."""
     d = delivery
+    if d.type == "Advisory" and d.destination.startswith(ADVISORY_PREFIX):
+        return _advisory_headers(d, subscription_id, ack_id)
     headers = [("message-id", d.message_id), ("destination", stomp_name(d.destination) or "")]
     if d.correlation_id is not None:
         headers.append(("correlation-id", d.correlation_id))
@@ -200,7 +223,7 @@ def message_headers(delivery: Delivery, subscription_id: str | None, ack_id: str
         headers.append(("redelivered", "true"))
     headers.append(("priority", str(d.priority)))
     if d.reply_to is not None:
-        headers.append(("reply-to", d.reply_to))
+        headers.append(("reply-to", stomp_name(d.reply_to) or ""))
     headers.append(("timestamp", str(d.timestamp)))
     if d.type is not None:
         headers.append(("type", d.type))
@@ -220,6 +243,22 @@ def message_headers(delivery: Delivery, subscription_id: str | None, ack_id: str
     if group_headers:
         headers += [("JMSXGroupID", d.group_id or ""), ("JMSXGroupSeq", str(d.group_seq)),
                     ("JMSXGroupFirstForConsumer", "true" if d.group_first_for_consumer else "false")]
+    return headers
+
+
+def _advisory_headers(d: Delivery, subscription_id: str | None, ack_id: str | None) -> list[tuple[str, str]]:
+    """An advisory as ActiveMQ's STOMP translator for advisory topics writes it: priority and timestamp
+    0 (the advisory's own fields: ActiveMQ sets neither), `transformation:jms-advisory-json`, the origin
+    broker's id and URL, and no content-type; the body is Signalbox's JSON (docs/broker_core.md)."""
+    headers = [("message-id", d.message_id), ("destination", stomp_name(d.destination) or ""),
+               ("expires", "0"), ("priority", "0"), ("timestamp", "0"), ("type", "Advisory"),
+               ("transformation", "jms-advisory-json"), ("originBrokerId", f"ID:{advisory.BROKER_NAME}"),
+               ("originBrokerURL", ADVISORY_BROKER_URL)]
+    if subscription_id is not None:
+        headers.append(("subscription", subscription_id))
+    if ack_id is not None:
+        headers.append(("ack", ack_id))
+    headers += [(name, _property_text(value)) for name, value in d.properties.items()]
     return headers
 
 
@@ -246,6 +285,15 @@ def message_from_send(frame: Frame, connection_id: str | None = None) -> Message
     repeat = _int_value(get("AMQ_SCHEDULED_REPEAT"), "AMQ_SCHEDULED_REPEAT", 0, 2**31 - 1, 0)
     properties: dict[str, Any] = {name: value for name, value in headers.items()
                                   if name not in _NOT_PROPERTIES}
+    # JMSReplyTo is a destination (queue://X, as selectors compare it) only when reply-to names a STOMP
+    # queue or topic; anything else stays a string property, as ActiveMQ's translator leaves it
+    reply_to = get("reply-to")
+    if reply_to is not None and not reply_to.startswith(("/queue/", "/topic/")):
+        properties["reply-to"] = reply_to
+        reply_to = None
+    elif reply_to is not None:
+        kind, _, name = reply_to[1:].partition("/")
+        reply_to = f"{kind}://{name}"
     return Message(
         body=body,
         content_type=get("content-type"),
@@ -254,7 +302,7 @@ def message_from_send(frame: Frame, connection_id: str | None = None) -> Message
         timestamp=timestamp,
         expiration=expires or 0,
         correlation_id=get("correlation-id"),
-        reply_to=get("reply-to"),
+        reply_to=reply_to,
         type=get("type"),
         properties=properties,
         group_id=get("JMSXGroupID"),
@@ -442,7 +490,7 @@ class StompSession(LinkedSession):
             payload = data
         await self.buffer.put(payload, force=force)
 
-    def message_frame(self, sub: Subscription, consumer: Consumer, delivery: Delivery) -> bytes:
+    def message_frame(self, sub: Subscription, consumer: Consumer | None, delivery: Delivery) -> bytes:
         ack_id = sub.track(consumer, delivery) if sub.ack_mode != "auto" else None
         headers = message_headers(delivery, sub.options.get("id"), ack_id if self.version == "1.2" else None,
                                   sub.options.get("group_headers", False))
@@ -451,7 +499,7 @@ class StompSession(LinkedSession):
             headers.append(("content-length", str(len(body))))
         return encode("MESSAGE", headers, body, self.version)
 
-    async def deliver(self, sub: Subscription, consumer: Consumer, deliveries: list[Delivery]) -> None:
+    async def deliver(self, sub: Subscription, consumer: Consumer | None, deliveries: list[Delivery]) -> None:
         """A receive batch as WebSocket messages of about MESSAGE_CHUNK bytes each (text unless a body is
         binary): fewer, larger messages cost less per frame, but clients parse a message at a time."""
         assert self.buffer is not None
@@ -601,17 +649,28 @@ class StompSession(LinkedSession):
 
     async def on_send(self, frame: Frame) -> None:
         assert self.link is not None
-        destinations = stomp_destinations(frame.get("destination"))
+        destinations = stomp_destinations(frame.get("destination"), command="SEND")
         await self._authorize(destinations, "write")
         message = message_from_send(frame, self.link.connection_id)
         name = frame.get("transaction")
         tx = self.link.transaction(name) if name is not None else None
-        for dest in destinations:
-            await self.broker.send(dest, message, tx=tx)
+        if len(destinations) == 1:
+            await self.broker.send(destinations[0], message, tx=tx)
+        else:
+            # one message, one id (set here: a transaction stores each part on its own), for every part, in
+            # one atomic step (broker_core's composite send, spec §10.1); each copy's original destination
+            # is the composite, as in ActiveMQ
+            message = dataclasses.replace(message, message_id=new_message_id())
+            await self.broker.send(",".join(d.uri for d in destinations), message, tx=tx)
 
     async def on_subscribe(self, frame: Frame) -> bool:
         assert self.link is not None
-        destinations = stomp_destinations(frame.get("destination"), subscribe=True)
+        sub_id = frame.get("id")
+        if sub_id is None and self.version != "1.0":
+            # ActiveMQ subscribes nothing: from STOMP 1.1 on every MESSAGE must name its subscription
+            raise StompError("SUBSCRIBE received without a subscription id!",
+                             f"STOMP {self.version} SUBSCRIBE needs an id header; ACK and MESSAGE name it")
+        destinations = stomp_destinations(frame.get("destination"), subscribe=True, command="SUBSCRIBE")
         durable_name = frame.get("activemq.subscriptionName")
         if durable_name is not None and any(not d.is_topic for d in destinations):
             raise StompError("Invalid Subscription: cannot durably subscribe to a Queue destination!")
@@ -626,7 +685,6 @@ class StompSession(LinkedSession):
         # value without a strategy, and broker_core takes the strategy's)
         _int(frame, "activemq.maximumPendingMessageLimit", -1, 2**31 - 1)
         await self._authorize(destinations, "read")
-        sub_id = frame.get("id")
         key = sub_id if sub_id is not None else (frame.get("destination") or "")
         spec = self.link.spec(
             prefetch=prefetch, priority=priority or 0, exclusive=_java_bool(frame.get("activemq.exclusive")),
@@ -641,6 +699,10 @@ class StompSession(LinkedSession):
             # ActiveMQ holds dispatch until the RECEIPT is out; the pumps start after it.
             await self.send_frame("RECEIPT", [("receipt-id", receipt)])
         self.link.start(sub)
+        for dest in destinations:  # a new advisory subscriber first hears about the present (ActiveMQ's)
+            replayed = await advisory_replay.replay(self.broker, dest)
+            if replayed:
+                await self.deliver(sub, None, replayed)
         return receipt is not None
 
     def durable_client_id(self) -> str:
@@ -651,25 +713,29 @@ class StompSession(LinkedSession):
 
     async def on_unsubscribe(self, frame: Frame) -> None:
         assert self.link is not None
+        if frame.get("id") is None and self.version != "1.0":
+            raise StompError("UNSUBSCRIBE received without a subscription id!",
+                             f"STOMP {self.version} UNSUBSCRIBE names the subscription by its id header")
+        if frame.get("id") is None and frame.get("destination") is None:
+            raise StompError("Must specify the subscriptionId or the destination you are unsubscribing from")
         durable_name = frame.get("activemq.subscriptionName")
         if durable_name is not None:
-            # ActiveMQ's RemoveSubscriptionInfo: delete the durable subscription and its messages. This
-            # connection's own subscription holding it ends first (ActiveMQ would answer "Durable consumer
-            # is in use"); one held by another connection is in use.
+            # ActiveMQ's RemoveSubscriptionInfo: delete the durable subscription and its messages. While a
+            # consumer holds it (this connection's own included) it is in use and stays, as in ActiveMQ:
+            # UNSUBSCRIBE the id first, then UNSUBSCRIBE with the name.
             client_id = self.durable_client_id()
             if frame.get("destination"):
-                topics = stomp_destinations(frame.get("destination"), subscribe=True)
+                topics = stomp_destinations(frame.get("destination"), subscribe=True, command="UNSUBSCRIBE")
             else:
                 topics = [await self.link.durable_topic(client_id, durable_name)]
             if any(not topic.is_topic for topic in topics):
                 raise StompError("Invalid Subscription: cannot durably subscribe to a Queue destination!")
             await self._authorize(topics, "read")
             for topic in topics:
-                await self.link.unsubscribe_durable(client_id, durable_name, topic)
+                await self.link.unsubscribe_durable(client_id, durable_name, topic, end_own=False)
             return
         key = frame.get("id") if frame.get("id") is not None else frame.get("destination")
-        if key is None:
-            raise StompError("No subscription matched.", "UNSUBSCRIBE needs the subscription's id header")
+        assert key is not None
         await self.link.unsubscribe(key)
 
     def _ack_target(self, frame: Frame) -> tuple[Subscription, str] | None:
@@ -678,10 +744,19 @@ class StompSession(LinkedSession):
         assert self.link is not None
         name = "id" if self.version == "1.2" else "message-id"
         ack_id = frame.get(name)
-        if ack_id is None:
-            raise StompError(f"{frame.command} received without a {name} header",
-                             f"STOMP {self.version} {frame.command} names the message by its {name} header")
         sub_key = frame.get("subscription")
+        # ActiveMQ's texts, by version (its NACK words them differently from its ACK)
+        if ack_id is None and self.version == "1.2":
+            raise StompError("ACK received without a ack id for acknowledge!" if frame.command == "ACK"
+                             else "NACK received without an ack header to acknowledge!",
+                             f"STOMP 1.2 {frame.command} names the message by the id header (the MESSAGE's "
+                             "ack header)")
+        if ack_id is None:
+            raise StompError(f"{frame.command} received without a message-id to acknowledge!",
+                             f"STOMP {self.version} {frame.command} names the message by its message-id")
+        if sub_key is None and self.version == "1.1":
+            raise StompError(f"{frame.command} received without a subscription id for acknowledge!",
+                             f"STOMP 1.1 {frame.command} needs the subscription header")
         sub = self.link.subscriptions.get(sub_key) if sub_key is not None else None
         if sub is None or ack_id not in sub.unacked:
             sub = self.link.find(ack_id)
@@ -701,15 +776,17 @@ class StompSession(LinkedSession):
     async def on_nack(self, frame: Frame) -> None:
         assert self.link is not None
         if self.version == "1.0":
-            raise StompError("Unknown STOMP action: NACK", "NACK exists from STOMP 1.1 on")
+            raise StompError("NACK received but connection is in v1.0 mode.", "NACK exists from STOMP 1.1 on")
         target = self._ack_target(frame)
         if target is not None:
             await self.link.nack(*target, frame.get("transaction"))
 
     def _transaction_name(self, frame: Frame) -> str:
         name = frame.get("transaction")
-        if name is None:
-            raise StompError("Missing transaction header", f"{frame.command} needs a transaction header")
+        if name is None:  # ActiveMQ's texts (its ABORT borrows COMMIT's)
+            verb = "beginning" if frame.command == "BEGIN" else "committing"
+            raise StompError(f"Must specify the transaction you are {verb}",
+                             f"{frame.command} needs a transaction header")
         return name
 
     async def on_begin(self, frame: Frame) -> None:

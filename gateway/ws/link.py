@@ -69,6 +69,9 @@ class LinkSettings:
 
 
 ABORTED_ACKS_KEPT = 100_000  # ack ids of aborted subscriptions remembered per connection
+# what an ack takes from a subscription: (ack id, (consumer, message id)); no consumer for a message the
+# broker does not hold (a replayed advisory)
+Taken = tuple[str, tuple["Consumer | None", str]]
 
 
 class SlowClient(Exception):
@@ -210,33 +213,43 @@ class Subscription:
     destinations: list[Destination]
     ack_mode: str
     consumers: list[Consumer] = field(default_factory=list)
-    unacked: OrderedDict[str, tuple[Consumer, str]] = field(default_factory=OrderedDict)
+    unacked: OrderedDict[str, tuple[Consumer | None, str]] = field(default_factory=OrderedDict)
     options: dict[str, Any] = field(default_factory=dict)  # protocol-specific (STOMP id, group headers...)
     durable: tuple[str, str] | None = None  # (client id, subscription name) of a durable topic subscription
 
-    def track(self, consumer: Consumer, delivery: Delivery) -> str:
+    def track(self, consumer: Consumer | None, delivery: Delivery) -> str:
         """Remember a delivered message until it is acknowledged; returns its ack id (the message id,
-        made unique within the subscription when a composite delivers the same id twice)."""
+        made unique within the subscription when a composite delivers the same id twice). No consumer:
+        a message the broker does not hold (a replayed advisory), which an ack only forgets."""
         ack_id = delivery.message_id
         if ack_id in self.unacked:
-            ack_id = f"{delivery.message_id}@{consumer.destination.uri}"
+            ack_id = f"{delivery.message_id}@{delivery.destination}"
         self.unacked[ack_id] = (consumer, delivery.message_id)
         return ack_id
 
-    def take(self, ack_id: str, cumulative: bool) -> list[tuple[Consumer, str]]:
-        """Remove and return what an ack of `ack_id` covers: that message, or with `cumulative` every
-        message this subscription delivered up to and including it (STOMP `client` mode)."""
+    def take(self, ack_id: str, cumulative: bool) -> list[Taken]:
+        """Remove and return (ack id, entry) for what an ack of `ack_id` covers: that message, or with
+        `cumulative` every message this subscription delivered up to and including it (STOMP `client`
+        mode)."""
         if ack_id not in self.unacked:
             raise KeyError(ack_id)
         if not cumulative:
-            return [self.unacked.pop(ack_id)]
+            return [(ack_id, self.unacked.pop(ack_id))]
         taken = []
         while self.unacked:
             key, entry = self.unacked.popitem(last=False)
-            taken.append(entry)
+            taken.append((key, entry))
             if key == ack_id:
                 break
         return taken
+
+    def restore(self, taken: list[Taken]) -> None:
+        """Put back what `take` removed (an aborted transaction's acks), first: a cumulative ack takes
+        the oldest, so they go back where they were; individual acks have no order to keep."""
+        kept = list(self.unacked.items())
+        self.unacked.clear()
+        self.unacked.update(taken)
+        self.unacked.update(kept)
 
 
 class Link:
@@ -266,6 +279,9 @@ class Link:
         self.connection_id = f"ws-{uuid.uuid4().hex[:16]}"
         self.subscriptions: dict[str, Subscription] = {}
         self.transactions: dict[str, str] = {}  # the client's name -> broker transaction id
+        # acks made in a transaction, applied at COMMIT: an ABORT gives the client its ack ids back and the
+        # messages stay delivered to it (ActiveMQ's STOMP: not redelivered to the live subscription)
+        self._tx_acks: dict[str, list[tuple[Subscription, list[Taken]]]] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
         self._keeper: asyncio.Task[None] | None = None
         self._consumer_seq = 0
@@ -358,14 +374,20 @@ class Link:
         await self._close_subscription(sub, "unsubscribed")
         return sub
 
-    async def unsubscribe_durable(self, client_id: str, name: str, topic: Destination | None = None) -> int:
+    async def unsubscribe_durable(self, client_id: str, name: str, topic: Destination | None = None,
+                                  end_own: bool = True) -> int:
         """Remove the durable subscription (client id, name) and its messages (ActiveMQ's
-        RemoveSubscriptionInfo), first ending this connection's own subscription holding it. Without
-        `topic`, the broker's registry of durable subscriptions says which topic it is on. Returns how
-        many messages went with it; UnknownSubscription when there is none, DurableSubscriptionInUse while
-        another connection consumes from it."""
+        RemoveSubscriptionInfo), first ending this connection's own subscription holding it (`end_own`;
+        without it that subscription makes it in use, as in ActiveMQ's STOMP). Without `topic`, the
+        broker's registry of durable subscriptions says which topic it is on. Returns how many messages
+        went with it; UnknownSubscription when there is none, DurableSubscriptionInUse while another
+        connection consumes from it."""
         for sub in list(self.subscriptions.values()):
             if sub.durable == (client_id, name):
+                if not end_own:
+                    raise LinkError("Durable consumer is in use",
+                                    f"subscription {sub.key} of this connection consumes from durable "
+                                    f"subscription {name}; UNSUBSCRIBE its id first", "durable_in_use")
                 await self.unsubscribe(sub.key)
         if topic is None:
             topic = await self.durable_topic(client_id, name)
@@ -513,8 +535,15 @@ class Link:
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected ACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        entries = self._take(sub, ack_id)
         tx_id = self.transaction(tx) if tx else None
+        taken = self._take(sub, ack_id)
+        if tx:
+            self._tx_acks.setdefault(tx, []).append((sub, taken))
+            return len(taken)
+        return await self._ack_entries(sub, [entry for _key, entry in taken], tx_id)
+
+    async def _ack_entries(self, sub: Subscription, entries: list[tuple[Consumer | None, str]],
+                           tx_id: str | None) -> int:
         count = 0
         for consumer, ids in self._by_consumer(entries):
             target = ids if sub.ack_mode != "client" else ids[-1]
@@ -526,32 +555,36 @@ class Link:
         return count
 
     async def nack(self, sub: Subscription, ack_id: str, tx: str | None = None) -> int:
-        """Poison: the message (in `client` mode every message up to it) goes to the dead-letter queue at
-        once (ActiveMQ's STOMP NACK). Not allowed in a transaction."""
+        """Poison: that one message goes to the dead-letter queue at once (ActiveMQ's STOMP NACK, in every
+        ack mode: in `client` mode the messages before it stay unacknowledged and a later ACK covers
+        them). Not allowed in a transaction."""
         if tx:
             raise LinkError("Poison ack cannot be transacted",
                             "NACK inside a transaction is rejected, as ActiveMQ does", "transaction_error")
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected NACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        entries = self._take(sub, ack_id)
+        entries = [entry for _key, entry in self._take(sub, ack_id, cumulative=False)]
         count = 0
         for consumer, ids in self._by_consumer(entries):
             dead_lettered, _redelivered = await self.broker.nack(consumer, ids, poison=True)
             count += int(dead_lettered)
         return count
 
-    def _take(self, sub: Subscription, ack_id: str) -> list[tuple[Consumer, str]]:
+    def _take(self, sub: Subscription, ack_id: str,
+              cumulative: bool = True) -> list[Taken]:
         try:
-            return sub.take(ack_id, cumulative=sub.ack_mode == "client")
+            return sub.take(ack_id, cumulative=cumulative and sub.ack_mode == "client")
         except KeyError:
             raise LinkError("Unexpected ACK", f"Unexpected ACK received for message-id [{ack_id}]",
                             "not_in_flight") from None
 
     @staticmethod
-    def _by_consumer(entries: list[tuple[Consumer, str]]) -> list[tuple[Consumer, list[str]]]:
+    def _by_consumer(entries: list[tuple[Consumer | None, str]]) -> list[tuple[Consumer, list[str]]]:
         grouped: dict[str, tuple[Consumer, list[str]]] = {}
         for consumer, message_id in entries:
+            if consumer is None:  # nothing for the broker to acknowledge
+                continue
             grouped.setdefault(consumer.consumer_id, (consumer, []))[1].append(message_id)
         return list(grouped.values())
 
@@ -567,18 +600,29 @@ class Link:
 
     async def begin(self, name: str) -> None:
         if name in self.transactions:
-            raise LinkError(f"Transaction {name} is already active",
+            raise LinkError(f"The transaction was already started: {name}",
                             f"transaction {name!r} was already begun on this connection", "transaction_error")
         self.transactions[name] = await self.broker.begin()
 
     async def commit(self, name: str) -> None:
         tx = self.transaction(name)
         del self.transactions[name]
+        acks = self._tx_acks.pop(name, [])
+        try:
+            for sub, taken in acks:  # into the broker transaction, so that they commit with its sends
+                if self.subscriptions.get(sub.key) is sub:  # not a subscription ended since
+                    await self._ack_entries(sub, [entry for _key, entry in taken], tx)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.broker.rollback(tx)
+            raise
         await self.broker.commit(tx)
 
     async def abort(self, name: str) -> None:
         tx = self.transaction(name)
         del self.transactions[name]
+        for sub, taken in reversed(self._tx_acks.pop(name, [])):
+            sub.restore(taken)
         await self.broker.rollback(tx)
 
     # -- the end --------------------------------------------------------------------------------------
@@ -594,6 +638,7 @@ class Link:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        self._tx_acks.clear()  # their messages are still delivered: closing the consumers returns them
         for name in list(self.transactions):
             tx = self.transactions.pop(name)
             with contextlib.suppress(Exception):

@@ -294,8 +294,7 @@ def test_sends_in_a_transaction_arrive_on_commit_and_never_on_abort(clients, que
     assert consumer.silent(0.3)
 
 
-def test_an_ack_in_an_aborted_transaction_redelivers_and_a_committed_one_consumes(clients, queue_name,
-                                                                                  broker):
+def test_an_ack_in_an_aborted_transaction_is_undone_and_a_committed_one_consumes(clients, queue_name, broker):
     client = clients()
     client.receipt(client.conn.subscribe, q(queue_name), id="s", ack="client-individual")
     client.conn.send(q(queue_name), "m")
@@ -303,10 +302,9 @@ def test_an_ack_in_an_aborted_transaction_redelivers_and_a_committed_one_consume
     tx = client.conn.begin()
     client.conn.ack(message.headers["ack"], transaction=tx)
     client.receipt(client.conn.abort, tx)
-    again = client.expect("MESSAGE")
-    assert again.body == b"m" and again.headers["redelivered"] == "true"
+    assert client.silent(0.3)  # as ActiveMQ: still delivered to this subscription, its ack id valid again
     tx = client.conn.begin()
-    client.conn.ack(again.headers["ack"], transaction=tx)
+    client.conn.ack(message.headers["ack"], transaction=tx)
     client.receipt(client.conn.commit, tx)
     stats = broker.stats(f"queue://{queue_name}")
     assert stats.queue_size == 0 and stats.dequeued == 1
@@ -350,8 +348,7 @@ def test_every_frame_with_a_receipt_header_gets_its_receipt(gateway, queue_name)
 
 
 @pytest.mark.parametrize(("destination", "headers", "message"), [
-    ("/foo/bar", {}, "Illegal destination name: [/foo/bar] -- ActiveMQ STOMP destinations must begin with "
-                     "one of: /queue/ /topic/ /temp-queue/ /temp-topic/"),
+    ("", {}, "Invalid empty or 'null' Destination header"),
     ("/temp-topic/prices", {}, "Temporary destinations are not supported"),
     ("/topic/q,/queue/q", {"activemq.subscriptionName": "durable"},
      "Invalid Subscription: cannot durably subscribe to a Queue destination!"),
@@ -364,6 +361,7 @@ def test_every_frame_with_a_receipt_header_gets_its_receipt(gateway, queue_name)
 def test_bad_subscriptions_get_an_error_frame_with_the_receipt_id_then_the_connection_closes(
         clients, destination, headers, message):
     client = clients()
+    headers = dict(headers)  # the parameters are shared by the ws and tcp runs
     ack = headers.pop("ack", "auto")  # stomp.py writes its own ack header
     client.conn.subscribe(destination, id="s", ack=ack, receipt="r-bad", headers=headers)
     error = client.expect("ERROR")

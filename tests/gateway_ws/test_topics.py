@@ -73,7 +73,18 @@ def test_a_durable_subscription_keeps_messages_while_offline_until_unsubscribed(
         assert [m.body for m in got] == [b"while away 0", b"while away 1"]
         for m in got:
             again.receipt(again.conn.ack, m.headers["ack"])
-        # UNSUBSCRIBE with the name ends this connection's subscription and removes the durable one
+        # UNSUBSCRIBE with the name while this connection's own consumer holds it: in use, kept
+        # (ActiveMQ's answer; the ERROR closes this connection, which leaves the subscription offline)
+        again.conn.unsubscribe("d", headers=durable, receipt="r-in-use")
+        error = again.expect("ERROR")
+        assert (error.headers["message"], error.headers["receipt-id"]) == ("Durable consumer is in use",
+                                                                           "r-in-use")
+        assert [s.subscription_name for s in broker.subscriptions(f"topic://{topic}")] == ["audit"]
+        again.close()
+        again = Client(gateway.port).connect(**{"client-id": client_id})
+        # after UNSUBSCRIBE of the id, the name removes the durable subscription
+        again.receipt(again.conn.subscribe, f"/topic/{topic}", id="d", headers=durable)
+        again.receipt(again.conn.unsubscribe, "d")
         again.receipt(again.conn.unsubscribe, "d", headers=durable)
         assert broker.subscriptions(f"topic://{topic}") == []
         # a second time there is none: ActiveMQ's text, and the connection closes

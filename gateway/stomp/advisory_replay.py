@@ -1,0 +1,58 @@
+"""What ActiveMQ's AdvisoryBroker tells a new subscriber of an advisory topic about the present: one
+ConsumerInfo per consumer that exists now (ActiveMQ.Advisory.Consumer.Queue.X, with the current
+consumerCount), one DestinationInfo (operationType 0) per existing queue or topic (ActiveMQ.Advisory.Queue,
+ActiveMQ.Advisory.Topic). Only the new subscriber gets them; they are built by broker_core.advisory.build,
+the one place advisory messages are made, from the state the broker reports now.
+
+Bounded: at most REPLAY_LIMIT destinations are read and replayed (one ZRANGE with that limit); a broker
+with more replays the oldest REPLAY_LIMIT (the registry is ordered by creation)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import msgpack
+
+from broker_core import advisory
+from broker_core.destinations import Destination, parse_destination
+from broker_core.errors import BrokerError
+from broker_core.messages import Delivery, unpack_delivery
+
+REPLAY_LIMIT = 1000
+
+
+async def replay(broker: Any, topic: Destination) -> list[Delivery]:
+    """The advisories a new subscriber of `topic` gets at once (none for other advisory topics)."""
+    if not advisory.is_advisory(topic):
+        return []
+    name = topic.name[len(advisory.PREFIX):]
+    now = int(time.time() * 1000)
+    events: list[dict[str, Any]] = []
+    if name in ("Queue", "Topic"):
+        kind = name.lower()
+        uris = await broker.redis.zrange(broker.ops.registry_key, 0, REPLAY_LIMIT - 1)
+        for raw in uris:
+            dest = parse_destination(raw.decode() if isinstance(raw, bytes) else raw, allow_wildcards=True)
+            if dest.kind == kind and not advisory.is_advisory(dest):
+                events.append({"advisory": "Destination", "type": "destination_add", "uri": dest.uri,
+                               "fields": {}, "ts": now})
+    elif name.startswith(("Consumer.Queue.", "Consumer.Topic.")):
+        kind = "queue" if name.startswith("Consumer.Queue.") else "topic"
+        dest = Destination(kind, name.split(".", 2)[2])
+        try:
+            consumers = (await broker.stats(dest)).consumers
+        except BrokerError:  # no such destination: nobody consumes from it
+            consumers = []
+        for c in consumers:
+            fields = {"consumer": c.consumer_id, "prefetch": str(c.prefetch), "priority": str(c.priority),
+                      "exclusive": "1" if c.exclusive else "0", "selector": c.selector or ""}
+            events.append({"advisory": "Consumer", "type": "consumer_add", "uri": dest.uri,
+                           "count": len(consumers), "ts": now, "fields": fields})
+    deliveries = []
+    for event in events:
+        advisory_id = f"ID:advisory:replay:{uuid.uuid4().hex[:16]}"
+        blob = advisory.build(advisory_id, msgpack.packb(event), b"", now)
+        deliveries.append(unpack_delivery(advisory_id, topic.uri, "", blob, 0, False))
+    return deliveries

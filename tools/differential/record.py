@@ -1,0 +1,67 @@
+"""Record what ActiveMQ does in the differential scenarios (tests/differential/scenarios/<group>.json) as
+golden files (tests/differential/golden/<group>.json), for tests/differential/test_replay.py to compare
+Signalbox with.
+
+    python -m tools.differential.record [--url tcp://127.0.0.1:61613] [--runs 3] [group ...]
+
+Run it against ActiveMQ 5.17.2 configured as tests/differential/activemq/activemq.xml (Debian's
+`activemq` package; see tests/differential/README.md). Each scenario runs `--runs` times; only facts
+observed identically in every run are kept (the others are timing, not behaviour), and the recorder
+prints how many facts each group keeps and how many it dropped as unstable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.differential.runner import flatten, run  # noqa: E402
+
+SCENARIOS = ROOT / "tests" / "differential" / "scenarios"
+GOLDEN = ROOT / "tests" / "differential" / "golden"
+
+
+def record_group(path: Path, url: str, runs: int) -> tuple[int, int]:
+    scenarios = json.loads(path.read_text())
+    golden: dict[str, dict] = {}
+    kept = dropped = 0
+    for name, scenario in scenarios.items():
+        observed = [flatten(run(scenario, url, ("admin", "admin"))) for _ in range(runs)]
+        stable = {fact: value for fact, value in observed[0].items()
+                  if all(other.get(fact, object()) == value for other in observed[1:])}
+        unstable = sorted(set().union(*observed) - set(stable))
+        golden[name] = stable
+        kept += len(stable)
+        dropped += len(unstable)
+        if unstable:
+            print(f"  {path.stem}/{name}: unstable, dropped: {', '.join(unstable)}")
+    GOLDEN.mkdir(parents=True, exist_ok=True)
+    (GOLDEN / path.name).write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
+    return kept, dropped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="tcp://127.0.0.1:61613")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("groups", nargs="*")
+    args = parser.parse_args()
+    paths = sorted(SCENARIOS.glob("*.json"))
+    if args.groups:
+        paths = [p for p in paths if p.stem in args.groups]
+    total = 0
+    for path in paths:
+        kept, dropped = record_group(path, args.url, args.runs)
+        total += kept
+        print(f"{path.stem}: {kept} facts ({dropped} unstable dropped)")
+    print(f"total: {total} facts in {len(paths)} groups")
+
+
+if __name__ == "__main__":
+    main()
