@@ -99,6 +99,44 @@ def advisory_replay_registry(ctx: Context) -> Calls:
     return ctx.measure(lambda: ctx.broker.redis.zrange(key, 0, REPLAY_LIMIT - 1))
 
 
+# --- metrics ---
+
+
+@case("metrics: one scrape page (summary_many over 50 prioritized queues, 10 priority bands each)")
+def metrics_page(ctx: Context) -> Calls:
+    """The worst page GET /metrics reads: PAGE queues, each with messages waiting in all ten priority
+    bands, so the oldest-message lookup visits every band of every queue."""
+    import asyncio
+
+    import redis.asyncio
+
+    from broker_core.broker import AsyncBroker
+    from broker_core.messages import Message
+    from signalbox.metrics import PAGE
+
+    ctx.broker.policies.set_entry("queue", "metrics.>", {"prioritizedMessages": True})
+    names = [f"metrics.q{i:03d}" for i in range(PAGE)]
+    for name in names:
+        ctx.broker.send(name, [Message(body="x", priority=p) for p in range(10)])
+    path = ctx.client.connection_pool.connection_kwargs["path"]
+    loop = asyncio.new_event_loop()
+    client = redis.asyncio.Redis(unix_socket_path=path)
+    broker = AsyncBroker(client, ctx.broker.namespace)
+
+    async def page() -> None:
+        summaries = await broker.summaries(names, page=PAGE, oldest=True)
+        assert all(s is not None and s.oldest_timestamp for s in summaries)
+
+    # once before measuring: an AsyncBroker's first call loads the script library (FUNCTION LOAD)
+    loop.run_until_complete(page())
+    try:
+        return ctx.measure(lambda: loop.run_until_complete(page()))
+    finally:
+        loop.run_until_complete(broker.aclose())
+        loop.run_until_complete(client.aclose())
+        loop.close()
+
+
 # --- selectors ---
 # LIKE and REGEX run as DFAs (broker_core/selector/automata.py); the issue's pathological selectors, on
 # browse, on a send to a queue whose consumer has one, and on a dispatch chunk of large messages.

@@ -24,6 +24,7 @@ from .flow import ResourceAllocationError, Sleep
 from .messages import Delivery, Message
 from .multiplexed import MultiplexedConnection
 from .operations import (
+    SUMMARY_WIDTH,
     AckRequest,
     Command,
     Consumer,
@@ -38,6 +39,7 @@ from .operations import (
     Operations,
     Policy,
     summary_from,
+    summary_of,
 )
 from .policy import PolicyStore
 from .scripts import call_args, is_missing, load_args, script, wants_functions
@@ -665,29 +667,31 @@ class AsyncBroker(_Api):
 
     _summary_many = True  # one script over many queues, until a Redis Cluster refuses it
 
-    async def summaries(self, destinations: list[str | Destination]) -> list[Any]:
-        """`DestinationSummary` (main counters) of many queues, pipelined 1,000 per round trip; None for
-        one that is gone. A topic's come from its full `stats` (they read each subscription)."""
+    async def summaries(self, destinations: list[str | Destination], page: int = 1000,
+                        oldest: bool = False) -> list[Any]:
+        """`DestinationSummary` (main counters) of many queues, one script call per `page`; None for
+        one that is gone. A topic's come from its full `stats` (they read each subscription). With
+        `oldest`, also each queue's oldest pending message (up to ten lookups per queue: pages smaller)."""
         out: list[Any] = []
-        source = script("summary")
-        functions = await self._load(["summary"])
-        for start in range(0, len(destinations), 1000):
+        source = script("summary_many")
+        functions = await self._load(["summary_many"])
+        for start in range(0, len(destinations), page):
             now = self._now()
-            chunk = [_dest(d) for d in destinations[start:start + 1000]]
+            chunk = [_dest(d) for d in destinations[start:start + page]]
             queues = [d for d in chunk if not d.is_topic]
             found: dict[str, Any] = {}
             if queues and self._summary_many:
                 try:
                     prefixes = tuple(self.ops.prefix(d) for d in queues)
-                    flat = await self._eval(Eval("summary_many", prefixes, (now,)))
+                    flat = await self._eval(Eval("summary_many", prefixes, (now, int(oldest))))
                 except redis.ResponseError:  # a Redis Cluster: the queues are on several slots
                     self._summary_many = False
                 else:
                     for i, d in enumerate(queues):
-                        found[d.uri] = summary_from(flat[12 * i:12 * i + 12], d.uri)
+                        found[d.uri] = summary_from(flat[SUMMARY_WIDTH * i:SUMMARY_WIDTH * (i + 1)], d.uri)
             if len(found) < len(queues):
                 pipe = self.redis.pipeline(transaction=False)
-                ops = [self.ops.summary(d, now) for d in queues]
+                ops = [self.ops.summary(d, now, oldest) for d in queues]
                 for op in ops:
                     call = next(op)
                     pipe.execute_command(*call_args(source, functions, call.keys, call.args))
@@ -698,7 +702,8 @@ class AsyncBroker(_Api):
                         found[d.uri] = stop.value
             for d in chunk:
                 if d.is_topic:
-                    (found[d.uri],) = await self.stats_many([d])
+                    (stats,) = await self.stats_many([d])
+                    found[d.uri] = None if stats is None else summary_of(stats)
                 out.append(found[d.uri])
         return out
 

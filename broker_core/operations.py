@@ -275,7 +275,8 @@ class DestinationStats:
 
 @dataclass(frozen=True)
 class DestinationSummary:
-    """The counters of DestinationStats that lists sort and total (same names), read in one small call."""
+    """The counters of DestinationStats that lists sort and total and the metrics scrape reads (same
+    names), read in one small call."""
 
     destination: str
     queue_size: int
@@ -290,15 +291,31 @@ class DestinationSummary:
     expired: int
     deadlettered: int
     paused: bool
+    memory_usage: int = 0  # bytes held (DestinationStats.memory_usage)
+    # the timestamp (ms) of the oldest message waiting for dispatch (when asked for); None when none
+    # waits (or a topic, whose messages wait per subscription)
+    oldest_timestamp: int | None = None
+
+
+SUMMARY_WIDTH = 14  # values per queue in summary_many.lua's reply
 
 
 def summary_from(r: list[Any], uri: str) -> DestinationSummary | None:
-    """A DestinationSummary from the 12 values of summary.lua / summary_many.lua."""
+    """A DestinationSummary from the SUMMARY_WIDTH values of summary_many.lua for one queue."""
     if not int(r[0]):
         return None
     n = [int(v) if v else 0 for v in r[6:11]]
     return DestinationSummary(uri, int(r[1]) + int(r[2]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
-                              int(r[5]), n[0], n[1], n[2], n[3], n[4], r[11] in (b"1", "1"))
+                              int(r[5]), n[0], n[1], n[2], n[3], n[4], r[11] in (b"1", "1"),
+                              int(r[12]) if r[12] else 0, int(r[13]) if r[13] else None)
+
+
+def summary_of(stats: DestinationStats) -> DestinationSummary:
+    """The summary of a destination read in full (a topic: its counters are its subscriptions' sums)."""
+    return DestinationSummary(
+        stats.destination, stats.queue_size, stats.pending, stats.in_flight, stats.parked, stats.group_count,
+        stats.consumer_count, stats.enqueued, stats.dequeued, stats.dispatched, stats.expired,
+        stats.deadlettered, stats.paused, stats.memory_usage, None)
 
 
 @dataclass(frozen=True)
@@ -752,9 +769,9 @@ class Operations:
         groups = {_str(reply[i]): (int(reply[i + 1]), int(reply[i + 2])) for i in range(4, len(reply), 3)}
         return GroupCounts(groups, int(reply[0]), bool(int(reply[1])), int(reply[2]), bool(int(reply[3])))
 
-    def summary(self, dest: Destination, now: int) -> Op:
+    def summary(self, dest: Destination, now: int, oldest: bool = False) -> Op:
         """The main counters only (console index); None when the destination does not exist."""
-        return summary_from((yield Eval("summary", (self.prefix(dest),), (now,))), dest.uri)
+        return summary_from((yield Eval("summary_many", (self.prefix(dest),), (now, int(oldest)))), dest.uri)
 
     def stats(self, dest: Destination, now: int) -> Op:
         if dest.is_topic and not isinstance(dest, Subscription):

@@ -12,12 +12,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from gateway.metrics import instrument_http  # noqa: E402
 from signalbox.routing import origin_checked, websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         # The single-command set-up has no separate web server, so the app serves /static/ itself.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        # Every request is counted and timed for /metrics (gateway/metrics.py).
+        "http": instrument_http(ASGIStaticFilesHandler(django_asgi_app)),
         "websocket": origin_checked(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -103,6 +103,7 @@ MIDDLEWARE = [
     "gateway.api.middleware.MessageMiddleware",
     "gateway.api.middleware.XFrameOptionsMiddleware",
     "gateway.unavailable.UnavailableMiddleware",  # Redis unreachable: 503 + Retry-After, not 500
+    "gateway.metrics.route_middleware",  # innermost: names the matched route for /metrics
 ]
 
 ROOT_URLCONF = "signalbox.urls"
@@ -232,6 +233,10 @@ SIGNALBOX_MAINTENANCE_STALE_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANC
 # A maintenance tick that takes longer than this (seconds) is logged as a WARNING; a tick that did work
 # (reaped, dispatched, expired, ...) at INFO; an idle one at DEBUG only.
 SIGNALBOX_MAINTENANCE_SLOW_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_SLOW_SECONDS") or 1.0)
+# GET /metrics (docs/metrics.md) answers only `Authorization: Bearer <this>`; unset, it answers 403.
+SIGNALBOX_METRICS_TOKEN = os.environ.get("SIGNALBOX_METRICS_TOKEN") or ""
+# A scrape shows at most this many destinations (the oldest); the rest are counted as omitted.
+SIGNALBOX_METRICS_MAX_DESTINATIONS = int(os.environ.get("SIGNALBOX_METRICS_MAX_DESTINATIONS") or 10_000)
 # STOMP over TCP (gateway/stomp/tcp.py; `manage.py stomp_listener`, which `run` starts): the address, the
 # plain port (0: none), the stomp+ssl port (used when a PEM certificate and key are given) and how many
 # connections one listener process serves at once.

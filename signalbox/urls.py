@@ -1,10 +1,10 @@
-"""Root URLs: health, admin, the OpenAPI schema and its interactive page, the REST gateway.
+"""Root URLs: health, metrics, admin, the OpenAPI schema and its interactive page, the REST gateway.
 
-Only /healthz answers anonymous users. The schema and its page are for authenticated users
-(SPECTACULAR_SETTINGS' SERVE_PERMISSIONS: a token or the console's session), as the API they describe:
-they tell which version and which features this deployment runs, and nobody needs them without an
-account (the public reference is docs/api.md). The page sends an anonymous browser to the console's
-login first.
+Only /healthz answers anonymous users (/metrics answers its own token only: signalbox/metrics.py). The
+schema and its page are for authenticated users (SPECTACULAR_SETTINGS' SERVE_PERMISSIONS: a token or the
+console's session), as the API they describe: they tell which version and which features this
+deployment runs, and nobody needs them without an account (the public reference is docs/api.md). The
+page sends an anonymous browser to the console's login first.
 """
 
 from django.contrib import admin
@@ -15,10 +15,12 @@ from drf_spectacular.views import SpectacularSwaggerView
 
 from gateway.api.schema import SchemaView
 from signalbox.health import healthz
+from signalbox.metrics import metrics_view
 
 urlpatterns = [
     path("", TemplateView.as_view(template_name="signalbox/index.html"), name="index"),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),  # Prometheus (docs/metrics.md)
     path("admin/", admin.site.urls),
     path("api/schema/", SchemaView.as_view(), name="openapi-schema"),
     path("api/docs/", login_required(SpectacularSwaggerView.as_view(url_name="openapi-schema"),

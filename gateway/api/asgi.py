@@ -39,6 +39,7 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.urls import set_script_prefix
 
 from gateway.api import json_input
+from gateway.metrics import ROUTE_KEY
 
 API_PREFIXES = ("/api/v1/", "/api/message")
 # POST /api/v1/<kind>/<name>/messages | .../consumers/<id>/ack | .../consumers/<id>/receive
@@ -87,6 +88,8 @@ class GatewayASGIHandler(ASGIHandler):
             await self.handle_api(scope, replayed, send)
             return
         status, headers, payload = answer
+        # the URL pattern's name, for the request metrics (gateway.metrics); Django's path names its own
+        scope[ROUTE_KEY] = "api-messages" if match.group(3) is None else f"api-{match.group(4)}"
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 

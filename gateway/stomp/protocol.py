@@ -31,6 +31,7 @@ from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message, TypedValue, new_message_id
 from broker_core.operations import Consumer
 from broker_core.virtual import split_composite
+from gateway import metrics
 from gateway.stomp import advisory_replay
 from gateway.stomp.frames import (
     CLIENT_COMMANDS,
@@ -394,6 +395,7 @@ class StompSession(LinkedSession):
                 await self._inbox_ready.wait()
             item = self._take_item()
             if isinstance(item, FrameError):
+                metrics.frame("stomp", "invalid", "error")
                 await self.fail(item.message, item.detail)
                 return
             single = "," not in (item.get("destination") or ",")
@@ -433,6 +435,7 @@ class StompSession(LinkedSession):
                 await self.fail_unavailable(exc, batch[0].get("receipt"))
                 return
             else:
+                metrics.frame("stomp", "SEND", "ok", len(batch))
                 for frame in batch:
                     receipt = frame.get("receipt")
                     if receipt is not None:
@@ -445,9 +448,11 @@ class StompSession(LinkedSession):
 
     async def handle(self, frame: Frame) -> None:
         receipt = frame.get("receipt")
+        outcome = "error"
         try:
             if frame.command in ("CONNECT", "STOMP"):
                 await self.on_connect(frame)
+                outcome = "ok"
                 return
             if frame.command not in CLIENT_COMMANDS:
                 raise StompError(f"Unknown STOMP action: {frame.command}",
@@ -455,6 +460,7 @@ class StompSession(LinkedSession):
             if self.link is None:
                 raise StompError("Not connected", f"{frame.command} before CONNECT; send CONNECT first")
             receipt_sent = await self._handlers[frame.command](frame)
+            outcome = "ok"
             if receipt is not None and not receipt_sent and not self.closing:
                 await self.send_frame("RECEIPT", [("receipt-id", receipt)])
         except (StompError, FrameError, LinkError) as exc:
@@ -466,8 +472,11 @@ class StompSession(LinkedSession):
         except STORE_ERRORS as exc:
             await self.fail_unavailable(exc, receipt)
         except Exception as exc:
+            outcome = "internal_error"
             logger.exception("STOMP %s failed", frame.command)
             await self.fail("Internal error", f"{frame.command} failed: {exc}", receipt)
+        finally:  # (a command outside STOMP's own is counted as `unknown`: labels stay few)
+            metrics.frame("stomp", frame.command if frame.command in CLIENT_COMMANDS else "unknown", outcome)
 
     # -- output ---------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from broker_core.errors import BrokerError
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message
 from broker_core.operations import Consumer
+from gateway import metrics
 from gateway import unavailable as store
 from gateway.api import json_input
 from gateway.api.codec import parse_envelope, render_delivery
@@ -103,6 +104,7 @@ class JsonSession(LinkedSession):
         if self.closing:
             return
         request_id = None
+        label, outcome = "invalid", "error"  # the metrics' command label: a known type, else few values
         try:
             if len(data) > MAX_REQUEST_BYTES:
                 raise RequestError("too_large", f"a request may be at most {MAX_REQUEST_BYTES} bytes")
@@ -114,6 +116,7 @@ class JsonSession(LinkedSession):
                 raise RequestError("invalid_json", "each message must be one JSON object")
             request_id = request.get("id")
             kind = request.get("type")
+            label = kind if kind in _REQUESTS else "unknown"
             handler = getattr(self, f"on_{kind}", None) if kind in _REQUESTS else None
             if handler is None:
                 raise RequestError("unknown_type", f"unknown request type {kind!r}; expected one of "
@@ -121,6 +124,7 @@ class JsonSession(LinkedSession):
             if kind != "connect" and self.link is None:
                 raise RequestError("not_connected", "send a connect request first (or log in to the console)")
             result = await handler(request)
+            outcome = "ok"
             if request_id is not None and result is not ANSWERED and not self.closing:
                 await self.emit({"type": "ok", "id": request_id, **(result or {})})
         except RequestError as exc:
@@ -137,8 +141,11 @@ class JsonSession(LinkedSession):
             logger.warning("JSON WebSocket connection ends: Redis unavailable (%s)", exc)
             await self.error(store.CODE, store.explain(exc) + "; reconnect to go on", request_id, fatal=True)
         except Exception as exc:
+            outcome = "internal_error"
             logger.exception("JSON request failed")
             await self.error("internal_error", str(exc), request_id)
+        finally:
+            metrics.frame("json", label, outcome)
 
     async def error(self, code: str, message: str, request_id: Any = None, fatal: bool = False) -> None:
         obj = {"type": "error", "code": code, "message": message}

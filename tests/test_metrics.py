@@ -1,0 +1,397 @@
+"""GET /metrics (docs/metrics.md): scraped from a real gateway process (uvicorn + the project's ASGI app)
+over HTTP, parsed with prometheus_client's own parser, checked against state made through broker_core on
+the session's real Redis; the access rules; the scrape's bounded Redis work at a few thousand
+destinations."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import uuid
+
+import httpx
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker_core.broker import AsyncBroker, Broker
+from broker_core.messages import Message
+from broker_core.operations import ConsumerSpec
+
+TOKEN = "m" * 24
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from tests.helpers.gateway_server import prepare_database, start_gateway
+
+    data_dir = tmp_path_factory.mktemp("metrics")
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(data_dir, namespace)
+    gateway = start_gateway(data_dir, namespace, SIGNALBOX_METRICS_TOKEN=TOKEN)
+    gateway.namespace = namespace
+    yield gateway
+    gateway.stop()
+    assert "Traceback" not in gateway.output(), gateway.output()
+
+
+@pytest.fixture
+def broker(server, redis_client):
+    b = Broker(redis_client, server.namespace)
+    yield b
+    b.close()
+
+
+def scrape(server, token: str | None = TOKEN) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return httpx.get(f"http://127.0.0.1:{server.port}/metrics", headers=headers, timeout=30)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """{(sample name, sorted labels): value} of an exposition, parsed by prometheus_client."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def families(text: str) -> dict[str, str]:
+    return {f.name: f.type for f in text_string_to_metric_families(text)}
+
+
+def of(parsed: dict, metric: str, **labels: str) -> float:
+    return parsed[(metric, tuple(sorted(labels.items())))]
+
+
+def test_refused_without_the_token(server):
+    missing = scrape(server, None)
+    assert missing.status_code == 401
+    assert missing.headers["WWW-Authenticate"].startswith("Bearer")
+    assert "SIGNALBOX_METRICS_TOKEN" in missing.text
+    wrong = scrape(server, TOKEN + "x")
+    assert wrong.status_code == 401
+    # an API token (alice is a superuser) is not the metrics token
+    from tests.helpers.gateway_server import ALICE_TOKEN
+
+    assert scrape(server, ALICE_TOKEN).status_code == 401
+    assert scrape(server).status_code == 200
+
+
+@pytest.mark.parametrize("token", ["", "short"])
+def test_metrics_are_off_until_a_token_is_set(token, settings):
+    """No token setting (or one too short to be a secret): 403 saying how to turn metrics on."""
+    from django.test import Client
+
+    settings.SIGNALBOX_METRICS_TOKEN = token
+    response = Client().get("/metrics", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 403
+    assert "SIGNALBOX_METRICS_TOKEN" in response.content.decode()
+
+
+def test_destination_figures_match_the_broker(server, broker):
+    queue = f"q{uuid.uuid4().hex[:8]}"
+    old = f"old{uuid.uuid4().hex[:8]}"
+    ids = broker.send(queue, [Message(body=f"m{i}") for i in range(7)])
+    consumer = broker.add_consumer(queue, ConsumerSpec(prefetch=5, ack_mode="client-individual"))
+    delivered = broker.receive(consumer, max_messages=5)
+    assert [d.message_id for d in delivered] == ids[:5]
+    broker.ack(consumer, [d.message_id for d in delivered[:3]])
+    broker.nack(consumer, delivered[3].message_id, poison=True)  # to the DLQ
+    now = broker.clock.now_ms()
+    broker.send(old, [Message(body="a", timestamp=now - 90_000), Message(body="b", timestamp=now - 30_000)])
+
+    response = scrape(server)
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/plain")
+    parsed = samples(response.text)
+    types = families(response.text)
+    stats = broker.stats(queue)
+    q = {"destination": f"queue://{queue}"}
+    assert of(parsed, "signalbox_destination_queue_size", **q) == 3 == stats.queue_size
+    # the acks made room: the consumer (prefetch 5) now holds the other 3
+    assert stats.pending == 0
+    assert of(parsed, "signalbox_destination_in_flight", **q) == 3 == stats.in_flight
+    assert of(parsed, "signalbox_destination_consumers", **q) == 1
+    assert of(parsed, "signalbox_destination_enqueued_total", **q) == 7
+    assert of(parsed, "signalbox_destination_dispatched_total", **q) == stats.dispatched >= 5
+    assert of(parsed, "signalbox_destination_dequeued_total", **q) == stats.dequeued >= 3
+    assert of(parsed, "signalbox_destination_dead_lettered_total", **q) == 1
+    assert of(parsed, "signalbox_destination_expired_total", **q) == 0
+    assert of(parsed, "signalbox_destination_memory_bytes", **q) == stats.memory_usage > 0
+    assert of(parsed, "signalbox_destination_enqueued_total", destination="queue://ActiveMQ.DLQ") >= 1
+    for name in ("enqueued", "dequeued", "dispatched", "expired", "dead_lettered"):
+        assert types[f"signalbox_destination_{name}"] == "counter"
+    assert types["signalbox_destination_queue_size"] == "gauge"
+    # the oldest waiting message is the one stamped 90 s ago; a queue with none waiting shows 0
+    age = of(parsed, "signalbox_destination_oldest_message_age_seconds", destination=f"queue://{old}")
+    assert 90 <= age < 120
+    broker.close_consumer(consumer)
+    drained = broker.add_consumer(old, ConsumerSpec(prefetch=10, ack_mode="client-individual"))
+    broker.ack(drained, [d.message_id for d in broker.receive(drained, max_messages=10)])
+    again = samples(scrape(server).text)
+    assert of(again, "signalbox_destination_oldest_message_age_seconds", destination=f"queue://{old}") == 0
+    assert of(again, "signalbox_destination_queue_size", destination=f"queue://{old}") == 0
+    assert of(again, "signalbox_redis_up") == 1
+    assert of(again, "signalbox_redis_memory_used_bytes") > 0
+
+
+def test_oldest_age_with_priority_bands(server, broker):
+    """With prioritizedMessages the head of the queue is the highest priority; the oldest message may wait
+    in a lower band."""
+    queue = f"prio{uuid.uuid4().hex[:8]}"
+    broker.policies.set_entry("queue", queue, {"prioritizedMessages": True})
+    now = broker.clock.now_ms()
+    broker.send(queue, [Message(body="low", priority=1, timestamp=now - 200_000),
+                        Message(body="high", priority=9, timestamp=now - 5_000)])
+    parsed = samples(scrape(server).text)
+    age = of(parsed, "signalbox_destination_oldest_message_age_seconds", destination=f"queue://{queue}")
+    assert 200 <= age < 230
+
+
+def test_maintenance_tick_figures(server, broker):
+    """The tick as /healthz judges it: before any tick, not ok and no age; after one, its figures."""
+    from broker_core import maintenance
+
+    if not maintenance.last_tick(broker):  # (another test of this module may have run one)
+        parsed = samples(scrape(server).text)
+        assert of(parsed, "signalbox_maintenance_tick_ok") == 0
+        assert not any(name == "signalbox_maintenance_tick_age_seconds" for name, _ in parsed)
+    report = maintenance.run_due(broker)
+    parsed = samples(scrape(server).text)
+    assert of(parsed, "signalbox_maintenance_tick_ok") == 1
+    assert 0 <= of(parsed, "signalbox_maintenance_tick_age_seconds") < 15
+    assert of(parsed, "signalbox_maintenance_tick_destinations") == report.destinations
+    assert of(parsed, "signalbox_maintenance_tick_errors") == len(report.errors) == 0
+
+
+def test_the_dashboard_uses_only_exposed_metrics(server, broker):
+    """docs/grafana-dashboard.json: valid JSON, and every signalbox_ metric it queries is in a scrape."""
+    import re
+    from pathlib import Path
+
+    from broker_core import maintenance
+
+    maintenance.run_due(broker)  # so the tick's figures are there
+    broker.send(f"dash{uuid.uuid4().hex[:6]}", Message(body="x"))
+    dashboard = json.loads((Path(__file__).parents[1] / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+    used = {name for e in exprs for name in re.findall(r"\bsignalbox_[a-z_]+", e)}
+    assert len(used) >= 15
+    text = scrape(server).text
+    parsed = list(text_string_to_metric_families(text))
+    # (a labelled counter no process has counted yet has its family but no sample)
+    exposed = {s.name for f in parsed for s in f.samples} | {
+        f.name + ("_total" if f.type == "counter" else "") for f in parsed}
+    assert used <= exposed, used - exposed
+    documented = (Path(__file__).parents[1] / "docs" / "metrics.md").read_text()
+    for family in parsed:
+        if family.name.startswith("signalbox_"):
+            assert f"`{family.name}" in documented, family.name
+
+
+def test_requests_and_frames_are_counted_by_route_and_command(server, broker):
+    from websockets.sync.client import connect
+
+    from tests.helpers.gateway_server import ALICE_TOKEN
+
+    queue = f"h{uuid.uuid4().hex[:8]}"
+    before = samples(scrape(server).text)
+    api = {"Authorization": f"Token {ALICE_TOKEN}"}
+    base = f"http://127.0.0.1:{server.port}"
+    with httpx.Client(base_url=base, headers=api, timeout=10) as client:
+        for _ in range(3):  # the first through Django, the next on the hot path (token now cached)
+            assert client.post(f"/api/v1/queues/{queue}/messages", json={"body": "x"}).status_code == 201
+        assert client.get("/no/such/page").status_code == 404
+        assert client.get(f"/api/v1/queues/{queue}").status_code == 200
+    with connect(f"ws://127.0.0.1:{server.port}/ws/v1") as ws:
+        ws.send(json.dumps({"type": "connect", "login": "alice", "passcode": "secret", "id": 1}))
+        assert json.loads(ws.recv(5))["type"] == "ok"
+        ws.send(json.dumps({"type": "send", "destination": queue, "message": {"body": "j"}, "id": 2}))
+        assert json.loads(ws.recv(5))["type"] == "ok"
+        ws.send(json.dumps({"type": "teleport", "id": 3}))
+        assert json.loads(ws.recv(5))["code"] == "unknown_type"
+    with connect(f"ws://127.0.0.1:{server.port}/stomp", subprotocols=["v12.stomp"]) as ws:
+        ws.send("CONNECT\naccept-version:1.2\nhost:localhost\nlogin:alice\npasscode:secret\n\n\x00")
+        assert ws.recv(5).startswith("CONNECTED")
+        ws.send(f"SEND\ndestination:/queue/{queue}\nreceipt:r1\n\nhello\x00")
+        assert ws.recv(5).startswith("RECEIPT")
+        ws.send("SUBSCRIBE\nid:0\n\n\x00")  # no destination: refused with an ERROR
+        assert ws.recv(5).startswith("ERROR")
+    after = samples(scrape(server).text)
+    assert broker.stats(queue).enqueued == 5
+
+    def delta(metric: str, **labels: str) -> float:
+        key = (metric, tuple(sorted(labels.items())))
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert delta("signalbox_http_requests_total", route="api-messages", method="POST", status="201") == 3
+    assert delta("signalbox_http_requests_total", route="unmatched", method="GET", status="404") == 1
+    assert delta("signalbox_http_requests_total", route="api-destination", method="GET", status="200") == 1
+    assert delta("signalbox_http_request_duration_seconds_count", route="api-messages", method="POST") == 3
+    assert delta("signalbox_http_request_duration_seconds_bucket", route="api-messages", method="POST",
+                 le="+Inf") == 3
+    # the scrape before this one is counted too
+    assert delta("signalbox_http_requests_total", route="metrics", method="GET", status="200") == 1
+    assert delta("signalbox_ws_frames_total", protocol="json", command="connect", outcome="ok") == 1
+    assert delta("signalbox_ws_frames_total", protocol="json", command="send", outcome="ok") == 1
+    assert delta("signalbox_ws_frames_total", protocol="json", command="unknown", outcome="error") == 1
+    assert delta("signalbox_ws_frames_total", protocol="stomp", command="CONNECT", outcome="ok") == 1
+    assert delta("signalbox_ws_frames_total", protocol="stomp", command="SEND", outcome="ok") == 1
+    assert delta("signalbox_ws_frames_total", protocol="stomp", command="SUBSCRIBE", outcome="error") == 1
+
+
+
+class _Monitor:
+    """The commands clients send to Redis (MONITOR; what scripts run inside is not counted), until
+    `stop()`, which sends a marker and waits for it."""
+
+    def __init__(self, url: str) -> None:
+        import threading
+
+        self.url, self.marker = url, f"end-{uuid.uuid4().hex}"
+        self.commands: list[list[str]] = []
+        self.client = redis.Redis.from_url(url)
+        self.monitor = self.client.monitor().__enter__()
+        self.thread = threading.Thread(target=self._listen, daemon=True)
+        self.thread.start()
+
+    def _listen(self) -> None:
+        for entry in self.monitor.listen():
+            if self.marker in entry["command"]:
+                return
+            if entry.get("client_type") != "lua":
+                words = entry["command"].split(" ", 3)
+                self.commands.append([words[0].upper(), *words[1:3]])
+
+    def stop(self) -> list[list[str]]:
+        redis.Redis.from_url(self.url).echo(self.marker)
+        self.thread.join(10)
+        self.monitor.__exit__()
+        self.client.close()
+        return self.commands
+
+
+@pytest.mark.e2e
+def test_scrape_of_thousands_of_destinations_is_a_few_bounded_calls(server, broker, redis_url):
+    from signalbox.metrics import PAGE
+
+    prefix = f"bulk{uuid.uuid4().hex[:6]}"
+    for i in range(3000):
+        broker.send(f"{prefix}.{i}", Message(body="x"))
+    scrape(server)  # warm: the script is loaded, the process's imports done
+    started = time.perf_counter()
+    scrape(server)
+    elapsed = time.perf_counter() - started
+    monitor = _Monitor(redis_url)  # (MONITOR slows Redis down: not during the timed scrape)
+    response = scrape(server)
+    commands = monitor.stop()
+    parsed = samples(response.text)
+    registered = int(of(parsed, "signalbox_destinations"))
+    assert registered >= 3000
+    pages = math.ceil(registered / PAGE)
+    assert of(parsed, "signalbox_metrics_pages") == pages
+    assert of(parsed, "signalbox_destination_enqueued_total", destination=f"queue://{prefix}.2999") == 1
+    # one script call per page (FCALL, or EVALSHA on a server without functions), each over at most PAGE
+    # queues, and a fixed few others whatever the count: INFO, ZCARD and ZRANGE of the registry, the
+    # tick's HGETALL and its new connection's set-up (HELLO, CLIENT SETINFO). (Each call's duration is
+    # measured by bench/metrics_scrape.py: SLOWLOG on a shared test machine says more about the machine.)
+    scripts = [c for c in commands if c[0] in ("EVALSHA", "FCALL")]
+    assert len(scripts) == pages, [c[0] for c in commands]
+    assert all(int(c[2]) <= PAGE for c in scripts)
+    others = [c for c in commands if c[0] not in ("EVALSHA", "FCALL")]
+    assert len(others) <= 12, others
+    # (10,000 take well under 1 s on an idle machine: bench/metrics_scrape.py, docs/benchmarks.md; the
+    # bound here leaves room for a machine busy with other work, and still catches a scrape gone linear
+    # in Redis round trips or worse)
+    assert elapsed < 2.0, f"scrape of {registered} destinations took {elapsed:.2f}s"
+
+
+def test_gather_pages_and_limit(redis_url, namespace):
+    """broker_core's summaries in pages of `page`; past the limit destinations are counted, not read."""
+    from signalbox.metrics import BrokerCollector, gather
+
+    sync = Broker(redis.Redis.from_url(redis_url), namespace)
+    for i in range(30):
+        sync.send(f"limit.{i:02d}", Message(body="x" * (i + 1)))
+    sync.close()
+
+    async def run():
+        client = redis.asyncio.Redis.from_url(redis_url)
+        broker = AsyncBroker(client, namespace)
+        try:
+            return await gather(broker, limit=10, page=4)
+        finally:
+            await broker.aclose()
+            await client.aclose()
+
+    snapshot = asyncio.run(run())
+    assert snapshot.redis_up and snapshot.registered == 30 and snapshot.pages == 3
+    assert [s.destination for s in snapshot.summaries] == [f"queue://limit.{i:02d}" for i in range(10)]
+    from prometheus_client import generate_latest
+
+    parsed = samples(generate_latest(BrokerCollector(snapshot)).decode())
+    assert of(parsed, "signalbox_metrics_destinations_omitted") == 20
+    assert of(parsed, "signalbox_metrics_destinations_limit") == 10
+    assert ("signalbox_destination_queue_size", (("destination", "queue://limit.10"),)) not in parsed
+
+
+def test_unreachable_redis_is_a_figure_not_a_failure():
+    from prometheus_client import generate_latest
+
+    from signalbox.embedded_redis import free_port
+    from signalbox.metrics import BrokerCollector, gather
+
+    async def run():
+        client = redis.asyncio.Redis.from_url(f"redis://127.0.0.1:{free_port()}", socket_connect_timeout=0.5)
+        try:
+            return await gather(AsyncBroker(client, "nowhere"))
+        finally:
+            await client.aclose()
+
+    snapshot = asyncio.run(run())
+    assert not snapshot.redis_up and "ConnectionError" in snapshot.redis_error
+    parsed = samples(generate_latest(BrokerCollector(snapshot)).decode())
+    assert of(parsed, "signalbox_redis_up") == 0
+    assert not any(name.startswith("signalbox_destination_") for name, _ in parsed)
+
+
+@pytest.mark.e2e
+def test_several_web_processes_are_summed_with_a_multiprocess_folder(tmp_path, namespace):
+    """uvicorn --workers 2 with PROMETHEUS_MULTIPROC_DIR: whichever process answers the scrape, the
+    request counters are the sum over both processes."""
+    import subprocess
+    import sys
+
+    from signalbox.embedded_redis import free_port
+    from tests.helpers.gateway_server import ROOT, GatewayServer, server_env, wait_listening
+
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    port = free_port()
+    log_path = tmp_path / "uvicorn.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "signalbox.asgi:application", "--host", "127.0.0.1", "--port",
+             str(port), "--workers", "2", "--lifespan", "off", "--log-level", "warning", "--no-access-log"],
+            cwd=ROOT, env=server_env(tmp_path, namespace, SIGNALBOX_METRICS_TOKEN=TOKEN,
+                                     PROMETHEUS_MULTIPROC_DIR=str(folder)),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    server = wait_listening(GatewayServer(process, port, log_path))
+    try:
+        deadline = time.monotonic() + 30
+        while len({p.name.rsplit("_", 1)[-1] for p in folder.glob("counter_*.db")}) < 2:
+            # new connections until both processes have answered one (the kernel picks the process)
+            assert time.monotonic() < deadline, "one process never answered"
+            httpx.get(f"http://127.0.0.1:{port}/no/such/page", timeout=10)
+        before = samples(scrape(server).text)
+        for _ in range(20):
+            assert httpx.get(f"http://127.0.0.1:{port}/no/such/page", timeout=10).status_code == 404
+        for _ in range(4):  # any process's answer has the same sum
+            after = samples(scrape(server).text)
+            labels = {"method": "GET", "route": "unmatched", "status": "404"}
+            assert of(after, "signalbox_http_requests_total", **labels) - of(
+                before, "signalbox_http_requests_total", **labels) == 20
+            assert of(after, "signalbox_redis_up") == 1
+    finally:
+        server.stop()
+    assert "Traceback" not in server.output(), server.output()
