@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -466,6 +467,13 @@ class Launcher:
 
     def child_env(self, redis_url: str) -> dict[str, str]:
         env = dict(os.environ)
+        if not env.get("PROMETHEUS_MULTIPROC_DIR"):
+            # The web server and the STOMP listener count requests and frames in files here, which every
+            # /metrics scrape sums (docs/metrics.md); emptied at each start, so counters start at zero.
+            shared = self.config.data_dir / "prometheus"
+            shutil.rmtree(shared, ignore_errors=True)
+            shared.mkdir(parents=True)
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(shared)
         env.update(
             REDIS_URL=redis_url,
             SIGNALBOX_DATA_DIR=str(self.config.data_dir),

@@ -23,7 +23,13 @@ import redis
 import websockets
 
 from signalbox.embedded_redis import EmbeddedRedis, aof_files, configured_executable, free_port, port_in_use
-from tests.helpers.processes import RunningLauncher, launcher_env, run_launcher_to_completion, start_launcher
+from tests.helpers.processes import (
+    METRICS_TOKEN,
+    RunningLauncher,
+    launcher_env,
+    run_launcher_to_completion,
+    start_launcher,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -72,6 +78,13 @@ def exercise_and_stop(launcher: RunningLauncher, redis_url: str) -> tuple[bytes,
         stomp.sendall(b"CONNECT\naccept-version:1.2\nlogin:nobody\npasscode:wrong\n\n\x00")
         stomp.settimeout(10)
         assert stomp.recv(4096).startswith(b"ERROR\nmessage:User name [nobody] or password is invalid.")
+    # the listener's frames are summed into the web server's /metrics (a shared PROMETHEUS_MULTIPROC_DIR)
+    scrape = urllib.request.Request(f"{launcher.base_url}/metrics",
+                                    headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+    with urllib.request.urlopen(scrape, timeout=30) as response:
+        exposition = response.read().decode()
+    assert re.search(r'signalbox_ws_frames_total\{[^}]*command="CONNECT"[^}]*outcome="error"[^}]*\} [1-9]',
+                     exposition), exposition[-3000:]
 
     key = f"e2e-{uuid.uuid4().hex}".encode()
     client = redis.Redis.from_url(redis_url)

@@ -19,6 +19,7 @@ import psutil
 
 from signalbox.embedded_redis import free_port
 
+METRICS_TOKEN = "launcher-test-metrics-token"  # /metrics of the runs the tests start
 ROOT = Path(__file__).resolve().parents[2]
 
 # Variables of the test session that must not leak into a launcher under test.
@@ -31,6 +32,7 @@ def launcher_env(**overrides: str) -> dict[str, str]:
     env["SIGNALBOX_VENV"] = sys.prefix
     # Each launcher's STOMP listener on a port of its own (61613 may be another broker's, or another test's).
     env["SIGNALBOX_STOMP_PORT"] = str(free_port())
+    env["SIGNALBOX_METRICS_TOKEN"] = METRICS_TOKEN
     env.update(overrides)
     return env
 
