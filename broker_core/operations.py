@@ -43,6 +43,7 @@ _CONSUMER_ID = re.compile(r"[A-Za-z0-9._@-]{1,128}")
 MAX_RECEIVE = 1_000
 BROWSE_EXAMINE = 1_000  # messages a browse call looks at, matching or not
 TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
+PURGE_EXAMINE = 500  # messages a purge call looks at
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
 TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is (not dead letters)
@@ -797,22 +798,23 @@ class Operations:
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0])
 
-    def purge(self, dest: Destination, now: int, progress: Callable[[int, int], None] | None = None,
-              batch: int = 1_000) -> Op:
-        """Remove every message there at the start, in bounded calls (producers and consumers go on);
-        `progress(removed, total)` is told after each call. Interrupted, it can simply be run again."""
+    def purge(self, dest: Destination, now: int, progress: Callable[[int, int], None] | None = None) -> Op:
+        """Remove every message there when the purge starts (broker sequence up to the mark the first call
+        takes; later sends stay), wherever it is, in calls of at most PURGE_EXAMINE examined messages
+        (scripts/purge.lua): producers and consumers go on between them. `progress(removed, total)` is
+        told after each call (total: what the queue held at the start). Interrupted, run it again."""
         stats = yield from self.stats(dest, now)
-        target = stats.queue_size + stats.parked
-        removed = 0
-        while removed < target:
-            reply = yield from self._eval("remove", dest, now, 0, min(batch, target - removed))
-            yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
-            if int(reply[0]) == 0:
-                break
+        total = stats.queue_size + stats.parked
+        removed, mark, cursor = 0, "", ""
+        while True:
+            reply = yield from self._eval("purge", dest, now, 0, mark, cursor, PURGE_EXAMINE)
+            yield from self._continue_dispatch(dest, now, int(reply[3]), int(reply[4]))
             removed += int(reply[0])
+            cursor, mark = _str(reply[1]), _str(reply[2])
             if progress:
-                progress(removed, target)
-        return removed
+                progress(removed, total)
+            if not cursor:
+                return removed
 
     def transfer(self, dest: Destination, mode: str, target: Destination | None, message_ids: list[str],
                  selector: str | None, limit: int | None, now: int) -> Op:

@@ -1,0 +1,107 @@
+"""Every script call bounded whatever the sizes: purge, removeAllMessageGroups, browse with a selector,
+batch sends and acks larger than one call take several bounded calls behind one call of the API, and
+keep what the API promises. Each test runs on both script forms: EVALSHA on the session's Redis and the
+function library on a Redis >= 7 (test_script_forms.py)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from broker_core import operations
+from broker_core.broker import Broker
+from broker_core.destinations import parse_destination
+from broker_core.messages import Message
+from broker_core.operations import ConsumerSpec
+
+from .test_script_forms import client7, functions_url  # noqa: F401  (fixtures: a Redis >= 7)
+
+
+@pytest.fixture(params=["eval", "functions"])
+def sized(request, redis_client, clock):
+    """A Broker on the script form the test is run for, in a namespace of its own."""
+    if request.param == "eval":
+        client, functions = redis_client, False
+    else:
+        client, functions = request.getfixturevalue("client7"), True
+    broker = Broker(client, f"t{uuid.uuid4().hex[:12]}", clock)
+    broker._functions = functions
+    yield broker
+    broker.close()
+
+
+def fill(broker, n, dest="orders", tag="old", **kw):
+    ids = []
+    for start in range(0, n, 100):
+        ids += broker.send(dest, [Message(body=tag, message_id=f"{tag}-{i}", **kw)
+                                  for i in range(start, min(n, start + 100))])
+    return ids
+
+
+def bodies(broker, dest="orders"):
+    """What the queue holds, by body (browse: pending, parked, in flight)."""
+    out, cursor = [], None
+    while True:
+        page = broker.browse(dest, cursor=cursor, limit=1000)
+        out += [b.message.body for b in page.messages]
+        cursor = page.next_cursor
+        if cursor is None:
+            return out
+
+
+# -- purge -----------------------------------------------------------------------------------------------
+
+def test_purge_takes_bounded_calls_and_removes_what_was_there_wherever_it_is(sized, clock):
+    sized.policies.set_entry("queue", "orders", {"prioritizedMessages": True})
+    fill(sized, 2_400)
+    fill(sized, 30, tag="delayed", delay_ms=60_000)  # parked
+    c = sized.add_consumer("orders", ConsumerSpec(prefetch=300, ack_mode="client-individual"))
+    held = sized.receive(c, 100)  # 100 received, 200 dispatched and still in the outbox
+    calls: list[int] = []
+    sent_during = 0
+
+    def during(removed, total):
+        # between two calls: sends of every kind, at the head of the queue too (priority 9), and delayed
+        nonlocal sent_during
+        calls.append(removed)
+        n = len(calls)
+        sized.send("orders", [Message(body="new", priority=9, message_id=f"new-{n}-a"),
+                              Message(body="new", message_id=f"new-{n}-b"),
+                              Message(body="new", delay_ms=60_000, message_id=f"new-{n}-c")])
+        sent_during += 3
+
+    removed = sized.purge("orders", progress=during)
+    assert removed == 2_430 and len(calls) >= 2_430 // operations.PURGE_EXAMINE
+    left = bodies(sized)
+    assert left == ["new"] * sent_during  # every old message gone, pending, parked or in flight; no new one
+    stats = sized.stats("orders")
+    assert stats.purged == 2_430 and stats.queue_size + stats.parked == sent_during
+    assert sum(int(e["count"]) for e in _events(sized) if e["type"] == "purge") == 2_430
+    del held
+
+
+def test_a_purge_meeting_consumers_that_take_and_acknowledge_messages_loses_nothing(sized):
+    fill(sized, 1_500)
+    a = sized.add_consumer("orders", ConsumerSpec(prefetch=50, ack_mode="client-individual"))
+    b = sized.add_consumer("orders", ConsumerSpec(prefetch=50, ack_mode="client-individual"))
+    acked = 0
+
+    def during(removed, total):
+        nonlocal acked
+        for d in sized.receive(a, 10):  # a consumer goes on, acknowledging
+            if sized.ack(a, d.message_id) and d.body == "old":
+                acked += 1
+        sized.send("orders", Message(body="new"))
+
+    removed = sized.purge("orders", progress=during)
+    stats = sized.stats("orders")
+    # each message ends exactly once: purged, acknowledged, or (sent during the purge) still there
+    assert removed == stats.purged and acked > 0
+    assert removed + acked == 1_500 and "old" not in bodies(sized)
+    del b
+
+
+def _events(broker, dest="orders"):
+    key = broker.ops.events_key(parse_destination(dest))
+    return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in broker.redis.xrange(key)]
