@@ -105,3 +105,23 @@ def test_a_purge_meeting_consumers_that_take_and_acknowledge_messages_loses_noth
 def _events(broker, dest="orders"):
     key = broker.ops.events_key(parse_destination(dest))
     return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in broker.redis.xrange(key)]
+
+
+# -- removeAllMessageGroups ------------------------------------------------------------------------------
+
+def test_remove_all_message_groups_of_many_groups_is_one_call_that_frees_them_all(sized):
+    sized.policies.set_entry("queue", "orders", {"messageGroupMapFactoryType": "simple"})
+    a = sized.add_consumer("orders", ConsumerSpec(prefetch=2_000))
+    b = sized.add_consumer("orders", ConsumerSpec(prefetch=2_000))
+    for start in range(0, 3_000, 100):
+        sized.send("orders", [Message(body="g", group_id=f"g{n}") for n in range(start, start + 100)])
+    assert sized.stats("orders").group_count == 3_000
+    assert sized.remove_all_message_groups("orders") == 3_000
+    stats = sized.stats("orders")
+    assert stats.group_count == 0
+    assert sized.message_groups("orders") == []
+    prefix = sized.ops.prefix(parse_destination("orders"))
+    assert not sized.redis.exists(f"{prefix}:groups", f"{prefix}:c:{a.consumer_id}:groups",
+                                  f"{prefix}:c:{b.consumer_id}:groups")
+    sized.send("orders", Message(body="again", group_id="g1"))  # assigned again
+    assert sized.message_groups("orders")[0].group_id == "g1"
