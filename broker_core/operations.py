@@ -44,6 +44,10 @@ MAX_RECEIVE = 1_000
 BROWSE_EXAMINE = 1_000  # messages a browse call looks at, matching or not
 TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
 PURGE_EXAMINE = 500  # messages a purge call looks at
+# A batch sent in one call of the API goes to Redis in parts of at most this many messages and bytes (one
+# message at least): every part's limits are checked first, then the parts are stored in order, each atomic.
+SEND_PART = 100
+SEND_PART_BYTES = 1 << 20
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
 TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is (not dead letters)
@@ -533,16 +537,53 @@ class Operations:
     def send_packed(self, dest: Destination, packed: list[tuple[str, bytes]], now: int,
                     also: tuple[Destination, ...] = ()) -> Op:
         """`send` to a queue of messages packed already (Message.pack: id, bytes). A limit the script
-        checks (size, properties, memory) refuses all of them before anything is stored."""
-        args: list[Any] = [0, (yield from virtual.origin(self, dest, "producer", also))]
-        for message_id, blob in packed:
-            args += [message_id, blob]
-        reply = yield from flow.send_when_space(self, dest, now, args)  # waits or raises when full
-        split = reply.index(b"")
-        if int(reply[split + 2]):  # (nothing to finish, the usual case: no generator to make and run)
-            yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
-        return [SentId(message_id, _str(status)) for message_id, status in zip(args[2::2], reply[:split],
-                                                                                  strict=True)]
+        checks (size, properties) refuses all of them before anything is stored."""
+        origin = yield from virtual.origin(self, dest, "producer", also)
+
+        def finish(reply: list[Any]) -> Op:
+            split = reply.index(b"")
+            if int(reply[split + 2]):  # (nothing to finish, the usual case)
+                yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
+            return reply[:split]
+
+        return (yield from self.send_parts(dest, now, "send", origin, packed, finish))
+
+    def send_parts(self, dest: Destination, now: int, script: str, origin: Any, records: list[tuple],
+                   finish: Callable[[list[Any]], Op]) -> Op:
+        """Run a send script (`send`, `topic_send`) over messages (`records`: each one's arguments, id and
+        packed message first) in parts of SEND_PART messages and SEND_PART_BYTES, so no call grows with
+        the batch. Every part's size and property limits are checked before the first part is stored (a
+        refusal changes nothing); the parts then go in order, each atomic, each waiting for space as its
+        own send (flow.py). A part refused after others were stored (a memory limit that fails the send)
+        raises with `details["sent"]`, how many messages went before it: their ids are stored, so sending
+        the same batch again (the same message ids) stores only the rest. `finish(reply)` completes a
+        part's call and returns its statuses. Returns a SentId per message."""
+        parts, part, size = [], [], 0
+        for record in records:
+            if part and (len(part) == SEND_PART or size + len(record[1]) > SEND_PART_BYTES):
+                parts.append(part)
+                part, size = [], 0
+            part.append(record)
+            size += len(record[1])
+        parts.append(part)
+        if len(parts) > 1:
+            for part in parts:
+                yield from self._eval(script, dest, now, 0, "check", *(a for r in part for a in r))
+        statuses: list[Any] = []
+        for part in parts:
+            args = [0, origin, *(a for r in part for a in r)]
+            try:
+                reply = yield from flow.send_when_space(self, dest, now, args, script=script)
+            except BrokerError as exc:
+                if statuses:
+                    exc.message = (f"{exc.message} (after {len(statuses)} of the batch's {len(records)} "
+                                   "messages were sent: send it again with the same message ids to send "
+                                   "the rest)")
+                    exc.args = (exc.message,)
+                    exc.details["sent"] = len(statuses)
+                raise
+            statuses += yield from finish(reply)
+        return [SentId(r[0], _str(status)) for r, status in zip(records, statuses, strict=True)]
 
     # -- consuming ------------------------------------------------------------------------------------
 

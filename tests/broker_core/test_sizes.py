@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from broker_core import operations
+from broker_core import errors, operations
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
@@ -125,3 +125,52 @@ def test_remove_all_message_groups_of_many_groups_is_one_call_that_frees_them_al
                                   f"{prefix}:c:{b.consumer_id}:groups")
     sized.send("orders", Message(body="again", group_id="g1"))  # assigned again
     assert sized.message_groups("orders")[0].group_id == "g1"
+
+
+# -- batch send ------------------------------------------------------------------------------------------
+
+def _script_calls(broker) -> int:
+    stats = broker.redis.info("commandstats")
+    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval", "fcall"))
+
+
+def test_a_batch_of_1000_is_stored_in_order_in_bounded_parts(sized):
+    before = _script_calls(sized)
+    batch = [Message(body=str(i), message_id=f"m-{i}") for i in range(1_000)]
+    sent = sized.send("orders", batch)
+    assert [s.status for s in sent] == ["ok"] * 1_000 and sent == [f"m-{i}" for i in range(1_000)]
+    # a check of each part, then each part: never one call for the whole batch
+    assert _script_calls(sized) - before >= 2 * 1_000 // operations.SEND_PART
+    assert bodies(sized) == [str(i) for i in range(1_000)]
+
+
+def test_a_batch_with_one_message_over_a_limit_is_refused_whole_whatever_part_it_is_in(sized):
+    sized.policies.set_entry("queue", "orders", {"maxMessageSize": 1024})
+    sized.ensure_destination("orders")
+    batch = [Message(body="x", message_id=f"m-{i}") for i in range(450)] + [Message(body="y" * 2000)]
+    with pytest.raises(errors.MessageTooLarge, match="maxMessageSize=1024"):
+        sized.send("orders", batch)
+    assert sized.stats("orders").enqueued == 0 and bodies(sized) == []
+
+
+def test_a_part_refused_for_memory_says_how_many_went_and_the_same_batch_again_sends_the_rest(sized):
+    sized.policies.set_entry("queue", "orders", {"memoryLimit": 250 * 1100, "sendFailIfNoSpace": True})
+    batch = [Message(body=str(i), message_id=f"m-{i}") for i in range(400)]
+    with pytest.raises(errors.BrokerError, match=r"after 200 of the batch.s 400 messages") as failed:
+        sized.send("orders", batch)
+    assert failed.value.details["sent"] == 200 and sized.stats("orders").queue_size == 200
+    sized.purge("orders")  # room again
+    again = sized.send("orders", batch)
+    assert [s.status for s in again] == ["duplicate"] * 200 + ["ok"] * 200
+    assert bodies(sized) == [str(i) for i in range(200, 400)]
+
+
+def test_a_topic_batch_goes_in_parts_too(sized):
+    c = sized.add_consumer("topic://news", ConsumerSpec(prefetch=1_000))
+    before = _script_calls(sized)
+    sent = sized.send("topic://news", [Message(body=str(i)) for i in range(300)])
+    assert len(sent) == 300 and _script_calls(sized) - before >= 6
+    got = []
+    while batch := sized.receive(c, 1_000):
+        got += [d.body for d in batch]
+    assert got == [str(i) for i in range(300)]
