@@ -499,7 +499,7 @@ class AsyncBroker(_Api):
         self._sends: Coalescer[Packed, list[str]] = Coalescer(self._send_groups, _send_refused, size=len)
         self._acks: Coalescer[AckRequest, tuple[int, list[Delivery]]] = Coalescer(
             self._ack_groups, lambda e: isinstance(e, errors.UnknownConsumer | errors.NotInFlight),
-            tag=lambda r: r[0].consumer_id)
+            size=lambda r: len(r[1]), tag=lambda r: r[0].consumer_id)
 
     async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
                    *, tx: str | None = None) -> list[str]:

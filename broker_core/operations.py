@@ -48,6 +48,7 @@ PURGE_EXAMINE = 500  # messages a purge call looks at
 # message at least): every part's limits are checked first, then the parts are stored in order, each atomic.
 SEND_PART = 100
 SEND_PART_BYTES = 1 << 20
+ACK_PART = 100  # ids per ack call: a larger individual ack is checked whole, then applied in parts
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
 TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is (not dead letters)
@@ -648,7 +649,10 @@ class Operations:
     def ack_many(self, dest: Destination, requests: list[AckRequest], now: int) -> Op:
         """`ack` of several consumers of `dest` (its home: a queue, or one subscription), each named once
         and with message ids, in one script call: all are checked before any is applied. Returns (acked,
-        next messages) per request, in order."""
+        next messages) per request, in order. One consumer's ack of more than ACK_PART ids is checked
+        whole, then applied in parts (ack_in_parts)."""
+        if len(requests) == 1 and len(requests[0][1]) > ACK_PART and requests[0][2] != "cumulative":
+            return [(yield from self.ack_in_parts(dest, requests[0], now))]
         args: list[Any] = [0]
         for consumer, message_ids, mode, receive in requests:
             args += [consumer.consumer_id, mode, receive, len(message_ids), *message_ids]
@@ -661,6 +665,33 @@ class Operations:
             out.append((acked, _deliveries(consumer, reply[at + 2:at + 2 + 4 * received], 0)))
             at += 2 + 4 * received
         return out
+
+    def ack_in_parts(self, dest: Destination, request: AckRequest, now: int) -> Op:
+        """An individual (or delivered) ack of many ids: every id is checked in flight with the consumer
+        (ack.lua's 'check', ACK_PART ids a call) before any is acknowledged, so a wrong id refuses the
+        whole ack; then ACK_PART ids a call, the next messages handed over with the last part. A part
+        refused after others were applied (a message that left meanwhile: the lease lapsed, an operator
+        removed it) raises with `details["acked"]`."""
+        consumer, message_ids, mode, receive = request
+        ids = list(dict.fromkeys(message_ids))  # an id named twice is acknowledged once
+        parts = [ids[i:i + ACK_PART] for i in range(0, len(ids), ACK_PART)]
+        for part in parts:
+            yield from self._eval("ack", dest, now, "check", consumer.consumer_id, mode, 0, len(part), *part)
+        acked = 0
+        for n, part in enumerate(parts):
+            last = n == len(parts) - 1
+            try:
+                ((count, deliveries),) = yield from self.ack_many(
+                    dest, [(consumer, part, mode, receive if last else 0)], now)
+            except BrokerError as exc:
+                if acked:
+                    exc.message = (f"{exc.message} (after {acked} of the {len(ids)} messages were "
+                                   "acknowledged)")
+                    exc.args = (exc.message,)
+                    exc.details["acked"] = acked
+                raise
+            acked += count
+        return acked, deliveries
 
     def nack(self, consumer: ConsumerRef, message_ids: list[str], poison: bool, now: int,
              jitter: float) -> Op:

@@ -1,6 +1,7 @@
 -- Acknowledge messages of one or more consumers of a destination (spec §5.1, Appendix A), then optionally
 -- hand each of them its next messages.
--- ARGV: now, budget, then per consumer: consumer id, mode, receive max (0 = none), how many ids, the ids...
+-- ARGV: now, budget ('check': only check, change nothing), then per consumer: consumer id, mode, receive max
+-- (0 = none), how many ids, the ids...
 --   individual: exactly the listed messages (INDIVIDUAL ack; also STOMP client-individual);
 --   cumulative: every message dispatched to this consumer up to and including the (single) listed one
 --               (STANDARD ack of a CLIENT_ACKNOWLEDGE session; STOMP client mode);
@@ -64,6 +65,8 @@ while at <= #ARGV do
   at = last + 1
 end
 if #groups == 0 then return fail('INVALID_ACK', 'no consumer given') end
+-- budget 'check': the checks only, nothing changed (a large ack is checked whole, then sent in parts)
+if ARGV[2] == 'check' then return { 0, 0, 0 } end
 
 local acks = { nil }  -- the acknowledged messages, {consumer, ids} per consumer (lifecycle.lua ack_messages)
 for g = 1, #groups do

@@ -174,3 +174,38 @@ def test_a_topic_batch_goes_in_parts_too(sized):
     while batch := sized.receive(c, 1_000):
         got += [d.body for d in batch]
     assert got == [str(i) for i in range(300)]
+
+
+# -- batch ack -------------------------------------------------------------------------------------------
+
+def _holding(broker, n):
+    fill(broker, n)
+    c = broker.add_consumer("orders", ConsumerSpec(prefetch=n, ack_mode="client-individual"))
+    got = []
+    while batch := broker.receive(c, 1_000):
+        got += batch
+    return c, [d.message_id for d in got]
+
+
+def test_an_ack_of_1000_ids_is_applied_in_bounded_parts(sized):
+    c, ids = _holding(sized, 1_000)
+    before = _script_calls(sized)
+    assert sized.ack(c, ids + ids[:5]) == 1_000  # (an id named twice is acknowledged once)
+    assert _script_calls(sized) - before >= 2 * 1_000 // operations.ACK_PART
+    stats = sized.stats("orders")
+    assert stats.queue_size == 0 and stats.dequeued == 1_000
+
+
+def test_an_ack_of_many_ids_with_one_not_in_flight_changes_nothing(sized):
+    c, ids = _holding(sized, 700)
+    with pytest.raises(errors.NotInFlight, match="ID:nope"):
+        sized.ack(c, ids[:650] + ["ID:nope"] + ids[650:])
+    assert sized.stats("orders").in_flight == 700  # the check of every part came first
+
+
+def test_ack_and_receive_of_many_ids_hands_over_the_next_messages_with_the_last_part(sized):
+    fill(sized, 450)
+    c = sized.add_consumer("orders", ConsumerSpec(prefetch=300, ack_mode="client-individual"))
+    ids = [d.message_id for d in sized.receive(c, 300)]
+    after = sized.ack_and_receive(c, ids, 200)
+    assert [d.body for d in after] == ["old"] * 150 and sized.stats("orders").in_flight == 150
