@@ -41,7 +41,7 @@ ACK_MODES: tuple[str, ...] = ("auto", "client", "client-individual", "transacted
 # No ':' so that a consumer's key names never collide with another consumer's (…:c:<id>:inflight).
 _CONSUMER_ID = re.compile(r"[A-Za-z0-9._@-]{1,128}")
 MAX_RECEIVE = 1_000
-BROWSE_EXAMINE = 1_000  # messages a browse call looks at, matching or not
+BROWSE_EXAMINE = 400  # messages a browse call looks at, matching or not (100,000 unmatched: 250 calls)
 TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
 PURGE_EXAMINE = 500  # messages a purge call looks at
 # A batch sent in one call of the API goes to Redis in parts of at most this many messages and bytes (one

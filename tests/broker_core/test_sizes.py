@@ -209,3 +209,18 @@ def test_ack_and_receive_of_many_ids_hands_over_the_next_messages_with_the_last_
     ids = [d.message_id for d in sized.receive(c, 300)]
     after = sized.ack_and_receive(c, ids, 200)
     assert [d.body for d in after] == ["old"] * 150 and sized.stats("orders").in_flight == 150
+
+
+# -- browse with a selector ------------------------------------------------------------------------------
+
+def test_a_browse_with_a_selector_examines_a_bounded_number_per_call_and_goes_on_with_a_cursor(sized):
+    fill(sized, 1_000, properties={"n": 1})
+    sized.send("orders", Message(body="match", properties={"n": 2}))
+    first = sized.browse("orders", selector="n = 2", limit=10)
+    assert first.messages == [] and first.next_cursor  # nothing among the first ones: say where to go on
+    pages, found, cursor = 1, [], first.next_cursor
+    while cursor:
+        page = sized.browse("orders", selector="n = 2", cursor=cursor, limit=10)
+        found += [b.message.body for b in page.messages]
+        cursor, pages = page.next_cursor, pages + 1
+    assert found == ["match"] and pages >= 1_001 // operations.BROWSE_EXAMINE
