@@ -48,6 +48,7 @@ PURGE_EXAMINE = 500  # messages a purge call looks at
 # message at least): every part's limits are checked first, then the parts are stored in order, each atomic.
 SEND_PART = 100
 SEND_PART_BYTES = 1 << 20
+DESTINATIONS_PAGE = 500  # registry entries per ZSCAN
 ACK_PART = 100  # ids per ack call: a larger individual ack is checked whole, then applied in parts
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
@@ -836,8 +837,15 @@ class Operations:
         )
 
     def destinations(self) -> Op:
-        reply = yield Command(("ZRANGE", self.registry_key, 0, -1))
-        return [_str(x) for x in reply]
+        """Every destination's URI, in creation order (the registry's), read DESTINATIONS_PAGE at a time
+        (ZSCAN, which may repeat a name: kept once), so no call reads 10,000 destinations."""
+        found: dict[str, float] = {}
+        cursor = 0
+        while True:
+            cursor, page = yield Command(("ZSCAN", self.registry_key, cursor, "COUNT", DESTINATIONS_PAGE))
+            found.update((_str(uri), score) for uri, score in page)  # redis-py: (member, score) pairs
+            if int(cursor) == 0:
+                return sorted(found, key=lambda uri: (found[uri], uri))
 
     # -- the operator's message operations (spec §14.3) --------------------------------------------------
 

@@ -224,3 +224,39 @@ def test_a_browse_with_a_selector_examines_a_bounded_number_per_call_and_goes_on
         found += [b.message.body for b in page.messages]
         cursor, pages = page.next_cursor, pages + 1
     assert found == ["match"] and pages >= 1_001 // operations.BROWSE_EXAMINE
+
+
+# -- the destination registry and statistics at many destinations ----------------------------------------
+
+def test_the_destination_list_is_read_in_pages_in_creation_order(sized, clock):
+    names = []
+    for n in range(1_200):
+        names.append(f"queue://d{(n * 7919) % 1_200:04d}")  # created out of name order
+        sized.ensure_destination(names[-1])
+        if n % 3 == 0:
+            clock.advance(1)  # and some in the same millisecond
+    scans = sized.redis.info("commandstats").get("cmdstat_zscan", {}).get("calls", 0)
+    listed = sized.destinations()
+    by_creation = sorted(names, key=lambda uri: (sized.redis.zscore(sized.ops.registry_key, uri), uri))
+    assert listed == by_creation and len(set(listed)) == 1_200
+    assert sized.redis.info("commandstats")["cmdstat_zscan"]["calls"] - scans >= 2
+
+
+async def test_summaries_of_many_queues_come_in_bounded_calls(redis_client, redis_url, namespace):
+    import redis.asyncio
+
+    from broker_core import broker as broker_module
+    from broker_core.broker import AsyncBroker
+
+    sync = Broker(redis_client, namespace)
+    for n in range(250):
+        sync.send(f"s{n}", [Message(body="x")] * (n % 4))
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        broker = AsyncBroker(client, namespace)
+        before = _script_calls(sync)
+        summaries = await broker.summaries([f"s{n}" for n in range(250)] + ["gone"])
+        assert [s.pending for s in summaries[:-1]] == [n % 4 for n in range(250)] and summaries[-1] is None
+        assert _script_calls(sync) - before >= 251 // broker_module.SUMMARY_CHUNK
+    finally:
+        await client.aclose()
