@@ -314,6 +314,12 @@ class _Api:
     def message_groups(self, destination: str | Destination) -> Any:
         return self._run(self.ops.message_groups(_dest(destination, "list groups of"), self._now()))
 
+    def message_groups_page(self, destination: str | Destination, *, cursor: str | None = None,
+                            limit: int = 100) -> Any:
+        """A page of about `limit` message groups: GroupPage(groups, next_cursor), None at the end."""
+        return self._run(self.ops.message_groups_page(_dest(destination, "list groups of"), self._now(),
+                                                      cursor, limit))
+
     def stats(self, destination: str | Destination) -> Any:
         return self._run(self.ops.stats(_dest(destination), self._now()))
 

@@ -49,6 +49,7 @@ PURGE_EXAMINE = 500  # messages a purge call looks at
 SEND_PART = 100
 SEND_PART_BYTES = 1 << 20
 DESTINATIONS_PAGE = 500  # registry entries per ZSCAN
+GROUPS_PAGE = 500  # message groups per group_list call
 ACK_PART = 100  # ids per ack call: a larger individual ack is checked whole, then applied in parts
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
@@ -310,6 +311,12 @@ class GroupInfo:
     group_id: str
     owner: str
     assigned_at: int
+
+
+@dataclass(frozen=True)
+class GroupPage:
+    groups: list[GroupInfo]
+    next_cursor: str | None
 
 
 def _str(v: Any) -> str:
@@ -762,15 +769,29 @@ class Operations:
         return int(reply[0])
 
     def message_groups(self, dest: Destination, now: int) -> Op:
-        cursor = "0"
+        """Every message group (a page of GROUPS_PAGE a call, message_groups_page)."""
+        cursor: str | None = None
         groups: list[GroupInfo] = []
         while True:
-            reply = yield Eval("group_list", (self.prefix(dest),), (now, cursor, 500))
-            for i in range(1, len(reply), 3):
-                groups.append(GroupInfo(_str(reply[i]), _str(reply[i + 1]), int(reply[i + 2])))
-            cursor = _str(reply[0])
-            if cursor == "0":
+            page = yield from self.message_groups_page(dest, now, cursor, GROUPS_PAGE)
+            groups += page.groups
+            cursor = page.next_cursor
+            if cursor is None:
                 return groups
+
+    def message_groups_page(self, dest: Destination, now: int, cursor: str | None, limit: int) -> Op:
+        """About `limit` message groups (Redis's HSCAN decides: a few more or fewer) and the cursor of the
+        next page (None at the end). A group assigned or removed meanwhile may be listed or not; none
+        present throughout is missed."""
+        if not 1 <= limit <= MAX_RECEIVE:
+            raise InvalidConsumer(f"limit must be 1-{MAX_RECEIVE}, got {limit}", field="limit")
+        if cursor is not None and not (cursor.isascii() and cursor.isdigit() and int(cursor) < 2**64):
+            raise InvalidConsumer(f"cursor {cursor!r} is not one this listing gave", field="cursor")
+        reply = yield Eval("group_list", (self.prefix(dest),), (now, cursor or "0", limit))
+        groups = [GroupInfo(_str(reply[i]), _str(reply[i + 1]), int(reply[i + 2]))
+                  for i in range(1, len(reply), 3)]
+        following = _str(reply[0])
+        return GroupPage(groups, None if following == "0" else following)
 
     def group_counts(self, dest: Destination, now: int, pending_limit: int, in_flight_limit: int) -> Op:
         """Pending (among the first `pending_limit`) and in-flight messages per group (the console)."""

@@ -260,3 +260,41 @@ async def test_summaries_of_many_queues_come_in_bounded_calls(redis_client, redi
         assert _script_calls(sync) - before >= 251 // broker_module.SUMMARY_CHUNK
     finally:
         await client.aclose()
+
+
+# -- message groups, a page at a time ----------------------------------------------------------------------
+
+def test_message_groups_come_in_pages_that_together_list_every_group_once(sized):
+    sized.policies.set_entry("queue", "orders", {"messageGroupMapFactoryType": "simple"})
+    sized.add_consumer("orders", ConsumerSpec(prefetch=2_000))
+    for start in range(0, 1_500, 100):
+        sized.send("orders", [Message(body="g", group_id=f"g{n}") for n in range(start, start + 100)])
+    seen, pages, cursor = [], 0, None
+    while True:
+        page = sized.message_groups_page("orders", cursor=cursor, limit=200)
+        assert len(page.groups) <= 400
+        seen += [g.group_id for g in page.groups]
+        pages, cursor = pages + 1, page.next_cursor
+        if cursor is None:
+            break
+    assert sorted(set(seen)) == sorted(f"g{n}" for n in range(1_500)) and pages >= 5
+    assert sorted(g.group_id for g in sized.message_groups("orders")) == sorted(set(seen))
+    with pytest.raises(errors.InvalidConsumer, match="cursor"):
+        sized.message_groups_page("orders", cursor="-1")
+
+
+def test_the_bucket_map_lists_its_recent_group_names_in_pages_too(sized):
+    sized.policies.set_entry("queue", "orders", {"messageGroupMapFactoryType": "bucket?bucketCount=64"})
+    sized.add_consumer("orders", ConsumerSpec(prefetch=2_000))
+    for start in range(0, 1_000, 100):
+        sized.send("orders", [Message(body="g", group_id=f"g{n}") for n in range(start, start + 100)])
+    whole = sized.message_groups_page("orders", limit=1_000)
+    assert whole.next_cursor is None and len(whole.groups) > 10
+    seen, cursor = [], None
+    while True:
+        page = sized.message_groups_page("orders", cursor=cursor, limit=7)
+        assert len(page.groups) <= 7
+        seen += page.groups
+        if (cursor := page.next_cursor) is None:
+            break
+    assert sorted(seen, key=str) == sorted(whole.groups, key=str)
