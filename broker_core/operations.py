@@ -51,6 +51,7 @@ SEND_PART_BYTES = 1 << 20
 DESTINATIONS_PAGE = 500  # registry entries per ZSCAN
 GROUPS_PAGE = 500  # message groups per group_list call
 ACK_PART = 100  # ids per ack call: a larger individual ack is checked whole, then applied in parts
+CUMULATIVE_MOST = 1_000  # messages one cumulative ack call takes (scripts/ack.lua says the same)
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
 TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is (not dead letters)
@@ -664,15 +665,40 @@ class Operations:
         args: list[Any] = [0]
         for consumer, message_ids, mode, receive in requests:
             args += [consumer.consumer_id, mode, receive, len(message_ids), *message_ids]
-        reply = yield from self._eval("ack", dest, now, *args)
+        early = [0] * len(requests)  # acknowledged before the call (_ack_oldest)
+        try:
+            reply = yield from self._eval("ack", dest, now, *args)
+        except Exception as exc:  # noqa: BLE001 - only the one below is handled
+            if not str(exc).startswith("ACK_TOO_LARGE"):
+                raise
+            # a cumulative ack over more than CUMULATIVE_MOST messages, refused before any change
+            for n, (consumer, message_ids, mode, _) in enumerate(requests):
+                if mode == "cumulative":
+                    early[n] = yield from self._ack_oldest(dest, consumer, message_ids[0], now)
+            reply = yield from self._eval("ack", dest, now, *args)
         if int(reply[1]):  # (nothing to finish, the usual case)
             yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
         out, at = [], 3
-        for consumer, *_ in requests:
+        for (consumer, *_), before in zip(requests, early, strict=True):
             acked, received = int(reply[at]), int(reply[at + 1])
-            out.append((acked, _deliveries(consumer, reply[at + 2:at + 2 + 4 * received], 0)))
+            out.append((before + acked, _deliveries(consumer, reply[at + 2:at + 2 + 4 * received], 0)))
             at += 2 + 4 * received
         return out
+
+    def _ack_oldest(self, dest: Destination, consumer: ConsumerRef, message_id: str, now: int) -> Op:
+        """A cumulative ack over more than CUMULATIVE_MOST messages (which ack.lua refuses, as more than a
+        bounded call) is made a bounded one: the consumer's oldest messages up to `message_id` are
+        acknowledged individually, ACK_PART a call, until CUMULATIVE_MOST are left for the cumulative ack's
+        own call. Returns how many that acknowledged. (A cumulative ack acknowledges each of them; a crash
+        half-way leaves the rest in flight, as a client's own acks would.)"""
+        window = f"{self.prefix(dest)}:c:{consumer.consumer_id}:inflight"  # (K_CINF, includes/base.lua)
+        seq = yield Command(("ZSCORE", window, message_id))
+        acked = 0
+        while seq is not None and (yield Command(("ZCOUNT", window, "-inf", repr(seq)))) > CUMULATIVE_MOST:
+            oldest = [_str(i) for i in (yield Command(("ZRANGE", window, 0, ACK_PART - 1)))]
+            ((count, _),) = yield from self.ack_many(dest, [(consumer, oldest, "individual", 0)], now)
+            acked += count
+        return acked
 
     def ack_in_parts(self, dest: Destination, request: AckRequest, now: int) -> Op:
         """An individual (or delivered) ack of many ids: every id is checked in flight with the consumer

@@ -50,7 +50,12 @@ while at <= #ARGV do
     end
   elseif mode == 'cumulative' then
     if count ~= 1 then return fail('INVALID_ACK', 'a cumulative ack names exactly one message') end
-    ids = redis.call('ZRANGEBYSCORE', K_CINF(cid), '-inf', seqs[ARGV[first]])
+    -- at most CUMULATIVE_MOST (operations.py) in one call: more is refused before any change, and the
+    -- caller acknowledges the oldest ones first, in bounded calls (a window may hold 32,767)
+    ids = redis.call('ZRANGEBYSCORE', K_CINF(cid), '-inf', seqs[ARGV[first]], 'LIMIT', 0, 1001)
+    if #ids > 1000 then
+      return fail('ACK_TOO_LARGE', 'a cumulative ack of more than 1000 messages (consumer ' .. cid .. ')')
+    end
   else
     return fail('INVALID_ACK', 'unknown ack mode ' .. mode .. ' (individual, cumulative or delivered)')
   end

@@ -298,3 +298,17 @@ def test_the_bucket_map_lists_its_recent_group_names_in_pages_too(sized):
         if (cursor := page.next_cursor) is None:
             break
     assert sorted(seen, key=str) == sorted(whole.groups, key=str)
+
+
+def test_a_cumulative_ack_over_thousands_acknowledges_them_all_in_bounded_calls(sized):
+    fill(sized, 2_600)
+    c = sized.add_consumer("orders", ConsumerSpec(prefetch=3_000, ack_mode="client"))
+    got = []
+    while batch := sized.receive(c, 1_000):
+        got += batch
+    before = _script_calls(sized)
+    assert sized.ack(c, got[2_499].message_id) == 2_500  # cumulative: everything up to it
+    assert _script_calls(sized) - before >= (2_500 - operations.CUMULATIVE_MOST) // operations.ACK_PART
+    stats = sized.stats("orders")
+    assert stats.dequeued == 2_500 and stats.in_flight == 100
+    assert sized.ack(c, got[2_599].message_id) == 100  # (and the usual one-call ack still works)
