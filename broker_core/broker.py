@@ -40,7 +40,7 @@ from .operations import (
     summary_from,
 )
 from .policy import PolicyStore
-from .scripts import call_args, is_missing, load_args, script, wants_functions
+from .scripts import call_args, is_missing, library, load_args, script, wants_functions
 
 # Script error replies start with a code; each maps to one typed error.
 _ERRORS: dict[str, type[errors.BrokerError]] = {
@@ -419,8 +419,9 @@ class Broker(_Api):
         """Make sure the server has these scripts (or the library) before a pipeline runs them."""
         functions = self._uses_functions()
         if functions:
-            if not self._library_loaded:
-                self._command(load_args(None, True))
+            if not self._library_loaded:  # only when missing (AsyncBroker._load says why)
+                if not self._command(("FUNCTION", "LIST", "LIBRARYNAME", library().name)):
+                    self._command(load_args(None, True))
                 self._library_loaded = True
         else:  # every script, so none of them meets NOSCRIPT half-way through a transaction
             for name in dict.fromkeys(names):
@@ -579,7 +580,10 @@ class AsyncBroker(_Api):
         functions = await self._uses_functions()
         if functions:
             if not self._library_loaded:
-                await self._command(load_args(None, True))
+                # loaded only when missing: compiling the library again held Redis 10-30 ms, and a new
+                # broker (the destination index's rebuild makes one each time) did it on its first pipeline
+                if not await self._command(("FUNCTION", "LIST", "LIBRARYNAME", library().name)):
+                    await self._command(load_args(None, True))
                 self._library_loaded = True
         else:
             for name in dict.fromkeys(names):

@@ -64,6 +64,22 @@ end
 
 local function pending_old(_, score) return old(score) end
 
+-- Old messages of consumer `cid`'s window (ids, with their dispatch sequences), taken out together: one
+-- command per key (take_out's steps for a message in flight, for all of them).
+local function take_window(cid, ids, dseqs)
+  if #ids == 0 then return end
+  local received = received_upto(cid)
+  for i = 1, #ids do
+    if dseqs[i] > received then redis.call('LREM', K_COUT(cid), 1, ids[i]) end  -- at the outbox's head
+  end
+  call_many('HDEL', K_INFLIGHT, ids)
+  call_many('ZREM', K_CINF(cid), ids)
+  redis.call('HINCRBY', K_C(cid), 'n', -#ids)
+  room_freed(cid)
+  drop_messages(ids)
+  purged = purged + #ids
+end
+
 -- In flight: consumer by consumer (a page of the consumers hash at a time, in name order within it), each
 -- window in dispatch order, so a message not yet received is met at the head of the consumer's outbox.
 local function in_flight(hcur, from_cid, after)
@@ -80,12 +96,18 @@ local function in_flight(hcur, from_cid, after)
           if want == 0 then return 'i:' .. hcur .. ':' .. cid .. ':' .. seen end
           local low = seen == '' and '-inf' or '(' .. seen
           local batch = redis.call('ZRANGEBYSCORE', K_CINF(cid), low, '+inf', 'WITHSCORES', 'LIMIT', 0, want)
-          for i = 1, #batch, 2 do
+          local ids = {}
+          for i = 1, #batch, 2 do ids[#ids + 1] = batch[i] end
+          local where = call_many('HMGET', K_INFLIGHT, ids)  -- 'consumer|pending score'
+          local old_ids, dseqs = {}, {}
+          for i = 1, #ids do
             examined = examined + 1
-            local v = redis.call('HGET', K_INFLIGHT, batch[i])
-            if v and old(string.match(v, '|(.*)$')) then remove(batch[i]) end
-            seen = batch[i + 1]
+            if where[i] and old(string.match(where[i], '|(.*)$')) then
+              old_ids[#old_ids + 1], dseqs[#dseqs + 1] = ids[i], tonumber(batch[2 * i])
+            end
+            seen = batch[2 * i]
           end
+          take_window(cid, old_ids, dseqs)
           if #batch < 2 * want then break end
         end
       end
