@@ -68,9 +68,10 @@ Packed = list[tuple[str, bytes]]  # messages as Message.pack gives them: (id, by
 
 def _send_refused(error: Exception) -> bool:
     """Whether the send script refused a send at once, storing nothing (coalesce.py): a size or property
-    limit, or a memory limit it fails on without waiting (a send that waited in vain has waited its time)."""
+    limit, or a memory limit it fails on without waiting (a send that waited in vain has waited its time;
+    one whose earlier parts were stored, operations.send_parts, has stored something)."""
     if isinstance(error, ResourceAllocationError):
-        return not error.details.get("waited_ms")
+        return not error.details.get("waited_ms") and not error.details.get("sent")
     return isinstance(error, errors.InvalidMessage)
 
 
