@@ -25,10 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+import redis.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker_core.broker import Broker  # noqa: E402
+from broker_core.messages import Message  # noqa: E402
+from broker_core.operations import ConsumerSpec  # noqa: E402
 from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable  # noqa: E402
 
 SLOWLOG_ENTRIES = 100_000
@@ -396,6 +399,124 @@ def events_lowered(ctx: Context) -> Calls:
     ctx.broker.policies.set_entry("queue", ">", {"eventsMaxLen": 100})
     ctx.broker.refresh_policies()
     return ctx.measure(lambda: ctx.broker.send("e", Message(body="x")))
+
+
+# --- sizes ---
+# Each operation here is one call of the Python API over data far larger than one script call may touch:
+# the API continues across bounded calls (purge, group reset, browse, the index) or splits the client's
+# batch (send, ack), so the longest call stays the same whatever the size.
+
+SIZES_QUEUE = "sizes"
+
+
+def _fill(ctx: Context, count: int, dest: str = SIZES_QUEUE, **fields: object) -> None:
+    """`count` small messages on `dest`, sent 100 to a call (fast to prepare, each call bounded)."""
+    for start in range(0, count, 100):
+        ctx.broker.send(dest, [Message(body="x", **fields)  # type: ignore[arg-type]
+                               for _ in range(min(100, count - start))])
+
+
+def _warm(operation: Callable[[str], object]) -> None:
+    """Run the operation once on a small queue: the first call of a script loads it (SCRIPT LOAD of the
+    EVAL form: tens of ms on Redis 6.2), which is not the cost of the operation."""
+    operation("sizes.warm")
+
+
+@case("sizes: purge of 100,000 (1,000 of them in flight)")
+def purge_100k(ctx: Context) -> Calls:
+    _fill(ctx, 100_000)
+    _fill(ctx, 1, "sizes.warm")
+    _warm(ctx.broker.purge)
+    ctx.broker.add_consumer(SIZES_QUEUE, ConsumerSpec(prefetch=1000))  # dispatched, not received
+    return ctx.measure(lambda: ctx.broker.purge(SIZES_QUEUE))
+
+
+@case("sizes: batch send of 1,000 messages (1 KB, 10 properties)")
+def send_1000(ctx: Context) -> Calls:
+    batch = [Message(body="x" * 1000, properties={f"p{k}": i for k in range(10)}) for i in range(1000)]
+    ctx.broker.add_consumer(SIZES_QUEUE, ConsumerSpec(prefetch=1000))  # each part dispatched as it comes
+    ctx.broker.send(SIZES_QUEUE, "warm-up")
+    return ctx.measure(lambda: ctx.broker.send(SIZES_QUEUE, batch))
+
+
+@case("sizes: ack of 1,000 ids (10,000 waiting behind)")
+def ack_1000(ctx: Context) -> Calls:
+    _fill(ctx, 11_000)
+    consumer = ctx.broker.add_consumer(SIZES_QUEUE, ConsumerSpec(prefetch=1000, ack_mode="client-individual"))
+    ids = [d.message_id for d in ctx.broker.receive(consumer, 1000)]
+    ctx.broker.ack(consumer, ids[:1])  # (loads the script)
+    ids = ids[1:] + [d.message_id for d in ctx.broker.receive(consumer, 1)]
+    return ctx.measure(lambda: ctx.broker.ack(consumer, ids))
+
+
+@case("sizes: removeAllMessageGroups over 50,000 groups")
+def groups_50k(ctx: Context) -> Calls:
+    ctx.broker.policies.set_entry("queue", SIZES_QUEUE, {"messageGroupMapFactoryType": "simple"})
+    ctx.broker.refresh_policies()
+    consumers = [ctx.broker.add_consumer(SIZES_QUEUE, ConsumerSpec(prefetch=25_000)) for _ in range(2)]
+    for start in range(0, 50_000, 100):
+        ctx.broker.send(SIZES_QUEUE, [Message(body="x", group_id=f"g{n}") for n in range(start, start + 100)])
+    assert ctx.broker.stats(SIZES_QUEUE).group_count == 50_000, "the groups were not all assigned"
+    del consumers
+    _warm(ctx.broker.remove_all_message_groups)
+    return ctx.measure(lambda: ctx.broker.remove_all_message_groups(SIZES_QUEUE))
+
+
+@case("sizes: message groups listed, 50,000 groups")
+def group_list_50k(ctx: Context) -> Calls:
+    ctx.broker.policies.set_entry("queue", SIZES_QUEUE, {"messageGroupMapFactoryType": "simple"})
+    ctx.broker.refresh_policies()
+    ctx.broker.add_consumer(SIZES_QUEUE, ConsumerSpec(prefetch=25_000))
+    ctx.broker.add_consumer(SIZES_QUEUE, ConsumerSpec(prefetch=25_000))
+    for start in range(0, 50_000, 100):
+        ctx.broker.send(SIZES_QUEUE, [Message(body="x", group_id=f"g{n}") for n in range(start, start + 100)])
+    _warm(ctx.broker.message_groups)
+    return ctx.measure(lambda: ctx.broker.message_groups(SIZES_QUEUE))
+
+
+@case("sizes: archive of a 100,000-event stream")
+def archive_100k(ctx: Context) -> Calls:
+    from analytics.archive import ArchiveLocation, archive_destination
+
+    _fill(ctx, 100_000)
+    folder = tempfile.mkdtemp()
+    return ctx.measure(lambda: archive_destination(ctx.broker, SIZES_QUEUE, ArchiveLocation.parse(folder)))
+
+
+@case("sizes: destination statistics index, 10,000 destinations")
+def index_10k(ctx: Context) -> Calls:
+    import asyncio
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
+    import django
+
+    django.setup()
+    from broker_core.broker import AsyncBroker
+    from gateway.api import destination_index
+
+    for n in range(10_000):
+        ctx.broker.ensure_destination(f"q{n}")
+
+    async def build() -> None:  # the index built (as by a stale read), then a page sorted by a statistic
+        client = redis.asyncio.Redis(unix_socket_path=ctx.client.connection_pool.connection_kwargs["path"])
+        try:
+            broker = AsyncBroker(client, ctx.broker.namespace)
+            await destination_index._build(broker)
+            await destination_index.list_destinations(broker, None, None, "", "-pending", 50, 0)
+        finally:
+            await client.aclose()
+
+    asyncio.run(build())  # (loads the scripts; and the index then has one before it, for the rates)
+    return ctx.measure(lambda: asyncio.run(build()))
+
+
+@case("sizes: browse with a selector over 100,000 non-matching")
+def browse_100k(ctx: Context) -> Calls:
+    _fill(ctx, 100_000, properties={"n": 1})
+    ctx.broker.ensure_destination("sizes.warm")
+    _warm(lambda q: ctx.broker.browse(q, selector="n = 2"))
+    return ctx.measure(lambda: ctx.broker.browse(SIZES_QUEUE, selector="n = 2", limit=100))
+
 
 
 def start_server() -> tuple[subprocess.Popen[bytes], str]:

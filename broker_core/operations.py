@@ -41,8 +41,17 @@ ACK_MODES: tuple[str, ...] = ("auto", "client", "client-individual", "transacted
 # No ':' so that a consumer's key names never collide with another consumer's (…:c:<id>:inflight).
 _CONSUMER_ID = re.compile(r"[A-Za-z0-9._@-]{1,128}")
 MAX_RECEIVE = 1_000
-BROWSE_EXAMINE = 1_000  # messages a browse call looks at, matching or not
+BROWSE_EXAMINE = 400  # messages a browse call looks at, matching or not (100,000 unmatched: 250 calls)
 TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
+PURGE_EXAMINE = 500  # messages a purge call looks at
+# A batch sent in one call of the API goes to Redis in parts of at most this many messages and bytes (one
+# message at least): every part's limits are checked first, then the parts are stored in order, each atomic.
+SEND_PART = 100
+SEND_PART_BYTES = 1 << 20
+DESTINATIONS_PAGE = 500  # registry entries per ZSCAN
+GROUPS_PAGE = 200  # message groups per group_list call
+ACK_PART = 100  # ids per ack call: a larger individual ack is checked whole, then applied in parts
+CUMULATIVE_MOST = 1_000  # messages one cumulative ack call takes (scripts/ack.lua says the same)
 DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
 # In-flight messages a closed (or reaped, aborted) consumer returns per script call, and messages an ended
@@ -336,6 +345,12 @@ class GroupInfo:
     assigned_at: int
 
 
+@dataclass(frozen=True)
+class GroupPage:
+    groups: list[GroupInfo]
+    next_cursor: str | None
+
+
 def _str(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -572,16 +587,53 @@ class Operations:
     def send_packed(self, dest: Destination, packed: list[tuple[str, bytes]], now: int,
                     also: tuple[Destination, ...] = ()) -> Op:
         """`send` to a queue of messages packed already (Message.pack: id, bytes). A limit the script
-        checks (size, properties, memory) refuses all of them before anything is stored."""
-        args: list[Any] = [0, (yield from virtual.origin(self, dest, "producer", also))]
-        for message_id, blob in packed:
-            args += [message_id, blob]
-        reply = yield from flow.send_when_space(self, dest, now, args)  # waits or raises when full
-        split = reply.index(b"")
-        if int(reply[split + 2]):  # (nothing to finish, the usual case: no generator to make and run)
-            yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
-        return [SentId(message_id, _str(status)) for message_id, status in zip(args[2::2], reply[:split],
-                                                                                  strict=True)]
+        checks (size, properties) refuses all of them before anything is stored."""
+        origin = yield from virtual.origin(self, dest, "producer", also)
+
+        def finish(reply: list[Any]) -> Op:
+            split = reply.index(b"")
+            if int(reply[split + 2]):  # (nothing to finish, the usual case)
+                yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
+            return reply[:split]
+
+        return (yield from self.send_parts(dest, now, "send", origin, packed, finish))
+
+    def send_parts(self, dest: Destination, now: int, script: str, origin: Any, records: list[tuple],
+                   finish: Callable[[list[Any]], Op]) -> Op:
+        """Run a send script (`send`, `topic_send`) over messages (`records`: each one's arguments, id and
+        packed message first) in parts of SEND_PART messages and SEND_PART_BYTES, so no call grows with
+        the batch. Every part's size and property limits are checked before the first part is stored (a
+        refusal changes nothing); the parts then go in order, each atomic, each waiting for space as its
+        own send (flow.py). A part refused after others were stored (a memory limit that fails the send)
+        raises with `details["sent"]`, how many messages went before it: their ids are stored, so sending
+        the same batch again (the same message ids) stores only the rest. `finish(reply)` completes a
+        part's call and returns its statuses. Returns a SentId per message."""
+        parts, part, size = [], [], 0
+        for record in records:
+            if part and (len(part) == SEND_PART or size + len(record[1]) > SEND_PART_BYTES):
+                parts.append(part)
+                part, size = [], 0
+            part.append(record)
+            size += len(record[1])
+        parts.append(part)
+        if len(parts) > 1:
+            for part in parts:
+                yield from self._eval(script, dest, now, 0, "check", *(a for r in part for a in r))
+        statuses: list[Any] = []
+        for part in parts:
+            args = [0, origin, *(a for r in part for a in r)]
+            try:
+                reply = yield from flow.send_when_space(self, dest, now, args, script=script)
+            except BrokerError as exc:
+                if statuses:
+                    exc.message = (f"{exc.message} (after {len(statuses)} of the batch's {len(records)} "
+                                   "messages were sent: send it again with the same message ids to send "
+                                   "the rest)")
+                    exc.args = (exc.message,)
+                    exc.details["sent"] = len(statuses)
+                raise
+            statuses += yield from finish(reply)
+        return [SentId(r[0], _str(status)) for r, status in zip(records, statuses, strict=True)]
 
     # -- consuming ------------------------------------------------------------------------------------
 
@@ -649,19 +701,74 @@ class Operations:
     def ack_many(self, dest: Destination, requests: list[AckRequest], now: int) -> Op:
         """`ack` of several consumers of `dest` (its home: a queue, or one subscription), each named once
         and with message ids, in one script call: all are checked before any is applied. Returns (acked,
-        next messages) per request, in order."""
+        next messages) per request, in order. One consumer's ack of more than ACK_PART ids is checked
+        whole, then applied in parts (ack_in_parts)."""
+        if len(requests) == 1 and len(requests[0][1]) > ACK_PART and requests[0][2] != "cumulative":
+            return [(yield from self.ack_in_parts(dest, requests[0], now))]
         args: list[Any] = [0]
         for consumer, message_ids, mode, receive in requests:
             args += [consumer.consumer_id, mode, receive, len(message_ids), *message_ids]
-        reply = yield from self._eval("ack", dest, now, *args)
+        early = [0] * len(requests)  # acknowledged before the call (_ack_oldest)
+        try:
+            reply = yield from self._eval("ack", dest, now, *args)
+        except Exception as exc:  # noqa: BLE001 - only the one below is handled
+            if not str(exc).startswith("ACK_TOO_LARGE"):
+                raise
+            # a cumulative ack over more than CUMULATIVE_MOST messages, refused before any change
+            for n, (consumer, message_ids, mode, _) in enumerate(requests):
+                if mode == "cumulative":
+                    early[n] = yield from self._ack_oldest(dest, consumer, message_ids[0], now)
+            reply = yield from self._eval("ack", dest, now, *args)
         if int(reply[1]):  # (nothing to finish, the usual case)
             yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
         out, at = [], 3
-        for consumer, *_ in requests:
+        for (consumer, *_), before in zip(requests, early, strict=True):
             acked, received = int(reply[at]), int(reply[at + 1])
-            out.append((acked, _deliveries(consumer, reply[at + 2:at + 2 + 4 * received], 0)))
+            out.append((before + acked, _deliveries(consumer, reply[at + 2:at + 2 + 4 * received], 0)))
             at += 2 + 4 * received
         return out
+
+    def _ack_oldest(self, dest: Destination, consumer: ConsumerRef, message_id: str, now: int) -> Op:
+        """A cumulative ack over more than CUMULATIVE_MOST messages (which ack.lua refuses, as more than a
+        bounded call) is made a bounded one: the consumer's oldest messages up to `message_id` are
+        acknowledged individually, ACK_PART a call, until CUMULATIVE_MOST are left for the cumulative ack's
+        own call. Returns how many that acknowledged. (A cumulative ack acknowledges each of them; a crash
+        half-way leaves the rest in flight, as a client's own acks would.)"""
+        window = f"{self.prefix(dest)}:c:{consumer.consumer_id}:inflight"  # (K_CINF, includes/base.lua)
+        seq = yield Command(("ZSCORE", window, message_id))
+        acked = 0
+        while seq is not None and (yield Command(("ZCOUNT", window, "-inf", repr(seq)))) > CUMULATIVE_MOST:
+            oldest = [_str(i) for i in (yield Command(("ZRANGE", window, 0, ACK_PART - 1)))]
+            ((count, _),) = yield from self.ack_many(dest, [(consumer, oldest, "individual", 0)], now)
+            acked += count
+        return acked
+
+    def ack_in_parts(self, dest: Destination, request: AckRequest, now: int) -> Op:
+        """An individual (or delivered) ack of many ids: every id is checked in flight with the consumer
+        (ack.lua's 'check', ACK_PART ids a call) before any is acknowledged, so a wrong id refuses the
+        whole ack; then ACK_PART ids a call, the next messages handed over with the last part. A part
+        refused after others were applied (a message that left meanwhile: the lease lapsed, an operator
+        removed it) raises with `details["acked"]`."""
+        consumer, message_ids, mode, receive = request
+        ids = list(dict.fromkeys(message_ids))  # an id named twice is acknowledged once
+        parts = [ids[i:i + ACK_PART] for i in range(0, len(ids), ACK_PART)]
+        for part in parts:
+            yield from self._eval("ack", dest, now, "check", consumer.consumer_id, mode, 0, len(part), *part)
+        acked = 0
+        for n, part in enumerate(parts):
+            last = n == len(parts) - 1
+            try:
+                ((count, deliveries),) = yield from self.ack_many(
+                    dest, [(consumer, part, mode, receive if last else 0)], now)
+            except BrokerError as exc:
+                if acked:
+                    exc.message = (f"{exc.message} (after {acked} of the {len(ids)} messages were "
+                                   "acknowledged)")
+                    exc.args = (exc.message,)
+                    exc.details["acked"] = acked
+                raise
+            acked += count
+        return acked, deliveries
 
     def nack(self, consumer: ConsumerRef, message_ids: list[str], poison: bool, now: int,
              jitter: float) -> Op:
@@ -753,15 +860,29 @@ class Operations:
         return int(reply[0])
 
     def message_groups(self, dest: Destination, now: int) -> Op:
-        cursor = "0"
+        """Every message group (a page of GROUPS_PAGE a call, message_groups_page)."""
+        cursor: str | None = None
         groups: list[GroupInfo] = []
         while True:
-            reply = yield Eval("group_list", (self.prefix(dest),), (now, cursor, 500))
-            for i in range(1, len(reply), 3):
-                groups.append(GroupInfo(_str(reply[i]), _str(reply[i + 1]), int(reply[i + 2])))
-            cursor = _str(reply[0])
-            if cursor == "0":
+            page = yield from self.message_groups_page(dest, now, cursor, GROUPS_PAGE)
+            groups += page.groups
+            cursor = page.next_cursor
+            if cursor is None:
                 return groups
+
+    def message_groups_page(self, dest: Destination, now: int, cursor: str | None, limit: int) -> Op:
+        """About `limit` message groups (Redis's HSCAN decides: a few more or fewer) and the cursor of the
+        next page (None at the end). A group assigned or removed meanwhile may be listed or not; none
+        present throughout is missed."""
+        if not 1 <= limit <= MAX_RECEIVE:
+            raise InvalidConsumer(f"limit must be 1-{MAX_RECEIVE}, got {limit}", field="limit")
+        if cursor is not None and not (cursor.isascii() and cursor.isdigit() and int(cursor) < 2**64):
+            raise InvalidConsumer(f"cursor {cursor!r} is not one this listing gave", field="cursor")
+        reply = yield Eval("group_list", (self.prefix(dest),), (now, cursor or "0", limit))
+        groups = [GroupInfo(_str(reply[i]), _str(reply[i + 1]), int(reply[i + 2]))
+                  for i in range(1, len(reply), 3)]
+        following = _str(reply[0])
+        return GroupPage(groups, None if following == "0" else following)
 
     def group_counts(self, dest: Destination, now: int, pending_limit: int, in_flight_limit: int) -> Op:
         """Pending (among the first `pending_limit`) and in-flight messages per group (the console)."""
@@ -829,8 +950,15 @@ class Operations:
         )
 
     def destinations(self) -> Op:
-        reply = yield Command(("ZRANGE", self.registry_key, 0, -1))
-        return [_str(x) for x in reply]
+        """Every destination's URI, in creation order (the registry's), read DESTINATIONS_PAGE at a time
+        (ZSCAN, which may repeat a name: kept once), so no call reads 10,000 destinations."""
+        found: dict[str, float] = {}
+        cursor = 0
+        while True:
+            cursor, page = yield Command(("ZSCAN", self.registry_key, cursor, "COUNT", DESTINATIONS_PAGE))
+            found.update((_str(uri), score) for uri, score in page)  # redis-py: (member, score) pairs
+            if int(cursor) == 0:
+                return sorted(found, key=lambda uri: (found[uri], uri))
 
     # -- the operator's message operations (spec §14.3) --------------------------------------------------
 
@@ -863,22 +991,23 @@ class Operations:
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0])
 
-    def purge(self, dest: Destination, now: int, progress: Callable[[int, int], None] | None = None,
-              batch: int = 1_000) -> Op:
-        """Remove every message there at the start, in bounded calls (producers and consumers go on);
-        `progress(removed, total)` is told after each call. Interrupted, it can simply be run again."""
+    def purge(self, dest: Destination, now: int, progress: Callable[[int, int], None] | None = None) -> Op:
+        """Remove every message there when the purge starts (broker sequence up to the mark the first call
+        takes; later sends stay), wherever it is, in calls of at most PURGE_EXAMINE examined messages
+        (scripts/purge.lua): producers and consumers go on between them. `progress(removed, total)` is
+        told after each call (total: what the queue held at the start). Interrupted, run it again."""
         stats = yield from self.stats(dest, now)
-        target = stats.queue_size + stats.parked
-        removed = 0
-        while removed < target:
-            reply = yield from self._eval("remove", dest, now, 0, min(batch, target - removed))
-            yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
-            if int(reply[0]) == 0:
-                break
+        total = stats.queue_size + stats.parked
+        removed, mark, cursor = 0, "", ""
+        while True:
+            reply = yield from self._eval("purge", dest, now, 0, mark, cursor, PURGE_EXAMINE)
+            yield from self._continue_dispatch(dest, now, int(reply[3]), int(reply[4]))
             removed += int(reply[0])
+            cursor, mark = _str(reply[1]), _str(reply[2])
             if progress:
-                progress(removed, target)
-        return removed
+                progress(removed, total)
+            if not cursor:
+                return removed
 
     def transfer(self, dest: Destination, mode: str, target: Destination | None, message_ids: list[str],
                  selector: str | None, limit: int | None, now: int) -> Op:

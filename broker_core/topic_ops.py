@@ -24,7 +24,6 @@ from .operations import (
     DispatchResult,
     Eval,
     Policy,
-    SentId,
     SweepResult,
     _bound_stats,
     _forward_stats,
@@ -95,17 +94,16 @@ def subscription_keys(ops: Operations, topic: Destination) -> Op:
 def send(ops: Operations, dest: Destination, messages: Iterable[Message], now: int,
          also: tuple[Destination, ...] = ()) -> Op:
     # `also`, a client-side composite's other parts, recorded as copies
-    args: list[Any] = [0, (yield from virtual.origin(ops, dest, "producer", also))]
-    ids: list[str] = []
-    for message in messages:
-        message_id, blob, retain, copy = pack_for_topic(message, now)
-        ids.append(message_id)
-        args += [message_id, blob, retain, copy]
-    # waits for space or raises, as a queue send does (flow.py)
-    reply = yield from flow.send_when_space(ops, dest, now, args, script="topic_send")
-    split = reply.index(b"")
-    yield from finish_send(ops, dest, now, reply[split + 1:])
-    return [SentId(message_id, _str(status)) for message_id, status in zip(ids, reply[:split], strict=True)]
+    origin = yield from virtual.origin(ops, dest, "producer", also)
+    records = [pack_for_topic(message, now) for message in messages]
+
+    def finish(reply: list[Any]) -> Op:
+        split = reply.index(b"")
+        yield from finish_send(ops, dest, now, reply[split + 1:])
+        return reply[:split]
+
+    # in parts, waiting for space or raising as a queue send does (operations.send_parts, flow.py)
+    return (yield from ops.send_parts(dest, now, "topic_send", origin, records, finish))
 
 
 def finish_send(ops: Operations, dest: Destination, now: int, tail: list[Any]) -> Op:

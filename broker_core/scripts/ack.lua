@@ -1,6 +1,7 @@
 -- Acknowledge messages of one or more consumers of a destination (spec §5.1, Appendix A), then optionally
 -- hand each of them its next messages.
--- ARGV: now, budget, then per consumer: consumer id, mode, receive max (0 = none), how many ids, the ids...
+-- ARGV: now, budget ('check': only check, change nothing), then per consumer: consumer id, mode, receive max
+-- (0 = none), how many ids, the ids...
 --   individual: exactly the listed messages (INDIVIDUAL ack; also STOMP client-individual);
 --   cumulative: every message dispatched to this consumer up to and including the (single) listed one
 --               (STANDARD ack of a CLIENT_ACKNOWLEDGE session; STOMP client mode);
@@ -50,7 +51,12 @@ while at <= #ARGV do
     end
   elseif mode == 'cumulative' then
     if count ~= 1 then return fail('INVALID_ACK', 'a cumulative ack names exactly one message') end
-    ids = redis.call('ZRANGEBYSCORE', K_CINF(cid), '-inf', seqs[ARGV[first]])
+    -- at most CUMULATIVE_MOST (operations.py) in one call: more is refused before any change, and the
+    -- caller acknowledges the oldest ones first, in bounded calls (a window may hold 32,767)
+    ids = redis.call('ZRANGEBYSCORE', K_CINF(cid), '-inf', seqs[ARGV[first]], 'LIMIT', 0, 1001)
+    if #ids > 1000 then
+      return fail('ACK_TOO_LARGE', 'a cumulative ack of more than 1000 messages (consumer ' .. cid .. ')')
+    end
   else
     return fail('INVALID_ACK', 'unknown ack mode ' .. mode .. ' (individual, cumulative or delivered)')
   end
@@ -65,6 +71,8 @@ while at <= #ARGV do
   at = last + 1
 end
 if #groups == 0 then return fail('INVALID_ACK', 'no consumer given') end
+-- budget 'check': the checks only, nothing changed (a large ack is checked whole, then sent in parts)
+if ARGV[2] == 'check' then return { 0, 0, 0 } end
 
 local acks = { nil }  -- the acknowledged messages, {consumer, ids} per consumer (lifecycle.lua ack_messages)
 for g = 1, #groups do

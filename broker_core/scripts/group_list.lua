@@ -1,14 +1,17 @@
 -- The message groups of a queue with their owners and assignment times (JMX MessageGroups, and more).
--- ARGV: now, cursor (HSCAN cursor), count. Returns {next cursor, then per group: name, owner, assigned ms}.
--- For the bucket map the names are the recently seen groups of each bucket (its LRU cache).
+-- ARGV: now, cursor ('0' to start), count. Returns {next cursor ('0' when done), then per group: name, owner,
+-- assigned ms}: a page of about `count` groups (HSCAN's; the bucket map: its LRU cache of recently seen
+-- group names, by rank).
 --@include base
 --@include dispatch
 --@allow-oom
 NOW = tonumber(ARGV[1])
 local out = {}
 if group_map_type() == 'bucket' then
-  out[1] = '0'
-  for _, gid in ipairs(redis.call('ZRANGE', K_GLRU, 0, -1)) do
+  local from, count = tonumber(ARGV[2]) or 0, tonumber(ARGV[3])
+  local names = redis.call('ZRANGE', K_GLRU, from, from + count - 1)
+  out[1] = #names == count and tostring(from + count) or '0'
+  for _, gid in ipairs(names) do
     local v = redis.call('HGET', K_GROUPS, group_slot(gid))
     if v then
       local owner, at = string.match(v, '^([^|]*)|(.*)$')

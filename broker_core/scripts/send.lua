@@ -9,7 +9,8 @@
 -- again after waiting for space, flow.py); a send that does not fit stores nothing and returns
 -- {'', 'full', scope, used, limit, fail at once, timeout ms, bytes needed, the full destination if another
 -- (a virtual destination's target)}. Origin 'probe' stores nothing
--- and returns {''} when the messages would fit.
+-- and returns {''} when the messages would fit; 'check' stores nothing and returns {''} when they are within
+-- the size and property limits.
 --@include base
 --@include dispatch
 --@include virtual
@@ -20,6 +21,8 @@ local missing = require_destination()
 if missing then return missing end
 local unpacked = unpack_send(ARGV, origin, 2)
 if unpacked.err then return unpacked end
+-- 'check': a batch sent in parts has every part's limits checked before the first is stored (operations.py)
+if origin == 'check' then return { '' } end
 local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
 if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (a transacted send)
   local need = 0

@@ -4,7 +4,7 @@
 -- the topic slow rule and their pending-message limit (includes/topic.lua). A pattern matching the topic
 -- one of whose wildcard subscriptions takes the message gets a copy through the forwarding hash
 -- (includes/wildcard.lua); a message only they take is not dropped, one nobody takes is 'no_subscription'.
--- KEYS[1] = the topic's prefix. ARGV: now, budget, origin ('producer' or 'forward'), then per message:
+-- KEYS[1] = the topic's prefix. ARGV: now, budget, origin ('producer', 'forward' or 'check'), then per message:
 -- id, packed, retain ('' | 'set' | 'clear': ActiveMQ.Retain, decided by operations.py), retained copy.
 -- Returns {status per message..., '', dispatched, flags, hold_until, subscription keys whose pass has
 -- more...}; statuses as send.lua's.
@@ -27,6 +27,7 @@ for i = 4, #ARGV, 4 do
       .. 'are not supported on topics; send it to a queue or without a repeat')
   end
 end
+if origin == 'check' then return { '' } end  -- limits checked, nothing stored (as send.lua)
 if origin == 'producer' or origin == 'retry' then  -- producer flow control, as send.lua (flow.lua)
   local need = 0
   for i = 4, #ARGV, 4 do need = need + message_charge(#ARGV[i + 1]) end

@@ -252,6 +252,12 @@ class GroupSerializer(serializers.Serializer):
     assigned_at = serializers.IntegerField()
 
 
+class GroupPageSerializer(serializers.Serializer):
+    groups = GroupSerializer(many=True)
+    next_cursor = serializers.CharField(allow_null=True, help_text="Pass as `cursor` for the next page; null "
+                                        "at the end.")
+
+
 class CountSerializer(serializers.Serializer):
     count = serializers.IntegerField()
 

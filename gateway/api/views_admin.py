@@ -184,14 +184,20 @@ class DestinationActionView(GatewayView):
 
 
 class GroupsView(GatewayView):
-    @extend_schema(operation_id="group_list", summary="Message groups and their owners",
-                   parameters=[KIND_PARAM],
-                   responses={200: s.GroupSerializer(many=True), **problems(401, 403, 404, 501)})
+    @extend_schema(operation_id="group_list", summary="Message groups and their owners (cursor paging)",
+                   parameters=[KIND_PARAM,
+                               OpenApiParameter("cursor", str, description="next_cursor of the page before"),
+                               OpenApiParameter("limit", int, description="About this many groups (1-1000, "
+                                                "default 100): Redis's scan decides the exact number")],
+                   responses={200: s.GroupPageSerializer, **problems(400, 401, 403, 404, 501)})
     async def get(self, request: Request, kind: str, name: str) -> Response:
         destination = await self.destination(request, kind, name, "read")
         await stats_or_404(destination)
-        groups = await runtime.async_broker().message_groups(destination)
-        return Response([dataclasses.asdict(g) for g in groups])
+        limit = int_param(request, "limit", 100, 1, 1000)
+        cursor = request.query_params.get("cursor") or None
+        page = await runtime.async_broker().message_groups_page(destination, cursor=cursor, limit=limit)
+        return Response({"groups": [dataclasses.asdict(g) for g in page.groups],
+                         "next_cursor": page.next_cursor})
 
     @extend_schema(operation_id="group_remove_all", summary="removeAllMessageGroups",
                    parameters=[KIND_PARAM],

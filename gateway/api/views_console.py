@@ -33,6 +33,8 @@ from gateway.api.views_messaging import KIND_PARAM, problems
 # Counts are exact below it; on deeper queues they describe the first EXAMINE messages (and say so).
 EXAMINE = 5_000
 PAGE = 1_000
+# The groups view lists at most this many groups (50,000 made a 5 MB answer); the summary gives the count.
+GROUPS_SHOWN = 1_000
 
 
 class OverviewView(GatewayView):
@@ -102,7 +104,16 @@ class GroupCountsView(GatewayView):
         await self.require(request, destination, "read")
         stats = await stats_or_404(destination)
         broker = runtime.async_broker()
-        groups = await broker.message_groups(destination)
+        groups, cursor = [], None
+        while len(groups) < GROUPS_SHOWN:
+            page = await broker.message_groups_page(destination, cursor=cursor,
+                                                    limit=GROUPS_SHOWN - len(groups))
+            groups += page.groups
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        listed_all = cursor is None and len(groups) <= GROUPS_SHOWN
+        groups = groups[:GROUPS_SHOWN]
         policy = await sync_to_async(runtime.policies().resolve, thread_sensitive=False)(destination)
         map_type, capacity = _map_capacity(policy)
         # A consumer is busy when its prefetch window is full; its groups' pending messages wait for it.
@@ -118,12 +129,14 @@ class GroupCountsView(GatewayView):
         rows = [{**dataclasses.asdict(g), "pending": pending.get(g.group_id, 0),
                  "in_flight": in_flight.get(g.group_id, 0), "held_back": held.get(g.group_id, 0),
                  "owner_busy": g.owner in full} for g in groups]
-        unowned = sorted(g for g, p in pending.items() if p and g not in owner_of)
+        # (with only the first groups listed, which of the others have an owner is not known here)
+        unowned = sorted(g for g, p in pending.items() if p and g not in owner_of) if listed_all else []
         return Response({
             "destination": destination.uri, "map_type": map_type, "capacity": capacity,
             "group_count": stats.group_count,
             "fill": round(stats.group_count / capacity, 4) if capacity else None,
-            "groups": rows, "unassigned": [{"group_id": g, "pending": pending[g]} for g in unowned[:200]],
+            "groups": rows, "groups_complete": listed_all,
+            "unassigned": [{"group_id": g, "pending": pending[g]} for g in unowned[:200]],
             "held_back": sum(held.values()), "examined": counts.pending_examined + counts.in_flight_examined,
             "complete": counts.all_pending and counts.all_in_flight,
         })

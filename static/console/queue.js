@@ -53,8 +53,9 @@
   const loadGroups = latest(() => api("GET", `console/${base}/groups`), (g) => {
     const fill_ = g.capacity ? `${fmt.num(g.group_count)} of ${fmt.num(g.capacity)} (${(100 * g.fill).toFixed(1)}%)` : `${fmt.num(g.group_count)} (unbounded)`;
     const scope = g.complete ? "" : ` Counts cover the first ${fmt.num(g.examined)} messages.`;
+    const listed = g.groups_complete ? "" : ` Listing the first ${fmt.num(g.groups.length)} groups.`;
     document.getElementById("groups-summary").textContent =
-      `Group map: ${g.map_type}, ${fill_} · ${fmt.num(g.held_back)} messages held back waiting for busy owners.${scope}`;
+      `Group map: ${g.map_type}, ${fill_} · ${fmt.num(g.held_back)} messages held back waiting for busy owners.${scope}${listed}`;
     const rows = g.groups.map((x) => el("tr", { dataset: { group: x.group_id } },
       el("th", { scope: "row" }, x.group_id),
       el("td", { class: "id" }, el("code", {}, x.owner), x.owner_busy ? el("span", { class: "badge warn" }, " busy") : null),

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from analytics import archive
@@ -73,6 +74,32 @@ def test_an_archive_run_moves_every_event_to_parquet_and_trims_the_stream(broker
     # Nothing new: a second run writes nothing.
     again = archive_destination(broker, "orders", ArchiveLocation.parse(tmp_path), batch_events=7)
     assert again.archived == 0 and archived_ids(tmp_path, "queue://orders") == before
+
+
+def test_a_batch_is_read_from_the_stream_in_bounded_pages_and_replayed_the_same_way(
+        broker, tmp_path, monkeypatch):
+    traffic(broker, "orders", 10)
+    before = stream_ids(broker, "queue://orders")
+    stream = archive.events_key(broker, archive.parse_destination("orders"))
+    reads: list[int] = []
+    xrange = broker.redis.xrange
+
+    def counted(*args, **kwargs):
+        reads.append(kwargs.get("count") or 0)
+        return xrange(*args, **kwargs)
+
+    monkeypatch.setattr(archive, "READ_PAGE", 4)
+    monkeypatch.setattr(broker.redis, "xrange", counted)
+    # a batch left pending by a crashed run (its range recorded, nothing written) is read again in pages
+    pending = f"{before[0][0]}-{before[0][1]} {before[12][0]}-{before[12][1]}"
+    broker.redis.hset(archive.checkpoint_key(broker, archive.parse_destination("orders")), "pending", pending)
+    run = archive_destination(broker, "orders", ArchiveLocation.parse(tmp_path), batch_events=13)
+    assert run.archived == len(before) and archived_ids(tmp_path, "queue://orders") == before
+    assert reads and all(0 < n <= 4 for n in reads)  # never more than a page per read
+    assert broker.redis.xlen(stream) == 0
+    # the files are the batches (13 entries each), not the pages
+    rows = [pq.read_metadata(f).num_rows for f in run.files]
+    assert rows[:-1] == [13] * (len(rows) - 1) and sum(rows) == len(before)
 
 
 def test_events_younger_than_keep_ms_stay_in_the_stream_for_live_views(broker, tmp_path):

@@ -100,7 +100,8 @@ class TestGroups(Seeded):
         return context
 
     async def check(self, api, response, context, inspector):
-        [group] = response.json()
+        [group] = response.json()["groups"]
+        assert response.json()["next_cursor"] is None
         assert group["group_id"] == "g" and group["owner"] == context["consumer"].rsplit("/", 1)[1]
 
 
@@ -109,7 +110,7 @@ class TestRemoveAllGroups(TestGroups):
 
     async def check(self, api, response, context, inspector):
         assert response.json() == {"count": 1}
-        assert (await api.get(f"{Q}/groups", headers=inspector)).json() == []
+        assert (await api.get(f"{Q}/groups", headers=inspector)).json() == {"groups": [], "next_cursor": None}
 
 
 class TestRemoveGroup(TestGroups):
@@ -303,3 +304,37 @@ async def test_a_dead_letter_is_retried_to_its_queue(api, make_user):
     assert response.json() == {"count": 1}
     [back] = await receive(api, root, path, wait=3)
     assert back["message_id"] == message_id
+
+
+async def test_the_groups_of_a_queue_come_in_pages_with_a_cursor(api, alice):
+    path = await consumer(api, alice, prefetch=1000)
+    for start in range(0, 900, 300):
+        await send(api, alice, *({"body": "x", "group_id": f"g{n}"} for n in range(start, start + 300)))
+    owner = path.rsplit("/", 1)[1]
+    seen, pages, cursor = [], 0, None
+    while True:
+        params = {"limit": 200, **({"cursor": cursor} if cursor else {})}
+        response = await api.get(f"{Q}/groups", params=params, headers=alice)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert len(body["groups"]) <= 400 and {g["owner"] for g in body["groups"]} <= {owner}
+        seen += [g["group_id"] for g in body["groups"]]
+        pages, cursor = pages + 1, body["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(set(seen)) == sorted(f"g{n}" for n in range(900)) and pages >= 3
+    for bad in ({"cursor": "x1"}, {"limit": 0}, {"limit": 1001}):
+        assert (await api.get(f"{Q}/groups", params=bad, headers=alice)).status_code == 400
+
+
+async def test_the_console_groups_view_lists_the_first_groups_and_says_it(api, alice, monkeypatch):
+    from gateway.api import views_console
+
+    monkeypatch.setattr(views_console, "GROUPS_SHOWN", 5)
+    await consumer(api, alice, prefetch=100)
+    await send(api, alice, *({"body": "x", "group_id": f"g{n}"} for n in range(40)))
+    body = (await api.get("/api/v1/console/queues/orders.eu/groups", headers=alice)).json()
+    assert len(body["groups"]) == 5 and body["group_count"] == 40 and body["groups_complete"] is False
+    monkeypatch.setattr(views_console, "GROUPS_SHOWN", 1000)
+    body = (await api.get("/api/v1/console/queues/orders.eu/groups", headers=alice)).json()
+    assert len(body["groups"]) == 40 and body["groups_complete"] is True
