@@ -28,8 +28,8 @@ from gateway.api.pagination import page, page_bounds
 from gateway.api.views_messaging import KIND_PARAM, problem_doc, problems
 
 SLOW_AFTER_MS = 30_000
-SORTABLE = ("name", "queue_size", "pending", "in_flight", "enqueued", "dequeued", "dispatched", "expired",
-            "consumer_count", "group_count",
+SORTABLE = ("name", "messages", "queue_size", "pending", "in_flight", "enqueued", "dequeued", "dispatched",
+            "expired", "consumer_count", "group_count",
             "deadlettered", "enqueue_rate", "dequeue_rate")  # its columns sort too
 
 

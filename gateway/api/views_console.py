@@ -25,7 +25,7 @@ from broker_core.destinations import parse_composite
 from gateway import permissions, runtime
 from gateway.api.base import GatewayView, db
 from gateway.api.common import destination_from_url, idempotency_keys_count
-from gateway.api.destination_index import parse_destination, totals
+from gateway.api.destination_index import largest_subscription, parse_destination, totals
 from gateway.api.views_admin import stats_or_404
 from gateway.api.views_messaging import KIND_PARAM, problems
 
@@ -42,6 +42,11 @@ class OverviewView(GatewayView):
         broker = runtime.async_broker()
         patterns = await db(permissions.readable_patterns, request.user, "read")
         out = await totals(broker, patterns)
+        largest = out.get("largest")
+        if largest and largest["destination"].startswith("topic://"):
+            # which subscription holds the topic's backlog (one topic's statistics)
+            out = {**out, "largest": {**largest, "subscription": largest_subscription(
+                await broker.stats(parse_destination(largest["destination"])))}}
         memory = await broker.redis.info("memory")
         out["redis_memory"] = {"used": int(memory.get("used_memory", 0)),
                                "peak": int(memory.get("used_memory_peak", 0)),
