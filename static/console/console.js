@@ -281,5 +281,10 @@
     };
   }
 
+  // A page without a feed of its own (browse, message, routing, analytics, ...) still opens one, for the
+  // header's indicator alone: it says whether the console's connection is up and the broker answers,
+  // rather than "Connecting…" for ever.
+  window.addEventListener("load", () => { if (!feeds.length) live("", () => {}); });
+
   window.SB = { api, ApiError, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, Chart, meter, page, feeds, eventLog };
 })();

@@ -29,6 +29,16 @@
     showConsumers(stats.consumers || []);
   }
 
+  // "slow" is the API's verdict (docs/console.md): window full and no acknowledgement for a while. The
+  // broker's own slow_since (found full while a message waited) is set again after every ack of a busy
+  // consumer, so it is only the tooltip's detail.
+  function slowBadge(c) {
+    if (!c.slow) return "–";
+    const quiet = c.last_ack ? `last ack ${fmt.ago(c.last_ack)}` : `no ack since it attached ${fmt.ago(c.added)}`;
+    return el("span", { class: "badge bad", title: `Prefetch window full (${c.in_flight} in flight) and ${quiet}`
+      + (c.slow_since ? `; dispatch last found it full ${fmt.time(c.slow_since)}` : "") }, `slow, ${quiet}`);
+  }
+
   function showConsumers(consumers) {
     const rows = consumers.map((c) => {
       const window = c.prefetch + (c.prefetch_extension || 0);
@@ -44,7 +54,7 @@
         el("td", { class: "num" }, fmt.num(c.dispatched)),
         el("td", { class: "num" }, fmt.num(c.acked)),
         el("td", { class: "num" }, fmt.num(c.groups)),
-        el("td", {}, c.slow_since ? el("span", { class: "badge bad" }, `slow since ${fmt.ago(c.slow_since)}`) : "–"),
+        el("td", { dataset: { col: "slow" } }, slowBadge(c)),
         el("td", {}, c.lease_expires ? fmt.ago(c.lease_expires) : "–"));
     });
     fill(document.querySelector("#consumers tbody"), rows, 13, "No consumers.");
