@@ -159,11 +159,13 @@ async def index(broker: AsyncBroker, refresh: bool = True) -> Index | None:
     return current
 
 
-def subscription_label(sub: Any) -> str:
-    """A topic subscription as people name it: client id / subscription name, else its consumer."""
+def subscription_label(sub: Any, consumers: list[Any]) -> str:
+    """A topic subscription as people name it: client id / subscription name, else its consumer's client
+    or connection id (the consumer id when it has neither)."""
     if sub.durable:
         return f"{sub.client_id} / {sub.subscription_name}"
-    return f"non-durable {sub.consumer_id or sub.key}"
+    c = next((c for c in consumers if c.consumer_id == sub.consumer_id), None)
+    return f"non-durable {(c and (c.client_id or c.connection_id)) or sub.consumer_id or sub.key}"
 
 
 def largest_subscription(stats: Any) -> dict[str, Any] | None:
@@ -172,7 +174,8 @@ def largest_subscription(stats: Any) -> dict[str, Any] | None:
     if not subs:
         return None
     top = max(subs, key=lambda s: (s.pending + s.in_flight, s.key))
-    return {"key": top.key, "label": subscription_label(top), "messages": top.pending + top.in_flight,
+    return {"key": top.key, "label": subscription_label(top, stats.consumers),
+            "messages": top.pending + top.in_flight,
             "active": top.active}
 
 

@@ -120,7 +120,15 @@ class GroupCountsView(GatewayView):
         # Pending messages of a group whose owner's window is full wait for that owner (§3: the group
         # stays with it), even when other consumers have room.
         held = {g: p for g, p in pending.items() if p and owner_of.get(g) in full}
-        rows = [{**dataclasses.asdict(g), "pending": pending.get(g.group_id, 0),
+        named = {c.consumer_id: c for c in stats.consumers}  # owners by their client / connection (console)
+
+        def owner(consumer_id: str) -> dict[str, Any]:
+            c = named.get(consumer_id)
+            return {"owner_client_id": c.client_id if c else None,
+                    "owner_connection_id": c.connection_id if c else None,
+                    "owner_added": c.added if c else None}
+
+        rows = [{**dataclasses.asdict(g), **owner(g.owner), "pending": pending.get(g.group_id, 0),
                  "in_flight": in_flight.get(g.group_id, 0), "held_back": held.get(g.group_id, 0),
                  "owner_busy": g.owner in full} for g in groups]
         unowned = sorted(g for g, p in pending.items() if p and g not in owner_of)

@@ -144,3 +144,116 @@ def test_pages_without_a_feed_of_their_own_do_not_stay_connecting(admin_page, co
         expect(page.locator("#live"), path).to_have_attribute("data-state", "connected")
         expect(page.locator("#live"), path).to_have_text("Live")
     # and the other way round: test_console.py's test_the_live_indicator_shows_when_the_connection_drops
+
+
+def test_consumers_are_named_by_client_or_connection_in_a_stable_order_with_the_id_on_hover(
+        admin_page, console_server, broker, queue_name):
+    spec = {"prefetch": 3, "lease_ms": 120_000}
+    orders = {"client_id": "orders-app", **spec}
+    first = broker.add_consumer(queue_name, ConsumerSpec(connection_id="conn-a", **orders))
+    second = broker.add_consumer(queue_name, ConsumerSpec(connection_id="conn-b", **spec))
+    third = broker.add_consumer(queue_name, ConsumerSpec(connection_id="conn-c", **orders))
+    # in the order they attached (ties, in one millisecond, by id)
+    attached = [c.consumer_id for c in sorted(broker.stats(queue_name).consumers,
+                                              key=lambda c: (c.added, c.consumer_id))]
+    one, two = (i for i in attached if i != second.consumer_id)
+    assert {one, two} == {first.consumer_id, third.consumer_id}
+    names = {one: "orders-app #1", second.consumer_id: "conn-b", two: "orders-app #2"}
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    rows = page.locator("#consumers tbody tr")
+    expect(rows).to_have_count(3)
+    expect(page.locator("#live")).to_have_attribute("data-state", "connected")
+    broker.send(queue_name, [Message(body=f"{g}-{i}", group_id=g) for g in ("g1", "g2", "g3", "g4")
+                             for i in range(2)])
+    expect(page.locator("#groups tbody tr[data-group]")).to_have_count(4, timeout=10_000)
+    expect(page.locator("#events .who-is").first).to_be_visible(timeout=10_000)  # dispatch events name them
+    # Round-robin rotates the broker's order of consumers; the table keeps the order they attached in,
+    # through every live update while they receive and acknowledge.
+    for _ in range(4):
+        broker.send(queue_name, [Message(body="more") for _ in range(3)])
+        for consumer in (first, second, third):
+            delivered = broker.receive(consumer, 1)
+            if delivered:
+                broker.ack(consumer, [d.message_id for d in delivered])
+        time.sleep(0.6)
+        assert [r.get_attribute("data-consumer") for r in rows.all()] == attached
+    for consumer_id, name in names.items():
+        cell = page.locator(f'#consumers tr[data-consumer="{consumer_id}"] .who-is')
+        expect(cell).to_have_text(name)
+        expect(cell).to_have_attribute("title", re.compile(re.escape(consumer_id)))
+    # group owners by the same names, the id on hover, in group order, never wrapped
+    groups = broker.message_groups(queue_name)
+    assert groups
+    expect(page.locator("#groups tbody tr[data-group] th")).to_have_text(sorted(g.group_id for g in groups),
+                                                                          timeout=10_000)
+    for g in groups:
+        owner = page.locator(f'#groups tr[data-group="{g.group_id}"] [data-col="owner"] .who-is')
+        expect(owner).to_have_text(names[g.owner])
+        expect(owner).to_have_attribute("title", re.compile(re.escape(g.owner)))
+        assert owner.evaluate("n => getComputedStyle(n).whiteSpace") == "nowrap"
+    event_names = set(page.locator("#events .who-is").all_inner_texts())
+    assert event_names and event_names <= set(names.values())
+
+
+def test_the_analytics_page_names_consumers_and_marks_the_busiest_owner_in_its_own_table(
+        admin_page, console_server, broker, queue_name, redis_client):
+    """The summary is the pipeline's format with its balance computed by analytics.balance; the ids are
+    of consumers attached now, so the page can name them (a gone one stays an id)."""
+    import json
+
+    from analytics.balance import balance
+    from analytics.jobs import COUNTER_NAMES
+    from analytics.store import read_summary, summary_key, write_summary
+
+    busy = broker.add_consumer(queue_name, ConsumerSpec(client_id="invoices", lease_ms=120_000))
+    idle = broker.add_consumer(queue_name, ConsumerSpec(connection_id="conn-z", lease_ms=120_000))
+    gone = "ws-9cd018b8d11343b5-1"
+    uri = f"queue://{queue_name}"
+    # idle received more grouped messages during the range; busy owns the heavy groups at its end
+    groups = [("g1", 40, busy.consumer_id), ("g2", 5, idle.consumer_id), ("g3", 5, idle.consumer_id)]
+    b = balance(uri, groups, [busy.consumer_id, idle.consumer_id]).as_dict()
+    assert b["busiest_consumer"] == busy.consumer_id
+    now = int(time.time() * 1000)
+    entry = {
+        "totals": {n: 0 for n in COUNTER_NAMES}, "per_minute": [], "latency": {},
+        "latency_by_consumer": {
+            busy.consumer_id: {"dispatch_to_ack": {"count": 3, "p50": 1, "p95": 2, "p99": 3}}},
+        "dead_letters": [], "redeliveries": {},
+        "groups": {"count": 3, "owner_changes": 0, "balance": b,
+                   "consumers": [{"consumer": idle.consumer_id, "groups": 3, "messages": 60},
+                                 {"consumer": busy.consumer_id, "groups": 1, "messages": 40},
+                                 {"consumer": gone, "groups": 1, "messages": 2}],
+                   "top": [{"group": g, "messages": m, "owner_changes": 0, "owner": o}
+                           for g, m, o in groups]},
+        "slow_consumers": {"episodes": 1, "aborts": 0, "recent_aborts": [],
+                           "recent_episodes": [{"consumer": gone, "start_ts": now - 5000, "end_ts": now,
+                                                "signals": 2}]},
+    }
+    before = redis_client.get(summary_key(console_server.namespace))
+    summary = read_summary(redis_client, console_server.namespace) or {
+        "since_ms": now - 60_000, "until_ms": now, "counters": list(COUNTER_NAMES), "destinations": {}}
+    summary["generated_at_ms"] = now
+    summary["destinations"] = {**summary["destinations"], uri: entry}
+    write_summary(redis_client, console_server.namespace, json.dumps(summary))
+    try:
+        page = admin_page
+        page.goto(f"{console_server.url}/console/analytics/queue/{queue_name}/")
+        balance_text = page.locator("#balance")
+        expect(balance_text.locator(".who-is")).to_have_text("invoices")
+        expect(balance_text).to_contain_text("Busiest owner at the end of the range: invoices")
+        table = page.locator("#group-consumers tbody tr")
+        expect(table.nth(0).locator(".who-is")).to_have_text("conn-z")
+        expect(table.nth(0)).not_to_contain_text("busiest owner")
+        expect(table.nth(1).locator(".who-is")).to_have_text("invoices")
+        expect(table.nth(1)).to_contain_text("busiest owner")  # the one the balance names, marked
+        expect(table.nth(2).locator(".who-is")).to_have_text(gone)  # gone: no name to give
+        expect(page.locator('#latency tr[data-consumer] .who-is')).to_have_attribute(
+            "title", re.compile(re.escape(busy.consumer_id)))
+        expect(page.locator("#top-groups .who-is").first).to_have_text("invoices")
+        expect(page.locator("#slow-episodes .who-is")).to_have_text(gone)
+    finally:
+        if before is None:
+            redis_client.delete(summary_key(console_server.namespace))
+        else:
+            redis_client.set(summary_key(console_server.namespace), before)
