@@ -103,7 +103,7 @@ def test_the_slow_badge_stays_off_while_a_full_consumer_acks_and_shows_once_it_s
             delivered = broker.receive(consumer, 1)
             broker.ack(consumer, [d.message_id for d in delivered])
             marked = marked or any(c.slow_since for c in broker.stats(queue_name).consumers)
-            assert badge.count() == 0
+            assert "slow" not in row.inner_text()  # no badge of any kind saying so
             time.sleep(0.3)
         assert marked, "the scenario did not make broker_core mark the consumer full while a message waited"
         # Stops acknowledging with a full window: slow after 2 s, and the badge says since when.
