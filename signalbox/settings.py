@@ -227,6 +227,8 @@ SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 3
 # Idempotency-Key records a user may hold at once (each kept 24 h); a new key past it is refused (429).
 SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER = int(os.environ.get("SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER") or 100_000)
 # The broker's name in ActiveMQ's texts (InvalidClientIDException, advisories' originBrokerName).
+# The console's "slow" consumer (gateway/api/views_admin.consumer_json): window full, no ack for this long.
+SIGNALBOX_CONSOLE_SLOW_SECONDS = float(os.environ.get("SIGNALBOX_CONSOLE_SLOW_SECONDS") or 30.0)
 SIGNALBOX_BROKER_NAME = os.environ.get("SIGNALBOX_BROKER_NAME") or "localhost"
 # /healthz reports the maintenance tick stale (beat or every worker stopped) after this many seconds.
 SIGNALBOX_MAINTENANCE_STALE_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_STALE_SECONDS") or 15.0)

@@ -33,6 +33,9 @@ LOCK_MS = 60_000
 FIELDS = ("queue_size", "pending", "in_flight", "parked", "group_count", "consumer_count", "enqueued",
           "dequeued", "dispatched", "expired", "deadlettered")
 RATES = ("enqueue_rate", "dequeue_rate")
+# `messages`, the list's Pending column, is derived rather than stored: pending + in flight. A queue's is its
+# QueueSize; a topic's (whose QueueSize is 0, as in ActiveMQ) is the backlog of all its subscriptions.
+DERIVED = ("messages",)
 
 # Parsing a name costs ~30 us: 0.3 s for 10,000 on every listing. Destinations are immutable values.
 parse_destination = functools.lru_cache(maxsize=100_000)(_parse_destination)
@@ -44,8 +47,11 @@ class Index:
     rows: dict[str, list[float]]  # uri -> FIELDS values, then RATES
 
     def values(self, uris: list[str], key: str) -> dict[str, float]:
-        position = (FIELDS + RATES).index(key)
         rows = self.rows
+        if key == "messages":
+            pending, in_flight = FIELDS.index("pending"), FIELDS.index("in_flight")
+            return {uri: rows[uri][pending] + rows[uri][in_flight] if uri in rows else 0 for uri in uris}
+        position = (FIELDS + RATES).index(key)
         return {uri: rows[uri][position] if uri in rows else 0 for uri in uris}
 
     def rates(self, uri: str) -> tuple[float, float]:
@@ -153,12 +159,36 @@ async def index(broker: AsyncBroker, refresh: bool = True) -> Index | None:
     return current
 
 
+def subscription_label(sub: Any, consumers: list[Any]) -> str:
+    """A topic subscription as people name it: client id / subscription name, else its consumer's client
+    or connection id (the consumer id when it has neither)."""
+    if sub.durable:
+        return f"{sub.client_id} / {sub.subscription_name}"
+    c = next((c for c in consumers if c.consumer_id == sub.consumer_id), None)
+    return f"non-durable {(c and (c.client_id or c.connection_id)) or sub.consumer_id or sub.key}"
+
+
+def largest_subscription(stats: Any) -> dict[str, Any] | None:
+    """The topic's subscription with the most messages (pending + in flight); None without any."""
+    subs = getattr(stats, "subscriptions", None) or []
+    if not subs:
+        return None
+    top = max(subs, key=lambda s: (s.pending + s.in_flight, s.key))
+    return {"key": top.key, "label": subscription_label(top, stats.consumers),
+            "messages": top.pending + top.in_flight,
+            "active": top.active}
+
+
 def row(stats: Any, idx: Index | None) -> dict[str, Any]:
-    """A destination as the list shows it: every statistic, plus kind, name and message rates."""
+    """A destination as the list shows it: every statistic, plus kind, name, `messages` (DERIVED), a
+    topic's largest subscription and the message rates."""
     out = dataclasses.asdict(stats)
     out.pop("consumers", None)
     destination = parse_destination(stats.destination)
     out["kind"], out["name"] = destination.kind, destination.name
+    out["messages"] = stats.pending + stats.in_flight
+    if destination.kind == "topic":
+        out["largest_subscription"] = largest_subscription(stats)
     out["enqueue_rate"], out["dequeue_rate"] = idx.rates(stats.destination) if idx else (0.0, 0.0)
     return out
 
@@ -189,7 +219,8 @@ async def list_destinations(broker: AsyncBroker, patterns: list[Destination] | N
         if missing:  # created since the index was built: read them now rather than sort them as zeros
             for s in await broker.summaries(missing):
                 if s is not None:
-                    values[s.destination] = getattr(s, key, 0)
+                    values[s.destination] = (s.pending + s.in_flight if key == "messages"
+                                             else getattr(s, key, 0))
         chosen.sort(key=lambda d: d.name)
         chosen.sort(key=lambda d: values[d.uri], reverse=reverse)  # stable: ties stay in name order
     page = chosen[offset:offset + limit]
@@ -210,15 +241,24 @@ async def totals(broker: AsyncBroker, patterns: list[Destination] | None) -> dic
              "parked")
     positions = [FIELDS.index(n) for n in names]
     out: dict[str, Any] = {"destinations": 0, "queues": 0, "topics": 0, "consumers": 0,
-                           **{n: 0 for n in names}, "enqueue_rate": 0.0, "dequeue_rate": 0.0}
+                           **{n: 0 for n in names}, "enqueue_rate": 0.0, "dequeue_rate": 0.0,
+                           "messages": 0, "topic_messages": 0, "largest": None}
     consumers = FIELDS.index("consumer_count")
+    pending, in_flight = FIELDS.index("pending"), FIELDS.index("in_flight")
+    largest = (0, "")
     for uri, values in idx.rows.items():
         if patterns is not None:
             destination = parse_destination(uri)
             if not permissions.visible(patterns, destination):
                 continue
         out["destinations"] += 1
-        out["topics" if uri.startswith("topic://") else "queues"] += 1
+        is_topic = uri.startswith("topic://")
+        out["topics" if is_topic else "queues"] += 1
+        messages = values[pending] + values[in_flight]
+        out["messages"] += messages
+        if is_topic:
+            out["topic_messages"] += messages
+        largest = max(largest, (messages, uri))
         for n, i in zip(names, positions, strict=True):
             out[n] += values[i]
         out["consumers"] += values[consumers]
@@ -226,6 +266,8 @@ async def totals(broker: AsyncBroker, patterns: list[Destination] | None) -> dic
         out["dequeue_rate"] += values[-1]
     out["enqueue_rate"] = round(out["enqueue_rate"], 2)
     out["dequeue_rate"] = round(out["dequeue_rate"], 2)
+    if largest[0] > 0:  # the destination with the most messages (the overview names it)
+        out["largest"] = {"destination": largest[1], "messages": largest[0]}
     if everything:
         _totals_memo[broker.namespace] = (idx.at_ms, dict(out))
     out["index_age_ms"] = broker.clock.now_ms() - idx.at_ms

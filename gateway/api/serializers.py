@@ -200,6 +200,12 @@ class DestinationSerializer(serializers.Serializer):
     queue_size = serializers.IntegerField()
     pending = serializers.IntegerField()
     in_flight = serializers.IntegerField()
+    messages = serializers.IntegerField(
+        required=False, help_text="Pending + in flight: a queue's QueueSize; a topic's, all its "
+                                  "subscriptions' (the destination list; its QueueSize is 0).")
+    largest_subscription = serializers.DictField(
+        required=False, allow_null=True,
+        help_text="A topic's subscription with the most messages: key, label, messages, active (the list).")
     enqueued = serializers.IntegerField()
     dequeued = serializers.IntegerField()
     dispatched = serializers.IntegerField()

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
@@ -27,9 +28,8 @@ from gateway.api.errors import Problem
 from gateway.api.pagination import page, page_bounds
 from gateway.api.views_messaging import KIND_PARAM, problem_doc, problems
 
-SLOW_AFTER_MS = 30_000
-SORTABLE = ("name", "queue_size", "pending", "in_flight", "enqueued", "dequeued", "dispatched", "expired",
-            "consumer_count", "group_count",
+SORTABLE = ("name", "messages", "queue_size", "pending", "in_flight", "enqueued", "dequeued", "dispatched",
+            "expired", "consumer_count", "group_count",
             "deadlettered", "enqueue_rate", "dequeue_rate")  # its columns sort too
 
 
@@ -42,9 +42,10 @@ def consumer_json(consumer: ConsumerStats, now_ms: int | None = None) -> dict[st
     if hasattr(consumer, "slow"):
         out["slow"] = bool(consumer.slow)
     else:
-        # Until broker_core marks slow consumers (issue 5/8): full, and no ack for SLOW_AFTER_MS.
+        # Full, and no ack for SIGNALBOX_CONSOLE_SLOW_SECONDS (broker_core's slow_since is set again at
+        # every dispatch that finds a busy consumer full, e.g. after each of its acks).
         last = consumer.last_ack or consumer.added
-        out["slow"] = full and now_ms - last > SLOW_AFTER_MS
+        out["slow"] = full and now_ms - last > settings.SIGNALBOX_CONSOLE_SLOW_SECONDS * 1000
     return out
 
 

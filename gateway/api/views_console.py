@@ -25,7 +25,7 @@ from broker_core.destinations import parse_composite
 from gateway import permissions, runtime
 from gateway.api.base import GatewayView, db
 from gateway.api.common import destination_from_url, idempotency_keys_count
-from gateway.api.destination_index import parse_destination, totals
+from gateway.api.destination_index import largest_subscription, parse_destination, totals
 from gateway.api.views_admin import stats_or_404
 from gateway.api.views_messaging import KIND_PARAM, problems
 
@@ -44,6 +44,11 @@ class OverviewView(GatewayView):
         broker = runtime.async_broker()
         patterns = await db(permissions.readable_patterns, request.user, "read")
         out = await totals(broker, patterns)
+        largest = out.get("largest")
+        if largest and largest["destination"].startswith("topic://"):
+            # which subscription holds the topic's backlog (one topic's statistics)
+            out = {**out, "largest": {**largest, "subscription": largest_subscription(
+                await broker.stats(parse_destination(largest["destination"])))}}
         memory = await broker.redis.info("memory")
         out["redis_memory"] = {"used": int(memory.get("used_memory", 0)),
                                "peak": int(memory.get("used_memory_peak", 0)),
@@ -126,7 +131,15 @@ class GroupCountsView(GatewayView):
         # Pending messages of a group whose owner's window is full wait for that owner (§3: the group
         # stays with it), even when other consumers have room.
         held = {g: p for g, p in pending.items() if p and owner_of.get(g) in full}
-        rows = [{**dataclasses.asdict(g), "pending": pending.get(g.group_id, 0),
+        named = {c.consumer_id: c for c in stats.consumers}  # owners by their client / connection (console)
+
+        def owner(consumer_id: str) -> dict[str, Any]:
+            c = named.get(consumer_id)
+            return {"owner_client_id": c.client_id if c else None,
+                    "owner_connection_id": c.connection_id if c else None,
+                    "owner_added": c.added if c else None}
+
+        rows = [{**dataclasses.asdict(g), **owner(g.owner), "pending": pending.get(g.group_id, 0),
                  "in_flight": in_flight.get(g.group_id, 0), "held_back": held.get(g.group_id, 0),
                  "owner_busy": g.owner in full} for g in groups]
         # (with only the first groups listed, which of the others have an owner is not known here)

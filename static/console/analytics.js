@@ -3,7 +3,7 @@
    balance with the removeAllMessageGroups recommendation, slow-consumer episodes. */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, toast, confirm, queuePath, Chart, page } = window.SB;
+  const { api, el, fill, fmt, toast, confirm, queuePath, Chart, page, who } = window.SB;
   const P = page();
   const admin = P.admin === "1";
   const LABELS = { enqueued: "Enqueued", dispatched: "Dispatched", acked: "Acked", redelivered: "Redelivered",
@@ -38,7 +38,7 @@
     const addLatency = (consumer, metrics) => {
       for (const [metric, x] of Object.entries(metrics)) {
         latencyRows.push(el("tr", { dataset: { consumer: consumer || "", metric } },
-          el("td", {}, consumer || "all consumers"), el("td", {}, METRICS[metric] || metric),
+          el("td", { class: "id" }, consumer ? who.node(consumer) : "all consumers"), el("td", {}, METRICS[metric] || metric),
           el("td", { class: "num" }, fmt.num(x.count)), el("td", { class: "num" }, ms(x.p50)),
           el("td", { class: "num" }, ms(x.p95)), el("td", { class: "num" }, ms(x.p99)),
           el("td", {}, bar(x.p99 || 0, maxP99, `p99 ${ms(x.p99)} ms`))));
@@ -61,31 +61,40 @@
     3, "No message was delivered in the range.");
 
     const g = s.groups; const b = g.balance;
-    document.getElementById("balance").textContent = b
-      ? `${fmt.num(g.count)} groups, ${fmt.num(b.grouped_messages)} grouped messages over ${fmt.num(b.consumers)} active consumers; `
-        + `imbalance ${b.imbalance === null ? "–" : b.imbalance.toFixed(2)} (1.00 is even)`
-        + (b.busiest_consumer ? `, busiest ${b.busiest_consumer} with ${Math.round(100 * b.busiest_share)} %` : "") + "."
-      : "No message groups in the range.";
+    // The balance is about who owns the groups at the end of the range (what removeAllMessageGroups would
+    // change), the table below about what was dispatched to whom during it: labelled as such, and the
+    // owner the balance names is marked in the table, so the two cannot read as contradicting each other.
+    document.getElementById("balance").replaceChildren(...(b
+      ? [`${fmt.num(g.count)} groups, ${fmt.num(b.grouped_messages)} grouped messages over ${fmt.num(b.consumers)} active consumers; `
+        + `imbalance ${b.imbalance === null ? "–" : b.imbalance.toFixed(2)} (1.00 is even)`,
+      ...(b.busiest_consumer ? [". Busiest owner at the end of the range: ", who.node(b.busiest_consumer),
+        `, whose groups carried ${Math.round(100 * b.busiest_share)} % of the grouped messages`] : []), "."]
+      : ["No message groups in the range."]));
     const rec = document.getElementById("recommendation");
     rec.textContent = b ? b.recommendation : "";
     rec.className = b && b.recommend_reset ? "badge warn" : "";
     const grouped = g.consumers.reduce((a, c) => a + c.messages, 0);
     fill(document.querySelector("#group-consumers tbody"), g.consumers.map((c) => el("tr", { dataset: { consumer: c.consumer } },
-      el("td", {}, c.consumer), el("td", { class: "num" }, fmt.num(c.groups)), el("td", { class: "num" }, fmt.num(c.messages)),
+      el("td", { class: "id" }, who.node(c.consumer),
+        b && b.busiest_consumer === c.consumer ? el("span", { class: "badge warn", title: "The busiest owner at the end of the range (above)" }, " busiest owner") : null),
+      el("td", { class: "num" }, fmt.num(c.groups)), el("td", { class: "num" }, fmt.num(c.messages)),
       el("td", {}, bar(c.messages, grouped, `${c.messages} of ${grouped}`)))), 4, "No grouped message was dispatched.");
     fill(document.querySelector("#top-groups tbody"), g.top.map((x) => el("tr", {},
       el("td", {}, x.group), el("td", { class: "num" }, fmt.num(x.messages)), el("td", { class: "num" }, fmt.num(x.owner_changes)),
-      el("td", {}, x.owner || "–"))), 4, "No message groups.");
+      el("td", { class: "id" }, who.node(x.owner)))), 4, "No message groups.");
 
     const slow = s.slow_consumers;
     document.getElementById("slow-summary").textContent =
       `${fmt.num(slow.episodes)} slow-consumer episodes, ${fmt.num(slow.aborts)} consumers aborted.`;
     fill(document.querySelector("#slow-episodes tbody"), slow.recent_episodes.map((e) => el("tr", {},
-      el("td", {}, e.consumer), el("td", {}, when(e.start_ts)), el("td", {}, when(e.end_ts)), el("td", { class: "num" }, fmt.num(e.signals)))),
+      el("td", { class: "id" }, who.node(e.consumer)), el("td", {}, when(e.start_ts)), el("td", {}, when(e.end_ts)), el("td", { class: "num" }, fmt.num(e.signals)))),
     4, "No slow consumers in the range.");
   }
 
-  api("GET", P.summary).then(show).catch((e) => {
+  // Names of the consumers still attached (the summary keeps only ids); those gone stay ids.
+  const path = `${P.kind === "topic" ? "topics" : "queues"}/${encodeURIComponent(P.name)}`;
+  Promise.all([api("GET", P.summary), api("GET", path).then((d) => who.learn(d.consumers)).catch(() => {})])
+    .then(([s]) => show(s)).catch((e) => {
     document.getElementById("range").textContent = e.message;
   });
 

@@ -266,20 +266,56 @@
     el("span", { class: "meter-text" }, `${fmt.num(value)} / ${fmt.num(max)}`));
   }
 
+  /* Consumers named as people know them: the client id, else the connection id, with the consumer id on
+     hover (ids such as ws-9cd018b8d11343b5-1 mean nothing to a reader). learn() takes consumers as the API
+     gives them (consumer_id, client_id, connection_id, added); node(id) is the name as an element. Two
+     consumers of one client are told apart by their order of attaching (#1, #2). An id never learned
+     (a consumer gone before the page saw it) is shown as it is. */
+  const who = {
+    known: new Map(),
+    learn(consumers) {
+      for (const c of consumers || []) {
+        if (!c || !c.consumer_id) continue;
+        this.known.set(c.consumer_id, { client: c.client_id || null, connection: c.connection_id || null, added: c.added || 0 });
+      }
+    },
+    label(id) {
+      const k = this.known.get(id);
+      const base = k && (k.client || k.connection);
+      if (!base) return id;
+      const same = [...this.known.entries()].filter(([, o]) => (o.client || o.connection) === base)
+        .sort((a, b) => a[1].added - b[1].added || (a[0] < b[0] ? -1 : 1));
+      return same.length > 1 ? `${base} #${same.findIndex(([i]) => i === id) + 1}` : base;
+    },
+    node(id) {
+      if (!id) return "–";
+      const k = this.known.get(id);
+      const title = k && k.connection && k.client ? `${id} (connection ${k.connection})` : id;
+      return el("span", { class: "who-is", title, dataset: { consumer: id } }, this.label(id));
+    },
+  };
+
   function page() { const node = document.getElementById("page"); return node ? node.dataset : {}; }
 
   // A destination's "Recent events" list: newest first, the last 100 kept; returns the function that
   // adds a batch of events as the live feed delivers them.
+  // Consumers in events (consumer=, owner=, ...) are named by `who`.
+  const CONSUMER_FIELDS = new Set(["consumer", "owner", "previous", "from", "to"]);
   function eventLog(list) {
     return function show(recent) {
       for (const e of recent) {
         const { type, ts, id, ...rest } = e;
-        const detail = Object.entries(rest).map(([k, v]) => `${k}=${v}`).join(" ");
-        list.prepend(el("li", {}, `${fmt.time(Number(ts))} ${type} ${detail}`));
+        const detail = Object.entries(rest).flatMap(([k, v]) => [" ", `${k}=`, CONSUMER_FIELDS.has(k) && who.known.has(v) ? who.node(v) : String(v)]);
+        list.prepend(el("li", {}, `${fmt.time(Number(ts))} ${type}`, ...detail));
       }
       while (list.children.length > 100) list.lastChild.remove();
     };
   }
 
-  window.SB = { api, ApiError, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, Chart, meter, page, feeds, eventLog };
+  // A page without a feed of its own (browse, message, routing, analytics, ...) still opens one, for the
+  // header's indicator alone: it says whether the console's connection is up and the broker answers,
+  // rather than "Connecting…" for ever.
+  window.addEventListener("load", () => { if (!feeds.length) live("", () => {}); });
+
+  window.SB = { api, ApiError, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, Chart, meter, page, feeds, eventLog, who };
 })();

@@ -13,12 +13,19 @@
   search.value = state.search; kind.value = state.kind; size.value = String(state.limit);
   let feed = null; let shown = []; let perms = {};
 
-  const NUMS = ["queue_size", "in_flight", "consumer_count", "enqueued", "dequeued", "expired", "deadlettered"];
+  // "messages" (Pending): pending + in flight, a topic's across its subscriptions (docs/console.md)
+  const NUMS = ["messages", "in_flight", "consumer_count", "enqueued", "dequeued", "expired", "deadlettered"];
+
+  // A cell's content: the number, and under a topic's Pending its largest subscription.
+  function content(k, row) {
+    if (k.endsWith("_rate")) return [fmt.rate(row[k])];
+    const largest = k === "messages" && row.largest_subscription;
+    return [fmt.num(row[k]), largest && largest.messages ? el("small", { class: "largest", title: largest.key },
+      `largest: ${largest.label} (${fmt.num(largest.messages)})`) : null];
+  }
 
   function cells(row) {
-    return [...NUMS.map((k) => el("td", { class: "num", dataset: { col: k } }, fmt.num(row[k]))),
-      el("td", { class: "num", dataset: { col: "enqueue_rate" } }, fmt.rate(row.enqueue_rate)),
-      el("td", { class: "num", dataset: { col: "dequeue_rate" } }, fmt.rate(row.dequeue_rate))];
+    return [...NUMS, "enqueue_rate", "dequeue_rate"].map((k) => el("td", { class: "num", dataset: { col: k } }, ...content(k, row)));
   }
 
   function operations(row) {
@@ -78,10 +85,7 @@
     for (const row of rows) {
       const tr = tbody.querySelector(`tr[data-uri="${CSS.escape(row.destination)}"]`);
       if (!tr) continue;
-      for (const td of tr.querySelectorAll("td[data-col]")) {
-        const k = td.dataset.col;
-        td.textContent = k.endsWith("_rate") ? fmt.rate(row[k]) : fmt.num(row[k]);
-      }
+      for (const td of tr.querySelectorAll("td[data-col]")) td.replaceChildren(...content(td.dataset.col, row).filter(Boolean));
     }
   }
 
@@ -95,7 +99,10 @@
   for (const th of document.querySelectorAll("#destinations th[data-sort]")) {
     th.querySelector("button").addEventListener("click", () => {
       const key = th.dataset.sort;
-      state.ordering = state.ordering === key ? `-${key}` : (key === "name" ? key : `-${key}`);
+      // a second click reverses the order; a new column starts descending (name: ascending)
+      if (state.ordering === key) state.ordering = `-${key}`;
+      else if (state.ordering === `-${key}`) state.ordering = key;
+      else state.ordering = key === "name" ? key : `-${key}`;
       state.offset = 0; load();
     });
   }

@@ -5,13 +5,32 @@
   const chart = new Chart(document.getElementById("rates-chart"),
     [{ key: "enqueued", color: "--enq" }, { key: "dequeued", color: "--deq" }], 300000);
 
+  // The largest backlog's subscription comes with GET console/overview (the feed's totals name only the
+  // destination): asked again when the destination changes.
+  let largestSub = { destination: null, subscription: null };
+  function largest(node, l) {
+    if (!l) { node.textContent = "none"; return; }
+    if (l.subscription !== undefined) largestSub = { destination: l.destination, subscription: l.subscription };
+    else if (largestSub.destination !== l.destination) {
+      largestSub = { destination: l.destination, subscription: null };
+      if (l.destination.startsWith("topic://")) api("GET", "console/overview").then((t) => show(t)).catch(() => {});
+    }
+    const sub = largestSub.destination === l.destination ? largestSub.subscription : null;
+    const name = l.destination.replace(/^(queue|topic):\/\//, "");
+    const href = l.destination.startsWith("topic://") ? `/console/topics/${encodeURIComponent(name)}/` : `/console/queues/${encodeURIComponent(name)}/`;
+    node.replaceChildren(el("a", { href, title: l.destination }, l.destination.startsWith("topic://") ? `${name} (topic)` : name),
+      ` ${fmt.num(l.messages)}`,
+      sub ? el("small", { class: "largest", title: sub.key }, `largest subscription: ${sub.label} (${fmt.num(sub.messages)})`) : null);
+  }
+
   function show(totals, ts, charted) {
     for (const node of document.querySelectorAll("[data-total]")) {
       const key = node.dataset.total;
-      if (key === "redis_memory") {
+      if (key === "largest") largest(node, totals.largest);
+      else if (key === "redis_memory") {
         const m = totals.redis_memory;
         if (m) node.textContent = m.max ? `${fmt.bytes(m.used)} of ${fmt.bytes(m.max)}` : fmt.bytes(m.used);
-      } else if (key === "pending") node.textContent = fmt.num(totals.queue_size);
+      }
       else node.textContent = fmt.num(totals[key]);
     }
     // The server's rates (between two statistics snapshots, with their real time apart).

@@ -2,7 +2,7 @@
    and recent events, live from the destination's lifecycle events; QueueView operations for admins. */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live, latest, act, toast, eventLog, tracked, queuePath, rateTracker, Chart, meter, page } = window.SB;
+  const { api, el, fill, fmt, live, latest, act, toast, eventLog, tracked, queuePath, rateTracker, Chart, meter, page, who } = window.SB;
   const P = page();
   const name = P.name; const admin = P.admin === "1";
   const base = queuePath(name);
@@ -29,12 +29,25 @@
     showConsumers(stats.consumers || []);
   }
 
+  // "slow" is the API's verdict (docs/console.md): window full and no acknowledgement for a while. The
+  // broker's own slow_since (found full while a message waited) is set again after every ack of a busy
+  // consumer, so it is only the tooltip's detail.
+  function slowBadge(c) {
+    if (!c.slow) return "–";
+    const quiet = c.last_ack ? `last ack ${fmt.ago(c.last_ack)}` : `no ack since it attached ${fmt.ago(c.added)}`;
+    return el("span", { class: "badge bad", title: `Prefetch window full (${c.in_flight} in flight) and ${quiet}`
+      + (c.slow_since ? `; dispatch last found it full ${fmt.time(c.slow_since)}` : "") }, `slow, ${quiet}`);
+  }
+
   function showConsumers(consumers) {
-    const rows = consumers.map((c) => {
+    who.learn(consumers);
+    // in the order they attached: the broker's own order rotates with round-robin dispatch
+    const ordered = [...consumers].sort((a, b) => (a.added - b.added) || (a.consumer_id < b.consumer_id ? -1 : 1));
+    const rows = ordered.map((c) => {
       const window = c.prefetch + (c.prefetch_extension || 0);
       return el("tr", { dataset: { consumer: c.consumer_id } },
         el("td", { class: "id" }, el("code", {}, c.consumer_id)),
-        el("td", {}, c.client_id || "–"),
+        el("td", { class: "id" }, who.node(c.consumer_id)),
         el("td", {}, c.selector ? el("code", {}, c.selector) : "–"),
         el("td", { class: "num" }, c.priority),
         el("td", {}, c.exclusive ? (c.is_exclusive_owner ? "yes (owner)" : "yes") : (c.is_exclusive_owner ? "owner" : "no")),
@@ -44,7 +57,7 @@
         el("td", { class: "num" }, fmt.num(c.dispatched)),
         el("td", { class: "num" }, fmt.num(c.acked)),
         el("td", { class: "num" }, fmt.num(c.groups)),
-        el("td", {}, c.slow_since ? el("span", { class: "badge bad" }, `slow since ${fmt.ago(c.slow_since)}`) : "–"),
+        el("td", { dataset: { col: "slow" } }, slowBadge(c)),
         el("td", {}, c.lease_expires ? fmt.ago(c.lease_expires) : "–"));
     });
     fill(document.querySelector("#consumers tbody"), rows, 13, "No consumers.");
@@ -56,9 +69,11 @@
     const listed = g.groups_complete ? "" : ` Listing the first ${fmt.num(g.groups.length)} groups.`;
     document.getElementById("groups-summary").textContent =
       `Group map: ${g.map_type}, ${fill_} · ${fmt.num(g.held_back)} messages held back waiting for busy owners.${scope}${listed}`;
-    const rows = g.groups.map((x) => el("tr", { dataset: { group: x.group_id } },
+    who.learn(g.groups.map((x) => ({ consumer_id: x.owner, client_id: x.owner_client_id, connection_id: x.owner_connection_id, added: x.owner_added })));
+    const sorted = [...g.groups].sort((a, b) => (a.group_id < b.group_id ? -1 : a.group_id > b.group_id ? 1 : 0));
+    const rows = sorted.map((x) => el("tr", { dataset: { group: x.group_id } },
       el("th", { scope: "row" }, x.group_id),
-      el("td", { class: "id" }, el("code", {}, x.owner), x.owner_busy ? el("span", { class: "badge warn" }, " busy") : null),
+      el("td", { class: "id", dataset: { col: "owner" } }, who.node(x.owner), x.owner_busy ? el("span", { class: "badge warn" }, " busy") : null),
       el("td", {}, fmt.ago(x.assigned_at)),
       el("td", { class: "num" }, fmt.num(x.pending)),
       el("td", { class: "num" }, fmt.num(x.in_flight)),

@@ -4,7 +4,7 @@
    an active one). */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live, act, toast, eventLog, page } = window.SB;
+  const { api, el, fill, fmt, live, act, toast, eventLog, page, who } = window.SB;
   const P = page();
   const name = P.name; const admin = P.admin === "1";
   const base = `topics/${encodeURIComponent(name)}`;
@@ -15,11 +15,13 @@
       const v = stats[node.dataset.stat];
       node.textContent = typeof v === "number" ? fmt.num(v) : (v || "–");
     }
-    showSubscriptions(stats.subscriptions || []);
+    who.learn(stats.consumers);
+    // a stable order: by name, not the broker's
+    showSubscriptions([...(stats.subscriptions || [])].sort((a, b) => (label(a) < label(b) ? -1 : label(a) > label(b) ? 1 : 0)));
   }
 
   function label(s) {
-    return s.durable ? `${s.client_id} / ${s.subscription_name}` : `non-durable ${s.consumer_id || s.key}`;
+    return s.durable ? `${s.client_id} / ${s.subscription_name}` : `non-durable ${s.consumer_id ? who.label(s.consumer_id) : s.key}`;
   }
 
   function showSubscriptions(subs) {
