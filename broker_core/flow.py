@@ -69,8 +69,10 @@ REDIS_MAXMEMORY_TEXT = (
 
 
 def is_redis_maxmemory(text: str) -> bool:
-    """Whether a Redis error reply is its maxmemory refusal (a command's, or a script's first write's)."""
-    return "OOM command not allowed" in text
+    """Whether a Redis error reply is its maxmemory refusal (a command's, or a script's first write's). The
+    reply starts "OOM command not allowed when used memory > 'maxmemory'"; redis-py's OutOfMemoryError
+    keeps the text without its "OOM" code, so the words after it are what is looked for."""
+    return "command not allowed when used memory" in text
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@
 -- says where the next one goes on; counted as purged (a repeating scheduled message's job: cancelled).
 -- ARGV: now, budget, mark ('' on the first call: the current sequence becomes the mark), cursor ('' = the
 -- start; 'k:<score>|<id>' parked, 'p:<score>|<id>' pending (the last message kept), 'i:<consumers' HSCAN
--- cursor>:<consumer>:<dispatch sequence>' in flight), examine budget.
+-- cursor>:<consumer>:<dispatch sequence>' in flight, 'c:...' the same for closed consumers still returning
+-- messages), examine budget.
 -- Returns {removed, next cursor ('' when done), mark, flags, hold_until}.
 --@include base
 --@include dispatch
@@ -82,9 +83,11 @@ end
 
 -- In flight: consumer by consumer (a page of the consumers hash at a time, in name order within it), each
 -- window in dispatch order, so a message not yet received is met at the head of the consumer's outbox.
-local function in_flight(hcur, from_cid, after)
+-- `consumers` is the consumers hash (tag 'i'), then the closed consumers whose returns are still owed
+-- (tag 'c': their windows hold messages until returned, and the purge takes those too).
+local function in_flight(consumers, tag, hcur, from_cid, after)
   while examined < budget do
-    local page = redis.call('HSCAN', K_CONSUMERS, hcur, 'COUNT', 10)
+    local page = redis.call('HSCAN', consumers, hcur, 'COUNT', 10)
     local names = {}
     for i = 1, #page[2], 2 do names[#names + 1] = page[2][i] end
     table.sort(names)
@@ -93,7 +96,7 @@ local function in_flight(hcur, from_cid, after)
         local seen = cid == from_cid and after or ''  -- the dispatch sequence walked up to
         while true do
           local want = math.min(100, budget - examined)
-          if want == 0 then return 'i:' .. hcur .. ':' .. cid .. ':' .. seen end
+          if want == 0 then return tag .. ':' .. hcur .. ':' .. cid .. ':' .. seen end
           local low = seen == '' and '-inf' or '(' .. seen
           local batch = redis.call('ZRANGEBYSCORE', K_CINF(cid), low, '+inf', 'WITHSCORES', 'LIMIT', 0, want)
           local ids = {}
@@ -113,9 +116,9 @@ local function in_flight(hcur, from_cid, after)
       end
     end
     from_cid, after, hcur = '', '', page[1]
-    if hcur == '0' then return '' end
+    if hcur == '0' then return nil end
   end
-  return 'i:' .. hcur .. '::'
+  return tag .. ':' .. hcur .. '::'
 end
 
 local cursor = ARGV[4]
@@ -132,7 +135,12 @@ if phase == 'p' then
 end
 if phase == 'i' then
   local hcur, cid, after = string.match(position, '^([^:]*):([^:]*):(.*)$')
-  cursor = in_flight(hcur, cid, after)
+  cursor = in_flight(K_CONSUMERS, 'i', hcur, cid, after)
+  if not cursor then phase, position = 'c', '0::' end
+end
+if phase == 'c' then
+  local hcur, cid, after = string.match(position, '^([^:]*):([^:]*):(.*)$')
+  cursor = in_flight(P .. ':closing', 'c', hcur, cid, after) or ''
 end
 for _, id in ipairs(parked) do remove(id) end
 if #leaving > 0 then

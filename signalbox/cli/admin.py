@@ -222,7 +222,7 @@ def groups() -> None:
 @json_option
 def groups_list(destination: str, as_json: bool) -> None:
     """The message groups of DESTINATION and the consumer owning each."""
-    rows = list(api().pages(destination_path(destination) + "/groups"))
+    rows = list(api().pages(destination_path(destination) + "/groups", rows="groups"))
     if as_json:
         print_json(rows)
     elif rows:

@@ -93,15 +93,17 @@ class Api:
         except ValueError:
             raise Failure(f"{method} {path}: the answer is not JSON (is {url} a Signalbox server?)") from None
 
-    def pages(self, path: str, params: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    def pages(self, path: str, params: dict[str, Any] | None = None, rows: str = "results"
+              ) -> Iterator[dict[str, Any]]:
         """Every row of a list in the API's paged shapes: limit/offset (`{"results", "next"}`, following
-        the `next` link) or cursor (`{"results", "next_cursor"}`); a plain list is one page."""
+        the `next` link) or cursor (`{<rows>, "next_cursor"}`: groups come as `groups`); a plain list is
+        one page."""
         answer = self.call("GET", path, params=params)
         while True:
             if isinstance(answer, list):
                 yield from answer
                 return
-            yield from answer.get("results", [])
+            yield from answer.get(rows, [])
             if answer.get("next"):
                 answer = self.call("GET", answer["next"])
             elif answer.get("next_cursor"):
