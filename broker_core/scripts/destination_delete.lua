@@ -39,6 +39,7 @@ for _, cid in ipairs(redis.call('HKEYS', P .. ':closing')) do
   keys[#keys + 1] = K_C(cid)
   keys[#keys + 1] = K_CINF(cid)
   keys[#keys + 1] = K_COUT(cid)
+  keys[#keys + 1] = K_CGRP(cid)  -- (its group entries still to delete)
 end
 keys[#keys + 1] = P .. ':closing'
 -- a topic's ended subscriptions' messages still to release (includes/lifecycle.lua remove_subscription)
