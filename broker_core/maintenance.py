@@ -28,6 +28,7 @@ from .destinations import Destination, parse_destination
 from .errors import UnknownDestination
 from .operations import ConsumerRef, Eval, NoDestination, Op
 from .policy import PolicyEntry
+from .topics import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,8 @@ def run_recovery(broker: Broker, destination: str | Destination) -> Recovery:
                     break
         if int(owed):  # a process died while returning (or releasing) a closed consumer's messages
             broker._run(broker.ops.return_owed(dest, now))
+            if dest.is_topic and not isinstance(dest, Subscription):  # or fanning out a send (fanout.lua)
+                broker._run(topic_ops.fan_out(broker.ops, dest, now))
         forwarded = 0
         if int(forwards):
             forwarded = broker.forward(dest)

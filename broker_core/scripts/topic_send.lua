@@ -7,11 +7,13 @@
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, origin ('producer' or 'forward'), then per message:
 -- id, packed, retain ('' | 'set' | 'clear': ActiveMQ.Retain, decided by operations.py), retained copy.
 -- Returns {status per message..., '', dispatched, flags, hold_until, subscription keys whose pass has
--- more...}; statuses as send.lua's.
+-- more...}; statuses as send.lua's. Flags: 1 a pass has more, 2 forwards wait, 4 a fan-out is unfinished
+-- (includes/fanout.lua: the caller runs topic_fanout.lua until its messages are matched).
 --@include base
 --@include dispatch
 --@include topic
 --@include virtual
+--@include fanout
 NOW = tonumber(ARGV[1])
 -- the origin may carry a routing plan (includes/virtual.lua): composite topics,
 -- virtual topics' consumer queues. Copies are recorded in the same step; operations.forward delivers them.
@@ -51,6 +53,9 @@ local subs = TOPIC.subscriptions()
 -- (one local: the scripts' main chunk is close to Lua's 200 locals)
 local wild = ADVISE.wildcard.for_send()
 local touched, touched_order = {}, {}
+-- A send matches until its selector work reaches a call's worth; the rest of its fan-out, and all of it
+-- while an earlier send's is unfinished, goes on in the calls after it (includes/fanout.lua).
+local deferring = FANOUT.waiting()
 local out = {}
 for i = 4, #ARGV, 4 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
@@ -74,11 +79,17 @@ for i = 4, #ARGV, 4 do
     end
     meta_incr('enqueued')
     if not wild.is_pattern then TOPIC.recovery_add(id, ARGV[i + 3] ~= '' and ARGV[i + 3] or blob, seq, ARGV[i + 2]) end
-    local matched, view = {}, nil
-    for _, s in ipairs(subs) do
-      local ok
-      ok, view = TOPIC.matches(s, id, m, view)
-      if ok then matched[#matched + 1] = s end
+    local matched, view, rest = {}, nil, deferring and 1 or nil
+    if not deferring then
+      for k, s in ipairs(subs) do
+        if FANOUT.spent() then
+          rest, deferring = k, true
+          break
+        end
+        local ok
+        ok, view = TOPIC.matches(s, id, m, view)
+        if ok then matched[#matched + 1] = s end
+      end
     end
     -- the matching patterns some of whose subscriptions take it (selector, noLocal) get a copy
     local takers
@@ -89,7 +100,10 @@ for i = 4, #ARGV, 4 do
       FWD.n = FWD.n + copies  -- includes/forward.lua: flag 2, the caller delivers them now
       for _, pattern in ipairs(takers) do emit('forward', 'msg', id, 'target', 'topic://' .. pattern) end
     end
-    if #matched == 0 and copies == 0 then
+    if rest then
+      -- stored now, its events written when its fan-out is done (FANOUT.finish)
+      FANOUT.defer(id, blob, seq, matched, subs, rest, copies)
+    elseif #matched == 0 and copies == 0 then
       -- Topic.onMessageWithNoConsumers: nobody, exact or wildcard, takes it, so it is not stored.
       meta_incr('no_subscription')
       emit('no_subscription', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'size', NOW_TEXT.num(#blob))
@@ -100,6 +114,8 @@ for i = 4, #ARGV, 4 do
            'subscriptions', 0, 'wildcards', copies)
     else
       TOPIC.store(id, blob, #matched, seq)
+    end
+    if not rest and #matched > 0 then
       if copies == 0 then
         emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
              'subscriptions', #matched)
@@ -107,6 +123,8 @@ for i = 4, #ARGV, 4 do
         emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
              'subscriptions', #matched, 'wildcards', copies)
       end
+    end
+    do  -- (those matched before a cut take it now too)
       for _, s in ipairs(matched) do
         if not touched[s.key] then
           touched[s.key] = { s = s, ids = {}, msgs = {} }
@@ -137,6 +155,7 @@ end
 TOPIC.switch(nil)
 if #more_keys > 0 then flags = 1 end
 flags = with_forward_flag(flags)
+if deferring then flags = bit.bor(flags, 4) end  -- the caller goes on with the fan-out (topic_fanout.lua)
 out[#out + 1] = ''
 out[#out + 1] = dispatched
 out[#out + 1] = flags
