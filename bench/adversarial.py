@@ -277,6 +277,68 @@ def reap_holding_32767(ctx: Context) -> Calls:
     return ctx.measure(reap)
 
 
+# --- fan-out and groups ---
+# One send to a topic whose 100 subscriptions each have a pathological selector (every evaluation runs to
+# its 256 KiB budget on a 100 kB property): the fan-out goes on across calls, a call's worth of selector
+# work each (includes/fanout.lua). The same for one queue message offered to 100 such consumers (the
+# dispatch chunk is cut inside the offer, meta 'offered'). And closing a consumer that owns 10,000 groups
+# under a `simple` map: its groups are free in the first call, their entries deleted 1,000 per call.
+
+FAN = 100
+
+
+def _pathological(i: int) -> str:
+    return f"REGEX('.*.*.*.*Z', s) OR n = {i}"  # (n never matches: each selector its own)
+
+
+@case("fan-out: topic send, 100 subscriptions with REGEX('.*.*.*.*Z', s), s 100 kB")
+def fan_out_pathological(ctx: Context) -> Calls:
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+    for i in range(FAN):
+        ctx.broker.add_consumer("topic://fan.t", ConsumerSpec(selector=_pathological(i)), consumer_id=f"s{i}")
+    ctx.broker.add_consumer("topic://fan.t", ConsumerSpec(), consumer_id="plain")
+    ctx.broker.send("topic://fan.t", Message(message_id="warm", properties={"s": "x"}))  # (scripts loaded)
+    big = Message(message_id="big", properties={"s": "a" * BIG, "n": -1})
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.send("topic://fan.t", big)))
+
+
+@case("fan-out: queue send, one message offered to 100 consumers with REGEX('.*.*.*.*Z', s), s 100 kB")
+def offer_pathological(ctx: Context) -> Calls:
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+    for i in range(FAN):
+        ctx.broker.add_consumer("fan.q", ConsumerSpec(selector=_pathological(i)), consumer_id=f"c{i}")
+    ctx.broker.add_consumer("fan.q", ConsumerSpec(), consumer_id="plain")
+    ctx.broker.send("fan.q", Message(message_id="warm", properties={"s": "x", "n": 0}))
+    big = Message(message_id="big", properties={"s": "a" * BIG, "n": -1})
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.send("fan.q", big)))
+
+
+GROUPS = 10_000
+
+
+@case("groups: close a consumer owning 10,000 groups (simple map)")
+def close_group_owner(ctx: Context) -> Calls:
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+    ctx.broker.policies.set_entry("queue", "grp.q", {"messageGroupMapFactoryType": "simple"})
+    ctx.broker.refresh_policies()
+    owner = ctx.broker.add_consumer("grp.q", ConsumerSpec(prefetch=GROUPS), consumer_id="owner")
+    for start in range(0, GROUPS, 500):
+        ctx.broker.send("grp.q", [Message(body="x", group_id=f"g{start + i}") for i in range(500)])
+    last = None
+    received = 0
+    while received < GROUPS:
+        got = ctx.broker.receive(owner, 1000)
+        received += len(got)
+        last = got[-1]
+    ctx.broker.ack(owner, last.message_id, mode="cumulative")
+    ctx.broker.add_consumer("grp.q", ConsumerSpec(prefetch=1000), consumer_id="other")
+    assert ctx.client.hlen(f"{ctx.broker.namespace}:{{q:grp.q}}:groups") == GROUPS
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.close_consumer(owner)))
+
+
 def start_server() -> tuple[subprocess.Popen[bytes], str]:
     """The embedded server on a unix socket, no persistence, every command recorded in the SLOWLOG."""
     folder = tempfile.mkdtemp()

@@ -93,7 +93,7 @@ for i = 4, #ARGV, 4 do
     end
     -- the matching patterns some of whose subscriptions take it (selector, noLocal) get a copy
     local takers
-    takers, view = ADVISE.wildcard.takers(wild, id, m, view, TOPIC.matches)
+    takers, view = ADVISE.wildcard.takers(wild, id, m, view, TOPIC.matches, FWD.work_spent)
     local copies = #takers
     if copies > 0 then
       ADVISE.wildcard.record(id, blob, wild.uri, takers)

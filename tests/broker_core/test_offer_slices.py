@@ -60,3 +60,27 @@ def test_a_consumer_closed_between_chunks_is_offered_the_message_again_when_it_c
     again = consumer(broker, prefetch=10, selector="s LIKE '%Z'", consumer_id="r0")
     broker.dispatch("orders")
     assert [d.message_id for d in drain(broker, again)] == ["big"]
+
+
+def test_selector_aware_routing_past_a_calls_work_gives_the_queue_its_copy(form, redis_client):
+    """selectorAware checks a virtual topic's consumer queue's consumers' selectors in the send: past a
+    call's worth of selector work the queue gets the copy unchecked (forward.lua FWD.work_spent), so many
+    consumers cannot hold one send longer; the copy waits there like any message nobody selects."""
+    from broker_core import virtual
+    from broker_core.virtual import VirtualConfig
+
+    broker = form
+    virtual.configure(broker, VirtualConfig.from_config(
+        {"virtualTopic": [{"name": "VirtualTopic.>", "selectorAware": True}]}))
+    q = "Consumer.a.VirtualTopic.Orders"
+    for i in range(REFUSING):
+        consumer(broker, q, prefetch=10, selector="s LIKE '%Q'", consumer_id=f"r{i}")
+    small = "Consumer.b.VirtualTopic.Orders"
+    consumer(broker, small, prefetch=10, selector="s LIKE '%Q'", consumer_id="s0")
+    big = Message(body="x", message_id="big", properties={"s": "a" * BIG + "Z"})
+    broker.send("topic://VirtualTopic.Orders", big)
+    # queue a's consumers were checked until the work was spent: it got the copy; b's one consumer, after
+    # that, was not checked either
+    assert broker.stats(q).queue_size == 1 and broker.stats(small).queue_size == 1
+    broker.send("topic://VirtualTopic.Orders", Message(body="y", message_id="small", properties={"s": "x"}))
+    assert broker.stats(q).queue_size == 1  # a cheap one is still checked, and selected by nobody

@@ -143,3 +143,20 @@ def test_deleting_a_topic_mid_fan_out_leaves_nothing(form, redis_client):
     assert _keys(redis_client, broker)
     broker.delete_destination(TOPIC)
     assert _keys(redis_client, broker) == []
+
+
+def test_wildcard_subscriptions_past_a_calls_work_get_the_copy_and_decide_there(form, redis_client):
+    """Matching a send against many wildcard subscriptions stops at a call's worth too: the patterns not
+    decided by then get their copy, and their pseudo-topic matches its subscriptions itself (in slices),
+    counting the copy `no_subscription` when none takes it: the message is counted once, there."""
+    broker = form
+    refusing = [consumer(broker, "topic://p.>", prefetch=10, selector="s LIKE '%Q'", consumer_id=f"w{i}")
+                for i in range(MATCHING)]
+    exact = consumer(broker, "topic://p.x", prefetch=10, consumer_id="exact")
+    broker.send("topic://p.x", _big(0))
+    assert [d.message_id for d in drain(broker, exact)] == ["m0"]
+    assert all(drain(broker, c) == [] for c in refusing)
+    assert broker.stats("topic://p.x").no_subscription == 0
+    assert broker.stats("topic://p.>").no_subscription == 1
+    broker.send("topic://p.x", Message(body="q", message_id="q", properties={"s": "Q"}))
+    assert [d.message_id for d in drain(broker, refusing[0])] == ["q"]

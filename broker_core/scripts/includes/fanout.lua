@@ -20,17 +20,15 @@
 --@include topic
 
 -- (one table, not locals: the scripts' main chunk is close to Lua's 200 locals)
-local FANOUT = { start = 0, visits = 0 }
-on_call(function() FANOUT.start, FANOUT.visits = SELECTOR_COST.bytes, 0 end)
+local FANOUT = { visits = 0 }
+on_call(function() FANOUT.visits = 0 end)
 -- Subscriptions one continuation call visits at most (a definition read and decoded each), whatever the
 -- selector work: a topic's subscriptions are not limited in number.
 FANOUT.MAX_VISITS = 1000
 
--- Has this call's selector work reached a call's worth? (The limit is checked before each evaluation,
--- so a call does at most one evaluation more: call_limit + max_evaluation_bytes in all.)
-function FANOUT.spent()
-  return SELECTOR_COST.bytes - FANOUT.start >= SELECTOR_COST.call_limit
-end
+-- Has this call's selector work reached a call's worth? (forward.lua; checked before each evaluation, so
+-- a call does at most one evaluation more: call_limit + max_evaluation_bytes in all)
+FANOUT.spent = FWD.work_spent
 
 -- Is a fan-out unfinished? Then a send queues behind it.
 function FANOUT.waiting()
