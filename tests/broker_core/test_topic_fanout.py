@@ -160,3 +160,14 @@ def test_wildcard_subscriptions_past_a_calls_work_get_the_copy_and_decide_there(
     assert broker.stats("topic://p.>").no_subscription == 1
     broker.send("topic://p.x", Message(body="q", message_id="q", properties={"s": "Q"}))
     assert [d.message_id for d in drain(broker, refusing[0])] == ["q"]
+
+
+def test_a_committed_send_finishes_its_fan_out(form, redis_client):
+    broker = form
+    takers, never, plain = _subscribers(broker)
+    tx = broker.begin()
+    broker.send(TOPIC, [_big(0), _big(1)], tx=tx)
+    broker.commit(tx)
+    assert _keys(redis_client, broker) == []
+    for c in (*takers, plain):
+        assert [d.message_id for d in drain(broker, c)] == ["m0", "m1"], c.consumer_id
