@@ -351,6 +351,18 @@ def offer_pathological(ctx: Context) -> Calls:
     return ctx.measure(_per_call_cpu(ctx, op))
 
 
+@case("fan-out: topic send to 1,000 subscriptions without selectors")
+def fan_out_plain(ctx: Context) -> Calls:
+    from broker_core.destinations import parse_destination
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+    for i in range(1000):
+        ctx.broker.add_consumer("topic://many.t", ConsumerSpec(), consumer_id=f"s{i}")
+    ctx.broker.send("topic://many.t", Message(message_id="warm"))
+    op = ctx.broker.ops.send(parse_destination("topic://many.t"), [Message(message_id="one")], ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
 GROUPS = 10_000
 
 

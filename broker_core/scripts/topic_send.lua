@@ -53,8 +53,9 @@ local subs = TOPIC.subscriptions()
 -- (one local: the scripts' main chunk is close to Lua's 200 locals)
 local wild = ADVISE.wildcard.for_send()
 local touched, touched_order = {}, {}
--- A send matches until its selector work reaches a call's worth; the rest of its fan-out, and all of it
--- while an earlier send's is unfinished, goes on in the calls after it (includes/fanout.lua).
+-- A send matches until its selector work reaches a call's worth, or it has given messages to as many
+-- subscriptions as a call may (FANOUT.full); the rest of its fan-out, and all of it while an
+-- earlier send's is unfinished, goes on in the calls after it (includes/fanout.lua).
 local deferring = FANOUT.waiting()
 local out = {}
 for i = 4, #ARGV, 4 do
@@ -81,14 +82,18 @@ for i = 4, #ARGV, 4 do
     if not wild.is_pattern then TOPIC.recovery_add(id, ARGV[i + 3] ~= '' and ARGV[i + 3] or blob, seq, ARGV[i + 2]) end
     local matched, view, rest = {}, nil, deferring and 1 or nil
     if not deferring then
+      local takers = #touched_order  -- (the subscriptions that take messages in this call)
       for k, s in ipairs(subs) do
-        if FANOUT.spent() then
+        if FANOUT.full(takers) then
           rest, deferring = k, true
           break
         end
         local ok
         ok, view = TOPIC.matches(s, id, m, view)
-        if ok then matched[#matched + 1] = s end
+        if ok then
+          matched[#matched + 1] = s
+          if not touched[s.key] then takers = takers + 1 end
+        end
       end
     end
     -- the matching patterns some of whose subscriptions take it (selector, noLocal) get a copy

@@ -171,3 +171,31 @@ def test_a_committed_send_finishes_its_fan_out(form, redis_client):
     assert _keys(redis_client, broker) == []
     for c in (*takers, plain):
         assert [d.message_id for d in drain(broker, c)] == ["m0", "m1"], c.consumer_id
+
+
+def test_a_call_gives_messages_to_at_most_32_subscriptions(form, redis_client):
+    """Without any selector too: each subscription that takes messages costs the call its pending list
+    and dispatch chunk, so a call serves at most FANOUT.MAX_TAKERS (32) of them. Two messages for 100
+    subscriptions, one message after the other: 32 in the send, 32 + 32 + (4 and the second's 28), then
+    32 + 32 + 8."""
+    broker = form
+    subs = [consumer(broker, TOPIC, prefetch=10, consumer_id=f"p{i}") for i in range(100)]
+    msgs = [Message(body=str(i), message_id=f"s{i}") for i in range(2)]
+    op = broker.ops.send(parse_destination(TOPIC), msgs, broker._now())
+    names = [name for name, _ in calls(broker, op)]
+    assert names.count("topic_send") == 1 and names.count("topic_fanout") == 6
+    assert _keys(redis_client, broker) == []
+    for c in subs:
+        assert [d.message_id for d in drain(broker, c)] == ["s0", "s1"], c.consumer_id
+    assert broker.stats(TOPIC).enqueued == 2
+
+
+def test_a_batch_to_a_topic_with_few_subscriptions_is_one_call(form, redis_client):
+    broker = form
+    subs = [consumer(broker, TOPIC, prefetch=200, consumer_id=f"p{i}") for i in range(30)]
+    msgs = [Message(body=str(i), message_id=f"s{i}") for i in range(100)]
+    op = broker.ops.send(parse_destination(TOPIC), msgs, broker._now())
+    names = [name for name, _ in calls(broker, op)]
+    assert names == ["topic_send"]
+    for c in subs:
+        assert [d.message_id for d in drain(broker, c)] == [f"s{i}" for i in range(100)]

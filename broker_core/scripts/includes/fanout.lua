@@ -22,9 +22,18 @@
 -- (one table, not locals: the scripts' main chunk is close to Lua's 200 locals)
 local FANOUT = { visits = 0 }
 on_call(function() FANOUT.visits = 0 end)
--- Subscriptions one continuation call visits at most (a definition read and decoded each), whatever the
--- selector work: a topic's subscriptions are not limited in number.
-FANOUT.MAX_VISITS = 1000
+-- What one call (a send, or a continuation) does at most, whatever the selector work: a topic's
+-- subscriptions are not limited in number. One that takes messages costs the call about 0.13 ms (its
+-- pending list, its dispatch chunk, the slow and pending-limit rules), so a call gives messages to at most
+-- MAX_TAKERS of them; a continuation also visits at most MAX_VISITS (a definition read and decoded each:
+-- a send has them all decoded already).
+FANOUT.MAX_VISITS = 2000
+FANOUT.MAX_TAKERS = 32
+
+-- Must the call stop matching here? `takers`: the subscriptions that took messages in this call so far.
+function FANOUT.full(takers)
+  return FANOUT.spent() or takers >= FANOUT.MAX_TAKERS
+end
 
 -- Has this call's selector work reached a call's worth? (forward.lua; checked before each evaluation, so
 -- a call does at most one evaluation more: call_limit + max_evaluation_bytes in all)
@@ -75,12 +84,12 @@ function FANOUT.finish(id, m, blob)
   end
 end
 
--- Go on with the queued fan-outs, oldest first, until this call's selector work or visits are spent.
+-- Go on with the queued fan-outs, oldest first, until the call is full (FANOUT.full, MAX_VISITS).
 -- The subscriptions that took messages get them in `touched` ({s, ids, msgs} per key) and `order`, for
 -- the caller to add and dispatch. Returns how many messages' fan-outs it finished.
 function FANOUT.run(touched, order)
   local finished = 0
-  while not FANOUT.spent() and FANOUT.visits < FANOUT.MAX_VISITS do
+  while not FANOUT.full(#order) and FANOUT.visits < FANOUT.MAX_VISITS do
     local id = redis.call('LINDEX', TP .. ':fanout', 0)
     if not id then break end
     local blob = redis.call('HGET', TP .. ':msgs', id)
@@ -88,7 +97,7 @@ function FANOUT.run(touched, order)
     local list = TP .. ':fanout:' .. id
     local view, done = nil, true
     while true do
-      if FANOUT.spent() or FANOUT.visits >= FANOUT.MAX_VISITS then done = false break end
+      if FANOUT.full(#order) or FANOUT.visits >= FANOUT.MAX_VISITS then done = false break end
       local key = redis.call('LPOP', list)
       if not key then break end
       FANOUT.visits = FANOUT.visits + 1
