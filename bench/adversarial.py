@@ -359,7 +359,8 @@ def fan_out_plain(ctx: Context) -> Calls:
     for i in range(1000):
         ctx.broker.add_consumer("topic://many.t", ConsumerSpec(), consumer_id=f"s{i}")
     ctx.broker.send("topic://many.t", Message(message_id="warm"))
-    op = ctx.broker.ops.send(parse_destination("topic://many.t"), [Message(message_id="one")], ctx.broker._now())
+    one = [Message(message_id="one")]
+    op = ctx.broker.ops.send(parse_destination("topic://many.t"), one, ctx.broker._now())
     return ctx.measure(_per_call_cpu(ctx, op))
 
 
