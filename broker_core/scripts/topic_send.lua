@@ -129,16 +129,14 @@ for i = 4, #ARGV, 4 do
              'subscriptions', #matched, 'wildcards', copies)
       end
     end
-    do  -- (those matched before a cut take it now too)
-      for _, s in ipairs(matched) do
-        if not touched[s.key] then
-          touched[s.key] = { s = s, ids = {}, msgs = {} }
-          touched_order[#touched_order + 1] = s.key
-        end
-        local entry = touched[s.key]
-        entry.ids[#entry.ids + 1] = id
-        entry.msgs[#entry.msgs + 1] = m
+    for _, s in ipairs(matched) do  -- (those matched before a cut take it now too)
+      if not touched[s.key] then
+        touched[s.key] = { s = s, ids = {}, msgs = {} }
+        touched_order[#touched_order + 1] = s.key
       end
+      local entry = touched[s.key]
+      entry.ids[#entry.ids + 1] = id
+      entry.msgs[#entry.msgs + 1] = m
     end
     out[#out + 1] = 'ok'
   end
