@@ -519,6 +519,118 @@ def browse_100k(ctx: Context) -> Calls:
 
 
 
+# --- fan-out and groups ---
+# One send to a topic whose 100 subscriptions each have a pathological selector (every evaluation runs to
+# its 256 KiB budget on a 100 kB property): the fan-out goes on across calls, a call's worth of selector
+# work each (includes/fanout.lua). The same for one queue message offered to 100 such consumers (the
+# dispatch chunk is cut inside the offer, meta 'offered'). And closing a consumer that owns 10,000 groups
+# under a `simple` map: its groups are free in the first call, their entries deleted 1,000 per call.
+
+FAN = 100
+
+
+def _per_call_cpu(ctx: Context, op) -> Callable[[], None]:
+    """Drive operation `op` (broker_core.operations: a generator of Redis requests) one call at a time,
+    then print the server's own CPU time of its script calls (/proc/<pid>/schedstat, as
+    bench/close_cpu.py reads it): on a loaded machine the SLOWLOG's wall time also counts the time the
+    server waited for a core."""
+    from broker_core.operations import Eval
+    pid = int(ctx.client.info("server")["process_id"])
+
+    def cpu_ns() -> int:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0])
+
+    def run() -> None:
+        times: list[float] = []
+        request = next(op)
+        try:
+            while True:
+                before = cpu_ns()
+                reply = ctx.broker._step(request)
+                if isinstance(request, Eval):
+                    times.append((cpu_ns() - before) / 1e6)
+                request = op.send(reply)
+        except StopIteration:
+            pass
+        times.sort()
+        median = times[len(times) // 2]
+        print(f"    server CPU per script call: largest {times[-1]:.1f} ms, median {median:.1f} ms, "
+              f"{len(times)} script calls, {sum(times):.0f} ms in all")
+
+    return run
+
+
+def _pathological(i: int) -> str:
+    return f"REGEX('.*.*.*.*Z', s) OR n = {i}"  # (n never matches: each selector its own)
+
+
+@case("fan-out: topic send, 100 subscriptions with REGEX('.*.*.*.*Z', s), s 100 kB")
+def fan_out_pathological(ctx: Context) -> Calls:
+    from broker_core.destinations import parse_destination
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+    for i in range(FAN):
+        ctx.broker.add_consumer("topic://fan.t", ConsumerSpec(selector=_pathological(i)), consumer_id=f"s{i}")
+    ctx.broker.add_consumer("topic://fan.t", ConsumerSpec(), consumer_id="plain")
+    ctx.broker.send("topic://fan.t", Message(message_id="warm", properties={"s": "x"}))  # (scripts loaded)
+    big = Message(message_id="big", properties={"s": "a" * BIG, "n": -1})
+    op = ctx.broker.ops.send(parse_destination("topic://fan.t"), [big], ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
+@case("fan-out: queue send, one message offered to 100 consumers with REGEX('.*.*.*.*Z', s), s 100 kB")
+def offer_pathological(ctx: Context) -> Calls:
+    from broker_core.destinations import parse_destination
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+    for i in range(FAN):
+        ctx.broker.add_consumer("fan.q", ConsumerSpec(selector=_pathological(i)), consumer_id=f"c{i}")
+    ctx.broker.add_consumer("fan.q", ConsumerSpec(), consumer_id="plain")
+    ctx.broker.send("fan.q", Message(message_id="warm", properties={"s": "x", "n": 0}))
+    big = Message(message_id="big", properties={"s": "a" * BIG, "n": -1})
+    op = ctx.broker.ops.send(parse_destination("fan.q"), [big], ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
+@case("fan-out: topic send to 1,000 subscriptions without selectors")
+def fan_out_plain(ctx: Context) -> Calls:
+    from broker_core.destinations import parse_destination
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+    for i in range(1000):
+        ctx.broker.add_consumer("topic://many.t", ConsumerSpec(), consumer_id=f"s{i}")
+    ctx.broker.send("topic://many.t", Message(message_id="warm"))
+    one = [Message(message_id="one")]
+    op = ctx.broker.ops.send(parse_destination("topic://many.t"), one, ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
+GROUPS = 10_000
+
+
+@case("groups: close a consumer owning 10,000 groups (simple map)")
+def close_group_owner(ctx: Context) -> Calls:
+    from broker_core.messages import Message
+    from broker_core.operations import ConsumerSpec
+    ctx.broker.policies.set_entry("queue", "grp.q", {"messageGroupMapFactoryType": "simple"})
+    ctx.broker.refresh_policies()
+    owner = ctx.broker.add_consumer("grp.q", ConsumerSpec(prefetch=GROUPS), consumer_id="owner")
+    for start in range(0, GROUPS, 500):
+        ctx.broker.send("grp.q", [Message(body="x", group_id=f"g{start + i}") for i in range(500)])
+    last = None
+    received = 0
+    while received < GROUPS:
+        got = ctx.broker.receive(owner, 1000)
+        received += len(got)
+        last = got[-1]
+    ctx.broker.ack(owner, last.message_id, mode="cumulative")
+    ctx.broker.add_consumer("grp.q", ConsumerSpec(prefetch=1000), consumer_id="other")
+    assert ctx.client.hlen(f"{ctx.broker.namespace}:{{q:grp.q}}:groups") == GROUPS
+    op = ctx.broker.ops.close_consumer(owner, ctx.broker._now(), "closed")
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
 def start_server() -> tuple[subprocess.Popen[bytes], str]:
     """The embedded server on a unix socket, no persistence, every command recorded in the SLOWLOG."""
     folder = tempfile.mkdtemp()

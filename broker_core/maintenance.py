@@ -187,6 +187,8 @@ def _recover(broker: Broker, dest: Destination, now: int, token: str, lapsed: in
                     break
         if owed:  # a process died while returning (or releasing) a closed consumer's messages
             broker._run(broker.ops.return_owed(dest, now))
+            if dest.is_topic and not isinstance(dest, Subscription):  # or fanning out a send (fanout.lua)
+                broker._run(topic_ops.fan_out(broker.ops, dest, now))
         forwarded = 0
         if forwards:
             forwarded = broker.forward(dest)

@@ -1145,6 +1145,7 @@ class Operations:
             if dest.is_topic and not isinstance(dest, Subscription):
                 yield from self.forward(dest, now)
                 yield from self.dispatch(dest, now)
+                yield from topic_ops.fan_out(self, dest, now)  # (a send's fan-out left unfinished)
                 continue
             yield from self._continue_dispatch(dest, now, PASS_HAS_MORE | FORWARDS_WAITING, 0)
         if errors:

@@ -23,6 +23,7 @@ from .operations import (
     DestinationStats,
     DispatchResult,
     Eval,
+    NoDestination,
     Policy,
     SweepResult,
     _bound_stats,
@@ -107,13 +108,36 @@ def send(ops: Operations, dest: Destination, messages: Iterable[Message], now: i
 
 
 def finish_send(ops: Operations, dest: Destination, now: int, tail: list[Any]) -> Op:
-    """After topic_send: forwards (dead letters of evictions, expiries) and the passes that have more."""
+    """After topic_send: forwards (dead letters of evictions, expiries), the passes that have more, and
+    the rest of the fan-out when the send left it unfinished."""
     flags = int(tail[1])
     if flags & 2:
         yield from ops.forward(dest, now)
     for key in tail[3:]:
         sub = Subscription(dest.kind, dest.name, _str(key))
         yield from ops._continue_dispatch(sub, now, PASS_HAS_MORE, 0)
+    if flags & 4:
+        yield from fan_out(ops, dest, now)
+
+
+def fan_out(ops: Operations, dest: Destination, now: int) -> Op:
+    """Go on with the topic's unfinished fan-outs (scripts/topic_fanout.lua), a call's worth of selector
+    work per call, until those queued when it started are done: the sender's own messages are among them
+    (a fan-out is FIFO), and a stream of later sends does not keep it here. Safe from several processes at
+    once (each call takes the next subscriptions off the list). Returns how many it finished."""
+    finished, owed = 0, None
+    while True:
+        try:
+            reply = yield Eval("topic_fanout", (ops.prefix(dest),), (now, 0))
+        except NoDestination:  # deleted meanwhile: its messages went with it
+            return finished
+        finished += int(reply[0])
+        left = int(reply[1])
+        if owed is None:
+            owed = finished + left
+        yield from finish_send(ops, dest, now, [reply[2], reply[3], reply[4], *reply[5:]])
+        if left == 0 or finished >= owed:
+            return finished
 
 
 ADVISORY_PREFIX = "ActiveMQ.Advisory."

@@ -40,10 +40,15 @@ for _, cid in ipairs(redis.call('HKEYS', P .. ':closing')) do
   keys[#keys + 1] = K_C(cid)
   keys[#keys + 1] = K_CINF(cid)
   keys[#keys + 1] = K_COUT(cid)
+  keys[#keys + 1] = K_CGRP(cid)  -- (its group entries still to delete)
 end
 keys[#keys + 1] = P .. ':closing'
 -- a topic's ended subscriptions' messages still to release (includes/lifecycle.lua remove_subscription)
 for _, key in ipairs(redis.call('SMEMBERS', P .. ':ended')) do keys[#keys + 1] = key end
 keys[#keys + 1] = P .. ':ended'
+-- a topic's unfinished fan-outs (includes/fanout.lua)
+for _, id in ipairs(redis.call('LRANGE', P .. ':fanout', 0, -1)) do keys[#keys + 1] = P .. ':fanout:' .. id end
+keys[#keys + 1] = P .. ':fanout'
+keys[#keys + 1] = P .. ':fanout:n'
 redis.call('UNLINK', unpack(keys))
 return count

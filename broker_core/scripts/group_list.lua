@@ -1,7 +1,8 @@
 -- The message groups of a queue with their owners and assignment times (JMX MessageGroups, and more).
 -- ARGV: now, cursor ('0' to start), count. Returns {next cursor ('0' when done), then per group: name, owner,
 -- assigned ms}: a page of about `count` groups (HSCAN's; the bucket map: its LRU cache of recently seen
--- group names, by rank).
+-- group names, by rank). A group whose owner closed is free (its entry is deleted a chunk per call after the
+-- close): not listed.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -13,8 +14,8 @@ if group_map_type() == 'bucket' then
   out[1] = #names == count and tostring(from + count) or '0'
   for _, gid in ipairs(names) do
     local v = redis.call('HGET', K_GROUPS, group_slot(gid))
-    if v then
-      local owner, at = string.match(v, '^([^|]*)|(.*)$')
+    local owner, at = string.match(v or '', '^([^|]*)|(.*)$')
+    if owner and redis.call('HEXISTS', K_CONSUMERS, owner) == 1 then
       out[#out + 1] = gid
       out[#out + 1] = owner
       out[#out + 1] = at
@@ -27,8 +28,10 @@ out[1] = page[1]
 local items = page[2]
 for i = 1, #items, 2 do
   local owner, at = string.match(items[i + 1], '^([^|]*)|(.*)$')
-  out[#out + 1] = items[i]
-  out[#out + 1] = owner
-  out[#out + 1] = at
+  if redis.call('HEXISTS', K_CONSUMERS, owner) == 1 then
+    out[#out + 1] = items[i]
+    out[#out + 1] = owner
+    out[#out + 1] = at
+  end
 end
 return out

@@ -10,7 +10,8 @@
 --   recover token ttl grace -> {held, lapsed consumers, forwards waiting, next dispatch time (0 = none),
 --                             closed consumers whose messages are still owed and ended subscriptions
 --                             whose messages are still to release (a closer died between chunks:
---                             includes/lifecycle.lua return_owed)};
+--                             includes/lifecycle.lua return_owed) and a topic's unfinished
+--                             fan-outs (a sender died: includes/fanout.lua)};
 --                             takes the 'recover' lease only when there is something to do. Forwards
 --                             count only once they have waited `grace` ms: until then the process that
 --                             queued them is taken to be delivering them.
@@ -68,6 +69,7 @@ local function probe(token, ttl, grace)
   local hold = tonum(redis.call('HGET', K_META, 'hold_until'), 0)
   if hold > 0 and (due == 0 or hold < due) then due = hold end
   local owed = redis.call('HLEN', P .. ':closing') + redis.call('SCARD', TP .. ':ended')
+  if not SUB then owed = owed + redis.call('LLEN', TP .. ':fanout') end  -- includes/fanout.lua
   local held = 0
   if lapsed > 0 or stale or owed > 0 or (due > 0 and due <= NOW) then
     held = acquire('recover', token, ttl)

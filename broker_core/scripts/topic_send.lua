@@ -7,11 +7,13 @@
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, origin ('producer', 'forward' or 'check'), then per message:
 -- id, packed, retain ('' | 'set' | 'clear': ActiveMQ.Retain, decided by operations.py), retained copy.
 -- Returns {status per message..., '', dispatched, flags, hold_until, subscription keys whose pass has
--- more...}; statuses as send.lua's.
+-- more...}; statuses as send.lua's. Flags: 1 a pass has more, 2 forwards wait, 4 a fan-out is unfinished
+-- (includes/fanout.lua: the caller runs topic_fanout.lua until its messages are matched).
 --@include base
 --@include dispatch
 --@include topic
 --@include virtual
+--@include fanout
 NOW = tonumber(ARGV[1])
 -- the origin may carry a routing plan (includes/virtual.lua): composite topics,
 -- virtual topics' consumer queues. Copies are recorded in the same step; operations.forward delivers them.
@@ -52,6 +54,10 @@ local subs = TOPIC.subscriptions()
 -- (one local: the scripts' main chunk is close to Lua's 200 locals)
 local wild = ADVISE.wildcard.for_send()
 local touched, touched_order = {}, {}
+-- A send matches until its selector work reaches a call's worth, or it has given messages to as many
+-- subscriptions as a call may (FANOUT.full); the rest of its fan-out, and all of it while an
+-- earlier send's is unfinished, goes on in the calls after it (includes/fanout.lua).
+local deferring = FANOUT.waiting()
 local out = {}
 for i = 4, #ARGV, 4 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
@@ -78,22 +84,35 @@ for i = 4, #ARGV, 4 do
     end
     meta_incr('enqueued')
     if not wild.is_pattern then TOPIC.recovery_add(id, ARGV[i + 3] ~= '' and ARGV[i + 3] or blob, seq, ARGV[i + 2]) end
-    local matched, view = {}, nil
-    for _, s in ipairs(subs) do
-      local ok
-      ok, view = TOPIC.matches(s, id, m, view)
-      if ok then matched[#matched + 1] = s end
+    local matched, view, rest = {}, nil, deferring and 1 or nil
+    if not deferring then
+      local takers = #touched_order  -- (the subscriptions that take messages in this call)
+      for k, s in ipairs(subs) do
+        if FANOUT.full(takers) then
+          rest, deferring = k, true
+          break
+        end
+        local ok
+        ok, view = TOPIC.matches(s, id, m, view)
+        if ok then
+          matched[#matched + 1] = s
+          if not touched[s.key] then takers = takers + 1 end
+        end
+      end
     end
     -- the matching patterns some of whose subscriptions take it (selector, noLocal) get a copy
     local takers
-    takers, view = ADVISE.wildcard.takers(wild, id, m, view, TOPIC.matches)
+    takers, view = ADVISE.wildcard.takers(wild, id, m, view, TOPIC.matches, FWD.work_spent)
     local copies = #takers
     if copies > 0 then
       ADVISE.wildcard.record(id, blob, wild.uri, takers)
       FWD.n = FWD.n + copies  -- includes/forward.lua: flag 2, the caller delivers them now
       for _, pattern in ipairs(takers) do emit('forward', 'msg', id, 'target', 'topic://' .. pattern) end
     end
-    if #matched == 0 and copies == 0 then
+    if rest then
+      -- stored now, its events written when its fan-out is done (FANOUT.finish)
+      FANOUT.defer(id, blob, seq, matched, subs, rest, copies)
+    elseif #matched == 0 and copies == 0 then
       -- Topic.onMessageWithNoConsumers: nobody, exact or wildcard, takes it, so it is not stored.
       meta_incr('no_subscription')
       emit('no_subscription', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'size', NOW_TEXT.num(#blob))
@@ -104,6 +123,8 @@ for i = 4, #ARGV, 4 do
            'subscriptions', 0, 'wildcards', copies)
     else
       TOPIC.store(id, blob, #matched, seq)
+    end
+    if not rest and #matched > 0 then
       if copies == 0 then
         emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
              'subscriptions', #matched)
@@ -111,15 +132,15 @@ for i = 4, #ARGV, 4 do
         emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
              'subscriptions', #matched, 'wildcards', copies)
       end
-      for _, s in ipairs(matched) do
-        if not touched[s.key] then
-          touched[s.key] = { s = s, ids = {}, msgs = {} }
-          touched_order[#touched_order + 1] = s.key
-        end
-        local entry = touched[s.key]
-        entry.ids[#entry.ids + 1] = id
-        entry.msgs[#entry.msgs + 1] = m
+    end
+    for _, s in ipairs(matched) do  -- (those matched before a cut take it now too)
+      if not touched[s.key] then
+        touched[s.key] = { s = s, ids = {}, msgs = {} }
+        touched_order[#touched_order + 1] = s.key
       end
+      local entry = touched[s.key]
+      entry.ids[#entry.ids + 1] = id
+      entry.msgs[#entry.msgs + 1] = m
     end
     out[#out + 1] = 'ok'
   end
@@ -141,6 +162,7 @@ end
 TOPIC.switch(nil)
 if #more_keys > 0 then flags = 1 end
 flags = with_forward_flag(flags)
+if deferring then flags = bit.bor(flags, 4) end  -- the caller goes on with the fan-out (topic_fanout.lua)
 out[#out + 1] = ''
 out[#out + 1] = dispatched
 out[#out + 1] = flags

@@ -177,7 +177,7 @@ local function dispatch_pass(budget)
   if #cons == 0 then return 0, 0, 0 end
   if not budget or budget <= 0 then budget = policy_num('maxPageSize') end
   local rest = redis.call('HMGET', K_META, 'cursor', 'dirty', 'owner', 'pass_skipped', 'dseq', 'dispatched',
-                          'dirty_room', 'resume')
+                          'dirty_room', 'resume', 'offered')
 
   local cursor = rest[1] or ''
   -- dirty: the pass must walk again what it has walked; `full`: from the head, else only from `resume`
@@ -198,6 +198,21 @@ local function dispatch_pass(budget)
   -- Selector evaluations end the chunk once they have done a call's worth of matching (after at least
   -- one message): the rest of the page waits for the next chunk (selector.lua SELECTOR_COST).
   local selector_work, work_cut = SELECTOR_COST.bytes, false
+  -- One message offered to many consumers with selectors can spend a call's worth too: the chunk then
+  -- ends before the next evaluation, with the message still at the cursor, and meta 'offered' records
+  -- which consumers' selectors refused it ("<ids, comma-separated>|<message id>"), so the next chunk
+  -- offers it to the others only (a selector's answer for a message does not change; reset_pass, which a
+  -- consumer's close runs, forgets the record).
+  local offered_stored = rest[9] or ''
+  local offered_id, refused_before = nil, {}
+  do
+    local ids, mid = string.match(offered_stored, '^([^|]*)|(.*)$')
+    if mid then
+      offered_id = mid
+      for cid in string.gmatch(ids, '[^,]+') do refused_before[cid] = true end
+    end
+  end
+  local offered_out = offered_stored  -- what the chunk leaves in meta 'offered'
 
   local excluded_changed = false
   local last_skipped = nil  -- the skipped count of the pass that ended last, written with the state below
@@ -298,6 +313,8 @@ local function dispatch_pass(budget)
           local view = nil
           local target, first = nil, false
           local available = false
+          local skip = (id == offered_id) and refused_before or nil
+          local refused = nil
           for k = 1, #cons do
             local c = cons[k]
             if c.alive and not excluded[c.id] then
@@ -313,12 +330,23 @@ local function dispatch_pass(budget)
                 if ok and c.def.nolocal and c.def.conn and c.def.conn == conn then ok = false end
                 if ok then
                   local expr = selector_of(c)
-                  if expr then
+                  if expr and skip and skip[c.id] then
+                    ok = false  -- it refused this message in an earlier chunk
+                  elseif expr then
+                    local spent = SELECTOR_COST.bytes - selector_work
+                    if spent > 0 and spent >= SELECTOR_COST.call_limit then
+                      more, work_cut = 1, true
+                      break
+                    end
                     if not full then full = unpack_message(blob) end
                     view = view or selector_view(id, full)
                     local failed
                     ok, failed = selector_matches(expr, view)
                     if failed then meta_incr('selector_errors') end
+                    if not ok then
+                      refused = refused or {}
+                      refused[#refused + 1] = c.id
+                    end
                   end
                 end
                 if ok then
@@ -328,6 +356,16 @@ local function dispatch_pass(budget)
               end
             end
           end
+          if work_cut then
+            -- cut while offering it: it stays at the cursor, its refusals recorded for the next chunk
+            local ids = {}
+            if skip then for cid in pairs(skip) do ids[#ids + 1] = cid end end
+            for r = 1, #(refused or {}) do ids[#ids + 1] = refused[r] end
+            offered_out = table.concat(ids, ',') .. '|' .. id
+            FRESH[id] = fresh
+            break
+          end
+          if skip then offered_out = '' end  -- (done with the message the record was for)
           if target then
             PAGE.deliver(target, id, score, tally, fresh, writes, first)
             dispatched = dispatched + 1
@@ -384,6 +422,10 @@ local function dispatch_pass(budget)
   if (dirty and true or false) ~= room_stored then
     counts[#counts + 1] = 'dirty_room'
     counts[#counts + 1] = dirty and '1' or '0'
+  end
+  if offered_out ~= offered_stored then
+    counts[#counts + 1] = 'offered'
+    counts[#counts + 1] = offered_out
   end
   if resume ~= resume_stored then
     counts[#counts + 1] = 'resume'

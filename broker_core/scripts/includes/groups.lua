@@ -89,13 +89,14 @@ local function group_count_down(cid, cons)
 end
 
 -- Assign group `gid` (stored under `slot`, whose stored value was `previous`) to consumer c, one of the
--- pass's consumers `cons`.
-local function group_assign(gid, slot, previous, c, cons)
+-- pass's consumers `cons`. `orphan`: the previous owner is closed (its entry was not deleted yet).
+local function group_assign(gid, slot, previous, c, cons, orphan)
   if previous then
     -- Re-binding (JMSXGroupSeq 1) moves the group; like ActiveMQ the old owner's count is not decremented.
-    -- Messages of the group skipped earlier in this pass may now go to the new owner.
+    -- Messages of the group skipped earlier in this pass may now go to the new owner (an orphan's were
+    -- not skipped: the pass restarted when its owner closed).
     redis.call('SREM', K_CGRP(string.match(previous, '^([^|]*)')), slot)
-    mark_dirty()
+    if not orphan then mark_dirty() end
   end
   redis.call('HSET', K_GROUPS, slot, c.id .. '|' .. NOW)
   redis.call('SADD', K_CGRP(c.id), slot)
@@ -141,6 +142,18 @@ local function group_remove_slot(slot)
   return owner
 end
 
+-- Has consumer `cid`, the owner of a group, closed? (once per owner and call)
+GLRU.gone = {}
+on_call(function() GLRU.gone = {} end)
+local function group_owner_gone(cid)
+  local gone = GLRU.gone[cid]
+  if gone == nil then
+    gone = redis.call('HEXISTS', K_CONSUMERS, cid) == 0
+    GLRU.gone[cid] = gone
+  end
+  return gone
+end
+
 -- Queue.assignMessageGroup for the candidate consumer c (after selector and exclusivity passed); called by
 -- the dispatch pass only (its consumers `cons`), which ends with GLRU.flush. Returns whether c may have the
 -- message and, second, whether it is the first of its group for c (JMSXGroupFirstForConsumer: the pass
@@ -157,12 +170,17 @@ local function group_allows(c, id, gid, seq, cons)
       redis.call('ZADD', K_GLRU, GLRU.tick(), slot)  -- LinkedHashMap access order
     end
   end
-  if seq == 1 or not v then
+  local owner = v and string.match(v, '^([^|]*)')
+  -- An owner that is no consumer any more closed: its group is free (close_consumer leaves the entries
+  -- to be deleted a chunk per call, lifecycle.lua free_groups). Its id stays listed as closing until
+  -- then, so no new consumer has it.
+  local orphan = owner and owner ~= c.id and group_owner_gone(owner)
+  if seq == 1 or not v or orphan then
     GLRU.msg = false
-    group_assign(gid, slot, v, c, cons)
+    group_assign(gid, slot, v, c, cons, orphan)
     return true, true
   end
-  if string.match(v, '^([^|]*)') == c.id then
+  if owner == c.id then
     if seq < 0 then
       GLRU.msg = false
       group_remove_slot(slot)

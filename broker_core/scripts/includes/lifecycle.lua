@@ -369,7 +369,40 @@ local function closing_load()
   local function returns_done(cid)
     redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
     redis.call('HDEL', closing_key(), cid)
-    if redis.call('HLEN', closing_key()) == 0 and redis.call('HDEL', K_META, 'fence') == 1 then reset_pass() end
+  end
+
+  -- With no closed consumer holding messages any more the fence goes and the pass starts over at the head
+  -- (the fence may have held it back). Groups still being freed need no fence: dispatch treats them as
+  -- free already.
+  local function lift_fence()
+    if redis.call('HEXISTS', K_META, 'fence') == 0 then return end
+    for _, cid in ipairs(redis.call('HKEYS', closing_key())) do
+      if redis.call('ZCARD', K_CINF(cid)) > 0 then return end
+    end
+    redis.call('HDEL', K_META, 'fence')
+    reset_pass()
+  end
+
+  -- Group entries of closed consumers deleted per call: a `simple` map's consumer may own any number.
+  local GROUP_FREE_CHUNK = 1000
+
+  -- Delete up to `n` of the group entries closed consumer `cid` still has (those another consumer took
+  -- over meanwhile were moved out of its set by group_assign). Returns how many are left.
+  local function free_groups(cid, n)
+    local key = K_CGRP(cid)
+    if n > 0 then
+      local slots = redis.call('SPOP', key, n)
+      if #slots > 0 then
+        local owners = call_many('HMGET', K_GROUPS, slots)
+        local mine = {}
+        for i = 1, #slots do
+          if owners[i] and string.match(owners[i], '^([^|]*)') == cid then mine[#mine + 1] = slots[i] end
+        end
+        call_many('HDEL', K_GROUPS, mine)
+        if group_map_type() == 'cached' then call_many('ZREM', K_GLRU, mine) end
+      end
+    end
+    return redis.call('SCARD', key)
   end
 
   -- Release up to `limit` (all when nil) of the messages ended subscriptions of this topic held
@@ -397,6 +430,8 @@ local function closing_load()
     local _, owed = return_owed(limit, cid)
     if owed > 0 then
       due_at(P, NOW + RETURNS_GRACE_MS)  -- the tick finishes them if the closer dies
+    end
+    if redis.call('ZCARD', K_CINF(cid)) > 0 then
       -- (returned messages score below 0 unless messages are prioritized: then they are spread over the
       -- priority order, and nothing is dispatched until the last is back)
       redis.call('HSET', K_META, 'fence', prioritized() and '-inf' or '0')
@@ -411,6 +446,7 @@ local function closing_load()
     local names = only and { only } or redis.call('HKEYS', closing_key())
     local returned, owed = 0, 0
     if not only then returned, owed = release_ended(limit) end
+    local group_room = limit and GROUP_FREE_CHUNK or -1
     for i = 1, #names do
       local cid = names[i]
       local reason = redis.call('HGET', closing_key(), cid)
@@ -422,9 +458,16 @@ local function closing_load()
           returned = returned + return_messages(cid, held, rcv, reason)
         end
         local left = redis.call('ZCARD', K_CINF(cid))
-        if left == 0 then returns_done(cid) else owed = owed + left end
+        local groups = 0
+        if not SUB then  -- (a subscription has no groups)
+          local before = group_room > 0 and redis.call('SCARD', K_CGRP(cid)) or 0
+          groups = free_groups(cid, group_room < 0 and redis.call('SCARD', K_CGRP(cid)) or group_room)
+          if group_room > 0 then group_room = math.max(0, group_room - (before - groups)) end
+        end
+        if left == 0 and groups == 0 then returns_done(cid) else owed = owed + left + groups end
       end
     end
+    lift_fence()
     return returned, owed
   end
 
@@ -443,16 +486,12 @@ local function closing_load()
     redis.call('SREM', K_PASSFULL, cid)
     PASS_DIRTY.passfull_key = nil
     recompute_exclusive_owner(def, cid)
-    -- Its groups are freed; the first message of each afterwards binds the group to a new owner.
-    for _, slot in ipairs(redis.call('SMEMBERS', K_CGRP(cid))) do
-      local v = redis.call('HGET', K_GROUPS, slot)
-      if v and string.match(v, '^([^|]*)') == cid then
-        redis.call('HDEL', K_GROUPS, slot)
-        if group_map_type() == 'cached' then redis.call('ZREM', K_GLRU, slot) end
-      end
-    end
+    -- Its groups are free from now on: dispatch treats a group whose owner is no consumer any more as
+    -- unowned (groups.lua group_allows: the next message binds it to a new owner, flagged first for it),
+    -- and the entries themselves are deleted a chunk per call (return_owed, GROUP_FREE_CHUNK), so a
+    -- consumer owning 10,000 groups under a `simple` map costs this call nothing more. Its id stays in
+    -- `closing` until they are gone, so a new consumer with the same id cannot inherit them.
     GMAP.create()  -- ActiveMQ creates the group map on the first removal
-    redis.call('DEL', K_CGRP(cid))
     local returned = redis.call('ZCARD', K_CINF(cid))
     local owed = 0
     if SUB and redis.call('HGET', K_META, 'durable') ~= '1' then

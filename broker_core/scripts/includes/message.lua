@@ -151,7 +151,7 @@ end
 -- Start the next dispatch pass at the head now: freed groups or a changed exclusive owner can make
 -- earlier messages dispatchable, and they must go before later ones (ActiveMQ iterates from the head).
 local function reset_pass()
-  redis.call('HSET', K_META, 'cursor', '', 'dirty', '0', 'dirty_room', '0', 'resume', '-')
+  redis.call('HSET', K_META, 'cursor', '', 'dirty', '0', 'dirty_room', '0', 'resume', '-', 'offered', '')
   redis.call('DEL', K_PASSFULL)
   PASS_DIRTY.passfull_key = nil
 end

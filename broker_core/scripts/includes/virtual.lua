@@ -51,11 +51,15 @@ lazy(FWD, function(FWD)
   -- gets a copy only when one of the consumers registered on it now takes it (no selector, or a selector
   -- that matches); a queue without consumers gets none. Read in the send's own atomic step, across hash
   -- tags like flow.lua's reads of a target (docs/broker_core.md, Virtual destinations).
+  -- Once the call's selector work is spent (FWD.work_spent) the queue gets the copy unchecked: many
+  -- consumers' selectors cannot hold one send for longer than a call's worth; the copy waits in the
+  -- queue like any message none of its consumers selects.
   function FWD.consumer_selects(prefix, id, m)
     local view
     for _, packed in ipairs(redis.call('HVALS', prefix .. ':consumers')) do
       local compiled = cmsgpack.unpack(packed).selector
       if type(compiled) ~= 'string' or compiled == '' then return true end
+      if FWD.work_spent() then return true end
       view = view or selector_view(id, m)
       if selector_matches(FWD.compiled_selector(compiled), view) then return true end
     end

@@ -169,12 +169,18 @@ ADVISE.wildcard = lazy({}, function(WILDCARD)
   -- consumer, wildcard ones included). Only those get a copy, so a message every subscription refuses is
   -- the topic's `no_subscription` and NoConsumer advisory (topic_send.lua), as in ActiveMQ. `matches` is
   -- TOPIC.matches (includes/topic.lua, included after this file, so passed in). Returns the patterns and
-  -- the selector view (reused for the next subscription).
-  function WILDCARD.takers(found, id, m, view, matches)
+  -- the selector view (reused for the next subscription). Once the call's selector work is spent
+  -- (`spent`: FWD.work_spent) a pattern not decided yet gets its copy unchecked: its pseudo-topic matches
+  -- its subscriptions itself, in slices (fanout.lua), and counts the copy `no_subscription` if none takes it.
+  function WILDCARD.takers(found, id, m, view, matches, spent)
     local out = {}
     for _, pattern in ipairs(found.patterns) do
       for _, s in ipairs(found.subs[pattern]) do
         local ok
+        if spent() then
+          out[#out + 1] = pattern
+          break
+        end
         ok, view = matches(s, id, m, view)
         if ok then
           out[#out + 1] = pattern

@@ -1,0 +1,201 @@
+"""A topic send's fan-out in slices (issue 21; includes/fanout.lua): a send matches its subscriptions'
+selectors until a call's worth of selector work (max_call_evaluation_bytes), and the rest of its
+subscriptions, and every message sent after it, are matched by the calls that follow — the sender's, or
+the maintenance tick's when the sender died. Nothing is lost, every counter is exact, and no later message
+reaches a subscription before an earlier one. Each test runs in both script forms."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_core import maintenance
+from broker_core.destinations import parse_destination
+from broker_core.messages import Message
+
+from .conftest import consumer, drain
+from .test_chunked_close import calls
+
+TOPIC = "topic://prices"
+BIG = 100_000  # each matching evaluation of s LIKE '%Z' runs through about this many bytes
+MATCHING = 12  # with a call's worth of 256 KiB, about three evaluations per call
+
+
+@pytest.fixture(params=[True, False], ids=["functions", "eval"])
+def form(request, broker):
+    broker._functions = request.param
+    return broker
+
+
+def _subscribers(broker):
+    """MATCHING subscriptions that take a message whose s ends in Z (after ~100 kB of matching each), one
+    whose selector never matches, and one without a selector."""
+    takers = [consumer(broker, TOPIC, prefetch=100, selector="s LIKE '%Z'", consumer_id=f"t{i}")
+              for i in range(MATCHING)]
+    never = consumer(broker, TOPIC, prefetch=100, selector="s LIKE '%Q'", consumer_id="never")
+    plain = consumer(broker, TOPIC, prefetch=100, consumer_id="plain")
+    return takers, never, plain
+
+
+def _big(i: int) -> Message:
+    return Message(body=str(i), message_id=f"m{i}", properties={"s": "a" * BIG + "Z"})
+
+
+def _keys(r, broker):
+    return sorted(k.decode() for k in r.scan_iter(match=f"{broker.namespace}:{{t:prices}}:fanout*"))
+
+
+def test_a_send_over_a_calls_selector_work_fans_out_in_slices(form, redis_client):
+    broker = form
+    takers, never, plain = _subscribers(broker)
+    names, flags = [], None
+    for name, reply in calls(broker, broker.ops.send(parse_destination(TOPIC), [_big(i) for i in range(3)],
+                                                     broker._now())):
+        names.append(name)
+        if name == "topic_send":
+            flags = int(reply[reply.index(b"") + 2])
+            # stored once, matched so far by the first few, the rest queued
+            p = f"{broker.namespace}:{{t:prices}}"
+            assert redis_client.lrange(f"{p}:fanout", 0, -1) == [b"m0", b"m1", b"m2"]
+            assert redis_client.hlen(f"{p}:msgs") == 3
+    assert flags & 4
+    # 3 messages x 12 matching evaluations of ~100 kB, about three per call
+    assert names.count("topic_fanout") >= 8
+    for c in (*takers, plain):
+        assert [d.message_id for d in drain(broker, c)] == ["m0", "m1", "m2"], c.consumer_id
+    assert drain(broker, never) == []
+    p = f"{broker.namespace}:{{t:prices}}"
+    assert _keys(redis_client, broker) == []
+    assert {k: int(v) for k, v in redis_client.hgetall(f"{p}:refs").items()} == {
+        f"m{i}".encode(): MATCHING + 1 for i in range(3)}
+    stats = broker.stats(TOPIC)
+    assert stats.enqueued == 3 and stats.no_subscription == 0
+    enqueues = [e for _, e in redis_client.xrange(f"{p}:events") if e[b"type"] == b"enqueue"]
+    assert [(e[b"msg"], int(e[b"subscriptions"])) for e in enqueues] == [
+        (f"m{i}".encode(), MATCHING + 1) for i in range(3)]
+
+
+def test_a_sender_dying_mid_fan_out_leaves_it_to_the_tick_and_later_sends_queue_behind(form, redis_client):
+    broker = form
+    takers, never, plain = _subscribers(broker)
+    driving = calls(broker, broker.ops.send(parse_destination(TOPIC), [_big(0)], broker._now()))
+    for name, _ in driving:
+        if name == "topic_send":
+            break
+    driving.close()  # the sender died with its fan-out unfinished
+    # a cheap message sent now matches nothing itself: it waits behind m0 for every subscription
+    p = f"{broker.namespace}:{{t:prices}}"
+    small = Message(body="small", message_id="small", properties={"s": "Z"})
+    second = calls(broker, broker.ops.send(parse_destination(TOPIC), [small], broker._now()))
+    for name, _ in second:
+        if name == "topic_send":
+            assert redis_client.lrange(f"{p}:fanout", 0, -1) == [b"m0", b"small"]
+            assert drain(broker, plain) == []  # not even the subscription without a selector has it
+            break
+    second.close()  # that sender died too
+    assert maintenance.run_recovery(broker, TOPIC).ran
+    assert _keys(redis_client, broker) == []
+    for c in (*takers, plain):
+        assert [d.message_id for d in drain(broker, c)] == ["m0", "small"], c.consumer_id
+    assert drain(broker, never) == []
+
+
+def test_the_tick_finishes_a_fan_out_nobody_drives(form, redis_client):
+    broker = form
+    takers, _, plain = _subscribers(broker)
+    driving = calls(broker, broker.ops.send(parse_destination(TOPIC), [_big(0)], broker._now()))
+    for name, _ in driving:
+        if name == "topic_send":
+            break
+    driving.close()
+    p = f"{broker.namespace}:{{t:prices}}"
+    assert redis_client.llen(f"{p}:fanout") == 1
+    got_early = {c.consumer_id for c in takers if drain(broker, c)}
+    assert 0 < len(got_early) < MATCHING  # those matched before the cut have it already
+    assert maintenance.run_recovery(broker, TOPIC).ran
+    assert _keys(redis_client, broker) == []
+    late = {c.consumer_id for c in takers if drain(broker, c)}
+    assert late | got_early == {c.consumer_id for c in takers} and not late & got_early
+    assert [d.message_id for d in drain(broker, plain)] == ["m0"]
+
+
+def test_a_deferred_message_nobody_takes_is_counted_and_not_kept(form, redis_client):
+    broker = form
+    for i in range(MATCHING):
+        consumer(broker, TOPIC, prefetch=100, selector="s LIKE '%Q'", consumer_id=f"n{i}")
+    # (a LIKE '%Q' over ~100 kB not ending in Q costs as much as one that matches)
+    broker.send(TOPIC, [_big(0), _big(1)])
+    p = f"{broker.namespace}:{{t:prices}}"
+    assert _keys(redis_client, broker) == []
+    stats = broker.stats(TOPIC)
+    assert stats.enqueued == 2 and stats.no_subscription == 2
+    assert redis_client.hlen(f"{p}:msgs") == 0 and redis_client.hlen(f"{p}:refs") == 0
+    assert int(redis_client.hget(f"{p}:meta", "mem") or 0) == 0
+
+
+def test_deleting_a_topic_mid_fan_out_leaves_nothing(form, redis_client):
+    broker = form
+    _subscribers(broker)
+    driving = calls(broker, broker.ops.send(parse_destination(TOPIC), [_big(0)], broker._now()))
+    for name, _ in driving:
+        if name == "topic_send":
+            break
+    driving.close()
+    assert _keys(redis_client, broker)
+    broker.delete_destination(TOPIC)
+    assert _keys(redis_client, broker) == []
+
+
+def test_wildcard_subscriptions_past_a_calls_work_get_the_copy_and_decide_there(form, redis_client):
+    """Matching a send against many wildcard subscriptions stops at a call's worth too: the patterns not
+    decided by then get their copy, and their pseudo-topic matches its subscriptions itself (in slices),
+    counting the copy `no_subscription` when none takes it: the message is counted once, there."""
+    broker = form
+    refusing = [consumer(broker, "topic://p.>", prefetch=10, selector="s LIKE '%Q'", consumer_id=f"w{i}")
+                for i in range(MATCHING)]
+    exact = consumer(broker, "topic://p.x", prefetch=10, consumer_id="exact")
+    broker.send("topic://p.x", _big(0))
+    assert [d.message_id for d in drain(broker, exact)] == ["m0"]
+    assert all(drain(broker, c) == [] for c in refusing)
+    assert broker.stats("topic://p.x").no_subscription == 0
+    assert broker.stats("topic://p.>").no_subscription == 1
+    broker.send("topic://p.x", Message(body="q", message_id="q", properties={"s": "Q"}))
+    assert [d.message_id for d in drain(broker, refusing[0])] == ["q"]
+
+
+def test_a_committed_send_finishes_its_fan_out(form, redis_client):
+    broker = form
+    takers, never, plain = _subscribers(broker)
+    tx = broker.begin()
+    broker.send(TOPIC, [_big(0), _big(1)], tx=tx)
+    broker.commit(tx)
+    assert _keys(redis_client, broker) == []
+    for c in (*takers, plain):
+        assert [d.message_id for d in drain(broker, c)] == ["m0", "m1"], c.consumer_id
+
+
+def test_a_call_gives_messages_to_at_most_32_subscriptions(form, redis_client):
+    """Without any selector too: each subscription that takes messages costs the call its pending list
+    and dispatch chunk, so a call serves at most FANOUT.MAX_TAKERS (32) of them. Two messages for 100
+    subscriptions, one message after the other: 32 in the send, 32 + 32 + (4 and the second's 28), then
+    32 + 32 + 8."""
+    broker = form
+    subs = [consumer(broker, TOPIC, prefetch=10, consumer_id=f"p{i}") for i in range(100)]
+    msgs = [Message(body=str(i), message_id=f"s{i}") for i in range(2)]
+    op = broker.ops.send(parse_destination(TOPIC), msgs, broker._now())
+    names = [name for name, _ in calls(broker, op)]
+    assert names.count("topic_send") == 1 and names.count("topic_fanout") == 6
+    assert _keys(redis_client, broker) == []
+    for c in subs:
+        assert [d.message_id for d in drain(broker, c)] == ["s0", "s1"], c.consumer_id
+    assert broker.stats(TOPIC).enqueued == 2
+
+
+def test_a_batch_to_a_topic_with_few_subscriptions_is_one_call(form, redis_client):
+    broker = form
+    subs = [consumer(broker, TOPIC, prefetch=200, consumer_id=f"p{i}") for i in range(30)]
+    msgs = [Message(body=str(i), message_id=f"s{i}") for i in range(100)]
+    op = broker.ops.send(parse_destination(TOPIC), msgs, broker._now())
+    names = [name for name, _ in calls(broker, op)]
+    assert names == ["topic_send"]
+    for c in subs:
+        assert [d.message_id for d in drain(broker, c)] == [f"s{i}" for i in range(100)]
