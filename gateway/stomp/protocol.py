@@ -525,8 +525,11 @@ class StompSession(LinkedSession):
         await self.buffer.put(payload)
 
     async def fail(self, message: str, detail: str = "", receipt: str | None = None,
-                   headers: tuple[tuple[str, str], ...] = ()) -> None:
-        """Send ERROR, then close the connection (STOMP: the server closes after an ERROR)."""
+                   headers: tuple[tuple[str, str], ...] = (), release_first: bool = True) -> None:
+        """Send ERROR, then close the connection (STOMP: the server closes after an ERROR). The broker side
+        is released first (subscriptions closed, unacknowledged messages back, the client id free), so a
+        client that reconnects as soon as it reads the ERROR finds it so; not when Redis is unreachable
+        (`release_first=False`), where that would only hold the ERROR back."""
         if self.closing:
             return
         body = (detail or message).encode("utf-8")
@@ -535,6 +538,8 @@ class StompSession(LinkedSession):
         if receipt is not None:
             error_headers.insert(1, ("receipt-id", receipt))
         self.closing = True
+        if release_first:
+            await self.release(message)
         with contextlib.suppress(Exception):
             await self.send_frame("ERROR", error_headers, body, force=True)
         await self.shutdown(message)
@@ -545,12 +550,13 @@ class StompSession(LinkedSession):
         messages go back to the queue when this connection's consumers lapse."""
         logger.warning("STOMP connection ends: Redis unavailable (%s)", exc)
         await self.fail("Broker unavailable", explain(exc) + "; reconnect to go on", receipt,
-                        (("retry-after", str(retry_after())),))
+                        (("retry-after", str(retry_after())),), release_first=False)
 
     async def _lost(self, reason: str, unavailable: bool = False) -> None:
         if unavailable:
             await self.fail("Broker unavailable", f"{reason}; the broker's store (Redis) cannot be reached, "
-                            "reconnect to go on", headers=(("retry-after", str(retry_after())),))
+                            "reconnect to go on", headers=(("retry-after", str(retry_after())),),
+                            release_first=False)
             return
         await self.fail("Connection lost its subscriptions", reason)
 
