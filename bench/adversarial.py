@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from broker_core.broker import Broker  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
 from broker_core.operations import ConsumerSpec  # noqa: E402
-from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable  # noqa: E402
+from signalbox.embedded_redis import configured_executable, start_unix_server  # noqa: E402
 
 SLOWLOG_ENTRIES = 100_000
 
@@ -633,19 +633,7 @@ def close_group_owner(ctx: Context) -> Calls:
 
 def start_server() -> tuple[subprocess.Popen[bytes], str]:
     """The embedded server on a unix socket, no persistence, every command recorded in the SLOWLOG."""
-    folder = tempfile.mkdtemp()
-    socket_file = os.path.join(folder, "redis.sock")
-    server = subprocess.Popen([configured_executable(), "--port", "0", "--unixsocket", socket_file,
-                               "--save", "", "--appendonly", "no", "--dir", folder,
-                               "--slowlog-log-slower-than", "0", "--slowlog-max-len", str(SLOWLOG_ENTRIES),
-                               *(arg for name, value in ENCODING_SETTINGS for arg in (f"--{name}", value))],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while not os.path.exists(socket_file):
-        if server.poll() is not None or time.monotonic() > deadline:
-            sys.exit(f"could not start {configured_executable()}")
-        time.sleep(0.05)
-    return server, socket_file
+    return start_unix_server("--slowlog-log-slower-than", "0", "--slowlog-max-len", str(SLOWLOG_ENTRIES))
 
 
 def main() -> None:

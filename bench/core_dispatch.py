@@ -29,9 +29,7 @@ import asyncio
 import multiprocessing
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -47,7 +45,7 @@ from broker_core.direct import DirectConnections  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
 from broker_core.operations import ConsumerSpec  # noqa: E402
 from broker_core.scripts import wants_functions  # noqa: E402
-from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable  # noqa: E402
+from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable, start_unix_server  # noqa: E402
 
 BATCH = 100
 BODY = "x" * 256
@@ -354,23 +352,6 @@ def memory_per_message(client: redis.Redis, n: int) -> float:
     return (after - before) / n - 256
 
 
-def start_server() -> tuple[subprocess.Popen[bytes], str]:
-    """The embedded redis-server (the one `run` starts) on a unix socket, no
-    persistence."""
-    folder = tempfile.mkdtemp()
-    socket_file = os.path.join(folder, "redis.sock")
-    server = subprocess.Popen([configured_executable(), "--port", "0", "--unixsocket", socket_file,
-                               "--save", "", "--appendonly", "no", "--dir", folder,
-                               *(arg for name, value in ENCODING_SETTINGS for arg in (f"--{name}", value))],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while not os.path.exists(socket_file):
-        if server.poll() is not None or time.monotonic() > deadline:
-            sys.exit(f"could not start {configured_executable()}")
-        time.sleep(0.05)
-    return server, socket_file
-
-
 # The issue's targets (msgs/s), and the concurrent run each is read from: one message per call by 16
 # producer tasks and the scenario's consumers through one AsyncBroker (how the gateways drive the API), and
 # batched by 4 producer processes and their consumers. Broker throughput is quoted with producers and
@@ -449,7 +430,7 @@ def main() -> None:
         client = redis.Redis.from_url(args.redis_url)
         target = ("url", args.redis_url)
     else:
-        server, socket_file = start_server()
+        server, socket_file = start_unix_server()
         client = redis.Redis(unix_socket_path=socket_file)
         target = ("unix", socket_file)
     info = client.info("server")

@@ -23,6 +23,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,3 +256,20 @@ def aof_files(data_dir: Path) -> list[Path]:
     files = sorted((data_dir / "appendonlydir").glob("*")) if (data_dir / "appendonlydir").is_dir() else []
     files += sorted(data_dir.glob("appendonly*.aof"))
     return [path for path in files if path.is_file()]
+
+
+def start_unix_server(*extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The configured server on a unix socket in a new temporary folder, without persistence, with `extra`
+    command-line settings: the benchmarks' server (bench/). Returns the process and the socket's path."""
+    folder = tempfile.mkdtemp()
+    socket_file = os.path.join(folder, "redis.sock")
+    server = subprocess.Popen([configured_executable(), "--port", "0", "--unixsocket", socket_file,
+                               "--save", "", "--appendonly", "no", "--dir", folder, *extra,
+                               *(arg for name, value in ENCODING_SETTINGS for arg in (f"--{name}", value))],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while not os.path.exists(socket_file):
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise EmbeddedRedisError(f"could not start {configured_executable()}")
+        time.sleep(0.05)
+    return server, socket_file

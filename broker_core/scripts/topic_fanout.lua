@@ -16,21 +16,7 @@ local missing = require_destination()
 if missing then return missing end
 local touched, order = {}, {}
 local finished = FANOUT.run(touched, order)
-local dispatched, flags, hold = 0, 0, 0
-local more_keys = {}
-local budget = tonumber(ARGV[2])
-for _, key in ipairs(order) do
-  local entry = touched[key]
-  TOPIC.switch(key)
-  TOPIC.add_all_to_current(entry.ids, entry.msgs)
-  local d, more, h = dispatch_chunk(budget)
-  dispatched = dispatched + d
-  if more == 1 then more_keys[#more_keys + 1] = key end
-  if h > 0 and (hold == 0 or h < hold) then hold = h end
-  if not entry.s.def.durable then TOPIC.after_send(entry.ids, entry.s) end
-end
-TOPIC.switch(nil)
-if #more_keys > 0 then flags = 1 end
+local dispatched, flags, hold, more_keys = TOPIC.deliver(touched, order, tonumber(ARGV[2]))
 flags = with_forward_flag(flags)
 local out = { finished, redis.call('LLEN', TP .. ':fanout'), dispatched, flags, hold }
 for _, key in ipairs(more_keys) do out[#out + 1] = key end

@@ -146,21 +146,7 @@ for i = 4, #ARGV, 4 do
   end
 end
 
-local dispatched, flags, hold = 0, 0, 0
-local more_keys = {}
-local budget = tonumber(ARGV[2])
-for _, key in ipairs(touched_order) do
-  local entry = touched[key]
-  TOPIC.switch(key)
-  TOPIC.add_all_to_current(entry.ids, entry.msgs)
-  local d, more, h = dispatch_chunk(budget)
-  dispatched = dispatched + d
-  if more == 1 then more_keys[#more_keys + 1] = key end
-  if h > 0 and (hold == 0 or h < hold) then hold = h end
-  if not entry.s.def.durable then TOPIC.after_send(entry.ids, entry.s) end
-end
-TOPIC.switch(nil)
-if #more_keys > 0 then flags = 1 end
+local dispatched, flags, hold, more_keys = TOPIC.deliver(touched, touched_order, tonumber(ARGV[2]))
 flags = with_forward_flag(flags)
 if deferring then flags = bit.bor(flags, 4) end  -- the caller goes on with the fan-out (topic_fanout.lua)
 out[#out + 1] = ''

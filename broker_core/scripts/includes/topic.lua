@@ -408,6 +408,25 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     return { page[1] }
   end
 
+  -- The subscriptions a send (or a fan-out call) gave messages to, `touched[key] = {ids, msgs, s}` in the
+  -- order `order`, take them and run a dispatch chunk each; non-durable ones then apply after_send. Returns
+  -- dispatched, flags (1: a pass has more), the earliest hold_until, the keys whose pass has more.
+  function TOPIC.deliver(touched, order, budget)
+    local dispatched, hold, more_keys = 0, 0, {}
+    for _, key in ipairs(order) do
+      local entry = touched[key]
+      TOPIC.switch(key)
+      TOPIC.add_all_to_current(entry.ids, entry.msgs)
+      local d, more, h = dispatch_chunk(budget)
+      dispatched = dispatched + d
+      if more == 1 then more_keys[#more_keys + 1] = key end
+      if h > 0 and (hold == 0 or h < hold) then hold = h end
+      if not entry.s.def.durable then TOPIC.after_send(entry.ids, entry.s) end
+    end
+    TOPIC.switch(nil)
+    return dispatched, #more_keys > 0 and 1 or 0, hold, more_keys
+  end
+
   -- After a send reached the current non-durable subscription `s` (its new ids in `new_ids`): the topic
   -- slow rule (§8.1) and the pending-message limit with eviction (§8.5).
   function TOPIC.after_send(new_ids, s)
