@@ -5,7 +5,7 @@ Usage: python bench/versus_activemq.py [--n 10000] [--latency-n 2000] [--rounds 
 
 Starts both brokers on free loopback ports, each with its defaults for durability: ActiveMQ with KahaDB
 (journal disk syncs on, as shipped) in a temporary folder, Signalbox with `./signalbox.sh run`'s launcher
-(embedded Valkey with AOF, `appendfsync` from --fsync; each policy is a broker of its own in the table),
+(its embedded server with AOF, `appendfsync` from --fsync; each policy is a broker of its own in the table),
 then runs the same raw-socket STOMP 1.2 client against each, alternating A B A B ... for --rounds rounds,
 and prints every figure, the median per broker and the ratio Signalbox / ActiveMQ (> 1 is Signalbox
 ahead; for latencies the ratio is ActiveMQ's over Signalbox's, so > 1 is still Signalbox ahead).
@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from signalbox.embedded_redis import free_port  # noqa: E402
+from signalbox.embedded_redis import configured_executable, free_port  # noqa: E402
 
 BODY = b"x" * 256
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
@@ -234,7 +234,8 @@ def start_signalbox(folder: Path, fsync: str) -> tuple[subprocess.Popen, Broker]
                                stdout=open(folder / "run.log", "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
                                start_new_session=True)
     wait_port(stomp, process, "Signalbox")
-    return process, Broker(f"Signalbox (Valkey, AOF {fsync})", stomp, "admin", password)
+    server = Path(configured_executable()).name  # redis-server (an installed Redis 7) or valkey-server
+    return process, Broker(f"Signalbox ({server}, AOF {fsync})", stomp, "admin", password)
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -292,7 +293,7 @@ def main() -> None:
                     print(f"{label}: {name:<32} {broker.name:<40} "
                           + ", ".join(f"{k} {v:,.2f}" for k, v in figures.items()), flush=True)
         print()
-        print(f"{'case':<44} " + " ".join(f"{b.name[:28]:>30}" for b in brokers)
+        print(f"{'case':<44} " + " ".join(f"{b.name[:38]:>40}" for b in brokers)
               + "   ratio(s) vs ActiveMQ")
         for (name, key), per_broker in results.items():
             medians = [statistics.median(per_broker[b.name]) for b in brokers]
@@ -300,7 +301,7 @@ def main() -> None:
             for value in medians[1:]:
                 ratio = medians[0] / value if key.endswith("ms") else value / medians[0]
                 ratios.append(f"{ratio:.2f}x")
-            print(f"{name + ' ' + key:<44} " + " ".join(f"{m:>30,.2f}" for m in medians)
+            print(f"{name + ' ' + key:<44} " + " ".join(f"{m:>40,.2f}" for m in medians)
                   + "   " + " ".join(ratios))
     finally:
         for process in processes:
