@@ -326,8 +326,10 @@ def test_at_tablet_width_in_the_dark_theme_the_queue_page_fits_and_works_from_th
         assert len(broker.message_groups(queue_name)) == 2
         button.focus()
         page.keyboard.press("Enter")
-        expect(page.locator("dialog#confirm")).to_be_visible()  # open, its Cancel focused, before the Tab
+        expect(page.locator("dialog#confirm")).to_be_visible()
+        expect(page.locator('dialog#confirm button[value="cancel"]')).to_be_focused()  # before the Tab
         page.keyboard.press("Tab")  # from Cancel to Confirm
+        expect(page.locator("#confirm-ok")).to_be_focused()
         page.keyboard.press("Enter")
         deadline = time.monotonic() + 15
         while broker.message_groups(queue_name) and time.monotonic() < deadline:
