@@ -19,21 +19,15 @@ import httpx
 import pytest
 
 from signalbox.embedded_redis import free_port
-from tests.helpers.gateway_server import ALICE_TOKEN, ROOT, prepare_database, start_gateway
+from tests.helpers.gateway_server import ALICE_TOKEN, ROOT, own_gateway
 
 CLI = [sys.executable, "-m", "signalbox.cli"]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("cli-gateway")
-    namespace = f"t{uuid.uuid4().hex[:12]}"
-    prepare_database(data_dir, namespace)
-    gateway = start_gateway(data_dir, namespace, name="cli")
-    try:
+    with own_gateway(tmp_path_factory.mktemp("cli-gateway"), "cli") as gateway:
         yield f"http://127.0.0.1:{gateway.port}"
-    finally:
-        gateway.stop()
 
 
 @pytest.fixture

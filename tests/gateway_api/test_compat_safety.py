@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gateway.api import compat, compat_headers
 from tests.gateway_api.mixins import assert_problem, blocking
-from tests.helpers.gateway_server import ALICE_TOKEN, prepare_database, start_gateway
+from tests.helpers.gateway_server import ALICE_TOKEN, own_gateway
 
 TOKEN = {"Authorization": f"Token {ALICE_TOKEN}"}
 BASIC = {"Authorization": "Basic " + base64.b64encode(b"alice:secret").decode()}
@@ -56,14 +56,8 @@ def test_names_that_are_not_tokens_or_are_reserved_are_omitted():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("compat-gateway")
-    namespace = f"t{uuid.uuid4().hex[:12]}"
-    prepare_database(data_dir, namespace)
-    gateway = start_gateway(data_dir, namespace, name="compat")
-    try:
+    with own_gateway(tmp_path_factory.mktemp("compat-gateway"), "compat") as gateway:
         yield gateway
-    finally:
-        gateway.stop()
 
 
 @pytest.fixture

@@ -11,14 +11,13 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.helpers.gateway_server import ALICE_TOKEN, ROOT, prepare_database, start_gateway
+from tests.helpers.gateway_server import ALICE_TOKEN, ROOT, own_gateway
 
 pytestmark = pytest.mark.e2e
 
@@ -27,14 +26,8 @@ GROUPS = [f"g{i}" for i in range(8)]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("http-gateway")
-    namespace = f"t{uuid.uuid4().hex[:12]}"
-    prepare_database(data_dir, namespace)
-    gateway = start_gateway(data_dir, namespace, name="http")
-    try:
+    with own_gateway(tmp_path_factory.mktemp("http-gateway"), "http") as gateway:
         yield gateway
-    finally:
-        gateway.stop()
 
 
 def url(server) -> str:

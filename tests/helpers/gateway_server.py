@@ -3,12 +3,15 @@ free port, against the session's Redis and a SQLite database of its own with kno
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,3 +127,16 @@ def wait_listening(server: GatewayServer, timeout: float = 30) -> GatewayServer:
             time.sleep(0.1)
     server.kill()
     raise AssertionError(f"gateway did not listen within 30 s:\n{server.output()}")
+
+
+@contextlib.contextmanager
+def own_gateway(data_dir: Path, name: str) -> Iterator[GatewayServer]:
+    """A gateway of a test module's own: a fresh database with the test users and namespace, stopped at the
+    end."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(data_dir, namespace)
+    gateway = start_gateway(data_dir, namespace, name=name)
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
