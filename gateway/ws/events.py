@@ -54,6 +54,7 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
     task: asyncio.Task[None] | None = None
     status_task: asyncio.Task[None] | None = None
     watched: list[str]
+    start_id: str = "$"
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -63,6 +64,13 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
         self.watched = []
         query = parse_qs(_text(self.scope.get("query_string", b"")))
         text = (query.get("destination") or [""])[0]
+        # The feed starts where the stream ends before the browser learns it is open, so an event written
+        # after "open" is never missed (the page loads its tables before it opens the feed).
+        with contextlib.suppress(BrokerError, *STORE_ERRORS):
+            if text:
+                newest = await runtime.async_broker().redis.xrevrange(
+                    runtime.async_broker().events_key(parse_destination(text)), count=1)
+                self.start_id = _text(newest[0][0]) if newest else "0-0"
         await self.accept()
         self.status_task = asyncio.get_running_loop().create_task(self._status())
         if text:
@@ -165,7 +173,7 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
         broker = runtime.async_broker()
         key = broker.events_key(destination)
         client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
-        last_id = "$"
+        last_id = self.start_id
         counts: dict[str, int] = {}
         recent: list[dict[str, Any]] = []
         sent_events = sent_stats = 0.0

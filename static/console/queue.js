@@ -109,7 +109,7 @@
       if (kinds.some((k) => k.startsWith("group_") || k.startsWith("consumer_") || k === "dispatch" || k === "ack" || k === "enqueue")) groupsSoon();
       if (kinds.some((k) => k === "schedule" || k === "redeliver" || k === "cancel")) loadScheduled();
     }
-  });
+  }, () => { loadGroups(); loadScheduled(); });  // (re)opened: what changed while it was closed
 
   async function admin_(text, label, call, progressTitle) {
     if (!(await window.SB.confirm(text, label))) return;
