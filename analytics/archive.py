@@ -37,6 +37,7 @@ import redis
 from broker_core.broker import Broker
 from broker_core.destinations import Destination, parse_destination
 from broker_core.maintenance import job_lease
+from broker_core.resp import reply_text as _text
 
 from . import events
 
@@ -119,10 +120,6 @@ def checkpoint_key(broker: Broker, dest: Destination) -> str:
 
 def events_key(broker: Broker, dest: Destination) -> str:
     return f"{broker.ops.prefix(dest)}:events"
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _write_file(location: ArchiveLocation, folder: str, name: str, rows: list[dict[str, Any]]) -> str:

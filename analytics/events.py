@@ -16,6 +16,8 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from broker_core.resp import reply_text as _text
+
 STRING_FIELDS = ("msg", "consumer", "group", "reason", "cause", "target", "detail", "strategy")
 LONG_FIELDS = ("priority", "size", "redeliveries", "delay", "expiration", "count")
 TYPED = frozenset(("type", "ts", *STRING_FIELDS, *LONG_FIELDS))
@@ -44,10 +46,6 @@ SPARK_SCHEMA_DDL = ", ".join(
 
 # Spark's ExternalCatalogUtils escapes these (and control characters) in partition values.
 _SPARK_ESCAPED = set('"#%\'*/:=?\\\x7f{[]^')
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def parse_stream_id(stream_id: bytes | str) -> tuple[int, int]:

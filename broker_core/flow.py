@@ -25,6 +25,7 @@ from typing import Any
 from .destinations import Destination
 from .errors import BrokerError, InvalidPolicy
 from .policy import read_config_table
+from .resp import reply_text as _text
 
 DEFAULT_MEMORY_LIMIT = 1 << 30  # SystemUsage's memory limit: 1 GB (the scripts use the same default)
 MAX_SEND_WAIT_MS = 60_000  # the longest a send waits when the policy says "until there is space"
@@ -157,10 +158,6 @@ def broker_memory(broker: Any) -> MemoryUsage:
 
 def is_full(reply: list[Any]) -> bool:
     return len(reply) > 1 and reply[0] == b"" and reply[1] == b"full"
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _need(reply: list[Any]) -> int:

@@ -28,6 +28,7 @@ from .destinations import Destination, parse_destination
 from .errors import UnknownDestination
 from .operations import ConsumerRef, Eval, NoDestination, Op
 from .policy import PolicyEntry
+from .resp import reply_text as _text
 from .topics import Subscription
 
 log = logging.getLogger(__name__)
@@ -56,10 +57,6 @@ RETRY_MS = 1_000  # an entry whose visit failed is looked at again this much lat
 # (Re)building the index walks the registry this many destinations per tick (SCAN's COUNT hint).
 REINDEX_CHUNK = 500
 INDEX_VERSION = "1"  # bumped when what the index holds changes: every deployment rebuilds it once
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _dest(destination: str | Destination) -> Destination:

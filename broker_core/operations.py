@@ -33,6 +33,7 @@ from .errors import (
 )
 from .messages import Delivery, Message, dead_letter_copy, failure_cause, unpack_delivery
 from .policy import PolicyEntry
+from .resp import reply_text as _str
 from .selector import parse_selector
 from .topics import Subscription, SubscriptionStats, pack_for_topic, wildcard_copy
 
@@ -349,10 +350,6 @@ class GroupInfo:
 class GroupPage:
     groups: list[GroupInfo]
     next_cursor: str | None
-
-
-def _str(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _deliveries(consumer: ConsumerRef, reply: list[Any], start: int) -> list[Delivery]:

@@ -80,6 +80,7 @@ from broker_core.destinations import (
     parse_destination,
 )
 from broker_core.errors import InvalidConsumer, InvalidDestination, InvalidPolicy
+from broker_core.resp import reply_text as _text
 
 #: ActiveMQPrefetchPolicy.MAX_PREFETCH_SIZE: the client caps every prefetch at Short.MAX_VALUE.
 MAX_PREFETCH = 32767
@@ -1044,10 +1045,6 @@ def load_policy_file(path: str | Path) -> PolicyMap:
     """The `[policy]` table of the configuration file (an empty map, class defaults everywhere, without
     one). Errors name the file, the entry and the attribute."""
     return read_config_table(path, "policy", lambda raw: PolicyMap.from_config(raw, source="policy"))
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class PolicyStore:

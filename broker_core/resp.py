@@ -17,6 +17,12 @@ import redis
 from redis.exceptions import NoScriptError
 
 
+def reply_text(value: Any) -> str:
+    """A reply value (bytes, or already str or a number) as text; bytes that are not UTF-8 are shown
+    with replacement characters rather than raising, as these are names and fields to show or parse."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 def reply_error(text: str) -> Exception:
     """The exception redis-py would raise for an error reply (the ones broker_core tells apart)."""
     if text.startswith("NOSCRIPT"):

@@ -31,6 +31,7 @@ from .destinations import Destination, matches, parse_destination
 from .errors import InvalidDestination, InvalidPolicy, InvalidSelector
 from .messages import RECORD_LENGTH
 from .policy import read_config_table
+from .resp import reply_text as _text
 from .selector import parse_selector
 
 CHECK_INTERVAL_S = 1.0  # how often a process looks for a changed configuration
@@ -508,12 +509,6 @@ def describe(config: VirtualConfig) -> list[dict[str, Any]]:
         rows.append({"type": "mirroredQueue", "prefix": config.mirrored_queue.prefix,
                      "postfix": config.mirrored_queue.postfix})
     return rows
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 
 
 def send_composite(ops: Any, parts: list[Destination], messages: list[Any], now: int,

@@ -33,6 +33,7 @@ from django.conf import settings
 
 from broker_core.destinations import parse_destination
 from broker_core.errors import BrokerError, UnknownDestination
+from broker_core.resp import reply_text as _text
 from gateway import permissions, runtime
 from gateway.api import json_input
 from gateway.unavailable import STORE_ERRORS, explain
@@ -42,10 +43,6 @@ EVENTS_EVERY = 0.5
 STATS_BUSY, STATS_IDLE, TOTALS_EVERY = 1.0, 5.0, 2.0
 STATUS_EVERY = 1.0  # the broker status message, also the heartbeat the browser's staleness check watches
 MAX_WATCH = 200
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 class ConsoleEventsConsumer(AsyncWebsocketConsumer):
