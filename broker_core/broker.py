@@ -18,6 +18,7 @@ import redis.asyncio
 from . import advisory, errors, flow, topic_ops, virtual
 from .clock import Clock, SystemClock
 from .coalesce import Coalescer
+from .config.store import PolicyStore
 from .destinations import Destination, parse_destination, require_concrete
 from .direct import DirectConnections
 from .flow import ResourceAllocationError, Sleep
@@ -41,7 +42,6 @@ from .operations import (
     summary_from,
     summary_of,
 )
-from .policy import PolicyStore
 from .scripts import call_args, is_missing, library, load_args, script, wants_functions
 
 # Script error replies start with a code; each maps to one typed error.

@@ -24,10 +24,10 @@ from typing import Any
 
 from . import topic_ops
 from .broker import Broker
+from .config.entry import PolicyEntry
 from .destinations import Destination, parse_destination
 from .errors import UnknownDestination
 from .operations import ConsumerRef, Eval, NoDestination, Op
-from .policy import PolicyEntry
 from .resp import reply_text as _text
 from .topics import Subscription
 

@@ -19,6 +19,8 @@ from typing import Any, Literal
 import msgpack
 
 from . import advisory, flow, virtual
+from .config.entry import PolicyEntry
+from .config.system_usage import DEFAULT_MEMORY_LIMIT
 from .destinations import Destination, parse_destination, require_concrete
 from .errors import (
     BrokerError,
@@ -32,7 +34,6 @@ from .errors import (
     UnknownMessage,
 )
 from .messages import Delivery, Message, dead_letter_copy, failure_cause, unpack_delivery
-from .policy import PolicyEntry
 from .resp import reply_text as _str
 from .selector import parse_selector
 from .topics import Subscription, SubscriptionStats, pack_for_topic, wildcard_copy
@@ -366,7 +367,7 @@ def _pairs(flat: list[Any]) -> dict[str, str]:
 def _memory_stats(meta: dict[str, str], limits: list[Any]) -> dict[str, int]:
     """DestinationStats' memory fields from the meta hash and stats.lua's limits."""
     own, broker = int(_str(limits[0]) or 0), _str(limits[1])
-    limit = own if own > 0 else (int(broker) if broker else flow.DEFAULT_MEMORY_LIMIT)
+    limit = own if own > 0 else (int(broker) if broker else DEFAULT_MEMORY_LIMIT)
     used = int(meta.get("mem", 0))
     return {"memory_usage": used, "memory_limit": limit, "memory_percent_usage": flow.percent(used, limit),
             "blocked_sends": int(meta.get("blocked_sends", 0)),

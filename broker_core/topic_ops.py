@@ -41,8 +41,8 @@ from .topics import (
 )
 
 if TYPE_CHECKING:
+    from .config.entry import PolicyEntry
     from .operations import Op, Operations
-    from .policy import PolicyEntry
 
 
 def registry_key(ops: Operations) -> str:

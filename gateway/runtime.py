@@ -21,9 +21,9 @@ from django.conf import settings
 
 from broker_core import maintenance
 from broker_core.broker import AsyncBroker, Broker
+from broker_core.config.store import PolicyStore
 from broker_core.destinations import Destination
 from broker_core.operations import ConsumerRef
-from broker_core.policy import PolicyStore
 from broker_core.topics import Subscription, non_durable_key
 
 PROCESS_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -42,6 +42,8 @@ from urllib.parse import urlsplit, urlunsplit
 import dj_database_url
 import redis
 
+from broker_core.config.system_usage import load_system_usage
+from broker_core.config.virtual import load_virtual_config
 from signalbox import logs
 from signalbox.embedded_redis import (
     APPENDFSYNC_POLICIES,
@@ -439,8 +441,8 @@ class Launcher:
 
         from broker_core import flow, virtual
         from broker_core.broker import Broker
+        from broker_core.config.policy_map import load_policy_file
         from broker_core.errors import InvalidPolicy
-        from broker_core.policy import load_policy_file
 
         path = settings.SIGNALBOX_POLICY_FILE
         if not path:
@@ -448,8 +450,8 @@ class Launcher:
             return
         try:
             policy_map = load_policy_file(path)
-            usage = flow.load_system_usage(path)
-            virtual_config = virtual.load_virtual_config(path)
+            usage = load_system_usage(path)
+            virtual_config = load_virtual_config(path)
         except (OSError, InvalidPolicy) as exc:
             raise ConfigError(
                 f"policy file {path}: {one_line(exc)}; fix it or unset SIGNALBOX_POLICY_FILE") from None

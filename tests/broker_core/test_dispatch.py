@@ -209,7 +209,7 @@ def test_message_expired_on_send_is_not_enqueued(broker, clock):
 
 
 def test_a_policy_file_applies_to_existing_destinations_when_loaded_at_run_time(broker, tmp_path):
-    from broker_core.policy import load_policy_file
+    from broker_core.config.policy_map import load_policy_file
 
     send(broker, *[f"m{i}" for i in range(4)], priority=0)
     send(broker, "urgent", priority=9)

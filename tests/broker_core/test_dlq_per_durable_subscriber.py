@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from broker_core.broker import Broker
+from broker_core.config.entry import PolicyEntry
 from broker_core.destinations import Destination
 from broker_core.errors import InvalidPolicy
 from broker_core.messages import Message
-from broker_core.policy import PolicyEntry
 
 from .conftest import consumer, drain
 

@@ -13,9 +13,10 @@ import redis.asyncio
 from broker_core import flow
 from broker_core.broker import AsyncBroker, Broker
 from broker_core.clock import SystemClock
+from broker_core.config.system_usage import SystemUsage, load_system_usage
 from broker_core.destinations import parse_destination
 from broker_core.errors import InvalidPolicy
-from broker_core.flow import ResourceAllocationError, SystemUsage
+from broker_core.flow import ResourceAllocationError
 from broker_core.messages import Message
 
 from .conftest import consumer, drain
@@ -290,18 +291,18 @@ def test_producers_far_faster_than_consumers_never_pass_the_limits_and_lose_noth
 def test_system_usage_comes_from_the_configuration_file_and_bad_values_are_named(tmp_path):
     path = tmp_path / "signalbox.toml"
     path.write_text("[systemUsage]\nmemoryLimit = 1048576\nsendFailIfNoSpaceAfterTimeout = 3000\n")
-    usage = flow.load_system_usage(path)
+    usage = load_system_usage(path)
     assert usage == SystemUsage(memory_limit=1048576, send_fail_if_no_space_after_timeout=3000)
     path.write_text("[systemUsage]\nmemoryLimt = 10\n")
     with pytest.raises(InvalidPolicy, match="unknown setting 'memoryLimt'"):
-        flow.load_system_usage(path)
+        load_system_usage(path)
     path.write_text("[systemUsage]\nmemoryLimit = -1\n")
     with pytest.raises(InvalidPolicy, match="memoryLimit must be a number of bytes >= 0"):
-        flow.load_system_usage(path)
+        load_system_usage(path)
 
 
 def test_the_example_configuration_loads():
-    usage = flow.load_system_usage("signalbox.example.toml")
+    usage = load_system_usage("signalbox.example.toml")
     assert usage.memory_limit > 0
 
 
@@ -357,7 +358,7 @@ def test_a_virtual_topic_send_waits_or_fails_when_a_consumer_queue_is_full(broke
 
 def test_the_copies_of_a_composite_send_count_against_the_broker_limit(broker):
     from broker_core import virtual
-    from broker_core.virtual import VirtualConfig
+    from broker_core.config.virtual import VirtualConfig
 
     virtual.configure(broker, VirtualConfig.from_config({"compositeQueue": [{"name": "x",
                                                                              "forwardTo": ["x.a", "x.b"]}]}))

@@ -13,12 +13,13 @@ import pytest
 
 from broker_core import advisory, flow, maintenance, virtual
 from broker_core.broker import Broker
+from broker_core.config.system_usage import SystemUsage
+from broker_core.config.virtual import VirtualConfig
 from broker_core.destinations import parse_destination
 from broker_core.errors import InvalidPolicy
-from broker_core.flow import ResourceAllocationError, Sleep, SystemUsage
+from broker_core.flow import ResourceAllocationError, Sleep
 from broker_core.messages import Message
 from broker_core.operations import ConsumerSpec, Eval
-from broker_core.virtual import VirtualConfig
 
 from .conftest import consumer, drain
 

@@ -67,7 +67,7 @@ def test_selector_aware_routing_past_a_calls_work_gives_the_queue_its_copy(form,
     call's worth of selector work the queue gets the copy unchecked (forward.lua FWD.work_spent), so many
     consumers cannot hold one send longer; the copy waits there like any message nobody selects."""
     from broker_core import virtual
-    from broker_core.virtual import VirtualConfig
+    from broker_core.config.virtual import VirtualConfig
 
     broker = form
     virtual.configure(broker, VirtualConfig.from_config(

@@ -12,20 +12,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import broker_core.policy as policy_module
-from broker_core.destinations import Destination, parse_destination
-from broker_core.errors import InvalidConsumer, InvalidDestination, InvalidPolicy
-from broker_core.policy import (
+import broker_core.config.entry as policy_module
+from broker_core.config.entry import (
     ATTRIBUTE_NAMES,
     CLASS_DEFAULTS,
     PolicyEntry,
-    PolicyMap,
-    PolicyMapEntry,
-    PolicyStore,
     effective_prefetch,
-    load_policy_file,
     normalize_attributes,
 )
+from broker_core.config.policy_map import PolicyMap, PolicyMapEntry, load_policy_file
+from broker_core.config.store import PolicyStore
+from broker_core.destinations import Destination, parse_destination
+from broker_core.errors import InvalidConsumer, InvalidDestination, InvalidPolicy
 
 EXAMPLE_FILE = Path(__file__).resolve().parents[2] / "signalbox.example.toml"
 

@@ -5,8 +5,8 @@ destination has no policy hash) equal what Python writes for a destination no po
 import re
 from pathlib import Path
 
+from broker_core.config.entry import CLASS_DEFAULTS, PolicyEntry
 from broker_core.destinations import parse_destination
-from broker_core.policy import CLASS_DEFAULTS, PolicyEntry
 
 BASE_LUA = Path(__file__).resolve().parents[2] / "broker_core" / "scripts" / "includes" / "base.lua"
 

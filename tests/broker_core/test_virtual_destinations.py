@@ -9,11 +9,11 @@ import redis
 
 from broker_core import maintenance, virtual
 from broker_core.broker import Broker, _typed_error
+from broker_core.config.virtual import VirtualConfig, load_virtual_config
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import InvalidDestination, InvalidPolicy
 from broker_core.messages import Message
 from broker_core.operations import Command, Eval
-from broker_core.virtual import VirtualConfig
 
 from .conftest import consumer, drain
 
@@ -238,7 +238,7 @@ def test_the_configuration_is_shared_through_redis(redis_client, namespace, brok
 
 
 def test_the_example_configuration_lists_its_virtual_destinations():
-    config = virtual.load_virtual_config("signalbox.example.toml")
+    config = load_virtual_config("signalbox.example.toml")
     rows = {(row["type"], row.get("name")) for row in virtual.describe(config)}
     assert ("compositeQueue", "queue://orders.incoming") in rows
     assert ("virtualTopic", "topic://VirtualTopic.>") in rows

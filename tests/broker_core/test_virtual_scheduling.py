@@ -9,9 +9,9 @@ import msgpack
 
 from broker_core import virtual
 from broker_core.broker import Broker
+from broker_core.config.virtual import VirtualConfig
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
-from broker_core.virtual import VirtualConfig
 
 from .conftest import consumer, drain
 

@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from broker_core import virtual
+from broker_core.config.virtual import VirtualConfig
 from broker_core.messages import Message
 from broker_core.operations import ConsumerSpec
 from tests.console.conftest import PASSWORD, login
@@ -107,7 +108,7 @@ def test_a_reader_sees_the_subscriptions_but_no_delete_action(chromium, console_
 
 def test_the_routing_page_lists_a_configured_composite_queue(admin_page, reader_page, console_server, broker):
     name = f"cq.all.{uuid.uuid4().hex[:8]}"
-    config = virtual.VirtualConfig.from_config({"compositeQueue": [
+    config = VirtualConfig.from_config({"compositeQueue": [
         {"name": name, "forwardTo": [f"{name}.eu", {"topic": f"{name}.audit", "selector": "amount > 100"}]}]})
     virtual.configure(broker, config)
     page = admin_page

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import pytest
 import redis
 
+from broker_core.config.virtual import load_virtual_config
+
 POLICIES = Path(__file__).parent / "signalbox-policies.toml"
 
 
@@ -17,7 +19,7 @@ POLICIES = Path(__file__).parent / "signalbox-policies.toml"
 def signalbox(tmp_path_factory, redis_url):
     from broker_core import virtual
     from broker_core.broker import Broker
-    from broker_core.policy import load_policy_file
+    from broker_core.config.policy_map import load_policy_file
     from tests.helpers.gateway_server import (
         prepare_database,
         spawn_gateway,
@@ -33,7 +35,7 @@ def signalbox(tmp_path_factory, redis_url):
         broker = Broker(client, namespace)
         broker.policies.load_from(load_policy_file(POLICIES))
         broker.refresh_policies()
-        virtual.configure(broker, virtual.load_virtual_config(POLICIES))
+        virtual.configure(broker, load_virtual_config(POLICIES))
     finally:
         client.close()
     servers = [spawn_gateway(data_dir, namespace, "differential-ws"),

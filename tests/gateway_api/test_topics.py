@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from broker_core.config.virtual import VirtualConfig
 from tests.gateway_api.mixins import assert_problem, blocking, consumer, receive
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -113,7 +114,7 @@ async def test_the_virtual_destination_routing_in_force_is_listed_for_staff(api,
     from broker_core import virtual
     from gateway import runtime
 
-    config = virtual.VirtualConfig.from_config({
+    config = VirtualConfig.from_config({
         "compositeQueue": [{"name": "orders.all", "forwardOnly": False,
                             "forwardTo": ["orders.eu", {"topic": "orders.audit",
                                                         "selector": "amount > 100"}]}],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from broker_core import virtual
+from broker_core.config.virtual import VirtualConfig
 from broker_core.messages import Message
 from gateway import runtime
 from tests.gateway_api.mixins import blocking
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 async def test_a_topics_statistics_show_dropped_and_refused_copies(api, make_user):
     broker = runtime.broker()
-    config = virtual.VirtualConfig.from_config(
+    config = VirtualConfig.from_config(
         {"virtualTopic": [{"name": "VirtualTopic.>", "dropOnResourceLimit": True}]})
     await blocking(virtual.configure)(broker, config)
     await blocking(broker.policies.set_entry)("queue", "Consumer.a.VirtualTopic.Orders",

@@ -154,7 +154,7 @@ end
 -- target's own flow control (ActiveMQ sends a copy through the target's Queue.send), even when this
 -- destination's producerFlowControl is off. The targets are read across hash tags, like K_USAGE; a
 -- target whose selector would not match still counts (the check is before the selectors run).
--- dropOnResourceLimit (the plan's flags, virtual.py COPY_DROP_ON_RESOURCE_LIMIT): a full consumer queue
+-- dropOnResourceLimit (the plan's flags, config/virtual.py COPY_DROP_ON_RESOURCE_LIMIT): a full consumer queue
 -- that fails sends at once, or any full one once the producer has waited its time (FLOW.drop, a send
 -- re-run with origin 'drop' by flow.py), refuses nothing: route_virtual drops its copy instead.
 local function memory_refusal(need, plan)
