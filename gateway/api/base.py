@@ -23,10 +23,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from broker_core.destinations import Destination
+from broker_core.errors import UnknownDestination
+from broker_core.operations import DestinationStats
 from gateway import runtime
 from gateway.api.auth import SessionAuthentication, TokenAuthentication
-from gateway.api.common import destination_from_url
-from gateway.api.errors import describe
+from gateway.api.codec import render_message
+from gateway.api.common import destination_from_url, int_param
+from gateway.api.errors import Problem, describe
 from gateway.permissions import Action, allowed_async
 
 
@@ -210,3 +213,37 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     return str(value)
+
+
+# -- what views on one destination share
+
+async def stats_or_404(destination: Destination) -> DestinationStats:
+    try:
+        return await runtime.async_broker().stats(destination)
+    except UnknownDestination:
+        raise Problem(404, "unknown_destination", "Unknown destination", f"no destination {destination.uri}",
+                      destination=destination.uri) from None
+
+
+async def on_existing(view: GatewayView, request: Request, destination: Destination, action: str,
+                      work: Callable[[], Awaitable[Response]], target: str = "",
+                      parameters: dict[str, Any] | None = None) -> Response:
+    """An audited administrative action on a destination that must exist: 404 (audited too) if it does
+    not, else `work()`."""
+
+    async def run() -> Response:
+        await stats_or_404(destination)
+        return await work()
+
+    return await view.audited(request, action, destination.uri, target, parameters or {}, run)
+
+
+async def browse(view: GatewayView, request: Request, destination: Destination) -> Response:
+    await view.require(request, destination, "read")
+    await stats_or_404(destination)
+    limit = int_param(request, "limit", 100, 1, 1000)
+    selector = request.query_params.get("selector") or None
+    cursor = request.query_params.get("cursor") or None
+    result = await runtime.async_broker().browse(destination, selector=selector, cursor=cursor, limit=limit)
+    return Response({"messages": [render_message(m) for m in result.messages],
+                     "next_cursor": result.next_cursor})

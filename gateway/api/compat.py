@@ -53,7 +53,8 @@ from gateway.api.base import GatewayView
 from gateway.api.common import topics_supported
 from gateway.api.compat_headers import OMITTED_HEADER, header_value, omitted_header, property_headers
 from gateway.api.errors import Problem, topics_not_supported
-from gateway.api.views_messaging import long_poll, problem_doc, problems
+from gateway.api.schema import problem_doc, problems
+from gateway.api.views_messaging import long_poll
 
 MAX_MESSAGE_SIZE = 100_000
 DEFAULT_PRIORITY = 5

@@ -6,8 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.renderers import JSONRenderer
+
+from gateway.api import serializers as s
+from gateway.api.common import topics_supported
 
 
 class SchemaView(SpectacularAPIView):
@@ -65,7 +69,6 @@ _COMMON_PROBLEMS = {
     "503": "Unavailable for now: `flow_control`, `resource_limit`, `destination_full`, or Redis "
            "unreachable (Retry-After)",
 }
-_PROBLEM_MEDIA_TYPE = "application/problem+json"
 
 
 def _can_answer(status: str, path: str, operation: dict[str, Any]) -> bool:
@@ -106,7 +109,7 @@ def complete_problems(result: dict[str, Any], generator: Any, request: Any, publ
                 if not _can_answer(status, path, operation):
                     continue
                 answer = responses.setdefault(status, {"description": description})
-                answer.setdefault("content", {}).setdefault(_PROBLEM_MEDIA_TYPE, problem)
+                answer.setdefault("content", {}).setdefault(PROBLEM_TYPE, problem)
                 if status in ("429", "503"):
                     answer.setdefault("headers", {})["Retry-After"] = _RETRY_AFTER
     return result
@@ -114,3 +117,28 @@ def complete_problems(result: dict[str, Any], generator: Any, request: Any, publ
 
 _RETRY_AFTER = {"required": True, "schema": {"type": "integer", "minimum": 1},
                 "description": "Seconds to wait before trying again"}
+
+
+# -- what the views declare: their problem responses and the {kind} parameter
+
+PROBLEM_TYPE = "application/problem+json"
+PROBLEMS = {code: OpenApiResponse(s.ProblemSerializer, description=text) for code, text in {
+    400: "Invalid request (problem details)", 401: "Not authenticated", 403: "Permission denied",
+    404: "Unknown destination or consumer", 413: "Message too large", 429: "Rate limited",
+    501: "Not supported yet (topics, scheduled delivery)", 503: "Flow control: retry later",
+}.items()}
+
+
+def problems(*codes: int) -> dict[tuple[int, str], OpenApiResponse]:
+    """Problem-details responses for the schema, under their own media type. Every endpoint may
+    answer 401 (no or bad credentials) and 429 (rate limit)."""
+    return {(code, PROBLEM_TYPE): PROBLEMS[code] for code in sorted({*codes, 401, 429})}
+
+
+def problem_doc(code: int, text: str) -> dict[tuple[int, str], OpenApiResponse]:
+    return {(code, PROBLEM_TYPE): OpenApiResponse(s.ProblemSerializer, description=text)}
+
+
+# Topic URLs answer 501 until broker_core has topics; the schema offers them from then on.
+KIND_PARAM = OpenApiParameter("kind", str, OpenApiParameter.PATH,
+                              enum=["queues", "topics"] if topics_supported() else ["queues"])

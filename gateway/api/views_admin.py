@@ -5,88 +5,28 @@ is audited (who, what, when, result)."""
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from broker_core.destinations import Destination, covers, parse_destination
-from broker_core.errors import UnknownDestination
-from broker_core.operations import ConsumerStats, DestinationStats
 from gateway import permissions, runtime
 from gateway.api import serializers as s
-from gateway.api.base import GatewayView, db
+from gateway.api.base import GatewayView, db, on_existing, stats_or_404
 from gateway.api.codec import render_message
 from gateway.api.common import destination_from_url, int_param, json_body
 from gateway.api.errors import Problem
 from gateway.api.pagination import page, page_bounds
-from gateway.api.views_messaging import KIND_PARAM, problem_doc, problems
+from gateway.api.render import consumer_json, destination_json
+from gateway.api.schema import KIND_PARAM, problem_doc, problems
 
 SORTABLE = ("name", "messages", "queue_size", "pending", "in_flight", "enqueued", "dequeued", "dispatched",
             "expired", "consumer_count", "group_count",
             "deadlettered", "enqueue_rate", "dequeue_rate")  # its columns sort too
-
-
-def consumer_json(consumer: ConsumerStats, now_ms: int | None = None) -> dict[str, Any]:
-    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-    out = dataclasses.asdict(consumer)
-    window = consumer.prefetch + consumer.prefetch_extension
-    full = consumer.prefetch > 0 and consumer.in_flight >= window
-    out["full"] = full
-    if hasattr(consumer, "slow"):
-        out["slow"] = bool(consumer.slow)
-    else:
-        # Full, and no ack for SIGNALBOX_CONSOLE_SLOW_SECONDS (broker_core's slow_since is set again at
-        # every dispatch that finds a busy consumer full, e.g. after each of its acks).
-        last = consumer.last_ack or consumer.added
-        out["slow"] = full and now_ms - last > settings.SIGNALBOX_CONSOLE_SLOW_SECONDS * 1000
-    return out
-
-
-def destination_json(stats: DestinationStats) -> dict[str, Any]:
-    out = dataclasses.asdict(stats)
-    out.pop("consumers", None)
-    destination = parse_destination(stats.destination)
-    out["kind"], out["name"] = destination.kind, destination.name
-    return out
-
-
-async def stats_or_404(destination: Destination) -> DestinationStats:
-    try:
-        return await runtime.async_broker().stats(destination)
-    except UnknownDestination:
-        raise Problem(404, "unknown_destination", "Unknown destination", f"no destination {destination.uri}",
-                      destination=destination.uri) from None
-
-
-async def on_existing(view: GatewayView, request: Request, destination: Destination, action: str,
-                      work: Callable[[], Awaitable[Response]], target: str = "",
-                      parameters: dict[str, Any] | None = None) -> Response:
-    """An audited administrative action on a destination that must exist: 404 (audited too) if it does
-    not, else `work()`."""
-
-    async def run() -> Response:
-        await stats_or_404(destination)
-        return await work()
-
-    return await view.audited(request, action, destination.uri, target, parameters or {}, run)
-
-
-async def browse(view: GatewayView, request: Request, destination: Destination) -> Response:
-    await view.require(request, destination, "read")
-    await stats_or_404(destination)
-    limit = int_param(request, "limit", 100, 1, 1000)
-    selector = request.query_params.get("selector") or None
-    cursor = request.query_params.get("cursor") or None
-    result = await runtime.async_broker().browse(destination, selector=selector, cursor=cursor, limit=limit)
-    return Response({"messages": [render_message(m) for m in result.messages],
-                     "next_cursor": result.next_cursor})
 
 
 class DestinationListView(GatewayView):

@@ -23,11 +23,10 @@ from rest_framework.response import Response
 
 from broker_core.destinations import parse_composite
 from gateway import permissions, runtime
-from gateway.api.base import GatewayView, db
+from gateway.api.base import GatewayView, db, stats_or_404
 from gateway.api.common import destination_from_url, idempotency_keys_count
 from gateway.api.destination_index import largest_subscription, parse_destination, totals
-from gateway.api.views_admin import stats_or_404
-from gateway.api.views_messaging import KIND_PARAM, problems
+from gateway.api.schema import KIND_PARAM, problems
 
 # How many pending and in-flight messages the groups view counts (from the head of the queue).
 # Counts are exact below it; on deeper queues they describe the first EXAMINE messages (and say so).

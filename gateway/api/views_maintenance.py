@@ -16,10 +16,9 @@ from rest_framework.response import Response
 from broker_core import maintenance
 from broker_core.destinations import parse_destination
 from gateway import permissions, runtime
-from gateway.api.base import GatewayView, db
+from gateway.api.base import GatewayView, db, stats_or_404
 from gateway.api.pagination import page, page_bounds
-from gateway.api.views_admin import stats_or_404
-from gateway.api.views_messaging import problems
+from gateway.api.schema import problems
 
 
 class TickSerializer(serializers.Serializer):

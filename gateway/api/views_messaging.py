@@ -13,7 +13,7 @@ import hashlib
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,7 +25,7 @@ from broker_core.operations import ConsumerRef, ConsumerSpec
 from gateway import runtime
 from gateway.api import json_input
 from gateway.api import serializers as s
-from gateway.api.base import GatewayView
+from gateway.api.base import GatewayView, browse
 from gateway.api.codec import parse_envelope, render_delivery
 from gateway.api.common import (
     Idempotency,
@@ -41,31 +41,10 @@ from gateway.api.common import (
 )
 from gateway.api.consumer_ids import HttpConsumer, new_consumer_id, parse_consumer_id
 from gateway.api.errors import Problem
+from gateway.api.render import consumer_json
+from gateway.api.schema import KIND_PARAM, problem_doc, problems
 
 MAX_BATCH = 1000
-PROBLEM_TYPE = "application/problem+json"
-PROBLEMS = {code: OpenApiResponse(s.ProblemSerializer, description=text) for code, text in {
-    400: "Invalid request (problem details)", 401: "Not authenticated", 403: "Permission denied",
-    404: "Unknown destination or consumer", 413: "Message too large", 429: "Rate limited",
-    501: "Not supported yet (topics, scheduled delivery)", 503: "Flow control: retry later",
-}.items()}
-
-
-def problems(*codes: int) -> dict[tuple[int, str], OpenApiResponse]:
-    """Problem-details responses for the schema, under their own media type. Every endpoint may
-    answer 401 (no or bad credentials) and 429 (rate limit)."""
-    return {(code, PROBLEM_TYPE): PROBLEMS[code] for code in sorted({*codes, 401, 429})}
-
-
-def problem_doc(code: int, text: str) -> dict[tuple[int, str], OpenApiResponse]:
-    return {(code, PROBLEM_TYPE): OpenApiResponse(s.ProblemSerializer, description=text)}
-
-
-# Topic URLs answer 501 until broker_core has topics; the schema offers them from then on.
-KIND_PARAM = OpenApiParameter("kind", str, OpenApiParameter.PATH,
-                              enum=["queues", "topics"] if topics_supported() else ["queues"])
-
-
 # -- producing --------------------------------------------------------------------------------------
 
 _HEADER_FIELDS = {
@@ -217,8 +196,6 @@ class DestinationMessagesView(GatewayView):
                                OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
                    responses={200: s.BrowsePageSerializer, **problems(400, 401, 403, 404, 501)})
     async def get(self, request: Request, kind: str, name: str) -> Response:
-        from gateway.api.views_admin import browse
-
         return await browse(self, request, destination_from_url(kind, name))
 
 
@@ -290,8 +267,6 @@ class ConsumersView(GatewayView):
                    parameters=[KIND_PARAM],
                    responses={200: s.ConsumerStatsSerializer(many=True), **problems(401, 403, 404, 501)})
     async def get(self, request: Request, kind: str, name: str) -> Response:
-        from gateway.api.views_admin import consumer_json
-
         destination = destination_from_url(kind, name)
         await self.require(request, destination, "admin")
         stats = await runtime.async_broker().stats(destination)
@@ -371,8 +346,6 @@ class ConsumerDetailView(GatewayView):
                    parameters=[KIND_PARAM],
                    responses={200: s.ConsumerStatsSerializer, **problems(401, 403, 404, 501)})
     async def get(self, request: Request, kind: str, name: str, consumer_id: str) -> Response:
-        from gateway.api.views_admin import consumer_json
-
         destination = destination_from_url(kind, name)
         mine = parse_consumer_id(destination, consumer_id)
         if mine is None or mine.user_id != request.user.pk:

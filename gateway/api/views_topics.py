@@ -16,9 +16,8 @@ from rest_framework.response import Response
 
 from gateway import runtime
 from gateway.api import serializers as s
-from gateway.api.base import GatewayView
-from gateway.api.views_admin import on_existing, stats_or_404
-from gateway.api.views_messaging import problem_doc, problems
+from gateway.api.base import GatewayView, on_existing, stats_or_404
+from gateway.api.schema import problem_doc, problems
 
 TOPIC = OpenApiParameter("name", str, OpenApiParameter.PATH, description="The topic's name")
 

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from gateway import runtime
 from gateway.api.base import GatewayView
-from gateway.api.views_messaging import problems
+from gateway.api.schema import problems
 
 
 class ForwardToSerializer(serializers.Serializer):

@@ -36,6 +36,7 @@ from broker_core.errors import BrokerError, UnknownDestination
 from broker_core.resp import reply_text as _text
 from gateway import permissions, runtime
 from gateway.api import json_input
+from gateway.api.render import consumer_json, destination_json
 from gateway.unavailable import STORE_ERRORS, explain
 
 RECENT = 20  # events listed per batch; the rest are only counted
@@ -153,8 +154,6 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
             await asyncio.sleep(TOTALS_EVERY)
 
     async def _stats(self, destination: Any) -> dict[str, Any] | None:
-        from gateway.api.views_admin import consumer_json, destination_json
-
         broker = runtime.async_broker()
         try:
             stats = await broker.stats(destination)
