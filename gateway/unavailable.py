@@ -5,16 +5,14 @@ ConnectionError or TimeoutError when Redis is down, restarting or still loading 
 (BusyLoadingError is a ConnectionError). The adapters map exactly these, in one place each: REST answers
 503 with Retry-After (gateway/api/errors.describe), STOMP an ERROR and JSON WebSocket an error
 `broker_unavailable` that end the connection (the client reconnects once Redis is back), the console's
-live feed a `status` message, Django's own views a plain 503 (`UnavailableMiddleware`). Nothing else is
-retried or restarted: redis-py and the drivers open new connections on the next call.
+live feed a `status` message, Django's own views a plain 503 (`gateway.api.errors.UnavailableMiddleware`).
+Nothing else is retried or restarted: redis-py and the drivers open new connections on the next call.
 """
 
 from __future__ import annotations
 
 import redis
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
-from django.utils.deprecation import MiddlewareMixin
 
 STORE_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 CODE = "broker_unavailable"
@@ -36,23 +34,3 @@ def explain(exc: BaseException) -> str:
     kind = "is loading its data" if isinstance(exc, redis.BusyLoadingError) else "cannot be reached"
     return (f"the broker is unavailable: its store (Redis) {kind} ({type(exc).__name__}); "
             f"retry in {retry_after()} s")
-
-
-class UnavailableMiddleware(MiddlewareMixin):
-    """The same answer for Django's own views (console pages, admin): DRF views and the API's hot path
-    answer through gateway/api/errors.describe before an exception gets here. Only process_exception: no
-    work on requests that succeed."""
-
-    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        if not store_unavailable(exception):
-            return None
-        if request.path.startswith("/api/"):
-            from gateway.api.errors import problem_response
-
-            response: HttpResponse = problem_response(request, 503, CODE, TITLE, explain(exception),
-                                                      retry_after=retry_after())
-        else:
-            response = HttpResponse(f"503 {TITLE}: {explain(exception)}\n", status=503,
-                                    content_type="text/plain; charset=utf-8")
-        response["Retry-After"] = str(retry_after())
-        return response

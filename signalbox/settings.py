@@ -102,7 +102,7 @@ MIDDLEWARE = [
     "gateway.api.middleware.AuthenticationMiddleware",
     "gateway.api.middleware.MessageMiddleware",
     "gateway.api.middleware.XFrameOptionsMiddleware",
-    "gateway.unavailable.UnavailableMiddleware",  # Redis unreachable: 503 + Retry-After, not 500
+    "gateway.api.errors.UnavailableMiddleware",  # Redis unreachable: 503 + Retry-After, not 500
     "gateway.metrics.route_middleware",  # innermost: names the matched route for /metrics
 ]
 

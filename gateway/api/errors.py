@@ -12,7 +12,8 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils.deprecation import MiddlewareMixin
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
@@ -191,5 +192,24 @@ def server_error(request: HttpRequest) -> Any:
     return django_server_error(request)
 
 
+class UnavailableMiddleware(MiddlewareMixin):
+    """The same answer for Django's own views (console pages, admin): DRF views and the API's hot path
+    answer through gateway/api/errors.describe before an exception gets here. Only process_exception: no
+    work on requests that succeed."""
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not unavailable.store_unavailable(exception):
+            return None
+        if request.path.startswith("/api/"):
+            response: HttpResponse = problem_response(
+                request, 503, unavailable.CODE, unavailable.TITLE, unavailable.explain(exception),
+                retry_after=unavailable.retry_after())
+        else:
+            text = f"503 {unavailable.TITLE}: {unavailable.explain(exception)}\n"
+            response = HttpResponse(text, status=503, content_type="text/plain; charset=utf-8")
+        response["Retry-After"] = str(unavailable.retry_after())
+        return response
+
+
 __all__ = ["PROBLEM_CONTENT_TYPE", "Problem", "NotSupportedYet", "describe", "exception_handler",
-           "problem", "status", "topics_not_supported"]
+           "problem", "status", "topics_not_supported", "UnavailableMiddleware"]
