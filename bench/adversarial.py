@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker_core.broker import Broker  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
-from broker_core.operations import ConsumerSpec  # noqa: E402
+from broker_core.model import ConsumerSpec  # noqa: E402
 from signalbox.embedded_redis import configured_executable, start_unix_server  # noqa: E402
 
 SLOWLOG_ENTRIES = 100_000
@@ -237,7 +237,7 @@ def _browse_replace_big(ctx: Context) -> Calls:
 @case("selector: send, the consumer's selector REGEX('.*.*.*.*Z', s), s 100 kB")
 def _send_to_selector(ctx: Context) -> Calls:
     from broker_core.messages import Message
-    from broker_core.operations import ConsumerSpec
+    from broker_core.model import ConsumerSpec
     ctx.broker.add_consumer("sel", ConsumerSpec(selector="REGEX('.*.*.*.*Z', s)"))
     _fill(ctx, "sel", ["a" * BIG] * 3)
     last = Message(message_id="last", properties={"s": "a" * BIG})
@@ -246,7 +246,7 @@ def _send_to_selector(ctx: Context) -> Calls:
 
 @case("selector: dispatch 24 messages, s 100 kB, to a consumer with REGEX('Z$', s)")
 def _dispatch_to_selector(ctx: Context) -> Calls:
-    from broker_core.operations import ConsumerSpec
+    from broker_core.model import ConsumerSpec
     _fill(ctx, "sel", ["a" * BIG + "Z"] * 24)
     spec = ConsumerSpec(selector="REGEX('Z$', s)")
     return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("sel", spec)))
@@ -262,7 +262,7 @@ HELD = 32_767
 
 def _holding(broker: Broker, lease_ms: int = 60_000):
     from broker_core.messages import Message
-    from broker_core.operations import ConsumerSpec
+    from broker_core.model import ConsumerSpec
 
     holder = broker.add_consumer("close.q", ConsumerSpec(prefetch=HELD, lease_ms=lease_ms),
                                  consumer_id="holder")
@@ -277,7 +277,7 @@ def _holding(broker: Broker, lease_ms: int = 60_000):
     import contextlib
 
     from broker_core.errors import UnknownConsumer
-    from broker_core.operations import ConsumerRef
+    from broker_core.model import ConsumerRef
 
     broker.reap_lapsed("close.q")
     broker._run(broker.ops.return_owed(holder.destination, broker._now()))
@@ -296,7 +296,7 @@ def _topic_holding(broker: Broker):
     """A non-durable topic consumer (prefetch 32,767, the topic default) holding 32,767 received messages,
     half of them also held by a second subscription, so half are released and half stay stored."""
     from broker_core.messages import Message
-    from broker_core.operations import ConsumerSpec
+    from broker_core.model import ConsumerSpec
 
     holder = broker.add_consumer("topic://close.t", ConsumerSpec(prefetch=HELD), consumer_id="holder")
     broker.add_consumer("topic://close.t", ConsumerSpec(prefetch=1, selector="n < 16384"),
@@ -352,7 +352,7 @@ def tick_all_due(ctx: Context) -> Calls:
 @case("tick: 10,000 destinations, one lease lapsed, nothing else due")
 def tick_one_due(ctx: Context) -> Calls:
     from broker_core import maintenance
-    from broker_core.operations import ConsumerSpec
+    from broker_core.model import ConsumerSpec
 
     _destinations(ctx, 10_000)
     maintenance.run_due(ctx.broker)
@@ -534,7 +534,7 @@ def _per_call_cpu(ctx: Context, op) -> Callable[[], None]:
     then print the server's own CPU time of its script calls (/proc/<pid>/schedstat, as
     bench/close_cpu.py reads it): on a loaded machine the SLOWLOG's wall time also counts the time the
     server waited for a core."""
-    from broker_core.operations import Eval
+    from broker_core.effects import Eval
     pid = int(ctx.client.info("server")["process_id"])
 
     def cpu_ns() -> int:
@@ -569,7 +569,7 @@ def _pathological(i: int) -> str:
 def fan_out_pathological(ctx: Context) -> Calls:
     from broker_core.destinations import parse_destination
     from broker_core.messages import Message
-    from broker_core.operations import ConsumerSpec
+    from broker_core.model import ConsumerSpec
     for i in range(FAN):
         ctx.broker.add_consumer("topic://fan.t", ConsumerSpec(selector=_pathological(i)), consumer_id=f"s{i}")
     ctx.broker.add_consumer("topic://fan.t", ConsumerSpec(), consumer_id="plain")
@@ -583,7 +583,7 @@ def fan_out_pathological(ctx: Context) -> Calls:
 def offer_pathological(ctx: Context) -> Calls:
     from broker_core.destinations import parse_destination
     from broker_core.messages import Message
-    from broker_core.operations import ConsumerSpec
+    from broker_core.model import ConsumerSpec
     for i in range(FAN):
         ctx.broker.add_consumer("fan.q", ConsumerSpec(selector=_pathological(i)), consumer_id=f"c{i}")
     ctx.broker.add_consumer("fan.q", ConsumerSpec(), consumer_id="plain")
@@ -597,7 +597,7 @@ def offer_pathological(ctx: Context) -> Calls:
 def fan_out_plain(ctx: Context) -> Calls:
     from broker_core.destinations import parse_destination
     from broker_core.messages import Message
-    from broker_core.operations import ConsumerSpec
+    from broker_core.model import ConsumerSpec
     for i in range(1000):
         ctx.broker.add_consumer("topic://many.t", ConsumerSpec(), consumer_id=f"s{i}")
     ctx.broker.send("topic://many.t", Message(message_id="warm"))
@@ -612,7 +612,7 @@ GROUPS = 10_000
 @case("groups: close a consumer owning 10,000 groups (simple map)")
 def close_group_owner(ctx: Context) -> Calls:
     from broker_core.messages import Message
-    from broker_core.operations import ConsumerSpec
+    from broker_core.model import ConsumerSpec
     ctx.broker.policies.set_entry("queue", "grp.q", {"messageGroupMapFactoryType": "simple"})
     ctx.broker.refresh_policies()
     owner = ctx.broker.add_consumer("grp.q", ConsumerSpec(prefetch=GROUPS), consumer_id="owner")

@@ -28,7 +28,7 @@ import adversarial  # noqa: E402
 from broker_core.broker import Broker  # noqa: E402
 from broker_core.clock import FakeClock  # noqa: E402
 from broker_core.destinations import parse_destination  # noqa: E402
-from broker_core.operations import Eval  # noqa: E402
+from broker_core.effects import Eval  # noqa: E402
 
 
 def cpu_ns(pid: int) -> int:

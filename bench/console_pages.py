@@ -22,7 +22,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker_core.messages import Message  # noqa: E402
-from broker_core.operations import ConsumerSpec  # noqa: E402
+from broker_core.model import ConsumerSpec  # noqa: E402
 from console.demo import DemoSystem  # noqa: E402
 
 BIG = "bench.big"

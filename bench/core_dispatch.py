@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from broker_core.broker import AsyncBroker, Broker  # noqa: E402
 from broker_core.direct import DirectConnections  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
-from broker_core.operations import ConsumerSpec  # noqa: E402
+from broker_core.model import ConsumerSpec  # noqa: E402
 from broker_core.scripts import wants_functions  # noqa: E402
 from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable, start_unix_server  # noqa: E402
 

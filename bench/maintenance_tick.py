@@ -38,7 +38,7 @@ from adversarial import start_server  # noqa: E402
 from broker_core import maintenance  # noqa: E402
 from broker_core.broker import Broker  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
-from broker_core.operations import ConsumerSpec  # noqa: E402
+from broker_core.model import ConsumerSpec  # noqa: E402
 from signalbox.embedded_redis import configured_executable  # noqa: E402
 
 

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from broker_core.broker import AsyncBroker, Broker  # noqa: E402
 from broker_core.config.store import PolicyStore
 from broker_core.messages import Message  # noqa: E402
-from broker_core.operations import ConsumerSpec  # noqa: E402
+from broker_core.model import ConsumerSpec  # noqa: E402
 from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable, free_port  # noqa: E402
 
 BATCH = 100

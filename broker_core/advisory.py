@@ -30,8 +30,9 @@ from typing import Any
 
 import msgpack
 
-from . import virtual
+from . import topic_ops, virtual
 from .destinations import Destination, parse_destination
+from .effects import Command
 from .messages import Message, TypedValue, unpack_delivery
 
 PREFIX = "ActiveMQ.Advisory."
@@ -67,9 +68,6 @@ def destination_changed(ops: Any, dest: Destination, now: int, added: bool) -> A
     """The DestinationInfo advisory for a destination just created (`added`) or deleted, if anybody
     subscribed to it. A creation's advisory goes through the new destination's forwarding hash like the
     others; a deletion's is published directly, since the destination and its hash are gone."""
-    from . import topic_ops  # operations imports this module, topic_ops imports operations
-    from .operations import Command
-
     if is_advisory(dest):
         return
     topic = destination_topic(dest)
@@ -89,11 +87,9 @@ def destination_changed(ops: Any, dest: Destination, now: int, added: bool) -> A
 def publish(ops: Any, topic: Destination, advisory_id: str, packed_event: bytes, now: int) -> Any:
     """Build the advisory for `packed_event` and publish it on `topic` at once: for an advisory with no
     destination whose forwarding hash could hold it (a deleted destination, a connection)."""
-    from .topic_ops import finish_send  # topic_ops imports operations, which imports this module
-
     reply = yield from ops._eval("topic_send", topic, now, 0, "forward", advisory_id,
                                  build(advisory_id, packed_event, b"", now), "", "")
-    yield from finish_send(ops, topic, now, reply[reply.index(b"") + 1:])
+    yield from topic_ops.finish_send(ops, topic, now, reply[reply.index(b"") + 1:])
 
 
 def connection_changed(ops: Any, info: dict[str, str], now: int, added: bool) -> Any:
@@ -103,9 +99,6 @@ def connection_changed(ops: Any, info: dict[str, str], now: int, added: bool) ->
     `protocol`; for a removed one `reason`. There is no forwarding hash to record it in (a connection is
     not a destination), so it is published directly, like a deleted destination's advisory: a process
     dying before it publishes loses that one advisory."""
-    from . import topic_ops
-    from .operations import Command
-
     if not (yield from topic_ops.advisable(ops, CONNECTION_TOPIC)):
         return
     number = yield Command(("INCR", f"{ops.namespace}:advseq"))  # broker-wide, as advisory.lua's ids

@@ -21,27 +21,23 @@ from .coalesce import Coalescer
 from .config.store import PolicyStore
 from .destinations import Destination, parse_destination, require_concrete
 from .direct import DirectConnections
+from .effects import Command, Eval, NoDestination, Op, Policy
 from .flow import ResourceAllocationError, Sleep
 from .messages import Delivery, Message
-from .multiplexed import MultiplexedConnection
-from .operations import (
+from .model import (
     SUMMARY_WIDTH,
     AckRequest,
-    Command,
     Consumer,
     ConsumerRef,
     ConsumerSpec,
     DestinationStats,
     DispatchResult,
-    Eval,
     GroupInfo,
-    NoDestination,
-    Op,
-    Operations,
-    Policy,
     summary_from,
     summary_of,
 )
+from .multiplexed import MultiplexedConnection
+from .operations import Operations
 from .scripts import call_args, is_missing, library, load_args, script, wants_functions
 
 # Script error replies start with a code; each maps to one typed error.

@@ -22,7 +22,9 @@ from typing import Any
 
 from .config.system_usage import DEFAULT_MEMORY_LIMIT, SystemUsage
 from .destinations import Destination
+from .effects import Command
 from .errors import BrokerError
+from .replies import percent
 from .resp import reply_text as _text
 
 MAX_SEND_WAIT_MS = 60_000  # the longest a send waits when the policy says "until there is space"
@@ -97,10 +99,6 @@ class MemoryUsage:
     @property
     def percent_usage(self) -> int:
         return percent(self.used, self.limit)
-
-
-def percent(used: int, limit: int) -> int:
-    return used * 100 // limit if limit > 0 else 0
 
 
 def broker_memory(broker: Any) -> MemoryUsage:
@@ -205,6 +203,4 @@ def _dropping(origin: str | bytes) -> str | bytes:
 
 
 def _record_blocked(ops: Any, dest: Destination, waited: int) -> Any:
-    from .operations import Command  # operations imports this module
-
     yield Command(("HINCRBY", f"{ops.prefix(dest)}:meta", "blocked_ms", waited))

@@ -26,8 +26,9 @@ from . import topic_ops
 from .broker import Broker
 from .config.entry import PolicyEntry
 from .destinations import Destination, parse_destination
+from .effects import Eval, NoDestination, Op
 from .errors import UnknownDestination
-from .operations import ConsumerRef, Eval, NoDestination, Op
+from .model import ConsumerRef
 from .resp import reply_text as _text
 from .topics import Subscription
 

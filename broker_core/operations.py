@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import msgpack
 
 from . import advisory, flow, virtual
 from .config.entry import PolicyEntry
-from .config.system_usage import DEFAULT_MEMORY_LIMIT
 from .destinations import Destination, parse_destination, require_concrete
+from .effects import Command, Eval, NoDestination, Op, Policy
 from .errors import (
     BrokerError,
     InvalidConsumer,
@@ -34,12 +33,28 @@ from .errors import (
     UnknownMessage,
 )
 from .messages import Delivery, Message, dead_letter_copy, failure_cause, unpack_delivery
+from .model import (
+    AckRequest,
+    Browsed,
+    BrowsePage,
+    Consumer,
+    ConsumerRef,
+    ConsumerSpec,
+    ConsumerStats,
+    DestinationStats,
+    DispatchResult,
+    GroupCounts,
+    GroupInfo,
+    GroupPage,
+    SentId,
+    SweepResult,
+    summary_from,
+)
+from .replies import FORWARDS_WAITING, PASS_HAS_MORE, bound_stats, forward_stats, memory_stats, pairs
 from .resp import reply_text as _str
 from .selector import parse_selector
-from .topics import Subscription, SubscriptionStats, pack_for_topic, wildcard_copy
+from .topics import Subscription, pack_for_topic, wildcard_copy
 
-AckMode = Literal["auto", "client", "client-individual", "transacted"]
-ACK_MODES: tuple[str, ...] = ("auto", "client", "client-individual", "transacted")
 # No ':' so that a consumer's key names never collide with another consumer's (…:c:<id>:inflight).
 _CONSUMER_ID = re.compile(r"[A-Za-z0-9._@-]{1,128}")
 MAX_RECEIVE = 1_000
@@ -54,7 +69,6 @@ DESTINATIONS_PAGE = 500  # registry entries per ZSCAN
 GROUPS_PAGE = 200  # message groups per group_list call
 ACK_PART = 100  # ids per ack call: a larger individual ack is checked whole, then applied in parts
 CUMULATIVE_MOST = 1_000  # messages one cumulative ack call takes (scripts/ack.lua says the same)
-DEFAULT_LEASE_MS = 30_000
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
 # In-flight messages a closed (or reaped, aborted) consumer returns per script call, and messages an ended
 # topic subscription held released per call; the rest follow in further calls (return_owed). A message
@@ -66,291 +80,7 @@ TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is
 # subscription's (scripts/includes/wildcard.lua). With TRANSFERS, every forward that is not a dead letter:
 # only a dead letter's target is marked a dead-letter queue (meta dlq=1, which retry requires).
 COPIES = ("virtual", "advisory", "wildcard")
-# Flags scripts return next to their dispatch count (scripts/includes/dispatch.lua).
-PASS_HAS_MORE, FORWARDS_WAITING = 1, 2
 
-
-@dataclass(frozen=True)
-class Eval:
-    script: str
-    keys: tuple[str, ...]
-    args: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class Command:
-    args: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Ask the driver for the PolicyEntry that applies to a destination."""
-
-    destination: Destination
-
-
-class NoDestination(BrokerError):
-    """Raised by a script when the destination has no policy yet (first use)."""
-
-    code = "no_destination"
-
-
-Op = Generator[Eval | Command | Policy, Any, Any]
-
-
-@dataclass(frozen=True)
-class ConsumerSpec:
-    """How a consumer wants messages (spec §1.3-1.5, §2, §4, §5.2)."""
-
-    prefetch: int | None = None  # None: the client default (1000 for queues), which the policy may replace
-    priority: int = 0
-    exclusive: bool = False
-    selector: str | None = None
-    stomp_selector: bool = False  # STOMP's convert_string_expressions coercion mode
-    no_local: bool = False
-    connection_id: str | None = None
-    client_id: str | None = None
-    ack_mode: AckMode = "client"
-    lease_ms: int = DEFAULT_LEASE_MS
-    notify: str | None = None  # Redis pub/sub channel told when the consumer's outbox gets messages
-    # (§7.4, §7.5) with client_id, a durable subscription; replay what the recovery policy kept.
-    subscription_name: str | None = None
-    retroactive: bool = False
-    # (§8.5) the consumer's own maximumPendingMessageLimit (STOMP's
-    # activemq.maximumPendingMessageLimit); with a pendingMessageLimitStrategy it wins when > 0 and smaller.
-    maximum_pending_message_limit: int | None = None
-
-    def validate(self) -> None:
-        if self.prefetch is not None and (isinstance(self.prefetch, bool) or not 0 <= self.prefetch <= 32767):
-            raise InvalidConsumer(f"prefetch must be 0-32767, got {self.prefetch!r}", field="prefetch")
-        if isinstance(self.priority, bool) or not -128 <= self.priority <= 127:
-            raise InvalidConsumer(f"consumer priority must be -128..127, got {self.priority!r}",
-                                  field="priority")
-        if self.ack_mode not in ACK_MODES:
-            raise InvalidConsumer(f"ack mode must be one of {', '.join(ACK_MODES)}, got {self.ack_mode!r}",
-                                  field="ack_mode")
-        if self.subscription_name is not None and (not self.subscription_name or not self.client_id):
-            raise InvalidConsumer("a durable subscription needs a client id and a non-empty "
-                                  "subscription name", field="subscription_name")
-        if not 1_000 <= self.lease_ms <= 3_600_000:
-            raise InvalidConsumer(f"lease must be 1000-3600000 ms, got {self.lease_ms!r}", field="lease_ms")
-        limit = self.maximum_pending_message_limit
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise InvalidConsumer(f"maximum pending message limit must be an integer >= 0, got {limit!r}",
-                                  field="maximum_pending_message_limit")
-
-
-@dataclass(frozen=True)
-class ConsumerRef:
-    destination: Destination
-    consumer_id: str
-    ack_mode: AckMode = "client"
-
-
-@dataclass(frozen=True)
-class Consumer(ConsumerRef):
-    prefetch: int = 0
-    hold_until: int = 0
-    subscription: str | None = None  # the subscription's key (topics.py)
-
-
-# One consumer's part of an ack call (Operations.ack_many): the consumer, message ids, mode, how many next
-# messages to hand over.
-AckRequest = tuple[ConsumerRef, list[str], str, int]
-
-
-@dataclass(frozen=True)
-class DispatchResult:
-    dispatched: int = 0
-    # When to run dispatch again (ms): a delayed start ends, or a parked message (redelivery delay,
-    # scheduled delivery) becomes visible. 0: nothing waits for time.
-    hold_until: int = 0
-
-
-class SentId(str):
-    """A sent message's id, saying what became of it: `status` is "ok" (enqueued), "scheduled" (a
-    repeating scheduled message: delivered as `id`, then `id#2`, `id#3`...), "duplicate" (the id is still
-    stored or was enqueued within the audit window: accepted, not enqueued again) or "expired" (expired
-    on arrival: not enqueued; dead-lettered or dropped per the policy)."""
-
-    status: str
-
-    def __new__(cls, message_id: str, status: str) -> SentId:
-        sent = super().__new__(cls, message_id)
-        sent.status = status
-        return sent
-
-
-@dataclass(frozen=True)
-class Browsed:
-    """A stored message as an operator sees it: `state` is pending, parked or inflight (then
-    `message.consumer_id` names the consumer holding it)."""
-
-    message: Delivery
-    state: str
-
-
-@dataclass(frozen=True)
-class BrowsePage:
-    messages: list[Browsed]
-    next_cursor: str | None  # None: nothing more
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    examined: int
-    expired: int
-    done: bool  # the sweep reached the end of the queue; the next call starts at the head
-
-
-@dataclass(frozen=True)
-class ConsumerStats:
-    consumer_id: str
-    client_id: str | None
-    connection_id: str | None
-    selector: str | None
-    priority: int
-    exclusive: bool
-    ack_mode: str
-    prefetch: int
-    prefetch_extension: int
-    in_flight: int
-    undelivered: int  # dispatched but not yet handed to the adapter (receive)
-    dispatched: int
-    acked: int
-    groups: int
-    lease_expires: int | None
-    added: int
-    last_ack: int | None
-    slow_since: int | None  # §8.1: found full while the queue had a message to dispatch to it
-    is_exclusive_owner: bool
-
-
-@dataclass(frozen=True)
-class DestinationStats:
-    """ActiveMQ's queue view (spec §14.2): QueueSize counts pending plus in-flight messages."""
-
-    destination: str
-    queue_size: int
-    pending: int
-    in_flight: int
-    enqueued: int
-    dequeued: int
-    dispatched: int
-    expired: int
-    expired_on_arrival: int
-    deadlettered: int  # left for the dead-letter queue (poison, past maximumRedeliveries, expired)
-    discarded: int  # dead letters dropped by the strategy (discarding, non-persistent, a DLQ's own)
-    parked: int  # waiting for a redelivery delay or a scheduled time
-    forwarding: int  # dead letters on their way to the dead-letter queue
-    purged: int  # removed by an operator (remove, purge)
-    moved: int  # moved or retried to another destination
-    cancelled: int  # repeating scheduled messages cancelled before their last delivery
-    duplicates: int
-    skipped: int
-    last_pass_skipped: int
-    consumer_count: int
-    group_count: int
-    paused: bool
-    exclusive_owner: str | None
-    consumers: list[ConsumerStats] = field(default_factory=list)
-    # (topic_ops.stats) the subscriptions, messages no subscription matched (dropped), durable
-    # subscriptions active and offline, evictions (§8.5), messages dropped with a removed subscription.
-    subscriptions: list[SubscriptionStats] = field(default_factory=list)
-    no_subscription: int = 0
-    durable_active: int = 0
-    durable_offline: int = 0
-    evicted: int = 0
-    removed_with_subscription: int = 0
-    # Selectors that failed on a message, which they then did not match (an evaluation error, such as
-    # one over limits.MAX_EVALUATION_BYTES), counted by the dispatch (a topic: by the send).
-    selector_errors: int = 0
-    # FLOW (spec §9, §14.2): bytes held, the limit in force (memoryLimit, else the broker's), the percent
-    # ActiveMQ reports as MemoryPercentUsage, sends refused or held by flow control and the time held.
-    memory_usage: int = 0
-    memory_limit: int = 0
-    memory_percent_usage: int = 0
-    blocked_sends: int = 0
-    total_blocked_time: int = 0
-    # Virtual destinations (spec §10): copies made here that a target refused for good, and copies for a
-    # full dropOnResourceLimit consumer queue that were dropped instead of failing the send.
-    forward_refused: int = 0
-    forward_dropped: int = 0
-    # What the destination keeps beside its messages, each bounded (docs/broker_core.md "Memory bounds"):
-    # the lifecycle event stream's length (eventsMaxLen) and the events trimmed off it so far, and the ids
-    # in the duplicate audit (maxQueueAuditDepth).
-    events: int = 0
-    events_trimmed: int = 0
-    audit_size: int = 0
-
-
-@dataclass(frozen=True)
-class DestinationSummary:
-    """The counters of DestinationStats that lists sort and total and the metrics scrape reads (same
-    names), read in one small call."""
-
-    destination: str
-    queue_size: int
-    pending: int
-    in_flight: int
-    parked: int
-    group_count: int
-    consumer_count: int
-    enqueued: int
-    dequeued: int
-    dispatched: int
-    expired: int
-    deadlettered: int
-    paused: bool
-    memory_usage: int = 0  # bytes held (DestinationStats.memory_usage)
-    # the timestamp (ms) of the oldest message waiting for dispatch (when asked for); None when none
-    # waits (or a topic, whose messages wait per subscription)
-    oldest_timestamp: int | None = None
-
-
-SUMMARY_WIDTH = 14  # values per queue in summary_many.lua's reply
-
-
-def summary_from(r: list[Any], uri: str) -> DestinationSummary | None:
-    """A DestinationSummary from the SUMMARY_WIDTH values of summary_many.lua for one queue."""
-    if not int(r[0]):
-        return None
-    n = [int(v) if v else 0 for v in r[6:11]]
-    return DestinationSummary(uri, int(r[1]) + int(r[2]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
-                              int(r[5]), n[0], n[1], n[2], n[3], n[4], r[11] in (b"1", "1"),
-                              int(r[12]) if r[12] else 0, int(r[13]) if r[13] else None)
-
-
-def summary_of(stats: DestinationStats) -> DestinationSummary:
-    """The summary of a destination read in full (a topic: its counters are its subscriptions' sums)."""
-    return DestinationSummary(
-        stats.destination, stats.queue_size, stats.pending, stats.in_flight, stats.parked, stats.group_count,
-        stats.consumer_count, stats.enqueued, stats.dequeued, stats.dispatched, stats.expired,
-        stats.deadlettered, stats.paused, stats.memory_usage, None)
-
-
-@dataclass(frozen=True)
-class GroupCounts:
-    """Messages per group: {group: (pending, in flight)}, and how much of the queue was examined."""
-
-    groups: dict[str, tuple[int, int]]
-    pending_examined: int
-    all_pending: bool
-    in_flight_examined: int
-    all_in_flight: bool
-
-
-@dataclass(frozen=True)
-class GroupInfo:
-    group_id: str
-    owner: str
-    assigned_at: int
-
-
-@dataclass(frozen=True)
-class GroupPage:
-    groups: list[GroupInfo]
-    next_cursor: str | None
 
 
 def _deliveries(consumer: ConsumerRef, reply: list[Any], start: int) -> list[Delivery]:
@@ -358,32 +88,6 @@ def _deliveries(consumer: ConsumerRef, reply: list[Any], start: int) -> list[Del
     return [unpack_delivery(_str(reply[i]), consumer.destination.uri, consumer.consumer_id, reply[i + 1],
                             int(reply[i + 2]), bool(int(reply[i + 3])))
             for i in range(start, len(reply), 4)]
-
-
-def _pairs(flat: list[Any]) -> dict[str, str]:
-    return {_str(flat[i]): _str(flat[i + 1]) for i in range(0, len(flat), 2)}
-
-
-def _memory_stats(meta: dict[str, str], limits: list[Any]) -> dict[str, int]:
-    """DestinationStats' memory fields from the meta hash and stats.lua's limits."""
-    own, broker = int(_str(limits[0]) or 0), _str(limits[1])
-    limit = own if own > 0 else (int(broker) if broker else DEFAULT_MEMORY_LIMIT)
-    used = int(meta.get("mem", 0))
-    return {"memory_usage": used, "memory_limit": limit, "memory_percent_usage": flow.percent(used, limit),
-            "blocked_sends": int(meta.get("blocked_sends", 0)),
-            "total_blocked_time": int(meta.get("blocked_ms", 0))}
-
-
-def _bound_stats(meta: dict[str, str], sizes: list[Any]) -> dict[str, int]:
-    """DestinationStats' sizes of the bounded structures: [stream length, audit size] and the meta hash."""
-    return {"events": int(sizes[0]), "events_trimmed": int(meta.get("events_trimmed", 0)),
-            "audit_size": int(sizes[1])}
-
-
-def _forward_stats(meta: dict[str, str]) -> dict[str, int]:
-    """DestinationStats' virtual destination copy counters from the meta hash (includes/virtual.lua)."""
-    return {"forward_refused": int(meta.get("forward_refused", 0)),
-            "forward_dropped": int(meta.get("forward_dropped", 0))}
 
 
 class Operations:
@@ -896,7 +600,7 @@ class Operations:
         if dest.is_topic and not isinstance(dest, Subscription):
             return (yield from topic_ops.stats(self, dest, now))
         reply = yield Eval("stats", (self.prefix(dest),), (now,))
-        meta = _pairs(reply[0])
+        meta = pairs(reply[0])
         if "uri" not in meta:
             raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
         owner = meta.get("owner") or None
@@ -905,7 +609,7 @@ class Operations:
         for i in range(0, len(flat), 5):
             cid = _str(flat[i])
             definition = msgpack.unpackb(flat[i + 1], raw=False) if flat[i + 1] else {}
-            counters = _pairs(flat[i + 2])
+            counters = pairs(flat[i + 2])
             lease = _str(flat[i + 3])
             consumers.append(ConsumerStats(
                 consumer_id=cid,
@@ -943,8 +647,8 @@ class Operations:
             duplicates=count("duplicates"), skipped=count("skipped"),
             last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
             group_count=int(reply[3]), paused=meta.get("paused") == "1", exclusive_owner=owner,
-            consumers=consumers, **_memory_stats(meta, reply[7]), **_forward_stats(meta),
-            selector_errors=count("selector_errors"), **_bound_stats(meta, reply[8]),
+            consumers=consumers, **memory_stats(meta, reply[7]), **forward_stats(meta),
+            selector_errors=count("selector_errors"), **bound_stats(meta, reply[8]),
         )
 
     def destinations(self) -> Op:

@@ -13,24 +13,12 @@ import msgpack
 
 from . import flow, virtual
 from .destinations import Destination, matches
+from .effects import Command, Eval, NoDestination, Policy
 from .errors import DurableSubscriptionInUse, InvalidConsumer, UnknownConsumer, UnknownDestination
 from .messages import Message
-from .operations import (
-    PASS_HAS_MORE,
-    Command,
-    Consumer,
-    ConsumerSpec,
-    DestinationStats,
-    DispatchResult,
-    Eval,
-    NoDestination,
-    Policy,
-    SweepResult,
-    _bound_stats,
-    _forward_stats,
-    _memory_stats,
-    _str,
-)
+from .model import Consumer, ConsumerSpec, DestinationStats, DispatchResult, SweepResult
+from .replies import PASS_HAS_MORE, bound_stats, forward_stats, memory_stats
+from .resp import reply_text as _str
 from .topics import (
     Subscription,
     SubscriptionStats,
@@ -42,7 +30,8 @@ from .topics import (
 
 if TYPE_CHECKING:
     from .config.entry import PolicyEntry
-    from .operations import Op, Operations
+    from .effects import Op
+    from .operations import Operations
 
 
 def registry_key(ops: Operations) -> str:
@@ -397,7 +386,7 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         discarded=count("discarded") + total("discarded"), parked=total("parked"), forwarding=int(fwd),
         purged=0, moved=0, cancelled=0, duplicates=count("duplicates"), skipped=0, last_pass_skipped=0,
         consumer_count=len(subs), group_count=0, paused=False, exclusive_owner=None, consumers=consumers,
-        **_memory_stats(meta, limits), **_forward_stats(meta), **_bound_stats(meta, sizes),
+        **memory_stats(meta, limits), **forward_stats(meta), **bound_stats(meta, sizes),
         subscriptions=subs, no_subscription=count("no_subscription"),
         durable_active=sum(1 for s in subs if s.durable and s.active),
         durable_offline=sum(1 for s in subs if s.durable and not s.active),

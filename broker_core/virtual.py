@@ -27,7 +27,8 @@ from typing import Any
 import msgpack
 
 from .config.virtual import VirtualConfig
-from .destinations import Destination, matches, parse_destination
+from .destinations import Destination, matches, parse_composite, parse_destination
+from .effects import Command
 from .errors import InvalidDestination, InvalidPolicy
 from .messages import RECORD_LENGTH
 from .resp import reply_text as _text
@@ -75,8 +76,6 @@ def routing(ops: Any) -> Any:
 
 def current(ops: Any) -> Any:
     """The configuration in force (an operation: yields Redis commands at most once a second)."""
-    from .operations import Command  # operations imports this module
-
     cache: VirtualCache = ops.virtual
     if time.monotonic() - cache.checked < CHECK_INTERVAL_S:
         return cache.config
@@ -106,8 +105,6 @@ def _targets(ops: Any, config: VirtualConfig, dest: Destination, also: Sequence[
     [uri, compiled selector or "", original destination or "", further copies its own routing makes,
     sendWhenNotMatched composite number or 0, and for a virtual topic's consumer queue its flags
     (COPY_SELECTOR_AWARE, COPY_DROP_ON_RESOURCE_LIMIT)] (the plan's layout, includes/virtual.lua)."""
-    from .operations import Command
-
     targets: list[list[Any]] = []
     composites = config.composites_for(dest)
     # Kept here unless every composite is forwardOnly; a sendWhenNotMatched one keeps it when none of
@@ -168,8 +165,6 @@ def origin(ops: Any, dest: Destination, kind: str, also: Sequence[Destination] =
 def on_created(ops: Any, dest: Destination) -> Any:
     """A new queue that is a virtual topic's consumer queue starts receiving the topic's copies now
     (messages sent before it existed are not kept for it, as in ActiveMQ)."""
-    from .operations import Command
-
     config: VirtualConfig = yield from current(ops)
     members = config.index_entries(dest)
     if members:
@@ -178,8 +173,6 @@ def on_created(ops: Any, dest: Destination) -> Any:
 
 
 def on_deleted(ops: Any, dest: Destination) -> Any:
-    from .operations import Command
-
     if dest.is_queue:
         config: VirtualConfig = yield from current(ops)
         members = config.index_entries(dest)
@@ -215,8 +208,6 @@ class CompositeParts(list):  # type: ignore[type-arg]
 
 def split_composite(text: str) -> CompositeParts | None:
     """The parts of a client-side composite (`A,B,topic://C`), or None for a single destination."""
-    from .destinations import parse_composite
-
     if "," not in text:
         return None
     parts = CompositeParts(dict.fromkeys(parse_composite(text)))  # ActiveMQ keeps them in a set

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 from console.demo import ROOT, DemoSystem
 
 OUT = ROOT / "docs" / "console"

@@ -23,7 +23,7 @@ from broker_core import maintenance
 from broker_core.broker import AsyncBroker, Broker
 from broker_core.config.store import PolicyStore
 from broker_core.destinations import Destination
-from broker_core.operations import ConsumerRef
+from broker_core.model import ConsumerRef
 from broker_core.topics import Subscription, non_durable_key
 
 PROCESS_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -5,7 +5,7 @@ admin user, then supervises uvicorn (HTTP + WebSocket), the STOMP listener (TCP,
 a Celery worker and Celery beat. A child that
 exits on its own is restarted after a back-off (Redis on the same port, data folder and AOF), with one
 line saying so; only a crash loop ends the run (`RestartPolicy`). Ctrl-C stops the children in order,
-Redis last so the worker can finish with it. `test` runs ruff, then pytest.
+Redis last so the worker can finish with it. `test` runs ruff, the import contracts, then pytest.
 
 A configuration mistake ends `run` with one line on stderr naming the problem and the fix.
 
@@ -713,6 +713,12 @@ def run_tests(pytest_args: list[str]) -> int:
     code = subprocess.call([python, "-m", "ruff", "check", "."], cwd=BASE_DIR)
     if code != 0:
         print("signalbox: error: ruff found problems (listed above); fix them first", file=sys.stderr)
+        return code
+    say("import contracts")
+    lint_imports = Path(python).with_name("lint-imports")  # import-linter, contracts in pyproject.toml
+    code = subprocess.call([str(lint_imports)], cwd=BASE_DIR)
+    if code != 0:
+        print("signalbox: error: an import breaks a contract of pyproject.toml (above)", file=sys.stderr)
         return code
     say("pytest")
     code = subprocess.call([python, "-m", "pytest", *pytest_args], cwd=BASE_DIR)

@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from broker_core.broker import AsyncBroker
-from broker_core.operations import DestinationSummary
+from broker_core.model import DestinationSummary
 from gateway import runtime
 from signalbox import health
 

@@ -20,7 +20,7 @@ from django.conf import settings
 from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
-from broker_core.operations import ConsumerRef
+from broker_core.model import ConsumerRef
 from signalbox.celery import app
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.clock import FakeClock, SystemClock
 from broker_core.messages import Message
-from broker_core.operations import Consumer, ConsumerSpec
+from broker_core.model import Consumer, ConsumerSpec
 from signalbox import tasks
 from signalbox.celery import MAINTENANCE_TICK, app
 

@@ -8,7 +8,7 @@ import uuid
 from django.test import override_settings
 
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 from gateway import runtime
 
 

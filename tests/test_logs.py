@@ -19,7 +19,7 @@ import pytest
 
 from broker_core.broker import Broker
 from broker_core.clock import FakeClock, SystemClock
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 from signalbox import logs, tasks
 from signalbox.embedded_redis import free_port
 from tests.helpers.processes import launcher_env, run_launcher_to_completion, start_launcher

@@ -12,9 +12,10 @@ import redis
 from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
+from broker_core.effects import Eval
 from broker_core.errors import UnknownConsumer
 from broker_core.messages import Message
-from broker_core.operations import ConsumerRef, ConsumerSpec, Eval
+from broker_core.model import ConsumerRef, ConsumerSpec
 
 CHECK = 30_000  # ActiveMQ's default checkPeriod, maxSlowDuration and maxTimeSinceLastAck
 

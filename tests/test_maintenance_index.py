@@ -8,7 +8,7 @@ import pytest
 from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 PERIOD = 30_000  # the default expireMessagesPeriod
 

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker_core.broker import AsyncBroker, Broker
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 TOKEN = "m" * 24
 

@@ -12,7 +12,7 @@ import redis
 from broker_core import flow
 from broker_core.broker import Broker
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 from signalbox.embedded_redis import EmbeddedRedis, free_port, maxmemory_setting, total_memory
 
 FORMS = [pytest.param("0", id="eval"), pytest.param("1", id="functions")]

@@ -24,7 +24,7 @@ from rest_framework.views import APIView
 
 from broker_core.destinations import Destination
 from broker_core.errors import UnknownDestination
-from broker_core.operations import DestinationStats
+from broker_core.model import DestinationStats
 from gateway import runtime
 from gateway.api.auth import SessionAuthentication, TokenAuthentication
 from gateway.api.codec import render_message

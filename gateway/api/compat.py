@@ -46,7 +46,7 @@ from rest_framework.request import Request
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import InvalidConsumer, NotInFlight, UnknownConsumer
 from broker_core.messages import Message
-from broker_core.operations import ConsumerRef, ConsumerSpec
+from broker_core.model import ConsumerRef, ConsumerSpec
 from gateway import runtime
 from gateway.api.auth import BasicAuthentication, TokenAuthentication
 from gateway.api.base import GatewayView

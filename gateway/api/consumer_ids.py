@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from broker_core.destinations import Destination
-from broker_core.operations import ConsumerRef
+from broker_core.model import ConsumerRef
 
 _ACK_CODES = {"auto": "a", "client": "c", "client-individual": "i"}
 _ACK_MODES = {code: mode for mode, code in _ACK_CODES.items()}

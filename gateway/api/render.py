@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 
 from broker_core.destinations import parse_destination
-from broker_core.operations import ConsumerStats, DestinationStats
+from broker_core.model import ConsumerStats, DestinationStats
 
 
 def consumer_json(consumer: ConsumerStats, now_ms: int | None = None) -> dict[str, Any]:

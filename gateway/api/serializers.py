@@ -6,7 +6,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from broker_core.messages import MAX_DELAY_MS, MAX_REPEAT
-from broker_core.operations import DEFAULT_LEASE_MS
+from broker_core.model import DEFAULT_LEASE_MS
 
 
 class ProblemSerializer(serializers.Serializer):

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from broker_core.destinations import Destination
 from broker_core.errors import UnknownConsumer
 from broker_core.messages import Message, new_message_id
-from broker_core.operations import ConsumerRef, ConsumerSpec
+from broker_core.model import ConsumerRef, ConsumerSpec
 from gateway import runtime
 from gateway.api import json_input
 from gateway.api import serializers as s

@@ -29,7 +29,7 @@ from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import BrokerError
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message, TypedValue, new_message_id
-from broker_core.operations import Consumer
+from broker_core.model import Consumer
 from broker_core.virtual import split_composite
 from gateway import metrics
 from gateway.stomp import advisory_replay

@@ -18,7 +18,7 @@ from broker_core.destinations import Destination, parse_composite
 from broker_core.errors import BrokerError
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message
-from broker_core.operations import Consumer
+from broker_core.model import Consumer
 from gateway import metrics
 from gateway import unavailable as store
 from gateway.api import json_input

@@ -29,7 +29,7 @@ from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import NotInFlight, UnknownConsumer, UnknownSubscription
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery
-from broker_core.operations import Consumer, ConsumerSpec
+from broker_core.model import Consumer, ConsumerSpec
 from broker_core.topic_ops import registry_key
 from broker_core.topics import durable_registry_field
 from gateway import runtime

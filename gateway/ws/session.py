@@ -13,7 +13,7 @@ from typing import Any
 from broker_core.destinations import Destination
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery
-from broker_core.operations import Consumer
+from broker_core.model import Consumer
 from gateway.unavailable import store_unavailable
 from gateway.ws import auth
 from gateway.ws.link import Link, LinkSettings, SendBuffer, Subscription

@@ -19,7 +19,7 @@ from analytics.archive import ArchiveLocation, archive_destination
 from analytics.events import parse_stream_id
 from broker_core.broker import Broker
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE_MS = 300

@@ -39,7 +39,7 @@ def test_destination_and_time_options_narrow_the_archive(spark, archived_journal
 def test_the_live_streams_read_as_the_same_rows_as_the_archive(spark, redis_client, redis_url, namespace):
     from broker_core.broker import Broker
     from broker_core.messages import Message
-    from broker_core.operations import ConsumerSpec
+    from broker_core.model import ConsumerSpec
 
     broker = Broker(redis_client, namespace)
     broker.send("live.a", [Message(body="one"), Message(body="two")])

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from analytics.store import read_summary
 from broker_core.broker import Broker
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 pytestmark = pytest.mark.e2e
 

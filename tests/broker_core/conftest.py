@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from broker_core.broker import Broker
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 
 @pytest.fixture

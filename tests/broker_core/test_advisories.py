@@ -11,9 +11,10 @@ import redis
 from broker_core import advisory, flow, maintenance
 from broker_core.broker import Broker, _typed_error
 from broker_core.destinations import parse_destination
+from broker_core.effects import Command
 from broker_core.flow import ResourceAllocationError
 from broker_core.messages import Message
-from broker_core.operations import Command, ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 from .conftest import consumer, drain
 

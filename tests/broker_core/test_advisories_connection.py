@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from broker_core import advisory
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 from .conftest import drain
 

@@ -5,8 +5,9 @@ Queue.messageSent (a queue without any consumer)."""
 from __future__ import annotations
 
 from broker_core import advisory
+from broker_core.effects import Eval
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec, Eval
+from broker_core.model import ConsumerSpec
 
 from .conftest import consumer, drain
 

@@ -6,7 +6,7 @@ import redis.asyncio
 
 from broker_core.broker import AsyncBroker
 from broker_core.messages import Message, TypedValue
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 from .conftest import consumer, drain
 

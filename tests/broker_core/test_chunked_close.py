@@ -14,8 +14,9 @@ import pytest
 from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
+from broker_core.effects import Eval
 from broker_core.messages import Message
-from broker_core.operations import ConsumerRef, ConsumerSpec, Eval
+from broker_core.model import ConsumerRef, ConsumerSpec
 
 from .conftest import consumer, drain
 

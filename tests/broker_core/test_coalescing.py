@@ -14,7 +14,7 @@ from broker_core.destinations import Destination
 from broker_core.errors import InvalidMessage, MessageTooLarge, NotInFlight
 from broker_core.flow import ResourceAllocationError
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 from .conftest import drain
 

@@ -17,7 +17,7 @@ import redis
 from broker_core.broker import Broker
 from broker_core.errors import UnknownConsumer
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 DEST = "work"
 PRODUCERS, PER_PRODUCER = 3, 400

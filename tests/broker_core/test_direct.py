@@ -16,7 +16,7 @@ from redis.exceptions import NoScriptError
 from broker_core.broker import Broker
 from broker_core.direct import DirectConnections
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 
 @pytest.fixture

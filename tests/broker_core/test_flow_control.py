@@ -335,7 +335,7 @@ def test_a_topic_counts_each_message_once_and_its_producers_wait_like_a_queues(b
 
 
 def test_a_virtual_topic_send_waits_or_fails_when_a_consumer_queue_is_full(broker):
-    from broker_core.operations import ConsumerSpec
+    from broker_core.model import ConsumerSpec
 
     # The full consumer queue's own flow control decides (it waits 200 ms), not the topic's (fail at once).
     broker.policies.set_entry("queue", "Consumer.slow.VirtualTopic.Orders",

@@ -16,10 +16,11 @@ from broker_core.broker import Broker
 from broker_core.config.system_usage import SystemUsage
 from broker_core.config.virtual import VirtualConfig
 from broker_core.destinations import parse_destination
+from broker_core.effects import Eval
 from broker_core.errors import InvalidPolicy
 from broker_core.flow import ResourceAllocationError, Sleep
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec, Eval
+from broker_core.model import ConsumerSpec
 
 from .conftest import consumer, drain
 

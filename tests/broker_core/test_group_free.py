@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from broker_core import maintenance
+from broker_core.effects import Eval
 from broker_core.messages import Message
-from broker_core.operations import Eval
 
 from .conftest import consumer, drain
 from .test_chunked_close import calls

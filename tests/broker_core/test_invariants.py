@@ -22,9 +22,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.clock import FakeClock
+from broker_core.effects import Eval
 from broker_core.errors import DurableSubscriptionInUse, UnknownSubscription
 from broker_core.messages import Message
-from broker_core.operations import RETURN_CHUNK, ConsumerSpec, Eval
+from broker_core.model import ConsumerSpec
+from broker_core.operations import RETURN_CHUNK
 from broker_core.topics import Subscription, durable_key, durable_registry_field
 
 DEST = "inv"

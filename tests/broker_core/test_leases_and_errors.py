@@ -13,7 +13,7 @@ from broker_core.errors import (
     UnknownConsumer,
 )
 from broker_core.messages import Message, TypedValue
-from broker_core.operations import ConsumerRef
+from broker_core.model import ConsumerRef
 
 from .conftest import consumer, drain
 

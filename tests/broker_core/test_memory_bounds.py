@@ -9,7 +9,7 @@ import pytest
 from broker_core.broker import Broker
 from broker_core.errors import InvalidPolicy
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from redis.exceptions import NoScriptError
 
 from broker_core.broker import AsyncBroker
 from broker_core.messages import Message
+from broker_core.model import ConsumerSpec
 from broker_core.multiplexed import MultiplexedConnection
-from broker_core.operations import ConsumerSpec
 from broker_core.resp import pack
 
 

@@ -20,7 +20,7 @@ import redis
 from broker_core.broker import Broker
 from broker_core.clock import FakeClock
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 from broker_core.scripts import SCRIPT_DIR, library, script, wants_functions
 
 from . import test_chunked_close, test_invariants

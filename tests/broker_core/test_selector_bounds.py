@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from broker_core.errors import InvalidSelector
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 from broker_core.scripts import call_args, load_args, script
 from broker_core.selector import SelectorEvaluationError, evaluate_in_redis, message_json, parse_selector
 from broker_core.selector.evaluate import ERROR_PREFIX

@@ -12,7 +12,7 @@ from broker_core import advisory, maintenance, topic_ops
 from broker_core.destinations import parse_destination
 from broker_core.errors import InvalidDestination
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 from .conftest import consumer, drain
 from .test_flow_virtual_edges import Crash, drive

@@ -14,9 +14,9 @@ import pytest
 from broker_core import advisory, maintenance, topic_ops
 from broker_core.broker import Broker
 from broker_core.destinations import Destination, matches, parse_destination
+from broker_core.effects import Eval
 from broker_core.errors import InvalidConsumer, InvalidDestination
 from broker_core.messages import Message
-from broker_core.operations import Eval
 from broker_core.scripts import SCRIPT_DIR
 
 from .conftest import consumer, drain

@@ -8,7 +8,7 @@ import pytest
 from broker_core.broker import Broker
 from broker_core.errors import InvalidConsumer, InvalidMessage, UnknownConsumer
 from broker_core.messages import Message
-from broker_core.operations import ConsumerRef, ConsumerSpec
+from broker_core.model import ConsumerRef, ConsumerSpec
 from broker_core.topics import Subscription
 
 from .conftest import drain

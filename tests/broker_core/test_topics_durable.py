@@ -8,7 +8,7 @@ from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.errors import DurableSubscriptionInUse, InvalidConsumer, UnknownSubscription
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 from .conftest import drain
 from .test_topics import bodies, stored, sub

@@ -9,9 +9,10 @@ import redis
 from broker_core import maintenance, topic_ops
 from broker_core.broker import _typed_error
 from broker_core.destinations import parse_destination
+from broker_core.effects import Command, Eval
 from broker_core.errors import BrokerError, DurableSubscriptionInUse, InvalidConsumer, OperationRefused
 from broker_core.messages import Message
-from broker_core.operations import Command, ConsumerSpec, Eval
+from broker_core.model import ConsumerSpec
 
 from .conftest import drain
 from .test_topics import bodies, sub

@@ -7,7 +7,7 @@ import pytest
 from broker_core import maintenance
 from broker_core.errors import UnknownConsumer
 from broker_core.messages import Message
-from broker_core.operations import ConsumerRef
+from broker_core.model import ConsumerRef
 
 from .conftest import drain
 from .test_topics import bodies, events, stored, sub

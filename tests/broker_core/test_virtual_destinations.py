@@ -11,9 +11,9 @@ from broker_core import maintenance, virtual
 from broker_core.broker import Broker, _typed_error
 from broker_core.config.virtual import VirtualConfig, load_virtual_config
 from broker_core.destinations import Destination, parse_destination
+from broker_core.effects import Command, Eval
 from broker_core.errors import InvalidDestination, InvalidPolicy
 from broker_core.messages import Message
-from broker_core.operations import Command, Eval
 
 from .conftest import consumer, drain
 

@@ -11,7 +11,7 @@ import redis.asyncio
 
 from broker_core.broker import AsyncBroker, Broker
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 
 def _async(redis_url: str, namespace: str, run):

@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from broker_core import virtual
 from broker_core.config.virtual import VirtualConfig
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 from tests.console.conftest import PASSWORD, login
 from tests.console.test_console import confirm
 from tests.helpers.gateway_server import ROOT, server_env

@@ -280,7 +280,7 @@ async def test_a_pull_consumer_gets_what_arrives_during_its_long_poll(api, alice
 async def test_an_aborted_consumer_answers_its_next_call_with_410_and_the_reason(api, alice):
     from broker_core.destinations import parse_destination
     from broker_core.maintenance import abort_consumer
-    from broker_core.operations import ConsumerRef
+    from broker_core.model import ConsumerRef
 
     await send(api, alice, {"body": "x"})
     path = await consumer(api, alice)

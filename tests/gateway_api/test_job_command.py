@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ import pytest
 
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
-from broker_core.operations import ConsumerRef
+from broker_core.model import ConsumerRef
 from signalbox import tasks
 from tests.helpers.gateway_server import start_gateway
 from tests.helpers.stomp_client import Client

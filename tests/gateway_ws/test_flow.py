@@ -123,7 +123,7 @@ async def test_a_connection_whose_consumer_was_closed_under_it_gets_an_error_and
         await client.expect("RECEIPT")
         (consumer,) = (await aio.stats("queue://gone")).consumers
         from broker_core.destinations import parse_destination
-        from broker_core.operations import ConsumerRef
+        from broker_core.model import ConsumerRef
 
         await aio.close_consumer(ConsumerRef(parse_destination("queue://gone"), consumer.consumer_id))
         error = await client.expect("ERROR", timeout=3)

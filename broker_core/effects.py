@@ -1,0 +1,41 @@
+"""What an operation yields to the driver that runs it (broker.py): a script to run (`Eval`), a plain Redis
+command (`Command`), or a question for the driver (`Policy`), and the error a script's reply turns into
+when the destination does not exist yet. Operations are generators (operations.py); the drivers run the
+same generator blocking, with asyncio, or multiplexed, so each operation is written once."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+from .destinations import Destination
+from .errors import BrokerError
+
+
+@dataclass(frozen=True)
+class Eval:
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Command:
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Ask the driver for the PolicyEntry that applies to a destination."""
+
+    destination: Destination
+
+
+class NoDestination(BrokerError):
+    """Raised by a script when the destination has no policy yet (first use)."""
+
+    code = "no_destination"
+
+
+Op = Generator[Eval | Command | Policy, Any, Any]

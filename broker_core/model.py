@@ -1,0 +1,271 @@
+"""The broker's values as its callers see them: how a consumer asks for messages (ConsumerSpec), the handles
+of a consumer, and what operations return (statistics, browse pages, message groups, dispatch results)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .destinations import Destination
+from .errors import InvalidConsumer
+from .messages import Delivery
+from .topics import SubscriptionStats
+
+AckMode = Literal["auto", "client", "client-individual", "transacted"]
+ACK_MODES: tuple[str, ...] = ("auto", "client", "client-individual", "transacted")
+DEFAULT_LEASE_MS = 30_000
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """How a consumer wants messages (spec §1.3-1.5, §2, §4, §5.2)."""
+
+    prefetch: int | None = None  # None: the client default (1000 for queues), which the policy may replace
+    priority: int = 0
+    exclusive: bool = False
+    selector: str | None = None
+    stomp_selector: bool = False  # STOMP's convert_string_expressions coercion mode
+    no_local: bool = False
+    connection_id: str | None = None
+    client_id: str | None = None
+    ack_mode: AckMode = "client"
+    lease_ms: int = DEFAULT_LEASE_MS
+    notify: str | None = None  # Redis pub/sub channel told when the consumer's outbox gets messages
+    # (§7.4, §7.5) with client_id, a durable subscription; replay what the recovery policy kept.
+    subscription_name: str | None = None
+    retroactive: bool = False
+    # (§8.5) the consumer's own maximumPendingMessageLimit (STOMP's
+    # activemq.maximumPendingMessageLimit); with a pendingMessageLimitStrategy it wins when > 0 and smaller.
+    maximum_pending_message_limit: int | None = None
+
+    def validate(self) -> None:
+        if self.prefetch is not None and (isinstance(self.prefetch, bool) or not 0 <= self.prefetch <= 32767):
+            raise InvalidConsumer(f"prefetch must be 0-32767, got {self.prefetch!r}", field="prefetch")
+        if isinstance(self.priority, bool) or not -128 <= self.priority <= 127:
+            raise InvalidConsumer(f"consumer priority must be -128..127, got {self.priority!r}",
+                                  field="priority")
+        if self.ack_mode not in ACK_MODES:
+            raise InvalidConsumer(f"ack mode must be one of {', '.join(ACK_MODES)}, got {self.ack_mode!r}",
+                                  field="ack_mode")
+        if self.subscription_name is not None and (not self.subscription_name or not self.client_id):
+            raise InvalidConsumer("a durable subscription needs a client id and a non-empty "
+                                  "subscription name", field="subscription_name")
+        if not 1_000 <= self.lease_ms <= 3_600_000:
+            raise InvalidConsumer(f"lease must be 1000-3600000 ms, got {self.lease_ms!r}", field="lease_ms")
+        limit = self.maximum_pending_message_limit
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise InvalidConsumer(f"maximum pending message limit must be an integer >= 0, got {limit!r}",
+                                  field="maximum_pending_message_limit")
+
+
+@dataclass(frozen=True)
+class ConsumerRef:
+    destination: Destination
+    consumer_id: str
+    ack_mode: AckMode = "client"
+
+
+@dataclass(frozen=True)
+class Consumer(ConsumerRef):
+    prefetch: int = 0
+    hold_until: int = 0
+    subscription: str | None = None  # the subscription's key (topics.py)
+
+
+# One consumer's part of an ack call (Operations.ack_many): the consumer, message ids, mode, how many next
+# messages to hand over.
+AckRequest = tuple[ConsumerRef, list[str], str, int]
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    dispatched: int = 0
+    # When to run dispatch again (ms): a delayed start ends, or a parked message (redelivery delay,
+    # scheduled delivery) becomes visible. 0: nothing waits for time.
+    hold_until: int = 0
+
+
+class SentId(str):
+    """A sent message's id, saying what became of it: `status` is "ok" (enqueued), "scheduled" (a
+    repeating scheduled message: delivered as `id`, then `id#2`, `id#3`...), "duplicate" (the id is still
+    stored or was enqueued within the audit window: accepted, not enqueued again) or "expired" (expired
+    on arrival: not enqueued; dead-lettered or dropped per the policy)."""
+
+    status: str
+
+    def __new__(cls, message_id: str, status: str) -> SentId:
+        sent = super().__new__(cls, message_id)
+        sent.status = status
+        return sent
+
+
+@dataclass(frozen=True)
+class Browsed:
+    """A stored message as an operator sees it: `state` is pending, parked or inflight (then
+    `message.consumer_id` names the consumer holding it)."""
+
+    message: Delivery
+    state: str
+
+
+@dataclass(frozen=True)
+class BrowsePage:
+    messages: list[Browsed]
+    next_cursor: str | None  # None: nothing more
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    examined: int
+    expired: int
+    done: bool  # the sweep reached the end of the queue; the next call starts at the head
+
+
+@dataclass(frozen=True)
+class ConsumerStats:
+    consumer_id: str
+    client_id: str | None
+    connection_id: str | None
+    selector: str | None
+    priority: int
+    exclusive: bool
+    ack_mode: str
+    prefetch: int
+    prefetch_extension: int
+    in_flight: int
+    undelivered: int  # dispatched but not yet handed to the adapter (receive)
+    dispatched: int
+    acked: int
+    groups: int
+    lease_expires: int | None
+    added: int
+    last_ack: int | None
+    slow_since: int | None  # §8.1: found full while the queue had a message to dispatch to it
+    is_exclusive_owner: bool
+
+
+@dataclass(frozen=True)
+class DestinationStats:
+    """ActiveMQ's queue view (spec §14.2): QueueSize counts pending plus in-flight messages."""
+
+    destination: str
+    queue_size: int
+    pending: int
+    in_flight: int
+    enqueued: int
+    dequeued: int
+    dispatched: int
+    expired: int
+    expired_on_arrival: int
+    deadlettered: int  # left for the dead-letter queue (poison, past maximumRedeliveries, expired)
+    discarded: int  # dead letters dropped by the strategy (discarding, non-persistent, a DLQ's own)
+    parked: int  # waiting for a redelivery delay or a scheduled time
+    forwarding: int  # dead letters on their way to the dead-letter queue
+    purged: int  # removed by an operator (remove, purge)
+    moved: int  # moved or retried to another destination
+    cancelled: int  # repeating scheduled messages cancelled before their last delivery
+    duplicates: int
+    skipped: int
+    last_pass_skipped: int
+    consumer_count: int
+    group_count: int
+    paused: bool
+    exclusive_owner: str | None
+    consumers: list[ConsumerStats] = field(default_factory=list)
+    # (topic_ops.stats) the subscriptions, messages no subscription matched (dropped), durable
+    # subscriptions active and offline, evictions (§8.5), messages dropped with a removed subscription.
+    subscriptions: list[SubscriptionStats] = field(default_factory=list)
+    no_subscription: int = 0
+    durable_active: int = 0
+    durable_offline: int = 0
+    evicted: int = 0
+    removed_with_subscription: int = 0
+    # Selectors that failed on a message, which they then did not match (an evaluation error, such as
+    # one over limits.MAX_EVALUATION_BYTES), counted by the dispatch (a topic: by the send).
+    selector_errors: int = 0
+    # FLOW (spec §9, §14.2): bytes held, the limit in force (memoryLimit, else the broker's), the percent
+    # ActiveMQ reports as MemoryPercentUsage, sends refused or held by flow control and the time held.
+    memory_usage: int = 0
+    memory_limit: int = 0
+    memory_percent_usage: int = 0
+    blocked_sends: int = 0
+    total_blocked_time: int = 0
+    # Virtual destinations (spec §10): copies made here that a target refused for good, and copies for a
+    # full dropOnResourceLimit consumer queue that were dropped instead of failing the send.
+    forward_refused: int = 0
+    forward_dropped: int = 0
+    # What the destination keeps beside its messages, each bounded (docs/broker_core.md "Memory bounds"):
+    # the lifecycle event stream's length (eventsMaxLen) and the events trimmed off it so far, and the ids
+    # in the duplicate audit (maxQueueAuditDepth).
+    events: int = 0
+    events_trimmed: int = 0
+    audit_size: int = 0
+
+
+@dataclass(frozen=True)
+class DestinationSummary:
+    """The counters of DestinationStats that lists sort and total and the metrics scrape reads (same
+    names), read in one small call."""
+
+    destination: str
+    queue_size: int
+    pending: int
+    in_flight: int
+    parked: int
+    group_count: int
+    consumer_count: int
+    enqueued: int
+    dequeued: int
+    dispatched: int
+    expired: int
+    deadlettered: int
+    paused: bool
+    memory_usage: int = 0  # bytes held (DestinationStats.memory_usage)
+    # the timestamp (ms) of the oldest message waiting for dispatch (when asked for); None when none
+    # waits (or a topic, whose messages wait per subscription)
+    oldest_timestamp: int | None = None
+
+
+SUMMARY_WIDTH = 14  # values per queue in summary_many.lua's reply
+
+
+def summary_from(r: list[Any], uri: str) -> DestinationSummary | None:
+    """A DestinationSummary from the SUMMARY_WIDTH values of summary_many.lua for one queue."""
+    if not int(r[0]):
+        return None
+    n = [int(v) if v else 0 for v in r[6:11]]
+    return DestinationSummary(uri, int(r[1]) + int(r[2]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
+                              int(r[5]), n[0], n[1], n[2], n[3], n[4], r[11] in (b"1", "1"),
+                              int(r[12]) if r[12] else 0, int(r[13]) if r[13] else None)
+
+
+def summary_of(stats: DestinationStats) -> DestinationSummary:
+    """The summary of a destination read in full (a topic: its counters are its subscriptions' sums)."""
+    return DestinationSummary(
+        stats.destination, stats.queue_size, stats.pending, stats.in_flight, stats.parked, stats.group_count,
+        stats.consumer_count, stats.enqueued, stats.dequeued, stats.dispatched, stats.expired,
+        stats.deadlettered, stats.paused, stats.memory_usage, None)
+
+
+@dataclass(frozen=True)
+class GroupCounts:
+    """Messages per group: {group: (pending, in flight)}, and how much of the queue was examined."""
+
+    groups: dict[str, tuple[int, int]]
+    pending_examined: int
+    all_pending: bool
+    in_flight_examined: int
+    all_in_flight: bool
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    group_id: str
+    owner: str
+    assigned_at: int
+
+
+@dataclass(frozen=True)
+class GroupPage:
+    groups: list[GroupInfo]
+    next_cursor: str | None
