@@ -66,8 +66,7 @@ def _events(destination: Destination | None, since_ms: int, patterns: Any) -> li
     return out[::-1]
 
 
-async def _answer(request: Request, destination: Destination | None, patterns: Any) -> Response:
-    range_name = _range(request)
+async def _answer(range_name: str, destination: Destination | None, patterns: Any) -> Response:
     broker = runtime.async_broker()
     now = broker.clock.now_ms()
     h = await broker._run(rates.history_op(broker, destination, range_name, now))
@@ -84,13 +83,14 @@ class BrokerRatesView(GatewayView):
                    summary="Message rates of every destination summed, over a range",
                    parameters=[RANGE_PARAM], responses={200: {"type": "object"}, **problems(400, 401, 403)})
     async def get(self, request: Request) -> Response:
+        range_name = _range(request)
         patterns = await db(permissions.readable_patterns, request.user, "read")
         if patterns is not None:
             # the sum covers every destination: only for those who may read them all
             raise Problem(403, "permission_denied", "Permission denied",
                           f"user {request.user.get_username()!r} may not read every destination, and the "
                           "broker-wide rates count all of them; open a destination's page for its rates")
-        return await _answer(request, None, patterns)
+        return await _answer(range_name, None, patterns)
 
 
 class DestinationRatesView(GatewayView):
@@ -99,7 +99,8 @@ class DestinationRatesView(GatewayView):
                    parameters=[KIND_PARAM, RANGE_PARAM],
                    responses={200: {"type": "object"}, **problems(400, 401, 403, 404)})
     async def get(self, request: Request, kind: str, name: str) -> Response:
+        range_name = _range(request)
         destination = destination_from_url(kind, name)
         await self.require(request, destination, "read")
         await stats_or_404(destination)
-        return await _answer(request, destination, None)
+        return await _answer(range_name, destination, None)
