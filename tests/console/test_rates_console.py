@@ -173,3 +173,22 @@ def test_the_overview_charts_every_destination_summed(hd_page, console_server, r
     page.wait_for_selector("#rates-chart[data-loaded-range='5m']")
     s = chart_state(page, "#rates-chart")
     assert s["sampled"] >= 19 and s["maxEnq"] >= 2.0
+
+
+def test_without_uplot_the_chart_says_so_and_shows_the_latest_rates_as_text(admin_page, console_server,
+                                                                            redis_client, queue_name):
+    """A machine without npm: /static/vendor/uplot/ is not there (here: the browser is refused it)."""
+    page = admin_page
+    broker, clock = past_broker(redis_client, console_server.namespace, 30)
+    broker.ensure_destination(queue_name)
+    rates.sample(broker, [queue_name])
+    clock.advance(5_000)
+    broker.send(queue_name, [Message(body="x") for _ in range(10)])
+    rates.sample(broker, [queue_name])
+    page.route("**/static/vendor/uplot/**", lambda route: route.fulfill(status=404, body="not installed"))
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    missing = page.locator("#rate-chart .chart-missing")
+    missing.wait_for()
+    assert "uPlot" in missing.inner_text() and "npm ci" in missing.inner_text()
+    page.wait_for_selector("#rate-chart .rate-now:has-text('enqueued 2.0/s')")
+    assert page.locator("#consumers tbody tr").count() >= 1  # the rest of the page works
