@@ -173,6 +173,16 @@ def test_the_overview_charts_every_destination_summed(hd_page, console_server, r
     page.wait_for_selector("#rates-chart[data-loaded-range='5m']")
     s = chart_state(page, "#rates-chart")
     assert s["sampled"] >= 19 and s["maxEnq"] >= 2.0
+    # and a topic's page charts its rates too
+    topic = f"topic://{queue_name}.t"
+    broker.ensure_destination(topic)
+    rates.sample(broker, [topic])
+    clock.advance(5_000)
+    broker.send(topic, [Message(body="x") for _ in range(5)])
+    rates.sample(broker, [topic])
+    page.goto(f"{console_server.url}/console/topics/{queue_name}.t/")
+    page.wait_for_selector("#rate-chart[data-loaded-range='5m']")
+    assert chart_state(page)["maxEnq"] == 1.0
 
 
 def test_without_uplot_the_chart_says_so_and_shows_the_latest_rates_as_text(admin_page, console_server,
