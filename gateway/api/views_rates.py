@@ -51,7 +51,8 @@ def _events(destination: Destination | None, since_ms: int, patterns: Any) -> li
         query = query.filter(Q(destination=destination.uri) | Q(parameters__target=destination.uri))
     out = []
     for r in query.order_by("-at")[:EVENTS_SHOWN]:
-        if destination is None and patterns is not None:
+        if patterns is not None and (destination is None or r.destination != destination.uri):
+            # (a move to this destination from one the user may not read is not shown)
             try:
                 seen = permissions.visible(patterns, rates.parse_destination(r.destination))
             except Exception:  # (a name recorded by a refused request) not drawn
@@ -103,4 +104,5 @@ class DestinationRatesView(GatewayView):
         destination = destination_from_url(kind, name)
         await self.require(request, destination, "read")
         await stats_or_404(destination)
-        return await _answer(range_name, destination, None)
+        patterns = await db(permissions.readable_patterns, request.user, "read")
+        return await _answer(range_name, destination, patterns)
