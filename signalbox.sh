@@ -29,16 +29,25 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     touch "$stamp"
 fi
 
-# Browser-side packages the tests use (package.json; node_modules/ is never committed).
+# Browser-side packages (package.json; node_modules/ is never committed): uPlot draws the console's charts
+# (`run`), @stomp/stompjs is for a browser test (`test`). Without npm, or when it fails (offline), the
+# system still runs: the console's charts then say that uPlot is missing and show the figures as text.
 npm_stamp="node_modules/.signalbox-installed"
-if [ "${1:-}" = "test" ] && [ -f package-lock.json ] \
+if { [ "${1:-}" = "test" ] || [ "${1:-}" = "run" ]; } && [ -f package-lock.json ] \
         && { [ ! -f "$npm_stamp" ] || [ package-lock.json -nt "$npm_stamp" ]; }; then
     if command -v npm >/dev/null 2>&1; then
-        echo "signalbox: installing the npm packages the browser tests use"
-        npm ci --no-audit --no-fund --loglevel=error
-        touch "$npm_stamp"
+        echo "signalbox: installing the npm packages (the console's charts, the browser tests)"
+        if npm ci --no-audit --no-fund --loglevel=error; then
+            touch "$npm_stamp"
+        elif [ "${1:-}" = "test" ]; then
+            echo "signalbox: error: npm ci failed; the browser tests need its packages" >&2
+            exit 1
+        else
+            echo "signalbox: npm ci failed; the console's charts show figures as text until it succeeds" >&2
+        fi
     else
-        echo "signalbox: npm not found; the browser tests will be skipped" >&2
+        echo "signalbox: npm not found; the console's charts show figures as text and the browser tests" \
+             "will be skipped (install npm and run this again)" >&2
     fi
 fi
 

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import topic_ops
+from . import rates, topic_ops
 from .broker import Broker
 from .config.entry import PolicyEntry
 from .destinations import Destination, parse_destination
@@ -401,6 +401,7 @@ class TickReport:
     offline_removed: list[str] = field(default_factory=list)  # "<topic uri>#<subscription key>"
     indexed: int = 0  # entries in the maintenance index after the tick
     still_due: int = 0  # of them, due before the tick started and left for the next (over TICK_SECONDS)
+    sampled: int = 0  # destinations whose counters the rate history sampled (broker_core/rates.py)
 
 
 @dataclass
@@ -611,6 +612,10 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
             if not _visit_due(broker, periodic, tally, visit, PERIODIC_SLICE_SECONDS):
                 break
         count = tally.visited
+    # the rate history's share of the tick (bounded: rates.TICK_SECONDS, one pass per 5 s)
+    sampled: list[int] = []
+    if destinations is None:
+        _guarded(tally, "rate history", lambda: sampled.append(rates.sample_due(broker)))
     duration_ms = int((time.monotonic() - started) * 1000)
     pipe = broker.redis.pipeline(transaction=False)
     pipe.hset(_heartbeat_key(broker), mapping={
@@ -625,7 +630,7 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
     broker.redis.hset(_heartbeat_key(broker), mapping={"indexed": indexed, "still_due": still_due})
     return TickReport(count, tally.reaped, tally.forwarded, tally.dispatched, tally.sweeps, tally.expired,
                       tally.slow_checks, tally.aborted, tally.errors, duration_ms, tally.offline_removed,
-                      indexed, still_due)
+                      indexed, still_due, sum(sampled))
 
 
 # -- what the console shows ---------------------------------------------------------------------------

@@ -44,6 +44,7 @@ def populate(system: DemoSystem) -> None:
 
 def traffic(system: DemoSystem, stop: threading.Event) -> None:
     """Steady sends and acks so the rate charts have something to show."""
+    from broker_core import rates
     from broker_core.broker import Broker
 
     broker = Broker(system.redis, system.namespace)
@@ -58,6 +59,7 @@ def traffic(system: DemoSystem, stop: threading.Event) -> None:
                                   for _ in range(n % 3)])
         got = broker.receive(consumer, 50)
         broker.ack(consumer, [d.message_id for d in got[: max(1, len(got) - 2)]])
+        rates.sample_due(broker)  # the demo runs no maintenance worker: sample the rate history here
         time.sleep(0.25)
 
 

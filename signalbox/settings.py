@@ -158,7 +158,12 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS: list = [BASE_DIR / "static"]
+# uPlot, the console's charts, from npm (package.json; signalbox.sh installs it when npm is there): served
+# as /static/vendor/uplot/. Without it the console's charts say so and show the figures as text.
+UPLOT_DIR = BASE_DIR / "node_modules" / "uplot" / "dist"
+if UPLOT_DIR.is_dir():
+    STATICFILES_DIRS.append(("vendor/uplot", UPLOT_DIR))
 STATIC_ROOT = DATA_DIR / "static"
 
 # Channels: the Redis channel layer wakes the gateway process that owns a consumer.

@@ -61,6 +61,7 @@ for _, id in ipairs(ids) do
   else
     local delay = delay_for(count)
     emit('redeliver', 'msg', id, 'consumer', cid, 'redeliveries', count, 'delay', delay)
+    meta_incr('redelivered')
     if delay > 0 then
       park(id, NOW + delay, redelivery_score(score))
     else

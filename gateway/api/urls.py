@@ -21,6 +21,7 @@ from gateway.api import (  # noqa: F401 - schema registers
     views_console,
     views_maintenance,
     views_messaging,
+    views_rates,
     views_topics,
     views_virtual,
 )
@@ -67,6 +68,9 @@ urlpatterns = [
     path("v1/maintenance/jobs", views_maintenance.MaintenanceJobsView.as_view(), name="api-maintenance-jobs"),
     # what the web console needs beyond the endpoints above (docs/api.md, Console)
     path("v1/console/overview", views_console.OverviewView.as_view(), name="api-console-overview"),
+    path("v1/console/rates", views_rates.BrokerRatesView.as_view(), name="api-console-rates"),
+    re_path(rf"^v1/console/{KIND}/{NAME}/rates$", views_rates.DestinationRatesView.as_view(),
+            name="api-console-destination-rates"),
     path("v1/console/permissions", views_console.PermissionsView.as_view(), name="api-console-permissions"),
     path("v1/console/dead-letters", views_console.DeadLettersView.as_view(), name="api-console-dead-letters"),
     re_path(rf"^v1/console/{KIND}/{NAME}/groups$", views_console.GroupCountsView.as_view(),

@@ -1,9 +1,8 @@
-/* Overview: broker totals and rates live from the feed's totals; health from /healthz. */
+/* Overview: broker totals live from the feed's totals; health from /healthz. The rate chart is
+   static/console/rates.js (the server's rate history). */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live, Chart } = window.SB;
-  const chart = new Chart(document.getElementById("rates-chart"),
-    [{ key: "enqueued", color: "--enq" }, { key: "dequeued", color: "--deq" }], 300000);
+  const { api, el, fill, fmt, live } = window.SB;
 
   // The largest backlog's subscription comes with GET console/overview (the feed's totals name only the
   // destination): asked again when the destination changes.
@@ -23,7 +22,7 @@
       sub ? el("small", { class: "largest", title: sub.key }, `largest subscription: ${sub.label} (${fmt.num(sub.messages)})`) : null);
   }
 
-  function show(totals, ts, charted) {
+  function show(totals) {
     for (const node of document.querySelectorAll("[data-total]")) {
       const key = node.dataset.total;
       if (key === "largest") largest(node, totals.largest);
@@ -32,12 +31,6 @@
         if (m) node.textContent = m.max ? `${fmt.bytes(m.used)} of ${fmt.bytes(m.max)}` : fmt.bytes(m.used);
       }
       else node.textContent = fmt.num(totals[key]);
-    }
-    // The server's rates (between two statistics snapshots, with their real time apart).
-    const r = charted ? { enqueued: totals.enqueue_rate, dequeued: totals.dequeue_rate } : null;
-    if (r) {
-      chart.push(ts, r);
-      document.getElementById("rates-now").textContent = `now: ${fmt.rate(r.enqueued)} in/s, ${fmt.rate(r.dequeued)} out/s`;
     }
   }
 
@@ -56,8 +49,8 @@
     fill(document.querySelector("#health tbody"), rows, 3, "No health data");
   }
 
-  api("GET", "console/overview").then((t) => show(t, Date.now())).catch((e) => window.SB.toast(e.message, true));
-  live("", (msg) => { if (msg.type === "totals") show(msg.totals, msg.ts, true); });
+  api("GET", "console/overview").then((t) => show(t)).catch((e) => window.SB.toast(e.message, true));
+  live("", (msg) => { if (msg.type === "totals") show(msg.totals); });
   health();
   setInterval(health, 15000);
 })();

@@ -1,14 +1,12 @@
-/* Queue page: statistics, rate chart, consumers with prefetch bars, message groups, scheduled messages
+/* Queue page: statistics, consumers with prefetch bars, message groups, scheduled messages
    and recent events, live from the destination's lifecycle events; QueueView operations for admins. */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live, latest, act, toast, eventLog, tracked, queuePath, rateTracker, Chart, meter, page, who } = window.SB;
+  const { api, el, fill, fmt, live, latest, act, toast, eventLog, tracked, queuePath, meter, page, who } = window.SB;
   const P = page();
   const name = P.name; const admin = P.admin === "1";
   const base = queuePath(name);
-  const chart = new Chart(document.getElementById("rate-chart"),
-    [{ key: "enqueued", color: "--enq" }, { key: "dequeued", color: "--deq" }], 300000);
-  const rates = rateTracker(["enqueued", "dequeued"]);
+  // (the rate chart is static/console/rates.js, from the server's rate history)
   let current = null;
 
   function showStats(stats, ts) {
@@ -21,11 +19,6 @@
     document.getElementById("paused-badge").hidden = !stats.paused;
     const pause = document.getElementById("pause"); const resume = document.getElementById("resume");
     if (pause) { pause.hidden = stats.paused; resume.hidden = !stats.paused; }
-    const r = rates(stats, ts);
-    if (r) {
-      chart.push(ts, r);
-      document.getElementById("rate-now").textContent = `now: ${fmt.rate(r.enqueued)} in/s, ${fmt.rate(r.dequeued)} out/s`;
-    }
     showConsumers(stats.consumers || []);
   }
 
@@ -122,6 +115,7 @@
         })
         : await call();
       toast(`${label}: done${result && result.removed !== undefined ? ` (${fmt.num(result.removed)} removed)` : ""}${result && result.count !== undefined ? ` (${fmt.num(result.count)})` : ""}`);
+      document.dispatchEvent(new Event("sb:operation"));  // the rate chart marks it (rates.js)
       return result || {};
     } catch (e) { toast(e.message, true); return null; }
   }

@@ -90,6 +90,7 @@ local function ack_messages(acks)
   call_many('HDEL', K_INFLIGHT, all)
   drop_messages(all)
   meta_incr('dequeued', NOW_TEXT.num(#all))
+  meta_incr('acked', NOW_TEXT.num(#all))  -- (dequeued counts purges and moves too; the rate history wants acks)
   for a = 1, #acks do
     local c, ids = acks[a][1], acks[a][2]
     local n = #ids
@@ -277,7 +278,8 @@ local function lifecycle_load()
       end
     end
     -- the topic's counts never go down (§14.2): what the subscription counted stays on the topic.
-    local ENDED = { 'dequeued', 'dispatched', 'expired', 'deadlettered', 'discarded', 'evicted', 'dropped' }
+    local ENDED = { 'dequeued', 'dispatched', 'expired', 'deadlettered', 'discarded', 'evicted', 'dropped',
+                    'acked', 'redelivered' }
     local counts = redis.call('HMGET', K_META, unpack(ENDED))
     for i, name in ipairs(ENDED) do
       local n = tonumber(counts[i]) or 0
@@ -357,6 +359,7 @@ local function closing_load()
     call_many('ZREM', K_CINF(cid), ids)
     redis.call('HINCRBY', K_C(cid), 'n', string.format('%d', -n))
     call_many('HSET', K_REDELIV, bumped)
+    if #bumped > 0 then meta_incr('redelivered', string.format('%d', #bumped / 2)) end
     pending_add_many(entries, lowest)
     for k = 1, n do
       emit('return', 'msg', ids[k], 'consumer', cid, 'redeliveries', counts[k], 'reason', reason)

@@ -1,0 +1,200 @@
+"""Rate history: what each destination did per second over the last hour (5 s steps) and day (1 min steps),
+kept in Redis so a chart opened now shows the past (docs/broker_core.md "Rate history").
+
+The maintenance tick samples (`sample_due`): one pass over the registry per 5 s epoch, in script calls of
+SAMPLE_CHUNK destinations, for at most TICK_SECONDS per tick (a pass that does not fit goes on at the next
+tick from its ZSCAN cursor). `rate_sample.lua` reads each destination's cumulative counters and adds what
+moved since its previous sample to its rings; a ring is a string of fixed 32-byte slots (epoch, span,
+one delta per series), so memory per destination is bounded (RING_BYTES) and a destination idle for
+KEEP_MS has none. The first sample of a destination only sets the base (no spike on load); a counter
+that went down (the destination made again) sets a new base; a sample after a stop (the worker was down)
+covers the whole stop and is read as its average over it. The namespace's own rings sum every
+destination's deltas (the overview).
+
+Rates only: operator operations (purge, move) are not series; the console marks them from the audit log.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .broker import Broker
+from .destinations import Destination, parse_destination
+from .errors import InvalidDestination
+from .operations import Command, Eval, Op
+
+SERIES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "deadlettered")
+RINGS = {"5s": (5_000, 720), "1m": (60_000, 1_440)}  # name: (resolution ms, slots); rate_sample.lua too
+SLOT = 8 + 4 * len(SERIES)
+RING_BYTES = sum(SLOT * size for _, size in RINGS.values())  # per destination: 69,120
+RANGES = {"5m": ("5s", 300_000), "1h": ("5s", 3_600_000), "24h": ("1m", 86_400_000)}
+KEEP_MS = 25 * 3_600_000  # a destination's rings and base go after this long without a sample
+MAX_SUBS = 100  # a topic's rates count its first MAX_SUBS subscriptions (bounded work per call)
+# destinations per script call: about 10 commands each; 50 took up to 14 ms at load average 15 on 2 cores
+SAMPLE_CHUNK = 25
+SCAN_COUNT = 200
+TICK_SECONDS = 0.5  # sampling time per tick; the rest of a pass is the next tick's
+PASS_MS = 5_000  # a pass starts once per 5 s epoch
+GAP_MS = 15_000  # a longer pass span is a stop of the sampler: the namespace's rings get no span for it
+LEASE_MS = 10_000
+_UNPACK = struct.Struct(f">{2 + len(SERIES)}I")
+
+
+def _key(broker: Broker, dest: Destination | None) -> str:
+    """The rate key of a destination (its base; its rings are <key>:5s and <key>:1m) or, for None, of the
+    namespace."""
+    return f"{broker.ops.prefix(dest)}:rates" if dest is not None else f"{broker.namespace}:rates"
+
+
+def _sample_op(keys: tuple[str, ...], args: tuple[Any, ...]) -> Op:
+    return (yield Eval("rate_sample", keys, args))
+
+
+def sample(broker: Broker, destinations: Iterable[str | Destination], *, pass_span: int = 0) -> int:
+    """Sample these destinations now (SAMPLE_CHUNK a call); how many exist. `pass_span`: the ms the
+    namespace's slot covers (the time since the previous pass began; 0 for a pass's further calls)."""
+    dests = [d if isinstance(d, Destination) else parse_destination(d, allow_wildcards=True)
+             for d in destinations]
+    sampled = 0
+    for start in range(0, max(len(dests), 1), SAMPLE_CHUNK):
+        chunk = dests[start:start + SAMPLE_CHUNK]
+        keys = (_key(broker, None), *(broker.ops.prefix(d) for d in chunk))
+        kinds = "".join("t" if d.is_topic else "q" for d in chunk)
+        sampled += int(broker._run(_sample_op(keys, (broker.clock.now_ms(), kinds, pass_span, KEEP_MS,
+                                                     MAX_SUBS))))
+        pass_span = 0
+    return sampled
+
+
+def sample_due(broker: Broker, seconds: float = TICK_SECONDS) -> int:
+    """The tick's share of sampling: go on with the pass under way, or start one if this 5 s epoch has
+    none yet; stop after `seconds`. One worker at a time (a lease). Returns how many were sampled."""
+    ns = _key(broker, None)
+    token = uuid.uuid4().hex
+    if not broker.redis.set(f"{ns}:lease", token, nx=True, px=LEASE_MS):
+        return 0
+    try:
+        now = broker.clock.now_ms()
+        pass_at, cursor = broker.redis.hmget(ns, "pass_at", "cursor")
+        span = 0
+        if cursor in (None, b"0", "0"):
+            if pass_at is not None and now // PASS_MS == int(pass_at) // PASS_MS:
+                return 0
+            span = now - int(pass_at) if pass_at is not None else 0
+            span = span if 0 < span <= GAP_MS else 0
+            broker.redis.hset(ns, "pass_at", now)
+            cursor = 0
+        deadline = time.monotonic() + seconds
+        sampled = 0
+        while True:
+            cursor, page = broker.redis.zscan(broker.ops.registry_key, cursor, count=SCAN_COUNT)
+            dests = []
+            for member, _ in page:
+                try:
+                    dests.append(parse_destination(member.decode() if isinstance(member, bytes) else member,
+                                                   allow_wildcards=True))
+                except InvalidDestination:  # (an entry written by hand) not ours to sample; the pass goes on
+                    continue
+            if dests or span:
+                sampled += sample(broker, dests, pass_span=span)
+                span = 0
+            if not int(cursor) or time.monotonic() >= deadline:
+                break
+        broker.redis.hset(ns, "cursor", int(cursor))
+        return sampled
+    finally:
+        if broker.redis.get(f"{ns}:lease") in (token, token.encode()):
+            broker.redis.delete(f"{ns}:lease")
+
+
+@dataclass(frozen=True)
+class History:
+    """Rates per second at each step of a range: `times` (ms, the start of each step), `rates` (series ->
+    one value per step, None where nothing was sampled), what was sampled (`since_ms`, `until_ms`)."""
+
+    range: str
+    resolution_ms: int
+    times: list[int]
+    rates: dict[str, list[float | None]]
+    since_ms: int | None
+    until_ms: int | None
+
+
+def history_op(broker: Any, dest: Destination | None, range_name: str, now: int) -> Op:
+    """The History of a destination (None: the namespace, every destination summed) over `range_name`
+    (RANGES) ending now. Two reads. For Broker._run or AsyncBroker._run."""
+    ring, span = RANGES[range_name]
+    key = _key(broker, dest)
+    raw = yield Command(("GET", f"{key}:{ring}"))
+    since, until = yield Command(("HMGET", key, "since", "at"))
+    return decode(raw or b"", range_name, now, int(since) if since else None, int(until) if until else None,
+                  dense=dest is None)
+
+
+def _slots(raw: bytes) -> dict[int, tuple[int, tuple[int, ...]]]:
+    out: dict[int, tuple[int, tuple[int, ...]]] = {}
+    for offset in range(0, len(raw) - SLOT + 1, SLOT):
+        epoch, span, *deltas = _UNPACK.unpack_from(raw, offset)
+        if epoch:
+            out[epoch] = (span, tuple(deltas))
+    return out
+
+
+def decode(raw: bytes, range_name: str, now: int, since: int | None, until: int | None, *,
+           dense: bool = False) -> History:
+    """Rates from a ring. A step before the first sample or after the last is None. A step with no slot is
+    0 for a destination's ring (nothing moved: idle samples are not written) and None for the namespace's
+    (`dense`: every pass writes one), unless a later slot's span covers it (the sampler was late or
+    stopped): then it gets that slot's average. A namespace slot of span 0 (a pass's later call in a new
+    epoch) counts in the slot before it."""
+    ring, length = RANGES[range_name]
+    res, _ = RINGS[ring]
+    last = now // res
+    first = last - length // res + 1
+    slots = _slots(raw)
+    for epoch in sorted(e for e, (s, _) in slots.items() if s == 0):
+        _, deltas = slots.pop(epoch)
+        before = max((e for e in slots if epoch - 2 <= e < epoch), default=None)
+        if before is not None:
+            span, kept = slots[before]
+            slots[before] = (span, tuple(a + b for a, b in zip(kept, deltas, strict=True)))
+    per_step: dict[int, tuple[float, ...]] = {}
+    for epoch, (span, deltas) in slots.items():
+        if first <= epoch <= last:
+            per_step[epoch] = tuple(d * 1000 / span for d in deltas)
+    for epoch in sorted(per_step, reverse=True):  # spread a long span over the steps it covers
+        span = slots[epoch][0]
+        k = epoch - 1
+        while k > epoch - span / res and k not in slots and k >= first:
+            per_step.setdefault(k, per_step[epoch])
+            k -= 1
+    times = [e * res for e in range(first, last + 1)]
+    rates: dict[str, list[float | None]] = {name: [] for name in SERIES}
+    for e in range(first, last + 1):
+        known = since is not None and until is not None and (e + 1) * res > since and e * res <= until
+        values = per_step.get(e) if known else None
+        if values is None and known and not dense:
+            values = (0.0,) * len(SERIES)
+        for i, name in enumerate(SERIES):
+            rates[name].append(None if values is None else round(values[i], 3))
+    return History(range_name, res, times, rates, since, until)
+
+
+def _parsed(destination: str | Destination | None) -> Destination | None:
+    if isinstance(destination, str):
+        return parse_destination(destination, allow_wildcards=True)
+    return destination
+
+
+def history(broker: Broker, destination: str | Destination | None, range_name: str = "1h") -> History:
+    return broker._run(history_op(broker, _parsed(destination), range_name, broker.clock.now_ms()))
+
+
+def ring_slots(broker: Broker, destination: str | Destination | None, ring: str) -> Iterator[int]:
+    """The epochs a ring holds (tests, diagnostics)."""
+    yield from sorted(_slots(broker.redis.get(f"{_key(broker, _parsed(destination))}:{ring}") or b""))

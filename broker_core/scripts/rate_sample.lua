@@ -1,0 +1,134 @@
+-- The rate history's sampler (broker_core/rates.py, docs/broker_core.md "Rate history"): reads the
+-- cumulative counters of a few destinations and adds what moved since each one's previous sample into
+-- its two rings (5 s x 720, 1 min x 1440) and into the namespace's rings (the overview's chart).
+-- KEYS: the namespace's rate key (<ns>:rates), then the destinations' prefixes.
+-- ARGV: now, kinds ('q' or 't' per destination), pass_span (ms since the previous pass began: the span
+-- the namespace's slot gets from this call; 0 for the pass's further calls), keep_ms, max_subs.
+-- A ring is a string of fixed slots, slot = epoch % size, 32 bytes: epoch, span (ms the deltas cover),
+-- then one delta per series (all unsigned 32-bit big-endian). A slot whose epoch is not the one asked for
+-- is stale (a lap behind) and is overwritten. Returns how many destinations were sampled.
+local NOW = tonumber(ARGV[1])
+local KINDS = ARGV[2]
+local PASS_SPAN = tonumber(ARGV[3])
+local KEEP = tonumber(ARGV[4])
+local MAX_SUBS = tonumber(ARGV[5])
+local RINGS = { { '5s', 5000, 720 }, { '1m', 60000, 1440 } }  -- (rates.py RINGS)
+local SERIES = 6  -- enqueued, dispatched, acked, redelivered, expired, deadlettered (rates.py SERIES)
+local SLOT = 8 + 4 * SERIES
+-- Deltas over a longer span than this (the sampler was stopped) stay out of the namespace's rings: the
+-- destination's own ring spreads them over the span, the sum of all would draw them as one spike.
+local NS_GAP_MS = 15000
+local U32 = 4294967295
+
+local function u32(n)
+  n = math.floor(n)
+  if n < 0 then n = 0 elseif n > U32 then n = U32 end
+  return string.char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256, math.floor(n / 256) % 256,
+                     n % 256)
+end
+
+local function read_u32(s, i)
+  local a, b, c, d = string.byte(s, i, i + 3)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
+
+-- Adds `delta` (covering `span` ms) to the slot of NOW's epoch; a sample of nothing only lengthens the
+-- span of a slot this epoch already has (a missing slot reads as zero). Returns the epoch last written.
+local function add(key, res, size, delta, span, nothing, written)
+  local epoch = math.floor(NOW / res)
+  if nothing and written ~= epoch then return written end
+  local offset = (epoch % size) * SLOT
+  local old = redis.call('GETRANGE', key, offset, offset + SLOT - 1)
+  local parts = { u32(epoch) }
+  if #old == SLOT and read_u32(old, 1) == epoch then
+    parts[2] = u32(span + read_u32(old, 5))
+    for i = 1, SERIES do parts[i + 2] = u32(delta[i] + read_u32(old, 5 + 4 * i)) end
+  else
+    parts[2] = u32(span)
+    for i = 1, SERIES do parts[i + 2] = u32(delta[i]) end
+  end
+  redis.call('SETRANGE', key, offset, table.concat(parts))
+  redis.call('PEXPIRE', key, KEEP)
+  return epoch
+end
+
+local function num(v) return tonumber(v) or 0 end
+
+-- A queue's counters from its meta hash; a topic's are its own plus its subscriptions' (the first
+-- max_subs of them) plus those of ended subscriptions, as topic_ops.stats counts them. nil when gone.
+local function counters(prefix, kind)
+  if kind == 'q' then
+    local m = redis.call('HMGET', prefix .. ':meta', 'uri', 'enqueued', 'dispatched', 'acked', 'redelivered',
+                         'expired', 'deadlettered')
+    if not m[1] then return nil end
+    return { num(m[2]), num(m[3]), num(m[4]), num(m[5]), num(m[6]), num(m[7]) }
+  end
+  local m = redis.call('HMGET', prefix .. ':meta', 'uri', 'enqueued', 'expired', 'deadlettered',
+                       'ended_dispatched', 'ended_acked', 'ended_redelivered', 'ended_expired',
+                       'ended_deadlettered')
+  if not m[1] then return nil end
+  local c = { num(m[2]), num(m[5]), num(m[6]), num(m[7]), num(m[3]) + num(m[8]), num(m[4]) + num(m[9]) }
+  for _, key in ipairs(redis.call('LRANGE', prefix .. ':sorder', 0, MAX_SUBS - 1)) do
+    local s = redis.call('HMGET', prefix .. ':s:' .. key .. ':meta', 'dispatched', 'acked', 'redelivered',
+                         'expired', 'deadlettered')
+    for i = 1, 5 do c[i + 1] = c[i + 1] + num(s[i]) end
+  end
+  return c
+end
+
+local total = { 0, 0, 0, 0, 0, 0 }
+local sampled = 0
+for k = 2, #KEYS do
+  local prefix = KEYS[k]
+  local now_c = counters(prefix, string.sub(KINDS, k - 1, k - 1))
+  if now_c then
+    sampled = sampled + 1
+    local state_key = prefix .. ':rates'
+    local st = redis.call('HMGET', state_key, 'at', 'c', 'w5s', 'w1m')
+    local at, written = tonumber(st[1]), { tonumber(st[3]), tonumber(st[4]) }
+    local last = {}
+    for v in string.gmatch(st[2] or '', '[^,]+') do last[#last + 1] = tonumber(v) end
+    local state = { 'at', NOW, 'c', table.concat(now_c, ',') }
+    if not at or #last ~= SERIES then
+      state[5], state[6] = 'since', NOW  -- the first sample only sets the base: no rate, no spike
+    elseif NOW > at then
+      local delta, nothing, fell = {}, true, false
+      for i = 1, SERIES do
+        delta[i] = now_c[i] - last[i]
+        if delta[i] < 0 then fell = true elseif delta[i] > 0 then nothing = false end
+      end
+      if fell then
+        -- a counter went down (the destination was deleted and made again): a new base, no rate
+        state[5], state[6] = 'since', NOW
+      else
+        local span = NOW - at
+        for r, ring in ipairs(RINGS) do
+          local epoch = add(prefix .. ':rates:' .. ring[1], ring[2], ring[3], delta, span, nothing, written[r])
+          if epoch then state[#state + 1], state[#state + 2] = 'w' .. ring[1], epoch end
+        end
+        if span <= NS_GAP_MS then
+          for i = 1, SERIES do total[i] = total[i] + delta[i] end
+        end
+      end
+    end
+    if NOW >= (at or 0) then
+      redis.call('HSET', state_key, unpack(state))
+      redis.call('PEXPIRE', state_key, KEEP)
+    end
+  end
+end
+
+-- The namespace's rings: this pass's deltas so far; its first call brings the pass's span.
+local ns = KEYS[1]
+local fields = { 'at', NOW }
+if redis.call('HEXISTS', ns, 'since') == 0 then fields[3], fields[4] = 'since', NOW end
+local moved = PASS_SPAN > 0
+for i = 1, SERIES do if total[i] > 0 then moved = true end end
+if moved then
+  for _, ring in ipairs(RINGS) do
+    -- (a further call that lands in a new epoch writes a slot of span 0: rates.py adds it to the one before)
+    add(ns .. ':' .. ring[1], ring[2], ring[3], total, PASS_SPAN, false, nil)
+  end
+end
+redis.call('HSET', ns, unpack(fields))
+return sampled

@@ -1,0 +1,165 @@
+"""The rate history (broker_core/rates.py, scripts/rate_sample.lua): real Redis, real scripts, a fake clock.
+Counters become rates per series, the first sample sets a base (no spike), the rings stay within their
+size, both resolutions, a stopped sampler, a destination made again, a new process, topics, and the tick's
+bounded share."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_core import maintenance, rates
+from broker_core.broker import Broker
+from broker_core.messages import Message
+from broker_core.operations import ConsumerSpec
+
+
+@pytest.fixture
+def broker(redis_client, namespace, clock) -> Broker:
+    clock.set(1_800_000_000_000)  # a multiple of 60 s: steps line up with the clock in the assertions
+    return Broker(redis_client, namespace, clock)
+
+
+def send(broker: Broker, queue: str, n: int) -> None:
+    broker.send(queue, [Message(body=f"m{i}") for i in range(n)])
+
+
+def consume(broker: Broker, queue: str, n: int) -> None:
+    c = broker.add_consumer(queue, ConsumerSpec(prefetch=n))
+    got = broker.receive(c, n)
+    broker.ack(c, [d.message_id for d in got], mode="individual")
+    broker.close_consumer(c)
+
+
+def test_counters_become_rates_per_series_and_the_first_sample_is_only_a_base(broker, clock):
+    send(broker, "orders", 500)  # before the first sample: history starts at the base, no 500-message spike
+    assert rates.sample(broker, ["queue://orders"]) == 1
+    clock.advance(5_000)
+    send(broker, "orders", 50)
+    consume(broker, "orders", 20)
+    rates.sample(broker, ["queue://orders"])
+    h = rates.history(broker, "queue://orders", "5m")
+    assert h.resolution_ms == 5_000 and len(h.times) == 60 and h.times[-1] == clock.now_ms()
+    assert h.rates["enqueued"][-1] == 10.0  # 50 in 5 s
+    # 20 acked; their acks freed the window, so 20 more were dispatched before the close
+    assert h.rates["dispatched"][-1] == 8.0 and h.rates["acked"][-1] == 4.0
+    assert h.rates["redelivered"][-1] == h.rates["expired"][-1] == h.rates["deadlettered"][-1] == 0.0
+    # the step of the base sample reads 0, not 500/s; before it nothing was sampled
+    assert h.rates["enqueued"][-2] == 0.0 and h.rates["enqueued"][-3] is None
+    assert max(v for v in h.rates["enqueued"] if v is not None) == 10.0
+
+
+def test_a_purge_is_not_a_rate_and_redeliveries_and_dead_letters_are(broker, clock):
+    broker.ensure_destination("q")
+    rates.sample(broker, ["queue://q"])
+    clock.advance(5_000)
+    send(broker, "q", 100)
+    c = broker.add_consumer("q", ConsumerSpec(prefetch=10))
+    got = broker.receive(c, 10)
+    broker.nack(c, [d.message_id for d in got[:3]])  # back for redelivery
+    broker.nack(c, got[3].message_id, poison=True)  # dead-lettered
+    broker.close_consumer(c)  # the 6 it held come back with their counter raised
+    broker.purge("q")  # an operator's operation: no series moves for it
+    rates.sample(broker, ["queue://q"])
+    last = {name: values[-1] for name, values in rates.history(broker, "queue://q", "5m").rates.items()}
+    # 10 dispatched, and 4 more into the room the four NACKs made: 14
+    assert last == {"enqueued": 20.0, "dispatched": 2.8, "acked": 0.0, "redelivered": 1.8, "expired": 0.0,
+                    "deadlettered": 0.2}
+
+
+def test_the_rings_hold_an_hour_at_5_s_and_a_day_at_1_min_and_never_grow(broker, clock):
+    broker.ensure_destination("busy")
+    rates.sample(broker, ["queue://busy"])
+    for _ in range(800):  # 66 minutes, one message per step: more steps than the 5 s ring holds
+        clock.advance(5_000)
+        send(broker, "busy", 1)
+        rates.sample(broker, ["queue://busy"])
+    prefix = broker.ops.prefix(rates.parse_destination("queue://busy"))
+    assert broker.redis.strlen(f"{prefix}:rates:5s") == 720 * rates.SLOT
+    assert len(list(rates.ring_slots(broker, "queue://busy", "5s"))) == 720
+    assert broker.redis.strlen(f"{prefix}:rates:1m") <= 1440 * rates.SLOT
+    hour = rates.history(broker, "queue://busy", "1h")
+    assert len(hour.times) == 720 and set(hour.rates["enqueued"]) == {0.2}
+    day = rates.history(broker, "queue://busy", "24h")
+    assert day.resolution_ms == 60_000 and len(day.times) == 1440
+    sampled = [v for v in day.rates["enqueued"] if v is not None]
+    assert 66 <= len(sampled) <= 68 and all(abs(v - 0.2) < 1e-9 for v in sampled[1:-1])
+    assert day.rates["enqueued"][0] is None  # before the first sample
+    assert broker.redis.pttl(f"{prefix}:rates:5s") > 24 * 3_600_000  # an idle destination's go away
+
+
+def test_an_idle_destination_writes_no_ring_and_reads_zero(broker, clock):
+    broker.ensure_destination("idle")
+    for _ in range(10):
+        rates.sample(broker, ["queue://idle"])
+        clock.advance(5_000)
+    prefix = broker.ops.prefix(rates.parse_destination("queue://idle"))
+    assert not broker.redis.exists(f"{prefix}:rates:5s", f"{prefix}:rates:1m")
+    h = rates.history(broker, "queue://idle", "5m")
+    assert h.rates["enqueued"][-11:-1] == [0.0] * 10 and h.rates["enqueued"][-1] is None  # not sampled yet
+
+
+def test_after_a_stop_of_the_sampler_the_gap_reads_as_its_average_not_a_spike(broker, clock):
+    broker.ensure_destination("q")
+    rates.sample(broker, ["queue://q"])
+    clock.advance(60_000)  # the worker was down for a minute
+    send(broker, "q", 120)
+    rates.sample(broker, ["queue://q"])
+    values = rates.history(broker, "queue://q", "5m").rates["enqueued"]
+    assert values[-12:] == [2.0] * 12 and values[-13] == 0.0  # 120 over 60 s, spread over its 12 steps
+
+
+def test_a_destination_made_again_starts_a_new_base_and_a_new_process_carries_on(broker, clock, redis_client):
+    send(broker, "q", 100)
+    rates.sample(broker, ["queue://q"])
+    broker.delete_destination("q")
+    prefix = broker.ops.prefix(rates.parse_destination("queue://q"))
+    assert not broker.redis.exists(f"{prefix}:rates")  # deleted with the queue
+    send(broker, "q", 3)
+    clock.advance(5_000)
+    rates.sample(broker, ["queue://q"])
+    clock.advance(5_000)
+    send(broker, "q", 10)
+    # a restarted worker: a new client and Broker, the state is all in Redis
+    again = Broker(redis_client.__class__(connection_pool=redis_client.connection_pool), broker.namespace,
+                   clock)
+    rates.sample(again, ["queue://q"])
+    values = rates.history(again, "queue://q", "5m").rates["enqueued"]
+    assert values[-1] == 2.0 and values[-2] == 0.0 and values[-3] is None
+    # a counter that goes down (made again without a delete seen) sets a new base, never a negative rate
+    broker.redis.hset(f"{prefix}:meta", "enqueued", 1)
+    clock.advance(5_000)
+    rates.sample(broker, ["queue://q"])
+    assert rates.history(broker, "queue://q", "5m").rates["enqueued"][-1] == 0.0
+
+
+def test_a_topic_counts_its_subscriptions(broker, clock):
+    c = broker.add_consumer("topic://news", ConsumerSpec(prefetch=100))
+    rates.sample(broker, ["topic://news"])
+    clock.advance(5_000)
+    broker.send("topic://news", [Message(body=str(i)) for i in range(10)])
+    got = broker.receive(c, 10)
+    broker.ack(c, [d.message_id for d in got], mode="individual")
+    rates.sample(broker, ["topic://news"])
+    last = {n: v[-1] for n, v in rates.history(broker, "topic://news", "5m").rates.items()}
+    assert (last["enqueued"], last["dispatched"], last["acked"]) == (2.0, 2.0, 2.0)
+
+
+def test_the_tick_samples_every_destination_once_per_5_s_in_bounded_calls(broker, clock, monkeypatch):
+    for i in range(120):
+        broker.ensure_destination(f"q{i}")
+    first = maintenance.run_due(broker)
+    assert first.sampled == 120 and first.errors == []
+    assert maintenance.run_due(broker).sampled == 0  # the same 5 s step: no second pass
+    clock.advance(5_000)
+    for i in range(0, 120, 2):
+        send(broker, f"q{i}", 5)
+    # a pass that does not fit in the tick's time goes on at the next tick from its cursor
+    monkeypatch.setattr(rates, "SCAN_COUNT", 20)
+    broker.redis.zadd(broker.ops.registry_key, {"queue://": 1})  # not a name: skipped, the pass goes on
+    assert 0 < rates.sample_due(broker, seconds=0) < 120
+    while rates.sample_due(broker, seconds=0):
+        pass
+    assert rates.history(broker, "queue://q0", "5m").rates["enqueued"][-1] == 1.0
+    assert rates.history(broker, "queue://q1", "5m").rates["enqueued"][-1] == 0.0
+    everything = rates.history(broker, None, "5m")  # the namespace's: every destination summed
+    assert everything.rates["enqueued"][-1] == 60.0 and everything.rates["enqueued"][-3] is None
