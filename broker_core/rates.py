@@ -25,8 +25,8 @@ from typing import Any
 
 from .broker import Broker
 from .destinations import Destination, parse_destination
+from .effects import Command, Eval, Op
 from .errors import InvalidDestination
-from .operations import Command, Eval, Op
 
 SERIES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "deadlettered")
 RINGS = {"5s": (5_000, 720), "1m": (60_000, 1_440)}  # name: (resolution ms, slots); rate_sample.lua too

@@ -21,11 +21,10 @@ from rest_framework.response import Response
 from broker_core import rates
 from broker_core.destinations import Destination
 from gateway import permissions, runtime
-from gateway.api.base import GatewayView, db
+from gateway.api.base import GatewayView, db, stats_or_404
 from gateway.api.common import destination_from_url
 from gateway.api.errors import Problem
-from gateway.api.views_admin import stats_or_404
-from gateway.api.views_messaging import KIND_PARAM, problems
+from gateway.api.schema import KIND_PARAM, problems
 
 # Audited actions drawn as marks on a chart (gateway/api/views_admin.py names them)
 MARKED = ("purge", "move_message", "move_matching", "remove_message", "retry_message", "retry_matching")
