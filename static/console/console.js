@@ -5,6 +5,7 @@
 (function () {
   const body = document.body;
   const API = body.dataset.api || "/api/v1";
+  const feeds = [];
   const csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || "";
 
   class ApiError extends Error {
@@ -22,13 +23,48 @@
       options.headers["Content-Type"] = "application/json";
       options.body = JSON.stringify(data);
     }
+    // Logged out: no more calls that can only fail (the log-in prompt is up).
+    if (session.ended) throw new ApiError(401, { detail: "Your session has ended: log in again." });
     const response = await fetch(path.startsWith("/") ? path : `${API}/${path}`, options);
     if (response.status === 204) return null;
     let payload = null;
     try { payload = await response.json(); } catch (e) { payload = null; }
-    if (!response.ok) throw new ApiError(response.status, payload);
+    if (!response.ok) {
+      if (loggedOut(response.status, payload)) session.end();
+      throw new ApiError(response.status, payload);
+    }
     return payload;
   }
+
+  /* 401: no session (logged out in another tab, expired). 403 "CSRF Failed": the page's CSRF token is of a
+     session that has ended (a log-in elsewhere rotated it). Any other 403 is a permission refusal. */
+  function loggedOut(status, problem) {
+    return status === 401 || (status === 403 && /^CSRF Failed/.test((problem && problem.detail) || ""));
+  }
+
+  /* The session ended: stop the live feeds and every further call, and ask to log in again; the login
+     page returns here (next=) afterwards. Modal, so nothing else on the page can be tried meanwhile. */
+  const session = {
+    ended: false,
+    end() {
+      if (session.ended) return;
+      session.ended = true;
+      for (const feed of feeds) feed.close();
+      const indicator = document.getElementById("live");
+      indicator.dataset.state = "signed-out";
+      indicator.querySelector(".label").textContent = "Logged out";
+      indicator.title = "";
+      const next = location.pathname + location.search + location.hash;
+      const login = `${body.dataset.login || "/console/login/"}?next=${encodeURIComponent(next)}`;
+      const dialog = el("dialog", { id: "session-ended", "aria-labelledby": "session-ended-title" },
+        el("h2", { id: "session-ended-title" }, "Your session has ended"),
+        el("p", {}, "You were logged out (in another tab or window, or the session expired). What this page shows has stopped updating."),
+        el("div", { class: "buttons" }, el("a", { class: "button", href: login, autofocus: true }, "Log in again")));
+      dialog.addEventListener("cancel", (event) => event.preventDefault()); // Escape would leave it stale
+      document.body.append(dialog);
+      dialog.showModal();
+    },
+  };
 
   function queuePath(name) { return `queues/${encodeURIComponent(name)}`; }
 
@@ -76,6 +112,7 @@
   };
 
   function toast(text, bad) {
+    if (bad && session.ended) return; // the failure is the ended session: the log-in prompt says so
     const box = document.getElementById("toast");
     box.textContent = text;
     box.className = bad ? "bad" : "";
@@ -151,12 +188,13 @@
     }
   }
 
-  const feeds = [];
-
   /* The live feed. Reconnects with back-off; the header's indicator says whether it is connected, whether
      the broker's store answers (the server's `status` message, every second) and whether updates stopped
      coming at all (stale after STALE_MS of silence). */
-  const STALE_MS = 3000;
+  // The server's status arrives every second: two seconds of silence (checked every STALE_CHECK_MS) is
+  // a stalled server, shown within STALE_MS + STALE_CHECK_MS = 2 s of the last message.
+  const STALE_MS = 1750; const STALE_CHECK_MS = 250;
+  const SESSION_EXPIRED = 4401; // the feed's close code when the session has ended (gateway/ws/events.py)
   function live(query, onMessage, onOpen) {
     const indicator = document.getElementById("live");
     const label = indicator.querySelector(".label");
@@ -168,8 +206,9 @@
           && indicator.dataset.state === "connected") {
         state("stale", "Stale — no updates");
       }
-    }, 500);
+    }, STALE_CHECK_MS);
     function connect() {
+      if (session.ended) return;
       socket = new WebSocket(url);
       socket.addEventListener("open", () => {
         delay = 500; lastMessage = Date.now(); state("connected", "Live");
@@ -179,6 +218,7 @@
         lastMessage = Date.now();
         let data; try { data = JSON.parse(event.data); } catch (e) { return; }
         if (data.type === "status") {
+          if (data.session === "expired") { session.end(); return; }
           if (data.broker === "unavailable") state("unavailable", "Broker unavailable");
           else state("connected", "Live");
           indicator.title = data.detail || "";
@@ -188,8 +228,9 @@
         if (data.type === "error") toast(data.detail, true);
         onMessage(data);
       });
-      socket.addEventListener("close", () => {
-        if (closedByUs) return;
+      socket.addEventListener("close", (event) => {
+        if (event.code === SESSION_EXPIRED) session.end();
+        if (closedByUs || session.ended) return;
         state("disconnected", "Disconnected — reconnecting");
         setTimeout(connect, delay);
         delay = Math.min(delay * 2, 10000);
@@ -317,5 +358,5 @@
   // rather than "Connecting…" for ever.
   window.addEventListener("load", () => { if (!feeds.length) live("", () => {}); });
 
-  window.SB = { api, ApiError, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, Chart, meter, page, feeds, eventLog, who };
+  window.SB = { api, ApiError, session, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, Chart, meter, page, feeds, eventLog, who };
 })();
