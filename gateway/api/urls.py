@@ -21,6 +21,7 @@ from gateway.api import (  # noqa: F401 - schema registers
     views_console,
     views_maintenance,
     views_messaging,
+    views_node,
     views_topics,
     views_virtual,
 )
@@ -69,6 +70,7 @@ urlpatterns = [
     path("v1/console/overview", views_console.OverviewView.as_view(), name="api-console-overview"),
     path("v1/console/permissions", views_console.PermissionsView.as_view(), name="api-console-permissions"),
     path("v1/console/dead-letters", views_console.DeadLettersView.as_view(), name="api-console-dead-letters"),
+    path("v1/console/node", views_node.NodeView.as_view(), name="api-console-node"),
     re_path(rf"^v1/console/{KIND}/{NAME}/groups$", views_console.GroupCountsView.as_view(),
             name="api-console-groups"),
     re_path(rf"^v1/topics/{NAME}/subscriptions$", views_topics.SubscriptionListView.as_view(),
