@@ -135,7 +135,7 @@ def stop_heartbeat(role: str) -> None:
 
 
 async def processes(client: Any, namespace: str, now_ms: int | None = None) -> dict[str, Any]:
-    """The processes seen within RETAIN_SECONDS (at most SHOWN, most recent first), each with its state
+    """The processes seen within RETAIN_SECONDS (the SHOWN seen last, by role), each with its state
     (`running`, `stopped`, `missing`) and uptime, and per role how many run: a role of ROLES with none
     running is listed in `absent`."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -157,6 +157,9 @@ async def processes(client: Any, namespace: str, now_ms: int | None = None) -> d
         p["last_seen_age_ms"] = age
         p["uptime_ms"] = (p["last_seen"] if p["state"] != "running" else now_ms) - p["started"]
         rows.append(p)
+    # by role as ROLES lists them, then oldest first (the listing itself is by last heartbeat)
+    order = {role: i for i, role in enumerate(ROLES)}
+    rows.sort(key=lambda p: (order.get(p["role"], len(ROLES)), p["role"], p["started"]))
     running = {role: sum(1 for p in rows if p["role"] == role and p["state"] == "running") for role in ROLES}
     return {"processes": rows, "running": running, "absent": [r for r in ROLES if not running[r]],
             "heartbeat_seconds": interval(), "missing_after_seconds": missing_ms / 1000}
