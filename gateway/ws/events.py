@@ -60,13 +60,16 @@ async def _still_logged_in(scope: dict[str, Any]) -> bool:
     from importlib import import_module
 
     from channels.auth import get_user
+    from channels.db import database_sync_to_async
 
     key = getattr(scope.get("session"), "session_key", None)
     if not key:
         return False
     fresh = import_module(settings.SESSION_ENGINE).SessionStore(key)
     try:
-        user = await get_user({"session": fresh})
+        # not thread-sensitive: every open feed asks each second, and must not queue behind (or hold up)
+        # the one thread Django's other sync work of this process runs in
+        user = await database_sync_to_async(get_user.func, thread_sensitive=False)({"session": fresh})
     except Exception:  # the database unreachable is not a logout: the next round asks again
         return True
     return bool(user.is_authenticated and user.pk == scope["user"].pk)
