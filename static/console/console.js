@@ -54,6 +54,8 @@
       indicator.dataset.state = "signed-out";
       indicator.querySelector(".label").textContent = "Logged out";
       indicator.title = "";
+      const stale = document.getElementById("feed-banner");
+      if (stale) stale.hidden = true; // the prompt says why nothing updates
       const next = location.pathname + location.search + location.hash;
       const login = `${body.dataset.login || "/console/login/"}?next=${encodeURIComponent(next)}`;
       const dialog = el("dialog", { id: "session-ended", "aria-labelledby": "session-ended-title" },
@@ -200,7 +202,7 @@
     const label = indicator.querySelector(".label");
     const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${body.dataset.events}${query ? `?${query}` : ""}`;
     let socket = null; let delay = 500; let closedByUs = false; let lastMessage = 0;
-    const state = (name, text) => { indicator.dataset.state = name; label.textContent = text; };
+    const state = (name, text) => { indicator.dataset.state = name; label.textContent = text; banner(name, lastMessage); };
     setInterval(() => {
       if (socket && socket.readyState === WebSocket.OPEN && Date.now() - lastMessage > STALE_MS
           && indicator.dataset.state === "connected") {
@@ -245,6 +247,25 @@
     connect();
     feeds.push(handle);
     return handle;
+  }
+
+  /* Under the header, a banner says what the indicator says when the figures have stopped updating
+     (broker unavailable, stale, disconnected), and since when; gone again when the feed is live. */
+  const BANNER = {
+    unavailable: "Broker unavailable: Redis does not answer. The figures below are not updating",
+    stale: "Stale: no updates from the server. The figures below are not updating",
+    disconnected: "Disconnected from the server, reconnecting. The figures below are not updating",
+  };
+  function banner(name, since) {
+    let node = document.getElementById("feed-banner");
+    if (!BANNER[name]) { if (node) node.hidden = true; return; }
+    if (!node) {
+      node = el("p", { id: "feed-banner", class: "feed-banner", role: "alert" });
+      document.getElementById("main").prepend(node);
+    }
+    node.dataset.state = name;
+    node.textContent = `${BANNER[name]}${since ? ` (last update ${new Date(since).toLocaleTimeString()})` : ""}.`;
+    node.hidden = false;
   }
 
   /* Rates from cumulative counters: rate(counters) gives per-second deltas since the previous call. */

@@ -45,9 +45,14 @@ def test_the_header_says_broker_unavailable_while_redis_is_away(chromium, tmp_pa
             expect(live).to_have_attribute("data-state", "unavailable", timeout=2000)
             assert time.monotonic() - stopped_at < 2
             expect(live).to_contain_text("Broker unavailable")
+            # and under the header, what it means for the figures on the page
+            banner = page.locator("#feed-banner")
+            expect(banner).to_be_visible()
+            expect(banner).to_contain_text("The figures below are not updating (last update")
         finally:
             store.process.send_signal(signal.SIGCONT)
         expect(live).to_have_attribute("data-state", "connected", timeout=5000)
+        expect(page.locator("#feed-banner")).to_be_hidden()
         store.process.kill()
         killed_at = time.monotonic()
         expect(live).to_have_attribute("data-state", "unavailable", timeout=2000)
