@@ -57,10 +57,22 @@ def test_the_header_says_broker_unavailable_while_redis_is_away(chromium, tmp_pa
         killed_at = time.monotonic()
         expect(live).to_have_attribute("data-state", "unavailable", timeout=2000)
         assert time.monotonic() - killed_at < 2
+        # the node page's endpoint answers, saying Redis is unreachable, and its page shows it
+        node = page.evaluate('SB.api("GET", "console/node")')
+        assert node["redis"]["status"] == "error" and node["processes"] is None, node
+        assert node["maintenance"]["status"] == "error"
+        page.goto(f"{server.url}/console/node/")
+        expect(page.locator('[data-fact="server"]')).to_contain_text("unreachable")
+        expect(page.locator("#processes tbody")).to_contain_text("holds the heartbeats, does not answer")
+        expect(live).to_have_attribute("data-state", "unavailable", timeout=2000)
         expect(live).to_contain_text("Broker unavailable")
         store.start()  # same port, data folder and AOF
         expect(live).to_have_attribute("data-state", "connected", timeout=5000)
         expect(live).to_contain_text("Live")
+        # the node page recovers by itself too: Redis's facts, and the gateway's heartbeat again
+        expect(page.locator('[data-fact="server"]')).not_to_contain_text("unreachable")
+        expect(page.locator('#processes tbody tr[data-role="web"][data-state="running"]')).to_have_count(1)
+        page.goto(f"{server.url}/console/")
         expect(page.locator("[data-total=destinations]")).not_to_have_text("–")
     finally:
         if page is not None:
