@@ -26,6 +26,11 @@
     // Logged out: no more calls that can only fail (the log-in prompt is up).
     if (session.ended) throw new ApiError(401, { detail: "Your session has ended: log in again." });
     const response = await fetch(path.startsWith("/") ? path : `${API}/${path}`, options);
+    // A console JSON view (login_required) sends the logged-out to the login page rather than a 401.
+    if (response.redirected && new URL(response.url).pathname === (body.dataset.login || "/console/login/")) {
+      session.end();
+      throw new ApiError(401, { detail: "Your session has ended: log in again." });
+    }
     if (response.status === 204) return null;
     let payload = null;
     try { payload = await response.json(); } catch (e) { payload = null; }

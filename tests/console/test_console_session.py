@@ -111,3 +111,22 @@ def test_a_lost_session_cookie_fails_one_call_then_prompts_and_calls_nothing_mor
         _log_in_again(page, console_server, url.replace("n+%3E+1", "n+%3E+0"))
     finally:
         page.context.close()
+
+
+def test_a_console_json_view_that_redirects_to_the_login_is_an_ended_session(chromium, console_server, broker,
+                                                                            queue_name):
+    """The analytics summary is a login_required Django view: logged out, it redirects to the login page
+    (fetch follows it to an HTML page) instead of answering 401."""
+    broker.send(queue_name, [Message(body="a", properties={"n": 2})])
+    page = login(chromium, console_server)
+    try:
+        url = _browse(page, console_server, queue_name)
+        page.context.clear_cookies()
+        status = page.evaluate("""async (path) => {
+            try { await SB.api("GET", path); return "answered"; } catch (e) { return e.status; }
+        }""", f"/console/analytics/queue/{queue_name}/summary.json")
+        assert status == 401
+        expect(page.locator("#session-ended")).to_be_visible()
+        _log_in_again(page, console_server, url)
+    finally:
+        page.context.close()
