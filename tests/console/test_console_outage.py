@@ -79,3 +79,38 @@ def test_the_header_says_broker_unavailable_while_redis_is_away(chromium, tmp_pa
             page.context.close()
         server.stop()
         store.stop()
+
+
+def test_a_stalled_server_reads_stale_within_two_seconds(chromium, console_server):
+    """The gateway stopped (SIGSTOP: its sockets stay open, nothing arrives): "Stale — no updates" and the
+    banner within two seconds of the last message, "Live" again when it goes on."""
+    server = start_gateway(console_server.data_dir, console_server.namespace, name="console-stall")
+    server.url = f"http://127.0.0.1:{server.port}"
+    page = None
+    try:
+        page = login(chromium, server, "admin")
+        live = page.locator("#live")
+        expect(live).to_have_attribute("data-state", "connected")
+        # in the page: when the feed's last message came, and when the indicator turned stale
+        page.evaluate("""() => {
+            window.lastFeedMessage = Date.now();
+            SB.feeds[0].socket.addEventListener("message", () => { window.lastFeedMessage = Date.now(); });
+            const live = document.getElementById("live");
+            new MutationObserver(() => {
+                if (live.dataset.state === "stale" && !window.staleAt) window.staleAt = Date.now();
+            }).observe(live, { attributes: true });
+        }""")
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            expect(live).to_have_attribute("data-state", "stale", timeout=3000)
+            silent_ms = page.evaluate("window.staleAt - window.lastFeedMessage")
+            assert 1700 <= silent_ms <= 2100, silent_ms  # 1.75 s of silence, checked every 0.25 s
+            expect(page.locator("#feed-banner")).to_contain_text("no updates from the server")
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        expect(live).to_have_attribute("data-state", "connected", timeout=5000)
+        expect(page.locator("#feed-banner")).to_be_hidden()
+    finally:
+        if page is not None:
+            page.context.close()
+        server.stop()
