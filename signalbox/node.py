@@ -36,6 +36,7 @@ RETAIN_SECONDS = 600  # a stopped or missing process is listed this long after i
 MAX_PROCESSES = 200  # the set keeps at most this many, the most recently seen
 MISSING_BEATS = 3  # beats a process may miss before it is called missing
 SHOWN = 100  # processes a listing returns at most
+NEAR_MAXMEMORY = 0.95  # used memory from this share of maxmemory on counts as full (gather)
 
 
 def interval() -> float:
@@ -226,6 +227,11 @@ async def gather(client: Any, namespace: str) -> dict[str, Any]:
             client.lrange(maintenance.errors_key(namespace), 0, maintenance.RECENT_ERRORS - 1)), timeout)
         out.update(redis={"status": "ok", **facts}, broker_memory=memory, **procs,
                    recent_errors=maintenance.recent_errors(errors))
+        # At maxmemory (noeviction) Redis refuses the heartbeats' writes too: processes then read missing.
+        # Within NEAR_MAXMEMORY of it, since Redis counts a command's own input when it refuses, and what it
+        # reports between commands stays just under the limit.
+        limit = facts["memory"]["max"]
+        out["redis"]["near_maxmemory"] = limit > 0 and facts["memory"]["used"] >= NEAR_MAXMEMORY * limit
     except (redis.RedisError, OSError, TimeoutError) as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else "no answer"
         out.update(redis={"status": "error", "error": f"{type(exc).__name__}: {text}"}, broker_memory=None,

@@ -78,3 +78,36 @@ async def test_redis_facts_and_broker_memory_are_the_servers_and_the_brokers(red
         assert flow.broker_memory(broker).limit == 123_456
     finally:
         await client.aclose()
+
+
+async def test_at_maxmemory_the_node_says_so(tmp_path, namespace):
+    """noeviction at maxmemory refuses writes, a heartbeat's too when its input tips it over (the beat thread
+    catches the error and goes on): gather() says Redis is at its maxmemory, so the page can say why
+    processes may read missing. Between commands Redis reports a little under the limit."""
+    import redis as sync_redis
+
+    from signalbox.embedded_redis import EmbeddedRedis, free_port
+
+    server = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendonly=False, maxmemory="8mb")
+    server.start()
+    filler = sync_redis.Redis.from_url(server.url)
+    client = redis.asyncio.Redis.from_url(server.url)
+    beat = node.Heartbeat("worker", namespace=namespace, url=server.url)
+    try:
+        beat.beat()
+        assert (await node.gather(client, namespace))["redis"]["near_maxmemory"] is False
+        try:
+            for i in range(10_000):
+                filler.set(f"{namespace}:fill:{i}", "x" * 10_000)
+        except sync_redis.ResponseError as exc:
+            assert "maxmemory" in str(exc)
+        with_full = await node.gather(client, namespace)
+        assert with_full["redis"]["near_maxmemory"] is True, with_full["redis"]["memory"]
+        assert [p["state"] for p in with_full["processes"]] == ["running"]  # (its earlier beat)
+    finally:
+        beat._stop.set()
+        if beat._client is not None:
+            beat._client.close()
+        filler.close()
+        await client.aclose()
+        server.stop()

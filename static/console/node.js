@@ -62,7 +62,8 @@
     }
     fill(tbody, rows, 7, "No process has sent a heartbeat.");
     document.getElementById("processes-note").textContent =
-      `Each process writes a heartbeat every ${data.heartbeat_seconds} s; one silent for ${data.missing_after_seconds} s is missing (killed, its host lost, or cut off from Redis); one that ended in order is stopped. Both stay listed for 10 minutes.`;
+      `Each process writes a heartbeat every ${data.heartbeat_seconds} s; one silent for ${data.missing_after_seconds} s is missing (killed, its host lost, or cut off from Redis); one that ended in order is stopped. Both stay listed for 10 minutes.${
+        data.redis.near_maxmemory ? " Redis is at (or within 5% of) its maxmemory, where it refuses writes, a heartbeat's too: processes that run may read missing." : ""}`;
   }
 
   function showTick(data) {
