@@ -74,6 +74,14 @@ def _heartbeat_key(broker: Broker) -> str:
     return f"{broker.namespace}:maintenance"
 
 
+RECENT_ERRORS = 10  # the failures of recent ticks kept for the node page (`recent_errors`)
+
+
+def errors_key(namespace: str) -> str:
+    """A list of the last RECENT_ERRORS maintenance failures, newest first: "<ms> <what>: <error>"."""
+    return f"{namespace}:maintenance:errors"
+
+
 def _eval(broker: Broker, dest: Destination, script: str, *args: Any) -> Op:
     return (yield Eval(script, (broker.ops.prefix(dest),), args))
 
@@ -625,7 +633,13 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
     for index in (_due_key(broker), f"{_due_key(broker)}:periodic"):
         pipe.zcard(index)
         pipe.zcount(index, "-inf", now)
-    _, indexed, still_due, periodic_indexed, periodic_due = pipe.execute()
+    if tally.errors:  # the worker logged each with its traceback; the node page shows the latest texts
+        tick_ms = broker.clock.now_ms()
+        texts = [f"{tick_ms} {e[:500]}" for e in tally.errors[-RECENT_ERRORS:]]
+        pipe.lpush(errors_key(broker.namespace), *texts)
+        pipe.ltrim(errors_key(broker.namespace), 0, RECENT_ERRORS - 1)
+    _, *rest = pipe.execute()
+    indexed, still_due, periodic_indexed, periodic_due = rest[:4]
     indexed, still_due = indexed + periodic_indexed, still_due + periodic_due
     broker.redis.hset(_heartbeat_key(broker), mapping={"indexed": indexed, "still_due": still_due})
     return TickReport(count, tally.reaped, tally.forwarded, tally.dispatched, tally.sweeps, tally.expired,
@@ -658,6 +672,15 @@ def job_status(broker: Broker, destination: str | Destination) -> dict[str, dict
     for job, held in zip(JOBS, leases, strict=True):
         if held is not None:
             out[job]["leased_until"] = int(_text(held).rpartition("|")[2])
+    return out
+
+
+def recent_errors(raw: list[Any]) -> list[dict[str, Any]]:
+    """The entries of `errors_key` (LRANGE) as {"ts": ms, "error": text}, newest first."""
+    out = []
+    for entry in raw:
+        ts, _, text = _text(entry).partition(" ")
+        out.append({"ts": int(ts) if ts.isdigit() else 0, "error": text})
     return out
 
 

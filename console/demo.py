@@ -1,6 +1,8 @@
 """A throw-away Signalbox for the console's screenshots and benchmark: an embedded Redis (or REDIS_URL
 with a fresh key namespace), a migrated SQLite database in a temporary folder with an admin user, and
-uvicorn serving the project's ASGI app on a free port. Nothing of an existing deployment is touched.
+uvicorn serving the project's ASGI app on a free port; with `celery=True` also a Celery worker and beat
+(as `./signalbox.sh run` starts them, on a Celery queue of the demo's own), so the overview's health and
+the node page show them running. Nothing of an existing deployment is touched.
 
     with DemoSystem() as system:
         system.broker.send("orders", ...)
@@ -30,8 +32,10 @@ USER, PASSWORD = "admin", "demo-password"
 
 
 class DemoSystem:
-    def __init__(self, settings: str = "signalbox.settings") -> None:
+    def __init__(self, settings: str = "signalbox.settings", celery: bool = False) -> None:
         self.settings = settings
+        self.celery = celery
+        self.children: list[subprocess.Popen[bytes]] = []
         self.folder = Path(tempfile.mkdtemp(prefix="signalbox-demo-"))
         self.namespace = f"demo{uuid.uuid4().hex[:8]}"
         self.user, self.password = USER, PASSWORD
@@ -44,7 +48,7 @@ class DemoSystem:
         env = dict(os.environ)
         env.update(DJANGO_SETTINGS_MODULE=self.settings, SIGNALBOX_DATA_DIR=str(self.folder),
                    DATABASE_URL=f"sqlite:///{self.folder / 'db.sqlite3'}", SIGNALBOX_NAMESPACE=self.namespace,
-                   REDIS_URL=self.redis_url, PYTHONPATH=str(ROOT))
+                   REDIS_URL=self.redis_url, PYTHONPATH=str(ROOT), SIGNALBOX_CELERY_QUEUE=self.namespace)
         return env
 
     def __enter__(self) -> DemoSystem:
@@ -77,9 +81,22 @@ class DemoSystem:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError((self.folder / "gateway.log").read_text(errors="replace")) from None
                 time.sleep(0.1)
+        if self.celery:
+            for args in (["worker", "--concurrency", "1", "--hostname", f"{self.namespace}@%h"],
+                         ["beat", "--schedule", str(self.folder / "celerybeat-schedule")]):
+                self.children.append(subprocess.Popen(
+                    [sys.executable, "-m", "celery", "-A", "signalbox", "--quiet", *args], cwd=ROOT, env=env,
+                    stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT))
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        for child in self.children:
+            child.terminate()
+        for child in self.children:
+            try:
+                child.wait(20)
+            except subprocess.TimeoutExpired:
+                child.kill()
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:

@@ -1,8 +1,8 @@
 """Regenerates the console screenshots in docs/console/: `.venv/bin/python -m console.screenshots`.
 
-Starts a throw-away system (console/demo.py), fills a demo queue with two consumers, message groups
-and steady traffic, and photographs the overview, a queue page and its groups view in light and dark
-with Debian's headless Chromium (Playwright).
+Starts a throw-away system (console/demo.py) with a Celery worker and beat, fills a demo queue with two
+consumers, message groups and steady traffic, and photographs the overview, a queue page and its groups
+view and the node page in light and dark with Debian's headless Chromium (Playwright).
 """
 
 from __future__ import annotations
@@ -78,8 +78,15 @@ def shoot(system: DemoSystem) -> list[Path]:
             page.fill("#id_password", system.password)
             page.click("button[type=submit]")
             page.wait_for_url(f"{system.url}/console/")
+            # the worker answers the health check's ping (Celery starts in seconds, more on a busy machine)
+            page.wait_for_selector("#health tbody tr:has-text('workers:')", timeout=60_000)
             page.wait_for_timeout(12_000)  # a few live totals, so the rate chart has a line
             written.append(OUT / f"overview-{scheme}.png")
+            page.screenshot(path=written[-1], full_page=True)
+            page.goto(f"{system.url}/console/node/")
+            page.wait_for_selector('#processes tbody tr[data-role="worker"][data-state="running"]')
+            page.wait_for_timeout(2_500)
+            written.append(OUT / f"node-{scheme}.png")
             page.screenshot(path=written[-1], full_page=True)
             page.goto(f"{system.url}/console/queues/orders.eu/")
             page.wait_for_selector("#groups tbody tr[data-group]")
@@ -98,7 +105,7 @@ def main() -> int:
         print("console.screenshots: Debian's chromium is not installed (apt-get install chromium)",
               file=sys.stderr)
         return 2
-    with DemoSystem() as system:
+    with DemoSystem(celery=True) as system:
         populate(system)
         stop = threading.Event()
         thread = threading.Thread(target=traffic, args=(system, stop), daemon=True)

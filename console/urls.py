@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console import views, views_analytics
+from console import views, views_analytics, views_node
 
 app_name = "console"
 
@@ -22,6 +22,7 @@ urlpatterns = [
     path("dead-letters/", views.dead_letters, name="dead-letters"),
     path("send/", views.send, name="send"),
     path("audit/", views.audit, name="audit"),
+    path("node/", views_node.node, name="node"),
     # the pipeline's summary per destination (console/views_analytics.py)
     path("analytics/", views_analytics.index, name="analytics"),
     path("analytics/<str:kind>/<str:name>/", views_analytics.destination, name="analytics-destination"),

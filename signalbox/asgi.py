@@ -13,7 +13,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from gateway.metrics import instrument_http  # noqa: E402
+from signalbox import node  # noqa: E402
 from signalbox.routing import origin_checked, websocket_urlpatterns  # noqa: E402
+
+# The web process's heartbeat for the node page (a daemon thread; signalbox/node.py).
+node.start_heartbeat("web")
 
 application = ProtocolTypeRouter(
     {

@@ -26,6 +26,29 @@ def use_signalbox_logging(**kwargs: Any) -> None:
     logs.configure()
 
 
+@signals.worker_ready.connect
+def worker_heartbeat(sender: Any = None, **kwargs: Any) -> None:
+    """A worker's heartbeat for the node page (signalbox/node.py), from its main process."""
+    from signalbox import node
+
+    node.start_heartbeat("worker", getattr(sender, "hostname", "") or "")
+
+
+@signals.worker_shutdown.connect
+def worker_heartbeat_stop(**kwargs: Any) -> None:
+    from signalbox import node
+
+    node.stop_heartbeat("worker")
+
+
+@signals.beat_init.connect
+def beat_heartbeat(**kwargs: Any) -> None:
+    """Beat's heartbeat (node.py registers its stop at exit: beat has no shutdown signal)."""
+    from signalbox import node
+
+    node.start_heartbeat("beat")
+
+
 if os.environ.get("SIGNALBOX_PROCESS"):
     # Started by `run`, whose launcher says once, in one line, what to do about running as root; Celery's
     # multi-line "superuser privileges" warning would repeat it at every worker (re)start.

@@ -35,7 +35,7 @@ from prometheus_client.samples import Sample
 from broker_core.broker import AsyncBroker
 from broker_core.model import DestinationSummary
 from gateway import runtime
-from signalbox import health
+from signalbox import health, node
 
 PAGE = 50  # queues per summary_many call: the worst page (ten priority bands each) ~3 ms of Redis
 MIN_TOKEN_LENGTH = 16
@@ -69,6 +69,8 @@ class Snapshot:
     redis_up: bool = False
     redis_error: str = ""
     redis_memory: dict[str, int] = field(default_factory=dict)
+    redis: dict[str, Any] = field(default_factory=dict)  # node.redis_facts
+    processes: dict[str, Any] = field(default_factory=dict)  # node.processes
     registered: int = 0  # destinations in the registry
     summaries: list[DestinationSummary] = field(default_factory=list)
     pages: int = 0
@@ -89,14 +91,15 @@ async def gather(broker: AsyncBroker, limit: int | None = None, page: int = PAGE
     out = Snapshot(now_ms=broker.clock.now_ms(), limit=limit)
     timeout = settings.HEALTH_CHECK_TIMEOUT
     try:
-        info = await asyncio.wait_for(broker.redis.info("memory"), timeout)
+        # what Redis says of itself and the processes' heartbeats: as the console's node page reads them
+        out.redis, out.processes = await asyncio.wait_for(asyncio.gather(
+            node.redis_facts(broker.redis), node.processes(broker.redis, broker.namespace)), timeout)
     except Exception as exc:  # an unreachable Redis is a figure (signalbox_redis_up 0), not a failed scrape
         out.redis_error = f"{type(exc).__name__}: {exc}"
         out.seconds = time.perf_counter() - started
         return out
     out.redis_up = True
-    out.redis_memory = {"used": int(info.get("used_memory", 0)), "peak": int(info.get("used_memory_peak", 0)),
-                        "max": int(info.get("maxmemory", 0))}
+    out.redis_memory = out.redis["memory"]
     # the tick as /healthz judges it, with its own client in a thread, while the summaries are read
     tick = asyncio.ensure_future(sync_to_async(health.check_maintenance, thread_sensitive=False)())
     try:
@@ -136,6 +139,7 @@ class BrokerCollector(Collector):
                                 ("peak", "peak", "Most bytes Redis has used (INFO used_memory_peak)."),
                                 ("max", "max", "Redis's maxmemory; 0 means no limit.")):
             yield GaugeMetricFamily(f"signalbox_redis_memory_{name}_bytes", text, value=s.redis_memory[key])
+        yield from self._node()
         yield from self._tick()
         yield from self._destinations()
 
@@ -153,6 +157,24 @@ class BrokerCollector(Collector):
                                 "of the limit (the newest ones).", value=max(0, s.registered - s.limit))
         yield GaugeMetricFamily("signalbox_metrics_pages", "Pages of destination summaries this scrape read "
                                 "(one script call each for queues).", value=s.pages)
+
+    def _node(self) -> Iterator[Metric]:
+        facts, procs = self.snapshot.redis, self.snapshot.processes
+        yield GaugeMetricFamily("signalbox_redis_connected_clients", "Clients connected to Redis.",
+                                value=facts["clients"]["connected"])
+        yield GaugeMetricFamily("signalbox_redis_ops_per_second", "Commands per second Redis processes "
+                                "(INFO instantaneous_ops_per_sec).", value=facts["ops_per_second"])
+        yield GaugeMetricFamily("signalbox_redis_aof_enabled", "1 when Redis writes its append-only file.",
+                                value=1 if facts["aof"]["enabled"] else 0)
+        yield GaugeMetricFamily("signalbox_redis_aof_last_write_ok",
+                                "1 when Redis's last AOF write succeeded (else it refuses writes).",
+                                value=1 if facts["aof"]["last_write_status"] in ("ok", "") else 0)
+        running = GaugeMetricFamily("signalbox_processes_running",
+                                    "Processes of each role with a current heartbeat (console node page).",
+                                    labels=["role"])
+        for role, count in procs["running"].items():
+            running.add_metric([role], count)
+        yield running
 
     def _tick(self) -> Iterator[Metric]:
         tick = self.snapshot.tick

@@ -235,6 +235,9 @@ SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER = int(os.environ.get("SIGNALBOX_IDEMPOTENCY_
 # The console's "slow" consumer (gateway/api/views_admin.consumer_json): window full, no ack for this long.
 SIGNALBOX_CONSOLE_SLOW_SECONDS = float(os.environ.get("SIGNALBOX_CONSOLE_SLOW_SECONDS") or 30.0)
 SIGNALBOX_BROKER_NAME = os.environ.get("SIGNALBOX_BROKER_NAME") or "localhost"
+# Every process (web, worker, beat, STOMP listener) writes a heartbeat to Redis this often
+# (signalbox/node.py); the node page calls one missing after three missed beats.
+SIGNALBOX_HEARTBEAT_SECONDS = float(os.environ.get("SIGNALBOX_HEARTBEAT_SECONDS") or 5.0)
 # /healthz reports the maintenance tick stale (beat or every worker stopped) after this many seconds.
 SIGNALBOX_MAINTENANCE_STALE_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_STALE_SECONDS") or 15.0)
 # A maintenance tick that takes longer than this (seconds) is logged as a WARNING; a tick that did work

@@ -548,6 +548,15 @@ def test_one_failing_destination_does_not_stop_the_others(broker, clock, monkeyp
     assert maintenance.run_due(broker).errors == []
     clock.advance(maintenance.RETRY_MS)
     assert maintenance.run_due(broker).errors == ["queue://bad: RuntimeError: boom"]
+    # the node page's recent failures: newest first, at most RECENT_ERRORS, with the tick's time
+    recent = maintenance.recent_errors(broker.redis.lrange(maintenance.errors_key(broker.namespace), 0, -1))
+    boom = "queue://bad: RuntimeError: boom"
+    assert recent == [{"ts": clock.now_ms(), "error": boom},
+                      {"ts": clock.now_ms() - maintenance.RETRY_MS, "error": boom}]
+    for _ in range(maintenance.RECENT_ERRORS + 2):
+        clock.advance(maintenance.RETRY_MS)
+        maintenance.run_due(broker)
+    assert broker.redis.llen(maintenance.errors_key(broker.namespace)) == maintenance.RECENT_ERRORS
 
 
 def test_the_heartbeat_says_when_the_dispatcher_last_ran(broker, clock):

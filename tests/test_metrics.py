@@ -292,14 +292,18 @@ def test_scrape_of_thousands_of_destinations_is_a_few_bounded_calls(server, brok
     assert of(parsed, "signalbox_metrics_pages") == pages
     assert of(parsed, "signalbox_destination_enqueued_total", destination=f"queue://{prefix}.2999") == 1
     # one script call per page (FCALL, or EVALSHA on a server without functions), each over at most PAGE
-    # queues, and a fixed few others whatever the count: INFO, ZCARD and ZRANGE of the registry, the
-    # tick's HGETALL and its new connection's set-up (HELLO, CLIENT SETINFO). (Each call's duration is
-    # measured by bench/metrics_scrape.py: SLOWLOG on a shared test machine says more about the machine.)
+    # queues, and a fixed few others whatever the count: five INFO sections and CONFIG GET appendfsync,
+    # ZREVRANGE of the processes' heartbeats and one HGETALL per process (here the gateway's own), ZCARD
+    # and ZRANGE of the registry, the tick's HGETALL and its new connection's set-up (HELLO, CLIENT
+    # SETINFO). (Each call's duration is measured by bench/metrics_scrape.py: SLOWLOG on a shared test
+    # machine says more about the machine.) The gateway's heartbeat may write meanwhile: not the scrape's.
+    commands = [c for c in commands if not (c[0] in ("HSET", "EXPIRE", "ZADD", "ZREMRANGEBYSCORE",
+                                                     "ZREMRANGEBYRANK") and ":node:process" in c[1])]
     scripts = [c for c in commands if c[0] in ("EVALSHA", "FCALL")]
     assert len(scripts) == pages, [c[0] for c in commands]
     assert all(int(c[2]) <= PAGE for c in scripts)
     others = [c for c in commands if c[0] not in ("EVALSHA", "FCALL")]
-    assert len(others) <= 12, others
+    assert len(others) <= 18, others
     # (10,000 take well under 1 s on an idle machine: bench/metrics_scrape.py, docs/benchmarks.md; the
     # bound here leaves room for a machine busy with other work, and still catches a scrape gone linear
     # in Redis round trips or worse)

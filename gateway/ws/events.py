@@ -1,6 +1,10 @@
 """The console's live feed at /ws/console/events: lifecycle events and statistics over a WebSocket.
 
-The browser's session user (AuthMiddlewareStack) must be logged in; anonymous handshakes are refused.
+The browser's session user (AuthMiddlewareStack) must be logged in. A handshake without one is accepted and
+closed at once with code 4401 (a refused handshake reaches the browser as 1006, which it cannot tell from a
+dead server); an open connection whose session ends (logged out in another tab, expired, password changed)
+gets `{"type": "status", "session": "expired"}` and the same close within SESSION_EVERY, so the console
+can ask the user to log in again rather than show numbers that no longer update.
 
 - `?destination=queue://orders` (read permission needed, else the socket closes with 4403): the
   destination's lifecycle event stream (docs/broker_core.md) tailed with XREAD, sent as
@@ -13,9 +17,11 @@ The browser's session user (AuthMiddlewareStack) must be logged in; anonymous ha
 
 Every message carries `ts` (server ms). Every connection also gets `{"type": "status", "broker": "ok"}`
 each second, or `"broker": "unavailable"` with a `detail` while Redis cannot be reached (a PING bounded by
-STATUS_EVERY); the feed's own loops wait for Redis and go on by themselves. The client shows a
-disconnected indicator when the socket drops (and reconnects by itself), "Broker unavailable" on such a
-status, and "stale" when nothing at all arrived for a few seconds (a stalled server).
+PING_TIMEOUT, on a fixed one-second cadence, so a Redis that stops answering is reported within
+STATUS_EVERY + PING_TIMEOUT, under two seconds); the feed's own loops wait for Redis and go on by
+themselves. The client shows a disconnected indicator when the socket drops (and reconnects by itself),
+"Broker unavailable" on such a status, "stale" when nothing at all arrived for two seconds (a stalled
+server), and a log-in prompt on a `session` status or the 4401 close.
 """
 
 from __future__ import annotations
@@ -43,7 +49,32 @@ RECENT = 20  # events listed per batch; the rest are only counted
 EVENTS_EVERY = 0.5
 STATS_BUSY, STATS_IDLE, TOTALS_EVERY = 1.0, 5.0, 2.0
 STATUS_EVERY = 1.0  # the broker status message, also the heartbeat the browser's staleness check watches
+PING_TIMEOUT = 0.75  # a hung Redis (stopped, not dead) is reported after this: STATUS_EVERY + this < 2 s
+SESSION_EVERY = 1.0  # how often an open connection's session is read again (one database query)
+SESSION_EXPIRED = 4401  # the close code of a connection without (or no longer with) a logged-in session
 MAX_WATCH = 200
+
+
+async def _still_logged_in(scope: dict[str, Any]) -> bool:
+    """Does the connection's session, read again from the session store, still log in its user? The
+    scope's session object caches what it read at the handshake, so a fresh one is loaded by its key;
+    channels' get_user applies Django's checks (expiry, the password hash)."""
+    from importlib import import_module
+
+    from channels.auth import get_user
+    from channels.db import database_sync_to_async
+
+    key = getattr(scope.get("session"), "session_key", None)
+    if not key:
+        return False
+    fresh = import_module(settings.SESSION_ENGINE).SessionStore(key)
+    try:
+        # not thread-sensitive: every open feed asks each second, and must not queue behind (or hold up)
+        # the one thread Django's other sync work of this process runs in
+        user = await database_sync_to_async(get_user.func, thread_sensitive=False)({"session": fresh})
+    except Exception:  # the database unreachable is not a logout: the next round asks again
+        return True
+    return bool(user.is_authenticated and user.pk == scope["user"].pk)
 
 
 class ConsoleEventsConsumer(AsyncWebsocketConsumer):
@@ -51,13 +82,16 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
 
     task: asyncio.Task[None] | None = None
     status_task: asyncio.Task[None] | None = None
+    session_task: asyncio.Task[None] | None = None
     watched: list[str]
     start_id: str = "$"
 
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close()  # the handshake is refused (HTTP 403)
+            await self.accept()
+            await self._send({"type": "status", "session": "expired"})
+            await self.close(SESSION_EXPIRED)
             return
         self.watched = []
         query = parse_qs(_text(self.scope.get("query_string", b"")))
@@ -71,6 +105,7 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
                 self.start_id = _text(newest[0][0]) if newest else "0-0"
         await self.accept()
         self.status_task = asyncio.get_running_loop().create_task(self._status())
+        self.session_task = asyncio.get_running_loop().create_task(self._session_watch())
         if text:
             try:
                 destination = parse_destination(text)
@@ -103,7 +138,7 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
             self.watched = allowed
 
     async def disconnect(self, code: int) -> None:
-        for task in (self.task, self.status_task):
+        for task in (self.task, self.status_task, self.session_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(BaseException):
@@ -112,14 +147,26 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
     async def _status(self) -> None:
         """Whether Redis answers, every STATUS_EVERY seconds (docstring above)."""
         client = runtime.async_broker().redis
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             try:
-                await asyncio.wait_for(client.ping(), STATUS_EVERY)
+                await asyncio.wait_for(client.ping(), PING_TIMEOUT)
                 status: dict[str, Any] = {"type": "status", "broker": "ok"}
             except (*STORE_ERRORS, TimeoutError) as exc:
                 status = {"type": "status", "broker": "unavailable", "detail": explain(exc)}
             await self._send(status)
-            await asyncio.sleep(STATUS_EVERY)
+            # a fixed cadence: a slow PING does not stretch the interval the browser's staleness check sees
+            await asyncio.sleep(max(0.0, STATUS_EVERY - (loop.time() - started)))
+
+    async def _session_watch(self) -> None:
+        """Close the connection (SESSION_EXPIRED) once its session no longer logs its user in."""
+        while True:
+            await asyncio.sleep(SESSION_EVERY)
+            if not await _still_logged_in(self.scope):
+                await self._send({"type": "status", "session": "expired"})
+                await self.close(SESSION_EXPIRED)
+                return
 
     async def _outlasting(self, feed: Any, *args: Any) -> None:
         """Run `feed` again after STATUS_EVERY whenever Redis fails it; the status task tells the browser."""

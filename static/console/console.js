@@ -5,6 +5,7 @@
 (function () {
   const body = document.body;
   const API = body.dataset.api || "/api/v1";
+  const feeds = [];
   const csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || "";
 
   class ApiError extends Error {
@@ -22,13 +23,55 @@
       options.headers["Content-Type"] = "application/json";
       options.body = JSON.stringify(data);
     }
+    // Logged out: no more calls that can only fail (the log-in prompt is up).
+    if (session.ended) throw new ApiError(401, { detail: "Your session has ended: log in again." });
     const response = await fetch(path.startsWith("/") ? path : `${API}/${path}`, options);
+    // A console JSON view (login_required) sends the logged-out to the login page rather than a 401.
+    if (response.redirected && new URL(response.url).pathname === (body.dataset.login || "/console/login/")) {
+      session.end();
+      throw new ApiError(401, { detail: "Your session has ended: log in again." });
+    }
     if (response.status === 204) return null;
     let payload = null;
     try { payload = await response.json(); } catch (e) { payload = null; }
-    if (!response.ok) throw new ApiError(response.status, payload);
+    if (!response.ok) {
+      if (loggedOut(response.status, payload)) session.end();
+      throw new ApiError(response.status, payload);
+    }
     return payload;
   }
+
+  /* 401: no session (logged out in another tab, expired). 403 "CSRF Failed": the page's CSRF token is of a
+     session that has ended (a log-in elsewhere rotated it). Any other 403 is a permission refusal. */
+  function loggedOut(status, problem) {
+    return status === 401 || (status === 403 && /^CSRF Failed/.test((problem && problem.detail) || ""));
+  }
+
+  /* The session ended: stop the live feeds and every further call, and ask to log in again; the login
+     page returns here (next=) afterwards. Modal, so nothing else on the page can be tried meanwhile. */
+  const session = {
+    ended: false,
+    end() {
+      if (session.ended) return;
+      session.ended = true;
+      for (const feed of feeds) feed.close();
+      const indicator = document.getElementById("live");
+      indicator.dataset.state = "signed-out";
+      indicator.querySelector(".label").textContent = "Logged out";
+      indicator.title = "";
+      const stale = document.getElementById("feed-banner");
+      if (stale) stale.hidden = true; // the prompt says why nothing updates
+      const next = location.pathname + location.search + location.hash;
+      const login = `${body.dataset.login || "/console/login/"}?next=${encodeURIComponent(next)}`;
+      const dialog = el("dialog", { id: "session-ended", "aria-labelledby": "session-ended-title" },
+        el("h2", { id: "session-ended-title" }, "Your session has ended"),
+        el("p", {}, "You were logged out (in another tab or window, or the session expired). What this page shows has stopped updating."),
+        el("div", { class: "buttons" }, el("a", { class: "button", href: login, autofocus: true }, "Log in again")));
+      dialog.addEventListener("cancel", (event) => event.preventDefault()); // Escape would leave it stale
+      document.body.append(dialog);
+      dialog.showModal();
+    },
+  };
 
   function queuePath(name) { return `queues/${encodeURIComponent(name)}`; }
 
@@ -76,6 +119,7 @@
   };
 
   function toast(text, bad) {
+    if (bad && session.ended) return; // the failure is the ended session: the log-in prompt says so
     const box = document.getElementById("toast");
     box.textContent = text;
     box.className = bad ? "bad" : "";
@@ -151,25 +195,27 @@
     }
   }
 
-  const feeds = [];
-
   /* The live feed. Reconnects with back-off; the header's indicator says whether it is connected, whether
      the broker's store answers (the server's `status` message, every second) and whether updates stopped
      coming at all (stale after STALE_MS of silence). */
-  const STALE_MS = 3000;
+  // The server's status arrives every second: two seconds of silence (checked every STALE_CHECK_MS) is
+  // a stalled server, shown within STALE_MS + STALE_CHECK_MS = 2 s of the last message.
+  const STALE_MS = 1750; const STALE_CHECK_MS = 250;
+  const SESSION_EXPIRED = 4401; // the feed's close code when the session has ended (gateway/ws/events.py)
   function live(query, onMessage, onOpen) {
     const indicator = document.getElementById("live");
     const label = indicator.querySelector(".label");
     const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${body.dataset.events}${query ? `?${query}` : ""}`;
     let socket = null; let delay = 500; let closedByUs = false; let lastMessage = 0;
-    const state = (name, text) => { indicator.dataset.state = name; label.textContent = text; };
+    const state = (name, text) => { indicator.dataset.state = name; label.textContent = text; banner(name, lastMessage); };
     setInterval(() => {
       if (socket && socket.readyState === WebSocket.OPEN && Date.now() - lastMessage > STALE_MS
           && indicator.dataset.state === "connected") {
         state("stale", "Stale — no updates");
       }
-    }, 500);
+    }, STALE_CHECK_MS);
     function connect() {
+      if (session.ended) return;
       socket = new WebSocket(url);
       socket.addEventListener("open", () => {
         delay = 500; lastMessage = Date.now(); state("connected", "Live");
@@ -179,6 +225,7 @@
         lastMessage = Date.now();
         let data; try { data = JSON.parse(event.data); } catch (e) { return; }
         if (data.type === "status") {
+          if (data.session === "expired") { session.end(); return; }
           if (data.broker === "unavailable") state("unavailable", "Broker unavailable");
           else state("connected", "Live");
           indicator.title = data.detail || "";
@@ -188,8 +235,9 @@
         if (data.type === "error") toast(data.detail, true);
         onMessage(data);
       });
-      socket.addEventListener("close", () => {
-        if (closedByUs) return;
+      socket.addEventListener("close", (event) => {
+        if (event.code === SESSION_EXPIRED) session.end();
+        if (closedByUs || session.ended) return;
         state("disconnected", "Disconnected — reconnecting");
         setTimeout(connect, delay);
         delay = Math.min(delay * 2, 10000);
@@ -204,6 +252,25 @@
     connect();
     feeds.push(handle);
     return handle;
+  }
+
+  /* Under the header, a banner says what the indicator says when the figures have stopped updating
+     (broker unavailable, stale, disconnected), and since when; gone again when the feed is live. */
+  const BANNER = {
+    unavailable: "Broker unavailable: Redis does not answer. The figures below are not updating",
+    stale: "Stale: no updates from the server. The figures below are not updating",
+    disconnected: "Disconnected from the server, reconnecting. The figures below are not updating",
+  };
+  function banner(name, since) {
+    let node = document.getElementById("feed-banner");
+    if (!BANNER[name]) { if (node) node.hidden = true; return; }
+    if (!node) {
+      node = el("p", { id: "feed-banner", class: "feed-banner", role: "alert" });
+      document.getElementById("main").prepend(node);
+    }
+    node.dataset.state = name;
+    node.textContent = `${BANNER[name]}${since ? ` (last update ${new Date(since).toLocaleTimeString()})` : ""}.`;
+    node.hidden = false;
   }
 
   /* Rates from cumulative counters: rate(counters) gives per-second deltas since the previous call. */
@@ -317,5 +384,5 @@
   // rather than "Connecting…" for ever.
   window.addEventListener("load", () => { if (!feeds.length) live("", () => {}); });
 
-  window.SB = { api, ApiError, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, Chart, meter, page, feeds, eventLog, who };
+  window.SB = { api, ApiError, session, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, Chart, meter, page, feeds, eventLog, who };
 })();

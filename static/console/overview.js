@@ -19,7 +19,7 @@
     const href = l.destination.startsWith("topic://") ? `/console/topics/${encodeURIComponent(name)}/` : `/console/queues/${encodeURIComponent(name)}/`;
     node.replaceChildren(el("a", { href, title: l.destination }, l.destination.startsWith("topic://") ? `${name} (topic)` : name),
       ` ${fmt.num(l.messages)}`,
-      sub ? el("small", { class: "largest", title: sub.key }, `largest subscription: ${sub.label} (${fmt.num(sub.messages)})`) : null);
+      ...(sub ? [el("small", { class: "largest", title: sub.key }, `largest subscription: ${sub.label} (${fmt.num(sub.messages)})`)] : [])); // (replaceChildren writes a null as "null")
   }
 
   function show(totals) {

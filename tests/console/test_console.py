@@ -42,6 +42,9 @@ def test_logging_in_shows_the_overview_with_totals_and_a_live_connection(chromiu
         expect(page.locator("#live")).to_have_attribute("data-state", "connected")
         expect(page.locator("[data-total=destinations]")).not_to_have_text("–")
         assert int(page.locator("[data-total=messages]").inner_text().replace(",", "")) >= 2
+        # a queue as the largest backlog: its name and count, nothing after (it read "966null")
+        expect(page.locator("[data-total=largest] a")).to_have_count(1)
+        assert "null" not in page.locator("[data-total=largest]").inner_text()
     finally:
         page.context.close()
 

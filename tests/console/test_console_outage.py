@@ -1,9 +1,11 @@
 """The console's header when Redis goes away and comes back, in Debian's headless Chromium: "Broker
-unavailable" within about two seconds of the kill, "Live" again when Redis answers, without reloading the
-page or restarting the gateway. The gateway runs on a Redis of this test's own, which it kills."""
+unavailable" within two seconds of Redis hanging (SIGSTOP: connections stay open, nothing answers) and of
+its death (SIGKILL: connections refused), "Live" again when Redis answers, without reloading the page or
+restarting the gateway (issue 26, item 5). The gateway runs on a Redis of this test's own."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -37,17 +39,78 @@ def test_the_header_says_broker_unavailable_while_redis_is_away(chromium, tmp_pa
         page = login(chromium, server, "admin")
         live = page.locator("#live")
         expect(live).to_have_attribute("data-state", "connected")
+        store.process.send_signal(signal.SIGSTOP)
+        try:
+            stopped_at = time.monotonic()
+            expect(live).to_have_attribute("data-state", "unavailable", timeout=2000)
+            assert time.monotonic() - stopped_at < 2
+            expect(live).to_contain_text("Broker unavailable")
+            # and under the header, what it means for the figures on the page
+            banner = page.locator("#feed-banner")
+            expect(banner).to_be_visible()
+            expect(banner).to_contain_text("The figures below are not updating (last update")
+        finally:
+            store.process.send_signal(signal.SIGCONT)
+        expect(live).to_have_attribute("data-state", "connected", timeout=5000)
+        expect(page.locator("#feed-banner")).to_be_hidden()
         store.process.kill()
         killed_at = time.monotonic()
-        expect(live).to_have_attribute("data-state", "unavailable", timeout=3000)
-        assert time.monotonic() - killed_at < 3
+        expect(live).to_have_attribute("data-state", "unavailable", timeout=2000)
+        assert time.monotonic() - killed_at < 2
+        # the node page's endpoint answers, saying Redis is unreachable, and its page shows it
+        node = page.evaluate('SB.api("GET", "console/node")')
+        assert node["redis"]["status"] == "error" and node["processes"] is None, node
+        assert node["maintenance"]["status"] == "error"
+        page.goto(f"{server.url}/console/node/")
+        expect(page.locator('[data-fact="server"]')).to_contain_text("unreachable")
+        expect(page.locator("#processes tbody")).to_contain_text("holds the heartbeats, does not answer")
+        expect(live).to_have_attribute("data-state", "unavailable", timeout=2000)
         expect(live).to_contain_text("Broker unavailable")
         store.start()  # same port, data folder and AOF
         expect(live).to_have_attribute("data-state", "connected", timeout=5000)
         expect(live).to_contain_text("Live")
+        # the node page recovers by itself too: Redis's facts, and the gateway's heartbeat again
+        expect(page.locator('[data-fact="server"]')).not_to_contain_text("unreachable")
+        expect(page.locator('#processes tbody tr[data-role="web"][data-state="running"]')).to_have_count(1)
+        page.goto(f"{server.url}/console/")
         expect(page.locator("[data-total=destinations]")).not_to_have_text("–")
     finally:
         if page is not None:
             page.context.close()
         server.stop()
         store.stop()
+
+
+def test_a_stalled_server_reads_stale_within_two_seconds(chromium, console_server):
+    """The gateway stopped (SIGSTOP: its sockets stay open, nothing arrives): "Stale — no updates" and the
+    banner within two seconds of the last message, "Live" again when it goes on."""
+    server = start_gateway(console_server.data_dir, console_server.namespace, name="console-stall")
+    server.url = f"http://127.0.0.1:{server.port}"
+    page = None
+    try:
+        page = login(chromium, server, "admin")
+        live = page.locator("#live")
+        expect(live).to_have_attribute("data-state", "connected")
+        # in the page: when the feed's last message came, and when the indicator turned stale
+        page.evaluate("""() => {
+            window.lastFeedMessage = Date.now();
+            SB.feeds[0].socket.addEventListener("message", () => { window.lastFeedMessage = Date.now(); });
+            const live = document.getElementById("live");
+            new MutationObserver(() => {
+                if (live.dataset.state === "stale" && !window.staleAt) window.staleAt = Date.now();
+            }).observe(live, { attributes: true });
+        }""")
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            expect(live).to_have_attribute("data-state", "stale", timeout=3000)
+            silent_ms = page.evaluate("window.staleAt - window.lastFeedMessage")
+            assert 1700 <= silent_ms <= 2100, silent_ms  # 1.75 s of silence, checked every 0.25 s
+            expect(page.locator("#feed-banner")).to_contain_text("no updates from the server")
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        expect(live).to_have_attribute("data-state", "connected", timeout=5000)
+        expect(page.locator("#feed-banner")).to_be_hidden()
+    finally:
+        if page is not None:
+            page.context.close()
+        server.stop()

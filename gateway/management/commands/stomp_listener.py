@@ -28,7 +28,13 @@ class Command(BaseCommand):
         listeners = self.listeners(host, port, tls_port)
         if not listeners:
             raise CommandError("nothing to serve: SIGNALBOX_STOMP_PORT is 0 and no TLS certificate is set")
-        asyncio.run(self.serve(listeners))
+        from signalbox import node
+
+        node.start_heartbeat("stomp", " ".join(f"{x.host}:{x.port}" for x in listeners))
+        try:
+            asyncio.run(self.serve(listeners))
+        finally:
+            node.stop_heartbeat("stomp")
 
     def listeners(self, host: str, port: int, tls_port: int) -> list[Listener]:
         most = settings.SIGNALBOX_STOMP_MAX_CONNECTIONS
