@@ -155,6 +155,12 @@ class JsonSession(LinkedSession):
         if fatal:
             await self.shutdown(message)
 
+    async def close_by_operator(self, reason: str) -> None:
+        """The console's Close: a `connection_closed` error, then the close (unacked messages go back)."""
+        if not self.closing:
+            await self.error("connection_closed", f"an administrator closed this connection: {reason}",
+                             fatal=True)
+
     async def _lost(self, reason: str, unavailable: bool = False) -> None:
         if not self.closing:
             await self.error(store.CODE if unavailable else "connection_lost", reason, fatal=True)
@@ -224,6 +230,7 @@ class JsonSession(LinkedSession):
         await self._authorize(destinations, "read")
         spec = self.link.spec(ack_mode=ack_mode, **options)
         sub = await self.link.subscribe(key, destinations, spec, start=False)
+        self.note_subscription(sub, spec.selector, sub.consumers[0].prefetch)  # the connection registry
         if request.get("id") is not None:  # the answer goes before the first message
             await self.emit({"type": "ok", "id": request["id"], "subscription": key,
                              "prefetch": sub.consumers[0].prefetch})
@@ -287,6 +294,7 @@ class JsonSession(LinkedSession):
         ids: list[str] = []
         for dest in destinations:
             ids += await self.broker.send(dest, messages, tx=tx)
+        self.note_send(destinations, len(messages))  # the connection registry's producer rows
         return {"message_ids": ids}
 
     def _messages(self, request: dict[str, Any]) -> list[Message]:

@@ -1,0 +1,157 @@
+"""This process's part of the connection registry (broker_core/connections.py): the client connections it
+holds, written to Redis so that the console lists them, and the operator's close requests it takes.
+
+Sessions (gateway/ws/session.py, for STOMP over TCP and WebSocket and the JSON protocol) call
+`register` once logged in, `note_subscription` / `note_send` as frames arrive (memory only) and `forget`
+when they end. One task per event loop does the Redis work: every POLL seconds it takes the close
+requests addressed to this process, writes what changed (a new subscription or a first send to a
+destination wakes it at once) and, every third of the lease, renews all of its connections in a few
+calls. So a SEND costs no Redis call here, and a process that dies stops renewing: its connections leave
+the list within one lease (SIGNALBOX_CONNECTION_LEASE_MS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from django.conf import settings
+
+from broker_core.connections import ConnectionRecord
+from gateway import runtime
+from gateway.unavailable import store_unavailable
+
+logger = logging.getLogger(__name__)
+
+
+def lease_ms() -> int:
+    return int(getattr(settings, "SIGNALBOX_CONNECTION_LEASE_MS", 15_000))
+
+
+def registry_limit() -> int:
+    return int(getattr(settings, "SIGNALBOX_CONNECTION_REGISTRY_LIMIT", 100_000))
+
+
+def poll_seconds() -> float:
+    return float(getattr(settings, "SIGNALBOX_CONNECTION_POLL_SECONDS", 1.0))
+
+
+def protocol_of(session: Any) -> str:
+    """The registry's protocol name: stomp+tcp, stomp+ssl, stomp+ws or json-ws."""
+    if session.protocol == "json":
+        return "json-ws"
+    address = session.remote_address or ""
+    if getattr(session, "stream", False):
+        return "stomp+ssl" if address.startswith("ssl://") else "stomp+tcp"
+    return "stomp+ws"
+
+
+class ProcessConnections:
+    """The connections of one event loop of this process, and the task that keeps their entries."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.sessions: dict[str, Any] = {}
+        self.records: dict[str, ConnectionRecord] = {}
+        self._gone: list[str] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._renewed = time.monotonic()
+
+    async def register(self, session: Any, record: ConnectionRecord) -> None:
+        """Write the new connection's entry now (ConnectionRegistryFull refuses it), then keep it."""
+        await self.broker.connection_put(record, lease_ms=lease_ms(), limit=registry_limit())
+        self.sessions[record.connection_id] = session
+        self.records[record.connection_id] = record
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def changed(self) -> None:
+        self._wake.set()
+
+    def forget(self, connection_id: str) -> None:
+        if self.records.pop(connection_id, None) is not None:
+            self.sessions.pop(connection_id, None)
+            self._gone.append(connection_id)
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), poll_seconds())
+            self._wake.clear()
+            try:
+                await self.tick()
+            except Exception as exc:  # Redis away: the sessions learn it themselves; try again next poll
+                if store_unavailable(exc):
+                    logger.warning("connection registry: Redis unavailable (%s)", exc)
+                else:
+                    logger.exception("connection registry update failed")
+            if not self.records and not self._gone:
+                self._task = None
+                return
+
+    async def tick(self) -> None:
+        if self._gone:
+            gone, self._gone = self._gone, []
+            await self.broker.connection_drop(gone)
+        for connection_id, reason in await self.broker.connection_closes(runtime.PROCESS_ID):
+            session = self.sessions.get(connection_id)
+            if session is not None:
+                asyncio.get_running_loop().create_task(session.close_by_operator(reason))
+        for connection_id, record in list(self.records.items()):
+            session = self.sessions.get(connection_id)
+            if session is not None:
+                sync_subscriptions(record, session)
+            if record.dirty:
+                try:
+                    await self.broker.connection_put(record, lease_ms=lease_ms(), limit=registry_limit())
+                except Exception:
+                    record.registered = False  # what was taken for written was not: all of it next time
+                    raise
+        if time.monotonic() - self._renewed >= lease_ms() / 3000:
+            self._renewed = time.monotonic()
+            missing = await self.broker.connection_renew(list(self.records), lease_ms())
+            for connection_id in missing:  # it lapsed (this process stalled): write it whole again
+                record = self.records.get(connection_id)
+                if record is not None:
+                    record.registered = False
+                    await self.broker.connection_put(record, lease_ms=lease_ms(), limit=registry_limit())
+
+
+def sync_subscriptions(record: ConnectionRecord, session: Any) -> None:
+    """Subscriptions the link ended (UNSUBSCRIBE, an abort) leave the record; each one the link holds is
+    in it (with what `note_subscription` added: selector, prefetch)."""
+    link = session.link
+    if link is None:
+        return
+    for key in [k for k in record.subscriptions if k not in link.subscriptions]:
+        record.unsubscribed(key)
+    for key, sub in list(link.subscriptions.items()):
+        known = record.subscriptions.get(key)
+        ids = [c.consumer_id for c in sub.consumers]
+        if known is None or known["consumers"] != ids:
+            known = known or {}
+            prefetch = known.get("prefetch") or next((c.prefetch for c in sub.consumers), None)
+            record.subscribed(key, [d.uri for d in sub.destinations], ack_mode=sub.ack_mode,
+                              selector=known.get("selector"), prefetch=prefetch,
+                              consumer_ids=ids, durable=sub.durable[1] if sub.durable else None)
+
+
+_by_loop: dict[asyncio.AbstractEventLoop, ProcessConnections] = {}
+
+
+def for_loop() -> ProcessConnections:
+    loop = asyncio.get_running_loop()
+    if loop not in _by_loop:
+        _by_loop[loop] = ProcessConnections(runtime.async_broker())
+    return _by_loop[loop]
+
+
+def new_record(session: Any, connection_id: str, user: str) -> ConnectionRecord:
+    return ConnectionRecord(connection_id, protocol_of(session), runtime.PROCESS_ID, user=user,
+                            client_id=session.client_id or "", address=session.remote_address or "",
+                            since_ms=int(time.time() * 1000))
