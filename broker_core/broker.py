@@ -384,10 +384,11 @@ class _Api:
     def connection_drop(self, connection_ids: list[str]) -> Any:
         return self._run(connections.drop(self.namespace, connection_ids, self._now()))
 
-    def connection_list(self, cursor: str = "", count: int = 100,
-                        filters: dict[str, str] | None = None) -> Any:
+    def connection_list(self, cursor: str = "", count: int = 100, filters: dict[str, str] | None = None,
+                        with_destinations: bool = False) -> Any:
         """One cursor page of registered connections (connections.Page)."""
-        return self._run(connections.list_page(self.namespace, self._now(), cursor, count, filters))
+        return self._run(connections.list_page(self.namespace, self._now(), cursor, count, filters,
+                                               with_destinations))
 
     def connection_get(self, connection_id: str) -> Any:
         """A connection with its subscriptions and producers (connections.ConnectionInfo), or None."""

@@ -22,6 +22,7 @@ renewing, and its connections drop out of the list when the lease lapses (the li
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
@@ -157,12 +158,14 @@ class ConnectionInfo:
     close_requested_ms: int | None = None
     subscriptions: tuple[dict[str, Any], ...] = ()
     producers: tuple[dict[str, Any], ...] = ()
+    destination_names: tuple[str, ...] = ()  # in a list page asked `with_destinations`
 
     @property
     def destinations(self) -> set[str]:
-        """Every destination the connection subscribes to or sent to (known in a detail only)."""
+        """Every destination the connection subscribes to or sent to (a detail, or a list page asked
+        `with_destinations`)."""
         names = {d for sub in self.subscriptions for d in sub["destinations"]}
-        return names | {p["destination"] for p in self.producers}
+        return names | {p["destination"] for p in self.producers} | set(self.destination_names)
 
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -248,14 +251,21 @@ FILTERS = ("protocol", "user", "client", "destination", "process")
 
 
 def list_page(namespace: str, now_ms: int, cursor: str = "", count: int = 100,
-              filters: dict[str, str] | None = None) -> Op:
+              filters: dict[str, str] | None = None, with_destinations: bool = False) -> Op:
     """One page: examines at most `count` ids (≤ LIST_MAX) from `cursor` on, in id order, and returns those
     that match `filters` (protocol, user and process exact, client a substring of the client id or the
     connection id, destination a URI the connection subscribes or sent to)."""
     count = max(1, min(int(count), LIST_MAX))
-    wanted = {k: v for k, v in (filters or {}).items() if k in FILTERS and v}
+    wanted: dict[str, Any] = {k: v for k, v in (filters or {}).items() if k in FILTERS and v}
+    if with_destinations:
+        wanted["with_destinations"] = True
     reply = yield _call(namespace, now_ms, "list", cursor, count, json.dumps(wanted))
-    items = [_info(_text(row[0]), row[1], int(row[2]), int(row[3])) for row in reply[2:]]
+    items = []
+    for row in reply[2:]:
+        info = _info(_text(row[0]), row[1], int(row[2]), int(row[3]))
+        if with_destinations:
+            info = dataclasses.replace(info, destination_names=tuple(sorted(_text(d) for d in row[4])))
+        items.append(info)
     return Page(items, _text(reply[0]), int(reply[1]))
 
 

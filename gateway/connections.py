@@ -155,3 +155,55 @@ def new_record(session: Any, connection_id: str, user: str) -> ConnectionRecord:
     return ConnectionRecord(connection_id, protocol_of(session), runtime.PROCESS_ID, user=user,
                             client_id=session.client_id or "", address=session.remote_address or "",
                             since_ms=int(time.time() * 1000))
+
+
+# -- REST consumers ------------------------------------------------------------------------------------
+# An HTTP consumer is a connection of its own in the registry (protocol `rest`, its id the consumer id):
+# it has no socket and no owning process (any gateway process serves its requests, and Close closes its
+# broker consumer directly). Its entry's lease is the consumer's lease and a third more, renewed by the
+# consumer's requests at most once per third of the lease per process, so it lives as long as the
+# consumer (and at most a third of a lease longer); the renewal runs beside the request, never before it.
+
+_rest_renewed: dict[str, float] = {}
+_REST_RENEWED_KEPT = 10_000
+_background: set[asyncio.Task[Any]] = set()
+
+
+def rest_lease(consumer_lease_ms: int) -> int:
+    return consumer_lease_ms * 4 // 3
+
+
+async def register_rest(consumer_id: str, destination: str, *, ack_mode: str, lease_ms: int, user: str,
+                        client_id: str | None, address: str, selector: str | None, prefetch: int | None,
+                        durable: str | None = None) -> None:
+    record = ConnectionRecord(consumer_id, "rest", "", user=user, client_id=client_id or "", address=address,
+                              since_ms=int(time.time() * 1000))
+    record.subscribed(consumer_id, [destination], ack_mode=ack_mode, selector=selector, prefetch=prefetch,
+                      consumer_ids=[consumer_id], durable=durable)
+    await runtime.async_broker().connection_put(record, lease_ms=rest_lease(lease_ms), limit=registry_limit())
+    _rest_renewed[consumer_id] = time.monotonic()
+
+
+def touch_rest(consumer_id: str, lease_ms: int) -> None:
+    """A request of the consumer: renew its entry, at most once per third of the lease in this process."""
+    now = time.monotonic()
+    if now - _rest_renewed.get(consumer_id, 0.0) < lease_ms / 3000:
+        return
+    _rest_renewed[consumer_id] = now
+    if len(_rest_renewed) > _REST_RENEWED_KEPT:
+        _rest_renewed.pop(next(iter(_rest_renewed)))
+    task = asyncio.get_running_loop().create_task(_renew_rest(consumer_id, lease_ms))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+async def _renew_rest(consumer_id: str, lease_ms: int) -> None:
+    try:
+        await runtime.async_broker().connection_renew([consumer_id], rest_lease(lease_ms))
+    except Exception as exc:  # the entry lapses; the consumer's own request reports Redis being away
+        logger.warning("connection registry: renewing REST consumer %s failed (%s)", consumer_id, exc)
+
+
+async def forget_rest(consumer_id: str) -> None:
+    _rest_renewed.pop(consumer_id, None)
+    await runtime.async_broker().connection_drop([consumer_id])

@@ -21,7 +21,8 @@
 --   renew lease id...  -> the ids that are not registered (lapsed and purged): the caller puts them again
 --   drop id...         -> how many were registered
 --   list cursor count filters_json -> {next cursor ('' at the end), examined, then per match {id, fields
---                        (flat), subscriptions, producers}}; at most `count` ids are examined per call
+--                        (flat), subscription count, producer count[, destinations when
+--                        filters.with_destinations]}}; at most `count` ids are examined per call
 --                        (lapsed ones purged on the way), so a page may hold fewer matches than `count`
 --   get id            -> {fields, subscriptions (flat), producers (flat)} or false
 --   close id reason   -> {process, protocol} of a live connection, asked to close; false if none
@@ -156,7 +157,9 @@ if op == 'list' then
     else
       local flat = redis.call('HGETALL', c)
       if #flat > 0 and matches(id, as_map(flat), f) then
-        out[#out + 1] = {id, flat, redis.call('HLEN', s), redis.call('HLEN', p)}
+        local row = {id, flat, redis.call('HLEN', s), redis.call('HLEN', p)}
+        if f.with_destinations then row[5] = redis.call('HKEYS', R .. ':d:' .. id) end
+        out[#out + 1] = row
       end
     end
   end
