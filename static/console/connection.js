@@ -29,10 +29,10 @@
     document.getElementById("conn-state").textContent = c.close_requested ? `Closing: requested ${fmt.ago(c.close_requested)}.` : "";
     fill(document.querySelector("#subscriptions tbody"), c.subscriptions.map((s) => el("tr", { dataset: { subscription: s.key } },
       el("td", { class: "id" }, s.key + (s.durable ? ` (durable ${s.durable})` : "")),
-      el("td", {}, s.destinations.map((d, i) => [i ? ", " : "", destLink(d)])),
+      el("td", {}, s.destinations.flatMap((d, i) => [i ? ", " : "", destLink(d)])),
       el("td", {}, s.ack_mode), el("td", {}, s.selector ? el("code", {}, s.selector) : "–"),
       el("td", { class: "num" }, s.prefetch === null || s.prefetch === undefined ? "–" : fmt.num(s.prefetch)),
-      el("td", { class: "id" }, s.consumers.map((x, i) => [i ? " " : "", el("code", {}, x)])))), 6, "No subscriptions.");
+      el("td", { class: "id" }, s.consumers.flatMap((x, i) => [i ? " " : "", el("code", {}, x)])))), 6, "No subscriptions.");
     fill(document.querySelector("#producers tbody"), c.producers.map((p) => el("tr", { dataset: { producer: p.destination } },
       el("td", {}, destLink(p.destination)), el("td", { class: "num" }, fmt.num(p.count)),
       el("td", { title: fmt.time(p.last_send) }, fmt.ago(p.last_send)))), 3, "No messages sent on this connection.");
