@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from broker_core.destinations import Destination, parse_composite
-from broker_core.errors import BrokerError
+from broker_core.errors import BrokerError, ConnectionRegistryFull
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message
 from broker_core.operations import Consumer
@@ -86,7 +86,7 @@ class JsonSession(LinkedSession):
         if self.session_user is not None and getattr(self.session_user, "is_authenticated", False):
             try:
                 await self.open_link(self.session_user)
-                await self.connected()  # ActiveMQ.Advisory.Connection
+                await self._connected()
             except store.STORE_ERRORS as exc:
                 await self.error(store.CODE, store.explain(exc) + "; reconnect to go on", fatal=True)
 
@@ -191,8 +191,19 @@ class JsonSession(LinkedSession):
                              request.get("id"), fatal=True)
             return {}
         link = await self.open_link(user)
-        await self.connected()  # ActiveMQ.Advisory.Connection
+        if not await self._connected(request.get("id")):
+            return {}
         return {"connection": link.connection_id, "user": auth.username(user)}
+
+    async def _connected(self, request_id: Any = None) -> bool:
+        """ActiveMQ.Advisory.Connection and the connection registry; a full registry ends the connection
+        (its error names SIGNALBOX_CONNECTION_REGISTRY_LIMIT)."""
+        try:
+            await self.connected()
+        except ConnectionRegistryFull as exc:
+            await self.error(exc.code, exc.message, request_id, fatal=True)
+            return False
+        return True
 
     async def _authorize(self, destinations: list[Destination], action: str) -> None:
         refusal = await self.refusal(destinations, action)

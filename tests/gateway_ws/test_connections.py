@@ -336,3 +336,36 @@ def test_listing_refuses_a_bad_limit_by_name(api):
     assert response.status_code == 400 and "limit must be 1..500" in response.text
     assert api.get("/connections/nope").status_code == 404
     assert api.post("/connections/nope/close").status_code == 404
+
+
+def test_a_full_registry_refuses_a_new_connection_by_name(servers):
+    """SIGNALBOX_CONNECTION_REGISTRY_LIMIT=1 on a namespace of its own: the second connection gets an ERROR
+    naming the setting, and once the first ends a new one is accepted."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    listener = wait_listening(spawn_stomp_listener(servers["data_dir"], namespace, "conns-full", **FAST,
+                                                   SIGNALBOX_CONNECTION_REGISTRY_LIMIT="1"))
+    try:
+        first = RawTcp(listener.port)
+        first.connect()
+        second = RawTcp(listener.port)
+        second.send("CONNECT", {"accept-version": "1.2", "login": "alice", "passcode": "secret", "host": "x"})
+        error = second.expect("ERROR")
+        assert "SIGNALBOX_CONNECTION_REGISTRY_LIMIT" in error.get("message") + error.body.decode()
+        assert second.closed_within(5)
+        second.close()
+        first.send("DISCONNECT", {"receipt": "bye"})
+        first.expect("RECEIPT")
+        first.close()
+        third = eventually(lambda: _connects(listener.port))
+        third.close()
+    finally:
+        listener.stop()
+
+
+def _connects(port: int) -> RawTcp | None:
+    client = RawTcp(port)
+    client.send("CONNECT", {"accept-version": "1.2", "login": "alice", "passcode": "secret", "host": "x"})
+    if client.receive().command == "CONNECTED":
+        return client
+    client.close()
+    return None
