@@ -376,6 +376,13 @@ class _Api:
         return self._run(connections.put(self.namespace, record, self._now(), lease_ms=lease_ms, limit=limit,
                                          full=full))
 
+    def connection_put_many(self, records: list[connections.ConnectionRecord], *,
+                            lease_ms: int = connections.DEFAULT_LEASE_MS,
+                            limit: int = connections.DEFAULT_LIMIT) -> Any:
+        """`connection_put` for many records, in MULTI/EXEC chunks; returns those whose write failed."""
+        return self._run(connections.put_many(self.namespace, records, self._now(), lease_ms=lease_ms,
+                                              limit=limit))
+
     def connection_renew(self, connection_ids: list[str],
                          lease_ms: int = connections.DEFAULT_LEASE_MS) -> Any:
         """Extend the leases; returns the ids no longer registered (to be written again whole)."""

@@ -222,6 +222,44 @@ def put(namespace: str, record: ConnectionRecord, now_ms: int, *, lease_ms: int 
     return record
 
 
+PUT_CHUNK = 100  # records one MULTI/EXEC of put_many writes
+
+
+def put_many(namespace: str, records: list[ConnectionRecord], now_ms: int, *,
+             lease_ms: int = DEFAULT_LEASE_MS, limit: int = DEFAULT_LIMIT) -> Op:
+    """`put` for many records, PUT_CHUNK per MULTI/EXEC (a process's periodic write of its connections'
+    counts: one round trip per chunk, not per connection). A record whose write failed (ConnectionRegistryFull
+    for one that lapsed and finds the registry full) is left unregistered, to be tried again whole."""
+    failed: list[ConnectionRecord] = []
+    for i in range(0, len(records), PUT_CHUNK):
+        chunk = records[i:i + PUT_CHUNK]
+        calls, again = [], []
+        for record in chunk:
+            payload = {"id": record.connection_id, "lease": lease_ms, "limit": limit,
+                       "create": not record.registered, **record.delta()}
+            calls.append(_call(namespace, now_ms, "put", json.dumps(payload)))
+        replies = yield calls
+        for record, reply in zip(chunk, replies, strict=True):
+            if isinstance(reply, Exception):
+                record.registered = False
+                failed.append(record)
+            elif int(reply) == 2:  # lapsed: write it whole, as a new connection
+                record.registered = False
+                again.append(record)
+            else:
+                record.registered = True
+        if again:
+            calls = [_call(namespace, now_ms, "put", json.dumps({
+                "id": r.connection_id, "lease": lease_ms, "limit": limit, "create": True, **r.delta(True)}))
+                for r in again]
+            replies = yield calls
+            for record, reply in zip(again, replies, strict=True):
+                record.registered = not isinstance(reply, Exception)
+                if not record.registered:
+                    failed.append(record)
+    return failed
+
+
 def renew(namespace: str, connection_ids: list[str], now_ms: int, lease_ms: int = DEFAULT_LEASE_MS) -> Op:
     """Extend the leases of these connections (chunks of RENEW_CHUNK per call); returns the ids the
     registry no longer has (their lease lapsed: the caller writes them again whole)."""

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from typing import Any
 
 from django.conf import settings
@@ -52,8 +53,7 @@ def protocol_of(session: Any) -> str:
 class ProcessConnections:
     """The connections of one event loop of this process, and the task that keeps their entries."""
 
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
+    def __init__(self) -> None:
         self.sessions: dict[str, Any] = {}
         self.records: dict[str, ConnectionRecord] = {}
         self._gone: list[str] = []
@@ -63,7 +63,7 @@ class ProcessConnections:
 
     async def register(self, session: Any, record: ConnectionRecord) -> None:
         """Write the new connection's entry now (ConnectionRegistryFull refuses it), then keep it."""
-        await self.broker.connection_put(record, lease_ms=lease_ms(), limit=registry_limit())
+        await runtime.async_broker().connection_put(record, lease_ms=lease_ms(), limit=registry_limit())
         self.sessions[record.connection_id] = session
         self.records[record.connection_id] = record
         if self._task is None or self._task.done():
@@ -79,47 +79,54 @@ class ProcessConnections:
             self._wake.set()
 
     async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), poll_seconds())
-            self._wake.clear()
-            try:
-                await self.tick()
-            except Exception as exc:  # Redis away: the sessions learn it themselves; try again next poll
-                if store_unavailable(exc):
-                    logger.warning("connection registry: Redis unavailable (%s)", exc)
-                else:
-                    logger.exception("connection registry update failed")
-            if not self.records and not self._gone:
-                self._task = None
-                return
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), poll_seconds())
+                self._wake.clear()
+                try:
+                    await self.tick()
+                except Exception as exc:  # Redis away: the sessions learn it themselves; try again next poll
+                    if store_unavailable(exc):
+                        logger.warning("connection registry: Redis unavailable (%s)", exc)
+                    else:
+                        logger.exception("connection registry update failed")
+                if not self.records and not self._gone:
+                    return
+        finally:  # (also when its loop ends: then nothing here holds the loop)
+            self._task = None
 
     async def tick(self) -> None:
+        broker = runtime.async_broker()  # the loop's client (looked up each time: tests replace it)
         if self._gone:
             gone, self._gone = self._gone, []
-            await self.broker.connection_drop(gone)
-        for connection_id, reason in await self.broker.connection_closes(runtime.PROCESS_ID):
+            await broker.connection_drop(gone)
+        for connection_id, reason in await broker.connection_closes(runtime.PROCESS_ID):
             session = self.sessions.get(connection_id)
             if session is not None:
                 asyncio.get_running_loop().create_task(session.close_by_operator(reason))
+        dirty = []
         for connection_id, record in list(self.records.items()):
             session = self.sessions.get(connection_id)
             if session is not None:
                 sync_subscriptions(record, session)
             if record.dirty:
-                try:
-                    await self.broker.connection_put(record, lease_ms=lease_ms(), limit=registry_limit())
-                except Exception:
-                    record.registered = False  # what was taken for written was not: all of it next time
-                    raise
+                dirty.append(record)
+        if dirty:
+            try:
+                await broker.connection_put_many(dirty, lease_ms=lease_ms(), limit=registry_limit())
+            except Exception:
+                for record in dirty:  # what was taken for written may not be: all of it next time
+                    record.registered = False
+                raise
         if time.monotonic() - self._renewed >= lease_ms() / 3000:
             self._renewed = time.monotonic()
-            missing = await self.broker.connection_renew(list(self.records), lease_ms())
+            missing = await broker.connection_renew(list(self.records), lease_ms())
             for connection_id in missing:  # it lapsed (this process stalled): write it whole again
                 record = self.records.get(connection_id)
                 if record is not None:
                     record.registered = False
-                    await self.broker.connection_put(record, lease_ms=lease_ms(), limit=registry_limit())
+                    await broker.connection_put(record, lease_ms=lease_ms(), limit=registry_limit())
 
 
 def sync_subscriptions(record: ConnectionRecord, session: Any) -> None:
@@ -141,13 +148,15 @@ def sync_subscriptions(record: ConnectionRecord, session: Any) -> None:
                               consumer_ids=ids, durable=sub.durable[1] if sub.durable else None)
 
 
-_by_loop: dict[asyncio.AbstractEventLoop, ProcessConnections] = {}
+# weak: an event loop that ends (a test's) takes its registry with it
+_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ProcessConnections] = (
+    weakref.WeakKeyDictionary())
 
 
 def for_loop() -> ProcessConnections:
     loop = asyncio.get_running_loop()
     if loop not in _by_loop:
-        _by_loop[loop] = ProcessConnections(runtime.async_broker())
+        _by_loop[loop] = ProcessConnections()
     return _by_loop[loop]
 
 

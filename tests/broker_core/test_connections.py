@@ -126,3 +126,25 @@ def test_drop(broker):
     assert broker.connection_get("c1") is None
     prefix = connections.registry_prefix(broker.namespace)
     assert not broker.redis.exists(f"{prefix}:c:c1", f"{prefix}:d:c1")
+
+
+def test_put_many_writes_chunks_and_rewrites_lapsed_records(broker, clock):
+    records = [record(f"m{i:03d}") for i in range(connections.PUT_CHUNK + 20)]
+    for rec in records:
+        rec.sent("queue://q", 1, 5)
+    assert broker.connection_put_many(records, lease_ms=1000) == []
+    assert all(r.registered for r in records)
+    assert broker.connection_get("m110").producers == ({"destination": "queue://q", "count": 1,
+                                                        "last_send": 5},)
+    clock.advance(1500)  # every entry lapsed; a count changes on one record only
+    records[3].sent("queue://q", 1, 6)
+    assert broker.connection_put_many([records[3]], lease_ms=1000) == []
+    info = broker.connection_get("m003")  # written whole again, not just the delta
+    assert info.user == "alice" and info.producers[0]["count"] == 2
+    # a lapsed record that finds the registry full is reported and left to be written whole later
+    broker.connection_put(record("other"), lease_ms=1000)
+    records[4].sent("queue://q", 1, 7)
+    assert broker.connection_put_many([records[4]], lease_ms=1000, limit=3) == []  # m003, other, m004
+    records[5].sent("queue://q", 1, 7)
+    assert broker.connection_put_many([records[5]], lease_ms=1000, limit=3) == [records[5]]
+    assert records[5].registered is False and broker.connection_get("m005") is None
