@@ -369,3 +369,39 @@ def _connects(port: int) -> RawTcp | None:
         return client
     client.close()
     return None
+
+
+def test_killed_gateway_connections_leave_the_list(servers, api):
+    """STOMP over WebSocket and the JSON protocol on a gateway process killed with SIGKILL: both entries go
+    within a lease."""
+    from websockets.sync.client import connect
+
+    doomed = wait_listening(spawn_gateway(servers["data_dir"], servers["namespace"], "conns-doomed-gw",
+                                          **FAST))
+    tag = uuid.uuid4().hex[:6]
+    stomp = RawStomp(f"ws://127.0.0.1:{doomed.port}/stomp")
+    stomp.connect(**{"client_id": f"dying-ws-{tag}"})
+    ws = connect(f"ws://127.0.0.1:{doomed.port}/ws/v1", open_timeout=5)
+    ws.__enter__()  # the sync client warns when not used as a context manager
+    ws.send(json.dumps({"type": "connect", "id": 1, "login": "alice", "passcode": "secret"}))
+    connection = json.loads(ws.recv(5))["connection"]
+    ids = {eventually(lambda: find(api, client=f"dying-ws-{tag}"))[0]["id"], connection}
+    assert detail(api, connection)["protocol"] == "json-ws"
+    doomed.kill()
+    killed_at = time.monotonic()
+    eventually(lambda: all(detail(api, i) is None for i in ids), timeout=LEASE_MS / 1000 + 3)
+    assert time.monotonic() - killed_at < LEASE_MS / 1000 + 3
+    with pytest.raises(Exception):  # noqa: B017 - whichever way the dead socket reports it
+        stomp.receive(1)
+    ws.close()
+
+
+def test_rest_entry_lapses_with_its_consumer(api):
+    queue = f"q{uuid.uuid4().hex[:8]}"
+    consumer_id = api.post(f"/queues/{queue}/consumers", json={"lease_ms": 1000}).json()["consumer_id"]
+    assert detail(api, consumer_id)["protocol"] == "rest"
+    time.sleep(0.5)
+    assert api.post(f"/queues/{queue}/consumers/{consumer_id}/heartbeat").status_code == 200
+    assert detail(api, consumer_id) is not None
+    # no request for longer than its lease (and the third more the entry gets): the entry is gone
+    eventually(lambda: detail(api, consumer_id) is None, timeout=4)
