@@ -53,7 +53,9 @@ def protocol_of(session: Any) -> str:
 class ProcessConnections:
     """The connections of one event loop of this process, and the task that keeps their entries."""
 
-    def __init__(self) -> None:
+    def __init__(self, process: str) -> None:
+        # the name close requests are addressed to: this process, and this loop when it has several
+        self.process = process
         self.sessions: dict[str, Any] = {}
         self.records: dict[str, ConnectionRecord] = {}
         self._gone: list[str] = []
@@ -101,7 +103,7 @@ class ProcessConnections:
         if self._gone:
             gone, self._gone = self._gone, []
             await broker.connection_drop(gone)
-        for connection_id, reason in await broker.connection_closes(runtime.PROCESS_ID):
+        for connection_id, reason in await broker.connection_closes(self.process):
             session = self.sessions.get(connection_id)
             if session is not None:
                 asyncio.get_running_loop().create_task(session.close_by_operator(reason))
@@ -153,15 +155,21 @@ _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ProcessConnection
     weakref.WeakKeyDictionary())
 
 
+_loops_seen = 0
+
+
 def for_loop() -> ProcessConnections:
+    global _loops_seen
     loop = asyncio.get_running_loop()
     if loop not in _by_loop:
-        _by_loop[loop] = ProcessConnections()
+        _loops_seen += 1
+        _by_loop[loop] = ProcessConnections(runtime.PROCESS_ID if _loops_seen == 1
+                                            else f"{runtime.PROCESS_ID}.{_loops_seen}")
     return _by_loop[loop]
 
 
 def new_record(session: Any, connection_id: str, user: str) -> ConnectionRecord:
-    return ConnectionRecord(connection_id, protocol_of(session), runtime.PROCESS_ID, user=user,
+    return ConnectionRecord(connection_id, protocol_of(session), for_loop().process, user=user,
                             client_id=session.client_id or "", address=session.remote_address or "",
                             since_ms=int(time.time() * 1000))
 

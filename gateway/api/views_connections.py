@@ -117,7 +117,8 @@ class ConnectionDetailView(GatewayView):
 
 class ConnectionCloseView(GatewayView):
     @extend_schema(operation_id="connections_close", summary="Close a client connection (staff)",
-                   request=None, responses={202: {"type": "object"}, **problems(401, 403, 404)})
+                   request=None, responses={202: {"type": "object"}, 200: {"type": "object"},
+                                            **problems(401, 403, 404)})
     async def post(self, request: Request, connection_id: str) -> Response:
         if not request.user.is_authenticated:
             raise exceptions.NotAuthenticated()
