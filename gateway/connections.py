@@ -106,7 +106,9 @@ class ProcessConnections:
         for connection_id, reason in await broker.connection_closes(self.process):
             session = self.sessions.get(connection_id)
             if session is not None:
-                asyncio.get_running_loop().create_task(session.close_by_operator(reason))
+                task = asyncio.get_running_loop().create_task(session.close_by_operator(reason))
+                _background.add(task)  # (held: the loop keeps only weak references to tasks)
+                task.add_done_callback(_background.discard)
         dirty = []
         for connection_id, record in list(self.records.items()):
             session = self.sessions.get(connection_id)
@@ -116,19 +118,22 @@ class ProcessConnections:
                 dirty.append(record)
         if dirty:
             try:
-                await broker.connection_put_many(dirty, lease_ms=lease_ms(), limit=registry_limit())
+                failed = await broker.connection_put_many(dirty, lease_ms=lease_ms(), limit=registry_limit())
             except Exception:
                 for record in dirty:  # what was taken for written may not be: all of it next time
                     record.registered = False
                 raise
+            if failed:  # lapsed, and the registry is full now: tried again whole at the next poll
+                logger.warning("connection registry: %d connections not listed: %s", len(failed),
+                               "the registry holds SIGNALBOX_CONNECTION_REGISTRY_LIMIT connections")
         if time.monotonic() - self._renewed >= lease_ms() / 3000:
             self._renewed = time.monotonic()
             missing = await broker.connection_renew(list(self.records), lease_ms())
-            for connection_id in missing:  # it lapsed (this process stalled): write it whole again
+            for connection_id in missing:  # it lapsed (this process stalled): written whole at the next poll
                 record = self.records.get(connection_id)
                 if record is not None:
                     record.registered = False
-                    await broker.connection_put(record, lease_ms=lease_ms(), limit=registry_limit())
+                    self._wake.set()
 
 
 def sync_subscriptions(record: ConnectionRecord, session: Any) -> None:

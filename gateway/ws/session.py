@@ -68,6 +68,9 @@ class LinkedSession:
         self._advised = True
         record = connections.new_record(self, self.link.connection_id, auth.username(self.user))
         await connections.for_loop().register(self, record)  # ConnectionRegistryFull refuses the connection
+        if self.closing:  # it ended while registering: release() found no record to forget
+            connections.for_loop().forget(record.connection_id)
+            return
         self.record = record
 
     def note_subscription(self, sub: Subscription, selector: str | None, prefetch: int | None) -> None:
