@@ -34,8 +34,8 @@ PROTOCOLS = ("stomp+tcp", "stomp+ssl", "stomp+ws", "json-ws", "rest")
 PRODUCER_LIMIT = 100  # destinations one connection's producer rows name
 DEFAULT_LEASE_MS = 15_000
 DEFAULT_LIMIT = 100_000
-LIST_MAX = 500  # ids one list call examines, at most
-RENEW_CHUNK = 500  # connections one renew call extends
+LIST_MAX = 200  # ids one list call examines, at most (500 full rows took 21 ms of Redis under load)
+RENEW_CHUNK = 200  # connections one renew (or drop) call extends
 TAKE_CHUNK = 100  # close requests taken per call
 
 Op = Generator[Any, Any, Any]
@@ -222,7 +222,7 @@ def put(namespace: str, record: ConnectionRecord, now_ms: int, *, lease_ms: int 
     return record
 
 
-PUT_CHUNK = 100  # records one MULTI/EXEC of put_many writes
+PUT_CHUNK = 50  # records one MULTI/EXEC of put_many writes
 
 
 def put_many(namespace: str, records: list[ConnectionRecord], now_ms: int, *,

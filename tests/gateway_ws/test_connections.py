@@ -122,7 +122,7 @@ class RawTcp:
 
 
 def find(api: httpx.Client, **filters: str) -> list[dict[str, Any]]:
-    response = api.get("/connections", params={"limit": 500, **filters})
+    response = api.get("/connections", params={"limit": 200, **filters})
     assert response.status_code == 200, response.text
     return response.json()["connections"]
 
@@ -318,7 +318,7 @@ def test_who_sees_and_who_closes(servers, api):
     token = api.post("/auth/token", json={"username": "bob", "password": "secret"}, headers={
         "Authorization": ""}).json()["token"]
     with httpx.Client(base_url=str(api.base_url), headers={"Authorization": f"Token {token}"}) as bob:
-        seen = {r["id"] for r in bob.get("/connections", params={"limit": 500}).json()["connections"]}
+        seen = {r["id"] for r in bob.get("/connections", params={"limit": 200}).json()["connections"]}
         assert ids["shared-"] in seen and ids["hidden-"] not in seen
         assert all(r["user"] == "bob" for r in bob.get("/connections", params={"user": "bob"}).json()[
             "connections"])
@@ -333,7 +333,7 @@ def test_who_sees_and_who_closes(servers, api):
 
 def test_listing_refuses_a_bad_limit_by_name(api):
     response = api.get("/connections", params={"limit": 100000})
-    assert response.status_code == 400 and "limit must be 1..500" in response.text
+    assert response.status_code == 400 and "limit must be 1..200" in response.text
     assert api.get("/connections/nope").status_code == 404
     assert api.post("/connections/nope/close").status_code == 404
 
