@@ -27,6 +27,8 @@
 --   get id            -> {fields, subscriptions (flat), producers (flat)} or false
 --   close id reason   -> {process, protocol} of a live connection, asked to close; false if none
 --   take process count -> up to `count` {connection id, reason} the process was asked to close
+-- Allowed past maxmemory (--@allow-oom): a consumer that connects to drain a full broker registers here,
+-- and a refusal would refuse the connection; an entry is a few hundred bytes, bounded by the limit.
 --@allow-oom
 local R = KEYS[1]
 local NOW = tonumber(ARGV[1])
