@@ -36,6 +36,11 @@
     if (!state.next) return;
     state.cursors = state.cursors.slice(0, state.index + 1).concat([state.next]); state.index += 1; load();
   });
+  // a link may bring filters (the queue page's "Connections": ?destination=queue://...)
+  const given = new URLSearchParams(location.search);
+  for (const [name, id] of [["protocol", "f-protocol"], ["client", "f-client"], ["user", "f-user"], ["destination", "f-destination"]]) {
+    if (given.get(name)) { state.filters[name] = given.get(name); document.getElementById(id).value = given.get(name); }
+  }
   load();
   setInterval(load, 5000);
   live("", () => {});

@@ -151,7 +151,12 @@ def test_stomp_clients_over_tcp_and_websocket_are_listed_and_an_admin_closes_one
     rows.first.locator("a").click()
     check_detail(page, "stomp+ws", f"ws-app-{tag}", ws_queue, audit)
 
-    # the queue page's consumers table links to the consumer's connection
+    # the queue page links to the connections using the queue (its producers and consumers)...
+    page.goto(f"{console_server.url}/console/queues/{audit}/")
+    page.locator("#connections-link").click()
+    expect(page.locator("#f-destination")).to_have_value(f"queue://{audit}")
+    expect(rows).to_have_count(2)
+    # ...and its consumers table to each consumer's connection
     page.goto(f"{console_server.url}/console/queues/{queue}/")
     page.locator("#consumers tbody tr td a", has_text=f"tcp-app-{tag}").click()
     expect(page).to_have_url(f"{console_server.url}/console/connections/"
