@@ -15,7 +15,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from . import advisory, errors, flow, topic_ops, virtual
+from . import advisory, connections, errors, flow, topic_ops, virtual
 from .clock import Clock, SystemClock
 from .coalesce import Coalescer
 from .config.store import PolicyStore
@@ -59,6 +59,7 @@ _ERRORS: dict[str, type[errors.BrokerError]] = {
     "DURABLE_IN_USE": errors.DurableSubscriptionInUse,
     "NO_SUBSCRIPTION": errors.UnknownSubscription,
     "TOPIC_REPEAT": errors.InvalidMessage,
+    "REGISTRY_FULL": errors.ConnectionRegistryFull,
 }
 
 Packed = list[tuple[str, bytes]]  # messages as Message.pack gives them: (id, bytes)
@@ -360,6 +361,49 @@ class _Api:
         info = {"connection": connection_id, "client": client_id, "user": user, "address": address,
                 "protocol": protocol, "reason": reason}
         return self._run(advisory.connection_changed(self.ops, info, self._now(), added))
+
+    # -- the connection registry (connections.py): what every adapter registers, the console lists
+
+    def connection_put(self, record: connections.ConnectionRecord, *,
+                       lease_ms: int = connections.DEFAULT_LEASE_MS, limit: int = connections.DEFAULT_LIMIT,
+                       full: bool = False) -> Any:
+        """Register `record` (its first call) or write what changed since; ConnectionRegistryFull past
+        `limit`."""
+        return self._run(connections.put(self.namespace, record, self._now(), lease_ms=lease_ms, limit=limit,
+                                         full=full))
+
+    def connection_put_many(self, records: list[connections.ConnectionRecord], *,
+                            lease_ms: int = connections.DEFAULT_LEASE_MS,
+                            limit: int = connections.DEFAULT_LIMIT) -> Any:
+        """`connection_put` for many records, in MULTI/EXEC chunks; returns those whose write failed."""
+        return self._run(connections.put_many(self.namespace, records, self._now(), lease_ms=lease_ms,
+                                              limit=limit))
+
+    def connection_renew(self, connection_ids: list[str],
+                         lease_ms: int = connections.DEFAULT_LEASE_MS) -> Any:
+        """Extend the leases; returns the ids no longer registered (to be written again whole)."""
+        return self._run(connections.renew(self.namespace, connection_ids, self._now(), lease_ms))
+
+    def connection_drop(self, connection_ids: list[str]) -> Any:
+        return self._run(connections.drop(self.namespace, connection_ids, self._now()))
+
+    def connection_list(self, cursor: str = "", count: int = 100, filters: dict[str, str] | None = None,
+                        with_destinations: bool = False) -> Any:
+        """One cursor page of registered connections (connections.Page)."""
+        return self._run(connections.list_page(self.namespace, self._now(), cursor, count, filters,
+                                               with_destinations))
+
+    def connection_get(self, connection_id: str) -> Any:
+        """A connection with its subscriptions and producers (connections.ConnectionInfo), or None."""
+        return self._run(connections.get(self.namespace, connection_id, self._now()))
+
+    def connection_close(self, connection_id: str, reason: str) -> Any:
+        """Ask the connection's process to close it; (process, protocol), or None when not registered."""
+        return self._run(connections.request_close(self.namespace, connection_id, reason, self._now()))
+
+    def connection_closes(self, process: str) -> Any:
+        """(connection id, reason) pairs `process` was asked to close, each handed out once."""
+        return self._run(connections.take_closes(self.namespace, process, self._now()))
 
     def virtual_routing(self) -> Any:
         """The virtual destinations every send routes by, one row each (`virtual.describe`)."""

@@ -84,3 +84,10 @@ class UnknownSubscription(BrokerError):
     """No durable subscription with that client id and name (ActiveMQ's InvalidDestinationException)."""
 
     code = "unknown_subscription"
+
+
+class ConnectionRegistryFull(BrokerError):
+    """The connection registry holds its limit (SIGNALBOX_CONNECTION_REGISTRY_LIMIT): a new connection is
+    refused rather than left out of the list (broker_core/connections.py)."""
+
+    code = "connection_registry_full"

@@ -99,3 +99,19 @@ def routing(request: HttpRequest) -> HttpResponse:
     if not (request.user.is_staff or request.user.is_superuser):
         return _forbidden(request, "The virtual destination routing is for staff users.")
     return _page(request, "routing.html", "routing")
+
+
+def _staff(request: HttpRequest) -> bool:
+    return bool(request.user.is_staff or request.user.is_superuser)
+
+
+@login_required(login_url=LOGIN)
+def connections(request: HttpRequest) -> HttpResponse:
+    # who sees which connection is the API's decision (gateway/api/views_connections.py)
+    return _page(request, "connections.html", "connections", admin=_staff(request))
+
+
+@login_required(login_url=LOGIN)
+def connection(request: HttpRequest, connection_id: str) -> HttpResponse:
+    return _page(request, "connection.html", "connections", connection_id=connection_id,
+                 admin=_staff(request))

@@ -124,5 +124,8 @@ class JsonConsumer(_SessionConsumer):
     """The JSON protocol at /ws/v1: one JSON object per WebSocket message."""
 
     def make_session(self, transport: Transport) -> JsonSession:
-        return JsonSession(transport, broker=runtime.async_broker(), hub=runtime.wakeups(),
-                           session_user=self.scope.get("user"))
+        client = self.scope.get("client") or ("unknown", 0)
+        session = JsonSession(transport, broker=runtime.async_broker(), hub=runtime.wakeups(),
+                              session_user=self.scope.get("user"))
+        session.remote_address = f"ws://{client[0]}:{client[1]}"  # listed by the connection registry
+        return session

@@ -256,6 +256,13 @@ SIGNALBOX_STOMP_TLS_PORT = int(os.environ.get("SIGNALBOX_STOMP_TLS_PORT") or 616
 SIGNALBOX_STOMP_TLS_CERT = os.environ.get("SIGNALBOX_STOMP_TLS_CERT") or ""
 SIGNALBOX_STOMP_TLS_KEY = os.environ.get("SIGNALBOX_STOMP_TLS_KEY") or ""
 SIGNALBOX_STOMP_MAX_CONNECTIONS = int(os.environ.get("SIGNALBOX_STOMP_MAX_CONNECTIONS") or 1000)
+# The connection registry (gateway/connections.py, docs/console.md "Connections"): each process renews its
+# connections' entries every third of the lease, so a dead process's connections leave the list within it;
+# at most LIMIT connections are registered (a new one past it is refused, naming the setting); close
+# requests are taken every POLL seconds.
+SIGNALBOX_CONNECTION_LEASE_MS = int(os.environ.get("SIGNALBOX_CONNECTION_LEASE_MS") or 15_000)
+SIGNALBOX_CONNECTION_REGISTRY_LIMIT = int(os.environ.get("SIGNALBOX_CONNECTION_REGISTRY_LIMIT") or 100_000)
+SIGNALBOX_CONNECTION_POLL_SECONDS = float(os.environ.get("SIGNALBOX_CONNECTION_POLL_SECONDS") or 1.0)
 # While Redis cannot be reached the API answers 503 with this Retry-After (seconds; gateway/unavailable.py).
 SIGNALBOX_UNAVAILABLE_RETRY_AFTER = int(os.environ.get("SIGNALBOX_UNAVAILABLE_RETRY_AFTER") or 1)
 # Largest request body (a batch of messages); larger requests get 413.

@@ -38,6 +38,7 @@ from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.urls import set_script_prefix
 
+from gateway import connections
 from gateway.api import json_input
 from gateway.metrics import ROUTE_KEY
 
@@ -268,6 +269,7 @@ class HotPath:
             else:
                 endpoint = action
                 consumer = views.parse_own_consumer(user, kind, name, consumer_id)
+                connections.touch_rest(consumer_id, consumer.lease_ms)
                 if not await self.allowed(user, [consumer.destination], "read"):
                     return _FALLBACK
                 if action == "ack":

@@ -47,7 +47,7 @@ from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import InvalidConsumer, NotInFlight, UnknownConsumer
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
-from gateway import runtime
+from gateway import connections, runtime
 from gateway.api.auth import BasicAuthentication, TokenAuthentication
 from gateway.api.base import GatewayView
 from gateway.api.common import topics_supported
@@ -278,6 +278,7 @@ class MessageServletView(GatewayView):
         try:
             if died_holding is not None:
                 await self._close(ref)
+            connections.touch_rest(consumer_id, _lease_ms())  # its registry entry lives with it
             deliveries = await self._poll(request, ref, client_key, timeout_ms / 1000)
             response = await self._answer(ref, deliveries[0], params) if deliveries else _no_cache(
                 HttpResponse(status=204))
@@ -312,6 +313,10 @@ class MessageServletView(GatewayView):
         except InvalidConsumer as exc:
             if "exists" not in exc.message.lower() and "CONSUMER_EXISTS" not in str(exc):
                 raise
+        await connections.register_rest(  # the console's Connections page lists it
+            ref.consumer_id, ref.destination.uri, ack_mode=ACK_MODE, lease_ms=_lease_ms(),
+            user=request.user.get_username(), client_id=client_key[2:][:200],
+            address=f"http://{request.META.get('REMOTE_ADDR', '')}", selector=spec.selector, prefetch=0)
         registry = self._registry(request, client_key)
         await broker.redis.hset(registry, ref.destination.uri, ref.consumer_id)
         await broker.redis.pexpire(registry, _lease_ms() * 2)
@@ -319,6 +324,7 @@ class MessageServletView(GatewayView):
     async def _close(self, ref: ConsumerRef) -> None:
         with contextlib.suppress(UnknownConsumer):
             await runtime.async_broker().close_consumer(ref)
+        await connections.forget_rest(ref.consumer_id)
         runtime.wakeups().forget(ref.consumer_id)
 
     async def _unsubscribe(self, request: Request, client_key: str) -> None:

@@ -22,7 +22,7 @@ from broker_core.destinations import Destination
 from broker_core.errors import UnknownConsumer
 from broker_core.messages import Message, new_message_id
 from broker_core.model import ConsumerRef, ConsumerSpec
-from gateway import runtime
+from gateway import connections, runtime
 from gateway.api import json_input
 from gateway.api import serializers as s
 from gateway.api.base import GatewayView, browse
@@ -248,6 +248,11 @@ class ConsumersView(GatewayView):
             subscription_name=options.get("subscription_name"),
             retroactive=options["retroactive"] and destination.is_topic)
         consumer = await runtime.async_broker().add_consumer(destination, spec, consumer_id)
+        await connections.register_rest(  # the console's Connections page lists it
+            consumer_id, destination.uri, ack_mode=options["ack_mode"], lease_ms=options["lease_ms"],
+            user=request.user.get_username(), client_id=options.get("client_id"),
+            address=f"http://{request.META.get('REMOTE_ADDR', '')}", selector=options.get("selector") or None,
+            prefetch=consumer.prefetch, durable=options.get("subscription_name"))
         base = request.build_absolute_uri(f"/api/v1/{kind}/{name}/consumers/{consumer_id}")
         body = {
             "consumer_id": consumer_id, "destination": destination.uri, "ack_mode": options["ack_mode"],
@@ -296,6 +301,7 @@ async def own_consumer(view: GatewayView, request: Request, kind: str, name: str
                        consumer_id: str) -> HttpConsumer:
     """The caller's own HTTP consumer, once the caller may read its destination."""
     consumer = parse_own_consumer(request.user, kind, name, consumer_id)
+    connections.touch_rest(consumer_id, consumer.lease_ms)  # the registry entry lives with the consumer
     await view.require(request, consumer.destination, "read")
     return consumer
 
@@ -372,6 +378,8 @@ class ConsumerDetailView(GatewayView):
                 await broker.close_consumer(mine.ref)
             except UnknownConsumer:
                 raise await _gone(mine) from None
+            finally:
+                await connections.forget_rest(consumer_id)
             runtime.wakeups().forget(consumer_id)
             return Response(status=status.HTTP_204_NO_CONTENT)
         await self.require(request, destination, "admin")

@@ -429,6 +429,7 @@ class StompSession(LinkedSession):
                 tx = self.link.transaction(name) if name is not None else None
                 messages = [message_from_send(frame, self.link.connection_id) for frame in batch]
                 await self.broker.send(dest, messages, tx=tx)
+                self.note_send([dest], len(messages))
             except (StompError, LinkError, BrokerError):  # refused before anything was written:
                 pass  # the one-by-one path reports the first bad frame
             except STORE_ERRORS as exc:  # perhaps written: never sent again one by one
@@ -552,6 +553,11 @@ class StompSession(LinkedSession):
         await self.fail("Broker unavailable", explain(exc) + "; reconnect to go on", receipt,
                         (("retry-after", str(retry_after())),), release_first=False)
 
+    async def close_by_operator(self, reason: str) -> None:
+        """The console's Close: ERROR, then the close; `fail` releases first, so unacknowledged messages
+        go back to their queues before the client reads the ERROR."""
+        await self.fail("Connection closed by an administrator", reason)
+
     async def _lost(self, reason: str, unavailable: bool = False) -> None:
         if unavailable:
             await self.fail("Broker unavailable", f"{reason}; the broker's store (Redis) cannot be reached, "
@@ -668,6 +674,7 @@ class StompSession(LinkedSession):
             # is the composite, as in ActiveMQ
             message = dataclasses.replace(message, message_id=new_message_id())
             await self.broker.send(",".join(d.uri for d in destinations), message, tx=tx)
+        self.note_send(destinations)  # the connection registry's producer rows
 
     async def on_subscribe(self, frame: Frame) -> bool:
         assert self.link is not None
@@ -701,6 +708,7 @@ class StompSession(LinkedSession):
         options = {"id": sub_id, "group_headers": _java_bool(frame.get(GROUP_HEADERS))}
         receipt = frame.get("receipt")
         sub = await self.link.subscribe(key, destinations, spec, options, start=False)
+        self.note_subscription(sub, spec.selector, sub.consumers[0].prefetch)  # the connection registry
         if receipt is not None:
             # ActiveMQ holds dispatch until the RECEIPT is out; the pumps start after it.
             await self.send_frame("RECEIPT", [("receipt-id", receipt)])

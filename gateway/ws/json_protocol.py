@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from broker_core.destinations import Destination, parse_composite
-from broker_core.errors import BrokerError
+from broker_core.errors import BrokerError, ConnectionRegistryFull
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message
 from broker_core.model import Consumer
@@ -86,7 +86,7 @@ class JsonSession(LinkedSession):
         if self.session_user is not None and getattr(self.session_user, "is_authenticated", False):
             try:
                 await self.open_link(self.session_user)
-                await self.connected()  # ActiveMQ.Advisory.Connection
+                await self._connected()
             except store.STORE_ERRORS as exc:
                 await self.error(store.CODE, store.explain(exc) + "; reconnect to go on", fatal=True)
 
@@ -155,6 +155,12 @@ class JsonSession(LinkedSession):
         if fatal:
             await self.shutdown(message)
 
+    async def close_by_operator(self, reason: str) -> None:
+        """The console's Close: a `connection_closed` error, then the close (unacked messages go back)."""
+        if not self.closing:
+            await self.error("connection_closed", f"an administrator closed this connection: {reason}",
+                             fatal=True)
+
     async def _lost(self, reason: str, unavailable: bool = False) -> None:
         if not self.closing:
             await self.error(store.CODE if unavailable else "connection_lost", reason, fatal=True)
@@ -185,8 +191,19 @@ class JsonSession(LinkedSession):
                              request.get("id"), fatal=True)
             return {}
         link = await self.open_link(user)
-        await self.connected()  # ActiveMQ.Advisory.Connection
+        if not await self._connected(request.get("id")):
+            return {}
         return {"connection": link.connection_id, "user": auth.username(user)}
+
+    async def _connected(self, request_id: Any = None) -> bool:
+        """ActiveMQ.Advisory.Connection and the connection registry; a full registry ends the connection
+        (its error names SIGNALBOX_CONNECTION_REGISTRY_LIMIT)."""
+        try:
+            await self.connected()
+        except ConnectionRegistryFull as exc:
+            await self.error(exc.code, exc.message, request_id, fatal=True)
+            return False
+        return True
 
     async def _authorize(self, destinations: list[Destination], action: str) -> None:
         refusal = await self.refusal(destinations, action)
@@ -224,6 +241,7 @@ class JsonSession(LinkedSession):
         await self._authorize(destinations, "read")
         spec = self.link.spec(ack_mode=ack_mode, **options)
         sub = await self.link.subscribe(key, destinations, spec, start=False)
+        self.note_subscription(sub, spec.selector, sub.consumers[0].prefetch)  # the connection registry
         if request.get("id") is not None:  # the answer goes before the first message
             await self.emit({"type": "ok", "id": request["id"], "subscription": key,
                              "prefetch": sub.consumers[0].prefetch})
@@ -287,6 +305,7 @@ class JsonSession(LinkedSession):
         ids: list[str] = []
         for dest in destinations:
             ids += await self.broker.send(dest, messages, tx=tx)
+        self.note_send(destinations, len(messages))  # the connection registry's producer rows
         return {"message_ids": ids}
 
     def _messages(self, request: dict[str, Any]) -> list[Message]:

@@ -14,6 +14,7 @@ from broker_core.destinations import Destination
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery
 from broker_core.model import Consumer
+from gateway import connections
 from gateway.unavailable import store_unavailable
 from gateway.ws import auth
 from gateway.ws.link import Link, LinkSettings, SendBuffer, Subscription
@@ -42,6 +43,7 @@ class LinkedSession:
         self.closing = False
         self._tasks: list[asyncio.Task[None]] = []  # the session's timers; cancelled at the end
         self._advised = False  # a ConnectionInfo advisory went out, so a RemoveInfo is owed at the end
+        self.record: Any = None  # the connection registry's record (gateway/connections.py), once connected
 
     def open_buffer(self, coalesce: bool) -> None:
         self.buffer = SendBuffer(self.transport.write, self.link_settings.send_buffer_bytes,
@@ -64,6 +66,34 @@ class LinkedSession:
             self.link.connection_id, added=True, client_id=self.client_id, user=auth.username(self.user),
             address=self.remote_address or None, protocol=self.protocol or None)
         self._advised = True
+        record = connections.new_record(self, self.link.connection_id, auth.username(self.user))
+        await connections.for_loop().register(self, record)  # ConnectionRegistryFull refuses the connection
+        if self.closing:  # it ended while registering: release() found no record to forget
+            connections.for_loop().forget(record.connection_id)
+            return
+        self.record = record
+
+    def note_subscription(self, sub: Subscription, selector: str | None, prefetch: int | None) -> None:
+        """SUBSCRIBE succeeded: the registry lists it (written within a moment, not on this path)."""
+        if self.record is not None:
+            self.record.subscribed(sub.key, [d.uri for d in sub.destinations], ack_mode=sub.ack_mode,
+                                   selector=selector, prefetch=prefetch,
+                                   consumer_ids=[c.consumer_id for c in sub.consumers],
+                                   durable=sub.durable[1] if sub.durable else None)
+            connections.for_loop().changed()
+
+    def note_send(self, destinations: list[Destination], count: int = 1) -> None:
+        """A SEND went through: counted for the registry's producer rows (a new destination is written
+        within a moment, counts with the next poll)."""
+        if self.record is not None:
+            now = int(self.broker.clock.now_ms())
+            new = [self.record.sent(d.uri, count, now) for d in destinations]
+            if any(new):
+                connections.for_loop().changed()
+
+    async def close_by_operator(self, reason: str) -> None:  # pragma: no cover - interface
+        """An administrator closed the connection (the console's Close): end it as the protocol does."""
+        raise NotImplementedError
 
     async def refusal(self, destinations: list[Destination], action: str) -> str | None:
         """None when the user may `action` ('read' or 'write') every destination, else ActiveMQ's text."""
@@ -88,6 +118,9 @@ class LinkedSession:
         advise the connection's end (RemoveInfo) once, however it ended: DISCONNECT, an error, the socket
         closing. A gateway process that dies sends none (ActiveMQ's broker would see the transport fail)."""
         self.closing = True
+        if self.record is not None:
+            connections.for_loop().forget(self.record.connection_id)
+            self.record = None
         for task in self._tasks:
             if task is not asyncio.current_task():
                 task.cancel()

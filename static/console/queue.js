@@ -32,6 +32,12 @@
       + (c.slow_since ? `; dispatch last found it full ${fmt.time(c.slow_since)}` : "") }, `slow, ${quiet}`);
   }
 
+  // The consumer's connection on the Connections page (a REST consumer is a connection of its own).
+  function connectionLink(c, node) {
+    const conn = c.connection_id && c.connection_id.startsWith("http:") ? c.consumer_id : c.connection_id;
+    return conn ? el("a", { href: `/console/connections/${encodeURIComponent(conn)}/`, title: `connection ${conn}` }, node) : node;
+  }
+
   function showConsumers(consumers) {
     who.learn(consumers);
     // in the order they attached: the broker's own order rotates with round-robin dispatch
@@ -40,7 +46,7 @@
       const window = c.prefetch + (c.prefetch_extension || 0);
       return el("tr", { dataset: { consumer: c.consumer_id } },
         el("td", { class: "id" }, el("code", {}, c.consumer_id)),
-        el("td", { class: "id" }, who.node(c.consumer_id)),
+        el("td", { class: "id" }, connectionLink(c, who.node(c.consumer_id))),
         el("td", {}, c.selector ? el("code", {}, c.selector) : "–"),
         el("td", { class: "num" }, c.priority),
         el("td", {}, c.exclusive ? (c.is_exclusive_owner ? "yes (owner)" : "yes") : (c.is_exclusive_owner ? "owner" : "no")),
