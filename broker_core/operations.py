@@ -362,6 +362,36 @@ def _deliveries(consumer: ConsumerRef, reply: list[Any], start: int) -> list[Del
             for i in range(start, len(reply), 4)]
 
 
+@dataclass(frozen=True)
+class Pushed:
+    """Deliveries a dispatch pushed to a consumer (scripts/includes/outbox.lua PUSH): `after` is the dispatch
+    sequence of the consumer's last message handed over before them, `last` that of the last of them; an
+    adapter that has not handed over everything up to `after` missed a push and asks `receive_after`."""
+
+    consumer_id: str
+    after: int
+    last: int
+    entries: list[tuple[str, bytes, int, bool]]  # (id, packed message, redeliveries, group first)
+
+    def deliveries(self, consumer: ConsumerRef) -> list[Delivery]:
+        uri, cid = consumer.destination.uri, consumer.consumer_id
+        return [unpack_delivery(message_id, uri, cid, blob, redeliveries, first)
+                for message_id, blob, redeliveries, first in self.entries]
+
+
+def unpack_pushed(payload: bytes) -> Pushed:
+    """A push payload: msgpack [consumer id, rcv before, then per message: dispatch sequence, id, packed
+    message, redeliveries, group first]."""
+    p = msgpack.unpackb(payload, raw=True)
+    entries = [(_str(p[i + 1]), p[i + 2], int(p[i + 3]), bool(p[i + 4])) for i in range(2, len(p), 5)]
+    return Pushed(_str(p[0]), int(p[1]), int(p[len(p) - 5]) if len(p) > 2 else int(p[1]), entries)
+
+
+def is_push(payload: bytes) -> bool:
+    """A message on a wake-up channel is a push payload (a msgpack array) or a consumer id (text)."""
+    return bool(payload) and (0x90 <= payload[0] <= 0x9F or payload[0] in (0xDC, 0xDD))
+
+
 def _pairs(flat: list[Any]) -> dict[str, str]:
     return {_str(flat[i]): _str(flat[i + 1]) for i in range(0, len(flat), 2)}
 
@@ -396,6 +426,11 @@ class Operations:
         self.return_chunk = return_chunk  # messages returned (or released) per call
         self.registry_key = f"{namespace}:destinations"
         self.virtual = virtual.VirtualCache()  # this process's copy of the routing configuration
+        # Deliveries pushed to consumers of this process (outbox.lua PUSH): the wake-up channel its consumers
+        # give as `notify`; a send names it, and the pushes to it come back in the send's reply and go to
+        # `local_push` instead of through Redis pub/sub (gateway/runtime.py sets both).
+        self.local_channel: str | None = None
+        self.local_push: Callable[[bytes], None] | None = None
 
     def prefix(self, dest: Destination) -> str:
         if isinstance(dest, Subscription):  # a subscription's keys, inside the topic's hash tag
@@ -592,6 +627,9 @@ class Operations:
 
         def finish(reply: list[Any]) -> Op:
             split = reply.index(b"")
+            if len(reply) > split + 4 and self.local_push is not None:  # pushed to this process's consumers
+                for payload in reply[split + 4:]:
+                    self.local_push(payload)
             if int(reply[split + 2]):  # (nothing to finish, the usual case)
                 yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
             return reply[:split]
@@ -620,8 +658,10 @@ class Operations:
             for part in parts:
                 yield from self._eval(script, dest, now, 0, "check", *(a for r in part for a in r))
         statuses: list[Any] = []
+        # the send names this process's wake-up channel: its own consumers' pushes come back in the reply
+        budget = f"0~{self.local_channel}" if script == "send" and self.local_channel else 0
         for part in parts:
-            args = [0, origin, *(a for r in part for a in r)]
+            args = [budget, origin, *(a for r in part for a in r)]
             try:
                 reply = yield from flow.send_when_space(self, dest, now, args, script=script)
             except BrokerError as exc:
@@ -684,6 +724,22 @@ class Operations:
         if int(reply[1]):
             yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
         return _deliveries(consumer, reply, 3)
+
+    def receive_after(self, consumer: ConsumerRef, after: int, max_messages: int, push: int, now: int,
+                      lease_ms: int) -> Op:
+        """`receive` for an adapter taking pushed deliveries: what was handed over after dispatch sequence
+        `after` (pushed, lost or still on its way) first, then the outbox; when that leaves the outbox empty,
+        up to `push` messages are pushed to the consumer from then on. Returns (deliveries, the dispatch
+        sequence of the last one handed over: the next call's `after`)."""
+        if not 1 <= max_messages <= MAX_RECEIVE:
+            raise InvalidConsumer(f"max_messages must be 1-{MAX_RECEIVE}, got {max_messages}",
+                                  field="max_messages")
+        dest = (yield from self.home(consumer)) if consumer.destination.is_topic else consumer.destination
+        reply = yield from self._eval("receive", dest, now, 0, consumer.consumer_id, max_messages, lease_ms,
+                                      after, push)
+        if int(reply[1]):
+            yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
+        return _deliveries(consumer, reply, 4), int(reply[3])
 
     def cancel_pull(self, consumer: ConsumerRef, now: int) -> Op:
         yield from self._eval("cancel_pull", (yield from self.home(consumer)), now, consumer.consumer_id)
