@@ -415,24 +415,47 @@ class Link:
             self.hub.forget(consumer.consumer_id)
 
     async def _pump(self, sub: Subscription, consumer: Consumer) -> None:
+        """Deliver the consumer's messages in dispatch order. Between receive calls the consumer is armed for
+        pushes (docs/broker_core.md "The delivery path"): a dispatch hands it messages itself, which the hub
+        keeps for this pump, so a message sent while the consumer has room reaches the socket with no
+        receive call. `upto` is the dispatch sequence of the last message delivered: a push that does not
+        follow it (one was lost, or a receive already delivered it) sends the pump back to `receive_after`,
+        which hands over again whatever came after `upto`, so nothing is missed or delivered twice. Ack mode
+        auto: pushed messages are acknowledged once they are in the send buffer (a process that dies before
+        leaves them in flight; the lapse of its lease returns them)."""
         batch = self.settings.receive_batch
         idle = self.settings.renew_every
         cid = consumer.consumer_id
-        loop = asyncio.get_running_loop()
-        ahead: asyncio.Task[list[Delivery]] | None = None
+        push = batch if consumer.prefetch > 0 else 0  # a pull consumer asks for each message
+        auto = consumer.ack_mode == "auto"
+        upto = 0
+        self.hub.watch(cid)
         try:
             while True:
-                deliveries = await (ahead or self.broker.receive(consumer, batch))
-                ahead = None
-                if len(deliveries) == batch:
-                    # more are waiting: fetch the next batch while this one is written to the socket
-                    ahead = loop.create_task(self.broker.receive(consumer, batch))
+                deliveries, upto = await self.broker.receive_after(consumer, upto, batch, push)
                 if deliveries:
                     await self.deliver(sub, consumer, deliveries)
-                if ahead is None:
-                    # the outbox is empty: the next dispatch into it publishes a wake-up; the timeout only
-                    # guards against a lost one
-                    await self.hub.wait(cid, idle)
+                if len(deliveries) == batch:
+                    continue  # more are waiting
+                # the outbox is empty and the consumer armed: pushes, or a wake-up once the credit is spent;
+                # the timeout only guards against a lost one
+                while True:
+                    woken = not await self.hub.wait(cid, idle)  # (the timeout: look anyway)
+                    pushes, told = self.hub.take(cid)
+                    woken = woken or told
+                    for pushed in pushes:
+                        if pushed.last <= upto:
+                            continue  # a receive_after delivered these already
+                        if pushed.after != upto:
+                            woken = True  # one before it was lost: receive_after finds it
+                            break
+                        delivered = pushed.deliveries(consumer)
+                        await self.deliver(sub, consumer, delivered)
+                        upto = pushed.last
+                        if auto:
+                            await self._ack_written(consumer, [d.message_id for d in delivered])
+                    if woken:
+                        break
         except asyncio.CancelledError:
             raise
         except UnknownConsumer:
@@ -441,9 +464,16 @@ class Link:
             self._report_lost(f"slow client: {exc}")
         except Exception as exc:  # the broker failed: the connection cannot keep its promises
             self._report_failure(f"delivery to {cid} failed", exc)
-        finally:
-            if ahead is not None:
-                ahead.cancel()
+
+    async def _ack_written(self, consumer: Consumer, ids: list[str]) -> None:
+        """Ack mode auto: acknowledge pushed messages now in the send buffer. One an operator removed (or
+        moved) meanwhile is not in flight any more: the others are acknowledged one by one."""
+        try:
+            await self.broker.ack(consumer, ids, mode="individual")
+        except NotInFlight:
+            for message_id in ids:
+                with contextlib.suppress(NotInFlight):
+                    await self.broker.ack(consumer, message_id, mode="individual")
 
     async def _keep_leases(self) -> None:
         while True:

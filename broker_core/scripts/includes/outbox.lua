@@ -67,6 +67,9 @@ end
 -- script's reply instead of through Redis pub/sub. Ack mode 'auto': the adapter acknowledges after writing.
 -- Payload, msgpack: {consumer id, rcv before the push, then per message: dispatch sequence, id, packed
 -- message, redeliveries, group first (1/0)}; the adapter knows from `rcv before` whether it missed any.
+-- A consumer's pushes in one call stop at about PUSH_MOST_BYTES (the rest wait in its outbox, with the
+-- usual wake-up): a pub/sub subscriber past Redis's output buffer limit for pub/sub is disconnected.
+local PUSH_MOST_BYTES = 256 * 1024
 local PUSH = { local_channel = nil, by_consumer = nil, order = nil, replies = nil }
 on_call(function() PUSH.local_channel, PUSH.by_consumer, PUSH.order, PUSH.replies = nil, nil, nil, nil end)
 function PUSH.armed(c) return c.push ~= nil and c.push > 0 and c.def.notify ~= nil end
@@ -78,7 +81,7 @@ function PUSH.add(c, id, dseq, blob, redeliveries, first)
   end
   local mine = by[c.id]
   if not mine then
-    mine = { c = c, msg = { c.id, c.rcv or 0 } }
+    mine = { c = c, msg = { c.id, c.rcv or 0 }, bytes = 0 }
     by[c.id] = mine
     PUSH.order[#PUSH.order + 1] = mine
   end
@@ -90,6 +93,9 @@ function PUSH.add(c, id, dseq, blob, redeliveries, first)
   msg[#msg + 1] = first and 1 or 0
   c.push = c.push - 1
   c.rcv = dseq
+  mine.bytes = mine.bytes + #blob
+  -- disarmed past the byte bound: what follows goes to the outbox, and armed must mean the outbox is empty
+  if mine.bytes >= PUSH_MOST_BYTES then c.push = 0 end
 end
 -- Write the pushed consumers' 'push' and 'rcv' and publish (or keep for the reply) their messages; the
 -- dispatch pass calls it at its end, under the prefix of the consumers it pushed to.
