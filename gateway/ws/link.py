@@ -443,6 +443,7 @@ class Link:
                     woken = not await self.hub.wait(cid, idle)  # (the timeout: look anyway)
                     pushes, told = self.hub.take(cid)
                     woken = woken or told
+                    written: list[str] = []  # (auto: acknowledged together, one call for what one take had)
                     for pushed in pushes:
                         if pushed.last <= upto:
                             continue  # a receive_after delivered these already
@@ -452,8 +453,9 @@ class Link:
                         delivered = pushed.deliveries(consumer)
                         await self.deliver(sub, consumer, delivered)
                         upto = pushed.last
-                        if auto:
-                            await self._ack_written(consumer, [d.message_id for d in delivered])
+                        written += [d.message_id for d in delivered]
+                    if auto and written:
+                        await self._ack_written(consumer, written)
                     if woken:
                         break
         except asyncio.CancelledError:
