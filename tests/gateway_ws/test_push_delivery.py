@@ -50,7 +50,7 @@ def calls_of(commands: list[dict], name: str, key_part: str) -> list[str]:
     s = script(name)
     heads = (f"FCALL {s.function} ", f"EVALSHA {s.sha} ")
     return [c["command"] for c in commands
-            if c["command"].startswith(heads) and key_part in c["command"]]
+            if c["command"].startswith(heads) and key_part in c["command"] and c["client_type"] != "lua"]
 
 
 def wait_armed(redis_client, namespace: str, queue: str, timeout: float = 5) -> None:
@@ -74,6 +74,10 @@ def test_a_send_to_a_consumer_of_the_same_process_is_delivered_by_the_send_call_
     try:
         consumer.receipt(consumer.conn.subscribe, f"/queue/{name}", id="s", ack="auto")
         wait_armed(redis_client, namespace, name)
+        # (a first send: in the EVAL form the process's first call of a script loads it and calls again)
+        producer.conn.send(f"/queue/{name}", "warm-up", headers={"persistent": "false"})
+        consumer.messages(1)
+        wait_armed(redis_client, namespace, name)
         monitor = Monitor(redis_client)
         producer.conn.send(f"/queue/{name}", "one hop", headers={"persistent": "false"})
         (message,) = consumer.messages(1)
@@ -86,7 +90,7 @@ def test_a_send_to_a_consumer_of_the_same_process_is_delivered_by_the_send_call_
         assert not [c for c in commands if c["command"].startswith("PUBLISH") and ":wake:" in c["command"]]
         # ack mode auto: acknowledged once written (the queue is empty of it afterwards)
         deadline = time.monotonic() + 5
-        while int(redis_client.hget(f"{namespace}:{key}:meta", "dequeued") or 0) < 1:
+        while int(redis_client.hget(f"{namespace}:{key}:meta", "dequeued") or 0) < 2:
             assert time.monotonic() < deadline, "the pushed message was never acknowledged"
             time.sleep(0.02)
     finally:
