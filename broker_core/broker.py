@@ -297,8 +297,11 @@ class _Api:
         """Give in-flight messages back at once with the redelivery counter raised (recover/rollback)."""
         return self._run(self.ops.release(consumer, message_ids, self._now()))
 
-    def close_consumer(self, consumer: ConsumerRef, reason: str = "closed") -> Any:
-        return self._run(self.ops.close_consumer(consumer, self._now(), reason))
+    def close_consumer(self, consumer: ConsumerRef, reason: str = "closed",
+                       written: int | None = None) -> Any:
+        """Close the consumer; `written` (adapters taking pushed deliveries): the dispatch sequence of the
+        last message it wrote, so messages pushed after it go back as never received."""
+        return self._run(self.ops.close_consumer(consumer, self._now(), reason, written))
 
     def renew_leases(self, destination: str | Destination, consumer_ids: list[str],
                      lease_ms: int = 30_000) -> Any:

@@ -852,11 +852,14 @@ class Operations:
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0])
 
-    def close_consumer(self, consumer: ConsumerRef, now: int, reason: str) -> Op:
-        """The consumer leaves dispatch in the first call; its messages go back `return_chunk` per call."""
+    def close_consumer(self, consumer: ConsumerRef, now: int, reason: str, written: int | None = None) -> Op:
+        """The consumer leaves dispatch in the first call; its messages go back `return_chunk` per call.
+        `written`: the dispatch sequence of the last message the adapter wrote, when it knows that what was
+        pushed after it never reached the client (those go back as not received)."""
         dest = yield from self.home(consumer)
+        extra = () if written is None else (written,)
         reply = yield from self._eval("consumer_close", dest, now, 0, consumer.consumer_id, reason,
-                                      self.return_chunk)
+                                      self.return_chunk, *extra)
         result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
         if not int(reply[3]):
             return result

@@ -68,6 +68,8 @@ class LinkSettings:
         return self.lease_ms / 3000
 
 
+CLOSE_RETRY_SECONDS = 0.5  # a consumer whose close found Redis away is closed again this often
+_CLOSING: set[asyncio.Task[None]] = set()  # those retries (a reference, so they are not collected)
 ABORTED_ACKS_KEPT = 100_000  # ack ids of aborted subscriptions remembered per connection
 # what an ack takes from a subscription: (ack id, (consumer, message id)); no consumer for a message the
 # broker does not hold (a replayed advisory)
@@ -283,6 +285,8 @@ class Link:
         # messages stay delivered to it (ActiveMQ's STOMP: not redelivered to the live subscription)
         self._tx_acks: dict[str, list[tuple[Subscription, list[Taken]]]] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
+        # per consumer, the dispatch sequence of the last message its pump wrote (closing passes it on)
+        self._written: dict[str, int] = {}
         self._keeper: asyncio.Task[None] | None = None
         self._consumer_seq = 0
         self._closed = False
@@ -410,9 +414,17 @@ class Link:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         for consumer in sub.consumers:
-            with contextlib.suppress(UnknownConsumer):
-                await self.broker.close_consumer(consumer, reason)
-            self.hub.forget(consumer.consumer_id)
+            # (what was pushed after the last message written goes back as never received)
+            written = self._written.pop(consumer.consumer_id, None)
+            try:
+                with contextlib.suppress(UnknownConsumer):
+                    await self.broker.close_consumer(consumer, reason, written=written)
+            except Exception as exc:
+                if store_unavailable(exc):
+                    self._close_later(consumer, reason, written)
+                raise
+            finally:
+                self.hub.forget(consumer.consumer_id)
 
     async def _pump(self, sub: Subscription, consumer: Consumer) -> None:
         """Deliver the consumer's messages in dispatch order. Between receive calls the consumer is armed for
@@ -429,12 +441,14 @@ class Link:
         push = batch if consumer.prefetch > 0 else 0  # a pull consumer asks for each message
         auto = consumer.ack_mode == "auto"
         upto = 0
+        self._written[cid] = 0
         self.hub.watch(cid)
         try:
             while True:
                 deliveries, upto = await self.broker.receive_after(consumer, upto, batch, push)
                 if deliveries:
                     await self.deliver(sub, consumer, deliveries)
+                self._written[cid] = upto
                 if len(deliveries) == batch:
                     continue  # more are waiting
                 # the outbox is empty and the consumer armed: pushes, or a wake-up once the credit is spent;
@@ -452,7 +466,7 @@ class Link:
                             break
                         delivered = pushed.deliveries(consumer)
                         await self.deliver(sub, consumer, delivered)
-                        upto = pushed.last
+                        upto = self._written[cid] = pushed.last
                         written += [d.message_id for d in delivered]
                     if auto and written:
                         await self._ack_written(consumer, written)
@@ -466,6 +480,28 @@ class Link:
             self._report_lost(f"slow client: {exc}")
         except Exception as exc:  # the broker failed: the connection cannot keep its promises
             self._report_failure(f"delivery to {cid} failed", exc)
+
+    def _close_later(self, consumer: Consumer, reason: str, written: int | None) -> None:
+        """Redis was unreachable when the consumer should have closed: try again until it answers, for at most
+        one lease (then the reaper closes it). Until then the consumer stays armed and a dispatch may push
+        messages to it that nobody writes: closed with `written`, they go back as never received."""
+        async def retry() -> None:
+            deadline = time.monotonic() + self.settings.lease_ms / 1000
+            while time.monotonic() < deadline:
+                await asyncio.sleep(CLOSE_RETRY_SECONDS)
+                try:
+                    await self.broker.close_consumer(consumer, reason, written=written)
+                    return
+                except UnknownConsumer:
+                    return
+                except Exception as exc:
+                    if not store_unavailable(exc):
+                        logger.warning("closing consumer %s failed: %s", consumer.consumer_id, exc)
+                        return
+
+        task = asyncio.get_running_loop().create_task(retry())
+        _CLOSING.add(task)  # (outlives this link: a task of the process)
+        task.add_done_callback(_CLOSING.discard)
 
     async def _ack_written(self, consumer: Consumer, ids: list[str]) -> None:
         """Ack mode auto: acknowledge pushed messages now in the send buffer. One an operator removed (or

@@ -129,3 +129,28 @@ def test_an_auto_consumer_acknowledges_what_it_wrote(broker, channel):
     broker.ack(c, [pushed.entries[0][0]], mode="individual")
     nxt = unpack_pushed(published(pubsub))  # the ack's dispatch pushes the next
     assert nxt.after == pushed.last and [d.body for d in nxt.deliveries(c)] == ["m1"]
+
+
+def test_closing_with_what_was_written_returns_the_unwritten_pushes_as_never_received(broker, channel):
+    name, pubsub = channel
+    c = consumer(broker, prefetch=10, notify=name, consumer_id="A")
+    broker.receive_after(c, 0, 10, push=10)
+    broker.send("orders", Message(body="written"))
+    first = unpack_pushed(published(pubsub))
+    broker.send("orders", Message(body="never written"))
+    published(pubsub)  # pushed, but the adapter closes before writing it
+    broker.close_consumer(c, written=first.last)
+    other = consumer(broker, prefetch=10, consumer_id="B")
+    got = {d.body: d.redelivered for d in broker.receive(other, 10)}
+    assert got == {"written": True, "never written": False}
+
+
+def test_closing_without_what_was_written_counts_every_push_as_received(broker, channel):
+    name, pubsub = channel
+    c = consumer(broker, prefetch=10, notify=name, consumer_id="A")
+    broker.receive_after(c, 0, 10, push=10)
+    broker.send("orders", Message(body="pushed"))
+    published(pubsub)
+    broker.close_consumer(c)  # (a crash, the reaper: the process may have written it)
+    other = consumer(broker, prefetch=10, consumer_id="B")
+    assert [(d.body, d.redelivered) for d in broker.receive(other, 10)] == [("pushed", True)]
