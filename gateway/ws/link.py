@@ -285,7 +285,8 @@ class Link:
         # messages stay delivered to it (ActiveMQ's STOMP: not redelivered to the live subscription)
         self._tx_acks: dict[str, list[tuple[Subscription, list[Taken]]]] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
-        # per consumer, the dispatch sequence of the last message its pump wrote (closing passes it on)
+        # per consumer, the dispatch sequence of the last message its pump wrote or began to write (closing
+        # passes it on: what was pushed after it never reached the client)
         self._written: dict[str, int] = {}
         self._keeper: asyncio.Task[None] | None = None
         self._consumer_seq = 0
@@ -446,9 +447,10 @@ class Link:
         try:
             while True:
                 deliveries, upto = await self.broker.receive_after(consumer, upto, batch, push)
+                # (counted as written once the writing starts: a close in the middle marks them redelivered)
+                self._written[cid] = upto
                 if deliveries:
                     await self.deliver(sub, consumer, deliveries)
-                self._written[cid] = upto
                 if len(deliveries) == batch:
                     continue  # more are waiting
                 # the outbox is empty and the consumer armed: pushes, or a wake-up once the credit is spent;
@@ -465,8 +467,8 @@ class Link:
                             woken = True  # one before it was lost: receive_after finds it
                             break
                         delivered = pushed.deliveries(consumer)
-                        await self.deliver(sub, consumer, delivered)
                         upto = self._written[cid] = pushed.last
+                        await self.deliver(sub, consumer, delivered)
                         written += [d.message_id for d in delivered]
                     if auto and written:
                         await self._ack_written(consumer, written)
