@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from broker_core.broker import AsyncBroker, Broker  # noqa: E402
 from broker_core.config.store import PolicyStore
 from broker_core.messages import Message  # noqa: E402
-from broker_core.model import ConsumerSpec  # noqa: E402
+from broker_core.model import ConsumerSpec, unpack_pushed  # noqa: E402
 from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable, free_port  # noqa: E402
 
 BATCH = 100
@@ -101,6 +101,45 @@ def measure(client: redis.Redis, pid: int, out_prefix: str, n: int) -> dict[str,
         grouped_sends(client, pid, out_prefix, n, broker.policies))
     figures["ack_and_receive, 16 consumers"], figures[ACK_GROUP_SIZE] = asyncio.run(
         grouped_acks(client, pid, out_prefix, n, broker.policies))
+    return figures
+
+
+def hop_phases(broker: Broker, pid: int, out_prefix: str, n: int) -> dict[str, float]:
+    """A message from a producer to a waiting consumer (ack mode auto, as the gateway's STOMP consumers):
+    the path before one hop (`send`, whose dispatch puts it in the outbox and publishes a wake-up, then
+    `receive`, which hands it over and acknowledges it) against one hop (`send`, whose dispatch pushes it
+    to the armed consumer, here through the reply as for a consumer of the sending process, then `ack` of
+    it once written; docs/broker_core.md "The delivery path"). Instructions per message."""
+    figures = {}
+    channel = "ir:wake:bench"
+    before = broker.add_consumer("hop.before", ConsumerSpec(prefetch=n + 10, ack_mode="auto", notify=channel))
+    for _ in range(20):  # warm-up
+        broker.send("hop.before", Message(body=BODY))
+        broker.receive(before, 1)
+    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+    for _ in range(n):
+        broker.send("hop.before", Message(body=BODY))
+        broker.receive(before, 1)
+    figures["send + receive (auto), before one hop"] = instructions(pid, out_prefix) / n
+    local: list[bytes] = []
+    broker.ops.local_channel, broker.ops.local_push = channel, local.append
+    try:
+        hop = broker.add_consumer("hop.after", ConsumerSpec(prefetch=n + 10, ack_mode="auto", notify=channel))
+        broker.receive_after(hop, 0, 1, push=n + 40)
+
+        def one() -> None:
+            broker.send("hop.after", Message(body=BODY))
+            (entry,) = unpack_pushed(local.pop()).entries
+            broker.ack(hop, entry[0], mode="individual")
+
+        for _ in range(20):  # warm-up
+            one()
+        subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+        for _ in range(n):
+            one()
+        figures["one hop: send pushing + ack (auto)"] = instructions(pid, out_prefix) / n
+    finally:
+        broker.ops.local_channel = broker.ops.local_push = None
     return figures
 
 
@@ -214,6 +253,7 @@ async def grouped_sends(client: redis.Redis, pid: int, out_prefix: str, n: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=300)
+    parser.add_argument("--only-hop", action="store_true", help="only the one-hop phases (hop_phases)")
     parser.add_argument("--listpack-entries", type=int, default=int(dict(ENCODING_SETTINGS)[
         "hash-max-ziplist-entries"]))
     args = parser.parse_args()
@@ -240,7 +280,9 @@ def main() -> None:
         info = client.info("server")
         print(f"Redis {info['redis_version']} ({configured_executable()}) under callgrind, "
               f"listpacks up to {entries} entries, {args.messages} messages per phase, body 256 bytes")
-        for name, value in measure(client, server.pid, out_prefix, args.messages).items():
+        hop = hop_phases(Broker(client, "ir"), server.pid, out_prefix, args.messages)
+        figures = hop if args.only_hop else {**measure(client, server.pid, out_prefix, args.messages), **hop}
+        for name, value in figures.items():
             if name in (GROUP_SIZE, ACK_GROUP_SIZE):
                 what = name.split(" per ")[0]
                 print(f"  ({value:.1f} {what} per script call: AsyncBroker groups concurrent calls, "

@@ -2,6 +2,11 @@
 
 Usage: python bench/versus_activemq.py [--n 10000] [--latency-n 2000] [--rounds 2]
                                        [--fsync everysec,always] [--only stream,receipt,pingpong]
+                                       [--also /path/to/another/checkout]
+
+--without-activemq leaves ActiveMQ out (ratios are then against this checkout's Signalbox).
+--also runs another Signalbox checkout too (each fsync policy), labelled by its folder, alternating with the
+others: a before/after of a change in one run (e.g. `--also /work/main`).
 
 Starts both brokers on free loopback ports, each with its defaults for durability: ActiveMQ with KahaDB
 (journal disk syncs on, as shipped) in a temporary folder, Signalbox with `./signalbox.sh run`'s launcher
@@ -222,7 +227,7 @@ def start_activemq(folder: Path) -> tuple[subprocess.Popen, Broker]:
     return process, Broker("ActiveMQ 5.17.2 (KahaDB, disk syncs on)", port, "admin", "admin")
 
 
-def start_signalbox(folder: Path, fsync: str) -> tuple[subprocess.Popen, Broker]:
+def start_signalbox(folder: Path, fsync: str, root: Path = ROOT) -> tuple[subprocess.Popen, Broker]:
     folder.mkdir(parents=True)
     port, stomp = free_port(), free_port()
     password = secrets.token_urlsafe(12)
@@ -230,12 +235,13 @@ def start_signalbox(folder: Path, fsync: str) -> tuple[subprocess.Popen, Broker]
     env.update(SIGNALBOX_DATA_DIR=str(folder), SIGNALBOX_PORT=str(port), SIGNALBOX_STOMP_PORT=str(stomp),
                SIGNALBOX_REDIS_PORT=str(free_port()), SIGNALBOX_ADMIN_PASSWORD=password,
                SIGNALBOX_REDIS_APPENDFSYNC=fsync, SIGNALBOX_CELERY_QUEUE=f"bench-{uuid.uuid4().hex[:6]}")
-    process = subprocess.Popen([sys.executable, "-m", "signalbox.launcher", "run"], cwd=ROOT, env=env,
+    process = subprocess.Popen([sys.executable, "-m", "signalbox.launcher", "run"], cwd=root, env=env,
                                stdout=open(folder / "run.log", "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
                                start_new_session=True)
     wait_port(stomp, process, "Signalbox")
     server = Path(configured_executable()).name  # redis-server (an installed Redis 7) or valkey-server
-    return process, Broker(f"Signalbox ({server}, AOF {fsync})", stomp, "admin", password)
+    label = "" if root == ROOT else f" {root.name}"
+    return process, Broker(f"Signalbox{label} ({server}, AOF {fsync})", stomp, "admin", password)
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -264,19 +270,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--fsync", default="everysec,always")
     parser.add_argument("--only", default="stream,receipt,pingpong")
+    parser.add_argument("--also", default="", help="another Signalbox checkout to run beside this one")
+    parser.add_argument("--without-activemq", action="store_true",
+                        help="Signalbox only (with --also: before/after, ratios against this checkout)")
     args = parser.parse_args()
     cases = [case for group in args.only.split(",") for case in CASES[group]]
     work = Path(tempfile.mkdtemp(prefix="versus-activemq-"))
     processes: list[subprocess.Popen] = []
     results: dict[tuple[str, str], dict[str, list[float]]] = {}
     try:
-        amq_process, amq = start_activemq(work / "activemq")
-        processes.append(amq_process)
-        brokers = [amq]
+        brokers = []
+        if not args.without_activemq:
+            amq_process, amq = start_activemq(work / "activemq")
+            processes.append(amq_process)
+            brokers.append(amq)
+        roots = [ROOT] + ([Path(args.also).resolve()] if args.also else [])
         for fsync in args.fsync.split(","):
-            process, broker = start_signalbox(work / f"signalbox-{fsync}", fsync)
-            processes.append(process)
-            brokers.append(broker)
+            for n, root in enumerate(roots):
+                process, broker = start_signalbox(work / f"signalbox-{fsync}-{n}", fsync, root)
+                processes.append(process)
+                brokers.append(broker)
         print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; "
               f"{args.n} messages per stream, {args.latency_n} per latency case, {args.rounds} rounds; "
               "client: raw-socket STOMP 1.2 over loopback TCP")
@@ -294,7 +307,7 @@ def main() -> None:
                           + ", ".join(f"{k} {v:,.2f}" for k, v in figures.items()), flush=True)
         print()
         print(f"{'case':<44} " + " ".join(f"{b.name[:38]:>40}" for b in brokers)
-              + "   ratio(s) vs ActiveMQ")
+              + f"   ratio(s) vs {brokers[0].name.split(' (')[0]}")
         for (name, key), per_broker in results.items():
             medians = [statistics.median(per_broker[b.name]) for b in brokers]
             ratios = []

@@ -175,6 +175,13 @@ class _Api:
         renews the consumer's lease (by lease_ms, or by its own lease length when 0)."""
         return self._run(self.ops.receive(consumer, max_messages, self._now(), lease_ms))
 
+    def receive_after(self, consumer: ConsumerRef, after: int, max_messages: int = 1, push: int = 0,
+                      lease_ms: int = 0) -> Any:
+        """`receive` for an adapter that takes pushed deliveries (docs/broker_core.md "The delivery path"):
+        returns (deliveries, dispatch sequence of the last one) with whatever was handed over after `after`
+        first; arms the consumer for up to `push` pushed messages when its outbox is left empty."""
+        return self._run(self.ops.receive_after(consumer, after, max_messages, push, self._now(), lease_ms))
+
     def cancel_pull(self, consumer: ConsumerRef) -> Any:
         return self._run(self.ops.cancel_pull(consumer, self._now()))
 
@@ -287,8 +294,11 @@ class _Api:
         """Give in-flight messages back at once with the redelivery counter raised (recover/rollback)."""
         return self._run(self.ops.release(consumer, message_ids, self._now()))
 
-    def close_consumer(self, consumer: ConsumerRef, reason: str = "closed") -> Any:
-        return self._run(self.ops.close_consumer(consumer, self._now(), reason))
+    def close_consumer(self, consumer: ConsumerRef, reason: str = "closed",
+                       written: int | None = None) -> Any:
+        """Close the consumer; `written` (adapters taking pushed deliveries): the dispatch sequence of the
+        last message it wrote, so messages pushed after it go back as never received."""
+        return self._run(self.ops.close_consumer(consumer, self._now(), reason, written))
 
     def renew_leases(self, destination: str | Destination, consumer_ids: list[str],
                      lease_ms: int = 30_000) -> Any:

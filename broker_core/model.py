@@ -6,9 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgpack
+
 from .destinations import Destination
 from .errors import InvalidConsumer
-from .messages import Delivery
+from .messages import Delivery, unpack_delivery
+from .resp import reply_text
 from .topics import SubscriptionStats
 
 AckMode = Literal["auto", "client", "client-individual", "transacted"]
@@ -269,3 +272,33 @@ class GroupInfo:
 class GroupPage:
     groups: list[GroupInfo]
     next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """Deliveries a dispatch pushed to a consumer (scripts/includes/outbox.lua PUSH): `after` is the dispatch
+    sequence of the consumer's last message handed over before them, `last` that of the last of them; an
+    adapter that has not handed over everything up to `after` missed a push and asks `receive_after`."""
+
+    consumer_id: str
+    after: int
+    last: int
+    entries: list[tuple[str, bytes, int, bool]]  # (id, packed message, redeliveries, group first)
+
+    def deliveries(self, consumer: ConsumerRef) -> list[Delivery]:
+        uri, cid = consumer.destination.uri, consumer.consumer_id
+        return [unpack_delivery(message_id, uri, cid, blob, redeliveries, first)
+                for message_id, blob, redeliveries, first in self.entries]
+
+
+def unpack_pushed(payload: bytes) -> Pushed:
+    """A push payload: msgpack [consumer id, rcv before, then per message: dispatch sequence, id, packed
+    message, redeliveries, group first]."""
+    p = msgpack.unpackb(payload, raw=True)
+    entries = [(reply_text(p[i + 1]), p[i + 2], int(p[i + 3]), bool(p[i + 4])) for i in range(2, len(p), 5)]
+    return Pushed(reply_text(p[0]), int(p[1]), int(p[len(p) - 5]) if len(p) > 2 else int(p[1]), entries)
+
+
+def is_push(payload: bytes) -> bool:
+    """A message on a wake-up channel is a push payload (a msgpack array) or a consumer id (text)."""
+    return bool(payload) and (0x90 <= payload[0] <= 0x9F or payload[0] in (0xDC, 0xDD))

@@ -98,6 +98,11 @@ class Operations:
         self.return_chunk = return_chunk  # messages returned (or released) per call
         self.registry_key = f"{namespace}:destinations"
         self.virtual = virtual.VirtualCache()  # this process's copy of the routing configuration
+        # Deliveries pushed to consumers of this process (outbox.lua PUSH): the wake-up channel its consumers
+        # give as `notify`; a send names it, and the pushes to it come back in the send's reply and go to
+        # `local_push` instead of through Redis pub/sub (gateway/runtime.py sets both).
+        self.local_channel: str | None = None
+        self.local_push: Callable[[bytes], None] | None = None
 
     def prefix(self, dest: Destination) -> str:
         if isinstance(dest, Subscription):  # a subscription's keys, inside the topic's hash tag
@@ -294,6 +299,9 @@ class Operations:
 
         def finish(reply: list[Any]) -> Op:
             split = reply.index(b"")
+            if len(reply) > split + 4 and self.local_push is not None:  # pushed to this process's consumers
+                for payload in reply[split + 4:]:
+                    self.local_push(payload)
             if int(reply[split + 2]):  # (nothing to finish, the usual case)
                 yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
             return reply[:split]
@@ -322,8 +330,10 @@ class Operations:
             for part in parts:
                 yield from self._eval(script, dest, now, 0, "check", *(a for r in part for a in r))
         statuses: list[Any] = []
+        # the send names this process's wake-up channel: its own consumers' pushes come back in the reply
+        budget = f"0~{self.local_channel}" if script == "send" and self.local_channel else 0
         for part in parts:
-            args = [0, origin, *(a for r in part for a in r)]
+            args = [budget, origin, *(a for r in part for a in r)]
             try:
                 reply = yield from flow.send_when_space(self, dest, now, args, script=script)
             except BrokerError as exc:
@@ -386,6 +396,22 @@ class Operations:
         if int(reply[1]):
             yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
         return _deliveries(consumer, reply, 3)
+
+    def receive_after(self, consumer: ConsumerRef, after: int, max_messages: int, push: int, now: int,
+                      lease_ms: int) -> Op:
+        """`receive` for an adapter taking pushed deliveries: what was handed over after dispatch sequence
+        `after` (pushed, lost or still on its way) first, then the outbox; when that leaves the outbox empty,
+        up to `push` messages are pushed to the consumer from then on. Returns (deliveries, the dispatch
+        sequence of the last one handed over: the next call's `after`)."""
+        if not 1 <= max_messages <= MAX_RECEIVE:
+            raise InvalidConsumer(f"max_messages must be 1-{MAX_RECEIVE}, got {max_messages}",
+                                  field="max_messages")
+        dest = (yield from self.home(consumer)) if consumer.destination.is_topic else consumer.destination
+        reply = yield from self._eval("receive", dest, now, 0, consumer.consumer_id, max_messages, lease_ms,
+                                      after, push)
+        if int(reply[1]):
+            yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
+        return _deliveries(consumer, reply, 4), int(reply[3])
 
     def cancel_pull(self, consumer: ConsumerRef, now: int) -> Op:
         yield from self._eval("cancel_pull", (yield from self.home(consumer)), now, consumer.consumer_id)
@@ -498,11 +524,14 @@ class Operations:
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0])
 
-    def close_consumer(self, consumer: ConsumerRef, now: int, reason: str) -> Op:
-        """The consumer leaves dispatch in the first call; its messages go back `return_chunk` per call."""
+    def close_consumer(self, consumer: ConsumerRef, now: int, reason: str, written: int | None = None) -> Op:
+        """The consumer leaves dispatch in the first call; its messages go back `return_chunk` per call.
+        `written`: the dispatch sequence of the last message the adapter wrote, when it knows that what was
+        pushed after it never reached the client (those go back as not received)."""
         dest = yield from self.home(consumer)
+        extra = () if written is None else (written,)
         reply = yield from self._eval("consumer_close", dest, now, 0, consumer.consumer_id, reason,
-                                      self.return_chunk)
+                                      self.return_chunk, *extra)
         result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
         if not int(reply[3]):
             return result

@@ -2,9 +2,12 @@
 asyncio), and the wake-up hub that tells a waiting adapter its consumer got messages.
 
 Dispatch runs inside Redis scripts; when a consumer's outbox goes from empty to non-empty the script
-publishes the consumer id on the consumer's `notify` channel (broker_core/docs). Every process
-subscribes to one channel of its own, `<namespace>:wake:<process id>`, and gives it as `notify` for
-the consumers it registers, so one subscription serves all of them.
+publishes the consumer id on the consumer's `notify` channel, and to a consumer its adapter armed for
+pushes (docs/broker_core.md "The delivery path") it publishes the delivery itself. Every process (every
+event loop of it) subscribes to one channel of its own, `<namespace>:wake:<process id>:<n>`, and gives it
+as `notify` for the consumers it registers, so one subscription serves all of them. Its broker client names
+the same channel in its sends, so pushes to its own consumers come back in the send's reply and go to the
+hub directly: a message from a producer to a consumer of the same process never crosses pub/sub.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from broker_core import maintenance
 from broker_core.broker import AsyncBroker, Broker
 from broker_core.config.store import PolicyStore
 from broker_core.destinations import Destination
-from broker_core.model import ConsumerRef
+from broker_core.model import ConsumerRef, Pushed, is_push, unpack_pushed
 from broker_core.topics import Subscription, non_durable_key
 
 PROCESS_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -71,8 +74,10 @@ def _for_loop() -> tuple[AsyncBroker, WakeupHub]:
     loop = asyncio.get_running_loop()
     if loop not in _async:
         client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
-        _async[loop] = (AsyncBroker(client, settings.SIGNALBOX_NAMESPACE, policies=policies()),
-                        WakeupHub(client, settings.SIGNALBOX_NAMESPACE))
+        broker = AsyncBroker(client, settings.SIGNALBOX_NAMESPACE, policies=policies())
+        hub = WakeupHub(client, settings.SIGNALBOX_NAMESPACE)
+        broker.ops.local_channel, broker.ops.local_push = hub.channel, hub.pushed  # the local short-cut
+        _async[loop] = (broker, hub)
     return _async[loop]
 
 
@@ -88,8 +93,10 @@ def wakeups() -> WakeupHub:
 
 class WakeupHub:
     """One pub/sub subscription per process and loop; `wait(consumer_id)` returns when dispatch put
-    messages in that consumer's outbox (or at the timeout). A wake-up that arrives while nobody waits
-    is kept, so the next wait returns at once instead of missing it.
+    messages in that consumer's outbox or pushed it deliveries (or at the timeout). A wake-up that arrives
+    while nobody waits is kept, so the next wait returns at once instead of missing it; pushed deliveries
+    are kept for consumers this hub `watch`es until `take` (a push for a consumer nobody here watches is
+    dropped: it stays in flight, and its adapter, or the lapse of its lease, finds it).
 
     The subscription survives Redis going away: the listener subscribes again (every RESUBSCRIBE_EVERY
     seconds until Redis answers). When the subscription drops, and again when it is back, every waiter is
@@ -98,11 +105,15 @@ class WakeupHub:
     dispatched during it."""
 
     RESUBSCRIBE_EVERY = 0.25
+    _made = 0
 
     def __init__(self, client: redis.asyncio.Redis, namespace: str) -> None:
         self.client = client
-        self.channel = f"{namespace}:wake:{PROCESS_ID}"
+        WakeupHub._made += 1  # (one channel per hub: each event loop's broker names its own in its sends)
+        self.channel = f"{namespace}:wake:{PROCESS_ID}:{WakeupHub._made}"
         self._events: dict[str, asyncio.Event] = {}
+        self._pushed: dict[str, list[Pushed]] = {}  # per watched consumer, in arrival order
+        self._woken: set[str] = set()  # consumers told to look at their outboxes since their last take
         self._listener: asyncio.Task[None] | None = None
         self.subscribed = False
         self.failure: BaseException | None = None  # why the last attempt to subscribe failed
@@ -125,6 +136,7 @@ class WakeupHub:
             self._changed.notify_all()
 
     def _wake_all(self) -> None:
+        self._woken.update(self._pushed)
         for event in self._events.values():
             event.set()
 
@@ -136,7 +148,14 @@ class WakeupHub:
                 await self._settle(True, None)
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
-                        self._event(message["data"].decode()).set()
+                        data = message["data"]
+                        if is_push(data):
+                            self.pushed(data)
+                        else:
+                            cid = data.decode()
+                            if cid in self._pushed:  # (watched: its adapter takes pushes, and wake-ups)
+                                self._woken.add(cid)
+                            self._event(cid).set()
             except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
                 await self._settle(False, exc)
             finally:
@@ -157,6 +176,31 @@ class WakeupHub:
         event.clear()
         return True
 
+    def watch(self, consumer_id: str) -> None:
+        """Keep pushes for `consumer_id` from now on (its adapter takes them)."""
+        self._pushed.setdefault(consumer_id, [])
+        self._event(consumer_id)
+
+    def pushed(self, payload: bytes) -> None:
+        """A push payload, from the subscription or from this process's own send (the local short-cut)."""
+        pushed = unpack_pushed(payload)
+        kept = self._pushed.get(pushed.consumer_id)
+        if kept is not None:
+            kept.append(pushed)
+            self._event(pushed.consumer_id).set()
+
+    def take(self, consumer_id: str) -> tuple[list[Pushed], bool]:
+        """The pushes kept for the consumer, in order, and whether it was told to look at its outbox (or the
+        subscription dropped, so pushes may be lost) since the last take."""
+        kept = self._pushed.get(consumer_id)
+        if kept:
+            self._pushed[consumer_id] = []
+        woken = consumer_id in self._woken
+        self._woken.discard(consumer_id)
+        return kept or [], woken
+
     def forget(self, consumer_id: str) -> None:
-        """The consumer closed: drop its event."""
+        """The consumer closed: drop its event and whatever was kept for it."""
         self._events.pop(consumer_id, None)
+        self._pushed.pop(consumer_id, None)
+        self._woken.discard(consumer_id)

@@ -3,7 +3,9 @@
 -- destination passes on: a dead letter, a moved one or a virtual destination's copy, which the producer
 -- limits do not apply to; optionally '+' and a routing plan, includes/virtual.lua), then per message: id,
 -- packed. Status 'forwarded': a virtual destination's copies were recorded, nothing is kept here.
--- Returns {status per message..., '', dispatched, more, hold_until}; status 'ok', 'duplicate' (an id
+-- The budget may be followed by '~' and the calling process's wake-up channel: deliveries pushed to consumers
+-- on that channel come back in the reply, after hold_until, instead of being published (outbox.lua PUSH).
+-- Returns {status per message..., '', dispatched, more, hold_until, pushed payloads...}; status 'ok', 'duplicate' (an id
 -- already stored: not stored again, counted) or 'expired' (expired on arrival: not enqueued, counted).
 -- Producer flow control (includes/flow.lua) applies to origin 'producer' and to 'retry' (the same send
 -- again after waiting for space, flow.py); a send that does not fit stores nothing and returns
@@ -15,6 +17,11 @@
 --@include dispatch
 --@include virtual
 NOW = tonumber(ARGV[1])
+local budget = tonumber(ARGV[2])
+if not budget then  -- '<budget>~<channel>'
+  local tilde = string.find(ARGV[2], '~', 1, true)
+  budget, PUSH.local_channel = tonumber(string.sub(ARGV[2], 1, tilde - 1)), string.sub(ARGV[2], tilde + 1)
+end
 -- the origin may carry a routing plan (includes/virtual.lua): copies for other destinations.
 local origin, plan = FWD.split_origin(ARGV[3])
 local missing = require_destination()
@@ -145,9 +152,11 @@ if #audited > 0 then
   end
 end
 if charged > 0 then memory_add(charged) end
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch_chunk(budget)
 out[#out + 1] = ''
 out[#out + 1] = dispatched
 out[#out + 1] = more
 out[#out + 1] = hold
+local pushed = PUSH.replies
+if pushed then for i = 1, #pushed do out[#out + 1] = pushed[i] end end
 return out

@@ -68,6 +68,8 @@ class LinkSettings:
         return self.lease_ms / 3000
 
 
+CLOSE_RETRY_SECONDS = 0.5  # a consumer whose close found Redis away is closed again this often
+_CLOSING: set[asyncio.Task[None]] = set()  # those retries (a reference, so they are not collected)
 ABORTED_ACKS_KEPT = 100_000  # ack ids of aborted subscriptions remembered per connection
 # what an ack takes from a subscription: (ack id, (consumer, message id)); no consumer for a message the
 # broker does not hold (a replayed advisory)
@@ -283,6 +285,9 @@ class Link:
         # messages stay delivered to it (ActiveMQ's STOMP: not redelivered to the live subscription)
         self._tx_acks: dict[str, list[tuple[Subscription, list[Taken]]]] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
+        # per consumer, the dispatch sequence of the last message its pump wrote or began to write (closing
+        # passes it on: what was pushed after it never reached the client)
+        self._written: dict[str, int] = {}
         self._keeper: asyncio.Task[None] | None = None
         self._consumer_seq = 0
         self._closed = False
@@ -410,29 +415,65 @@ class Link:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         for consumer in sub.consumers:
-            with contextlib.suppress(UnknownConsumer):
-                await self.broker.close_consumer(consumer, reason)
-            self.hub.forget(consumer.consumer_id)
+            # (what was pushed after the last message written goes back as never received)
+            written = self._written.pop(consumer.consumer_id, None)
+            try:
+                with contextlib.suppress(UnknownConsumer):
+                    await self.broker.close_consumer(consumer, reason, written=written)
+            except Exception as exc:
+                if store_unavailable(exc):
+                    self._close_later(consumer, reason, written)
+                raise
+            finally:
+                self.hub.forget(consumer.consumer_id)
 
     async def _pump(self, sub: Subscription, consumer: Consumer) -> None:
+        """Deliver the consumer's messages in dispatch order. Between receive calls the consumer is armed for
+        pushes (docs/broker_core.md "The delivery path"): a dispatch hands it messages itself, which the hub
+        keeps for this pump, so a message sent while the consumer has room reaches the socket with no
+        receive call. `upto` is the dispatch sequence of the last message delivered: a push that does not
+        follow it (one was lost, or a receive already delivered it) sends the pump back to `receive_after`,
+        which hands over again whatever came after `upto`, so nothing is missed or delivered twice. Ack mode
+        auto: pushed messages are acknowledged once they are in the send buffer (a process that dies before
+        leaves them in flight; the lapse of its lease returns them)."""
         batch = self.settings.receive_batch
         idle = self.settings.renew_every
         cid = consumer.consumer_id
-        loop = asyncio.get_running_loop()
-        ahead: asyncio.Task[list[Delivery]] | None = None
+        push = batch if consumer.prefetch > 0 else 0  # a pull consumer asks for each message
+        auto = consumer.ack_mode == "auto"
+        upto = 0
+        self._written[cid] = 0
+        self.hub.watch(cid)
         try:
             while True:
-                deliveries = await (ahead or self.broker.receive(consumer, batch))
-                ahead = None
-                if len(deliveries) == batch:
-                    # more are waiting: fetch the next batch while this one is written to the socket
-                    ahead = loop.create_task(self.broker.receive(consumer, batch))
+                deliveries, upto = await self.broker.receive_after(consumer, upto, batch, push)
+                # (counted as written once the writing starts: a close in the middle marks them redelivered)
+                self._written[cid] = upto
                 if deliveries:
                     await self.deliver(sub, consumer, deliveries)
-                if ahead is None:
-                    # the outbox is empty: the next dispatch into it publishes a wake-up; the timeout only
-                    # guards against a lost one
-                    await self.hub.wait(cid, idle)
+                if len(deliveries) == batch:
+                    continue  # more are waiting
+                # the outbox is empty and the consumer armed: pushes, or a wake-up once the credit is spent;
+                # the timeout only guards against a lost one
+                while True:
+                    woken = not await self.hub.wait(cid, idle)  # (the timeout: look anyway)
+                    pushes, told = self.hub.take(cid)
+                    woken = woken or told
+                    written: list[str] = []  # (auto: acknowledged together, one call for what one take had)
+                    for pushed in pushes:
+                        if pushed.last <= upto:
+                            continue  # a receive_after delivered these already
+                        if pushed.after != upto:
+                            woken = True  # one before it was lost: receive_after finds it
+                            break
+                        delivered = pushed.deliveries(consumer)
+                        upto = self._written[cid] = pushed.last
+                        await self.deliver(sub, consumer, delivered)
+                        written += [d.message_id for d in delivered]
+                    if auto and written:
+                        await self._ack_written(consumer, written)
+                    if woken:
+                        break
         except asyncio.CancelledError:
             raise
         except UnknownConsumer:
@@ -441,9 +482,38 @@ class Link:
             self._report_lost(f"slow client: {exc}")
         except Exception as exc:  # the broker failed: the connection cannot keep its promises
             self._report_failure(f"delivery to {cid} failed", exc)
-        finally:
-            if ahead is not None:
-                ahead.cancel()
+
+    def _close_later(self, consumer: Consumer, reason: str, written: int | None) -> None:
+        """Redis was unreachable when the consumer should have closed: try again until it answers, for at most
+        one lease (then the reaper closes it). Until then the consumer stays armed and a dispatch may push
+        messages to it that nobody writes: closed with `written`, they go back as never received."""
+        async def retry() -> None:
+            deadline = time.monotonic() + self.settings.lease_ms / 1000
+            while time.monotonic() < deadline:
+                await asyncio.sleep(CLOSE_RETRY_SECONDS)
+                try:
+                    await self.broker.close_consumer(consumer, reason, written=written)
+                    return
+                except UnknownConsumer:
+                    return
+                except Exception as exc:
+                    if not store_unavailable(exc):
+                        logger.warning("closing consumer %s failed: %s", consumer.consumer_id, exc)
+                        return
+
+        task = asyncio.get_running_loop().create_task(retry())
+        _CLOSING.add(task)  # (outlives this link: a task of the process)
+        task.add_done_callback(_CLOSING.discard)
+
+    async def _ack_written(self, consumer: Consumer, ids: list[str]) -> None:
+        """Ack mode auto: acknowledge pushed messages now in the send buffer. One an operator removed (or
+        moved) meanwhile is not in flight any more: the others are acknowledged one by one."""
+        try:
+            await self.broker.ack(consumer, ids, mode="individual")
+        except NotInFlight:
+            for message_id in ids:
+                with contextlib.suppress(NotInFlight):
+                    await self.broker.ack(consumer, message_id, mode="individual")
 
     async def _keep_leases(self) -> None:
         while True:

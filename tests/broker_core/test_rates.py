@@ -10,7 +10,7 @@ import pytest
 from broker_core import maintenance, rates
 from broker_core.broker import Broker
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 
 
 @pytest.fixture

@@ -4,13 +4,14 @@
 -- whether it defers its writes, and `known`, `known_prefix` (load_consumers).
 local SLOW_RULE = { prefix = nil, topic = false, known = nil, known_prefix = nil, defer = false }
 
-local COUNTERS = { 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since' }  -- (a consumer's hash)
+-- (a consumer's hash; 'push' and 'rcv' for pushed deliveries, outbox.lua)
+local COUNTERS = { 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since', 'push', 'rcv' }
 -- find_consumer's: COUNTERS, then what the ack path also reads
 -- (made with plain indexing: registering the function library failed with unpack called here, 'nonexistent
 -- global variable')
 local COUNTERS_FOR_ACK = {}
 for i = 1, #COUNTERS do COUNTERS_FOR_ACK[i] = COUNTERS[i] end
-COUNTERS_FOR_ACK[#COUNTERS + 1], COUNTERS_FOR_ACK[#COUNTERS + 2] = 'rcv', 'acked'  -- (counters[7], [8])
+COUNTERS_FOR_ACK[#COUNTERS + 1] = 'acked'  -- (counters[9])
 
 -- The counters of consumer c from `counters` (HMGET of COUNTERS, then whatever else the caller asked for).
 local function read_counters(c, counters)
@@ -18,6 +19,7 @@ local function read_counters(c, counters)
   c.n, c.ext = counters[1] and tonumber(counters[1]) or 0, counters[2] and tonumber(counters[2]) or 0
   c.groups, c.prefetch = counters[3] and tonumber(counters[3]) or 0, counters[4] and tonumber(counters[4]) or 0
   c.dispatched, c.slow = counters[5] and tonumber(counters[5]) or 0, counters[6] ~= false
+  c.push, c.rcv = counters[7] and tonumber(counters[7]) or 0, counters[8] and tonumber(counters[8]) or 0
   c.loaded = true
 end
 
@@ -30,7 +32,7 @@ local function load_consumer(cid, packed, counters, alive)
     groups_moved = false,  -- (groups.lua; flush_counts writes the count when true)
     loaded = false,
     -- (named so the table is made with room for them; read_counters sets them)
-    n = nil, ext = nil, groups = nil, prefetch = nil, dispatched = nil, slow = nil,
+    n = nil, ext = nil, groups = nil, prefetch = nil, dispatched = nil, slow = nil, push = nil, rcv = nil,
   }
   if counters then read_counters(c, counters) end
   return c
@@ -152,8 +154,7 @@ local function find_consumer(cid)
   local counters = redis.call('HMGET', K_C(cid), unpack(COUNTERS_FOR_ACK))
   local lease = redis.call('ZSCORE', K_LEASES, cid)
   local c = load_consumer(cid, packed, counters, lease ~= false and tonumber(lease) >= NOW)
-  c.rcv = counters[7] and tonumber(counters[7]) or 0
-  c.acked = counters[8] and tonumber(counters[8]) or 0
+  c.acked = counters[9] and tonumber(counters[9]) or 0
   return c, lease
 end
 

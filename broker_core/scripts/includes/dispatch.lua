@@ -28,7 +28,12 @@
 -- (fields of one table: dispatch_pass is near Lua's limit of 60 upvalues)
 local PAGE = {}
 function PAGE.new() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {}, firsts = {} } end
-function PAGE.deliver(c, id, score, tally, fresh, writes, first)
+function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
+  -- (a consumer armed for pushes, outbox.lua PUSH, gets the message itself instead of an outbox entry)
+  local pushed = PUSH.armed(c)
+  -- A message this call stored (FRESH) has never been delivered: no counter to read. The counter is
+  -- passed on as stored (only HINCRBY writes it: the digits Redis would make of the number).
+  local redeliveries = not fresh and redis.call('HGET', K_REDELIV, id) or '0'
   PASS_DIRTY.pending = nil
   local digits = NOW_TEXT.num(score)  -- base.lua: the digits of a whole number below 2^53
   if type(digits) ~= 'string' then digits = string.format('%.0f', score) end
@@ -45,14 +50,17 @@ function PAGE.deliver(c, id, score, tally, fresh, writes, first)
     end
     mine.window[#mine.window + 1] = NOW_TEXT.num(tally.dseq)
     mine.window[#mine.window + 1] = id
-    mine.outbox[#mine.outbox + 1] = id
+    if pushed then PUSH.add(c, id, tally.dseq, blob, redeliveries, first)
+    else mine.outbox[#mine.outbox + 1] = id end
     if first then writes.firsts[#writes.firsts + 1] = id end
   else
     if first then redis.call('SADD', K_GFIRST, id) end
     redis.call('ZREM', K_PENDING, id)
     redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. digits)
     redis.call('ZADD', K_CINF(c.id), NOW_TEXT.num(tally.dseq), id)
-    if redis.call('RPUSH', K_COUT(c.id), id) == 1 and c.def.notify then
+    if pushed then
+      PUSH.add(c, id, tally.dseq, blob, redeliveries, first)
+    elseif redis.call('RPUSH', K_COUT(c.id), id) == 1 and c.def.notify then
       redis.call('PUBLISH', c.def.notify, c.id)
     end
   end
@@ -60,15 +68,15 @@ function PAGE.deliver(c, id, score, tally, fresh, writes, first)
   c.delivered = (c.delivered or 0) + 1
   if c.prefetch == 0 then c.ext = c.ext - 1 end
   tally.dispatched = tally.dispatched + 1
-  -- A message this call stored (FRESH) has never been delivered: no counter to read. The counter is
-  -- passed on as stored (only HINCRBY writes it: the digits Redis would make of the number).
-  emit('dispatch', 'msg', id, 'consumer', c.id,
-       'redeliveries', not fresh and redis.call('HGET', K_REDELIV, id) or '0')
+  emit('dispatch', 'msg', id, 'consumer', c.id, 'redeliveries', redeliveries)
 end
 
--- The writes PAGE.deliver collected; a consumer whose outbox was empty is woken.
+-- The writes PAGE.deliver collected; a consumer whose outbox was empty is woken, one armed gets its pushes.
 function PAGE.flush(writes)
-  if not writes or #writes.ids == 0 then return end
+  if not writes or #writes.ids == 0 then
+    PUSH.flush()
+    return
+  end
   call_many('ZREM', K_PENDING, writes.ids)
   call_many('HSET', K_INFLIGHT, writes.inflight)
   if #writes.firsts > 0 then call_many('SADD', K_GFIRST, writes.firsts) end
@@ -76,9 +84,12 @@ function PAGE.flush(writes)
     local mine = writes.consumers[i]
     local c = mine.c
     call_many('ZADD', K_CINF(c.id), mine.window)
-    local queued = call_many('RPUSH', K_COUT(c.id), mine.outbox)
-    if queued == #mine.outbox and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
+    if #mine.outbox > 0 then
+      local queued = call_many('RPUSH', K_COUT(c.id), mine.outbox)
+      if queued == #mine.outbox and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
+    end
   end
+  PUSH.flush()
 end
 
 -- Consumer c's counters, and the slow_since change of the pass (consumers.lua note_slow) and its group count
@@ -367,7 +378,7 @@ local function dispatch_pass(budget)
           end
           if skip then offered_out = '' end  -- (done with the message the record was for)
           if target then
-            PAGE.deliver(target, id, score, tally, fresh, writes, first)
+            PAGE.deliver(target, id, score, tally, fresh, writes, first, blob)
             dispatched = dispatched + 1
             cursor = batch[i + 1]
             if not strict and #cons > 1 and target.id ~= owner then

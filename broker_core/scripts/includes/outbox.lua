@@ -5,14 +5,11 @@ local function received_upto(cid)
   return tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
 end
 
--- Pop up to `max` messages from c's outbox into `out` (id, packed message, redeliveries, group first);
--- in ack mode 'auto' they are acknowledged as they go. Returns how many, and whether that freed room in c's
--- window (acknowledged, or expired on the way): the caller then runs a dispatch chunk, or the room stays
--- unused until something else does. What it reads of the messages is one command per key for all of them.
-local function pop_outbox(c, max, out)
-  local ids = redis.call('LPOP', K_COUT(c.id), NOW_TEXT.num(max))
-  if not ids then return 0, false end
-  local last = redis.call('ZSCORE', K_CINF(c.id), ids[#ids])  -- before expiry may remove it
+-- Hand messages `ids` of consumer c (in its dispatch order) to the adapter: into `out` as (id, packed message,
+-- redeliveries, group first); with `check_expiry`, an expired one is expired instead (consumerExpiryCheck-
+-- Enabled: it never reaches the application). In ack mode 'auto' they are acknowledged as they go. Returns
+-- whether that freed room in c's window. What it reads of the messages is one command per key for all of them.
+local function hand_over(c, ids, out, check_expiry)
   local blobs = call_many('HMGET', K_MSGS, ids)
   local redeliveries = call_many('HMGET', K_REDELIV, ids)
   local firsts = call_many('SMISMEMBER', K_GFIRST, ids)
@@ -21,14 +18,13 @@ local function pop_outbox(c, max, out)
     local id, blob = ids[i], blobs[i]
     -- the expiry is all this reads of the message (POLICY_DECODED.head, message.lua: without decoding it
     -- when it can)
-    local exp = blob and POLICY_DECODED.head(blob)
-    if blob and exp == nil then
+    local exp = check_expiry and blob and POLICY_DECODED.head(blob)
+    if check_expiry and blob and exp == nil then
       local m = unpack_message(blob)
       exp = m and (tonumber(m[M_EXPIRATION]) or 0) or 0
     end
-    if blob and exp > 0 and NOW > exp then  -- is_expired
+    if check_expiry and blob and exp > 0 and NOW > exp then  -- is_expired
       local m = unpack_message(blob)
-      -- consumerExpiryCheckEnabled: an expired message never reaches the application (EXPIRED ack).
       take_inflight(c.id, id, true)
       c.n = c.n - 1
       expire_message(id, m, blob)
@@ -40,9 +36,83 @@ local function pop_outbox(c, max, out)
       out[#out + 1] = firsts[i]
     end
   end
-  if last then redis.call('HSET', K_C(c.id), 'rcv', last) end
-  if c.def.ack == 'auto' then ack_messages({ { c, handed } }) end
-  local freed = c.def.ack == 'auto' or #handed < #ids
+  if c.def.ack == 'auto' and #handed > 0 then ack_messages({ { c, handed } }) end
+  local freed = (c.def.ack == 'auto' and #handed > 0) or #handed < #ids
   if freed then room_freed(c.id) end
-  return #ids, freed
+  return freed
+end
+
+-- Pop up to `max` messages from c's outbox into `out` (hand_over). Returns how many, and whether that freed
+-- room in c's window (acknowledged, or expired on the way): the caller then runs a dispatch chunk, or the
+-- room stays unused until something else does.
+local function pop_outbox(c, max, out)
+  local ids = redis.call('LPOP', K_COUT(c.id), NOW_TEXT.num(max))
+  if not ids then return 0, false end
+  local last = redis.call('ZSCORE', K_CINF(c.id), ids[#ids])  -- before expiry may remove it
+  if last then
+    redis.call('HSET', K_C(c.id), 'rcv', last)
+    c.rcv = tonumber(last)
+  end
+  return #ids, hand_over(c, ids, out, true)
+end
+
+-- Pushed deliveries (docs/broker_core.md "The delivery path"). A consumer whose adapter waits with an empty
+-- outbox is armed: 'push' in its hash says how many more messages may reach it this way (receive.lua sets
+-- it, each push takes one; armed means the outbox is empty). A dispatch to an armed consumer hands the
+-- message over at once, as receive would: in flight, 'rcv' raised to its dispatch sequence, and the message
+-- itself published on the consumer's `notify` channel, so the adapter writes it with no receive call. The
+-- in-flight entry and the lease are what make this safe: an adapter that dies before writing it leaves the
+-- message in flight, and its consumer's lapsed lease returns it (redelivered, as a received one).
+-- A push to the calling process's own channel (PUSH.local_channel, given by the send) goes back in the
+-- script's reply instead of through Redis pub/sub. Ack mode 'auto': the adapter acknowledges after writing.
+-- Payload, msgpack: {consumer id, rcv before the push, then per message: dispatch sequence, id, packed
+-- message, redeliveries, group first (1/0)}; the adapter knows from `rcv before` whether it missed any.
+-- A consumer's pushes in one call stop at about PUSH_MOST_BYTES (the rest wait in its outbox, with the
+-- usual wake-up): a pub/sub subscriber past Redis's output buffer limit for pub/sub is disconnected.
+local PUSH_MOST_BYTES = 256 * 1024
+local PUSH = { local_channel = nil, by_consumer = nil, order = nil, replies = nil }
+on_call(function() PUSH.local_channel, PUSH.by_consumer, PUSH.order, PUSH.replies = nil, nil, nil, nil end)
+function PUSH.armed(c) return c.push ~= nil and c.push > 0 and c.def.notify ~= nil end
+function PUSH.add(c, id, dseq, blob, redeliveries, first)
+  local by = PUSH.by_consumer
+  if not by then
+    by = {}
+    PUSH.by_consumer, PUSH.order = by, {}
+  end
+  local mine = by[c.id]
+  if not mine then
+    mine = { c = c, msg = { c.id, c.rcv or 0 }, bytes = 0 }
+    by[c.id] = mine
+    PUSH.order[#PUSH.order + 1] = mine
+  end
+  local msg = mine.msg
+  msg[#msg + 1] = dseq
+  msg[#msg + 1] = id
+  msg[#msg + 1] = blob
+  msg[#msg + 1] = tonumber(redeliveries) or 0
+  msg[#msg + 1] = first and 1 or 0
+  c.push = c.push - 1
+  c.rcv = dseq
+  mine.bytes = mine.bytes + #blob
+  -- disarmed past the byte bound: what follows goes to the outbox, and armed must mean the outbox is empty
+  if mine.bytes >= PUSH_MOST_BYTES then c.push = 0 end
+end
+-- Write the pushed consumers' 'push' and 'rcv' and publish (or keep for the reply) their messages; the
+-- dispatch pass calls it at its end, under the prefix of the consumers it pushed to.
+function PUSH.flush()
+  local order = PUSH.order
+  if not order then return end
+  PUSH.by_consumer, PUSH.order = nil, nil
+  for i = 1, #order do
+    local mine = order[i]
+    local c = mine.c
+    redis.call('HSET', K_C(c.id), 'push', NOW_TEXT.num(c.push), 'rcv', NOW_TEXT.num(c.rcv))
+    local payload = cmsgpack.pack(mine.msg)
+    if c.def.notify == PUSH.local_channel then
+      PUSH.replies = PUSH.replies or {}
+      PUSH.replies[#PUSH.replies + 1] = payload
+    else
+      redis.call('PUBLISH', c.def.notify, payload)
+    end
+  end
 end
