@@ -164,3 +164,30 @@ def test_the_events_log_scrolls_from_the_keyboard(admin_page, console_server, st
     before = log.evaluate("(e) => e.scrollTop")
     page.keyboard.press("PageDown")
     page.wait_for_function("(b) => document.querySelector('#events-box').scrollTop > b", arg=before)
+
+
+def test_the_destination_lists_menu_dialog_and_phone_layout_have_no_violations(themed, state, console_server,
+                                                                               broker):
+    theme, page = themed
+    page.goto(f"{console_server.url}/console/destinations/?search={NAME}")
+    settle(page)
+    row = page.locator(f'#destinations tr[data-uri="queue://{NAME}"]')
+    row.get_by_text("Actions").click()
+    expect(row.locator(".menu-items")).to_be_visible()
+    violations = axe_violations(page)
+    assert not violations, f"destinations, Actions menu open ({theme}):\n{describe(violations)}"
+    row.get_by_role("button", name="Purge…").click()
+    expect(page.locator("dialog#confirm")).to_be_visible()
+    violations = axe_violations(page)
+    assert not violations, f"destinations, confirmation open ({theme}):\n{describe(violations)}"
+    page.keyboard.press("Escape")  # cancelled: nothing purged
+    expect(page.locator("dialog#confirm")).to_be_hidden()
+    assert broker.stats(NAME).queue_size > 0
+    page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        page.reload()
+        settle(page)
+        violations = axe_violations(page)
+        assert not violations, f"destinations at phone width ({theme}):\n{describe(violations)}"
+    finally:
+        page.set_viewport_size({"width": 1366, "height": 900})
