@@ -191,3 +191,16 @@ def test_the_destination_lists_menu_dialog_and_phone_layout_have_no_violations(t
         assert not violations, f"destinations at phone width ({theme}):\n{describe(violations)}"
     finally:
         page.set_viewport_size({"width": 1366, "height": 900})
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_refusal_page_a_reader_meets_has_no_violations(theme, chromium, console_server):
+    page = login(chromium, console_server, "reader", color_scheme=theme)
+    try:
+        response = page.goto(f"{console_server.url}/console/audit/")
+        assert response is not None and response.status == 403
+        settle(page)
+        violations = axe_violations(page)
+        assert not violations, f"403 page ({theme}):\n{describe(violations)}"
+    finally:
+        page.context.close()

@@ -130,7 +130,12 @@ def test_a_rows_actions_are_in_its_menu_and_purge_still_asks_first(admin_page, c
     assert menu.locator("a, button").all_inner_texts() == ["Browse", "Send", "Pause", "Purge…", "Delete…"]
     page.keyboard.press("Escape")
     expect(menu).to_be_hidden()
-    row.get_by_text("Actions").click()
+    # from the keyboard: Enter opens the menu, Tab walks its items
+    row.locator("summary").focus()
+    page.keyboard.press("Enter")
+    expect(menu).to_be_visible()
+    page.keyboard.press("Tab")
+    expect(menu.get_by_role("link", name="Browse")).to_be_focused()
     menu.get_by_role("button", name="Purge…").click()
     confirm(page)
     expect(page.locator("#toast")).to_contain_text("Purge: done")
