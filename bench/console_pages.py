@@ -107,9 +107,9 @@ def main() -> int:
             ("api   destinations, search 'd0999'", f"{api}/destinations?search=d0999&limit=50"),
             # the list's filters (issue 26): on the statistics index held in the process
             ("api   destinations, non_empty=true", f"{api}/destinations?non_empty=true&limit=50"),
-            ("api   destinations, has_consumers=false, page 150",
+            ("api   destinations, no consumers, page 150",
              f"{api}/destinations?has_consumers=false&limit=50&offset=7450"),
-            ("api   destinations, non_empty, no consumers, no DLQ, by -messages",
+            ("api   destinations, waiting, no consumer, -messages",
              f"{api}/destinations?non_empty=true&has_consumers=false&dlq=false&ordering=-messages&limit=50"),
             ("api   destinations, dlq=true", f"{api}/destinations?dlq=true&limit=50"),
             ("api   queues/<big> (stats, consumers)", big),
