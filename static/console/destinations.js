@@ -19,7 +19,7 @@
   const size = document.getElementById("page-size");
   const ordering = document.getElementById("ordering");
   size.value = String(state.limit);
-  let feed = null; let shown = []; let perms = {}; let count = 0;
+  let feed = null; let shown = []; let perms = {}; let count = 0; let loads = 0;
 
   // "messages" (Pending): pending + in flight, a topic's across its subscriptions (docs/console.md)
   const NUMS = ["messages", "in_flight", "consumer_count", "enqueued", "dequeued", "expired", "deadlettered"];
@@ -99,6 +99,17 @@
 
   const pages = () => Math.max(1, Math.ceil(count / state.limit));
 
+  // On a phone the filters fold away under "Filters and sort (n)" so the list starts near the top; on a
+  // wider screen they are always open (the summary is hidden there).
+  const filtersBox = document.getElementById("filters");
+  const wide = matchMedia("(min-width: 601px)");
+  filtersBox.open = wide.matches;
+  wide.addEventListener("change", () => { filtersBox.open = wide.matches; });
+  function showActive() {
+    const n = Object.keys(FILTERS).filter((k) => state[k]).length;
+    document.getElementById("filters-active").textContent = n ? `(${n} on)` : "";
+  }
+
   function query() {
     const q = new URLSearchParams({ ordering: state.ordering, limit: state.limit, offset: state.offset });
     for (const key of Object.keys(FILTERS)) if (state[key]) q.set(key, state[key]);
@@ -111,8 +122,13 @@
     shared.delete("offset");
     if (state.offset) shared.set("page", String(Math.floor(state.offset / state.limit) + 1));
     history.replaceState(null, "", `?${shared}`);
+    showActive();
+    // Filters changed in quick succession start overlapping loads: only the last one started renders, so
+    // an earlier answer arriving late cannot show rows of a filter no longer chosen.
+    const mine = ++loads;
     let data;
-    try { data = await api("GET", `destinations?${q}`); } catch (e) { toast(e.message, true); return; }
+    try { data = await api("GET", `destinations?${q}`); } catch (e) { if (mine === loads) toast(e.message, true); return; }
+    if (mine !== loads) return;
     count = data.count;
     if (!data.results.length && count && state.offset >= count) {  // past the last page (a shared link, rows gone)
       state.offset = (pages() - 1) * state.limit; load(); return;
@@ -121,6 +137,7 @@
     if (shown.length) {
       try { perms = (await api("GET", `console/permissions?destination=${encodeURIComponent(shown.map((r) => r.destination).join(","))}`)).destinations; } catch (e) { perms = {}; }
     }
+    if (mine !== loads) return;
     render(shown);
     const from = count ? state.offset + 1 : 0;
     document.getElementById("dest-count").textContent = `${fmt.num(from)}–${fmt.num(state.offset + shown.length)} of ${fmt.num(count)}`;
