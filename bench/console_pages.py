@@ -2,6 +2,7 @@
 1,000,000-message queue (issue 9: target under 300 ms each).
 
     .venv/bin/python bench/console_pages.py [--destinations 10000] [--messages 1000000] [--runs 20]
+        [--only destinations]
 
 Starts a throw-away system (console/demo.py: embedded Redis, SQLite, uvicorn), creates the
 destinations and fills one queue with the batched send (1,000 messages per call; this takes a few
@@ -77,6 +78,7 @@ def main() -> int:
     parser.add_argument("--destinations", type=int, default=10_000)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--only", default="", help="time only the requests whose label contains this")
     args = parser.parse_args()
     with DemoSystem() as system:
         fill(system, args.destinations, args.messages)
@@ -103,6 +105,13 @@ def main() -> int:
             ("api   destinations, by -queue_size", f"{api}/destinations?ordering=-queue_size&limit=50"),
             ("api   destinations, by -enqueue_rate", f"{api}/destinations?ordering=-enqueue_rate&limit=50"),
             ("api   destinations, search 'd0999'", f"{api}/destinations?search=d0999&limit=50"),
+            # the list's filters (issue 26): on the statistics index held in the process
+            ("api   destinations, non_empty=true", f"{api}/destinations?non_empty=true&limit=50"),
+            ("api   destinations, no consumers, page 150",
+             f"{api}/destinations?has_consumers=false&limit=50&offset=7450"),
+            ("api   destinations, waiting, no consumer, -messages",
+             f"{api}/destinations?non_empty=true&has_consumers=false&dlq=false&ordering=-messages&limit=50"),
+            ("api   destinations, dlq=true", f"{api}/destinations?dlq=true&limit=50"),
             ("api   queues/<big> (stats, consumers)", big),
             ("api   console/queues/<big>/groups", f"{api}/console/queues/{BIG}/groups"),
             ("api   browse <big>, first 50", f"{big}/messages?limit=50"),
@@ -113,6 +122,8 @@ def main() -> int:
         ]
         print(f"\n{'request':44} {'median ms':>10} {'p95 ms':>8} {'bytes':>9}")
         for label, url in requests_:
+            if args.only not in label:
+                continue
             median, p95, size = timed(session, url, args.runs)
             print(f"{label:44} {median:10.1f} {p95:8.1f} {size:9d}", flush=True)
     return 0

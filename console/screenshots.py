@@ -2,7 +2,8 @@
 
 Starts a throw-away system (console/demo.py) with a Celery worker and beat, fills a demo queue with two
 consumers, message groups and steady traffic, and photographs the overview, a queue page and its groups
-view and the node page in light and dark with Debian's headless Chromium (Playwright).
+view, the node page and the destination list (1366x768 with a row's menu open, and at phone width) in
+light and dark with Debian's headless Chromium (Playwright).
 """
 
 from __future__ import annotations
@@ -95,6 +96,18 @@ def shoot(system: DemoSystem) -> list[Path]:
             page.screenshot(path=written[-1], full_page=True)
             written.append(OUT / f"groups-{scheme}.png")
             page.locator("#groups-section").screenshot(path=written[-1])
+            # the destination list at a laptop's 1366x768 with a row's Actions menu open, then on a phone
+            page.set_viewport_size({"width": 1366, "height": 768})
+            page.goto(f"{system.url}/console/destinations/")
+            page.wait_for_selector('#destinations tr[data-uri="queue://orders.eu"]')
+            page.locator('#destinations tr[data-uri="queue://orders.eu"] summary').click()
+            written.append(OUT / f"destinations-{scheme}.png")
+            page.screenshot(path=written[-1])
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.goto(f"{system.url}/console/destinations/?non_empty=true&ordering=-messages")
+            page.wait_for_selector('#destinations tr[data-uri="queue://orders.eu"]')
+            written.append(OUT / f"destinations-phone-{scheme}.png")
+            page.screenshot(path=written[-1])
             context.close()
         browser.close()
     return written

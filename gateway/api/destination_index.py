@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -45,14 +46,6 @@ parse_destination = functools.lru_cache(maxsize=100_000)(_parse_destination)
 class Index:
     at_ms: int
     rows: dict[str, list[float]]  # uri -> FIELDS values, then RATES
-
-    def values(self, uris: list[str], key: str) -> dict[str, float]:
-        rows = self.rows
-        if key == "messages":
-            pending, in_flight = FIELDS.index("pending"), FIELDS.index("in_flight")
-            return {uri: rows[uri][pending] + rows[uri][in_flight] if uri in rows else 0 for uri in uris}
-        position = (FIELDS + RATES).index(key)
-        return {uri: rows[uri][position] if uri in rows else 0 for uri in uris}
 
     def rates(self, uri: str) -> tuple[float, float]:
         row = self.rows.get(uri)
@@ -193,10 +186,53 @@ def row(stats: Any, idx: Index | None) -> dict[str, Any]:
     return out
 
 
+def is_dead_letter_queue(name: str) -> bool:
+    """A queue name the default and usual dead-letter strategies give (ActiveMQ.DLQ, ActiveMQ.DLQ.Queue.x,
+    DLQ.x, x.DLQ): a test on the name alone, so it costs nothing per destination."""
+    return name == "ActiveMQ.DLQ" or name.startswith(("ActiveMQ.DLQ.", "DLQ.")) or ".DLQ" in name
+
+
+@dataclasses.dataclass(frozen=True)
+class Filters:
+    """The destination list's filters beyond kind and name; None lets both kinds through."""
+
+    non_empty: bool | None = None  # messages (pending + in flight) > 0
+    has_consumers: bool | None = None  # consumer_count > 0
+    dlq: bool | None = None  # a dead-letter queue (is_dead_letter_queue; a topic never is)
+
+    def on_statistics(self) -> bool:
+        return self.non_empty is not None or self.has_consumers is not None
+
+
+async def _counters(broker: AsyncBroker, idx: Index, uris: list[str]) -> dict[str, list[float]]:
+    """The index's row of each destination; one created since the index was built is read now (its
+    summary) rather than taken as all zeros."""
+    rows = {uri: idx.rows[uri] for uri in uris if uri in idx.rows}
+    missing = [uri for uri in uris if uri not in rows]
+    if missing:
+        for s in await broker.summaries(missing):
+            if s is not None:
+                rows[s.destination] = [int(getattr(s, f)) for f in FIELDS] + [0.0, 0.0]
+    return rows
+
+
+def _value(counters: dict[str, list[float]], key: str) -> Callable[[Destination], float]:
+    """A destination's `key` (a FIELDS, RATES or DERIVED name) from its row of counters (0 without one)."""
+    if key == "messages":
+        pending, in_flight = FIELDS.index("pending"), FIELDS.index("in_flight")
+        return lambda d: (r[pending] + r[in_flight]) if (r := counters.get(d.uri)) else 0
+    position = (FIELDS + RATES).index(key)
+    return lambda d: r[position] if (r := counters.get(d.uri)) else 0
+
+
 async def list_destinations(broker: AsyncBroker, patterns: list[Destination] | None, kind: str | None,
                             search: str, ordering: str, limit: int,
-                            offset: int) -> tuple[int, list[dict[str, Any]]]:
-    """(how many match, the rows of the page). `patterns` from permissions.readable_patterns."""
+                            offset: int, where: Filters = Filters()) -> tuple[int, list[dict[str, Any]]]:
+    """(how many match, the rows of the page). `patterns` from permissions.readable_patterns.
+
+    Name, kind and dead-letter filters test the names; the others, and sorting by a statistic, read the
+    statistics index held in this process (no Redis call per destination): the work is one pass over the
+    names whatever the filters, plus the page's rows read fresh."""
     chosen: list[Destination] = []
     for uri in await broker.destinations():
         destination = parse_destination(uri)
@@ -204,25 +240,32 @@ async def list_destinations(broker: AsyncBroker, patterns: list[Destination] | N
             continue
         if search and search not in destination.name.lower():
             continue
+        if where.dlq is not None and where.dlq != (destination.kind == "queue"
+                                                   and is_dead_letter_queue(destination.name)):
+            continue
         if permissions.visible(patterns, destination):
             chosen.append(destination)
     key = ordering.lstrip("-")
     reverse = ordering.startswith("-")
-    if key == "name":  # needs no statistics: the index only lends its rates, as they are
+    if key == "name" and not where.on_statistics():  # needs no statistics: the index only lends its rates
         idx = await index(broker, refresh=False)
         chosen.sort(key=lambda d: (d.name, d.kind), reverse=reverse)
     else:
         idx = await index(broker)
         assert idx is not None
-        values = idx.values([d.uri for d in chosen], key)
-        missing = [d.uri for d in chosen if d.uri not in idx.rows]
-        if missing:  # created since the index was built: read them now rather than sort them as zeros
-            for s in await broker.summaries(missing):
-                if s is not None:
-                    values[s.destination] = (s.pending + s.in_flight if key == "messages"
-                                             else getattr(s, key, 0))
-        chosen.sort(key=lambda d: d.name)
-        chosen.sort(key=lambda d: values[d.uri], reverse=reverse)  # stable: ties stay in name order
+        counters = await _counters(broker, idx, [d.uri for d in chosen])
+        if where.non_empty is not None:
+            messages = _value(counters, "messages")
+            chosen = [d for d in chosen if (messages(d) > 0) == where.non_empty]
+        if where.has_consumers is not None:
+            consumers = _value(counters, "consumer_count")
+            chosen = [d for d in chosen if (consumers(d) > 0) == where.has_consumers]
+        if key == "name":
+            chosen.sort(key=lambda d: (d.name, d.kind), reverse=reverse)
+        else:
+            chosen.sort(key=lambda d: d.name)
+            # stable: ties stay in name order
+            chosen.sort(key=_value(counters, key), reverse=reverse)
     page = chosen[offset:offset + limit]
     fresh = await broker.stats_many([d.uri for d in page])
     return len(chosen), [row(s, idx) for s in fresh if s is not None]

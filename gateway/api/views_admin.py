@@ -29,12 +29,30 @@ SORTABLE = ("name", "messages", "queue_size", "pending", "in_flight", "enqueued"
             "deadlettered", "enqueue_rate", "dequeue_rate")  # its columns sort too
 
 
+# The destination list's filters on statistics and names (absent: no filter; false: the opposite).
+FILTERS = {"non_empty": "true: only destinations with messages (pending or in flight); false: only empty",
+           "has_consumers": "true: only destinations with consumers; false: only those without",
+           "dlq": "true: only dead-letter queues; false: everything but them"}
+
+
+def _tristate(request: Request, name: str) -> bool | None:
+    text = (request.query_params.get(name) or "").lower()
+    if text in ("", "any"):
+        return None
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise Problem(400, "invalid_parameter", "Invalid parameter", f"{name} is true or false", parameter=name)
+
+
 class DestinationListView(GatewayView):
     @extend_schema(
         operation_id="destination_list", summary="Destinations with statistics (filter, sort, page)",
         parameters=[OpenApiParameter("kind", str, enum=["queue", "topic"]),
                     OpenApiParameter("search", str, description="Part of the name"),
                     OpenApiParameter("ordering", str, enum=[*SORTABLE, *[f"-{k}" for k in SORTABLE]]),
+                    *[OpenApiParameter(name, bool, description=text) for name, text in FILTERS.items()],
                     OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
         responses={200: s.DestinationPageSerializer, **problems(400, 401)})
     async def get(self, request: Request) -> Response:
@@ -49,12 +67,13 @@ class DestinationListView(GatewayView):
                           f"ordering is one of {', '.join(SORTABLE)} (- for descending)",
                           parameter="ordering")
         limit, offset = page_bounds(request)
-        patterns = await db(permissions.readable_patterns, request.user, "read")
         # fast with 10,000 destinations (pipelined stats, a statistics index)
-        from gateway.api.destination_index import list_destinations
+        from gateway.api.destination_index import Filters, list_destinations
 
+        where = Filters(**{name: _tristate(request, name) for name in FILTERS})
+        patterns = await db(permissions.readable_patterns, request.user, "read")
         count, rows = await list_destinations(runtime.async_broker(), patterns, kind, search, ordering,
-                                              limit, offset)
+                                              limit, offset, where)
         return Response(page(request, count, limit, offset, rows))
 
 

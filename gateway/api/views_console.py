@@ -25,7 +25,12 @@ from broker_core.destinations import parse_composite
 from gateway import permissions, runtime
 from gateway.api.base import GatewayView, db, stats_or_404
 from gateway.api.common import destination_from_url, idempotency_keys_count
-from gateway.api.destination_index import largest_subscription, parse_destination, totals
+from gateway.api.destination_index import (
+    is_dead_letter_queue,
+    largest_subscription,
+    parse_destination,
+    totals,
+)
 from gateway.api.schema import KIND_PARAM, problems
 
 # How many pending and in-flight messages the groups view counts (from the head of the queue).
@@ -154,10 +159,6 @@ class GroupCountsView(GatewayView):
         })
 
 
-def _is_dlq(name: str) -> bool:
-    return name == "ActiveMQ.DLQ" or name.startswith(("ActiveMQ.DLQ.", "DLQ.")) or ".DLQ" in name
-
-
 def _cause(properties: dict[str, Any]) -> str:
     """A dead letter's cause in a few words (the full text stays on the message)."""
     text = properties.get("dlqDeliveryFailureCause")
@@ -180,7 +181,7 @@ class DeadLettersView(GatewayView):
         patterns = await db(permissions.readable_patterns, request.user, "read")
         out = []
         for uri in await broker.destinations():
-            if not uri.startswith("queue://") or not _is_dlq(uri[len("queue://"):]):
+            if not uri.startswith("queue://") or not is_dead_letter_queue(uri[len("queue://"):]):
                 continue  # cheap string test first: 10,000 names are not all parsed
             destination = parse_destination(uri)
             if not permissions.visible(patterns, destination):
