@@ -11,6 +11,7 @@ ratio against the one required."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -21,8 +22,9 @@ from django.urls import URLPattern, URLResolver, reverse
 from playwright.sync_api import expect
 
 from broker_core.broker import Broker
+from broker_core.connections import ConnectionRecord
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 from console import urls as console_urls
 from tests.console.conftest import login
 from tests.helpers.gateway_server import ROOT
@@ -53,7 +55,8 @@ ROUTES = [r for r in console_routes() if r[0] not in NOT_PAGES]
 @pytest.fixture(scope="module")
 def state(console_server, redis_url) -> Iterator[dict[str, str]]:
     """A queue and a topic named NAME with what the pages show: messages in a group, two consumers (one
-    with messages in flight), a durable subscription offline, a poison message dead-lettered."""
+    with messages in flight), a durable subscription offline, a poison message dead-lettered, and a
+    registered connection subscribed to the queue and sending to it."""
     client = redis.Redis.from_url(redis_url)
     broker = Broker(client, console_server.namespace)
     queue, topic = NAME, f"topic://{NAME}"
@@ -68,7 +71,14 @@ def state(console_server, redis_url) -> Iterator[dict[str, str]]:
                                                       lease_ms=600_000))
     broker.close_consumer(durable)
     broker.send(topic, [Message(body="t")])
-    yield {"name": NAME, "kind": "queue", "message_id": ids[-1]}
+    connection = ConnectionRecord(f"a11y-{NAME}", "stomp+tcp", "a11y-process", user="admin",
+                                  client_id="a11y-app", address="tcp://127.0.0.1:40000",
+                                  since_ms=int(time.time() * 1000))
+    connection.subscribed("s1", [f"queue://{queue}"], ack_mode="client", selector=None, prefetch=3,
+                          consumer_ids=[first.consumer_id])
+    connection.sent(f"queue://{queue}", 1, int(time.time() * 1000))
+    broker.connection_put(connection, lease_ms=600_000)
+    yield {"name": NAME, "kind": "queue", "message_id": ids[-1], "connection_id": connection.connection_id}
     client.close()
 
 

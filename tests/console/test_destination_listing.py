@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 from tests.console.conftest import login
 from tests.console.test_console import confirm
 

@@ -8,7 +8,7 @@ import pytest
 
 from broker_core.broker import Broker
 from broker_core.messages import Message
-from broker_core.operations import ConsumerSpec
+from broker_core.model import ConsumerSpec
 from tests.gateway_api.mixins import assert_problem, blocking
 
 pytestmark = pytest.mark.django_db(transaction=True)
