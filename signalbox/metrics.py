@@ -49,6 +49,7 @@ PAGE = 50  # queues per summary_many call: the worst page (ten priority bands ea
 # Pages asked at once, pipelined on one connection: the gateway decodes one page's reply while Redis runs
 # the next call (each call is as small as alone; other clients wait behind at most a few of them).
 CONCURRENCY = 4
+NAMES_PAGE = 5_000  # registry names per ZRANGE (a few hundred microseconds of Redis each)
 MIN_TOKEN_LENGTH = 16
 
 # (summary field, metric name, counter?, help). Counters only grow (a deleted and re-created destination
@@ -95,8 +96,9 @@ def max_destinations() -> int:
 
 
 async def gather(broker: AsyncBroker, limit: int | None = None, page: int = PAGE) -> Snapshot:
-    """Read what a scrape shows, in bounded calls: Redis INFO, the registry's first `limit` names (one
-    ZRANGE), their summaries `page` at a time, the maintenance tick."""
+    """Read what a scrape shows, in bounded calls: Redis INFO, the registry's first `limit` names
+    (ZCARD, then ZRANGEs of NAMES_PAGE, pipelined), their summaries `page` at a time, the maintenance
+    tick."""
     started = time.perf_counter()
     limit = max_destinations() if limit is None else limit
     out = Snapshot(now_ms=broker.clock.now_ms(), limit=limit)
@@ -113,11 +115,12 @@ async def gather(broker: AsyncBroker, limit: int | None = None, page: int = PAGE
     # the tick as /healthz judges it, with its own client in a thread, while the summaries are read
     tick = asyncio.ensure_future(sync_to_async(health.check_maintenance, thread_sensitive=False)())
     try:
-        pipe = broker.redis.pipeline(transaction=False)
-        pipe.zcard(broker.ops.registry_key)
-        pipe.zrange(broker.ops.registry_key, 0, limit - 1)
-        registered, names = await pipe.execute()
-        out.registered = int(registered)
+        key = broker.ops.registry_key
+        out.registered = int(await broker.redis.zcard(key))
+        pipe = broker.redis.pipeline(transaction=False)  # the first `limit` names, NAMES_PAGE per ZRANGE
+        for start in range(0, min(limit, out.registered), NAMES_PAGE):
+            pipe.zrange(key, start, min(start + NAMES_PAGE, limit) - 1)
+        names = [n for part in await pipe.execute() for n in part]
         uris = [parse_destination(n.decode() if isinstance(n, bytes) else n) for n in names]
         # one summary_many script call per `page` queues; a page's topics: topic_summary_many calls
         out.summaries = [s for s in await broker.summaries(uris, page, oldest=True, concurrency=CONCURRENCY)
