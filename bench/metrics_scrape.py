@@ -104,7 +104,7 @@ def timed_scrape(system: DemoSystem, gateway: Gateway) -> None:
     proc = psutil.Process(gateway.process.pid)
     before = proc.cpu_times(), _redis_cpu(system.redis)
     started = time.perf_counter()
-    reply = requests.get(gateway.url, headers=HEADERS, timeout=120)
+    reply = requests.get(gateway.url, headers=HEADERS, timeout=600)
     gateway.times.append(time.perf_counter() - started)
     after = proc.cpu_times(), _redis_cpu(system.redis)
     reply.raise_for_status()
@@ -118,7 +118,7 @@ def script_calls(system: DemoSystem, gateway: Gateway) -> None:
     system.redis.config_set("slowlog-log-slower-than", 0)
     system.redis.config_set("slowlog-max-len", 1_000_000)
     system.redis.slowlog_reset()
-    requests.get(gateway.url, headers=HEADERS, timeout=120).raise_for_status()
+    requests.get(gateway.url, headers=HEADERS, timeout=600).raise_for_status()
     entries = system.redis.slowlog_get(1_000_000)
     system.redis.config_set("slowlog-log-slower-than", 10_000)
     calls: dict[str, list[int]] = {}
@@ -197,7 +197,7 @@ def main() -> None:
         try:
             system.redis.config_set("slowlog-log-slower-than", 10_000)
             for gateway in gateways:  # warm: scripts loaded, imports done
-                requests.get(gateway.url, headers=HEADERS, timeout=120).raise_for_status()
+                requests.get(gateway.url, headers=HEADERS, timeout=600).raise_for_status()
             print(f"load average before the runs: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs",
                   flush=True)
             for _ in range(args.runs):
