@@ -113,6 +113,11 @@ def timed_scrape(system: DemoSystem, gateway: Gateway) -> None:
     gateway.size = len(reply.content)
 
 
+def _command(entry: dict) -> str:
+    command = entry["command"]
+    return command.decode(errors="replace") if isinstance(command, bytes) else str(command)
+
+
 def script_calls(system: DemoSystem, gateway: Gateway) -> None:
     """One scrape with every Redis call in the SLOWLOG: the script calls' durations, the longest call."""
     system.redis.config_set("slowlog-log-slower-than", 0)
@@ -124,8 +129,7 @@ def script_calls(system: DemoSystem, gateway: Gateway) -> None:
     calls: dict[str, list[int]] = {}
     longest = (0, "")
     for entry in entries:
-        command = entry["command"]
-        command = command.decode(errors="replace") if isinstance(command, bytes) else str(command)
+        command = _command(entry)
         words = command.split()
         if words[0].upper() in ("FCALL", "EVALSHA"):
             # (FCALL sb<hash>_summary_many / sb<hash>_topic_summary_many; EVALSHA names a hash)
@@ -196,6 +200,7 @@ def main() -> None:
             gateways.insert(0, start_before(system, args.before, Path(folder)))
         try:
             system.redis.config_set("slowlog-log-slower-than", 10_000)
+            system.redis.config_set("slowlog-max-len", 1_000_000)  # (default 128: the count would stop there)
             for gateway in gateways:  # warm: scripts loaded, imports done
                 requests.get(gateway.url, headers=HEADERS, timeout=600).raise_for_status()
             print(f"load average before the runs: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs",
@@ -204,7 +209,8 @@ def main() -> None:
                 for gateway in gateways:
                     timed_scrape(system, gateway)
             load = os.getloadavg()[0]
-            slow = system.redis.slowlog_get(1000)
+            slow = [e for e in system.redis.slowlog_get(1_000_000)
+                    if not _command(e).upper().startswith(("SLOWLOG", "CONFIG"))]
             for gateway in gateways:
                 times = sorted(gateway.times)
                 print(f"{gateway.label}: GET /metrics, {args.queues} queues + {args.topics} topics, "

@@ -171,7 +171,8 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily("signalbox_metrics_destinations_omitted", "Destinations not shown because "
                                 "of the limit (the newest ones).", value=max(0, s.registered - s.limit))
         yield GaugeMetricFamily("signalbox_metrics_pages", "Pages of destination summaries this scrape read "
-                                "(one script call each for queues).", value=s.pages)
+                                f"({PAGE} destinations each: one script call for its queues, one or more "
+                                "for its topics).", value=s.pages)
 
     def _tick(self) -> Iterator[Metric]:
         tick = self.snapshot.tick
