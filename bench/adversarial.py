@@ -140,6 +140,40 @@ def metrics_page(ctx: Context) -> Calls:
         loop.close()
 
 
+@case("metrics: one scrape page, 50 queues headed by 300 KiB messages (OLDEST_BYTES)")
+def metrics_page_large_messages(ctx: Context) -> Calls:
+    """The oldest-message lookup copies a message's blob into the script: a page reads at most 1 MiB of
+    them (summary_many.lua OLDEST_BYTES); the queues past that are reported unknown, not read (50 queues
+    headed by 4 MiB messages took 1.4 s in one call before the bound)."""
+    import asyncio
+
+    import redis.asyncio
+
+    from broker_core.broker import AsyncBroker
+    from signalbox.metrics import PAGE
+
+    names = [f"metrics.big{i:03d}" for i in range(PAGE)]
+    for name in names:
+        ctx.broker.send(name, [Message(body="x" * 300 * 1024), Message(body="y")])
+    path = ctx.client.connection_pool.connection_kwargs["path"]
+    loop = asyncio.new_event_loop()
+    client = redis.asyncio.Redis(unix_socket_path=path)
+    broker = AsyncBroker(client, ctx.broker.namespace)
+
+    async def page() -> None:
+        summaries = await broker.summaries(names, page=PAGE, oldest=True)
+        assert sum(s.oldest_timestamp is not None for s in summaries) == 3  # 3 x 300 KiB fit in 1 MiB
+        assert sum(s.oldest_unknown for s in summaries) == PAGE - 3
+
+    loop.run_until_complete(page())  # (the first call loads the library)
+    try:
+        return ctx.measure(lambda: loop.run_until_complete(page()))
+    finally:
+        loop.run_until_complete(broker.aclose())
+        loop.run_until_complete(client.aclose())
+        loop.close()
+
+
 @case("metrics: topic summaries (topic_summary_many), 50 topics, one with 1,000 subscriptions")
 def metrics_topic_summaries(ctx: Context) -> Calls:
     """The topics of a heavy scrape page: 49 topics with 3 offline durable subscriptions each and one with

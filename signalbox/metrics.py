@@ -170,6 +170,10 @@ class BrokerCollector(Collector):
                                 "shown per scrape (SIGNALBOX_METRICS_MAX_DESTINATIONS).", value=s.limit)
         yield GaugeMetricFamily("signalbox_metrics_destinations_omitted", "Destinations not shown because "
                                 "of the limit (the newest ones).", value=max(0, s.registered - s.limit))
+        yield GaugeMetricFamily("signalbox_metrics_oldest_unknown", "Queues shown without an oldest message "
+                                "age: the messages at the head of their pending set were too large to read "
+                                "in a bounded call (1 MiB of messages per page).",
+                                value=sum(1 for summary in s.summaries if summary.oldest_unknown))
         yield GaugeMetricFamily("signalbox_metrics_pages", "Pages of destination summaries this scrape read "
                                 f"({PAGE} destinations each: one script call for its queues, one or more "
                                 "for its topics).", value=s.pages)
@@ -200,12 +204,16 @@ class BrokerCollector(Collector):
             yield DestinationFamily(name, text, "counter" if counter else "gauge", labels,
                                     [getattr(summary, attribute) for summary in s.summaries])
         now = s.now_ms
-        queues = [i for i, summary in enumerate(s.summaries) if summary.destination.startswith("queue://")]
+        # (a queue whose oldest message was too large to read in a bounded call has no sample: unknown,
+        # counted by signalbox_metrics_oldest_unknown)
+        queues = [i for i, summary in enumerate(s.summaries)
+                  if summary.destination.startswith("queue://") and not summary.oldest_unknown]
         oldest = [s.summaries[i].oldest_timestamp for i in queues]
         yield DestinationFamily(
             "signalbox_destination_oldest_message_age_seconds", "Age of the oldest message waiting for "
             "dispatch, by its timestamp (JMSTimestamp: the send's time unless the producer set one); 0 when "
-            "none waits. Queues only.", "gauge", [labels[i] for i in queues],
+            "none waits. Queues only; none for a queue in signalbox_metrics_oldest_unknown.", "gauge",
+            [labels[i] for i in queues],
             [max(0, now - ts) / 1000 if ts is not None else 0 for ts in oldest])
 
 

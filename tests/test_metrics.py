@@ -203,6 +203,20 @@ def test_oldest_age_with_priority_bands(server, broker):
     assert 200 <= age < 230
 
 
+def test_oldest_age_of_a_message_too_large_to_read_is_unknown_not_a_stall(server, broker):
+    """The timestamp is inside the message: a page reads at most 1 MiB of them (summary_many.lua
+    OLDEST_BYTES). A queue headed by a larger message shows no age (unknown), counted, and its other
+    figures as usual."""
+    queue = f"huge{uuid.uuid4().hex[:8]}"
+    broker.send(queue, [Message(body="x" * (1536 * 1024)), Message(body="small")])
+    parsed = samples(scrape(server).text)
+    q = {"destination": f"queue://{queue}"}
+    assert ("signalbox_destination_oldest_message_age_seconds", (("destination", q["destination"]),)) \
+        not in parsed
+    assert of(parsed, "signalbox_metrics_oldest_unknown") >= 1
+    assert of(parsed, "signalbox_destination_queue_size", **q) == 2
+
+
 def test_maintenance_tick_figures(server, broker):
     """The tick as /healthz judges it: before any tick, not ok and no age; after one, its figures."""
     from broker_core import maintenance
