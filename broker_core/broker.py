@@ -702,6 +702,24 @@ class AsyncBroker(_Api):
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(chunks)))))
         return [s for part in out for s in part]
 
+    async def _summaries_one_by_one(self, queues: list[Destination], now: int,
+                                    oldest: bool) -> dict[str, Any]:
+        """summary_many per queue, pipelined in one round trip (a Redis Cluster's slots; the oldest lookups
+        a page had no room for)."""
+        source, functions = script("summary_many"), await self._uses_functions()
+        pipe = self.redis.pipeline(transaction=False)
+        ops = [self.ops.summary(d, now, oldest) for d in queues]
+        for op in ops:
+            call = next(op)
+            pipe.execute_command(*call_args(source, functions, call.keys, call.args))
+        found: dict[str, Any] = {}
+        for d, op, reply in zip(queues, ops, await pipe.execute(), strict=True):
+            try:
+                op.send(reply)
+            except StopIteration as stop:
+                found[d.uri] = stop.value
+        return found
+
     async def _summary_page(self, chunk: list[Destination], oldest: bool) -> list[Any]:
         now = self._now()
         found: dict[str, Any] = {}
@@ -716,17 +734,14 @@ class AsyncBroker(_Api):
                 for i, d in enumerate(queues):
                     found[d.uri] = summary_from(flat[SUMMARY_WIDTH * i:SUMMARY_WIDTH * (i + 1)], d.uri)
         if queues and not self._summary_many:
-            source, functions = script("summary_many"), await self._uses_functions()
-            pipe = self.redis.pipeline(transaction=False)
-            ops = [self.ops.summary(d, now, oldest) for d in queues]
-            for op in ops:
-                call = next(op)
-                pipe.execute_command(*call_args(source, functions, call.keys, call.args))
-            for d, op, reply in zip(queues, ops, await pipe.execute(), strict=True):
-                try:
-                    op.send(reply)
-                except StopIteration as stop:
-                    found[d.uri] = stop.value
+            found.update(await self._summaries_one_by_one(queues, now, oldest))
+        elif oldest and len(queues) > 1:
+            # a call reads at most OLDEST_BYTES of messages for the oldest lookups (summary_many.lua): the
+            # queues it had no room for are asked again one per call, so only a queue whose own head
+            # messages pass the bound stays unknown
+            again = [d for d in queues if found[d.uri] is not None and found[d.uri].oldest_unknown]
+            if again:
+                found.update(await self._summaries_one_by_one(again, now, oldest))
         topics = [d for d in chunk if d.is_topic]
         if topics and self._summary_many:
             try:

@@ -329,8 +329,8 @@ class _Monitor:
             if self.marker in entry["command"]:
                 return
             if entry.get("client_type") != "lua":
-                words = entry["command"].split(" ", 3)
-                self.commands.append([words[0].upper(), *words[1:3]])
+                words = entry["command"].split(" ", 4)
+                self.commands.append([words[0].upper(), *words[1:4]])
 
     def stop(self) -> list[list[str]]:
         redis.Redis.from_url(self.url).echo(self.marker)
@@ -375,7 +375,10 @@ def test_scrape_of_thousands_of_destinations_is_a_few_bounded_calls(server, brok
     # the machine.)
     names = [n.decode() for n in broker.redis.zrange(broker.ops.registry_key, 0, -1)]
     chunks = [names[i:i + PAGE] for i in range(0, len(names), PAGE)]
-    scripts = [c for c in commands if c[0] in ("EVALSHA", "FCALL")]
+    # (a queue headed by a message too large for a page's oldest lookup is asked again alone: the one
+    # test_oldest_age_of_a_message_too_large_to_read... left, if it ran first)
+    scripts = [c for c in commands if c[0] in ("EVALSHA", "FCALL") and not (
+        c[2] == "1" and "{q:huge" in c[3].strip('"'))]
     queue_calls = [c for c in scripts if c[1].endswith("_summary_many") and "topic" not in c[1]]
     topic_calls = [c for c in scripts if c[1].endswith("_topic_summary_many")]
     if commands[0][0] == "FCALL":  # (by EVALSHA the script is a hash: told apart by count only)
