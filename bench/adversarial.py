@@ -140,6 +140,76 @@ def metrics_page(ctx: Context) -> Calls:
         loop.close()
 
 
+@case("metrics: one scrape page, 50 queues headed by 300 KiB messages (OLDEST_BYTES)")
+def metrics_page_large_messages(ctx: Context) -> Calls:
+    """The oldest-message lookup copies a message's blob into the script: a call reads at most 1 MiB of
+    them (summary_many.lua OLDEST_BYTES; 50 queues headed by 4 MiB messages took 1.4 s in one call before
+    the bound); the queues a page's call had no room for are asked again one per call."""
+    import asyncio
+
+    import redis.asyncio
+
+    from broker_core.broker import AsyncBroker
+    from signalbox.metrics import PAGE
+
+    names = [f"metrics.big{i:03d}" for i in range(PAGE)]
+    for name in names:
+        ctx.broker.send(name, [Message(body="x" * 300 * 1024), Message(body="y")])
+    path = ctx.client.connection_pool.connection_kwargs["path"]
+    loop = asyncio.new_event_loop()
+    client = redis.asyncio.Redis(unix_socket_path=path)
+    broker = AsyncBroker(client, ctx.broker.namespace)
+
+    async def page() -> None:
+        summaries = await broker.summaries(names, page=PAGE, oldest=True)
+        # 3 x 300 KiB fit in the page's call; the other 47 are asked again, one per call
+        assert all(s.oldest_timestamp is not None and not s.oldest_unknown for s in summaries)
+
+    loop.run_until_complete(page())  # (the first call loads the library)
+    try:
+        return ctx.measure(lambda: loop.run_until_complete(page()))
+    finally:
+        loop.run_until_complete(broker.aclose())
+        loop.run_until_complete(client.aclose())
+        loop.close()
+
+
+@case("metrics: topic summaries (topic_summary_many), 50 topics, one with 1,000 subscriptions")
+def metrics_topic_summaries(ctx: Context) -> Calls:
+    """The topics of a heavy scrape page: 49 topics with 3 offline durable subscriptions each and one with
+    1,000, each subscription holding 3 messages, read by topic_summary_many at most 200
+    units of work a call: the big topic comes in several calls."""
+    import asyncio
+
+    import redis.asyncio
+
+    from broker_core.broker import AsyncBroker
+    from signalbox.metrics import PAGE
+
+    names = [f"topic://metrics.t{i:03d}" for i in range(PAGE)]
+    for i, name in enumerate(names):
+        for n in range(1_000 if i == 0 else 3):
+            ref = ctx.broker.add_consumer(name, ConsumerSpec(client_id=f"c{i}.{n}", subscription_name="s"))
+            ctx.broker.close_consumer(ref)
+        ctx.broker.send(name, [Message(body="x") for _ in range(3)])
+    path = ctx.client.connection_pool.connection_kwargs["path"]
+    loop = asyncio.new_event_loop()
+    client = redis.asyncio.Redis(unix_socket_path=path)
+    broker = AsyncBroker(client, ctx.broker.namespace)
+
+    async def page() -> None:
+        summaries = await broker.summaries(names, page=PAGE)
+        assert summaries[0].consumer_count == 1_000 and summaries[0].pending == 3_000
+
+    loop.run_until_complete(page())  # (the first call loads the library)
+    try:
+        return ctx.measure(lambda: loop.run_until_complete(page()))
+    finally:
+        loop.run_until_complete(broker.aclose())
+        loop.run_until_complete(client.aclose())
+        loop.close()
+
+
 # --- selectors ---
 # LIKE and REGEX run as DFAs (broker_core/selector/automata.py); the issue's pathological selectors, on
 # browse, on a send to a queue whose consumer has one, and on a dispatch chunk of large messages.

@@ -34,7 +34,6 @@ from .model import (
     DispatchResult,
     GroupInfo,
     summary_from,
-    summary_of,
 )
 from .multiplexed import MultiplexedConnection
 from .operations import Operations
@@ -731,45 +730,80 @@ class AsyncBroker(_Api):
     _summary_many = True  # one script over many queues, until a Redis Cluster refuses it
 
     async def summaries(self, destinations: list[str | Destination], page: int = SUMMARY_CHUNK,
-                        oldest: bool = False) -> list[Any]:
-        """`DestinationSummary` (main counters) of many queues, one script call per `page` (SUMMARY_CHUNK
-        keeps a call to a millisecond or two); None for one that is gone. A topic's come from its full
-        `stats` (they read each subscription). With `oldest`, also each queue's oldest pending message (up
-        to ten lookups per queue: pages smaller)."""
-        out: list[Any] = []
-        source = script("summary_many")
-        functions = await self._load(["summary_many"])
-        for start in range(0, len(destinations), page):
-            now = self._now()
-            chunk = [_dest(d) for d in destinations[start:start + page]]
-            queues = [d for d in chunk if not d.is_topic]
-            found: dict[str, Any] = {}
-            if queues and self._summary_many:
-                try:
-                    prefixes = tuple(self.ops.prefix(d) for d in queues)
-                    flat = await self._eval(Eval("summary_many", prefixes, (now, int(oldest))))
-                except redis.ResponseError:  # a Redis Cluster: the queues are on several slots
-                    self._summary_many = False
-                else:
-                    for i, d in enumerate(queues):
-                        found[d.uri] = summary_from(flat[SUMMARY_WIDTH * i:SUMMARY_WIDTH * (i + 1)], d.uri)
-            if len(found) < len(queues):
-                pipe = self.redis.pipeline(transaction=False)
-                ops = [self.ops.summary(d, now, oldest) for d in queues]
-                for op in ops:
-                    call = next(op)
-                    pipe.execute_command(*call_args(source, functions, call.keys, call.args))
-                for d, op, reply in zip(queues, ops, await pipe.execute(), strict=True):
-                    try:
-                        op.send(reply)
-                    except StopIteration as stop:
-                        found[d.uri] = stop.value
-            for d in chunk:
-                if d.is_topic:
-                    (stats,) = await self.stats_many([d])
-                    found[d.uri] = None if stats is None else summary_of(stats)
-                out.append(found[d.uri])
-        return out
+                        oldest: bool = False, concurrency: int = 1) -> list[Any]:
+        """`DestinationSummary` (main counters) of many destinations, one script call per `page` queues
+        (SUMMARY_CHUNK keeps a call to a millisecond or two); None for one that is gone. A page's topics
+        are read by topic_ops.summaries (topic_summary_many calls of bounded work: a topic's subscriptions
+        added up as its full `stats` would). With `oldest`, also each queue's oldest pending message (up
+        to ten lookups per queue: pages smaller). `concurrency` pages are asked at once (pipelined on the
+        connection, so this process's decoding overlaps Redis's work); each call stays as small."""
+        await self._load(["summary_many", "topic_summary_many"])
+        chunks = [[_dest(d) for d in destinations[start:start + page]]
+                  for start in range(0, len(destinations), page)]
+        if concurrency <= 1 or len(chunks) <= 1:
+            return [s for chunk in chunks for s in await self._summary_page(chunk, oldest)]
+        out: list[list[Any]] = [[] for _ in chunks]
+        following = iter(range(len(chunks)))
+
+        async def worker() -> None:
+            for i in following:  # (one iterator shared: each page taken once)
+                out[i] = await self._summary_page(chunks[i], oldest)
+
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(chunks)))))
+        return [s for part in out for s in part]
+
+    async def _summaries_one_by_one(self, queues: list[Destination], now: int,
+                                    oldest: bool) -> dict[str, Any]:
+        """summary_many per queue, pipelined in one round trip (a Redis Cluster's slots; the oldest lookups
+        a page had no room for)."""
+        source, functions = script("summary_many"), await self._uses_functions()
+        pipe = self.redis.pipeline(transaction=False)
+        ops = [self.ops.summary(d, now, oldest) for d in queues]
+        for op in ops:
+            call = next(op)
+            pipe.execute_command(*call_args(source, functions, call.keys, call.args))
+        found: dict[str, Any] = {}
+        for d, op, reply in zip(queues, ops, await pipe.execute(), strict=True):
+            try:
+                op.send(reply)
+            except StopIteration as stop:
+                found[d.uri] = stop.value
+        return found
+
+    async def _summary_page(self, chunk: list[Destination], oldest: bool) -> list[Any]:
+        now = self._now()
+        found: dict[str, Any] = {}
+        queues = [d for d in chunk if not d.is_topic]
+        if queues and self._summary_many:
+            try:
+                prefixes = tuple(self.ops.prefix(d) for d in queues)
+                flat = await self._eval(Eval("summary_many", prefixes, (now, int(oldest))))
+            except redis.ResponseError:  # a Redis Cluster: the queues are on several slots
+                self._summary_many = False
+            else:
+                for i, d in enumerate(queues):
+                    found[d.uri] = summary_from(flat[SUMMARY_WIDTH * i:SUMMARY_WIDTH * (i + 1)], d.uri)
+        if queues and not self._summary_many:
+            found.update(await self._summaries_one_by_one(queues, now, oldest))
+        elif oldest and len(queues) > 1:
+            # a call reads at most OLDEST_BYTES of messages for the oldest lookups (summary_many.lua): the
+            # queues it had no room for are asked again one per call, so only a queue whose own head
+            # messages pass the bound stays unknown
+            again = [d for d in queues if found[d.uri] is not None and found[d.uri].oldest_unknown]
+            if again:
+                found.update(await self._summaries_one_by_one(again, now, oldest))
+        topics = [d for d in chunk if d.is_topic]
+        if topics and self._summary_many:
+            try:
+                read = await self._run(topic_ops.summaries(self.ops, topics, now))
+            except redis.ResponseError:  # a Redis Cluster: the topics are on several slots
+                self._summary_many = False
+            else:
+                found.update(zip([t.uri for t in topics], read, strict=True))
+        if topics and not self._summary_many:
+            for t in topics:
+                (found[t.uri],) = await self._run(topic_ops.summaries(self.ops, [t], now))
+        return [found[d.uri] for d in chunk]
 
     def events_key(self, destination: str | Destination) -> str:
         """The Redis stream of the destination's lifecycle events (docs/broker_core.md), for XREAD."""

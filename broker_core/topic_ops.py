@@ -13,10 +13,10 @@ import msgpack
 
 from . import flow, virtual
 from .destinations import Destination, matches
-from .effects import Command, Eval, NoDestination, Policy
+from .effects import Command, Eval, NoDestination, Op, Policy
 from .errors import DurableSubscriptionInUse, InvalidConsumer, UnknownConsumer, UnknownDestination
 from .messages import Message
-from .model import Consumer, ConsumerSpec, DestinationStats, DispatchResult, SweepResult
+from .model import Consumer, ConsumerSpec, DestinationStats, DestinationSummary, DispatchResult, SweepResult
 from .replies import PASS_HAS_MORE, bound_stats, forward_stats, memory_stats
 from .resp import reply_text as _str
 from .topics import (
@@ -393,6 +393,51 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         evicted=total("evicted"), removed_with_subscription=count("sub_removed"),
         selector_errors=count("selector_errors"),
     )
+
+
+# Work per topic_summary_many call: one unit per topic, one per subscription read (each ~5 Redis commands
+# inside the script). 100 keep a call under a millisecond (bench/adversarial.py, "metrics: topic
+# summaries"), below a queue page's; a page of 50 topics with a subscription each is one call, a topic with
+# more subscriptions takes several.
+SUMMARY_BUDGET = 100
+TOPIC_SUMMARY_WIDTH = 12  # values per topic in topic_summary_many.lua's reply
+
+
+def summaries(ops: Operations, topics: list[Destination], now: int,
+              budget: int = SUMMARY_BUDGET) -> Op:
+    """The `DestinationSummary` of each topic (None for one that does not exist), as `stats` adds them up
+    (`summary_of(stats(t))` equals it), in topic_summary_many calls of at most `budget` units of work: a
+    topic whose subscriptions do not fit in one call is continued in the next. (Parts read in different
+    calls are not one snapshot: a subscription made or removed between them may be missed or counted
+    twice; the figure is a monitoring one.)"""
+    out: list[DestinationSummary | None] = []
+    acc: list[int] | None = None  # the parts read so far of a topic read over several calls
+    remaining, start, budget = list(topics), 0, max(1, budget)
+    while remaining:
+        flat = yield Eval("topic_summary_many", tuple(ops.prefix(t) for t in remaining),
+                          (now, start, budget))
+        done = 0
+        for i in range(0, len(flat), TOPIC_SUMMARY_WIDTH):
+            part = [int(v) for v in flat[i:i + TOPIC_SUMMARY_WIDTH]]
+            if acc is None:
+                acc = part
+            else:  # a continued topic: the sums (pending .. parked, dequeued .. deadlettered) grow
+                for j in (3, 4, 5, 7, 8, 9, 10):
+                    acc[j] += part[j]
+            if part[2]:  # the topic goes on in the next call, from there
+                start = part[2]
+                break
+            t = remaining[done]
+            exists, subs, _, pending, in_flight, parked, enqueued, dequeued, dispatched, expired, dead, \
+                mem = acc
+            # (QueueSize 0 and no groups, as topic_ops.stats; never paused; no oldest: messages wait per
+            # subscription)
+            out.append(DestinationSummary(
+                t.uri, 0, pending, in_flight, parked, 0, subs, enqueued, dequeued, dispatched, expired, dead,
+                False, mem, None) if exists else None)
+            acc, start, done = None, 0, done + 1
+        remaining = remaining[done:]
+    return out
 
 
 def delete(ops: Operations, dest: Destination, now: int) -> Op:

@@ -246,7 +246,7 @@ SIGNALBOX_MAINTENANCE_SLOW_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE
 # GET /metrics (docs/metrics.md) answers only `Authorization: Bearer <this>`; unset, it answers 403.
 SIGNALBOX_METRICS_TOKEN = os.environ.get("SIGNALBOX_METRICS_TOKEN") or ""
 # A scrape shows at most this many destinations (the oldest); the rest are counted as omitted.
-SIGNALBOX_METRICS_MAX_DESTINATIONS = int(os.environ.get("SIGNALBOX_METRICS_MAX_DESTINATIONS") or 10_000)
+SIGNALBOX_METRICS_MAX_DESTINATIONS = int(os.environ.get("SIGNALBOX_METRICS_MAX_DESTINATIONS") or 20_000)
 # STOMP over TCP (gateway/stomp/tcp.py; `manage.py stomp_listener`, which `run` starts): the address, the
 # plain port (0: none), the stomp+ssl port (used when a PEM certificate and key are given) and how many
 # connections one listener process serves at once.

@@ -5,7 +5,8 @@
 -- up to 10 more lookups per queue; the metrics scrape asks, the console's index does not).
 -- Returns per queue 14 values: exists (0/1), pending, in flight, parked, groups, consumers, the meta
 -- counters enqueued, dequeued, dispatched, expired, deadlettered, paused (false when unset), bytes held
--- (meta.mem), and the timestamp of the oldest pending message (false when none or not asked).
+-- (meta.mem), and the timestamp of the oldest pending message (false when none or not asked; -1 when
+-- unknown: reading it would pass the call's OLDEST_BYTES).
 --@include base
 --@allow-oom
 NOW = tonumber(ARGV[1])
@@ -15,10 +16,18 @@ local want_oldest = ARGV[2] == '1'
 -- (9 - priority) * 2^44 + sequence (message.lua pending_score): each band is in sending order, so the
 -- oldest pending message is the head of one of the bands. At most 10 lookups, O(log n) each.
 local BAND = 17592186044416  -- 2^44
+-- The timestamp is inside the message's blob, which HGET copies whole into the script: a 4 MiB message
+-- costs ~25 ms, and 50 queues headed by one cost over a second. So a call reads at most OLDEST_BYTES of
+-- blobs (HSTRLEN first, O(1)); a queue whose lookup would pass that gets -1 (unknown).
+local OLDEST_BYTES = 1048576
+local read_bytes = 0
 local function oldest_pending_timestamp(pending_key, msgs_key)
   local head = redis.call('ZRANGE', pending_key, 0, 0, 'WITHSCORES')
   local oldest = false
   while head[1] do
+    local size = redis.call('HSTRLEN', msgs_key, head[1])
+    if read_bytes + size > OLDEST_BYTES then return -1 end
+    read_bytes = read_bytes + size
     local blob = redis.call('HGET', msgs_key, head[1])
     -- the timestamp is the 4th element of the packed array (message.lua), read without the rest
     if blob and string.byte(blob, 1) == 0xdc then

@@ -54,6 +54,76 @@ def test_summaries_match_stats_in_one_call_and_in_the_per_queue_fallback(redis_c
     assert (fast[0].in_flight, fast[0].pending, fast[0].consumer_count) == (2, 3, 1)
 
 
+def _busy_topic(broker: Broker, topic: str) -> None:
+    """A topic whose figures come from everywhere stats looks: an offline durable subscription's backlog,
+    an active one with messages in flight, acknowledged, dead-lettered and filtered out, a non-durable
+    subscription, and an ended one whose counts stay on the topic."""
+    uri = f"topic://{topic}"
+    ledger = broker.add_consumer(uri, ConsumerSpec(client_id="billing", subscription_name="ledger"))
+    broker.close_consumer(ledger)  # offline: keeps what is sent from now on
+    audit = broker.add_consumer(uri, ConsumerSpec(client_id="audit", subscription_name="copy", prefetch=3,
+                                                  selector="region = 'eu'", ack_mode="client-individual"))
+    gone = broker.add_consumer(uri, ConsumerSpec(client_id="old", subscription_name="gone"))
+    broker.add_consumer(uri, ConsumerSpec(prefetch=1))  # non-durable
+    broker.send(uri, [Message(body=str(i), properties={"region": "eu" if i % 2 else "us"}) for i in range(9)])
+    got = broker.receive(audit, 3)
+    broker.ack(audit, got[0].message_id)
+    broker.nack(audit, got[1].message_id, poison=True)
+    broker.ack(gone, broker.receive(gone, 2)[-1].message_id)  # cumulative: both
+    broker.close_consumer(gone)
+    broker.unsubscribe(uri, client_id="old", subscription_name="gone")  # its counts stay on the topic
+
+
+def test_topic_summaries_add_up_as_stats_in_bounded_calls(redis_client, redis_url):
+    """A topic's summary (topic_summary_many) is what its full statistics add up to, whether it comes in
+    one call, continued over many (a budget smaller than its subscriptions), or one topic per call (a
+    Redis Cluster)."""
+    from broker_core import topic_ops
+    from broker_core.destinations import parse_destination
+    from broker_core.operations import summary_of
+
+    namespace = f"t{uuid.uuid4().hex[:10]}"
+    broker = Broker(redis_client, namespace)
+    _busy_topic(broker, "busy")
+    broker.ensure_destination("topic://empty")
+    extra = broker.add_consumer("topic://many", ConsumerSpec(client_id="m", subscription_name="0"))
+    broker.close_consumer(extra)
+    for _ in range(6):
+        broker.add_consumer("topic://many", ConsumerSpec(prefetch=1))
+    broker.send("topic://many", Message(body="x"))
+    names = ["topic://busy", "queue://between", "topic://empty", "topic://gone", "topic://many"]
+    broker.send("between", Message(body="q"))
+    expected = [summary_of(broker.stats(n)) if n != "topic://gone" else None for n in names]
+    assert expected[0].pending > 0 and expected[0].in_flight > 0 and expected[0].deadlettered == 1
+    assert expected[0].consumer_count == 3 and expected[0].dequeued >= 3  # the ended one's acks stay
+    assert expected[4].consumer_count == 7 and expected[4].pending + expected[4].in_flight == 7
+
+    async def three_ways(aio: AsyncBroker):
+        one_call = await aio.summaries(names)
+        topics = [parse_destination(n) for n in names if n.startswith("topic://")]
+        now = aio.clock.now_ms()
+        calls = []
+        original = aio._step
+
+        async def counting(request):
+            calls.append(request)
+            return await original(request)
+
+        aio._step = counting
+        small = await aio._run(topic_ops.summaries(aio.ops, topics, now, budget=3))
+        aio._step = original
+        aio._summary_many = False  # as on a Redis Cluster
+        return one_call, small, len(calls), await aio.summaries(names)
+
+    one_call, small, calls, per_topic = _async(redis_url, namespace, three_ways)
+    assert one_call[1] == summary_of(broker.stats("between"))  # the queue in between, as before
+    for got in (one_call, per_topic):
+        assert [got[i] for i in (0, 2, 3, 4)] == [expected[i] for i in (0, 2, 3, 4)]
+    assert small == [expected[i] for i in (0, 2, 3, 4)]
+    # 4 topics and 3 + 7 subscriptions at 3 units of work a call: several calls, each topic added up whole
+    assert calls >= (4 + 10) // 3
+
+
 def test_stats_many_reads_many_destinations_in_order(redis_client, redis_url):
     namespace = f"t{uuid.uuid4().hex[:10]}"
     broker = Broker(redis_client, namespace)
