@@ -40,8 +40,9 @@ tcp-stream, tcp-receipt, tcp-pingpong, ws-stream, ws-receipt, ws-pingpong, rest-
   POST /api/v1/queues/<q>/messages with a raw body, one per request; POST .../ack?receive=1 acknowledging
   the previous message and taking the next, one request per message (docs/api.md).
 
-Needs Java 17 and Debian's activemq package; ActiveMQ's kit uses its own ports from the ones given here,
-but one ANCHOR_DIR serves one broker at a time: run one bench per ANCHOR_DIR at once.
+Needs Java 17 and Debian's activemq package. The bench gives the kit's broker free ports (AMQ_*_PORT), but
+one ANCHOR_DIR serves one broker at a time: one bench per ANCHOR_DIR at once (on a shared machine, run it
+under `flock` on a lock file every user of the kit takes).
 """
 
 from __future__ import annotations
