@@ -548,6 +548,18 @@ def table(cases: list[Case], targets: list[Target],
     return lines
 
 
+def spread(results: dict[tuple[str, str], dict[str, list[float]]]) -> str:
+    """How far one broker's figure for one case moved between rounds (largest over smallest): a ratio in the
+    table means little when it is within this noise."""
+    moves = sorted((max(values) / min(values), f"{name} {key}, {target}")
+                   for (name, key), per_target in results.items() for target, values in per_target.items()
+                   if len(values) > 1 and min(values) > 0)
+    if not moves:
+        return "round-to-round spread: one round only"
+    return (f"round-to-round spread (largest round over smallest, per broker and figure): median "
+            f"{statistics.median(m for m, _ in moves):.2f}x, largest {moves[-1][0]:.2f}x ({moves[-1][1]})")
+
+
 # -- the run ------------------------------------------------------------------------------------------------
 
 def machine() -> str:
@@ -636,6 +648,7 @@ def main() -> None:
         print()
         print(f"medians of {args.rounds} rounds; ratios above 1: the first named ahead")
         print("\n".join(table(cases, targets, results)))
+        print(spread(results))
     finally:
         running.stop_all()
         shutil.rmtree(work, ignore_errors=True)

@@ -88,3 +88,11 @@ def test_table_medians_ratios_and_activemqs_figure_for_native_cases() -> None:
 
 def test_rounds_alternate_the_order() -> None:
     assert [bench.order([1, 2, 3], r) for r in (1, 2, 3)] == [[1, 2, 3], [3, 2, 1], [1, 2, 3]]
+
+
+def test_spread_names_the_figure_that_moved_most() -> None:
+    results = {("ping-pong", "per s"): {"A": [100, 200, 150], "B": [100, 110]},
+               ("stream", "msgs/s"): {"A": [10, 10, 10], "B": [5]}}
+    assert bench.spread(results) == ("round-to-round spread (largest round over smallest, per broker and "
+                                     "figure): median 1.10x, largest 2.00x (ping-pong per s, A)")
+    assert bench.spread({("stream", "msgs/s"): {"A": [10]}}) == "round-to-round spread: one round only"
