@@ -172,7 +172,7 @@ def test_the_fast_writer_is_generate_latest_byte_for_byte():
     snapshot it is exactly prometheus_client's generate_latest, label values needing escapes included."""
     from prometheus_client import generate_latest
 
-    from broker_core.operations import DestinationSummary
+    from broker_core.model import DestinationSummary
     from signalbox.metrics import BrokerCollector, Snapshot, exposition
 
     names = ["queue://plain", 'queue://qu"ote', "queue://back\\slash", "topic://üñí.çødé", "queue://nl\nx",
@@ -180,7 +180,10 @@ def test_the_fast_writer_is_generate_latest_byte_for_byte():
     rows = [DestinationSummary(n, i * 1_000_003, i, 2, 3, 4, 5, 6 + i, 7, 8, 9, 10, False, 12_345_678_901 * i,
                                None if i % 2 else 90_000 - i) for i, n in enumerate(names)]
     snapshot = Snapshot(now_ms=100_000, redis_up=True, redis_memory={"used": 1, "peak": 2, "max": 0},
-                        registered=len(names), summaries=rows, limit=10, tick={"status": "ok", "age_ms": 5})
+                        registered=len(names), summaries=rows, limit=10, tick={"status": "ok", "age_ms": 5},
+                        redis={"clients": {"connected": 3}, "ops_per_second": 7,
+                               "aof": {"enabled": True, "last_write_status": "ok"}},
+                        processes={"running": {"web": 1, "worker": 0}})
     text = exposition(snapshot)
     assert text == generate_latest(BrokerCollector(snapshot))
     parsed = samples(text.decode())

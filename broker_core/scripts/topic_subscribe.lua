@@ -69,6 +69,7 @@ if not existing then
   redis.call('RPUSH', TP .. ':sorder', key)
   TOPIC.switch(key)
   redis.call('HSET', K_META, 'uri', redis.call('HGET', TP .. ':meta', 'uri') or '', 'created', NOW,
+             'replay_upto', redis.call('HGET', TP .. ':meta', 'seq') or 0,
              'durable', durable and '1' or '0', 'client', client, 'name', name,
              'selector', sub_def.selector_text or '', 'nolocal', sub_def.nolocal and '1' or '0',
              'regfield', durable and reg_field or '')
@@ -122,7 +123,12 @@ if durable then
     if state ~= 'existing' then recovered = TOPIC.replay(s, TOPIC.durable_backlog(key)) end
     local empty = redis.call('ZCARD', K_PENDING) == 0 and redis.call('HLEN', K_INFLIGHT) == 0
       and redis.call('ZCARD', K_PARKED) == 0
-    recovered = recovered + TOPIC.replay(s, TOPIC.recovery_items(empty))
+    -- What the buffer may still give this subscription (meta 'replay_upto', a topic sequence): at first
+    -- what was sent before it was made, as it had every later message when that was sent; once it has
+    -- been offered the buffer, nothing (-1), so a message it acknowledged is not delivered again.
+    local upto = state == 'existing' and tonumber(redis.call('HGET', K_META, 'replay_upto')) or nil
+    recovered = recovered + TOPIC.replay(s, TOPIC.recovery_items(empty, upto))
+    if empty then redis.call('HSET', K_META, 'replay_upto', -1) end
   end
 elseif (retroactive or pol['alwaysRetroactive'] == '1' or pol['alwaysRetroactive'] == 'true')
        and not ADVISE.wildcard.is_pattern(select(2, ADVISE.wildcard.topic_name())) then

@@ -165,6 +165,42 @@ def test_a_returning_retroactive_durable_with_pending_messages_gets_only_the_ret
     assert got == ["a", "r"]  # its own pending ones; nothing replayed twice
 
 
+def taken(broker, consumer):
+    """Everything dispatched to the consumer, received and acknowledged."""
+    got = drain(broker, consumer)
+    broker.ack(consumer, [d.message_id for d in got])
+    return got
+
+
+def test_a_returning_retroactive_durable_is_not_given_again_what_it_acknowledged(broker):
+    """The buffer still holds "before" (replayed when the subscription was made) and "after" (it had it
+    when it was sent); both were acknowledged, so coming back retroactive replays neither. The one sent
+    while it was away it gets from its own store."""
+    set_topic_policy(broker, subscriptionRecoveryPolicy="fixedCount")
+    send(broker, "before")
+    d = sub(broker, T, client_id="c", subscription_name="d", retroactive=True)
+    send(broker, "after")
+    assert bodies(taken(broker, d)) == ["before", "after"]
+    broker.close_consumer(d)
+    again = sub(broker, T, client_id="c", subscription_name="d", retroactive=True)
+    assert drain(broker, again) == []
+    broker.close_consumer(again)
+    send(broker, "away")
+    back = sub(broker, T, client_id="c", subscription_name="d", retroactive=True)
+    assert bodies(drain(broker, back)) == ["away"]
+
+
+def test_a_durable_made_without_replay_may_later_replay_what_came_before_it(broker):
+    set_topic_policy(broker, subscriptionRecoveryPolicy="fixedCount")
+    send(broker, "old")
+    d = sub(broker, T, client_id="c", subscription_name="d")
+    send(broker, "new")
+    assert bodies(taken(broker, d)) == ["new"]
+    broker.close_consumer(d)
+    again = sub(broker, T, client_id="c", subscription_name="d", retroactive=True)
+    assert bodies(drain(broker, again)) == ["old"]  # never had it; "new" it acknowledged
+
+
 @pytest.mark.parametrize("policy", ["fixedCount", "lastImage", "timed", "fixedSized"])
 def test_recovery_buffers_survive_with_no_subscription(broker, policy):
     set_topic_policy(broker, subscriptionRecoveryPolicy=policy)

@@ -80,7 +80,7 @@ def test_topic_summaries_add_up_as_stats_in_bounded_calls(redis_client, redis_ur
     Redis Cluster)."""
     from broker_core import topic_ops
     from broker_core.destinations import parse_destination
-    from broker_core.operations import summary_of
+    from broker_core.model import summary_of
 
     namespace = f"t{uuid.uuid4().hex[:10]}"
     broker = Broker(redis_client, namespace)

@@ -284,11 +284,15 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   end
 
   -- The recovery policy's messages, oldest first: its buffer, then the retained message if not in it.
-  function TOPIC.recovery_items(with_buffer)
+  -- `upto` (a returning durable subscription, topic_subscribe.lua): only the buffer's messages with a topic
+  -- sequence <= upto, those it has not had; what it acknowledged is not delivered again (ActiveMQ's durable
+  -- subscription keeps its cursor, whose audit drops such a duplicate).
+  function TOPIC.recovery_items(with_buffer, upto)
     local items, seen = {}, {}
     if with_buffer then
       TOPIC.recovery_trim()
-      local ids = redis.call('ZRANGE', TP .. ':recov', 0, -1)
+      local ids = upto and redis.call('ZRANGEBYSCORE', TP .. ':recov', '-inf', upto)
+        or redis.call('ZRANGE', TP .. ':recov', 0, -1)
       for _, id in ipairs(ids) do
         local rec = redis.call('HGET', TP .. ':recovmsg', id)
         if rec then
