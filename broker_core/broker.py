@@ -10,18 +10,19 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
 
-from . import advisory, connections, errors, flow, topic_ops, virtual
+from . import advisory, connections, errors, topic_ops, virtual
 from .clock import Clock, SystemClock
 from .coalesce import Coalescer
 from .config.store import PolicyStore
 from .destinations import Destination, parse_destination, require_concrete
 from .direct import DirectConnections
-from .effects import Command, Eval, NoDestination, Op, Policy
+from .drivers import Driver, Io, Transaction, run, run_async, typed_error
+from .effects import Command, Eval, Op, Policy
 from .flow import ResourceAllocationError, Sleep
 from .messages import Delivery, Message
 from .model import (
@@ -38,29 +39,9 @@ from .model import (
 )
 from .multiplexed import MultiplexedConnection
 from .operations import Operations
-from .scripts import call_args, is_missing, library, load_args, script, wants_functions
+from .scripts import call_args, script
 
-# Script error replies start with a code; each maps to one typed error.
-_ERRORS: dict[str, type[errors.BrokerError]] = {
-    "NO_DESTINATION": NoDestination,
-    "UNKNOWN_CONSUMER": errors.UnknownConsumer,
-    "NOT_IN_FLIGHT": errors.NotInFlight,
-    "NOT_DELIVERED": errors.NotInFlight,
-    "INVALID_ACK": errors.NotInFlight,
-    "CONSUMER_EXISTS": errors.InvalidConsumer,
-    "MESSAGE_TOO_LARGE": errors.MessageTooLarge,
-    "TOO_MANY_PROPERTIES": errors.InvalidMessage,
-    "NO_MESSAGE": errors.UnknownMessage,
-    "IN_FLIGHT": errors.OperationRefused,
-    "NOT_A_DLQ": errors.OperationRefused,
-    "NO_ORIGINAL_DESTINATION": errors.OperationRefused,
-    "SCHEDULED_JOB": errors.OperationRefused,
-    "UNKNOWN_DESTINATION": errors.UnknownDestination,
-    "DURABLE_IN_USE": errors.DurableSubscriptionInUse,
-    "NO_SUBSCRIPTION": errors.UnknownSubscription,
-    "TOPIC_REPEAT": errors.InvalidMessage,
-    "REGISTRY_FULL": errors.ConnectionRegistryFull,
-}
+T = TypeVar("T")
 
 Packed = list[tuple[str, bytes]]  # messages as Message.pack gives them: (id, bytes)
 
@@ -77,16 +58,6 @@ def _send_refused(error: Exception) -> bool:
 # Queues per summary_many call: 1,000 took 19 ms of Redis on the 2-core machine, 50 take about 1 ms.
 SUMMARY_CHUNK = 50
 _ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "transacted": "individual"}
-
-
-def _typed_error(exc: redis.ResponseError) -> Exception:
-    text = str(exc)
-    if flow.is_redis_maxmemory(text):
-        return flow.RedisMaxMemory(flow.REDIS_MAXMEMORY_TEXT, scope="redis", limit="maxmemory",
-                                   retry_after=flow.RETRY_AFTER_S)
-    code, _, rest = text.partition(" ")
-    kind = _ERRORS.get(code)
-    return kind(rest) if kind else exc
 
 
 def _dest(destination: str | Destination, refuse_pattern: str | None = None) -> Destination:
@@ -143,14 +114,13 @@ class _Api:
         self.ops = Operations(namespace)
         self.namespace = namespace
         self.clock = clock or SystemClock()
-        # Whether the server runs the function library (scripts.py): asked once, on the first call.
-        self._functions: bool | None = None
-        self._library_loaded = False
+        # How an operation is run (drivers.py); the two brokers only say how one request is done.
+        self.driver = Driver()
 
     def _now(self) -> int:
         return self.clock.now_ms()
 
-    def _run(self, op: Op) -> Any:  # pragma: no cover - overridden
+    def _run(self, op: Op[T]) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
@@ -443,79 +413,32 @@ class Broker(_Api):
         if self.link is not None:
             self.link.close()
 
-    def _uses_functions(self) -> bool:
-        if self._functions is None:
-            self._functions = wants_functions(self.redis.info("server"))
-        return self._functions
-
-    def _command(self, args: tuple) -> Any:
-        return self.link.call(*args) if self.link is not None else self.redis.execute_command(*args)
-
-    def _eval(self, call: Eval) -> Any:
-        s, functions = script(call.script), self._uses_functions()
-        try:
-            return self._command(call_args(s, functions, call.keys, call.args))
-        except redis.ResponseError as exc:
-            if not is_missing(exc):
-                raise
-        self._command(load_args(s, functions))
-        return self._command(call_args(s, functions, call.keys, call.args))
-
-    def _load(self, names: Iterable[str]) -> bool:
-        """Make sure the server has these scripts (or the library) before a pipeline runs them."""
-        functions = self._uses_functions()
-        if functions:
-            if not self._library_loaded:  # only when missing (AsyncBroker._load says why)
-                if not self._command(("FUNCTION", "LIST", "LIBRARYNAME", library().name)):
-                    self._command(load_args(None, True))
-                self._library_loaded = True
-        else:  # every script, so none of them meets NOSCRIPT half-way through a transaction
-            for name in dict.fromkeys(names):
-                self._command(load_args(script(name), False))
-        return functions
-
-    def _transaction(self, calls: list[Eval]) -> list[Any]:
-        """Several scripts in one MULTI/EXEC; each reply or its error."""
-        for _attempt in range(2):
-            functions = self._load(call.script for call in calls)
-            commands = [call_args(script(call.script), functions, call.keys, call.args) for call in calls]
+    def _perform(self, io: Io) -> Any:
+        """Do one request of the driver (drivers.py) blocking."""
+        if type(io) is tuple:  # a script call: over this broker's own connections
+            return self.link.call(*io) if self.link is not None else self.redis.execute_command(*io)
+        if isinstance(io, Command):
+            return self.redis.execute_command(*io.args)
+        if isinstance(io, Policy):
+            return self.policies.resolve(io.destination)
+        if isinstance(io, Sleep):  # a send waiting for space
+            time.sleep(io.ms / 1000)
+            return self._now()
+        if isinstance(io, Transaction):
             if self.link is not None:
-                replies = self.link.transaction(commands)
-            else:
-                pipe = self.redis.pipeline(transaction=True)
-                for command in commands:
-                    pipe.execute_command(*command)
-                replies = pipe.execute(raise_on_error=False)
-            # One library: when it is missing (a server restarted) every call failed and none applied.
-            if not (functions and any(isinstance(r, Exception) and is_missing(r) for r in replies)):
-                break
-            self._library_loaded = False
-        return replies
+                return self.link.transaction(io.commands)
+            pipe = self.redis.pipeline(transaction=True)
+            for command in io.commands:
+                pipe.execute_command(*command)
+            return pipe.execute(raise_on_error=False)
+        return self.redis.info(io.section)  # Info
 
     def _step(self, request: Any) -> Any:
-        if isinstance(request, Eval):
-            return self._eval(request)
-        if isinstance(request, Command):
-            return self.redis.execute_command(*request.args)
-        if isinstance(request, Policy):
-            return self.policies.resolve(request.destination)
-        if isinstance(request, Sleep):  # a send waiting for space
-            time.sleep(request.ms / 1000)
-            return self._now()
-        return self._transaction(request)  # a list of Evals: one MULTI/EXEC
+        """One request of an operation to its reply (tests drive operations by hand with it)."""
+        return run(self.driver.step(request), self._perform)
 
-    def _run(self, op: Op) -> Any:
-        try:
-            request = next(op)
-            while True:
-                try:
-                    reply = self._step(request)
-                except redis.ResponseError as exc:
-                    request = op.throw(_typed_error(exc))
-                else:
-                    request = op.send(reply)
-        except StopIteration as stop:
-            return stop.value
+    def _run(self, op: Op[T]) -> T:
+        return run(self.driver.drive(op), self._perform)
 
     # typed signatures for the common calls
     def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
@@ -598,87 +521,41 @@ class AsyncBroker(_Api):
                           requests: list[AckRequest]) -> list[tuple[int, list[Delivery]]]:
         return await self._run(self.ops.ack_many(dest, requests, self._now()))
 
-    async def _uses_functions(self) -> bool:
-        if self._functions is None:
-            self._functions = wants_functions(await self.redis.info("server"))
-        return self._functions
-
     async def aclose(self) -> None:
         """Close this broker's own connection (the redis-py client given stays the caller's to close)."""
         if self.link is not None:
             self.link.close()
 
-    async def _command(self, args: tuple) -> Any:
-        return await (self.link.call(*args) if self.link is not None else self.redis.execute_command(*args))
-
-    async def _eval(self, call: Eval) -> Any:
-        s, functions = script(call.script), await self._uses_functions()
-        try:
-            return await self._command(call_args(s, functions, call.keys, call.args))
-        except redis.ResponseError as exc:
-            if not is_missing(exc):
-                raise
-        await self._command(load_args(s, functions))
-        return await self._command(call_args(s, functions, call.keys, call.args))
-
-    async def _load(self, names: Iterable[str]) -> bool:
-        """Make sure the server has these scripts (or the library) before a pipeline runs them."""
-        functions = await self._uses_functions()
-        if functions:
-            if not self._library_loaded:
-                # loaded only when missing: compiling the library again held Redis 10-30 ms, and a new
-                # broker (the destination index's rebuild makes one each time) did it on its first pipeline
-                if not await self._command(("FUNCTION", "LIST", "LIBRARYNAME", library().name)):
-                    await self._command(load_args(None, True))
-                self._library_loaded = True
-        else:
-            for name in dict.fromkeys(names):
-                await self._command(load_args(script(name), False))
-        return functions
-
-    async def _transaction(self, calls: list[Eval]) -> list[Any]:
-        """Several scripts in one MULTI/EXEC; each reply or its error (as Broker._transaction)."""
-        for _attempt in range(2):
-            functions = await self._load(call.script for call in calls)
-            commands = [call_args(script(call.script), functions, call.keys, call.args) for call in calls]
-            if self.link is not None:
-                replies = await self.link.transaction(commands)
-            else:
-                pipe = self.redis.pipeline(transaction=True)
-                for command in commands:
-                    pipe.execute_command(*command)
-                replies = await pipe.execute(raise_on_error=False)
-            if not (functions and any(isinstance(r, Exception) and is_missing(r) for r in replies)):
-                break
-            self._library_loaded = False
-        return replies
-
-    async def _step(self, request: Any) -> Any:
-        if isinstance(request, Eval):
-            return await self._eval(request)
-        if isinstance(request, Command):
-            return await self.redis.execute_command(*request.args)
-        if isinstance(request, Policy):
+    async def _perform(self, io: Io) -> Any:
+        """Do one request of the driver (drivers.py) with asyncio."""
+        if type(io) is tuple:  # a script call: over this broker's one connection
+            return await (self.link.call(*io) if self.link is not None else self.redis.execute_command(*io))
+        if isinstance(io, Command):
+            return await self.redis.execute_command(*io.args)
+        if isinstance(io, Policy):
             if self.policies is None:
                 raise errors.InvalidPolicy("AsyncBroker needs a PolicyStore to create destinations")
-            return await asyncio.to_thread(self.policies.resolve, request.destination)
-        if isinstance(request, Sleep):  # a send waiting for space
-            await asyncio.sleep(request.ms / 1000)
+            return await asyncio.to_thread(self.policies.resolve, io.destination)
+        if isinstance(io, Sleep):  # a send waiting for space
+            await asyncio.sleep(io.ms / 1000)
             return self._now()
-        return await self._transaction(request)  # a list of Evals: one MULTI/EXEC
+        if isinstance(io, Transaction):
+            if self.link is not None:
+                return await self.link.transaction(io.commands)
+            pipe = self.redis.pipeline(transaction=True)
+            for command in io.commands:
+                pipe.execute_command(*command)
+            return await pipe.execute(raise_on_error=False)
+        return await self.redis.info(io.section)  # Info
 
-    async def _run(self, op: Op) -> Any:  # type: ignore[override]
-        try:
-            request = next(op)
-            while True:
-                try:
-                    reply = await self._step(request)
-                except redis.ResponseError as exc:
-                    request = op.throw(_typed_error(exc))
-                else:
-                    request = op.send(reply)
-        except StopIteration as stop:
-            return stop.value
+    async def _eval(self, call: Eval) -> Any:
+        return await run_async(self.driver.eval(call), self._perform)
+
+    async def _load(self, names: Iterable[str]) -> bool:
+        return await run_async(self.driver.load(names), self._perform)
+
+    async def _run(self, op: Op[T]) -> T:  # type: ignore[override]
+        return await run_async(self.driver.drive(op), self._perform)
 
     # -- many destinations' statistics at once -------------------------------------
 
@@ -701,7 +578,7 @@ class AsyncBroker(_Api):
             for op, reply in zip(ops, await pipe.execute(raise_on_error=False), strict=True):
                 try:
                     if isinstance(reply, redis.ResponseError):
-                        op.throw(_typed_error(reply))
+                        op.throw(typed_error(reply))
                     op.send(reply)
                 except StopIteration as stop:
                     queue_stats.append(stop.value)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .destinations import Destination
 from .errors import BrokerError
@@ -38,4 +38,7 @@ class NoDestination(BrokerError):
     code = "no_destination"
 
 
-Op = Generator[Eval | Command | Policy, Any, Any]
+T = TypeVar("T")
+
+# An operation whose result is T (`Op` alone: any result).
+Op = Generator[Eval | Command | Policy, Any, T]
