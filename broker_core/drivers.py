@@ -107,7 +107,7 @@ class Driver:
         """One request of an operation (an effect, or a list of Evals for one MULTI/EXEC) to its reply."""
         if type(request) is Eval:
             return (yield from self.eval(request))
-        if isinstance(request, list):
+        if type(request) is list:
             return (yield from self.transaction(request))
         return (yield request)  # Command, Policy, Sleep: the broker does them as they are
 
