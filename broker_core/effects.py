@@ -1,7 +1,7 @@
-"""What an operation yields to the driver that runs it (broker.py): a script to run (`Eval`), a plain Redis
+"""What an operation yields to the driver that runs it (drivers.py): a script to run (`Eval`), a plain Redis
 command (`Command`), or a question for the driver (`Policy`), and the error a script's reply turns into
-when the destination does not exist yet. Operations are generators (operations.py); the drivers run the
-same generator blocking, with asyncio, or multiplexed, so each operation is written once."""
+when the destination does not exist yet. Operations are generators (operations.py); the one driver loop
+runs the same generator for Broker (blocking) and AsyncBroker (asyncio), so each operation is written once."""
 
 from __future__ import annotations
 
