@@ -95,7 +95,17 @@ class Driver:
             request = next(op)
             while True:
                 try:
-                    reply = yield from self.step(request)
+                    if type(request) is Eval:  # the common request, as eval() but a generator fewer per call
+                        if self.functions is None:
+                            yield from self.uses_functions()
+                        try:
+                            reply = yield self.command(request)
+                        except redis.ResponseError as exc:
+                            if not is_missing(exc):
+                                raise
+                            reply = yield from self.reload(request)
+                    else:
+                        reply = yield from self.step(request)
                 except redis.ResponseError as exc:
                     request = op.throw(typed_error(exc))
                 else:
@@ -118,15 +128,23 @@ class Driver:
 
     def eval(self, call: Eval) -> Steps[Any]:
         """A script by its function or SHA; loaded and called again when the server lacks it."""
-        s = script(call.script)
-        functions = self.functions if self.functions is not None else (yield from self.uses_functions())
+        if self.functions is None:
+            yield from self.uses_functions()
         try:
-            return (yield call_args(s, functions, call.keys, call.args))
+            return (yield self.command(call))
         except redis.ResponseError as exc:
             if not is_missing(exc):
                 raise
-        yield load_args(s, functions)
-        return (yield call_args(s, functions, call.keys, call.args))
+        return (yield from self.reload(call))
+
+    def command(self, call: Eval) -> tuple:
+        """The command that calls the script (once `functions` is known)."""
+        return call_args(script(call.script), self.functions, call.keys, call.args)
+
+    def reload(self, call: Eval) -> Steps[Any]:
+        """Load the script (or the library) the server lacked, then call it again."""
+        yield load_args(script(call.script), bool(self.functions))
+        return (yield self.command(call))
 
     def load(self, names: Iterable[str]) -> Steps[bool]:
         """Make sure the server has these scripts (or the library) before a pipeline runs them."""
