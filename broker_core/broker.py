@@ -1,7 +1,8 @@
 """The broker_core API: `Broker` (blocking) and `AsyncBroker` (asyncio) over one implementation.
 
-Both drive the operation generators of operations.py; gateway, console and Celery tasks call these
-methods and nothing else. Time comes from the clock given (a FakeClock in tests), never from Redis.
+Both run the operation generators of operations.py with the one driver loop of drivers.py, each saying
+only how one request is done; gateway, console and Celery tasks call these methods and nothing else.
+Time comes from the clock given (a FakeClock in tests), never from Redis.
 """
 
 from __future__ import annotations
@@ -10,56 +11,43 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
 
-from . import advisory, connections, errors, flow, topic_ops, virtual
+from . import advisory, connections, errors, topic_ops, virtual
 from .clock import Clock, SystemClock
 from .coalesce import Coalescer
 from .config.store import PolicyStore
 from .destinations import Destination, parse_destination, require_concrete
 from .direct import DirectConnections
-from .effects import Command, Eval, NoDestination, Op, Policy
+from .drivers import Driver, Io, Transaction, run, run_async, typed_error
+from .effects import Command, Eval, Op, Policy
 from .flow import ResourceAllocationError, Sleep
 from .messages import Delivery, Message
 from .model import (
     SUMMARY_WIDTH,
     AckRequest,
+    Browsed,
+    BrowsePage,
     Consumer,
     ConsumerRef,
     ConsumerSpec,
     DestinationStats,
     DispatchResult,
+    GroupCounts,
     GroupInfo,
+    GroupPage,
+    SweepResult,
     summary_from,
 )
 from .multiplexed import MultiplexedConnection
 from .operations import Operations
-from .scripts import call_args, is_missing, library, load_args, script, wants_functions
+from .scripts import call_args, script
+from .topics import SubscriptionStats
 
-# Script error replies start with a code; each maps to one typed error.
-_ERRORS: dict[str, type[errors.BrokerError]] = {
-    "NO_DESTINATION": NoDestination,
-    "UNKNOWN_CONSUMER": errors.UnknownConsumer,
-    "NOT_IN_FLIGHT": errors.NotInFlight,
-    "NOT_DELIVERED": errors.NotInFlight,
-    "INVALID_ACK": errors.NotInFlight,
-    "CONSUMER_EXISTS": errors.InvalidConsumer,
-    "MESSAGE_TOO_LARGE": errors.MessageTooLarge,
-    "TOO_MANY_PROPERTIES": errors.InvalidMessage,
-    "NO_MESSAGE": errors.UnknownMessage,
-    "IN_FLIGHT": errors.OperationRefused,
-    "NOT_A_DLQ": errors.OperationRefused,
-    "NO_ORIGINAL_DESTINATION": errors.OperationRefused,
-    "SCHEDULED_JOB": errors.OperationRefused,
-    "UNKNOWN_DESTINATION": errors.UnknownDestination,
-    "DURABLE_IN_USE": errors.DurableSubscriptionInUse,
-    "NO_SUBSCRIPTION": errors.UnknownSubscription,
-    "TOPIC_REPEAT": errors.InvalidMessage,
-    "REGISTRY_FULL": errors.ConnectionRegistryFull,
-}
+T = TypeVar("T")
 
 Packed = list[tuple[str, bytes]]  # messages as Message.pack gives them: (id, bytes)
 
@@ -76,16 +64,6 @@ def _send_refused(error: Exception) -> bool:
 # Queues per summary_many call: 1,000 took 19 ms of Redis on the 2-core machine, 50 take about 1 ms.
 SUMMARY_CHUNK = 50
 _ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "transacted": "individual"}
-
-
-def _typed_error(exc: redis.ResponseError) -> Exception:
-    text = str(exc)
-    if flow.is_redis_maxmemory(text):
-        return flow.RedisMaxMemory(flow.REDIS_MAXMEMORY_TEXT, scope="redis", limit="maxmemory",
-                                   retry_after=flow.RETRY_AFTER_S)
-    code, _, rest = text.partition(" ")
-    kind = _ERRORS.get(code)
-    return kind(rest) if kind else exc
 
 
 def _dest(destination: str | Destination, refuse_pattern: str | None = None) -> Destination:
@@ -136,24 +114,26 @@ def _messages(message: Message | str | bytes | Iterable[Message]) -> list[Messag
 
 
 class _Api:
-    """The methods both drivers share; `_run` is the only difference between them."""
+    """The methods both brokers share; `_run` (how drivers.py's loop is run: blocking or awaited) is the
+    only difference between them. Each method is annotated with its operation's result: what a Broker call
+    returns, and what an AsyncBroker call's awaitable gives (type checkers see AsyncBroker's inherited
+    methods with these sync annotations: typing those as awaitables would repeat every signature)."""
 
     def __init__(self, namespace: str, clock: Clock | None) -> None:
         self.ops = Operations(namespace)
         self.namespace = namespace
         self.clock = clock or SystemClock()
-        # Whether the server runs the function library (scripts.py): asked once, on the first call.
-        self._functions: bool | None = None
-        self._library_loaded = False
+        # How an operation is run (drivers.py); the two brokers only say how one request is done.
+        self.driver = Driver()
 
     def _now(self) -> int:
         return self.clock.now_ms()
 
-    def _run(self, op: Op) -> Any:  # pragma: no cover - overridden
+    def _run(self, op: Op[T]) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
-             *, tx: str | None = None) -> Any:
+             *, tx: str | None = None) -> list[str]:
         """Send one message, or several in order in one call; returns the message ids. A client-side
         composite (`A,B,topic://C`) sends to every part (broker_core/virtual.py)."""
         parts = virtual.split_composite(destination) if _is_composite(destination) else None
@@ -165,23 +145,23 @@ class _Api:
         return self._run(self.ops.send(dest, batch, self._now()))
 
     def add_consumer(self, destination: str | Destination, spec: ConsumerSpec | None = None,
-                     consumer_id: str | None = None) -> Any:
+                     consumer_id: str | None = None) -> Consumer:
         return self._run(self.ops.add_consumer(_dest(destination), spec or ConsumerSpec(), self._now(),
                                                consumer_id))
 
-    def receive(self, consumer: ConsumerRef, max_messages: int = 1, lease_ms: int = 0) -> Any:
+    def receive(self, consumer: ConsumerRef, max_messages: int = 1, lease_ms: int = 0) -> list[Delivery]:
         """Messages dispatched to the consumer, oldest first (a prefetch-0 consumer pulls them). The call
         renews the consumer's lease (by lease_ms, or by its own lease length when 0)."""
         return self._run(self.ops.receive(consumer, max_messages, self._now(), lease_ms))
 
     def receive_after(self, consumer: ConsumerRef, after: int, max_messages: int = 1, push: int = 0,
-                      lease_ms: int = 0) -> Any:
+                      lease_ms: int = 0) -> tuple[list[Delivery], int]:
         """`receive` for an adapter that takes pushed deliveries (docs/broker_core.md "The delivery path"):
         returns (deliveries, dispatch sequence of the last one) with whatever was handed over after `after`
         first; arms the consumer for up to `push` pushed messages when its outbox is left empty."""
         return self._run(self.ops.receive_after(consumer, after, max_messages, push, self._now(), lease_ms))
 
-    def cancel_pull(self, consumer: ConsumerRef) -> Any:
+    def cancel_pull(self, consumer: ConsumerRef) -> None:
         return self._run(self.ops.cancel_pull(consumer, self._now()))
 
     def _ack_mode(self, consumer: ConsumerRef, mode: str | None, tx: str | None) -> str:
@@ -196,7 +176,7 @@ class _Api:
         return mode
 
     def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
-            tx: str | None = None) -> Any:
+            tx: str | None = None) -> int | None:
         """Acknowledge by the consumer's ack mode (client: cumulative; client-individual: that message)
         or by an explicit mode: 'individual', 'cumulative' or 'delivered'. Returns how many."""
         ids = _ids(message_id)
@@ -206,7 +186,7 @@ class _Api:
         return self._run(self._first(self.ops.ack(consumer, ids, mode, self._now())))
 
     def ack_and_receive(self, consumer: ConsumerRef, message_id: str | list[str], max_messages: int = 1,
-                        *, mode: str | None = None) -> Any:
+                        *, mode: str | None = None) -> list[Delivery]:
         """Acknowledge, then hand over up to max_messages next messages in the same call (one round trip
         for an adapter that acks and forwards what the freed window brought)."""
         ids = _ids(message_id)
@@ -225,146 +205,148 @@ class _Api:
     def _second(op: Op) -> Op:
         return (yield from op)[1]
 
-    def nack(self, consumer: ConsumerRef, message_id: str | list[str], *, poison: bool = False) -> Any:
+    def nack(self, consumer: ConsumerRef, message_id: str | list[str], *,
+             poison: bool = False) -> tuple[int, int]:
         """Negative acknowledgement: the message comes back after the policy's redelivery delay with its
         counter raised, or goes to the dead-letter queue when poison (STOMP NACK) or past
         maximumRedeliveries. Returns (dead-lettered, redelivered) counts."""
         ids = _ids(message_id)
         return self._run(self.ops.nack(consumer, ids, poison, self._now(), random.uniform(-1.0, 1.0)))
 
-    def sweep_expired(self, destination: str | Destination) -> Any:
+    def sweep_expired(self, destination: str | Destination) -> SweepResult:
         """One bounded page of the expiry sweep; returns SweepResult (call again until .done)."""
         return self._run(self.ops.sweep_expired(_dest(destination), self._now()))
 
-    def forward(self, destination: str | Destination) -> Any:
+    def forward(self, destination: str | Destination) -> int:
         """Deliver dead letters a crashed process left in the destination's forwarding hash."""
         return self._run(self.ops.forward(_dest(destination), self._now()))
 
     def browse(self, destination: str | Destination, *, selector: str | None = None,
-               cursor: str | None = None, limit: int = 100) -> Any:
+               cursor: str | None = None, limit: int = 100) -> BrowsePage:
         """A page of stored messages (never changes anything); BrowsePage(messages, next_cursor)."""
         return self._run(self.ops.browse(_dest(destination, "browse"), selector, cursor, limit, self._now()))
 
-    def get_message(self, destination: str | Destination, message_id: str) -> Any:
+    def get_message(self, destination: str | Destination, message_id: str) -> Browsed:
         return self._run(self.ops.get_message(_dest(destination, "read from"), message_id, self._now()))
 
-    def remove_message(self, destination: str | Destination, message_id: str) -> Any:
+    def remove_message(self, destination: str | Destination, message_id: str) -> bool:
         """Remove one message, wherever it is (in flight too); True if it was there."""
         return self._run(self._was_one(self.ops.remove(_dest(destination, "remove from"), [message_id],
                                                        self._now())))
 
     def purge(self, destination: str | Destination,
-              progress: Callable[[int, int], None] | None = None) -> Any:
+              progress: Callable[[int, int], None] | None = None) -> int:
         """Remove every message the destination holds now, in bounded calls; returns how many.
         `progress(removed, total)` is told after each call."""
         return self._run(self.ops.purge(_dest(destination, "purge"), self._now(), progress))
 
-    def move_message(self, destination: str | Destination, message_id: str, target: str | Destination) -> Any:
+    def move_message(self, destination: str | Destination, message_id: str, target: str | Destination) -> int:
         return self._transfer(destination, "move", target, [message_id], None, None)
 
-    def copy_message(self, destination: str | Destination, message_id: str, target: str | Destination) -> Any:
+    def copy_message(self, destination: str | Destination, message_id: str, target: str | Destination) -> int:
         return self._transfer(destination, "copy", target, [message_id], None, None)
 
     def move_matching(self, destination: str | Destination, selector: str | None, target: str | Destination,
-                      limit: int | None = None) -> Any:
+                      limit: int | None = None) -> int:
         return self._transfer(destination, "move", target, [], selector, limit)
 
     def copy_matching(self, destination: str | Destination, selector: str | None, target: str | Destination,
-                      limit: int | None = None) -> Any:
+                      limit: int | None = None) -> int:
         return self._transfer(destination, "copy", target, [], selector, limit)
 
-    def retry_message(self, dlq: str | Destination, message_id: str) -> Any:
+    def retry_message(self, dlq: str | Destination, message_id: str) -> int:
         """Send a dead letter back to its original destination (only from a dead-letter queue)."""
         return self._transfer(dlq, "retry", None, [message_id], None, None)
 
-    def retry_messages(self, dlq: str | Destination, selector: str | None = None) -> Any:
+    def retry_messages(self, dlq: str | Destination, selector: str | None = None) -> int:
         return self._transfer(dlq, "retry", None, [], selector, None)
 
     def _transfer(self, destination: str | Destination, mode: str, target: str | Destination | None,
-                  ids: list[str], selector: str | None, limit: int | None) -> Any:
+                  ids: list[str], selector: str | None, limit: int | None) -> int:
         return self._run(self.ops.transfer(_dest(destination, f"{mode} messages from"), mode,
                                            _dest(target, f"{mode} messages to") if target else None, ids,
                                            selector, limit, self._now()))
 
-    def delete_destination(self, destination: str | Destination) -> Any:
+    def delete_destination(self, destination: str | Destination) -> int:
         return self._run(self.ops.delete_destination(_dest(destination), self._now()))
 
-    def release(self, consumer: ConsumerRef, message_ids: list[str]) -> Any:
+    def release(self, consumer: ConsumerRef, message_ids: list[str]) -> int:
         """Give in-flight messages back at once with the redelivery counter raised (recover/rollback)."""
         return self._run(self.ops.release(consumer, message_ids, self._now()))
 
     def close_consumer(self, consumer: ConsumerRef, reason: str = "closed",
-                       written: int | None = None) -> Any:
+                       written: int | None = None) -> DispatchResult:
         """Close the consumer; `written` (adapters taking pushed deliveries): the dispatch sequence of the
         last message it wrote, so messages pushed after it go back as never received."""
         return self._run(self.ops.close_consumer(consumer, self._now(), reason, written))
 
     def renew_leases(self, destination: str | Destination, consumer_ids: list[str],
-                     lease_ms: int = 30_000) -> Any:
+                     lease_ms: int = 30_000) -> list[str]:
         return self._run(self.ops.renew(_dest(destination), consumer_ids, lease_ms, self._now()))
 
-    def reap_lapsed(self, destination: str | Destination, limit: int = 100) -> Any:
+    def reap_lapsed(self, destination: str | Destination, limit: int = 100) -> list[str]:
         return self._run(self.ops.reap(_dest(destination), self._now(), limit))
 
-    def dispatch(self, destination: str | Destination) -> Any:
+    def dispatch(self, destination: str | Destination) -> DispatchResult:
         return self._run(self.ops.dispatch(_dest(destination), self._now()))
 
-    def pause(self, destination: str | Destination) -> Any:
+    def pause(self, destination: str | Destination) -> None:
         return self._run(self.ops.pause(_dest(destination, "pause"), True, self._now()))
 
-    def resume(self, destination: str | Destination) -> Any:
+    def resume(self, destination: str | Destination) -> None:
         return self._run(self.ops.pause(_dest(destination, "resume"), False, self._now()))
 
-    def remove_message_group(self, destination: str | Destination, group_id: str) -> Any:
+    def remove_message_group(self, destination: str | Destination, group_id: str) -> int:
         return self._run(self.ops.remove_message_groups(_dest(destination, "reset groups of"), group_id,
                                                         self._now()))
 
-    def remove_all_message_groups(self, destination: str | Destination) -> Any:
+    def remove_all_message_groups(self, destination: str | Destination) -> int:
         return self._run(self.ops.remove_message_groups(_dest(destination, "reset groups of"), None,
                                                         self._now()))
 
-    def message_groups(self, destination: str | Destination) -> Any:
+    def message_groups(self, destination: str | Destination) -> list[GroupInfo]:
         return self._run(self.ops.message_groups(_dest(destination, "list groups of"), self._now()))
 
     def message_groups_page(self, destination: str | Destination, *, cursor: str | None = None,
-                            limit: int = 100) -> Any:
+                            limit: int = 100) -> GroupPage:
         """A page of about `limit` message groups: GroupPage(groups, next_cursor), None at the end."""
         return self._run(self.ops.message_groups_page(_dest(destination, "list groups of"), self._now(),
                                                       cursor, limit))
 
-    def stats(self, destination: str | Destination) -> Any:
+    def stats(self, destination: str | Destination) -> DestinationStats:
         return self._run(self.ops.stats(_dest(destination), self._now()))
 
     def group_counts(self, destination: str | Destination, pending_limit: int = 10_000,
-                     in_flight_limit: int = 10_000) -> Any:
+                     in_flight_limit: int = 10_000) -> GroupCounts:
         """`GroupCounts`: pending and in-flight messages per message group (the console's groups view)."""
         return self._run(self.ops.group_counts(_dest(destination, "count groups of"), self._now(),
                                                pending_limit, in_flight_limit))
 
     # -- topics (docs/broker_core.md "Topics") -------------------------------------------------------
 
-    def unsubscribe(self, destination: str | Destination, *, client_id: str, subscription_name: str) -> Any:
+    def unsubscribe(self, destination: str | Destination, *, client_id: str, subscription_name: str) -> int:
         """Delete an offline durable subscription and its messages; returns how many messages went.
         DurableSubscriptionInUse while a consumer is attached, UnknownSubscription if there is none."""
         return self._run(topic_ops.unsubscribe(self.ops, _topic(destination), client_id, subscription_name,
                                                self._now()))
 
-    def subscriptions(self, destination: str | Destination) -> Any:
+    def subscriptions(self, destination: str | Destination) -> list[SubscriptionStats]:
         """Every subscription of a topic with its counters (list of SubscriptionStats)."""
         return self._run(topic_ops.subscriptions(self.ops, _topic(destination), self._now()))
 
-    def expire_offline_durables(self, destination: str | Destination, timeout_ms: int | None = None) -> Any:
+    def expire_offline_durables(self, destination: str | Destination,
+                                timeout_ms: int | None = None) -> list[str]:
         """Remove durable subscriptions offline for offlineDurableSubscriberTimeout (or `timeout_ms`) or
         more, with their messages; returns their keys. Nothing when the timeout is off (-1)."""
         return self._run(topic_ops.expire_offline_durables(self.ops, _topic(destination), timeout_ms,
                                                            self._now()))
 
-    def destinations(self) -> Any:
+    def destinations(self) -> list[str]:
         return self._run(self.ops.destinations())
 
     def advise_connection(self, connection_id: str, *, added: bool, client_id: str | None = None,
                           user: str | None = None, address: str | None = None, protocol: str | None = None,
-                          reason: str | None = None) -> Any:
+                          reason: str | None = None) -> None:
         """Publish ActiveMQ.Advisory.Connection's ConnectionInfo (`added`) or RemoveInfo for a client
         connection the gateway opened or closed, if anybody subscribed to it (advisory.connection_changed)."""
         info = {"connection": connection_id, "client": client_id, "user": user, "address": address,
@@ -375,7 +357,7 @@ class _Api:
 
     def connection_put(self, record: connections.ConnectionRecord, *,
                        lease_ms: int = connections.DEFAULT_LEASE_MS, limit: int = connections.DEFAULT_LIMIT,
-                       full: bool = False) -> Any:
+                       full: bool = False) -> connections.ConnectionRecord:
         """Register `record` (its first call) or write what changed since; ConnectionRegistryFull past
         `limit`."""
         return self._run(connections.put(self.namespace, record, self._now(), lease_ms=lease_ms, limit=limit,
@@ -383,55 +365,55 @@ class _Api:
 
     def connection_put_many(self, records: list[connections.ConnectionRecord], *,
                             lease_ms: int = connections.DEFAULT_LEASE_MS,
-                            limit: int = connections.DEFAULT_LIMIT) -> Any:
+                            limit: int = connections.DEFAULT_LIMIT) -> list[connections.ConnectionRecord]:
         """`connection_put` for many records, in MULTI/EXEC chunks; returns those whose write failed."""
         return self._run(connections.put_many(self.namespace, records, self._now(), lease_ms=lease_ms,
                                               limit=limit))
 
     def connection_renew(self, connection_ids: list[str],
-                         lease_ms: int = connections.DEFAULT_LEASE_MS) -> Any:
+                         lease_ms: int = connections.DEFAULT_LEASE_MS) -> list[str]:
         """Extend the leases; returns the ids no longer registered (to be written again whole)."""
         return self._run(connections.renew(self.namespace, connection_ids, self._now(), lease_ms))
 
-    def connection_drop(self, connection_ids: list[str]) -> Any:
+    def connection_drop(self, connection_ids: list[str]) -> int:
         return self._run(connections.drop(self.namespace, connection_ids, self._now()))
 
     def connection_list(self, cursor: str = "", count: int = 100, filters: dict[str, str] | None = None,
-                        with_destinations: bool = False) -> Any:
+                        with_destinations: bool = False) -> connections.Page:
         """One cursor page of registered connections (connections.Page)."""
         return self._run(connections.list_page(self.namespace, self._now(), cursor, count, filters,
                                                with_destinations))
 
-    def connection_get(self, connection_id: str) -> Any:
+    def connection_get(self, connection_id: str) -> connections.ConnectionInfo | None:
         """A connection with its subscriptions and producers (connections.ConnectionInfo), or None."""
         return self._run(connections.get(self.namespace, connection_id, self._now()))
 
-    def connection_close(self, connection_id: str, reason: str) -> Any:
+    def connection_close(self, connection_id: str, reason: str) -> tuple[str, str] | None:
         """Ask the connection's process to close it; (process, protocol), or None when not registered."""
         return self._run(connections.request_close(self.namespace, connection_id, reason, self._now()))
 
-    def connection_closes(self, process: str) -> Any:
+    def connection_closes(self, process: str) -> list[tuple[str, str]]:
         """(connection id, reason) pairs `process` was asked to close, each handed out once."""
         return self._run(connections.take_closes(self.namespace, process, self._now()))
 
-    def virtual_routing(self) -> Any:
+    def virtual_routing(self) -> list[dict[str, Any]]:
         """The virtual destinations every send routes by, one row each (`virtual.describe`)."""
         return self._run(virtual.routing(self.ops))
 
-    def ensure_destination(self, destination: str | Destination) -> Any:
+    def ensure_destination(self, destination: str | Destination) -> None:
         return self._run(self.ops.ensure_destination(_dest(destination, "create"), self._now()))
 
-    def refresh_policies(self) -> Any:
+    def refresh_policies(self) -> None:
         """Apply the policy store's current entries to every existing destination."""
         return self._run(self.ops.refresh_policies(self._now()))
 
-    def begin(self, ttl_ms: int = 3_600_000) -> Any:
+    def begin(self, ttl_ms: int = 3_600_000) -> str:
         return self._run(self.ops.tx_begin(ttl_ms))
 
-    def commit(self, tx: str) -> Any:
+    def commit(self, tx: str) -> None:
         return self._run(self.ops.tx_commit(tx, self._now()))
 
-    def rollback(self, tx: str) -> Any:
+    def rollback(self, tx: str) -> None:
         return self._run(self.ops.tx_rollback(tx, self._now()))
 
 
@@ -452,100 +434,32 @@ class Broker(_Api):
         if self.link is not None:
             self.link.close()
 
-    def _uses_functions(self) -> bool:
-        if self._functions is None:
-            self._functions = wants_functions(self.redis.info("server"))
-        return self._functions
-
-    def _command(self, args: tuple) -> Any:
-        return self.link.call(*args) if self.link is not None else self.redis.execute_command(*args)
-
-    def _eval(self, call: Eval) -> Any:
-        s, functions = script(call.script), self._uses_functions()
-        try:
-            return self._command(call_args(s, functions, call.keys, call.args))
-        except redis.ResponseError as exc:
-            if not is_missing(exc):
-                raise
-        self._command(load_args(s, functions))
-        return self._command(call_args(s, functions, call.keys, call.args))
-
-    def _load(self, names: Iterable[str]) -> bool:
-        """Make sure the server has these scripts (or the library) before a pipeline runs them."""
-        functions = self._uses_functions()
-        if functions:
-            if not self._library_loaded:  # only when missing (AsyncBroker._load says why)
-                if not self._command(("FUNCTION", "LIST", "LIBRARYNAME", library().name)):
-                    self._command(load_args(None, True))
-                self._library_loaded = True
-        else:  # every script, so none of them meets NOSCRIPT half-way through a transaction
-            for name in dict.fromkeys(names):
-                self._command(load_args(script(name), False))
-        return functions
-
-    def _transaction(self, calls: list[Eval]) -> list[Any]:
-        """Several scripts in one MULTI/EXEC; each reply or its error."""
-        for _attempt in range(2):
-            functions = self._load(call.script for call in calls)
-            commands = [call_args(script(call.script), functions, call.keys, call.args) for call in calls]
+    def _perform(self, io: Io) -> Any:
+        """Do one request of the driver (drivers.py) blocking."""
+        if type(io) is tuple:  # a script call: over this broker's own connections
+            return self.link.call(*io) if self.link is not None else self.redis.execute_command(*io)
+        if isinstance(io, Command):
+            return self.redis.execute_command(*io.args)
+        if isinstance(io, Policy):
+            return self.policies.resolve(io.destination)
+        if isinstance(io, Sleep):  # a send waiting for space
+            time.sleep(io.ms / 1000)
+            return self._now()
+        if isinstance(io, Transaction):
             if self.link is not None:
-                replies = self.link.transaction(commands)
-            else:
-                pipe = self.redis.pipeline(transaction=True)
-                for command in commands:
-                    pipe.execute_command(*command)
-                replies = pipe.execute(raise_on_error=False)
-            # One library: when it is missing (a server restarted) every call failed and none applied.
-            if not (functions and any(isinstance(r, Exception) and is_missing(r) for r in replies)):
-                break
-            self._library_loaded = False
-        return replies
+                return self.link.transaction(io.commands)
+            pipe = self.redis.pipeline(transaction=True)
+            for command in io.commands:
+                pipe.execute_command(*command)
+            return pipe.execute(raise_on_error=False)
+        return self.redis.info(io.section)  # Info
 
     def _step(self, request: Any) -> Any:
-        if isinstance(request, Eval):
-            return self._eval(request)
-        if isinstance(request, Command):
-            return self.redis.execute_command(*request.args)
-        if isinstance(request, Policy):
-            return self.policies.resolve(request.destination)
-        if isinstance(request, Sleep):  # a send waiting for space
-            time.sleep(request.ms / 1000)
-            return self._now()
-        return self._transaction(request)  # a list of Evals: one MULTI/EXEC
+        """One request of an operation to its reply (tests drive operations by hand with it)."""
+        return run(self.driver.step(request), self._perform)
 
-    def _run(self, op: Op) -> Any:
-        try:
-            request = next(op)
-            while True:
-                try:
-                    reply = self._step(request)
-                except redis.ResponseError as exc:
-                    request = op.throw(_typed_error(exc))
-                else:
-                    request = op.send(reply)
-        except StopIteration as stop:
-            return stop.value
-
-    # typed signatures for the common calls
-    def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
-             *, tx: str | None = None) -> list[str]:
-        return super().send(destination, message, tx=tx)
-
-    def add_consumer(self, destination: str | Destination, spec: ConsumerSpec | None = None,
-                     consumer_id: str | None = None) -> Consumer:
-        return super().add_consumer(destination, spec, consumer_id)
-
-    def receive(self, consumer: ConsumerRef, max_messages: int = 1, lease_ms: int = 0) -> list[Delivery]:
-        return super().receive(consumer, max_messages, lease_ms)
-
-    def stats(self, destination: str | Destination) -> DestinationStats:
-        return super().stats(destination)
-
-    def message_groups(self, destination: str | Destination) -> list[GroupInfo]:
-        return super().message_groups(destination)
-
-    def dispatch(self, destination: str | Destination) -> DispatchResult:
-        return super().dispatch(destination)
+    def _run(self, op: Op[T]) -> T:
+        return run(self.driver.drive(op), self._perform)
 
 
 class AsyncBroker(_Api):
@@ -607,87 +521,41 @@ class AsyncBroker(_Api):
                           requests: list[AckRequest]) -> list[tuple[int, list[Delivery]]]:
         return await self._run(self.ops.ack_many(dest, requests, self._now()))
 
-    async def _uses_functions(self) -> bool:
-        if self._functions is None:
-            self._functions = wants_functions(await self.redis.info("server"))
-        return self._functions
-
     async def aclose(self) -> None:
         """Close this broker's own connection (the redis-py client given stays the caller's to close)."""
         if self.link is not None:
             self.link.close()
 
-    async def _command(self, args: tuple) -> Any:
-        return await (self.link.call(*args) if self.link is not None else self.redis.execute_command(*args))
-
-    async def _eval(self, call: Eval) -> Any:
-        s, functions = script(call.script), await self._uses_functions()
-        try:
-            return await self._command(call_args(s, functions, call.keys, call.args))
-        except redis.ResponseError as exc:
-            if not is_missing(exc):
-                raise
-        await self._command(load_args(s, functions))
-        return await self._command(call_args(s, functions, call.keys, call.args))
-
-    async def _load(self, names: Iterable[str]) -> bool:
-        """Make sure the server has these scripts (or the library) before a pipeline runs them."""
-        functions = await self._uses_functions()
-        if functions:
-            if not self._library_loaded:
-                # loaded only when missing: compiling the library again held Redis 10-30 ms, and a new
-                # broker (the destination index's rebuild makes one each time) did it on its first pipeline
-                if not await self._command(("FUNCTION", "LIST", "LIBRARYNAME", library().name)):
-                    await self._command(load_args(None, True))
-                self._library_loaded = True
-        else:
-            for name in dict.fromkeys(names):
-                await self._command(load_args(script(name), False))
-        return functions
-
-    async def _transaction(self, calls: list[Eval]) -> list[Any]:
-        """Several scripts in one MULTI/EXEC; each reply or its error (as Broker._transaction)."""
-        for _attempt in range(2):
-            functions = await self._load(call.script for call in calls)
-            commands = [call_args(script(call.script), functions, call.keys, call.args) for call in calls]
-            if self.link is not None:
-                replies = await self.link.transaction(commands)
-            else:
-                pipe = self.redis.pipeline(transaction=True)
-                for command in commands:
-                    pipe.execute_command(*command)
-                replies = await pipe.execute(raise_on_error=False)
-            if not (functions and any(isinstance(r, Exception) and is_missing(r) for r in replies)):
-                break
-            self._library_loaded = False
-        return replies
-
-    async def _step(self, request: Any) -> Any:
-        if isinstance(request, Eval):
-            return await self._eval(request)
-        if isinstance(request, Command):
-            return await self.redis.execute_command(*request.args)
-        if isinstance(request, Policy):
+    async def _perform(self, io: Io) -> Any:
+        """Do one request of the driver (drivers.py) with asyncio."""
+        if type(io) is tuple:  # a script call: over this broker's one connection
+            return await (self.link.call(*io) if self.link is not None else self.redis.execute_command(*io))
+        if isinstance(io, Command):
+            return await self.redis.execute_command(*io.args)
+        if isinstance(io, Policy):
             if self.policies is None:
                 raise errors.InvalidPolicy("AsyncBroker needs a PolicyStore to create destinations")
-            return await asyncio.to_thread(self.policies.resolve, request.destination)
-        if isinstance(request, Sleep):  # a send waiting for space
-            await asyncio.sleep(request.ms / 1000)
+            return await asyncio.to_thread(self.policies.resolve, io.destination)
+        if isinstance(io, Sleep):  # a send waiting for space
+            await asyncio.sleep(io.ms / 1000)
             return self._now()
-        return await self._transaction(request)  # a list of Evals: one MULTI/EXEC
+        if isinstance(io, Transaction):
+            if self.link is not None:
+                return await self.link.transaction(io.commands)
+            pipe = self.redis.pipeline(transaction=True)
+            for command in io.commands:
+                pipe.execute_command(*command)
+            return await pipe.execute(raise_on_error=False)
+        return await self.redis.info(io.section)  # Info
 
-    async def _run(self, op: Op) -> Any:  # type: ignore[override]
-        try:
-            request = next(op)
-            while True:
-                try:
-                    reply = await self._step(request)
-                except redis.ResponseError as exc:
-                    request = op.throw(_typed_error(exc))
-                else:
-                    request = op.send(reply)
-        except StopIteration as stop:
-            return stop.value
+    async def _eval(self, call: Eval) -> Any:
+        return await run_async(self.driver.eval(call), self._perform)
+
+    async def _load(self, names: Iterable[str]) -> bool:
+        return await run_async(self.driver.load(names), self._perform)
+
+    async def _run(self, op: Op[T]) -> T:  # type: ignore[override]
+        return await run_async(self.driver.drive(op), self._perform)
 
     # -- many destinations' statistics at once -------------------------------------
 
@@ -710,7 +578,7 @@ class AsyncBroker(_Api):
             for op, reply in zip(ops, await pipe.execute(raise_on_error=False), strict=True):
                 try:
                     if isinstance(reply, redis.ResponseError):
-                        op.throw(_typed_error(reply))
+                        op.throw(typed_error(reply))
                     op.send(reply)
                 except StopIteration as stop:
                     queue_stats.append(stop.value)

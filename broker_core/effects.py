@@ -1,13 +1,13 @@
-"""What an operation yields to the driver that runs it (broker.py): a script to run (`Eval`), a plain Redis
+"""What an operation yields to the driver that runs it (drivers.py): a script to run (`Eval`), a plain Redis
 command (`Command`), or a question for the driver (`Policy`), and the error a script's reply turns into
-when the destination does not exist yet. Operations are generators (operations.py); the drivers run the
-same generator blocking, with asyncio, or multiplexed, so each operation is written once."""
+when the destination does not exist yet. Operations are generators (operations.py); the one driver loop
+runs the same generator for Broker (blocking) and AsyncBroker (asyncio), so each operation is written once."""
 
 from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .destinations import Destination
 from .errors import BrokerError
@@ -38,4 +38,7 @@ class NoDestination(BrokerError):
     code = "no_destination"
 
 
-Op = Generator[Eval | Command | Policy, Any, Any]
+T = TypeVar("T")
+
+# An operation whose result is T (`Op` alone: any result).
+Op = Generator[Eval | Command | Policy, Any, T]

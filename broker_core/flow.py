@@ -35,7 +35,7 @@ FLOW_DOC = "See http://activemq.apache.org/producer-flow-control.html for more i
 
 @dataclass(frozen=True)
 class Sleep:
-    """A request to the driver (broker.py): wait `ms` milliseconds, reply with the clock's time."""
+    """A request to the driver (drivers.py): wait `ms` milliseconds, reply with the clock's time."""
 
     ms: int
 

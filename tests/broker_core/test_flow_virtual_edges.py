@@ -34,19 +34,24 @@ class Crash(Exception):
 def drive(broker: Broker, op, stop_at=None):
     """Run an operation with Broker._run; raise Crash before the first request `stop_at` matches, as a
     process dying there would (the operation is closed, nothing after it reaches Redis)."""
-    step = broker._step
 
-    def guarded(request):
-        if stop_at is not None and stop_at(request):
-            op.close()
-            raise Crash
-        return step(request)
+    def guarded():  # the operation as the driver sees it, stopped at the request
+        try:
+            request = next(op)
+            while True:
+                if stop_at is not None and stop_at(request):
+                    op.close()
+                    raise Crash
+                try:
+                    reply = yield request
+                except Exception as exc:
+                    request = op.throw(exc)
+                else:
+                    request = op.send(reply)
+        except StopIteration as stop:
+            return stop.value
 
-    broker._step = guarded
-    try:
-        return broker._run(op)
-    finally:
-        del broker._step  # the class's method again
+    return broker._run(guarded())
 
 
 def floors(broker: Broker, **extra) -> None:

@@ -20,7 +20,7 @@ GROUPS = 2_500  # more than two calls' worth of group entries
 
 @pytest.fixture(params=[True, False], ids=["functions", "eval"])
 def form(request, broker):
-    broker._functions = request.param
+    broker.driver.functions = request.param
     return broker
 
 

@@ -19,7 +19,7 @@ REFUSING = 12  # about three evaluations per call's worth (256 KiB)
 
 @pytest.fixture(params=[True, False], ids=["functions", "eval"])
 def form(request, broker):
-    broker._functions = request.param
+    broker.driver.functions = request.param
     return broker
 
 

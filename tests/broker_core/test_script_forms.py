@@ -47,7 +47,7 @@ def client7(functions_url):
 
 def _broker(client, functions: bool, clock: FakeClock | None = None) -> Broker:
     broker = Broker(client, f"t{uuid.uuid4().hex[:12]}", clock or FakeClock())
-    broker._functions = functions  # the form under test, whatever the server would choose
+    broker.driver.functions = functions  # the form under test, whatever the server would choose
     return broker
 
 

@@ -26,7 +26,7 @@ def sized(request, redis_client, clock):
     else:
         client, functions = request.getfixturevalue("client7"), True
     broker = Broker(client, f"t{uuid.uuid4().hex[:12]}", clock)
-    broker._functions = functions
+    broker.driver.functions = functions
     yield broker
     broker.close()
 

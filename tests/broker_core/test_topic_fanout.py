@@ -22,7 +22,7 @@ MATCHING = 12  # with a call's worth of 256 KiB, about three evaluations per cal
 
 @pytest.fixture(params=[True, False], ids=["functions", "eval"])
 def form(request, broker):
-    broker._functions = request.param
+    broker.driver.functions = request.param
     return broker
 
 

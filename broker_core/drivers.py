@@ -1,0 +1,204 @@
+"""The one driver loop: how an operation generator (operations.py) is run, written once for `Broker`
+(blocking) and `AsyncBroker` (asyncio).
+
+`Driver.drive(op)` is itself a generator. It feeds the operation its replies, throws a script's error reply
+back into it as a typed error (NO_DESTINATION among them, which makes the operation ask for its write
+policy and retry), runs a script by its function or its SHA and loads it when the server lacks it, and runs
+a list of scripts as one MULTI/EXEC. Whatever needs the network it yields as one `Io` request; the brokers
+only say how one request is done (`run` / `run_async` with the broker's `perform`): over direct.py's
+connections or redis-py blocking, over multiplexed.py's connection or redis-py asyncio. So the logic
+exists once and the two drivers differ in `perform` only (and the few lines of `run` / `run_async`, which
+know nothing of Redis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis
+
+from . import errors, flow
+from .effects import Command, Eval, NoDestination, Op, Policy
+from .flow import Sleep
+from .scripts import call_args, is_missing, library, load_args, script, wants_functions
+
+T = TypeVar("T")
+
+# Script error replies start with a code; each maps to one typed error.
+_ERRORS: dict[str, type[errors.BrokerError]] = {
+    "NO_DESTINATION": NoDestination,
+    "UNKNOWN_CONSUMER": errors.UnknownConsumer,
+    "NOT_IN_FLIGHT": errors.NotInFlight,
+    "NOT_DELIVERED": errors.NotInFlight,
+    "INVALID_ACK": errors.NotInFlight,
+    "CONSUMER_EXISTS": errors.InvalidConsumer,
+    "MESSAGE_TOO_LARGE": errors.MessageTooLarge,
+    "TOO_MANY_PROPERTIES": errors.InvalidMessage,
+    "NO_MESSAGE": errors.UnknownMessage,
+    "IN_FLIGHT": errors.OperationRefused,
+    "NOT_A_DLQ": errors.OperationRefused,
+    "NO_ORIGINAL_DESTINATION": errors.OperationRefused,
+    "SCHEDULED_JOB": errors.OperationRefused,
+    "UNKNOWN_DESTINATION": errors.UnknownDestination,
+    "DURABLE_IN_USE": errors.DurableSubscriptionInUse,
+    "NO_SUBSCRIPTION": errors.UnknownSubscription,
+    "TOPIC_REPEAT": errors.InvalidMessage,
+    "REGISTRY_FULL": errors.ConnectionRegistryFull,
+}
+
+
+def typed_error(exc: redis.ResponseError) -> Exception:
+    """The typed error a script's error reply stands for (the reply itself when it has no known code)."""
+    text = str(exc)
+    if flow.is_redis_maxmemory(text):
+        return flow.RedisMaxMemory(flow.REDIS_MAXMEMORY_TEXT, scope="redis", limit="maxmemory",
+                                   retry_after=flow.RETRY_AFTER_S)
+    code, _, rest = text.partition(" ")
+    kind = _ERRORS.get(code)
+    return kind(rest) if kind else exc
+
+
+# -- what the driver asks its broker to do: one `Io` at a time -----------------------------------------
+# A tuple: one command over the broker's script connection (direct.py / multiplexed.py, else redis-py).
+# Command: a plain command through the redis-py client. Policy: the destination's PolicyEntry.
+# Sleep: wait, reply with the clock's time. Transaction: MULTI/EXEC, each reply or its error.
+# Info: the server's INFO section (asked once, to choose functions or EVALSHA).
+
+
+@dataclass(frozen=True)
+class Transaction:
+    commands: list[tuple]
+
+
+@dataclass(frozen=True)
+class Info:
+    section: str
+
+
+Io = tuple | Command | Policy | Sleep | Transaction | Info
+Steps = Generator[Io, Any, T]
+
+
+class Driver:
+    """The per-broker state of the loop: whether the server runs the function library (asked once, on the
+    first script call) and whether the library is known to be loaded."""
+
+    def __init__(self) -> None:
+        self.functions: bool | None = None
+        self.library_loaded = False
+
+    def drive(self, op: Op) -> Steps[Any]:
+        """Run the operation to its result; a script error reply goes back into it as a typed error."""
+        try:
+            request = next(op)
+            while True:
+                try:
+                    if type(request) is Eval:  # the common request, as eval() but a generator fewer per call
+                        if self.functions is None:
+                            yield from self.uses_functions()
+                        try:
+                            reply = yield self.command(request)
+                        except redis.ResponseError as exc:
+                            if not is_missing(exc):
+                                raise
+                            reply = yield from self.reload(request)
+                    else:
+                        reply = yield from self.step(request)
+                except redis.ResponseError as exc:
+                    request = op.throw(typed_error(exc))
+                else:
+                    request = op.send(reply)
+        except StopIteration as stop:
+            return stop.value
+
+    def step(self, request: Any) -> Steps[Any]:
+        """One request of an operation (an effect, or a list of Evals for one MULTI/EXEC) to its reply."""
+        if type(request) is Eval:
+            return (yield from self.eval(request))
+        if type(request) is list:
+            return (yield from self.transaction(request))
+        return (yield request)  # Command, Policy, Sleep: the broker does them as they are
+
+    def uses_functions(self) -> Steps[bool]:
+        if self.functions is None:
+            self.functions = wants_functions((yield Info("server")))
+        return self.functions
+
+    def eval(self, call: Eval) -> Steps[Any]:
+        """A script by its function or SHA; loaded and called again when the server lacks it."""
+        if self.functions is None:
+            yield from self.uses_functions()
+        try:
+            return (yield self.command(call))
+        except redis.ResponseError as exc:
+            if not is_missing(exc):
+                raise
+        return (yield from self.reload(call))
+
+    def command(self, call: Eval) -> tuple:
+        """The command that calls the script (once `functions` is known)."""
+        return call_args(script(call.script), self.functions, call.keys, call.args)
+
+    def reload(self, call: Eval) -> Steps[Any]:
+        """Load the script (or the library) the server lacked, then call it again."""
+        yield load_args(script(call.script), bool(self.functions))
+        return (yield self.command(call))
+
+    def load(self, names: Iterable[str]) -> Steps[bool]:
+        """Make sure the server has these scripts (or the library) before a pipeline runs them."""
+        functions = yield from self.uses_functions()
+        if functions:
+            if not self.library_loaded:
+                # loaded only when missing: compiling the library again held Redis 10-30 ms, and a new
+                # broker (the destination index's rebuild makes one each time) did it on its first pipeline
+                if not (yield ("FUNCTION", "LIST", "LIBRARYNAME", library().name)):
+                    yield load_args(None, True)
+                self.library_loaded = True
+        else:  # every script, so none of them meets NOSCRIPT half-way through a transaction
+            for name in dict.fromkeys(names):
+                yield load_args(script(name), False)
+        return functions
+
+    def transaction(self, calls: list[Eval]) -> Steps[list[Any]]:
+        """Several scripts in one MULTI/EXEC; each reply or its error."""
+        for _attempt in range(2):
+            functions = yield from self.load(call.script for call in calls)
+            commands = [call_args(script(call.script), functions, call.keys, call.args) for call in calls]
+            replies = yield Transaction(commands)
+            # One library: when it is missing (a server restarted) every call failed and none applied.
+            if not (functions and any(isinstance(r, Exception) and is_missing(r) for r in replies)):
+                break
+            self.library_loaded = False
+        return replies
+
+
+def run(steps: Steps[T], perform: Callable[[Io], Any]) -> T:
+    """Run `steps` blocking: each Io done by `perform`, its reply (or its error) sent back."""
+    try:
+        io = next(steps)
+        while True:
+            try:
+                reply = perform(io)
+            except Exception as exc:
+                io = steps.throw(exc)
+            else:
+                io = steps.send(reply)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def run_async(steps: Steps[T], perform: Callable[[Io], Awaitable[Any]]) -> T:
+    """`run` for asyncio: the same, awaiting `perform`."""
+    try:
+        io = next(steps)
+        while True:
+            try:
+                reply = await perform(io)
+            except Exception as exc:
+                io = steps.throw(exc)
+            else:
+                io = steps.send(reply)
+    except StopIteration as stop:
+        return stop.value
