@@ -10,7 +10,10 @@ Scenarios (each prints msgs/s and the p50/p99 latency of one request):
   consume-ack-1x4  consume-ack-1 by 4 consumers at once, each its own process and connection
   consume-100    POST .../ack?receive=100 acknowledges 100 and hands over the next 100
   amq-post       ActiveMQ's POST /api/message/<q>?type=queue, one message per request
-  amq-get        ActiveMQ's GET /api/message/<q>?type=queue&clientId=bench (auto-acknowledged)
+  amq-get        ActiveMQ's GET /api/message/<q>?type=queue&clientId=bench (acknowledged once answered)
+  amq-get-session  the same GET without clientId: the consumer is kept in the session (JSESSIONID cookie)
+  empty          the floor: GET / of a bare ASGI app (bench/asgi_floor.py) in its own uvicorn, started with
+                 the gateway's flags; no gateway can answer faster on this machine
 
 Without --url it starts its own server: Redis at REDIS_URL or an embedded one (AOF on, appendfsync
 everysec, like `./signalbox.sh run`), a fresh SQLite database, and one uvicorn process serving
@@ -93,6 +96,7 @@ class Client:
         parts = urlsplit(url)
         self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
         self.headers = headers
+        self.filler: Client | None = None  # fills queues when `headers` is not a token (Basic)
 
     def call(self, method: str, path: str, body: bytes | None = None,
              content_type: str = "application/json") -> tuple[int, bytes, http.client.HTTPResponse]:
@@ -130,6 +134,7 @@ def timed(requests: int, step: Callable[[], int]) -> tuple[float, list[float], i
 
 
 def fill(client: Client, queue: str, n: int) -> None:
+    client = client.filler or client
     for i in range(0, n, 1000):
         count = min(1000, n - i)
         client.json("POST", f"/api/v1/queues/{queue}/messages",
@@ -291,6 +296,63 @@ def scenario_amq_get(client: Client, n: int) -> tuple[float, list[float], int]:
     return timed(n, step)
 
 
+def scenario_amq_get_session(client: Client, n: int) -> tuple[float, list[float], int]:
+    """As the ActiveMQ harness's rest_get_session: no clientId, the JSESSIONID cookie names the consumer."""
+    queue = f"bench.amqses.{uuid.uuid4().hex[:6]}"
+    fill(client, queue, n)
+    path = f"/api/message/{queue}?type=queue&readTimeout=2000"
+    cookie: list[str] = []
+
+    def step() -> int:
+        if cookie:
+            client.headers["Cookie"] = cookie[0]
+        status, data, response = client.call("GET", path)
+        assert status == 200, (status, data)
+        set_cookie = response.getheader("Set-Cookie")
+        if set_cookie and not cookie:
+            cookie.append(set_cookie.split(";")[0])
+        return 1
+
+    try:
+        return timed(n, step)
+    finally:
+        client.headers.pop("Cookie", None)
+
+
+def scenario_empty(client: Client, n: int) -> tuple[float, list[float], int]:
+    """GET / of bench/asgi_floor.py in its own uvicorn (the gateway's flags), on its own connection."""
+    import socket
+    import subprocess
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "bench.asgi_floor:app", "--host", "127.0.0.1", "--port", str(port),
+         "--lifespan", "off", "--log-level", "warning", "--no-access-log"], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise SystemExit("the floor's uvicorn did not start") from None
+                time.sleep(0.1)
+        floor = Client(f"http://127.0.0.1:{port}", {})
+
+        def step() -> int:
+            status, data, _ = floor.call("GET", "/")
+            assert status == 200, data
+            return 1
+
+        return timed(n, step)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[Client, int], tuple[float, list[float], int]]]] = {
     "produce-1": ("produce, one message per request", scenario_produce_1),
     "produce-100": ("produce, batches of 100", scenario_produce_100),
@@ -300,6 +362,8 @@ SCENARIOS: dict[str, tuple[str, Callable[[Client, int], tuple[float, list[float]
     "consume-100": ("consume and ack, batches of 100", scenario_consume_100),
     "amq-post": ("ActiveMQ-compatible POST, one per request", scenario_amq_post),
     "amq-get": ("ActiveMQ-compatible GET, one per request", scenario_amq_get),
+    "amq-get-session": ("ActiveMQ-compatible GET, session consumer", scenario_amq_get_session),
+    "empty": ("floor: empty answer of a bare ASGI app", scenario_empty),
 }
 
 
@@ -373,6 +437,8 @@ def main() -> int:
             for name in args.scenario or list(SCENARIOS):
                 title, run = SCENARIOS[name]
                 client = Client(url, basic_headers if name.startswith("amq") else headers)
+                if client.headers is not headers:
+                    client.filler = Client(url, headers)
                 run(client, min(200, args.messages))  # warm up: connection, caches, scripts
                 meter.start()
                 seconds, latencies, moved = run(client, args.messages)
