@@ -1,0 +1,131 @@
+"""Turns on a pull consumer that serves one request at a time, and the consumers a client keeps.
+
+ActiveMQ's REST MessageServlet keeps one consumer per client and destination and refuses a second request
+on a consumer that is busy ("Concurrent access to consumer is not supported"). The gateway's
+ActiveMQ-compatible endpoint (gateway/api/compat.py) reproduces that with a *turn*: a key next to the
+consumer's own keys (in the destination's hash tag), set if absent with an expiry, so a process that dies
+during its turn blocks the client only until the expiry.
+
+Within its turn a request leases at most one message (a prefetch-0 consumer, client-individual acks) and
+settles it before the turn ends: acknowledged once its answer is built, or given back. So a message found
+in flight with the consumer when a turn begins was left by a request that died holding it; `begin_turn`
+says how many, and the caller gives them back (closing the consumer returns them, redelivered) before
+it leases anything. That check replaces a marker key of the gateway's own.
+
+`settle` acknowledges and ends the turn with two commands written one after the other without waiting
+in between: one round trip, and Redis runs them in that order, so the turn never ends before the ack
+(a new turn cannot see the acknowledged message in flight and give it back).
+
+A client's consumers (one per destination) are kept in one hash per client, named by the caller's opaque
+key, so `action=unsubscribe` can close them all; it expires with the consumers' leases.
+
+Costs: `begin_turn` one MULTI/EXEC (SET NX PX, ZCARD) for a queue's consumer (a topic's: the turn, then
+its subscription and window), `settle` one round trip, all on the broker's multiplexed connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from .destinations import parse_destination
+from .errors import UnknownConsumer
+from .operations import ConsumerRef
+
+if TYPE_CHECKING:
+    from .broker import AsyncBroker
+
+
+def _turn_key(broker: AsyncBroker, consumer: ConsumerRef) -> str:
+    """Next to the consumer's keys, in its destination's hash tag."""
+    return f"{broker.ops.prefix(consumer.destination)}:c:{consumer.consumer_id}:turn"
+
+
+async def _window_key(broker: AsyncBroker, consumer: ConsumerRef) -> str | None:
+    """The consumer's in-flight window (K_CINF in scripts/includes/base.lua), in its home (a queue, or a
+    topic consumer's subscription); None for a topic consumer that does not exist (nothing in flight)."""
+    if not consumer.destination.is_topic:
+        return f"{broker.ops.prefix(consumer.destination)}:c:{consumer.consumer_id}:inflight"
+    try:
+        home = await broker._run(broker.ops.home(consumer))
+    except UnknownConsumer:
+        return None
+    return f"{broker.ops.prefix(home)}:c:{consumer.consumer_id}:inflight"
+
+
+async def _transaction(broker: AsyncBroker, commands: list[tuple]) -> list[Any]:
+    if broker.link is not None:
+        return await broker.link.transaction(commands)
+    pipe = broker.redis.pipeline(transaction=True)
+    for command in commands:
+        pipe.execute_command(*command)
+    return await pipe.execute(raise_on_error=False)
+
+
+async def begin_turn(broker: AsyncBroker, consumer: ConsumerRef, turn_ms: int) -> int | None:
+    """Take the consumer's turn for at most `turn_ms`. None: another request has it. Else how many
+    messages are in flight with the consumer, left by a request that died in its turn (usually 0)."""
+    take = ("SET", _turn_key(broker, consumer), "1", "NX", "PX", int(turn_ms))
+    if consumer.destination.is_queue:  # (the usual case: both in one MULTI/EXEC)
+        replies = await _transaction(broker, [take, ("ZCARD", await _window_key(broker, consumer))])
+    else:  # a topic consumer's window is found through its subscription: after the turn is taken
+        replies = [await broker._command(take)]
+        window = await _window_key(broker, consumer) if replies[0] else None
+        replies.append(await broker._command(("ZCARD", window)) if window else 0)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return int(replies[1]) if replies[0] else None
+
+
+async def end_turn(broker: AsyncBroker, consumer: ConsumerRef) -> None:
+    await broker._command(("DEL", _turn_key(broker, consumer)))
+
+
+async def settle(broker: AsyncBroker, consumer: ConsumerRef, message_id: str) -> None:
+    """Acknowledge the turn's message (individually), then end the turn, in one round trip. Raises what
+    the ack raised; the turn ends either way."""
+    acking = broker._run(broker.ops.ack(consumer, [message_id], "individual", broker._now()))
+    ending = broker._command(("DEL", _turn_key(broker, consumer)))
+    if broker.link is None:  # redis-py's pool may use two connections: one after the other
+        try:
+            await acking
+        finally:
+            await ending
+        return
+    ack, end = asyncio.ensure_future(acking), asyncio.ensure_future(ending)
+    # (tasks start in creation order, each writing its command before its first wait)
+    results = await asyncio.gather(ack, end, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+def _clients_key(broker: AsyncBroker, client: str) -> str:
+    return f"{broker.namespace}:client-consumers:{client}"
+
+
+async def remember_consumer(broker: AsyncBroker, client: str, consumer: ConsumerRef, ttl_ms: int) -> None:
+    """Note that `client` (the caller's opaque key) has `consumer`; forgotten after `ttl_ms` unused."""
+    key = _clients_key(broker, client)
+    for reply in await _transaction(broker, [("HSET", key, consumer.destination.uri, consumer.consumer_id),
+                                             ("PEXPIRE", key, int(ttl_ms))]):
+        if isinstance(reply, Exception):
+            raise reply
+
+
+async def client_consumers(broker: AsyncBroker, client: str, ack_mode: str) -> list[ConsumerRef]:
+    """The consumers `remember_consumer` noted for `client`."""
+    pairs = await broker._command(("HGETALL", _clients_key(broker, client)))
+    if isinstance(pairs, dict):  # (redis-py's reply, without the multiplexed connection)
+        pairs = [x for pair in pairs.items() for x in pair]
+    return [ConsumerRef(parse_destination(_text(pairs[i])), _text(pairs[i + 1]), ack_mode)
+            for i in range(0, len(pairs), 2)]
+
+
+async def forget_client(broker: AsyncBroker, client: str) -> None:
+    await broker._command(("DEL", _clients_key(broker, client)))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
