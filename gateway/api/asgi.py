@@ -238,7 +238,7 @@ class HotPath:
         parts = authorization.split()
         if len(parts) != 2 or parts[0].lower() not in (b"token", b"bearer"):
             return _FALLBACK
-        hit = self.auth_cache.get("t:" + parts[1].decode(errors="replace"))
+        hit = self.auth_cache.lookup(authorization)
         if hit is None:
             return _FALLBACK
         user = hit[0]
