@@ -78,6 +78,8 @@ class CpuMeter:
         if self.redis is not None:
             stats = self.redis.info("commandstats")
             sample["redis commands"] = sum(v["usec"] for v in stats.values()) / 1e6
+            for name, value in stats.items():
+                sample[f"calls {name.removeprefix('cmdstat_')}"] = value["calls"]
         return sample
 
     def start(self) -> None:
@@ -85,8 +87,13 @@ class CpuMeter:
 
     def stop(self, messages: int) -> str:
         after = self._sample()
-        per = {name: (after[name] - self.before[name]) / max(1, messages) * 1e4 for name in after}
-        return "    CPU s per 10,000 msgs: " + ", ".join(f"{name} {value:.2f}" for name, value in per.items())
+        per = {name: (after[name] - self.before.get(name, 0)) / max(1, messages) * 1e4 for name in after}
+        calls = {name[6:]: value / 1e4 for name, value in per.items() if name.startswith("calls ") and value}
+        cpu = {name: value for name, value in per.items() if not name.startswith("calls ")}
+        ordered = sorted(calls.items(), key=lambda item: -item[1])
+        cpu_text = ", ".join(f"{name} {value:.2f}" for name, value in cpu.items())
+        calls_text = ", ".join(f"{name} {value:.2f}" for name, value in ordered)
+        return f"    CPU s per 10,000 msgs: {cpu_text}\n    Redis commands per message: {calls_text}"
 
 
 class Client:
