@@ -128,3 +128,46 @@ async def test_an_entry_lapses_after_its_time(api, amq, checks, settings):
     settings.SIGNALBOX_AUTH_CACHE_SECONDS = 0.0
     assert await _post(api, amq) == await _post(api, amq) == 200
     assert checks == ["amq", "amq"]
+
+
+# -- over a real server: a password changed in the console's admin, in the server's own process ----------
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from tests.helpers.gateway_server import own_gateway
+
+    with own_gateway(tmp_path_factory.mktemp("credential-cache"), "credentials") as gateway:
+        yield gateway
+
+
+def _admin_form(client, url: str, data: dict[str, str]):
+    import re
+
+    page = client.get(url)
+    assert page.status_code == 200, page.text[:300]
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    return client.post(url, data={"csrfmiddlewaretoken": token, **data}, headers={"Referer": str(page.url)})
+
+
+@pytest.mark.e2e
+def test_a_password_changed_in_the_admin_is_refused_at_once_by_the_server(server):
+    import re
+
+    import httpx
+
+    base = f"http://127.0.0.1:{server.port}"
+    url = "/api/message/bob.cache?type=queue"
+    with httpx.Client(base_url=base, timeout=30) as bob, httpx.Client(base_url=base, timeout=30) as admin:
+        for _ in range(3):  # verified once, then remembered (the lean path)
+            assert bob.post(url, content="x", headers=basic("bob", "secret")).status_code == 200
+        logged_in = _admin_form(admin, "/admin/login/?next=/admin/",
+                                {"username": "alice", "password": "secret", "next": "/admin/"})
+        assert logged_in.status_code == 302, logged_in.text[:300]
+        listing = admin.get("/admin/auth/user/", params={"q": "bob"}).text
+        bob_pk = re.search(r'/admin/auth/user/(\d+)/change/', listing).group(1)
+        changed = _admin_form(admin, f"/admin/auth/user/{bob_pk}/password/",
+                              {"password1": "N3w-pass-phrase", "password2": "N3w-pass-phrase",
+                               "usable_password": "true"})
+        assert changed.status_code == 302, changed.text[:500]
+        assert bob.post(url, content="x", headers=basic("bob", "secret")).status_code == 401
+        assert bob.post(url, content="x", headers=basic("bob", "N3w-pass-phrase")).status_code == 200
