@@ -141,7 +141,12 @@ def timed(requests: int, step: Callable[[], int]) -> tuple[float, list[float], i
 
 
 def fill(client: Client, queue: str, n: int) -> None:
-    client = client.filler or client
+    if client.filler is not None:  # a connection of its own each time (uvicorn closes idle ones after 5 s)
+        filler = Client(f"http://{client.connection.host}:{client.connection.port}", client.filler.headers)
+        try:
+            return fill(filler, queue, n)
+        finally:
+            filler.connection.close()
     for i in range(0, n, 1000):
         count = min(1000, n - i)
         client.json("POST", f"/api/v1/queues/{queue}/messages",
