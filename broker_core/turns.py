@@ -12,25 +12,31 @@ in flight with the consumer when a turn begins was left by a request that died h
 says how many, and the caller gives them back (closing the consumer returns them, redelivered) before
 it leases anything. That check replaces a marker key of the gateway's own.
 
-`settle` acknowledges and ends the turn with two commands written one after the other without waiting
-in between: one round trip, and Redis runs them in that order, so the turn never ends before the ack
-(a new turn cannot see the acknowledged message in flight and give it back).
+`settle` acknowledges and ends the turn in one MULTI/EXEC (the ack's script call, then DEL): one write
+and one round trip, run by Redis in that order, so the turn never ends before the ack (a new turn
+cannot see the acknowledged message in flight and give it back).
 
 A client's consumers (one per destination) are kept in one hash per client, named by the caller's opaque
 key, so `action=unsubscribe` can close them all; it expires with the consumers' leases.
 
 Costs: `begin_turn` one MULTI/EXEC (SET NX PX, ZCARD) for a queue's consumer (a topic's: the turn, then
-its subscription and window), `settle` one round trip, all on the broker's multiplexed connection.
+its subscription and window), `settle` one MULTI/EXEC, both on the broker's multiplexed connection (with
+redis-py's client or EVAL scripts, `settle` is two round trips). Why not the turn and the lease in one
+round trip: a request refused its turn would have leased a message it must give back, and giving back
+raises the message's redelivery counter though no client saw it.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
+import redis
+
+from .broker import _typed_error
 from .destinations import parse_destination
 from .errors import UnknownConsumer
-from .operations import ConsumerRef
+from .operations import ConsumerRef, Eval, Op
+from .scripts import call_args, is_missing, script
 
 if TYPE_CHECKING:
     from .broker import AsyncBroker
@@ -83,22 +89,46 @@ async def end_turn(broker: AsyncBroker, consumer: ConsumerRef) -> None:
 
 
 async def settle(broker: AsyncBroker, consumer: ConsumerRef, message_id: str) -> None:
-    """Acknowledge the turn's message (individually), then end the turn, in one round trip. Raises what
-    the ack raised; the turn ends either way."""
-    acking = broker._run(broker.ops.ack(consumer, [message_id], "individual", broker._now()))
-    ending = broker._command(("DEL", _turn_key(broker, consumer)))
-    if broker.link is None:  # redis-py's pool may use two connections: one after the other
+    """Acknowledge the turn's message (individually), then end the turn, in one write and one round trip:
+    the ack's script call and the DEL in one MULTI/EXEC (the DEL runs even if the ack is refused: the turn
+    ends either way). Raises what the ack raised."""
+    op = broker.ops.ack(consumer, [message_id], "individual", broker._now())
+    first = next(op)  # a queue's: the ack script's call (a topic's: first its subscription)
+    turn = ("DEL", _turn_key(broker, consumer))
+    if broker.link is None or not isinstance(first, Eval) or not await broker._uses_functions():
+        # (redis-py's pool may use two connections; EVAL scripts would be loaded first: one after the other)
         try:
-            await acking
+            await _drive(broker, op, first)
         finally:
-            await ending
+            await broker._command(turn)
         return
-    ack, end = asyncio.ensure_future(acking), asyncio.ensure_future(ending)
-    # (tasks start in creation order, each writing its command before its first wait)
-    results = await asyncio.gather(ack, end, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
+    functions = await broker._load([first.script])
+    ack, ended = await broker.link.transaction(
+        [call_args(script(first.script), functions, first.keys, first.args), turn])
+    if isinstance(ended, Exception):
+        raise ended
+    if isinstance(ack, redis.ResponseError) and is_missing(ack):  # the library is gone (a Redis restart)
+        broker._library_loaded = False
+        await _drive(broker, op, first)
+        return
+    await _drive(broker, op, None, ack)
+
+
+async def _drive(broker: AsyncBroker, op: Op, request: Any, reply: Any = None) -> Any:
+    """AsyncBroker._run from `request` (None: `reply` answers the request already made)."""
+    try:
+        if request is None:
+            failed = isinstance(reply, redis.ResponseError)
+            request = op.throw(_typed_error(reply)) if failed else op.send(reply)
+        while True:
+            try:
+                reply = await broker._step(request)
+            except redis.ResponseError as exc:
+                request = op.throw(_typed_error(exc))
+            else:
+                request = op.send(reply)
+    except StopIteration as stop:
+        return stop.value
 
 
 def _clients_key(broker: AsyncBroker, client: str) -> str:
