@@ -257,6 +257,7 @@ class HotPath:
         parts = authorization.split()
         if len(parts) != 2 or parts[0].lower() not in (b"token", b"bearer"):
             return _FALLBACK
+        await self.auth_cache.refresh()
         hit = self.auth_cache.lookup(authorization)
         if hit is None:
             return _FALLBACK

@@ -10,8 +10,11 @@ neither touch the database nor run the password hasher (PBKDF2, ~0.3 s of CPU by
 - for at most `SIGNALBOX_AUTH_CACHE_SECONDS` (30 s) after the check;
 - forgotten at once in this process when the user is saved (a new password, deactivation, superuser
   status, a new username) or deleted, or the token deleted: the user's entries, Basic and tokens
-  alike (every entry when a user is created). Another process forgets within the TTL (the console and
-  the API share the launcher's one web process; `manage.py changepassword` is another).
+  alike (every entry when a user is created). Other processes (`manage.py changepassword`, a second
+  web process) forget everything within `SIGNALBOX_AUTH_CHANGES_SECONDS` (1 s): the change also
+  increments a counter in Redis (`<namespace>:auth:changes`), which each process reads at most once
+  a second (`refresh`, awaited before a lookup) and empties its cache when it moved. With Redis away
+  the counter cannot move; the TTL still bounds the entries.
   Per-destination permissions are not part of an entry: they are checked on every request against
   their own snapshot (gateway/permissions.py).
 """
@@ -19,6 +22,7 @@ neither touch the database nor run the password hasher (PBKDF2, ~0.3 s of CPU by
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import hmac
 import secrets
@@ -81,8 +85,41 @@ class _Cache:
         with self.lock:
             self.entries.clear()
 
+    async def refresh(self) -> None:
+        """Empty the cache when another process changed a user or token since the last look (at most
+        one Redis GET per SIGNALBOX_AUTH_CHANGES_SECONDS)."""
+        now = time.monotonic()
+        if now < self.next_look:
+            return
+        self.next_look = now + float(getattr(settings, "SIGNALBOX_AUTH_CHANGES_SECONDS", 1.0))
+        from gateway import runtime
+
+        try:
+            changes = await runtime.async_broker().redis.get(_changes_key())
+        except Exception:  # noqa: BLE001 - Redis away: the requests say so themselves; the TTL still holds
+            return
+        if self.looked and changes != self.changes:
+            self.clear()
+        self.changes, self.looked = changes, True
+
+    next_look = 0.0
+    changes: Any = None
+    looked = False
+
 
 cache = _Cache()
+
+
+def _changes_key() -> str:
+    return f"{settings.SIGNALBOX_NAMESPACE}:auth:changes"
+
+
+def _tell_other_processes() -> None:
+    from gateway import runtime
+
+    # a change of a user must not fail for Redis being away; the TTL bounds the entries then
+    with contextlib.suppress(Exception):
+        runtime.sync_client().incr(_changes_key())
 
 
 def _user_changed(sender: Any, instance: Any, created: bool = False, **_kwargs: Any) -> None:
@@ -90,15 +127,22 @@ def _user_changed(sender: Any, instance: Any, created: bool = False, **_kwargs: 
         cache.clear()
     else:
         cache.forget_user(instance.pk)
+        _tell_other_processes()  # (a new user invalidates nothing elsewhere)
 
 
 def _token_deleted(sender: Any, instance: Any, **_kwargs: Any) -> None:
     cache.forget_user(instance.user_id)
+    _tell_other_processes()
 
 
-post_delete.connect(_token_deleted, sender=Token, dispatch_uid="gateway-token-deleted")
-post_save.connect(_user_changed, sender=get_user_model(), dispatch_uid="gateway-user-saved")
-post_delete.connect(_user_changed, sender=get_user_model(), dispatch_uid="gateway-user-deleted")
+def connect_signals() -> None:
+    """Forget changed users' and deleted tokens' entries (called from GatewayConfig.ready)."""
+    post_delete.connect(_token_deleted, sender=Token, dispatch_uid="gateway-token-deleted")
+    post_save.connect(_user_changed, sender=get_user_model(), dispatch_uid="gateway-user-saved")
+    post_delete.connect(_user_changed, sender=get_user_model(), dispatch_uid="gateway-user-deleted")
+
+
+connect_signals()  # (also on import, as before: idempotent by dispatch_uid)
 
 
 def authorization_header(request: Any) -> bytes:

@@ -25,6 +25,7 @@ from rest_framework.views import APIView
 from broker_core.destinations import Destination
 from gateway import runtime
 from gateway.api.auth import SessionAuthentication, TokenAuthentication
+from gateway.api.auth import cache as auth_cache
 from gateway.api.common import destination_from_url
 from gateway.api.errors import describe
 from gateway.permissions import Action, allowed_async
@@ -70,6 +71,7 @@ class GatewayView(APIView):
         return super().options(request, *args, **kwargs)
 
     async def authenticate(self, request: Request) -> None:
+        await auth_cache.refresh()  # (another process's changes of users and tokens)
         for authenticator in request.authenticators:
             cached = getattr(authenticator, "cached", None)
             hit = cached(request) if cached else None

@@ -69,6 +69,7 @@ class CompatHotPath:
                 return _FALLBACK  # a browser's request: the view's cross-site check answers
         if host is None or authorization is None or not hot.host_allowed(host):
             return _FALLBACK
+        await hot.auth_cache.refresh()
         hit = hot.auth_cache.lookup(authorization)
         if hit is None or authorization[:6].lower() not in (b"basic ", b"token ", b"bearer"):
             return _FALLBACK

@@ -134,10 +134,18 @@ async def test_an_entry_lapses_after_its_time(api, amq, checks, settings):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from tests.helpers.gateway_server import own_gateway
+    """A real uvicorn server of a fresh database: (server, its data folder, its namespace)."""
+    import uuid
 
-    with own_gateway(tmp_path_factory.mktemp("credential-cache"), "credentials") as gateway:
-        yield gateway
+    from tests.helpers.gateway_server import prepare_database, start_gateway
+
+    data_dir, namespace = tmp_path_factory.mktemp("credential-cache"), f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(data_dir, namespace)
+    gateway = start_gateway(data_dir, namespace, name="credentials")
+    try:
+        yield gateway, data_dir, namespace
+    finally:
+        gateway.stop()
 
 
 def _admin_form(client, url: str, data: dict[str, str]):
@@ -155,7 +163,7 @@ def test_a_password_changed_in_the_admin_is_refused_at_once_by_the_server(server
 
     import httpx
 
-    base = f"http://127.0.0.1:{server.port}"
+    base = f"http://127.0.0.1:{server[0].port}"
     url = "/api/message/bob.cache?type=queue"
     with httpx.Client(base_url=base, timeout=30) as bob, httpx.Client(base_url=base, timeout=30) as admin:
         for _ in range(3):  # verified once, then remembered (the lean path)
@@ -171,3 +179,33 @@ def test_a_password_changed_in_the_admin_is_refused_at_once_by_the_server(server
         assert changed.status_code == 302, changed.text[:500]
         assert bob.post(url, content="x", headers=basic("bob", "secret")).status_code == 401
         assert bob.post(url, content="x", headers=basic("bob", "N3w-pass-phrase")).status_code == 200
+
+
+@pytest.mark.e2e
+def test_a_password_changed_by_another_process_is_refused_within_a_second(server):
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.helpers.gateway_server import ROOT, server_env
+
+    gateway, data_dir, namespace = server
+
+    def elsewhere(code: str) -> None:  # as `manage.py changepassword` would: another process, same stores
+        prelude = "from django.contrib.auth.models import User; "
+        subprocess.run([sys.executable, "manage.py", "shell", "-c", prelude + code], cwd=ROOT, check=True,
+                       timeout=120, env=server_env(data_dir, namespace), capture_output=True)
+
+    elsewhere("User.objects.create_superuser('carol', 'c@example.com', 'before-1')")
+    url = "/api/message/carol.elsewhere?type=queue"
+    with httpx.Client(base_url=f"http://127.0.0.1:{gateway.port}", timeout=30) as carol:
+        for _ in range(3):  # verified once, then remembered
+            assert carol.post(url, content="x", headers=basic("carol", "before-1")).status_code == 200
+        elsewhere("u = User.objects.get(username='carol'); u.set_password('after-1'); u.save()")
+        changed_at = time.monotonic()
+        while carol.post(url, content="x", headers=basic("carol", "before-1")).status_code == 200:
+            assert time.monotonic() - changed_at < 5, "the server kept the old password"  # (the TTL is 30 s)
+            time.sleep(0.1)
+        assert carol.post(url, content="x", headers=basic("carol", "after-1")).status_code == 200
