@@ -10,7 +10,10 @@ Scenarios (each prints msgs/s and the p50/p99 latency of one request):
   consume-ack-1x4  consume-ack-1 by 4 consumers at once, each its own process and connection
   consume-100    POST .../ack?receive=100 acknowledges 100 and hands over the next 100
   amq-post       ActiveMQ's POST /api/message/<q>?type=queue, one message per request
-  amq-get        ActiveMQ's GET /api/message/<q>?type=queue&clientId=bench (auto-acknowledged)
+  amq-get        ActiveMQ's GET /api/message/<q>?type=queue&clientId=bench (acknowledged once answered)
+  amq-get-session  the same GET without clientId: the consumer is kept in the session (JSESSIONID cookie)
+  empty          the floor: GET / of a bare ASGI app (bench/asgi_floor.py) in its own uvicorn, started with
+                 the gateway's flags; no gateway can answer faster on this machine
 
 Without --url it starts its own server: Redis at REDIS_URL or an embedded one (AOF on, appendfsync
 everysec, like `./signalbox.sh run`), a fresh SQLite database, and one uvicorn process serving
@@ -75,6 +78,8 @@ class CpuMeter:
         if self.redis is not None:
             stats = self.redis.info("commandstats")
             sample["redis commands"] = sum(v["usec"] for v in stats.values()) / 1e6
+            for name, value in stats.items():
+                sample[f"calls {name.removeprefix('cmdstat_')}"] = value["calls"]
         return sample
 
     def start(self) -> None:
@@ -82,8 +87,13 @@ class CpuMeter:
 
     def stop(self, messages: int) -> str:
         after = self._sample()
-        per = {name: (after[name] - self.before[name]) / max(1, messages) * 1e4 for name in after}
-        return "    CPU s per 10,000 msgs: " + ", ".join(f"{name} {value:.2f}" for name, value in per.items())
+        per = {name: (after[name] - self.before.get(name, 0)) / max(1, messages) * 1e4 for name in after}
+        calls = {name[6:]: value / 1e4 for name, value in per.items() if name.startswith("calls ") and value}
+        cpu = {name: value for name, value in per.items() if not name.startswith("calls ")}
+        ordered = sorted(calls.items(), key=lambda item: -item[1])
+        cpu_text = ", ".join(f"{name} {value:.2f}" for name, value in cpu.items())
+        calls_text = ", ".join(f"{name} {value:.2f}" for name, value in ordered)
+        return f"    CPU s per 10,000 msgs: {cpu_text}\n    Redis commands per message: {calls_text}"
 
 
 class Client:
@@ -93,6 +103,7 @@ class Client:
         parts = urlsplit(url)
         self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
         self.headers = headers
+        self.filler: Client | None = None  # fills queues when `headers` is not a token (Basic)
 
     def call(self, method: str, path: str, body: bytes | None = None,
              content_type: str = "application/json") -> tuple[int, bytes, http.client.HTTPResponse]:
@@ -130,6 +141,12 @@ def timed(requests: int, step: Callable[[], int]) -> tuple[float, list[float], i
 
 
 def fill(client: Client, queue: str, n: int) -> None:
+    if client.filler is not None:  # a connection of its own each time (uvicorn closes idle ones after 5 s)
+        filler = Client(f"http://{client.connection.host}:{client.connection.port}", client.filler.headers)
+        try:
+            return fill(filler, queue, n)
+        finally:
+            filler.connection.close()
     for i in range(0, n, 1000):
         count = min(1000, n - i)
         client.json("POST", f"/api/v1/queues/{queue}/messages",
@@ -291,6 +308,63 @@ def scenario_amq_get(client: Client, n: int) -> tuple[float, list[float], int]:
     return timed(n, step)
 
 
+def scenario_amq_get_session(client: Client, n: int) -> tuple[float, list[float], int]:
+    """As the ActiveMQ harness's rest_get_session: no clientId, the JSESSIONID cookie names the consumer."""
+    queue = f"bench.amqses.{uuid.uuid4().hex[:6]}"
+    fill(client, queue, n)
+    path = f"/api/message/{queue}?type=queue&readTimeout=2000"
+    cookie: list[str] = []
+
+    def step() -> int:
+        if cookie:
+            client.headers["Cookie"] = cookie[0]
+        status, data, response = client.call("GET", path)
+        assert status == 200, (status, data)
+        set_cookie = response.getheader("Set-Cookie")
+        if set_cookie and not cookie:
+            cookie.append(set_cookie.split(";")[0])
+        return 1
+
+    try:
+        return timed(n, step)
+    finally:
+        client.headers.pop("Cookie", None)
+
+
+def scenario_empty(client: Client, n: int) -> tuple[float, list[float], int]:
+    """GET / of bench/asgi_floor.py in its own uvicorn (the gateway's flags), on its own connection."""
+    import socket
+    import subprocess
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "bench.asgi_floor:app", "--host", "127.0.0.1", "--port", str(port),
+         "--lifespan", "off", "--log-level", "warning", "--no-access-log"], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise SystemExit("the floor's uvicorn did not start") from None
+                time.sleep(0.1)
+        floor = Client(f"http://127.0.0.1:{port}", {})
+
+        def step() -> int:
+            status, data, _ = floor.call("GET", "/")
+            assert status == 200, data
+            return 1
+
+        return timed(n, step)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[Client, int], tuple[float, list[float], int]]]] = {
     "produce-1": ("produce, one message per request", scenario_produce_1),
     "produce-100": ("produce, batches of 100", scenario_produce_100),
@@ -300,6 +374,8 @@ SCENARIOS: dict[str, tuple[str, Callable[[Client, int], tuple[float, list[float]
     "consume-100": ("consume and ack, batches of 100", scenario_consume_100),
     "amq-post": ("ActiveMQ-compatible POST, one per request", scenario_amq_post),
     "amq-get": ("ActiveMQ-compatible GET, one per request", scenario_amq_get),
+    "amq-get-session": ("ActiveMQ-compatible GET, session consumer", scenario_amq_get_session),
+    "empty": ("floor: empty answer of a bare ASGI app", scenario_empty),
 }
 
 
@@ -373,6 +449,8 @@ def main() -> int:
             for name in args.scenario or list(SCENARIOS):
                 title, run = SCENARIOS[name]
                 client = Client(url, basic_headers if name.startswith("amq") else headers)
+                if client.headers is not headers:
+                    client.filler = Client(url, headers)
                 run(client, min(200, args.messages))  # warm up: connection, caches, scripts
                 meter.start()
                 seconds, latencies, moved = run(client, args.messages)

@@ -226,6 +226,9 @@ SIGNALBOX_MAX_RECEIVE_WAIT = float(os.environ.get("SIGNALBOX_MAX_RECEIVE_WAIT") 
 SIGNALBOX_API_RATE_LIMIT = int(os.environ.get("SIGNALBOX_API_RATE_LIMIT") or 0)
 # How long a process trusts a verified token or Basic login, and its snapshot of the permission rules.
 SIGNALBOX_AUTH_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_AUTH_CACHE_SECONDS") or 30.0)
+SIGNALBOX_AUTH_CACHE_ENTRIES = int(os.environ.get("SIGNALBOX_AUTH_CACHE_ENTRIES") or 10_000)
+# How soon a process forgets remembered credentials after another process changed a user or token.
+SIGNALBOX_AUTH_CHANGES_SECONDS = float(os.environ.get("SIGNALBOX_AUTH_CHANGES_SECONDS") or 1.0)
 SIGNALBOX_PERMISSION_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_PERMISSION_CACHE_SECONDS") or 1.0)
 # Lease of the consumers behind ActiveMQ's /api/message GET (renewed by every GET of that client).
 SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 300_000)

@@ -49,6 +49,7 @@ _HOT = re.compile(r"/api/v1/(queues|topics)/([^/]+)/(?:messages|consumers/([^/]+
 
 class GatewayASGIHandler(ASGIHandler):
     hot: HotPath | None = None
+    compat: Any = None  # compat_hot.CompatHotPath
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope.get("path", "").startswith(API_PREFIXES):
@@ -58,12 +59,23 @@ class GatewayASGIHandler(ASGIHandler):
                 if self.hot.enabled():
                     await self.handle_hot(scope, receive, send, match)
                     return
+            elif scope["path"].startswith("/api/message"):
+                if self.compat is None:
+                    from gateway.api.compat_hot import CompatHotPath
+
+                    GatewayASGIHandler.hot = self.hot or HotPath()
+                    GatewayASGIHandler.compat = CompatHotPath(self.hot)
+                if self.compat.wants(scope) and self.hot.enabled():  # type: ignore[union-attr]
+                    await self.handle_hot(scope, receive, send, None)
+                    return
             await self.handle_api(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
-    async def handle_hot(self, scope: dict[str, Any], receive: Any, send: Any, match: re.Match[str]) -> None:
-        """The hot path (module docstring), or Django's with the body replayed."""
+    async def handle_hot(self, scope: dict[str, Any], receive: Any, send: Any,
+                         match: re.Match[str] | None) -> None:
+        """The hot path (module docstring; `match` None: /api/message's, compat_hot.py), or Django's with
+        the body replayed."""
         messages: list[dict[str, Any]] = []
         size = 0
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -79,7 +91,11 @@ class GatewayASGIHandler(ASGIHandler):
                 break  # too large for the hot path: Django refuses it (413) as it always did
         answer = None
         if not messages[-1].get("more_body") and (limit is None or size <= limit) and self.hot is not None:
-            answer = await self.hot.serve(scope, b"".join(m.get("body", b"") for m in messages), match)
+            body = b"".join(m.get("body", b"") for m in messages)
+            if match is None:
+                answer = await self.compat.serve(scope, body)
+            else:
+                answer = await self.hot.serve(scope, body, match)
         if answer is None:
             messages.reverse()
 
@@ -90,7 +106,10 @@ class GatewayASGIHandler(ASGIHandler):
             return
         status, headers, payload = answer
         # the URL pattern's name, for the request metrics (gateway.metrics); Django's path names its own
-        scope[ROUTE_KEY] = "api-messages" if match.group(3) is None else f"api-{match.group(4)}"
+        if match is None:
+            scope[ROUTE_KEY] = self.compat.route(scope)
+        else:
+            scope[ROUTE_KEY] = "api-messages" if match.group(3) is None else f"api-{match.group(4)}"
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
@@ -239,7 +258,8 @@ class HotPath:
         parts = authorization.split()
         if len(parts) != 2 or parts[0].lower() not in (b"token", b"bearer"):
             return _FALLBACK
-        hit = self.auth_cache.get("t:" + parts[1].decode(errors="replace"))
+        await self.auth_cache.refresh()
+        hit = self.auth_cache.lookup(authorization)
         if hit is None:
             return _FALLBACK
         user = hit[0]

@@ -18,12 +18,18 @@ session. Errors are problem details with their proper status (ActiveMQ answers 5
 answer 501 until broker_core has them. Logging in is HTTP Basic (as ActiveMQ's own), or a token: never
 the console's session cookie, since a GET here consumes and a cross-site link would carry the cookie.
 
-A GET acknowledges only once its whole answer is built: the consumer acknowledges client-individually,
-the delivery is rendered (status, headers, body), then acknowledged. If rendering or the ack fails, or
-the request is cancelled, the message is negatively acknowledged (back to the queue with its redelivery
-counter raised, to the dead-letter queue past maximumRedeliveries), as a JMS consumer's rollback. A
-marker (`held`) says while a request may hold a message, so if the gateway process dies holding one,
-the client's next GET gives it back first (it closes the consumer, which returns what it held).
+A GET acknowledges only once its whole answer is built: within the consumer's turn (one request at a
+time, broker_core/turns.py) the consumer leases one message (client-individual acks), the answer is
+built (status, headers, body), then the ack and the turn's end go in one round trip. If building or the
+ack fails, or the request is cancelled, the message is negatively acknowledged (back to the queue with
+its redelivery counter raised, to the dead-letter queue past maximumRedeliveries), as a JMS consumer's
+rollback. A message found in flight when a turn begins was left by a request that died holding it (a
+crashed gateway): the GET closes the consumer first, which gives it back, redelivered. Redis round trips
+of a GET that finds a message: three (take the turn; lease; ack and end the turn).
+
+The state of the servlet's consumers (turns, each client's consumers) is kept by broker_core
+(broker_core/turns.py); this module touches no Redis key itself. The plain requests (cached
+credentials, a message there at once) skip Django's request machinery (compat_hot.py).
 
 Properties become headers as ActiveMQ's setResponseHeaders does, but only safely (compat_headers.py):
 ActiveMQ copies every property name and value into a header unchecked.
@@ -43,6 +49,7 @@ from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
 
+from broker_core import turns
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import InvalidConsumer, NotInFlight, UnknownConsumer
 from broker_core.messages import Message
@@ -53,8 +60,7 @@ from gateway.api.base import GatewayView
 from gateway.api.common import topics_supported
 from gateway.api.compat_headers import OMITTED_HEADER, header_value, omitted_header, property_headers
 from gateway.api.errors import Problem, topics_not_supported
-from gateway.api.schema import problem_doc, problems
-from gateway.api.views_messaging import long_poll
+from gateway.api.views_messaging import long_poll, problem_doc, problems
 
 MAX_MESSAGE_SIZE = 100_000
 DEFAULT_PRIORITY = 5
@@ -84,7 +90,7 @@ def _first(params: dict[str, list[str]], name: str) -> str | None:
     return values[0] if values else None
 
 
-def compat_destination(request: Request, path: str, params: dict[str, list[str]]) -> Destination:
+def compat_destination(path: str, params: dict[str, list[str]]) -> Destination:
     name = _first(params, "destination") or path.strip("/").replace("/", ".")
     if not name:
         raise Problem(400, "no_destination", "No destination",
@@ -161,47 +167,14 @@ class MessageServletView(GatewayView):
         _refuse_cross_site(request)
         params = _parameters(request)
         if _first(params, "action") == "unsubscribe" and _first(params, "clientId"):
-            await self._unsubscribe(request, "c:" + (_first(params, "clientId") or ""))
+            await unsubscribe(request.user.pk, "c:" + (_first(params, "clientId") or ""))
             return HttpResponse(b"", content_type="text/plain")
-        destination = compat_destination(request, path, params)
+        destination = compat_destination(path, params)
         await self.require(request, destination, "write")
-        body = _first(params, "body")
-        if body is None:
-            raw = request._request.body
-            media = (request.content_type or "").split(";")[0].strip().lower()
-            raw = b"" if media == "application/x-www-form-urlencoded" else raw
-            if len(raw) > MAX_MESSAGE_SIZE:
-                raise _too_large()
-            body = raw.decode(request._request.encoding or "utf-8", errors="replace")
-        elif len(body.encode()) > MAX_MESSAGE_SIZE:
-            raise _too_large()
-        broker = runtime.async_broker()
-        now = broker.clock.now_ms()
-        mode = _first(params, "JMSDeliveryMode")
-        ttl = _long(params, "JMSTimeToLive", 0)
-        priority = _long(params, "JMSPriority", DEFAULT_PRIORITY)
-        reply_to = _first(params, "JMSReplyTo")
-        message = Message(
-            body=body,
-            priority=priority,
-            persistent=mode is None or mode.lower() == "persistent",
-            expiration=now + ttl if ttl > 0 else 0,
-            correlation_id=_first(params, "JMSCorrelationID"),
-            reply_to=parse_destination(reply_to).uri if reply_to else None,
-            type=_first(params, "JMSType"),
-            user_id=request.user.get_username(),
-            connection_id=f"http:{request.user.pk}",
-        )
-        for name, values in params.items():
-            if name in _NOT_PROPERTIES or len(values) != 1:
-                continue  # ActiveMQ drops multi-valued parameters
-            if name == "JMSXGroupID":
-                message.group_id = values[0]
-            elif name == "JMSXGroupSeq":
-                message.group_seq = _long(params, name, 0)
-            else:
-                message.properties[name] = values[0]
-        [message_id] = await broker.send(destination, message)
+        media = (request.content_type or "").split(";")[0].strip().lower()
+        raw = b"" if _first(params, "body") is not None or media == FORM else request._request.body
+        text = message_text(params, raw, request._request.encoding or "utf-8")
+        message_id = await send_message(request.user, destination, params, text)
         response = HttpResponse(b"Message sent", content_type="text/plain")
         response["messageID"] = message_id
         return response
@@ -230,147 +203,219 @@ class MessageServletView(GatewayView):
     async def delete(self, request: Request, path: str = "") -> HttpResponse:
         return await self._receive(request, path)
 
-    def _client_key(self, request: Request, params: dict[str, list[str]]) -> tuple[str, str | None]:
-        """(client key, new session cookie to set or None)."""
-        client_id = _first(params, "clientId")
-        if client_id:
-            return "c:" + client_id, None
-        session = request.COOKIES.get(SESSION_COOKIE)
-        if session and re.fullmatch(r"[A-Za-z0-9_-]{8,64}", session):
-            return "s:" + session, None
-        session = secrets.token_urlsafe(18)
-        return "s:" + session, session
-
-    def _registry(self, request: Request, client_key: str) -> str:
-        digest = hashlib.sha256(f"{request.user.pk}|{client_key}".encode()).hexdigest()[:24]
-        return f"{settings.SIGNALBOX_NAMESPACE}:gw:amq:{digest}"
-
-    def _consumer_id(self, request: Request, client_key: str, destination: Destination) -> str:
-        digest = hashlib.sha256(f"{request.user.pk}|{client_key}|{destination.uri}".encode()).hexdigest()
-        return f"amqc-{digest[:24]}"  # amqc: the client-individual consumer (amq- ones acked on receipt)
-
     async def _receive(self, request: Request, path: str) -> HttpResponse:
         _refuse_cross_site(request)
         params = _parameters(request)
-        destination = compat_destination(request, path, params)
+        destination = compat_destination(path, params)
         await self.require(request, destination, "read")
-        timeout_ms = _long(params, "readTimeout", -1)
-        if timeout_ms < 0 or timeout_ms > MAXIMUM_READ_TIMEOUT_MS:
-            timeout_ms = MAXIMUM_READ_TIMEOUT_MS
-        client_key, new_cookie = self._client_key(request, params)
-        consumer_id = self._consumer_id(request, client_key, destination)
-        ref = ConsumerRef(destination, consumer_id, ACK_MODE)
-        broker = runtime.async_broker()
-        registry = self._registry(request, client_key)
-        busy, held = f"{registry}:busy:{consumer_id}", f"{registry}:held:{consumer_id}"
-        # `held` is "?" while a request may hold a message; found set by the request that gets the consumer,
-        # the one before died holding one (a crashed gateway): closing the consumer gives back what it held,
-        # redelivered. Atomic with taking the busy lock (MULTI): a refused request rewrites the "?" the
-        # running one wrote, which changes nothing.
-        pipe = broker.redis.pipeline(transaction=True)
-        pipe.set(busy, "1", nx=True, px=timeout_ms + 30_000)
-        pipe.set(held, "?", px=_lease_ms() * 2, get=True)
-        acquired, died_holding = await pipe.execute()
-        if not acquired:
-            raise Problem(409, "concurrent_access", "Consumer busy",
-                          "Concurrent access to consumer is not supported", consumer_id=consumer_id)
-        settled = False  # nothing is left in flight: the message was acknowledged or given back
-        try:
-            if died_holding is not None:
-                await self._close(ref)
-            connections.touch_rest(consumer_id, _lease_ms())  # its registry entry lives with it
-            deliveries = await self._poll(request, ref, client_key, timeout_ms / 1000)
-            response = await self._answer(ref, deliveries[0], params) if deliveries else _no_cache(
-                HttpResponse(status=204))
-            settled = True
-            if (_first(params, "oneShot") or "").lower() == "true":
-                await self._close(ref)
-        finally:
-            await asyncio.shield(broker.redis.delete(busy, held) if settled else broker.redis.delete(busy))
+        client, new_cookie = client_key(params, request.COOKIES.get(SESSION_COOKIE))
+        who = (request.user.get_username(), f"http://{request.META.get('REMOTE_ADDR', '')}")
+        taken = await take_one(request.user.pk, client, destination, params,
+                               request.META.get("HTTP_SELECTOR"), _http_response, who=who)
+        response = taken if taken is not None else _no_cache(HttpResponse(status=204))
         if new_cookie:
-            response.set_cookie(SESSION_COOKIE, new_cookie, httponly=True, samesite="Lax",
-                                path="/api/message")
+            response.set_cookie(SESSION_COOKIE, new_cookie, **COOKIE_ATTRIBUTES)
         return response
 
-    async def _poll(self, request: Request, ref: ConsumerRef, client_key: str, wait: float) -> list[Any]:
-        for _ in range(2):
-            try:
-                return await long_poll(ref, 1, wait, pull=True)
-            except UnknownConsumer:
-                await self._create(request, ref, client_key)
-        return []
 
-    async def _create(self, request: Request, ref: ConsumerRef, client_key: str) -> None:
-        """Register the client's consumer on first use; the selector header counts only now."""
-        hub = runtime.wakeups()
-        await hub.start()
-        spec = ConsumerSpec(prefetch=0, selector=request.META.get("HTTP_SELECTOR") or None,
-                            ack_mode=ACK_MODE, lease_ms=_lease_ms(), notify=hub.channel,
-                            connection_id=f"http:{request.user.pk}", client_id=client_key[2:][:200])
-        broker = runtime.async_broker()
-        try:
-            await broker.add_consumer(ref.destination, spec, ref.consumer_id)
-        except InvalidConsumer as exc:
-            if "exists" not in exc.message.lower() and "CONSUMER_EXISTS" not in str(exc):
-                raise
-        await connections.register_rest(  # the console's Connections page lists it
-            ref.consumer_id, ref.destination.uri, ack_mode=ACK_MODE, lease_ms=_lease_ms(),
-            user=request.user.get_username(), client_id=client_key[2:][:200],
-            address=f"http://{request.META.get('REMOTE_ADDR', '')}", selector=spec.selector, prefetch=0)
-        registry = self._registry(request, client_key)
-        await broker.redis.hset(registry, ref.destination.uri, ref.consumer_id)
-        await broker.redis.pexpire(registry, _lease_ms() * 2)
+def _http_response(answer: Answer) -> HttpResponse:
+    content_type, body, headers = answer
+    response = HttpResponse(body, content_type=content_type)
+    for name, value in headers:
+        response[name] = value
+    return response
 
-    async def _close(self, ref: ConsumerRef) -> None:
-        with contextlib.suppress(UnknownConsumer):
-            await runtime.async_broker().close_consumer(ref)
-        await connections.forget_rest(ref.consumer_id)
-        runtime.wakeups().forget(ref.consumer_id)
 
-    async def _unsubscribe(self, request: Request, client_key: str) -> None:
-        broker = runtime.async_broker()
-        registry = self._registry(request, client_key)
-        for uri, consumer_id in (await broker.redis.hgetall(registry)).items():
-            await self._close(ConsumerRef(parse_destination(uri.decode()), consumer_id.decode(), ACK_MODE))
-        await broker.redis.delete(registry)
+# -- the servlet's operations, shared by the view and the lean path (compat_hot.py) ----------------------
 
-    async def _answer(self, ref: ConsumerRef, delivery: Any, params: dict[str, list[str]]) -> HttpResponse:
-        """The whole answer, then the ack; on any failure (or cancellation) the message goes back."""
-        broker = runtime.async_broker()
-        try:
-            response = self._render(delivery, params)
-            await broker.ack(ref, delivery.message_id)
-        except BaseException:
-            with contextlib.suppress(NotInFlight, UnknownConsumer):
-                await asyncio.shield(broker.nack(ref, delivery.message_id))
-            raise
-        return response
+FORM = "application/x-www-form-urlencoded"
+COOKIE_ATTRIBUTES = {"httponly": True, "samesite": "Lax", "path": "/api/message"}
+NO_CACHE_HEADERS = (("Cache-Control", "no-cache"), ("Pragma", "no-cache"), ("Expires", "0"))
+# (content type, body, headers after Content-Type) of a GET's answer with a message
+Answer = tuple[str, bytes, list[tuple[str, str]]]
 
-    def _render(self, delivery: Any, params: dict[str, list[str]]) -> HttpResponse:
-        text = delivery.body if isinstance(delivery.body, str) else ""
-        if text.startswith("<?"):
-            text = _PROLOG.sub("", text, count=1)
-        if (_first(params, "xml") or "").lower() == "true":
-            content_type = "application/xml"
-        elif (_first(params, "json") or "").lower() == "true":
-            content_type = "application/json"
-        elif getattr(settings, "SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE", ""):
-            content_type = settings.SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE
+
+def message_text(params: dict[str, list[str]], raw: bytes, encoding: str) -> str:
+    """The message's text: the `body` parameter, else the request's body (empty for a form)."""
+    body = _first(params, "body")
+    if body is None:
+        if len(raw) > MAX_MESSAGE_SIZE:
+            raise _too_large()
+        return raw.decode(encoding, errors="replace")
+    if len(body.encode()) > MAX_MESSAGE_SIZE:
+        raise _too_large()
+    return body
+
+
+async def send_message(user: Any, destination: Destination, params: dict[str, list[str]], text: str) -> str:
+    """Send the POST's message (the servlet's parameters as JMS headers and properties); its id."""
+    broker = runtime.async_broker()
+    now = broker.clock.now_ms()
+    mode = _first(params, "JMSDeliveryMode")
+    ttl = _long(params, "JMSTimeToLive", 0)
+    priority = _long(params, "JMSPriority", DEFAULT_PRIORITY)
+    reply_to = _first(params, "JMSReplyTo")
+    message = Message(
+        body=text,
+        priority=priority,
+        persistent=mode is None or mode.lower() == "persistent",
+        expiration=now + ttl if ttl > 0 else 0,
+        correlation_id=_first(params, "JMSCorrelationID"),
+        reply_to=parse_destination(reply_to).uri if reply_to else None,
+        type=_first(params, "JMSType"),
+        user_id=user.get_username(),
+        connection_id=f"http:{user.pk}",
+    )
+    for name, values in params.items():
+        if name in _NOT_PROPERTIES or len(values) != 1:
+            continue  # ActiveMQ drops multi-valued parameters
+        if name == "JMSXGroupID":
+            message.group_id = values[0]
+        elif name == "JMSXGroupSeq":
+            message.group_seq = _long(params, name, 0)
         else:
-            content_type = "application/xml" if text.startswith("<") else "text/plain"
-        response = HttpResponse(text.encode("utf-8", "replace"), content_type=content_type)
-        response["destination"] = header_value(delivery.destination)
-        response["id"] = header_value(delivery.message_id)
-        headers, omitted = property_headers(delivery.properties)
-        for name, value in headers:
-            response[name] = value
-        if omitted:
-            response[OMITTED_HEADER] = omitted_header(omitted)
-        if delivery.group_id is not None:
-            response["JMSXGroupID"] = header_value(delivery.group_id)
-        if delivery.group_first_for_consumer:
-            response["JMSXGroupFirstForConsumer"] = "true"
-        return _no_cache(response)
+            message.properties[name] = values[0]
+    [message_id] = await broker.send(destination, message)
+    return message_id
+
+
+def client_key(params: dict[str, list[str]], session: str | None) -> tuple[str, str | None]:
+    """(client key, new session cookie to set or None): `clientId`, else the JSESSIONID cookie."""
+    client_id = _first(params, "clientId")
+    if client_id:
+        return "c:" + client_id, None
+    if session and re.fullmatch(r"[A-Za-z0-9_-]{8,64}", session):
+        return "s:" + session, None
+    session = secrets.token_urlsafe(18)
+    return "s:" + session, session
+
+
+def _client(user_pk: Any, client: str) -> str:
+    """The client's opaque name for broker_core.turns (its consumers' registry)."""
+    return "amq:" + hashlib.sha256(f"{user_pk}|{client}".encode()).hexdigest()[:24]
+
+
+def consumer_ref(user_pk: Any, client: str, destination: Destination) -> ConsumerRef:
+    digest = hashlib.sha256(f"{user_pk}|{client}|{destination.uri}".encode()).hexdigest()
+    # amqc: the client-individual consumer (amq- ones acked on receipt)
+    return ConsumerRef(destination, f"amqc-{digest[:24]}", ACK_MODE)
+
+
+def read_timeout_ms(params: dict[str, list[str]]) -> int:
+    timeout_ms = _long(params, "readTimeout", -1)
+    return MAXIMUM_READ_TIMEOUT_MS if timeout_ms < 0 or timeout_ms > MAXIMUM_READ_TIMEOUT_MS else timeout_ms
+
+
+async def take_one(user_pk: Any, client: str, destination: Destination, params: dict[str, list[str]],
+                   selector: str | None, build: Any, *, wait: bool = True,
+                   who: tuple[str, str] = ("", "")) -> Any:
+    """The GET: within the consumer's turn (broker_core.turns), lease one message, `build` its answer from
+    `answer(delivery, params)`, then acknowledge it and end the turn in one round trip. If building or the
+    ack fails, or the request is cancelled, the message is given back (nack). None: no message within
+    readTimeout (or at once, without `wait`)."""
+    ref = consumer_ref(user_pk, client, destination)
+    broker = runtime.async_broker()
+    timeout_ms = read_timeout_ms(params)
+    left = await turns.begin_turn(broker, ref, timeout_ms + 30_000)
+    if left is None:
+        raise Problem(409, "concurrent_access", "Consumer busy",
+                      "Concurrent access to consumer is not supported", consumer_id=ref.consumer_id)
+    ended = False
+    try:
+        if left:  # a request that died in its turn held these: closing the consumer gives them back
+            await _close(ref)
+        connections.touch_rest(ref.consumer_id, _lease_ms())  # its Connections entry lives with it
+        deliveries = await _poll(user_pk, client, ref, selector, timeout_ms / 1000 if wait else 0.0, who)
+        built = None
+        if deliveries:
+            delivery = deliveries[0]
+            try:
+                built = build(answer(delivery, params))
+                await turns.settle(broker, ref, delivery.message_id)
+                ended = True
+            except BaseException:
+                with contextlib.suppress(NotInFlight, UnknownConsumer):
+                    await asyncio.shield(broker.nack(ref, delivery.message_id))
+                raise
+        if (_first(params, "oneShot") or "").lower() == "true":
+            await _close(ref)
+    finally:
+        if not ended:
+            await asyncio.shield(turns.end_turn(broker, ref))
+    return built
+
+
+async def _poll(user_pk: Any, client: str, ref: ConsumerRef, selector: str | None, wait: float,
+                who: tuple[str, str]) -> list[Any]:
+    for _ in range(2):
+        try:
+            return await long_poll(ref, 1, wait, pull=True)
+        except UnknownConsumer:
+            await _create(user_pk, client, ref, selector, who)
+    return []
+
+
+async def _create(user_pk: Any, client: str, ref: ConsumerRef, selector: str | None,
+                  who: tuple[str, str]) -> None:
+    """Register the client's consumer on first use; the selector header counts only now. `who`: the user's
+    name and address, for the console's Connections page, which lists it."""
+    hub = runtime.wakeups()
+    await hub.start()
+    spec = ConsumerSpec(prefetch=0, selector=selector or None, ack_mode=ACK_MODE, lease_ms=_lease_ms(),
+                        notify=hub.channel, connection_id=f"http:{user_pk}", client_id=client[2:][:200])
+    broker = runtime.async_broker()
+    try:
+        await broker.add_consumer(ref.destination, spec, ref.consumer_id)
+    except InvalidConsumer as exc:
+        if "exists" not in exc.message.lower() and "CONSUMER_EXISTS" not in str(exc):
+            raise
+    await turns.remember_consumer(broker, _client(user_pk, client), ref, _lease_ms() * 2)
+    await connections.register_rest(ref.consumer_id, ref.destination.uri, ack_mode=ACK_MODE,
+                                    lease_ms=_lease_ms(), user=who[0], client_id=client[2:][:200],
+                                    address=who[1], selector=spec.selector, prefetch=0)
+
+
+async def _close(ref: ConsumerRef) -> None:
+    with contextlib.suppress(UnknownConsumer):
+        await runtime.async_broker().close_consumer(ref)
+    await connections.forget_rest(ref.consumer_id)
+    runtime.wakeups().forget(ref.consumer_id)
+
+
+async def unsubscribe(user_pk: Any, client: str) -> None:
+    """`action=unsubscribe`: close every consumer the client has."""
+    broker = runtime.async_broker()
+    name = _client(user_pk, client)
+    for ref in await turns.client_consumers(broker, name, ACK_MODE):
+        await _close(ref)
+    await turns.forget_client(broker, name)
+
+
+def answer(delivery: Any, params: dict[str, list[str]]) -> Answer:
+    """The answer carrying a delivery: content type, body, then headers (destination, id, the properties,
+    the group, no-cache), as the servlet's."""
+    text = delivery.body if isinstance(delivery.body, str) else ""
+    if text.startswith("<?"):
+        text = _PROLOG.sub("", text, count=1)
+    if (_first(params, "xml") or "").lower() == "true":
+        content_type = "application/xml"
+    elif (_first(params, "json") or "").lower() == "true":
+        content_type = "application/json"
+    elif getattr(settings, "SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE", ""):
+        content_type = settings.SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE
+    else:
+        content_type = "application/xml" if text.startswith("<") else "text/plain"
+    headers = [("destination", header_value(delivery.destination)), ("id", header_value(delivery.message_id))]
+    properties, omitted = property_headers(delivery.properties)
+    headers += properties
+    if omitted:
+        headers.append((OMITTED_HEADER, omitted_header(omitted)))
+    if delivery.group_id is not None:
+        headers.append(("JMSXGroupID", header_value(delivery.group_id)))
+    if delivery.group_first_for_consumer:
+        headers.append(("JMSXGroupFirstForConsumer", "true"))
+    headers += NO_CACHE_HEADERS
+    return content_type, text.encode("utf-8", "replace"), headers
 
 
 def _no_cache(response: HttpResponse) -> HttpResponse:

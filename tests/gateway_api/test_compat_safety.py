@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker_core.broker import AsyncBroker
 from gateway.api import compat, compat_headers
 from tests.gateway_api.mixins import assert_problem, blocking
 from tests.helpers.gateway_server import ALICE_TOKEN, own_gateway
@@ -125,11 +126,11 @@ async def _stats(api, make_user, queue: str) -> dict:
 async def test_an_answer_that_fails_to_build_gives_the_message_back(api, basic, make_user, monkeypatch):
     await api.post("/api/message/orders.fail?type=queue", content="keep me", headers=basic)
 
-    def broken(self, delivery, params):
+    def broken(delivery, params):
         raise RuntimeError("rendering failed")
 
     with monkeypatch.context() as patch:
-        patch.setattr(compat.MessageServletView, "_render", broken)
+        patch.setattr(compat, "answer", broken)
         failed = await api.get("/api/message/orders.fail?type=queue&clientId=c&readTimeout=1000",
                                headers=basic)
     assert_problem(failed, 500, "internal_error")
@@ -147,11 +148,12 @@ async def test_a_message_held_by_a_request_that_died_is_given_back_by_the_next(a
     class Died(BaseException):
         """The process dying between receiving and answering: nothing acks or nacks."""
 
-    async def died(self, ref, delivery, params):
+    def died(*_args, **_kwargs):
         raise Died
 
     with monkeypatch.context() as patch:
-        patch.setattr(compat.MessageServletView, "_answer", died)
+        patch.setattr(compat, "answer", died)  # dies while building the answer...
+        patch.setattr(AsyncBroker, "nack", died)  # ... before it can give the message back
         with pytest.raises(Died):
             await api.get("/api/message/orders.crash?type=queue&clientId=c&readTimeout=1000", headers=basic)
     assert (await _stats(api, make_user, "orders.crash"))["in_flight"] == 1

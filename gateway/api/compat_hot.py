@@ -1,0 +1,133 @@
+"""The lean path of ActiveMQ's /api/message (compat.py), as asgi.HotPath is for the native endpoints.
+
+A POST of a text message, and a GET (or DELETE) that finds a message at once, cost about 0.5 ms of
+Django's request object, URL resolver, middleware chain and DRF's request wrapping: more than the
+broker's work. For the plain case this path parses the ASGI scope itself and calls the operations the
+view calls (compat.send_message, compat.take_one), with the same checks in the same order: allowed host,
+credentials from the authentication cache (Basic or token, never a session), no Sec-Fetch-Site,
+permission, rate limit. Anything else goes to Django unchanged, before anything has changed: credentials
+not yet verified, a form body, `action=unsubscribe`, a topic when topics are off, a parameter Django
+would refuse, a first GET without a session cookie (the view makes the cookie), and a GET that finds no
+message at once (Django's handler long-polls, and watches for the client leaving; the turn this path
+took is ended first). The answers are the view's, byte for byte but for the order of headers
+(tests/gateway_api/test_compat_hot_path.py compares them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl
+
+from django.conf import settings
+from django.http.cookie import parse_cookie
+
+from gateway.api import compat
+from gateway.api.errors import Problem
+
+PREFIX = "/api/message"
+_METHODS = ("GET", "DELETE", "POST")
+_FALLBACK = None
+# Pieces of an answer, as the view's passes through DRF (Allow) and Django's middleware (asgi.HotPath.tail).
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+class CompatHotPath:
+    def __init__(self, hot: Any) -> None:
+        from gateway.api.asgi import _allowed_methods
+
+        self.hot = hot
+        self.allow = (b"Allow", _allowed_methods(compat.MessageServletView).encode())
+
+    @staticmethod
+    def wants(scope: dict[str, Any]) -> bool:
+        path = scope["path"]
+        return scope["method"] in _METHODS and (path == PREFIX or path.startswith(PREFIX + "/"))
+
+    def route(self, scope: dict[str, Any]) -> str:
+        return "api-activemq-root" if scope["path"] == PREFIX else "api-activemq"
+
+    async def serve(self, scope: dict[str, Any], body: bytes) -> Answer | None:
+        hot = self.hot
+        path = scope["path"][len(PREFIX) + 1:] if scope["path"] != PREFIX else ""
+        if scope["path"] != PREFIX and not path:
+            return _FALLBACK  # `/api/message/`: Django's 404
+        host = authorization = content_type = cookie = selector = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                if authorization is not None:
+                    return _FALLBACK
+                authorization = value
+            elif name == b"host":
+                host = value
+            elif name == b"content-type":
+                content_type = value
+            elif name == b"cookie":
+                cookie = value if cookie is None else cookie + b"; " + value
+            elif name == b"selector":
+                selector = value
+            elif name == b"sec-fetch-site":
+                return _FALLBACK  # a browser's request: the view's cross-site check answers
+        if host is None or authorization is None or not hot.host_allowed(host):
+            return _FALLBACK
+        await hot.auth_cache.refresh()
+        hit = hot.auth_cache.lookup(authorization)
+        if hit is None or authorization[:6].lower() not in (b"basic ", b"token ", b"bearer"):
+            return _FALLBACK
+        user = hit[0]
+        try:
+            params: dict[str, list[str]] = {}
+            for key, value in parse_qsl(scope.get("query_string", b"").decode(), keep_blank_values=True,
+                                        max_num_fields=settings.DATA_UPLOAD_MAX_NUMBER_FIELDS):
+                params.setdefault(key, []).append(value)
+            if "action" in params:
+                return _FALLBACK
+            destination = compat.compat_destination(path, params)
+            if scope["method"] == "POST":
+                media = (content_type or b"").split(b";")[0].strip().lower()
+                if media in (b"application/x-www-form-urlencoded", b"multipart/form-data"):
+                    return _FALLBACK
+                if not await hot.allowed(user, [destination], "write"):
+                    return _FALLBACK
+                text = compat.message_text(params, b"" if "body" in params else body, "utf-8")
+            else:
+                if not await hot.allowed(user, [destination], "read"):
+                    return _FALLBACK
+                cookies = parse_cookie(cookie.decode("latin-1")) if cookie else {}
+                session = cookies.get(compat.SESSION_COOKIE)
+                client, new_cookie = compat.client_key(params, session)
+                if new_cookie is not None:
+                    return _FALLBACK  # the view makes the session and its cookie
+                selector_text = selector.decode("latin-1") if selector is not None else None
+                compat.read_timeout_ms(params)  # (refuses a bad readTimeout here, before any change)
+        except (Problem, ValueError, UnicodeError, LookupError):
+            return _FALLBACK  # Django answers the refusal; nothing has changed
+        except Exception:  # noqa: BLE001 - e.g. an invalid destination name: Django's answer too
+            return _FALLBACK
+        try:
+            await hot.throttle(_Caller(user), "compat")
+            if scope["method"] == "POST":
+                message_id = await compat.send_message(user, destination, params, text)
+                return self.answer(200, "text/plain", [("messageID", message_id)], b"Message sent")
+            # the whole answer is built before the ack (compat.take_one), its headers encoded included
+            peer = scope.get("client") or ("",)
+            taken = await compat.take_one(user.pk, client, destination, params, selector_text,
+                                          lambda built: self.answer(200, built[0], built[2], built[1]),
+                                          wait=False, who=(user.get_username(), f"http://{peer[0]}"))
+        except Exception as exc:  # noqa: BLE001 - answered as the view's exception handler does
+            return hot.problem(scope, exc, self.allow)
+        return taken  # None: nothing at once, Django's long poll (the turn is ended)
+
+    def answer(self, status: int, content_type: str, headers: list[tuple[str, str]],
+               payload: bytes) -> Answer:
+        tail = self.hot.tail
+        return status, [(b"Content-Type", content_type.encode()),
+                        *((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers),
+                        self.allow, tail[0], (b"Content-Length", str(len(payload)).encode()),
+                        *tail[1:]], payload
+
+
+class _Caller:
+    __slots__ = ("user",)
+
+    def __init__(self, user: Any) -> None:
+        self.user = user

@@ -1,0 +1,71 @@
+"""broker_core/turns.py against the real Redis: one request's turn at a time on a pull consumer, what a
+request that died left in flight, the ack and the turn's end in one round trip, a client's consumers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio
+
+from broker_core import turns
+from broker_core.broker import AsyncBroker
+from broker_core.errors import NotInFlight
+from broker_core.messages import Message
+from broker_core.model import ConsumerRef, ConsumerSpec
+
+
+@pytest.fixture
+async def aio(broker, redis_url, namespace, clock):
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        yield AsyncBroker(client, namespace, clock, policies=broker.policies)
+    finally:
+        await client.aclose()
+
+
+async def _pull_consumer(aio: AsyncBroker, queue: str) -> ConsumerRef:
+    c = await aio.add_consumer(queue, ConsumerSpec(prefetch=0, ack_mode="client-individual"))
+    return ConsumerRef(c.destination, c.consumer_id, "client-individual")
+
+
+async def test_one_turn_at_a_time_and_settle_acks_then_ends_it(aio):
+    ref = await _pull_consumer(aio, "turns.a")
+    await aio.send("turns.a", [Message(body="one"), Message(body="two")])
+    assert await turns.begin_turn(aio, ref, 10_000) == 0
+    assert await turns.begin_turn(aio, ref, 10_000) is None  # another request's turn
+    (delivery,) = await aio.receive(ref, 1)
+    await turns.settle(aio, ref, delivery.message_id)
+    stats = await aio.stats("turns.a")
+    assert (stats.dequeued, stats.in_flight, stats.queue_size) == (1, 0, 1)
+    assert await turns.begin_turn(aio, ref, 10_000) == 0  # the turn ended with the ack
+    await turns.end_turn(aio, ref)
+
+
+async def test_a_refused_ack_still_ends_the_turn(aio):
+    ref = await _pull_consumer(aio, "turns.b")
+    assert await turns.begin_turn(aio, ref, 10_000) == 0
+    with pytest.raises(NotInFlight):
+        await turns.settle(aio, ref, "ID:not-in-flight")
+    assert await turns.begin_turn(aio, ref, 10_000) == 0
+    await turns.end_turn(aio, ref)
+
+
+async def test_a_turn_lapses_and_the_next_one_sees_what_was_left_in_flight(aio):
+    ref = await _pull_consumer(aio, "turns.c")
+    await aio.send("turns.c", Message(body="left"))
+    assert await turns.begin_turn(aio, ref, 50) == 0
+    assert len(await aio.receive(ref, 1)) == 1  # then the request dies: no settle, no end
+    await asyncio.sleep(0.1)
+    assert await turns.begin_turn(aio, ref, 10_000) == 1  # the turn lapsed; one message left in flight
+
+
+async def test_a_clients_consumers_are_remembered_and_forgotten(aio):
+    a, b = await _pull_consumer(aio, "turns.d"), await _pull_consumer(aio, "turns.e")
+    for ref in (a, b):
+        await turns.remember_consumer(aio, "client-1", ref, 60_000)
+    got = await turns.client_consumers(aio, "client-1", "client-individual")
+    assert sorted((r.destination.uri, r.consumer_id) for r in got) == sorted(
+        (r.destination.uri, r.consumer_id) for r in (a, b))
+    await turns.forget_client(aio, "client-1")
+    assert await turns.client_consumers(aio, "client-1", "client-individual") == []
