@@ -102,6 +102,9 @@ class StoredMessageSerializer(MessageFieldsSerializer):
 
     state = serializers.ChoiceField(["pending", "parked", "inflight"], allow_null=True)
     consumer_id = serializers.CharField(allow_null=True)
+    original_destination = serializers.CharField(
+        allow_null=True, help_text="Where the message was first sent (a dead letter's origin, where retry "
+                                   "sends it; a topic's copy: the topic). None when not recorded.")
 
 
 class ReceiveResultSerializer(serializers.Serializer):

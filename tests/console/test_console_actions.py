@@ -1,0 +1,70 @@
+"""Where the console's actions act (issue #26 item 8), in Debian's headless Chromium against a live
+gateway: a dead letter's page names its origin and Retry's target; "delete all matching" is one
+server-side operation.
+
+Broker state is made and checked with broker_core directly; the console is driven only through the browser."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from broker_core.messages import Message
+from broker_core.model import ConsumerSpec
+
+pytestmark = pytest.mark.e2e
+
+
+def confirm(page) -> None:
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_be_visible()
+    dialog.locator("#confirm-ok").click()
+    expect(dialog).to_be_hidden()
+
+
+def wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+def dead_letter(broker, queue_name: str, body: str) -> str:
+    """A message of `queue_name` refused as poison: it lands on ActiveMQ.DLQ; returns its id."""
+    consumer = broker.add_consumer(queue_name, ConsumerSpec(prefetch=1, lease_ms=120_000))
+    broker.send(queue_name, Message(body=body))
+    (delivery,) = broker.receive(consumer, 1)
+    broker.nack(consumer, delivery.message_id, poison=True)
+    broker.close_consumer(consumer)
+    return delivery.message_id
+
+
+def test_a_dead_letters_page_names_its_origin_and_where_retry_sends_it(admin_page, console_server, broker,
+                                                                      queue_name):
+    message_id = dead_letter(broker, queue_name, "poison")
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/ActiveMQ.DLQ/messages/{message_id}/")
+    expect(page.locator("#origin")).to_be_visible()
+    expect(page.locator("#origin-destination")).to_have_text(f"queue://{queue_name}")
+    expect(page.locator("#retry-target")).to_have_text(f"Retry sends it back to queue://{queue_name}.")
+    expect(page.locator("#headers tr", has_text="Original destination")).to_contain_text(f"queue://{queue_name}")
+    retry = page.locator("#msg-retry")
+    expect(retry).to_have_text(f"Retry to queue://{queue_name}")
+    retry.click()
+    expect(page.locator("#confirm-text")).to_contain_text(f"back to queue://{queue_name}")
+    confirm(page)
+    wait_for(lambda: broker.stats(queue_name).queue_size == 1)
+    (back,) = broker.browse(queue_name).messages
+    assert back.message.message_id == message_id
+
+
+def test_a_message_of_an_ordinary_queue_shows_no_dead_letter_origin(admin_page, console_server, broker,
+                                                                    queue_name):
+    broker.send(queue_name, Message(body="plain", message_id=f"ID:{queue_name}-1"))
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/messages/ID:{queue_name}-1/")
+    expect(page.locator("#headers tr", has_text="Message id")).to_be_visible()
+    expect(page.locator("#origin")).to_be_hidden()
+    expect(page.locator("#msg-retry")).to_be_hidden()
