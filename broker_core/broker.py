@@ -247,6 +247,12 @@ class _Api:
         return self._run(self._was_one(self.ops.remove(_dest(destination, "remove from"), [message_id],
                                                        self._now())))
 
+    def remove_matching(self, destination: str | Destination, selector: str | None = None,
+                        limit: int | None = None, progress: Callable[[int, int], None] | None = None) -> Any:
+        """Remove the messages a selector matches (in flight too), in bounded calls; returns how many."""
+        return self._run(self.ops.remove_matching(_dest(destination, "remove messages from"), selector, limit,
+                                                  self._now(), progress))
+
     def purge(self, destination: str | Destination,
               progress: Callable[[int, int], None] | None = None) -> Any:
         """Remove every message the destination holds now, in bounded calls; returns how many.

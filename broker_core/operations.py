@@ -58,6 +58,7 @@ from .topics import Subscription, pack_for_topic, wildcard_copy
 # No ':' so that a consumer's key names never collide with another consumer's (…:c:<id>:inflight).
 _CONSUMER_ID = re.compile(r"[A-Za-z0-9._@-]{1,128}")
 MAX_RECEIVE = 1_000
+REMOVE_PAGE = 200  # messages remove_matching removes per call (by id, after a browse page finds them)
 BROWSE_EXAMINE = 400  # messages a browse call looks at, matching or not (100,000 unmatched: 250 calls)
 TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
 PURGE_EXAMINE = 500  # messages a purge call looks at
@@ -692,6 +693,30 @@ class Operations:
         reply = yield from self._eval("remove", dest, now, 0, 0, *message_ids)
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0])
+
+    def remove_matching(self, dest: Destination, selector: str | None, limit: int | None, now: int,
+                        progress: Callable[[int, int], None] | None = None) -> Op:
+        """Remove every message a selector matches, wherever it is (pending, parked, in flight: as
+        removeMessage and ActiveMQ's removeMatchingMessages), walking the queue once with browse's
+        cursor and removing each page by id: every call bounded (BROWSE_EXAMINE examined, at most
+        REMOVE_PAGE removed). At most `limit`, or what the queue held at the start, so a producer
+        sending matching messages cannot keep it going. `progress(removed, total)` after each page."""
+        _refuse_on_topic(dest, "remove messages from")
+        stats = yield from self.stats(dest, now)
+        total = stats.queue_size + stats.parked
+        cap = min(limit, total) if limit is not None else total
+        removed, cursor = 0, None
+        while removed < cap:
+            page = yield from self.browse(dest, selector, cursor, min(REMOVE_PAGE, cap - removed), now)
+            ids = [b.message.message_id for b in page.messages]
+            if ids:
+                removed += yield from self.remove(dest, ids, now)
+            if progress:
+                progress(removed, cap)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return removed
 
     def purge(self, dest: Destination, now: int, progress: Callable[[int, int], None] | None = None) -> Op:
         """Remove every message there when the purge starts (broker sequence up to the mark the first call

@@ -286,7 +286,8 @@ class TargetSerializer(serializers.Serializer):
 
 class MatchingSerializer(serializers.Serializer):
     selector = serializers.CharField(allow_blank=True, required=False, default="")
-    target = serializers.CharField(required=False, help_text="Required for move and copy; none for retry.")
+    target = serializers.CharField(required=False,
+                                   help_text="Required for move and copy; none for retry and remove.")
     limit = serializers.IntegerField(required=False, min_value=1, max_value=1_000_000)
 
 

@@ -241,7 +241,8 @@ class MessageActionView(GatewayView):
 
 
 class MatchingActionView(GatewayView):
-    """POST /move-matching, /copy-matching (body: selector, target, limit) and /retry-matching."""
+    """POST /move-matching, /copy-matching (body: selector, target, limit), /retry-matching and
+    /remove-matching (body: selector, limit: one server-side walk, in flight too)."""
 
     action_name = ""
 
@@ -255,12 +256,14 @@ class MatchingActionView(GatewayView):
         options = body.validated_data
         selector = options.get("selector") or None
         action = self.action_name
-        target = None if action == "retry" else await _target(self, request, options)
+        target = None if action in ("retry", "remove") else await _target(self, request, options)
         broker = runtime.async_broker()
 
         async def run() -> Response:
             if action == "retry":
                 count = await broker.retry_messages(destination, selector)
+            elif action == "remove":
+                count = await broker.remove_matching(destination, selector, options.get("limit"))
             elif action == "move":
                 count = await broker.move_matching(destination, selector, target, options.get("limit"))
             else:

@@ -68,3 +68,26 @@ def test_a_message_of_an_ordinary_queue_shows_no_dead_letter_origin(admin_page, 
     expect(page.locator("#headers tr", has_text="Message id")).to_be_visible()
     expect(page.locator("#origin")).to_be_hidden()
     expect(page.locator("#msg-retry")).to_be_hidden()
+
+
+def test_delete_all_matching_is_one_server_side_operation_and_is_audited(admin_page, console_server, broker,
+                                                                         queue_name):
+    broker.send(queue_name, [Message(body=str(i), properties={"keep": i % 3 == 0}) for i in range(600)])
+    page = admin_page
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(f"{r.method} {r.url}") if "/api/v1/" in r.url else None)
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/browse/?selector=keep%20%3D%20FALSE")
+    expect(page.locator("#messages tbody tr")).to_have_count(50)
+    page.click("[data-bulk=delete][data-scope=matching]")
+    expect(page.locator("#confirm-text")).to_contain_text("keep = FALSE")
+    confirm(page)
+    expect(page.locator("#toast")).to_contain_text("Delete: 400 messages")
+    assert broker.stats(queue_name).queue_size == 200
+    assert all(m.message.properties["keep"] for m in broker.browse(queue_name, limit=1000).messages)
+    removes = [r for r in requests if "remove-matching" in r]
+    assert len(removes) == 1 and removes[0].startswith("POST ")
+    assert not [r for r in requests if r.startswith("DELETE ")]  # not one request per message
+    page.goto(f"{console_server.url}/console/audit/")
+    page.fill("#a-destination", f"queue://{queue_name}")
+    page.press("#a-destination", "Enter")
+    expect(page.locator("#audit tbody tr", has_text="remove_matching")).to_have_count(1)
