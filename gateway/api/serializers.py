@@ -312,7 +312,8 @@ class AuditRecordSerializer(serializers.Serializer):
     parameters = serializers.DictField()
     succeeded = serializers.BooleanField()
     status_code = serializers.IntegerField()
-    result = serializers.DictField()
+    result = serializers.DictField(help_text="The response: `count` (messages or items the action affected) "
+                                             "when it has one, or the problem details when it failed.")
 
 
 class AuditPageSerializer(serializers.Serializer):
@@ -320,3 +321,5 @@ class AuditPageSerializer(serializers.Serializer):
     next = serializers.CharField(allow_null=True)
     previous = serializers.CharField(allow_null=True)
     results = AuditRecordSerializer(many=True)
+    actions = serializers.ListField(child=serializers.CharField(),
+                                    help_text="Every action the audit log has recorded (filter choices).")

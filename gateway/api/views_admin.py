@@ -392,13 +392,16 @@ class AuditListView(GatewayView):
         filters = {k: request.query_params[k] for k in ("destination", "action")
                    if request.query_params.get(k)}
 
-        def load() -> tuple[int, list[dict[str, Any]]]:
+        def load() -> tuple[int, list[dict[str, Any]], list[str]]:
             query = AuditRecord.objects.filter(**filters)
             rows = query[offset:offset + limit]
+            # the filter's choices: every action recorded (the action column is indexed), not a guess
+            actions = list(AuditRecord.objects.order_by("action").values_list("action", flat=True).distinct())
             return query.count(), [
                 {"at": r.at.isoformat(), "username": r.username, "action": r.action,
                  "destination": r.destination, "target": r.target, "parameters": r.parameters,
-                 "succeeded": r.succeeded, "status_code": r.status_code, "result": r.result} for r in rows]
+                 "succeeded": r.succeeded, "status_code": r.status_code, "result": r.result}
+                for r in rows], actions
 
-        count, rows = await db(load)
-        return Response(page(request, count, limit, offset, rows))
+        count, rows, actions = await db(load)
+        return Response({**page(request, count, limit, offset, rows), "actions": actions})

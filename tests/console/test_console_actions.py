@@ -91,3 +91,38 @@ def test_delete_all_matching_is_one_server_side_operation_and_is_audited(admin_p
     page.fill("#a-destination", f"queue://{queue_name}")
     page.press("#a-destination", "Enter")
     expect(page.locator("#audit tbody tr", has_text="remove_matching")).to_have_count(1)
+
+
+def test_the_audit_log_shows_results_filters_by_recorded_actions_and_groups_bulk_creations(
+        admin_page, console_server, broker, queue_name):
+    broker.send(queue_name, [Message(body="x")] * 1200)
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    expect(page.locator("[data-stat=queue_size]")).to_have_text("1,200")
+    page.click("#purge")
+    confirm(page)
+    expect(page.locator("[data-stat=queue_size]")).to_have_text("0", timeout=10_000)
+    # five queues created in a row by one user: one group row
+    created = [f"{queue_name}.n{i}" for i in range(5)]
+    page.evaluate("async (names) => { for (const n of names) await window.SB.api('PUT', `queues/${n}`); }",
+                  created)
+    page.goto(f"{console_server.url}/console/audit/")
+    purge = page.locator("#audit tbody tr", has_text=f"queue://{queue_name}").filter(has_text="purge")
+    expect(purge).to_have_count(1)
+    expect(purge.locator(".audit-result")).to_have_text("purged 1,200 messages")
+    group = page.locator("#audit tbody tr.audit-group").first
+    expect(group).to_contain_text("create_destination × 5")
+    expect(group).to_contain_text(f"queue://{created[0]} … queue://{created[-1]}")
+    members = page.locator("#audit tbody tr.audit-member", has_text=f"queue://{queue_name}.n")
+    expect(members).to_have_count(5)
+    expect(members.first).to_be_hidden()
+    group.get_by_role("button", name="Show 5").click()
+    expect(members.first).to_be_visible()
+    # the action filter offers what was recorded, and filters by it
+    options = page.locator("#a-action option").all_inner_texts()
+    assert "purge" in options and "create_destination" in options and "All actions" in options
+    page.select_option("#a-action", "purge")
+    expect(page.locator("#audit tbody tr").first).to_contain_text("purge")
+    rows = page.locator("#audit tbody tr")
+    expect(rows.filter(has_text="create_destination")).to_have_count(0)
+    assert all("purge" in t for t in rows.all_inner_texts())
