@@ -687,6 +687,23 @@ class Operations:
         return Browsed(unpack_delivery(message_id, dest.uri, _str(reply[2]), reply[0], int(reply[3]), False),
                        _str(reply[1]))
 
+    def parked_times(self, dest: Destination, message_ids: list[str]) -> Op:
+        """When each parked message (scheduled, delayed, waiting for a redelivery delay) is due, and a
+        repeating job's period and repeats left: id -> {"due", "period", "repeats_left"} (None where
+        not parked / not repeating). Two reads of at most len(message_ids) fields (callers page them)."""
+        if not message_ids:
+            return {}
+        prefix = self.prefix(dest)
+        scores = yield Command(("ZMSCORE", f"{prefix}:parked", *message_ids))
+        jobs = yield Command(("HMGET", f"{prefix}:sched", *message_ids))
+        out: dict[str, dict[str, int | None]] = {}
+        for message_id, score, job in zip(message_ids, scores, jobs, strict=True):
+            # a job: [packed message, period, repeats left, fired, routing plan] (lifecycle.lua)
+            period, left = (msgpack.unpackb(job, raw=True)[1:3] if job else (None, None))
+            out[message_id] = {"due": int(float(score)) if score is not None else None,
+                               "period": period, "repeats_left": left}
+        return out
+
     def remove(self, dest: Destination, message_ids: list[str], now: int) -> Op:
         """Remove messages by id (in flight too, as ActiveMQ's removeMessage); returns how many."""
         _refuse_on_topic(dest, "remove messages from")

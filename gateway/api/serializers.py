@@ -280,6 +280,17 @@ class BrowsePageSerializer(serializers.Serializer):
     next_cursor = serializers.CharField(allow_null=True)
 
 
+class ScheduledMessageSerializer(StoredMessageSerializer):
+    due = serializers.IntegerField(allow_null=True, help_text="When it becomes visible (ms since the epoch).")
+    period = serializers.IntegerField(allow_null=True, help_text="A repeating job's period (ms).")
+    repeats_left = serializers.IntegerField(allow_null=True, help_text="A repeating job's repeats left.")
+
+
+class ScheduledPageSerializer(serializers.Serializer):
+    messages = ScheduledMessageSerializer(many=True)
+    next_cursor = serializers.CharField(allow_null=True)
+
+
 class TargetSerializer(serializers.Serializer):
     target = serializers.CharField(help_text="Destination to move or copy to (a queue by default).")
 

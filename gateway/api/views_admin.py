@@ -278,7 +278,7 @@ class ScheduledView(GatewayView):
     @extend_schema(operation_id="scheduled_list",
                    summary="Parked messages: scheduled (delay) or waiting for a redelivery delay",
                    parameters=[KIND_PARAM, OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
-                   responses={200: s.BrowsePageSerializer, **problems(400, 401, 403, 404, 501)})
+                   responses={200: s.ScheduledPageSerializer, **problems(400, 401, 403, 404, 501)})
     async def get(self, request: Request, kind: str, name: str) -> Response:
         destination = await self.destination(request, kind, name, "read")
         await stats_or_404(destination)
@@ -292,6 +292,9 @@ class ScheduledView(GatewayView):
             cursor = result.next_cursor
             if cursor is None or len(found) >= limit:
                 break
+        times = await broker.parked_times(destination, [m["message_id"] for m in found])
+        for m in found:  # when it is due; a repeating job's period and repeats left
+            m.update(times.get(m["message_id"]) or {"due": None, "period": None, "repeats_left": None})
         return Response({"messages": found, "next_cursor": cursor})
 
 

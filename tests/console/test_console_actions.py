@@ -126,3 +126,36 @@ def test_the_audit_log_shows_results_filters_by_recorded_actions_and_groups_bulk
     rows = page.locator("#audit tbody tr")
     expect(rows.filter(has_text="create_destination")).to_have_count(0)
     assert all("purge" in t for t in rows.all_inner_texts())
+
+
+def test_scheduled_messages_show_when_they_are_due_and_can_be_cancelled(admin_page, reader_page,
+                                                                       console_server, broker, queue_name):
+    sent_at = time.time() * 1000
+    broker.send(queue_name, Message(body="later", message_id=f"ID:{queue_name}-d", delay_ms=3_600_000))
+    broker.send(queue_name, Message(body="tick", message_id=f"ID:{queue_name}-j", delay_ms=600_000,
+                                    period_ms=60_000, repeat=4))
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    table = page.locator("#scheduled tbody")
+    delayed = table.locator("tr", has_text=f"ID:{queue_name}-d")
+    job = table.locator("tr", has_text=f"ID:{queue_name}-j")
+    expect(delayed).to_have_count(1)
+    # due: the send time plus the delay, as the page formats times (checked against the browser's own)
+    due = broker.parked_times(queue_name, [f"ID:{queue_name}-d"])[f"ID:{queue_name}-d"]["due"]
+    assert sent_at + 3_600_000 - 5_000 <= due <= sent_at + 3_600_000 + 5_000
+    due_text = page.evaluate("(ms) => window.SB.fmt.time(ms)", due)
+    expect(delayed.locator("td.due")).to_have_text(due_text)
+    expect(job).to_contain_text("every 60,000 ms, 4 more")
+    job.get_by_role("button", name=f"Cancel ID:{queue_name}-j").click()
+    expect(page.locator("#confirm-text")).to_contain_text("repeating")
+    confirm(page)
+    expect(job).to_have_count(0)
+    expect(delayed).to_have_count(1)
+    assert broker.stats(queue_name).cancelled == 1
+    ids = [b.message.message_id for b in broker.browse(queue_name).messages]
+    assert ids == [f"ID:{queue_name}-d"]
+    # a reader sees the due time, and no Cancel
+    reader_page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    row = reader_page.locator("#scheduled tbody tr", has_text=f"ID:{queue_name}-d")
+    expect(row.locator("td.due")).to_have_text(due_text)
+    expect(row.get_by_role("button")).to_have_count(0)
