@@ -159,3 +159,53 @@ def test_scheduled_messages_show_when_they_are_due_and_can_be_cancelled(admin_pa
     row = reader_page.locator("#scheduled tbody tr", has_text=f"ID:{queue_name}-d")
     expect(row.locator("td.due")).to_have_text(due_text)
     expect(row.get_by_role("button")).to_have_count(0)
+
+
+def test_send_warns_before_creating_a_destination_by_a_typo_and_suggests_close_names(
+        admin_page, console_server, broker, queue_name):
+    broker.ensure_destination(f"queue://{queue_name}.orders")
+    typo = f"{queue_name}.ordres"
+    page = admin_page
+    page.goto(f"{console_server.url}/console/send/?destination=queue://{typo}")
+    page.fill("#body", "hello")
+    page.click("#send-button")
+    text = page.locator("#confirm-text")
+    expect(text).to_contain_text(f"queue://{typo} does not exist: sending creates it.")
+    expect(text).to_contain_text(f"Did you mean queue://{queue_name}.orders?")
+    page.locator("dialog#confirm").get_by_role("button", name="Cancel").click()
+    expect(page.locator("#send-result")).to_contain_text("Not sent")
+    assert not [d for d in broker.destinations() if typo in str(d)]
+    page.get_by_role("button", name=f"Use queue://{queue_name}.orders").click()
+    expect(page.locator("#destination")).to_have_value(f"queue://{queue_name}.orders")
+    page.click("#send-button")  # exists: no question
+    expect(page.locator("#send-result")).to_contain_text("Sent 1 message")
+    assert broker.stats(f"{queue_name}.orders").queue_size == 1
+    # a new name on purpose: confirmed, created
+    page.fill("#destination", f"queue://{queue_name}.fresh")
+    page.click("#send-button")
+    expect(text).not_to_contain_text("Did you mean")
+    confirm(page)
+    expect(page.locator("#send-result")).to_contain_text("Sent 1 message")
+    assert broker.stats(f"{queue_name}.fresh").queue_size == 1
+
+
+def test_send_period_and_repeat_make_a_repeating_scheduled_message(admin_page, console_server, broker,
+                                                                   queue_name):
+    broker.ensure_destination(f"queue://{queue_name}")
+    page = admin_page
+    page.goto(f"{console_server.url}/console/send/?destination=queue://{queue_name}")
+    page.fill("#body", "tick")
+    page.fill("#period", "300")
+    page.fill("#repeat", "2")
+    page.click("#send-button")
+    expect(page.locator("#send-result")).to_contain_text("Sent 1 message")
+    consumer = broker.add_consumer(queue_name, ConsumerSpec(prefetch=10, lease_ms=60_000))
+    got: list[str] = []
+    deadline = time.monotonic() + 15
+    while len(got) < 3 and time.monotonic() < deadline:
+        broker.dispatch(queue_name)
+        got += [d.message_id for d in broker.receive(consumer, 10)]
+        time.sleep(0.1)
+    broker.close_consumer(consumer)
+    assert len(got) == 3 and all("#" in m for m in got)  # the first delivery and 2 repeats, each id#n
+    assert broker.stats(queue_name).parked == 0
