@@ -253,6 +253,9 @@ class DestinationPageSerializer(serializers.Serializer):
     next = serializers.CharField(allow_null=True)
     previous = serializers.CharField(allow_null=True)
     results = DestinationSerializer(many=True)
+    hidden = serializers.IntegerField(
+        help_text="Destinations (of the kind asked for) that exist but the user may not read: a count, "
+                  "never their names. 0 for full readers.")
 
 
 class GroupSerializer(serializers.Serializer):

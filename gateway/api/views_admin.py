@@ -55,7 +55,21 @@ class DestinationListView(GatewayView):
 
         count, rows = await list_destinations(runtime.async_broker(), patterns, kind, search, ordering,
                                               limit, offset)
-        return Response(page(request, count, limit, offset, rows))
+        return Response({**page(request, count, limit, offset, rows),
+                         "hidden": await _hidden(patterns, kind)})
+
+
+async def _hidden(patterns: list[Destination] | None, kind: str | None) -> int:
+    """How many destinations (of the kind asked for) exist that the user may not read: a count, no
+    names, so someone with partial rights knows the list is not all there is."""
+    if patterns is None:  # reads everything
+        return 0
+    hidden = 0
+    for uri in await runtime.async_broker().destinations():
+        destination = parse_destination(uri)
+        if (not kind or destination.kind == kind) and not permissions.visible(patterns, destination):
+            hidden += 1
+    return hidden
 
 
 class DestinationDetailView(GatewayView):

@@ -58,6 +58,14 @@
       ...cells(row), operations(row))), 11, "No destinations match.");
   }
 
+  // A reader with partial rights is told the list is not everything: how many exist unseen, no names.
+  function hiddenNote(n) {
+    let note = document.getElementById("dest-hidden");
+    if (!note) { note = el("p", { id: "dest-hidden", class: "note", role: "status" }); document.getElementById("destinations").closest(".scroll, table").before(note); }
+    note.hidden = !n;
+    note.textContent = n ? `${fmt.num(n)} more ${n === 1 ? "destination exists" : "destinations exist"} that you may not see: ask an administrator for read access.` : "";
+  }
+
   async function load() {
     const q = new URLSearchParams({ ordering: state.ordering, limit: state.limit, offset: state.offset });
     if (state.search) q.set("search", state.search);
@@ -72,6 +80,7 @@
     render(shown);
     const from = data.count ? state.offset + 1 : 0;
     document.getElementById("dest-count").textContent = `${fmt.num(from)}–${fmt.num(state.offset + shown.length)} of ${fmt.num(data.count)}`;
+    hiddenNote(data.hidden || 0);
     document.getElementById("prev").disabled = !data.previous;
     document.getElementById("next").disabled = !data.next;
     for (const th of document.querySelectorAll("#destinations th[data-sort]")) {

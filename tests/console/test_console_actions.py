@@ -209,3 +209,44 @@ def test_send_period_and_repeat_make_a_repeating_scheduled_message(admin_page, c
     broker.close_consumer(consumer)
     assert len(got) == 3 and all("#" in m for m in got)  # the first delivery and 2 repeats, each id#n
     assert broker.stats(queue_name).parked == 0
+
+
+def test_a_partial_reader_is_told_how_many_destinations_are_hidden_without_their_names(
+        chromium, console_server, broker, queue_name):
+    import subprocess
+    import sys
+
+    from tests.console.conftest import PASSWORD, login
+    from tests.helpers.gateway_server import ROOT, server_env
+
+    user = f"partial{queue_name[3:]}"
+    script = f"""
+from django.contrib.auth import get_user_model
+from gateway.models import DestinationPermission
+u = get_user_model().objects.create_user("{user}", "", "{PASSWORD}")
+DestinationPermission.objects.create(destination="queue://{queue_name}.seen.>", can_read=True).users.add(u)
+"""
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=ROOT, check=True, timeout=60,
+                   env=server_env(console_server.data_dir, console_server.namespace))
+    for name in ("seen.a", "seen.b", "secret.x", "secret.y", "secret.z"):
+        broker.ensure_destination(f"queue://{queue_name}.{name}")
+    page = login(chromium, console_server, user)
+    try:
+        page.goto(f"{console_server.url}/console/destinations/")
+        expect(page.locator("#destinations tbody tr")).to_have_count(2)
+        # everything else that exists now is hidden from this user: counted, not named
+        hidden = len([u for u in broker.destinations() if not str(u).startswith(f"queue://{queue_name}.seen.")])
+        assert hidden >= 3
+        note = page.locator("#dest-hidden")
+        expect(note).to_have_text(f"{hidden:,} more destinations exist that you may not see: "
+                                  "ask an administrator for read access.")
+        assert "secret" not in page.content()
+    finally:
+        page.context.close()
+    admin = login(chromium, console_server, "admin")
+    try:
+        admin.goto(f"{console_server.url}/console/destinations/?search={queue_name}")
+        expect(admin.locator("#destinations tbody tr")).to_have_count(5)
+        expect(admin.locator("#dest-hidden")).to_be_hidden()
+    finally:
+        admin.context.close()
