@@ -234,6 +234,16 @@ class _Api:
         return self._run(self._was_one(self.ops.remove(_dest(destination, "remove from"), [message_id],
                                                        self._now())))
 
+    def parked_times(self, destination: str | Destination, message_ids: list[str]) -> Any:
+        """id -> {"due" (ms), "period", "repeats_left"} of parked messages (None where not parked)."""
+        return self._run(self.ops.parked_times(_dest(destination, "read from"), list(message_ids)))
+
+    def remove_matching(self, destination: str | Destination, selector: str | None = None,
+                        limit: int | None = None, progress: Callable[[int, int], None] | None = None) -> Any:
+        """Remove the messages a selector matches (in flight too), in bounded calls; returns how many."""
+        return self._run(self.ops.remove_matching(_dest(destination, "remove messages from"), selector, limit,
+                                                  self._now(), progress))
+
     def purge(self, destination: str | Destination,
               progress: Callable[[int, int], None] | None = None) -> int:
         """Remove every message the destination holds now, in bounded calls; returns how many.

@@ -58,6 +58,7 @@ from .topics import Subscription, pack_for_topic, wildcard_copy
 # No ':' so that a consumer's key names never collide with another consumer's (…:c:<id>:inflight).
 _CONSUMER_ID = re.compile(r"[A-Za-z0-9._@-]{1,128}")
 MAX_RECEIVE = 1_000
+REMOVE_PAGE = 200  # messages remove_matching removes per call (by id, after a browse page finds them)
 BROWSE_EXAMINE = 400  # messages a browse call looks at, matching or not (100,000 unmatched: 250 calls)
 TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
 PURGE_EXAMINE = 500  # messages a purge call looks at
@@ -715,12 +716,53 @@ class Operations:
         return Browsed(unpack_delivery(message_id, dest.uri, _str(reply[2]), reply[0], int(reply[3]), False),
                        _str(reply[1]))
 
+    def parked_times(self, dest: Destination, message_ids: list[str]) -> Op:
+        """When each parked message (scheduled, delayed, waiting for a redelivery delay) is due, and a
+        repeating job's period and repeats left: id -> {"due", "period", "repeats_left"} (None where
+        not parked / not repeating). Two reads of at most len(message_ids) fields (callers page them)."""
+        if not message_ids:
+            return {}
+        prefix = self.prefix(dest)
+        scores = yield Command(("ZMSCORE", f"{prefix}:parked", *message_ids))
+        jobs = yield Command(("HMGET", f"{prefix}:sched", *message_ids))
+        out: dict[str, dict[str, int | None]] = {}
+        for message_id, score, job in zip(message_ids, scores, jobs, strict=True):
+            # a job: [packed message, period, repeats left, fired, routing plan] (lifecycle.lua)
+            period, left = (msgpack.unpackb(job, raw=True)[1:3] if job else (None, None))
+            out[message_id] = {"due": int(float(score)) if score is not None else None,
+                               "period": period, "repeats_left": left}
+        return out
+
     def remove(self, dest: Destination, message_ids: list[str], now: int) -> Op:
         """Remove messages by id (in flight too, as ActiveMQ's removeMessage); returns how many."""
         _refuse_on_topic(dest, "remove messages from")
         reply = yield from self._eval("remove", dest, now, 0, 0, *message_ids)
         yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
         return int(reply[0])
+
+    def remove_matching(self, dest: Destination, selector: str | None, limit: int | None, now: int,
+                        progress: Callable[[int, int], None] | None = None) -> Op:
+        """Remove every message a selector matches, wherever it is (pending, parked, in flight: as
+        removeMessage and ActiveMQ's removeMatchingMessages), walking the queue once with browse's
+        cursor and removing each page by id: every call bounded (BROWSE_EXAMINE examined, at most
+        REMOVE_PAGE removed). At most `limit`, or what the queue held at the start, so a producer
+        sending matching messages cannot keep it going. `progress(removed, total)` after each page."""
+        _refuse_on_topic(dest, "remove messages from")
+        stats = yield from self.stats(dest, now)
+        total = stats.queue_size + stats.parked
+        cap = min(limit, total) if limit is not None else total
+        removed, cursor = 0, None
+        while removed < cap:
+            page = yield from self.browse(dest, selector, cursor, min(REMOVE_PAGE, cap - removed), now)
+            ids = [b.message.message_id for b in page.messages]
+            if ids:
+                removed += yield from self.remove(dest, ids, now)
+            if progress:
+                progress(removed, cap)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return removed
 
     def purge(self, dest: Destination, now: int, progress: Callable[[int, int], None] | None = None) -> Op:
         """Remove every message there when the purge starts (broker sequence up to the mark the first call

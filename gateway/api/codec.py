@@ -163,10 +163,12 @@ def render_delivery(delivery: Delivery) -> dict[str, Any]:
 
 def render_message(browsed: Any) -> dict[str, Any]:
     """A stored message as an operator sees it (browse, detail): the delivery fields without the
-    consumer's flag, plus `state` (pending, parked, inflight) and, in flight, the `consumer_id`."""
+    consumer's flag, plus `state` (pending, parked, inflight), in flight the `consumer_id`, and the
+    `original_destination` (a dead letter's origin: where Retry sends it; None when not recorded)."""
     delivery = getattr(browsed, "message", browsed)
     out = render_delivery(delivery)
     out.pop("group_first_for_consumer", None)
+    out["original_destination"] = delivery.original_destination or None
     out["properties"].pop("JMSXGroupFirstForConsumer", None)
     state = getattr(browsed, "state", None)
     out["state"] = state

@@ -102,6 +102,9 @@ class StoredMessageSerializer(MessageFieldsSerializer):
 
     state = serializers.ChoiceField(["pending", "parked", "inflight"], allow_null=True)
     consumer_id = serializers.CharField(allow_null=True)
+    original_destination = serializers.CharField(
+        allow_null=True, help_text="Where the message was first sent (a dead letter's origin, where retry "
+                                   "sends it; a topic's copy: the topic). None when not recorded.")
 
 
 class ReceiveResultSerializer(serializers.Serializer):
@@ -250,6 +253,9 @@ class DestinationPageSerializer(serializers.Serializer):
     next = serializers.CharField(allow_null=True)
     previous = serializers.CharField(allow_null=True)
     results = DestinationSerializer(many=True)
+    hidden = serializers.IntegerField(
+        help_text="Destinations (of the kind asked for) that exist but the user may not read: a count, "
+                  "never their names. 0 for full readers.")
 
 
 class GroupSerializer(serializers.Serializer):
@@ -277,13 +283,25 @@ class BrowsePageSerializer(serializers.Serializer):
     next_cursor = serializers.CharField(allow_null=True)
 
 
+class ScheduledMessageSerializer(StoredMessageSerializer):
+    due = serializers.IntegerField(allow_null=True, help_text="When it becomes visible (ms since the epoch).")
+    period = serializers.IntegerField(allow_null=True, help_text="A repeating job's period (ms).")
+    repeats_left = serializers.IntegerField(allow_null=True, help_text="A repeating job's repeats left.")
+
+
+class ScheduledPageSerializer(serializers.Serializer):
+    messages = ScheduledMessageSerializer(many=True)
+    next_cursor = serializers.CharField(allow_null=True)
+
+
 class TargetSerializer(serializers.Serializer):
     target = serializers.CharField(help_text="Destination to move or copy to (a queue by default).")
 
 
 class MatchingSerializer(serializers.Serializer):
     selector = serializers.CharField(allow_blank=True, required=False, default="")
-    target = serializers.CharField(required=False, help_text="Required for move and copy; none for retry.")
+    target = serializers.CharField(required=False,
+                                   help_text="Required for move and copy; none for retry and remove.")
     limit = serializers.IntegerField(required=False, min_value=1, max_value=1_000_000)
 
 
@@ -308,7 +326,8 @@ class AuditRecordSerializer(serializers.Serializer):
     parameters = serializers.DictField()
     succeeded = serializers.BooleanField()
     status_code = serializers.IntegerField()
-    result = serializers.DictField()
+    result = serializers.DictField(help_text="The response: `count` (messages or items the action affected) "
+                                             "when it has one, or the problem details when it failed.")
 
 
 class AuditPageSerializer(serializers.Serializer):
@@ -316,3 +335,5 @@ class AuditPageSerializer(serializers.Serializer):
     next = serializers.CharField(allow_null=True)
     previous = serializers.CharField(allow_null=True)
     results = AuditRecordSerializer(many=True)
+    actions = serializers.ListField(child=serializers.CharField(),
+                                    help_text="Every action the audit log has recorded (filter choices).")

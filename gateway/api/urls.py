@@ -95,7 +95,7 @@ urlpatterns = [
               views_admin.MessageActionView.as_view(action_name=action), name=f"api-message-{action}")
       for action in ("move", "copy", "retry")],
     *[re_path(rf"{D}/{action}-matching$", views_admin.MatchingActionView.as_view(action_name=action),
-              name=f"api-{action}-matching") for action in ("move", "copy", "retry")],
+              name=f"api-{action}-matching") for action in ("move", "copy", "retry", "remove")],
     *[re_path(rf"{D}/{action}$", views_admin.DestinationActionView.as_view(action_name=action),
               name=f"api-{action}") for action in ("pause", "resume", "purge")],
     re_path(rf"{D}/scheduled$", views_admin.ScheduledView.as_view(), name="api-scheduled"),

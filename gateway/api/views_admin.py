@@ -74,7 +74,21 @@ class DestinationListView(GatewayView):
         patterns = await db(permissions.readable_patterns, request.user, "read")
         count, rows = await list_destinations(runtime.async_broker(), patterns, kind, search, ordering,
                                               limit, offset, where)
-        return Response(page(request, count, limit, offset, rows))
+        return Response({**page(request, count, limit, offset, rows),
+                         "hidden": await _hidden(patterns, kind)})
+
+
+async def _hidden(patterns: list[Destination] | None, kind: str | None) -> int:
+    """How many destinations (of the kind asked for) exist that the user may not read: a count, no
+    names, so someone with partial rights knows the list is not all there is."""
+    if patterns is None:  # reads everything
+        return 0
+    hidden = 0
+    for uri in await runtime.async_broker().destinations():
+        destination = parse_destination(uri)
+        if (not kind or destination.kind == kind) and not permissions.visible(patterns, destination):
+            hidden += 1
+    return hidden
 
 
 class DestinationDetailView(GatewayView):
@@ -260,7 +274,8 @@ class MessageActionView(GatewayView):
 
 
 class MatchingActionView(GatewayView):
-    """POST /move-matching, /copy-matching (body: selector, target, limit) and /retry-matching."""
+    """POST /move-matching, /copy-matching (body: selector, target, limit), /retry-matching and
+    /remove-matching (body: selector, limit: one server-side walk, in flight too)."""
 
     action_name = ""
 
@@ -274,12 +289,14 @@ class MatchingActionView(GatewayView):
         options = body.validated_data
         selector = options.get("selector") or None
         action = self.action_name
-        target = None if action == "retry" else await _target(self, request, options)
+        target = None if action in ("retry", "remove") else await _target(self, request, options)
         broker = runtime.async_broker()
 
         async def run() -> Response:
             if action == "retry":
                 count = await broker.retry_messages(destination, selector)
+            elif action == "remove":
+                count = await broker.remove_matching(destination, selector, options.get("limit"))
             elif action == "move":
                 count = await broker.move_matching(destination, selector, target, options.get("limit"))
             else:
@@ -294,7 +311,7 @@ class ScheduledView(GatewayView):
     @extend_schema(operation_id="scheduled_list",
                    summary="Parked messages: scheduled (delay) or waiting for a redelivery delay",
                    parameters=[KIND_PARAM, OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
-                   responses={200: s.BrowsePageSerializer, **problems(400, 401, 403, 404, 501)})
+                   responses={200: s.ScheduledPageSerializer, **problems(400, 401, 403, 404, 501)})
     async def get(self, request: Request, kind: str, name: str) -> Response:
         destination = await self.destination(request, kind, name, "read")
         await stats_or_404(destination)
@@ -308,6 +325,9 @@ class ScheduledView(GatewayView):
             cursor = result.next_cursor
             if cursor is None or len(found) >= limit:
                 break
+        times = await broker.parked_times(destination, [m["message_id"] for m in found])
+        for m in found:  # when it is due; a repeating job's period and repeats left
+            m.update(times.get(m["message_id"]) or {"due": None, "period": None, "repeats_left": None})
         return Response({"messages": found, "next_cursor": cursor})
 
 
@@ -408,13 +428,16 @@ class AuditListView(GatewayView):
         filters = {k: request.query_params[k] for k in ("destination", "action")
                    if request.query_params.get(k)}
 
-        def load() -> tuple[int, list[dict[str, Any]]]:
+        def load() -> tuple[int, list[dict[str, Any]], list[str]]:
             query = AuditRecord.objects.filter(**filters)
             rows = query[offset:offset + limit]
+            # the filter's choices: every action recorded (the action column is indexed), not a guess
+            actions = list(AuditRecord.objects.order_by("action").values_list("action", flat=True).distinct())
             return query.count(), [
                 {"at": r.at.isoformat(), "username": r.username, "action": r.action,
                  "destination": r.destination, "target": r.target, "parameters": r.parameters,
-                 "succeeded": r.succeeded, "status_code": r.status_code, "result": r.result} for r in rows]
+                 "succeeded": r.succeeded, "status_code": r.status_code, "result": r.result}
+                for r in rows], actions
 
-        count, rows = await db(load)
-        return Response(page(request, count, limit, offset, rows))
+        count, rows, actions = await db(load)
+        return Response({**page(request, count, limit, offset, rows), "actions": actions})

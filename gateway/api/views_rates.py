@@ -27,7 +27,8 @@ from gateway.api.errors import Problem
 from gateway.api.schema import KIND_PARAM, problems
 
 # Audited actions drawn as marks on a chart (gateway/api/views_admin.py names them)
-MARKED = ("purge", "move_message", "move_matching", "remove_message", "retry_message", "retry_matching")
+MARKED = ("purge", "move_message", "move_matching", "remove_message", "remove_matching", "retry_message",
+          "retry_matching")
 EVENTS_SHOWN = 200  # the newest in the range
 RANGE_PARAM = OpenApiParameter("range", str, enum=list(rates.RANGES), description="Default 1h")
 

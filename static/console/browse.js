@@ -102,25 +102,11 @@
             bar.update(done + failed, ids.length);
           }
         });
-      } else if (action === "delete") {
-        // No remove-matching call in the API: walk the matching messages and remove each, page by page.
-        await tracked(`Deleting matching messages`, async (bar) => {
-          for (;;) {
-            const q = new URLSearchParams({ limit: 500 }); if (selector) q.set("selector", selector);
-            const data = await api("GET", `${base}/messages?${q}`);
-            const ids = data.messages.map((m) => m.message_id);  // in-flight ones too, as removeMessage
-            if (!ids.length) break;
-            let removed = 0;
-            for (const id of ids) {
-              try { await perMessage("delete", id); done++; removed++; } catch (e) { failed++; }
-              bar.update(done, null, `${fmt.num(done)} deleted`);
-            }
-            if (!removed) break;
-          }
-        });
       } else {
         const start = (await api("GET", base)).queue_size;
-        const result = await tracked(`${VERB[action]} matching messages`, () => api("POST", `${base}/${action}-matching`, { selector: selector || null, ...(target && action !== "retry" ? { target } : {}) }),
+        // One server-side operation each (remove-matching for delete); progress from the queue's size.
+        const call = action === "delete" ? "remove" : action;
+        const result = await tracked(`${VERB[action]} matching messages`, () => api("POST", `${base}/${call}-matching`, { selector: selector || null, ...(target && (action === "move" || action === "copy") ? { target } : {}) }),
           action === "copy" ? null : async () => { const s = await api("GET", base); return { done: Math.max(0, start - s.queue_size), total: start }; });
         done = result.count;
       }

@@ -110,6 +110,14 @@
     document.getElementById("filters-active").textContent = n ? `(${n} on)` : "";
   }
 
+  // A reader with partial rights is told the list is not everything: how many exist unseen, no names.
+  function hiddenNote(n) {
+    let note = document.getElementById("dest-hidden");
+    if (!note) { note = el("p", { id: "dest-hidden", class: "note", role: "status" }); document.getElementById("destinations").closest(".scroll, table").before(note); }
+    note.hidden = !n;
+    note.textContent = n ? `${fmt.num(n)} more ${n === 1 ? "destination exists" : "destinations exist"} that you may not see: ask an administrator for read access.` : "";
+  }
+
   function query() {
     const q = new URLSearchParams({ ordering: state.ordering, limit: state.limit, offset: state.offset });
     for (const key of Object.keys(FILTERS)) if (state[key]) q.set(key, state[key]);
@@ -141,6 +149,7 @@
     render(shown);
     const from = count ? state.offset + 1 : 0;
     document.getElementById("dest-count").textContent = `${fmt.num(from)}–${fmt.num(state.offset + shown.length)} of ${fmt.num(count)}`;
+    hiddenNote(data.hidden || 0);
     const current = Math.floor(state.offset / state.limit) + 1;
     const pageNo = document.getElementById("page-no");
     pageNo.value = String(current); pageNo.max = String(pages());

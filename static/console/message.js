@@ -34,7 +34,7 @@
   }
 
   function render(m) {
-    const headers = [["Message id", m.message_id], ["Destination", m.destination], ["State", m.state + (m.consumer_id ? ` (consumer ${m.consumer_id})` : "")],
+    const headers = [["Message id", m.message_id], ["Destination", m.destination], ["Original destination", m.original_destination], ["State", m.state + (m.consumer_id ? ` (consumer ${m.consumer_id})` : "")],
       ["Timestamp", fmt.time(m.timestamp)], ["Priority", m.priority], ["Persistent", m.persistent ? "yes" : "no"],
       ["Expiration", m.expiration ? fmt.time(m.expiration) : "never"], ["Redelivered", m.redelivered ? `yes (delivery ${m.delivery_count})` : "no"],
       ["Correlation id", m.correlation_id], ["Reply to", m.reply_to], ["Type", m.type], ["Group", m.group_id], ["Sequence", m.group_seq],
@@ -44,6 +44,22 @@
     fill(document.querySelector("#properties tbody"), props.map(([k, v]) => el("tr", {}, el("th", { scope: "row" }, k), el("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v)))), 2, "No properties.");
     if (!m.body_base64) { try { JSON.parse(m.body); view = "json"; } catch (e) { view = "text"; } } else view = "hex";
     showBody();
+    showOrigin(m);
+  }
+
+  // A dead letter: where it was first sent, and where Retry takes it (the same place; none recorded: no Retry).
+  function showOrigin(m) {
+    if (P.dlq !== "1") return;
+    document.getElementById("origin-destination").textContent = m.original_destination || "an unrecorded destination";
+    const retry = document.getElementById("msg-retry");
+    const note = document.getElementById("retry-target");
+    if (m.original_destination) {
+      if (retry) retry.textContent = `Retry to ${m.original_destination}`;
+      note.textContent = P.admin === "1" ? `Retry sends it back to ${m.original_destination}.` : "";
+    } else {
+      if (retry) { retry.disabled = true; retry.title = "No original destination recorded"; }
+      note.textContent = "No original destination is recorded, so it cannot be retried (move it instead).";
+    }
   }
 
   for (const tab of document.querySelectorAll("[role=tab]")) tab.addEventListener("click", () => { view = tab.dataset.view; showBody(); });
@@ -56,7 +72,7 @@
   const back = () => { location.href = P.browse; };
   if (P.admin === "1") {
     document.getElementById("msg-delete").addEventListener("click", () => run(`Delete message ${P.message}?`, "Delete", () => api("DELETE", path), back));
-    document.getElementById("msg-retry").addEventListener("click", () => run(`Send message ${P.message} back to ${message && message.properties["original destination"] || "its original destination"}?`, "Retry", () => api("POST", `${path}/retry`), back));
+    document.getElementById("msg-retry").addEventListener("click", () => run(`Send message ${P.message} back to ${message && message.original_destination || "its original destination"}?`, "Retry", () => api("POST", `${path}/retry`), back));
     document.getElementById("msg-move").addEventListener("click", () => { if (!target()) return toast("Name the target queue.", true); run(`Move message ${P.message} to ${target()}?`, "Move", () => api("POST", `${path}/move`, { target: target() }), back); });
     document.getElementById("msg-copy").addEventListener("click", () => { if (!target()) return toast("Name the target queue.", true); run(`Copy message ${P.message} to ${target()}?`, "Copy", () => api("POST", `${path}/copy`, { target: target() })); });
   }

@@ -88,11 +88,22 @@
     if (done) { toast(`Group ${group} reset`); loadGroups(); }
   }
 
+  // Cancel = remove: a delayed message goes, a repeating job stops (DELETE …/messages/<id>, audited).
+  async function cancelScheduled(m) {
+    const what = m.period ? `the repeating scheduled message ${m.message_id} (no further deliveries)` : `the scheduled message ${m.message_id}`;
+    const done = await act(`Cancel ${what}?`, "Cancel it", () => api("DELETE", `${base}/messages/${encodeURIComponent(m.message_id)}`));
+    if (done) { toast(`Cancelled ${m.message_id}`); loadScheduled(); }
+  }
+
   const loadScheduled = latest(() => api("GET", `${base}/scheduled?limit=50`), (data) => {
     const rows = data.messages.map((m) => el("tr", {},
       el("td", { class: "id" }, el("a", { href: `/console/queues/${encodeURIComponent(name)}/messages/${encodeURIComponent(m.message_id)}/` }, m.message_id)),
-      el("td", {}, fmt.time(m.timestamp)), el("td", {}, m.group_id || "–"), el("td", { class: "num" }, m.priority)));
-    fill(document.querySelector("#scheduled tbody"), rows, 4, "No scheduled or delayed messages.");
+      el("td", {}, fmt.time(m.timestamp)),
+      el("td", { class: "due", title: m.due ? fmt.ago(m.due) : "" }, m.due ? fmt.time(m.due) : "–"),
+      el("td", {}, m.period ? `every ${fmt.num(m.period)} ms, ${fmt.num(m.repeats_left)} more` : "–"),
+      el("td", {}, m.group_id || "–"), el("td", { class: "num" }, m.priority),
+      el("td", {}, admin ? el("button", { type: "button", class: "small danger", onclick: () => cancelScheduled(m), "aria-label": `Cancel ${m.message_id}` }, "Cancel") : "")));
+    fill(document.querySelector("#scheduled tbody"), rows, 7, "No scheduled or delayed messages.");
   });
 
   const showEvents = eventLog(document.getElementById("events"));

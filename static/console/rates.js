@@ -17,7 +17,7 @@
   ];
   const RANGES = [["5m", "5 min"], ["1h", "1 h"], ["24h", "24 h"]];
   const REFRESH_MS = { "5m": 5000, "1h": 5000, "24h": 60000 };
-  const ACTION_LABEL = { purge: "purge", move_message: "move", move_matching: "move", remove_message: "remove",
+  const ACTION_LABEL = { purge: "purge", move_message: "move", move_matching: "move", remove_message: "remove", remove_matching: "remove",
     retry_message: "retry", retry_matching: "retry" };
   const HEIGHT = 220;
 

@@ -17,6 +17,46 @@
   }
   document.getElementById("add-prop").addEventListener("click", addProp);
 
+  // Edit distance (Levenshtein), for the names close to one that does not exist: a typo's likely target.
+  function distance(a, b) {
+    let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+    for (let i = 1; i <= a.length; i++) {
+      const next = [i];
+      for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j] + 1, next[j - 1] + 1, row[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+      row = next;
+    }
+    return row[b.length];
+  }
+
+  // Existing names close to `name`: those sharing its first or last three characters (the list's search,
+  // server-side, so any number of destinations), ranked by edit distance, at most 3.
+  async function closeNames(kind, name) {
+    const found = new Set();
+    for (const part of new Set([name.slice(0, 3), name.slice(-3)])) {
+      try {
+        const page = await api("GET", `destinations?${new URLSearchParams({ kind: kind === "topics" ? "topic" : "queue", search: part, ordering: "name", limit: 1000 })}`);
+        for (const d of page.results) found.add(d.name);
+      } catch (e) { /* suggestions are a help, not a condition */ }
+    }
+    const limit = name.length < 5 ? 1 : 2; // a typo: a letter wrong, missing, extra, or two swapped
+    return [...found].map((n) => [distance(name.toLowerCase(), n.toLowerCase()), n]).filter(([d]) => d <= limit)
+      .sort((a, b) => a[0] - b[0] || a[1].localeCompare(b[1])).slice(0, 3).map(([, n]) => n);
+  }
+
+  // Sending to a name that does not exist creates it (as ActiveMQ does): ask first, naming close existing
+  // ones. True to go on.
+  async function confirmNew(kind, name) {
+    try { await api("GET", `${kind}/${encodeURIComponent(name)}`); return true; } catch (e) { if (e.status !== 404) return true; }
+    const scheme = kind === "topics" ? "topic://" : "queue://";
+    const close = await closeNames(kind, name);
+    const hint = close.length ? ` Did you mean ${close.map((n) => scheme + n).join(", ")}?` : "";
+    if (await window.SB.confirm(`${scheme}${name} does not exist: sending creates it.${hint}`, "Create and send")) return true;
+    result.replaceChildren(`Not sent: ${scheme}${name} does not exist.`, ...close.map((n) => el("button", {
+      type: "button", class: "small suggestion", onclick: () => { document.getElementById("destination").value = scheme + n; result.textContent = ""; document.getElementById("destination").focus(); },
+    }, `Use ${scheme}${n}`)));
+    return false;
+  }
+
   function value(id) { return document.getElementById(id).value.trim(); }
   function number(id) { const v = value(id); return v === "" ? 0 : Number(v); }
 
@@ -27,6 +67,7 @@
     if (!destination) { result.textContent = "Name a destination."; result.className = "error"; return; }
     const kind = destination.startsWith("topic://") ? "topics" : "queues";
     destination = destination.replace(/^(queue|topic):\/\//, "");
+    if (!(await confirmNew(kind, destination))) return;
     const properties = {};
     for (const row of props.querySelectorAll("tr")) {
       const n = row.querySelector(".p-name").value.trim(); if (!n) continue;

@@ -175,3 +175,38 @@ def test_every_operation_is_logged_in_the_event_stream(broker, redis_client, nam
     kinds = [e[b"type"] for _, e in redis_client.xrange(f"{namespace}:{{q:orders}}:events")]
     assert kinds.count(b"move") == 1 and kinds.count(b"copy") == 1 and kinds.count(b"remove") == 1
     assert b"purge" in kinds
+
+
+def test_remove_matching_takes_what_a_selector_matches_wherever_it_is_in_bounded_calls(broker):
+    c = consumer(broker, prefetch=3)
+    fill(broker, 1000)  # i = 0..999; the consumer holds three of them
+    broker.send("orders", Message(body="later", properties={"i": 1}, delay_ms=60_000))  # parked, matches
+    held = [int(d.properties["i"]) for d in drain(broker, c)]
+    assert held == [0, 1, 2]  # in flight: 0 and 1 match
+    seen: list[tuple[int, int]] = []
+    removed = broker.remove_matching("orders", "i % 2 = 1 OR i < 2",
+                                     progress=lambda done, total: seen.append((done, total)))
+    # odd i (500, i = 1 in flight) plus i = 0 (in flight), plus the parked one
+    assert removed == 502
+    # page by page (at most REMOVE_PAGE removed a call), total = what the queue held at the start
+    assert len(seen) >= 3 and seen[-1] == (502, 1001)
+    left = []
+    cursor = None
+    while True:
+        page = broker.browse("orders", cursor=cursor, limit=1000)
+        left += [int(b.message.properties["i"]) for b in page.messages]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert sorted(left) == list(range(2, 1000, 2))
+    stats = broker.stats("orders")
+    assert stats.queue_size + stats.parked == 499 and stats.purged == 502
+
+
+def test_remove_matching_stops_at_its_limit_and_refuses_a_bad_selector_without_changes(broker):
+    fill(broker, 50)
+    assert broker.remove_matching("orders", "i >= 10", limit=5) == 5
+    assert broker.stats("orders").queue_size == 45
+    with pytest.raises(Exception, match="selector"):
+        broker.remove_matching("orders", "i >=")
+    assert broker.stats("orders").queue_size == 45
