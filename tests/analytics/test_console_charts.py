@@ -21,7 +21,8 @@ from tests.console.test_rates_console import hd_login, round_ticks
 
 pytestmark = pytest.mark.e2e
 
-COUNTERS = ["enqueued", "dispatched", "acked", "redelivered", "expired", "dead_lettered", "discarded", "evicted"]
+COUNTERS = ["enqueued", "dispatched", "acked", "redelivered", "expired", "dead_lettered", "discarded",
+            "evicted"]
 SINCE = 1_795_255_200_000  # 2026-11-21T10:00:00Z
 MINUTE = 60_000
 
@@ -31,7 +32,8 @@ def summary(uri: str, since_ms: int, until_ms: int, per_minute: list[list[int]])
     stats = lambda count, p50, p95, p99: {"count": count, "p50": p50, "p95": p95, "p99": p99}  # noqa: E731
     entry = {
         "totals": totals, "per_minute": per_minute,
-        "latency": {"send_to_dispatch": stats(720, 0.4, 850, 1250), "send_to_ack": stats(700, 42_500, 200_000, 7_500_000)},
+        "latency": {"send_to_dispatch": stats(720, 0.4, 850, 1250),
+                    "send_to_ack": stats(700, 42_500, 200_000, 7_500_000)},
         "latency_by_consumer": {}, "redeliveries": {"0": 700}, "dead_letters": [],
         "groups": {"top": [], "consumers": [], "balance": None, "count": 0},
         "slow_consumers": {"episodes": 0, "aborts": 0, "recent_episodes": [], "recent_aborts": []}}
@@ -67,7 +69,8 @@ def test_range_as_dates_latencies_in_units_and_the_throughput_chart_in_uplot(
     page = hd_page
     uri = f"queue://{queue_name}"
     write_summary(redis_client, console_server.namespace, summary(
-        uri, SINCE, SINCE + 30 * MINUTE, [minute(SINCE + 2 * MINUTE, 600, 300), minute(SINCE + 10 * MINUTE, 120, 120)]))
+        uri, SINCE, SINCE + 30 * MINUTE,
+        [minute(SINCE + 2 * MINUTE, 600, 300), minute(SINCE + 10 * MINUTE, 120, 120)]))
 
     page.goto(f"{console_server.url}/console/analytics/")
     expect(page.locator("#analytics-range")).to_contain_text(
