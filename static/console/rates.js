@@ -34,6 +34,8 @@
   for (let e = -4; e <= 9; e++) for (const m of [1, 2, 5]) ROUND_STEPS.push(Number((m * 10 ** e).toPrecision(1)));
   // A tick's text: whole thousands grouped, small rates with the decimals they need (0.02, not 0.0).
   const tickText = (v) => (v >= 100 ? fmt.rate(v) : String(Number(v.toFixed(6))));
+  // A legend's rate: as fmt.rate, but one message a minute reads 0.017, not 0.0.
+  const rateText = (v) => (v > 0 && v < 0.05 ? String(Number(v.toPrecision(2))) : fmt.rate(v));
   const utc = (ms) => new Date(ms).toISOString().slice(11, 19);
   // The time axis in UTC (as every time in the console), 24-hour: HH:MM, HH:MM:SS below a minute's
   // spacing, MM-DD at a day's; uPlot chose the spacing (`incr`, s) from its round steps.
@@ -76,7 +78,7 @@
       series: [
         { label: "time (UTC)", value: (u, v) => (v === null || v === undefined ? "–" : time(v * 1000)) },
         ...series.map((s) => ({ label: `${s.label}/s`, stroke: c.getPropertyValue(s.color).trim(), width: 2,
-          points: { show: false }, spanGaps: false, value: (u, v) => (v === null || v === undefined ? "–" : fmt.rate(v)) })),
+          points: { show: false }, spanGaps: false, value: (u, v) => (v === null || v === undefined ? "–" : rateText(v)) })),
       ],
       legend: { show: true, live: true },
       cursor: { drag: { x: false, y: false }, points: { size: 6 } },

@@ -57,6 +57,7 @@ def chart(page) -> dict:
     return page.evaluate("""() => {
       const u = document.querySelector("#throughput-chart").uplot;
       return { times: u.data[0], enqueued: u.data[1], acked: u.data[3], labels: u.series.map((s) => s.label),
+               legendOneAMinute: u.series[1].value(u, 1 / 60), legendTen: u.series[1].value(u, 10),
                yTicks: u.axes[1]._values, xTicks: u.axes[0]._values,
                canvasWidth: u.ctx.canvas.width, cssWidth: u.ctx.canvas.getBoundingClientRect().width };
     }""")
@@ -96,6 +97,7 @@ def test_range_as_dates_latencies_in_units_and_the_throughput_chart_in_uplot(
     assert drawn["labels"][1:] == ["enqueued/s", "dispatched/s", "acked/s", "redelivered/s", "expired/s",
                                    "dead-lettered/s"]
     assert round_ticks(drawn["yTicks"]), drawn["yTicks"]
+    assert (drawn["legendOneAMinute"], drawn["legendTen"]) == ("0.017", "10.0")  # one a minute is not 0.0
     assert all(re.fullmatch(r"\d\d:\d\d", t) for t in drawn["xTicks"]), drawn["xTicks"]
     assert drawn["xTicks"][0] >= "10:00" and drawn["xTicks"][-1] <= "10:29"
     assert drawn["canvasWidth"] == pytest.approx(2 * drawn["cssWidth"], abs=2)  # devicePixelRatio 2
