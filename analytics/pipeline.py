@@ -40,25 +40,69 @@ class RangeError(ValueError):
     """A time range the pipeline cannot run."""
 
 
-def parse_time(text: str, *, name: str) -> int:
+TIME_OPTIONS = ("--since", "--until")
+RELATIVE_UNITS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
+TIME_FORMS = ("ISO 8601 (2026-11-21 or 2026-11-21T10:00, UTC unless it has an offset), epoch ms, "
+              "or a time relative to now: -30m, -6h, -2d (minutes, hours, days)")
+
+
+def attach_time_values(args: list[str] | None) -> list[str] | None:
+    """`--since -6h` as `--since=-6h`. argparse takes an argument that starts with "-" and is not a
+    plain negative number for an option, so `--since -6h` failed with "expected one argument";
+    attached, the value reaches parse_time, which accepts it or names it in its error."""
+    if args is None:
+        return None
+    out: list[str] = []
+    items = iter(args)
+    for arg in items:
+        if arg in TIME_OPTIONS:
+            value = next(items, None)
+            if value is not None and value.startswith("-") and not value.startswith("--"):
+                out.append(f"{arg}={value}")
+                continue
+            out.append(arg)
+            if value is not None:
+                out.append(value)
+            continue
+        out.append(arg)
+    return out
+
+
+def parse_time(text: str, *, name: str, now_ms: int | None = None) -> int:
     """Epoch ms from ISO 8601 (`2026-11-21`, `2026-11-21T10:00`, with or without offset; naive is UTC),
-    epoch milliseconds, or a relative `-24h` / `-30m` / `-7d` from now."""
+    epoch milliseconds, or a relative `-30m` / `-6h` / `-2d` before now."""
     value = text.strip()
     if not value:
-        raise RangeError(f"--{name} is empty")
-    if value.startswith("-") and value[-1:] in ("m", "h", "d") and value[1:-1].isdigit():
-        unit = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}[value[-1]]
-        return int(time.time() * 1000) - int(value[1:-1]) * unit
+        raise RangeError(f"--{name} is empty: use {TIME_FORMS}")
+    if value.startswith("-"):
+        count, unit = value[1:-1], value[-1:]
+        if unit not in RELATIVE_UNITS or not count.isdigit():
+            raise RangeError(f"--{name} {text!r} is not a relative time: use -30m, -6h or -2d "
+                             "(a whole number of minutes, hours or days before now)")
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        moment_ms = now - int(count) * RELATIVE_UNITS[unit]
+        if moment_ms < 0:
+            raise RangeError(f"--{name} {text!r} reaches before 1970-01-01")
+        return moment_ms
     if value.isdigit():
         return int(value)
     try:
         moment = dt.datetime.fromisoformat(value)
     except ValueError as exc:
-        raise RangeError(f"--{name} {text!r} is not a date/time (2026-11-21T10:00), epoch ms or -24h"
-                         ) from exc
+        raise RangeError(f"--{name} {text!r} is not a date/time: use {TIME_FORMS}") from exc
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
     return int(moment.timestamp() * 1000)
+
+
+def iso(ms: int) -> str:
+    """A moment as people read it, in UTC: 2026-11-21T10:00:00Z (errors and the command's output)."""
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check_range(since_ms: int, until_ms: int) -> None:
+    if until_ms <= since_ms:
+        raise RangeError(f"--until ({iso(until_ms)}) must be after --since ({iso(since_ms)})")
 
 
 def _day(ms: int) -> str:
@@ -191,8 +235,7 @@ def run(spark: Any, *, since_ms: int, until_ms: int, archive: str | None = None,
         destinations: list[str] | None = None, redis_client: Any = None, namespace: str | None = None
         ) -> Result:
     """Run every job over [since_ms, until_ms), write the tables and the summary; returns the summary."""
-    if until_ms <= since_ms:
-        raise RangeError(f"--until ({until_ms}) must be after --since ({since_ms})")
+    check_range(since_ms, until_ms)
     started = time.monotonic()
     location = ArchiveLocation.parse(archive or config.archive_url())
     target = ArchiveLocation.parse(output or config.output_url())
@@ -230,7 +273,7 @@ def run(spark: Any, *, since_ms: int, until_ms: int, archive: str | None = None,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="analytics/pipeline.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--since", default="-24h", help="start (ISO 8601, epoch ms or -24h); default -24h")
+    parser.add_argument("--since", default="-24h", help=f"start: {TIME_FORMS}; default -24h")
     parser.add_argument("--until", default=None, help="end, exclusive (default: now)")
     parser.add_argument("--archive", default=None,
                         help="archive folder or URL (default SIGNALBOX_ARCHIVE_URL)")
@@ -241,10 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL"),
                         help="also store the summary in this Redis (default REDIS_URL)")
     parser.add_argument("--namespace", default=os.environ.get("SIGNALBOX_NAMESPACE", "sb"))
-    args = parser.parse_args(argv)
+    args = parser.parse_args(attach_time_values(sys.argv[1:] if argv is None else argv))
     try:
         since = parse_time(args.since, name="since")
         until = parse_time(args.until, name="until") if args.until else int(time.time() * 1000)
+        check_range(since, until)
     except RangeError as exc:
         parser.error(str(exc))
     from analytics.spark import spark_session

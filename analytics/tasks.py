@@ -9,7 +9,7 @@ from broker_core.broker import Broker
 
 from . import config
 from .archive import ArchiveLocation, archive_all
-from .pipeline import parse_time
+from .pipeline import check_range, iso, parse_time
 from .pipeline import run as run_pipeline
 
 
@@ -21,9 +21,13 @@ def archive(broker: Broker) -> dict[str, Any]:
 
 
 def time_range(since: str | None, until: str | None) -> tuple[int, int]:
-    until_ms = parse_time(until, name="until") if until else int(time.time() * 1000)
-    since_ms = (parse_time(since, name="since") if since
+    """[since, until) in epoch ms from the command's options; relative times count back from one `now`,
+    and an empty range is refused (RangeError) before anything runs."""
+    now_ms = int(time.time() * 1000)
+    until_ms = parse_time(until, name="until", now_ms=now_ms) if until else now_ms
+    since_ms = (parse_time(since, name="since", now_ms=now_ms) if since
                 else until_ms - int(config.analytics_window_hours() * 3_600_000))
+    check_range(since_ms, until_ms)
     return since_ms, until_ms
 
 
@@ -38,5 +42,5 @@ def run(broker: Broker, since: str | None = None, until: str | None = None, *, a
     result = run_pipeline(spark, since_ms=since_ms, until_ms=until_ms, destinations=destinations,
                           redis_client=broker.redis, namespace=broker.namespace)
     return {"archived": archived, "output": result.output, "seconds": round(result.seconds, 2),
-            "since_ms": since_ms, "until_ms": until_ms,
+            "since": iso(since_ms), "until": iso(until_ms), "since_ms": since_ms, "until_ms": until_ms,
             "destinations": sorted(result.summary["destinations"])}

@@ -5,6 +5,7 @@ dead-letter and group-balance charts with the rebalance recommendation. The brow
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from typing import Any
 
@@ -33,6 +34,12 @@ def _summary() -> dict[str, Any] | None:
     return read_summary(_redis(), settings.SIGNALBOX_NAMESPACE)
 
 
+def _moment(ms: int) -> dict[str, str]:
+    """A moment of the run's range as the console shows times (UTC, to the second), and for <time>."""
+    moment = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return {"text": moment.strftime("%Y-%m-%d %H:%M:%S UTC"), "iso": moment.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
 def _destination(kind: str, name: str) -> Destination:
     if kind not in ("queue", "topic"):
         raise Http404(f"unknown destination kind {kind!r}; expected queue or topic")
@@ -57,8 +64,11 @@ def index(request: HttpRequest) -> HttpResponse:
             balance = entry["groups"].get("balance") or {}
             rows.append({"destination": destination, "totals": entry["totals"],
                          "recommend_reset": bool(balance.get("recommend_reset"))})
+    moments = ({name: _moment(summary[f"{name}_ms"]) for name in ("since", "until", "generated_at")}
+               if summary else {})
     return render(request, "console/analytics.html", {
-        "section": "analytics", "summary": summary, "rows": rows, "not_run": NOT_RUN, "destination": None})
+        "section": "analytics", "summary": summary, "moments": moments, "rows": rows, "not_run": NOT_RUN,
+        "destination": None})
 
 
 @login_required(login_url=LOGIN)

@@ -1,16 +1,69 @@
 /* Analytics page of one destination: draws the analytics pipeline's summary (summary.json of the last
-   run): totals, per-minute throughput, latency percentiles, dead-letter causes, redeliveries, message-group
+   run): totals, per-minute throughput (uPlot, as the rate charts), latency percentiles in ms/s/min, dead-letter causes, redeliveries, message-group
    balance with the removeAllMessageGroups recommendation, slow-consumer episodes. */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, toast, confirm, queuePath, Chart, page, who } = window.SB;
+  const { api, el, fill, fmt, toast, confirm, queuePath, page, who, chartOptions, chartMissing } = window.SB;
   const P = page();
   const admin = P.admin === "1";
   const LABELS = { enqueued: "Enqueued", dispatched: "Dispatched", acked: "Acked", redelivered: "Redelivered",
     expired: "Expired", dead_lettered: "Dead-lettered", discarded: "Discarded", evicted: "Evicted" };
   const METRICS = { send_to_dispatch: "send → dispatch", dispatch_to_ack: "dispatch → ack", send_to_ack: "send → ack" };
   const when = (ms) => new Date(ms).toISOString().replace("T", " ").slice(0, 19) + " UTC";
-  const ms = (v) => (v === null || v === undefined ? "–" : fmt.num(Math.round(v)));
+  // A latency in the unit that reads best: 0.4 ms, 850 ms, 1.25 s, 42.5 s, 3 min 20 s, 2 h 5 min.
+  function duration(v) {
+    if (v === null || v === undefined) return "–";
+    if (v < 1) return `${v === 0 ? 0 : v.toFixed(1)} ms`;
+    if (Math.round(v) < 1000) return `${Math.round(v)} ms`;
+    if (v < 9995) return `${(v / 1000).toFixed(2)} s`;
+    if (v < 59950) return `${(v / 1000).toFixed(1)} s`;
+    const s = Math.round(v / 1000);
+    if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+    const m = Math.round(s / 60);
+    return `${Math.floor(m / 60)} h ${m % 60} min`;
+  }
+
+  // The throughput chart: the per-minute counters as messages/s (count ÷ 60), drawn by the console's
+  // uPlot helper (rates.js) with the rate charts' series and colours. A minute without events is a 0
+  // (the summary lists only minutes with events). The summary keeps the last 1,440 such minutes, which
+  // hold every minute of the range's last 24 h: a longer range is drawn for those 24 h.
+  const FLOW = [
+    { key: "enqueued", label: "enqueued", color: "--rate-enqueued" },
+    { key: "dispatched", label: "dispatched", color: "--rate-dispatched" },
+    { key: "acked", label: "acked", color: "--rate-acked" },
+    { key: "redelivered", label: "redelivered", color: "--rate-redelivered" },
+    { key: "expired", label: "expired", color: "--rate-expired" },
+    { key: "dead_lettered", label: "dead-lettered", color: "--rate-deadlettered" },
+  ];
+  const MINUTE = 60000; const SUMMARY_MINUTES = 1440;
+  function throughput(s) {
+    const figure = document.getElementById("throughput-chart");
+    const plot = figure.querySelector(".rate-plot");
+    const index = Object.fromEntries(s.counters.map((n, i) => [n, i + 1]));
+    const last = Math.floor((s.until_ms - 1) / MINUTE) * MINUTE;
+    const first = Math.max(Math.floor(s.since_ms / MINUTE) * MINUTE, last - (SUMMARY_MINUTES - 1) * MINUTE);
+    const byMinute = new Map(s.per_minute.map((p) => [p[0], p]));
+    const columns = [[], ...FLOW.map(() => [])];
+    for (let t = first; t <= last; t += MINUTE) {
+      const p = byMinute.get(t);
+      columns[0].push(t / 1000);
+      FLOW.forEach((f, i) => columns[i + 1].push(p ? p[index[f.key]] / 60 : 0));
+    }
+    document.getElementById("throughput-caption").textContent = `Per-minute averages, ${when(first)} – ${when(last + MINUTE)}`
+      + (first > Math.floor(s.since_ms / MINUTE) * MINUTE ? " (the last 24 h of the range)." : ".");
+    if (!window.uPlot) { plot.replaceChildren(chartMissing("The totals above count the whole range.")); return; }
+    let chart = null;
+    const draw = () => {
+      if (chart) chart.destroy();
+      plot.replaceChildren();
+      chart = new window.uPlot(chartOptions(plot, FLOW, { time: when, xRange: () => [first / 1000, last / 1000] }),
+        columns, plot);
+      figure.uplot = chart;  // (tests)
+    };
+    draw();
+    new ResizeObserver(() => chart.setSize({ width: Math.max(300, plot.clientWidth), height: chart.height })).observe(plot);
+    matchMedia("(prefers-color-scheme: dark)").addEventListener("change", draw);
+  }
 
   function bar(value, max, label) {
     const pct = max > 0 ? Math.min(100, (100 * value) / max) : 0;
@@ -24,13 +77,7 @@
     document.getElementById("analytics-body").hidden = false;
     document.getElementById("totals").replaceChildren(...s.counters.map((name) =>
       el("div", { dataset: { counter: name } }, el("dt", {}, LABELS[name] || name), el("dd", {}, fmt.num(s.totals[name])))));
-
-    const index = Object.fromEntries(s.counters.map((n, i) => [n, i + 1]));
-    const points = s.per_minute;
-    const span = points.length ? Math.max(60000, points[points.length - 1][0] - points[0][0] + 60000) : 60000;
-    const chart = new Chart(document.getElementById("throughput-chart"),
-      [{ key: "enqueued", color: "--enq" }, { key: "acked", color: "--deq" }], span);
-    for (const p of points) chart.push(p[0], { enqueued: p[index.enqueued] / 60, acked: p[index.acked] / 60 });
+    throughput(s);
 
     const latencyRows = [];
     const maxP99 = Math.max(1, ...Object.values(s.latency).map((x) => x.p99 || 0),
@@ -39,9 +86,9 @@
       for (const [metric, x] of Object.entries(metrics)) {
         latencyRows.push(el("tr", { dataset: { consumer: consumer || "", metric } },
           el("td", { class: "id" }, consumer ? who.node(consumer) : "all consumers"), el("td", {}, METRICS[metric] || metric),
-          el("td", { class: "num" }, fmt.num(x.count)), el("td", { class: "num" }, ms(x.p50)),
-          el("td", { class: "num" }, ms(x.p95)), el("td", { class: "num" }, ms(x.p99)),
-          el("td", {}, bar(x.p99 || 0, maxP99, `p99 ${ms(x.p99)} ms`))));
+          el("td", { class: "num" }, fmt.num(x.count)),
+          ...["p50", "p95", "p99"].map((p) => el("td", { class: "num", dataset: { p, ms: x[p] ?? "" } }, duration(x[p]))),
+          el("td", {}, bar(x.p99 || 0, maxP99, `p99 ${duration(x.p99)}`))));
       }
     };
     addLatency(null, s.latency);

@@ -1,5 +1,5 @@
 /* The console's shared pieces: API calls (session + CSRF), confirmation and progress dialogs, the live
-   WebSocket with its connection indicator, a small canvas line chart, DOM and number helpers.
+   WebSocket with its connection indicator, DOM and number helpers.
    No framework: every page script (overview.js, queue.js, ...) builds on window.SB. */
 "use strict";
 (function () {
@@ -288,43 +288,6 @@
     };
   }
 
-  /* A line chart over a fixed time window; series colours come from CSS variables (themes). */
-  class Chart {
-    constructor(canvas, series, windowMs) {
-      this.canvas = canvas; this.series = series; this.windowMs = windowMs || 300000; this.points = [];
-      this.draw();
-      matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => this.draw());
-    }
-    push(ts, values) {
-      this.points.push({ ts, values });
-      const cut = ts - this.windowMs;
-      while (this.points.length && this.points[0].ts < cut) this.points.shift();
-      this.draw();
-    }
-    draw() {
-      const c = this.canvas; const ctx = c.getContext("2d");
-      const css = getComputedStyle(document.documentElement);
-      const w = c.width; const h = c.height; const pad = 34;
-      ctx.clearRect(0, 0, w, h);
-      const max = Math.max(1, ...this.points.flatMap((p) => this.series.map((s) => p.values[s.key] || 0)));
-      ctx.strokeStyle = css.getPropertyValue("--line"); ctx.fillStyle = css.getPropertyValue("--muted");
-      ctx.font = "11px system-ui"; ctx.lineWidth = 1;
-      for (let i = 0; i <= 4; i++) {
-        const y = pad / 2 + ((h - pad) * i) / 4;
-        ctx.beginPath(); ctx.moveTo(pad, y); ctx.lineTo(w - 4, y); ctx.stroke();
-        ctx.fillText(fmt.rate(max * (1 - i / 4)), 2, y + 4);
-      }
-      const now = this.points.length ? this.points[this.points.length - 1].ts : Date.now();
-      const x = (ts) => pad + ((w - pad - 4) * (ts - (now - this.windowMs))) / this.windowMs;
-      const y = (v) => pad / 2 + (h - pad) * (1 - v / max);
-      for (const s of this.series) {
-        ctx.strokeStyle = css.getPropertyValue(s.color); ctx.lineWidth = 2; ctx.beginPath();
-        this.points.forEach((p, i) => { const px = x(p.ts); const py = y(p.values[s.key] || 0); if (i) ctx.lineTo(px, py); else ctx.moveTo(px, py); });
-        ctx.stroke();
-      }
-    }
-  }
-
   function meter(value, max, full) {
     const pct = max > 0 ? Math.min(100, (100 * value) / max) : 0;
     return el("span", { class: `meter${full ? " full" : ""}`, role: "meter", "aria-valuemin": 0, "aria-valuemax": max, "aria-valuenow": value,
@@ -384,5 +347,5 @@
   // rather than "Connecting…" for ever.
   window.addEventListener("load", () => { if (!feeds.length) live("", () => {}); });
 
-  window.SB = { api, ApiError, session, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, Chart, meter, page, feeds, eventLog, who };
+  window.SB = { api, ApiError, session, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, meter, page, feeds, eventLog, who };
 })();

@@ -3,7 +3,8 @@
    /static/vendor/uplot/): a UTC time axis, round ticks, ranges of 5 min, 1 h and 24 h, a tooltip, one
    series per kind of movement, and the operator's operations (purge, move, ...) as marks with who and
    how many, not as a rate. Without uPlot the figure says so and shows the latest rates as text.
-   Usage: SB.rateChart(figure, "console/queues/<name>/rates"). */
+   Usage: SB.rateChart(figure, "console/queues/<name>/rates"). SB.chartOptions gives other time charts
+   (analytics.js) the same look. */
 "use strict";
 (function () {
   const { api, el, fmt } = window.SB;
@@ -28,6 +29,13 @@
     for (const m of [1, 2, 5, 10]) if (m * p >= v * (1 - 1e-9)) return m * p;
     return 10 * p;
   }
+  // The y axis' tick steps: 1, 2 and 5 x 10^n only (uPlot's own list has 2.5, giving 0, 2.5, 5, 7.5, 10).
+  const ROUND_STEPS = [];
+  for (let e = -4; e <= 9; e++) for (const m of [1, 2, 5]) ROUND_STEPS.push(Number((m * 10 ** e).toPrecision(1)));
+  // A tick's text: whole thousands grouped, small rates with the decimals they need (0.02, not 0.0).
+  const tickText = (v) => (v >= 100 ? fmt.rate(v) : String(Number(v.toFixed(6))));
+  // A legend's rate: as fmt.rate, but one message a minute reads 0.017, not 0.0.
+  const rateText = (v) => (v > 0 && v < 0.05 ? String(Number(v.toPrecision(2))) : fmt.rate(v));
   const utc = (ms) => new Date(ms).toISOString().slice(11, 19);
   // The time axis in UTC (as every time in the console), 24-hour: HH:MM, HH:MM:SS below a minute's
   // spacing, MM-DD at a day's; uPlot chose the spacing (`incr`, s) from its round steps.
@@ -45,8 +53,47 @@
     return `${what}${count} by ${e.user || "unknown"} —${where}`;
   }
 
+  const css = () => getComputedStyle(document.documentElement);
+
+  /* uPlot options in the console's look, for every time chart of the console (the rate charts below and
+     the analytics page's throughput): UTC time axis, messages/s from 0 to a round top, the series'
+     colours from CSS variables (both themes), a live legend. series: [{label, color}] (per second);
+     extra: {xRange, hooks, time(ms) for the legend's time}. */
+  function chartOptions(plot, series, extra = {}) {
+    const c = css();
+    const muted = c.getPropertyValue("--muted").trim(); const line = c.getPropertyValue("--line").trim();
+    const axis = { stroke: muted, grid: { stroke: line, width: 1 }, ticks: { stroke: line, width: 1 }, font: "11px system-ui" };
+    const time = extra.time || ((ms) => utc(ms));
+    const x = { time: true };
+    if (extra.xRange) x.range = extra.xRange;
+    return {
+      width: Math.max(300, plot.clientWidth), height: HEIGHT,
+      tzDate: (ts) => window.uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),  // (the legend's, the cursor's)
+      scales: { x, y: { range: (u, min, max) => [0, niceCeil(max)] } },
+      axes: [
+        { ...axis, label: "time (UTC)", labelSize: 18, labelFont: "11px system-ui", values: timeTicks },
+        { ...axis, size: 56, label: "messages/s", labelSize: 18, labelFont: "11px system-ui", incrs: ROUND_STEPS,
+          values: (u, splits) => splits.map(tickText) },
+      ],
+      series: [
+        { label: "time (UTC)", value: (u, v) => (v === null || v === undefined ? "–" : time(v * 1000)) },
+        ...series.map((s) => ({ label: `${s.label}/s`, stroke: c.getPropertyValue(s.color).trim(), width: 2,
+          points: { show: false }, spanGaps: false, value: (u, v) => (v === null || v === undefined ? "–" : rateText(v)) })),
+      ],
+      legend: { show: true, live: true },
+      cursor: { drag: { x: false, y: false }, points: { size: 6 } },
+      hooks: extra.hooks || {},
+    };
+  }
+
+  // What a chart's place says when uPlot is not installed; `then` says where the figures are instead.
+  function chartMissing(then) {
+    return el("p", { class: "chart-missing" },
+      "The chart needs uPlot (npm package uplot), which is not installed here: run ",
+      el("code", {}, "npm ci"), " in the installation folder (./signalbox.sh does it when npm is installed). ", then);
+  }
+
   function rateChart(figure, path) {
-    const css = () => getComputedStyle(document.documentElement);
     const buttons = RANGES.map(([key, label]) => el("button", { type: "button", class: "small secondary",
       dataset: { range: key }, "aria-pressed": "false", onclick: () => show(key) }, label));
     const plot = el("div", { class: "rate-plot" });
@@ -60,28 +107,9 @@
     let range = "5m"; let data = null; let chart = null; let timer = null; let seq = 0;
 
     function options() {
-      const c = css();
-      const muted = c.getPropertyValue("--muted").trim(); const line = c.getPropertyValue("--line").trim();
-      const axis = { stroke: muted, grid: { stroke: line, width: 1 }, ticks: { stroke: line, width: 1 }, font: "11px system-ui" };
-      return {
-        width: Math.max(300, plot.clientWidth), height: HEIGHT,
-        tzDate: (ts) => window.uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),  // (the legend's, the cursor's)
-        // x runs to now: a mark made since the last step's start is drawn at the right edge
-        scales: { x: { time: true, range: (u, min, max) => [min, Math.max(max, data.now / 1000)] }, y: { range: (u, min, max) => [0, niceCeil(max)] } },
-        axes: [
-          { ...axis, label: "time (UTC)", labelSize: 18, labelFont: "11px system-ui", values: timeTicks },
-          { ...axis, size: 56, label: "messages/s", labelSize: 18, labelFont: "11px system-ui",
-            values: (u, splits) => splits.map((v) => fmt.rate(v).replace(/\.0$/, "")) },
-        ],
-        series: [
-          { label: "time (UTC)", value: (u, v) => (v === null || v === undefined ? "–" : utc(v * 1000)) },
-          ...SERIES.map((s) => ({ label: `${s.label}/s`, stroke: c.getPropertyValue(s.color).trim(), width: 2,
-            points: { show: false }, spanGaps: false, value: (u, v) => (v === null || v === undefined ? "–" : fmt.rate(v)) })),
-        ],
-        legend: { show: true, live: true },
-        cursor: { drag: { x: false, y: false }, points: { size: 6 } },
-        hooks: { draw: [drawMarks], setCursor: [tooltip] },
-      };
+      // x runs to now: a mark made since the last step's start is drawn at the right edge
+      return chartOptions(plot, SERIES, { xRange: (u, min, max) => [min, Math.max(max, data.now / 1000)],
+        hooks: { draw: [drawMarks], setCursor: [tooltip] } });
     }
 
     function columns() {
@@ -137,10 +165,7 @@
         : "No samples yet: the maintenance worker samples every 5 s.";
       marks.replaceChildren(...data.events.map((e) => el("li", { dataset: { action: e.action } }, `${fmt.time(e.at)} ${describe(e)}`)));
       if (!window.uPlot) {
-        plot.replaceChildren(el("p", { class: "chart-missing" },
-          "The chart needs uPlot (npm package uplot), which is not installed here: run ",
-          el("code", {}, "npm ci"), " in the installation folder (./signalbox.sh does it when npm is installed). ",
-          "The latest rates are below."));
+        plot.replaceChildren(chartMissing("The latest rates are below."));
         return;
       }
       if (!chart) {
@@ -180,7 +205,7 @@
     return { show, reload: load };
   }
 
-  window.SB.rateChart = rateChart;
+  Object.assign(window.SB, { rateChart, chartOptions, chartMissing });
   // Every <figure data-rates="<API path>"> of the page gets its chart.
   for (const figure of document.querySelectorAll("figure[data-rates]")) rateChart(figure, figure.dataset.rates);
 })();

@@ -26,6 +26,15 @@ def test_the_stylesheet_names_colours_only_in_its_root_blocks():
     assert light == dark, f"a token defined in one theme only: {sorted(light ^ dark)}"
 
 
+def test_the_other_stylesheets_name_no_colour():
+    found = []
+    for path in (ROOT / "static" / "console").glob("*.css"):
+        if path != CSS:
+            text = re.sub(r"/\*.*?\*/", "", SHADOW.sub("", path.read_text()), flags=re.S)
+            found += [f"{path.relative_to(ROOT)}: {c}" for c in COLOUR.findall(text)]
+    assert found == [], "colours belong in console.css's :root blocks"
+
+
 def test_templates_and_scripts_use_no_colour_of_their_own():
     found = []
     paths = [*(ROOT / "templates" / "console").glob("*.html"), *(ROOT / "static" / "console").glob("*.js")]
@@ -33,4 +42,4 @@ def test_templates_and_scripts_use_no_colour_of_their_own():
         text = path.read_text()
         for pattern in (QUOTED, INLINE):
             found += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in pattern.finditer(text)]
-    assert found == [], "use the CSS tokens (getComputedStyle(...).getPropertyValue('--enq') in a script)"
+    assert found == [], "use the CSS tokens (getComputedStyle(...).getPropertyValue('--ok') in a script)"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from analytics.archive import ArchiveError
-from analytics.pipeline import RangeError
+from analytics.pipeline import TIME_FORMS, RangeError, attach_time_values
 
 
 class Command(BaseCommand):
@@ -15,7 +16,7 @@ class Command(BaseCommand):
             "(tables and summary in SIGNALBOX_ANALYTICS_OUTPUT, summary also in Redis for the console).")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--since", help="start: ISO 8601 (UTC when naive), epoch ms, or -24h/-30m/-7d "
+        parser.add_argument("--since", help=f"start: {TIME_FORMS} "
                             "(default: SIGNALBOX_ANALYTICS_WINDOW_HOURS before --until)")
         parser.add_argument("--until", help="end, exclusive (default: now)")
         parser.add_argument("--destination", action="append", help="only this destination URI (repeatable)")
@@ -23,14 +24,20 @@ class Command(BaseCommand):
         parser.add_argument("--namespace", help="broker key namespace (default SIGNALBOX_NAMESPACE)")
         parser.add_argument("--no-archive", action="store_true", help="skip the archive run before the jobs")
 
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        # Both the command line and call_command() parse through parse_args: `--since -6h` is attached
+        # as `--since=-6h` there, or argparse would take -6h for an unknown option.
+        parse_args = parser.parse_args
+        parser.parse_args = lambda args=None, namespace=None: parse_args(attach_time_values(args), namespace)
+        return parser
+
     def handle(self, *args, **options) -> None:
         from analytics import tasks
         from signalbox.tasks import broker
 
         try:
             since_ms, until_ms = tasks.time_range(options["since"], options["until"])
-            if until_ms <= since_ms:
-                raise RangeError(f"--until ({until_ms}) must be after --since ({since_ms})")
             result = tasks.run(broker(options["namespace"]), str(since_ms), str(until_ms),
                                archive_first=not options["no_archive"], destinations=options["destination"],
                                master=options["master"])
