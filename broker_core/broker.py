@@ -634,7 +634,7 @@ class AsyncBroker(_Api):
                                     oldest: bool) -> dict[str, Any]:
         """summary_many per queue, pipelined in one round trip (a Redis Cluster's slots; the oldest lookups
         a page had no room for)."""
-        source, functions = script("summary_many"), await self._uses_functions()
+        source, functions = script("summary_many"), await self._load(["summary_many"])
         pipe = self.redis.pipeline(transaction=False)
         ops = [self.ops.summary(d, now, oldest) for d in queues]
         for op in ops:
