@@ -5,8 +5,6 @@ client's connection with an ERROR and returns its unacknowledged message."""
 
 from __future__ import annotations
 
-import socket
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,58 +12,12 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from gateway.stomp.frames import Frame, FrameParser, encode
 from tests.console.conftest import PASSWORD
 from tests.console.test_console import confirm
 from tests.helpers.gateway_server import spawn_stomp_listener, wait_listening
-from tests.helpers.stomp_client import RawStomp
+from tests.helpers.stomp_client import RawStomp, RawTcp
 
 pytestmark = pytest.mark.e2e
-
-
-class TcpStomp:
-    """A STOMP 1.2 client over a plain socket."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.parser = FrameParser("1.2")
-        self.pending: list[Frame] = []
-
-    def send(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
-        self.sock.sendall(encode(command, list((headers or {}).items()), body))
-
-    def connect(self, **headers: str) -> Frame:
-        self.send("CONNECT", {"accept-version": "1.2", "login": "admin", "passcode": PASSWORD, "host": "x",
-                              **headers})
-        return self.expect("CONNECTED")
-
-    def expect(self, command: str, timeout: float = 10) -> Frame:
-        deadline = time.monotonic() + timeout
-        while not self.pending:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("closed by the server")
-            self.pending += [f for f in self.parser.feed(data) if f.command]
-        frame = self.pending.pop(0)
-        assert frame.command == command, f"expected {command}, got {frame}"
-        return frame
-
-    def closed_within(self, seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                if not self.sock.recv(65536):
-                    return True
-            except TimeoutError:
-                return False
-            except OSError:
-                return True
-        return False
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +63,8 @@ def test_stomp_clients_over_tcp_and_websocket_are_listed_and_an_admin_closes_one
         admin_page, console_server, stomp_tcp, broker):
     tag = uuid.uuid4().hex[:6]
     queue, audit = f"cq.conn{tag}", f"cq.audit{tag}"
-    tcp_client, ws_client = TcpStomp(stomp_tcp.port), RawStomp(f"ws://127.0.0.1:{console_server.port}/stomp")
+    tcp_client = RawTcp(stomp_tcp.port, login="admin", passcode=PASSWORD, timeout=10)
+    ws_client = RawStomp(f"ws://127.0.0.1:{console_server.port}/stomp")
     ws_client.connect(login="admin", passcode=PASSWORD, **{"client-id": f"ws-app-{tag}"})
     ws_client.parser.version = "1.2"
     consume_and_produce(tcp_client, queue, audit, f"tcp-app-{tag}")
@@ -190,7 +143,7 @@ def tcp_row_id(broker, queue: str) -> str:
 
 def test_a_reader_sees_no_close_button(reader_page, console_server, stomp_tcp):
     tag = uuid.uuid4().hex[:6]
-    client = TcpStomp(stomp_tcp.port)
+    client = RawTcp(stomp_tcp.port, login="admin", passcode=PASSWORD, timeout=10)
     consume_and_produce(client, f"cq.r{tag}", f"cq.ra{tag}", f"reader-visible-{tag}")
     page = reader_page
     page.goto(f"{console_server.url}/console/connections/")

@@ -7,7 +7,6 @@ a user without rights sees only what is theirs or on destinations they may read.
 from __future__ import annotations
 
 import json
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 from broker_core.broker import Broker
-from gateway.stomp.frames import Frame, FrameParser, encode
+from gateway.stomp.frames import Frame
 from tests.helpers.gateway_server import (
     ALICE_TOKEN,
     prepare_database,
@@ -25,7 +24,7 @@ from tests.helpers.gateway_server import (
     spawn_stomp_listener,
     wait_listening,
 )
-from tests.helpers.stomp_client import RawStomp
+from tests.helpers.stomp_client import RawStomp, RawTcp
 
 pytestmark = pytest.mark.e2e
 
@@ -71,54 +70,6 @@ def eventually(check: Callable[[], Any], timeout: float = 5.0) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.05)
-
-
-class RawTcp:
-    """STOMP 1.2 over a plain socket."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.parser = FrameParser("1.2")
-        self.pending: list[Frame] = []
-
-    def send(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
-        self.sock.sendall(encode(command, list((headers or {}).items()), body))
-
-    def connect(self, **headers: str) -> Frame:
-        self.send("CONNECT", {"accept-version": "1.2", "login": "alice", "passcode": "secret", "host": "x",
-                              **headers})
-        return self.expect("CONNECTED")
-
-    def receive(self, timeout: float = 5) -> Frame:
-        deadline = time.monotonic() + timeout
-        while not self.pending:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("closed by the server")
-            self.pending += [f for f in self.parser.feed(data) if f.command]
-        return self.pending.pop(0)
-
-    def expect(self, command: str, timeout: float = 5) -> Frame:
-        frame = self.receive(timeout)
-        assert frame.command == command, f"expected {command}, got {frame}"
-        return frame
-
-    def closed_within(self, seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                if not self.sock.recv(65536):
-                    return True
-            except TimeoutError:
-                return False
-            except OSError:
-                return True
-        return False
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def find(api: httpx.Client, **filters: str) -> list[dict[str, Any]]:

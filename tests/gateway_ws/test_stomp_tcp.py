@@ -6,7 +6,6 @@ silent client, the connection limit, TLS, a listener killed mid-stream, and a cl
 from __future__ import annotations
 
 import shutil
-import socket
 import ssl
 import subprocess
 import time
@@ -17,63 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.stomp.frames import Frame, FrameParser, encode
+from gateway.stomp.frames import encode
 from tests.helpers.gateway_server import ROOT, spawn_stomp_listener, wait_listening
-from tests.helpers.stomp_client import Client
+from tests.helpers.stomp_client import Client, RawTcp
 
 pytestmark = pytest.mark.e2e
-
-
-class RawTcp:
-    """A hand-driven STOMP connection over a plain (or TLS) socket: exact bytes, split anywhere."""
-
-    def __init__(self, port: int, tls: ssl.SSLContext | None = None) -> None:
-        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.sock = tls.wrap_socket(sock, server_hostname="localhost") if tls else sock
-        self.parser = FrameParser("1.2")
-        self.pending: list[Frame] = []
-
-    def send(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
-        self.sock.sendall(encode(command, list((headers or {}).items()), body))
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def connect(self, **headers: str) -> Frame:
-        self.send("CONNECT", {"accept-version": "1.2", "login": "alice", "passcode": "secret", **headers})
-        return self.expect("CONNECTED")
-
-    def receive(self, timeout: float = 5) -> Frame:
-        deadline = time.monotonic() + timeout
-        while not self.pending:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("closed by the server")
-            self.pending += self.parser.feed(data)
-        return self.pending.pop(0)
-
-    def expect(self, command: str, timeout: float = 5) -> Frame:
-        frame = self.receive(timeout)
-        assert frame.command == command, f"expected {command}, got {frame}"
-        return frame
-
-    def closed_within(self, seconds: float) -> bool:
-        """The server closes the socket within `seconds` (frames still queued are read and dropped)."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                if not self.sock.recv(65536):
-                    return True
-            except TimeoutError:
-                return False
-            except OSError:
-                return True
-        return False
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture

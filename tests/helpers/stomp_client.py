@@ -4,12 +4,16 @@ a test reads MESSAGE / RECEIPT / ERROR frames in order with a timeout."""
 from __future__ import annotations
 
 import queue
+import socket
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import stomp
 from stomp.adapter.ws import WSStompConnection
+
+from gateway.stomp.frames import Frame, FrameParser, encode
 
 
 @dataclass
@@ -171,3 +175,59 @@ class RawStomp:
 
     def close(self) -> None:
         self.ws.close()
+
+
+class RawTcp:
+    """A hand-driven STOMP 1.2 connection over a plain (or TLS) socket: exact bytes, split anywhere.
+    Heart-beats are read and dropped; `timeout` is how long `expect` waits by default."""
+
+    def __init__(self, port: int, tls: ssl.SSLContext | None = None, *, login: str = "alice",
+                 passcode: str = "secret", timeout: float = 5) -> None:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.sock = tls.wrap_socket(sock, server_hostname="localhost") if tls else sock
+        self.parser = FrameParser("1.2")
+        self.pending: list[Frame] = []
+        self.login, self.passcode, self.timeout = login, passcode, timeout
+
+    def send(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
+        self.sock.sendall(encode(command, list((headers or {}).items()), body))
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def connect(self, **headers: str) -> Frame:
+        self.send("CONNECT", {"accept-version": "1.2", "login": self.login, "passcode": self.passcode,
+                              "host": "x", **headers})
+        return self.expect("CONNECTED")
+
+    def receive(self, timeout: float | None = None) -> Frame:
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while not self.pending:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed by the server")
+            self.pending += [f for f in self.parser.feed(data) if f.command]
+        return self.pending.pop(0)
+
+    def expect(self, command: str, timeout: float | None = None) -> Frame:
+        frame = self.receive(timeout)
+        assert frame.command == command, f"expected {command}, got {frame}"
+        return frame
+
+    def closed_within(self, seconds: float) -> bool:
+        """The server closes the socket within `seconds` (frames still queued are read and dropped)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                if not self.sock.recv(65536):
+                    return True
+            except TimeoutError:
+                return False
+            except OSError:
+                return True
+        return False
+
+    def close(self) -> None:
+        self.sock.close()
