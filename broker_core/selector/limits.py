@@ -23,8 +23,10 @@ MAX_CONSTRUCTION_STEPS = 400_000  # parse-time work building one automaton (0.1-
 # that message (no match). At about 0.1 us a byte this keeps one evaluation to a few milliseconds.
 MAX_EVALUATION_BYTES = 256 * 1024
 # A dispatch, browse or move-matching chunk ends once its evaluations have spent this much (after at
-# least one message), and the next call goes on from there.
-MAX_CALL_EVALUATION_BYTES = 256 * 1024
+# least one message), and the next call goes on from there. (256 KiB let one message offered to 100
+# consumers with 100 kB regexes take 22 ms in a call on a quiet machine, bench/adversarial.py; 128 KiB
+# keeps such a call to about two evaluations.)
+MAX_CALL_EVALUATION_BYTES = 128 * 1024
 
 LIMITS = {
     "max_selector_length": MAX_SELECTOR_LENGTH,
