@@ -13,22 +13,9 @@ from playwright.sync_api import expect
 
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
+from tests.console.test_console import confirm, wait_for
 
 pytestmark = pytest.mark.e2e
-
-
-def confirm(page) -> None:
-    dialog = page.locator("dialog#confirm")
-    expect(dialog).to_be_visible()
-    dialog.locator("#confirm-ok").click()
-    expect(dialog).to_be_hidden()
-
-
-def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
 
 
 def dead_letter(broker, queue_name: str, body: str) -> str:
