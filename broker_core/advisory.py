@@ -1,6 +1,6 @@
 """Advisory topics (spec §11): ActiveMQ's names, and the advisory messages built from lifecycle events.
 
-The scripts decide which events are advised (scripts/includes/advisory.lua: the event types ActiveMQ
+The scripts decide which events are advised (scripts/lua/includes/advisory.lua: the event types ActiveMQ
 advises about, gated by the destination's policy flags as ActiveMQ gates them) and record each one in
 the destination's forwarding hash in the same atomic step as the event; `operations.forward` then calls
 `build` and publishes the result on the advisory topic, which is an ordinary topic: subscribe to it like

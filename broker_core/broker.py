@@ -1,6 +1,6 @@
 """The broker_core API: `Broker` (blocking) and `AsyncBroker` (asyncio) over one implementation.
 
-Both run the operation generators of operations.py with the one driver loop of drivers.py, each saying
+Both run the operation generators of operations.py with the one driver loop of drivers/loop.py, each saying
 only how one request is done; gateway, console and Celery tasks call these methods and nothing else.
 Time comes from the clock given (a FakeClock in tests), never from Redis.
 """
@@ -18,11 +18,12 @@ import redis.asyncio
 
 from . import advisory, connections, errors, topic_ops, virtual
 from .clock import Clock, SystemClock
-from .coalesce import Coalescer
 from .config.store import PolicyStore
 from .destinations import Destination, parse_destination, require_concrete
-from .direct import DirectConnections
-from .drivers import Driver, Io, Transaction, run, run_async, typed_error
+from .drivers.coalesce import Coalescer
+from .drivers.direct import DirectConnections
+from .drivers.loop import Driver, Io, Transaction, run, run_async, typed_error
+from .drivers.multiplexed import MultiplexedConnection
 from .effects import Command, Eval, Op, Policy
 from .flow import ResourceAllocationError, Sleep
 from .messages import Delivery, Message
@@ -42,9 +43,8 @@ from .model import (
     SweepResult,
     summary_from,
 )
-from .multiplexed import MultiplexedConnection
 from .operations import Operations
-from .scripts import call_args, script
+from .scripts.library import call_args, script
 from .topics import SubscriptionStats
 
 T = TypeVar("T")
@@ -53,7 +53,8 @@ Packed = list[tuple[str, bytes]]  # messages as Message.pack gives them: (id, by
 
 
 def _send_refused(error: Exception) -> bool:
-    """Whether the send script refused a send at once, storing nothing (coalesce.py): a size or property
+    """Whether the send script refused a send at once, storing nothing (drivers/coalesce.py): a size or
+    property
     limit, or a memory limit it fails on without waiting (a send that waited in vain has waited its time;
     one whose earlier parts were stored, operations.send_parts, has stored something)."""
     if isinstance(error, ResourceAllocationError):
@@ -114,7 +115,7 @@ def _messages(message: Message | str | bytes | Iterable[Message]) -> list[Messag
 
 
 class _Api:
-    """The methods both brokers share; `_run` (how drivers.py's loop is run: blocking or awaited) is the
+    """The methods both brokers share; `_run` (how drivers/loop.py's loop is run: blocking or awaited) is the
     only difference between them. Each method is annotated with its operation's result: what a Broker call
     returns, and what an AsyncBroker call's awaitable gives (type checkers see AsyncBroker's inherited
     methods with these sync annotations: typing those as awaitables would repeat every signature)."""
@@ -123,7 +124,7 @@ class _Api:
         self.ops = Operations(namespace)
         self.namespace = namespace
         self.clock = clock or SystemClock()
-        # How an operation is run (drivers.py); the two brokers only say how one request is done.
+        # How an operation is run (drivers/loop.py); the two brokers only say how one request is done.
         self.driver = Driver()
 
     def _now(self) -> int:
@@ -435,7 +436,7 @@ class Broker(_Api):
         super().__init__(namespace, clock)
         self.redis = client
         self.policies = policies or PolicyStore(client, namespace)
-        # Script calls and transactions go over this broker's own connections (direct.py), or through
+        # Script calls and transactions go over this broker's own connections (drivers/direct.py), or through
         # redis-py for a client those cannot copy.
         self.link = DirectConnections.for_client(client)
 
@@ -445,7 +446,7 @@ class Broker(_Api):
             self.link.close()
 
     def _perform(self, io: Io) -> Any:
-        """Do one request of the driver (drivers.py) blocking."""
+        """Do one request of the driver (drivers/loop.py) blocking."""
         if type(io) is tuple:  # a script call: over this broker's own connections
             return self.link.call(*io) if self.link is not None else self.redis.execute_command(*io)
         if isinstance(io, Command):
@@ -480,10 +481,11 @@ class AsyncBroker(_Api):
         super().__init__(namespace, clock)
         self.redis = client
         self.policies = policies  # resolved in a thread: it uses a blocking client, and only on first use
-        # Script calls and transactions share one connection (multiplexed.py), or go through redis-py
+        # Script calls and transactions share one connection (drivers/multiplexed.py), or go through redis-py
         # for a client that connection cannot copy.
         self.link = MultiplexedConnection.for_client(client)
-        # concurrent sends, and acks of different consumers, to one queue share script calls (coalesce.py)
+        # concurrent sends, and acks of different consumers, to one queue share script calls
+        # (drivers/coalesce.py)
         self._sends: Coalescer[Packed, list[str]] = Coalescer(self._send_groups, _send_refused, size=len)
         self._acks: Coalescer[AckRequest, tuple[int, list[Delivery]]] = Coalescer(
             self._ack_groups, lambda e: isinstance(e, errors.UnknownConsumer | errors.NotInFlight),
@@ -491,7 +493,7 @@ class AsyncBroker(_Api):
 
     async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
                    *, tx: str | None = None) -> list[str]:
-        """As Broker.send; concurrent sends to one queue share a script call (coalesce.py)."""
+        """As Broker.send; concurrent sends to one queue share a script call (drivers/coalesce.py)."""
         if tx is None and not _is_composite(destination):
             dest, batch = _dest(destination), _messages(message)
             if dest.is_queue and batch:
@@ -501,7 +503,8 @@ class AsyncBroker(_Api):
 
     async def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
                   tx: str | None = None) -> int:
-        """As Broker.ack; acks of different consumers of one queue share a script call (coalesce.py)."""
+        """As Broker.ack; acks of different consumers of one queue share a script call
+        (drivers/coalesce.py)."""
         ids = _ids(message_id)
         if tx is None and ids and consumer.destination.is_queue:
             request = (consumer, ids, self._ack_mode(consumer, mode, tx), 0)
@@ -537,7 +540,7 @@ class AsyncBroker(_Api):
             self.link.close()
 
     async def _perform(self, io: Io) -> Any:
-        """Do one request of the driver (drivers.py) with asyncio."""
+        """Do one request of the driver (drivers/loop.py) with asyncio."""
         if type(io) is tuple:  # a script call: over this broker's one connection
             return await (self.link.call(*io) if self.link is not None else self.redis.execute_command(*io))
         if isinstance(io, Command):

@@ -2,7 +2,7 @@
 WebSocket, the JSON WebSocket protocol, REST consumers), with their subscriptions and producers, and the
 operator's request to close one. ActiveMQ's console lists its connections from the broker's memory;
 Signalbox's connections live in many gateway processes, so each process writes what it holds here
-(scripts/connections.lua) and the console reads it back.
+(scripts/lua/connections.lua) and the console reads it back.
 
 Every adapter goes through this one set of functions:
 

@@ -1,4 +1,5 @@
-"""What an operation yields to the driver that runs it (drivers.py): a script to run (`Eval`), a plain Redis
+"""What an operation yields to the driver that runs it (drivers/loop.py): a script to run (`Eval`), a plain
+Redis
 command (`Command`), or a question for the driver (`Policy`), and the error a script's reply turns into
 when the destination does not exist yet. Operations are generators (operations.py); the one driver loop
 runs the same generator for Broker (blocking) and AsyncBroker (asyncio), so each operation is written once."""

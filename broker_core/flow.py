@@ -1,6 +1,6 @@
 """Producer flow control and memory usage (spec §9): the broker-wide limit, waiting for space, the error.
 
-The counting is done by the scripts (scripts/includes/flow.lua): a destination's usage is the bytes its
+The counting is done by the scripts (scripts/lua/includes/flow.lua): a destination's usage is the bytes its
 stored messages take (packed size, at least `minimumMessageSize`), the broker's usage the sum over all
 destinations, in `<ns>:usage`. A send that would take either past its limit stores nothing; this module
 then waits for space (re-running the send) or raises `ResourceAllocationError`, as the policy says:
@@ -12,7 +12,7 @@ then waits for space (re-running the send) or raises `ResourceAllocationError`, 
 
 Forwards (dead letters, moves, virtual destination copies) are exempt once recorded, as ActiveMQ exempts
 its DLQ sends; a producer's send that makes virtual destination copies counts them up front, against the
-broker's limit and each target's own limit (scripts/includes/flow.lua).
+broker's limit and each target's own limit (scripts/lua/includes/flow.lua).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ FLOW_DOC = "See http://activemq.apache.org/producer-flow-control.html for more i
 
 @dataclass(frozen=True)
 class Sleep:
-    """A request to the driver (drivers.py): wait `ms` milliseconds, reply with the clock's time."""
+    """A request to the driver (drivers/loop.py): wait `ms` milliseconds, reply with the clock's time."""
 
     ms: int
 

@@ -1,7 +1,7 @@
 """Messages: what a producer sends, what a consumer receives, and their packed form in Redis.
 
 A message is stored once, as one msgpack array (the layout below, mirrored by
-scripts/includes/message.lua), in its destination's `msgs` hash. Headers follow JMS: priority 0-9
+scripts/lua/includes/message.lua), in its destination's `msgs` hash. Headers follow JMS: priority 0-9
 (default 4), persistent flag, timestamp, expiration (absolute ms, 0 = never), correlation id, reply-to,
 type, group id and sequence, plus typed user properties.
 """
@@ -21,7 +21,7 @@ import msgpack
 from .errors import InvalidMessage
 
 FORMAT_VERSION = 1
-RECORD_LENGTH = 20  # fields of the packed array (scripts/includes/message.lua names them)
+RECORD_LENGTH = 20  # fields of the packed array (scripts/lua/includes/message.lua names them)
 # An optional 21st field, only on the copy a wildcard topic subscription receives: the topic the message
 # was published to, which its consumers see as its destination (topics.wildcard_copy).
 PUBLISHED_TO = RECORD_LENGTH

@@ -69,7 +69,7 @@ SEND_PART_BYTES = 1 << 20
 DESTINATIONS_PAGE = 500  # registry entries per ZSCAN
 GROUPS_PAGE = 200  # message groups per group_list call
 ACK_PART = 100  # ids per ack call: a larger individual ack is checked whole, then applied in parts
-CUMULATIVE_MOST = 1_000  # messages one cumulative ack call takes (scripts/ack.lua says the same)
+CUMULATIVE_MOST = 1_000  # messages one cumulative ack call takes (scripts/lua/ack.lua says the same)
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
 # In-flight messages a closed (or reaped, aborted) consumer returns per script call, and messages an ended
 # topic subscription held released per call; the rest follow in further calls (return_owed). A message
@@ -78,7 +78,7 @@ MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded scri
 RETURN_CHUNK = 200
 TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is (not dead letters)
 # forwards that publish a copy made for the target: a virtual destination's, an advisory, a wildcard
-# subscription's (scripts/includes/wildcard.lua). With TRANSFERS, every forward that is not a dead letter:
+# subscription's (scripts/lua/includes/wildcard.lua). With TRANSFERS, every forward that is not a dead letter:
 # only a dead letter's target is marked a dead-letter queue (meta dlq=1, which retry requires).
 COPIES = ("virtual", "advisory", "wildcard")
 
@@ -232,7 +232,7 @@ class Operations:
                     copy = virtual.forward_copy(blob, _str(argument))
                 elif kind == "advisory":  # an advisory message about an event (advisory.py)
                     copy = advisory.build(message_id, argument, blob, now)
-                elif kind == "wildcard":  # a wildcard subscription's copy (scripts/includes/wildcard.lua)
+                elif kind == "wildcard":  # a wildcard subscription's copy (scripts/lua/includes/wildcard.lua)
                     copy = wildcard_copy(blob, _str(argument))
                 else:
                     text = failure_cause(kind, _str(argument), source_policy)
@@ -419,7 +419,7 @@ class Operations:
 
     def ack(self, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
             receive: int = 0) -> Op:
-        """mode: 'individual', 'cumulative' or 'delivered' (see scripts/ack.lua). Returns how many were
+        """mode: 'individual', 'cumulative' or 'delivered' (see scripts/lua/ack.lua). Returns how many were
         acknowledged and, when `receive` > 0, up to that many next messages for the consumer."""
         if not message_ids:
             raise NotInFlight("no message id given to acknowledge")
@@ -501,7 +501,7 @@ class Operations:
 
     def nack(self, consumer: ConsumerRef, message_ids: list[str], poison: bool, now: int,
              jitter: float) -> Op:
-        """Negative acknowledgement (scripts/nack.lua): redelivery after the policy's delay, or the
+        """Negative acknowledgement (scripts/lua/nack.lua): redelivery after the policy's delay, or the
         dead-letter queue (poison, or past maximumRedeliveries). Returns (dead-lettered, redelivered)."""
         if not message_ids:
             raise NotInFlight("no message id given to acknowledge negatively")
@@ -512,7 +512,7 @@ class Operations:
         return int(reply[0]), int(reply[1])
 
     def sweep_expired(self, dest: Destination, now: int) -> Op:
-        """One page of the expiry sweep (scripts/sweep.lua); call again until `done`."""
+        """One page of the expiry sweep (scripts/lua/sweep.lua); call again until `done`."""
         if dest.is_topic and not isinstance(dest, Subscription):
             return (yield from topic_ops.sweep_expired(self, dest, now))
         reply = yield from self._eval("sweep", dest, now)
@@ -767,7 +767,7 @@ class Operations:
     def purge(self, dest: Destination, now: int, progress: Callable[[int, int], None] | None = None) -> Op:
         """Remove every message there when the purge starts (broker sequence up to the mark the first call
         takes; later sends stay), wherever it is, in calls of at most PURGE_EXAMINE examined messages
-        (scripts/purge.lua): producers and consumers go on between them. `progress(removed, total)` is
+        (scripts/lua/purge.lua): producers and consumers go on between them. `progress(removed, total)` is
         told after each call (total: what the queue held at the start). Interrupted, run it again."""
         stats = yield from self.stats(dest, now)
         total = stats.queue_size + stats.parked

@@ -8,7 +8,7 @@ from typing import Any
 from .config.system_usage import DEFAULT_MEMORY_LIMIT
 from .resp import reply_text
 
-# Flags scripts return next to their dispatch count (scripts/includes/dispatch.lua).
+# Flags scripts return next to their dispatch count (scripts/lua/includes/dispatch.lua).
 PASS_HAS_MORE, FORWARDS_WAITING = 1, 2
 
 

@@ -1,4 +1,5 @@
-"""What broker_core's own Redis connections share (multiplexed.py for AsyncBroker, direct.py for Broker):
+"""What broker_core's own Redis connections share (drivers/multiplexed.py for AsyncBroker,
+drivers/direct.py for Broker):
 packing a command, the exceptions for error replies, a MULTI/EXEC block's outcome, and the connection
 settings they copy from a redis-py client.
 

@@ -41,7 +41,7 @@ def registry_key(ops: Operations) -> str:
 
 
 def wildcards_key(ops: Operations) -> str:
-    """<ns>:wildcards: the topic patterns that have subscriptions (scripts/includes/wildcard.lua)."""
+    """<ns>:wildcards: the topic patterns that have subscriptions (scripts/lua/includes/wildcard.lua)."""
     return f"{ops.namespace}:wildcards"
 
 
@@ -54,7 +54,7 @@ def pattern_topics(ops: Operations) -> Op:
 
 def idle_pattern_topics(ops: Operations) -> Op:
     """The uris of the pseudo-topics whose pattern lost its last subscription while keys remain there
-    (<ns>:wildcards:idle, scripts/includes/wildcard.lua): maintenance delivers what waits in their
+    (<ns>:wildcards:idle, scripts/lua/includes/wildcard.lua): maintenance delivers what waits in their
     forwarding hash (a wildcard subscription's dead letters), then `drop_idle_pattern` removes them."""
     reply = yield Command(("SMEMBERS", f"{wildcards_key(ops)}:idle"))
     return sorted(f"topic://{_str(p)}" for p in reply)
@@ -110,7 +110,7 @@ def finish_send(ops: Operations, dest: Destination, now: int, tail: list[Any]) -
 
 
 def fan_out(ops: Operations, dest: Destination, now: int) -> Op:
-    """Go on with the topic's unfinished fan-outs (scripts/topic_fanout.lua), a call's worth of selector
+    """Go on with the topic's unfinished fan-outs (scripts/lua/topic_fanout.lua), a call's worth of selector
     work per call, until those queued when it started are done: the sender's own messages are among them
     (a fan-out is FIFO), and a stream of later sends does not keep it here. Safe from several processes at
     once (each call takes the next subscriptions off the list). Returns how many it finished."""

@@ -3,7 +3,7 @@
 A topic consumer is a subscription (spec §7): non-durable ones live as long as their consumer, durable
 ones are keyed by (client id, subscription name). Each subscription is run by the queue scripts under
 its own key prefix inside the topic's hash tag (`<ns>:{t:name}:s:<key>`), while the message itself is
-stored once on the topic with a reference count (scripts/includes/topic.lua). `Subscription` names such a
+stored once on the topic with a reference count (scripts/lua/includes/topic.lua). `Subscription` names such a
 prefix: it is the topic (same kind, name, uri and hash tag) plus the subscription key, so every
 queue-level operation (dispatch, sweeps, reaping, slow-consumer checks) runs on it unchanged.
 """
@@ -52,7 +52,7 @@ def durable_registry_field(client_id: str, subscription_name: str) -> str:
 
 
 def wildcard_copy(blob: bytes, published_to: str) -> bytes:
-    """The copy a wildcard subscription's pseudo-topic receives (scripts/includes/wildcard.lua records
+    """The copy a wildcard subscription's pseudo-topic receives (scripts/lua/includes/wildcard.lua records
     it): the message as sent, plus the topic it was published to, which its consumers see as its
     destination (Delivery.destination, STOMP `destination`) while `original_destination` stays the
     message's own."""

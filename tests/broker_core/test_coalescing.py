@@ -1,4 +1,5 @@
-"""AsyncBroker's group commit (broker_core/coalesce.py): concurrent sends to one queue, and concurrent acks
+"""AsyncBroker's group commit (broker_core/drivers/coalesce.py): concurrent sends to one queue, and
+concurrent acks
 of its consumers, share script calls, and each caller still gets exactly what it would have got alone."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import pytest
 import redis.asyncio
 
 from broker_core.broker import AsyncBroker
-from broker_core.coalesce import Coalescer
 from broker_core.destinations import Destination
+from broker_core.drivers.coalesce import Coalescer
 from broker_core.errors import InvalidMessage, MessageTooLarge, NotInFlight
 from broker_core.flow import ResourceAllocationError
 from broker_core.messages import Message

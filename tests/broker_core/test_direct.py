@@ -1,4 +1,5 @@
-"""The connections Broker's script calls use (broker_core/direct.py), against the real Redis: each call
+"""The connections Broker's script calls use (broker_core/drivers/direct.py), against the real Redis: each
+call
 gets its own reply under threads, errors raised as redis-py raises them, MULTI/EXEC blocks kept whole,
 an idle connection the server closed replaced before anything is written, a call whose connection dies
 raised and never repeated, a forked child on its own connections."""
@@ -14,7 +15,7 @@ import redis
 from redis.exceptions import NoScriptError
 
 from broker_core.broker import Broker
-from broker_core.direct import DirectConnections
+from broker_core.drivers.direct import DirectConnections
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
 

@@ -1,4 +1,4 @@
-"""The one driver loop (broker_core/drivers.py) as both brokers run it: Broker blocking, AsyncBroker with
+"""The one driver loop (broker_core/drivers/loop.py) as both brokers run it: Broker blocking, AsyncBroker with
 asyncio, each in both script forms. The same work gives the same results; a server that lost its scripts
 or library mid-run gets them again (on a plain call and inside a MULTI/EXEC); a script's error reply
 reaches the caller as its typed error; a destination's first use writes its policy and is retried."""
@@ -16,7 +16,7 @@ from broker_core.destinations import parse_destination
 from broker_core.effects import Eval
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from broker_core.scripts import library, wants_functions
+from broker_core.scripts.library import library, wants_functions
 
 FORMS = [True, False]  # the function library; EVALSHA scripts
 

@@ -236,7 +236,7 @@ class QueueMachine(RuleBasedStateMachine):
         return {m.decode() for m in self.client.hkeys(f"{self.ns}:{{q:{dest}}}:msgs")}
 
     def _closing(self):
-        """Closed consumers whose messages are still owed (broker_core/scripts/includes/lifecycle.lua)."""
+        """Closed consumers whose messages are still owed (broker_core/scripts/lua/includes/lifecycle.lua)."""
         return sorted(m.decode() for m in self.client.hkeys(self._key("closing")))
 
     def _undelivered(self, cid):

@@ -1,4 +1,5 @@
-"""The connection AsyncBroker's script calls share (broker_core/multiplexed.py), against the real Redis:
+"""The connection AsyncBroker's script calls share (broker_core/drivers/multiplexed.py), against the real
+Redis:
 replies matched to their calls under concurrency, errors raised as redis-py raises them, MULTI/EXEC
 blocks kept whole, a lost connection failing its waiting calls and the next call reconnecting."""
 
@@ -12,9 +13,9 @@ import redis.asyncio
 from redis.exceptions import NoScriptError
 
 from broker_core.broker import AsyncBroker
+from broker_core.drivers.multiplexed import MultiplexedConnection
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from broker_core.multiplexed import MultiplexedConnection
 from broker_core.resp import pack
 
 

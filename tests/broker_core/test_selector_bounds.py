@@ -3,7 +3,7 @@ the value, so no pattern can make one Redis call backtrack for seconds; the limi
 be refuse the rest at parse time, naming the limit; an evaluation that would spend more than its budget
 fails (no match, counted); a dispatch chunk stops once its evaluations have spent a call's worth.
 
-Each evaluation here is a real call of scripts/selector_match.lua, in both script forms on the session's
+Each evaluation here is a real call of scripts/lua/selector_match.lua, in both script forms on the session's
 server (the embedded Valkey): EVALSHA, and FCALL of the function library. The work bound is checked
 on the CPU time of the server's main thread during the call (INFO cpu; unlike the call's wall time it
 does not grow when the shared test machine is busy), against a generous BOUND_MS: before the automata
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from broker_core.errors import InvalidSelector
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from broker_core.scripts import call_args, load_args, script
+from broker_core.scripts.library import call_args, load_args, script
 from broker_core.selector import SelectorEvaluationError, evaluate_in_redis, message_json, parse_selector
 from broker_core.selector.evaluate import ERROR_PREFIX
 from broker_core.selector.limits import LIMITS, MAX_EVALUATION_BYTES

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.scripts import SCRIPT_DIR
+from broker_core.scripts.library import SCRIPT_DIR
 from broker_core.selector import (
     SelectorEvaluationError,
     evaluate_in_redis,

@@ -1,7 +1,7 @@
 """Wildcard topic subscriptions (issue #5; docs/broker_core.md "Wildcard subscriptions").
 
 A subscription on `topic://orders.>` is a subscription of the pattern's pseudo-topic; a send to a
-matching topic records a copy for it in the same step (scripts/includes/wildcard.lua) and
+matching topic records a copy for it in the same step (scripts/lua/includes/wildcard.lua) and
 operations.forward delivers it, with the real topic as the destination its consumer sees.
 """
 
@@ -17,7 +17,7 @@ from broker_core.destinations import Destination, matches, parse_destination
 from broker_core.effects import Eval
 from broker_core.errors import InvalidConsumer, InvalidDestination
 from broker_core.messages import Message
-from broker_core.scripts import SCRIPT_DIR
+from broker_core.scripts.library import SCRIPT_DIR
 
 from .conftest import consumer, drain
 from .test_flow_virtual_edges import Crash, drive

@@ -8,7 +8,7 @@ import redis
 
 from broker_core import maintenance, topic_ops
 from broker_core.destinations import parse_destination
-from broker_core.drivers import typed_error as _typed_error
+from broker_core.drivers.loop import typed_error as _typed_error
 from broker_core.effects import Command, Eval
 from broker_core.errors import BrokerError, DurableSubscriptionInUse, InvalidConsumer, OperationRefused
 from broker_core.messages import Message

@@ -11,7 +11,7 @@ from broker_core import maintenance, virtual
 from broker_core.broker import Broker
 from broker_core.config.virtual import VirtualConfig, load_virtual_config
 from broker_core.destinations import Destination, parse_destination
-from broker_core.drivers import typed_error as _typed_error
+from broker_core.drivers.loop import typed_error as _typed_error
 from broker_core.effects import Command, Eval
 from broker_core.errors import InvalidDestination, InvalidPolicy
 from broker_core.messages import Message

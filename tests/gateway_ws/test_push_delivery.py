@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from broker_core.scripts import script
+from broker_core.scripts.library import script
 from tests.gateway_ws.conftest import TWO_GATEWAYS_LEASE_MS
 from tests.helpers.stomp_client import Client
 

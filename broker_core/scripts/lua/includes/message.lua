@@ -65,7 +65,7 @@ local function redelivery_score(score)
   return score - REDELIVERY_BAND
 end
 
--- The table the selector evaluator reads (scripts/includes/selector.lua).
+-- The table the selector evaluator reads (scripts/lua/includes/selector.lua).
 local _dest_uri = nil  -- (reset with PASS_DIRTY, below)
 local function selector_view(id, m)
   if not _dest_uri then _dest_uri = redis.call('HGET', K_META, 'uri') or '' end

@@ -6,7 +6,7 @@
 --   cumulative: every message dispatched to this consumer up to and including the (single) listed one
 --               (STANDARD ack of a CLIENT_ACKNOWLEDGE session; STOMP client mode);
 --   delivered:  the listed messages reached the application; the prefetch window grows by their count.
--- Several consumers are the acks of concurrent callers (AsyncBroker, broker_core/coalesce.py), each consumer
+-- Several consumers are the acks of concurrent callers (AsyncBroker, broker_core/drivers/coalesce.py), each consumer
 -- named once. Nothing changes unless every listed message is in flight with its consumer: all of them are
 -- checked before any is acknowledged. One dispatch chunk runs after all the acks.
 -- Returns {dispatched, more, hold_until, then per consumer: acked count, messages received, and the

@@ -86,9 +86,9 @@ do
 end
 
 -- State that lives for one call. On Redis >= 7 these includes are loaded once as a function library
--- (broker_core/scripts.py), so their top-level statements run once, not per call: whatever a call
+-- (broker_core/scripts/library.py), so their top-level statements run once, not per call: whatever a call
 -- changes outside its own functions is reset here. Each include registers its resets with on_call;
--- every script starts with begin_call(KEYS) (scripts.py puts it in front of the script's body).
+-- every script starts with begin_call(KEYS) (scripts/library.py puts it in front of the script's body).
 local CALL_RESETS = {}
 local function on_call(reset) CALL_RESETS[#CALL_RESETS + 1] = reset end
 local function begin_call(keys)
@@ -164,7 +164,7 @@ on_call(function()
   NOW = 0
   POLICY_READ.values, POLICY_READ.key, POLICY_READ.found = nil, nil, false
 end)
--- Where the library outlives a call (Redis >= 7, scripts.py), the table decoded from a packed policy is
+-- Where the library outlives a call (Redis >= 7, scripts/library.py), the table decoded from a packed policy is
 -- kept under that packed string: the same bytes always decode to the same values, and a changed policy
 -- is packed anew, so the cache can only miss, never be stale. Nothing changes these tables' values; what
 -- is derived from them alone is kept in them, under table keys no policy name can be (policy_num,
@@ -345,7 +345,7 @@ local function emit(kind, ...)
   else
     redis.call('XADD', K_EVENTS, '*', 'type', kind, 'ts', NOW_TEXT.text, ...)
   end
-  -- (after the XADD: a script's first write stays one Redis may refuse at its maxmemory, scripts.py)
+  -- (after the XADD: a script's first write stays one Redis may refuse at its maxmemory, scripts/library.py)
   if EVENTS_TRIMMED.stream ~= K_EVENTS then
     EVENTS_TRIMMED.stream = K_EVENTS
     local gone = redis.call('XTRIM', K_EVENTS, 'MAXLEN', '~', (POLICY_READ.values or policy())['eventsMaxLen'])

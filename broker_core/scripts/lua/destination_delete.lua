@@ -27,7 +27,7 @@ end
 redis.call('UNLINK', P .. ':memres')
 local keys = { K_META, K_POLICY, K_MSGS, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER,
   K_LEASES, K_PASSFULL, K_GROUPS, K_GLRU, K_PARKED, K_PARKINFO, K_FWD, K_AUDIT, K_EVENTS, K_SCHED,
-  -- maintenance state (broker_core/maintenance.py, scripts/abort.lua)
+  -- maintenance state (broker_core/maintenance.py, scripts/lua/abort.lua)
   P .. ':maint', P .. ':slowcons', P .. ':aborted', P .. ':aborted:at',
   -- rate history (broker_core/rates.py): a queue made again under this name starts a history of its own
   P .. ':rates', P .. ':rates:5s', P .. ':rates:1m' }

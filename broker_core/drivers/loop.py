@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 
 import redis
 
-from . import errors, flow
-from .effects import Command, Eval, NoDestination, Op, Policy
-from .flow import Sleep
-from .scripts import call_args, is_missing, library, load_args, script, wants_functions
+from .. import errors, flow
+from ..effects import Command, Eval, NoDestination, Op, Policy
+from ..flow import Sleep
+from ..scripts.library import call_args, is_missing, library, load_args, script, wants_functions
 
 T = TypeVar("T")
 

@@ -2,8 +2,8 @@
 as EVALSHA scripts on older servers (an external Redis 6.2; the embedded Valkey runs the library).
 
 Every state transition is one script (shared/design/architecture.md, decision 2). A script is a body
-(scripts/<name>.lua) that names the shared code it uses with `--@include name` lines at its top
-(scripts/includes/). Redis runs an EVAL script's whole text on every call, so every include's functions
+(scripts/lua/<name>.lua) that names the shared code it uses with `--@include name` lines at its top
+(scripts/lua/includes/). Redis runs an EVAL script's whole text on every call, so every include's functions
 are built again on each call; that set-up was the largest single cost of a one-message send. A function
 library is different: Redis runs its top level once, when it is loaded, and each call runs only the
 body. So where the server has functions (FUNCTION LOAD, Redis 7), all the includes are loaded once as
@@ -29,7 +29,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-SCRIPT_DIR = Path(__file__).with_name("scripts")
+SCRIPT_DIR = Path(__file__).with_name("lua")
 _INCLUDE = re.compile(r"^--@include\s+(\S+)\s*$", re.MULTILINE)
 # Scripts that include base.lua start with begin_call (flow_release and selector_match need no prefix).
 _BEGIN = "begin_call(KEYS)\n"
@@ -41,7 +41,7 @@ _BEGIN = "begin_call(KEYS)\n"
 # with a write that cannot: DEL of a key that never exists, in the destination's hash tag (keyless scripts
 # write nothing).
 _ALLOW_OOM = re.compile(r"^--@allow-oom\s*$", re.MULTILINE)
-_OOM_GUARD = "redis.call('DEL', KEYS[1] .. ':-')  -- (--@allow-oom: see scripts.py)\n"
+_OOM_GUARD = "redis.call('DEL', KEYS[1] .. ':-')  -- (--@allow-oom: see scripts/library.py)\n"
 _FUNCTIONS_ENV = "SIGNALBOX_REDIS_FUNCTIONS"
 
 
@@ -115,7 +115,7 @@ def _function_name(digest: str, name: str) -> str:
 
 @cache
 def script(name: str) -> Script:
-    """The script `scripts/<name>.lua` with its includes expanded."""
+    """The script `scripts/lua/<name>.lua` with its includes expanded."""
     includes, body = _split(name)
     shared, included = _includes_text(includes)
     # The body is a function here too, as in the library: its own locals then do not count towards

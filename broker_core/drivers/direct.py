@@ -35,7 +35,7 @@ from typing import Any
 import hiredis
 import redis
 
-from .resp import connect_settings, pack, reply_error, setup_commands, transaction_result
+from ..resp import connect_settings, pack, reply_error, setup_commands, transaction_result
 
 _PLAIN = {redis.Connection, redis.UnixDomainSocketConnection}
 

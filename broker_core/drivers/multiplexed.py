@@ -27,7 +27,7 @@ import hiredis
 import redis
 import redis.asyncio
 
-from .resp import connect_settings, pack, reply_error, setup_commands, transaction_result
+from ..resp import connect_settings, pack, reply_error, setup_commands, transaction_result
 
 _PLAIN = {redis.asyncio.Connection, redis.asyncio.UnixDomainSocketConnection}
 

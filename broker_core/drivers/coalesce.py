@@ -23,7 +23,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Generic, TypeVar
 
-from .destinations import Destination
+from ..destinations import Destination
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")

@@ -62,7 +62,7 @@ end
 -- space held for transactions between their sends and their commit (spec §9: limits are never
 -- passed): '<TP>:memres' (transaction -> 'bytes|expires ms') and K_USAGE .. ':res' ('<tx>|<TP>' -> the
 -- same). Entries past their transaction's life are dropped when read; commit and rollback delete them
--- (scripts/flow_release.lua).
+-- (scripts/lua/flow_release.lua).
 local function reserved(key)
   local flat = redis.call('HGETALL', key)
   local total = 0

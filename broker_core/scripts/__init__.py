@@ -1,0 +1,1 @@
+"""The Lua scripts (lua/, lua/includes/) and how they are loaded and run (library.py)."""
