@@ -227,24 +227,29 @@ def _value(counters: dict[str, list[float]], key: str) -> Callable[[Destination]
 
 async def list_destinations(broker: AsyncBroker, patterns: list[Destination] | None, kind: str | None,
                             search: str, ordering: str, limit: int,
-                            offset: int, where: Filters = Filters()) -> tuple[int, list[dict[str, Any]]]:
-    """(how many match, the rows of the page). `patterns` from permissions.readable_patterns.
+                            offset: int, where: Filters = Filters()) -> tuple[int, list[dict[str, Any]], int]:
+    """(how many match, the rows of the page, how many of the kind asked for the user may not read).
+    `patterns` from permissions.readable_patterns. The hidden count is a number, no names, so someone
+    with partial rights knows the list is not all there is; it comes from the same pass over the names.
 
     Name, kind and dead-letter filters test the names; the others, and sorting by a statistic, read the
     statistics index held in this process (no Redis call per destination): the work is one pass over the
     names whatever the filters, plus the page's rows read fresh."""
     chosen: list[Destination] = []
+    hidden = 0
     for uri in await broker.destinations():
         destination = parse_destination(uri)
         if kind and destination.kind != kind:
+            continue
+        if not permissions.visible(patterns, destination):
+            hidden += 1
             continue
         if search and search not in destination.name.lower():
             continue
         if where.dlq is not None and where.dlq != (destination.kind == "queue"
                                                    and is_dead_letter_queue(destination.name)):
             continue
-        if permissions.visible(patterns, destination):
-            chosen.append(destination)
+        chosen.append(destination)
     key = ordering.lstrip("-")
     reverse = ordering.startswith("-")
     if key == "name" and not where.on_statistics():  # needs no statistics: the index only lends its rates
@@ -268,7 +273,7 @@ async def list_destinations(broker: AsyncBroker, patterns: list[Destination] | N
             chosen.sort(key=_value(counters, key), reverse=reverse)
     page = chosen[offset:offset + limit]
     fresh = await broker.stats_many([d.uri for d in page])
-    return len(chosen), [row(s, idx) for s in fresh if s is not None]
+    return len(chosen), [row(s, idx) for s in fresh if s is not None], hidden
 
 
 async def totals(broker: AsyncBroker, patterns: list[Destination] | None) -> dict[str, Any]:

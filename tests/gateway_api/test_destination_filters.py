@@ -96,3 +96,21 @@ async def test_filters_show_only_what_the_user_may_read(api, make_user, seeded):
     reader = await blocking(make_user)("reader", [("queue://idle", "read"), ("queue://busy", "read")])
     assert await names(api, reader, non_empty="true") == ["queue://busy", "queue://idle"]
     assert await names(api, reader, has_consumers="false") == ["queue://idle"]
+
+
+async def test_the_hidden_count_is_what_the_user_may_not_read_of_the_kind_asked_for(api, make_user, seeded):
+    reader = await blocking(make_user)("reader", [("queue://idle", "read"), ("queue://busy", "read")])
+    root = await blocking(make_user)("root", superuser=True)
+
+    async def hidden(headers, **params) -> int:
+        response = await api.get(LIST, params=params, headers=headers)
+        assert response.status_code == 200, response.text
+        return response.json()["hidden"]
+
+    # six destinations: the reader sees two queues; three queues and the topic are hidden
+    assert await hidden(reader) == 4
+    assert await hidden(reader, kind="queue") == 3
+    assert await hidden(reader, kind="topic") == 1
+    # a name filter narrows what is shown, not what is hidden: the count says the list is not all there is
+    assert await hidden(reader, search="idle") == 4
+    assert await hidden(root) == 0
