@@ -11,9 +11,8 @@ import pytest
 from broker_core import maintenance
 from broker_core.effects import Eval
 from broker_core.messages import Message
-
-from .conftest import consumer, drain
-from .test_chunked_close import calls
+from tests.broker_core.test_chunked_close import calls
+from tests.helpers.broker import consumer, drain
 
 GROUPS = 2_500  # more than two calls' worth of group entries
 
