@@ -25,7 +25,7 @@ from broker_core.config.store import PolicyStore
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import InvalidConsumer, InvalidDestination, InvalidPolicy
 
-EXAMPLE_FILE = Path(__file__).resolve().parents[2] / "signalbox.example.toml"
+EXAMPLE_FILE = Path(__file__).resolve().parents[3] / "signalbox.example.toml"
 
 
 def q(name: str) -> Destination:
