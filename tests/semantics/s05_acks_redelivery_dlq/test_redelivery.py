@@ -1,4 +1,5 @@
-"""Broker-side redelivery, dead-letter queues, expiry and duplicates (spec §5.3-§6, §12)."""
+"""Broker-side redelivery and dead-letter queues (spec §5.3, §5.4), and scheduled delivery (AMQ_SCHEDULED_*:
+ActiveMQ's scheduler, no section of the spec). Expiry is in s06_expiry, duplicates in s12_duplicates."""
 
 from __future__ import annotations
 
@@ -108,64 +109,6 @@ def test_non_persistent_poison_is_dropped_by_default_and_kept_with_process_non_p
         "np2", True, "NON_PERSISTENT")
 
 
-def test_an_expired_persistent_message_lands_in_the_dlq_with_its_expiration_and_cause(broker, clock):
-    expiration = clock.now_ms() + 50
-    (sent,) = broker.send("orders", Message(body="stale", expiration=expiration))
-    clock.advance(100)
-    result = broker.sweep_expired("orders")
-    assert (result.examined, result.expired, result.done) == (1, 1, True)
-    (dead,) = drain(broker, consumer(broker, DLQ))
-    assert dead.message_id == sent
-    assert dead.properties["originalExpiration"] == expiration  # a long beyond int range
-    cause = dead.properties["dlqDeliveryFailureCause"]
-    assert cause == f"java.lang.Throwable: Message Expired. Expiration:{expiration}"
-    assert dead.expiration == 0  # never expires in the DLQ
-    assert broker.stats("orders").expired == 1
-
-
-def test_expired_on_arrival_goes_to_the_dlq_but_is_not_enqueued(broker, clock):
-    (sent,) = broker.send("orders", Message(body="late", expiration=clock.now_ms() - 1))
-    assert sent.status == "expired"
-    assert broker.stats("orders").enqueued == 0
-    assert [d.body for d in drain(broker, consumer(broker, DLQ))] == ["late"]
-
-
-def test_process_expired_off_drops_expired_messages(broker, policy, clock):
-    policy("orders", processExpired=False)
-    broker.send("orders", Message(body="stale", expiration=clock.now_ms() + 10))
-    clock.advance(20)
-    assert broker.dispatch("orders").dispatched == 0
-    consumer(broker)  # the dispatch pass finds it expired
-    stats = broker.stats("orders")
-    assert (stats.expired, stats.discarded, stats.deadlettered) == (1, 1, 0)
-
-
-def test_a_message_that_expires_before_the_adapter_takes_it_is_never_delivered(broker, clock):
-    c = consumer(broker, prefetch=5)
-    broker.send("orders", [Message(body="short", expiration=clock.now_ms() + 10), Message(body="ok")])
-    clock.advance(20)
-    assert [d.body for d in drain(broker, c)] == ["ok"]
-    assert broker.stats("orders").expired == 1
-
-
-def test_the_sweep_walks_the_queue_page_by_page_and_leaves_in_flight_messages_alone(broker, policy, clock):
-    policy("orders", maxExpirePageSize=10)
-    c = consumer(broker, prefetch=3)
-    broker.send("orders", [Message(body=str(i), expiration=clock.now_ms() + 10) for i in range(25)])
-    assert broker.stats("orders").in_flight == 3
-    clock.advance(20)
-    pages = []
-    while True:
-        result = broker.sweep_expired("orders")
-        pages.append((result.examined, result.expired))
-        if result.done:
-            break
-    assert pages == [(10, 10), (10, 10), (2, 2)]
-    stats = broker.stats("orders")
-    assert (stats.expired, stats.in_flight, stats.pending) == (22, 3, 0)
-    del c
-
-
 def test_the_individual_strategy_uses_a_dead_letter_queue_per_destination(broker, policy):
     policy("orders", deadLetterStrategy="individual")
     c = consumer(broker, ack_mode="client-individual")
@@ -188,28 +131,6 @@ def test_a_dead_letter_queue_never_dead_letters_into_itself(broker):
     broker.nack(dlq, drain(broker, dlq)[0].message_id, poison=True)
     stats = broker.stats(DLQ)
     assert (stats.discarded, stats.queue_size) == (1, 0)
-
-
-def test_a_repeated_producer_id_is_enqueued_once_and_says_so(broker):
-    c = consumer(broker, ack_mode="client-individual")
-    (first,) = broker.send("orders", Message(body="a", message_id="order-17"))
-    (d,) = drain(broker, c)
-    broker.ack(c, d.message_id)
-    (again,) = broker.send("orders", Message(body="a", message_id="order-17"))  # a retry after the ack
-    assert (first.status, again.status) == ("ok", "duplicate")
-    assert drain(broker, c) == []
-    assert broker.stats("orders").duplicates == 1
-
-
-def test_duplicates_are_forgotten_beyond_the_audit_window(broker, policy):
-    policy("orders", maxQueueAuditDepth=64)
-    c = consumer(broker, prefetch=1000, ack_mode="client")
-    broker.send("orders", Message(body="first", message_id="X"))
-    broker.send("orders", [Message(body=str(i)) for i in range(200)])
-    got = drain(broker, c)
-    broker.ack(c, got[-1].message_id)
-    (again,) = broker.send("orders", Message(body="again", message_id="X"))
-    assert again.status == "ok"
 
 
 def test_a_scheduled_message_becomes_visible_after_its_delay(broker, clock):
