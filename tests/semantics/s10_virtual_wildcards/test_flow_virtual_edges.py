@@ -330,7 +330,7 @@ def test_a_repeating_message_for_a_topic_target_does_not_wedge_the_composites_fo
     """A repeating scheduled message accepted on composite x (forwardOnly = false) once owed a copy with
     its repeat to a topic target, which topic_send refuses (TOPIC_REPEAT): forward() raised in the middle
     of its batch and every later send to x failed. Now the job stays on x and each firing is copied
-    without its schedule (tests/broker_core/test_virtual_scheduling.py), so nothing is refused."""
+    without its schedule (test_virtual_scheduling.py, in this folder), so nothing is refused."""
     virtual.configure(broker, VirtualConfig.from_config({"compositeQueue": [
         {"name": "x", "forwardOnly": False, "forwardTo": ["topic://t", "x.a"]}]}))
     consumer(broker, "topic://t")
