@@ -17,7 +17,8 @@ from broker_core.destinations import parse_destination
 from broker_core.effects import Eval
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
-from tests.helpers.broker import consumer, drain
+
+from ..helpers.broker import consumer, drain
 
 HELD = 230  # messages the closing consumer holds
 CHUNK = 40

@@ -16,7 +16,8 @@ from broker_core.errors import InvalidMessage, MessageTooLarge, NotInFlight
 from broker_core.flow import ResourceAllocationError
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from tests.helpers.broker import drain
+
+from ..helpers.broker import drain
 
 
 class CountingBroker(AsyncBroker):

@@ -11,8 +11,9 @@ import pytest
 from broker_core import maintenance
 from broker_core.effects import Eval
 from broker_core.messages import Message
-from tests.broker_core.test_chunked_close import calls
-from tests.helpers.broker import consumer, drain
+
+from ..helpers.broker import consumer, drain
+from .test_chunked_close import calls
 
 GROUPS = 2_500  # more than two calls' worth of group entries
 

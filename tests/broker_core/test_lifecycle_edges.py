@@ -7,7 +7,8 @@ import pytest
 
 from broker_core.errors import InvalidMessage, OperationRefused, UnknownDestination
 from broker_core.messages import Message
-from tests.helpers.broker import consumer, drain
+
+from ..helpers.broker import consumer, drain
 
 DLQ = "ActiveMQ.DLQ"
 

@@ -9,8 +9,9 @@ import pytest
 
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
-from tests.broker_core.test_chunked_close import calls
-from tests.helpers.broker import consumer, drain
+
+from ..helpers.broker import consumer, drain
+from .test_chunked_close import calls
 
 BIG = 100_000  # each evaluation of s LIKE '%Q' / '%Z' runs through about this many bytes
 REFUSING = 12  # about three evaluations per call's worth (256 KiB)

@@ -9,7 +9,8 @@ import pytest
 
 from broker_core.messages import Message
 from broker_core.model import is_push, unpack_pushed
-from tests.helpers.broker import consumer
+
+from ..helpers.broker import consumer
 
 
 @pytest.fixture

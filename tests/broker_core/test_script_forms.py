@@ -23,7 +23,8 @@ from broker_core.clock import FakeClock
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
 from broker_core.scripts.library import SCRIPT_DIR, library, script, wants_functions
-from tests.broker_core import test_chunked_close, test_invariants
+
+from . import test_chunked_close, test_invariants
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from tests.broker_core.test_script_forms import client7, functions_url  # noqa: F401  (fixtures: a Redis >= 7)
+
+from .test_script_forms import client7, functions_url  # noqa: F401  (fixtures: a Redis >= 7)
 
 
 @pytest.fixture(params=["eval", "functions"])

@@ -11,8 +11,9 @@ import pytest
 from broker_core import maintenance
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
-from tests.broker_core.test_chunked_close import calls
-from tests.helpers.broker import consumer, drain
+
+from ..helpers.broker import consumer, drain
+from .test_chunked_close import calls
 
 TOPIC = "topic://prices"
 BIG = 100_000  # each matching evaluation of s LIKE '%Z' runs through about this many bytes

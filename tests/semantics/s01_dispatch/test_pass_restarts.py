@@ -6,7 +6,8 @@ import pytest
 
 from broker_core.errors import InvalidConsumer
 from broker_core.messages import Message
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 
 def bodies(deliveries):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from broker_core.messages import Message
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 
 def grouped(broker, body, group, seq=0, **kw):

@@ -26,9 +26,10 @@ from broker_core.scripts.library import call_args, load_args, script
 from broker_core.selector import SelectorEvaluationError, evaluate_in_redis, message_json, parse_selector
 from broker_core.selector.evaluate import ERROR_PREFIX
 from broker_core.selector.limits import LIMITS, MAX_EVALUATION_BYTES
-from tests.broker_core.test_script_forms import functions_url  # noqa: F401  (the server with functions)
-from tests.semantics.s04_selectors.test_selector_like import activemq_like
-from tests.semantics.s04_selectors.test_selector_regex import _python, java_matches, java_split
+
+from ...broker_core.test_script_forms import functions_url  # noqa: F401  (the server with functions)
+from .test_selector_like import activemq_like
+from .test_selector_regex import _python, java_matches, java_split
 
 BOUND_MS = 50.0  # generous: the 2-core test machine is shared; the matching itself is a few ms
 BIG = 100_000
@@ -359,7 +360,7 @@ def test_move_matching_ends_its_call_after_a_calls_worth_of_matching_and_goes_on
 @pytest.mark.parametrize("mode", ["jms", "stomp"])
 def test_the_selector_truth_table_holds_in_the_function_form_too(client7, mode):
     """test_selector_semantics runs it on EVALSHA; the same rows through the function library."""
-    from tests.semantics.s04_selectors.test_selector_semantics import MESSAGE, RAISES, TRUTH_TABLE
+    from .test_selector_semantics import MESSAGE, RAISES, TRUTH_TABLE
 
     form = Form(client7, True)
     wrong = []

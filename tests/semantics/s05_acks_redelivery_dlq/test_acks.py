@@ -6,7 +6,8 @@ import pytest
 
 from broker_core.errors import InvalidConsumer, NotInFlight, TransactionError
 from broker_core.messages import Message
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 
 def send(broker, *bodies, dest="orders"):

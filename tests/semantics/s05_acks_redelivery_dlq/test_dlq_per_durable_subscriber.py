@@ -12,7 +12,8 @@ from broker_core.config.entry import PolicyEntry
 from broker_core.destinations import Destination
 from broker_core.errors import InvalidPolicy
 from broker_core.messages import Message
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 PER_SUBSCRIBER = {"deadLetterStrategy": "individual", "destinationPerDurableSubscriber": True}
 

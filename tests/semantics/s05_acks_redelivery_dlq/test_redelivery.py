@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from broker_core.messages import Message, TypedValue
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 DLQ = "ActiveMQ.DLQ"
 CAUSE_7 = ("java.lang.Throwable: Delivery[7] exceeds redelivery policy limit:RedeliveryPolicy "

@@ -5,7 +5,8 @@ sweep walks the queue page by page. (Moved from test_redelivery.py unchanged.)""
 from __future__ import annotations
 
 from broker_core.messages import Message
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 DLQ = "ActiveMQ.DLQ"
 

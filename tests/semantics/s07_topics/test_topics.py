@@ -10,7 +10,8 @@ from broker_core.errors import InvalidConsumer, InvalidMessage, UnknownConsumer
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
 from broker_core.topics import Subscription
-from tests.helpers.broker import drain
+
+from ...helpers.broker import drain
 
 T = "topic://prices"
 

@@ -9,8 +9,9 @@ from broker_core.broker import Broker
 from broker_core.errors import DurableSubscriptionInUse, InvalidConsumer, UnknownSubscription
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from tests.helpers.broker import drain
-from tests.semantics.s07_topics.test_topics import bodies, stored, sub
+
+from ...helpers.broker import drain
+from .test_topics import bodies, stored, sub
 
 T = "topic://news"
 

@@ -13,8 +13,9 @@ from broker_core.effects import Command, Eval
 from broker_core.errors import BrokerError, DurableSubscriptionInUse, InvalidConsumer, OperationRefused
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from tests.helpers.broker import drain
-from tests.semantics.s07_topics.test_topics import bodies, sub
+
+from ...helpers.broker import drain
+from .test_topics import bodies, sub
 
 T = "topic://review"
 T2 = "topic://review.other"

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from broker_core import flow
 from broker_core.messages import Message
-from tests.helpers.broker import drain
-from tests.semantics.s07_topics.test_topics import stored, sub
+
+from ...helpers.broker import drain
+from .test_topics import stored, sub
 
 T = "topic://retained"
 

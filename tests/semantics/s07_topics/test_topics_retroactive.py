@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from broker_core.messages import Message
-from tests.helpers.broker import drain
-from tests.semantics.s07_topics.test_topics import bodies, stored, sub
+
+from ...helpers.broker import drain
+from .test_topics import bodies, stored, sub
 
 T = "topic://feed"
 

@@ -8,8 +8,9 @@ from broker_core import maintenance
 from broker_core.errors import UnknownConsumer
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef
-from tests.helpers.broker import drain
-from tests.semantics.s07_topics.test_topics import bodies, events, stored, sub
+
+from ...helpers.broker import drain
+from ..s07_topics.test_topics import bodies, events, stored, sub
 
 T = "topic://ticks"
 

@@ -18,7 +18,8 @@ from broker_core.destinations import parse_destination
 from broker_core.errors import InvalidPolicy
 from broker_core.flow import ResourceAllocationError
 from broker_core.messages import Message
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 KB = "x" * 1000  # a body that packs to a little over 1,000 bytes
 

@@ -21,7 +21,8 @@ from broker_core.errors import InvalidPolicy
 from broker_core.flow import ResourceAllocationError, Sleep
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 FLOOR = 2000  # with minimumMessageSize = FLOOR every small message counts exactly FLOOR bytes
 

@@ -13,8 +13,9 @@ from broker_core.destinations import parse_destination
 from broker_core.errors import InvalidDestination
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from tests.helpers.broker import consumer, drain
-from tests.semantics.s10_virtual_wildcards.test_flow_virtual_edges import Crash, drive
+
+from ...helpers.broker import consumer, drain
+from .test_flow_virtual_edges import Crash, drive
 
 
 def topic_policy(broker, pattern: str = ">", **attributes):

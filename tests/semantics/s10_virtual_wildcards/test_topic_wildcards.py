@@ -18,8 +18,9 @@ from broker_core.effects import Eval
 from broker_core.errors import InvalidConsumer, InvalidDestination
 from broker_core.messages import Message
 from broker_core.scripts.library import SCRIPT_DIR
-from tests.helpers.broker import consumer, drain
-from tests.semantics.s10_virtual_wildcards.test_flow_virtual_edges import Crash, drive
+
+from ...helpers.broker import consumer, drain
+from .test_flow_virtual_edges import Crash, drive
 
 # (pattern, topic name, matches?): one table for the Python matcher (destinations.matches) and the Lua
 # one (includes/wildcard.lua WILDCARD.matches), which must agree (ActiveMQ's DestinationFilter rules).

@@ -15,7 +15,8 @@ from broker_core.drivers.loop import typed_error as _typed_error
 from broker_core.effects import Command, Eval
 from broker_core.errors import InvalidDestination, InvalidPolicy
 from broker_core.messages import Message
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 
 class Crash(Exception):

@@ -12,7 +12,8 @@ from broker_core.broker import Broker
 from broker_core.config.virtual import VirtualConfig
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 
 def configure(broker: Broker, **table) -> None:

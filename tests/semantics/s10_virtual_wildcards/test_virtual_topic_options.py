@@ -16,7 +16,8 @@ from broker_core.destinations import parse_destination
 from broker_core.errors import InvalidPolicy
 from broker_core.flow import ResourceAllocationError
 from broker_core.messages import Message
-from tests.helpers.broker import consumer
+
+from ...helpers.broker import consumer
 
 KB = "x" * 1000  # packs to a little over 1,000 bytes
 TOPIC = "topic://VirtualTopic.Orders"

@@ -16,7 +16,8 @@ from broker_core.effects import Command
 from broker_core.flow import ResourceAllocationError
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 
 def watch(broker: Broker, kind: str, dest: str):

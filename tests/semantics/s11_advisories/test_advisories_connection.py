@@ -8,7 +8,8 @@ import json
 
 from broker_core import advisory
 from broker_core.model import ConsumerSpec
-from tests.helpers.broker import drain
+
+from ...helpers.broker import drain
 
 
 def test_without_a_subscriber_no_connection_advisory_topic_appears(broker):

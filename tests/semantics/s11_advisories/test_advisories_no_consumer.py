@@ -8,7 +8,8 @@ from broker_core import advisory
 from broker_core.effects import Eval
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 
 def watch_no_consumer(broker, dest: str):

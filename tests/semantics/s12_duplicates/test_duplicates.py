@@ -4,7 +4,8 @@ forgets ids beyond its window (maxQueueAuditDepth). (Moved from test_redelivery.
 from __future__ import annotations
 
 from broker_core.messages import Message
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 
 def test_a_repeated_producer_id_is_enqueued_once_and_says_so(broker):

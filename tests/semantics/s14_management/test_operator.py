@@ -8,7 +8,8 @@ import pytest
 from broker_core.broker import Broker
 from broker_core.errors import OperationRefused, UnknownDestination, UnknownMessage
 from broker_core.messages import Message
-from tests.helpers.broker import consumer, drain
+
+from ...helpers.broker import consumer, drain
 
 
 def fill(broker, n, dest="orders", **kw):

@@ -4,7 +4,8 @@ retroactively (§7.5) and the pending-message limit in force (§8.5)."""
 from __future__ import annotations
 
 from broker_core.messages import Message
-from tests.semantics.s07_topics.test_topics import sub
+
+from ..s07_topics.test_topics import sub
 
 T = "topic://listing"
 
