@@ -17,6 +17,10 @@ from hypothesis import settings
 
 from broker_core.clock import FakeClock
 
+# The broker fixtures tests/broker_core and tests/semantics share (a plugin: pytest only takes
+# pytest_plugins from the top-level conftest).
+pytest_plugins = ["tests.helpers.broker"]
+
 # Property tests check what happens, not how fast: Hypothesis's 200 ms deadline per example failed them
 # on a machine busy with other work. Time bounds are measured by the benchmarks (bench/adversarial.py).
 settings.register_profile("signalbox", deadline=None)

@@ -8,7 +8,7 @@ from broker_core.broker import AsyncBroker
 from broker_core.messages import Message, TypedValue
 from broker_core.model import ConsumerSpec
 
-from .conftest import consumer, drain
+from ..helpers.broker import consumer, drain
 
 
 async def test_the_async_broker_sends_dispatches_and_acks_like_the_blocking_one(

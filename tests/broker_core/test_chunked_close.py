@@ -18,7 +18,7 @@ from broker_core.effects import Eval
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
 
-from .conftest import consumer, drain
+from ..helpers.broker import consumer, drain
 
 HELD = 230  # messages the closing consumer holds
 CHUNK = 40

@@ -17,7 +17,7 @@ from broker_core.flow import ResourceAllocationError
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
 
-from .conftest import drain
+from ..helpers.broker import drain
 
 
 class CountingBroker(AsyncBroker):

@@ -12,7 +12,7 @@ from broker_core import maintenance
 from broker_core.effects import Eval
 from broker_core.messages import Message
 
-from .conftest import consumer, drain
+from ..helpers.broker import consumer, drain
 from .test_chunked_close import calls
 
 GROUPS = 2_500  # more than two calls' worth of group entries

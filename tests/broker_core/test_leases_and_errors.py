@@ -15,7 +15,7 @@ from broker_core.errors import (
 from broker_core.messages import Message, TypedValue
 from broker_core.model import ConsumerRef
 
-from .conftest import consumer, drain
+from ..helpers.broker import consumer, drain
 
 
 def test_a_lapsed_consumer_gets_nothing_and_the_reaper_returns_its_messages(broker, clock):

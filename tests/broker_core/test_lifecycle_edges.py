@@ -8,7 +8,7 @@ import pytest
 from broker_core.errors import InvalidMessage, OperationRefused, UnknownDestination
 from broker_core.messages import Message
 
-from .conftest import consumer, drain
+from ..helpers.broker import consumer, drain
 
 DLQ = "ActiveMQ.DLQ"
 

@@ -10,7 +10,7 @@ import pytest
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
 
-from .conftest import consumer, drain
+from ..helpers.broker import consumer, drain
 from .test_chunked_close import calls
 
 BIG = 100_000  # each evaluation of s LIKE '%Q' / '%Z' runs through about this many bytes

@@ -10,7 +10,7 @@ import pytest
 from broker_core.messages import Message
 from broker_core.model import is_push, unpack_pushed
 
-from .conftest import consumer
+from ..helpers.broker import consumer
 
 
 @pytest.fixture

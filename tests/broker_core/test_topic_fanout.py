@@ -12,7 +12,7 @@ from broker_core import maintenance
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
 
-from .conftest import consumer, drain
+from ..helpers.broker import consumer, drain
 from .test_chunked_close import calls
 
 TOPIC = "topic://prices"

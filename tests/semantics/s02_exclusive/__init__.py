@@ -1,0 +1,1 @@
+"""Spec §2 Exclusive consumers."""

@@ -1,0 +1,1 @@
+"""Spec §4 JMS selectors: grammar, evaluation, LIKE and REGEX, their bounds."""

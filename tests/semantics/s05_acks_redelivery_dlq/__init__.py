@@ -1,0 +1,1 @@
+"""Spec §5 Acknowledgement, redelivery, DLQ."""

@@ -1,0 +1,1 @@
+"""Spec §6 Expiry."""

@@ -1,0 +1,69 @@
+"""Expiry (spec §6): an expired message is dead-lettered with its expiration and cause, or dropped with
+processExpired off; one that expires on arrival or before the adapter takes it is never delivered; the
+sweep walks the queue page by page. (Moved from test_redelivery.py unchanged.)"""
+
+from __future__ import annotations
+
+from broker_core.messages import Message
+
+from ...helpers.broker import consumer, drain
+
+DLQ = "ActiveMQ.DLQ"
+
+
+def test_an_expired_persistent_message_lands_in_the_dlq_with_its_expiration_and_cause(broker, clock):
+    expiration = clock.now_ms() + 50
+    (sent,) = broker.send("orders", Message(body="stale", expiration=expiration))
+    clock.advance(100)
+    result = broker.sweep_expired("orders")
+    assert (result.examined, result.expired, result.done) == (1, 1, True)
+    (dead,) = drain(broker, consumer(broker, DLQ))
+    assert dead.message_id == sent
+    assert dead.properties["originalExpiration"] == expiration  # a long beyond int range
+    cause = dead.properties["dlqDeliveryFailureCause"]
+    assert cause == f"java.lang.Throwable: Message Expired. Expiration:{expiration}"
+    assert dead.expiration == 0  # never expires in the DLQ
+    assert broker.stats("orders").expired == 1
+
+
+def test_expired_on_arrival_goes_to_the_dlq_but_is_not_enqueued(broker, clock):
+    (sent,) = broker.send("orders", Message(body="late", expiration=clock.now_ms() - 1))
+    assert sent.status == "expired"
+    assert broker.stats("orders").enqueued == 0
+    assert [d.body for d in drain(broker, consumer(broker, DLQ))] == ["late"]
+
+
+def test_process_expired_off_drops_expired_messages(broker, policy, clock):
+    policy("orders", processExpired=False)
+    broker.send("orders", Message(body="stale", expiration=clock.now_ms() + 10))
+    clock.advance(20)
+    assert broker.dispatch("orders").dispatched == 0
+    consumer(broker)  # the dispatch pass finds it expired
+    stats = broker.stats("orders")
+    assert (stats.expired, stats.discarded, stats.deadlettered) == (1, 1, 0)
+
+
+def test_a_message_that_expires_before_the_adapter_takes_it_is_never_delivered(broker, clock):
+    c = consumer(broker, prefetch=5)
+    broker.send("orders", [Message(body="short", expiration=clock.now_ms() + 10), Message(body="ok")])
+    clock.advance(20)
+    assert [d.body for d in drain(broker, c)] == ["ok"]
+    assert broker.stats("orders").expired == 1
+
+
+def test_the_sweep_walks_the_queue_page_by_page_and_leaves_in_flight_messages_alone(broker, policy, clock):
+    policy("orders", maxExpirePageSize=10)
+    c = consumer(broker, prefetch=3)
+    broker.send("orders", [Message(body=str(i), expiration=clock.now_ms() + 10) for i in range(25)])
+    assert broker.stats("orders").in_flight == 3
+    clock.advance(20)
+    pages = []
+    while True:
+        result = broker.sweep_expired("orders")
+        pages.append((result.examined, result.expired))
+        if result.done:
+            break
+    assert pages == [(10, 10), (10, 10), (2, 2)]
+    stats = broker.stats("orders")
+    assert (stats.expired, stats.in_flight, stats.pending) == (22, 3, 0)
+    del c

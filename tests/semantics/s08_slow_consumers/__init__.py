@@ -1,0 +1,1 @@
+"""Spec §8 Slow consumers: marking, pending-message limits, eviction."""

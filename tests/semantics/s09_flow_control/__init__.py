@@ -1,0 +1,1 @@
+"""Spec §9 Flow control and memory."""

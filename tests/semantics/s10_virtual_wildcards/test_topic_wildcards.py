@@ -1,0 +1,293 @@
+"""Wildcard topic subscriptions (issue #5; docs/broker_core.md "Wildcard subscriptions").
+
+A subscription on `topic://orders.>` is a subscription of the pattern's pseudo-topic; a send to a
+matching topic records a copy for it in the same step (scripts/lua/includes/wildcard.lua) and
+operations.forward delivers it, with the real topic as the destination its consumer sees.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from broker_core import advisory, maintenance, topic_ops
+from broker_core.broker import Broker
+from broker_core.destinations import Destination, matches, parse_destination
+from broker_core.effects import Eval
+from broker_core.errors import InvalidConsumer, InvalidDestination
+from broker_core.messages import Message
+from broker_core.scripts.library import SCRIPT_DIR
+
+from ...helpers.broker import consumer, drain
+from .test_flow_virtual_edges import Crash, drive
+
+# (pattern, topic name, matches?): one table for the Python matcher (destinations.matches) and the Lua
+# one (includes/wildcard.lua WILDCARD.matches), which must agree (ActiveMQ's DestinationFilter rules).
+CASES = [
+    ("orders.*", "orders.eu", True),
+    ("orders.*", "orders", False),
+    ("orders.*", "orders.eu.north", False),
+    ("orders.>", "orders", True),  # '>' is the remaining segments, including none
+    ("orders.>", "orders.eu", True),
+    ("orders.>", "orders.eu.north", True),
+    ("orders.>", "ordersx.eu", False),
+    ("orders.>", "order", False),
+    ("*.eu", "orders.eu", True),
+    ("*.eu", "orders.us", False),
+    ("*.eu", "eu", False),
+    ("orders.*.eu", "orders.x.eu", True),
+    ("orders.*.eu", "orders.x.y.eu", False),
+    ("orders.*.>", "orders.x", True),
+    ("orders.*.>", "orders.x.y.z", True),
+    ("orders.*.>", "orders", False),
+    (">", "anything", True),
+    (">", "a.b.c", True),
+    ("*", "a", True),
+    ("*", "a.b", False),
+    ("*.*", "a.b", True),
+    ("a.b", "a.b", True),  # no wildcard: only itself
+    ("a.b", "a.b.c", False),
+    ("ActiveMQ.Advisory.>", "ActiveMQ.Advisory.Consumer.Queue.orders", True),
+    ("o-r_d.ers.*", "o-r_d.ers.x%y", True),  # Lua pattern characters in names are plain text
+    ("o-r_d.ers.*", "oxr_d.ers.x", False),
+]
+
+
+def subscribe(broker: Broker, pattern: str, **kw):
+    return consumer(broker, f"topic://{pattern}", prefetch=kw.pop("prefetch", 100), **kw)
+
+
+def ids(broker: Broker, c) -> list[str]:
+    return [d.message_id for d in drain(broker, c)]
+
+
+def registry(broker: Broker) -> set[str]:
+    return {m.decode() for m in broker.redis.smembers(topic_ops.wildcards_key(broker.ops))}
+
+
+@pytest.mark.parametrize(("pattern", "name", "expected"), CASES)
+def test_the_python_matcher_follows_the_table(pattern, name, expected):
+    assert matches(parse_destination(pattern, "topic", allow_wildcards=True),
+                   parse_destination(name, "topic")) is expected
+
+
+def test_the_lua_matcher_follows_the_same_table(redis_client):
+    # the include is functions only (hung on advisory.lua's ADVISE, built by base.lua's `lazy`), so it
+    # runs alone: the very text every script uses
+    prelude = "local ADVISE = {}\nlocal function lazy(t, build) build(t) return t end\n"
+    source = prelude + (SCRIPT_DIR / "includes" / "wildcard.lua").read_text() + (
+        "\nlocal out = {}\nfor i = 1, #ARGV, 2 do\n"
+        "  out[#out + 1] = ADVISE.wildcard.matches(ARGV[i], ARGV[i + 1]) and 1 or 0\nend\nreturn out")
+    got = redis_client.eval(source, 0, *[x for pattern, name, _ in CASES for x in (pattern, name)])
+    assert [bool(x) for x in got] == [expected for _, _, expected in CASES]
+
+
+def test_star_is_one_segment_and_greater_than_is_the_rest(broker):
+    one, rest = subscribe(broker, "orders.*"), subscribe(broker, "orders.>")
+    for name in ("orders", "orders.eu", "orders.eu.north", "prices.eu"):
+        broker.send(f"topic://{name}", Message(body=name, message_id=f"m-{name}"))
+    assert ids(broker, one) == ["m-orders.eu"]
+    assert ids(broker, rest) == ["m-orders", "m-orders.eu", "m-orders.eu.north"]
+    # prices.eu had no subscription at all: dropped and counted, as before
+    assert broker.stats("topic://prices.eu").no_subscription == 1
+
+
+def test_each_matching_pattern_and_the_exact_subscription_get_one_copy(broker):
+    subs = {p: subscribe(broker, p) for p in ("orders.>", "orders.*", "*.eu", "*.*")}
+    exact = subscribe(broker, "orders.eu")
+    broker.send("topic://orders.eu", [Message(body="a", message_id="m1"), Message(body="b", message_id="m2")])
+    for c in (*subs.values(), exact):
+        assert ids(broker, c) == ["m1", "m2"]
+    stats = broker.stats("topic://orders.eu")
+    assert (stats.no_subscription, stats.forwarding) == (0, 0)
+
+
+def test_a_message_only_a_wildcard_takes_is_delivered_not_dropped(broker):
+    c = subscribe(broker, "orders.>")
+    broker.send("topic://orders.eu", Message(body="x", message_id="m1"))
+    assert ids(broker, c) == ["m1"]
+    stats = broker.stats("topic://orders.eu")
+    assert (stats.enqueued, stats.no_subscription) == (1, 0)
+    assert broker.redis.hlen(f"{broker.namespace}:{{t:orders.eu}}:msgs") == 0  # nothing held there
+
+
+def test_the_consumer_sees_the_real_topic_and_the_messages_own_original_destination(broker):
+    c = subscribe(broker, "orders.>")
+    broker.send("topic://orders.eu", Message(body="x", message_id="m1"))
+    broker.send("topic://orders.a,topic://orders.b.c", Message(body="y", message_id="m2"))  # a composite
+    got = drain(broker, c)
+    assert [(d.message_id, d.original_destination) for d in got] == [
+        ("m1", None), ("m2", "topic://orders.a,orders.b.c")]  # the composite's copy keeps its own
+    assert got[0].destination == "topic://orders.eu"
+    assert got[0].body == "x"
+    # both parts match; the part delivered first wins, the other is the same id (a duplicate to drop)
+    assert got[1].destination in ("topic://orders.a", "topic://orders.b.c")
+
+
+def test_a_subscription_on_everything_also_sees_advisories(broker):
+    everything = subscribe(broker, ">")
+    subscribe(broker, "orders.eu")  # its advisories are on topics '>' matches, as in ActiveMQ
+    broker.send("topic://orders.eu", Message(body="x", message_id="m1"))
+    got = drain(broker, everything)
+    assert [(d.destination, d.message_id) for d in got][-1] == ("topic://orders.eu", "m1")
+    assert [d.destination for d in got[:-1]] == [
+        "topic://ActiveMQ.Advisory.Topic",  # orders.eu created
+        advisory.topic("Consumer", "topic://orders.eu").uri,
+    ]
+
+
+def test_a_subscription_made_by_another_process_gets_the_next_send(broker, redis_client, namespace, clock):
+    # each process reads the registry in the send step; nothing is cached per process
+    sender = Broker(redis_client, namespace, clock)
+    sender.send("topic://orders.eu", Message(body="before", message_id="m0"))
+    c = subscribe(broker, "orders.>")
+    sender.send("topic://orders.eu", Message(body="after", message_id="m1"))
+    assert ids(broker, c) == ["m1"]
+
+
+def test_a_durable_wildcard_subscription_keeps_receiving_while_offline(broker):
+    spec = dict(client_id="app", subscription_name="all-orders", ack_mode="client-individual")
+    d = subscribe(broker, "orders.>", **spec)
+    broker.close_consumer(d)
+    assert registry(broker) == {"orders.>"}  # an offline durable still counts
+    broker.send("topic://orders.eu", Message(body="x", message_id="m1"))
+    broker.send("topic://orders.us", Message(body="y", message_id="m2"))
+    d = subscribe(broker, "orders.>", **spec)
+    got = drain(broker, d)
+    assert [(x.message_id, x.destination) for x in got] == [("m1", "topic://orders.eu"),
+                                                             ("m2", "topic://orders.us")]
+    (sub,) = broker.subscriptions("topic://orders.>")
+    assert (sub.durable, sub.client_id, sub.subscription_name) == (True, "app", "all-orders")
+
+
+def test_selector_and_no_local_apply_to_a_wildcard_subscription(broker):
+    c = subscribe(broker, "orders.>", selector="region = 'eu'", no_local=True, connection_id="conn-1")
+    broker.send("topic://orders.a", [
+        Message(body="1", message_id="eu-other", properties={"region": "eu"}, connection_id="conn-2"),
+        Message(body="2", message_id="us-other", properties={"region": "us"}, connection_id="conn-2"),
+        Message(body="3", message_id="eu-own", properties={"region": "eu"}, connection_id="conn-1"),
+    ])
+    assert ids(broker, c) == ["eu-other"]
+
+
+def test_no_message_is_lost_when_the_process_dies_between_the_send_and_the_forward(broker, clock):
+    c = subscribe(broker, "orders.>")
+    op = broker.ops.send(parse_destination("topic://orders.eu"), [Message(body="m", message_id="m1")],
+                         clock.now_ms())
+
+    def delivering_the_copy(request):  # the forward step's send to the pattern's pseudo-topic
+        return any(isinstance(e, Eval) and e.keys[0].endswith("{t:orders.>}")
+                   for e in (request if isinstance(request, list) else [request]))
+
+    with pytest.raises(Crash):
+        drive(broker, op, stop_at=delivering_the_copy)
+    assert drain(broker, c) == []
+    assert broker.stats("topic://orders.eu").forwarding == 1  # the record survived the crash
+    maintenance.run_recovery(broker, "topic://orders.eu")  # notes the record...
+    clock.advance(3_000)
+    maintenance.run_recovery(broker, "topic://orders.eu")  # ...and delivers it
+    maintenance.run_recovery(broker, "topic://orders.eu")
+    assert ids(broker, c) == ["m1"]
+    assert broker.stats("topic://orders.eu").forwarding == 0
+
+
+def test_the_registry_follows_the_patterns_subscriptions(broker):
+    a = subscribe(broker, "orders.>")
+    b = subscribe(broker, "orders.>")
+    durable = subscribe(broker, "*.eu", client_id="app", subscription_name="eu")
+    subscribe(broker, "orders.eu")  # an exact subscription is not a pattern
+    assert registry(broker) == {"orders.>", "*.eu"}
+    broker.close_consumer(a)
+    assert registry(broker) == {"orders.>", "*.eu"}  # b still subscribes
+    broker.close_consumer(b)
+    assert registry(broker) == {"*.eu"}
+    broker.close_consumer(durable)
+    assert registry(broker) == {"*.eu"}  # offline, not gone
+    broker.unsubscribe("topic://*.eu", client_id="app", subscription_name="eu")
+    assert registry(broker) == set()
+    broker.send("topic://orders.eu", Message(body="x", message_id="m1"))
+    assert broker.stats("topic://orders.>").enqueued == 0  # nothing copied to a forgotten pattern
+
+
+def test_a_lapsed_wildcard_consumer_leaves_the_registry(broker, clock):
+    subscribe(broker, "orders.>", lease_ms=1_000)
+    clock.advance(5_000)
+    broker.reap_lapsed("topic://orders.>")
+    assert registry(broker) == set()
+
+
+def test_maintenance_runs_on_the_patterns_which_are_not_listed_as_destinations(broker, clock):
+    subscribe(broker, "orders.>", lease_ms=1_000)
+    broker.send("topic://orders.eu", Message(body="x", message_id="m1"))
+    assert broker.destinations() == ["topic://orders.eu"]  # a pattern is no destination
+    clock.advance(5_000)
+    report = maintenance.run_due(broker)  # the lapsed consumer on the pattern is reaped
+    assert len(report.reaped) == 1
+    assert registry(broker) == set()
+
+
+def test_deleting_the_patterns_topic_forgets_it(broker):
+    subscribe(broker, "orders.>", client_id="app", subscription_name="s")
+    broker.delete_destination("topic://orders.>")
+    assert registry(broker) == set()
+
+
+def test_a_dead_letter_of_a_wildcard_subscription_goes_to_the_real_topics_dlq(broker):
+    broker.policies.set_entry("topic", ">", {"deadLetterStrategy": "individual"})
+    broker.refresh_policies()
+    c = subscribe(broker, "orders.>", ack_mode="client-individual")
+    broker.send("topic://orders.eu", Message(body="x", message_id="m1"))
+    (d,) = drain(broker, c)
+    broker.nack(c, ["m1"], poison=True)
+    dlq = consumer(broker, "queue://ActiveMQ.DLQ.Topic.orders.eu")
+    (dead,) = drain(broker, dlq)
+    assert (dead.message_id, dead.destination, dead.original_destination) == (
+        "m1", "queue://ActiveMQ.DLQ.Topic.orders.eu", "topic://orders.eu")
+
+
+def test_a_wildcard_on_advisory_topics_receives_advisories(broker):
+    watcher = consumer(broker, "topic://ActiveMQ.Advisory.Consumer.Queue.>", ack_mode="auto")
+    consumer(broker, "queue://orders", consumer_id="c1")
+    (got,) = drain(broker, watcher)
+    assert got.destination == advisory.topic("Consumer", "queue://orders").uri
+    assert json.loads(got.body)["ConsumerInfo"]["consumerId"] == "c1"
+
+
+def test_a_wildcard_on_advisory_topics_receives_destination_advisories(broker):
+    # the Python side's check (advisory.destination_changed) counts a wildcard like the Lua one
+    watcher = consumer(broker, "topic://ActiveMQ.Advisory.*", ack_mode="auto")
+    broker.ensure_destination("queue://orders")
+    (got,) = drain(broker, watcher)
+    assert got.destination == "topic://ActiveMQ.Advisory.Queue"
+    assert json.loads(got.body)["DestinationInfo"]["destination"] == "queue://orders"
+
+
+# -- refusals -----------------------------------------------------------------------------------------
+
+def test_sending_to_a_wildcard_is_refused_and_changes_nothing(broker):
+    c = subscribe(broker, "orders.>")
+    before = sorted(broker.redis.keys(f"{broker.namespace}:*"))
+    for dest in ("topic://orders.>", Destination("topic", "orders.*")):
+        with pytest.raises(InvalidDestination, match="not one to send to"):
+            broker.send(dest, Message(body="x"))
+    tx = broker.begin()
+    with pytest.raises(InvalidDestination, match="not one to send to"):
+        broker.send(Destination("topic", "orders.>"), Message(body="x"), tx=tx)
+    broker.rollback(tx)
+    after = sorted(broker.redis.keys(f"{broker.namespace}:*"))
+    assert after == before
+    assert drain(broker, c) == []
+
+
+def test_a_consumer_on_a_wildcard_queue_is_refused_with_the_reason(broker):
+    for dest in ("queue://orders.>", Destination("queue", "orders.*")):
+        with pytest.raises(InvalidDestination, match="wildcard queue destinations are not supported"):
+            broker.add_consumer(dest)
+    assert broker.destinations() == []
+
+
+def test_a_retroactive_wildcard_subscription_is_refused(broker):
+    with pytest.raises(InvalidConsumer, match="retroactive consumers are not supported on wildcard"):
+        subscribe(broker, "orders.>", retroactive=True)
+    assert registry(broker) == set()

@@ -1,0 +1,1 @@
+"""Spec §11 Advisory topics."""

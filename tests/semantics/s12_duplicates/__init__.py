@@ -1,0 +1,1 @@
+"""Spec §12 Duplicate detection."""

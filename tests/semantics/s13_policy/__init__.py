@@ -1,0 +1,1 @@
+"""Spec §13 PolicyEntry fields: defaults, validation, resolution, policy files."""

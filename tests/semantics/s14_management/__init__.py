@@ -1,0 +1,1 @@
+"""Spec §14 Management view: operator operations, subscription listing."""
