@@ -86,6 +86,14 @@ def async_broker() -> AsyncBroker:
     return _for_loop()[0]
 
 
+def async_redis() -> redis.asyncio.Redis:
+    """The running event loop's redis-py client (the one its AsyncBroker was made from), for the gateway's
+    own keys, never the broker's: rate-limit windows, Idempotency-Key records, the authentication cache's
+    change counter, the console's statistics index, Redis's INFO and PING. Broker state is read and written
+    through the broker's methods only (tests/test_adapter_boundary.py)."""
+    return _for_loop()[1].client
+
+
 def wakeups() -> WakeupHub:
     """The running event loop's wake-up hub."""
     return _for_loop()[1]

@@ -164,7 +164,8 @@ class Driver:
     def transaction(self, calls: list[Eval | tuple]) -> Steps[list[Any]]:
         """Several scripts (and plain commands, as tuples) in one MULTI/EXEC; each reply or its error."""
         for _attempt in range(2):
-            functions = yield from self.load(call.script for call in calls if type(call) is Eval)
+            scripts = [call.script for call in calls if type(call) is Eval]
+            functions = (yield from self.load(scripts)) if scripts else self.functions
             commands = [call if type(call) is tuple else call_args(script(call.script), functions, call.keys,
                                                                    call.args) for call in calls]
             replies = yield Transaction(commands)

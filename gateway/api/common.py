@@ -194,7 +194,7 @@ class Idempotency:
         self.users = f"{namespace}:gw:idem:users"
         self.fingerprint = hashlib.sha256(fingerprint.encode()).hexdigest()[:32]
         self.id_prefix = f"ID:idem-{hashlib.sha256(f'{request.user.pk}|{key}'.encode()).hexdigest()[:24]}"
-        self.redis = runtime.async_broker().redis
+        self.redis = runtime.async_redis()  # the gateway's own records, not broker state
 
     async def begin(self) -> dict[str, Any] | None:
         """None: go ahead. A dict: the stored response to replay."""
