@@ -435,6 +435,12 @@ class _Api:
         """(connection id, reason) pairs `process` was asked to close, each handed out once."""
         return self._run(connections.take_closes(self.namespace, process, self._now()))
 
+    def push_locally(self, channel: str, push: Callable[[bytes], None]) -> None:
+        """This process's wake-up channel: a send's pushes to consumers listening on `channel` come back in
+        the send's reply and go to `push`, not through Redis pub/sub (the local short-cut,
+        gateway/runtime.py)."""
+        self.ops.local_channel, self.ops.local_push = channel, push
+
     # -- what the adapters read or hold beside the operations (issue #22: adapters call the facade only)
 
     def durable_topic(self, client_id: str, subscription_name: str) -> Destination | None:

@@ -76,7 +76,7 @@ def _for_loop() -> tuple[AsyncBroker, WakeupHub]:
         client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
         broker = AsyncBroker(client, settings.SIGNALBOX_NAMESPACE, policies=policies())
         hub = WakeupHub(client, settings.SIGNALBOX_NAMESPACE)
-        broker.ops.local_channel, broker.ops.local_push = hub.channel, hub.pushed  # the local short-cut
+        broker.push_locally(hub.channel, hub.pushed)  # the local short-cut
         _async[loop] = (broker, hub)
     return _async[loop]
 
