@@ -34,6 +34,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import redis
 
+from broker_core import event_archive
 from broker_core.broker import Broker
 from broker_core.destinations import Destination, parse_destination
 from broker_core.maintenance import job_lease
@@ -115,11 +116,11 @@ class DestinationRun:
 
 
 def checkpoint_key(broker: Broker, dest: Destination) -> str:
-    return f"{broker.ops.prefix(dest)}:archive"
+    return event_archive.checkpoint_key(broker, dest)
 
 
 def events_key(broker: Broker, dest: Destination) -> str:
-    return f"{broker.ops.prefix(dest)}:events"
+    return event_archive.events_key(broker, dest)
 
 
 def _write_file(location: ArchiveLocation, folder: str, name: str, rows: list[dict[str, Any]]) -> str:
@@ -179,23 +180,22 @@ def write_entries(location: ArchiveLocation, destination: str, entries: list[tup
     return written
 
 
-def _trim(client: redis.Redis, stream: str, last: str, keep_ms: int) -> int:
+def _trim(broker: Broker, dest: Destination, last: str, keep_ms: int) -> int:
     """Drop archived entries (ids <= last), except those younger than keep_ms (Redis's clock, as the
     stream ids), which stay for live views of recent events."""
     threshold = events.next_stream_id(last)
     if keep_ms > 0:
-        seconds, micros = client.time()
-        recent = f"{seconds * 1000 + micros // 1000 - keep_ms}-0"
+        recent = f"{event_archive.server_time_ms(broker) - keep_ms}-0"
         threshold = min(threshold, recent, key=events.parse_stream_id)
-    return int(client.execute_command("XTRIM", stream, "MINID", threshold))
+    return event_archive.trim(broker, dest, threshold)
 
 
-def read_entries(client: redis.Redis, stream: str, first: str, last: str,
+def read_entries(broker: Broker, dest: Destination, first: str, last: str,
                  limit: int) -> list[tuple[Any, Any]]:
     """Up to `limit` stream entries from `first` to `last` (XRANGE bounds), read READ_PAGE at a time."""
     entries: list[tuple[Any, Any]] = []
     while len(entries) < limit:
-        page = client.xrange(stream, first, last, count=min(READ_PAGE, limit - len(entries)))
+        page = event_archive.read_range(broker, dest, first, last, min(READ_PAGE, limit - len(entries)))
         entries += page
         if len(page) < READ_PAGE:
             break
@@ -209,38 +209,33 @@ def archive_destination(broker: Broker, destination: str | Destination, location
     """Drain one destination's event stream into the archive (see the module docstring for the steps)."""
     dest = destination if isinstance(destination, Destination) else parse_destination(destination)
     run = DestinationRun(dest.uri)
-    client = broker.redis
-    ckey, stream = checkpoint_key(broker, dest), events_key(broker, dest)
     with job_lease(broker, dest, "archive", lease_ms) as lease:
         if lease is None:
             run.skipped = True
             return run
         for _ in range(max_batches):
-            last, pending = (None if v is None else _text(v) for v in client.hmget(ckey, "last", "pending"))
+            last, pending = (None if v is None else _text(v)
+                             for v in event_archive.checkpoint_fields(broker, dest, "last", "pending"))
             if last:
-                run.trimmed += _trim(client, stream, last, keep_ms)  # a crash after the checkpoint left these
+                run.trimmed += _trim(broker, dest, last, keep_ms)  # a crash after the checkpoint left these
             if pending:
                 first_id, last_id = pending.split()
-                entries = read_entries(client, stream, first_id, last_id, 2**62)
+                entries = read_entries(broker, dest, first_id, last_id, 2**62)
             else:
                 start = f"({last}" if last else "-"
-                entries = read_entries(client, stream, start, "+", batch_events)
+                entries = read_entries(broker, dest, start, "+", batch_events)
                 if not entries:
                     break
                 first_id, last_id = _text(entries[0][0]), _text(entries[-1][0])
-                client.hset(ckey, "pending", f"{first_id} {last_id}")
+                event_archive.begin_batch(broker, dest, first_id, last_id)
             if entries:
                 _kill_point("before_write")
                 run.files += write_entries(location, dest.uri, entries)
                 _kill_point("before_checkpoint")
-            pipe = client.pipeline(transaction=True)
-            pipe.hset(ckey, mapping={"last": last_id, "last_run_ms": broker.clock.now_ms()})
-            pipe.hdel(ckey, "pending")
-            pipe.hincrby(ckey, "archived", len(entries))
-            pipe.execute()
+            event_archive.end_batch(broker, dest, last_id, broker.clock.now_ms(), len(entries))
             run.archived += len(entries)
             _kill_point("before_trim")
-            run.trimmed += _trim(client, stream, last_id, keep_ms)
+            run.trimmed += _trim(broker, dest, last_id, keep_ms)
             if not lease.renew():
                 break
     return run
@@ -292,7 +287,7 @@ def apply_retention(location: ArchiveLocation, retention_days: int, today: dt.da
 
 def checkpoint(broker: Broker, destination: str | Destination) -> dict[str, str]:
     dest = destination if isinstance(destination, Destination) else parse_destination(destination)
-    return {_text(k): _text(v) for k, v in broker.redis.hgetall(checkpoint_key(broker, dest)).items()}
+    return {_text(k): _text(v) for k, v in event_archive.checkpoint(broker, dest).items()}
 
 
 def main(argv: list[str] | None = None) -> int:

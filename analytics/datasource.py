@@ -126,26 +126,30 @@ class LiveReader(DataSourceReader):
         self.destinations = [d.strip() for d in options.get("destination", "").split(",") if d.strip()]
         self.since, self.until = _bounds(options)
 
-    def _client(self) -> Any:
+    def _broker(self) -> Any:
+        """A broker over a client of this reader's own (a Spark worker has no other): the registry and
+        the event streams are the broker's, read through it (broker_core/event_archive.py)."""
         import redis
 
-        return redis.Redis.from_url(self.redis_url)
+        from broker_core.broker import Broker
+
+        return Broker(redis.Redis.from_url(self.redis_url), self.namespace)
 
     def partitions(self) -> list[InputPartition]:
-        names = self.destinations or [
-            d.decode() for d in self._client().zrange(f"{self.namespace}:destinations", 0, -1)]
+        names = self.destinations or self._broker().destinations()  # (in creation order, as ZRANGE)
         return [StreamPartition(name) for name in names] or [StreamPartition("")]
 
     def read(self, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
         if not partition.destination:
             return
+        from broker_core import event_archive
         from broker_core.destinations import parse_destination
 
         dest = parse_destination(partition.destination)
-        client, key = self._client(), f"{self.namespace}:{{{dest.tag}}}:events"
+        broker = self._broker()
         start = "-"
         while True:
-            entries = client.xrange(key, start, "+", count=LIVE_PAGE)
+            entries = event_archive.read_range(broker, dest, start, "+", LIVE_PAGE)
             if not entries:
                 return
             rows = [event_row(i, f) for i, f in entries]

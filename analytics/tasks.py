@@ -31,16 +31,18 @@ def time_range(since: str | None, until: str | None) -> tuple[int, int]:
     return since_ms, until_ms
 
 
-def run(broker: Broker, since: str | None = None, until: str | None = None, *, archive_first: bool = True,
-        destinations: list[str] | None = None, master: str | None = None) -> dict[str, Any]:
-    """Archive what is in the streams, then run the jobs; the summary goes to the output and to Redis."""
+def run(broker: Broker, since: str | None = None, until: str | None = None, *, summary_client: Any,
+        archive_first: bool = True, destinations: list[str] | None = None,
+        master: str | None = None) -> dict[str, Any]:
+    """Archive what is in the streams, then run the jobs; the summary goes to the output and to Redis
+    (with `summary_client`, the worker's redis-py client: analytics' own key, not broker state)."""
     from .spark import spark_session
 
     since_ms, until_ms = time_range(since, until)
     archived = archive(broker)["archived"] if archive_first else 0
     spark = spark_session("signalbox-analytics", master)
     result = run_pipeline(spark, since_ms=since_ms, until_ms=until_ms, destinations=destinations,
-                          redis_client=broker.redis, namespace=broker.namespace)
+                          redis_client=summary_client, namespace=broker.namespace)
     return {"archived": archived, "output": result.output, "seconds": round(result.seconds, 2),
             "since": iso(since_ms), "until": iso(until_ms), "since_ms": since_ms, "until_ms": until_ms,
             "destinations": sorted(result.summary["destinations"])}

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
-from . import advisory, connections, errors, topic_ops, virtual
+from . import advisory, client_ids, connections, errors, topic_ops, virtual
 from .clock import Clock, SystemClock
 from .config.store import PolicyStore
 from .destinations import Destination, parse_destination, require_concrete
@@ -44,8 +44,9 @@ from .model import (
     summary_from,
 )
 from .operations import Operations
+from .resp import reply_text
 from .scripts.library import call_args, script
-from .topics import SubscriptionStats
+from .topics import SubscriptionStats, durable_registry_field
 
 T = TypeVar("T")
 
@@ -112,6 +113,33 @@ def _messages(message: Message | str | bytes | Iterable[Message]) -> list[Messag
     if isinstance(message, str | bytes):
         return [Message(body=message)]
     return list(message)
+
+
+def _int_reply(command: Command) -> Op[int]:
+    return int((yield command))
+
+
+def _durable_topic(ops: Operations, client_id: str, subscription_name: str) -> Op[Destination | None]:
+    where = yield Command(("HGET", topic_ops.registry_key(ops), durable_registry_field(client_id,
+                                                                                       subscription_name)))
+    # (a wildcard subscription's is its pattern)
+    return None if where is None else parse_destination(reply_text(where), allow_wildcards=True)
+
+
+def _destination_names(registry: str, limit: int, page: int) -> Op[list[str]]:
+    ranges = [("ZRANGE", registry, start, min(start + page, limit) - 1) for start in range(0, limit, page)]
+    if not ranges:
+        return []
+    parts = [(yield Command(ranges[0]))] if len(ranges) == 1 else (yield ranges)
+    for part in parts:
+        if isinstance(part, Exception):
+            raise part
+    return [reply_text(name) for part in parts for name in part]
+
+
+def _last_event_id(stream: str) -> Op[str | None]:
+    newest = yield Command(("XREVRANGE", stream, "+", "-", "COUNT", 1))
+    return reply_text(newest[0][0]) if newest else None
 
 
 class _Api:
@@ -406,6 +434,45 @@ class _Api:
     def connection_closes(self, process: str) -> list[tuple[str, str]]:
         """(connection id, reason) pairs `process` was asked to close, each handed out once."""
         return self._run(connections.take_closes(self.namespace, process, self._now()))
+
+    def push_locally(self, channel: str, push: Callable[[bytes], None]) -> None:
+        """This process's wake-up channel: a send's pushes to consumers listening on `channel` come back in
+        the send's reply and go to `push`, not through Redis pub/sub (the local short-cut,
+        gateway/runtime.py)."""
+        self.ops.local_channel, self.ops.local_push = channel, push
+
+    # -- what the adapters read or hold beside the operations (issue #22: adapters call the facade only)
+
+    def durable_topic(self, client_id: str, subscription_name: str) -> Destination | None:
+        """The topic (a wildcard subscription's pattern) the durable subscription (client id, name) is
+        registered on, None when there is none (a durable key is broker-wide)."""
+        return self._run(_durable_topic(self.ops, client_id, subscription_name))
+
+    def destination_count(self) -> int:
+        """How many destinations the registry holds (one ZCARD)."""
+        return self._run(_int_reply(Command(("ZCARD", self.ops.registry_key))))
+
+    def destination_names(self, limit: int, page: int = 1000) -> list[str]:
+        """The URIs of the registry's first `limit` destinations in creation order: ZRANGEs of `page` names
+        in one MULTI/EXEC (one ZRANGE when `limit` <= `page`). `destinations()` reads them all."""
+        return self._run(_destination_names(self.ops.registry_key, limit, page))
+
+    def last_event_id(self, destination: str | Destination) -> str | None:
+        """The id of the newest entry of the destination's event stream (`events_key`), None when it is
+        empty: where a live feed that XREADs the stream from now on starts."""
+        return self._run(_last_event_id(self.ops.events_key(_dest(destination))))
+
+    def claim_client_id(self, client_id: str, holder: str, lease_ms: int) -> str | None:
+        """Hold `client_id` for `holder` (a connection) for `lease_ms` (client_ids.py); None when taken,
+        else the value the connection holding it gave."""
+        return self._run(client_ids.claim(self.namespace, client_id, holder, lease_ms))
+
+    def renew_client_id(self, client_id: str, holder: str, lease_ms: int) -> bool:
+        """Extend `holder`'s claim; False when it lapsed."""
+        return self._run(client_ids.renew(self.namespace, client_id, holder, lease_ms))
+
+    def release_client_id(self, client_id: str, holder: str) -> None:
+        return self._run(client_ids.release(self.namespace, client_id, holder))
 
     def virtual_routing(self) -> list[dict[str, Any]]:
         """The virtual destinations every send routes by, one row each (`virtual.describe`)."""

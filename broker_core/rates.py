@@ -191,8 +191,11 @@ def _parsed(destination: str | Destination | None) -> Destination | None:
     return destination
 
 
-def history(broker: Broker, destination: str | Destination | None, range_name: str = "1h") -> History:
-    return broker._run(history_op(broker, _parsed(destination), range_name, broker.clock.now_ms()))
+def history(broker: Broker, destination: str | Destination | None, range_name: str = "1h",
+            now: int | None = None) -> History:
+    """The History ending `now` (the broker's clock when None); with an AsyncBroker, an awaitable."""
+    now = broker.clock.now_ms() if now is None else now
+    return broker._run(history_op(broker, _parsed(destination), range_name, now))
 
 
 def ring_slots(broker: Broker, destination: str | Destination | None, ring: str) -> Iterator[int]:

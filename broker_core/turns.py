@@ -38,7 +38,7 @@ from .effects import Eval, Op
 from .errors import UnknownConsumer
 from .model import ConsumerRef
 from .resp import reply_text as _text
-from .scripts.library import call_args, is_missing, script
+from .scripts.library import is_missing
 
 if TYPE_CHECKING:
     from .broker import AsyncBroker
@@ -84,41 +84,47 @@ async def end_turn(broker: AsyncBroker, consumer: ConsumerRef) -> None:
 async def settle(broker: AsyncBroker, consumer: ConsumerRef, message_id: str) -> None:
     """Acknowledge the turn's message (individually), then end the turn, in one write and one round trip:
     the ack's script call and the DEL in one MULTI/EXEC (the DEL runs even if the ack is refused: the turn
-    ends either way). Raises what the ack raised."""
-    op = broker.ops.ack(consumer, [message_id], "individual", broker._now())
-    first = next(op)  # a queue's: the ack script's call (a topic's: first its subscription)
+    ends either way). Raises what the ack raised. Run by the broker's driver loop like any operation."""
+    ack = broker.ops.ack(consumer, [message_id], "individual", broker._now())
+    first = next(ack)  # a queue's: the ack script's call (a topic's: first its subscription)
     turn = ("DEL", _turn_key(broker, consumer))
     functions = await run_async(broker.driver.uses_functions(), broker._perform)
     if broker.link is None or not isinstance(first, Eval) or not functions:
         # (redis-py's pool may use two connections; EVAL scripts would be loaded first: one after the other)
         try:
-            await _drive(broker, op, first)
+            await broker._run(_resumed(ack, first))
         finally:
             await broker._perform(turn)
         return
-    functions = await broker._load([first.script])
-    ack, ended = await broker.link.transaction(
-        [call_args(script(first.script), functions, first.keys, first.args), turn])
+    await broker._run(_ack_ending_turn(ack, first, turn))
+
+
+def _ack_ending_turn(ack: Op, first: Eval, turn: tuple) -> Op:
+    """The ack operation with its script call `first` and the turn's end in one MULTI/EXEC (a list: the
+    driver loop's transaction, drivers/loop.py)."""
+    acked, ended = yield [first, turn]
     if isinstance(ended, Exception):
         raise ended
-    if isinstance(ack, redis.ResponseError) and is_missing(ack):  # the library is gone (a Redis restart)
-        broker.driver.library_loaded = False
-        await _drive(broker, op, first)
-        return
-    await _drive(broker, op, None, ack)
+    if isinstance(acked, redis.ResponseError) and is_missing(acked):
+        # the library is gone (a Redis restart) and the turn has ended: the ack alone, as the driver loop
+        # runs a script (loading the library first)
+        return (yield from _resumed(ack, first))
+    return (yield from _resumed(ack, None, acked))
 
 
-async def _drive(broker: AsyncBroker, op: Op, request: Any, reply: Any = None) -> Any:
-    """AsyncBroker._run from `request` (None: `reply` answers the request already made)."""
+def _resumed(op: Op, request: Any, reply: Any = None) -> Op:
+    """`yield from op` for an operation already started: `request` is the one it yielded last (None:
+    `reply` answers that one already; an error reply goes in as its typed error, as the driver loop
+    does). Only hands requests and replies through: the driver loop does the Redis work."""
     try:
         if request is None:
             failed = isinstance(reply, redis.ResponseError)
             request = op.throw(typed_error(reply)) if failed else op.send(reply)
         while True:
             try:
-                reply = await run_async(broker.driver.step(request), broker._perform)
-            except redis.ResponseError as exc:
-                request = op.throw(typed_error(exc))
+                reply = yield request
+            except Exception as exc:  # noqa: BLE001 - what the driver loop throws in goes to the operation
+                request = op.throw(exc)
             else:
                 request = op.send(reply)
     except StopIteration as stop:

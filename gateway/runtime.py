@@ -76,7 +76,7 @@ def _for_loop() -> tuple[AsyncBroker, WakeupHub]:
         client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
         broker = AsyncBroker(client, settings.SIGNALBOX_NAMESPACE, policies=policies())
         hub = WakeupHub(client, settings.SIGNALBOX_NAMESPACE)
-        broker.ops.local_channel, broker.ops.local_push = hub.channel, hub.pushed  # the local short-cut
+        broker.push_locally(hub.channel, hub.pushed)  # the local short-cut
         _async[loop] = (broker, hub)
     return _async[loop]
 
@@ -84,6 +84,14 @@ def _for_loop() -> tuple[AsyncBroker, WakeupHub]:
 def async_broker() -> AsyncBroker:
     """The asyncio broker client of the running event loop (async views, WebSocket consumers)."""
     return _for_loop()[0]
+
+
+def async_redis() -> redis.asyncio.Redis:
+    """The running event loop's redis-py client (the one its AsyncBroker was made from), for the gateway's
+    own keys, never the broker's: rate-limit windows, Idempotency-Key records, the authentication cache's
+    change counter, the console's statistics index, Redis's INFO and PING. Broker state is read and written
+    through the broker's methods only (tests/test_adapter_boundary.py)."""
+    return _for_loop()[1].client
 
 
 def wakeups() -> WakeupHub:

@@ -97,10 +97,11 @@ def max_destinations() -> int:
     return max(1, int(settings.SIGNALBOX_METRICS_MAX_DESTINATIONS))
 
 
-async def gather(broker: AsyncBroker, limit: int | None = None, page: int = PAGE) -> Snapshot:
-    """Read what a scrape shows, in bounded calls: Redis INFO, the registry's first `limit` names
-    (ZCARD, then ZRANGEs of NAMES_PAGE, pipelined), their summaries `page` at a time, the maintenance
-    tick."""
+async def gather(broker: AsyncBroker, client: Any, limit: int | None = None, page: int = PAGE) -> Snapshot:
+    """Read what a scrape shows, in bounded calls: Redis INFO and the processes' heartbeats (signalbox.node,
+    with the redis-py `client`: the server and the deployment, not broker state), the registry's first
+    `limit` names (ZCARD, then ZRANGEs of NAMES_PAGE, in one MULTI/EXEC), their summaries `page` at a time,
+    the maintenance tick."""
     started = time.perf_counter()
     limit = max_destinations() if limit is None else limit
     out = Snapshot(now_ms=broker.clock.now_ms(), limit=limit)
@@ -108,7 +109,7 @@ async def gather(broker: AsyncBroker, limit: int | None = None, page: int = PAGE
     try:
         # what Redis says of itself and the processes' heartbeats: as the console's node page reads them
         out.redis, out.processes = await asyncio.wait_for(asyncio.gather(
-            node.redis_facts(broker.redis), node.processes(broker.redis, broker.namespace)), timeout)
+            node.redis_facts(client), node.processes(client, broker.namespace)), timeout)
     except Exception as exc:  # an unreachable Redis is a figure (signalbox_redis_up 0), not a failed scrape
         out.redis_error = f"{type(exc).__name__}: {exc}"
         out.seconds = time.perf_counter() - started
@@ -118,13 +119,10 @@ async def gather(broker: AsyncBroker, limit: int | None = None, page: int = PAGE
     # the tick as /healthz judges it, with its own client in a thread, while the summaries are read
     tick = asyncio.ensure_future(sync_to_async(health.check_maintenance, thread_sensitive=False)())
     try:
-        key = broker.ops.registry_key
-        out.registered = int(await broker.redis.zcard(key))
-        pipe = broker.redis.pipeline(transaction=False)  # the first `limit` names, NAMES_PAGE per ZRANGE
-        for start in range(0, min(limit, out.registered), NAMES_PAGE):
-            pipe.zrange(key, start, min(start + NAMES_PAGE, limit) - 1)
-        names = [n for part in await pipe.execute() for n in part]
-        uris = [parse_destination(n.decode() if isinstance(n, bytes) else n) for n in names]
+        out.registered = await broker.destination_count()
+        # the first `limit` names, NAMES_PAGE per ZRANGE, in one round trip
+        names = await broker.destination_names(min(limit, out.registered), NAMES_PAGE)
+        uris = [parse_destination(n) for n in names]
         # one summary_many script call per `page` queues; a page's topics: topic_summary_many calls
         out.summaries = [s for s in await broker.summaries(uris, page, oldest=True, concurrency=CONCURRENCY)
                          if s is not None]  # (None: deleted since the ZRANGE)
@@ -356,7 +354,7 @@ async def metrics_view(request: HttpRequest) -> HttpResponse:
     refusal = _refusal(request)
     if refusal is not None:
         return refusal
-    snapshot = await gather(runtime.async_broker())
+    snapshot = await gather(runtime.async_broker(), runtime.async_redis())
     # Formatting 200,000 samples takes ~0.1 s: off the event loop, so other requests go on.
     body = await asyncio.to_thread(exposition, snapshot, process_metrics())
     response = HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

@@ -38,6 +38,12 @@ def _broker(namespace: str) -> Broker:
     return Broker(_client(), namespace)
 
 
+def redis_client() -> redis.Redis:
+    """The worker's redis-py client, for keys of the worker's own (the analytics summary); broker state
+    goes through `broker()`."""
+    return _client()
+
+
 def broker(namespace: str | None = None) -> Broker:
     """The worker's blocking broker client for a key namespace (one per namespace and process)."""
     return _broker(namespace or settings.SIGNALBOX_NAMESPACE)
@@ -123,4 +129,4 @@ def run_analytics(since: str | None = None, until: str | None = None, namespace:
     """Run the PySpark jobs over [since, until) (default: the last SIGNALBOX_ANALYTICS_WINDOW_HOURS)."""
     from analytics import tasks as analytics_tasks
 
-    return analytics_tasks.run(broker(namespace), since, until)
+    return analytics_tasks.run(broker(namespace), since, until, summary_client=redis_client())

@@ -414,7 +414,7 @@ def test_gather_pages_and_limit(redis_url, namespace):
         client = redis.asyncio.Redis.from_url(redis_url)
         broker = AsyncBroker(client, namespace)
         try:
-            return await gather(broker, limit=10, page=4)
+            return await gather(broker, client, limit=10, page=4)
         finally:
             await broker.aclose()
             await client.aclose()
@@ -439,7 +439,7 @@ def test_unreachable_redis_is_a_figure_not_a_failure():
     async def run():
         client = redis.asyncio.Redis.from_url(f"redis://127.0.0.1:{free_port()}", socket_connect_timeout=0.5)
         try:
-            return await gather(AsyncBroker(client, "nowhere"))
+            return await gather(AsyncBroker(client, "nowhere"), client)
         finally:
             await client.aclose()
 

@@ -161,16 +161,22 @@ class Driver:
                 yield load_args(script(name), False)
         return functions
 
-    def transaction(self, calls: list[Eval]) -> Steps[list[Any]]:
-        """Several scripts in one MULTI/EXEC; each reply or its error."""
+    def transaction(self, calls: list[Eval | tuple]) -> Steps[list[Any]]:
+        """Several scripts (and plain commands, as tuples) in one MULTI/EXEC; each reply or its error."""
         for _attempt in range(2):
-            functions = yield from self.load(call.script for call in calls)
-            commands = [call_args(script(call.script), functions, call.keys, call.args) for call in calls]
+            scripts = [call.script for call in calls if type(call) is Eval]
+            functions = (yield from self.load(scripts)) if scripts else self.functions
+            commands = [call if type(call) is tuple else call_args(script(call.script), functions, call.keys,
+                                                                   call.args) for call in calls]
             replies = yield Transaction(commands)
-            # One library: when it is missing (a server restarted) every call failed and none applied.
+            # One library: when it is missing (a server restarted) every script call failed and none
+            # applied. A plain command did apply: such a block is not repeated, its caller runs its
+            # scripts again (turns.settle).
             if not (functions and any(isinstance(r, Exception) and is_missing(r) for r in replies)):
                 break
             self.library_loaded = False
+            if any(type(call) is tuple for call in calls):
+                break
         return replies
 
 

@@ -181,6 +181,30 @@ class _Caller:
 
 
 _FALLBACK = None
+# The request headers HotPath reads, and those that send a request to Django (an Idempotency-Key: the
+# views keep its record).
+_HOT_HEADERS = frozenset({b"authorization", b"content-type", b"host"})
+_NOT_HOT = frozenset({b"idempotency-key"})
+
+
+def request_headers(headers: list[tuple[bytes, bytes]], wanted: frozenset[bytes],
+                    refused: frozenset[bytes]) -> dict[bytes, bytes] | None:
+    """The ASGI scope's headers named in `wanted` (lower case, as ASGI gives them), for HotPath and
+    compat_hot.CompatHotPath: the last of a repeated header, but Cookie lines joined with "; " (as Django
+    joins them) and a second Authorization refused. None when the request is not the lean path's: a
+    second Authorization, or any header in `refused`."""
+    found: dict[bytes, bytes] = {}
+    for name, value in headers:
+        if name in wanted:
+            if name in found:
+                if name == b"authorization":
+                    return None  # two credentials: Django's authentication answers
+                if name == b"cookie":
+                    value = found[name] + b"; " + value
+            found[name] = value
+        elif name in refused:
+            return None
+    return found
 
 
 class HotPath:
@@ -240,18 +264,11 @@ class HotPath:
 
     async def serve(self, scope: dict[str, Any], body: bytes,
                     match: re.Match[str]) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
-        host = authorization = content_type = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                if authorization is not None:
-                    return _FALLBACK
-                authorization = value
-            elif name == b"content-type":
-                content_type = value
-            elif name == b"host":
-                host = value
-            elif name == b"idempotency-key":
-                return _FALLBACK
+        found = request_headers(scope["headers"], _HOT_HEADERS, _NOT_HOT)
+        if found is None:
+            return _FALLBACK
+        host, authorization, content_type = (found.get(b"host"), found.get(b"authorization"),
+                                             found.get(b"content-type"))
         if host is None or authorization is None or not self.host_allowed(host):
             return _FALLBACK
         # Only a token the authentication cache already verified (TokenAuthentication.cached).

@@ -96,7 +96,7 @@ class _Cache:
         from gateway import runtime
 
         try:
-            changes = await runtime.async_broker().redis.get(_changes_key())
+            changes = await runtime.async_redis().get(_changes_key())
         except Exception:  # noqa: BLE001 - Redis away: the requests say so themselves; the TTL still holds
             return
         if self.looked and changes != self.changes:

@@ -46,7 +46,7 @@ async def _throttle(request: Request, scope: str) -> None:
         return
     window = int(time.time())
     key = f"{settings.SIGNALBOX_NAMESPACE}:gw:rate:{scope}:{request.user.pk}:{window}"
-    client = runtime.async_broker().redis
+    client = runtime.async_redis()  # the gateway's own counter, not broker state
     pipe = client.pipeline(transaction=False)
     pipe.incr(key)
     pipe.expire(key, 2)

@@ -194,14 +194,14 @@ class Idempotency:
         self.users = f"{namespace}:gw:idem:users"
         self.fingerprint = hashlib.sha256(fingerprint.encode()).hexdigest()[:32]
         self.id_prefix = f"ID:idem-{hashlib.sha256(f'{request.user.pk}|{key}'.encode()).hexdigest()[:24]}"
-        self.redis = runtime.async_broker().redis
+        self.client = runtime.async_redis()  # the gateway's own records, not broker state
 
     async def begin(self) -> dict[str, Any] | None:
         """None: go ahead. A dict: the stored response to replay."""
         pending = json.dumps({"pending": True, "fp": self.fingerprint})
         limit = settings.SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER
         try:
-            started = await self.redis.eval(
+            started = await self.client.eval(
                 _BEGIN_SCRIPT, 3, self.key, self.index, self.users, int(time.time() * 1000), self.user,
                 self.digest, PENDING_TTL_MS, limit, IDEMPOTENCY_EXPIRED_PER_CALL, pending)
         except redis.ResponseError as exc:  # Redis at its maxmemory: refused by name, as a send would be
@@ -216,7 +216,7 @@ class Idempotency:
                           f"this user holds {limit} Idempotency-Key records "
                           "(SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER), each kept 24 h; the request was not sent. "
                           "Send it without a key, with a key used before, or later", limit=limit)
-        raw = await self.redis.get(self.key)
+        raw = await self.client.get(self.key)
         if raw is None:
             return await self.begin()
         stored = json.loads(raw)
@@ -230,14 +230,14 @@ class Idempotency:
 
     async def finish(self, status: int, body: dict[str, Any]) -> None:
         record = json.dumps({"fp": self.fingerprint, "status": status, "body": body})
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = self.client.pipeline(transaction=True)
         pipe.set(self.key, record, px=IDEMPOTENCY_TTL_MS)
         pipe.zadd(self.index, {f"{self.user}:{self.digest}": int(time.time() * 1000) + IDEMPOTENCY_TTL_MS})
         await pipe.execute()
 
     async def abandon(self) -> None:
         # (its index entry stays until it expires with the pending record's time, counted till then)
-        await self.redis.delete(self.key)
+        await self.client.delete(self.key)
 
 
 def message_ids_for(prefix: str, count: int) -> list[str]:

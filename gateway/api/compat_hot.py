@@ -22,19 +22,23 @@ from django.conf import settings
 from django.http.cookie import parse_cookie
 
 from gateway.api import compat
+from gateway.api.asgi import _allowed_methods, request_headers
 from gateway.api.errors import Problem
 
 PREFIX = "/api/message"
 _METHODS = ("GET", "DELETE", "POST")
 _FALLBACK = None
+# The request headers this path reads (asgi.request_headers), and those that send a request to Django
+# (Sec-Fetch-Site: a browser's request, the view's cross-site check answers).
+_HEADERS_READ = (b"host", b"authorization", b"content-type", b"cookie", b"selector")
+_HEADERS = frozenset(_HEADERS_READ)
+_NOT_HOT = frozenset({b"sec-fetch-site"})
 # Pieces of an answer, as the view's passes through DRF (Allow) and Django's middleware (asgi.HotPath.tail).
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
 class CompatHotPath:
     def __init__(self, hot: Any) -> None:
-        from gateway.api.asgi import _allowed_methods
-
         self.hot = hot
         self.allow = (b"Allow", _allowed_methods(compat.MessageServletView).encode())
 
@@ -51,22 +55,10 @@ class CompatHotPath:
         path = scope["path"][len(PREFIX) + 1:] if scope["path"] != PREFIX else ""
         if scope["path"] != PREFIX and not path:
             return _FALLBACK  # `/api/message/`: Django's 404
-        host = authorization = content_type = cookie = selector = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                if authorization is not None:
-                    return _FALLBACK
-                authorization = value
-            elif name == b"host":
-                host = value
-            elif name == b"content-type":
-                content_type = value
-            elif name == b"cookie":
-                cookie = value if cookie is None else cookie + b"; " + value
-            elif name == b"selector":
-                selector = value
-            elif name == b"sec-fetch-site":
-                return _FALLBACK  # a browser's request: the view's cross-site check answers
+        found = request_headers(scope["headers"], _HEADERS, _NOT_HOT)
+        if found is None:
+            return _FALLBACK
+        host, authorization, content_type, cookie, selector = map(found.get, _HEADERS_READ)
         if host is None or authorization is None or not hot.host_allowed(host):
             return _FALLBACK
         await hot.auth_cache.refresh()

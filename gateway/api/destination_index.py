@@ -26,7 +26,7 @@ from django.conf import settings
 from broker_core.broker import AsyncBroker
 from broker_core.destinations import Destination
 from broker_core.destinations import parse_destination as _parse_destination
-from gateway import permissions
+from gateway import permissions, runtime
 
 INDEX_MAX_AGE = 5.0  # seconds
 LOCK_MS = 60_000
@@ -56,18 +56,19 @@ def _key(namespace: str) -> str:
     return f"{namespace}:console:index"
 
 
-async def _build(broker: AsyncBroker) -> bytes:
-    """Read every destination's counters and pack them with the rates since the stored index."""
+async def _build(broker: AsyncBroker, client: redis.asyncio.Redis) -> bytes:
+    """Read every destination's counters (through the broker) and pack them with the rates since the index
+    stored with `client` (the gateway's own key, derived from broker state: not broker state)."""
     uris = await broker.destinations()
     summaries = await broker.summaries([parse_destination(u) for u in uris])  # cached parses
     now = broker.clock.now_ms()
     previous = None
-    at = await broker.redis.get(f"{_key(broker.namespace)}:at")
+    at = await client.get(f"{_key(broker.namespace)}:at")
     known = _caches.get(broker.namespace)
     if at is not None and known is not None and known.index is not None and int(at) == known.index.at_ms:
         previous = {"at": known.index.at_ms, "rows": known.index.rows}  # already unpacked here
     elif at is not None:
-        previous_raw = await broker.redis.get(_key(broker.namespace))
+        previous_raw = await client.get(_key(broker.namespace))
         previous = msgpack.unpackb(previous_raw, raw=False) if previous_raw else None
     rows: dict[str, list[float]] = {}
     elapsed = (now - previous["at"]) / 1000 if previous else 0
@@ -84,7 +85,7 @@ async def _build(broker: AsyncBroker) -> bytes:
             enqueue_rate, dequeue_rate = before[-2], before[-1]
         rows[uri] = [*row, enqueue_rate, dequeue_rate]
     packed = msgpack.packb({"at": now, "rows": rows})
-    pipe = broker.redis.pipeline(transaction=True)
+    pipe = client.pipeline(transaction=True)
     pipe.set(_key(broker.namespace), packed)
     pipe.set(f"{_key(broker.namespace)}:at", now)  # readers check this first, not the whole index
     await pipe.execute()
@@ -97,7 +98,7 @@ def _build_in_thread(namespace: str) -> None:
     async def run() -> None:
         client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
         try:
-            await _build(AsyncBroker(client, namespace))
+            await _build(AsyncBroker(client, namespace), client)
         finally:
             await client.aclose()
 
@@ -127,26 +128,27 @@ async def index(broker: AsyncBroker, refresh: bool = True) -> Index | None:
     """The statistics index; a stale one starts a refresh in the background and is returned at once.
     With refresh=False whatever index there is (None when there is none), and no refresh."""
     cache = _caches.setdefault(broker.namespace, _Cache())
-    at = await broker.redis.get(f"{_key(broker.namespace)}:at")
+    client = runtime.async_redis()  # (the broker's own loop's: index() is called with runtime.async_broker())
+    at = await client.get(f"{_key(broker.namespace)}:at")
     if at is not None and cache.index is not None and int(at) == cache.index.at_ms:
         current = cache.index  # unchanged: no need to fetch and unpack ~60 bytes per destination
     else:
-        raw = await broker.redis.get(_key(broker.namespace))
+        raw = await client.get(_key(broker.namespace))
         if raw is None:
-            return cache.decode(await _build(broker)) if refresh else None
+            return cache.decode(await _build(broker, client)) if refresh else None
         current = cache.decode(raw)
     if not refresh:
         return current
     stale = broker.clock.now_ms() - current.at_ms > INDEX_MAX_AGE * 1000
     if stale and (cache.refreshing is None or cache.refreshing.done()):
         lock = f"{_key(broker.namespace)}:refresh"
-        if await broker.redis.set(lock, b"1", nx=True, px=LOCK_MS):
+        if await client.set(lock, b"1", nx=True, px=LOCK_MS):
 
             async def refresh() -> None:
                 try:
                     await asyncio.to_thread(_build_in_thread, broker.namespace)
                 finally:
-                    await broker.redis.delete(lock)
+                    await client.delete(lock)
 
             cache.refreshing = asyncio.ensure_future(refresh())
     return current

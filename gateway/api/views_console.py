@@ -53,13 +53,13 @@ class OverviewView(GatewayView):
             # which subscription holds the topic's backlog (one topic's statistics)
             out = {**out, "largest": {**largest, "subscription": largest_subscription(
                 await broker.stats(parse_destination(largest["destination"])))}}
-        memory = await broker.redis.info("memory")
+        memory = await runtime.async_redis().info("memory")
         out["redis_memory"] = {"used": int(memory.get("used_memory", 0)),
                                "peak": int(memory.get("used_memory_peak", 0)),
                                "max": int(memory.get("maxmemory", 0)),
                                "policy": str(memory.get("maxmemory_policy", ""))}
         # the gateway's Idempotency-Key records (bounded per user, gateway/api/common.py)
-        out["idempotency_keys"] = {"count": int(await idempotency_keys_count(broker.redis)),
+        out["idempotency_keys"] = {"count": int(await idempotency_keys_count(runtime.async_redis())),
                                    "per_user_limit": settings.SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER}
         return Response(out)
 

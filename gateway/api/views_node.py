@@ -23,4 +23,4 @@ class NodeView(GatewayView):
         # Hosts, process ids and Redis internals are the operators' business, as the audit log.
         if not (request.user.is_staff or request.user.is_superuser):
             raise PermissionDenied("the node's health is for staff users")
-        return Response(await node.gather(runtime.async_broker().redis, settings.SIGNALBOX_NAMESPACE))
+        return Response(await node.gather(runtime.async_redis(), settings.SIGNALBOX_NAMESPACE))

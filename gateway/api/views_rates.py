@@ -70,7 +70,7 @@ def _events(destination: Destination | None, since_ms: int, patterns: Any) -> li
 async def _answer(range_name: str, destination: Destination | None, patterns: Any) -> Response:
     broker = runtime.async_broker()
     now = broker.clock.now_ms()
-    h = await broker._run(rates.history_op(broker, destination, range_name, now))
+    h = await rates.history(broker, destination, range_name, now)
     events = await db(_events, destination, h.times[0], patterns)
     return Response({
         "destination": destination.uri if destination else None, "range": h.range,

@@ -4,8 +4,8 @@ consumerCount), one DestinationInfo (operationType 0) per existing queue or topi
 ActiveMQ.Advisory.Topic). Only the new subscriber gets them; they are built by broker_core.advisory.build,
 the one place advisory messages are made, from the state the broker reports now.
 
-Bounded: at most REPLAY_LIMIT destinations are read and replayed (one ZRANGE with that limit); a broker
-with more replays the oldest REPLAY_LIMIT (the registry is ordered by creation)."""
+Bounded: at most REPLAY_LIMIT destinations are read and replayed (broker.destination_names: one ZRANGE);
+a broker with more replays the oldest REPLAY_LIMIT (the registry is ordered by creation)."""
 
 from __future__ import annotations
 
@@ -32,9 +32,8 @@ async def replay(broker: Any, topic: Destination) -> list[Delivery]:
     events: list[dict[str, Any]] = []
     if name in ("Queue", "Topic"):
         kind = name.lower()
-        uris = await broker.redis.zrange(broker.ops.registry_key, 0, REPLAY_LIMIT - 1)
-        for raw in uris:
-            dest = parse_destination(raw.decode() if isinstance(raw, bytes) else raw, allow_wildcards=True)
+        for uri in await broker.destination_names(REPLAY_LIMIT):
+            dest = parse_destination(uri, allow_wildcards=True)
             if dest.kind == kind and not advisory.is_advisory(dest):
                 events.append({"advisory": "Destination", "type": "destination_add", "uri": dest.uri,
                                "fields": {}, "ts": now})

@@ -3,10 +3,11 @@ codec, calls to the broker through the link.
 
 ActiveMQ's STOMP mapping (shared/spec/activemq-semantics.md Appendix A): `/queue/X` destinations and
 composites, SUBSCRIBE's `activemq.*` headers, SEND headers to message fields (every other header a string
-property), MESSAGE headers exactly as ActiveMQ writes them, ack modes `auto` / `client` (cumulative over
-the subscription) / `client-individual`, NACK as a poison ack. Any error is an ERROR frame (`message`
-header, explanation in the body, `receipt-id` when the frame asked for a receipt), then the connection
-closes, as STOMP says. docs/websocket.md lists every header.
+property), MESSAGE headers exactly as ActiveMQ writes them (the names and both header mappings are in
+gateway/stomp/headers.py), ack modes `auto` / `client` (cumulative over the subscription) /
+`client-individual`, NACK as a poison ack. Any error is an ERROR frame (`message` header, explanation in
+the body, `receipt-id` when the frame asked for a receipt), then the connection closes, as STOMP says.
+docs/websocket.md lists every header.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import time
 from collections import deque
@@ -24,13 +24,11 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from broker_core import advisory
-from broker_core.destinations import Destination, parse_destination
+from broker_core.destinations import Destination
 from broker_core.errors import BrokerError
 from broker_core.maintenance import AbortNotice
-from broker_core.messages import Delivery, Message, TypedValue, new_message_id
+from broker_core.messages import Delivery, new_message_id
 from broker_core.model import Consumer
-from broker_core.virtual import split_composite
 from gateway import metrics
 from gateway.stomp import advisory_replay
 from gateway.stomp.frames import (
@@ -45,6 +43,15 @@ from gateway.stomp.frames import (
     negotiate_heart_beat,
     negotiate_version,
 )
+from gateway.stomp.headers import (
+    StompError,
+    int_value,
+    java_bool,
+    message_from_send,
+    message_headers,
+    stomp_destinations,
+    stomp_name,
+)
 from gateway.unavailable import STORE_ERRORS, explain, retry_after
 from gateway.ws import auth
 from gateway.ws.link import LinkError, LinkSettings, SlowClient, Subscription
@@ -56,16 +63,7 @@ SERVER_NAME = "Signalbox/0.1.0"
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 ACK_MODES = ("auto", "client", "client-individual")
 DEFAULT_QUEUE_PREFETCH = 1000  # ActiveMQ's queue prefetch; None lets a destination policy replace it
-# Headers of a SEND frame that are not message properties (ActiveMQ strips or maps them).
-_NOT_PROPERTIES = frozenset({
-    "destination", "transaction", "receipt", "content-length", "content-type", "message-id", "redelivered",
-    "subscription", "JMSXUserID", "JMSXDeliveryCount", "persistent", "priority", "expires", "timestamp",
-    "type", "correlation-id", "reply-to", "JMSXGroupID", "JMSXGroupSeq",
-    "AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT", "AMQ_SCHEDULED_CRON",
-})
 GROUP_HEADERS = "signalbox.groupHeaders"
-ADVISORY_PREFIX = f"topic://{advisory.PREFIX}"
-ADVISORY_BROKER_URL = "stomp://localhost"  # originBrokerURL: the broker, not this gateway's address
 INBOX_FRAMES = 1000  # frames parsed but not handled yet, per connection...
 INBOX_BYTES = 16 * 1024 * 1024  # ...and their bytes
 SEND_BATCH = 500  # consecutive SENDs to one destination per broker call
@@ -78,16 +76,6 @@ def _size(item: Frame | FrameError) -> int:
     if isinstance(item, FrameError):
         return 0
     return len(item.body) + sum(len(k) + len(v) + 2 for k, v in item.headers)
-
-
-class StompError(Exception):
-    """A frame the session refuses: `message` for the ERROR header, `detail` for its body."""
-
-    def __init__(self, message: str, detail: str = "", headers: tuple[tuple[str, str], ...] = ()) -> None:
-        super().__init__(message)
-        self.message = message
-        self.detail = detail or message
-        self.headers = headers
 
 
 def choose_subprotocol(offered: list[str]) -> str | None:
@@ -123,196 +111,8 @@ class StompSettings:
         )
 
 
-def _java_bool(value: str | None) -> bool:
-    """Boolean.parseBoolean: 'true' in any case is true, everything else false."""
-    return value is not None and value.strip().lower() == "true"
-
-
 def _int(frame: Frame, name: str, low: int, high: int, default: int | None = None) -> int | None:
-    return _int_value(frame.get(name), name, low, high, default)
-
-
-def _int_value(value: str | None, name: str, low: int, high: int, default: int | None = None) -> int | None:
-    if value is None:
-        return default
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise StompError(f"Invalid {name} header", f"{name} must be an integer, got {value[:64]!r}") from None
-    if not low <= number <= high:
-        raise StompError(f"Invalid {name} header", f"{name} must be {low}..{high}, got {number}")
-    return number
-
-
-def stomp_destinations(text: str | None, subscribe: bool = False, command: str = "") -> list[Destination]:
-    """`/queue/A` or a composite `/queue/A,/queue/B` as broker destinations (ActiveMQ's STOMP names).
-    `subscribe`: wildcards (`/topic/orders.>`) are accepted, for broker_core to subscribe to or refuse.
-    The errors are ActiveMQ's texts: a SEND without the header, any frame with an empty one."""
-    if text is None and command == "SEND":
-        raise StompError("SEND received without a Destination specified!",
-                         "SEND needs a destination header, such as destination:/queue/orders")
-    if text is None or not text.strip():
-        raise StompError("Invalid empty or 'null' Destination header",
-                         f"{command or 'this frame'} needs a destination header, such as /queue/orders")
-    return list(_parse_stomp_destinations(text, subscribe))
-
-
-@functools.lru_cache(maxsize=4096)
-def _parse_stomp_destinations(text: str, wildcards: bool = False) -> tuple[Destination, ...]:
-    # Cached: a connection sends to the same few destinations, and validating a name looks at each
-    # character (errors are not cached: lru_cache does not keep exceptions).
-    result: list[Destination] = []
-    for part in (p.strip() for p in text.split(",")):
-        kind = next((k for k in ("queue", "topic") if part.startswith(f"/{k}/")), None)
-        if kind is not None:
-            try:
-                dest = parse_destination(f"{kind}://" + part[len(kind) + 2:], allow_wildcards=wildcards)
-            except BrokerError as exc:
-                raise StompError("Invalid destination", exc.message) from None
-        elif part.startswith(("/temp-queue/", "/temp-topic/", "/remote-temp-queue/", "/remote-temp-topic/")):
-            raise StompError("Temporary destinations are not supported", f"{part}: use /queue/ destinations")
-        else:
-            # ActiveMQ's fallback (spec Appendix A): any other name is a queue of that literal name, so
-            # `bare` is /queue/bare and `/foo/bar` is the queue "/foo/bar" (/queue//foo/bar in MESSAGEs)
-            try:
-                dest = parse_destination("queue://" + part)
-            except BrokerError as exc:
-                raise StompError("Invalid destination", exc.message) from None
-        if dest not in result:
-            result.append(dest)
-    return tuple(result)
-
-
-def stomp_name(uri: str | None) -> str | None:
-    """queue://X -> /queue/X (anything else unchanged). A composite as ActiveMQ's STOMP writes it: the
-    first part as a STOMP name, the others qualified (queue://a,b,topic://c -> /queue/a,queue://b,topic://c)."""
-    if uri is None:
-        return None
-    if "," in uri:
-        with contextlib.suppress(BrokerError):
-            parts = split_composite(uri)
-            if parts:
-                first, *rest = parts
-                return ",".join([f"/{first.kind}/{first.name}", *(part.uri for part in rest)])
-    for kind in ("queue", "topic"):
-        if uri.startswith(f"{kind}://"):
-            return f"/{kind}/{uri[len(kind) + 3:]}"
-    return uri
-
-
-def _property_text(value: Any) -> str:
-    if isinstance(value, TypedValue):
-        value = value.value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def message_headers(delivery: Delivery, subscription_id: str | None, ack_id: str | None,
-                    group_headers: bool) -> list[tuple[str, str]]:
-    """MESSAGE headers as ActiveMQ's FrameTranslator writes them, then the properties as strings; the
-    group fields only when the subscriber asked for them (ActiveMQ never sends them over STOMP)."""
-    d = delivery
-    if d.type == "Advisory" and d.destination.startswith(ADVISORY_PREFIX):
-        return _advisory_headers(d, subscription_id, ack_id)
-    headers = [("message-id", d.message_id), ("destination", stomp_name(d.destination) or "")]
-    if d.correlation_id is not None:
-        headers.append(("correlation-id", d.correlation_id))
-    headers.append(("expires", str(d.expiration)))
-    if d.redelivered:
-        headers.append(("redelivered", "true"))
-    headers.append(("priority", str(d.priority)))
-    if d.reply_to is not None:
-        headers.append(("reply-to", stomp_name(d.reply_to) or ""))
-    headers.append(("timestamp", str(d.timestamp)))
-    if d.type is not None:
-        headers.append(("type", d.type))
-    if d.user_id is not None:
-        headers.append(("JMSXUserID", d.user_id))
-    if d.original_destination is not None:
-        headers.append(("original-destination", stomp_name(d.original_destination) or ""))
-    if d.persistent:
-        headers.append(("persistent", "true"))
-    if subscription_id is not None:
-        headers.append(("subscription", subscription_id))
-    if ack_id is not None:
-        headers.append(("ack", ack_id))
-    if d.content_type is not None:
-        headers.append(("content-type", d.content_type))
-    headers += [(name, _property_text(value)) for name, value in d.properties.items()]
-    if group_headers:
-        headers += [("JMSXGroupID", d.group_id or ""), ("JMSXGroupSeq", str(d.group_seq)),
-                    ("JMSXGroupFirstForConsumer", "true" if d.group_first_for_consumer else "false")]
-    return headers
-
-
-def _advisory_headers(d: Delivery, subscription_id: str | None, ack_id: str | None) -> list[tuple[str, str]]:
-    """An advisory as ActiveMQ's STOMP translator for advisory topics writes it: priority and timestamp
-    0 (the advisory's own fields: ActiveMQ sets neither), `transformation:jms-advisory-json`, the origin
-    broker's id and URL, and no content-type; the body is Signalbox's JSON (docs/broker_core.md)."""
-    headers = [("message-id", d.message_id), ("destination", stomp_name(d.destination) or ""),
-               ("expires", "0"), ("priority", "0"), ("timestamp", "0"), ("type", "Advisory"),
-               ("transformation", "jms-advisory-json"), ("originBrokerId", f"ID:{advisory.BROKER_NAME}"),
-               ("originBrokerURL", ADVISORY_BROKER_URL)]
-    if subscription_id is not None:
-        headers.append(("subscription", subscription_id))
-    if ack_id is not None:
-        headers.append(("ack", ack_id))
-    headers += [(name, _property_text(value)) for name, value in d.properties.items()]
-    return headers
-
-
-def message_from_send(frame: Frame, connection_id: str | None = None) -> Message:
-    """A SEND frame as a message (ActiveMQ's copyStandardHeadersFromFrameToMessage): a body with
-    content-length is bytes (ActiveMQ's BytesMessage), without it text; `persistent` only when 'true'."""
-    # One pass over the headers (the first of a repeated header wins, as STOMP says), then dict lookups:
-    # this runs for every SEND.
-    headers = frame.header_dict()
-    get = headers.get
-    body: str | bytes = frame.body
-    if "content-length" not in headers:
-        try:
-            body = frame.body.decode("utf-8")
-        except UnicodeDecodeError:
-            body = frame.body
-    expires = _int_value(get("expires"), "expires", 0, 2**63 - 1, 0)
-    timestamp = _int_value(get("timestamp"), "timestamp", 0, 2**63 - 1)
-    group_seq = _int_value(get("JMSXGroupSeq"), "JMSXGroupSeq", -(2**31), 2**31 - 1, 0)
-    priority = _int_value(get("priority"), "priority", 0, 9, 4)
-    # ActiveMQ's scheduler headers (ScheduledMessage): the broker parks the message, or repeats it
-    delay = _int_value(get("AMQ_SCHEDULED_DELAY"), "AMQ_SCHEDULED_DELAY", 0, 2**63 - 1, 0)
-    period = _int_value(get("AMQ_SCHEDULED_PERIOD"), "AMQ_SCHEDULED_PERIOD", 0, 2**63 - 1, 0)
-    repeat = _int_value(get("AMQ_SCHEDULED_REPEAT"), "AMQ_SCHEDULED_REPEAT", 0, 2**31 - 1, 0)
-    properties: dict[str, Any] = {name: value for name, value in headers.items()
-                                  if name not in _NOT_PROPERTIES}
-    # JMSReplyTo is a destination (queue://X, as selectors compare it) only when reply-to names a STOMP
-    # queue or topic; anything else stays a string property, as ActiveMQ's translator leaves it
-    reply_to = get("reply-to")
-    if reply_to is not None and not reply_to.startswith(("/queue/", "/topic/")):
-        properties["reply-to"] = reply_to
-        reply_to = None
-    elif reply_to is not None:
-        kind, _, name = reply_to[1:].partition("/")
-        reply_to = f"{kind}://{name}"
-    return Message(
-        body=body,
-        content_type=get("content-type"),
-        priority=priority if priority is not None else 4,
-        persistent=_java_bool(get("persistent")),
-        timestamp=timestamp,
-        expiration=expires or 0,
-        correlation_id=get("correlation-id"),
-        reply_to=reply_to,
-        type=get("type"),
-        properties=properties,
-        group_id=get("JMSXGroupID"),
-        group_seq=group_seq or 0,
-        connection_id=connection_id,
-        delay_ms=delay or 0,
-        period_ms=period or 0,
-        repeat=repeat or 0,
-        cron=get("AMQ_SCHEDULED_CRON"),
-    )
+    return int_value(frame.get(name), name, low, high, default)
 
 
 class Transport:
@@ -687,7 +487,7 @@ class StompSession(LinkedSession):
         durable_name = frame.get("activemq.subscriptionName")
         if durable_name is not None and any(not d.is_topic for d in destinations):
             raise StompError("Invalid Subscription: cannot durably subscribe to a Queue destination!")
-        if _java_bool(frame.get("browser")):
+        if java_bool(frame.get("browser")):
             raise StompError("Browsing is not supported", "SUBSCRIBE with browser:true is not supported")
         ack = frame.get("ack", "auto") or "auto"
         if ack not in ACK_MODES:
@@ -700,12 +500,12 @@ class StompSession(LinkedSession):
         await self._authorize(destinations, "read")
         key = sub_id if sub_id is not None else (frame.get("destination") or "")
         spec = self.link.spec(
-            prefetch=prefetch, priority=priority or 0, exclusive=_java_bool(frame.get("activemq.exclusive")),
+            prefetch=prefetch, priority=priority or 0, exclusive=java_bool(frame.get("activemq.exclusive")),
             selector=frame.get("selector"), stomp_selector=True,
-            no_local=_java_bool(frame.get("activemq.noLocal")), client_id=self.durable_client_id(),
+            no_local=java_bool(frame.get("activemq.noLocal")), client_id=self.durable_client_id(),
             ack_mode=ack, subscription_name=durable_name,
-            retroactive=_java_bool(frame.get("activemq.retroactive")))
-        options = {"id": sub_id, "group_headers": _java_bool(frame.get(GROUP_HEADERS))}
+            retroactive=java_bool(frame.get("activemq.retroactive")))
+        options = {"id": sub_id, "group_headers": java_bool(frame.get(GROUP_HEADERS))}
         receipt = frame.get("receipt")
         sub = await self.link.subscribe(key, destinations, spec, options, start=False)
         self.note_subscription(sub, spec.selector, sub.consumers[0].prefetch)  # the connection registry

@@ -1,9 +1,9 @@
 """One connection per client id, across every gateway process (ActiveMQ's RegionBroker.addConnection):
 a second connection that gives a client id already in use is refused with InvalidClientIDException's
-text. The claim is a Redis key `<namespace>:clientid:<client id>` holding the owning connection and its
-remote address, with a lease the connection renews while it lives (gateway/ws/link.py) and deletes when it
+text. The claim is kept by the broker (broker_core/client_ids.py: a key holding the owning connection and its
+remote address, with a lease the connection renews while it lives, gateway/ws/link.py, and deletes when it
 ends; a gateway process that dies leaves a claim that lapses with the lease, so the id is free again
-within one lease instead of blocked forever.
+within one lease instead of blocked forever); this module words ActiveMQ's refusal.
 """
 
 from __future__ import annotations
@@ -11,16 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-
-# Compare-and-renew and compare-and-delete: only the connection that holds the claim touches it.
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 class ClientIdInUse(Exception):
@@ -33,29 +23,25 @@ class ClientIdInUse(Exception):
 
 
 class ClientIdClaim:
-    """The claim of one connection on one client id."""
+    """The claim of one connection on one client id, held through the broker (broker_core/client_ids.py)."""
 
-    def __init__(self, redis: Any, namespace: str, client_id: str, connection_id: str, address: str) -> None:
-        self.redis = redis
-        self.key = f"{namespace}:clientid:{client_id}"
+    def __init__(self, broker: Any, client_id: str, connection_id: str, address: str) -> None:
+        self.broker = broker
         self.client_id = client_id
         # the value names the holder: its connection (to compare) and its address (for the refusal)
         self.value = f"{connection_id}|{address}"
 
     async def take(self, lease_ms: int) -> None:
         """Claim the id for `lease_ms`, or raise ClientIdInUse naming where the holder connected from."""
-        if await self.redis.set(self.key, self.value, nx=True, px=lease_ms):
+        held = await self.broker.claim_client_id(self.client_id, self.value, lease_ms)
+        if held is None:
             return
-        held = await self.redis.get(self.key)
-        holder = (held or b"").decode("utf-8", "replace").partition("|")[2]
-        # it lapsed or was released between the two calls: try once more
-        if held is None and await self.redis.set(self.key, self.value, nx=True, px=lease_ms):
-            return
+        holder = held.partition("|")[2]
         raise ClientIdInUse(self.client_id, holder or "an unknown address")
 
     async def renew(self, lease_ms: int) -> bool:
         """Extend the lease; False when the claim lapsed (this process stalled longer than the lease)."""
-        return bool(await self.redis.eval(_RENEW, 1, self.key, self.value, lease_ms))
+        return bool(await self.broker.renew_client_id(self.client_id, self.value, lease_ms))
 
     async def release(self) -> None:
-        await self.redis.eval(_RELEASE, 1, self.key, self.value)
+        await self.broker.release_client_id(self.client_id, self.value)

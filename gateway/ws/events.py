@@ -100,9 +100,8 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
         # after "open" is never missed (the page loads its tables before it opens the feed).
         with contextlib.suppress(BrokerError, *STORE_ERRORS):
             if text:
-                newest = await runtime.async_broker().redis.xrevrange(
-                    runtime.async_broker().events_key(parse_destination(text)), count=1)
-                self.start_id = _text(newest[0][0]) if newest else "0-0"
+                newest = await runtime.async_broker().last_event_id(parse_destination(text))
+                self.start_id = newest or "0-0"
         await self.accept()
         self.status_task = asyncio.get_running_loop().create_task(self._status())
         self.session_task = asyncio.get_running_loop().create_task(self._session_watch())
@@ -146,7 +145,7 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
 
     async def _status(self) -> None:
         """Whether Redis answers, every STATUS_EVERY seconds (docstring above)."""
-        client = runtime.async_broker().redis
+        client = runtime.async_redis()
         loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
@@ -190,7 +189,7 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
         while True:
             patterns = await db(permissions.readable_patterns, user, "read")
             payload: dict[str, Any] = {"type": "totals", "totals": await totals(broker, patterns)}
-            memory = await broker.redis.info("memory")
+            memory = await runtime.async_redis().info("memory")
             payload["totals"]["redis_memory"] = {"used": int(memory.get("used_memory", 0)),
                                                  "max": int(memory.get("maxmemory", 0))}
             if self.watched:

@@ -25,13 +25,11 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from broker_core.destinations import Destination, parse_destination
+from broker_core.destinations import Destination
 from broker_core.errors import NotInFlight, UnknownConsumer, UnknownSubscription
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery
 from broker_core.model import Consumer, ConsumerSpec
-from broker_core.topic_ops import registry_key
-from broker_core.topics import durable_registry_field
 from gateway import runtime
 from gateway.unavailable import store_unavailable
 from gateway.ws.client_ids import ClientIdClaim, ClientIdInUse
@@ -318,8 +316,7 @@ class Link:
     async def claim_client_id(self, client_id: str, address: str) -> None:
         """Hold `client_id` for this connection while it lives (renewed with the consumers' leases); a
         connection elsewhere holding it: LinkError with ActiveMQ's InvalidClientIDException text."""
-        claim = ClientIdClaim(self.broker.redis, self.broker.namespace, client_id, self.connection_id,
-                              address)
+        claim = ClientIdClaim(self.broker, client_id, self.connection_id, address)
         try:
             await claim.take(self.settings.lease_ms)
         except ClientIdInUse as exc:
@@ -400,12 +397,11 @@ class Link:
 
     async def durable_topic(self, client_id: str, name: str) -> Destination:
         """The topic the durable subscription (client id, name) is on (a durable key is broker-wide)."""
-        where = await self.broker.redis.hget(registry_key(self.broker.ops),
-                                             durable_registry_field(client_id, name))
+        where = await self.broker.durable_topic(client_id, name)
         if where is None:
             raise UnknownSubscription(f"No durable subscription exists for clientID: {client_id} and "
                                       f"subscriptionName: {name}")
-        return parse_destination(where.decode(), allow_wildcards=True)  # a wildcard subscription's pattern
+        return where  # (a wildcard subscription's pattern)
 
     async def _close_subscription(self, sub: Subscription, reason: str) -> None:
         for consumer in sub.consumers:

@@ -10,9 +10,11 @@ import redis.asyncio
 
 from broker_core import turns
 from broker_core.broker import AsyncBroker
+from broker_core.drivers.loop import run_async
 from broker_core.errors import NotInFlight
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
+from broker_core.scripts.library import library
 
 
 @pytest.fixture
@@ -69,3 +71,40 @@ async def test_a_clients_consumers_are_remembered_and_forgotten(aio):
         (r.destination.uri, r.consumer_id) for r in (a, b))
     await turns.forget_client(aio, "client-1")
     assert await turns.client_consumers(aio, "client-1", "client-individual") == []
+
+
+async def test_settle_after_a_restart_lost_the_library(aio):
+    """The MULTI/EXEC that acks and ends the turn meets a server without the library: the turn has ended,
+    the ack runs again alone once the library is loaded (EVALSHA scripts: the ack's call loads its script)."""
+    ref = await _pull_consumer(aio, "turns.f")
+    await aio.send("turns.f", [Message(body="one"), Message(body="two")])
+    for n in (1, 2):
+        assert await turns.begin_turn(aio, ref, 10_000) == 0
+        (delivery,) = await aio.receive(ref, 1)
+        if n == 2:  # (the first settle loaded the library, so the driver believes it there)
+            if await run_async(aio.driver.uses_functions(), aio._perform):
+                await aio.redis.execute_command("FUNCTION", "DELETE", library().name)
+            else:
+                await aio.redis.execute_command("SCRIPT", "FLUSH")
+        await turns.settle(aio, ref, delivery.message_id)
+        stats = await aio.stats("turns.f")
+        assert (stats.dequeued, stats.in_flight, stats.queue_size) == (n, 0, 2 - n)
+    assert await turns.begin_turn(aio, ref, 10_000) == 0
+    await turns.end_turn(aio, ref)
+
+
+async def test_settle_on_a_topic_consumer(aio):
+    """A topic consumer's ack first finds its subscription (a plain command): ack, then the turn's end."""
+    c = await aio.add_consumer("topic://turns.g", ConsumerSpec(prefetch=0, ack_mode="client-individual"))
+    ref = ConsumerRef(c.destination, c.consumer_id, "client-individual")
+    await aio.send("topic://turns.g", Message(body="one"))
+    assert await turns.begin_turn(aio, ref, 10_000) == 0
+    (delivery,) = await aio.receive(ref, 1)
+    assert await turns.begin_turn(aio, ref, 10_000) is None
+    await turns.settle(aio, ref, delivery.message_id)
+    assert await turns.begin_turn(aio, ref, 10_000) == 0  # ended, and nothing left in flight
+    await turns.end_turn(aio, ref)
+    with pytest.raises(NotInFlight):
+        await turns.settle(aio, ref, delivery.message_id)
+    assert await turns.begin_turn(aio, ref, 10_000) == 0
+    await turns.end_turn(aio, ref)

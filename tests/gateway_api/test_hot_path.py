@@ -143,3 +143,19 @@ async def test_a_body_over_the_request_limit_is_413_on_the_hot_path_too(api, ali
     messages = await api.post(f"{await consumer(api, alice, 'orders.big')}/receive?max_messages=5",
                               headers=alice)
     assert [m["body"] for m in messages.json()["messages"]] == ["warm"]
+
+
+def test_both_lean_paths_read_headers_by_one_rule():
+    """asgi.request_headers, which HotPath and compat_hot.CompatHotPath share: the last of a repeated
+    header, Cookie lines joined as Django joins them, and a second Authorization or a refused header
+    leaves the request to Django (None)."""
+    from gateway.api.asgi import request_headers
+
+    wanted, refused = frozenset({b"authorization", b"host", b"cookie"}), frozenset({b"sec-fetch-site"})
+    headers = [(b"host", b"a"), (b"cookie", b"x=1"), (b"accept", b"*/*"), (b"host", b"b"),
+               (b"cookie", b"y=2"), (b"authorization", b"Token t")]
+    assert request_headers(headers, wanted, refused) == {b"host": b"b", b"cookie": b"x=1; y=2",
+                                                         b"authorization": b"Token t"}
+    assert request_headers([*headers, (b"authorization", b"Token u")], wanted, refused) is None
+    assert request_headers([(b"sec-fetch-site", b"same-origin"), *headers], wanted, refused) is None
+    assert request_headers([], wanted, refused) == {}

@@ -34,12 +34,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         from analytics import tasks
-        from signalbox.tasks import broker
+        from signalbox.tasks import broker, redis_client
 
         try:
             since_ms, until_ms = tasks.time_range(options["since"], options["until"])
             result = tasks.run(broker(options["namespace"]), str(since_ms), str(until_ms),
-                               archive_first=not options["no_archive"], destinations=options["destination"],
+                               summary_client=redis_client(), archive_first=not options["no_archive"],
+                               destinations=options["destination"],
                                master=options["master"])
         except (RangeError, ArchiveError) as exc:
             raise CommandError(str(exc)) from exc

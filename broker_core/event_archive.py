@@ -1,0 +1,64 @@
+"""A destination's lifecycle event stream (`<prefix>:events`, which every script appends to) as the event
+archive (analytics/archive.py) drains it: a range of entries read, entries trimmed once archived, Redis's
+clock (the stream ids are its milliseconds), and the archive's checkpoint hash beside the stream
+(`<prefix>:archive`, in the destination's hash tag). The archive decides what to read and when to trim;
+these are the reads and writes of broker_core's keys it needs, so no adapter names them (issue #22).
+Blocking, over the Broker's redis-py client, as maintenance.py's jobs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .destinations import Destination
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+
+def events_key(broker: Broker, dest: Destination) -> str:
+    return broker.ops.events_key(dest)
+
+
+def checkpoint_key(broker: Broker, dest: Destination) -> str:
+    return f"{broker.ops.prefix(dest)}:archive"
+
+
+def read_range(broker: Broker, dest: Destination, first: str, last: str, count: int) -> list[tuple[Any, Any]]:
+    """Up to `count` entries from `first` to `last` (XRANGE bounds): (id, fields) pairs."""
+    return broker.redis.xrange(events_key(broker, dest), first, last, count=count)
+
+
+def trim(broker: Broker, dest: Destination, min_id: str) -> int:
+    """Drop the entries with ids below `min_id` (XTRIM MINID); returns how many went."""
+    return int(broker.redis.execute_command("XTRIM", events_key(broker, dest), "MINID", min_id))
+
+
+def server_time_ms(broker: Broker) -> int:
+    """Redis's clock (TIME), in milliseconds: the clock of the stream ids."""
+    seconds, micros = broker.redis.time()
+    return seconds * 1000 + micros // 1000
+
+
+def checkpoint(broker: Broker, dest: Destination) -> dict[bytes, bytes]:
+    """The archive's checkpoint hash, as stored."""
+    return broker.redis.hgetall(checkpoint_key(broker, dest))
+
+
+def checkpoint_fields(broker: Broker, dest: Destination, *fields: str) -> list[Any]:
+    return broker.redis.hmget(checkpoint_key(broker, dest), *fields)
+
+
+def begin_batch(broker: Broker, dest: Destination, first_id: str, last_id: str) -> None:
+    """Record the batch about to be written (`pending`), so a run after a crash writes the same one."""
+    broker.redis.hset(checkpoint_key(broker, dest), "pending", f"{first_id} {last_id}")
+
+
+def end_batch(broker: Broker, dest: Destination, last_id: str, now_ms: int, archived: int) -> None:
+    """The batch is written: `last` moves to its last id and `pending` goes, in one MULTI."""
+    key = checkpoint_key(broker, dest)
+    pipe = broker.redis.pipeline(transaction=True)
+    pipe.hset(key, mapping={"last": last_id, "last_run_ms": now_ms})
+    pipe.hdel(key, "pending")
+    pipe.hincrby(key, "archived", archived)
+    pipe.execute()
