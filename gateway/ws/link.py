@@ -68,14 +68,6 @@ class LinkSettings:
         return self.lease_ms / 3000
 
 
-# Ack mode auto: pushed messages the pump wrote are acknowledged together, within ACK_DELAY seconds of the
-# first, or at once when ACK_BATCH of them (half the consumer's prefetch, if less) wait. One ack call for
-# several messages instead of one each: the ack's script call cost Redis as much as the send's, and sat
-# in Redis's queue ahead of the next SEND (docs/benchmarks.md, "Where a STOMP message's time goes"). Until
-# acknowledged they stay in flight, as they were while the ack was on its way; the consumer closing
-# acknowledges them first, and a process that dies leaves them to its consumers' leases.
-ACK_DELAY = 0.005
-ACK_BATCH = 100
 CLOSE_RETRY_SECONDS = 0.5  # a consumer whose close found Redis away is closed again this often
 _CLOSING: set[asyncio.Task[None]] = set()  # those retries (a reference, so they are not collected)
 ABORTED_ACKS_KEPT = 100_000  # ack ids of aborted subscriptions remembered per connection
@@ -296,8 +288,6 @@ class Link:
         # per consumer, the dispatch sequence of the last message its pump wrote or began to write (closing
         # passes it on: what was pushed after it never reached the client)
         self._written: dict[str, int] = {}
-        # per auto consumer, the ids of pushed messages written and not acknowledged yet (ACK_DELAY)
-        self._owed_acks: dict[str, list[str]] = {}
         self._keeper: asyncio.Task[None] | None = None
         self._consumer_seq = 0
         self._closed = False
@@ -427,11 +417,8 @@ class Link:
         for consumer in sub.consumers:
             # (what was pushed after the last message written goes back as never received)
             written = self._written.pop(consumer.consumer_id, None)
-            owed = self._owed_acks.pop(consumer.consumer_id, None)
             try:
                 with contextlib.suppress(UnknownConsumer):
-                    if owed:  # written: acknowledged, not returned as redelivered
-                        await self._ack_written(consumer, owed)
                     await self.broker.close_consumer(consumer, reason, written=written)
             except Exception as exc:
                 if store_unavailable(exc):
@@ -448,23 +435,17 @@ class Link:
         follow it (one was lost, or a receive already delivered it) sends the pump back to `receive_after`,
         which hands over again whatever came after `upto`, so nothing is missed or delivered twice. Ack mode
         auto: pushed messages are acknowledged once they are in the send buffer (a process that dies before
-        leaves them in flight; the lapse of its lease returns them), together within ACK_DELAY."""
+        leaves them in flight; the lapse of its lease returns them)."""
         batch = self.settings.receive_batch
         idle = self.settings.renew_every
         cid = consumer.consumer_id
         push = batch if consumer.prefetch > 0 else 0  # a pull consumer asks for each message
         auto = consumer.ack_mode == "auto"
-        owed = self._owed_acks.setdefault(cid, [])  # (auto: written, to acknowledge by `ack_due`)
-        most_owed = max(1, min(ACK_BATCH, consumer.prefetch // 2))
-        loop = asyncio.get_running_loop()
-        ack_due = 0.0
         upto = 0
         self._written[cid] = 0
         self.hub.watch(cid)
         try:
             while True:
-                if owed:  # before a receive: what it may hand over counts the credit these hold
-                    await self._ack_owed(consumer, owed)
                 deliveries, upto = await self.broker.receive_after(consumer, upto, batch, push)
                 # (counted as written once the writing starts: a close in the middle marks them redelivered)
                 self._written[cid] = upto
@@ -475,13 +456,7 @@ class Link:
                 # the outbox is empty and the consumer armed: pushes, or a wake-up once the credit is spent;
                 # the timeout only guards against a lost one
                 while True:
-                    if owed:
-                        if not await self.hub.wait(cid, max(0.0, ack_due - loop.time())):
-                            await self._ack_owed(consumer, owed)  # nothing more came within ACK_DELAY
-                            continue
-                        woken = False
-                    else:
-                        woken = not await self.hub.wait(cid, idle)  # (the timeout: look anyway)
+                    woken = not await self.hub.wait(cid, idle)  # (the timeout: look anyway)
                     pushes, told = self.hub.take(cid)
                     woken = woken or told
                     written: list[str] = []  # (auto: acknowledged together, one call for what one take had)
@@ -496,11 +471,11 @@ class Link:
                         await self.deliver(sub, consumer, delivered)
                         written += [d.message_id for d in delivered]
                     if auto and written:
-                        if not owed:
-                            ack_due = loop.time() + ACK_DELAY
-                        owed += written
-                        if len(owed) >= most_owed or loop.time() >= ack_due:
-                            await self._ack_owed(consumer, owed)
+                        # one turn of the loop first: the send buffer's writer puts the MESSAGEs on the wire
+                        # before the ack's round trip to Redis starts (the ack follows the write, never
+                        # precedes it, and Redis's work on the ack no longer sits before the client's copy)
+                        await asyncio.sleep(0)
+                        await self._ack_written(consumer, written)
                     if woken:
                         break
         except asyncio.CancelledError:
@@ -533,18 +508,6 @@ class Link:
         task = asyncio.get_running_loop().create_task(retry())
         _CLOSING.add(task)  # (outlives this link: a task of the process)
         task.add_done_callback(_CLOSING.discard)
-
-    async def _ack_owed(self, consumer: Consumer, owed: list[str]) -> None:
-        """Acknowledge the auto consumer's written messages (`owed`, emptied once done: a close while the
-        call is under way acknowledges them again, which finds them acknowledged)."""
-        # one turn of the loop first: the send buffer's writer puts the MESSAGEs just put on the wire
-        # before the ack's round trip to Redis starts (the ack follows the write, never precedes it)
-        await asyncio.sleep(0)
-        ids = list(owed)
-        if not ids:
-            return
-        await self._ack_written(consumer, ids)
-        del owed[:len(ids)]
 
     async def _ack_written(self, consumer: Consumer, ids: list[str]) -> None:
         """Ack mode auto: acknowledge pushed messages now in the send buffer. One an operator removed (or
