@@ -48,9 +48,15 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
+    user, system = cpu_split(pid)
+    return user + system
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """Seconds of CPU in user mode (Python, Lua) and in the kernel (system calls: the loopback TCP stack)."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS  # utime, stime
 
 
 def descendants(root: int) -> dict[str, int]:
@@ -267,6 +273,7 @@ def main() -> None:
                 gateway = box.pids["stomp" if case.startswith("tcp") else "web"]
                 line.call("CONFIG", "RESETSTAT")
                 cpu_gateway, cpu_redis = cpu_seconds(gateway), cpu_seconds(box.pids["redis"])
+                split_before = cpu_split(gateway), cpu_split(box.pids["redis"])
                 spy = None
                 if args.py_spy:
                     Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
@@ -288,6 +295,9 @@ def main() -> None:
                     tracer.send_signal(signal.SIGINT)
                     tracer.wait(30)
                     print(summary.read_text())
+                split_after = cpu_split(gateway), cpu_split(box.pids["redis"])
+                split = [(user - user0, system - system0)
+                         for (user0, system0), (user, system) in zip(split_before, split_after, strict=True)]
                 cpu_gateway = (cpu_seconds(gateway) - cpu_gateway) / args.n * 1e6
                 cpu_redis = (cpu_seconds(box.pids["redis"]) - cpu_redis) / args.n * 1e6
                 stats = line.commandstats()
@@ -296,7 +306,9 @@ def main() -> None:
                     spy.wait(30)
                 print(f"{case}: p50 {result['p50 us']:.0f} us, mean {result['mean us']:.0f} us; "
                       f"CPU per message (10 ms ticks, coarse): gateway {cpu_gateway:.0f} us, "
-                      f"Redis {cpu_redis:.0f} us")
+                      f"Redis {cpu_redis:.0f} us (user/kernel: gateway {split[0][0] / args.n * 1e6:.0f}/"
+                      f"{split[0][1] / args.n * 1e6:.0f}, Redis {split[1][0] / args.n * 1e6:.0f}/"
+                      f"{split[1][1] / args.n * 1e6:.0f} us)")
                 for name, (calls, usec) in sorted(stats.items(), key=lambda kv: -kv[1][1]):
                     if name in ("config|resetstat", "info"):
                         continue
