@@ -7,7 +7,8 @@ Usage: python bench/stomp_latency.py [--n 2000] [--cases tcp-pingpong,tcp-receip
 Starts `./signalbox.sh run`'s launcher on free loopback ports with an installed Redis 7 (AOF, --fsync), then:
 - the floor: a Redis PING and an EVALSHA of `return 1` over a plain socket to that server (one round trip
   each), and a TCP echo served by a Python asyncio server in a process of its own (the least one
-  request -> reply through an event loop costs here), all with the client the cases use (blocking sockets);
+  request -> reply through an event loop costs here; on asyncio's loop and on uvloop), and by a blocking
+  socket loop (no event loop), all with the client the cases use (blocking sockets);
 - per case: the p50 and the rate, the Redis commands it ran per message and Redis's own time per call
   (INFO commandstats, reset before the case), and the CPU the gateway process and Redis spent per message
   (from /proc);
@@ -169,8 +170,17 @@ async def main():
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     print(server.sockets[0].getsockname()[1], flush=True)
     await server.serve_forever()
+def blocking():
+    server = socket.create_server(("127.0.0.1", 0))
+    print(server.getsockname()[1], flush=True)
+    conn, _ = server.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while data := conn.recv(65536):
+        conn.sendall(data)
 if sys.argv[1] == "uvloop":
     import uvloop; uvloop.run(main())
+elif sys.argv[1] == "blocking":
+    blocking()
 else:
     asyncio.run(main())
 """
@@ -266,6 +276,7 @@ def main() -> None:
             floor = round_trips(line, 5000)
             floor["asyncio echo (default loop), p50"] = echo_round_trip(5000, "asyncio")
             floor["asyncio echo (uvloop), p50"] = echo_round_trip(5000, "uvloop")
+            floor["blocking-socket echo (no event loop), p50"] = echo_round_trip(5000, "blocking")
             for name, value in floor.items():
                 print(f"floor: {name}: {value:.0f} us")
             for case in cases:
