@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
 
 from gateway import runtime
 from gateway.stomp.protocol import StompSession, Transport, choose_subprotocol
@@ -82,6 +84,24 @@ class _SessionConsumer(AsyncWebsocketConsumer):
 
     def make_session(self, transport: Transport) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Channels' loop with one source: the client's messages, awaited one after the other. Channels
+        runs even a single source through await_many_dispatch, a new task and an asyncio.wait for every
+        WebSocket message (two more turns of the event loop before a frame reaches the session); these
+        consumers have no channel layer, so nothing else is awaited. With a layer configured under
+        their alias, Channels' own loop."""
+        if get_channel_layer(self.channel_layer_alias) is not None:  # pragma: no cover - not configured
+            await super().__call__(scope, receive, send)
+            return
+        self.scope = scope
+        self.channel_layer = None
+        self.base_send = send
+        try:
+            while True:
+                await self.dispatch(await receive())
+        except StopConsumer:
+            pass
 
     def subprotocol(self) -> str | None:
         return None

@@ -177,10 +177,14 @@ class WakeupHub:
     async def wait(self, consumer_id: str, timeout: float) -> bool:
         """True if a wake-up came (now or since the last wait), False at the timeout."""
         event = self._event(consumer_id)
-        try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            return False
+        if not event.is_set():
+            # asyncio.timeout, not wait_for: wait_for (Python 3.11) runs the wait in a task of its own, one
+            # more task and one more turn of the loop between a push and its pump on every message
+            try:
+                async with asyncio.timeout(timeout):
+                    await event.wait()
+            except TimeoutError:
+                return False
         event.clear()
         return True
 

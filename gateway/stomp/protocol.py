@@ -116,7 +116,11 @@ def _int(frame: Frame, name: str, low: int, high: int, default: int | None = Non
 
 
 class Transport:
-    """What the session needs from the WebSocket: write one message, close."""
+    """What the session needs from the WebSocket: write one message, close. `text`: the transport tells
+    text from binary messages (a WebSocket), so a frame that is valid UTF-8 goes as text; a byte stream
+    takes the encoded frames as they are."""
+
+    text = True
 
     async def write(self, payload: bytes | str) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -138,6 +142,7 @@ class StompSession(LinkedSession):
                          link_settings=link_settings)
         # On a stream a frame may span reads; on a WebSocket each message must hold whole frames.
         self.stream = stream
+        self._text = getattr(transport, "text", True)
         self.remote_address = remote_address  # ws://host:port of the client, named when its client-id clashes
         self.settings = settings or StompSettings.from_django()
         self.parser = FrameParser("1.2", self.settings.limits)
@@ -285,11 +290,18 @@ class StompSession(LinkedSession):
                          force: bool = False) -> None:
         assert self.buffer is not None
         data = encode(command, headers, body, self.version)
+        await self.buffer.put(self._payload(data), force=force)
+
+    def _payload(self, data: bytes) -> bytes | str:
+        """Encoded frames as the transport takes them: on a WebSocket text when they are valid UTF-8 (a
+        binary body makes a binary message); on a stream the bytes themselves (no decoding and encoding
+        again for every MESSAGE)."""
+        if not self._text:
+            return data
         try:
-            payload: bytes | str = data.decode("utf-8")
-        except UnicodeDecodeError:  # a binary body: a binary WebSocket message
-            payload = data
-        await self.buffer.put(payload, force=force)
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data
 
     def message_frame(self, sub: Subscription, consumer: Consumer | None, delivery: Delivery) -> bytes:
         ack_id = sub.track(consumer, delivery) if sub.ack_mode != "auto" else None
@@ -318,12 +330,7 @@ class StompSession(LinkedSession):
 
     async def _put_frames(self, frames: list[bytes]) -> None:
         assert self.buffer is not None
-        data = b"".join(frames)
-        try:
-            payload: bytes | str = data.decode("utf-8")
-        except UnicodeDecodeError:
-            payload = data
-        await self.buffer.put(payload)
+        await self.buffer.put(self._payload(frames[0] if len(frames) == 1 else b"".join(frames)))
 
     async def fail(self, message: str, detail: str = "", receipt: str | None = None,
                    headers: tuple[tuple[str, str], ...] = (), release_first: bool = True) -> None:
@@ -405,7 +412,7 @@ class StompSession(LinkedSession):
         while not self.closing:
             await asyncio.sleep(period - min(period, time.monotonic() - self.buffer.last_write))
             if time.monotonic() - self.buffer.last_write >= period * 0.9 and not self.buffer.size:
-                await self.buffer.put(HEARTBEAT.decode())
+                await self.buffer.put(self._payload(HEARTBEAT))
 
     async def _check_heart_beats(self, expect_ms: int) -> None:
         limit = expect_ms / 1000 * self.settings.heartbeat_grace

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 from dataclasses import dataclass
 
@@ -27,6 +28,8 @@ READ_BYTES = 64 * 1024  # one read; the session's inbox bounds what is buffered 
 
 
 class _StreamTransport(Transport):
+    text = False  # the session hands over bytes
+
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
 
@@ -98,6 +101,12 @@ class StompServer:
 
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("unknown", 0)
+        sock = writer.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # a frame goes out when written, not after the client's delayed ACK of the one before (asyncio
+            # and uvloop set this already; said here, the latency does not depend on the loop)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if len(self.sessions) >= self.listener.max_connections:
             # Refused before any session exists: one ERROR frame naming the limit, then the close.
             body = f"this listener serves at most {self.listener.max_connections} connections"

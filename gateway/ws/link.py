@@ -467,6 +467,10 @@ class Link:
                         await self.deliver(sub, consumer, delivered)
                         written += [d.message_id for d in delivered]
                     if auto and written:
+                        # one turn of the loop first: the send buffer's writer puts the MESSAGEs on the wire
+                        # before the ack's round trip to Redis starts (the ack follows the write, never
+                        # precedes it, and Redis's work on the ack no longer sits before the client's copy)
+                        await asyncio.sleep(0)
                         await self._ack_written(consumer, written)
                     if woken:
                         break

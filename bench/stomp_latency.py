@@ -1,0 +1,336 @@
+"""Where the time of one STOMP message goes: ping-pong and SEND->RECEIPT against one Signalbox, with the
+physical floor beside them and, optionally, a sampling profile of the gateway process.
+
+Usage: python bench/stomp_latency.py [--n 2000] [--cases tcp-pingpong,tcp-receipt,...] [--fsync everysec]
+           [--py-spy /path/to/py-spy] [--profile-dir DIR]
+
+Starts `./signalbox.sh run`'s launcher on free loopback ports with an installed Redis 7 (AOF, --fsync), then:
+- the floor: a Redis PING and an EVALSHA of `return 1` over a plain socket to that server (one round trip
+  each), and a TCP echo served by a Python asyncio server in a process of its own (the least one
+  request -> reply through an event loop costs here; on asyncio's loop and on uvloop), and by a blocking
+  socket loop (no event loop), all with the client the cases use (blocking sockets);
+- per case: the p50 and the rate, the Redis commands it ran per message and Redis's own time per call
+  (INFO commandstats, reset before the case), and the CPU the gateway process and Redis spent per message
+  (from /proc);
+- with --py-spy, a flame graph (SVG) and the raw samples of the gateway process during each case, in
+  --profile-dir; its top functions by own time are printed.
+Cases: tcp-pingpong, tcp-receipt, tcp-receipt-np, ws-pingpong, ws-receipt, ws-receipt-np (the same clients
+as bench/versus_activemq.py; receipt cases persistent, -np non-persistent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from versus_activemq import BODY, expect, new_queue, server_binary, stop_process, wait_port  # noqa: E402
+from versus_clients import Http, Stomp, Target, encode  # noqa: E402
+
+from signalbox.embedded_redis import free_port  # noqa: E402
+
+CASES = ("tcp-pingpong", "tcp-receipt", "tcp-receipt-np", "ws-pingpong", "ws-receipt", "ws-receipt-np")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    user, system = cpu_split(pid)
+    return user + system
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """Seconds of CPU in user mode (Python, Lua) and in the kernel (system calls: the loopback TCP stack)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS  # utime, stime
+
+
+def descendants(root: int) -> dict[str, int]:
+    """The launcher's children (each in a process group of its own) by role: redis, stomp (the TCP
+    listener), web (uvicorn)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+    found: dict[str, int] = {}
+    for pid in parents:
+        ancestor = parents.get(pid)
+        while ancestor not in (None, 0, 1, root):
+            ancestor = parents.get(ancestor)
+        if ancestor != root:
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        for role, mark in (("redis", "redis-server"), ("stomp", "stomp_listener"), ("web", "uvicorn")):
+            if mark in cmdline:
+                found[role] = pid
+    return found
+
+
+class Signalbox:
+    def __init__(self, folder: Path, binary: str, fsync: str, root: Path = ROOT) -> None:
+        folder.mkdir(parents=True)
+        port, stomp, self.redis_port = free_port(), free_port(), free_port()
+        password = secrets.token_urlsafe(12)
+        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+        env.update(SIGNALBOX_DATA_DIR=str(folder), SIGNALBOX_PORT=str(port), SIGNALBOX_STOMP_PORT=str(stomp),
+                   SIGNALBOX_REDIS_PORT=str(self.redis_port), SIGNALBOX_ADMIN_PASSWORD=password,
+                   SIGNALBOX_REDIS_APPENDFSYNC=fsync, SIGNALBOX_REDIS_SERVER=binary,
+                   SIGNALBOX_CELERY_QUEUE=f"bench-{uuid.uuid4().hex[:6]}")
+        self.process = subprocess.Popen([sys.executable, "-m", "signalbox.launcher", "run"], cwd=root,
+                                        env=env, stdout=open(folder / "run.log", "wb"),  # noqa: SIM115
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        wait_port(stomp, self.process, "Signalbox's STOMP listener")
+        wait_port(port, self.process, "Signalbox's web server")
+        client = Http(f"http://127.0.0.1:{port}", "")
+        login = json.dumps({"username": "admin", "password": password}).encode()
+        status, data = client.call("POST", "/api/v1/auth/token", login, "application/json")
+        client.close()
+        expect(status, 200, data, "Signalbox POST /api/v1/auth/token")
+        self.target = Target("Signalbox", stomp, "admin", password, ws_url=f"ws://127.0.0.1:{port}/stomp",
+                             http_url=f"http://127.0.0.1:{port}", signalbox=True)
+        self.pids = descendants(self.process.pid)
+
+    def stop(self) -> None:
+        stop_process(self.process, signal.SIGINT)
+
+
+class RedisLine:
+    """A plain socket to Redis speaking RESP: the client side costs as little as Python's can."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.file = self.sock.makefile("rb")
+
+    def call(self, *args: str) -> bytes:
+        parts = [a.encode() for a in args]
+        out = b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+        self.sock.sendall(out)
+        line = self.file.readline()
+        if line[:1] == b"$" and line[1:3] != b"-1":
+            line += self.file.read(int(line[1:]) + 2)
+        elif line[:1] == b"*":
+            raise RuntimeError("arrays not read here")
+        return line
+
+    def commandstats(self) -> dict[str, tuple[int, float]]:
+        text = self.call("INFO", "commandstats").split(b"\r\n", 1)[1].decode()
+        stats = {}
+        for line in text.splitlines():
+            if line.startswith("cmdstat_"):
+                name, _, rest = line[8:].partition(":")
+                fields = dict(part.split("=") for part in rest.split(","))
+                stats[name] = (int(fields["calls"]), float(fields["usec"]))
+        return stats
+
+
+def round_trips(line: RedisLine, n: int) -> dict[str, float]:
+    sha = line.call("SCRIPT", "LOAD", "return 1").split(b"\r\n")[1].decode()
+    out = {}
+    for name, args in (("Redis PING", ("PING",)), ("Redis EVALSHA 'return 1'", ("EVALSHA", sha, "0"))):
+        start = time.perf_counter()
+        for _ in range(n):
+            line.call(*args)
+        out[name] = (time.perf_counter() - start) / n * 1e6
+    return out
+
+
+ECHO_SERVER = """
+import asyncio, socket, sys
+async def serve(reader, writer):
+    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while data := await reader.read(65536):
+        writer.write(data)
+        await writer.drain()
+async def main():
+    if sys.argv[1] == "uvloop":
+        import uvloop; uvloop.install()
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
+def blocking():
+    server = socket.create_server(("127.0.0.1", 0))
+    print(server.getsockname()[1], flush=True)
+    conn, _ = server.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while data := conn.recv(65536):
+        conn.sendall(data)
+if sys.argv[1] == "uvloop":
+    import uvloop; uvloop.run(main())
+elif sys.argv[1] == "blocking":
+    blocking()
+else:
+    asyncio.run(main())
+"""
+
+
+def echo_round_trip(n: int, loop: str) -> float:
+    """Microseconds per 300-byte request -> reply through a Python asyncio echo server (another process)."""
+    server = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, loop], stdout=subprocess.PIPE)
+    try:
+        port = int(server.stdout.readline())
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        payload = b"x" * 300
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            sock.sendall(payload)
+            got = 0
+            while got < len(payload):
+                got += len(sock.recv(65536))
+            times.append(time.perf_counter() - t)
+        sock.close()
+        return statistics.median(times) * 1e6
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def run_case(target: Target, case: str, n: int) -> dict[str, float]:
+    transport, kind = case.split("-", 1)
+    queue = "/queue/" + new_queue()
+    latencies = []
+    if kind == "pingpong":
+        receiver = Stomp(target, transport)
+        receiver.frame("SUBSCRIBE", {"destination": queue, "id": "s", "ack": "auto", "receipt": "sub"})
+        receiver.read_until("RECEIPT")
+        sender = Stomp(target, transport)
+        frame = encode("SEND", {"destination": queue, "persistent": "false",
+                                "content-length": str(len(BODY))}, BODY)
+        for _ in range(n):
+            t = time.perf_counter()
+            sender.send_bytes(frame)
+            receiver.read_until("MESSAGE")
+            latencies.append(time.perf_counter() - t)
+        sender.close()
+        receiver.close()
+    else:
+        conn = Stomp(target, transport)
+        persistent = "false" if kind.endswith("-np") else "true"
+        for i in range(n):
+            t = time.perf_counter()
+            conn.frame("SEND", {"destination": queue, "persistent": persistent, "receipt": str(i),
+                                "content-length": str(len(BODY))}, BODY)
+            conn.read_until("RECEIPT")
+            latencies.append(time.perf_counter() - t)
+        conn.close()
+    return {"p50 us": statistics.median(latencies) * 1e6, "mean us": statistics.fmean(latencies) * 1e6}
+
+
+def top_functions(raw: Path, limit: int = 25) -> list[tuple[str, float]]:
+    """Own-time shares from py-spy's raw (collapsed) output: the leaf frame of each stack."""
+    leaves: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        leaf = stack.rsplit(";", 1)[-1]
+        leaves[leaf] += int(count)
+        total += int(count)
+    return [(name, count / total * 100) for name, count in leaves.most_common(limit)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--fsync", default="everysec")
+    parser.add_argument("--server", default="redis", help="as bench/versus_activemq.py's --servers")
+    parser.add_argument("--py-spy", help="a py-spy binary: profile the gateway process during each case")
+    parser.add_argument("--profile-dir", default="/tmp/stomp-profile")
+    parser.add_argument("--strace", action="store_true",
+                        help="count the gateway process's system calls during each case (strace -c -w: time "
+                             "in each call, wall clock; strace slows the process, the counts are the point)")
+    parser.add_argument("--checkout", default=str(ROOT), help="the Signalbox checkout to run")
+    args = parser.parse_args()
+    cases = [c for c in args.cases.split(",") if c]
+    with tempfile.TemporaryDirectory(prefix="stomp-latency-") as tmp:
+        box = Signalbox(Path(tmp) / "signalbox", server_binary(args.server), args.fsync, Path(args.checkout))
+        try:
+            print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
+                  f"{os.cpu_count()} cores; processes {box.pids}")
+            line = RedisLine(box.redis_port)
+            round_trips(line, 2000)  # warm-up
+            floor = round_trips(line, 5000)
+            floor["asyncio echo (default loop), p50"] = echo_round_trip(5000, "asyncio")
+            floor["asyncio echo (uvloop), p50"] = echo_round_trip(5000, "uvloop")
+            floor["blocking-socket echo (no event loop), p50"] = echo_round_trip(5000, "blocking")
+            for name, value in floor.items():
+                print(f"floor: {name}: {value:.0f} us")
+            for case in cases:
+                run_case(box.target, case, min(200, args.n))  # warm-up
+                gateway = box.pids["stomp" if case.startswith("tcp") else "web"]
+                line.call("CONFIG", "RESETSTAT")
+                cpu_gateway, cpu_redis = cpu_seconds(gateway), cpu_seconds(box.pids["redis"])
+                split_before = cpu_split(gateway), cpu_split(box.pids["redis"])
+                spy = None
+                if args.py_spy:
+                    Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
+                    raw = Path(args.profile_dir) / f"{case}.txt"
+                    spy = subprocess.Popen([args.py_spy, "record", "--pid", str(gateway), "--rate", "400",
+                                            "--format", "raw", "--output", str(raw), "--nonblocking"],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    time.sleep(1)
+                tracer = None
+                if args.strace:
+                    summary = Path(args.profile_dir) / f"{case}.strace"
+                    summary.parent.mkdir(parents=True, exist_ok=True)
+                    tracer = subprocess.Popen(["strace", "-c", "-w", "-f", "-o", str(summary),
+                                               "-p", str(gateway)],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    time.sleep(1)
+                result = run_case(box.target, case, args.n)
+                if tracer is not None:
+                    tracer.send_signal(signal.SIGINT)
+                    tracer.wait(30)
+                    print(summary.read_text())
+                split_after = cpu_split(gateway), cpu_split(box.pids["redis"])
+                split = [(user - user0, system - system0)
+                         for (user0, system0), (user, system) in zip(split_before, split_after, strict=True)]
+                cpu_gateway = (cpu_seconds(gateway) - cpu_gateway) / args.n * 1e6
+                cpu_redis = (cpu_seconds(box.pids["redis"]) - cpu_redis) / args.n * 1e6
+                stats = line.commandstats()
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    spy.wait(30)
+                print(f"{case}: p50 {result['p50 us']:.0f} us, mean {result['mean us']:.0f} us; "
+                      f"CPU per message (10 ms ticks, coarse): gateway {cpu_gateway:.0f} us, "
+                      f"Redis {cpu_redis:.0f} us (user/kernel: gateway {split[0][0] / args.n * 1e6:.0f}/"
+                      f"{split[0][1] / args.n * 1e6:.0f}, Redis {split[1][0] / args.n * 1e6:.0f}/"
+                      f"{split[1][1] / args.n * 1e6:.0f} us)")
+                for name, (calls, usec) in sorted(stats.items(), key=lambda kv: -kv[1][1]):
+                    if name in ("config|resetstat", "info"):
+                        continue
+                    print(f"    redis {name}: {calls / args.n:.2f} calls per message, {usec / calls:.1f} us "
+                          "per call inside Redis")
+                if spy is not None and raw.exists():
+                    for name, share in top_functions(raw):
+                        print(f"    {share:5.1f} %  {name}")
+        finally:
+            box.stop()
+
+
+if __name__ == "__main__":
+    main()
