@@ -12,6 +12,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from ..errors import BrokerError
 from ..scripts.library import script
+from .compiled import parse_selector
 
 SCRIPT_NAME = "selector_match"
 ERROR_PREFIX = "SELECTOR_ERROR "
@@ -78,8 +79,6 @@ def _compiled(selector: Any) -> str:
     compiled = getattr(selector, "compiled", None)
     if isinstance(compiled, str):
         return compiled
-    from . import parse_selector
-
     return parse_selector(selector).compiled
 
 

@@ -24,13 +24,12 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from broker_core import advisory
-from broker_core.destinations import Destination, parse_destination
+from broker_core.broker import advisory
+from broker_core.destinations import Destination, parse_destination, split_composite
 from broker_core.errors import BrokerError
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message, TypedValue, new_message_id
 from broker_core.model import Consumer
-from broker_core.virtual import split_composite
 from gateway import metrics
 from gateway.stomp import advisory_replay
 from gateway.stomp.frames import (

@@ -27,10 +27,10 @@ from django.conf import settings as django_settings
 
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import NotInFlight, UnknownConsumer, UnknownSubscription
+from broker_core.keys import durables_key
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery
 from broker_core.model import Consumer, ConsumerSpec
-from broker_core.topic_ops import registry_key
 from broker_core.topics import durable_registry_field
 from gateway import runtime
 from gateway.unavailable import store_unavailable
@@ -400,7 +400,7 @@ class Link:
 
     async def durable_topic(self, client_id: str, name: str) -> Destination:
         """The topic the durable subscription (client id, name) is on (a durable key is broker-wide)."""
-        where = await self.broker.redis.hget(registry_key(self.broker.ops),
+        where = await self.broker.redis.hget(durables_key(self.broker.namespace),
                                              durable_registry_field(client_id, name))
         if where is None:
             raise UnknownSubscription(f"No durable subscription exists for clientID: {client_id} and "

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from broker_core import advisory
 from broker_core.model import ConsumerSpec
+from broker_core.ops import advisory
 
 from .conftest import drain
 

@@ -15,6 +15,7 @@ from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.effects import Eval
+from broker_core.keys import Home
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
 
@@ -152,7 +153,7 @@ def test_a_reap_returns_the_messages_a_chunk_per_call(broker, redis_client, cloc
     broker.renew_leases("orders", ["B"], 30_000)
     q = Queue(broker, redis_client)
     owed_before, reaped, chunks = HELD, None, 0
-    for name, reply in calls(broker, broker.ops.reap(ORDERS, broker._now(), 100)):
+    for name, reply in calls(broker, broker.ops.reap(Home(ORDERS), broker._now(), 100)):
         if name == "reap":
             reaped = reply
         if name in ("reap", "return_owed"):
@@ -379,7 +380,7 @@ def test_unsubscribing_a_durable_subscription_releases_its_messages_a_chunk_per_
     assert len(broker.receive(d, 60)) == 60
     broker.close_consumer(d)
     p, _ = _topic_keys(broker, redis_client)
-    reads = [name for name, _ in calls(broker, broker.ops.return_owed(parse_destination("topic://news"),
+    reads = [name for name, _ in calls(broker, broker.ops.return_owed(Home(parse_destination("topic://news")),
                                                                         broker._now()))]
     assert reads == ["return_owed"]  # nothing owed after the close: its returns went back in that call
     assert broker.unsubscribe("topic://news", client_id="cl", subscription_name="s") == 250
@@ -413,7 +414,7 @@ def test_lapsed_consumers_reaped_together_share_one_chunk_per_call(broker, redis
     clock.advance(1_500)
     q = Queue(broker, redis_client)
     returned_before, reaped = 0, None
-    for name, reply in calls(broker, broker.ops.reap(ORDERS, broker._now(), 100)):
+    for name, reply in calls(broker, broker.ops.reap(Home(ORDERS), broker._now(), 100)):
         if name == "reap":
             reaped = sorted(x.decode() for x in reply[:reply.index(b"")])
         if name in ("reap", "return_owed"):

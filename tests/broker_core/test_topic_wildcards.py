@@ -2,7 +2,7 @@
 
 A subscription on `topic://orders.>` is a subscription of the pattern's pseudo-topic; a send to a
 matching topic records a copy for it in the same step (scripts/lua/includes/wildcard.lua) and
-operations.forward delivers it, with the real topic as the destination its consumer sees.
+ops/forward.py delivers it, with the real topic as the destination its consumer sees.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ import json
 
 import pytest
 
-from broker_core import advisory, maintenance, topic_ops
+from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.destinations import Destination, matches, parse_destination
 from broker_core.effects import Eval
 from broker_core.errors import InvalidConsumer, InvalidDestination
+from broker_core.keys import wildcards_key
 from broker_core.messages import Message
+from broker_core.ops import advisory
 from broker_core.scripts.library import SCRIPT_DIR
 
 from .conftest import consumer, drain
@@ -63,7 +65,7 @@ def ids(broker: Broker, c) -> list[str]:
 
 
 def registry(broker: Broker) -> set[str]:
-    return {m.decode() for m in broker.redis.smembers(topic_ops.wildcards_key(broker.ops))}
+    return {m.decode() for m in broker.redis.smembers(wildcards_key(broker.namespace))}
 
 
 @pytest.mark.parametrize(("pattern", "name", "expected"), CASES)

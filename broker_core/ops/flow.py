@@ -20,64 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .config.system_usage import DEFAULT_MEMORY_LIMIT, SystemUsage
-from .destinations import Destination
-from .effects import Command
-from .errors import BrokerError
-from .replies import percent
-from .resp import reply_text as _text
+from ..config.system_usage import DEFAULT_MEMORY_LIMIT, SystemUsage
+from ..destinations import Destination
+from ..effects import Command, Forward, Op, Sleep
+from ..errors import RETRY_AFTER_S, ResourceAllocationError
+from ..keys import Home, usage_key
+from ..replies import percent
+from ..resp import reply_text as _text
+from .context import Context
 
 MAX_SEND_WAIT_MS = 60_000  # the longest a send waits when the policy says "until there is space"
 FIRST_POLL_MS, MAX_POLL_MS = 10, 250  # re-try a waiting send after 10 ms, doubling up to 250 ms
-RETRY_AFTER_S = 1.0  # what adapters tell a refused producer (HTTP Retry-After)
 FLOW_DOC = "See http://activemq.apache.org/producer-flow-control.html for more info"
-
-
-@dataclass(frozen=True)
-class Sleep:
-    """A request to the driver (drivers/loop.py): wait `ms` milliseconds, reply with the clock's time."""
-
-    ms: int
-
-
-class ResourceAllocationError(BrokerError):
-    """A send refused by producer flow control (ActiveMQ's ResourceAllocationException). `details` name
-    the destination, which limit (`scope` "destination" or "broker"), the limit and usage in bytes, what
-    the send needed, how long it waited, and `retry_after` (seconds) for the adapters (HTTP 503)."""
-
-    code = "resource_limit"
-
-    @property
-    def retry_after(self) -> float:
-        return float(self.details.get("retry_after", RETRY_AFTER_S))
-
-
-class RedisMaxMemory(ResourceAllocationError):
-    """Redis itself refused the call's first write: its used memory is over its `maxmemory`, and with
-    `maxmemory-policy noeviction` (the embedded server's, signalbox/embedded_redis.py) it refuses writes
-    rather than evict a key. The backstop behind the limits above, which count message bytes only: the
-    call changed nothing (a script is refused before its first write), nothing stored is lost, and
-    consumers can still drain what is there."""
-
-    code = "redis_maxmemory"
-
-
-REDIS_MAXMEMORY_TEXT = (
-    "Redis is at its maxmemory (maxmemory-policy noeviction): the call was refused and stored nothing; "
-    "nothing already stored is lost. Consume or purge messages, or give Redis more memory "
-    "(SIGNALBOX_REDIS_MAXMEMORY for the embedded server)")
-
-
-def is_redis_maxmemory(text: str) -> bool:
-    """Whether a Redis error reply is its maxmemory refusal (a command's, or a script's first write's). The
-    reply starts "OOM command not allowed when used memory > 'maxmemory'"; redis-py's OutOfMemoryError
-    keeps the text without its "OOM" code, so the words after it are what is looked for."""
-    return "command not allowed when used memory" in text
-
-
-def usage_key(namespace: str) -> str:
-    """The broker-wide usage hash the scripts keep (includes/flow.lua)."""
-    return f"{namespace}:usage"
 
 
 def configure(broker: Any, usage: SystemUsage) -> None:
@@ -111,7 +65,7 @@ def memory_usage(used: Any, limit: Any) -> MemoryUsage:
     return MemoryUsage(int(used or 0), int(limit) if limit is not None else DEFAULT_MEMORY_LIMIT)
 
 
-# -- used by operations.py ------------------------------------------------------------------------------
+# -- used by the send operations ----------------------------------------------------------------------------
 
 def is_full(reply: list[Any]) -> bool:
     return len(reply) > 1 and reply[0] == b"" and reply[1] == b"full"
@@ -152,14 +106,15 @@ def refusal_error(dest: Destination, reply: list[Any], waited_ms: int,
     return ResourceAllocationError(text, **details)
 
 
-def send_when_space(ops: Any, dest: Destination, now: int, args: list[Any], script: str = "send") -> Any:
+def send_when_space(ops: Context, dest: Destination, now: int, args: list[Any], script: str = "send") -> Op:
     """Run the send script (`send`, or `topic_send`; args as the operation builds them, origin at args[1]);
     while the send does not fit, wait and re-run it or raise, per the policy. Returns the script's reply
     once the messages are stored."""
-    reply = yield from ops._eval(script, dest, now, *args)
+    home = Home(dest)
+    reply = yield from ops.eval(script, home, now, *args)
     waited, pause = 0, FIRST_POLL_MS
     if is_full(reply):
-        yield from ops.forward(dest, now)  # the FULL advisory the refusal may have recorded (advisory.py)
+        yield Forward(dest, now)  # the FULL advisory the refusal may have recorded (advisory.py)
     while is_full(reply):
         fail_now, timeout, need, limit = int(reply[5]), int(reply[6]), _need(reply), int(reply[4])
         capped = timeout <= 0
@@ -169,7 +124,7 @@ def send_when_space(ops: Any, dest: Destination, now: int, args: list[Any], scri
             # copy would fail (VirtualTopicInterceptor swallows the ResourceAllocationException), the
             # send goes on without the copies for full such queues (dropped and counted, virtual.lua).
             args = [args[0], _dropping(args[1]), *args[2:]]
-            reply = yield from ops._eval(script, dest, now, *args)
+            reply = yield from ops.eval(script, home, now, *args)
             continue
         if fail_now or need > limit or waited >= deadline:
             if waited:
@@ -180,7 +135,7 @@ def send_when_space(ops: Any, dest: Destination, now: int, args: list[Any], scri
         waited += step
         pause = min(pause * 2, MAX_POLL_MS)
         args = [args[0], _retry(args[1]), *args[2:]]
-        reply = yield from ops._eval(script, dest, now, *args)
+        reply = yield from ops.eval(script, home, now, *args)
     if waited:
         yield from _record_blocked(ops, dest, waited)
     return reply
@@ -206,5 +161,5 @@ def _dropping(origin: str | bytes) -> str | bytes:
     return b"drop" + plus + plan
 
 
-def _record_blocked(ops: Any, dest: Destination, waited: int) -> Any:
+def _record_blocked(ops: Context, dest: Destination, waited: int) -> Op:
     yield Command(("HINCRBY", f"{ops.prefix(dest)}:meta", "blocked_ms", waited))
