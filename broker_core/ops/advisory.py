@@ -34,7 +34,7 @@ import msgpack
 
 from ..destinations import Destination, matches, parse_destination
 from ..effects import Command, Forward, Op
-from ..keys import wildcards_key
+from ..keys import due_key, wildcards_key
 from ..messages import Message, TypedValue, forward_copy, unpack_delivery
 from ..resp import reply_text as _str
 from .context import Context
@@ -98,7 +98,10 @@ def record(ops: Context, outbox: Destination, topic: Destination, advisory_id: s
            now: int) -> Op:
     """Write the advisory for `packed_event` as a record in `outbox`'s forwarding hash and have it delivered
     to `topic` (`Forward`). One HSET: a process that dies after it leaves the record for maintenance (or the
-    next forward there), which builds and publishes it then, exactly once (ops/forward.py)."""
+    next forward there), which builds and publishes it then, exactly once (ops/forward.py). As the scripts
+    do when they record one (includes/forward.lua), the outbox's entry in the maintenance index is brought
+    forward first, so the tick looks there should this process die before delivering."""
+    yield Command(("ZADD", due_key(ops.namespace), "LT", now, ops.prefix(outbox)))
     yield Command(("HSET", f"{ops.prefix(outbox)}:fwd", f"{advisory_id}|{topic.uri}",
                    msgpack.packb([topic.uri, "advisory", packed_event, b"", 0])))
     yield Forward(outbox, now)

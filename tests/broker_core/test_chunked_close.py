@@ -432,7 +432,8 @@ def test_an_aborted_consumer_returns_its_messages_in_chunks(broker, redis_client
     a, b, ids = _setup(broker, received=HELD)
     q = Queue(broker, redis_client)
     # (maintenance.abort_consumer runs this operation)
-    op = maintenance._abort_op(broker, ORDERS, broker._now(), "abort", "A", "too slow", "0")
+    op = broker.ops.run(maintenance._abort_op(broker, Home(ORDERS), broker._now(), "abort", "A", "too slow",
+                                              "0"))
     names = [name for name, _ in calls(broker, op) if name in ("abort", "return_owed")]
     assert names == ["abort"] + ["return_owed"] * -(-HELD // 40)  # the abort returns none itself
     assert maintenance.abort_notice(broker, "orders", "A").reason == "too slow"
