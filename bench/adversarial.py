@@ -601,7 +601,7 @@ FAN = 100
 
 
 def _per_call_cpu(ctx: Context, op) -> Callable[[], None]:
-    """Drive operation `op` (broker_core.operations: a generator of Redis requests) one call at a time,
+    """Drive operation `op` (broker_core.ops: a generator of Redis requests) one call at a time,
     then print the server's own CPU time of its script calls (/proc/<pid>/schedstat, as
     bench/close_cpu.py reads it): on a loaded machine the SLOWLOG's wall time also counts the time the
     server waited for a core."""

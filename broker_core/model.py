@@ -75,7 +75,7 @@ class Consumer(ConsumerRef):
     subscription: str | None = None  # the subscription's key (topics.py)
 
 
-# One consumer's part of an ack call (Operations.ack_many): the consumer, message ids, mode, how many next
+# One consumer's part of an ack call (queues.ack_many): the consumer, message ids, mode, how many next
 # messages to hand over.
 AckRequest = tuple[ConsumerRef, list[str], str, int]
 
@@ -175,7 +175,7 @@ class DestinationStats:
     paused: bool
     exclusive_owner: str | None
     consumers: list[ConsumerStats] = field(default_factory=list)
-    # (topic_ops.stats) the subscriptions, messages no subscription matched (dropped), durable
+    # (ops/topics.stats) the subscriptions, messages no subscription matched (dropped), durable
     # subscriptions active and offline, evictions (§8.5), messages dropped with a removed subscription.
     subscriptions: list[SubscriptionStats] = field(default_factory=list)
     no_subscription: int = 0

@@ -68,7 +68,7 @@ class Router(Context):
     def send_packed(self, dest: Destination, packed: list[tuple[str, bytes]], now: int,
                     also: tuple[Destination, ...] = ()) -> Op:
         """`send` to a queue of messages packed already (Message.pack: id, bytes)."""
-        return (yield from self.run(queues.send_packed(self, dest, packed, now, also)))
+        return self.run(queues.send_packed(self, dest, packed, now, also))
 
     def send_composite(self, parts: list[Destination], messages: list[Message], now: int,
                        tx: str | None = None) -> Op:
@@ -90,135 +90,131 @@ class Router(Context):
 
     def add_consumer(self, dest: Destination, spec: ConsumerSpec, now: int, consumer_id: str | None) -> Op:
         cid, packed, selector = queues.consumer_definition(spec, consumer_id)
-        if dest.is_topic:
-            return (yield from self.run(topics.subscribe(self, dest, spec, now, cid, packed, selector)))
-        return (yield from self.run(queues.add_consumer(self, dest, spec, now, cid, packed)))
+        return self.run(topics.subscribe(self, dest, spec, now, cid, packed, selector) if dest.is_topic else
+                        queues.add_consumer(self, dest, spec, now, cid, packed))
 
     def receive(self, consumer: ConsumerRef, max_messages: int, now: int, lease_ms: int) -> Op:
-        return (yield from self.run(queues.receive(self, consumer, max_messages, now, lease_ms)))
+        return self.run(queues.receive(self, consumer, max_messages, now, lease_ms))
 
     def receive_after(self, consumer: ConsumerRef, after: int, max_messages: int, push: int, now: int,
                       lease_ms: int) -> Op:
-        return (yield from self.run(queues.receive_after(self, consumer, after, max_messages, push, now,
-                                                         lease_ms)))
+        return self.run(queues.receive_after(self, consumer, after, max_messages, push, now,
+                                             lease_ms))
 
     def cancel_pull(self, consumer: ConsumerRef, now: int) -> Op:
-        return (yield from self.run(queues.cancel_pull(self, consumer, now)))
+        return self.run(queues.cancel_pull(self, consumer, now))
 
     def ack(self, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
             receive: int = 0) -> Op:
-        return (yield from self.run(queues.ack(self, consumer, message_ids, mode, now, receive)))
+        return self.run(queues.ack(self, consumer, message_ids, mode, now, receive))
 
     def ack_many(self, dest: Destination, requests: list[AckRequest], now: int) -> Op:
         """`ack` of several consumers of one queue in one script call (drivers/coalesce.py)."""
-        return (yield from self.run(queues.ack_many(self, Home(dest), requests, now)))
+        return self.run(queues.ack_many(self, Home(dest), requests, now))
 
     def nack(self, consumer: ConsumerRef, message_ids: list[str], poison: bool, now: int,
              jitter: float) -> Op:
-        return (yield from self.run(queues.nack(self, consumer, message_ids, poison, now, jitter)))
+        return self.run(queues.nack(self, consumer, message_ids, poison, now, jitter))
 
     def release(self, consumer: ConsumerRef, message_ids: list[str], now: int) -> Op:
-        return (yield from self.run(queues.release(self, consumer, message_ids, now)))
+        return self.run(queues.release(self, consumer, message_ids, now))
 
-    def close_consumer(self, consumer: ConsumerRef, now: int, reason: str, written: int | None = None) -> Op:
-        return (yield from self.run(queues.close_consumer(self, consumer, now, reason, written)))
+    def close_consumer(self, consumer: ConsumerRef, now: int, reason: str,
+                       written: int | None = None) -> Op:
+        return self.run(queues.close_consumer(self, consumer, now, reason, written))
 
     # -- on a home: a queue, a topic (all its subscriptions), or one subscription ---------------------------
 
     def sweep_expired(self, home: Home, now: int) -> Op:
         """One page of the expiry sweep; call again until `done`."""
-        if home.fans_out:
-            return (yield from self.run(topics.sweep_expired(self, home.destination, now)))
-        return (yield from self.run(queues.sweep_expired(self, home, now)))
+        return self.run(topics.sweep_expired(self, home.destination, now) if home.fans_out else
+                        queues.sweep_expired(self, home, now))
 
     def renew(self, home: Home, consumer_ids: list[str], lease_ms: int, now: int) -> Op:
         """Renew leases; returns the ids that are no longer registered (closed or reaped)."""
         if home.fans_out:
-            return (yield from self.run(topics.renew(self, home.destination, consumer_ids, lease_ms, now)))
-        return (yield from self.run(queues.renew(self, home, consumer_ids, lease_ms, now)))
+            return self.run(topics.renew(self, home.destination, consumer_ids, lease_ms, now))
+        return self.run(queues.renew(self, home, consumer_ids, lease_ms, now))
 
     def reap(self, home: Home, now: int, limit: int) -> Op:
         """Close consumers whose lease lapsed; returns their ids."""
-        if home.fans_out:
-            return (yield from self.run(topics.reap(self, home.destination, now, limit)))
-        return (yield from self.run(queues.reap(self, home, now, limit)))
+        return self.run(topics.reap(self, home.destination, now, limit) if home.fans_out else
+                        queues.reap(self, home, now, limit))
 
     def dispatch(self, home: Home, now: int) -> Op:
-        if home.fans_out:
-            return (yield from self.run(topics.dispatch(self, home.destination, now)))
-        return (yield from self.run(queues.dispatch(self, home, now)))
+        return self.run(topics.dispatch(self, home.destination, now) if home.fans_out else
+                        queues.dispatch(self, home, now))
 
     def return_owed(self, home: Home, now: int) -> Op:
         """What closed consumers still hold goes back, `return_chunk` per call (queues.return_owed)."""
-        return (yield from self.run(queues.return_owed(self, home, now)))
+        return self.run(queues.return_owed(self, home, now))
 
     def fan_out(self, topic: Destination, now: int) -> Op:
         """Go on with the topic's unfinished fan-outs (topics.fan_out)."""
-        return (yield from self.run(topics.fan_out(self, topic, now)))
+        return self.run(topics.fan_out(self, topic, now))
 
     def forward(self, dest: Destination, now: int, limit: int = 1_000) -> Op:
         """Deliver what waits in the destination's outbox (forwards a crashed process left behind)."""
-        return (yield from self.run(forward.forward(self, dest, now, limit)))
+        return self.run(forward.forward(self, dest, now, limit))
 
     # -- administration ------------------------------------------------------------------------------
 
     def pause(self, dest: Destination, paused: bool, now: int) -> Op:
-        return (yield from self.run(queues.pause(self, dest, paused, now)))
+        return self.run(queues.pause(self, dest, paused, now))
 
     def remove_message_groups(self, dest: Destination, group_id: str | None, now: int) -> Op:
-        return (yield from self.run(queues.remove_message_groups(self, dest, group_id, now)))
+        return self.run(queues.remove_message_groups(self, dest, group_id, now))
 
     def message_groups(self, dest: Destination, now: int) -> Op:
-        return (yield from self.run(queues.message_groups(self, dest, now)))
+        return self.run(queues.message_groups(self, dest, now))
 
     def message_groups_page(self, dest: Destination, now: int, cursor: str | None, limit: int) -> Op:
-        return (yield from self.run(queues.message_groups_page(self, dest, now, cursor, limit)))
+        return self.run(queues.message_groups_page(self, dest, now, cursor, limit))
 
     def group_counts(self, dest: Destination, now: int, pending_limit: int, in_flight_limit: int) -> Op:
-        return (yield from self.run(queues.group_counts(self, dest, now, pending_limit, in_flight_limit)))
+        return self.run(queues.group_counts(self, dest, now, pending_limit, in_flight_limit))
 
     def summary(self, dest: Destination, now: int, oldest: bool = False) -> Op:
-        return (yield from self.run(queues.summary(self, dest, now, oldest)))
+        return self.run(queues.summary(self, dest, now, oldest))
 
     def summaries(self, topics_: list[Destination], now: int, budget: int = topics.SUMMARY_BUDGET) -> Op:
         """Topics' summaries, in calls of at most `budget` units of work (topics.summaries)."""
-        return (yield from self.run(topics.summaries(self, topics_, now, budget)))
+        return self.run(topics.summaries(self, topics_, now, budget))
 
     def stats(self, dest: Destination, now: int) -> Op:
-        if dest.is_topic:
-            return (yield from self.run(topics.stats(self, dest, now)))
-        return (yield from self.run(queues.stats(self, Home(dest), now)))
+        return self.run(topics.stats(self, dest, now) if dest.is_topic else
+                        queues.stats(self, Home(dest), now))
 
     def subscriptions(self, topic: Destination, now: int) -> Op:
-        return (yield from self.run(topics.subscriptions(self, topic, now)))
+        return self.run(topics.subscriptions(self, topic, now))
 
     def for_each_subscription(self, topic: Destination) -> Op:
         """The homes of a topic's subscriptions."""
-        return (yield from self.run(topics.for_each_subscription(self, topic)))
+        return self.run(topics.for_each_subscription(self, topic))
 
     def unsubscribe(self, topic: Destination, client_id: str, subscription_name: str, now: int) -> Op:
-        return (yield from self.run(topics.unsubscribe(self, topic, client_id, subscription_name, now)))
+        return self.run(topics.unsubscribe(self, topic, client_id, subscription_name, now))
 
     def expire_offline_durables(self, topic: Destination, timeout_ms: int | None, now: int) -> Op:
-        return (yield from self.run(topics.expire_offline_durables(self, topic, timeout_ms, now)))
+        return self.run(topics.expire_offline_durables(self, topic, timeout_ms, now))
 
     def pattern_topics(self) -> Op:
-        return (yield from self.run(admin.pattern_topics(self)))
+        return self.run(admin.pattern_topics(self))
 
     def idle_pattern_topics(self) -> Op:
-        return (yield from self.run(topics.idle_pattern_topics(self)))
+        return self.run(topics.idle_pattern_topics(self))
 
     def drop_idle_pattern(self, dest: Destination, now: int, jobs: tuple[str, ...]) -> Op:
-        return (yield from self.run(topics.drop_idle_pattern(self, dest, now, jobs)))
+        return self.run(topics.drop_idle_pattern(self, dest, now, jobs))
 
     def destinations(self) -> Op:
-        return (yield from self.run(admin.destinations(self)))
+        return self.run(admin.destinations(self))
 
     def ensure_destination(self, dest: Destination, now: int) -> Op:
-        return (yield from self.run(self.ensure(dest, now)))
+        return self.run(self.ensure(dest, now))
 
     def refresh_policies(self, now: int) -> Op:
-        return (yield from self.run(admin.refresh_policies(self, now)))
+        return self.run(admin.refresh_policies(self, now))
 
     def delete_destination(self, dest: Destination, now: int) -> Op:
         """Delete a destination and everything in it; returns how many messages it held."""
@@ -229,21 +225,21 @@ class Router(Context):
         return (yield from self.run(admin.delete_destination(self, dest, now)))
 
     def connection_changed(self, info: dict[str, str], now: int, added: bool) -> Op:
-        return (yield from self.run(advisory.connection_changed(self, info, now, added)))
+        return self.run(advisory.connection_changed(self, info, now, added))
 
     def virtual_routing(self) -> Op:
-        return (yield from self.run(virtual.routing(self)))
+        return self.run(virtual.routing(self))
 
     # -- the operator's message operations (spec §14.3) -----------------------------------------------
 
     def browse(self, dest: Destination, selector: str | None, cursor: str | None, limit: int, now: int) -> Op:
-        return (yield from self.run(queues.browse(self, dest, selector, cursor, limit, now)))
+        return self.run(queues.browse(self, dest, selector, cursor, limit, now))
 
     def get_message(self, dest: Destination, message_id: str, now: int) -> Op:
-        return (yield from self.run(queues.get_message(self, dest, message_id, now)))
+        return self.run(queues.get_message(self, dest, message_id, now))
 
     def parked_times(self, dest: Destination, message_ids: list[str]) -> Op:
-        return (yield from self.run(queues.parked_times(self, dest, message_ids)))
+        return self.run(queues.parked_times(self, dest, message_ids))
 
     def remove(self, dest: Destination, message_ids: list[str], now: int) -> Op:
         _refuse_on_topic(dest, "remove messages from")
@@ -267,19 +263,19 @@ class Router(Context):
     # -- transactions --------------------------------------------------------------------------------
 
     def tx_begin(self, ttl_ms: int) -> Op:
-        return (yield from self.run(transactions.begin(self, ttl_ms)))
+        return self.run(transactions.begin(self, ttl_ms))
 
     def tx_send(self, tx: str, dest: Destination, messages: Iterable[Message], now: int) -> Op:
-        return (yield from self.run(transactions.send(self, tx, dest, messages, now)))
+        return self.run(transactions.send(self, tx, dest, messages, now))
 
     def tx_ack(self, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
-        return (yield from self.run(transactions.ack(self, tx, consumer, message_ids, mode, now)))
+        return self.run(transactions.ack(self, tx, consumer, message_ids, mode, now))
 
     def tx_commit(self, tx: str, now: int) -> Op:
-        return (yield from self.run(transactions.commit(self, tx, now)))
+        return self.run(transactions.commit(self, tx, now))
 
     def tx_rollback(self, tx: str, now: int) -> Op:
-        return (yield from self.run(transactions.rollback(self, tx, now)))
+        return self.run(transactions.rollback(self, tx, now))
 
 
 def _refuse_on_topic(dest: Destination, what: str) -> None:

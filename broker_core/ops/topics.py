@@ -385,7 +385,7 @@ def summaries(ops: Context, topics: list[Destination], now: int,
             t = remaining[done]
             exists, subs, _, pending, in_flight, parked, enqueued, dequeued, dispatched, expired, dead, \
                 mem = acc
-            # (QueueSize 0 and no groups, as topic_ops.stats; never paused; no oldest: messages wait per
+            # (QueueSize 0 and no groups, as stats; never paused; no oldest: messages wait per
             # subscription)
             out.append(DestinationSummary(
                 t.uri, 0, pending, in_flight, parked, 0, subs, enqueued, dequeued, dispatched, expired, dead,
