@@ -52,6 +52,8 @@ class Router(Context):
                     request = op.send(reply)
         except StopIteration as stop:
             return stop.value
+        finally:
+            op.close()  # closed from outside (a cancelled call): the operation's own cleanup runs now
 
     # -- producing -----------------------------------------------------------------------------------
 
