@@ -32,26 +32,23 @@ from .errors import (
     UnknownDestination,
     UnknownMessage,
 )
-from .messages import Delivery, Message, dead_letter_copy, failure_cause, unpack_delivery
+from .messages import Message, dead_letter_copy, failure_cause
 from .model import (
     AckRequest,
-    Browsed,
-    BrowsePage,
     Consumer,
     ConsumerRef,
     ConsumerSpec,
     ConsumerStats,
     DestinationStats,
     DispatchResult,
-    GroupCounts,
     GroupInfo,
-    GroupPage,
     SentId,
     SweepResult,
-    summary_from,
 )
-from .replies import FORWARDS_WAITING, PASS_HAS_MORE, bound_stats, forward_stats, memory_stats, pairs
+from .replies import bound_stats, forward_stats, memory_stats
 from .resp import reply_text as _str
+from .scripts import calls
+from .scripts.calls import FORWARDS_WAITING, PASS_HAS_MORE, Closing, Sent
 from .selector import parse_selector
 from .topics import Subscription, pack_for_topic, wildcard_copy
 
@@ -82,13 +79,6 @@ TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is
 # only a dead letter's target is marked a dead-letter queue (meta dlq=1, which retry requires).
 COPIES = ("virtual", "advisory", "wildcard")
 
-
-
-def _deliveries(consumer: ConsumerRef, reply: list[Any], start: int) -> list[Delivery]:
-    """Messages a script handed over: groups of (id, packed message, redeliveries, group first)."""
-    return [unpack_delivery(_str(reply[i]), consumer.destination.uri, consumer.consumer_id, reply[i + 1],
-                            int(reply[i + 2]), bool(int(reply[i + 3])))
-            for i in range(start, len(reply), 4)]
 
 
 class Operations:
@@ -124,11 +114,12 @@ class Operations:
 
     # -- plumbing -------------------------------------------------------------------------------------
 
-    def _eval(self, name: str, dest: Destination, now: int, *args: Any) -> Op:
-        """Run a script; on first use of the destination write its policy and run it again."""
+    def _eval(self, dest: Destination, now: int, call: Eval) -> Op:
+        """Run a script call (scripts/calls.py) on `dest`; on first use of the destination write its policy
+        and run it again."""
         for _ in range(2):
             try:
-                return (yield Eval(name, (self.prefix(dest),), (now, *args)))
+                return (yield call)
             except NoDestination:
                 base = dest.topic if isinstance(dest, Subscription) else dest
                 yield from self.init_destination(base, now)
@@ -180,9 +171,10 @@ class Operations:
                 yield from self.forward(dest, now)
             if not flags & PASS_HAS_MORE:
                 break
-            reply = yield from self._eval("dispatch", dest, now, 0)
-            dispatched += int(reply[0])
-            flags, hold = int(reply[1]), int(reply[2])
+            call = calls.Dispatch.call(self.prefix(dest), now)
+            tail = calls.Dispatch.parse((yield from self._eval(dest, now, call)))
+            dispatched += tail.dispatched
+            flags, hold = tail.flags, tail.hold_until
             chunks += 1
         return DispatchResult(dispatched, hold)
 
@@ -250,15 +242,13 @@ class Operations:
                     origin = yield from virtual.origin(self, target, "forward")
                 # a virtual copy still on its way counts against its target ('memfwd', virtual.lua)
                 charge = int(extra[1]) if kind == "virtual" and len(extra) > 1 else 0
-                if target.is_topic:  # published to the topic's subscriptions
-                    send = Eval("topic_send", (self.prefix(target),),
-                                (now, 0, origin, message_id, copy, "", ""))
-                else:
-                    send = Eval("send", (self.prefix(target),), (now, 0, origin, message_id, copy))
+                sending = calls.TopicSend if target.is_topic else calls.Send  # a topic: its subscriptions
+                record = (message_id, copy, "", "") if target.is_topic else (message_id, copy)
+                send = sending.call(self.prefix(target), now, 0, origin, [record])
                 # the target's send and the record's removal are one MULTI/EXEC, so a crash can
                 # neither lose the copy nor deliver it twice (not even after the target's audit moved on).
-                done_call = Eval("forward_done", (self.prefix(dest),),
-                                 (now, "done", raw_id, f"{self.prefix(target)}:meta", charge))
+                done_call = calls.ForwardDone.done(self.prefix(dest), now, raw_id,
+                                                   f"{self.prefix(target)}:meta", charge)
                 reply, _ = yield [send, done_call]
                 if isinstance(reply, Exception):
                     if _str(str(reply)).startswith("NO_DESTINATION"):  # deleted since: put the record back
@@ -270,12 +260,15 @@ class Operations:
                     # a copy its target refuses for good (e.g. a repeating message's delivery moved or
                     # copied to a topic, which refuses schedules: TOPIC_REPEAT) is counted
                     # (forward_refused) and logged, not retried for ever: forwarding goes on.
-                    yield Eval("forward_done", (self.prefix(dest),),
-                               (now, "refused", raw_id, "", 0, target.uri, str(reply)[:200]))
-                elif target.is_topic:
-                    yield from topic_ops.finish_send(self, target, now, reply[reply.index(b"") + 1:])
+                    yield calls.ForwardDone.refused(self.prefix(dest), now, raw_id, target.uri,
+                                                    str(reply)[:200])
                 else:
-                    yield from self._continue_dispatch(target, now, int(reply[-2]), int(reply[-1]))
+                    sent = sending.parse(reply)
+                    assert isinstance(sent, Sent)  # (a forward is never refused for space: flow.py)
+                    if target.is_topic:
+                        yield from topic_ops.finish_send(self, target, now, sent.tail)
+                    else:
+                        yield from self._continue_dispatch(target, now, sent.tail.flags, sent.tail.hold_until)
                 if kind not in TRANSFERS and kind not in COPIES:
                     yield Command(("HSETNX", f"{self.prefix(target)}:meta", "dlq", "1"))
                 done += 1
@@ -298,26 +291,26 @@ class Operations:
         checks (size, properties) refuses all of them before anything is stored."""
         origin = yield from virtual.origin(self, dest, "producer", also)
 
-        def finish(reply: list[Any]) -> Op:
-            split = reply.index(b"")
-            if len(reply) > split + 4 and self.local_push is not None:  # pushed to this process's consumers
-                for payload in reply[split + 4:]:
+        def finish(sent: Sent) -> Op:
+            tail = sent.tail
+            if tail.pushed and self.local_push is not None:  # pushed to this process's consumers
+                for payload in tail.pushed:
                     self.local_push(payload)
-            if int(reply[split + 2]):  # (nothing to finish, the usual case)
-                yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
-            return reply[:split]
+            if tail.flags:  # (nothing to finish, the usual case)
+                yield from self._continue_dispatch(dest, now, tail.flags, tail.hold_until)
+            return sent.statuses
 
-        return (yield from self.send_parts(dest, now, "send", origin, packed, finish))
+        return (yield from self.send_parts(dest, now, calls.Send, origin, packed, finish))
 
-    def send_parts(self, dest: Destination, now: int, script: str, origin: Any, records: list[tuple],
-                   finish: Callable[[list[Any]], Op]) -> Op:
-        """Run a send script (`send`, `topic_send`) over messages (`records`: each one's arguments, id and
-        packed message first) in parts of SEND_PART messages and SEND_PART_BYTES, so no call grows with
+    def send_parts(self, dest: Destination, now: int, sending: type[calls.Send] | type[calls.TopicSend],
+                   origin: Any, records: list[tuple], finish: Callable[[Sent], Op]) -> Op:
+        """Run a send script (calls.Send, calls.TopicSend) over messages (`records`: each one's arguments, id
+        and packed message first) in parts of SEND_PART messages and SEND_PART_BYTES, so no call grows with
         the batch. Every part's size and property limits are checked before the first part is stored (a
         refusal changes nothing); the parts then go in order, each atomic, each waiting for space as its
         own send (flow.py). A part refused after others were stored (a memory limit that fails the send)
         raises with `details["sent"]`, how many messages went before it: their ids are stored, so sending
-        the same batch again (the same message ids) stores only the rest. `finish(reply)` completes a
+        the same batch again (the same message ids) stores only the rest. `finish(sent)` completes a
         part's call and returns its statuses. Returns a SentId per message."""
         parts, part, size = [], [], 0
         for record in records:
@@ -329,14 +322,13 @@ class Operations:
         parts.append(part)
         if len(parts) > 1:
             for part in parts:
-                yield from self._eval(script, dest, now, 0, "check", *(a for r in part for a in r))
-        statuses: list[Any] = []
+                yield from self._eval(dest, now, sending.call(self.prefix(dest), now, 0, "check", part))
+        statuses: list[str] = []
         # the send names this process's wake-up channel: its own consumers' pushes come back in the reply
-        budget = f"0~{self.local_channel}" if script == "send" and self.local_channel else 0
+        budget = f"0~{self.local_channel}" if sending is calls.Send and self.local_channel else 0
         for part in parts:
-            args = [budget, origin, *(a for r in part for a in r)]
             try:
-                reply = yield from flow.send_when_space(self, dest, now, args, script=script)
+                sent = yield from flow.send_when_space(self, dest, now, sending, budget, origin, part)
             except BrokerError as exc:
                 if statuses:
                     exc.message = (f"{exc.message} (after {len(statuses)} of the batch's {len(records)} "
@@ -345,8 +337,8 @@ class Operations:
                     exc.args = (exc.message,)
                     exc.details["sent"] = len(statuses)
                 raise
-            statuses += yield from finish(reply)
-        return [SentId(r[0], _str(status)) for r, status in zip(records, statuses, strict=True)]
+            statuses += yield from finish(sent)
+        return [SentId(r[0], status) for r, status in zip(records, statuses, strict=True)]
 
     # -- consuming ------------------------------------------------------------------------------------
 
@@ -381,22 +373,26 @@ class Operations:
                                   field="subscription_name")
         require_concrete(dest, "subscribe to")  # wildcard queues: not supported
         requested = -1 if spec.prefetch is None else spec.prefetch
-        reply = yield from self._eval("consumer_add", dest, now, 0, cid, packed, spec.lease_ms, requested)
-        if reply[0] == b"closing":  # the id of a closed consumer whose messages are still going back
+        call = calls.ConsumerAdd.call(self.prefix(dest), now, cid, packed, spec.lease_ms, requested)
+        added = calls.ConsumerAdd.parse((yield from self._eval(dest, now, call)))
+        if isinstance(added, Closing):  # the id of a closed consumer whose messages are still going back
             yield from self.return_owed(dest, now)
-            reply = yield from self._eval("consumer_add", dest, now, 0, cid, packed, spec.lease_ms, requested)
-        result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
-        return Consumer(dest, cid, spec.ack_mode, prefetch=int(reply[4]), hold_until=result.hold_until)
+            added = calls.ConsumerAdd.parse((yield from self._eval(dest, now, call)))
+        assert not isinstance(added, Closing)  # (return_owed returned everything)
+        result = yield from self._continue_dispatch(dest, now, added.tail.flags, added.tail.hold_until)
+        return Consumer(dest, cid, spec.ack_mode, prefetch=added.prefetch, hold_until=result.hold_until)
 
     def receive(self, consumer: ConsumerRef, max_messages: int, now: int, lease_ms: int) -> Op:
         if not 1 <= max_messages <= MAX_RECEIVE:
             raise InvalidConsumer(f"max_messages must be 1-{MAX_RECEIVE}, got {max_messages}",
                                   field="max_messages")
         dest = (yield from self.home(consumer)) if consumer.destination.is_topic else consumer.destination
-        reply = yield from self._eval("receive", dest, now, 0, consumer.consumer_id, max_messages, lease_ms)
-        if int(reply[1]):
-            yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
-        return _deliveries(consumer, reply, 3)
+        call = calls.Receive.call(self.prefix(dest), now, consumer.consumer_id, max_messages, lease_ms)
+        reply = yield from self._eval(dest, now, call)
+        got = calls.Receive.parse(reply, consumer.destination.uri, consumer.consumer_id)
+        if got.tail.flags:
+            yield from self._continue_dispatch(dest, now, got.tail.flags, got.tail.hold_until)
+        return got.deliveries
 
     def receive_after(self, consumer: ConsumerRef, after: int, max_messages: int, push: int, now: int,
                       lease_ms: int) -> Op:
@@ -408,14 +404,17 @@ class Operations:
             raise InvalidConsumer(f"max_messages must be 1-{MAX_RECEIVE}, got {max_messages}",
                                   field="max_messages")
         dest = (yield from self.home(consumer)) if consumer.destination.is_topic else consumer.destination
-        reply = yield from self._eval("receive", dest, now, 0, consumer.consumer_id, max_messages, lease_ms,
-                                      after, push)
-        if int(reply[1]):
-            yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
-        return _deliveries(consumer, reply, 4), int(reply[3])
+        call = calls.Receive.after(self.prefix(dest), now, consumer.consumer_id, max_messages, lease_ms,
+                                   after, push)
+        reply = yield from self._eval(dest, now, call)
+        got = calls.Receive.parse_after(reply, consumer.destination.uri, consumer.consumer_id)
+        if got.tail.flags:
+            yield from self._continue_dispatch(dest, now, got.tail.flags, got.tail.hold_until)
+        return got.deliveries, got.last
 
     def cancel_pull(self, consumer: ConsumerRef, now: int) -> Op:
-        yield from self._eval("cancel_pull", (yield from self.home(consumer)), now, consumer.consumer_id)
+        dest = yield from self.home(consumer)
+        yield from self._eval(dest, now, calls.CancelPull.call(self.prefix(dest), now, consumer.consumer_id))
 
     def ack(self, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
             receive: int = 0) -> Op:
@@ -434,12 +433,11 @@ class Operations:
         whole, then applied in parts (ack_in_parts)."""
         if len(requests) == 1 and len(requests[0][1]) > ACK_PART and requests[0][2] != "cumulative":
             return [(yield from self.ack_in_parts(dest, requests[0], now))]
-        args: list[Any] = [0]
-        for consumer, message_ids, mode, receive in requests:
-            args += [consumer.consumer_id, mode, receive, len(message_ids), *message_ids]
+        call = calls.Ack.call(self.prefix(dest), now, [(consumer.consumer_id, mode, receive, message_ids)
+                                                       for consumer, message_ids, mode, receive in requests])
         early = [0] * len(requests)  # acknowledged before the call (_ack_oldest)
         try:
-            reply = yield from self._eval("ack", dest, now, *args)
+            reply = yield from self._eval(dest, now, call)
         except Exception as exc:  # noqa: BLE001 - only the one below is handled
             if not str(exc).startswith("ACK_TOO_LARGE"):
                 raise
@@ -447,15 +445,13 @@ class Operations:
             for n, (consumer, message_ids, mode, _) in enumerate(requests):
                 if mode == "cumulative":
                     early[n] = yield from self._ack_oldest(dest, consumer, message_ids[0], now)
-            reply = yield from self._eval("ack", dest, now, *args)
-        if int(reply[1]):  # (nothing to finish, the usual case)
-            yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
-        out, at = [], 3
-        for (consumer, *_), before in zip(requests, early, strict=True):
-            acked, received = int(reply[at]), int(reply[at + 1])
-            out.append((before + acked, _deliveries(consumer, reply[at + 2:at + 2 + 4 * received], 0)))
-            at += 2 + 4 * received
-        return out
+            reply = yield from self._eval(dest, now, call)
+        acked = calls.Ack.parse(reply, [(consumer.destination.uri, consumer.consumer_id)
+                                        for consumer, *_ in requests])
+        if acked.tail.flags:  # (nothing to finish, the usual case)
+            yield from self._continue_dispatch(dest, now, acked.tail.flags, acked.tail.hold_until)
+        return [(before + count, deliveries)
+                for (count, deliveries), before in zip(acked.results, early, strict=True)]
 
     def _ack_oldest(self, dest: Destination, consumer: ConsumerRef, message_id: str, now: int) -> Op:
         """A cumulative ack over more than CUMULATIVE_MOST messages (which ack.lua refuses, as more than a
@@ -482,7 +478,8 @@ class Operations:
         ids = list(dict.fromkeys(message_ids))  # an id named twice is acknowledged once
         parts = [ids[i:i + ACK_PART] for i in range(0, len(ids), ACK_PART)]
         for part in parts:
-            yield from self._eval("ack", dest, now, "check", consumer.consumer_id, mode, 0, len(part), *part)
+            yield from self._eval(dest, now, calls.Ack.check(self.prefix(dest), now, consumer.consumer_id,
+                                                             mode, part))
         acked = 0
         for n, part in enumerate(parts):
             last = n == len(parts) - 1
@@ -506,35 +503,36 @@ class Operations:
         if not message_ids:
             raise NotInFlight("no message id given to acknowledge negatively")
         dest = yield from self.home(consumer)
-        reply = yield from self._eval("nack", dest, now, 0, consumer.consumer_id, "1" if poison else "0",
-                                      repr(jitter), *message_ids)
-        yield from self._continue_dispatch(dest, now, int(reply[3]), int(reply[4]))
-        return int(reply[0]), int(reply[1])
+        nacked = calls.Nack.parse((yield from self._eval(dest, now, calls.Nack.call(
+            self.prefix(dest), now, consumer.consumer_id, poison, jitter, message_ids))))
+        yield from self._continue_dispatch(dest, now, nacked.tail.flags, nacked.tail.hold_until)
+        return nacked.dead_lettered, nacked.redelivered
 
     def sweep_expired(self, dest: Destination, now: int) -> Op:
         """One page of the expiry sweep (scripts/lua/sweep.lua); call again until `done`."""
         if dest.is_topic and not isinstance(dest, Subscription):
             return (yield from topic_ops.sweep_expired(self, dest, now))
-        reply = yield from self._eval("sweep", dest, now)
-        yield from self._continue_dispatch(dest, now, int(reply[3]), int(reply[4]))
-        return SweepResult(examined=int(reply[0]), expired=int(reply[1]), done=bool(int(reply[2])))
+        swept = calls.Sweep.parse((yield from self._eval(dest, now, calls.Sweep.call(self.prefix(dest),
+                                                                                     now))))
+        yield from self._continue_dispatch(dest, now, swept.tail.flags, swept.tail.hold_until)
+        return SweepResult(examined=swept.examined, expired=swept.expired, done=swept.done)
 
     def release(self, consumer: ConsumerRef, message_ids: list[str], now: int) -> Op:
         dest = yield from self.home(consumer)
-        reply = yield from self._eval("release", dest, now, 0, consumer.consumer_id, *message_ids)
-        yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
-        return int(reply[0])
+        released = calls.Release.parse((yield from self._eval(dest, now, calls.Release.call(
+            self.prefix(dest), now, consumer.consumer_id, message_ids))))
+        yield from self._continue_dispatch(dest, now, released.tail.flags, released.tail.hold_until)
+        return released.count
 
     def close_consumer(self, consumer: ConsumerRef, now: int, reason: str, written: int | None = None) -> Op:
         """The consumer leaves dispatch in the first call; its messages go back `return_chunk` per call.
         `written`: the dispatch sequence of the last message the adapter wrote, when it knows that what was
         pushed after it never reached the client (those go back as not received)."""
         dest = yield from self.home(consumer)
-        extra = () if written is None else (written,)
-        reply = yield from self._eval("consumer_close", dest, now, 0, consumer.consumer_id, reason,
-                                      self.return_chunk, *extra)
-        result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
-        if not int(reply[3]):
+        closed = calls.ConsumerClose.parse((yield from self._eval(dest, now, calls.ConsumerClose.call(
+            self.prefix(dest), now, consumer.consumer_id, reason, self.return_chunk, written))))
+        result = yield from self._continue_dispatch(dest, now, closed.tail.flags, closed.tail.hold_until)
+        if not closed.owed:
             return result
         rest = yield from self.return_owed(dest, now)
         return DispatchResult(result.dispatched + rest.dispatched, rest.hold_until)
@@ -546,50 +544,51 @@ class Operations:
         messages no other call has."""
         dispatched, hold = 0, 0
         while True:
-            reply = yield Eval("return_owed", (self.prefix(dest),), (now, 0, max(1, self.return_chunk)))
-            result = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
-            dispatched += int(reply[0]) + result.dispatched
-            hold = result.hold_until or int(reply[2])
-            if not int(reply[3]):
+            returned = calls.ReturnOwed.parse(
+                (yield calls.ReturnOwed.call(self.prefix(dest), now, max(1, self.return_chunk))))
+            tail = returned.tail
+            result = yield from self._continue_dispatch(dest, now, tail.flags, tail.hold_until)
+            dispatched += tail.dispatched + result.dispatched
+            hold = result.hold_until or tail.hold_until
+            if not returned.owed:
                 return DispatchResult(dispatched, hold)
 
     def renew(self, dest: Destination, consumer_ids: list[str], lease_ms: int, now: int) -> Op:
         """Renew leases; returns the ids that are no longer registered (closed or reaped)."""
         if dest.is_topic and not isinstance(dest, Subscription):
             return (yield from topic_ops.renew(self, dest, consumer_ids, lease_ms, now))
-        reply = yield Eval("renew", (self.prefix(dest),), (now, lease_ms, *consumer_ids))
-        return [_str(x) for x in reply]
+        return calls.Renew.parse((yield calls.Renew.call(self.prefix(dest), now, lease_ms, consumer_ids)))
 
     def reap(self, dest: Destination, now: int, limit: int) -> Op:
         """Close consumers whose lease lapsed; returns their ids."""
         if dest.is_topic and not isinstance(dest, Subscription):
             return (yield from topic_ops.reap(self, dest, now, limit))
-        reply = yield Eval("reap", (self.prefix(dest),), (now, 0, limit, self.return_chunk))
-        split = reply.index(b"")
-        yield from self._continue_dispatch(dest, now, int(reply[split + 2]), int(reply[split + 3]))
-        if int(reply[split + 4]):
+        reaped = calls.Reap.parse((yield calls.Reap.call(self.prefix(dest), now, limit, self.return_chunk)))
+        yield from self._continue_dispatch(dest, now, reaped.tail.flags, reaped.tail.hold_until)
+        if reaped.owed:
             yield from self.return_owed(dest, now)
-        return [_str(x) for x in reply[:split]]
+        return reaped.closed
 
     def dispatch(self, dest: Destination, now: int) -> Op:
         if dest.is_topic and not isinstance(dest, Subscription):
             return (yield from topic_ops.dispatch(self, dest, now))
-        reply = yield Eval("dispatch", (self.prefix(dest),), (now, 0))
-        rest = yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
-        return DispatchResult(int(reply[0]) + rest.dispatched, rest.hold_until or int(reply[2]))
+        tail = calls.Dispatch.parse((yield calls.Dispatch.call(self.prefix(dest), now)))
+        rest = yield from self._continue_dispatch(dest, now, tail.flags, tail.hold_until)
+        return DispatchResult(tail.dispatched + rest.dispatched, rest.hold_until or tail.hold_until)
 
     # -- administration -------------------------------------------------------------------------------
 
     def pause(self, dest: Destination, paused: bool, now: int) -> Op:
-        reply = yield from self._eval("pause", dest, now, 0, "1" if paused else "0")
-        yield from self._continue_dispatch(dest, now, int(reply[1]), int(reply[2]))
+        tail = calls.Pause.parse((yield from self._eval(dest, now, calls.Pause.call(self.prefix(dest), now,
+                                                                                    paused))))
+        yield from self._continue_dispatch(dest, now, tail.flags, tail.hold_until)
 
     def remove_message_groups(self, dest: Destination, group_id: str | None, now: int) -> Op:
         """removeMessageGroup(group_id), or removeAllMessageGroups() when group_id is None."""
-        args = ("", "all") if group_id is None else (group_id, "")
-        reply = yield from self._eval("group_reset", dest, now, 0, *args)
-        yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
-        return int(reply[0])
+        reset = calls.GroupReset.parse((yield from self._eval(dest, now, calls.GroupReset.call(
+            self.prefix(dest), now, group_id))))
+        yield from self._continue_dispatch(dest, now, reset.tail.flags, reset.tail.hold_until)
+        return reset.count
 
     def message_groups(self, dest: Destination, now: int) -> Op:
         """Every message group (a page of GROUPS_PAGE a call, message_groups_page)."""
@@ -610,37 +609,34 @@ class Operations:
             raise InvalidConsumer(f"limit must be 1-{MAX_RECEIVE}, got {limit}", field="limit")
         if cursor is not None and not (cursor.isascii() and cursor.isdigit() and int(cursor) < 2**64):
             raise InvalidConsumer(f"cursor {cursor!r} is not one this listing gave", field="cursor")
-        reply = yield Eval("group_list", (self.prefix(dest),), (now, cursor or "0", limit))
-        groups = [GroupInfo(_str(reply[i]), _str(reply[i + 1]), int(reply[i + 2]))
-                  for i in range(1, len(reply), 3)]
-        following = _str(reply[0])
-        return GroupPage(groups, None if following == "0" else following)
+        return calls.GroupList.parse((yield calls.GroupList.call(self.prefix(dest), now, cursor or "0",
+                                                                 limit)))
 
     def group_counts(self, dest: Destination, now: int, pending_limit: int, in_flight_limit: int) -> Op:
         """Pending (among the first `pending_limit`) and in-flight messages per group (the console)."""
-        reply = yield Eval("group_counts", (self.prefix(dest),), (now, pending_limit, in_flight_limit))
-        groups = {_str(reply[i]): (int(reply[i + 1]), int(reply[i + 2])) for i in range(4, len(reply), 3)}
-        return GroupCounts(groups, int(reply[0]), bool(int(reply[1])), int(reply[2]), bool(int(reply[3])))
+        return calls.GroupCounts.parse((yield calls.GroupCounts.call(self.prefix(dest), now, pending_limit,
+                                                                     in_flight_limit)))
 
     def summary(self, dest: Destination, now: int, oldest: bool = False) -> Op:
         """The main counters only (console index); None when the destination does not exist."""
-        return summary_from((yield Eval("summary_many", (self.prefix(dest),), (now, int(oldest)))), dest.uri)
+        (found,) = calls.SummaryMany.parse((yield calls.SummaryMany.call((self.prefix(dest),), now, oldest)),
+                                           (dest.uri,))
+        return found
 
     def stats(self, dest: Destination, now: int) -> Op:
         if dest.is_topic and not isinstance(dest, Subscription):
             return (yield from topic_ops.stats(self, dest, now))
-        reply = yield Eval("stats", (self.prefix(dest),), (now,))
-        meta = pairs(reply[0])
+        read = calls.Stats.parse((yield calls.Stats.call(self.prefix(dest), now)))
+        meta = read.meta
         if "uri" not in meta:
             raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
         owner = meta.get("owner") or None
         consumers = []
-        flat = reply[6]
-        for i in range(0, len(flat), 5):
-            cid = _str(flat[i])
-            definition = msgpack.unpackb(flat[i + 1], raw=False) if flat[i + 1] else {}
-            counters = pairs(flat[i + 2])
-            lease = _str(flat[i + 3])
+        for one in read.consumers:
+            cid = one.consumer_id
+            definition = msgpack.unpackb(one.definition, raw=False) if one.definition else {}
+            counters = one.counters
+            lease = one.lease
             consumers.append(ConsumerStats(
                 consumer_id=cid,
                 client_id=definition.get("client"),
@@ -652,7 +648,7 @@ class Operations:
                 prefetch=int(counters.get("prefetch", 0)),
                 prefetch_extension=int(counters.get("ext", 0)),
                 in_flight=int(counters.get("n", 0)),
-                undelivered=int(flat[i + 4]),
+                undelivered=one.undelivered,
                 dispatched=int(counters.get("dispatched", 0)),
                 acked=int(counters.get("acked", 0)),
                 groups=int(counters.get("groups", 0)),
@@ -662,7 +658,7 @@ class Operations:
                 slow_since=int(counters["slow_since"]) if "slow_since" in counters else None,
                 is_exclusive_owner=cid == owner,
             ))
-        pending, in_flight = int(reply[1]), int(reply[2])
+        pending, in_flight = read.pending, read.in_flight
 
         def count(name: str) -> int:
             return int(meta.get(name, 0))
@@ -671,14 +667,15 @@ class Operations:
             destination=dest.uri, queue_size=pending + in_flight, pending=pending, in_flight=in_flight,
             enqueued=count("enqueued"), dequeued=count("dequeued"), dispatched=count("dispatched"),
             expired=count("expired"), expired_on_arrival=count("expired_on_arrival"),
-            deadlettered=count("deadlettered"), discarded=count("discarded"), parked=int(reply[4]),
-            forwarding=int(reply[5]), purged=count("purged"), moved=count("moved"),
+            deadlettered=count("deadlettered"), discarded=count("discarded"), parked=read.parked,
+            forwarding=read.forwarding, purged=count("purged"), moved=count("moved"),
             cancelled=count("cancelled"),
             duplicates=count("duplicates"), skipped=count("skipped"),
             last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
-            group_count=int(reply[3]), paused=meta.get("paused") == "1", exclusive_owner=owner,
-            consumers=consumers, **memory_stats(meta, reply[7]), **forward_stats(meta),
-            selector_errors=count("selector_errors"), **bound_stats(meta, reply[8]),
+            group_count=read.groups, paused=meta.get("paused") == "1", exclusive_owner=owner,
+            consumers=consumers, **memory_stats(meta, read.memory_limit, read.broker_memory_limit),
+            **forward_stats(meta), selector_errors=count("selector_errors"),
+            **bound_stats(meta, read.events, read.audit_size),
         )
 
     def destinations(self) -> Op:
@@ -700,21 +697,15 @@ class Operations:
         if not 1 <= limit <= MAX_RECEIVE:
             raise InvalidConsumer(f"limit must be 1-{MAX_RECEIVE}, got {limit}", field="limit")
         compiled = parse_selector(selector).compiled if selector and selector.strip() else ""
-        reply = yield Eval("browse", (self.prefix(dest),),
-                           (now, cursor or "", limit, BROWSE_EXAMINE, compiled))
-        messages = [
-            Browsed(unpack_delivery(_str(reply[i]), dest.uri, _str(reply[i + 3]), reply[i + 1],
-                                    int(reply[i + 4]), False), _str(reply[i + 2]))
-            for i in range(1, len(reply), 5)
-        ]
-        return BrowsePage(messages, _str(reply[0]) or None)
+        return calls.Browse.parse((yield calls.Browse.call(self.prefix(dest), now, cursor or "", limit,
+                                                           BROWSE_EXAMINE, compiled)), dest.uri)
 
     def get_message(self, dest: Destination, message_id: str, now: int) -> Op:
-        reply = yield Eval("message_get", (self.prefix(dest),), (now, message_id))
-        if not reply:
+        found = calls.MessageGet.parse((yield calls.MessageGet.call(self.prefix(dest), now, message_id)),
+                                       dest.uri, message_id)
+        if found is None:
             raise UnknownMessage(f"no message {message_id} on {dest.uri}", message_id=message_id)
-        return Browsed(unpack_delivery(message_id, dest.uri, _str(reply[2]), reply[0], int(reply[3]), False),
-                       _str(reply[1]))
+        return found
 
     def parked_times(self, dest: Destination, message_ids: list[str]) -> Op:
         """When each parked message (scheduled, delayed, waiting for a redelivery delay) is due, and a
@@ -736,9 +727,10 @@ class Operations:
     def remove(self, dest: Destination, message_ids: list[str], now: int) -> Op:
         """Remove messages by id (in flight too, as ActiveMQ's removeMessage); returns how many."""
         _refuse_on_topic(dest, "remove messages from")
-        reply = yield from self._eval("remove", dest, now, 0, 0, *message_ids)
-        yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
-        return int(reply[0])
+        call = calls.Remove.call(self.prefix(dest), now, message_ids)
+        removed = calls.Remove.parse((yield from self._eval(dest, now, call)))
+        yield from self._continue_dispatch(dest, now, removed.tail.flags, removed.tail.hold_until)
+        return removed.removed
 
     def remove_matching(self, dest: Destination, selector: str | None, limit: int | None, now: int,
                         progress: Callable[[int, int], None] | None = None) -> Op:
@@ -773,10 +765,11 @@ class Operations:
         total = stats.queue_size + stats.parked
         removed, mark, cursor = 0, "", ""
         while True:
-            reply = yield from self._eval("purge", dest, now, 0, mark, cursor, PURGE_EXAMINE)
-            yield from self._continue_dispatch(dest, now, int(reply[3]), int(reply[4]))
-            removed += int(reply[0])
-            cursor, mark = _str(reply[1]), _str(reply[2])
+            purged = calls.Purge.parse((yield from self._eval(dest, now, calls.Purge.call(
+                self.prefix(dest), now, mark, cursor, PURGE_EXAMINE))))
+            yield from self._continue_dispatch(dest, now, purged.tail.flags, purged.tail.hold_until)
+            removed += purged.count
+            cursor, mark = purged.cursor, purged.mark
             if progress:
                 progress(removed, total)
             if not cursor:
@@ -798,13 +791,13 @@ class Operations:
         remaining = limit if limit is not None else 2**62
         taken, cursor = 0, ""
         while remaining > 0:
-            reply = yield from self._eval("move", dest, now, 0, mode, target.uri if target else "", cursor,
-                                          TRANSFER_EXAMINE, min(remaining, TRANSFER_EXAMINE), compiled,
-                                          *message_ids)
-            yield from self._continue_dispatch(dest, now, int(reply[2]), int(reply[3]))
-            taken += int(reply[0])
-            remaining -= int(reply[0])
-            cursor = _str(reply[1])
+            moved = calls.Move.parse((yield from self._eval(dest, now, calls.Move.call(
+                self.prefix(dest), now, mode, target.uri if target else "", cursor, TRANSFER_EXAMINE,
+                min(remaining, TRANSFER_EXAMINE), compiled, message_ids))))
+            yield from self._continue_dispatch(dest, now, moved.tail.flags, moved.tail.hold_until)
+            taken += moved.count
+            remaining -= moved.count
+            cursor = moved.cursor
             if message_ids or not cursor:
                 break
         return taken
@@ -813,16 +806,16 @@ class Operations:
         """Delete a destination and everything in it; returns how many messages it held."""
         if dest.is_topic:  # its subscriptions first, then the keys below
             stored = yield from topic_ops.delete(self, dest, now)
-            yield Eval("destination_delete", (self.prefix(dest),), (now,))
+            yield calls.DestinationDelete.call(self.prefix(dest), now)
             if (yield Command(("ZREM", self.registry_key, dest.uri))):
                 yield from advisory.destination_changed(self, dest, now, added=False)
             return stored
-        count = yield Eval("destination_delete", (self.prefix(dest),), (now,))
+        count = calls.DestinationDelete.parse((yield calls.DestinationDelete.call(self.prefix(dest), now)))
         removed = yield Command(("ZREM", self.registry_key, dest.uri))
         yield from virtual.on_deleted(self, dest)
         if removed:
             yield from advisory.destination_changed(self, dest, now, added=False)
-        return int(count)
+        return count
 
     # -- transactions ---------------------------------------------------------------------------------
     # A transaction buffers sends and acks in Redis (key <ns>:tx:<id>); commit applies them in one
@@ -863,7 +856,7 @@ class Operations:
         # end of life), so open transactions together cannot commit past a limit (§9.2), topics included.
         ttl = yield Command(("PTTL", self.tx_key(tx)))
         probe = f"probe:{tx}:{max(int(ttl), 1)}"
-        yield from flow.send_when_space(self, dest, now, [0, probe, *[x for p in packed for x in p]])
+        yield from flow.send_when_space(self, dest, now, calls.Send, 0, probe, packed)
         ids = []
         if dest.is_topic:
             for message_id, blob, retain, copy in records:
@@ -887,18 +880,18 @@ class Operations:
 
     def tx_commit(self, tx: str, now: int) -> Op:
         records = yield from self._tx_records(tx)
-        calls: list[Eval] = []
+        batch: list[Eval] = []
         touched: dict[str, Destination] = {}
         for op, kind, name, *rest in records:
             dest = Destination(kind, name)
             touched[dest.uri] = dest
             if op == "send" and dest.is_topic:
                 origin = yield from virtual.origin(self, dest, "commit")
-                calls.append(Eval("topic_send", (self.prefix(dest),), (now, 0, origin, *rest)))
+                batch.append(calls.TopicSend.call(self.prefix(dest), now, 0, origin, [rest]))
             elif op == "send":
                 message_id, blob = rest
                 origin = yield from virtual.origin(self, dest, "commit")
-                calls.append(Eval("send", (self.prefix(dest),), (now, 0, origin, message_id, blob)))
+                batch.append(calls.Send.call(self.prefix(dest), now, 0, origin, [(message_id, blob)]))
             else:
                 consumer_id, mode, message_ids = rest
                 if dest.is_topic:  # the ack goes to the consumer's subscription
@@ -907,12 +900,11 @@ class Operations:
                     except UnknownConsumer:
                         continue  # closed: its messages went back (durable) or away (non-durable) already
                     touched[f"{dest.uri}#{dest.key}"] = dest
-                calls.append(Eval("ack", (self.prefix(dest),),
-                                  (now, 0, consumer_id, mode, 0, len(message_ids), *message_ids)))
+                batch.append(calls.Ack.call(self.prefix(dest), now, [(consumer_id, mode, 0, message_ids)]))
         # the reservations end in the same atomic step as the committed messages start counting
-        calls += [Eval("flow_release", (self.prefix(d),), (now, tx)) for d in _sent_to(records)]
+        batch += [calls.FlowRelease.call(self.prefix(d), now, tx) for d in _sent_to(records)]
         yield Command(("DEL", self.tx_key(tx)))
-        replies = yield calls  # one MULTI/EXEC
+        replies = yield batch  # one MULTI/EXEC
         errors = [r for r in replies if isinstance(r, Exception)]
         for dest in touched.values():  # each script ran one chunk: finish the passes and forwards
             if dest.is_topic and not isinstance(dest, Subscription):
@@ -928,7 +920,7 @@ class Operations:
         records = yield from self._tx_records(tx)
         yield Command(("DEL", self.tx_key(tx)))
         for dest in _sent_to(records):  # give back the space its sends reserved
-            yield Eval("flow_release", (self.prefix(dest),), (now, tx))
+            yield calls.FlowRelease.call(self.prefix(dest), now, tx)
         for record in records:
             if record[0] == "ack":
                 consumer = ConsumerRef(Destination(record[1], record[2]), record[3])

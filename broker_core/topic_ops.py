@@ -7,18 +7,20 @@ queue scripts run under each subscription's prefix (topics.py explains the layou
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgpack
 
 from . import flow, virtual
 from .destinations import Destination, matches
-from .effects import Command, Eval, NoDestination, Op, Policy
+from .effects import Command, NoDestination, Op, Policy
 from .errors import DurableSubscriptionInUse, InvalidConsumer, UnknownConsumer, UnknownDestination
 from .messages import Message
 from .model import Consumer, ConsumerSpec, DestinationStats, DestinationSummary, DispatchResult, SweepResult
-from .replies import PASS_HAS_MORE, bound_stats, forward_stats, memory_stats
+from .replies import bound_stats, forward_stats, memory_stats
 from .resp import reply_text as _str
+from .scripts import calls
+from .scripts.calls import FANOUT_UNFINISHED, FORWARDS_WAITING, PASS_HAS_MORE, Closing, Elsewhere, Sent, Tail
 from .topics import (
     Subscription,
     SubscriptionStats,
@@ -64,7 +66,7 @@ def drop_idle_pattern(ops: Operations, dest: Destination, now: int, jobs: tuple[
     """Remove an idle pattern's pseudo-topic keys in one step once nothing waits there and none of the
     maintenance `jobs` holds a lease on it; True if they went, False if it must wait (or is subscribed
     again, which takes it out of the idle set)."""
-    return bool(int((yield Eval("topic_admin", (ops.prefix(dest),), (now, "drop_idle", *jobs)))))
+    return calls.TopicAdmin.parse_drop_idle((yield calls.TopicAdmin.drop_idle(ops.prefix(dest), now, jobs)))
 
 
 def advisable(ops: Operations, topic: Destination) -> Op:
@@ -87,25 +89,23 @@ def send(ops: Operations, dest: Destination, messages: Iterable[Message], now: i
     origin = yield from virtual.origin(ops, dest, "producer", also)
     records = [pack_for_topic(message, now) for message in messages]
 
-    def finish(reply: list[Any]) -> Op:
-        split = reply.index(b"")
-        yield from finish_send(ops, dest, now, reply[split + 1:])
-        return reply[:split]
+    def finish(sent: Sent) -> Op:
+        yield from finish_send(ops, dest, now, sent.tail)
+        return sent.statuses
 
     # in parts, waiting for space or raising as a queue send does (operations.send_parts, flow.py)
-    return (yield from ops.send_parts(dest, now, "topic_send", origin, records, finish))
+    return (yield from ops.send_parts(dest, now, calls.TopicSend, origin, records, finish))
 
 
-def finish_send(ops: Operations, dest: Destination, now: int, tail: list[Any]) -> Op:
-    """After topic_send: forwards (dead letters of evictions, expiries), the passes that have more, and
-    the rest of the fan-out when the send left it unfinished."""
-    flags = int(tail[1])
-    if flags & 2:
+def finish_send(ops: Operations, dest: Destination, now: int, tail: Tail) -> Op:
+    """After topic_send (or topic_fanout): forwards (dead letters of evictions, expiries), the passes that
+    have more, and the rest of the fan-out when the send left it unfinished."""
+    if tail.flags & FORWARDS_WAITING:
         yield from ops.forward(dest, now)
-    for key in tail[3:]:
-        sub = Subscription(dest.kind, dest.name, _str(key))
+    for key in tail.more:
+        sub = Subscription(dest.kind, dest.name, key)
         yield from ops._continue_dispatch(sub, now, PASS_HAS_MORE, 0)
-    if flags & 4:
+    if tail.flags & FANOUT_UNFINISHED:
         yield from fan_out(ops, dest, now)
 
 
@@ -117,14 +117,14 @@ def fan_out(ops: Operations, dest: Destination, now: int) -> Op:
     finished, owed = 0, None
     while True:
         try:
-            reply = yield Eval("topic_fanout", (ops.prefix(dest),), (now, 0))
+            fanned = calls.TopicFanout.parse((yield calls.TopicFanout.call(ops.prefix(dest), now)))
         except NoDestination:  # deleted meanwhile: its messages went with it
             return finished
-        finished += int(reply[0])
-        left = int(reply[1])
+        finished += fanned.finished
+        left = fanned.left
         if owed is None:
             owed = finished + left
-        yield from finish_send(ops, dest, now, [reply[2], reply[3], reply[4], *reply[5:]])
+        yield from finish_send(ops, dest, now, fanned.tail)
         if left == 0 or finished >= owed:
             return finished
 
@@ -162,22 +162,23 @@ def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, 
     for _ in range(MOVE_ATTEMPTS):
         # topic_subscribe validates everything, then registers the durable key with the subscription in
         # one step; a key registered on another topic comes back as 'elsewhere' with nothing changed.
-        reply = yield from ops._eval("topic_subscribe", dest, now, 0, cid, packed, spec.lease_ms, requested,
-                                     key, sub_packed, "1" if spec.retroactive else "0", client, name, field,
-                                     dest.uri)
-        if reply[0] == b"closing":
+        subscribed = calls.TopicSubscribe.parse((yield from ops._eval(dest, now, calls.TopicSubscribe.call(
+            ops.prefix(dest), now, cid, packed, spec.lease_ms, requested, key, sub_packed, spec.retroactive,
+            client, name, field, dest.uri))))
+        if isinstance(subscribed, Closing):
             # the durable subscription's last consumer had this id and its messages are still going
             # back (return_owed): finish that, then subscribe
             yield from ops.return_owed(Subscription(dest.kind, dest.name, key), now)
             continue
-        if reply[0] != b"elsewhere":
+        if not isinstance(subscribed, Elsewhere):
             break
         # Re-subscribing with another topic replaces the subscription (TopicRegion.addConsumer): the old
         # one goes (and its registry entry with it, one step), then the subscribe runs again. A crash in
         # between leaves the key free, never on two topics.
-        old = Destination("topic", _str(reply[1]).removeprefix("topic://"))
+        old = Destination("topic", subscribed.uri.removeprefix("topic://"))
         try:
-            yield from ops._eval("topic_admin", old, now, "release", key, field, old.uri)
+            yield from ops._eval(old, now, calls.TopicAdmin.release(ops.prefix(old), now, key, field,
+                                                                    old.uri))
             yield from ops.return_owed(old, now)
         except DurableSubscriptionInUse:
             raise DurableSubscriptionInUse(
@@ -187,11 +188,12 @@ def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, 
         raise DurableSubscriptionInUse(
             f"Durable subscription for client: {client} and subscriptionName: {name} is being "
             "re-subscribed elsewhere at the same time", client_id=client, subscription_name=name)
+    assert isinstance(subscribed, calls.Subscribed)  # (the loop ends on one, or raises)
     sub = Subscription(dest.kind, dest.name, key)
-    result = yield from ops._continue_dispatch(sub, now, int(reply[1]), int(reply[2]))
-    if reply[5] == b"changed":  # the replaced subscription's messages are released a chunk per call
+    result = yield from ops._continue_dispatch(sub, now, subscribed.tail.flags, subscribed.tail.hold_until)
+    if subscribed.changed:  # the replaced subscription's messages are released a chunk per call
         yield from ops.return_owed(dest, now)
-    return Consumer(dest, cid, spec.ack_mode, prefetch=int(reply[3]), hold_until=result.hold_until,
+    return Consumer(dest, cid, spec.ack_mode, prefetch=subscribed.prefetch, hold_until=result.hold_until,
                     subscription=key)
 
 
@@ -230,10 +232,10 @@ def unsubscribe(ops: Operations, dest: Destination, client_id: str, subscription
     if not exists:
         raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
     # topic_admin removes the subscription and its registry entry in one step.
-    dropped = yield from ops._eval("topic_admin", dest, now, "unsubscribe",
-                                   durable_key(client_id, subscription_name), client_id, subscription_name)
+    dropped = calls.TopicAdmin.parse_dropped((yield from ops._eval(dest, now, calls.TopicAdmin.unsubscribe(
+        ops.prefix(dest), now, durable_key(client_id, subscription_name), client_id, subscription_name))))
     yield from ops.return_owed(dest, now)  # its messages are released a chunk per call
-    return int(dropped)
+    return dropped
 
 
 def expire_offline_durables(ops: Operations, dest: Destination, timeout_ms: int | None, now: int) -> Op:
@@ -244,10 +246,11 @@ def expire_offline_durables(ops: Operations, dest: Destination, timeout_ms: int 
         timeout_ms = entry.offline_durable_subscriber_timeout
     if timeout_ms < 0:
         return []
-    removed = yield from ops._eval("topic_admin", dest, now, "expire_offline", timeout_ms)
+    removed = calls.TopicAdmin.parse_expired((yield from ops._eval(dest, now, calls.TopicAdmin.expire_offline(
+        ops.prefix(dest), now, timeout_ms))))
     if removed:
         yield from ops.return_owed(dest, now)  # their messages are released a chunk per call
-    return [_str(k) for k in removed]
+    return removed
 
 
 def home(ops: Operations, dest: Destination, consumer_id: str, known: str | None) -> Op:
@@ -310,8 +313,8 @@ def sweep_expired(ops: Operations, dest: Destination, now: int) -> Op:
 
 def pending_limits(ops: Operations, dest: Destination, now: int) -> Op:
     """Subscription key -> the pending-message limit in force, as the send script computes it (§8.5)."""
-    flat = yield from ops._eval("topic_admin", dest, now, "limits")
-    return {_str(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+    return calls.TopicAdmin.parse_limits((yield from ops._eval(dest, now, calls.TopicAdmin.limits(
+        ops.prefix(dest), now))))
 
 
 def subscription_stats(ops: Operations, sub: Subscription, now: int, limits: dict[str, int]) -> Op:
@@ -363,11 +366,11 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         subs.append(one)
         consumers += cons
     fwd = yield Command(("HLEN", f"{ops.prefix(dest)}:fwd"))
-    sizes = [(yield Command(("XLEN", f"{ops.prefix(dest)}:events"))),
-             (yield Command(("ZCARD", f"{ops.prefix(dest)}:audit")))]
+    events = int((yield Command(("XLEN", f"{ops.prefix(dest)}:events"))))
+    audit_size = int((yield Command(("ZCARD", f"{ops.prefix(dest)}:audit"))))
     # the memory limit in force (the topic's memoryLimit, else the broker's), as for queues
-    limits = [(yield Command(("HGET", f"{ops.prefix(dest)}:policy", "memoryLimit"))) or b"0",
-              (yield Command(("HGET", flow.usage_key(ops.namespace), "limit"))) or b""]
+    own_limit = _str((yield Command(("HGET", f"{ops.prefix(dest)}:policy", "memoryLimit"))) or b"0")
+    broker_limit = _str((yield Command(("HGET", flow.usage_key(ops.namespace), "limit"))) or b"")
 
     def count(name: str) -> int:
         return int(meta.get(name, 0))
@@ -386,7 +389,8 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         discarded=count("discarded") + total("discarded"), parked=total("parked"), forwarding=int(fwd),
         purged=0, moved=0, cancelled=0, duplicates=count("duplicates"), skipped=0, last_pass_skipped=0,
         consumer_count=len(subs), group_count=0, paused=False, exclusive_owner=None, consumers=consumers,
-        **memory_stats(meta, limits), **forward_stats(meta), **bound_stats(meta, sizes),
+        **memory_stats(meta, own_limit, broker_limit), **forward_stats(meta),
+        **bound_stats(meta, events, audit_size),
         subscriptions=subs, no_subscription=count("no_subscription"),
         durable_active=sum(1 for s in subs if s.durable and s.active),
         durable_offline=sum(1 for s in subs if s.durable and not s.active),
@@ -400,7 +404,6 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
 # summaries"), below a queue page's; a page of 50 topics with a subscription each is one call, a topic with
 # more subscriptions takes several.
 SUMMARY_BUDGET = 100
-TOPIC_SUMMARY_WIDTH = 12  # values per topic in topic_summary_many.lua's reply
 
 
 def summaries(ops: Operations, topics: list[Destination], now: int,
@@ -411,30 +414,25 @@ def summaries(ops: Operations, topics: list[Destination], now: int,
     calls are not one snapshot: a subscription made or removed between them may be missed or counted
     twice; the figure is a monitoring one.)"""
     out: list[DestinationSummary | None] = []
-    acc: list[int] | None = None  # the parts read so far of a topic read over several calls
+    acc: calls.TopicSummaryPart | None = None  # the parts read so far of a topic read over several calls
     remaining, start, budget = list(topics), 0, max(1, budget)
     while remaining:
-        flat = yield Eval("topic_summary_many", tuple(ops.prefix(t) for t in remaining),
-                          (now, start, budget))
+        parts = calls.TopicSummaryMany.parse((yield calls.TopicSummaryMany.call(
+            tuple(ops.prefix(t) for t in remaining), now, start, budget)))
         done = 0
-        for i in range(0, len(flat), TOPIC_SUMMARY_WIDTH):
-            part = [int(v) for v in flat[i:i + TOPIC_SUMMARY_WIDTH]]
-            if acc is None:
-                acc = part
-            else:  # a continued topic: the sums (pending .. parked, dequeued .. deadlettered) grow
-                for j in (3, 4, 5, 7, 8, 9, 10):
-                    acc[j] += part[j]
-            if part[2]:  # the topic goes on in the next call, from there
-                start = part[2]
+        for part in parts:
+            # a continued topic: the sums (pending .. parked, dequeued .. deadlettered) grow
+            acc = part if acc is None else acc.continued_by(part)
+            if part.next:  # the topic goes on in the next call, from there
+                start = part.next
                 break
             t = remaining[done]
-            exists, subs, _, pending, in_flight, parked, enqueued, dequeued, dispatched, expired, dead, \
-                mem = acc
             # (QueueSize 0 and no groups, as topic_ops.stats; never paused; no oldest: messages wait per
             # subscription)
             out.append(DestinationSummary(
-                t.uri, 0, pending, in_flight, parked, 0, subs, enqueued, dequeued, dispatched, expired, dead,
-                False, mem, None) if exists else None)
+                t.uri, 0, acc.pending, acc.in_flight, acc.parked, 0, acc.subscriptions, acc.enqueued,
+                acc.dequeued, acc.dispatched, acc.expired, acc.deadlettered, False, acc.memory, None)
+                if acc.exists else None)
             acc, start, done = None, 0, done + 1
         remaining = remaining[done:]
     return out
@@ -444,7 +442,8 @@ def delete(ops: Operations, dest: Destination, now: int) -> Op:
     """Delete a topic: every subscription (its consumers learn it from UNKNOWN_CONSUMER), then the
     topic's own keys. Returns how many messages were stored."""
     stored = yield Command(("HLEN", f"{ops.prefix(dest)}:msgs"))
-    yield from ops._eval("topic_admin", dest, now, "delete")  # durable keys' registry entries go too
+    # (durable keys' registry entries go too)
+    yield from ops._eval(dest, now, calls.TopicAdmin.delete(ops.prefix(dest), now))
     prefix = ops.prefix(dest)
     yield Command(("DEL", *[f"{prefix}:{name}" for name in
                             ("subs", "sorder", "subof", "refs", "order", "retain", "recov", "recovmsg")]))

@@ -17,6 +17,7 @@ from broker_core.destinations import parse_destination
 from broker_core.effects import Eval
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
+from broker_core.scripts.calls import Reap
 
 from .conftest import consumer, drain
 
@@ -415,7 +416,7 @@ def test_lapsed_consumers_reaped_together_share_one_chunk_per_call(broker, redis
     returned_before, reaped = 0, None
     for name, reply in calls(broker, broker.ops.reap(ORDERS, broker._now(), 100)):
         if name == "reap":
-            reaped = sorted(x.decode() for x in reply[:reply.index(b"")])
+            reaped = sorted(Reap.parse(reply).closed)
         if name in ("reap", "return_owed"):
             returned = sum(q.returns().values())
             assert returned - returned_before <= 40

@@ -9,8 +9,8 @@
 -- Several consumers are the acks of concurrent callers (AsyncBroker, broker_core/drivers/coalesce.py), each consumer
 -- named once. Nothing changes unless every listed message is in flight with its consumer: all of them are
 -- checked before any is acknowledged. One dispatch chunk runs after all the acks.
--- Returns {dispatched, more, hold_until, then per consumer: acked count, messages received, and the
--- received messages as receive.lua returns them}.
+-- Returns {per consumer: acked count, messages received, and the received messages as receive.lua returns
+-- them, then the tail (includes/dispatch.lua reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -99,7 +99,7 @@ for g = 1, #groups do known[groups[g].c.id] = groups[g].c end
 SLOW_RULE.known, SLOW_RULE.known_prefix = known, P
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 -- (room for one consumer's reply with one message: a table that grows is rebuilt at each power of two)
-local out = { dispatched, more, hold, nil, nil, nil, nil, nil, nil }
+local out = { nil, nil, nil, nil, nil, nil, nil }
 local refill = false  -- a message expired as it was handed over: its room is dispatched to below
 for g = 1, #groups do
   local group = groups[g]
@@ -114,6 +114,10 @@ for g = 1, #groups do
     out[count_at] = (#out - count_at) / 4  -- (4 values per message handed over: expired ones are not)
   end
 end
-if refill then dispatch_more(out, tonumber(ARGV[2])) end
-out[2] = with_forward_flag(out[2])  -- handing over may have expired messages
+if refill then
+  local more_dispatched
+  more_dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+  dispatched = dispatched + more_dispatched
+end
+out[#out + 1] = reply_tail(dispatched, with_forward_flag(more), hold)  -- (handing over may have expired some)
 return out

@@ -3,7 +3,7 @@
 -- ARGV: now, budget, consumer id, reason, chunk, optionally `written`: the dispatch sequence of the last
 -- message the adapter wrote, when it knows that messages handed over after it (pushed, outbox.lua PUSH)
 -- never reached its client: they go back as not received (no redelivery counter raised).
--- Returns {dispatched, more, hold_until, owed}.
+-- Returns {owed, the tail (includes/dispatch.lua reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -17,4 +17,4 @@ if not closed then
   return fail('UNKNOWN_CONSUMER', 'no consumer ' .. ARGV[3] .. ' on this destination')
 end
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return {dispatched, more, hold, owed}
+return { owed, reply_tail(dispatched, more, hold) }

@@ -5,7 +5,7 @@
 -- ARGV: now, budget, mode ('move', 'copy' or 'retry'), target uri ('' for retry: each message's
 -- original destination), cursor (score; '' = head), examine budget, max to take, compiled selector
 -- JSON or '', ids... (ids given: only those)
--- Returns {taken, next cursor ('' when done), flags, next time}.
+-- Returns {taken, next cursor ('' when done), the tail (includes/dispatch.lua reply_tail)}.
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
@@ -88,4 +88,4 @@ else
 end
 if mode ~= 'copy' then reset_pass() end
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return {taken, next_cursor, more, hold}
+return { taken, next_cursor, reply_tail(dispatched, more, hold) }

@@ -7,7 +7,7 @@
 -- start; 'k:<score>|<id>' parked, 'p:<score>|<id>' pending (the last message kept), 'i:<consumers' HSCAN
 -- cursor>:<consumer>:<dispatch sequence>' in flight, 'c:...' the same for closed consumers still returning
 -- messages), examine budget.
--- Returns {removed, next cursor ('' when done), mark, flags, hold_until}.
+-- Returns {removed, next cursor ('' when done), mark, the tail (includes/dispatch.lua reply_tail)}.
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
@@ -158,5 +158,5 @@ if purged + cancelled > 0 then
   emit('purge', 'count', purged + cancelled)
   reset_pass()
 end
-local _, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return { purged + cancelled, cursor, NOW_TEXT.num(mark), more, hold }
+local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+return { purged + cancelled, cursor, NOW_TEXT.num(mark), reply_tail(dispatched, more, hold) }

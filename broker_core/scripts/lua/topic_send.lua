@@ -6,8 +6,8 @@
 -- (includes/wildcard.lua); a message only they take is not dropped, one nobody takes is 'no_subscription'.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, origin ('producer', 'forward' or 'check'), then per message:
 -- id, packed, retain ('' | 'set' | 'clear': ActiveMQ.Retain, decided by operations.py), retained copy.
--- Returns {status per message..., '', dispatched, flags, hold_until, subscription keys whose pass has
--- more...}; statuses as send.lua's. Flags: 1 a pass has more, 2 forwards wait, 4 a fan-out is unfinished
+-- Returns {status per message..., the tail (includes/dispatch.lua reply_tail, with the subscription keys
+-- whose pass has more)}; statuses as send.lua's. Flags: 1 a pass has more, 2 forwards wait, 4 a fan-out is unfinished
 -- (includes/fanout.lua: the caller runs topic_fanout.lua until its messages are matched).
 --@include base
 --@include dispatch
@@ -149,9 +149,5 @@ end
 local dispatched, flags, hold, more_keys = TOPIC.deliver(touched, touched_order, tonumber(ARGV[2]))
 flags = with_forward_flag(flags)
 if deferring then flags = bit.bor(flags, 4) end  -- the caller goes on with the fan-out (topic_fanout.lua)
-out[#out + 1] = ''
-out[#out + 1] = dispatched
-out[#out + 1] = flags
-out[#out + 1] = hold
-for _, key in ipairs(more_keys) do out[#out + 1] = key end
+out[#out + 1] = reply_tail(dispatched, flags, hold, more_keys)
 return out

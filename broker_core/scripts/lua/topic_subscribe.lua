@@ -5,7 +5,8 @@
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, consumer id, packed consumer definition, lease ms,
 -- requested prefetch (-1 = client default), subscription key, packed subscription definition,
 -- retroactive ('1'/'0'), client id, subscription name, registry field, topic uri.
--- Returns {dispatched, flags, hold_until, effective prefetch, recovered, 'new'|'changed'|'existing'}, or
+-- Returns {effective prefetch, recovered, 'new'|'changed'|'existing', the tail (includes/dispatch.lua
+-- reply_tail)}, or
 -- {'elsewhere', uri} when the durable key is registered on another topic (nothing changed: topic_ops
 -- removes that one with topic_admin 'release' and tries again).
 -- A durable key's registry entry (<ns>:durables, TOPIC.registry) is written here, in the same step as
@@ -143,4 +144,4 @@ local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 -- pending-message limit applies to them.
 if replayed and #replayed > 0 then TOPIC.after_send(replayed, s) end
 -- Dead letters of evicted replays (and advisories) wait in the topic's :fwd; flag 2 has them delivered now.
-return {dispatched, with_forward_flag(more), hold, prefetch, recovered, state}
+return { prefetch, recovered, state, reply_tail(dispatched, with_forward_flag(more), hold) }

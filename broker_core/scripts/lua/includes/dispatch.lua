@@ -464,9 +464,14 @@ local function dispatch_chunk(budget)
   return dispatched, with_forward_flag(more), hold
 end
 
--- Another chunk for a reply that begins {dispatched, more, hold} (handing messages over freed room in a
--- window: acknowledged in ack mode 'auto', or expired on the way), added into those three.
-local function dispatch_more(out, budget)
-  local dispatched, more, hold = dispatch_chunk(budget)
-  out[1], out[2], out[3] = out[1] + dispatched, more, hold
+-- The tail every script that can leave work behind ends its reply with, one array (broker_core/scripts/
+-- calls.py reads it the same way for all of them): {dispatched, flags (1 a pass has more, 2 forwards wait,
+-- 4 a topic's fan-out is unfinished), hold_until, the subscription keys whose pass has more (a topic's
+-- scripts), the pushes for the calling process's consumers (outbox.lua PUSH)}.
+local reply_tail
+do
+  local NONE = {}  -- (one empty array for every reply without subscription keys or pushes)
+  function reply_tail(dispatched, flags, hold, more_keys)
+    return { dispatched, flags, hold, more_keys or NONE, PUSH.replies or NONE }
+  end
 end
