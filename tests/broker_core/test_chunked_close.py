@@ -17,7 +17,7 @@ from broker_core.destinations import parse_destination
 from broker_core.effects import Eval
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
-from broker_core.scripts.calls import Reap
+from broker_core.scripts.calls import Abort, Reap
 
 from .conftest import consumer, drain
 
@@ -432,7 +432,10 @@ def test_an_aborted_consumer_returns_its_messages_in_chunks(broker, redis_client
     a, b, ids = _setup(broker, received=HELD)
     q = Queue(broker, redis_client)
     # (maintenance.abort_consumer runs this operation)
-    op = maintenance._abort_op(broker, ORDERS, broker._now(), "abort", "A", "too slow", "0")
+    now = broker._now()
+    op = maintenance._abort_op(broker, ORDERS, now, Abort.abort(
+        broker.ops.prefix(ORDERS), now, maintenance.TOMBSTONES_MAX, maintenance.TOMBSTONE_MS, "A", "too slow",
+        False))
     names = [name for name, _ in calls(broker, op) if name in ("abort", "return_owed")]
     assert names == ["abort"] + ["return_owed"] * -(-HELD // 40)  # the abort returns none itself
     assert maintenance.abort_notice(broker, "orders", "A").reason == "too slow"
