@@ -11,7 +11,7 @@
 --       value TOPIC.after_send applies (§8.5; -1 = unlimited, and for durable subscriptions, which have none).
 --   drop_idle lease... -> a wildcard pattern's pseudo-topic whose last subscription went: its keys removed
 --       once no forward waits there and no job (`lease...`: the maintenance jobs' names) holds a lease;
---       1 if removed, 0 if it must wait (includes/wildcard.lua WILDCARD.drop_idle).
+--       1 if removed, 0 if it must wait (includes/wildcard.lua wildcard.drop_idle).
 -- Each removal forgets the key's registry entry (<ns>:durables) in the same step (TOPIC.unregister).
 --@include base
 --@include dispatch
@@ -89,6 +89,6 @@ elseif op == 'delete' then
   TOPIC.recovery_release_all()
   return 1
 elseif op == 'drop_idle' then
-  return ADVISE.wildcard.drop_idle({ unpack(ARGV, 3) })
+  return wildcard.drop_idle({ unpack(ARGV, 3) })
 end
 return redis.error_reply('INVALID_OPERATION unknown topic operation ' .. tostring(op))

@@ -52,7 +52,7 @@ local subs = TOPIC.subscriptions()
 -- subscriptions takes it, recorded below and delivered by operations.forward. A pattern's own pseudo-topic matches none and keeps no recovery buffer (a
 -- retroactive wildcard subscription is refused, topic_ops.subscribe).
 -- (one local: the scripts' main chunk is close to Lua's 200 locals)
-local wild = ADVISE.wildcard.for_send()
+local wild = wildcard.for_send()
 local touched, touched_order = {}, {}
 -- A send matches until its selector work reaches a call's worth, or it has given messages to as many
 -- subscriptions as a call may (FANOUT.full); the rest of its fan-out, and all of it while an
@@ -102,10 +102,10 @@ for i = 4, #ARGV, 4 do
     end
     -- the matching patterns some of whose subscriptions take it (selector, noLocal) get a copy
     local takers
-    takers, view = ADVISE.wildcard.takers(wild, id, m, view, TOPIC.matches, FWD.work_spent)
+    takers, view = wildcard.takers(wild, id, m, view, TOPIC.matches, FWD.work_spent)
     local copies = #takers
     if copies > 0 then
-      ADVISE.wildcard.record(id, blob, wild.uri, takers)
+      wildcard.record(id, blob, wild.uri, takers)
       FWD.n = FWD.n + copies  -- includes/forward.lua: flag 2, the caller delivers them now
       for _, pattern in ipairs(takers) do emit('forward', 'msg', id, 'target', 'topic://' .. pattern) end
     end

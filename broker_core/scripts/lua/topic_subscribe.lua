@@ -62,7 +62,7 @@ end
 if durable then redis.call('HSET', TOPIC.registry, reg_field, uri) end
 -- a pattern's pseudo-topic (a wildcard subscription) joins <ns>:wildcards with the subscription, so the
 -- next send to a matching topic, from any process, copies to it (includes/wildcard.lua)
-ADVISE.wildcard.mark(true)
+wildcard.mark(true)
 if not existing then
   if state ~= 'changed' then state = 'new' end
   redis.call('HSET', TP .. ':subs', key, sub_packed)
@@ -131,7 +131,7 @@ if durable then
     if empty then redis.call('HSET', K_META, 'replay_upto', -1) end
   end
 elseif (retroactive or pol['alwaysRetroactive'] == '1' or pol['alwaysRetroactive'] == 'true')
-       and not ADVISE.wildcard.is_pattern(select(2, ADVISE.wildcard.topic_name())) then
+       and not wildcard.is_pattern(select(2, wildcard.topic_name())) then
   -- a pattern's pseudo-topic keeps no recovery buffer (topic_send.lua); topic_ops refuses `retroactive`
   -- on a wildcard, and alwaysRetroactive has nothing to replay there
   replayed = {}

@@ -307,7 +307,7 @@ local function lifecycle_load()
     redis.call('HDEL', TP .. ':subs', SUB)
     redis.call('LREM', TP .. ':sorder', 0, SUB)
     -- a wildcard pattern with no subscription left leaves <ns>:wildcards in this step (wildcard.lua)
-    if redis.call('HLEN', TP .. ':subs') == 0 then ADVISE.wildcard.mark(false) end
+    if redis.call('HLEN', TP .. ':subs') == 0 then wildcard.mark(false) end
     if dropped > 0 then redis.call('HINCRBY', TP .. ':meta', 'sub_removed', dropped) end
     emit('subscription_remove', 'reason', reason, 'dropped', dropped)
     return dropped
