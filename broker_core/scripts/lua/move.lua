@@ -71,17 +71,17 @@ if #ids > 0 then
 else
   local lower = cursor == '' and '-inf' or '(' .. cursor
   local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, budget)
-  -- (selector.lua SELECTOR_COST: the call ends once its selector evaluations have done a call's worth)
-  local selector_work, cut = SELECTOR_COST.bytes, false
+  -- (selector.lua selector.bytes: the call ends once its selector evaluations have done a call's worth)
+  local selector_work, cut = selector.bytes, false
   for i = 1, #batch, 2 do
     if taken >= max then break end
-    if i > 1 and SELECTOR_COST.bytes - selector_work >= SELECTOR_COST.call_limit then cut = true break end
+    if i > 1 and selector.bytes - selector_work >= selector.call_limit then cut = true break end
     local id = batch[i]
     next_cursor = batch[i + 1]
     local blob = redis.call('HGET', K_MSGS, id)
     if blob then
       local m = unpack_message(blob)
-      if not expr or selector_matches(expr, selector_view(id, m)) then take(id, m, blob) end
+      if not expr or selector.matches(expr, selector_view(id, m)) then take(id, m, blob) end
     end
   end
   if not cut and #batch / 2 < budget and taken < max then next_cursor = '' end

@@ -207,8 +207,8 @@ local function dispatch_pass(budget)
   local order_changed = false
   local examined, dispatched, more = 0, 0, 0
   -- Selector evaluations end the chunk once they have done a call's worth of matching (after at least
-  -- one message): the rest of the page waits for the next chunk (selector.lua SELECTOR_COST).
-  local selector_work, work_cut = SELECTOR_COST.bytes, false
+  -- one message): the rest of the page waits for the next chunk (selector.lua selector.bytes).
+  local selector_work, work_cut = selector.bytes, false
   -- One message offered to many consumers with selectors can spend a call's worth too: the chunk then
   -- ends before the next evaluation, with the message still at the cursor, and meta 'offered' records
   -- which consumers' selectors refused it ("<ids, comma-separated>|<message id>"), so the next chunk
@@ -292,7 +292,7 @@ local function dispatch_pass(budget)
     local restart = false
     local at_tail = #batch > 0 and #batch / 2 < page
     for i = 1, #batch, 2 do
-      if examined > 0 and SELECTOR_COST.bytes - selector_work >= SELECTOR_COST.call_limit then
+      if examined > 0 and selector.bytes - selector_work >= selector.call_limit then
         more, work_cut = 1, true
         break
       end
@@ -344,15 +344,15 @@ local function dispatch_pass(budget)
                   if expr and skip and skip[c.id] then
                     ok = false  -- it refused this message in an earlier chunk
                   elseif expr then
-                    local spent = SELECTOR_COST.bytes - selector_work
-                    if spent > 0 and spent >= SELECTOR_COST.call_limit then
+                    local spent = selector.bytes - selector_work
+                    if spent > 0 and spent >= selector.call_limit then
                       more, work_cut = 1, true
                       break
                     end
                     if not full then full = unpack_message(blob) end
                     view = view or selector_view(id, full)
                     local failed
-                    ok, failed = selector_matches(expr, view)
+                    ok, failed = selector.matches(expr, view)
                     if failed then meta_incr('selector_errors') end
                     if not ok then
                       refused = refused or {}

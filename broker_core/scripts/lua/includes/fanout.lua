@@ -1,7 +1,7 @@
 -- A topic send's fan-out continued across calls (issue 21; docs/broker_core.md "A send's fan-out in
 -- slices"). Matching one message against its subscriptions' selectors costs up to max_evaluation_bytes
 -- per subscription, so a send matches until its selector work reaches a call's worth
--- (SELECTOR_COST.call_limit, selector.lua) and leaves the rest of the subscriptions, and every later
+-- (selector.call_limit, selector.lua) and leaves the rest of the subscriptions, and every later
 -- message, to the calls after it (topic_fanout.lua): by the sender, or by the maintenance tick's recovery
 -- when the sender died. Each message is stored once when it is sent, with one reference held for the
 -- fan-out until it is done, so nothing is lost between calls.

@@ -6,12 +6,12 @@
 -- it has already enqueued, so a delivery repeated after a crash is harmless.
 
 local FWD = { n = 0, work_start = 0 }
-on_call(function() FWD.n, FWD.work_start = 0, SELECTOR_COST.bytes end)
--- Has this call's selector work (selector.lua SELECTOR_COST) reached a call's worth? Checked before an
+on_call(function() FWD.n, FWD.work_start = 0, selector.bytes end)
+-- Has this call's selector work (selector.lua selector.bytes) reached a call's worth? Checked before an
 -- evaluation, so a call does at most one more. Loops over any number of selectors in one send stop there:
 -- a topic's fan-out goes on in the next call (fanout.lua); a routing check answers "take a copy".
 function FWD.work_spent()
-  return SELECTOR_COST.bytes - FWD.work_start >= SELECTOR_COST.call_limit
+  return selector.bytes - FWD.work_start >= selector.call_limit
 end
 
 -- The flags a script returns (includes/dispatch.lua) say 2 when forwards wait for the caller.

@@ -101,7 +101,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       TOPIC.selectors[s.key] = expr
     end
     view = view or selector_view(id, m)
-    local ok, failed = selector_matches(expr, view)
+    local ok, failed = selector.matches(expr, view)
     if failed then redis.call('HINCRBY', TP .. ':meta', 'selector_errors', 1) end
     return ok, view
   end

@@ -61,7 +61,7 @@ lazy(FWD, function(FWD)
       if type(compiled) ~= 'string' or compiled == '' then return true end
       if FWD.work_spent() then return true end
       view = view or selector_view(id, m)
-      if selector_matches(FWD.compiled_selector(compiled), view) then return true end
+      if selector.matches(FWD.compiled_selector(compiled), view) then return true end
     end
     return false
   end
@@ -88,12 +88,12 @@ lazy(FWD, function(FWD)
     local matched = {}
     local recorded = {}
     for i = 3, #plan do
-      local target, selector, original, group = plan[i][1], plan[i][2], plan[i][3], plan[i][5] or 0
+      local target, compiled, original, group = plan[i][1], plan[i][2], plan[i][3], plan[i][5] or 0
       local flags = tonumber(plan[i][6]) or 0
       local t_prefix = FLOW.destination_prefix(target)
       local wanted = true
-      if selector ~= '' then
-        wanted = selector_matches(FWD.compiled_selector(selector), selector_view(id, m))
+      if compiled ~= '' then
+        wanted = selector.matches(FWD.compiled_selector(compiled), selector_view(id, m))
       end
       if wanted and bit.band(flags, 1) ~= 0 then wanted = FWD.consumer_selects(t_prefix, id, m) end
       if wanted then
