@@ -115,5 +115,5 @@ for g = 1, #groups do
   end
 end
 if refill then dispatch_more(out, tonumber(ARGV[2])) end
-out[2] = with_forward_flag(out[2])  -- handing over may have expired messages
+out[2] = forward.with_flag(out[2])  -- handing over may have expired messages
 return out

@@ -51,10 +51,10 @@ local function take(id, m, blob)
     if not to or to == '' then return end  -- not retryable: stays (ids were checked above)
   end
   if mode == 'copy' then
-    queue_forward(id, blob, to, 'copy')
+    forward.record(id, blob, to, 'copy')
   else
     take_out(id)
-    queue_forward(id, blob, to, mode)
+    forward.record(id, blob, to, mode)
     meta_incr('moved')
     meta_incr('dequeued')
   end

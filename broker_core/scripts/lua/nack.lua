@@ -56,7 +56,7 @@ for _, id in ipairs(ids) do
     local m = unpack_message(blob)
     drop_message(id)
     meta_incr('dequeued')
-    if poison then dead_letter(id, m, blob, 'poison') else dead_letter(id, m, blob, 'redelivery', count) end
+    if poison then forward.dead_letter(id, m, blob, 'poison') else forward.dead_letter(id, m, blob, 'redelivery', count) end
     dead = dead + 1
   else
     local delay = delay_for(count)

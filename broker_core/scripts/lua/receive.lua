@@ -61,5 +61,5 @@ else
   _, freed = pop_outbox(c, max, out)
 end
 if freed then dispatch_more(out, tonumber(ARGV[2])) end
-out[2] = with_forward_flag(out[2])  -- handing over may have expired messages
+out[2] = forward.with_flag(out[2])  -- handing over may have expired messages
 return out

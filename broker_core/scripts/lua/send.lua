@@ -23,7 +23,7 @@ if not budget then  -- '<budget>~<channel>'
   budget, PUSH.local_channel = tonumber(string.sub(ARGV[2], 1, tilde - 1)), string.sub(ARGV[2], tilde + 1)
 end
 -- the origin may carry a routing plan (includes/virtual.lua): copies for other destinations.
-local origin, plan = FWD.split_origin(ARGV[3])
+local origin, plan = virtual.split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
 local unpacked = unpack_send(ARGV, origin, 2)
@@ -91,7 +91,7 @@ for i = 4, #ARGV, 2 do
     meta_incr('expired_on_arrival')
     ADVISE.blob = blob  -- the Expired advisory carries a copy
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
-    dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
+    forward.dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif (tonumber(m[M_REPEAT]) or 0) > 0 then
     -- a job kept here; each time it fires, its delivery is routed by the plan (copies then, as
@@ -107,7 +107,7 @@ for i = 4, #ARGV, 2 do
     emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[M_DELAY]) or 0), 'period', m[M_PERIOD],
          'repeat', m[M_REPEAT])
     out[#out + 1] = 'scheduled'
-  elseif not FWD.route_virtual(id, blob, m, plan) then
+  elseif not virtual.route(id, blob, m, plan) then
     -- copies recorded for the plan's targets (in the call above); nothing is kept here.
     out[#out + 1] = 'forwarded'
   else

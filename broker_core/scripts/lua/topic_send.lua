@@ -17,7 +17,7 @@
 NOW = tonumber(ARGV[1])
 -- the origin may carry a routing plan (includes/virtual.lua): composite topics,
 -- virtual topics' consumer queues. Copies are recorded in the same step; operations.forward delivers them.
-local origin, plan = FWD.split_origin(ARGV[3])
+local origin, plan = virtual.split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
 local unpacked = unpack_send(ARGV, origin, 4)
@@ -69,9 +69,9 @@ for i = 4, #ARGV, 4 do
     meta_incr('expired_on_arrival')
     ADVISE.blob = blob  -- the Expired advisory carries a copy, as send.lua's
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
-    dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
+    forward.dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
-  elseif not FWD.route_virtual(id, blob, m, plan) then
+  elseif not virtual.route(id, blob, m, plan) then
     out[#out + 1] = 'forwarded'  -- a forward-only composite topic keeps nothing
   else
     local seq = meta_incr('seq')
@@ -102,11 +102,11 @@ for i = 4, #ARGV, 4 do
     end
     -- the matching patterns some of whose subscriptions take it (selector, noLocal) get a copy
     local takers
-    takers, view = wildcard.takers(wild, id, m, view, TOPIC.matches, FWD.work_spent)
+    takers, view = wildcard.takers(wild, id, m, view, TOPIC.matches, forward.work_spent)
     local copies = #takers
     if copies > 0 then
       wildcard.record(id, blob, wild.uri, takers)
-      FWD.n = FWD.n + copies  -- includes/forward.lua: flag 2, the caller delivers them now
+      forward.n = forward.n + copies  -- includes/forward.lua: flag 2, the caller delivers them now
       for _, pattern in ipairs(takers) do emit('forward', 'msg', id, 'target', 'topic://' .. pattern) end
     end
     if rest then
@@ -147,7 +147,7 @@ for i = 4, #ARGV, 4 do
 end
 
 local dispatched, flags, hold, more_keys = TOPIC.deliver(touched, touched_order, tonumber(ARGV[2]))
-flags = with_forward_flag(flags)
+flags = forward.with_flag(flags)
 if deferring then flags = bit.bor(flags, 4) end  -- the caller goes on with the fan-out (topic_fanout.lua)
 out[#out + 1] = ''
 out[#out + 1] = dispatched

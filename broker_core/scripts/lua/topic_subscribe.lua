@@ -143,4 +143,4 @@ local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 -- pending-message limit applies to them.
 if replayed and #replayed > 0 then TOPIC.after_send(replayed, s) end
 -- Dead letters of evicted replays (and advisories) wait in the topic's :fwd; flag 2 has them delivered now.
-return {dispatched, with_forward_flag(more), hold, prefetch, recovered, state}
+return {dispatched, forward.with_flag(more), hold, prefetch, recovered, state}

@@ -461,7 +461,7 @@ local function dispatch_chunk(budget)
   unpark_due(UNPARK_PER_CALL)
   local dispatched, more, hold = dispatch_pass(budget)
   if hold == 0 then hold = next_unpark() end
-  return dispatched, with_forward_flag(more), hold
+  return dispatched, forward.with_flag(more), hold
 end
 
 -- Another chunk for a reply that begins {dispatched, more, hold} (handing messages over freed room in a

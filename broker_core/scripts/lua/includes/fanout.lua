@@ -37,7 +37,7 @@ end
 
 -- Has this call's selector work reached a call's worth? (forward.lua; checked before each evaluation, so
 -- a call does at most one evaluation more: call_limit + max_evaluation_bytes in all)
-FANOUT.spent = FWD.work_spent
+FANOUT.spent = forward.work_spent
 
 -- Is a fan-out unfinished? Then a send queues behind it.
 function FANOUT.waiting()

@@ -356,7 +356,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       meta_incr('evicted')
       redis.call('HINCRBY', TP .. ':meta', 'evict_dequeued', 1)
       emit('evict', 'msg', id, 'strategy', detail)
-      if blob then dead_letter(id, unpack_message(blob), blob, 'evicted', detail) end
+      if blob then forward.dead_letter(id, unpack_message(blob), blob, 'evicted', detail) end
     else
       meta_incr('dropped')
       emit('drop', 'msg', id, 'cause', cause)

@@ -169,7 +169,7 @@ local wildcard = lazy({}, function(wildcard)
   -- the topic's `no_subscription` and NoConsumer advisory (topic_send.lua), as in ActiveMQ. `matches` is
   -- TOPIC.matches (includes/topic.lua, included after this file, so passed in). Returns the patterns and
   -- the selector view (reused for the next subscription). Once the call's selector work is spent
-  -- (`spent`: FWD.work_spent) a pattern not decided yet gets its copy unchecked: its pseudo-topic matches
+  -- (`spent`: forward.work_spent) a pattern not decided yet gets its copy unchecked: its pseudo-topic matches
   -- its subscriptions itself, in slices (fanout.lua), and counts the copy `no_subscription` if none takes it.
   function wildcard.takers(found, id, m, view, matches, spent)
     local out = {}
