@@ -24,7 +24,7 @@ local self_uri = redis.call('HGET', K_META, 'uri')
 -- Validate before changing anything: named messages exist here, outside any consumer's window.
 local ids = {}
 for i = 9, #ARGV do
-  local where, cid = locate(ARGV[i])
+  local where, cid = operator.locate(ARGV[i])
   if not where then return fail('NO_MESSAGE', 'no message ' .. ARGV[i] .. ' on ' .. self_uri) end
   if where == 'parked' and redis.call('HEXISTS', K_SCHED, ARGV[i]) == 1 then
     return fail('SCHEDULED_JOB', 'message ' .. ARGV[i] .. ' is a repeating scheduled message; cancel it with '
@@ -53,7 +53,7 @@ local function take(id, m, blob)
   if mode == 'copy' then
     forward.record(id, blob, to, 'copy')
   else
-    take_out(id)
+    operator.take_out(id)
     forward.record(id, blob, to, mode)
     meta_incr('moved')
     meta_incr('dequeued')

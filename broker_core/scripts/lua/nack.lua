@@ -44,7 +44,7 @@ local function delay_for(count)
 end
 
 local max = policy_num('maximumRedeliveries')
-local rcv = received_upto(cid)
+local rcv = outbox.received_upto(cid)
 local dead, later = 0, 0
 for _, id in ipairs(ids) do
   if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end

@@ -4,7 +4,7 @@
 -- limits do not apply to; optionally '+' and a routing plan, includes/virtual.lua), then per message: id,
 -- packed. Status 'forwarded': a virtual destination's copies were recorded, nothing is kept here.
 -- The budget may be followed by '~' and the calling process's wake-up channel: deliveries pushed to consumers
--- on that channel come back in the reply, after hold_until, instead of being published (outbox.lua PUSH).
+-- on that channel come back in the reply, after hold_until, instead of being published (outbox.lua push_*).
 -- Returns {status per message..., '', dispatched, more, hold_until, pushed payloads...}; status 'ok', 'duplicate' (an id
 -- already stored: not stored again, counted) or 'expired' (expired on arrival: not enqueued, counted).
 -- Producer flow control (includes/flow.lua) applies to origin 'producer' and to 'retry' (the same send
@@ -20,7 +20,7 @@ NOW = tonumber(ARGV[1])
 local budget = tonumber(ARGV[2])
 if not budget then  -- '<budget>~<channel>'
   local tilde = string.find(ARGV[2], '~', 1, true)
-  budget, PUSH.local_channel = tonumber(string.sub(ARGV[2], 1, tilde - 1)), string.sub(ARGV[2], tilde + 1)
+  budget, outbox.local_channel = tonumber(string.sub(ARGV[2], 1, tilde - 1)), string.sub(ARGV[2], tilde + 1)
 end
 -- the origin may carry a routing plan (includes/virtual.lua): copies for other destinations.
 local origin, plan = virtual.split_origin(ARGV[3])
@@ -157,6 +157,6 @@ out[#out + 1] = ''
 out[#out + 1] = dispatched
 out[#out + 1] = more
 out[#out + 1] = hold
-local pushed = PUSH.replies
+local pushed = outbox.push_replies
 if pushed then for i = 1, #pushed do out[#out + 1] = pushed[i] end end
 return out

@@ -29,8 +29,8 @@
 local PAGE = {}
 function PAGE.new() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {}, firsts = {} } end
 function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
-  -- (a consumer armed for pushes, outbox.lua PUSH, gets the message itself instead of an outbox entry)
-  local pushed = PUSH.armed(c)
+  -- (a consumer armed for pushes, outbox.lua push_*, gets the message itself instead of an outbox entry)
+  local pushed = outbox.push_armed(c)
   -- A message this call stored (FRESH) has never been delivered: no counter to read. The counter is
   -- passed on as stored (only HINCRBY writes it: the digits Redis would make of the number).
   local redeliveries = not fresh and redis.call('HGET', K_REDELIV, id) or '0'
@@ -50,7 +50,7 @@ function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
     end
     mine.window[#mine.window + 1] = NOW_TEXT.num(tally.dseq)
     mine.window[#mine.window + 1] = id
-    if pushed then PUSH.add(c, id, tally.dseq, blob, redeliveries, first)
+    if pushed then outbox.push_add(c, id, tally.dseq, blob, redeliveries, first)
     else mine.outbox[#mine.outbox + 1] = id end
     if first then writes.firsts[#writes.firsts + 1] = id end
   else
@@ -59,7 +59,7 @@ function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
     redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. digits)
     redis.call('ZADD', K_CINF(c.id), NOW_TEXT.num(tally.dseq), id)
     if pushed then
-      PUSH.add(c, id, tally.dseq, blob, redeliveries, first)
+      outbox.push_add(c, id, tally.dseq, blob, redeliveries, first)
     elseif redis.call('RPUSH', K_COUT(c.id), id) == 1 and c.def.notify then
       redis.call('PUBLISH', c.def.notify, c.id)
     end
@@ -74,7 +74,7 @@ end
 -- The writes PAGE.deliver collected; a consumer whose outbox was empty is woken, one armed gets its pushes.
 function PAGE.flush(writes)
   if not writes or #writes.ids == 0 then
-    PUSH.flush()
+    outbox.push_flush()
     return
   end
   call_many('ZREM', K_PENDING, writes.ids)
@@ -89,7 +89,7 @@ function PAGE.flush(writes)
       if queued == #mine.outbox and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
     end
   end
-  PUSH.flush()
+  outbox.push_flush()
 end
 
 -- Consumer c's counters, and the slow_since change of the pass (consumers.lua note_slow) and its group count
