@@ -15,8 +15,8 @@ NOW = tonumber(ARGV[1])
 local missing = require_destination()
 if missing then return missing end
 local touched, order = {}, {}
-local finished = FANOUT.run(touched, order)
-local dispatched, flags, hold, more_keys = TOPIC.deliver(touched, order, tonumber(ARGV[2]))
+local finished = fanout.run(touched, order)
+local dispatched, flags, hold, more_keys = topic.deliver(touched, order, tonumber(ARGV[2]))
 flags = forward.with_flag(flags)
 local out = { finished, redis.call('LLEN', TP .. ':fanout'), dispatched, flags, hold }
 for _, key in ipairs(more_keys) do out[#out + 1] = key end

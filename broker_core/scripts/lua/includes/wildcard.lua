@@ -133,8 +133,8 @@ local wildcard = lazy({}, function(wildcard)
     return out
   end
 
-  -- The subscriptions of pattern `pattern`'s pseudo-topic in namespace `ns`, as TOPIC.subscriptions
-  -- reads the current topic's, each key prefixed with the pattern (TOPIC.matches caches a selector per key,
+  -- The subscriptions of pattern `pattern`'s pseudo-topic in namespace `ns`, as topic.subscriptions
+  -- reads the current topic's, each key prefixed with the pattern (topic.matches caches a selector per key,
   -- and the topic's own subscriptions may use the same keys). Keys under the pattern's hash tag: like
   -- <ns>:wildcards, read in the send's step, atomic on one Redis server only.
   function wildcard.subscriptions(ns, pattern)
@@ -167,7 +167,7 @@ local wildcard = lazy({}, function(wildcard)
   -- and the selector, as for the topic's own subscriptions (Topic.dispatch offers a message to every
   -- consumer, wildcard ones included). Only those get a copy, so a message every subscription refuses is
   -- the topic's `no_subscription` and NoConsumer advisory (topic_send.lua), as in ActiveMQ. `matches` is
-  -- TOPIC.matches (includes/topic.lua, included after this file, so passed in). Returns the patterns and
+  -- topic.matches (includes/topic.lua, included after this file, so passed in). Returns the patterns and
   -- the selector view (reused for the next subscription). Once the call's selector work is spent
   -- (`spent`: forward.work_spent) a pattern not decided yet gets its copy unchecked: its pseudo-topic matches
   -- its subscriptions itself, in slices (fanout.lua), and counts the copy `no_subscription` if none takes it.
