@@ -265,7 +265,7 @@ class GroupPage:
 
 @dataclass(frozen=True)
 class Pushed:
-    """Deliveries a dispatch pushed to a consumer (scripts/lua/includes/outbox.lua PUSH): `after` is the
+    """Deliveries a dispatch pushed to a consumer (scripts/lua/includes/outbox.lua push_*): `after` is the
     dispatch
     sequence of the consumer's last message handed over before them, `last` that of the last of them; an
     adapter that has not handed over everything up to `after` missed a push and asks `receive_after`."""

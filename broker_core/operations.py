@@ -89,9 +89,9 @@ class Operations:
         self.return_chunk = return_chunk  # messages returned (or released) per call
         self.registry_key = f"{namespace}:destinations"
         self.virtual = virtual.VirtualCache()  # this process's copy of the routing configuration
-        # Deliveries pushed to consumers of this process (outbox.lua PUSH): the wake-up channel its consumers
-        # give as `notify`; a send names it, and the pushes to it come back in the send's reply and go to
-        # `local_push` instead of through Redis pub/sub (gateway/runtime.py sets both).
+        # Deliveries pushed to consumers of this process (outbox.lua push_*): the wake-up channel its
+        # consumers give as `notify`; a send names it, and the pushes to it come back in the send's reply
+        # and go to `local_push` instead of through Redis pub/sub (gateway/runtime.py sets both).
         self.local_channel: str | None = None
         self.local_push: Callable[[bytes], None] | None = None
 

@@ -10,7 +10,7 @@ Every script that can leave work behind for its caller ends its reply with the s
 dispatched, the flags saying what is left (a pass that has more, forwards waiting, a topic's unfinished
 fan-out), when a parked message or a delayed start comes due, the subscriptions whose pass has more (a
 topic's scripts), and the deliveries pushed to the calling process's own consumers (send.lua,
-lua/includes/outbox.lua PUSH).
+lua/includes/outbox.lua, its push_* functions).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Tail:
     flags: int
     hold_until: int
     more: tuple[str, ...] = ()  # subscription keys whose pass has more (a topic's scripts)
-    pushed: tuple[bytes, ...] = ()  # push payloads for this process's consumers (outbox.lua PUSH)
+    pushed: tuple[bytes, ...] = ()  # push payloads for this process's consumers (outbox.lua)
 
 
 NO_WORK = Tail(0, 0, 0)

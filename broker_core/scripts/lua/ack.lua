@@ -62,7 +62,7 @@ while at <= #ARGV do
   end
   if mode == 'delivered' then
     for i = 1, #ids do
-      if seqs[ids[i]] > c.rcv then  -- (c.rcv: received_upto(cid), read with the consumer)
+      if seqs[ids[i]] > c.rcv then  -- (c.rcv: outbox.received_upto(cid), read with the consumer)
         return fail('NOT_DELIVERED', 'message ' .. ids[i] .. ' has not been received by consumer ' .. cid)
       end
     end
@@ -109,7 +109,7 @@ for g = 1, #groups do
   out[count_at] = 0
   if group.receive_max > 0 then
     -- (the dispatch chunk changes a pull consumer's (prefetch 0) window: read again)
-    local _, freed = pop_outbox(c.prefetch > 0 and c or find_consumer(c.id), group.receive_max, out)
+    local _, freed = outbox.pop(c.prefetch > 0 and c or find_consumer(c.id), group.receive_max, out)
     refill = refill or freed
     out[count_at] = (#out - count_at) / 4  -- (4 values per message handed over: expired ones are not)
   end
@@ -119,5 +119,5 @@ if refill then
   more_dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
   dispatched = dispatched + more_dispatched
 end
-out[#out + 1] = reply_tail(dispatched, with_forward_flag(more), hold)  -- (handing over may have expired some)
+out[#out + 1] = reply_tail(dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)
 return out

@@ -44,7 +44,7 @@ local function delay_for(count)
 end
 
 local max = policy_num('maximumRedeliveries')
-local rcv = received_upto(cid)
+local rcv = outbox.received_upto(cid)
 local dead, later = 0, 0
 for _, id in ipairs(ids) do
   if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end
@@ -56,7 +56,7 @@ for _, id in ipairs(ids) do
     local m = unpack_message(blob)
     drop_message(id)
     meta_incr('dequeued')
-    if poison then dead_letter(id, m, blob, 'poison') else dead_letter(id, m, blob, 'redelivery', count) end
+    if poison then forward.dead_letter(id, m, blob, 'poison') else forward.dead_letter(id, m, blob, 'redelivery', count) end
     dead = dead + 1
   else
     local delay = delay_for(count)

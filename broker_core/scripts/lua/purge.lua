@@ -24,7 +24,7 @@ local function old(score)
 end
 
 local function remove(id)
-  local blob, job = take_out(id)
+  local blob, job = operator.take_out(id)
   if job then
     cancelled = cancelled + 1
     emit('cancel', 'msg', id)
@@ -69,7 +69,7 @@ local function pending_old(_, score) return old(score) end
 -- command per key (take_out's steps for a message in flight, for all of them).
 local function take_window(cid, ids, dseqs)
   if #ids == 0 then return end
-  local received = received_upto(cid)
+  local received = outbox.received_upto(cid)
   for i = 1, #ids do
     if dseqs[i] > received then redis.call('LREM', K_COUT(cid), 1, ids[i]) end  -- at the outbox's head
   end

@@ -18,7 +18,7 @@ for i = 4, #ARGV do
   if not seqs[ARGV[i]] then ids[#ids + 1] = ARGV[i] end
   seqs[ARGV[i]] = tonumber(seq)
 end
-local rcv = received_upto(cid)
+local rcv = outbox.received_upto(cid)
 local held = {}
 for _, id in ipairs(ids) do
   if seqs[id] > rcv then redis.call('LREM', K_COUT(cid), 1, id) end  -- never received: no bump

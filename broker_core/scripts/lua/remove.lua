@@ -9,7 +9,7 @@ local unknown = unknown_destination()
 if unknown then return unknown end
 local removed = 0
 local function remove(id)
-  local blob, job = take_out(id)
+  local blob, job = operator.take_out(id)
   if job then
     removed = removed + 1
     meta_incr('cancelled')

@@ -4,7 +4,7 @@
 -- limits do not apply to; optionally '+' and a routing plan, includes/virtual.lua), then per message: id,
 -- packed. Status 'forwarded': a virtual destination's copies were recorded, nothing is kept here.
 -- The budget may be followed by '~' and the calling process's wake-up channel: deliveries pushed to consumers
--- on that channel come back in the reply's tail instead of being published (outbox.lua PUSH).
+-- on that channel come back in the reply's tail instead of being published (outbox.lua push_*).
 -- Returns {status per message..., the tail (includes/dispatch.lua reply_tail)}; status 'ok', 'duplicate' (an
 -- id already stored: not stored again, counted) or 'expired' (expired on arrival: not enqueued, counted).
 -- Producer flow control (includes/flow.lua) applies to origin 'producer' and to 'retry' (the same send
@@ -20,10 +20,10 @@ NOW = tonumber(ARGV[1])
 local budget = tonumber(ARGV[2])
 if not budget then  -- '<budget>~<channel>'
   local tilde = string.find(ARGV[2], '~', 1, true)
-  budget, PUSH.local_channel = tonumber(string.sub(ARGV[2], 1, tilde - 1)), string.sub(ARGV[2], tilde + 1)
+  budget, outbox.local_channel = tonumber(string.sub(ARGV[2], 1, tilde - 1)), string.sub(ARGV[2], tilde + 1)
 end
 -- the origin may carry a routing plan (includes/virtual.lua): copies for other destinations.
-local origin, plan = FWD.split_origin(ARGV[3])
+local origin, plan = virtual.split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
 local unpacked = unpack_send(ARGV, origin, 2)
@@ -91,7 +91,7 @@ for i = 4, #ARGV, 2 do
     meta_incr('expired_on_arrival')
     ADVISE.blob = blob  -- the Expired advisory carries a copy
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
-    dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
+    forward.dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif (tonumber(m[M_REPEAT]) or 0) > 0 then
     -- a job kept here; each time it fires, its delivery is routed by the plan (copies then, as
@@ -107,7 +107,7 @@ for i = 4, #ARGV, 2 do
     emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[M_DELAY]) or 0), 'period', m[M_PERIOD],
          'repeat', m[M_REPEAT])
     out[#out + 1] = 'scheduled'
-  elseif not FWD.route_virtual(id, blob, m, plan) then
+  elseif not virtual.route(id, blob, m, plan) then
     -- copies recorded for the plan's targets (in the call above); nothing is kept here.
     out[#out + 1] = 'forwarded'
   else

@@ -30,4 +30,4 @@ local done = #batch / 2 < page
 if done then cursor = '' else cursor = batch[#batch] end
 redis.call('HSET', K_META, 'sweep_cursor', cursor)
 if expired > 0 then emit('sweep', 'examined', #batch / 2, 'expired', expired) end
-return { #batch / 2, expired, done and 1 or 0, reply_tail(0, with_forward_flag(0), next_unpark()) }
+return { #batch / 2, expired, done and 1 or 0, reply_tail(0, forward.with_flag(0), next_unpark()) }

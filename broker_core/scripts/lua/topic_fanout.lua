@@ -15,7 +15,7 @@ NOW = tonumber(ARGV[1])
 local missing = require_destination()
 if missing then return missing end
 local touched, order = {}, {}
-local finished = FANOUT.run(touched, order)
-local dispatched, flags, hold, more_keys = TOPIC.deliver(touched, order, tonumber(ARGV[2]))
-flags = with_forward_flag(flags)
+local finished = fanout.run(touched, order)
+local dispatched, flags, hold, more_keys = topic.deliver(touched, order, tonumber(ARGV[2]))
+flags = forward.with_flag(flags)
 return { finished, redis.call('LLEN', TP .. ':fanout'), reply_tail(dispatched, flags, hold, more_keys) }
