@@ -30,7 +30,6 @@ from .errors import ResourceAllocationError
 from .keys import Home
 from .messages import Delivery, Message
 from .model import (
-    SUMMARY_WIDTH,
     AckRequest,
     Browsed,
     BrowsePage,
@@ -43,10 +42,10 @@ from .model import (
     GroupInfo,
     GroupPage,
     SweepResult,
-    summary_from,
 )
 from .ops import advisory, flow, virtual  # noqa: F401 - for the adapters, which import only this facade
 from .ops.router import Router
+from .scripts import calls
 from .scripts.library import call_args, script
 from .topics import SubscriptionStats
 
@@ -666,13 +665,12 @@ class AsyncBroker(_Api):
         queues = [d for d in chunk if not d.is_topic]
         if queues and self._summary_many:
             try:
-                prefixes = tuple(self.ops.prefix(d) for d in queues)
-                flat = await self._eval(Eval("summary_many", prefixes, (now, int(oldest))))
+                call = calls.SummaryMany.call([self.ops.prefix(d) for d in queues], now, oldest)
+                read = calls.SummaryMany.parse(await self._eval(call), [d.uri for d in queues])
             except redis.ResponseError:  # a Redis Cluster: the queues are on several slots
                 self._summary_many = False
             else:
-                for i, d in enumerate(queues):
-                    found[d.uri] = summary_from(flat[SUMMARY_WIDTH * i:SUMMARY_WIDTH * (i + 1)], d.uri)
+                found.update(zip([d.uri for d in queues], read, strict=True))
         if queues and not self._summary_many:
             found.update(await self._summaries_one_by_one(queues, now, oldest))
         elif oldest and len(queues) > 1:

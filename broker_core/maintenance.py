@@ -31,6 +31,7 @@ from .errors import UnknownDestination
 from .keys import Home
 from .model import ConsumerRef
 from .resp import reply_text as _text
+from .scripts import calls
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +88,8 @@ def errors_key(namespace: str) -> str:
     return f"{namespace}:maintenance:errors"
 
 
-def _eval(broker: Broker, dest: Home, script: str, *args: Any) -> Op:
-    return (yield Eval(script, (broker.ops.home_prefix(dest),), args))
+def _eval(call: Eval) -> Op:
+    return (yield call)
 
 
 def _record(broker: Broker, dest: Home, fields: dict[str, Any], counters: dict[str, int] | None = None
@@ -132,14 +133,15 @@ def acquire_lease(broker: Broker, destination: str | Destination | Home, job: st
     dest = _home(destination)
     token = token or uuid.uuid4().hex
     now = broker.clock.now_ms()
-    held = broker._run(_eval(broker, dest, "maintenance", now, "acquire", job, token, ttl_ms))
-    return token if int(held) else None
+    held = broker._run(_eval(calls.Maintenance.acquire(broker.ops.home_prefix(dest), now, job, token,
+                                                       ttl_ms)))
+    return token if calls.Maintenance.parse_held(held) else None
 
 
 def release_lease(broker: Broker, destination: str | Destination | Home, job: str, token: str) -> bool:
     dest = _home(destination)
-    return bool(int(broker._run(_eval(broker, dest, "maintenance", broker.clock.now_ms(), "release", job,
-                                      token))))
+    call = calls.Maintenance.release(broker.ops.home_prefix(dest), broker.clock.now_ms(), job, token)
+    return calls.Maintenance.parse_held(broker._run(_eval(call)))
 
 
 @contextmanager
@@ -177,11 +179,11 @@ def run_recovery(broker: Broker, destination: str | Destination | Home) -> Recov
     dest = _home(destination)
     now = broker.clock.now_ms()
     token = uuid.uuid4().hex
-    held, lapsed, forwards, due, owed = broker._run(_eval(broker, dest, "maintenance", now, "recover", token,
-                                                          RECOVER_LEASE_MS, FORWARD_GRACE_MS))
-    if not int(held):
+    probe = calls.Maintenance.parse_recover(broker._run(_eval(calls.Maintenance.recover(
+        broker.ops.home_prefix(dest), now, token, RECOVER_LEASE_MS, FORWARD_GRACE_MS))))
+    if not probe.held:
         return Recovery(ran=False)
-    return _recover(broker, dest, now, token, int(lapsed), int(forwards), int(due), int(owed))
+    return _recover(broker, dest, now, token, probe.lapsed, probe.forwards, probe.due, probe.owed)
 
 
 def _recover(broker: Broker, dest: Home, now: int, token: str, lapsed: int, forwards: int, due: int,
@@ -300,21 +302,16 @@ class AbortNotice:
     at: int
 
 
-def _abort_op(broker: Broker, dest: Home, now: int, *args: Any) -> Op:
+def _abort_op(broker: Broker, dest: Home, now: int, call: Eval) -> Op:
     """Run through the router (`broker.ops.run`): finishing the pass may deliver forwards."""
     try:
-        reply = yield Eval("abort", (broker.ops.home_prefix(dest),),
-                           (now, 0, TOMBSTONES_MAX, TOMBSTONE_MS, *args))
+        aborted = calls.Abort.parse((yield call))
     except NoDestination:
         return None
-    yield from broker.ops.continue_dispatch(dest, now, int(reply[3]), int(reply[4]))
-    if len(reply) > 5:  # consumers were aborted: their messages go back in chunks
+    yield from broker.ops.continue_dispatch(dest, now, aborted.tail.flags, aborted.tail.hold_until)
+    if aborted.aborted:  # consumers were aborted: their messages go back in chunks
         yield from broker.ops.return_owed(dest, now)
-    return reply
-
-
-def _flag(value: bool) -> str:
-    return "1" if value else "0"
+    return aborted
 
 
 def run_slow_consumer_check(broker: Broker, destination: str | Destination | Home,
@@ -329,17 +326,18 @@ def run_slow_consumer_check(broker: Broker, destination: str | Destination | Hom
     with job_lease(broker, dest, "slow", SLOW_LEASE_MS) as lease:
         if lease is None:
             return SlowConsumerCheck(ran=False)
-        reply = broker._run(broker.ops.run(_abort_op(
-            broker, dest, broker.clock.now_ms(), "check", entry.slow_consumer_strategy, entry.check_period,
-            entry.max_slow_duration, entry.max_slow_count, _flag(entry.abort_connection),
-            entry.max_time_since_last_ack, _flag(entry.ignore_idle_consumers))))
-    if reply is None or not int(reply[0]):
-        return SlowConsumerCheck(ran=False, tracked=int(reply[1]) if reply else 0)
-    aborted = [_text(x) for x in reply[5:]]
+        now = broker.clock.now_ms()
+        result = broker._run(broker.ops.run(_abort_op(broker, dest, now, calls.Abort.check(
+            broker.ops.home_prefix(dest), now, TOMBSTONES_MAX, TOMBSTONE_MS, entry.slow_consumer_strategy,
+            entry.check_period, entry.max_slow_duration, entry.max_slow_count, entry.abort_connection,
+            entry.max_time_since_last_ack, entry.ignore_idle_consumers))))
+    if result is None or not result.ran:
+        return SlowConsumerCheck(ran=False, tracked=result.tracked if result else 0)
+    aborted = list(result.aborted)
     if aborted:
         _record(broker, dest, {}, {"slow:aborted": len(aborted)})
         log.info("aborted slow consumers %s on %s", ", ".join(aborted), dest.uri)
-    return SlowConsumerCheck(True, int(reply[1]), aborted)
+    return SlowConsumerCheck(True, result.tracked, aborted)
 
 
 def abort_consumer(broker: Broker, consumer: ConsumerRef, reason: str, *, abort_connection: bool = False
@@ -347,9 +345,11 @@ def abort_consumer(broker: Broker, consumer: ConsumerRef, reason: str, *, abort_
     """Abort a consumer now (an operator's decision): closed as the strategies close it, with a
     tombstone carrying `reason`. Raises UnknownConsumer if it is not registered."""
     dest = broker._run(broker.ops.home(consumer))  # a topic consumer's subscription
-    reply = broker._run(broker.ops.run(_abort_op(broker, dest, broker.clock.now_ms(), "abort",
-                                                 consumer.consumer_id, reason, _flag(abort_connection))))
-    if reply is None:
+    now = broker.clock.now_ms()
+    result = broker._run(broker.ops.run(_abort_op(broker, dest, now, calls.Abort.abort(
+        broker.ops.home_prefix(dest), now, TOMBSTONES_MAX, TOMBSTONE_MS, consumer.consumer_id, reason,
+        abort_connection))))
+    if result is None:
         raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
 
 
@@ -458,14 +458,15 @@ def _visit(broker: Broker, dest: Home, entry: PolicyEntry, tally: _Tally) -> Non
     sweep, slow, offline = _periods(entry, topic_level)
     now = broker.clock.now_ms()
     token = uuid.uuid4().hex
-    reply = broker._run(_eval(broker, dest, "maintenance", now, "visit", token, RECOVER_LEASE_MS,
-                              FORWARD_GRACE_MS, sweep, slow, offline, KEEP_MS))
-    held, lapsed, forwards, due, owed, sweep_due, slow_due, offline_due, scheduled = (int(x) for x in reply)
+    visit = calls.Maintenance.parse_visit(broker._run(_eval(calls.Maintenance.visit(
+        broker.ops.home_prefix(dest), now, token, RECOVER_LEASE_MS, FORWARD_GRACE_MS, sweep, slow, offline,
+        KEEP_MS))))
+    probe, sweep_due, slow_due, offline_due = visit.probe, visit.sweep_due, visit.slow_due, visit.offline_due
     tally.visited += 1
     uri = dest.uri
     try:
-        if held:
-            recovery = _recover(broker, dest, now, token, lapsed, forwards, due, owed)
+        if probe.held:
+            recovery = _recover(broker, dest, now, token, probe.lapsed, probe.forwards, probe.due, probe.owed)
             tally.reaped += [f"{uri}#{cid}" for cid in recovery.reaped]
             tally.forwarded += recovery.forwarded
             tally.dispatched += recovery.dispatched
@@ -483,9 +484,9 @@ def _visit(broker: Broker, dest: Home, entry: PolicyEntry, tally: _Tally) -> Non
             tally.slow_checks += check.ran
             tally.aborted += [f"{uri}#{cid}" for cid in check.aborted]
     finally:
-        if not scheduled:
-            broker._run(_eval(broker, dest, "maintenance", broker.clock.now_ms(), "schedule",
-                              FORWARD_GRACE_MS, sweep, slow, offline))
+        if not visit.scheduled:
+            broker._run(_eval(calls.Maintenance.schedule(broker.ops.home_prefix(dest), broker.clock.now_ms(),
+                                                         FORWARD_GRACE_MS, sweep, slow, offline)))
 
 
 def _member_dest(broker: Broker, member: str) -> Home:

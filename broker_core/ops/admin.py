@@ -5,9 +5,10 @@ registry, policy refreshes, and deleting its keys.
 from __future__ import annotations
 
 from ..destinations import Destination, parse_destination
-from ..effects import Command, Eval, Op
+from ..effects import Command, Op
 from ..keys import due_key, wildcards_key
 from ..resp import reply_text as _str
+from ..scripts import calls
 from . import advisory, virtual
 from .context import Context
 
@@ -63,9 +64,9 @@ def delete_destination(ops: Context, dest: Destination, now: int) -> Op:
     """Delete a destination's own keys and its registry entry (a topic's subscriptions went first:
     topics.delete); returns how many messages its keys held. Its deletion advisory, if anybody listens,
     goes through the advisory topic's outbox."""
-    count = yield Eval("destination_delete", (ops.prefix(dest),), (now,))
+    count = calls.DestinationDelete.parse((yield calls.DestinationDelete.call(ops.prefix(dest), now)))
     removed = yield Command(("ZREM", ops.registry_key, dest.uri))
     yield from virtual.on_deleted(ops, dest)
     if removed:
         yield from advisory.destination_changed(ops, dest, now, added=False)
-    return int(count)
+    return count

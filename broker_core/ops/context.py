@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from .. import keys
 from ..config.entry import PolicyEntry
@@ -21,8 +20,9 @@ from ..effects import Command, Create, Eval, Forward, NoDestination, Op, Policy
 from ..errors import UnknownConsumer, UnknownDestination
 from ..keys import Home
 from ..model import ConsumerRef, DispatchResult
-from ..replies import FORWARDS_WAITING, PASS_HAS_MORE
 from ..resp import reply_text as _str
+from ..scripts import calls
+from ..scripts.calls import FORWARDS_WAITING, PASS_HAS_MORE
 
 MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded script call
 # In-flight messages a closed (or reaped, aborted) consumer returns per script call, and messages an ended
@@ -69,11 +69,12 @@ class Context:
         """The lifecycle event stream every script appends to (read by the console's live view)."""
         return f"{self.prefix(dest)}:events"
 
-    def eval(self, name: str, home: Home, now: int, *args: Any) -> Op:
-        """Run a script on a home; on first use of its destination create it (`Create`) and run it again."""
+    def eval(self, home: Home, now: int, call: Eval) -> Op:
+        """Run a script call (scripts/calls.py, made for `home`'s prefix); on first use of its destination
+        create it (`Create`) and run it again."""
         for _ in range(2):
             try:
-                return (yield Eval(name, (self.home_prefix(home),), (now, *args)))
+                return (yield call)
             except NoDestination:
                 yield Create(home.destination, now)
         raise UnknownDestination(f"destination {home.uri} could not be created")
@@ -106,9 +107,10 @@ class Context:
                 yield Forward(home.destination, now)
             if not flags & PASS_HAS_MORE:
                 break
-            reply = yield from self.eval("dispatch", home, now, 0)
-            dispatched += int(reply[0])
-            flags, hold = int(reply[1]), int(reply[2])
+            call = calls.Dispatch.call(self.home_prefix(home), now)
+            tail = calls.Dispatch.parse((yield from self.eval(home, now, call)))
+            dispatched += tail.dispatched
+            flags, hold = tail.flags, tail.hold_until
             chunks += 1
         return DispatchResult(dispatched, hold)
 

@@ -12,11 +12,13 @@ from typing import Any
 import msgpack
 
 from ..destinations import Destination, parse_destination
-from ..effects import Command, Eval, Op
+from ..effects import Command, Op
 from ..errors import InvalidDestination
 from ..keys import Home
 from ..messages import dead_letter_copy, failure_cause, forward_copy
 from ..resp import reply_text as _str
+from ..scripts import calls
+from ..scripts.calls import Sent
 from ..topics import wildcard_copy
 from . import advisory, topics, virtual
 from .context import Context
@@ -90,15 +92,13 @@ def forward(ops: Context, dest: Destination, now: int, limit: int = 1_000) -> Op
                 origin = yield from virtual.origin(ops, target, "forward")
             # a virtual copy still on its way counts against its target ('memfwd', virtual.lua)
             charge = int(extra[1]) if kind == "virtual" and len(extra) > 1 else 0
-            if target.is_topic:  # published to the topic's subscriptions
-                send = Eval("topic_send", (ops.prefix(target),),
-                            (now, 0, origin, message_id, copy, "", ""))
-            else:
-                send = Eval("send", (ops.prefix(target),), (now, 0, origin, message_id, copy))
+            sending = calls.TopicSend if target.is_topic else calls.Send  # a topic: its subscriptions
+            record = (message_id, copy, "", "") if target.is_topic else (message_id, copy)
+            send = sending.call(ops.prefix(target), now, 0, origin, [record])
             # the target's send and the record's removal are one MULTI/EXEC, so a crash can
             # neither lose the copy nor deliver it twice (not even after the target's audit moved on).
-            done_call = Eval("forward_done", (ops.prefix(dest),),
-                             (now, "done", raw_id, f"{ops.prefix(target)}:meta", charge))
+            done_call = calls.ForwardDone.done(ops.prefix(dest), now, raw_id,
+                                               f"{ops.prefix(target)}:meta", charge)
             reply, _ = yield [send, done_call]
             if isinstance(reply, Exception):
                 if _str(str(reply)).startswith("NO_DESTINATION"):  # deleted since: put the record back
@@ -110,12 +110,15 @@ def forward(ops: Context, dest: Destination, now: int, limit: int = 1_000) -> Op
                 # a copy its target refuses for good (e.g. a repeating message's delivery moved or
                 # copied to a topic, which refuses schedules: TOPIC_REPEAT) is counted
                 # (forward_refused) and logged, not retried for ever: forwarding goes on.
-                yield Eval("forward_done", (ops.prefix(dest),),
-                           (now, "refused", raw_id, "", 0, target.uri, str(reply)[:200]))
-            elif target.is_topic:
-                yield from topics.finish_send(ops, target, now, reply[reply.index(b"") + 1:])
+                yield calls.ForwardDone.refused(ops.prefix(dest), now, raw_id, target.uri,
+                                                str(reply)[:200])
             else:
-                yield from ops.continue_dispatch(Home(target), now, int(reply[-2]), int(reply[-1]))
+                sent = sending.parse(reply)
+                assert isinstance(sent, Sent)  # (a forward is never refused for space: flow.py)
+                if target.is_topic:
+                    yield from topics.finish_send(ops, target, now, sent.tail)
+                else:
+                    yield from ops.continue_dispatch(Home(target), now, sent.tail.flags, sent.tail.hold_until)
             if kind not in TRANSFERS and kind not in COPIES:
                 yield Command(("HSETNX", f"{ops.prefix(target)}:meta", "dlq", "1"))
             done += 1

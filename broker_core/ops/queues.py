@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 
 from ..destinations import Destination, require_concrete
-from ..effects import Command, Eval, Op
+from ..effects import Command, Op
 from ..errors import (
     BrokerError,
     InvalidConsumer,
@@ -29,26 +29,22 @@ from ..errors import (
     UnknownMessage,
 )
 from ..keys import Home
-from ..messages import Delivery, unpack_delivery
 from ..model import (
     AckRequest,
-    Browsed,
-    BrowsePage,
     Consumer,
     ConsumerRef,
     ConsumerSpec,
     ConsumerStats,
     DestinationStats,
     DispatchResult,
-    GroupCounts,
     GroupInfo,
-    GroupPage,
     SentId,
     SweepResult,
-    summary_from,
 )
-from ..replies import bound_stats, forward_stats, memory_stats, pairs
+from ..replies import bound_stats, forward_stats, memory_stats
 from ..resp import reply_text as _str
+from ..scripts import calls
+from ..scripts.calls import Closing, Sent
 from ..selector import parse_selector
 from . import flow, virtual
 from .context import Context
@@ -69,43 +65,36 @@ ACK_PART = 100  # ids per ack call: a larger individual ack is checked whole, th
 CUMULATIVE_MOST = 1_000  # messages one cumulative ack call takes (scripts/lua/ack.lua says the same)
 
 
-def _deliveries(consumer: ConsumerRef, reply: list[Any], start: int) -> list[Delivery]:
-    """Messages a script handed over: groups of (id, packed message, redeliveries, group first)."""
-    return [unpack_delivery(_str(reply[i]), consumer.destination.uri, consumer.consumer_id, reply[i + 1],
-                            int(reply[i + 2]), bool(int(reply[i + 3])))
-            for i in range(start, len(reply), 4)]
-
-
 # -- producing -----------------------------------------------------------------------------------------
+
 
 def send_packed(ops: Context, dest: Destination, packed: list[tuple[str, bytes]], now: int,
                 also: tuple[Destination, ...] = ()) -> Op:
     """`send` to a queue of messages packed already (Message.pack: id, bytes). A limit the script
     checks (size, properties) refuses all of them before anything is stored."""
     origin = yield from virtual.origin(ops, dest, "producer", also)
-    home = Home(dest)
 
-    def finish(reply: list[Any]) -> Op:
-        split = reply.index(b"")
-        if len(reply) > split + 4 and ops.local_push is not None:  # pushed to this process's consumers
-            for payload in reply[split + 4:]:
+    def finish(sent: Sent) -> Op:
+        tail = sent.tail
+        if tail.pushed and ops.local_push is not None:  # pushed to this process's consumers
+            for payload in tail.pushed:
                 ops.local_push(payload)
-        if int(reply[split + 2]):  # (nothing to finish, the usual case)
-            yield from ops.continue_dispatch(home, now, int(reply[split + 2]), int(reply[split + 3]))
-        return reply[:split]
+        if tail.flags:  # (nothing to finish, the usual case)
+            yield from ops.continue_dispatch(Home(dest), now, tail.flags, tail.hold_until)
+        return sent.statuses
 
-    return (yield from send_parts(ops, dest, now, "send", origin, packed, finish))
+    return (yield from send_parts(ops, dest, now, calls.Send, origin, packed, finish))
 
 
-def send_parts(ops: Context, dest: Destination, now: int, script: str, origin: Any, records: list[tuple],
-               finish: Callable[[list[Any]], Op]) -> Op:
-    """Run a send script (`send`, `topic_send`) over messages (`records`: each one's arguments, id and
-    packed message first) in parts of SEND_PART messages and SEND_PART_BYTES, so no call grows with
+def send_parts(ops: Context, dest: Destination, now: int, sending: type[calls.Send] | type[calls.TopicSend],
+               origin: Any, records: list[tuple], finish: Callable[[Sent], Op]) -> Op:
+    """Run a send script (calls.Send, calls.TopicSend) over messages (`records`: each one's arguments, id
+    and packed message first) in parts of SEND_PART messages and SEND_PART_BYTES, so no call grows with
     the batch. Every part's size and property limits are checked before the first part is stored (a
     refusal changes nothing); the parts then go in order, each atomic, each waiting for space as its
     own send (flow.py). A part refused after others were stored (a memory limit that fails the send)
     raises with `details["sent"]`, how many messages went before it: their ids are stored, so sending
-    the same batch again (the same message ids) stores only the rest. `finish(reply)` completes a
+    the same batch again (the same message ids) stores only the rest. `finish(sent)` completes a
     part's call and returns its statuses. Returns a SentId per message."""
     parts, part, size = [], [], 0
     for record in records:
@@ -117,14 +106,13 @@ def send_parts(ops: Context, dest: Destination, now: int, script: str, origin: A
     parts.append(part)
     if len(parts) > 1:
         for part in parts:
-            yield from ops.eval(script, Home(dest), now, 0, "check", *(a for r in part for a in r))
-    statuses: list[Any] = []
+            yield from ops.eval(Home(dest), now, sending.call(ops.prefix(dest), now, 0, "check", part))
+    statuses: list[str] = []
     # the send names this process's wake-up channel: its own consumers' pushes come back in the reply
-    budget = f"0~{ops.local_channel}" if script == "send" and ops.local_channel else 0
+    budget = f"0~{ops.local_channel}" if sending is calls.Send and ops.local_channel else 0
     for part in parts:
-        args = [budget, origin, *(a for r in part for a in r)]
         try:
-            reply = yield from flow.send_when_space(ops, dest, now, args, script=script)
+            sent = yield from flow.send_when_space(ops, dest, now, sending, budget, origin, part)
         except BrokerError as exc:
             if statuses:
                 exc.message = (f"{exc.message} (after {len(statuses)} of the batch's {len(records)} "
@@ -133,8 +121,8 @@ def send_parts(ops: Context, dest: Destination, now: int, script: str, origin: A
                 exc.args = (exc.message,)
                 exc.details["sent"] = len(statuses)
             raise
-        statuses += yield from finish(reply)
-    return [SentId(r[0], _str(status)) for r, status in zip(records, statuses, strict=True)]
+        statuses += yield from finish(sent)
+    return [SentId(r[0], status) for r, status in zip(records, statuses, strict=True)]
 
 
 # -- consuming -----------------------------------------------------------------------------------------
@@ -176,13 +164,14 @@ def add_consumer(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, 
                               field="subscription_name")
     require_concrete(dest, "subscribe to")  # wildcard queues: not supported
     requested = -1 if spec.prefetch is None else spec.prefetch
-    home = Home(dest)
-    reply = yield from ops.eval("consumer_add", home, now, 0, cid, packed, spec.lease_ms, requested)
-    if reply[0] == b"closing":  # the id of a closed consumer whose messages are still going back
-        yield from return_owed(ops, home, now)
-        reply = yield from ops.eval("consumer_add", home, now, 0, cid, packed, spec.lease_ms, requested)
-    result = yield from ops.continue_dispatch(home, now, int(reply[1]), int(reply[2]))
-    return Consumer(dest, cid, spec.ack_mode, prefetch=int(reply[4]), hold_until=result.hold_until)
+    call = calls.ConsumerAdd.call(ops.prefix(dest), now, cid, packed, spec.lease_ms, requested)
+    added = calls.ConsumerAdd.parse((yield from ops.eval(Home(dest), now, call)))
+    if isinstance(added, Closing):  # the id of a closed consumer whose messages are still going back
+        yield from return_owed(ops, Home(dest), now)
+        added = calls.ConsumerAdd.parse((yield from ops.eval(Home(dest), now, call)))
+    assert not isinstance(added, Closing)  # (return_owed returned everything)
+    result = yield from ops.continue_dispatch(Home(dest), now, added.tail.flags, added.tail.hold_until)
+    return Consumer(dest, cid, spec.ack_mode, prefetch=added.prefetch, hold_until=result.hold_until)
 
 
 def receive(ops: Context, consumer: ConsumerRef, max_messages: int, now: int, lease_ms: int) -> Op:
@@ -190,10 +179,12 @@ def receive(ops: Context, consumer: ConsumerRef, max_messages: int, now: int, le
         raise InvalidConsumer(f"max_messages must be 1-{MAX_RECEIVE}, got {max_messages}",
                               field="max_messages")
     home = (yield from ops.home(consumer)) if consumer.destination.is_topic else Home(consumer.destination)
-    reply = yield from ops.eval("receive", home, now, 0, consumer.consumer_id, max_messages, lease_ms)
-    if int(reply[1]):
-        yield from ops.continue_dispatch(home, now, int(reply[1]), int(reply[2]))
-    return _deliveries(consumer, reply, 3)
+    call = calls.Receive.call(ops.home_prefix(home), now, consumer.consumer_id, max_messages, lease_ms)
+    reply = yield from ops.eval(home, now, call)
+    got = calls.Receive.parse(reply, consumer.destination.uri, consumer.consumer_id)
+    if got.tail.flags:
+        yield from ops.continue_dispatch(home, now, got.tail.flags, got.tail.hold_until)
+    return got.deliveries
 
 
 def receive_after(ops: Context, consumer: ConsumerRef, after: int, max_messages: int, push: int, now: int,
@@ -206,15 +197,18 @@ def receive_after(ops: Context, consumer: ConsumerRef, after: int, max_messages:
         raise InvalidConsumer(f"max_messages must be 1-{MAX_RECEIVE}, got {max_messages}",
                               field="max_messages")
     home = (yield from ops.home(consumer)) if consumer.destination.is_topic else Home(consumer.destination)
-    reply = yield from ops.eval("receive", home, now, 0, consumer.consumer_id, max_messages, lease_ms,
-                                after, push)
-    if int(reply[1]):
-        yield from ops.continue_dispatch(home, now, int(reply[1]), int(reply[2]))
-    return _deliveries(consumer, reply, 4), int(reply[3])
+    call = calls.Receive.after(ops.home_prefix(home), now, consumer.consumer_id, max_messages, lease_ms,
+                               after, push)
+    reply = yield from ops.eval(home, now, call)
+    got = calls.Receive.parse_after(reply, consumer.destination.uri, consumer.consumer_id)
+    if got.tail.flags:
+        yield from ops.continue_dispatch(home, now, got.tail.flags, got.tail.hold_until)
+    return got.deliveries, got.last
 
 
 def cancel_pull(ops: Context, consumer: ConsumerRef, now: int) -> Op:
-    yield from ops.eval("cancel_pull", (yield from ops.home(consumer)), now, consumer.consumer_id)
+    home = yield from ops.home(consumer)
+    yield from ops.eval(home, now, calls.CancelPull.call(ops.home_prefix(home), now, consumer.consumer_id))
 
 
 def ack(ops: Context, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
@@ -229,18 +223,17 @@ def ack(ops: Context, consumer: ConsumerRef, message_ids: list[str], mode: str, 
 
 
 def ack_many(ops: Context, home: Home, requests: list[AckRequest], now: int) -> Op:
-    """`ack` of several consumers of one home (a queue, or one subscription), each named once
+    """`ack` of several consumers of `home` (its home: a queue, or one subscription), each named once
     and with message ids, in one script call: all are checked before any is applied. Returns (acked,
     next messages) per request, in order. One consumer's ack of more than ACK_PART ids is checked
     whole, then applied in parts (ack_in_parts)."""
     if len(requests) == 1 and len(requests[0][1]) > ACK_PART and requests[0][2] != "cumulative":
         return [(yield from ack_in_parts(ops, home, requests[0], now))]
-    args: list[Any] = [0]
-    for consumer, message_ids, mode, receive in requests:
-        args += [consumer.consumer_id, mode, receive, len(message_ids), *message_ids]
+    call = calls.Ack.call(ops.home_prefix(home), now, [(consumer.consumer_id, mode, receive, message_ids)
+                                                   for consumer, message_ids, mode, receive in requests])
     early = [0] * len(requests)  # acknowledged before the call (_ack_oldest)
     try:
-        reply = yield from ops.eval("ack", home, now, *args)
+        reply = yield from ops.eval(home, now, call)
     except Exception as exc:  # noqa: BLE001 - only the one below is handled
         if not str(exc).startswith("ACK_TOO_LARGE"):
             raise
@@ -248,15 +241,13 @@ def ack_many(ops: Context, home: Home, requests: list[AckRequest], now: int) -> 
         for n, (consumer, message_ids, mode, _) in enumerate(requests):
             if mode == "cumulative":
                 early[n] = yield from _ack_oldest(ops, home, consumer, message_ids[0], now)
-        reply = yield from ops.eval("ack", home, now, *args)
-    if int(reply[1]):  # (nothing to finish, the usual case)
-        yield from ops.continue_dispatch(home, now, int(reply[1]), int(reply[2]))
-    out, at = [], 3
-    for (consumer, *_), before in zip(requests, early, strict=True):
-        acked, received = int(reply[at]), int(reply[at + 1])
-        out.append((before + acked, _deliveries(consumer, reply[at + 2:at + 2 + 4 * received], 0)))
-        at += 2 + 4 * received
-    return out
+        reply = yield from ops.eval(home, now, call)
+    acked = calls.Ack.parse(reply, [(consumer.destination.uri, consumer.consumer_id)
+                                    for consumer, *_ in requests])
+    if acked.tail.flags:  # (nothing to finish, the usual case)
+        yield from ops.continue_dispatch(home, now, acked.tail.flags, acked.tail.hold_until)
+    return [(before + count, deliveries)
+            for (count, deliveries), before in zip(acked.results, early, strict=True)]
 
 
 def _ack_oldest(ops: Context, home: Home, consumer: ConsumerRef, message_id: str, now: int) -> Op:
@@ -285,13 +276,14 @@ def ack_in_parts(ops: Context, home: Home, request: AckRequest, now: int) -> Op:
     ids = list(dict.fromkeys(message_ids))  # an id named twice is acknowledged once
     parts = [ids[i:i + ACK_PART] for i in range(0, len(ids), ACK_PART)]
     for part in parts:
-        yield from ops.eval("ack", home, now, "check", consumer.consumer_id, mode, 0, len(part), *part)
+        yield from ops.eval(home, now, calls.Ack.check(ops.home_prefix(home), now, consumer.consumer_id,
+                                                         mode, part))
     acked = 0
     for n, part in enumerate(parts):
         last = n == len(parts) - 1
         try:
-            ((count, deliveries),) = yield from ack_many(
-                ops, home, [(consumer, part, mode, receive if last else 0)], now)
+            ((count, deliveries),) = yield from ack_many(ops,
+                home, [(consumer, part, mode, receive if last else 0)], now)
         except BrokerError as exc:
             if acked:
                 exc.message = (f"{exc.message} (after {acked} of the {len(ids)} messages were "
@@ -310,24 +302,26 @@ def nack(ops: Context, consumer: ConsumerRef, message_ids: list[str], poison: bo
     if not message_ids:
         raise NotInFlight("no message id given to acknowledge negatively")
     home = yield from ops.home(consumer)
-    reply = yield from ops.eval("nack", home, now, 0, consumer.consumer_id, "1" if poison else "0",
-                                repr(jitter), *message_ids)
-    yield from ops.continue_dispatch(home, now, int(reply[3]), int(reply[4]))
-    return int(reply[0]), int(reply[1])
+    nacked = calls.Nack.parse((yield from ops.eval(home, now, calls.Nack.call(
+        ops.home_prefix(home), now, consumer.consumer_id, poison, jitter, message_ids))))
+    yield from ops.continue_dispatch(home, now, nacked.tail.flags, nacked.tail.hold_until)
+    return nacked.dead_lettered, nacked.redelivered
 
 
 def sweep_expired(ops: Context, home: Home, now: int) -> Op:
     """One page of the expiry sweep (scripts/lua/sweep.lua); call again until `done`."""
-    reply = yield from ops.eval("sweep", home, now)
-    yield from ops.continue_dispatch(home, now, int(reply[3]), int(reply[4]))
-    return SweepResult(examined=int(reply[0]), expired=int(reply[1]), done=bool(int(reply[2])))
+    swept = calls.Sweep.parse((yield from ops.eval(home, now, calls.Sweep.call(ops.home_prefix(home),
+                                                                                 now))))
+    yield from ops.continue_dispatch(home, now, swept.tail.flags, swept.tail.hold_until)
+    return SweepResult(examined=swept.examined, expired=swept.expired, done=swept.done)
 
 
 def release(ops: Context, consumer: ConsumerRef, message_ids: list[str], now: int) -> Op:
     home = yield from ops.home(consumer)
-    reply = yield from ops.eval("release", home, now, 0, consumer.consumer_id, *message_ids)
-    yield from ops.continue_dispatch(home, now, int(reply[2]), int(reply[3]))
-    return int(reply[0])
+    released = calls.Release.parse((yield from ops.eval(home, now, calls.Release.call(
+        ops.home_prefix(home), now, consumer.consumer_id, message_ids))))
+    yield from ops.continue_dispatch(home, now, released.tail.flags, released.tail.hold_until)
+    return released.count
 
 
 def close_consumer(ops: Context, consumer: ConsumerRef, now: int, reason: str,
@@ -336,11 +330,10 @@ def close_consumer(ops: Context, consumer: ConsumerRef, now: int, reason: str,
     `written`: the dispatch sequence of the last message the adapter wrote, when it knows that what was
     pushed after it never reached the client (those go back as not received)."""
     home = yield from ops.home(consumer)
-    extra = () if written is None else (written,)
-    reply = yield from ops.eval("consumer_close", home, now, 0, consumer.consumer_id, reason,
-                                ops.return_chunk, *extra)
-    result = yield from ops.continue_dispatch(home, now, int(reply[1]), int(reply[2]))
-    if not int(reply[3]):
+    closed = calls.ConsumerClose.parse((yield from ops.eval(home, now, calls.ConsumerClose.call(
+        ops.home_prefix(home), now, consumer.consumer_id, reason, ops.return_chunk, written))))
+    result = yield from ops.continue_dispatch(home, now, closed.tail.flags, closed.tail.hold_until)
+    if not closed.owed:
         return result
     rest = yield from return_owed(ops, home, now)
     return DispatchResult(result.dispatched + rest.dispatched, rest.hold_until)
@@ -353,53 +346,51 @@ def return_owed(ops: Context, home: Home, now: int) -> Op:
     messages no other call has."""
     dispatched, hold = 0, 0
     while True:
-        reply = yield Eval("return_owed", (ops.home_prefix(home),), (now, 0, max(1, ops.return_chunk)))
-        result = yield from ops.continue_dispatch(home, now, int(reply[1]), int(reply[2]))
-        dispatched += int(reply[0]) + result.dispatched
-        hold = result.hold_until or int(reply[2])
-        if not int(reply[3]):
+        returned = calls.ReturnOwed.parse(
+            (yield calls.ReturnOwed.call(ops.home_prefix(home), now, max(1, ops.return_chunk))))
+        tail = returned.tail
+        result = yield from ops.continue_dispatch(home, now, tail.flags, tail.hold_until)
+        dispatched += tail.dispatched + result.dispatched
+        hold = result.hold_until or tail.hold_until
+        if not returned.owed:
             return DispatchResult(dispatched, hold)
 
 
 def renew(ops: Context, home: Home, consumer_ids: list[str], lease_ms: int, now: int) -> Op:
     """Renew leases; returns the ids that are no longer registered (closed or reaped)."""
-    reply = yield Eval("renew", (ops.home_prefix(home),), (now, lease_ms, *consumer_ids))
-    return [_str(x) for x in reply]
+    return calls.Renew.parse((yield calls.Renew.call(ops.home_prefix(home), now, lease_ms, consumer_ids)))
 
 
 def reap(ops: Context, home: Home, now: int, limit: int) -> Op:
     """Close consumers whose lease lapsed; returns their ids."""
-    reply = yield Eval("reap", (ops.home_prefix(home),), (now, 0, limit, ops.return_chunk))
-    split = reply.index(b"")
-    yield from ops.continue_dispatch(home, now, int(reply[split + 2]), int(reply[split + 3]))
-    if int(reply[split + 4]):
+    reaped = calls.Reap.parse((yield calls.Reap.call(ops.home_prefix(home), now, limit, ops.return_chunk)))
+    yield from ops.continue_dispatch(home, now, reaped.tail.flags, reaped.tail.hold_until)
+    if reaped.owed:
         yield from return_owed(ops, home, now)
-    return [_str(x) for x in reply[:split]]
+    return reaped.closed
 
 
 def dispatch(ops: Context, home: Home, now: int) -> Op:
-    """Run the home's dispatch pass to its end (each chunk a bounded call)."""
-    reply = yield Eval("dispatch", (ops.home_prefix(home),), (now, 0))
-    rest = yield from ops.continue_dispatch(home, now, int(reply[1]), int(reply[2]))
-    return DispatchResult(int(reply[0]) + rest.dispatched, rest.hold_until or int(reply[2]))
+    tail = calls.Dispatch.parse((yield calls.Dispatch.call(ops.home_prefix(home), now)))
+    rest = yield from ops.continue_dispatch(home, now, tail.flags, tail.hold_until)
+    return DispatchResult(tail.dispatched + rest.dispatched, rest.hold_until or tail.hold_until)
 
 
 # -- administration ------------------------------------------------------------------------------------
 
 
 def pause(ops: Context, dest: Destination, paused: bool, now: int) -> Op:
-    home = Home(dest)
-    reply = yield from ops.eval("pause", home, now, 0, "1" if paused else "0")
-    yield from ops.continue_dispatch(home, now, int(reply[1]), int(reply[2]))
+    tail = calls.Pause.parse((yield from ops.eval(Home(dest), now, calls.Pause.call(ops.prefix(dest), now,
+                                                                                paused))))
+    yield from ops.continue_dispatch(Home(dest), now, tail.flags, tail.hold_until)
 
 
 def remove_message_groups(ops: Context, dest: Destination, group_id: str | None, now: int) -> Op:
     """removeMessageGroup(group_id), or removeAllMessageGroups() when group_id is None."""
-    args = ("", "all") if group_id is None else (group_id, "")
-    home = Home(dest)
-    reply = yield from ops.eval("group_reset", home, now, 0, *args)
-    yield from ops.continue_dispatch(home, now, int(reply[2]), int(reply[3]))
-    return int(reply[0])
+    reset = calls.GroupReset.parse((yield from ops.eval(Home(dest), now, calls.GroupReset.call(
+        ops.prefix(dest), now, group_id))))
+    yield from ops.continue_dispatch(Home(dest), now, reset.tail.flags, reset.tail.hold_until)
+    return reset.count
 
 
 def message_groups(ops: Context, dest: Destination, now: int) -> Op:
@@ -422,39 +413,36 @@ def message_groups_page(ops: Context, dest: Destination, now: int, cursor: str |
         raise InvalidConsumer(f"limit must be 1-{MAX_RECEIVE}, got {limit}", field="limit")
     if cursor is not None and not (cursor.isascii() and cursor.isdigit() and int(cursor) < 2**64):
         raise InvalidConsumer(f"cursor {cursor!r} is not one this listing gave", field="cursor")
-    reply = yield Eval("group_list", (ops.prefix(dest),), (now, cursor or "0", limit))
-    groups = [GroupInfo(_str(reply[i]), _str(reply[i + 1]), int(reply[i + 2]))
-              for i in range(1, len(reply), 3)]
-    following = _str(reply[0])
-    return GroupPage(groups, None if following == "0" else following)
+    return calls.GroupList.parse((yield calls.GroupList.call(ops.prefix(dest), now, cursor or "0",
+                                                             limit)))
 
 
 def group_counts(ops: Context, dest: Destination, now: int, pending_limit: int, in_flight_limit: int) -> Op:
     """Pending (among the first `pending_limit`) and in-flight messages per group (the console)."""
-    reply = yield Eval("group_counts", (ops.prefix(dest),), (now, pending_limit, in_flight_limit))
-    groups = {_str(reply[i]): (int(reply[i + 1]), int(reply[i + 2])) for i in range(4, len(reply), 3)}
-    return GroupCounts(groups, int(reply[0]), bool(int(reply[1])), int(reply[2]), bool(int(reply[3])))
+    return calls.GroupCounts.parse((yield calls.GroupCounts.call(ops.prefix(dest), now, pending_limit,
+                                                                 in_flight_limit)))
 
 
 def summary(ops: Context, dest: Destination, now: int, oldest: bool = False) -> Op:
     """The main counters only (console index); None when the destination does not exist."""
-    return summary_from((yield Eval("summary_many", (ops.prefix(dest),), (now, int(oldest)))), dest.uri)
+    (found,) = calls.SummaryMany.parse((yield calls.SummaryMany.call((ops.prefix(dest),), now, oldest)),
+                                       (dest.uri,))
+    return found
 
 
 def stats(ops: Context, home: Home, now: int) -> Op:
     """The statistics of a queue, or of one subscription (topics.stats adds a topic's up)."""
-    reply = yield Eval("stats", (ops.home_prefix(home),), (now,))
-    meta = pairs(reply[0])
+    read = calls.Stats.parse((yield calls.Stats.call(ops.home_prefix(home), now)))
+    meta = read.meta
     if "uri" not in meta:
         raise UnknownDestination(f"no destination {home.uri}", destination=home.uri)
     owner = meta.get("owner") or None
     consumers = []
-    flat = reply[6]
-    for i in range(0, len(flat), 5):
-        cid = _str(flat[i])
-        definition = msgpack.unpackb(flat[i + 1], raw=False) if flat[i + 1] else {}
-        counters = pairs(flat[i + 2])
-        lease = _str(flat[i + 3])
+    for one in read.consumers:
+        cid = one.consumer_id
+        definition = msgpack.unpackb(one.definition, raw=False) if one.definition else {}
+        counters = one.counters
+        lease = one.lease
         consumers.append(ConsumerStats(
             consumer_id=cid,
             client_id=definition.get("client"),
@@ -466,7 +454,7 @@ def stats(ops: Context, home: Home, now: int) -> Op:
             prefetch=int(counters.get("prefetch", 0)),
             prefetch_extension=int(counters.get("ext", 0)),
             in_flight=int(counters.get("n", 0)),
-            undelivered=int(flat[i + 4]),
+            undelivered=one.undelivered,
             dispatched=int(counters.get("dispatched", 0)),
             acked=int(counters.get("acked", 0)),
             groups=int(counters.get("groups", 0)),
@@ -476,7 +464,7 @@ def stats(ops: Context, home: Home, now: int) -> Op:
             slow_since=int(counters["slow_since"]) if "slow_since" in counters else None,
             is_exclusive_owner=cid == owner,
         ))
-    pending, in_flight = int(reply[1]), int(reply[2])
+    pending, in_flight = read.pending, read.in_flight
 
     def count(name: str) -> int:
         return int(meta.get(name, 0))
@@ -485,14 +473,15 @@ def stats(ops: Context, home: Home, now: int) -> Op:
         destination=home.uri, queue_size=pending + in_flight, pending=pending, in_flight=in_flight,
         enqueued=count("enqueued"), dequeued=count("dequeued"), dispatched=count("dispatched"),
         expired=count("expired"), expired_on_arrival=count("expired_on_arrival"),
-        deadlettered=count("deadlettered"), discarded=count("discarded"), parked=int(reply[4]),
-        forwarding=int(reply[5]), purged=count("purged"), moved=count("moved"),
+        deadlettered=count("deadlettered"), discarded=count("discarded"), parked=read.parked,
+        forwarding=read.forwarding, purged=count("purged"), moved=count("moved"),
         cancelled=count("cancelled"),
         duplicates=count("duplicates"), skipped=count("skipped"),
         last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
-        group_count=int(reply[3]), paused=meta.get("paused") == "1", exclusive_owner=owner,
-        consumers=consumers, **memory_stats(meta, reply[7]), **forward_stats(meta),
-        selector_errors=count("selector_errors"), **bound_stats(meta, reply[8]),
+        group_count=read.groups, paused=meta.get("paused") == "1", exclusive_owner=owner,
+        consumers=consumers, **memory_stats(meta, read.memory_limit, read.broker_memory_limit),
+        **forward_stats(meta), selector_errors=count("selector_errors"),
+        **bound_stats(meta, read.events, read.audit_size),
     )
 
 
@@ -506,22 +495,16 @@ def browse(ops: Context, dest: Destination, selector: str | None, cursor: str | 
     if not 1 <= limit <= MAX_RECEIVE:
         raise InvalidConsumer(f"limit must be 1-{MAX_RECEIVE}, got {limit}", field="limit")
     compiled = parse_selector(selector).compiled if selector and selector.strip() else ""
-    reply = yield Eval("browse", (ops.prefix(dest),),
-                       (now, cursor or "", limit, BROWSE_EXAMINE, compiled))
-    messages = [
-        Browsed(unpack_delivery(_str(reply[i]), dest.uri, _str(reply[i + 3]), reply[i + 1],
-                                int(reply[i + 4]), False), _str(reply[i + 2]))
-        for i in range(1, len(reply), 5)
-    ]
-    return BrowsePage(messages, _str(reply[0]) or None)
+    return calls.Browse.parse((yield calls.Browse.call(ops.prefix(dest), now, cursor or "", limit,
+                                                       BROWSE_EXAMINE, compiled)), dest.uri)
 
 
 def get_message(ops: Context, dest: Destination, message_id: str, now: int) -> Op:
-    reply = yield Eval("message_get", (ops.prefix(dest),), (now, message_id))
-    if not reply:
+    found = calls.MessageGet.parse((yield calls.MessageGet.call(ops.prefix(dest), now, message_id)),
+                                   dest.uri, message_id)
+    if found is None:
         raise UnknownMessage(f"no message {message_id} on {dest.uri}", message_id=message_id)
-    return Browsed(unpack_delivery(message_id, dest.uri, _str(reply[2]), reply[0], int(reply[3]), False),
-                   _str(reply[1]))
+    return found
 
 
 def parked_times(ops: Context, dest: Destination, message_ids: list[str]) -> Op:
@@ -544,10 +527,10 @@ def parked_times(ops: Context, dest: Destination, message_ids: list[str]) -> Op:
 
 def remove(ops: Context, dest: Destination, message_ids: list[str], now: int) -> Op:
     """Remove messages by id (in flight too, as ActiveMQ's removeMessage); returns how many."""
-    home = Home(dest)
-    reply = yield from ops.eval("remove", home, now, 0, 0, *message_ids)
-    yield from ops.continue_dispatch(home, now, int(reply[2]), int(reply[3]))
-    return int(reply[0])
+    call = calls.Remove.call(ops.prefix(dest), now, message_ids)
+    removed = calls.Remove.parse((yield from ops.eval(Home(dest), now, call)))
+    yield from ops.continue_dispatch(Home(dest), now, removed.tail.flags, removed.tail.hold_until)
+    return removed.removed
 
 
 def remove_matching(ops: Context, dest: Destination, selector: str | None, limit: int | None, now: int,
@@ -580,13 +563,13 @@ def purge(ops: Context, dest: Destination, now: int, total: int,
     takes; later sends stay), wherever it is, in calls of at most PURGE_EXAMINE examined messages
     (scripts/lua/purge.lua): producers and consumers go on between them. `progress(removed, total)` is
     told after each call (`total`: what the queue held at the start). Interrupted, run it again."""
-    home = Home(dest)
     removed, mark, cursor = 0, "", ""
     while True:
-        reply = yield from ops.eval("purge", home, now, 0, mark, cursor, PURGE_EXAMINE)
-        yield from ops.continue_dispatch(home, now, int(reply[3]), int(reply[4]))
-        removed += int(reply[0])
-        cursor, mark = _str(reply[1]), _str(reply[2])
+        purged = calls.Purge.parse((yield from ops.eval(Home(dest), now, calls.Purge.call(
+            ops.prefix(dest), now, mark, cursor, PURGE_EXAMINE))))
+        yield from ops.continue_dispatch(Home(dest), now, purged.tail.flags, purged.tail.hold_until)
+        removed += purged.count
+        cursor, mark = purged.cursor, purged.mark
         if progress:
             progress(removed, total)
         if not cursor:
@@ -606,15 +589,15 @@ def transfer(ops: Context, dest: Destination, mode: str, target: Destination | N
                                      destination=target.uri)
     compiled = parse_selector(selector).compiled if selector and selector.strip() else ""
     remaining = limit if limit is not None else 2**62
-    taken, cursor, home = 0, "", Home(dest)
+    taken, cursor = 0, ""
     while remaining > 0:
-        reply = yield from ops.eval("move", home, now, 0, mode, target.uri if target else "", cursor,
-                                    TRANSFER_EXAMINE, min(remaining, TRANSFER_EXAMINE), compiled,
-                                    *message_ids)
-        yield from ops.continue_dispatch(home, now, int(reply[2]), int(reply[3]))
-        taken += int(reply[0])
-        remaining -= int(reply[0])
-        cursor = _str(reply[1])
+        moved = calls.Move.parse((yield from ops.eval(Home(dest), now, calls.Move.call(
+            ops.prefix(dest), now, mode, target.uri if target else "", cursor, TRANSFER_EXAMINE,
+            min(remaining, TRANSFER_EXAMINE), compiled, message_ids))))
+        yield from ops.continue_dispatch(Home(dest), now, moved.tail.flags, moved.tail.hold_until)
+        taken += moved.count
+        remaining -= moved.count
+        cursor = moved.cursor
         if message_ids or not cursor:
             break
     return taken

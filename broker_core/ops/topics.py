@@ -8,19 +8,20 @@ prefix inside the topic's hash tag: broker_core/topics.py explains the layout).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import msgpack
 
 from ..config.entry import PolicyEntry
 from ..destinations import Destination
-from ..effects import Command, Eval, Forward, NoDestination, Op, Policy
+from ..effects import Command, Forward, NoDestination, Op, Policy
 from ..errors import DurableSubscriptionInUse, InvalidConsumer, UnknownConsumer, UnknownDestination
 from ..keys import Home, durables_key, usage_key, wildcards_key
 from ..messages import Message
 from ..model import Consumer, ConsumerSpec, DestinationStats, DestinationSummary, DispatchResult, SweepResult
-from ..replies import PASS_HAS_MORE, bound_stats, forward_stats, memory_stats
+from ..replies import bound_stats, forward_stats, memory_stats
 from ..resp import reply_text as _str
+from ..scripts import calls
+from ..scripts.calls import FANOUT_UNFINISHED, FORWARDS_WAITING, PASS_HAS_MORE, Closing, Elsewhere, Sent, Tail
 from ..topics import SubscriptionStats, durable_key, durable_registry_field, non_durable_key, pack_for_topic
 from . import queues, virtual
 from .context import Context
@@ -38,7 +39,7 @@ def drop_idle_pattern(ops: Context, dest: Destination, now: int, jobs: tuple[str
     """Remove an idle pattern's pseudo-topic keys in one step once nothing waits there and none of the
     maintenance `jobs` holds a lease on it; True if they went, False if it must wait (or is subscribed
     again, which takes it out of the idle set)."""
-    return bool(int((yield Eval("topic_admin", (ops.prefix(dest),), (now, "drop_idle", *jobs)))))
+    return calls.TopicAdmin.parse_drop_idle((yield calls.TopicAdmin.drop_idle(ops.prefix(dest), now, jobs)))
 
 
 def subscription_keys(ops: Context, topic: Destination) -> Op:
@@ -52,24 +53,22 @@ def send(ops: Context, dest: Destination, messages: Iterable[Message], now: int,
     origin = yield from virtual.origin(ops, dest, "producer", also)
     records = [pack_for_topic(message, now) for message in messages]
 
-    def finish(reply: list[Any]) -> Op:
-        split = reply.index(b"")
-        yield from finish_send(ops, dest, now, reply[split + 1:])
-        return reply[:split]
+    def finish(sent: Sent) -> Op:
+        yield from finish_send(ops, dest, now, sent.tail)
+        return sent.statuses
 
     # in parts, waiting for space or raising as a queue send does (queues.send_parts, flow.py)
-    return (yield from queues.send_parts(ops, dest, now, "topic_send", origin, records, finish))
+    return (yield from queues.send_parts(ops, dest, now, calls.TopicSend, origin, records, finish))
 
 
-def finish_send(ops: Context, dest: Destination, now: int, tail: list[Any]) -> Op:
-    """After topic_send: forwards (dead letters of evictions, expiries), the passes that have more, and
-    the rest of the fan-out when the send left it unfinished."""
-    flags = int(tail[1])
-    if flags & 2:
+def finish_send(ops: Context, dest: Destination, now: int, tail: Tail) -> Op:
+    """After topic_send (or topic_fanout): forwards (dead letters of evictions, expiries), the passes that
+    have more, and the rest of the fan-out when the send left it unfinished."""
+    if tail.flags & FORWARDS_WAITING:
         yield Forward(dest, now)
-    for key in tail[3:]:
-        yield from ops.continue_dispatch(Home(dest, _str(key)), now, PASS_HAS_MORE, 0)
-    if flags & 4:
+    for key in tail.more:
+        yield from ops.continue_dispatch(Home(dest, key), now, PASS_HAS_MORE, 0)
+    if tail.flags & FANOUT_UNFINISHED:
         yield from fan_out(ops, dest, now)
 
 
@@ -81,14 +80,14 @@ def fan_out(ops: Context, dest: Destination, now: int) -> Op:
     finished, owed = 0, None
     while True:
         try:
-            reply = yield Eval("topic_fanout", (ops.prefix(dest),), (now, 0))
+            fanned = calls.TopicFanout.parse((yield calls.TopicFanout.call(ops.prefix(dest), now)))
         except NoDestination:  # deleted meanwhile: its messages went with it
             return finished
-        finished += int(reply[0])
-        left = int(reply[1])
+        finished += fanned.finished
+        left = fanned.left
         if owed is None:
             owed = finished + left
-        yield from finish_send(ops, dest, now, [reply[2], reply[3], reply[4], *reply[5:]])
+        yield from finish_send(ops, dest, now, fanned.tail)
         if left == 0 or finished >= owed:
             return finished
 
@@ -126,22 +125,23 @@ def subscribe(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, cid
     for _ in range(MOVE_ATTEMPTS):
         # topic_subscribe validates everything, then registers the durable key with the subscription in
         # one step; a key registered on another topic comes back as 'elsewhere' with nothing changed.
-        reply = yield from ops.eval("topic_subscribe", Home(dest), now, 0, cid, packed, spec.lease_ms,
-                                    requested, key, sub_packed, "1" if spec.retroactive else "0", client,
-                                    name, field, dest.uri)
-        if reply[0] == b"closing":
+        call = calls.TopicSubscribe.call(ops.prefix(dest), now, cid, packed, spec.lease_ms, requested, key,
+                                         sub_packed, spec.retroactive, client, name, field, dest.uri)
+        subscribed = calls.TopicSubscribe.parse((yield from ops.eval(Home(dest), now, call)))
+        if isinstance(subscribed, Closing):
             # the durable subscription's last consumer had this id and its messages are still going
             # back (return_owed): finish that, then subscribe
             yield from queues.return_owed(ops, Home(dest, key), now)
             continue
-        if reply[0] != b"elsewhere":
+        if not isinstance(subscribed, Elsewhere):
             break
         # Re-subscribing with another topic replaces the subscription (TopicRegion.addConsumer): the old
         # one goes (and its registry entry with it, one step), then the subscribe runs again. A crash in
         # between leaves the key free, never on two topics.
-        old = Destination("topic", _str(reply[1]).removeprefix("topic://"))
+        old = Destination("topic", subscribed.uri.removeprefix("topic://"))
         try:
-            yield from ops.eval("topic_admin", Home(old), now, "release", key, field, old.uri)
+            yield from ops.eval(Home(old), now, calls.TopicAdmin.release(ops.prefix(old), now, key, field,
+                                                                         old.uri))
             yield from queues.return_owed(ops, Home(old), now)
         except DurableSubscriptionInUse:
             raise DurableSubscriptionInUse(
@@ -151,10 +151,12 @@ def subscribe(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, cid
         raise DurableSubscriptionInUse(
             f"Durable subscription for client: {client} and subscriptionName: {name} is being "
             "re-subscribed elsewhere at the same time", client_id=client, subscription_name=name)
-    result = yield from ops.continue_dispatch(Home(dest, key), now, int(reply[1]), int(reply[2]))
-    if reply[5] == b"changed":  # the replaced subscription's messages are released a chunk per call
+    assert isinstance(subscribed, calls.Subscribed)  # (the loop ends on one, or raises)
+    result = yield from ops.continue_dispatch(Home(dest, key), now, subscribed.tail.flags,
+                                              subscribed.tail.hold_until)
+    if subscribed.changed:  # the replaced subscription's messages are released a chunk per call
         yield from queues.return_owed(ops, Home(dest), now)
-    return Consumer(dest, cid, spec.ack_mode, prefetch=int(reply[3]), hold_until=result.hold_until,
+    return Consumer(dest, cid, spec.ack_mode, prefetch=subscribed.prefetch, hold_until=result.hold_until,
                     subscription=key)
 
 
@@ -194,10 +196,11 @@ def unsubscribe(ops: Context, dest: Destination, client_id: str, subscription_na
     if not exists:
         raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
     # topic_admin removes the subscription and its registry entry in one step.
-    dropped = yield from ops.eval("topic_admin", Home(dest), now, "unsubscribe",
-                                  durable_key(client_id, subscription_name), client_id, subscription_name)
+    call = calls.TopicAdmin.unsubscribe(ops.prefix(dest), now, durable_key(client_id, subscription_name),
+                                        client_id, subscription_name)
+    dropped = calls.TopicAdmin.parse_dropped((yield from ops.eval(Home(dest), now, call)))
     yield from queues.return_owed(ops, Home(dest), now)  # its messages are released a chunk per call
-    return int(dropped)
+    return dropped
 
 
 def expire_offline_durables(ops: Context, dest: Destination, timeout_ms: int | None, now: int) -> Op:
@@ -208,10 +211,11 @@ def expire_offline_durables(ops: Context, dest: Destination, timeout_ms: int | N
         timeout_ms = entry.offline_durable_subscriber_timeout
     if timeout_ms < 0:
         return []
-    removed = yield from ops.eval("topic_admin", Home(dest), now, "expire_offline", timeout_ms)
+    removed = calls.TopicAdmin.parse_expired((yield from ops.eval(
+        Home(dest), now, calls.TopicAdmin.expire_offline(ops.prefix(dest), now, timeout_ms))))
     if removed:
         yield from queues.return_owed(ops, Home(dest), now)  # their messages are released a chunk per call
-    return [_str(k) for k in removed]
+    return removed
 
 
 def renew(ops: Context, dest: Destination, consumer_ids: list[str], lease_ms: int, now: int) -> Op:
@@ -265,8 +269,8 @@ def sweep_expired(ops: Context, dest: Destination, now: int) -> Op:
 
 def pending_limits(ops: Context, dest: Destination, now: int) -> Op:
     """Subscription key -> the pending-message limit in force, as the send script computes it (§8.5)."""
-    flat = yield from ops.eval("topic_admin", Home(dest), now, "limits")
-    return {_str(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+    return calls.TopicAdmin.parse_limits((yield from ops.eval(Home(dest), now, calls.TopicAdmin.limits(
+        ops.prefix(dest), now))))
 
 
 def subscription_stats(ops: Context, sub: Home, now: int, limits: dict[str, int]) -> Op:
@@ -318,11 +322,11 @@ def stats(ops: Context, dest: Destination, now: int) -> Op:
         subs.append(one)
         consumers += cons
     fwd = yield Command(("HLEN", f"{ops.prefix(dest)}:fwd"))
-    sizes = [(yield Command(("XLEN", f"{ops.prefix(dest)}:events"))),
-             (yield Command(("ZCARD", f"{ops.prefix(dest)}:audit")))]
+    events = int((yield Command(("XLEN", f"{ops.prefix(dest)}:events"))))
+    audit_size = int((yield Command(("ZCARD", f"{ops.prefix(dest)}:audit"))))
     # the memory limit in force (the topic's memoryLimit, else the broker's), as for queues
-    limits = [(yield Command(("HGET", f"{ops.prefix(dest)}:policy", "memoryLimit"))) or b"0",
-              (yield Command(("HGET", usage_key(ops.namespace), "limit"))) or b""]
+    own_limit = _str((yield Command(("HGET", f"{ops.prefix(dest)}:policy", "memoryLimit"))) or b"0")
+    broker_limit = _str((yield Command(("HGET", usage_key(ops.namespace), "limit"))) or b"")
 
     def count(name: str) -> int:
         return int(meta.get(name, 0))
@@ -341,7 +345,8 @@ def stats(ops: Context, dest: Destination, now: int) -> Op:
         discarded=count("discarded") + total("discarded"), parked=total("parked"), forwarding=int(fwd),
         purged=0, moved=0, cancelled=0, duplicates=count("duplicates"), skipped=0, last_pass_skipped=0,
         consumer_count=len(subs), group_count=0, paused=False, exclusive_owner=None, consumers=consumers,
-        **memory_stats(meta, limits), **forward_stats(meta), **bound_stats(meta, sizes),
+        **memory_stats(meta, own_limit, broker_limit), **forward_stats(meta),
+        **bound_stats(meta, events, audit_size),
         subscriptions=subs, no_subscription=count("no_subscription"),
         durable_active=sum(1 for s in subs if s.durable and s.active),
         durable_offline=sum(1 for s in subs if s.durable and not s.active),
@@ -355,7 +360,6 @@ def stats(ops: Context, dest: Destination, now: int) -> Op:
 # summaries"), below a queue page's; a page of 50 topics with a subscription each is one call, a topic with
 # more subscriptions takes several.
 SUMMARY_BUDGET = 100
-TOPIC_SUMMARY_WIDTH = 12  # values per topic in topic_summary_many.lua's reply
 
 
 def summaries(ops: Context, topics: list[Destination], now: int,
@@ -366,30 +370,25 @@ def summaries(ops: Context, topics: list[Destination], now: int,
     calls are not one snapshot: a subscription made or removed between them may be missed or counted
     twice; the figure is a monitoring one.)"""
     out: list[DestinationSummary | None] = []
-    acc: list[int] | None = None  # the parts read so far of a topic read over several calls
+    acc: calls.TopicSummaryPart | None = None  # the parts read so far of a topic read over several calls
     remaining, start, budget = list(topics), 0, max(1, budget)
     while remaining:
-        flat = yield Eval("topic_summary_many", tuple(ops.prefix(t) for t in remaining),
-                          (now, start, budget))
+        parts = calls.TopicSummaryMany.parse((yield calls.TopicSummaryMany.call(
+            tuple(ops.prefix(t) for t in remaining), now, start, budget)))
         done = 0
-        for i in range(0, len(flat), TOPIC_SUMMARY_WIDTH):
-            part = [int(v) for v in flat[i:i + TOPIC_SUMMARY_WIDTH]]
-            if acc is None:
-                acc = part
-            else:  # a continued topic: the sums (pending .. parked, dequeued .. deadlettered) grow
-                for j in (3, 4, 5, 7, 8, 9, 10):
-                    acc[j] += part[j]
-            if part[2]:  # the topic goes on in the next call, from there
-                start = part[2]
+        for part in parts:
+            # a continued topic: the sums (pending .. parked, dequeued .. deadlettered) grow
+            acc = part if acc is None else acc.continued_by(part)
+            if part.next:  # the topic goes on in the next call, from there
+                start = part.next
                 break
             t = remaining[done]
-            exists, subs, _, pending, in_flight, parked, enqueued, dequeued, dispatched, expired, dead, \
-                mem = acc
             # (QueueSize 0 and no groups, as stats; never paused; no oldest: messages wait per
             # subscription)
             out.append(DestinationSummary(
-                t.uri, 0, pending, in_flight, parked, 0, subs, enqueued, dequeued, dispatched, expired, dead,
-                False, mem, None) if exists else None)
+                t.uri, 0, acc.pending, acc.in_flight, acc.parked, 0, acc.subscriptions, acc.enqueued,
+                acc.dequeued, acc.dispatched, acc.expired, acc.deadlettered, False, acc.memory, None)
+                if acc.exists else None)
             acc, start, done = None, 0, done + 1
         remaining = remaining[done:]
     return out
@@ -399,7 +398,8 @@ def delete(ops: Context, dest: Destination, now: int) -> Op:
     """Delete a topic: every subscription (its consumers learn it from UNKNOWN_CONSUMER), then the
     topic's own keys. Returns how many messages were stored."""
     stored = yield Command(("HLEN", f"{ops.prefix(dest)}:msgs"))
-    yield from ops.eval("topic_admin", Home(dest), now, "delete")  # durable keys' registry entries go too
+    # (durable keys' registry entries go too)
+    yield from ops.eval(Home(dest), now, calls.TopicAdmin.delete(ops.prefix(dest), now))
     prefix = ops.prefix(dest)
     yield Command(("DEL", *[f"{prefix}:{name}" for name in
                             ("subs", "sorder", "subof", "refs", "order", "retain", "recov", "recovmsg")]))

@@ -17,7 +17,8 @@ from ..errors import NotInFlight, TransactionError, UnknownConsumer
 from ..keys import Home, tx_key
 from ..messages import Message
 from ..model import ConsumerRef
-from ..replies import FORWARDS_WAITING, PASS_HAS_MORE
+from ..scripts import calls
+from ..scripts.calls import FORWARDS_WAITING, PASS_HAS_MORE
 from ..topics import pack_for_topic
 from . import flow, queues, topics, virtual
 from .context import Context
@@ -59,7 +60,7 @@ def send(ops: Context, tx: str, dest: Destination, messages: Iterable[Message], 
     # end of life), so open transactions together cannot commit past a limit (§9.2), topics included.
     ttl = yield Command(("PTTL", tx_key(ops.namespace, tx)))
     probe = f"probe:{tx}:{max(int(ttl), 1)}"
-    yield from flow.send_when_space(ops, dest, now, [0, probe, *[x for p in packed for x in p]])
+    yield from flow.send_when_space(ops, dest, now, calls.Send, 0, probe, packed)
     ids = []
     if dest.is_topic:
         for message_id, blob, retain, copy in records:
@@ -85,7 +86,7 @@ def ack(ops: Context, tx: str, consumer: ConsumerRef, message_ids: list[str], mo
 
 def commit(ops: Context, tx: str, now: int) -> Op:
     records = yield from _tx_records(ops, tx)
-    calls: list[Eval] = []
+    batch: list[Eval] = []
     touched: dict[str, Home] = {}
     for op, kind, name, *rest in records:
         dest = Destination(kind, name)
@@ -93,11 +94,11 @@ def commit(ops: Context, tx: str, now: int) -> Op:
         touched[home.label] = home
         if op == "send" and dest.is_topic:
             origin = yield from virtual.origin(ops, dest, "commit")
-            calls.append(Eval("topic_send", (ops.prefix(dest),), (now, 0, origin, *rest)))
+            batch.append(calls.TopicSend.call(ops.prefix(dest), now, 0, origin, [rest]))
         elif op == "send":
             message_id, blob = rest
             origin = yield from virtual.origin(ops, dest, "commit")
-            calls.append(Eval("send", (ops.prefix(dest),), (now, 0, origin, message_id, blob)))
+            batch.append(calls.Send.call(ops.prefix(dest), now, 0, origin, [(message_id, blob)]))
         else:
             consumer_id, mode, message_ids = rest
             if dest.is_topic:  # the ack goes to the consumer's subscription
@@ -106,12 +107,11 @@ def commit(ops: Context, tx: str, now: int) -> Op:
                 except UnknownConsumer:
                     continue  # closed: its messages went back (durable) or away (non-durable) already
                 touched[home.label] = home
-            calls.append(Eval("ack", (ops.home_prefix(home),),
-                              (now, 0, consumer_id, mode, 0, len(message_ids), *message_ids)))
+            batch.append(calls.Ack.call(ops.home_prefix(home), now, [(consumer_id, mode, 0, message_ids)]))
     # the reservations end in the same atomic step as the committed messages start counting
-    calls += [Eval("flow_release", (ops.prefix(d),), (now, tx)) for d in _sent_to(records)]
+    batch += [calls.FlowRelease.call(ops.prefix(d), now, tx) for d in _sent_to(records)]
     yield Command(("DEL", tx_key(ops.namespace, tx)))
-    replies = yield calls  # one MULTI/EXEC
+    replies = yield batch  # one MULTI/EXEC
     errors = [r for r in replies if isinstance(r, Exception)]
     for home in touched.values():  # each script ran one chunk: finish the passes and forwards
         if home.fans_out:  # a topic: its outbox, its subscriptions' passes, a send's unfinished fan-out
@@ -128,7 +128,7 @@ def rollback(ops: Context, tx: str, now: int) -> Op:
     records = yield from _tx_records(ops, tx)
     yield Command(("DEL", tx_key(ops.namespace, tx)))
     for dest in _sent_to(records):  # give back the space its sends reserved
-        yield Eval("flow_release", (ops.prefix(dest),), (now, tx))
+        yield calls.FlowRelease.call(ops.prefix(dest), now, tx)
     for record in records:
         if record[0] == "ack":
             consumer = ConsumerRef(Destination(record[1], record[2]), record[3])

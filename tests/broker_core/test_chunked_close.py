@@ -18,6 +18,7 @@ from broker_core.effects import Eval
 from broker_core.keys import Home
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
+from broker_core.scripts.calls import Abort, Reap
 
 from .conftest import consumer, drain
 
@@ -416,7 +417,7 @@ def test_lapsed_consumers_reaped_together_share_one_chunk_per_call(broker, redis
     returned_before, reaped = 0, None
     for name, reply in calls(broker, broker.ops.reap(Home(ORDERS), broker._now(), 100)):
         if name == "reap":
-            reaped = sorted(x.decode() for x in reply[:reply.index(b"")])
+            reaped = sorted(Reap.parse(reply).closed)
         if name in ("reap", "return_owed"):
             returned = sum(q.returns().values())
             assert returned - returned_before <= 40
@@ -432,8 +433,10 @@ def test_an_aborted_consumer_returns_its_messages_in_chunks(broker, redis_client
     a, b, ids = _setup(broker, received=HELD)
     q = Queue(broker, redis_client)
     # (maintenance.abort_consumer runs this operation)
-    op = broker.ops.run(maintenance._abort_op(broker, Home(ORDERS), broker._now(), "abort", "A", "too slow",
-                                              "0"))
+    now = broker._now()
+    op = broker.ops.run(maintenance._abort_op(broker, Home(ORDERS), now, Abort.abort(
+        broker.ops.prefix(ORDERS), now, maintenance.TOMBSTONES_MAX, maintenance.TOMBSTONE_MS, "A", "too slow",
+        False)))
     names = [name for name, _ in calls(broker, op) if name in ("abort", "return_owed")]
     assert names == ["abort"] + ["return_owed"] * -(-HELD // 40)  # the abort returns none itself
     assert maintenance.abort_notice(broker, "orders", "A").reason == "too slow"

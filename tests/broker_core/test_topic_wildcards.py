@@ -25,7 +25,7 @@ from .conftest import consumer, drain
 from .test_flow_virtual_edges import Crash, drive
 
 # (pattern, topic name, matches?): one table for the Python matcher (destinations.matches) and the Lua
-# one (includes/wildcard.lua WILDCARD.matches), which must agree (ActiveMQ's DestinationFilter rules).
+# one (includes/wildcard.lua wildcard.matches), which must agree (ActiveMQ's DestinationFilter rules).
 CASES = [
     ("orders.*", "orders.eu", True),
     ("orders.*", "orders", False),
@@ -75,12 +75,12 @@ def test_the_python_matcher_follows_the_table(pattern, name, expected):
 
 
 def test_the_lua_matcher_follows_the_same_table(redis_client):
-    # the include is functions only (hung on advisory.lua's ADVISE, built by base.lua's `lazy`), so it
+    # the include is functions only (its module table `wildcard`, built by base.lua's `lazy`), so it
     # runs alone: the very text every script uses
-    prelude = "local ADVISE = {}\nlocal function lazy(t, build) build(t) return t end\n"
+    prelude = "local function lazy(t, build) build(t) return t end\n"
     source = prelude + (SCRIPT_DIR / "includes" / "wildcard.lua").read_text() + (
         "\nlocal out = {}\nfor i = 1, #ARGV, 2 do\n"
-        "  out[#out + 1] = ADVISE.wildcard.matches(ARGV[i], ARGV[i + 1]) and 1 or 0\nend\nreturn out")
+        "  out[#out + 1] = wildcard.matches(ARGV[i], ARGV[i + 1]) and 1 or 0\nend\nreturn out")
     got = redis_client.eval(source, 0, *[x for pattern, name, _ in CASES for x in (pattern, name)])
     assert [bool(x) for x in got] == [expected for _, _, expected in CASES]
 

@@ -14,7 +14,7 @@
 --         Runs only when checkPeriod has passed since the last run (so several workers, or a repeated
 --         call, mark each consumer once per period).
 --   abort consumer reason abortConnection
--- Returns {ran (0: not due), tracked, dispatched, flags, hold_until, aborted consumer ids...}. The aborted
+-- Returns {ran (0: not due), tracked, aborted consumer ids..., the tail (includes/dispatch.lua reply_tail)}. The aborted
 -- consumers' messages are all owed: the caller returns them with return_owed.lua.
 --@include base
 --@include dispatch
@@ -65,8 +65,9 @@ end
 local function finish(ran, tracked, aborted)
   local dispatched, more, hold = 0, 0, 0
   if #aborted > 0 then dispatched, more, hold = dispatch_chunk(budget) end
-  local out = {ran, tracked, dispatched, more, hold}
+  local out = {ran, tracked}
   for _, cid in ipairs(aborted) do out[#out + 1] = cid end
+  out[#out + 1] = reply_tail(dispatched, more, hold)
   return out
 end
 

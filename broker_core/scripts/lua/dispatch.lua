@@ -1,8 +1,8 @@
 -- Run one bounded chunk of the dispatch pass. ARGV: now, budget (0 = the policy's maxPageSize).
--- Returns {dispatched, more, hold_until}.
+-- Returns {the tail (includes/dispatch.lua reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
 NOW = tonumber(ARGV[1])
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return {dispatched, more, hold}
+return { reply_tail(dispatched, more, hold) }

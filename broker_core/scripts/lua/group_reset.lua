@@ -1,6 +1,6 @@
 -- removeMessageGroup(name) / removeAllMessageGroups() (spec §3.5): later messages are re-assigned;
 -- in-flight messages stay where they are. ARGV: now, budget, group id ('' with ARGV[4] = 'all' for every
--- group). Returns {removed count, dispatched, more, hold_until}.
+-- group). Returns {removed count, the tail (includes/dispatch.lua reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -28,4 +28,4 @@ else
 end
 reset_pass()
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return {removed, dispatched, more, hold}
+return { removed, reply_tail(dispatched, more, hold) }

@@ -4,7 +4,7 @@
 -- Each message's redelivery counter goes up. Poison, or a counter past maximumRedeliveries (-1 =
 -- unlimited), dead-letters it now; otherwise it is parked until its redelivery delay has passed (other
 -- messages keep flowing) and then goes ahead of fresh messages.
--- Returns {dead-lettered count, redelivered count, dispatched, flags, next time}.
+-- Returns {dead-lettered count, redelivered count, the tail (includes/dispatch.lua reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -44,7 +44,7 @@ local function delay_for(count)
 end
 
 local max = policy_num('maximumRedeliveries')
-local rcv = received_upto(cid)
+local rcv = outbox.received_upto(cid)
 local dead, later = 0, 0
 for _, id in ipairs(ids) do
   if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end
@@ -56,7 +56,7 @@ for _, id in ipairs(ids) do
     local m = unpack_message(blob)
     drop_message(id)
     meta_incr('dequeued')
-    if poison then dead_letter(id, m, blob, 'poison') else dead_letter(id, m, blob, 'redelivery', count) end
+    if poison then forward.dead_letter(id, m, blob, 'poison') else forward.dead_letter(id, m, blob, 'redelivery', count) end
     dead = dead + 1
   else
     local delay = delay_for(count)
@@ -73,4 +73,4 @@ end
 redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- a negative ack is an ack for lastAckTime
 room_freed(cid)
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return {dead, later, dispatched, more, hold}
+return { dead, later, reply_tail(dispatched, more, hold) }

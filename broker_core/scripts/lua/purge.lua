@@ -7,7 +7,7 @@
 -- start; 'k:<score>|<id>' parked, 'p:<score>|<id>' pending (the last message kept), 'i:<consumers' HSCAN
 -- cursor>:<consumer>:<dispatch sequence>' in flight, 'c:...' the same for closed consumers still returning
 -- messages), examine budget.
--- Returns {removed, next cursor ('' when done), mark, flags, hold_until}.
+-- Returns {removed, next cursor ('' when done), mark, the tail (includes/dispatch.lua reply_tail)}.
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
@@ -24,7 +24,7 @@ local function old(score)
 end
 
 local function remove(id)
-  local blob, job = take_out(id)
+  local blob, job = operator.take_out(id)
   if job then
     cancelled = cancelled + 1
     emit('cancel', 'msg', id)
@@ -69,7 +69,7 @@ local function pending_old(_, score) return old(score) end
 -- command per key (take_out's steps for a message in flight, for all of them).
 local function take_window(cid, ids, dseqs)
   if #ids == 0 then return end
-  local received = received_upto(cid)
+  local received = outbox.received_upto(cid)
   for i = 1, #ids do
     if dseqs[i] > received then redis.call('LREM', K_COUT(cid), 1, ids[i]) end  -- at the outbox's head
   end
@@ -158,5 +158,5 @@ if purged + cancelled > 0 then
   emit('purge', 'count', purged + cancelled)
   reset_pass()
 end
-local _, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return { purged + cancelled, cursor, NOW_TEXT.num(mark), more, hold }
+local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+return { purged + cancelled, cursor, NOW_TEXT.num(mark), reply_tail(dispatched, more, hold) }

@@ -4,9 +4,9 @@
 -- limits do not apply to; optionally '+' and a routing plan, includes/virtual.lua), then per message: id,
 -- packed. Status 'forwarded': a virtual destination's copies were recorded, nothing is kept here.
 -- The budget may be followed by '~' and the calling process's wake-up channel: deliveries pushed to consumers
--- on that channel come back in the reply, after hold_until, instead of being published (outbox.lua PUSH).
--- Returns {status per message..., '', dispatched, more, hold_until, pushed payloads...}; status 'ok', 'duplicate' (an id
--- already stored: not stored again, counted) or 'expired' (expired on arrival: not enqueued, counted).
+-- on that channel come back in the reply's tail instead of being published (outbox.lua push_*).
+-- Returns {status per message..., the tail (includes/dispatch.lua reply_tail)}; status 'ok', 'duplicate' (an
+-- id already stored: not stored again, counted) or 'expired' (expired on arrival: not enqueued, counted).
 -- Producer flow control (includes/flow.lua) applies to origin 'producer' and to 'retry' (the same send
 -- again after waiting for space, flow.py); a send that does not fit stores nothing and returns
 -- {'', 'full', scope, used, limit, fail at once, timeout ms, bytes needed, the full destination if another
@@ -20,10 +20,10 @@ NOW = tonumber(ARGV[1])
 local budget = tonumber(ARGV[2])
 if not budget then  -- '<budget>~<channel>'
   local tilde = string.find(ARGV[2], '~', 1, true)
-  budget, PUSH.local_channel = tonumber(string.sub(ARGV[2], 1, tilde - 1)), string.sub(ARGV[2], tilde + 1)
+  budget, outbox.local_channel = tonumber(string.sub(ARGV[2], 1, tilde - 1)), string.sub(ARGV[2], tilde + 1)
 end
 -- the origin may carry a routing plan (includes/virtual.lua): copies for other destinations.
-local origin, plan = FWD.split_origin(ARGV[3])
+local origin, plan = virtual.split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
 local unpacked = unpack_send(ARGV, origin, 2)
@@ -48,7 +48,7 @@ end
 local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')
 -- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
-local out = { nil, nil, nil, nil, nil }
+local out = { nil, nil }
 -- What the messages were before this send: an id still stored (or kept as a repeating job), or enqueued
 -- within the audit window, is a duplicate (§12). Read with one command per key for all the messages; for
 -- one message (a producer's usual send) with the same three commands and no tables.
@@ -91,7 +91,7 @@ for i = 4, #ARGV, 2 do
     meta_incr('expired_on_arrival')
     ADVISE.blob = blob  -- the Expired advisory carries a copy
     emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
-    dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
+    forward.dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif (tonumber(m[M_REPEAT]) or 0) > 0 then
     -- a job kept here; each time it fires, its delivery is routed by the plan (copies then, as
@@ -107,7 +107,7 @@ for i = 4, #ARGV, 2 do
     emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[M_DELAY]) or 0), 'period', m[M_PERIOD],
          'repeat', m[M_REPEAT])
     out[#out + 1] = 'scheduled'
-  elseif not FWD.route_virtual(id, blob, m, plan) then
+  elseif not virtual.route(id, blob, m, plan) then
     -- copies recorded for the plan's targets (in the call above); nothing is kept here.
     out[#out + 1] = 'forwarded'
   else
@@ -153,10 +153,5 @@ if #audited > 0 then
 end
 if charged > 0 then memory_add(charged) end
 local dispatched, more, hold = dispatch_chunk(budget)
-out[#out + 1] = ''
-out[#out + 1] = dispatched
-out[#out + 1] = more
-out[#out + 1] = hold
-local pushed = PUSH.replies
-if pushed then for i = 1, #pushed do out[#out + 1] = pushed[i] end end
+out[#out + 1] = reply_tail(dispatched, more, hold)
 return out

@@ -7,11 +7,10 @@
 -- exist (nobody ever subscribed: ActiveMQ drops a topic message without subscriptions) nor about an
 -- advisory topic itself. That existence check reads a key outside this destination's hash tag, like
 -- flow.lua's broker-wide usage (docs/broker_core.md).
-local ADVISE = { n = 0, blob = nil, flags = nil, dest = nil, sources = false, topic = false, no_consumer = false,
-                 wildcard = false }
-on_call(function() ADVISE.n, ADVISE.blob, ADVISE.flags, ADVISE.dest = 0, nil, nil, nil end)
--- ADVISE.wildcard: wildcard subscriptions, whose patterns count as existing advisory topics (below)
+-- wildcard subscriptions, whose patterns count as existing advisory topics (below)
 --@include wildcard
+local ADVISE = { n = 0, blob = nil, flags = nil, dest = nil, sources = false, topic = false, no_consumer = false }
+on_call(function() ADVISE.n, ADVISE.blob, ADVISE.flags, ADVISE.dest = 0, nil, nil, nil end)
 
 -- Event type -> {advisory kind, the policy flag that gates it ('' = always)}.
 local ADVISORY_EVENTS = {
@@ -60,7 +59,7 @@ local function advisory_source()
     end
     local scheme, name = string.match(uri, '^(%a+)://(.*)$')
     -- nor about a wildcard subscription's pseudo-topic (its name is a pattern, not a destination)
-    if not name or string.sub(name, 1, 18) == 'ActiveMQ.Advisory.' or ADVISE.wildcard.is_pattern(name) then
+    if not name or string.sub(name, 1, 18) == 'ActiveMQ.Advisory.' or wildcard.is_pattern(name) then
       ADVISE.dest = false
     else
       local ns = string.match(TP, '^(.-):{')
@@ -84,7 +83,7 @@ function ADVISE.topic(kind, src)
     src.topics[kind] = names
   end
   -- a wildcard subscription on a pattern matching the advisory topic counts as its existence
-  if redis.call('EXISTS', names[2]) == 0 and #ADVISE.wildcard.matching(src.ns, names[1]) == 0 then return nil end
+  if redis.call('EXISTS', names[2]) == 0 and #wildcard.matching(src.ns, names[1]) == 0 then return nil end
   return names[1]
 end
 

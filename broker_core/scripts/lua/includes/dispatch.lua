@@ -29,8 +29,8 @@
 local PAGE = {}
 function PAGE.new() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {}, firsts = {} } end
 function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
-  -- (a consumer armed for pushes, outbox.lua PUSH, gets the message itself instead of an outbox entry)
-  local pushed = PUSH.armed(c)
+  -- (a consumer armed for pushes, outbox.lua push_*, gets the message itself instead of an outbox entry)
+  local pushed = outbox.push_armed(c)
   -- A message this call stored (FRESH) has never been delivered: no counter to read. The counter is
   -- passed on as stored (only HINCRBY writes it: the digits Redis would make of the number).
   local redeliveries = not fresh and redis.call('HGET', K_REDELIV, id) or '0'
@@ -50,7 +50,7 @@ function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
     end
     mine.window[#mine.window + 1] = NOW_TEXT.num(tally.dseq)
     mine.window[#mine.window + 1] = id
-    if pushed then PUSH.add(c, id, tally.dseq, blob, redeliveries, first)
+    if pushed then outbox.push_add(c, id, tally.dseq, blob, redeliveries, first)
     else mine.outbox[#mine.outbox + 1] = id end
     if first then writes.firsts[#writes.firsts + 1] = id end
   else
@@ -59,7 +59,7 @@ function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
     redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. digits)
     redis.call('ZADD', K_CINF(c.id), NOW_TEXT.num(tally.dseq), id)
     if pushed then
-      PUSH.add(c, id, tally.dseq, blob, redeliveries, first)
+      outbox.push_add(c, id, tally.dseq, blob, redeliveries, first)
     elseif redis.call('RPUSH', K_COUT(c.id), id) == 1 and c.def.notify then
       redis.call('PUBLISH', c.def.notify, c.id)
     end
@@ -74,7 +74,7 @@ end
 -- The writes PAGE.deliver collected; a consumer whose outbox was empty is woken, one armed gets its pushes.
 function PAGE.flush(writes)
   if not writes or #writes.ids == 0 then
-    PUSH.flush()
+    outbox.push_flush()
     return
   end
   call_many('ZREM', K_PENDING, writes.ids)
@@ -89,7 +89,7 @@ function PAGE.flush(writes)
       if queued == #mine.outbox and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
     end
   end
-  PUSH.flush()
+  outbox.push_flush()
 end
 
 -- Consumer c's counters, and the slow_since change of the pass (consumers.lua note_slow) and its group count
@@ -207,8 +207,8 @@ local function dispatch_pass(budget)
   local order_changed = false
   local examined, dispatched, more = 0, 0, 0
   -- Selector evaluations end the chunk once they have done a call's worth of matching (after at least
-  -- one message): the rest of the page waits for the next chunk (selector.lua SELECTOR_COST).
-  local selector_work, work_cut = SELECTOR_COST.bytes, false
+  -- one message): the rest of the page waits for the next chunk (selector.lua selector.bytes).
+  local selector_work, work_cut = selector.bytes, false
   -- One message offered to many consumers with selectors can spend a call's worth too: the chunk then
   -- ends before the next evaluation, with the message still at the cursor, and meta 'offered' records
   -- which consumers' selectors refused it ("<ids, comma-separated>|<message id>"), so the next chunk
@@ -292,7 +292,7 @@ local function dispatch_pass(budget)
     local restart = false
     local at_tail = #batch > 0 and #batch / 2 < page
     for i = 1, #batch, 2 do
-      if examined > 0 and SELECTOR_COST.bytes - selector_work >= SELECTOR_COST.call_limit then
+      if examined > 0 and selector.bytes - selector_work >= selector.call_limit then
         more, work_cut = 1, true
         break
       end
@@ -344,15 +344,15 @@ local function dispatch_pass(budget)
                   if expr and skip and skip[c.id] then
                     ok = false  -- it refused this message in an earlier chunk
                   elseif expr then
-                    local spent = SELECTOR_COST.bytes - selector_work
-                    if spent > 0 and spent >= SELECTOR_COST.call_limit then
+                    local spent = selector.bytes - selector_work
+                    if spent > 0 and spent >= selector.call_limit then
                       more, work_cut = 1, true
                       break
                     end
                     if not full then full = unpack_message(blob) end
                     view = view or selector_view(id, full)
                     local failed
-                    ok, failed = selector_matches(expr, view)
+                    ok, failed = selector.matches(expr, view)
                     if failed then meta_incr('selector_errors') end
                     if not ok then
                       refused = refused or {}
@@ -461,12 +461,17 @@ local function dispatch_chunk(budget)
   unpark_due(UNPARK_PER_CALL)
   local dispatched, more, hold = dispatch_pass(budget)
   if hold == 0 then hold = next_unpark() end
-  return dispatched, with_forward_flag(more), hold
+  return dispatched, forward.with_flag(more), hold
 end
 
--- Another chunk for a reply that begins {dispatched, more, hold} (handing messages over freed room in a
--- window: acknowledged in ack mode 'auto', or expired on the way), added into those three.
-local function dispatch_more(out, budget)
-  local dispatched, more, hold = dispatch_chunk(budget)
-  out[1], out[2], out[3] = out[1] + dispatched, more, hold
+-- The tail every script that can leave work behind ends its reply with, one array (broker_core/scripts/
+-- calls.py reads it the same way for all of them): {dispatched, flags (1 a pass has more, 2 forwards wait,
+-- 4 a topic's fan-out is unfinished), hold_until, the subscription keys whose pass has more (a topic's
+-- scripts), the pushes for the calling process's consumers (outbox.push_replies)}.
+local reply_tail
+do
+  local NONE = {}  -- (one empty array for every reply without subscription keys or pushes)
+  function reply_tail(dispatched, flags, hold, more_keys)
+    return { dispatched, flags, hold, more_keys or NONE, outbox.push_replies or NONE }
+  end
 end

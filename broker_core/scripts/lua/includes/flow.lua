@@ -156,7 +156,7 @@ end
 -- target whose selector would not match still counts (the check is before the selectors run).
 -- dropOnResourceLimit (the plan's flags, config/virtual.py COPY_DROP_ON_RESOURCE_LIMIT): a full consumer queue
 -- that fails sends at once, or any full one once the producer has waited its time (FLOW.drop, a send
--- re-run with origin 'drop' by flow.py), refuses nothing: route_virtual drops its copy instead.
+-- re-run with origin 'drop' by flow.py), refuses nothing: virtual.route drops its copy instead.
 local function memory_refusal(need, plan)
   local p = policy()
   local sys = FLOW.system_usage()

@@ -164,7 +164,7 @@ local function lifecycle_load()
     local expiration = tonumber(m[M_EXPIRATION]) or 0
     ADVISE.blob = blob  -- the Expired advisory carries a copy (it is gone from K_MSGS)
     emit('expire', 'msg', id, 'expiration', expiration)
-    dead_letter(id, m, blob, 'expired', expiration)
+    forward.dead_letter(id, m, blob, 'expired', expiration)
   end
 
   expire_pending = function(id, m, blob)
@@ -204,7 +204,7 @@ local function lifecycle_load()
     local m = unpack_message(blob)
     -- the copies leave without the schedule (virtual.py forward_copy); nothing kept here when the
     -- plan forwards only (a forward-only composite)
-    if FWD.route_virtual(delivery, blob, m, plan) then
+    if virtual.route(delivery, blob, m, plan) then
       local seq = meta_incr('seq')
       redis.call('HSET', K_MSGS, delivery, blob)
       memory_charge(#blob)
@@ -307,7 +307,7 @@ local function lifecycle_load()
     redis.call('HDEL', TP .. ':subs', SUB)
     redis.call('LREM', TP .. ':sorder', 0, SUB)
     -- a wildcard pattern with no subscription left leaves <ns>:wildcards in this step (wildcard.lua)
-    if redis.call('HLEN', TP .. ':subs') == 0 then ADVISE.wildcard.mark(false) end
+    if redis.call('HLEN', TP .. ':subs') == 0 then wildcard.mark(false) end
     if dropped > 0 then redis.call('HINCRBY', TP .. ':meta', 'sub_removed', dropped) end
     emit('subscription_remove', 'reason', reason, 'dropped', dropped)
     return dropped

@@ -1,7 +1,9 @@
--- Pieces of the operator's message operations (spec §14.3): where a message is, taking it out.
+-- Pieces of the operator's message operations (spec §14.3): where a message is, taking it out. Its module
+-- table is `operator`.
+local operator = { locate = false, take_out = false }
 
 -- Where message `id` is: 'pending', 'parked', 'inflight' (with the consumer), or nil.
-local function locate(id)
+function operator.locate(id)
   if redis.call('ZSCORE', K_PENDING, id) then return 'pending' end
   if redis.call('ZSCORE', K_PARKED, id) then return 'parked' end
   local v = redis.call('HGET', K_INFLIGHT, id)
@@ -11,8 +13,8 @@ end
 
 -- Take a stored message out of this destination, wherever it is; returns its packed form, and true
 -- when it was a repeating scheduled message's job (cancelled, never enqueued).
-local function take_out(id)
-  local where, cid = locate(id)
+function operator.take_out(id)
+  local where, cid = operator.locate(id)
   if where == 'pending' then
     redis.call('ZREM', K_PENDING, id)
     PASS_DIRTY.pending = nil  -- (message.lua)
@@ -21,7 +23,7 @@ local function take_out(id)
     redis.call('HDEL', K_PARKINFO, id)
     PARK.next = nil
   elseif where == 'inflight' then
-    if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > received_upto(cid) then
+    if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > outbox.received_upto(cid) then
       redis.call('LREM', K_COUT(cid), 1, id)  -- dispatched, not yet handed over
     end
     take_inflight(cid, id)

@@ -15,18 +15,18 @@
 
 -- Built on a script's first use of one of them (base.lua `lazy`): most scripts that include this file
 -- use a few of its functions, and an EVAL script would build them all on every call.
-local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, function(TOPIC)
+local topic = lazy({ selectors = {}, registry_of = false, registry = false }, function(topic)
 
   -- Forget the registry entry of the current durable subscription (about to be removed), if it is this
   -- topic's: a newer one on another topic keeps its entry.
-  function TOPIC.unregister(uri)
+  function topic.unregister(uri)
     local field = redis.call('HGET', K_META, 'regfield')
     if not field or field == '' then
       local names = redis.call('HMGET', K_META, 'client', 'name')
       if not names[1] then return end
       field = string.len(names[1]) .. ':' .. names[1] .. (names[2] or '')
     end
-    if redis.call('HGET', TOPIC.registry, field) == uri then redis.call('HDEL', TOPIC.registry, field) end
+    if redis.call('HGET', topic.registry, field) == uri then redis.call('HDEL', topic.registry, field) end
   end
 
   local TOPIC_POLICY_NAMES = {
@@ -40,15 +40,15 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     '1000', '', '-1',
   }
 
-  function TOPIC.policy()
-    if TOPIC._policy then return TOPIC._policy end
+  function topic.policy()
+    if topic._policy then return topic._policy end
     local values = redis.call('HMGET', TP .. ':policy', unpack(TOPIC_POLICY_NAMES))
-    TOPIC._policy = with_defaults(TOPIC_POLICY_NAMES, TOPIC_POLICY_DEFAULTS, values)
-    return TOPIC._policy
+    topic._policy = with_defaults(TOPIC_POLICY_NAMES, TOPIC_POLICY_DEFAULTS, values)
+    return topic._policy
   end
 
   -- Work on subscription `key` (or, with nil, on the topic itself). Per-prefix caches start over.
-  function TOPIC.switch(key)
+  function topic.switch(key)
     if key then use_prefix(TP .. ':s:' .. key) else use_prefix(TP) end
     PARK.next = nil
     PASS_DIRTY.value = false
@@ -56,7 +56,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   -- The subscriptions in the order the topic's dispatch policy visits them (§7.1). Every matching one gets
   -- the message whatever the policy; the policy only orders the deliveries of one send.
-  function TOPIC.subscriptions()
+  function topic.subscriptions()
     local keys = redis.call('LRANGE', TP .. ':sorder', 0, -1)
     local subs = {}
     if #keys == 0 then return subs end
@@ -69,7 +69,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
         if def then subs[#subs + 1] = { key = keys[i], def = cmsgpack.unpack(def) } end
       end
     end
-    local dispatch_policy = TOPIC.policy()['dispatchPolicy']
+    local dispatch_policy = topic.policy()['dispatchPolicy']
     if dispatch_policy == 'priority' then
       -- PriorityDispatchPolicy: by consumer priority, highest first; a stable insertion sort.
       for i = 2, #subs do
@@ -91,23 +91,23 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   end
 
   -- Does subscription `s` take message (id, m)? noLocal, then the selector (§7.3, §4).
-  function TOPIC.matches(s, id, m, view)
+  function topic.matches(s, id, m, view)
     if s.def.nolocal and s.def.conn and s.def.conn == m[M_CONNECTION] then return false, view end
     local compiled = s.def.selector
     if type(compiled) ~= 'string' or compiled == '' then return true, view end
-    local expr = TOPIC.selectors[s.key]
+    local expr = topic.selectors[s.key]
     if not expr then
       expr = cjson.decode(compiled)
-      TOPIC.selectors[s.key] = expr
+      topic.selectors[s.key] = expr
     end
     view = view or selector_view(id, m)
-    local ok, failed = selector_matches(expr, view)
+    local ok, failed = selector.matches(expr, view)
     if failed then redis.call('HINCRBY', TP .. ':meta', 'selector_errors', 1) end
     return ok, view
   end
 
   -- Store a message once for `refs` subscriptions (memory counted on the topic, flow.lua).
-  function TOPIC.store(id, blob, refs, seq)
+  function topic.store(id, blob, refs, seq)
     local own_meta = K_META
     K_META = TP .. ':meta'
     memory_charge(#blob)
@@ -118,7 +118,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   end
 
   -- Put a stored message in the current subscription's pending list (or park it for its delay).
-  function TOPIC.add_to_current(id, m)
+  function topic.add_to_current(id, m)
     local seq = meta_incr('seq')
     local delay = tonumber(m[M_DELAY]) or 0
     if delay > 0 then
@@ -131,7 +131,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   -- The same for a send's messages in order, with one call per kind of write (a fan-out to many
   -- subscriptions does this once per subscription).
-  function TOPIC.add_all_to_current(ids, msgs)
+  function topic.add_all_to_current(ids, msgs)
     local last = redis.call('HINCRBY', K_META, 'seq', #ids)
     redis.call('HINCRBY', K_META, 'enqueued', #ids)
     local zadd, lowest = {}, nil
@@ -158,15 +158,15 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   end
 
   -- Does the current subscription hold message `id` already (pending, parked or in flight)?
-  function TOPIC.holds(id)
+  function topic.holds(id)
     return redis.call('ZSCORE', K_PENDING, id) or redis.call('ZSCORE', K_PARKED, id)
         or redis.call('HEXISTS', K_INFLIGHT, id) == 1
   end
 
   -- §7.5: what the recovery policy keeps. Called on the topic prefix for every message sent. What it keeps
   -- counts in the topic's memory usage (flow.lua) like a stored message, until it is let go.
-  function TOPIC.recovery_add(id, blob, seq, retain)
-    local pol = TOPIC.policy()
+  function topic.recovery_add(id, blob, seq, retain)
+    local pol = topic.policy()
     if retain == 'set' or retain == 'clear' then
       memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))  -- 0 bytes when none was retained
     end
@@ -210,14 +210,14 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
         drop_first(1)
       end
     elseif kind == 'timed' then
-      TOPIC.recovery_trim()
+      topic.recovery_trim()
     end
   end
 
   -- TimedSubscriptionRecoveryPolicy: forget what is older than recoverDuration.
-  function TOPIC.recovery_trim()
-    if TOPIC.policy()['subscriptionRecoveryPolicy'] ~= 'timed' then return end
-    local horizon = NOW - (tonumber(TOPIC.policy()['recoverDuration']) or 60000)
+  function topic.recovery_trim()
+    if topic.policy()['subscriptionRecoveryPolicy'] ~= 'timed' then return end
+    local horizon = NOW - (tonumber(topic.policy()['recoverDuration']) or 60000)
     local K_RECOV, K_RMSG = TP .. ':recov', TP .. ':recovmsg'
     while true do
       local first = redis.call('ZRANGE', K_RECOV, 0, 0)
@@ -236,7 +236,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   -- The topic is being deleted: what the recovery policy kept stops counting in memory usage (the keys
   -- themselves are deleted by topic_ops.delete).
-  function TOPIC.recovery_release_all()
+  function topic.recovery_release_all()
     memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))
     local cursor = '0'
     repeat
@@ -256,13 +256,13 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- replays a copy carrying ActiveMQ.Retained=true): while the published one is stored under the same id, the
   -- copy is stored once under its own id '<id>#retained' ('#' is never in a producer's id, messages.py) with
   -- its own reference count, and shared by the retroactive subscribers that come while it lasts.
-  function TOPIC.replay(s, items, into)
+  function topic.replay(s, items, into)
     local got = 0
     for _, item in ipairs(items) do
       local id, blob = item[1], item[2]
       local m = unpack_message(blob)
       local own = id .. '#retained'
-      if not is_expired(m) and not TOPIC.holds(id) and not TOPIC.holds(own) and TOPIC.matches(s, id, m, nil) then
+      if not is_expired(m) and not topic.holds(id) and not topic.holds(own) and topic.matches(s, id, m, nil) then
         local key, shared = id, redis.call('HGET', K_MSGS, id)
         if redis.call('HEXISTS', K_MSGS, own) == 1 then
           key, shared = own, true
@@ -272,9 +272,9 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
         if shared then
           redis.call('HINCRBY', TP .. ':refs', key, 1)  -- still stored for others: shared, not copied
         else
-          TOPIC.store(key, blob, 1, tonumber(redis.call('HINCRBY', TP .. ':meta', 'seq', 1)))
+          topic.store(key, blob, 1, tonumber(redis.call('HINCRBY', TP .. ':meta', 'seq', 1)))
         end
-        TOPIC.add_to_current(key, m)
+        topic.add_to_current(key, m)
         emit('recover', 'msg', key)
         got = got + 1
         if into then into[#into + 1] = key end
@@ -287,10 +287,10 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- `upto` (a returning durable subscription, topic_subscribe.lua): only the buffer's messages with a topic
   -- sequence <= upto, those it has not had; what it acknowledged is not delivered again (ActiveMQ's durable
   -- subscription keeps its cursor, whose audit drops such a duplicate).
-  function TOPIC.recovery_items(with_buffer, upto)
+  function topic.recovery_items(with_buffer, upto)
     local items, seen = {}, {}
     if with_buffer then
-      TOPIC.recovery_trim()
+      topic.recovery_trim()
       local ids = upto and redis.call('ZRANGEBYSCORE', TP .. ':recov', '-inf', upto)
         or redis.call('ZRANGE', TP .. ':recov', 0, -1)
       for _, id in ipairs(ids) do
@@ -308,10 +308,10 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   -- A new durable subscription created retroactive gets every message still stored for other durable
   -- subscriptions, in topic order (KahaDB's addAckLocationForRetroactiveSub, §7.5).
-  function TOPIC.durable_backlog(key)
+  function topic.durable_backlog(key)
     local items = {}
     local durables = {}
-    for _, s in ipairs(TOPIC.subscriptions()) do
+    for _, s in ipairs(topic.subscriptions()) do
       if s.key ~= key and s.def.durable then durables[#durables + 1] = TP .. ':s:' .. s.key end
     end
     if #durables == 0 then return items end
@@ -329,8 +329,8 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   -- §8.5: the current (non-durable) subscription `s`'s pending-message limit, from the policy's strategy;
   -- the consumer's own maximumPendingMessageLimit wins when > 0 and smaller (PolicyEntry.configure).
-  function TOPIC.pending_limit(prefetch, s)
-    local pol = TOPIC.policy()
+  function topic.pending_limit(prefetch, s)
+    local pol = topic.policy()
     local strategy = pol['pendingMessageLimitStrategy']
     local value = -1
     if strategy == 'constant' then
@@ -347,7 +347,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   -- Take message `id` out of the current subscription's pending list for good: evicted (counted as
   -- ActiveMQ's discarded, and dead-lettered per the strategy, §8.5) or dropped by a limit of 0.
-  function TOPIC.discard_pending(id, cause, detail)
+  function topic.discard_pending(id, cause, detail)
     local blob = redis.call('HGET', K_MSGS, id)
     redis.call('ZREM', K_PENDING, id)
     PASS_DIRTY.pending = nil  -- (message.lua)
@@ -356,7 +356,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       meta_incr('evicted')
       redis.call('HINCRBY', TP .. ':meta', 'evict_dequeued', 1)
       emit('evict', 'msg', id, 'strategy', detail)
-      if blob then dead_letter(id, unpack_message(blob), blob, 'evicted', detail) end
+      if blob then forward.dead_letter(id, unpack_message(blob), blob, 'evicted', detail) end
     else
       meta_incr('dropped')
       emit('drop', 'msg', id, 'cause', cause)
@@ -365,8 +365,8 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   end
 
   -- Which pending messages the eviction strategy gives up (§8.5), from a page of the oldest.
-  function TOPIC.evict_choice(page_size)
-    local pol = TOPIC.policy()
+  function topic.evict_choice(page_size)
+    local pol = topic.policy()
     local strategy = pol['messageEvictionStrategy']
     local page = redis.call('ZRANGE', K_PENDING, 0, page_size - 1)
     if #page == 0 then return {} end
@@ -415,25 +415,25 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- The subscriptions a send (or a fan-out call) gave messages to, `touched[key] = {ids, msgs, s}` in the
   -- order `order`, take them and run a dispatch chunk each; non-durable ones then apply after_send. Returns
   -- dispatched, flags (1: a pass has more), the earliest hold_until, the keys whose pass has more.
-  function TOPIC.deliver(touched, order, budget)
+  function topic.deliver(touched, order, budget)
     local dispatched, hold, more_keys = 0, 0, {}
     for _, key in ipairs(order) do
       local entry = touched[key]
-      TOPIC.switch(key)
-      TOPIC.add_all_to_current(entry.ids, entry.msgs)
+      topic.switch(key)
+      topic.add_all_to_current(entry.ids, entry.msgs)
       local d, more, h = dispatch_chunk(budget)
       dispatched = dispatched + d
       if more == 1 then more_keys[#more_keys + 1] = key end
       if h > 0 and (hold == 0 or h < hold) then hold = h end
-      if not entry.s.def.durable then TOPIC.after_send(entry.ids, entry.s) end
+      if not entry.s.def.durable then topic.after_send(entry.ids, entry.s) end
     end
-    TOPIC.switch(nil)
+    topic.switch(nil)
     return dispatched, #more_keys > 0 and 1 or 0, hold, more_keys
   end
 
   -- After a send reached the current non-durable subscription `s` (its new ids in `new_ids`): the topic
   -- slow rule (§8.1) and the pending-message limit with eviction (§8.5).
-  function TOPIC.after_send(new_ids, s)
+  function topic.after_send(new_ids, s)
     local cons = load_consumers()
     local c = cons[1]
     if not c then return end
@@ -452,13 +452,13 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     elseif #still_new == 0 and c.slow then
       redis.call('HDEL', K_C(c.id), 'slow_since')
     end
-    local limit = TOPIC.pending_limit(c.prefetch, s)
+    local limit = topic.pending_limit(c.prefetch, s)
     if limit == 0 then
-      for _, id in ipairs(still_new) do TOPIC.discard_pending(id, 'pending_limit') end
+      for _, id in ipairs(still_new) do topic.discard_pending(id, 'pending_limit') end
       return
     end
     if limit < 0 or waiting <= limit then return end
-    local pol = TOPIC.policy()
+    local pol = topic.policy()
     local high = tonumber(pol['evictExpiredMessagesHighWatermark']) or 1000
     if limit < high then high = limit end
     if waiting > high then
@@ -476,9 +476,9 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     while true do
       local excess = redis.call('ZCARD', K_PENDING) - limit
       if excess <= 0 then break end
-      local chosen = TOPIC.evict_choice(math.max(1000, excess))
+      local chosen = topic.evict_choice(math.max(1000, excess))
       if #chosen == 0 then break end
-      for _, id in ipairs(chosen) do TOPIC.discard_pending(id, 'evicted', strategy) end
+      for _, id in ipairs(chosen) do topic.discard_pending(id, 'evicted', strategy) end
     end
   end
 end)
@@ -488,7 +488,7 @@ end)
 -- The registry's name is made once per prefix (as flow.lua's K_USAGE), not per call; the per-call
 -- selectors table is replaced only when a call used it (an empty one is as good as a new one).
 on_call(function()
-  if TOPIC.registry_of ~= P then TOPIC.registry_of, TOPIC.registry = P, string.match(P, '^(.-):{') .. ':durables' end
-  if next(TOPIC.selectors) ~= nil then TOPIC.selectors = {} end
-  TOPIC._policy = nil
+  if topic.registry_of ~= P then topic.registry_of, topic.registry = P, string.match(P, '^(.-):{') .. ':durables' end
+  if next(topic.selectors) ~= nil then topic.selectors = {} end
+  topic._policy = nil
 end)

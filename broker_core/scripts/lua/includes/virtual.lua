@@ -15,18 +15,12 @@
 -- (flow.lua flow_reserve) until the commit or rollback, or the transaction's end of life.
 -- Origin 'drop' is a producer's send re-run by flow.py once it waited as long as a full
 -- dropOnResourceLimit consumer queue lets it: a 'retry' whose copies for full such queues are dropped.
--- Everything here is a field of FWD (includes/forward.lua), not a local: a script's main chunk may have
--- at most 200 locals, and every script that dispatches includes this file (a repeating job's firing is
--- routed, lifecycle.lua); the functions are built on first use (base.lua `lazy`), as most of those
--- scripts never route. FWD.selectors: the selectors decoded in this call.
-FWD.selectors = {}
-on_call(function()
-  FLOW.drop = nil
-  if next(FWD.selectors) ~= nil then FWD.selectors = {} end  -- (an empty one is as good as a new one)
-end)
-
-lazy(FWD, function(FWD)
-  function FWD.split_origin(arg)
+-- Everything here is a field of its module table `virtual`, its one top-level local: a script's main
+-- chunk may have at most 200 locals, and every script that dispatches includes this file (a repeating
+-- job's firing is routed, lifecycle.lua); the functions are built on first use (base.lua `lazy`), as most
+-- of those scripts never route. virtual.selectors: the selectors decoded in this call.
+local virtual = lazy({ selectors = {} }, function(virtual)
+  function virtual.split_origin(arg)
     -- the usual origins, as the general case below reads them (no probe, no plan, not 'drop')
     if arg == 'producer' or arg == 'retry' or arg == 'forward' or arg == 'commit' then return arg, nil end
     local tx, ttl = string.match(arg, '^probe:([^:+]+):(%d+)$')
@@ -42,26 +36,26 @@ lazy(FWD, function(FWD)
   end
 
 
-  function FWD.compiled_selector(text)
-    if not FWD.selectors[text] then FWD.selectors[text] = cjson.decode(text) end
-    return FWD.selectors[text]
+  function virtual.compiled_selector(text)
+    if not virtual.selectors[text] then virtual.selectors[text] = cjson.decode(text) end
+    return virtual.selectors[text]
   end
 
   -- selectorAware (SelectorAwareVirtualTopicInterceptor.shouldDispatch): the consumer queue under `prefix`
   -- gets a copy only when one of the consumers registered on it now takes it (no selector, or a selector
   -- that matches); a queue without consumers gets none. Read in the send's own atomic step, across hash
   -- tags like flow.lua's reads of a target (docs/broker_core.md, Virtual destinations).
-  -- Once the call's selector work is spent (FWD.work_spent) the queue gets the copy unchecked: many
+  -- Once the call's selector work is spent (forward.work_spent) the queue gets the copy unchecked: many
   -- consumers' selectors cannot hold one send for longer than a call's worth; the copy waits in the
   -- queue like any message none of its consumers selects.
-  function FWD.consumer_selects(prefix, id, m)
+  function virtual.consumer_selects(prefix, id, m)
     local view
     for _, packed in ipairs(redis.call('HVALS', prefix .. ':consumers')) do
       local compiled = cmsgpack.unpack(packed).selector
       if type(compiled) ~= 'string' or compiled == '' then return true end
-      if FWD.work_spent() then return true end
+      if forward.work_spent() then return true end
       view = view or selector_view(id, m)
-      if selector_matches(FWD.compiled_selector(compiled), view) then return true end
+      if selector.matches(virtual.compiled_selector(compiled), view) then return true end
     end
     return false
   end
@@ -70,7 +64,7 @@ lazy(FWD, function(FWD)
   -- dropped because the queue's flow control would fail it (VirtualTopicInterceptor swallows the
   -- ResourceAllocationException): full and failing at once, or full after the producer waited
   -- (FLOW.drop). Counted ('forward_dropped') and logged where the send was made.
-  function FWD.copy_dropped(prefix, target, id, bytes)
+  function virtual.copy_dropped(prefix, target, id, bytes)
     local full = FLOW.target_refusal(prefix, message_charge(bytes))
     if not full or not (full[3] == 1 or FLOW.drop) then return false end
     meta_incr('forward_dropped')
@@ -83,23 +77,23 @@ lazy(FWD, function(FWD)
   -- the number of sendWhenNotMatched composites, numbered 1..n in their targets' 5th element: the message
   -- is kept when one of them matched none of its own targets (§10.2: other composites' targets, mirror and
   -- virtual-topic copies and a client-side composite's other parts are no match for it).
-  function FWD.route_virtual(id, blob, m, plan)
+  function virtual.route(id, blob, m, plan)
     if not plan then return true end
     local matched = {}
     local recorded = {}
     for i = 3, #plan do
-      local target, selector, original, group = plan[i][1], plan[i][2], plan[i][3], plan[i][5] or 0
+      local target, compiled, original, group = plan[i][1], plan[i][2], plan[i][3], plan[i][5] or 0
       local flags = tonumber(plan[i][6]) or 0
       local t_prefix = FLOW.destination_prefix(target)
       local wanted = true
-      if selector ~= '' then
-        wanted = selector_matches(FWD.compiled_selector(selector), selector_view(id, m))
+      if compiled ~= '' then
+        wanted = selector.matches(virtual.compiled_selector(compiled), selector_view(id, m))
       end
-      if wanted and bit.band(flags, 1) ~= 0 then wanted = FWD.consumer_selects(t_prefix, id, m) end
+      if wanted and bit.band(flags, 1) ~= 0 then wanted = virtual.consumer_selects(t_prefix, id, m) end
       if wanted then
         if group > 0 then matched[group] = true end
         local dropped = not recorded[target] and bit.band(flags, 2) ~= 0
-          and FWD.copy_dropped(t_prefix, target, id, #blob)
+          and virtual.copy_dropped(t_prefix, target, id, #blob)
         if not recorded[target] and not dropped then
           recorded[target] = true
           -- until delivered, the copy counts against its target's memory limit ('memfwd' in the
@@ -114,7 +108,7 @@ lazy(FWD, function(FWD)
           redis.call('HSET', K_FWD, id .. '|' .. target,
                      cmsgpack.pack({ target, 'virtual', original, blob, meta_incr('fwdseq'), charge }))
           due_at(TP, NOW)
-          FWD.n = FWD.n + 1
+          forward.n = forward.n + 1
           meta_incr('forwarded')
           emit('forward', 'msg', id, 'target', target)
         end
@@ -126,4 +120,10 @@ lazy(FWD, function(FWD)
     end
     return false
   end
+end)
+-- (rawget: in the EVAL form the table builds its functions on first use only, base.lua `lazy`)
+on_call(function()
+  FLOW.drop = nil
+  local selectors = rawget(virtual, 'selectors')
+  if next(selectors) ~= nil then virtual.selectors = {} end  -- (an empty one is as good as a new one)
 end)
