@@ -467,11 +467,16 @@ end
 -- The tail every script that can leave work behind ends its reply with, one array (broker_core/scripts/
 -- calls.py reads it the same way for all of them): {dispatched, flags (1 a pass has more, 2 forwards wait,
 -- 4 a topic's fan-out is unfinished), hold_until, the subscription keys whose pass has more (a topic's
--- scripts), the pushes for the calling process's consumers (outbox.push_replies)}.
+-- scripts), the pushes for the calling process's consumers (outbox.push_replies)}; the last two only when
+-- there are any (each array in a reply is a conversion of its own for Redis: the usual tail has one).
 local reply_tail
 do
-  local NONE = {}  -- (one empty array for every reply without subscription keys or pushes)
+  local NONE = {}  -- (one empty array for the one of the two that has none)
   function reply_tail(dispatched, flags, hold, more_keys)
-    return { dispatched, flags, hold, more_keys or NONE, outbox.push_replies or NONE }
+    local pushed = outbox.push_replies
+    if pushed or (more_keys and #more_keys > 0) then
+      return { dispatched, flags, hold, more_keys or NONE, pushed or NONE }
+    end
+    return { dispatched, flags, hold }
   end
 end
