@@ -402,7 +402,7 @@ local function closing_load()
           if owners[i] and string.match(owners[i], '^([^|]*)') == cid then mine[#mine + 1] = slots[i] end
         end
         call_many('HDEL', K_GROUPS, mine)
-        if group_map_type() == 'cached' then call_many('ZREM', K_GLRU, mine) end
+        if groups.map_type() == 'cached' then call_many('ZREM', K_GLRU, mine) end
       end
     end
     return redis.call('SCARD', key)
@@ -490,7 +490,7 @@ local function closing_load()
     PASS_DIRTY.passfull_key = nil
     recompute_exclusive_owner(def, cid)
     -- Its groups are free from now on: dispatch treats a group whose owner is no consumer any more as
-    -- unowned (groups.lua group_allows: the next message binds it to a new owner, flagged first for it),
+    -- unowned (groups.lua groups.allows: the next message binds it to a new owner, flagged first for it),
     -- and the entries themselves are deleted a chunk per call (return_owed, GROUP_FREE_CHUNK), so a
     -- consumer owning 10,000 groups under a `simple` map costs this call nothing more. Its id stays in
     -- `closing` until they are gone, so a new consumer with the same id cannot inherit them.
