@@ -162,8 +162,8 @@ local function lifecycle_load()
     meta_incr('expired')
     meta_incr('dequeued')
     local expiration = tonumber(m[M_EXPIRATION]) or 0
-    ADVISE.blob = blob  -- the Expired advisory carries a copy (it is gone from K_MSGS)
-    emit('expire', 'msg', id, 'expiration', expiration)
+    -- the Expired advisory carries a copy (it is gone from K_MSGS)
+    emit_message(blob, 'expire', 'msg', id, 'expiration', expiration)
     forward.dead_letter(id, m, blob, 'expired', expiration)
   end
 
@@ -214,7 +214,7 @@ local function lifecycle_load()
            'size', #blob, 'scheduled', id)
       -- each firing is a send (SchedulerBroker re-sends it, Queue.messageSent): the NoConsumer check
       -- runs for this delivery, under its own id (includes/advisory.lua)
-      ADVISE.no_consumer(delivery, blob, m[M_PERSISTENT])
+      advisory.no_consumer(delivery, blob, m[M_PERSISTENT])
     end
     if left > 0 then
       redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired, plan }))
