@@ -20,7 +20,7 @@
 --@include operator
 
 -- Hand message `id` to consumer c: in flight, in its outbox, logged, owner woken; with `first`, marked the
--- first of its group for c (groups.lua group_allows). Counters are kept in `c` and `tally` and written once
+-- first of its group for c (groups.lua groups.allows). Counters are kept in `c` and `tally` and written once
 -- at the end of the chunk (see flush_counts). With `writes` (a page of more than one message) the
 -- deliveries' writes are collected and made with one command per key when the page is done (PAGE.flush:
 -- nothing in the pass reads those keys in between); a page of one message writes at once (collecting costs
@@ -361,7 +361,7 @@ local function dispatch_pass(budget)
                   end
                 end
                 if ok then
-                  ok, first = group_allows(c, id, gid, seq, cons)
+                  ok, first = groups.allows(c, id, gid, seq, cons)
                   if ok then target = c break end
                 end
               end
@@ -414,7 +414,7 @@ local function dispatch_pass(budget)
 
   PAGE.flush(writes)
   local counts = flush_counts(cons, tally)
-  GLRU.flush(counts)
+  groups.lru_flush(counts)
   if excluded_changed then
     local passfull = {}
     for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
