@@ -45,10 +45,11 @@ NO_WORK = Tail(0, 0, 0)
 
 
 def tail(raw: Sequence[Any]) -> Tail:
-    """The tail array a reply ends with."""
-    more, pushed = raw[3], raw[4]
-    return Tail(int(raw[0]), int(raw[1]), int(raw[2]), tuple(_text(k) for k in more) if more else (),
-                tuple(pushed) if pushed else ())
+    """The tail array a reply ends with: {dispatched, flags, hold_until}, then, when there are any, the
+    subscription keys whose pass has more and the pushes."""
+    if len(raw) == 3:  # (the usual tail)
+        return Tail(int(raw[0]), int(raw[1]), int(raw[2]))
+    return Tail(int(raw[0]), int(raw[1]), int(raw[2]), tuple(_text(k) for k in raw[3]), tuple(raw[4]))
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:

@@ -89,8 +89,8 @@ for i = 4, #ARGV, 2 do
   elseif is_expired(m) then
     -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
     meta_incr('expired_on_arrival')
-    ADVISE.blob = blob  -- the Expired advisory carries a copy
-    emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
+    -- the Expired advisory carries a copy
+    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif (tonumber(m[M_REPEAT]) or 0) > 0 then
@@ -130,10 +130,10 @@ for i = 4, #ARGV, 2 do
       pending[#pending + 1], pending[#pending + 2] = NOW_TEXT.num(score), id
       if not lowest or score < lowest then lowest = score end
     end
-    ADVISE.blob = blob  -- (not in K_MSGS yet: written after the loop)
-    emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '',
-         'size', NOW_TEXT.num(#blob))
-    ADVISE.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
+    -- (not in K_MSGS yet: written after the loop)
+    emit_message(blob, 'enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4),
+                 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob))
+    advisory.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     out[#out + 1] = 'ok'
   end
 end

@@ -9,7 +9,6 @@
 --@include base
 --@include dispatch
 --@include topic
---@include virtual
 --@include fanout
 NOW = tonumber(ARGV[1])
 local missing = require_destination()

@@ -67,8 +67,8 @@ for i = 4, #ARGV, 4 do
     out[#out + 1] = 'duplicate'
   elseif is_expired(m) then
     meta_incr('expired_on_arrival')
-    ADVISE.blob = blob  -- the Expired advisory carries a copy, as send.lua's
-    emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
+    -- the Expired advisory carries a copy, as send.lua's
+    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif not virtual.route(id, blob, m, plan) then
@@ -116,7 +116,7 @@ for i = 4, #ARGV, 4 do
       -- Topic.onMessageWithNoConsumers: nobody, exact or wildcard, takes it, so it is not stored.
       meta_incr('no_subscription')
       emit('no_subscription', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'size', NOW_TEXT.num(#blob))
-      ADVISE.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
+      advisory.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     elseif #matched == 0 then
       -- only wildcard subscriptions take it: their copies hold it, nothing is stored here
       emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),

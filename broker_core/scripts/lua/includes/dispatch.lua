@@ -20,7 +20,7 @@
 --@include operator
 
 -- Hand message `id` to consumer c: in flight, in its outbox, logged, owner woken; with `first`, marked the
--- first of its group for c (groups.lua group_allows). Counters are kept in `c` and `tally` and written once
+-- first of its group for c (groups.lua groups.allows). Counters are kept in `c` and `tally` and written once
 -- at the end of the chunk (see flush_counts). With `writes` (a page of more than one message) the
 -- deliveries' writes are collected and made with one command per key when the page is done (PAGE.flush:
 -- nothing in the pass reads those keys in between); a page of one message writes at once (collecting costs
@@ -361,7 +361,7 @@ local function dispatch_pass(budget)
                   end
                 end
                 if ok then
-                  ok, first = group_allows(c, id, gid, seq, cons)
+                  ok, first = groups.allows(c, id, gid, seq, cons)
                   if ok then target = c break end
                 end
               end
@@ -414,7 +414,7 @@ local function dispatch_pass(budget)
 
   PAGE.flush(writes)
   local counts = flush_counts(cons, tally)
-  GLRU.flush(counts)
+  groups.lru_flush(counts)
   if excluded_changed then
     local passfull = {}
     for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
@@ -467,11 +467,16 @@ end
 -- The tail every script that can leave work behind ends its reply with, one array (broker_core/scripts/
 -- calls.py reads it the same way for all of them): {dispatched, flags (1 a pass has more, 2 forwards wait,
 -- 4 a topic's fan-out is unfinished), hold_until, the subscription keys whose pass has more (a topic's
--- scripts), the pushes for the calling process's consumers (outbox.push_replies)}.
+-- scripts), the pushes for the calling process's consumers (outbox.push_replies)}; the last two only when
+-- there are any (each array in a reply is a conversion of its own for Redis: the usual tail has one).
 local reply_tail
 do
-  local NONE = {}  -- (one empty array for every reply without subscription keys or pushes)
+  local NONE = {}  -- (one empty array for the one of the two that has none)
   function reply_tail(dispatched, flags, hold, more_keys)
-    return { dispatched, flags, hold, more_keys or NONE, outbox.push_replies or NONE }
+    local pushed = outbox.push_replies
+    if pushed or (more_keys and #more_keys > 0) then
+      return { dispatched, flags, hold, more_keys or NONE, pushed or NONE }
+    end
+    return { dispatched, flags, hold }
   end
 end

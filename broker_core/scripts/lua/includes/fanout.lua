@@ -72,7 +72,7 @@ function fanout.finish(id, m, blob)
     if matched == 0 and copies == 0 then
       meta_incr('no_subscription')
       emit('no_subscription', 'msg', id, 'priority', priority, 'size', size)
-      ADVISE.no_consumer(id, blob, m[M_PERSISTENT])
+      advisory.no_consumer(id, blob, m[M_PERSISTENT])
     elseif copies == 0 then
       emit('enqueue', 'msg', id, 'priority', priority, 'group', m[M_GROUP] or '', 'size', size,
            'subscriptions', matched)

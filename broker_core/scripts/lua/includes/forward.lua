@@ -19,7 +19,7 @@ end
 
 -- The flags a script returns (includes/dispatch.lua) say 2 when forwards wait for the caller.
 function forward.with_flag(flags)
-  if forward.n > 0 or ADVISE.n > 0 then return bit.bor(flags, 2) end  -- ADVISE: includes/advisory.lua
+  if forward.n > 0 or advisory.n > 0 then return bit.bor(flags, 2) end  -- includes/advisory.lua
   return flags
 end
 
@@ -62,8 +62,8 @@ function forward.dead_letter(id, m, blob, cause, cause_arg)
   if keep then
     forward.record(id, blob, target, cause, cause_arg, field)
     meta_incr('deadlettered')
-    ADVISE.blob = blob  -- the MessageDLQd advisory carries a copy
-    emit('deadletter', 'msg', id, 'target', target, 'cause', cause, 'detail', cause_arg or '')
+    -- the MessageDLQd advisory carries a copy
+    emit_message(blob, 'deadletter', 'msg', id, 'target', target, 'cause', cause, 'detail', cause_arg or '')
   else
     meta_incr('discarded')
     emit('discard', 'msg', id, 'cause', cause, 'detail', cause_arg or '')

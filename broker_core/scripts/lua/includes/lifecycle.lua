@@ -162,8 +162,8 @@ local function lifecycle_load()
     meta_incr('expired')
     meta_incr('dequeued')
     local expiration = tonumber(m[M_EXPIRATION]) or 0
-    ADVISE.blob = blob  -- the Expired advisory carries a copy (it is gone from K_MSGS)
-    emit('expire', 'msg', id, 'expiration', expiration)
+    -- the Expired advisory carries a copy (it is gone from K_MSGS)
+    emit_message(blob, 'expire', 'msg', id, 'expiration', expiration)
     forward.dead_letter(id, m, blob, 'expired', expiration)
   end
 
@@ -214,7 +214,7 @@ local function lifecycle_load()
            'size', #blob, 'scheduled', id)
       -- each firing is a send (SchedulerBroker re-sends it, Queue.messageSent): the NoConsumer check
       -- runs for this delivery, under its own id (includes/advisory.lua)
-      ADVISE.no_consumer(delivery, blob, m[M_PERSISTENT])
+      advisory.no_consumer(delivery, blob, m[M_PERSISTENT])
     end
     if left > 0 then
       redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired, plan }))
@@ -402,7 +402,7 @@ local function closing_load()
           if owners[i] and string.match(owners[i], '^([^|]*)') == cid then mine[#mine + 1] = slots[i] end
         end
         call_many('HDEL', K_GROUPS, mine)
-        if group_map_type() == 'cached' then call_many('ZREM', K_GLRU, mine) end
+        if groups.map_type() == 'cached' then call_many('ZREM', K_GLRU, mine) end
       end
     end
     return redis.call('SCARD', key)
@@ -490,7 +490,7 @@ local function closing_load()
     PASS_DIRTY.passfull_key = nil
     recompute_exclusive_owner(def, cid)
     -- Its groups are free from now on: dispatch treats a group whose owner is no consumer any more as
-    -- unowned (groups.lua group_allows: the next message binds it to a new owner, flagged first for it),
+    -- unowned (groups.lua groups.allows: the next message binds it to a new owner, flagged first for it),
     -- and the entries themselves are deleted a chunk per call (return_owed, GROUP_FREE_CHUNK), so a
     -- consumer owning 10,000 groups under a `simple` map costs this call nothing more. Its id stays in
     -- `closing` until they are gone, so a new consumer with the same id cannot inherit them.
