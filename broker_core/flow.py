@@ -194,7 +194,7 @@ def _retry(origin: str | bytes) -> str | bytes:
 
 
 def _drops_copies(reply: list[Any]) -> bool:
-    """Whether the full destination of a refusal drops its copies instead (flow.lua memory_refusal)."""
+    """Whether the full destination of a refusal drops its copies instead (flow.lua flow.memory_refusal)."""
     return len(reply) > 10 and reply[10] in (1, b"1", "1")
 
 

@@ -33,8 +33,8 @@ if origin == 'check' then return { '' } end
 local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
 if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (a transacted send)
   local need = 0
-  for i = 4, #ARGV, 2 do need = need + message_charge(#ARGV[i + 1]) end
-  local full = memory_refusal(need, plan)
+  for i = 4, #ARGV, 2 do need = need + flow.message_charge(#ARGV[i + 1]) end
+  local full = flow.memory_refusal(need, plan)
   if full then
     if origin == 'producer' then  -- counted and logged once per send, not per retry
       meta_incr('blocked_sends')
@@ -43,7 +43,7 @@ if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (
     -- [7] what the refused check needed, [8] 1: the full one drops copies instead (dropOnResourceLimit)
     return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7], full[8] }
   end
-  if origin == 'probe' then flow_reserve(need) return { '' } end  -- held until commit (flow.lua)
+  if origin == 'probe' then flow.reserve(need) return { '' } end  -- held until commit (flow.lua)
 end
 local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')
@@ -116,7 +116,7 @@ for i = 4, #ARGV, 2 do
     if now_stored then now_stored[id] = true end
     msgs[#msgs + 1], msgs[#msgs + 2] = id, blob
     FRESH[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
-    if plan then memory_charge(#blob) else charged = charged + message_charge(#blob) end  -- includes/flow.lua
+    if plan then flow.memory_charge(#blob) else charged = charged + flow.message_charge(#blob) end  -- includes/flow.lua
     if audit then
       audited[#audited + 1] = NOW_TEXT.num(seq)
       audited[#audited + 1] = id
@@ -151,7 +151,7 @@ if #audited > 0 then
     if over > 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, math.min(over, 1024) - 1) end
   end
 end
-if charged > 0 then memory_add(charged) end
+if charged > 0 then flow.memory_add(charged) end
 local dispatched, more, hold = dispatch_chunk(budget)
 out[#out + 1] = ''
 out[#out + 1] = dispatched

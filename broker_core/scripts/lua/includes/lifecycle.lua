@@ -25,7 +25,7 @@ local function release_shared(id)
   if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
     local own_meta = K_META
     K_META = TP .. ':meta'
-    memory_release(redis.call('HSTRLEN', TP .. ':msgs', id))
+    flow.memory_release(redis.call('HSTRLEN', TP .. ':msgs', id))
     K_META = own_meta
     redis.call('HDEL', TP .. ':msgs', id)
     redis.call('HDEL', TP .. ':refs', id)
@@ -47,11 +47,11 @@ local function drop_messages(ids)
       release_shared(id)
     else
       local size = redis.call('HSTRLEN', K_MSGS, id)  -- 0 when it is not stored
-      if size > 0 then bytes = bytes + message_charge(size) end
+      if size > 0 then bytes = bytes + flow.message_charge(size) end
     end
   end
   if not SUB then
-    if bytes > 0 then memory_add(-bytes) end  -- flow.lua
+    if bytes > 0 then flow.memory_add(-bytes) end  -- flow.lua
     call_many('HDEL', K_MSGS, ids)
   end
   call_many('HDEL', K_REDELIV, ids)
@@ -190,7 +190,7 @@ local function lifecycle_load()
   schedule_job = function(id, blob, m, at, plan)
     redis.call('HSET', K_SCHED, id,
                cmsgpack.pack({ blob, tonumber(m[M_PERIOD]), tonumber(m[M_REPEAT]), 0, plan }))
-    memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
+    flow.memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
     redis.call('ZADD', K_PARKED, at, id)
     PARK.due_at(P, at)
     redis.call('HSET', K_PARKINFO, id, 'job')
@@ -207,7 +207,7 @@ local function lifecycle_load()
     if virtual.route(delivery, blob, m, plan) then
       local seq = meta_incr('seq')
       redis.call('HSET', K_MSGS, delivery, blob)
-      memory_charge(#blob)
+      flow.memory_charge(#blob)
       pending_add(delivery, pending_score(seq, m[M_PRIORITY]))
       meta_incr('enqueued')
       emit('enqueue', 'msg', delivery, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '',
@@ -222,7 +222,7 @@ local function lifecycle_load()
       PARK.due_at(P, at + period)
     else
       redis.call('HDEL', K_SCHED, id)
-      memory_release(#blob)
+      flow.memory_release(#blob)
       redis.call('ZREM', K_PARKED, id)
       redis.call('HDEL', K_PARKINFO, id)
     end

@@ -34,7 +34,7 @@ function operator.take_out(id)
   if not blob and where == 'parked' then  -- a repeating scheduled message: cancel the job
     job = redis.call('HGET', K_SCHED, id)
     redis.call('HDEL', K_SCHED, id)
-    if job then blob = cmsgpack.unpack(job)[1]; memory_release(#blob) end
+    if job then blob = cmsgpack.unpack(job)[1]; flow.memory_release(#blob) end
   end
   drop_message(id)
   return blob, job ~= nil

@@ -110,7 +110,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   function topic.store(id, blob, refs, seq)
     local own_meta = K_META
     K_META = TP .. ':meta'
-    memory_charge(#blob)
+    flow.memory_charge(#blob)
     K_META = own_meta
     redis.call('HSET', TP .. ':msgs', id, blob)
     redis.call('HSET', TP .. ':refs', id, refs)
@@ -168,11 +168,11 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   function topic.recovery_add(id, blob, seq, retain)
     local pol = topic.policy()
     if retain == 'set' or retain == 'clear' then
-      memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))  -- 0 bytes when none was retained
+      flow.memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))  -- 0 bytes when none was retained
     end
     if retain == 'set' then
       redis.call('HSET', TP .. ':retain', 'id', id, 'blob', blob)
-      memory_charge(#blob)
+      flow.memory_charge(#blob)
     elseif retain == 'clear' then
       redis.call('DEL', TP .. ':retain')
     end
@@ -181,7 +181,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     local K_RECOV, K_RMSG = TP .. ':recov', TP .. ':recovmsg'
     redis.call('ZADD', K_RECOV, seq, id)
     redis.call('HSET', K_RMSG, id, cmsgpack.pack({ blob, NOW }))
-    memory_charge(#blob)
+    flow.memory_charge(#blob)
     local function drop_first(n)
       if n <= 0 then return end
       local gone = redis.call('ZRANGE', K_RECOV, 0, n - 1)
@@ -190,7 +190,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
         if rec then
           local bytes = #cmsgpack.unpack(rec)[1]
           redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -bytes)
-          memory_release(bytes)
+          flow.memory_release(bytes)
         end
         redis.call('HDEL', K_RMSG, old)
         redis.call('ZREM', K_RECOV, old)
@@ -227,7 +227,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       if entry and entry[2] >= horizon then return end
       if entry then
         redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -#entry[1])
-        memory_release(#entry[1])
+        flow.memory_release(#entry[1])
       end
       redis.call('HDEL', K_RMSG, first[1])
       redis.call('ZREM', K_RECOV, first[1])
@@ -237,12 +237,12 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- The topic is being deleted: what the recovery policy kept stops counting in memory usage (the keys
   -- themselves are deleted by topic_ops.delete).
   function topic.recovery_release_all()
-    memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))
+    flow.memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))
     local cursor = '0'
     repeat
       local page = redis.call('HSCAN', TP .. ':recovmsg', cursor, 'COUNT', 1000)
       cursor = page[1]
-      for i = 2, #page[2], 2 do memory_release(#cmsgpack.unpack(page[2][i])[1]) end
+      for i = 2, #page[2], 2 do flow.memory_release(#cmsgpack.unpack(page[2][i])[1]) end
     until cursor == '0'
     redis.call('DEL', TP .. ':retain', TP .. ':recov', TP .. ':recovmsg')
     redis.call('HSET', TP .. ':meta', 'recov_bytes', 0)
@@ -483,9 +483,9 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   end
 end)
 -- <ns>:durables: durable registry field (topics.durable_registry_field) -> the topic uri its subscription
--- is on. Like flow.lua's K_USAGE, a broker-wide key outside the topic's hash tag: it is only ever changed
+-- is on. Like flow.lua's flow.usage, a broker-wide key outside the topic's hash tag: it is only ever changed
 -- in the same script that creates or removes the subscription it names.
--- The registry's name is made once per prefix (as flow.lua's K_USAGE), not per call; the per-call
+-- The registry's name is made once per prefix (as flow.lua's flow.usage), not per call; the per-call
 -- selectors table is replaced only when a call used it (an empty one is as good as a new one).
 on_call(function()
   if topic.registry_of ~= P then topic.registry_of, topic.registry = P, string.match(P, '^(.-):{') .. ':durables' end
