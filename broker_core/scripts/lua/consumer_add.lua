@@ -62,7 +62,7 @@ if before == 0 then
 end
 
 -- Mid-pass, the newcomer waits for the next pass so it sees messages from the head in order.
-consumer_joined(cid)
+message.consumer_joined(cid)
 emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', def.exclusive and 1 or 0,
      'prefetch', prefetch, 'selector', def.selector_text or '')
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))

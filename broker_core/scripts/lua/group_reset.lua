@@ -26,6 +26,6 @@ else
   end
   emit('group_reset', 'group', ARGV[3], 'removed', removed)
 end
-reset_pass()
+message.reset_pass()
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 return {removed, dispatched, more, hold}

@@ -6,6 +6,6 @@ NOW = tonumber(ARGV[1])
 redis.call('HSET', K_META, 'paused', ARGV[3])
 emit(ARGV[3] == '1' and 'pause' or 'resume')
 if ARGV[3] == '1' then return {0, 0, 0} end
-mark_dirty()
+message.mark_dirty()
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 return {dispatched, more, hold}

@@ -17,13 +17,13 @@ local c, lease_until = find_consumer(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
 local lease = tonumber(ARGV[5])
 if lease <= 0 then lease = tonumber(c.def.lease) or 30000 end
-renew_lease(cid, lease, lease_until)
+message.renew_lease(cid, lease, lease_until)
 local dispatched, more, hold = 0, 0, 0
 local waiting = redis.call('LLEN', K_COUT(cid))
 if waiting < max then
   if c.prefetch == 0 and c.ext < max - waiting then
     redis.call('HSET', K_C(cid), 'ext', max - waiting)
-    room_freed(cid)
+    message.room_freed(cid)
   end
   dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 end

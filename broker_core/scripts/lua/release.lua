@@ -29,6 +29,6 @@ return_messages(cid, held, rcv, 'rollback')
 -- The window opened by DELIVERED acks (a transaction's acks) closes again, never below zero.
 local ext = tonumber(redis.call('HGET', K_C(cid), 'ext')) or 0
 redis.call('HSET', K_C(cid), 'ext', math.max(0, ext - #ids))
-room_freed(cid)
+message.room_freed(cid)
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 return {#ids, dispatched, more, hold}

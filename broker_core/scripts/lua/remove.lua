@@ -22,7 +22,7 @@ local function remove(id)
 end
 for i = 4, #ARGV do remove(ARGV[i]) end
 if removed > 0 then emit('remove', 'msg', ARGV[4], 'count', removed) end
-reset_pass()
+message.reset_pass()
 local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 local left = redis.call('ZCARD', K_PENDING) + redis.call('HLEN', K_INFLIGHT) + redis.call('ZCARD', K_PARKED)
 return {removed, left, more, hold}

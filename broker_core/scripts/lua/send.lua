@@ -26,7 +26,7 @@ end
 local origin, plan = virtual.split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
-local unpacked = unpack_send(ARGV, origin, 2)
+local unpacked = message.unpack_send(ARGV, origin, 2)
 if unpacked.err then return unpacked end
 -- 'check': a batch sent in parts has every part's limits checked before the first is stored (operations.py)
 if origin == 'check' then return { '' } end
@@ -86,26 +86,26 @@ for i = 4, #ARGV, 2 do
     meta_incr('duplicates')
     emit('duplicate', 'msg', id)
     out[#out + 1] = 'duplicate'
-  elseif is_expired(m) then
+  elseif message.is_expired(m) then
     -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
     meta_incr('expired_on_arrival')
     -- the Expired advisory carries a copy
-    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
-    forward.dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
+    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
+    forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
-  elseif (tonumber(m[M_REPEAT]) or 0) > 0 then
+  elseif (tonumber(m[message.REPEAT]) or 0) > 0 then
     -- a job kept here; each time it fires, its delivery is routed by the plan (copies then, as
     -- ActiveMQ's scheduler re-sends every repeat to the destination: lifecycle.lua fire_scheduled).
     -- No NoConsumer check here: SchedulerBroker.send keeps the job and does not pass the message on to
     -- the queue (no Queue.messageSent); each firing is checked (fire_scheduled).
-    schedule_job(id, blob, m, NOW + (tonumber(m[M_DELAY]) or 0), plan)
+    schedule_job(id, blob, m, NOW + (tonumber(m[message.DELAY]) or 0), plan)
     if now_stored then now_stored[id] = true end
     if audit then
       audited[#audited + 1] = NOW_TEXT.num(seq)
       audited[#audited + 1] = id
     end
-    emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[M_DELAY]) or 0), 'period', m[M_PERIOD],
-         'repeat', m[M_REPEAT])
+    emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[message.DELAY]) or 0), 'period', m[message.PERIOD],
+         'repeat', m[message.REPEAT])
     out[#out + 1] = 'scheduled'
   elseif not virtual.route(id, blob, m, plan) then
     -- copies recorded for the plan's targets (in the call above); nothing is kept here.
@@ -115,14 +115,14 @@ for i = 4, #ARGV, 2 do
     stored = stored + 1
     if now_stored then now_stored[id] = true end
     msgs[#msgs + 1], msgs[#msgs + 2] = id, blob
-    FRESH[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
+    message.fresh[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
     if plan then flow.memory_charge(#blob) else charged = charged + flow.message_charge(#blob) end  -- includes/flow.lua
     if audit then
       audited[#audited + 1] = NOW_TEXT.num(seq)
       audited[#audited + 1] = id
     end
-    local delay = tonumber(m[M_DELAY]) or 0
-    local score = pending_score(seq, m[M_PRIORITY])
+    local delay = tonumber(m[message.DELAY]) or 0
+    local score = message.pending_score(seq, m[message.PRIORITY])
     if delay > 0 then
       park(id, NOW + delay, score)
       emit('schedule', 'msg', id, 'at', NOW + delay)
@@ -131,9 +131,9 @@ for i = 4, #ARGV, 2 do
       if not lowest or score < lowest then lowest = score end
     end
     -- (not in K_MSGS yet: written after the loop)
-    emit_message(blob, 'enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4),
-                 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob))
-    advisory.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
+    emit_message(blob, 'enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4),
+                 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob))
+    advisory.no_consumer(id, blob, m[message.PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     out[#out + 1] = 'ok'
   end
 end
@@ -141,7 +141,7 @@ if stored > 0 then
   call_many('HSET', K_MSGS, msgs)
   redis.call('HSET', K_META, 'seq', NOW_TEXT.num(seq), 'enqueued', NOW_TEXT.num((tonumber(counts[2]) or 0) + stored))
 end
-if lowest then pending_add_many(pending, lowest, counts[3]) end
+if lowest then message.pending_add_many(pending, lowest, counts[3]) end
 if #audited > 0 then
   call_many('ZADD', K_AUDIT, audited)
   -- trimmed to its depth each time the sequence passes a multiple of 64, the oldest ids first, at most

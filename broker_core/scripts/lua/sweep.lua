@@ -18,8 +18,8 @@ for i = 1, #batch, 2 do
   local id = batch[i]
   local blob = redis.call('HGET', K_MSGS, id)
   if blob then
-    local m = unpack_message(blob)
-    if is_expired(m) then
+    local m = message.unpack(blob)
+    if message.is_expired(m) then
       expire_pending(id, m, blob)
       expired = expired + 1
     end

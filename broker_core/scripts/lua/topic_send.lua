@@ -20,11 +20,11 @@ NOW = tonumber(ARGV[1])
 local origin, plan = virtual.split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
-local unpacked = unpack_send(ARGV, origin, 4)
+local unpacked = message.unpack_send(ARGV, origin, 4)
 if unpacked.err then return unpacked end
 for i = 4, #ARGV, 4 do
   local id, m = ARGV[i], unpacked[i]
-  if (tonumber(m[M_REPEAT]) or 0) > 0 then
+  if (tonumber(m[message.REPEAT]) or 0) > 0 then
     return fail('TOPIC_REPEAT', 'message ' .. id .. ': repeating scheduled messages (AMQ_SCHEDULED_REPEAT) '
       .. 'are not supported on topics; send it to a queue or without a repeat')
   end
@@ -65,11 +65,11 @@ for i = 4, #ARGV, 4 do
     meta_incr('duplicates')
     emit('duplicate', 'msg', id)
     out[#out + 1] = 'duplicate'
-  elseif is_expired(m) then
+  elseif message.is_expired(m) then
     meta_incr('expired_on_arrival')
     -- the Expired advisory carries a copy, as send.lua's
-    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
-    forward.dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
+    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
+    forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif not virtual.route(id, blob, m, plan) then
     out[#out + 1] = 'forwarded'  -- a forward-only composite topic keeps nothing
@@ -115,21 +115,21 @@ for i = 4, #ARGV, 4 do
     elseif #matched == 0 and copies == 0 then
       -- Topic.onMessageWithNoConsumers: nobody, exact or wildcard, takes it, so it is not stored.
       meta_incr('no_subscription')
-      emit('no_subscription', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'size', NOW_TEXT.num(#blob))
-      advisory.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
+      emit('no_subscription', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'size', NOW_TEXT.num(#blob))
+      advisory.no_consumer(id, blob, m[message.PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     elseif #matched == 0 then
       -- only wildcard subscriptions take it: their copies hold it, nothing is stored here
-      emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
+      emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob),
            'subscriptions', 0, 'wildcards', copies)
     else
       topic.store(id, blob, #matched, seq)
     end
     if not rest and #matched > 0 then
       if copies == 0 then
-        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
+        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob),
              'subscriptions', #matched)
       else
-        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
+        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob),
              'subscriptions', #matched, 'wildcards', copies)
       end
     end

@@ -101,7 +101,7 @@ redis.call('HDEL', K_META, 'offline_since')
 redis.call('HSET', TP .. ':subof', cid, key)
 redis.call('HDEL', TP .. ':aborted', cid)  -- a reused id does not inherit an old abort notice
 redis.call('ZREM', TP .. ':aborted:at', cid)
-consumer_joined(cid)
+message.consumer_joined(cid)
 local def = cmsgpack.unpack(packed)
 emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', 0, 'prefetch', prefetch,
      'selector', def.selector_text or '')

@@ -170,8 +170,8 @@ end)
 -- is derived from them alone is kept in them, under table keys no policy name can be (policy_num,
 -- advisory.lua advisory.read_flags). (With EVAL it lives for one call.) Bounded, as destinations may have many
 -- distinct policies.
--- (Its other fields are set below and in message.lua, named here so the table is made at its size.)
-local POLICY_DECODED = { n = 0, by_packed = {}, defs = false, def = false, head = false }
+-- (Its other fields are set below, named here so the table is made at its size.)
+local POLICY_DECODED = { n = 0, by_packed = {}, defs = false, def = false }
 local function policy()
   if POLICY_READ.values then return POLICY_READ.values end
   -- The values scripts use are cached packed in one field, so a call reads one field, not fifteen;

@@ -31,10 +31,10 @@ function PAGE.new() return { ids = {}, inflight = {}, by_consumer = {}, consumer
 function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
   -- (a consumer armed for pushes, outbox.lua push_*, gets the message itself instead of an outbox entry)
   local pushed = outbox.push_armed(c)
-  -- A message this call stored (FRESH) has never been delivered: no counter to read. The counter is
+  -- A message this call stored (message.fresh) has never been delivered: no counter to read. The counter is
   -- passed on as stored (only HINCRBY writes it: the digits Redis would make of the number).
   local redeliveries = not fresh and redis.call('HGET', K_REDELIV, id) or '0'
-  PASS_DIRTY.pending = nil
+  message.pass_dirty.pending = nil
   local digits = NOW_TEXT.num(score)  -- base.lua: the digits of a whole number below 2^53
   if type(digits) ~= 'string' then digits = string.format('%.0f', score) end
   tally.dseq = tally.dseq + 1
@@ -183,7 +183,7 @@ local function dispatch_pass(budget)
   end
   -- Nothing pending (e.g. an ack on a drained queue): the pass has nothing to examine, so its state
   -- stays as it is; the consumers need not be read. (After a send there is: no need to ask.)
-  if next(FRESH) == nil and redis.call('ZCARD', K_PENDING) == 0 then return 0, 0, 0 end
+  if next(message.fresh) == nil and redis.call('ZCARD', K_PENDING) == 0 then return 0, 0, 0 end
   local cons = load_consumers(true)
   if #cons == 0 then return 0, 0, 0 end
   if not budget or budget <= 0 then budget = policy_num('maxPageSize') end
@@ -200,7 +200,7 @@ local function dispatch_pass(budget)
   local pass_skipped = tonumber(rest[4]) or 0
   local tally = { dseq = tonumber(rest[5]) or 0, dispatched = 0, total = tonumber(rest[6]) or 0 }
   local excluded = {}
-  local passfull_before = PASS_DIRTY.passfull_key == K_PASSFULL and PASS_DIRTY.passfull
+  local passfull_before = message.pass_dirty.passfull_key == K_PASSFULL and message.pass_dirty.passfull
                           or redis.call('SMEMBERS', K_PASSFULL)  -- (read by room_freed: message.lua)
   for i = 1, #passfull_before do excluded[passfull_before[i]] = true end
   local strict = policy_flag('strictOrderDispatch')
@@ -241,26 +241,26 @@ local function dispatch_pass(budget)
   end
   local function end_pass()
     local start, skipped = '', 0
-    if resume ~= '-' and not (full or PASS_DIRTY.value == true) then
+    if resume ~= '-' and not (full or message.pass_dirty.value == true) then
       start = resume
       skipped = resume_skipped or tonumber(redis.call('HGET', K_META, 'resume_skipped')) or 0
     end
     cursor, dirty, full, excluded, resume, resume_skipped = start, false, false, {}, '-', nil
-    PASS_DIRTY.value = false
+    message.pass_dirty.value = false
     excluded_changed = true
     last_skipped = pass_skipped
     pass_skipped = skipped
   end
 
   SLOW_RULE.defer = true  -- until flush_counts (consumers.lua note_slow)
-  PASS_DIRTY.in_pass = true  -- until the state is written, below (message.lua mark_dirty)
+  message.pass_dirty.in_pass = true  -- until the state is written, below (message.lua mark_dirty)
   local writes = nil  -- the deliveries' writes of the page being examined (PAGE.deliver)
   while true do
     PAGE.flush(writes)  -- (before anything below reads the pending zset)
     writes = nil
     local usable, any, free = pass_room(cons, excluded, budget - examined)
     if not any then                             -- everyone is full: the next pass starts over
-      if PASS_DIRTY.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
+      if message.pass_dirty.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
         for i = 1, #cons do if cons[i].alive then note_slow(cons[i], true) end end
       end
       left_out()
@@ -281,7 +281,7 @@ local function dispatch_pass(budget)
     local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, upper, 'WITHSCORES', 'LIMIT', '0',
                              NOW_TEXT.num(page))
     if #batch > 2 then writes = PAGE.new() end
-    dirty = dirty or PASS_DIRTY.value
+    dirty = dirty or message.pass_dirty.value
     if #batch == 0 then
       -- At the tail: restart from the head if something changed behind the cursor, else rest here.
       if not dirty then break end
@@ -298,26 +298,26 @@ local function dispatch_pass(budget)
       end
       local id, score = batch[i], tonumber(batch[i + 1])
       examined = examined + 1
-      local fresh = FRESH[id]
-      FRESH[id] = nil
+      local fresh = message.fresh[id]
+      message.fresh[id] = nil
       local blob = fresh and fresh[1] or redis.call('HGET', K_MSGS, id)
       if not blob then
         redis.call('ZREM', K_PENDING, id)
-        PASS_DIRTY.pending = nil
+        message.pass_dirty.pending = nil
         cursor = batch[i + 1]
       else
-        -- the loop reads four fields (POLICY_DECODED.head, message.lua: without decoding the message
+        -- the loop reads four fields (message.head, message.lua: without decoding the message
         -- when it can); `full` is the whole message, decoded when a selector or the expiry needs it
         local full = fresh and fresh[2]
         local exp, gid, seq, conn
-        if not full then exp, gid, seq, conn = POLICY_DECODED.head(blob, true) end
+        if not full then exp, gid, seq, conn = message.head(blob, true) end
         if exp == nil then
-          full = full or unpack_message(blob)
-          exp, gid, seq, conn = tonumber(full[M_EXPIRATION]) or 0, full[M_GROUP],
-                                tonumber(full[M_GROUP_SEQ]) or 0, full[M_CONNECTION]
+          full = full or message.unpack(blob)
+          exp, gid, seq, conn = tonumber(full[message.EXPIRATION]) or 0, full[message.GROUP],
+                                tonumber(full[message.GROUP_SEQ]) or 0, full[message.CONNECTION]
         end  -- (head's sequence is a number already)
         if exp > 0 and NOW > exp then  -- is_expired
-          expire_pending(id, full or unpack_message(blob), blob)
+          expire_pending(id, full or message.unpack(blob), blob)
           cursor = batch[i + 1]
         else
           if gid then GMAP.create() end
@@ -349,8 +349,8 @@ local function dispatch_pass(budget)
                       more, work_cut = 1, true
                       break
                     end
-                    if not full then full = unpack_message(blob) end
-                    view = view or selector_view(id, full)
+                    if not full then full = message.unpack(blob) end
+                    view = view or message.selector_view(id, full)
                     local failed
                     ok, failed = selector.matches(expr, view)
                     if failed then meta_incr('selector_errors') end
@@ -373,7 +373,7 @@ local function dispatch_pass(budget)
             if skip then for cid in pairs(skip) do ids[#ids + 1] = cid end end
             for r = 1, #(refused or {}) do ids[#ids + 1] = refused[r] end
             offered_out = table.concat(ids, ',') .. '|' .. id
-            FRESH[id] = fresh
+            message.fresh[id] = fresh
             break
           end
           if skip then offered_out = '' end  -- (done with the message the record was for)
@@ -407,7 +407,7 @@ local function dispatch_pass(budget)
       local _, any_left = pass_room(cons, excluded)
       end_pass()
       if not any_left then break end
-    elseif at_tail and not (dirty or PASS_DIRTY.value) then
+    elseif at_tail and not (dirty or message.pass_dirty.value) then
       break  -- the pass rests at the tail; no need to ask Redis again
     end
   end
@@ -421,11 +421,11 @@ local function dispatch_pass(budget)
     -- nothing in the pass adds to the set: it holds what was read at the start
     if #passfull_before > 0 then redis.call('DEL', K_PASSFULL) end
     if #passfull > 0 then redis.call('SADD', K_PASSFULL, unpack(passfull)) end
-    PASS_DIRTY.passfull_key = nil
+    message.pass_dirty.passfull_key = nil
   end
-  full = full or PASS_DIRTY.value == true
-  dirty = dirty or PASS_DIRTY.value
-  PASS_DIRTY.in_pass = false
+  full = full or message.pass_dirty.value == true
+  dirty = dirty or message.pass_dirty.value
+  message.pass_dirty.in_pass = false
   if last_skipped then
     counts[#counts + 1] = 'last_pass_skipped'
     counts[#counts + 1] = NOW_TEXT.num(last_skipped)

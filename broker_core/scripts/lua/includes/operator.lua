@@ -17,7 +17,7 @@ function operator.take_out(id)
   local where, cid = operator.locate(id)
   if where == 'pending' then
     redis.call('ZREM', K_PENDING, id)
-    PASS_DIRTY.pending = nil  -- (message.lua)
+    message.pass_dirty.pending = nil  -- (message.lua)
   elseif where == 'parked' then
     redis.call('ZREM', K_PARKED, id)
     redis.call('HDEL', K_PARKINFO, id)
@@ -27,7 +27,7 @@ function operator.take_out(id)
       redis.call('LREM', K_COUT(cid), 1, id)  -- dispatched, not yet handed over
     end
     take_inflight(cid, id)
-    room_freed(cid)
+    message.room_freed(cid)
   end
   local blob = redis.call('HGET', K_MSGS, id)
   local job = nil

@@ -51,7 +51,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   function topic.switch(key)
     if key then use_prefix(TP .. ':s:' .. key) else use_prefix(TP) end
     PARK.next = nil
-    PASS_DIRTY.value = false
+    message.pass_dirty.value = false
   end
 
   -- The subscriptions in the order the topic's dispatch policy visits them (§7.1). Every matching one gets
@@ -92,7 +92,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   -- Does subscription `s` take message (id, m)? noLocal, then the selector (§7.3, §4).
   function topic.matches(s, id, m, view)
-    if s.def.nolocal and s.def.conn and s.def.conn == m[M_CONNECTION] then return false, view end
+    if s.def.nolocal and s.def.conn and s.def.conn == m[message.CONNECTION] then return false, view end
     local compiled = s.def.selector
     if type(compiled) ~= 'string' or compiled == '' then return true, view end
     local expr = topic.selectors[s.key]
@@ -100,7 +100,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       expr = cjson.decode(compiled)
       topic.selectors[s.key] = expr
     end
-    view = view or selector_view(id, m)
+    view = view or message.selector_view(id, m)
     local ok, failed = selector.matches(expr, view)
     if failed then redis.call('HINCRBY', TP .. ':meta', 'selector_errors', 1) end
     return ok, view
@@ -120,11 +120,11 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- Put a stored message in the current subscription's pending list (or park it for its delay).
   function topic.add_to_current(id, m)
     local seq = meta_incr('seq')
-    local delay = tonumber(m[M_DELAY]) or 0
+    local delay = tonumber(m[message.DELAY]) or 0
     if delay > 0 then
-      park(id, NOW + delay, pending_score(seq, m[M_PRIORITY]))
+      park(id, NOW + delay, message.pending_score(seq, m[message.PRIORITY]))
     else
-      pending_add(id, pending_score(seq, m[M_PRIORITY]))
+      message.pending_add(id, message.pending_score(seq, m[message.PRIORITY]))
     end
     meta_incr('enqueued')
   end
@@ -137,8 +137,8 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     local zadd, lowest = {}, nil
     for i, id in ipairs(ids) do
       local m = msgs[i]
-      local score = pending_score(last - #ids + i, m[M_PRIORITY])
-      local delay = tonumber(m[M_DELAY]) or 0
+      local score = message.pending_score(last - #ids + i, m[message.PRIORITY])
+      local delay = tonumber(m[message.DELAY]) or 0
       if delay > 0 then
         park(id, NOW + delay, score)
       else
@@ -153,7 +153,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       end
       -- As pending_add: one placed behind the pass cursor needs a restarted pass.
       local cursor = redis.call('HGET', K_META, 'cursor')
-      if cursor and cursor ~= '' and lowest <= tonumber(cursor) then mark_dirty() end
+      if cursor and cursor ~= '' and lowest <= tonumber(cursor) then message.mark_dirty() end
     end
   end
 
@@ -260,9 +260,9 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     local got = 0
     for _, item in ipairs(items) do
       local id, blob = item[1], item[2]
-      local m = unpack_message(blob)
+      local m = message.unpack(blob)
       local own = id .. '#retained'
-      if not is_expired(m) and not topic.holds(id) and not topic.holds(own) and topic.matches(s, id, m, nil) then
+      if not message.is_expired(m) and not topic.holds(id) and not topic.holds(own) and topic.matches(s, id, m, nil) then
         local key, shared = id, redis.call('HGET', K_MSGS, id)
         if redis.call('HEXISTS', K_MSGS, own) == 1 then
           key, shared = own, true
@@ -350,13 +350,13 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   function topic.discard_pending(id, cause, detail)
     local blob = redis.call('HGET', K_MSGS, id)
     redis.call('ZREM', K_PENDING, id)
-    PASS_DIRTY.pending = nil  -- (message.lua)
+    message.pass_dirty.pending = nil  -- (message.lua)
     if cause == 'evicted' then
       -- TopicSubscription.discard: the topic's dequeues count it, not the subscription's (those are acks).
       meta_incr('evicted')
       redis.call('HINCRBY', TP .. ':meta', 'evict_dequeued', 1)
       emit('evict', 'msg', id, 'strategy', detail)
-      if blob then forward.dead_letter(id, unpack_message(blob), blob, 'evicted', detail) end
+      if blob then forward.dead_letter(id, message.unpack(blob), blob, 'evicted', detail) end
     else
       meta_incr('dropped')
       emit('drop', 'msg', id, 'cause', cause)
@@ -374,7 +374,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       local lowest, pick = nil, nil
       for _, id in ipairs(page) do
         local blob = redis.call('HGET', K_MSGS, id)
-        local p = blob and (tonumber(unpack_message(blob)[M_PRIORITY]) or 4) or 4
+        local p = blob and (tonumber(message.unpack(blob)[message.PRIORITY]) or 4) or 4
         if lowest == nil or p < lowest then lowest, pick = p, id end
       end
       return { pick }
@@ -387,13 +387,13 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       for _, id in ipairs(page) do
         local blob = redis.call('HGET', K_MSGS, id)
         if blob then
-          local m = unpack_message(blob)
-          local flat = m[M_PROPS]
+          local m = message.unpack(blob)
+          local flat = m[message.PROPS]
           if type(flat) == 'table' then
             for i = 1, #flat, 3 do
               if flat[i] == name then
                 local value = flat[i + 1] .. ':' .. tostring(flat[i + 2])
-                local ts = tonumber(m[M_TIMESTAMP]) or 0
+                local ts = tonumber(m[message.TIMESTAMP]) or 0
                 if pivots[value] == nil then order[#order + 1] = value end
                 if pivots[value] == nil or ts > pivot_ts[value] then pivots[value], pivot_ts[value] = id, ts end
               end
@@ -465,8 +465,8 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       -- The first expired message found goes (removeExpiredMessages).
       for _, id in ipairs(redis.call('ZRANGE', K_PENDING, 0, 999)) do
         local blob = redis.call('HGET', K_MSGS, id)
-        local m = blob and unpack_message(blob)
-        if m and is_expired(m) then
+        local m = blob and message.unpack(blob)
+        if m and message.is_expired(m) then
           expire_pending(id, m, blob)
           break
         end

@@ -54,7 +54,7 @@ local virtual = lazy({ selectors = {} }, function(virtual)
       local compiled = cmsgpack.unpack(packed).selector
       if type(compiled) ~= 'string' or compiled == '' then return true end
       if forward.work_spent() then return true end
-      view = view or selector_view(id, m)
+      view = view or message.selector_view(id, m)
       if selector.matches(virtual.compiled_selector(compiled), view) then return true end
     end
     return false
@@ -87,7 +87,7 @@ local virtual = lazy({ selectors = {} }, function(virtual)
       local t_prefix = flow.destination_prefix(target)
       local wanted = true
       if compiled ~= '' then
-        wanted = selector.matches(virtual.compiled_selector(compiled), selector_view(id, m))
+        wanted = selector.matches(virtual.compiled_selector(compiled), message.selector_view(id, m))
       end
       if wanted and bit.band(flags, 1) ~= 0 then wanted = virtual.consumer_selects(t_prefix, id, m) end
       if wanted then
