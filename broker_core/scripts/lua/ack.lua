@@ -28,7 +28,7 @@ while at <= #ARGV do
       return fail('INVALID_ACK', 'consumer ' .. cid .. ' named twice in one call')
     end
   end
-  local c = find_consumer(cid)
+  local c = consumers.find(cid)
   if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
   if count < 1 then return fail('INVALID_ACK', 'no message id given') end
   local seqs = { [ARGV[first]] = false }  -- (made with room for the first id: set just below)
@@ -96,8 +96,7 @@ for g = 1, #groups do message.room_freed(groups[g].c.id) end
 -- them again (consumers.lua), and keeps them current.
 local known = {}
 for g = 1, #groups do known[groups[g].c.id] = groups[g].c end
-SLOW_RULE.known, SLOW_RULE.known_prefix = known, P
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]), known)
 -- (room for one consumer's reply with one message: a table that grows is rebuilt at each power of two)
 local out = { dispatched, more, hold, nil, nil, nil, nil, nil, nil }
 local refill = false  -- a message expired as it was handed over: its room is dispatched to below
@@ -109,7 +108,7 @@ for g = 1, #groups do
   out[count_at] = 0
   if group.receive_max > 0 then
     -- (the dispatch chunk changes a pull consumer's (prefetch 0) window: read again)
-    local _, freed = outbox.pop(c.prefetch > 0 and c or find_consumer(c.id), group.receive_max, out)
+    local _, freed = outbox.pop(c.prefetch > 0 and c or consumers.find(c.id), group.receive_max, out)
     refill = refill or freed
     out[count_at] = (#out - count_at) / 4  -- (4 values per message handed over: expired ones are not)
   end

@@ -27,17 +27,17 @@ redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'ac
 redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
 due_at(P, NOW + lease_ms + 1)  -- the reaper's visit when it lapses
 redis.call('RPUSH', K_CORDER, cid)
-local cons = load_consumers()
-GMAP.note_priorities(cons)
-sort_consumers(cons)
-save_order(cons)
+local cons = consumers.load()
+consumers.gmap.note_priorities(cons)
+consumers.sort(cons)
+consumers.save_order(cons)
 
 -- Exclusive ownership: the first wins; a newcomer takes over only with priority 127 or strictly higher.
 if def.exclusive or policy_flag('allConsumersExclusiveByDefault') then
   local owner = redis.call('HGET', K_META, 'owner')
   local take = (not owner or owner == '')
   if not take then
-    local current = find_consumer(owner)
+    local current = consumers.find(owner)
     local priority = tonumber(def.priority) or 0
     take = current == nil or priority == 127 or priority > current.priority
   end

@@ -10,7 +10,7 @@
 --@allow-oom
 NOW = tonumber(ARGV[1])
 local cid, poison, jitter = ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
-local c = find_consumer(cid)
+local c = consumers.find(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
 local ids, seen = {}, {}
 for i = 6, #ARGV do

@@ -13,7 +13,7 @@
 --@allow-oom
 NOW = tonumber(ARGV[1])
 local cid, max = ARGV[3], tonumber(ARGV[4])
-local c, lease_until = find_consumer(cid)
+local c, lease_until = consumers.find(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
 local lease = tonumber(ARGV[5])
 if lease <= 0 then lease = tonumber(c.def.lease) or 30000 end
@@ -30,7 +30,7 @@ end
 local out = {dispatched, more, hold}
 -- A dispatch chunk changes only a pull consumer's (prefetch 0) window, and a push its 'rcv' and 'push':
 -- `c` is still current otherwise.
-if c.prefetch == 0 or c.push > 0 then c = find_consumer(cid) end
+if c.prefetch == 0 or c.push > 0 then c = consumers.find(cid) end
 local after = ARGV[6] and tonumber(ARGV[6])
 local freed = false
 if after then

@@ -68,7 +68,7 @@ elseif op == 'limits' then
     local limit = -1
     if not s.def.durable then
       topic.switch(s.key)
-      local c = load_consumers()[1]
+      local c = consumers.load()[1]
       if c then limit = topic.pending_limit(c.prefetch, s) end
       topic.switch(nil)
     end

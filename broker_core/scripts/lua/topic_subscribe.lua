@@ -90,7 +90,7 @@ elseif requested < 0 or requested == 32767 then
 end
 
 redis.call('HSET', K_CONSUMERS, cid, packed)
-GMAP.forget_priorities()
+consumers.gmap.forget_priorities()
 redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'acked', 0, 'added', NOW,
            'prefetch', prefetch)
 redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)

@@ -126,7 +126,7 @@ end
 -- consumer's own (flush_consumer).
 local function flush_counts(cons, tally)
   local meta
-  SLOW_RULE.defer = false
+  consumers.slow_rule.defer = false
   for i = 1, #cons do
     local c = cons[i]
     -- (a consumer the pass never counted has nothing to write: all of that comes with counting it)
@@ -150,7 +150,7 @@ local function pass_room(cons, excluded, want)
   local usable, any, free = false, false, 0
   for i = 1, #cons do  -- (numeric loops here: ipairs is a call into C per element)
     local c = cons[i]
-    local slots = c.alive and free_slots(c) or 0
+    local slots = c.alive and consumers.free_slots(c) or 0
     if slots > 0 then
       any = true
       if not excluded[c.id] then
@@ -164,7 +164,7 @@ end
 
 -- One chunk of the pass. Returns dispatched count, 1 when the pass has more to examine, and the time
 -- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
-local function dispatch_pass(budget)
+local function dispatch_pass(budget, known)
   -- the pass state is read in two steps: an ack on a drained queue (the check for pending messages
   -- below) needs only the first two fields
   -- (third: the fence of a close whose returns are still owed, lifecycle.lua closing_key: the pass reads
@@ -184,7 +184,7 @@ local function dispatch_pass(budget)
   -- Nothing pending (e.g. an ack on a drained queue): the pass has nothing to examine, so its state
   -- stays as it is; the consumers need not be read. (After a send there is: no need to ask.)
   if next(message.fresh) == nil and redis.call('ZCARD', K_PENDING) == 0 then return 0, 0, 0 end
-  local cons = load_consumers(true)
+  local cons = consumers.load(true, known)
   if #cons == 0 then return 0, 0, 0 end
   if not budget or budget <= 0 then budget = policy_num('maxPageSize') end
   local rest = redis.call('HMGET', K_META, 'cursor', 'dirty', 'owner', 'pass_skipped', 'dseq', 'dispatched',
@@ -252,7 +252,7 @@ local function dispatch_pass(budget)
     pass_skipped = skipped
   end
 
-  SLOW_RULE.defer = true  -- until flush_counts (consumers.lua note_slow)
+  consumers.slow_rule.defer = true  -- until flush_counts (consumers.lua note_slow)
   message.pass_dirty.in_pass = true  -- until the state is written, below (message.lua mark_dirty)
   local writes = nil  -- the deliveries' writes of the page being examined (PAGE.deliver)
   while true do
@@ -261,7 +261,7 @@ local function dispatch_pass(budget)
     local usable, any, free = pass_room(cons, excluded, budget - examined)
     if not any then                             -- everyone is full: the next pass starts over
       if message.pass_dirty.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
-        for i = 1, #cons do if cons[i].alive then note_slow(cons[i], true) end end
+        for i = 1, #cons do if cons[i].alive then consumers.note_slow(cons[i], true) end end
       end
       left_out()
       end_pass()
@@ -320,7 +320,7 @@ local function dispatch_pass(budget)
           expire_pending(id, full or message.unpack(blob), blob)
           cursor = batch[i + 1]
         else
-          if gid then GMAP.create() end
+          if gid then consumers.gmap.create() end
           local view = nil
           local target, first = nil, false
           local available = false
@@ -329,18 +329,18 @@ local function dispatch_pass(budget)
           for k = 1, #cons do
             local c = cons[k]
             if c.alive and not excluded[c.id] then
-              if is_full(c) then
+              if consumers.is_full(c) then
                 left_out()
                 excluded[c.id] = true
                 excluded_changed = true
-                note_slow(c, true)
+                consumers.note_slow(c, true)
               else
-                note_slow(c, false)
+                consumers.note_slow(c, false)
                 available = true
                 local ok = owner == nil or owner == c.id
                 if ok and c.def.nolocal and c.def.conn and c.def.conn == conn then ok = false end
                 if ok then
-                  local expr = selector_of(c)
+                  local expr = consumers.selector_of(c)
                   if expr and skip and skip[c.id] then
                     ok = false  -- it refused this message in an earlier chunk
                   elseif expr then
@@ -387,7 +387,7 @@ local function dispatch_pass(budget)
                 if c == target then table.remove(cons, j) break end
               end
               cons[#cons + 1] = target
-              sort_consumers(cons)
+              consumers.sort(cons)
               order_changed = true
             end
           elseif not available then
@@ -448,7 +448,7 @@ local function dispatch_pass(budget)
   end
   redis.call('HSET', K_META, 'cursor', cursor, 'dirty', full and '1' or '0', 'pass_skipped',
              NOW_TEXT.num(pass_skipped), unpack(counts))
-  if order_changed then save_order(cons) end
+  if order_changed then consumers.save_order(cons) end
   return dispatched, more, 0
 end
 
@@ -457,9 +457,10 @@ local UNPARK_PER_CALL = 100
 -- What every script runs last: bring back parked messages that are due, run one chunk of the pass.
 -- Returns the dispatched count; flags (1: the pass has more to examine, 2: forwards wait in K_FWD);
 -- and when to run dispatch again (a delayed start, or the next parked message), 0 if never.
-local function dispatch_chunk(budget)
+-- `known`: consumers the caller has read and kept current (consumers.lua load_consumers), or nil.
+local function dispatch_chunk(budget, known)
   unpark_due(UNPARK_PER_CALL)
-  local dispatched, more, hold = dispatch_pass(budget)
+  local dispatched, more, hold = dispatch_pass(budget, known)
   if hold == 0 then hold = next_unpark() end
   return dispatched, forward.with_flag(more), hold
 end

@@ -83,7 +83,7 @@ function groups.count_down(cid, cons)
   for i = 1, #cons do
     local c = cons[i]
     if c.id == cid then
-      counted(c)
+      consumers.counted(c)
       c.groups = c.groups - 1
       c.groups_moved = true
       return

@@ -236,7 +236,7 @@ local function lifecycle_load()
     if owner == removed_id and removed_def.exclusive then
       -- The first exclusive consumer, in list order, with the highest priority takes over.
       local best, best_priority = nil, nil
-      for _, c in ipairs(load_consumers()) do
+      for _, c in ipairs(consumers.load()) do
         if c.def.exclusive and (best_priority == nil or c.priority > best_priority) then
           best, best_priority = c.id, c.priority
         end
@@ -244,7 +244,7 @@ local function lifecycle_load()
       redis.call('HSET', K_META, 'owner', best or '')
     elseif all_exclusive then
       local best, best_priority = nil, nil
-      for _, c in ipairs(load_consumers()) do
+      for _, c in ipairs(consumers.load()) do
         if best_priority == nil or c.priority > best_priority then best, best_priority = c.id, c.priority end
       end
       redis.call('HSET', K_META, 'owner', best or '')
@@ -484,7 +484,7 @@ local function closing_load()
     local def = cmsgpack.unpack(packed)
     redis.call('HDEL', K_CONSUMERS, cid)
     redis.call('LREM', K_CORDER, 0, cid)
-    GMAP.forget_priorities()
+    consumers.gmap.forget_priorities()
     redis.call('ZREM', K_LEASES, cid)
     redis.call('SREM', K_PASSFULL, cid)
     message.pass_dirty.passfull_key = nil
@@ -494,7 +494,7 @@ local function closing_load()
     -- and the entries themselves are deleted a chunk per call (return_owed, GROUP_FREE_CHUNK), so a
     -- consumer owning 10,000 groups under a `simple` map costs this call nothing more. Its id stays in
     -- `closing` until they are gone, so a new consumer with the same id cannot inherit them.
-    GMAP.create()  -- ActiveMQ creates the group map on the first removal
+    consumers.gmap.create()  -- ActiveMQ creates the group map on the first removal
     local returned = redis.call('ZCARD', K_CINF(cid))
     local owed = 0
     if SUB and redis.call('HGET', K_META, 'durable') ~= '1' then

@@ -434,7 +434,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- After a send reached the current non-durable subscription `s` (its new ids in `new_ids`): the topic
   -- slow rule (§8.1) and the pending-message limit with eviction (§8.5).
   function topic.after_send(new_ids, s)
-    local cons = load_consumers()
+    local cons = consumers.load()
     local c = cons[1]
     if not c then return end
     local waiting = redis.call('ZCARD', K_PENDING)
