@@ -64,7 +64,7 @@ end
 
 local function finish(ran, tracked, aborted)
   local dispatched, more, hold = 0, 0, 0
-  if #aborted > 0 then dispatched, more, hold = dispatch_chunk(budget) end
+  if #aborted > 0 then dispatched, more, hold = dispatch.chunk(budget) end
   local out = {ran, tracked, dispatched, more, hold}
   for _, cid in ipairs(aborted) do out[#out + 1] = cid end
   return out

@@ -96,7 +96,7 @@ for g = 1, #groups do message.room_freed(groups[g].c.id) end
 -- them again (consumers.lua), and keeps them current.
 local known = {}
 for g = 1, #groups do known[groups[g].c.id] = groups[g].c end
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]), known)
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]), known)
 -- (room for one consumer's reply with one message: a table that grows is rebuilt at each power of two)
 local out = { dispatched, more, hold, nil, nil, nil, nil, nil, nil }
 local refill = false  -- a message expired as it was handed over: its room is dispatched to below
@@ -113,6 +113,6 @@ for g = 1, #groups do
     out[count_at] = (#out - count_at) / 4  -- (4 values per message handed over: expired ones are not)
   end
 end
-if refill then dispatch_more(out, tonumber(ARGV[2])) end
+if refill then dispatch.more(out, tonumber(ARGV[2])) end
 out[2] = forward.with_flag(out[2])  -- handing over may have expired messages
 return out

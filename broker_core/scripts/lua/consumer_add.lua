@@ -65,5 +65,5 @@ end
 message.consumer_joined(cid)
 emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', def.exclusive and 1 or 0,
      'prefetch', prefetch, 'selector', def.selector_text or '')
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 return {dispatched, more, hold, redis.call('HGET', K_META, 'owner') or '', prefetch}

@@ -16,5 +16,5 @@ local closed, owed = close_consumer(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 if not closed then
   return fail('UNKNOWN_CONSUMER', 'no consumer ' .. ARGV[3] .. ' on this destination')
 end
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 return {dispatched, more, hold, owed}

@@ -4,5 +4,5 @@
 --@include dispatch
 --@allow-oom
 NOW = tonumber(ARGV[1])
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 return {dispatched, more, hold}

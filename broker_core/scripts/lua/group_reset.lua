@@ -27,5 +27,5 @@ else
   emit('group_reset', 'group', ARGV[3], 'removed', removed)
 end
 message.reset_pass()
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 return {removed, dispatched, more, hold}

@@ -87,5 +87,5 @@ else
   if not cut and #batch / 2 < budget and taken < max then next_cursor = '' end
 end
 if mode ~= 'copy' then message.reset_pass() end
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 return {taken, next_cursor, more, hold}

@@ -72,5 +72,5 @@ for _, id in ipairs(ids) do
 end
 redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- a negative ack is an ack for lastAckTime
 message.room_freed(cid)
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 return {dead, later, dispatched, more, hold}

@@ -7,5 +7,5 @@ redis.call('HSET', K_META, 'paused', ARGV[3])
 emit(ARGV[3] == '1' and 'pause' or 'resume')
 if ARGV[3] == '1' then return {0, 0, 0} end
 message.mark_dirty()
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 return {dispatched, more, hold}

@@ -158,5 +158,5 @@ if purged + cancelled > 0 then
   emit('purge', 'count', purged + cancelled)
   message.reset_pass()
 end
-local _, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local _, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 return { purged + cancelled, cursor, NOW_TEXT.num(mark), more, hold }

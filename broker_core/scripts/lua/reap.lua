@@ -17,7 +17,7 @@ for _, cid in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', '(' .. NOW, '
   end
 end
 local dispatched, more, hold = 0, 0, 0
-if #out > 0 then dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2])) end
+if #out > 0 then dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2])) end
 out[#out + 1] = ''
 out[#out + 1] = dispatched
 out[#out + 1] = more

@@ -25,7 +25,7 @@ if waiting < max then
     redis.call('HSET', K_C(cid), 'ext', max - waiting)
     message.room_freed(cid)
   end
-  dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+  dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 end
 local out = {dispatched, more, hold}
 -- A dispatch chunk changes only a pull consumer's (prefetch 0) window, and a push its 'rcv' and 'push':
@@ -60,6 +60,6 @@ else
   local _
   _, freed = outbox.pop(c, max, out)
 end
-if freed then dispatch_more(out, tonumber(ARGV[2])) end
+if freed then dispatch.more(out, tonumber(ARGV[2])) end
 out[2] = forward.with_flag(out[2])  -- handing over may have expired messages
 return out

@@ -30,5 +30,5 @@ return_messages(cid, held, rcv, 'rollback')
 local ext = tonumber(redis.call('HGET', K_C(cid), 'ext')) or 0
 redis.call('HSET', K_C(cid), 'ext', math.max(0, ext - #ids))
 message.room_freed(cid)
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 return {#ids, dispatched, more, hold}

@@ -23,6 +23,6 @@ end
 for i = 4, #ARGV do remove(ARGV[i]) end
 if removed > 0 then emit('remove', 'msg', ARGV[4], 'count', removed) end
 message.reset_pass()
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 local left = redis.call('ZCARD', K_PENDING) + redis.call('HLEN', K_INFLIGHT) + redis.call('ZCARD', K_PARKED)
 return {removed, left, more, hold}

@@ -152,7 +152,7 @@ if #audited > 0 then
   end
 end
 if charged > 0 then flow.memory_add(charged) end
-local dispatched, more, hold = dispatch_chunk(budget)
+local dispatched, more, hold = dispatch.chunk(budget)
 out[#out + 1] = ''
 out[#out + 1] = dispatched
 out[#out + 1] = more

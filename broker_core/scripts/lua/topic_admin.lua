@@ -14,7 +14,6 @@
 --       1 if removed, 0 if it must wait (includes/wildcard.lua wildcard.drop_idle).
 -- Each removal forgets the key's registry entry (<ns>:durables) in the same step (topic.unregister).
 --@include base
---@include dispatch
 --@include topic
 --@allow-oom
 NOW = tonumber(ARGV[1])

@@ -7,7 +7,6 @@
 -- Returns {fan-outs finished in this call, fan-outs still unfinished, dispatched, flags, hold_until,
 -- subscription keys whose pass has more...}.
 --@include base
---@include dispatch
 --@include topic
 --@include fanout
 NOW = tonumber(ARGV[1])

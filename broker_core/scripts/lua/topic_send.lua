@@ -10,7 +10,6 @@
 -- more...}; statuses as send.lua's. Flags: 1 a pass has more, 2 forwards wait, 4 a fan-out is unfinished
 -- (includes/fanout.lua: the caller runs topic_fanout.lua until its messages are matched).
 --@include base
---@include dispatch
 --@include topic
 --@include virtual
 --@include fanout

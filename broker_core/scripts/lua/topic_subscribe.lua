@@ -138,7 +138,7 @@ elseif (retroactive or pol['alwaysRetroactive'] == '1' or pol['alwaysRetroactive
   recovered = topic.replay(s, topic.recovery_items(true), replayed)
 end
 
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 -- Recovered messages reach a non-durable subscription as any other (TopicSubscription.add): its
 -- pending-message limit applies to them.
 if replayed and #replayed > 0 then topic.after_send(replayed, s) end

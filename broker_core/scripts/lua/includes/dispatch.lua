@@ -22,13 +22,13 @@
 -- Hand message `id` to consumer c: in flight, in its outbox, logged, owner woken; with `first`, marked the
 -- first of its group for c (groups.lua groups.allows). Counters are kept in `c` and `tally` and written once
 -- at the end of the chunk (see flush_counts). With `writes` (a page of more than one message) the
--- deliveries' writes are collected and made with one command per key when the page is done (PAGE.flush:
+-- deliveries' writes are collected and made with one command per key when the page is done (dispatch.flush_page:
 -- nothing in the pass reads those keys in between); a page of one message writes at once (collecting costs
 -- more tables than it saves commands).
--- (fields of one table: dispatch_pass is near Lua's limit of 60 upvalues)
-local PAGE = {}
-function PAGE.new() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {}, firsts = {} } end
-function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
+-- Its module table is `dispatch`.
+local dispatch = {}
+function dispatch.new_page() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {}, firsts = {} } end
+function dispatch.deliver(c, id, score, tally, fresh, writes, first, blob)
   -- (a consumer armed for pushes, outbox.lua push_*, gets the message itself instead of an outbox entry)
   local pushed = outbox.push_armed(c)
   -- A message this call stored (message.fresh) has never been delivered: no counter to read. The counter is
@@ -71,8 +71,8 @@ function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
   emit('dispatch', 'msg', id, 'consumer', c.id, 'redeliveries', redeliveries)
 end
 
--- The writes PAGE.deliver collected; a consumer whose outbox was empty is woken, one armed gets its pushes.
-function PAGE.flush(writes)
+-- The writes dispatch.deliver collected; a consumer whose outbox was empty is woken, one armed gets its pushes.
+function dispatch.flush_page(writes)
   if not writes or #writes.ids == 0 then
     outbox.push_flush()
     return
@@ -94,7 +94,7 @@ end
 
 -- Consumer c's counters, and the slow_since change of the pass (consumers.lua note_slow) and its group count
 -- if it moved (groups.lua), written once at the end of the pass.
-local function flush_consumer(c)
+function dispatch.flush_consumer(c)
   local slow = c.slow_write
   c.slow_write = nil
   if c.delivered then
@@ -124,13 +124,13 @@ end
 
 -- Returns the destination's counters (field, value, ...) for the caller's one write of K_META; writes each
 -- consumer's own (flush_consumer).
-local function flush_counts(cons, tally)
+function dispatch.flush_counts(cons, tally)
   local meta
   consumers.slow_rule.defer = false
   for i = 1, #cons do
     local c = cons[i]
     -- (a consumer the pass never counted has nothing to write: all of that comes with counting it)
-    if c.loaded then flush_consumer(c) end
+    if c.loaded then dispatch.flush_consumer(c) end
   end
   if tally.dispatched > 0 then
     meta = { 'dseq', NOW_TEXT.num(tally.dseq), 'dispatched', NOW_TEXT.num(tally.total + tally.dispatched) }
@@ -146,7 +146,7 @@ end
 -- many messages the usable ones can take, which bounds the page read next: summed until it reaches `want`
 -- (all of them without), so a consumer with a large window spares reading the others' counters. (A function
 -- of its own, not a closure made by every pass.)
-local function pass_room(cons, excluded, want)
+function dispatch.pass_room(cons, excluded, want)
   local usable, any, free = false, false, 0
   for i = 1, #cons do  -- (numeric loops here: ipairs is a call into C per element)
     local c = cons[i]
@@ -164,7 +164,7 @@ end
 
 -- One chunk of the pass. Returns dispatched count, 1 when the pass has more to examine, and the time
 -- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
-local function dispatch_pass(budget, known)
+function dispatch.pass(budget, known)
   -- the pass state is read in two steps: an ack on a drained queue (the check for pending messages
   -- below) needs only the first two fields
   -- (third: the fence of a close whose returns are still owed, lifecycle.lua closing_key: the pass reads
@@ -254,11 +254,11 @@ local function dispatch_pass(budget, known)
 
   consumers.slow_rule.defer = true  -- until flush_counts (consumers.lua note_slow)
   message.pass_dirty.in_pass = true  -- until the state is written, below (message.lua mark_dirty)
-  local writes = nil  -- the deliveries' writes of the page being examined (PAGE.deliver)
+  local writes = nil  -- the deliveries' writes of the page being examined (dispatch.deliver)
   while true do
-    PAGE.flush(writes)  -- (before anything below reads the pending zset)
+    dispatch.flush_page(writes)  -- (before anything below reads the pending zset)
     writes = nil
-    local usable, any, free = pass_room(cons, excluded, budget - examined)
+    local usable, any, free = dispatch.pass_room(cons, excluded, budget - examined)
     if not any then                             -- everyone is full: the next pass starts over
       if message.pass_dirty.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
         for i = 1, #cons do if cons[i].alive then consumers.note_slow(cons[i], true) end end
@@ -269,7 +269,7 @@ local function dispatch_pass(budget, known)
     end
     if not usable then                          -- room only where this pass may not go: start over
       end_pass()
-      usable, any, free = pass_room(cons, excluded, budget - examined)
+      usable, any, free = dispatch.pass_room(cons, excluded, budget - examined)
     end
     if examined >= budget then more = 1 break end
     local lower = '-inf'
@@ -280,7 +280,7 @@ local function dispatch_pass(budget, known)
     if free + 8 < page then page = free + 8 end
     local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, upper, 'WITHSCORES', 'LIMIT', '0',
                              NOW_TEXT.num(page))
-    if #batch > 2 then writes = PAGE.new() end
+    if #batch > 2 then writes = dispatch.new_page() end
     dirty = dirty or message.pass_dirty.value
     if #batch == 0 then
       -- At the tail: restart from the head if something changed behind the cursor, else rest here.
@@ -378,7 +378,7 @@ local function dispatch_pass(budget, known)
           end
           if skip then offered_out = '' end  -- (done with the message the record was for)
           if target then
-            PAGE.deliver(target, id, score, tally, fresh, writes, first, blob)
+            dispatch.deliver(target, id, score, tally, fresh, writes, first, blob)
             dispatched = dispatched + 1
             cursor = batch[i + 1]
             if not strict and #cons > 1 and target.id ~= owner then
@@ -404,7 +404,7 @@ local function dispatch_pass(budget, known)
     end
     if work_cut then break end
     if restart then
-      local _, any_left = pass_room(cons, excluded)
+      local _, any_left = dispatch.pass_room(cons, excluded)
       end_pass()
       if not any_left then break end
     elseif at_tail and not (dirty or message.pass_dirty.value) then
@@ -412,8 +412,8 @@ local function dispatch_pass(budget, known)
     end
   end
 
-  PAGE.flush(writes)
-  local counts = flush_counts(cons, tally)
+  dispatch.flush_page(writes)
+  local counts = dispatch.flush_counts(cons, tally)
   groups.lru_flush(counts)
   if excluded_changed then
     local passfull = {}
@@ -452,22 +452,22 @@ local function dispatch_pass(budget, known)
   return dispatched, more, 0
 end
 
-local UNPARK_PER_CALL = 100
+dispatch.UNPARK_PER_CALL = 100
 
 -- What every script runs last: bring back parked messages that are due, run one chunk of the pass.
 -- Returns the dispatched count; flags (1: the pass has more to examine, 2: forwards wait in K_FWD);
 -- and when to run dispatch again (a delayed start, or the next parked message), 0 if never.
 -- `known`: consumers the caller has read and kept current (consumers.lua load_consumers), or nil.
-local function dispatch_chunk(budget, known)
-  unpark_due(UNPARK_PER_CALL)
-  local dispatched, more, hold = dispatch_pass(budget, known)
+function dispatch.chunk(budget, known)
+  unpark_due(dispatch.UNPARK_PER_CALL)
+  local dispatched, more, hold = dispatch.pass(budget, known)
   if hold == 0 then hold = next_unpark() end
   return dispatched, forward.with_flag(more), hold
 end
 
 -- Another chunk for a reply that begins {dispatched, more, hold} (handing messages over freed room in a
 -- window: acknowledged in ack mode 'auto', or expired on the way), added into those three.
-local function dispatch_more(out, budget)
-  local dispatched, more, hold = dispatch_chunk(budget)
+function dispatch.more(out, budget)
+  local dispatched, more, hold = dispatch.chunk(budget)
   out[1], out[2], out[3] = out[1] + dispatched, more, hold
 end

@@ -1,4 +1,5 @@
--- Topics (spec §7, §8.1, §8.5; docs/broker_core.md "Topics"). Included after base and dispatch.
+-- Topics (spec §7, §8.1, §8.5; docs/broker_core.md "Topics"). Included after base; uses dispatch.
+--@include dispatch
 --
 -- Keys under the topic prefix TP (besides the shared ones in base.lua):
 --   :subs    hash  subscription key -> packed definition {selector, selector_text, nolocal, conn, client,
@@ -421,7 +422,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       local entry = touched[key]
       topic.switch(key)
       topic.add_all_to_current(entry.ids, entry.msgs)
-      local d, more, h = dispatch_chunk(budget)
+      local d, more, h = dispatch.chunk(budget)
       dispatched = dispatched + d
       if more == 1 then more_keys[#more_keys + 1] = key end
       if h > 0 and (hold == 0 or h < hold) then hold = h end
