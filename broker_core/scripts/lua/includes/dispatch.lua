@@ -255,13 +255,17 @@ function dispatch.pass(budget, known)
   consumers.slow_rule.defer = true  -- until flush_counts (consumers.lua note_slow)
   message.pass_dirty.in_pass = true  -- until the state is written, below (message.lua mark_dirty)
   local writes = nil  -- the deliveries' writes of the page being examined (dispatch.deliver)
+  -- what the loop below calls for each message, as locals: a module's field read per call costs
+  -- instructions (bench/redis_instructions.py; message.fresh is this call's table throughout the pass)
+  local fresh_of, head, is_full, note_slow, allows, deliver =
+    message.fresh, message.head, consumers.is_full, consumers.note_slow, groups.allows, dispatch.deliver
   while true do
     dispatch.flush_page(writes)  -- (before anything below reads the pending zset)
     writes = nil
     local usable, any, free = dispatch.pass_room(cons, excluded, budget - examined)
     if not any then                             -- everyone is full: the next pass starts over
       if message.pass_dirty.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
-        for i = 1, #cons do if cons[i].alive then consumers.note_slow(cons[i], true) end end
+        for i = 1, #cons do if cons[i].alive then note_slow(cons[i], true) end end
       end
       left_out()
       end_pass()
@@ -298,8 +302,8 @@ function dispatch.pass(budget, known)
       end
       local id, score = batch[i], tonumber(batch[i + 1])
       examined = examined + 1
-      local fresh = message.fresh[id]
-      message.fresh[id] = nil
+      local fresh = fresh_of[id]
+      fresh_of[id] = nil
       local blob = fresh and fresh[1] or redis.call('HGET', K_MSGS, id)
       if not blob then
         redis.call('ZREM', K_PENDING, id)
@@ -310,7 +314,7 @@ function dispatch.pass(budget, known)
         -- when it can); `full` is the whole message, decoded when a selector or the expiry needs it
         local full = fresh and fresh[2]
         local exp, gid, seq, conn
-        if not full then exp, gid, seq, conn = message.head(blob, true) end
+        if not full then exp, gid, seq, conn = head(blob, true) end
         if exp == nil then
           full = full or message.unpack(blob)
           exp, gid, seq, conn = tonumber(full[message.EXPIRATION]) or 0, full[message.GROUP],
@@ -329,13 +333,13 @@ function dispatch.pass(budget, known)
           for k = 1, #cons do
             local c = cons[k]
             if c.alive and not excluded[c.id] then
-              if consumers.is_full(c) then
+              if is_full(c) then
                 left_out()
                 excluded[c.id] = true
                 excluded_changed = true
-                consumers.note_slow(c, true)
+                note_slow(c, true)
               else
-                consumers.note_slow(c, false)
+                note_slow(c, false)
                 available = true
                 local ok = owner == nil or owner == c.id
                 if ok and c.def.nolocal and c.def.conn and c.def.conn == conn then ok = false end
@@ -361,7 +365,7 @@ function dispatch.pass(budget, known)
                   end
                 end
                 if ok then
-                  ok, first = groups.allows(c, id, gid, seq, cons)
+                  ok, first = allows(c, id, gid, seq, cons)
                   if ok then target = c break end
                 end
               end
@@ -373,12 +377,12 @@ function dispatch.pass(budget, known)
             if skip then for cid in pairs(skip) do ids[#ids + 1] = cid end end
             for r = 1, #(refused or {}) do ids[#ids + 1] = refused[r] end
             offered_out = table.concat(ids, ',') .. '|' .. id
-            message.fresh[id] = fresh
+            fresh_of[id] = fresh
             break
           end
           if skip then offered_out = '' end  -- (done with the message the record was for)
           if target then
-            dispatch.deliver(target, id, score, tally, fresh, writes, first, blob)
+            deliver(target, id, score, tally, fresh, writes, first, blob)
             dispatched = dispatched + 1
             cursor = batch[i + 1]
             if not strict and #cons > 1 and target.id ~= owner then
