@@ -6,8 +6,8 @@ script with several) turns the raw reply into a typed value. This is the only mo
 value sits in a script's reply; the operations read names.
 
 Every script that can leave work behind for its caller ends its reply with the same tail, one array
-(`reply_tail` in lua/includes/dispatch.lua), read by `tail` into a `Tail`: how many messages the call
-dispatched, the flags saying what is left (a pass that has more, forwards waiting, a topic's unfinished
+(`dispatch.reply_tail` in lua/includes/dispatch.lua), read by `tail` into a `Tail`: how many messages the
+call dispatched, the flags saying what is left (a pass that has more, forwards waiting, a topic's unfinished
 fan-out), when a parked message or a delayed start comes due, the subscriptions whose pass has more (a
 topic's scripts), and the deliveries pushed to the calling process's own consumers (send.lua,
 lua/includes/outbox.lua, its push_* functions).

@@ -100,6 +100,7 @@ def shape(source: str, known: set[str] = frozenset()) -> Shape:
     # Scopes: a stack of (depth, names). A name is bound from its `local` (or parameter) on.
     scopes: list[tuple[int, set[str]]] = [(0, set())]
     brackets: list[str] = []
+    loop_names: dict[int, list[str]] = {}  # a for loop's `do` -> the names it binds
 
     def bound(name: str) -> bool:
         return name in known or any(name in names for _, names in scopes)
@@ -164,12 +165,15 @@ def shape(source: str, known: set[str] = frozenset()) -> Shape:
                     names.append(toks[j].text)
                 j += 1
             # bound inside the loop's block, which its `do` opens (the expressions before it cannot see them)
-            while not (toks[j].text == "do" and toks[j].depth == t.depth):
-                j += 1
-            for name in names:
-                declare(name, t.depth + 1)
+            k = j
+            while not (toks[k].text == "do" and toks[k].depth == t.depth):
+                k += 1
+            loop_names[k] = names
             i = j + 1
             continue
+        if t.kind == "name" and t.text == "do" and i in loop_names:
+            for name in loop_names.pop(i):
+                declare(name, t.depth + 1)
         is_key = bool(brackets) and brackets[-1] == "{" and toks[i - 1].text in ("{", ",", ";") and (
             i + 1 < len(toks) and toks[i + 1].text == "=")
         if (t.kind == "name" and t.text not in _KEYWORDS and (i == 0 or toks[i - 1].text not in (".", ":"))

@@ -81,8 +81,9 @@ def test_no_other_module_indexes_a_raw_reply():
 
 def test_every_script_that_dispatches_ends_its_reply_with_the_tail():
     """A script that runs a dispatch chunk (or a topic's deliveries) can leave work behind: its replies that
-    are not errors or early answers end with reply_tail (includes/dispatch.lua), which calls.tail reads."""
-    runs = re.compile(r"\bdispatch_chunk\(|\btopic\.deliver\(")
+    are not errors or early answers end with dispatch.reply_tail (includes/dispatch.lua), which calls.tail
+    reads."""
+    runs = re.compile(r"\bdispatch\.chunk\(|\btopic\.deliver\(")
     for name in _scripts():
         body = (SCRIPT_DIR / f"{name}.lua").read_text()
         if runs.search(body):

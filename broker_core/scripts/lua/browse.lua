@@ -26,7 +26,7 @@ local function offer(id, state, cid)
   end
   if not blob then return end
   if expr then
-    local ok = selector.matches(expr, selector_view(id, unpack_message(blob)))
+    local ok = selector.matches(expr, message.selector_view(id, message.unpack(blob)))
     if selector.bytes - selector_work >= selector.call_limit then examined = budget end
     if not ok then return end
   end

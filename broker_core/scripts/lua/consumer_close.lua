@@ -3,7 +3,7 @@
 -- ARGV: now, budget, consumer id, reason, chunk, optionally `written`: the dispatch sequence of the last
 -- message the adapter wrote, when it knows that messages handed over after it (pushed, outbox.lua push_*)
 -- never reached its client: they go back as not received (no redelivery counter raised).
--- Returns {owed, the tail (includes/dispatch.lua reply_tail)}.
+-- Returns {owed, the tail (includes/dispatch.lua dispatch.reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -16,5 +16,5 @@ local closed, owed = close_consumer(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 if not closed then
   return fail('UNKNOWN_CONSUMER', 'no consumer ' .. ARGV[3] .. ' on this destination')
 end
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return { owed, reply_tail(dispatched, more, hold) }
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+return { owed, dispatch.reply_tail(dispatched, more, hold) }

@@ -1,6 +1,6 @@
 -- removeMessageGroup(name) / removeAllMessageGroups() (spec §3.5): later messages are re-assigned;
 -- in-flight messages stay where they are. ARGV: now, budget, group id ('' with ARGV[4] = 'all' for every
--- group). Returns {removed count, the tail (includes/dispatch.lua reply_tail)}.
+-- group). Returns {removed count, the tail (includes/dispatch.lua dispatch.reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -26,6 +26,6 @@ else
   end
   emit('group_reset', 'group', ARGV[3], 'removed', removed)
 end
-reset_pass()
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return { removed, reply_tail(dispatched, more, hold) }
+message.reset_pass()
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+return { removed, dispatch.reply_tail(dispatched, more, hold) }

@@ -5,7 +5,7 @@
 -- ARGV: now, budget, mode ('move', 'copy' or 'retry'), target uri ('' for retry: each message's
 -- original destination), cursor (score; '' = head), examine budget, max to take, compiled selector
 -- JSON or '', ids... (ids given: only those)
--- Returns {taken, next cursor ('' when done), the tail (includes/dispatch.lua reply_tail)}.
+-- Returns {taken, next cursor ('' when done), the tail (includes/dispatch.lua dispatch.reply_tail)}.
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
@@ -35,7 +35,7 @@ for i = 9, #ARGV do
       '; it can be moved once acknowledged or returned')
   end
   if mode == 'retry' then
-    local orig = unpack_message(redis.call('HGET', K_MSGS, ARGV[i]))[M_ORIG_DEST]
+    local orig = message.unpack(redis.call('HGET', K_MSGS, ARGV[i]))[message.ORIG_DEST]
     if not orig or orig == '' then
       return fail('NO_ORIGINAL_DESTINATION', 'message ' .. ARGV[i] .. ' has no original destination')
     end
@@ -47,7 +47,7 @@ local taken = 0
 local function take(id, m, blob)
   local to = target
   if mode == 'retry' then
-    to = m[M_ORIG_DEST]
+    to = m[message.ORIG_DEST]
     if not to or to == '' then return end  -- not retryable: stays (ids were checked above)
   end
   if mode == 'copy' then
@@ -66,7 +66,7 @@ local next_cursor = ''
 if #ids > 0 then
   for _, id in ipairs(ids) do
     local blob = redis.call('HGET', K_MSGS, id)
-    take(id, unpack_message(blob), blob)
+    take(id, message.unpack(blob), blob)
   end
 else
   local lower = cursor == '' and '-inf' or '(' .. cursor
@@ -80,12 +80,12 @@ else
     next_cursor = batch[i + 1]
     local blob = redis.call('HGET', K_MSGS, id)
     if blob then
-      local m = unpack_message(blob)
-      if not expr or selector.matches(expr, selector_view(id, m)) then take(id, m, blob) end
+      local m = message.unpack(blob)
+      if not expr or selector.matches(expr, message.selector_view(id, m)) then take(id, m, blob) end
     end
   end
   if not cut and #batch / 2 < budget and taken < max then next_cursor = '' end
 end
-if mode ~= 'copy' then reset_pass() end
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return { taken, next_cursor, reply_tail(dispatched, more, hold) }
+if mode ~= 'copy' then message.reset_pass() end
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+return { taken, next_cursor, dispatch.reply_tail(dispatched, more, hold) }

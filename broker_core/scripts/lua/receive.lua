@@ -6,32 +6,32 @@
 -- has, so what was handed over after it (pushed, and lost or still on its way) comes first, again; and how
 -- many messages may be pushed to it from now on, when this call leaves its outbox empty.
 -- Returns {per message: id, packed message, redeliveries, group first, then the tail (includes/dispatch.lua
--- reply_tail)}; with `after`, {the dispatch sequence of the last message handed over, the messages, the
--- tail}.
+-- dispatch.reply_tail)}; with `after`, {the dispatch sequence of the last message handed over, the
+-- messages, the tail}.
 --@include base
 --@include dispatch
 --@allow-oom
 NOW = tonumber(ARGV[1])
 local cid, max = ARGV[3], tonumber(ARGV[4])
-local c, lease_until = find_consumer(cid)
+local c, lease_until = consumers.find(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
 local lease = tonumber(ARGV[5])
 if lease <= 0 then lease = tonumber(c.def.lease) or 30000 end
-renew_lease(cid, lease, lease_until)
+message.renew_lease(cid, lease, lease_until)
 local dispatched, more, hold = 0, 0, 0
 local waiting = redis.call('LLEN', K_COUT(cid))
 if waiting < max then
   if c.prefetch == 0 and c.ext < max - waiting then
     redis.call('HSET', K_C(cid), 'ext', max - waiting)
-    room_freed(cid)
+    message.room_freed(cid)
   end
-  dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+  dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 end
 -- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
 local out = { nil, nil, nil, nil, nil }
 -- A dispatch chunk changes only a pull consumer's (prefetch 0) window, and a push its 'rcv' and 'push':
 -- `c` is still current otherwise.
-if c.prefetch == 0 or c.push > 0 then c = find_consumer(cid) end
+if c.prefetch == 0 or c.push > 0 then c = consumers.find(cid) end
 local after = ARGV[6] and tonumber(ARGV[6])
 local freed = false
 if after then
@@ -63,8 +63,8 @@ else
 end
 if freed then  -- another chunk: handing messages over freed room (acknowledged, or expired on the way)
   local more_dispatched
-  more_dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+  more_dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
   dispatched = dispatched + more_dispatched
 end
-out[#out + 1] = reply_tail(dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)
+out[#out + 1] = dispatch.reply_tail(dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)
 return out

@@ -1,6 +1,6 @@
 -- Remove messages by id (QueueView.removeMessage, spec §14.3; a purge is purge.lua). Counted as purged.
 -- ARGV: now, budget, '0' (unused), ids...
--- Returns {removed count, left (pending + in flight + parked), the tail (includes/dispatch.lua reply_tail)}.
+-- Returns {removed count, left (pending + in flight + parked), the tail (includes/dispatch.lua dispatch.reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -22,7 +22,7 @@ local function remove(id)
 end
 for i = 4, #ARGV do remove(ARGV[i]) end
 if removed > 0 then emit('remove', 'msg', ARGV[4], 'count', removed) end
-reset_pass()
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+message.reset_pass()
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 local left = redis.call('ZCARD', K_PENDING) + redis.call('HLEN', K_INFLIGHT) + redis.call('ZCARD', K_PARKED)
-return { removed, left, reply_tail(dispatched, more, hold) }
+return { removed, left, dispatch.reply_tail(dispatched, more, hold) }

@@ -14,7 +14,6 @@
 --       1 if removed, 0 if it must wait (includes/wildcard.lua wildcard.drop_idle).
 -- Each removal forgets the key's registry entry (<ns>:durables) in the same step (topic.unregister).
 --@include base
---@include dispatch
 --@include topic
 --@allow-oom
 NOW = tonumber(ARGV[1])
@@ -68,7 +67,7 @@ elseif op == 'limits' then
     local limit = -1
     if not s.def.durable then
       topic.switch(s.key)
-      local c = load_consumers()[1]
+      local c = consumers.load()[1]
       if c then limit = topic.pending_limit(c.prefetch, s) end
       topic.switch(nil)
     end

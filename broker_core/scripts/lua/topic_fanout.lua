@@ -5,9 +5,8 @@
 -- sender died.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget.
 -- Returns {fan-outs finished in this call, fan-outs still unfinished, the tail (includes/dispatch.lua
--- reply_tail, with the subscription keys whose pass has more)}.
+-- dispatch.reply_tail, with the subscription keys whose pass has more)}.
 --@include base
---@include dispatch
 --@include topic
 --@include fanout
 NOW = tonumber(ARGV[1])
@@ -17,4 +16,4 @@ local touched, order = {}, {}
 local finished = fanout.run(touched, order)
 local dispatched, flags, hold, more_keys = topic.deliver(touched, order, tonumber(ARGV[2]))
 flags = forward.with_flag(flags)
-return { finished, redis.call('LLEN', TP .. ':fanout'), reply_tail(dispatched, flags, hold, more_keys) }
+return { finished, redis.call('LLEN', TP .. ':fanout'), dispatch.reply_tail(dispatched, flags, hold, more_keys) }

@@ -6,11 +6,10 @@
 -- (includes/wildcard.lua); a message only they take is not dropped, one nobody takes is 'no_subscription'.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, origin ('producer', 'forward' or 'check'), then per message:
 -- id, packed, retain ('' | 'set' | 'clear': ActiveMQ.Retain, decided by operations.py), retained copy.
--- Returns {status per message..., the tail (includes/dispatch.lua reply_tail, with the subscription keys
+-- Returns {status per message..., the tail (includes/dispatch.lua dispatch.reply_tail, with the subscription keys
 -- whose pass has more)}; statuses as send.lua's. Flags: 1 a pass has more, 2 forwards wait, 4 a fan-out is unfinished
 -- (includes/fanout.lua: the caller runs topic_fanout.lua until its messages are matched).
 --@include base
---@include dispatch
 --@include topic
 --@include virtual
 --@include fanout
@@ -20,11 +19,11 @@ NOW = tonumber(ARGV[1])
 local origin, plan = virtual.split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
-local unpacked = unpack_send(ARGV, origin, 4)
+local unpacked = message.unpack_send(ARGV, origin, 4)
 if unpacked.err then return unpacked end
 for i = 4, #ARGV, 4 do
   local id, m = ARGV[i], unpacked[i]
-  if (tonumber(m[M_REPEAT]) or 0) > 0 then
+  if (tonumber(m[message.REPEAT]) or 0) > 0 then
     return fail('TOPIC_REPEAT', 'message ' .. id .. ': repeating scheduled messages (AMQ_SCHEDULED_REPEAT) '
       .. 'are not supported on topics; send it to a queue or without a repeat')
   end
@@ -32,8 +31,8 @@ end
 if origin == 'check' then return { '' } end  -- limits checked, nothing stored (as send.lua)
 if origin == 'producer' or origin == 'retry' then  -- producer flow control, as send.lua (flow.lua)
   local need = 0
-  for i = 4, #ARGV, 4 do need = need + message_charge(#ARGV[i + 1]) end
-  local full = memory_refusal(need, plan)  -- the copies' targets count (flow.lua)
+  for i = 4, #ARGV, 4 do need = need + flow.message_charge(#ARGV[i + 1]) end
+  local full = flow.memory_refusal(need, plan)  -- the copies' targets count (flow.lua)
   if full then
     if origin == 'producer' then
       meta_incr('blocked_sends')
@@ -65,11 +64,11 @@ for i = 4, #ARGV, 4 do
     meta_incr('duplicates')
     emit('duplicate', 'msg', id)
     out[#out + 1] = 'duplicate'
-  elseif is_expired(m) then
+  elseif message.is_expired(m) then
     meta_incr('expired_on_arrival')
     -- the Expired advisory carries a copy, as send.lua's
-    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
-    forward.dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
+    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
+    forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif not virtual.route(id, blob, m, plan) then
     out[#out + 1] = 'forwarded'  -- a forward-only composite topic keeps nothing
@@ -115,21 +114,21 @@ for i = 4, #ARGV, 4 do
     elseif #matched == 0 and copies == 0 then
       -- Topic.onMessageWithNoConsumers: nobody, exact or wildcard, takes it, so it is not stored.
       meta_incr('no_subscription')
-      emit('no_subscription', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'size', NOW_TEXT.num(#blob))
-      advisory.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
+      emit('no_subscription', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'size', NOW_TEXT.num(#blob))
+      advisory.no_consumer(id, blob, m[message.PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     elseif #matched == 0 then
       -- only wildcard subscriptions take it: their copies hold it, nothing is stored here
-      emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
+      emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob),
            'subscriptions', 0, 'wildcards', copies)
     else
       topic.store(id, blob, #matched, seq)
     end
     if not rest and #matched > 0 then
       if copies == 0 then
-        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
+        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob),
              'subscriptions', #matched)
       else
-        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
+        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob),
              'subscriptions', #matched, 'wildcards', copies)
       end
     end
@@ -149,5 +148,5 @@ end
 local dispatched, flags, hold, more_keys = topic.deliver(touched, touched_order, tonumber(ARGV[2]))
 flags = forward.with_flag(flags)
 if deferring then flags = bit.bor(flags, 4) end  -- the caller goes on with the fan-out (topic_fanout.lua)
-out[#out + 1] = reply_tail(dispatched, flags, hold, more_keys)
+out[#out + 1] = dispatch.reply_tail(dispatched, flags, hold, more_keys)
 return out

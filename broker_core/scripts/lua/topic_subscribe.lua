@@ -6,7 +6,7 @@
 -- requested prefetch (-1 = client default), subscription key, packed subscription definition,
 -- retroactive ('1'/'0'), client id, subscription name, registry field, topic uri.
 -- Returns {effective prefetch, recovered, 'new'|'changed'|'existing', the tail (includes/dispatch.lua
--- reply_tail)}, or
+-- dispatch.reply_tail)}, or
 -- {'elsewhere', uri} when the durable key is registered on another topic (nothing changed: topic_ops
 -- removes that one with topic_admin 'release' and tries again).
 -- A durable key's registry entry (<ns>:durables, topic.registry) is written here, in the same step as
@@ -91,7 +91,7 @@ elseif requested < 0 or requested == 32767 then
 end
 
 redis.call('HSET', K_CONSUMERS, cid, packed)
-GMAP.forget_priorities()
+consumers.gmap.forget_priorities()
 redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'acked', 0, 'added', NOW,
            'prefetch', prefetch)
 redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
@@ -102,7 +102,7 @@ redis.call('HDEL', K_META, 'offline_since')
 redis.call('HSET', TP .. ':subof', cid, key)
 redis.call('HDEL', TP .. ':aborted', cid)  -- a reused id does not inherit an old abort notice
 redis.call('ZREM', TP .. ':aborted:at', cid)
-consumer_joined(cid)
+message.consumer_joined(cid)
 local def = cmsgpack.unpack(packed)
 emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', 0, 'prefetch', prefetch,
      'selector', def.selector_text or '')
@@ -139,9 +139,9 @@ elseif (retroactive or pol['alwaysRetroactive'] == '1' or pol['alwaysRetroactive
   recovered = topic.replay(s, topic.recovery_items(true), replayed)
 end
 
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 -- Recovered messages reach a non-durable subscription as any other (TopicSubscription.add): its
 -- pending-message limit applies to them.
 if replayed and #replayed > 0 then topic.after_send(replayed, s) end
 -- Dead letters of evicted replays (and advisories) wait in the topic's :fwd; flag 2 has them delivered now.
-return { prefetch, recovered, state, reply_tail(dispatched, forward.with_flag(more), hold) }
+return { prefetch, recovered, state, dispatch.reply_tail(dispatched, forward.with_flag(more), hold) }

@@ -165,7 +165,7 @@ end
 -- rule). The send scripts call this for a message they accepted: a topic's when no subscription matched it
 -- (Topic.dispatch: none, or none matching; it is then dropped), a queue's when the queue has no consumer at
 -- all (Queue.messageSent: consumers.isEmpty(), whatever their selectors; the message is still enqueued).
--- Never about an advisory topic (advisory.source). `persistent` is the message's M_PERSISTENT value.
+-- Never about an advisory topic (advisory.source). `persistent` is the message's message.PERSISTENT value.
 function advisory.no_consumer(id, blob, persistent)
   if persistent == true or persistent == 1 or not advisory.read_flags()['sendAdvisoryIfNoConsumers'] then return end
   local src = advisory.source()

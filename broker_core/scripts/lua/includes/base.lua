@@ -170,8 +170,7 @@ end)
 -- is derived from them alone is kept in them, under table keys no policy name can be (policy_num,
 -- advisory.lua advisory.read_flags). (With EVAL it lives for one call.) Bounded, as destinations may have many
 -- distinct policies.
--- (Its other fields are set below and in message.lua, named here so the table is made at its size.)
-local POLICY_DECODED = { n = 0, by_packed = {}, defs = false, def = false, head = false }
+local POLICY_DECODED = { n = 0, by_packed = {} }
 local function policy()
   if POLICY_READ.values then return POLICY_READ.values end
   -- The values scripts use are cached packed in one field, so a call reads one field, not fifteen;
@@ -200,21 +199,6 @@ local function policy()
   end
   POLICY_READ.values = with_defaults(POLICY_NAMES, POLICY_DEFAULTS, values)
   return POLICY_READ.values
-end
--- Consumer definitions (includes/consumers.lua) are kept decoded the same way, under their packed form:
--- a script call reads the same definition more than once (the acked consumer, then the dispatch chunk's
--- consumers), and, where the library outlives a call, every call reads them. Nothing writes into these.
-POLICY_DECODED.defs = { n = 0, by_packed = {} }
-function POLICY_DECODED.def(packed)
-  local defs = POLICY_DECODED.defs
-  local def = defs.by_packed[packed]
-  if def == nil then
-    def = cmsgpack.unpack(packed)
-    if defs.n >= 1024 then defs.n, defs.by_packed = 0, {} end
-    defs.n = defs.n + 1
-    defs.by_packed[packed] = def
-  end
-  return def
 end
 local function policy_flag(name)
   local v = (POLICY_READ.values or policy())[name]  -- (no call when it is read already)

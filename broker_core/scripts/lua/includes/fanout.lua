@@ -68,16 +68,16 @@ function fanout.finish(id, m, blob)
   local matched, copies = string.match(n, '^(%d+)|(%d+)$')
   matched, copies = tonumber(matched) or 0, tonumber(copies) or 0
   if m then
-    local priority, size = NOW_TEXT.num(m[M_PRIORITY] or 4), NOW_TEXT.num(#blob)
+    local priority, size = NOW_TEXT.num(m[message.PRIORITY] or 4), NOW_TEXT.num(#blob)
     if matched == 0 and copies == 0 then
       meta_incr('no_subscription')
       emit('no_subscription', 'msg', id, 'priority', priority, 'size', size)
-      advisory.no_consumer(id, blob, m[M_PERSISTENT])
+      advisory.no_consumer(id, blob, m[message.PERSISTENT])
     elseif copies == 0 then
-      emit('enqueue', 'msg', id, 'priority', priority, 'group', m[M_GROUP] or '', 'size', size,
+      emit('enqueue', 'msg', id, 'priority', priority, 'group', m[message.GROUP] or '', 'size', size,
            'subscriptions', matched)
     else
-      emit('enqueue', 'msg', id, 'priority', priority, 'group', m[M_GROUP] or '', 'size', size,
+      emit('enqueue', 'msg', id, 'priority', priority, 'group', m[message.GROUP] or '', 'size', size,
            'subscriptions', matched, 'wildcards', copies)
     end
     release_shared(id)
@@ -93,7 +93,7 @@ function fanout.run(touched, order)
     local id = redis.call('LINDEX', TP .. ':fanout', 0)
     if not id then break end
     local blob = redis.call('HGET', TP .. ':msgs', id)
-    local m = blob and unpack_message(blob)
+    local m = blob and message.unpack(blob)
     local list = TP .. ':fanout:' .. id
     local view, done = nil, true
     while true do

@@ -55,7 +55,7 @@ function forward.dead_letter(id, m, blob, cause, cause_arg)
       end
     end
   end
-  local persistent = m[M_PERSISTENT] == true or m[M_PERSISTENT] == 1
+  local persistent = m[message.PERSISTENT] == true or m[message.PERSISTENT] == 1
   local keep = target ~= '' and target ~= redis.call('HGET', K_META, 'uri')
   if keep and not persistent and not policy_flag('processNonPersistent') then keep = false end
   if keep and cause == 'expired' and not policy_flag('processExpired') then keep = false end

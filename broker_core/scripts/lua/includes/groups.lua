@@ -83,7 +83,7 @@ function groups.count_down(cid, cons)
   for i = 1, #cons do
     local c = cons[i]
     if c.id == cid then
-      counted(c)
+      consumers.counted(c)
       c.groups = c.groups - 1
       c.groups_moved = true
       return
@@ -100,7 +100,7 @@ function groups.assign(gid, slot, previous, c, cons, orphan)
     -- Messages of the group skipped earlier in this pass may now go to the new owner (an orphan's were
     -- not skipped: the pass restarted when its owner closed).
     redis.call('SREM', K_CGRP(string.match(previous, '^([^|]*)')), slot)
-    if not orphan then mark_dirty() end
+    if not orphan then message.mark_dirty() end
   end
   redis.call('HSET', K_GROUPS, slot, c.id .. '|' .. NOW)
   redis.call('SADD', K_CGRP(c.id), slot)
@@ -120,7 +120,7 @@ function groups.assign(gid, slot, previous, c, cons, orphan)
         local owner = string.match(v, '^([^|]*)')
         redis.call('SREM', K_CGRP(owner), eldest)
         groups.count_down(owner, cons)
-        mark_dirty()
+        message.mark_dirty()
         emit('group_evict', 'group', eldest, 'consumer', owner)
       end
     end
@@ -189,7 +189,7 @@ function groups.allows(c, id, gid, seq, cons)
       groups.remove_slot(slot)
       c.groups = c.groups - 1
       c.groups_moved = true
-      mark_dirty()
+      message.mark_dirty()
       emit('group_close', 'group', gid, 'consumer', c.id)
     end
     return true

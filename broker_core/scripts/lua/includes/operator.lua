@@ -17,7 +17,7 @@ function operator.take_out(id)
   local where, cid = operator.locate(id)
   if where == 'pending' then
     redis.call('ZREM', K_PENDING, id)
-    PASS_DIRTY.pending = nil  -- (message.lua)
+    message.pass_dirty.pending = nil  -- (message.lua)
   elseif where == 'parked' then
     redis.call('ZREM', K_PARKED, id)
     redis.call('HDEL', K_PARKINFO, id)
@@ -27,14 +27,14 @@ function operator.take_out(id)
       redis.call('LREM', K_COUT(cid), 1, id)  -- dispatched, not yet handed over
     end
     take_inflight(cid, id)
-    room_freed(cid)
+    message.room_freed(cid)
   end
   local blob = redis.call('HGET', K_MSGS, id)
   local job = nil
   if not blob and where == 'parked' then  -- a repeating scheduled message: cancel the job
     job = redis.call('HGET', K_SCHED, id)
     redis.call('HDEL', K_SCHED, id)
-    if job then blob = cmsgpack.unpack(job)[1]; memory_release(#blob) end
+    if job then blob = cmsgpack.unpack(job)[1]; flow.memory_release(#blob) end
   end
   drop_message(id)
   return blob, job ~= nil

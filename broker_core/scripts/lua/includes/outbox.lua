@@ -20,15 +20,15 @@ function outbox.hand_over(c, ids, out, check_expiry)
   local handed = { nil }  -- (made with room for one: see ack.lua's reply)
   for i = 1, #ids do
     local id, blob = ids[i], blobs[i]
-    -- the expiry is all this reads of the message (POLICY_DECODED.head, message.lua: without decoding it
+    -- the expiry is all this reads of the message (message.head, message.lua: without decoding it
     -- when it can)
-    local exp = check_expiry and blob and POLICY_DECODED.head(blob)
+    local exp = check_expiry and blob and message.head(blob)
     if check_expiry and blob and exp == nil then
-      local m = unpack_message(blob)
-      exp = m and (tonumber(m[M_EXPIRATION]) or 0) or 0
+      local m = message.unpack(blob)
+      exp = m and (tonumber(m[message.EXPIRATION]) or 0) or 0
     end
     if check_expiry and blob and exp > 0 and NOW > exp then  -- is_expired
-      local m = unpack_message(blob)
+      local m = message.unpack(blob)
       take_inflight(c.id, id, true)
       c.n = c.n - 1
       expire_message(id, m, blob)
@@ -42,7 +42,7 @@ function outbox.hand_over(c, ids, out, check_expiry)
   end
   if c.def.ack == 'auto' and #handed > 0 then ack_messages({ { c, handed } }) end
   local freed = (c.def.ack == 'auto' and #handed > 0) or #handed < #ids
-  if freed then room_freed(c.id) end
+  if freed then message.room_freed(c.id) end
   return freed
 end
 

@@ -1,4 +1,5 @@
--- Topics (spec §7, §8.1, §8.5; docs/broker_core.md "Topics"). Included after base and dispatch.
+-- Topics (spec §7, §8.1, §8.5; docs/broker_core.md "Topics"). Included after base; uses dispatch.
+--@include dispatch
 --
 -- Keys under the topic prefix TP (besides the shared ones in base.lua):
 --   :subs    hash  subscription key -> packed definition {selector, selector_text, nolocal, conn, client,
@@ -51,7 +52,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   function topic.switch(key)
     if key then use_prefix(TP .. ':s:' .. key) else use_prefix(TP) end
     PARK.next = nil
-    PASS_DIRTY.value = false
+    message.pass_dirty.value = false
   end
 
   -- The subscriptions in the order the topic's dispatch policy visits them (§7.1). Every matching one gets
@@ -92,7 +93,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   -- Does subscription `s` take message (id, m)? noLocal, then the selector (§7.3, §4).
   function topic.matches(s, id, m, view)
-    if s.def.nolocal and s.def.conn and s.def.conn == m[M_CONNECTION] then return false, view end
+    if s.def.nolocal and s.def.conn and s.def.conn == m[message.CONNECTION] then return false, view end
     local compiled = s.def.selector
     if type(compiled) ~= 'string' or compiled == '' then return true, view end
     local expr = topic.selectors[s.key]
@@ -100,7 +101,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       expr = cjson.decode(compiled)
       topic.selectors[s.key] = expr
     end
-    view = view or selector_view(id, m)
+    view = view or message.selector_view(id, m)
     local ok, failed = selector.matches(expr, view)
     if failed then redis.call('HINCRBY', TP .. ':meta', 'selector_errors', 1) end
     return ok, view
@@ -110,7 +111,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   function topic.store(id, blob, refs, seq)
     local own_meta = K_META
     K_META = TP .. ':meta'
-    memory_charge(#blob)
+    flow.memory_charge(#blob)
     K_META = own_meta
     redis.call('HSET', TP .. ':msgs', id, blob)
     redis.call('HSET', TP .. ':refs', id, refs)
@@ -120,11 +121,11 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- Put a stored message in the current subscription's pending list (or park it for its delay).
   function topic.add_to_current(id, m)
     local seq = meta_incr('seq')
-    local delay = tonumber(m[M_DELAY]) or 0
+    local delay = tonumber(m[message.DELAY]) or 0
     if delay > 0 then
-      park(id, NOW + delay, pending_score(seq, m[M_PRIORITY]))
+      park(id, NOW + delay, message.pending_score(seq, m[message.PRIORITY]))
     else
-      pending_add(id, pending_score(seq, m[M_PRIORITY]))
+      message.pending_add(id, message.pending_score(seq, m[message.PRIORITY]))
     end
     meta_incr('enqueued')
   end
@@ -137,8 +138,8 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     local zadd, lowest = {}, nil
     for i, id in ipairs(ids) do
       local m = msgs[i]
-      local score = pending_score(last - #ids + i, m[M_PRIORITY])
-      local delay = tonumber(m[M_DELAY]) or 0
+      local score = message.pending_score(last - #ids + i, m[message.PRIORITY])
+      local delay = tonumber(m[message.DELAY]) or 0
       if delay > 0 then
         park(id, NOW + delay, score)
       else
@@ -153,7 +154,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       end
       -- As pending_add: one placed behind the pass cursor needs a restarted pass.
       local cursor = redis.call('HGET', K_META, 'cursor')
-      if cursor and cursor ~= '' and lowest <= tonumber(cursor) then mark_dirty() end
+      if cursor and cursor ~= '' and lowest <= tonumber(cursor) then message.mark_dirty() end
     end
   end
 
@@ -168,11 +169,11 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   function topic.recovery_add(id, blob, seq, retain)
     local pol = topic.policy()
     if retain == 'set' or retain == 'clear' then
-      memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))  -- 0 bytes when none was retained
+      flow.memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))  -- 0 bytes when none was retained
     end
     if retain == 'set' then
       redis.call('HSET', TP .. ':retain', 'id', id, 'blob', blob)
-      memory_charge(#blob)
+      flow.memory_charge(#blob)
     elseif retain == 'clear' then
       redis.call('DEL', TP .. ':retain')
     end
@@ -181,7 +182,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     local K_RECOV, K_RMSG = TP .. ':recov', TP .. ':recovmsg'
     redis.call('ZADD', K_RECOV, seq, id)
     redis.call('HSET', K_RMSG, id, cmsgpack.pack({ blob, NOW }))
-    memory_charge(#blob)
+    flow.memory_charge(#blob)
     local function drop_first(n)
       if n <= 0 then return end
       local gone = redis.call('ZRANGE', K_RECOV, 0, n - 1)
@@ -190,7 +191,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
         if rec then
           local bytes = #cmsgpack.unpack(rec)[1]
           redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -bytes)
-          memory_release(bytes)
+          flow.memory_release(bytes)
         end
         redis.call('HDEL', K_RMSG, old)
         redis.call('ZREM', K_RECOV, old)
@@ -227,7 +228,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       if entry and entry[2] >= horizon then return end
       if entry then
         redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -#entry[1])
-        memory_release(#entry[1])
+        flow.memory_release(#entry[1])
       end
       redis.call('HDEL', K_RMSG, first[1])
       redis.call('ZREM', K_RECOV, first[1])
@@ -237,12 +238,12 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- The topic is being deleted: what the recovery policy kept stops counting in memory usage (the keys
   -- themselves are deleted by topic_ops.delete).
   function topic.recovery_release_all()
-    memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))
+    flow.memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))
     local cursor = '0'
     repeat
       local page = redis.call('HSCAN', TP .. ':recovmsg', cursor, 'COUNT', 1000)
       cursor = page[1]
-      for i = 2, #page[2], 2 do memory_release(#cmsgpack.unpack(page[2][i])[1]) end
+      for i = 2, #page[2], 2 do flow.memory_release(#cmsgpack.unpack(page[2][i])[1]) end
     until cursor == '0'
     redis.call('DEL', TP .. ':retain', TP .. ':recov', TP .. ':recovmsg')
     redis.call('HSET', TP .. ':meta', 'recov_bytes', 0)
@@ -260,9 +261,9 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     local got = 0
     for _, item in ipairs(items) do
       local id, blob = item[1], item[2]
-      local m = unpack_message(blob)
+      local m = message.unpack(blob)
       local own = id .. '#retained'
-      if not is_expired(m) and not topic.holds(id) and not topic.holds(own) and topic.matches(s, id, m, nil) then
+      if not message.is_expired(m) and not topic.holds(id) and not topic.holds(own) and topic.matches(s, id, m, nil) then
         local key, shared = id, redis.call('HGET', K_MSGS, id)
         if redis.call('HEXISTS', K_MSGS, own) == 1 then
           key, shared = own, true
@@ -350,13 +351,13 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   function topic.discard_pending(id, cause, detail)
     local blob = redis.call('HGET', K_MSGS, id)
     redis.call('ZREM', K_PENDING, id)
-    PASS_DIRTY.pending = nil  -- (message.lua)
+    message.pass_dirty.pending = nil  -- (message.lua)
     if cause == 'evicted' then
       -- TopicSubscription.discard: the topic's dequeues count it, not the subscription's (those are acks).
       meta_incr('evicted')
       redis.call('HINCRBY', TP .. ':meta', 'evict_dequeued', 1)
       emit('evict', 'msg', id, 'strategy', detail)
-      if blob then forward.dead_letter(id, unpack_message(blob), blob, 'evicted', detail) end
+      if blob then forward.dead_letter(id, message.unpack(blob), blob, 'evicted', detail) end
     else
       meta_incr('dropped')
       emit('drop', 'msg', id, 'cause', cause)
@@ -374,7 +375,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       local lowest, pick = nil, nil
       for _, id in ipairs(page) do
         local blob = redis.call('HGET', K_MSGS, id)
-        local p = blob and (tonumber(unpack_message(blob)[M_PRIORITY]) or 4) or 4
+        local p = blob and (tonumber(message.unpack(blob)[message.PRIORITY]) or 4) or 4
         if lowest == nil or p < lowest then lowest, pick = p, id end
       end
       return { pick }
@@ -387,13 +388,13 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       for _, id in ipairs(page) do
         local blob = redis.call('HGET', K_MSGS, id)
         if blob then
-          local m = unpack_message(blob)
-          local flat = m[M_PROPS]
+          local m = message.unpack(blob)
+          local flat = m[message.PROPS]
           if type(flat) == 'table' then
             for i = 1, #flat, 3 do
               if flat[i] == name then
                 local value = flat[i + 1] .. ':' .. tostring(flat[i + 2])
-                local ts = tonumber(m[M_TIMESTAMP]) or 0
+                local ts = tonumber(m[message.TIMESTAMP]) or 0
                 if pivots[value] == nil then order[#order + 1] = value end
                 if pivots[value] == nil or ts > pivot_ts[value] then pivots[value], pivot_ts[value] = id, ts end
               end
@@ -421,7 +422,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       local entry = touched[key]
       topic.switch(key)
       topic.add_all_to_current(entry.ids, entry.msgs)
-      local d, more, h = dispatch_chunk(budget)
+      local d, more, h = dispatch.chunk(budget)
       dispatched = dispatched + d
       if more == 1 then more_keys[#more_keys + 1] = key end
       if h > 0 and (hold == 0 or h < hold) then hold = h end
@@ -434,7 +435,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- After a send reached the current non-durable subscription `s` (its new ids in `new_ids`): the topic
   -- slow rule (§8.1) and the pending-message limit with eviction (§8.5).
   function topic.after_send(new_ids, s)
-    local cons = load_consumers()
+    local cons = consumers.load()
     local c = cons[1]
     if not c then return end
     local waiting = redis.call('ZCARD', K_PENDING)
@@ -465,8 +466,8 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       -- The first expired message found goes (removeExpiredMessages).
       for _, id in ipairs(redis.call('ZRANGE', K_PENDING, 0, 999)) do
         local blob = redis.call('HGET', K_MSGS, id)
-        local m = blob and unpack_message(blob)
-        if m and is_expired(m) then
+        local m = blob and message.unpack(blob)
+        if m and message.is_expired(m) then
           expire_pending(id, m, blob)
           break
         end
@@ -483,9 +484,9 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   end
 end)
 -- <ns>:durables: durable registry field (topics.durable_registry_field) -> the topic uri its subscription
--- is on. Like flow.lua's K_USAGE, a broker-wide key outside the topic's hash tag: it is only ever changed
+-- is on. Like flow.lua's flow.usage, a broker-wide key outside the topic's hash tag: it is only ever changed
 -- in the same script that creates or removes the subscription it names.
--- The registry's name is made once per prefix (as flow.lua's K_USAGE), not per call; the per-call
+-- The registry's name is made once per prefix (as flow.lua's flow.usage), not per call; the per-call
 -- selectors table is replaced only when a call used it (an empty one is as good as a new one).
 on_call(function()
   if topic.registry_of ~= P then topic.registry_of, topic.registry = P, string.match(P, '^(.-):{') .. ':durables' end

@@ -12,7 +12,7 @@
 --@include forward
 
 -- a transacted send's probe is 'probe:<transaction>:<ttl ms>': it reserves the space it needs
--- (flow.lua flow_reserve) until the commit or rollback, or the transaction's end of life.
+-- (flow.lua flow.reserve) until the commit or rollback, or the transaction's end of life.
 -- Origin 'drop' is a producer's send re-run by flow.py once it waited as long as a full
 -- dropOnResourceLimit consumer queue lets it: a 'retry' whose copies for full such queues are dropped.
 -- Everything here is a field of its module table `virtual`, its one top-level local: a script's main
@@ -25,12 +25,12 @@ local virtual = lazy({ selectors = {} }, function(virtual)
     if arg == 'producer' or arg == 'retry' or arg == 'forward' or arg == 'commit' then return arg, nil end
     local tx, ttl = string.match(arg, '^probe:([^:+]+):(%d+)$')
     if tx then
-      FLOW.reserve = { tx = tx, ttl = tonumber(ttl) }
+      flow.reservation = { tx = tx, ttl = tonumber(ttl) }
       return 'probe', nil
     end
     local plus = string.find(arg, '+', 1, true)
     local origin = plus and string.sub(arg, 1, plus - 1) or arg
-    if origin == 'drop' then FLOW.drop, origin = true, 'retry' end
+    if origin == 'drop' then flow.drop, origin = true, 'retry' end
     if not plus then return origin, nil end
     return origin, cmsgpack.unpack(string.sub(arg, plus + 1))
   end
@@ -54,7 +54,7 @@ local virtual = lazy({ selectors = {} }, function(virtual)
       local compiled = cmsgpack.unpack(packed).selector
       if type(compiled) ~= 'string' or compiled == '' then return true end
       if forward.work_spent() then return true end
-      view = view or selector_view(id, m)
+      view = view or message.selector_view(id, m)
       if selector.matches(virtual.compiled_selector(compiled), view) then return true end
     end
     return false
@@ -63,10 +63,10 @@ local virtual = lazy({ selectors = {} }, function(virtual)
   -- dropOnResourceLimit: whether the copy of `id` (`bytes` packed) for the consumer queue `target` is
   -- dropped because the queue's flow control would fail it (VirtualTopicInterceptor swallows the
   -- ResourceAllocationException): full and failing at once, or full after the producer waited
-  -- (FLOW.drop). Counted ('forward_dropped') and logged where the send was made.
+  -- (flow.drop). Counted ('forward_dropped') and logged where the send was made.
   function virtual.copy_dropped(prefix, target, id, bytes)
-    local full = FLOW.target_refusal(prefix, message_charge(bytes))
-    if not full or not (full[3] == 1 or FLOW.drop) then return false end
+    local full = flow.target_refusal(prefix, flow.message_charge(bytes))
+    if not full or not (full[3] == 1 or flow.drop) then return false end
     meta_incr('forward_dropped')
     emit('forward_dropped', 'msg', id, 'target', target, 'used', full[1], 'limit', full[2])
     return true
@@ -84,10 +84,10 @@ local virtual = lazy({ selectors = {} }, function(virtual)
     for i = 3, #plan do
       local target, compiled, original, group = plan[i][1], plan[i][2], plan[i][3], plan[i][5] or 0
       local flags = tonumber(plan[i][6]) or 0
-      local t_prefix = FLOW.destination_prefix(target)
+      local t_prefix = flow.destination_prefix(target)
       local wanted = true
       if compiled ~= '' then
-        wanted = selector.matches(virtual.compiled_selector(compiled), selector_view(id, m))
+        wanted = selector.matches(virtual.compiled_selector(compiled), message.selector_view(id, m))
       end
       if wanted and bit.band(flags, 1) ~= 0 then wanted = virtual.consumer_selects(t_prefix, id, m) end
       if wanted then
@@ -101,7 +101,7 @@ local virtual = lazy({ selectors = {} }, function(virtual)
           -- A target that does not exist yet has no limit, and no keys are made for it here.
           local charge = 0
           if redis.call('EXISTS', t_prefix .. ':meta') == 1 then
-            charge = message_charge(#blob)
+            charge = flow.message_charge(#blob)
             redis.call('HINCRBY', t_prefix .. ':meta', 'memfwd', charge)
           end
           -- the 5th element orders delivery: operations.forward sends a batch in the order it was recorded
@@ -123,7 +123,6 @@ local virtual = lazy({ selectors = {} }, function(virtual)
 end)
 -- (rawget: in the EVAL form the table builds its functions on first use only, base.lua `lazy`)
 on_call(function()
-  FLOW.drop = nil
   local selectors = rawget(virtual, 'selectors')
   if next(selectors) ~= nil then virtual.selectors = {} end  -- (an empty one is as good as a new one)
 end)

@@ -102,7 +102,7 @@ local wildcard = lazy({}, function(wildcard)
       if redis.call('EXISTS', TP .. ':lease:' .. job) == 1 then return 0 end
     end
     -- what it still holds (nothing, normally: the subscriptions' messages went with them) stops counting
-    -- towards the broker's memory usage, as destination_delete.lua does (flow.lua's K_USAGE, included
+    -- towards the broker's memory usage, as destination_delete.lua does (flow.lua's flow.usage, included
     -- after this file)
     local mem = tonumber(redis.call('HGET', TP .. ':meta', 'mem')) or 0
     if mem ~= 0 then redis.call('HINCRBY', ns .. ':usage', 'used', 0 - mem) end
