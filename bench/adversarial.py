@@ -30,6 +30,7 @@ import redis.asyncio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker_core.broker import Broker  # noqa: E402
+from broker_core.keys import Home  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
 from broker_core.model import ConsumerSpec  # noqa: E402
 from signalbox.embedded_redis import configured_executable, start_unix_server  # noqa: E402
@@ -350,7 +351,7 @@ def _holding(broker: Broker, lease_ms: int = 60_000):
     from broker_core.model import ConsumerRef
 
     broker.reap_lapsed("close.q")
-    broker._run(broker.ops.return_owed(holder.destination, broker._now()))
+    broker._run(broker.ops.return_owed(Home(holder.destination), broker._now()))
     with contextlib.suppress(UnknownConsumer):
         broker.close_consumer(ConsumerRef(holder.destination, "nobody"))
     return holder
@@ -377,7 +378,7 @@ def _topic_holding(broker: Broker):
     received = 0
     while received < HELD:
         received += len(broker.receive(holder, 1000))
-    broker._run(broker.ops.return_owed(holder.destination, broker._now()))  # (each script run once)
+    broker._run(broker.ops.return_owed(Home(holder.destination), broker._now()))  # (each script run once)
     return holder
 
 
@@ -600,7 +601,7 @@ FAN = 100
 
 
 def _per_call_cpu(ctx: Context, op) -> Callable[[], None]:
-    """Drive operation `op` (broker_core.operations: a generator of Redis requests) one call at a time,
+    """Drive operation `op` (broker_core.ops: a generator of Redis requests) one call at a time,
     then print the server's own CPU time of its script calls (/proc/<pid>/schedstat, as
     bench/close_cpu.py reads it): on a loaded machine the SLOWLOG's wall time also counts the time the
     server waited for a core."""

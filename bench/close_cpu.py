@@ -29,6 +29,7 @@ from broker_core.broker import Broker  # noqa: E402
 from broker_core.clock import FakeClock  # noqa: E402
 from broker_core.destinations import parse_destination  # noqa: E402
 from broker_core.effects import Eval  # noqa: E402
+from broker_core.keys import Home  # noqa: E402
 
 
 def cpu_ns(pid: int) -> int:
@@ -80,7 +81,7 @@ def main() -> None:
             if case == "reap":
                 clock.advance(2_000)
                 broker.renew_leases("close.q", ["other"], 60_000)
-                op = broker.ops.reap(parse_destination("close.q"), clock.now_ms(), 100)
+                op = broker.ops.reap(Home(parse_destination("close.q")), clock.now_ms(), 100)
             else:
                 op = broker.ops.close_consumer(holder, clock.now_ms(), "closed")
             client.slowlog_reset()

@@ -1,7 +1,8 @@
 """The broker_core API: `Broker` (blocking) and `AsyncBroker` (asyncio) over one implementation.
 
-Both run the operation generators of operations.py with the one driver loop of drivers/loop.py, each saying
-only how one request is done; gateway, console and Celery tasks call these methods and nothing else.
+Both run the operations of ops/ (through their router, ops/router.py) with the one driver loop of
+drivers/loop.py, each saying only how one request is done; gateway, console and Celery tasks call these
+methods and nothing else (and the few values named at the end of this module's imports).
 Time comes from the clock given (a FakeClock in tests), never from Redis.
 """
 
@@ -16,19 +17,19 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
-from . import advisory, client_ids, connections, errors, topic_ops, virtual
+from . import client_ids, connections, errors
 from .clock import Clock, SystemClock
 from .config.store import PolicyStore
-from .destinations import Destination, parse_destination, require_concrete
+from .destinations import Destination, parse_destination, require_concrete, split_composite
 from .drivers.coalesce import Coalescer
 from .drivers.direct import DirectConnections
 from .drivers.loop import Driver, Io, Transaction, run, run_async, typed_error
 from .drivers.multiplexed import MultiplexedConnection
-from .effects import Command, Eval, Op, Policy
-from .flow import ResourceAllocationError, Sleep
+from .effects import Command, Eval, Op, Policy, Sleep
+from .errors import ResourceAllocationError
+from .keys import Home, durables_key
 from .messages import Delivery, Message
 from .model import (
-    SUMMARY_WIDTH,
     AckRequest,
     Browsed,
     BrowsePage,
@@ -41,10 +42,11 @@ from .model import (
     GroupInfo,
     GroupPage,
     SweepResult,
-    summary_from,
 )
-from .operations import Operations
+from .ops import advisory, flow, virtual  # noqa: F401 - for the adapters, which import only this facade
+from .ops.router import Router
 from .resp import reply_text
+from .scripts import calls
 from .scripts.library import call_args, script
 from .topics import SubscriptionStats, durable_registry_field
 
@@ -57,7 +59,7 @@ def _send_refused(error: Exception) -> bool:
     """Whether the send script refused a send at once, storing nothing (drivers/coalesce.py): a size or
     property
     limit, or a memory limit it fails on without waiting (a send that waited in vain has waited its time;
-    one whose earlier parts were stored, operations.send_parts, has stored something)."""
+    one whose earlier parts were stored, queues.send_parts, has stored something)."""
     if isinstance(error, ResourceAllocationError):
         return not error.details.get("waited_ms") and not error.details.get("sent")
     return isinstance(error, errors.InvalidMessage)
@@ -90,6 +92,12 @@ def _dest(destination: str | Destination, refuse_pattern: str | None = None) -> 
     return dest
 
 
+def _home(destination: str | Destination | Home) -> Home:
+    """What the upkeep methods (sweeps, leases, reaping, dispatch) run on: a destination's own keys, or a
+    `Home` as given (maintenance names one subscription of a topic this way)."""
+    return destination if isinstance(destination, Home) else Home(_dest(destination))
+
+
 def _topic(destination: str | Destination) -> Destination:
     dest = _dest(destination)
     if not dest.is_topic:
@@ -103,7 +111,7 @@ def _ids(message_id: str | list[str]) -> list[str]:
 
 
 def _is_composite(destination: str | Destination) -> bool:
-    """Whether a send names several destinations (`A,B,topic://C`: virtual.split_composite)."""
+    """Whether a send names several destinations (`A,B,topic://C`: destinations.split_composite)."""
     return isinstance(destination, str) and "," in destination
 
 
@@ -119,9 +127,9 @@ def _int_reply(command: Command) -> Op[int]:
     return int((yield command))
 
 
-def _durable_topic(ops: Operations, client_id: str, subscription_name: str) -> Op[Destination | None]:
-    where = yield Command(("HGET", topic_ops.registry_key(ops), durable_registry_field(client_id,
-                                                                                       subscription_name)))
+def _durable_topic(namespace: str, client_id: str, subscription_name: str) -> Op[Destination | None]:
+    where = yield Command(("HGET", durables_key(namespace), durable_registry_field(client_id,
+                                                                                   subscription_name)))
     # (a wildcard subscription's is its pattern)
     return None if where is None else parse_destination(reply_text(where), allow_wildcards=True)
 
@@ -149,7 +157,7 @@ class _Api:
     methods with these sync annotations: typing those as awaitables would repeat every signature)."""
 
     def __init__(self, namespace: str, clock: Clock | None) -> None:
-        self.ops = Operations(namespace)
+        self.ops = Router(namespace)
         self.namespace = namespace
         self.clock = clock or SystemClock()
         # How an operation is run (drivers/loop.py); the two brokers only say how one request is done.
@@ -164,10 +172,10 @@ class _Api:
     def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
              *, tx: str | None = None) -> list[str]:
         """Send one message, or several in order in one call; returns the message ids. A client-side
-        composite (`A,B,topic://C`) sends to every part (broker_core/virtual.py)."""
-        parts = virtual.split_composite(destination) if _is_composite(destination) else None
+        composite (`A,B,topic://C`) sends to every part (broker_core/ops/virtual.py)."""
+        parts = split_composite(destination) if _is_composite(destination) else None
         if parts is not None:
-            return self._run(virtual.send_composite(self.ops, parts, _messages(message), self._now(), tx))
+            return self._run(self.ops.send_composite(parts, _messages(message), self._now(), tx))
         dest, batch = _dest(destination), _messages(message)
         if tx:
             return self._run(self.ops.tx_send(tx, dest, batch, self._now()))
@@ -242,12 +250,12 @@ class _Api:
         ids = _ids(message_id)
         return self._run(self.ops.nack(consumer, ids, poison, self._now(), random.uniform(-1.0, 1.0)))
 
-    def sweep_expired(self, destination: str | Destination) -> SweepResult:
+    def sweep_expired(self, destination: str | Destination | Home) -> SweepResult:
         """One bounded page of the expiry sweep; returns SweepResult (call again until .done)."""
-        return self._run(self.ops.sweep_expired(_dest(destination), self._now()))
+        return self._run(self.ops.sweep_expired(_home(destination), self._now()))
 
     def forward(self, destination: str | Destination) -> int:
-        """Deliver dead letters a crashed process left in the destination's forwarding hash."""
+        """Deliver what a crashed process left in the destination's outbox (its forwarding hash)."""
         return self._run(self.ops.forward(_dest(destination), self._now()))
 
     def browse(self, destination: str | Destination, *, selector: str | None = None,
@@ -319,15 +327,15 @@ class _Api:
         last message it wrote, so messages pushed after it go back as never received."""
         return self._run(self.ops.close_consumer(consumer, self._now(), reason, written))
 
-    def renew_leases(self, destination: str | Destination, consumer_ids: list[str],
+    def renew_leases(self, destination: str | Destination | Home, consumer_ids: list[str],
                      lease_ms: int = 30_000) -> list[str]:
-        return self._run(self.ops.renew(_dest(destination), consumer_ids, lease_ms, self._now()))
+        return self._run(self.ops.renew(_home(destination), consumer_ids, lease_ms, self._now()))
 
-    def reap_lapsed(self, destination: str | Destination, limit: int = 100) -> list[str]:
-        return self._run(self.ops.reap(_dest(destination), self._now(), limit))
+    def reap_lapsed(self, destination: str | Destination | Home, limit: int = 100) -> list[str]:
+        return self._run(self.ops.reap(_home(destination), self._now(), limit))
 
-    def dispatch(self, destination: str | Destination) -> DispatchResult:
-        return self._run(self.ops.dispatch(_dest(destination), self._now()))
+    def dispatch(self, destination: str | Destination | Home) -> DispatchResult:
+        return self._run(self.ops.dispatch(_home(destination), self._now()))
 
     def pause(self, destination: str | Destination) -> None:
         return self._run(self.ops.pause(_dest(destination, "pause"), True, self._now()))
@@ -366,19 +374,18 @@ class _Api:
     def unsubscribe(self, destination: str | Destination, *, client_id: str, subscription_name: str) -> int:
         """Delete an offline durable subscription and its messages; returns how many messages went.
         DurableSubscriptionInUse while a consumer is attached, UnknownSubscription if there is none."""
-        return self._run(topic_ops.unsubscribe(self.ops, _topic(destination), client_id, subscription_name,
-                                               self._now()))
+        return self._run(self.ops.unsubscribe(_topic(destination), client_id, subscription_name,
+                                              self._now()))
 
     def subscriptions(self, destination: str | Destination) -> list[SubscriptionStats]:
         """Every subscription of a topic with its counters (list of SubscriptionStats)."""
-        return self._run(topic_ops.subscriptions(self.ops, _topic(destination), self._now()))
+        return self._run(self.ops.subscriptions(_topic(destination), self._now()))
 
     def expire_offline_durables(self, destination: str | Destination,
                                 timeout_ms: int | None = None) -> list[str]:
         """Remove durable subscriptions offline for offlineDurableSubscriberTimeout (or `timeout_ms`) or
         more, with their messages; returns their keys. Nothing when the timeout is off (-1)."""
-        return self._run(topic_ops.expire_offline_durables(self.ops, _topic(destination), timeout_ms,
-                                                           self._now()))
+        return self._run(self.ops.expire_offline_durables(_topic(destination), timeout_ms, self._now()))
 
     def destinations(self) -> list[str]:
         return self._run(self.ops.destinations())
@@ -387,10 +394,11 @@ class _Api:
                           user: str | None = None, address: str | None = None, protocol: str | None = None,
                           reason: str | None = None) -> None:
         """Publish ActiveMQ.Advisory.Connection's ConnectionInfo (`added`) or RemoveInfo for a client
-        connection the gateway opened or closed, if anybody subscribed to it (advisory.connection_changed)."""
+        connection the gateway opened or closed, if anybody subscribed to it (advisory.connection_changed:
+        a record in the advisory topic's outbox, delivered at once or by maintenance)."""
         info = {"connection": connection_id, "client": client_id, "user": user, "address": address,
                 "protocol": protocol, "reason": reason}
-        return self._run(advisory.connection_changed(self.ops, info, self._now(), added))
+        return self._run(self.ops.connection_changed(info, self._now(), added))
 
     # -- the connection registry (connections.py): what every adapter registers, the console lists
 
@@ -446,7 +454,7 @@ class _Api:
     def durable_topic(self, client_id: str, subscription_name: str) -> Destination | None:
         """The topic (a wildcard subscription's pattern) the durable subscription (client id, name) is
         registered on, None when there is none (a durable key is broker-wide)."""
-        return self._run(_durable_topic(self.ops, client_id, subscription_name))
+        return self._run(_durable_topic(self.namespace, client_id, subscription_name))
 
     def destination_count(self) -> int:
         """How many destinations the registry holds (one ZCARD)."""
@@ -476,7 +484,7 @@ class _Api:
 
     def virtual_routing(self) -> list[dict[str, Any]]:
         """The virtual destinations every send routes by, one row each (`virtual.describe`)."""
-        return self._run(virtual.routing(self.ops))
+        return self._run(self.ops.virtual_routing())
 
     def ensure_destination(self, destination: str | Destination) -> None:
         return self._run(self.ops.ensure_destination(_dest(destination, "create"), self._now()))
@@ -681,7 +689,7 @@ class AsyncBroker(_Api):
                         oldest: bool = False, concurrency: int = 1) -> list[Any]:
         """`DestinationSummary` (main counters) of many destinations, one script call per `page` queues
         (SUMMARY_CHUNK keeps a call to a millisecond or two); None for one that is gone. A page's topics
-        are read by topic_ops.summaries (topic_summary_many calls of bounded work: a topic's subscriptions
+        are read by ops/topics.summaries (topic_summary_many calls of bounded work: a topic's subscriptions
         added up as its full `stats` would). With `oldest`, also each queue's oldest pending message (up
         to ten lookups per queue: pages smaller). `concurrency` pages are asked at once (pipelined on the
         connection, so this process's decoding overlaps Redis's work); each call stays as small."""
@@ -724,13 +732,12 @@ class AsyncBroker(_Api):
         queues = [d for d in chunk if not d.is_topic]
         if queues and self._summary_many:
             try:
-                prefixes = tuple(self.ops.prefix(d) for d in queues)
-                flat = await self._eval(Eval("summary_many", prefixes, (now, int(oldest))))
+                call = calls.SummaryMany.call([self.ops.prefix(d) for d in queues], now, oldest)
+                read = calls.SummaryMany.parse(await self._eval(call), [d.uri for d in queues])
             except redis.ResponseError:  # a Redis Cluster: the queues are on several slots
                 self._summary_many = False
             else:
-                for i, d in enumerate(queues):
-                    found[d.uri] = summary_from(flat[SUMMARY_WIDTH * i:SUMMARY_WIDTH * (i + 1)], d.uri)
+                found.update(zip([d.uri for d in queues], read, strict=True))
         if queues and not self._summary_many:
             found.update(await self._summaries_one_by_one(queues, now, oldest))
         elif oldest and len(queues) > 1:
@@ -743,14 +750,14 @@ class AsyncBroker(_Api):
         topics = [d for d in chunk if d.is_topic]
         if topics and self._summary_many:
             try:
-                read = await self._run(topic_ops.summaries(self.ops, topics, now))
+                read = await self._run(self.ops.summaries(topics, now))
             except redis.ResponseError:  # a Redis Cluster: the topics are on several slots
                 self._summary_many = False
             else:
                 found.update(zip([t.uri for t in topics], read, strict=True))
         if topics and not self._summary_many:
             for t in topics:
-                (found[t.uri],) = await self._run(topic_ops.summaries(self.ops, [t], now))
+                (found[t.uri],) = await self._run(self.ops.summaries([t], now))
         return [found[d.uri] for d in chunk]
 
     def events_key(self, destination: str | Destination) -> str:

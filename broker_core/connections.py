@@ -28,7 +28,7 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .effects import Eval
+from .scripts import calls
 
 PROTOCOLS = ("stomp+tcp", "stomp+ssl", "stomp+ws", "json-ws", "rest")
 PRODUCER_LIMIT = 100  # destinations one connection's producer rows name
@@ -44,10 +44,6 @@ Op = Generator[Any, Any, Any]
 def registry_prefix(namespace: str) -> str:
     """All registry keys share one hash tag (a Redis Cluster routes the script to one node)."""
     return f"{namespace}:{{conns}}"
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 @dataclass
@@ -177,32 +173,23 @@ class ConnectionInfo:
         return data
 
 
-def _info(connection_id: str, flat: list[Any], nsubs: int, nprod: int,
-          subs: list[Any] | None = None, prods: list[Any] | None = None) -> ConnectionInfo:
-    f = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
-    subscriptions: list[dict[str, Any]] = []
-    for i in range(0, len(subs or []), 2):
-        assert subs is not None
-        subscriptions.append(json.loads(_text(subs[i + 1])))
+def _info(entry: calls.ConnectionEntry) -> ConnectionInfo:
+    f = entry.fields
+    subscriptions = [json.loads(text) for text in entry.subscriptions.values()]
     producers: list[dict[str, Any]] = []
-    for i in range(0, len(prods or []), 2):
-        assert prods is not None
-        count, _, last = _text(prods[i + 1]).partition("|")
-        producers.append({"destination": _text(prods[i]), "count": int(count), "last_send": int(last)})
+    for destination, text in entry.producers.items():
+        count, _, last = text.partition("|")
+        producers.append({"destination": destination, "count": int(count), "last_send": int(last)})
     subscriptions.sort(key=lambda s: s["key"])
     producers.sort(key=lambda p: p["destination"])
     requested = f.get("close_requested")
     return ConnectionInfo(
-        connection_id=connection_id, protocol=f.get("protocol", ""), process=f.get("process", ""),
+        connection_id=entry.connection_id, protocol=f.get("protocol", ""), process=f.get("process", ""),
         user=f.get("user", ""), client_id=f.get("client", ""), address=f.get("address", ""),
-        since_ms=int(f.get("since") or 0), subscription_count=nsubs, producer_count=nprod,
-        producers_untracked=int(f.get("producers_untracked") or 0),
+        since_ms=int(f.get("since") or 0), subscription_count=entry.subscription_count,
+        producer_count=entry.producer_count, producers_untracked=int(f.get("producers_untracked") or 0),
         close_requested_ms=int(requested) if requested else None,
         subscriptions=tuple(subscriptions), producers=tuple(producers))
-
-
-def _call(namespace: str, now_ms: int, *args: Any) -> Eval:
-    return Eval("connections", (registry_prefix(namespace),), (now_ms, *args))
 
 
 def put(namespace: str, record: ConnectionRecord, now_ms: int, *, lease_ms: int = DEFAULT_LEASE_MS,
@@ -212,12 +199,12 @@ def put(namespace: str, record: ConnectionRecord, now_ms: int, *, lease_ms: int 
     create = not record.registered
     payload = {"id": record.connection_id, "lease": lease_ms, "limit": limit, "create": create,
                **record.delta(full)}
-    result = yield _call(namespace, now_ms, "put", json.dumps(payload))
-    if int(result) == 2:  # lapsed: write it whole, as a new connection
-        record.registered = False
+    prefix = registry_prefix(namespace)
+    if not calls.Connections.parse_put((yield calls.Connections.put(prefix, now_ms, payload))):
+        record.registered = False  # lapsed: write it whole, as a new connection
         payload = {"id": record.connection_id, "lease": lease_ms, "limit": limit, "create": True,
                    **record.delta(True)}
-        yield _call(namespace, now_ms, "put", json.dumps(payload))
+        yield calls.Connections.put(prefix, now_ms, payload)
     record.registered = True
     return record
 
@@ -231,28 +218,29 @@ def put_many(namespace: str, records: list[ConnectionRecord], now_ms: int, *,
     counts: one round trip per chunk, not per connection). A record whose write failed (ConnectionRegistryFull
     for one that lapsed and finds the registry full) is left unregistered, to be tried again whole."""
     failed: list[ConnectionRecord] = []
+    prefix = registry_prefix(namespace)
     for i in range(0, len(records), PUT_CHUNK):
         chunk = records[i:i + PUT_CHUNK]
-        calls, again = [], []
+        puts, again = [], []
         for record in chunk:
             payload = {"id": record.connection_id, "lease": lease_ms, "limit": limit,
                        "create": not record.registered, **record.delta()}
-            calls.append(_call(namespace, now_ms, "put", json.dumps(payload)))
-        replies = yield calls
+            puts.append(calls.Connections.put(prefix, now_ms, payload))
+        replies = yield puts
         for record, reply in zip(chunk, replies, strict=True):
             if isinstance(reply, Exception):
                 record.registered = False
                 failed.append(record)
-            elif int(reply) == 2:  # lapsed: write it whole, as a new connection
+            elif not calls.Connections.parse_put(reply):  # lapsed: write it whole, as a new connection
                 record.registered = False
                 again.append(record)
             else:
                 record.registered = True
         if again:
-            calls = [_call(namespace, now_ms, "put", json.dumps({
-                "id": r.connection_id, "lease": lease_ms, "limit": limit, "create": True, **r.delta(True)}))
+            puts = [calls.Connections.put(prefix, now_ms, {
+                "id": r.connection_id, "lease": lease_ms, "limit": limit, "create": True, **r.delta(True)})
                 for r in again]
-            replies = yield calls
+            replies = yield puts
             for record, reply in zip(again, replies, strict=True):
                 record.registered = not isinstance(reply, Exception)
                 if not record.registered:
@@ -266,7 +254,8 @@ def renew(namespace: str, connection_ids: list[str], now_ms: int, lease_ms: int 
     missing: list[str] = []
     for i in range(0, len(connection_ids), RENEW_CHUNK):
         chunk = connection_ids[i:i + RENEW_CHUNK]
-        missing += [_text(m) for m in (yield _call(namespace, now_ms, "renew", lease_ms, *chunk))]
+        missing += calls.Connections.parse_renew(
+            (yield calls.Connections.renew(registry_prefix(namespace), now_ms, lease_ms, chunk)))
     return missing
 
 
@@ -274,7 +263,8 @@ def drop(namespace: str, connection_ids: list[str], now_ms: int) -> Op:
     """Unregister; returns how many were registered."""
     n = 0
     for i in range(0, len(connection_ids), RENEW_CHUNK):
-        n += int((yield _call(namespace, now_ms, "drop", *connection_ids[i:i + RENEW_CHUNK])))
+        n += calls.Connections.parse_drop((yield calls.Connections.drop(
+            registry_prefix(namespace), now_ms, connection_ids[i:i + RENEW_CHUNK])))
     return n
 
 
@@ -297,35 +287,32 @@ def list_page(namespace: str, now_ms: int, cursor: str = "", count: int = 100,
     wanted: dict[str, Any] = {k: v for k, v in (filters or {}).items() if k in FILTERS and v}
     if with_destinations:
         wanted["with_destinations"] = True
-    reply = yield _call(namespace, now_ms, "list", cursor, count, json.dumps(wanted))
+    page = calls.Connections.parse_list_page(
+        (yield calls.Connections.list_page(registry_prefix(namespace), now_ms, cursor, count, wanted)))
     items = []
-    for row in reply[2:]:
-        info = _info(_text(row[0]), row[1], int(row[2]), int(row[3]))
+    for entry in page.entries:
+        info = _info(entry)
         if with_destinations:
-            info = dataclasses.replace(info, destination_names=tuple(sorted(_text(d) for d in row[4])))
+            info = dataclasses.replace(info, destination_names=tuple(sorted(entry.destinations)))
         items.append(info)
-    return Page(items, _text(reply[0]), int(reply[1]))
+    return Page(items, page.cursor, page.examined)
 
 
 def get(namespace: str, connection_id: str, now_ms: int) -> Op:
     """The connection with its subscriptions and producers, or None."""
-    reply = yield _call(namespace, now_ms, "get", connection_id)
-    if not reply:
-        return None
-    flat, subs, prods = reply
-    return _info(connection_id, flat, len(subs) // 2, len(prods) // 2, subs, prods)
+    entry = calls.Connections.parse_get(
+        (yield calls.Connections.get(registry_prefix(namespace), now_ms, connection_id)), connection_id)
+    return None if entry is None else _info(entry)
 
 
 def request_close(namespace: str, connection_id: str, reason: str, now_ms: int) -> Op:
     """Ask the owning process to close the connection (it takes the request within its poll period);
     returns (process, protocol), or None when no such connection is registered."""
-    reply = yield _call(namespace, now_ms, "close", connection_id, reason)
-    if not reply:
-        return None
-    return _text(reply[0]), _text(reply[1])
+    return calls.Connections.parse_close(
+        (yield calls.Connections.close(registry_prefix(namespace), now_ms, connection_id, reason)))
 
 
 def take_closes(namespace: str, process: str, now_ms: int) -> Op:
     """(connection id, reason) of the connections this process was asked to close (each handed out once)."""
-    reply = yield _call(namespace, now_ms, "take", process, TAKE_CHUNK)
-    return [(_text(row[0]), _text(row[1])) for row in reply or []]
+    return calls.Connections.parse_take(
+        (yield calls.Connections.take(registry_prefix(namespace), now_ms, process, TAKE_CHUNK)))

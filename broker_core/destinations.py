@@ -297,3 +297,22 @@ def covers(general: Destination, specific: Destination) -> bool:
     elif s_open or len(s_fixed) != len(g_fixed):
         return False
     return all(_segment_matches(p, q) for p, q in zip(g_fixed, s_fixed, strict=False))
+
+
+class CompositeParts(list):  # type: ignore[type-arg]
+    """The parts of a client-side composite; `uri` names the composite itself (its messages' original
+    destination, as CompositeDestinationBroker.send sets it)."""
+
+    uri: str = ""
+
+
+def split_composite(text: str) -> CompositeParts | None:
+    """The parts of a client-side composite (`A,B,topic://C`), or None for a single destination."""
+    if "," not in text:
+        return None
+    parts = CompositeParts(dict.fromkeys(parse_composite(text)))  # ActiveMQ keeps them in a set
+    if not parts:
+        raise InvalidDestination(f"composite destination {text!r} names no destination")
+    kind = "topic" if text.strip().startswith("topic://") else "queue"
+    parts.uri = f"{kind}://" + ",".join(p.name if p.kind == kind else p.uri for p in parts)
+    return parts

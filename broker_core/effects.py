@@ -1,8 +1,9 @@
-"""What an operation yields to the driver that runs it (drivers/loop.py): a script to run (`Eval`), a plain
-Redis
-command (`Command`), or a question for the driver (`Policy`), and the error a script's reply turns into
-when the destination does not exist yet. Operations are generators (operations.py); the one driver loop
-runs the same generator for Broker (blocking) and AsyncBroker (asyncio), so each operation is written once."""
+"""What an operation yields: to the driver that runs it (drivers/loop.py) a script to run (`Eval`), a plain
+Redis command (`Command`), a question (`Policy`) or a wait (`Sleep`); to the router (ops/router.py) the
+cross-destination work its layer may not call itself (`Forward`: deliver a destination's outbox; `Create`:
+create a destination on first use). And the error a script's reply turns into when the destination does
+not exist yet. Operations are generators (broker_core/ops/); the one driver loop runs the same generator
+for Broker (blocking) and AsyncBroker (asyncio), so each operation is written once."""
 
 from __future__ import annotations
 
@@ -33,6 +34,34 @@ class Policy:
     destination: Destination
 
 
+@dataclass(frozen=True)
+class Sleep:
+    """Ask the driver to wait `ms` milliseconds; it replies with the clock's time."""
+
+    ms: int
+
+
+@dataclass(frozen=True)
+class Forward:
+    """Deliver what waits in `destination`'s outbox (its forwarding hash: dead letters, moves, virtual
+    destinations' copies, advisories), written there by the operation that yields this. The router runs
+    ops/forward.py for it, inline; the reply is how many records were delivered. A process that dies
+    before leaves the records to maintenance, which yields the same."""
+
+    destination: Destination
+    now: int
+    limit: int = 1_000
+
+
+@dataclass(frozen=True)
+class Create:
+    """Create `destination` (idempotent: its policy, name, registry entry, virtual-topic index entry and
+    creation advisory). The router runs ops/admin.py for it, inline."""
+
+    destination: Destination
+    now: int
+
+
 class NoDestination(BrokerError):
     """Raised by a script when the destination has no policy yet (first use)."""
 
@@ -42,4 +71,4 @@ class NoDestination(BrokerError):
 T = TypeVar("T")
 
 # An operation whose result is T (`Op` alone: any result).
-Op = Generator[Eval | Command | Policy, Any, T]
+Op = Generator[Eval | Command | Policy | Sleep | Forward | Create | list[Eval], Any, T]

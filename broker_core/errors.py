@@ -91,3 +91,41 @@ class ConnectionRegistryFull(BrokerError):
     refused rather than left out of the list (broker_core/connections.py)."""
 
     code = "connection_registry_full"
+
+
+RETRY_AFTER_S = 1.0  # what adapters tell a refused producer (HTTP Retry-After)
+
+
+class ResourceAllocationError(BrokerError):
+    """A send refused by producer flow control (ActiveMQ's ResourceAllocationException). `details` name
+    the destination, which limit (`scope` "destination" or "broker"), the limit and usage in bytes, what
+    the send needed, how long it waited, and `retry_after` (seconds) for the adapters (HTTP 503)."""
+
+    code = "resource_limit"
+
+    @property
+    def retry_after(self) -> float:
+        return float(self.details.get("retry_after", RETRY_AFTER_S))
+
+
+class RedisMaxMemory(ResourceAllocationError):
+    """Redis itself refused the call's first write: its used memory is over its `maxmemory`, and with
+    `maxmemory-policy noeviction` (the embedded server's, signalbox/embedded_redis.py) it refuses writes
+    rather than evict a key. The backstop behind the limits above, which count message bytes only: the
+    call changed nothing (a script is refused before its first write), nothing stored is lost, and
+    consumers can still drain what is there."""
+
+    code = "redis_maxmemory"
+
+
+REDIS_MAXMEMORY_TEXT = (
+    "Redis is at its maxmemory (maxmemory-policy noeviction): the call was refused and stored nothing; "
+    "nothing already stored is lost. Consume or purge messages, or give Redis more memory "
+    "(SIGNALBOX_REDIS_MAXMEMORY for the embedded server)")
+
+
+def is_redis_maxmemory(text: str) -> bool:
+    """Whether a Redis error reply is its maxmemory refusal (a command's, or a script's first write's). The
+    reply starts "OOM command not allowed when used memory > 'maxmemory'"; redis-py's OutOfMemoryError
+    keeps the text without its "OOM" code, so the words after it are what is looked for."""
+    return "command not allowed when used memory" in text

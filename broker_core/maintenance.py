@@ -22,15 +22,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import rates, topic_ops
+from . import rates
 from .broker import Broker
 from .config.entry import PolicyEntry
 from .destinations import Destination, parse_destination
 from .effects import Eval, NoDestination, Op
 from .errors import UnknownDestination
+from .keys import Home
 from .model import ConsumerRef
 from .resp import reply_text as _text
-from .topics import Subscription
+from .scripts import calls
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +61,19 @@ REINDEX_CHUNK = 500
 INDEX_VERSION = "1"  # bumped when what the index holds changes: every deployment rebuilds it once
 
 
-def _dest(destination: str | Destination) -> Destination:
+def _dest(destination: str | Destination | Home) -> Destination:
     # a registered topic may be a wildcard subscription's pseudo-topic (docs/broker_core.md)
     return destination if isinstance(destination, Destination) else parse_destination(destination,
                                                                                        allow_wildcards=True)
 
 
-def _maint_key(broker: Broker, dest: Destination) -> str:
-    return f"{broker.ops.prefix(dest)}:maint"
+def _home(destination: str | Destination | Home) -> Home:
+    """What a job runs on: a destination's own keys, or one subscription of a topic (a Home as given)."""
+    return destination if isinstance(destination, Home) else Home(_dest(destination))
+
+
+def _maint_key(broker: Broker, dest: Home) -> str:
+    return f"{broker.ops.home_prefix(dest)}:maint"
 
 
 def _heartbeat_key(broker: Broker) -> str:
@@ -82,11 +88,11 @@ def errors_key(namespace: str) -> str:
     return f"{namespace}:maintenance:errors"
 
 
-def _eval(broker: Broker, dest: Destination, script: str, *args: Any) -> Op:
-    return (yield Eval(script, (broker.ops.prefix(dest),), args))
+def _eval(call: Eval) -> Op:
+    return (yield call)
 
 
-def _record(broker: Broker, dest: Destination, fields: dict[str, Any], counters: dict[str, int] | None = None
+def _record(broker: Broker, dest: Home, fields: dict[str, Any], counters: dict[str, int] | None = None
             ) -> None:
     key = _maint_key(broker, dest)
     pipe = broker.redis.pipeline(transaction=False)
@@ -107,7 +113,7 @@ class Lease:
     """A job's lease on one destination, held by `token` until `expires` (the broker clock's ms)."""
 
     broker: Broker
-    destination: Destination
+    destination: Home
     job: str
     token: str
     ttl_ms: int
@@ -120,28 +126,29 @@ class Lease:
         return release_lease(self.broker, self.destination, self.job, self.token)
 
 
-def acquire_lease(broker: Broker, destination: str | Destination, job: str, ttl_ms: int,
+def acquire_lease(broker: Broker, destination: str | Destination | Home, job: str, ttl_ms: int,
                   token: str | None = None) -> str | None:
     """Take (or, with the holder's token, renew) the lease of `job` on a destination; returns the token,
     or None while another holder's lease runs."""
-    dest = _dest(destination)
+    dest = _home(destination)
     token = token or uuid.uuid4().hex
     now = broker.clock.now_ms()
-    held = broker._run(_eval(broker, dest, "maintenance", now, "acquire", job, token, ttl_ms))
-    return token if int(held) else None
+    held = broker._run(_eval(calls.Maintenance.acquire(broker.ops.home_prefix(dest), now, job, token,
+                                                       ttl_ms)))
+    return token if calls.Maintenance.parse_held(held) else None
 
 
-def release_lease(broker: Broker, destination: str | Destination, job: str, token: str) -> bool:
-    dest = _dest(destination)
-    return bool(int(broker._run(_eval(broker, dest, "maintenance", broker.clock.now_ms(), "release", job,
-                                      token))))
+def release_lease(broker: Broker, destination: str | Destination | Home, job: str, token: str) -> bool:
+    dest = _home(destination)
+    call = calls.Maintenance.release(broker.ops.home_prefix(dest), broker.clock.now_ms(), job, token)
+    return calls.Maintenance.parse_held(broker._run(_eval(call)))
 
 
 @contextmanager
-def job_lease(broker: Broker, destination: str | Destination, job: str, ttl_ms: int
+def job_lease(broker: Broker, destination: str | Destination | Home, job: str, ttl_ms: int
               ) -> Iterator[Lease | None]:
     """The job's lease for the `with` block, or None when another worker holds it."""
-    dest = _dest(destination)
+    dest = _home(destination)
     token = acquire_lease(broker, dest, job, ttl_ms)
     if token is None:
         yield None
@@ -164,22 +171,22 @@ class Recovery:
     dispatched: int = 0  # messages dispatched because a parked message or a delayed start came due
 
 
-def run_recovery(broker: Broker, destination: str | Destination) -> Recovery:
+def run_recovery(broker: Broker, destination: str | Destination | Home) -> Recovery:
     """Close consumers whose lease lapsed (their messages return with the redelivery counter raised),
     finish returning what closed consumers still hold and releasing what ended subscriptions held (a
     process died between those chunks), complete forwards left behind, and run dispatch when a parked
     message or a delayed start came due. One cheap script call when there is nothing to do."""
-    dest = _dest(destination)
+    dest = _home(destination)
     now = broker.clock.now_ms()
     token = uuid.uuid4().hex
-    held, lapsed, forwards, due, owed = broker._run(_eval(broker, dest, "maintenance", now, "recover", token,
-                                                          RECOVER_LEASE_MS, FORWARD_GRACE_MS))
-    if not int(held):
+    probe = calls.Maintenance.parse_recover(broker._run(_eval(calls.Maintenance.recover(
+        broker.ops.home_prefix(dest), now, token, RECOVER_LEASE_MS, FORWARD_GRACE_MS))))
+    if not probe.held:
         return Recovery(ran=False)
-    return _recover(broker, dest, now, token, int(lapsed), int(forwards), int(due), int(owed))
+    return _recover(broker, dest, now, token, probe.lapsed, probe.forwards, probe.due, probe.owed)
 
 
-def _recover(broker: Broker, dest: Destination, now: int, token: str, lapsed: int, forwards: int, due: int,
+def _recover(broker: Broker, dest: Home, now: int, token: str, lapsed: int, forwards: int, due: int,
              owed: int) -> Recovery:
     """The recovery work the probe found, under the 'recover' lease it took (`token`), released at the end."""
     lease = Lease(broker, dest, "recover", token, RECOVER_LEASE_MS)
@@ -193,11 +200,11 @@ def _recover(broker: Broker, dest: Destination, now: int, token: str, lapsed: in
                     break
         if owed:  # a process died while returning (or releasing) a closed consumer's messages
             broker._run(broker.ops.return_owed(dest, now))
-            if dest.is_topic and not isinstance(dest, Subscription):  # or fanning out a send (fanout.lua)
-                broker._run(topic_ops.fan_out(broker.ops, dest, now))
+            if dest.fans_out:  # or fanning out a send (fanout.lua)
+                broker._run(broker.ops.fan_out(dest.destination, now))
         forwarded = 0
         if forwards:
-            forwarded = broker.forward(dest)
+            forwarded = broker.forward(dest.destination)  # (a subscription's forwards wait on its topic)
             broker.redis.hdel(_maint_key(broker, dest), "recover:fwd_since")
         dispatched = 0
         if 0 < due <= now:
@@ -228,14 +235,15 @@ def _sweep_due(state: list[Any], period: int, now: int) -> bool:
     return running == b"1" or started is None or now >= int(started) + period
 
 
-def run_expiry_sweep(broker: Broker, destination: str | Destination, *, period_ms: int | None = None,
+def run_expiry_sweep(broker: Broker, destination: str | Destination | Home, *, period_ms: int | None = None,
                      max_pages: int | None = SWEEP_PAGES_PER_RUN, force: bool = False) -> ExpirySweep:
     """The expiry sweep, every expireMessagesPeriod: a sweep walks the whole destination in pages of
     maxExpirePageSize (each page one script call) and expires what has run out (dead-lettered per
     policy). One run does at most `max_pages` pages (None: to the end); an unfinished sweep goes on at the
     next run, whatever the period. `force` starts a sweep now even if none is due (by hand)."""
-    dest = _dest(destination)
-    period = broker.policies.resolve(dest).expire_messages_period if period_ms is None else period_ms
+    dest = _home(destination)
+    period = (broker.policies.resolve(dest.destination).expire_messages_period if period_ms is None
+              else period_ms)
     if period <= 0 and not force:
         return ExpirySweep(ran=False)
     key = _maint_key(broker, dest)
@@ -294,44 +302,42 @@ class AbortNotice:
     at: int
 
 
-def _abort_op(broker: Broker, dest: Destination, now: int, *args: Any) -> Op:
+def _abort_op(broker: Broker, dest: Home, now: int, call: Eval) -> Op:
+    """Run through the router (`broker.ops.run`): finishing the pass may deliver forwards."""
     try:
-        reply = yield Eval("abort", (broker.ops.prefix(dest),), (now, 0, TOMBSTONES_MAX, TOMBSTONE_MS, *args))
+        aborted = calls.Abort.parse((yield call))
     except NoDestination:
         return None
-    yield from broker.ops._continue_dispatch(dest, now, int(reply[3]), int(reply[4]))
-    if len(reply) > 5:  # consumers were aborted: their messages go back in chunks
+    yield from broker.ops.continue_dispatch(dest, now, aborted.tail.flags, aborted.tail.hold_until)
+    if aborted.aborted:  # consumers were aborted: their messages go back in chunks
         yield from broker.ops.return_owed(dest, now)
-    return reply
+    return aborted
 
 
-def _flag(value: bool) -> str:
-    return "1" if value else "0"
-
-
-def run_slow_consumer_check(broker: Broker, destination: str | Destination,
+def run_slow_consumer_check(broker: Broker, destination: str | Destination | Home,
                             entry: PolicyEntry | None = None) -> SlowConsumerCheck:
     """One run of the destination's slowConsumerStrategy when checkPeriod has passed since the last one:
     abortSlowConsumerStrategy (§8.2) or abortSlowAckConsumerStrategy (§8.3), with ActiveMQ's parameters.
     Aborted consumers are closed (messages redelivered, groups freed) and leave an `AbortNotice`."""
-    dest = _dest(destination)
-    entry = entry or broker.policies.resolve(dest)
+    dest = _home(destination)
+    entry = entry or broker.policies.resolve(dest.destination)
     if entry.slow_consumer_strategy == "none":
         return SlowConsumerCheck(ran=False)
     with job_lease(broker, dest, "slow", SLOW_LEASE_MS) as lease:
         if lease is None:
             return SlowConsumerCheck(ran=False)
-        reply = broker._run(_abort_op(
-            broker, dest, broker.clock.now_ms(), "check", entry.slow_consumer_strategy, entry.check_period,
-            entry.max_slow_duration, entry.max_slow_count, _flag(entry.abort_connection),
-            entry.max_time_since_last_ack, _flag(entry.ignore_idle_consumers)))
-    if reply is None or not int(reply[0]):
-        return SlowConsumerCheck(ran=False, tracked=int(reply[1]) if reply else 0)
-    aborted = [_text(x) for x in reply[5:]]
+        now = broker.clock.now_ms()
+        result = broker._run(broker.ops.run(_abort_op(broker, dest, now, calls.Abort.check(
+            broker.ops.home_prefix(dest), now, TOMBSTONES_MAX, TOMBSTONE_MS, entry.slow_consumer_strategy,
+            entry.check_period, entry.max_slow_duration, entry.max_slow_count, entry.abort_connection,
+            entry.max_time_since_last_ack, entry.ignore_idle_consumers))))
+    if result is None or not result.ran:
+        return SlowConsumerCheck(ran=False, tracked=result.tracked if result else 0)
+    aborted = list(result.aborted)
     if aborted:
         _record(broker, dest, {}, {"slow:aborted": len(aborted)})
         log.info("aborted slow consumers %s on %s", ", ".join(aborted), dest.uri)
-    return SlowConsumerCheck(True, int(reply[1]), aborted)
+    return SlowConsumerCheck(True, result.tracked, aborted)
 
 
 def abort_consumer(broker: Broker, consumer: ConsumerRef, reason: str, *, abort_connection: bool = False
@@ -339,17 +345,20 @@ def abort_consumer(broker: Broker, consumer: ConsumerRef, reason: str, *, abort_
     """Abort a consumer now (an operator's decision): closed as the strategies close it, with a
     tombstone carrying `reason`. Raises UnknownConsumer if it is not registered."""
     dest = broker._run(broker.ops.home(consumer))  # a topic consumer's subscription
-    reply = broker._run(_abort_op(broker, dest, broker.clock.now_ms(), "abort", consumer.consumer_id, reason,
-                                  _flag(abort_connection)))
-    if reply is None:
+    now = broker.clock.now_ms()
+    result = broker._run(broker.ops.run(_abort_op(broker, dest, now, calls.Abort.abort(
+        broker.ops.home_prefix(dest), now, TOMBSTONES_MAX, TOMBSTONE_MS, consumer.consumer_id, reason,
+        abort_connection))))
+    if result is None:
         raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
 
 
-def abort_notice(broker: Broker, destination: str | Destination, consumer_id: str) -> AbortNotice | None:
+def abort_notice(broker: Broker, destination: str | Destination | Home,
+                 consumer_id: str) -> AbortNotice | None:
     """The tombstone of an aborted consumer (the latest TOMBSTONES_MAX per destination, each kept
     TOMBSTONE_MS), or None."""
-    dest = _dest(destination)
-    raw = broker.redis.hget(f"{broker.ops.prefix(dest)}:aborted", consumer_id)
+    dest = _home(destination)
+    raw = broker.redis.hget(f"{broker.ops.home_prefix(dest)}:aborted", consumer_id)
     if raw is None:
         return None
     data = json.loads(raw)
@@ -357,7 +366,7 @@ def abort_notice(broker: Broker, destination: str | Destination, consumer_id: st
                        int(data["at"]))
 
 
-def abort_reason(broker: Broker, destination: str | Destination, consumer_id: str) -> str | None:
+def abort_reason(broker: Broker, destination: str | Destination | Home, consumer_id: str) -> str | None:
     """Why the consumer was aborted (the text for the client), or None if it was not aborted."""
     notice = abort_notice(broker, destination, consumer_id)
     return notice.reason if notice else None
@@ -366,13 +375,13 @@ def abort_reason(broker: Broker, destination: str | Destination, consumer_id: st
 # -- offline durable subscriptions (spec §7.4) ------------------------------------------------
 
 
-def run_offline_durable_cleanup(broker: Broker, destination: str | Destination,
+def run_offline_durable_cleanup(broker: Broker, destination: str | Destination | Home,
                                 entry: PolicyEntry | None = None, *, force: bool = False) -> list[str]:
     """TopicRegion.doCleanup: every offlineDurableSubscriberTaskSchedule ms (when it and
     offlineDurableSubscriberTimeout are not -1), remove the durable subscriptions offline for the timeout
     or more, with their messages. Returns their keys. `force` runs it now whatever the schedule."""
-    dest = _dest(destination)
-    entry = entry or broker.policies.resolve(dest)
+    dest = _home(destination)
+    entry = entry or broker.policies.resolve(dest.destination)
     timeout = entry.offline_durable_subscriber_timeout
     schedule = entry.offline_durable_subscriber_task_schedule
     if timeout < 0 or (schedule < 0 and not force):
@@ -384,7 +393,7 @@ def run_offline_durable_cleanup(broker: Broker, destination: str | Destination,
     with job_lease(broker, dest, "offline", SLOW_LEASE_MS) as lease:
         if lease is None:
             return []
-        removed = broker.expire_offline_durables(dest, timeout)
+        removed = broker.expire_offline_durables(dest.destination, timeout)
         _record(broker, dest, {"offline:last_run": now}, {"offline:removed": len(removed)})
     if removed:
         log.info("removed offline durable subscriptions %s of %s", ", ".join(removed), dest.uri)
@@ -442,21 +451,22 @@ def _periods(entry: PolicyEntry, topic_level: bool) -> tuple[int, int, int]:
     return max(entry.expire_messages_period, 0), slow, -1
 
 
-def _visit(broker: Broker, dest: Destination, entry: PolicyEntry, tally: _Tally) -> None:
+def _visit(broker: Broker, dest: Home, entry: PolicyEntry, tally: _Tally) -> None:
     """Run what is due on one queue, topic (forwards waiting there, offline durables) or subscription, then
     set its index entry to when something is next due there. One script call when nothing is due."""
-    topic_level = dest.is_topic and not isinstance(dest, Subscription)
+    topic_level = dest.fans_out
     sweep, slow, offline = _periods(entry, topic_level)
     now = broker.clock.now_ms()
     token = uuid.uuid4().hex
-    reply = broker._run(_eval(broker, dest, "maintenance", now, "visit", token, RECOVER_LEASE_MS,
-                              FORWARD_GRACE_MS, sweep, slow, offline, KEEP_MS))
-    held, lapsed, forwards, due, owed, sweep_due, slow_due, offline_due, scheduled = (int(x) for x in reply)
+    visit = calls.Maintenance.parse_visit(broker._run(_eval(calls.Maintenance.visit(
+        broker.ops.home_prefix(dest), now, token, RECOVER_LEASE_MS, FORWARD_GRACE_MS, sweep, slow, offline,
+        KEEP_MS))))
+    probe, sweep_due, slow_due, offline_due = visit.probe, visit.sweep_due, visit.slow_due, visit.offline_due
     tally.visited += 1
     uri = dest.uri
     try:
-        if held:
-            recovery = _recover(broker, dest, now, token, lapsed, forwards, due, owed)
+        if probe.held:
+            recovery = _recover(broker, dest, now, token, probe.lapsed, probe.forwards, probe.due, probe.owed)
             tally.reaped += [f"{uri}#{cid}" for cid in recovery.reaped]
             tally.forwarded += recovery.forwarded
             tally.dispatched += recovery.dispatched
@@ -474,20 +484,20 @@ def _visit(broker: Broker, dest: Destination, entry: PolicyEntry, tally: _Tally)
             tally.slow_checks += check.ran
             tally.aborted += [f"{uri}#{cid}" for cid in check.aborted]
     finally:
-        if not scheduled:
-            broker._run(_eval(broker, dest, "maintenance", broker.clock.now_ms(), "schedule",
-                              FORWARD_GRACE_MS, sweep, slow, offline))
+        if not visit.scheduled:
+            broker._run(_eval(calls.Maintenance.schedule(broker.ops.home_prefix(dest), broker.clock.now_ms(),
+                                                         FORWARD_GRACE_MS, sweep, slow, offline)))
 
 
-def _member_dest(broker: Broker, member: str) -> Destination:
+def _member_dest(broker: Broker, member: str) -> Home:
     """The queue, topic or subscription an index entry (its key prefix) names."""
     rest = member[len(broker.namespace) + 2:]  # past "<ns>:{"
     tag, _, tail = rest.partition("}")
     kind, _, name = tag.partition(":")
     dest = _dest(f"{'queue' if kind == 'q' else 'topic'}://{name}")
     if tail.startswith(":s:"):
-        return Subscription(dest.kind, dest.name, tail[3:])
-    return dest
+        return Home(dest, tail[3:])
+    return Home(dest)
 
 
 def _reindex_step(broker: Broker, now: int) -> None:
@@ -512,14 +522,14 @@ def _reindex_step(broker: Broker, now: int) -> None:
     cursor, uris = broker.redis.zscan(f"{broker.namespace}:destinations", cursor, count=REINDEX_CHUNK)
     uris = [_text(u) for u, _ in uris]
     if cursor == 0:  # (the last chunk) the wildcard subscriptions' pseudo-topics, which are not registered
-        uris += broker._run(topic_ops.pattern_topics(broker.ops))
+        uris += broker._run(broker.ops.pattern_topics())
     pipe = broker.redis.pipeline(transaction=False)
     for uri in uris:
         dest = _dest(uri)
-        targets = [dest]
+        targets = [Home(dest)]
         if dest.is_topic:
-            targets += broker._run(topic_ops.for_each_subscription(broker.ops, dest))
-        pipe.zadd(f"{key}:periodic", {broker.ops.prefix(t): now for t in targets}, **{mode: True})
+            targets += broker._run(broker.ops.for_each_subscription(dest))
+        pipe.zadd(f"{key}:periodic", {broker.ops.home_prefix(t): now for t in targets}, **{mode: True})
     state = {"walking": version, "mode": mode, "cursor": cursor}
     if cursor == 0:
         state["built"] = version
@@ -550,7 +560,7 @@ def _visit_due(broker: Broker, key: str, tally: _Tally, visit: Any, seconds: flo
             return done
         try:
             dest = _member_dest(broker, member)
-            label = f"{dest.uri}#{dest.key}" if isinstance(dest, Subscription) else dest.uri
+            label = dest.label
         except Exception:  # (not one of ours: an entry written by hand) nothing to visit
             broker.redis.zrem(key, member)
             continue
@@ -578,9 +588,8 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
     tally = _Tally()
     now = broker.clock.now_ms()
 
-    def visit(dest: Destination) -> None:
-        topic = dest.topic if isinstance(dest, Subscription) else dest
-        _visit(broker, dest, policy_map.resolve(topic), tally)
+    def visit(dest: Home) -> None:
+        _visit(broker, dest, policy_map.resolve(dest.destination), tally)
 
     if destinations is not None:
         uris = list(destinations)
@@ -588,9 +597,9 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
         for uri in uris:
             def visit_all(uri: str = uri) -> None:
                 dest = _dest(uri)
-                targets = [dest]
+                targets = [Home(dest)]
                 if dest.is_topic:
-                    targets += broker._run(topic_ops.for_each_subscription(broker.ops, dest))
+                    targets += broker._run(broker.ops.for_each_subscription(dest))
                 for target in targets:
                     visit(target)
             _guarded(tally, uri, visit_all)
@@ -600,13 +609,12 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
         _reindex_step(broker, now)
         # The pseudo-topics of patterns that lost their last subscription (a handful): what waits there is
         # delivered by their visit, then their keys go.
-        for uri in broker._run(topic_ops.idle_pattern_topics(broker.ops)):
+        for uri in broker._run(broker.ops.idle_pattern_topics()):
             def visit_idle(uri: str = uri) -> None:
                 dest = _dest(uri)
-                for target in [dest, *broker._run(topic_ops.for_each_subscription(broker.ops, dest))]:
+                for target in [Home(dest), *broker._run(broker.ops.for_each_subscription(dest))]:
                     visit(target)
-                broker._run(topic_ops.drop_idle_pattern(broker.ops, dest, broker.clock.now_ms(),
-                                                        (*JOBS, "offline")))
+                broker._run(broker.ops.drop_idle_pattern(dest, broker.clock.now_ms(), (*JOBS, "offline")))
             _guarded(tally, uri, visit_idle)
         deadline = started + TICK_SECONDS
         urgent, periodic = key, f"{key}:periodic"
@@ -650,13 +658,13 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
 # -- what the console shows ---------------------------------------------------------------------------
 
 
-def job_status(broker: Broker, destination: str | Destination) -> dict[str, dict[str, Any]]:
+def job_status(broker: Broker, destination: str | Destination | Home) -> dict[str, dict[str, Any]]:
     """Progress and last-run times of each job on a destination, for the console and the API:
     {"recover": {last_work, reaped, forwarded, dispatched}, "expire": {started, running, examined,
     expired, pages, last_run, last_done, last_examined, last_expired}, "slow": {last_run, config,
     aborted, tracked}}, each with `leased_until` while a worker holds the job (times in ms)."""
-    dest = _dest(destination)
-    prefix = broker.ops.prefix(dest)
+    dest = _home(destination)
+    prefix = broker.ops.home_prefix(dest)
     pipe = broker.redis.pipeline(transaction=False)
     pipe.hgetall(f"{prefix}:maint")
     pipe.hlen(f"{prefix}:slowcons")

@@ -339,3 +339,22 @@ def failure_cause(kind: str, argument: str, policy: dict[str, str]) -> str | Non
     if kind == "expired":
         return f"java.lang.Throwable: Message Expired. Expiration:{argument}"
     return None  # poison: a STOMP NACK carries no cause
+
+
+def forward_copy(blob: bytes, original: str) -> bytes:
+    """The copy a virtual destination's target receives: the message as sent, with its original
+    destination set when the configuration says so (composites and virtual topics).
+
+    A repeating scheduled message's copies are made each time its job fires (lifecycle.lua
+    fire_scheduled), never at its send, so a copy that still carries a repeat is one firing: like the
+    firing ActiveMQ's scheduler re-sends (SchedulerBroker.scheduledJob), it loses its delay, period and
+    repeat, so its target delivers it now and schedules nothing again."""
+    record = msgpack.unpackb(blob, raw=True)
+    fired = len(record) >= RECORD_LENGTH and bool(record[19])
+    if not original and not fired:
+        return blob
+    if original:
+        record[16] = original
+    if fired:
+        record[17:20] = [0, 0, 0]
+    return msgpack.packb(record, use_bin_type=False)

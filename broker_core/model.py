@@ -4,7 +4,7 @@ of a consumer, and what operations return (statistics, browse pages, message gro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import msgpack
 
@@ -75,7 +75,7 @@ class Consumer(ConsumerRef):
     subscription: str | None = None  # the subscription's key (topics.py)
 
 
-# One consumer's part of an ack call (Operations.ack_many): the consumer, message ids, mode, how many next
+# One consumer's part of an ack call (queues.ack_many): the consumer, message ids, mode, how many next
 # messages to hand over.
 AckRequest = tuple[ConsumerRef, list[str], str, int]
 
@@ -175,7 +175,7 @@ class DestinationStats:
     paused: bool
     exclusive_owner: str | None
     consumers: list[ConsumerStats] = field(default_factory=list)
-    # (topic_ops.stats) the subscriptions, messages no subscription matched (dropped), durable
+    # (ops/topics.stats) the subscriptions, messages no subscription matched (dropped), durable
     # subscriptions active and offline, evictions (§8.5), messages dropped with a removed subscription.
     subscriptions: list[SubscriptionStats] = field(default_factory=list)
     no_subscription: int = 0
@@ -231,20 +231,6 @@ class DestinationSummary:
     oldest_unknown: bool = False
 
 
-SUMMARY_WIDTH = 14  # values per queue in summary_many.lua's reply
-
-
-def summary_from(r: list[Any], uri: str) -> DestinationSummary | None:
-    """A DestinationSummary from the SUMMARY_WIDTH values of summary_many.lua for one queue."""
-    if not int(r[0]):
-        return None
-    n = [int(v) if v else 0 for v in r[6:11]]
-    oldest = int(r[13]) if r[13] else None
-    return DestinationSummary(uri, int(r[1]) + int(r[2]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
-                              int(r[5]), n[0], n[1], n[2], n[3], n[4], r[11] in (b"1", "1"),
-                              int(r[12]) if r[12] else 0, None if oldest == -1 else oldest, oldest == -1)
-
-
 def summary_of(stats: DestinationStats) -> DestinationSummary:
     """The summary of a destination read in full (a topic: its counters are its subscriptions' sums)."""
     return DestinationSummary(
@@ -279,7 +265,7 @@ class GroupPage:
 
 @dataclass(frozen=True)
 class Pushed:
-    """Deliveries a dispatch pushed to a consumer (scripts/lua/includes/outbox.lua PUSH): `after` is the
+    """Deliveries a dispatch pushed to a consumer (scripts/lua/includes/outbox.lua push_*): `after` is the
     dispatch
     sequence of the consumer's last message handed over before them, `last` that of the last of them; an
     adapter that has not handed over everything up to `after` missed a push and asks `receive_after`."""

@@ -27,6 +27,7 @@ from .broker import Broker
 from .destinations import Destination, parse_destination
 from .effects import Command, Eval, Op
 from .errors import InvalidDestination
+from .scripts import calls
 
 SERIES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "deadlettered")
 RINGS = {"5s": (5_000, 720), "1m": (60_000, 1_440)}  # name: (resolution ms, slots); rate_sample.lua too
@@ -51,8 +52,8 @@ def _key(broker: Broker, dest: Destination | None) -> str:
     return f"{broker.ops.prefix(dest)}:rates" if dest is not None else f"{broker.namespace}:rates"
 
 
-def _sample_op(keys: tuple[str, ...], args: tuple[Any, ...]) -> Op:
-    return (yield Eval("rate_sample", keys, args))
+def _sample_op(call: Eval) -> Op:
+    return calls.RateSample.parse((yield call))
 
 
 def sample(broker: Broker, destinations: Iterable[str | Destination], *, pass_span: int = 0) -> int:
@@ -63,10 +64,10 @@ def sample(broker: Broker, destinations: Iterable[str | Destination], *, pass_sp
     sampled = 0
     for start in range(0, max(len(dests), 1), SAMPLE_CHUNK):
         chunk = dests[start:start + SAMPLE_CHUNK]
-        keys = (_key(broker, None), *(broker.ops.prefix(d) for d in chunk))
         kinds = "".join("t" if d.is_topic else "q" for d in chunk)
-        sampled += int(broker._run(_sample_op(keys, (broker.clock.now_ms(), kinds, pass_span, KEEP_MS,
-                                                     MAX_SUBS))))
+        sampled += broker._run(_sample_op(calls.RateSample.call(
+            _key(broker, None), [broker.ops.prefix(d) for d in chunk], broker.clock.now_ms(), kinds,
+            pass_span, KEEP_MS, MAX_SUBS)))
         pass_span = 0
     return sampled
 

@@ -3,9 +3,9 @@
 A topic consumer is a subscription (spec §7): non-durable ones live as long as their consumer, durable
 ones are keyed by (client id, subscription name). Each subscription is run by the queue scripts under
 its own key prefix inside the topic's hash tag (`<ns>:{t:name}:s:<key>`), while the message itself is
-stored once on the topic with a reference count (scripts/lua/includes/topic.lua). `Subscription` names such a
-prefix: it is the topic (same kind, name, uri and hash tag) plus the subscription key, so every
-queue-level operation (dispatch, sweeps, reaping, slow-consumer checks) runs on it unchanged.
+stored once on the topic with a reference count (scripts/lua/includes/topic.lua). A subscription's home
+(keys.Home: the topic and the subscription key) names such a prefix, so every queue-level operation
+(dispatch, sweeps, reaping, slow-consumer checks) runs on it unchanged.
 """
 
 from __future__ import annotations
@@ -17,22 +17,10 @@ from typing import Any
 
 import msgpack
 
-from .destinations import Destination
 from .messages import PUBLISHED_TO, RECORD_LENGTH, Message, TypedValue
 
 RETAIN_PROPERTY = "ActiveMQ.Retain"
 RETAINED_PROPERTY = "ActiveMQ.Retained"
-
-
-@dataclass(frozen=True)
-class Subscription(Destination):
-    """One subscription of a topic, addressed like a destination (its `uri` is the topic's)."""
-
-    key: str = ""
-
-    @property
-    def topic(self) -> Destination:
-        return Destination(self.kind, self.name)
 
 
 def non_durable_key(consumer_id: str) -> str:

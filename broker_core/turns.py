@@ -28,10 +28,11 @@ raises the message's redelivery counter though no client saw it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
+from .broker import AsyncBroker
 from .destinations import parse_destination
 from .drivers.loop import Transaction, run_async, typed_error
 from .effects import Eval, Op
@@ -39,9 +40,6 @@ from .errors import UnknownConsumer
 from .model import ConsumerRef
 from .resp import reply_text as _text
 from .scripts.library import is_missing
-
-if TYPE_CHECKING:
-    from .broker import AsyncBroker
 
 
 def _turn_key(broker: AsyncBroker, consumer: ConsumerRef) -> str:
@@ -58,7 +56,7 @@ async def _window_key(broker: AsyncBroker, consumer: ConsumerRef) -> str | None:
         home = await broker._run(broker.ops.home(consumer))
     except UnknownConsumer:
         return None
-    return f"{broker.ops.prefix(home)}:c:{consumer.consumer_id}:inflight"
+    return f"{broker.ops.home_prefix(home)}:c:{consumer.consumer_id}:inflight"
 
 
 async def begin_turn(broker: AsyncBroker, consumer: ConsumerRef, turn_ms: int) -> int | None:

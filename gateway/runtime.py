@@ -25,9 +25,9 @@ from django.conf import settings
 from broker_core import maintenance
 from broker_core.broker import AsyncBroker, Broker
 from broker_core.config.store import PolicyStore
-from broker_core.destinations import Destination
+from broker_core.keys import Home
 from broker_core.model import ConsumerRef, Pushed, is_push, unpack_pushed
-from broker_core.topics import Subscription, non_durable_key
+from broker_core.topics import non_durable_key
 
 PROCESS_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
@@ -59,10 +59,10 @@ async def abort_notice(broker: AsyncBroker, consumer: ConsumerRef) -> maintenanc
     run in a thread: it is blocking), or None if it was not aborted. Every adapter asks here when its
     consumer is gone: REST answers 410, WebSockets send the notice. A topic consumer's notice is kept by its
     subscription: the one the consumer was given, else its non-durable subscription."""
-    where: Destination = consumer.destination
-    if where.is_topic and not isinstance(where, Subscription):
+    where = Home(consumer.destination)
+    if where.fans_out:
         key = getattr(consumer, "subscription", None) or non_durable_key(consumer.consumer_id)
-        where = Subscription(where.kind, where.name, key)
+        where = Home(consumer.destination, key)
     return await asyncio.to_thread(maintenance.abort_notice, _broker_for(broker.namespace), where,
                                    consumer.consumer_id)
 

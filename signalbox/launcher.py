@@ -439,8 +439,7 @@ class Launcher:
         import redis
         from django.conf import settings
 
-        from broker_core import flow, virtual
-        from broker_core.broker import Broker
+        from broker_core.broker import Broker, flow, virtual
         from broker_core.config.policy_map import load_policy_file
         from broker_core.errors import InvalidPolicy
 

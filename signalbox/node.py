@@ -27,7 +27,8 @@ from typing import Any
 import redis
 from django.conf import settings
 
-from broker_core import flow
+from broker_core.broker import flow
+from broker_core.keys import usage_key
 
 log = logging.getLogger(__name__)
 
@@ -202,9 +203,9 @@ async def redis_facts(client: Any) -> dict[str, Any]:
 
 
 async def broker_memory(client: Any, namespace: str) -> dict[str, int]:
-    """The broker-wide memory limit and usage of flow control (broker_core.flow.broker_memory, read with an
-    async client)."""
-    used, limit = await client.hmget(flow.usage_key(namespace), "used", "limit")
+    """The broker-wide memory limit and usage of flow control (broker_core.ops.flow.broker_memory, read with
+    an async client)."""
+    used, limit = await client.hmget(usage_key(namespace), "used", "limit")
     usage = flow.memory_usage(used, limit)
     return {"used": usage.used, "limit": usage.limit, "percent": usage.percent_usage}
 

@@ -329,7 +329,7 @@ def test_a_bad_policy_file_is_one_clear_line(tmp_path: Path, redis_url: str):
 def test_the_configuration_file_applies_policies_memory_limits_and_virtual_destinations(
         tmp_path: Path, redis_url: str, redis_client: redis.Redis, namespace: str, settings):
     """`run` loads every table of SIGNALBOX_POLICY_FILE into Redis before the web server starts."""
-    from broker_core import flow, virtual
+    from broker_core import keys
     from broker_core.broker import Broker
     from broker_core.destinations import parse_destination
     from broker_core.messages import Message
@@ -347,11 +347,11 @@ def test_the_configuration_file_applies_policies_memory_limits_and_virtual_desti
 
     broker = Broker(redis_client, namespace)
     assert broker.policies.resolve(parse_destination("queue://orders.eu")).queue_prefetch == 7
-    usage = {k.decode(): v.decode() for k, v in redis_client.hgetall(flow.usage_key(namespace)).items()}
+    usage = {k.decode(): v.decode() for k, v in redis_client.hgetall(keys.usage_key(namespace)).items()}
     assert usage["limit"] == "5000000" and usage["sendFailIfNoSpace"] == "1"
     broker.send("fanout", Message(body="x"))
     assert broker.stats("a").queue_size == 1 and broker.stats("b").queue_size == 1
-    assert redis_client.exists(virtual.config_key(namespace))
+    assert redis_client.exists(keys.virtual_config_key(namespace))
 
 
 def test_the_embedded_server_is_an_installed_redis_7_else_valkeylites(tmp_path: Path, monkeypatch):

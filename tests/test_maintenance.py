@@ -535,7 +535,7 @@ def test_one_failing_destination_does_not_stop_the_others(broker, clock, monkeyp
     real = maintenance._visit
 
     def failing(b, dest, entry, tally):
-        if dest.name == "bad":
+        if dest.destination.name == "bad":  # (a Home: the destination, or one subscription)
             raise RuntimeError("boom")
         return real(b, dest, entry, tally)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import redis.asyncio
 
-from broker_core import flow
 from broker_core.broker import Broker
+from broker_core.ops import flow
 from signalbox import node
 
 

@@ -9,7 +9,7 @@ import uuid
 import pytest
 import redis
 
-from broker_core import flow
+from broker_core import errors
 from broker_core.broker import Broker
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
@@ -66,7 +66,7 @@ def test_at_maxmemory_a_send_is_refused_by_name_and_nothing_stored_is_lost(small
     while refused is None and len(sent) < 100_000:
         try:
             sent += broker.send("orders", [Message(body=body) for _ in range(20)])
-        except flow.RedisMaxMemory as exc:
+        except errors.RedisMaxMemory as exc:
             refused = exc
     assert refused is not None and len(sent) > 200  # Redis's limit, not the broker's 1 GiB memoryLimit
     assert refused.code == "redis_maxmemory" and "maxmemory" in refused.message

@@ -1,4 +1,4 @@
-"""The one driver loop: how an operation generator (operations.py) is run, written once for `Broker`
+"""The one driver loop: how an operation generator (broker_core/ops/) is run, written once for `Broker`
 (blocking) and `AsyncBroker` (asyncio).
 
 `Driver.drive(op)` is itself a generator. It feeds the operation its replies, throws a script's error reply
@@ -19,9 +19,8 @@ from typing import Any, TypeVar
 
 import redis
 
-from .. import errors, flow
-from ..effects import Command, Eval, NoDestination, Op, Policy
-from ..flow import Sleep
+from .. import errors
+from ..effects import Command, Eval, NoDestination, Op, Policy, Sleep
 from ..scripts.library import call_args, is_missing, library, load_args, script, wants_functions
 
 T = TypeVar("T")
@@ -52,9 +51,9 @@ _ERRORS: dict[str, type[errors.BrokerError]] = {
 def typed_error(exc: redis.ResponseError) -> Exception:
     """The typed error a script's error reply stands for (the reply itself when it has no known code)."""
     text = str(exc)
-    if flow.is_redis_maxmemory(text):
-        return flow.RedisMaxMemory(flow.REDIS_MAXMEMORY_TEXT, scope="redis", limit="maxmemory",
-                                   retry_after=flow.RETRY_AFTER_S)
+    if errors.is_redis_maxmemory(text):
+        return errors.RedisMaxMemory(errors.REDIS_MAXMEMORY_TEXT, scope="redis", limit="maxmemory",
+                                     retry_after=errors.RETRY_AFTER_S)
     code, _, rest = text.partition(" ")
     kind = _ERRORS.get(code)
     return kind(rest) if kind else exc

@@ -11,14 +11,14 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from ..errors import BrokerError
+from ..scripts.calls import SelectorMatch
 from ..scripts.library import script
+from .compiled import parse_selector
 
-SCRIPT_NAME = "selector_match"
 ERROR_PREFIX = "SELECTOR_ERROR "
 TYPE_CODES = {"string": "s", "boolean": "b", "byte": "y", "short": "h", "int": "i", "long": "l",
               "float": "f", "double": "d"}
 _CODES = frozenset(TYPE_CODES.values())
-_RESULTS = {"TRUE": True, "FALSE": False, "NULL": None}
 EXACT_DOUBLE = 2**53
 
 
@@ -78,14 +78,7 @@ def _compiled(selector: Any) -> str:
     compiled = getattr(selector, "compiled", None)
     if isinstance(compiled, str):
         return compiled
-    from . import parse_selector
-
     return parse_selector(selector).compiled
-
-
-def _result(reply: Any) -> bool | None:
-    text = reply.decode() if isinstance(reply, bytes) else str(reply)
-    return _RESULTS[text]
 
 
 def _raise_evaluation_error(exc: ResponseError) -> None:
@@ -97,31 +90,31 @@ def _raise_evaluation_error(exc: ResponseError) -> None:
 def evaluate_in_redis(redis_client: Any, selector: Any, message_fields: Mapping[str, Any]) -> bool | None:
     """The three-valued result (True, False or None for NULL) of `selector` (a Selector or its text) on
     one message, computed by the Lua evaluator. Raises SelectorEvaluationError on a runtime error."""
-    s = script(SCRIPT_NAME)
-    args = (_compiled(selector), message_json(message_fields))
+    call = SelectorMatch.call(_compiled(selector), message_json(message_fields))
+    s = script(call.script)
     try:
         try:
-            reply = redis_client.evalsha(s.sha, 0, *args)
+            reply = redis_client.evalsha(s.sha, 0, *call.args)
         except NoScriptError:
-            reply = redis_client.eval(s.source, 0, *args)
+            reply = redis_client.eval(s.source, 0, *call.args)
     except ResponseError as exc:
         _raise_evaluation_error(exc)
         raise
-    return _result(reply)
+    return SelectorMatch.parse(reply)
 
 
 async def evaluate_in_redis_async(
     redis_client: Any, selector: Any, message_fields: Mapping[str, Any]
 ) -> bool | None:
     """evaluate_in_redis for a redis.asyncio client."""
-    s = script(SCRIPT_NAME)
-    args = (_compiled(selector), message_json(message_fields))
+    call = SelectorMatch.call(_compiled(selector), message_json(message_fields))
+    s = script(call.script)
     try:
         try:
-            reply = await redis_client.evalsha(s.sha, 0, *args)
+            reply = await redis_client.evalsha(s.sha, 0, *call.args)
         except NoScriptError:
-            reply = await redis_client.eval(s.source, 0, *args)
+            reply = await redis_client.eval(s.source, 0, *call.args)
     except ResponseError as exc:
         _raise_evaluation_error(exc)
         raise
-    return _result(reply)
+    return SelectorMatch.parse(reply)

@@ -13,7 +13,7 @@ from django.conf import settings
 from rest_framework import parsers
 from rest_framework.request import Request
 
-from broker_core import flow
+from broker_core import errors
 from broker_core.broker import AsyncBroker
 from broker_core.destinations import Destination, parse_composite, parse_destination
 from gateway import runtime
@@ -205,9 +205,9 @@ class Idempotency:
                 _BEGIN_SCRIPT, 3, self.key, self.index, self.users, int(time.time() * 1000), self.user,
                 self.digest, PENDING_TTL_MS, limit, IDEMPOTENCY_EXPIRED_PER_CALL, pending)
         except redis.ResponseError as exc:  # Redis at its maxmemory: refused by name, as a send would be
-            if flow.is_redis_maxmemory(str(exc)):
-                raise flow.RedisMaxMemory(flow.REDIS_MAXMEMORY_TEXT, scope="redis", limit="maxmemory",
-                                          retry_after=flow.RETRY_AFTER_S) from None
+            if errors.is_redis_maxmemory(str(exc)):
+                raise errors.RedisMaxMemory(errors.REDIS_MAXMEMORY_TEXT, scope="redis", limit="maxmemory",
+                                            retry_after=errors.RETRY_AFTER_S) from None
             raise
         if int(started) == 1:
             return None

@@ -48,7 +48,7 @@ BROKER_STATUS: dict[str, tuple[int, str]] = {
     "producer_flow_control": (503, "Flow control"),
     "resource_limit": (503, "Resource limit reached"),
     "destination_full": (503, "Destination full"),
-    "redis_maxmemory": (503, "Redis memory full"),  # the maxmemory backstop (broker_core.flow.RedisMaxMemory)
+    "redis_maxmemory": (503, "Redis memory full"),  # the maxmemory backstop (errors.RedisMaxMemory)
 }
 
 

@@ -1,5 +1,5 @@
 """Virtual destination routing over HTTP (issue 5): the composite destinations, virtual topics and
-mirrored queues in force, as broker_core.virtual.describe() shows them.
+mirrored queues in force, as broker_core.ops.virtual.describe() shows them.
 
 The configuration is the one every broker process routes with (stored in Redis, virtual.config_key),
 read through the same cached operation the send path uses, so what is listed is what is applied.

@@ -1,7 +1,7 @@
 """What ActiveMQ's AdvisoryBroker tells a new subscriber of an advisory topic about the present: one
 ConsumerInfo per consumer that exists now (ActiveMQ.Advisory.Consumer.Queue.X, with the current
 consumerCount), one DestinationInfo (operationType 0) per existing queue or topic (ActiveMQ.Advisory.Queue,
-ActiveMQ.Advisory.Topic). Only the new subscriber gets them; they are built by broker_core.advisory.build,
+ActiveMQ.Advisory.Topic). Only the new subscriber gets them; they are built by broker_core.ops.advisory.build,
 the one place advisory messages are made, from the state the broker reports now.
 
 Bounded: at most REPLAY_LIMIT destinations are read and replayed (broker.destination_names: one ZRANGE);
@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from broker_core import advisory
+from broker_core.broker import advisory
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import BrokerError
 from broker_core.messages import Delivery, unpack_delivery

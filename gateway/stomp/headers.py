@@ -12,11 +12,10 @@ import contextlib
 import functools
 from typing import Any
 
-from broker_core import advisory
-from broker_core.destinations import Destination, parse_destination
+from broker_core.broker import advisory
+from broker_core.destinations import Destination, parse_destination, split_composite
 from broker_core.errors import BrokerError
 from broker_core.messages import Delivery, Message, TypedValue
-from broker_core.virtual import split_composite
 from gateway.stomp.frames import Frame
 
 # Headers of a SEND frame that are not message properties (ActiveMQ strips or maps them).

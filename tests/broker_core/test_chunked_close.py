@@ -15,8 +15,10 @@ from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.effects import Eval
+from broker_core.keys import Home
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
+from broker_core.scripts.calls import Abort, Reap
 
 from ..helpers.broker import consumer, drain
 
@@ -152,7 +154,7 @@ def test_a_reap_returns_the_messages_a_chunk_per_call(broker, redis_client, cloc
     broker.renew_leases("orders", ["B"], 30_000)
     q = Queue(broker, redis_client)
     owed_before, reaped, chunks = HELD, None, 0
-    for name, reply in calls(broker, broker.ops.reap(ORDERS, broker._now(), 100)):
+    for name, reply in calls(broker, broker.ops.reap(Home(ORDERS), broker._now(), 100)):
         if name == "reap":
             reaped = reply
         if name in ("reap", "return_owed"):
@@ -379,7 +381,7 @@ def test_unsubscribing_a_durable_subscription_releases_its_messages_a_chunk_per_
     assert len(broker.receive(d, 60)) == 60
     broker.close_consumer(d)
     p, _ = _topic_keys(broker, redis_client)
-    reads = [name for name, _ in calls(broker, broker.ops.return_owed(parse_destination("topic://news"),
+    reads = [name for name, _ in calls(broker, broker.ops.return_owed(Home(parse_destination("topic://news")),
                                                                         broker._now()))]
     assert reads == ["return_owed"]  # nothing owed after the close: its returns went back in that call
     assert broker.unsubscribe("topic://news", client_id="cl", subscription_name="s") == 250
@@ -413,9 +415,9 @@ def test_lapsed_consumers_reaped_together_share_one_chunk_per_call(broker, redis
     clock.advance(1_500)
     q = Queue(broker, redis_client)
     returned_before, reaped = 0, None
-    for name, reply in calls(broker, broker.ops.reap(ORDERS, broker._now(), 100)):
+    for name, reply in calls(broker, broker.ops.reap(Home(ORDERS), broker._now(), 100)):
         if name == "reap":
-            reaped = sorted(x.decode() for x in reply[:reply.index(b"")])
+            reaped = sorted(Reap.parse(reply).closed)
         if name in ("reap", "return_owed"):
             returned = sum(q.returns().values())
             assert returned - returned_before <= 40
@@ -431,7 +433,10 @@ def test_an_aborted_consumer_returns_its_messages_in_chunks(broker, redis_client
     a, b, ids = _setup(broker, received=HELD)
     q = Queue(broker, redis_client)
     # (maintenance.abort_consumer runs this operation)
-    op = maintenance._abort_op(broker, ORDERS, broker._now(), "abort", "A", "too slow", "0")
+    now = broker._now()
+    op = broker.ops.run(maintenance._abort_op(broker, Home(ORDERS), now, Abort.abort(
+        broker.ops.prefix(ORDERS), now, maintenance.TOMBSTONES_MAX, maintenance.TOMBSTONE_MS, "A", "too slow",
+        False)))
     names = [name for name, _ in calls(broker, op) if name in ("abort", "return_owed")]
     assert names == ["abort"] + ["return_owed"] * -(-HELD // 40)  # the abort returns none itself
     assert maintenance.abort_notice(broker, "orders", "A").reason == "too slow"

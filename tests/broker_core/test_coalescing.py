@@ -12,8 +12,7 @@ import redis.asyncio
 from broker_core.broker import AsyncBroker
 from broker_core.destinations import Destination
 from broker_core.drivers.coalesce import Coalescer
-from broker_core.errors import InvalidMessage, MessageTooLarge, NotInFlight
-from broker_core.flow import ResourceAllocationError
+from broker_core.errors import InvalidMessage, MessageTooLarge, NotInFlight, ResourceAllocationError
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
 

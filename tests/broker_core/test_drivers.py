@@ -43,7 +43,7 @@ def _sync_work(broker: Broker, client: redis.Redis, functions: bool) -> list:
     out.append([d.message_id for d in got])
     out.append(broker.ack(c, "m1"))
     _lose_scripts(client, functions)
-    # a virtual topic's copy travels in a MULTI/EXEC (operations.forward)
+    # a virtual topic's copy travels in a MULTI/EXEC (ops/forward.py)
     out.append(broker.send("topic://VirtualTopic.d", Message(body="3", message_id="m3")))
     out.append(broker.stats("Consumer.A.VirtualTopic.d").queue_size)
     out.append(broker.stats("q").queue_size)

@@ -22,12 +22,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.clock import FakeClock
+from broker_core.destinations import Destination
 from broker_core.effects import Eval
 from broker_core.errors import DurableSubscriptionInUse, UnknownSubscription
+from broker_core.keys import Home
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from broker_core.operations import RETURN_CHUNK
-from broker_core.topics import Subscription, durable_key, durable_registry_field
+from broker_core.ops.context import RETURN_CHUNK
+from broker_core.topics import durable_key, durable_registry_field
 
 DEST = "inv"
 ARCHIVE = "inv.archive"
@@ -603,7 +605,7 @@ class TopicMachine(RuleBasedStateMachine):
     def the_maintenance_tick_runs(self):
         maintenance.run_recovery(self.broker, TOPIC_URI)
         for key in self.subs:
-            maintenance.run_recovery(self.broker, Subscription("topic", TOPIC, key))
+            maintenance.run_recovery(self.broker, Home(Destination("topic", TOPIC), key))
         assert not self._ended()
         assert not any(self.client.hlen(self._key(f"s:{key}:closing")) for key in self.subs)
 

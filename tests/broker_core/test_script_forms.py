@@ -208,7 +208,7 @@ def test_a_lost_library_is_loaded_again_even_inside_a_transaction(client7):
         client7.execute_command("FUNCTION", "DELETE", library().name)
         broker.send("plain", Message(body="2", message_id="m2"))  # one script call
         client7.execute_command("FUNCTION", "DELETE", library().name)
-        # a virtual topic's copy travels in a MULTI/EXEC (operations.forward)
+        # a virtual topic's copy travels in a MULTI/EXEC (ops/forward.py)
         broker.send("topic://VirtualTopic.lost", Message(body="3", message_id="m3"))
         assert broker.stats("plain").queue_size == 1
         assert broker.stats("Consumer.A.VirtualTopic.lost").queue_size == 2

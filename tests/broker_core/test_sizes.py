@@ -9,11 +9,12 @@ import uuid
 
 import pytest
 
-from broker_core import errors, operations
+from broker_core import errors
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
+from broker_core.ops import queues
 
 from .test_script_forms import client7, functions_url  # noqa: F401  (fixtures: a Redis >= 7)
 
@@ -72,7 +73,7 @@ def test_purge_takes_bounded_calls_and_removes_what_was_there_wherever_it_is(siz
         sent_during += 3
 
     removed = sized.purge("orders", progress=during)
-    assert removed == 2_430 and len(calls) >= 2_430 // operations.PURGE_EXAMINE
+    assert removed == 2_430 and len(calls) >= 2_430 // queues.PURGE_EXAMINE
     left = bodies(sized)
     assert left == ["new"] * sent_during  # every old message gone, pending, parked or in flight; no new one
     stats = sized.stats("orders")
@@ -140,7 +141,7 @@ def test_a_batch_of_1000_is_stored_in_order_in_bounded_parts(sized):
     sent = sized.send("orders", batch)
     assert [s.status for s in sent] == ["ok"] * 1_000 and sent == [f"m-{i}" for i in range(1_000)]
     # a check of each part, then each part: never one call for the whole batch
-    assert _script_calls(sized) - before >= 2 * 1_000 // operations.SEND_PART
+    assert _script_calls(sized) - before >= 2 * 1_000 // queues.SEND_PART
     assert bodies(sized) == [str(i) for i in range(1_000)]
 
 
@@ -191,7 +192,7 @@ def test_an_ack_of_1000_ids_is_applied_in_bounded_parts(sized):
     c, ids = _holding(sized, 1_000)
     before = _script_calls(sized)
     assert sized.ack(c, ids + ids[:5]) == 1_000  # (an id named twice is acknowledged once)
-    assert _script_calls(sized) - before >= 2 * 1_000 // operations.ACK_PART
+    assert _script_calls(sized) - before >= 2 * 1_000 // queues.ACK_PART
     stats = sized.stats("orders")
     assert stats.queue_size == 0 and stats.dequeued == 1_000
 
@@ -223,7 +224,7 @@ def test_a_browse_with_a_selector_examines_a_bounded_number_per_call_and_goes_on
         page = sized.browse("orders", selector="n = 2", cursor=cursor, limit=10)
         found += [b.message.body for b in page.messages]
         cursor, pages = page.next_cursor, pages + 1
-    assert found == ["match"] and pages >= 1_001 // operations.BROWSE_EXAMINE
+    assert found == ["match"] and pages >= 1_001 // queues.BROWSE_EXAMINE
 
 
 # -- the destination registry and statistics at many destinations ----------------------------------------
@@ -308,7 +309,7 @@ def test_a_cumulative_ack_over_thousands_acknowledges_them_all_in_bounded_calls(
         got += batch
     before = _script_calls(sized)
     assert sized.ack(c, got[2_499].message_id) == 2_500  # cumulative: everything up to it
-    assert _script_calls(sized) - before >= (2_500 - operations.CUMULATIVE_MOST) // operations.ACK_PART
+    assert _script_calls(sized) - before >= (2_500 - queues.CUMULATIVE_MOST) // queues.ACK_PART
     stats = sized.stats("orders")
     assert stats.dequeued == 2_500 and stats.in_flight == 100
     assert sized.ack(c, got[2_599].message_id) == 100  # (and the usual one-call ack still works)

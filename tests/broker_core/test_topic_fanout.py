@@ -11,6 +11,7 @@ import pytest
 from broker_core import maintenance
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
+from broker_core.scripts.calls import TopicSend
 
 from ..helpers.broker import consumer, drain
 from .test_chunked_close import calls
@@ -52,7 +53,7 @@ def test_a_send_over_a_calls_selector_work_fans_out_in_slices(form, redis_client
                                                      broker._now())):
         names.append(name)
         if name == "topic_send":
-            flags = int(reply[reply.index(b"") + 2])
+            flags = TopicSend.parse(reply).tail.flags
             # stored once, matched so far by the first few, the rest queued
             p = f"{broker.namespace}:{{t:prices}}"
             assert redis_client.lrange(f"{p}:fanout", 0, -1) == [b"m0", b"m1", b"m2"]

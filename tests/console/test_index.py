@@ -78,7 +78,6 @@ def test_topic_summaries_add_up_as_stats_in_bounded_calls(redis_client, redis_ur
     """A topic's summary (topic_summary_many) is what its full statistics add up to, whether it comes in
     one call, continued over many (a budget smaller than its subscriptions), or one topic per call (a
     Redis Cluster)."""
-    from broker_core import topic_ops
     from broker_core.destinations import parse_destination
     from broker_core.model import summary_of
 
@@ -111,7 +110,7 @@ def test_topic_summaries_add_up_as_stats_in_bounded_calls(redis_client, redis_ur
             return await original(io)
 
         aio._perform = counting
-        small = await aio._run(topic_ops.summaries(aio.ops, topics, now, budget=3))
+        small = await aio._run(aio.ops.summaries(topics, now, budget=3))
         aio._perform = original
         aio._summary_many = False  # as on a Redis Cluster
         return one_call, small, len(calls), await aio.summaries(names)

@@ -11,10 +11,10 @@ import uuid
 import pytest
 from playwright.sync_api import expect
 
-from broker_core import virtual
 from broker_core.config.virtual import VirtualConfig
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
+from broker_core.ops import virtual
 from tests.console.conftest import PASSWORD, login
 from tests.console.test_console import confirm
 from tests.helpers.gateway_server import ROOT, server_env

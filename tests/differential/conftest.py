@@ -17,9 +17,9 @@ POLICIES = Path(__file__).parent / "signalbox-policies.toml"
 
 @pytest.fixture(scope="module")
 def signalbox(tmp_path_factory, redis_url):
-    from broker_core import virtual
     from broker_core.broker import Broker
     from broker_core.config.policy_map import load_policy_file
+    from broker_core.ops import virtual
     from tests.helpers.gateway_server import (
         prepare_database,
         spawn_gateway,

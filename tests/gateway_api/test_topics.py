@@ -111,7 +111,7 @@ async def test_the_listing_shows_each_subscriptions_counters_and_slow_state(api,
 
 
 async def test_the_virtual_destination_routing_in_force_is_listed_for_staff(api, make_user, api_namespace):
-    from broker_core import virtual
+    from broker_core.ops import virtual
     from gateway import runtime
 
     config = VirtualConfig.from_config({

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core import virtual
 from broker_core.config.virtual import VirtualConfig
 from broker_core.messages import Message
+from broker_core.ops import virtual
 from gateway import runtime
 from tests.gateway_api.mixins import blocking
 

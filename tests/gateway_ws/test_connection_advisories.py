@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from broker_core import advisory
 from broker_core.model import ConsumerSpec
+from broker_core.ops import advisory
 from gateway import runtime
 from tests.helpers.channels import receive_json, send_json, websocket
 from tests.helpers.stomp_client import RawStomp

@@ -14,7 +14,7 @@
 --         Runs only when checkPeriod has passed since the last run (so several workers, or a repeated
 --         call, mark each consumer once per period).
 --   abort consumer reason abortConnection
--- Returns {ran (0: not due), tracked, dispatched, flags, hold_until, aborted consumer ids...}. The aborted
+-- Returns {ran (0: not due), tracked, aborted consumer ids..., the tail (includes/dispatch.lua dispatch.reply_tail)}. The aborted
 -- consumers' messages are all owed: the caller returns them with return_owed.lua.
 --@include base
 --@include dispatch
@@ -42,7 +42,7 @@ end
 
 -- Close consumer `cid` for being slow (or on an operator's word) and leave its tombstone.
 local function abort(cid, reason, abort_connection, strategy)
-  local c = find_consumer(cid)
+  local c = consumers.find(cid)
   local notify = c and c.def.notify
   emit('abort', 'consumer', cid, 'reason', reason, 'abort_connection', abort_connection and 1 or 0,
        'strategy', strategy)
@@ -64,9 +64,10 @@ end
 
 local function finish(ran, tracked, aborted)
   local dispatched, more, hold = 0, 0, 0
-  if #aborted > 0 then dispatched, more, hold = dispatch_chunk(budget) end
-  local out = {ran, tracked, dispatched, more, hold}
+  if #aborted > 0 then dispatched, more, hold = dispatch.chunk(budget) end
+  local out = {ran, tracked}
   for _, cid in ipairs(aborted) do out[#out + 1] = cid end
+  out[#out + 1] = dispatch.reply_tail(dispatched, more, hold)
   return out
 end
 
@@ -105,7 +106,7 @@ if redis.call('HGET', K_MAINT, 'slow:config') ~= config then redis.call('DEL', K
 redis.call('HSET', K_MAINT, 'slow:last_run', ms(NOW), 'slow:config', config)
 redis.call('PEXPIRE', K_MAINT, KEEP_MS)
 
-local cons = load_consumers()
+local cons = consumers.load()
 local tracked = {}
 local stored = redis.call('HGETALL', K_SLOW)
 for i = 1, #stored, 2 do tracked[stored[i]] = cmsgpack.unpack(stored[i + 1]) end
@@ -150,7 +151,7 @@ if strategy == 'abortSlowConsumer' and (max_count >= 0 or max_duration >= 0) the
   -- callback. Each new flag (a changed slow_since) is one more callback. A pull consumer (prefetch 0)
   -- holds no window and is never slow. A consumer whose lease lapsed is left to the reaper.
   local function slow_now(c)
-    return c.alive and c.slow and c.prefetch > 0 and is_full(c)
+    return c.alive and c.slow and c.prefetch > 0 and consumers.is_full(c)
   end
   for _, c in ipairs(cons) do
     if slow_now(c) then

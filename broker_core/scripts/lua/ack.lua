@@ -9,8 +9,8 @@
 -- Several consumers are the acks of concurrent callers (AsyncBroker, broker_core/drivers/coalesce.py), each consumer
 -- named once. Nothing changes unless every listed message is in flight with its consumer: all of them are
 -- checked before any is acknowledged. One dispatch chunk runs after all the acks.
--- Returns {dispatched, more, hold_until, then per consumer: acked count, messages received, and the
--- received messages as receive.lua returns them}.
+-- Returns {per consumer: acked count, messages received, and the received messages as receive.lua returns
+-- them, then the tail (includes/dispatch.lua dispatch.reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -28,7 +28,7 @@ while at <= #ARGV do
       return fail('INVALID_ACK', 'consumer ' .. cid .. ' named twice in one call')
     end
   end
-  local c = find_consumer(cid)
+  local c = consumers.find(cid)
   if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
   if count < 1 then return fail('INVALID_ACK', 'no message id given') end
   local seqs = { [ARGV[first]] = false }  -- (made with room for the first id: set just below)
@@ -62,7 +62,7 @@ while at <= #ARGV do
   end
   if mode == 'delivered' then
     for i = 1, #ids do
-      if seqs[ids[i]] > c.rcv then  -- (c.rcv: received_upto(cid), read with the consumer)
+      if seqs[ids[i]] > c.rcv then  -- (c.rcv: outbox.received_upto(cid), read with the consumer)
         return fail('NOT_DELIVERED', 'message ' .. ids[i] .. ' has not been received by consumer ' .. cid)
       end
     end
@@ -91,15 +91,14 @@ for g = 1, #groups do
   end
 end
 if #acks > 0 then ack_messages(acks) end
-for g = 1, #groups do room_freed(groups[g].c.id) end
+for g = 1, #groups do message.room_freed(groups[g].c.id) end
 -- The consumers' tables are current (the acks kept them so): the dispatch chunk uses them rather than read
 -- them again (consumers.lua), and keeps them current.
 local known = {}
 for g = 1, #groups do known[groups[g].c.id] = groups[g].c end
-SLOW_RULE.known, SLOW_RULE.known_prefix = known, P
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]), known)
 -- (room for one consumer's reply with one message: a table that grows is rebuilt at each power of two)
-local out = { dispatched, more, hold, nil, nil, nil, nil, nil, nil }
+local out = { nil, nil, nil, nil, nil, nil, nil }
 local refill = false  -- a message expired as it was handed over: its room is dispatched to below
 for g = 1, #groups do
   local group = groups[g]
@@ -109,11 +108,15 @@ for g = 1, #groups do
   out[count_at] = 0
   if group.receive_max > 0 then
     -- (the dispatch chunk changes a pull consumer's (prefetch 0) window: read again)
-    local _, freed = pop_outbox(c.prefetch > 0 and c or find_consumer(c.id), group.receive_max, out)
+    local _, freed = outbox.pop(c.prefetch > 0 and c or consumers.find(c.id), group.receive_max, out)
     refill = refill or freed
     out[count_at] = (#out - count_at) / 4  -- (4 values per message handed over: expired ones are not)
   end
 end
-if refill then dispatch_more(out, tonumber(ARGV[2])) end
-out[2] = with_forward_flag(out[2])  -- handing over may have expired messages
+if refill then
+  local more_dispatched
+  more_dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+  dispatched = dispatched + more_dispatched
+end
+out[#out + 1] = dispatch.reply_tail(dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)
 return out

@@ -15,7 +15,7 @@ local expr = false
 if ARGV[5] ~= '' then expr = cjson.decode(ARGV[5]) end
 local out = { '' }
 local found, examined = 0, 0
-local selector_work = SELECTOR_COST.bytes  -- (selector.lua: the call ends once it has matched enough)
+local selector_work = selector.bytes  -- (selector.lua: the call ends once it has matched enough)
 
 local function offer(id, state, cid)
   examined = examined + 1
@@ -26,8 +26,8 @@ local function offer(id, state, cid)
   end
   if not blob then return end
   if expr then
-    local ok = selector_matches(expr, selector_view(id, unpack_message(blob)))
-    if SELECTOR_COST.bytes - selector_work >= SELECTOR_COST.call_limit then examined = budget end
+    local ok = selector.matches(expr, message.selector_view(id, message.unpack(blob)))
+    if selector.bytes - selector_work >= selector.call_limit then examined = budget end
     if not ok then return end
   end
   out[#out + 1] = id

@@ -1,7 +1,7 @@
 -- Register a consumer (spec §1.3, §2, §3.6) and dispatch to it.
 -- ARGV: now, budget, consumer id, packed definition, lease ms, requested prefetch (-1 = client default).
 -- The policy's queuePrefetch applies only to a consumer that kept the client default (spec §1.5).
--- Returns {dispatched, more, hold_until, exclusive owner, effective prefetch}.
+-- Returns {exclusive owner, effective prefetch, the tail (includes/dispatch.lua dispatch.reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -27,17 +27,17 @@ redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'ac
 redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
 due_at(P, NOW + lease_ms + 1)  -- the reaper's visit when it lapses
 redis.call('RPUSH', K_CORDER, cid)
-local cons = load_consumers()
-GMAP.note_priorities(cons)
-sort_consumers(cons)
-save_order(cons)
+local cons = consumers.load()
+consumers.gmap.note_priorities(cons)
+consumers.sort(cons)
+consumers.save_order(cons)
 
 -- Exclusive ownership: the first wins; a newcomer takes over only with priority 127 or strictly higher.
 if def.exclusive or policy_flag('allConsumersExclusiveByDefault') then
   local owner = redis.call('HGET', K_META, 'owner')
   local take = (not owner or owner == '')
   if not take then
-    local current = find_consumer(owner)
+    local current = consumers.find(owner)
     local priority = tonumber(def.priority) or 0
     take = current == nil or priority == 127 or priority > current.priority
   end
@@ -62,8 +62,8 @@ if before == 0 then
 end
 
 -- Mid-pass, the newcomer waits for the next pass so it sees messages from the head in order.
-consumer_joined(cid)
+message.consumer_joined(cid)
 emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', def.exclusive and 1 or 0,
      'prefetch', prefetch, 'selector', def.selector_text or '')
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return {dispatched, more, hold, redis.call('HGET', K_META, 'owner') or '', prefetch}
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+return { redis.call('HGET', K_META, 'owner') or '', prefetch, dispatch.reply_tail(dispatched, more, hold) }

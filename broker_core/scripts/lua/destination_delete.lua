@@ -6,7 +6,7 @@
 NOW = tonumber(ARGV[1])
 local count = redis.call('HLEN', K_MSGS)
 -- What it held no longer counts towards the broker's memory usage (flow.lua).
-redis.call('HINCRBY', K_USAGE, 'used', 0 - (tonumber(redis.call('HGET', K_META, 'mem')) or 0))  -- 0 - x: Lua's -(0) is -0, which HINCRBY refuses
+redis.call('HINCRBY', flow.usage, 'used', 0 - (tonumber(redis.call('HGET', K_META, 'mem')) or 0))  -- 0 - x: Lua's -(0) is -0, which HINCRBY refuses
 -- virtual copies it still owed stop counting against their targets ('memfwd', virtual.lua), and
 -- transactions' reservations on it end (flow.lua).
 for _, packed in ipairs(redis.call('HVALS', K_FWD)) do
@@ -22,7 +22,7 @@ for _, packed in ipairs(redis.call('HVALS', K_FWD)) do
   end
 end
 for _, tx in ipairs(redis.call('HKEYS', P .. ':memres')) do
-  redis.call('HDEL', K_USAGE .. ':res', tx .. '|' .. P)
+  redis.call('HDEL', flow.usage .. ':res', tx .. '|' .. P)
 end
 redis.call('UNLINK', P .. ':memres')
 local keys = { K_META, K_POLICY, K_MSGS, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER,

@@ -15,7 +15,7 @@ local pending, inflight, order = {}, {}, {}
 local function count(id, into)
   local blob = redis.call('HGET', K_MSGS, id)
   if not blob then return end
-  local g = unpack_message(blob)[M_GROUP]
+  local g = message.unpack(blob)[message.GROUP]
   if not g or g == '' then return end
   if not pending[g] and not inflight[g] then order[#order + 1] = g end
   into[g] = (into[g] or 0) + 1

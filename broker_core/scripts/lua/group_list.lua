@@ -8,12 +8,12 @@
 --@allow-oom
 NOW = tonumber(ARGV[1])
 local out = {}
-if group_map_type() == 'bucket' then
+if groups.map_type() == 'bucket' then
   local from, count = tonumber(ARGV[2]) or 0, tonumber(ARGV[3])
   local names = redis.call('ZRANGE', K_GLRU, from, from + count - 1)
   out[1] = #names == count and tostring(from + count) or '0'
   for _, gid in ipairs(names) do
-    local v = redis.call('HGET', K_GROUPS, group_slot(gid))
+    local v = redis.call('HGET', K_GROUPS, groups.slot(gid))
     local owner, at = string.match(v or '', '^([^|]*)|(.*)$')
     if owner and redis.call('HEXISTS', K_CONSUMERS, owner) == 1 then
       out[#out + 1] = gid

@@ -1,6 +1,6 @@
 -- removeMessageGroup(name) / removeAllMessageGroups() (spec §3.5): later messages are re-assigned;
 -- in-flight messages stay where they are. ARGV: now, budget, group id ('' with ARGV[4] = 'all' for every
--- group). Returns {removed count, dispatched, more, hold_until}.
+-- group). Returns {removed count, the tail (includes/dispatch.lua dispatch.reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -8,7 +8,7 @@ NOW = tonumber(ARGV[1])
 local removed = 0
 if ARGV[4] == 'all' then
   removed = redis.call('HLEN', K_GROUPS)
-  local reset_counts = group_map_type() == 'cached'  -- only the cached map resets assigned counts
+  local reset_counts = groups.map_type() == 'cached'  -- only the cached map resets assigned counts
   -- UNLINK, not DEL: the keys leave at once and Redis frees a large one in its background thread, so the
   -- call costs the same with 50,000 groups as with 5 (DEL frees each group here).
   for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do
@@ -16,16 +16,16 @@ if ARGV[4] == 'all' then
     if reset_counts then redis.call('HSET', K_C(cid), 'groups', 0) end
   end
   redis.call('UNLINK', K_GROUPS)
-  if group_map_type() == 'cached' then redis.call('UNLINK', K_GLRU) end
+  if groups.map_type() == 'cached' then redis.call('UNLINK', K_GLRU) end
   emit('group_reset', 'group', '*', 'removed', removed)
 else
-  local slot = group_slot(ARGV[3])
-  if group_remove_slot(slot) then
+  local slot = groups.slot(ARGV[3])
+  if groups.remove_slot(slot) then
     removed = 1
-    if group_map_type() == 'bucket' then redis.call('ZREM', K_GLRU, ARGV[3]) end
+    if groups.map_type() == 'bucket' then redis.call('ZREM', K_GLRU, ARGV[3]) end
   end
   emit('group_reset', 'group', ARGV[3], 'removed', removed)
 end
-reset_pass()
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return {removed, dispatched, more, hold}
+message.reset_pass()
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+return { removed, dispatch.reply_tail(dispatched, more, hold) }

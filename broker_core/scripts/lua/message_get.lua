@@ -6,7 +6,7 @@
 NOW = tonumber(ARGV[1])
 local unknown = unknown_destination()
 if unknown then return unknown end
-local where, cid = locate(ARGV[2])
+local where, cid = operator.locate(ARGV[2])
 local blob = redis.call('HGET', K_MSGS, ARGV[2])
 if not blob and where == 'parked' then
   local job = redis.call('HGET', K_SCHED, ARGV[2])

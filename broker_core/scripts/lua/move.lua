@@ -5,7 +5,7 @@
 -- ARGV: now, budget, mode ('move', 'copy' or 'retry'), target uri ('' for retry: each message's
 -- original destination), cursor (score; '' = head), examine budget, max to take, compiled selector
 -- JSON or '', ids... (ids given: only those)
--- Returns {taken, next cursor ('' when done), flags, next time}.
+-- Returns {taken, next cursor ('' when done), the tail (includes/dispatch.lua dispatch.reply_tail)}.
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
@@ -24,7 +24,7 @@ local self_uri = redis.call('HGET', K_META, 'uri')
 -- Validate before changing anything: named messages exist here, outside any consumer's window.
 local ids = {}
 for i = 9, #ARGV do
-  local where, cid = locate(ARGV[i])
+  local where, cid = operator.locate(ARGV[i])
   if not where then return fail('NO_MESSAGE', 'no message ' .. ARGV[i] .. ' on ' .. self_uri) end
   if where == 'parked' and redis.call('HEXISTS', K_SCHED, ARGV[i]) == 1 then
     return fail('SCHEDULED_JOB', 'message ' .. ARGV[i] .. ' is a repeating scheduled message; cancel it with '
@@ -35,7 +35,7 @@ for i = 9, #ARGV do
       '; it can be moved once acknowledged or returned')
   end
   if mode == 'retry' then
-    local orig = unpack_message(redis.call('HGET', K_MSGS, ARGV[i]))[M_ORIG_DEST]
+    local orig = message.unpack(redis.call('HGET', K_MSGS, ARGV[i]))[message.ORIG_DEST]
     if not orig or orig == '' then
       return fail('NO_ORIGINAL_DESTINATION', 'message ' .. ARGV[i] .. ' has no original destination')
     end
@@ -47,14 +47,14 @@ local taken = 0
 local function take(id, m, blob)
   local to = target
   if mode == 'retry' then
-    to = m[M_ORIG_DEST]
+    to = m[message.ORIG_DEST]
     if not to or to == '' then return end  -- not retryable: stays (ids were checked above)
   end
   if mode == 'copy' then
-    queue_forward(id, blob, to, 'copy')
+    forward.record(id, blob, to, 'copy')
   else
-    take_out(id)
-    queue_forward(id, blob, to, mode)
+    operator.take_out(id)
+    forward.record(id, blob, to, mode)
     meta_incr('moved')
     meta_incr('dequeued')
   end
@@ -66,26 +66,26 @@ local next_cursor = ''
 if #ids > 0 then
   for _, id in ipairs(ids) do
     local blob = redis.call('HGET', K_MSGS, id)
-    take(id, unpack_message(blob), blob)
+    take(id, message.unpack(blob), blob)
   end
 else
   local lower = cursor == '' and '-inf' or '(' .. cursor
   local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, budget)
-  -- (selector.lua SELECTOR_COST: the call ends once its selector evaluations have done a call's worth)
-  local selector_work, cut = SELECTOR_COST.bytes, false
+  -- (selector.lua selector.bytes: the call ends once its selector evaluations have done a call's worth)
+  local selector_work, cut = selector.bytes, false
   for i = 1, #batch, 2 do
     if taken >= max then break end
-    if i > 1 and SELECTOR_COST.bytes - selector_work >= SELECTOR_COST.call_limit then cut = true break end
+    if i > 1 and selector.bytes - selector_work >= selector.call_limit then cut = true break end
     local id = batch[i]
     next_cursor = batch[i + 1]
     local blob = redis.call('HGET', K_MSGS, id)
     if blob then
-      local m = unpack_message(blob)
-      if not expr or selector_matches(expr, selector_view(id, m)) then take(id, m, blob) end
+      local m = message.unpack(blob)
+      if not expr or selector.matches(expr, message.selector_view(id, m)) then take(id, m, blob) end
     end
   end
   if not cut and #batch / 2 < budget and taken < max then next_cursor = '' end
 end
-if mode ~= 'copy' then reset_pass() end
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return {taken, next_cursor, more, hold}
+if mode ~= 'copy' then message.reset_pass() end
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+return { taken, next_cursor, dispatch.reply_tail(dispatched, more, hold) }

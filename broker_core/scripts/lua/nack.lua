@@ -4,13 +4,13 @@
 -- Each message's redelivery counter goes up. Poison, or a counter past maximumRedeliveries (-1 =
 -- unlimited), dead-letters it now; otherwise it is parked until its redelivery delay has passed (other
 -- messages keep flowing) and then goes ahead of fresh messages.
--- Returns {dead-lettered count, redelivered count, dispatched, flags, next time}.
+-- Returns {dead-lettered count, redelivered count, the tail (includes/dispatch.lua dispatch.reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
 NOW = tonumber(ARGV[1])
 local cid, poison, jitter = ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
-local c = find_consumer(cid)
+local c = consumers.find(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
 local ids, seen = {}, {}
 for i = 6, #ARGV do
@@ -44,7 +44,7 @@ local function delay_for(count)
 end
 
 local max = policy_num('maximumRedeliveries')
-local rcv = received_upto(cid)
+local rcv = outbox.received_upto(cid)
 local dead, later = 0, 0
 for _, id in ipairs(ids) do
   if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end
@@ -53,24 +53,24 @@ for _, id in ipairs(ids) do
   if c.prefetch > 0 and c.ext > 0 then c.ext = redis.call('HINCRBY', K_C(cid), 'ext', -1) end
   if poison or (max >= 0 and count > max) then
     local blob = redis.call('HGET', K_MSGS, id)
-    local m = unpack_message(blob)
+    local m = message.unpack(blob)
     drop_message(id)
     meta_incr('dequeued')
-    if poison then dead_letter(id, m, blob, 'poison') else dead_letter(id, m, blob, 'redelivery', count) end
+    if poison then forward.dead_letter(id, m, blob, 'poison') else forward.dead_letter(id, m, blob, 'redelivery', count) end
     dead = dead + 1
   else
     local delay = delay_for(count)
     emit('redeliver', 'msg', id, 'consumer', cid, 'redeliveries', count, 'delay', delay)
     meta_incr('redelivered')
     if delay > 0 then
-      park(id, NOW + delay, redelivery_score(score))
+      park(id, NOW + delay, message.redelivery_score(score))
     else
-      pending_add(id, redelivery_score(score))
+      message.pending_add(id, message.redelivery_score(score))
     end
     later = later + 1
   end
 end
 redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- a negative ack is an ack for lastAckTime
-room_freed(cid)
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return {dead, later, dispatched, more, hold}
+message.room_freed(cid)
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+return { dead, later, dispatch.reply_tail(dispatched, more, hold) }

@@ -7,7 +7,7 @@
 -- start; 'k:<score>|<id>' parked, 'p:<score>|<id>' pending (the last message kept), 'i:<consumers' HSCAN
 -- cursor>:<consumer>:<dispatch sequence>' in flight, 'c:...' the same for closed consumers still returning
 -- messages), examine budget.
--- Returns {removed, next cursor ('' when done), mark, flags, hold_until}.
+-- Returns {removed, next cursor ('' when done), mark, the tail (includes/dispatch.lua dispatch.reply_tail)}.
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
@@ -20,11 +20,11 @@ local examined, purged, cancelled = 0, 0, 0
 -- Whether a message was there at the mark, from its pending score (the sequence is its low 44 bits in
 -- every band: priority, and returned messages' 2^45 below).
 local function old(score)
-  return tonumber(score) % PRIORITY_BAND <= mark
+  return tonumber(score) % message.PRIORITY_BAND <= mark
 end
 
 local function remove(id)
-  local blob, job = take_out(id)
+  local blob, job = operator.take_out(id)
   if job then
     cancelled = cancelled + 1
     emit('cancel', 'msg', id)
@@ -69,14 +69,14 @@ local function pending_old(_, score) return old(score) end
 -- command per key (take_out's steps for a message in flight, for all of them).
 local function take_window(cid, ids, dseqs)
   if #ids == 0 then return end
-  local received = received_upto(cid)
+  local received = outbox.received_upto(cid)
   for i = 1, #ids do
     if dseqs[i] > received then redis.call('LREM', K_COUT(cid), 1, ids[i]) end  -- at the outbox's head
   end
   call_many('HDEL', K_INFLIGHT, ids)
   call_many('ZREM', K_CINF(cid), ids)
   redis.call('HINCRBY', K_C(cid), 'n', -#ids)
-  room_freed(cid)
+  message.room_freed(cid)
   drop_messages(ids)
   purged = purged + #ids
 end
@@ -145,7 +145,7 @@ end
 for _, id in ipairs(parked) do remove(id) end
 if #leaving > 0 then
   call_many('ZREM', K_PENDING, leaving)
-  PASS_DIRTY.pending = nil
+  message.pass_dirty.pending = nil
   drop_messages(leaving)
   purged = purged + #leaving
 end
@@ -156,7 +156,7 @@ end
 if cancelled > 0 then meta_incr('cancelled', cancelled) end
 if purged + cancelled > 0 then
   emit('purge', 'count', purged + cancelled)
-  reset_pass()
+  message.reset_pass()
 end
-local _, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return { purged + cancelled, cursor, NOW_TEXT.num(mark), more, hold }
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+return { purged + cancelled, cursor, NOW_TEXT.num(mark), dispatch.reply_tail(dispatched, more, hold) }

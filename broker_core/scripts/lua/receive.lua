@@ -2,55 +2,56 @@
 -- A prefetch-0 consumer pulls: it asks for `max` messages (MessagePull), which a dispatch chunk fills.
 -- In ack mode 'auto' the messages are acknowledged as they are handed over.
 -- ARGV: now, budget, consumer id, max, lease ms (0: the consumer's own lease length); optionally `after` and
--- `push` (an adapter taking pushed deliveries, outbox.lua PUSH): the dispatch sequence of the last message it
+-- `push` (an adapter taking pushed deliveries, outbox.lua push_*): the dispatch sequence of the last message it
 -- has, so what was handed over after it (pushed, and lost or still on its way) comes first, again; and how
 -- many messages may be pushed to it from now on, when this call leaves its outbox empty.
--- Returns {dispatched, more, hold_until, then per message: id, packed message, redeliveries, group first};
--- with `after`, {dispatched, more, hold_until, the dispatch sequence of the last message handed over, then
--- the messages}.
+-- Returns {per message: id, packed message, redeliveries, group first, then the tail (includes/dispatch.lua
+-- dispatch.reply_tail)}; with `after`, {the dispatch sequence of the last message handed over, the
+-- messages, the tail}.
 --@include base
 --@include dispatch
 --@allow-oom
 NOW = tonumber(ARGV[1])
 local cid, max = ARGV[3], tonumber(ARGV[4])
-local c, lease_until = find_consumer(cid)
+local c, lease_until = consumers.find(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
 local lease = tonumber(ARGV[5])
 if lease <= 0 then lease = tonumber(c.def.lease) or 30000 end
-renew_lease(cid, lease, lease_until)
+message.renew_lease(cid, lease, lease_until)
 local dispatched, more, hold = 0, 0, 0
 local waiting = redis.call('LLEN', K_COUT(cid))
 if waiting < max then
   if c.prefetch == 0 and c.ext < max - waiting then
     redis.call('HSET', K_C(cid), 'ext', max - waiting)
-    room_freed(cid)
+    message.room_freed(cid)
   end
-  dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+  dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 end
-local out = {dispatched, more, hold}
+-- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
+local out = { nil, nil, nil, nil, nil }
 -- A dispatch chunk changes only a pull consumer's (prefetch 0) window, and a push its 'rcv' and 'push':
 -- `c` is still current otherwise.
-if c.prefetch == 0 or c.push > 0 then c = find_consumer(cid) end
+if c.prefetch == 0 or c.push > 0 then c = consumers.find(cid) end
 local after = ARGV[6] and tonumber(ARGV[6])
 local freed = false
 if after then
-  out[4] = 0  -- (below)
+  out[1] = 0  -- (below)
   local again = {}
   if c.rcv > after then  -- handed over since `after`: at most a window's worth, `max` of them now
     local scored = redis.call('ZRANGEBYSCORE', K_CINF(cid), '(' .. NOW_TEXT.num(after), NOW_TEXT.num(c.rcv),
                               'WITHSCORES', 'LIMIT', 0, NOW_TEXT.num(max))
     for i = 1, #scored, 2 do again[#again + 1] = scored[i] end
-    if #again > 0 then out[4] = tonumber(scored[#scored]) end
+    if #again > 0 then out[1] = tonumber(scored[#scored]) end
   end
-  if #again > 0 then freed = hand_over(c, again, out, false) end
+  if #again > 0 then freed = outbox.hand_over(c, again, out, false) end
   if #again < max then
-    local _, popped = pop_outbox(c, max - #again, out)
+    local _, popped = outbox.pop(c, max - #again, out)
     freed = freed or popped
-    out[4] = c.rcv
+    out[1] = c.rcv
   end
-  -- armed for pushes only with nothing waiting in the outbox (PUSH: armed means the outbox is empty)
+  -- armed for pushes only with nothing waiting in the outbox (outbox.push_armed: armed means the outbox is empty)
   local push = tonumber(ARGV[7]) or 0
-  if push > 0 and c.prefetch > 0 and c.def.notify and #out < 4 + 4 * max
+  if push > 0 and c.prefetch > 0 and c.def.notify and #out < 1 + 4 * max
      and redis.call('LLEN', K_COUT(cid)) == 0 then
     redis.call('HSET', K_C(cid), 'push', NOW_TEXT.num(push))
   elseif c.push > 0 then
@@ -58,8 +59,12 @@ if after then
   end
 else
   local _
-  _, freed = pop_outbox(c, max, out)
+  _, freed = outbox.pop(c, max, out)
 end
-if freed then dispatch_more(out, tonumber(ARGV[2])) end
-out[2] = with_forward_flag(out[2])  -- handing over may have expired messages
+if freed then  -- another chunk: handing messages over freed room (acknowledged, or expired on the way)
+  local more_dispatched
+  more_dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+  dispatched = dispatched + more_dispatched
+end
+out[#out + 1] = dispatch.reply_tail(dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)
 return out

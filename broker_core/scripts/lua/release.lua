@@ -1,6 +1,6 @@
 -- Return in-flight messages of a consumer to the destination at once, redelivery counter raised
 -- (transaction rollback, session recover). ARGV: now, budget, consumer id, message ids...
--- Returns {returned count, dispatched, more, hold_until}.
+-- Returns {returned count, the tail (includes/dispatch.lua dispatch.reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -18,7 +18,7 @@ for i = 4, #ARGV do
   if not seqs[ARGV[i]] then ids[#ids + 1] = ARGV[i] end
   seqs[ARGV[i]] = tonumber(seq)
 end
-local rcv = received_upto(cid)
+local rcv = outbox.received_upto(cid)
 local held = {}
 for _, id in ipairs(ids) do
   if seqs[id] > rcv then redis.call('LREM', K_COUT(cid), 1, id) end  -- never received: no bump
@@ -29,6 +29,6 @@ return_messages(cid, held, rcv, 'rollback')
 -- The window opened by DELIVERED acks (a transaction's acks) closes again, never below zero.
 local ext = tonumber(redis.call('HGET', K_C(cid), 'ext')) or 0
 redis.call('HSET', K_C(cid), 'ext', math.max(0, ext - #ids))
-room_freed(cid)
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
-return {#ids, dispatched, more, hold}
+message.room_freed(cid)
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+return { #ids, dispatch.reply_tail(dispatched, more, hold) }

@@ -1,6 +1,6 @@
 -- Remove messages by id (QueueView.removeMessage, spec §14.3; a purge is purge.lua). Counted as purged.
 -- ARGV: now, budget, '0' (unused), ids...
--- Returns {removed count, left (pending + in flight + parked), flags, next time}.
+-- Returns {removed count, left (pending + in flight + parked), the tail (includes/dispatch.lua dispatch.reply_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -9,7 +9,7 @@ local unknown = unknown_destination()
 if unknown then return unknown end
 local removed = 0
 local function remove(id)
-  local blob, job = take_out(id)
+  local blob, job = operator.take_out(id)
   if job then
     removed = removed + 1
     meta_incr('cancelled')
@@ -22,7 +22,7 @@ local function remove(id)
 end
 for i = 4, #ARGV do remove(ARGV[i]) end
 if removed > 0 then emit('remove', 'msg', ARGV[4], 'count', removed) end
-reset_pass()
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+message.reset_pass()
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 local left = redis.call('ZCARD', K_PENDING) + redis.call('HLEN', K_INFLIGHT) + redis.call('ZCARD', K_PARKED)
-return {removed, left, more, hold}
+return { removed, left, dispatch.reply_tail(dispatched, more, hold) }

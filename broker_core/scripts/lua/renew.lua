@@ -6,7 +6,7 @@ NOW = tonumber(ARGV[1])
 local missing = {}
 for i = 3, #ARGV do
   if redis.call('ZSCORE', K_LEASES, ARGV[i]) then
-    renew_lease(ARGV[i], tonumber(ARGV[2]))
+    message.renew_lease(ARGV[i], tonumber(ARGV[2]))
   else
     missing[#missing + 1] = ARGV[i]
   end

@@ -11,9 +11,9 @@ for k, v in pairs(msg) do
   if v == cjson.null then msg[k] = nil end
 end
 
-local ok, result = pcall(selector_eval, expr, msg)
+local ok, result = pcall(selector.eval, expr, msg)
 if not ok then
-  local why = selector_error_message(result)
+  local why = selector.error_message(result)
   if why then return redis.error_reply('SELECTOR_ERROR ' .. why) end
   error(result, 0)
 end

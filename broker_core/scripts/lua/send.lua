@@ -4,9 +4,10 @@
 -- limits do not apply to; optionally '+' and a routing plan, includes/virtual.lua), then per message: id,
 -- packed. Status 'forwarded': a virtual destination's copies were recorded, nothing is kept here.
 -- The budget may be followed by '~' and the calling process's wake-up channel: deliveries pushed to consumers
--- on that channel come back in the reply, after hold_until, instead of being published (outbox.lua PUSH).
--- Returns {status per message..., '', dispatched, more, hold_until, pushed payloads...}; status 'ok', 'duplicate' (an id
--- already stored: not stored again, counted) or 'expired' (expired on arrival: not enqueued, counted).
+-- on that channel come back in the reply's tail instead of being published (outbox.lua push_*).
+-- Returns {status per message..., the tail (includes/dispatch.lua dispatch.reply_tail)}; status 'ok',
+-- 'duplicate' (an id already stored: not stored again, counted) or 'expired' (expired on arrival: not
+-- enqueued, counted).
 -- Producer flow control (includes/flow.lua) applies to origin 'producer' and to 'retry' (the same send
 -- again after waiting for space, flow.py); a send that does not fit stores nothing and returns
 -- {'', 'full', scope, used, limit, fail at once, timeout ms, bytes needed, the full destination if another
@@ -20,21 +21,21 @@ NOW = tonumber(ARGV[1])
 local budget = tonumber(ARGV[2])
 if not budget then  -- '<budget>~<channel>'
   local tilde = string.find(ARGV[2], '~', 1, true)
-  budget, PUSH.local_channel = tonumber(string.sub(ARGV[2], 1, tilde - 1)), string.sub(ARGV[2], tilde + 1)
+  budget, outbox.local_channel = tonumber(string.sub(ARGV[2], 1, tilde - 1)), string.sub(ARGV[2], tilde + 1)
 end
 -- the origin may carry a routing plan (includes/virtual.lua): copies for other destinations.
-local origin, plan = FWD.split_origin(ARGV[3])
+local origin, plan = virtual.split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
-local unpacked = unpack_send(ARGV, origin, 2)
+local unpacked = message.unpack_send(ARGV, origin, 2)
 if unpacked.err then return unpacked end
 -- 'check': a batch sent in parts has every part's limits checked before the first is stored (operations.py)
 if origin == 'check' then return { '' } end
 local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
 if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (a transacted send)
   local need = 0
-  for i = 4, #ARGV, 2 do need = need + message_charge(#ARGV[i + 1]) end
-  local full = memory_refusal(need, plan)
+  for i = 4, #ARGV, 2 do need = need + flow.message_charge(#ARGV[i + 1]) end
+  local full = flow.memory_refusal(need, plan)
   if full then
     if origin == 'producer' then  -- counted and logged once per send, not per retry
       meta_incr('blocked_sends')
@@ -43,12 +44,12 @@ if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (
     -- [7] what the refused check needed, [8] 1: the full one drops copies instead (dropOnResourceLimit)
     return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7], full[8] }
   end
-  if origin == 'probe' then flow_reserve(need) return { '' } end  -- held until commit (flow.lua)
+  if origin == 'probe' then flow.reserve(need) return { '' } end  -- held until commit (flow.lua)
 end
 local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')
 -- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
-local out = { nil, nil, nil, nil, nil }
+local out = { nil, nil }
 -- What the messages were before this send: an id still stored (or kept as a repeating job), or enqueued
 -- within the audit window, is a duplicate (§12). Read with one command per key for all the messages; for
 -- one message (a producer's usual send) with the same three commands and no tables.
@@ -86,28 +87,28 @@ for i = 4, #ARGV, 2 do
     meta_incr('duplicates')
     emit('duplicate', 'msg', id)
     out[#out + 1] = 'duplicate'
-  elseif is_expired(m) then
+  elseif message.is_expired(m) then
     -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
     meta_incr('expired_on_arrival')
-    ADVISE.blob = blob  -- the Expired advisory carries a copy
-    emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
-    dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
+    -- the Expired advisory carries a copy
+    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
+    forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
-  elseif (tonumber(m[M_REPEAT]) or 0) > 0 then
+  elseif (tonumber(m[message.REPEAT]) or 0) > 0 then
     -- a job kept here; each time it fires, its delivery is routed by the plan (copies then, as
     -- ActiveMQ's scheduler re-sends every repeat to the destination: lifecycle.lua fire_scheduled).
     -- No NoConsumer check here: SchedulerBroker.send keeps the job and does not pass the message on to
     -- the queue (no Queue.messageSent); each firing is checked (fire_scheduled).
-    schedule_job(id, blob, m, NOW + (tonumber(m[M_DELAY]) or 0), plan)
+    schedule_job(id, blob, m, NOW + (tonumber(m[message.DELAY]) or 0), plan)
     if now_stored then now_stored[id] = true end
     if audit then
       audited[#audited + 1] = NOW_TEXT.num(seq)
       audited[#audited + 1] = id
     end
-    emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[M_DELAY]) or 0), 'period', m[M_PERIOD],
-         'repeat', m[M_REPEAT])
+    emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[message.DELAY]) or 0), 'period', m[message.PERIOD],
+         'repeat', m[message.REPEAT])
     out[#out + 1] = 'scheduled'
-  elseif not FWD.route_virtual(id, blob, m, plan) then
+  elseif not virtual.route(id, blob, m, plan) then
     -- copies recorded for the plan's targets (in the call above); nothing is kept here.
     out[#out + 1] = 'forwarded'
   else
@@ -115,14 +116,14 @@ for i = 4, #ARGV, 2 do
     stored = stored + 1
     if now_stored then now_stored[id] = true end
     msgs[#msgs + 1], msgs[#msgs + 2] = id, blob
-    FRESH[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
-    if plan then memory_charge(#blob) else charged = charged + message_charge(#blob) end  -- includes/flow.lua
+    message.fresh[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
+    if plan then flow.memory_charge(#blob) else charged = charged + flow.message_charge(#blob) end  -- includes/flow.lua
     if audit then
       audited[#audited + 1] = NOW_TEXT.num(seq)
       audited[#audited + 1] = id
     end
-    local delay = tonumber(m[M_DELAY]) or 0
-    local score = pending_score(seq, m[M_PRIORITY])
+    local delay = tonumber(m[message.DELAY]) or 0
+    local score = message.pending_score(seq, m[message.PRIORITY])
     if delay > 0 then
       park(id, NOW + delay, score)
       emit('schedule', 'msg', id, 'at', NOW + delay)
@@ -130,10 +131,10 @@ for i = 4, #ARGV, 2 do
       pending[#pending + 1], pending[#pending + 2] = NOW_TEXT.num(score), id
       if not lowest or score < lowest then lowest = score end
     end
-    ADVISE.blob = blob  -- (not in K_MSGS yet: written after the loop)
-    emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '',
-         'size', NOW_TEXT.num(#blob))
-    ADVISE.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
+    -- (not in K_MSGS yet: written after the loop)
+    emit_message(blob, 'enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4),
+                 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob))
+    advisory.no_consumer(id, blob, m[message.PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     out[#out + 1] = 'ok'
   end
 end
@@ -141,7 +142,7 @@ if stored > 0 then
   call_many('HSET', K_MSGS, msgs)
   redis.call('HSET', K_META, 'seq', NOW_TEXT.num(seq), 'enqueued', NOW_TEXT.num((tonumber(counts[2]) or 0) + stored))
 end
-if lowest then pending_add_many(pending, lowest, counts[3]) end
+if lowest then message.pending_add_many(pending, lowest, counts[3]) end
 if #audited > 0 then
   call_many('ZADD', K_AUDIT, audited)
   -- trimmed to its depth each time the sequence passes a multiple of 64, the oldest ids first, at most
@@ -151,12 +152,7 @@ if #audited > 0 then
     if over > 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, math.min(over, 1024) - 1) end
   end
 end
-if charged > 0 then memory_add(charged) end
-local dispatched, more, hold = dispatch_chunk(budget)
-out[#out + 1] = ''
-out[#out + 1] = dispatched
-out[#out + 1] = more
-out[#out + 1] = hold
-local pushed = PUSH.replies
-if pushed then for i = 1, #pushed do out[#out + 1] = pushed[i] end end
+if charged > 0 then flow.memory_add(charged) end
+local dispatched, more, hold = dispatch.chunk(budget)
+out[#out + 1] = dispatch.reply_tail(dispatched, more, hold)
 return out

@@ -18,7 +18,7 @@ for _, cid in ipairs(redis.call('LRANGE', K_CORDER, 0, -1)) do
 end
 out[#out + 1] = consumers
 -- the limits in force for memory usage (includes/flow.lua): memoryLimit, and the broker's limit.
-out[#out + 1] = { redis.call('HGET', K_POLICY, 'memoryLimit') or '0', redis.call('HGET', K_USAGE, 'limit') or '' }
+out[#out + 1] = { redis.call('HGET', K_POLICY, 'memoryLimit') or '0', redis.call('HGET', flow.usage, 'limit') or '' }
 -- the bounded structures beside the messages: the event stream's length, the duplicate audit's size
 out[#out + 1] = { redis.call('XLEN', K_EVENTS), redis.call('ZCARD', K_AUDIT) }
 return out

@@ -8,13 +8,12 @@
 --       being subscribed on another topic (TopicRegion.addConsumer); refused while a consumer is attached.
 --       Does nothing unless the registry still names this topic (`uri`). Returns the messages dropped.
 --   limits -> {key, pending-message limit in force, ...} for every subscription (changes nothing): the
---       value TOPIC.after_send applies (§8.5; -1 = unlimited, and for durable subscriptions, which have none).
+--       value topic.after_send applies (§8.5; -1 = unlimited, and for durable subscriptions, which have none).
 --   drop_idle lease... -> a wildcard pattern's pseudo-topic whose last subscription went: its keys removed
 --       once no forward waits there and no job (`lease...`: the maintenance jobs' names) holds a lease;
---       1 if removed, 0 if it must wait (includes/wildcard.lua WILDCARD.drop_idle).
--- Each removal forgets the key's registry entry (<ns>:durables) in the same step (TOPIC.unregister).
+--       1 if removed, 0 if it must wait (includes/wildcard.lua wildcard.drop_idle).
+-- Each removal forgets the key's registry entry (<ns>:durables) in the same step (topic.unregister).
 --@include base
---@include dispatch
 --@include topic
 --@allow-oom
 NOW = tonumber(ARGV[1])
@@ -26,69 +25,69 @@ if op == 'unsubscribe' then
     return fail('NO_SUBSCRIPTION', 'No durable subscription exists for clientID: ' .. client ..
                 ' and subscriptionName: ' .. name)
   end
-  TOPIC.switch(key)
+  topic.switch(key)
   if (redis.call('HGET', K_META, 'active') or '') ~= '' then
     return fail('DURABLE_IN_USE', 'Durable consumer is in use')
   end
-  TOPIC.unregister(topic_uri)
+  topic.unregister(topic_uri)
   return remove_subscription('unsubscribed')
 elseif op == 'release' then
   local key, field, uri = ARGV[3], ARGV[4], ARGV[5]
-  if redis.call('HGET', TOPIC.registry, field) ~= uri then return 0 end
+  if redis.call('HGET', topic.registry, field) ~= uri then return 0 end
   local dropped = 0
   if redis.call('HGET', TP .. ':subs', key) then
-    TOPIC.switch(key)
+    topic.switch(key)
     if (redis.call('HGET', K_META, 'active') or '') ~= '' then
       return fail('DURABLE_IN_USE', 'Durable consumer is in use')
     end
     dropped = remove_subscription('changed')
   end
-  redis.call('HDEL', TOPIC.registry, field)
+  redis.call('HDEL', topic.registry, field)
   return dropped
 elseif op == 'expire_offline' then
   local timeout = tonumber(ARGV[3])
   local removed = {}
-  for _, s in ipairs(TOPIC.subscriptions()) do
+  for _, s in ipairs(topic.subscriptions()) do
     if s.def.durable then
-      TOPIC.switch(s.key)
+      topic.switch(s.key)
       local state = redis.call('HMGET', K_META, 'active', 'offline_since')
       local since = tonumber(state[2] or '')
       if (state[1] or '') == '' and since and NOW - since >= timeout then
-        TOPIC.unregister(topic_uri)
+        topic.unregister(topic_uri)
         remove_subscription('offline_timeout')
         removed[#removed + 1] = s.key
       end
-      TOPIC.switch(nil)
+      topic.switch(nil)
     end
   end
   return removed
 elseif op == 'limits' then
   local out = {}
-  for _, s in ipairs(TOPIC.subscriptions()) do
+  for _, s in ipairs(topic.subscriptions()) do
     local limit = -1
     if not s.def.durable then
-      TOPIC.switch(s.key)
-      local c = load_consumers()[1]
-      if c then limit = TOPIC.pending_limit(c.prefetch, s) end
-      TOPIC.switch(nil)
+      topic.switch(s.key)
+      local c = consumers.load()[1]
+      if c then limit = topic.pending_limit(c.prefetch, s) end
+      topic.switch(nil)
     end
     out[#out + 1] = s.key
     out[#out + 1] = limit
   end
   return out
 elseif op == 'delete' then
-  for _, s in ipairs(TOPIC.subscriptions()) do
-    TOPIC.switch(s.key)
-    if s.def.durable then TOPIC.unregister(topic_uri) end
+  for _, s in ipairs(topic.subscriptions()) do
+    topic.switch(s.key)
+    if s.def.durable then topic.unregister(topic_uri) end
     remove_subscription('destination_deleted')
-    TOPIC.switch(nil)
+    topic.switch(nil)
   end
   -- what they held goes with the topic's messages (destination_delete.lua), not released one by one
   for _, key in ipairs(redis.call('SMEMBERS', TP .. ':ended')) do redis.call('UNLINK', key) end
   redis.call('UNLINK', TP .. ':ended')
-  TOPIC.recovery_release_all()
+  topic.recovery_release_all()
   return 1
 elseif op == 'drop_idle' then
-  return ADVISE.wildcard.drop_idle({ unpack(ARGV, 3) })
+  return wildcard.drop_idle({ unpack(ARGV, 3) })
 end
 return redis.error_reply('INVALID_OPERATION unknown topic operation ' .. tostring(op))

@@ -4,20 +4,16 @@
 -- sender after a send that left its fan-out unfinished, and by the maintenance tick's recovery when the
 -- sender died.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget.
--- Returns {fan-outs finished in this call, fan-outs still unfinished, dispatched, flags, hold_until,
--- subscription keys whose pass has more...}.
+-- Returns {fan-outs finished in this call, fan-outs still unfinished, the tail (includes/dispatch.lua
+-- dispatch.reply_tail, with the subscription keys whose pass has more)}.
 --@include base
---@include dispatch
 --@include topic
---@include virtual
 --@include fanout
 NOW = tonumber(ARGV[1])
 local missing = require_destination()
 if missing then return missing end
 local touched, order = {}, {}
-local finished = FANOUT.run(touched, order)
-local dispatched, flags, hold, more_keys = TOPIC.deliver(touched, order, tonumber(ARGV[2]))
-flags = with_forward_flag(flags)
-local out = { finished, redis.call('LLEN', TP .. ':fanout'), dispatched, flags, hold }
-for _, key in ipairs(more_keys) do out[#out + 1] = key end
-return out
+local finished = fanout.run(touched, order)
+local dispatched, flags, hold, more_keys = topic.deliver(touched, order, tonumber(ARGV[2]))
+flags = forward.with_flag(flags)
+return { finished, redis.call('LLEN', TP .. ':fanout'), dispatch.reply_tail(dispatched, flags, hold, more_keys) }

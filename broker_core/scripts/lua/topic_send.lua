@@ -6,25 +6,24 @@
 -- (includes/wildcard.lua); a message only they take is not dropped, one nobody takes is 'no_subscription'.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, origin ('producer', 'forward' or 'check'), then per message:
 -- id, packed, retain ('' | 'set' | 'clear': ActiveMQ.Retain, decided by operations.py), retained copy.
--- Returns {status per message..., '', dispatched, flags, hold_until, subscription keys whose pass has
--- more...}; statuses as send.lua's. Flags: 1 a pass has more, 2 forwards wait, 4 a fan-out is unfinished
+-- Returns {status per message..., the tail (includes/dispatch.lua dispatch.reply_tail, with the subscription keys
+-- whose pass has more)}; statuses as send.lua's. Flags: 1 a pass has more, 2 forwards wait, 4 a fan-out is unfinished
 -- (includes/fanout.lua: the caller runs topic_fanout.lua until its messages are matched).
 --@include base
---@include dispatch
 --@include topic
 --@include virtual
 --@include fanout
 NOW = tonumber(ARGV[1])
 -- the origin may carry a routing plan (includes/virtual.lua): composite topics,
 -- virtual topics' consumer queues. Copies are recorded in the same step; operations.forward delivers them.
-local origin, plan = FWD.split_origin(ARGV[3])
+local origin, plan = virtual.split_origin(ARGV[3])
 local missing = require_destination()
 if missing then return missing end
-local unpacked = unpack_send(ARGV, origin, 4)
+local unpacked = message.unpack_send(ARGV, origin, 4)
 if unpacked.err then return unpacked end
 for i = 4, #ARGV, 4 do
   local id, m = ARGV[i], unpacked[i]
-  if (tonumber(m[M_REPEAT]) or 0) > 0 then
+  if (tonumber(m[message.REPEAT]) or 0) > 0 then
     return fail('TOPIC_REPEAT', 'message ' .. id .. ': repeating scheduled messages (AMQ_SCHEDULED_REPEAT) '
       .. 'are not supported on topics; send it to a queue or without a repeat')
   end
@@ -32,8 +31,8 @@ end
 if origin == 'check' then return { '' } end  -- limits checked, nothing stored (as send.lua)
 if origin == 'producer' or origin == 'retry' then  -- producer flow control, as send.lua (flow.lua)
   local need = 0
-  for i = 4, #ARGV, 4 do need = need + message_charge(#ARGV[i + 1]) end
-  local full = memory_refusal(need, plan)  -- the copies' targets count (flow.lua)
+  for i = 4, #ARGV, 4 do need = need + flow.message_charge(#ARGV[i + 1]) end
+  local full = flow.memory_refusal(need, plan)  -- the copies' targets count (flow.lua)
   if full then
     if origin == 'producer' then
       meta_incr('blocked_sends')
@@ -46,18 +45,18 @@ end
 
 local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')
-local subs = TOPIC.subscriptions()
+local subs = topic.subscriptions()
 -- Wildcard subscriptions (includes/wildcard.lua): the registered patterns matching this topic and their
 -- subscriptions, read in this step; an accepted message owes a copy to each pattern one of whose
 -- subscriptions takes it, recorded below and delivered by operations.forward. A pattern's own pseudo-topic matches none and keeps no recovery buffer (a
 -- retroactive wildcard subscription is refused, topic_ops.subscribe).
 -- (one local: the scripts' main chunk is close to Lua's 200 locals)
-local wild = ADVISE.wildcard.for_send()
+local wild = wildcard.for_send()
 local touched, touched_order = {}, {}
 -- A send matches until its selector work reaches a call's worth, or it has given messages to as many
--- subscriptions as a call may (FANOUT.full); the rest of its fan-out, and all of it while an
+-- subscriptions as a call may (fanout.full); the rest of its fan-out, and all of it while an
 -- earlier send's is unfinished, goes on in the calls after it (includes/fanout.lua).
-local deferring = FANOUT.waiting()
+local deferring = fanout.waiting()
 local out = {}
 for i = 4, #ARGV, 4 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
@@ -65,13 +64,13 @@ for i = 4, #ARGV, 4 do
     meta_incr('duplicates')
     emit('duplicate', 'msg', id)
     out[#out + 1] = 'duplicate'
-  elseif is_expired(m) then
+  elseif message.is_expired(m) then
     meta_incr('expired_on_arrival')
-    ADVISE.blob = blob  -- the Expired advisory carries a copy, as send.lua's
-    emit('expire', 'msg', id, 'expiration', tonumber(m[M_EXPIRATION]) or 0, 'on_arrival', 1)
-    dead_letter(id, m, blob, 'expired', tonumber(m[M_EXPIRATION]) or 0)
+    -- the Expired advisory carries a copy, as send.lua's
+    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
+    forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
-  elseif not FWD.route_virtual(id, blob, m, plan) then
+  elseif not virtual.route(id, blob, m, plan) then
     out[#out + 1] = 'forwarded'  -- a forward-only composite topic keeps nothing
   else
     local seq = meta_incr('seq')
@@ -83,17 +82,17 @@ for i = 4, #ARGV, 4 do
       end
     end
     meta_incr('enqueued')
-    if not wild.is_pattern then TOPIC.recovery_add(id, ARGV[i + 3] ~= '' and ARGV[i + 3] or blob, seq, ARGV[i + 2]) end
+    if not wild.is_pattern then topic.recovery_add(id, ARGV[i + 3] ~= '' and ARGV[i + 3] or blob, seq, ARGV[i + 2]) end
     local matched, view, rest = {}, nil, deferring and 1 or nil
     if not deferring then
       local takers = #touched_order  -- (the subscriptions that take messages in this call)
       for k, s in ipairs(subs) do
-        if FANOUT.full(takers) then
+        if fanout.full(takers) then
           rest, deferring = k, true
           break
         end
         local ok
-        ok, view = TOPIC.matches(s, id, m, view)
+        ok, view = topic.matches(s, id, m, view)
         if ok then
           matched[#matched + 1] = s
           if not touched[s.key] then takers = takers + 1 end
@@ -102,34 +101,34 @@ for i = 4, #ARGV, 4 do
     end
     -- the matching patterns some of whose subscriptions take it (selector, noLocal) get a copy
     local takers
-    takers, view = ADVISE.wildcard.takers(wild, id, m, view, TOPIC.matches, FWD.work_spent)
+    takers, view = wildcard.takers(wild, id, m, view, topic.matches, forward.work_spent)
     local copies = #takers
     if copies > 0 then
-      ADVISE.wildcard.record(id, blob, wild.uri, takers)
-      FWD.n = FWD.n + copies  -- includes/forward.lua: flag 2, the caller delivers them now
+      wildcard.record(id, blob, wild.uri, takers)
+      forward.n = forward.n + copies  -- includes/forward.lua: flag 2, the caller delivers them now
       for _, pattern in ipairs(takers) do emit('forward', 'msg', id, 'target', 'topic://' .. pattern) end
     end
     if rest then
-      -- stored now, its events written when its fan-out is done (FANOUT.finish)
-      FANOUT.defer(id, blob, seq, matched, subs, rest, copies)
+      -- stored now, its events written when its fan-out is done (fanout.finish)
+      fanout.defer(id, blob, seq, matched, subs, rest, copies)
     elseif #matched == 0 and copies == 0 then
       -- Topic.onMessageWithNoConsumers: nobody, exact or wildcard, takes it, so it is not stored.
       meta_incr('no_subscription')
-      emit('no_subscription', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'size', NOW_TEXT.num(#blob))
-      ADVISE.no_consumer(id, blob, m[M_PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
+      emit('no_subscription', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'size', NOW_TEXT.num(#blob))
+      advisory.no_consumer(id, blob, m[message.PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     elseif #matched == 0 then
       -- only wildcard subscriptions take it: their copies hold it, nothing is stored here
-      emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
+      emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob),
            'subscriptions', 0, 'wildcards', copies)
     else
-      TOPIC.store(id, blob, #matched, seq)
+      topic.store(id, blob, #matched, seq)
     end
     if not rest and #matched > 0 then
       if copies == 0 then
-        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
+        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob),
              'subscriptions', #matched)
       else
-        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[M_PRIORITY] or 4), 'group', m[M_GROUP] or '', 'size', NOW_TEXT.num(#blob),
+        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob),
              'subscriptions', #matched, 'wildcards', copies)
       end
     end
@@ -146,12 +145,8 @@ for i = 4, #ARGV, 4 do
   end
 end
 
-local dispatched, flags, hold, more_keys = TOPIC.deliver(touched, touched_order, tonumber(ARGV[2]))
-flags = with_forward_flag(flags)
+local dispatched, flags, hold, more_keys = topic.deliver(touched, touched_order, tonumber(ARGV[2]))
+flags = forward.with_flag(flags)
 if deferring then flags = bit.bor(flags, 4) end  -- the caller goes on with the fan-out (topic_fanout.lua)
-out[#out + 1] = ''
-out[#out + 1] = dispatched
-out[#out + 1] = flags
-out[#out + 1] = hold
-for _, key in ipairs(more_keys) do out[#out + 1] = key end
+out[#out + 1] = dispatch.reply_tail(dispatched, flags, hold, more_keys)
 return out

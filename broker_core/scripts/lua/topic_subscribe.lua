@@ -5,10 +5,11 @@
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, consumer id, packed consumer definition, lease ms,
 -- requested prefetch (-1 = client default), subscription key, packed subscription definition,
 -- retroactive ('1'/'0'), client id, subscription name, registry field, topic uri.
--- Returns {dispatched, flags, hold_until, effective prefetch, recovered, 'new'|'changed'|'existing'}, or
+-- Returns {effective prefetch, recovered, 'new'|'changed'|'existing', the tail (includes/dispatch.lua
+-- dispatch.reply_tail)}, or
 -- {'elsewhere', uri} when the durable key is registered on another topic (nothing changed: topic_ops
 -- removes that one with topic_admin 'release' and tries again).
--- A durable key's registry entry (<ns>:durables, TOPIC.registry) is written here, in the same step as
+-- A durable key's registry entry (<ns>:durables, topic.registry) is written here, in the same step as
 -- the subscription, so a crash can never leave one without the other.
 --@include base
 --@include dispatch
@@ -34,11 +35,11 @@ if existing and not durable then
 end
 if durable then
   -- One durable key, one topic (§7.4): registered elsewhere, that subscription must go first.
-  local where = redis.call('HGET', TOPIC.registry, reg_field)
+  local where = redis.call('HGET', topic.registry, reg_field)
   if where and where ~= uri then return { 'elsewhere', where } end
 end
 if existing then
-  TOPIC.switch(key)
+  topic.switch(key)
   if (redis.call('HGET', K_META, 'active') or '') ~= '' then
     return fail('DURABLE_IN_USE', 'Durable consumer is in use for client: ' .. client ..
                 ' and subscriptionName: ' .. name)
@@ -57,17 +58,17 @@ if existing then
     old.selector = sub_def.selector
     redis.call('HSET', TP .. ':subs', key, cmsgpack.pack(old))
   end
-  TOPIC.switch(nil)
+  topic.switch(nil)
 end
-if durable then redis.call('HSET', TOPIC.registry, reg_field, uri) end
+if durable then redis.call('HSET', topic.registry, reg_field, uri) end
 -- a pattern's pseudo-topic (a wildcard subscription) joins <ns>:wildcards with the subscription, so the
 -- next send to a matching topic, from any process, copies to it (includes/wildcard.lua)
-ADVISE.wildcard.mark(true)
+wildcard.mark(true)
 if not existing then
   if state ~= 'changed' then state = 'new' end
   redis.call('HSET', TP .. ':subs', key, sub_packed)
   redis.call('RPUSH', TP .. ':sorder', key)
-  TOPIC.switch(key)
+  topic.switch(key)
   redis.call('HSET', K_META, 'uri', redis.call('HGET', TP .. ':meta', 'uri') or '', 'created', NOW,
              'replay_upto', redis.call('HGET', TP .. ':meta', 'seq') or 0,
              'durable', durable and '1' or '0', 'client', client, 'name', name,
@@ -76,12 +77,12 @@ if not existing then
   emit('subscription_add', 'durable', durable and 1 or 0, 'client', client, 'name', name,
        'selector', sub_def.selector_text or '')
 else
-  TOPIC.switch(key)
+  topic.switch(key)
 end
 
 -- The prefetch: the policy's value replaces the client default (§1.5); durable 100 (or 1000, the
 -- optimize-acknowledge default), non-durable 32767.
-local pol = TOPIC.policy()
+local pol = topic.policy()
 local prefetch = requested
 if durable then
   if requested < 0 or requested == 100 or requested == 1000 then prefetch = tonumber(pol['durableTopicPrefetch']) end
@@ -90,7 +91,7 @@ elseif requested < 0 or requested == 32767 then
 end
 
 redis.call('HSET', K_CONSUMERS, cid, packed)
-GMAP.forget_priorities()
+consumers.gmap.forget_priorities()
 redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'acked', 0, 'added', NOW,
            'prefetch', prefetch)
 redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
@@ -101,7 +102,7 @@ redis.call('HDEL', K_META, 'offline_since')
 redis.call('HSET', TP .. ':subof', cid, key)
 redis.call('HDEL', TP .. ':aborted', cid)  -- a reused id does not inherit an old abort notice
 redis.call('ZREM', TP .. ':aborted:at', cid)
-consumer_joined(cid)
+message.consumer_joined(cid)
 local def = cmsgpack.unpack(packed)
 emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', 0, 'prefetch', prefetch,
      'selector', def.selector_text or '')
@@ -120,27 +121,27 @@ if durable then
     -- A new subscription first catches up on what is stored for other durable subscriptions (Topic.activate
     -- loads the store's backlog); then the wrapped recovery policy runs only if that left nothing pending
     -- (DurableTopicSubscription.activate, §7.5); the retained message always.
-    if state ~= 'existing' then recovered = TOPIC.replay(s, TOPIC.durable_backlog(key)) end
+    if state ~= 'existing' then recovered = topic.replay(s, topic.durable_backlog(key)) end
     local empty = redis.call('ZCARD', K_PENDING) == 0 and redis.call('HLEN', K_INFLIGHT) == 0
       and redis.call('ZCARD', K_PARKED) == 0
     -- What the buffer may still give this subscription (meta 'replay_upto', a topic sequence): at first
     -- what was sent before it was made, as it had every later message when that was sent; once it has
     -- been offered the buffer, nothing (-1), so a message it acknowledged is not delivered again.
     local upto = state == 'existing' and tonumber(redis.call('HGET', K_META, 'replay_upto')) or nil
-    recovered = recovered + TOPIC.replay(s, TOPIC.recovery_items(empty, upto))
+    recovered = recovered + topic.replay(s, topic.recovery_items(empty, upto))
     if empty then redis.call('HSET', K_META, 'replay_upto', -1) end
   end
 elseif (retroactive or pol['alwaysRetroactive'] == '1' or pol['alwaysRetroactive'] == 'true')
-       and not ADVISE.wildcard.is_pattern(select(2, ADVISE.wildcard.topic_name())) then
+       and not wildcard.is_pattern(select(2, wildcard.topic_name())) then
   -- a pattern's pseudo-topic keeps no recovery buffer (topic_send.lua); topic_ops refuses `retroactive`
   -- on a wildcard, and alwaysRetroactive has nothing to replay there
   replayed = {}
-  recovered = TOPIC.replay(s, TOPIC.recovery_items(true), replayed)
+  recovered = topic.replay(s, topic.recovery_items(true), replayed)
 end
 
-local dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
+local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 -- Recovered messages reach a non-durable subscription as any other (TopicSubscription.add): its
 -- pending-message limit applies to them.
-if replayed and #replayed > 0 then TOPIC.after_send(replayed, s) end
+if replayed and #replayed > 0 then topic.after_send(replayed, s) end
 -- Dead letters of evicted replays (and advisories) wait in the topic's :fwd; flag 2 has them delivered now.
-return {dispatched, with_forward_flag(more), hold, prefetch, recovered, state}
+return { prefetch, recovered, state, dispatch.reply_tail(dispatched, forward.with_flag(more), hold) }

@@ -398,7 +398,7 @@ def test_a_runtime_error_anywhere_fails_the_whole_selector(redis_client):
 _MATCHES_PROBE = """
 local expr = cjson.decode(ARGV[1])
 local msg = cjson.decode(ARGV[2])
-local matched, why = selector_matches(expr, msg)
+local matched, why = selector.matches(expr, msg)
 return { matched and 1 or 0, why or '' }
 """
 

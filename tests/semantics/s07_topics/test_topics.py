@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from broker_core.broker import Broker
+from broker_core.destinations import parse_destination
 from broker_core.errors import InvalidConsumer, InvalidMessage, UnknownConsumer
+from broker_core.keys import Home
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
-from broker_core.topics import Subscription
 
 from ...helpers.broker import drain
 
@@ -283,9 +284,9 @@ def test_durable_subscription_and_retroactive_flags_are_refused_on_queues(broker
 
 def test_a_subscription_addresses_like_its_topic(broker):
     c = sub(broker, consumer_id="z")
-    s = Subscription("topic", "prices", c.subscription)
-    assert s.uri == T and s.topic.uri == T
-    assert broker.ops.prefix(s).endswith(":s:c.z")
+    s = Home(parse_destination(T), c.subscription)
+    assert s.uri == T and s.destination.uri == T
+    assert broker.ops.home_prefix(s).endswith(":s:c.z")
 
 
 def test_transactions_send_to_topics_on_commit_and_ack_topic_messages(broker):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from broker_core import maintenance, topic_ops
+from broker_core import maintenance
 from broker_core.destinations import parse_destination
 from broker_core.drivers.loop import typed_error as _typed_error
 from broker_core.effects import Command, Eval
@@ -104,7 +104,7 @@ def test_a_crash_between_unsubscribe_and_registry_cleanup_blocks_the_durable_key
     UnknownSubscription (only UnknownDestination is caught), so the key can never subscribe elsewhere."""
     d = durable(broker, T)
     broker.close_consumer(d)
-    op = topic_ops.unsubscribe(broker.ops, parse_destination(T), "cl", "d", broker._now())
+    op = broker.ops.unsubscribe(parse_destination(T), "cl", "d", broker._now())
     Stepper(broker, op).run_until(is_registry_write).crash()
     assert sub_keys(broker, T) == []
     durable(broker, T2)  # must work: the key is free
@@ -176,7 +176,7 @@ def test_a_durable_subscription_on_an_advisory_topic_is_refused(broker):
 # -- counters ---------------------------------------------------------------------------------------
 
 def test_topic_dequeue_and_dispatch_counts_do_not_go_down_when_a_subscription_ends(broker):
-    """A topic's DequeueCount/DispatchCount (§14.2) are monotonic in ActiveMQ. topic_ops.stats sums them
+    """A topic's DequeueCount/DispatchCount (§14.2) are monotonic in ActiveMQ. ops/topics.stats sums them
     over the *current* subscriptions' metas, and remove_subscription DELetes the meta, so closing a
     non-durable subscriber (or unsubscribing / timing out a durable) makes the topic's counts fall."""
     c = sub(broker, T)

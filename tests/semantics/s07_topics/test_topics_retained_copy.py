@@ -4,8 +4,8 @@ is stored once, with its own reference count, while both exist."""
 
 from __future__ import annotations
 
-from broker_core import flow
 from broker_core.messages import Message
+from broker_core.ops import flow
 
 from ...helpers.broker import drain
 from .test_topics import stored, sub

@@ -10,14 +10,13 @@ import msgpack
 import pytest
 import redis.asyncio
 
-from broker_core import flow
 from broker_core.broker import AsyncBroker, Broker
 from broker_core.clock import SystemClock
 from broker_core.config.system_usage import SystemUsage, load_system_usage
 from broker_core.destinations import parse_destination
-from broker_core.errors import InvalidPolicy
-from broker_core.flow import ResourceAllocationError
+from broker_core.errors import InvalidPolicy, ResourceAllocationError
 from broker_core.messages import Message
+from broker_core.ops import flow
 
 from ...helpers.broker import consumer, drain
 
@@ -357,8 +356,8 @@ def test_a_virtual_topic_send_waits_or_fails_when_a_consumer_queue_is_full(broke
 
 
 def test_the_copies_of_a_composite_send_count_against_the_broker_limit(broker):
-    from broker_core import virtual
     from broker_core.config.virtual import VirtualConfig
+    from broker_core.ops import virtual
 
     virtual.configure(broker, VirtualConfig.from_config({"compositeQueue": [{"name": "x",
                                                                              "forwardTo": ["x.a", "x.b"]}]}))

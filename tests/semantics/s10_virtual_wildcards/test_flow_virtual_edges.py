@@ -11,16 +11,16 @@ import json
 
 import pytest
 
-from broker_core import advisory, flow, maintenance, virtual
+from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.config.system_usage import SystemUsage
 from broker_core.config.virtual import VirtualConfig
-from broker_core.destinations import parse_destination
-from broker_core.effects import Eval
-from broker_core.errors import InvalidPolicy
-from broker_core.flow import ResourceAllocationError, Sleep
+from broker_core.destinations import parse_destination, split_composite
+from broker_core.effects import Eval, Sleep
+from broker_core.errors import InvalidPolicy, ResourceAllocationError
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
+from broker_core.ops import advisory, flow, virtual
 
 from ...helpers.broker import consumer, drain
 
@@ -76,7 +76,7 @@ def value(v):
 
 def test_transacted_topic_sends_are_subject_to_producer_flow_control(broker):
     """§9.2: Topic.send applies flow control like Queue.send. tx_send on a topic returns before the
-    'probe' (operations.py tx_send), so a transaction pushes a topic past its memoryLimit."""
+    'probe' (ops/transactions.py send), so a transaction pushes a topic past its memoryLimit."""
     broker.policies.set_entry("topic", "prices", {"memoryLimit": 2 * 1100, "sendFailIfNoSpace": True})
     consumer(broker, "topic://prices", prefetch=1)
     tx = broker.begin()
@@ -147,8 +147,8 @@ def test_a_client_side_composite_of_topics_loses_no_message_when_the_process_die
     """Issue 5 item 5: forwarding never loses a message if a process dies between steps. A composite of
     topics only is published to each topic in turn, with nothing recorded for the later parts."""
     subs = {t: consumer(broker, f"topic://{t}", prefetch=10) for t in ("t1", "t2")}
-    op = virtual.send_composite(broker.ops, virtual.split_composite("topic://t1,topic://t2"),
-                                [Message(body="m", message_id="m1")], clock.now_ms())
+    op = broker.ops.send_composite(split_composite("topic://t1,topic://t2"),
+                                   [Message(body="m", message_id="m1")], clock.now_ms())
     with pytest.raises(Crash):
         drive(broker, op, stop_at=lambda r: any(isinstance(e, Eval) and e.keys[0].endswith("{t:t2}")
                                                 for e in (r if isinstance(r, list) else [r])))
@@ -278,7 +278,7 @@ def test_a_copy_delivered_before_a_crash_is_not_delivered_again_once_the_audit_w
     virtual.configure(broker, VirtualConfig.from_config(
         {"compositeQueue": [{"name": "x", "forwardTo": ["x.a"]}]}))
     op = broker.ops.send(parse_destination("x"), [Message(body="m", message_id="m1")], clock.now_ms())
-    # The fix makes the copy's delivery and its record's removal one MULTI/EXEC (operations.forward):
+    # The fix makes the copy's delivery and its record's removal one MULTI/EXEC (ops/forward.py):
     # there is no step between them left to crash in; the crash comes right after that step instead
     # (the process dies before it can tell anybody), the worst case the review describes.
     crashed_after = []

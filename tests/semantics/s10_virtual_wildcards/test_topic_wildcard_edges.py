@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core import advisory, maintenance, topic_ops
+from broker_core import maintenance
 from broker_core.destinations import parse_destination
 from broker_core.errors import InvalidDestination
+from broker_core.keys import wildcards_key
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
+from broker_core.ops import advisory
 
 from ...helpers.broker import consumer, drain
 from .test_flow_virtual_edges import Crash, drive
@@ -28,7 +30,7 @@ def pattern_keys(broker, pattern: str = "orders.>") -> list[bytes]:
 
 
 def idle(broker) -> set[str]:
-    return {m.decode() for m in broker.redis.smembers(f"{topic_ops.wildcards_key(broker.ops)}:idle")}
+    return {m.decode() for m in broker.redis.smembers(f"{wildcards_key(broker.namespace)}:idle")}
 
 
 # -- a wildcard subscription's selector decides for the topic ---------------------------------------------
@@ -71,7 +73,7 @@ def test_only_the_patterns_whose_subscriptions_take_the_message_get_a_copy(broke
 # -- a pattern's pseudo-topic is no destination ------------------------------------------------------------
 
 def test_a_wildcard_copy_does_not_mark_the_patterns_topic_as_a_dead_letter_queue(broker):
-    """operations.forward marks only a dead letter's target as a DLQ (meta dlq=1, which retry needs)."""
+    """ops/forward.py marks only a dead letter's target as a DLQ (meta dlq=1, which retry needs)."""
     c = consumer(broker, "topic://orders.>", ack_mode="auto")
     broker.send("topic://orders.eu", Message(body="x", message_id="m1"))
     assert [d.message_id for d in drain(broker, c)] == ["m1"]

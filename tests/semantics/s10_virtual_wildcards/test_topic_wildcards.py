@@ -2,7 +2,7 @@
 
 A subscription on `topic://orders.>` is a subscription of the pattern's pseudo-topic; a send to a
 matching topic records a copy for it in the same step (scripts/lua/includes/wildcard.lua) and
-operations.forward delivers it, with the real topic as the destination its consumer sees.
+ops/forward.py delivers it, with the real topic as the destination its consumer sees.
 """
 
 from __future__ import annotations
@@ -11,19 +11,21 @@ import json
 
 import pytest
 
-from broker_core import advisory, maintenance, topic_ops
+from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.destinations import Destination, matches, parse_destination
 from broker_core.effects import Eval
 from broker_core.errors import InvalidConsumer, InvalidDestination
+from broker_core.keys import wildcards_key
 from broker_core.messages import Message
+from broker_core.ops import advisory
 from broker_core.scripts.library import SCRIPT_DIR
 
 from ...helpers.broker import consumer, drain
 from .test_flow_virtual_edges import Crash, drive
 
 # (pattern, topic name, matches?): one table for the Python matcher (destinations.matches) and the Lua
-# one (includes/wildcard.lua WILDCARD.matches), which must agree (ActiveMQ's DestinationFilter rules).
+# one (includes/wildcard.lua wildcard.matches), which must agree (ActiveMQ's DestinationFilter rules).
 CASES = [
     ("orders.*", "orders.eu", True),
     ("orders.*", "orders", False),
@@ -63,7 +65,7 @@ def ids(broker: Broker, c) -> list[str]:
 
 
 def registry(broker: Broker) -> set[str]:
-    return {m.decode() for m in broker.redis.smembers(topic_ops.wildcards_key(broker.ops))}
+    return {m.decode() for m in broker.redis.smembers(wildcards_key(broker.namespace))}
 
 
 @pytest.mark.parametrize(("pattern", "name", "expected"), CASES)
@@ -73,12 +75,12 @@ def test_the_python_matcher_follows_the_table(pattern, name, expected):
 
 
 def test_the_lua_matcher_follows_the_same_table(redis_client):
-    # the include is functions only (hung on advisory.lua's ADVISE, built by base.lua's `lazy`), so it
+    # the include is functions only (its module table `wildcard`, built by base.lua's `lazy`), so it
     # runs alone: the very text every script uses
-    prelude = "local ADVISE = {}\nlocal function lazy(t, build) build(t) return t end\n"
+    prelude = "local function lazy(t, build) build(t) return t end\n"
     source = prelude + (SCRIPT_DIR / "includes" / "wildcard.lua").read_text() + (
         "\nlocal out = {}\nfor i = 1, #ARGV, 2 do\n"
-        "  out[#out + 1] = ADVISE.wildcard.matches(ARGV[i], ARGV[i + 1]) and 1 or 0\nend\nreturn out")
+        "  out[#out + 1] = wildcard.matches(ARGV[i], ARGV[i + 1]) and 1 or 0\nend\nreturn out")
     got = redis_client.eval(source, 0, *[x for pattern, name, _ in CASES for x in (pattern, name)])
     assert [bool(x) for x in got] == [expected for _, _, expected in CASES]
 

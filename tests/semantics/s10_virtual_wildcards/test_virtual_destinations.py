@@ -7,14 +7,15 @@ from __future__ import annotations
 import pytest
 import redis
 
-from broker_core import maintenance, virtual
+from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.config.virtual import VirtualConfig, load_virtual_config
-from broker_core.destinations import Destination, parse_destination
+from broker_core.destinations import Destination, parse_destination, split_composite
 from broker_core.drivers.loop import typed_error as _typed_error
 from broker_core.effects import Command, Eval
 from broker_core.errors import InvalidDestination, InvalidPolicy
 from broker_core.messages import Message
+from broker_core.ops import virtual
 
 from ...helpers.broker import consumer, drain
 
@@ -43,7 +44,7 @@ def run_until_crash(broker: Broker, op, dies_at) -> None:
 
 def delivers_to(suffix: str):
     """Matches the step that delivers a copy to the destination whose prefix ends with `suffix`: the
-    target's send and the record's removal, one MULTI/EXEC (operations.forward)."""
+    target's send and the record's removal, one MULTI/EXEC (ops/forward.py)."""
     def matches(request) -> bool:
         calls = request if isinstance(request, list) else [request]
         return any(isinstance(c, Eval) and c.keys[0].endswith(suffix) for c in calls)
@@ -151,8 +152,8 @@ def test_a_copys_delivery_and_its_records_removal_are_one_atomic_step(broker, cl
 
 def test_a_client_side_composite_interrupted_between_parts_is_completed_by_maintenance(broker, clock):
     broker.ensure_destination("p2")
-    op = virtual.send_composite(
-        broker.ops, virtual.split_composite("p1,p2"), [Message(body="m", message_id="m1")], clock.now_ms())
+    op = broker.ops.send_composite(split_composite("p1,p2"), [Message(body="m", message_id="m1")],
+                                   clock.now_ms())
     with pytest.raises(Crash):
         run_until_crash(broker, op, delivers_to("{q:p2}"))
     assert ids_on(broker, "p1") == ["m1"] and ids_on(broker, "p2") == []

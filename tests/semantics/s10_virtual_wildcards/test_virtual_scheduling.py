@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import msgpack
 
-from broker_core import virtual
 from broker_core.broker import Broker
 from broker_core.config.virtual import VirtualConfig
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
+from broker_core.ops import virtual
 
 from ...helpers.broker import consumer, drain
 

@@ -9,13 +9,12 @@ import time
 
 import pytest
 
-from broker_core import virtual
 from broker_core.broker import Broker
 from broker_core.config.virtual import VirtualConfig
 from broker_core.destinations import parse_destination
-from broker_core.errors import InvalidPolicy
-from broker_core.flow import ResourceAllocationError
+from broker_core.errors import InvalidPolicy, ResourceAllocationError
 from broker_core.messages import Message
+from broker_core.ops import virtual
 
 from ...helpers.broker import consumer
 

@@ -8,14 +8,15 @@ import json
 import pytest
 import redis
 
-from broker_core import advisory, flow, maintenance
+from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.drivers.loop import typed_error as _typed_error
 from broker_core.effects import Command
-from broker_core.flow import ResourceAllocationError
+from broker_core.errors import ResourceAllocationError
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
+from broker_core.ops import advisory, flow
 
 from ...helpers.broker import consumer, drain
 

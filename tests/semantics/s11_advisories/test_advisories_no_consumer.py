@@ -4,10 +4,10 @@ Queue.messageSent (a queue without any consumer)."""
 
 from __future__ import annotations
 
-from broker_core import advisory
 from broker_core.effects import Eval
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
+from broker_core.ops import advisory
 
 from ...helpers.broker import consumer, drain
 

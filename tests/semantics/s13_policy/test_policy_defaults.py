@@ -23,7 +23,7 @@ def test_lua_policy_defaults_equal_python_policy_entry_defaults():
     names, defaults = _lua_table(source, "POLICY_NAMES"), _lua_table(source, "POLICY_DEFAULTS")
     assert len(names) == len(defaults) and len(names) > 30
     python = CLASS_DEFAULTS.to_redis_hash()
-    # written beside the attributes by operations.py: where this policy sends a dead queue message
+    # written beside the attributes by ops/context.py: where this policy sends a dead queue message
     python["deadLetterTarget"] = CLASS_DEFAULTS.dead_letter_destination_for(parse_destination("queue://q")).uri
     # read by Lua only for the bucket map, where Python resolves it to ActiveMQ's bucketCount
     python["groupMapBucketCount"] = PolicyEntry(message_group_map_factory_type="bucket").to_redis_hash()[

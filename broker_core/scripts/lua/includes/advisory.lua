@@ -7,14 +7,15 @@
 -- exist (nobody ever subscribed: ActiveMQ drops a topic message without subscriptions) nor about an
 -- advisory topic itself. That existence check reads a key outside this destination's hash tag, like
 -- flow.lua's broker-wide usage (docs/broker_core.md).
-local ADVISE = { n = 0, blob = nil, flags = nil, dest = nil, sources = false, topic = false, no_consumer = false,
-                 wildcard = false }
-on_call(function() ADVISE.n, ADVISE.blob, ADVISE.flags, ADVISE.dest = 0, nil, nil, nil end)
--- ADVISE.wildcard: wildcard subscriptions, whose patterns count as existing advisory topics (below)
+-- wildcard subscriptions, whose patterns count as existing advisory topics (below)
 --@include wildcard
+-- Its module table `advisory`. Per call: n, the advisories recorded (forward.lua's flag 2); flags and dest,
+-- what read_flags and source read once.
+local advisory = { n = 0, flags = nil, dest = nil, sources = false, EVENTS = false, FLAGS = false }
+on_call(function() advisory.n, advisory.flags, advisory.dest = 0, nil, nil end)
 
 -- Event type -> {advisory kind, the policy flag that gates it ('' = always)}.
-local ADVISORY_EVENTS = {
+advisory.EVENTS = {
   consumer_add = { 'Consumer', '' }, consumer_remove = { 'Consumer', '' },
   expire = { 'Expired', '' }, deadletter = { 'MessageDLQd', '' },
   slow = { 'SlowConsumer', 'advisoryForSlowConsumers' },  -- ungated for queues (5.17.3+), see below
@@ -24,59 +25,59 @@ local ADVISORY_EVENTS = {
   ack = { 'MessageConsumed', 'advisoryForConsumed' },
   dispatch = { 'MessageDispatched', 'advisoryForDispatched' },
 }
-local ADVISORY_FLAGS = { 'advisoryForSlowConsumers', 'advisoryWhenFull', 'advisoryForDiscardingMessages',
+advisory.FLAGS = { 'advisoryForSlowConsumers', 'advisoryWhenFull', 'advisoryForDiscardingMessages',
   'advisoryForDelivery', 'advisoryForConsumed', 'advisoryForDispatched', 'advisoryForFastProducers',
   'includeBodyForAdvisory', 'sendAdvisoryIfNoConsumers' }
 
 -- The policy's advisory flags (from the policy values every script reads once, base.lua).
 -- They are derived from the policy values alone, so they are kept in that table (under the key
--- ADVISORY_FLAGS, which no policy name can be): decoded once per packed policy (base.lua), not per call.
-local function advisory_flags()
-  if not ADVISE.flags then
+-- advisory.FLAGS, which no policy name can be): decoded once per packed policy (base.lua), not per call.
+function advisory.read_flags()
+  if not advisory.flags then
     local values = POLICY_READ.values or policy()
-    local flags = values[ADVISORY_FLAGS]
+    local flags = values[advisory.FLAGS]
     if not flags then
       flags = {}
-      for _, flag in ipairs(ADVISORY_FLAGS) do flags[flag] = policy_flag(flag) end
-      values[ADVISORY_FLAGS] = flags
+      for _, flag in ipairs(advisory.FLAGS) do flags[flag] = policy_flag(flag) end
+      values[advisory.FLAGS] = flags
     end
-    ADVISE.flags = flags
+    advisory.flags = flags
   end
-  return ADVISE.flags
+  return advisory.flags
 end
 
 -- This destination as advisories name it, read once per script call; false for an advisory topic.
--- What it makes of a prefix and its uri is kept (ADVISE.sources, by prefix: bounded; across calls where
--- the library outlives one), as is what ADVISE.topic makes of it (src.topics): derived from the prefix and
+-- What it makes of a prefix and its uri is kept (advisory.sources, by prefix: bounded; across calls where
+-- the library outlives one), as is what advisory.topic makes of it (src.topics): derived from the prefix and
 -- the uri alone, so a changed uri is a miss, never stale.
-ADVISE.sources = { n = 0, by_tp = {} }
-local function advisory_source()
-  if ADVISE.dest == nil then
+advisory.sources = { n = 0, by_tp = {} }
+function advisory.source()
+  if advisory.dest == nil then
     local uri = redis.call('HGET', TP .. ':meta', 'uri') or ''
-    local known = ADVISE.sources.by_tp[TP]
+    local known = advisory.sources.by_tp[TP]
     if known and known.uri == uri then
-      ADVISE.dest = known.dest
-      return ADVISE.dest
+      advisory.dest = known.dest
+      return advisory.dest
     end
     local scheme, name = string.match(uri, '^(%a+)://(.*)$')
     -- nor about a wildcard subscription's pseudo-topic (its name is a pattern, not a destination)
-    if not name or string.sub(name, 1, 18) == 'ActiveMQ.Advisory.' or ADVISE.wildcard.is_pattern(name) then
-      ADVISE.dest = false
+    if not name or string.sub(name, 1, 18) == 'ActiveMQ.Advisory.' or wildcard.is_pattern(name) then
+      advisory.dest = false
     else
       local ns = string.match(TP, '^(.-):{')
-      ADVISE.dest = { uri = uri, name = name, type = scheme == 'topic' and 'Topic' or 'Queue', ns = ns,
+      advisory.dest = { uri = uri, name = name, type = scheme == 'topic' and 'Topic' or 'Queue', ns = ns,
                       tag = string.sub(TP, #ns + 3, -2), topics = {} }
     end
-    local sources = ADVISE.sources
+    local sources = advisory.sources
     if sources.n >= 1024 then sources.n, sources.by_tp = 0, {} end
     sources.n = sources.n + 1
-    sources.by_tp[TP] = { uri = uri, dest = ADVISE.dest }
+    sources.by_tp[TP] = { uri = uri, dest = advisory.dest }
   end
-  return ADVISE.dest
+  return advisory.dest
 end
 
 -- The advisory topic of `kind` about `src` when it exists, else nil.
-function ADVISE.topic(kind, src)
+function advisory.topic(kind, src)
   local names = src.topics[kind]
   if not names then
     local topic = 'ActiveMQ.Advisory.' .. kind .. '.' .. src.type .. '.' .. src.name
@@ -84,14 +85,14 @@ function ADVISE.topic(kind, src)
     src.topics[kind] = names
   end
   -- a wildcard subscription on a pattern matching the advisory topic counts as its existence
-  if redis.call('EXISTS', names[2]) == 0 and #ADVISE.wildcard.matching(src.ns, names[1]) == 0 then return nil end
+  if redis.call('EXISTS', names[2]) == 0 and #wildcard.matching(src.ns, names[1]) == 0 then return nil end
   return names[1]
 end
 
 -- `record_id`, when given, is the id the advisory message gets (NoConsumer: the message's own id).
--- `topic`: ADVISE.topic(kind, src) when the caller has asked already.
-local function advise_on(kind, src, event, id, blob, record_id, topic)
-  topic = topic or ADVISE.topic(kind, src)
+-- `topic`: advisory.topic(kind, src) when the caller has asked already.
+function advisory.record(kind, src, event, id, blob, record_id, topic)
+  topic = topic or advisory.topic(kind, src)
   if not topic then return end
   if blob == nil then
     blob = id and redis.call('HGET', TP .. ':msgs', id) or ''
@@ -105,21 +106,20 @@ local function advise_on(kind, src, event, id, blob, record_id, topic)
   redis.call('HSET', TP .. ':fwd', advisory_id .. '|topic://' .. topic,
              cmsgpack.pack({ 'topic://' .. topic, 'advisory', cmsgpack.pack(event), blob, seq }))
   due_at(TP, NOW)
-  ADVISE.n = ADVISE.n + 1
+  advisory.n = advisory.n + 1
 end
 
--- Called by emit() with the event's type and fields. ADVISE.blob, when a caller set it, is the packed
--- message the event is about (it may already be gone from K_MSGS, e.g. an expired one).
-local function advise(kind, ...)
-  local blob = ADVISE.blob
-  ADVISE.blob = nil
-  local spec = ADVISORY_EVENTS[kind]
+-- Called by emit() with the event's type and fields. `blob`, when the caller gave one (base.lua
+-- emit_message), is the packed message the event is about (it may already be gone from K_MSGS, e.g. an
+-- expired one).
+function advisory.advise(kind, blob, ...)
+  local spec = advisory.EVENTS[kind]
   if not spec then return end
-  local flags = advisory_flags()  -- gated events (most sends, dispatches, acks) stop here: one HMGET
+  local flags = advisory.read_flags()  -- gated events (most sends, dispatches, acks) stop here: one HMGET
   local gate = spec[2]
   local maybe = kind == 'slow' or (kind == 'full' and flags['advisoryForFastProducers'])
   if gate ~= '' and not flags[gate] and not maybe then return end
-  local src = advisory_source()
+  local src = advisory.source()
   if not src then return end
   if kind == 'slow' and src.type == 'Queue' then gate = '' end
   local kinds = {}
@@ -128,7 +128,7 @@ local function advise(kind, ...)
   if #kinds == 0 then return end
   -- Most advisory topics do not exist (nobody subscribed): asked first, before the event is built.
   local topics = {}
-  for i, advisory in ipairs(kinds) do topics[i] = ADVISE.topic(advisory, src) or false end
+  for i, name in ipairs(kinds) do topics[i] = advisory.topic(name, src) or false end
   if not topics[1] and not topics[2] then return end
   local flat = { ... }
   local fields = {}
@@ -154,8 +154,8 @@ local function advise(kind, ...)
       event.count = event.count - 1
     end
   end
-  for i, advisory in ipairs(kinds) do
-    if topics[i] then advise_on(advisory, src, event, fields.msg, blob, nil, topics[i]) end
+  for i, name in ipairs(kinds) do
+    if topics[i] then advisory.record(name, src, event, fields.msg, blob, nil, topics[i]) end
   end
 end
 
@@ -165,12 +165,12 @@ end
 -- rule). The send scripts call this for a message they accepted: a topic's when no subscription matched it
 -- (Topic.dispatch: none, or none matching; it is then dropped), a queue's when the queue has no consumer at
 -- all (Queue.messageSent: consumers.isEmpty(), whatever their selectors; the message is still enqueued).
--- Never about an advisory topic (advisory_source). `persistent` is the message's M_PERSISTENT value.
-function ADVISE.no_consumer(id, blob, persistent)
-  if persistent == true or persistent == 1 or not advisory_flags()['sendAdvisoryIfNoConsumers'] then return end
-  local src = advisory_source()
+-- Never about an advisory topic (advisory.source). `persistent` is the message's message.PERSISTENT value.
+function advisory.no_consumer(id, blob, persistent)
+  if persistent == true or persistent == 1 or not advisory.read_flags()['sendAdvisoryIfNoConsumers'] then return end
+  local src = advisory.source()
   if not src then return end
   if src.type == 'Queue' and redis.call('HLEN', K_CONSUMERS) > 0 then return end
-  advise_on('NoConsumer', src, { type = 'no_consumer', uri = src.uri, fields = { msg = id }, ts = NOW },
+  advisory.record('NoConsumer', src, { type = 'no_consumer', uri = src.uri, fields = { msg = id }, ts = NOW },
             id, blob, id)
 end

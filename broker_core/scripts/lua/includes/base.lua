@@ -168,10 +168,9 @@ end)
 -- kept under that packed string: the same bytes always decode to the same values, and a changed policy
 -- is packed anew, so the cache can only miss, never be stale. Nothing changes these tables' values; what
 -- is derived from them alone is kept in them, under table keys no policy name can be (policy_num,
--- advisory.lua advisory_flags). (With EVAL it lives for one call.) Bounded, as destinations may have many
+-- advisory.lua advisory.read_flags). (With EVAL it lives for one call.) Bounded, as destinations may have many
 -- distinct policies.
--- (Its other fields are set below and in message.lua, named here so the table is made at its size.)
-local POLICY_DECODED = { n = 0, by_packed = {}, defs = false, def = false, head = false }
+local POLICY_DECODED = { n = 0, by_packed = {} }
 local function policy()
   if POLICY_READ.values then return POLICY_READ.values end
   -- The values scripts use are cached packed in one field, so a call reads one field, not fifteen;
@@ -201,27 +200,12 @@ local function policy()
   POLICY_READ.values = with_defaults(POLICY_NAMES, POLICY_DEFAULTS, values)
   return POLICY_READ.values
 end
--- Consumer definitions (includes/consumers.lua) are kept decoded the same way, under their packed form:
--- a script call reads the same definition more than once (the acked consumer, then the dispatch chunk's
--- consumers), and, where the library outlives a call, every call reads them. Nothing writes into these.
-POLICY_DECODED.defs = { n = 0, by_packed = {} }
-function POLICY_DECODED.def(packed)
-  local defs = POLICY_DECODED.defs
-  local def = defs.by_packed[packed]
-  if def == nil then
-    def = cmsgpack.unpack(packed)
-    if defs.n >= 1024 then defs.n, defs.by_packed = 0, {} end
-    defs.n = defs.n + 1
-    defs.by_packed[packed] = def
-  end
-  return def
-end
 local function policy_flag(name)
   local v = (POLICY_READ.values or policy())[name]  -- (no call when it is read already)
   return v == '1' or v == 'true'
 end
 -- The numbers are kept in the values table too, under the key POLICY_DEFAULTS (no policy name): derived
--- from the values alone (see advisory_flags in advisory.lua).
+-- from the values alone (see advisory.read_flags in advisory.lua).
 local function policy_num(name)
   local values = POLICY_READ.values or policy()
   local nums = values[POLICY_DEFAULTS]
@@ -338,7 +322,16 @@ end
 -- bound by at most one call's events.
 local EVENTS_TRIMMED = { stream = nil }
 on_call(function() EVENTS_TRIMMED.stream = nil end)
-local function emit(kind, ...)
+local function trim_events()
+  EVENTS_TRIMMED.stream = K_EVENTS
+  local gone = redis.call('XTRIM', K_EVENTS, 'MAXLEN', '~', (POLICY_READ.values or policy())['eventsMaxLen'])
+  if gone > 0 then redis.call('HINCRBY', TP .. ':meta', 'events_trimmed', gone) end
+end
+-- An event about the message whose packed form is `blob`: its advisory, if any, carries a copy
+-- (advisory.lua; the message may be gone from K_MSGS already, or not written yet). `emit` below is the
+-- same without one; the two are written out rather than one calling the other, as every send, dispatch
+-- and ack emits.
+local function emit_message(blob, kind, ...)
   if NOW_TEXT.at ~= NOW then NOW_TEXT.set() end
   if SUB then
     redis.call('XADD', K_EVENTS, '*', 'type', kind, 'ts', NOW_TEXT.text, 'sub', SUB, ...)
@@ -346,12 +339,18 @@ local function emit(kind, ...)
     redis.call('XADD', K_EVENTS, '*', 'type', kind, 'ts', NOW_TEXT.text, ...)
   end
   -- (after the XADD: a script's first write stays one Redis may refuse at its maxmemory, scripts/library.py)
-  if EVENTS_TRIMMED.stream ~= K_EVENTS then
-    EVENTS_TRIMMED.stream = K_EVENTS
-    local gone = redis.call('XTRIM', K_EVENTS, 'MAXLEN', '~', (POLICY_READ.values or policy())['eventsMaxLen'])
-    if gone > 0 then redis.call('HINCRBY', TP .. ':meta', 'events_trimmed', gone) end
+  if EVENTS_TRIMMED.stream ~= K_EVENTS then trim_events() end
+  advisory.advise(kind, blob, ...)
+end
+local function emit(kind, ...)
+  if NOW_TEXT.at ~= NOW then NOW_TEXT.set() end
+  if SUB then
+    redis.call('XADD', K_EVENTS, '*', 'type', kind, 'ts', NOW_TEXT.text, 'sub', SUB, ...)
+  else
+    redis.call('XADD', K_EVENTS, '*', 'type', kind, 'ts', NOW_TEXT.text, ...)
   end
-  advise(kind, ...)  -- includes/advisory.lua
+  if EVENTS_TRIMMED.stream ~= K_EVENTS then trim_events() end
+  advisory.advise(kind, nil, ...)
 end
 
 -- Memory usage and producer flow control : every script keeps the counts.

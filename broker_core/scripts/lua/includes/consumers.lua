@@ -1,20 +1,36 @@
 -- Consumers as the dispatch loop sees them, their prefetch windows and their order (spec §1.3-1.5).
 
--- Per-call state of this file (reset with GMAP's, below): note_slow's rule for the current prefix and
--- whether it defers its writes, and `known`, `known_prefix` (load_consumers).
-local SLOW_RULE = { prefix = nil, topic = false, known = nil, known_prefix = nil, defer = false }
+-- Its module table is `consumers`. Per call (reset with gmap's, below): slow_rule, note_slow's rule for
+-- the current prefix and whether it defers its writes (dispatch.lua sets `defer` during a pass).
+local consumers = { slow_rule = { prefix = nil, topic = false, defer = false }, gmap = false, gone = false,
+                    defs = { n = 0, by_packed = {} } }
+
+-- Consumer definitions are kept decoded under their packed form (as base.lua keeps policies): a script call
+-- reads the same definition more than once (the acked consumer, then the dispatch chunk's consumers),
+-- and, where the library outlives a call, every call reads them. Nothing writes into these.
+function consumers.def(packed)
+  local defs = consumers.defs
+  local def = defs.by_packed[packed]
+  if def == nil then
+    def = cmsgpack.unpack(packed)
+    if defs.n >= 1024 then defs.n, defs.by_packed = 0, {} end
+    defs.n = defs.n + 1
+    defs.by_packed[packed] = def
+  end
+  return def
+end
 
 -- (a consumer's hash; 'push' and 'rcv' for pushed deliveries, outbox.lua)
-local COUNTERS = { 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since', 'push', 'rcv' }
+consumers.COUNTERS = { 'n', 'ext', 'groups', 'prefetch', 'dispatched', 'slow_since', 'push', 'rcv' }
 -- find_consumer's: COUNTERS, then what the ack path also reads
 -- (made with plain indexing: registering the function library failed with unpack called here, 'nonexistent
 -- global variable')
-local COUNTERS_FOR_ACK = {}
-for i = 1, #COUNTERS do COUNTERS_FOR_ACK[i] = COUNTERS[i] end
-COUNTERS_FOR_ACK[#COUNTERS + 1] = 'acked'  -- (counters[9])
+consumers.COUNTERS_FOR_ACK = {}
+for i = 1, #consumers.COUNTERS do consumers.COUNTERS_FOR_ACK[i] = consumers.COUNTERS[i] end
+consumers.COUNTERS_FOR_ACK[#consumers.COUNTERS + 1] = 'acked'  -- (counters[9])
 
 -- The counters of consumer c from `counters` (HMGET of COUNTERS, then whatever else the caller asked for).
-local function read_counters(c, counters)
+function consumers.read_counters(c, counters)
   -- (`x and tonumber(x) or 0`: no call into C for an unset field)
   c.n, c.ext = counters[1] and tonumber(counters[1]) or 0, counters[2] and tonumber(counters[2]) or 0
   c.groups, c.prefetch = counters[3] and tonumber(counters[3]) or 0, counters[4] and tonumber(counters[4]) or 0
@@ -25,8 +41,8 @@ end
 
 -- A consumer from its stored definition, whether its lease runs, and, unless they are read later
 -- (`counters` nil: counted), its counters.
-local function load_consumer(cid, packed, counters, alive)
-  local def = POLICY_DECODED.def(packed)  -- base.lua: decoded once
+function consumers.load_one(cid, packed, counters, alive)
+  local def = consumers.def(packed)  -- decoded once
   local c = {
     id = cid, def = def, priority = tonumber(def.priority) or 0, alive = alive, expr = nil,
     groups_moved = false,  -- (groups.lua; flush_counts writes the count when true)
@@ -34,20 +50,20 @@ local function load_consumer(cid, packed, counters, alive)
     -- (named so the table is made with room for them; read_counters sets them)
     n = nil, ext = nil, groups = nil, prefetch = nil, dispatched = nil, slow = nil, push = nil, rcv = nil,
   }
-  if counters then read_counters(c, counters) end
+  if counters then consumers.read_counters(c, counters) end
   return c
 end
 
 -- Consumer c with its counters, read now if load_consumers(true) left them for later.
-local function counted(c)
-  if not c.loaded then read_counters(c, redis.call('HMGET', K_C(c.id), unpack(COUNTERS))) end
+function consumers.counted(c)
+  if not c.loaded then consumers.read_counters(c, redis.call('HMGET', K_C(c.id), unpack(consumers.COUNTERS))) end
   return c
 end
 
 -- The consumers whose lease runs to NOW or later (a set of their ids), read by name: their scores would
 -- come back as text that Redis formats and Lua parses again, which costs more than the rest of a consumer's
 -- loading.
-local function live_leases()
+function consumers.live_leases()
   local live = redis.call('ZRANGEBYSCORE', K_LEASES, NOW_TEXT.get(), '+inf')
   local alive = {}
   for k = 1, #live do alive[live[k]] = true end
@@ -60,16 +76,16 @@ end
 -- consumers reads one definition and one lease, not all of them (each consumer read costs the script about
 -- 13 k Redis instructions: docs/benchmarks.md, "Session 9"). Once a second one is needed, all the others not
 -- read yet are read together, one command per key, as load_consumers does.
-local DEF_NONE = {}  -- (the definition of a consumer gone from the destination: never alive)
--- GONE.any: this call found such a consumer (save_order then leaves it out).
-local GONE = { any = false }
-on_call(function() GONE.any = false end)
-local function lazy_consumers(ids, known, out)
+consumers.DEF_NONE = {}  -- (the definition of a consumer gone from the destination: never alive)
+-- consumers.gone.any: this call found such a consumer (save_order then leaves it out).
+consumers.gone = { any = false }
+on_call(function() consumers.gone.any = false end)
+function consumers.lazy_load(ids, known, out)
   local waiting, read_one, mt = {}, false, {}
   local function define(c, packed, alive)
     setmetatable(c, nil)
-    local def = packed and POLICY_DECODED.def(packed) or DEF_NONE
-    if not packed then GONE.any = true end
+    local def = packed and consumers.def(packed) or consumers.DEF_NONE
+    if not packed then consumers.gone.any = true end
     c.def, c.priority, c.alive = def, tonumber(def.priority) or 0, packed and alive or false
   end
   mt.__index = function(c, key)
@@ -86,7 +102,7 @@ local function lazy_consumers(ids, known, out)
         if rawget(s, 'def') == nil then rest[#rest + 1], names[#names + 1] = s, s.id end
       end
       local defs = redis.call('HMGET', K_CONSUMERS, unpack(names))
-      local alive = live_leases()
+      local alive = consumers.live_leases()
       for i = 1, #rest do define(rest[i], defs[i], alive[rest[i].id] == true) end
     end
     return rawget(c, key)
@@ -104,19 +120,15 @@ local function lazy_consumers(ids, known, out)
 end
 
 -- Every consumer of the destination, in the stored dispatch order. Consumers the script has read already
--- and kept current (SLOW_RULE.known: consumer id -> its table, of prefix SLOW_RULE.known_prefix; set by
--- ack.lua just before its dispatch chunk) are not read again: those tables are used, once, for the next
--- load here. With `lazy` (the dispatch pass) a consumer's counters are read when first needed (counted), and
+-- and kept current (`known`: consumer id -> its table, of the current prefix; ack.lua's, passed through
+-- its dispatch chunk) are not read again: those tables are used. With `lazy` (the dispatch pass) a consumer's counters are read when first needed (counted), and
 -- where there are several consumers, its definition and lease too (lazy_consumers): a message offered to the
 -- first consumer in the order reads that consumer's alone.
-local function load_consumers(lazy)
+function consumers.load(lazy, known)
   local ids = redis.call('LRANGE', K_CORDER, '0', '-1')
   local out = { nil }  -- (made with room for one: a table that grows is rebuilt at each power of two)
-  local known = SLOW_RULE.known
-  SLOW_RULE.known = nil
   if #ids == 0 then return out end
-  if known and SLOW_RULE.known_prefix ~= P then known = nil end
-  if lazy and #ids > 1 then return lazy_consumers(ids, known, out) end
+  if lazy and #ids > 1 then return consumers.lazy_load(ids, known, out) end
   local ask = ids
   if known then
     ask = {}
@@ -127,7 +139,7 @@ local function load_consumers(lazy)
   local defs, alive = nil, nil  -- (read only for the consumers asked for)
   if #ask > 0 then
     defs = redis.call('HMGET', K_CONSUMERS, unpack(ask))
-    alive = live_leases()
+    alive = consumers.live_leases()
   end
   local i = 0
   for k = 1, #ids do
@@ -138,8 +150,8 @@ local function load_consumers(lazy)
     else
       i = i + 1
       if defs[i] then
-        local counters = not lazy and redis.call('HMGET', K_C(cid), unpack(COUNTERS)) or nil
-        out[#out + 1] = load_consumer(cid, defs[i], counters, alive[cid] == true)
+        local counters = not lazy and redis.call('HMGET', K_C(cid), unpack(consumers.COUNTERS)) or nil
+        out[#out + 1] = consumers.load_one(cid, defs[i], counters, alive[cid] == true)
       end
     end
   end
@@ -148,12 +160,12 @@ end
 
 -- One consumer; its `rcv` (outbox.lua) and `acked` counters come in the same read, for the ack path.
 -- Second: its lease's end as stored (false: none), for a renewal in the same call (renew_lease).
-local function find_consumer(cid)
+function consumers.find(cid)
   local packed = redis.call('HGET', K_CONSUMERS, cid)
   if not packed then return nil end
-  local counters = redis.call('HMGET', K_C(cid), unpack(COUNTERS_FOR_ACK))
+  local counters = redis.call('HMGET', K_C(cid), unpack(consumers.COUNTERS_FOR_ACK))
   local lease = redis.call('ZSCORE', K_LEASES, cid)
-  local c = load_consumer(cid, packed, counters, lease ~= false and tonumber(lease) >= NOW)
+  local c = consumers.load_one(cid, packed, counters, lease ~= false and tonumber(lease) >= NOW)
   c.acked = counters[9] and tonumber(counters[9]) or 0
   return c, lease
 end
@@ -161,32 +173,32 @@ end
 -- PrefetchSubscription.isFull: the window is the prefetch plus the DELIVERED-ack extension;
 -- a prefetch of 0 (pull) has room only while a receive call has asked for messages.
 -- How many more messages consumer c's window takes (prefetch 0: the receives waiting for one).
-local function free_slots(c)
-  if not c.loaded then counted(c) end
+function consumers.free_slots(c)
+  if not c.loaded then consumers.counted(c) end
   if c.prefetch == 0 then return c.ext end
   local ext = c.ext
   if not policy_flag('usePrefetchExtension') then ext = 0 end
   return c.prefetch + ext - c.n
 end
-local function is_full(c) return free_slots(c) <= 0 end
+function consumers.is_full(c) return consumers.free_slots(c) <= 0 end
 
 -- §8.1: a consumer the queue tries to dispatch to while its window is full is slow (once, with the
 -- time); one found with room is not slow any more.
 -- a non-durable topic subscription is marked slow by the topic's rule instead (§8.1: more than
 -- its prefetch waiting beyond a full window; includes/topic.lua), so the queue rule leaves it alone.
-local function note_slow(c, full)
-  if SLOW_RULE.prefix ~= P then
-    SLOW_RULE.prefix = P
-    SLOW_RULE.topic = SUB ~= nil and redis.call('HGET', K_META, 'durable') ~= '1'
+function consumers.note_slow(c, full)
+  if consumers.slow_rule.prefix ~= P then
+    consumers.slow_rule.prefix = P
+    consumers.slow_rule.topic = SUB ~= nil and redis.call('HGET', K_META, 'durable') ~= '1'
   end
-  if SLOW_RULE.topic then return end
-  if not c.loaded then counted(c) end
-  -- During a dispatch pass (SLOW_RULE.defer) the field is written once, with the consumer's counters at
+  if consumers.slow_rule.topic then return end
+  if not c.loaded then consumers.counted(c) end
+  -- During a dispatch pass (consumers.slow_rule.defer) the field is written once, with the consumer's counters at
   -- the end of the pass (dispatch.lua flush_counts; nothing reads it in between): c.slow_write, true to
   -- set it to NOW, false to delete it.
   if full and not c.slow then
     c.slow = true
-    if SLOW_RULE.defer then
+    if consumers.slow_rule.defer then
       c.slow_write = true
     else
       redis.call('HSET', K_C(c.id), 'slow_since', NOW_TEXT.get())
@@ -194,27 +206,25 @@ local function note_slow(c, full)
     emit('slow', 'consumer', c.id)
   elseif not full and c.slow then
     c.slow = false
-    if SLOW_RULE.defer then c.slow_write = false else redis.call('HDEL', K_C(c.id), 'slow_since') end
+    if consumers.slow_rule.defer then c.slow_write = false else redis.call('HDEL', K_C(c.id), 'slow_since') end
   end
 end
 
 -- Whether the destination has a message-group map yet (meta 'gmap'): read once per script call (and
 -- per prefix: a topic send switches subscriptions), not once per dispatched message.
--- (One table, not three locals: see POLICY_READ in base.lua.)
-local GMAP = { key = nil, on = false, cprio_key = nil, cprio = nil }
+consumers.gmap = { key = nil, on = false, cprio_key = nil, cprio = nil }
 on_call(function()
-  GMAP.key, GMAP.on, GMAP.cprio_key = nil, false, nil
-  SLOW_RULE.prefix, SLOW_RULE.topic, SLOW_RULE.defer = nil, false, false
-  SLOW_RULE.known, SLOW_RULE.known_prefix = nil, nil
+  consumers.gmap.key, consumers.gmap.on, consumers.gmap.cprio_key = nil, false, nil
+  consumers.slow_rule.prefix, consumers.slow_rule.topic, consumers.slow_rule.defer = nil, false, false
 end)
-function GMAP.exists()
-  if GMAP.key ~= K_META then GMAP.key, GMAP.on = K_META, redis.call('HGET', K_META, 'gmap') == '1' end
-  return GMAP.on
+function consumers.gmap.exists()
+  if consumers.gmap.key ~= K_META then consumers.gmap.key, consumers.gmap.on = K_META, redis.call('HGET', K_META, 'gmap') == '1' end
+  return consumers.gmap.on
 end
-function GMAP.create()
-  if not GMAP.exists() then
+function consumers.gmap.create()
+  if not consumers.gmap.exists() then
     redis.call('HSET', K_META, 'gmap', '1')
-    GMAP.on = true
+    consumers.gmap.on = true
   end
 end
 
@@ -223,33 +233,33 @@ end
 -- definition to keep its order (lazy_consumers). consumer_add, which reads them all, writes it; whatever
 -- else changes the consumers (a subscription's consumer, a close) deletes it, and the next sort works it out
 -- again from the consumers it has.
-function GMAP.one_priority(cons)
-  if GMAP.cprio_key ~= K_META then
-    GMAP.cprio_key, GMAP.cprio = K_META, redis.call('HGET', K_META, 'cprio')
-    if not GMAP.cprio then GMAP.note_priorities(cons) end
+function consumers.gmap.one_priority(cons)
+  if consumers.gmap.cprio_key ~= K_META then
+    consumers.gmap.cprio_key, consumers.gmap.cprio = K_META, redis.call('HGET', K_META, 'cprio')
+    if not consumers.gmap.cprio then consumers.gmap.note_priorities(cons) end
   end
-  return GMAP.cprio ~= 'mixed'
+  return consumers.gmap.cprio ~= 'mixed'
 end
-function GMAP.note_priorities(cons)
+function consumers.gmap.note_priorities(cons)
   if #cons == 0 then return end
   local first, value = cons[1].priority, nil
   for i = 2, #cons do
     if cons[i].priority ~= first then value = 'mixed' break end
   end
-  GMAP.cprio_key, GMAP.cprio = K_META, value or string.format('%d', first)
-  redis.call('HSET', K_META, 'cprio', GMAP.cprio)
+  consumers.gmap.cprio_key, consumers.gmap.cprio = K_META, value or string.format('%d', first)
+  redis.call('HSET', K_META, 'cprio', consumers.gmap.cprio)
 end
-function GMAP.forget_priorities()
+function consumers.gmap.forget_priorities()
   redis.call('HDEL', K_META, 'cprio')
-  GMAP.cprio_key = nil
+  consumers.gmap.cprio_key = nil
 end
 
 -- Stable sort by priority (descending) and, once the queue has a group map, by the number of
 -- groups assigned (ascending); equal keys keep their current order (Collections.sort is stable).
-local function sort_consumers(cons)
+function consumers.sort(cons)
   if not policy_flag('useConsumerPriority') then return end
-  local by_groups = GMAP.exists()
-  local by_priority = not GMAP.one_priority(cons)
+  local by_groups = consumers.gmap.exists()
+  local by_priority = not consumers.gmap.one_priority(cons)
   if not (by_groups or by_priority) then return end  -- every key is equal: the order stands
   if by_groups then  -- (the group count alone of a consumer not read yet: counted reads the rest if needed)
     for i = 1, #cons do
@@ -276,17 +286,17 @@ end
 -- (an id whose consumer is gone from the destination, found by lazy_consumers, is left out, as
 -- load_consumers leaves it out of what it reads: every script writes the two keys together, so only a store
 -- changed outside the scripts has one)
-local function save_order(cons)
+function consumers.save_order(cons)
   redis.call('DEL', K_CORDER)
   local ids = {}
   for i = 1, #cons do
     local c = cons[i]
-    if not GONE.any or rawget(c, 'def') ~= DEF_NONE then ids[#ids + 1] = c.id end
+    if not consumers.gone.any or rawget(c, 'def') ~= consumers.DEF_NONE then ids[#ids + 1] = c.id end
   end
   if #ids > 0 then redis.call('RPUSH', K_CORDER, unpack(ids)) end
 end
 
-local function selector_of(c)
+function consumers.selector_of(c)
   if c.expr == nil then
     local compiled = c.def.selector
     if type(compiled) == 'string' and compiled ~= '' then c.expr = cjson.decode(compiled) else c.expr = false end

@@ -20,21 +20,21 @@
 --@include operator
 
 -- Hand message `id` to consumer c: in flight, in its outbox, logged, owner woken; with `first`, marked the
--- first of its group for c (groups.lua group_allows). Counters are kept in `c` and `tally` and written once
+-- first of its group for c (groups.lua groups.allows). Counters are kept in `c` and `tally` and written once
 -- at the end of the chunk (see flush_counts). With `writes` (a page of more than one message) the
--- deliveries' writes are collected and made with one command per key when the page is done (PAGE.flush:
+-- deliveries' writes are collected and made with one command per key when the page is done (dispatch.flush_page:
 -- nothing in the pass reads those keys in between); a page of one message writes at once (collecting costs
 -- more tables than it saves commands).
--- (fields of one table: dispatch_pass is near Lua's limit of 60 upvalues)
-local PAGE = {}
-function PAGE.new() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {}, firsts = {} } end
-function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
-  -- (a consumer armed for pushes, outbox.lua PUSH, gets the message itself instead of an outbox entry)
-  local pushed = PUSH.armed(c)
-  -- A message this call stored (FRESH) has never been delivered: no counter to read. The counter is
+-- Its module table is `dispatch`.
+local dispatch = {}
+function dispatch.new_page() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {}, firsts = {} } end
+function dispatch.deliver(c, id, score, tally, fresh, writes, first, blob)
+  -- (a consumer armed for pushes, outbox.lua push_*, gets the message itself instead of an outbox entry)
+  local pushed = outbox.push_armed(c)
+  -- A message this call stored (message.fresh) has never been delivered: no counter to read. The counter is
   -- passed on as stored (only HINCRBY writes it: the digits Redis would make of the number).
   local redeliveries = not fresh and redis.call('HGET', K_REDELIV, id) or '0'
-  PASS_DIRTY.pending = nil
+  message.pass_dirty.pending = nil
   local digits = NOW_TEXT.num(score)  -- base.lua: the digits of a whole number below 2^53
   if type(digits) ~= 'string' then digits = string.format('%.0f', score) end
   tally.dseq = tally.dseq + 1
@@ -50,7 +50,7 @@ function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
     end
     mine.window[#mine.window + 1] = NOW_TEXT.num(tally.dseq)
     mine.window[#mine.window + 1] = id
-    if pushed then PUSH.add(c, id, tally.dseq, blob, redeliveries, first)
+    if pushed then outbox.push_add(c, id, tally.dseq, blob, redeliveries, first)
     else mine.outbox[#mine.outbox + 1] = id end
     if first then writes.firsts[#writes.firsts + 1] = id end
   else
@@ -59,7 +59,7 @@ function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
     redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. digits)
     redis.call('ZADD', K_CINF(c.id), NOW_TEXT.num(tally.dseq), id)
     if pushed then
-      PUSH.add(c, id, tally.dseq, blob, redeliveries, first)
+      outbox.push_add(c, id, tally.dseq, blob, redeliveries, first)
     elseif redis.call('RPUSH', K_COUT(c.id), id) == 1 and c.def.notify then
       redis.call('PUBLISH', c.def.notify, c.id)
     end
@@ -71,10 +71,10 @@ function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
   emit('dispatch', 'msg', id, 'consumer', c.id, 'redeliveries', redeliveries)
 end
 
--- The writes PAGE.deliver collected; a consumer whose outbox was empty is woken, one armed gets its pushes.
-function PAGE.flush(writes)
+-- The writes dispatch.deliver collected; a consumer whose outbox was empty is woken, one armed gets its pushes.
+function dispatch.flush_page(writes)
   if not writes or #writes.ids == 0 then
-    PUSH.flush()
+    outbox.push_flush()
     return
   end
   call_many('ZREM', K_PENDING, writes.ids)
@@ -89,12 +89,12 @@ function PAGE.flush(writes)
       if queued == #mine.outbox and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
     end
   end
-  PUSH.flush()
+  outbox.push_flush()
 end
 
 -- Consumer c's counters, and the slow_since change of the pass (consumers.lua note_slow) and its group count
 -- if it moved (groups.lua), written once at the end of the pass.
-local function flush_consumer(c)
+function dispatch.flush_consumer(c)
   local slow = c.slow_write
   c.slow_write = nil
   if c.delivered then
@@ -124,13 +124,13 @@ end
 
 -- Returns the destination's counters (field, value, ...) for the caller's one write of K_META; writes each
 -- consumer's own (flush_consumer).
-local function flush_counts(cons, tally)
+function dispatch.flush_counts(cons, tally)
   local meta
-  SLOW_RULE.defer = false
+  consumers.slow_rule.defer = false
   for i = 1, #cons do
     local c = cons[i]
     -- (a consumer the pass never counted has nothing to write: all of that comes with counting it)
-    if c.loaded then flush_consumer(c) end
+    if c.loaded then dispatch.flush_consumer(c) end
   end
   if tally.dispatched > 0 then
     meta = { 'dseq', NOW_TEXT.num(tally.dseq), 'dispatched', NOW_TEXT.num(tally.total + tally.dispatched) }
@@ -146,11 +146,11 @@ end
 -- many messages the usable ones can take, which bounds the page read next: summed until it reaches `want`
 -- (all of them without), so a consumer with a large window spares reading the others' counters. (A function
 -- of its own, not a closure made by every pass.)
-local function pass_room(cons, excluded, want)
+function dispatch.pass_room(cons, excluded, want)
   local usable, any, free = false, false, 0
   for i = 1, #cons do  -- (numeric loops here: ipairs is a call into C per element)
     local c = cons[i]
-    local slots = c.alive and free_slots(c) or 0
+    local slots = c.alive and consumers.free_slots(c) or 0
     if slots > 0 then
       any = true
       if not excluded[c.id] then
@@ -164,7 +164,7 @@ end
 
 -- One chunk of the pass. Returns dispatched count, 1 when the pass has more to examine, and the time
 -- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
-local function dispatch_pass(budget)
+function dispatch.pass(budget, known)
   -- the pass state is read in two steps: an ack on a drained queue (the check for pending messages
   -- below) needs only the first two fields
   -- (third: the fence of a close whose returns are still owed, lifecycle.lua closing_key: the pass reads
@@ -183,8 +183,8 @@ local function dispatch_pass(budget)
   end
   -- Nothing pending (e.g. an ack on a drained queue): the pass has nothing to examine, so its state
   -- stays as it is; the consumers need not be read. (After a send there is: no need to ask.)
-  if next(FRESH) == nil and redis.call('ZCARD', K_PENDING) == 0 then return 0, 0, 0 end
-  local cons = load_consumers(true)
+  if next(message.fresh) == nil and redis.call('ZCARD', K_PENDING) == 0 then return 0, 0, 0 end
+  local cons = consumers.load(true, known)
   if #cons == 0 then return 0, 0, 0 end
   if not budget or budget <= 0 then budget = policy_num('maxPageSize') end
   local rest = redis.call('HMGET', K_META, 'cursor', 'dirty', 'owner', 'pass_skipped', 'dseq', 'dispatched',
@@ -200,15 +200,15 @@ local function dispatch_pass(budget)
   local pass_skipped = tonumber(rest[4]) or 0
   local tally = { dseq = tonumber(rest[5]) or 0, dispatched = 0, total = tonumber(rest[6]) or 0 }
   local excluded = {}
-  local passfull_before = PASS_DIRTY.passfull_key == K_PASSFULL and PASS_DIRTY.passfull
+  local passfull_before = message.pass_dirty.passfull_key == K_PASSFULL and message.pass_dirty.passfull
                           or redis.call('SMEMBERS', K_PASSFULL)  -- (read by room_freed: message.lua)
   for i = 1, #passfull_before do excluded[passfull_before[i]] = true end
   local strict = policy_flag('strictOrderDispatch')
   local order_changed = false
   local examined, dispatched, more = 0, 0, 0
   -- Selector evaluations end the chunk once they have done a call's worth of matching (after at least
-  -- one message): the rest of the page waits for the next chunk (selector.lua SELECTOR_COST).
-  local selector_work, work_cut = SELECTOR_COST.bytes, false
+  -- one message): the rest of the page waits for the next chunk (selector.lua selector.bytes).
+  local selector_work, work_cut = selector.bytes, false
   -- One message offered to many consumers with selectors can spend a call's worth too: the chunk then
   -- ends before the next evaluation, with the message still at the cursor, and meta 'offered' records
   -- which consumers' selectors refused it ("<ids, comma-separated>|<message id>"), so the next chunk
@@ -241,26 +241,30 @@ local function dispatch_pass(budget)
   end
   local function end_pass()
     local start, skipped = '', 0
-    if resume ~= '-' and not (full or PASS_DIRTY.value == true) then
+    if resume ~= '-' and not (full or message.pass_dirty.value == true) then
       start = resume
       skipped = resume_skipped or tonumber(redis.call('HGET', K_META, 'resume_skipped')) or 0
     end
     cursor, dirty, full, excluded, resume, resume_skipped = start, false, false, {}, '-', nil
-    PASS_DIRTY.value = false
+    message.pass_dirty.value = false
     excluded_changed = true
     last_skipped = pass_skipped
     pass_skipped = skipped
   end
 
-  SLOW_RULE.defer = true  -- until flush_counts (consumers.lua note_slow)
-  PASS_DIRTY.in_pass = true  -- until the state is written, below (message.lua mark_dirty)
-  local writes = nil  -- the deliveries' writes of the page being examined (PAGE.deliver)
+  consumers.slow_rule.defer = true  -- until flush_counts (consumers.lua note_slow)
+  message.pass_dirty.in_pass = true  -- until the state is written, below (message.lua mark_dirty)
+  local writes = nil  -- the deliveries' writes of the page being examined (dispatch.deliver)
+  -- what the loop below calls for each message, as locals: a module's field read per call costs
+  -- instructions (bench/redis_instructions.py; message.fresh is this call's table throughout the pass)
+  local fresh_of, head, is_full, note_slow, allows, deliver =
+    message.fresh, message.head, consumers.is_full, consumers.note_slow, groups.allows, dispatch.deliver
   while true do
-    PAGE.flush(writes)  -- (before anything below reads the pending zset)
+    dispatch.flush_page(writes)  -- (before anything below reads the pending zset)
     writes = nil
-    local usable, any, free = pass_room(cons, excluded, budget - examined)
+    local usable, any, free = dispatch.pass_room(cons, excluded, budget - examined)
     if not any then                             -- everyone is full: the next pass starts over
-      if PASS_DIRTY.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
+      if message.pass_dirty.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
         for i = 1, #cons do if cons[i].alive then note_slow(cons[i], true) end end
       end
       left_out()
@@ -269,7 +273,7 @@ local function dispatch_pass(budget)
     end
     if not usable then                          -- room only where this pass may not go: start over
       end_pass()
-      usable, any, free = pass_room(cons, excluded, budget - examined)
+      usable, any, free = dispatch.pass_room(cons, excluded, budget - examined)
     end
     if examined >= budget then more = 1 break end
     local lower = '-inf'
@@ -280,8 +284,8 @@ local function dispatch_pass(budget)
     if free + 8 < page then page = free + 8 end
     local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, upper, 'WITHSCORES', 'LIMIT', '0',
                              NOW_TEXT.num(page))
-    if #batch > 2 then writes = PAGE.new() end
-    dirty = dirty or PASS_DIRTY.value
+    if #batch > 2 then writes = dispatch.new_page() end
+    dirty = dirty or message.pass_dirty.value
     if #batch == 0 then
       -- At the tail: restart from the head if something changed behind the cursor, else rest here.
       if not dirty then break end
@@ -292,35 +296,35 @@ local function dispatch_pass(budget)
     local restart = false
     local at_tail = #batch > 0 and #batch / 2 < page
     for i = 1, #batch, 2 do
-      if examined > 0 and SELECTOR_COST.bytes - selector_work >= SELECTOR_COST.call_limit then
+      if examined > 0 and selector.bytes - selector_work >= selector.call_limit then
         more, work_cut = 1, true
         break
       end
       local id, score = batch[i], tonumber(batch[i + 1])
       examined = examined + 1
-      local fresh = FRESH[id]
-      FRESH[id] = nil
+      local fresh = fresh_of[id]
+      fresh_of[id] = nil
       local blob = fresh and fresh[1] or redis.call('HGET', K_MSGS, id)
       if not blob then
         redis.call('ZREM', K_PENDING, id)
-        PASS_DIRTY.pending = nil
+        message.pass_dirty.pending = nil
         cursor = batch[i + 1]
       else
-        -- the loop reads four fields (POLICY_DECODED.head, message.lua: without decoding the message
+        -- the loop reads four fields (message.head, message.lua: without decoding the message
         -- when it can); `full` is the whole message, decoded when a selector or the expiry needs it
         local full = fresh and fresh[2]
         local exp, gid, seq, conn
-        if not full then exp, gid, seq, conn = POLICY_DECODED.head(blob, true) end
+        if not full then exp, gid, seq, conn = head(blob, true) end
         if exp == nil then
-          full = full or unpack_message(blob)
-          exp, gid, seq, conn = tonumber(full[M_EXPIRATION]) or 0, full[M_GROUP],
-                                tonumber(full[M_GROUP_SEQ]) or 0, full[M_CONNECTION]
+          full = full or message.unpack(blob)
+          exp, gid, seq, conn = tonumber(full[message.EXPIRATION]) or 0, full[message.GROUP],
+                                tonumber(full[message.GROUP_SEQ]) or 0, full[message.CONNECTION]
         end  -- (head's sequence is a number already)
         if exp > 0 and NOW > exp then  -- is_expired
-          expire_pending(id, full or unpack_message(blob), blob)
+          expire_pending(id, full or message.unpack(blob), blob)
           cursor = batch[i + 1]
         else
-          if gid then GMAP.create() end
+          if gid then consumers.gmap.create() end
           local view = nil
           local target, first = nil, false
           local available = false
@@ -340,19 +344,19 @@ local function dispatch_pass(budget)
                 local ok = owner == nil or owner == c.id
                 if ok and c.def.nolocal and c.def.conn and c.def.conn == conn then ok = false end
                 if ok then
-                  local expr = selector_of(c)
+                  local expr = consumers.selector_of(c)
                   if expr and skip and skip[c.id] then
                     ok = false  -- it refused this message in an earlier chunk
                   elseif expr then
-                    local spent = SELECTOR_COST.bytes - selector_work
-                    if spent > 0 and spent >= SELECTOR_COST.call_limit then
+                    local spent = selector.bytes - selector_work
+                    if spent > 0 and spent >= selector.call_limit then
                       more, work_cut = 1, true
                       break
                     end
-                    if not full then full = unpack_message(blob) end
-                    view = view or selector_view(id, full)
+                    if not full then full = message.unpack(blob) end
+                    view = view or message.selector_view(id, full)
                     local failed
-                    ok, failed = selector_matches(expr, view)
+                    ok, failed = selector.matches(expr, view)
                     if failed then meta_incr('selector_errors') end
                     if not ok then
                       refused = refused or {}
@@ -361,7 +365,7 @@ local function dispatch_pass(budget)
                   end
                 end
                 if ok then
-                  ok, first = group_allows(c, id, gid, seq, cons)
+                  ok, first = allows(c, id, gid, seq, cons)
                   if ok then target = c break end
                 end
               end
@@ -373,12 +377,12 @@ local function dispatch_pass(budget)
             if skip then for cid in pairs(skip) do ids[#ids + 1] = cid end end
             for r = 1, #(refused or {}) do ids[#ids + 1] = refused[r] end
             offered_out = table.concat(ids, ',') .. '|' .. id
-            FRESH[id] = fresh
+            fresh_of[id] = fresh
             break
           end
           if skip then offered_out = '' end  -- (done with the message the record was for)
           if target then
-            PAGE.deliver(target, id, score, tally, fresh, writes, first, blob)
+            deliver(target, id, score, tally, fresh, writes, first, blob)
             dispatched = dispatched + 1
             cursor = batch[i + 1]
             if not strict and #cons > 1 and target.id ~= owner then
@@ -387,7 +391,7 @@ local function dispatch_pass(budget)
                 if c == target then table.remove(cons, j) break end
               end
               cons[#cons + 1] = target
-              sort_consumers(cons)
+              consumers.sort(cons)
               order_changed = true
             end
           elseif not available then
@@ -404,28 +408,28 @@ local function dispatch_pass(budget)
     end
     if work_cut then break end
     if restart then
-      local _, any_left = pass_room(cons, excluded)
+      local _, any_left = dispatch.pass_room(cons, excluded)
       end_pass()
       if not any_left then break end
-    elseif at_tail and not (dirty or PASS_DIRTY.value) then
+    elseif at_tail and not (dirty or message.pass_dirty.value) then
       break  -- the pass rests at the tail; no need to ask Redis again
     end
   end
 
-  PAGE.flush(writes)
-  local counts = flush_counts(cons, tally)
-  GLRU.flush(counts)
+  dispatch.flush_page(writes)
+  local counts = dispatch.flush_counts(cons, tally)
+  groups.lru_flush(counts)
   if excluded_changed then
     local passfull = {}
     for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
     -- nothing in the pass adds to the set: it holds what was read at the start
     if #passfull_before > 0 then redis.call('DEL', K_PASSFULL) end
     if #passfull > 0 then redis.call('SADD', K_PASSFULL, unpack(passfull)) end
-    PASS_DIRTY.passfull_key = nil
+    message.pass_dirty.passfull_key = nil
   end
-  full = full or PASS_DIRTY.value == true
-  dirty = dirty or PASS_DIRTY.value
-  PASS_DIRTY.in_pass = false
+  full = full or message.pass_dirty.value == true
+  dirty = dirty or message.pass_dirty.value
+  message.pass_dirty.in_pass = false
   if last_skipped then
     counts[#counts + 1] = 'last_pass_skipped'
     counts[#counts + 1] = NOW_TEXT.num(last_skipped)
@@ -448,25 +452,35 @@ local function dispatch_pass(budget)
   end
   redis.call('HSET', K_META, 'cursor', cursor, 'dirty', full and '1' or '0', 'pass_skipped',
              NOW_TEXT.num(pass_skipped), unpack(counts))
-  if order_changed then save_order(cons) end
+  if order_changed then consumers.save_order(cons) end
   return dispatched, more, 0
 end
 
-local UNPARK_PER_CALL = 100
+dispatch.UNPARK_PER_CALL = 100
 
 -- What every script runs last: bring back parked messages that are due, run one chunk of the pass.
 -- Returns the dispatched count; flags (1: the pass has more to examine, 2: forwards wait in K_FWD);
 -- and when to run dispatch again (a delayed start, or the next parked message), 0 if never.
-local function dispatch_chunk(budget)
-  unpark_due(UNPARK_PER_CALL)
-  local dispatched, more, hold = dispatch_pass(budget)
+-- `known`: consumers the caller has read and kept current (consumers.lua load_consumers), or nil.
+function dispatch.chunk(budget, known)
+  unpark_due(dispatch.UNPARK_PER_CALL)
+  local dispatched, more, hold = dispatch.pass(budget, known)
   if hold == 0 then hold = next_unpark() end
-  return dispatched, with_forward_flag(more), hold
+  return dispatched, forward.with_flag(more), hold
 end
 
--- Another chunk for a reply that begins {dispatched, more, hold} (handing messages over freed room in a
--- window: acknowledged in ack mode 'auto', or expired on the way), added into those three.
-local function dispatch_more(out, budget)
-  local dispatched, more, hold = dispatch_chunk(budget)
-  out[1], out[2], out[3] = out[1] + dispatched, more, hold
+-- The tail every script that can leave work behind ends its reply with, one array (broker_core/scripts/
+-- calls.py reads it the same way for all of them): {dispatched, flags (1 a pass has more, 2 forwards wait,
+-- 4 a topic's fan-out is unfinished), hold_until, the subscription keys whose pass has more (a topic's
+-- scripts), the pushes for the calling process's consumers (outbox.push_replies)}; the last two only when
+-- there are any (each array in a reply is a conversion of its own for Redis: the usual tail has one).
+do
+  local NONE = {}  -- (one empty array for the one of the two that has none)
+  function dispatch.reply_tail(dispatched, flags, hold, more_keys)
+    local pushed = outbox.push_replies
+    if pushed or (more_keys and #more_keys > 0) then
+      return { dispatched, flags, hold, more_keys or NONE, pushed or NONE }
+    end
+    return { dispatched, flags, hold }
+  end
 end

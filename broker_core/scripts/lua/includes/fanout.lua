@@ -1,7 +1,7 @@
 -- A topic send's fan-out continued across calls (issue 21; docs/broker_core.md "A send's fan-out in
 -- slices"). Matching one message against its subscriptions' selectors costs up to max_evaluation_bytes
 -- per subscription, so a send matches until its selector work reaches a call's worth
--- (SELECTOR_COST.call_limit, selector.lua) and leaves the rest of the subscriptions, and every later
+-- (selector.call_limit, selector.lua) and leaves the rest of the subscriptions, and every later
 -- message, to the calls after it (topic_fanout.lua): by the sender, or by the maintenance tick's recovery
 -- when the sender died. Each message is stored once when it is sent, with one reference held for the
 -- fan-out until it is done, so nothing is lost between calls.
@@ -19,36 +19,36 @@
 --@include dispatch
 --@include topic
 
--- (one table, not locals: the scripts' main chunk is close to Lua's 200 locals)
-local FANOUT = { visits = 0 }
-on_call(function() FANOUT.visits = 0 end)
+-- Its module table `fanout` (one table, not locals: the scripts' main chunk is close to Lua's 200 locals)
+local fanout = { visits = 0 }
+on_call(function() fanout.visits = 0 end)
 -- What one call (a send, or a continuation) does at most, whatever the selector work: a topic's
 -- subscriptions are not limited in number. One that takes messages costs the call about 0.13 ms (its
 -- pending list, its dispatch chunk, the slow and pending-limit rules), so a call gives messages to at most
 -- MAX_TAKERS of them; a continuation also visits at most MAX_VISITS (a definition read and decoded each:
 -- a send has them all decoded already).
-FANOUT.MAX_VISITS = 2000
-FANOUT.MAX_TAKERS = 32
+fanout.MAX_VISITS = 2000
+fanout.MAX_TAKERS = 32
 
 -- Must the call stop matching here? `takers`: the subscriptions that took messages in this call so far.
-function FANOUT.full(takers)
-  return FANOUT.spent() or takers >= FANOUT.MAX_TAKERS
+function fanout.full(takers)
+  return fanout.spent() or takers >= fanout.MAX_TAKERS
 end
 
 -- Has this call's selector work reached a call's worth? (forward.lua; checked before each evaluation, so
 -- a call does at most one evaluation more: call_limit + max_evaluation_bytes in all)
-FANOUT.spent = FWD.work_spent
+fanout.spent = forward.work_spent
 
 -- Is a fan-out unfinished? Then a send queues behind it.
-function FANOUT.waiting()
+function fanout.waiting()
   return redis.call('LLEN', TP .. ':fanout') > 0
 end
 
 -- Queue message `id` (sent with topic sequence `seq`): stored now, with one reference for each
 -- subscription in `matched` (which take it in this call) and one for the fan-out; the subscriptions
 -- `subs` from index `from` on are matched later. `copies`: the wildcard patterns that got a copy.
-function FANOUT.defer(id, blob, seq, matched, subs, from, copies)
-  TOPIC.store(id, blob, #matched + 1, seq)
+function fanout.defer(id, blob, seq, matched, subs, from, copies)
+  topic.store(id, blob, #matched + 1, seq)
   local list = TP .. ':fanout:' .. id
   local keys = {}
   for k = from, #subs do keys[#keys + 1] = subs[k].key end
@@ -61,51 +61,51 @@ end
 
 -- Message `id`'s fan-out is done: its events, as a send that matched at once writes them, and the
 -- fan-out's reference let go (the message goes with it if nobody took it).
-function FANOUT.finish(id, m, blob)
+function fanout.finish(id, m, blob)
   redis.call('LPOP', TP .. ':fanout')
   local n = redis.call('HGET', TP .. ':fanout:n', id) or '0|0'
   redis.call('HDEL', TP .. ':fanout:n', id)
   local matched, copies = string.match(n, '^(%d+)|(%d+)$')
   matched, copies = tonumber(matched) or 0, tonumber(copies) or 0
   if m then
-    local priority, size = NOW_TEXT.num(m[M_PRIORITY] or 4), NOW_TEXT.num(#blob)
+    local priority, size = NOW_TEXT.num(m[message.PRIORITY] or 4), NOW_TEXT.num(#blob)
     if matched == 0 and copies == 0 then
       meta_incr('no_subscription')
       emit('no_subscription', 'msg', id, 'priority', priority, 'size', size)
-      ADVISE.no_consumer(id, blob, m[M_PERSISTENT])
+      advisory.no_consumer(id, blob, m[message.PERSISTENT])
     elseif copies == 0 then
-      emit('enqueue', 'msg', id, 'priority', priority, 'group', m[M_GROUP] or '', 'size', size,
+      emit('enqueue', 'msg', id, 'priority', priority, 'group', m[message.GROUP] or '', 'size', size,
            'subscriptions', matched)
     else
-      emit('enqueue', 'msg', id, 'priority', priority, 'group', m[M_GROUP] or '', 'size', size,
+      emit('enqueue', 'msg', id, 'priority', priority, 'group', m[message.GROUP] or '', 'size', size,
            'subscriptions', matched, 'wildcards', copies)
     end
     release_shared(id)
   end
 end
 
--- Go on with the queued fan-outs, oldest first, until the call is full (FANOUT.full, MAX_VISITS).
+-- Go on with the queued fan-outs, oldest first, until the call is full (fanout.full, MAX_VISITS).
 -- The subscriptions that took messages get them in `touched` ({s, ids, msgs} per key) and `order`, for
 -- the caller to add and dispatch. Returns how many messages' fan-outs it finished.
-function FANOUT.run(touched, order)
+function fanout.run(touched, order)
   local finished = 0
-  while not FANOUT.full(#order) and FANOUT.visits < FANOUT.MAX_VISITS do
+  while not fanout.full(#order) and fanout.visits < fanout.MAX_VISITS do
     local id = redis.call('LINDEX', TP .. ':fanout', 0)
     if not id then break end
     local blob = redis.call('HGET', TP .. ':msgs', id)
-    local m = blob and unpack_message(blob)
+    local m = blob and message.unpack(blob)
     local list = TP .. ':fanout:' .. id
     local view, done = nil, true
     while true do
-      if FANOUT.full(#order) or FANOUT.visits >= FANOUT.MAX_VISITS then done = false break end
+      if fanout.full(#order) or fanout.visits >= fanout.MAX_VISITS then done = false break end
       local key = redis.call('LPOP', list)
       if not key then break end
-      FANOUT.visits = FANOUT.visits + 1
+      fanout.visits = fanout.visits + 1
       local def = m and redis.call('HGET', TP .. ':subs', key)
       if def then
         local s = { key = key, def = cmsgpack.unpack(def) }
         local ok
-        ok, view = TOPIC.matches(s, id, m, view)
+        ok, view = topic.matches(s, id, m, view)
         if ok then
           redis.call('HINCRBY', TP .. ':refs', id, 1)
           local n = redis.call('HGET', TP .. ':fanout:n', id) or '0|0'
@@ -123,7 +123,7 @@ function FANOUT.run(touched, order)
     end
     if not done then break end
     redis.call('DEL', list)
-    FANOUT.finish(id, m, blob)
+    fanout.finish(id, m, blob)
     finished = finished + 1
   end
   return finished

@@ -3,67 +3,68 @@
 -- A destination's usage is what its stored messages take ('mem' in K_META): every message (and every
 -- repeating scheduled message's job) counts its packed bytes, at least the destination's
 -- minimumMessageSize. The broker's usage is the sum over all destinations, kept by the same scripts in
--- the same atomic steps in K_USAGE (hash: used, limit, sendFailIfNoSpace, sendFailIfNoSpaceAfterTimeout).
--- K_USAGE is the one key outside the destination's hash tag (docs/broker_core.md, Flow control).
-local K_USAGE
+-- the same atomic steps in flow.usage (hash: used, limit, sendFailIfNoSpace, sendFailIfNoSpaceAfterTimeout).
+-- flow.usage is the one key outside the destination's hash tag (docs/broker_core.md, Flow control).
 -- Messages are stored once per destination (a topic's under the topic, TP, not under a subscription), so
 -- usage is counted in the destination's own meta hash whichever subscription a script has switched to.
-local FLOW = { floor = nil, usage_of = nil, usage = nil, meta_of = nil, meta = nil, usage_res = nil,
-               reserve = nil, drop = nil, destination_prefix = false, wait_rule = false, system_usage = false,
-               target_refusal = false }
-local function flow_meta()  -- TP .. ':meta', made once per prefix
-  if FLOW.meta_of ~= TP then FLOW.meta_of, FLOW.meta = TP, TP .. ':meta' end
-  return FLOW.meta
+-- Its module table `flow`. Per call: floor, the destination's minimumMessageSize as first charged;
+-- reservation, a transacted send's probe ({tx, ttl}, set by virtual.lua split_origin); drop, a 'drop'
+-- retry (virtual.lua). Kept per prefix: usage_of/usage (flow.usage's name, <ns>:usage)/usage_res, and
+-- meta_of/meta.
+local flow = { floor = nil, usage_of = nil, usage = nil, meta_of = nil, meta = nil, usage_res = nil,
+               reservation = nil, drop = nil, BROKER_DEFAULT_LIMIT = false }
+function flow.meta_key()  -- TP .. ':meta', made once per prefix
+  if flow.meta_of ~= TP then flow.meta_of, flow.meta = TP, TP .. ':meta' end
+  return flow.meta
 end
-local BROKER_DEFAULT_LIMIT = 1073741824  -- SystemUsage's memory limit when none is configured: 1 GB
+flow.BROKER_DEFAULT_LIMIT = 1073741824  -- SystemUsage's memory limit when none is configured: 1 GB
 
 on_call(function()
-  if FLOW.usage_of ~= P then
-    FLOW.usage_of, FLOW.usage = P, string.match(P, '^(.-):{') .. ':usage'
-    FLOW.usage_res = FLOW.usage .. ':res'  -- K_USAGE .. ':res'
+  if flow.usage_of ~= P then
+    flow.usage_of, flow.usage = P, string.match(P, '^(.-):{') .. ':usage'
+    flow.usage_res = flow.usage .. ':res'  -- flow.usage .. ':res'
   end
-  K_USAGE = FLOW.usage
-  FLOW.floor, FLOW.reserve = nil, nil
+  flow.floor, flow.reservation, flow.drop = nil, nil, nil
 end)
 
 -- What a message of `bytes` packed bytes counts. The floor is read from the policy once, when the
 -- destination first stores something, and kept in K_META, so a charge and its release always agree
 -- even if minimumMessageSize changes later.
-local function message_charge(bytes)
-  if not FLOW.floor then
-    FLOW.floor = tonumber(redis.call('HGET', flow_meta(), 'memmin'))
-    if not FLOW.floor then
-      FLOW.floor = tonumber(redis.call('HGET', K_POLICY, 'minimumMessageSize')) or 1024
-      redis.call('HSET', flow_meta(), 'memmin', FLOW.floor)
+function flow.message_charge(bytes)
+  if not flow.floor then
+    flow.floor = tonumber(redis.call('HGET', flow.meta_key(), 'memmin'))
+    if not flow.floor then
+      flow.floor = tonumber(redis.call('HGET', K_POLICY, 'minimumMessageSize')) or 1024
+      redis.call('HSET', flow.meta_key(), 'memmin', flow.floor)
     end
   end
-  if bytes > FLOW.floor then return bytes end
-  return FLOW.floor
+  if bytes > flow.floor then return bytes end
+  return flow.floor
 end
 
-local function memory_add(bytes)
+function flow.memory_add(bytes)
   bytes = NOW_TEXT.num(bytes)  -- base.lua: formatted once for both
-  redis.call('HINCRBY', flow_meta(), 'mem', bytes)
-  redis.call('HINCRBY', K_USAGE, 'used', bytes)
+  redis.call('HINCRBY', flow.meta_key(), 'mem', bytes)
+  redis.call('HINCRBY', flow.usage, 'used', bytes)
 end
 
 -- A message of `bytes` packed bytes is now stored / no longer stored here.
-local function memory_charge(bytes) memory_add(message_charge(bytes)) end
-local function memory_release(bytes)
-  if bytes and bytes > 0 then memory_add(-message_charge(bytes)) end
+function flow.memory_charge(bytes) flow.memory_add(flow.message_charge(bytes)) end
+function flow.memory_release(bytes)
+  if bytes and bytes > 0 then flow.memory_add(-flow.message_charge(bytes)) end
 end
 
-local function flag_value(v)
+function flow.flag_value(v)
   if v == '1' or v == 'true' then return 1 end
   if v == '0' or v == 'false' then return 0 end
   return nil  -- unset (-1): inherit
 end
 
 -- space held for transactions between their sends and their commit (spec §9: limits are never
--- passed): '<TP>:memres' (transaction -> 'bytes|expires ms') and K_USAGE .. ':res' ('<tx>|<TP>' -> the
+-- passed): '<TP>:memres' (transaction -> 'bytes|expires ms') and flow.usage .. ':res' ('<tx>|<TP>' -> the
 -- same). Entries past their transaction's life are dropped when read; commit and rollback delete them
 -- (scripts/lua/flow_release.lua).
-local function reserved(key)
+function flow.reserved(key)
   local flat = redis.call('HGETALL', key)
   local total = 0
   for i = 1, #flat, 2 do
@@ -77,69 +78,68 @@ local function reserved(key)
   return total
 end
 
-local function add_reservation(key, field, need, expires)
+function flow.add_reservation(key, field, need, expires)
   local old = redis.call('HGET', key, field)
   local bytes = old and tonumber(string.match(old, '^(%d+)|')) or 0
   redis.call('HSET', key, field, (bytes + need) .. '|' .. expires)
 end
 
 -- A transacted send's probe fitted: hold `need` bytes for its transaction (virtual.lua split_origin).
-local function flow_reserve(need)
-  local r = FLOW.reserve
+function flow.reserve(need)
+  local r = flow.reservation
   if not r then return end
   local expires = NOW + r.ttl
-  add_reservation(TP .. ':memres', r.tx, need, expires)
-  add_reservation(K_USAGE .. ':res', r.tx .. '|' .. TP, need, expires)
+  flow.add_reservation(TP .. ':memres', r.tx, need, expires)
+  flow.add_reservation(flow.usage .. ':res', r.tx .. '|' .. TP, need, expires)
 end
 
 -- Bytes a destination holds or has coming: stored, copies recorded for it but not yet delivered
 -- ('memfwd', includes/virtual.lua) and transactions' reservations.
-local function held(prefix, stored)
+function flow.held(prefix, stored)
   local mem = redis.call('HMGET', prefix .. ':meta', 'mem', 'memfwd')
   local coming = tonumber(mem[2]) or 0
   if coming < 0 then coming = 0 end  -- the target was deleted and recreated while a copy was on its way
-  return (tonumber(stored or mem[1]) or 0) + coming + reserved(prefix .. ':memres')
+  return (tonumber(stored or mem[1]) or 0) + coming + flow.reserved(prefix .. ':memres')
 end
 
--- (The helpers below are fields of FLOW, not locals: a script's main chunk may have at most 200 locals.)
 -- The key prefix of the destination `uri` names ('queue://x' / 'topic://x'), in this namespace.
-function FLOW.destination_prefix(uri)
+function flow.destination_prefix(uri)
   local kind, name = string.match(uri, '^(%a+)://(.*)$')
   return string.match(TP, '^(.-):{') .. ':{' .. (kind == 'topic' and 't' or 'q') .. ':' .. name .. '}'
 end
 
 -- Whether a full destination fails a send at once and how long it lets one wait: its policy's
--- sendFailIfNoSpace / sendFailIfNoSpaceAfterTimeout where set, else the broker's (`sys`, from K_USAGE).
--- (`sys` holds the broker's two rules only once one was needed: FLOW.system_usage reads its usage alone, as
+-- sendFailIfNoSpace / sendFailIfNoSpaceAfterTimeout where set, else the broker's (`sys`, from flow.usage).
+-- (`sys` holds the broker's two rules only once one was needed: flow.system_usage reads its usage alone, as
 -- a send that fits needs nothing more; nothing a script does changes the rules.)
-function FLOW.wait_rule(fail_v, timeout_v, sys)
-  local fail_now = flag_value(fail_v)
+function flow.wait_rule(fail_v, timeout_v, sys)
+  local fail_now = flow.flag_value(fail_v)
   local timeout = tonumber(timeout_v) or -1
   if (fail_now == nil or timeout < 0) and sys[3] == nil then
-    local rules = redis.call('HMGET', K_USAGE, 'sendFailIfNoSpace', 'sendFailIfNoSpaceAfterTimeout')
+    local rules = redis.call('HMGET', flow.usage, 'sendFailIfNoSpace', 'sendFailIfNoSpaceAfterTimeout')
     sys[3], sys[4] = rules[1], rules[2]
   end
-  if fail_now == nil then fail_now = flag_value(sys[3]) or 0 end
+  if fail_now == nil then fail_now = flow.flag_value(sys[3]) or 0 end
   if timeout < 0 then timeout = tonumber(sys[4]) or 0 end
   return fail_now, timeout
 end
 
--- The broker's usage: {used, limit} (the rules are read by FLOW.wait_rule when needed).
-function FLOW.system_usage()
-  return redis.call('HMGET', K_USAGE, 'used', 'limit')
+-- The broker's usage: {used, limit} (the rules are read by flow.wait_rule when needed).
+function flow.system_usage()
+  return redis.call('HMGET', flow.usage, 'used', 'limit')
 end
 
 -- A virtual destination's target under `prefix` goes through its own flow control (ActiveMQ sends a copy
 -- through the target's Queue.send): nil when `need` more bytes fit there (or it has no limit of its own,
 -- or flow control off), else {used, limit, fail at once (0/1), wait timeout ms}.
-function FLOW.target_refusal(prefix, need, sys)
+function flow.target_refusal(prefix, need, sys)
   local t = redis.call('HMGET', prefix .. ':policy', 'producerFlowControl', 'memoryLimit',
                        'sendFailIfNoSpace', 'sendFailIfNoSpaceAfterTimeout')
   local t_limit = tonumber(t[2]) or 0
-  if t_limit <= 0 or flag_value(t[1]) == 0 then return nil end
-  local t_used = held(prefix)
+  if t_limit <= 0 or flow.flag_value(t[1]) == 0 then return nil end
+  local t_used = flow.held(prefix)
   if t_used + need <= t_limit then return nil end
-  local fail_now, timeout = FLOW.wait_rule(t[3], t[4], sys or FLOW.system_usage())
+  local fail_now, timeout = flow.wait_rule(t[3], t[4], sys or flow.system_usage())
   return { t_used, t_limit, fail_now, timeout }
 end
 
@@ -152,14 +152,14 @@ end
 -- (includes/virtual.lua) the copies count too: against the broker's limit (with the copies each target's
 -- own routing makes, the plan's 4th element), and against each target's own memoryLimit under the
 -- target's own flow control (ActiveMQ sends a copy through the target's Queue.send), even when this
--- destination's producerFlowControl is off. The targets are read across hash tags, like K_USAGE; a
+-- destination's producerFlowControl is off. The targets are read across hash tags, like flow.usage; a
 -- target whose selector would not match still counts (the check is before the selectors run).
 -- dropOnResourceLimit (the plan's flags, config/virtual.py COPY_DROP_ON_RESOURCE_LIMIT): a full consumer queue
--- that fails sends at once, or any full one once the producer has waited its time (FLOW.drop, a send
--- re-run with origin 'drop' by flow.py), refuses nothing: route_virtual drops its copy instead.
-local function memory_refusal(need, plan)
+-- that fails sends at once, or any full one once the producer has waited its time (flow.drop, a send
+-- re-run with origin 'drop' by flow.py), refuses nothing: virtual.route drops its copy instead.
+function flow.memory_refusal(need, plan)
   local p = policy()
-  local sys = FLOW.system_usage()
+  local sys = flow.system_usage()
   local scope, used, limit, total
   local fail_v, timeout_v = p['sendFailIfNoSpace'], p['sendFailIfNoSpaceAfterTimeout']
   local copies, weight = 0, 0
@@ -170,11 +170,11 @@ local function memory_refusal(need, plan)
     end
   end
   local kept = (plan and plan[1] == 1 and plan[2] == 0) and 0 or 1  -- forward only: nothing stays here
-  if flag_value(p['producerFlowControl']) ~= 0 then
+  if flow.flag_value(p['producerFlowControl']) ~= 0 then
     local own = tonumber(p['memoryLimit']) or 0
-    local broker_used = (tonumber(sys[1]) or 0) + reserved(FLOW.usage_res)  -- K_USAGE .. ':res'
-    local broker_limit = tonumber(sys[2]) or BROKER_DEFAULT_LIMIT
-    local mine = own > 0 and held(TP) or 0
+    local broker_used = (tonumber(sys[1]) or 0) + flow.reserved(flow.usage_res)  -- flow.usage .. ':res'
+    local broker_limit = tonumber(sys[2]) or flow.BROKER_DEFAULT_LIMIT
+    local mine = own > 0 and flow.held(TP) or 0
     if own > 0 and mine + need > own then
       scope, used, limit, total = 'destination', mine, own, need
     elseif broker_limit > 0 and broker_used + need * (kept + weight) > broker_limit then
@@ -184,10 +184,10 @@ local function memory_refusal(need, plan)
   end
   if not scope then
     for i = 3, 2 + copies do
-      local full = FLOW.target_refusal(FLOW.destination_prefix(plan[i][1]), need, sys)
+      local full = flow.target_refusal(flow.destination_prefix(plan[i][1]), need, sys)
       if full then
         local drops = bit.band(tonumber(plan[i][6]) or 0, 2) ~= 0  -- dropOnResourceLimit
-        if not (drops and (full[3] == 1 or FLOW.drop)) then
+        if not (drops and (full[3] == 1 or flow.drop)) then
           -- the target's own flow control decides whether the producer waits
           return { 'destination', full[1], full[2], full[3], full[4], plan[i][1], need, drops and 1 or 0 }
         end
@@ -195,6 +195,6 @@ local function memory_refusal(need, plan)
     end
     if not scope then return nil end
   end
-  local fail_now, timeout = FLOW.wait_rule(fail_v, timeout_v, sys)
+  local fail_now, timeout = flow.wait_rule(fail_v, timeout_v, sys)
   return { scope, used, limit, fail_now, timeout, '', total, 0 }
 end

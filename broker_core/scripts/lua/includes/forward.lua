@@ -5,18 +5,21 @@
 -- delivers it to the target (operations.py `forward`) and deletes the entry. The target drops an id
 -- it has already enqueued, so a delivery repeated after a crash is harmless.
 
-local FWD = { n = 0, work_start = 0 }
-on_call(function() FWD.n, FWD.work_start = 0, SELECTOR_COST.bytes end)
--- Has this call's selector work (selector.lua SELECTOR_COST) reached a call's worth? Checked before an
+-- Its module table `forward`: n, the forwards this call recorded (virtual.lua's copies too); work_start,
+-- selector.bytes when the call began.
+local forward = { n = 0, work_start = 0, work_spent = false, with_flag = false, record = false,
+                  dead_letter = false }
+on_call(function() forward.n, forward.work_start = 0, selector.bytes end)
+-- Has this call's selector work (selector.lua selector.bytes) reached a call's worth? Checked before an
 -- evaluation, so a call does at most one more. Loops over any number of selectors in one send stop there:
 -- a topic's fan-out goes on in the next call (fanout.lua); a routing check answers "take a copy".
-function FWD.work_spent()
-  return SELECTOR_COST.bytes - FWD.work_start >= SELECTOR_COST.call_limit
+function forward.work_spent()
+  return selector.bytes - forward.work_start >= selector.call_limit
 end
 
 -- The flags a script returns (includes/dispatch.lua) say 2 when forwards wait for the caller.
-local function with_forward_flag(flags)
-  if FWD.n > 0 or ADVISE.n > 0 then return bit.bor(flags, 2) end  -- ADVISE: includes/advisory.lua
+function forward.with_flag(flags)
+  if forward.n > 0 or advisory.n > 0 then return bit.bor(flags, 2) end  -- includes/advisory.lua
   return flags
 end
 
@@ -26,18 +29,18 @@ end
 -- `field` (default: the id) names the record; a durable subscription's own dead-letter queue gets
 -- '<id>|<target>', so that each subscription's dead letter of a message is delivered (operations.forward
 -- reads the id before '|').
-local function queue_forward(id, blob, target, cause, cause_arg, field)
+function forward.record(id, blob, target, cause, cause_arg, field)
   redis.call('HSET', K_FWD, field or id, cmsgpack.pack({ target, cause, cause_arg or '', blob }))
   due_at(TP, NOW)  -- the caller delivers it; should it die first, the tick finds it (base.lua)
   if cause ~= 'copy' then redis.call('ZREM', K_AUDIT, id) end
-  FWD.n = FWD.n + 1
+  forward.n = forward.n + 1
 end
 
 -- §5.4: send a message that left this destination for a reason to the dead-letter queue, or drop it
 -- (discarding strategy, non-persistent without processNonPersistent, expired without processExpired,
 -- or the dead-letter queue itself). `cause` is 'redelivery' (argument: the delivery count), 'poison'
 -- (no cause text, STOMP NACK) or 'expired' (argument: the expiration). Returns true if forwarded.
-local function dead_letter(id, m, blob, cause, cause_arg)
+function forward.dead_letter(id, m, blob, cause, cause_arg)
   local target, field = policy()['deadLetterTarget'], nil
   if SUB then
     -- destinationPerDurableSubscriber (individual strategy, topics; operations._write_policy): a durable
@@ -52,15 +55,15 @@ local function dead_letter(id, m, blob, cause, cause_arg)
       end
     end
   end
-  local persistent = m[M_PERSISTENT] == true or m[M_PERSISTENT] == 1
+  local persistent = m[message.PERSISTENT] == true or m[message.PERSISTENT] == 1
   local keep = target ~= '' and target ~= redis.call('HGET', K_META, 'uri')
   if keep and not persistent and not policy_flag('processNonPersistent') then keep = false end
   if keep and cause == 'expired' and not policy_flag('processExpired') then keep = false end
   if keep then
-    queue_forward(id, blob, target, cause, cause_arg, field)
+    forward.record(id, blob, target, cause, cause_arg, field)
     meta_incr('deadlettered')
-    ADVISE.blob = blob  -- the MessageDLQd advisory carries a copy
-    emit('deadletter', 'msg', id, 'target', target, 'cause', cause, 'detail', cause_arg or '')
+    -- the MessageDLQd advisory carries a copy
+    emit_message(blob, 'deadletter', 'msg', id, 'target', target, 'cause', cause, 'detail', cause_arg or '')
   else
     meta_incr('discarded')
     emit('discard', 'msg', id, 'cause', cause, 'detail', cause_arg or '')

@@ -1,9 +1,12 @@
 -- Message-group maps (spec §3.1): "cached" (LRU of cacheSize group ids), "simple" (unbounded) and
 -- "bucket" (owners per hash bucket of the group id, so colliding groups share an owner).
-local function group_map_type() return policy()['messageGroupMapFactoryType'] end
+-- Its module table `groups`; the lru_* fields are the cached map's per-pass state (below).
+local groups = { lru_key = false, lru_clock = 0, lru_ticked = false, lru_size = false, lru_msg = false,
+                 lru_stored = false, owners_gone = {} }
+function groups.map_type() return policy()['messageGroupMapFactoryType'] end
 
 -- java.lang.String.hashCode over UTF-16 code units, as MessageGroupHashBucket uses it.
-local function java_hash(s)
+function groups.java_hash(s)
   local h = 0
   local function add(unit) h = (h * 31 + unit) % 4294967296 end
   local i, len = 1, #s
@@ -33,53 +36,54 @@ local function java_hash(s)
 end
 
 -- The key a group is stored under: the group id itself, or its bucket for the bucket map.
-local function group_slot(gid)
-  if group_map_type() == 'bucket' then
+function groups.slot(gid)
+  if groups.map_type() == 'bucket' then
     local n = policy_num('groupMapBucketCount')
-    return 'bucket:' .. math.abs(math.fmod(java_hash(gid), n))
+    return 'bucket:' .. math.abs(math.fmod(groups.java_hash(gid), n))
   end
   return gid
 end
 
--- Within a dispatch pass (the only caller of group_allows) the cached map's recency clock (meta 'gclock')
+-- Within a dispatch pass (the only caller of groups.allows) the cached map's recency clock (meta 'gclock')
 -- and the LRU's size are kept here, and the consumers' group counts in their tables (written by
--- flush_counts, dispatch.lua); the clock is written with the pass's state (GLRU.flush). A message that
+-- flush_counts, dispatch.lua); the clock is written with the pass's state (groups.lru_flush). A message that
 -- opens a group and evicts the eldest would otherwise read and write each of them once more.
--- GLRU.msg, GLRU.stored: the message whose group was looked up last and the group's stored value, so the
+-- groups.lru_msg, groups.lru_stored: the message whose group was looked up last and the group's stored value, so the
 -- candidates after the first (dispatch.lua tries each consumer in turn) do not read it again.
 -- (Fields are reset to false, not nil: a field set to nil is dropped from the table by the next garbage
 -- collection, and setting it again adds it anew.)
--- GLRU.ticked: the clock's text once it moved in this pass.
-local GLRU = { key = false, clock = 0, ticked = false, size = false, msg = false, stored = false }
-local function glru_reset() GLRU.key, GLRU.ticked, GLRU.size, GLRU.msg = false, false, false, false end
-on_call(glru_reset)
+-- groups.lru_ticked: the clock's text once it moved in this pass.
+function groups.lru_reset()
+  groups.lru_key, groups.lru_ticked, groups.lru_size, groups.lru_msg = false, false, false, false
+end
+on_call(groups.lru_reset)
 -- (The clock's text is made here, not by NOW_TEXT.num, whose last two numbers are the message's and the
 -- dispatch's sequences, written again later in the call.)
-function GLRU.tick()
-  if GLRU.key ~= K_META then
-    GLRU.key, GLRU.clock = K_META, tonumber(redis.call('HGET', K_META, 'gclock')) or 0
+function groups.lru_tick()
+  if groups.lru_key ~= K_META then
+    groups.lru_key, groups.lru_clock = K_META, tonumber(redis.call('HGET', K_META, 'gclock')) or 0
   end
-  GLRU.clock = GLRU.clock + 1
-  GLRU.ticked = string.format('%d', GLRU.clock)
-  return GLRU.ticked
+  groups.lru_clock = groups.lru_clock + 1
+  groups.lru_ticked = string.format('%d', groups.lru_clock)
+  return groups.lru_ticked
 end
 -- At the end of a pass: the clock's field and value for its write of the destination's meta hash, if it
 -- moved.
-function GLRU.flush(counts)
-  if GLRU.ticked then
+function groups.lru_flush(counts)
+  if groups.lru_ticked then
     counts[#counts + 1] = 'gclock'
-    counts[#counts + 1] = GLRU.ticked
+    counts[#counts + 1] = groups.lru_ticked
   end
-  glru_reset()
+  groups.lru_reset()
 end
 
 -- A group of consumer `cid` went away: counted down in its table when it is one of the pass's consumers
 -- `cons` (flush_counts writes the count), else in Redis, if the consumer is still there.
-local function group_count_down(cid, cons)
+function groups.count_down(cid, cons)
   for i = 1, #cons do
     local c = cons[i]
     if c.id == cid then
-      counted(c)
+      consumers.counted(c)
       c.groups = c.groups - 1
       c.groups_moved = true
       return
@@ -90,103 +94,102 @@ end
 
 -- Assign group `gid` (stored under `slot`, whose stored value was `previous`) to consumer c, one of the
 -- pass's consumers `cons`. `orphan`: the previous owner is closed (its entry was not deleted yet).
-local function group_assign(gid, slot, previous, c, cons, orphan)
+function groups.assign(gid, slot, previous, c, cons, orphan)
   if previous then
     -- Re-binding (JMSXGroupSeq 1) moves the group; like ActiveMQ the old owner's count is not decremented.
     -- Messages of the group skipped earlier in this pass may now go to the new owner (an orphan's were
     -- not skipped: the pass restarted when its owner closed).
     redis.call('SREM', K_CGRP(string.match(previous, '^([^|]*)')), slot)
-    if not orphan then mark_dirty() end
+    if not orphan then message.mark_dirty() end
   end
   redis.call('HSET', K_GROUPS, slot, c.id .. '|' .. NOW)
   redis.call('SADD', K_CGRP(c.id), slot)
   c.groups = c.groups + 1
   c.groups_moved = true
-  local kind = group_map_type()
+  local kind = groups.map_type()
   if kind == 'cached' then
     local size = policy_num('groupMapCacheSize')
-    if not GLRU.size then GLRU.size = redis.call('ZCARD', K_GLRU) end
-    GLRU.size = GLRU.size + redis.call('ZADD', K_GLRU, GLRU.tick(), slot)
-    while GLRU.size > size do
+    if not groups.lru_size then groups.lru_size = redis.call('ZCARD', K_GLRU) end
+    groups.lru_size = groups.lru_size + redis.call('ZADD', K_GLRU, groups.lru_tick(), slot)
+    while groups.lru_size > size do
       local eldest = redis.call('ZPOPMIN', K_GLRU)[1]
-      GLRU.size = GLRU.size - 1
+      groups.lru_size = groups.lru_size - 1
       local v = redis.call('HGET', K_GROUPS, eldest)
       redis.call('HDEL', K_GROUPS, eldest)
       if v then
         local owner = string.match(v, '^([^|]*)')
         redis.call('SREM', K_CGRP(owner), eldest)
-        group_count_down(owner, cons)
-        mark_dirty()
+        groups.count_down(owner, cons)
+        message.mark_dirty()
         emit('group_evict', 'group', eldest, 'consumer', owner)
       end
     end
   elseif kind == 'bucket' then
     -- The bucket map only remembers recent group names, for listing (JMX MessageGroups).
-    redis.call('ZADD', K_GLRU, GLRU.tick(), gid)
+    redis.call('ZADD', K_GLRU, groups.lru_tick(), gid)
     local size = policy_num('groupMapCacheSize')
     if size and redis.call('ZCARD', K_GLRU) > size then redis.call('ZPOPMIN', K_GLRU) end
   end
   emit('group_assign', 'group', gid, 'consumer', c.id)
 end
 
-local function group_remove_slot(slot)
+function groups.remove_slot(slot)
   local v = redis.call('HGET', K_GROUPS, slot)
   if not v then return nil end
   local owner = string.match(v, '^([^|]*)')
   redis.call('HDEL', K_GROUPS, slot)
   redis.call('SREM', K_CGRP(owner), slot)
-  if group_map_type() == 'cached' then
+  if groups.map_type() == 'cached' then
     local removed = redis.call('ZREM', K_GLRU, slot)
-    if GLRU.size then GLRU.size = GLRU.size - removed end
+    if groups.lru_size then groups.lru_size = groups.lru_size - removed end
   end
   return owner
 end
 
 -- Has consumer `cid`, the owner of a group, closed? (once per owner and call)
-GLRU.gone = {}
-on_call(function() GLRU.gone = {} end)
-local function group_owner_gone(cid)
-  local gone = GLRU.gone[cid]
+on_call(function() groups.owners_gone = {} end)
+function groups.owner_gone(cid)
+  local gone = groups.owners_gone[cid]
   if gone == nil then
     gone = redis.call('HEXISTS', K_CONSUMERS, cid) == 0
-    GLRU.gone[cid] = gone
+    groups.owners_gone[cid] = gone
   end
   return gone
 end
 
 -- Queue.assignMessageGroup for the candidate consumer c (after selector and exclusivity passed); called by
--- the dispatch pass only (its consumers `cons`), which ends with GLRU.flush. Returns whether c may have the
+-- the dispatch pass only (its consumers `cons`), which ends with groups.lru_flush. Returns whether c may have the
 -- message and, second, whether it is the first of its group for c (JMSXGroupFirstForConsumer: the pass
 -- records it in K_GFIRST as it delivers).
-local function group_allows(c, id, gid, seq, cons)
+function groups.allows(c, id, gid, seq, cons)
   if gid == nil or gid == false then return true end  -- '' is a group, as in ActiveMQ
   if SUB then return true end  -- message groups are a queue's (§3.3); a subscription has none
-  local slot = group_slot(gid)
-  local v = GLRU.stored
-  if GLRU.msg ~= id then
+  local slot = groups.slot(gid)
+  local v = groups.lru_stored
+  if groups.lru_msg ~= id then
     v = redis.call('HGET', K_GROUPS, slot)
-    GLRU.msg, GLRU.stored = id, v
-    if v and seq ~= 1 and group_map_type() == 'cached' then
-      redis.call('ZADD', K_GLRU, GLRU.tick(), slot)  -- LinkedHashMap access order
+    groups.lru_msg, groups.lru_stored = id, v
+    if v and seq ~= 1 and groups.map_type() == 'cached' then
+      redis.call('ZADD', K_GLRU, groups.lru_tick(), slot)  -- LinkedHashMap access order
     end
   end
   local owner = v and string.match(v, '^([^|]*)')
   -- An owner that is no consumer any more closed: its group is free (close_consumer leaves the entries
   -- to be deleted a chunk per call, lifecycle.lua free_groups). Its id stays listed as closing until
   -- then, so no new consumer has it.
-  local orphan = owner and owner ~= c.id and group_owner_gone(owner)
+  local orphan = owner and owner ~= c.id and groups.owner_gone(owner)
   if seq == 1 or not v or orphan then
-    GLRU.msg = false
-    group_assign(gid, slot, v, c, cons, orphan)
+    groups.lru_msg = false
+    groups.assign(gid, slot, v, c, cons, orphan)
     return true, true
   end
   if owner == c.id then
     if seq < 0 then
-      GLRU.msg = false
-      group_remove_slot(slot)
+      groups.lru_msg = false
+      groups.remove_slot(slot)
       c.groups = c.groups - 1
       c.groups_moved = true
-      mark_dirty()
+      message.mark_dirty()
       emit('group_close', 'group', gid, 'consumer', c.id)
     end
     return true

@@ -25,7 +25,7 @@ local function release_shared(id)
   if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
     local own_meta = K_META
     K_META = TP .. ':meta'
-    memory_release(redis.call('HSTRLEN', TP .. ':msgs', id))
+    flow.memory_release(redis.call('HSTRLEN', TP .. ':msgs', id))
     K_META = own_meta
     redis.call('HDEL', TP .. ':msgs', id)
     redis.call('HDEL', TP .. ':refs', id)
@@ -42,16 +42,16 @@ local function drop_messages(ids)
   local bytes = 0
   for i = 1, #ids do
     local id = ids[i]
-    FRESH[id] = nil
+    message.fresh[id] = nil
     if SUB then
       release_shared(id)
     else
       local size = redis.call('HSTRLEN', K_MSGS, id)  -- 0 when it is not stored
-      if size > 0 then bytes = bytes + message_charge(size) end
+      if size > 0 then bytes = bytes + flow.message_charge(size) end
     end
   end
   if not SUB then
-    if bytes > 0 then memory_add(-bytes) end  -- flow.lua
+    if bytes > 0 then flow.memory_add(-bytes) end  -- flow.lua
     call_many('HDEL', K_MSGS, ids)
   end
   call_many('HDEL', K_REDELIV, ids)
@@ -148,7 +148,7 @@ local function unpark_due(limit)
     else
       redis.call('ZREM', K_PARKED, id)
       redis.call('HDEL', K_PARKINFO, id)
-      if info and redis.call('HEXISTS', K_MSGS, id) == 1 then pending_add(id, tonumber(info)) end
+      if info and redis.call('HEXISTS', K_MSGS, id) == 1 then message.pending_add(id, tonumber(info)) end
     end
   end
   return #due / 2
@@ -161,15 +161,15 @@ local function lifecycle_load()
     drop_message(id)
     meta_incr('expired')
     meta_incr('dequeued')
-    local expiration = tonumber(m[M_EXPIRATION]) or 0
-    ADVISE.blob = blob  -- the Expired advisory carries a copy (it is gone from K_MSGS)
-    emit('expire', 'msg', id, 'expiration', expiration)
-    dead_letter(id, m, blob, 'expired', expiration)
+    local expiration = tonumber(m[message.EXPIRATION]) or 0
+    -- the Expired advisory carries a copy (it is gone from K_MSGS)
+    emit_message(blob, 'expire', 'msg', id, 'expiration', expiration)
+    forward.dead_letter(id, m, blob, 'expired', expiration)
   end
 
   expire_pending = function(id, m, blob)
     redis.call('ZREM', K_PENDING, id)
-    PASS_DIRTY.pending = nil
+    message.pass_dirty.pending = nil
     expire_message(id, m, blob)
   end
 
@@ -189,8 +189,8 @@ local function lifecycle_load()
   -- too, are made then, selectors evaluated then; the targets are those of the send.
   schedule_job = function(id, blob, m, at, plan)
     redis.call('HSET', K_SCHED, id,
-               cmsgpack.pack({ blob, tonumber(m[M_PERIOD]), tonumber(m[M_REPEAT]), 0, plan }))
-    memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
+               cmsgpack.pack({ blob, tonumber(m[message.PERIOD]), tonumber(m[message.REPEAT]), 0, plan }))
+    flow.memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
     redis.call('ZADD', K_PARKED, at, id)
     PARK.due_at(P, at)
     redis.call('HSET', K_PARKINFO, id, 'job')
@@ -201,20 +201,20 @@ local function lifecycle_load()
     local job = cmsgpack.unpack(redis.call('HGET', K_SCHED, id))
     local blob, period, left, fired, plan = job[1], job[2], job[3], job[4] + 1, job[5]
     local delivery = id .. '#' .. fired
-    local m = unpack_message(blob)
+    local m = message.unpack(blob)
     -- the copies leave without the schedule (virtual.py forward_copy); nothing kept here when the
     -- plan forwards only (a forward-only composite)
-    if FWD.route_virtual(delivery, blob, m, plan) then
+    if virtual.route(delivery, blob, m, plan) then
       local seq = meta_incr('seq')
       redis.call('HSET', K_MSGS, delivery, blob)
-      memory_charge(#blob)
-      pending_add(delivery, pending_score(seq, m[M_PRIORITY]))
+      flow.memory_charge(#blob)
+      message.pending_add(delivery, message.pending_score(seq, m[message.PRIORITY]))
       meta_incr('enqueued')
-      emit('enqueue', 'msg', delivery, 'priority', m[M_PRIORITY] or 4, 'group', m[M_GROUP] or '',
+      emit('enqueue', 'msg', delivery, 'priority', m[message.PRIORITY] or 4, 'group', m[message.GROUP] or '',
            'size', #blob, 'scheduled', id)
       -- each firing is a send (SchedulerBroker re-sends it, Queue.messageSent): the NoConsumer check
       -- runs for this delivery, under its own id (includes/advisory.lua)
-      ADVISE.no_consumer(delivery, blob, m[M_PERSISTENT])
+      advisory.no_consumer(delivery, blob, m[message.PERSISTENT])
     end
     if left > 0 then
       redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired, plan }))
@@ -222,7 +222,7 @@ local function lifecycle_load()
       PARK.due_at(P, at + period)
     else
       redis.call('HDEL', K_SCHED, id)
-      memory_release(#blob)
+      flow.memory_release(#blob)
       redis.call('ZREM', K_PARKED, id)
       redis.call('HDEL', K_PARKINFO, id)
     end
@@ -236,7 +236,7 @@ local function lifecycle_load()
     if owner == removed_id and removed_def.exclusive then
       -- The first exclusive consumer, in list order, with the highest priority takes over.
       local best, best_priority = nil, nil
-      for _, c in ipairs(load_consumers()) do
+      for _, c in ipairs(consumers.load()) do
         if c.def.exclusive and (best_priority == nil or c.priority > best_priority) then
           best, best_priority = c.id, c.priority
         end
@@ -244,7 +244,7 @@ local function lifecycle_load()
       redis.call('HSET', K_META, 'owner', best or '')
     elseif all_exclusive then
       local best, best_priority = nil, nil
-      for _, c in ipairs(load_consumers()) do
+      for _, c in ipairs(consumers.load()) do
         if best_priority == nil or c.priority > best_priority then best, best_priority = c.id, c.priority end
       end
       redis.call('HSET', K_META, 'owner', best or '')
@@ -303,11 +303,11 @@ local function lifecycle_load()
     end
     keys[#keys + 1] = P .. ':closing'
     redis.call('UNLINK', unpack(keys))
-    PASS_DIRTY.passfull_key, PASS_DIRTY.pending = nil, nil
+    message.pass_dirty.passfull_key, message.pass_dirty.pending = nil, nil
     redis.call('HDEL', TP .. ':subs', SUB)
     redis.call('LREM', TP .. ':sorder', 0, SUB)
     -- a wildcard pattern with no subscription left leaves <ns>:wildcards in this step (wildcard.lua)
-    if redis.call('HLEN', TP .. ':subs') == 0 then ADVISE.wildcard.mark(false) end
+    if redis.call('HLEN', TP .. ':subs') == 0 then wildcard.mark(false) end
     if dropped > 0 then redis.call('HINCRBY', TP .. ':meta', 'sub_removed', dropped) end
     emit('subscription_remove', 'reason', reason, 'dropped', dropped)
     return dropped
@@ -344,7 +344,7 @@ local function closing_load()
     local entries, bumped, lowest = {}, {}, nil
     for k = 1, n do
       local id = ids[k]
-      local score = redelivery_score(tonumber(string.match(where[k] or '', '|(.*)$')) or 0)
+      local score = message.redelivery_score(tonumber(string.match(where[k] or '', '|(.*)$')) or 0)
       if lowest == nil or score < lowest then lowest = score end
       entries[2 * k - 1], entries[2 * k] = NOW_TEXT.num(score), id
       local count = tonumber(counts[k]) or 0
@@ -360,7 +360,7 @@ local function closing_load()
     redis.call('HINCRBY', K_C(cid), 'n', string.format('%d', -n))
     call_many('HSET', K_REDELIV, bumped)
     if #bumped > 0 then meta_incr('redelivered', string.format('%d', #bumped / 2)) end
-    pending_add_many(entries, lowest)
+    message.pending_add_many(entries, lowest)
     for k = 1, n do
       emit('return', 'msg', ids[k], 'consumer', cid, 'redeliveries', counts[k], 'reason', reason)
     end
@@ -383,7 +383,7 @@ local function closing_load()
       if redis.call('ZCARD', K_CINF(cid)) > 0 then return end
     end
     redis.call('HDEL', K_META, 'fence')
-    reset_pass()
+    message.reset_pass()
   end
 
   -- Group entries of closed consumers deleted per call: a `simple` map's consumer may own any number.
@@ -402,7 +402,7 @@ local function closing_load()
           if owners[i] and string.match(owners[i], '^([^|]*)') == cid then mine[#mine + 1] = slots[i] end
         end
         call_many('HDEL', K_GROUPS, mine)
-        if group_map_type() == 'cached' then call_many('ZREM', K_GLRU, mine) end
+        if groups.map_type() == 'cached' then call_many('ZREM', K_GLRU, mine) end
       end
     end
     return redis.call('SCARD', key)
@@ -437,7 +437,7 @@ local function closing_load()
     if redis.call('ZCARD', K_CINF(cid)) > 0 then
       -- (returned messages score below 0 unless messages are prioritized: then they are spread over the
       -- priority order, and nothing is dispatched until the last is back)
-      redis.call('HSET', K_META, 'fence', prioritized() and '-inf' or '0')
+      redis.call('HSET', K_META, 'fence', message.prioritized() and '-inf' or '0')
     end
     return owed
   end
@@ -484,17 +484,17 @@ local function closing_load()
     local def = cmsgpack.unpack(packed)
     redis.call('HDEL', K_CONSUMERS, cid)
     redis.call('LREM', K_CORDER, 0, cid)
-    GMAP.forget_priorities()
+    consumers.gmap.forget_priorities()
     redis.call('ZREM', K_LEASES, cid)
     redis.call('SREM', K_PASSFULL, cid)
-    PASS_DIRTY.passfull_key = nil
+    message.pass_dirty.passfull_key = nil
     recompute_exclusive_owner(def, cid)
     -- Its groups are free from now on: dispatch treats a group whose owner is no consumer any more as
-    -- unowned (groups.lua group_allows: the next message binds it to a new owner, flagged first for it),
+    -- unowned (groups.lua groups.allows: the next message binds it to a new owner, flagged first for it),
     -- and the entries themselves are deleted a chunk per call (return_owed, GROUP_FREE_CHUNK), so a
     -- consumer owning 10,000 groups under a `simple` map costs this call nothing more. Its id stays in
     -- `closing` until they are gone, so a new consumer with the same id cannot inherit them.
-    GMAP.create()  -- ActiveMQ creates the group map on the first removal
+    consumers.gmap.create()  -- ActiveMQ creates the group map on the first removal
     local returned = redis.call('ZCARD', K_CINF(cid))
     local owed = 0
     if SUB and redis.call('HGET', K_META, 'durable') ~= '1' then
@@ -505,7 +505,7 @@ local function closing_load()
       -- Messages the adapter never received were never delivered: they go back without a bump.
       owed = returns_begin(cid, reason, limit)
     end
-    reset_pass()
+    message.reset_pass()
     emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
     if SUB then
       subscription_consumer_gone(cid, reason)

@@ -1,15 +1,20 @@
+-- Messages: their packed form, their order in the pending zset, what a selector sees of them, and the
+-- dispatch pass's dirty flags. Its module table is `message`.
+-- Per call (reset below): fresh, pass_dirty, dest_uri.
+local message = { fresh = {}, pass_dirty = false, dest_uri = nil }
+
 -- Packed message layout (msgpack array written by broker_core/messages.py; 1-based Lua indexes).
-local M_VERSION, M_PRIORITY, M_PERSISTENT, M_TIMESTAMP, M_EXPIRATION = 1, 2, 3, 4, 5
-local M_CORRELATION, M_REPLY_TO, M_TYPE, M_GROUP, M_GROUP_SEQ = 6, 7, 8, 9, 10
-local M_CONNECTION, M_PROPS, M_CONTENT_TYPE, M_BODY_KIND, M_BODY = 11, 12, 13, 14, 15
-local M_USER, M_ORIG_DEST, M_DELAY, M_PERIOD, M_REPEAT = 16, 17, 18, 19, 20
+message.VERSION, message.PRIORITY, message.PERSISTENT, message.TIMESTAMP, message.EXPIRATION = 1, 2, 3, 4, 5
+message.CORRELATION, message.REPLY_TO, message.TYPE, message.GROUP, message.GROUP_SEQ = 6, 7, 8, 9, 10
+message.CONNECTION, message.PROPS, message.CONTENT_TYPE, message.BODY_KIND, message.BODY = 11, 12, 13, 14, 15
+message.USER, message.ORIG_DEST, message.DELAY, message.PERIOD, message.REPEAT = 16, 17, 18, 19, 20
 
 -- A packed message is one msgpack array; Python packs it as an array16 (tag 0xdc, then a 2-byte length).
 -- cmsgpack.unpack builds the decoded table one element at a time (regrowing it at each power of two),
 -- which costs several times what decoding the elements does. Its elements are also a sequence of msgpack
 -- values starting after that 3-byte header: unpack_limit returns them as values, and a table made from
 -- them is made at its size (same values, same indexes). Anything else is decoded by cmsgpack.unpack.
-local function unpack_message(blob)
+function message.unpack(blob)
   local tag, high, low = string.byte(blob, 1, 3)
   if tag == 0xdc and low then return { select(2, cmsgpack.unpack_limit(blob, high * 256 + low, 3)) } end
   return cmsgpack.unpack(blob)
@@ -17,71 +22,70 @@ end
 
 -- The fields the dispatch loop and the expiry check read, without decoding the whole message (its body,
 -- its properties): expiration (as is_expired reads it), and with `group` also the group id, group sequence
--- and connection (M_GROUP, M_GROUP_SEQ, M_CONNECTION as unpack_message gives them): the first fields of
--- the array decoded as values (see unpack_message), no table. nil for a message not packed as Python
+-- and connection (message.GROUP, message.GROUP_SEQ, message.CONNECTION as message.unpack gives them): the first fields of
+-- the array decoded as values (see message.unpack), no table. nil for a message not packed as Python
 -- packs it; the caller then decodes it whole.
--- (A field of base.lua's POLICY_DECODED, not a local: see the top of base.lua.)
-function POLICY_DECODED.head(blob, group)
+function message.head(blob, group)
   local tag, high, low = string.byte(blob, 1, 3)
-  if tag ~= 0xdc or not low or high * 256 + low < M_CONNECTION then return nil end
+  if tag ~= 0xdc or not low or high * 256 + low < message.CONNECTION then return nil end
   if not group then
-    local _, _, _, _, _, exp = cmsgpack.unpack_limit(blob, M_EXPIRATION, 3)
+    local _, _, _, _, _, exp = cmsgpack.unpack_limit(blob, message.EXPIRATION, 3)
     return tonumber(exp) or 0
   end
-  local _, _, _, _, _, exp, _, _, _, gid, seq, conn = cmsgpack.unpack_limit(blob, M_CONNECTION, 3)
+  local _, _, _, _, _, exp, _, _, _, gid, seq, conn = cmsgpack.unpack_limit(blob, message.CONNECTION, 3)
   return tonumber(exp) or 0, gid, tonumber(seq) or 0, conn
 end
 
 -- Messages this script call stored (id -> {packed, unpacked}), so the dispatch chunk that follows a
 -- send hands them out without reading and decoding them again. An entry is used once; a message that
 -- leaves (drop_message) loses it.
-local FRESH = {}  -- (reset with PASS_DIRTY, below)
+-- (message.fresh, reset with pass_dirty, below)
 
-local function is_expired(m)
-  local exp = tonumber(m[M_EXPIRATION]) or 0
+function message.is_expired(m)
+  local exp = tonumber(m[message.EXPIRATION]) or 0
   return exp > 0 and NOW > exp
 end
 
 -- Order in the pending zset. FIFO by broker sequence; with prioritizedMessages, strict 9..0 first.
-local PRIORITY_BAND = 17592186044416   -- 2^44: room for the broker sequence inside one band
-local REDELIVERY_BAND = 35184372088832 -- 2^45: redelivered messages sort before fresh ones
+message.PRIORITY_BAND = 17592186044416   -- 2^44: room for the broker sequence inside one band
+message.REDELIVERY_BAND = 35184372088832 -- 2^45: redelivered messages sort before fresh ones
 -- a non-durable subscription's pending list ignores it (TopicSubscription's cursor is built with
 -- prioritizedMessages=false); its key starts with 'c.' (topics.non_durable_key).
-local function prioritized()
+function message.prioritized()
   return policy_flag('prioritizedMessages') and not (SUB and string.sub(SUB, 1, 2) == 'c.')
 end
-local function pending_score(seq, priority)
-  if prioritized() then
+function message.pending_score(seq, priority)
+  if message.prioritized() then
     local p = tonumber(priority) or 4
     if p < 0 then p = 0 elseif p > 9 then p = 9 end
-    return (9 - p) * PRIORITY_BAND + seq
+    return (9 - p) * message.PRIORITY_BAND + seq
   end
   return seq
 end
 -- Without message priority, returned messages go ahead of fresh ones (ActiveMQ's
 -- redeliveredWaitingDispatch); with it, they merge back into priority order at their old place.
-local function redelivery_score(score)
-  if prioritized() or score < 0 then return score end
-  return score - REDELIVERY_BAND
+function message.redelivery_score(score)
+  if message.prioritized() or score < 0 then return score end
+  return score - message.REDELIVERY_BAND
 end
 
 -- The table the selector evaluator reads (scripts/lua/includes/selector.lua).
-local _dest_uri = nil  -- (reset with PASS_DIRTY, below)
-local function selector_view(id, m)
-  if not _dest_uri then _dest_uri = redis.call('HGET', K_META, 'uri') or '' end
+-- (message.dest_uri: this destination's uri, read once per call; reset with pass_dirty, below)
+function message.selector_view(id, m)
+  if not message.dest_uri then message.dest_uri = redis.call('HGET', K_META, 'uri') or '' end
   local props = {}
-  local flat = m[M_PROPS]
+  local flat = m[message.PROPS]
   if type(flat) == 'table' then
     for i = 1, #flat, 3 do props[flat[i]] = { flat[i + 1], flat[i + 2] } end
   end
-  local persistent = m[M_PERSISTENT]
+  local persistent = m[message.PERSISTENT]
   return {
-    id = id, dest = _dest_uri, orig_dest = m[M_ORIG_DEST] or nil, reply_to = m[M_REPLY_TO] or nil,
-    type = m[M_TYPE] or nil, corr_id = m[M_CORRELATION] or nil, user_id = m[M_USER] or nil,
-    priority = tonumber(m[M_PRIORITY]) or 4, persistent = (persistent == true or persistent == 1),
-    timestamp = tonumber(m[M_TIMESTAMP]) or 0, expiration = tonumber(m[M_EXPIRATION]) or 0,
+    id = id, dest = message.dest_uri, orig_dest = m[message.ORIG_DEST] or nil, reply_to = m[message.REPLY_TO] or nil,
+    type = m[message.TYPE] or nil, corr_id = m[message.CORRELATION] or nil, user_id = m[message.USER] or nil,
+    priority = tonumber(m[message.PRIORITY]) or 4, persistent = (persistent == true or persistent == 1),
+    timestamp = tonumber(m[message.TIMESTAMP]) or 0, expiration = tonumber(m[message.EXPIRATION]) or 0,
     redelivery = tonumber(redis.call('HGET', K_REDELIV, id)) or 0,
-    group_id = m[M_GROUP] or nil, group_seq = tonumber(m[M_GROUP_SEQ]) or 0,
+    group_id = m[message.GROUP] or nil, group_seq = tonumber(m[message.GROUP_SEQ]) or 0,
     group_first = redis.call('SISMEMBER', K_GFIRST, id) == 1,
     props = props,
   }
@@ -89,41 +93,41 @@ end
 
 -- Something may have made a message behind the pass cursor dispatchable: the pass restarts from the head
 -- when it reaches the tail (from where it first left a full consumer out, when all that happened is that
--- such a consumer has room again: mark_room). `PASS_DIRTY` tells a chunk already running in this script
+-- such a consumer has room again: mark_room). `message.pass_dirty` tells a chunk already running in this script
 -- call.
--- PASS_DIRTY.passfull: the members of the set K_PASSFULL names, read by room_freed for the dispatch
--- chunk that follows (dispatch.lua); whatever writes the set forgets it (PASS_DIRTY.passfull_key = nil).
--- PASS_DIRTY.pending: the pending zset this call added to (pending_add) and has taken nothing from since,
+-- message.pass_dirty.passfull: the members of the set K_PASSFULL names, read by room_freed for the dispatch
+-- chunk that follows (dispatch.lua); whatever writes the set forgets it (message.pass_dirty.passfull_key = nil).
+-- message.pass_dirty.pending: the pending zset this call added to (pending_add) and has taken nothing from since,
 -- so it is not empty; whatever removes from it forgets it.
--- PASS_DIRTY.in_pass: a dispatch pass is running, and writes 'dirty' with its state when it ends.
-local PASS_DIRTY = { value = false, passfull_key = nil, passfull = nil, pending = nil, in_pass = false }
+-- message.pass_dirty.in_pass: a dispatch pass is running, and writes 'dirty' with its state when it ends.
+message.pass_dirty = { value = false, passfull_key = nil, passfull = nil, pending = nil, in_pass = false }
 on_call(function()
-  PASS_DIRTY.value, PASS_DIRTY.passfull_key, PASS_DIRTY.passfull, PASS_DIRTY.pending = false, nil, nil, nil
-  PASS_DIRTY.in_pass = false
-  if next(FRESH) ~= nil then FRESH = {} end  -- (an empty one is as good as a new one)
-  _dest_uri = nil
+  message.pass_dirty.value, message.pass_dirty.passfull_key, message.pass_dirty.passfull, message.pass_dirty.pending = false, nil, nil, nil
+  message.pass_dirty.in_pass = false
+  if next(message.fresh) ~= nil then message.fresh = {} end  -- (an empty one is as good as a new one)
+  message.dest_uri = nil
 end)
-local function mark_dirty()
-  PASS_DIRTY.value = true
-  if not PASS_DIRTY.in_pass then redis.call('HSET', K_META, 'dirty', '1') end
+function message.mark_dirty()
+  message.pass_dirty.value = true
+  if not message.pass_dirty.in_pass then redis.call('HSET', K_META, 'dirty', '1') end
 end
 -- Room freed for a consumer the pass left out for being full: the pass walks again, but only from where it
--- first left one out (dispatch.lua 'resume'); PASS_DIRTY.value 'room' unless something else needs more.
-local function mark_room()
-  if PASS_DIRTY.value == false then PASS_DIRTY.value = 'room' end
-  if not PASS_DIRTY.in_pass then redis.call('HSET', K_META, 'dirty_room', '1') end
+-- first left one out (dispatch.lua 'resume'); message.pass_dirty.value 'room' unless something else needs more.
+function message.mark_room()
+  if message.pass_dirty.value == false then message.pass_dirty.value = 'room' end
+  if not message.pass_dirty.in_pass then redis.call('HSET', K_META, 'dirty_room', '1') end
 end
 
 -- A consumer got room back. It needs a fresh pass only if this pass left it out for being full; a
 -- consumer that had room all along has already seen every message up to the cursor.
-local function room_freed(cid)
-  -- (read once per call: whatever writes the set forgets what was read, PASS_DIRTY.passfull_key = nil)
-  local members = PASS_DIRTY.passfull_key == K_PASSFULL and PASS_DIRTY.passfull
+function message.room_freed(cid)
+  -- (read once per call: whatever writes the set forgets what was read, message.pass_dirty.passfull_key = nil)
+  local members = message.pass_dirty.passfull_key == K_PASSFULL and message.pass_dirty.passfull
                   or redis.call('SMEMBERS', K_PASSFULL)
-  PASS_DIRTY.passfull_key, PASS_DIRTY.passfull = K_PASSFULL, members
+  message.pass_dirty.passfull_key, message.pass_dirty.passfull = K_PASSFULL, members
   for i = 1, #members do
     if members[i] == cid then
-      mark_room()
+      message.mark_room()
       return
     end
   end
@@ -131,47 +135,47 @@ end
 
 -- A consumer joins the dispatch (new, or back from a lapsed lease): mid-pass it waits for the next
 -- pass, so it sees the messages from the head in order.
-local function consumer_joined(cid)
+function message.consumer_joined(cid)
   local cursor = redis.call('HGET', K_META, 'cursor')
   if cursor and cursor ~= '' then
     redis.call('SADD', K_PASSFULL, cid)
-    PASS_DIRTY.passfull_key = nil
+    message.pass_dirty.passfull_key = nil
   end
-  mark_dirty()
+  message.mark_dirty()
 end
 
-local function renew_lease(cid, lease_ms, old)
+function message.renew_lease(cid, lease_ms, old)
   if old == nil then old = redis.call('ZSCORE', K_LEASES, cid) end  -- (`old`: as find_consumer read it)
   redis.call('ZADD', K_LEASES, NOW_TEXT.num(NOW + lease_ms), cid)
   -- the index entry is no later than the old end (+1), so only an earlier end needs writing there
   if not old or tonumber(old) > NOW + lease_ms then due_at(P, NOW + lease_ms + 1) end
-  if old and tonumber(old) < NOW then consumer_joined(cid) end
+  if old and tonumber(old) < NOW then message.consumer_joined(cid) end
 end
 
 -- Start the next dispatch pass at the head now: freed groups or a changed exclusive owner can make
 -- earlier messages dispatchable, and they must go before later ones (ActiveMQ iterates from the head).
-local function reset_pass()
+function message.reset_pass()
   redis.call('HSET', K_META, 'cursor', '', 'dirty', '0', 'dirty_room', '0', 'resume', '-', 'offered', '')
   redis.call('DEL', K_PASSFULL)
-  PASS_DIRTY.passfull_key = nil
+  message.pass_dirty.passfull_key = nil
 end
 
 -- Put messages into the pending zset: `entries` is score (as text), id, ... for one ZADD; `lowest` the
 -- lowest score. One placed behind the pass cursor needs a restarted pass. `cursor`: the pass cursor
 -- (K_META's field) when the caller has read it, else it is read here.
-local function pending_add_many(entries, lowest, cursor)
+function message.pending_add_many(entries, lowest, cursor)
   call_many('ZADD', K_PENDING, entries)
-  PASS_DIRTY.pending = K_PENDING
+  message.pass_dirty.pending = K_PENDING
   if cursor == nil then cursor = redis.call('HGET', K_META, 'cursor') end
-  if cursor and cursor ~= '' and lowest <= tonumber(cursor) then mark_dirty() end
+  if cursor and cursor ~= '' and lowest <= tonumber(cursor) then message.mark_dirty() end
 end
-local function pending_add(id, score) pending_add_many({ NOW_TEXT.num(score), id }, score) end
+function message.pending_add(id, score) message.pending_add_many({ NOW_TEXT.num(score), id }, score) end
 
 -- A send's messages checked against the destination's limits before any is stored, so a refused batch
 -- changes nothing: the unpacked messages by argument index (`argv`, the script's ARGV: from 4 on it holds `step` values per message,
 -- its id and packed form first), or the fail() reply. Forwarded messages (dead letters, moves, copies)
 -- were accepted once already and are not refused now.
-local function unpack_send(argv, origin, step)
+function message.unpack_send(argv, origin, step)
   local limit = policy_num('maxMessageSize') or 0
   local max_props = policy_num('maxPropertyCount') or 0
   if origin == 'forward' then limit, max_props = 0, 0 end
@@ -182,8 +186,8 @@ local function unpack_send(argv, origin, step)
       return fail('MESSAGE_TOO_LARGE', 'message ' .. id .. ' is ' .. #blob ..
         ' bytes packed, over the destination limit maxMessageSize=' .. limit)
     end
-    local m = unpack_message(blob)
-    local props = m[M_PROPS]
+    local m = message.unpack(blob)
+    local props = m[message.PROPS]
     if max_props > 0 and type(props) == 'table' and #props / 3 > max_props then
       return fail('TOO_MANY_PROPERTIES', 'message ' .. id .. ' has ' .. (#props / 3) ..
         ' properties, over the destination limit maxPropertyCount=' .. max_props)

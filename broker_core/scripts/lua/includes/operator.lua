@@ -1,7 +1,9 @@
--- Pieces of the operator's message operations (spec §14.3): where a message is, taking it out.
+-- Pieces of the operator's message operations (spec §14.3): where a message is, taking it out. Its module
+-- table is `operator`.
+local operator = { locate = false, take_out = false }
 
 -- Where message `id` is: 'pending', 'parked', 'inflight' (with the consumer), or nil.
-local function locate(id)
+function operator.locate(id)
   if redis.call('ZSCORE', K_PENDING, id) then return 'pending' end
   if redis.call('ZSCORE', K_PARKED, id) then return 'parked' end
   local v = redis.call('HGET', K_INFLIGHT, id)
@@ -11,28 +13,28 @@ end
 
 -- Take a stored message out of this destination, wherever it is; returns its packed form, and true
 -- when it was a repeating scheduled message's job (cancelled, never enqueued).
-local function take_out(id)
-  local where, cid = locate(id)
+function operator.take_out(id)
+  local where, cid = operator.locate(id)
   if where == 'pending' then
     redis.call('ZREM', K_PENDING, id)
-    PASS_DIRTY.pending = nil  -- (message.lua)
+    message.pass_dirty.pending = nil  -- (message.lua)
   elseif where == 'parked' then
     redis.call('ZREM', K_PARKED, id)
     redis.call('HDEL', K_PARKINFO, id)
     PARK.next = nil
   elseif where == 'inflight' then
-    if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > received_upto(cid) then
+    if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > outbox.received_upto(cid) then
       redis.call('LREM', K_COUT(cid), 1, id)  -- dispatched, not yet handed over
     end
     take_inflight(cid, id)
-    room_freed(cid)
+    message.room_freed(cid)
   end
   local blob = redis.call('HGET', K_MSGS, id)
   local job = nil
   if not blob and where == 'parked' then  -- a repeating scheduled message: cancel the job
     job = redis.call('HGET', K_SCHED, id)
     redis.call('HDEL', K_SCHED, id)
-    if job then blob = cmsgpack.unpack(job)[1]; memory_release(#blob) end
+    if job then blob = cmsgpack.unpack(job)[1]; flow.memory_release(#blob) end
   end
   drop_message(id)
   return blob, job ~= nil

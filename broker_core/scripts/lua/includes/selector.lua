@@ -1,14 +1,14 @@
 -- JMS selector evaluation (spec §4.3) over the compiled form built by broker_core/selector.
 --
 -- The only selector evaluator in Signalbox: Python parses and type-checks, this file evaluates.
--- Exposes these locals (everything else stays inside selector_load, so including scripts keep their
--- local-variable budget):
---   selector_eval(expr, msg)       -> true | false | nil (SQL NULL); raises on ActiveMQ's runtime errors
---   selector_matches(expr, msg)    -> true only when the result is exactly TRUE; never raises. A runtime
+-- Its module table `selector` (its only top-level local; everything else stays inside selector.load, so
+-- including scripts keep their local-variable budget) holds:
+--   selector.eval(expr, msg)       -> true | false | nil (SQL NULL); raises on ActiveMQ's runtime errors
+--   selector.matches(expr, msg)    -> true only when the result is exactly TRUE; never raises. A runtime
 --                                     error counts as no match; its message is the second result.
---   selector_error_message(err)    -> the message of a selector runtime error caught by pcall, else nil
---   SELECTOR_COST.bytes            -> the work of every evaluation so far (bytes matched or built)
---   SELECTOR_COST.call_limit       -> how much of it a chunked loop does in one call (limits.py)
+--   selector.error_message(err)    -> the message of a selector runtime error caught by pcall, else nil
+--   selector.bytes                 -> the work of every evaluation so far (bytes matched or built)
+--   selector.call_limit            -> how much of it a chunked loop does in one call (limits.py)
 -- `expr` is cjson.decode(Selector.compiled) = {v = 2, c = <STOMP coercion mode>, b = <evaluation budget>,
 -- B = <a call's budget>, e = <tree>}.
 -- `msg` is the table built by message.lua's selector_view (fields listed in broker_core/selector).
@@ -18,13 +18,15 @@
 -- is a Lua number below 2^53 and an exact decimal string beyond; a float is a number rounded to
 -- single precision.
 
-local selector_eval, selector_matches, selector_error_message
--- Bytes every evaluation so far has spent (see `spend`), ever growing: a chunked loop compares it with
--- its value at the start of the call to end the chunk early (dispatch.lua, browse.lua).
-local SELECTOR_COST = { bytes = 0, call_limit = 1 / 0 }  -- (no math library at load time)
+-- selector.bytes: bytes every evaluation so far has spent (see `spend`), ever growing: a chunked loop
+-- compares it with its value at the start of the call to end the chunk early (dispatch.lua, browse.lua).
+-- (This file runs alone too, selector_match.lua: it uses nothing of base.lua, `lazy` included.)
+local selector = { bytes = 0, call_limit = 1 / 0, eval = false, matches = false, error_message = false,
+                   load = false }  -- (no math library at load time)
 -- Built on first use: a script call that evaluates no selector does not pay for creating these closures
 -- (Redis runs the whole script body on every call).
-local function selector_load()
+function selector.load()
+  local selector_eval, selector_error_message
   local type, tostring, tonumber, pcall, error = type, tostring, tonumber, pcall, error
   local sfind, ssub, sbyte, sformat = string.find, string.sub, string.byte, string.format
   local sgsub, smatch, srep, slower = string.gsub, string.match, string.rep, string.lower
@@ -318,7 +320,7 @@ local function selector_load()
   local MATCH_COST = 128  -- what one search for a match (REPLACE, SPLIT) costs besides its bytes
   local function spend(n)
     budget = budget - n
-    SELECTOR_COST.bytes = SELECTOR_COST.bytes + n
+    selector.bytes = selector.bytes + n
     if budget < 0 then
       raise('matching this message takes more than ' .. budget_limit .. ' bytes (limit max_evaluation_bytes)')
     end
@@ -878,7 +880,7 @@ local function selector_load()
   selector_eval = function(expr, msg)
     budget_limit = expr.b or 0
     budget = budget_limit
-    SELECTOR_COST.call_limit = expr.B or budget_limit
+    selector.call_limit = expr.B or budget_limit
     local t, v = ev(expr.e, msg, expr.c == true)
     if t == B then return v end
     return nil
@@ -889,13 +891,14 @@ local function selector_load()
     return nil
   end
 
-  selector_matches = function(expr, msg)
+  selector.eval, selector.error_message = selector_eval, selector_error_message
+  function selector.matches(expr, msg)
     local ok, r = pcall(selector_eval, expr, msg)
     if ok then return r == true end
     return false, selector_error_message(r) or tostring(r)
   end
 end
 
-selector_eval = function(expr, msg) selector_load() return selector_eval(expr, msg) end
-selector_matches = function(expr, msg) selector_load() return selector_matches(expr, msg) end
-selector_error_message = function(err) selector_load() return selector_error_message(err) end
+function selector.eval(expr, msg) selector.load() return selector.eval(expr, msg) end
+function selector.matches(expr, msg) selector.load() return selector.matches(expr, msg) end
+function selector.error_message(err) selector.load() return selector.error_message(err) end

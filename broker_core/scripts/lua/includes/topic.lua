@@ -1,4 +1,5 @@
--- Topics (spec §7, §8.1, §8.5; docs/broker_core.md "Topics"). Included after base and dispatch.
+-- Topics (spec §7, §8.1, §8.5; docs/broker_core.md "Topics"). Included after base; uses dispatch.
+--@include dispatch
 --
 -- Keys under the topic prefix TP (besides the shared ones in base.lua):
 --   :subs    hash  subscription key -> packed definition {selector, selector_text, nolocal, conn, client,
@@ -15,18 +16,18 @@
 
 -- Built on a script's first use of one of them (base.lua `lazy`): most scripts that include this file
 -- use a few of its functions, and an EVAL script would build them all on every call.
-local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, function(TOPIC)
+local topic = lazy({ selectors = {}, registry_of = false, registry = false }, function(topic)
 
   -- Forget the registry entry of the current durable subscription (about to be removed), if it is this
   -- topic's: a newer one on another topic keeps its entry.
-  function TOPIC.unregister(uri)
+  function topic.unregister(uri)
     local field = redis.call('HGET', K_META, 'regfield')
     if not field or field == '' then
       local names = redis.call('HMGET', K_META, 'client', 'name')
       if not names[1] then return end
       field = string.len(names[1]) .. ':' .. names[1] .. (names[2] or '')
     end
-    if redis.call('HGET', TOPIC.registry, field) == uri then redis.call('HDEL', TOPIC.registry, field) end
+    if redis.call('HGET', topic.registry, field) == uri then redis.call('HDEL', topic.registry, field) end
   end
 
   local TOPIC_POLICY_NAMES = {
@@ -40,23 +41,23 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     '1000', '', '-1',
   }
 
-  function TOPIC.policy()
-    if TOPIC._policy then return TOPIC._policy end
+  function topic.policy()
+    if topic._policy then return topic._policy end
     local values = redis.call('HMGET', TP .. ':policy', unpack(TOPIC_POLICY_NAMES))
-    TOPIC._policy = with_defaults(TOPIC_POLICY_NAMES, TOPIC_POLICY_DEFAULTS, values)
-    return TOPIC._policy
+    topic._policy = with_defaults(TOPIC_POLICY_NAMES, TOPIC_POLICY_DEFAULTS, values)
+    return topic._policy
   end
 
   -- Work on subscription `key` (or, with nil, on the topic itself). Per-prefix caches start over.
-  function TOPIC.switch(key)
+  function topic.switch(key)
     if key then use_prefix(TP .. ':s:' .. key) else use_prefix(TP) end
     PARK.next = nil
-    PASS_DIRTY.value = false
+    message.pass_dirty.value = false
   end
 
   -- The subscriptions in the order the topic's dispatch policy visits them (§7.1). Every matching one gets
   -- the message whatever the policy; the policy only orders the deliveries of one send.
-  function TOPIC.subscriptions()
+  function topic.subscriptions()
     local keys = redis.call('LRANGE', TP .. ':sorder', 0, -1)
     local subs = {}
     if #keys == 0 then return subs end
@@ -69,7 +70,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
         if def then subs[#subs + 1] = { key = keys[i], def = cmsgpack.unpack(def) } end
       end
     end
-    local dispatch_policy = TOPIC.policy()['dispatchPolicy']
+    local dispatch_policy = topic.policy()['dispatchPolicy']
     if dispatch_policy == 'priority' then
       -- PriorityDispatchPolicy: by consumer priority, highest first; a stable insertion sort.
       for i = 2, #subs do
@@ -91,26 +92,26 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   end
 
   -- Does subscription `s` take message (id, m)? noLocal, then the selector (§7.3, §4).
-  function TOPIC.matches(s, id, m, view)
-    if s.def.nolocal and s.def.conn and s.def.conn == m[M_CONNECTION] then return false, view end
+  function topic.matches(s, id, m, view)
+    if s.def.nolocal and s.def.conn and s.def.conn == m[message.CONNECTION] then return false, view end
     local compiled = s.def.selector
     if type(compiled) ~= 'string' or compiled == '' then return true, view end
-    local expr = TOPIC.selectors[s.key]
+    local expr = topic.selectors[s.key]
     if not expr then
       expr = cjson.decode(compiled)
-      TOPIC.selectors[s.key] = expr
+      topic.selectors[s.key] = expr
     end
-    view = view or selector_view(id, m)
-    local ok, failed = selector_matches(expr, view)
+    view = view or message.selector_view(id, m)
+    local ok, failed = selector.matches(expr, view)
     if failed then redis.call('HINCRBY', TP .. ':meta', 'selector_errors', 1) end
     return ok, view
   end
 
   -- Store a message once for `refs` subscriptions (memory counted on the topic, flow.lua).
-  function TOPIC.store(id, blob, refs, seq)
+  function topic.store(id, blob, refs, seq)
     local own_meta = K_META
     K_META = TP .. ':meta'
-    memory_charge(#blob)
+    flow.memory_charge(#blob)
     K_META = own_meta
     redis.call('HSET', TP .. ':msgs', id, blob)
     redis.call('HSET', TP .. ':refs', id, refs)
@@ -118,27 +119,27 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   end
 
   -- Put a stored message in the current subscription's pending list (or park it for its delay).
-  function TOPIC.add_to_current(id, m)
+  function topic.add_to_current(id, m)
     local seq = meta_incr('seq')
-    local delay = tonumber(m[M_DELAY]) or 0
+    local delay = tonumber(m[message.DELAY]) or 0
     if delay > 0 then
-      park(id, NOW + delay, pending_score(seq, m[M_PRIORITY]))
+      park(id, NOW + delay, message.pending_score(seq, m[message.PRIORITY]))
     else
-      pending_add(id, pending_score(seq, m[M_PRIORITY]))
+      message.pending_add(id, message.pending_score(seq, m[message.PRIORITY]))
     end
     meta_incr('enqueued')
   end
 
   -- The same for a send's messages in order, with one call per kind of write (a fan-out to many
   -- subscriptions does this once per subscription).
-  function TOPIC.add_all_to_current(ids, msgs)
+  function topic.add_all_to_current(ids, msgs)
     local last = redis.call('HINCRBY', K_META, 'seq', #ids)
     redis.call('HINCRBY', K_META, 'enqueued', #ids)
     local zadd, lowest = {}, nil
     for i, id in ipairs(ids) do
       local m = msgs[i]
-      local score = pending_score(last - #ids + i, m[M_PRIORITY])
-      local delay = tonumber(m[M_DELAY]) or 0
+      local score = message.pending_score(last - #ids + i, m[message.PRIORITY])
+      local delay = tonumber(m[message.DELAY]) or 0
       if delay > 0 then
         park(id, NOW + delay, score)
       else
@@ -153,26 +154,26 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       end
       -- As pending_add: one placed behind the pass cursor needs a restarted pass.
       local cursor = redis.call('HGET', K_META, 'cursor')
-      if cursor and cursor ~= '' and lowest <= tonumber(cursor) then mark_dirty() end
+      if cursor and cursor ~= '' and lowest <= tonumber(cursor) then message.mark_dirty() end
     end
   end
 
   -- Does the current subscription hold message `id` already (pending, parked or in flight)?
-  function TOPIC.holds(id)
+  function topic.holds(id)
     return redis.call('ZSCORE', K_PENDING, id) or redis.call('ZSCORE', K_PARKED, id)
         or redis.call('HEXISTS', K_INFLIGHT, id) == 1
   end
 
   -- §7.5: what the recovery policy keeps. Called on the topic prefix for every message sent. What it keeps
   -- counts in the topic's memory usage (flow.lua) like a stored message, until it is let go.
-  function TOPIC.recovery_add(id, blob, seq, retain)
-    local pol = TOPIC.policy()
+  function topic.recovery_add(id, blob, seq, retain)
+    local pol = topic.policy()
     if retain == 'set' or retain == 'clear' then
-      memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))  -- 0 bytes when none was retained
+      flow.memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))  -- 0 bytes when none was retained
     end
     if retain == 'set' then
       redis.call('HSET', TP .. ':retain', 'id', id, 'blob', blob)
-      memory_charge(#blob)
+      flow.memory_charge(#blob)
     elseif retain == 'clear' then
       redis.call('DEL', TP .. ':retain')
     end
@@ -181,7 +182,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     local K_RECOV, K_RMSG = TP .. ':recov', TP .. ':recovmsg'
     redis.call('ZADD', K_RECOV, seq, id)
     redis.call('HSET', K_RMSG, id, cmsgpack.pack({ blob, NOW }))
-    memory_charge(#blob)
+    flow.memory_charge(#blob)
     local function drop_first(n)
       if n <= 0 then return end
       local gone = redis.call('ZRANGE', K_RECOV, 0, n - 1)
@@ -190,7 +191,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
         if rec then
           local bytes = #cmsgpack.unpack(rec)[1]
           redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -bytes)
-          memory_release(bytes)
+          flow.memory_release(bytes)
         end
         redis.call('HDEL', K_RMSG, old)
         redis.call('ZREM', K_RECOV, old)
@@ -210,14 +211,14 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
         drop_first(1)
       end
     elseif kind == 'timed' then
-      TOPIC.recovery_trim()
+      topic.recovery_trim()
     end
   end
 
   -- TimedSubscriptionRecoveryPolicy: forget what is older than recoverDuration.
-  function TOPIC.recovery_trim()
-    if TOPIC.policy()['subscriptionRecoveryPolicy'] ~= 'timed' then return end
-    local horizon = NOW - (tonumber(TOPIC.policy()['recoverDuration']) or 60000)
+  function topic.recovery_trim()
+    if topic.policy()['subscriptionRecoveryPolicy'] ~= 'timed' then return end
+    local horizon = NOW - (tonumber(topic.policy()['recoverDuration']) or 60000)
     local K_RECOV, K_RMSG = TP .. ':recov', TP .. ':recovmsg'
     while true do
       local first = redis.call('ZRANGE', K_RECOV, 0, 0)
@@ -227,7 +228,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       if entry and entry[2] >= horizon then return end
       if entry then
         redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -#entry[1])
-        memory_release(#entry[1])
+        flow.memory_release(#entry[1])
       end
       redis.call('HDEL', K_RMSG, first[1])
       redis.call('ZREM', K_RECOV, first[1])
@@ -236,13 +237,13 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   -- The topic is being deleted: what the recovery policy kept stops counting in memory usage (the keys
   -- themselves are deleted by topic_ops.delete).
-  function TOPIC.recovery_release_all()
-    memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))
+  function topic.recovery_release_all()
+    flow.memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))
     local cursor = '0'
     repeat
       local page = redis.call('HSCAN', TP .. ':recovmsg', cursor, 'COUNT', 1000)
       cursor = page[1]
-      for i = 2, #page[2], 2 do memory_release(#cmsgpack.unpack(page[2][i])[1]) end
+      for i = 2, #page[2], 2 do flow.memory_release(#cmsgpack.unpack(page[2][i])[1]) end
     until cursor == '0'
     redis.call('DEL', TP .. ':retain', TP .. ':recov', TP .. ':recovmsg')
     redis.call('HSET', TP .. ':meta', 'recov_bytes', 0)
@@ -256,13 +257,13 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- replays a copy carrying ActiveMQ.Retained=true): while the published one is stored under the same id, the
   -- copy is stored once under its own id '<id>#retained' ('#' is never in a producer's id, messages.py) with
   -- its own reference count, and shared by the retroactive subscribers that come while it lasts.
-  function TOPIC.replay(s, items, into)
+  function topic.replay(s, items, into)
     local got = 0
     for _, item in ipairs(items) do
       local id, blob = item[1], item[2]
-      local m = unpack_message(blob)
+      local m = message.unpack(blob)
       local own = id .. '#retained'
-      if not is_expired(m) and not TOPIC.holds(id) and not TOPIC.holds(own) and TOPIC.matches(s, id, m, nil) then
+      if not message.is_expired(m) and not topic.holds(id) and not topic.holds(own) and topic.matches(s, id, m, nil) then
         local key, shared = id, redis.call('HGET', K_MSGS, id)
         if redis.call('HEXISTS', K_MSGS, own) == 1 then
           key, shared = own, true
@@ -272,9 +273,9 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
         if shared then
           redis.call('HINCRBY', TP .. ':refs', key, 1)  -- still stored for others: shared, not copied
         else
-          TOPIC.store(key, blob, 1, tonumber(redis.call('HINCRBY', TP .. ':meta', 'seq', 1)))
+          topic.store(key, blob, 1, tonumber(redis.call('HINCRBY', TP .. ':meta', 'seq', 1)))
         end
-        TOPIC.add_to_current(key, m)
+        topic.add_to_current(key, m)
         emit('recover', 'msg', key)
         got = got + 1
         if into then into[#into + 1] = key end
@@ -287,10 +288,10 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- `upto` (a returning durable subscription, topic_subscribe.lua): only the buffer's messages with a topic
   -- sequence <= upto, those it has not had; what it acknowledged is not delivered again (ActiveMQ's durable
   -- subscription keeps its cursor, whose audit drops such a duplicate).
-  function TOPIC.recovery_items(with_buffer, upto)
+  function topic.recovery_items(with_buffer, upto)
     local items, seen = {}, {}
     if with_buffer then
-      TOPIC.recovery_trim()
+      topic.recovery_trim()
       local ids = upto and redis.call('ZRANGEBYSCORE', TP .. ':recov', '-inf', upto)
         or redis.call('ZRANGE', TP .. ':recov', 0, -1)
       for _, id in ipairs(ids) do
@@ -308,10 +309,10 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   -- A new durable subscription created retroactive gets every message still stored for other durable
   -- subscriptions, in topic order (KahaDB's addAckLocationForRetroactiveSub, §7.5).
-  function TOPIC.durable_backlog(key)
+  function topic.durable_backlog(key)
     local items = {}
     local durables = {}
-    for _, s in ipairs(TOPIC.subscriptions()) do
+    for _, s in ipairs(topic.subscriptions()) do
       if s.key ~= key and s.def.durable then durables[#durables + 1] = TP .. ':s:' .. s.key end
     end
     if #durables == 0 then return items end
@@ -329,8 +330,8 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   -- §8.5: the current (non-durable) subscription `s`'s pending-message limit, from the policy's strategy;
   -- the consumer's own maximumPendingMessageLimit wins when > 0 and smaller (PolicyEntry.configure).
-  function TOPIC.pending_limit(prefetch, s)
-    local pol = TOPIC.policy()
+  function topic.pending_limit(prefetch, s)
+    local pol = topic.policy()
     local strategy = pol['pendingMessageLimitStrategy']
     local value = -1
     if strategy == 'constant' then
@@ -347,16 +348,16 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   -- Take message `id` out of the current subscription's pending list for good: evicted (counted as
   -- ActiveMQ's discarded, and dead-lettered per the strategy, §8.5) or dropped by a limit of 0.
-  function TOPIC.discard_pending(id, cause, detail)
+  function topic.discard_pending(id, cause, detail)
     local blob = redis.call('HGET', K_MSGS, id)
     redis.call('ZREM', K_PENDING, id)
-    PASS_DIRTY.pending = nil  -- (message.lua)
+    message.pass_dirty.pending = nil  -- (message.lua)
     if cause == 'evicted' then
       -- TopicSubscription.discard: the topic's dequeues count it, not the subscription's (those are acks).
       meta_incr('evicted')
       redis.call('HINCRBY', TP .. ':meta', 'evict_dequeued', 1)
       emit('evict', 'msg', id, 'strategy', detail)
-      if blob then dead_letter(id, unpack_message(blob), blob, 'evicted', detail) end
+      if blob then forward.dead_letter(id, message.unpack(blob), blob, 'evicted', detail) end
     else
       meta_incr('dropped')
       emit('drop', 'msg', id, 'cause', cause)
@@ -365,8 +366,8 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   end
 
   -- Which pending messages the eviction strategy gives up (§8.5), from a page of the oldest.
-  function TOPIC.evict_choice(page_size)
-    local pol = TOPIC.policy()
+  function topic.evict_choice(page_size)
+    local pol = topic.policy()
     local strategy = pol['messageEvictionStrategy']
     local page = redis.call('ZRANGE', K_PENDING, 0, page_size - 1)
     if #page == 0 then return {} end
@@ -374,7 +375,7 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       local lowest, pick = nil, nil
       for _, id in ipairs(page) do
         local blob = redis.call('HGET', K_MSGS, id)
-        local p = blob and (tonumber(unpack_message(blob)[M_PRIORITY]) or 4) or 4
+        local p = blob and (tonumber(message.unpack(blob)[message.PRIORITY]) or 4) or 4
         if lowest == nil or p < lowest then lowest, pick = p, id end
       end
       return { pick }
@@ -387,13 +388,13 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       for _, id in ipairs(page) do
         local blob = redis.call('HGET', K_MSGS, id)
         if blob then
-          local m = unpack_message(blob)
-          local flat = m[M_PROPS]
+          local m = message.unpack(blob)
+          local flat = m[message.PROPS]
           if type(flat) == 'table' then
             for i = 1, #flat, 3 do
               if flat[i] == name then
                 local value = flat[i + 1] .. ':' .. tostring(flat[i + 2])
-                local ts = tonumber(m[M_TIMESTAMP]) or 0
+                local ts = tonumber(m[message.TIMESTAMP]) or 0
                 if pivots[value] == nil then order[#order + 1] = value end
                 if pivots[value] == nil or ts > pivot_ts[value] then pivots[value], pivot_ts[value] = id, ts end
               end
@@ -415,26 +416,26 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- The subscriptions a send (or a fan-out call) gave messages to, `touched[key] = {ids, msgs, s}` in the
   -- order `order`, take them and run a dispatch chunk each; non-durable ones then apply after_send. Returns
   -- dispatched, flags (1: a pass has more), the earliest hold_until, the keys whose pass has more.
-  function TOPIC.deliver(touched, order, budget)
+  function topic.deliver(touched, order, budget)
     local dispatched, hold, more_keys = 0, 0, {}
     for _, key in ipairs(order) do
       local entry = touched[key]
-      TOPIC.switch(key)
-      TOPIC.add_all_to_current(entry.ids, entry.msgs)
-      local d, more, h = dispatch_chunk(budget)
+      topic.switch(key)
+      topic.add_all_to_current(entry.ids, entry.msgs)
+      local d, more, h = dispatch.chunk(budget)
       dispatched = dispatched + d
       if more == 1 then more_keys[#more_keys + 1] = key end
       if h > 0 and (hold == 0 or h < hold) then hold = h end
-      if not entry.s.def.durable then TOPIC.after_send(entry.ids, entry.s) end
+      if not entry.s.def.durable then topic.after_send(entry.ids, entry.s) end
     end
-    TOPIC.switch(nil)
+    topic.switch(nil)
     return dispatched, #more_keys > 0 and 1 or 0, hold, more_keys
   end
 
   -- After a send reached the current non-durable subscription `s` (its new ids in `new_ids`): the topic
   -- slow rule (§8.1) and the pending-message limit with eviction (§8.5).
-  function TOPIC.after_send(new_ids, s)
-    local cons = load_consumers()
+  function topic.after_send(new_ids, s)
+    local cons = consumers.load()
     local c = cons[1]
     if not c then return end
     local waiting = redis.call('ZCARD', K_PENDING)
@@ -452,21 +453,21 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     elseif #still_new == 0 and c.slow then
       redis.call('HDEL', K_C(c.id), 'slow_since')
     end
-    local limit = TOPIC.pending_limit(c.prefetch, s)
+    local limit = topic.pending_limit(c.prefetch, s)
     if limit == 0 then
-      for _, id in ipairs(still_new) do TOPIC.discard_pending(id, 'pending_limit') end
+      for _, id in ipairs(still_new) do topic.discard_pending(id, 'pending_limit') end
       return
     end
     if limit < 0 or waiting <= limit then return end
-    local pol = TOPIC.policy()
+    local pol = topic.policy()
     local high = tonumber(pol['evictExpiredMessagesHighWatermark']) or 1000
     if limit < high then high = limit end
     if waiting > high then
       -- The first expired message found goes (removeExpiredMessages).
       for _, id in ipairs(redis.call('ZRANGE', K_PENDING, 0, 999)) do
         local blob = redis.call('HGET', K_MSGS, id)
-        local m = blob and unpack_message(blob)
-        if m and is_expired(m) then
+        local m = blob and message.unpack(blob)
+        if m and message.is_expired(m) then
           expire_pending(id, m, blob)
           break
         end
@@ -476,19 +477,19 @@ local TOPIC = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     while true do
       local excess = redis.call('ZCARD', K_PENDING) - limit
       if excess <= 0 then break end
-      local chosen = TOPIC.evict_choice(math.max(1000, excess))
+      local chosen = topic.evict_choice(math.max(1000, excess))
       if #chosen == 0 then break end
-      for _, id in ipairs(chosen) do TOPIC.discard_pending(id, 'evicted', strategy) end
+      for _, id in ipairs(chosen) do topic.discard_pending(id, 'evicted', strategy) end
     end
   end
 end)
 -- <ns>:durables: durable registry field (topics.durable_registry_field) -> the topic uri its subscription
--- is on. Like flow.lua's K_USAGE, a broker-wide key outside the topic's hash tag: it is only ever changed
+-- is on. Like flow.lua's flow.usage, a broker-wide key outside the topic's hash tag: it is only ever changed
 -- in the same script that creates or removes the subscription it names.
--- The registry's name is made once per prefix (as flow.lua's K_USAGE), not per call; the per-call
+-- The registry's name is made once per prefix (as flow.lua's flow.usage), not per call; the per-call
 -- selectors table is replaced only when a call used it (an empty one is as good as a new one).
 on_call(function()
-  if TOPIC.registry_of ~= P then TOPIC.registry_of, TOPIC.registry = P, string.match(P, '^(.-):{') .. ':durables' end
-  if next(TOPIC.selectors) ~= nil then TOPIC.selectors = {} end
-  TOPIC._policy = nil
+  if topic.registry_of ~= P then topic.registry_of, topic.registry = P, string.match(P, '^(.-):{') .. ':durables' end
+  if next(topic.selectors) ~= nil then topic.selectors = {} end
+  topic._policy = nil
 end)

@@ -1,14 +1,13 @@
 -- Wildcard topic subscriptions (docs/broker_core.md "Wildcard subscriptions"). Included by advisory.lua,
 -- inside base.lua, so every script that has base has it: advisories and remove_subscription (lifecycle.lua)
--- use it too. It adds no top-level local (the scripts' main chunks are close to Lua's limit of 200 active
--- locals): its functions are built in a block and published as ADVISE.wildcard (advisory.lua declares
--- ADVISE just before including this file).
+-- use it too. Its one top-level local is its module table, `wildcard` (the scripts' main chunks are close
+-- to Lua's limit of 200 active locals).
 --
 -- A subscription on `topic://orders.>` is an ordinary subscription of the pseudo-topic named by the
 -- pattern (its own hash tag `{t:orders.>}`). The broker-wide set <ns>:wildcards holds the patterns that
 -- currently have subscriptions: topic_subscribe.lua adds one with its first subscription, remove_subscription
 -- (lifecycle.lua) takes it out with its last, in the same step (into <ns>:wildcards:idle until
--- maintenance has delivered what waits there and removed the keys: WILDCARD.drop_idle). A send to a
+-- maintenance has delivered what waits there and removed the keys: wildcard.drop_idle). A send to a
 -- concrete topic reads the set and the matching patterns' subscriptions in the step that accepts the
 -- message and records one forward per matching pattern some subscription of takes it (operations.forward
 -- delivers it), as virtual-topic copies and advisories travel. Like <ns>:usage and <ns>:durables, the set is
@@ -16,10 +15,10 @@
 --
 -- Functions only (no top-level state), built on a script's first use of one (base.lua `lazy`).
 
-ADVISE.wildcard = lazy({}, function(WILDCARD)
+local wildcard = lazy({}, function(wildcard)
 
   -- A name's segments (names have no empty segment: destinations.py refuses them).
-  function WILDCARD.segments(name)
+  function wildcard.segments(name)
     local out = {}
     for s in string.gmatch(name, '[^.]+') do out[#out + 1] = s end
     return out
@@ -28,14 +27,14 @@ ADVISE.wildcard = lazy({}, function(WILDCARD)
   -- ActiveMQ's wildcard rules (DestinationFilter), the same as broker_core/destinations.py `matches`:
   -- segments split on '.', '*' is exactly one segment, a trailing '>' is the remaining segments including
   -- none (`orders.>` matches `orders`). A name without wildcards matches only itself.
-  -- `have`, when given, is `name` split already (WILDCARD.segments), for matching many patterns.
-  function WILDCARD.matches(pattern, name, have)
+  -- `have`, when given, is `name` split already (wildcard.segments), for matching many patterns.
+  function wildcard.matches(pattern, name, have)
     if pattern == name then return true end
-    have = have or WILDCARD.segments(name)
+    have = have or wildcard.segments(name)
     -- most registered patterns differ from the name in their first segment: rejected before splitting
     local first = string.match(pattern, '^[^.]+')
     if first ~= '*' and first ~= '>' and first ~= have[1] then return false end
-    local want = WILDCARD.segments(pattern)
+    local want = wildcard.segments(pattern)
     local fixed = #want
     if want[fixed] == '>' then
       fixed = fixed - 1
@@ -51,16 +50,16 @@ ADVISE.wildcard = lazy({}, function(WILDCARD)
 
   -- Whether a name is a pattern. Concrete names never contain '*' or '>' (destinations.py refuses them
   -- unless they are whole wildcard segments of a pattern).
-  function WILDCARD.is_pattern(name)
+  function wildcard.is_pattern(name)
     return string.find(name, '[*>]') ~= nil
   end
 
-  function WILDCARD.registry(ns)
+  function wildcard.registry(ns)
     return ns .. ':wildcards'
   end
 
   -- The current topic's namespace and name, from its prefix `<ns>:{t:<name>}`; nil for a queue.
-  function WILDCARD.topic_name()
+  function wildcard.topic_name()
     local ns, name = string.match(TP, '^(.-):{t:(.*)}$')
     return ns, name
   end
@@ -68,18 +67,18 @@ ADVISE.wildcard = lazy({}, function(WILDCARD)
   -- <ns>:wildcards:idle: the patterns whose last subscription went while their pseudo-topic still has keys
   -- (its counters, policy, and above all forwards not yet delivered: a wildcard subscription's dead letter
   -- is recorded in the pseudo-topic's forwarding hash). Nothing lists a pseudo-topic otherwise, so
-  -- maintenance.run_due visits these too: it delivers the forwards, then WILDCARD.drop_idle removes the keys.
-  function WILDCARD.idle(ns)
+  -- maintenance.run_due visits these too: it delivers the forwards, then wildcard.drop_idle removes the keys.
+  function wildcard.idle(ns)
     return ns .. ':wildcards:idle'
   end
 
   -- The current topic, when it is a pattern, just got a subscription (`active`: registered, idempotent, so
   -- sends copy to it) or lost its last one, durable ones included (sends stop copying to it, and its
   -- pseudo-topic waits in <ns>:wildcards:idle for maintenance).
-  function WILDCARD.mark(active)
-    local ns, name = WILDCARD.topic_name()
-    if not (name and WILDCARD.is_pattern(name)) then return end
-    local into, out_of = WILDCARD.registry(ns), WILDCARD.idle(ns)
+  function wildcard.mark(active)
+    local ns, name = wildcard.topic_name()
+    if not (name and wildcard.is_pattern(name)) then return end
+    local into, out_of = wildcard.registry(ns), wildcard.idle(ns)
     if not active then into, out_of = out_of, into end
     redis.call('SADD', into, name)
     redis.call('SREM', out_of, name)
@@ -89,11 +88,11 @@ ADVISE.wildcard = lazy({}, function(WILDCARD)
   -- nothing is left to do there: no subscription (one made since took it out of the set: it stays), no
   -- forward waiting, no maintenance job holding a lease on it (`leases`: lease key names, the jobs'). Returns
   -- 1 when the keys went (or there were none), 0 when it must wait (maintenance tries again next tick).
-  function WILDCARD.drop_idle(leases)
-    local ns, name = WILDCARD.topic_name()
-    if not name or not WILDCARD.is_pattern(name) then return 0 end
-    if redis.call('HLEN', TP .. ':subs') > 0 or redis.call('SISMEMBER', WILDCARD.registry(ns), name) == 1 then
-      redis.call('SREM', WILDCARD.idle(ns), name)  -- subscribed again: not idle
+  function wildcard.drop_idle(leases)
+    local ns, name = wildcard.topic_name()
+    if not name or not wildcard.is_pattern(name) then return 0 end
+    if redis.call('HLEN', TP .. ':subs') > 0 or redis.call('SISMEMBER', wildcard.registry(ns), name) == 1 then
+      redis.call('SREM', wildcard.idle(ns), name)  -- subscribed again: not idle
       return 0
     end
     if redis.call('HLEN', TP .. ':fwd') > 0 then return 0 end
@@ -103,7 +102,7 @@ ADVISE.wildcard = lazy({}, function(WILDCARD)
       if redis.call('EXISTS', TP .. ':lease:' .. job) == 1 then return 0 end
     end
     -- what it still holds (nothing, normally: the subscriptions' messages went with them) stops counting
-    -- towards the broker's memory usage, as destination_delete.lua does (flow.lua's K_USAGE, included
+    -- towards the broker's memory usage, as destination_delete.lua does (flow.lua's flow.usage, included
     -- after this file)
     local mem = tonumber(redis.call('HGET', TP .. ':meta', 'mem')) or 0
     if mem ~= 0 then redis.call('HINCRBY', ns .. ':usage', 'used', 0 - mem) end
@@ -114,31 +113,31 @@ ADVISE.wildcard = lazy({}, function(WILDCARD)
       keys[#keys + 1] = TP .. ':' .. suffix
     end
     redis.call('DEL', unpack(keys))
-    redis.call('SREM', WILDCARD.idle(ns), name)
+    redis.call('SREM', wildcard.idle(ns), name)
     return 1
   end
 
   -- The registered patterns that match topic `name` of namespace `ns` (none for a pattern itself: a copy
   -- delivered to a pattern's pseudo-topic is not matched again). Read on every call, never cached, so a
   -- subscription made by any process counts from the moment its subscribe returned.
-  function WILDCARD.matching(ns, name)
+  function wildcard.matching(ns, name)
     local out = {}
-    if WILDCARD.is_pattern(name) then return out end
-    local registered = redis.call('SMEMBERS', WILDCARD.registry(ns))
+    if wildcard.is_pattern(name) then return out end
+    local registered = redis.call('SMEMBERS', wildcard.registry(ns))
     if #registered == 0 then return out end
-    local have = WILDCARD.segments(name)
+    local have = wildcard.segments(name)
     for _, pattern in ipairs(registered) do
-      if WILDCARD.matches(pattern, name, have) then out[#out + 1] = pattern end
+      if wildcard.matches(pattern, name, have) then out[#out + 1] = pattern end
     end
     table.sort(out)  -- SMEMBERS has no order; forwards are recorded in a stable one
     return out
   end
 
-  -- The subscriptions of pattern `pattern`'s pseudo-topic in namespace `ns`, as TOPIC.subscriptions
-  -- reads the current topic's, each key prefixed with the pattern (TOPIC.matches caches a selector per key,
+  -- The subscriptions of pattern `pattern`'s pseudo-topic in namespace `ns`, as topic.subscriptions
+  -- reads the current topic's, each key prefixed with the pattern (topic.matches caches a selector per key,
   -- and the topic's own subscriptions may use the same keys). Keys under the pattern's hash tag: like
   -- <ns>:wildcards, read in the send's step, atomic on one Redis server only.
-  function WILDCARD.subscriptions(ns, pattern)
+  function wildcard.subscriptions(ns, pattern)
     local tp = ns .. ':{t:' .. pattern .. '}'
     local keys = redis.call('LRANGE', tp .. ':sorder', 0, -1)
     local subs = {}
@@ -156,23 +155,23 @@ ADVISE.wildcard = lazy({}, function(WILDCARD)
   -- What a topic send needs: the patterns matching this topic with their subscriptions (read once per
   -- call), whether the topic is itself a pattern (its pseudo-topic keeps no recovery buffer), and its uri
   -- (the destination the copies' consumers see).
-  function WILDCARD.for_send()
-    local ns, name = WILDCARD.topic_name()
-    local found = { patterns = WILDCARD.matching(ns, name), is_pattern = WILDCARD.is_pattern(name),
+  function wildcard.for_send()
+    local ns, name = wildcard.topic_name()
+    local found = { patterns = wildcard.matching(ns, name), is_pattern = wildcard.is_pattern(name),
                     uri = 'topic://' .. name, subs = {} }
-    for _, pattern in ipairs(found.patterns) do found.subs[pattern] = WILDCARD.subscriptions(ns, pattern) end
+    for _, pattern in ipairs(found.patterns) do found.subs[pattern] = wildcard.subscriptions(ns, pattern) end
     return found
   end
 
-  -- The patterns of `found` (WILDCARD.for_send) that some subscription of takes message (id, m): noLocal
+  -- The patterns of `found` (wildcard.for_send) that some subscription of takes message (id, m): noLocal
   -- and the selector, as for the topic's own subscriptions (Topic.dispatch offers a message to every
   -- consumer, wildcard ones included). Only those get a copy, so a message every subscription refuses is
   -- the topic's `no_subscription` and NoConsumer advisory (topic_send.lua), as in ActiveMQ. `matches` is
-  -- TOPIC.matches (includes/topic.lua, included after this file, so passed in). Returns the patterns and
+  -- topic.matches (includes/topic.lua, included after this file, so passed in). Returns the patterns and
   -- the selector view (reused for the next subscription). Once the call's selector work is spent
-  -- (`spent`: FWD.work_spent) a pattern not decided yet gets its copy unchecked: its pseudo-topic matches
+  -- (`spent`: forward.work_spent) a pattern not decided yet gets its copy unchecked: its pseudo-topic matches
   -- its subscriptions itself, in slices (fanout.lua), and counts the copy `no_subscription` if none takes it.
-  function WILDCARD.takers(found, id, m, view, matches, spent)
+  function wildcard.takers(found, id, m, view, matches, spent)
     local out = {}
     for _, pattern in ipairs(found.patterns) do
       for _, s in ipairs(found.subs[pattern]) do
@@ -194,7 +193,7 @@ ADVISE.wildcard = lazy({}, function(WILDCARD)
   -- Record the copy of message `id` that each pattern in `patterns` is owed, in the current topic's
   -- forwarding hash, in the calling (send) step. The record carries the topic's uri, which the copy
   -- keeps as the destination its consumers see (operations.forward, topics.wildcard_copy).
-  function WILDCARD.record(id, blob, uri, patterns)
+  function wildcard.record(id, blob, uri, patterns)
     for _, pattern in ipairs(patterns) do
       local target = 'topic://' .. pattern
       redis.call('HSET', TP .. ':fwd', id .. '|' .. target,

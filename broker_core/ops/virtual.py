@@ -6,8 +6,7 @@ The configuration (`[virtualDestinations]` in the TOML file, see signalbox.examp
 module works out a routing plan: the destinations that get a copy (with a selector for a
 filteredDestination) and whether the message is also kept where it was sent. The send script records each
 copy in the destination's forwarding hash in the same atomic step that accepts the message
-(scripts/lua/includes/virtual.lua); `operations.forward` then delivers the copies, each target's send being
-its
+(scripts/lua/includes/virtual.lua); ops/forward.py then delivers the copies, each target's send being its
 own atomic step together with the record's removal (one MULTI/EXEC), and a process that dies before it
 leaves the records for the maintenance job: nothing is lost and nothing arrives twice.
 
@@ -22,17 +21,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import msgpack
 
-from .config.virtual import VirtualConfig
-from .destinations import Destination, matches, parse_composite, parse_destination
-from .effects import Command
-from .errors import InvalidDestination, InvalidPolicy
-from .messages import RECORD_LENGTH
-from .resp import reply_text as _text
+from ..config.virtual import VirtualConfig
+from ..destinations import Destination, matches, parse_destination
+from ..effects import Command, Op
+from ..errors import InvalidPolicy
+from ..keys import virtual_config_key
+from ..resp import reply_text as _text
+from .context import Context
 
 CHECK_INTERVAL_S = 1.0  # how often a process looks for a changed configuration
 VIRTUAL_TOPIC_INDEX = "vtq"  # <ns>:vtq, zset of '<topic name>|<consumer queue name>' (score 0, by lex)
@@ -40,16 +39,12 @@ VIRTUAL_TOPIC_INDEX = "vtq"  # <ns>:vtq, zset of '<topic name>|<consumer queue n
 
 # -- the configuration in Redis --------------------------------------------------------------------------
 
-def config_key(namespace: str) -> str:
-    return f"{namespace}:virtual"
-
-
 def configure(broker: Any, config: VirtualConfig) -> None:
     """Store the configuration for every process and rebuild the virtual-topic index of existing queues."""
     ns = broker.namespace
     pipe = broker.redis.pipeline(transaction=True)
-    pipe.set(config_key(ns), json.dumps(dict(config.source)))
-    pipe.incr(f"{config_key(ns)}:version")
+    pipe.set(virtual_config_key(ns), json.dumps(dict(config.source)))
+    pipe.incr(f"{virtual_config_key(ns)}:version")
     pipe.delete(f"{ns}:{VIRTUAL_TOPIC_INDEX}")
     members = [m for uri in broker.destinations() for m in config.index_entries(parse_destination(uri))]
     if members:
@@ -58,29 +53,17 @@ def configure(broker: Any, config: VirtualConfig) -> None:
     broker.ops.virtual.set(config, None)
 
 
-class VirtualCache:
-    """A process's copy of the configuration, re-read when its version moves (checked every second)."""
-
-    def __init__(self) -> None:
-        self.config = VirtualConfig()
-        self.version: int | None = None
-        self.checked = float("-inf")
-
-    def set(self, config: VirtualConfig, version: int | None) -> None:
-        self.config, self.version, self.checked = config, version, time.monotonic()
-
-
-def routing(ops: Any) -> Any:
+def routing(ops: Context) -> Op:
     """The configuration in force as `describe` shows it (an operation)."""
     return describe((yield from current(ops)))
 
 
-def current(ops: Any) -> Any:
+def current(ops: Context) -> Op:
     """The configuration in force (an operation: yields Redis commands at most once a second)."""
-    cache: VirtualCache = ops.virtual
+    cache = ops.virtual
     if time.monotonic() - cache.checked < CHECK_INTERVAL_S:
         return cache.config
-    key = config_key(ops.namespace)
+    key = virtual_config_key(ops.namespace)
     version = yield Command(("GET", f"{key}:version"))
     version = int(version) if version is not None else 0
     if version != cache.version:
@@ -95,13 +78,13 @@ def current(ops: Any) -> Any:
     return cache.config
 
 
-# -- routing plans (used by operations.py) -----------------------------------------------------------------
+# -- routing plans (used by the send operations) ------------------------------------------------------
 
 MAX_WEIGHT_DEPTH = 4  # how deep plan() follows a copy's own routing to count what it stores (flow.lua)
 
 
-def _targets(ops: Any, config: VirtualConfig, dest: Destination, also: Sequence[Destination],
-             depth: int) -> Any:
+def _targets(ops: Context, config: VirtualConfig, dest: Destination, also: Sequence[Destination],
+             depth: int) -> Op:
     """(kept whatever matched, sendWhenNotMatched composites, targets): each target
     [uri, compiled selector or "", original destination or "", further copies its own routing makes,
     sendWhenNotMatched composite number or 0, and for a virtual topic's consumer queue its flags
@@ -147,7 +130,7 @@ def _targets(ops: Any, config: VirtualConfig, dest: Destination, also: Sequence[
     return keep, groups, unique
 
 
-def plan(ops: Any, dest: Destination, also: Sequence[Destination] = ()) -> Any:
+def plan(ops: Context, dest: Destination, also: Sequence[Destination] = ()) -> Op:
     """The packed routing plan for a send to `dest` (None: no copies), `also` being the other parts of a
     client-side composite (layout: _targets, includes/virtual.lua)."""
     config: VirtualConfig = yield from current(ops)
@@ -157,13 +140,13 @@ def plan(ops: Any, dest: Destination, also: Sequence[Destination] = ()) -> Any:
     return msgpack.packb([0 if keep else 1, groups, *targets])
 
 
-def origin(ops: Any, dest: Destination, kind: str, also: Sequence[Destination] = ()) -> Any:
+def origin(ops: Context, dest: Destination, kind: str, also: Sequence[Destination] = ()) -> Op:
     """The send script's origin argument for a send to `dest`: `kind`, with the routing plan if any."""
     packed = yield from plan(ops, dest, also)
     return kind if packed is None else kind.encode() + b"+" + packed
 
 
-def on_created(ops: Any, dest: Destination) -> Any:
+def on_created(ops: Context, dest: Destination) -> Op:
     """A new queue that is a virtual topic's consumer queue starts receiving the topic's copies now
     (messages sent before it existed are not kept for it, as in ActiveMQ)."""
     config: VirtualConfig = yield from current(ops)
@@ -173,50 +156,12 @@ def on_created(ops: Any, dest: Destination) -> Any:
                        *[x for m in members for x in (0, m)]))
 
 
-def on_deleted(ops: Any, dest: Destination) -> Any:
+def on_deleted(ops: Context, dest: Destination) -> Op:
     if dest.is_queue:
         config: VirtualConfig = yield from current(ops)
         members = config.index_entries(dest)
         if members:
             yield Command(("ZREM", f"{ops.namespace}:{VIRTUAL_TOPIC_INDEX}", *members))
-
-
-def forward_copy(blob: bytes, original: str) -> bytes:
-    """The copy a virtual destination's target receives: the message as sent, with its original
-    destination set when the configuration says so (composites and virtual topics).
-
-    A repeating scheduled message's copies are made each time its job fires (lifecycle.lua
-    fire_scheduled), never at its send, so a copy that still carries a repeat is one firing: like the
-    firing ActiveMQ's scheduler re-sends (SchedulerBroker.scheduledJob), it loses its delay, period and
-    repeat, so its target delivers it now and schedules nothing again."""
-    record = msgpack.unpackb(blob, raw=True)
-    fired = len(record) >= RECORD_LENGTH and bool(record[19])
-    if not original and not fired:
-        return blob
-    if original:
-        record[16] = original
-    if fired:
-        record[17:20] = [0, 0, 0]
-    return msgpack.packb(record, use_bin_type=False)
-
-
-class CompositeParts(list):  # type: ignore[type-arg]
-    """The parts of a client-side composite; `uri` names the composite itself (its messages' original
-    destination, as CompositeDestinationBroker.send sets it)."""
-
-    uri: str = ""
-
-
-def split_composite(text: str) -> CompositeParts | None:
-    """The parts of a client-side composite (`A,B,topic://C`), or None for a single destination."""
-    if "," not in text:
-        return None
-    parts = CompositeParts(dict.fromkeys(parse_composite(text)))  # ActiveMQ keeps them in a set
-    if not parts:
-        raise InvalidDestination(f"composite destination {text!r} names no destination")
-    kind = "topic" if text.strip().startswith("topic://") else "queue"
-    parts.uri = f"{kind}://" + ",".join(p.name if p.kind == kind else p.uri for p in parts)
-    return parts
 
 
 def describe(config: VirtualConfig) -> list[dict[str, Any]]:
@@ -234,20 +179,3 @@ def describe(config: VirtualConfig) -> list[dict[str, Any]]:
         rows.append({"type": "mirroredQueue", "prefix": config.mirrored_queue.prefix,
                      "postfix": config.mirrored_queue.postfix})
     return rows
-
-
-def send_composite(ops: Any, parts: list[Destination], messages: list[Any], now: int,
-                   tx: str | None = None) -> Any:
-    """A client-side composite send (spec §10.1). The first queue part (else the first topic) takes the
-    send, and in the same atomic step records copies for the other parts, so a crash cannot leave some
-    parts without it. Each part's message has the composite as its original destination."""
-    uri = getattr(parts, "uri", "")
-    if uri:
-        messages = [replace(m, original_destination=uri) for m in messages]
-    if tx:
-        ids: list[str] = []
-        for part in parts:
-            ids = yield from ops.tx_send(tx, part, messages, now)
-        return ids
-    entry = next((p for p in parts if p.is_queue), parts[0])
-    return (yield from ops.send(entry, messages, now, tuple(p for p in parts if p != entry)))

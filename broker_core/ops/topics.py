@@ -1,115 +1,78 @@
-"""The topic operations (spec §7, §8.5), written like operations.py's: generators that yield Redis calls.
+"""The topic operations (spec §7, §8.5), written like the queue operations: generators of effects.
 
-`Operations` hands topic destinations to these functions; the scripts are scripts/topic_*.lua and the
-queue scripts run under each subscription's prefix (topics.py explains the layout).
+The router (ops/router.py) hands topic destinations to these functions; the scripts are
+scripts/lua/topic_*.lua, and the queue operations (ops/queues.py) run on each subscription's home (its key
+prefix inside the topic's hash tag: broker_core/topics.py explains the layout).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from . import flow, virtual
-from .destinations import Destination, matches
-from .effects import Command, Eval, NoDestination, Op, Policy
-from .errors import DurableSubscriptionInUse, InvalidConsumer, UnknownConsumer, UnknownDestination
-from .messages import Message
-from .model import Consumer, ConsumerSpec, DestinationStats, DestinationSummary, DispatchResult, SweepResult
-from .replies import PASS_HAS_MORE, bound_stats, forward_stats, memory_stats
-from .resp import reply_text as _str
-from .topics import (
-    Subscription,
-    SubscriptionStats,
-    durable_key,
-    durable_registry_field,
-    non_durable_key,
-    pack_for_topic,
-)
-
-if TYPE_CHECKING:
-    from .config.entry import PolicyEntry
-    from .effects import Op
-    from .operations import Operations
+from ..config.entry import PolicyEntry
+from ..destinations import Destination
+from ..effects import Command, Forward, NoDestination, Op, Policy
+from ..errors import DurableSubscriptionInUse, InvalidConsumer, UnknownConsumer, UnknownDestination
+from ..keys import Home, durables_key, usage_key, wildcards_key
+from ..messages import Message
+from ..model import Consumer, ConsumerSpec, DestinationStats, DestinationSummary, DispatchResult, SweepResult
+from ..replies import bound_stats, forward_stats, memory_stats
+from ..resp import reply_text as _str
+from ..scripts import calls
+from ..scripts.calls import FANOUT_UNFINISHED, FORWARDS_WAITING, PASS_HAS_MORE, Closing, Elsewhere, Sent, Tail
+from ..topics import SubscriptionStats, durable_key, durable_registry_field, non_durable_key, pack_for_topic
+from . import queues, virtual
+from .context import Context
 
 
-def registry_key(ops: Operations) -> str:
-    """<ns>:durables: `client id \\0 subscription name` -> the topic uri it is on (a durable key is
-    broker-wide: subscribing to another topic under the same key replaces the subscription)."""
-    return f"{ops.namespace}:durables"
-
-
-def wildcards_key(ops: Operations) -> str:
-    """<ns>:wildcards: the topic patterns that have subscriptions (scripts/lua/includes/wildcard.lua)."""
-    return f"{ops.namespace}:wildcards"
-
-
-def pattern_topics(ops: Operations) -> Op:
-    """The uris of the wildcard subscriptions' pseudo-topics (`topic://orders.>`): not in the destination
-    registry, so maintenance and policy refreshes add these."""
-    reply = yield Command(("SMEMBERS", wildcards_key(ops)))
-    return sorted(f"topic://{_str(p)}" for p in reply)
-
-
-def idle_pattern_topics(ops: Operations) -> Op:
+def idle_pattern_topics(ops: Context) -> Op:
     """The uris of the pseudo-topics whose pattern lost its last subscription while keys remain there
     (<ns>:wildcards:idle, scripts/lua/includes/wildcard.lua): maintenance delivers what waits in their
     forwarding hash (a wildcard subscription's dead letters), then `drop_idle_pattern` removes them."""
-    reply = yield Command(("SMEMBERS", f"{wildcards_key(ops)}:idle"))
+    reply = yield Command(("SMEMBERS", f"{wildcards_key(ops.namespace)}:idle"))
     return sorted(f"topic://{_str(p)}" for p in reply)
 
 
-def drop_idle_pattern(ops: Operations, dest: Destination, now: int, jobs: tuple[str, ...]) -> Op:
+def drop_idle_pattern(ops: Context, dest: Destination, now: int, jobs: tuple[str, ...]) -> Op:
     """Remove an idle pattern's pseudo-topic keys in one step once nothing waits there and none of the
     maintenance `jobs` holds a lease on it; True if they went, False if it must wait (or is subscribed
     again, which takes it out of the idle set)."""
-    return bool(int((yield Eval("topic_admin", (ops.prefix(dest),), (now, "drop_idle", *jobs)))))
+    return calls.TopicAdmin.parse_drop_idle((yield calls.TopicAdmin.drop_idle(ops.prefix(dest), now, jobs)))
 
 
-def advisable(ops: Operations, topic: Destination) -> Op:
-    """Whether an advisory for `topic` is worth publishing: the topic exists, or a wildcard subscription's
-    pattern matches it (the Python side of includes/advisory.lua's check)."""
-    if (yield Command(("EXISTS", f"{ops.prefix(topic)}:meta"))):
-        return True
-    patterns = yield Command(("SMEMBERS", wildcards_key(ops)))
-    return any(matches(Destination("topic", _str(p)), topic) for p in patterns)
-
-
-def subscription_keys(ops: Operations, topic: Destination) -> Op:
+def subscription_keys(ops: Context, topic: Destination) -> Op:
     reply = yield Command(("LRANGE", f"{ops.prefix(topic)}:sorder", 0, -1))
     return [_str(k) for k in reply]
 
 
-def send(ops: Operations, dest: Destination, messages: Iterable[Message], now: int,
+def send(ops: Context, dest: Destination, messages: Iterable[Message], now: int,
          also: tuple[Destination, ...] = ()) -> Op:
     # `also`, a client-side composite's other parts, recorded as copies
     origin = yield from virtual.origin(ops, dest, "producer", also)
     records = [pack_for_topic(message, now) for message in messages]
 
-    def finish(reply: list[Any]) -> Op:
-        split = reply.index(b"")
-        yield from finish_send(ops, dest, now, reply[split + 1:])
-        return reply[:split]
+    def finish(sent: Sent) -> Op:
+        yield from finish_send(ops, dest, now, sent.tail)
+        return sent.statuses
 
-    # in parts, waiting for space or raising as a queue send does (operations.send_parts, flow.py)
-    return (yield from ops.send_parts(dest, now, "topic_send", origin, records, finish))
+    # in parts, waiting for space or raising as a queue send does (queues.send_parts, flow.py)
+    return (yield from queues.send_parts(ops, dest, now, calls.TopicSend, origin, records, finish))
 
 
-def finish_send(ops: Operations, dest: Destination, now: int, tail: list[Any]) -> Op:
-    """After topic_send: forwards (dead letters of evictions, expiries), the passes that have more, and
-    the rest of the fan-out when the send left it unfinished."""
-    flags = int(tail[1])
-    if flags & 2:
-        yield from ops.forward(dest, now)
-    for key in tail[3:]:
-        sub = Subscription(dest.kind, dest.name, _str(key))
-        yield from ops._continue_dispatch(sub, now, PASS_HAS_MORE, 0)
-    if flags & 4:
+def finish_send(ops: Context, dest: Destination, now: int, tail: Tail) -> Op:
+    """After topic_send (or topic_fanout): forwards (dead letters of evictions, expiries), the passes that
+    have more, and the rest of the fan-out when the send left it unfinished."""
+    if tail.flags & FORWARDS_WAITING:
+        yield Forward(dest, now)
+    for key in tail.more:
+        yield from ops.continue_dispatch(Home(dest, key), now, PASS_HAS_MORE, 0)
+    if tail.flags & FANOUT_UNFINISHED:
         yield from fan_out(ops, dest, now)
 
 
-def fan_out(ops: Operations, dest: Destination, now: int) -> Op:
+def fan_out(ops: Context, dest: Destination, now: int) -> Op:
     """Go on with the topic's unfinished fan-outs (scripts/lua/topic_fanout.lua), a call's worth of selector
     work per call, until those queued when it started are done: the sender's own messages are among them
     (a fan-out is FIFO), and a stream of later sends does not keep it here. Safe from several processes at
@@ -117,14 +80,14 @@ def fan_out(ops: Operations, dest: Destination, now: int) -> Op:
     finished, owed = 0, None
     while True:
         try:
-            reply = yield Eval("topic_fanout", (ops.prefix(dest),), (now, 0))
+            fanned = calls.TopicFanout.parse((yield calls.TopicFanout.call(ops.prefix(dest), now)))
         except NoDestination:  # deleted meanwhile: its messages went with it
             return finished
-        finished += int(reply[0])
-        left = int(reply[1])
+        finished += fanned.finished
+        left = fanned.left
         if owed is None:
             owed = finished + left
-        yield from finish_send(ops, dest, now, [reply[2], reply[3], reply[4], *reply[5:]])
+        yield from finish_send(ops, dest, now, fanned.tail)
         if left == 0 or finished >= owed:
             return finished
 
@@ -133,7 +96,7 @@ ADVISORY_PREFIX = "ActiveMQ.Advisory."
 MOVE_ATTEMPTS = 5  # a durable key re-subscribed elsewhere at the same moment: bounded retries
 
 
-def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, cid: str,
+def subscribe(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, cid: str,
               packed: bytes, selector_compiled: str | None) -> Op:
     durable = spec.subscription_name is not None
     client = spec.client_id or ""
@@ -162,23 +125,24 @@ def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, 
     for _ in range(MOVE_ATTEMPTS):
         # topic_subscribe validates everything, then registers the durable key with the subscription in
         # one step; a key registered on another topic comes back as 'elsewhere' with nothing changed.
-        reply = yield from ops._eval("topic_subscribe", dest, now, 0, cid, packed, spec.lease_ms, requested,
-                                     key, sub_packed, "1" if spec.retroactive else "0", client, name, field,
-                                     dest.uri)
-        if reply[0] == b"closing":
+        call = calls.TopicSubscribe.call(ops.prefix(dest), now, cid, packed, spec.lease_ms, requested, key,
+                                         sub_packed, spec.retroactive, client, name, field, dest.uri)
+        subscribed = calls.TopicSubscribe.parse((yield from ops.eval(Home(dest), now, call)))
+        if isinstance(subscribed, Closing):
             # the durable subscription's last consumer had this id and its messages are still going
             # back (return_owed): finish that, then subscribe
-            yield from ops.return_owed(Subscription(dest.kind, dest.name, key), now)
+            yield from queues.return_owed(ops, Home(dest, key), now)
             continue
-        if reply[0] != b"elsewhere":
+        if not isinstance(subscribed, Elsewhere):
             break
         # Re-subscribing with another topic replaces the subscription (TopicRegion.addConsumer): the old
         # one goes (and its registry entry with it, one step), then the subscribe runs again. A crash in
         # between leaves the key free, never on two topics.
-        old = Destination("topic", _str(reply[1]).removeprefix("topic://"))
+        old = Destination("topic", subscribed.uri.removeprefix("topic://"))
         try:
-            yield from ops._eval("topic_admin", old, now, "release", key, field, old.uri)
-            yield from ops.return_owed(old, now)
+            yield from ops.eval(Home(old), now, calls.TopicAdmin.release(ops.prefix(old), now, key, field,
+                                                                         old.uri))
+            yield from queues.return_owed(ops, Home(old), now)
         except DurableSubscriptionInUse:
             raise DurableSubscriptionInUse(
                 f"Durable consumer is in use for client: {client} and subscriptionName: {name}",
@@ -187,15 +151,16 @@ def subscribe(ops: Operations, dest: Destination, spec: ConsumerSpec, now: int, 
         raise DurableSubscriptionInUse(
             f"Durable subscription for client: {client} and subscriptionName: {name} is being "
             "re-subscribed elsewhere at the same time", client_id=client, subscription_name=name)
-    sub = Subscription(dest.kind, dest.name, key)
-    result = yield from ops._continue_dispatch(sub, now, int(reply[1]), int(reply[2]))
-    if reply[5] == b"changed":  # the replaced subscription's messages are released a chunk per call
-        yield from ops.return_owed(dest, now)
-    return Consumer(dest, cid, spec.ack_mode, prefetch=int(reply[3]), hold_until=result.hold_until,
+    assert isinstance(subscribed, calls.Subscribed)  # (the loop ends on one, or raises)
+    result = yield from ops.continue_dispatch(Home(dest, key), now, subscribed.tail.flags,
+                                              subscribed.tail.hold_until)
+    if subscribed.changed:  # the replaced subscription's messages are released a chunk per call
+        yield from queues.return_owed(ops, Home(dest), now)
+    return Consumer(dest, cid, spec.ack_mode, prefetch=subscribed.prefetch, hold_until=result.hold_until,
                     subscription=key)
 
 
-def wildcard_dead_letter_target(ops: Operations, pattern: Destination, copy: bytes,
+def wildcard_dead_letter_target(ops: Context, pattern: Destination, copy: bytes,
                                 recorded: Destination) -> Op:
     """Where a dead letter from a wildcard subscription goes: the pattern's policy strategy applied to
     the topic the message was published to (its dead-letter copy's original destination), as ActiveMQ
@@ -208,13 +173,14 @@ def wildcard_dead_letter_target(ops: Operations, pattern: Destination, copy: byt
     return target if target is not None else recorded
 
 
-def durable_home(ops: Operations, client_id: str, subscription_name: str) -> Op:
+def durable_home(ops: Context, client_id: str, subscription_name: str) -> Op:
     """The topic the durable key is registered on, or None."""
-    where = yield Command(("HGET", registry_key(ops), durable_registry_field(client_id, subscription_name)))
+    where = yield Command(("HGET", durables_key(ops.namespace),
+                           durable_registry_field(client_id, subscription_name)))
     return None if where is None else Destination("topic", _str(where).removeprefix("topic://"))
 
 
-def unsubscribe(ops: Operations, dest: Destination, client_id: str, subscription_name: str, now: int,
+def unsubscribe(ops: Context, dest: Destination, client_id: str, subscription_name: str, now: int,
                 reason: str = "unsubscribed") -> Op:
     """Delete an offline durable subscription and its messages; returns how many messages went.
 
@@ -230,13 +196,14 @@ def unsubscribe(ops: Operations, dest: Destination, client_id: str, subscription
     if not exists:
         raise UnknownDestination(f"no destination {dest.uri}", destination=dest.uri)
     # topic_admin removes the subscription and its registry entry in one step.
-    dropped = yield from ops._eval("topic_admin", dest, now, "unsubscribe",
-                                   durable_key(client_id, subscription_name), client_id, subscription_name)
-    yield from ops.return_owed(dest, now)  # its messages are released a chunk per call
-    return int(dropped)
+    call = calls.TopicAdmin.unsubscribe(ops.prefix(dest), now, durable_key(client_id, subscription_name),
+                                        client_id, subscription_name)
+    dropped = calls.TopicAdmin.parse_dropped((yield from ops.eval(Home(dest), now, call)))
+    yield from queues.return_owed(ops, Home(dest), now)  # its messages are released a chunk per call
+    return dropped
 
 
-def expire_offline_durables(ops: Operations, dest: Destination, timeout_ms: int | None, now: int) -> Op:
+def expire_offline_durables(ops: Context, dest: Destination, timeout_ms: int | None, now: int) -> Op:
     """Remove the durable subscriptions offline for `timeout_ms` (None: the policy's
     offlineDurableSubscriberTimeout) or more, with their registry entries; returns their keys."""
     if timeout_ms is None:
@@ -244,80 +211,72 @@ def expire_offline_durables(ops: Operations, dest: Destination, timeout_ms: int 
         timeout_ms = entry.offline_durable_subscriber_timeout
     if timeout_ms < 0:
         return []
-    removed = yield from ops._eval("topic_admin", dest, now, "expire_offline", timeout_ms)
+    removed = calls.TopicAdmin.parse_expired((yield from ops.eval(
+        Home(dest), now, calls.TopicAdmin.expire_offline(ops.prefix(dest), now, timeout_ms))))
     if removed:
-        yield from ops.return_owed(dest, now)  # their messages are released a chunk per call
-    return [_str(k) for k in removed]
+        yield from queues.return_owed(ops, Home(dest), now)  # their messages are released a chunk per call
+    return removed
 
 
-def home(ops: Operations, dest: Destination, consumer_id: str, known: str | None) -> Op:
-    """The subscription a topic consumer belongs to."""
-    if known is None:
-        raw = yield Command(("HGET", f"{ops.prefix(dest)}:subof", consumer_id))
-        if raw is None:
-            raise UnknownConsumer(f"no consumer {consumer_id} on {dest.uri}", consumer_id=consumer_id)
-        known = _str(raw)
-    return Subscription(dest.kind, dest.name, known)
-
-
-def renew(ops: Operations, dest: Destination, consumer_ids: list[str], lease_ms: int, now: int) -> Op:
+def renew(ops: Context, dest: Destination, consumer_ids: list[str], lease_ms: int, now: int) -> Op:
     missing: list[str] = []
     for cid in consumer_ids:
         try:
-            sub = yield from home(ops, dest, cid, None)
+            sub = yield from ops.subscription_home(dest, cid, None)
         except UnknownConsumer:
             missing.append(cid)
             continue
-        missing += (yield from ops.renew(sub, [cid], lease_ms, now))
+        missing += (yield from queues.renew(ops, sub, [cid], lease_ms, now))
     return missing
 
 
-def for_each_subscription(ops: Operations, dest: Destination) -> Op:
+def for_each_subscription(ops: Context, dest: Destination) -> Op:
+    """The homes of the topic's subscriptions, in subscription order."""
     keys = yield from subscription_keys(ops, dest)
-    return [Subscription(dest.kind, dest.name, key) for key in keys]
+    return [Home(dest, key) for key in keys]
 
 
-def reap(ops: Operations, dest: Destination, now: int, limit: int) -> Op:
+def reap(ops: Context, dest: Destination, now: int, limit: int) -> Op:
     closed: list[str] = []
     for sub in (yield from for_each_subscription(ops, dest)):
-        closed += (yield from ops.reap(sub, now, limit - len(closed)))
+        closed += (yield from queues.reap(ops, sub, now, limit - len(closed)))
         if len(closed) >= limit:
             break
     return closed
 
 
-def dispatch(ops: Operations, dest: Destination, now: int) -> Op:
+def dispatch(ops: Context, dest: Destination, now: int) -> Op:
     dispatched, hold = 0, 0
     for sub in (yield from for_each_subscription(ops, dest)):
-        result = yield from ops.dispatch(sub, now)
+        result = yield from queues.dispatch(ops, sub, now)
         dispatched += result.dispatched
         if result.hold_until and (not hold or result.hold_until < hold):
             hold = result.hold_until
     return DispatchResult(dispatched, hold)
 
 
-def sweep_expired(ops: Operations, dest: Destination, now: int) -> Op:
+def sweep_expired(ops: Context, dest: Destination, now: int) -> Op:
     """One page of each subscription's expiry sweep."""
     examined = expired = 0
     done = True
     for sub in (yield from for_each_subscription(ops, dest)):
-        page = yield from ops.sweep_expired(sub, now)
+        page = yield from queues.sweep_expired(ops, sub, now)
         examined += page.examined
         expired += page.expired
         done = done and page.done
     return SweepResult(examined, expired, done)
 
 
-def pending_limits(ops: Operations, dest: Destination, now: int) -> Op:
+def pending_limits(ops: Context, dest: Destination, now: int) -> Op:
     """Subscription key -> the pending-message limit in force, as the send script computes it (§8.5)."""
-    flat = yield from ops._eval("topic_admin", dest, now, "limits")
-    return {_str(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+    return calls.TopicAdmin.parse_limits((yield from ops.eval(Home(dest), now, calls.TopicAdmin.limits(
+        ops.prefix(dest), now))))
 
 
-def subscription_stats(ops: Operations, sub: Subscription, now: int, limits: dict[str, int]) -> Op:
+def subscription_stats(ops: Context, sub: Home, now: int, limits: dict[str, int]) -> Op:
     """One subscription's SubscriptionStats and its consumers; `limits` from `pending_limits`."""
-    st: DestinationStats = yield from ops.stats(sub, now)
-    raw = yield Command(("HGETALL", f"{ops.prefix(sub)}:meta"))
+    st: DestinationStats = yield from queues.stats(ops, sub, now)
+    raw = yield Command(("HGETALL", f"{ops.home_prefix(sub)}:meta"))
     meta = {_str(k): _str(v) for k, v in raw.items()}
     consumer = st.consumers[0] if st.consumers else None
     durable = meta.get("durable") == "1"
@@ -339,7 +298,7 @@ def subscription_stats(ops: Operations, sub: Subscription, now: int, limits: dic
     ), st.consumers
 
 
-def subscriptions(ops: Operations, dest: Destination, now: int) -> Op:
+def subscriptions(ops: Context, dest: Destination, now: int) -> Op:
     out: list[SubscriptionStats] = []
     limits = yield from pending_limits(ops, dest, now)
     for sub in (yield from for_each_subscription(ops, dest)):
@@ -348,7 +307,7 @@ def subscriptions(ops: Operations, dest: Destination, now: int) -> Op:
     return out
 
 
-def stats(ops: Operations, dest: Destination, now: int) -> Op:
+def stats(ops: Context, dest: Destination, now: int) -> Op:
     """The topic's view (§14.2): its counters, its subscriptions, and their consumers; QueueSize is 0
     for topics, as in ActiveMQ (AMQ-2586)."""
     raw = yield Command(("HGETALL", f"{ops.prefix(dest)}:meta"))
@@ -363,11 +322,11 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         subs.append(one)
         consumers += cons
     fwd = yield Command(("HLEN", f"{ops.prefix(dest)}:fwd"))
-    sizes = [(yield Command(("XLEN", f"{ops.prefix(dest)}:events"))),
-             (yield Command(("ZCARD", f"{ops.prefix(dest)}:audit")))]
+    events = int((yield Command(("XLEN", f"{ops.prefix(dest)}:events"))))
+    audit_size = int((yield Command(("ZCARD", f"{ops.prefix(dest)}:audit"))))
     # the memory limit in force (the topic's memoryLimit, else the broker's), as for queues
-    limits = [(yield Command(("HGET", f"{ops.prefix(dest)}:policy", "memoryLimit"))) or b"0",
-              (yield Command(("HGET", flow.usage_key(ops.namespace), "limit"))) or b""]
+    own_limit = _str((yield Command(("HGET", f"{ops.prefix(dest)}:policy", "memoryLimit"))) or b"0")
+    broker_limit = _str((yield Command(("HGET", usage_key(ops.namespace), "limit"))) or b"")
 
     def count(name: str) -> int:
         return int(meta.get(name, 0))
@@ -386,7 +345,8 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
         discarded=count("discarded") + total("discarded"), parked=total("parked"), forwarding=int(fwd),
         purged=0, moved=0, cancelled=0, duplicates=count("duplicates"), skipped=0, last_pass_skipped=0,
         consumer_count=len(subs), group_count=0, paused=False, exclusive_owner=None, consumers=consumers,
-        **memory_stats(meta, limits), **forward_stats(meta), **bound_stats(meta, sizes),
+        **memory_stats(meta, own_limit, broker_limit), **forward_stats(meta),
+        **bound_stats(meta, events, audit_size),
         subscriptions=subs, no_subscription=count("no_subscription"),
         durable_active=sum(1 for s in subs if s.durable and s.active),
         durable_offline=sum(1 for s in subs if s.durable and not s.active),
@@ -400,10 +360,9 @@ def stats(ops: Operations, dest: Destination, now: int) -> Op:
 # summaries"), below a queue page's; a page of 50 topics with a subscription each is one call, a topic with
 # more subscriptions takes several.
 SUMMARY_BUDGET = 100
-TOPIC_SUMMARY_WIDTH = 12  # values per topic in topic_summary_many.lua's reply
 
 
-def summaries(ops: Operations, topics: list[Destination], now: int,
+def summaries(ops: Context, topics: list[Destination], now: int,
               budget: int = SUMMARY_BUDGET) -> Op:
     """The `DestinationSummary` of each topic (None for one that does not exist), as `stats` adds them up
     (`summary_of(stats(t))` equals it), in topic_summary_many calls of at most `budget` units of work: a
@@ -411,43 +370,39 @@ def summaries(ops: Operations, topics: list[Destination], now: int,
     calls are not one snapshot: a subscription made or removed between them may be missed or counted
     twice; the figure is a monitoring one.)"""
     out: list[DestinationSummary | None] = []
-    acc: list[int] | None = None  # the parts read so far of a topic read over several calls
+    acc: calls.TopicSummaryPart | None = None  # the parts read so far of a topic read over several calls
     remaining, start, budget = list(topics), 0, max(1, budget)
     while remaining:
-        flat = yield Eval("topic_summary_many", tuple(ops.prefix(t) for t in remaining),
-                          (now, start, budget))
+        parts = calls.TopicSummaryMany.parse((yield calls.TopicSummaryMany.call(
+            tuple(ops.prefix(t) for t in remaining), now, start, budget)))
         done = 0
-        for i in range(0, len(flat), TOPIC_SUMMARY_WIDTH):
-            part = [int(v) for v in flat[i:i + TOPIC_SUMMARY_WIDTH]]
-            if acc is None:
-                acc = part
-            else:  # a continued topic: the sums (pending .. parked, dequeued .. deadlettered) grow
-                for j in (3, 4, 5, 7, 8, 9, 10):
-                    acc[j] += part[j]
-            if part[2]:  # the topic goes on in the next call, from there
-                start = part[2]
+        for part in parts:
+            # a continued topic: the sums (pending .. parked, dequeued .. deadlettered) grow
+            acc = part if acc is None else acc.continued_by(part)
+            if part.next:  # the topic goes on in the next call, from there
+                start = part.next
                 break
             t = remaining[done]
-            exists, subs, _, pending, in_flight, parked, enqueued, dequeued, dispatched, expired, dead, \
-                mem = acc
-            # (QueueSize 0 and no groups, as topic_ops.stats; never paused; no oldest: messages wait per
+            # (QueueSize 0 and no groups, as stats; never paused; no oldest: messages wait per
             # subscription)
             out.append(DestinationSummary(
-                t.uri, 0, pending, in_flight, parked, 0, subs, enqueued, dequeued, dispatched, expired, dead,
-                False, mem, None) if exists else None)
+                t.uri, 0, acc.pending, acc.in_flight, acc.parked, 0, acc.subscriptions, acc.enqueued,
+                acc.dequeued, acc.dispatched, acc.expired, acc.deadlettered, False, acc.memory, None)
+                if acc.exists else None)
             acc, start, done = None, 0, done + 1
         remaining = remaining[done:]
     return out
 
 
-def delete(ops: Operations, dest: Destination, now: int) -> Op:
+def delete(ops: Context, dest: Destination, now: int) -> Op:
     """Delete a topic: every subscription (its consumers learn it from UNKNOWN_CONSUMER), then the
     topic's own keys. Returns how many messages were stored."""
     stored = yield Command(("HLEN", f"{ops.prefix(dest)}:msgs"))
-    yield from ops._eval("topic_admin", dest, now, "delete")  # durable keys' registry entries go too
+    # (durable keys' registry entries go too)
+    yield from ops.eval(Home(dest), now, calls.TopicAdmin.delete(ops.prefix(dest), now))
     prefix = ops.prefix(dest)
     yield Command(("DEL", *[f"{prefix}:{name}" for name in
                             ("subs", "sorder", "subof", "refs", "order", "retain", "recov", "recovmsg")]))
     if dest.is_wildcard:  # its last subscription made it idle (wildcard.lua forget): nothing is left of it
-        yield Command(("SREM", f"{wildcards_key(ops)}:idle", dest.name))
+        yield Command(("SREM", f"{wildcards_key(ops.namespace)}:idle", dest.name))
     return int(stored)

@@ -2,14 +2,16 @@
 
 The scripts decide which events are advised (scripts/lua/includes/advisory.lua: the event types ActiveMQ
 advises about, gated by the destination's policy flags as ActiveMQ gates them) and record each one in
-the destination's forwarding hash in the same atomic step as the event; `operations.forward` then calls
-`build` and publishes the result on the advisory topic, which is an ordinary topic: subscribe to it like
-any other. An advisory is only recorded while its topic exists (someone has subscribed to it), since a
+the destination's forwarding hash (its outbox) in the same atomic step as the event; ops/forward.py then
+calls `build` and publishes the result on the advisory topic, which is an ordinary topic: subscribe to it
+like any other. An advisory is only recorded while its topic exists (someone has subscribed to it), since a
 topic message without subscriptions is dropped anyway.
 
 Two advisories are not JSON documents about an event: NoConsumer (`sendAdvisoryIfNoConsumers`) is the
 message itself, recorded by the send scripts (`no_consumer_copy`), and Connection advisories come from the
-gateway's sessions, published directly (`connection_changed`), as a deleted destination's are.
+gateway's sessions (`connection_changed`). Those with no destination whose outbox could hold them (a
+connection's, a deleted destination's) are recorded in the advisory topic's own outbox and delivered from
+there like the others, so a process that dies in between leaves the record to maintenance.
 
 The topics, the events they come from, their properties and their policy gates are listed in
 docs/broker_core.md (Advisory topics).
@@ -30,10 +32,12 @@ from typing import Any
 
 import msgpack
 
-from . import topic_ops, virtual
-from .destinations import Destination, parse_destination
-from .effects import Command
-from .messages import Message, TypedValue, unpack_delivery
+from ..destinations import Destination, matches, parse_destination
+from ..effects import Command, Forward, Op
+from ..keys import due_key, wildcards_key
+from ..messages import Message, TypedValue, forward_copy, unpack_delivery
+from ..resp import reply_text as _str
+from .context import Context
 
 PREFIX = "ActiveMQ.Advisory."
 BROKER_NAME = "localhost"  # ActiveMQ's default brokerName, sent as originBrokerName
@@ -64,49 +68,60 @@ def destination_topic(destination: Destination) -> Destination:
     return Destination("topic", f"{PREFIX}{'Topic' if destination.is_topic else 'Queue'}")
 
 
-def destination_changed(ops: Any, dest: Destination, now: int, added: bool) -> Any:
+def advisable(ops: Context, topic: Destination) -> Op:
+    """Whether an advisory for `topic` is worth publishing: the topic exists, or a wildcard subscription's
+    pattern matches it (the Python side of includes/advisory.lua's check)."""
+    if (yield Command(("EXISTS", f"{ops.prefix(topic)}:meta"))):
+        return True
+    patterns = yield Command(("SMEMBERS", wildcards_key(ops.namespace)))
+    return any(matches(Destination("topic", _str(p)), topic) for p in patterns)
+
+
+def destination_changed(ops: Context, dest: Destination, now: int, added: bool) -> Op:
     """The DestinationInfo advisory for a destination just created (`added`) or deleted, if anybody
-    subscribed to it. A creation's advisory goes through the new destination's forwarding hash like the
-    others; a deletion's is published directly, since the destination and its hash are gone."""
+    subscribed to it. A creation's advisory goes through the new destination's outbox like the others; a
+    deletion's through the advisory topic's own, since the destination and its outbox are gone."""
     if is_advisory(dest):
         return
     topic = destination_topic(dest)
-    if not (yield from topic_ops.advisable(ops, topic)):  # exists, or a wildcard subscription matches
+    if not (yield from advisable(ops, topic)):  # exists, or a wildcard subscription matches
         return
     advisory_id = f"ID:advisory:{dest.tag}:{'add' if added else 'remove'}:{uuid.uuid4().hex[:12]}"
     kind = "destination_add" if added else "destination_remove"
     event = msgpack.packb({"advisory": "Destination", "type": kind, "uri": dest.uri, "fields": {}, "ts": now})
-    if added:
-        yield Command(("HSET", f"{ops.prefix(dest)}:fwd", f"{advisory_id}|{topic.uri}",
-                       msgpack.packb([topic.uri, "advisory", event, b"", 0])))
-        yield from ops.forward(dest, now)
-        return
-    yield from publish(ops, topic, advisory_id, event, now)
+    if not added:
+        yield from ops.ensure(topic, now)  # listed in the maintenance index, so a record left there is found
+    yield from record(ops, dest if added else topic, topic, advisory_id, event, now)
 
 
-def publish(ops: Any, topic: Destination, advisory_id: str, packed_event: bytes, now: int) -> Any:
-    """Build the advisory for `packed_event` and publish it on `topic` at once: for an advisory with no
-    destination whose forwarding hash could hold it (a deleted destination, a connection)."""
-    reply = yield from ops._eval("topic_send", topic, now, 0, "forward", advisory_id,
-                                 build(advisory_id, packed_event, b"", now), "", "")
-    yield from topic_ops.finish_send(ops, topic, now, reply[reply.index(b"") + 1:])
+def record(ops: Context, outbox: Destination, topic: Destination, advisory_id: str, packed_event: bytes,
+           now: int) -> Op:
+    """Write the advisory for `packed_event` as a record in `outbox`'s forwarding hash and have it delivered
+    to `topic` (`Forward`). One HSET: a process that dies after it leaves the record for maintenance (or the
+    next forward there), which builds and publishes it then, exactly once (ops/forward.py). As the scripts
+    do when they record one (includes/forward.lua), the outbox's entry in the maintenance index is brought
+    forward first, so the tick looks there should this process die before delivering."""
+    yield Command(("ZADD", due_key(ops.namespace), "LT", now, ops.prefix(outbox)))
+    yield Command(("HSET", f"{ops.prefix(outbox)}:fwd", f"{advisory_id}|{topic.uri}",
+                   msgpack.packb([topic.uri, "advisory", packed_event, b"", 0])))
+    yield Forward(outbox, now)
 
 
-def connection_changed(ops: Any, info: dict[str, str], now: int, added: bool) -> Any:
+def connection_changed(ops: Context, info: dict[str, str], now: int, added: bool) -> Op:
     """ActiveMQ.Advisory.Connection (AdvisoryBroker.addConnection / removeConnection): a ConnectionInfo
     when a connection is established, a RemoveInfo when it ends, if anybody subscribed to the topic.
     `info`: `connection` (its id), and for an added one `client` (client id), `user`, `address`,
-    `protocol`; for a removed one `reason`. There is no forwarding hash to record it in (a connection is
-    not a destination), so it is published directly, like a deleted destination's advisory: a process
-    dying before it publishes loses that one advisory."""
-    if not (yield from topic_ops.advisable(ops, CONNECTION_TOPIC)):
+    `protocol`; for a removed one `reason`. A connection is not a destination, so the record goes to the
+    advisory topic's own outbox (`record`)."""
+    if not (yield from advisable(ops, CONNECTION_TOPIC)):
         return
     number = yield Command(("INCR", f"{ops.namespace}:advseq"))  # broker-wide, as advisory.lua's ids
     advisory_id = f"ID:advisory:connection:{number}"
     kind = "connection_add" if added else "connection_remove"
     event = msgpack.packb({"advisory": "Connection", "type": kind, "uri": "",
                            "fields": {k: v for k, v in info.items() if v is not None}, "ts": now})
-    yield from publish(ops, CONNECTION_TOPIC, advisory_id, event, now)
+    yield from ops.ensure(CONNECTION_TOPIC, now)  # in the maintenance index: a record left there is found
+    yield from record(ops, CONNECTION_TOPIC, CONNECTION_TOPIC, advisory_id, event, now)
 
 
 def _message_json(message_id: str, source: str, blob: bytes, include_body: bool) -> dict[str, Any]:
@@ -133,9 +148,9 @@ def no_consumer_copy(blob: bytes, source: str) -> bytes:
     destination it was sent to only when it already had one (a message routed before, e.g. by a
     virtual destination), and leaves it unset otherwise. A repeating scheduled message's firing (advised
     at each firing, lifecycle.lua fire_scheduled) leaves without its schedule, as the message ActiveMQ's
-    scheduler re-sends does (virtual.forward_copy): a topic refuses a repeat."""
+    scheduler re-sends does (messages.forward_copy): a topic refuses a repeat."""
     record = msgpack.unpackb(blob, raw=True)
-    return virtual.forward_copy(blob, source if len(record) > 16 and record[16] else "")
+    return forward_copy(blob, source if len(record) > 16 and record[16] else "")
 
 
 def build(advisory_id: str, packed_event: bytes, blob: bytes, now: int) -> bytes:

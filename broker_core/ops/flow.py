@@ -20,64 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .config.system_usage import DEFAULT_MEMORY_LIMIT, SystemUsage
-from .destinations import Destination
-from .effects import Command
-from .errors import BrokerError
-from .replies import percent
-from .resp import reply_text as _text
+from ..config.system_usage import DEFAULT_MEMORY_LIMIT, SystemUsage
+from ..destinations import Destination
+from ..effects import Command, Forward, Op, Sleep
+from ..errors import RETRY_AFTER_S, ResourceAllocationError
+from ..keys import Home, usage_key
+from ..replies import percent
+from ..scripts.calls import Full, Send, TopicSend
+from .context import Context
 
 MAX_SEND_WAIT_MS = 60_000  # the longest a send waits when the policy says "until there is space"
 FIRST_POLL_MS, MAX_POLL_MS = 10, 250  # re-try a waiting send after 10 ms, doubling up to 250 ms
-RETRY_AFTER_S = 1.0  # what adapters tell a refused producer (HTTP Retry-After)
 FLOW_DOC = "See http://activemq.apache.org/producer-flow-control.html for more info"
-
-
-@dataclass(frozen=True)
-class Sleep:
-    """A request to the driver (drivers/loop.py): wait `ms` milliseconds, reply with the clock's time."""
-
-    ms: int
-
-
-class ResourceAllocationError(BrokerError):
-    """A send refused by producer flow control (ActiveMQ's ResourceAllocationException). `details` name
-    the destination, which limit (`scope` "destination" or "broker"), the limit and usage in bytes, what
-    the send needed, how long it waited, and `retry_after` (seconds) for the adapters (HTTP 503)."""
-
-    code = "resource_limit"
-
-    @property
-    def retry_after(self) -> float:
-        return float(self.details.get("retry_after", RETRY_AFTER_S))
-
-
-class RedisMaxMemory(ResourceAllocationError):
-    """Redis itself refused the call's first write: its used memory is over its `maxmemory`, and with
-    `maxmemory-policy noeviction` (the embedded server's, signalbox/embedded_redis.py) it refuses writes
-    rather than evict a key. The backstop behind the limits above, which count message bytes only: the
-    call changed nothing (a script is refused before its first write), nothing stored is lost, and
-    consumers can still drain what is there."""
-
-    code = "redis_maxmemory"
-
-
-REDIS_MAXMEMORY_TEXT = (
-    "Redis is at its maxmemory (maxmemory-policy noeviction): the call was refused and stored nothing; "
-    "nothing already stored is lost. Consume or purge messages, or give Redis more memory "
-    "(SIGNALBOX_REDIS_MAXMEMORY for the embedded server)")
-
-
-def is_redis_maxmemory(text: str) -> bool:
-    """Whether a Redis error reply is its maxmemory refusal (a command's, or a script's first write's). The
-    reply starts "OOM command not allowed when used memory > 'maxmemory'"; redis-py's OutOfMemoryError
-    keeps the text without its "OOM" code, so the words after it are what is looked for."""
-    return "command not allowed when used memory" in text
-
-
-def usage_key(namespace: str) -> str:
-    """The broker-wide usage hash the scripts keep (includes/flow.lua)."""
-    return f"{namespace}:usage"
 
 
 def configure(broker: Any, usage: SystemUsage) -> None:
@@ -111,16 +65,7 @@ def memory_usage(used: Any, limit: Any) -> MemoryUsage:
     return MemoryUsage(int(used or 0), int(limit) if limit is not None else DEFAULT_MEMORY_LIMIT)
 
 
-# -- used by operations.py ------------------------------------------------------------------------------
-
-def is_full(reply: list[Any]) -> bool:
-    return len(reply) > 1 and reply[0] == b"" and reply[1] == b"full"
-
-
-def _need(reply: list[Any]) -> int:
-    """What the refused check needed: with a routing plan, against the broker's limit, the message times
-    every place it will be stored (flow.lua), so "can never fit" compares that, not one copy."""
-    return int(reply[9]) if len(reply) > 9 and reply[9] not in (None, b"", "") else int(reply[7])
+# -- used by the send operations ----------------------------------------------------------------------------
 
 
 def _limit_text(scope: str, used: int, limit: int, need: int) -> str:
@@ -128,15 +73,14 @@ def _limit_text(scope: str, used: int, limit: int, need: int) -> str:
     return f"{which} {limit} bytes, {used} used, this send needs {need}"
 
 
-def refusal_error(dest: Destination, reply: list[Any], waited_ms: int,
-                  capped: bool) -> ResourceAllocationError:
-    scope, used, limit, need = _text(reply[2]), int(reply[3]), int(reply[4]), _need(reply)
+def refusal_error(dest: Destination, full: Full, waited_ms: int, capped: bool) -> ResourceAllocationError:
+    scope, used, limit, need = full.scope, full.used, full.limit, full.need
     # A virtual destination's target may be the full one (its copy would not fit): name it.
-    full = _text(reply[8]) if len(reply) > 8 and reply[8] else dest.uri
-    details: dict[str, Any] = {"destination": full, "scope": scope, "limit": limit, "usage": used,
+    where_full = full.full_destination or dest.uri
+    details: dict[str, Any] = {"destination": where_full, "scope": scope, "limit": limit, "usage": used,
                                "need": need, "waited_ms": waited_ms, "retry_after": RETRY_AFTER_S}
-    where = full if full == dest.uri else f"{full} (a copy of a send to {dest.uri})"
-    if full != dest.uri:
+    where = where_full if where_full == dest.uri else f"{where_full} (a copy of a send to {dest.uri})"
+    if where_full != dest.uri:
         details["sent_to"] = dest.uri
     usage = _limit_text(scope, used, limit, need)
     if need > limit:
@@ -152,38 +96,45 @@ def refusal_error(dest: Destination, reply: list[Any], waited_ms: int,
     return ResourceAllocationError(text, **details)
 
 
-def send_when_space(ops: Any, dest: Destination, now: int, args: list[Any], script: str = "send") -> Any:
-    """Run the send script (`send`, or `topic_send`; args as the operation builds them, origin at args[1]);
-    while the send does not fit, wait and re-run it or raise, per the policy. Returns the script's reply
-    once the messages are stored."""
-    reply = yield from ops._eval(script, dest, now, *args)
+def send_when_space(ops: Context, dest: Destination, now: int, sending: type[Send] | type[TopicSend],
+                    budget: int | str, origin: Any, records: list[tuple]) -> Op:
+    """Run the send script (calls.Send, or calls.TopicSend; its budget, origin and records); while the send
+    does not fit, wait and re-run it or raise, per the policy. Returns its `Sent` once the messages are
+    stored."""
+
+    home = Home(dest)
+
+    def attempt(now: int, origin: Any) -> Op:
+        call = sending.call(ops.prefix(dest), now, budget, origin, records)
+        return sending.parse((yield from ops.eval(home, now, call)))
+
+    sent = yield from attempt(now, origin)
     waited, pause = 0, FIRST_POLL_MS
-    if is_full(reply):
-        yield from ops.forward(dest, now)  # the FULL advisory the refusal may have recorded (advisory.py)
-    while is_full(reply):
-        fail_now, timeout, need, limit = int(reply[5]), int(reply[6]), _need(reply), int(reply[4])
-        capped = timeout <= 0
-        deadline = MAX_SEND_WAIT_MS if capped else timeout
-        if _drops_copies(reply) and (need > limit or waited >= deadline):
+    if isinstance(sent, Full):
+        yield Forward(dest, now)  # the FULL advisory the refusal may have recorded (advisory.py)
+    while isinstance(sent, Full):
+        capped = sent.timeout_ms <= 0
+        deadline = MAX_SEND_WAIT_MS if capped else sent.timeout_ms
+        if sent.drops_copies and (sent.need > sent.limit or waited >= deadline):
             # the full one is a virtual topic's consumer queue with dropOnResourceLimit: where ActiveMQ's
             # copy would fail (VirtualTopicInterceptor swallows the ResourceAllocationException), the
             # send goes on without the copies for full such queues (dropped and counted, virtual.lua).
-            args = [args[0], _dropping(args[1]), *args[2:]]
-            reply = yield from ops._eval(script, dest, now, *args)
+            origin = _dropping(origin)
+            sent = yield from attempt(now, origin)
             continue
-        if fail_now or need > limit or waited >= deadline:
+        if sent.fail_now or sent.need > sent.limit or waited >= deadline:
             if waited:
                 yield from _record_blocked(ops, dest, waited)
-            raise refusal_error(dest, reply, waited, capped)
+            raise refusal_error(dest, sent, waited, capped)
         step = min(pause, deadline - waited)
         now = yield Sleep(step)
         waited += step
         pause = min(pause * 2, MAX_POLL_MS)
-        args = [args[0], _retry(args[1]), *args[2:]]
-        reply = yield from ops._eval(script, dest, now, *args)
+        origin = _retry(origin)
+        sent = yield from attempt(now, origin)
     if waited:
         yield from _record_blocked(ops, dest, waited)
-    return reply
+    return sent
 
 
 def _retry(origin: str | bytes) -> str | bytes:
@@ -191,11 +142,6 @@ def _retry(origin: str | bytes) -> str | bytes:
     if isinstance(origin, bytes) and origin.startswith(b"producer"):
         return b"retry" + origin[len(b"producer"):]
     return "retry" if origin == "producer" else origin
-
-
-def _drops_copies(reply: list[Any]) -> bool:
-    """Whether the full destination of a refusal drops its copies instead (flow.lua memory_refusal)."""
-    return len(reply) > 10 and reply[10] in (1, b"1", "1")
 
 
 def _dropping(origin: str | bytes) -> str | bytes:
@@ -206,5 +152,5 @@ def _dropping(origin: str | bytes) -> str | bytes:
     return b"drop" + plus + plan
 
 
-def _record_blocked(ops: Any, dest: Destination, waited: int) -> Any:
+def _record_blocked(ops: Context, dest: Destination, waited: int) -> Op:
     yield Command(("HINCRBY", f"{ops.prefix(dest)}:meta", "blocked_ms", waited))

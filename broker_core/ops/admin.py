@@ -1,0 +1,72 @@
+"""A destination's life: creating it on first use (what the router runs for a `Create` effect), the
+registry, policy refreshes, and deleting its keys.
+"""
+
+from __future__ import annotations
+
+from ..destinations import Destination, parse_destination
+from ..effects import Command, Op
+from ..keys import due_key, wildcards_key
+from ..resp import reply_text as _str
+from ..scripts import calls
+from . import advisory, virtual
+from .context import Context
+
+DESTINATIONS_PAGE = 500  # registry entries per ZSCAN
+
+
+def init_destination(ops: Context, dest: Destination, now: int) -> Op:
+    """Create a destination (idempotent): its resolved policy, its name, its registry entry."""
+    yield from ops.write_policy(dest)
+    prefix = ops.prefix(dest)
+    yield Command(("HSETNX", f"{prefix}:meta", "uri", dest.uri))
+    yield Command(("HSETNX", f"{prefix}:meta", "created", now))
+    # into the maintenance index (broker_core/maintenance.py), due now: its first visit schedules it
+    yield Command(("ZADD", f"{due_key(ops.namespace)}:periodic", "NX", now, prefix))
+    if dest.is_wildcard:
+        # a wildcard subscription's pseudo-topic is no destination: not listed, no advisory; maintenance
+        # and policy refreshes find it in <ns>:wildcards (pattern_topics)
+        return
+    created = yield Command(("ZADD", ops.registry_key, "NX", now, dest.uri))
+    yield from virtual.on_created(ops, dest)  # a virtual topic's consumer queue joins
+    if created:  # ActiveMQ.Advisory.Queue / .Topic (advisory.py)
+        yield from advisory.destination_changed(ops, dest, now, added=True)
+
+
+def destinations(ops: Context) -> Op:
+    """Every destination's URI, in creation order (the registry's), read DESTINATIONS_PAGE at a time
+    (ZSCAN, which may repeat a name: kept once), so no call reads 10,000 destinations."""
+    found: dict[str, float] = {}
+    cursor = 0
+    while True:
+        cursor, page = yield Command(("ZSCAN", ops.registry_key, cursor, "COUNT", DESTINATIONS_PAGE))
+        found.update((_str(uri), score) for uri, score in page)  # redis-py: (member, score) pairs
+        if int(cursor) == 0:
+            return sorted(found, key=lambda uri: (found[uri], uri))
+
+
+def pattern_topics(ops: Context) -> Op:
+    """The uris of the wildcard subscriptions' pseudo-topics (`topic://orders.>`): not in the destination
+    registry, so maintenance and policy refreshes add these."""
+    reply = yield Command(("SMEMBERS", wildcards_key(ops.namespace)))
+    return sorted(f"topic://{_str(p)}" for p in reply)
+
+
+def refresh_policies(ops: Context, now: int) -> Op:
+    """Rewrite every destination's policy hash after the policy map changed at run time."""
+    for uri in (yield from destinations(ops)) + (yield from pattern_topics(ops)):
+        dest = parse_destination(uri, allow_wildcards=True)  # wildcard subscriptions' pseudo-topics too
+        yield from ops.write_policy(dest)
+        yield Command(("HSET", f"{ops.prefix(dest)}:meta", "dirty", "1"))
+
+
+def delete_destination(ops: Context, dest: Destination, now: int) -> Op:
+    """Delete a destination's own keys and its registry entry (a topic's subscriptions went first:
+    topics.delete); returns how many messages its keys held. Its deletion advisory, if anybody listens,
+    goes through the advisory topic's outbox."""
+    count = calls.DestinationDelete.parse((yield calls.DestinationDelete.call(ops.prefix(dest), now)))
+    removed = yield Command(("ZREM", ops.registry_key, dest.uri))
+    yield from virtual.on_deleted(ops, dest)
+    if removed:
+        yield from advisory.destination_changed(ops, dest, now, added=False)
+    return count

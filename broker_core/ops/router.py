@@ -1,0 +1,290 @@
+"""The router: every operation's entry point, the only module that knows queues, topics and forwarding.
+
+It sends each call to the module for its kind of destination (ops/queues.py for a queue or one
+subscription, ops/topics.py for a topic, ops/admin.py, ops/transactions.py) and runs the operation through
+`run`, which does what the layers below may not: for a `Forward` effect it delivers the outbox
+(ops/forward.py), for a `Create` effect it creates the destination (ops/admin.py), inline, with
+`yield from`, and passes every other effect to the driver (drivers/loop.py). So a lower module never calls
+an upper one; each writes records and yields.
+
+The facade (broker.py) calls these entry points only. `Router` is also the `Context` the modules below
+are handed (one object per broker: the namespace, the per-process caches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from ..destinations import Destination, require_concrete
+from ..effects import Create, Forward, Op
+from ..errors import OperationRefused
+from ..keys import Home
+from ..messages import Message
+from ..model import AckRequest, ConsumerRef, ConsumerSpec
+from . import admin, advisory, forward, queues, topics, transactions, virtual
+from .context import Context
+
+
+class Router(Context):
+    """The operations of one key namespace, as generators of effects for the driver."""
+
+    def run(self, op: Op) -> Op:
+        """Run `op`, doing its `Forward` and `Create` effects here (each an operation of its own, run the
+        same way) and handing every other effect to the driver; errors go back into `op` where it
+        yielded, as a call made there would raise them."""
+        try:
+            request = next(op)
+            while True:
+                kind = type(request)
+                try:
+                    if kind is Forward:
+                        reply = yield from self.run(forward.forward(self, request.destination, request.now,
+                                                                    request.limit))
+                    elif kind is Create:
+                        reply = yield from self.run(admin.init_destination(self, request.destination,
+                                                                           request.now))
+                    else:
+                        reply = yield request
+                except Exception as exc:  # noqa: BLE001 - handed to the operation, which decides
+                    request = op.throw(exc)
+                else:
+                    request = op.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            op.close()  # closed from outside (a cancelled call): the operation's own cleanup runs now
+
+    # -- producing -----------------------------------------------------------------------------------
+
+    def send(self, dest: Destination, messages: Iterable[Message], now: int,
+             also: tuple[Destination, ...] = ()) -> Op:
+        """Enqueue messages in order; returns their ids. A bad message or a limit refuses the whole batch.
+        `also`: the other parts of a client-side composite (`A,B,topic://C`), sent copies."""
+        require_concrete(dest, "send to")
+        if dest.is_topic:
+            return (yield from self.run(topics.send(self, dest, messages, now, also)))
+        packed = [message.pack(now) for message in messages]
+        return (yield from self.run(queues.send_packed(self, dest, packed, now, also)))
+
+    def send_packed(self, dest: Destination, packed: list[tuple[str, bytes]], now: int,
+                    also: tuple[Destination, ...] = ()) -> Op:
+        """`send` to a queue of messages packed already (Message.pack: id, bytes)."""
+        return self.run(queues.send_packed(self, dest, packed, now, also))
+
+    def send_composite(self, parts: list[Destination], messages: list[Message], now: int,
+                       tx: str | None = None) -> Op:
+        """A client-side composite send (spec §10.1). The first queue part (else the first topic) takes the
+        send, and in the same atomic step records copies for the other parts, so a crash cannot leave some
+        parts without it. Each part's message has the composite as its original destination."""
+        uri = getattr(parts, "uri", "")  # destinations.CompositeParts: the composite's own name
+        if uri:
+            messages = [replace(m, original_destination=uri) for m in messages]
+        if tx:
+            ids: list[str] = []
+            for part in parts:
+                ids = yield from self.tx_send(tx, part, messages, now)
+            return ids
+        entry = next((p for p in parts if p.is_queue), parts[0])
+        return (yield from self.send(entry, messages, now, tuple(p for p in parts if p != entry)))
+
+    # -- consuming -----------------------------------------------------------------------------------
+
+    def add_consumer(self, dest: Destination, spec: ConsumerSpec, now: int, consumer_id: str | None) -> Op:
+        cid, packed, selector = queues.consumer_definition(spec, consumer_id)
+        return self.run(topics.subscribe(self, dest, spec, now, cid, packed, selector) if dest.is_topic else
+                        queues.add_consumer(self, dest, spec, now, cid, packed))
+
+    def receive(self, consumer: ConsumerRef, max_messages: int, now: int, lease_ms: int) -> Op:
+        return self.run(queues.receive(self, consumer, max_messages, now, lease_ms))
+
+    def receive_after(self, consumer: ConsumerRef, after: int, max_messages: int, push: int, now: int,
+                      lease_ms: int) -> Op:
+        return self.run(queues.receive_after(self, consumer, after, max_messages, push, now,
+                                             lease_ms))
+
+    def cancel_pull(self, consumer: ConsumerRef, now: int) -> Op:
+        return self.run(queues.cancel_pull(self, consumer, now))
+
+    def ack(self, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
+            receive: int = 0) -> Op:
+        return self.run(queues.ack(self, consumer, message_ids, mode, now, receive))
+
+    def ack_many(self, dest: Destination, requests: list[AckRequest], now: int) -> Op:
+        """`ack` of several consumers of one queue in one script call (drivers/coalesce.py)."""
+        return self.run(queues.ack_many(self, Home(dest), requests, now))
+
+    def nack(self, consumer: ConsumerRef, message_ids: list[str], poison: bool, now: int,
+             jitter: float) -> Op:
+        return self.run(queues.nack(self, consumer, message_ids, poison, now, jitter))
+
+    def release(self, consumer: ConsumerRef, message_ids: list[str], now: int) -> Op:
+        return self.run(queues.release(self, consumer, message_ids, now))
+
+    def close_consumer(self, consumer: ConsumerRef, now: int, reason: str,
+                       written: int | None = None) -> Op:
+        return self.run(queues.close_consumer(self, consumer, now, reason, written))
+
+    # -- on a home: a queue, a topic (all its subscriptions), or one subscription ---------------------------
+
+    def sweep_expired(self, home: Home, now: int) -> Op:
+        """One page of the expiry sweep; call again until `done`."""
+        return self.run(topics.sweep_expired(self, home.destination, now) if home.fans_out else
+                        queues.sweep_expired(self, home, now))
+
+    def renew(self, home: Home, consumer_ids: list[str], lease_ms: int, now: int) -> Op:
+        """Renew leases; returns the ids that are no longer registered (closed or reaped)."""
+        if home.fans_out:
+            return self.run(topics.renew(self, home.destination, consumer_ids, lease_ms, now))
+        return self.run(queues.renew(self, home, consumer_ids, lease_ms, now))
+
+    def reap(self, home: Home, now: int, limit: int) -> Op:
+        """Close consumers whose lease lapsed; returns their ids."""
+        return self.run(topics.reap(self, home.destination, now, limit) if home.fans_out else
+                        queues.reap(self, home, now, limit))
+
+    def dispatch(self, home: Home, now: int) -> Op:
+        return self.run(topics.dispatch(self, home.destination, now) if home.fans_out else
+                        queues.dispatch(self, home, now))
+
+    def return_owed(self, home: Home, now: int) -> Op:
+        """What closed consumers still hold goes back, `return_chunk` per call (queues.return_owed)."""
+        return self.run(queues.return_owed(self, home, now))
+
+    def fan_out(self, topic: Destination, now: int) -> Op:
+        """Go on with the topic's unfinished fan-outs (topics.fan_out)."""
+        return self.run(topics.fan_out(self, topic, now))
+
+    def forward(self, dest: Destination, now: int, limit: int = 1_000) -> Op:
+        """Deliver what waits in the destination's outbox (forwards a crashed process left behind)."""
+        return self.run(forward.forward(self, dest, now, limit))
+
+    # -- administration ------------------------------------------------------------------------------
+
+    def pause(self, dest: Destination, paused: bool, now: int) -> Op:
+        return self.run(queues.pause(self, dest, paused, now))
+
+    def remove_message_groups(self, dest: Destination, group_id: str | None, now: int) -> Op:
+        return self.run(queues.remove_message_groups(self, dest, group_id, now))
+
+    def message_groups(self, dest: Destination, now: int) -> Op:
+        return self.run(queues.message_groups(self, dest, now))
+
+    def message_groups_page(self, dest: Destination, now: int, cursor: str | None, limit: int) -> Op:
+        return self.run(queues.message_groups_page(self, dest, now, cursor, limit))
+
+    def group_counts(self, dest: Destination, now: int, pending_limit: int, in_flight_limit: int) -> Op:
+        return self.run(queues.group_counts(self, dest, now, pending_limit, in_flight_limit))
+
+    def summary(self, dest: Destination, now: int, oldest: bool = False) -> Op:
+        return self.run(queues.summary(self, dest, now, oldest))
+
+    def summaries(self, topics_: list[Destination], now: int, budget: int = topics.SUMMARY_BUDGET) -> Op:
+        """Topics' summaries, in calls of at most `budget` units of work (topics.summaries)."""
+        return self.run(topics.summaries(self, topics_, now, budget))
+
+    def stats(self, dest: Destination, now: int) -> Op:
+        return self.run(topics.stats(self, dest, now) if dest.is_topic else
+                        queues.stats(self, Home(dest), now))
+
+    def subscriptions(self, topic: Destination, now: int) -> Op:
+        return self.run(topics.subscriptions(self, topic, now))
+
+    def for_each_subscription(self, topic: Destination) -> Op:
+        """The homes of a topic's subscriptions."""
+        return self.run(topics.for_each_subscription(self, topic))
+
+    def unsubscribe(self, topic: Destination, client_id: str, subscription_name: str, now: int) -> Op:
+        return self.run(topics.unsubscribe(self, topic, client_id, subscription_name, now))
+
+    def expire_offline_durables(self, topic: Destination, timeout_ms: int | None, now: int) -> Op:
+        return self.run(topics.expire_offline_durables(self, topic, timeout_ms, now))
+
+    def pattern_topics(self) -> Op:
+        return self.run(admin.pattern_topics(self))
+
+    def idle_pattern_topics(self) -> Op:
+        return self.run(topics.idle_pattern_topics(self))
+
+    def drop_idle_pattern(self, dest: Destination, now: int, jobs: tuple[str, ...]) -> Op:
+        return self.run(topics.drop_idle_pattern(self, dest, now, jobs))
+
+    def destinations(self) -> Op:
+        return self.run(admin.destinations(self))
+
+    def ensure_destination(self, dest: Destination, now: int) -> Op:
+        return self.run(self.ensure(dest, now))
+
+    def refresh_policies(self, now: int) -> Op:
+        return self.run(admin.refresh_policies(self, now))
+
+    def delete_destination(self, dest: Destination, now: int) -> Op:
+        """Delete a destination and everything in it; returns how many messages it held."""
+        if dest.is_topic:  # its subscriptions first, then its own keys
+            stored = yield from self.run(topics.delete(self, dest, now))
+            yield from self.run(admin.delete_destination(self, dest, now))
+            return stored
+        return (yield from self.run(admin.delete_destination(self, dest, now)))
+
+    def connection_changed(self, info: dict[str, str], now: int, added: bool) -> Op:
+        return self.run(advisory.connection_changed(self, info, now, added))
+
+    def virtual_routing(self) -> Op:
+        return self.run(virtual.routing(self))
+
+    # -- the operator's message operations (spec §14.3) -----------------------------------------------
+
+    def browse(self, dest: Destination, selector: str | None, cursor: str | None, limit: int, now: int) -> Op:
+        return self.run(queues.browse(self, dest, selector, cursor, limit, now))
+
+    def get_message(self, dest: Destination, message_id: str, now: int) -> Op:
+        return self.run(queues.get_message(self, dest, message_id, now))
+
+    def parked_times(self, dest: Destination, message_ids: list[str]) -> Op:
+        return self.run(queues.parked_times(self, dest, message_ids))
+
+    def remove(self, dest: Destination, message_ids: list[str], now: int) -> Op:
+        _refuse_on_topic(dest, "remove messages from")
+        return (yield from self.run(queues.remove(self, dest, message_ids, now)))
+
+    def remove_matching(self, dest: Destination, selector: str | None, limit: int | None, now: int,
+                        progress: Callable[[int, int], None] | None = None) -> Op:
+        _refuse_on_topic(dest, "remove messages from")
+        return (yield from self.run(queues.remove_matching(self, dest, selector, limit, now, progress)))
+
+    def purge(self, dest: Destination, now: int, progress: Callable[[int, int], None] | None = None) -> Op:
+        st = yield from self.stats(dest, now)
+        return (yield from self.run(queues.purge(self, dest, now, st.queue_size + st.parked, progress)))
+
+    def transfer(self, dest: Destination, mode: str, target: Destination | None, message_ids: list[str],
+                 selector: str | None, limit: int | None, now: int) -> Op:
+        _refuse_on_topic(dest, f"{mode} messages of")
+        return (yield from self.run(queues.transfer(self, dest, mode, target, message_ids, selector, limit,
+                                                    now)))
+
+    # -- transactions --------------------------------------------------------------------------------
+
+    def tx_begin(self, ttl_ms: int) -> Op:
+        return self.run(transactions.begin(self, ttl_ms))
+
+    def tx_send(self, tx: str, dest: Destination, messages: Iterable[Message], now: int) -> Op:
+        return self.run(transactions.send(self, tx, dest, messages, now))
+
+    def tx_ack(self, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
+        return self.run(transactions.ack(self, tx, consumer, message_ids, mode, now))
+
+    def tx_commit(self, tx: str, now: int) -> Op:
+        return self.run(transactions.commit(self, tx, now))
+
+    def tx_rollback(self, tx: str, now: int) -> Op:
+        return self.run(transactions.rollback(self, tx, now))
+
+
+def _refuse_on_topic(dest: Destination, what: str) -> None:
+    """a topic stores each message once for all its subscriptions (topics.py), so taking one out
+    by id would pull it from under every subscriber; ActiveMQ's TopicView has no removeMessage/move."""
+    if dest.is_topic:
+        raise OperationRefused(f"cannot {what} a topic ({dest.uri}): a topic's messages belong to its "
+                               "subscriptions; ActiveMQ's TopicView has no such operation",
+                               destination=dest.uri)
+

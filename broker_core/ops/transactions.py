@@ -1,0 +1,143 @@
+"""Transactions over sends and acks: a transaction buffers its sends and acks in Redis (key
+<ns>:tx:<id>); commit applies them in one MULTI/EXEC, rollback returns the acked messages with their
+redelivery counter raised.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import msgpack
+
+from ..destinations import Destination, require_concrete
+from ..effects import Command, Eval, Forward, Op
+from ..errors import NotInFlight, TransactionError, UnknownConsumer
+from ..keys import Home, tx_key
+from ..messages import Message
+from ..model import ConsumerRef
+from ..scripts import calls
+from ..scripts.calls import FORWARDS_WAITING, PASS_HAS_MORE
+from ..topics import pack_for_topic
+from . import flow, queues, topics, virtual
+from .context import Context
+
+
+def begin(ops: Context, ttl_ms: int) -> Op:
+    tx = f"tx-{uuid.uuid4().hex[:16]}"
+    yield Command(("RPUSH", tx_key(ops.namespace, tx), msgpack.packb(["begin"])))
+    yield Command(("PEXPIRE", tx_key(ops.namespace, tx), ttl_ms))
+    return tx
+
+
+# Records: ["send", kind, name, message id, packed message] and
+# ["ack", kind, name, consumer id, ack mode, [message ids]].
+
+
+def _tx_open(ops: Context, tx: str) -> Op:
+    if not (yield Command(("EXISTS", tx_key(ops.namespace, tx)))):
+        raise TransactionError(f"no open transaction {tx}", transaction=tx)
+
+
+def _tx_records(ops: Context, tx: str) -> Op:
+    yield from _tx_open(ops, tx)
+    raw = yield Command(("LRANGE", tx_key(ops.namespace, tx), 1, -1))
+    return [msgpack.unpackb(r, raw=False) for r in raw]
+
+
+def send(ops: Context, tx: str, dest: Destination, messages: Iterable[Message], now: int) -> Op:
+    require_concrete(dest, "send to")
+    yield from _tx_open(ops, tx)
+    yield from ops.ensure(dest, now)  # so the commit's MULTI never meets a new one
+    if dest.is_topic:  # recorded with the ActiveMQ.Retain decision (topics.pack_for_topic)
+        records = [pack_for_topic(message, now) for message in messages]
+        packed = [(message_id, blob) for message_id, blob, _, _ in records]
+    else:
+        packed = [message.pack(now) for message in messages]
+    # a transacted send waits for space (or fails) when it is sent; its commit is not refused.
+    # the space it needs is reserved for the transaction until its commit or rollback (or its
+    # end of life), so open transactions together cannot commit past a limit (§9.2), topics included.
+    ttl = yield Command(("PTTL", tx_key(ops.namespace, tx)))
+    probe = f"probe:{tx}:{max(int(ttl), 1)}"
+    yield from flow.send_when_space(ops, dest, now, calls.Send, 0, probe, packed)
+    ids = []
+    if dest.is_topic:
+        for message_id, blob, retain, copy in records:
+            ids.append(message_id)
+            yield Command(("RPUSH", tx_key(ops.namespace, tx),
+                           msgpack.packb(["send", dest.kind, dest.name, message_id, blob, retain, copy])))
+        return ids
+    for message_id, blob in packed:
+        ids.append(message_id)
+        yield Command(("RPUSH", tx_key(ops.namespace, tx),
+                       msgpack.packb(["send", dest.kind, dest.name, message_id, blob])))
+    return ids
+
+
+def ack(ops: Context, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
+    """A transacted ack is a DELIVERED ack now (the window grows) and a real ack on commit."""
+    yield from _tx_open(ops, tx)
+    yield from queues.ack(ops, consumer, message_ids, "delivered", now)
+    dest = consumer.destination
+    yield Command(("RPUSH", tx_key(ops.namespace, tx), msgpack.packb(
+        ["ack", dest.kind, dest.name, consumer.consumer_id, mode, message_ids])))
+
+
+def commit(ops: Context, tx: str, now: int) -> Op:
+    records = yield from _tx_records(ops, tx)
+    batch: list[Eval] = []
+    touched: dict[str, Home] = {}
+    for op, kind, name, *rest in records:
+        dest = Destination(kind, name)
+        home = Home(dest)
+        touched[home.label] = home
+        if op == "send" and dest.is_topic:
+            origin = yield from virtual.origin(ops, dest, "commit")
+            batch.append(calls.TopicSend.call(ops.prefix(dest), now, 0, origin, [rest]))
+        elif op == "send":
+            message_id, blob = rest
+            origin = yield from virtual.origin(ops, dest, "commit")
+            batch.append(calls.Send.call(ops.prefix(dest), now, 0, origin, [(message_id, blob)]))
+        else:
+            consumer_id, mode, message_ids = rest
+            if dest.is_topic:  # the ack goes to the consumer's subscription
+                try:
+                    home = yield from ops.subscription_home(dest, consumer_id, None)
+                except UnknownConsumer:
+                    continue  # closed: its messages went back (durable) or away (non-durable) already
+                touched[home.label] = home
+            batch.append(calls.Ack.call(ops.home_prefix(home), now, [(consumer_id, mode, 0, message_ids)]))
+    # the reservations end in the same atomic step as the committed messages start counting
+    batch += [calls.FlowRelease.call(ops.prefix(d), now, tx) for d in _sent_to(records)]
+    yield Command(("DEL", tx_key(ops.namespace, tx)))
+    replies = yield batch  # one MULTI/EXEC
+    errors = [r for r in replies if isinstance(r, Exception)]
+    for home in touched.values():  # each script ran one chunk: finish the passes and forwards
+        if home.fans_out:  # a topic: its outbox, its subscriptions' passes, a send's unfinished fan-out
+            yield Forward(home.destination, now)
+            yield from topics.dispatch(ops, home.destination, now)
+            yield from topics.fan_out(ops, home.destination, now)
+            continue
+        yield from ops.continue_dispatch(home, now, PASS_HAS_MORE | FORWARDS_WAITING, 0)
+    if errors:
+        raise TransactionError(f"transaction {tx} committed with errors: {errors[0]}", transaction=tx)
+
+
+def rollback(ops: Context, tx: str, now: int) -> Op:
+    records = yield from _tx_records(ops, tx)
+    yield Command(("DEL", tx_key(ops.namespace, tx)))
+    for dest in _sent_to(records):  # give back the space its sends reserved
+        yield calls.FlowRelease.call(ops.prefix(dest), now, tx)
+    for record in records:
+        if record[0] == "ack":
+            consumer = ConsumerRef(Destination(record[1], record[2]), record[3])
+            try:
+                yield from queues.release(ops, consumer, record[5], now)
+            except (UnknownConsumer, NotInFlight):  # the consumer closed; its messages went back already
+                continue
+
+
+def _sent_to(records: list[Any]) -> list[Destination]:
+    """the destinations a transaction's send records name (each holds a reservation)."""
+    return list(dict.fromkeys(Destination(r[1], r[2]) for r in records if r[0] == "send"))

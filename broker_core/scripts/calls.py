@@ -1,0 +1,1072 @@
+"""One typed call per script (lua/<name>.lua): how to call it and what its reply says.
+
+Each script has one class here, named after it: its classmethods build the `Eval` (keys and arguments in
+the order the script reads them) from typed arguments, and `parse` (or one parser per operation of a
+script with several) turns the raw reply into a typed value. This is the only module that knows where a
+value sits in a script's reply; the operations read names.
+
+Every script that can leave work behind for its caller ends its reply with the same tail, one array
+(`dispatch.reply_tail` in lua/includes/dispatch.lua), read by `tail` into a `Tail`: how many messages the
+call dispatched, the flags saying what is left (a pass that has more, forwards waiting, a topic's unfinished
+fan-out), when a parked message or a delayed start comes due, the subscriptions whose pass has more (a
+topic's scripts), and the deliveries pushed to the calling process's own consumers (send.lua,
+lua/includes/outbox.lua, its push_* functions).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .. import model
+from ..effects import Eval
+from ..messages import Delivery, unpack_delivery
+from ..model import Browsed, BrowsePage, DestinationSummary, GroupInfo, GroupPage
+from ..resp import reply_text as _text
+
+# The tail's flags (lua/includes/dispatch.lua, forward.lua, topic_send.lua).
+PASS_HAS_MORE, FORWARDS_WAITING, FANOUT_UNFINISHED = 1, 2, 4
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """What a call left for its caller to finish (see the module's docstring)."""
+
+    dispatched: int
+    flags: int
+    hold_until: int
+    more: tuple[str, ...] = ()  # subscription keys whose pass has more (a topic's scripts)
+    pushed: tuple[bytes, ...] = ()  # push payloads for this process's consumers (outbox.lua)
+
+
+NO_WORK = Tail(0, 0, 0)
+
+
+def tail(raw: Sequence[Any]) -> Tail:
+    """The tail array a reply ends with: {dispatched, flags, hold_until}, then, when there are any, the
+    subscription keys whose pass has more and the pushes."""
+    if len(raw) == 3:  # (the usual tail)
+        return Tail(int(raw[0]), int(raw[1]), int(raw[2]))
+    return Tail(int(raw[0]), int(raw[1]), int(raw[2]), tuple(_text(k) for k in raw[3]), tuple(raw[4]))
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, str]:
+    """A flat field/value list (HGETALL's) as a dict."""
+    return {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def _deliveries(flat: Sequence[Any], start: int, end: int, uri: str, consumer_id: str) -> list[Delivery]:
+    """Messages a script handed over: groups of (id, packed message, redeliveries, group first)."""
+    return [unpack_delivery(_text(flat[i]), uri, consumer_id, flat[i + 1], int(flat[i + 2]),
+                            bool(int(flat[i + 3])))
+            for i in range(start, end, 4)]
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"
+
+
+class ScriptCall:
+    """The typed call of the script named `script` (lua/<script>.lua)."""
+
+    script: ClassVar[str]
+
+
+# -- the replies --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """consumer_add, topic_subscribe: the consumer id is a closed consumer's whose messages are still going
+    back (return_owed.lua); nothing changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Full:
+    """send, topic_send: the messages do not fit a memory limit (lua/includes/flow.lua); nothing stored."""
+
+    scope: str  # 'destination' or 'broker'
+    used: int
+    limit: int
+    fail_now: bool  # sendFailIfNoSpace
+    timeout_ms: int  # sendFailIfNoSpaceAfterTimeout (0: wait until there is space)
+    need: int  # what the refused check needed (with a routing plan: every place it will be stored)
+    full_destination: str  # the full one when it is another (a virtual destination's target), else ''
+    drops_copies: bool  # the full one drops its copies instead (dropOnResourceLimit)
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """send, topic_send: a status per message ('ok', 'duplicate', 'expired', 'forwarded'); for 'check' and
+    'probe', none and NO_WORK."""
+
+    statuses: tuple[str, ...]
+    tail: Tail
+
+
+def _sent(reply: list[Any]) -> Sent | Full:
+    if reply and reply[0] == b"":
+        if len(reply) > 1 and reply[1] == b"full":
+            plan_need = reply[9] if len(reply) > 9 else None
+            need = int(plan_need) if plan_need not in (None, b"", "") else int(reply[7])
+            full = _text(reply[8]) if len(reply) > 8 and reply[8] else ""
+            return Full(_text(reply[2]), int(reply[3]), int(reply[4]), bool(int(reply[5])), int(reply[6]),
+                        need, full, len(reply) > 10 and reply[10] in (1, b"1", "1"))
+        return Sent((), NO_WORK)  # 'check', 'probe'
+    return Sent(tuple(_text(s) for s in reply[:-1]), tail(reply[-1]))
+
+
+# -- the scripts, alphabetically -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Aborted:
+    ran: bool  # False: not due (checkPeriod)
+    tracked: int  # consumers the strategy tracks as slow
+    aborted: tuple[str, ...]  # their messages are all owed (return_owed.lua)
+    tail: Tail
+
+
+class Abort(ScriptCall):
+    """abort.lua: one run of a slow-consumer strategy, or an operator's abort."""
+
+    script = "abort"
+
+    @classmethod
+    def check(cls, prefix: str, now: int, tombstones_max: int, tombstone_ms: int, strategy: str,
+              check_period: int, max_slow_duration: int, max_slow_count: int, abort_connection: bool,
+              max_time_since_last_ack: int, ignore_idle_consumers: bool) -> Eval:
+        return Eval(cls.script, (prefix,), (
+            now, 0, tombstones_max, tombstone_ms, "check", strategy, check_period, max_slow_duration,
+            max_slow_count, _flag(abort_connection), max_time_since_last_ack, _flag(ignore_idle_consumers)))
+
+    @classmethod
+    def abort(cls, prefix: str, now: int, tombstones_max: int, tombstone_ms: int, consumer_id: str,
+              reason: str, abort_connection: bool) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, tombstones_max, tombstone_ms, "abort", consumer_id,
+                                            reason, _flag(abort_connection)))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Aborted:
+        return Aborted(bool(int(reply[0])), int(reply[1]), tuple(_text(x) for x in reply[2:-1]),
+                       tail(reply[-1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    """Per request, in order: how many were acknowledged and the next messages handed over."""
+
+    results: list[tuple[int, list[Delivery]]]
+    tail: Tail
+
+
+class Ack(ScriptCall):
+    """ack.lua: acknowledgements of one or more consumers of a destination, checked before any applies."""
+
+    script = "ack"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, requests: Iterable[tuple[str, str, int, Sequence[str]]]) -> Eval:
+        """`requests`: (consumer id, mode, messages to receive after, message ids) each."""
+        args: list[Any] = [now, 0]
+        for consumer_id, mode, receive, message_ids in requests:
+            args += [consumer_id, mode, receive, len(message_ids), *message_ids]
+        return Eval(cls.script, (prefix,), tuple(args))
+
+    @classmethod
+    def check(cls, prefix: str, now: int, consumer_id: str, mode: str, message_ids: Sequence[str]) -> Eval:
+        """The checks only, nothing changed (a large ack is checked whole, then sent in parts)."""
+        return Eval(cls.script, (prefix,),
+                    (now, "check", consumer_id, mode, 0, len(message_ids), *message_ids))
+
+    @staticmethod
+    def parse(reply: list[Any], consumers: Sequence[tuple[str, str]]) -> Acked:
+        """`consumers`: (destination uri, consumer id) per request, in order."""
+        results, at = [], 0
+        for uri, consumer_id in consumers:
+            acked, received = int(reply[at]), int(reply[at + 1])
+            end = at + 2 + 4 * received
+            results.append((acked, _deliveries(reply, at + 2, end, uri, consumer_id)))
+            at = end
+        return Acked(results, tail(reply[-1]))
+
+
+class Browse(ScriptCall):
+    """browse.lua: one page of a queue's messages, never changing state."""
+
+    script = "browse"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, cursor: str, limit: int, examine: int,
+             compiled_selector: str) -> Eval:
+        return Eval(cls.script, (prefix,), (now, cursor, limit, examine, compiled_selector))
+
+    @staticmethod
+    def parse(reply: list[Any], uri: str) -> BrowsePage:
+        messages = [Browsed(unpack_delivery(_text(reply[i]), uri, _text(reply[i + 3]), reply[i + 1],
+                                            int(reply[i + 4]), False), _text(reply[i + 2]))
+                    for i in range(1, len(reply), 5)]
+        return BrowsePage(messages, _text(reply[0]) or None)
+
+
+class CancelPull(ScriptCall):
+    """cancel_pull.lua: withdraw a timed-out pull request."""
+
+    script = "cancel_pull"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, consumer_id: str) -> Eval:
+        return Eval(cls.script, (prefix,), (now, consumer_id))
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionEntry:
+    """A registered connection as connections.lua reads it: its fields, and per subscription key its JSON,
+    per destination it sent to "<count>|<last send ms>" (with `get`; a listing gives their numbers)."""
+
+    connection_id: str
+    fields: dict[str, str]
+    subscription_count: int
+    producer_count: int
+    subscriptions: dict[str, str]
+    producers: dict[str, str]
+    destinations: tuple[str, ...] = ()  # (a listing's, when asked)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionPage:
+    entries: list[ConnectionEntry]
+    cursor: str  # '' when the listing is done
+    examined: int
+
+
+class Connections(ScriptCall):
+    """connections.lua: the connection registry (connections.py), one operation a call."""
+
+    script = "connections"
+
+    @classmethod
+    def _call(cls, prefix: str, now: int, *args: Any) -> Eval:
+        return Eval(cls.script, (prefix,), (now, *args))
+
+    @classmethod
+    def put(cls, prefix: str, now: int, payload: dict[str, Any]) -> Eval:
+        return cls._call(prefix, now, "put", json.dumps(payload))
+
+    @staticmethod
+    def parse_put(reply: Any) -> bool:
+        """False when the entry had lapsed: the caller writes it again whole."""
+        return int(reply) != 2
+
+    @classmethod
+    def renew(cls, prefix: str, now: int, lease_ms: int, connection_ids: Sequence[str]) -> Eval:
+        return cls._call(prefix, now, "renew", lease_ms, *connection_ids)
+
+    @staticmethod
+    def parse_renew(reply: list[Any]) -> list[str]:
+        """The ids the registry no longer has."""
+        return [_text(m) for m in reply]
+
+    @classmethod
+    def drop(cls, prefix: str, now: int, connection_ids: Sequence[str]) -> Eval:
+        return cls._call(prefix, now, "drop", *connection_ids)
+
+    @staticmethod
+    def parse_drop(reply: Any) -> int:
+        return int(reply)
+
+    @classmethod
+    def list_page(cls, prefix: str, now: int, cursor: str, count: int, filters: dict[str, Any]) -> Eval:
+        return cls._call(prefix, now, "list", cursor, count, json.dumps(filters))
+
+    @staticmethod
+    def parse_list_page(reply: list[Any]) -> ConnectionPage:
+        entries = [ConnectionEntry(_text(row[0]), _pairs(row[1]), int(row[2]), int(row[3]), {}, {},
+                                   tuple(_text(d) for d in row[4]) if len(row) > 4 else ())
+                   for row in reply[2:]]
+        return ConnectionPage(entries, _text(reply[0]), int(reply[1]))
+
+    @classmethod
+    def get(cls, prefix: str, now: int, connection_id: str) -> Eval:
+        return cls._call(prefix, now, "get", connection_id)
+
+    @staticmethod
+    def parse_get(reply: Any, connection_id: str) -> ConnectionEntry | None:
+        if not reply:
+            return None
+        flat, subs, prods = reply
+        return ConnectionEntry(connection_id, _pairs(flat), len(subs) // 2, len(prods) // 2, _pairs(subs),
+                               _pairs(prods))
+
+    @classmethod
+    def close(cls, prefix: str, now: int, connection_id: str, reason: str) -> Eval:
+        return cls._call(prefix, now, "close", connection_id, reason)
+
+    @staticmethod
+    def parse_close(reply: Any) -> tuple[str, str] | None:
+        """(process, protocol) of the connection, or None when none is registered."""
+        return (_text(reply[0]), _text(reply[1])) if reply else None
+
+    @classmethod
+    def take(cls, prefix: str, now: int, process: str, most: int) -> Eval:
+        return cls._call(prefix, now, "take", process, most)
+
+    @staticmethod
+    def parse_take(reply: Any) -> list[tuple[str, str]]:
+        """(connection id, reason) per close request."""
+        return [(_text(row[0]), _text(row[1])) for row in reply or []]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerAdded:
+    owner: str  # the exclusive owner ('' when none)
+    prefetch: int  # in force
+    tail: Tail
+
+
+class ConsumerAdd(ScriptCall):
+    """consumer_add.lua: register a queue consumer."""
+
+    script = "consumer_add"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, consumer_id: str, definition: bytes, lease_ms: int,
+             prefetch: int) -> Eval:
+        """`prefetch`: the one asked for, -1 for the policy's default."""
+        return Eval(cls.script, (prefix,), (now, 0, consumer_id, definition, lease_ms, prefetch))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> ConsumerAdded | Closing:
+        if reply[0] == b"closing":
+            return Closing()
+        return ConsumerAdded(_text(reply[0]), int(reply[1]), tail(reply[-1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Owed:
+    """consumer_close, return_owed: messages closed consumers of the destination still hold (0: none)."""
+
+    owed: int
+    tail: Tail
+
+
+class ConsumerClose(ScriptCall):
+    """consumer_close.lua: a consumer leaves; the first `chunk` of its messages go back now."""
+
+    script = "consumer_close"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, consumer_id: str, reason: str, chunk: int,
+             written: int | None = None) -> Eval:
+        extra = () if written is None else (written,)
+        return Eval(cls.script, (prefix,), (now, 0, consumer_id, reason, chunk, *extra))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Owed:
+        return Owed(int(reply[0]), tail(reply[-1]))
+
+
+class DestinationDelete(ScriptCall):
+    """destination_delete.lua: a destination's keys, all of them."""
+
+    script = "destination_delete"
+
+    @classmethod
+    def call(cls, prefix: str, now: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now,))
+
+    @staticmethod
+    def parse(reply: Any) -> int:
+        """How many messages it held."""
+        return int(reply)
+
+
+class Dispatch(ScriptCall):
+    """dispatch.lua: one bounded chunk of the dispatch pass."""
+
+    script = "dispatch"
+
+    @classmethod
+    def call(cls, prefix: str, now: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Tail:
+        return tail(reply[-1])
+
+
+class FlowRelease(ScriptCall):
+    """flow_release.lua: a transaction's reserved space given back."""
+
+    script = "flow_release"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, transaction: str) -> Eval:
+        return Eval(cls.script, (prefix,), (now, transaction))
+
+
+class ForwardDone(ScriptCall):
+    """forward_done.lua: one forward finished (delivered, or refused for good)."""
+
+    script = "forward_done"
+
+    @classmethod
+    def done(cls, prefix: str, now: int, record: Any, target_meta_key: str, charge: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "done", record, target_meta_key, charge))
+
+    @classmethod
+    def refused(cls, prefix: str, now: int, record: Any, target: str, reason: str) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "refused", record, "", 0, target, reason))
+
+
+class GroupCounts(ScriptCall):
+    """group_counts.lua: messages per group (the console)."""
+
+    script = "group_counts"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, pending_limit: int, in_flight_limit: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, pending_limit, in_flight_limit))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> model.GroupCounts:
+        groups = {_text(reply[i]): (int(reply[i + 1]), int(reply[i + 2])) for i in range(4, len(reply), 3)}
+        return model.GroupCounts(groups, int(reply[0]), bool(int(reply[1])), int(reply[2]),
+                                 bool(int(reply[3])))
+
+
+class GroupList(ScriptCall):
+    """group_list.lua: a page of message groups with their owners."""
+
+    script = "group_list"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, cursor: str, limit: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, cursor, limit))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> GroupPage:
+        groups = [GroupInfo(_text(reply[i]), _text(reply[i + 1]), int(reply[i + 2]))
+                  for i in range(1, len(reply), 3)]
+        following = _text(reply[0])
+        return GroupPage(groups, None if following == "0" else following)
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """group_reset, release: how many (groups removed, messages returned)."""
+
+    count: int
+    tail: Tail
+
+
+class GroupReset(ScriptCall):
+    """group_reset.lua: removeMessageGroup, or every group (group None)."""
+
+    script = "group_reset"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, group_id: str | None) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, *(("", "all") if group_id is None else (group_id, ""))))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Counted:
+        return Counted(int(reply[0]), tail(reply[-1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """maintenance.lua 'recover' (and the first part of 'visit')."""
+
+    held: bool  # the 'recover' lease was taken: something to do
+    lapsed: int  # consumers whose lease lapsed
+    forwards: int  # forwards waiting past the grace time
+    due: int  # next dispatch time (0: none)
+    owed: int  # closed consumers' messages still owed, ended subscriptions', unfinished fan-outs
+
+
+@dataclass(frozen=True, slots=True)
+class Visit:
+    """maintenance.lua 'visit'."""
+
+    probe: Probe
+    sweep_due: int  # 0, 1, or 2: a sweep of nothing, done by the visit itself
+    slow_due: bool
+    offline_due: bool
+    scheduled: bool  # the index entries are set; else the caller calls `schedule` after the work
+
+
+class Maintenance(ScriptCall):
+    """maintenance.lua: the maintenance jobs' leases, the recovery probe, the tick's visit."""
+
+    script = "maintenance"
+
+    @classmethod
+    def acquire(cls, prefix: str, now: int, job: str, token: str, ttl_ms: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "acquire", job, token, ttl_ms))
+
+    @classmethod
+    def release(cls, prefix: str, now: int, job: str, token: str) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "release", job, token))
+
+    @staticmethod
+    def parse_held(reply: Any) -> bool:
+        """acquire: the caller holds the lease now; release: it held it."""
+        return bool(int(reply))
+
+    @classmethod
+    def recover(cls, prefix: str, now: int, token: str, ttl_ms: int, grace_ms: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "recover", token, ttl_ms, grace_ms))
+
+    @staticmethod
+    def parse_recover(reply: list[Any]) -> Probe:
+        held, lapsed, forwards, due, owed = (int(x) for x in reply[:5])
+        return Probe(bool(held), lapsed, forwards, due, owed)
+
+    @classmethod
+    def visit(cls, prefix: str, now: int, token: str, ttl_ms: int, grace_ms: int, sweep_period: int,
+              slow_period: int, offline_schedule: int, keep_ms: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "visit", token, ttl_ms, grace_ms, sweep_period, slow_period,
+                                            offline_schedule, keep_ms))
+
+    @classmethod
+    def parse_visit(cls, reply: list[Any]) -> Visit:
+        sweep_due, slow_due, offline_due, scheduled = (int(x) for x in reply[5:9])
+        return Visit(cls.parse_recover(reply), sweep_due, bool(slow_due), bool(offline_due), bool(scheduled))
+
+    @classmethod
+    def schedule(cls, prefix: str, now: int, grace_ms: int, sweep_period: int, slow_period: int,
+                 offline_schedule: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "schedule", grace_ms, sweep_period, slow_period,
+                                            offline_schedule))
+
+
+class MessageGet(ScriptCall):
+    """message_get.lua: one message with where it is."""
+
+    script = "message_get"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, message_id: str) -> Eval:
+        return Eval(cls.script, (prefix,), (now, message_id))
+
+    @staticmethod
+    def parse(reply: list[Any], uri: str, message_id: str) -> Browsed | None:
+        if not reply:
+            return None
+        return Browsed(unpack_delivery(message_id, uri, _text(reply[2]), reply[0], int(reply[3]), False),
+                       _text(reply[1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """move, purge: how many messages, and where the next call goes on ('' when done)."""
+
+    count: int
+    cursor: str
+    tail: Tail
+    mark: str = ""  # purge: the broker sequence up to which messages go (the first call takes it)
+
+
+class Move(ScriptCall):
+    """move.lua: move, copy or retry messages, by id or by selector."""
+
+    script = "move"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, mode: str, target: str, cursor: str, examine: int, most: int,
+             compiled_selector: str, message_ids: Sequence[str]) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, mode, target, cursor, examine, most, compiled_selector,
+                                            *message_ids))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Taken:
+        return Taken(int(reply[0]), _text(reply[1]), tail(reply[-1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Nacked:
+    dead_lettered: int
+    redelivered: int
+    tail: Tail
+
+
+class Nack(ScriptCall):
+    """nack.lua: negative acknowledgement."""
+
+    script = "nack"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, consumer_id: str, poison: bool, jitter: float,
+             message_ids: Sequence[str]) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, consumer_id, _flag(poison), repr(jitter), *message_ids))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Nacked:
+        return Nacked(int(reply[0]), int(reply[1]), tail(reply[-1]))
+
+
+class Pause(ScriptCall):
+    """pause.lua: pause or resume dispatch."""
+
+    script = "pause"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, paused: bool) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, _flag(paused)))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Tail:
+        return tail(reply[-1])
+
+
+class Purge(ScriptCall):
+    """purge.lua: one bounded call of a purge."""
+
+    script = "purge"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, mark: str, cursor: str, examine: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, mark, cursor, examine))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Taken:
+        return Taken(int(reply[0]), _text(reply[1]), tail(reply[-1]), _text(reply[2]))
+
+
+class RateSample(ScriptCall):
+    """rate_sample.lua: the rate history's sampler over a few destinations."""
+
+    script = "rate_sample"
+
+    @classmethod
+    def call(cls, rates_key: str, prefixes: Sequence[str], now: int, kinds: str, pass_span: int, keep_ms: int,
+             max_subs: int) -> Eval:
+        return Eval(cls.script, (rates_key, *prefixes), (now, kinds, pass_span, keep_ms, max_subs))
+
+    @staticmethod
+    def parse(reply: Any) -> int:
+        """How many of the destinations exist."""
+        return int(reply)
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    closed: list[str]
+    owed: int
+    tail: Tail
+
+
+class Reap(ScriptCall):
+    """reap.lua: close the consumers whose lease lapsed."""
+
+    script = "reap"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, most: int, chunk: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, most, chunk))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Reaped:
+        return Reaped([_text(x) for x in reply[:-2]], int(reply[-2]), tail(reply[-1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    deliveries: list[Delivery]
+    last: int  # (with `after`) the dispatch sequence of the last message handed over
+    tail: Tail
+
+
+class Receive(ScriptCall):
+    """receive.lua: hand over a consumer's dispatched messages."""
+
+    script = "receive"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, consumer_id: str, most: int, lease_ms: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, consumer_id, most, lease_ms))
+
+    @classmethod
+    def after(cls, prefix: str, now: int, consumer_id: str, most: int, lease_ms: int, after: int,
+              push: int) -> Eval:
+        """For an adapter taking pushed deliveries: what was handed over after `after` first."""
+        return Eval(cls.script, (prefix,), (now, 0, consumer_id, most, lease_ms, after, push))
+
+    @staticmethod
+    def parse(reply: list[Any], uri: str, consumer_id: str) -> Received:
+        return Received(_deliveries(reply, 0, len(reply) - 1, uri, consumer_id), 0, tail(reply[-1]))
+
+    @staticmethod
+    def parse_after(reply: list[Any], uri: str, consumer_id: str) -> Received:
+        return Received(_deliveries(reply, 1, len(reply) - 1, uri, consumer_id), int(reply[0]),
+                        tail(reply[-1]))
+
+
+class Release(ScriptCall):
+    """release.lua: return in-flight messages at once (rollback, recover)."""
+
+    script = "release"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, consumer_id: str, message_ids: Sequence[str]) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, consumer_id, *message_ids))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Counted:
+        return Counted(int(reply[0]), tail(reply[-1]))
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    removed: int
+    left: int  # pending, in flight and parked after it
+    tail: Tail
+
+
+class Remove(ScriptCall):
+    """remove.lua: remove messages by id."""
+
+    script = "remove"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, message_ids: Sequence[str]) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, 0, *message_ids))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Removed:
+        return Removed(int(reply[0]), int(reply[1]), tail(reply[-1]))
+
+
+class Renew(ScriptCall):
+    """renew.lua: renew consumers' leases."""
+
+    script = "renew"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, lease_ms: int, consumer_ids: Sequence[str]) -> Eval:
+        return Eval(cls.script, (prefix,), (now, lease_ms, *consumer_ids))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> list[str]:
+        """The ids that are not registered."""
+        return [_text(x) for x in reply]
+
+
+class ReturnOwed(ScriptCall):
+    """return_owed.lua: the next chunk of what closed consumers still hold."""
+
+    script = "return_owed"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, chunk: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, chunk))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Owed:
+        return Owed(int(reply[0]), tail(reply[-1]))
+
+
+class SelectorMatch(ScriptCall):
+    """selector_match.lua: one selector against one message (keyless)."""
+
+    script = "selector_match"
+    RESULTS: ClassVar[dict[str, bool | None]] = {"TRUE": True, "FALSE": False, "NULL": None}
+
+    @classmethod
+    def call(cls, compiled_selector: str, message_json: str) -> Eval:
+        return Eval(cls.script, (), (compiled_selector, message_json))
+
+    @classmethod
+    def parse(cls, reply: Any) -> bool | None:
+        return cls.RESULTS[_text(reply)]
+
+
+class Send(ScriptCall):
+    """send.lua: enqueue messages on a queue. `budget` may carry the calling process's wake-up channel
+    ('0~<channel>': pushes to its consumers come back in the tail); `origin` 'producer', 'retry', 'commit',
+    'forward', 'check' or 'probe', with a routing plan (virtual.py)."""
+
+    script = "send"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, budget: int | str, origin: Any,
+             records: Iterable[Sequence[Any]]) -> Eval:
+        """`records`: (id, packed message) each."""
+        return Eval(cls.script, (prefix,), (now, budget, origin, *(x for r in records for x in r)))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Sent | Full:
+        return _sent(reply)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConsumer:
+    """stats.lua: one consumer as it is stored."""
+
+    consumer_id: str
+    definition: bytes  # packed (msgpack), b'' when unknown
+    counters: dict[str, str]
+    lease: str  # its expiry ('' when none)
+    undelivered: int  # in its outbox
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """stats.lua: a consistent snapshot of a queue (or subscription) and its consumers."""
+
+    meta: dict[str, str]
+    pending: int
+    in_flight: int
+    groups: int
+    parked: int
+    forwarding: int
+    consumers: list[QueueConsumer]
+    memory_limit: str  # the destination's memoryLimit ('0': none)
+    broker_memory_limit: str  # the broker's ('' when unset)
+    events: int  # the event stream's length
+    audit_size: int
+
+
+class Stats(ScriptCall):
+    """stats.lua."""
+
+    script = "stats"
+
+    @classmethod
+    def call(cls, prefix: str, now: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now,))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> QueueStats:
+        flat = reply[6]
+        consumers = [QueueConsumer(_text(flat[i]), flat[i + 1] or b"", _pairs(flat[i + 2]),
+                                   _text(flat[i + 3]), int(flat[i + 4]))
+                     for i in range(0, len(flat), 5)]
+        limits, sizes = reply[7], reply[8]
+        return QueueStats(_pairs(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]),
+                          int(reply[5]), consumers, _text(limits[0]), _text(limits[1]), int(sizes[0]),
+                          int(sizes[1]))
+
+
+SUMMARY_WIDTH = 14  # values per queue in summary_many.lua's reply
+
+
+class SummaryMany(ScriptCall):
+    """summary_many.lua: the main counters of many queues in one call."""
+
+    script = "summary_many"
+
+    @classmethod
+    def call(cls, prefixes: Sequence[str], now: int, oldest: bool) -> Eval:
+        return Eval(cls.script, tuple(prefixes), (now, int(oldest)))
+
+    @staticmethod
+    def parse(reply: list[Any], uris: Sequence[str]) -> list[DestinationSummary | None]:
+        """Per queue (None: it does not exist)."""
+        return [_summary(reply[SUMMARY_WIDTH * i:SUMMARY_WIDTH * (i + 1)], uri) for i, uri in enumerate(uris)]
+
+
+def _summary(r: list[Any], uri: str) -> DestinationSummary | None:
+    if not int(r[0]):
+        return None
+    n = [int(v) if v else 0 for v in r[6:11]]
+    oldest = int(r[13]) if r[13] else None
+    return DestinationSummary(uri, int(r[1]) + int(r[2]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
+                              int(r[5]), n[0], n[1], n[2], n[3], n[4], r[11] in (b"1", "1"),
+                              int(r[12]) if r[12] else 0, None if oldest == -1 else oldest, oldest == -1)
+
+
+@dataclass(frozen=True, slots=True)
+class Swept:
+    examined: int
+    expired: int
+    done: bool  # the walk reached the end
+    tail: Tail
+
+
+class Sweep(ScriptCall):
+    """sweep.lua: one page of the expiry sweep."""
+
+    script = "sweep"
+
+    @classmethod
+    def call(cls, prefix: str, now: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now,))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Swept:
+        return Swept(int(reply[0]), int(reply[1]), bool(int(reply[2])), tail(reply[-1]))
+
+
+class TopicAdmin(ScriptCall):
+    """topic_admin.lua: durable subscriptions' administration, one operation a call."""
+
+    script = "topic_admin"
+
+    @classmethod
+    def unsubscribe(cls, prefix: str, now: int, key: str, client_id: str, subscription_name: str) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "unsubscribe", key, client_id, subscription_name))
+
+    @classmethod
+    def release(cls, prefix: str, now: int, key: str, field: str, uri: str) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "release", key, field, uri))
+
+    @staticmethod
+    def parse_dropped(reply: Any) -> int:
+        """unsubscribe, release: the messages dropped with the subscription."""
+        return int(reply)
+
+    @classmethod
+    def expire_offline(cls, prefix: str, now: int, timeout_ms: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "expire_offline", timeout_ms))
+
+    @staticmethod
+    def parse_expired(reply: list[Any]) -> list[str]:
+        """The keys of the subscriptions removed."""
+        return [_text(k) for k in reply]
+
+    @classmethod
+    def delete(cls, prefix: str, now: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "delete"))
+
+    @classmethod
+    def limits(cls, prefix: str, now: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "limits"))
+
+    @staticmethod
+    def parse_limits(reply: list[Any]) -> dict[str, int]:
+        """Subscription key -> the pending-message limit in force."""
+        return {_text(reply[i]): int(reply[i + 1]) for i in range(0, len(reply), 2)}
+
+    @classmethod
+    def drop_idle(cls, prefix: str, now: int, jobs: Sequence[str]) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "drop_idle", *jobs))
+
+    @staticmethod
+    def parse_drop_idle(reply: Any) -> bool:
+        """The idle pattern's keys went."""
+        return bool(int(reply))
+
+
+@dataclass(frozen=True, slots=True)
+class FannedOut:
+    finished: int  # fan-outs finished in this call
+    left: int  # fan-outs still unfinished
+    tail: Tail
+
+
+class TopicFanout(ScriptCall):
+    """topic_fanout.lua: go on with a topic's unfinished fan-outs."""
+
+    script = "topic_fanout"
+
+    @classmethod
+    def call(cls, prefix: str, now: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> FannedOut:
+        return FannedOut(int(reply[0]), int(reply[1]), tail(reply[-1]))
+
+
+class TopicSend(ScriptCall):
+    """topic_send.lua: publish messages on a topic; `origin` as Send's."""
+
+    script = "topic_send"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, budget: int | str, origin: Any,
+             records: Iterable[Sequence[Any]]) -> Eval:
+        """`records`: (id, packed message, retain, retained copy) each (topics.pack_for_topic)."""
+        return Eval(cls.script, (prefix,), (now, budget, origin, *(x for r in records for x in r)))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Sent | Full:
+        return _sent(reply)
+
+
+@dataclass(frozen=True, slots=True)
+class Elsewhere:
+    """topic_subscribe: the durable key is registered on another topic; nothing changed."""
+
+    uri: str
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribed:
+    prefetch: int  # in force
+    recovered: int  # messages a retroactive consumer got
+    changed: bool  # a durable subscription replaced (selector or noLocal changed): its messages released
+    tail: Tail
+
+
+class TopicSubscribe(ScriptCall):
+    """topic_subscribe.lua: subscribe a consumer to a topic."""
+
+    script = "topic_subscribe"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, consumer_id: str, definition: bytes, lease_ms: int, prefetch: int,
+             key: str, subscription: bytes, retroactive: bool, client_id: str, subscription_name: str,
+             registry_field: str, uri: str) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, consumer_id, definition, lease_ms, prefetch, key,
+                                            subscription, _flag(retroactive), client_id, subscription_name,
+                                            registry_field, uri))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> Subscribed | Elsewhere | Closing:
+        if reply[0] == b"closing":
+            return Closing()
+        if reply[0] == b"elsewhere":
+            return Elsewhere(_text(reply[1]))
+        return Subscribed(int(reply[0]), int(reply[1]), reply[2] == b"changed", tail(reply[-1]))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSummaryPart:
+    """topic_summary_many.lua: one topic's counters as far as a call read them."""
+
+    exists: bool
+    subscriptions: int
+    next: int  # 0: the topic is complete; else where its subscriptions continue (in the next call)
+    pending: int
+    in_flight: int
+    parked: int
+    enqueued: int
+    dequeued: int
+    dispatched: int
+    expired: int
+    deadlettered: int
+    memory: int
+
+    def continued_by(self, part: TopicSummaryPart) -> TopicSummaryPart:
+        """This topic's parts so far and the next one: the sums over subscriptions grow."""
+        return TopicSummaryPart(
+            self.exists, self.subscriptions, part.next, self.pending + part.pending,
+            self.in_flight + part.in_flight, self.parked + part.parked, self.enqueued,
+            self.dequeued + part.dequeued, self.dispatched + part.dispatched, self.expired + part.expired,
+            self.deadlettered + part.deadlettered, self.memory)
+
+
+TOPIC_SUMMARY_WIDTH = 12  # values per topic in topic_summary_many.lua's reply
+
+
+class TopicSummaryMany(ScriptCall):
+    """topic_summary_many.lua: the main counters of topics, as topic_ops.stats adds them up."""
+
+    script = "topic_summary_many"
+
+    @classmethod
+    def call(cls, prefixes: Sequence[str], now: int, start: int, budget: int) -> Eval:
+        return Eval(cls.script, tuple(prefixes), (now, start, budget))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> list[TopicSummaryPart]:
+        parts = []
+        for i in range(0, len(reply), TOPIC_SUMMARY_WIDTH):
+            v = [int(x) for x in reply[i:i + TOPIC_SUMMARY_WIDTH]]
+            parts.append(TopicSummaryPart(bool(v[0]), *v[1:]))
+        return parts
