@@ -153,6 +153,13 @@ class StompSession(LinkedSession):
         self._inbox_bytes = 0
         self._inbox_ready = asyncio.Event()
         self._inbox_room = asyncio.Event()
+        # While an ACK or NACK that asked for a receipt is handled, MESSAGE frames wait (`deliver`): the room
+        # the ack frees may dispatch the next message at once, and its push (Redis pub/sub) can reach this
+        # process before the ack's own reply. The RECEIPT goes first, as ActiveMQ answers an ack (in its
+        # transport thread) before the dispatch it allows (on the connection's task runner).
+        self._receipts_first = 0
+        self._receipts_written = asyncio.Event()
+        self._receipts_written.set()
         # each handler returns True when it sent the frame's RECEIPT itself
         self._handlers: dict[str, Callable[[Frame], Awaitable[Any]]] = {
             "SEND": self.on_send, "SUBSCRIBE": self.on_subscribe, "UNSUBSCRIBE": self.on_unsubscribe,
@@ -255,6 +262,10 @@ class StompSession(LinkedSession):
     async def handle(self, frame: Frame) -> None:
         receipt = frame.get("receipt")
         outcome = "error"
+        hold = receipt is not None and frame.command in ("ACK", "NACK")  # its RECEIPT (or ERROR) goes first
+        if hold:
+            self._receipts_first += 1
+            self._receipts_written.clear()
         try:
             if frame.command in ("CONNECT", "STOMP"):
                 await self.on_connect(frame)
@@ -283,6 +294,10 @@ class StompSession(LinkedSession):
             await self.fail("Internal error", f"{frame.command} failed: {exc}", receipt)
         finally:  # (a command outside STOMP's own is counted as `unknown`: labels stay few)
             metrics.frame("stomp", frame.command if frame.command in CLIENT_COMMANDS else "unknown", outcome)
+            if hold:
+                self._receipts_first -= 1
+                if not self._receipts_first:
+                    self._receipts_written.set()
 
     # -- output ---------------------------------------------------------------------------------------
 
@@ -316,6 +331,8 @@ class StompSession(LinkedSession):
         """A receive batch as WebSocket messages of about MESSAGE_CHUNK bytes each (text unless a body is
         binary): fewer, larger messages cost less per frame, but clients parse a message at a time."""
         assert self.buffer is not None
+        if self._receipts_first:  # an ack's RECEIPT goes before what the ack let through (see __init__)
+            await self._receipts_written.wait()
         chunk: list[bytes] = []
         size = 0
         for delivery in deliveries:
