@@ -98,7 +98,7 @@ for i = 4, #ARGV, 2 do
     -- ActiveMQ's scheduler re-sends every repeat to the destination: lifecycle.lua fire_scheduled).
     -- No NoConsumer check here: SchedulerBroker.send keeps the job and does not pass the message on to
     -- the queue (no Queue.messageSent); each firing is checked (fire_scheduled).
-    schedule_job(id, blob, m, NOW + (tonumber(m[message.DELAY]) or 0), plan)
+    lifecycle.schedule_job(id, blob, m, NOW + (tonumber(m[message.DELAY]) or 0), plan)
     if now_stored then now_stored[id] = true end
     if audit then
       audited[#audited + 1] = NOW_TEXT.num(seq)
@@ -124,7 +124,7 @@ for i = 4, #ARGV, 2 do
     local delay = tonumber(m[message.DELAY]) or 0
     local score = message.pending_score(seq, m[message.PRIORITY])
     if delay > 0 then
-      park(id, NOW + delay, score)
+      lifecycle.park(id, NOW + delay, score)
       emit('schedule', 'msg', id, 'at', NOW + delay)
     else
       pending[#pending + 1], pending[#pending + 2] = NOW_TEXT.num(score), id
