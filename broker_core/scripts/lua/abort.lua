@@ -46,7 +46,7 @@ local function abort(cid, reason, abort_connection, strategy)
   local notify = c and c.def.notify
   emit('abort', 'consumer', cid, 'reason', reason, 'abort_connection', abort_connection and 1 or 0,
        'strategy', strategy)
-  close_consumer(cid, 'aborted', 0)  -- its messages go back in the calls that follow (return_owed.lua)
+  lifecycle.close_consumer(cid, 'aborted', 0)  -- its messages go back in the calls that follow (return_owed.lua)
   redis.call('HSET', K_ABORTED, cid, cjson.encode({
     reason = reason, abort_connection = abort_connection, strategy = strategy, at = ms(NOW),
   }))

@@ -90,7 +90,7 @@ for g = 1, #groups do
     acks[#acks + 1] = { c, ids }
   end
 end
-if #acks > 0 then ack_messages(acks) end
+if #acks > 0 then lifecycle.ack_messages(acks) end
 for g = 1, #groups do message.room_freed(groups[g].c.id) end
 -- The consumers' tables are current (the acks kept them so): the dispatch chunk uses them rather than read
 -- them again (consumers.lua), and keeps them current.

@@ -12,7 +12,7 @@ local written = ARGV[6] and tonumber(ARGV[6])
 if written and redis.call('HEXISTS', K_CONSUMERS, ARGV[3]) == 1 and outbox.received_upto(ARGV[3]) > written then
   redis.call('HSET', K_C(ARGV[3]), 'rcv', NOW_TEXT.num(written))
 end
-local closed, owed = close_consumer(ARGV[3], ARGV[4], tonumber(ARGV[5]))
+local closed, owed = lifecycle.close_consumer(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 if not closed then
   return fail('UNKNOWN_CONSUMER', 'no consumer ' .. ARGV[3] .. ' on this destination')
 end

@@ -77,7 +77,7 @@ local function take_window(cid, ids, dseqs)
   call_many('ZREM', K_CINF(cid), ids)
   redis.call('HINCRBY', K_C(cid), 'n', -#ids)
   message.room_freed(cid)
-  drop_messages(ids)
+  lifecycle.drop_messages(ids)
   purged = purged + #ids
 end
 
@@ -146,7 +146,7 @@ for _, id in ipairs(parked) do remove(id) end
 if #leaving > 0 then
   call_many('ZREM', K_PENDING, leaving)
   message.pass_dirty.pending = nil
-  drop_messages(leaving)
+  lifecycle.drop_messages(leaving)
   purged = purged + #leaving
 end
 if purged > 0 then

@@ -10,7 +10,7 @@ local out = {}
 local chunk, owed = tonumber(ARGV[4]), 0
 for _, cid in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', '(' .. NOW, 'LIMIT', 0, tonumber(ARGV[3]))) do
   local held = redis.call('ZCARD', K_CINF(cid))
-  local closed, left = close_consumer(cid, 'lease_expired', chunk)
+  local closed, left = lifecycle.close_consumer(cid, 'lease_expired', chunk)
   if closed then
     out[#out + 1] = cid
     chunk = math.max(chunk - (held - left), 0)

@@ -25,7 +25,7 @@ for _, id in ipairs(ids) do
   local n = #held
   held[n + 1], held[n + 2] = id, seqs[id]
 end
-return_messages(cid, held, rcv, 'rollback')
+lifecycle.return_messages(cid, held, rcv, 'rollback')
 -- The window opened by DELIVERED acks (a transaction's acks) closes again, never below zero.
 local ext = tonumber(redis.call('HGET', K_C(cid), 'ext')) or 0
 redis.call('HSET', K_C(cid), 'ext', math.max(0, ext - #ids))

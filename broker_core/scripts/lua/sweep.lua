@@ -21,7 +21,7 @@ for i = 1, #batch, 2 do
   if blob then
     local m = message.unpack(blob)
     if message.is_expired(m) then
-      expire_pending(id, m, blob)
+      lifecycle.expire_pending(id, m, blob)
       expired = expired + 1
     end
   end
@@ -30,4 +30,4 @@ local done = #batch / 2 < page
 if done then cursor = '' else cursor = batch[#batch] end
 redis.call('HSET', K_META, 'sweep_cursor', cursor)
 if expired > 0 then emit('sweep', 'examined', #batch / 2, 'expired', expired) end
-return { #batch / 2, expired, done and 1 or 0, dispatch.reply_tail(0, forward.with_flag(0), next_unpark()) }
+return { #batch / 2, expired, done and 1 or 0, dispatch.reply_tail(0, forward.with_flag(0), lifecycle.next_unpark()) }

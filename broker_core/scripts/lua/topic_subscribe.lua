@@ -49,7 +49,7 @@ if existing then
   if redis.call('HEXISTS', P .. ':closing', cid) == 1 then return { 'closing' } end
   local old = cmsgpack.unpack(existing)
   if (old.selector_text or '') ~= (sub_def.selector_text or '') or (old.nolocal == true) ~= (sub_def.nolocal == true) then
-    remove_subscription('changed')  -- TopicRegion.hasDurableSubChanged: a new subscription replaces it
+    lifecycle.remove_subscription('changed')  -- TopicRegion.hasDurableSubChanged: a new subscription replaces it
     existing = nil
     state = 'changed'
   elseif old.selector ~= sub_def.selector then

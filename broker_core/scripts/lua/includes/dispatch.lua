@@ -321,7 +321,7 @@ function dispatch.pass(budget, known)
                                 tonumber(full[message.GROUP_SEQ]) or 0, full[message.CONNECTION]
         end  -- (head's sequence is a number already)
         if exp > 0 and NOW > exp then  -- is_expired
-          expire_pending(id, full or message.unpack(blob), blob)
+          lifecycle.expire_pending(id, full or message.unpack(blob), blob)
           cursor = batch[i + 1]
         else
           if gid then consumers.gmap.create() end
@@ -463,9 +463,9 @@ dispatch.UNPARK_PER_CALL = 100
 -- and when to run dispatch again (a delayed start, or the next parked message), 0 if never.
 -- `known`: consumers the caller has read and kept current (consumers.lua load_consumers), or nil.
 function dispatch.chunk(budget, known)
-  unpark_due(dispatch.UNPARK_PER_CALL)
+  lifecycle.unpark_due(dispatch.UNPARK_PER_CALL)
   local dispatched, more, hold = dispatch.pass(budget, known)
-  if hold == 0 then hold = next_unpark() end
+  if hold == 0 then hold = lifecycle.next_unpark() end
   return dispatched, forward.with_flag(more), hold
 end
 
