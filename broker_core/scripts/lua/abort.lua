@@ -14,7 +14,7 @@
 --         Runs only when checkPeriod has passed since the last run (so several workers, or a repeated
 --         call, mark each consumer once per period).
 --   abort consumer reason abortConnection
--- Returns {ran (0: not due), tracked, aborted consumer ids..., the tail (includes/dispatch.lua dispatch.reply_tail)}. The aborted
+-- Returns {ran (0: not due), tracked, aborted consumer ids..., the tail (includes/dispatch.lua dispatch.add_tail)}. The aborted
 -- consumers' messages are all owed: the caller returns them with return_owed.lua.
 --@include base
 --@include dispatch
@@ -67,7 +67,7 @@ local function finish(ran, tracked, aborted)
   if #aborted > 0 then dispatched, more, hold = dispatch.chunk(budget) end
   local out = {ran, tracked}
   for _, cid in ipairs(aborted) do out[#out + 1] = cid end
-  out[#out + 1] = dispatch.reply_tail(dispatched, more, hold)
+  dispatch.add_tail(out, dispatched, more, hold)
   return out
 end
 

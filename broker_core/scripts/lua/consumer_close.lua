@@ -3,7 +3,7 @@
 -- ARGV: now, budget, consumer id, reason, chunk, optionally `written`: the dispatch sequence of the last
 -- message the adapter wrote, when it knows that messages handed over after it (pushed, outbox.lua push_*)
 -- never reached its client: they go back as not received (no redelivery counter raised).
--- Returns {owed, the tail (includes/dispatch.lua dispatch.reply_tail)}.
+-- Returns {owed, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -17,4 +17,4 @@ if not closed then
   return fail('UNKNOWN_CONSUMER', 'no consumer ' .. ARGV[3] .. ' on this destination')
 end
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return { owed, dispatch.reply_tail(dispatched, more, hold) }
+return dispatch.add_tail({ owed, nil, nil, nil }, dispatched, more, hold)

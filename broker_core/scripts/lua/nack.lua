@@ -4,7 +4,7 @@
 -- Each message's redelivery counter goes up. Poison, or a counter past maximumRedeliveries (-1 =
 -- unlimited), dead-letters it now; otherwise it is parked until its redelivery delay has passed (other
 -- messages keep flowing) and then goes ahead of fresh messages.
--- Returns {dead-lettered count, redelivered count, the tail (includes/dispatch.lua dispatch.reply_tail)}.
+-- Returns {dead-lettered count, redelivered count, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -73,4 +73,4 @@ end
 redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- a negative ack is an ack for lastAckTime
 message.room_freed(cid)
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return { dead, later, dispatch.reply_tail(dispatched, more, hold) }
+return dispatch.add_tail({ dead, later, nil, nil, nil }, dispatched, more, hold)

@@ -5,7 +5,7 @@
 -- packed. Status 'forwarded': a virtual destination's copies were recorded, nothing is kept here.
 -- The budget may be followed by '~' and the calling process's wake-up channel: deliveries pushed to consumers
 -- on that channel come back in the reply's tail instead of being published (outbox.lua push_*).
--- Returns {status per message..., the tail (includes/dispatch.lua dispatch.reply_tail)}; status 'ok',
+-- Returns {status per message..., the tail (includes/dispatch.lua dispatch.add_tail)}; status 'ok',
 -- 'duplicate' (an id already stored: not stored again, counted) or 'expired' (expired on arrival: not
 -- enqueued, counted).
 -- Producer flow control (includes/flow.lua) applies to origin 'producer' and to 'retry' (the same send
@@ -49,7 +49,7 @@ end
 local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')
 -- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
-local out = { nil, nil }
+local out = { nil, nil, nil, nil }
 -- What the messages were before this send: an id still stored (or kept as a repeating job), or enqueued
 -- within the audit window, is a duplicate (§12). Read with one command per key for all the messages; for
 -- one message (a producer's usual send) with the same three commands and no tables.
@@ -159,5 +159,5 @@ if #audited > 0 then
 end
 if charged > 0 then flow.memory_add(charged) end
 local dispatched, more, hold = dispatch.chunk(budget)
-out[#out + 1] = dispatch.reply_tail(dispatched, more, hold)
+dispatch.add_tail(out, dispatched, more, hold)
 return out
