@@ -5,12 +5,12 @@ the order the script reads them) from typed arguments, and `parse` (or one parse
 script with several) turns the raw reply into a typed value. This is the only module that knows where a
 value sits in a script's reply; the operations read names.
 
-Every script that can leave work behind for its caller ends its reply with the same tail, one array
-(`dispatch.reply_tail` in lua/includes/dispatch.lua), read by `tail` into a `Tail`: how many messages the
+Every script that can leave work behind for its caller ends its reply with the same tail
+(`dispatch.add_tail` in lua/includes/dispatch.lua), read by `split` into a `Tail`: how many messages the
 call dispatched, the flags saying what is left (a pass that has more, forwards waiting, a topic's unfinished
-fan-out), when a parked message or a delayed start comes due, the subscriptions whose pass has more (a
-topic's scripts), and the deliveries pushed to the calling process's own consumers (send.lua,
-lua/includes/outbox.lua, its push_* functions).
+fan-out), when a parked message or a delayed start comes due, and, when there are any, the subscriptions
+whose pass has more (a topic's scripts) and the deliveries pushed to the calling process's own consumers
+(send.lua, lua/includes/outbox.lua, its push_* functions).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from ..messages import Delivery, unpack_delivery
 from ..model import Browsed, BrowsePage, DestinationSummary, GroupInfo, GroupPage
 from ..resp import reply_text as _text
 
-# The tail's flags (lua/includes/dispatch.lua, forward.lua, topic_send.lua).
-PASS_HAS_MORE, FORWARDS_WAITING, FANOUT_UNFINISHED = 1, 2, 4
+# The tail's flags (lua/includes/dispatch.lua, forward.lua, topic_send.lua); EXTRAS is the tail's own: an
+# array {subscription keys, pushes} comes before its three values.
+PASS_HAS_MORE, FORWARDS_WAITING, FANOUT_UNFINISHED, EXTRAS = 1, 2, 4, 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +45,15 @@ class Tail:
 NO_WORK = Tail(0, 0, 0)
 
 
-def tail(raw: Sequence[Any]) -> Tail:
-    """The tail array a reply ends with: {dispatched, flags, hold_until}, then, when there are any, the
-    subscription keys whose pass has more and the pushes."""
-    if len(raw) == 3:  # (the usual tail)
-        return Tail(int(raw[0]), int(raw[1]), int(raw[2]))
-    return Tail(int(raw[0]), int(raw[1]), int(raw[2]), tuple(_text(k) for k in raw[3]), tuple(raw[4]))
+def split(reply: list[Any]) -> tuple[list[Any], Tail]:
+    """A reply's own values and the tail it ends with (dispatch.add_tail): dispatched, flags, hold_until
+    last, and before them, with flag EXTRAS, the array {subscription keys whose pass has more, pushes}."""
+    flags = int(reply[-2])
+    if not flags & EXTRAS:  # (the usual tail)
+        return reply[:-3], Tail(int(reply[-3]), flags, int(reply[-1]))
+    more, pushed = reply[-4]
+    return reply[:-4], Tail(int(reply[-3]), flags & ~EXTRAS, int(reply[-1]), tuple(_text(k) for k in more),
+                            tuple(pushed))
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:
@@ -115,7 +119,8 @@ def _sent(reply: list[Any]) -> Sent | Full:
             return Full(_text(reply[2]), int(reply[3]), int(reply[4]), bool(int(reply[5])), int(reply[6]),
                         need, full, len(reply) > 10 and reply[10] in (1, b"1", "1"))
         return Sent((), NO_WORK)  # 'check', 'probe'
-    return Sent(tuple(_text(s) for s in reply[:-1]), tail(reply[-1]))
+    statuses, end = split(reply)
+    return Sent(tuple(_text(s) for s in statuses), end)
 
 
 # -- the scripts, alphabetically -------------------------------------------------------------------------
@@ -150,8 +155,8 @@ class Abort(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Aborted:
-        return Aborted(bool(int(reply[0])), int(reply[1]), tuple(_text(x) for x in reply[2:-1]),
-                       tail(reply[-1]))
+        own, end = split(reply)
+        return Aborted(bool(int(own[0])), int(own[1]), tuple(_text(x) for x in own[2:]), end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,13 +189,14 @@ class Ack(ScriptCall):
     @staticmethod
     def parse(reply: list[Any], consumers: Sequence[tuple[str, str]]) -> Acked:
         """`consumers`: (destination uri, consumer id) per request, in order."""
+        own, end = split(reply)
         results, at = [], 0
         for uri, consumer_id in consumers:
-            acked, received = int(reply[at]), int(reply[at + 1])
-            end = at + 2 + 4 * received
-            results.append((acked, _deliveries(reply, at + 2, end, uri, consumer_id)))
-            at = end
-        return Acked(results, tail(reply[-1]))
+            acked, received = int(own[at]), int(own[at + 1])
+            after = at + 2 + 4 * received
+            results.append((acked, _deliveries(own, at + 2, after, uri, consumer_id)))
+            at = after
+        return Acked(results, end)
 
 
 class Browse(ScriptCall):
@@ -341,7 +347,8 @@ class ConsumerAdd(ScriptCall):
     def parse(reply: list[Any]) -> ConsumerAdded | Closing:
         if reply[0] == b"closing":
             return Closing()
-        return ConsumerAdded(_text(reply[0]), int(reply[1]), tail(reply[-1]))
+        own, end = split(reply)
+        return ConsumerAdded(_text(own[0]), int(own[1]), end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,7 +372,8 @@ class ConsumerClose(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Owed:
-        return Owed(int(reply[0]), tail(reply[-1]))
+        own, end = split(reply)
+        return Owed(int(own[0]), end)
 
 
 class DestinationDelete(ScriptCall):
@@ -394,7 +402,7 @@ class Dispatch(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Tail:
-        return tail(reply[-1])
+        return split(reply)[1]
 
 
 class FlowRelease(ScriptCall):
@@ -473,7 +481,8 @@ class GroupReset(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Counted:
-        return Counted(int(reply[0]), tail(reply[-1]))
+        own, end = split(reply)
+        return Counted(int(own[0]), end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -583,7 +592,8 @@ class Move(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Taken:
-        return Taken(int(reply[0]), _text(reply[1]), tail(reply[-1]))
+        own, end = split(reply)
+        return Taken(int(own[0]), _text(own[1]), end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -605,7 +615,8 @@ class Nack(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Nacked:
-        return Nacked(int(reply[0]), int(reply[1]), tail(reply[-1]))
+        own, end = split(reply)
+        return Nacked(int(own[0]), int(own[1]), end)
 
 
 class Pause(ScriptCall):
@@ -619,7 +630,7 @@ class Pause(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Tail:
-        return tail(reply[-1])
+        return split(reply)[1]
 
 
 class Purge(ScriptCall):
@@ -633,7 +644,8 @@ class Purge(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Taken:
-        return Taken(int(reply[0]), _text(reply[1]), tail(reply[-1]), _text(reply[2]))
+        own, end = split(reply)
+        return Taken(int(own[0]), _text(own[1]), end, _text(own[2]))
 
 
 class RateSample(ScriptCall):
@@ -670,7 +682,8 @@ class Reap(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Reaped:
-        return Reaped([_text(x) for x in reply[:-2]], int(reply[-2]), tail(reply[-1]))
+        own, end = split(reply)
+        return Reaped([_text(x) for x in own[:-1]], int(own[-1]), end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -697,12 +710,13 @@ class Receive(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any], uri: str, consumer_id: str) -> Received:
-        return Received(_deliveries(reply, 0, len(reply) - 1, uri, consumer_id), 0, tail(reply[-1]))
+        own, end = split(reply)
+        return Received(_deliveries(own, 0, len(own), uri, consumer_id), 0, end)
 
     @staticmethod
     def parse_after(reply: list[Any], uri: str, consumer_id: str) -> Received:
-        return Received(_deliveries(reply, 1, len(reply) - 1, uri, consumer_id), int(reply[0]),
-                        tail(reply[-1]))
+        own, end = split(reply)
+        return Received(_deliveries(own, 1, len(own), uri, consumer_id), int(own[0]), end)
 
 
 class Release(ScriptCall):
@@ -716,7 +730,8 @@ class Release(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Counted:
-        return Counted(int(reply[0]), tail(reply[-1]))
+        own, end = split(reply)
+        return Counted(int(own[0]), end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -737,7 +752,8 @@ class Remove(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Removed:
-        return Removed(int(reply[0]), int(reply[1]), tail(reply[-1]))
+        own, end = split(reply)
+        return Removed(int(own[0]), int(own[1]), end)
 
 
 class Renew(ScriptCall):
@@ -766,7 +782,8 @@ class ReturnOwed(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Owed:
-        return Owed(int(reply[0]), tail(reply[-1]))
+        own, end = split(reply)
+        return Owed(int(own[0]), end)
 
 
 class SelectorMatch(ScriptCall):
@@ -898,7 +915,8 @@ class Sweep(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> Swept:
-        return Swept(int(reply[0]), int(reply[1]), bool(int(reply[2])), tail(reply[-1]))
+        own, end = split(reply)
+        return Swept(int(own[0]), int(own[1]), bool(int(own[2])), end)
 
 
 class TopicAdmin(ScriptCall):
@@ -969,7 +987,8 @@ class TopicFanout(ScriptCall):
 
     @staticmethod
     def parse(reply: list[Any]) -> FannedOut:
-        return FannedOut(int(reply[0]), int(reply[1]), tail(reply[-1]))
+        own, end = split(reply)
+        return FannedOut(int(own[0]), int(own[1]), end)
 
 
 class TopicSend(ScriptCall):
@@ -1022,7 +1041,8 @@ class TopicSubscribe(ScriptCall):
             return Closing()
         if reply[0] == b"elsewhere":
             return Elsewhere(_text(reply[1]))
-        return Subscribed(int(reply[0]), int(reply[1]), reply[2] == b"changed", tail(reply[-1]))
+        own, end = split(reply)
+        return Subscribed(int(own[0]), int(own[1]), own[2] == b"changed", end)
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,7 @@ def test_a_consumer_closed_between_chunks_is_offered_the_message_again_when_it_c
 
 def test_selector_aware_routing_past_a_calls_work_gives_the_queue_its_copy(form, redis_client):
     """selectorAware checks a virtual topic's consumer queue's consumers' selectors in the send: past a
-    call's worth of selector work the queue gets the copy unchecked (forward.lua FWD.work_spent), so many
+    call's worth of selector work the queue gets the copy unchecked (forward.lua forward.work_spent), so many
     consumers cannot hold one send longer; the copy waits there like any message nobody selects."""
     from broker_core.config.virtual import VirtualConfig
     from broker_core.ops import virtual

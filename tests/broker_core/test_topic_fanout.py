@@ -176,7 +176,7 @@ def test_a_committed_send_finishes_its_fan_out(form, redis_client):
 
 def test_a_call_gives_messages_to_at_most_32_subscriptions(form, redis_client):
     """Without any selector too: each subscription that takes messages costs the call its pending list
-    and dispatch chunk, so a call serves at most FANOUT.MAX_TAKERS (32) of them. Two messages for 100
+    and dispatch chunk, so a call serves at most fanout.MAX_TAKERS (32) of them. Two messages for 100
     subscriptions, one message after the other: 32 in the send, 32 + 32 + (4 and the second's 28), then
     32 + 32 + 8."""
     broker = form

@@ -14,7 +14,7 @@
 --         Runs only when checkPeriod has passed since the last run (so several workers, or a repeated
 --         call, mark each consumer once per period).
 --   abort consumer reason abortConnection
--- Returns {ran (0: not due), tracked, aborted consumer ids..., the tail (includes/dispatch.lua dispatch.reply_tail)}. The aborted
+-- Returns {ran (0: not due), tracked, aborted consumer ids..., the tail (includes/dispatch.lua dispatch.add_tail)}. The aborted
 -- consumers' messages are all owed: the caller returns them with return_owed.lua.
 --@include base
 --@include dispatch
@@ -46,7 +46,7 @@ local function abort(cid, reason, abort_connection, strategy)
   local notify = c and c.def.notify
   emit('abort', 'consumer', cid, 'reason', reason, 'abort_connection', abort_connection and 1 or 0,
        'strategy', strategy)
-  close_consumer(cid, 'aborted', 0)  -- its messages go back in the calls that follow (return_owed.lua)
+  lifecycle.close_consumer(cid, 'aborted', 0)  -- its messages go back in the calls that follow (return_owed.lua)
   redis.call('HSET', K_ABORTED, cid, cjson.encode({
     reason = reason, abort_connection = abort_connection, strategy = strategy, at = ms(NOW),
   }))
@@ -67,7 +67,7 @@ local function finish(ran, tracked, aborted)
   if #aborted > 0 then dispatched, more, hold = dispatch.chunk(budget) end
   local out = {ran, tracked}
   for _, cid in ipairs(aborted) do out[#out + 1] = cid end
-  out[#out + 1] = dispatch.reply_tail(dispatched, more, hold)
+  dispatch.add_tail(out, dispatched, more, hold)
   return out
 end
 

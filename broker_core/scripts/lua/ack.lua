@@ -10,7 +10,7 @@
 -- named once. Nothing changes unless every listed message is in flight with its consumer: all of them are
 -- checked before any is acknowledged. One dispatch chunk runs after all the acks.
 -- Returns {per consumer: acked count, messages received, and the received messages as receive.lua returns
--- them, then the tail (includes/dispatch.lua dispatch.reply_tail)}.
+-- them, then the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -90,7 +90,7 @@ for g = 1, #groups do
     acks[#acks + 1] = { c, ids }
   end
 end
-if #acks > 0 then ack_messages(acks) end
+if #acks > 0 then lifecycle.ack_messages(acks) end
 for g = 1, #groups do message.room_freed(groups[g].c.id) end
 -- The consumers' tables are current (the acks kept them so): the dispatch chunk uses them rather than read
 -- them again (consumers.lua), and keeps them current.
@@ -98,7 +98,7 @@ local known = {}
 for g = 1, #groups do known[groups[g].c.id] = groups[g].c end
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]), known)
 -- (room for one consumer's reply with one message: a table that grows is rebuilt at each power of two)
-local out = { nil, nil, nil, nil, nil, nil, nil }
+local out = { nil, nil, nil, nil, nil, nil, nil, nil, nil }
 local refill = false  -- a message expired as it was handed over: its room is dispatched to below
 for g = 1, #groups do
   local group = groups[g]
@@ -118,5 +118,5 @@ if refill then
   more_dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
   dispatched = dispatched + more_dispatched
 end
-out[#out + 1] = dispatch.reply_tail(dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)
+dispatch.add_tail(out, dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)
 return out

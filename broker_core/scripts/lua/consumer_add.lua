@@ -1,7 +1,7 @@
 -- Register a consumer (spec §1.3, §2, §3.6) and dispatch to it.
 -- ARGV: now, budget, consumer id, packed definition, lease ms, requested prefetch (-1 = client default).
 -- The policy's queuePrefetch applies only to a consumer that kept the client default (spec §1.5).
--- Returns {exclusive owner, effective prefetch, the tail (includes/dispatch.lua dispatch.reply_tail)}.
+-- Returns {exclusive owner, effective prefetch, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -66,4 +66,4 @@ message.consumer_joined(cid)
 emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', def.exclusive and 1 or 0,
      'prefetch', prefetch, 'selector', def.selector_text or '')
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return { redis.call('HGET', K_META, 'owner') or '', prefetch, dispatch.reply_tail(dispatched, more, hold) }
+return dispatch.add_tail({ redis.call('HGET', K_META, 'owner') or '', prefetch, nil, nil, nil }, dispatched, more, hold)

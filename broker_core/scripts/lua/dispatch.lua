@@ -1,8 +1,8 @@
 -- Run one bounded chunk of the dispatch pass. ARGV: now, budget (0 = the policy's maxPageSize).
--- Returns {the tail (includes/dispatch.lua dispatch.reply_tail)}.
+-- Returns {the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
 NOW = tonumber(ARGV[1])
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return { dispatch.reply_tail(dispatched, more, hold) }
+return dispatch.add_tail({ nil, nil, nil }, dispatched, more, hold)

@@ -1,6 +1,6 @@
 -- removeMessageGroup(name) / removeAllMessageGroups() (spec §3.5): later messages are re-assigned;
 -- in-flight messages stay where they are. ARGV: now, budget, group id ('' with ARGV[4] = 'all' for every
--- group). Returns {removed count, the tail (includes/dispatch.lua dispatch.reply_tail)}.
+-- group). Returns {removed count, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -28,4 +28,4 @@ else
 end
 message.reset_pass()
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return { removed, dispatch.reply_tail(dispatched, more, hold) }
+return dispatch.add_tail({ removed, nil, nil, nil }, dispatched, more, hold)

@@ -5,7 +5,7 @@
 -- ARGV: now, budget, mode ('move', 'copy' or 'retry'), target uri ('' for retry: each message's
 -- original destination), cursor (score; '' = head), examine budget, max to take, compiled selector
 -- JSON or '', ids... (ids given: only those)
--- Returns {taken, next cursor ('' when done), the tail (includes/dispatch.lua dispatch.reply_tail)}.
+-- Returns {taken, next cursor ('' when done), the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
@@ -88,4 +88,4 @@ else
 end
 if mode ~= 'copy' then message.reset_pass() end
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return { taken, next_cursor, dispatch.reply_tail(dispatched, more, hold) }
+return dispatch.add_tail({ taken, next_cursor, nil, nil, nil }, dispatched, more, hold)

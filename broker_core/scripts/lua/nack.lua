@@ -4,7 +4,7 @@
 -- Each message's redelivery counter goes up. Poison, or a counter past maximumRedeliveries (-1 =
 -- unlimited), dead-letters it now; otherwise it is parked until its redelivery delay has passed (other
 -- messages keep flowing) and then goes ahead of fresh messages.
--- Returns {dead-lettered count, redelivered count, the tail (includes/dispatch.lua dispatch.reply_tail)}.
+-- Returns {dead-lettered count, redelivered count, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -48,13 +48,13 @@ local rcv = outbox.received_upto(cid)
 local dead, later = 0, 0
 for _, id in ipairs(ids) do
   if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end
-  local score = take_inflight(cid, id)
+  local score = lifecycle.take_inflight(cid, id)
   local count = redis.call('HINCRBY', K_REDELIV, id, 1)
   if c.prefetch > 0 and c.ext > 0 then c.ext = redis.call('HINCRBY', K_C(cid), 'ext', -1) end
   if poison or (max >= 0 and count > max) then
     local blob = redis.call('HGET', K_MSGS, id)
     local m = message.unpack(blob)
-    drop_message(id)
+    lifecycle.drop_message(id)
     meta_incr('dequeued')
     if poison then forward.dead_letter(id, m, blob, 'poison') else forward.dead_letter(id, m, blob, 'redelivery', count) end
     dead = dead + 1
@@ -63,7 +63,7 @@ for _, id in ipairs(ids) do
     emit('redeliver', 'msg', id, 'consumer', cid, 'redeliveries', count, 'delay', delay)
     meta_incr('redelivered')
     if delay > 0 then
-      park(id, NOW + delay, message.redelivery_score(score))
+      lifecycle.park(id, NOW + delay, message.redelivery_score(score))
     else
       message.pending_add(id, message.redelivery_score(score))
     end
@@ -73,4 +73,4 @@ end
 redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- a negative ack is an ack for lastAckTime
 message.room_freed(cid)
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return { dead, later, dispatch.reply_tail(dispatched, more, hold) }
+return dispatch.add_tail({ dead, later, nil, nil, nil }, dispatched, more, hold)

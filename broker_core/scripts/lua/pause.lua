@@ -1,12 +1,12 @@
 -- Pause or resume dispatch (QueueView.pause/resume). ARGV: now, budget, '1' to pause or '0' to resume.
--- Returns {the tail (includes/dispatch.lua dispatch.reply_tail)}.
+-- Returns {the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
 NOW = tonumber(ARGV[1])
 redis.call('HSET', K_META, 'paused', ARGV[3])
 emit(ARGV[3] == '1' and 'pause' or 'resume')
-if ARGV[3] == '1' then return { dispatch.reply_tail(0, 0, 0) } end
+if ARGV[3] == '1' then return dispatch.add_tail({ nil, nil, nil }, 0, 0, 0) end
 message.mark_dirty()
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return { dispatch.reply_tail(dispatched, more, hold) }
+return dispatch.add_tail({ nil, nil, nil }, dispatched, more, hold)

@@ -7,7 +7,7 @@
 -- start; 'k:<score>|<id>' parked, 'p:<score>|<id>' pending (the last message kept), 'i:<consumers' HSCAN
 -- cursor>:<consumer>:<dispatch sequence>' in flight, 'c:...' the same for closed consumers still returning
 -- messages), examine budget.
--- Returns {removed, next cursor ('' when done), mark, the tail (includes/dispatch.lua dispatch.reply_tail)}.
+-- Returns {removed, next cursor ('' when done), mark, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 NOW = tonumber(ARGV[1])
@@ -77,7 +77,7 @@ local function take_window(cid, ids, dseqs)
   call_many('ZREM', K_CINF(cid), ids)
   redis.call('HINCRBY', K_C(cid), 'n', -#ids)
   message.room_freed(cid)
-  drop_messages(ids)
+  lifecycle.drop_messages(ids)
   purged = purged + #ids
 end
 
@@ -146,7 +146,7 @@ for _, id in ipairs(parked) do remove(id) end
 if #leaving > 0 then
   call_many('ZREM', K_PENDING, leaving)
   message.pass_dirty.pending = nil
-  drop_messages(leaving)
+  lifecycle.drop_messages(leaving)
   purged = purged + #leaving
 end
 if purged > 0 then
@@ -159,4 +159,4 @@ if purged + cancelled > 0 then
   message.reset_pass()
 end
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return { purged + cancelled, cursor, NOW_TEXT.num(mark), dispatch.reply_tail(dispatched, more, hold) }
+return dispatch.add_tail({ purged + cancelled, cursor, NOW_TEXT.num(mark), nil, nil, nil }, dispatched, more, hold)

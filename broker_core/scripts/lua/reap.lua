@@ -1,7 +1,7 @@
 -- Close consumers whose lease ran out (crashed gateway process, abandoned HTTP consumer).
 -- Between them they return at most `chunk` of the messages they hold; the rest are owed (return_owed.lua).
 -- ARGV: now, budget, max consumers, chunk. Returns {closed ids..., owed, the tail
--- (includes/dispatch.lua dispatch.reply_tail)}.
+-- (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -10,7 +10,7 @@ local out = {}
 local chunk, owed = tonumber(ARGV[4]), 0
 for _, cid in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', '(' .. NOW, 'LIMIT', 0, tonumber(ARGV[3]))) do
   local held = redis.call('ZCARD', K_CINF(cid))
-  local closed, left = close_consumer(cid, 'lease_expired', chunk)
+  local closed, left = lifecycle.close_consumer(cid, 'lease_expired', chunk)
   if closed then
     out[#out + 1] = cid
     chunk = math.max(chunk - (held - left), 0)
@@ -20,5 +20,5 @@ end
 local dispatched, more, hold = 0, 0, 0
 if #out > 0 then dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2])) end
 out[#out + 1] = owed
-out[#out + 1] = dispatch.reply_tail(dispatched, more, hold)
+dispatch.add_tail(out, dispatched, more, hold)
 return out

@@ -6,7 +6,7 @@
 -- has, so what was handed over after it (pushed, and lost or still on its way) comes first, again; and how
 -- many messages may be pushed to it from now on, when this call leaves its outbox empty.
 -- Returns {per message: id, packed message, redeliveries, group first, then the tail (includes/dispatch.lua
--- dispatch.reply_tail)}; with `after`, {the dispatch sequence of the last message handed over, the
+-- dispatch.add_tail)}; with `after`, {the dispatch sequence of the last message handed over, the
 -- messages, the tail}.
 --@include base
 --@include dispatch
@@ -28,7 +28,7 @@ if waiting < max then
   dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 end
 -- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
-local out = { nil, nil, nil, nil, nil }
+local out = { nil, nil, nil, nil, nil, nil, nil }
 -- A dispatch chunk changes only a pull consumer's (prefetch 0) window, and a push its 'rcv' and 'push':
 -- `c` is still current otherwise.
 if c.prefetch == 0 or c.push > 0 then c = consumers.find(cid) end
@@ -66,5 +66,5 @@ if freed then  -- another chunk: handing messages over freed room (acknowledged,
   more_dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
   dispatched = dispatched + more_dispatched
 end
-out[#out + 1] = dispatch.reply_tail(dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)
+dispatch.add_tail(out, dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)
 return out

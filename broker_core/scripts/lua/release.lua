@@ -1,6 +1,6 @@
 -- Return in-flight messages of a consumer to the destination at once, redelivery counter raised
 -- (transaction rollback, session recover). ARGV: now, budget, consumer id, message ids...
--- Returns {returned count, the tail (includes/dispatch.lua dispatch.reply_tail)}.
+-- Returns {returned count, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -25,10 +25,10 @@ for _, id in ipairs(ids) do
   local n = #held
   held[n + 1], held[n + 2] = id, seqs[id]
 end
-return_messages(cid, held, rcv, 'rollback')
+lifecycle.return_messages(cid, held, rcv, 'rollback')
 -- The window opened by DELIVERED acks (a transaction's acks) closes again, never below zero.
 local ext = tonumber(redis.call('HGET', K_C(cid), 'ext')) or 0
 redis.call('HSET', K_C(cid), 'ext', math.max(0, ext - #ids))
 message.room_freed(cid)
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return { #ids, dispatch.reply_tail(dispatched, more, hold) }
+return dispatch.add_tail({ #ids, nil, nil, nil }, dispatched, more, hold)

@@ -1,6 +1,6 @@
 -- Remove messages by id (QueueView.removeMessage, spec §14.3; a purge is purge.lua). Counted as purged.
 -- ARGV: now, budget, '0' (unused), ids...
--- Returns {removed count, left (pending + in flight + parked), the tail (includes/dispatch.lua dispatch.reply_tail)}.
+-- Returns {removed count, left (pending + in flight + parked), the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -25,4 +25,4 @@ if removed > 0 then emit('remove', 'msg', ARGV[4], 'count', removed) end
 message.reset_pass()
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 local left = redis.call('ZCARD', K_PENDING) + redis.call('HLEN', K_INFLIGHT) + redis.call('ZCARD', K_PARKED)
-return { removed, left, dispatch.reply_tail(dispatched, more, hold) }
+return dispatch.add_tail({ removed, left, nil, nil, nil }, dispatched, more, hold)

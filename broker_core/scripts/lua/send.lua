@@ -5,7 +5,7 @@
 -- packed. Status 'forwarded': a virtual destination's copies were recorded, nothing is kept here.
 -- The budget may be followed by '~' and the calling process's wake-up channel: deliveries pushed to consumers
 -- on that channel come back in the reply's tail instead of being published (outbox.lua push_*).
--- Returns {status per message..., the tail (includes/dispatch.lua dispatch.reply_tail)}; status 'ok',
+-- Returns {status per message..., the tail (includes/dispatch.lua dispatch.add_tail)}; status 'ok',
 -- 'duplicate' (an id already stored: not stored again, counted) or 'expired' (expired on arrival: not
 -- enqueued, counted).
 -- Producer flow control (includes/flow.lua) applies to origin 'producer' and to 'retry' (the same send
@@ -49,7 +49,7 @@ end
 local audit = policy_flag('enableAudit')
 local audit_depth = policy_num('maxQueueAuditDepth')
 -- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
-local out = { nil, nil }
+local out = { nil, nil, nil, nil }
 -- What the messages were before this send: an id still stored (or kept as a repeating job), or enqueued
 -- within the audit window, is a duplicate (§12). Read with one command per key for all the messages; for
 -- one message (a producer's usual send) with the same three commands and no tables.
@@ -77,6 +77,11 @@ local first_seq = seq
 local stored, charged, lowest = 0, 0, nil
 -- (field, value ... for one HSET; score, member ... for ZADD: made at the size one message takes)
 local msgs, pending, audited = { nil, nil }, { nil, nil }, { nil, nil }
+-- what the loop reads for each message, as locals: a module's field read per message costs instructions
+-- (bench/redis_instructions.py)
+local is_expired, pending_score, fresh = message.is_expired, message.pending_score, message.fresh
+local PRIORITY, GROUP, PERSISTENT = message.PRIORITY, message.GROUP, message.PERSISTENT
+local DELAY, PERIOD, REPEAT = message.DELAY, message.PERIOD, message.REPEAT
 for i = 4, #ARGV, 2 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
   local k = (i - 2) / 2
@@ -87,26 +92,26 @@ for i = 4, #ARGV, 2 do
     meta_incr('duplicates')
     emit('duplicate', 'msg', id)
     out[#out + 1] = 'duplicate'
-  elseif message.is_expired(m) then
+  elseif is_expired(m) then
     -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
     meta_incr('expired_on_arrival')
     -- the Expired advisory carries a copy
     emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
-  elseif (tonumber(m[message.REPEAT]) or 0) > 0 then
+  elseif (tonumber(m[REPEAT]) or 0) > 0 then
     -- a job kept here; each time it fires, its delivery is routed by the plan (copies then, as
     -- ActiveMQ's scheduler re-sends every repeat to the destination: lifecycle.lua fire_scheduled).
     -- No NoConsumer check here: SchedulerBroker.send keeps the job and does not pass the message on to
     -- the queue (no Queue.messageSent); each firing is checked (fire_scheduled).
-    schedule_job(id, blob, m, NOW + (tonumber(m[message.DELAY]) or 0), plan)
+    lifecycle.schedule_job(id, blob, m, NOW + (tonumber(m[DELAY]) or 0), plan)
     if now_stored then now_stored[id] = true end
     if audit then
       audited[#audited + 1] = NOW_TEXT.num(seq)
       audited[#audited + 1] = id
     end
-    emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[message.DELAY]) or 0), 'period', m[message.PERIOD],
-         'repeat', m[message.REPEAT])
+    emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[DELAY]) or 0), 'period', m[PERIOD],
+         'repeat', m[REPEAT])
     out[#out + 1] = 'scheduled'
   elseif not virtual.route(id, blob, m, plan) then
     -- copies recorded for the plan's targets (in the call above); nothing is kept here.
@@ -116,25 +121,25 @@ for i = 4, #ARGV, 2 do
     stored = stored + 1
     if now_stored then now_stored[id] = true end
     msgs[#msgs + 1], msgs[#msgs + 2] = id, blob
-    message.fresh[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
+    fresh[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
     if plan then flow.memory_charge(#blob) else charged = charged + flow.message_charge(#blob) end  -- includes/flow.lua
     if audit then
       audited[#audited + 1] = NOW_TEXT.num(seq)
       audited[#audited + 1] = id
     end
-    local delay = tonumber(m[message.DELAY]) or 0
-    local score = message.pending_score(seq, m[message.PRIORITY])
+    local delay = tonumber(m[DELAY]) or 0
+    local score = pending_score(seq, m[PRIORITY])
     if delay > 0 then
-      park(id, NOW + delay, score)
+      lifecycle.park(id, NOW + delay, score)
       emit('schedule', 'msg', id, 'at', NOW + delay)
     else
       pending[#pending + 1], pending[#pending + 2] = NOW_TEXT.num(score), id
       if not lowest or score < lowest then lowest = score end
     end
     -- (not in K_MSGS yet: written after the loop)
-    emit_message(blob, 'enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4),
-                 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob))
-    advisory.no_consumer(id, blob, m[message.PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
+    emit_message(blob, 'enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[PRIORITY] or 4),
+                 'group', m[GROUP] or '', 'size', NOW_TEXT.num(#blob))
+    advisory.no_consumer(id, blob, m[PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     out[#out + 1] = 'ok'
   end
 end
@@ -154,5 +159,5 @@ if #audited > 0 then
 end
 if charged > 0 then flow.memory_add(charged) end
 local dispatched, more, hold = dispatch.chunk(budget)
-out[#out + 1] = dispatch.reply_tail(dispatched, more, hold)
+dispatch.add_tail(out, dispatched, more, hold)
 return out

@@ -2,13 +2,13 @@
 -- sweep cursor on and expire those whose time has run out; successive calls walk the whole queue.
 -- Skipped while the queue is paused, as in ActiveMQ. ARGV: now.
 -- Returns {examined, expired, done (1 when the walk reached the end), the tail (includes/dispatch.lua
--- dispatch.reply_tail: no dispatch, its flags and next time)}.
+-- dispatch.add_tail: no dispatch, its flags and next time)}.
 --@include base
 --@include dispatch
 --@allow-oom
 NOW = tonumber(ARGV[1])
-if redis.call('EXISTS', K_META) == 0 then return { 0, 0, 1, dispatch.reply_tail(0, 0, 0) } end  -- deleted meanwhile: nothing to do
-if redis.call('HGET', K_META, 'paused') == '1' then return { 0, 0, 1, dispatch.reply_tail(0, 0, 0) } end
+if redis.call('EXISTS', K_META) == 0 then return dispatch.add_tail({ 0, 0, 1, nil, nil, nil }, 0, 0, 0) end  -- deleted meanwhile: nothing to do
+if redis.call('HGET', K_META, 'paused') == '1' then return dispatch.add_tail({ 0, 0, 1, nil, nil, nil }, 0, 0, 0) end
 local cursor = redis.call('HGET', K_META, 'sweep_cursor') or ''
 local lower = '-inf'
 if cursor ~= '' then lower = '(' .. cursor end
@@ -21,7 +21,7 @@ for i = 1, #batch, 2 do
   if blob then
     local m = message.unpack(blob)
     if message.is_expired(m) then
-      expire_pending(id, m, blob)
+      lifecycle.expire_pending(id, m, blob)
       expired = expired + 1
     end
   end
@@ -30,4 +30,4 @@ local done = #batch / 2 < page
 if done then cursor = '' else cursor = batch[#batch] end
 redis.call('HSET', K_META, 'sweep_cursor', cursor)
 if expired > 0 then emit('sweep', 'examined', #batch / 2, 'expired', expired) end
-return { #batch / 2, expired, done and 1 or 0, dispatch.reply_tail(0, forward.with_flag(0), next_unpark()) }
+return dispatch.add_tail({ #batch / 2, expired, done and 1 or 0, nil, nil, nil }, 0, forward.with_flag(0), lifecycle.next_unpark())

@@ -30,7 +30,7 @@ if op == 'unsubscribe' then
     return fail('DURABLE_IN_USE', 'Durable consumer is in use')
   end
   topic.unregister(topic_uri)
-  return remove_subscription('unsubscribed')
+  return lifecycle.remove_subscription('unsubscribed')
 elseif op == 'release' then
   local key, field, uri = ARGV[3], ARGV[4], ARGV[5]
   if redis.call('HGET', topic.registry, field) ~= uri then return 0 end
@@ -40,7 +40,7 @@ elseif op == 'release' then
     if (redis.call('HGET', K_META, 'active') or '') ~= '' then
       return fail('DURABLE_IN_USE', 'Durable consumer is in use')
     end
-    dropped = remove_subscription('changed')
+    dropped = lifecycle.remove_subscription('changed')
   end
   redis.call('HDEL', topic.registry, field)
   return dropped
@@ -54,7 +54,7 @@ elseif op == 'expire_offline' then
       local since = tonumber(state[2] or '')
       if (state[1] or '') == '' and since and NOW - since >= timeout then
         topic.unregister(topic_uri)
-        remove_subscription('offline_timeout')
+        lifecycle.remove_subscription('offline_timeout')
         removed[#removed + 1] = s.key
       end
       topic.switch(nil)
@@ -79,7 +79,7 @@ elseif op == 'delete' then
   for _, s in ipairs(topic.subscriptions()) do
     topic.switch(s.key)
     if s.def.durable then topic.unregister(topic_uri) end
-    remove_subscription('destination_deleted')
+    lifecycle.remove_subscription('destination_deleted')
     topic.switch(nil)
   end
   -- what they held goes with the topic's messages (destination_delete.lua), not released one by one

@@ -5,7 +5,7 @@
 -- sender died.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget.
 -- Returns {fan-outs finished in this call, fan-outs still unfinished, the tail (includes/dispatch.lua
--- dispatch.reply_tail, with the subscription keys whose pass has more)}.
+-- dispatch.add_tail, with the subscription keys whose pass has more)}.
 --@include base
 --@include topic
 --@include fanout
@@ -16,4 +16,4 @@ local touched, order = {}, {}
 local finished = fanout.run(touched, order)
 local dispatched, flags, hold, more_keys = topic.deliver(touched, order, tonumber(ARGV[2]))
 flags = forward.with_flag(flags)
-return { finished, redis.call('LLEN', TP .. ':fanout'), dispatch.reply_tail(dispatched, flags, hold, more_keys) }
+return dispatch.add_tail({ finished, redis.call('LLEN', TP .. ':fanout'), nil, nil, nil }, dispatched, flags, hold, more_keys)

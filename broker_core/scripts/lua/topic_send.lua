@@ -6,7 +6,7 @@
 -- (includes/wildcard.lua); a message only they take is not dropped, one nobody takes is 'no_subscription'.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, origin ('producer', 'forward' or 'check'), then per message:
 -- id, packed, retain ('' | 'set' | 'clear': ActiveMQ.Retain, decided by operations.py), retained copy.
--- Returns {status per message..., the tail (includes/dispatch.lua dispatch.reply_tail, with the subscription keys
+-- Returns {status per message..., the tail (includes/dispatch.lua dispatch.add_tail, with the subscription keys
 -- whose pass has more)}; statuses as send.lua's. Flags: 1 a pass has more, 2 forwards wait, 4 a fan-out is unfinished
 -- (includes/fanout.lua: the caller runs topic_fanout.lua until its messages are matched).
 --@include base
@@ -148,5 +148,5 @@ end
 local dispatched, flags, hold, more_keys = topic.deliver(touched, touched_order, tonumber(ARGV[2]))
 flags = forward.with_flag(flags)
 if deferring then flags = bit.bor(flags, 4) end  -- the caller goes on with the fan-out (topic_fanout.lua)
-out[#out + 1] = dispatch.reply_tail(dispatched, flags, hold, more_keys)
+dispatch.add_tail(out, dispatched, flags, hold, more_keys)
 return out

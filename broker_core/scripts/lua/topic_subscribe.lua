@@ -6,7 +6,7 @@
 -- requested prefetch (-1 = client default), subscription key, packed subscription definition,
 -- retroactive ('1'/'0'), client id, subscription name, registry field, topic uri.
 -- Returns {effective prefetch, recovered, 'new'|'changed'|'existing', the tail (includes/dispatch.lua
--- dispatch.reply_tail)}, or
+-- dispatch.add_tail)}, or
 -- {'elsewhere', uri} when the durable key is registered on another topic (nothing changed: topic_ops
 -- removes that one with topic_admin 'release' and tries again).
 -- A durable key's registry entry (<ns>:durables, topic.registry) is written here, in the same step as
@@ -49,7 +49,7 @@ if existing then
   if redis.call('HEXISTS', P .. ':closing', cid) == 1 then return { 'closing' } end
   local old = cmsgpack.unpack(existing)
   if (old.selector_text or '') ~= (sub_def.selector_text or '') or (old.nolocal == true) ~= (sub_def.nolocal == true) then
-    remove_subscription('changed')  -- TopicRegion.hasDurableSubChanged: a new subscription replaces it
+    lifecycle.remove_subscription('changed')  -- TopicRegion.hasDurableSubChanged: a new subscription replaces it
     existing = nil
     state = 'changed'
   elseif old.selector ~= sub_def.selector then
@@ -144,4 +144,4 @@ local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 -- pending-message limit applies to them.
 if replayed and #replayed > 0 then topic.after_send(replayed, s) end
 -- Dead letters of evicted replays (and advisories) wait in the topic's :fwd; flag 2 has them delivered now.
-return { prefetch, recovered, state, dispatch.reply_tail(dispatched, forward.with_flag(more), hold) }
+return dispatch.add_tail({ prefetch, recovered, state, nil, nil, nil }, dispatched, forward.with_flag(more), hold)

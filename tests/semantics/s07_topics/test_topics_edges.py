@@ -309,7 +309,7 @@ def test_a_new_retroactive_durable_with_a_backlog_gets_the_backlog_not_the_recov
 
 def test_no_local_without_a_connection_id_is_refused_rather_than_silently_ignored(broker):
     """§7.3: NoLocalExpression compares connection ids. ConsumerSpec(no_local=True) without
-    connection_id is accepted and TOPIC.matches then never filters (s.def.conn is nil): the subscriber
+    connection_id is accepted and topic.matches then never filters (s.def.conn is nil): the subscriber
     gets its own messages. Bad input should raise a typed error naming the field."""
     with pytest.raises(InvalidConsumer):
         sub(broker, T, no_local=True)
@@ -329,7 +329,7 @@ def test_topic_deliveries_never_carry_group_first_for_consumer(broker):
 # -- scale -------------------------------------------------------------------------------------------
 
 def test_a_topic_with_8000_subscriptions_still_accepts_sends(broker):
-    """TOPIC.subscriptions() does HMGET <topic>:subs unpack(keys) over every subscription key; Lua's
+    """topic.subscriptions() does HMGET <topic>:subs unpack(keys) over every subscription key; Lua's
     unpack() fails past ~8000 values ("too many results to unpack"), so once a topic has that many
     subscribers every send (and subscribe, retroactive or not) fails."""
     for i in range(8100):  # ~30 s

@@ -304,7 +304,7 @@ def test_a_copy_delivered_before_a_crash_is_not_delivered_again_once_the_audit_w
 
 
 def test_a_topic_message_expired_on_arrival_is_advised_with_its_copy(broker, clock):
-    """§11: Expired advisories carry a message copy. send.lua sets ADVISE.blob before emit('expire');
+    """§11: Expired advisories carry a message copy. send.lua passes the message to emit_message('expire');
     topic_send.lua does not, so the topic's advisory has only the id."""
     sub = watch(broker, "Expired", "topic://prices")
     consumer(broker, "topic://prices")

@@ -273,6 +273,8 @@ end
 
 -- events ActiveMQ advises about become advisory messages.
 --@include advisory
+-- (a local: every event calls it, and a module's field read per call costs instructions)
+local advise = advisory.advise
 
 -- Append one lifecycle event (docs/broker_core.md lists the types and fields).
 -- A subscription's events carry its key ('sub') on the topic's stream.
@@ -340,7 +342,7 @@ local function emit_message(blob, kind, ...)
   end
   -- (after the XADD: a script's first write stays one Redis may refuse at its maxmemory, scripts/library.py)
   if EVENTS_TRIMMED.stream ~= K_EVENTS then trim_events() end
-  advisory.advise(kind, blob, ...)
+  advise(kind, blob, ...)
 end
 local function emit(kind, ...)
   if NOW_TEXT.at ~= NOW then NOW_TEXT.set() end
@@ -350,7 +352,7 @@ local function emit(kind, ...)
     redis.call('XADD', K_EVENTS, '*', 'type', kind, 'ts', NOW_TEXT.text, ...)
   end
   if EVENTS_TRIMMED.stream ~= K_EVENTS then trim_events() end
-  advisory.advise(kind, nil, ...)
+  advise(kind, nil, ...)
 end
 
 -- Memory usage and producer flow control : every script keeps the counts.

@@ -321,7 +321,7 @@ function dispatch.pass(budget, known)
                                 tonumber(full[message.GROUP_SEQ]) or 0, full[message.CONNECTION]
         end  -- (head's sequence is a number already)
         if exp > 0 and NOW > exp then  -- is_expired
-          expire_pending(id, full or message.unpack(blob), blob)
+          lifecycle.expire_pending(id, full or message.unpack(blob), blob)
           cursor = batch[i + 1]
         else
           if gid then consumers.gmap.create() end
@@ -463,24 +463,29 @@ dispatch.UNPARK_PER_CALL = 100
 -- and when to run dispatch again (a delayed start, or the next parked message), 0 if never.
 -- `known`: consumers the caller has read and kept current (consumers.lua load_consumers), or nil.
 function dispatch.chunk(budget, known)
-  unpark_due(dispatch.UNPARK_PER_CALL)
+  lifecycle.unpark_due(dispatch.UNPARK_PER_CALL)
   local dispatched, more, hold = dispatch.pass(budget, known)
-  if hold == 0 then hold = next_unpark() end
+  if hold == 0 then hold = lifecycle.next_unpark() end
   return dispatched, forward.with_flag(more), hold
 end
 
--- The tail every script that can leave work behind ends its reply with, one array (broker_core/scripts/
--- calls.py reads it the same way for all of them): {dispatched, flags (1 a pass has more, 2 forwards wait,
--- 4 a topic's fan-out is unfinished), hold_until, the subscription keys whose pass has more (a topic's
--- scripts), the pushes for the calling process's consumers (outbox.push_replies)}; the last two only when
--- there are any (each array in a reply is a conversion of its own for Redis: the usual tail has one).
+-- The tail every script that can leave work behind ends its reply with (broker_core/scripts/calls.py reads it
+-- the same way for all of them): its last three values are dispatched, flags (1 a pass has more, 2 forwards
+-- wait, 4 a topic's fan-out is unfinished) and hold_until. When there are subscription keys whose pass has
+-- more (a topic's scripts) or pushes for the calling process's consumers (outbox.push_replies), flag 8 says
+-- so and one array {keys, pushes} comes just before those three (an array in a reply costs Redis a
+-- conversion of its own: the usual tail has none). Appends to `out` and returns it.
 do
   local NONE = {}  -- (one empty array for the one of the two that has none)
-  function dispatch.reply_tail(dispatched, flags, hold, more_keys)
+  function dispatch.add_tail(out, dispatched, flags, hold, more_keys)
     local pushed = outbox.push_replies
     if pushed or (more_keys and #more_keys > 0) then
-      return { dispatched, flags, hold, more_keys or NONE, pushed or NONE }
+      out[#out + 1] = { more_keys or NONE, pushed or NONE }
+      flags = flags + 8
     end
-    return { dispatched, flags, hold }
+    out[#out + 1] = dispatched
+    out[#out + 1] = flags
+    out[#out + 1] = hold
+    return out
   end
 end

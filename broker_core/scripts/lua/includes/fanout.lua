@@ -80,7 +80,7 @@ function fanout.finish(id, m, blob)
       emit('enqueue', 'msg', id, 'priority', priority, 'group', m[message.GROUP] or '', 'size', size,
            'subscriptions', matched, 'wildcards', copies)
     end
-    release_shared(id)
+    lifecycle.release_shared(id)
   end
 end
 

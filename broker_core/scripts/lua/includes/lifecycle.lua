@@ -4,24 +4,23 @@
 
 -- Redis runs a script's whole body on every call, and each `local function` costs a closure (and a walk
 -- of the open upvalues for each name it uses). The paths most calls never take (expiry, scheduling,
--- returns, closing a consumer) are therefore built on first use: these names start as stubs (at the end of
--- this file) that build them all (lifecycle_load), then call the real function.
-local expire_message, expire_pending, park, schedule_job, fire_scheduled, return_messages
-local recompute_exclusive_owner, remove_subscription, subscription_consumer_gone, close_consumer
-local return_owed, returns_begin, release_ended
+-- returns, closing a consumer) are therefore built on first use: these fields of the module table
+-- `lifecycle` start as stubs (at the end of this file) that build them all (lifecycle.load), then call the
+-- real function.
+local lifecycle = { parked = false }
 
 -- Consumers closed while holding more messages than one call returns (close_consumer with a chunk): hash
 -- consumer id -> the reason it closed. Each is gone from dispatch; its window (K_CINF), counters (K_C: 'n',
 -- 'rcv') and outbox stay until return_owed has returned every message it holds. While any is owed, meta
 -- 'fence' keeps the dispatch pass below that score (dispatch.lua): a message that was never returned
 -- cannot overtake the owed ones, which the one-step close would have put ahead of it.
-local function closing_key() return P .. ':closing' end
+function lifecycle.closing_key() return P .. ':closing' end
 -- How long the maintenance index waits before a tick finishes returns a closer left owed (it drives them
 -- itself, call after call; the tick is for a closer that died).
-local RETURNS_GRACE_MS = 2000
+lifecycle.RETURNS_GRACE_MS = 2000
 
 -- A subscription is done with topic message `id`: one reference fewer, and the message gone with the last.
-local function release_shared(id)
+function lifecycle.release_shared(id)
   if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
     local own_meta = K_META
     K_META = TP .. ':meta'
@@ -38,13 +37,13 @@ end
 -- a topic's message is stored once for all its subscriptions, with a reference count in
 -- <topic>:refs; it is deleted (and its memory released, on the topic's meta) when the last
 -- subscription is done with it.
-local function drop_messages(ids)
+function lifecycle.drop_messages(ids)
   local bytes = 0
   for i = 1, #ids do
     local id = ids[i]
     message.fresh[id] = nil
     if SUB then
-      release_shared(id)
+      lifecycle.release_shared(id)
     else
       local size = redis.call('HSTRLEN', K_MSGS, id)  -- 0 when it is not stored
       if size > 0 then bytes = bytes + flow.message_charge(size) end
@@ -57,11 +56,11 @@ local function drop_messages(ids)
   call_many('HDEL', K_REDELIV, ids)
   call_many('SREM', K_GFIRST, ids)
 end
-local function drop_message(id) drop_messages({ id }) end
+function lifecycle.drop_message(id) lifecycle.drop_messages({ id }) end
 
 -- Take message `id` out of consumer `cid`'s window; returns its pending score (not read when
 -- `no_score`: an acknowledged message never goes back).
-local function take_inflight(cid, id, no_score)
+function lifecycle.take_inflight(cid, id, no_score)
   local v = not no_score and redis.call('HGET', K_INFLIGHT, id)
   redis.call('HDEL', K_INFLIGHT, id)
   redis.call('ZREM', K_CINF(cid), id)
@@ -77,7 +76,7 @@ end
 -- (the acks here, the dispatch chunk's deliveries: consumers.lua load_consumers), so the count is written
 -- with the other counters; otherwise (receive.lua, whose dispatch chunk counted deliveries in a copy of
 -- the consumer) it is decremented in Redis.
-local function ack_messages(acks)
+function lifecycle.ack_messages(acks)
   local all = acks[1][2]
   if #acks > 1 then
     all = {}
@@ -88,7 +87,7 @@ local function ack_messages(acks)
   end
   if #all == 0 then return end
   call_many('HDEL', K_INFLIGHT, all)
-  drop_messages(all)
+  lifecycle.drop_messages(all)
   meta_incr('dequeued', NOW_TEXT.num(#all))
   meta_incr('acked', NOW_TEXT.num(#all))  -- (dequeued counts purges and moves too; the rate history wants acks)
   for a = 1, #acks do
@@ -122,29 +121,29 @@ local function ack_messages(acks)
 end
 
 -- When the first parked message is due, as far as this script call knows (nil: ask Redis).
-local PARK = { next = nil, due_at = due_at }  -- (due_at through PARK: lifecycle_load is at Lua's 60 upvalues)
-on_call(function() PARK.next = nil end)
+lifecycle.parked = { next = nil, due_at = due_at }  -- (due_at through it: lifecycle.load is near Lua's 60 upvalues)
+on_call(function() lifecycle.parked.next = nil end)
 
 -- The next time a parked message comes back (0 if none).
-local function next_unpark()
-  if PARK.next == nil then
+function lifecycle.next_unpark()
+  if lifecycle.parked.next == nil then
     local first = redis.call('ZRANGE', K_PARKED, '0', '0', 'WITHSCORES')
-    PARK.next = #first == 0 and 0 or tonumber(first[2])
+    lifecycle.parked.next = #first == 0 and 0 or tonumber(first[2])
   end
-  return PARK.next
+  return lifecycle.parked.next
 end
 
 -- Bring back parked messages whose time has come (bounded); returns how many.
-local function unpark_due(limit)
-  local first = next_unpark()
+function lifecycle.unpark_due(limit)
+  local first = lifecycle.next_unpark()
   if first == 0 or first > NOW then return 0 end  -- the usual case costs one look at the head
-  PARK.next = nil
+  lifecycle.parked.next = nil
   local due = redis.call('ZRANGEBYSCORE', K_PARKED, '-inf', NOW, 'LIMIT', 0, limit, 'WITHSCORES')
   for i = 1, #due, 2 do
     local id, at = due[i], tonumber(due[i + 1])
     local info = redis.call('HGET', K_PARKINFO, id)
     if info == 'job' then
-      fire_scheduled(id, at)
+      lifecycle.fire_scheduled(id, at)
     else
       redis.call('ZREM', K_PARKED, id)
       redis.call('HDEL', K_PARKINFO, id)
@@ -155,10 +154,10 @@ local function unpark_due(limit)
 end
 
 -- Built on first use (see the top of this file): expiry, scheduling, returns, closing.
-local function lifecycle_load()
+function lifecycle.load()
   -- A message whose time ran out (spec §6): counted, logged, dead-lettered or dropped per strategy.
-  expire_message = function(id, m, blob)
-    drop_message(id)
+  lifecycle.expire_message = function(id, m, blob)
+    lifecycle.drop_message(id)
     meta_incr('expired')
     meta_incr('dequeued')
     local expiration = tonumber(m[message.EXPIRATION]) or 0
@@ -167,18 +166,18 @@ local function lifecycle_load()
     forward.dead_letter(id, m, blob, 'expired', expiration)
   end
 
-  expire_pending = function(id, m, blob)
+  lifecycle.expire_pending = function(id, m, blob)
     redis.call('ZREM', K_PENDING, id)
     message.pass_dirty.pending = nil
-    expire_message(id, m, blob)
+    lifecycle.expire_message(id, m, blob)
   end
 
   -- Hold a message out of dispatch until `at`; it comes back with pending score `score`.
-  park = function(id, at, score)
+  lifecycle.park = function(id, at, score)
     redis.call('ZADD', K_PARKED, at, id)
-    PARK.due_at(P, at)
+    lifecycle.parked.due_at(P, at)
     redis.call('HSET', K_PARKINFO, id, score)
-    PARK.next = nil
+    lifecycle.parked.next = nil
   end
 
   -- A repeating scheduled message (AMQ_SCHEDULED_REPEAT) is a job kept under the message's id; each time
@@ -187,17 +186,17 @@ local function lifecycle_load()
   -- (virtual destinations, includes/virtual.lua) keeps it: each firing is routed like a send of the
   -- delivery (ActiveMQ's scheduler re-sends every repeat to the destination), so its copies, a topic's
   -- too, are made then, selectors evaluated then; the targets are those of the send.
-  schedule_job = function(id, blob, m, at, plan)
+  lifecycle.schedule_job = function(id, blob, m, at, plan)
     redis.call('HSET', K_SCHED, id,
                cmsgpack.pack({ blob, tonumber(m[message.PERIOD]), tonumber(m[message.REPEAT]), 0, plan }))
     flow.memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
     redis.call('ZADD', K_PARKED, at, id)
-    PARK.due_at(P, at)
+    lifecycle.parked.due_at(P, at)
     redis.call('HSET', K_PARKINFO, id, 'job')
-    PARK.next = nil
+    lifecycle.parked.next = nil
   end
 
-  fire_scheduled = function(id, at)
+  lifecycle.fire_scheduled = function(id, at)
     local job = cmsgpack.unpack(redis.call('HGET', K_SCHED, id))
     local blob, period, left, fired, plan = job[1], job[2], job[3], job[4] + 1, job[5]
     local delivery = id .. '#' .. fired
@@ -219,7 +218,7 @@ local function lifecycle_load()
     if left > 0 then
       redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired, plan }))
       redis.call('ZADD', K_PARKED, at + period, id)
-      PARK.due_at(P, at + period)
+      lifecycle.parked.due_at(P, at + period)
     else
       redis.call('HDEL', K_SCHED, id)
       flow.memory_release(#blob)
@@ -230,7 +229,7 @@ local function lifecycle_load()
 
 
   -- Closing a consumer or a subscription.
-  recompute_exclusive_owner = function(removed_def, removed_id)
+  lifecycle.recompute_exclusive_owner = function(removed_def, removed_id)
     local owner = redis.call('HGET', K_META, 'owner')
     local all_exclusive = policy_flag('allConsumersExclusiveByDefault')
     if owner == removed_id and removed_def.exclusive then
@@ -261,7 +260,7 @@ local function lifecycle_load()
   -- closed consumer's too) are renamed aside, <topic>:ended:<n>:<i>, listed in the set <topic>:ended, and
   -- return_owed (closing_load) releases them a chunk per call. The rest of its keys go now (UNLINK: a big
   -- one is freed outside the call).
-  remove_subscription = function(reason)
+  lifecycle.remove_subscription = function(reason)
     local dropped = 0
     local holders = { K_PENDING, K_PARKED }
     for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do holders[#holders + 1] = K_CINF(cid) end
@@ -273,7 +272,7 @@ local function lifecycle_load()
         aside = aside or TP .. ':ended:' .. redis.call('HINCRBY', TP .. ':meta', 'endseq', 1) .. ':'
         redis.call('RENAME', holders[i], aside .. i)
         redis.call('SADD', TP .. ':ended', aside .. i)
-        due_at(TP, NOW + RETURNS_GRACE_MS)  -- the tick releases them if the caller dies
+        due_at(TP, NOW + lifecycle.RETURNS_GRACE_MS)  -- the tick releases them if the caller dies
         dropped = dropped + n
       end
     end
@@ -316,25 +315,25 @@ local function lifecycle_load()
   -- a subscription's consumer went away (closed, lease lapsed, aborted). A non-durable
   -- subscription ends with it (its messages are dropped, as a TopicSubscription's are); a durable one goes
   -- offline and keeps receiving, its unacknowledged messages back in its pending list.
-  subscription_consumer_gone = function(cid, reason)
+  lifecycle.subscription_consumer_gone = function(cid, reason)
     redis.call('HDEL', TP .. ':subof', cid)
     if redis.call('HGET', K_META, 'durable') == '1' then
       redis.call('HSET', K_META, 'active', '', 'offline_since', NOW)
       emit('subscription_offline', 'consumer', cid, 'reason', reason)
     else
-      remove_subscription(reason)
+      lifecycle.remove_subscription(reason)
     end
   end
 end
 
--- Built on first use too, apart from lifecycle_load (a Lua function has at most 60 upvalues): closing a
+-- Built on first use too, apart from lifecycle.load (a Lua function has at most 60 upvalues): closing a
 -- consumer, and returning what it holds in chunks.
-local function closing_load()
+function lifecycle.load_closing()
   -- Put in-flight messages of consumer `cid` back in the pending zset ahead of fresh messages (closing,
   -- rollback), one command per key for all of them: `held` is id, dispatch sequence, ... (as ZRANGE of its
   -- window WITHSCORES gives them). Those at or below `rcv` (the adapter had received them: they reached
   -- the client) get the redelivery counter raised, as Queue.removeSubscription does. Returns how many.
-  return_messages = function(cid, held, rcv, reason)
+  lifecycle.return_messages = function(cid, held, rcv, reason)
     local n = #held / 2
     if n == 0 then return 0 end
     local ids = {}
@@ -371,7 +370,7 @@ local function closing_load()
   -- starts over at the head (the fence may have held it back).
   local function returns_done(cid)
     redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
-    redis.call('HDEL', closing_key(), cid)
+    redis.call('HDEL', lifecycle.closing_key(), cid)
   end
 
   -- With no closed consumer holding messages any more the fence goes and the pass starts over at the head
@@ -379,7 +378,7 @@ local function closing_load()
   -- free already.
   local function lift_fence()
     if redis.call('HEXISTS', K_META, 'fence') == 0 then return end
-    for _, cid in ipairs(redis.call('HKEYS', closing_key())) do
+    for _, cid in ipairs(redis.call('HKEYS', lifecycle.closing_key())) do
       if redis.call('ZCARD', K_CINF(cid)) > 0 then return end
     end
     redis.call('HDEL', K_META, 'fence')
@@ -410,13 +409,13 @@ local function closing_load()
 
   -- Release up to `limit` (all when nil) of the messages ended subscriptions of this topic held
   -- (remove_subscription set them aside). Returns how many, and how many are left (0: none).
-  release_ended = function(limit)
+  lifecycle.release_ended = function(limit)
     local released, left = 0, 0
     for _, key in ipairs(redis.call('SMEMBERS', TP .. ':ended')) do
       local take = limit and limit - released or -1
       if take ~= 0 then
         local ids = redis.call('ZRANGE', key, 0, take > 0 and take - 1 or -1)
-        for i = 1, #ids do release_shared(ids[i]) end
+        for i = 1, #ids do lifecycle.release_shared(ids[i]) end
         call_many('ZREM', key, ids)
         released = released + #ids
       end
@@ -428,11 +427,11 @@ local function closing_load()
 
   -- Consumer `cid` closed (it is gone from dispatch): return the first `limit` of its messages now (all
   -- when nil) and record the rest as owed, with the fence. Returns how many are owed.
-  returns_begin = function(cid, reason, limit)
-    redis.call('HSET', closing_key(), cid, reason)
-    local _, owed = return_owed(limit, cid)
+  lifecycle.returns_begin = function(cid, reason, limit)
+    redis.call('HSET', lifecycle.closing_key(), cid, reason)
+    local _, owed = lifecycle.return_owed(limit, cid)
     if owed > 0 then
-      due_at(P, NOW + RETURNS_GRACE_MS)  -- the tick finishes them if the closer dies
+      due_at(P, NOW + lifecycle.RETURNS_GRACE_MS)  -- the tick finishes them if the closer dies
     end
     if redis.call('ZCARD', K_CINF(cid)) > 0 then
       -- (returned messages score below 0 unless messages are prioritized: then they are spread over the
@@ -445,20 +444,20 @@ local function closing_load()
   -- Return up to `limit` more messages that closed consumers still hold (all when `limit` is nil), oldest
   -- dispatch first, consumer `only` alone when given. Returns how many it returned and how many are still
   -- owed (counted over the consumers it looked at: `owed` is 0 only when none is left).
-  return_owed = function(limit, only)
-    local names = only and { only } or redis.call('HKEYS', closing_key())
+  lifecycle.return_owed = function(limit, only)
+    local names = only and { only } or redis.call('HKEYS', lifecycle.closing_key())
     local returned, owed = 0, 0
-    if not only then returned, owed = release_ended(limit) end
+    if not only then returned, owed = lifecycle.release_ended(limit) end
     local group_room = limit and GROUP_FREE_CHUNK or -1
     for i = 1, #names do
       local cid = names[i]
-      local reason = redis.call('HGET', closing_key(), cid)
+      local reason = redis.call('HGET', lifecycle.closing_key(), cid)
       if reason then
         local take = limit and limit - returned or -1
         if take ~= 0 then
           local rcv = tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
           local held = redis.call('ZRANGE', K_CINF(cid), 0, take > 0 and take - 1 or -1, 'WITHSCORES')
-          returned = returned + return_messages(cid, held, rcv, reason)
+          returned = returned + lifecycle.return_messages(cid, held, rcv, reason)
         end
         local left = redis.call('ZCARD', K_CINF(cid))
         local groups = 0
@@ -478,7 +477,7 @@ local function closing_load()
   -- exclusive ownership and its groups at once; of the messages it holds, the first `limit` (all when nil)
   -- go back now and the rest are owed (closing_key, return_owed). Returns true (false: no such consumer)
   -- and how many are still owed.
-  close_consumer = function(cid, reason, limit)
+  lifecycle.close_consumer = function(cid, reason, limit)
     local packed = redis.call('HGET', K_CONSUMERS, cid)
     if not packed then return false, 0 end
     local def = cmsgpack.unpack(packed)
@@ -488,7 +487,7 @@ local function closing_load()
     redis.call('ZREM', K_LEASES, cid)
     redis.call('SREM', K_PASSFULL, cid)
     message.pass_dirty.passfull_key = nil
-    recompute_exclusive_owner(def, cid)
+    lifecycle.recompute_exclusive_owner(def, cid)
     -- Its groups are free from now on: dispatch treats a group whose owner is no consumer any more as
     -- unowned (groups.lua groups.allows: the next message binds it to a new owner, flagged first for it),
     -- and the entries themselves are deleted a chunk per call (return_owed, GROUP_FREE_CHUNK), so a
@@ -500,31 +499,31 @@ local function closing_load()
     if SUB and redis.call('HGET', K_META, 'durable') ~= '1' then
       -- A non-durable subscription ends with its consumer (subscription_consumer_gone): what it holds is
       -- released with it, not returned first; listed as closing, its window goes with the subscription's.
-      redis.call('HSET', closing_key(), cid, reason)
+      redis.call('HSET', lifecycle.closing_key(), cid, reason)
     else
       -- Messages the adapter never received were never delivered: they go back without a bump.
-      owed = returns_begin(cid, reason, limit)
+      owed = lifecycle.returns_begin(cid, reason, limit)
     end
     message.reset_pass()
     emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
     if SUB then
-      subscription_consumer_gone(cid, reason)
+      lifecycle.subscription_consumer_gone(cid, reason)
       owed = owed + redis.call('SCARD', TP .. ':ended')
     end
     return true, owed
   end
 end
 
-expire_message = function(...) lifecycle_load() return expire_message(...) end
-expire_pending = function(...) lifecycle_load() return expire_pending(...) end
-park = function(...) lifecycle_load() return park(...) end
-schedule_job = function(...) lifecycle_load() return schedule_job(...) end
-fire_scheduled = function(...) lifecycle_load() return fire_scheduled(...) end
-recompute_exclusive_owner = function(...) lifecycle_load() return recompute_exclusive_owner(...) end
-remove_subscription = function(...) lifecycle_load() return remove_subscription(...) end
-subscription_consumer_gone = function(...) lifecycle_load() return subscription_consumer_gone(...) end
-close_consumer = function(...) closing_load() return close_consumer(...) end
-return_messages = function(...) closing_load() return return_messages(...) end
-return_owed = function(...) closing_load() return return_owed(...) end
-returns_begin = function(...) closing_load() return returns_begin(...) end
-release_ended = function(...) closing_load() return release_ended(...) end
+lifecycle.expire_message = function(...) lifecycle.load() return lifecycle.expire_message(...) end
+lifecycle.expire_pending = function(...) lifecycle.load() return lifecycle.expire_pending(...) end
+lifecycle.park = function(...) lifecycle.load() return lifecycle.park(...) end
+lifecycle.schedule_job = function(...) lifecycle.load() return lifecycle.schedule_job(...) end
+lifecycle.fire_scheduled = function(...) lifecycle.load() return lifecycle.fire_scheduled(...) end
+lifecycle.recompute_exclusive_owner = function(...) lifecycle.load() return lifecycle.recompute_exclusive_owner(...) end
+lifecycle.remove_subscription = function(...) lifecycle.load() return lifecycle.remove_subscription(...) end
+lifecycle.subscription_consumer_gone = function(...) lifecycle.load() return lifecycle.subscription_consumer_gone(...) end
+lifecycle.close_consumer = function(...) lifecycle.load_closing() return lifecycle.close_consumer(...) end
+lifecycle.return_messages = function(...) lifecycle.load_closing() return lifecycle.return_messages(...) end
+lifecycle.return_owed = function(...) lifecycle.load_closing() return lifecycle.return_owed(...) end
+lifecycle.returns_begin = function(...) lifecycle.load_closing() return lifecycle.returns_begin(...) end
+lifecycle.release_ended = function(...) lifecycle.load_closing() return lifecycle.release_ended(...) end

@@ -21,12 +21,12 @@ function operator.take_out(id)
   elseif where == 'parked' then
     redis.call('ZREM', K_PARKED, id)
     redis.call('HDEL', K_PARKINFO, id)
-    PARK.next = nil
+    lifecycle.parked.next = nil
   elseif where == 'inflight' then
     if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > outbox.received_upto(cid) then
       redis.call('LREM', K_COUT(cid), 1, id)  -- dispatched, not yet handed over
     end
-    take_inflight(cid, id)
+    lifecycle.take_inflight(cid, id)
     message.room_freed(cid)
   end
   local blob = redis.call('HGET', K_MSGS, id)
@@ -36,6 +36,6 @@ function operator.take_out(id)
     redis.call('HDEL', K_SCHED, id)
     if job then blob = cmsgpack.unpack(job)[1]; flow.memory_release(#blob) end
   end
-  drop_message(id)
+  lifecycle.drop_message(id)
   return blob, job ~= nil
 end

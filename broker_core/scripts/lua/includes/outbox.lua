@@ -29,9 +29,9 @@ function outbox.hand_over(c, ids, out, check_expiry)
     end
     if check_expiry and blob and exp > 0 and NOW > exp then  -- is_expired
       local m = message.unpack(blob)
-      take_inflight(c.id, id, true)
+      lifecycle.take_inflight(c.id, id, true)
       c.n = c.n - 1
-      expire_message(id, m, blob)
+      lifecycle.expire_message(id, m, blob)
     elseif blob then
       handed[#handed + 1] = id
       out[#out + 1] = id
@@ -40,7 +40,7 @@ function outbox.hand_over(c, ids, out, check_expiry)
       out[#out + 1] = firsts[i]
     end
   end
-  if c.def.ack == 'auto' and #handed > 0 then ack_messages({ { c, handed } }) end
+  if c.def.ack == 'auto' and #handed > 0 then lifecycle.ack_messages({ { c, handed } }) end
   local freed = (c.def.ack == 'auto' and #handed > 0) or #handed < #ids
   if freed then message.room_freed(c.id) end
   return freed

@@ -51,7 +51,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- Work on subscription `key` (or, with nil, on the topic itself). Per-prefix caches start over.
   function topic.switch(key)
     if key then use_prefix(TP .. ':s:' .. key) else use_prefix(TP) end
-    PARK.next = nil
+    lifecycle.parked.next = nil
     message.pass_dirty.value = false
   end
 
@@ -123,7 +123,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     local seq = meta_incr('seq')
     local delay = tonumber(m[message.DELAY]) or 0
     if delay > 0 then
-      park(id, NOW + delay, message.pending_score(seq, m[message.PRIORITY]))
+      lifecycle.park(id, NOW + delay, message.pending_score(seq, m[message.PRIORITY]))
     else
       message.pending_add(id, message.pending_score(seq, m[message.PRIORITY]))
     end
@@ -141,7 +141,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       local score = message.pending_score(last - #ids + i, m[message.PRIORITY])
       local delay = tonumber(m[message.DELAY]) or 0
       if delay > 0 then
-        park(id, NOW + delay, score)
+        lifecycle.park(id, NOW + delay, score)
       else
         zadd[#zadd + 1] = score
         zadd[#zadd + 1] = id
@@ -362,7 +362,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       meta_incr('dropped')
       emit('drop', 'msg', id, 'cause', cause)
     end
-    drop_message(id)
+    lifecycle.drop_message(id)
   end
 
   -- Which pending messages the eviction strategy gives up (§8.5), from a page of the oldest.
@@ -468,7 +468,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
         local blob = redis.call('HGET', K_MSGS, id)
         local m = blob and message.unpack(blob)
         if m and message.is_expired(m) then
-          expire_pending(id, m, blob)
+          lifecycle.expire_pending(id, m, blob)
           break
         end
       end
