@@ -25,6 +25,7 @@ if waiting < max then
     redis.call('HSET', K_C(cid), 'ext', max - waiting)
     room_freed(cid)
   end
+  if c.prefetch == 0 then PAGE.receiver = cid end  -- (dispatch.lua: no wake-up for what this call hands over)
   dispatched, more, hold = dispatch_chunk(tonumber(ARGV[2]))
 end
 local out = {dispatched, more, hold}
@@ -61,5 +62,8 @@ else
   _, freed = pop_outbox(c, max, out)
 end
 if freed then dispatch_more(out, tonumber(ARGV[2])) end
+if PAGE.woken_later and c.def.notify and redis.call('LLEN', K_COUT(cid)) > 0 then
+  redis.call('PUBLISH', c.def.notify, cid)  -- dispatched to it beyond what it took: the skipped wake-up
+end
 out[2] = with_forward_flag(out[2])  -- handing over may have expired messages
 return out

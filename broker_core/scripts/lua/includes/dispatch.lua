@@ -27,6 +27,13 @@
 -- more tables than it saves commands).
 -- (fields of one table: dispatch_pass is near Lua's limit of 60 upvalues)
 local PAGE = {}
+-- A pull consumer (prefetch 0) whose own receive call runs this pass: what is dispatched to it is handed
+-- over by that same call, so waking its adapter would only make it ask again for nothing. Its wake-up is
+-- skipped (`woken_later`), and receive.lua publishes it after all if anything is left in its outbox.
+on_call(function() PAGE.receiver, PAGE.woken_later = nil, nil end)
+local function wake(c)
+  if c.id == PAGE.receiver then PAGE.woken_later = true else redis.call('PUBLISH', c.def.notify, c.id) end
+end
 function PAGE.new() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {}, firsts = {} } end
 function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
   -- (a consumer armed for pushes, outbox.lua PUSH, gets the message itself instead of an outbox entry)
@@ -61,7 +68,7 @@ function PAGE.deliver(c, id, score, tally, fresh, writes, first, blob)
     if pushed then
       PUSH.add(c, id, tally.dseq, blob, redeliveries, first)
     elseif redis.call('RPUSH', K_COUT(c.id), id) == 1 and c.def.notify then
-      redis.call('PUBLISH', c.def.notify, c.id)
+      wake(c)
     end
   end
   c.n = c.n + 1
@@ -86,7 +93,7 @@ function PAGE.flush(writes)
     call_many('ZADD', K_CINF(c.id), mine.window)
     if #mine.outbox > 0 then
       local queued = call_many('RPUSH', K_COUT(c.id), mine.outbox)
-      if queued == #mine.outbox and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
+      if queued == #mine.outbox and c.def.notify then wake(c) end
     end
   end
   PUSH.flush()
