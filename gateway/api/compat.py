@@ -25,7 +25,8 @@ ack fails, or the request is cancelled, the message is negatively acknowledged (
 its redelivery counter raised, to the dead-letter queue past maximumRedeliveries), as a JMS consumer's
 rollback. A message found in flight when a turn begins was left by a request that died holding it (a
 crashed gateway): the GET closes the consumer first, which gives it back, redelivered. Redis round trips
-of a GET that finds a message: three (take the turn; lease; ack and end the turn).
+of a GET that finds a message on a queue: two (take the turn and lease, one script call that leases
+nothing unless the turn is taken and nothing is left in flight; ack and end the turn).
 
 The state of the servlet's consumers (turns, each client's consumers) is kept by broker_core
 (broker_core/turns.py); this module touches no Redis key itself. The plain requests (cached
@@ -316,7 +317,12 @@ async def take_one(user_pk: Any, client: str, destination: Destination, params: 
     ref = consumer_ref(user_pk, client, destination)
     broker = runtime.async_broker()
     timeout_ms = read_timeout_ms(params)
-    left = await turns.begin_turn(broker, ref, timeout_ms + 30_000)
+    waiting = timeout_ms / 1000 if wait else 0.0
+    # the turn, and (a queue's consumer, nothing left in flight) the lease of a message there at once
+    try:
+        left, deliveries = await turns.begin_turn_receiving(broker, ref, timeout_ms + 30_000)
+    except UnknownConsumer:  # the turn is taken; the consumer is made below (_poll)
+        left, deliveries = 0, None
     if left is None:
         raise Problem(409, "concurrent_access", "Consumer busy",
                       "Concurrent access to consumer is not supported", consumer_id=ref.consumer_id)
@@ -325,7 +331,10 @@ async def take_one(user_pk: Any, client: str, destination: Destination, params: 
         if left:  # a request that died in its turn held these: closing the consumer gives them back
             await _close(ref)
         connections.touch_rest(ref.consumer_id, _lease_ms())  # its Connections entry lives with it
-        deliveries = await _poll(user_pk, client, ref, selector, timeout_ms / 1000 if wait else 0.0, who)
+        if deliveries is None or (not deliveries and waiting > 0):
+            deliveries = await _poll(user_pk, client, ref, selector, waiting, who)
+        elif not deliveries:  # nothing at once, no wait: as long_poll ends a pull that found nothing
+            await broker.cancel_pull(ref)
         built = None
         if deliveries:
             delivery = deliveries[0]

@@ -8,11 +8,21 @@
 -- Returns {dispatched, more, hold_until, then per message: id, packed message, redeliveries, group first};
 -- with `after`, {dispatched, more, hold_until, the dispatch sequence of the last message handed over, then
 -- the messages}.
+-- ARGV[8], `turn ms` (with ARGV[6] and [7] empty): first take the consumer's turn (broker_core/turns.py, the
+-- ActiveMQ-compatible GET) for that long. Another request has it: {-1}, nothing else done. Messages are in
+-- flight with the consumer (left by a request that died in its turn): {-2, how many}, the turn taken and
+-- nothing received (the caller gives them back first). A consumer that does not exist: UNKNOWN_CONSUMER,
+-- the turn taken.
 --@include base
 --@include dispatch
 --@allow-oom
 NOW = tonumber(ARGV[1])
 local cid, max = ARGV[3], tonumber(ARGV[4])
+if ARGV[8] then
+  if not redis.call('SET', K_C(cid) .. ':turn', '1', 'NX', 'PX', ARGV[8]) then return { -1 } end
+  local left = redis.call('ZCARD', K_CINF(cid))
+  if left > 0 then return { -2, left } end
+end
 local c, lease_until = find_consumer(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
 local lease = tonumber(ARGV[5])
