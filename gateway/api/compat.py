@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import re
 import secrets
@@ -71,6 +72,7 @@ SESSION_COOKIE = "JSESSIONID"
 _NOT_PROPERTIES = {"destination", "type", "body", "JMSDeliveryMode", "JMSPriority", "JMSTimeToLive",
                    "JMSCorrelationID", "JMSExpiration", "JMSReplyTo", "JMSType"}
 _PROLOG = re.compile(r"^<\?.*?\?>", re.DOTALL)
+_SESSION = re.compile(r"[A-Za-z0-9_-]{8,64}")  # a JSESSIONID this servlet made (secrets.token_urlsafe)
 # The consumer acknowledges each message itself, once the answer carrying it is built.
 ACK_MODE = "client-individual"
 
@@ -285,7 +287,7 @@ def client_key(params: dict[str, list[str]], session: str | None) -> tuple[str, 
     client_id = _first(params, "clientId")
     if client_id:
         return "c:" + client_id, None
-    if session and re.fullmatch(r"[A-Za-z0-9_-]{8,64}", session):
+    if session and _SESSION.fullmatch(session):
         return "s:" + session, None
     session = secrets.token_urlsafe(18)
     return "s:" + session, session
@@ -296,6 +298,7 @@ def _client(user_pk: Any, client: str) -> str:
     return "amq:" + hashlib.sha256(f"{user_pk}|{client}".encode()).hexdigest()[:24]
 
 
+@functools.lru_cache(maxsize=4096)  # (pure; a client asks for the same consumer on every GET)
 def consumer_ref(user_pk: Any, client: str, destination: Destination) -> ConsumerRef:
     digest = hashlib.sha256(f"{user_pk}|{client}|{destination.uri}".encode()).hexdigest()
     # amqc: the client-individual consumer (amq- ones acked on receipt)
