@@ -10,7 +10,8 @@ one; give several to compare them, alternating), and bench/asgi_floor.py in its 
   system time over the case's requests; `get` and `consume` include the untimed STOMP fill). CPU time moves
   far less than wall-clock rates on a shared machine;
 - with --py-spy (a py-spy binary; pip install py-spy somewhere outside the project), a sampling profile of
-  the web process's event loop during the case, grouped by component (µs per request);
+  the web process's event loop during the case, grouped by component (shares of the samples: on a loaded
+  machine a thread waiting for a core is sampled as busy, so only the shares mean something there);
 - once, one request of each case under MONITOR on the private Redis: the commands it sent (round trips,
   script calls and the commands those scripts ran).
 The floor: an empty 200 answer from the smallest ASGI app under the same uvicorn, same client and headers.
@@ -194,8 +195,10 @@ def run_case(case: str, target: Target, web: int, redis: int, n: int, py_spy: st
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(60)
-        for label, us in components(raw, n, 1000)[:14]:
-            print(f"    {us:7.1f} µs/request  {label}")
+        shares = components(raw, n, 1000)
+        total = sum(us for _, us in shares) or 1.0
+        for label, us in shares[:14]:
+            print(f"    {100 * us / total:5.1f} %  {label}")
 
 
 def main() -> None:
