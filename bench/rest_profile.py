@@ -118,12 +118,12 @@ def monitored(target: Target, redis_port: int) -> dict[str, list[str]]:
         time.sleep(0.3)
         lines = monitor.recv(1 << 22).decode(errors="replace").splitlines()
         # the request's: commands naming its queues (and MULTI/EXEC around them), with what their scripts
-        # ran; not the maintenance tick's visits, which name the queues too
+        # ran; not the maintenance tick's visits or the rate sampler's writes, which name the queues too
         kept, keep = [], False
         for line in lines:
             if "[0 lua]" not in line:
                 keep = (queue in line or other in line or '"MULTI"' in line or '"EXEC"' in line) \
-                    and "_maintenance" not in line and "_rate_sample" not in line
+                    and "_maintenance" not in line and "_rate_sample" not in line and ":rates" not in line
             if keep:
                 if '"EXEC"' in line and kept and '"MULTI"' in kept[-1]:
                     kept.pop()  # an empty MULTI/EXEC: Celery's, not the request's
