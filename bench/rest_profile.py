@@ -24,6 +24,7 @@ import collections
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -238,6 +239,7 @@ def main() -> None:
                              folder / f"{name}-{case}-{round_number}.raw")
     finally:
         running.stop_all()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
