@@ -272,6 +272,8 @@ class HotPath:
                     return _FALLBACK
                 authorization = value
             elif name == b"content-type":
+                if content_type is not None:
+                    return _FALLBACK  # (Django joins repeated headers: its answer)
                 content_type = value
             elif name == b"host":
                 host = value
