@@ -46,6 +46,7 @@ import re
 import secrets
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -53,7 +54,7 @@ from rest_framework.request import Request
 
 from broker_core import turns
 from broker_core.destinations import Destination, parse_destination
-from broker_core.errors import InvalidConsumer, NotInFlight, UnknownConsumer
+from broker_core.errors import BrokerError, InvalidConsumer, NotInFlight, UnknownConsumer
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
 from gateway import connections, runtime
@@ -326,6 +327,10 @@ async def take_one(user_pk: Any, client: str, destination: Destination, params: 
         left, deliveries = await turns.begin_turn_receiving(broker, ref, timeout_ms + 30_000)
     except UnknownConsumer:  # the turn is taken; the consumer is made below (_poll)
         left, deliveries = 0, None
+    except (BrokerError, redis.ResponseError):
+        if ref.destination.is_queue:  # receive.lua refuses only after it took the turn: end it
+            await asyncio.shield(turns.end_turn(broker, ref))
+        raise
     if left is None:
         raise Problem(409, "concurrent_access", "Consumer busy",
                       "Concurrent access to consumer is not supported", consumer_id=ref.consumer_id)
