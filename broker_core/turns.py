@@ -21,9 +21,11 @@ key, so `action=unsubscribe` can close them all; it expires with the consumers' 
 
 Costs: `begin_turn` one MULTI/EXEC (SET NX PX, ZCARD) for a queue's consumer (a topic's: the turn, then
 its subscription and window), `settle` one MULTI/EXEC, both on the broker's multiplexed connection (with
-redis-py's client or EVAL scripts, `settle` is two round trips). Why not the turn and the lease in one
-round trip: a request refused its turn would have leased a message it must give back, and giving back
-raises the message's redelivery counter though no client saw it.
+redis-py's client or EVAL scripts, `settle` is two round trips). `begin_turn_receiving` takes the turn and
+leases in one script call (receive.lua with its `turn ms` argument): the script leases nothing when the
+turn is refused or messages are left in flight, so no message is leased only to be given back (giving
+back raises its redelivery counter though no client saw it). A queue's GET that finds a message is then
+two round trips: that call, and `settle`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .destinations import parse_destination
 from .drivers.loop import Transaction, run_async, typed_error
 from .effects import Eval, Op
 from .errors import UnknownConsumer
+from .messages import Delivery
 from .model import ConsumerRef
 from .resp import reply_text as _text
 from .scripts.library import is_missing
@@ -73,6 +76,23 @@ async def begin_turn(broker: AsyncBroker, consumer: ConsumerRef, turn_ms: int) -
         if isinstance(reply, Exception):
             raise reply
     return int(replies[1]) if replies[0] else None
+
+
+async def begin_turn_receiving(broker: AsyncBroker, consumer: ConsumerRef,
+                               turn_ms: int) -> tuple[int | None, list[Delivery] | None]:
+    """`begin_turn`, then, in the same script call, receive one message as AsyncBroker.receive does, unless
+    messages are left in flight (scripts/lua/receive.lua, its `turn ms` argument). Returns (None, None):
+    another request has the turn; (left, None): the turn is taken, nothing received (`left` messages to give
+    back first; or a topic's consumer, taken as `begin_turn` takes it); (0, deliveries): the turn is taken
+    and up to one message leased to the consumer. Raises UnknownConsumer with the turn taken."""
+    if not consumer.destination.is_queue:
+        return await begin_turn(broker, consumer, turn_ms), None
+    turn = await broker._run(broker.ops.receive_turn(consumer, broker._now(), int(turn_ms)))
+    if turn.busy:
+        return None, None
+    if turn.received is None:
+        return turn.left, None
+    return 0, turn.received.deliveries
 
 
 async def end_turn(broker: AsyncBroker, consumer: ConsumerRef) -> None:

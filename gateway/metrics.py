@@ -42,6 +42,11 @@ def set_route(scope: dict[str, Any], route: str) -> None:
     scope[ROUTE_KEY] = route
 
 
+# (route, method, status) -> that series of HTTP_REQUESTS and HTTP_DURATION's (route, method): route names,
+# methods and statuses are few, so this stays small
+_series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
+
 def instrument_http(app: Any, static_prefix: str = "/static/") -> Any:
     """An ASGI wrapper counting and timing every HTTP request. The route label is the URL pattern's name
     (`api-messages`, `healthz`, `admin:index`), never the path: paths carry destination names and
@@ -73,8 +78,12 @@ def instrument_http(app: Any, static_prefix: str = "/static/") -> Any:
                 route = "static" if scope.get("path", "").startswith(static_prefix) else "unmatched"
             method = scope.get("method", "")
             method = method if method in _METHODS else "other"
-            HTTP_REQUESTS.labels(route, method, status).inc()
-            HTTP_DURATION.labels(route, method).observe(time.perf_counter() - started)
+            series = _series.get((route, method, status))
+            if series is None:  # (labels() looks the series up under a lock: once per route, method, status)
+                series = _series[route, method, status] = (HTTP_REQUESTS.labels(route, method, status),
+                                                           HTTP_DURATION.labels(route, method))
+            series[0].inc()
+            series[1].observe(time.perf_counter() - started)
 
     return wrapped
 

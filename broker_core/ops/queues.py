@@ -206,6 +206,20 @@ def receive_after(ops: Context, consumer: ConsumerRef, after: int, max_messages:
     return got.deliveries, got.last
 
 
+def receive_turn(ops: Context, consumer: ConsumerRef, now: int, turn_ms: int) -> Op:
+    """The ActiveMQ-compatible GET of a queue consumer (broker_core/turns.py): take the consumer's turn for
+    `turn_ms` and, in the same script call, receive one message unless messages are left in flight.
+    Returns a calls.Turn."""
+    home = Home(consumer.destination)
+    call = calls.Receive.turn(ops.home_prefix(home), now, consumer.consumer_id, turn_ms)
+    turn = calls.Receive.parse_turn((yield from ops.eval(home, now, call)), consumer.destination.uri,
+                                    consumer.consumer_id)
+    if turn.received is not None and turn.received.tail.flags:
+        tail = turn.received.tail
+        yield from ops.continue_dispatch(home, now, tail.flags, tail.hold_until)
+    return turn
+
+
 def cancel_pull(ops: Context, consumer: ConsumerRef, now: int) -> Op:
     home = yield from ops.home(consumer)
     yield from ops.eval(home, now, calls.CancelPull.call(ops.home_prefix(home), now, consumer.consumer_id))

@@ -103,6 +103,9 @@ class Router(Context):
         return self.run(queues.receive_after(self, consumer, after, max_messages, push, now,
                                              lease_ms))
 
+    def receive_turn(self, consumer: ConsumerRef, now: int, turn_ms: int) -> Op:
+        return self.run(queues.receive_turn(self, consumer, now, turn_ms))
+
     def cancel_pull(self, consumer: ConsumerRef, now: int) -> Op:
         return self.run(queues.cancel_pull(self, consumer, now))
 

@@ -718,6 +718,27 @@ class Receive(ScriptCall):
         own, end = split(reply)
         return Received(_deliveries(own, 1, len(own), uri, consumer_id), int(own[0]), end)
 
+    @classmethod
+    def turn(cls, prefix: str, now: int, consumer_id: str, turn_ms: int) -> Eval:
+        """Take the consumer's turn (broker_core/turns.py, the ActiveMQ-compatible GET) for `turn_ms` and
+        receive one message in the same call (`after` and `push` empty; lease 0: the consumer's own)."""
+        return Eval(cls.script, (prefix,), (now, 0, consumer_id, 1, 0, "", "", turn_ms))
+
+    @staticmethod
+    def parse_turn(reply: list[Any], uri: str, consumer_id: str) -> Turn:
+        if len(reply) < 3:  # {-1}: another request has the turn; {-2, left}: taken, messages left in flight
+            return Turn(int(reply[0]) == -1, int(reply[1]) if len(reply) > 1 else 0, None)
+        return Turn(False, 0, Receive.parse(reply, uri, consumer_id))
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A turn asked for with a receive (Receive.turn)."""
+
+    busy: bool  # another request has it: nothing was done
+    left: int  # the turn is taken and nothing received: messages a request that died in its turn left
+    received: Received | None  # the turn is taken and this handed over (None with `busy` or `left`)
+
 
 class Release(ScriptCall):
     """release.lua: return in-flight messages at once (rollback, recover)."""

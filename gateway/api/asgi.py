@@ -10,21 +10,23 @@ the handler skips the per-request thread and runs the signals inline: their rece
 this thread's database connections, which the event loop never opens. Every other request takes
 Django's usual path.
 
-The hottest endpoints go further (`HotPath`): POST a JSON message or batch to a queue/topic URL,
-receive without waiting, ack (and ack-then-receive). For them Django's request object, URL resolver,
+The hottest endpoints go further (`HotPath`): POST a JSON message or batch, or a raw body (without
+Message-* headers or content-type parameters), to a queue/topic URL, receive without waiting, ack (and
+ack-then-receive). For them Django's request object, URL resolver,
 middleware chain and DRF's request wrapping cost more CPU than the broker call itself (profiled:
 ~0.5 ms of Python per request). The hot path parses the ASGI scope itself and calls the same
 functions the views call (views_messaging.send_parsed, receive_messages, acknowledge), with the same
 checks in the same order: allowed host, token from the authentication cache, permission, rate limit.
 Whenever a request is anything but the plain case (no cached token, a denied permission, an
-Idempotency-Key, a non-JSON or malformed body, a long-poll wait, bad parameters...) it is handed to
-Django unchanged (the body replayed), before anything has changed, so every refusal keeps Django's
-exact answer. `SIGNALBOX_API_HOT_PATH = False` turns it off.
+Idempotency-Key, a malformed body, a raw body with Message-* headers, a long-poll wait, bad parameters...)
+it is handed to Django unchanged (the body replayed), before anything has changed, so every refusal keeps
+Django's exact answer. `SIGNALBOX_API_HOT_PATH = False` turns it off.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import re
@@ -171,6 +173,28 @@ class _Params:
         self._json = data
 
 
+def _raw_envelope(body: bytes, content_type: bytes | None, media: bytes) -> dict[str, Any] | None:
+    """views_messaging._raw_envelope for a raw body sent without Message-* headers and with a content type
+    that has no parameters (so no charset: UTF-8, Django's default); None for anything else (Django's
+    path)."""
+    if content_type is not None and (b";" in content_type or not content_type.strip()):
+        return None
+    try:
+        kind = content_type.decode("latin-1") if content_type is not None else "application/octet-stream"
+    except UnicodeError:
+        return None
+    envelope: dict[str, Any] = {}
+    if media.startswith(b"text/") or media in (b"application/xml", b"application/javascript"):
+        try:
+            envelope["body"] = body.decode("utf-8")
+        except UnicodeDecodeError:
+            envelope["body_base64"] = base64.b64encode(body).decode()
+    else:
+        envelope["body_base64"] = base64.b64encode(body).decode()
+    envelope["content_type"] = kind
+    return envelope
+
+
 class _Caller:
     """The authenticated user, for the helpers that take a request (base._throttle)."""
 
@@ -269,6 +293,12 @@ class HotPath:
             return _FALLBACK
         host, authorization, content_type = (found.get(b"host"), found.get(b"authorization"),
                                              found.get(b"content-type"))
+        # Django's to read: a repeated Content-Type (Django joins repeated headers), and a raw body's
+        # envelope fields (Message-* headers, views_messaging._raw_envelope)
+        names = [name for name, _value in scope["headers"]]
+        if names.count(b"content-type") > 1:
+            return _FALLBACK
+        message_headers = any(name.startswith(b"message-") for name in names)
         if host is None or authorization is None or not self.host_allowed(host):
             return _FALLBACK
         # Only a token the authentication cache already verified (TokenAuthentication.cached).
@@ -281,28 +311,35 @@ class HotPath:
             return _FALLBACK
         user = hit[0]
         data: dict[str, Any] | None = None
-        if body.strip():
-            if content_type is None or content_type.split(b";")[0].strip().lower() != b"application/json":
-                return _FALLBACK
-            try:
-                data = json_input.loads(body)  # as common.json_body
-            except ValueError:
-                return _FALLBACK
-            if not isinstance(data, dict):
-                return _FALLBACK
+        raw: dict[str, Any] | None = None
         kind, name, consumer_id, action = match.groups()
+        if body.strip():
+            media = content_type.split(b";")[0].strip().lower() if content_type is not None else b""
+            if media != b"application/json":
+                raw = _raw_envelope(body, content_type, media) \
+                    if consumer_id is None and not message_headers and not media.endswith(b"+json") else None
+                if raw is None:
+                    return _FALLBACK
+            else:
+                try:
+                    data = json_input.loads(body)  # as common.json_body
+                except ValueError:
+                    return _FALLBACK
+                if not isinstance(data, dict):
+                    return _FALLBACK
         views = self.views
         params = _Params(scope.get("query_string", b""), data)
         try:
             if consumer_id is None:
-                if data is None:
+                if data is None and raw is None:
                     return _FALLBACK
                 endpoint = "messages"
                 destination = views.url_destination(kind, name)
                 if not await self.allowed(user, [destination], "write"):
                     return _FALLBACK
                 now = views.runtime.async_broker().clock.now_ms()
-                messages = views.parse_messages(data, now, user.get_username())
+                messages = views.parse_messages(data, now, user.get_username()) if raw is None \
+                    else [views.parse_envelope(raw, now, user_id=user.get_username())]
             else:
                 endpoint = action
                 consumer = views.parse_own_consumer(user, kind, name, consumer_id)

@@ -25,7 +25,8 @@ ack fails, or the request is cancelled, the message is negatively acknowledged (
 its redelivery counter raised, to the dead-letter queue past maximumRedeliveries), as a JMS consumer's
 rollback. A message found in flight when a turn begins was left by a request that died holding it (a
 crashed gateway): the GET closes the consumer first, which gives it back, redelivered. Redis round trips
-of a GET that finds a message: three (take the turn; lease; ack and end the turn).
+of a GET that finds a message on a queue: two (take the turn and lease, one script call that leases
+nothing unless the turn is taken and nothing is left in flight; ack and end the turn).
 
 The state of the servlet's consumers (turns, each client's consumers) is kept by broker_core
 (broker_core/turns.py); this module touches no Redis key itself. The plain requests (cached
@@ -39,11 +40,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import re
 import secrets
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -51,7 +54,7 @@ from rest_framework.request import Request
 
 from broker_core import turns
 from broker_core.destinations import Destination, parse_destination
-from broker_core.errors import InvalidConsumer, NotInFlight, UnknownConsumer
+from broker_core.errors import BrokerError, InvalidConsumer, NotInFlight, UnknownConsumer
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
 from gateway import connections, runtime
@@ -70,6 +73,7 @@ SESSION_COOKIE = "JSESSIONID"
 _NOT_PROPERTIES = {"destination", "type", "body", "JMSDeliveryMode", "JMSPriority", "JMSTimeToLive",
                    "JMSCorrelationID", "JMSExpiration", "JMSReplyTo", "JMSType"}
 _PROLOG = re.compile(r"^<\?.*?\?>", re.DOTALL)
+_SESSION = re.compile(r"[A-Za-z0-9_-]{8,64}")  # a JSESSIONID this servlet made (secrets.token_urlsafe)
 # The consumer acknowledges each message itself, once the answer carrying it is built.
 ACK_MODE = "client-individual"
 
@@ -284,7 +288,7 @@ def client_key(params: dict[str, list[str]], session: str | None) -> tuple[str, 
     client_id = _first(params, "clientId")
     if client_id:
         return "c:" + client_id, None
-    if session and re.fullmatch(r"[A-Za-z0-9_-]{8,64}", session):
+    if session and _SESSION.fullmatch(session):
         return "s:" + session, None
     session = secrets.token_urlsafe(18)
     return "s:" + session, session
@@ -295,6 +299,7 @@ def _client(user_pk: Any, client: str) -> str:
     return "amq:" + hashlib.sha256(f"{user_pk}|{client}".encode()).hexdigest()[:24]
 
 
+@functools.lru_cache(maxsize=4096)  # (pure; a client asks for the same consumer on every GET)
 def consumer_ref(user_pk: Any, client: str, destination: Destination) -> ConsumerRef:
     digest = hashlib.sha256(f"{user_pk}|{client}|{destination.uri}".encode()).hexdigest()
     # amqc: the client-individual consumer (amq- ones acked on receipt)
@@ -316,7 +321,16 @@ async def take_one(user_pk: Any, client: str, destination: Destination, params: 
     ref = consumer_ref(user_pk, client, destination)
     broker = runtime.async_broker()
     timeout_ms = read_timeout_ms(params)
-    left = await turns.begin_turn(broker, ref, timeout_ms + 30_000)
+    waiting = timeout_ms / 1000 if wait else 0.0
+    # the turn, and (a queue's consumer, nothing left in flight) the lease of a message there at once
+    try:
+        left, deliveries = await turns.begin_turn_receiving(broker, ref, timeout_ms + 30_000)
+    except UnknownConsumer:  # the turn is taken; the consumer is made below (_poll)
+        left, deliveries = 0, None
+    except (BrokerError, redis.ResponseError):
+        if ref.destination.is_queue:  # receive.lua refuses only after it took the turn: end it
+            await asyncio.shield(turns.end_turn(broker, ref))
+        raise
     if left is None:
         raise Problem(409, "concurrent_access", "Consumer busy",
                       "Concurrent access to consumer is not supported", consumer_id=ref.consumer_id)
@@ -325,7 +339,10 @@ async def take_one(user_pk: Any, client: str, destination: Destination, params: 
         if left:  # a request that died in its turn held these: closing the consumer gives them back
             await _close(ref)
         connections.touch_rest(ref.consumer_id, _lease_ms())  # its Connections entry lives with it
-        deliveries = await _poll(user_pk, client, ref, selector, timeout_ms / 1000 if wait else 0.0, who)
+        if deliveries is None or (not deliveries and waiting > 0):
+            deliveries = await _poll(user_pk, client, ref, selector, waiting, who)
+        elif not deliveries:  # nothing at once, no wait: as long_poll ends a pull that found nothing
+            await broker.cancel_pull(ref)
         built = None
         if deliveries:
             delivery = deliveries[0]

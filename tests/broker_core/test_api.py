@@ -82,6 +82,24 @@ def test_the_owner_of_a_consumer_is_woken_when_its_empty_outbox_gets_messages(
     pubsub.close()
 
 
+def test_a_pull_consumer_is_not_woken_for_what_its_own_receive_hands_over(broker, redis_client, namespace):
+    pubsub = redis_client.pubsub()
+    channel = f"{namespace}:wake:gateway-1"
+    pubsub.subscribe(channel)
+    assert pubsub.get_message(timeout=1)["type"] == "subscribe"
+    c = consumer(broker, prefetch=0, notify=channel, consumer_id="P")
+    broker.send("orders", [Message(body="m0"), Message(body="m1")])
+    assert [d.body for d in broker.receive(c, 1)] == ["m0"]  # dispatched and handed over in one call
+    assert [d.body for d in broker.receive(c, 1)] == ["m1"]
+    assert pubsub.get_message(timeout=0.2) is None
+    assert broker.receive(c, 1) == []  # nothing there: the pull stays open (until cancel_pull)
+    broker.send("orders", Message(body="m2"))  # dispatched to the open pull by the send: its owner is woken
+    assert pubsub.get_message(timeout=1)["data"] == b"P"
+    assert [d.body for d in broker.receive(c, 1)] == ["m2"]
+    assert pubsub.get_message(timeout=0.2) is None
+    pubsub.close()
+
+
 async def test_every_async_call_gives_what_the_blocking_one_gives(broker, redis_url, namespace, clock):
     client = redis.asyncio.Redis.from_url(redis_url)
     try:

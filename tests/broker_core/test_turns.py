@@ -11,7 +11,7 @@ import redis.asyncio
 from broker_core import turns
 from broker_core.broker import AsyncBroker
 from broker_core.drivers.loop import run_async
-from broker_core.errors import NotInFlight
+from broker_core.errors import NotInFlight, UnknownConsumer
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
 from broker_core.scripts.library import library
@@ -60,6 +60,35 @@ async def test_a_turn_lapses_and_the_next_one_sees_what_was_left_in_flight(aio):
     assert len(await aio.receive(ref, 1)) == 1  # then the request dies: no settle, no end
     await asyncio.sleep(0.1)
     assert await turns.begin_turn(aio, ref, 10_000) == 1  # the turn lapsed; one message left in flight
+
+
+async def test_the_turn_and_the_lease_in_one_call_lease_nothing_unless_the_turn_is_taken(aio):
+    ref = await _pull_consumer(aio, "turns.f")
+    await aio.send("turns.f", [Message(body="one"), Message(body="two")])
+    left, deliveries = await turns.begin_turn_receiving(aio, ref, 50)
+    assert left == 0 and [d.body for d in deliveries] == ["one"]
+    assert deliveries[0].destination == "queue://turns.f" and deliveries[0].consumer_id == ref.consumer_id
+    assert await turns.begin_turn_receiving(aio, ref, 10_000) == (None, None)  # another request's turn
+    stats = await aio.stats("turns.f")
+    assert (stats.in_flight, stats.queue_size) == (1, 2)  # the refused request leased nothing
+    await asyncio.sleep(0.1)  # the request dies holding "one": its turn lapses
+    assert await turns.begin_turn_receiving(aio, ref, 10_000) == (1, None)  # left in flight: nothing leased
+    assert (await aio.stats("turns.f")).in_flight == 1
+    await aio.close_consumer(ref)  # (as the GET does: closing gives "one" back)
+    ref = await _pull_consumer(aio, "turns.f")
+    left, deliveries = await turns.begin_turn_receiving(aio, ref, 10_000)
+    assert left == 0 and [(d.body, d.redelivery_count) for d in deliveries] == [("one", 1)]
+    await turns.settle(aio, ref, deliveries[0].message_id)
+    left, deliveries = await turns.begin_turn_receiving(aio, ref, 10_000)  # the turn ended with the ack
+    assert [d.body for d in deliveries] == ["two"]
+
+
+async def test_the_turn_is_taken_before_an_unknown_consumer_is_reported(aio):
+    ref = await _pull_consumer(aio, "turns.g")
+    await aio.close_consumer(ref)
+    with pytest.raises(UnknownConsumer):
+        await turns.begin_turn_receiving(aio, ref, 10_000)
+    assert await turns.begin_turn(aio, ref, 10_000) is None  # the caller has the turn: it makes the consumer
 
 
 async def test_a_clients_consumers_are_remembered_and_forgotten(aio):

@@ -112,6 +112,25 @@ async def test_a_second_request_on_a_busy_consumer_is_refused(api, basic):
         assert (await first).status_code == 204
 
 
+async def test_a_refusal_after_the_turn_was_taken_ends_the_turn(api, basic, monkeypatch):
+    from broker_core import turns
+    from broker_core.errors import InvalidConsumer
+
+    url = "/api/message/orders.eu?type=queue&clientId=refused&readTimeout=10"
+    await api.post("/api/message/orders.eu?type=queue", content="kept", headers=basic)
+    original = turns.begin_turn_receiving
+
+    async def refused(broker, consumer, turn_ms):  # receive.lua refusing once it holds the turn
+        await turns.begin_turn(broker, consumer, turn_ms)
+        raise InvalidConsumer("refused for the test")
+
+    monkeypatch.setattr(turns, "begin_turn_receiving", refused)
+    assert (await api.get(url, headers=basic)).status_code == 400
+    monkeypatch.setattr(turns, "begin_turn_receiving", original)
+    got = await api.get(url, headers=basic)  # not 409: the refused request ended its turn
+    assert got.status_code == 200 and got.text == "kept"
+
+
 async def test_unsubscribe_closes_the_clients_consumers(api, basic, make_user):
     await api.get("/api/message/orders.eu?type=queue&clientId=gone&readTimeout=10", headers=basic)
     root = await blocking(make_user)("root", superuser=True)

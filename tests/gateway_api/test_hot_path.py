@@ -92,7 +92,8 @@ async def test_requests_that_are_not_the_plain_case_go_to_django(api, alice, bob
     await send(api, alice, {"body": "warm"}, destination="orders.x")
     django_path_calls.clear()
     url = "/api/v1/queues/orders.x/messages"
-    raw = await api.post(url, headers={**alice, "Content-Type": "text/plain"}, content=b"raw body")
+    raw = await api.post(url, headers={**alice, "Content-Type": "text/plain", "Message-Priority": "7"},
+                         content=b"raw body")
     keyed = await api.post(url, headers={**alice, "Idempotency-Key": "k1"}, json={"body": "once"})
     broken = await api.post(url, headers={**alice, "Content-Type": "application/json"}, content=b"{no")
     await send(api, alice, {"body": "warm"}, destination="orders.x")
@@ -103,6 +104,40 @@ async def test_requests_that_are_not_the_plain_case_go_to_django(api, alice, bob
     assert refused.status_code == refused_again.status_code == 403
     assert refused.json()["detail"] == refused_again.json()["detail"]
     assert django_path_calls == [url] * 3 + [url] * 2  # alice's second warm-up send took the hot path
+
+
+async def _raw_sends(api: httpx.AsyncClient, alice: dict[str, str], queue: str) -> list[httpx.Response]:
+    """Raw bodies (no JSON envelope): text, bytes, text that is not UTF-8, a +json type, then what they
+    deliver."""
+    await send(api, alice, {"body": "warm"}, destination=queue)  # the first request caches the token
+    url = f"/api/v1/queues/{queue}/messages"
+    answers = [await api.post(url, headers={**alice, "Content-Type": kind}, content=body) for kind, body in (
+        ("text/plain", "héllo".encode()), ("application/octet-stream", b"\x00\xff"),
+        ("text/plain", b"\xff not utf-8"), ("application/xml", b"<a/>"),
+        ("application/vnd.x+json", b'{"body": "enveloped"}'))]
+    path = await consumer(api, alice, queue)
+    answers.append(await api.post(f"{path}/receive?max_messages=10", headers=alice))
+    return answers
+
+
+async def test_raw_bodies_answer_as_django_does(api, alice, settings, django_path_calls):
+    settings.SIGNALBOX_API_HOT_PATH = True
+    hot = await _raw_sends(api, alice, "orders.rawhot")
+    hot_django_calls = list(django_path_calls)
+    settings.SIGNALBOX_API_HOT_PATH = False
+    plain = await _raw_sends(api, alice, "orders.rawplain")
+    assert [_comparable(r) for r in hot] == [_comparable(r) for r in plain]
+    assert [r.status_code for r in hot] == [201] * 5 + [200]
+    varying = {"message_id", "destination", "timestamp"}
+    delivered = [[{k: v for k, v in m.items() if k not in varying} for m in r.json()["messages"]]
+                 for r in (hot[-1], plain[-1])]
+    assert delivered[0] == delivered[1]
+    assert [m.get("body") or m.get("body_base64") for m in delivered[0]] == \
+        ["warm", "héllo", "AP8=", "/yBub3QgdXRmLTg=", "<a/>", "enveloped"]
+    # Django served the warm-up send (token not cached), the +json body (a JSON envelope Django parses) and
+    # the consumer's creation; the four raw bodies took the hot path
+    assert hot_django_calls == ["/api/v1/queues/orders.rawhot/messages"] * 2 + \
+        ["/api/v1/queues/orders.rawhot/consumers"]
 
 
 async def test_the_rate_limit_holds_on_the_hot_path(api, alice, settings, django_path_calls):

@@ -8,11 +8,21 @@
 -- Returns {per message: id, packed message, redeliveries, group first, then the tail (includes/dispatch.lua
 -- dispatch.add_tail)}; with `after`, {the dispatch sequence of the last message handed over, the
 -- messages, the tail}.
+-- ARGV[8], `turn ms` (with ARGV[6] and [7] empty): first take the consumer's turn (broker_core/turns.py, the
+-- ActiveMQ-compatible GET) for that long. Another request has it: {-1}, nothing else done. Messages are in
+-- flight with the consumer (left by a request that died in its turn): {-2, how many}, the turn taken and
+-- nothing received (the caller gives them back first). A consumer that does not exist: UNKNOWN_CONSUMER,
+-- the turn taken.
 --@include base
 --@include dispatch
 --@allow-oom
 NOW = tonumber(ARGV[1])
 local cid, max = ARGV[3], tonumber(ARGV[4])
+if ARGV[8] then
+  if not redis.call('SET', K_C(cid) .. ':turn', '1', 'NX', 'PX', ARGV[8]) then return { -1 } end
+  local left = redis.call('ZCARD', K_CINF(cid))
+  if left > 0 then return { -2, left } end
+end
 local c, lease_until = consumers.find(cid)
 if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
 local lease = tonumber(ARGV[5])
@@ -25,6 +35,7 @@ if waiting < max then
     redis.call('HSET', K_C(cid), 'ext', max - waiting)
     message.room_freed(cid)
   end
+  if c.prefetch == 0 then dispatch.receiver = cid end  -- (dispatch.lua: no wake-up for what this call hands over)
   dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 end
 -- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
@@ -65,6 +76,9 @@ if freed then  -- another chunk: handing messages over freed room (acknowledged,
   local more_dispatched
   more_dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
   dispatched = dispatched + more_dispatched
+end
+if dispatch.woken_later and c.def.notify and redis.call('LLEN', K_COUT(cid)) > 0 then
+  redis.call('PUBLISH', c.def.notify, cid)  -- dispatched to it beyond what it took: the skipped wake-up
 end
 dispatch.add_tail(out, dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)
 return out

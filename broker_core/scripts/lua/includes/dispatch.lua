@@ -27,6 +27,13 @@
 -- more tables than it saves commands).
 -- Its module table is `dispatch`.
 local dispatch = {}
+-- A pull consumer (prefetch 0) whose own receive call runs this pass: what is dispatched to it is handed
+-- over by that same call, so waking its adapter would only make it ask again for nothing. Its wake-up is
+-- skipped (`woken_later`), and receive.lua publishes it after all if anything is left in its outbox.
+on_call(function() dispatch.receiver, dispatch.woken_later = nil, nil end)
+function dispatch.wake(c)
+  if c.id == dispatch.receiver then dispatch.woken_later = true else redis.call('PUBLISH', c.def.notify, c.id) end
+end
 function dispatch.new_page() return { ids = {}, inflight = {}, by_consumer = {}, consumers = {}, firsts = {} } end
 function dispatch.deliver(c, id, score, tally, fresh, writes, first, blob)
   -- (a consumer armed for pushes, outbox.lua push_*, gets the message itself instead of an outbox entry)
@@ -61,7 +68,7 @@ function dispatch.deliver(c, id, score, tally, fresh, writes, first, blob)
     if pushed then
       outbox.push_add(c, id, tally.dseq, blob, redeliveries, first)
     elseif redis.call('RPUSH', K_COUT(c.id), id) == 1 and c.def.notify then
-      redis.call('PUBLISH', c.def.notify, c.id)
+      dispatch.wake(c)
     end
   end
   c.n = c.n + 1
@@ -86,7 +93,7 @@ function dispatch.flush_page(writes)
     call_many('ZADD', K_CINF(c.id), mine.window)
     if #mine.outbox > 0 then
       local queued = call_many('RPUSH', K_COUT(c.id), mine.outbox)
-      if queued == #mine.outbox and c.def.notify then redis.call('PUBLISH', c.def.notify, c.id) end
+      if queued == #mine.outbox and c.def.notify then dispatch.wake(c) end
     end
   end
   outbox.push_flush()
