@@ -26,8 +26,8 @@ from ..messages import Delivery, unpack_delivery
 from ..model import Browsed, BrowsePage, DestinationSummary, GroupInfo, GroupPage
 from ..resp import reply_text as _text
 
-# The tail's flags (lua/includes/dispatch.lua, forward.lua, topic_send.lua); EXTRAS is the tail's own: an
-# array {subscription keys, pushes} comes before its three values.
+# The tail's flags (lua/includes/dispatch.lua, forward.lua, topic_send.lua); EXTRAS is the tail's own: the
+# subscription keys and the pushes come before its three values, flat, then their two counts.
 PASS_HAS_MORE, FORWARDS_WAITING, FANOUT_UNFINISHED, EXTRAS = 1, 2, 4, 8
 
 
@@ -47,13 +47,17 @@ NO_WORK = Tail(0, 0, 0)
 
 def split(reply: list[Any]) -> tuple[list[Any], Tail]:
     """A reply's own values and the tail it ends with (dispatch.add_tail): dispatched, flags, hold_until
-    last, and before them, with flag EXTRAS, the array {subscription keys whose pass has more, pushes}."""
+    last, and before them, with flag EXTRAS, the subscription keys whose pass has more and the pushes,
+    flat, then their two counts."""
     flags = int(reply[-2])
     if not flags & EXTRAS:  # (the usual tail)
         return reply[:-3], Tail(int(reply[-3]), flags, int(reply[-1]))
-    more, pushed = reply[-4]
-    return reply[:-4], Tail(int(reply[-3]), flags & ~EXTRAS, int(reply[-1]), tuple(_text(k) for k in more),
-                            tuple(pushed))
+    pushes_end = len(reply) - 5
+    pushes_start = pushes_end - int(reply[-4])
+    keys_start = pushes_start - int(reply[-5])
+    return reply[:keys_start], Tail(int(reply[-3]), flags & ~EXTRAS, int(reply[-1]),
+                                    tuple(_text(k) for k in reply[keys_start:pushes_start]),
+                                    tuple(reply[pushes_start:pushes_end]))
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:

@@ -480,19 +480,24 @@ end
 -- the same way for all of them): its last three values are dispatched, flags (1 a pass has more, 2 forwards
 -- wait, 4 a topic's fan-out is unfinished) and hold_until. When there are subscription keys whose pass has
 -- more (a topic's scripts) or pushes for the calling process's consumers (outbox.push_replies), flag 8 says
--- so and one array {keys, pushes} comes just before those three (an array in a reply costs Redis a
--- conversion of its own: the usual tail has none). Appends to `out` and returns it.
-do
-  local NONE = {}  -- (one empty array for the one of the two that has none)
-  function dispatch.add_tail(out, dispatched, flags, hold, more_keys)
-    local pushed = outbox.push_replies
-    if pushed or (more_keys and #more_keys > 0) then
-      out[#out + 1] = { more_keys or NONE, pushed or NONE }
-      flags = flags + 8
-    end
-    out[#out + 1] = dispatched
-    out[#out + 1] = flags
-    out[#out + 1] = hold
-    return out
+-- so and they come before those three, flat, followed by their two counts (a nested array in a reply costs
+-- Redis a conversion of its own). Appends to `out` and returns it.
+function dispatch.add_tail(out, dispatched, flags, hold, more_keys)
+  local pushed = outbox.push_replies
+  local nkeys = more_keys and #more_keys or 0
+  if pushed or nkeys > 0 then
+    local n = #out
+    for i = 1, nkeys do out[n + i] = more_keys[i] end
+    n = n + nkeys
+    local npushed = pushed and #pushed or 0
+    for i = 1, npushed do out[n + i] = pushed[i] end
+    n = n + npushed
+    out[n + 1] = nkeys
+    out[n + 2] = npushed
+    flags = flags + 8
   end
+  out[#out + 1] = dispatched
+  out[#out + 1] = flags
+  out[#out + 1] = hold
+  return out
 end
