@@ -14,6 +14,7 @@ seconds old.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import Any
 
 import msgpack
 import redis.asyncio
+import redis.exceptions
 from django.conf import settings
 
 from broker_core.broker import AsyncBroker
@@ -29,7 +31,11 @@ from broker_core.destinations import parse_destination as _parse_destination
 from gateway import permissions, runtime
 
 INDEX_MAX_AGE = 5.0  # seconds
-LOCK_MS = 60_000
+# How long one process may hold the refresh to itself. A process killed while refreshing leaves its lock
+# behind, and no index is built until it expires: it bounds how stale a kill -9 can leave the index. A build
+# that outlasts it lets a second one start, which costs work but is harmless (both write the same kind of
+# index; the later one wins).
+REFRESH_LOCK_SECONDS = 10.0
 # The counters kept per destination, in this order (DestinationSummary's names).
 FIELDS = ("queue_size", "pending", "in_flight", "parked", "group_count", "consumer_count", "enqueued",
           "dequeued", "dispatched", "expired", "deadlettered")
@@ -141,14 +147,19 @@ async def index(broker: AsyncBroker, refresh: bool = True) -> Index | None:
         return current
     stale = broker.clock.now_ms() - current.at_ms > INDEX_MAX_AGE * 1000
     if stale and (cache.refreshing is None or cache.refreshing.done()):
-        lock = f"{_key(broker.namespace)}:refresh"
-        if await client.set(lock, b"1", nx=True, px=LOCK_MS):
+        # redis-py's lock: released only by its holder (a token), so a build that outlasted the lock does
+        # not release the next holder's
+        lock = client.lock(f"{_key(broker.namespace)}:refresh", timeout=REFRESH_LOCK_SECONDS,
+                           blocking=False, thread_local=False)
+        if await lock.acquire():
 
             async def refresh() -> None:
                 try:
                     await asyncio.to_thread(_build_in_thread, broker.namespace)
                 finally:
-                    await client.delete(lock)
+                    # a build that outlasted the lock: it expired, and another process may hold it now
+                    with contextlib.suppress(redis.exceptions.LockNotOwnedError):
+                        await lock.release()
 
             cache.refreshing = asyncio.ensure_future(refresh())
     return current

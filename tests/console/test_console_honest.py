@@ -75,7 +75,9 @@ def test_a_topic_s_offline_durable_backlog_shows_in_the_list_its_sorting_and_the
         stats = broker.stats(uri)
         return stats.queue_size + sum(s.pending + s.in_flight for s in stats.subscriptions)
 
-    deadline = time.monotonic() + 20  # the statistics index catches up with the send
+    # The statistics index catches up with the send: at most INDEX_MAX_AGE (5 s) old, plus the refresh lock
+    # (10 s) when another test killed a gateway in the middle of a refresh, plus the feed's 2 s.
+    deadline = time.monotonic() + 30
     while True:
         shown = largest.locator("a").get_attribute("title") or ""
         named = shown.startswith(("queue://", "topic://"))

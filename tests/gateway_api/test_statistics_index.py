@@ -1,0 +1,69 @@
+"""The statistics index's refresh lock (gateway/api/destination_index.py): one process refreshes at a time,
+and a process killed while refreshing holds the others back only until its lock expires, never for good.
+A full run once failed here: a gateway killed by a console test left a 60 s lock, and the overview's totals
+stayed stale past the 20 s another test waited."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from broker_core.messages import Message
+from gateway import runtime
+from gateway.api import destination_index
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def test_a_refresh_whose_process_died_holds_the_next_back_only_until_its_lock_expires(
+        api_namespace, monkeypatch):
+    monkeypatch.setattr(destination_index, "INDEX_MAX_AGE", 0.2)
+    monkeypatch.setattr(destination_index, "REFRESH_LOCK_SECONDS", 1.0)
+    broker, client = runtime.async_broker(), runtime.async_redis()
+    lock = f"{api_namespace}:console:index:refresh"
+    first = await destination_index.index(broker)  # none yet: built at once, without the lock
+    assert first is not None and "queue://late" not in first.rows
+    await broker.send("late", [Message(body="x")])
+
+    # The first refresh hangs, as in a process that died in the middle of it: it never releases the lock.
+    hung = threading.Event()
+    real_build = destination_index._build_in_thread
+    monkeypatch.setattr(destination_index, "_build_in_thread", lambda namespace: hung.wait(30))
+    await asyncio.sleep(0.3)  # the index is stale now
+    await destination_index.index(broker)
+    ttl = await client.pttl(lock)
+    assert 0 < ttl <= 1000, ttl  # the lock is held, and only for REFRESH_LOCK_SECONDS
+
+    hung_refresh = destination_index._caches[api_namespace].refreshing
+
+    # Another process asks while the lock is held: it gets the stale index and starts no build.
+    monkeypatch.setattr(destination_index, "_build_in_thread", real_build)
+    destination_index._caches.clear()  # as if it were another process
+    assert "queue://late" not in (await destination_index.index(broker)).rows
+    assert destination_index._caches[api_namespace].refreshing is None
+
+    # Once the lock has expired, the next request refreshes.
+    await asyncio.sleep(1.1)
+    assert await client.exists(lock) == 0
+    await destination_index.index(broker)  # takes the lock and builds in the background
+    refreshing = destination_index._caches[api_namespace].refreshing
+    assert refreshing is not None
+    await refreshing
+    assert "queue://late" in (await destination_index.index(broker)).rows
+
+    # A third refresh holds the lock when the hung one finally ends: the hung one's release (of a lock it
+    # no longer holds) must leave the newer holder's alone.
+    third = threading.Event()
+    monkeypatch.setattr(destination_index, "_build_in_thread", lambda namespace: third.wait(30))
+    await asyncio.sleep(0.3)
+    await destination_index.index(broker)
+    holder = await client.get(lock)
+    assert holder is not None
+    hung.set()
+    await hung_refresh
+    assert await client.get(lock) == holder
+    third.set()
+    await destination_index._caches[api_namespace].refreshing
+    assert await client.exists(lock) == 0  # its own holder released it
