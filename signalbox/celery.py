@@ -7,6 +7,8 @@ from typing import Any
 from celery import Celery, signals
 from celery.exceptions import SecurityWarning
 
+from signalbox import logs, node
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
 
 # signalbox.tasks: the maintenance tasks (broker_core/maintenance.py) every worker knows.
@@ -21,31 +23,23 @@ def use_signalbox_logging(**kwargs: Any) -> None:
     """Workers and beat log like every other process of the run (signalbox/logs.py: SIGNALBOX_LOG_LEVEL,
     SIGNALBOX_LOG_FORMAT) instead of Celery's own set-up; with a receiver here Celery neither installs
     handlers nor redirects stdout."""
-    from signalbox import logs
-
     logs.configure()
 
 
 @signals.worker_ready.connect
 def worker_heartbeat(sender: Any = None, **kwargs: Any) -> None:
     """A worker's heartbeat for the node page (signalbox/node.py), from its main process."""
-    from signalbox import node
-
     node.start_heartbeat("worker", getattr(sender, "hostname", "") or "")
 
 
 @signals.worker_shutdown.connect
 def worker_heartbeat_stop(**kwargs: Any) -> None:
-    from signalbox import node
-
     node.stop_heartbeat("worker")
 
 
 @signals.beat_init.connect
 def beat_heartbeat(**kwargs: Any) -> None:
     """Beat's heartbeat (node.py registers its stop at exit: beat has no shutdown signal)."""
-    from signalbox import node
-
     node.start_heartbeat("beat")
 
 

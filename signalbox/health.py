@@ -10,23 +10,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import redis
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
-from broker_core import maintenance
-from broker_core.broker import Broker
 from signalbox.celery import app as celery_app
-
-Check = dict[str, Any]
-
-
-def _error(exc: BaseException) -> Check:
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return {"status": "error", "error": f"{type(exc).__name__}: {message}"}
+from signalbox.maintenance_check import Check, check_maintenance, error
 
 
 async def check_redis(url: str | None = None, timeout: float | None = None) -> Check:
@@ -38,7 +29,7 @@ async def check_redis(url: str | None = None, timeout: float | None = None) -> C
         info = await asyncio.wait_for(client.info("server"), timeout)
         persistence = await asyncio.wait_for(client.info("persistence"), timeout)
     except Exception as exc:  # any failure is reported, not raised: that is the endpoint's job
-        return _error(exc)
+        return error(exc)
     finally:
         await client.aclose()
     return {
@@ -55,7 +46,7 @@ def check_database() -> Check:
             cursor.execute("SELECT 1")
             cursor.fetchone()
     except Exception as exc:
-        return _error(exc)
+        return error(exc)
     finally:
         # Health probes arrive every few seconds; do not leave a connection behind in each thread.
         connection.close()
@@ -69,45 +60,11 @@ def check_celery(app: Any = None, timeout: float | None = None) -> Check:
     try:
         replies = app.control.ping(timeout=timeout, limit=1)
     except Exception as exc:
-        return _error(exc)
+        return error(exc)
     workers = sorted(name for reply in replies for name in reply)
     if not workers:
         return {"status": "error", "error": f"no Celery worker answered a ping within {timeout:g}s"}
     return {"status": "ok", "workers": workers}
-
-
-def stale_after_ms() -> int:
-    """SIGNALBOX_MAINTENANCE_STALE_SECONDS in ms: the tick runs every second (signalbox/celery.py), so one
-    that has not finished for this long means beat or every worker stopped (a tick over many destinations
-    may itself take a few seconds, hence the default of 15 s)."""
-    return int(settings.SIGNALBOX_MAINTENANCE_STALE_SECONDS * 1000)
-
-
-def tick_status(tick: dict[str, int], now_ms: int, stale_ms: int) -> Check:
-    """Judge `maintenance.last_tick`: ok while the last tick finished within `stale_ms`. The REST API's
-    job listing (gateway/api/views_maintenance.py) reports the same judgement."""
-    if not tick:
-        return {"status": "error", "error": "the maintenance tick has never run: start Celery beat and a "
-                                            "worker (./signalbox.sh run starts both)"}
-    age = now_ms - tick["last_tick"]
-    out: Check = {"status": "ok", **tick, "age_ms": age}
-    if age > stale_ms:
-        out.update(status="error", error=f"the maintenance tick last ran {age / 1000:.1f}s ago (more than "
-                                         f"{stale_ms / 1000:g}s): Celery beat or every worker has stopped")
-    return out
-
-
-def check_maintenance(timeout: float | None = None) -> Check:
-    """Is the maintenance dispatcher alive? `broker_core.maintenance.last_tick` of this deployment."""
-    timeout = settings.HEALTH_CHECK_TIMEOUT if timeout is None else timeout
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=timeout, socket_timeout=timeout)
-    try:
-        broker = Broker(client, settings.SIGNALBOX_NAMESPACE)
-        return tick_status(maintenance.last_tick(broker), broker.clock.now_ms(), stale_after_ms())
-    except Exception as exc:
-        return _error(exc)
-    finally:
-        client.close()
 
 
 async def run_checks() -> dict[str, Check]:

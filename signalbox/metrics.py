@@ -43,7 +43,7 @@ from broker_core.broker import AsyncBroker
 from broker_core.model import DestinationSummary
 from gateway import runtime
 from gateway.api.destination_index import parse_destination  # (cached: ~30 us a name otherwise)
-from signalbox import health, node
+from signalbox import maintenance_check, node
 
 PAGE = 50  # queues per summary_many call: the worst page (ten priority bands each) ~3 ms of Redis
 # Pages asked at once, pipelined on one connection: the gateway decodes one page's reply while Redis runs
@@ -117,7 +117,7 @@ async def gather(broker: AsyncBroker, client: Any, limit: int | None = None, pag
     out.redis_up = True
     out.redis_memory = out.redis["memory"]
     # the tick as /healthz judges it, with its own client in a thread, while the summaries are read
-    tick = asyncio.ensure_future(sync_to_async(health.check_maintenance, thread_sensitive=False)())
+    tick = asyncio.ensure_future(sync_to_async(maintenance_check.check_maintenance, thread_sensitive=False)())
     try:
         out.registered = await broker.destination_count()
         # the first `limit` names, NAMES_PAGE per ZRANGE, in one round trip

@@ -9,7 +9,7 @@ entries. A reader (`processes`) calls a process **missing** when its last beat i
 beats: it died without saying so (SIGKILL, a lost host) or cannot reach Redis.
 
 The console's node page (GET /api/v1/console/node) and GET /metrics read Redis's facts with the same
-`redis_facts`, and the maintenance tick with signalbox.health's `check_maintenance`.
+`redis_facts`, and the maintenance tick with signalbox/maintenance_check.py's `check_maintenance`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ import time
 from typing import Any
 
 import redis
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from broker_core import maintenance
 from broker_core.broker import flow
 from broker_core.keys import usage_key
+from signalbox import maintenance_check
 
 log = logging.getLogger(__name__)
 
@@ -214,13 +217,8 @@ async def gather(client: Any, namespace: str) -> dict[str, Any]:
     """Everything the node page shows (GET /api/v1/console/node, docs/api.md): Redis's facts, the broker's
     memory, the processes and the maintenance tick (as /healthz judges it) with its recent errors. Redis
     unreachable or too slow (HEALTH_CHECK_TIMEOUT) is reported in `redis`, with no processes listed."""
-    from asgiref.sync import sync_to_async
-
-    from broker_core import maintenance
-    from signalbox import health
-
     timeout = settings.HEALTH_CHECK_TIMEOUT
-    tick = asyncio.ensure_future(sync_to_async(health.check_maintenance, thread_sensitive=False)())
+    tick = asyncio.ensure_future(sync_to_async(maintenance_check.check_maintenance, thread_sensitive=False)())
     out: dict[str, Any] = {"now": int(time.time() * 1000)}
     try:
         facts, memory, procs, errors = await asyncio.wait_for(asyncio.gather(

@@ -19,6 +19,7 @@ from gateway import permissions, runtime
 from gateway.api.base import GatewayView, db, stats_or_404
 from gateway.api.pagination import page, page_bounds
 from gateway.api.schema import problems
+from signalbox.maintenance_check import stale_after_ms, tick_status
 
 
 class TickSerializer(serializers.Serializer):
@@ -54,8 +55,6 @@ class JobsPageSerializer(serializers.Serializer):
 def _statuses(uris: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The dispatcher's tick and each destination's jobs, read with the blocking client (one pipeline
     per destination)."""
-    from signalbox.health import stale_after_ms, tick_status
-
     broker = runtime.broker()
     tick = tick_status(maintenance.last_tick(broker), broker.clock.now_ms(), stale_after_ms())
     return tick, [{"destination": uri, **maintenance.job_status(broker, uri)} for uri in uris]
