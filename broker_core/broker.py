@@ -59,7 +59,7 @@ def _send_refused(error: Exception) -> bool:
     """Whether the send script refused a send at once, storing nothing (drivers/coalesce.py): a size or
     property
     limit, or a memory limit it fails on without waiting (a send that waited in vain has waited its time;
-    one whose earlier parts were stored, queues.send_parts, has stored something)."""
+    one whose earlier parts were stored, flow.send_parts, has stored something)."""
     if isinstance(error, ResourceAllocationError):
         return not error.details.get("waited_ms") and not error.details.get("sent")
     return isinstance(error, errors.InvalidMessage)

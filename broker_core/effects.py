@@ -1,9 +1,10 @@
 """What an operation yields: to the driver that runs it (drivers/loop.py) a script to run (`Eval`), a plain
 Redis command (`Command`), a question (`Policy`) or a wait (`Sleep`); to the router (ops/router.py) the
-cross-destination work its layer may not call itself (`Forward`: deliver a destination's outbox; `Create`:
-create a destination on first use). And the error a script's reply turns into when the destination does
-not exist yet. Operations are generators (broker_core/ops/); the one driver loop runs the same generator
-for Broker (blocking) and AsyncBroker (asyncio), so each operation is written once."""
+cross-destination or cross-kind work its layer may not call itself (`Forward`: deliver a destination's
+outbox; `Create`: create a destination on first use; `Settle`: finish a topic's sends). And the error a
+script's reply turns into when the destination does not exist yet. Operations are generators
+(broker_core/ops/); the one driver loop runs the same generator for Broker (blocking) and AsyncBroker
+(asyncio), so each operation is written once."""
 
 from __future__ import annotations
 
@@ -62,6 +63,17 @@ class Create:
     now: int
 
 
+@dataclass(frozen=True)
+class Settle:
+    """Finish what sends to the topic `destination` started when nobody read their replies (a transaction's
+    commit runs them in one MULTI/EXEC): deliver its outbox, run each subscription's dispatch pass and the
+    topic's unfinished fan-outs. The router runs ops/topics.py's `settle` for it, inline: the commit
+    (ops/transactions.py) is a sibling of the topic operations in the layers, so it may not call them."""
+
+    destination: Destination
+    now: int
+
+
 class NoDestination(BrokerError):
     """Raised by a script when the destination has no policy yet (first use)."""
 
@@ -71,4 +83,4 @@ class NoDestination(BrokerError):
 T = TypeVar("T")
 
 # An operation whose result is T (`Op` alone: any result).
-Op = Generator[Eval | Command | Policy | Sleep | Forward | Create | list[Eval], Any, T]
+Op = Generator[Eval | Command | Policy | Sleep | Forward | Create | Settle | list[Eval], Any, T]

@@ -75,7 +75,7 @@ class Consumer(ConsumerRef):
     subscription: str | None = None  # the subscription's key (topics.py)
 
 
-# One consumer's part of an ack call (queues.ack_many): the consumer, message ids, mode, how many next
+# One consumer's part of an ack call (homes.ack_many): the consumer, message ids, mode, how many next
 # messages to hand over.
 AckRequest = tuple[ConsumerRef, list[str], str, int]
 

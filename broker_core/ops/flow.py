@@ -13,25 +13,34 @@ then waits for space (re-running the send) or raises `ResourceAllocationError`, 
 Forwards (dead letters, moves, virtual destination copies) are exempt once recorded, as ActiveMQ exempts
 its DLQ sends; a producer's send that makes virtual destination copies counts them up front, against the
 broker's limit and each target's own limit (scripts/lua/includes/flow.lua).
+
+A producer's batch, to a queue or a topic, goes in parts (`send_parts`), each waiting for space as its own
+send: the queue and topic sends (ops/queues.py, ops/topics.py) share it from here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..config.system_usage import DEFAULT_MEMORY_LIMIT, SystemUsage
 from ..destinations import Destination
 from ..effects import Command, Forward, Op, Sleep
-from ..errors import RETRY_AFTER_S, ResourceAllocationError
+from ..errors import RETRY_AFTER_S, BrokerError, ResourceAllocationError
 from ..keys import Home, usage_key
+from ..model import SentId
 from ..replies import percent
-from ..scripts.calls import Full, Send, TopicSend
+from ..scripts.calls import Full, Send, Sent, TopicSend
 from .context import Context
 
 MAX_SEND_WAIT_MS = 60_000  # the longest a send waits when the policy says "until there is space"
 FIRST_POLL_MS, MAX_POLL_MS = 10, 250  # re-try a waiting send after 10 ms, doubling up to 250 ms
 FLOW_DOC = "See http://activemq.apache.org/producer-flow-control.html for more info"
+# A batch sent in one call of the API goes to Redis in parts of at most this many messages and bytes (one
+# message at least): every part's limits are checked first, then the parts are stored in order, each atomic.
+SEND_PART = 100
+SEND_PART_BYTES = 1 << 20
 
 
 def configure(broker: Any, usage: SystemUsage) -> None:
@@ -135,6 +144,45 @@ def send_when_space(ops: Context, dest: Destination, now: int, sending: type[Sen
     if waited:
         yield from _record_blocked(ops, dest, waited)
     return sent
+
+
+def send_parts(ops: Context, dest: Destination, now: int, sending: type[Send] | type[TopicSend],
+               origin: Any, records: list[tuple], finish: Callable[[Sent], Op]) -> Op:
+    """Run a send script (calls.Send, calls.TopicSend) over messages (`records`: each one's arguments, id
+    and packed message first) in parts of SEND_PART messages and SEND_PART_BYTES, so no call grows with
+    the batch. Every part's size and property limits are checked before the first part is stored (a
+    refusal changes nothing); the parts then go in order, each atomic, each waiting for space as its
+    own send (send_when_space). A part refused after others were stored (a memory limit that fails the send)
+    raises with `details["sent"]`, how many messages went before it: their ids are stored, so sending
+    the same batch again (the same message ids) stores only the rest. `finish(sent)` completes a
+    part's call and returns its statuses. Returns a SentId per message."""
+    parts, part, size = [], [], 0
+    for record in records:
+        if part and (len(part) == SEND_PART or size + len(record[1]) > SEND_PART_BYTES):
+            parts.append(part)
+            part, size = [], 0
+        part.append(record)
+        size += len(record[1])
+    parts.append(part)
+    if len(parts) > 1:
+        for part in parts:
+            yield from ops.eval(Home(dest), now, sending.call(ops.prefix(dest), now, 0, "check", part))
+    statuses: list[str] = []
+    # the send names this process's wake-up channel: its own consumers' pushes come back in the reply
+    budget = f"0~{ops.local_channel}" if sending is Send and ops.local_channel else 0
+    for part in parts:
+        try:
+            sent = yield from send_when_space(ops, dest, now, sending, budget, origin, part)
+        except BrokerError as exc:
+            if statuses:
+                exc.message = (f"{exc.message} (after {len(statuses)} of the batch's {len(records)} "
+                               "messages were sent: send it again with the same message ids to send "
+                               "the rest)")
+                exc.args = (exc.message,)
+                exc.details["sent"] = len(statuses)
+            raise
+        statuses += yield from finish(sent)
+    return [SentId(r[0], status) for r, status in zip(records, statuses, strict=True)]
 
 
 def _retry(origin: str | bytes) -> str | bytes:

@@ -1,11 +1,13 @@
 """The router: every operation's entry point, the only module that knows queues, topics and forwarding.
 
-It sends each call to the module for its kind of destination (ops/queues.py for a queue or one
-subscription, ops/topics.py for a topic, ops/admin.py, ops/transactions.py) and runs the operation through
-`run`, which does what the layers below may not: for a `Forward` effect it delivers the outbox
-(ops/forward.py), for a `Create` effect it creates the destination (ops/admin.py), inline, with
-`yield from`, and passes every other effect to the driver (drivers/loop.py). So a lower module never calls
-an upper one; each writes records and yields.
+It sends each call to the module for its kind of destination (ops/queues.py for a queue, ops/topics.py
+for a topic, ops/homes.py for what works on any home: a queue or one subscription; ops/admin.py,
+ops/transactions.py) and runs the operation through `run`, which does what the layers below may not: for
+a `Forward` effect it delivers the outbox (ops/forward.py), for a `Create` effect it creates the
+destination (ops/admin.py), for a `Settle` effect it finishes a topic's sends (ops/topics.py: a
+transaction's commit, beside the topic operations, may not call them), inline, with `yield from`, and
+passes every other effect to the driver (drivers/loop.py). So a lower module never calls an upper one, nor
+a sibling; each writes records and yields.
 
 The facade (broker.py) calls these entry points only. `Router` is also the `Context` the modules below
 are handed (one object per broker: the namespace, the per-process caches).
@@ -17,12 +19,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from ..destinations import Destination, require_concrete
-from ..effects import Create, Forward, Op
+from ..effects import Create, Forward, Op, Settle
 from ..errors import OperationRefused
 from ..keys import Home
 from ..messages import Message
 from ..model import AckRequest, ConsumerRef, ConsumerSpec
-from . import admin, advisory, forward, queues, topics, transactions, virtual
+from . import admin, advisory, forward, homes, queues, topics, transactions, virtual
 from .context import Context
 
 
@@ -30,8 +32,8 @@ class Router(Context):
     """The operations of one key namespace, as generators of effects for the driver."""
 
     def run(self, op: Op) -> Op:
-        """Run `op`, doing its `Forward` and `Create` effects here (each an operation of its own, run the
-        same way) and handing every other effect to the driver; errors go back into `op` where it
+        """Run `op`, doing its `Forward`, `Create` and `Settle` effects here (each an operation of its own,
+        run the same way) and handing every other effect to the driver; errors go back into `op` where it
         yielded, as a call made there would raise them."""
         try:
             request = next(op)
@@ -44,6 +46,8 @@ class Router(Context):
                     elif kind is Create:
                         reply = yield from self.run(admin.init_destination(self, request.destination,
                                                                            request.now))
+                    elif kind is Settle:
+                        reply = yield from self.run(topics.settle(self, request.destination, request.now))
                     else:
                         reply = yield request
                 except Exception as exc:  # noqa: BLE001 - handed to the operation, which decides
@@ -91,68 +95,68 @@ class Router(Context):
     # -- consuming -----------------------------------------------------------------------------------
 
     def add_consumer(self, dest: Destination, spec: ConsumerSpec, now: int, consumer_id: str | None) -> Op:
-        cid, packed, selector = queues.consumer_definition(spec, consumer_id)
+        cid, packed, selector = homes.consumer_definition(spec, consumer_id)
         return self.run(topics.subscribe(self, dest, spec, now, cid, packed, selector) if dest.is_topic else
                         queues.add_consumer(self, dest, spec, now, cid, packed))
 
     def receive(self, consumer: ConsumerRef, max_messages: int, now: int, lease_ms: int) -> Op:
-        return self.run(queues.receive(self, consumer, max_messages, now, lease_ms))
+        return self.run(homes.receive(self, consumer, max_messages, now, lease_ms))
 
     def receive_after(self, consumer: ConsumerRef, after: int, max_messages: int, push: int, now: int,
                       lease_ms: int) -> Op:
-        return self.run(queues.receive_after(self, consumer, after, max_messages, push, now,
-                                             lease_ms))
+        return self.run(homes.receive_after(self, consumer, after, max_messages, push, now,
+                                            lease_ms))
 
     def receive_turn(self, consumer: ConsumerRef, now: int, turn_ms: int) -> Op:
         return self.run(queues.receive_turn(self, consumer, now, turn_ms))
 
     def cancel_pull(self, consumer: ConsumerRef, now: int) -> Op:
-        return self.run(queues.cancel_pull(self, consumer, now))
+        return self.run(homes.cancel_pull(self, consumer, now))
 
     def ack(self, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
             receive: int = 0) -> Op:
-        return self.run(queues.ack(self, consumer, message_ids, mode, now, receive))
+        return self.run(homes.ack(self, consumer, message_ids, mode, now, receive))
 
     def ack_many(self, dest: Destination, requests: list[AckRequest], now: int) -> Op:
         """`ack` of several consumers of one queue in one script call (drivers/coalesce.py)."""
-        return self.run(queues.ack_many(self, Home(dest), requests, now))
+        return self.run(homes.ack_many(self, Home(dest), requests, now))
 
     def nack(self, consumer: ConsumerRef, message_ids: list[str], poison: bool, now: int,
              jitter: float) -> Op:
-        return self.run(queues.nack(self, consumer, message_ids, poison, now, jitter))
+        return self.run(homes.nack(self, consumer, message_ids, poison, now, jitter))
 
     def release(self, consumer: ConsumerRef, message_ids: list[str], now: int) -> Op:
-        return self.run(queues.release(self, consumer, message_ids, now))
+        return self.run(homes.release(self, consumer, message_ids, now))
 
     def close_consumer(self, consumer: ConsumerRef, now: int, reason: str,
                        written: int | None = None) -> Op:
-        return self.run(queues.close_consumer(self, consumer, now, reason, written))
+        return self.run(homes.close_consumer(self, consumer, now, reason, written))
 
     # -- on a home: a queue, a topic (all its subscriptions), or one subscription ---------------------------
 
     def sweep_expired(self, home: Home, now: int) -> Op:
         """One page of the expiry sweep; call again until `done`."""
         return self.run(topics.sweep_expired(self, home.destination, now) if home.fans_out else
-                        queues.sweep_expired(self, home, now))
+                        homes.sweep_expired(self, home, now))
 
     def renew(self, home: Home, consumer_ids: list[str], lease_ms: int, now: int) -> Op:
         """Renew leases; returns the ids that are no longer registered (closed or reaped)."""
         if home.fans_out:
             return self.run(topics.renew(self, home.destination, consumer_ids, lease_ms, now))
-        return self.run(queues.renew(self, home, consumer_ids, lease_ms, now))
+        return self.run(homes.renew(self, home, consumer_ids, lease_ms, now))
 
     def reap(self, home: Home, now: int, limit: int) -> Op:
         """Close consumers whose lease lapsed; returns their ids."""
         return self.run(topics.reap(self, home.destination, now, limit) if home.fans_out else
-                        queues.reap(self, home, now, limit))
+                        homes.reap(self, home, now, limit))
 
     def dispatch(self, home: Home, now: int) -> Op:
         return self.run(topics.dispatch(self, home.destination, now) if home.fans_out else
-                        queues.dispatch(self, home, now))
+                        homes.dispatch(self, home, now))
 
     def return_owed(self, home: Home, now: int) -> Op:
-        """What closed consumers still hold goes back, `return_chunk` per call (queues.return_owed)."""
-        return self.run(queues.return_owed(self, home, now))
+        """What closed consumers still hold goes back, `return_chunk` per call (homes.return_owed)."""
+        return self.run(homes.return_owed(self, home, now))
 
     def fan_out(self, topic: Destination, now: int) -> Op:
         """Go on with the topic's unfinished fan-outs (topics.fan_out)."""
@@ -188,7 +192,7 @@ class Router(Context):
 
     def stats(self, dest: Destination, now: int) -> Op:
         return self.run(topics.stats(self, dest, now) if dest.is_topic else
-                        queues.stats(self, Home(dest), now))
+                        homes.stats(self, Home(dest), now))
 
     def subscriptions(self, topic: Destination, now: int) -> Op:
         return self.run(topics.subscriptions(self, topic, now))

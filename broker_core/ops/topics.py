@@ -1,8 +1,9 @@
 """The topic operations (spec §7, §8.5), written like the queue operations: generators of effects.
 
 The router (ops/router.py) hands topic destinations to these functions; the scripts are
-scripts/lua/topic_*.lua, and the queue operations (ops/queues.py) run on each subscription's home (its key
-prefix inside the topic's hash tag: broker_core/topics.py explains the layout).
+scripts/lua/topic_*.lua, and the operations on a home (ops/homes.py: the queue scripts) run on each
+subscription's home (its key prefix inside the topic's hash tag: broker_core/topics.py explains the
+layout), as ops/queues.py runs them on a queue. This module does not call ops/queues.py, nor it this one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..resp import reply_text as _str
 from ..scripts import calls
 from ..scripts.calls import FANOUT_UNFINISHED, FORWARDS_WAITING, PASS_HAS_MORE, Closing, Elsewhere, Sent, Tail
 from ..topics import SubscriptionStats, durable_key, durable_registry_field, non_durable_key, pack_for_topic
-from . import queues, virtual
+from . import flow, homes, virtual
 from .context import Context
 
 
@@ -57,8 +58,8 @@ def send(ops: Context, dest: Destination, messages: Iterable[Message], now: int,
         yield from finish_send(ops, dest, now, sent.tail)
         return sent.statuses
 
-    # in parts, waiting for space or raising as a queue send does (queues.send_parts, flow.py)
-    return (yield from queues.send_parts(ops, dest, now, calls.TopicSend, origin, records, finish))
+    # in parts, waiting for space or raising as a queue send does (flow.send_parts)
+    return (yield from flow.send_parts(ops, dest, now, calls.TopicSend, origin, records, finish))
 
 
 def finish_send(ops: Context, dest: Destination, now: int, tail: Tail) -> Op:
@@ -90,6 +91,15 @@ def fan_out(ops: Context, dest: Destination, now: int) -> Op:
         yield from finish_send(ops, dest, now, fanned.tail)
         if left == 0 or finished >= owed:
             return finished
+
+
+def settle(ops: Context, dest: Destination, now: int) -> Op:
+    """Finish what sends to the topic started when nobody read their replies (a transaction's commit, one
+    MULTI/EXEC: the router runs this for its `Settle` effect): the outbox, every subscription's pass, and
+    the unfinished fan-outs."""
+    yield Forward(dest, now)
+    yield from dispatch(ops, dest, now)
+    yield from fan_out(ops, dest, now)
 
 
 ADVISORY_PREFIX = "ActiveMQ.Advisory."
@@ -131,7 +141,7 @@ def subscribe(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, cid
         if isinstance(subscribed, Closing):
             # the durable subscription's last consumer had this id and its messages are still going
             # back (return_owed): finish that, then subscribe
-            yield from queues.return_owed(ops, Home(dest, key), now)
+            yield from homes.return_owed(ops, Home(dest, key), now)
             continue
         if not isinstance(subscribed, Elsewhere):
             break
@@ -142,7 +152,7 @@ def subscribe(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, cid
         try:
             yield from ops.eval(Home(old), now, calls.TopicAdmin.release(ops.prefix(old), now, key, field,
                                                                          old.uri))
-            yield from queues.return_owed(ops, Home(old), now)
+            yield from homes.return_owed(ops, Home(old), now)
         except DurableSubscriptionInUse:
             raise DurableSubscriptionInUse(
                 f"Durable consumer is in use for client: {client} and subscriptionName: {name}",
@@ -155,7 +165,7 @@ def subscribe(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, cid
     result = yield from ops.continue_dispatch(Home(dest, key), now, subscribed.tail.flags,
                                               subscribed.tail.hold_until)
     if subscribed.changed:  # the replaced subscription's messages are released a chunk per call
-        yield from queues.return_owed(ops, Home(dest), now)
+        yield from homes.return_owed(ops, Home(dest), now)
     return Consumer(dest, cid, spec.ack_mode, prefetch=subscribed.prefetch, hold_until=result.hold_until,
                     subscription=key)
 
@@ -199,7 +209,7 @@ def unsubscribe(ops: Context, dest: Destination, client_id: str, subscription_na
     call = calls.TopicAdmin.unsubscribe(ops.prefix(dest), now, durable_key(client_id, subscription_name),
                                         client_id, subscription_name)
     dropped = calls.TopicAdmin.parse_dropped((yield from ops.eval(Home(dest), now, call)))
-    yield from queues.return_owed(ops, Home(dest), now)  # its messages are released a chunk per call
+    yield from homes.return_owed(ops, Home(dest), now)  # its messages are released a chunk per call
     return dropped
 
 
@@ -214,7 +224,7 @@ def expire_offline_durables(ops: Context, dest: Destination, timeout_ms: int | N
     removed = calls.TopicAdmin.parse_expired((yield from ops.eval(
         Home(dest), now, calls.TopicAdmin.expire_offline(ops.prefix(dest), now, timeout_ms))))
     if removed:
-        yield from queues.return_owed(ops, Home(dest), now)  # their messages are released a chunk per call
+        yield from homes.return_owed(ops, Home(dest), now)  # their messages are released a chunk per call
     return removed
 
 
@@ -226,7 +236,7 @@ def renew(ops: Context, dest: Destination, consumer_ids: list[str], lease_ms: in
         except UnknownConsumer:
             missing.append(cid)
             continue
-        missing += (yield from queues.renew(ops, sub, [cid], lease_ms, now))
+        missing += (yield from homes.renew(ops, sub, [cid], lease_ms, now))
     return missing
 
 
@@ -239,7 +249,7 @@ def for_each_subscription(ops: Context, dest: Destination) -> Op:
 def reap(ops: Context, dest: Destination, now: int, limit: int) -> Op:
     closed: list[str] = []
     for sub in (yield from for_each_subscription(ops, dest)):
-        closed += (yield from queues.reap(ops, sub, now, limit - len(closed)))
+        closed += (yield from homes.reap(ops, sub, now, limit - len(closed)))
         if len(closed) >= limit:
             break
     return closed
@@ -248,7 +258,7 @@ def reap(ops: Context, dest: Destination, now: int, limit: int) -> Op:
 def dispatch(ops: Context, dest: Destination, now: int) -> Op:
     dispatched, hold = 0, 0
     for sub in (yield from for_each_subscription(ops, dest)):
-        result = yield from queues.dispatch(ops, sub, now)
+        result = yield from homes.dispatch(ops, sub, now)
         dispatched += result.dispatched
         if result.hold_until and (not hold or result.hold_until < hold):
             hold = result.hold_until
@@ -260,7 +270,7 @@ def sweep_expired(ops: Context, dest: Destination, now: int) -> Op:
     examined = expired = 0
     done = True
     for sub in (yield from for_each_subscription(ops, dest)):
-        page = yield from queues.sweep_expired(ops, sub, now)
+        page = yield from homes.sweep_expired(ops, sub, now)
         examined += page.examined
         expired += page.expired
         done = done and page.done
@@ -275,7 +285,7 @@ def pending_limits(ops: Context, dest: Destination, now: int) -> Op:
 
 def subscription_stats(ops: Context, sub: Home, now: int, limits: dict[str, int]) -> Op:
     """One subscription's SubscriptionStats and its consumers; `limits` from `pending_limits`."""
-    st: DestinationStats = yield from queues.stats(ops, sub, now)
+    st: DestinationStats = yield from homes.stats(ops, sub, now)
     raw = yield Command(("HGETALL", f"{ops.home_prefix(sub)}:meta"))
     meta = {_str(k): _str(v) for k, v in raw.items()}
     consumer = st.consumers[0] if st.consumers else None

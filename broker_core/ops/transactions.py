@@ -1,6 +1,13 @@
 """Transactions over sends and acks: a transaction buffers its sends and acks in Redis (key
 <ns>:tx:<id>); commit applies them in one MULTI/EXEC, rollback returns the acked messages with their
 redelivery counter raised.
+
+A transaction spans queues and topics, yet this module is a sibling of ops/queues.py and ops/topics.py in
+the layers and calls neither: an ack or a release works on the consumer's home whatever its kind
+(ops/homes.py), and the commit builds its scripts' calls itself (scripts/calls.py). Only finishing a
+topic after the commit is the topic's own work (its subscriptions' passes, its fan-outs), and that one
+step is yielded as a `Settle` effect for the router, which knows both kinds, as `Forward` and `Create`
+are: simpler than moving the topic's fan-out below the kinds, where it would not belong.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from typing import Any
 import msgpack
 
 from ..destinations import Destination, require_concrete
-from ..effects import Command, Eval, Forward, Op
+from ..effects import Command, Eval, Op, Settle
 from ..errors import NotInFlight, TransactionError, UnknownConsumer
 from ..keys import Home, tx_key
 from ..messages import Message
@@ -20,7 +27,7 @@ from ..model import ConsumerRef
 from ..scripts import calls
 from ..scripts.calls import FORWARDS_WAITING, PASS_HAS_MORE
 from ..topics import pack_for_topic
-from . import flow, queues, topics, virtual
+from . import flow, homes, virtual
 from .context import Context
 
 
@@ -78,7 +85,7 @@ def send(ops: Context, tx: str, dest: Destination, messages: Iterable[Message], 
 def ack(ops: Context, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
     """A transacted ack is a DELIVERED ack now (the window grows) and a real ack on commit."""
     yield from _tx_open(ops, tx)
-    yield from queues.ack(ops, consumer, message_ids, "delivered", now)
+    yield from homes.ack(ops, consumer, message_ids, "delivered", now)
     dest = consumer.destination
     yield Command(("RPUSH", tx_key(ops.namespace, tx), msgpack.packb(
         ["ack", dest.kind, dest.name, consumer.consumer_id, mode, message_ids])))
@@ -115,9 +122,7 @@ def commit(ops: Context, tx: str, now: int) -> Op:
     errors = [r for r in replies if isinstance(r, Exception)]
     for home in touched.values():  # each script ran one chunk: finish the passes and forwards
         if home.fans_out:  # a topic: its outbox, its subscriptions' passes, a send's unfinished fan-out
-            yield Forward(home.destination, now)
-            yield from topics.dispatch(ops, home.destination, now)
-            yield from topics.fan_out(ops, home.destination, now)
+            yield Settle(home.destination, now)
             continue
         yield from ops.continue_dispatch(home, now, PASS_HAS_MORE | FORWARDS_WAITING, 0)
     if errors:
@@ -133,7 +138,7 @@ def rollback(ops: Context, tx: str, now: int) -> Op:
         if record[0] == "ack":
             consumer = ConsumerRef(Destination(record[1], record[2]), record[3])
             try:
-                yield from queues.release(ops, consumer, record[5], now)
+                yield from homes.release(ops, consumer, record[5], now)
             except (UnknownConsumer, NotInFlight):  # the consumer closed; its messages went back already
                 continue
 

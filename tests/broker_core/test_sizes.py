@@ -14,7 +14,7 @@ from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from broker_core.ops import queues
+from broker_core.ops import flow, homes, queues
 
 from .test_script_forms import client7, functions_url  # noqa: F401  (fixtures: a Redis >= 7)
 
@@ -141,7 +141,7 @@ def test_a_batch_of_1000_is_stored_in_order_in_bounded_parts(sized):
     sent = sized.send("orders", batch)
     assert [s.status for s in sent] == ["ok"] * 1_000 and sent == [f"m-{i}" for i in range(1_000)]
     # a check of each part, then each part: never one call for the whole batch
-    assert _script_calls(sized) - before >= 2 * 1_000 // queues.SEND_PART
+    assert _script_calls(sized) - before >= 2 * 1_000 // flow.SEND_PART
     assert bodies(sized) == [str(i) for i in range(1_000)]
 
 
@@ -192,7 +192,7 @@ def test_an_ack_of_1000_ids_is_applied_in_bounded_parts(sized):
     c, ids = _holding(sized, 1_000)
     before = _script_calls(sized)
     assert sized.ack(c, ids + ids[:5]) == 1_000  # (an id named twice is acknowledged once)
-    assert _script_calls(sized) - before >= 2 * 1_000 // queues.ACK_PART
+    assert _script_calls(sized) - before >= 2 * 1_000 // homes.ACK_PART
     stats = sized.stats("orders")
     assert stats.queue_size == 0 and stats.dequeued == 1_000
 
@@ -309,7 +309,7 @@ def test_a_cumulative_ack_over_thousands_acknowledges_them_all_in_bounded_calls(
         got += batch
     before = _script_calls(sized)
     assert sized.ack(c, got[2_499].message_id) == 2_500  # cumulative: everything up to it
-    assert _script_calls(sized) - before >= (2_500 - queues.CUMULATIVE_MOST) // queues.ACK_PART
+    assert _script_calls(sized) - before >= (2_500 - homes.CUMULATIVE_MOST) // homes.ACK_PART
     stats = sized.stats("orders")
     assert stats.dequeued == 2_500 and stats.in_flight == 100
     assert sized.ack(c, got[2_599].message_id) == 100  # (and the usual one-call ack still works)
