@@ -100,7 +100,8 @@ def wakeups() -> WakeupHub:
 
 
 class _Expiry:
-    """A wait's timeout: sets the waited event and remembers that it did."""
+    """A wait's timeout: sets the waited event and remembers that it did. A wake-up that comes between the
+    timeout and the waiter's next turn is not lost: what it announced is in the hub (`take`)."""
 
     __slots__ = ("event", "fired")
 
@@ -108,8 +109,9 @@ class _Expiry:
         self.event, self.fired = event, False
 
     def __call__(self) -> None:
-        self.fired = True
-        self.event.set()
+        if not self.event.is_set():  # (a wake-up that came first is the wait's answer)
+            self.fired = True
+            self.event.set()
 
 
 class WakeupHub:
