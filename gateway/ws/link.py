@@ -66,12 +66,6 @@ class LinkSettings:
         return self.lease_ms / 3000
 
 
-# Ack mode auto: pushed messages written to the socket are acknowledged together, this long after the first
-# (seconds). A client that answers each MESSAGE (request/reply, ping-pong) sends its next frame well within
-# it, so that frame's script call no longer waits in Redis behind the ack's: the ack follows it, and
-# acknowledges several messages in one call. A message stays in flight this much longer; a process that
-# dies meanwhile leaves it there, and the lapse of its lease returns it (redelivered), as before.
-AUTO_ACK_DELAY = 0.002
 CLOSE_RETRY_SECONDS = 0.5  # a consumer whose close found Redis away is closed again this often
 _CLOSING: set[asyncio.Task[None]] = set()  # those retries (a reference, so they are not collected)
 ABORTED_ACKS_KEPT = 100_000  # ack ids of aborted subscriptions remembered per connection
@@ -448,10 +442,8 @@ class Link:
         receive call. `upto` is the dispatch sequence of the last message delivered: a push that does not
         follow it (one was lost, or a receive already delivered it) sends the pump back to `receive_after`,
         which hands over again whatever came after `upto`, so nothing is missed or delivered twice. Ack mode
-        auto: pushed messages are acknowledged once they are in the send buffer, together, within
-        AUTO_ACK_DELAY (at once when they hold half the consumer's prefetch window, or when the pump goes
-        back to `receive_after` or stops); a process that dies before leaves them in flight, and the lapse
-        of its lease returns them."""
+        auto: pushed messages are acknowledged once they are in the send buffer (a process that dies before
+        leaves them in flight; the lapse of its lease returns them)."""
         batch = self.settings.receive_batch
         idle = self.settings.renew_every
         cid = consumer.consumer_id
@@ -460,9 +452,6 @@ class Link:
         upto = 0
         self._written[cid] = 0
         self.hub.watch(cid)
-        loop = asyncio.get_running_loop()
-        pending: list[str] = []  # (auto) pushed messages written, not acknowledged yet
-        ack_by = 0.0  # (loop time) when they are
         try:
             while True:
                 deliveries, upto = await self.broker.receive_after(consumer, upto, batch, push)
@@ -475,16 +464,10 @@ class Link:
                 # the outbox is empty and the consumer armed: pushes, or a wake-up once the credit is spent;
                 # the timeout only guards against a lost one
                 while True:
-                    if pending:  # wait for pushes until the acknowledgement is due, then acknowledge
-                        left = ack_by - loop.time()
-                        if left <= 0 or not await self.hub.wait(cid, left):
-                            await self._ack_written(consumer, pending)
-                            pending = []
-                        woken = False  # (and what came meanwhile is taken below, as after any wait)
-                    else:
-                        woken = not await self.hub.wait(cid, idle)  # (the timeout: look anyway)
+                    woken = not await self.hub.wait(cid, idle)  # (the timeout: look anyway)
                     pushes, told = self.hub.take(cid)
                     woken = woken or told
+                    written: list[str] = []  # (auto: acknowledged together, one call for what one take had)
                     for pushed in pushes:
                         if pushed.last <= upto:
                             continue  # a receive_after delivered these already
@@ -494,26 +477,20 @@ class Link:
                         delivered = pushed.deliveries(consumer)
                         upto = self._written[cid] = pushed.last
                         await self.deliver(sub, consumer, delivered)
-                        if auto:
-                            if not pending:
-                                ack_by = loop.time() + AUTO_ACK_DELAY
-                            pending += [d.message_id for d in delivered]
-                    if pending and (woken or 2 * len(pending) >= consumer.prefetch):
+                        written += [d.message_id for d in delivered]
+                    if auto and written:
                         # one turn of the loop first: the send buffer's writer puts the MESSAGEs on the wire
                         # before the ack's round trip to Redis starts (the ack follows the write, never
-                        # precedes it)
+                        # precedes it, and Redis's work on the ack no longer sits before the client's copy)
                         await asyncio.sleep(0)
-                        await self._ack_written(consumer, pending)
-                        pending = []
+                        await self._ack_written(consumer, written)
                     if woken:
                         break
         except asyncio.CancelledError:
-            await self._ack_before_stopping(consumer, pending)  # (the subscription closes next)
             raise
         except UnknownConsumer:
             self._consumer_gone(sub, consumer)
         except SlowClient as exc:
-            await self._ack_before_stopping(consumer, pending)  # (they are in the send buffer, as before)
             self._report_lost(f"slow client: {exc}")
         except Exception as exc:  # the broker failed: the connection cannot keep its promises
             self._report_failure(f"delivery to {cid} failed", exc)
@@ -539,14 +516,6 @@ class Link:
         task = asyncio.get_running_loop().create_task(retry())
         _CLOSING.add(task)  # (outlives this link: a task of the process)
         task.add_done_callback(_CLOSING.discard)
-
-    async def _ack_before_stopping(self, consumer: Consumer, ids: list[str]) -> None:
-        """The pump stops with pushed messages written and not acknowledged yet: acknowledge them now, so
-        that closing the consumer does not send them back as never acknowledged. When that fails they
-        stay in flight, and the close (or the lapse of the lease) returns them."""
-        if ids:
-            with contextlib.suppress(Exception):
-                await self._ack_written(consumer, ids)
 
     async def _ack_written(self, consumer: Consumer, ids: list[str]) -> None:
         """Ack mode auto: acknowledge pushed messages now in the send buffer. One an operator removed (or

