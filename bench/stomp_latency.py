@@ -33,6 +33,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -209,7 +210,12 @@ def echo_round_trip(n: int, loop: str) -> float:
         server.wait()
 
 
-def run_case(target: Target, case: str, n: int) -> dict[str, float]:
+def run_case(target: Target, case: str, n: int, start: Callable[[], None] = lambda: None,
+             stop: Callable[[], None] = lambda: None) -> dict[str, float]:
+    """The case's messages, timed one by one. `start` is called once the connections stand (CONNECT,
+    SUBSCRIBE) and `stop` after the last message, before they close: what they measure is the messages
+    alone (a CONNECT checks the password, PBKDF2: about a third of a second of the gateway's CPU, which
+    spread over 2000 messages looked like 150-300 us of each one)."""
     transport, kind = case.split("-", 1)
     queue = "/queue/" + new_queue()
     latencies = []
@@ -220,24 +226,69 @@ def run_case(target: Target, case: str, n: int) -> dict[str, float]:
         sender = Stomp(target, transport)
         frame = encode("SEND", {"destination": queue, "persistent": "false",
                                 "content-length": str(len(BODY))}, BODY)
+        start()
         for _ in range(n):
             t = time.perf_counter()
             sender.send_bytes(frame)
             receiver.read_until("MESSAGE")
             latencies.append(time.perf_counter() - t)
+        stop()
         sender.close()
         receiver.close()
     else:
         conn = Stomp(target, transport)
         persistent = "false" if kind.endswith("-np") else "true"
+        start()
         for i in range(n):
             t = time.perf_counter()
             conn.frame("SEND", {"destination": queue, "persistent": persistent, "receipt": str(i),
                                 "content-length": str(len(BODY))}, BODY)
             conn.read_until("RECEIPT")
             latencies.append(time.perf_counter() - t)
+        stop()
         conn.close()
     return {"p50 us": statistics.median(latencies) * 1e6, "mean us": statistics.fmean(latencies) * 1e6}
+
+
+class Meter:
+    """What a case measures, from its first message to its last: the gateway's and Redis's CPU, Redis's
+    command statistics, and (when asked) py-spy's samples or strace's counts of the gateway process."""
+
+    def __init__(self, gateway: int, redis: int, line: RedisLine, py_spy: str | None, strace: bool,
+                 profile_dir: str, case: str) -> None:
+        self.gateway, self.redis, self.line = gateway, redis, line
+        self.py_spy, self.strace = py_spy, strace
+        self.raw = Path(profile_dir) / f"{case}.txt"
+        self.summary = Path(profile_dir) / f"{case}.strace"
+        self.spy: subprocess.Popen[bytes] | None = None
+        self.tracer: subprocess.Popen[bytes] | None = None
+        self.before: tuple[tuple[float, float], ...] = ()
+        self.after: tuple[tuple[float, float], ...] = ()
+        self.stats: dict[str, tuple[int, float]] = {}
+
+    def start(self) -> None:
+        if self.py_spy:
+            self.raw.parent.mkdir(parents=True, exist_ok=True)
+            self.spy = subprocess.Popen([self.py_spy, "record", "--pid", str(self.gateway), "--rate", "400",
+                                         "--format", "raw", "--output", str(self.raw), "--nonblocking"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)
+        if self.strace:
+            self.summary.parent.mkdir(parents=True, exist_ok=True)
+            self.tracer = subprocess.Popen(["strace", "-c", "-w", "-f", "-o", str(self.summary),
+                                            "-p", str(self.gateway)],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)
+        self.line.call("CONFIG", "RESETSTAT")
+        self.before = cpu_split(self.gateway), cpu_split(self.redis)
+
+    def stop(self) -> None:
+        self.after = cpu_split(self.gateway), cpu_split(self.redis)
+        self.stats = self.line.commandstats()
+        for process in (self.spy, self.tracer):
+            if process is not None:
+                process.send_signal(signal.SIGINT)
+                process.wait(30)
 
 
 def top_functions(raw: Path, limit: int = 25) -> list[tuple[str, float]]:
@@ -282,39 +333,16 @@ def main() -> None:
             for case in cases:
                 run_case(box.target, case, min(200, args.n))  # warm-up
                 gateway = box.pids["stomp" if case.startswith("tcp") else "web"]
-                line.call("CONFIG", "RESETSTAT")
-                cpu_gateway, cpu_redis = cpu_seconds(gateway), cpu_seconds(box.pids["redis"])
-                split_before = cpu_split(gateway), cpu_split(box.pids["redis"])
-                spy = None
-                if args.py_spy:
-                    Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
-                    raw = Path(args.profile_dir) / f"{case}.txt"
-                    spy = subprocess.Popen([args.py_spy, "record", "--pid", str(gateway), "--rate", "400",
-                                            "--format", "raw", "--output", str(raw), "--nonblocking"],
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    time.sleep(1)
-                tracer = None
-                if args.strace:
-                    summary = Path(args.profile_dir) / f"{case}.strace"
-                    summary.parent.mkdir(parents=True, exist_ok=True)
-                    tracer = subprocess.Popen(["strace", "-c", "-w", "-f", "-o", str(summary),
-                                               "-p", str(gateway)],
-                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    time.sleep(1)
-                result = run_case(box.target, case, args.n)
-                if tracer is not None:
-                    tracer.send_signal(signal.SIGINT)
-                    tracer.wait(30)
-                    print(summary.read_text())
-                split_after = cpu_split(gateway), cpu_split(box.pids["redis"])
-                split = [(user - user0, system - system0)
-                         for (user0, system0), (user, system) in zip(split_before, split_after, strict=True)]
-                cpu_gateway = (cpu_seconds(gateway) - cpu_gateway) / args.n * 1e6
-                cpu_redis = (cpu_seconds(box.pids["redis"]) - cpu_redis) / args.n * 1e6
-                stats = line.commandstats()
-                if spy is not None:
-                    spy.send_signal(signal.SIGINT)
-                    spy.wait(30)
+                meter = Meter(gateway, box.pids["redis"], line, args.py_spy, args.strace, args.profile_dir,
+                              case)
+                result = run_case(box.target, case, args.n, meter.start, meter.stop)
+                if meter.tracer is not None:
+                    print(meter.summary.read_text())
+                split = [(user - user0, system - system0) for (user0, system0), (user, system)
+                         in zip(meter.before, meter.after, strict=True)]
+                cpu_gateway = sum(split[0]) / args.n * 1e6
+                cpu_redis = sum(split[1]) / args.n * 1e6
+                stats = meter.stats
                 print(f"{case}: p50 {result['p50 us']:.0f} us, mean {result['mean us']:.0f} us; "
                       f"CPU per message (10 ms ticks, coarse): gateway {cpu_gateway:.0f} us, "
                       f"Redis {cpu_redis:.0f} us (user/kernel: gateway {split[0][0] / args.n * 1e6:.0f}/"
@@ -325,8 +353,8 @@ def main() -> None:
                         continue
                     print(f"    redis {name}: {calls / args.n:.2f} calls per message, {usec / calls:.1f} us "
                           "per call inside Redis")
-                if spy is not None and raw.exists():
-                    for name, share in top_functions(raw):
+                if meter.spy is not None and meter.raw.exists():
+                    for name, share in top_functions(meter.raw):
                         print(f"    {share:5.1f} %  {name}")
         finally:
             box.stop()

@@ -125,39 +125,17 @@ class Message:
 
     def pack(self, now_ms: int) -> tuple[str, bytes]:
         """Validate and give (message id, packed bytes). Raises InvalidMessage naming the problem."""
-        priority = self.priority
-        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
-            raise InvalidMessage(f"priority must be an integer 0-9, got {self.priority!r}", field="priority")
-        if not isinstance(self.body, str | bytes):
-            raise InvalidMessage(
-                f"body must be text or bytes, got {type(self.body).__name__}", field="body"
-            )
-        if isinstance(self.expiration, bool) or not isinstance(self.expiration, int) or not (
-                0 <= self.expiration <= LONG_MAX):
-            raise InvalidMessage(f"expiration must be ms since the epoch or 0, got {self.expiration!r}",
-                                 field="expiration")
-        if isinstance(self.group_seq, bool) or not isinstance(self.group_seq, int):
-            raise InvalidMessage(f"group sequence must be an integer, got {self.group_seq!r}",
-                                 field="group_seq")
-        if not INT_MIN <= self.group_seq <= INT_MAX:
-            raise InvalidMessage(f"group sequence {self.group_seq} does not fit in an int", field="group_seq")
-        if isinstance(self.delay_ms, bool) or not isinstance(self.delay_ms, int) or not (
-                0 <= self.delay_ms <= MAX_DELAY_MS):
-            raise InvalidMessage(f"scheduled delay must be 0-{MAX_DELAY_MS} ms, got {self.delay_ms!r}",
-                                 field="delay_ms")
-        if self.cron is not None:
-            raise InvalidMessage(f"cron schedules (AMQ_SCHEDULED_CRON={self.cron!r}) are not supported; "
-                                 "use a delay, a period and a repeat count", field="cron")
-        repeat = self.repeat
-        if isinstance(repeat, bool) or not isinstance(repeat, int) or not 0 <= repeat <= MAX_REPEAT:
-            raise InvalidMessage(f"scheduled repeat must be 0-{MAX_REPEAT}, got {repeat!r}", field="repeat")
-        if isinstance(self.period_ms, bool) or not isinstance(self.period_ms, int) or not (
-                0 <= self.period_ms <= MAX_DELAY_MS):
-            raise InvalidMessage(f"scheduled period must be 0-{MAX_DELAY_MS} ms, got {self.period_ms!r}",
-                                 field="period_ms")
-        if self.repeat and not self.period_ms:
-            raise InvalidMessage("a repeated scheduled message needs a period (AMQ_SCHEDULED_PERIOD > 0)",
-                                 field="period_ms")
+        # The usual message passes this one test (plain ints in range, no cron); anything else goes through
+        # `_check`, which accepts what it always accepted (int subclasses too) and names what it refuses.
+        if not (type(self.priority) is int and 0 <= self.priority <= 9
+                and type(self.expiration) is int and 0 <= self.expiration <= LONG_MAX
+                and type(self.group_seq) is int and INT_MIN <= self.group_seq <= INT_MAX
+                and type(self.delay_ms) is int and 0 <= self.delay_ms <= MAX_DELAY_MS
+                and type(self.period_ms) is int and 0 <= self.period_ms <= MAX_DELAY_MS
+                and type(self.repeat) is int and 0 <= self.repeat <= MAX_REPEAT
+                and (self.period_ms or not self.repeat) and self.cron is None
+                and type(self.body) in (str, bytes)):
+            self._check()
         flat: list[object] = []
         for name, value in self.properties.items():
             if not isinstance(name, str) or not name or len(name) > MAX_PROPERTY_NAME:
@@ -200,6 +178,42 @@ class Message:
         # Redis's cmsgpack knows no bin type: bytes travel as msgpack raw strings, `body kind` says which.
         return message_id, msgpack.packb(record, use_bin_type=False)
 
+    def _check(self) -> None:
+        """Every field's check, in order: InvalidMessage for the first one at fault."""
+        priority = self.priority
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+            raise InvalidMessage(f"priority must be an integer 0-9, got {self.priority!r}", field="priority")
+        if not isinstance(self.body, str | bytes):
+            raise InvalidMessage(
+                f"body must be text or bytes, got {type(self.body).__name__}", field="body"
+            )
+        if isinstance(self.expiration, bool) or not isinstance(self.expiration, int) or not (
+                0 <= self.expiration <= LONG_MAX):
+            raise InvalidMessage(f"expiration must be ms since the epoch or 0, got {self.expiration!r}",
+                                 field="expiration")
+        if isinstance(self.group_seq, bool) or not isinstance(self.group_seq, int):
+            raise InvalidMessage(f"group sequence must be an integer, got {self.group_seq!r}",
+                                 field="group_seq")
+        if not INT_MIN <= self.group_seq <= INT_MAX:
+            raise InvalidMessage(f"group sequence {self.group_seq} does not fit in an int", field="group_seq")
+        if isinstance(self.delay_ms, bool) or not isinstance(self.delay_ms, int) or not (
+                0 <= self.delay_ms <= MAX_DELAY_MS):
+            raise InvalidMessage(f"scheduled delay must be 0-{MAX_DELAY_MS} ms, got {self.delay_ms!r}",
+                                 field="delay_ms")
+        if self.cron is not None:
+            raise InvalidMessage(f"cron schedules (AMQ_SCHEDULED_CRON={self.cron!r}) are not supported; "
+                                 "use a delay, a period and a repeat count", field="cron")
+        repeat = self.repeat
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or not 0 <= repeat <= MAX_REPEAT:
+            raise InvalidMessage(f"scheduled repeat must be 0-{MAX_REPEAT}, got {repeat!r}", field="repeat")
+        if isinstance(self.period_ms, bool) or not isinstance(self.period_ms, int) or not (
+                0 <= self.period_ms <= MAX_DELAY_MS):
+            raise InvalidMessage(f"scheduled period must be 0-{MAX_DELAY_MS} ms, got {self.period_ms!r}",
+                                 field="period_ms")
+        if self.repeat and not self.period_ms:
+            raise InvalidMessage("a repeated scheduled message needs a period (AMQ_SCHEDULED_PERIOD > 0)",
+                                 field="period_ms")
+
 
 @dataclass(frozen=True)
 class Delivery:
@@ -239,15 +253,13 @@ class Delivery:
 def unpack_delivery(
     message_id: str, destination: str, consumer_id: str, blob: bytes, redeliveries: int, first: bool
 ) -> Delivery:
-    r = msgpack.unpackb(blob, raw=True)
+    # Strings decoded by msgpack itself (no Python pass over the fields); a binary body (msgpack raw like
+    # the text, `body kind` 13 tells them apart) comes back byte for byte through surrogateescape.
+    r = msgpack.unpackb(blob, raw=False, unicode_errors="surrogateescape")
     r += [None] * (RECORD_LENGTH - len(r))
-    # The body (14) stays bytes unless its kind says text; the properties (11) are a list, decoded below.
-    body, flat = r[14], r[11]
-    r[11] = r[14] = None
-    r = [x.decode() if isinstance(x, bytes) else x for x in r]
-    if r[13] == "t" and isinstance(body, bytes):
-        body = body.decode()
-    flat = [x.decode() if isinstance(x, bytes) else x for x in (flat or [])]
+    body, flat = r[14], r[11] or ()
+    if r[13] != "t" and isinstance(body, str):
+        body = body.encode("utf-8", "surrogateescape")
     props: dict[str, PropertyValue] = {}
     for i in range(0, len(flat), 3):
         name, code, raw = flat[i], flat[i + 1], flat[i + 2]

@@ -117,5 +117,14 @@ route_middleware.sync_capable = True  # type: ignore[attr-defined]
 route_middleware.async_capable = True  # type: ignore[attr-defined]
 
 
+# (protocol, command, outcome) -> that series of WS_FRAMES: `labels` takes a lock and builds a key on every
+# call, a few microseconds of every frame; the label sets are few (the commands are STOMP's own)
+_frames: dict[tuple[str, str, str], Any] = {}
+
+
 def frame(protocol: str, command: str, outcome: str, count: int = 1) -> None:
-    WS_FRAMES.labels(protocol, command, outcome).inc(count)
+    key = (protocol, command, outcome)
+    series = _frames.get(key)
+    if series is None:
+        series = _frames[key] = WS_FRAMES.labels(protocol, command, outcome)
+    series.inc(count)

@@ -99,6 +99,21 @@ def wakeups() -> WakeupHub:
     return _for_loop()[1]
 
 
+class _Expiry:
+    """A wait's timeout: sets the waited event and remembers that it did. A wake-up that comes between the
+    timeout and the waiter's next turn is not lost: what it announced is in the hub (`take`)."""
+
+    __slots__ = ("event", "fired")
+
+    def __init__(self, event: asyncio.Event) -> None:
+        self.event, self.fired = event, False
+
+    def __call__(self) -> None:
+        if not self.event.is_set():  # (a wake-up that came first is the wait's answer)
+            self.fired = True
+            self.event.set()
+
+
 class WakeupHub:
     """One pub/sub subscription per process and loop; `wait(consumer_id)` returns when dispatch put
     messages in that consumer's outbox or pushed it deliveries (or at the timeout). A wake-up that arrives
@@ -177,16 +192,21 @@ class WakeupHub:
     async def wait(self, consumer_id: str, timeout: float) -> bool:
         """True if a wake-up came (now or since the last wait), False at the timeout."""
         event = self._event(consumer_id)
-        if not event.is_set():
-            # asyncio.timeout, not wait_for: wait_for (Python 3.11) runs the wait in a task of its own, one
-            # more task and one more turn of the loop between a push and its pump on every message
-            try:
-                async with asyncio.timeout(timeout):
-                    await event.wait()
-            except TimeoutError:
-                return False
+        if event.is_set():
+            event.clear()
+            return True
+        # The timeout sets the event too, and says so: no wait_for (Python 3.11 runs the wait in a task of
+        # its own, one more task and one more turn of the loop between a push and its pump) and no
+        # asyncio.timeout (a Timeout object, its rescheduling and the cancellation it turns into
+        # TimeoutError: a few microseconds of every pushed message)
+        expired = _Expiry(event)
+        handle = asyncio.get_running_loop().call_later(timeout, expired)
+        try:
+            await event.wait()
+        finally:
+            handle.cancel()
         event.clear()
-        return True
+        return not expired.fired
 
     def watch(self, consumer_id: str) -> None:
         """Keep pushes for `consumer_id` from now on (its adapter takes them)."""

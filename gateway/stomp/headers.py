@@ -25,6 +25,14 @@ NOT_PROPERTIES = frozenset({
     "type", "correlation-id", "reply-to", "JMSXGroupID", "JMSXGroupSeq",
     "AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT", "AMQ_SCHEDULED_CRON",
 })
+# SEND's numeric headers: (name, lowest, highest, the value without the header)
+_NUMBER_HEADER_RANGES: tuple[tuple[str, int, int, int | None], ...] = (
+    ("expires", 0, 2**63 - 1, 0), ("timestamp", 0, 2**63 - 1, None),
+    ("JMSXGroupSeq", -(2**31), 2**31 - 1, 0), ("priority", 0, 9, 4),
+    ("AMQ_SCHEDULED_DELAY", 0, 2**63 - 1, 0), ("AMQ_SCHEDULED_PERIOD", 0, 2**63 - 1, 0),
+    ("AMQ_SCHEDULED_REPEAT", 0, 2**31 - 1, 0))
+_NUMBER_HEADERS = frozenset(name for name, *_ in _NUMBER_HEADER_RANGES)
+_NUMBER_DEFAULTS = tuple(default for *_, default in _NUMBER_HEADER_RANGES)
 ADVISORY_PREFIX = f"topic://{advisory.PREFIX}"
 ADVISORY_BROKER_URL = "stomp://localhost"  # originBrokerURL: the broker, not this gateway's address
 
@@ -98,9 +106,11 @@ def _parse_stomp_destinations(text: str, wildcards: bool = False) -> tuple[Desti
     return tuple(result)
 
 
+@functools.lru_cache(maxsize=4096)
 def stomp_name(uri: str | None) -> str | None:
     """queue://X -> /queue/X (anything else unchanged). A composite as ActiveMQ's STOMP writes it: the
-    first part as a STOMP name, the others qualified (queue://a,b,topic://c -> /queue/a,queue://b,topic://c)."""
+    first part as a STOMP name, the others qualified (queue://a,b,topic://c -> /queue/a,queue://b,topic://c).
+    Cached: every MESSAGE names its destination, and a connection's are few."""
     if uri is None:
         return None
     if "," in uri:
@@ -190,14 +200,15 @@ def message_from_send(frame: Frame, connection_id: str | None = None) -> Message
             body = frame.body.decode("utf-8")
         except UnicodeDecodeError:
             body = frame.body
-    expires = int_value(get("expires"), "expires", 0, 2**63 - 1, 0)
-    timestamp = int_value(get("timestamp"), "timestamp", 0, 2**63 - 1)
-    group_seq = int_value(get("JMSXGroupSeq"), "JMSXGroupSeq", -(2**31), 2**31 - 1, 0)
-    priority = int_value(get("priority"), "priority", 0, 9, 4)
-    # ActiveMQ's scheduler headers (ScheduledMessage): the broker parks the message, or repeats it
-    delay = int_value(get("AMQ_SCHEDULED_DELAY"), "AMQ_SCHEDULED_DELAY", 0, 2**63 - 1, 0)
-    period = int_value(get("AMQ_SCHEDULED_PERIOD"), "AMQ_SCHEDULED_PERIOD", 0, 2**63 - 1, 0)
-    repeat = int_value(get("AMQ_SCHEDULED_REPEAT"), "AMQ_SCHEDULED_REPEAT", 0, 2**31 - 1, 0)
+    # The numeric headers, checked in _NUMBER_HEADER_RANGES's order (the first bad one is reported); the
+    # scheduler's are ActiveMQ's ScheduledMessage (the broker parks the message, or repeats it). Most
+    # SENDs have none of them.
+    if _NUMBER_HEADERS.isdisjoint(headers):
+        expires, timestamp, group_seq, priority, delay, period, repeat = _NUMBER_DEFAULTS
+    else:
+        expires, timestamp, group_seq, priority, delay, period, repeat = (
+            int_value(get(name), name, low, high, default)
+            for name, low, high, default in _NUMBER_HEADER_RANGES)
     properties: dict[str, Any] = {name: value for name, value in headers.items()
                                   if name not in NOT_PROPERTIES}
     # JMSReplyTo is a destination (queue://X, as selectors compare it) only when reply-to names a STOMP

@@ -121,6 +121,10 @@ class Transport:
     takes the encoded frames as they are."""
 
     text = True
+    # Optional: hand a payload over at once, or False when that would wait (SendBuffer, gateway/ws/link.py,
+    # tries it for a frame that finds nothing queued before it). A byte stream has one; a WebSocket's send
+    # goes through the ASGI server's coroutine, so there every frame goes through `write`.
+    write_nowait: Callable[[bytes | str], bool] | None = None
 
     async def write(self, payload: bytes | str) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -150,6 +154,7 @@ class StompSession(LinkedSession):
         self.client_id: str | None = None
         self.last_read = time.monotonic()
         self._inbox: deque[Frame | FrameError] = deque()
+        self._inbox_sizes: deque[int] = deque()  # each queued item's `_size`, counted once
         self._inbox_bytes = 0
         self._inbox_ready = asyncio.Event()
         self._inbox_room = asyncio.Event()
@@ -193,8 +198,10 @@ class StompSession(LinkedSession):
             while (len(self._inbox) >= INBOX_FRAMES or self._inbox_bytes >= INBOX_BYTES) and not self.closing:
                 self._inbox_room.clear()
                 await self._inbox_room.wait()
+            size = _size(item)
             self._inbox.append(item)
-            self._inbox_bytes += _size(item)
+            self._inbox_sizes.append(size)
+            self._inbox_bytes += size
             self._inbox_ready.set()
 
     async def _work(self) -> None:
@@ -225,9 +232,8 @@ class StompSession(LinkedSession):
                 await self.handle(item)
 
     def _take_item(self) -> Frame | FrameError:
-        item = self._inbox.popleft()
-        self._inbox_bytes -= _size(item)
-        return item
+        self._inbox_bytes -= self._inbox_sizes.popleft()
+        return self._inbox.popleft()
 
     async def handle_sends(self, batch: list[Frame]) -> None:
         """SENDs to one destination in one broker call; anything wrong and they go one by one through

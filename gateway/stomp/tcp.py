@@ -37,6 +37,15 @@ class _StreamTransport(Transport):
         self.writer.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
         await self.writer.drain()
 
+    def write_nowait(self, payload: bytes | str) -> bool:  # type: ignore[override]
+        """Write at once when the socket took everything written before (so `drain` would not wait);
+        else False, and the send buffer's writer writes it and waits for the client."""
+        transport = self.writer.transport
+        if transport.is_closing() or transport.get_write_buffer_size():
+            return False
+        transport.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
+        return True
+
     async def close(self) -> None:
         self.writer.close()
         # Shielded: every waiter shares one "closed" future, and a session task cancelled while it waits

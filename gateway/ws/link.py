@@ -97,11 +97,19 @@ class SendBuffer:
     `put` waits while the buffer holds `max_bytes` (one message larger than that still goes through
     alone); after `slow_seconds` of waiting it raises SlowClient. With `coalesce`, consecutive text
     payloads (or bytes payloads) are joined into one WebSocket message, as STOMP allows.
+
+    `write_nowait(payload)`, when the transport has one, hands a payload over without waiting, or says
+    False when it would have to wait (its own buffer holds bytes the client has not taken). A `put` that
+    finds nothing queued and the writer idle tries it first: the usual frame, a RECEIPT or a MESSAGE to a
+    client that keeps up, goes out in the caller's turn of the event loop instead of waking the writer
+    task (one turn fewer per frame). Anything else queues, so the order and the bound stay the writer's.
     """
 
     def __init__(self, write: Callable[[Payload], Awaitable[None]], max_bytes: int, slow_seconds: float,
-                 coalesce: bool = False, coalesce_limit: int = 8 * 1024) -> None:
+                 coalesce: bool = False, coalesce_limit: int = 8 * 1024,
+                 write_nowait: Callable[[Payload], bool] | None = None) -> None:
         self._write = write
+        self._write_nowait = write_nowait
         self.max_bytes = max_bytes
         self.slow_seconds = slow_seconds
         self.coalesce = coalesce
@@ -125,6 +133,10 @@ class SendBuffer:
     async def put(self, item: Payload, force: bool = False) -> None:
         """Queue one message; waits while the buffer is full (`force`: never waits, for the last ERROR)."""
         if self._closed:
+            return
+        if (self._write_nowait is not None and not self._items and self._writing_since is None
+                and self._write_nowait(item)):
+            self.last_write = time.monotonic()
             return
         n = len(item)
         if force or not self._size or self._size + n <= self.max_bytes:
