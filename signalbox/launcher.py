@@ -546,11 +546,16 @@ class Launcher:
              "--pidfile", str(config.data_dir / "celerybeat.pid")],
             env,
         )  # fmt: skip
+        # The access log shows at DEBUG only (logs.CHATTY); off, uvicorn also skips building each request's
+        # line (the client address, the path quoted again) only for the logger to drop it.
+        debug = logs.level_from(os.environ.get("SIGNALBOX_LOG_LEVEL")) == "DEBUG"
+        access = [] if debug else ["--no-access-log"]
         self.spawn(
             "web server",
             [python, "-m", "uvicorn", "signalbox.asgi:application",
              "--host", config.host, "--port", str(config.port),
-             "--lifespan", "off", "--timeout-graceful-shutdown", "5", "--log-config", str(log_config)],
+             "--lifespan", "off", "--timeout-graceful-shutdown", "5", "--log-config", str(log_config),
+             *access],
             env,
         )  # fmt: skip
         if config.stomp_port or config.stomp_tls_port:

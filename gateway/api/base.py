@@ -29,7 +29,7 @@ from gateway import runtime
 from gateway.api.auth import SessionAuthentication, TokenAuthentication
 from gateway.api.auth import cache as auth_cache
 from gateway.api.codec import render_message
-from gateway.api.common import destination_from_url, int_param
+from gateway.api.common import destination_from_url, int_param, setting
 from gateway.api.errors import Problem, describe
 from gateway.permissions import Action, allowed_async
 
@@ -41,7 +41,7 @@ class RateLimited(exceptions.Throttled):
 async def _throttle(request: Request, scope: str) -> None:
     """Fixed one-second window per user in Redis (so every gateway process counts together).
     Off unless SIGNALBOX_API_RATE_LIMIT (requests per second per user) is set."""
-    limit = int(getattr(settings, "SIGNALBOX_API_RATE_LIMIT", 0) or 0)
+    limit = int(setting("SIGNALBOX_API_RATE_LIMIT", 0) or 0)
     if limit <= 0:
         return
     window = int(time.time())

@@ -47,7 +47,6 @@ import secrets
 from typing import Any
 
 import redis
-from django.conf import settings
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
@@ -60,7 +59,7 @@ from broker_core.model import ConsumerRef, ConsumerSpec
 from gateway import connections, runtime
 from gateway.api.auth import BasicAuthentication, TokenAuthentication
 from gateway.api.base import GatewayView
-from gateway.api.common import topics_supported
+from gateway.api.common import setting, topics_supported
 from gateway.api.compat_headers import OMITTED_HEADER, header_value, omitted_header, property_headers
 from gateway.api.errors import Problem, topics_not_supported
 from gateway.api.views_messaging import long_poll, problem_doc, problems
@@ -134,7 +133,7 @@ def _too_large() -> Problem:
 
 
 def _lease_ms() -> int:
-    return int(getattr(settings, "SIGNALBOX_COMPAT_LEASE_MS", 300_000))
+    return int(setting("SIGNALBOX_COMPAT_LEASE_MS", 300_000))
 
 
 def _refuse_cross_site(request: Request) -> None:
@@ -418,8 +417,8 @@ def answer(delivery: Any, params: dict[str, list[str]]) -> Answer:
         content_type = "application/xml"
     elif (_first(params, "json") or "").lower() == "true":
         content_type = "application/json"
-    elif getattr(settings, "SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE", ""):
-        content_type = settings.SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE
+    elif setting("SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE", ""):
+        content_type = setting("SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE", "")
     else:
         content_type = "application/xml" if text.startswith("<") else "text/plain"
     headers = [("destination", header_value(delivery.destination)), ("id", header_value(delivery.message_id))]

@@ -15,14 +15,15 @@ took is ended first). The answers are the view's, byte for byte but for the orde
 
 from __future__ import annotations
 
+import codecs
 from typing import Any
-from urllib.parse import parse_qsl
 
 from django.conf import settings
 from django.http.cookie import parse_cookie
+from django.utils.http import parse_header_parameters
 
 from gateway.api import compat
-from gateway.api.asgi import _allowed_methods, request_headers
+from gateway.api.asgi import _allowed_methods, query_pairs, request_headers
 from gateway.api.errors import Problem
 
 PREFIX = "/api/message"
@@ -41,6 +42,7 @@ class CompatHotPath:
     def __init__(self, hot: Any) -> None:
         self.hot = hot
         self.allow = (b"Allow", _allowed_methods(compat.MessageServletView).encode())
+        self.max_fields = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS  # (a setting change makes a new one)
 
     @staticmethod
     def wants(scope: dict[str, Any]) -> bool:
@@ -68,8 +70,7 @@ class CompatHotPath:
         user = hit[0]
         try:
             params: dict[str, list[str]] = {}
-            for key, value in parse_qsl(scope.get("query_string", b"").decode(), keep_blank_values=True,
-                                        max_num_fields=settings.DATA_UPLOAD_MAX_NUMBER_FIELDS):
+            for key, value in query_pairs(scope.get("query_string", b""), "utf-8", self.max_fields):
                 params.setdefault(key, []).append(value)
             if "action" in params:
                 return _FALLBACK
@@ -78,6 +79,8 @@ class CompatHotPath:
                 media = (content_type or b"").split(b";")[0].strip().lower()
                 if media in (b"application/x-www-form-urlencoded", b"multipart/form-data"):
                     return _FALLBACK
+                if content_type is not None and not _utf8(content_type):
+                    return _FALLBACK  # Django decodes the body by the charset it names
                 if not await hot.allowed(user, [destination], "write"):
                     return _FALLBACK
                 text = compat.message_text(params, b"" if "body" in params else body, "utf-8")
@@ -116,6 +119,20 @@ class CompatHotPath:
                         *((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers),
                         self.allow, tail[0], (b"Content-Length", str(len(payload)).encode()),
                         *tail[1:]], payload
+
+
+def _utf8(content_type: bytes) -> bool:
+    """Whether the view reads a body of this Content-Type as UTF-8: no charset parameter, or one naming UTF-8
+    (Django's request takes a charset it knows as the body's encoding, compat.MessageServletView.post)."""
+    if b"charset" not in content_type.lower():
+        return True
+    charset = parse_header_parameters(content_type.decode("latin-1"))[1].get("charset")
+    if charset is None:
+        return True
+    try:
+        return codecs.lookup(charset).name == "utf-8"
+    except LookupError:
+        return True  # one Django does not know: it keeps its default, UTF-8
 
 
 class _Caller:

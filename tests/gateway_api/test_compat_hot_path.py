@@ -150,3 +150,21 @@ async def _user_pk(name: str) -> int:
     from django.contrib.auth.models import User
 
     return await sync_to_async(lambda: User.objects.get(username=name).pk)()
+
+
+@pytest.mark.parametrize("lean", [True, False])
+async def test_a_body_in_another_charset_is_read_in_it(api, basic, settings, django_path_calls, lean):
+    """A POST whose Content-Type names a charset other than UTF-8 is decoded by it, as the view does (the
+    lean path reads UTF-8 only, so it leaves such a body to Django); UTF-8 named stays on the lean path."""
+    settings.SIGNALBOX_API_HOT_PATH = lean
+    url = "/api/message/orders.charset?type=queue&clientId=cs&readTimeout=1000"
+    assert (await api.post(url, content="warm", headers=basic)).status_code == 200  # verifies the credentials
+    latin = {**basic, "Content-Type": "text/plain; charset=ISO-8859-1"}
+    utf8 = {**basic, "Content-Type": "text/plain; charset=UTF-8"}
+    django_path_calls.clear()
+    assert (await api.post(url, content="héllo".encode("latin-1"), headers=latin)).status_code == 200
+    assert (await api.post(url, content="héllo".encode(), headers=utf8)).status_code == 200
+    if lean:
+        assert django_path_calls == ["POST /api/message/orders.charset"]  # the Latin-1 one
+    got = [(await api.get(url, headers=basic)).text for _ in range(3)]
+    assert got == ["warm", "héllo", "héllo"]

@@ -119,7 +119,7 @@ async def test_the_cache_is_bounded_and_keeps_no_credential(api, make_user, chec
     assert await _post(api, basic("u1", "pw")) == 200
     assert checks == ["u1", "u2", "u3", "u1"]
     for key, (_until, user, _auth) in auth.cache.entries.items():
-        assert len(key) == 32  # an HMAC-SHA256 digest of the header
+        assert len(key) == 32  # a keyed BLAKE2b digest (a MAC) of the header
         assert b"pw" not in key and base64.b64encode(b"pw") not in key
         assert user.password.startswith(("pbkdf2_", "md5$", "argon2", "bcrypt"))  # Django's hash
 

@@ -194,3 +194,23 @@ def test_both_lean_paths_read_headers_by_one_rule():
     assert request_headers([*headers, (b"authorization", b"Token u")], wanted, refused) is None
     assert request_headers([(b"sec-fetch-site", b"same-origin"), *headers], wanted, refused) is None
     assert request_headers([], wanted, refused) == {}
+
+
+def test_the_lean_paths_render_json_as_drf_does():
+    """HotPath.render (one encoder made once) gives DRF's JSONRenderer bytes: separators, non-ASCII text
+    kept, U+2028/U+2029 escaped, NaN refused."""
+    import math
+
+    from rest_framework.renderers import JSONRenderer
+
+    from gateway.api.asgi import HotPath
+
+    hot, drf = HotPath(), JSONRenderer()
+    for data in ({"messages": [{"body": "h\u00e9llo \u2028 \u2029 \U0001f600", "n": 1.5, "ok": True,
+                                "none": None, "ids": ["a", "b"]}], "acknowledged": None},
+                 {"type": "about:blank", "detail": "x\ny\t\"z\""}, [], {}):
+        assert hot.render(data) == drf.render(data)
+    with pytest.raises(ValueError):
+        hot.render({"x": math.nan})
+    with pytest.raises(ValueError):
+        drf.render({"x": math.nan})
