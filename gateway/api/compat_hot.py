@@ -1,4 +1,4 @@
-"""The lean path of ActiveMQ's /api/message (compat.py), as asgi.HotPath is for the native endpoints.
+"""The lean path of ActiveMQ's /api/message (compat.py), as hot_path.HotPath is for the native endpoints.
 
 A POST of a text message, and a GET (or DELETE) that finds a message at once, cost about 0.5 ms of
 Django's request object, URL resolver, middleware chain and DRF's request wrapping: more than the
@@ -23,25 +23,26 @@ from django.http.cookie import parse_cookie
 from django.utils.http import parse_header_parameters
 
 from gateway.api import compat
-from gateway.api.asgi import _allowed_methods, query_pairs, request_headers
 from gateway.api.errors import Problem
+from gateway.api.hot_path import allowed_methods, query_pairs, request_headers
 
 PREFIX = "/api/message"
 _METHODS = ("GET", "DELETE", "POST")
 _FALLBACK = None
-# The request headers this path reads (asgi.request_headers), and those that send a request to Django
+# The request headers this path reads (hot_path.request_headers), and those that send a request to Django
 # (Sec-Fetch-Site: a browser's request, the view's cross-site check answers).
 _HEADERS_READ = (b"host", b"authorization", b"content-type", b"cookie", b"selector")
 _HEADERS = frozenset(_HEADERS_READ)
 _NOT_HOT = frozenset({b"sec-fetch-site"})
-# Pieces of an answer, as the view's passes through DRF (Allow) and Django's middleware (asgi.HotPath.tail).
+# Pieces of an answer, as the view's passes through DRF (Allow) and Django's middleware
+# (hot_path.HotPath.tail).
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
 class CompatHotPath:
     def __init__(self, hot: Any) -> None:
         self.hot = hot
-        self.allow = (b"Allow", _allowed_methods(compat.MessageServletView).encode())
+        self.allow = (b"Allow", allowed_methods(compat.MessageServletView).encode())
         self.max_fields = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS  # (a setting change makes a new one)
 
     @staticmethod

@@ -120,7 +120,7 @@ def parse_messages(data: dict[str, Any], now_ms: int, user_name: str) -> list[Me
 async def send_parsed(user: Any, destinations: list[Destination], messages: list[Message],
                       ids: list[str | None]) -> dict[str, Any]:
     """Send parsed messages to every destination; the 201 body. The one send of the REST API (the
-    views and the lean path of gateway/api/asgi.py)."""
+    views and the lean path of gateway/api/hot_path.py)."""
     # An HTTP "connection" is the user: a noLocal HTTP consumer skips what the same user sent over HTTP.
     connection_id = f"http:{user.pk}"
     for message, message_id in zip(messages, ids, strict=True):
@@ -417,7 +417,7 @@ def receive_params(params: Any) -> tuple[int, float]:
 
 
 async def receive_messages(consumer: HttpConsumer, count: int, wait: float) -> dict[str, Any]:
-    """The one receive of the REST API (the view and the lean path of gateway/api/asgi.py)."""
+    """The one receive of the REST API (the view and the lean path of gateway/api/hot_path.py)."""
     try:
         deliveries = await long_poll(consumer.ref, count, wait, pull=consumer.pull)
     except UnknownConsumer:
@@ -462,7 +462,8 @@ def ack_params(params: Any, data: dict[str, Any]) -> tuple[list[str], str | None
 
 async def acknowledge(consumer: HttpConsumer, ids: list[str], mode: str | None,
                       receive: int) -> dict[str, Any]:
-    """The one ack (and ack-then-receive) of the REST API (the view and gateway/api/asgi.py's lean path)."""
+    """The one ack (and ack-then-receive) of the REST API (the view and the lean path of
+    gateway/api/hot_path.py)."""
     broker = runtime.async_broker()
     try:
         if receive:

@@ -1,4 +1,4 @@
-"""The lean path of the hot endpoints (gateway/api/asgi.py, HotPath): the same answers as Django's path,
+"""The lean path of the hot endpoints (gateway/api/hot_path.py, HotPath): the same answers as Django's path,
 and taken only when the request is the plain case. Each check makes the same requests with the hot
 path on and off (SIGNALBOX_API_HOT_PATH) against the real ASGI app and Redis."""
 
@@ -181,10 +181,10 @@ async def test_a_body_over_the_request_limit_is_413_on_the_hot_path_too(api, ali
 
 
 def test_both_lean_paths_read_headers_by_one_rule():
-    """asgi.request_headers, which HotPath and compat_hot.CompatHotPath share: the last of a repeated
+    """hot_path.request_headers, which HotPath and compat_hot.CompatHotPath share: the last of a repeated
     header, Cookie lines joined as Django joins them, and a second Authorization or a refused header
     leaves the request to Django (None)."""
-    from gateway.api.asgi import request_headers
+    from gateway.api.hot_path import request_headers
 
     wanted, refused = frozenset({b"authorization", b"host", b"cookie"}), frozenset({b"sec-fetch-site"})
     headers = [(b"host", b"a"), (b"cookie", b"x=1"), (b"accept", b"*/*"), (b"host", b"b"),
@@ -203,7 +203,7 @@ def test_the_lean_paths_render_json_as_drf_does():
 
     from rest_framework.renderers import JSONRenderer
 
-    from gateway.api.asgi import HotPath
+    from gateway.api.hot_path import HotPath
 
     hot, drf = HotPath(), JSONRenderer()
     for data in ({"messages": [{"body": "h\u00e9llo \u2028 \u2029 \U0001f600", "n": 1.5, "ok": True,
