@@ -6,9 +6,8 @@ class GatewayConfig(AppConfig):
     verbose_name = "Signalbox gateway"
 
     def ready(self) -> None:
-        from gateway.api import auth
-        from gateway.permissions import connect_signals
+        from gateway import credentials, permissions
 
-        connect_signals()
+        permissions.connect_signals()
         # in every process (`manage.py changepassword` too): a changed user or token reaches the others
-        auth.connect_signals()
+        credentials.connect_signals()

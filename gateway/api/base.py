@@ -27,10 +27,10 @@ from broker_core.errors import UnknownDestination
 from broker_core.model import DestinationStats
 from gateway import runtime
 from gateway.api.auth import SessionAuthentication, TokenAuthentication
-from gateway.api.auth import cache as auth_cache
 from gateway.api.codec import render_message
 from gateway.api.common import destination_from_url, int_param, setting
 from gateway.api.errors import Problem, describe
+from gateway.credentials import verified
 from gateway.permissions import Action, allowed_async
 
 
@@ -74,7 +74,7 @@ class GatewayView(APIView):
         return super().options(request, *args, **kwargs)
 
     async def authenticate(self, request: Request) -> None:
-        await auth_cache.refresh()  # (another process's changes of users and tokens)
+        await verified.refresh()  # (another process's changes of users and tokens)
         for authenticator in request.authenticators:
             cached = getattr(authenticator, "cached", None)
             hit = cached(request) if cached else None

@@ -64,8 +64,8 @@ class CompatHotPath:
         host, authorization, content_type, cookie, selector = map(found.get, _HEADERS_READ)
         if host is None or authorization is None or not hot.host_allowed(host):
             return _FALLBACK
-        await hot.auth_cache.refresh()
-        hit = hot.auth_cache.lookup(authorization)
+        await hot.verified.refresh()
+        hit = hot.verified.lookup(authorization)
         if hit is None or authorization[:6].lower() not in (b"basic ", b"token ", b"bearer"):
             return _FALLBACK
         user = hit[0]

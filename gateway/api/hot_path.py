@@ -132,11 +132,12 @@ class HotPath:
         from rest_framework.compat import LONG_SEPARATORS, SHORT_SEPARATORS
         from rest_framework.renderers import JSONRenderer
 
-        from gateway.api import auth, base, errors
+        from gateway.api import base, errors
         from gateway.api import views_messaging as views
+        from gateway.credentials import verified
         from gateway.permissions import allowed_async
 
-        self.auth_cache, self.throttle, self.errors, self.views = auth.cache, base._throttle, errors, views
+        self.verified, self.throttle, self.errors, self.views = verified, base._throttle, errors, views
         self.allowed = allowed_async
         # Byte for byte what DRF's JSONRenderer answers (its json.dumps with its encoder class and options,
         # then the two line separators escaped), with the encoder made once instead of per answer.
@@ -206,8 +207,8 @@ class HotPath:
         parts = authorization.split()
         if len(parts) != 2 or parts[0].lower() not in (b"token", b"bearer"):
             return _FALLBACK
-        await self.auth_cache.refresh()
-        hit = self.auth_cache.lookup(authorization)
+        await self.verified.refresh()
+        hit = self.verified.lookup(authorization)
         if hit is None:
             return _FALLBACK
         user = hit[0]

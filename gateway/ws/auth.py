@@ -13,6 +13,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from broker_core.destinations import Destination
+from gateway.credentials import socket_login, verified
 
 
 def _check_credentials(login: str | None, passcode: str | None) -> Any:
@@ -36,7 +37,15 @@ async def authenticate(login: str | None, passcode: str | None, session_user: An
         if session_user is not None and getattr(session_user, "is_authenticated", False):
             return session_user
         return None
-    return await database_sync_to_async(_check_credentials)(login, passcode)
+    presented = socket_login(login, passcode)
+    await verified.refresh()  # (another process's changes of users and tokens)
+    hit = verified.lookup(presented)
+    if hit is not None:
+        return hit[0]
+    user = await database_sync_to_async(_check_credentials)(login, passcode)
+    if user is not None:
+        verified.put(presented, user, None)
+    return user
 
 
 async def may(user: Any, destinations: list[Destination], action: str) -> bool:

@@ -1,4 +1,4 @@
-"""The API's credential cache (gateway/api/auth.py): verified Basic credentials and tokens are not checked
+"""The API's credential cache (gateway/credentials.py): verified Basic credentials and tokens are not checked
 again (no password hasher, no database) until the user or token changes, never kept in plain, bounded.
 Through the real ASGI app and Redis, on Django's path and on the lean paths alike."""
 
@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from rest_framework import authentication
 from rest_framework.authtoken.models import Token
 
-from gateway.api import auth
+from gateway.credentials import verified
 from gateway.models import DestinationPermission
 from tests.gateway_api.mixins import blocking
 
@@ -114,11 +114,11 @@ async def test_the_cache_is_bounded_and_keeps_no_credential(api, make_user, chec
         await blocking(make_user)(name, [("queue://orders.>", "write")])
     for name in ("u1", "u2", "u3"):  # u3 pushes out u1, the least recently used
         assert await _post(api, basic(name, "pw")) == 200
-    assert len(auth.cache.entries) == 2
+    assert len(verified.entries) == 2
     assert await _post(api, basic("u3", "pw")) == 200
     assert await _post(api, basic("u1", "pw")) == 200
     assert checks == ["u1", "u2", "u3", "u1"]
-    for key, (_until, user, _auth) in auth.cache.entries.items():
+    for key, (_until, user, _auth) in verified.entries.items():
         assert len(key) == 32  # a keyed BLAKE2b digest (a MAC) of the header
         assert b"pw" not in key and base64.b64encode(b"pw") not in key
         assert user.password.startswith(("pbkdf2_", "md5$", "argon2", "bcrypt"))  # Django's hash
