@@ -146,10 +146,9 @@ async def test_a_busy_consumer_is_409_on_the_lean_path(api, basic, settings, dja
 
 
 async def _user_pk(name: str) -> int:
-    from asgiref.sync import sync_to_async
     from django.contrib.auth.models import User
 
-    return await sync_to_async(lambda: User.objects.get(username=name).pk)()
+    return await blocking(lambda: User.objects.get(username=name).pk)()
 
 
 @pytest.mark.parametrize("lean", [True, False])

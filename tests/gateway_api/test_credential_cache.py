@@ -8,7 +8,6 @@ import base64
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from rest_framework import authentication
 from rest_framework.authtoken.models import Token
@@ -48,7 +47,7 @@ async def _post(api, headers: dict[str, str], queue: str = "orders.cache") -> in
     return (await api.post(f"/api/message/{queue}?type=queue", content="x", headers=headers)).status_code
 
 
-@sync_to_async
+@blocking
 def _change(name: str, **fields: Any) -> None:
     user = User.objects.get(username=name)
     password = fields.pop("password", None)
@@ -86,7 +85,7 @@ async def test_a_deactivated_or_deleted_user_is_refused_at_once(api, amq, make_u
     await _change("amq", is_active=False)
     assert await _post(api, amq) == 401
     assert await _post(api, other) == 200  # another user's entry stays
-    await sync_to_async(User.objects.filter(username="other").delete)()
+    await blocking(User.objects.filter(username="other").delete)()
     assert await _post(api, other) == 401
 
 
@@ -95,7 +94,7 @@ async def test_a_deleted_token_is_refused_at_once(api, alice, settings):
     url = "/api/v1/queues/orders.tok/messages"
     assert (await api.post(url, json={"body": "x"}, headers=alice)).status_code == 201
     assert (await api.post(url, json={"body": "x"}, headers=alice)).status_code == 201  # (lean path)
-    await sync_to_async(Token.objects.filter(user__username="alice").delete)()
+    await blocking(Token.objects.filter(user__username="alice").delete)()
     assert (await api.post(url, json={"body": "x"}, headers=alice)).status_code == 401
     amq_get = await api.get("/api/message/orders.tok?type=queue&clientId=t&readTimeout=10", headers=alice)
     assert amq_get.status_code == 401
@@ -104,7 +103,7 @@ async def test_a_deleted_token_is_refused_at_once(api, alice, settings):
 async def test_a_revoked_permission_is_refused_at_once(api, amq):
     assert await _post(api, amq) == 200
     assert await _post(api, amq) == 200  # credentials remembered: the lean path
-    await sync_to_async(DestinationPermission.objects.all().delete)()
+    await blocking(DestinationPermission.objects.all().delete)()
     assert await _post(api, amq) == 403
 
 
