@@ -17,7 +17,7 @@
 --@include base
 --@include dispatch
 --@include virtual
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local budget = tonumber(ARGV[2])
 if not budget then  -- '<budget>~<channel>'
   local tilde = string.find(ARGV[2], '~', 1, true)
@@ -25,7 +25,7 @@ if not budget then  -- '<budget>~<channel>'
 end
 -- the origin may carry a routing plan (includes/virtual.lua): copies for other destinations.
 local origin, plan = virtual.split_origin(ARGV[3])
-local missing = require_destination()
+local missing = base.require_destination()
 if missing then return missing end
 local unpacked = message.unpack_send(ARGV, origin, 2)
 if unpacked.err then return unpacked end
@@ -38,16 +38,16 @@ if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (
   local full = flow.memory_refusal(need, plan)
   if full then
     if origin == 'producer' then  -- counted and logged once per send, not per retry
-      meta_incr('blocked_sends')
-      emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
+      base.meta_incr('blocked_sends')
+      base.emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
     end
     -- [7] what the refused check needed, [8] 1: the full one drops copies instead (dropOnResourceLimit)
     return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7], full[8] }
   end
   if origin == 'probe' then flow.reserve(need) return { '' } end  -- held until commit (flow.lua)
 end
-local audit = policy_flag('enableAudit')
-local audit_depth = policy_num('maxQueueAuditDepth')
+local audit = base.policy_flag('enableAudit')
+local audit_depth = base.policy_num('maxQueueAuditDepth')
 -- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
 local out = { nil, nil, nil, nil }
 -- What the messages were before this send: an id still stored (or kept as a repeating job), or enqueued
@@ -57,21 +57,21 @@ local single = #ARGV == 5
 local was_stored, was_job, was_audited, duplicate_one
 if single then
   local id = ARGV[4]
-  duplicate_one = redis.call('HEXISTS', K_MSGS, id) == 1 or redis.call('HEXISTS', K_SCHED, id) == 1
-                  or (audit and redis.call('ZSCORE', K_AUDIT, id)) or false
+  duplicate_one = redis.call('HEXISTS', base.K_MSGS, id) == 1 or redis.call('HEXISTS', base.K_SCHED, id) == 1
+                  or (audit and redis.call('ZSCORE', base.K_AUDIT, id)) or false
 else
   local ids = {}
   for i = 4, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
-  was_stored = call_many('HMGET', K_MSGS, ids)
-  was_job = call_many('HMGET', K_SCHED, ids)
-  was_audited = audit and call_many('ZMSCORE', K_AUDIT, ids)
+  was_stored = base.call_many('HMGET', base.K_MSGS, ids)
+  was_job = base.call_many('HMGET', base.K_SCHED, ids)
+  was_audited = audit and base.call_many('ZMSCORE', base.K_AUDIT, ids)
 end
 -- ids this send stored, or kept as a job: the same id again in one send is a duplicate
 local now_stored = not single and {} or nil
 -- What the stored messages add to the destination is written once after the loop, not per message: the
 -- messages, their pending and audit entries, the sequence and enqueued counters, and (with no routing
 -- plan, whose copies check the usage as they go) the memory charged.
-local counts = redis.call('HMGET', K_META, 'seq', 'enqueued', 'cursor')
+local counts = redis.call('HMGET', base.K_META, 'seq', 'enqueued', 'cursor')
 local seq = tonumber(counts[1]) or 0
 local first_seq = seq
 local stored, charged, lowest = 0, 0, nil
@@ -89,14 +89,14 @@ for i = 4, #ARGV, 2 do
   if single then duplicate = duplicate_one
   else duplicate = was_stored[k] or was_job[k] or (audit and was_audited[k]) or now_stored[id] end
   if duplicate then
-    meta_incr('duplicates')
-    emit('duplicate', 'msg', id)
+    base.meta_incr('duplicates')
+    base.emit('duplicate', 'msg', id)
     out[#out + 1] = 'duplicate'
   elseif is_expired(m) then
     -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
-    meta_incr('expired_on_arrival')
+    base.meta_incr('expired_on_arrival')
     -- the Expired advisory carries a copy
-    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
+    base.emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif (tonumber(m[REPEAT]) or 0) > 0 then
@@ -104,13 +104,13 @@ for i = 4, #ARGV, 2 do
     -- ActiveMQ's scheduler re-sends every repeat to the destination: lifecycle.lua fire_scheduled).
     -- No NoConsumer check here: SchedulerBroker.send keeps the job and does not pass the message on to
     -- the queue (no Queue.messageSent); each firing is checked (fire_scheduled).
-    lifecycle.schedule_job(id, blob, m, NOW + (tonumber(m[DELAY]) or 0), plan)
+    lifecycle.schedule_job(id, blob, m, base.NOW + (tonumber(m[DELAY]) or 0), plan)
     if now_stored then now_stored[id] = true end
     if audit then
-      audited[#audited + 1] = NOW_TEXT.num(seq)
+      audited[#audited + 1] = base.NOW_TEXT.num(seq)
       audited[#audited + 1] = id
     end
-    emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[DELAY]) or 0), 'period', m[PERIOD],
+    base.emit('schedule', 'msg', id, 'at', base.NOW + (tonumber(m[DELAY]) or 0), 'period', m[PERIOD],
          'repeat', m[REPEAT])
     out[#out + 1] = 'scheduled'
   elseif not virtual.route(id, blob, m, plan) then
@@ -124,37 +124,37 @@ for i = 4, #ARGV, 2 do
     fresh[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
     if plan then flow.memory_charge(#blob) else charged = charged + flow.message_charge(#blob) end  -- includes/flow.lua
     if audit then
-      audited[#audited + 1] = NOW_TEXT.num(seq)
+      audited[#audited + 1] = base.NOW_TEXT.num(seq)
       audited[#audited + 1] = id
     end
     local delay = tonumber(m[DELAY]) or 0
     local score = pending_score(seq, m[PRIORITY])
     if delay > 0 then
-      lifecycle.park(id, NOW + delay, score)
-      emit('schedule', 'msg', id, 'at', NOW + delay)
+      lifecycle.park(id, base.NOW + delay, score)
+      base.emit('schedule', 'msg', id, 'at', base.NOW + delay)
     else
-      pending[#pending + 1], pending[#pending + 2] = NOW_TEXT.num(score), id
+      pending[#pending + 1], pending[#pending + 2] = base.NOW_TEXT.num(score), id
       if not lowest or score < lowest then lowest = score end
     end
     -- (not in K_MSGS yet: written after the loop)
-    emit_message(blob, 'enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[PRIORITY] or 4),
-                 'group', m[GROUP] or '', 'size', NOW_TEXT.num(#blob))
+    base.emit_message(blob, 'enqueue', 'msg', id, 'priority', base.NOW_TEXT.num(m[PRIORITY] or 4),
+                 'group', m[GROUP] or '', 'size', base.NOW_TEXT.num(#blob))
     advisory.no_consumer(id, blob, m[PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     out[#out + 1] = 'ok'
   end
 end
 if stored > 0 then
-  call_many('HSET', K_MSGS, msgs)
-  redis.call('HSET', K_META, 'seq', NOW_TEXT.num(seq), 'enqueued', NOW_TEXT.num((tonumber(counts[2]) or 0) + stored))
+  base.call_many('HSET', base.K_MSGS, msgs)
+  redis.call('HSET', base.K_META, 'seq', base.NOW_TEXT.num(seq), 'enqueued', base.NOW_TEXT.num((tonumber(counts[2]) or 0) + stored))
 end
 if lowest then message.pending_add_many(pending, lowest, counts[3]) end
 if #audited > 0 then
-  call_many('ZADD', K_AUDIT, audited)
+  base.call_many('ZADD', base.K_AUDIT, audited)
   -- trimmed to its depth each time the sequence passes a multiple of 64, the oldest ids first, at most
   -- 1,024 of them a time (a lowered maxQueueAuditDepth shrinks it over later sends, each call bounded)
   if audit and math.floor(seq / 64) > math.floor(first_seq / 64) then
-    local over = redis.call('ZCARD', K_AUDIT) - audit_depth
-    if over > 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, math.min(over, 1024) - 1) end
+    local over = redis.call('ZCARD', base.K_AUDIT) - audit_depth
+    if over > 0 then redis.call('ZREMRANGEBYRANK', base.K_AUDIT, 0, math.min(over, 1024) - 1) end
   end
 end
 if charged > 0 then flow.memory_add(charged) end

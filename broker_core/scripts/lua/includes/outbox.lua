@@ -6,7 +6,7 @@ local outbox = { received_upto = false, hand_over = false, pop = false, PUSH_MOS
                  push_armed = false, push_add = false, push_flush = false }
 
 function outbox.received_upto(cid)
-  return tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
+  return tonumber(redis.call('HGET', base.K_C(cid), 'rcv')) or 0
 end
 
 -- Hand messages `ids` of consumer c (in its dispatch order) to the adapter: into `out` as (id, packed message,
@@ -14,9 +14,9 @@ end
 -- Enabled: it never reaches the application). In ack mode 'auto' they are acknowledged as they go. Returns
 -- whether that freed room in c's window. What it reads of the messages is one command per key for all of them.
 function outbox.hand_over(c, ids, out, check_expiry)
-  local blobs = call_many('HMGET', K_MSGS, ids)
-  local redeliveries = call_many('HMGET', K_REDELIV, ids)
-  local firsts = call_many('SMISMEMBER', K_GFIRST, ids)
+  local blobs = base.call_many('HMGET', base.K_MSGS, ids)
+  local redeliveries = base.call_many('HMGET', base.K_REDELIV, ids)
+  local firsts = base.call_many('SMISMEMBER', base.K_GFIRST, ids)
   local handed = { nil }  -- (made with room for one: see ack.lua's reply)
   for i = 1, #ids do
     local id, blob = ids[i], blobs[i]
@@ -27,7 +27,7 @@ function outbox.hand_over(c, ids, out, check_expiry)
       local m = message.unpack(blob)
       exp = m and (tonumber(m[message.EXPIRATION]) or 0) or 0
     end
-    if check_expiry and blob and exp > 0 and NOW > exp then  -- is_expired
+    if check_expiry and blob and exp > 0 and base.NOW > exp then  -- is_expired
       local m = message.unpack(blob)
       lifecycle.take_inflight(c.id, id, true)
       c.n = c.n - 1
@@ -50,11 +50,11 @@ end
 -- room in c's window (acknowledged, or expired on the way): the caller then runs a dispatch chunk, or the
 -- room stays unused until something else does.
 function outbox.pop(c, max, out)
-  local ids = redis.call('LPOP', K_COUT(c.id), NOW_TEXT.num(max))
+  local ids = redis.call('LPOP', base.K_COUT(c.id), base.NOW_TEXT.num(max))
   if not ids then return 0, false end
-  local last = redis.call('ZSCORE', K_CINF(c.id), ids[#ids])  -- before expiry may remove it
+  local last = redis.call('ZSCORE', base.K_CINF(c.id), ids[#ids])  -- before expiry may remove it
   if last then
-    redis.call('HSET', K_C(c.id), 'rcv', last)
+    redis.call('HSET', base.K_C(c.id), 'rcv', last)
     c.rcv = tonumber(last)
   end
   return #ids, outbox.hand_over(c, ids, out, true)
@@ -73,7 +73,7 @@ end
 -- message, redeliveries, group first (1/0)}; the adapter knows from `rcv before` whether it missed any.
 -- A consumer's pushes in one call stop at about outbox.PUSH_MOST_BYTES (the rest wait in its outbox, with the
 -- usual wake-up): a pub/sub subscriber past Redis's output buffer limit for pub/sub is disconnected.
-on_call(function()
+base.on_call(function()
   outbox.local_channel, outbox.push_by_consumer, outbox.push_order, outbox.push_replies = nil, nil, nil, nil
 end)
 function outbox.push_armed(c) return c.push ~= nil and c.push > 0 and c.def.notify ~= nil end
@@ -110,7 +110,7 @@ function outbox.push_flush()
   for i = 1, #order do
     local mine = order[i]
     local c = mine.c
-    redis.call('HSET', K_C(c.id), 'push', NOW_TEXT.num(c.push), 'rcv', NOW_TEXT.num(c.rcv))
+    redis.call('HSET', base.K_C(c.id), 'push', base.NOW_TEXT.num(c.push), 'rcv', base.NOW_TEXT.num(c.rcv))
     local payload = cmsgpack.pack(mine.msg)
     if c.def.notify == outbox.local_channel then
       outbox.push_replies = outbox.push_replies or {}
