@@ -31,6 +31,12 @@ local unpacked = message.unpack_send(ARGV, origin, 2)
 if unpacked.err then return unpacked end
 -- 'check': a batch sent in parts has every part's limits checked before the first is stored (operations.py)
 if origin == 'check' then return { '' } end
+-- What the stored messages add to the destination is written once after the loop, not per message: the
+-- messages, their pending and audit entries, the sequence and enqueued counters, and (with no routing
+-- plan, whose copies check the usage as they go) the memory charged. The counters are read here with the
+-- memory floor (flow.lua flow.message_charge), which the flow check below needs first: one read for both.
+local counts = redis.call('HMGET', base.K_META, 'seq', 'enqueued', 'cursor', 'memmin')
+flow.floor_read(counts[4])  -- (a queue: its meta hash is the one flow charges, flow.meta_key)
 local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
 if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (a transacted send)
   local need = 0
@@ -68,10 +74,6 @@ else
 end
 -- ids this send stored, or kept as a job: the same id again in one send is a duplicate
 local now_stored = not single and {} or nil
--- What the stored messages add to the destination is written once after the loop, not per message: the
--- messages, their pending and audit entries, the sequence and enqueued counters, and (with no routing
--- plan, whose copies check the usage as they go) the memory charged.
-local counts = redis.call('HMGET', base.K_META, 'seq', 'enqueued', 'cursor')
 local seq = tonumber(counts[1]) or 0
 local first_seq = seq
 local stored, charged, lowest = 0, 0, nil
@@ -82,6 +84,7 @@ local msgs, pending, audited = { nil, nil }, { nil, nil }, { nil, nil }
 local is_expired, pending_score, fresh = message.is_expired, message.pending_score, message.fresh
 local PRIORITY, GROUP, PERSISTENT = message.PRIORITY, message.GROUP, message.PERSISTENT
 local DELAY, PERIOD, REPEAT = message.DELAY, message.PERIOD, message.REPEAT
+local num, emit_message = base.NOW_TEXT.num, base.emit_message
 for i = 4, #ARGV, 2 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
   local k = (i - 2) / 2
@@ -96,7 +99,7 @@ for i = 4, #ARGV, 2 do
     -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
     base.meta_incr('expired_on_arrival')
     -- the Expired advisory carries a copy
-    base.emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
+    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif (tonumber(m[REPEAT]) or 0) > 0 then
@@ -107,7 +110,7 @@ for i = 4, #ARGV, 2 do
     lifecycle.schedule_job(id, blob, m, base.NOW + (tonumber(m[DELAY]) or 0), plan)
     if now_stored then now_stored[id] = true end
     if audit then
-      audited[#audited + 1] = base.NOW_TEXT.num(seq)
+      audited[#audited + 1] = num(seq)
       audited[#audited + 1] = id
     end
     base.emit('schedule', 'msg', id, 'at', base.NOW + (tonumber(m[DELAY]) or 0), 'period', m[PERIOD],
@@ -124,7 +127,7 @@ for i = 4, #ARGV, 2 do
     fresh[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
     if plan then flow.memory_charge(#blob) else charged = charged + flow.message_charge(#blob) end  -- includes/flow.lua
     if audit then
-      audited[#audited + 1] = base.NOW_TEXT.num(seq)
+      audited[#audited + 1] = num(seq)
       audited[#audited + 1] = id
     end
     local delay = tonumber(m[DELAY]) or 0
@@ -133,19 +136,19 @@ for i = 4, #ARGV, 2 do
       lifecycle.park(id, base.NOW + delay, score)
       base.emit('schedule', 'msg', id, 'at', base.NOW + delay)
     else
-      pending[#pending + 1], pending[#pending + 2] = base.NOW_TEXT.num(score), id
+      pending[#pending + 1], pending[#pending + 2] = num(score), id
       if not lowest or score < lowest then lowest = score end
     end
     -- (not in K_MSGS yet: written after the loop)
-    base.emit_message(blob, 'enqueue', 'msg', id, 'priority', base.NOW_TEXT.num(m[PRIORITY] or 4),
-                 'group', m[GROUP] or '', 'size', base.NOW_TEXT.num(#blob))
+    emit_message(blob, 'enqueue', 'msg', id, 'priority', num(m[PRIORITY] or 4),
+                 'group', m[GROUP] or '', 'size', num(#blob))
     advisory.no_consumer(id, blob, m[PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     out[#out + 1] = 'ok'
   end
 end
 if stored > 0 then
   base.call_many('HSET', base.K_MSGS, msgs)
-  redis.call('HSET', base.K_META, 'seq', base.NOW_TEXT.num(seq), 'enqueued', base.NOW_TEXT.num((tonumber(counts[2]) or 0) + stored))
+  redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', num((tonumber(counts[2]) or 0) + stored))
 end
 if lowest then message.pending_add_many(pending, lowest, counts[3]) end
 if #audited > 0 then

@@ -177,7 +177,7 @@ function consumers.free_slots(c)
   if not c.loaded then consumers.counted(c) end
   if c.prefetch == 0 then return c.ext end
   local ext = c.ext
-  if not base.policy_flag('usePrefetchExtension') then ext = 0 end
+  if ext ~= 0 and not base.policy_flag('usePrefetchExtension') then ext = 0 end
   return c.prefetch + ext - c.n
 end
 function consumers.is_full(c) return consumers.free_slots(c) <= 0 end
@@ -187,12 +187,14 @@ function consumers.is_full(c) return consumers.free_slots(c) <= 0 end
 -- a non-durable topic subscription is marked slow by the topic's rule instead (§8.1: more than
 -- its prefetch waiting beyond a full window; includes/topic.lua), so the queue rule leaves it alone.
 function consumers.note_slow(c, full)
-  if consumers.slow_rule.prefix ~= base.P then
-    consumers.slow_rule.prefix = base.P
-    consumers.slow_rule.topic = base.SUB ~= nil and redis.call('HGET', base.K_META, 'durable') ~= '1'
+  local rule = consumers.slow_rule
+  if rule.prefix ~= base.P then
+    rule.prefix = base.P
+    rule.topic = base.SUB ~= nil and redis.call('HGET', base.K_META, 'durable') ~= '1'
   end
-  if consumers.slow_rule.topic then return end
+  if rule.topic then return end
   if not c.loaded then consumers.counted(c) end
+  if full == c.slow then return end  -- (slow and found full, or not slow and found with room: no change)
   -- During a dispatch pass (consumers.slow_rule.defer) the field is written once, with the consumer's counters at
   -- the end of the pass (dispatch.lua flush_counts; nothing reads it in between): c.slow_write, true to
   -- set it to NOW, false to delete it.

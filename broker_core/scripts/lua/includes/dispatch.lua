@@ -38,11 +38,13 @@ function dispatch.new_page() return { ids = {}, inflight = {}, by_consumer = {},
 function dispatch.deliver(c, id, score, tally, fresh, writes, first, blob)
   -- (a consumer armed for pushes, outbox.lua push_*, gets the message itself instead of an outbox entry)
   local pushed = outbox.push_armed(c)
+  local b = base
+  local num = b.NOW_TEXT.num
   -- A message this call stored (message.fresh) has never been delivered: no counter to read. The counter is
   -- passed on as stored (only HINCRBY writes it: the digits Redis would make of the number).
-  local redeliveries = not fresh and redis.call('HGET', base.K_REDELIV, id) or '0'
+  local redeliveries = not fresh and redis.call('HGET', b.K_REDELIV, id) or '0'
   message.pass_dirty.pending = nil
-  local digits = base.NOW_TEXT.num(score)  -- base.lua: the digits of a whole number below 2^53
+  local digits = num(score)  -- base.lua: the digits of a whole number below 2^53
   if type(digits) ~= 'string' then digits = string.format('%.0f', score) end
   tally.dseq = tally.dseq + 1
   if writes then
@@ -55,19 +57,19 @@ function dispatch.deliver(c, id, score, tally, fresh, writes, first, blob)
       writes.by_consumer[c] = mine
       writes.consumers[#writes.consumers + 1] = mine
     end
-    mine.window[#mine.window + 1] = base.NOW_TEXT.num(tally.dseq)
+    mine.window[#mine.window + 1] = num(tally.dseq)
     mine.window[#mine.window + 1] = id
     if pushed then outbox.push_add(c, id, tally.dseq, blob, redeliveries, first)
     else mine.outbox[#mine.outbox + 1] = id end
     if first then writes.firsts[#writes.firsts + 1] = id end
   else
-    if first then redis.call('SADD', base.K_GFIRST, id) end
-    redis.call('ZREM', base.K_PENDING, id)
-    redis.call('HSET', base.K_INFLIGHT, id, c.id .. '|' .. digits)
-    redis.call('ZADD', base.K_CINF(c.id), base.NOW_TEXT.num(tally.dseq), id)
+    if first then redis.call('SADD', b.K_GFIRST, id) end
+    redis.call('ZREM', b.K_PENDING, id)
+    redis.call('HSET', b.K_INFLIGHT, id, c.id .. '|' .. digits)
+    redis.call('ZADD', b.K_CINF(c.id), num(tally.dseq), id)
     if pushed then
       outbox.push_add(c, id, tally.dseq, blob, redeliveries, first)
-    elseif redis.call('RPUSH', base.K_COUT(c.id), id) == 1 and c.def.notify then
+    elseif redis.call('RPUSH', b.K_COUT(c.id), id) == 1 and c.def.notify then
       dispatch.wake(c)
     end
   end
@@ -75,7 +77,7 @@ function dispatch.deliver(c, id, score, tally, fresh, writes, first, blob)
   c.delivered = (c.delivered or 0) + 1
   if c.prefetch == 0 then c.ext = c.ext - 1 end
   tally.dispatched = tally.dispatched + 1
-  base.emit('dispatch', 'msg', id, 'consumer', c.id, 'redeliveries', redeliveries)
+  b.emit('dispatch', 'msg', id, 'consumer', c.id, 'redeliveries', redeliveries)
 end
 
 -- The writes dispatch.deliver collected; a consumer whose outbox was empty is woken, one armed gets its pushes.
@@ -99,31 +101,39 @@ function dispatch.flush_page(writes)
   outbox.push_flush()
 end
 
--- Consumer c's counters, and the slow_since change of the pass (consumers.lua note_slow) and its group count
--- if it moved (groups.lua), written once at the end of the pass.
+-- Consumer c's counters, and the slow_since change of the pass (consumers.lua note_slow), its group count
+-- if it moved (groups.lua) and its pushes' 'push' and 'rcv' (outbox.lua push_flush), written once at the end
+-- of the pass.
 function dispatch.flush_consumer(c)
-  local slow = c.slow_write
-  c.slow_write = nil
+  local slow, pushed = c.slow_write, c.push_write
+  c.slow_write, c.push_write = nil, nil
+  local num = base.NOW_TEXT.num
   if c.delivered then
     local dispatched = c.dispatched + c.delivered
     if slow == true or c.groups_moved then
-      local fields = { 'n', base.NOW_TEXT.num(c.n), 'ext', base.NOW_TEXT.num(c.ext),
-                       'dispatched', base.NOW_TEXT.num(dispatched) }
+      local fields = { 'n', num(c.n), 'ext', num(c.ext), 'dispatched', num(dispatched) }
       if slow == true then fields[7], fields[8] = 'slow_since', base.NOW_TEXT.get() end
       if c.groups_moved then
         fields[#fields + 1] = 'groups'
-        fields[#fields + 1] = base.NOW_TEXT.num(c.groups)
+        fields[#fields + 1] = num(c.groups)
+      end
+      if pushed then
+        fields[#fields + 1], fields[#fields + 2] = 'push', num(c.push)
+        fields[#fields + 1], fields[#fields + 2] = 'rcv', num(c.rcv)
       end
       redis.call('HSET', base.K_C(c.id), unpack(fields))
-    else  -- (the common case, without a table)
-      redis.call('HSET', base.K_C(c.id), 'n', base.NOW_TEXT.num(c.n), 'ext', base.NOW_TEXT.num(c.ext),
-                 'dispatched', base.NOW_TEXT.num(dispatched))
+    elseif pushed then  -- (the common cases, without a table)
+      redis.call('HSET', base.K_C(c.id), 'n', num(c.n), 'ext', num(c.ext), 'dispatched', num(dispatched),
+                 'push', num(c.push), 'rcv', num(c.rcv))
+    else
+      redis.call('HSET', base.K_C(c.id), 'n', num(c.n), 'ext', num(c.ext), 'dispatched', num(dispatched))
     end
     c.dispatched = dispatched
     c.delivered = nil
   else
     if slow == true then redis.call('HSET', base.K_C(c.id), 'slow_since', base.NOW_TEXT.get()) end
-    if c.groups_moved then redis.call('HSET', base.K_C(c.id), 'groups', base.NOW_TEXT.num(c.groups)) end
+    if c.groups_moved then redis.call('HSET', base.K_C(c.id), 'groups', num(c.groups)) end
+    if pushed then redis.call('HSET', base.K_C(c.id), 'push', num(c.push), 'rcv', num(c.rcv)) end
   end
   c.groups_moved = false
   if slow == false then redis.call('HDEL', base.K_C(c.id), 'slow_since') end
@@ -171,12 +181,18 @@ end
 
 -- One chunk of the pass. Returns dispatched count, 1 when the pass has more to examine, and the time
 -- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
+-- The pass state in meta (dispatch.pass): paused, hold_until, fence, then the rest, read after them.
+dispatch.STATE = { 'paused', 'hold_until', 'fence', 'cursor', 'dirty', 'owner', 'pass_skipped', 'dseq',
+                   'dispatched', 'dirty_room', 'resume', 'offered' }
 function dispatch.pass(budget, known)
-  -- the pass state is read in two steps: an ack on a drained queue (the check for pending messages
-  -- below) needs only the first two fields
+  -- the pass state is read in two steps where messages may be pending or not: an ack on a drained queue
+  -- (the check for pending messages below) needs only the first two fields; after a send (message.fresh)
+  -- there are, and all of it is read at once
   -- (third: the fence of a close whose returns are still owed, lifecycle.lua closing_key: the pass reads
   -- only messages below it)
-  local state = redis.call('HMGET', base.K_META, 'paused', 'hold_until', 'fence')
+  local sent = next(message.fresh) ~= nil
+  local state = sent and redis.call('HMGET', base.K_META, unpack(dispatch.STATE))
+                or redis.call('HMGET', base.K_META, 'paused', 'hold_until', 'fence')
   if state[1] == '1' then return 0, 0, 0 end
   local upper = state[3] and '(' .. state[3] or '+inf'
   local hold = base.tonum(state[2], 0)
@@ -190,22 +206,23 @@ function dispatch.pass(budget, known)
   end
   -- Nothing pending (e.g. an ack on a drained queue): the pass has nothing to examine, so its state
   -- stays as it is; the consumers need not be read. (After a send there is: no need to ask.)
-  if next(message.fresh) == nil and redis.call('ZCARD', base.K_PENDING) == 0 then return 0, 0, 0 end
+  if not sent and redis.call('ZCARD', base.K_PENDING) == 0 then return 0, 0, 0 end
   local cons = consumers.load(true, known)
   if #cons == 0 then return 0, 0, 0 end
   if not budget or budget <= 0 then budget = base.policy_num('maxPageSize') end
-  local rest = redis.call('HMGET', base.K_META, 'cursor', 'dirty', 'owner', 'pass_skipped', 'dseq', 'dispatched',
-                          'dirty_room', 'resume', 'offered')
+  -- (the fields after the first three: in `state` from its 4th on, else read now, from the 1st on)
+  local rest, o = state, 3
+  if not sent then rest, o = redis.call('HMGET', base.K_META, unpack(dispatch.STATE, 4)), 0 end
 
-  local cursor = rest[1] or ''
+  local cursor = rest[o + 1] or ''
   -- dirty: the pass must walk again what it has walked; `full`: from the head, else only from `resume`
   -- (message.lua mark_dirty, mark_room)
-  local full = rest[2] == '1'
-  local dirty = full or rest[7] == '1'
-  local owner = rest[3] or nil
+  local full = rest[o + 2] == '1'
+  local dirty = full or rest[o + 7] == '1'
+  local owner = rest[o + 3] or nil
   if owner == '' then owner = nil end
-  local pass_skipped = tonumber(rest[4]) or 0
-  local tally = { dseq = tonumber(rest[5]) or 0, dispatched = 0, total = tonumber(rest[6]) or 0 }
+  local pass_skipped = tonumber(rest[o + 4]) or 0
+  local tally = { dseq = tonumber(rest[o + 5]) or 0, dispatched = 0, total = tonumber(rest[o + 6]) or 0 }
   local excluded = {}
   local passfull_before = message.pass_dirty.passfull_key == base.K_PASSFULL and message.pass_dirty.passfull
                           or redis.call('SMEMBERS', base.K_PASSFULL)  -- (read by room_freed: message.lua)
@@ -221,7 +238,7 @@ function dispatch.pass(budget, known)
   -- which consumers' selectors refused it ("<ids, comma-separated>|<message id>"), so the next chunk
   -- offers it to the others only (a selector's answer for a message does not change; reset_pass, which a
   -- consumer's close runs, forgets the record).
-  local offered_stored = rest[9] or ''
+  local offered_stored = rest[o + 9] or ''
   local offered_id, refused_before = nil, {}
   do
     local ids, mid = string.match(offered_stored, '^([^|]*)|(.*)$')
@@ -241,7 +258,7 @@ function dispatch.pass(budget, known)
   -- head. A consumer whose window stays full behind a long backlog nobody takes would otherwise have each
   -- freed slot walk the whole backlog again.
   -- (written only when they change, as 'dirty_room'; the skipped count is read when needed)
-  local resume_stored, room_stored = rest[8] or '-', rest[7] == '1'
+  local resume_stored, room_stored = rest[o + 8] or '-', rest[o + 7] == '1'
   local resume, resume_skipped = resume_stored, nil
   local function left_out()
     if resume == '-' then resume, resume_skipped = cursor, pass_skipped end
@@ -266,6 +283,7 @@ function dispatch.pass(budget, known)
   -- instructions (bench/redis_instructions.py; message.fresh is this call's table throughout the pass)
   local fresh_of, head, is_full, note_slow, allows, deliver =
     message.fresh, message.head, consumers.is_full, consumers.note_slow, groups.allows, dispatch.deliver
+  local now, K_PENDING, K_MSGS = base.NOW, base.K_PENDING, base.K_MSGS
   while true do
     dispatch.flush_page(writes)  -- (before anything below reads the pending zset)
     writes = nil
@@ -289,7 +307,7 @@ function dispatch.pass(budget, known)
     -- full window freeing one slot reads a handful of messages, not maxPageSize of them.
     local page = budget - examined  -- math.min(budget - examined, free + 8)
     if free + 8 < page then page = free + 8 end
-    local batch = redis.call('ZRANGEBYSCORE', base.K_PENDING, lower, upper, 'WITHSCORES', 'LIMIT', '0',
+    local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, upper, 'WITHSCORES', 'LIMIT', '0',
                              base.NOW_TEXT.num(page))
     if #batch > 2 then writes = dispatch.new_page() end
     dirty = dirty or message.pass_dirty.value
@@ -311,9 +329,9 @@ function dispatch.pass(budget, known)
       examined = examined + 1
       local fresh = fresh_of[id]
       fresh_of[id] = nil
-      local blob = fresh and fresh[1] or redis.call('HGET', base.K_MSGS, id)
+      local blob = fresh and fresh[1] or redis.call('HGET', K_MSGS, id)
       if not blob then
-        redis.call('ZREM', base.K_PENDING, id)
+        redis.call('ZREM', K_PENDING, id)
         message.pass_dirty.pending = nil
         cursor = batch[i + 1]
       else
@@ -327,7 +345,7 @@ function dispatch.pass(budget, known)
           exp, gid, seq, conn = tonumber(full[message.EXPIRATION]) or 0, full[message.GROUP],
                                 tonumber(full[message.GROUP_SEQ]) or 0, full[message.CONNECTION]
         end  -- (head's sequence is a number already)
-        if exp > 0 and base.NOW > exp then  -- is_expired
+        if exp > 0 and now > exp then  -- is_expired
           lifecycle.expire_pending(id, full or message.unpack(blob), blob)
           cursor = batch[i + 1]
         else

@@ -42,6 +42,12 @@ function flow.message_charge(bytes)
   return flow.floor
 end
 
+-- The floor as a caller read it from flow.meta_key() with other fields (its 'memmin', false when unset):
+-- message_charge then need not read it again.
+function flow.floor_read(memmin)
+  if not flow.floor and memmin then flow.floor = tonumber(memmin) end
+end
+
 function flow.memory_add(bytes)
   bytes = base.NOW_TEXT.num(bytes)  -- base.lua: formatted once for both
   redis.call('HINCRBY', flow.meta_key(), 'mem', bytes)

@@ -101,8 +101,9 @@ function outbox.push_add(c, id, dseq, blob, redeliveries, first)
   -- disarmed past the byte bound: what follows goes to the outbox, and armed must mean the outbox is empty
   if mine.bytes >= outbox.PUSH_MOST_BYTES then c.push = 0 end
 end
--- Write the pushed consumers' 'push' and 'rcv' and publish (or keep for the reply) their messages; the
--- dispatch pass calls it at its end, under the prefix of the consumers it pushed to.
+-- Publish (or keep for the reply) the pushed consumers' messages; the dispatch pass calls it after each
+-- page, under the prefix of the consumers it pushed to. Their 'push' and 'rcv' are written with their other
+-- counters at the end of the pass (c.push_write, dispatch.lua dispatch.flush_consumer): one write per consumer.
 function outbox.push_flush()
   local order = outbox.push_order
   if not order then return end
@@ -110,7 +111,7 @@ function outbox.push_flush()
   for i = 1, #order do
     local mine = order[i]
     local c = mine.c
-    redis.call('HSET', base.K_C(c.id), 'push', base.NOW_TEXT.num(c.push), 'rcv', base.NOW_TEXT.num(c.rcv))
+    c.push_write = true
     local payload = cmsgpack.pack(mine.msg)
     if c.def.notify == outbox.local_channel then
       outbox.push_replies = outbox.push_replies or {}
