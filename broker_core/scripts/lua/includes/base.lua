@@ -170,10 +170,13 @@ function base.with_defaults(names, defaults, values)
 end
 -- The values read (once per call), which policy hash they came from and whether it exists.
 base.POLICY_READ = { values = nil, key = nil, found = false }
+-- (the events' trim state too, below: one reset for the module, each being a call at the start of every
+-- script call)
 base.on_call(function()
   base.NOW = 0
   local read = base.POLICY_READ
   read.values, read.key, read.found = nil, nil, false
+  base.EVENTS_TRIMMED.stream = nil
 end)
 -- Where the library outlives a call (Redis >= 7, scripts/library.py), the table decoded from a packed policy is
 -- kept under that packed string: the same bytes always decode to the same values, and a changed policy
@@ -339,8 +342,7 @@ end
 -- event, and counts what went (`events_trimmed` in the meta hash of the stream's owner, the topic for a
 -- subscription): trimming loses events only, never a message. Between two calls a stream is over its
 -- bound by at most one call's events.
-base.EVENTS_TRIMMED = { stream = nil }
-base.on_call(function() base.EVENTS_TRIMMED.stream = nil end)
+base.EVENTS_TRIMMED = { stream = nil }  -- (reset with POLICY_READ)
 function base.trim_events()
   local stream = base.K_EVENTS
   base.EVENTS_TRIMMED.stream = stream

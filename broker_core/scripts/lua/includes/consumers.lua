@@ -78,8 +78,8 @@ end
 -- read yet are read together, one command per key, as load_consumers does.
 consumers.DEF_NONE = {}  -- (the definition of a consumer gone from the destination: never alive)
 -- consumers.gone.any: this call found such a consumer (save_order then leaves it out).
+-- (reset per call with gmap's, below)
 consumers.gone = { any = false }
-base.on_call(function() consumers.gone.any = false end)
 function consumers.lazy_load(ids, known, out)
   local waiting, read_one, mt = {}, false, {}
   local function define(c, packed, alive)
@@ -215,9 +215,12 @@ end
 -- Whether the destination has a message-group map yet (meta 'gmap'): read once per script call (and
 -- per prefix: a topic send switches subscriptions), not once per dispatched message.
 consumers.gmap = { key = nil, on = false, cprio_key = nil, cprio = nil }
+-- (one reset for the module's per-call state: each reset is a call at the start of every script call)
 base.on_call(function()
-  consumers.gmap.key, consumers.gmap.on, consumers.gmap.cprio_key = nil, false, nil
-  consumers.slow_rule.prefix, consumers.slow_rule.topic, consumers.slow_rule.defer = nil, false, false
+  local gmap, rule = consumers.gmap, consumers.slow_rule
+  gmap.key, gmap.on, gmap.cprio_key = nil, false, nil
+  rule.prefix, rule.topic, rule.defer = nil, false, false
+  consumers.gone.any = false
 end)
 function consumers.gmap.exists()
   if consumers.gmap.key ~= base.K_META then consumers.gmap.key, consumers.gmap.on = base.K_META, redis.call('HGET', base.K_META, 'gmap') == '1' end

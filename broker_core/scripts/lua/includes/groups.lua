@@ -56,7 +56,11 @@ end
 function groups.lru_reset()
   groups.lru_key, groups.lru_ticked, groups.lru_size, groups.lru_msg = false, false, false, false
 end
-base.on_call(groups.lru_reset)
+-- (with owners_gone's, below: one reset for the module, each being a call at the start of every script call)
+base.on_call(function()
+  groups.lru_reset()
+  if next(groups.owners_gone) ~= nil then groups.owners_gone = {} end  -- (an empty one is as good as new)
+end)
 -- (The clock's text is made here, not by NOW_TEXT.num, whose last two numbers are the message's and the
 -- dispatch's sequences, written again later in the call.)
 function groups.lru_tick()
@@ -146,8 +150,7 @@ function groups.remove_slot(slot)
   return owner
 end
 
--- Has consumer `cid`, the owner of a group, closed? (once per owner and call)
-base.on_call(function() groups.owners_gone = {} end)
+-- Has consumer `cid`, the owner of a group, closed? (once per owner and call: groups.owners_gone, reset above)
 function groups.owner_gone(cid)
   local gone = groups.owners_gone[cid]
   if gone == nil then
