@@ -34,8 +34,9 @@ if origin == 'check' then return { '' } end
 -- What the stored messages add to the destination is written once after the loop, not per message: the
 -- messages, their pending and audit entries, the sequence and enqueued counters, and (with no routing
 -- plan, whose copies check the usage as they go) the memory charged. The counters are read here with the
--- memory floor (flow.lua flow.message_charge), which the flow check below needs first: one read for both.
-local counts = redis.call('HMGET', base.K_META, 'seq', 'enqueued', 'cursor', 'memmin')
+-- memory floor (flow.lua flow.message_charge), which the flow check below needs first: one read for both
+-- (and the memory held, 'mem', for the write after the loop).
+local counts = redis.call('HMGET', base.K_META, 'seq', 'enqueued', 'cursor', 'memmin', 'mem')
 flow.floor_read(counts[4])  -- (a queue: its meta hash is the one flow charges, flow.meta_key)
 local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
 if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (a transacted send)
@@ -58,13 +59,24 @@ local audit_depth = base.policy_num('maxQueueAuditDepth')
 local out = { nil, nil, nil, nil }
 -- What the messages were before this send: an id still stored (or kept as a repeating job), or enqueued
 -- within the audit window, is a duplicate (§12). Read with one command per key for all the messages; for
--- one message (a producer's usual send) with the same three commands and no tables.
+-- one message (a producer's usual send) with the same three commands and no tables. A single message that
+-- can only be stored here (not expired, not a repeating job, no routing plan) is stored by its check:
+-- HSETNX stores it unless its id is stored already (`stored_early`; nothing else is written before it).
 local single = #ARGV == 5
 local was_stored, was_job, was_audited, duplicate_one
+local stored_early = false
 if single then
-  local id = ARGV[4]
-  duplicate_one = redis.call('HEXISTS', base.K_MSGS, id) == 1 or redis.call('HEXISTS', base.K_SCHED, id) == 1
+  local id, m = ARGV[4], unpacked[4]
+  duplicate_one = redis.call('HEXISTS', base.K_SCHED, id) == 1
                   or (audit and redis.call('ZSCORE', base.K_AUDIT, id)) or false
+  if not duplicate_one then
+    if not plan and not message.is_expired(m) and (tonumber(m[message.REPEAT]) or 0) <= 0 then
+      stored_early = redis.call('HSETNX', base.K_MSGS, id, ARGV[5]) == 1
+      duplicate_one = not stored_early
+    else
+      duplicate_one = redis.call('HEXISTS', base.K_MSGS, id) == 1
+    end
+  end
 else
   local ids = {}
   for i = 4, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
@@ -77,6 +89,9 @@ local now_stored = not single and {} or nil
 local seq = tonumber(counts[1]) or 0
 local first_seq = seq
 local stored, charged, lowest = 0, 0, nil
+-- whether every message was stored or a duplicate: then nothing in the loop changed the memory held
+-- ('mem', read above), and the charge goes in the counters' write
+local only_kept = true
 -- (field, value ... for one HSET; score, member ... for ZADD: made at the size one message takes)
 local msgs, pending, audited = { nil, nil }, { nil, nil }, { nil, nil }
 -- what the loop reads for each message, as locals: a module's field read per message costs instructions
@@ -97,6 +112,7 @@ for i = 4, #ARGV, 2 do
     out[#out + 1] = 'duplicate'
   elseif is_expired(m) then
     -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
+    only_kept = false
     base.meta_incr('expired_on_arrival')
     -- the Expired advisory carries a copy
     emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
@@ -107,6 +123,7 @@ for i = 4, #ARGV, 2 do
     -- ActiveMQ's scheduler re-sends every repeat to the destination: lifecycle.lua fire_scheduled).
     -- No NoConsumer check here: SchedulerBroker.send keeps the job and does not pass the message on to
     -- the queue (no Queue.messageSent); each firing is checked (fire_scheduled).
+    only_kept = false
     lifecycle.schedule_job(id, blob, m, base.NOW + (tonumber(m[DELAY]) or 0), plan)
     if now_stored then now_stored[id] = true end
     if audit then
@@ -118,12 +135,13 @@ for i = 4, #ARGV, 2 do
     out[#out + 1] = 'scheduled'
   elseif not virtual.route(id, blob, m, plan) then
     -- copies recorded for the plan's targets (in the call above); nothing is kept here.
+    only_kept = false
     out[#out + 1] = 'forwarded'
   else
     seq = seq + 1
     stored = stored + 1
     if now_stored then now_stored[id] = true end
-    msgs[#msgs + 1], msgs[#msgs + 2] = id, blob
+    if not stored_early then msgs[#msgs + 1], msgs[#msgs + 2] = id, blob end
     fresh[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
     if plan then flow.memory_charge(#blob) else charged = charged + flow.message_charge(#blob) end  -- includes/flow.lua
     if audit then
@@ -139,7 +157,7 @@ for i = 4, #ARGV, 2 do
       pending[#pending + 1], pending[#pending + 2] = num(score), id
       if not lowest or score < lowest then lowest = score end
     end
-    -- (not in K_MSGS yet: written after the loop)
+    -- (not in K_MSGS yet but stored early: written after the loop)
     emit_message(blob, 'enqueue', 'msg', id, 'priority', num(m[PRIORITY] or 4),
                  'group', m[GROUP] or '', 'size', num(#blob))
     advisory.no_consumer(id, blob, m[PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
@@ -147,8 +165,16 @@ for i = 4, #ARGV, 2 do
   end
 end
 if stored > 0 then
-  base.call_many('HSET', base.K_MSGS, msgs)
-  redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', num((tonumber(counts[2]) or 0) + stored))
+  if #msgs > 0 then base.call_many('HSET', base.K_MSGS, msgs) end
+  local enqueued = num((tonumber(counts[2]) or 0) + stored)
+  if charged > 0 and only_kept then  -- (flow.memory_add's two increments: this one as a value)
+    redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', enqueued,
+               'mem', num((tonumber(counts[5]) or 0) + charged))
+    flow.usage_add(charged)
+    charged = 0
+  else
+    redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', enqueued)
+  end
 end
 if lowest then message.pending_add_many(pending, lowest, counts[3]) end
 if #audited > 0 then

@@ -53,6 +53,11 @@ function flow.memory_add(bytes)
   redis.call('HINCRBY', flow.meta_key(), 'mem', bytes)
   redis.call('HINCRBY', flow.usage, 'used', bytes)
 end
+-- The broker's usage alone, for a caller that writes the destination's 'mem' itself (send.lua, with its
+-- counters).
+function flow.usage_add(bytes)
+  redis.call('HINCRBY', flow.usage, 'used', base.NOW_TEXT.num(bytes))
+end
 
 -- A message of `bytes` packed bytes is now stored / no longer stored here.
 function flow.memory_charge(bytes) flow.memory_add(flow.message_charge(bytes)) end
