@@ -18,7 +18,7 @@ base.NOW = tonumber(ARGV[1])
 local groups = { nil }  -- (made with room for one consumer, the usual call)
 local at = 3
 while at <= #ARGV do
-  local cid, mode, receive_max, count = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local cid, mode, receive_max, count = ARGV[at], ARGV[at + 1], base.number(ARGV[at + 2]), base.number(ARGV[at + 3])
   local first, last = at + 4, at + 3 + (count or 0)
   if not receive_max or not count or last > #ARGV then
     return base.fail('INVALID_ACK', 'malformed arguments for consumer ' .. tostring(cid))
@@ -37,7 +37,7 @@ while at <= #ARGV do
     if not seq then
       return base.fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
     end
-    seqs[ARGV[i]] = tonumber(seq)
+    seqs[ARGV[i]] = base.number(seq)
   end
   local ids
   if (mode == 'individual' or mode == 'delivered') and count == 1 then
@@ -96,7 +96,7 @@ for g = 1, #groups do message.room_freed(groups[g].c.id) end
 -- them again (consumers.lua), and keeps them current.
 local known = {}
 for g = 1, #groups do known[groups[g].c.id] = groups[g].c end
-local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]), known)
+local dispatched, more, hold = dispatch.chunk(base.number(ARGV[2]), known)
 -- (room for one consumer's reply with one message: a table that grows is rebuilt at each power of two)
 local out = { nil, nil, nil, nil, nil, nil, nil, nil, nil }
 local refill = false  -- a message expired as it was handed over: its room is dispatched to below

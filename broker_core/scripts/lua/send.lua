@@ -86,7 +86,7 @@ else
 end
 -- ids this send stored, or kept as a job: the same id again in one send is a duplicate
 local now_stored = not single and {} or nil
-local seq = tonumber(counts[1]) or 0
+local seq = base.number(counts[1]) or 0
 local first_seq = seq
 local stored, charged, lowest = 0, 0, nil
 -- whether every message was stored or a duplicate: then nothing in the loop changed the memory held
@@ -166,10 +166,10 @@ for i = 4, #ARGV, 2 do
 end
 if stored > 0 then
   if #msgs > 0 then base.call_many('HSET', base.K_MSGS, msgs) end
-  local enqueued = num((tonumber(counts[2]) or 0) + stored)
+  local enqueued = num((base.number(counts[2]) or 0) + stored)
   if charged > 0 and only_kept then  -- (flow.memory_add's two increments: this one as a value)
     redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', enqueued,
-               'mem', num((tonumber(counts[5]) or 0) + charged))
+               'mem', num((base.number(counts[5]) or 0) + charged))
     flow.usage_add(charged)
     charged = 0
   else

@@ -302,8 +302,23 @@ end
 -- NOW_TEXT.num(n) likewise for a whole number below 2^53 (each from 0 to 4095 remembered as text, where the
 -- library outlives a call); anything else is returned as it is, for Redis to format. Redis formats a number
 -- argument with snprintf("%.17g"), several times the cost of a string argument.
+-- base.NUMBERS is the other way round: each text NOW_TEXT.num made of a number from 0 to 4095 -> that number,
+-- so a counter read back from Redis (the digits it was written with, or that HINCRBY made: the same) is a
+-- table read rather than tonumber's strtod, several hundred instructions (`base.NUMBERS[s] or tonumber(s)`).
 base.NOW_TEXT = { at = false, text = false, arg = false, nums = {}, keep = redis.register_function ~= nil,
                   set = false, get = false, num = false, n1 = false, t1 = false, n2 = false, t2 = false }
+base.NUMBERS = {}
+-- A number Redis replied with as text (or an argument's digits): from base.NUMBERS, or one of the two
+-- texts NOW_TEXT.num made last (a counter this call or the one before wrote), else tonumber. nil for
+-- nil or false, as tonumber.
+function base.number(text)
+  local n = base.NUMBERS[text]
+  if n then return n end
+  local t = base.NOW_TEXT
+  if text == t.t1 and text then return t.n1 end
+  if text == t.t2 and text then return t.n2 end
+  return tonumber(text)
+end
 function base.NOW_TEXT.set()
   local now, t = base.NOW, base.NOW_TEXT
   t.at = now
@@ -334,7 +349,10 @@ function base.NOW_TEXT.num(n)
   local text = t.nums[n]
   if not text then
     text = string.format('%d', n)
-    if t.keep then t.nums[n] = text end
+    if t.keep then
+      t.nums[n] = text
+      base.NUMBERS[text] = n
+    end
   end
   return text
 end

@@ -31,11 +31,16 @@ consumers.COUNTERS_FOR_ACK[#consumers.COUNTERS + 1] = 'acked'  -- (counters[9])
 
 -- The counters of consumer c from `counters` (HMGET of COUNTERS, then whatever else the caller asked for).
 function consumers.read_counters(c, counters)
-  -- (`x and tonumber(x) or 0`: no call into C for an unset field)
-  c.n, c.ext = counters[1] and tonumber(counters[1]) or 0, counters[2] and tonumber(counters[2]) or 0
-  c.groups, c.prefetch = counters[3] and tonumber(counters[3]) or 0, counters[4] and tonumber(counters[4]) or 0
-  c.dispatched, c.slow = counters[5] and tonumber(counters[5]) or 0, counters[6] ~= false
-  c.push, c.rcv = counters[7] and tonumber(counters[7]) or 0, counters[8] and tonumber(counters[8]) or 0
+  -- (`x and (N[x] or tonumber(x)) or 0`: no call into C for an unset field, nor for a small number
+  -- (base.NUMBERS))
+  local N = base.NUMBERS
+  local n, ext, groups, prefetch = counters[1], counters[2], counters[3], counters[4]
+  c.n, c.ext = n and (N[n] or tonumber(n)) or 0, ext and (N[ext] or tonumber(ext)) or 0
+  c.groups = groups and (N[groups] or tonumber(groups)) or 0
+  c.prefetch = prefetch and (N[prefetch] or tonumber(prefetch)) or 0
+  local dispatched, push, rcv = counters[5], counters[7], counters[8]
+  c.dispatched, c.slow = dispatched and (N[dispatched] or tonumber(dispatched)) or 0, counters[6] ~= false
+  c.push, c.rcv = push and (N[push] or tonumber(push)) or 0, rcv and (N[rcv] or tonumber(rcv)) or 0
   c.loaded = true
 end
 
@@ -166,7 +171,7 @@ function consumers.find(cid)
   local counters = redis.call('HMGET', base.K_C(cid), unpack(consumers.COUNTERS_FOR_ACK))
   local lease = redis.call('ZSCORE', base.K_LEASES, cid)
   local c = consumers.load_one(cid, packed, counters, lease ~= false and tonumber(lease) >= base.NOW)
-  c.acked = counters[9] and tonumber(counters[9]) or 0
+  c.acked = counters[9] and base.number(counters[9]) or 0
   return c, lease
 end
 

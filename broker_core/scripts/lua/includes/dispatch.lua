@@ -221,8 +221,9 @@ function dispatch.pass(budget, known)
   local dirty = full or rest[o + 7] == '1'
   local owner = rest[o + 3] or nil
   if owner == '' then owner = nil end
-  local pass_skipped = tonumber(rest[o + 4]) or 0
-  local tally = { dseq = tonumber(rest[o + 5]) or 0, dispatched = 0, total = tonumber(rest[o + 6]) or 0 }
+  local number = base.number
+  local pass_skipped = number(rest[o + 4]) or 0
+  local tally = { dseq = number(rest[o + 5]) or 0, dispatched = 0, total = number(rest[o + 6]) or 0 }
   local excluded = {}
   local passfull_before = message.pass_dirty.passfull_key == base.K_PASSFULL and message.pass_dirty.passfull
                           or redis.call('SMEMBERS', base.K_PASSFULL)  -- (read by room_freed: message.lua)
@@ -325,7 +326,7 @@ function dispatch.pass(budget, known)
         more, work_cut = 1, true
         break
       end
-      local id, score = batch[i], tonumber(batch[i + 1])
+      local id, score = batch[i], number(batch[i + 1])
       examined = examined + 1
       local fresh = fresh_of[id]
       fresh_of[id] = nil

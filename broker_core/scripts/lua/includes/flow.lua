@@ -45,7 +45,7 @@ end
 -- The floor as a caller read it from flow.meta_key() with other fields (its 'memmin', false when unset):
 -- message_charge then need not read it again.
 function flow.floor_read(memmin)
-  if not flow.floor and memmin then flow.floor = tonumber(memmin) end
+  if not flow.floor and memmin then flow.floor = base.number(memmin) end
 end
 
 function flow.memory_add(bytes)

@@ -36,7 +36,7 @@ function outbox.hand_over(c, ids, out, check_expiry)
       handed[#handed + 1] = id
       out[#out + 1] = id
       out[#out + 1] = blob
-      out[#out + 1] = redeliveries[i] and tonumber(redeliveries[i]) or 0
+      out[#out + 1] = redeliveries[i] and base.number(redeliveries[i]) or 0
       out[#out + 1] = firsts[i]
     end
   end
@@ -55,7 +55,7 @@ function outbox.pop(c, max, out)
   local last = redis.call('ZSCORE', base.K_CINF(c.id), ids[#ids])  -- before expiry may remove it
   if last then
     redis.call('HSET', base.K_C(c.id), 'rcv', last)
-    c.rcv = tonumber(last)
+    c.rcv = base.number(last)
   end
   return #ids, outbox.hand_over(c, ids, out, true)
 end
@@ -85,7 +85,8 @@ function outbox.push_add(c, id, dseq, blob, redeliveries, first)
   end
   local mine = by[c.id]
   if not mine then
-    mine = { c = c, msg = { c.id, c.rcv or 0 }, bytes = 0 }
+    -- (msg made with room for one message: a table that grows is rebuilt at each power of two)
+    mine = { c = c, msg = { c.id, c.rcv or 0, nil, nil, nil, nil, nil }, bytes = 0 }
     by[c.id] = mine
     outbox.push_order[#outbox.push_order + 1] = mine
   end
@@ -93,7 +94,7 @@ function outbox.push_add(c, id, dseq, blob, redeliveries, first)
   msg[#msg + 1] = dseq
   msg[#msg + 1] = id
   msg[#msg + 1] = blob
-  msg[#msg + 1] = tonumber(redeliveries) or 0
+  msg[#msg + 1] = base.number(redeliveries) or 0
   msg[#msg + 1] = first and 1 or 0
   c.push = c.push - 1
   c.rcv = dseq
