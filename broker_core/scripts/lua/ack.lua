@@ -115,7 +115,7 @@ for g = 1, #groups do
 end
 if refill then
   local more_dispatched
-  more_dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+  more_dispatched, more, hold = dispatch.chunk(base.number(ARGV[2]))
   dispatched = dispatched + more_dispatched
 end
 dispatch.add_tail(out, dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)

@@ -6,7 +6,7 @@ local outbox = { received_upto = false, hand_over = false, pop = false, PUSH_MOS
                  push_armed = false, push_add = false, push_flush = false }
 
 function outbox.received_upto(cid)
-  return tonumber(redis.call('HGET', base.K_C(cid), 'rcv')) or 0
+  return base.number(redis.call('HGET', base.K_C(cid), 'rcv')) or 0
 end
 
 -- Hand messages `ids` of consumer c (in its dispatch order) to the adapter: into `out` as (id, packed message,
