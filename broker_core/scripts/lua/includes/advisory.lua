@@ -39,6 +39,15 @@ function advisory.read_flags()
     if not flags then
       flags = {}
       for _, flag in ipairs(advisory.FLAGS) do flags[flag] = base.policy_flag(flag) end
+      -- the event types advisory.advise may record for (under the key advisory.EVENTS, no flag's name):
+      -- base.emit calls it for those only, once the flags are read (the rest return at its gate)
+      local loud = {}
+      for kind, spec in pairs(advisory.EVENTS) do
+        if spec[2] == '' or flags[spec[2]] or kind == 'slow' or (kind == 'full' and flags['advisoryForFastProducers']) then
+          loud[kind] = true
+        end
+      end
+      flags[advisory.EVENTS] = loud
       values[advisory.FLAGS] = flags
     end
     advisory.flags = flags

@@ -383,7 +383,9 @@ function base.emit_message(blob, kind, ...)
   end
   -- (after the XADD: a script's first write stays one Redis may refuse at its maxmemory, scripts/library.py)
   if b.EVENTS_TRIMMED.stream ~= stream then b.trim_events() end
-  advisory.advise(kind, blob, ...)
+  -- (no call for an event type the policy's advisory flags, once read, leave unadvised: advisory.read_flags)
+  local flags = advisory.flags
+  if not flags or flags[advisory.EVENTS][kind] then advisory.advise(kind, blob, ...) end
 end
 function base.emit(kind, ...)
   local b = base
@@ -396,7 +398,8 @@ function base.emit(kind, ...)
     redis.call('XADD', stream, '*', 'type', kind, 'ts', t.text, ...)
   end
   if b.EVENTS_TRIMMED.stream ~= stream then b.trim_events() end
-  advisory.advise(kind, nil, ...)
+  local flags = advisory.flags
+  if not flags or flags[advisory.EVENTS][kind] then advisory.advise(kind, nil, ...) end
 end
 
 -- Memory usage and producer flow control : every script keeps the counts.
