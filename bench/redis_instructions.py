@@ -48,6 +48,13 @@ GROUP_SIZE = "messages per grouped send call"
 ACK_GROUP_SIZE = "consumers per grouped ack call"
 
 
+def spec(**fields) -> ConsumerSpec:
+    """A consumer with the longest lease allowed: under callgrind a phase can outlast the default 30 s on a
+    busy machine, and a consumer whose lease lapsed mid-phase gets nothing dispatched or pushed (the
+    one-hop phase then found no push and stopped)."""
+    return ConsumerSpec(lease_ms=3_600_000, **fields)
+
+
 def instructions(pid: int, out_prefix: str) -> int:
     """Dump callgrind's counters since the last zeroing and return the total."""
     subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
@@ -64,7 +71,7 @@ def measure(client: redis.Redis, pid: int, out_prefix: str, n: int) -> dict[str,
         subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
 
     broker = Broker(client, "ir")
-    c = broker.add_consumer("one", ConsumerSpec(prefetch=n + 10, ack_mode="client-individual"))
+    c = broker.add_consumer("one", spec(prefetch=n + 10, ack_mode="client-individual"))
     for _ in range(20):  # warm-up: the library loaded, the destination made, the caches filled
         broker.send("one", Message(body=BODY))
     got = broker.receive(c, 1)
@@ -80,7 +87,7 @@ def measure(client: redis.Redis, pid: int, out_prefix: str, n: int) -> dict[str,
         got = broker.ack_and_receive(c, got[0].message_id, 1)
     figures["ack_and_receive"] = instructions(pid, out_prefix) / n
     figures["one per call"] = figures["send"] + figures["ack_and_receive"]
-    batched = broker.add_consumer("many", ConsumerSpec(prefetch=1000, ack_mode="client"))
+    batched = broker.add_consumer("many", spec(prefetch=1000, ack_mode="client"))
     broker.send("many", [Message(body=BODY) for _ in range(BATCH)])  # warm-up
     got = broker.receive(batched, BATCH)
     broker.ack_and_receive(batched, got[-1].message_id, BATCH, mode="cumulative")
@@ -113,7 +120,7 @@ def hop_phases(broker: Broker, pid: int, out_prefix: str, n: int) -> dict[str, f
     it once written; docs/broker_core.md "The delivery path"). Instructions per message."""
     figures = {}
     channel = "ir:wake:bench"
-    before = broker.add_consumer("hop.before", ConsumerSpec(prefetch=n + 10, ack_mode="auto", notify=channel))
+    before = broker.add_consumer("hop.before", spec(prefetch=n + 10, ack_mode="auto", notify=channel))
     for _ in range(20):  # warm-up
         broker.send("hop.before", Message(body=BODY))
         broker.receive(before, 1)
@@ -125,7 +132,7 @@ def hop_phases(broker: Broker, pid: int, out_prefix: str, n: int) -> dict[str, f
     local: list[bytes] = []
     broker.ops.local_channel, broker.ops.local_push = channel, local.append
     try:
-        hop = broker.add_consumer("hop.after", ConsumerSpec(prefetch=n + 10, ack_mode="auto", notify=channel))
+        hop = broker.add_consumer("hop.after", spec(prefetch=n + 10, ack_mode="auto", notify=channel))
         broker.receive_after(hop, 0, 1, push=n + 40)
 
         def one() -> None:
@@ -149,7 +156,7 @@ def spread_sends(broker: Broker, pid: int, out_prefix: str, n: int, dest: str, g
     consumer in the rotation; with `group_count`, the messages carry that many group ids in turn (each a new
     group here). Returns instructions per message."""
     for _ in range(10):
-        broker.add_consumer(dest, ConsumerSpec(prefetch=n + 30, ack_mode="client-individual"))
+        broker.add_consumer(dest, spec(prefetch=n + 30, ack_mode="client-individual"))
     sent = 0
 
     def send() -> None:
@@ -169,7 +176,7 @@ def batched_groups(broker: Broker, pid: int, out_prefix: str, n: int) -> float:
     """The batched phase with 10 consumers and 10,000 message groups in turn (the default cached group map
     holds 1,024: nearly every message opens a group and evicts the least recently used). Returns
     instructions per message."""
-    consumers = [broker.add_consumer("groups", ConsumerSpec(prefetch=1000, ack_mode="client"))
+    consumers = [broker.add_consumer("groups", spec(prefetch=1000, ack_mode="client"))
                  for _ in range(10)]
     sent = 0
 
@@ -206,7 +213,7 @@ async def grouped_acks(client: redis.Redis, pid: int, out_prefix: str, n: int,
     tasks, rounds = 16, max(n // 16, 1)
     aclient = redis.asyncio.Redis(port=client.connection_pool.connection_kwargs["port"], socket_timeout=600)
     aio = AsyncBroker(aclient, "ir", policies=policies)
-    consumers = [await aio.add_consumer("acked", ConsumerSpec(prefetch=1, ack_mode="client-individual"))
+    consumers = [await aio.add_consumer("acked", spec(prefetch=1, ack_mode="client-individual"))
                  for _ in range(tasks)]
     for _ in range((rounds + 3) * tasks // BATCH + 1):
         await aio.send("acked", [Message(body=BODY) for _ in range(BATCH)])
@@ -236,7 +243,7 @@ async def grouped_sends(client: redis.Redis, pid: int, out_prefix: str, n: int,
     tasks = 16
     aclient = redis.asyncio.Redis(port=client.connection_pool.connection_kwargs["port"], socket_timeout=600)
     aio = AsyncBroker(aclient, "ir", policies=policies)
-    await aio.add_consumer("grouped", ConsumerSpec(prefetch=n + 10 * tasks, ack_mode="client-individual"))
+    await aio.add_consumer("grouped", spec(prefetch=n + 10 * tasks, ack_mode="client-individual"))
     await asyncio.gather(*(aio.send("grouped", Message(body=BODY)) for _ in range(2 * tasks)))  # warm-up
     calls_before = client.info("commandstats")["cmdstat_fcall"]["calls"]
     subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)

@@ -9,7 +9,7 @@ library is different: Redis runs its top level once, when it is loaded, and each
 body. So where the server has functions (FUNCTION LOAD, Redis 7), all the includes are loaded once as
 the library `signalbox_<hash>` and each script body is registered in it as the function
 `sb<hash>_<name>`; elsewhere each script is its includes plus its body, run by EVALSHA. In both forms the
-body is a function of KEYS and ARGV that starts with `begin_call(KEYS)` (includes/base.lua), which resets
+body is a function of KEYS and ARGV that starts with `base.begin_call(KEYS)` (includes/base.lua), which resets
 the state a call may leave behind, so the two behave the same. The hash covers the whole library, so
 processes running different versions of the scripts never call each other's functions.
 
@@ -31,8 +31,8 @@ from redis.exceptions import NoScriptError
 
 SCRIPT_DIR = Path(__file__).with_name("lua")
 _INCLUDE = re.compile(r"^--@include\s+(\S+)\s*$", re.MULTILINE)
-# Scripts that include base.lua start with begin_call (flow_release and selector_match need no prefix).
-_BEGIN = "begin_call(KEYS)\n"
+# Scripts that include base.lua start with base.begin_call (flow_release and selector_match need no prefix).
+_BEGIN = "base.begin_call(KEYS)\n"
 # A script marked `--@allow-oom` runs when Redis is over its maxmemory (noeviction): those that consume,
 # remove, read or keep the broker running, so consumers drain a full broker; those that store messages
 # (send, topic_send, forward_done, move) are refused there (flow.RedisMaxMemory). A function gets Redis 7's
@@ -77,7 +77,7 @@ def _includes_text(names: list[str]) -> tuple[str, set[str]]:
 @dataclass(frozen=True)
 class Script:
     name: str
-    source: str  # the EVAL form: includes, then the body as a function starting with begin_call
+    source: str  # the EVAL form: includes, then the body as a function starting with base.begin_call
     sha: str
     function: str  # its name in the function library
 

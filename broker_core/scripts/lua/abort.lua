@@ -19,16 +19,16 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local budget = tonumber(ARGV[2])
 local TOMBSTONES_MAX = tonumber(ARGV[3])
 local TOMBSTONE_MS = tonumber(ARGV[4])
 local op = ARGV[5]
 
-local K_SLOW = P .. ':slowcons'     -- hash: consumer id -> packed {markCount, slowCount, slow_since seen}
-local K_MAINT = P .. ':maint'       -- hash: maintenance job state (broker_core/maintenance.py)
-local K_ABORTED = TP .. ':aborted'  -- hash: consumer id -> JSON tombstone (a topic's live on the topic)
-local K_ABORTED_AT = TP .. ':aborted:at'  -- zset: consumer id -> time of the abort (oldest go first)
+local K_SLOW = base.P .. ':slowcons'     -- hash: consumer id -> packed {markCount, slowCount, slow_since seen}
+local K_MAINT = base.P .. ':maint'       -- hash: maintenance job state (broker_core/maintenance.py)
+local K_ABORTED = base.TP .. ':aborted'  -- hash: consumer id -> JSON tombstone (a topic's live on the topic)
+local K_ABORTED_AT = base.TP .. ':aborted:at'  -- zset: consumer id -> time of the abort (oldest go first)
 local KEEP_MS = 7 * 86400000  -- bookkeeping of a destination no worker maintains any more goes away
 
 local function ms(n) return string.format('%d', n) end
@@ -44,14 +44,14 @@ end
 local function abort(cid, reason, abort_connection, strategy)
   local c = consumers.find(cid)
   local notify = c and c.def.notify
-  emit('abort', 'consumer', cid, 'reason', reason, 'abort_connection', abort_connection and 1 or 0,
+  base.emit('abort', 'consumer', cid, 'reason', reason, 'abort_connection', abort_connection and 1 or 0,
        'strategy', strategy)
   lifecycle.close_consumer(cid, 'aborted', 0)  -- its messages go back in the calls that follow (return_owed.lua)
   redis.call('HSET', K_ABORTED, cid, cjson.encode({
-    reason = reason, abort_connection = abort_connection, strategy = strategy, at = ms(NOW),
+    reason = reason, abort_connection = abort_connection, strategy = strategy, at = ms(base.NOW),
   }))
-  redis.call('ZADD', K_ABORTED_AT, NOW, cid)
-  forget_tombstones(redis.call('ZRANGEBYSCORE', K_ABORTED_AT, '-inf', '(' .. ms(NOW - TOMBSTONE_MS),
+  redis.call('ZADD', K_ABORTED_AT, base.NOW, cid)
+  forget_tombstones(redis.call('ZRANGEBYSCORE', K_ABORTED_AT, '-inf', '(' .. ms(base.NOW - TOMBSTONE_MS),
                                'LIMIT', 0, 100))
   local over = redis.call('ZCARD', K_ABORTED_AT) - TOMBSTONES_MAX
   if over > 0 then forget_tombstones(redis.call('ZRANGE', K_ABORTED_AT, 0, over - 1)) end
@@ -72,11 +72,11 @@ local function finish(ran, tracked, aborted)
 end
 
 if op == 'abort' then
-  local err = require_destination()
+  local err = base.require_destination()
   if err then return err end
   local cid = ARGV[6]
-  if redis.call('HEXISTS', K_CONSUMERS, cid) == 0 then
-    return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination')
+  if redis.call('HEXISTS', base.K_CONSUMERS, cid) == 0 then
+    return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination')
   end
   abort(cid, ARGV[7], ARGV[8] == '1', 'operator')
   redis.call('HDEL', K_SLOW, cid)
@@ -87,7 +87,7 @@ if op ~= 'check' then
   return redis.error_reply('INVALID_OPERATION unknown slow-consumer operation ' .. tostring(op))
 end
 
-local err = require_destination()
+local err = base.require_destination()
 if err then return err end
 local strategy = ARGV[6]
 local check_period = tonumber(ARGV[7])
@@ -98,12 +98,12 @@ local max_since_ack = tonumber(ARGV[11])
 local ignore_idle = ARGV[12] == '1'
 
 local last = tonumber(redis.call('HGET', K_MAINT, 'slow:last_run') or '')
-if last and NOW < last + check_period then return finish(0, redis.call('HLEN', K_SLOW), {}) end
+if last and base.NOW < last + check_period then return finish(0, redis.call('HLEN', K_SLOW), {}) end
 -- A changed strategy or changed numbers start a new list, as a new strategy instance would.
 local config = table.concat({strategy, check_period, max_duration, max_count, max_since_ack,
                              ignore_idle and 1 or 0}, ' ')
 if redis.call('HGET', K_MAINT, 'slow:config') ~= config then redis.call('DEL', K_SLOW) end
-redis.call('HSET', K_MAINT, 'slow:last_run', ms(NOW), 'slow:config', config)
+redis.call('HSET', K_MAINT, 'slow:last_run', ms(base.NOW), 'slow:config', config)
 redis.call('PEXPIRE', K_MAINT, KEEP_MS)
 
 local cons = consumers.load()
@@ -123,8 +123,8 @@ local function mark_all()
 end
 
 local function track(c, marks, detail)
-  tracked[c.id] = {marks, 1, redis.call('HGET', K_C(c.id), 'slow_since') or ''}
-  emit('slow_consumer', 'consumer', c.id, 'strategy', strategy, 'detail', detail)
+  tracked[c.id] = {marks, 1, redis.call('HGET', base.K_C(c.id), 'slow_since') or ''}
+  base.emit('slow_consumer', 'consumer', c.id, 'strategy', strategy, 'detail', detail)
 end
 
 local function qualifies(e)
@@ -159,7 +159,7 @@ if strategy == 'abortSlowConsumer' and (max_count >= 0 or max_duration >= 0) the
       if not e then
         track(c, 0, 'full while the queue had a message for it')
       else
-        local since = redis.call('HGET', K_C(c.id), 'slow_since') or ''
+        local since = redis.call('HGET', base.K_C(c.id), 'slow_since') or ''
         if since ~= e[3] and max_count > 0 then e[2] = e[2] + 1 end
         e[3] = since
       end
@@ -186,8 +186,8 @@ elseif strategy == 'abortSlowAckConsumer' and max_since_ack >= 0 then
     elseif ignore_idle and c.n == 0 then
       tracked[c.id] = nil
     else
-      local times = redis.call('HMGET', K_C(c.id), 'last_ack', 'added')
-      local since_ack = NOW - (tonumber(times[1]) or tonumber(times[2]) or NOW)
+      local times = redis.call('HMGET', base.K_C(c.id), 'last_ack', 'added')
+      local since_ack = base.NOW - (tonumber(times[1]) or tonumber(times[2]) or base.NOW)
       if since_ack > max_since_ack then
         local e = tracked[c.id]
         if not e then

@@ -14,30 +14,30 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local groups = { nil }  -- (made with room for one consumer, the usual call)
 local at = 3
 while at <= #ARGV do
-  local cid, mode, receive_max, count = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local cid, mode, receive_max, count = ARGV[at], ARGV[at + 1], base.number(ARGV[at + 2]), base.number(ARGV[at + 3])
   local first, last = at + 4, at + 3 + (count or 0)
   if not receive_max or not count or last > #ARGV then
-    return fail('INVALID_ACK', 'malformed arguments for consumer ' .. tostring(cid))
+    return base.fail('INVALID_ACK', 'malformed arguments for consumer ' .. tostring(cid))
   end
   for g = 1, #groups do
     if groups[g].c.id == cid then
-      return fail('INVALID_ACK', 'consumer ' .. cid .. ' named twice in one call')
+      return base.fail('INVALID_ACK', 'consumer ' .. cid .. ' named twice in one call')
     end
   end
   local c = consumers.find(cid)
-  if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
-  if count < 1 then return fail('INVALID_ACK', 'no message id given') end
+  if not c then return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
+  if count < 1 then return base.fail('INVALID_ACK', 'no message id given') end
   local seqs = { [ARGV[first]] = false }  -- (made with room for the first id: set just below)
   for i = first, last do
-    local seq = redis.call('ZSCORE', K_CINF(cid), ARGV[i])
+    local seq = redis.call('ZSCORE', base.K_CINF(cid), ARGV[i])
     if not seq then
-      return fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
+      return base.fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
     end
-    seqs[ARGV[i]] = tonumber(seq)
+    seqs[ARGV[i]] = base.number(seq)
   end
   local ids
   if (mode == 'individual' or mode == 'delivered') and count == 1 then
@@ -50,27 +50,27 @@ while at <= #ARGV do
       seen[ARGV[i]] = true
     end
   elseif mode == 'cumulative' then
-    if count ~= 1 then return fail('INVALID_ACK', 'a cumulative ack names exactly one message') end
+    if count ~= 1 then return base.fail('INVALID_ACK', 'a cumulative ack names exactly one message') end
     -- at most CUMULATIVE_MOST (operations.py) in one call: more is refused before any change, and the
     -- caller acknowledges the oldest ones first, in bounded calls (a window may hold 32,767)
-    ids = redis.call('ZRANGEBYSCORE', K_CINF(cid), '-inf', seqs[ARGV[first]], 'LIMIT', 0, 1001)
+    ids = redis.call('ZRANGEBYSCORE', base.K_CINF(cid), '-inf', seqs[ARGV[first]], 'LIMIT', 0, 1001)
     if #ids > 1000 then
-      return fail('ACK_TOO_LARGE', 'a cumulative ack of more than 1000 messages (consumer ' .. cid .. ')')
+      return base.fail('ACK_TOO_LARGE', 'a cumulative ack of more than 1000 messages (consumer ' .. cid .. ')')
     end
   else
-    return fail('INVALID_ACK', 'unknown ack mode ' .. mode .. ' (individual, cumulative or delivered)')
+    return base.fail('INVALID_ACK', 'unknown ack mode ' .. mode .. ' (individual, cumulative or delivered)')
   end
   if mode == 'delivered' then
     for i = 1, #ids do
       if seqs[ids[i]] > c.rcv then  -- (c.rcv: outbox.received_upto(cid), read with the consumer)
-        return fail('NOT_DELIVERED', 'message ' .. ids[i] .. ' has not been received by consumer ' .. cid)
+        return base.fail('NOT_DELIVERED', 'message ' .. ids[i] .. ' has not been received by consumer ' .. cid)
       end
     end
   end
   groups[#groups + 1] = { c = c, mode = mode, ids = ids, seqs = seqs, receive_max = receive_max }
   at = last + 1
 end
-if #groups == 0 then return fail('INVALID_ACK', 'no consumer given') end
+if #groups == 0 then return base.fail('INVALID_ACK', 'no consumer given') end
 -- budget 'check': the checks only, nothing changed (a large ack is checked whole, then sent in parts)
 if ARGV[2] == 'check' then return { 0, 0, 0 } end
 
@@ -80,12 +80,12 @@ for g = 1, #groups do
   local c, ids = group.c, group.ids
   c.kept = true  -- this script keeps `c` current (lifecycle.lua ack_messages)
   if group.mode == 'delivered' then
-    if c.prefetch > 0 then c.ext = redis.call('HINCRBY', K_C(c.id), 'ext', #ids) end  -- `c` stays current
-    redis.call('HSET', K_C(c.id), 'last_ack', NOW)  -- any ack is one (AbstractSubscription.acknowledge)
+    if c.prefetch > 0 then c.ext = redis.call('HINCRBY', base.K_C(c.id), 'ext', #ids) end  -- `c` stays current
+    redis.call('HSET', base.K_C(c.id), 'last_ack', base.NOW)  -- any ack is one (AbstractSubscription.acknowledge)
   else
     for i = 1, #ids do  -- (numeric loops in this path: ipairs is a call into C per element)
       -- acked before received
-      if (group.seqs[ids[i]] or 0) > c.rcv then redis.call('LREM', K_COUT(c.id), 1, ids[i]) end
+      if (group.seqs[ids[i]] or 0) > c.rcv then redis.call('LREM', base.K_COUT(c.id), 1, ids[i]) end
     end
     acks[#acks + 1] = { c, ids }
   end
@@ -96,7 +96,7 @@ for g = 1, #groups do message.room_freed(groups[g].c.id) end
 -- them again (consumers.lua), and keeps them current.
 local known = {}
 for g = 1, #groups do known[groups[g].c.id] = groups[g].c end
-local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]), known)
+local dispatched, more, hold = dispatch.chunk(base.number(ARGV[2]), known)
 -- (room for one consumer's reply with one message: a table that grows is rebuilt at each power of two)
 local out = { nil, nil, nil, nil, nil, nil, nil, nil, nil }
 local refill = false  -- a message expired as it was handed over: its room is dispatched to below
@@ -115,7 +115,7 @@ for g = 1, #groups do
 end
 if refill then
   local more_dispatched
-  more_dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+  more_dispatched, more, hold = dispatch.chunk(base.number(ARGV[2]))
   dispatched = dispatched + more_dispatched
 end
 dispatch.add_tail(out, dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)

@@ -7,8 +7,8 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
-local unknown = unknown_destination()
+base.NOW = tonumber(ARGV[1])
+local unknown = base.unknown_destination()
 if unknown then return unknown end
 local cursor, limit, budget = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local expr = false
@@ -19,9 +19,9 @@ local selector_work = selector.bytes  -- (selector.lua: the call ends once it ha
 
 local function offer(id, state, cid)
   examined = examined + 1
-  local blob = redis.call('HGET', K_MSGS, id)
+  local blob = redis.call('HGET', base.K_MSGS, id)
   if not blob and state == 'parked' then
-    local job = redis.call('HGET', K_SCHED, id)
+    local job = redis.call('HGET', base.K_SCHED, id)
     if job then blob = cmsgpack.unpack(job)[1] end
   end
   if not blob then return end
@@ -34,7 +34,7 @@ local function offer(id, state, cid)
   out[#out + 1] = blob
   out[#out + 1] = state
   out[#out + 1] = cid or ''
-  out[#out + 1] = tonumber(redis.call('HGET', K_REDELIV, id)) or 0
+  out[#out + 1] = tonumber(redis.call('HGET', base.K_REDELIV, id)) or 0
   found = found + 1
 end
 
@@ -74,18 +74,18 @@ end
 local phase, position = string.match(cursor, '^(%a):(.*)$')
 if cursor == '' then phase, position = 'p', '' end
 if phase == 'p' then
-  local next_cursor = walk_zset(K_PENDING, 'p', 'pending', position)
+  local next_cursor = walk_zset(base.K_PENDING, 'p', 'pending', position)
   if next_cursor then out[1] = next_cursor return out end
   phase, position = 'k', ''
 end
 if phase == 'k' then
-  local next_cursor = walk_zset(K_PARKED, 'k', 'parked', position)
+  local next_cursor = walk_zset(base.K_PARKED, 'k', 'parked', position)
   if next_cursor then out[1] = next_cursor return out end
   phase, position = 'i', '0'
 end
 if phase == 'i' then
   repeat
-    local page = redis.call('HSCAN', K_INFLIGHT, position, 'COUNT', 100)
+    local page = redis.call('HSCAN', base.K_INFLIGHT, position, 'COUNT', 100)
     position = page[1]
     for i = 1, #page[2], 2 do offer(page[2][i], 'inflight', string.match(page[2][i + 1], '^([^|]*)')) end
   until position == '0' or found >= limit or examined >= budget

@@ -2,9 +2,9 @@
 -- ARGV: now, consumer id.
 --@include base
 --@allow-oom
-NOW = tonumber(ARGV[1])
-if redis.call('HEXISTS', K_CONSUMERS, ARGV[2]) == 0 then
-  return fail('UNKNOWN_CONSUMER', 'no consumer ' .. ARGV[2] .. ' on this destination')
+base.NOW = tonumber(ARGV[1])
+if redis.call('HEXISTS', base.K_CONSUMERS, ARGV[2]) == 0 then
+  return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. ARGV[2] .. ' on this destination')
 end
-redis.call('HSET', K_C(ARGV[2]), 'ext', 0)
+redis.call('HSET', base.K_C(ARGV[2]), 'ext', 0)
 return 1

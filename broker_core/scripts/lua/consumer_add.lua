@@ -5,36 +5,36 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
-local missing = require_destination()
+base.NOW = tonumber(ARGV[1])
+local missing = base.require_destination()
 if missing then return missing end
 local cid, packed, lease_ms = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local prefetch = tonumber(ARGV[6])
-if prefetch < 0 or prefetch == 1000 then prefetch = policy_num('queuePrefetch') end
-if redis.call('HEXISTS', K_CONSUMERS, cid) == 1 then
-  return fail('CONSUMER_EXISTS', 'consumer ' .. cid .. ' is already registered on this destination')
+if prefetch < 0 or prefetch == 1000 then prefetch = base.policy_num('queuePrefetch') end
+if redis.call('HEXISTS', base.K_CONSUMERS, cid) == 1 then
+  return base.fail('CONSUMER_EXISTS', 'consumer ' .. cid .. ' is already registered on this destination')
 end
 -- The id of a closed consumer whose messages are still being returned (its keys are still in use): the
 -- caller returns them (return_owed.lua) and asks again.
-if redis.call('HEXISTS', P .. ':closing', cid) == 1 then return { 'closing' } end
+if redis.call('HEXISTS', base.P .. ':closing', cid) == 1 then return { 'closing' } end
 local def = cmsgpack.unpack(packed)
-local before = redis.call('HLEN', K_CONSUMERS)
-redis.call('HSET', K_CONSUMERS, cid, packed)
-redis.call('HDEL', P .. ':aborted', cid)  -- a reused id does not inherit an old abort notice
-redis.call('ZREM', P .. ':aborted:at', cid)
-redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'acked', 0, 'added', NOW,
+local before = redis.call('HLEN', base.K_CONSUMERS)
+redis.call('HSET', base.K_CONSUMERS, cid, packed)
+redis.call('HDEL', base.P .. ':aborted', cid)  -- a reused id does not inherit an old abort notice
+redis.call('ZREM', base.P .. ':aborted:at', cid)
+redis.call('HSET', base.K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'acked', 0, 'added', base.NOW,
            'prefetch', prefetch)
-redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
-due_at(P, NOW + lease_ms + 1)  -- the reaper's visit when it lapses
-redis.call('RPUSH', K_CORDER, cid)
+redis.call('ZADD', base.K_LEASES, base.NOW + lease_ms, cid)
+base.due_at(base.P, base.NOW + lease_ms + 1)  -- the reaper's visit when it lapses
+redis.call('RPUSH', base.K_CORDER, cid)
 local cons = consumers.load()
 consumers.gmap.note_priorities(cons)
 consumers.sort(cons)
 consumers.save_order(cons)
 
 -- Exclusive ownership: the first wins; a newcomer takes over only with priority 127 or strictly higher.
-if def.exclusive or policy_flag('allConsumersExclusiveByDefault') then
-  local owner = redis.call('HGET', K_META, 'owner')
+if def.exclusive or base.policy_flag('allConsumersExclusiveByDefault') then
+  local owner = redis.call('HGET', base.K_META, 'owner')
   local take = (not owner or owner == '')
   if not take then
     local current = consumers.find(owner)
@@ -42,28 +42,28 @@ if def.exclusive or policy_flag('allConsumersExclusiveByDefault') then
     take = current == nil or priority == 127 or priority > current.priority
   end
   if take then
-    redis.call('HSET', K_META, 'owner', cid)
-    emit('exclusive_owner', 'consumer', cid)
+    redis.call('HSET', base.K_META, 'owner', cid)
+    base.emit('exclusive_owner', 'consumer', cid)
   end
 end
 
 -- A consumer arriving at an empty destination may hold dispatch back (never blocking Redis).
 if before == 0 then
-  local needed = policy_num('consumersBeforeDispatchStarts')
-  local wait = policy_num('timeBeforeDispatchStarts')
+  local needed = base.policy_num('consumersBeforeDispatchStarts')
+  local wait = base.policy_num('timeBeforeDispatchStarts')
   if needed > 0 then
     if wait <= 0 then wait = 1000 end
-    redis.call('HSET', K_META, 'hold_until', NOW + wait)
-    due_at(P, NOW + wait)
+    redis.call('HSET', base.K_META, 'hold_until', base.NOW + wait)
+    base.due_at(base.P, base.NOW + wait)
   elseif wait > 0 then
-    redis.call('HSET', K_META, 'hold_until', NOW + wait)
-    due_at(P, NOW + wait)
+    redis.call('HSET', base.K_META, 'hold_until', base.NOW + wait)
+    base.due_at(base.P, base.NOW + wait)
   end
 end
 
 -- Mid-pass, the newcomer waits for the next pass so it sees messages from the head in order.
 message.consumer_joined(cid)
-emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', def.exclusive and 1 or 0,
+base.emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', def.exclusive and 1 or 0,
      'prefetch', prefetch, 'selector', def.selector_text or '')
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return dispatch.add_tail({ redis.call('HGET', K_META, 'owner') or '', prefetch, nil, nil, nil }, dispatched, more, hold)
+return dispatch.add_tail({ redis.call('HGET', base.K_META, 'owner') or '', prefetch, nil, nil, nil }, dispatched, more, hold)

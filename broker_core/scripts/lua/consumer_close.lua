@@ -7,14 +7,14 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local written = ARGV[6] and tonumber(ARGV[6])
-if written and redis.call('HEXISTS', K_CONSUMERS, ARGV[3]) == 1 and outbox.received_upto(ARGV[3]) > written then
-  redis.call('HSET', K_C(ARGV[3]), 'rcv', NOW_TEXT.num(written))
+if written and redis.call('HEXISTS', base.K_CONSUMERS, ARGV[3]) == 1 and outbox.received_upto(ARGV[3]) > written then
+  redis.call('HSET', base.K_C(ARGV[3]), 'rcv', base.NOW_TEXT.num(written))
 end
 local closed, owed = lifecycle.close_consumer(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 if not closed then
-  return fail('UNKNOWN_CONSUMER', 'no consumer ' .. ARGV[3] .. ' on this destination')
+  return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. ARGV[3] .. ' on this destination')
 end
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 return dispatch.add_tail({ owed, nil, nil, nil }, dispatched, more, hold)

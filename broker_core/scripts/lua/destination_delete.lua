@@ -3,54 +3,54 @@
 -- Returns the number of messages that were in it.
 --@include base
 --@allow-oom
-NOW = tonumber(ARGV[1])
-local count = redis.call('HLEN', K_MSGS)
+base.NOW = tonumber(ARGV[1])
+local count = redis.call('HLEN', base.K_MSGS)
 -- What it held no longer counts towards the broker's memory usage (flow.lua).
-redis.call('HINCRBY', flow.usage, 'used', 0 - (tonumber(redis.call('HGET', K_META, 'mem')) or 0))  -- 0 - x: Lua's -(0) is -0, which HINCRBY refuses
+redis.call('HINCRBY', flow.usage, 'used', 0 - (tonumber(redis.call('HGET', base.K_META, 'mem')) or 0))  -- 0 - x: Lua's -(0) is -0, which HINCRBY refuses
 -- virtual copies it still owed stop counting against their targets ('memfwd', virtual.lua), and
 -- transactions' reservations on it end (flow.lua).
-for _, packed in ipairs(redis.call('HVALS', K_FWD)) do
+for _, packed in ipairs(redis.call('HVALS', base.K_FWD)) do
   local r = cmsgpack.unpack(packed)
   local charge = tonumber(r[6]) or 0
   if r[2] == 'virtual' and charge > 0 then
     local kind, name = string.match(r[1], '^(%a+)://(.*)$')
-    local meta = string.match(P, '^(.-):{') .. ':{' .. (kind == 'topic' and 't' or 'q') .. ':' .. name
+    local meta = string.match(base.P, '^(.-):{') .. ':{' .. (kind == 'topic' and 't' or 'q') .. ':' .. name
       .. '}:meta'
     if redis.call('EXISTS', meta) == 1 and redis.call('HINCRBY', meta, 'memfwd', -charge) < 0 then
       redis.call('HSET', meta, 'memfwd', 0)
     end
   end
 end
-for _, tx in ipairs(redis.call('HKEYS', P .. ':memres')) do
-  redis.call('HDEL', flow.usage .. ':res', tx .. '|' .. P)
+for _, tx in ipairs(redis.call('HKEYS', base.P .. ':memres')) do
+  redis.call('HDEL', flow.usage .. ':res', tx .. '|' .. base.P)
 end
-redis.call('UNLINK', P .. ':memres')
-local keys = { K_META, K_POLICY, K_MSGS, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER,
-  K_LEASES, K_PASSFULL, K_GROUPS, K_GLRU, K_PARKED, K_PARKINFO, K_FWD, K_AUDIT, K_EVENTS, K_SCHED,
+redis.call('UNLINK', base.P .. ':memres')
+local keys = { base.K_META, base.K_POLICY, base.K_MSGS, base.K_PENDING, base.K_INFLIGHT, base.K_REDELIV, base.K_GFIRST, base.K_CONSUMERS, base.K_CORDER,
+  base.K_LEASES, base.K_PASSFULL, base.K_GROUPS, base.K_GLRU, base.K_PARKED, base.K_PARKINFO, base.K_FWD, base.K_AUDIT, base.K_EVENTS, base.K_SCHED,
   -- maintenance state (broker_core/maintenance.py, scripts/lua/abort.lua)
-  P .. ':maint', P .. ':slowcons', P .. ':aborted', P .. ':aborted:at',
+  base.P .. ':maint', base.P .. ':slowcons', base.P .. ':aborted', base.P .. ':aborted:at',
   -- rate history (broker_core/rates.py): a queue made again under this name starts a history of its own
-  P .. ':rates', P .. ':rates:5s', P .. ':rates:1m' }
-for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do
-  keys[#keys + 1] = K_C(cid)
-  keys[#keys + 1] = K_CINF(cid)
-  keys[#keys + 1] = K_COUT(cid)
-  keys[#keys + 1] = K_CGRP(cid)
+  base.P .. ':rates', base.P .. ':rates:5s', base.P .. ':rates:1m' }
+for _, cid in ipairs(redis.call('HKEYS', base.K_CONSUMERS)) do
+  keys[#keys + 1] = base.K_C(cid)
+  keys[#keys + 1] = base.K_CINF(cid)
+  keys[#keys + 1] = base.K_COUT(cid)
+  keys[#keys + 1] = base.K_CGRP(cid)
 end
 -- closed consumers whose messages were still being returned (includes/lifecycle.lua return_owed)
-for _, cid in ipairs(redis.call('HKEYS', P .. ':closing')) do
-  keys[#keys + 1] = K_C(cid)
-  keys[#keys + 1] = K_CINF(cid)
-  keys[#keys + 1] = K_COUT(cid)
-  keys[#keys + 1] = K_CGRP(cid)  -- (its group entries still to delete)
+for _, cid in ipairs(redis.call('HKEYS', base.P .. ':closing')) do
+  keys[#keys + 1] = base.K_C(cid)
+  keys[#keys + 1] = base.K_CINF(cid)
+  keys[#keys + 1] = base.K_COUT(cid)
+  keys[#keys + 1] = base.K_CGRP(cid)  -- (its group entries still to delete)
 end
-keys[#keys + 1] = P .. ':closing'
+keys[#keys + 1] = base.P .. ':closing'
 -- a topic's ended subscriptions' messages still to release (includes/lifecycle.lua remove_subscription)
-for _, key in ipairs(redis.call('SMEMBERS', P .. ':ended')) do keys[#keys + 1] = key end
-keys[#keys + 1] = P .. ':ended'
+for _, key in ipairs(redis.call('SMEMBERS', base.P .. ':ended')) do keys[#keys + 1] = key end
+keys[#keys + 1] = base.P .. ':ended'
 -- a topic's unfinished fan-outs (includes/fanout.lua)
-for _, id in ipairs(redis.call('LRANGE', P .. ':fanout', 0, -1)) do keys[#keys + 1] = P .. ':fanout:' .. id end
-keys[#keys + 1] = P .. ':fanout'
-keys[#keys + 1] = P .. ':fanout:n'
+for _, id in ipairs(redis.call('LRANGE', base.P .. ':fanout', 0, -1)) do keys[#keys + 1] = base.P .. ':fanout:' .. id end
+keys[#keys + 1] = base.P .. ':fanout'
+keys[#keys + 1] = base.P .. ':fanout:n'
 redis.call('UNLINK', unpack(keys))
 return count

@@ -3,6 +3,6 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 return dispatch.add_tail({ nil, nil, nil }, dispatched, more, hold)

@@ -10,16 +10,16 @@
 -- virtual.py forward_copy): the record is gone (removed by
 -- 'done' in the same MULTI); count and log it so that the message is accounted for, and forwarding goes on.
 --@include base
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 if ARGV[2] == 'done' then
-  redis.call('HDEL', K_FWD, ARGV[3])
+  redis.call('HDEL', base.K_FWD, ARGV[3])
   local charge = tonumber(ARGV[5]) or 0
   if charge > 0 and ARGV[4] ~= '' and redis.call('HINCRBY', ARGV[4], 'memfwd', -charge) < 0 then
     redis.call('HSET', ARGV[4], 'memfwd', 0)  -- the target was deleted (its meta with it) meanwhile
   end
   return 1
 end
-meta_incr('forward_refused')
+base.meta_incr('forward_refused')
 local id = string.match(ARGV[3], '^([^|]*)')
-emit('forward_refused', 'msg', id, 'target', ARGV[6], 'reason', ARGV[7])
+base.emit('forward_refused', 'msg', id, 'target', ARGV[6], 'reason', ARGV[7])
 return 1

@@ -6,14 +6,14 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
-local unknown = unknown_destination()
+base.NOW = tonumber(ARGV[1])
+local unknown = base.unknown_destination()
 if unknown then return unknown end
 local pending_budget, inflight_budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local pending, inflight, order = {}, {}, {}
 
 local function count(id, into)
-  local blob = redis.call('HGET', K_MSGS, id)
+  local blob = redis.call('HGET', base.K_MSGS, id)
   if not blob then return end
   local g = message.unpack(blob)[message.GROUP]
   if not g or g == '' then return end
@@ -21,14 +21,14 @@ local function count(id, into)
   into[g] = (into[g] or 0) + 1
 end
 
-local ids = redis.call('ZRANGE', K_PENDING, 0, pending_budget - 1)
+local ids = redis.call('ZRANGE', base.K_PENDING, 0, pending_budget - 1)
 for _, id in ipairs(ids) do count(id, pending) end
 for g in pairs(inflight) do pending[g] = pending[g] or 0 end
-local all_pending = (#ids < pending_budget or redis.call('ZCARD', K_PENDING) == #ids) and 1 or 0
+local all_pending = (#ids < pending_budget or redis.call('ZCARD', base.K_PENDING) == #ids) and 1 or 0
 
 local examined, cursor = 0, '0'
 repeat
-  local page = redis.call('HSCAN', K_INFLIGHT, cursor, 'COUNT', 200)
+  local page = redis.call('HSCAN', base.K_INFLIGHT, cursor, 'COUNT', 200)
   cursor = page[1]
   for i = 1, #page[2], 2 do
     examined = examined + 1

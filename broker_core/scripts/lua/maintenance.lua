@@ -27,51 +27,51 @@
 --   schedule grace sweep_period slow_period offline_schedule -> {next due, next periodic} (0: no entry)
 --@include base
 --@allow-oom
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local op = ARGV[2]
 
-local function lease_key(job) return P .. ':lease:' .. job end
+local function lease_key(job) return base.P .. ':lease:' .. job end
 
 local function acquire(job, token, ttl)
   local key = lease_key(job)
   local held = redis.call('GET', key)
   if held then
     local owner, expires = string.match(held, '^(.*)|(%d+)$')
-    if owner ~= token and (tonumber(expires) or 0) > NOW then return 0 end
+    if owner ~= token and (tonumber(expires) or 0) > base.NOW then return 0 end
   end
-  redis.call('SET', key, token .. '|' .. string.format('%d', NOW + ttl), 'PX', ttl)
+  redis.call('SET', key, token .. '|' .. string.format('%d', base.NOW + ttl), 'PX', ttl)
   return 1
 end
 
-local DUE_KEY = string.match(P, '^(.-):{') .. ':due'
+local DUE_KEY = string.match(base.P, '^(.-):{') .. ':due'
 local NEXT_TICK_MS = 1000  -- Celery beat's period (signalbox/celery.py)
 
 -- Whether the recovery job has work here, taking its lease when it has (op `recover`).
 local function probe(token, ttl, grace)
-  local lapsed = redis.call('ZCOUNT', K_LEASES, '-inf', '(' .. NOW)
-  local forwards = redis.call('HLEN', K_FWD)
+  local lapsed = redis.call('ZCOUNT', base.K_LEASES, '-inf', '(' .. base.NOW)
+  local forwards = redis.call('HLEN', base.K_FWD)
   local stale = false
   if forwards == 0 then
-    redis.call('HDEL', P .. ':maint', 'recover:fwd_since')
+    redis.call('HDEL', base.P .. ':maint', 'recover:fwd_since')
   else
-    local since = tonumber(redis.call('HGET', P .. ':maint', 'recover:fwd_since') or '')
+    local since = tonumber(redis.call('HGET', base.P .. ':maint', 'recover:fwd_since') or '')
     if not since then
-      redis.call('HSET', P .. ':maint', 'recover:fwd_since', string.format('%d', NOW))
+      redis.call('HSET', base.P .. ':maint', 'recover:fwd_since', string.format('%d', base.NOW))
     else
-      stale = NOW - since >= grace
+      stale = base.NOW - since >= grace
     end
   end
   -- Dispatch must run again when a parked message (redelivery delay, scheduled delivery) comes due or a
   -- delayed start ends; every other script runs dispatch itself.
   local due = 0
-  local first = redis.call('ZRANGE', K_PARKED, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', base.K_PARKED, 0, 0, 'WITHSCORES')
   if #first > 0 then due = tonumber(first[2]) end
-  local hold = tonum(redis.call('HGET', K_META, 'hold_until'), 0)
+  local hold = base.tonum(redis.call('HGET', base.K_META, 'hold_until'), 0)
   if hold > 0 and (due == 0 or hold < due) then due = hold end
-  local owed = redis.call('HLEN', P .. ':closing') + redis.call('SCARD', TP .. ':ended')
-  if not SUB then owed = owed + redis.call('LLEN', TP .. ':fanout') end  -- includes/fanout.lua
+  local owed = redis.call('HLEN', base.P .. ':closing') + redis.call('SCARD', base.TP .. ':ended')
+  if not base.SUB then owed = owed + redis.call('LLEN', base.TP .. ':fanout') end  -- includes/fanout.lua
   local held = 0
-  if lapsed > 0 or stale or owed > 0 or (due > 0 and due <= NOW) then
+  if lapsed > 0 or stale or owed > 0 or (due > 0 and due <= base.NOW) then
     held = acquire('recover', token, ttl)
   end
   if not stale then forwards = 0 end
@@ -89,27 +89,27 @@ local function schedule(grace, sweep, slow, offline)
   local at, later = false, false
   local function soon(t) if t and (not at or t < at) then at = t end end
   local function periodic(t) if not later or t < later then later = t end end
-  local first = redis.call('ZRANGE', K_LEASES, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', base.K_LEASES, 0, 0, 'WITHSCORES')
   if #first > 0 then soon(tonumber(first[2]) + 1) end  -- a lease lapses once its end is in the past
-  first = redis.call('ZRANGE', K_PARKED, 0, 0, 'WITHSCORES')
+  first = redis.call('ZRANGE', base.K_PARKED, 0, 0, 'WITHSCORES')
   if #first > 0 then soon(tonumber(first[2])) end
-  local hold = tonum(redis.call('HGET', K_META, 'hold_until'), 0)
+  local hold = base.tonum(redis.call('HGET', base.K_META, 'hold_until'), 0)
   if hold > 0 then soon(hold) end
   -- returns a closed consumer still owes, or what an ended subscription held: the closer drives them, and
   -- the next tick finishes them if it died
-  if redis.call('HLEN', P .. ':closing') + redis.call('SCARD', TP .. ':ended') > 0 then soon(NOW) end
-  local maint = redis.call('HMGET', P .. ':maint', 'recover:fwd_since', 'expire:started', 'expire:running',
+  if redis.call('HLEN', base.P .. ':closing') + redis.call('SCARD', base.TP .. ':ended') > 0 then soon(base.NOW) end
+  local maint = redis.call('HMGET', base.P .. ':maint', 'recover:fwd_since', 'expire:started', 'expire:running',
                            'slow:last_run', 'offline:last_run')
-  if not SUB and redis.call('HLEN', K_FWD) > 0 then soon((tonumber(maint[1] or '') or NOW) + grace) end
+  if not base.SUB and redis.call('HLEN', base.K_FWD) > 0 then soon((tonumber(maint[1] or '') or base.NOW) + grace) end
   if sweep > 0 then
-    if maint[3] == '1' then periodic(NOW) else periodic((tonumber(maint[2] or '') or NOW) + sweep) end
+    if maint[3] == '1' then periodic(base.NOW) else periodic((tonumber(maint[2] or '') or base.NOW) + sweep) end
   end
-  if slow >= 0 then periodic((tonumber(maint[4] or '') or NOW) + slow) end
-  if offline >= 0 then periodic((tonumber(maint[5] or '') or NOW) + offline) end
+  if slow >= 0 then periodic((tonumber(maint[4] or '') or base.NOW) + slow) end
+  if offline >= 0 then periodic((tonumber(maint[5] or '') or base.NOW) + offline) end
   local function put(key, t)
-    if not t then return redis.call('ZREM', key, P) end
-    if t <= NOW then t = NOW + NEXT_TICK_MS end
-    redis.call('ZADD', key, string.format('%d', t), P)
+    if not t then return redis.call('ZREM', key, base.P) end
+    if t <= base.NOW then t = base.NOW + NEXT_TICK_MS end
+    redis.call('ZADD', key, string.format('%d', t), base.P)
   end
   put(DUE_KEY, at)
   put(DUE_KEY .. ':periodic', later)
@@ -129,27 +129,27 @@ elseif op == 'release' then
 elseif op == 'recover' then
   return probe(ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]))
 elseif op == 'visit' then
-  if redis.call('EXISTS', K_META) == 0 then  -- deleted (or a subscription that ended): out of the index
-    redis.call('ZREM', DUE_KEY, P)
-    redis.call('ZREM', DUE_KEY .. ':periodic', P)
+  if redis.call('EXISTS', base.K_META) == 0 then  -- deleted (or a subscription that ended): out of the index
+    redis.call('ZREM', DUE_KEY, base.P)
+    redis.call('ZREM', DUE_KEY .. ':periodic', base.P)
     return {0, 0, 0, 0, 0, 0, 0, 0, 1}
   end
   local grace, sweep, slow, offline = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
   local reply = probe(ARGV[3], tonumber(ARGV[4]), grace)
-  local maint = redis.call('HMGET', P .. ':maint', 'expire:started', 'expire:running', 'slow:last_run',
+  local maint = redis.call('HMGET', base.P .. ':maint', 'expire:started', 'expire:running', 'slow:last_run',
                            'offline:last_run')
-  local sweep_due = sweep > 0 and (maint[2] == '1' or not maint[1] or NOW >= tonumber(maint[1]) + sweep)
-  if sweep_due and maint[2] ~= '1' and redis.call('ZCARD', K_PENDING) == 0 then
+  local sweep_due = sweep > 0 and (maint[2] == '1' or not maint[1] or base.NOW >= tonumber(maint[1]) + sweep)
+  if sweep_due and maint[2] ~= '1' and redis.call('ZCARD', base.K_PENDING) == 0 then
     -- a sweep of nothing: recorded as done now (maintenance.run_expiry_sweep's fields), no worker needed
-    local now = string.format('%d', NOW)
-    redis.call('HSET', P .. ':maint', 'expire:started', now, 'expire:running', 0, 'expire:examined', 0,
+    local now = string.format('%d', base.NOW)
+    redis.call('HSET', base.P .. ':maint', 'expire:started', now, 'expire:running', 0, 'expire:examined', 0,
                'expire:expired', 0, 'expire:pages', 0, 'expire:last_run', now, 'expire:last_done', now,
                'expire:last_examined', 0, 'expire:last_expired', 0)
-    redis.call('PEXPIRE', P .. ':maint', tonumber(ARGV[9]))
+    redis.call('PEXPIRE', base.P .. ':maint', tonumber(ARGV[9]))
     sweep_due = 'done'
   end
-  local slow_due = slow >= 0 and (not maint[3] or NOW >= tonumber(maint[3]) + slow)
-  local offline_due = offline >= 0 and (not maint[4] or NOW >= tonumber(maint[4]) + offline)
+  local slow_due = slow >= 0 and (not maint[3] or base.NOW >= tonumber(maint[3]) + slow)
+  local offline_due = offline >= 0 and (not maint[4] or base.NOW >= tonumber(maint[4]) + offline)
   local scheduled = 0
   if reply[1] == 0 and sweep_due ~= true and not slow_due and not offline_due then
     schedule(grace, sweep, slow, offline)
@@ -159,9 +159,9 @@ elseif op == 'visit' then
   reply[7], reply[8], reply[9] = slow_due and 1 or 0, offline_due and 1 or 0, scheduled
   return reply
 elseif op == 'schedule' then
-  if redis.call('EXISTS', K_META) == 0 then
-    redis.call('ZREM', DUE_KEY, P)
-    redis.call('ZREM', DUE_KEY .. ':periodic', P)
+  if redis.call('EXISTS', base.K_META) == 0 then
+    redis.call('ZREM', DUE_KEY, base.P)
+    redis.call('ZREM', DUE_KEY .. ':periodic', base.P)
     return {0, 0}
   end
   return schedule(tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))

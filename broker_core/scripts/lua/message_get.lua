@@ -3,14 +3,14 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
-local unknown = unknown_destination()
+base.NOW = tonumber(ARGV[1])
+local unknown = base.unknown_destination()
 if unknown then return unknown end
 local where, cid = operator.locate(ARGV[2])
-local blob = redis.call('HGET', K_MSGS, ARGV[2])
+local blob = redis.call('HGET', base.K_MSGS, ARGV[2])
 if not blob and where == 'parked' then
-  local job = redis.call('HGET', K_SCHED, ARGV[2])
+  local job = redis.call('HGET', base.K_SCHED, ARGV[2])
   if job then blob = cmsgpack.unpack(job)[1] end
 end
 if not where or not blob then return {} end
-return {blob, where, cid or '', tonumber(redis.call('HGET', K_REDELIV, ARGV[2])) or 0}
+return {blob, where, cid or '', tonumber(redis.call('HGET', base.K_REDELIV, ARGV[2])) or 0}

@@ -8,36 +8,36 @@
 -- Returns {taken, next cursor ('' when done), the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
-NOW = tonumber(ARGV[1])
-local unknown = unknown_destination()
+base.NOW = tonumber(ARGV[1])
+local unknown = base.unknown_destination()
 if unknown then return unknown end
 local mode, target, cursor = ARGV[3], ARGV[4], ARGV[5]
 local budget, max = tonumber(ARGV[6]), tonumber(ARGV[7])
 local expr = false
 if ARGV[8] ~= '' then expr = cjson.decode(ARGV[8]) end
-if mode == 'retry' and redis.call('HGET', K_META, 'dlq') ~= '1' then
-  return fail('NOT_A_DLQ', 'Retry of message is only possible on Dead Letter Queues! '
-    .. redis.call('HGET', K_META, 'uri') .. ' is not one')
+if mode == 'retry' and redis.call('HGET', base.K_META, 'dlq') ~= '1' then
+  return base.fail('NOT_A_DLQ', 'Retry of message is only possible on Dead Letter Queues! '
+    .. redis.call('HGET', base.K_META, 'uri') .. ' is not one')
 end
-local self_uri = redis.call('HGET', K_META, 'uri')
+local self_uri = redis.call('HGET', base.K_META, 'uri')
 
 -- Validate before changing anything: named messages exist here, outside any consumer's window.
 local ids = {}
 for i = 9, #ARGV do
   local where, cid = operator.locate(ARGV[i])
-  if not where then return fail('NO_MESSAGE', 'no message ' .. ARGV[i] .. ' on ' .. self_uri) end
-  if where == 'parked' and redis.call('HEXISTS', K_SCHED, ARGV[i]) == 1 then
-    return fail('SCHEDULED_JOB', 'message ' .. ARGV[i] .. ' is a repeating scheduled message; cancel it with '
+  if not where then return base.fail('NO_MESSAGE', 'no message ' .. ARGV[i] .. ' on ' .. self_uri) end
+  if where == 'parked' and redis.call('HEXISTS', base.K_SCHED, ARGV[i]) == 1 then
+    return base.fail('SCHEDULED_JOB', 'message ' .. ARGV[i] .. ' is a repeating scheduled message; cancel it with '
       .. 'remove instead of moving it')
   end
   if where == 'inflight' then
-    return fail('IN_FLIGHT', 'message ' .. ARGV[i] .. ' is in flight with consumer ' .. cid ..
+    return base.fail('IN_FLIGHT', 'message ' .. ARGV[i] .. ' is in flight with consumer ' .. cid ..
       '; it can be moved once acknowledged or returned')
   end
   if mode == 'retry' then
-    local orig = message.unpack(redis.call('HGET', K_MSGS, ARGV[i]))[message.ORIG_DEST]
+    local orig = message.unpack(redis.call('HGET', base.K_MSGS, ARGV[i]))[message.ORIG_DEST]
     if not orig or orig == '' then
-      return fail('NO_ORIGINAL_DESTINATION', 'message ' .. ARGV[i] .. ' has no original destination')
+      return base.fail('NO_ORIGINAL_DESTINATION', 'message ' .. ARGV[i] .. ' has no original destination')
     end
   end
   ids[#ids + 1] = ARGV[i]
@@ -55,22 +55,22 @@ local function take(id, m, blob)
   else
     operator.take_out(id)
     forward.record(id, blob, to, mode)
-    meta_incr('moved')
-    meta_incr('dequeued')
+    base.meta_incr('moved')
+    base.meta_incr('dequeued')
   end
-  emit(mode, 'msg', id, 'target', to)
+  base.emit(mode, 'msg', id, 'target', to)
   taken = taken + 1
 end
 
 local next_cursor = ''
 if #ids > 0 then
   for _, id in ipairs(ids) do
-    local blob = redis.call('HGET', K_MSGS, id)
+    local blob = redis.call('HGET', base.K_MSGS, id)
     take(id, message.unpack(blob), blob)
   end
 else
   local lower = cursor == '' and '-inf' or '(' .. cursor
-  local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, budget)
+  local batch = redis.call('ZRANGEBYSCORE', base.K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, budget)
   -- (selector.lua selector.bytes: the call ends once its selector evaluations have done a call's worth)
   local selector_work, cut = selector.bytes, false
   for i = 1, #batch, 2 do
@@ -78,7 +78,7 @@ else
     if i > 1 and selector.bytes - selector_work >= selector.call_limit then cut = true break end
     local id = batch[i]
     next_cursor = batch[i + 1]
-    local blob = redis.call('HGET', K_MSGS, id)
+    local blob = redis.call('HGET', base.K_MSGS, id)
     if blob then
       local m = message.unpack(blob)
       if not expr or selector.matches(expr, message.selector_view(id, m)) then take(id, m, blob) end

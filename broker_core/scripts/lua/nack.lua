@@ -8,26 +8,26 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local cid, poison, jitter = ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
 local c = consumers.find(cid)
-if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
+if not c then return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
 local ids, seen = {}, {}
 for i = 6, #ARGV do
-  if not redis.call('ZSCORE', K_CINF(cid), ARGV[i]) then
-    return fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
+  if not redis.call('ZSCORE', base.K_CINF(cid), ARGV[i]) then
+    return base.fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
   end
   if not seen[ARGV[i]] then ids[#ids + 1] = ARGV[i] end
   seen[ARGV[i]] = true
 end
-if #ids == 0 then return fail('INVALID_ACK', 'no message id given') end
+if #ids == 0 then return base.fail('INVALID_ACK', 'no message id given') end
 
 -- The first redelivery waits initialRedeliveryDelay; each later one RedeliveryPolicy's
 -- getNextRedeliveryDelay(previous): redeliveryDelay, or with exponential back-off (and a previous delay
 -- above 0, a multiplier above 1) previous x backOffMultiplier, over maximumRedeliveryDelay (-1 = none)
 -- cut back to max(maximumRedeliveryDelay, redeliveryDelay).
 local function delay_for(count)
-  local p = policy()
+  local p = base.policy()
   local step, backoff = tonumber(p['redeliveryDelay']), p['useExponentialBackOff'] == '1'
   local multiplier, cap = tonumber(p['backOffMultiplier']), tonumber(p['maximumRedeliveryDelay'])
   local delay = tonumber(p['initialRedeliveryDelay'])
@@ -43,34 +43,34 @@ local function delay_for(count)
   return math.floor(delay)
 end
 
-local max = policy_num('maximumRedeliveries')
+local max = base.policy_num('maximumRedeliveries')
 local rcv = outbox.received_upto(cid)
 local dead, later = 0, 0
 for _, id in ipairs(ids) do
-  if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > rcv then redis.call('LREM', K_COUT(cid), 1, id) end
+  if tonumber(redis.call('ZSCORE', base.K_CINF(cid), id)) > rcv then redis.call('LREM', base.K_COUT(cid), 1, id) end
   local score = lifecycle.take_inflight(cid, id)
-  local count = redis.call('HINCRBY', K_REDELIV, id, 1)
-  if c.prefetch > 0 and c.ext > 0 then c.ext = redis.call('HINCRBY', K_C(cid), 'ext', -1) end
+  local count = redis.call('HINCRBY', base.K_REDELIV, id, 1)
+  if c.prefetch > 0 and c.ext > 0 then c.ext = redis.call('HINCRBY', base.K_C(cid), 'ext', -1) end
   if poison or (max >= 0 and count > max) then
-    local blob = redis.call('HGET', K_MSGS, id)
+    local blob = redis.call('HGET', base.K_MSGS, id)
     local m = message.unpack(blob)
     lifecycle.drop_message(id)
-    meta_incr('dequeued')
+    base.meta_incr('dequeued')
     if poison then forward.dead_letter(id, m, blob, 'poison') else forward.dead_letter(id, m, blob, 'redelivery', count) end
     dead = dead + 1
   else
     local delay = delay_for(count)
-    emit('redeliver', 'msg', id, 'consumer', cid, 'redeliveries', count, 'delay', delay)
-    meta_incr('redelivered')
+    base.emit('redeliver', 'msg', id, 'consumer', cid, 'redeliveries', count, 'delay', delay)
+    base.meta_incr('redelivered')
     if delay > 0 then
-      lifecycle.park(id, NOW + delay, message.redelivery_score(score))
+      lifecycle.park(id, base.NOW + delay, message.redelivery_score(score))
     else
       message.pending_add(id, message.redelivery_score(score))
     end
     later = later + 1
   end
 end
-redis.call('HSET', K_C(cid), 'last_ack', NOW)  -- a negative ack is an ack for lastAckTime
+redis.call('HSET', base.K_C(cid), 'last_ack', base.NOW)  -- a negative ack is an ack for lastAckTime
 message.room_freed(cid)
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 return dispatch.add_tail({ dead, later, nil, nil, nil }, dispatched, more, hold)

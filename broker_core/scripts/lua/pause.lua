@@ -3,9 +3,9 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
-redis.call('HSET', K_META, 'paused', ARGV[3])
-emit(ARGV[3] == '1' and 'pause' or 'resume')
+base.NOW = tonumber(ARGV[1])
+redis.call('HSET', base.K_META, 'paused', ARGV[3])
+base.emit(ARGV[3] == '1' and 'pause' or 'resume')
 if ARGV[3] == '1' then return dispatch.add_tail({ nil, nil, nil }, 0, 0, 0) end
 message.mark_dirty()
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))

@@ -10,10 +10,10 @@
 -- Returns {removed, next cursor ('' when done), mark, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
-NOW = tonumber(ARGV[1])
-local unknown = unknown_destination()
+base.NOW = tonumber(ARGV[1])
+local unknown = base.unknown_destination()
 if unknown then return unknown end
-local mark = tonumber(ARGV[3]) or tonumber(redis.call('HGET', K_META, 'seq')) or 0
+local mark = tonumber(ARGV[3]) or tonumber(redis.call('HGET', base.K_META, 'seq')) or 0
 local budget = tonumber(ARGV[5])
 local examined, purged, cancelled = 0, 0, 0
 
@@ -27,7 +27,7 @@ local function remove(id)
   local blob, job = operator.take_out(id)
   if job then
     cancelled = cancelled + 1
-    emit('cancel', 'msg', id)
+    base.emit('cancel', 'msg', id)
   elseif blob then
     purged = purged + 1
   end
@@ -59,7 +59,7 @@ local function walk(key, tag, position, is_old, out)
 end
 
 local function parked_old(id)
-  local info = redis.call('HGET', K_PARKINFO, id)
+  local info = redis.call('HGET', base.K_PARKINFO, id)
   return info == 'job' or (info ~= false and old(info))  -- (a job: its firings are new messages)
 end
 
@@ -71,11 +71,11 @@ local function take_window(cid, ids, dseqs)
   if #ids == 0 then return end
   local received = outbox.received_upto(cid)
   for i = 1, #ids do
-    if dseqs[i] > received then redis.call('LREM', K_COUT(cid), 1, ids[i]) end  -- at the outbox's head
+    if dseqs[i] > received then redis.call('LREM', base.K_COUT(cid), 1, ids[i]) end  -- at the outbox's head
   end
-  call_many('HDEL', K_INFLIGHT, ids)
-  call_many('ZREM', K_CINF(cid), ids)
-  redis.call('HINCRBY', K_C(cid), 'n', -#ids)
+  base.call_many('HDEL', base.K_INFLIGHT, ids)
+  base.call_many('ZREM', base.K_CINF(cid), ids)
+  redis.call('HINCRBY', base.K_C(cid), 'n', -#ids)
   message.room_freed(cid)
   lifecycle.drop_messages(ids)
   purged = purged + #ids
@@ -98,10 +98,10 @@ local function in_flight(consumers, tag, hcur, from_cid, after)
           local want = math.min(100, budget - examined)
           if want == 0 then return tag .. ':' .. hcur .. ':' .. cid .. ':' .. seen end
           local low = seen == '' and '-inf' or '(' .. seen
-          local batch = redis.call('ZRANGEBYSCORE', K_CINF(cid), low, '+inf', 'WITHSCORES', 'LIMIT', 0, want)
+          local batch = redis.call('ZRANGEBYSCORE', base.K_CINF(cid), low, '+inf', 'WITHSCORES', 'LIMIT', 0, want)
           local ids = {}
           for i = 1, #batch, 2 do ids[#ids + 1] = batch[i] end
-          local where = call_many('HMGET', K_INFLIGHT, ids)  -- 'consumer|pending score'
+          local where = base.call_many('HMGET', base.K_INFLIGHT, ids)  -- 'consumer|pending score'
           local old_ids, dseqs = {}, {}
           for i = 1, #ids do
             examined = examined + 1
@@ -126,37 +126,37 @@ local phase, position = string.match(cursor, '^(%a):(.*)$')
 if cursor == '' then phase, position = 'k', '' end
 local parked, leaving = {}, {}  -- old parked messages (maybe jobs), old pending ones
 if phase == 'k' then
-  cursor = walk(K_PARKED, 'k', position, parked_old, parked)
+  cursor = walk(base.K_PARKED, 'k', position, parked_old, parked)
   if not cursor then phase, position = 'p', '' end
 end
 if phase == 'p' then
-  cursor = walk(K_PENDING, 'p', position, pending_old, leaving)
+  cursor = walk(base.K_PENDING, 'p', position, pending_old, leaving)
   if not cursor then phase, position = 'i', '0::' end
 end
 if phase == 'i' then
   local hcur, cid, after = string.match(position, '^([^:]*):([^:]*):(.*)$')
-  cursor = in_flight(K_CONSUMERS, 'i', hcur, cid, after)
+  cursor = in_flight(base.K_CONSUMERS, 'i', hcur, cid, after)
   if not cursor then phase, position = 'c', '0::' end
 end
 if phase == 'c' then
   local hcur, cid, after = string.match(position, '^([^:]*):([^:]*):(.*)$')
-  cursor = in_flight(P .. ':closing', 'c', hcur, cid, after) or ''
+  cursor = in_flight(base.P .. ':closing', 'c', hcur, cid, after) or ''
 end
 for _, id in ipairs(parked) do remove(id) end
 if #leaving > 0 then
-  call_many('ZREM', K_PENDING, leaving)
+  base.call_many('ZREM', base.K_PENDING, leaving)
   message.pass_dirty.pending = nil
   lifecycle.drop_messages(leaving)
   purged = purged + #leaving
 end
 if purged > 0 then
-  meta_incr('purged', purged)
-  meta_incr('dequeued', purged)
+  base.meta_incr('purged', purged)
+  base.meta_incr('dequeued', purged)
 end
-if cancelled > 0 then meta_incr('cancelled', cancelled) end
+if cancelled > 0 then base.meta_incr('cancelled', cancelled) end
 if purged + cancelled > 0 then
-  emit('purge', 'count', purged + cancelled)
+  base.emit('purge', 'count', purged + cancelled)
   message.reset_pass()
 end
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return dispatch.add_tail({ purged + cancelled, cursor, NOW_TEXT.num(mark), nil, nil, nil }, dispatched, more, hold)
+return dispatch.add_tail({ purged + cancelled, cursor, base.NOW_TEXT.num(mark), nil, nil, nil }, dispatched, more, hold)

@@ -5,11 +5,11 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local out = {}
 local chunk, owed = tonumber(ARGV[4]), 0
-for _, cid in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', '(' .. NOW, 'LIMIT', 0, tonumber(ARGV[3]))) do
-  local held = redis.call('ZCARD', K_CINF(cid))
+for _, cid in ipairs(redis.call('ZRANGEBYSCORE', base.K_LEASES, '-inf', '(' .. base.NOW, 'LIMIT', 0, tonumber(ARGV[3]))) do
+  local held = redis.call('ZCARD', base.K_CINF(cid))
   local closed, left = lifecycle.close_consumer(cid, 'lease_expired', chunk)
   if closed then
     out[#out + 1] = cid

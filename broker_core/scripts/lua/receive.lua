@@ -16,43 +16,43 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
-local cid, max = ARGV[3], tonumber(ARGV[4])
+base.NOW = tonumber(ARGV[1])
+local cid, max = ARGV[3], base.number(ARGV[4])
 if ARGV[8] then
-  if not redis.call('SET', K_C(cid) .. ':turn', '1', 'NX', 'PX', ARGV[8]) then return { -1 } end
-  local left = redis.call('ZCARD', K_CINF(cid))
+  if not redis.call('SET', base.K_C(cid) .. ':turn', '1', 'NX', 'PX', ARGV[8]) then return { -1 } end
+  local left = redis.call('ZCARD', base.K_CINF(cid))
   if left > 0 then return { -2, left } end
 end
 local c, lease_until = consumers.find(cid)
-if not c then return fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
-local lease = tonumber(ARGV[5])
+if not c then return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
+local lease = base.number(ARGV[5])
 if lease <= 0 then lease = tonumber(c.def.lease) or 30000 end
 message.renew_lease(cid, lease, lease_until)
 local dispatched, more, hold = 0, 0, 0
-local waiting = redis.call('LLEN', K_COUT(cid))
+local waiting = redis.call('LLEN', base.K_COUT(cid))
 if waiting < max then
   if c.prefetch == 0 and c.ext < max - waiting then
-    redis.call('HSET', K_C(cid), 'ext', max - waiting)
+    redis.call('HSET', base.K_C(cid), 'ext', max - waiting)
     message.room_freed(cid)
   end
   if c.prefetch == 0 then dispatch.receiver = cid end  -- (dispatch.lua: no wake-up for what this call hands over)
-  dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+  dispatched, more, hold = dispatch.chunk(base.number(ARGV[2]))
 end
 -- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
 local out = { nil, nil, nil, nil, nil, nil, nil }
 -- A dispatch chunk changes only a pull consumer's (prefetch 0) window, and a push its 'rcv' and 'push':
 -- `c` is still current otherwise.
 if c.prefetch == 0 or c.push > 0 then c = consumers.find(cid) end
-local after = ARGV[6] and tonumber(ARGV[6])
+local after = ARGV[6] and base.number(ARGV[6])
 local freed = false
 if after then
   out[1] = 0  -- (below)
   local again = {}
   if c.rcv > after then  -- handed over since `after`: at most a window's worth, `max` of them now
-    local scored = redis.call('ZRANGEBYSCORE', K_CINF(cid), '(' .. NOW_TEXT.num(after), NOW_TEXT.num(c.rcv),
-                              'WITHSCORES', 'LIMIT', 0, NOW_TEXT.num(max))
+    local scored = redis.call('ZRANGEBYSCORE', base.K_CINF(cid), '(' .. base.NOW_TEXT.num(after), base.NOW_TEXT.num(c.rcv),
+                              'WITHSCORES', 'LIMIT', 0, base.NOW_TEXT.num(max))
     for i = 1, #scored, 2 do again[#again + 1] = scored[i] end
-    if #again > 0 then out[1] = tonumber(scored[#scored]) end
+    if #again > 0 then out[1] = base.number(scored[#scored]) end
   end
   if #again > 0 then freed = outbox.hand_over(c, again, out, false) end
   if #again < max then
@@ -61,12 +61,12 @@ if after then
     out[1] = c.rcv
   end
   -- armed for pushes only with nothing waiting in the outbox (outbox.push_armed: armed means the outbox is empty)
-  local push = tonumber(ARGV[7]) or 0
+  local push = base.number(ARGV[7]) or 0
   if push > 0 and c.prefetch > 0 and c.def.notify and #out < 1 + 4 * max
-     and redis.call('LLEN', K_COUT(cid)) == 0 then
-    redis.call('HSET', K_C(cid), 'push', NOW_TEXT.num(push))
+     and redis.call('LLEN', base.K_COUT(cid)) == 0 then
+    redis.call('HSET', base.K_C(cid), 'push', base.NOW_TEXT.num(push))
   elseif c.push > 0 then
-    redis.call('HSET', K_C(cid), 'push', '0')
+    redis.call('HSET', base.K_C(cid), 'push', '0')
   end
 else
   local _
@@ -74,10 +74,10 @@ else
 end
 if freed then  -- another chunk: handing messages over freed room (acknowledged, or expired on the way)
   local more_dispatched
-  more_dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+  more_dispatched, more, hold = dispatch.chunk(base.number(ARGV[2]))
   dispatched = dispatched + more_dispatched
 end
-if dispatch.woken_later and c.def.notify and redis.call('LLEN', K_COUT(cid)) > 0 then
+if dispatch.woken_later and c.def.notify and redis.call('LLEN', base.K_COUT(cid)) > 0 then
   redis.call('PUBLISH', c.def.notify, cid)  -- dispatched to it beyond what it took: the skipped wake-up
 end
 dispatch.add_tail(out, dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)

@@ -4,25 +4,25 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
-local unknown = unknown_destination()
+base.NOW = tonumber(ARGV[1])
+local unknown = base.unknown_destination()
 if unknown then return unknown end
 local removed = 0
 local function remove(id)
   local blob, job = operator.take_out(id)
   if job then
     removed = removed + 1
-    meta_incr('cancelled')
-    emit('cancel', 'msg', id)
+    base.meta_incr('cancelled')
+    base.emit('cancel', 'msg', id)
   elseif blob then
     removed = removed + 1
-    meta_incr('purged')
-    meta_incr('dequeued')
+    base.meta_incr('purged')
+    base.meta_incr('dequeued')
   end
 end
 for i = 4, #ARGV do remove(ARGV[i]) end
-if removed > 0 then emit('remove', 'msg', ARGV[4], 'count', removed) end
+if removed > 0 then base.emit('remove', 'msg', ARGV[4], 'count', removed) end
 message.reset_pass()
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-local left = redis.call('ZCARD', K_PENDING) + redis.call('HLEN', K_INFLIGHT) + redis.call('ZCARD', K_PARKED)
+local left = redis.call('ZCARD', base.K_PENDING) + redis.call('HLEN', base.K_INFLIGHT) + redis.call('ZCARD', base.K_PARKED)
 return dispatch.add_tail({ removed, left, nil, nil, nil }, dispatched, more, hold)

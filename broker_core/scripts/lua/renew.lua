@@ -2,10 +2,10 @@
 --@include base
 --@include message
 --@allow-oom
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local missing = {}
 for i = 3, #ARGV do
-  if redis.call('ZSCORE', K_LEASES, ARGV[i]) then
+  if redis.call('ZSCORE', base.K_LEASES, ARGV[i]) then
     message.renew_lease(ARGV[i], tonumber(ARGV[2]))
   else
     missing[#missing + 1] = ARGV[i]

@@ -5,7 +5,7 @@
 -- (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local returned, owed = lifecycle.return_owed(tonumber(ARGV[3]))
 local dispatched, more, hold = 0, 0, 0
 if returned > 0 or owed == 0 then dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2])) end

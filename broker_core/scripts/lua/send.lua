@@ -17,7 +17,7 @@
 --@include base
 --@include dispatch
 --@include virtual
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local budget = tonumber(ARGV[2])
 if not budget then  -- '<budget>~<channel>'
   local tilde = string.find(ARGV[2], '~', 1, true)
@@ -25,12 +25,19 @@ if not budget then  -- '<budget>~<channel>'
 end
 -- the origin may carry a routing plan (includes/virtual.lua): copies for other destinations.
 local origin, plan = virtual.split_origin(ARGV[3])
-local missing = require_destination()
+local missing = base.require_destination()
 if missing then return missing end
 local unpacked = message.unpack_send(ARGV, origin, 2)
 if unpacked.err then return unpacked end
 -- 'check': a batch sent in parts has every part's limits checked before the first is stored (operations.py)
 if origin == 'check' then return { '' } end
+-- What the stored messages add to the destination is written once after the loop, not per message: the
+-- messages, their pending and audit entries, the sequence and enqueued counters, and (with no routing
+-- plan, whose copies check the usage as they go) the memory charged. The counters are read here with the
+-- memory floor (flow.lua flow.message_charge), which the flow check below needs first: one read for both
+-- (and the memory held, 'mem', for the write after the loop).
+local counts = redis.call('HMGET', base.K_META, 'seq', 'enqueued', 'cursor', 'memmin', 'mem')
+flow.floor_read(counts[4])  -- (a queue: its meta hash is the one flow charges, flow.meta_key)
 local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
 if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (a transacted send)
   local need = 0
@@ -38,43 +45,53 @@ if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (
   local full = flow.memory_refusal(need, plan)
   if full then
     if origin == 'producer' then  -- counted and logged once per send, not per retry
-      meta_incr('blocked_sends')
-      emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
+      base.meta_incr('blocked_sends')
+      base.emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
     end
     -- [7] what the refused check needed, [8] 1: the full one drops copies instead (dropOnResourceLimit)
     return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7], full[8] }
   end
   if origin == 'probe' then flow.reserve(need) return { '' } end  -- held until commit (flow.lua)
 end
-local audit = policy_flag('enableAudit')
-local audit_depth = policy_num('maxQueueAuditDepth')
+local audit = base.policy_flag('enableAudit')
+local audit_depth = base.policy_num('maxQueueAuditDepth')
 -- (made at the size one message's reply takes: a table that grows is rebuilt at each power of two)
 local out = { nil, nil, nil, nil }
 -- What the messages were before this send: an id still stored (or kept as a repeating job), or enqueued
 -- within the audit window, is a duplicate (§12). Read with one command per key for all the messages; for
--- one message (a producer's usual send) with the same three commands and no tables.
+-- one message (a producer's usual send) with the same three commands and no tables. A single message that
+-- can only be stored here (not expired, not a repeating job, no routing plan) is stored by its check:
+-- HSETNX stores it unless its id is stored already (`stored_early`; nothing else is written before it).
 local single = #ARGV == 5
 local was_stored, was_job, was_audited, duplicate_one
+local stored_early = false
 if single then
-  local id = ARGV[4]
-  duplicate_one = redis.call('HEXISTS', K_MSGS, id) == 1 or redis.call('HEXISTS', K_SCHED, id) == 1
-                  or (audit and redis.call('ZSCORE', K_AUDIT, id)) or false
+  local id, m = ARGV[4], unpacked[4]
+  duplicate_one = redis.call('HEXISTS', base.K_SCHED, id) == 1
+                  or (audit and redis.call('ZSCORE', base.K_AUDIT, id)) or false
+  if not duplicate_one then
+    if not plan and not message.is_expired(m) and (tonumber(m[message.REPEAT]) or 0) <= 0 then
+      stored_early = redis.call('HSETNX', base.K_MSGS, id, ARGV[5]) == 1
+      duplicate_one = not stored_early
+    else
+      duplicate_one = redis.call('HEXISTS', base.K_MSGS, id) == 1
+    end
+  end
 else
   local ids = {}
   for i = 4, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
-  was_stored = call_many('HMGET', K_MSGS, ids)
-  was_job = call_many('HMGET', K_SCHED, ids)
-  was_audited = audit and call_many('ZMSCORE', K_AUDIT, ids)
+  was_stored = base.call_many('HMGET', base.K_MSGS, ids)
+  was_job = base.call_many('HMGET', base.K_SCHED, ids)
+  was_audited = audit and base.call_many('ZMSCORE', base.K_AUDIT, ids)
 end
 -- ids this send stored, or kept as a job: the same id again in one send is a duplicate
 local now_stored = not single and {} or nil
--- What the stored messages add to the destination is written once after the loop, not per message: the
--- messages, their pending and audit entries, the sequence and enqueued counters, and (with no routing
--- plan, whose copies check the usage as they go) the memory charged.
-local counts = redis.call('HMGET', K_META, 'seq', 'enqueued', 'cursor')
-local seq = tonumber(counts[1]) or 0
+local seq = base.number(counts[1]) or 0
 local first_seq = seq
 local stored, charged, lowest = 0, 0, nil
+-- whether every message was stored or a duplicate: then nothing in the loop changed the memory held
+-- ('mem', read above), and the charge goes in the counters' write
+local only_kept = true
 -- (field, value ... for one HSET; score, member ... for ZADD: made at the size one message takes)
 local msgs, pending, audited = { nil, nil }, { nil, nil }, { nil, nil }
 -- what the loop reads for each message, as locals: a module's field read per message costs instructions
@@ -82,6 +99,7 @@ local msgs, pending, audited = { nil, nil }, { nil, nil }, { nil, nil }
 local is_expired, pending_score, fresh = message.is_expired, message.pending_score, message.fresh
 local PRIORITY, GROUP, PERSISTENT = message.PRIORITY, message.GROUP, message.PERSISTENT
 local DELAY, PERIOD, REPEAT = message.DELAY, message.PERIOD, message.REPEAT
+local num, emit_message = base.NOW_TEXT.num, base.emit_message
 for i = 4, #ARGV, 2 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
   local k = (i - 2) / 2
@@ -89,12 +107,13 @@ for i = 4, #ARGV, 2 do
   if single then duplicate = duplicate_one
   else duplicate = was_stored[k] or was_job[k] or (audit and was_audited[k]) or now_stored[id] end
   if duplicate then
-    meta_incr('duplicates')
-    emit('duplicate', 'msg', id)
+    base.meta_incr('duplicates')
+    base.emit('duplicate', 'msg', id)
     out[#out + 1] = 'duplicate'
   elseif is_expired(m) then
     -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
-    meta_incr('expired_on_arrival')
+    only_kept = false
+    base.meta_incr('expired_on_arrival')
     -- the Expired advisory carries a copy
     emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
@@ -104,57 +123,67 @@ for i = 4, #ARGV, 2 do
     -- ActiveMQ's scheduler re-sends every repeat to the destination: lifecycle.lua fire_scheduled).
     -- No NoConsumer check here: SchedulerBroker.send keeps the job and does not pass the message on to
     -- the queue (no Queue.messageSent); each firing is checked (fire_scheduled).
-    lifecycle.schedule_job(id, blob, m, NOW + (tonumber(m[DELAY]) or 0), plan)
+    only_kept = false
+    lifecycle.schedule_job(id, blob, m, base.NOW + (tonumber(m[DELAY]) or 0), plan)
     if now_stored then now_stored[id] = true end
     if audit then
-      audited[#audited + 1] = NOW_TEXT.num(seq)
+      audited[#audited + 1] = num(seq)
       audited[#audited + 1] = id
     end
-    emit('schedule', 'msg', id, 'at', NOW + (tonumber(m[DELAY]) or 0), 'period', m[PERIOD],
+    base.emit('schedule', 'msg', id, 'at', base.NOW + (tonumber(m[DELAY]) or 0), 'period', m[PERIOD],
          'repeat', m[REPEAT])
     out[#out + 1] = 'scheduled'
   elseif not virtual.route(id, blob, m, plan) then
     -- copies recorded for the plan's targets (in the call above); nothing is kept here.
+    only_kept = false
     out[#out + 1] = 'forwarded'
   else
     seq = seq + 1
     stored = stored + 1
     if now_stored then now_stored[id] = true end
-    msgs[#msgs + 1], msgs[#msgs + 2] = id, blob
+    if not stored_early then msgs[#msgs + 1], msgs[#msgs + 2] = id, blob end
     fresh[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
     if plan then flow.memory_charge(#blob) else charged = charged + flow.message_charge(#blob) end  -- includes/flow.lua
     if audit then
-      audited[#audited + 1] = NOW_TEXT.num(seq)
+      audited[#audited + 1] = num(seq)
       audited[#audited + 1] = id
     end
     local delay = tonumber(m[DELAY]) or 0
     local score = pending_score(seq, m[PRIORITY])
     if delay > 0 then
-      lifecycle.park(id, NOW + delay, score)
-      emit('schedule', 'msg', id, 'at', NOW + delay)
+      lifecycle.park(id, base.NOW + delay, score)
+      base.emit('schedule', 'msg', id, 'at', base.NOW + delay)
     else
-      pending[#pending + 1], pending[#pending + 2] = NOW_TEXT.num(score), id
+      pending[#pending + 1], pending[#pending + 2] = num(score), id
       if not lowest or score < lowest then lowest = score end
     end
-    -- (not in K_MSGS yet: written after the loop)
-    emit_message(blob, 'enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[PRIORITY] or 4),
-                 'group', m[GROUP] or '', 'size', NOW_TEXT.num(#blob))
+    -- (not in K_MSGS yet but stored early: written after the loop)
+    emit_message(blob, 'enqueue', 'msg', id, 'priority', num(m[PRIORITY] or 4),
+                 'group', m[GROUP] or '', 'size', num(#blob))
     advisory.no_consumer(id, blob, m[PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     out[#out + 1] = 'ok'
   end
 end
 if stored > 0 then
-  call_many('HSET', K_MSGS, msgs)
-  redis.call('HSET', K_META, 'seq', NOW_TEXT.num(seq), 'enqueued', NOW_TEXT.num((tonumber(counts[2]) or 0) + stored))
+  if #msgs > 0 then base.call_many('HSET', base.K_MSGS, msgs) end
+  local enqueued = num((base.number(counts[2]) or 0) + stored)
+  if charged > 0 and only_kept then  -- (flow.memory_add's two increments: this one as a value)
+    redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', enqueued,
+               'mem', num((base.number(counts[5]) or 0) + charged))
+    flow.usage_add(charged)
+    charged = 0
+  else
+    redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', enqueued)
+  end
 end
 if lowest then message.pending_add_many(pending, lowest, counts[3]) end
 if #audited > 0 then
-  call_many('ZADD', K_AUDIT, audited)
+  base.call_many('ZADD', base.K_AUDIT, audited)
   -- trimmed to its depth each time the sequence passes a multiple of 64, the oldest ids first, at most
   -- 1,024 of them a time (a lowered maxQueueAuditDepth shrinks it over later sends, each call bounded)
   if audit and math.floor(seq / 64) > math.floor(first_seq / 64) then
-    local over = redis.call('ZCARD', K_AUDIT) - audit_depth
-    if over > 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, math.min(over, 1024) - 1) end
+    local over = redis.call('ZCARD', base.K_AUDIT) - audit_depth
+    if over > 0 then redis.call('ZREMRANGEBYRANK', base.K_AUDIT, 0, math.min(over, 1024) - 1) end
   end
 end
 if charged > 0 then flow.memory_add(charged) end

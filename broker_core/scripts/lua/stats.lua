@@ -3,22 +3,22 @@
 -- consumers: per consumer id, definition, counters (flat), lease, undelivered, {memoryLimit, broker limit}}.
 --@include base
 --@allow-oom
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local out = {
-  redis.call('HGETALL', K_META), redis.call('ZCARD', K_PENDING), redis.call('HLEN', K_INFLIGHT),
-  redis.call('HLEN', K_GROUPS), redis.call('ZCARD', K_PARKED), redis.call('HLEN', K_FWD),
+  redis.call('HGETALL', base.K_META), redis.call('ZCARD', base.K_PENDING), redis.call('HLEN', base.K_INFLIGHT),
+  redis.call('HLEN', base.K_GROUPS), redis.call('ZCARD', base.K_PARKED), redis.call('HLEN', base.K_FWD),
 }
 local consumers = {}
-for _, cid in ipairs(redis.call('LRANGE', K_CORDER, 0, -1)) do
+for _, cid in ipairs(redis.call('LRANGE', base.K_CORDER, 0, -1)) do
   consumers[#consumers + 1] = cid
-  consumers[#consumers + 1] = redis.call('HGET', K_CONSUMERS, cid) or ''
-  consumers[#consumers + 1] = redis.call('HGETALL', K_C(cid))
-  consumers[#consumers + 1] = tostring(redis.call('ZSCORE', K_LEASES, cid) or '')
-  consumers[#consumers + 1] = redis.call('LLEN', K_COUT(cid))
+  consumers[#consumers + 1] = redis.call('HGET', base.K_CONSUMERS, cid) or ''
+  consumers[#consumers + 1] = redis.call('HGETALL', base.K_C(cid))
+  consumers[#consumers + 1] = tostring(redis.call('ZSCORE', base.K_LEASES, cid) or '')
+  consumers[#consumers + 1] = redis.call('LLEN', base.K_COUT(cid))
 end
 out[#out + 1] = consumers
 -- the limits in force for memory usage (includes/flow.lua): memoryLimit, and the broker's limit.
-out[#out + 1] = { redis.call('HGET', K_POLICY, 'memoryLimit') or '0', redis.call('HGET', flow.usage, 'limit') or '' }
+out[#out + 1] = { redis.call('HGET', base.K_POLICY, 'memoryLimit') or '0', redis.call('HGET', flow.usage, 'limit') or '' }
 -- the bounded structures beside the messages: the event stream's length, the duplicate audit's size
-out[#out + 1] = { redis.call('XLEN', K_EVENTS), redis.call('ZCARD', K_AUDIT) }
+out[#out + 1] = { redis.call('XLEN', base.K_EVENTS), redis.call('ZCARD', base.K_AUDIT) }
 return out

@@ -9,7 +9,7 @@
 -- unknown: reading it would pass the call's OLDEST_BYTES).
 --@include base
 --@allow-oom
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local want_oldest = ARGV[2] == '1'
 
 -- Scores are the broker sequence (a returned message's minus 2^45), or with prioritizedMessages

@@ -6,18 +6,18 @@
 --@include base
 --@include dispatch
 --@allow-oom
-NOW = tonumber(ARGV[1])
-if redis.call('EXISTS', K_META) == 0 then return dispatch.add_tail({ 0, 0, 1, nil, nil, nil }, 0, 0, 0) end  -- deleted meanwhile: nothing to do
-if redis.call('HGET', K_META, 'paused') == '1' then return dispatch.add_tail({ 0, 0, 1, nil, nil, nil }, 0, 0, 0) end
-local cursor = redis.call('HGET', K_META, 'sweep_cursor') or ''
+base.NOW = tonumber(ARGV[1])
+if redis.call('EXISTS', base.K_META) == 0 then return dispatch.add_tail({ 0, 0, 1, nil, nil, nil }, 0, 0, 0) end  -- deleted meanwhile: nothing to do
+if redis.call('HGET', base.K_META, 'paused') == '1' then return dispatch.add_tail({ 0, 0, 1, nil, nil, nil }, 0, 0, 0) end
+local cursor = redis.call('HGET', base.K_META, 'sweep_cursor') or ''
 local lower = '-inf'
 if cursor ~= '' then lower = '(' .. cursor end
-local page = policy_num('maxExpirePageSize')
-local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, page)
+local page = base.policy_num('maxExpirePageSize')
+local batch = redis.call('ZRANGEBYSCORE', base.K_PENDING, lower, '+inf', 'WITHSCORES', 'LIMIT', 0, page)
 local expired = 0
 for i = 1, #batch, 2 do
   local id = batch[i]
-  local blob = redis.call('HGET', K_MSGS, id)
+  local blob = redis.call('HGET', base.K_MSGS, id)
   if blob then
     local m = message.unpack(blob)
     if message.is_expired(m) then
@@ -28,6 +28,6 @@ for i = 1, #batch, 2 do
 end
 local done = #batch / 2 < page
 if done then cursor = '' else cursor = batch[#batch] end
-redis.call('HSET', K_META, 'sweep_cursor', cursor)
-if expired > 0 then emit('sweep', 'examined', #batch / 2, 'expired', expired) end
+redis.call('HSET', base.K_META, 'sweep_cursor', cursor)
+if expired > 0 then base.emit('sweep', 'examined', #batch / 2, 'expired', expired) end
 return dispatch.add_tail({ #batch / 2, expired, done and 1 or 0, nil, nil, nil }, 0, forward.with_flag(0), lifecycle.next_unpark())

@@ -16,18 +16,18 @@
 --@include base
 --@include topic
 --@allow-oom
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 local op = ARGV[2]
-local topic_uri = redis.call('HGET', TP .. ':meta', 'uri')
+local topic_uri = redis.call('HGET', base.TP .. ':meta', 'uri')
 if op == 'unsubscribe' then
   local key, client, name = ARGV[3], ARGV[4], ARGV[5]
-  if not redis.call('HGET', TP .. ':subs', key) then
-    return fail('NO_SUBSCRIPTION', 'No durable subscription exists for clientID: ' .. client ..
+  if not redis.call('HGET', base.TP .. ':subs', key) then
+    return base.fail('NO_SUBSCRIPTION', 'No durable subscription exists for clientID: ' .. client ..
                 ' and subscriptionName: ' .. name)
   end
   topic.switch(key)
-  if (redis.call('HGET', K_META, 'active') or '') ~= '' then
-    return fail('DURABLE_IN_USE', 'Durable consumer is in use')
+  if (redis.call('HGET', base.K_META, 'active') or '') ~= '' then
+    return base.fail('DURABLE_IN_USE', 'Durable consumer is in use')
   end
   topic.unregister(topic_uri)
   return lifecycle.remove_subscription('unsubscribed')
@@ -35,10 +35,10 @@ elseif op == 'release' then
   local key, field, uri = ARGV[3], ARGV[4], ARGV[5]
   if redis.call('HGET', topic.registry, field) ~= uri then return 0 end
   local dropped = 0
-  if redis.call('HGET', TP .. ':subs', key) then
+  if redis.call('HGET', base.TP .. ':subs', key) then
     topic.switch(key)
-    if (redis.call('HGET', K_META, 'active') or '') ~= '' then
-      return fail('DURABLE_IN_USE', 'Durable consumer is in use')
+    if (redis.call('HGET', base.K_META, 'active') or '') ~= '' then
+      return base.fail('DURABLE_IN_USE', 'Durable consumer is in use')
     end
     dropped = lifecycle.remove_subscription('changed')
   end
@@ -50,9 +50,9 @@ elseif op == 'expire_offline' then
   for _, s in ipairs(topic.subscriptions()) do
     if s.def.durable then
       topic.switch(s.key)
-      local state = redis.call('HMGET', K_META, 'active', 'offline_since')
+      local state = redis.call('HMGET', base.K_META, 'active', 'offline_since')
       local since = tonumber(state[2] or '')
-      if (state[1] or '') == '' and since and NOW - since >= timeout then
+      if (state[1] or '') == '' and since and base.NOW - since >= timeout then
         topic.unregister(topic_uri)
         lifecycle.remove_subscription('offline_timeout')
         removed[#removed + 1] = s.key
@@ -83,8 +83,8 @@ elseif op == 'delete' then
     topic.switch(nil)
   end
   -- what they held goes with the topic's messages (destination_delete.lua), not released one by one
-  for _, key in ipairs(redis.call('SMEMBERS', TP .. ':ended')) do redis.call('UNLINK', key) end
-  redis.call('UNLINK', TP .. ':ended')
+  for _, key in ipairs(redis.call('SMEMBERS', base.TP .. ':ended')) do redis.call('UNLINK', key) end
+  redis.call('UNLINK', base.TP .. ':ended')
   topic.recovery_release_all()
   return 1
 elseif op == 'drop_idle' then

@@ -9,11 +9,11 @@
 --@include base
 --@include topic
 --@include fanout
-NOW = tonumber(ARGV[1])
-local missing = require_destination()
+base.NOW = tonumber(ARGV[1])
+local missing = base.require_destination()
 if missing then return missing end
 local touched, order = {}, {}
 local finished = fanout.run(touched, order)
 local dispatched, flags, hold, more_keys = topic.deliver(touched, order, tonumber(ARGV[2]))
 flags = forward.with_flag(flags)
-return dispatch.add_tail({ finished, redis.call('LLEN', TP .. ':fanout'), nil, nil, nil }, dispatched, flags, hold, more_keys)
+return dispatch.add_tail({ finished, redis.call('LLEN', base.TP .. ':fanout'), nil, nil, nil }, dispatched, flags, hold, more_keys)

@@ -13,18 +13,18 @@
 --@include topic
 --@include virtual
 --@include fanout
-NOW = tonumber(ARGV[1])
+base.NOW = tonumber(ARGV[1])
 -- the origin may carry a routing plan (includes/virtual.lua): composite topics,
 -- virtual topics' consumer queues. Copies are recorded in the same step; operations.forward delivers them.
 local origin, plan = virtual.split_origin(ARGV[3])
-local missing = require_destination()
+local missing = base.require_destination()
 if missing then return missing end
 local unpacked = message.unpack_send(ARGV, origin, 4)
 if unpacked.err then return unpacked end
 for i = 4, #ARGV, 4 do
   local id, m = ARGV[i], unpacked[i]
   if (tonumber(m[message.REPEAT]) or 0) > 0 then
-    return fail('TOPIC_REPEAT', 'message ' .. id .. ': repeating scheduled messages (AMQ_SCHEDULED_REPEAT) '
+    return base.fail('TOPIC_REPEAT', 'message ' .. id .. ': repeating scheduled messages (AMQ_SCHEDULED_REPEAT) '
       .. 'are not supported on topics; send it to a queue or without a repeat')
   end
 end
@@ -35,16 +35,16 @@ if origin == 'producer' or origin == 'retry' then  -- producer flow control, as 
   local full = flow.memory_refusal(need, plan)  -- the copies' targets count (flow.lua)
   if full then
     if origin == 'producer' then
-      meta_incr('blocked_sends')
-      emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
+      base.meta_incr('blocked_sends')
+      base.emit('full', 'scope', full[1], 'used', full[2], 'limit', full[3], 'need', need)
     end
     -- [7] what the refused check needed, [8] 1: the full one drops copies instead (dropOnResourceLimit)
     return { '', 'full', full[1], full[2], full[3], full[4], full[5], need, full[6], full[7], full[8] }
   end
 end
 
-local audit = policy_flag('enableAudit')
-local audit_depth = policy_num('maxQueueAuditDepth')
+local audit = base.policy_flag('enableAudit')
+local audit_depth = base.policy_num('maxQueueAuditDepth')
 local subs = topic.subscriptions()
 -- Wildcard subscriptions (includes/wildcard.lua): the registered patterns matching this topic and their
 -- subscriptions, read in this step; an accepted message owes a copy to each pattern one of whose
@@ -60,28 +60,28 @@ local deferring = fanout.waiting()
 local out = {}
 for i = 4, #ARGV, 4 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
-  if redis.call('HEXISTS', K_MSGS, id) == 1 or (audit and redis.call('ZSCORE', K_AUDIT, id)) then
-    meta_incr('duplicates')
-    emit('duplicate', 'msg', id)
+  if redis.call('HEXISTS', base.K_MSGS, id) == 1 or (audit and redis.call('ZSCORE', base.K_AUDIT, id)) then
+    base.meta_incr('duplicates')
+    base.emit('duplicate', 'msg', id)
     out[#out + 1] = 'duplicate'
   elseif message.is_expired(m) then
-    meta_incr('expired_on_arrival')
+    base.meta_incr('expired_on_arrival')
     -- the Expired advisory carries a copy, as send.lua's
-    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
+    base.emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif not virtual.route(id, blob, m, plan) then
     out[#out + 1] = 'forwarded'  -- a forward-only composite topic keeps nothing
   else
-    local seq = meta_incr('seq')
+    local seq = base.meta_incr('seq')
     if audit then
-      redis.call('ZADD', K_AUDIT, seq, id)
+      redis.call('ZADD', base.K_AUDIT, seq, id)
       if seq % 64 == 0 then  -- trimmed to its depth, at most 1,024 ids a time (send.lua)
-        local over = redis.call('ZCARD', K_AUDIT) - audit_depth
-        if over > 0 then redis.call('ZREMRANGEBYRANK', K_AUDIT, 0, math.min(over, 1024) - 1) end
+        local over = redis.call('ZCARD', base.K_AUDIT) - audit_depth
+        if over > 0 then redis.call('ZREMRANGEBYRANK', base.K_AUDIT, 0, math.min(over, 1024) - 1) end
       end
     end
-    meta_incr('enqueued')
+    base.meta_incr('enqueued')
     if not wild.is_pattern then topic.recovery_add(id, ARGV[i + 3] ~= '' and ARGV[i + 3] or blob, seq, ARGV[i + 2]) end
     local matched, view, rest = {}, nil, deferring and 1 or nil
     if not deferring then
@@ -106,29 +106,29 @@ for i = 4, #ARGV, 4 do
     if copies > 0 then
       wildcard.record(id, blob, wild.uri, takers)
       forward.n = forward.n + copies  -- includes/forward.lua: flag 2, the caller delivers them now
-      for _, pattern in ipairs(takers) do emit('forward', 'msg', id, 'target', 'topic://' .. pattern) end
+      for _, pattern in ipairs(takers) do base.emit('forward', 'msg', id, 'target', 'topic://' .. pattern) end
     end
     if rest then
       -- stored now, its events written when its fan-out is done (fanout.finish)
       fanout.defer(id, blob, seq, matched, subs, rest, copies)
     elseif #matched == 0 and copies == 0 then
       -- Topic.onMessageWithNoConsumers: nobody, exact or wildcard, takes it, so it is not stored.
-      meta_incr('no_subscription')
-      emit('no_subscription', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'size', NOW_TEXT.num(#blob))
+      base.meta_incr('no_subscription')
+      base.emit('no_subscription', 'msg', id, 'priority', base.NOW_TEXT.num(m[message.PRIORITY] or 4), 'size', base.NOW_TEXT.num(#blob))
       advisory.no_consumer(id, blob, m[message.PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     elseif #matched == 0 then
       -- only wildcard subscriptions take it: their copies hold it, nothing is stored here
-      emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob),
+      base.emit('enqueue', 'msg', id, 'priority', base.NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', base.NOW_TEXT.num(#blob),
            'subscriptions', 0, 'wildcards', copies)
     else
       topic.store(id, blob, #matched, seq)
     end
     if not rest and #matched > 0 then
       if copies == 0 then
-        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob),
+        base.emit('enqueue', 'msg', id, 'priority', base.NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', base.NOW_TEXT.num(#blob),
              'subscriptions', #matched)
       else
-        emit('enqueue', 'msg', id, 'priority', NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', NOW_TEXT.num(#blob),
+        base.emit('enqueue', 'msg', id, 'priority', base.NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', base.NOW_TEXT.num(#blob),
              'subscriptions', #matched, 'wildcards', copies)
       end
     end

@@ -15,8 +15,8 @@
 --@include dispatch
 --@include topic
 --@allow-oom
-NOW = tonumber(ARGV[1])
-local missing = require_destination()
+base.NOW = tonumber(ARGV[1])
+local missing = base.require_destination()
 if missing then return missing end
 local cid, packed, lease_ms, requested = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local key, sub_packed, retroactive = ARGV[7], ARGV[8], ARGV[9] == '1'
@@ -25,13 +25,13 @@ local reg_field, uri = ARGV[12], ARGV[13]
 local sub_def = cmsgpack.unpack(sub_packed)
 local durable = sub_def.durable == true
 
-if redis.call('HEXISTS', TP .. ':subof', cid) == 1 then
-  return fail('CONSUMER_EXISTS', 'consumer ' .. cid .. ' is already registered on this destination')
+if redis.call('HEXISTS', base.TP .. ':subof', cid) == 1 then
+  return base.fail('CONSUMER_EXISTS', 'consumer ' .. cid .. ' is already registered on this destination')
 end
 local state = 'existing'
-local existing = redis.call('HGET', TP .. ':subs', key)
+local existing = redis.call('HGET', base.TP .. ':subs', key)
 if existing and not durable then
-  return fail('CONSUMER_EXISTS', 'consumer ' .. cid .. ' is already registered on this destination')
+  return base.fail('CONSUMER_EXISTS', 'consumer ' .. cid .. ' is already registered on this destination')
 end
 if durable then
   -- One durable key, one topic (§7.4): registered elsewhere, that subscription must go first.
@@ -40,13 +40,13 @@ if durable then
 end
 if existing then
   topic.switch(key)
-  if (redis.call('HGET', K_META, 'active') or '') ~= '' then
-    return fail('DURABLE_IN_USE', 'Durable consumer is in use for client: ' .. client ..
+  if (redis.call('HGET', base.K_META, 'active') or '') ~= '' then
+    return base.fail('DURABLE_IN_USE', 'Durable consumer is in use for client: ' .. client ..
                 ' and subscriptionName: ' .. name)
   end
   -- its last consumer, under this id, still has messages being returned: the caller returns them
   -- (return_owed.lua) and asks again (consumer_add.lua does the same)
-  if redis.call('HEXISTS', P .. ':closing', cid) == 1 then return { 'closing' } end
+  if redis.call('HEXISTS', base.P .. ':closing', cid) == 1 then return { 'closing' } end
   local old = cmsgpack.unpack(existing)
   if (old.selector_text or '') ~= (sub_def.selector_text or '') or (old.nolocal == true) ~= (sub_def.nolocal == true) then
     lifecycle.remove_subscription('changed')  -- TopicRegion.hasDurableSubChanged: a new subscription replaces it
@@ -56,7 +56,7 @@ if existing then
     -- The same selector compiled by another version of the parser (since version 2 its patterns are
     -- automata, which the evaluator needs): the subscription stays, with the new compiled form.
     old.selector = sub_def.selector
-    redis.call('HSET', TP .. ':subs', key, cmsgpack.pack(old))
+    redis.call('HSET', base.TP .. ':subs', key, cmsgpack.pack(old))
   end
   topic.switch(nil)
 end
@@ -66,15 +66,15 @@ if durable then redis.call('HSET', topic.registry, reg_field, uri) end
 wildcard.mark(true)
 if not existing then
   if state ~= 'changed' then state = 'new' end
-  redis.call('HSET', TP .. ':subs', key, sub_packed)
-  redis.call('RPUSH', TP .. ':sorder', key)
+  redis.call('HSET', base.TP .. ':subs', key, sub_packed)
+  redis.call('RPUSH', base.TP .. ':sorder', key)
   topic.switch(key)
-  redis.call('HSET', K_META, 'uri', redis.call('HGET', TP .. ':meta', 'uri') or '', 'created', NOW,
-             'replay_upto', redis.call('HGET', TP .. ':meta', 'seq') or 0,
+  redis.call('HSET', base.K_META, 'uri', redis.call('HGET', base.TP .. ':meta', 'uri') or '', 'created', base.NOW,
+             'replay_upto', redis.call('HGET', base.TP .. ':meta', 'seq') or 0,
              'durable', durable and '1' or '0', 'client', client, 'name', name,
              'selector', sub_def.selector_text or '', 'nolocal', sub_def.nolocal and '1' or '0',
              'regfield', durable and reg_field or '')
-  emit('subscription_add', 'durable', durable and 1 or 0, 'client', client, 'name', name,
+  base.emit('subscription_add', 'durable', durable and 1 or 0, 'client', client, 'name', name,
        'selector', sub_def.selector_text or '')
 else
   topic.switch(key)
@@ -90,23 +90,23 @@ elseif requested < 0 or requested == 32767 then
   prefetch = tonumber(pol['topicPrefetch'])
 end
 
-redis.call('HSET', K_CONSUMERS, cid, packed)
+redis.call('HSET', base.K_CONSUMERS, cid, packed)
 consumers.gmap.forget_priorities()
-redis.call('HSET', K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'acked', 0, 'added', NOW,
+redis.call('HSET', base.K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0, 'acked', 0, 'added', base.NOW,
            'prefetch', prefetch)
-redis.call('ZADD', K_LEASES, NOW + lease_ms, cid)
-due_at(P, NOW + lease_ms + 1)  -- the reaper's visit when it lapses
-redis.call('RPUSH', K_CORDER, cid)
-redis.call('HSET', K_META, 'active', cid)
-redis.call('HDEL', K_META, 'offline_since')
-redis.call('HSET', TP .. ':subof', cid, key)
-redis.call('HDEL', TP .. ':aborted', cid)  -- a reused id does not inherit an old abort notice
-redis.call('ZREM', TP .. ':aborted:at', cid)
+redis.call('ZADD', base.K_LEASES, base.NOW + lease_ms, cid)
+base.due_at(base.P, base.NOW + lease_ms + 1)  -- the reaper's visit when it lapses
+redis.call('RPUSH', base.K_CORDER, cid)
+redis.call('HSET', base.K_META, 'active', cid)
+redis.call('HDEL', base.K_META, 'offline_since')
+redis.call('HSET', base.TP .. ':subof', cid, key)
+redis.call('HDEL', base.TP .. ':aborted', cid)  -- a reused id does not inherit an old abort notice
+redis.call('ZREM', base.TP .. ':aborted:at', cid)
 message.consumer_joined(cid)
 local def = cmsgpack.unpack(packed)
-emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', 0, 'prefetch', prefetch,
+base.emit('consumer_add', 'consumer', cid, 'priority', def.priority or 0, 'exclusive', 0, 'prefetch', prefetch,
      'selector', def.selector_text or '')
-if durable and state == 'existing' then emit('subscription_online', 'consumer', cid) end
+if durable and state == 'existing' then base.emit('subscription_online', 'consumer', cid) end
 
 -- §7.5 retroactive consumers.
 local recovered = 0
@@ -114,7 +114,7 @@ local replayed = nil
 local s = { key = key, def = sub_def }
 -- Whether this attachment replays the recovery policy, for the subscription listing (topic_ops): the
 -- consumer asked for it, or (non-durable only, §7.5) the topic is alwaysRetroactive.
-redis.call('HSET', K_META, 'retroactive', (retroactive or (not durable and (pol['alwaysRetroactive'] == '1'
+redis.call('HSET', base.K_META, 'retroactive', (retroactive or (not durable and (pol['alwaysRetroactive'] == '1'
   or pol['alwaysRetroactive'] == 'true'))) and '1' or '0')
 if durable then
   if retroactive then
@@ -122,14 +122,14 @@ if durable then
     -- loads the store's backlog); then the wrapped recovery policy runs only if that left nothing pending
     -- (DurableTopicSubscription.activate, §7.5); the retained message always.
     if state ~= 'existing' then recovered = topic.replay(s, topic.durable_backlog(key)) end
-    local empty = redis.call('ZCARD', K_PENDING) == 0 and redis.call('HLEN', K_INFLIGHT) == 0
-      and redis.call('ZCARD', K_PARKED) == 0
+    local empty = redis.call('ZCARD', base.K_PENDING) == 0 and redis.call('HLEN', base.K_INFLIGHT) == 0
+      and redis.call('ZCARD', base.K_PARKED) == 0
     -- What the buffer may still give this subscription (meta 'replay_upto', a topic sequence): at first
     -- what was sent before it was made, as it had every later message when that was sent; once it has
     -- been offered the buffer, nothing (-1), so a message it acknowledged is not delivered again.
-    local upto = state == 'existing' and tonumber(redis.call('HGET', K_META, 'replay_upto')) or nil
+    local upto = state == 'existing' and tonumber(redis.call('HGET', base.K_META, 'replay_upto')) or nil
     recovered = recovered + topic.replay(s, topic.recovery_items(empty, upto))
-    if empty then redis.call('HSET', K_META, 'replay_upto', -1) end
+    if empty then redis.call('HSET', base.K_META, 'replay_upto', -1) end
   end
 elseif (retroactive or pol['alwaysRetroactive'] == '1' or pol['alwaysRetroactive'] == 'true')
        and not wildcard.is_pattern(select(2, wildcard.topic_name())) then

@@ -75,9 +75,9 @@ def test_the_python_matcher_follows_the_table(pattern, name, expected):
 
 
 def test_the_lua_matcher_follows_the_same_table(redis_client):
-    # the include is functions only (its module table `wildcard`, built by base.lua's `lazy`), so it
+    # the include is functions only (its module table `wildcard`, built by base.lua's `base.lazy`), so it
     # runs alone: the very text every script uses
-    prelude = "local function lazy(t, build) build(t) return t end\n"
+    prelude = "local base = {}\nfunction base.lazy(t, build) build(t) return t end\n"
     source = prelude + (SCRIPT_DIR / "includes" / "wildcard.lua").read_text() + (
         "\nlocal out = {}\nfor i = 1, #ARGV, 2 do\n"
         "  out[#out + 1] = wildcard.matches(ARGV[i], ARGV[i + 1]) and 1 or 0\nend\nreturn out")

@@ -1,4 +1,4 @@
-"""The scripts' fallback policy values (includes/base.lua POLICY_NAMES/POLICY_DEFAULTS, used where a
+"""The scripts' fallback policy values (includes/base.lua base.POLICY_NAMES/POLICY_DEFAULTS, used where a
 destination has no policy hash) equal what Python writes for a destination no policy entry matches
 (CLASS_DEFAULTS): otherwise such a destination would behave one way in Lua and be shown another way."""
 
@@ -12,7 +12,7 @@ BASE_LUA = SCRIPT_DIR / "includes" / "base.lua"
 
 
 def _lua_table(source: str, name: str) -> list[str]:
-    body = re.search(rf"local {name} = \{{(.*?)\n\}}", source, re.S)
+    body = re.search(rf"base\.{name} = \{{(.*?)\n\}}", source, re.S)
     assert body, f"{name} not found in {BASE_LUA}"
     text = re.sub(r"--[^\n]*", "", body.group(1))  # comments inside the table
     return re.findall(r"'([^']*)'", text)

@@ -12,7 +12,7 @@
 -- Its module table `advisory`. Per call: n, the advisories recorded (forward.lua's flag 2); flags and dest,
 -- what read_flags and source read once.
 local advisory = { n = 0, flags = nil, dest = nil, sources = false, EVENTS = false, FLAGS = false }
-on_call(function() advisory.n, advisory.flags, advisory.dest = 0, nil, nil end)
+base.on_call(function() advisory.n, advisory.flags, advisory.dest = 0, nil, nil end)
 
 -- Event type -> {advisory kind, the policy flag that gates it ('' = always)}.
 advisory.EVENTS = {
@@ -34,11 +34,20 @@ advisory.FLAGS = { 'advisoryForSlowConsumers', 'advisoryWhenFull', 'advisoryForD
 -- advisory.FLAGS, which no policy name can be): decoded once per packed policy (base.lua), not per call.
 function advisory.read_flags()
   if not advisory.flags then
-    local values = POLICY_READ.values or policy()
+    local values = base.POLICY_READ.values or base.policy()
     local flags = values[advisory.FLAGS]
     if not flags then
       flags = {}
-      for _, flag in ipairs(advisory.FLAGS) do flags[flag] = policy_flag(flag) end
+      for _, flag in ipairs(advisory.FLAGS) do flags[flag] = base.policy_flag(flag) end
+      -- the event types advisory.advise may record for (under the key advisory.EVENTS, no flag's name):
+      -- base.emit calls it for those only, once the flags are read (the rest return at its gate)
+      local loud = {}
+      for kind, spec in pairs(advisory.EVENTS) do
+        if spec[2] == '' or flags[spec[2]] or kind == 'slow' or (kind == 'full' and flags['advisoryForFastProducers']) then
+          loud[kind] = true
+        end
+      end
+      flags[advisory.EVENTS] = loud
       values[advisory.FLAGS] = flags
     end
     advisory.flags = flags
@@ -53,8 +62,8 @@ end
 advisory.sources = { n = 0, by_tp = {} }
 function advisory.source()
   if advisory.dest == nil then
-    local uri = redis.call('HGET', TP .. ':meta', 'uri') or ''
-    local known = advisory.sources.by_tp[TP]
+    local uri = redis.call('HGET', base.TP .. ':meta', 'uri') or ''
+    local known = advisory.sources.by_tp[base.TP]
     if known and known.uri == uri then
       advisory.dest = known.dest
       return advisory.dest
@@ -64,14 +73,14 @@ function advisory.source()
     if not name or string.sub(name, 1, 18) == 'ActiveMQ.Advisory.' or wildcard.is_pattern(name) then
       advisory.dest = false
     else
-      local ns = string.match(TP, '^(.-):{')
+      local ns = string.match(base.TP, '^(.-):{')
       advisory.dest = { uri = uri, name = name, type = scheme == 'topic' and 'Topic' or 'Queue', ns = ns,
-                      tag = string.sub(TP, #ns + 3, -2), topics = {} }
+                      tag = string.sub(base.TP, #ns + 3, -2), topics = {} }
     end
     local sources = advisory.sources
     if sources.n >= 1024 then sources.n, sources.by_tp = 0, {} end
     sources.n = sources.n + 1
-    sources.by_tp[TP] = { uri = uri, dest = advisory.dest }
+    sources.by_tp[base.TP] = { uri = uri, dest = advisory.dest }
   end
   return advisory.dest
 end
@@ -95,17 +104,17 @@ function advisory.record(kind, src, event, id, blob, record_id, topic)
   topic = topic or advisory.topic(kind, src)
   if not topic then return end
   if blob == nil then
-    blob = id and redis.call('HGET', TP .. ':msgs', id) or ''
+    blob = id and redis.call('HGET', base.TP .. ':msgs', id) or ''
     if not blob then blob = '' end
   end
-  local seq = redis.call('HINCRBY', TP .. ':meta', 'fwdseq', 1)  -- orders the destination's forwards
+  local seq = redis.call('HINCRBY', base.TP .. ':meta', 'fwdseq', 1)  -- orders the destination's forwards
   -- the id's number is broker-wide (<ns>:advseq), not the destination's fwdseq, which a deleted
   -- and recreated destination starts again: the advisory topic's duplicate audit would drop its advisories.
   local advisory_id = record_id or 'ID:advisory:' .. src.tag .. ':' .. redis.call('INCR', src.ns .. ':advseq')
   event.advisory = kind
-  redis.call('HSET', TP .. ':fwd', advisory_id .. '|topic://' .. topic,
+  redis.call('HSET', base.TP .. ':fwd', advisory_id .. '|topic://' .. topic,
              cmsgpack.pack({ 'topic://' .. topic, 'advisory', cmsgpack.pack(event), blob, seq }))
-  due_at(TP, NOW)
+  base.due_at(base.TP, base.NOW)
   advisory.n = advisory.n + 1
 end
 
@@ -133,24 +142,24 @@ function advisory.advise(kind, blob, ...)
   local flat = { ... }
   local fields = {}
   for i = 1, #flat - 1, 2 do fields[tostring(flat[i])] = tostring(flat[i + 1]) end
-  if SUB then fields.sub = SUB end  -- a topic subscription's event (MessageDiscarded names it)
-  if SUB and kind == 'evict' and not fields.consumer then
+  if base.SUB then fields.sub = base.SUB end  -- a topic subscription's event (MessageDiscarded names it)
+  if base.SUB and kind == 'evict' and not fields.consumer then
     -- MessageDiscarded's consumerId is the subscription's consumer, not its internal key
-    local held_by = redis.call('HKEYS', K_CONSUMERS)
+    local held_by = redis.call('HKEYS', base.K_CONSUMERS)
     if #held_by > 0 then fields.consumer = held_by[1] end
   end
   if kind == 'full' then  -- FULL names this destination's own usage (AdvisoryBroker.isFull)
-    fields.mem = redis.call('HGET', TP .. ':meta', 'mem') or '0'
+    fields.mem = redis.call('HGET', base.TP .. ':meta', 'mem') or '0'
   end
-  local event = { type = kind, uri = src.uri, fields = fields, ts = NOW,
+  local event = { type = kind, uri = src.uri, fields = fields, ts = base.NOW,
                   body = flags['includeBodyForAdvisory'] and 1 or 0 }
   if kind == 'consumer_add' or kind == 'consumer_remove' then
     -- ConsumerCount as ActiveMQ counts it: on a topic, offline durable subscriptions too
-    event.count = redis.call('HLEN', TP .. (src.type == 'Topic' and ':subs' or ':consumers'))
+    event.count = redis.call('HLEN', base.TP .. (src.type == 'Topic' and ':subs' or ':consumers'))
     -- the count after the removal (AdvisoryBroker.removeConsumer runs after it): a non-durable
     -- subscription ('c.<id>') is deleted right after this event (lifecycle.lua close_consumer).
-    if kind == 'consumer_remove' and SUB and string.sub(SUB, 1, 2) == 'c.'
-       and redis.call('HEXISTS', TP .. ':subs', SUB) == 1 then
+    if kind == 'consumer_remove' and base.SUB and string.sub(base.SUB, 1, 2) == 'c.'
+       and redis.call('HEXISTS', base.TP .. ':subs', base.SUB) == 1 then
       event.count = event.count - 1
     end
   end
@@ -170,7 +179,7 @@ function advisory.no_consumer(id, blob, persistent)
   if persistent == true or persistent == 1 or not advisory.read_flags()['sendAdvisoryIfNoConsumers'] then return end
   local src = advisory.source()
   if not src then return end
-  if src.type == 'Queue' and redis.call('HLEN', K_CONSUMERS) > 0 then return end
-  advisory.record('NoConsumer', src, { type = 'no_consumer', uri = src.uri, fields = { msg = id }, ts = NOW },
+  if src.type == 'Queue' and redis.call('HLEN', base.K_CONSUMERS) > 0 then return end
+  advisory.record('NoConsumer', src, { type = 'no_consumer', uri = src.uri, fields = { msg = id }, ts = base.NOW },
             id, blob, id)
 end

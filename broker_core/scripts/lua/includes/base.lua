@@ -3,15 +3,24 @@
 -- Topics (docs/broker_core.md "Topics"): a subscription is run by the same scripts as a queue, under its
 -- own prefix "<topic prefix>:s:<subscription key>" inside the topic's hash tag. Its dispatch state is its
 -- own; what the topic shares (the policy, the messages stored once, the event stream, forwards) lives
--- under the topic prefix TP. For a queue TP == P and SUB is nil. `use_prefix` switches a script between
+-- under the topic prefix TP. For a queue TP == P and SUB is nil. `base.use_prefix` switches a script between
 -- subscriptions (a topic send fans out to several in one call).
-local P, TP, SUB
-local K_META, K_POLICY, K_MSGS, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER
-local K_LEASES, K_PASSFULL, K_GROUPS, K_GLRU, K_EVENTS, K_PARKED, K_PARKINFO, K_FWD, K_SCHED, K_AUDIT
+-- Its module table is `base`: the current prefix's key names (base.P, base.K_META, ...: set by use_prefix
+-- only, but for K_META, which two paths change for a moment), the call's time base.NOW (set by each script
+-- from its ARGV before anything else runs), and the helpers every script uses. A function that reads a
+-- field many times reads it into a local first: a module's field read costs more than a local's
+-- (bench/redis_instructions.py).
+local base = {
+  P = false, TP = false, SUB = nil,
+  K_META = false, K_POLICY = false, K_MSGS = false, K_PENDING = false, K_INFLIGHT = false, K_REDELIV = false,
+  K_GFIRST = false, K_CONSUMERS = false, K_CORDER = false, K_LEASES = false, K_PASSFULL = false,
+  K_GROUPS = false, K_GLRU = false, K_EVENTS = false, K_PARKED = false, K_PARKINFO = false, K_FWD = false,
+  K_SCHED = false, K_AUDIT = false,
+  NOW = 0,
+}
 -- The key names of a prefix are built once and kept (per call with EVAL; where the library outlives a
 -- call, across calls, bounded): every call starts here, and building 19 strings is not free.
--- A consumer's key names (K_C ...) likewise, kept with its prefix's (bounded too).
-local use_prefix, K_C, K_CINF, K_COUT, K_CGRP
+-- A consumer's key names (base.K_C ...) likewise, kept with its prefix's (bounded too).
 do
   -- kept only where the library outlives a call (with EVAL nothing outlives the call, and a call rarely
   -- switches prefixes); the same test as `lazy` below
@@ -46,11 +55,12 @@ do
       K_AUDIT = P .. ':audit',        -- zset: recently enqueued ids -> broker sequence (duplicate detection)
     }
   end
-  function use_prefix(prefix)
-    -- Where the library outlives a call, the names are the locals' values still when the last call used
+  function base.use_prefix(prefix)
+    -- Where the library outlives a call, the names are the fields' values still when the last call used
     -- the same prefix: only use_prefix sets them, but for K_META, which two paths change for a moment
-    -- (lifecycle.lua drop_message, topic.lua), so it is compared too (a call that failed in between).
-    if current ~= nil and P == prefix and current.P == prefix and K_META == current.K_META then return end
+    -- (lifecycle.lua release_shared, topic.lua), so it is compared too (a call that failed in between).
+    local b = base
+    if current ~= nil and b.P == prefix and current.P == prefix and b.K_META == current.K_META then return end
     local k = keep and known.by_prefix[prefix]
     if not k then
       k = names(prefix)
@@ -61,11 +71,14 @@ do
       end
     end
     current = k
-    P, TP, SUB = k.P, k.TP, k.SUB
-    K_META, K_POLICY, K_MSGS, K_PENDING, K_INFLIGHT = k.K_META, k.K_POLICY, k.K_MSGS, k.K_PENDING, k.K_INFLIGHT
-    K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER = k.K_REDELIV, k.K_GFIRST, k.K_CONSUMERS, k.K_CORDER
-    K_LEASES, K_PASSFULL, K_GROUPS, K_GLRU, K_EVENTS = k.K_LEASES, k.K_PASSFULL, k.K_GROUPS, k.K_GLRU, k.K_EVENTS
-    K_PARKED, K_PARKINFO, K_FWD, K_SCHED, K_AUDIT = k.K_PARKED, k.K_PARKINFO, k.K_FWD, k.K_SCHED, k.K_AUDIT
+    b.P, b.TP, b.SUB = k.P, k.TP, k.SUB
+    b.K_META, b.K_POLICY, b.K_MSGS, b.K_PENDING, b.K_INFLIGHT = k.K_META, k.K_POLICY, k.K_MSGS, k.K_PENDING,
+                                                                k.K_INFLIGHT
+    b.K_REDELIV, b.K_GFIRST, b.K_CONSUMERS, b.K_CORDER = k.K_REDELIV, k.K_GFIRST, k.K_CONSUMERS, k.K_CORDER
+    b.K_LEASES, b.K_PASSFULL, b.K_GROUPS, b.K_GLRU, b.K_EVENTS = k.K_LEASES, k.K_PASSFULL, k.K_GROUPS, k.K_GLRU,
+                                                               k.K_EVENTS
+    b.K_PARKED, b.K_PARKINFO, b.K_FWD, b.K_SCHED, b.K_AUDIT = k.K_PARKED, k.K_PARKINFO, k.K_FWD, k.K_SCHED,
+                                                            k.K_AUDIT
   end
   local function remember(kind, cid, key)
     if current.count >= 1024 then
@@ -76,24 +89,25 @@ do
     return key
   end
   local function consumer_key(kind, cid, suffix)
-    if not keep then return P .. ':c:' .. cid .. suffix end
-    return current[kind][cid] or remember(kind, cid, P .. ':c:' .. cid .. suffix)
+    if not keep then return base.P .. ':c:' .. cid .. suffix end
+    return current[kind][cid] or remember(kind, cid, base.P .. ':c:' .. cid .. suffix)
   end
-  function K_C(cid) return consumer_key('c', cid, '') end                -- hash: per-consumer counters
-  function K_CINF(cid) return consumer_key('cinf', cid, ':inflight') end -- zset: id -> dispatch seq
-  function K_COUT(cid) return consumer_key('cout', cid, ':outbox') end   -- list: dispatched, not yet received
-  function K_CGRP(cid) return consumer_key('cgrp', cid, ':groups') end   -- set: groups this consumer owns
+  function base.K_C(cid) return consumer_key('c', cid, '') end                -- hash: per-consumer counters
+  function base.K_CINF(cid) return consumer_key('cinf', cid, ':inflight') end -- zset: id -> dispatch seq
+  function base.K_COUT(cid) return consumer_key('cout', cid, ':outbox') end   -- list: dispatched, not yet received
+  function base.K_CGRP(cid) return consumer_key('cgrp', cid, ':groups') end   -- set: groups this consumer owns
 end
 
 -- State that lives for one call. On Redis >= 7 these includes are loaded once as a function library
 -- (broker_core/scripts/library.py), so their top-level statements run once, not per call: whatever a call
--- changes outside its own functions is reset here. Each include registers its resets with on_call;
--- every script starts with begin_call(KEYS) (scripts/library.py puts it in front of the script's body).
-local CALL_RESETS = {}
-local function on_call(reset) CALL_RESETS[#CALL_RESETS + 1] = reset end
-local function begin_call(keys)
-  use_prefix(keys[1])
-  for i = 1, #CALL_RESETS do CALL_RESETS[i]() end
+-- changes outside its own functions is reset here. Each include registers its resets with base.on_call;
+-- every script starts with base.begin_call(KEYS) (scripts/library.py puts it in front of the script's body).
+base.CALL_RESETS = {}
+function base.on_call(reset) base.CALL_RESETS[#base.CALL_RESETS + 1] = reset end
+function base.begin_call(keys)
+  base.use_prefix(keys[1])
+  local resets = base.CALL_RESETS
+  for i = 1, #resets do resets[i]() end
 end
 
 -- A table of functions an include builds on first use. Redis runs an EVAL script's whole text on every
@@ -101,7 +115,7 @@ end
 -- call first reads a field `t` lacks, and `t` is an ordinary table from then on. State fields set on `t`
 -- are left alone. A function library (Redis >= 7) is built once, when loaded (where setmetatable is not
 -- offered): there `build` runs at once.
-local function lazy(t, build)
+function base.lazy(t, build)
   if redis.register_function then
     build(t)
     return t
@@ -113,14 +127,11 @@ local function lazy(t, build)
   end })
 end
 
-
-local NOW = 0  -- set by each script from its ARGV before anything else runs
-
-local function fail(code, text)
+function base.fail(code, text)
   return redis.error_reply(code .. ' ' .. text)
 end
 
-local function tonum(v, default)
+function base.tonum(v, default)
   if v == false or v == nil then return default end
   local n = tonumber(v)
   if n == nil then return default end
@@ -128,7 +139,7 @@ local function tonum(v, default)
 end
 
 -- Policy values, read once per script call. Missing attributes fall back to ActiveMQ's defaults.
-local POLICY_NAMES = {
+base.POLICY_NAMES = {
   'prioritizedMessages', 'strictOrderDispatch', 'useConsumerPriority', 'allConsumersExclusiveByDefault',
   'consumersBeforeDispatchStarts', 'timeBeforeDispatchStarts', 'messageGroupMapFactoryType',
   'groupMapCacheSize', 'groupMapBucketCount', 'maxPageSize', 'usePrefetchExtension', 'eventsMaxLen',
@@ -142,15 +153,13 @@ local POLICY_NAMES = {
   'advisoryForConsumed', 'advisoryForDispatched', 'advisoryForFastProducers', 'includeBodyForAdvisory',
   'sendAdvisoryIfNoConsumers',
 }
-local POLICY_DEFAULTS = {
+base.POLICY_DEFAULTS = {
   '0', '0', '1', '0', '0', '0', 'cached', '1024', '1024', '200', '1', '100000', '1000', '4194304', '256',
   '6', '1000', '1000', '0', '5.0', '-1', '0', 'queue://ActiveMQ.DLQ', '1', '0', '1', '2048', '400',
   '1', '0', '-1', '-1', '0', '0', '0', '0', '0', '0', '0', '0', '0',
 }
--- The values read (once per call), which policy hash they came from and whether it exists. (One table,
--- not three locals: every top-level local a function uses makes each closure created after it costlier.)
 -- A policy hash's fields read with HMGET (false where unset) as a table by name, defaults filled in.
-local function with_defaults(names, defaults, values)
+function base.with_defaults(names, defaults, values)
   local out = {}
   for i, name in ipairs(names) do
     local v = values[i]
@@ -159,10 +168,15 @@ local function with_defaults(names, defaults, values)
   end
   return out
 end
-local POLICY_READ = { values = nil, key = nil, found = false }
-on_call(function()
-  NOW = 0
-  POLICY_READ.values, POLICY_READ.key, POLICY_READ.found = nil, nil, false
+-- The values read (once per call), which policy hash they came from and whether it exists.
+base.POLICY_READ = { values = nil, key = nil, found = false }
+-- (the events' trim state too, below: one reset for the module, each being a call at the start of every
+-- script call)
+base.on_call(function()
+  base.NOW = 0
+  local read = base.POLICY_READ
+  read.values, read.key, read.found = nil, nil, false
+  base.EVENTS_TRIMMED.stream = nil
 end)
 -- Where the library outlives a call (Redis >= 7, scripts/library.py), the table decoded from a packed policy is
 -- kept under that packed string: the same bytes always decode to the same values, and a changed policy
@@ -170,48 +184,51 @@ end)
 -- is derived from them alone is kept in them, under table keys no policy name can be (policy_num,
 -- advisory.lua advisory.read_flags). (With EVAL it lives for one call.) Bounded, as destinations may have many
 -- distinct policies.
-local POLICY_DECODED = { n = 0, by_packed = {} }
-local function policy()
-  if POLICY_READ.values then return POLICY_READ.values end
+base.POLICY_DECODED = { n = 0, by_packed = {} }
+function base.policy()
+  local read = base.POLICY_READ
+  if read.values then return read.values end
   -- The values scripts use are cached packed in one field, so a call reads one field, not fifteen;
   -- whoever rewrites the policy hash deletes '_packed' (operations.py).
-  local packed = redis.call('HGET', K_POLICY, '_packed')
+  local key = base.K_POLICY
+  local packed = redis.call('HGET', key, '_packed')
   local values
-  POLICY_READ.key, POLICY_READ.found = K_POLICY, packed ~= false
+  read.key, read.found = key, packed ~= false
   if packed then
-    local known = POLICY_DECODED.by_packed[packed]
+    local decoded = base.POLICY_DECODED
+    local known = decoded.by_packed[packed]
     if known then
-      POLICY_READ.values = known
+      read.values = known
       return known
     end
     values = cmsgpack.unpack(packed)
-    if POLICY_DECODED.n >= 256 then POLICY_DECODED.n, POLICY_DECODED.by_packed = 0, {} end
-    POLICY_DECODED.n = POLICY_DECODED.n + 1
-    POLICY_DECODED.by_packed[packed] = with_defaults(POLICY_NAMES, POLICY_DEFAULTS, values)
-    POLICY_READ.values = POLICY_DECODED.by_packed[packed]
-    return POLICY_READ.values
+    if decoded.n >= 256 then decoded.n, decoded.by_packed = 0, {} end
+    decoded.n = decoded.n + 1
+    decoded.by_packed[packed] = base.with_defaults(base.POLICY_NAMES, base.POLICY_DEFAULTS, values)
+    read.values = decoded.by_packed[packed]
+    return read.values
   else
-    values = redis.call('HMGET', K_POLICY, unpack(POLICY_NAMES))
-    if redis.call('EXISTS', K_POLICY) == 1 then
-      POLICY_READ.found = true
-      redis.call('HSET', K_POLICY, '_packed', cmsgpack.pack(values))
+    values = redis.call('HMGET', key, unpack(base.POLICY_NAMES))
+    if redis.call('EXISTS', key) == 1 then
+      read.found = true
+      redis.call('HSET', key, '_packed', cmsgpack.pack(values))
     end
   end
-  POLICY_READ.values = with_defaults(POLICY_NAMES, POLICY_DEFAULTS, values)
-  return POLICY_READ.values
+  read.values = base.with_defaults(base.POLICY_NAMES, base.POLICY_DEFAULTS, values)
+  return read.values
 end
-local function policy_flag(name)
-  local v = (POLICY_READ.values or policy())[name]  -- (no call when it is read already)
+function base.policy_flag(name)
+  local v = (base.POLICY_READ.values or base.policy())[name]  -- (no call when it is read already)
   return v == '1' or v == 'true'
 end
--- The numbers are kept in the values table too, under the key POLICY_DEFAULTS (no policy name): derived
+-- The numbers are kept in the values table too, under the key base.POLICY_DEFAULTS (no policy name): derived
 -- from the values alone (see advisory.read_flags in advisory.lua).
-local function policy_num(name)
-  local values = POLICY_READ.values or policy()
-  local nums = values[POLICY_DEFAULTS]
+function base.policy_num(name)
+  local values = base.POLICY_READ.values or base.policy()
+  local nums = values[base.POLICY_DEFAULTS]
   if not nums then
     nums = {}
-    values[POLICY_DEFAULTS] = nums
+    values[base.POLICY_DEFAULTS] = nums
   end
   local n = nums[name]
   if n == nil then
@@ -223,37 +240,39 @@ end
 
 -- Destinations are created on first use: the caller writes the resolved policy and retries.
 -- The policy is read anyway (one HGET, cached for the call), and finding it answers the question.
-local function require_destination()
-  if not POLICY_READ.values then policy() end
-  if POLICY_READ.key == K_POLICY and POLICY_READ.found then return nil end
-  if redis.call('EXISTS', K_POLICY) == 0 then
-    return fail('NO_DESTINATION', 'destination ' .. P .. ' has no policy yet')
+function base.require_destination()
+  local read = base.POLICY_READ
+  if not read.values then base.policy() end
+  if read.key == base.K_POLICY and read.found then return nil end
+  if redis.call('EXISTS', base.K_POLICY) == 0 then
+    return base.fail('NO_DESTINATION', 'destination ' .. base.P .. ' has no policy yet')
   end
   return nil
 end
 
 -- The operator's operations refuse a destination that does not exist rather than create its keys.
-local function unknown_destination()
-  if redis.call('EXISTS', K_META) == 1 then return nil end
-  local kind, name = string.match(P, '{(%a):(.*)}$')
-  return fail('UNKNOWN_DESTINATION', 'no destination ' .. (kind == 't' and 'topic://' or 'queue://') .. name)
+function base.unknown_destination()
+  if redis.call('EXISTS', base.K_META) == 1 then return nil end
+  local kind, name = string.match(base.P, '{(%a):(.*)}$')
+  return base.fail('UNKNOWN_DESTINATION', 'no destination ' .. (kind == 't' and 'topic://' or 'queue://') .. name)
 end
 
-local function meta_incr(field, by)
-  return redis.call('HINCRBY', K_META, field, by or '1')  -- a string: Redis formats a number with snprintf
+function base.meta_incr(field, by)
+  return redis.call('HINCRBY', base.K_META, field, by or '1')  -- a string: Redis formats a number with snprintf
 end
 
 -- One command over many members of one key (HDEL, ZREM, HMGET, ...): one call instead of one per member,
 -- in chunks (Lua's unpack has a stack limit). Returns the reply (of the last chunk), or the array
 -- replies of all chunks joined.
-local CALL_CHUNK = 1000  -- (even: a chunk of field, value pairs ends with a value)
-local function call_many(command, key, members)
+base.CALL_CHUNK = 1000  -- (even: a chunk of field, value pairs ends with a value)
+function base.call_many(command, key, members)
   local n = #members
   if n == 0 then return {} end  -- (nothing to do; Redis refuses the command without members)
-  if n <= CALL_CHUNK then return redis.call(command, key, unpack(members)) end
+  local chunk = base.CALL_CHUNK
+  if n <= chunk then return redis.call(command, key, unpack(members)) end
   local joined, reply = nil, nil
-  for i = 1, n, CALL_CHUNK do
-    reply = redis.call(command, key, unpack(members, i, math.min(i + CALL_CHUNK - 1, n)))
+  for i = 1, n, chunk do
+    reply = redis.call(command, key, unpack(members, i, math.min(i + chunk - 1, n)))
     if type(reply) == 'table' then
       joined = joined or {}
       for k = 1, #reply do joined[#joined + 1] = reply[k] end
@@ -267,14 +286,12 @@ end
 -- that creates work for the tick (a lease that can lapse, a parked message, a delayed start, a forward
 -- to deliver) brings the prefix's entry forward to `at`, never back (LT); the tick's visit sets the entry
 -- from what it finds (maintenance.lua `schedule`).
-local function due_at(prefix, at)
+function base.due_at(prefix, at)
   redis.call('ZADD', string.match(prefix, '^(.-):{') .. ':due', 'LT', string.format('%d', at), prefix)
 end
 
 -- events ActiveMQ advises about become advisory messages.
 --@include advisory
--- (a local: every event calls it, and a module's field read per call costs instructions)
-local advise = advisory.advise
 
 -- Append one lifecycle event (docs/broker_core.md lists the types and fields).
 -- A subscription's events carry its key ('sub') on the topic's stream.
@@ -285,36 +302,57 @@ local advise = advisory.advise
 -- NOW_TEXT.num(n) likewise for a whole number below 2^53 (each from 0 to 4095 remembered as text, where the
 -- library outlives a call); anything else is returned as it is, for Redis to format. Redis formats a number
 -- argument with snprintf("%.17g"), several times the cost of a string argument.
-local NOW_TEXT = { at = false, text = false, arg = false, nums = {}, keep = redis.register_function ~= nil,
-                   set = false, get = false, num = false, n1 = false, t1 = false, n2 = false, t2 = false }
-function NOW_TEXT.set()
-  NOW_TEXT.at = NOW
-  if NOW % 1 == 0 and NOW > 0 and NOW < 1e15 then
-    NOW_TEXT.text = string.format('%d', NOW)
-    NOW_TEXT.arg = NOW_TEXT.text
+-- base.NUMBERS is the other way round: each text NOW_TEXT.num made of a number from 0 to 4095 -> that number,
+-- so a counter read back from Redis (the digits it was written with, or that HINCRBY made: the same) is a
+-- table read rather than tonumber's strtod, several hundred instructions (`base.NUMBERS[s] or tonumber(s)`).
+base.NOW_TEXT = { at = false, text = false, arg = false, nums = {}, keep = redis.register_function ~= nil,
+                  set = false, get = false, num = false, n1 = false, t1 = false, n2 = false, t2 = false }
+base.NUMBERS = {}
+-- A number Redis replied with as text (or an argument's digits): from base.NUMBERS, or one of the two
+-- texts NOW_TEXT.num made last (a counter this call or the one before wrote), else tonumber. nil for
+-- nil or false, as tonumber.
+function base.number(text)
+  local n = base.NUMBERS[text]
+  if n then return n end
+  local t = base.NOW_TEXT
+  if text == t.t1 and text then return t.n1 end
+  if text == t.t2 and text then return t.n2 end
+  return tonumber(text)
+end
+function base.NOW_TEXT.set()
+  local now, t = base.NOW, base.NOW_TEXT
+  t.at = now
+  if now % 1 == 0 and now > 0 and now < 1e15 then
+    t.text = string.format('%d', now)
+    t.arg = t.text
   else
-    NOW_TEXT.text, NOW_TEXT.arg = string.format('%.0f', NOW), NOW
+    t.text, t.arg = string.format('%.0f', now), now
   end
 end
-function NOW_TEXT.get()
-  if NOW_TEXT.at ~= NOW then NOW_TEXT.set() end
-  return NOW_TEXT.arg
+function base.NOW_TEXT.get()
+  local t = base.NOW_TEXT
+  if t.at ~= base.NOW then t.set() end
+  return t.arg
 end
-function NOW_TEXT.num(n)
+function base.NOW_TEXT.num(n)
   if n % 1 ~= 0 or n >= 9007199254740992 or n <= -9007199254740992 or (n == 0 and 1 / n < 0) then return n end
+  local t = base.NOW_TEXT
   if n < 0 or n >= 4096 then
     -- the two made last are kept (n1, n2): a message's sequence and dispatch sequence are each written
     -- more than once in a call (the audit, the pending and in-flight scores; the consumer's, the destination's)
-    if n == NOW_TEXT.n1 then return NOW_TEXT.t1 end
-    if n == NOW_TEXT.n2 then return NOW_TEXT.t2 end
+    if n == t.n1 then return t.t1 end
+    if n == t.n2 then return t.t2 end
     local text = string.format('%d', n)
-    NOW_TEXT.n2, NOW_TEXT.t2, NOW_TEXT.n1, NOW_TEXT.t1 = NOW_TEXT.n1, NOW_TEXT.t1, n, text
+    t.n2, t.t2, t.n1, t.t1 = t.n1, t.t1, n, text
     return text
   end
-  local text = NOW_TEXT.nums[n]
+  local text = t.nums[n]
   if not text then
     text = string.format('%d', n)
-    if NOW_TEXT.keep then NOW_TEXT.nums[n] = text end
+    if t.keep then
+      t.nums[n] = text
+      base.NUMBERS[text] = n
+    end
   end
   return text
 end
@@ -322,37 +360,46 @@ end
 -- event, and counts what went (`events_trimmed` in the meta hash of the stream's owner, the topic for a
 -- subscription): trimming loses events only, never a message. Between two calls a stream is over its
 -- bound by at most one call's events.
-local EVENTS_TRIMMED = { stream = nil }
-on_call(function() EVENTS_TRIMMED.stream = nil end)
-local function trim_events()
-  EVENTS_TRIMMED.stream = K_EVENTS
-  local gone = redis.call('XTRIM', K_EVENTS, 'MAXLEN', '~', (POLICY_READ.values or policy())['eventsMaxLen'])
-  if gone > 0 then redis.call('HINCRBY', TP .. ':meta', 'events_trimmed', gone) end
+base.EVENTS_TRIMMED = { stream = nil }  -- (reset with POLICY_READ)
+function base.trim_events()
+  local stream = base.K_EVENTS
+  base.EVENTS_TRIMMED.stream = stream
+  local gone = redis.call('XTRIM', stream, 'MAXLEN', '~', (base.POLICY_READ.values or base.policy())['eventsMaxLen'])
+  if gone > 0 then redis.call('HINCRBY', base.TP .. ':meta', 'events_trimmed', gone) end
 end
 -- An event about the message whose packed form is `blob`: its advisory, if any, carries a copy
 -- (advisory.lua; the message may be gone from K_MSGS already, or not written yet). `emit` below is the
 -- same without one; the two are written out rather than one calling the other, as every send, dispatch
 -- and ack emits.
-local function emit_message(blob, kind, ...)
-  if NOW_TEXT.at ~= NOW then NOW_TEXT.set() end
-  if SUB then
-    redis.call('XADD', K_EVENTS, '*', 'type', kind, 'ts', NOW_TEXT.text, 'sub', SUB, ...)
+function base.emit_message(blob, kind, ...)
+  local b = base
+  local t = b.NOW_TEXT
+  if t.at ~= b.NOW then t.set() end
+  local sub, stream = b.SUB, b.K_EVENTS
+  if sub then
+    redis.call('XADD', stream, '*', 'type', kind, 'ts', t.text, 'sub', sub, ...)
   else
-    redis.call('XADD', K_EVENTS, '*', 'type', kind, 'ts', NOW_TEXT.text, ...)
+    redis.call('XADD', stream, '*', 'type', kind, 'ts', t.text, ...)
   end
   -- (after the XADD: a script's first write stays one Redis may refuse at its maxmemory, scripts/library.py)
-  if EVENTS_TRIMMED.stream ~= K_EVENTS then trim_events() end
-  advise(kind, blob, ...)
+  if b.EVENTS_TRIMMED.stream ~= stream then b.trim_events() end
+  -- (no call for an event type the policy's advisory flags, once read, leave unadvised: advisory.read_flags)
+  local flags = advisory.flags
+  if not flags or flags[advisory.EVENTS][kind] then advisory.advise(kind, blob, ...) end
 end
-local function emit(kind, ...)
-  if NOW_TEXT.at ~= NOW then NOW_TEXT.set() end
-  if SUB then
-    redis.call('XADD', K_EVENTS, '*', 'type', kind, 'ts', NOW_TEXT.text, 'sub', SUB, ...)
+function base.emit(kind, ...)
+  local b = base
+  local t = b.NOW_TEXT
+  if t.at ~= b.NOW then t.set() end
+  local sub, stream = b.SUB, b.K_EVENTS
+  if sub then
+    redis.call('XADD', stream, '*', 'type', kind, 'ts', t.text, 'sub', sub, ...)
   else
-    redis.call('XADD', K_EVENTS, '*', 'type', kind, 'ts', NOW_TEXT.text, ...)
+    redis.call('XADD', stream, '*', 'type', kind, 'ts', t.text, ...)
   end
-  if EVENTS_TRIMMED.stream ~= K_EVENTS then trim_events() end
-  advise(kind, nil, ...)
+  if b.EVENTS_TRIMMED.stream ~= stream then b.trim_events() end
+  local flags = advisory.flags
+  if not flags or flags[advisory.EVENTS][kind] then advisory.advise(kind, nil, ...) end
 end
 
 -- Memory usage and producer flow control : every script keeps the counts.

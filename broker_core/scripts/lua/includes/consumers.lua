@@ -31,11 +31,16 @@ consumers.COUNTERS_FOR_ACK[#consumers.COUNTERS + 1] = 'acked'  -- (counters[9])
 
 -- The counters of consumer c from `counters` (HMGET of COUNTERS, then whatever else the caller asked for).
 function consumers.read_counters(c, counters)
-  -- (`x and tonumber(x) or 0`: no call into C for an unset field)
-  c.n, c.ext = counters[1] and tonumber(counters[1]) or 0, counters[2] and tonumber(counters[2]) or 0
-  c.groups, c.prefetch = counters[3] and tonumber(counters[3]) or 0, counters[4] and tonumber(counters[4]) or 0
-  c.dispatched, c.slow = counters[5] and tonumber(counters[5]) or 0, counters[6] ~= false
-  c.push, c.rcv = counters[7] and tonumber(counters[7]) or 0, counters[8] and tonumber(counters[8]) or 0
+  -- (`x and (N[x] or tonumber(x)) or 0`: no call into C for an unset field, nor for a small number
+  -- (base.NUMBERS))
+  local N = base.NUMBERS
+  local n, ext, groups, prefetch = counters[1], counters[2], counters[3], counters[4]
+  c.n, c.ext = n and (N[n] or tonumber(n)) or 0, ext and (N[ext] or tonumber(ext)) or 0
+  c.groups = groups and (N[groups] or tonumber(groups)) or 0
+  c.prefetch = prefetch and (N[prefetch] or tonumber(prefetch)) or 0
+  local dispatched, push, rcv = counters[5], counters[7], counters[8]
+  c.dispatched, c.slow = dispatched and (N[dispatched] or tonumber(dispatched)) or 0, counters[6] ~= false
+  c.push, c.rcv = push and (N[push] or tonumber(push)) or 0, rcv and (N[rcv] or tonumber(rcv)) or 0
   c.loaded = true
 end
 
@@ -56,7 +61,7 @@ end
 
 -- Consumer c with its counters, read now if load_consumers(true) left them for later.
 function consumers.counted(c)
-  if not c.loaded then consumers.read_counters(c, redis.call('HMGET', K_C(c.id), unpack(consumers.COUNTERS))) end
+  if not c.loaded then consumers.read_counters(c, redis.call('HMGET', base.K_C(c.id), unpack(consumers.COUNTERS))) end
   return c
 end
 
@@ -64,7 +69,7 @@ end
 -- come back as text that Redis formats and Lua parses again, which costs more than the rest of a consumer's
 -- loading.
 function consumers.live_leases()
-  local live = redis.call('ZRANGEBYSCORE', K_LEASES, NOW_TEXT.get(), '+inf')
+  local live = redis.call('ZRANGEBYSCORE', base.K_LEASES, base.NOW_TEXT.get(), '+inf')
   local alive = {}
   for k = 1, #live do alive[live[k]] = true end
   return alive
@@ -78,8 +83,8 @@ end
 -- read yet are read together, one command per key, as load_consumers does.
 consumers.DEF_NONE = {}  -- (the definition of a consumer gone from the destination: never alive)
 -- consumers.gone.any: this call found such a consumer (save_order then leaves it out).
+-- (reset per call with gmap's, below)
 consumers.gone = { any = false }
-on_call(function() consumers.gone.any = false end)
 function consumers.lazy_load(ids, known, out)
   local waiting, read_one, mt = {}, false, {}
   local function define(c, packed, alive)
@@ -92,16 +97,16 @@ function consumers.lazy_load(ids, known, out)
     if key ~= 'def' and key ~= 'alive' and key ~= 'priority' then return nil end
     if not read_one then
       read_one = true
-      local packed = redis.call('HGET', K_CONSUMERS, c.id)
-      local lease = packed and redis.call('ZSCORE', K_LEASES, c.id)
-      define(c, packed, lease and tonumber(lease) >= NOW)
+      local packed = redis.call('HGET', base.K_CONSUMERS, c.id)
+      local lease = packed and redis.call('ZSCORE', base.K_LEASES, c.id)
+      define(c, packed, lease and tonumber(lease) >= base.NOW)
     else
       local rest, names = {}, {}
       for i = 1, #waiting do
         local s = waiting[i]
         if rawget(s, 'def') == nil then rest[#rest + 1], names[#names + 1] = s, s.id end
       end
-      local defs = redis.call('HMGET', K_CONSUMERS, unpack(names))
+      local defs = redis.call('HMGET', base.K_CONSUMERS, unpack(names))
       local alive = consumers.live_leases()
       for i = 1, #rest do define(rest[i], defs[i], alive[rest[i].id] == true) end
     end
@@ -125,7 +130,7 @@ end
 -- where there are several consumers, its definition and lease too (lazy_consumers): a message offered to the
 -- first consumer in the order reads that consumer's alone.
 function consumers.load(lazy, known)
-  local ids = redis.call('LRANGE', K_CORDER, '0', '-1')
+  local ids = redis.call('LRANGE', base.K_CORDER, '0', '-1')
   local out = { nil }  -- (made with room for one: a table that grows is rebuilt at each power of two)
   if #ids == 0 then return out end
   if lazy and #ids > 1 then return consumers.lazy_load(ids, known, out) end
@@ -138,7 +143,7 @@ function consumers.load(lazy, known)
   end
   local defs, alive = nil, nil  -- (read only for the consumers asked for)
   if #ask > 0 then
-    defs = redis.call('HMGET', K_CONSUMERS, unpack(ask))
+    defs = redis.call('HMGET', base.K_CONSUMERS, unpack(ask))
     alive = consumers.live_leases()
   end
   local i = 0
@@ -150,7 +155,7 @@ function consumers.load(lazy, known)
     else
       i = i + 1
       if defs[i] then
-        local counters = not lazy and redis.call('HMGET', K_C(cid), unpack(consumers.COUNTERS)) or nil
+        local counters = not lazy and redis.call('HMGET', base.K_C(cid), unpack(consumers.COUNTERS)) or nil
         out[#out + 1] = consumers.load_one(cid, defs[i], counters, alive[cid] == true)
       end
     end
@@ -161,12 +166,12 @@ end
 -- One consumer; its `rcv` (outbox.lua) and `acked` counters come in the same read, for the ack path.
 -- Second: its lease's end as stored (false: none), for a renewal in the same call (renew_lease).
 function consumers.find(cid)
-  local packed = redis.call('HGET', K_CONSUMERS, cid)
+  local packed = redis.call('HGET', base.K_CONSUMERS, cid)
   if not packed then return nil end
-  local counters = redis.call('HMGET', K_C(cid), unpack(consumers.COUNTERS_FOR_ACK))
-  local lease = redis.call('ZSCORE', K_LEASES, cid)
-  local c = consumers.load_one(cid, packed, counters, lease ~= false and tonumber(lease) >= NOW)
-  c.acked = counters[9] and tonumber(counters[9]) or 0
+  local counters = redis.call('HMGET', base.K_C(cid), unpack(consumers.COUNTERS_FOR_ACK))
+  local lease = redis.call('ZSCORE', base.K_LEASES, cid)
+  local c = consumers.load_one(cid, packed, counters, lease ~= false and tonumber(lease) >= base.NOW)
+  c.acked = counters[9] and base.number(counters[9]) or 0
   return c, lease
 end
 
@@ -177,7 +182,7 @@ function consumers.free_slots(c)
   if not c.loaded then consumers.counted(c) end
   if c.prefetch == 0 then return c.ext end
   local ext = c.ext
-  if not policy_flag('usePrefetchExtension') then ext = 0 end
+  if ext ~= 0 and not base.policy_flag('usePrefetchExtension') then ext = 0 end
   return c.prefetch + ext - c.n
 end
 function consumers.is_full(c) return consumers.free_slots(c) <= 0 end
@@ -187,12 +192,14 @@ function consumers.is_full(c) return consumers.free_slots(c) <= 0 end
 -- a non-durable topic subscription is marked slow by the topic's rule instead (§8.1: more than
 -- its prefetch waiting beyond a full window; includes/topic.lua), so the queue rule leaves it alone.
 function consumers.note_slow(c, full)
-  if consumers.slow_rule.prefix ~= P then
-    consumers.slow_rule.prefix = P
-    consumers.slow_rule.topic = SUB ~= nil and redis.call('HGET', K_META, 'durable') ~= '1'
+  local rule = consumers.slow_rule
+  if rule.prefix ~= base.P then
+    rule.prefix = base.P
+    rule.topic = base.SUB ~= nil and redis.call('HGET', base.K_META, 'durable') ~= '1'
   end
-  if consumers.slow_rule.topic then return end
+  if rule.topic then return end
   if not c.loaded then consumers.counted(c) end
+  if full == c.slow then return end  -- (slow and found full, or not slow and found with room: no change)
   -- During a dispatch pass (consumers.slow_rule.defer) the field is written once, with the consumer's counters at
   -- the end of the pass (dispatch.lua flush_counts; nothing reads it in between): c.slow_write, true to
   -- set it to NOW, false to delete it.
@@ -201,29 +208,32 @@ function consumers.note_slow(c, full)
     if consumers.slow_rule.defer then
       c.slow_write = true
     else
-      redis.call('HSET', K_C(c.id), 'slow_since', NOW_TEXT.get())
+      redis.call('HSET', base.K_C(c.id), 'slow_since', base.NOW_TEXT.get())
     end
-    emit('slow', 'consumer', c.id)
+    base.emit('slow', 'consumer', c.id)
   elseif not full and c.slow then
     c.slow = false
-    if consumers.slow_rule.defer then c.slow_write = false else redis.call('HDEL', K_C(c.id), 'slow_since') end
+    if consumers.slow_rule.defer then c.slow_write = false else redis.call('HDEL', base.K_C(c.id), 'slow_since') end
   end
 end
 
 -- Whether the destination has a message-group map yet (meta 'gmap'): read once per script call (and
 -- per prefix: a topic send switches subscriptions), not once per dispatched message.
 consumers.gmap = { key = nil, on = false, cprio_key = nil, cprio = nil }
-on_call(function()
-  consumers.gmap.key, consumers.gmap.on, consumers.gmap.cprio_key = nil, false, nil
-  consumers.slow_rule.prefix, consumers.slow_rule.topic, consumers.slow_rule.defer = nil, false, false
+-- (one reset for the module's per-call state: each reset is a call at the start of every script call)
+base.on_call(function()
+  local gmap, rule = consumers.gmap, consumers.slow_rule
+  gmap.key, gmap.on, gmap.cprio_key = nil, false, nil
+  rule.prefix, rule.topic, rule.defer = nil, false, false
+  consumers.gone.any = false
 end)
 function consumers.gmap.exists()
-  if consumers.gmap.key ~= K_META then consumers.gmap.key, consumers.gmap.on = K_META, redis.call('HGET', K_META, 'gmap') == '1' end
+  if consumers.gmap.key ~= base.K_META then consumers.gmap.key, consumers.gmap.on = base.K_META, redis.call('HGET', base.K_META, 'gmap') == '1' end
   return consumers.gmap.on
 end
 function consumers.gmap.create()
   if not consumers.gmap.exists() then
-    redis.call('HSET', K_META, 'gmap', '1')
+    redis.call('HSET', base.K_META, 'gmap', '1')
     consumers.gmap.on = true
   end
 end
@@ -234,8 +244,8 @@ end
 -- else changes the consumers (a subscription's consumer, a close) deletes it, and the next sort works it out
 -- again from the consumers it has.
 function consumers.gmap.one_priority(cons)
-  if consumers.gmap.cprio_key ~= K_META then
-    consumers.gmap.cprio_key, consumers.gmap.cprio = K_META, redis.call('HGET', K_META, 'cprio')
+  if consumers.gmap.cprio_key ~= base.K_META then
+    consumers.gmap.cprio_key, consumers.gmap.cprio = base.K_META, redis.call('HGET', base.K_META, 'cprio')
     if not consumers.gmap.cprio then consumers.gmap.note_priorities(cons) end
   end
   return consumers.gmap.cprio ~= 'mixed'
@@ -246,25 +256,25 @@ function consumers.gmap.note_priorities(cons)
   for i = 2, #cons do
     if cons[i].priority ~= first then value = 'mixed' break end
   end
-  consumers.gmap.cprio_key, consumers.gmap.cprio = K_META, value or string.format('%d', first)
-  redis.call('HSET', K_META, 'cprio', consumers.gmap.cprio)
+  consumers.gmap.cprio_key, consumers.gmap.cprio = base.K_META, value or string.format('%d', first)
+  redis.call('HSET', base.K_META, 'cprio', consumers.gmap.cprio)
 end
 function consumers.gmap.forget_priorities()
-  redis.call('HDEL', K_META, 'cprio')
+  redis.call('HDEL', base.K_META, 'cprio')
   consumers.gmap.cprio_key = nil
 end
 
 -- Stable sort by priority (descending) and, once the queue has a group map, by the number of
 -- groups assigned (ascending); equal keys keep their current order (Collections.sort is stable).
 function consumers.sort(cons)
-  if not policy_flag('useConsumerPriority') then return end
+  if not base.policy_flag('useConsumerPriority') then return end
   local by_groups = consumers.gmap.exists()
   local by_priority = not consumers.gmap.one_priority(cons)
   if not (by_groups or by_priority) then return end  -- every key is equal: the order stands
   if by_groups then  -- (the group count alone of a consumer not read yet: counted reads the rest if needed)
     for i = 1, #cons do
       local c = cons[i]
-      if c.groups == nil then c.groups = tonumber(redis.call('HGET', K_C(c.id), 'groups')) or 0 end
+      if c.groups == nil then c.groups = tonumber(redis.call('HGET', base.K_C(c.id), 'groups')) or 0 end
     end
   end
   local function before(a, b)
@@ -287,13 +297,13 @@ end
 -- load_consumers leaves it out of what it reads: every script writes the two keys together, so only a store
 -- changed outside the scripts has one)
 function consumers.save_order(cons)
-  redis.call('DEL', K_CORDER)
+  redis.call('DEL', base.K_CORDER)
   local ids = {}
   for i = 1, #cons do
     local c = cons[i]
     if not consumers.gone.any or rawget(c, 'def') ~= consumers.DEF_NONE then ids[#ids + 1] = c.id end
   end
-  if #ids > 0 then redis.call('RPUSH', K_CORDER, unpack(ids)) end
+  if #ids > 0 then redis.call('RPUSH', base.K_CORDER, unpack(ids)) end
 end
 
 function consumers.selector_of(c)

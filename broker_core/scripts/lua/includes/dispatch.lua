@@ -30,7 +30,7 @@ local dispatch = {}
 -- A pull consumer (prefetch 0) whose own receive call runs this pass: what is dispatched to it is handed
 -- over by that same call, so waking its adapter would only make it ask again for nothing. Its wake-up is
 -- skipped (`woken_later`), and receive.lua publishes it after all if anything is left in its outbox.
-on_call(function() dispatch.receiver, dispatch.woken_later = nil, nil end)
+base.on_call(function() dispatch.receiver, dispatch.woken_later = nil, nil end)
 function dispatch.wake(c)
   if c.id == dispatch.receiver then dispatch.woken_later = true else redis.call('PUBLISH', c.def.notify, c.id) end
 end
@@ -38,11 +38,13 @@ function dispatch.new_page() return { ids = {}, inflight = {}, by_consumer = {},
 function dispatch.deliver(c, id, score, tally, fresh, writes, first, blob)
   -- (a consumer armed for pushes, outbox.lua push_*, gets the message itself instead of an outbox entry)
   local pushed = outbox.push_armed(c)
+  local b = base
+  local num = b.NOW_TEXT.num
   -- A message this call stored (message.fresh) has never been delivered: no counter to read. The counter is
   -- passed on as stored (only HINCRBY writes it: the digits Redis would make of the number).
-  local redeliveries = not fresh and redis.call('HGET', K_REDELIV, id) or '0'
+  local redeliveries = not fresh and redis.call('HGET', b.K_REDELIV, id) or '0'
   message.pass_dirty.pending = nil
-  local digits = NOW_TEXT.num(score)  -- base.lua: the digits of a whole number below 2^53
+  local digits = num(score)  -- base.lua: the digits of a whole number below 2^53
   if type(digits) ~= 'string' then digits = string.format('%.0f', score) end
   tally.dseq = tally.dseq + 1
   if writes then
@@ -55,19 +57,19 @@ function dispatch.deliver(c, id, score, tally, fresh, writes, first, blob)
       writes.by_consumer[c] = mine
       writes.consumers[#writes.consumers + 1] = mine
     end
-    mine.window[#mine.window + 1] = NOW_TEXT.num(tally.dseq)
+    mine.window[#mine.window + 1] = num(tally.dseq)
     mine.window[#mine.window + 1] = id
     if pushed then outbox.push_add(c, id, tally.dseq, blob, redeliveries, first)
     else mine.outbox[#mine.outbox + 1] = id end
     if first then writes.firsts[#writes.firsts + 1] = id end
   else
-    if first then redis.call('SADD', K_GFIRST, id) end
-    redis.call('ZREM', K_PENDING, id)
-    redis.call('HSET', K_INFLIGHT, id, c.id .. '|' .. digits)
-    redis.call('ZADD', K_CINF(c.id), NOW_TEXT.num(tally.dseq), id)
+    if first then redis.call('SADD', b.K_GFIRST, id) end
+    redis.call('ZREM', b.K_PENDING, id)
+    redis.call('HSET', b.K_INFLIGHT, id, c.id .. '|' .. digits)
+    redis.call('ZADD', b.K_CINF(c.id), num(tally.dseq), id)
     if pushed then
       outbox.push_add(c, id, tally.dseq, blob, redeliveries, first)
-    elseif redis.call('RPUSH', K_COUT(c.id), id) == 1 and c.def.notify then
+    elseif redis.call('RPUSH', b.K_COUT(c.id), id) == 1 and c.def.notify then
       dispatch.wake(c)
     end
   end
@@ -75,7 +77,7 @@ function dispatch.deliver(c, id, score, tally, fresh, writes, first, blob)
   c.delivered = (c.delivered or 0) + 1
   if c.prefetch == 0 then c.ext = c.ext - 1 end
   tally.dispatched = tally.dispatched + 1
-  emit('dispatch', 'msg', id, 'consumer', c.id, 'redeliveries', redeliveries)
+  b.emit('dispatch', 'msg', id, 'consumer', c.id, 'redeliveries', redeliveries)
 end
 
 -- The writes dispatch.deliver collected; a consumer whose outbox was empty is woken, one armed gets its pushes.
@@ -84,49 +86,57 @@ function dispatch.flush_page(writes)
     outbox.push_flush()
     return
   end
-  call_many('ZREM', K_PENDING, writes.ids)
-  call_many('HSET', K_INFLIGHT, writes.inflight)
-  if #writes.firsts > 0 then call_many('SADD', K_GFIRST, writes.firsts) end
+  base.call_many('ZREM', base.K_PENDING, writes.ids)
+  base.call_many('HSET', base.K_INFLIGHT, writes.inflight)
+  if #writes.firsts > 0 then base.call_many('SADD', base.K_GFIRST, writes.firsts) end
   for i = 1, #writes.consumers do
     local mine = writes.consumers[i]
     local c = mine.c
-    call_many('ZADD', K_CINF(c.id), mine.window)
+    base.call_many('ZADD', base.K_CINF(c.id), mine.window)
     if #mine.outbox > 0 then
-      local queued = call_many('RPUSH', K_COUT(c.id), mine.outbox)
+      local queued = base.call_many('RPUSH', base.K_COUT(c.id), mine.outbox)
       if queued == #mine.outbox and c.def.notify then dispatch.wake(c) end
     end
   end
   outbox.push_flush()
 end
 
--- Consumer c's counters, and the slow_since change of the pass (consumers.lua note_slow) and its group count
--- if it moved (groups.lua), written once at the end of the pass.
+-- Consumer c's counters, and the slow_since change of the pass (consumers.lua note_slow), its group count
+-- if it moved (groups.lua) and its pushes' 'push' and 'rcv' (outbox.lua push_flush), written once at the end
+-- of the pass.
 function dispatch.flush_consumer(c)
-  local slow = c.slow_write
-  c.slow_write = nil
+  local slow, pushed = c.slow_write, c.push_write
+  c.slow_write, c.push_write = nil, nil
+  local num = base.NOW_TEXT.num
   if c.delivered then
     local dispatched = c.dispatched + c.delivered
     if slow == true or c.groups_moved then
-      local fields = { 'n', NOW_TEXT.num(c.n), 'ext', NOW_TEXT.num(c.ext),
-                       'dispatched', NOW_TEXT.num(dispatched) }
-      if slow == true then fields[7], fields[8] = 'slow_since', NOW_TEXT.get() end
+      local fields = { 'n', num(c.n), 'ext', num(c.ext), 'dispatched', num(dispatched) }
+      if slow == true then fields[7], fields[8] = 'slow_since', base.NOW_TEXT.get() end
       if c.groups_moved then
         fields[#fields + 1] = 'groups'
-        fields[#fields + 1] = NOW_TEXT.num(c.groups)
+        fields[#fields + 1] = num(c.groups)
       end
-      redis.call('HSET', K_C(c.id), unpack(fields))
-    else  -- (the common case, without a table)
-      redis.call('HSET', K_C(c.id), 'n', NOW_TEXT.num(c.n), 'ext', NOW_TEXT.num(c.ext),
-                 'dispatched', NOW_TEXT.num(dispatched))
+      if pushed then
+        fields[#fields + 1], fields[#fields + 2] = 'push', num(c.push)
+        fields[#fields + 1], fields[#fields + 2] = 'rcv', num(c.rcv)
+      end
+      redis.call('HSET', base.K_C(c.id), unpack(fields))
+    elseif pushed then  -- (the common cases, without a table)
+      redis.call('HSET', base.K_C(c.id), 'n', num(c.n), 'ext', num(c.ext), 'dispatched', num(dispatched),
+                 'push', num(c.push), 'rcv', num(c.rcv))
+    else
+      redis.call('HSET', base.K_C(c.id), 'n', num(c.n), 'ext', num(c.ext), 'dispatched', num(dispatched))
     end
     c.dispatched = dispatched
     c.delivered = nil
   else
-    if slow == true then redis.call('HSET', K_C(c.id), 'slow_since', NOW_TEXT.get()) end
-    if c.groups_moved then redis.call('HSET', K_C(c.id), 'groups', NOW_TEXT.num(c.groups)) end
+    if slow == true then redis.call('HSET', base.K_C(c.id), 'slow_since', base.NOW_TEXT.get()) end
+    if c.groups_moved then redis.call('HSET', base.K_C(c.id), 'groups', num(c.groups)) end
+    if pushed then redis.call('HSET', base.K_C(c.id), 'push', num(c.push), 'rcv', num(c.rcv)) end
   end
   c.groups_moved = false
-  if slow == false then redis.call('HDEL', K_C(c.id), 'slow_since') end
+  if slow == false then redis.call('HDEL', base.K_C(c.id), 'slow_since') end
 end
 
 -- Returns the destination's counters (field, value, ...) for the caller's one write of K_META; writes each
@@ -140,7 +150,7 @@ function dispatch.flush_counts(cons, tally)
     if c.loaded then dispatch.flush_consumer(c) end
   end
   if tally.dispatched > 0 then
-    meta = { 'dseq', NOW_TEXT.num(tally.dseq), 'dispatched', NOW_TEXT.num(tally.total + tally.dispatched) }
+    meta = { 'dseq', base.NOW_TEXT.num(tally.dseq), 'dispatched', base.NOW_TEXT.num(tally.total + tally.dispatched) }
     tally.total = tally.total + tally.dispatched
     tally.dispatched = 0
   else
@@ -171,46 +181,54 @@ end
 
 -- One chunk of the pass. Returns dispatched count, 1 when the pass has more to examine, and the time
 -- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
+-- The pass state in meta (dispatch.pass): paused, hold_until, fence, then the rest, read after them.
+dispatch.STATE = { 'paused', 'hold_until', 'fence', 'cursor', 'dirty', 'owner', 'pass_skipped', 'dseq',
+                   'dispatched', 'dirty_room', 'resume', 'offered' }
 function dispatch.pass(budget, known)
-  -- the pass state is read in two steps: an ack on a drained queue (the check for pending messages
-  -- below) needs only the first two fields
+  -- the pass state is read in two steps where messages may be pending or not: an ack on a drained queue
+  -- (the check for pending messages below) needs only the first two fields; after a send (message.fresh)
+  -- there are, and all of it is read at once
   -- (third: the fence of a close whose returns are still owed, lifecycle.lua closing_key: the pass reads
   -- only messages below it)
-  local state = redis.call('HMGET', K_META, 'paused', 'hold_until', 'fence')
+  local sent = next(message.fresh) ~= nil
+  local state = sent and redis.call('HMGET', base.K_META, unpack(dispatch.STATE))
+                or redis.call('HMGET', base.K_META, 'paused', 'hold_until', 'fence')
   if state[1] == '1' then return 0, 0, 0 end
   local upper = state[3] and '(' .. state[3] or '+inf'
-  local hold = tonum(state[2], 0)
+  local hold = base.tonum(state[2], 0)
   if hold > 0 then
-    local needed = policy_num('consumersBeforeDispatchStarts')
-    if NOW >= hold or (needed > 0 and redis.call('HLEN', K_CONSUMERS) >= needed) then
-      redis.call('HDEL', K_META, 'hold_until')
+    local needed = base.policy_num('consumersBeforeDispatchStarts')
+    if base.NOW >= hold or (needed > 0 and redis.call('HLEN', base.K_CONSUMERS) >= needed) then
+      redis.call('HDEL', base.K_META, 'hold_until')
     else
       return 0, 0, hold
     end
   end
   -- Nothing pending (e.g. an ack on a drained queue): the pass has nothing to examine, so its state
   -- stays as it is; the consumers need not be read. (After a send there is: no need to ask.)
-  if next(message.fresh) == nil and redis.call('ZCARD', K_PENDING) == 0 then return 0, 0, 0 end
+  if not sent and redis.call('ZCARD', base.K_PENDING) == 0 then return 0, 0, 0 end
   local cons = consumers.load(true, known)
   if #cons == 0 then return 0, 0, 0 end
-  if not budget or budget <= 0 then budget = policy_num('maxPageSize') end
-  local rest = redis.call('HMGET', K_META, 'cursor', 'dirty', 'owner', 'pass_skipped', 'dseq', 'dispatched',
-                          'dirty_room', 'resume', 'offered')
+  if not budget or budget <= 0 then budget = base.policy_num('maxPageSize') end
+  -- (the fields after the first three: in `state` from its 4th on, else read now, from the 1st on)
+  local rest, o = state, 3
+  if not sent then rest, o = redis.call('HMGET', base.K_META, unpack(dispatch.STATE, 4)), 0 end
 
-  local cursor = rest[1] or ''
+  local cursor = rest[o + 1] or ''
   -- dirty: the pass must walk again what it has walked; `full`: from the head, else only from `resume`
   -- (message.lua mark_dirty, mark_room)
-  local full = rest[2] == '1'
-  local dirty = full or rest[7] == '1'
-  local owner = rest[3] or nil
+  local full = rest[o + 2] == '1'
+  local dirty = full or rest[o + 7] == '1'
+  local owner = rest[o + 3] or nil
   if owner == '' then owner = nil end
-  local pass_skipped = tonumber(rest[4]) or 0
-  local tally = { dseq = tonumber(rest[5]) or 0, dispatched = 0, total = tonumber(rest[6]) or 0 }
+  local number = base.number
+  local pass_skipped = number(rest[o + 4]) or 0
+  local tally = { dseq = number(rest[o + 5]) or 0, dispatched = 0, total = number(rest[o + 6]) or 0 }
   local excluded = {}
-  local passfull_before = message.pass_dirty.passfull_key == K_PASSFULL and message.pass_dirty.passfull
-                          or redis.call('SMEMBERS', K_PASSFULL)  -- (read by room_freed: message.lua)
+  local passfull_before = message.pass_dirty.passfull_key == base.K_PASSFULL and message.pass_dirty.passfull
+                          or redis.call('SMEMBERS', base.K_PASSFULL)  -- (read by room_freed: message.lua)
   for i = 1, #passfull_before do excluded[passfull_before[i]] = true end
-  local strict = policy_flag('strictOrderDispatch')
+  local strict = base.policy_flag('strictOrderDispatch')
   local order_changed = false
   local examined, dispatched, more = 0, 0, 0
   -- Selector evaluations end the chunk once they have done a call's worth of matching (after at least
@@ -221,7 +239,7 @@ function dispatch.pass(budget, known)
   -- which consumers' selectors refused it ("<ids, comma-separated>|<message id>"), so the next chunk
   -- offers it to the others only (a selector's answer for a message does not change; reset_pass, which a
   -- consumer's close runs, forgets the record).
-  local offered_stored = rest[9] or ''
+  local offered_stored = rest[o + 9] or ''
   local offered_id, refused_before = nil, {}
   do
     local ids, mid = string.match(offered_stored, '^([^|]*)|(.*)$')
@@ -241,7 +259,7 @@ function dispatch.pass(budget, known)
   -- head. A consumer whose window stays full behind a long backlog nobody takes would otherwise have each
   -- freed slot walk the whole backlog again.
   -- (written only when they change, as 'dirty_room'; the skipped count is read when needed)
-  local resume_stored, room_stored = rest[8] or '-', rest[7] == '1'
+  local resume_stored, room_stored = rest[o + 8] or '-', rest[o + 7] == '1'
   local resume, resume_skipped = resume_stored, nil
   local function left_out()
     if resume == '-' then resume, resume_skipped = cursor, pass_skipped end
@@ -250,7 +268,7 @@ function dispatch.pass(budget, known)
     local start, skipped = '', 0
     if resume ~= '-' and not (full or message.pass_dirty.value == true) then
       start = resume
-      skipped = resume_skipped or tonumber(redis.call('HGET', K_META, 'resume_skipped')) or 0
+      skipped = resume_skipped or tonumber(redis.call('HGET', base.K_META, 'resume_skipped')) or 0
     end
     cursor, dirty, full, excluded, resume, resume_skipped = start, false, false, {}, '-', nil
     message.pass_dirty.value = false
@@ -266,12 +284,13 @@ function dispatch.pass(budget, known)
   -- instructions (bench/redis_instructions.py; message.fresh is this call's table throughout the pass)
   local fresh_of, head, is_full, note_slow, allows, deliver =
     message.fresh, message.head, consumers.is_full, consumers.note_slow, groups.allows, dispatch.deliver
+  local now, K_PENDING, K_MSGS = base.NOW, base.K_PENDING, base.K_MSGS
   while true do
     dispatch.flush_page(writes)  -- (before anything below reads the pending zset)
     writes = nil
     local usable, any, free = dispatch.pass_room(cons, excluded, budget - examined)
     if not any then                             -- everyone is full: the next pass starts over
-      if message.pass_dirty.pending == K_PENDING or redis.call('ZCARD', K_PENDING) > 0 then  -- (message.lua)
+      if message.pass_dirty.pending == base.K_PENDING or redis.call('ZCARD', base.K_PENDING) > 0 then  -- (message.lua)
         for i = 1, #cons do if cons[i].alive then note_slow(cons[i], true) end end
       end
       left_out()
@@ -290,7 +309,7 @@ function dispatch.pass(budget, known)
     local page = budget - examined  -- math.min(budget - examined, free + 8)
     if free + 8 < page then page = free + 8 end
     local batch = redis.call('ZRANGEBYSCORE', K_PENDING, lower, upper, 'WITHSCORES', 'LIMIT', '0',
-                             NOW_TEXT.num(page))
+                             base.NOW_TEXT.num(page))
     if #batch > 2 then writes = dispatch.new_page() end
     dirty = dirty or message.pass_dirty.value
     if #batch == 0 then
@@ -298,7 +317,7 @@ function dispatch.pass(budget, known)
       if not dirty then break end
       end_pass()
       -- Nothing left at all: the pass is over (a later message starts the next one at the head).
-      if redis.call('ZCARD', K_PENDING) == 0 then break end
+      if redis.call('ZCARD', base.K_PENDING) == 0 then break end
     end
     local restart = false
     local at_tail = #batch > 0 and #batch / 2 < page
@@ -307,7 +326,7 @@ function dispatch.pass(budget, known)
         more, work_cut = 1, true
         break
       end
-      local id, score = batch[i], tonumber(batch[i + 1])
+      local id, score = batch[i], number(batch[i + 1])
       examined = examined + 1
       local fresh = fresh_of[id]
       fresh_of[id] = nil
@@ -327,7 +346,7 @@ function dispatch.pass(budget, known)
           exp, gid, seq, conn = tonumber(full[message.EXPIRATION]) or 0, full[message.GROUP],
                                 tonumber(full[message.GROUP_SEQ]) or 0, full[message.CONNECTION]
         end  -- (head's sequence is a number already)
-        if exp > 0 and NOW > exp then  -- is_expired
+        if exp > 0 and now > exp then  -- is_expired
           lifecycle.expire_pending(id, full or message.unpack(blob), blob)
           cursor = batch[i + 1]
         else
@@ -364,7 +383,7 @@ function dispatch.pass(budget, known)
                     view = view or message.selector_view(id, full)
                     local failed
                     ok, failed = selector.matches(expr, view)
-                    if failed then meta_incr('selector_errors') end
+                    if failed then base.meta_incr('selector_errors') end
                     if not ok then
                       refused = refused or {}
                       refused[#refused + 1] = c.id
@@ -408,7 +427,7 @@ function dispatch.pass(budget, known)
           else
             cursor = batch[i + 1]
             pass_skipped = pass_skipped + 1
-            meta_incr('skipped')
+            base.meta_incr('skipped')
           end
         end
       end
@@ -430,8 +449,8 @@ function dispatch.pass(budget, known)
     local passfull = {}
     for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
     -- nothing in the pass adds to the set: it holds what was read at the start
-    if #passfull_before > 0 then redis.call('DEL', K_PASSFULL) end
-    if #passfull > 0 then redis.call('SADD', K_PASSFULL, unpack(passfull)) end
+    if #passfull_before > 0 then redis.call('DEL', base.K_PASSFULL) end
+    if #passfull > 0 then redis.call('SADD', base.K_PASSFULL, unpack(passfull)) end
     message.pass_dirty.passfull_key = nil
   end
   full = full or message.pass_dirty.value == true
@@ -439,7 +458,7 @@ function dispatch.pass(budget, known)
   message.pass_dirty.in_pass = false
   if last_skipped then
     counts[#counts + 1] = 'last_pass_skipped'
-    counts[#counts + 1] = NOW_TEXT.num(last_skipped)
+    counts[#counts + 1] = base.NOW_TEXT.num(last_skipped)
   end
   if (dirty and true or false) ~= room_stored then
     counts[#counts + 1] = 'dirty_room'
@@ -454,11 +473,11 @@ function dispatch.pass(budget, known)
     counts[#counts + 1] = resume
     if resume_skipped then
       counts[#counts + 1] = 'resume_skipped'
-      counts[#counts + 1] = NOW_TEXT.num(resume_skipped)
+      counts[#counts + 1] = base.NOW_TEXT.num(resume_skipped)
     end
   end
-  redis.call('HSET', K_META, 'cursor', cursor, 'dirty', full and '1' or '0', 'pass_skipped',
-             NOW_TEXT.num(pass_skipped), unpack(counts))
+  redis.call('HSET', base.K_META, 'cursor', cursor, 'dirty', full and '1' or '0', 'pass_skipped',
+             base.NOW_TEXT.num(pass_skipped), unpack(counts))
   if order_changed then consumers.save_order(cons) end
   return dispatched, more, 0
 end

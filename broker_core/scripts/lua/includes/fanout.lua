@@ -21,7 +21,7 @@
 
 -- Its module table `fanout` (one table, not locals: the scripts' main chunk is close to Lua's 200 locals)
 local fanout = { visits = 0 }
-on_call(function() fanout.visits = 0 end)
+base.on_call(function() fanout.visits = 0 end)
 -- What one call (a send, or a continuation) does at most, whatever the selector work: a topic's
 -- subscriptions are not limited in number. One that takes messages costs the call about 0.13 ms (its
 -- pending list, its dispatch chunk, the slow and pending-limit rules), so a call gives messages to at most
@@ -41,7 +41,7 @@ fanout.spent = forward.work_spent
 
 -- Is a fan-out unfinished? Then a send queues behind it.
 function fanout.waiting()
-  return redis.call('LLEN', TP .. ':fanout') > 0
+  return redis.call('LLEN', base.TP .. ':fanout') > 0
 end
 
 -- Queue message `id` (sent with topic sequence `seq`): stored now, with one reference for each
@@ -49,35 +49,35 @@ end
 -- `subs` from index `from` on are matched later. `copies`: the wildcard patterns that got a copy.
 function fanout.defer(id, blob, seq, matched, subs, from, copies)
   topic.store(id, blob, #matched + 1, seq)
-  local list = TP .. ':fanout:' .. id
+  local list = base.TP .. ':fanout:' .. id
   local keys = {}
   for k = from, #subs do keys[#keys + 1] = subs[k].key end
   for k = 1, #keys, 1000 do  -- unpack() has a limit
     redis.call('RPUSH', list, unpack(keys, k, math.min(k + 999, #keys)))
   end
-  redis.call('RPUSH', TP .. ':fanout', id)
-  redis.call('HSET', TP .. ':fanout:n', id, #matched .. '|' .. copies)
+  redis.call('RPUSH', base.TP .. ':fanout', id)
+  redis.call('HSET', base.TP .. ':fanout:n', id, #matched .. '|' .. copies)
 end
 
 -- Message `id`'s fan-out is done: its events, as a send that matched at once writes them, and the
 -- fan-out's reference let go (the message goes with it if nobody took it).
 function fanout.finish(id, m, blob)
-  redis.call('LPOP', TP .. ':fanout')
-  local n = redis.call('HGET', TP .. ':fanout:n', id) or '0|0'
-  redis.call('HDEL', TP .. ':fanout:n', id)
+  redis.call('LPOP', base.TP .. ':fanout')
+  local n = redis.call('HGET', base.TP .. ':fanout:n', id) or '0|0'
+  redis.call('HDEL', base.TP .. ':fanout:n', id)
   local matched, copies = string.match(n, '^(%d+)|(%d+)$')
   matched, copies = tonumber(matched) or 0, tonumber(copies) or 0
   if m then
-    local priority, size = NOW_TEXT.num(m[message.PRIORITY] or 4), NOW_TEXT.num(#blob)
+    local priority, size = base.NOW_TEXT.num(m[message.PRIORITY] or 4), base.NOW_TEXT.num(#blob)
     if matched == 0 and copies == 0 then
-      meta_incr('no_subscription')
-      emit('no_subscription', 'msg', id, 'priority', priority, 'size', size)
+      base.meta_incr('no_subscription')
+      base.emit('no_subscription', 'msg', id, 'priority', priority, 'size', size)
       advisory.no_consumer(id, blob, m[message.PERSISTENT])
     elseif copies == 0 then
-      emit('enqueue', 'msg', id, 'priority', priority, 'group', m[message.GROUP] or '', 'size', size,
+      base.emit('enqueue', 'msg', id, 'priority', priority, 'group', m[message.GROUP] or '', 'size', size,
            'subscriptions', matched)
     else
-      emit('enqueue', 'msg', id, 'priority', priority, 'group', m[message.GROUP] or '', 'size', size,
+      base.emit('enqueue', 'msg', id, 'priority', priority, 'group', m[message.GROUP] or '', 'size', size,
            'subscriptions', matched, 'wildcards', copies)
     end
     lifecycle.release_shared(id)
@@ -90,27 +90,27 @@ end
 function fanout.run(touched, order)
   local finished = 0
   while not fanout.full(#order) and fanout.visits < fanout.MAX_VISITS do
-    local id = redis.call('LINDEX', TP .. ':fanout', 0)
+    local id = redis.call('LINDEX', base.TP .. ':fanout', 0)
     if not id then break end
-    local blob = redis.call('HGET', TP .. ':msgs', id)
+    local blob = redis.call('HGET', base.TP .. ':msgs', id)
     local m = blob and message.unpack(blob)
-    local list = TP .. ':fanout:' .. id
+    local list = base.TP .. ':fanout:' .. id
     local view, done = nil, true
     while true do
       if fanout.full(#order) or fanout.visits >= fanout.MAX_VISITS then done = false break end
       local key = redis.call('LPOP', list)
       if not key then break end
       fanout.visits = fanout.visits + 1
-      local def = m and redis.call('HGET', TP .. ':subs', key)
+      local def = m and redis.call('HGET', base.TP .. ':subs', key)
       if def then
         local s = { key = key, def = cmsgpack.unpack(def) }
         local ok
         ok, view = topic.matches(s, id, m, view)
         if ok then
-          redis.call('HINCRBY', TP .. ':refs', id, 1)
-          local n = redis.call('HGET', TP .. ':fanout:n', id) or '0|0'
+          redis.call('HINCRBY', base.TP .. ':refs', id, 1)
+          local n = redis.call('HGET', base.TP .. ':fanout:n', id) or '0|0'
           local matched, copies = string.match(n, '^(%d+)|(%d+)$')
-          redis.call('HSET', TP .. ':fanout:n', id, (tonumber(matched) + 1) .. '|' .. copies)
+          redis.call('HSET', base.TP .. ':fanout:n', id, (tonumber(matched) + 1) .. '|' .. copies)
           if not touched[key] then
             touched[key] = { s = s, ids = {}, msgs = {} }
             order[#order + 1] = key

@@ -14,14 +14,14 @@
 local flow = { floor = nil, usage_of = nil, usage = nil, meta_of = nil, meta = nil, usage_res = nil,
                reservation = nil, drop = nil, BROKER_DEFAULT_LIMIT = false }
 function flow.meta_key()  -- TP .. ':meta', made once per prefix
-  if flow.meta_of ~= TP then flow.meta_of, flow.meta = TP, TP .. ':meta' end
+  if flow.meta_of ~= base.TP then flow.meta_of, flow.meta = base.TP, base.TP .. ':meta' end
   return flow.meta
 end
 flow.BROKER_DEFAULT_LIMIT = 1073741824  -- SystemUsage's memory limit when none is configured: 1 GB
 
-on_call(function()
-  if flow.usage_of ~= P then
-    flow.usage_of, flow.usage = P, string.match(P, '^(.-):{') .. ':usage'
+base.on_call(function()
+  if flow.usage_of ~= base.P then
+    flow.usage_of, flow.usage = base.P, string.match(base.P, '^(.-):{') .. ':usage'
     flow.usage_res = flow.usage .. ':res'  -- flow.usage .. ':res'
   end
   flow.floor, flow.reservation, flow.drop = nil, nil, nil
@@ -34,7 +34,7 @@ function flow.message_charge(bytes)
   if not flow.floor then
     flow.floor = tonumber(redis.call('HGET', flow.meta_key(), 'memmin'))
     if not flow.floor then
-      flow.floor = tonumber(redis.call('HGET', K_POLICY, 'minimumMessageSize')) or 1024
+      flow.floor = tonumber(redis.call('HGET', base.K_POLICY, 'minimumMessageSize')) or 1024
       redis.call('HSET', flow.meta_key(), 'memmin', flow.floor)
     end
   end
@@ -42,10 +42,21 @@ function flow.message_charge(bytes)
   return flow.floor
 end
 
+-- The floor as a caller read it from flow.meta_key() with other fields (its 'memmin', false when unset):
+-- message_charge then need not read it again.
+function flow.floor_read(memmin)
+  if not flow.floor and memmin then flow.floor = base.number(memmin) end
+end
+
 function flow.memory_add(bytes)
-  bytes = NOW_TEXT.num(bytes)  -- base.lua: formatted once for both
+  bytes = base.NOW_TEXT.num(bytes)  -- base.lua: formatted once for both
   redis.call('HINCRBY', flow.meta_key(), 'mem', bytes)
   redis.call('HINCRBY', flow.usage, 'used', bytes)
+end
+-- The broker's usage alone, for a caller that writes the destination's 'mem' itself (send.lua, with its
+-- counters).
+function flow.usage_add(bytes)
+  redis.call('HINCRBY', flow.usage, 'used', base.NOW_TEXT.num(bytes))
 end
 
 -- A message of `bytes` packed bytes is now stored / no longer stored here.
@@ -69,7 +80,7 @@ function flow.reserved(key)
   local total = 0
   for i = 1, #flat, 2 do
     local bytes, expires = string.match(flat[i + 1], '^(%d+)|(%d+)$')
-    if not bytes or tonumber(expires) <= NOW then
+    if not bytes or tonumber(expires) <= base.NOW then
       redis.call('HDEL', key, flat[i])
     else
       total = total + tonumber(bytes)
@@ -88,9 +99,9 @@ end
 function flow.reserve(need)
   local r = flow.reservation
   if not r then return end
-  local expires = NOW + r.ttl
-  flow.add_reservation(TP .. ':memres', r.tx, need, expires)
-  flow.add_reservation(flow.usage .. ':res', r.tx .. '|' .. TP, need, expires)
+  local expires = base.NOW + r.ttl
+  flow.add_reservation(base.TP .. ':memres', r.tx, need, expires)
+  flow.add_reservation(flow.usage .. ':res', r.tx .. '|' .. base.TP, need, expires)
 end
 
 -- Bytes a destination holds or has coming: stored, copies recorded for it but not yet delivered
@@ -105,7 +116,7 @@ end
 -- The key prefix of the destination `uri` names ('queue://x' / 'topic://x'), in this namespace.
 function flow.destination_prefix(uri)
   local kind, name = string.match(uri, '^(%a+)://(.*)$')
-  return string.match(TP, '^(.-):{') .. ':{' .. (kind == 'topic' and 't' or 'q') .. ':' .. name .. '}'
+  return string.match(base.TP, '^(.-):{') .. ':{' .. (kind == 'topic' and 't' or 'q') .. ':' .. name .. '}'
 end
 
 -- Whether a full destination fails a send at once and how long it lets one wait: its policy's
@@ -158,7 +169,7 @@ end
 -- that fails sends at once, or any full one once the producer has waited its time (flow.drop, a send
 -- re-run with origin 'drop' by flow.py), refuses nothing: virtual.route drops its copy instead.
 function flow.memory_refusal(need, plan)
-  local p = policy()
+  local p = base.policy()
   local sys = flow.system_usage()
   local scope, used, limit, total
   local fail_v, timeout_v = p['sendFailIfNoSpace'], p['sendFailIfNoSpaceAfterTimeout']
@@ -174,7 +185,7 @@ function flow.memory_refusal(need, plan)
     local own = tonumber(p['memoryLimit']) or 0
     local broker_used = (tonumber(sys[1]) or 0) + flow.reserved(flow.usage_res)  -- flow.usage .. ':res'
     local broker_limit = tonumber(sys[2]) or flow.BROKER_DEFAULT_LIMIT
-    local mine = own > 0 and flow.held(TP) or 0
+    local mine = own > 0 and flow.held(base.TP) or 0
     if own > 0 and mine + need > own then
       scope, used, limit, total = 'destination', mine, own, need
     elseif broker_limit > 0 and broker_used + need * (kept + weight) > broker_limit then

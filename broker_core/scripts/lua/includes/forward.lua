@@ -9,7 +9,7 @@
 -- selector.bytes when the call began.
 local forward = { n = 0, work_start = 0, work_spent = false, with_flag = false, record = false,
                   dead_letter = false }
-on_call(function() forward.n, forward.work_start = 0, selector.bytes end)
+base.on_call(function() forward.n, forward.work_start = 0, selector.bytes end)
 -- Has this call's selector work (selector.lua selector.bytes) reached a call's worth? Checked before an
 -- evaluation, so a call does at most one more. Loops over any number of selectors in one send stop there:
 -- a topic's fan-out goes on in the next call (fanout.lua); a routing check answers "take a copy".
@@ -30,9 +30,9 @@ end
 -- '<id>|<target>', so that each subscription's dead letter of a message is delivered (operations.forward
 -- reads the id before '|').
 function forward.record(id, blob, target, cause, cause_arg, field)
-  redis.call('HSET', K_FWD, field or id, cmsgpack.pack({ target, cause, cause_arg or '', blob }))
-  due_at(TP, NOW)  -- the caller delivers it; should it die first, the tick finds it (base.lua)
-  if cause ~= 'copy' then redis.call('ZREM', K_AUDIT, id) end
+  redis.call('HSET', base.K_FWD, field or id, cmsgpack.pack({ target, cause, cause_arg or '', blob }))
+  base.due_at(base.TP, base.NOW)  -- the caller delivers it; should it die first, the tick finds it (base.lua)
+  if cause ~= 'copy' then redis.call('ZREM', base.K_AUDIT, id) end
   forward.n = forward.n + 1
 end
 
@@ -41,14 +41,14 @@ end
 -- or the dead-letter queue itself). `cause` is 'redelivery' (argument: the delivery count), 'poison'
 -- (no cause text, STOMP NACK) or 'expired' (argument: the expiration). Returns true if forwarded.
 function forward.dead_letter(id, m, blob, cause, cause_arg)
-  local target, field = policy()['deadLetterTarget'], nil
-  if SUB then
+  local target, field = base.policy()['deadLetterTarget'], nil
+  if base.SUB then
     -- destinationPerDurableSubscriber (individual strategy, topics; operations._write_policy): a durable
     -- subscription's dead letters go to '<topicPrefix><topic>.<clientId>:<subscriptionName><topicSuffix>'
     -- (IndividualDeadLetterStrategy.createDestination with DurableTopicSubscription.getSubscriptionKey)
-    local per = redis.call('HMGET', K_POLICY, 'deadLetterDurablePrefix', 'deadLetterDurableSuffix')
+    local per = redis.call('HMGET', base.K_POLICY, 'deadLetterDurablePrefix', 'deadLetterDurableSuffix')
     if per[1] and per[1] ~= '' then
-      local sub = redis.call('HMGET', K_META, 'durable', 'client', 'name')
+      local sub = redis.call('HMGET', base.K_META, 'durable', 'client', 'name')
       if sub[1] == '1' then
         target = per[1] .. sub[2] .. ':' .. sub[3] .. (per[2] or '')
         field = id .. '|' .. target
@@ -56,17 +56,17 @@ function forward.dead_letter(id, m, blob, cause, cause_arg)
     end
   end
   local persistent = m[message.PERSISTENT] == true or m[message.PERSISTENT] == 1
-  local keep = target ~= '' and target ~= redis.call('HGET', K_META, 'uri')
-  if keep and not persistent and not policy_flag('processNonPersistent') then keep = false end
-  if keep and cause == 'expired' and not policy_flag('processExpired') then keep = false end
+  local keep = target ~= '' and target ~= redis.call('HGET', base.K_META, 'uri')
+  if keep and not persistent and not base.policy_flag('processNonPersistent') then keep = false end
+  if keep and cause == 'expired' and not base.policy_flag('processExpired') then keep = false end
   if keep then
     forward.record(id, blob, target, cause, cause_arg, field)
-    meta_incr('deadlettered')
+    base.meta_incr('deadlettered')
     -- the MessageDLQd advisory carries a copy
-    emit_message(blob, 'deadletter', 'msg', id, 'target', target, 'cause', cause, 'detail', cause_arg or '')
+    base.emit_message(blob, 'deadletter', 'msg', id, 'target', target, 'cause', cause, 'detail', cause_arg or '')
   else
-    meta_incr('discarded')
-    emit('discard', 'msg', id, 'cause', cause, 'detail', cause_arg or '')
+    base.meta_incr('discarded')
+    base.emit('discard', 'msg', id, 'cause', cause, 'detail', cause_arg or '')
   end
   return keep
 end

@@ -3,7 +3,7 @@
 -- Its module table `groups`; the lru_* fields are the cached map's per-pass state (below).
 local groups = { lru_key = false, lru_clock = 0, lru_ticked = false, lru_size = false, lru_msg = false,
                  lru_stored = false, owners_gone = {} }
-function groups.map_type() return policy()['messageGroupMapFactoryType'] end
+function groups.map_type() return base.policy()['messageGroupMapFactoryType'] end
 
 -- java.lang.String.hashCode over UTF-16 code units, as MessageGroupHashBucket uses it.
 function groups.java_hash(s)
@@ -38,7 +38,7 @@ end
 -- The key a group is stored under: the group id itself, or its bucket for the bucket map.
 function groups.slot(gid)
   if groups.map_type() == 'bucket' then
-    local n = policy_num('groupMapBucketCount')
+    local n = base.policy_num('groupMapBucketCount')
     return 'bucket:' .. math.abs(math.fmod(groups.java_hash(gid), n))
   end
   return gid
@@ -56,12 +56,16 @@ end
 function groups.lru_reset()
   groups.lru_key, groups.lru_ticked, groups.lru_size, groups.lru_msg = false, false, false, false
 end
-on_call(groups.lru_reset)
+-- (with owners_gone's, below: one reset for the module, each being a call at the start of every script call)
+base.on_call(function()
+  groups.lru_reset()
+  if next(groups.owners_gone) ~= nil then groups.owners_gone = {} end  -- (an empty one is as good as new)
+end)
 -- (The clock's text is made here, not by NOW_TEXT.num, whose last two numbers are the message's and the
 -- dispatch's sequences, written again later in the call.)
 function groups.lru_tick()
-  if groups.lru_key ~= K_META then
-    groups.lru_key, groups.lru_clock = K_META, tonumber(redis.call('HGET', K_META, 'gclock')) or 0
+  if groups.lru_key ~= base.K_META then
+    groups.lru_key, groups.lru_clock = base.K_META, tonumber(redis.call('HGET', base.K_META, 'gclock')) or 0
   end
   groups.lru_clock = groups.lru_clock + 1
   groups.lru_ticked = string.format('%d', groups.lru_clock)
@@ -89,7 +93,7 @@ function groups.count_down(cid, cons)
       return
     end
   end
-  if redis.call('HEXISTS', K_CONSUMERS, cid) == 1 then redis.call('HINCRBY', K_C(cid), 'groups', -1) end
+  if redis.call('HEXISTS', base.K_CONSUMERS, cid) == 1 then redis.call('HINCRBY', base.K_C(cid), 'groups', -1) end
 end
 
 -- Assign group `gid` (stored under `slot`, whose stored value was `previous`) to consumer c, one of the
@@ -99,59 +103,58 @@ function groups.assign(gid, slot, previous, c, cons, orphan)
     -- Re-binding (JMSXGroupSeq 1) moves the group; like ActiveMQ the old owner's count is not decremented.
     -- Messages of the group skipped earlier in this pass may now go to the new owner (an orphan's were
     -- not skipped: the pass restarted when its owner closed).
-    redis.call('SREM', K_CGRP(string.match(previous, '^([^|]*)')), slot)
+    redis.call('SREM', base.K_CGRP(string.match(previous, '^([^|]*)')), slot)
     if not orphan then message.mark_dirty() end
   end
-  redis.call('HSET', K_GROUPS, slot, c.id .. '|' .. NOW)
-  redis.call('SADD', K_CGRP(c.id), slot)
+  redis.call('HSET', base.K_GROUPS, slot, c.id .. '|' .. base.NOW)
+  redis.call('SADD', base.K_CGRP(c.id), slot)
   c.groups = c.groups + 1
   c.groups_moved = true
   local kind = groups.map_type()
   if kind == 'cached' then
-    local size = policy_num('groupMapCacheSize')
-    if not groups.lru_size then groups.lru_size = redis.call('ZCARD', K_GLRU) end
-    groups.lru_size = groups.lru_size + redis.call('ZADD', K_GLRU, groups.lru_tick(), slot)
+    local size = base.policy_num('groupMapCacheSize')
+    if not groups.lru_size then groups.lru_size = redis.call('ZCARD', base.K_GLRU) end
+    groups.lru_size = groups.lru_size + redis.call('ZADD', base.K_GLRU, groups.lru_tick(), slot)
     while groups.lru_size > size do
-      local eldest = redis.call('ZPOPMIN', K_GLRU)[1]
+      local eldest = redis.call('ZPOPMIN', base.K_GLRU)[1]
       groups.lru_size = groups.lru_size - 1
-      local v = redis.call('HGET', K_GROUPS, eldest)
-      redis.call('HDEL', K_GROUPS, eldest)
+      local v = redis.call('HGET', base.K_GROUPS, eldest)
+      redis.call('HDEL', base.K_GROUPS, eldest)
       if v then
         local owner = string.match(v, '^([^|]*)')
-        redis.call('SREM', K_CGRP(owner), eldest)
+        redis.call('SREM', base.K_CGRP(owner), eldest)
         groups.count_down(owner, cons)
         message.mark_dirty()
-        emit('group_evict', 'group', eldest, 'consumer', owner)
+        base.emit('group_evict', 'group', eldest, 'consumer', owner)
       end
     end
   elseif kind == 'bucket' then
     -- The bucket map only remembers recent group names, for listing (JMX MessageGroups).
-    redis.call('ZADD', K_GLRU, groups.lru_tick(), gid)
-    local size = policy_num('groupMapCacheSize')
-    if size and redis.call('ZCARD', K_GLRU) > size then redis.call('ZPOPMIN', K_GLRU) end
+    redis.call('ZADD', base.K_GLRU, groups.lru_tick(), gid)
+    local size = base.policy_num('groupMapCacheSize')
+    if size and redis.call('ZCARD', base.K_GLRU) > size then redis.call('ZPOPMIN', base.K_GLRU) end
   end
-  emit('group_assign', 'group', gid, 'consumer', c.id)
+  base.emit('group_assign', 'group', gid, 'consumer', c.id)
 end
 
 function groups.remove_slot(slot)
-  local v = redis.call('HGET', K_GROUPS, slot)
+  local v = redis.call('HGET', base.K_GROUPS, slot)
   if not v then return nil end
   local owner = string.match(v, '^([^|]*)')
-  redis.call('HDEL', K_GROUPS, slot)
-  redis.call('SREM', K_CGRP(owner), slot)
+  redis.call('HDEL', base.K_GROUPS, slot)
+  redis.call('SREM', base.K_CGRP(owner), slot)
   if groups.map_type() == 'cached' then
-    local removed = redis.call('ZREM', K_GLRU, slot)
+    local removed = redis.call('ZREM', base.K_GLRU, slot)
     if groups.lru_size then groups.lru_size = groups.lru_size - removed end
   end
   return owner
 end
 
--- Has consumer `cid`, the owner of a group, closed? (once per owner and call)
-on_call(function() groups.owners_gone = {} end)
+-- Has consumer `cid`, the owner of a group, closed? (once per owner and call: groups.owners_gone, reset above)
 function groups.owner_gone(cid)
   local gone = groups.owners_gone[cid]
   if gone == nil then
-    gone = redis.call('HEXISTS', K_CONSUMERS, cid) == 0
+    gone = redis.call('HEXISTS', base.K_CONSUMERS, cid) == 0
     groups.owners_gone[cid] = gone
   end
   return gone
@@ -163,14 +166,14 @@ end
 -- records it in K_GFIRST as it delivers).
 function groups.allows(c, id, gid, seq, cons)
   if gid == nil or gid == false then return true end  -- '' is a group, as in ActiveMQ
-  if SUB then return true end  -- message groups are a queue's (§3.3); a subscription has none
+  if base.SUB then return true end  -- message groups are a queue's (§3.3); a subscription has none
   local slot = groups.slot(gid)
   local v = groups.lru_stored
   if groups.lru_msg ~= id then
-    v = redis.call('HGET', K_GROUPS, slot)
+    v = redis.call('HGET', base.K_GROUPS, slot)
     groups.lru_msg, groups.lru_stored = id, v
     if v and seq ~= 1 and groups.map_type() == 'cached' then
-      redis.call('ZADD', K_GLRU, groups.lru_tick(), slot)  -- LinkedHashMap access order
+      redis.call('ZADD', base.K_GLRU, groups.lru_tick(), slot)  -- LinkedHashMap access order
     end
   end
   local owner = v and string.match(v, '^([^|]*)')
@@ -190,7 +193,7 @@ function groups.allows(c, id, gid, seq, cons)
       c.groups = c.groups - 1
       c.groups_moved = true
       message.mark_dirty()
-      emit('group_close', 'group', gid, 'consumer', c.id)
+      base.emit('group_close', 'group', gid, 'consumer', c.id)
     end
     return true
   end

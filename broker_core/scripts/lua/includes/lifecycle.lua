@@ -14,21 +14,21 @@ local lifecycle = { parked = false }
 -- 'rcv') and outbox stay until return_owed has returned every message it holds. While any is owed, meta
 -- 'fence' keeps the dispatch pass below that score (dispatch.lua): a message that was never returned
 -- cannot overtake the owed ones, which the one-step close would have put ahead of it.
-function lifecycle.closing_key() return P .. ':closing' end
+function lifecycle.closing_key() return base.P .. ':closing' end
 -- How long the maintenance index waits before a tick finishes returns a closer left owed (it drives them
 -- itself, call after call; the tick is for a closer that died).
 lifecycle.RETURNS_GRACE_MS = 2000
 
 -- A subscription is done with topic message `id`: one reference fewer, and the message gone with the last.
 function lifecycle.release_shared(id)
-  if redis.call('HINCRBY', TP .. ':refs', id, -1) <= 0 then
-    local own_meta = K_META
-    K_META = TP .. ':meta'
-    flow.memory_release(redis.call('HSTRLEN', TP .. ':msgs', id))
-    K_META = own_meta
-    redis.call('HDEL', TP .. ':msgs', id)
-    redis.call('HDEL', TP .. ':refs', id)
-    redis.call('ZREM', TP .. ':order', id)
+  if redis.call('HINCRBY', base.TP .. ':refs', id, -1) <= 0 then
+    local own_meta = base.K_META
+    base.K_META = base.TP .. ':meta'
+    flow.memory_release(redis.call('HSTRLEN', base.TP .. ':msgs', id))
+    base.K_META = own_meta
+    redis.call('HDEL', base.TP .. ':msgs', id)
+    redis.call('HDEL', base.TP .. ':refs', id)
+    redis.call('ZREM', base.TP .. ':order', id)
   end
 end
 
@@ -42,29 +42,29 @@ function lifecycle.drop_messages(ids)
   for i = 1, #ids do
     local id = ids[i]
     message.fresh[id] = nil
-    if SUB then
+    if base.SUB then
       lifecycle.release_shared(id)
     else
-      local size = redis.call('HSTRLEN', K_MSGS, id)  -- 0 when it is not stored
+      local size = redis.call('HSTRLEN', base.K_MSGS, id)  -- 0 when it is not stored
       if size > 0 then bytes = bytes + flow.message_charge(size) end
     end
   end
-  if not SUB then
+  if not base.SUB then
     if bytes > 0 then flow.memory_add(-bytes) end  -- flow.lua
-    call_many('HDEL', K_MSGS, ids)
+    base.call_many('HDEL', base.K_MSGS, ids)
   end
-  call_many('HDEL', K_REDELIV, ids)
-  call_many('SREM', K_GFIRST, ids)
+  base.call_many('HDEL', base.K_REDELIV, ids)
+  base.call_many('SREM', base.K_GFIRST, ids)
 end
 function lifecycle.drop_message(id) lifecycle.drop_messages({ id }) end
 
 -- Take message `id` out of consumer `cid`'s window; returns its pending score (not read when
 -- `no_score`: an acknowledged message never goes back).
 function lifecycle.take_inflight(cid, id, no_score)
-  local v = not no_score and redis.call('HGET', K_INFLIGHT, id)
-  redis.call('HDEL', K_INFLIGHT, id)
-  redis.call('ZREM', K_CINF(cid), id)
-  redis.call('HINCRBY', K_C(cid), 'n', '-1')
+  local v = not no_score and redis.call('HGET', base.K_INFLIGHT, id)
+  redis.call('HDEL', base.K_INFLIGHT, id)
+  redis.call('ZREM', base.K_CINF(cid), id)
+  redis.call('HINCRBY', base.K_C(cid), 'n', '-1')
   if no_score then return 0 end
   return tonumber(string.match(v or '', '|(.*)$')) or 0
 end
@@ -86,48 +86,48 @@ function lifecycle.ack_messages(acks)
     end
   end
   if #all == 0 then return end
-  call_many('HDEL', K_INFLIGHT, all)
+  base.call_many('HDEL', base.K_INFLIGHT, all)
   lifecycle.drop_messages(all)
-  meta_incr('dequeued', NOW_TEXT.num(#all))
-  meta_incr('acked', NOW_TEXT.num(#all))  -- (dequeued counts purges and moves too; the rate history wants acks)
+  base.meta_incr('dequeued', base.NOW_TEXT.num(#all))
+  base.meta_incr('acked', base.NOW_TEXT.num(#all))  -- (dequeued counts purges and moves too; the rate history wants acks)
   for a = 1, #acks do
     local c, ids = acks[a][1], acks[a][2]
     local n = #ids
     if n > 0 then
-      call_many('ZREM', K_CINF(c.id), ids)
+      base.call_many('ZREM', base.K_CINF(c.id), ids)
       -- (made at its size: last_ack, acked, n, ext)
-      local fields = { 'last_ack', NOW_TEXT.get(), nil, nil, nil, nil, nil, nil }
+      local fields = { 'last_ack', base.NOW_TEXT.get(), nil, nil, nil, nil, nil, nil }
       if c.acked then  -- read by find_consumer and kept current here
         c.acked = c.acked + n
-        fields[#fields + 1], fields[#fields + 2] = 'acked', NOW_TEXT.num(c.acked)
+        fields[#fields + 1], fields[#fields + 2] = 'acked', base.NOW_TEXT.num(c.acked)
       else
-        redis.call('HINCRBY', K_C(c.id), 'acked', NOW_TEXT.num(n))
+        redis.call('HINCRBY', base.K_C(c.id), 'acked', base.NOW_TEXT.num(n))
       end
       if c.kept then
-        fields[#fields + 1], fields[#fields + 2] = 'n', NOW_TEXT.num(c.n - n)
+        fields[#fields + 1], fields[#fields + 2] = 'n', base.NOW_TEXT.num(c.n - n)
       else
-        redis.call('HINCRBY', K_C(c.id), 'n', NOW_TEXT.num(-n))
+        redis.call('HINCRBY', base.K_C(c.id), 'n', base.NOW_TEXT.num(-n))
       end
       c.n = c.n - n
       -- STANDARD/INDIVIDUAL acks contract the DELIVERED-ack extension, by one per message, never below zero.
       if c.prefetch > 0 and c.ext > 0 then
         c.ext = c.ext > n and c.ext - n or 0
-        fields[#fields + 1], fields[#fields + 2] = 'ext', NOW_TEXT.num(c.ext)
+        fields[#fields + 1], fields[#fields + 2] = 'ext', base.NOW_TEXT.num(c.ext)
       end
-      redis.call('HSET', K_C(c.id), unpack(fields))
-      for i = 1, n do emit('ack', 'msg', ids[i], 'consumer', c.id) end
+      redis.call('HSET', base.K_C(c.id), unpack(fields))
+      for i = 1, n do base.emit('ack', 'msg', ids[i], 'consumer', c.id) end
     end
   end
 end
 
 -- When the first parked message is due, as far as this script call knows (nil: ask Redis).
-lifecycle.parked = { next = nil, due_at = due_at }  -- (due_at through it: lifecycle.load is near Lua's 60 upvalues)
-on_call(function() lifecycle.parked.next = nil end)
+lifecycle.parked = { next = nil, due_at = base.due_at }  -- (due_at through it: lifecycle.load is near Lua's 60 upvalues)
+base.on_call(function() lifecycle.parked.next = nil end)
 
 -- The next time a parked message comes back (0 if none).
 function lifecycle.next_unpark()
   if lifecycle.parked.next == nil then
-    local first = redis.call('ZRANGE', K_PARKED, '0', '0', 'WITHSCORES')
+    local first = redis.call('ZRANGE', base.K_PARKED, '0', '0', 'WITHSCORES')
     lifecycle.parked.next = #first == 0 and 0 or tonumber(first[2])
   end
   return lifecycle.parked.next
@@ -136,18 +136,18 @@ end
 -- Bring back parked messages whose time has come (bounded); returns how many.
 function lifecycle.unpark_due(limit)
   local first = lifecycle.next_unpark()
-  if first == 0 or first > NOW then return 0 end  -- the usual case costs one look at the head
+  if first == 0 or first > base.NOW then return 0 end  -- the usual case costs one look at the head
   lifecycle.parked.next = nil
-  local due = redis.call('ZRANGEBYSCORE', K_PARKED, '-inf', NOW, 'LIMIT', 0, limit, 'WITHSCORES')
+  local due = redis.call('ZRANGEBYSCORE', base.K_PARKED, '-inf', base.NOW, 'LIMIT', 0, limit, 'WITHSCORES')
   for i = 1, #due, 2 do
     local id, at = due[i], tonumber(due[i + 1])
-    local info = redis.call('HGET', K_PARKINFO, id)
+    local info = redis.call('HGET', base.K_PARKINFO, id)
     if info == 'job' then
       lifecycle.fire_scheduled(id, at)
     else
-      redis.call('ZREM', K_PARKED, id)
-      redis.call('HDEL', K_PARKINFO, id)
-      if info and redis.call('HEXISTS', K_MSGS, id) == 1 then message.pending_add(id, tonumber(info)) end
+      redis.call('ZREM', base.K_PARKED, id)
+      redis.call('HDEL', base.K_PARKINFO, id)
+      if info and redis.call('HEXISTS', base.K_MSGS, id) == 1 then message.pending_add(id, tonumber(info)) end
     end
   end
   return #due / 2
@@ -158,25 +158,25 @@ function lifecycle.load()
   -- A message whose time ran out (spec §6): counted, logged, dead-lettered or dropped per strategy.
   lifecycle.expire_message = function(id, m, blob)
     lifecycle.drop_message(id)
-    meta_incr('expired')
-    meta_incr('dequeued')
+    base.meta_incr('expired')
+    base.meta_incr('dequeued')
     local expiration = tonumber(m[message.EXPIRATION]) or 0
     -- the Expired advisory carries a copy (it is gone from K_MSGS)
-    emit_message(blob, 'expire', 'msg', id, 'expiration', expiration)
+    base.emit_message(blob, 'expire', 'msg', id, 'expiration', expiration)
     forward.dead_letter(id, m, blob, 'expired', expiration)
   end
 
   lifecycle.expire_pending = function(id, m, blob)
-    redis.call('ZREM', K_PENDING, id)
+    redis.call('ZREM', base.K_PENDING, id)
     message.pass_dirty.pending = nil
     lifecycle.expire_message(id, m, blob)
   end
 
   -- Hold a message out of dispatch until `at`; it comes back with pending score `score`.
   lifecycle.park = function(id, at, score)
-    redis.call('ZADD', K_PARKED, at, id)
-    lifecycle.parked.due_at(P, at)
-    redis.call('HSET', K_PARKINFO, id, score)
+    redis.call('ZADD', base.K_PARKED, at, id)
+    lifecycle.parked.due_at(base.P, at)
+    redis.call('HSET', base.K_PARKINFO, id, score)
     lifecycle.parked.next = nil
   end
 
@@ -187,51 +187,51 @@ function lifecycle.load()
   -- delivery (ActiveMQ's scheduler re-sends every repeat to the destination), so its copies, a topic's
   -- too, are made then, selectors evaluated then; the targets are those of the send.
   lifecycle.schedule_job = function(id, blob, m, at, plan)
-    redis.call('HSET', K_SCHED, id,
+    redis.call('HSET', base.K_SCHED, id,
                cmsgpack.pack({ blob, tonumber(m[message.PERIOD]), tonumber(m[message.REPEAT]), 0, plan }))
     flow.memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
-    redis.call('ZADD', K_PARKED, at, id)
-    lifecycle.parked.due_at(P, at)
-    redis.call('HSET', K_PARKINFO, id, 'job')
+    redis.call('ZADD', base.K_PARKED, at, id)
+    lifecycle.parked.due_at(base.P, at)
+    redis.call('HSET', base.K_PARKINFO, id, 'job')
     lifecycle.parked.next = nil
   end
 
   lifecycle.fire_scheduled = function(id, at)
-    local job = cmsgpack.unpack(redis.call('HGET', K_SCHED, id))
+    local job = cmsgpack.unpack(redis.call('HGET', base.K_SCHED, id))
     local blob, period, left, fired, plan = job[1], job[2], job[3], job[4] + 1, job[5]
     local delivery = id .. '#' .. fired
     local m = message.unpack(blob)
     -- the copies leave without the schedule (virtual.py forward_copy); nothing kept here when the
     -- plan forwards only (a forward-only composite)
     if virtual.route(delivery, blob, m, plan) then
-      local seq = meta_incr('seq')
-      redis.call('HSET', K_MSGS, delivery, blob)
+      local seq = base.meta_incr('seq')
+      redis.call('HSET', base.K_MSGS, delivery, blob)
       flow.memory_charge(#blob)
       message.pending_add(delivery, message.pending_score(seq, m[message.PRIORITY]))
-      meta_incr('enqueued')
-      emit('enqueue', 'msg', delivery, 'priority', m[message.PRIORITY] or 4, 'group', m[message.GROUP] or '',
+      base.meta_incr('enqueued')
+      base.emit('enqueue', 'msg', delivery, 'priority', m[message.PRIORITY] or 4, 'group', m[message.GROUP] or '',
            'size', #blob, 'scheduled', id)
       -- each firing is a send (SchedulerBroker re-sends it, Queue.messageSent): the NoConsumer check
       -- runs for this delivery, under its own id (includes/advisory.lua)
       advisory.no_consumer(delivery, blob, m[message.PERSISTENT])
     end
     if left > 0 then
-      redis.call('HSET', K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired, plan }))
-      redis.call('ZADD', K_PARKED, at + period, id)
-      lifecycle.parked.due_at(P, at + period)
+      redis.call('HSET', base.K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired, plan }))
+      redis.call('ZADD', base.K_PARKED, at + period, id)
+      lifecycle.parked.due_at(base.P, at + period)
     else
-      redis.call('HDEL', K_SCHED, id)
+      redis.call('HDEL', base.K_SCHED, id)
       flow.memory_release(#blob)
-      redis.call('ZREM', K_PARKED, id)
-      redis.call('HDEL', K_PARKINFO, id)
+      redis.call('ZREM', base.K_PARKED, id)
+      redis.call('HDEL', base.K_PARKINFO, id)
     end
   end
 
 
   -- Closing a consumer or a subscription.
   lifecycle.recompute_exclusive_owner = function(removed_def, removed_id)
-    local owner = redis.call('HGET', K_META, 'owner')
-    local all_exclusive = policy_flag('allConsumersExclusiveByDefault')
+    local owner = redis.call('HGET', base.K_META, 'owner')
+    local all_exclusive = base.policy_flag('allConsumersExclusiveByDefault')
     if owner == removed_id and removed_def.exclusive then
       -- The first exclusive consumer, in list order, with the highest priority takes over.
       local best, best_priority = nil, nil
@@ -240,18 +240,18 @@ function lifecycle.load()
           best, best_priority = c.id, c.priority
         end
       end
-      redis.call('HSET', K_META, 'owner', best or '')
+      redis.call('HSET', base.K_META, 'owner', best or '')
     elseif all_exclusive then
       local best, best_priority = nil, nil
       for _, c in ipairs(consumers.load()) do
         if best_priority == nil or c.priority > best_priority then best, best_priority = c.id, c.priority end
       end
-      redis.call('HSET', K_META, 'owner', best or '')
+      redis.call('HSET', base.K_META, 'owner', best or '')
     elseif owner == removed_id then
-      redis.call('HSET', K_META, 'owner', '')
+      redis.call('HSET', base.K_META, 'owner', '')
     end
-    local now_owner = redis.call('HGET', K_META, 'owner')
-    if now_owner ~= owner and now_owner ~= '' then emit('exclusive_owner', 'consumer', now_owner) end
+    local now_owner = redis.call('HGET', base.K_META, 'owner')
+    if now_owner ~= owner and now_owner ~= '' then base.emit('exclusive_owner', 'consumer', now_owner) end
   end
 
   -- the end of a subscription (docs/broker_core.md "Topics"). Every message it holds (pending,
@@ -262,53 +262,53 @@ function lifecycle.load()
   -- one is freed outside the call).
   lifecycle.remove_subscription = function(reason)
     local dropped = 0
-    local holders = { K_PENDING, K_PARKED }
-    for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do holders[#holders + 1] = K_CINF(cid) end
-    for _, cid in ipairs(redis.call('HKEYS', P .. ':closing')) do holders[#holders + 1] = K_CINF(cid) end
+    local holders = { base.K_PENDING, base.K_PARKED }
+    for _, cid in ipairs(redis.call('HKEYS', base.K_CONSUMERS)) do holders[#holders + 1] = base.K_CINF(cid) end
+    for _, cid in ipairs(redis.call('HKEYS', base.P .. ':closing')) do holders[#holders + 1] = base.K_CINF(cid) end
     local aside = nil
     for i = 1, #holders do
       local n = redis.call('ZCARD', holders[i])
       if n > 0 then
-        aside = aside or TP .. ':ended:' .. redis.call('HINCRBY', TP .. ':meta', 'endseq', 1) .. ':'
+        aside = aside or base.TP .. ':ended:' .. redis.call('HINCRBY', base.TP .. ':meta', 'endseq', 1) .. ':'
         redis.call('RENAME', holders[i], aside .. i)
-        redis.call('SADD', TP .. ':ended', aside .. i)
-        due_at(TP, NOW + lifecycle.RETURNS_GRACE_MS)  -- the tick releases them if the caller dies
+        redis.call('SADD', base.TP .. ':ended', aside .. i)
+        base.due_at(base.TP, base.NOW + lifecycle.RETURNS_GRACE_MS)  -- the tick releases them if the caller dies
         dropped = dropped + n
       end
     end
     -- the topic's counts never go down (§14.2): what the subscription counted stays on the topic.
     local ENDED = { 'dequeued', 'dispatched', 'expired', 'deadlettered', 'discarded', 'evicted', 'dropped',
                     'acked', 'redelivered' }
-    local counts = redis.call('HMGET', K_META, unpack(ENDED))
+    local counts = redis.call('HMGET', base.K_META, unpack(ENDED))
     for i, name in ipairs(ENDED) do
       local n = tonumber(counts[i]) or 0
-      if n ~= 0 then redis.call('HINCRBY', TP .. ':meta', 'ended_' .. name, n) end
+      if n ~= 0 then redis.call('HINCRBY', base.TP .. ':meta', 'ended_' .. name, n) end
     end
-    local keys = { K_META, K_PENDING, K_INFLIGHT, K_REDELIV, K_GFIRST, K_CONSUMERS, K_CORDER, K_LEASES,
-      K_PASSFULL, K_GROUPS, K_GLRU, K_PARKED, K_PARKINFO, K_SCHED, K_AUDIT,
-      P .. ':maint', P .. ':slowcons' }
-    for _, cid in ipairs(redis.call('HKEYS', K_CONSUMERS)) do
-      redis.call('HDEL', TP .. ':subof', cid)
-      keys[#keys + 1] = K_C(cid)
-      keys[#keys + 1] = K_CINF(cid)
-      keys[#keys + 1] = K_COUT(cid)
-      keys[#keys + 1] = K_CGRP(cid)
+    local keys = { base.K_META, base.K_PENDING, base.K_INFLIGHT, base.K_REDELIV, base.K_GFIRST, base.K_CONSUMERS, base.K_CORDER, base.K_LEASES,
+      base.K_PASSFULL, base.K_GROUPS, base.K_GLRU, base.K_PARKED, base.K_PARKINFO, base.K_SCHED, base.K_AUDIT,
+      base.P .. ':maint', base.P .. ':slowcons' }
+    for _, cid in ipairs(redis.call('HKEYS', base.K_CONSUMERS)) do
+      redis.call('HDEL', base.TP .. ':subof', cid)
+      keys[#keys + 1] = base.K_C(cid)
+      keys[#keys + 1] = base.K_CINF(cid)
+      keys[#keys + 1] = base.K_COUT(cid)
+      keys[#keys + 1] = base.K_CGRP(cid)
     end
     -- (closed consumers whose returns were owed: their windows were set aside above)
-    for _, cid in ipairs(redis.call('HKEYS', P .. ':closing')) do
-      keys[#keys + 1] = K_C(cid)
-      keys[#keys + 1] = K_CINF(cid)
-      keys[#keys + 1] = K_COUT(cid)
+    for _, cid in ipairs(redis.call('HKEYS', base.P .. ':closing')) do
+      keys[#keys + 1] = base.K_C(cid)
+      keys[#keys + 1] = base.K_CINF(cid)
+      keys[#keys + 1] = base.K_COUT(cid)
     end
-    keys[#keys + 1] = P .. ':closing'
+    keys[#keys + 1] = base.P .. ':closing'
     redis.call('UNLINK', unpack(keys))
     message.pass_dirty.passfull_key, message.pass_dirty.pending = nil, nil
-    redis.call('HDEL', TP .. ':subs', SUB)
-    redis.call('LREM', TP .. ':sorder', 0, SUB)
+    redis.call('HDEL', base.TP .. ':subs', base.SUB)
+    redis.call('LREM', base.TP .. ':sorder', 0, base.SUB)
     -- a wildcard pattern with no subscription left leaves <ns>:wildcards in this step (wildcard.lua)
-    if redis.call('HLEN', TP .. ':subs') == 0 then wildcard.mark(false) end
-    if dropped > 0 then redis.call('HINCRBY', TP .. ':meta', 'sub_removed', dropped) end
-    emit('subscription_remove', 'reason', reason, 'dropped', dropped)
+    if redis.call('HLEN', base.TP .. ':subs') == 0 then wildcard.mark(false) end
+    if dropped > 0 then redis.call('HINCRBY', base.TP .. ':meta', 'sub_removed', dropped) end
+    base.emit('subscription_remove', 'reason', reason, 'dropped', dropped)
     return dropped
   end
 
@@ -316,10 +316,10 @@ function lifecycle.load()
   -- subscription ends with it (its messages are dropped, as a TopicSubscription's are); a durable one goes
   -- offline and keeps receiving, its unacknowledged messages back in its pending list.
   lifecycle.subscription_consumer_gone = function(cid, reason)
-    redis.call('HDEL', TP .. ':subof', cid)
-    if redis.call('HGET', K_META, 'durable') == '1' then
-      redis.call('HSET', K_META, 'active', '', 'offline_since', NOW)
-      emit('subscription_offline', 'consumer', cid, 'reason', reason)
+    redis.call('HDEL', base.TP .. ':subof', cid)
+    if redis.call('HGET', base.K_META, 'durable') == '1' then
+      redis.call('HSET', base.K_META, 'active', '', 'offline_since', base.NOW)
+      base.emit('subscription_offline', 'consumer', cid, 'reason', reason)
     else
       lifecycle.remove_subscription(reason)
     end
@@ -338,14 +338,14 @@ function lifecycle.load_closing()
     if n == 0 then return 0 end
     local ids = {}
     for i = 1, #held, 2 do ids[#ids + 1] = held[i] end
-    local where = call_many('HMGET', K_INFLIGHT, ids)
-    local counts = call_many('HMGET', K_REDELIV, ids)
+    local where = base.call_many('HMGET', base.K_INFLIGHT, ids)
+    local counts = base.call_many('HMGET', base.K_REDELIV, ids)
     local entries, bumped, lowest = {}, {}, nil
     for k = 1, n do
       local id = ids[k]
       local score = message.redelivery_score(tonumber(string.match(where[k] or '', '|(.*)$')) or 0)
       if lowest == nil or score < lowest then lowest = score end
-      entries[2 * k - 1], entries[2 * k] = NOW_TEXT.num(score), id
+      entries[2 * k - 1], entries[2 * k] = base.NOW_TEXT.num(score), id
       local count = tonumber(counts[k]) or 0
       if tonumber(held[2 * k]) <= rcv then
         count = count + 1
@@ -354,14 +354,14 @@ function lifecycle.load_closing()
       end
       counts[k] = count
     end
-    call_many('HDEL', K_INFLIGHT, ids)
-    call_many('ZREM', K_CINF(cid), ids)
-    redis.call('HINCRBY', K_C(cid), 'n', string.format('%d', -n))
-    call_many('HSET', K_REDELIV, bumped)
-    if #bumped > 0 then meta_incr('redelivered', string.format('%d', #bumped / 2)) end
+    base.call_many('HDEL', base.K_INFLIGHT, ids)
+    base.call_many('ZREM', base.K_CINF(cid), ids)
+    redis.call('HINCRBY', base.K_C(cid), 'n', string.format('%d', -n))
+    base.call_many('HSET', base.K_REDELIV, bumped)
+    if #bumped > 0 then base.meta_incr('redelivered', string.format('%d', #bumped / 2)) end
     message.pending_add_many(entries, lowest)
     for k = 1, n do
-      emit('return', 'msg', ids[k], 'consumer', cid, 'redeliveries', counts[k], 'reason', reason)
+      base.emit('return', 'msg', ids[k], 'consumer', cid, 'redeliveries', counts[k], 'reason', reason)
     end
     return n
   end
@@ -369,7 +369,7 @@ function lifecycle.load_closing()
   -- A closed consumer's returns are all made: forget it; with none left owed the fence goes and the pass
   -- starts over at the head (the fence may have held it back).
   local function returns_done(cid)
-    redis.call('DEL', K_C(cid), K_CINF(cid), K_COUT(cid), K_CGRP(cid))
+    redis.call('DEL', base.K_C(cid), base.K_CINF(cid), base.K_COUT(cid), base.K_CGRP(cid))
     redis.call('HDEL', lifecycle.closing_key(), cid)
   end
 
@@ -377,11 +377,11 @@ function lifecycle.load_closing()
   -- (the fence may have held it back). Groups still being freed need no fence: dispatch treats them as
   -- free already.
   local function lift_fence()
-    if redis.call('HEXISTS', K_META, 'fence') == 0 then return end
+    if redis.call('HEXISTS', base.K_META, 'fence') == 0 then return end
     for _, cid in ipairs(redis.call('HKEYS', lifecycle.closing_key())) do
-      if redis.call('ZCARD', K_CINF(cid)) > 0 then return end
+      if redis.call('ZCARD', base.K_CINF(cid)) > 0 then return end
     end
-    redis.call('HDEL', K_META, 'fence')
+    redis.call('HDEL', base.K_META, 'fence')
     message.reset_pass()
   end
 
@@ -391,17 +391,17 @@ function lifecycle.load_closing()
   -- Delete up to `n` of the group entries closed consumer `cid` still has (those another consumer took
   -- over meanwhile were moved out of its set by group_assign). Returns how many are left.
   local function free_groups(cid, n)
-    local key = K_CGRP(cid)
+    local key = base.K_CGRP(cid)
     if n > 0 then
       local slots = redis.call('SPOP', key, n)
       if #slots > 0 then
-        local owners = call_many('HMGET', K_GROUPS, slots)
+        local owners = base.call_many('HMGET', base.K_GROUPS, slots)
         local mine = {}
         for i = 1, #slots do
           if owners[i] and string.match(owners[i], '^([^|]*)') == cid then mine[#mine + 1] = slots[i] end
         end
-        call_many('HDEL', K_GROUPS, mine)
-        if groups.map_type() == 'cached' then call_many('ZREM', K_GLRU, mine) end
+        base.call_many('HDEL', base.K_GROUPS, mine)
+        if groups.map_type() == 'cached' then base.call_many('ZREM', base.K_GLRU, mine) end
       end
     end
     return redis.call('SCARD', key)
@@ -411,16 +411,16 @@ function lifecycle.load_closing()
   -- (remove_subscription set them aside). Returns how many, and how many are left (0: none).
   lifecycle.release_ended = function(limit)
     local released, left = 0, 0
-    for _, key in ipairs(redis.call('SMEMBERS', TP .. ':ended')) do
+    for _, key in ipairs(redis.call('SMEMBERS', base.TP .. ':ended')) do
       local take = limit and limit - released or -1
       if take ~= 0 then
         local ids = redis.call('ZRANGE', key, 0, take > 0 and take - 1 or -1)
         for i = 1, #ids do lifecycle.release_shared(ids[i]) end
-        call_many('ZREM', key, ids)
+        base.call_many('ZREM', key, ids)
         released = released + #ids
       end
       local n = redis.call('ZCARD', key)
-      if n == 0 then redis.call('SREM', TP .. ':ended', key) else left = left + n end
+      if n == 0 then redis.call('SREM', base.TP .. ':ended', key) else left = left + n end
     end
     return released, left
   end
@@ -431,12 +431,12 @@ function lifecycle.load_closing()
     redis.call('HSET', lifecycle.closing_key(), cid, reason)
     local _, owed = lifecycle.return_owed(limit, cid)
     if owed > 0 then
-      due_at(P, NOW + lifecycle.RETURNS_GRACE_MS)  -- the tick finishes them if the closer dies
+      base.due_at(base.P, base.NOW + lifecycle.RETURNS_GRACE_MS)  -- the tick finishes them if the closer dies
     end
-    if redis.call('ZCARD', K_CINF(cid)) > 0 then
+    if redis.call('ZCARD', base.K_CINF(cid)) > 0 then
       -- (returned messages score below 0 unless messages are prioritized: then they are spread over the
       -- priority order, and nothing is dispatched until the last is back)
-      redis.call('HSET', K_META, 'fence', message.prioritized() and '-inf' or '0')
+      redis.call('HSET', base.K_META, 'fence', message.prioritized() and '-inf' or '0')
     end
     return owed
   end
@@ -455,15 +455,15 @@ function lifecycle.load_closing()
       if reason then
         local take = limit and limit - returned or -1
         if take ~= 0 then
-          local rcv = tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
-          local held = redis.call('ZRANGE', K_CINF(cid), 0, take > 0 and take - 1 or -1, 'WITHSCORES')
+          local rcv = tonumber(redis.call('HGET', base.K_C(cid), 'rcv')) or 0
+          local held = redis.call('ZRANGE', base.K_CINF(cid), 0, take > 0 and take - 1 or -1, 'WITHSCORES')
           returned = returned + lifecycle.return_messages(cid, held, rcv, reason)
         end
-        local left = redis.call('ZCARD', K_CINF(cid))
+        local left = redis.call('ZCARD', base.K_CINF(cid))
         local groups = 0
-        if not SUB then  -- (a subscription has no groups)
-          local before = group_room > 0 and redis.call('SCARD', K_CGRP(cid)) or 0
-          groups = free_groups(cid, group_room < 0 and redis.call('SCARD', K_CGRP(cid)) or group_room)
+        if not base.SUB then  -- (a subscription has no groups)
+          local before = group_room > 0 and redis.call('SCARD', base.K_CGRP(cid)) or 0
+          groups = free_groups(cid, group_room < 0 and redis.call('SCARD', base.K_CGRP(cid)) or group_room)
           if group_room > 0 then group_room = math.max(0, group_room - (before - groups)) end
         end
         if left == 0 and groups == 0 then returns_done(cid) else owed = owed + left + groups end
@@ -478,14 +478,14 @@ function lifecycle.load_closing()
   -- go back now and the rest are owed (closing_key, return_owed). Returns true (false: no such consumer)
   -- and how many are still owed.
   lifecycle.close_consumer = function(cid, reason, limit)
-    local packed = redis.call('HGET', K_CONSUMERS, cid)
+    local packed = redis.call('HGET', base.K_CONSUMERS, cid)
     if not packed then return false, 0 end
     local def = cmsgpack.unpack(packed)
-    redis.call('HDEL', K_CONSUMERS, cid)
-    redis.call('LREM', K_CORDER, 0, cid)
+    redis.call('HDEL', base.K_CONSUMERS, cid)
+    redis.call('LREM', base.K_CORDER, 0, cid)
     consumers.gmap.forget_priorities()
-    redis.call('ZREM', K_LEASES, cid)
-    redis.call('SREM', K_PASSFULL, cid)
+    redis.call('ZREM', base.K_LEASES, cid)
+    redis.call('SREM', base.K_PASSFULL, cid)
     message.pass_dirty.passfull_key = nil
     lifecycle.recompute_exclusive_owner(def, cid)
     -- Its groups are free from now on: dispatch treats a group whose owner is no consumer any more as
@@ -494,9 +494,9 @@ function lifecycle.load_closing()
     -- consumer owning 10,000 groups under a `simple` map costs this call nothing more. Its id stays in
     -- `closing` until they are gone, so a new consumer with the same id cannot inherit them.
     consumers.gmap.create()  -- ActiveMQ creates the group map on the first removal
-    local returned = redis.call('ZCARD', K_CINF(cid))
+    local returned = redis.call('ZCARD', base.K_CINF(cid))
     local owed = 0
-    if SUB and redis.call('HGET', K_META, 'durable') ~= '1' then
+    if base.SUB and redis.call('HGET', base.K_META, 'durable') ~= '1' then
       -- A non-durable subscription ends with its consumer (subscription_consumer_gone): what it holds is
       -- released with it, not returned first; listed as closing, its window goes with the subscription's.
       redis.call('HSET', lifecycle.closing_key(), cid, reason)
@@ -505,10 +505,10 @@ function lifecycle.load_closing()
       owed = lifecycle.returns_begin(cid, reason, limit)
     end
     message.reset_pass()
-    emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
-    if SUB then
+    base.emit('consumer_remove', 'consumer', cid, 'reason', reason, 'returned', returned)
+    if base.SUB then
       lifecycle.subscription_consumer_gone(cid, reason)
-      owed = owed + redis.call('SCARD', TP .. ':ended')
+      owed = owed + redis.call('SCARD', base.TP .. ':ended')
     end
     return true, owed
   end

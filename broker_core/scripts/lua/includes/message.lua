@@ -43,7 +43,7 @@ end
 
 function message.is_expired(m)
   local exp = tonumber(m[message.EXPIRATION]) or 0
-  return exp > 0 and NOW > exp
+  return exp > 0 and base.NOW > exp
 end
 
 -- Order in the pending zset. FIFO by broker sequence; with prioritizedMessages, strict 9..0 first.
@@ -52,7 +52,7 @@ message.REDELIVERY_BAND = 35184372088832 -- 2^45: redelivered messages sort befo
 -- a non-durable subscription's pending list ignores it (TopicSubscription's cursor is built with
 -- prioritizedMessages=false); its key starts with 'c.' (topics.non_durable_key).
 function message.prioritized()
-  return policy_flag('prioritizedMessages') and not (SUB and string.sub(SUB, 1, 2) == 'c.')
+  return base.policy_flag('prioritizedMessages') and not (base.SUB and string.sub(base.SUB, 1, 2) == 'c.')
 end
 function message.pending_score(seq, priority)
   if message.prioritized() then
@@ -72,7 +72,7 @@ end
 -- The table the selector evaluator reads (scripts/lua/includes/selector.lua).
 -- (message.dest_uri: this destination's uri, read once per call; reset with pass_dirty, below)
 function message.selector_view(id, m)
-  if not message.dest_uri then message.dest_uri = redis.call('HGET', K_META, 'uri') or '' end
+  if not message.dest_uri then message.dest_uri = redis.call('HGET', base.K_META, 'uri') or '' end
   local props = {}
   local flat = m[message.PROPS]
   if type(flat) == 'table' then
@@ -84,9 +84,9 @@ function message.selector_view(id, m)
     type = m[message.TYPE] or nil, corr_id = m[message.CORRELATION] or nil, user_id = m[message.USER] or nil,
     priority = tonumber(m[message.PRIORITY]) or 4, persistent = (persistent == true or persistent == 1),
     timestamp = tonumber(m[message.TIMESTAMP]) or 0, expiration = tonumber(m[message.EXPIRATION]) or 0,
-    redelivery = tonumber(redis.call('HGET', K_REDELIV, id)) or 0,
+    redelivery = tonumber(redis.call('HGET', base.K_REDELIV, id)) or 0,
     group_id = m[message.GROUP] or nil, group_seq = tonumber(m[message.GROUP_SEQ]) or 0,
-    group_first = redis.call('SISMEMBER', K_GFIRST, id) == 1,
+    group_first = redis.call('SISMEMBER', base.K_GFIRST, id) == 1,
     props = props,
   }
 end
@@ -101,7 +101,7 @@ end
 -- so it is not empty; whatever removes from it forgets it.
 -- message.pass_dirty.in_pass: a dispatch pass is running, and writes 'dirty' with its state when it ends.
 message.pass_dirty = { value = false, passfull_key = nil, passfull = nil, pending = nil, in_pass = false }
-on_call(function()
+base.on_call(function()
   message.pass_dirty.value, message.pass_dirty.passfull_key, message.pass_dirty.passfull, message.pass_dirty.pending = false, nil, nil, nil
   message.pass_dirty.in_pass = false
   if next(message.fresh) ~= nil then message.fresh = {} end  -- (an empty one is as good as a new one)
@@ -109,22 +109,22 @@ on_call(function()
 end)
 function message.mark_dirty()
   message.pass_dirty.value = true
-  if not message.pass_dirty.in_pass then redis.call('HSET', K_META, 'dirty', '1') end
+  if not message.pass_dirty.in_pass then redis.call('HSET', base.K_META, 'dirty', '1') end
 end
 -- Room freed for a consumer the pass left out for being full: the pass walks again, but only from where it
 -- first left one out (dispatch.lua 'resume'); message.pass_dirty.value 'room' unless something else needs more.
 function message.mark_room()
   if message.pass_dirty.value == false then message.pass_dirty.value = 'room' end
-  if not message.pass_dirty.in_pass then redis.call('HSET', K_META, 'dirty_room', '1') end
+  if not message.pass_dirty.in_pass then redis.call('HSET', base.K_META, 'dirty_room', '1') end
 end
 
 -- A consumer got room back. It needs a fresh pass only if this pass left it out for being full; a
 -- consumer that had room all along has already seen every message up to the cursor.
 function message.room_freed(cid)
   -- (read once per call: whatever writes the set forgets what was read, message.pass_dirty.passfull_key = nil)
-  local members = message.pass_dirty.passfull_key == K_PASSFULL and message.pass_dirty.passfull
-                  or redis.call('SMEMBERS', K_PASSFULL)
-  message.pass_dirty.passfull_key, message.pass_dirty.passfull = K_PASSFULL, members
+  local members = message.pass_dirty.passfull_key == base.K_PASSFULL and message.pass_dirty.passfull
+                  or redis.call('SMEMBERS', base.K_PASSFULL)
+  message.pass_dirty.passfull_key, message.pass_dirty.passfull = base.K_PASSFULL, members
   for i = 1, #members do
     if members[i] == cid then
       message.mark_room()
@@ -136,27 +136,27 @@ end
 -- A consumer joins the dispatch (new, or back from a lapsed lease): mid-pass it waits for the next
 -- pass, so it sees the messages from the head in order.
 function message.consumer_joined(cid)
-  local cursor = redis.call('HGET', K_META, 'cursor')
+  local cursor = redis.call('HGET', base.K_META, 'cursor')
   if cursor and cursor ~= '' then
-    redis.call('SADD', K_PASSFULL, cid)
+    redis.call('SADD', base.K_PASSFULL, cid)
     message.pass_dirty.passfull_key = nil
   end
   message.mark_dirty()
 end
 
 function message.renew_lease(cid, lease_ms, old)
-  if old == nil then old = redis.call('ZSCORE', K_LEASES, cid) end  -- (`old`: as find_consumer read it)
-  redis.call('ZADD', K_LEASES, NOW_TEXT.num(NOW + lease_ms), cid)
+  if old == nil then old = redis.call('ZSCORE', base.K_LEASES, cid) end  -- (`old`: as find_consumer read it)
+  redis.call('ZADD', base.K_LEASES, base.NOW_TEXT.num(base.NOW + lease_ms), cid)
   -- the index entry is no later than the old end (+1), so only an earlier end needs writing there
-  if not old or tonumber(old) > NOW + lease_ms then due_at(P, NOW + lease_ms + 1) end
-  if old and tonumber(old) < NOW then message.consumer_joined(cid) end
+  if not old or tonumber(old) > base.NOW + lease_ms then base.due_at(base.P, base.NOW + lease_ms + 1) end
+  if old and tonumber(old) < base.NOW then message.consumer_joined(cid) end
 end
 
 -- Start the next dispatch pass at the head now: freed groups or a changed exclusive owner can make
 -- earlier messages dispatchable, and they must go before later ones (ActiveMQ iterates from the head).
 function message.reset_pass()
-  redis.call('HSET', K_META, 'cursor', '', 'dirty', '0', 'dirty_room', '0', 'resume', '-', 'offered', '')
-  redis.call('DEL', K_PASSFULL)
+  redis.call('HSET', base.K_META, 'cursor', '', 'dirty', '0', 'dirty_room', '0', 'resume', '-', 'offered', '')
+  redis.call('DEL', base.K_PASSFULL)
   message.pass_dirty.passfull_key = nil
 end
 
@@ -164,32 +164,32 @@ end
 -- lowest score. One placed behind the pass cursor needs a restarted pass. `cursor`: the pass cursor
 -- (K_META's field) when the caller has read it, else it is read here.
 function message.pending_add_many(entries, lowest, cursor)
-  call_many('ZADD', K_PENDING, entries)
-  message.pass_dirty.pending = K_PENDING
-  if cursor == nil then cursor = redis.call('HGET', K_META, 'cursor') end
+  base.call_many('ZADD', base.K_PENDING, entries)
+  message.pass_dirty.pending = base.K_PENDING
+  if cursor == nil then cursor = redis.call('HGET', base.K_META, 'cursor') end
   if cursor and cursor ~= '' and lowest <= tonumber(cursor) then message.mark_dirty() end
 end
-function message.pending_add(id, score) message.pending_add_many({ NOW_TEXT.num(score), id }, score) end
+function message.pending_add(id, score) message.pending_add_many({ base.NOW_TEXT.num(score), id }, score) end
 
 -- A send's messages checked against the destination's limits before any is stored, so a refused batch
 -- changes nothing: the unpacked messages by argument index (`argv`, the script's ARGV: from 4 on it holds `step` values per message,
 -- its id and packed form first), or the fail() reply. Forwarded messages (dead letters, moves, copies)
 -- were accepted once already and are not refused now.
 function message.unpack_send(argv, origin, step)
-  local limit = policy_num('maxMessageSize') or 0
-  local max_props = policy_num('maxPropertyCount') or 0
+  local limit = base.policy_num('maxMessageSize') or 0
+  local max_props = base.policy_num('maxPropertyCount') or 0
   if origin == 'forward' then limit, max_props = 0, 0 end
   local unpacked = { nil, nil, nil, nil }  -- (the first message's index, 4, in its array part)
   for i = 4, #argv, step do
     local id, blob = argv[i], argv[i + 1]
     if limit > 0 and #blob > limit then
-      return fail('MESSAGE_TOO_LARGE', 'message ' .. id .. ' is ' .. #blob ..
+      return base.fail('MESSAGE_TOO_LARGE', 'message ' .. id .. ' is ' .. #blob ..
         ' bytes packed, over the destination limit maxMessageSize=' .. limit)
     end
     local m = message.unpack(blob)
     local props = m[message.PROPS]
     if max_props > 0 and type(props) == 'table' and #props / 3 > max_props then
-      return fail('TOO_MANY_PROPERTIES', 'message ' .. id .. ' has ' .. (#props / 3) ..
+      return base.fail('TOO_MANY_PROPERTIES', 'message ' .. id .. ' has ' .. (#props / 3) ..
         ' properties, over the destination limit maxPropertyCount=' .. max_props)
     end
     unpacked[i] = m

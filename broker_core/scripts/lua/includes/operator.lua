@@ -4,9 +4,9 @@ local operator = { locate = false, take_out = false }
 
 -- Where message `id` is: 'pending', 'parked', 'inflight' (with the consumer), or nil.
 function operator.locate(id)
-  if redis.call('ZSCORE', K_PENDING, id) then return 'pending' end
-  if redis.call('ZSCORE', K_PARKED, id) then return 'parked' end
-  local v = redis.call('HGET', K_INFLIGHT, id)
+  if redis.call('ZSCORE', base.K_PENDING, id) then return 'pending' end
+  if redis.call('ZSCORE', base.K_PARKED, id) then return 'parked' end
+  local v = redis.call('HGET', base.K_INFLIGHT, id)
   if v then return 'inflight', string.match(v, '^([^|]*)') end
   return nil
 end
@@ -16,24 +16,24 @@ end
 function operator.take_out(id)
   local where, cid = operator.locate(id)
   if where == 'pending' then
-    redis.call('ZREM', K_PENDING, id)
+    redis.call('ZREM', base.K_PENDING, id)
     message.pass_dirty.pending = nil  -- (message.lua)
   elseif where == 'parked' then
-    redis.call('ZREM', K_PARKED, id)
-    redis.call('HDEL', K_PARKINFO, id)
+    redis.call('ZREM', base.K_PARKED, id)
+    redis.call('HDEL', base.K_PARKINFO, id)
     lifecycle.parked.next = nil
   elseif where == 'inflight' then
-    if tonumber(redis.call('ZSCORE', K_CINF(cid), id)) > outbox.received_upto(cid) then
-      redis.call('LREM', K_COUT(cid), 1, id)  -- dispatched, not yet handed over
+    if tonumber(redis.call('ZSCORE', base.K_CINF(cid), id)) > outbox.received_upto(cid) then
+      redis.call('LREM', base.K_COUT(cid), 1, id)  -- dispatched, not yet handed over
     end
     lifecycle.take_inflight(cid, id)
     message.room_freed(cid)
   end
-  local blob = redis.call('HGET', K_MSGS, id)
+  local blob = redis.call('HGET', base.K_MSGS, id)
   local job = nil
   if not blob and where == 'parked' then  -- a repeating scheduled message: cancel the job
-    job = redis.call('HGET', K_SCHED, id)
-    redis.call('HDEL', K_SCHED, id)
+    job = redis.call('HGET', base.K_SCHED, id)
+    redis.call('HDEL', base.K_SCHED, id)
     if job then blob = cmsgpack.unpack(job)[1]; flow.memory_release(#blob) end
   end
   lifecycle.drop_message(id)

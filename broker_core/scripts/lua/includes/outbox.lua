@@ -6,7 +6,7 @@ local outbox = { received_upto = false, hand_over = false, pop = false, PUSH_MOS
                  push_armed = false, push_add = false, push_flush = false }
 
 function outbox.received_upto(cid)
-  return tonumber(redis.call('HGET', K_C(cid), 'rcv')) or 0
+  return base.number(redis.call('HGET', base.K_C(cid), 'rcv')) or 0
 end
 
 -- Hand messages `ids` of consumer c (in its dispatch order) to the adapter: into `out` as (id, packed message,
@@ -14,9 +14,9 @@ end
 -- Enabled: it never reaches the application). In ack mode 'auto' they are acknowledged as they go. Returns
 -- whether that freed room in c's window. What it reads of the messages is one command per key for all of them.
 function outbox.hand_over(c, ids, out, check_expiry)
-  local blobs = call_many('HMGET', K_MSGS, ids)
-  local redeliveries = call_many('HMGET', K_REDELIV, ids)
-  local firsts = call_many('SMISMEMBER', K_GFIRST, ids)
+  local blobs = base.call_many('HMGET', base.K_MSGS, ids)
+  local redeliveries = base.call_many('HMGET', base.K_REDELIV, ids)
+  local firsts = base.call_many('SMISMEMBER', base.K_GFIRST, ids)
   local handed = { nil }  -- (made with room for one: see ack.lua's reply)
   for i = 1, #ids do
     local id, blob = ids[i], blobs[i]
@@ -27,7 +27,7 @@ function outbox.hand_over(c, ids, out, check_expiry)
       local m = message.unpack(blob)
       exp = m and (tonumber(m[message.EXPIRATION]) or 0) or 0
     end
-    if check_expiry and blob and exp > 0 and NOW > exp then  -- is_expired
+    if check_expiry and blob and exp > 0 and base.NOW > exp then  -- is_expired
       local m = message.unpack(blob)
       lifecycle.take_inflight(c.id, id, true)
       c.n = c.n - 1
@@ -36,7 +36,7 @@ function outbox.hand_over(c, ids, out, check_expiry)
       handed[#handed + 1] = id
       out[#out + 1] = id
       out[#out + 1] = blob
-      out[#out + 1] = redeliveries[i] and tonumber(redeliveries[i]) or 0
+      out[#out + 1] = redeliveries[i] and base.number(redeliveries[i]) or 0
       out[#out + 1] = firsts[i]
     end
   end
@@ -50,12 +50,12 @@ end
 -- room in c's window (acknowledged, or expired on the way): the caller then runs a dispatch chunk, or the
 -- room stays unused until something else does.
 function outbox.pop(c, max, out)
-  local ids = redis.call('LPOP', K_COUT(c.id), NOW_TEXT.num(max))
+  local ids = redis.call('LPOP', base.K_COUT(c.id), base.NOW_TEXT.num(max))
   if not ids then return 0, false end
-  local last = redis.call('ZSCORE', K_CINF(c.id), ids[#ids])  -- before expiry may remove it
+  local last = redis.call('ZSCORE', base.K_CINF(c.id), ids[#ids])  -- before expiry may remove it
   if last then
-    redis.call('HSET', K_C(c.id), 'rcv', last)
-    c.rcv = tonumber(last)
+    redis.call('HSET', base.K_C(c.id), 'rcv', last)
+    c.rcv = base.number(last)
   end
   return #ids, outbox.hand_over(c, ids, out, true)
 end
@@ -73,7 +73,7 @@ end
 -- message, redeliveries, group first (1/0)}; the adapter knows from `rcv before` whether it missed any.
 -- A consumer's pushes in one call stop at about outbox.PUSH_MOST_BYTES (the rest wait in its outbox, with the
 -- usual wake-up): a pub/sub subscriber past Redis's output buffer limit for pub/sub is disconnected.
-on_call(function()
+base.on_call(function()
   outbox.local_channel, outbox.push_by_consumer, outbox.push_order, outbox.push_replies = nil, nil, nil, nil
 end)
 function outbox.push_armed(c) return c.push ~= nil and c.push > 0 and c.def.notify ~= nil end
@@ -85,7 +85,8 @@ function outbox.push_add(c, id, dseq, blob, redeliveries, first)
   end
   local mine = by[c.id]
   if not mine then
-    mine = { c = c, msg = { c.id, c.rcv or 0 }, bytes = 0 }
+    -- (msg made with room for one message: a table that grows is rebuilt at each power of two)
+    mine = { c = c, msg = { c.id, c.rcv or 0, nil, nil, nil, nil, nil }, bytes = 0 }
     by[c.id] = mine
     outbox.push_order[#outbox.push_order + 1] = mine
   end
@@ -93,7 +94,7 @@ function outbox.push_add(c, id, dseq, blob, redeliveries, first)
   msg[#msg + 1] = dseq
   msg[#msg + 1] = id
   msg[#msg + 1] = blob
-  msg[#msg + 1] = tonumber(redeliveries) or 0
+  msg[#msg + 1] = base.number(redeliveries) or 0
   msg[#msg + 1] = first and 1 or 0
   c.push = c.push - 1
   c.rcv = dseq
@@ -101,8 +102,9 @@ function outbox.push_add(c, id, dseq, blob, redeliveries, first)
   -- disarmed past the byte bound: what follows goes to the outbox, and armed must mean the outbox is empty
   if mine.bytes >= outbox.PUSH_MOST_BYTES then c.push = 0 end
 end
--- Write the pushed consumers' 'push' and 'rcv' and publish (or keep for the reply) their messages; the
--- dispatch pass calls it at its end, under the prefix of the consumers it pushed to.
+-- Publish (or keep for the reply) the pushed consumers' messages; the dispatch pass calls it after each
+-- page, under the prefix of the consumers it pushed to. Their 'push' and 'rcv' are written with their other
+-- counters at the end of the pass (c.push_write, dispatch.lua dispatch.flush_consumer): one write per consumer.
 function outbox.push_flush()
   local order = outbox.push_order
   if not order then return end
@@ -110,7 +112,7 @@ function outbox.push_flush()
   for i = 1, #order do
     local mine = order[i]
     local c = mine.c
-    redis.call('HSET', K_C(c.id), 'push', NOW_TEXT.num(c.push), 'rcv', NOW_TEXT.num(c.rcv))
+    c.push_write = true
     local payload = cmsgpack.pack(mine.msg)
     if c.def.notify == outbox.local_channel then
       outbox.push_replies = outbox.push_replies or {}

@@ -16,14 +16,14 @@
 
 -- Built on a script's first use of one of them (base.lua `lazy`): most scripts that include this file
 -- use a few of its functions, and an EVAL script would build them all on every call.
-local topic = lazy({ selectors = {}, registry_of = false, registry = false }, function(topic)
+local topic = base.lazy({ selectors = {}, registry_of = false, registry = false }, function(topic)
 
   -- Forget the registry entry of the current durable subscription (about to be removed), if it is this
   -- topic's: a newer one on another topic keeps its entry.
   function topic.unregister(uri)
-    local field = redis.call('HGET', K_META, 'regfield')
+    local field = redis.call('HGET', base.K_META, 'regfield')
     if not field or field == '' then
-      local names = redis.call('HMGET', K_META, 'client', 'name')
+      local names = redis.call('HMGET', base.K_META, 'client', 'name')
       if not names[1] then return end
       field = string.len(names[1]) .. ':' .. names[1] .. (names[2] or '')
     end
@@ -43,14 +43,14 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
 
   function topic.policy()
     if topic._policy then return topic._policy end
-    local values = redis.call('HMGET', TP .. ':policy', unpack(TOPIC_POLICY_NAMES))
-    topic._policy = with_defaults(TOPIC_POLICY_NAMES, TOPIC_POLICY_DEFAULTS, values)
+    local values = redis.call('HMGET', base.TP .. ':policy', unpack(TOPIC_POLICY_NAMES))
+    topic._policy = base.with_defaults(TOPIC_POLICY_NAMES, TOPIC_POLICY_DEFAULTS, values)
     return topic._policy
   end
 
   -- Work on subscription `key` (or, with nil, on the topic itself). Per-prefix caches start over.
   function topic.switch(key)
-    if key then use_prefix(TP .. ':s:' .. key) else use_prefix(TP) end
+    if key then base.use_prefix(base.TP .. ':s:' .. key) else base.use_prefix(base.TP) end
     lifecycle.parked.next = nil
     message.pass_dirty.value = false
   end
@@ -58,13 +58,13 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- The subscriptions in the order the topic's dispatch policy visits them (§7.1). Every matching one gets
   -- the message whatever the policy; the policy only orders the deliveries of one send.
   function topic.subscriptions()
-    local keys = redis.call('LRANGE', TP .. ':sorder', 0, -1)
+    local keys = redis.call('LRANGE', base.TP .. ':sorder', 0, -1)
     local subs = {}
     if #keys == 0 then return subs end
     -- unpack() has a limit (~8000 values), so the definitions are read in slices.
     for from = 1, #keys, 1000 do
       local upto = math.min(from + 999, #keys)
-      local defs = redis.call('HMGET', TP .. ':subs', unpack(keys, from, upto))
+      local defs = redis.call('HMGET', base.TP .. ':subs', unpack(keys, from, upto))
       for i = from, upto do
         local def = defs[i - from + 1]
         if def then subs[#subs + 1] = { key = keys[i], def = cmsgpack.unpack(def) } end
@@ -83,7 +83,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       end
     elseif dispatch_policy == 'roundRobin' and #subs > 1 then
       -- RoundRobinDispatchPolicy: the first visited moves to the back for the next send.
-      local turn = redis.call('HINCRBY', TP .. ':meta', 'rr', 1) % #subs
+      local turn = redis.call('HINCRBY', base.TP .. ':meta', 'rr', 1) % #subs
       local rotated = {}
       for i = 1, #subs do rotated[i] = subs[((i - 1 + turn) % #subs) + 1] end
       subs = rotated
@@ -103,45 +103,45 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     end
     view = view or message.selector_view(id, m)
     local ok, failed = selector.matches(expr, view)
-    if failed then redis.call('HINCRBY', TP .. ':meta', 'selector_errors', 1) end
+    if failed then redis.call('HINCRBY', base.TP .. ':meta', 'selector_errors', 1) end
     return ok, view
   end
 
   -- Store a message once for `refs` subscriptions (memory counted on the topic, flow.lua).
   function topic.store(id, blob, refs, seq)
-    local own_meta = K_META
-    K_META = TP .. ':meta'
+    local own_meta = base.K_META
+    base.K_META = base.TP .. ':meta'
     flow.memory_charge(#blob)
-    K_META = own_meta
-    redis.call('HSET', TP .. ':msgs', id, blob)
-    redis.call('HSET', TP .. ':refs', id, refs)
-    redis.call('ZADD', TP .. ':order', seq, id)
+    base.K_META = own_meta
+    redis.call('HSET', base.TP .. ':msgs', id, blob)
+    redis.call('HSET', base.TP .. ':refs', id, refs)
+    redis.call('ZADD', base.TP .. ':order', seq, id)
   end
 
   -- Put a stored message in the current subscription's pending list (or park it for its delay).
   function topic.add_to_current(id, m)
-    local seq = meta_incr('seq')
+    local seq = base.meta_incr('seq')
     local delay = tonumber(m[message.DELAY]) or 0
     if delay > 0 then
-      lifecycle.park(id, NOW + delay, message.pending_score(seq, m[message.PRIORITY]))
+      lifecycle.park(id, base.NOW + delay, message.pending_score(seq, m[message.PRIORITY]))
     else
       message.pending_add(id, message.pending_score(seq, m[message.PRIORITY]))
     end
-    meta_incr('enqueued')
+    base.meta_incr('enqueued')
   end
 
   -- The same for a send's messages in order, with one call per kind of write (a fan-out to many
   -- subscriptions does this once per subscription).
   function topic.add_all_to_current(ids, msgs)
-    local last = redis.call('HINCRBY', K_META, 'seq', #ids)
-    redis.call('HINCRBY', K_META, 'enqueued', #ids)
+    local last = redis.call('HINCRBY', base.K_META, 'seq', #ids)
+    redis.call('HINCRBY', base.K_META, 'enqueued', #ids)
     local zadd, lowest = {}, nil
     for i, id in ipairs(ids) do
       local m = msgs[i]
       local score = message.pending_score(last - #ids + i, m[message.PRIORITY])
       local delay = tonumber(m[message.DELAY]) or 0
       if delay > 0 then
-        lifecycle.park(id, NOW + delay, score)
+        lifecycle.park(id, base.NOW + delay, score)
       else
         zadd[#zadd + 1] = score
         zadd[#zadd + 1] = id
@@ -150,18 +150,18 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     end
     if #zadd > 0 then
       for from = 1, #zadd, 2000 do  -- unpack() has a limit; a large batch goes in slices
-        redis.call('ZADD', K_PENDING, unpack(zadd, from, math.min(from + 1999, #zadd)))
+        redis.call('ZADD', base.K_PENDING, unpack(zadd, from, math.min(from + 1999, #zadd)))
       end
       -- As pending_add: one placed behind the pass cursor needs a restarted pass.
-      local cursor = redis.call('HGET', K_META, 'cursor')
+      local cursor = redis.call('HGET', base.K_META, 'cursor')
       if cursor and cursor ~= '' and lowest <= tonumber(cursor) then message.mark_dirty() end
     end
   end
 
   -- Does the current subscription hold message `id` already (pending, parked or in flight)?
   function topic.holds(id)
-    return redis.call('ZSCORE', K_PENDING, id) or redis.call('ZSCORE', K_PARKED, id)
-        or redis.call('HEXISTS', K_INFLIGHT, id) == 1
+    return redis.call('ZSCORE', base.K_PENDING, id) or redis.call('ZSCORE', base.K_PARKED, id)
+        or redis.call('HEXISTS', base.K_INFLIGHT, id) == 1
   end
 
   -- §7.5: what the recovery policy keeps. Called on the topic prefix for every message sent. What it keeps
@@ -169,19 +169,19 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   function topic.recovery_add(id, blob, seq, retain)
     local pol = topic.policy()
     if retain == 'set' or retain == 'clear' then
-      flow.memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))  -- 0 bytes when none was retained
+      flow.memory_release(redis.call('HSTRLEN', base.TP .. ':retain', 'blob'))  -- 0 bytes when none was retained
     end
     if retain == 'set' then
-      redis.call('HSET', TP .. ':retain', 'id', id, 'blob', blob)
+      redis.call('HSET', base.TP .. ':retain', 'id', id, 'blob', blob)
       flow.memory_charge(#blob)
     elseif retain == 'clear' then
-      redis.call('DEL', TP .. ':retain')
+      redis.call('DEL', base.TP .. ':retain')
     end
     local kind = pol['subscriptionRecoveryPolicy']
     if kind == 'retainedMessage' or kind == 'none' then return end
-    local K_RECOV, K_RMSG = TP .. ':recov', TP .. ':recovmsg'
+    local K_RECOV, K_RMSG = base.TP .. ':recov', base.TP .. ':recovmsg'
     redis.call('ZADD', K_RECOV, seq, id)
-    redis.call('HSET', K_RMSG, id, cmsgpack.pack({ blob, NOW }))
+    redis.call('HSET', K_RMSG, id, cmsgpack.pack({ blob, base.NOW }))
     flow.memory_charge(#blob)
     local function drop_first(n)
       if n <= 0 then return end
@@ -190,14 +190,14 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
         local rec = redis.call('HGET', K_RMSG, old)
         if rec then
           local bytes = #cmsgpack.unpack(rec)[1]
-          redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -bytes)
+          redis.call('HINCRBY', base.TP .. ':meta', 'recov_bytes', -bytes)
           flow.memory_release(bytes)
         end
         redis.call('HDEL', K_RMSG, old)
         redis.call('ZREM', K_RECOV, old)
       end
     end
-    redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', #blob)
+    redis.call('HINCRBY', base.TP .. ':meta', 'recov_bytes', #blob)
     local max = tonumber(pol['subscriptionRecoveryMaximumSize']) or -1
     if kind == 'lastImage' then
       drop_first(redis.call('ZCARD', K_RECOV) - 1)
@@ -207,7 +207,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       if over > 0 then drop_first(over) end
     elseif kind == 'fixedSized' then
       if max < 1 then max = 65536 end
-      while redis.call('ZCARD', K_RECOV) > 0 and tonumber(redis.call('HGET', TP .. ':meta', 'recov_bytes')) > max do
+      while redis.call('ZCARD', K_RECOV) > 0 and tonumber(redis.call('HGET', base.TP .. ':meta', 'recov_bytes')) > max do
         drop_first(1)
       end
     elseif kind == 'timed' then
@@ -218,8 +218,8 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- TimedSubscriptionRecoveryPolicy: forget what is older than recoverDuration.
   function topic.recovery_trim()
     if topic.policy()['subscriptionRecoveryPolicy'] ~= 'timed' then return end
-    local horizon = NOW - (tonumber(topic.policy()['recoverDuration']) or 60000)
-    local K_RECOV, K_RMSG = TP .. ':recov', TP .. ':recovmsg'
+    local horizon = base.NOW - (tonumber(topic.policy()['recoverDuration']) or 60000)
+    local K_RECOV, K_RMSG = base.TP .. ':recov', base.TP .. ':recovmsg'
     while true do
       local first = redis.call('ZRANGE', K_RECOV, 0, 0)
       if #first == 0 then return end
@@ -227,7 +227,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       local entry = rec and cmsgpack.unpack(rec)
       if entry and entry[2] >= horizon then return end
       if entry then
-        redis.call('HINCRBY', TP .. ':meta', 'recov_bytes', -#entry[1])
+        redis.call('HINCRBY', base.TP .. ':meta', 'recov_bytes', -#entry[1])
         flow.memory_release(#entry[1])
       end
       redis.call('HDEL', K_RMSG, first[1])
@@ -238,15 +238,15 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- The topic is being deleted: what the recovery policy kept stops counting in memory usage (the keys
   -- themselves are deleted by topic_ops.delete).
   function topic.recovery_release_all()
-    flow.memory_release(redis.call('HSTRLEN', TP .. ':retain', 'blob'))
+    flow.memory_release(redis.call('HSTRLEN', base.TP .. ':retain', 'blob'))
     local cursor = '0'
     repeat
-      local page = redis.call('HSCAN', TP .. ':recovmsg', cursor, 'COUNT', 1000)
+      local page = redis.call('HSCAN', base.TP .. ':recovmsg', cursor, 'COUNT', 1000)
       cursor = page[1]
       for i = 2, #page[2], 2 do flow.memory_release(#cmsgpack.unpack(page[2][i])[1]) end
     until cursor == '0'
-    redis.call('DEL', TP .. ':retain', TP .. ':recov', TP .. ':recovmsg')
-    redis.call('HSET', TP .. ':meta', 'recov_bytes', 0)
+    redis.call('DEL', base.TP .. ':retain', base.TP .. ':recov', base.TP .. ':recovmsg')
+    redis.call('HSET', base.TP .. ':meta', 'recov_bytes', 0)
   end
 
   -- Replay (id, blob) pairs into the current subscription `s` (a retroactive subscriber, §7.5): expired
@@ -264,19 +264,19 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       local m = message.unpack(blob)
       local own = id .. '#retained'
       if not message.is_expired(m) and not topic.holds(id) and not topic.holds(own) and topic.matches(s, id, m, nil) then
-        local key, shared = id, redis.call('HGET', K_MSGS, id)
-        if redis.call('HEXISTS', K_MSGS, own) == 1 then
+        local key, shared = id, redis.call('HGET', base.K_MSGS, id)
+        if redis.call('HEXISTS', base.K_MSGS, own) == 1 then
           key, shared = own, true
         elseif shared and shared ~= blob then
           key, shared = own, false
         end
         if shared then
-          redis.call('HINCRBY', TP .. ':refs', key, 1)  -- still stored for others: shared, not copied
+          redis.call('HINCRBY', base.TP .. ':refs', key, 1)  -- still stored for others: shared, not copied
         else
-          topic.store(key, blob, 1, tonumber(redis.call('HINCRBY', TP .. ':meta', 'seq', 1)))
+          topic.store(key, blob, 1, tonumber(redis.call('HINCRBY', base.TP .. ':meta', 'seq', 1)))
         end
         topic.add_to_current(key, m)
-        emit('recover', 'msg', key)
+        base.emit('recover', 'msg', key)
         got = got + 1
         if into then into[#into + 1] = key end
       end
@@ -292,17 +292,17 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     local items, seen = {}, {}
     if with_buffer then
       topic.recovery_trim()
-      local ids = upto and redis.call('ZRANGEBYSCORE', TP .. ':recov', '-inf', upto)
-        or redis.call('ZRANGE', TP .. ':recov', 0, -1)
+      local ids = upto and redis.call('ZRANGEBYSCORE', base.TP .. ':recov', '-inf', upto)
+        or redis.call('ZRANGE', base.TP .. ':recov', 0, -1)
       for _, id in ipairs(ids) do
-        local rec = redis.call('HGET', TP .. ':recovmsg', id)
+        local rec = redis.call('HGET', base.TP .. ':recovmsg', id)
         if rec then
           items[#items + 1] = { id, cmsgpack.unpack(rec)[1] }
           seen[id] = true
         end
       end
     end
-    local retained = redis.call('HMGET', TP .. ':retain', 'id', 'blob')
+    local retained = redis.call('HMGET', base.TP .. ':retain', 'id', 'blob')
     if retained[1] and not seen[retained[1]] then items[#items + 1] = { retained[1], retained[2] } end
     return items
   end
@@ -313,14 +313,14 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     local items = {}
     local durables = {}
     for _, s in ipairs(topic.subscriptions()) do
-      if s.key ~= key and s.def.durable then durables[#durables + 1] = TP .. ':s:' .. s.key end
+      if s.key ~= key and s.def.durable then durables[#durables + 1] = base.TP .. ':s:' .. s.key end
     end
     if #durables == 0 then return items end
-    for _, id in ipairs(redis.call('ZRANGE', TP .. ':order', 0, -1)) do
+    for _, id in ipairs(redis.call('ZRANGE', base.TP .. ':order', 0, -1)) do
       for _, prefix in ipairs(durables) do
         if redis.call('ZSCORE', prefix .. ':pending', id) or redis.call('ZSCORE', prefix .. ':parked', id)
            or redis.call('HEXISTS', prefix .. ':inflight', id) == 1 then
-          items[#items + 1] = { id, redis.call('HGET', K_MSGS, id) }
+          items[#items + 1] = { id, redis.call('HGET', base.K_MSGS, id) }
           break
         end
       end
@@ -349,18 +349,18 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   -- Take message `id` out of the current subscription's pending list for good: evicted (counted as
   -- ActiveMQ's discarded, and dead-lettered per the strategy, §8.5) or dropped by a limit of 0.
   function topic.discard_pending(id, cause, detail)
-    local blob = redis.call('HGET', K_MSGS, id)
-    redis.call('ZREM', K_PENDING, id)
+    local blob = redis.call('HGET', base.K_MSGS, id)
+    redis.call('ZREM', base.K_PENDING, id)
     message.pass_dirty.pending = nil  -- (message.lua)
     if cause == 'evicted' then
       -- TopicSubscription.discard: the topic's dequeues count it, not the subscription's (those are acks).
-      meta_incr('evicted')
-      redis.call('HINCRBY', TP .. ':meta', 'evict_dequeued', 1)
-      emit('evict', 'msg', id, 'strategy', detail)
+      base.meta_incr('evicted')
+      redis.call('HINCRBY', base.TP .. ':meta', 'evict_dequeued', 1)
+      base.emit('evict', 'msg', id, 'strategy', detail)
       if blob then forward.dead_letter(id, message.unpack(blob), blob, 'evicted', detail) end
     else
-      meta_incr('dropped')
-      emit('drop', 'msg', id, 'cause', cause)
+      base.meta_incr('dropped')
+      base.emit('drop', 'msg', id, 'cause', cause)
     end
     lifecycle.drop_message(id)
   end
@@ -369,12 +369,12 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
   function topic.evict_choice(page_size)
     local pol = topic.policy()
     local strategy = pol['messageEvictionStrategy']
-    local page = redis.call('ZRANGE', K_PENDING, 0, page_size - 1)
+    local page = redis.call('ZRANGE', base.K_PENDING, 0, page_size - 1)
     if #page == 0 then return {} end
     if strategy == 'oldestMessageWithLowestPriority' then
       local lowest, pick = nil, nil
       for _, id in ipairs(page) do
-        local blob = redis.call('HGET', K_MSGS, id)
+        local blob = redis.call('HGET', base.K_MSGS, id)
         local p = blob and (tonumber(message.unpack(blob)[message.PRIORITY]) or 4) or 4
         if lowest == nil or p < lowest then lowest, pick = p, id end
       end
@@ -386,7 +386,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
       local name = pol['evictionPropertyName']
       local pivots, pivot_ts, order = {}, {}, {}
       for _, id in ipairs(page) do
-        local blob = redis.call('HGET', K_MSGS, id)
+        local blob = redis.call('HGET', base.K_MSGS, id)
         if blob then
           local m = message.unpack(blob)
           local flat = m[message.PROPS]
@@ -438,20 +438,20 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     local cons = consumers.load()
     local c = cons[1]
     if not c then return end
-    local waiting = redis.call('ZCARD', K_PENDING)
+    local waiting = redis.call('ZCARD', base.K_PENDING)
     local still_new = {}
     for _, id in ipairs(new_ids) do
-      if redis.call('ZSCORE', K_PENDING, id) then still_new[#still_new + 1] = id end
+      if redis.call('ZSCORE', base.K_PENDING, id) then still_new[#still_new + 1] = id end
     end
     -- §8.1 topic rule (TopicSubscription.add): slow when more than its prefetch were already waiting as a
     -- message arrived, so the last new one still pending does not count; an immediate dispatch clears it.
     if c.prefetch > 1 and #still_new > 0 and waiting - 1 > c.prefetch then
       if not c.slow then
-        redis.call('HSET', K_C(c.id), 'slow_since', NOW)
-        emit('slow', 'consumer', c.id)
+        redis.call('HSET', base.K_C(c.id), 'slow_since', base.NOW)
+        base.emit('slow', 'consumer', c.id)
       end
     elseif #still_new == 0 and c.slow then
-      redis.call('HDEL', K_C(c.id), 'slow_since')
+      redis.call('HDEL', base.K_C(c.id), 'slow_since')
     end
     local limit = topic.pending_limit(c.prefetch, s)
     if limit == 0 then
@@ -464,8 +464,8 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     if limit < high then high = limit end
     if waiting > high then
       -- The first expired message found goes (removeExpiredMessages).
-      for _, id in ipairs(redis.call('ZRANGE', K_PENDING, 0, 999)) do
-        local blob = redis.call('HGET', K_MSGS, id)
+      for _, id in ipairs(redis.call('ZRANGE', base.K_PENDING, 0, 999)) do
+        local blob = redis.call('HGET', base.K_MSGS, id)
         local m = blob and message.unpack(blob)
         if m and message.is_expired(m) then
           lifecycle.expire_pending(id, m, blob)
@@ -475,7 +475,7 @@ local topic = lazy({ selectors = {}, registry_of = false, registry = false }, fu
     end
     local strategy = pol['messageEvictionStrategy']
     while true do
-      local excess = redis.call('ZCARD', K_PENDING) - limit
+      local excess = redis.call('ZCARD', base.K_PENDING) - limit
       if excess <= 0 then break end
       local chosen = topic.evict_choice(math.max(1000, excess))
       if #chosen == 0 then break end
@@ -488,8 +488,8 @@ end)
 -- in the same script that creates or removes the subscription it names.
 -- The registry's name is made once per prefix (as flow.lua's flow.usage), not per call; the per-call
 -- selectors table is replaced only when a call used it (an empty one is as good as a new one).
-on_call(function()
-  if topic.registry_of ~= P then topic.registry_of, topic.registry = P, string.match(P, '^(.-):{') .. ':durables' end
+base.on_call(function()
+  if topic.registry_of ~= base.P then topic.registry_of, topic.registry = base.P, string.match(base.P, '^(.-):{') .. ':durables' end
   if next(topic.selectors) ~= nil then topic.selectors = {} end
   topic._policy = nil
 end)

@@ -19,7 +19,7 @@
 -- chunk may have at most 200 locals, and every script that dispatches includes this file (a repeating
 -- job's firing is routed, lifecycle.lua); the functions are built on first use (base.lua `lazy`), as most
 -- of those scripts never route. virtual.selectors: the selectors decoded in this call.
-local virtual = lazy({ selectors = {} }, function(virtual)
+local virtual = base.lazy({ selectors = {} }, function(virtual)
   function virtual.split_origin(arg)
     -- the usual origins, as the general case below reads them (no probe, no plan, not 'drop')
     if arg == 'producer' or arg == 'retry' or arg == 'forward' or arg == 'commit' then return arg, nil end
@@ -67,8 +67,8 @@ local virtual = lazy({ selectors = {} }, function(virtual)
   function virtual.copy_dropped(prefix, target, id, bytes)
     local full = flow.target_refusal(prefix, flow.message_charge(bytes))
     if not full or not (full[3] == 1 or flow.drop) then return false end
-    meta_incr('forward_dropped')
-    emit('forward_dropped', 'msg', id, 'target', target, 'used', full[1], 'limit', full[2])
+    base.meta_incr('forward_dropped')
+    base.emit('forward_dropped', 'msg', id, 'target', target, 'used', full[1], 'limit', full[2])
     return true
   end
 
@@ -105,12 +105,12 @@ local virtual = lazy({ selectors = {} }, function(virtual)
             redis.call('HINCRBY', t_prefix .. ':meta', 'memfwd', charge)
           end
           -- the 5th element orders delivery: operations.forward sends a batch in the order it was recorded
-          redis.call('HSET', K_FWD, id .. '|' .. target,
-                     cmsgpack.pack({ target, 'virtual', original, blob, meta_incr('fwdseq'), charge }))
-          due_at(TP, NOW)
+          redis.call('HSET', base.K_FWD, id .. '|' .. target,
+                     cmsgpack.pack({ target, 'virtual', original, blob, base.meta_incr('fwdseq'), charge }))
+          base.due_at(base.TP, base.NOW)
           forward.n = forward.n + 1
-          meta_incr('forwarded')
-          emit('forward', 'msg', id, 'target', target)
+          base.meta_incr('forwarded')
+          base.emit('forward', 'msg', id, 'target', target)
         end
       end
     end
@@ -122,7 +122,7 @@ local virtual = lazy({ selectors = {} }, function(virtual)
   end
 end)
 -- (rawget: in the EVAL form the table builds its functions on first use only, base.lua `lazy`)
-on_call(function()
+base.on_call(function()
   local selectors = rawget(virtual, 'selectors')
   if next(selectors) ~= nil then virtual.selectors = {} end  -- (an empty one is as good as a new one)
 end)

@@ -15,7 +15,7 @@
 --
 -- Functions only (no top-level state), built on a script's first use of one (base.lua `lazy`).
 
-local wildcard = lazy({}, function(wildcard)
+local wildcard = base.lazy({}, function(wildcard)
 
   -- A name's segments (names have no empty segment: destinations.py refuses them).
   function wildcard.segments(name)
@@ -60,7 +60,7 @@ local wildcard = lazy({}, function(wildcard)
 
   -- The current topic's namespace and name, from its prefix `<ns>:{t:<name>}`; nil for a queue.
   function wildcard.topic_name()
-    local ns, name = string.match(TP, '^(.-):{t:(.*)}$')
+    local ns, name = string.match(base.TP, '^(.-):{t:(.*)}$')
     return ns, name
   end
 
@@ -91,26 +91,26 @@ local wildcard = lazy({}, function(wildcard)
   function wildcard.drop_idle(leases)
     local ns, name = wildcard.topic_name()
     if not name or not wildcard.is_pattern(name) then return 0 end
-    if redis.call('HLEN', TP .. ':subs') > 0 or redis.call('SISMEMBER', wildcard.registry(ns), name) == 1 then
+    if redis.call('HLEN', base.TP .. ':subs') > 0 or redis.call('SISMEMBER', wildcard.registry(ns), name) == 1 then
       redis.call('SREM', wildcard.idle(ns), name)  -- subscribed again: not idle
       return 0
     end
-    if redis.call('HLEN', TP .. ':fwd') > 0 then return 0 end
+    if redis.call('HLEN', base.TP .. ':fwd') > 0 then return 0 end
     -- (an ended subscription's messages still to release: maintenance's recovery releases them first)
-    if redis.call('SCARD', TP .. ':ended') > 0 then return 0 end
+    if redis.call('SCARD', base.TP .. ':ended') > 0 then return 0 end
     for _, job in ipairs(leases) do
-      if redis.call('EXISTS', TP .. ':lease:' .. job) == 1 then return 0 end
+      if redis.call('EXISTS', base.TP .. ':lease:' .. job) == 1 then return 0 end
     end
     -- what it still holds (nothing, normally: the subscriptions' messages went with them) stops counting
     -- towards the broker's memory usage, as destination_delete.lua does (flow.lua's flow.usage, included
     -- after this file)
-    local mem = tonumber(redis.call('HGET', TP .. ':meta', 'mem')) or 0
+    local mem = tonumber(redis.call('HGET', base.TP .. ':meta', 'mem')) or 0
     if mem ~= 0 then redis.call('HINCRBY', ns .. ':usage', 'used', 0 - mem) end
     local keys = {}
     for _, suffix in ipairs({ 'meta', 'policy', 'msgs', 'fwd', 'audit', 'events', 'maint', 'slowcons',
                               'aborted', 'aborted:at', 'memres', 'subs', 'sorder', 'subof', 'refs', 'order',
                               'retain', 'recov', 'recovmsg' }) do
-      keys[#keys + 1] = TP .. ':' .. suffix
+      keys[#keys + 1] = base.TP .. ':' .. suffix
     end
     redis.call('DEL', unpack(keys))
     redis.call('SREM', wildcard.idle(ns), name)
@@ -196,9 +196,9 @@ local wildcard = lazy({}, function(wildcard)
   function wildcard.record(id, blob, uri, patterns)
     for _, pattern in ipairs(patterns) do
       local target = 'topic://' .. pattern
-      redis.call('HSET', TP .. ':fwd', id .. '|' .. target,
-                 cmsgpack.pack({ target, 'wildcard', uri, blob, redis.call('HINCRBY', TP .. ':meta', 'fwdseq', 1) }))
-      due_at(TP, NOW)
+      redis.call('HSET', base.TP .. ':fwd', id .. '|' .. target,
+                 cmsgpack.pack({ target, 'wildcard', uri, blob, redis.call('HINCRBY', base.TP .. ':meta', 'fwdseq', 1) }))
+      base.due_at(base.TP, base.NOW)
     end
   end
 end)
