@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import glob
 import json
 import os
 import re
@@ -135,19 +134,11 @@ def child(root: Path) -> None:
 
 # -- the parent ---------------------------------------------------------------------------------------------
 
-def instructions(pid: int, out_prefix: str) -> int:
-    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
-    newest = max(glob.glob(out_prefix + "*"), key=os.path.getmtime)
-    with open(newest) as dump:
-        for line in dump:
-            if line.startswith("summary:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no summary in {newest}")
-
 
 def measure(root: Path, folder: Path, n: int, running: object) -> dict[str, float]:
     sys.path.insert(0, str(ROOT / "bench"))
     import versus_activemq as versus
+    from redis_instructions import instructions  # callgrind's counters since the last zeroing
 
     target = versus.start_signalbox(folder, versus.server_binary("redis"), "everysec", running, root=root)
     log = (folder / "run.log").read_text()

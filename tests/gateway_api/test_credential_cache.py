@@ -15,6 +15,7 @@ from rest_framework.authtoken.models import Token
 from gateway.credentials import verified
 from gateway.models import DestinationPermission
 from tests.gateway_api.mixins import blocking
+from tests.helpers.users import change_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,15 +48,6 @@ async def _post(api, headers: dict[str, str], queue: str = "orders.cache") -> in
     return (await api.post(f"/api/message/{queue}?type=queue", content="x", headers=headers)).status_code
 
 
-@blocking
-def _change(name: str, **fields: Any) -> None:
-    user = User.objects.get(username=name)
-    password = fields.pop("password", None)
-    if password is not None:
-        user.set_password(password)
-    for key, value in fields.items():
-        setattr(user, key, value)
-    user.save()
 
 
 @pytest.mark.parametrize("lean", [True, False], ids=["lean path", "django path"])
@@ -70,7 +62,7 @@ async def test_verified_basic_credentials_skip_the_hasher(api, amq, checks, sett
 
 async def test_a_new_password_takes_effect_at_once(api, amq, checks):
     assert await _post(api, amq) == 200
-    await _change("amq", password="new")
+    await change_user("amq", password="new")
     assert await _post(api, amq) == 401  # the old password: verified again, and refused
     assert await _post(api, basic("amq", "new")) == 200
     assert checks == ["amq", "amq", "amq"]
@@ -82,7 +74,7 @@ async def test_a_deactivated_or_deleted_user_is_refused_at_once(api, amq, make_u
     other = basic("other", "pw")
     await blocking(make_user)("other", [("queue://orders.>", "admin")])
     assert await _post(api, amq) == await _post(api, other) == 200
-    await _change("amq", is_active=False)
+    await change_user("amq", is_active=False)
     assert await _post(api, amq) == 401
     assert await _post(api, other) == 200  # another user's entry stays
     await blocking(User.objects.filter(username="other").delete)()

@@ -6,11 +6,8 @@ Redis; the STOMP TCP listener runs the same gateway.stomp.protocol login."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from asgiref.sync import sync_to_async
-from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
 from gateway import runtime
@@ -18,6 +15,7 @@ from gateway.credentials import socket_login, verified
 from tests.helpers import hashers
 from tests.helpers.channels import receive_json, send_json, websocket
 from tests.helpers.stomp_channels import stomp
+from tests.helpers.users import change_user
 
 pytestmark = pytest.mark.usefixtures("ws_runtime", "stomp_user")
 
@@ -53,15 +51,6 @@ async def json_login(login: str, passcode: str) -> bool:
         return answer["type"] == "ok"
 
 
-@sync_to_async
-def change_alice(**fields: Any) -> None:
-    user = User.objects.get(username="alice")
-    password = fields.pop("password", None)
-    if password is not None:
-        user.set_password(password)
-    for key, value in fields.items():
-        setattr(user, key, value)
-    user.save()
 
 
 async def test_a_second_connect_with_the_same_credentials_does_not_run_the_hasher(checks):
@@ -83,7 +72,7 @@ async def test_a_wrong_password_is_never_remembered(checks):
 
 async def test_a_changed_password_refuses_the_old_one_at_once(checks):
     assert await stomp_login("alice", "secret")
-    await change_alice(password="renewed")
+    await change_user("alice", password="renewed")
     assert not await stomp_login("alice", "secret")
     assert not await json_login("alice", "secret")
     assert await stomp_login("alice", "renewed")
@@ -94,7 +83,7 @@ async def test_a_changed_password_refuses_the_old_one_at_once(checks):
 async def test_a_deactivated_user_is_refused_at_once(checks):
     assert await stomp_login("alice", "secret")
     assert await json_login("alice", "secret")
-    await change_alice(is_active=False)
+    await change_user("alice", is_active=False)
     assert not await stomp_login("alice", "secret")
     assert not await json_login("alice", "secret")
 
