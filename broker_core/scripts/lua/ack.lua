@@ -51,7 +51,7 @@ while at <= #ARGV do
     end
   elseif mode == 'cumulative' then
     if count ~= 1 then return base.fail('INVALID_ACK', 'a cumulative ack names exactly one message') end
-    -- at most CUMULATIVE_MOST (operations.py) in one call: more is refused before any change, and the
+    -- at most CUMULATIVE_MOST (ops/homes.py) in one call: more is refused before any change, and the
     -- caller acknowledges the oldest ones first, in bounded calls (a window may hold 32,767)
     ids = redis.call('ZRANGEBYSCORE', base.K_CINF(cid), '-inf', seqs[ARGV[first]], 'LIMIT', 0, 1001)
     if #ids > 1000 then

@@ -29,7 +29,7 @@ local missing = base.require_destination()
 if missing then return missing end
 local unpacked = message.unpack_send(ARGV, origin, 2)
 if unpacked.err then return unpacked end
--- 'check': a batch sent in parts has every part's limits checked before the first is stored (operations.py)
+-- 'check': a batch sent in parts has every part's limits checked before the first is stored (ops/flow.py send_parts)
 if origin == 'check' then return { '' } end
 -- What the stored messages add to the destination is written once after the loop, not per message: the
 -- messages, their pending and audit entries, the sequence and enqueued counters, and (with no routing

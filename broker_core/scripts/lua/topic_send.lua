@@ -5,7 +5,7 @@
 -- one of whose wildcard subscriptions takes the message gets a copy through the forwarding hash
 -- (includes/wildcard.lua); a message only they take is not dropped, one nobody takes is 'no_subscription'.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, origin ('producer', 'forward' or 'check'), then per message:
--- id, packed, retain ('' | 'set' | 'clear': ActiveMQ.Retain, decided by operations.py), retained copy.
+-- id, packed, retain ('' | 'set' | 'clear': ActiveMQ.Retain, decided by topics.pack_for_topic), retained copy.
 -- Returns {status per message..., the tail (includes/dispatch.lua dispatch.add_tail, with the subscription keys
 -- whose pass has more)}; statuses as send.lua's. Flags: 1 a pass has more, 2 forwards wait, 4 a fan-out is unfinished
 -- (includes/fanout.lua: the caller runs topic_fanout.lua until its messages are matched).

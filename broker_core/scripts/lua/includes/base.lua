@@ -189,7 +189,7 @@ function base.policy()
   local read = base.POLICY_READ
   if read.values then return read.values end
   -- The values scripts use are cached packed in one field, so a call reads one field, not fifteen;
-  -- whoever rewrites the policy hash deletes '_packed' (operations.py).
+  -- whoever rewrites the policy hash deletes '_packed' (ops/context.py, ops/forward.py).
   local key = base.K_POLICY
   local packed = redis.call('HGET', key, '_packed')
   local values
@@ -369,8 +369,7 @@ function base.trim_events()
 end
 -- An event about the message whose packed form is `blob`: its advisory, if any, carries a copy
 -- (advisory.lua; the message may be gone from K_MSGS already, or not written yet). `emit` below is the
--- same without one; the two are written out rather than one calling the other, as every send, dispatch
--- and ack emits.
+-- same without one.
 function base.emit_message(blob, kind, ...)
   local b = base
   local t = b.NOW_TEXT
@@ -388,18 +387,7 @@ function base.emit_message(blob, kind, ...)
   if not flags or flags[advisory.EVENTS][kind] then advisory.advise(kind, blob, ...) end
 end
 function base.emit(kind, ...)
-  local b = base
-  local t = b.NOW_TEXT
-  if t.at ~= b.NOW then t.set() end
-  local sub, stream = b.SUB, b.K_EVENTS
-  if sub then
-    redis.call('XADD', stream, '*', 'type', kind, 'ts', t.text, 'sub', sub, ...)
-  else
-    redis.call('XADD', stream, '*', 'type', kind, 'ts', t.text, ...)
-  end
-  if b.EVENTS_TRIMMED.stream ~= stream then b.trim_events() end
-  local flags = advisory.flags
-  if not flags or flags[advisory.EVENTS][kind] then advisory.advise(kind, nil, ...) end
+  return base.emit_message(nil, kind, ...)
 end
 
 -- Memory usage and producer flow control : every script keeps the counts.

@@ -2,7 +2,7 @@
 --
 -- Another destination lives under another hash tag, so one script cannot write both. The message is
 -- taken out of this destination and put in its forwarding hash in the same step; the caller then
--- delivers it to the target (operations.py `forward`) and deletes the entry. The target drops an id
+-- delivers it to the target (ops/forward.py) and deletes the entry. The target drops an id
 -- it has already enqueued, so a delivery repeated after a crash is harmless.
 
 -- Its module table `forward`: n, the forwards this call recorded (virtual.lua's copies too); work_start,
