@@ -14,8 +14,11 @@ Starts `./signalbox.sh run`'s launcher on free loopback ports with an installed 
   (from /proc);
 - with --py-spy, a flame graph (SVG) and the raw samples of the gateway process during each case, in
   --profile-dir; its top functions by own time are printed.
-Cases: tcp-pingpong, tcp-receipt, tcp-receipt-np, ws-pingpong, ws-receipt, ws-receipt-np (the same clients
-as bench/versus_activemq.py; receipt cases persistent, -np non-persistent).
+Cases: tcp-pingpong, tcp-receipt, tcp-receipt-np, ws-pingpong, ws-receipt, ws-receipt-np, tcp-stream,
+tcp-stream-np (the same clients as bench/versus_activemq.py; receipt and stream cases persistent, -np
+non-persistent). A stream case sends its messages 100 frames per write, without receipts, to a consumer
+(auto ack, prefetch 1000) reading them in a thread: its "p50" is the mean time per message, first SEND to
+last MESSAGE.
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ import json
 import os
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -40,12 +43,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from floor import RedisLine, echo_round_trip, round_trips  # noqa: E402
 from versus_activemq import BODY, expect, new_queue, server_binary, stop_process, wait_port  # noqa: E402
 from versus_clients import Http, Stomp, Target, encode  # noqa: E402
 
 from signalbox.embedded_redis import free_port  # noqa: E402
 
-CASES = ("tcp-pingpong", "tcp-receipt", "tcp-receipt-np", "ws-pingpong", "ws-receipt", "ws-receipt-np")
+CASES = ("tcp-pingpong", "tcp-receipt", "tcp-receipt-np", "ws-pingpong", "ws-receipt", "ws-receipt-np",
+         "tcp-stream-np", "tcp-stream")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -117,99 +122,6 @@ class Signalbox:
         stop_process(self.process, signal.SIGINT)
 
 
-class RedisLine:
-    """A plain socket to Redis speaking RESP: the client side costs as little as Python's can."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.file = self.sock.makefile("rb")
-
-    def call(self, *args: str) -> bytes:
-        parts = [a.encode() for a in args]
-        out = b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
-        self.sock.sendall(out)
-        line = self.file.readline()
-        if line[:1] == b"$" and line[1:3] != b"-1":
-            line += self.file.read(int(line[1:]) + 2)
-        elif line[:1] == b"*":
-            raise RuntimeError("arrays not read here")
-        return line
-
-    def commandstats(self) -> dict[str, tuple[int, float]]:
-        text = self.call("INFO", "commandstats").split(b"\r\n", 1)[1].decode()
-        stats = {}
-        for line in text.splitlines():
-            if line.startswith("cmdstat_"):
-                name, _, rest = line[8:].partition(":")
-                fields = dict(part.split("=") for part in rest.split(","))
-                stats[name] = (int(fields["calls"]), float(fields["usec"]))
-        return stats
-
-
-def round_trips(line: RedisLine, n: int) -> dict[str, float]:
-    sha = line.call("SCRIPT", "LOAD", "return 1").split(b"\r\n")[1].decode()
-    out = {}
-    for name, args in (("Redis PING", ("PING",)), ("Redis EVALSHA 'return 1'", ("EVALSHA", sha, "0"))):
-        start = time.perf_counter()
-        for _ in range(n):
-            line.call(*args)
-        out[name] = (time.perf_counter() - start) / n * 1e6
-    return out
-
-
-ECHO_SERVER = """
-import asyncio, socket, sys
-async def serve(reader, writer):
-    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    while data := await reader.read(65536):
-        writer.write(data)
-        await writer.drain()
-async def main():
-    if sys.argv[1] == "uvloop":
-        import uvloop; uvloop.install()
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    print(server.sockets[0].getsockname()[1], flush=True)
-    await server.serve_forever()
-def blocking():
-    server = socket.create_server(("127.0.0.1", 0))
-    print(server.getsockname()[1], flush=True)
-    conn, _ = server.accept()
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    while data := conn.recv(65536):
-        conn.sendall(data)
-if sys.argv[1] == "uvloop":
-    import uvloop; uvloop.run(main())
-elif sys.argv[1] == "blocking":
-    blocking()
-else:
-    asyncio.run(main())
-"""
-
-
-def echo_round_trip(n: int, loop: str) -> float:
-    """Microseconds per 300-byte request -> reply through a Python asyncio echo server (another process)."""
-    server = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, loop], stdout=subprocess.PIPE)
-    try:
-        port = int(server.stdout.readline())
-        sock = socket.create_connection(("127.0.0.1", port))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        payload = b"x" * 300
-        times = []
-        for _ in range(n):
-            t = time.perf_counter()
-            sock.sendall(payload)
-            got = 0
-            while got < len(payload):
-                got += len(sock.recv(65536))
-            times.append(time.perf_counter() - t)
-        sock.close()
-        return statistics.median(times) * 1e6
-    finally:
-        server.terminate()
-        server.wait()
-
-
 def run_case(target: Target, case: str, n: int, start: Callable[[], None] = lambda: None,
              stop: Callable[[], None] = lambda: None) -> dict[str, float]:
     """The case's messages, timed one by one. `start` is called once the connections stand (CONNECT,
@@ -219,6 +131,8 @@ def run_case(target: Target, case: str, n: int, start: Callable[[], None] = lamb
     transport, kind = case.split("-", 1)
     queue = "/queue/" + new_queue()
     latencies = []
+    if kind.startswith("stream"):
+        return stream_case(target, transport, queue, kind, n, start, stop)
     if kind == "pingpong":
         receiver = Stomp(target, transport)
         receiver.frame("SUBSCRIBE", {"destination": queue, "id": "s", "ack": "auto", "receipt": "sub"})
@@ -248,6 +162,37 @@ def run_case(target: Target, case: str, n: int, start: Callable[[], None] = lamb
         stop()
         conn.close()
     return {"p50 us": statistics.median(latencies) * 1e6, "mean us": statistics.fmean(latencies) * 1e6}
+
+
+def stream_case(target: Target, transport: str, queue: str, kind: str, n: int, start: Callable[[], None],
+                stop: Callable[[], None]) -> dict[str, float]:
+    """bench/versus_activemq.py's stream, its consumer in a thread of this process."""
+    receiver = Stomp(target, transport)
+    receiver.frame("SUBSCRIBE", {"destination": queue, "id": "s", "ack": "auto",
+                                 "activemq.prefetchSize": "1000", "receipt": "sub"})
+    receiver.read_until("RECEIPT")
+    done: list[float] = []
+
+    def consume() -> None:
+        for _ in range(n):
+            receiver.read_until("MESSAGE")
+        done.append(time.perf_counter())
+
+    reader = threading.Thread(target=consume)
+    sender = Stomp(target, transport)
+    frame = encode("SEND", {"destination": queue, "persistent": "false" if kind.endswith("-np") else "true",
+                            "content-length": str(len(BODY))}, BODY)
+    start()
+    reader.start()
+    began = time.perf_counter()
+    for i in range(0, n, 100):
+        sender.send_bytes(frame * min(100, n - i))
+    reader.join()
+    stop()
+    sender.close()
+    receiver.close()
+    per_message = (done[0] - began) / n * 1e6
+    return {"p50 us": per_message, "mean us": per_message}
 
 
 class Meter:
@@ -328,6 +273,8 @@ def main() -> None:
             floor["asyncio echo (default loop), p50"] = echo_round_trip(5000, "asyncio")
             floor["asyncio echo (uvloop), p50"] = echo_round_trip(5000, "uvloop")
             floor["blocking-socket echo (no event loop), p50"] = echo_round_trip(5000, "blocking")
+            floor["uvloop relay + Redis PING (two hops), p50"] = echo_round_trip(5000, "relay",
+                                                                                 box.redis_port)
             for name, value in floor.items():
                 print(f"floor: {name}: {value:.0f} us")
             for case in cases:

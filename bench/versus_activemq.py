@@ -42,6 +42,12 @@ tcp-stream, tcp-receipt, tcp-pingpong, ws-stream, ws-receipt, ws-pingpong, rest-
   POST /api/v1/queues/<q>/messages with a raw body, one per request; POST .../ack?receive=1 acknowledging
   the previous message and taking the next, one request per message (docs/api.md).
 
+Before the first round and after the last it measures the physical floor with the same client
+(bench/floor.py, --floor-n): one process hop (an echo server), a Redis PING, and two hops with no work (a
+uvloop relay that asks Redis a PING per request: client -> gateway -> store and back, the least a
+SEND->RECEIPT or a ping-pong costs in Signalbox's design before any broker work), so every latency ratio
+can be read against what is physically possible here.
+
 Needs Java 17 and Debian's activemq package. The bench gives the kit's broker free ports (AMQ_*_PORT), but
 one ANCHOR_DIR serves one broker at a time: one bench per ANCHOR_DIR at once (on a shared machine, run it
 under `flock` on a lock file every user of the kit takes).
@@ -74,6 +80,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from floor import floors  # noqa: E402
 from versus_clients import Http, Stomp, Target, encode  # noqa: E402
 
 from signalbox.embedded_redis import REDIS_EXECUTABLE, free_port, installed_redis7  # noqa: E402
@@ -607,6 +614,9 @@ def main() -> None:
     parser.add_argument("--also", action="append", default=[],
                         help="another Signalbox checkout run beside this one, labelled by its folder "
                              "(a before/after of a change in one run); may be repeated")
+    parser.add_argument("--floor-n", type=int, default=3000,
+                        help="samples per physical floor (bench/floor.py), measured before the first "
+                             "round and after the last; 0: none")
     parser.add_argument("--no-activemq", action="store_true",
                         help="Signalbox only (e.g. Valkey against Redis)")
     args = parser.parse_args()
@@ -639,6 +649,7 @@ def main() -> None:
               f"{args.rest_n} requests per REST case; {args.rounds} rounds after a {args.warm_up} warm-up; "
               "clients: raw-socket STOMP 1.2 over loopback TCP, websocket-client for STOMP over WebSocket, "
               "http.client (one keep-alive connection)", flush=True)
+        floors_seen = [floors(args.floor_n, servers[0])] if args.floor_n else []
         warm = args if args.warm_up == "full" else argparse.Namespace(
             n=min(args.n, 2000), latency_n=min(args.latency_n, 300), rest_n=min(args.rest_n, 200))
         for round_number in range(args.rounds + 1):
@@ -656,6 +667,12 @@ def main() -> None:
                     print(f"{label}: {case.name:<48} {target.name:<36} "
                           + ", ".join(f"{k} {v:,.2f}" for k, v in figures.items()), flush=True)
             print(f"{label} done at {time.strftime('%H:%M:%S')}, load average {load()}", flush=True)
+        if args.floor_n:
+            floors_seen.append(floors(args.floor_n, servers[0]))
+            print("\nthe physical floor on this machine (bench/floor.py, p50 of each, before the first "
+                  "round and after the last):")
+            for name in floors_seen[0]:
+                print(f"  {name}: {floors_seen[0][name]:.0f} us, {floors_seen[1][name]:.0f} us")
         print()
         print(f"medians of {args.rounds} rounds; ratios above 1: the first named ahead")
         print("\n".join(table(cases, targets, results)))
