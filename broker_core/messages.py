@@ -59,16 +59,21 @@ os.register_at_fork(after_in_child=_ID_BITS.seed)
 
 
 # msgpack.packb makes a Packer, and its buffer, on every call; a send packs with this thread's own instead
-# (a Packer is not thread safe).
+# (a Packer is not thread safe). Its buffer grows to hold what it packs and stays so: one that packed a
+# message larger than the buffer it started with is dropped.
 _PACKERS = threading.local()
+PACKER_BUFFER = 256 * 1024
 
 
 def _pack_record(record: list[object]) -> bytes:
     packer = getattr(_PACKERS, "packer", None)
     if packer is None:
         # Redis's cmsgpack knows no bin type: bytes travel as msgpack raw strings, `body kind` says which.
-        packer = _PACKERS.packer = msgpack.Packer(use_bin_type=False)
-    return packer.pack(record)
+        packer = _PACKERS.packer = msgpack.Packer(use_bin_type=False, buf_size=PACKER_BUFFER)
+    packed = packer.pack(record)
+    if len(packed) > PACKER_BUFFER:
+        _PACKERS.packer = None
+    return packed
 
 
 def new_message_id() -> str:
