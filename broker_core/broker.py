@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 import redis
@@ -597,6 +597,8 @@ class AsyncBroker(_Api):
 
     async def _send_groups(self, dest: Destination, groups: list[Packed]) -> list[list[str]]:
         """One send of the grouped sends' messages; each its own ids."""
+        if len(groups) == 1:  # (a lone send, the usual case)
+            return [await self._run(self.ops.send_packed(dest, groups[0], self._now()))]
         sent = await self._run(self.ops.send_packed(dest, [m for packed in groups for m in packed],
                                                     self._now()))
         out, start = [], 0
@@ -642,8 +644,8 @@ class AsyncBroker(_Api):
     async def _load(self, names: Iterable[str]) -> bool:
         return await run_async(self.driver.load(names), self._perform)
 
-    async def _run(self, op: Op[T]) -> T:  # type: ignore[override]
-        return await run_async(self.driver.drive(op), self._perform)
+    def _run(self, op: Op[T]) -> Awaitable[T]:  # type: ignore[override]
+        return run_async(self.driver.drive(op), self._perform)  # (awaited by the caller: no layer of its own)
 
     # -- many destinations' statistics at once -------------------------------------
 

@@ -12,6 +12,7 @@ import base64
 import os
 import random
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -55,6 +56,24 @@ PropertyValue = str | bool | int | float | TypedValue
 # an id costs no system call (os.urandom's getrandom() is one, dear on a virtual machine).
 _ID_BITS = random.Random()
 os.register_at_fork(after_in_child=_ID_BITS.seed)
+
+
+# msgpack.packb makes a Packer, and its buffer, on every call; a send packs with this thread's own instead
+# (a Packer is not thread safe). Its buffer grows to hold what it packs and stays so: one that packed a
+# message larger than the buffer it started with is dropped.
+_PACKERS = threading.local()
+PACKER_BUFFER = 256 * 1024
+
+
+def _pack_record(record: list[object]) -> bytes:
+    packer = getattr(_PACKERS, "packer", None)
+    if packer is None:
+        # Redis's cmsgpack knows no bin type: bytes travel as msgpack raw strings, `body kind` says which.
+        packer = _PACKERS.packer = msgpack.Packer(use_bin_type=False, buf_size=PACKER_BUFFER)
+    packed = packer.pack(record)
+    if len(packed) > PACKER_BUFFER:
+        _PACKERS.packer = None
+    return packed
 
 
 def new_message_id() -> str:
@@ -175,8 +194,7 @@ class Message:
             self.period_ms,
             self.repeat,
         ]
-        # Redis's cmsgpack knows no bin type: bytes travel as msgpack raw strings, `body kind` says which.
-        return message_id, msgpack.packb(record, use_bin_type=False)
+        return message_id, _pack_record(record)
 
     def _check(self) -> None:
         """Every field's check, in order: InvalidMessage for the first one at fault."""

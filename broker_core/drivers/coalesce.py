@@ -43,35 +43,36 @@ class Coalescer(Generic[Item, Result]):
                  refused: Callable[[Exception], bool], size: Callable[[Item], int] = lambda item: 1,
                  tag: Callable[[Item], Hashable | None] = lambda item: None) -> None:
         self._store, self._refused, self._size, self._tag = store, refused, size, tag
-        # by event loop and queue (a broker may serve one loop after another: each has its own calls)
-        self._waiting: dict[tuple[Any, Destination], list[tuple[Item, asyncio.Future[Result]]]] = {}
-        self._busy: set[tuple[Any, Destination]] = set()
+        # by event loop and queue uri (a broker may serve one loop after another: each has its own calls;
+        # the uri, a string, keeps its hash where a Destination works it out each time)
+        self._waiting: dict[tuple[Any, str], list[tuple[Item, asyncio.Future[Result]]]] = {}
+        self._busy: set[tuple[Any, str]] = set()
         self._tasks: set[asyncio.Task[None]] = set()  # running groups (asyncio keeps only weak references)
 
     async def run(self, dest: Destination, item: Item) -> Result:
         loop = asyncio.get_running_loop()
-        key = (loop, dest)
+        key = (loop, dest.uri)
         if key not in self._busy:  # nothing under way: this call goes at once
             self._busy.add(key)
             try:
                 return (await self._store(dest, [item]))[0]
             finally:
-                self._next(key)
+                self._next(key, dest)
         future: asyncio.Future[Result] = loop.create_future()
         self._waiting.setdefault(key, []).append((item, future))
         return await future
 
-    def _next(self, key: tuple[Any, Destination]) -> None:
+    def _next(self, key: tuple[Any, str], dest: Destination) -> None:
         """The call under way is done: the calls that waited for it go next, together, else the queue is
         free for the next call to go at once."""
         if self._waiting.get(key):
-            task = key[0].create_task(self._flush(key))
+            task = key[0].create_task(self._flush(key, dest))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         else:
             self._busy.discard(key)
 
-    async def _flush(self, key: tuple[Any, Destination]) -> None:
+    async def _flush(self, key: tuple[Any, str], dest: Destination) -> None:
         waiting = [(item, future) for item, future in self._waiting.pop(key) if not future.cancelled()]
         try:
             while waiting:
@@ -86,11 +87,11 @@ class Coalescer(Generic[Item, Result]):
                     if tag is not None:
                         tags.add(tag)
                 waiting = later
-                await self._run_group(key[1], group)
+                await self._run_group(dest, group)
         finally:
             if waiting:  # this task was cancelled before their turn: they go first in the next call
                 self._waiting[key] = waiting + self._waiting.get(key, [])
-            self._next(key)
+            self._next(key, dest)
 
     async def _run_group(self, dest: Destination, group: list[tuple[Item, asyncio.Future[Result]]]) -> None:
         try:

@@ -34,15 +34,17 @@ RETURN_CHUNK = 200
 
 class VirtualCache:
     """A process's copy of the virtual destination configuration, re-read when its version moves (checked
-    every second by virtual.current)."""
+    every second by virtual.current), and the routing plans worked out from it alone (virtual.plan)."""
 
     def __init__(self) -> None:
         self.config = VirtualConfig()
         self.version: int | None = None
         self.checked = float("-inf")
+        self.plans: dict[tuple[str, tuple[Destination, ...]], bytes | None] = {}
 
     def set(self, config: VirtualConfig, version: int | None) -> None:
         self.config, self.version, self.checked = config, version, time.monotonic()
+        self.plans = {}
 
 
 class Context:

@@ -81,15 +81,17 @@ def current(ops: Context) -> Op:
 # -- routing plans (used by the send operations) ------------------------------------------------------
 
 MAX_WEIGHT_DEPTH = 4  # how deep plan() follows a copy's own routing to count what it stores (flow.lua)
+MAX_PLANS = 10_000  # routing plans a process keeps (one per destination sent to)
 
 
 def _targets(ops: Context, config: VirtualConfig, dest: Destination, also: Sequence[Destination],
              depth: int) -> Op:
-    """(kept whatever matched, sendWhenNotMatched composites, targets): each target
-    [uri, compiled selector or "", original destination or "", further copies its own routing makes,
-    sendWhenNotMatched composite number or 0, and for a virtual topic's consumer queue its flags
-    (COPY_SELECTOR_AWARE, COPY_DROP_ON_RESOURCE_LIMIT)] (the plan's layout, includes/virtual.lua)."""
+    """(kept whatever matched, sendWhenNotMatched composites, targets, whether the virtual-topic index was
+    read): each target [uri, compiled selector or "", original destination or "", further copies its own
+    routing makes, sendWhenNotMatched composite number or 0, and for a virtual topic's consumer queue its
+    flags (COPY_SELECTOR_AWARE, COPY_DROP_ON_RESOURCE_LIMIT)] (the plan's layout, includes/virtual.lua)."""
     targets: list[list[Any]] = []
+    read_index = False
     composites = config.composites_for(dest)
     # Kept here unless every composite is forwardOnly; a sendWhenNotMatched one keeps it when none of
     # its own targets matched (each composite decides for itself, §10.2).
@@ -109,6 +111,7 @@ def _targets(ops: Context, config: VirtualConfig, dest: Destination, also: Seque
     for vt in config.virtual_topics_for(dest):
         index = f"{ops.namespace}:{VIRTUAL_TOPIC_INDEX}"
         members = yield Command(("ZRANGEBYLEX", index, f"[{dest.name}|", f"({dest.name}}}"))
+        read_index = True
         wanted = vt.consumer_queues(dest)
         for member in members:
             queue = Destination("queue", _text(member).partition("|")[2])
@@ -125,24 +128,35 @@ def _targets(ops: Context, config: VirtualConfig, dest: Destination, also: Seque
             unique.append(t)
     if depth < MAX_WEIGHT_DEPTH:
         for t in unique:  # a copy's own copies count against the broker's limit too (flow.lua)
-            _, _, nested = yield from _targets(ops, config, parse_destination(t[0]), (), depth + 1)
+            _, _, nested, nested_read = yield from _targets(ops, config, parse_destination(t[0]), (),
+                                                            depth + 1)
             t[3] = sum(1 + n[3] for n in nested)
-    return keep, groups, unique
+            read_index = read_index or nested_read
+    return keep, groups, unique, read_index
 
 
-def plan(ops: Context, dest: Destination, also: Sequence[Destination] = ()) -> Op:
+def plan(ops: Context, config: VirtualConfig, dest: Destination, also: Sequence[Destination]) -> Op:
     """The packed routing plan for a send to `dest` (None: no copies), `also` being the other parts of a
-    client-side composite (layout: _targets, includes/virtual.lua)."""
-    config: VirtualConfig = yield from current(ops)
-    keep, groups, targets = yield from _targets(ops, config, dest, also, 0)
-    if not targets and keep and not groups:
-        return None
-    return msgpack.packb([0 if keep else 1, groups, *targets])
+    client-side composite (layout: _targets, includes/virtual.lua). A plan made from the configuration
+    alone is kept until the configuration changes (`origin` looks there first); one that read the
+    virtual-topic index, which changes as consumer queues come and go, is made again each time."""
+    keep, groups, targets, read_index = yield from _targets(ops, config, dest, also, 0)
+    packed = None if not targets and keep and not groups else msgpack.packb([0 if keep else 1, groups,
+                                                                             *targets])
+    if not read_index:
+        plans = ops.virtual.plans
+        if len(plans) >= MAX_PLANS:  # (destinations come and go: temporary queues, say)
+            plans.clear()
+        plans[(dest.uri, tuple(also))] = packed
+    return packed
 
 
 def origin(ops: Context, dest: Destination, kind: str, also: Sequence[Destination] = ()) -> Op:
     """The send script's origin argument for a send to `dest`: `kind`, with the routing plan if any."""
-    packed = yield from plan(ops, dest, also)
+    config: VirtualConfig = yield from current(ops)
+    plans = ops.virtual.plans
+    key = (dest.uri, tuple(also))
+    packed = plans[key] if key in plans else (yield from plan(ops, config, dest, also))
     return kind if packed is None else kind.encode() + b"+" + packed
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, ClassVar
 
 from .. import model
@@ -50,8 +51,10 @@ def split(reply: list[Any]) -> tuple[list[Any], Tail]:
     last, and before them, with flag EXTRAS, the subscription keys whose pass has more and the pushes,
     flat, then their two counts."""
     flags = int(reply[-2])
-    if not flags & EXTRAS:  # (the usual tail)
-        return reply[:-3], Tail(int(reply[-3]), flags, int(reply[-1]))
+    if not flags & EXTRAS:  # (the usual tail; with nothing in it, the one NO_WORK)
+        dispatched, hold_until = int(reply[-3]), int(reply[-1])
+        tail = Tail(dispatched, flags, hold_until) if dispatched or flags or hold_until else NO_WORK
+        return reply[:-3], tail
     pushes_end = len(reply) - 5
     pushes_start = pushes_end - int(reply[-4])
     keys_start = pushes_start - int(reply[-5])
@@ -124,7 +127,7 @@ def _sent(reply: list[Any]) -> Sent | Full:
                         need, full, len(reply) > 10 and reply[10] in (1, b"1", "1"))
         return Sent((), NO_WORK)  # 'check', 'probe'
     statuses, end = split(reply)
-    return Sent(tuple(_text(s) for s in statuses), end)
+    return Sent(tuple(map(_text, statuses)), end)
 
 
 # -- the scripts, alphabetically -------------------------------------------------------------------------
@@ -837,7 +840,7 @@ class Send(ScriptCall):
     def call(cls, prefix: str, now: int, budget: int | str, origin: Any,
              records: Iterable[Sequence[Any]]) -> Eval:
         """`records`: (id, packed message) each."""
-        return Eval(cls.script, (prefix,), (now, budget, origin, *(x for r in records for x in r)))
+        return Eval(cls.script, (prefix,), (now, budget, origin, *chain.from_iterable(records)))
 
     @staticmethod
     def parse(reply: list[Any]) -> Sent | Full:
@@ -1025,7 +1028,7 @@ class TopicSend(ScriptCall):
     def call(cls, prefix: str, now: int, budget: int | str, origin: Any,
              records: Iterable[Sequence[Any]]) -> Eval:
         """`records`: (id, packed message, retain, retained copy) each (topics.pack_for_topic)."""
-        return Eval(cls.script, (prefix,), (now, budget, origin, *(x for r in records for x in r)))
+        return Eval(cls.script, (prefix,), (now, budget, origin, *chain.from_iterable(records)))
 
     @staticmethod
     def parse(reply: list[Any]) -> Sent | Full:
