@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import msgpack
 import redis.asyncio
 
+from broker_core import messages
 from broker_core.broker import AsyncBroker
 from broker_core.messages import Message, TypedValue
 from broker_core.model import ConsumerSpec
@@ -153,3 +155,18 @@ def test_generated_message_ids_differ_across_forked_processes_that_seed_random_a
 
     ids = child_ids() + child_ids()
     assert len(set(ids)) == 400 and all(i.startswith("ID:") and len(i) == 19 for i in ids)
+
+
+def test_a_message_packs_alike_before_and_after_one_larger_than_the_packers_buffer():
+    """Message.pack reuses its thread's msgpack Packer, and drops it after a message that outgrew the
+    buffer it started with (messages.py): what it packs is msgpack's own packing either way."""
+    small = Message(body="small", message_id="ID:s")
+    large = Message(body="x" * (messages.PACKER_BUFFER + 1), message_id="ID:l")
+    first = small.pack(1)[1]
+    packer_before = messages._PACKERS.packer
+    packed_large = large.pack(1)[1]
+    assert messages._PACKERS.packer is None  # dropped: its buffer does not stay at the large size
+    assert small.pack(1)[1] == first
+    assert messages._PACKERS.packer is not packer_before
+    for packed in (first, packed_large):
+        assert msgpack.packb(msgpack.unpackb(packed, raw=True), use_bin_type=False) == packed

@@ -296,3 +296,17 @@ def test_concurrent_producers_on_a_composite_reach_every_target_once_and_in_each
             mine = [x for x in got if x.startswith(f"p{n}-")]
             assert mine == sorted(mine)
     assert broker.stats("fan").forwarding == 0 and broker.stats("fan").queue_size == 0
+
+
+def test_a_process_keeps_a_routing_plan_only_until_the_configuration_changes(redis_client, namespace, broker):
+    """A process keeps the plan it made for a destination (ops/virtual.py `origin`); a new configuration,
+    made here or by another process, routes the next send by the new one."""
+    configure(broker, compositeQueue=[{"name": "x", "forwardTo": ["y"]}])
+    broker.send("x", Message(body="m", message_id="m1"))
+    assert broker.ops.virtual.plans  # kept
+    configure(broker, compositeQueue=[{"name": "x", "forwardTo": ["z"]}])
+    broker.send("x", Message(body="m", message_id="m2"))
+    other = Broker(redis_client, namespace, broker.clock)  # another process, with its own plans
+    other.send("x", Message(body="m", message_id="m3"))
+    assert ids_on(broker, "y") == ["m1"]
+    assert ids_on(broker, "z") == ["m2", "m3"]
