@@ -217,10 +217,10 @@ class StompSession(LinkedSession):
                 metrics.frame("stomp", "invalid", "error")
                 await self.fail(item.message, item.detail)
                 return
-            single = "," not in (item.get("destination") or ",")
-            if item.command == "SEND" and self.link is not None and single:
+            destination = item.get("destination")
+            if item.command == "SEND" and self.link is not None and "," not in (destination or ","):
                 batch = [item]
-                key = (item.get("destination"), item.get("transaction"))
+                key = (destination, item.get("transaction"))
                 while (inbox and len(batch) < SEND_BATCH and isinstance(inbox[0], Frame)
                        and inbox[0].command == "SEND"
                        and (inbox[0].get("destination"), inbox[0].get("transaction")) == key):
