@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from broker_core.destinations import Destination, covers, matches, parse_composite
@@ -32,6 +32,7 @@ from broker_core.destinations import Destination, covers, matches, parse_composi
 Action = Literal["read", "write", "admin"]
 ACTIONS: tuple[Action, ...] = ("read", "write", "admin")
 DEFAULT_CACHE_SECONDS = 1.0
+ANSWERS_KEPT = 10_000  # answers one snapshot remembers (`Rules.allows`); past that it starts again
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,21 @@ class Rules:
 
     rules: tuple[Rule, ...]
     groups_of_user: dict[int, frozenset[int]]
+    # `allows`'s answers: a connection asks the same question for every message it sends, and every rule
+    # is looked at for it. A snapshot never changes, so neither do its answers; a change of the rules or
+    # memberships makes a new snapshot, which starts with none.
+    answers: dict[tuple[int, str, str], bool] = field(default_factory=dict, compare=False, repr=False)
 
     def allows(self, user_id: int, destination: Destination, action: str) -> bool:
+        key = (user_id, destination.uri, action)
+        answer = self.answers.get(key)
+        if answer is None:
+            if len(self.answers) >= ANSWERS_KEPT:
+                self.answers.clear()
+            answer = self.answers[key] = self._allows(user_id, destination, action)
+        return answer
+
+    def _allows(self, user_id: int, destination: Destination, action: str) -> bool:
         groups = self.groups_of_user.get(user_id, frozenset())
         return any(
             rule.grants(action)
@@ -196,17 +210,27 @@ def allowed(user: Any, destination: str | Destination | Iterable[Destination], a
     return bool(_decide(user, destination, action, _cache.get()))
 
 
-async def allowed_async(user: Any, destination: str | Destination | Iterable[Destination],
-                        action: Action) -> bool:
-    """`allowed` for async callers: answers inline from a fresh snapshot, else reloads in a thread."""
+def allowed_now(user: Any, destination: str | Destination | Iterable[Destination],
+                action: Action) -> bool | None:
+    """`allowed` when it needs no database: decided by the user alone or by a fresh snapshot; None when
+    the snapshot must be read first (`allowed_async` does that in a thread). For the hot path of a
+    socket, which checks every message it sends without waiting for anything."""
     decided = _decide(user, destination, action, None)
     if decided is not None:
         return decided
     rules = _cache.fresh()
-    if rules is None:
-        from asgiref.sync import sync_to_async
+    return None if rules is None else bool(_decide(user, destination, action, rules))
 
-        rules = await sync_to_async(_reload_in_worker, thread_sensitive=False)()
+
+async def allowed_async(user: Any, destination: str | Destination | Iterable[Destination],
+                        action: Action) -> bool:
+    """`allowed` for async callers: answers inline from a fresh snapshot, else reloads in a thread."""
+    decided = allowed_now(user, destination, action)
+    if decided is not None:
+        return decided
+    from asgiref.sync import sync_to_async
+
+    rules = await sync_to_async(_reload_in_worker, thread_sensitive=False)()
     return bool(_decide(user, destination, action, rules))
 
 

@@ -187,7 +187,10 @@ class WakeupHub:
             await asyncio.sleep(self.RESUBSCRIBE_EVERY)
 
     def _event(self, consumer_id: str) -> asyncio.Event:
-        return self._events.setdefault(consumer_id, asyncio.Event())
+        event = self._events.get(consumer_id)  # (not setdefault: that makes an Event on every call)
+        if event is None:
+            event = self._events[consumer_id] = asyncio.Event()
+        return event
 
     async def wait(self, consumer_id: str, timeout: float) -> bool:
         """True if a wake-up came (now or since the last wait), False at the timeout."""

@@ -194,6 +194,8 @@ class FrameParser:
 
     def _skip_eols(self) -> None:
         buf = self._buf
+        if not buf or buf[0] not in b"\r\n":
+            return  # (the usual case: a frame starts at once, or nothing is left)
         i, n = 0, len(buf)
         while i < n:
             if buf[i] == 0x0A:
@@ -255,20 +257,22 @@ class FrameParser:
                 or head.count(b"\n") > self.limits.max_headers:
             return self._parse_head_lines(head, body_start)
         try:
-            lines = head.decode("utf-8").split("\n")
+            text = head.decode("utf-8")
         except UnicodeDecodeError:
             return self._parse_head_lines(head, body_start)
+        lines = text.split("\n")
         command = lines[0]
-        if not _COMMAND.fullmatch(command):
+        if command not in CLIENT_COMMANDS and not _COMMAND.fullmatch(command):
             raise FrameError("Invalid command", f"{command[:64]!r} is not a STOMP command")
         version = "1.0" if command in _RAW_COMMANDS else self.version
+        escaped = "\\" in text  # (most heads have no escape at all: one look instead of one per line)
         headers: list[tuple[str, str]] = []
         content_length: str | None = None
         for number, line in enumerate(lines[1:], start=1):
             name, colon, value = line.partition(":")
             if not colon:
                 raise FrameError("Invalid header", f"header line {number} ({line[:64]!r}) has no ':'")
-            if "\\" in line:
+            if escaped and "\\" in line:
                 name, value = unescape(name, version), unescape(value, version)
             if content_length is None and name == "content-length":
                 content_length = value
@@ -277,10 +281,11 @@ class FrameParser:
         return command, tuple(headers), body_start, length
 
     def _content_length(self, value: str) -> int:
-        if not value.strip().isdigit() or not value.strip().isascii():
+        digits = value.strip()
+        if not digits.isdigit() or not digits.isascii():
             raise FrameError("Invalid content-length",
                              f"content-length must be a non-negative integer, got {value[:64]!r}")
-        length = int(value.strip())
+        length = int(digits)
         if length > self.limits.max_body:
             raise FrameError("Frame body too large",
                              f"content-length {length} exceeds the limit of {self.limits.max_body} bytes")

@@ -217,18 +217,18 @@ class StompSession(LinkedSession):
                 metrics.frame("stomp", "invalid", "error")
                 await self.fail(item.message, item.detail)
                 return
-            single = "," not in (item.get("destination") or ",")
-            if item.command == "SEND" and self.link is not None and single:
-                batch = [item]
-                key = (item.get("destination"), item.get("transaction"))
+            batch = [item]
+            destination = item.get("destination")
+            if item.command == "SEND" and self.link is not None and "," not in (destination or ","):
+                key = (destination, item.get("transaction"))
                 while (inbox and len(batch) < SEND_BATCH and isinstance(inbox[0], Frame)
                        and inbox[0].command == "SEND"
                        and (inbox[0].get("destination"), inbox[0].get("transaction")) == key):
                     batch.append(self._take_item())
-                self._inbox_room.set()
+            self._inbox_room.set()
+            if len(batch) > 1:
                 await self.handle_sends(batch)
-            else:
-                self._inbox_room.set()
+            else:  # (one frame, the usual case when the client waits for each answer)
                 await self.handle(item)
 
     def _take_item(self) -> Frame | FrameError:

@@ -13,6 +13,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from broker_core.destinations import Destination
+from gateway import permissions
 from gateway.credentials import socket_login, verified
 
 
@@ -50,9 +51,10 @@ async def authenticate(login: str | None, passcode: str | None, session_user: An
 
 async def may(user: Any, destinations: list[Destination], action: str) -> bool:
     """May `user` do `action` ('read' or 'write') on every one of `destinations`?"""
-    from gateway.permissions import allowed_async
-
-    return await allowed_async(user, destinations, action)  # type: ignore[arg-type]
+    allowed = permissions.allowed_now(user, destinations, action)  # type: ignore[arg-type]
+    if allowed is None:  # (the rules must be read first)
+        allowed = await permissions.allowed_async(user, destinations, action)  # type: ignore[arg-type]
+    return allowed
 
 
 def username(user: Any) -> str:
