@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -138,16 +137,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000, help="operations per callgrind run")
     args = parser.parse_args()
     checkouts = [Path(c).resolve() for c in (args.checkout or [str(ROOT)])]
-    sys.path.insert(0, str(ROOT))
-    from signalbox.embedded_redis import free_port
+    sys.path.insert(0, str(ROOT / "bench"))
+    from scratch_redis import scratch_redis
 
-    port = free_port()
-    binary = shutil.which("redis-server") or "redis-server"
-    server = subprocess.Popen([binary, "--port", str(port), "--save", "", "--appendonly", "no"],
-                              stdout=subprocess.DEVNULL)
-    time.sleep(0.3)
     times: dict[tuple[Path, str], list[float]] = {}
-    try:
+    with scratch_redis() as port:
         for round_ in range(args.rounds):
             for checkout in checkouts:
                 out = subprocess.run([sys.executable, __file__, "--child", str(port), "time"], cwd=checkout,
@@ -171,9 +165,6 @@ def main() -> None:
                 ratio = f" (last / first {counts[-1] / counts[0]:.3f})" if len(counts) > 1 else ""
                 each = "; ".join(f"{c} {n:,.0f}" for c, n in zip(checkouts, counts, strict=True))
                 print(f"  {name}: {each}{ratio}", flush=True)
-    finally:
-        server.terminate()
-        server.wait()
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from signalbox.embedded_redis import free_port  # noqa: E402
+from scratch_redis import scratch_redis  # noqa: E402
 
 
 class RedisLine:
@@ -137,19 +138,8 @@ def echo_round_trip(n: int, kind: str, redis_port: int | None = None) -> float:
 
 def floors(n: int, binary: str) -> dict[str, float]:
     """Every floor above, p50 microseconds, against a Redis of its own (`binary`, nothing persisted)."""
-    port = free_port()
-    redis = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                              "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                line = RedisLine(port)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+    with scratch_redis(binary) as port:
+        line = RedisLine(port)
         round_trips(line, min(n, 1000))  # warm-up
         out = {"one hop, blocking-socket echo": echo_round_trip(n, "blocking"),
                "one hop, uvloop echo": echo_round_trip(n, "uvloop"),
@@ -158,9 +148,6 @@ def floors(n: int, binary: str) -> dict[str, float]:
                "two hops, uvloop relay + Redis PING": echo_round_trip(n, "relay", port)}
         line.sock.close()
         return out
-    finally:
-        redis.terminate()
-        redis.wait()
 
 
 def main() -> None:

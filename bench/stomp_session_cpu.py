@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -139,36 +138,28 @@ def main() -> None:
     parser.add_argument("--checkout", action="append", help="a Signalbox checkout (repeat to compare)")
     args = parser.parse_args()
     checkouts = [Path(c).resolve() for c in (args.checkout or [str(ROOT)])]
-    sys.path.insert(0, str(ROOT))
-    from signalbox.embedded_redis import free_port
+    sys.path.insert(0, str(ROOT / "bench"))
+    from scratch_redis import scratch_redis
 
-    port = free_port()
-    server = shutil.which("redis-server") or "redis-server"
-    redis = subprocess.Popen([server, "--port", str(port), "--save", "", "--appendonly", "no"],
-                             stdout=subprocess.DEVNULL)
     results: dict[tuple[Path, str], list[tuple[float, float, float]]] = {}
-    try:
-        with tempfile.TemporaryDirectory(prefix="stomp-cpu-") as tmp:
-            for round_ in range(args.rounds):
-                for n, checkout in enumerate(checkouts):
-                    data = Path(tmp) / f"data-{n}"
-                    env = dict(os.environ, DJANGO_SETTINGS_MODULE="signalbox.settings",
-                               REDIS_URL=f"redis://127.0.0.1:{port}/0", SIGNALBOX_DATA_DIR=str(data),
-                               SIGNALBOX_NAMESPACE=f"cpu{n}", PYTHONPATH=str(checkout))
-                    out = subprocess.run([sys.executable, __file__, "--child", str(args.n)], cwd=checkout,
-                                         env=env, capture_output=True, text=True, timeout=600)
-                    if out.returncode:
-                        raise SystemExit(out.stderr[-3000:])
-                    for line in out.stdout.splitlines():
-                        case, *figures = line.split()
-                        user, system, p50 = map(float, figures)
-                        results.setdefault((checkout, case), []).append((user + system, system, p50))
-                        print(f"round {round_ + 1} {checkout} {case}: CPU {user + system:.0f} us per message "
-                              f"(kernel {system:.0f}), p50 {p50:.0f} us (load {os.getloadavg()[0]:.1f})",
-                              flush=True)
-    finally:
-        redis.terminate()
-        redis.wait()
+    with scratch_redis() as port, tempfile.TemporaryDirectory(prefix="stomp-cpu-") as tmp:
+        for round_ in range(args.rounds):
+            for n, checkout in enumerate(checkouts):
+                data = Path(tmp) / f"data-{n}"
+                env = dict(os.environ, DJANGO_SETTINGS_MODULE="signalbox.settings",
+                           REDIS_URL=f"redis://127.0.0.1:{port}/0", SIGNALBOX_DATA_DIR=str(data),
+                           SIGNALBOX_NAMESPACE=f"cpu{n}", PYTHONPATH=str(checkout))
+                out = subprocess.run([sys.executable, __file__, "--child", str(args.n)], cwd=checkout,
+                                     env=env, capture_output=True, text=True, timeout=600)
+                if out.returncode:
+                    raise SystemExit(out.stderr[-3000:])
+                for line in out.stdout.splitlines():
+                    case, *figures = line.split()
+                    user, system, p50 = map(float, figures)
+                    results.setdefault((checkout, case), []).append((user + system, system, p50))
+                    print(f"round {round_ + 1} {checkout} {case}: CPU {user + system:.0f} us per message "
+                          f"(kernel {system:.0f}), p50 {p50:.0f} us (load {os.getloadavg()[0]:.1f})",
+                          flush=True)
     print("\nmedians over the rounds (CPU per message, of which kernel; p50):")
     for (checkout, case), rows in results.items():
         cpu, kernel, p50 = (statistics.median(r[i] for r in rows) for i in range(3))
