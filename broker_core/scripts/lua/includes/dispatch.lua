@@ -391,10 +391,10 @@ function dispatch.pass(budget, known)
                     end
                   end
                 end
-                if ok then
+                if ok and gid ~= nil and gid ~= false then  -- (a message in no group: groups.allows is true)
                   ok, first = allows(c, id, gid, seq, cons)
-                  if ok then target = c break end
                 end
+                if ok then target = c break end
               end
             end
           end
