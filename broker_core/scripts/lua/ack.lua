@@ -83,9 +83,10 @@ for g = 1, #groups do
     if c.prefetch > 0 then c.ext = redis.call('HINCRBY', base.K_C(c.id), 'ext', #ids) end  -- `c` stays current
     redis.call('HSET', base.K_C(c.id), 'last_ack', base.NOW)  -- any ack is one (AbstractSubscription.acknowledge)
   else
+    local seqs, rcv = group.seqs, c.rcv
     for i = 1, #ids do  -- (numeric loops in this path: ipairs is a call into C per element)
       -- acked before received
-      if (group.seqs[ids[i]] or 0) > c.rcv then redis.call('LREM', base.K_COUT(c.id), 1, ids[i]) end
+      if (seqs[ids[i]] or 0) > rcv then redis.call('LREM', base.K_COUT(c.id), 1, ids[i]) end
     end
     acks[#acks + 1] = { c, ids }
   end

@@ -97,6 +97,10 @@ local msgs, pending, audited = { nil, nil }, { nil, nil }, { nil, nil }
 -- what the loop reads for each message, as locals: a module's field read per message costs instructions
 -- (bench/redis_instructions.py)
 local is_expired, pending_score, fresh = message.is_expired, message.pending_score, message.fresh
+-- and what the policy decides for all of them, asked once: whether the pending score is more than the
+-- sequence (message.pending_score), whether a message without consumers is advised (advisory.no_consumer)
+local prioritized = message.prioritized()
+local advise_no_consumer = advisory.read_flags()['sendAdvisoryIfNoConsumers']
 local PRIORITY, GROUP, PERSISTENT = message.PRIORITY, message.GROUP, message.PERSISTENT
 local DELAY, PERIOD, REPEAT = message.DELAY, message.PERIOD, message.REPEAT
 local num, emit_message = base.NOW_TEXT.num, base.emit_message
@@ -127,13 +131,13 @@ for i = 4, #ARGV, 2 do
     lifecycle.schedule_job(id, blob, m, base.NOW + (tonumber(m[DELAY]) or 0), plan)
     if now_stored then now_stored[id] = true end
     if audit then
-      audited[#audited + 1] = num(seq)
-      audited[#audited + 1] = id
+      local n = #audited
+      audited[n + 1], audited[n + 2] = num(seq), id
     end
     base.emit('schedule', 'msg', id, 'at', base.NOW + (tonumber(m[DELAY]) or 0), 'period', m[PERIOD],
          'repeat', m[REPEAT])
     out[#out + 1] = 'scheduled'
-  elseif not virtual.route(id, blob, m, plan) then
+  elseif plan and not virtual.route(id, blob, m, plan) then
     -- copies recorded for the plan's targets (in the call above); nothing is kept here.
     only_kept = false
     out[#out + 1] = 'forwarded'
@@ -141,26 +145,30 @@ for i = 4, #ARGV, 2 do
     seq = seq + 1
     stored = stored + 1
     if now_stored then now_stored[id] = true end
-    if not stored_early then msgs[#msgs + 1], msgs[#msgs + 2] = id, blob end
+    if not stored_early then
+      local n = #msgs  -- (once: a table's length is a search each time it is asked)
+      msgs[n + 1], msgs[n + 2] = id, blob
+    end
     fresh[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
     if plan then flow.memory_charge(#blob) else charged = charged + flow.message_charge(#blob) end  -- includes/flow.lua
     if audit then
-      audited[#audited + 1] = num(seq)
-      audited[#audited + 1] = id
+      local n = #audited
+      audited[n + 1], audited[n + 2] = num(seq), id
     end
     local delay = tonumber(m[DELAY]) or 0
-    local score = pending_score(seq, m[PRIORITY])
+    local score = prioritized and pending_score(seq, m[PRIORITY]) or seq
     if delay > 0 then
       lifecycle.park(id, base.NOW + delay, score)
       base.emit('schedule', 'msg', id, 'at', base.NOW + delay)
     else
-      pending[#pending + 1], pending[#pending + 2] = num(score), id
+      local n = #pending
+      pending[n + 1], pending[n + 2] = num(score), id
       if not lowest or score < lowest then lowest = score end
     end
     -- (not in K_MSGS yet but stored early: written after the loop)
     emit_message(blob, 'enqueue', 'msg', id, 'priority', num(m[PRIORITY] or 4),
                  'group', m[GROUP] or '', 'size', num(#blob))
-    advisory.no_consumer(id, blob, m[PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
+    if advise_no_consumer then advisory.no_consumer(id, blob, m[PERSISTENT]) end  -- (includes/advisory.lua)
     out[#out + 1] = 'ok'
   end
 end

@@ -77,7 +77,7 @@ function dispatch.deliver(c, id, score, tally, fresh, writes, first, blob)
   c.delivered = (c.delivered or 0) + 1
   if c.prefetch == 0 then c.ext = c.ext - 1 end
   tally.dispatched = tally.dispatched + 1
-  b.emit('dispatch', 'msg', id, 'consumer', c.id, 'redeliveries', redeliveries)
+  b.emit_message(nil, 'dispatch', 'msg', id, 'consumer', c.id, 'redeliveries', redeliveries)  -- (b.emit's work)
 end
 
 -- The writes dispatch.deliver collected; a consumer whose outbox was empty is woken, one armed gets its pushes.
@@ -282,8 +282,9 @@ function dispatch.pass(budget, known)
   local writes = nil  -- the deliveries' writes of the page being examined (dispatch.deliver)
   -- what the loop below calls for each message, as locals: a module's field read per call costs
   -- instructions (bench/redis_instructions.py; message.fresh is this call's table throughout the pass)
-  local fresh_of, head, is_full, note_slow, allows, deliver =
-    message.fresh, message.head, consumers.is_full, consumers.note_slow, groups.allows, dispatch.deliver
+  -- (free_slots: consumers.is_full is free_slots(c) <= 0, asked without a call of its own)
+  local fresh_of, head, free_slots, note_slow, allows, deliver =
+    message.fresh, message.head, consumers.free_slots, consumers.note_slow, groups.allows, dispatch.deliver
   local now, K_PENDING, K_MSGS = base.NOW, base.K_PENDING, base.K_MSGS
   while true do
     dispatch.flush_page(writes)  -- (before anything below reads the pending zset)
@@ -359,7 +360,7 @@ function dispatch.pass(budget, known)
           for k = 1, #cons do
             local c = cons[k]
             if c.alive and not excluded[c.id] then
-              if is_full(c) then
+              if free_slots(c) <= 0 then  -- consumers.is_full
                 left_out()
                 excluded[c.id] = true
                 excluded_changed = true
@@ -390,10 +391,10 @@ function dispatch.pass(budget, known)
                     end
                   end
                 end
-                if ok then
+                if ok and gid ~= nil and gid ~= false then  -- (a message in no group: groups.allows is true)
                   ok, first = allows(c, id, gid, seq, cons)
-                  if ok then target = c break end
                 end
+                if ok then target = c break end
               end
             end
           end

@@ -34,10 +34,11 @@ function outbox.hand_over(c, ids, out, check_expiry)
       lifecycle.expire_message(id, m, blob)
     elseif blob then
       handed[#handed + 1] = id
-      out[#out + 1] = id
-      out[#out + 1] = blob
-      out[#out + 1] = redeliveries[i] and base.number(redeliveries[i]) or 0
-      out[#out + 1] = firsts[i]
+      local n = #out  -- (once: a table's length is a search each time it is asked)
+      out[n + 1] = id
+      out[n + 2] = blob
+      out[n + 3] = redeliveries[i] and base.number(redeliveries[i]) or 0
+      out[n + 4] = firsts[i]
     end
   end
   if c.def.ack == 'auto' and #handed > 0 then lifecycle.ack_messages({ { c, handed } }) end
