@@ -324,25 +324,27 @@ class StompSession(LinkedSession):
         except UnicodeDecodeError:
             return data
 
-    def message_frame(self, sub: Subscription, consumer: Consumer | None, delivery: Delivery) -> bytes:
-        ack_id = sub.track(consumer, delivery) if sub.ack_mode != "auto" else None
-        headers = message_headers(delivery, sub.options.get("id"), ack_id if self.version == "1.2" else None,
-                                  sub.options.get("group_headers", False))
-        body = delivery.body.encode("utf-8") if isinstance(delivery.body, str) else delivery.body
-        if isinstance(delivery.body, bytes) or b"\x00" in body:
-            headers.append(("content-length", str(len(body))))
-        return encode("MESSAGE", headers, body, self.version)
-
     async def deliver(self, sub: Subscription, consumer: Consumer | None, deliveries: list[Delivery]) -> None:
         """A receive batch as WebSocket messages of about MESSAGE_CHUNK bytes each (text unless a body is
         binary): fewer, larger messages cost less per frame, but clients parse a message at a time."""
         assert self.buffer is not None
         if self._receipts_first:  # an ack's RECEIPT goes before what the ack let through (see __init__)
             await self._receipts_written.wait()
+        # What is the same for every message of the subscription, looked up once per batch: a stream's
+        # batch is up to a receive batch of messages, and this loop runs for each
+        tracked = sub.ack_mode != "auto"
+        with_ack = self.version == "1.2"
+        subscription_id = sub.options.get("id")
+        group_headers = sub.options.get("group_headers", False)
         chunk: list[bytes] = []
         size = 0
         for delivery in deliveries:
-            frame = self.message_frame(sub, consumer, delivery)
+            ack_id = sub.track(consumer, delivery) if tracked else None
+            headers = message_headers(delivery, subscription_id, ack_id if with_ack else None, group_headers)
+            body = delivery.body.encode("utf-8") if isinstance(delivery.body, str) else delivery.body
+            if isinstance(delivery.body, bytes) or b"\x00" in body:
+                headers.append(("content-length", str(len(body))))
+            frame = encode("MESSAGE", headers, body, self.version)
             chunk.append(frame)
             size += len(frame)
             if size >= MESSAGE_CHUNK:
