@@ -11,8 +11,8 @@ Exactly once, per destination, with its checkpoint hash `<prefix>:archive` in Re
    fsynced, renamed to its final name and the folder fsynced; a final file that exists is complete and
    is kept;
 3. `last` = the batch's last id and `pending` removed, in one MULTI;
-4. only then the stream is trimmed below `last` (XTRIM MINID). A crash before the trim is repaired by
-   the next run, which trims first.
+4. only then the stream is trimmed below `last` (event_archive.trim). A crash before the trim is
+   repaired by the next run, which trims first.
 A per-destination maintenance lease (`<prefix>:lease:archive`) keeps two workers off the same stream.
 Events the stream's own cap (`eventsMaxLen`) dropped before a run are gone; archive often enough.
 """
@@ -34,7 +34,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import redis
 
-from broker_core import event_archive
+from broker_core import event_archive, event_stream
 from broker_core.broker import Broker
 from broker_core.destinations import Destination, parse_destination
 from broker_core.maintenance import job_lease
@@ -170,8 +170,8 @@ def write_entries(location: ArchiveLocation, destination: str, entries: list[tup
     name = f"events-{first.replace('-', '_')}-{last.replace('-', '_')}.parquet"
     by_date: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for stream_id, fields in entries:
-        row = events.event_row(stream_id, fields)
-        by_date[events.event_date(row["ts"])].append(row)
+        for row in events.event_rows(stream_id, fields):
+            by_date[events.event_date(row["ts"])].append(row)
     written = []
     for date, rows in sorted(by_date.items()):
         folder = location.folder(date, destination)
@@ -232,8 +232,9 @@ def archive_destination(broker: Broker, destination: str | Destination, location
                 _kill_point("before_write")
                 run.files += write_entries(location, dest.uri, entries)
                 _kill_point("before_checkpoint")
-            event_archive.end_batch(broker, dest, last_id, broker.clock.now_ms(), len(entries))
-            run.archived += len(entries)
+            archived = sum(event_stream.count(fields) for _, fields in entries)
+            event_archive.end_batch(broker, dest, last_id, broker.clock.now_ms(), archived)
+            run.archived += archived
             _kill_point("before_trim")
             run.trimmed += _trim(broker, dest, last_id, keep_ms)
             if not lease.renew():

@@ -26,7 +26,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from .events import SPARK_SCHEMA_DDL, event_date, event_row, table, unescape_partition_value
+from .events import SPARK_SCHEMA_DDL, event_date, event_rows, table, unescape_partition_value
 
 LIVE_PAGE = 10_000  # stream entries per XRANGE call
 
@@ -152,7 +152,7 @@ class LiveReader(DataSourceReader):
             entries = event_archive.read_range(broker, dest, start, "+", LIVE_PAGE)
             if not entries:
                 return
-            rows = [event_row(i, f) for i, f in entries]
+            rows = [row for i, f in entries for row in event_rows(i, f)]
             by_date: dict[str, list[dict[str, Any]]] = {}
             for row in rows:
                 by_date.setdefault(event_date(row["ts"]), []).append(row)

@@ -2,8 +2,9 @@
 Spark data source (the stream fields are documented in docs/broker_core.md, "Lifecycle events").
 
 The fields the analytics read get typed columns; every other field of an entry goes to `attrs`, so a new
-event type or field is archived without a schema change. `event_ms`/`event_seq` are the stream id
-(Redis's clock and the true order of the destination's events); `ts` is the broker clock of the caller.
+event type or field is archived without a schema change. `event_ms`/`event_seq` are the stream id and the
+event's place in its entry (Redis's clock and the true order of the destination's events: SEQ_PER_ENTRY);
+`ts` is the broker clock of the caller.
 Partitions: `date` (UTC day of `ts`) and `destination` (the URI), Hive style, escaped as Spark escapes.
 """
 
@@ -16,6 +17,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from broker_core import event_stream
 from broker_core.resp import reply_text as _text
 
 STRING_FIELDS = ("msg", "consumer", "group", "reason", "cause", "target", "detail", "strategy")
@@ -63,9 +65,19 @@ def next_stream_id(stream_id: str) -> str:
     return format_stream_id(ms, seq + 1)
 
 
-def event_row(stream_id: bytes | str, fields: Mapping[Any, Any]) -> dict[str, Any]:
-    """One stream entry as a row of FILE_SCHEMA."""
+# An entry's place in the stream and an event's place in its entry as one event_seq: the entry's sequence
+# times SEQ_PER_ENTRY plus the event's place (an entry holds at most 100 events: base.lua EVENTS_PER_ENTRY).
+SEQ_PER_ENTRY = 1024
+
+
+def event_rows(stream_id: bytes | str, fields: Mapping[bytes, bytes]) -> list[dict[str, Any]]:
+    """The events of one stream entry (broker_core/event_stream.py) as rows of FILE_SCHEMA, in order."""
     ms, seq = parse_stream_id(stream_id)
+    return [_row(ms, seq * SEQ_PER_ENTRY + place, event)
+            for place, event in enumerate(event_stream.events_of(fields))]
+
+
+def _row(ms: int, seq: int, fields: Mapping[Any, Any]) -> dict[str, Any]:
     plain = {_text(k): _text(v) for k, v in fields.items()}
     row: dict[str, Any] = {"event_ms": ms, "event_seq": seq, "ts": _long(plain.get("ts")) or ms,
                            "type": plain.get("type", "")}

@@ -264,6 +264,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=300)
     parser.add_argument("--only-hop", action="store_true", help="only the one-hop phases (hop_phases)")
+    parser.add_argument("--aof", action="store_true",
+                        help="append-only file on, appendfsync everysec, as `run` configures it (its "
+                             "propagation of every write a script makes is counted too)")
     parser.add_argument("--listpack-entries", type=int, default=int(dict(ENCODING_SETTINGS)[
         "hash-max-ziplist-entries"]))
     args = parser.parse_args()
@@ -273,7 +276,8 @@ def main() -> None:
     entries = str(args.listpack_entries)
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_prefix}", configured_executable(),
-         "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", folder,
+         "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "yes" if args.aof else "no", "--appendfsync", "everysec", "--dir", folder,
          "--hash-max-ziplist-entries", entries, "--zset-max-ziplist-entries", entries],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = redis.Redis(port=port, socket_timeout=600)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .destinations import Destination
+from .effects import Eval, Op
+from .scripts import calls
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -29,9 +31,23 @@ def read_range(broker: Broker, dest: Destination, first: str, last: str, count: 
     return broker.redis.xrange(events_key(broker, dest), first, last, count=count)
 
 
+TRIM_STEP = 100  # entries per script call: each holds up to 100 events (base.lua EVENTS_PER_ENTRY)
+
+
 def trim(broker: Broker, dest: Destination, min_id: str) -> int:
-    """Drop the entries with ids below `min_id` (XTRIM MINID); returns how many went."""
-    return int(broker.redis.execute_command("XTRIM", events_key(broker, dest), "MINID", min_id))
+    """Drop the entries with ids below `min_id`, TRIM_STEP a script call (events_trim.lua, which keeps the
+    stream's count of events exact); returns how many events went."""
+    gone = 0
+    while True:
+        entries, events = calls.EventsTrim.parse(broker._run(_eval(calls.EventsTrim.call(
+            broker.ops.prefix(dest), min_id, TRIM_STEP))))
+        gone += events
+        if entries < TRIM_STEP:
+            return gone
+
+
+def _eval(call: Eval) -> Op:
+    return (yield call)
 
 
 def server_time_ms(broker: Broker) -> int:

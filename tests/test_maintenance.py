@@ -14,6 +14,7 @@ from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.effects import Eval
 from broker_core.errors import UnknownConsumer
+from broker_core.event_stream import expand
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
 
@@ -52,7 +53,7 @@ def consumer_ids(broker: Broker, dest: str = "orders") -> list[str]:
 
 
 def events(redis_client, namespace: str, kind: str, dest: str = "orders") -> list[dict[str, str]]:
-    raw = redis_client.xrange(f"{namespace}:{{q:{dest}}}:events")
+    raw = expand(redis_client.xrange(f"{namespace}:{{q:{dest}}}:events"))
     found = [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in raw]
     return [e for e in found if e["type"] == kind]
 

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
+from broker_core.event_stream import expand
 from signalbox.embedded_redis import configured_executable, free_port, port_in_use
 from tests.helpers.processes import RunningLauncher, launcher_env, start_launcher
 
@@ -194,7 +195,7 @@ def acked_on_record(redis_port: int, traffic: Traffic) -> set[str]:
     client = redis.Redis(port=redis_port)
     try:
         key = Broker(client, "sb").ops.events_key(parse_destination(f"queue://{traffic.queue}"))
-        acked_ids = {fields[b"msg"].decode() for _, fields in client.xrange(key)
+        acked_ids = {fields[b"msg"].decode() for _, fields in expand(client.xrange(key))
                      if fields.get(b"type") == b"ack" and b"msg" in fields}
     finally:
         client.close()

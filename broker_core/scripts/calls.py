@@ -412,6 +412,21 @@ class Dispatch(ScriptCall):
         return split(reply)[1]
 
 
+class EventsTrim(ScriptCall):
+    """events_trim.lua: the event archive drops what it archived from a destination's event stream."""
+
+    script = "events_trim"
+
+    @classmethod
+    def call(cls, prefix: str, below: str, limit: int) -> Eval:
+        return Eval(cls.script, (prefix,), (below, limit))
+
+    @staticmethod
+    def parse(reply: Any) -> tuple[int, int]:
+        """(entries dropped, events they held)."""
+        return int(reply[0]), int(reply[1])
+
+
 class FlowRelease(ScriptCall):
     """flow_release.lua: a transaction's reserved space given back."""
 

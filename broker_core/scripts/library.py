@@ -103,9 +103,13 @@ def library() -> Library:
     parts = [f"#!lua name={lib}\n", shared]
     for name, body, allow_oom in bodies:
         # The body's KEYS and ARGV are the function's arguments; everything else it names is the library's.
+        # A body that uses base ends with base.end_call, which writes the events it gathered (base.lua).
         flags = "flags = { 'allow-oom' }, " if allow_oom else ""
-        parts.append(f"\nredis.register_function{{function_name = '{_function_name(digest, name)}', {flags}"
-                     f"callback = function(KEYS, ARGV)\n{body}\nend}}\n")
+        callback = "function(KEYS, ARGV) return base.end_call(body(KEYS, ARGV)) end" if body.startswith(
+            _BEGIN) else "body"
+        parts.append(f"\ndo\nlocal body = function(KEYS, ARGV)\n{body}\nend\n"
+                     f"redis.register_function{{function_name = '{_function_name(digest, name)}', {flags}"
+                     f"callback = {callback}}}\nend\n")
     return Library(lib, "".join(parts))
 
 
@@ -121,8 +125,10 @@ def script(name: str) -> Script:
     # The body is a function here too, as in the library: its own locals then do not count towards
     # Lua's limit of 200 locals in one function, which the includes' top level nearly fills.
     guard = _OOM_GUARD if "KEYS[1]" in shared + body and _ALLOW_OOM.search(body) else ""
-    source = (shared + "return (function(KEYS, ARGV)\n" + (_BEGIN if "base" in included else "") + guard
-              + body + "\nend)(KEYS, ARGV)\n")
+    uses_base = "base" in included
+    source = (shared + ("return base.end_call((function(KEYS, ARGV)\n" + _BEGIN if uses_base
+                        else "return (function(KEYS, ARGV)\n") + guard
+              + body + "\nend)(KEYS, ARGV)" + (")" if uses_base else "") + "\n")
     digest = library().name.removeprefix("signalbox_")
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), _function_name(digest, name))
 

@@ -37,6 +37,7 @@ import redis.asyncio
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from broker_core import event_stream
 from broker_core.destinations import parse_destination
 from broker_core.errors import BrokerError, UnknownDestination
 from broker_core.resp import reply_text as _text
@@ -223,9 +224,9 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
         try:
             await self._send({"type": "stats", "stats": await self._stats(destination)})
             while True:
-                reply = await client.xread({key: last_id}, count=1000, block=int(EVENTS_EVERY * 1000))
+                reply = await client.xread({key: last_id}, count=100, block=int(EVENTS_EVERY * 1000))
                 for _stream, entries in reply or []:
-                    for entry_id, fields in entries:
+                    for entry_id, fields in event_stream.expand(entries):
                         last_id = _text(entry_id)
                         event = {_text(k): _text(v) for k, v in fields.items()}
                         event["id"] = last_id

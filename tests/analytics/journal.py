@@ -32,12 +32,12 @@ class Journal:
 
     def rows(self) -> list[dict[str, Any]]:
         """Every event as (destination, ts, type, fields...) for the plain-Python reference."""
-        from analytics.events import event_row
+        from analytics.events import event_rows
 
         out = []
         for destination, entries in self.entries.items():
             for stream_id, fields in entries:
-                out.append({"destination": destination, **event_row(stream_id, fields)})
+                out += [{"destination": destination, **row} for row in event_rows(stream_id, fields)]
         return out
 
 

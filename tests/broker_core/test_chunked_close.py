@@ -15,6 +15,7 @@ from broker_core import maintenance
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.effects import Eval
+from broker_core.event_stream import expand
 from broker_core.keys import Home
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
@@ -60,7 +61,7 @@ class Queue:
         return {k.decode(): int(v) for k, v in self.r.hgetall(f"{self.p}:redeliv").items()}
 
     def returns(self) -> Counter:
-        return Counter(e[b"msg"].decode() for _, e in self.r.xrange(f"{self.p}:events")
+        return Counter(e[b"msg"].decode() for _, e in expand(self.r.xrange(f"{self.p}:events"))
                        if e[b"type"] == b"return")
 
     def owed(self) -> dict[str, str]:

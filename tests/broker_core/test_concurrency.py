@@ -16,6 +16,7 @@ import redis
 
 from broker_core.broker import Broker
 from broker_core.errors import UnknownConsumer
+from broker_core.event_stream import expand
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
 
@@ -86,5 +87,6 @@ def test_every_message_is_acked_exactly_once_across_processes_that_crash(redis_u
     assert len(set(acked)) == total
     stats = reaper.stats(DEST)
     assert (stats.enqueued, stats.dequeued, stats.queue_size) == (total, total, 0)
-    redeliveries = [e for _, e in redis_client.xrange(f"{ns}:{{q:{DEST}}}:events") if e[b"type"] == b"return"]
+    events = expand(redis_client.xrange(f"{ns}:{{q:{DEST}}}:events"))
+    redeliveries = [e for _, e in events if e[b"type"] == b"return"]
     assert redeliveries  # the crashed consumers' messages really went back

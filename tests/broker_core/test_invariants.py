@@ -25,6 +25,7 @@ from broker_core.clock import FakeClock
 from broker_core.destinations import Destination
 from broker_core.effects import Eval
 from broker_core.errors import DurableSubscriptionInUse, UnknownSubscription
+from broker_core.event_stream import expand
 from broker_core.keys import Home
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
@@ -104,7 +105,7 @@ class QueueMachine(RuleBasedStateMachine):
     def _receive(self, c, n):
         got = self.broker.receive(c, n, lease_ms=10_000)
         # Returned messages go ahead of fresh ones by design, even those never received (no counter bump).
-        returned = {e[b"msg"].decode() for _, e in self.client.xrange(self._key("events"))
+        returned = {e[b"msg"].decode() for _, e in expand(self.client.xrange(self._key("events")))
                     if e[b"type"] in (b"return", b"redeliver")}
         for d in got:
             if d.message_id not in returned:
@@ -271,7 +272,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert stats.expired == stats.deadlettered - self._poisoned() and stats.discarded == 0
 
     def _poisoned(self):
-        return sum(1 for _, e in self.client.xrange(self._key("events"))
+        return sum(1 for _, e in expand(self.client.xrange(self._key("events")))
                    if e[b"type"] == b"deadletter" and e[b"cause"] != b"expired")
 
     @invariant()
@@ -294,7 +295,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert g.group_id not in owners
             owners[g.group_id] = g.owner
             assert g.owner in self.consumers
-        events = self.client.xrange(self._key("events"))
+        events = expand(self.client.xrange(self._key("events")))
         bound_at = {e[b"group"].decode(): i for i, (_, e) in enumerate(events)
                     if e[b"type"] == b"group_assign"}
         for group, owner in owners.items():
@@ -413,7 +414,7 @@ class TopicMachine(RuleBasedStateMachine):
 
     def _events(self, sub_key, kind):
         since = self.subs[sub_key]["since"]
-        return [e[b"msg"].decode() for _, e in self.client.xrange(self._key("events"), f"({since}")
+        return [e[b"msg"].decode() for _, e in expand(self.client.xrange(self._key("events"), f"({since}"))
                 if e[b"type"] == kind and e.get(b"sub", b"").decode() == sub_key]
 
     def _held(self, key):
@@ -694,13 +695,13 @@ class TopicMachine(RuleBasedStateMachine):
     @invariant()
     def what_was_evicted_or_expired_is_in_the_dlq_once_and_nothing_else_is(self):
         given_up = set()
-        for _, e in self.client.xrange(self._key("events")):
+        for _, e in expand(self.client.xrange(self._key("events"))):
             if e[b"type"] in (b"evict", b"expire") and b"msg" in e:
                 given_up.add(e[b"msg"].decode())
         dlq = {m.decode() for m in self.client.hkeys(f"{self.ns}:{{q:ActiveMQ.DLQ}}:msgs")}
         assert dlq == given_up, f"DLQ differs: {dlq ^ given_up}"
         topic = self.broker.stats(TOPIC_URI)
-        assert topic.evicted == sum(1 for _, e in self.client.xrange(self._key("events"))
+        assert topic.evicted == sum(1 for _, e in expand(self.client.xrange(self._key("events")))
                                     if e[b"type"] == b"evict")
 
 

@@ -12,6 +12,7 @@ from broker_core.errors import (
     MessageTooLarge,
     UnknownConsumer,
 )
+from broker_core.event_stream import expand
 from broker_core.messages import Message, TypedValue
 from broker_core.model import ConsumerRef
 
@@ -48,7 +49,7 @@ def test_every_transition_appends_a_lifecycle_event(broker, redis_client, namesp
     (d,) = drain(broker, c)
     broker.ack(c, d.message_id)
     broker.close_consumer(c)
-    events = redis_client.xrange(f"{namespace}:{{q:orders}}:events")
+    events = expand(redis_client.xrange(f"{namespace}:{{q:orders}}:events"))
     kinds = [e[1][b"type"].decode() for e in events]
     assert kinds == ["consumer_add", "enqueue", "group_assign", "dispatch", "ack", "consumer_remove"]
     dispatch = dict(events[3][1])

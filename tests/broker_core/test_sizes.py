@@ -12,6 +12,7 @@ import pytest
 from broker_core import errors
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
+from broker_core.event_stream import expand
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
 from broker_core.ops import flow, homes, queues
@@ -105,7 +106,8 @@ def test_a_purge_meeting_consumers_that_take_and_acknowledge_messages_loses_noth
 
 def _events(broker, dest="orders"):
     key = broker.ops.events_key(parse_destination(dest))
-    return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in broker.redis.xrange(key)]
+    entries = broker.redis.xrange(key)
+    return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in expand(entries)]
 
 
 # -- removeAllMessageGroups ------------------------------------------------------------------------------

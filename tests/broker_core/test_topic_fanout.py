@@ -10,6 +10,7 @@ import pytest
 
 from broker_core import maintenance
 from broker_core.destinations import parse_destination
+from broker_core.event_stream import expand
 from broker_core.messages import Message
 from broker_core.scripts.calls import TopicSend
 
@@ -70,7 +71,7 @@ def test_a_send_over_a_calls_selector_work_fans_out_in_slices(form, redis_client
         f"m{i}".encode(): MATCHING + 1 for i in range(3)}
     stats = broker.stats(TOPIC)
     assert stats.enqueued == 3 and stats.no_subscription == 0
-    enqueues = [e for _, e in redis_client.xrange(f"{p}:events") if e[b"type"] == b"enqueue"]
+    enqueues = [e for _, e in expand(redis_client.xrange(f"{p}:events")) if e[b"type"] == b"enqueue"]
     assert [(e[b"msg"], int(e[b"subscriptions"])) for e in enqueues] == [
         (f"m{i}".encode(), MATCHING + 1) for i in range(3)]
 

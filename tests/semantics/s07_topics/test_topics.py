@@ -8,6 +8,7 @@ import pytest
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.errors import InvalidConsumer, InvalidMessage, UnknownConsumer
+from broker_core.event_stream import expand
 from broker_core.keys import Home
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
@@ -31,7 +32,7 @@ def stored(broker: Broker, dest: str = T) -> int:
 
 
 def events(broker: Broker, dest: str = T) -> list[dict[str, str]]:
-    raw = broker.redis.xrange(f"{broker.namespace}:{{t:{dest.removeprefix('topic://')}}}:events")
+    raw = expand(broker.redis.xrange(f"{broker.namespace}:{{t:{dest.removeprefix('topic://')}}}:events"))
     return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in raw]
 
 

@@ -10,6 +10,7 @@ import msgpack
 from broker_core.broker import Broker
 from broker_core.config.virtual import VirtualConfig
 from broker_core.destinations import parse_destination
+from broker_core.event_stream import expand
 from broker_core.messages import Message
 from broker_core.ops import virtual
 
@@ -121,6 +122,6 @@ def test_a_copy_a_topic_still_refuses_is_counted_in_destination_stats(broker, cl
     broker.copy_message("orders", "job#1", "topic://t")
     stats = broker.stats("orders")
     assert stats.forward_refused == 1 and stats.forwarding == 0
-    events = [e for _, e in broker.redis.xrange(broker.ops.events_key(parse_destination("orders")))]
+    events = [e for _, e in expand(broker.redis.xrange(broker.ops.events_key(parse_destination("orders"))))]
     refused = [e for e in events if e[b"type"] == b"forward_refused"]
     assert refused and refused[0][b"msg"] == b"job#1" and b"TOPIC_REPEAT" in refused[0][b"reason"]

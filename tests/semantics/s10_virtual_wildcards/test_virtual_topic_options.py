@@ -13,6 +13,7 @@ from broker_core.broker import Broker
 from broker_core.config.virtual import VirtualConfig
 from broker_core.destinations import parse_destination
 from broker_core.errors import InvalidPolicy, ResourceAllocationError
+from broker_core.event_stream import expand
 from broker_core.messages import Message
 from broker_core.ops import virtual
 
@@ -38,7 +39,7 @@ def ids_on(broker: Broker, dest: str) -> list[str]:
 
 def events(broker: Broker, dest: str, kind: str) -> list[dict[bytes, bytes]]:
     key = broker.ops.events_key(parse_destination(dest))
-    return [e for _, e in broker.redis.xrange(key) if e[b"type"] == kind.encode()]
+    return [e for _, e in expand(broker.redis.xrange(key)) if e[b"type"] == kind.encode()]
 
 
 # -- selectorAware ---------------------------------------------------------------------------------------

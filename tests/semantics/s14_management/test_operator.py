@@ -7,6 +7,7 @@ import pytest
 
 from broker_core.broker import Broker
 from broker_core.errors import OperationRefused, UnknownDestination, UnknownMessage
+from broker_core.event_stream import expand
 from broker_core.messages import Message
 
 from ...helpers.broker import consumer, drain
@@ -172,7 +173,7 @@ def test_every_operation_is_logged_in_the_event_stream(broker, redis_client, nam
     broker.copy_message("orders", b, "archive")
     broker.remove_message("orders", c)
     broker.purge("orders")
-    kinds = [e[b"type"] for _, e in redis_client.xrange(f"{namespace}:{{q:orders}}:events")]
+    kinds = [e[b"type"] for _, e in expand(redis_client.xrange(f"{namespace}:{{q:orders}}:events"))]
     assert kinds.count(b"move") == 1 and kinds.count(b"copy") == 1 and kinds.count(b"remove") == 1
     assert b"purge" in kinds
 

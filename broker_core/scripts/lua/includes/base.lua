@@ -170,13 +170,10 @@ function base.with_defaults(names, defaults, values)
 end
 -- The values read (once per call), which policy hash they came from and whether it exists.
 base.POLICY_READ = { values = nil, key = nil, found = false }
--- (the events' trim state too, below: one reset for the module, each being a call at the start of every
--- script call)
 base.on_call(function()
   base.NOW = 0
   local read = base.POLICY_READ
   read.values, read.key, read.found = nil, nil, false
-  base.EVENTS_TRIMMED.stream = nil
 end)
 -- Where the library outlives a call (Redis >= 7, scripts/library.py), the table decoded from a packed policy is
 -- kept under that packed string: the same bytes always decode to the same values, and a changed policy
@@ -356,32 +353,102 @@ function base.NOW_TEXT.num(n)
   end
   return text
 end
--- The event stream's bound (eventsMaxLen, approximate): a call trims the stream once, at its first
--- event, and counts what went (`events_trimmed` in the meta hash of the stream's owner, the topic for a
--- subscription): trimming loses events only, never a message. Between two calls a stream is over its
--- bound by at most one call's events.
-base.EVENTS_TRIMMED = { stream = nil }  -- (reset with POLICY_READ)
-function base.trim_events()
-  local stream = base.K_EVENTS
-  base.EVENTS_TRIMMED.stream = stream
-  local gone = redis.call('XTRIM', stream, 'MAXLEN', '~', (base.POLICY_READ.values or base.policy())['eventsMaxLen'])
-  if gone > 0 then redis.call('HINCRBY', base.TP .. ':meta', 'events_trimmed', gone) end
+-- Events are gathered during a call and written when it ends (base.end_call, which scripts/library.py
+-- puts around every body that uses base): per stream, one entry. A stream entry costs Redis an XADD, its
+-- propagation to the AOF and, in Lua, its arguments: in sends, receives and acks of many messages that was a
+-- third of the Redis work per message (docs/benchmarks.md). An entry holding one event is written as
+-- before (`type`, `ts`, then the event's fields); one holding n > 1 is `ts`, `n` and `e`, the events
+-- packed with msgpack as an array of arrays {type, field, value, ...}, in the order they happened
+-- (broker_core/event_stream.py reads both). A call's events are lost only if the call fails midway, a
+-- script error that leaves its writes half done too.
+-- The stream's bound (eventsMaxLen, in events): once its entries and the extra events of its packed
+-- entries (`events_extra` in the owner's meta hash: the topic for a subscription) are over the bound,
+-- its oldest entries go, at most EVENTS_TRIM_MAX a call, and the events they held are counted
+-- (`events_trimmed`): trimming loses events only, never a message.
+base.EVENTS = { streams = {}, lists = {}, owners = {}, caps = {} }
+base.EVENTS_TRIM_MAX = 10
+base.EVENTS_PER_ENTRY = 100  -- (at most: bounds what a trim reads, events_trim.lua; analytics/events.py numbers them)
+base.on_call(function()
+  local ev = base.EVENTS
+  if #ev.streams > 0 then ev.streams, ev.lists, ev.owners, ev.caps = {}, {}, {}, {} end
+end)
+-- The events in a stream entry as XRANGE returns it ({id, {field, value, ...}}): 1, or its `n`.
+function base.entry_events(entry)
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'n' then return tonumber(fields[i + 1]) end
+  end
+  return 1
+end
+-- Drop the stream's oldest entries: those with ids below `below` (a stream id; nil: no such bound), until
+-- `over` events have gone (nil: no such bound), at most `limit` entries. Keeps `events_extra` exact.
+-- Returns the entries and the events dropped.
+function base.drop_events(stream, meta, limit, below, over)
+  local entries = redis.call('XRANGE', stream, '-', below and ('(' .. below) or '+', 'COUNT', limit + 1)
+  local dropped, events, extra = 0, 0, 0
+  while dropped < limit and dropped < #entries and (over == nil or events < over) do
+    local n = base.entry_events(entries[dropped + 1])
+    dropped, events, extra = dropped + 1, events + n, extra + n - 1
+  end
+  if dropped == 0 then return 0, 0 end
+  local keep = entries[dropped + 1]
+  if keep then
+    redis.call('XTRIM', stream, 'MINID', keep[1])
+  else
+    -- everything read goes: nothing younger was read to bound the trim by, so trim up to the last one read
+    local ms, seq = string.match(entries[dropped][1], '^(%d+)-(%d+)$')
+    redis.call('XTRIM', stream, 'MINID', ms .. '-' .. string.format('%d', tonumber(seq) + 1))
+  end
+  if extra > 0 then redis.call('HINCRBY', meta, 'events_extra', -extra) end
+  return dropped, events
+end
+function base.write_events(stream, meta, list, ts, first, last)
+  if first == last then
+    local e = list[first]
+    redis.call('XADD', stream, '*', 'type', e[1], 'ts', ts, unpack(e, 2))
+  else
+    local n = last - first + 1
+    redis.call('XADD', stream, '*', 'ts', ts, 'n', n, 'e', cmsgpack.pack(first == 1 and n == #list and list
+                                                                         or { unpack(list, first, last) }))
+    redis.call('HINCRBY', meta, 'events_extra', n - 1)
+  end
+end
+function base.end_call(result)
+  local ev = base.EVENTS
+  local streams = ev.streams
+  if #streams == 0 then return result end
+  local t = base.NOW_TEXT
+  if t.at ~= base.NOW then t.set() end
+  local per = base.EVENTS_PER_ENTRY
+  for i = 1, #streams do
+    local stream = streams[i]
+    local list, meta = ev.lists[stream], ev.owners[stream] .. ':meta'
+    for first = 1, #list, per do base.write_events(stream, meta, list, t.text, first, math.min(first + per - 1, #list)) end
+    local held = redis.call('XLEN', stream) + (tonumber(redis.call('HGET', meta, 'events_extra')) or 0)
+    local cap = ev.caps[stream]
+    if held > cap then
+      local _, gone = base.drop_events(stream, meta, base.EVENTS_TRIM_MAX, nil, held - cap)
+      redis.call('HINCRBY', meta, 'events_trimmed', gone)
+    end
+  end
+  ev.streams, ev.lists, ev.owners, ev.caps = {}, {}, {}, {}
+  return result
 end
 -- An event about the message whose packed form is `blob`: its advisory, if any, carries a copy
 -- (advisory.lua; the message may be gone from K_MSGS already, or not written yet). `emit` below is the
--- same without one.
+-- same without one. A subscription's events carry its key ('sub') on the topic's stream.
 function base.emit_message(blob, kind, ...)
   local b = base
-  local t = b.NOW_TEXT
-  if t.at ~= b.NOW then t.set() end
-  local sub, stream = b.SUB, b.K_EVENTS
-  if sub then
-    redis.call('XADD', stream, '*', 'type', kind, 'ts', t.text, 'sub', sub, ...)
-  else
-    redis.call('XADD', stream, '*', 'type', kind, 'ts', t.text, ...)
+  local ev, stream = b.EVENTS, b.K_EVENTS
+  local list = ev.lists[stream]
+  if not list then
+    list = {}
+    ev.lists[stream], ev.owners[stream] = list, b.TP
+    ev.caps[stream] = tonumber((b.POLICY_READ.values or b.policy())['eventsMaxLen'])
+    ev.streams[#ev.streams + 1] = stream
   end
-  -- (after the XADD: a script's first write stays one Redis may refuse at its maxmemory, scripts/library.py)
-  if b.EVENTS_TRIMMED.stream ~= stream then b.trim_events() end
+  local sub = b.SUB
+  if sub then list[#list + 1] = { kind, 'sub', sub, ... } else list[#list + 1] = { kind, ... } end
   -- (no call for an event type the policy's advisory flags, once read, leave unadvised: advisory.read_flags)
   local flags = advisory.flags
   if not flags or flags[advisory.EVENTS][kind] then advisory.advise(kind, blob, ...) end
