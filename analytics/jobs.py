@@ -96,9 +96,9 @@ _FOLD = f"""aggregate(array_sort(evs),
 
 
 # A stream position as one long, ordered as (event_ms, event_seq): event_ms * 2^20 + event_seq. Exact while
-# event_seq < 2^20 (a million entries in one millisecond of one stream) and event_ms < 2^43 (year 2248);
-# a message with an event outside that is never "simple" and takes the fold (no overflow: the position
-# is null there).
+# event_seq < 2^20 (1,024 entries in one millisecond of one stream: events.SEQ_PER_ENTRY) and event_ms < 2^43
+# (year 2248); a message with an event outside that is never "simple" and takes the fold (no overflow: the
+# position is null there).
 _SEQ_BITS = 20
 _MAX_EVENT_MS = 1 << 43
 # complex_messages broadcasts the keys of up to this many messages to pick their events.

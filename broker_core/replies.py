@@ -23,11 +23,10 @@ def memory_stats(meta: dict[str, str], own_limit: str, broker_limit: str) -> dic
             "total_blocked_time": int(meta.get("blocked_ms", 0))}
 
 
-def bound_stats(meta: dict[str, str], entries: int, audit_size: int) -> dict[str, int]:
-    """DestinationStats' sizes of the bounded structures: the events in the event stream (its `entries`, and
-    the extra events of those that hold several: base.lua, event_stream.py), the audit's size."""
-    return {"events": entries + int(meta.get("events_extra", 0)),
-            "events_trimmed": int(meta.get("events_trimmed", 0)), "audit_size": audit_size}
+def bound_stats(meta: dict[str, str], events: int, audit_size: int) -> dict[str, int]:
+    """DestinationStats' sizes of the bounded structures: the events the event stream holds, the audit's
+    size."""
+    return {"events": events, "events_trimmed": int(meta.get("events_trimmed", 0)), "audit_size": audit_size}
 
 
 def forward_stats(meta: dict[str, str]) -> dict[str, int]:

@@ -886,7 +886,7 @@ class QueueStats:
     consumers: list[QueueConsumer]
     memory_limit: str  # the destination's memoryLimit ('0': none)
     broker_memory_limit: str  # the broker's ('' when unset)
-    events: int  # the event stream's length
+    events: int  # the events the event stream holds (meta events_held)
     audit_size: int
 
 

@@ -358,16 +358,16 @@ end
 -- propagation to the AOF and, in Lua, its arguments: in sends, receives and acks of many messages that was a
 -- third of the Redis work per message (docs/benchmarks.md). An entry holding one event is written as
 -- before (`type`, `ts`, then the event's fields); one holding n > 1 is `ts`, `n` and `e`, the events
--- packed with msgpack as an array of arrays {type, field, value, ...}, in the order they happened
--- (broker_core/event_stream.py reads both). A call's events are lost only if the call fails midway, a
--- script error that leaves its writes half done too.
--- The stream's bound (eventsMaxLen, in events): once its entries and the extra events of its packed
--- entries (`events_extra` in the owner's meta hash: the topic for a subscription) are over the bound,
--- its oldest entries go, at most EVENTS_TRIM_MAX a call, and the events they held are counted
--- (`events_trimmed`): trimming loses events only, never a message.
+-- packed with msgpack as an array of arrays {type, field, value, ...}, in the order they happened, at most
+-- EVENTS_PER_ENTRY (broker_core/event_stream.py reads both). A call's events are lost only if the call
+-- fails midway, a script error that leaves its writes half done too.
+-- How many events a stream holds is `events_held` in its owner's meta hash (the topic's for a
+-- subscription): one HINCRBY per call, whose reply is checked against the bound (eventsMaxLen, in events).
+-- Over it, the stream's oldest entries go, at most EVENTS_TRIM_MAX a call, and the events they held are
+-- counted (`events_trimmed`): trimming loses events only, never a message.
 base.EVENTS = { streams = {}, lists = {}, owners = {}, caps = {} }
 base.EVENTS_TRIM_MAX = 10
-base.EVENTS_PER_ENTRY = 100  -- (at most: bounds what a trim reads, events_trim.lua; analytics/events.py numbers them)
+base.EVENTS_PER_ENTRY = 100  -- (bounds what a trim reads, events_trim.lua; analytics/events.py numbers them)
 base.on_call(function()
   local ev = base.EVENTS
   if #ev.streams > 0 then ev.streams, ev.lists, ev.owners, ev.caps = {}, {}, {}, {} end
@@ -381,14 +381,14 @@ function base.entry_events(entry)
   return 1
 end
 -- Drop the stream's oldest entries: those with ids below `below` (a stream id; nil: no such bound), until
--- `over` events have gone (nil: no such bound), at most `limit` entries. Keeps `events_extra` exact.
+-- `over` events have gone (nil: no such bound), at most `limit` entries; `events_held` follows.
 -- Returns the entries and the events dropped.
 function base.drop_events(stream, meta, limit, below, over)
   local entries = redis.call('XRANGE', stream, '-', below and ('(' .. below) or '+', 'COUNT', limit + 1)
-  local dropped, events, extra = 0, 0, 0
+  local dropped, events = 0, 0
   while dropped < limit and dropped < #entries and (over == nil or events < over) do
-    local n = base.entry_events(entries[dropped + 1])
-    dropped, events, extra = dropped + 1, events + n, extra + n - 1
+    dropped = dropped + 1
+    events = events + base.entry_events(entries[dropped])
   end
   if dropped == 0 then return 0, 0 end
   local keep = entries[dropped + 1]
@@ -399,10 +399,10 @@ function base.drop_events(stream, meta, limit, below, over)
     local ms, seq = string.match(entries[dropped][1], '^(%d+)-(%d+)$')
     redis.call('XTRIM', stream, 'MINID', ms .. '-' .. string.format('%d', tonumber(seq) + 1))
   end
-  if extra > 0 then redis.call('HINCRBY', meta, 'events_extra', -extra) end
+  redis.call('HINCRBY', meta, 'events_held', -events)
   return dropped, events
 end
-function base.write_events(stream, meta, list, ts, first, last)
+function base.write_events(stream, list, ts, first, last)
   if first == last then
     local e = list[first]
     redis.call('XADD', stream, '*', 'type', e[1], 'ts', ts, unpack(e, 2))
@@ -410,7 +410,6 @@ function base.write_events(stream, meta, list, ts, first, last)
     local n = last - first + 1
     redis.call('XADD', stream, '*', 'ts', ts, 'n', n, 'e', cmsgpack.pack(first == 1 and n == #list and list
                                                                          or { unpack(list, first, last) }))
-    redis.call('HINCRBY', meta, 'events_extra', n - 1)
   end
 end
 function base.end_call(result)
@@ -423,8 +422,17 @@ function base.end_call(result)
   for i = 1, #streams do
     local stream = streams[i]
     local list, meta = ev.lists[stream], ev.owners[stream] .. ':meta'
-    for first = 1, #list, per do base.write_events(stream, meta, list, t.text, first, math.min(first + per - 1, #list)) end
-    local held = redis.call('XLEN', stream) + (tonumber(redis.call('HGET', meta, 'events_extra')) or 0)
+    local written = 0
+    for first = 1, #list, per do
+      base.write_events(stream, list, t.text, first, math.min(first + per - 1, #list))
+      written = written + 1
+    end
+    local held = redis.call('HINCRBY', meta, 'events_held', #list)
+    if held == #list and redis.call('XLEN', stream) > written then
+      -- a stream whose events were not counted yet (written before `events_held`): its older entries
+      -- count one event each, as then
+      held = redis.call('HINCRBY', meta, 'events_held', redis.call('XLEN', stream) - written)
+    end
     local cap = ev.caps[stream]
     if held > cap then
       local _, gone = base.drop_events(stream, meta, base.EVENTS_TRIM_MAX, nil, held - cap)
