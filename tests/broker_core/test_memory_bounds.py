@@ -8,8 +8,8 @@ import pytest
 
 from broker_core import event_stream
 from broker_core.broker import Broker
-from broker_core.event_stream import expand
 from broker_core.errors import InvalidPolicy
+from broker_core.event_stream import expand
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
 
