@@ -357,21 +357,52 @@ end
 -- puts around every body that uses base): per stream, one entry. A stream entry costs Redis an XADD, its
 -- propagation to the AOF and, in Lua, its arguments: in sends, receives and acks of many messages that was a
 -- third of the Redis work per message (docs/benchmarks.md). An entry holding one event is written as
--- before (`type`, `ts`, then the event's fields); one holding n > 1 is `ts`, `n` and `e`, the events
--- packed with msgpack as an array of arrays {type, field, value, ...}, in the order they happened, at most
--- EVENTS_PER_ENTRY (broker_core/event_stream.py reads both). A call's events are lost only if the call
--- fails midway, a script error that leaves its writes half done too.
+-- before (`type`, `ts`, then the event's fields); one holding n > 1 is `ts`, `n` and `e`: each event as
+-- msgpack values, its count of values first, then type, field, value, ..., in the order they happened, at
+-- most EVENTS_PER_ENTRY (broker_core/event_stream.py reads both). An event after a call's first is packed
+-- as it comes (cmsgpack.pack of its arguments: no table per event). A call's events are lost only if the
+-- call fails midway, a script error that leaves its writes half done too.
 -- How many events a stream holds is `events_held` in its owner's meta hash (the topic's for a
 -- subscription): one HINCRBY per call, whose reply is checked against the bound (eventsMaxLen, in events).
 -- Over it, the stream's oldest entries go, at most EVENTS_TRIM_MAX a call, and the events they held are
 -- counted (`events_trimmed`): trimming loses events only, never a message.
-base.EVENTS = { streams = {}, lists = {}, owners = {}, caps = {} }
+-- The streams a call has events for, in the order of their first event: each {stream, meta (its owner's),
+-- cap, n events: the first's arguments, the others packed in list[2..n]}. The first stream's table and
+-- list are kept from call to call and emptied once written (most calls write to one stream: a new table
+-- and its growth cost more than a few events).
+base.EVENTS = { n = 0, first = { stream = false, meta = false, cap = 0, n = 0, args = false, list = {} }, more = {} }
 base.EVENTS_TRIM_MAX = 10
 base.EVENTS_PER_ENTRY = 100  -- (bounds what a trim reads, events_trim.lua; analytics/events.py numbers them)
-base.on_call(function()
+function base.clear_events()
   local ev = base.EVENTS
-  if #ev.streams > 0 then ev.streams, ev.lists, ev.owners, ev.caps = {}, {}, {}, {} end
+  local s = ev.first
+  local list = s.list
+  for i = s.n, 1, -1 do list[i] = nil end
+  s.stream, s.n, s.args = false, 0, false
+  if ev.n > 1 then ev.more = {} end
+  ev.n = 0
+end
+base.on_call(function()
+  if base.EVENTS.n > 0 then base.clear_events() end  -- (a call that failed before end_call)
 end)
+-- The current prefix's stream of the call's events (base.K_EVENTS), made at its first event.
+function base.events_for(stream)
+  local b = base
+  local ev = b.EVENTS
+  local s = ev.first
+  if ev.n > 0 then
+    local more = ev.more
+    for i = 1, ev.n - 1 do
+      if more[i].stream == stream then return more[i] end
+    end
+    s = { n = 0, args = false, list = {} }
+    more[ev.n] = s
+  end
+  ev.n = ev.n + 1
+  s.stream, s.meta = stream, b.TP .. ':meta'
+  s.cap = tonumber((b.POLICY_READ.values or b.policy())['eventsMaxLen'])
+  return s
+end
 -- The events in a stream entry as XRANGE returns it ({id, {field, value, ...}}): 1, or its `n`.
 function base.entry_events(entry)
   local fields = entry[2]
@@ -402,44 +433,41 @@ function base.drop_events(stream, meta, limit, below, over)
   redis.call('HINCRBY', meta, 'events_held', -events)
   return dropped, events
 end
-function base.write_events(stream, list, ts, first, last)
-  if first == last then
-    local e = list[first]
+function base.write_stream(s, ts)
+  local stream, meta, n, list = s.stream, s.meta, s.n, s.list
+  local written = 0
+  if n == 1 then
+    local e = s.args
     redis.call('XADD', stream, '*', 'type', e[1], 'ts', ts, unpack(e, 2))
+    written = 1
   else
-    local n = last - first + 1
-    redis.call('XADD', stream, '*', 'ts', ts, 'n', n, 'e', cmsgpack.pack(first == 1 and n == #list and list
-                                                                         or { unpack(list, first, last) }))
+    list[1] = cmsgpack.pack(#s.args, unpack(s.args))
+    local per = base.EVENTS_PER_ENTRY
+    for first = 1, n, per do
+      local last = math.min(first + per - 1, n)
+      redis.call('XADD', stream, '*', 'ts', ts, 'n', last - first + 1, 'e', table.concat(list, '', first, last))
+      written = written + 1
+    end
+  end
+  local held = redis.call('HINCRBY', meta, 'events_held', n)
+  if held == n and redis.call('XLEN', stream) > written then
+    -- a stream whose events were not counted yet (written before `events_held`): its older entries
+    -- count one event each, as then
+    held = redis.call('HINCRBY', meta, 'events_held', redis.call('XLEN', stream) - written)
+  end
+  if held > s.cap then
+    local _, gone = base.drop_events(stream, meta, base.EVENTS_TRIM_MAX, nil, held - s.cap)
+    redis.call('HINCRBY', meta, 'events_trimmed', gone)
   end
 end
 function base.end_call(result)
   local ev = base.EVENTS
-  local streams = ev.streams
-  if #streams == 0 then return result end
+  if ev.n == 0 then return result end
   local t = base.NOW_TEXT
   if t.at ~= base.NOW then t.set() end
-  local per = base.EVENTS_PER_ENTRY
-  for i = 1, #streams do
-    local stream = streams[i]
-    local list, meta = ev.lists[stream], ev.owners[stream] .. ':meta'
-    local written = 0
-    for first = 1, #list, per do
-      base.write_events(stream, list, t.text, first, math.min(first + per - 1, #list))
-      written = written + 1
-    end
-    local held = redis.call('HINCRBY', meta, 'events_held', #list)
-    if held == #list and redis.call('XLEN', stream) > written then
-      -- a stream whose events were not counted yet (written before `events_held`): its older entries
-      -- count one event each, as then
-      held = redis.call('HINCRBY', meta, 'events_held', redis.call('XLEN', stream) - written)
-    end
-    local cap = ev.caps[stream]
-    if held > cap then
-      local _, gone = base.drop_events(stream, meta, base.EVENTS_TRIM_MAX, nil, held - cap)
-      redis.call('HINCRBY', meta, 'events_trimmed', gone)
-    end
-  end
-  ev.streams, ev.lists, ev.owners, ev.caps = {}, {}, {}, {}
+  base.write_stream(ev.first, t.text)
+  for i = 1, ev.n - 1 do base.write_stream(ev.more[i], t.text) end
+  base.clear_events()
   return result
 end
 -- An event about the message whose packed form is `blob`: its advisory, if any, carries a copy
@@ -447,16 +475,17 @@ end
 -- same without one. A subscription's events carry its key ('sub') on the topic's stream.
 function base.emit_message(blob, kind, ...)
   local b = base
-  local ev, stream = b.EVENTS, b.K_EVENTS
-  local list = ev.lists[stream]
-  if not list then
-    list = {}
-    ev.lists[stream], ev.owners[stream] = list, b.TP
-    ev.caps[stream] = tonumber((b.POLICY_READ.values or b.policy())['eventsMaxLen'])
-    ev.streams[#ev.streams + 1] = stream
+  local s, stream = b.EVENTS.first, b.K_EVENTS
+  if s.stream ~= stream then s = b.events_for(stream) end
+  local n, sub = s.n + 1, b.SUB
+  s.n = n
+  if n == 1 then
+    if sub then s.args = { kind, 'sub', sub, ... } else s.args = { kind, ... } end
+  elseif sub then
+    s.list[n] = cmsgpack.pack(select('#', ...) + 3, kind, 'sub', sub, ...)
+  else
+    s.list[n] = cmsgpack.pack(select('#', ...) + 1, kind, ...)
   end
-  local sub = b.SUB
-  if sub then list[#list + 1] = { kind, 'sub', sub, ... } else list[#list + 1] = { kind, ... } end
   -- (no call for an event type the policy's advisory flags, once read, leave unadvised: advisory.read_flags)
   local flags = advisory.flags
   if not flags or flags[advisory.EVENTS][kind] then advisory.advise(kind, blob, ...) end
