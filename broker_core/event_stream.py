@@ -2,8 +2,8 @@
 
 A script call writes one entry per stream it has events for, when it ends (scripts/lua/includes/base.lua,
 `end_call`): an entry holding one event has the event's fields (`type`, `ts`, then its own); one holding
-several has `ts`, `n` and `e`: each event as msgpack values, its count of values first, then type, field,
-value, ..., in the order they happened. Every reader of the stream (the console's live view, the event archive,
+several (three or more) has `ts`, `n` and `e`, the events packed with msgpack as an array of arrays {type,
+field, value, ...} in the order they happened. Every reader of the stream (the console's live view, the event archive,
 the analytics' live source, the tests) reads events through `events_of`, each as the fields of a
 one-event entry: bytes to bytes, numbers as the digits Redis would have written.
 """
@@ -39,11 +39,8 @@ def events_of(fields: Mapping[bytes, bytes]) -> list[dict[bytes, bytes]]:
     if _single(fields):
         return [dict(fields)]
     ts = fields[b"ts"]
-    values = msgpack.Unpacker(raw=True)
-    values.feed(fields[b"e"])
     out = []
-    for count in values:  # each event: its count of values, then type, field, value, ...
-        event = [values.unpack() for _ in range(count)]
+    for event in msgpack.unpackb(fields[b"e"], raw=True):
         one = {b"type": _digits(event[0]), b"ts": ts}
         for i in range(1, len(event) - 1, 2):
             one[_digits(event[i])] = _digits(event[i + 1])

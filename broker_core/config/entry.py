@@ -55,7 +55,8 @@ Type-dependent attributes are "0" where they do not apply (groupMapBucketCount u
 Signalbox's own limits (not in ActiveMQ): maxMessageSize, default 4 MiB (4194304 bytes; the body as
 stored, at most 512 MiB, Redis's string limit); maxPropertyCount, default 256 properties per message; and
 eventsMaxLen, default 100000 (at most 1000000), the cap on the events the destination's event stream holds
-(checked once per script call, its oldest entries trimmed, at most 10 a call); what it trims is counted
+(checked once per script call that wrote events, its oldest entries trimmed, at most 10 more than the
+events the call wrote); what it trims is counted
 (DestinationStats.events_trimmed).
 """
 

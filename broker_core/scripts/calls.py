@@ -886,7 +886,7 @@ class QueueStats:
     consumers: list[QueueConsumer]
     memory_limit: str  # the destination's memoryLimit ('0': none)
     broker_memory_limit: str  # the broker's ('' when unset)
-    events: int  # the events the event stream holds (meta events_held)
+    events: int  # the event stream's entries (a packed one holds several events: replies.bound_stats)
     audit_size: int
 
 

@@ -354,31 +354,33 @@ function base.NOW_TEXT.num(n)
   return text
 end
 -- Events are gathered during a call and written when it ends (base.end_call, which scripts/library.py
--- puts around every body that uses base): per stream, one entry. A stream entry costs Redis an XADD, its
--- propagation to the AOF and, in Lua, its arguments: in sends, receives and acks of many messages that was a
--- third of the Redis work per message (docs/benchmarks.md). An entry holding one event is written as
--- before (`type`, `ts`, then the event's fields); one holding n > 1 is `ts`, `n` and `e`: each event as
--- msgpack values, its count of values first, then type, field, value, ..., in the order they happened, at
--- most EVENTS_PER_ENTRY (broker_core/event_stream.py reads both). An event after a call's first is packed
--- as it comes (cmsgpack.pack of its arguments: no table per event). A call's events are lost only if the
+-- puts around every body that uses base). A stream entry costs Redis an XADD, its propagation to the AOF
+-- and, in Lua, its arguments: in sends, receives and acks of many messages, an entry per event was a third
+-- of the Redis work per message (docs/benchmarks.md). So a call with PACK_FROM or more events for a stream
+-- writes them as one entry (several, of at most EVENTS_PER_ENTRY): `ts`, `n` and `e`, the events packed
+-- with msgpack as an array of arrays {type, field, value, ...} in the order they happened; one with fewer
+-- writes an entry per event (`type`, `ts`, then the event's fields), which for one or two events costs
+-- less than packing them. broker_core/event_stream.py reads both. A call's events are lost only if the
 -- call fails midway, a script error that leaves its writes half done too.
--- How many events a stream holds is `events_held` in its owner's meta hash (the topic's for a
--- subscription): one HINCRBY per call, whose reply is checked against the bound (eventsMaxLen, in events).
--- Over it, the stream's oldest entries go, at most EVENTS_TRIM_MAX a call, and the events they held are
--- counted (`events_trimmed`): trimming loses events only, never a message.
+-- The events a stream holds are its entries plus `events_extra` (the events its packed entries hold
+-- beyond one each) in its owner's meta hash (the topic's for a subscription), which only packed writes and
+-- trims change. Once per call that wrote events they are checked against the bound (eventsMaxLen, in
+-- events); over it, the stream's oldest entries go (at most EVENTS_TRIM_MAX more than the events the call
+-- wrote: work in proportion to the call's), and the events they held are counted (`events_trimmed`):
+-- trimming loses events only, never a message.
 -- The streams a call has events for, in the order of their first event: each {stream, meta (its owner's),
--- cap, n events: the first's arguments, the others packed in list[2..n]}. The first stream's table and
--- list are kept from call to call and emptied once written (most calls write to one stream: a new table
--- and its growth cost more than a few events).
-base.EVENTS = { n = 0, first = { stream = false, meta = false, cap = 0, n = 0, args = false, list = {} }, more = {} }
+-- cap, list of events}. The first stream's table and list are kept from call to call and emptied once
+-- written (most calls write to one stream: a new table and its growth cost more than a few events).
+base.EVENTS = { n = 0, first = { stream = false, meta = false, cap = 0, list = {} }, more = {} }
 base.EVENTS_TRIM_MAX = 10
 base.EVENTS_PER_ENTRY = 100  -- (bounds what a trim reads, events_trim.lua; analytics/events.py numbers them)
+base.EVENTS_PACK_FROM = 3
 function base.clear_events()
   local ev = base.EVENTS
   local s = ev.first
   local list = s.list
-  for i = s.n, 1, -1 do list[i] = nil end
-  s.stream, s.n, s.args = false, 0, false
+  for i = #list, 1, -1 do list[i] = nil end
+  s.stream = false
   if ev.n > 1 then ev.more = {} end
   ev.n = 0
 end
@@ -395,12 +397,11 @@ function base.events_for(stream)
     for i = 1, ev.n - 1 do
       if more[i].stream == stream then return more[i] end
     end
-    s = { n = 0, args = false, list = {} }
+    s = { list = {} }
     more[ev.n] = s
   end
   ev.n = ev.n + 1
-  s.stream, s.meta = stream, b.TP .. ':meta'
-  s.cap = tonumber((b.POLICY_READ.values or b.policy())['eventsMaxLen'])
+  s.stream, s.meta, s.cap = stream, b.TP .. ':meta', b.policy_num('eventsMaxLen')
   return s
 end
 -- The events in a stream entry as XRANGE returns it ({id, {field, value, ...}}): 1, or its `n`.
@@ -412,52 +413,53 @@ function base.entry_events(entry)
   return 1
 end
 -- Drop the stream's oldest entries: those with ids below `below` (a stream id; nil: no such bound), until
--- `over` events have gone (nil: no such bound), at most `limit` entries; `events_held` follows.
--- Returns the entries and the events dropped.
+-- `over` events have gone (nil: no such bound), at most `limit` entries, read EVENTS_TRIM_MAX at a time;
+-- `events_extra` follows. Returns the entries and the events dropped.
 function base.drop_events(stream, meta, limit, below, over)
-  local entries = redis.call('XRANGE', stream, '-', below and ('(' .. below) or '+', 'COUNT', limit + 1)
-  local dropped, events = 0, 0
-  while dropped < limit and dropped < #entries and (over == nil or events < over) do
-    dropped = dropped + 1
-    events = events + base.entry_events(entries[dropped])
+  local page_size, last = base.EVENTS_TRIM_MAX, below and ('(' .. below) or '+'
+  local dropped, events, start, keep, last_id = 0, 0, '-', nil, nil
+  while not keep do
+    local page = redis.call('XRANGE', stream, start, last, 'COUNT', page_size)
+    for i = 1, #page do
+      if dropped >= limit or (over and events >= over) then
+        keep = page[i][1]
+        break
+      end
+      dropped, events, last_id = dropped + 1, events + base.entry_events(page[i]), page[i][1]
+    end
+    if #page < page_size or dropped >= limit or (over and events >= over) then break end
+    start = '(' .. last_id
   end
   if dropped == 0 then return 0, 0 end
-  local keep = entries[dropped + 1]
-  if keep then
-    redis.call('XTRIM', stream, 'MINID', keep[1])
-  else
-    -- everything read goes: nothing younger was read to bound the trim by, so trim up to the last one read
-    local ms, seq = string.match(entries[dropped][1], '^(%d+)-(%d+)$')
-    redis.call('XTRIM', stream, 'MINID', ms .. '-' .. string.format('%d', tonumber(seq) + 1))
+  if not keep then  -- (nothing younger read: the bound is the id after the last one dropped)
+    local ms, seq = string.match(last_id, '^(%d+)-(%d+)$')
+    keep = ms .. '-' .. string.format('%d', tonumber(seq) + 1)
   end
-  redis.call('HINCRBY', meta, 'events_held', -events)
+  redis.call('XTRIM', stream, 'MINID', keep)
+  if events > dropped then redis.call('HINCRBY', meta, 'events_extra', base.NOW_TEXT.num(dropped - events)) end
   return dropped, events
 end
 function base.write_stream(s, ts)
-  local stream, meta, n, list = s.stream, s.meta, s.n, s.list
-  local written = 0
-  if n == 1 then
-    local e = s.args
-    redis.call('XADD', stream, '*', 'type', e[1], 'ts', ts, unpack(e, 2))
-    written = 1
+  local stream, meta, list = s.stream, s.meta, s.list
+  local n, num = #list, base.NOW_TEXT.num
+  if n < base.EVENTS_PACK_FROM then
+    for i = 1, n do
+      local e = list[i]
+      redis.call('XADD', stream, '*', 'type', e[1], 'ts', ts, unpack(e, 2))
+    end
   else
-    list[1] = cmsgpack.pack(#s.args, unpack(s.args))
     local per = base.EVENTS_PER_ENTRY
     for first = 1, n, per do
       local last = math.min(first + per - 1, n)
-      redis.call('XADD', stream, '*', 'ts', ts, 'n', last - first + 1, 'e', table.concat(list, '', first, last))
-      written = written + 1
+      local part = (first == 1 and last == n) and list or { unpack(list, first, last) }
+      redis.call('XADD', stream, '*', 'ts', ts, 'n', num(last - first + 1), 'e', cmsgpack.pack(part))
     end
+    redis.call('HINCRBY', meta, 'events_extra', num(n - math.ceil(n / per)))
   end
-  local held = redis.call('HINCRBY', meta, 'events_held', n)
-  if held == n and redis.call('XLEN', stream) > written then
-    -- a stream whose events were not counted yet (written before `events_held`): its older entries
-    -- count one event each, as then
-    held = redis.call('HINCRBY', meta, 'events_held', redis.call('XLEN', stream) - written)
-  end
+  local held = redis.call('XLEN', stream) + (base.number(redis.call('HGET', meta, 'events_extra')) or 0)
   if held > s.cap then
-    local _, gone = base.drop_events(stream, meta, base.EVENTS_TRIM_MAX, nil, held - s.cap)
-    redis.call('HINCRBY', meta, 'events_trimmed', gone)
+    local _, gone = base.drop_events(stream, meta, n + base.EVENTS_TRIM_MAX, nil, held - s.cap)
+    redis.call('HINCRBY', meta, 'events_trimmed', num(gone))
   end
 end
 function base.end_call(result)
@@ -477,15 +479,8 @@ function base.emit_message(blob, kind, ...)
   local b = base
   local s, stream = b.EVENTS.first, b.K_EVENTS
   if s.stream ~= stream then s = b.events_for(stream) end
-  local n, sub = s.n + 1, b.SUB
-  s.n = n
-  if n == 1 then
-    if sub then s.args = { kind, 'sub', sub, ... } else s.args = { kind, ... } end
-  elseif sub then
-    s.list[n] = cmsgpack.pack(select('#', ...) + 3, kind, 'sub', sub, ...)
-  else
-    s.list[n] = cmsgpack.pack(select('#', ...) + 1, kind, ...)
-  end
+  local list = s.list
+  if b.SUB then list[#list + 1] = { kind, 'sub', b.SUB, ... } else list[#list + 1] = { kind, ... } end
   -- (no call for an event type the policy's advisory flags, once read, leave unadvised: advisory.read_flags)
   local flags = advisory.flags
   if not flags or flags[advisory.EVENTS][kind] then advisory.advise(kind, blob, ...) end
