@@ -56,8 +56,7 @@ Signalbox's own limits (not in ActiveMQ): maxMessageSize, default 4 MiB (4194304
 stored, at most 512 MiB, Redis's string limit); maxPropertyCount, default 256 properties per message; and
 eventsMaxLen, default 100000 (at most 1000000), the cap on the events the destination's event stream holds
 (checked once per script call that wrote events, its oldest entries trimmed, at most 10 more than the
-events the call wrote); what it trims is counted
-(DestinationStats.events_trimmed).
+events the call wrote); what it trims is counted (DestinationStats.events_trimmed).
 """
 
 from __future__ import annotations
