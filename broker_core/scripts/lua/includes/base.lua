@@ -353,34 +353,36 @@ function base.NOW_TEXT.num(n)
   end
   return text
 end
--- Events are gathered during a call and written when it ends (base.end_call, which scripts/library.py
--- puts around every body that uses base). A stream entry costs Redis an XADD, its propagation to the AOF
--- and, in Lua, its arguments: in sends, receives and acks of many messages, an entry per event was a third
--- of the Redis work per message (docs/benchmarks.md). So a call with PACK_FROM or more events for a stream
--- writes them as one entry (several, of at most EVENTS_PER_ENTRY): `ts`, `n` and `e`, the events packed
--- with msgpack as an array of arrays {type, field, value, ...} in the order they happened; one with fewer
--- writes an entry per event (`type`, `ts`, then the event's fields), which for one or two events costs
--- less than packing them. broker_core/event_stream.py reads both. A call's events are lost only if the
--- call fails midway, a script error that leaves its writes half done too.
--- The events a stream holds are its entries plus `events_extra` (the events its packed entries hold
--- beyond one each) in its owner's meta hash (the topic's for a subscription), which only packed writes and
--- trims change. Once per call that wrote events they are checked against the bound (eventsMaxLen, in
--- events); over it, the stream's oldest entries go (at most EVENTS_TRIM_MAX more than the events the call
--- wrote: work in proportion to the call's), and the events they held are counted (`events_trimmed`):
--- trimming loses events only, never a message.
+-- A call's first two events for a stream are written at once, an entry each (`type`, `ts`, then the
+-- event's fields); from the third on they are gathered and written when the call ends (base.end_call,
+-- which scripts/library.py puts around every body that uses base) as one entry (or one per
+-- EVENTS_PER_ENTRY): `ts`, `n` and `e`, the events packed with msgpack as an array of arrays {type,
+-- field, value, ...} in the order they happened (broker_core/event_stream.py reads both). A stream entry
+-- costs Redis an XADD, its propagation to the AOF and, in Lua, its arguments: in sends, receives and acks
+-- of many messages an entry per event was a third of the Redis work per message (docs/benchmarks.md),
+-- while gathering one or two events costs a call more than it saves. The gathered events are lost only
+-- if the call fails midway, a script error that leaves its writes half done too.
+-- The events a stream holds are its entries plus `events_extra` (what its packed entries hold beyond one
+-- each) in its owner's meta hash (the topic's for a subscription), which only packed writes and trims
+-- change. Once per call that wrote events they are checked against the bound (eventsMaxLen, in events):
+-- exactly after a packed write (HINCRBY answers the extra), else when the entries alone are over it (so
+-- between packed writes a stream may hold up to its extra events more). Over it, the oldest entries go
+-- (at most EVENTS_TRIM_MAX more than the events the call wrote: work in proportion to the call's), and the
+-- events they held are counted (`events_trimmed`): trimming loses events only, never a message.
 -- The streams a call has events for, in the order of their first event: each {stream, meta (its owner's),
--- cap, list of events}. The first stream's table and list are kept from call to call and emptied once
--- written (most calls write to one stream: a new table and its growth cost more than a few events).
-base.EVENTS = { n = 0, first = { stream = false, meta = false, cap = 0, list = {} }, more = {} }
+-- cap, n events, list of those gathered}. The first stream's table and list are kept from call to call
+-- and emptied once written (most calls write to one stream: a new table and its growth cost more than
+-- the events).
+base.EVENTS = { n = 0, first = { stream = false, meta = false, cap = 0, n = 0, list = {} }, more = {} }
 base.EVENTS_TRIM_MAX = 10
 base.EVENTS_PER_ENTRY = 100  -- (bounds what a trim reads, events_trim.lua; analytics/events.py numbers them)
-base.EVENTS_PACK_FROM = 3
+base.EVENTS_AT_ONCE = 2
 function base.clear_events()
   local ev = base.EVENTS
   local s = ev.first
   local list = s.list
   for i = #list, 1, -1 do list[i] = nil end
-  s.stream = false
+  s.stream, s.n = false, 0
   if ev.n > 1 then ev.more = {} end
   ev.n = 0
 end
@@ -397,7 +399,7 @@ function base.events_for(stream)
     for i = 1, ev.n - 1 do
       if more[i].stream == stream then return more[i] end
     end
-    s = { list = {} }
+    s = { n = 0, list = {} }
     more[ev.n] = s
   end
   ev.n = ev.n + 1
@@ -441,25 +443,27 @@ function base.drop_events(stream, meta, limit, below, over)
 end
 function base.write_stream(s, ts)
   local stream, meta, list = s.stream, s.meta, s.list
-  local n, num = #list, base.NOW_TEXT.num
-  if n < base.EVENTS_PACK_FROM then
-    for i = 1, n do
-      local e = list[i]
-      redis.call('XADD', stream, '*', 'type', e[1], 'ts', ts, unpack(e, 2))
-    end
-  else
-    local per = base.EVENTS_PER_ENTRY
-    for first = 1, n, per do
-      local last = math.min(first + per - 1, n)
-      local part = (first == 1 and last == n) and list or { unpack(list, first, last) }
+  local gathered, num, extra = #list, base.NOW_TEXT.num, nil
+  if gathered == 1 then
+    local e = list[1]
+    redis.call('XADD', stream, '*', 'type', e[1], 'ts', ts, unpack(e, 2))
+  elseif gathered > 1 then
+    local per, entries = base.EVENTS_PER_ENTRY, 0
+    for first = 1, gathered, per do
+      local last = math.min(first + per - 1, gathered)
+      local part = (first == 1 and last == gathered) and list or { unpack(list, first, last) }
       redis.call('XADD', stream, '*', 'ts', ts, 'n', num(last - first + 1), 'e', cmsgpack.pack(part))
+      entries = entries + 1
     end
-    redis.call('HINCRBY', meta, 'events_extra', num(n - math.ceil(n / per)))
+    extra = redis.call('HINCRBY', meta, 'events_extra', num(gathered - entries))
   end
-  local held = redis.call('XLEN', stream) + (base.number(redis.call('HGET', meta, 'events_extra')) or 0)
-  if held > s.cap then
-    local _, gone = base.drop_events(stream, meta, n + base.EVENTS_TRIM_MAX, nil, held - s.cap)
-    redis.call('HINCRBY', meta, 'events_trimmed', num(gone))
+  local entries, cap = redis.call('XLEN', stream), s.cap
+  if entries > cap or (extra and entries + extra > cap) then
+    local held = entries + (extra or base.number(redis.call('HGET', meta, 'events_extra')) or 0)
+    if held > cap then
+      local _, gone = base.drop_events(stream, meta, s.n + base.EVENTS_TRIM_MAX, nil, held - cap)
+      redis.call('HINCRBY', meta, 'events_trimmed', num(gone))
+    end
   end
 end
 function base.end_call(result)
@@ -479,8 +483,20 @@ function base.emit_message(blob, kind, ...)
   local b = base
   local s, stream = b.EVENTS.first, b.K_EVENTS
   if s.stream ~= stream then s = b.events_for(stream) end
-  local list = s.list
-  if b.SUB then list[#list + 1] = { kind, 'sub', b.SUB, ... } else list[#list + 1] = { kind, ... } end
+  local n = s.n + 1
+  s.n = n
+  if n <= b.EVENTS_AT_ONCE then
+    local t = b.NOW_TEXT
+    if t.at ~= b.NOW then t.set() end
+    if b.SUB then
+      redis.call('XADD', stream, '*', 'type', kind, 'ts', t.text, 'sub', b.SUB, ...)
+    else
+      redis.call('XADD', stream, '*', 'type', kind, 'ts', t.text, ...)
+    end
+  else
+    local list = s.list
+    if b.SUB then list[#list + 1] = { kind, 'sub', b.SUB, ... } else list[#list + 1] = { kind, ... } end
+  end
   -- (no call for an event type the policy's advisory flags, once read, leave unadvised: advisory.read_flags)
   local flags = advisory.flags
   if not flags or flags[advisory.EVENTS][kind] then advisory.advise(kind, blob, ...) end
