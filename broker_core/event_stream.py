@@ -1,9 +1,9 @@
 """The entries of a destination's lifecycle event stream (`<prefix>:events`) as events.
 
-A script call writes its events when it ends (scripts/lua/includes/base.lua, `end_call`): with one or two
-for a stream, an entry each, holding the event's fields (`type`, `ts`, then its own); with three or more,
-entries of `ts`, `n` and `e`, the events packed with msgpack as an array of arrays {type, field, value,
-...} in the order they happened. Every reader of the stream (the console's live view, the event archive,
+A script call writes its first two events for a stream an entry each, holding the event's fields (`type`,
+`ts`, then its own); the rest when it ends (scripts/lua/includes/base.lua, `end_call`), as entries of
+`ts`, `n` and `e`, the events packed with msgpack as an array of arrays {type, field, value, ...} in the
+order they happened. Every reader of the stream (the console's live view, the event archive,
 the analytics' live source, the tests) reads events through `events_of`, each as the fields of a
 one-event entry: bytes to bytes, numbers as the digits Redis would have written.
 """
