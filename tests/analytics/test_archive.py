@@ -16,7 +16,8 @@ import pytest
 
 from analytics import archive
 from analytics.archive import ArchiveLocation, archive_destination
-from analytics.events import parse_stream_id
+from analytics.events import event_rows
+from broker_core import event_stream
 from broker_core.broker import Broker
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
@@ -35,9 +36,16 @@ def traffic(broker: Broker, destination: str, messages: int) -> None:
     broker.close_consumer(consumer)
 
 
-def stream_ids(broker: Broker, destination: str) -> list[tuple[int, int]]:
+def stream_entries(broker: Broker, destination: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
     dest = archive.parse_destination(destination)
-    return [parse_stream_id(i) for i, _ in broker.redis.xrange(archive.events_key(broker, dest))]
+    return broker.redis.xrange(archive.events_key(broker, dest))
+
+
+def stream_ids(broker: Broker, destination: str) -> list[tuple[int, int]]:
+    """Every event in the stream as the archive numbers it (event_ms, event_seq): an entry may hold
+    several (broker_core/event_stream.py)."""
+    return [(row["event_ms"], row["event_seq"]) for i, f in stream_entries(broker, destination)
+            for row in event_rows(i, f)]
 
 
 def archived_ids(root: Path, destination: str) -> list[tuple[int, int]]:
@@ -66,11 +74,12 @@ def broker(redis_client, namespace) -> Broker:
 def test_an_archive_run_moves_every_event_to_parquet_and_trims_the_stream(broker, tmp_path):
     traffic(broker, "orders", 10)
     before = stream_ids(broker, "queue://orders")
+    last_entry = stream_entries(broker, "queue://orders")[-1][0].decode()
     run = archive_destination(broker, "orders", ArchiveLocation.parse(tmp_path), batch_events=7)
     assert run.archived == len(before) > 30
     assert archived_ids(tmp_path, "queue://orders") == before
     assert stream_ids(broker, "queue://orders") == []
-    assert archive.checkpoint(broker, "orders")["last"] == "{}-{}".format(*before[-1])
+    assert archive.checkpoint(broker, "orders")["last"] == last_entry
     # Nothing new: a second run writes nothing.
     again = archive_destination(broker, "orders", ArchiveLocation.parse(tmp_path), batch_events=7)
     assert again.archived == 0 and archived_ids(tmp_path, "queue://orders") == before
@@ -80,6 +89,7 @@ def test_a_batch_is_read_from_the_stream_in_bounded_pages_and_replayed_the_same_
         broker, tmp_path, monkeypatch):
     traffic(broker, "orders", 10)
     before = stream_ids(broker, "queue://orders")
+    entries = stream_entries(broker, "queue://orders")
     stream = archive.events_key(broker, archive.parse_destination("orders"))
     reads: list[int] = []
     xrange = broker.redis.xrange
@@ -91,15 +101,16 @@ def test_a_batch_is_read_from_the_stream_in_bounded_pages_and_replayed_the_same_
     monkeypatch.setattr(archive, "READ_PAGE", 4)
     monkeypatch.setattr(broker.redis, "xrange", counted)
     # a batch left pending by a crashed run (its range recorded, nothing written) is read again in pages
-    pending = f"{before[0][0]}-{before[0][1]} {before[12][0]}-{before[12][1]}"
+    pending = f"{entries[0][0].decode()} {entries[12][0].decode()}"
     broker.redis.hset(archive.checkpoint_key(broker, archive.parse_destination("orders")), "pending", pending)
     run = archive_destination(broker, "orders", ArchiveLocation.parse(tmp_path), batch_events=13)
     assert run.archived == len(before) and archived_ids(tmp_path, "queue://orders") == before
     assert reads and all(0 < n <= 4 for n in reads)  # never more than a page per read
     assert broker.redis.xlen(stream) == 0
-    # the files are the batches (13 entries each), not the pages
+    # the files are the batches (13 entries each, and the events they hold), not the pages
     rows = [pq.read_metadata(f).num_rows for f in run.files]
-    assert rows[:-1] == [13] * (len(rows) - 1) and sum(rows) == len(before)
+    counts = [event_stream.count(f) for _, f in entries]
+    assert rows == [sum(counts[i:i + 13]) for i in range(0, len(counts), 13)] and sum(rows) == len(before)
 
 
 def test_events_younger_than_keep_ms_stay_in_the_stream_for_live_views(broker, tmp_path):
@@ -119,7 +130,8 @@ def test_an_archiver_killed_at_any_step_leaves_every_event_archived_exactly_once
     traffic(broker, "orders", 12)
     first = stream_ids(broker, "queue://orders")
     # "last": the final, short batch, which grows by the time the archiver runs again.
-    hit = {"first": 1, "third": 3, "last": math.ceil(len(first) / BATCH)}[nth]
+    entries = len(stream_entries(broker, "queue://orders"))
+    hit = {"first": 1, "third": 3, "last": math.ceil(entries / BATCH)}[nth]
     died = run_archiver(redis_url, namespace, tmp_path, f"{point}:{hit}")
     assert died == -signal.SIGKILL, "the kill point was not reached"
     traffic(broker, "orders", 4)  # the broker goes on while the archiver is down
