@@ -23,12 +23,10 @@ def memory_stats(meta: dict[str, str], own_limit: str, broker_limit: str) -> dic
             "total_blocked_time": int(meta.get("blocked_ms", 0))}
 
 
-def bound_stats(meta: dict[str, str], entries: int, audit_size: int) -> dict[str, int]:
-    """DestinationStats' sizes of the bounded structures: the events the event stream holds (its `entries`,
-    and the events its packed entries hold beyond one each: scripts/lua/includes/base.lua), the audit's
+def bound_stats(meta: dict[str, str], events: int, audit_size: int) -> dict[str, int]:
+    """DestinationStats' sizes of the bounded structures: the events the event stream holds, the audit's
     size."""
-    return {"events": entries + int(meta.get("events_extra", 0)),
-            "events_trimmed": int(meta.get("events_trimmed", 0)), "audit_size": audit_size}
+    return {"events": events, "events_trimmed": int(meta.get("events_trimmed", 0)), "audit_size": audit_size}
 
 
 def forward_stats(meta: dict[str, str]) -> dict[str, int]:

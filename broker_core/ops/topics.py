@@ -332,7 +332,7 @@ def stats(ops: Context, dest: Destination, now: int) -> Op:
         subs.append(one)
         consumers += cons
     fwd = yield Command(("HLEN", f"{ops.prefix(dest)}:fwd"))
-    events = int((yield Command(("XLEN", f"{ops.prefix(dest)}:events"))))
+    events = int((yield Command(("XLEN", f"{ops.prefix(dest)}:events")))) + int(meta.get("events_extra", 0))
     audit_size = int((yield Command(("ZCARD", f"{ops.prefix(dest)}:audit"))))
     # the memory limit in force (the topic's memoryLimit, else the broker's), as for queues
     own_limit = _str((yield Command(("HGET", f"{ops.prefix(dest)}:policy", "memoryLimit"))) or b"0")

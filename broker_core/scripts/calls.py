@@ -886,7 +886,7 @@ class QueueStats:
     consumers: list[QueueConsumer]
     memory_limit: str  # the destination's memoryLimit ('0': none)
     broker_memory_limit: str  # the broker's ('' when unset)
-    events: int  # the event stream's entries (a packed one holds several events: replies.bound_stats)
+    events: int  # the events the event stream holds (a packed entry holds several: base.end_call)
     audit_size: int
 
 

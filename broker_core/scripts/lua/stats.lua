@@ -19,7 +19,8 @@ end
 out[#out + 1] = consumers
 -- the limits in force for memory usage (includes/flow.lua): memoryLimit, and the broker's limit.
 out[#out + 1] = { redis.call('HGET', base.K_POLICY, 'memoryLimit') or '0', redis.call('HGET', flow.usage, 'limit') or '' }
--- the bounded structures beside the messages: the event stream's entries (replies.bound_stats adds the
--- extra events of its packed ones: base.end_call), the duplicate audit's size
-out[#out + 1] = { redis.call('XLEN', base.K_EVENTS), redis.call('ZCARD', base.K_AUDIT) }
+-- the bounded structures beside the messages: the events the event stream holds (its entries and what its
+-- packed entries hold beyond one each, in the owner's meta: base.end_call), the duplicate audit's size
+out[#out + 1] = { redis.call('XLEN', base.K_EVENTS) + (tonumber(redis.call('HGET', base.TP .. ':meta', 'events_extra')) or 0),
+                  redis.call('ZCARD', base.K_AUDIT) }
 return out
