@@ -44,8 +44,10 @@ from . import events
 
 log = logging.getLogger(__name__)
 
-BATCH_EVENTS = 50_000  # stream entries per file (and day)
-READ_PAGE = 1_000  # stream entries per XRANGE: one read of 50,000 held Redis for 30-110 ms
+BATCH_EVENTS = 50_000  # events per file (and day): whole entries until the batch holds this many
+# stream entries per XRANGE: one read of 50,000 one-event entries held Redis for 30-110 ms; an entry holds
+# up to 100 events (broker_core/event_stream.py), so a read is at most 20,000 events
+READ_PAGE = 200
 MAX_BATCHES_PER_RUN = 20  # a longer backlog goes on at the next run
 LEASE_MS = 120_000
 # Test hook (crash tests): SIGNALBOX_ARCHIVE_KILL_AT=<point>[:<n>] kills this process with SIGKILL the
@@ -192,14 +194,20 @@ def _trim(broker: Broker, dest: Destination, last: str, keep_ms: int) -> int:
 
 def read_entries(broker: Broker, dest: Destination, first: str, last: str,
                  limit: int) -> list[tuple[Any, Any]]:
-    """Up to `limit` stream entries from `first` to `last` (XRANGE bounds), read READ_PAGE at a time."""
+    """The stream entries from `first` to `last` (XRANGE bounds) until they hold `limit` events, read
+    READ_PAGE at a time."""
     entries: list[tuple[Any, Any]] = []
-    while len(entries) < limit:
-        page = event_archive.read_range(broker, dest, first, last, min(READ_PAGE, limit - len(entries)))
-        entries += page
+    held = 0
+    while held < limit:
+        page = event_archive.read_range(broker, dest, first, last, READ_PAGE)
+        for entry in page:
+            entries.append(entry)
+            held += event_stream.count(entry[1])
+            if held >= limit:
+                break
         if len(page) < READ_PAGE:
             break
-        first = f"({_text(page[-1][0])}"
+        first = f"({_text(entries[-1][0])}"
     return entries
 
 

@@ -28,7 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from .events import SPARK_SCHEMA_DDL, event_date, event_rows, table, unescape_partition_value
 
-LIVE_PAGE = 10_000  # stream entries per XRANGE call
+LIVE_PAGE = 1_000  # stream entries per XRANGE call (an entry holds up to 100 events)
 
 
 class DataSourceOptionError(ValueError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import subprocess
@@ -24,7 +23,7 @@ from broker_core.model import ConsumerSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE_MS = 300
-BATCH = 7  # stream entries per file, so a run writes several batches
+BATCH = 7  # events per file, so a run writes several batches
 
 
 def traffic(broker: Broker, destination: str, messages: int) -> None:
@@ -46,6 +45,17 @@ def stream_ids(broker: Broker, destination: str) -> list[tuple[int, int]]:
     several (broker_core/event_stream.py)."""
     return [(row["event_ms"], row["event_seq"]) for i, f in stream_entries(broker, destination)
             for row in event_rows(i, f)]
+
+
+def batches(counts: list[int], limit: int) -> list[int]:
+    """The events of each batch the archiver makes of entries holding `counts` events: whole entries until
+    a batch holds `limit` events (archive.read_entries)."""
+    out, held = [], 0
+    for n in counts:
+        held += n
+        if held >= limit:
+            out, held = [*out, held], 0
+    return out + ([held] if held else [])
 
 
 def archived_ids(root: Path, destination: str) -> list[tuple[int, int]]:
@@ -107,10 +117,11 @@ def test_a_batch_is_read_from_the_stream_in_bounded_pages_and_replayed_the_same_
     assert run.archived == len(before) and archived_ids(tmp_path, "queue://orders") == before
     assert reads and all(0 < n <= 4 for n in reads)  # never more than a page per read
     assert broker.redis.xlen(stream) == 0
-    # the files are the batches (13 entries each, and the events they hold), not the pages
+    # the files are the batches, not the pages: the pending one (13 entries), then whole entries until a
+    # batch holds 13 events
     rows = [pq.read_metadata(f).num_rows for f in run.files]
     counts = [event_stream.count(f) for _, f in entries]
-    assert rows == [sum(counts[i:i + 13]) for i in range(0, len(counts), 13)] and sum(rows) == len(before)
+    assert rows == [sum(counts[:13]), *batches(counts[13:], 13)] and sum(rows) == len(before)
 
 
 def test_events_younger_than_keep_ms_stay_in_the_stream_for_live_views(broker, tmp_path):
@@ -130,8 +141,8 @@ def test_an_archiver_killed_at_any_step_leaves_every_event_archived_exactly_once
     traffic(broker, "orders", 12)
     first = stream_ids(broker, "queue://orders")
     # "last": the final, short batch, which grows by the time the archiver runs again.
-    entries = len(stream_entries(broker, "queue://orders"))
-    hit = {"first": 1, "third": 3, "last": math.ceil(entries / BATCH)}[nth]
+    counts = [event_stream.count(f) for _, f in stream_entries(broker, "queue://orders")]
+    hit = {"first": 1, "third": 3, "last": len(batches(counts, BATCH))}[nth]
     died = run_archiver(redis_url, namespace, tmp_path, f"{point}:{hit}")
     assert died == -signal.SIGKILL, "the kill point was not reached"
     traffic(broker, "orders", 4)  # the broker goes on while the archiver is down
