@@ -8,7 +8,7 @@ import pytest
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.errors import InvalidConsumer, InvalidMessage, UnknownConsumer
-from broker_core.event_stream import expand
+from broker_core.event_stream import count, expand
 from broker_core.keys import Home
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
@@ -255,6 +255,18 @@ def test_events_of_a_subscription_carry_its_key(broker):
     assert dispatched[0]["sub"] == c.subscription == "c.k1"
     assert dispatched[0]["msg"] == mid
     assert any(e["type"] == "subscription_add" for e in events(broker))
+
+
+def test_events_gathered_into_one_entry_keep_each_subscription_key(broker):
+    # a send of four messages to two subscriptions: four enqueues and eight dispatches in one call, all
+    # but the first two written as one packed entry (broker_core/event_stream.py)
+    a, b = sub(broker, consumer_id="k1"), sub(broker, consumer_id="k2")
+    ids = broker.send(T, [Message(body=str(i)) for i in range(4)])
+    dispatched = {(e["sub"], e["msg"]) for e in events(broker) if e["type"] == "dispatch"}
+    assert dispatched == {(s.subscription, mid) for s in (a, b) for mid in ids}
+    assert [e["msg"] for e in events(broker) if e["type"] == "enqueue"] == ids
+    raw = broker.redis.xrange(f"{broker.namespace}:{{t:prices}}:events")
+    assert max(count(fields) for _, fields in raw) > 2  # (the premise: some entry holds several)
 
 
 def test_a_duplicate_message_id_on_a_topic_is_accepted_once(broker):
