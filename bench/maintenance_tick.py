@@ -37,6 +37,8 @@ from adversarial import start_server  # noqa: E402
 
 from broker_core import maintenance  # noqa: E402
 from broker_core.broker import Broker  # noqa: E402
+from broker_core.event_stream import expand  # noqa: E402
+from broker_core.keys import Home  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
 from broker_core.model import ConsumerSpec  # noqa: E402
 from signalbox.embedded_redis import configured_executable  # noqa: E402
@@ -51,14 +53,16 @@ def walk_everything(broker: Broker, uris: list[str]) -> None:
         entry = policy_map.resolve(dest)
         maintenance.run_recovery(broker, dest)
         period = entry.expire_messages_period
-        state = broker.redis.hmget(maintenance._maint_key(broker, dest), "expire:started", "expire:running")
+        state = broker.redis.hmget(maintenance._maint_key(broker, Home(dest)), "expire:started",
+                                   "expire:running")
         if period > 0 and maintenance._sweep_due(state, period, broker.clock.now_ms()):
             maintenance.run_expiry_sweep(broker, dest, period_ms=period)
 
 
 def reap_time(client: redis.Redis, broker: Broker, c) -> int | None:
     """When the reaper closed consumer `c` (its consumer_remove event's time, the broker clock's ms)."""
-    for _, fields in client.xrevrange(broker.ops.events_key(c.destination), count=200):
+    newest = client.xrevrange(broker.ops.events_key(c.destination), count=200)
+    for _, fields in reversed(expand(reversed(newest))):  # (an entry may hold several: event_stream.py)
         if fields.get(b"type") == b"consumer_remove" and fields.get(b"consumer") == c.consumer_id.encode():
             return int(fields[b"ts"])
     return None

@@ -55,8 +55,10 @@ Type-dependent attributes are "0" where they do not apply (groupMapBucketCount u
 Signalbox's own limits (not in ActiveMQ): maxMessageSize, default 4 MiB (4194304 bytes; the body as
 stored, at most 512 MiB, Redis's string limit); maxPropertyCount, default 256 properties per message; and
 eventsMaxLen, default 100000 (at most 1000000), the cap on the events the destination's event stream holds
-(checked once per script call that wrote events, its oldest entries trimmed, at most 10 more than the
-events the call wrote); what it trims is counted (DestinationStats.events_trimmed).
+(checked once per script call that wrote events: exactly after a call that packed several events into one
+stream entry, else when the entries alone are over it, so a stream may hold up to its packed entries' extra
+events more; its oldest entries are trimmed, at most 10 more than the events the call wrote); what it
+trims is counted (DestinationStats.events_trimmed).
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ class PolicyEntry:
     max_message_size: int = _attr(4 * 1024 * 1024, minimum=1, maximum=MAX_MESSAGE_SIZE_LIMIT)
     max_property_count: int = _attr(256, minimum=0, maximum=65535)
     max_destinations: int = _attr(-1, minimum=1, off=-1)  # destinations this entry's pattern may create
-    events_max_len: int = _attr(100_000, minimum=1, maximum=1_000_000)  # approximate cap of the event stream
+    events_max_len: int = _attr(100_000, minimum=1, maximum=1_000_000)  # cap (events) of the event stream
     # Paging and expiry (§1.6, §6).
     max_page_size: int = _attr(200, minimum=1, maximum=MAX_PAGE)
     max_browse_page_size: int = _attr(400, minimum=1, maximum=MAX_PAGE)

@@ -33,6 +33,9 @@ SCRIPT_DIR = Path(__file__).with_name("lua")
 _INCLUDE = re.compile(r"^--@include\s+(\S+)\s*$", re.MULTILINE)
 # Scripts that include base.lua start with base.begin_call (flow_release and selector_match need no prefix).
 _BEGIN = "base.begin_call(KEYS)\n"
+# ... and a library function whose body uses base ends with base.end_call (it writes the events the call
+# gathered: lua/includes/base.lua)
+_END = "function(KEYS, ARGV) return base.end_call(body(KEYS, ARGV)) end"
 # A script marked `--@allow-oom` runs when Redis is over its maxmemory (noeviction): those that consume,
 # remove, read or keep the broker running, so consumers drain a full broker; those that store messages
 # (send, topic_send, forward_done, move) are refused there (flow.RedisMaxMemory). A function gets Redis 7's
@@ -98,15 +101,16 @@ def library() -> Library:
         includes, body = _split(name)
         begin = _BEGIN if "base" in _includes_text(includes)[1] else ""
         bodies.append((name, begin + body, bool(_ALLOW_OOM.search(body))))
-    digest = hashlib.sha1((shared + "".join(f"{b}{oom}" for _, b, oom in bodies)).encode()).hexdigest()[:12]
+    # (the callbacks' template is in the digest too: a library that runs its bodies differently is another)
+    digest = hashlib.sha1((shared + _END + "".join(f"{b}{oom}" for _, b, oom in bodies)).encode()
+                          ).hexdigest()[:12]
     lib = f"signalbox_{digest}"
     parts = [f"#!lua name={lib}\n", shared]
     for name, body, allow_oom in bodies:
         # The body's KEYS and ARGV are the function's arguments; everything else it names is the library's.
         # A body that uses base ends with base.end_call, which writes the events it gathered (base.lua).
         flags = "flags = { 'allow-oom' }, " if allow_oom else ""
-        callback = "function(KEYS, ARGV) return base.end_call(body(KEYS, ARGV)) end" if body.startswith(
-            _BEGIN) else "body"
+        callback = _END if body.startswith(_BEGIN) else "body"
         parts.append(f"\ndo\nlocal body = function(KEYS, ARGV)\n{body}\nend\n"
                      f"redis.register_function{{function_name = '{_function_name(digest, name)}', {flags}"
                      f"callback = {callback}}}\nend\n")

@@ -69,6 +69,19 @@ def test_trimming_entries_that_hold_many_events_counts_each_event(broker):
     assert stats.events + stats.events_trimmed == 1_000
 
 
+def test_a_count_gone_wrong_is_right_again_once_a_trim_reads_to_the_stream_s_end(broker):
+    policy(broker, eventsMaxLen=300)
+    broker.ensure_destination("orders")
+    for _ in range(3):  # each call: two entries of one event, one of 98
+        broker.send("orders", [Message(body="x") for _ in range(100)])
+    packed = next(i for i, f in _stream(broker) if event_stream.count(f) > 1)
+    broker.redis.xdel(f"{broker.namespace}:{{q:orders}}:events", packed)  # not through the scripts
+    for _ in range(3):
+        broker.send("orders", [Message(body="x") for _ in range(100)])
+    held = sum(event_stream.count(f) for _, f in _stream(broker))
+    assert broker.stats("orders").events == held <= 300
+
+
 def test_the_archive_trim_drops_entries_below_an_id_and_keeps_the_count(broker):
     from broker_core import event_archive
     from broker_core.destinations import parse_destination

@@ -416,29 +416,43 @@ function base.entry_events(entry)
 end
 -- Drop the stream's oldest entries: those with ids below `below` (a stream id; nil: no such bound), until
 -- `over` events have gone (nil: no such bound), at most `limit` entries, read EVENTS_TRIM_MAX at a time;
--- `events_extra` follows. Returns the entries and the events dropped.
+-- `events_extra` follows. When the reading reached the stream's end (no `below`), every entry left was
+-- read, and `events_extra` is set from them rather than adjusted: a count that went wrong (entries
+-- removed by something else than this function) is right again there. Returns the entries and the events
+-- dropped.
 function base.drop_events(stream, meta, limit, below, over)
   local page_size, last = base.EVENTS_TRIM_MAX, below and ('(' .. below) or '+'
   local dropped, events, start, keep, last_id = 0, 0, '-', nil, nil
-  while not keep do
+  local left, left_events, at_end = 0, 0, false
+  while true do
     local page = redis.call('XRANGE', stream, start, last, 'COUNT', page_size)
     for i = 1, #page do
-      if dropped >= limit or (over and events >= over) then
-        keep = page[i][1]
-        break
+      if keep or dropped >= limit or (over and events >= over) then
+        keep = keep or page[i][1]
+        left, left_events = left + 1, left_events + base.entry_events(page[i])
+      else
+        dropped, events, last_id = dropped + 1, events + base.entry_events(page[i]), page[i][1]
       end
-      dropped, events, last_id = dropped + 1, events + base.entry_events(page[i]), page[i][1]
     end
-    if #page < page_size or dropped >= limit or (over and events >= over) then break end
-    start = '(' .. last_id
+    if #page < page_size then
+      at_end = below == nil
+      break
+    end
+    if keep then break end
+    start = '(' .. page[#page][1]
   end
-  if dropped == 0 then return 0, 0 end
-  if not keep then  -- (nothing younger read: the bound is the id after the last one dropped)
-    local ms, seq = string.match(last_id, '^(%d+)-(%d+)$')
-    keep = ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+  if dropped > 0 then
+    if not keep then  -- (nothing younger read: the bound is the id after the last one dropped)
+      local ms, seq = string.match(last_id, '^(%d+)-(%d+)$')
+      keep = ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+    end
+    redis.call('XTRIM', stream, 'MINID', keep)
   end
-  redis.call('XTRIM', stream, 'MINID', keep)
-  if events > dropped then redis.call('HINCRBY', meta, 'events_extra', base.NOW_TEXT.num(dropped - events)) end
+  if at_end then
+    redis.call('HSET', meta, 'events_extra', base.NOW_TEXT.num(left_events - left))
+  elseif events > dropped then
+    redis.call('HINCRBY', meta, 'events_extra', base.NOW_TEXT.num(dropped - events))
+  end
   return dropped, events
 end
 function base.write_stream(s, ts)
