@@ -88,3 +88,9 @@ T = TypeVar("T")
 
 # An operation whose result is T (`Op` alone: any result).
 Op = Generator[Eval | Command | Policy | Sleep | Forward | Create | Settle | list[Eval], Any, T]
+
+
+def single(call: Eval) -> Op:
+    """An operation of one script call, its reply as the result (for a caller outside ops/ that runs one
+    script through the Broker's driver: the maintenance jobs, the event archive)."""
+    return (yield call)

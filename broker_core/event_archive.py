@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .destinations import Destination
-from .effects import Eval, Op
+from .effects import single
 from .scripts import calls
 
 if TYPE_CHECKING:
@@ -39,15 +39,12 @@ def trim(broker: Broker, dest: Destination, min_id: str) -> int:
     stream's count of events exact); returns how many events went."""
     gone = 0
     while True:
-        entries, events = calls.EventsTrim.parse(broker._run(_eval(calls.EventsTrim.call(
+        entries, events = calls.EventsTrim.parse(broker._run(single(calls.EventsTrim.call(
             broker.ops.prefix(dest), min_id, TRIM_STEP))))
         gone += events
         if entries < TRIM_STEP:
             return gone
 
-
-def _eval(call: Eval) -> Op:
-    return (yield call)
 
 
 def server_time_ms(broker: Broker) -> int:

@@ -26,7 +26,7 @@ from . import rates
 from .broker import Broker
 from .config.entry import PolicyEntry
 from .destinations import Destination, parse_destination
-from .effects import Eval, NoDestination, Op
+from .effects import Eval, NoDestination, Op, single
 from .errors import UnknownDestination
 from .keys import Home
 from .model import ConsumerRef
@@ -88,10 +88,6 @@ def errors_key(namespace: str) -> str:
     return f"{namespace}:maintenance:errors"
 
 
-def _eval(call: Eval) -> Op:
-    return (yield call)
-
-
 def _record(broker: Broker, dest: Home, fields: dict[str, Any], counters: dict[str, int] | None = None
             ) -> None:
     key = _maint_key(broker, dest)
@@ -133,7 +129,7 @@ def acquire_lease(broker: Broker, destination: str | Destination | Home, job: st
     dest = _home(destination)
     token = token or uuid.uuid4().hex
     now = broker.clock.now_ms()
-    held = broker._run(_eval(calls.Maintenance.acquire(broker.ops.home_prefix(dest), now, job, token,
+    held = broker._run(single(calls.Maintenance.acquire(broker.ops.home_prefix(dest), now, job, token,
                                                        ttl_ms)))
     return token if calls.Maintenance.parse_held(held) else None
 
@@ -141,7 +137,7 @@ def acquire_lease(broker: Broker, destination: str | Destination | Home, job: st
 def release_lease(broker: Broker, destination: str | Destination | Home, job: str, token: str) -> bool:
     dest = _home(destination)
     call = calls.Maintenance.release(broker.ops.home_prefix(dest), broker.clock.now_ms(), job, token)
-    return calls.Maintenance.parse_held(broker._run(_eval(call)))
+    return calls.Maintenance.parse_held(broker._run(single(call)))
 
 
 @contextmanager
@@ -179,7 +175,7 @@ def run_recovery(broker: Broker, destination: str | Destination | Home) -> Recov
     dest = _home(destination)
     now = broker.clock.now_ms()
     token = uuid.uuid4().hex
-    probe = calls.Maintenance.parse_recover(broker._run(_eval(calls.Maintenance.recover(
+    probe = calls.Maintenance.parse_recover(broker._run(single(calls.Maintenance.recover(
         broker.ops.home_prefix(dest), now, token, RECOVER_LEASE_MS, FORWARD_GRACE_MS))))
     if not probe.held:
         return Recovery(ran=False)
@@ -458,7 +454,7 @@ def _visit(broker: Broker, dest: Home, entry: PolicyEntry, tally: _Tally) -> Non
     sweep, slow, offline = _periods(entry, topic_level)
     now = broker.clock.now_ms()
     token = uuid.uuid4().hex
-    visit = calls.Maintenance.parse_visit(broker._run(_eval(calls.Maintenance.visit(
+    visit = calls.Maintenance.parse_visit(broker._run(single(calls.Maintenance.visit(
         broker.ops.home_prefix(dest), now, token, RECOVER_LEASE_MS, FORWARD_GRACE_MS, sweep, slow, offline,
         KEEP_MS))))
     probe, sweep_due, slow_due, offline_due = visit.probe, visit.sweep_due, visit.slow_due, visit.offline_due
@@ -485,7 +481,7 @@ def _visit(broker: Broker, dest: Home, entry: PolicyEntry, tally: _Tally) -> Non
             tally.aborted += [f"{uri}#{cid}" for cid in check.aborted]
     finally:
         if not visit.scheduled:
-            broker._run(_eval(calls.Maintenance.schedule(broker.ops.home_prefix(dest), broker.clock.now_ms(),
+            broker._run(single(calls.Maintenance.schedule(broker.ops.home_prefix(dest), broker.clock.now_ms(),
                                                          FORWARD_GRACE_MS, sweep, slow, offline)))
 
 

@@ -129,10 +129,11 @@ def script(name: str) -> Script:
     # The body is a function here too, as in the library: its own locals then do not count towards
     # Lua's limit of 200 locals in one function, which the includes' top level nearly fills.
     guard = _OOM_GUARD if "KEYS[1]" in shared + body and _ALLOW_OOM.search(body) else ""
-    uses_base = "base" in included
-    source = (shared + ("return base.end_call((function(KEYS, ARGV)\n" + _BEGIN if uses_base
-                        else "return (function(KEYS, ARGV)\n") + guard
-              + body + "\nend)(KEYS, ARGV)" + (")" if uses_base else "") + "\n")
+    if "base" in included:  # (begin_call first, end_call around: as in the library)
+        head, tail = "return base.end_call((function(KEYS, ARGV)\n" + _BEGIN, "\nend)(KEYS, ARGV))\n"
+    else:
+        head, tail = "return (function(KEYS, ARGV)\n", "\nend)(KEYS, ARGV)\n"
+    source = shared + head + guard + body + tail
     digest = library().name.removeprefix("signalbox_")
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), _function_name(digest, name))
 
