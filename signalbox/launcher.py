@@ -374,14 +374,17 @@ class Launcher:
 
     # --- start-up ---
 
-    def start_redis(self) -> str:
-        if self.config.redis_url:
-            return self.config.redis_url
-        server = EmbeddedRedis(
+    def embedded_redis(self) -> EmbeddedRedis:
+        """The embedded server this configuration runs (not started)."""
+        return EmbeddedRedis(
             self.config.data_dir, port=self.config.redis_port, appendfsync=self.config.appendfsync,
             executable=self.config.redis_server, maxmemory=self.config.maxmemory,
         )
-        self.redis_server = server
+
+    def start_redis(self) -> str:
+        if self.config.redis_url:
+            return self.config.redis_url
+        server = self.redis_server = self.embedded_redis()
         try:
             server.start()
         except EmbeddedRedisError as exc:
@@ -630,7 +633,7 @@ class Launcher:
                 self.check_external_redis(self.config.redis_url)
             else:
                 # Settings read REDIS_URL when imported, so export the embedded URL before Django loads.
-                os.environ["REDIS_URL"] = f"redis://127.0.0.1:{self.config.redis_port}/0"
+                os.environ["REDIS_URL"] = self.embedded_redis().url
             os.environ["SIGNALBOX_DATA_DIR"] = str(self.config.data_dir)
             self.setup_django()
             self.check_database()

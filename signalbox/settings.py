@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import urllib.parse
 from pathlib import Path
 
 import dj_database_url
@@ -271,9 +272,23 @@ SIGNALBOX_UNAVAILABLE_RETRY_AFTER = int(os.environ.get("SIGNALBOX_UNAVAILABLE_RE
 # Largest request body (a batch of messages); larger requests get 413.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SIGNALBOX_MAX_REQUEST_BYTES") or 16 * 1024 * 1024)
 
+
+
+def celery_redis_url(url: str) -> str:
+    """REDIS_URL as Celery takes it: redis-py's unix://PATH?db=N (the embedded server's socket,
+    signalbox/embedded_redis.py) is Celery's redis+socket://PATH?virtual_host=N; other URLs are the same."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "unix":
+        return url
+    query = urllib.parse.parse_qs(parts.query)
+    db = query.pop("db", ["0"])[0]
+    rest = urllib.parse.urlencode({**{k: v[0] for k, v in query.items()}, "virtual_host": db})
+    return f"redis+socket://{parts.netloc}{parts.path}?{rest}"  # (netloc: empty, or 'user:password@')
+
+
 # Celery (the app reads every CELERY_* name). Broker and results live in the same Redis by default.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL
-CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or REDIS_URL
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or celery_redis_url(REDIS_URL)
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or celery_redis_url(REDIS_URL)
 CELERY_RESULT_EXPIRES = 3600
 # Several deployments (or test sessions) can share one Redis by using different queues.
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("SIGNALBOX_CELERY_QUEUE") or "signalbox"

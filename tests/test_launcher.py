@@ -148,6 +148,14 @@ def test_run_with_embedded_redis_serves_then_stops_every_child_on_ctrl_c(tmp_pat
         client = redis.Redis(port=redis_port)
         try:
             assert client.get(key) == b"durable"
+            # Every child talks to the embedded server over its unix socket in the data folder (only this
+            # test's own connection came in through the port).
+            socket_path = str(data_dir.resolve() / "redis.sock")
+            children = [c for c in client.client_list() if c["id"] != str(client.client_id())]
+            assert children, "no child is connected to the embedded Redis"
+            assert all(c["laddr"].startswith(socket_path) for c in children), \
+                [(c["name"], c["addr"]) for c in children]
+            assert f"embedded Redis at unix://{socket_path}?db=0" in again.output()
         finally:
             client.close()
         assert again.ctrl_c() == 0, again.output()
@@ -352,6 +360,27 @@ def test_the_configuration_file_applies_policies_memory_limits_and_virtual_desti
     broker.send("fanout", Message(body="x"))
     assert broker.stats("a").queue_size == 1 and broker.stats("b").queue_size == 1
     assert redis_client.exists(keys.virtual_config_key(namespace))
+
+
+def test_the_embedded_server_listens_on_a_socket_in_its_data_folder_unless_the_path_is_too_long(
+        tmp_path: Path):
+    from signalbox import embedded_redis
+
+    short = embedded_redis.EmbeddedRedis(tmp_path / "d", port=6390)
+    assert short.url == f"unix://{tmp_path.resolve() / 'd' / 'redis.sock'}?db=0"
+    assert f'unixsocket "{short.socket_path}"' in short.config_text()
+    deep = tmp_path / ("x" * 120)  # a socket's name holds at most 107 bytes: the port alone then
+    port = free_port()
+    long = embedded_redis.EmbeddedRedis(deep, port=port, appendonly=False)
+    assert long.socket_path is None and long.url == f"redis://127.0.0.1:{port}/0"
+    assert "unixsocket" not in long.config_text()
+    long.start()  # (and it runs, on its port: the launcher's children get that URL)
+    try:
+        client = redis.Redis.from_url(long.url)
+        assert client.ping()
+        client.close()
+    finally:
+        long.stop()
 
 
 def test_the_embedded_server_is_an_installed_redis_7_else_valkeylites(tmp_path: Path, monkeypatch):

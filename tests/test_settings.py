@@ -64,6 +64,16 @@ def test_external_redis_and_postgresql_come_from_the_environment(tmp_path):
     }
 
 
+def test_a_unix_socket_url_is_celerys_redis_socket_url(tmp_path):
+    """The launcher gives its children the embedded server's unix socket (signalbox/embedded_redis.py);
+    redis-py and Channels take its unix:// URL, Celery takes the same place as redis+socket://."""
+    loaded = load_settings(tmp_path, REDIS_URL="unix:///var/sb/redis.sock?db=2")
+
+    assert loaded["redis_url"] == "unix:///var/sb/redis.sock?db=2"
+    assert loaded["channel_hosts"] == [loaded["redis_url"]]
+    assert loaded["broker"] == loaded["results"] == "redis+socket:///var/sb/redis.sock?virtual_host=2"
+
+
 def test_the_secret_key_is_generated_once_and_kept(tmp_path):
     load_settings(tmp_path)
     first = (tmp_path / "secret_key").read_text()
