@@ -37,7 +37,9 @@ end
 -- a topic's message is stored once for all its subscriptions, with a reference count in
 -- <topic>:refs; it is deleted (and its memory released, on the topic's meta) when the last
 -- subscription is done with it.
-function lifecycle.drop_messages(ids)
+-- With `charge_only` (a queue's messages), the memory is not released here: the bytes are returned for
+-- the caller to write with its own counters (ack_messages).
+function lifecycle.drop_messages(ids, charge_only)
   local bytes = 0
   local fresh, sub, K_MSGS, charge = message.fresh, base.SUB, base.K_MSGS, flow.message_charge  -- (read once)
   for i = 1, #ids do
@@ -51,11 +53,12 @@ function lifecycle.drop_messages(ids)
     end
   end
   if not base.SUB then
-    if bytes > 0 then flow.memory_add(-bytes) end  -- flow.lua
+    if bytes > 0 and not charge_only then flow.memory_add(-bytes) end  -- flow.lua
     base.call_many('HDEL', base.K_MSGS, ids)
   end
   base.call_many('HDEL', base.K_REDELIV, ids)
   base.call_many('SREM', base.K_GFIRST, ids)
+  return bytes
 end
 function lifecycle.drop_message(id) lifecycle.drop_messages({ id }) end
 
@@ -88,9 +91,22 @@ function lifecycle.ack_messages(acks)
   end
   if #all == 0 then return end
   base.call_many('HDEL', base.K_INFLIGHT, all)
-  lifecycle.drop_messages(all)
-  base.meta_incr('dequeued', base.NOW_TEXT.num(#all))
-  base.meta_incr('acked', base.NOW_TEXT.num(#all))  -- (dequeued counts purges and moves too; the rate history wants acks)
+  local num = base.NOW_TEXT.num
+  -- (dequeued counts purges and moves too; the rate history wants acks)
+  if base.SUB then  -- (a topic's message is released on the topic's meta: lifecycle.release_shared)
+    lifecycle.drop_messages(all)
+    base.meta_incr('dequeued', num(#all))
+    base.meta_incr('acked', num(#all))
+  else
+    -- A queue's counters, the memory it holds among them, read with the memory floor in one command and
+    -- written in one (where they were the floor's read and three increments: bench/redis_instructions.py)
+    local meta = redis.call('HMGET', base.K_META, 'memmin', 'mem', 'dequeued', 'acked')
+    flow.floor_read(meta[1])
+    local bytes = lifecycle.drop_messages(all, true)
+    redis.call('HSET', base.K_META, 'mem', num((base.number(meta[2]) or 0) - bytes),
+               'dequeued', num((base.number(meta[3]) or 0) + #all), 'acked', num((base.number(meta[4]) or 0) + #all))
+    if bytes > 0 then flow.usage_add(-bytes) end
+  end
   for a = 1, #acks do
     local c, ids = acks[a][1], acks[a][2]
     local n = #ids
