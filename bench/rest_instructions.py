@@ -24,7 +24,6 @@ import asyncio
 import base64
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -141,9 +140,7 @@ def measure(root: Path, folder: Path, n: int, running: object) -> dict[str, floa
     from redis_instructions import instructions  # callgrind's counters since the last zeroing
 
     target = versus.start_signalbox(folder, versus.server_binary("redis"), "everysec", running, root=root)
-    log = (folder / "run.log").read_text()
-    redis_url = re.search(r"embedded Redis at (redis://127.0.0.1:\d+)", log).group(1)
-    env = dict(os.environ, SIGNALBOX_DATA_DIR=str(folder), REDIS_URL=redis_url + "/0",
+    env = dict(os.environ, SIGNALBOX_DATA_DIR=str(folder), REDIS_URL=f"redis://127.0.0.1:{target.redis_port}/0",
                DJANGO_SETTINGS_MODULE="signalbox.settings", BENCH_N=str(n), BENCH_PASSWORD=target.passcode,
                BENCH_TOKEN=target.rest_native,
                # Python runs ~50x slower here: remembered credentials must outlive a case (the default 30 s

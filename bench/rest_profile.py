@@ -222,8 +222,7 @@ def main() -> None:
             target = versus.start_signalbox(folder / str(i), binary, "everysec", running, root=root)
             port = target.http_url.rsplit(":", 1)[1]
             web = pid_of(f"uvicorn signalbox.asgi:application --host 127.0.0.1 --port {port}")
-            log = (folder / str(i) / "run.log").read_text()
-            redis_port = int(re.search(r"embedded Redis at redis://127.0.0.1:(\d+)", log).group(1))
+            redis_port = target.redis_port
             redis = pid_of(f"redis-server 127.0.0.1:{redis_port}")
             targets.append((root.name, target, web, redis, redis_port))
         for name, target, _, _, redis_port in targets:

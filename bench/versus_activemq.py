@@ -467,11 +467,11 @@ def server_label(binary: str) -> str:
 
 def start_signalbox(folder: Path, binary: str, fsync: str, running: Running, root: Path = ROOT) -> Target:
     folder.mkdir(parents=True)
-    port, stomp = free_port(), free_port()
+    port, stomp, redis_port = free_port(), free_port(), free_port()
     password = secrets.token_urlsafe(12)
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
     env.update(SIGNALBOX_DATA_DIR=str(folder), SIGNALBOX_PORT=str(port), SIGNALBOX_STOMP_PORT=str(stomp),
-               SIGNALBOX_REDIS_PORT=str(free_port()), SIGNALBOX_ADMIN_PASSWORD=password,
+               SIGNALBOX_REDIS_PORT=str(redis_port), SIGNALBOX_ADMIN_PASSWORD=password,
                SIGNALBOX_REDIS_APPENDFSYNC=fsync, SIGNALBOX_REDIS_SERVER=binary,
                SIGNALBOX_CELERY_QUEUE=f"bench-{uuid.uuid4().hex[:6]}")
     process = subprocess.Popen([sys.executable, "-m", "signalbox.launcher", "run"], cwd=root, env=env,
@@ -490,7 +490,7 @@ def start_signalbox(folder: Path, binary: str, fsync: str, running: Running, roo
     return Target(f"Signalbox{checkout}, {server}, AOF {fsync}", stomp, "admin", password,
                   ws_url=f"ws://127.0.0.1:{port}/stomp", http_url=f"http://127.0.0.1:{port}",
                   rest_native=json.loads(data)["token"], signalbox=True,
-                  facts={"server": server, "binary": binary, "fsync": fsync})
+                  facts={"server": server, "binary": binary, "fsync": fsync}, redis_port=redis_port)
 
 
 def stop_process(process: subprocess.Popen, sig: signal.Signals) -> None:

@@ -30,6 +30,7 @@ class Target:
     rest_native: str | None = None
     signalbox: bool = False
     facts: dict[str, str] = field(default_factory=dict)
+    redis_port: int | None = None  # Signalbox's embedded server's port (its children use its unix socket)
 
 
 Frame = tuple[str, dict[str, str], bytes]
