@@ -10,6 +10,8 @@ with a gateway process and a store process (Signalbox's) costs at the least befo
   answers when Redis has: two hops, client -> gateway -> store and back, with no work in either: the
   least a SEND -> RECEIPT (one store call) or a ping-pong costs in Signalbox's design.
 - `round_trips(RedisLine(port), n)`: a Redis PING and an EVALSHA of `return 1` over a plain socket.
+- `floors` measures the Redis PING and the relay over loopback TCP and over a unix socket, the way `run`'s
+  processes reach the embedded server (signalbox/embedded_redis.py).
 
 Usage: python bench/floor.py [--n 5000] [--server redis|valkey|PATH]
 """
@@ -17,10 +19,13 @@ Usage: python bench/floor.py [--n 5000] [--server redis|valkey|PATH]
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,9 +39,14 @@ from scratch_redis import scratch_redis  # noqa: E402
 class RedisLine:
     """A plain socket to Redis speaking RESP: the client side costs as little as Python's can."""
 
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, where: int | str) -> None:
+        """`where`: a loopback port, or a unix socket's path."""
+        if isinstance(where, str):
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.connect(where)
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", where))
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.file = self.sock.makefile("rb")
 
     def call(self, *args: str) -> bytes:
@@ -85,8 +95,11 @@ async def echo(reader, writer):
         writer.write(data)
 async def relay(reader, writer):
     nodelay(writer)
-    store_reader, store = await asyncio.open_connection("127.0.0.1", int(sys.argv[2]))
-    nodelay(store)
+    if sys.argv[2].startswith("/"):  # a unix socket's path
+        store_reader, store = await asyncio.open_unix_connection(sys.argv[2])
+    else:
+        store_reader, store = await asyncio.open_connection("127.0.0.1", int(sys.argv[2]))
+        nodelay(store)
     while data := await reader.read(65536):
         store.write(b"*1\\r\\n$4\\r\\nPING\\r\\n")
         await store_reader.readline()
@@ -111,10 +124,10 @@ else:
 """
 
 
-def echo_round_trip(n: int, kind: str, redis_port: int | None = None) -> float:
+def echo_round_trip(n: int, kind: str, redis: int | str | None = None) -> float:
     """p50 microseconds of a 300-byte request -> reply through a server process of `kind` (module
-    docstring)."""
-    args = [kind] + ([str(redis_port)] if kind == "relay" else [])
+    docstring); the relay reaches Redis at `redis`, a port or a unix socket's path."""
+    args = [kind] + ([str(redis)] if kind == "relay" else [])
     server = subprocess.Popen([sys.executable, "-c", SERVER, *args], stdout=subprocess.PIPE)
     try:
         port = int(server.stdout.readline())
@@ -138,16 +151,25 @@ def echo_round_trip(n: int, kind: str, redis_port: int | None = None) -> float:
 
 def floors(n: int, binary: str) -> dict[str, float]:
     """Every floor above, p50 microseconds, against a Redis of its own (`binary`, nothing persisted)."""
-    with scratch_redis(binary) as port:
-        line = RedisLine(port)
-        round_trips(line, min(n, 1000))  # warm-up
-        out = {"one hop, blocking-socket echo": echo_round_trip(n, "blocking"),
-               "one hop, uvloop echo": echo_round_trip(n, "uvloop"),
-               "one hop, asyncio echo": echo_round_trip(n, "asyncio"),
-               **round_trips(line, n),
-               "two hops, uvloop relay + Redis PING": echo_round_trip(n, "relay", port)}
-        line.sock.close()
-        return out
+    folder = tempfile.mkdtemp()
+    path = os.path.join(folder, "redis.sock")
+    try:
+        with scratch_redis(binary, unix_socket=path) as port:
+            line, unix_line = RedisLine(port), RedisLine(path)
+            round_trips(line, min(n, 1000))  # warm-up
+            round_trips(unix_line, min(n, 1000))
+            out = {"one hop, blocking-socket echo": echo_round_trip(n, "blocking"),
+                   "one hop, uvloop echo": echo_round_trip(n, "uvloop"),
+                   "one hop, asyncio echo": echo_round_trip(n, "asyncio"),
+                   **round_trips(line, n),
+                   **{f"{name}, unix socket": value for name, value in round_trips(unix_line, n).items()},
+                   "two hops, uvloop relay + Redis PING": echo_round_trip(n, "relay", port),
+                   "two hops, uvloop relay + Redis PING, unix socket": echo_round_trip(n, "relay", path)}
+            line.sock.close()
+            unix_line.sock.close()
+            return out
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def main() -> None:

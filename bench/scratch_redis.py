@@ -18,11 +18,13 @@ from signalbox.embedded_redis import free_port  # noqa: E402
 
 
 @contextlib.contextmanager
-def scratch_redis(binary: str | None = None) -> Iterator[int]:
-    """Start `binary` (default: `redis-server` on PATH) and yield its port once it accepts connections."""
+def scratch_redis(binary: str | None = None, unix_socket: str | None = None) -> Iterator[int]:
+    """Start `binary` (default: `redis-server` on PATH), also on `unix_socket` if given, and yield its port
+    once it accepts connections."""
     port = free_port()
     server = subprocess.Popen([binary or shutil.which("redis-server") or "redis-server", "--port", str(port),
-                               "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                               "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                               *(["--unixsocket", unix_socket] if unix_socket else [])],
                               stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30

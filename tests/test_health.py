@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 
 import pytest
-import redis
 from celery import Celery
 
 from signalbox import health, tasks
 from signalbox.embedded_redis import free_port
 from signalbox.settings import celery_redis_url
+from tests.helpers.redis_urls import with_database
 
 pytestmark = pytest.mark.django_db
 
@@ -86,11 +86,7 @@ def test_unreachable_redis_makes_it_503_and_names_redis(client, settings, celery
 
 def test_no_worker_answering_makes_it_503(client, settings, monkeypatch, redis_url):
     # A Celery app on another database of the same Redis: its broadcast ping reaches no worker.
-    # (the session's server is on a unix socket or a port: its URL with database 15, as Celery takes it)
-    kwargs = redis.Redis.from_url(redis_url).connection_pool.connection_kwargs
-    where = (f"unix://{kwargs['path']}?db=15" if kwargs.get("path")
-             else f"redis://{kwargs['host']}:{kwargs['port']}/15")
-    lonely_app = Celery("lonely", broker=celery_redis_url(where))
+    lonely_app = Celery("lonely", broker=celery_redis_url(with_database(redis_url, 15)))
     monkeypatch.setattr(health, "celery_app", lonely_app)
     settings.HEALTH_CHECK_TIMEOUT = 0.3
 

@@ -18,6 +18,7 @@ from broker_core.broker import Broker
 from broker_core.drivers.direct import DirectConnections
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
+from tests.helpers.redis_urls import with_database
 
 
 @pytest.fixture
@@ -96,7 +97,7 @@ def test_a_reply_later_than_the_socket_timeout_drops_the_connection(redis_url, n
 
 
 def test_the_database_of_the_url_is_selected(redis_url, namespace, redis_client):
-    other = redis_url.rsplit("/", 1)[0] + "/3"
+    other = with_database(redis_url, 3)
     link = DirectConnections.for_client(redis.Redis.from_url(other))
     try:
         link.call("SET", f"{namespace}:db", "3")

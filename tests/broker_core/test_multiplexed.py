@@ -17,6 +17,7 @@ from broker_core.drivers.multiplexed import MultiplexedConnection
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
 from broker_core.resp import pack
+from tests.helpers.redis_urls import with_database
 
 
 @pytest.fixture
@@ -100,7 +101,7 @@ async def test_a_reply_later_than_the_socket_timeout_drops_the_connection(redis_
 
 
 async def test_the_database_of_the_url_is_selected(redis_url, namespace, redis_client):
-    other = redis_url.rsplit("/", 1)[0] + "/3"
+    other = with_database(redis_url, 3)
     client = redis.asyncio.Redis.from_url(other)
     link = MultiplexedConnection.for_client(client)
     try:
