@@ -13,9 +13,9 @@ AOF files go.
 
 The server listens on a unix socket in its data folder as well as on its loopback port, and its URL (what
 the launcher gives every child in REDIS_URL) names the socket: on this project's 2-core VMs a PING round
-trip took 80 us over a unix socket against 120 us over loopback TCP, and a delivery makes several
-(docs/benchmarks.md, "Session 16"). The port stays for operators' tools and for a folder whose path is too
-long for a socket's name (UNIX_PATH_MAX).
+trip took 99-113 us at the median over a unix socket against 120-153 us over loopback TCP, and a delivery
+makes one or two (docs/benchmarks.md, "Session 16"). The port stays for operators' tools and for a folder
+whose path is too long for a socket's name (SOCKET_PATH_MOST).
 """
 
 from __future__ import annotations

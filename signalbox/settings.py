@@ -273,7 +273,6 @@ SIGNALBOX_UNAVAILABLE_RETRY_AFTER = int(os.environ.get("SIGNALBOX_UNAVAILABLE_RE
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SIGNALBOX_MAX_REQUEST_BYTES") or 16 * 1024 * 1024)
 
 
-
 def celery_redis_url(url: str) -> str:
     """REDIS_URL as Celery takes it: redis-py's unix://PATH?db=N (the embedded server's socket,
     signalbox/embedded_redis.py) is Celery's redis+socket://PATH?virtual_host=N; other URLs are the same."""
