@@ -5,10 +5,11 @@ Usage: python bench/stomp_latency.py [--n 2000] [--cases tcp-pingpong,tcp-receip
            [--py-spy /path/to/py-spy] [--profile-dir DIR]
 
 Starts `./signalbox.sh run`'s launcher on free loopback ports with an installed Redis 7 (AOF, --fsync), then:
-- the floor: a Redis PING and an EVALSHA of `return 1` over a plain socket to that server (one round trip
-  each), and a TCP echo served by a Python asyncio server in a process of its own (the least one
-  request -> reply through an event loop costs here; on asyncio's loop and on uvloop), and by a blocking
-  socket loop (no event loop), all with the client the cases use (blocking sockets);
+- the floor: a Redis PING and an EVALSHA of `return 1` over that server's unix socket, the way the
+  gateway reaches it (one round trip each), and a TCP echo served by a Python asyncio server in a
+  process of its own (the least one request -> reply through an event loop costs here; on asyncio's
+  loop and on uvloop), and by a blocking socket loop (no event loop), all with the client the cases use
+  (blocking sockets);
 - per case: the p50 and the rate, the Redis commands it ran per message and Redis's own time per call
   (INFO commandstats, reset before the case), and the CPU the gateway process and Redis spent per message
   (from /proc);
@@ -98,6 +99,7 @@ class Signalbox:
     def __init__(self, folder: Path, binary: str, fsync: str, root: Path = ROOT) -> None:
         folder.mkdir(parents=True)
         port, stomp, self.redis_port = free_port(), free_port(), free_port()
+        self.redis_socket = str(folder / "redis.sock")  # (signalbox/embedded_redis.py: run's children use it)
         password = secrets.token_urlsafe(12)
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
         env.update(SIGNALBOX_DATA_DIR=str(folder), SIGNALBOX_PORT=str(port), SIGNALBOX_STOMP_PORT=str(stomp),
@@ -267,14 +269,14 @@ def main() -> None:
         try:
             print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
                   f"{os.cpu_count()} cores; processes {box.pids}")
-            line = RedisLine(box.redis_port)
+            line = RedisLine(box.redis_socket)
             round_trips(line, 2000)  # warm-up
             floor = round_trips(line, 5000)
             floor["asyncio echo (default loop), p50"] = echo_round_trip(5000, "asyncio")
             floor["asyncio echo (uvloop), p50"] = echo_round_trip(5000, "uvloop")
             floor["blocking-socket echo (no event loop), p50"] = echo_round_trip(5000, "blocking")
             floor["uvloop relay + Redis PING (two hops), p50"] = echo_round_trip(5000, "relay",
-                                                                                 box.redis_port)
+                                                                                 box.redis_socket)
             for name, value in floor.items():
                 print(f"floor: {name}: {value:.0f} us")
             for case in cases:

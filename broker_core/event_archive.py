@@ -46,7 +46,6 @@ def trim(broker: Broker, dest: Destination, min_id: str) -> int:
             return gone
 
 
-
 def server_time_ms(broker: Broker) -> int:
     """Redis's clock (TIME), in milliseconds: the clock of the stream ids."""
     seconds, micros = broker.redis.time()
