@@ -4,11 +4,13 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from console import views, views_analytics, views_node
+from console.forms import LoginForm
 
 app_name = "console"
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="console/login.html",
+                                                authentication_form=LoginForm,
                                                 redirect_authenticated_user=True,
                                                 next_page="console:overview"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(next_page="console:login"), name="logout"),

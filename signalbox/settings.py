@@ -228,6 +228,14 @@ SIGNALBOX_API_RATE_LIMIT = int(os.environ.get("SIGNALBOX_API_RATE_LIMIT") or 0)
 # How long a process trusts a verified token or Basic login, and its snapshot of the permission rules.
 SIGNALBOX_AUTH_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_AUTH_CACHE_SECONDS") or 30.0)
 SIGNALBOX_AUTH_CACHE_ENTRIES = int(os.environ.get("SIGNALBOX_AUTH_CACHE_ENTRIES") or 10_000)
+# What a wrong password may cost (gateway/logins.py): failed password logins per client address within
+# the window before that address is refused for a while; password checks at once per process, and how
+# many more may wait.
+SIGNALBOX_LOGIN_FAILURES = int(os.environ.get("SIGNALBOX_LOGIN_FAILURES") or 10)
+SIGNALBOX_LOGIN_FAILURE_SECONDS = float(os.environ.get("SIGNALBOX_LOGIN_FAILURE_SECONDS") or 60.0)
+SIGNALBOX_LOGIN_CONCURRENCY = int(os.environ.get("SIGNALBOX_LOGIN_CONCURRENCY") or 1)
+SIGNALBOX_LOGIN_QUEUE = int(os.environ.get("SIGNALBOX_LOGIN_QUEUE") or 16)
+AUTHENTICATION_BACKENDS = ["gateway.login_backend.GuardedModelBackend"]
 # How soon a process forgets remembered credentials after another process changed a user or token.
 SIGNALBOX_AUTH_CHANGES_SECONDS = float(os.environ.get("SIGNALBOX_AUTH_CHANGES_SECONDS") or 1.0)
 SIGNALBOX_PERMISSION_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_PERMISSION_CACHE_SECONDS") or 1.0)

@@ -93,3 +93,14 @@ async def channel_layer_cleanup():
 
     yield
     await close_channel_layer_pools()
+
+
+@pytest.fixture(autouse=True)
+def _login_failures_forgotten() -> Iterator[None]:
+    """Every test logs in from 127.0.0.1: one test's wrong passwords must not count against the next's
+    (gateway/logins.py follows failed logins per client address, per process)."""
+    from gateway.logins import guard
+
+    guard.forget()
+    yield
+    guard.forget()

@@ -19,6 +19,7 @@ from rest_framework.response import Response
 
 from broker_core import errors as broker_errors
 from gateway import unavailable
+from gateway.logins import LoginRefused
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,10 @@ def describe(exc: BaseException) -> tuple[int, dict[str, Any], dict[str, str]] |
     if isinstance(exc, DjangoPermissionDenied):
         return 403, problem(403, "permission_denied", "Permission denied",
                             str(exc) or "you may not do this"), headers
+    if isinstance(exc, LoginRefused):  # (HTTP Basic or POST /api/v1/auth/token; gateway/logins.py)
+        headers["Retry-After"] = str(round(exc.retry_after))
+        return 429, problem(429, "login_refused", "Login refused", exc.message,
+                            retry_after=exc.retry_after), headers
     if isinstance(exc, exceptions.Throttled):
         wait = exc.wait or 1
         headers["Retry-After"] = str(max(1, round(wait)))

@@ -65,7 +65,9 @@ _COMMON_PROBLEMS = {
     "409": "Conflict: `idempotency_in_progress` (a request with this Idempotency-Key still runs)",
     "422": "Unprocessable: `idempotency_key_reused` (this Idempotency-Key came with another request)",
     "410": "Gone: `consumer_aborted` (a slow-consumer strategy or an operator aborted the consumer)",
-    "429": "Rate limited: `rate_limited` (Retry-After; SIGNALBOX_API_RATE_LIMIT)",
+    "429": "Rate limited: `rate_limited` (Retry-After; SIGNALBOX_API_RATE_LIMIT); `login_refused` (a "
+           "password login, HTTP Basic or the token endpoint, refused unchecked: SIGNALBOX_LOGIN_FAILURES, "
+           "SIGNALBOX_LOGIN_QUEUE)",
     "503": "Unavailable for now: `flow_control`, `resource_limit`, `destination_full`, or Redis "
            "unreachable (Retry-After)",
 }

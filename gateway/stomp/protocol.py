@@ -30,6 +30,7 @@ from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, new_message_id
 from broker_core.model import Consumer
 from gateway import metrics
+from gateway.logins import LoginRefused
 from gateway.stomp import advisory_replay
 from gateway.stomp.frames import (
     CLIENT_COMMANDS,
@@ -464,7 +465,11 @@ class StompSession(LinkedSession):
         beat = negotiate_heart_beat(frame.get("heart-beat") if version != "1.0" else None,
                                     self.settings.heartbeat_min_ms)
         login, passcode = frame.get("login"), frame.get("passcode")
-        user = await auth.authenticate(login, passcode, self.session_user)
+        try:
+            user = await auth.authenticate(login, passcode, self.session_user, self.client_host)
+        except LoginRefused as exc:
+            raise StompError(exc.message, "no password was checked; wait, then connect again",
+                             (("retry-after", f"{exc.retry_after:.0f}"),)) from None
         if user is None:
             raise StompError(f"User name [{login or ''}] or password is invalid.",
                              "CONNECT needs login and passcode: a user name and password, or an API token as "

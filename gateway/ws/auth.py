@@ -17,23 +17,25 @@ from gateway import permissions
 from gateway.credentials import socket_login, verified
 
 
-def _check_credentials(login: str | None, passcode: str | None) -> Any:
+def _check_credentials(login: str | None, passcode: str | None, address: str) -> Any:
     from django.contrib.auth import authenticate
     from rest_framework.authtoken.models import Token
 
-    if login and passcode:
-        user = authenticate(username=login, password=passcode)
-        if user is not None:
-            return user
+    # The token first: it needs no password hasher, so a client that logs in with its login and a token
+    # costs no hash and no failure (gateway/logins.py counts failed password logins per address).
     if passcode:
         token = Token.objects.select_related("user").filter(key=passcode).first()
         if token is not None and token.user.is_active and (not login or token.user.get_username() == login):
             return token.user
+    if login and passcode:
+        return authenticate(username=login, password=passcode, address=address)
     return None
 
 
-async def authenticate(login: str | None, passcode: str | None, session_user: Any = None) -> Any:
-    """The authenticated user, or None. No credentials at all: the session's user if logged in."""
+async def authenticate(login: str | None, passcode: str | None, session_user: Any = None,
+                       address: str = "unknown") -> Any:
+    """The authenticated user, or None. No credentials at all: the session's user if logged in. A password
+    login from `address` (the client's host) may be refused first: LoginRefused (gateway/logins.py)."""
     if not login and not passcode:
         if session_user is not None and getattr(session_user, "is_authenticated", False):
             return session_user
@@ -43,7 +45,9 @@ async def authenticate(login: str | None, passcode: str | None, session_user: An
     hit = verified.lookup(presented)
     if hit is not None:
         return hit[0]
-    user = await database_sync_to_async(_check_credentials)(login, passcode)
+    # In a thread of the pool, not the process's one thread for synchronous work: a login waiting for the
+    # hasher holds up no other connection's database work.
+    user = await database_sync_to_async(_check_credentials, thread_sensitive=False)(login, passcode, address)
     if user is not None:
         verified.put(presented, user, None)
     return user

@@ -24,6 +24,7 @@ from gateway import unavailable as store
 from gateway.api import json_input
 from gateway.api.codec import parse_envelope, render_delivery
 from gateway.api.errors import Problem
+from gateway.logins import LoginRefused
 from gateway.ws import auth
 from gateway.ws.link import LinkError, SlowClient, Subscription
 from gateway.ws.session import LinkedSession
@@ -185,7 +186,11 @@ class JsonSession(LinkedSession):
             raise RequestError("already_connected", "this connection is already authenticated")
         login = _field(request, "login", str)
         passcode = _field(request, "passcode", str) or _field(request, "token", str)
-        user = await auth.authenticate(login, passcode, self.session_user)
+        try:
+            user = await auth.authenticate(login, passcode, self.session_user, self.client_host)
+        except LoginRefused as exc:
+            await self.error("login_refused", exc.message, request.get("id"), fatal=True)
+            return {}
         if user is None:
             await self.error("authentication_failed", f"User name [{login or ''}] or password is invalid.",
                              request.get("id"), fatal=True)

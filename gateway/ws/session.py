@@ -45,6 +45,13 @@ class LinkedSession:
         self._advised = False  # a ConnectionInfo advisory went out, so a RemoveInfo is owed at the end
         self.record: Any = None  # the connection registry's record (gateway/connections.py), once connected
 
+    @property
+    def client_host(self) -> str:
+        """The client's host alone (`remote_address` without scheme and port): whose failed logins count
+        together (gateway/logins.py)."""
+        where = self.remote_address.partition("://")[2] or self.remote_address
+        return where.rpartition(":")[0] or where or "unknown"
+
     def open_buffer(self, coalesce: bool) -> None:
         self.buffer = SendBuffer(self.transport.write, self.link_settings.send_buffer_bytes,
                                  self.link_settings.slow_client_seconds, coalesce=coalesce,

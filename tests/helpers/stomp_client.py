@@ -179,11 +179,13 @@ class RawStomp:
 
 class RawTcp:
     """A hand-driven STOMP 1.2 connection over a plain (or TLS) socket: exact bytes, split anywhere.
-    Heart-beats are read and dropped; `timeout` is how long `expect` waits by default."""
+    Heart-beats are read and dropped; `timeout` is how long `expect` waits by default; `source` another
+    loopback address to connect from (another client host, as the server sees it)."""
 
     def __init__(self, port: int, tls: ssl.SSLContext | None = None, *, login: str = "alice",
-                 passcode: str = "secret", timeout: float = 5) -> None:
-        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                 passcode: str = "secret", timeout: float = 5, source: str | None = None) -> None:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5,
+                                        source_address=(source, 0) if source else None)
         self.sock = tls.wrap_socket(sock, server_hostname="localhost") if tls else sock
         self.parser = FrameParser("1.2")
         self.pending: list[Frame] = []

@@ -1,0 +1,159 @@
+"""What a password login may cost: the one guard in front of Django's password hasher.
+
+Every login by password goes through Django's authenticate() and so through `GuardedModelBackend`
+(gateway/login_backend.py, settings.AUTHENTICATION_BACKENDS): STOMP CONNECT over TCP and WebSocket,
+the JSON protocol's `connect`, HTTP Basic on the REST API, POST /api/v1/auth/token and the console's
+login form. The hasher (PBKDF2, 1,000,000 iterations) costs about half a second of a core per check, on
+purpose; only successes are remembered (gateway/credentials.py), so without this guard every wrong
+password costs that again, and a client repeating wrong passwords, or many clients at once, would spend
+the broker's cores on them and make everyone else's logins wait (docs/api.md, "Failed logins"). The
+guard bounds it, per process:
+- **failures per address**: after `SIGNALBOX_LOGIN_FAILURES` (10) failed password logins from one client
+  address within `SIGNALBOX_LOGIN_FAILURE_SECONDS` (60), that address's password logins are refused at
+  once, without the hasher, until the oldest of them is that old; a success clears the address. At most
+  `ADDRESSES` addresses are followed (the least recently failed go first);
+- **checks at once**: at most `SIGNALBOX_LOGIN_CONCURRENCY` (1) checks run at a time; logins from
+  addresses with no failure within the window go before those from addresses with some, and at most
+  `SIGNALBOX_LOGIN_QUEUE` (16) of each kind wait for their turn; a login beyond that is refused at once.
+  So clients spreading wrong passwords over many addresses delay a good client's login by one check
+  at most, once each of their addresses has failed;
+- **one check for the same credentials**: logins presenting exactly the credentials of a check already
+  running (a service account's clients reconnecting together) wait for that check's answer instead of
+  running the hasher again.
+A refusal is `LoginRefused`, whose message names the limit; each adapter answers it in its protocol
+(STOMP ERROR, 429 with Retry-After, the login form's error). API tokens need no hasher and are not
+guarded here.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+
+ADDRESSES = 10_000  # client addresses whose failures are followed, per process
+
+
+class LoginRefused(Exception):
+    """A password login refused before it was checked; `retry_after` seconds until one may succeed."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = max(1.0, retry_after)
+
+
+class _Check:
+    """One running check, which logins presenting the same credentials wait for."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.user: Any = None
+        self.error: BaseException | None = None
+
+
+class LoginGuard:
+    def __init__(self) -> None:
+        self.key = secrets.token_bytes(32)  # for the running checks' keys; this process's, never stored
+        self.lock = threading.Condition()
+        self.failures: collections.OrderedDict[str, collections.deque[float]] = collections.OrderedDict()
+        self.running = 0  # checks running
+        # checks waiting for their turn: those from addresses with no recent failure go first
+        self.waiting = {"clean": 0, "suspect": 0}
+        self.checks: dict[bytes, _Check] = {}  # running or waiting, by their credentials' key
+
+    @staticmethod
+    def limits() -> tuple[int, float, int, int]:
+        return (int(settings.SIGNALBOX_LOGIN_FAILURES), float(settings.SIGNALBOX_LOGIN_FAILURE_SECONDS),
+                max(1, int(settings.SIGNALBOX_LOGIN_CONCURRENCY)),
+                max(0, int(settings.SIGNALBOX_LOGIN_QUEUE)))
+
+    def check(self, address: str, credentials: bytes, verify: Callable[[], Any]) -> Any:
+        """`verify()` (a password check: the user, or None) for a login from `address` presenting
+        `credentials`, within the limits; raises LoginRefused instead when one refuses it."""
+        failures, window, concurrency, queue = self.limits()
+        key = hashlib.blake2b(credentials, key=self.key, digest_size=32).digest()
+        with self.lock:
+            kind = "suspect" if self._admit(address, failures, window) else "clean"
+            shared = self.checks.get(key)
+            if shared is None:
+                if self.running >= concurrency and self.waiting[kind] >= queue:
+                    waiting = sum(self.waiting.values())
+                    raise LoginRefused(f"Too many logins at once: {self.running} being checked and {waiting} "
+                                       "waiting; try again in a moment (SIGNALBOX_LOGIN_QUEUE)", 1.0)
+                own = self.checks[key] = _Check()
+                self.waiting[kind] += 1
+                while self.running >= concurrency or (kind == "suspect" and self.waiting["clean"]):
+                    self.lock.wait()
+                self.waiting[kind] -= 1
+                self.running += 1
+        if shared is not None:
+            shared.done.wait()
+            if shared.error is not None:
+                raise shared.error
+            user = shared.user
+        else:
+            try:
+                own.user = user = verify()
+            except BaseException as exc:
+                own.error = exc
+                raise
+            finally:
+                with self.lock:
+                    self.running -= 1
+                    del self.checks[key]
+                    self.lock.notify_all()  # (a suspect woken first waits on for a clean one)
+                own.done.set()
+        with self.lock:
+            self._record(address, user is not None, failures)
+        return user
+
+    def _admit(self, address: str, failures: int, window: float) -> bool:
+        """Refuse an address past its failures; else whether it failed within the window at all."""
+        recent = self.failures.get(address)
+        if recent is None or failures <= 0:
+            return False
+        now = time.monotonic()
+        while recent and recent[0] <= now - window:
+            recent.popleft()
+        if len(recent) >= failures:
+            raise LoginRefused(
+                f"Too many failed logins from {address}: {len(recent)} in {window:g} s; try again in "
+                f"{recent[0] + window - now:.0f} s (SIGNALBOX_LOGIN_FAILURES)", recent[0] + window - now)
+        return bool(recent)
+
+    def _record(self, address: str, succeeded: bool, failures: int) -> None:
+        if succeeded:
+            self.failures.pop(address, None)
+            return
+        if failures <= 0:
+            return
+        recent = self.failures.get(address)
+        if recent is None:
+            recent = self.failures[address] = collections.deque(maxlen=failures)
+            while len(self.failures) > ADDRESSES:
+                self.failures.popitem(last=False)
+        else:
+            self.failures.move_to_end(address)
+        recent.append(time.monotonic())
+
+    def forget(self) -> None:
+        """Every address's failures (tests; an operator restarts the process)."""
+        with self.lock:
+            self.failures.clear()
+
+
+guard = LoginGuard()
+
+
+def client_address(request: Any) -> str:
+    """The address a login came from: the request's REMOTE_ADDR (uvicorn's client, or the trusted
+    proxy's X-Forwarded-For); "unknown" when there is none."""
+    meta = getattr(request, "META", None) or {}
+    return str(meta.get("REMOTE_ADDR") or "unknown")
