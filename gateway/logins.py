@@ -19,7 +19,11 @@ guard bounds it, per process:
   at most, once each of their addresses has failed;
 - **one check for the same credentials**: logins presenting exactly the credentials of a check already
   running (a service account's clients reconnecting together) wait for that check's answer instead of
-  running the hasher again.
+  running the hasher again;
+- **failures answered late**: a failed or refused login over a socket, by HTTP Basic or at the token
+  endpoint is answered after `SIGNALBOX_LOGIN_FAILURE_DELAY` (1 s; `failure_pause`, which costs no CPU),
+  as login programs do: a client that guesses one password after another gets one answer a second per
+  connection, and a refusal costing nothing no longer invites a flood of them.
 A refusal is `LoginRefused`, whose message names the limit; each adapter answers it in its protocol
 (STOMP ERROR, 429 with Retry-After, the login form's error). API tokens need no hasher and are not
 guarded here.
@@ -27,6 +31,7 @@ guarded here.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import hashlib
 import secrets
@@ -150,6 +155,11 @@ class LoginGuard:
 
 
 guard = LoginGuard()
+
+
+async def failure_pause() -> None:
+    """Wait before answering a failed or refused login (see above)."""
+    await asyncio.sleep(max(0.0, float(settings.SIGNALBOX_LOGIN_FAILURE_DELAY)))
 
 
 def client_address(request: Any) -> str:

@@ -230,11 +230,12 @@ SIGNALBOX_AUTH_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_AUTH_CACHE_SECOND
 SIGNALBOX_AUTH_CACHE_ENTRIES = int(os.environ.get("SIGNALBOX_AUTH_CACHE_ENTRIES") or 10_000)
 # What a wrong password may cost (gateway/logins.py): failed password logins per client address within
 # the window before that address is refused for a while; password checks at once per process, and how
-# many more may wait.
+# many more may wait; how long a failed or refused login waits for its answer.
 SIGNALBOX_LOGIN_FAILURES = int(os.environ.get("SIGNALBOX_LOGIN_FAILURES") or 10)
 SIGNALBOX_LOGIN_FAILURE_SECONDS = float(os.environ.get("SIGNALBOX_LOGIN_FAILURE_SECONDS") or 60.0)
 SIGNALBOX_LOGIN_CONCURRENCY = int(os.environ.get("SIGNALBOX_LOGIN_CONCURRENCY") or 1)
 SIGNALBOX_LOGIN_QUEUE = int(os.environ.get("SIGNALBOX_LOGIN_QUEUE") or 16)
+SIGNALBOX_LOGIN_FAILURE_DELAY = float(os.environ.get("SIGNALBOX_LOGIN_FAILURE_DELAY") or 1.0)
 AUTHENTICATION_BACKENDS = ["gateway.login_backend.GuardedModelBackend"]
 # How soon a process forgets remembered credentials after another process changed a user or token.
 SIGNALBOX_AUTH_CHANGES_SECONDS = float(os.environ.get("SIGNALBOX_AUTH_CHANGES_SECONDS") or 1.0)

@@ -98,9 +98,13 @@ async def channel_layer_cleanup():
 @pytest.fixture(autouse=True)
 def _login_failures_forgotten() -> Iterator[None]:
     """Every test logs in from 127.0.0.1: one test's wrong passwords must not count against the next's
-    (gateway/logins.py follows failed logins per client address, per process)."""
+    (gateway/logins.py follows failed logins per client address, per process), and a failed login is
+    answered at once unless a test of the pause sets it (tests/gateway_ws/test_login_guard.py)."""
+    from django.test import override_settings
+
     from gateway.logins import guard
 
     guard.forget()
-    yield
+    with override_settings(SIGNALBOX_LOGIN_FAILURE_DELAY=0):
+        yield
     guard.forget()

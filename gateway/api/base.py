@@ -26,11 +26,12 @@ from broker_core.destinations import Destination
 from broker_core.errors import UnknownDestination
 from broker_core.model import DestinationStats
 from gateway import runtime
-from gateway.api.auth import SessionAuthentication, TokenAuthentication
+from gateway.api.auth import SessionAuthentication, TokenAuthentication, authorization_header
 from gateway.api.codec import render_message
 from gateway.api.common import destination_from_url, int_param, setting
 from gateway.api.errors import Problem, describe
 from gateway.credentials import verified
+from gateway.logins import LoginRefused, failure_pause
 from gateway.permissions import Action, allowed_async
 
 
@@ -83,7 +84,12 @@ class GatewayView(APIView):
                 request.user, request.auth = hit
                 return
         # A cache miss reads the database: do it off the event loop.
-        await db(lambda: request.user)
+        try:
+            await db(lambda: request.user)
+        except (exceptions.AuthenticationFailed, LoginRefused):
+            if authorization_header(request)[:6].lower() == b"basic ":  # a password login failed
+                await failure_pause()
+            raise
 
     async def initial_async(self, request: Request) -> None:
         self.format_kwarg = self.get_format_suffix(**self.kwargs)

@@ -10,6 +10,7 @@ from django.urls import path, re_path
 from drf_spectacular.utils import extend_schema
 from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.serializers import AuthTokenSerializer
+from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -28,6 +29,7 @@ from gateway.api import (  # noqa: F401 - schema registers
     views_virtual,
 )
 from gateway.api.base import GatewayView, db
+from gateway.logins import LoginRefused, failure_pause
 
 
 class TokenView(GatewayView):
@@ -50,7 +52,11 @@ class TokenView(GatewayView):
             token, _ = Token.objects.get_or_create(user=serializer.validated_data["user"])
             return token.key
 
-        return Response({"token": await db(issue)})
+        try:
+            return Response({"token": await db(issue)})
+        except (ValidationError, LoginRefused):
+            await failure_pause()
+            raise
 
 
 KIND = r"(?P<kind>queues|topics)"

@@ -15,6 +15,7 @@ from channels.db import database_sync_to_async
 from broker_core.destinations import Destination
 from gateway import permissions
 from gateway.credentials import socket_login, verified
+from gateway.logins import LoginRefused, failure_pause
 
 
 def _check_credentials(login: str | None, passcode: str | None, address: str) -> Any:
@@ -47,9 +48,16 @@ async def authenticate(login: str | None, passcode: str | None, session_user: An
         return hit[0]
     # In a thread of the pool, not the process's one thread for synchronous work: a login waiting for the
     # hasher holds up no other connection's database work.
-    user = await database_sync_to_async(_check_credentials, thread_sensitive=False)(login, passcode, address)
-    if user is not None:
-        verified.put(presented, user, None)
+    try:
+        user = await database_sync_to_async(_check_credentials, thread_sensitive=False)(login, passcode,
+                                                                                      address)
+    except LoginRefused:
+        await failure_pause()
+        raise
+    if user is None:
+        await failure_pause()
+        return None
+    verified.put(presented, user, None)
     return user
 
 

@@ -7,6 +7,7 @@ counted."""
 from __future__ import annotations
 
 import base64
+import time
 
 import pytest
 
@@ -49,8 +50,11 @@ async def test_basic_logins_past_the_failures_get_429_login_refused_unchecked(ap
     assert problem["detail"].endswith("(SIGNALBOX_LOGIN_FAILURES)")
     assert int(answer.headers["Retry-After"]) >= 1
     assert len(checks) == 2  # the refused login ran no hasher
+    settings.SIGNALBOX_LOGIN_FAILURE_DELAY = 0.3
+    started = time.monotonic()
     answer = await api.get("/api/message/orders.g?type=queue&oneShot=true", headers=basic("amq", "pw"))
     assert answer.status_code == 429  # a GET too, until the window passes
+    assert time.monotonic() - started >= 0.3  # answered after the pause
     assert len(checks) == 2
 
 

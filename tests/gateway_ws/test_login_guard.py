@@ -263,6 +263,20 @@ async def test_the_json_protocol_answers_a_refused_login_with_login_refused(chec
     assert len(checks) == 1
 
 
+@pytest.mark.usefixtures("ws_runtime", "stomp_user")
+async def test_a_failed_login_is_answered_after_the_pause(checks, settings):
+    settings.SIGNALBOX_LOGIN_FAILURE_DELAY = 0.4
+    started = time.monotonic()
+    assert (await _connect("alice", "wrong")).command == "ERROR"
+    assert time.monotonic() - started >= 0.4
+    settings.SIGNALBOX_LOGIN_FAILURES = 1
+    started = time.monotonic()
+    refused = await _connect("alice", "secret")
+    assert "(SIGNALBOX_LOGIN_FAILURES)" in refused.get("message")
+    assert time.monotonic() - started >= 0.4  # a refusal too
+    assert len(checks) == 1
+
+
 # -- a real listener -------------------------------------------------------------------------------------
 
 
