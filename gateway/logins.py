@@ -12,11 +12,12 @@ guard bounds it, per process:
   address within `SIGNALBOX_LOGIN_FAILURE_SECONDS` (60), that address's password logins are refused at
   once, without the hasher, until the oldest of them is that old; a success clears the address. At most
   `ADDRESSES` addresses are followed (the least recently failed go first);
-- **checks at once**: at most `SIGNALBOX_LOGIN_CONCURRENCY` (1) checks run at a time; logins from
-  addresses with no failure within the window go before those from addresses with some, and at most
-  `SIGNALBOX_LOGIN_QUEUE` (16) of each kind wait for their turn; a login beyond that is refused at once.
-  So clients spreading wrong passwords over many addresses delay a good client's login by one check
-  at most, once each of their addresses has failed;
+- **checks at once**: at most `SIGNALBOX_LOGIN_CONCURRENCY` (1) checks run at a time. Waiting logins go
+  by their address: first those from addresses that logged in before (known), then from addresses never
+  seen, last from addresses with failures within the window; at most `SIGNALBOX_LOGIN_QUEUE` (16) of each
+  kind wait, and a login beyond that is refused at once. So wrong passwords spread over many addresses
+  delay a known client's login by the one check running at most, and a new client's once each of their
+  addresses has failed;
 - **one check for the same credentials**: logins presenting exactly the credentials of a check already
   running (a service account's clients reconnecting together) wait for that check's answer instead of
   running the hasher again;
@@ -42,7 +43,10 @@ from typing import Any
 
 from django.conf import settings
 
-ADDRESSES = 10_000  # client addresses whose failures are followed, per process
+ADDRESSES = 10_000  # client addresses whose failures (and, apart, whose logins) are followed, per process
+# Whose password checks go first: addresses that logged in before (and failed none since), addresses never
+# seen, addresses that failed within the window.
+KINDS = ("known", "unknown", "suspect")
 
 
 class LoginRefused(Exception):
@@ -69,8 +73,9 @@ class LoginGuard:
         self.lock = threading.Condition()
         self.failures: collections.OrderedDict[str, collections.deque[float]] = collections.OrderedDict()
         self.running = 0  # checks running
-        # checks waiting for their turn: those from addresses with no recent failure go first
-        self.waiting = {"clean": 0, "suspect": 0}
+        self.known: collections.OrderedDict[str, None] = collections.OrderedDict()  # addresses that logged in
+        # checks waiting for their turn, by the kind of address they come from, in the order they go
+        self.waiting = dict.fromkeys(KINDS, 0)
         self.checks: dict[bytes, _Check] = {}  # running or waiting, by their credentials' key
 
     @staticmethod
@@ -85,7 +90,11 @@ class LoginGuard:
         failures, window, concurrency, queue = self.limits()
         key = hashlib.blake2b(credentials, key=self.key, digest_size=32).digest()
         with self.lock:
-            kind = "suspect" if self._admit(address, failures, window) else "clean"
+            if self._admit(address, failures, window):
+                kind = "suspect"
+            else:
+                kind = "known" if address in self.known else "unknown"
+            before = KINDS[:KINDS.index(kind)]
             shared = self.checks.get(key)
             if shared is None:
                 if self.running >= concurrency and self.waiting[kind] >= queue:
@@ -94,7 +103,7 @@ class LoginGuard:
                                        "waiting; try again in a moment (SIGNALBOX_LOGIN_QUEUE)", 1.0)
                 own = self.checks[key] = _Check()
                 self.waiting[kind] += 1
-                while self.running >= concurrency or (kind == "suspect" and self.waiting["clean"]):
+                while self.running >= concurrency or any(self.waiting[k] for k in before):
                     self.lock.wait()
                 self.waiting[kind] -= 1
                 self.running += 1
@@ -113,7 +122,7 @@ class LoginGuard:
                 with self.lock:
                     self.running -= 1
                     del self.checks[key]
-                    self.lock.notify_all()  # (a suspect woken first waits on for a clean one)
+                    self.lock.notify_all()  # (one woken first waits on while one of a kind before it waits)
                 own.done.set()
         with self.lock:
             self._record(address, user is not None, failures)
@@ -136,6 +145,10 @@ class LoginGuard:
     def _record(self, address: str, succeeded: bool, failures: int) -> None:
         if succeeded:
             self.failures.pop(address, None)
+            self.known[address] = None
+            self.known.move_to_end(address)
+            while len(self.known) > ADDRESSES:
+                self.known.popitem(last=False)
             return
         if failures <= 0:
             return
@@ -152,6 +165,7 @@ class LoginGuard:
         """Every address's failures (tests; an operator restarts the process)."""
         with self.lock:
             self.failures.clear()
+            self.known.clear()
 
 
 guard = LoginGuard()

@@ -112,7 +112,7 @@ def test_checks_run_one_at_a_time_and_a_login_past_the_queue_is_refused_at_once(
     first, first_outcome = _in_thread(lambda: guard.check("10.0.0.1", b"a", slow("a")))
     _wait_until(lambda: running == ["a"])
     second, second_outcome = _in_thread(lambda: guard.check("10.0.0.2", b"b", slow("b")))
-    _wait_until(lambda: guard.waiting["clean"] == 1)
+    _wait_until(lambda: guard.waiting["unknown"] == 1)
     assert running == ["a"]  # the second waits for its turn
     with pytest.raises(LoginRefused) as refused:
         guard.check("10.0.0.3", b"c", slow("c"))
@@ -123,10 +123,11 @@ def test_checks_run_one_at_a_time_and_a_login_past_the_queue_is_refused_at_once(
     second.join(5)
     assert first_outcome == {"result": "a"} and second_outcome == {"result": "b"}
     assert running == ["a", "b"]
-    assert (guard.running, guard.waiting, guard.checks) == (0, {"clean": 0, "suspect": 0}, {})
+    assert (guard.running, guard.waiting, guard.checks) == (0, {"known": 0, "unknown": 0, "suspect": 0}, {})
 
 
 def test_a_login_from_an_address_that_never_failed_goes_first_and_has_a_queue_of_its_own(settings):
+    """Addresses with failures wait behind the others, in a queue of their own."""
     settings.SIGNALBOX_LOGIN_CONCURRENCY = 1
     settings.SIGNALBOX_LOGIN_QUEUE = 1
     guard = LoginGuard()
@@ -149,13 +150,42 @@ def test_a_login_from_an_address_that_never_failed_goes_first_and_has_a_queue_of
     with pytest.raises(LoginRefused, match="SIGNALBOX_LOGIN_QUEUE"):  # the suspects' queue is full
         guard.check("10.9.0.2", b"guess 3", held("attacker"))
     good, good_outcome = _in_thread(lambda: guard.check("10.0.0.7", b"good", held("good")))
-    _wait_until(lambda: guard.waiting["clean"] == 1)  # ... but not the clean logins'
+    _wait_until(lambda: guard.waiting["unknown"] == 1)  # ... but not the others'
     for gate in gates.values():
         gate.set()
     for thread in (first, attacker, good):
         thread.join(5)
     assert order == ["first", "good", "attacker"]  # the good login went before the waiting suspect
     assert good_outcome == {"result": "good"}
+
+
+def test_an_address_that_logged_in_before_goes_before_new_ones(settings):
+    settings.SIGNALBOX_LOGIN_CONCURRENCY = 1
+    guard = LoginGuard()
+    guard.check("10.0.0.5", b"service:pw", lambda: "service")  # this host logged in before
+    gates = {name: threading.Event() for name in ("first", "new 1", "new 2", "service")}
+    order: list[str] = []
+
+    def held(name):
+        def run():
+            order.append(name)
+            gates[name].wait(5)
+            return None
+        return run
+
+    first, _ = _in_thread(lambda: guard.check("10.7.0.1", b"first", held("first")))
+    _wait_until(lambda: order == ["first"])
+    threads = [_in_thread(lambda n=n: guard.check(f"10.8.0.{n}", b"new %d" % n, held(f"new {n}")))[0]
+               for n in (1, 2)]
+    _wait_until(lambda: guard.waiting["unknown"] == 2)
+    service, _ = _in_thread(lambda: guard.check("10.0.0.5", b"service:pw2", held("service")))
+    _wait_until(lambda: guard.waiting["known"] == 1)
+    for gate in gates.values():
+        gate.set()
+    for thread in (first, service, *threads):
+        thread.join(5)
+    assert order[:2] == ["first", "service"]  # before the two that came first from new addresses
+    assert sorted(order[2:]) == ["new 1", "new 2"]
 
 
 def test_logins_with_the_same_credentials_share_one_check(settings):
@@ -197,7 +227,7 @@ def test_a_failing_check_fails_every_login_that_shared_it(settings):
     second.join(5)
     assert isinstance(first_outcome["error"], RuntimeError)
     assert isinstance(second_outcome["error"], RuntimeError)
-    assert (guard.running, guard.waiting, guard.checks) == (0, {"clean": 0, "suspect": 0}, {})
+    assert (guard.running, guard.waiting, guard.checks) == (0, {"known": 0, "unknown": 0, "suspect": 0}, {})
 
 
 # -- the socket logins, in-process ----------------------------------------------------------------------
