@@ -24,7 +24,8 @@ guard bounds it, per process:
 - **failures answered late**: a failed or refused login over a socket, by HTTP Basic or at the token
   endpoint is answered after `SIGNALBOX_LOGIN_FAILURE_DELAY` (1 s; `failure_pause`, which costs no CPU),
   as login programs do: a client that guesses one password after another gets one answer a second per
-  connection, and a refusal costing nothing no longer invites a flood of them.
+  connection, and refusals, which cost next to nothing, do not come back so fast that they invite a
+  flood of them (the console's login form, a synchronous Django view, answers at once).
 A refusal is `LoginRefused`, whose message names the limit; each adapter answers it in its protocol
 (STOMP ERROR, 429 with Retry-After, the login form's error). API tokens need no hasher and are not
 guarded here.
@@ -39,9 +40,11 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
+from django.db import close_old_connections
 
 ADDRESSES = 10_000  # client addresses whose failures (and, apart, whose logins) are followed, per process
 # Whose password checks go first: addresses that logged in before (and failed none since), addresses never
@@ -90,11 +93,7 @@ class LoginGuard:
         failures, window, concurrency, queue = self.limits()
         key = hashlib.blake2b(credentials, key=self.key, digest_size=32).digest()
         with self.lock:
-            if self._admit(address, failures, window):
-                kind = "suspect"
-            else:
-                kind = "known" if address in self.known else "unknown"
-            before = KINDS[:KINDS.index(kind)]
+            kind = self._kind(address, failures, window)
             shared = self.checks.get(key)
             if shared is None:
                 if self.running >= concurrency and self.waiting[kind] >= queue:
@@ -102,13 +101,11 @@ class LoginGuard:
                     raise LoginRefused(f"Too many logins at once: {self.running} being checked and {waiting} "
                                        "waiting; try again in a moment (SIGNALBOX_LOGIN_QUEUE)", 1.0)
                 own = self.checks[key] = _Check()
-                self.waiting[kind] += 1
-                while self.running >= concurrency or any(self.waiting[k] for k in before):
-                    self.lock.wait()
-                self.waiting[kind] -= 1
-                self.running += 1
+                self._wait_turn(own, key, address, kind, failures, window, concurrency)
         if shared is not None:
             shared.done.wait()
+            if isinstance(shared.error, LoginRefused):  # (its address was refused, maybe not this one)
+                return self.check(address, credentials, verify)
             if shared.error is not None:
                 raise shared.error
             user = shared.user
@@ -119,28 +116,54 @@ class LoginGuard:
                 own.error = exc
                 raise
             finally:
-                with self.lock:
-                    self.running -= 1
-                    del self.checks[key]
-                    self.lock.notify_all()  # (one woken first waits on while one of a kind before it waits)
-                own.done.set()
+                self._done(own, key)
         with self.lock:
             self._record(address, user is not None, failures)
         return user
 
-    def _admit(self, address: str, failures: int, window: float) -> bool:
-        """Refuse an address past its failures; else whether it failed within the window at all."""
+    def _wait_turn(self, own: _Check, key: bytes, address: str, kind: str, failures: int, window: float,
+                   concurrency: int) -> None:
+        """(Under the lock.) Wait until a check may run and none of a kind before this one waits. The
+        address's kind is looked at again on each wake-up: one that failed meanwhile waits behind the
+        others, and one refused meanwhile is refused here, unchecked."""
+        self.waiting[kind] += 1
+        try:
+            while self.running >= concurrency or any(self.waiting[k] for k in KINDS[:KINDS.index(kind)]):
+                self.lock.wait()
+                now = self._kind(address, failures, window)
+                self.waiting[kind] -= 1
+                self.waiting[now] += 1
+                kind = now
+        except LoginRefused as exc:
+            self.waiting[kind] -= 1
+            own.error = exc
+            self._done(own, key, running=False)
+            raise
+        self.waiting[kind] -= 1
+        self.running += 1
+
+    def _done(self, own: _Check, key: bytes, running: bool = True) -> None:
+        with self.lock:  # (re-entered from _wait_turn: a Condition's lock is an RLock)
+            if running:
+                self.running -= 1
+            del self.checks[key]
+            self.lock.notify_all()  # (one woken first waits on while one of a kind before it waits)
+        own.done.set()
+
+    def _kind(self, address: str, failures: int, window: float) -> str:
+        """Which kind of address a login comes from (KINDS); LoginRefused when it is past its failures."""
         recent = self.failures.get(address)
-        if recent is None or failures <= 0:
-            return False
-        now = time.monotonic()
-        while recent and recent[0] <= now - window:
-            recent.popleft()
-        if len(recent) >= failures:
-            raise LoginRefused(
-                f"Too many failed logins from {address}: {len(recent)} in {window:g} s; try again in "
-                f"{recent[0] + window - now:.0f} s (SIGNALBOX_LOGIN_FAILURES)", recent[0] + window - now)
-        return bool(recent)
+        if recent is not None and failures > 0:
+            now = time.monotonic()
+            while recent and recent[0] <= now - window:
+                recent.popleft()
+            if len(recent) >= failures:
+                raise LoginRefused(
+                    f"Too many failed logins from {address}: {len(recent)} in {window:g} s; try again in "
+                    f"{recent[0] + window - now:.0f} s (SIGNALBOX_LOGIN_FAILURES)", recent[0] + window - now)
+            if recent:
+                return "suspect"
+        return "known" if address in self.known else "unknown"
 
     def _record(self, address: str, succeeded: bool, failures: int) -> None:
         if succeeded:
@@ -169,6 +192,31 @@ class LoginGuard:
 
 
 guard = LoginGuard()
+
+
+_threads: ThreadPoolExecutor | None = None
+
+
+async def in_login_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a login's blocking step (a database lookup, authenticate()) in a thread of the logins' own,
+    with a fresh database connection closed after it. A login waits for its turn at the guard in its
+    thread: in the event loop's shared pool (a few threads) waiting logins would hold the threads every
+    other database step needs, and take their turns in the pool's order, not the guard's. Here there are
+    threads for every login the guard lets wait, so only the guard orders them."""
+    global _threads
+    if _threads is None:
+        _, _, concurrency, queue = LoginGuard.limits()
+        _threads = ThreadPoolExecutor(max_workers=concurrency + len(KINDS) * queue + 16,
+                                      thread_name_prefix="login")
+
+    def run() -> Any:
+        close_old_connections()
+        try:
+            return fn(*args)
+        finally:
+            close_old_connections()
+
+    return await asyncio.get_running_loop().run_in_executor(_threads, run)
 
 
 async def failure_pause() -> None:

@@ -31,7 +31,7 @@ from gateway.api.codec import render_message
 from gateway.api.common import destination_from_url, int_param, setting
 from gateway.api.errors import Problem, describe
 from gateway.credentials import verified
-from gateway.logins import LoginRefused, failure_pause
+from gateway.logins import LoginRefused, failure_pause, in_login_thread
 from gateway.permissions import Action, allowed_async
 
 
@@ -83,12 +83,14 @@ class GatewayView(APIView):
                 request._authenticator = authenticator
                 request.user, request.auth = hit
                 return
-        # A cache miss reads the database: do it off the event loop.
-        try:
+        # A cache miss reads the database: do it off the event loop (a password login in the logins' threads).
+        if authorization_header(request)[:6].lower() != b"basic ":
             await db(lambda: request.user)
+            return
+        try:
+            await in_login_thread(lambda: request.user)
         except (exceptions.AuthenticationFailed, LoginRefused):
-            if authorization_header(request)[:6].lower() == b"basic ":  # a password login failed
-                await failure_pause()
+            await failure_pause()
             raise
 
     async def initial_async(self, request: Request) -> None:

@@ -28,8 +28,8 @@ from gateway.api import (  # noqa: F401 - schema registers
     views_topics,
     views_virtual,
 )
-from gateway.api.base import GatewayView, db
-from gateway.logins import LoginRefused, failure_pause
+from gateway.api.base import GatewayView
+from gateway.logins import LoginRefused, failure_pause, in_login_thread
 
 
 class TokenView(GatewayView):
@@ -53,7 +53,7 @@ class TokenView(GatewayView):
             return token.key
 
         try:
-            return Response({"token": await db(issue)})
+            return Response({"token": await in_login_thread(issue)})
         except (ValidationError, LoginRefused):
             await failure_pause()
             raise

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from channels.db import database_sync_to_async
-
 from broker_core.destinations import Destination
 from gateway import permissions
 from gateway.credentials import socket_login, verified
-from gateway.logins import LoginRefused, failure_pause
+from gateway.logins import LoginRefused, failure_pause, in_login_thread
 
 
 def _check_credentials(login: str | None, passcode: str | None, address: str) -> Any:
@@ -46,11 +44,8 @@ async def authenticate(login: str | None, passcode: str | None, session_user: An
     hit = verified.lookup(presented)
     if hit is not None:
         return hit[0]
-    # In a thread of the pool, not the process's one thread for synchronous work: a login waiting for the
-    # hasher holds up no other connection's database work.
     try:
-        user = await database_sync_to_async(_check_credentials, thread_sensitive=False)(login, passcode,
-                                                                                      address)
+        user = await in_login_thread(_check_credentials, login, passcode, address)
     except LoginRefused:
         await failure_pause()
         raise

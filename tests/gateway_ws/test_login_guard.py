@@ -188,6 +188,37 @@ def test_an_address_that_logged_in_before_goes_before_new_ones(settings):
     assert sorted(order[2:]) == ["new 1", "new 2"]
 
 
+def test_a_waiting_login_whose_address_is_refused_meanwhile_is_refused_unchecked(settings):
+    settings.SIGNALBOX_LOGIN_CONCURRENCY = 1
+    settings.SIGNALBOX_LOGIN_FAILURES = 2
+    guard = LoginGuard()
+    gates = {name: threading.Event() for name in ("s1", "s2", "s3")}
+    order: list[str] = []
+
+    def held(name):
+        def run():
+            order.append(name)
+            gates[name].wait(5)
+            return None  # a wrong password
+        return run
+
+    threads = {}
+    for n, name in enumerate(("s1", "s2", "s3")):
+        threads[name] = _in_thread(lambda name=name: guard.check("10.5.0.1", name.encode(), held(name)))
+        _wait_until(lambda n=n: len(order) + guard.waiting["unknown"] == n + 1)
+    gates["s1"].set()
+    _wait_until(lambda: len(order) == 2)  # s2 or s3 (waiters of one kind have no order among them)
+    for gate in gates.values():
+        gate.set()  # the address's second failure: the one still waiting is refused without its check
+    for thread, _ in threads.values():
+        thread.join(5)
+    assert len(order) == 2
+    (last,) = {"s2", "s3"} - set(order)
+    assert [threads[name][1] for name in order] == [{"result": None}] * 2
+    assert isinstance(threads[last][1]["error"], LoginRefused)
+    assert (guard.running, guard.waiting, guard.checks) == (0, {"known": 0, "unknown": 0, "suspect": 0}, {})
+
+
 def test_logins_with_the_same_credentials_share_one_check(settings):
     settings.SIGNALBOX_LOGIN_CONCURRENCY = 1
     settings.SIGNALBOX_LOGIN_QUEUE = 0  # no room to wait: only sharing the running check lets them in
