@@ -4,15 +4,12 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from console import views, views_analytics, views_node
-from console.forms import LoginForm
+from console.login import login
 
 app_name = "console"
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="console/login.html",
-                                                authentication_form=LoginForm,
-                                                redirect_authenticated_user=True,
-                                                next_page="console:overview"), name="login"),
+    path("login/", login, name="login"),
     path("logout/", auth_views.LogoutView.as_view(next_page="console:login"), name="logout"),
     path("", views.overview, name="overview"),
     path("destinations/", views.destinations, name="destinations"),

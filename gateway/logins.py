@@ -21,11 +21,12 @@ guard bounds it, per process:
 - **one check for the same credentials**: logins presenting exactly the credentials of a check already
   running (a service account's clients reconnecting together) wait for that check's answer instead of
   running the hasher again;
-- **failures answered late**: a failed or refused login over a socket, by HTTP Basic or at the token
-  endpoint is answered after `SIGNALBOX_LOGIN_FAILURE_DELAY` (1 s; `failure_pause`, which costs no CPU),
-  as login programs do: a client that guesses one password after another gets one answer a second per
-  connection, and refusals, which cost next to nothing, do not come back so fast that they invite a
-  flood of them (the console's login form, a synchronous Django view, answers at once).
+- **failures answered late**: a failed or refused login is answered after `SIGNALBOX_LOGIN_FAILURE_DELAY`
+  (1 s; `failure_pause`, which costs no CPU), as login programs do: a client that guesses one password
+  after another gets one answer a second per connection, and refusals, which cost next to nothing, do
+  not come back so fast that they invite a flood of them.
+Logins wait for their turn in threads of their own (`in_login_thread`): the sockets, HTTP Basic, the
+token endpoint and the console's login page (console/login.py, a coroutine for that reason).
 A refusal is `LoginRefused`, whose message names the limit; each adapter answers it in its protocol
 (STOMP ERROR, 429 with Retry-After, the login form's error). API tokens need no hasher and are not
 guarded here.

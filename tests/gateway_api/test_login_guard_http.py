@@ -91,3 +91,14 @@ def test_the_console_login_page_shows_the_refusal(client, checks, settings, djan
     assert b"(SIGNALBOX_LOGIN_FAILURES)" in page.content
     assert "_auth_user_id" not in client.session
     assert len(checks) == 1
+
+
+def test_the_console_login_goes_to_next_on_this_site_only(client, django_user_model):
+    django_user_model.objects.create_user("dave", password="pw")
+    page = client.post("/console/login/", {"username": "dave", "password": "pw", "next": "/console/topics/"})
+    assert page.status_code == 302 and page["Location"] == "/console/topics/"
+    client.logout()
+    page = client.post("/console/login/", {"username": "dave", "password": "pw",
+                                           "next": "https://evil.example/console/"})
+    assert page.status_code == 302 and page["Location"] == "/console/"
+    assert client.get("/console/login/").status_code == 302  # logged in: the login page moves on
