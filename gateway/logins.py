@@ -45,7 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+
+from gateway.db_steps import db
 
 ADDRESSES = 10_000  # client addresses whose failures (and, apart, whose logins) are followed, per process
 # Whose password checks go first: addresses that logged in before (and failed none since), addresses never
@@ -199,8 +200,8 @@ _threads: ThreadPoolExecutor | None = None
 
 
 async def in_login_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a login's blocking step (a database lookup, authenticate()) in a thread of the logins' own,
-    with a fresh database connection closed after it. A login waits for its turn at the guard in its
+    """Run a login's blocking step (a database lookup, authenticate()) in a thread of the logins' own
+    (`db`: with a fresh database connection closed after it). A login waits for its turn at the guard in its
     thread: in the event loop's shared pool (a few threads) waiting logins would hold the threads every
     other database step needs, and take their turns in the pool's order, not the guard's. Here there are
     threads for every login the guard lets wait, so only the guard orders them."""
@@ -210,14 +211,7 @@ async def in_login_thread(fn: Callable[..., Any], *args: Any) -> Any:
         _threads = ThreadPoolExecutor(max_workers=concurrency + len(KINDS) * queue + 16,
                                       thread_name_prefix="login")
 
-    def run() -> Any:
-        close_old_connections()
-        try:
-            return fn(*args)
-        finally:
-            close_old_connections()
-
-    return await asyncio.get_running_loop().run_in_executor(_threads, run)
+    return await db(fn, *args, executor=_threads)
 
 
 async def failure_pause() -> None:

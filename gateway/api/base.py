@@ -12,9 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
 from django.http import HttpResponse
 from rest_framework import exceptions
 from rest_framework.permissions import IsAuthenticated
@@ -31,6 +29,7 @@ from gateway.api.codec import render_message
 from gateway.api.common import destination_from_url, int_param, setting
 from gateway.api.errors import Problem, describe
 from gateway.credentials import verified
+from gateway.db_steps import db
 from gateway.logins import LoginRefused, failure_pause, in_login_thread
 from gateway.permissions import Action, allowed_async
 
@@ -197,22 +196,6 @@ async def record_audit(request: Request, action: str, destination: str, target: 
             remote_addr=forwarded[:64])
 
     await db(write)
-
-
-async def db(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a blocking database step in a worker thread, with a fresh connection closed after it.
-
-    API requests skip Django's per-request thread and its request_started/finished signals
-    (gateway/api/asgi.py), so nothing else would close the connection this thread opened."""
-
-    def run() -> Any:
-        close_old_connections()
-        try:
-            return fn(*args)
-        finally:
-            close_old_connections()
-
-    return await sync_to_async(run, thread_sensitive=False)()
 
 
 def _jsonable(value: Any) -> Any:

@@ -95,6 +95,25 @@ def _wait_until(condition, timeout=5.0):
         time.sleep(0.005)
 
 
+class Held:
+    """Password checks the test holds: each notes that it ran, then waits for its gate to open."""
+
+    def __init__(self, *names: str) -> None:
+        self.gates = {name: threading.Event() for name in names}
+        self.order: list[str] = []
+
+    def __call__(self, name: str, result=None):
+        def run():
+            self.order.append(name)
+            self.gates[name].wait(5)
+            return result
+        return run
+
+    def release(self) -> None:
+        for gate in self.gates.values():
+            gate.set()
+
+
 def test_checks_run_one_at_a_time_and_a_login_past_the_queue_is_refused_at_once(settings):
     settings.SIGNALBOX_LOGIN_CONCURRENCY = 1
     settings.SIGNALBOX_LOGIN_QUEUE = 1
@@ -133,29 +152,19 @@ def test_a_login_from_an_address_that_never_failed_goes_first_and_has_a_queue_of
     guard = LoginGuard()
     for attacker in ("10.9.0.1", "10.9.0.2"):
         guard.check(attacker, b"guess", lambda: None)  # one failure each: their logins are suspect now
-    gates = {name: threading.Event() for name in ("first", "attacker", "good")}
-    order: list[str] = []
-
-    def held(name):
-        def run():
-            order.append(name)
-            gates[name].wait(5)
-            return None if name == "attacker" else name
-        return run
-
-    first, _ = _in_thread(lambda: guard.check("10.0.0.1", b"first", held("first")))
-    _wait_until(lambda: order == ["first"])
+    held = Held("first", "attacker", "good")
+    first, _ = _in_thread(lambda: guard.check("10.0.0.1", b"first", held("first", "first")))
+    _wait_until(lambda: held.order == ["first"])
     attacker, _ = _in_thread(lambda: guard.check("10.9.0.1", b"guess 2", held("attacker")))
     _wait_until(lambda: guard.waiting["suspect"] == 1)
     with pytest.raises(LoginRefused, match="SIGNALBOX_LOGIN_QUEUE"):  # the suspects' queue is full
         guard.check("10.9.0.2", b"guess 3", held("attacker"))
-    good, good_outcome = _in_thread(lambda: guard.check("10.0.0.7", b"good", held("good")))
+    good, good_outcome = _in_thread(lambda: guard.check("10.0.0.7", b"good", held("good", "good")))
     _wait_until(lambda: guard.waiting["unknown"] == 1)  # ... but not the others'
-    for gate in gates.values():
-        gate.set()
+    held.release()
     for thread in (first, attacker, good):
         thread.join(5)
-    assert order == ["first", "good", "attacker"]  # the good login went before the waiting suspect
+    assert held.order == ["first", "good", "attacker"]  # the good login went before the waiting suspect
     assert good_outcome == {"result": "good"}
 
 
@@ -163,53 +172,34 @@ def test_an_address_that_logged_in_before_goes_before_new_ones(settings):
     settings.SIGNALBOX_LOGIN_CONCURRENCY = 1
     guard = LoginGuard()
     guard.check("10.0.0.5", b"service:pw", lambda: "service")  # this host logged in before
-    gates = {name: threading.Event() for name in ("first", "new 1", "new 2", "service")}
-    order: list[str] = []
-
-    def held(name):
-        def run():
-            order.append(name)
-            gates[name].wait(5)
-            return None
-        return run
-
+    held = Held("first", "new 1", "new 2", "service")
     first, _ = _in_thread(lambda: guard.check("10.7.0.1", b"first", held("first")))
-    _wait_until(lambda: order == ["first"])
+    _wait_until(lambda: held.order == ["first"])
     threads = [_in_thread(lambda n=n: guard.check(f"10.8.0.{n}", b"new %d" % n, held(f"new {n}")))[0]
                for n in (1, 2)]
     _wait_until(lambda: guard.waiting["unknown"] == 2)
     service, _ = _in_thread(lambda: guard.check("10.0.0.5", b"service:pw2", held("service")))
     _wait_until(lambda: guard.waiting["known"] == 1)
-    for gate in gates.values():
-        gate.set()
+    held.release()
     for thread in (first, service, *threads):
         thread.join(5)
-    assert order[:2] == ["first", "service"]  # before the two that came first from new addresses
-    assert sorted(order[2:]) == ["new 1", "new 2"]
+    assert held.order[:2] == ["first", "service"]  # before the two that came first from new addresses
+    assert sorted(held.order[2:]) == ["new 1", "new 2"]
 
 
 def test_a_waiting_login_whose_address_is_refused_meanwhile_is_refused_unchecked(settings):
     settings.SIGNALBOX_LOGIN_CONCURRENCY = 1
     settings.SIGNALBOX_LOGIN_FAILURES = 2
     guard = LoginGuard()
-    gates = {name: threading.Event() for name in ("s1", "s2", "s3")}
-    order: list[str] = []
-
-    def held(name):
-        def run():
-            order.append(name)
-            gates[name].wait(5)
-            return None  # a wrong password
-        return run
-
+    held = Held("s1", "s2", "s3")  # wrong passwords, each
+    order = held.order
     threads = {}
     for n, name in enumerate(("s1", "s2", "s3")):
         threads[name] = _in_thread(lambda name=name: guard.check("10.5.0.1", name.encode(), held(name)))
         _wait_until(lambda n=n: len(order) + guard.waiting["unknown"] == n + 1)
-    gates["s1"].set()
+    held.gates["s1"].set()
     _wait_until(lambda: len(order) == 2)  # s2 or s3 (waiters of one kind have no order among them)
-    for gate in gates.values():
-        gate.set()  # the address's second failure: the one still waiting is refused without its check
+    held.release()  # the address's second failure: the one still waiting is refused without its check
     for thread, _ in threads.values():
         thread.join(5)
     assert len(order) == 2
