@@ -2,12 +2,12 @@
 threads, against one Signalbox per checkout, alternated in one run.
 
 Usage: python bench/login_flood.py --checkout BEFORE --checkout AFTER [--rounds 2] [--attackers 8]
-           [--sources 1,64]
+           [--sources 0,1,64]
 
 Per checkout and per number of attacking client addresses (`--sources`: each attacker connects from one of
-that many loopback addresses, 127.0.x.y, so 1 is one client and 64 a spread), with `--attackers` threads
-each repeating CONNECT with another wrong password (a guessing attack; each on a new connection, as the
-server closes it after the ERROR), it prints:
+that many loopback addresses, 127.0.x.y, so 1 is one client and 64 a spread; 0 is no flood at all), with
+`--attackers` threads each repeating CONNECT with another wrong password (a guessing attack; each on a
+new connection, as the server closes it after the ERROR), it prints:
 - a legitimate login's time: a CONNECT with the right password from 127.0.0.1, 5 in turn while the flood
   runs (the credential cache is off in this run, SIGNALBOX_AUTH_CACHE_SECONDS=0, so each checks the
   password as a first login does);
@@ -72,7 +72,8 @@ def flood(target: Target, attackers: int, sources: int, seconds_before: float) -
             except OSError:
                 attempts.append("connection failed")
 
-    threads = [threading.Thread(target=attack, args=(n,), daemon=True) for n in range(attackers)]
+    threads = [threading.Thread(target=attack, args=(n,), daemon=True)
+               for n in range(attackers if sources else 0)]
     started = time.monotonic()
     for thread in threads:
         thread.start()
@@ -93,6 +94,7 @@ def flood(target: Target, attackers: int, sources: int, seconds_before: float) -
     for thread in threads:
         thread.join(130)
     refused = sum(1 for a in attempts if "Too many" in a)
+    elapsed = max(elapsed, 1e-9)
     return {"legit login p50 s": statistics.median(t for t, _ in legit),
             "legit login max s": max(t for t, _ in legit),
             "legit logins accepted": sum(1 for _, a in legit if a.startswith("CONNECTED")),
@@ -106,7 +108,7 @@ def main() -> None:
     parser.add_argument("--checkout", action="append", required=True)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--attackers", type=int, default=8)
-    parser.add_argument("--sources", default="1,64")
+    parser.add_argument("--sources", default="0,1,64", help="0: no flood (the figures of a quiet server)")
     parser.add_argument("--seconds-before", type=float, default=3.0, help="flood this long before measuring")
     args = parser.parse_args()
     os.environ["SIGNALBOX_AUTH_CACHE_SECONDS"] = "0"  # every login checks its password (see above)
