@@ -47,6 +47,7 @@ from typing import Any
 from django.conf import settings
 
 from gateway.db_steps import db
+from gateway.metrics import PASSWORD_LOGINS
 
 ADDRESSES = 10_000  # client addresses whose failures (and, apart, whose logins) are followed, per process
 # Whose password checks go first: addresses that logged in before (and failed none since), addresses never
@@ -55,11 +56,13 @@ KINDS = ("known", "unknown", "suspect")
 
 
 class LoginRefused(Exception):
-    """A password login refused before it was checked; `retry_after` seconds until one may succeed."""
+    """A password login refused before it was checked, by `limit` (the setting's name, which the message
+    ends with); `retry_after` seconds until one may succeed."""
 
-    def __init__(self, message: str, retry_after: float) -> None:
+    def __init__(self, message: str, limit: str, retry_after: float) -> None:
         super().__init__(message)
         self.message = message
+        self.limit = limit
         self.retry_after = max(1.0, retry_after)
 
 
@@ -91,7 +94,18 @@ class LoginGuard:
 
     def check(self, address: str, credentials: bytes, verify: Callable[[], Any]) -> Any:
         """`verify()` (a password check: the user, or None) for a login from `address` presenting
-        `credentials`, within the limits; raises LoginRefused instead when one refuses it."""
+        `credentials`, within the limits; raises LoginRefused instead when one refuses it. Counted by
+        outcome (gateway/metrics.py, signalbox_password_logins)."""
+        try:
+            user = self._check(address, credentials, verify)
+        except LoginRefused as exc:
+            PASSWORD_LOGINS.labels("refused_queue" if exc.limit == "SIGNALBOX_LOGIN_QUEUE"
+                                   else "refused_failures").inc()
+            raise
+        PASSWORD_LOGINS.labels("ok" if user is not None else "failed").inc()
+        return user
+
+    def _check(self, address: str, credentials: bytes, verify: Callable[[], Any]) -> Any:
         failures, window, concurrency, queue = self.limits()
         key = hashlib.blake2b(credentials, key=self.key, digest_size=32).digest()
         with self.lock:
@@ -101,13 +115,14 @@ class LoginGuard:
                 if self.running >= concurrency and self.waiting[kind] >= queue:
                     waiting = sum(self.waiting.values())
                     raise LoginRefused(f"Too many logins at once: {self.running} being checked and {waiting} "
-                                       "waiting; try again in a moment (SIGNALBOX_LOGIN_QUEUE)", 1.0)
+                                       "waiting; try again in a moment (SIGNALBOX_LOGIN_QUEUE)",
+                                       "SIGNALBOX_LOGIN_QUEUE", 1.0)
                 own = self.checks[key] = _Check()
                 self._wait_turn(own, key, address, kind, failures, window, concurrency)
         if shared is not None:
             shared.done.wait()
             if isinstance(shared.error, LoginRefused):  # (its address was refused, maybe not this one)
-                return self.check(address, credentials, verify)
+                return self._check(address, credentials, verify)
             if shared.error is not None:
                 raise shared.error
             user = shared.user
@@ -160,9 +175,10 @@ class LoginGuard:
             while recent and recent[0] <= now - window:
                 recent.popleft()
             if len(recent) >= failures:
-                raise LoginRefused(
-                    f"Too many failed logins from {address}: {len(recent)} in {window:g} s; try again in "
-                    f"{recent[0] + window - now:.0f} s (SIGNALBOX_LOGIN_FAILURES)", recent[0] + window - now)
+                wait = recent[0] + window - now
+                raise LoginRefused(f"Too many failed logins from {address}: {len(recent)} in {window:g} s; "
+                                   f"try again in {wait:.0f} s (SIGNALBOX_LOGIN_FAILURES)",
+                                   "SIGNALBOX_LOGIN_FAILURES", wait)
             if recent:
                 return "suspect"
         return "known" if address in self.known else "unknown"

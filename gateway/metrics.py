@@ -1,5 +1,5 @@
 """What this web process records for GET /metrics (docs/metrics.md): HTTP requests by route and status
-with their latency, WebSocket frames by protocol, command and outcome.
+with their latency, WebSocket frames by protocol, command and outcome, password logins by outcome.
 
 These live in the process, in prometheus_client's default registry. uvicorn runs one web process today;
 with several behind one port a scrape reaches one of them at random, so per-process series (even with a
@@ -32,6 +32,11 @@ WS_FRAMES = Counter(
     "signalbox_ws_frames", "WebSocket frames (STOMP) and requests (JSON) handled, by protocol, command and "
     "outcome (ok; error: refused with an ERROR frame or error object; internal_error).",
     ["protocol", "command", "outcome"])
+
+PASSWORD_LOGINS = Counter(
+    "signalbox_password_logins", "Password logins (STOMP, JSON protocol, HTTP Basic, token endpoint, "
+    "console) by outcome: ok; failed (a wrong user name or password); refused_failures and refused_queue "
+    "(refused unchecked by the login guard: SIGNALBOX_LOGIN_FAILURES, SIGNALBOX_LOGIN_QUEUE).", ["outcome"])
 
 # The scope key through which Django's middleware or the API's hot path names the route it served.
 ROUTE_KEY = "signalbox.route"

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from prometheus_client import REGISTRY
 
 from gateway.logins import LoginGuard, LoginRefused
 from tests.helpers import hashers
@@ -30,6 +31,10 @@ def test_an_address_past_its_failures_is_refused_until_the_oldest_is_old_enough(
             return result
         return run
 
+    def counted(outcome: str) -> float:
+        return REGISTRY.get_sample_value("signalbox_password_logins_total", {"outcome": outcome}) or 0.0
+
+    before = {outcome: counted(outcome) for outcome in ("ok", "failed", "refused_failures")}
     for _ in range(3):
         assert guard.check("10.0.0.1", b"alice:wrong", verify(None)) is None
     with pytest.raises(LoginRefused) as refused:
@@ -38,6 +43,8 @@ def test_an_address_past_its_failures_is_refused_until_the_oldest_is_old_enough(
     assert "(SIGNALBOX_LOGIN_FAILURES)" in refused.value.message
     assert refused.value.retry_after >= 1
     assert len(ran) == 3  # refused without a check
+    assert {outcome: counted(outcome) - before[outcome] for outcome in before} == {
+        "ok": 0, "failed": 3, "refused_failures": 1}  # (gateway/metrics.py)
     assert guard.check("10.0.0.2", b"alice:secret", verify("alice")) == "alice"  # another address
     time.sleep(0.55)
     assert guard.check("10.0.0.1", b"alice:secret", verify("alice")) == "alice"
