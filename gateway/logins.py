@@ -203,7 +203,7 @@ class LoginGuard:
         recent.append(time.monotonic())
 
     def forget(self) -> None:
-        """Every address's failures (tests; an operator restarts the process)."""
+        """Forget every address's failures and logins (tests; an operator restarts the process)."""
         with self.lock:
             self.failures.clear()
             self.known.clear()
