@@ -14,20 +14,14 @@ from broker_core import turns
 from gateway import runtime
 from gateway.api import compat
 from gateway.api.asgi import GatewayASGIHandler
-from gateway.credentials import verified
 from tests.gateway_api.mixins import blocking
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def django_path_calls(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[str]:
-    """Method and path of the API requests Django's handler served (a spy: the handler still runs).
-    The credential cache looks for other processes' user changes once, at the test's first request: a
-    look later on (one a second) would find this test's namespace's counter unlike the one it saw last,
-    in another test, and forget the credentials cached so far, sending a lean request to Django's path."""
-    monkeypatch.setattr(verified, "next_look", 0.0)
-    settings.SIGNALBOX_AUTH_CHANGES_SECONDS = 3600.0
+def django_path_calls(monkeypatch: pytest.MonkeyPatch, credentials_settled: None) -> list[str]:
+    """Method and path of the API requests Django's handler served (a spy: the handler still runs)."""
     calls: list[str] = []
     original = GatewayASGIHandler.handle_api
 
