@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -108,3 +109,15 @@ def _login_failures_forgotten() -> Iterator[None]:
     with override_settings(SIGNALBOX_LOGIN_FAILURE_DELAY=0):
         yield
     guard.forget()
+
+
+@pytest.fixture
+def credentials_settled(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    """The credential cache looks for other processes' user changes once, at the test's first request: a
+    look later on (one a second) would find this test's namespace's counter unlike the one it saw last,
+    in another test, and forget the credentials cached so far (for tests that count hasher runs or which
+    requests took a lean path)."""
+    from gateway.credentials import verified
+
+    monkeypatch.setattr(verified, "next_look", 0.0)
+    settings.SIGNALBOX_AUTH_CHANGES_SECONDS = 3600.0

@@ -85,14 +85,3 @@ def bob(make_user: Callable[..., dict[str, str]]) -> dict[str, str]:
 
 
 
-
-@pytest.fixture
-def credentials_settled(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
-    """The credential cache looks for other processes' user changes once, at the test's first request: a
-    look later on (one a second) would find this test's namespace's counter unlike the one it saw last,
-    in another test, and forget the credentials cached so far (for tests that count which requests took
-    a lean path)."""
-    from gateway.credentials import verified
-
-    monkeypatch.setattr(verified, "next_look", 0.0)
-    settings.SIGNALBOX_AUTH_CHANGES_SECONDS = 3600.0

@@ -25,7 +25,7 @@ def basic(name: str, password: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def checks(monkeypatch: pytest.MonkeyPatch, credentials_settled: None) -> list[str]:
     """The usernames DRF's Basic authentication verified with Django's authenticate (the hasher)."""
     calls: list[str] = []
     original = authentication.authenticate
