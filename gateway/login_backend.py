@@ -19,6 +19,7 @@ class GuardedModelBackend(ModelBackend):
                      address: str | None = None, **kwargs: Any) -> Any:
         if username is None or password is None:
             return None
-        presented = b"%d\x00%s\x00%s" % (len(username.encode()), username.encode(), password.encode())
+        name, secret = (text.encode("utf-8", "surrogatepass") for text in (username, password))
+        presented = b"%d\x00%s\x00%s" % (len(name), name, secret)
         return guard.check(address or client_address(request), presented,
                            lambda: ModelBackend.authenticate(self, request, username, password, **kwargs))
