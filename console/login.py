@@ -37,9 +37,14 @@ class LoginForm(AuthenticationForm):
             raise forms.ValidationError(exc.message, code="login_refused") from None
 
 
+def _asked(request: HttpRequest) -> str:
+    """The `next` the login page was asked to go on to (the form's, else the query's)."""
+    return request.POST.get("next") or request.GET.get("next") or ""
+
+
 def _next(request: HttpRequest) -> str:
     """Where to go once logged in: the `next` asked for when it is on this site, else the overview."""
-    wanted = request.POST.get("next") or request.GET.get("next") or ""
+    wanted = _asked(request)
     if url_has_allowed_host_and_scheme(wanted, allowed_hosts={request.get_host()},
                                        require_https=request.is_secure()):
         return wanted
@@ -58,6 +63,4 @@ async def login(request: HttpRequest) -> HttpResponse:
             await sync_to_async(start_session)(request, form.get_user())
             return HttpResponseRedirect(_next(request))
         await failure_pause()
-    return await sync_to_async(render)(request, "console/login.html",
-                                       {"form": form, "next": request.POST.get("next")
-                                        or request.GET.get("next", "")})
+    return await sync_to_async(render)(request, "console/login.html", {"form": form, "next": _asked(request)})

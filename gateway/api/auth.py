@@ -21,6 +21,11 @@ def authorization_header(request: Any) -> bytes:
     return authentication.get_authorization_header(request)
 
 
+def is_basic(header: bytes) -> bool:
+    """An Authorization header of HTTP Basic (a user name and password)."""
+    return header[:6].lower() == b"basic "
+
+
 class TokenAuthentication(authentication.TokenAuthentication):
     """`Authorization: Token <key>` (also `Bearer <key>`), remembered after the first check."""
 
@@ -59,11 +64,11 @@ class BasicAuthentication(authentication.BasicAuthentication):
 
     def cached(self, request: Any) -> tuple[Any, Any] | None:
         header = authorization_header(request)
-        return verified.lookup(header) if header[:6].lower() == b"basic " else None
+        return verified.lookup(header) if is_basic(header) else None
 
     def authenticate(self, request: Any) -> tuple[Any, Any] | None:
         header = authorization_header(request)
-        if header[:6].lower() != b"basic ":
+        if not is_basic(header):
             return None
         hit = verified.lookup(header)
         if hit is not None:

@@ -24,7 +24,7 @@ from broker_core.destinations import Destination
 from broker_core.errors import UnknownDestination
 from broker_core.model import DestinationStats
 from gateway import runtime
-from gateway.api.auth import SessionAuthentication, TokenAuthentication, authorization_header
+from gateway.api.auth import SessionAuthentication, TokenAuthentication, authorization_header, is_basic
 from gateway.api.codec import render_message
 from gateway.api.common import destination_from_url, int_param, setting
 from gateway.api.errors import Problem, describe
@@ -83,7 +83,7 @@ class GatewayView(APIView):
                 request.user, request.auth = hit
                 return
         # A cache miss reads the database: do it off the event loop (a password login in the logins' threads).
-        if authorization_header(request)[:6].lower() != b"basic ":
+        if not is_basic(authorization_header(request)):
             await db(lambda: request.user)
             return
         try:

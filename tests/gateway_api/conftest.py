@@ -84,4 +84,3 @@ def bob(make_user: Callable[..., dict[str, str]]) -> dict[str, str]:
     return make_user("bob")
 
 
-

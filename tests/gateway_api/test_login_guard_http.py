@@ -23,9 +23,7 @@ def basic(name: str, password: str) -> dict[str, str]:
 @pytest.fixture
 def checks(settings) -> list[str]:
     """The password checks Django's hasher ran (users made after this fixture hash with it)."""
-    settings.PASSWORD_HASHERS = ["tests.helpers.hashers.CountingHasher"]
-    hashers.CHECKS.clear()
-    return hashers.CHECKS
+    return hashers.counted(settings)
 
 
 @pytest.fixture

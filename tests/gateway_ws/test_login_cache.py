@@ -23,9 +23,7 @@ pytestmark = pytest.mark.usefixtures("ws_runtime", "stomp_user")
 @pytest.fixture
 def checks(ws_runtime, settings, credentials_settled) -> list[str]:
     """The password checks Django's hasher ran from here on (alice's hash is MD5, as the counting one)."""
-    settings.PASSWORD_HASHERS = ["tests.helpers.hashers.CountingHasher"]
-    hashers.CHECKS.clear()
-    return hashers.CHECKS
+    return hashers.counted(settings)
 
 
 async def stomp_login(login: str, passcode: str) -> bool:

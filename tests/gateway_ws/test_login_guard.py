@@ -264,9 +264,7 @@ def test_a_failing_check_fails_every_login_that_shared_it(settings):
 @pytest.fixture
 def checks(ws_runtime, settings) -> list[str]:
     """The password checks Django's hasher ran from here on (alice's hash is MD5, as the counting one)."""
-    settings.PASSWORD_HASHERS = ["tests.helpers.hashers.CountingHasher"]
-    hashers.CHECKS.clear()
-    return hashers.CHECKS
+    return hashers.counted(settings)
 
 
 async def _connect(login: str, passcode: str):

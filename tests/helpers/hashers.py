@@ -3,6 +3,8 @@ Django's MD5 hasher underneath (fast; test users are made with it), so existing 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.hashers import MD5PasswordHasher
 
 CHECKS: list[str] = []  # one entry per verify(), in order
@@ -12,3 +14,11 @@ class CountingHasher(MD5PasswordHasher):
     def verify(self, password: str, encoded: str) -> bool:
         CHECKS.append(encoded)
         return super().verify(password, encoded)
+
+
+def counted(settings: Any) -> list[str]:
+    """Django verifies passwords with CountingHasher from here on (`settings`: pytest-django's fixture); the
+    list of its checks, emptied."""
+    settings.PASSWORD_HASHERS = ["tests.helpers.hashers.CountingHasher"]
+    CHECKS.clear()
+    return CHECKS
