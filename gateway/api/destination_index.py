@@ -130,9 +130,10 @@ class _Cache:
 _caches: dict[str, _Cache] = {}
 
 
-async def index(broker: AsyncBroker, refresh: bool = True) -> Index | None:
-    """The statistics index; a stale one starts a refresh in the background and is returned at once.
-    With refresh=False whatever index there is (None when there is none), and no refresh."""
+async def index(broker: AsyncBroker, wait: bool = True) -> Index | None:
+    """The statistics index; a stale one starts a refresh in the background and is returned at once. A
+    missing one is built and waited for, or, with wait=False, built in the background while None is
+    returned (a name-sorted listing, which only lends the index's rates, need not wait for a first build)."""
     cache = _caches.setdefault(broker.namespace, _Cache())
     client = runtime.async_redis()  # (the broker's own loop's: index() is called with runtime.async_broker())
     at = await client.get(f"{_key(broker.namespace)}:at")
@@ -141,28 +142,37 @@ async def index(broker: AsyncBroker, refresh: bool = True) -> Index | None:
     else:
         raw = await client.get(_key(broker.namespace))
         if raw is None:
-            return cache.decode(await _build(broker, client)) if refresh else None
+            if wait:
+                return cache.decode(await _build(broker, client))
+            await _refresh_in_background(broker, cache, client)
+            return None
         current = cache.decode(raw)
-    if not refresh:
-        return current
-    stale = broker.clock.now_ms() - current.at_ms > INDEX_MAX_AGE * 1000
-    if stale and (cache.refreshing is None or cache.refreshing.done()):
-        # redis-py's lock: released only by its holder (a token), so a build that outlasted the lock does
-        # not release the next holder's
-        lock = client.lock(f"{_key(broker.namespace)}:refresh", timeout=REFRESH_LOCK_SECONDS,
-                           blocking=False, thread_local=False)
-        if await lock.acquire():
-
-            async def refresh() -> None:
-                try:
-                    await asyncio.to_thread(_build_in_thread, broker.namespace)
-                finally:
-                    # a build that outlasted the lock: it expired, and another process may hold it now
-                    with contextlib.suppress(redis.exceptions.LockNotOwnedError):
-                        await lock.release()
-
-            cache.refreshing = asyncio.ensure_future(refresh())
+    if broker.clock.now_ms() - current.at_ms > INDEX_MAX_AGE * 1000:
+        await _refresh_in_background(broker, cache, client)
     return current
+
+
+async def _refresh_in_background(broker: AsyncBroker, cache: _Cache, client: redis.asyncio.Redis) -> None:
+    """Build the index in a worker thread, unless this process builds it already or another one holds the
+    refresh lock."""
+    if cache.refreshing is not None and not cache.refreshing.done():
+        return
+    # redis-py's lock: released only by its holder (a token), so a build that outlasted the lock does
+    # not release the next holder's
+    lock = client.lock(f"{_key(broker.namespace)}:refresh", timeout=REFRESH_LOCK_SECONDS,
+                       blocking=False, thread_local=False)
+    if not await lock.acquire():
+        return
+
+    async def refresh() -> None:
+        try:
+            await asyncio.to_thread(_build_in_thread, broker.namespace)
+        finally:
+            # a build that outlasted the lock: it expired, and another process may hold it now
+            with contextlib.suppress(redis.exceptions.LockNotOwnedError):
+                await lock.release()
+
+    cache.refreshing = asyncio.ensure_future(refresh())
 
 
 def subscription_label(sub: Any, consumers: list[Any]) -> str:
@@ -266,7 +276,7 @@ async def list_destinations(broker: AsyncBroker, patterns: list[Destination] | N
     key = ordering.lstrip("-")
     reverse = ordering.startswith("-")
     if key == "name" and not where.on_statistics():  # needs no statistics: the index only lends its rates
-        idx = await index(broker, refresh=False)
+        idx = await index(broker, wait=False)
         chosen.sort(key=lambda d: (d.name, d.kind), reverse=reverse)
     else:
         idx = await index(broker)

@@ -194,7 +194,7 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
             payload["totals"]["redis_memory"] = {"used": int(memory.get("used_memory", 0)),
                                                  "max": int(memory.get("maxmemory", 0))}
             if self.watched:
-                idx = await index(broker, refresh=False)
+                idx = await index(broker, wait=False)
                 fresh = await broker.stats_many(list(self.watched))
                 payload["rows"] = [row(s, idx) for s in fresh if s is not None]
             await self._send(payload)

@@ -67,3 +67,28 @@ async def test_a_refresh_whose_process_died_holds_the_next_back_only_until_its_l
     third.set()
     await destination_index._caches[api_namespace].refreshing
     assert await client.exists(lock) == 0  # its own holder released it
+
+
+async def test_a_listing_sorted_by_name_refreshes_the_rates_it_lends(api_namespace, monkeypatch):
+    """A name-sorted listing reads no statistics of its own, only the index's rates: it must still refresh
+    a stale index (in the background), or the rates it shows stay those of the last refresh that something
+    else started, for as long as nothing else does (the CLI's `stat` lists by name)."""
+    monkeypatch.setattr(destination_index, "INDEX_MAX_AGE", 0.2)
+    broker = runtime.async_broker()
+
+    async def listed_rate() -> float:
+        _, rows, _ = await destination_index.list_destinations(broker, None, None, "rated", "name", 10, 0)
+        return rows[0]["enqueue_rate"]
+
+    await broker.send("rated", [Message(body="x")])
+    assert await listed_rate() == 0.0  # no index yet: this listing starts its build and does not wait
+    first = destination_index._caches[api_namespace].refreshing
+    assert first is not None
+    await first
+    await broker.send("rated", [Message(body="x") for _ in range(50)])
+    await asyncio.sleep(1.1)  # stale now, and far enough from the first for a rate (at least 1 s)
+    await listed_rate()  # starts the refresh, answers with the stale index
+    refreshing = destination_index._caches[api_namespace].refreshing
+    assert refreshing is not first and refreshing is not None
+    await refreshing
+    assert await listed_rate() > 0.0
