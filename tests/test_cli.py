@@ -159,6 +159,10 @@ def test_config_and_usage_mistakes_exit_2(home):
     failed(run(home, "http://127.0.0.1:1", "send", "q", "body", "--ttl", "soon"), 2,
            "'soon' is not a duration")
     failed(run(home, "http://127.0.0.1:1", "frobnicate"), 2, "No such command 'frobnicate'")
+    failed(run(home, "http://127.0.0.1:1", "stat", "--watch", "orders"), 2,
+           "'orders' is not a number of seconds", "stat orders --watch")
+    failed(run(home, "http://127.0.0.1:1", "stat", "--watch", "0.1"), 2, "0.2")
+    failed(run(home, "http://127.0.0.1:1", "stat", "--times", "3"), 2, "give --watch too")
     failed(run(home, "http://127.0.0.1:1", "receive"), 2, "Missing argument 'DESTINATION'")
     assert "Exit codes" in ok(run(home, None, "--help"))
 
@@ -271,6 +275,84 @@ def test_follow_until_ctrl_c_then_the_consumer_is_closed(server, home):
     assert (after["dequeued"], after["queue_size"], after["consumer_count"]) == (4, 0, 0)
     ok(run(home, server, "send", q, "after"))
     assert stats(home, server, q)["pending"] == 1
+
+
+def test_an_interrupted_receive_and_send_say_how_far_they_got(server, home):
+    q = unique("cli.summary")
+    ok(run(home, server, "send", q, "m", "-n", "2"))
+    process = subprocess.Popen([*CLI, "receive", q, "--follow"], cwd=ROOT, env=cli_env(home, server),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert [process.stdout.readline(), process.stdout.readline()] == [b"m\n", b"m\n"]
+        deadline = time.monotonic() + 10
+        while stats(home, server, q)["dequeued"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(20) == 130
+        assert process.stderr.read().decode() == f"received 2 messages from queue://{q} (interrupted)\n"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        process.stdout.close()
+        process.stderr.close()
+
+    # a send interrupted between batches names how many were sent; the batch in flight may be stored too
+    q = unique("cli.summary")
+    process = subprocess.Popen([*CLI, "send", q, "s", "--count", "1000000", "--batch", "100"], cwd=ROOT,
+                               env=cli_env(home, server), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and httpx.get(
+                f"{server}/api/v1/queues/{q}", headers={"Authorization": f"Token {ALICE_TOKEN}"},
+                timeout=30).status_code == 404:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(20) == 130
+        line = process.stderr.read().decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        process.stdout.close()
+        process.stderr.close()
+    assert line.startswith("signalbox: interrupted after sending ") and line.endswith(" of 1000000\n"), line
+    sent = int(line.split()[4])
+    assert sent % 100 == 0 and sent <= stats(home, server, q)["enqueued"] <= sent + 100
+
+
+def test_summaries_stay_on_one_line_when_piped(server, home):
+    q = unique("cli.a.queue.name.long.enough.that.its.summary.line.would.not.fit.in.eighty.columns")
+    assert ok(run(home, server, "send", q, "x", "-n", "2")) == f"sent 2 messages to queue://{q}\n"
+    result = run(home, server, "receive", q, "-n", "2")
+    assert ok(result) == "x\nx\n"
+    assert result.stderr == f"received 2 messages from queue://{q}\n"
+
+
+def test_a_server_gone_during_follow_is_one_line(tmp_path, home):
+    from tests.helpers.gateway_server import own_gateway
+
+    with own_gateway(tmp_path / "gone", "cli-gone") as gateway:
+        url = f"http://127.0.0.1:{gateway.port}"
+        q = unique("cli.gone")
+        ok(run(home, url, "send", q, "g"))
+        process = subprocess.Popen([*CLI, "receive", q, "--follow"], cwd=ROOT, env=cli_env(home, url),
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert process.stdout.readline() == b"g\n"
+            time.sleep(0.5)  # (its next long poll is waiting)
+            gateway.kill()  # (kill -9: the long poll's connection is reset, the close refused)
+            assert process.wait(60) == 3
+            lines = process.stderr.read().decode().splitlines()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+            process.stdout.close()
+            process.stderr.close()
+    assert len(lines) == 1 and lines[0].startswith(f"signalbox: cannot reach Signalbox at {url}"), lines
+    assert "closing the consumer failed too" in lines[0] and "its lease returns" in lines[0], lines
 
 
 @pytest.mark.e2e

@@ -21,6 +21,7 @@ from signalbox.cli.output import (
     relative_ms,
     say,
 )
+from signalbox.cli.params import WATCH_SECONDS
 
 # -- stat ---------------------------------------------------------------------------------------------
 
@@ -57,7 +58,7 @@ def destination_rows(kind: str | None, search: str | None, sort: str) -> list[di
 @click.option("--sort", default="name", show_default=True, metavar="[-]COLUMN",
               help="Sort by a statistic (queue_size, pending, enqueued, deadlettered, enqueue_rate...; "
                    "the server names them all if one is wrong); - descends.")
-@click.option("--watch", type=click.FloatRange(0.2), is_flag=False, flag_value=2.0, default=None,
+@click.option("--watch", type=WATCH_SECONDS, is_flag=False, flag_value=2.0, default=None,
               metavar="[SECONDS]", help="Refresh every SECONDS (2 when not given) until Ctrl-C.")
 @click.option("--times", type=click.IntRange(1), help="With --watch: stop after this many refreshes.")
 @json_option
@@ -65,6 +66,8 @@ def stat(destination: str | None, kind: str | None, search: str | None, sort: st
          times: int | None, as_json: bool) -> None:
     """A table of destinations and their statistics, like `activemq dstat`; with DESTINATION, all of
     that destination's statistics."""
+    if times is not None and watch is None:
+        raise click.UsageError("--times counts the refreshes of --watch: give --watch too")
     if destination is not None:
         def fetch() -> Any:
             detail = api().call("GET", destination_path(destination))
@@ -144,7 +147,7 @@ def run_watch(fetch: Any, show: Any, every: float, times: int | None, as_json: b
 @click.argument("destination")
 @json_option
 def purge(destination: str, as_json: bool) -> None:
-    """Remove every message of DESTINATION (pending and parked; ActiveMQ's purge)."""
+    """Remove every message of DESTINATION: pending, parked and in flight (ActiveMQ's purge; docs/api.md)."""
     answer = api().call("POST", destination_path(destination) + "/purge")
     if as_json:
         print_json(answer)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import IO, Any
 
 import click
@@ -31,3 +32,10 @@ class Failure(click.ClickException):
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"signalbox: {self.format_message()}", file=file or click.get_text_stream("stderr"),
                    err=file is None)
+
+
+def interrupted(message: str = "interrupted") -> Failure:
+    """The failure a Ctrl-C ends a command with; on a terminal it starts a line of its own (after the ^C)."""
+    if sys.stderr.isatty():
+        click.echo(err=True)
+    return Failure(message, INTERRUPTED)

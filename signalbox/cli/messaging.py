@@ -16,7 +16,7 @@ from urllib.parse import quote
 import click
 
 from signalbox.cli.api import Api, api, destination_path
-from signalbox.cli.errors import INTERRUPTED, USAGE, Failure
+from signalbox.cli.errors import INTERRUPTED, USAGE, Failure, interrupted
 from signalbox.cli.output import console, err_console, json_option, plural, print_json, print_table, say
 from signalbox.cli.params import MILLIS, PROPERTY
 
@@ -112,6 +112,9 @@ def send(destination: str, body: str | None, file: str | None, properties: tuple
                 if result["message_ids"]:
                     e.message += f" (after sending {len(result['message_ids'])} of {count})"
                 raise
+            except KeyboardInterrupt:  # (the batch in flight may have been stored: it is not counted)
+                sent = len(result["message_ids"])
+                raise interrupted(f"interrupted after sending {sent} of {count}") from None
             result["message_ids"] += answer["message_ids"]
             result["statuses"] += answer["statuses"]
             result["destinations"] = answer["destinations"]
@@ -205,18 +208,35 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
         spec["selector"] = selector
     consumer = client.call("POST", f"{path}/consumers", json=spec)
     base = f"{path}/consumers/{quote(consumer['consumer_id'], safe='')}"
-    received = 0
-    # SIGTERM ends the command as Ctrl-C does: through the `finally` that closes the consumer.
+    tally = [0]  # messages printed (receive_loop counts them: an interrupted loop returns nothing)
+    # SIGTERM ends the command as Ctrl-C does, but as an error: through the `except` that closes the consumer.
     signal.signal(signal.SIGTERM, terminated)
+    stopped = False
     try:
-        received = receive_loop(client, base, ack_mode, limit, follow, wait, as_json, verbose)
-    except KeyboardInterrupt:
-        raise SystemExit(INTERRUPTED) from None
-    finally:  # also on an error and when the reader of a pipe goes away (BrokenPipeError)
-        close_consumer(client, base)
+        try:
+            receive_loop(client, base, ack_mode, limit, follow, wait, as_json, verbose, tally)
+        except KeyboardInterrupt:
+            stopped = True
+    except BaseException as e:  # also when the reader of a pipe goes away (BrokenPipeError)
+        not_closed = close_consumer(client, base)
+        if not_closed is not None and isinstance(e, Failure):  # one line: the error, then the close's
+            e.message += f"; closing the consumer failed too ({not_closed}): {LEASE_RETURNS}"
+        elif not_closed is not None:
+            Failure(f"closing the consumer failed: {not_closed} ({LEASE_RETURNS})").show()
+        raise
+    not_closed = close_consumer(client, base)
+    if stopped and sys.stderr.isatty():
+        click.echo(err=True)  # (a line of its own after the ^C)
     if not as_json:
-        err_console().print(f"received {plural(received, 'message')} from {consumer['destination']}",
-                            highlight=False, markup=False)
+        err_console().print(f"received {plural(tally[0], 'message')} from {consumer['destination']}"
+                            + (" (interrupted)" if stopped else ""), highlight=False, markup=False)
+    if not_closed is not None:
+        Failure(f"closing the consumer failed: {not_closed} ({LEASE_RETURNS})").show()
+    if stopped:
+        raise SystemExit(INTERRUPTED)
+
+
+LEASE_RETURNS = "its lease returns its messages when it lapses"
 
 
 def terminated(signum: int, frame: Any) -> None:
@@ -224,7 +244,9 @@ def terminated(signum: int, frame: Any) -> None:
 
 
 def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follow: bool, wait: float,
-                 as_json: bool, verbose: bool) -> int:
+                 as_json: bool, verbose: bool, tally: list[int]) -> None:
+    """Receive, print and acknowledge until `limit` messages or, unless following, `wait` seconds without
+    one; tally[0] counts the messages printed and acknowledged."""
     received = 0
     deadline = time.monotonic() + wait
     while limit is None or received < limit:
@@ -247,20 +269,19 @@ def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follo
         elif ack_mode == "client":  # cumulative: the last acknowledges everything before it
             client.call("POST", f"{base}/ack", json={"message_ids": ids[-1:]})
         received += len(messages)
+        tally[0] = received
         deadline = time.monotonic() + wait
-    return received
 
 
-def close_consumer(client: Api, base: str) -> None:
-    """Close the consumer; its unacknowledged messages go back. A consumer already gone (lapsed,
-    aborted) has nothing to give back; failing to reach the server is said, not hidden."""
+def close_consumer(client: Api, base: str) -> str | None:
+    """Close the consumer; its unacknowledged messages go back. None when closed, or already gone (lapsed,
+    aborted: nothing to give back); else why it could not be (the caller says so: not hidden)."""
     try:
         client.call("DELETE", base)
     except Failure as e:
-        problem = e.problem or {}
-        if problem.get("status") not in (404, 410):
-            err_console().print(f"signalbox: closing the consumer failed: {e.message} (its lease returns "
-                                "its messages when it lapses)", highlight=False, markup=False)
+        if (e.problem or {}).get("status") not in (404, 410):
+            return e.message
+    return None
 
 
 # -- browse -------------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ import click
 # A column: heading, how to get the cell from a row, and whether it is a number (right-aligned).
 Column = tuple[str, Callable[[dict[str, Any]], Any], bool]
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print JSON (for scripts) instead of text.")
 
 
 @functools.cache
@@ -29,7 +30,8 @@ def console() -> Any:
 def err_console() -> Any:
     from rich.console import Console
 
-    return Console(stderr=True)
+    # (soft wrap: a line longer than the terminal, or than 80 columns when stderr is not one, stays one line)
+    return Console(stderr=True, soft_wrap=True)
 
 
 def print_json(data: Any, *, lines: bool = False) -> None:
@@ -65,8 +67,8 @@ def print_table(columns: Sequence[Column], rows: Iterable[dict[str, Any]], title
 
 
 def say(text: str) -> None:
-    """A human summary line (stdout; --json prints data instead)."""
-    console().print(text, highlight=False, markup=False)
+    """A human summary line (stdout; --json prints data instead): one line however long, for grep."""
+    console().print(text, highlight=False, markup=False, soft_wrap=True)
 
 
 def plural(count: int, noun: str) -> str:

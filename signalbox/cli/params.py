@@ -50,3 +50,22 @@ class Property(click.ParamType):
 
 
 PROPERTY = Property()
+
+
+class WatchSeconds(click.FloatRange):
+    """--watch's optional SECONDS (at least 0.2): what follows --watch is taken as its value, so a
+    destination written after it is named in the error."""
+
+    def __init__(self) -> None:
+        super().__init__(0.2)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds (a destination goes before --watch: "
+                      f"stat {value} --watch)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+WATCH_SECONDS = WatchSeconds()
