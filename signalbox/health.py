@@ -2,16 +2,19 @@
 maintenance tick (Celery beat sending it, a worker running it) is alive, for monitoring.
 
 The checks run concurrently, each bounded by HEALTH_CHECK_TIMEOUT, so a dead dependency makes the
-endpoint slow by at most that timeout. 200 means all healthy, 503 means at least one is not.
+endpoint slow by at most that timeout (a little more for the blocking checks' threads: `_answered`). A
+dependency that hangs rather than refuses (a Redis stopped with SIGSTOP keeps its connections open) is
+reported as not answering. 200 means all healthy, 503 means at least one is not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
@@ -54,11 +57,15 @@ def check_database() -> Check:
 
 
 def check_celery(app: Any = None, timeout: float | None = None) -> Check:
-    """A broadcast ping. The first pong is enough: limit=1 returns without waiting out the timeout."""
+    """A broadcast ping. The first pong is enough: limit=1 returns without waiting out the timeout. On a
+    connection of its own whose socket operations time out (the app's has no timeout: a hung Redis would
+    hold the publish for good)."""
     app = app or celery_app
     timeout = settings.HEALTH_CHECK_TIMEOUT if timeout is None else timeout
     try:
-        replies = app.control.ping(timeout=timeout, limit=1)
+        with app.connection_for_write(transport_options={"socket_timeout": timeout,
+                                                         "socket_connect_timeout": timeout}) as conn:
+            replies = app.control.ping(timeout=timeout, limit=1, connection=conn)
     except Exception as exc:
         return error(exc)
     workers = sorted(name for reply in replies for name in reply)
@@ -67,12 +74,31 @@ def check_celery(app: Any = None, timeout: float | None = None) -> Check:
     return {"status": "ok", "workers": workers}
 
 
+# The blocking checks run in threads of their own: one stuck in a call that ignores its timeout must not
+# take a thread the requests' database steps need, and is not started again while it runs (`_running`).
+_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=3, thread_name_prefix="healthz")
+_running: dict[str, concurrent.futures.Future[Check]] = {}
+
+
+async def _answered(name: str, check: Callable[[], Check]) -> Check:
+    """`check()` in a thread, waited for HEALTH_CHECK_TIMEOUT + 1 s at most (its own timeouts should end it
+    first); a probe that finds the last probe's check still running waits for that one instead."""
+    running = _running.get(name)
+    if running is None or running.done():
+        running = _running[name] = _THREADS.submit(check)
+    bound = settings.HEALTH_CHECK_TIMEOUT + 1
+    try:
+        return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(running)), bound)
+    except TimeoutError:
+        return {"status": "error", "error": f"no answer within {bound:g}s: what it waits for hangs"}
+
+
 async def run_checks() -> dict[str, Check]:
     redis_status, database_status, celery_status, maintenance_status = await asyncio.gather(
         check_redis(),
-        sync_to_async(check_database, thread_sensitive=False)(),
-        sync_to_async(check_celery, thread_sensitive=False)(),
-        sync_to_async(check_maintenance, thread_sensitive=False)(),
+        _answered("database", check_database),
+        _answered("celery", check_celery),
+        _answered("maintenance", check_maintenance),
     )
     return {"redis": redis_status, "database": database_status, "celery": celery_status,
             "maintenance": maintenance_status}

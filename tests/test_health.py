@@ -110,3 +110,39 @@ def test_a_failing_database_is_reported_not_raised(monkeypatch):
         "status": "error",
         "error": "OperationalError: unable to open database file",
     }
+
+
+def test_a_hung_redis_is_reported_within_the_timeout(client, settings, monkeypatch, tmp_path):
+    """Redis stopped (SIGSTOP: its connections stay open, nothing answers): every check that needs it
+    says so within HEALTH_CHECK_TIMEOUT and a little, and a second probe meanwhile starts no second ping
+    (a check stuck in a call would otherwise take one more thread per probe)."""
+    import signal
+
+    from signalbox.embedded_redis import EmbeddedRedis
+
+    store = EmbeddedRedis(tmp_path / "redis", port=free_port())
+    store.start()
+    try:
+        settings.REDIS_URL = store.url
+        settings.HEALTH_CHECK_TIMEOUT = 0.5
+        monkeypatch.setattr(health, "celery_app", Celery("hung", broker=celery_redis_url(store.url)))
+        assert client.get("/healthz").json()["redis"]["status"] == "ok"
+        store.process.send_signal(signal.SIGSTOP)
+        try:
+            for _ in range(2):
+                started = time.monotonic()
+                response = client.get("/healthz")
+                assert time.monotonic() - started < 0.5 + 1 + 0.5
+                assert response.status_code == 503
+                body = response.json()
+                assert body["redis"]["status"] == "error"
+                assert body["celery"]["status"] == "error"
+                assert body["maintenance"]["status"] == "error"
+                assert body["database"]["status"] == "ok"
+                if _ == 0:
+                    first = health._running["celery"]
+            assert health._running["celery"] is first or first.done()
+        finally:
+            store.process.send_signal(signal.SIGCONT)
+    finally:
+        store.stop()
