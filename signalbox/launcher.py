@@ -510,15 +510,16 @@ class Launcher:
         self.children.append(Child(name, start, start()))
 
     def relay(self, name: str, stream: IO[bytes]) -> None:
-        """Write a child's output lines to ours. In json, a line that is not already a JSON object (one
-        printed outside logging) becomes a record of that child; blank lines are dropped."""
+        """Write a child's output lines to ours. A line not already in the run's format (a JSON object, or
+        a text line of logs.TEXT_FORMAT: one printed outside logging, such as Celery's "Warm shutdown")
+        becomes a record of that child; blank lines are dropped."""
         as_json = os.environ.get("SIGNALBOX_LOG_FORMAT") == "json"
         with stream:
             for raw in stream:
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                 if not line.strip():
                     continue
-                if as_json and not _is_json_object(line):
+                if not (_is_json_object(line) if as_json else logs.TEXT_LINE_START.match(line)):
                     output_log.info(line, extra={"process_name": name})
                     continue
                 # Keep reading when our stdout is gone (a closed pipe): a child must not block on its output.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from typing import Any
 
@@ -33,8 +34,14 @@ CHATTY = (
     "celery.worker.strategy",  # "Task ... received"
     "celery.worker.consumer.mingle",  # start-up chatter of the worker's neighbour search
 )
+# Loggers that write a WARNING for each refused request, a client's mistake (Django's "Not Found: /x",
+# "Unauthorized: ...", a CSRF refusal): shown at DEBUG only; their ERRORs (a 5xx) always.
+PER_REQUEST = ("django.request", "django.security.csrf")
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s [%(process_name)s] %(name)s: %(message)s"
+# How a line in TEXT_FORMAT starts: the launcher wraps a child's line that does not (printed outside
+# logging) as a record of that child.
+TEXT_LINE_START = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ \[")
 # uvicorn adds `color_message` (the message with ANSI colours) to some records; not an extra worth sending.
 _NOT_EXTRAS = ("color_message",)
 
@@ -70,6 +77,14 @@ class ProcessName(logging.Filter):
         return True
 
 
+class OneLine(logging.Formatter):
+    """TEXT_FORMAT, one line per record: a message's or a traceback's line breaks are written as \\n (as
+    the json format does inside its strings), so a line of the run is always one event of one process."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def json_formatter() -> logging.Formatter:
     from pythonjsonlogger.core import RESERVED_ATTRS
     from pythonjsonlogger.json import JsonFormatter
@@ -90,7 +105,8 @@ def config(level: str | None = None, fmt: str | None = None) -> dict[str, Any]:
     """The dictConfig for this process: from the arguments, else SIGNALBOX_LOG_LEVEL/_FORMAT."""
     level = level_from(level if level is not None else os.environ.get("SIGNALBOX_LOG_LEVEL"))
     fmt = format_from(fmt if fmt is not None else os.environ.get("SIGNALBOX_LOG_FORMAT"))
-    formatter = {"()": "signalbox.logs.json_formatter"} if fmt == "json" else {"format": TEXT_FORMAT}
+    formatter = ({"()": "signalbox.logs.json_formatter"} if fmt == "json"
+                 else {"()": "signalbox.logs.OneLine", "fmt": TEXT_FORMAT})
     chatty = "DEBUG" if level == "DEBUG" else max(level, "WARNING", key=LEVELS.index)
     # Loggers that came with handlers of their own (uvicorn's, Django's console) hand their records to
     # the root's one handler instead, so each record is written once and in the one format.
@@ -99,6 +115,8 @@ def config(level: str | None = None, fmt: str | None = None) -> dict[str, Any]:
         for name in ("uvicorn", "uvicorn.error", "django", "django.server", "py.warnings")
     }
     loggers.update({name: {"handlers": [], "propagate": True, "level": chatty} for name in CHATTY})
+    refused = "DEBUG" if level == "DEBUG" else max(level, "ERROR", key=LEVELS.index)
+    loggers.update({name: {"handlers": [], "propagate": True, "level": refused} for name in PER_REQUEST})
     loggers["py4j"] = {"level": "WARNING"}  # narrates every gateway connection of Spark at INFO
     return {
         "version": 1,

@@ -12,9 +12,11 @@ import logging
 import os
 import re
 import signal
+import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from broker_core.broker import Broker
@@ -38,8 +40,12 @@ def test_chatty_loggers_speak_at_debug_only_and_a_bad_setting_names_itself():
     for name in logs.CHATTY:
         assert at_info["loggers"][name]["level"] == "WARNING"
     assert logs.config("ERROR", "text")["loggers"]["celery.beat"]["level"] == "ERROR"
+    for name in logs.PER_REQUEST:  # a refused request's WARNING ("Not Found: /x") at DEBUG only
+        assert at_info["loggers"][name]["level"] == "ERROR"
+    assert at_info["formatters"]["signalbox"] == {"()": "signalbox.logs.OneLine", "fmt": logs.TEXT_FORMAT}
     at_debug = logs.config("debug", "json")
     assert at_debug["root"]["level"] == "DEBUG" and at_debug["loggers"]["uvicorn.access"]["level"] == "DEBUG"
+    assert at_debug["loggers"]["django.request"]["level"] == "DEBUG"
     assert at_debug["formatters"]["signalbox"] == {"()": "signalbox.logs.json_formatter"}
     with pytest.raises(logs.LogSettingError, match=r"SIGNALBOX_LOG_LEVEL='loud' is not a log level"):
         logs.config("loud", "text")
@@ -60,6 +66,19 @@ def test_a_json_record_carries_time_level_process_logger_message_and_extras(monk
         "tick": {"destinations": 3}}
     assert list(fields)[0] == "time"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", fields["time"])
+
+
+def test_a_text_record_is_one_line_even_with_a_traceback():
+    try:
+        raise ValueError("first\nsecond")
+    except ValueError:
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed:\n%s", ("detail",),
+                                   sys.exc_info())
+    logs.ProcessName().filter(record)
+    line = logs.OneLine(logs.TEXT_FORMAT).format(record)
+    assert "\n" not in line and TEXT_LINE.match(line), line
+    assert "failed:\\ndetail\\nTraceback (most recent call last):\\n" in line
+    assert line.endswith("ValueError: first\\nsecond")
 
 
 def test_a_bad_log_level_option_is_one_clear_line(tmp_path: Path):
@@ -164,6 +183,9 @@ def test_a_run_at_info_says_what_matters_and_nothing_every_second(tmp_path: Path
     launcher = start_launcher(tmp_path / "data", free_port(), env, tmp_path / "launcher.log")
     try:
         launcher.wait_healthy()
+        # a client's mistakes: answered, not logged at INFO (Django's "Not Found: ..." is a WARNING)
+        assert httpx.get(f"{launcher.base_url}/api/v1/queues/no.such.queue", timeout=30).status_code == 401
+        assert httpx.get(f"{launcher.base_url}/no/such/page", timeout=30).status_code == 404
         time.sleep(10)  # ten maintenance ticks, none of them with work to do
         beat = direct_child(launcher, "celery -A signalbox --quiet beat")
         beat.send_signal(signal.SIGKILL)
@@ -189,9 +211,12 @@ def test_a_run_at_info_says_what_matters_and_nothing_every_second(tmp_path: Path
         assert noise not in output, noise
     if os.geteuid() == 0:
         assert len([line for line in lines if "running as root" in line]) == 1
-    # Every line is a record in the one format, but for the worker's own "Warm shutdown" print.
+    assert "Not Found" not in output and "Unauthorized" not in output
+    # Every line is a record in the one format, the worker's own "Warm shutdown" print too.
     strays = [line for line in lines if not TEXT_LINE.match(line)]
-    assert strays == ["worker: Warm shutdown (MainProcess)"], strays
+    assert strays == [], strays
+    assert re.search(r"INFO \[celery worker\] signalbox.output: worker: Warm shutdown \(MainProcess\)$",
+                     output, re.M)
     assert len(lines) < 45, output  # ~15 s of running, two restarts
 
 
