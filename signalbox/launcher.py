@@ -338,6 +338,21 @@ class Launcher:
                 "postgres://user:password@host:5432/dbname, or unset it to use SQLite in the data folder"
             ) from None
 
+    def report_metrics(self, base: str) -> None:
+        """Whether GET /metrics answers, said once at start: a token too short to be used is a mistake to
+        learn now, not from the first failed scrape."""
+        from django.conf import settings
+
+        from signalbox.settings import metrics_off
+
+        off = metrics_off(settings.SIGNALBOX_METRICS_TOKEN)
+        if off is None:
+            log.info(f"metrics at http://{base}/metrics (Authorization: Bearer <SIGNALBOX_METRICS_TOKEN>)")
+        elif settings.SIGNALBOX_METRICS_TOKEN:
+            log.warning(off)
+        else:
+            log.info(off)
+
     def setup_django(self) -> None:
         import django
         from django.core.exceptions import ImproperlyConfigured
@@ -653,6 +668,7 @@ class Launcher:
                 base = f"{self.config.host}:{self.config.port}"
                 log.info(f"running at http://{base}/ (health: /healthz, WebSocket: ws://{base}/ws/ping); "
                          "press Ctrl-C to stop")
+                self.report_metrics(base)
             while not self.stop_requested.wait(0.1):
                 self.supervise()
             return 0

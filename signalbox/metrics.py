@@ -31,6 +31,8 @@ import redis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_safe
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -44,13 +46,13 @@ from broker_core.model import DestinationSummary
 from gateway import runtime
 from gateway.api.destination_index import parse_destination  # (cached: ~30 us a name otherwise)
 from signalbox import maintenance_check, node
+from signalbox.settings import metrics_off
 
 PAGE = 50  # queues per summary_many call: the worst page (ten priority bands each) ~3 ms of Redis
 # Pages asked at once, pipelined on one connection: the gateway decodes one page's reply while Redis runs
 # the next call (each call is as small as alone; other clients wait behind at most a few of them).
 CONCURRENCY = 4
 NAMES_PAGE = 5_000  # registry names per ZRANGE (a few hundred microseconds of Redis each)
-MIN_TOKEN_LENGTH = 16
 
 # (summary field, metric name, counter?, help). Counters only grow (a deleted and re-created destination
 # starts again at 0, which Prometheus's rate() reads as a reset).
@@ -330,12 +332,9 @@ def process_metrics() -> Any:
 def _refusal(request: HttpRequest) -> HttpResponse | None:
     """None when the request carries the metrics token, else the answer (docs/metrics.md, Access)."""
     token = settings.SIGNALBOX_METRICS_TOKEN
-    if not token:
-        return _text(403, "metrics are off: set SIGNALBOX_METRICS_TOKEN to a secret of at least "
-                          f"{MIN_TOKEN_LENGTH} characters and scrape with 'Authorization: Bearer <it>'")
-    if len(token) < MIN_TOKEN_LENGTH:
-        return _text(403, f"metrics are off: SIGNALBOX_METRICS_TOKEN has {len(token)} characters, it needs "
-                          f"at least {MIN_TOKEN_LENGTH}")
+    off = metrics_off(token)
+    if off is not None:
+        return _text(403, off)
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
         response = _text(401, "send the metrics token as 'Authorization: Bearer <SIGNALBOX_METRICS_TOKEN>'")
@@ -350,6 +349,9 @@ def _text(status: int, text: str) -> HttpResponse:
     return response
 
 
+# A scraper GETs; any other method is 405 (not the CSRF check's 403 page: a token, not a cookie, protects it).
+@csrf_exempt
+@require_safe
 async def metrics_view(request: HttpRequest) -> HttpResponse:
     refusal = _refusal(request)
     if refusal is not None:

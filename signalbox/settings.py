@@ -258,6 +258,21 @@ SIGNALBOX_MAINTENANCE_STALE_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANC
 SIGNALBOX_MAINTENANCE_SLOW_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_SLOW_SECONDS") or 1.0)
 # GET /metrics (docs/metrics.md) answers only `Authorization: Bearer <this>`; unset, it answers 403.
 SIGNALBOX_METRICS_TOKEN = os.environ.get("SIGNALBOX_METRICS_TOKEN") or ""
+METRICS_TOKEN_MIN_LENGTH = 16
+
+
+def metrics_off(token: str) -> str | None:
+    """Why GET /metrics answers 403 with this SIGNALBOX_METRICS_TOKEN (None: it is on). The endpoint's
+    answer and the launcher's start-up line (`run`) say the same."""
+    if not token:
+        return (f"metrics are off: set SIGNALBOX_METRICS_TOKEN to a secret of at least "
+                f"{METRICS_TOKEN_MIN_LENGTH} characters and scrape with 'Authorization: Bearer <it>'")
+    if len(token) < METRICS_TOKEN_MIN_LENGTH:
+        return (f"metrics are off: SIGNALBOX_METRICS_TOKEN has {len(token)} characters, it needs at least "
+                f"{METRICS_TOKEN_MIN_LENGTH}")
+    return None
+
+
 # A scrape shows at most this many destinations (the oldest); the rest are counted as omitted.
 SIGNALBOX_METRICS_MAX_DESTINATIONS = int(os.environ.get("SIGNALBOX_METRICS_MAX_DESTINATIONS") or 20_000)
 # STOMP over TCP (gateway/stomp/tcp.py; `manage.py stomp_listener`, which `run` starts): the address, the

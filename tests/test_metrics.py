@@ -82,10 +82,37 @@ def test_metrics_are_off_until_a_token_is_set(token, settings):
     """No token setting (or one too short to be a secret): 403 saying how to turn metrics on."""
     from django.test import Client
 
+    from signalbox.settings import metrics_off
+
     settings.SIGNALBOX_METRICS_TOKEN = token
     response = Client().get("/metrics", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 403
-    assert "SIGNALBOX_METRICS_TOKEN" in response.content.decode()
+    assert response.content.decode() == metrics_off(token) + "\n"
+    assert ("it needs at least 16" if token else "set SIGNALBOX_METRICS_TOKEN") in response.content.decode()
+
+
+def test_the_launcher_says_at_start_whether_metrics_answer(caplog):
+    """`run` says it once, with the endpoint's own words: a too-short token is a WARNING."""
+    import logging
+
+    from django.test import override_settings
+
+    from signalbox.launcher import Launcher
+
+    caplog.set_level(logging.INFO, logger="signalbox.launcher")
+    for token, level, words in (("", "INFO", "metrics are off: set SIGNALBOX_METRICS_TOKEN"),
+                                ("short", "WARNING", "has 5 characters, it needs at least 16"),
+                                ("s" * 16, "INFO", "metrics at http://h:1/metrics")):
+        caplog.clear()
+        with override_settings(SIGNALBOX_METRICS_TOKEN=token):
+            Launcher.report_metrics(None, "h:1")  # type: ignore[arg-type]  (it reads no launcher state)
+        [record] = caplog.records
+        assert (record.levelname, words in record.getMessage()) == (level, True), record.getMessage()
+
+
+def test_metrics_answer_get_only(server):
+    answer = httpx.post(f"http://127.0.0.1:{server.port}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    assert answer.status_code == 405
 
 
 def test_destination_figures_match_the_broker(server, broker):
