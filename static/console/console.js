@@ -206,8 +206,10 @@
     const indicator = document.getElementById("live");
     const label = indicator.querySelector(".label");
     const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${body.dataset.events}${query ? `?${query}` : ""}`;
-    let socket = null; let delay = 500; let closedByUs = false; let lastMessage = 0;
-    const state = (name, text) => { indicator.dataset.state = name; label.textContent = text; banner(name, lastMessage); };
+    // lastMessage: any message (the staleness check); lastUpdate: the last one with figures (the banner's
+    // "last update": the status messages keep coming while the broker is unavailable, the figures do not)
+    let socket = null; let delay = 500; let closedByUs = false; let lastMessage = 0; let lastUpdate = 0;
+    const state = (name, text) => { indicator.dataset.state = name; label.textContent = text; banner(name, lastUpdate); };
     setInterval(() => {
       if (socket && socket.readyState === WebSocket.OPEN && Date.now() - lastMessage > STALE_MS
           && indicator.dataset.state === "connected") {
@@ -231,6 +233,7 @@
           indicator.title = data.detail || "";
           return;
         }
+        if (data.type !== "error") lastUpdate = lastMessage;
         if (indicator.dataset.state === "stale") state("connected", "Live");
         if (data.type === "error") toast(data.detail, true);
         onMessage(data);
@@ -269,7 +272,10 @@
       document.getElementById("main").prepend(node);
     }
     node.dataset.state = name;
-    node.textContent = `${BANNER[name]}${since ? ` (last update ${new Date(since).toLocaleTimeString()})` : ""}.`;
+    // (in UTC, as every time in the console; written only when it changes: the node is an alert, and a
+    // screen reader may announce every change)
+    const text = `${BANNER[name]}${since ? ` (last update ${fmt.time(since)})` : ""}.`;
+    if (node.textContent !== text) node.textContent = text;
     node.hidden = false;
   }
 

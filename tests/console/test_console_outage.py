@@ -5,6 +5,7 @@ restarting the gateway (issue 26, item 5). The gateway runs on a Redis of this t
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -39,6 +40,7 @@ def test_the_header_says_broker_unavailable_while_redis_is_away(chromium, tmp_pa
         page = login(chromium, server, "admin")
         live = page.locator("#live")
         expect(live).to_have_attribute("data-state", "connected")
+        expect(page.locator("[data-total=destinations]")).not_to_have_text("–")  # figures arrived
         store.process.send_signal(signal.SIGSTOP)
         try:
             stopped_at = time.monotonic()
@@ -49,6 +51,12 @@ def test_the_header_says_broker_unavailable_while_redis_is_away(chromium, tmp_pa
             banner = page.locator("#feed-banner")
             expect(banner).to_be_visible()
             expect(banner).to_contain_text("The figures below are not updating (last update")
+            # the time of the last figures, in UTC as every console time, which the status messages that
+            # keep coming (each saying "unavailable") do not move
+            said = banner.text_content()
+            assert re.search(r"\(last update \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\)\.$", said), said
+            page.wait_for_timeout(2500)
+            assert banner.text_content() == said
         finally:
             store.process.send_signal(signal.SIGCONT)
         expect(live).to_have_attribute("data-state", "connected", timeout=5000)
