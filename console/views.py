@@ -12,6 +12,7 @@ from django.shortcuts import render
 
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import InvalidDestination
+from gateway.api.destination_index import is_dead_letter_queue
 from gateway.permissions import ACTIONS, allowed
 
 LOGIN = "console:login"
@@ -68,7 +69,9 @@ def topic(request: HttpRequest, name: str) -> HttpResponse:
 
 @login_required(login_url=LOGIN)
 def browse(request: HttpRequest, name: str) -> HttpResponse:
-    return _queue_page(request, name, "browse.html", "destinations", selector=request.GET.get("selector", ""))
+    # (the same test as the destination list's filter: retry is offered on what is a dead-letter queue)
+    return _queue_page(request, name, "browse.html", "destinations", selector=request.GET.get("selector", ""),
+                       dead_letter_queue=is_dead_letter_queue(name))
 
 
 @login_required(login_url=LOGIN)

@@ -92,13 +92,13 @@
     if (scope === "selected" && !selected.size) { toast("Select messages first.", true); return; }
     const to = action === "move" || action === "copy" ? ` to ${target}` : action === "retry" ? " to their original destinations" : "";
     if (!(await window.SB.confirm(`${VERB[action]} ${what}${to}?`, VERB[action]))) return;
-    let done = 0; let failed = 0;
+    let done = 0; let failed = 0; let why = "";  // (the first failure's reason: the others are likely the same)
     try {
       if (scope === "selected") {
         const ids = [...selected];
         await tracked(`${VERB[action]} ${ids.length} messages`, async (bar) => {
           for (const id of ids) {
-            try { await perMessage(action, id, target); done++; selected.delete(id); } catch (e) { failed++; }
+            try { await perMessage(action, id, target); done++; selected.delete(id); } catch (e) { failed++; why = why || e.message; }
             bar.update(done + failed, ids.length);
           }
         });
@@ -110,7 +110,7 @@
           action === "copy" ? null : async () => { const s = await api("GET", base); return { done: Math.max(0, start - s.queue_size), total: start }; });
         done = result.count;
       }
-      toast(`${VERB[action]}: ${fmt.num(done)} messages${failed ? `, ${failed} failed` : ""}`, failed > 0);
+      toast(`${VERB[action]}: ${fmt.num(done)} messages${failed ? `, ${failed} failed: ${why}` : ""}`, failed > 0);
     } catch (e) { toast(e.message, true); }
     countSelected();
     load();

@@ -93,8 +93,20 @@
     return node;
   }
 
+  /* A live table is rebuilt whole on each update; the keyboard's place must survive it: a control focused
+     in it (a button, a link) is focused again in the new row with the same key (its data-* attributes;
+     the same position when it has none), at the same place among the row's controls. */
+  const FOCUSABLE = "a[href], button, input, select, textarea, summary, [tabindex]";
+  const rowKey = (tr) => JSON.stringify(Object.entries(tr.dataset));
   function fill(tbody, rows, columns, emptyText) {
+    const focused = document.activeElement;
+    const tr = focused && focused !== tbody && tbody.contains(focused) ? focused.closest("tr") : null;
+    const was = tr && { key: rowKey(tr), row: [...tbody.rows].indexOf(tr), at: [...tr.querySelectorAll(FOCUSABLE)].indexOf(focused) };
     tbody.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: columns, class: "empty" }, emptyText))]));
+    if (!was || was.at < 0) return;
+    const now = was.key !== "[]" ? [...tbody.rows].find((r) => rowKey(r) === was.key) : tbody.rows[was.row];
+    const target = now && now.querySelectorAll(FOCUSABLE)[was.at];
+    if (target) target.focus({ preventScroll: true });
   }
 
   const fmt = {

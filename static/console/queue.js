@@ -72,7 +72,7 @@
     const sorted = [...g.groups].sort((a, b) => (a.group_id < b.group_id ? -1 : a.group_id > b.group_id ? 1 : 0));
     const rows = sorted.map((x) => el("tr", { dataset: { group: x.group_id } },
       el("th", { scope: "row" }, x.group_id),
-      el("td", { class: "id", dataset: { col: "owner" } }, who.node(x.owner), x.owner_busy ? el("span", { class: "badge warn" }, " busy") : null),
+      el("td", { class: "id", dataset: { col: "owner" } }, who.node(x.owner), x.owner_busy ? [" ", el("span", { class: "badge warn" }, "busy")] : null),
       el("td", {}, fmt.ago(x.assigned_at)),
       el("td", { class: "num" }, fmt.num(x.pending)),
       el("td", { class: "num" }, fmt.num(x.in_flight)),

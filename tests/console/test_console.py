@@ -94,6 +94,28 @@ def test_the_queue_page_shows_two_consumers_with_their_prefetch_bars(admin_page,
     expect(page.locator("[data-stat=dequeued]")).to_have_text("5", timeout=10_000)
 
 
+def test_a_live_update_keeps_the_keyboard_focus(admin_page, console_server, broker, queue_name):
+    """A table rebuilt by a live update gives the focus back to the same control of the same row (it fell
+    to the page's body, and Enter did nothing)."""
+    consumer = broker.add_consumer(queue_name, ConsumerSpec(prefetch=100, lease_ms=120_000,
+                                                            ack_mode="client-individual"))
+    broker.send(queue_name, [Message(body=f"{g}-{i}", group_id=g) for g in ("cart-1", "cart-2")
+                             for i in range(2)])
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    row = page.locator('#groups tbody tr[data-group="cart-2"]')
+    expect(row.locator("td").nth(3)).to_have_text("2")  # in flight
+    button = page.get_by_role("button", name="Reset group cart-2")
+    button.focus()
+    delivered = broker.receive(consumer, 4)
+    broker.ack(consumer, [d.message_id for d in delivered if d.group_id == "cart-2"][:1])
+    expect(row.locator("td").nth(3)).to_have_text("1", timeout=10_000)  # the table was rebuilt
+    assert page.evaluate("document.activeElement.getAttribute('aria-label')") == "Reset group cart-2"
+    page.keyboard.press("Enter")  # and the keyboard goes on from there
+    expect(page.locator("dialog#confirm")).to_be_visible()
+    page.locator("dialog#confirm button", has_text="Cancel").click()
+
+
 def test_grouped_messages_are_owned_and_remove_all_message_groups_reassigns_them(admin_page, console_server,
                                                                                  broker, queue_name):
     spec = ConsumerSpec(prefetch=100, lease_ms=120_000)

@@ -57,6 +57,36 @@ def test_a_message_of_an_ordinary_queue_shows_no_dead_letter_origin(admin_page, 
     expect(page.locator("#msg-retry")).to_be_hidden()
 
 
+def test_browse_offers_retry_on_dead_letter_queues_only(admin_page, console_server, broker, queue_name):
+    """The same test as the destination list's dead-letter filter: a queue whose name merely contains
+    "DLQ" is an ordinary queue (its messages have nowhere to be retried to)."""
+    dead_letter(broker, queue_name, "poison")
+    ordinary = f"mailDLQuota{queue_name}"
+    broker.send(ordinary, Message(body="plain"))
+    page = admin_page
+    for name, offered in ((ordinary, False), ("ActiveMQ.DLQ", True)):
+        page.goto(f"{console_server.url}/console/queues/{name}/browse/")
+        expect(page.locator("table tbody")).not_to_contain_text("Loading")
+        for label in ("Retry selected", "Retry all matching"):
+            button = page.get_by_role("button", name=label)
+            (expect(button).to_be_visible if offered else expect(button).to_be_hidden)()
+
+
+def test_a_bulk_move_that_fails_says_why(admin_page, console_server, broker, queue_name):
+    broker.send(queue_name, [Message(body="a"), Message(body="b")])
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/browse/")
+    page.get_by_label("Select all on this page").check()
+    expect(page.locator("#selection-count")).to_have_text("2 selected")
+    page.fill("#bulk-target", f"{queue_name}.nowhere")  # no such queue: a move does not create one
+    page.get_by_role("button", name="Move selected").click()
+    confirm(page)
+    toast = page.locator("#toast")
+    expect(toast).to_contain_text("Move: 0 messages, 2 failed: ")
+    expect(toast).to_contain_text(f"queue://{queue_name}.nowhere")
+    assert broker.stats(queue_name).queue_size == 2
+
+
 def test_delete_all_matching_is_one_server_side_operation_and_is_audited(admin_page, console_server, broker,
                                                                          queue_name):
     broker.send(queue_name, [Message(body=str(i), properties={"keep": i % 3 == 0}) for i in range(600)])
