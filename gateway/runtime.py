@@ -68,12 +68,19 @@ async def abort_notice(broker: AsyncBroker, consumer: ConsumerRef) -> maintenanc
 
 
 _async: dict[asyncio.AbstractEventLoop, tuple[AsyncBroker, WakeupHub]] = {}
+POOL_CONNECTIONS = 100  # connections to Redis an event loop's redis-py client holds at most
+POOL_WAIT_SECONDS = 20  # how long a command waits for one of them when all are in use
 
 
 def _for_loop() -> tuple[AsyncBroker, WakeupHub]:
     loop = asyncio.get_running_loop()
     if loop not in _async:
-        client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+        # redis-py's asyncio pool refuses its 101st connection in use (MaxConnectionsError, a ConnectionError:
+        # "Broker unavailable" while Redis is fine); a burst of commands (150 clients subscribing at once)
+        # waits for a free connection instead, up to POOL_WAIT_SECONDS
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            settings.REDIS_URL, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_SECONDS)
+        client = redis.asyncio.Redis(connection_pool=pool)
         broker = AsyncBroker(client, settings.SIGNALBOX_NAMESPACE, policies=policies())
         hub = WakeupHub(client, settings.SIGNALBOX_NAMESPACE)
         broker.push_locally(hub.channel, hub.pushed)  # the local short-cut

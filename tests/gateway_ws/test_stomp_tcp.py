@@ -152,6 +152,23 @@ def test_connections_beyond_the_limit_are_refused_with_an_error_that_names_it(li
             conn.close()
 
 
+def test_a_burst_of_subscriptions_from_many_connections_is_served(stomp_listener):
+    """150 connections subscribe at the same moment: more commands in flight at once than redis-py's pool
+    has connections (100). They wait for one rather than fail ("Broker unavailable" while Redis is up)."""
+    queue = _q()
+    conns = [RawTcp(stomp_listener.port, timeout=30) for _ in range(150)]
+    try:
+        for conn in conns:
+            conn.connect()
+        for n, conn in enumerate(conns):  # all written before any answer is read
+            conn.send("SUBSCRIBE", {"destination": f"/queue/{queue}.{n}", "id": "s", "receipt": f"r{n}"})
+        for n, conn in enumerate(conns):
+            assert conn.expect("RECEIPT").get("receipt-id") == f"r{n}"
+    finally:
+        for conn in conns:
+            conn.close()
+
+
 # -- TLS ----------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
