@@ -195,7 +195,9 @@ class _Api:
                       lease_ms: int = 0) -> tuple[list[Delivery], int]:
         """`receive` for an adapter that takes pushed deliveries (docs/broker_core.md "The delivery path"):
         returns (deliveries, dispatch sequence of the last one) with whatever was handed over after `after`
-        first; arms the consumer for up to `push` pushed messages when its outbox is left empty."""
+        first; arms the consumer for up to `push` pushed messages when its outbox is left empty. Ack mode
+        auto: the caller acknowledges what it got once written (`ack(..., mode="individual")`), as pushed
+        messages; until then they are in flight (a connection cut first gives them back)."""
         return self._run(self.ops.receive_after(consumer, after, max_messages, push, self._now(), lease_ms))
 
     def cancel_pull(self, consumer: ConsumerRef) -> None:
@@ -494,7 +496,14 @@ class _Api:
         return self._run(self.ops.refresh_policies(self._now()))
 
     def begin(self, ttl_ms: int = 3_600_000) -> str:
+        """A new transaction, open for `ttl_ms` unless renewed (`renew_transactions`): an adapter gives its
+        connection's lease and renews it with its consumers', so a transaction whose owner died ends with
+        its lease (its reserved space freed, its transacted acks' messages back with the consumer's)."""
         return self._run(self.ops.tx_begin(ttl_ms))
+
+    def renew_transactions(self, txs: list[str], ttl_ms: int) -> list[str]:
+        """Keep these transactions open `ttl_ms` longer; returns those already gone."""
+        return self._run(self.ops.tx_renew(txs, ttl_ms))
 
     def commit(self, tx: str) -> None:
         return self._run(self.ops.tx_commit(tx, self._now()))

@@ -274,6 +274,9 @@ class Router(Context):
     def tx_begin(self, ttl_ms: int) -> Op:
         return self.run(transactions.begin(self, ttl_ms))
 
+    def tx_renew(self, txs: list[str], ttl_ms: int) -> Op:
+        return self.run(transactions.renew(self, txs, ttl_ms))
+
     def tx_send(self, tx: str, dest: Destination, messages: Iterable[Message], now: int) -> Op:
         return self.run(transactions.send(self, tx, dest, messages, now))
 

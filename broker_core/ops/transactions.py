@@ -32,11 +32,26 @@ from .context import Context
 
 
 def begin(ops: Context, ttl_ms: int) -> Op:
+    """A new transaction, open for `ttl_ms` unless renewed (`renew`): its owner's lease, so a process
+    that dies with it open holds nothing for longer. One MULTI/EXEC: a caller cancelled between two
+    commands left a transaction that never expired."""
     tx = f"tx-{uuid.uuid4().hex[:16]}"
-    yield Command(("RPUSH", tx_key(ops.namespace, tx), msgpack.packb(["begin"])))
-    yield Command(("PEXPIRE", tx_key(ops.namespace, tx), ttl_ms))
+    key = tx_key(ops.namespace, tx)
+    yield [("RPUSH", key, msgpack.packb(["begin"])), ("PEXPIRE", key, ttl_ms)]
     return tx
 
+
+def renew(ops: Context, txs: list[str], ttl_ms: int) -> Op:
+    """Keep open transactions open `ttl_ms` longer (their owner renews them with its consumers' leases).
+    Returns those that are gone (expired: their owner missed its renewals; or ended)."""
+    if not txs:
+        return []
+    replies = yield [("PEXPIRE", tx_key(ops.namespace, tx), ttl_ms) for tx in txs]
+    return [tx for tx, reply in zip(txs, replies, strict=True) if reply != 1]
+
+
+# The longest a transaction's reservation of space can outlive it: none while its key is read (see `send`).
+RESERVATION_MOST_MS = 24 * 3_600_000
 
 # Records: ["send", kind, name, message id, packed message] and
 # ["ack", kind, name, consumer id, ack mode, [message ids]].
@@ -63,10 +78,10 @@ def send(ops: Context, tx: str, dest: Destination, messages: Iterable[Message], 
     else:
         packed = [message.pack(now) for message in messages]
     # a transacted send waits for space (or fails) when it is sent; its commit is not refused.
-    # the space it needs is reserved for the transaction until its commit or rollback (or its
-    # end of life), so open transactions together cannot commit past a limit (§9.2), topics included.
-    ttl = yield Command(("PTTL", tx_key(ops.namespace, tx)))
-    probe = f"probe:{tx}:{max(int(ttl), 1)}"
+    # the space it needs is reserved for the transaction until its commit or rollback, or until its key
+    # is gone (it expired: its owner stopped renewing it; flow.lua flow.reserved), so open transactions
+    # together cannot commit past a limit (§9.2), topics included.
+    probe = f"probe:{tx}:{RESERVATION_MOST_MS}"
     yield from flow.send_when_space(ops, dest, now, calls.Send, 0, probe, packed)
     ids = []
     if dest.is_topic:

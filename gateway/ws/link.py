@@ -124,6 +124,9 @@ class SendBuffer:
         self._closed = False
         self.last_write = time.monotonic()
         self._writing_since: float | None = None
+        # payloads put, and of those handed to the transport (in order: the first `handed` of them)
+        self.puts = 0
+        self.handed = 0
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     @property
@@ -137,6 +140,8 @@ class SendBuffer:
         if (self._write_nowait is not None and not self._items and self._writing_since is None
                 and self._write_nowait(item)):
             self.last_write = time.monotonic()
+            self.puts += 1
+            self.handed += 1
             return
         n = len(item)
         if force or not self._size or self._size + n <= self.max_bytes:
@@ -160,6 +165,7 @@ class SendBuffer:
 
     def _append(self, item: Payload, n: int) -> None:
         self._items.append(item)
+        self.puts += 1
         self._size += n
         self._idle.clear()
         self._ready.set()
@@ -169,21 +175,23 @@ class SendBuffer:
             await self._ready.wait()
             self._ready.clear()
             while self._items:
-                batch = self._take()
+                batch, count = self._take()
                 self._writing_since = time.monotonic()
                 await self._write(batch)
                 self.last_write = time.monotonic()
                 self._writing_since = None
                 self._size -= len(batch)
-                if self._waiting:  # a put waits for room
+                self.handed += count
+                if self._waiting:  # a put waits for room, or `written` for this
                     async with self._room:
                         self._room.notify_all()
             self._idle.set()
 
-    def _take(self) -> Payload:
+    def _take(self) -> tuple[Payload, int]:
+        """The next write, and how many payloads put it holds."""
         first = self._items.pop(0)
         if not self.coalesce:
-            return first
+            return first, 1
         parts = [first]
         total = len(first)
         while self._items and type(self._items[0]) is type(first) and total < self.coalesce_limit:
@@ -191,8 +199,28 @@ class SendBuffer:
             parts.append(item)
             total += len(item)
         if len(parts) == 1:
-            return first
-        return "".join(parts) if isinstance(first, str) else b"".join(parts)  # type: ignore[arg-type]
+            return first, 1
+        return ("".join(parts) if isinstance(first, str) else b"".join(parts)), len(parts)  # type: ignore[arg-type]
+
+    async def written(self, upto: int) -> bool:
+        """Wait until the first `upto` payloads put have been handed to the transport. False when they never
+        will be (the buffer closed); SlowClient when the client takes nothing for `slow_seconds`."""
+        if self.handed >= upto:
+            return True
+        await asyncio.sleep(0)  # the writer's turn first: a write that does not wait is done by then
+        if self.handed >= upto:
+            return True
+        async with self._room:
+            self._waiting += 1
+            try:
+                await asyncio.wait_for(self._room.wait_for(lambda: self._closed or self.handed >= upto),
+                                       self.slow_seconds)
+            except TimeoutError:
+                raise SlowClient(f"the client read nothing for {self.slow_seconds:g} s with "
+                                 f"{self._size} bytes waiting") from None
+            finally:
+                self._waiting -= 1
+        return self.handed >= upto
 
     @property
     def stuck(self) -> bool:
@@ -264,6 +292,11 @@ class Subscription:
         self.unacked.update(kept)
 
 
+async def _written_at_once() -> bool:
+    """`written` of a protocol whose `deliver` writes before it returns."""
+    return True
+
+
 class Link:
     """The broker side of one WebSocket connection. Call `open()` first and `close()` at the end.
 
@@ -273,6 +306,9 @@ class Link:
     called when the link cannot go on (a lease lapsed, the client is slow, the broker failed);
     `unavailable` is true when the cause is Redis being unreachable (gateway/unavailable.py), so the
     protocol can say so and the client knows to reconnect.
+    `written()` waits until everything `deliver` has put so far has been handed to the transport: True,
+    or False when it never will be (the connection is closing); it raises SlowClient when the client takes
+    nothing for the slow-client timeout. Ack mode auto acknowledges after it.
     `aborted(subscription, notice)` is called when a slow-consumer strategy or an operator aborted one of
     the subscription's consumers (spec §8.4): the link has already closed the subscription; the protocol
     tells the client and, when `notice.abort_connection`, closes the connection.
@@ -281,10 +317,12 @@ class Link:
     def __init__(self, broker: Any, hub: Any, deliver: Callable[[Subscription, Consumer, list[Delivery]],
                                                                  Awaitable[None]],
                  lost: Callable[[str, bool], Awaitable[None]], settings: LinkSettings | None = None,
-                 aborted: Callable[[Subscription, AbortNotice], Awaitable[None]] | None = None) -> None:
+                 aborted: Callable[[Subscription, AbortNotice], Awaitable[None]] | None = None,
+                 written: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.broker = broker
         self.hub = hub
         self.deliver = deliver
+        self.written = written or _written_at_once
         self.lost = lost
         self.aborted = aborted
         self.settings = settings or LinkSettings.from_django()
@@ -442,8 +480,9 @@ class Link:
         receive call. `upto` is the dispatch sequence of the last message delivered: a push that does not
         follow it (one was lost, or a receive already delivered it) sends the pump back to `receive_after`,
         which hands over again whatever came after `upto`, so nothing is missed or delivered twice. Ack mode
-        auto: pushed messages are acknowledged once they are in the send buffer (a process that dies before
-        leaves them in flight; the lapse of its lease returns them)."""
+        auto: messages (pushed or received) are acknowledged once the send buffer has handed them to the
+        transport (`written`): a client cut off as too slow before that, or a process that dies, leaves
+        them in flight, and closing the consumer (or the lapse of its lease) returns them."""
         batch = self.settings.receive_batch
         idle = self.settings.renew_every
         cid = consumer.consumer_id
@@ -459,6 +498,8 @@ class Link:
                 self._written[cid] = upto
                 if deliveries:
                     await self.deliver(sub, consumer, deliveries)
+                    if auto and await self.written():
+                        await self._ack_written(consumer, [d.message_id for d in deliveries])
                 if len(deliveries) == batch:
                     continue  # more are waiting
                 # the outbox is empty and the consumer armed: pushes, or a wake-up once the credit is spent;
@@ -478,11 +519,9 @@ class Link:
                         upto = self._written[cid] = pushed.last
                         await self.deliver(sub, consumer, delivered)
                         written += [d.message_id for d in delivered]
-                    if auto and written:
-                        # one turn of the loop first: the send buffer's writer puts the MESSAGEs on the wire
-                        # before the ack's round trip to Redis starts (the ack follows the write, never
-                        # precedes it, and Redis's work on the ack no longer sits before the client's copy)
-                        await asyncio.sleep(0)
+                    # (the ack follows the write, never precedes it: Redis's work on the ack does not sit
+                    # before the client's copy, and a client cut off first loses nothing)
+                    if auto and written and await self.written():
                         await self._ack_written(consumer, written)
                     if woken:
                         break
@@ -518,7 +557,7 @@ class Link:
         task.add_done_callback(_CLOSING.discard)
 
     async def _ack_written(self, consumer: Consumer, ids: list[str]) -> None:
-        """Ack mode auto: acknowledge pushed messages now in the send buffer. One an operator removed (or
+        """Ack mode auto: acknowledge messages the send buffer has written. One an operator removed (or
         moved) meanwhile is not in flight any more: the others are acknowledged one by one."""
         try:
             await self.broker.ack(consumer, ids, mode="individual")
@@ -537,6 +576,11 @@ class Link:
                 for consumer in sub.consumers:
                     by_destination.setdefault(consumer.destination, []).append(consumer.consumer_id)
             try:
+                if self.transactions:  # (one that lapsed meanwhile: its COMMIT is refused, its ABORT a no-op)
+                    for tx in await self.broker.renew_transactions(list(self.transactions.values()),
+                                                                   self.settings.lease_ms):
+                        logger.warning("transaction %s of connection %s lapsed before it was renewed",
+                                       tx, self.connection_id)
                 for dest, ids in by_destination.items():
                     gone = set(await self.broker.renew_leases(dest, ids, self.settings.lease_ms))
                     for sub in list(self.subscriptions.values()):  # not those unsubscribed meanwhile
@@ -684,7 +728,9 @@ class Link:
         if name in self.transactions:
             raise LinkError(f"The transaction was already started: {name}",
                             f"transaction {name!r} was already begun on this connection", "transaction_error")
-        self.transactions[name] = await self.broker.begin()
+        # open for one lease, renewed with the consumers' (_keep_leases): a process that dies with it open
+        # holds its reserved space and its transacted acks' messages no longer than its consumers
+        self.transactions[name] = await self.broker.begin(self.settings.lease_ms)
 
     async def commit(self, name: str) -> None:
         tx = self.transaction(name)

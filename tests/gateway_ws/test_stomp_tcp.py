@@ -263,6 +263,85 @@ def test_a_listener_killed_mid_stream_loses_nothing(listener, stomp_listener, re
         producer.close()
 
 
+def test_a_slow_auto_ack_reader_cut_off_loses_nothing(listener, gateway_data, redis_client):
+    """ack:auto, a client that reads nothing: the listener cuts it off as too slow. A message is
+    acknowledged only once written (the client still reads those from its socket); what waited in the
+    send buffer was not, and goes back to the queue (before, a send buffer's worth was acknowledged when
+    put in the buffer, and dropped with it). Every message is acknowledged or back in the queue; some of a
+    batch cut in the middle may have reached the client too (at least once, never lost)."""
+    import socket
+
+    from broker_core.broker import Broker
+    from gateway.stomp.frames import FrameParser
+
+    server = listener(SIGNALBOX_WS_SLOW_CLIENT_SECONDS="2", SIGNALBOX_WS_SEND_BUFFER_BYTES="262144")
+    name = _q().removeprefix("/queue/")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (before connecting: the window it offers)
+    sock.connect(("127.0.0.1", server.port))
+    connect = [("accept-version", "1.2"), ("login", "alice"), ("passcode", "secret"), ("host", "x")]
+    subscribe = [("destination", f"/queue/{name}"), ("id", "s"), ("ack", "auto")]
+    sock.sendall(encode("CONNECT", connect, b"") + encode("SUBSCRIBE", subscribe, b""))
+    time.sleep(0.5)  # subscribed
+    producer = RawTcp(server.port, timeout=30)
+    producer.connect()
+    body = b"x" * 4096
+    total = 3000
+    for n in range(total):
+        producer.send("SEND", {"destination": f"/queue/{name}", "persistent": "false",
+                               **({"receipt": "last"} if n == total - 1 else {})}, body)
+    assert producer.expect("RECEIPT").get("receipt-id") == "last"
+    broker = Broker(redis_client, gateway_data[1])
+    deadline = time.monotonic() + 30
+    while broker.stats(name).consumer_count and time.monotonic() < deadline:  # cut off, consumer closed
+        time.sleep(0.2)
+    assert broker.stats(name).consumer_count == 0
+    received, parser = 0, FrameParser("1.2")
+    sock.settimeout(5)
+    try:
+        while data := sock.recv(65536):
+            received += sum(frame.command == "MESSAGE" for frame in parser.feed(data))
+    except (TimeoutError, ConnectionResetError):
+        pass
+    finally:
+        sock.close()
+        producer.close()
+    stats = broker.stats(name)
+    assert 0 < stats.dequeued <= received < total, (stats, received)
+    assert stats.queue_size + stats.dequeued == total, stats
+
+
+def test_a_transaction_of_a_killed_listener_ends_with_its_lease(listener, gateway_data, redis_client):
+    """A listener killed while a client's transaction is open: the transaction lapses with the
+    connection's lease (its key, and with it the space its sends reserved, spec §9.2), where it lived an
+    hour and held every producer of a full broker back for that long."""
+    from broker_core.broker import Broker
+
+    namespace = gateway_data[1]
+    doomed = listener(SIGNALBOX_WS_LEASE_MS="1500")
+    name = _q().removeprefix("/queue/")
+    client = RawTcp(doomed.port)
+    client.connect()
+    client.send("BEGIN", {"transaction": "t1"})
+    client.send("SEND", {"destination": f"/queue/{name}", "transaction": "t1", "receipt": "r"}, b"x" * 1000)
+    client.expect("RECEIPT")
+    [key] = [k for k in redis_client.scan_iter(f"{namespace}:tx:*")
+             if redis_client.lrange(k, 1, -1) and name.encode() in redis_client.lrange(k, 1, -1)[0]]
+    time.sleep(2)  # past a lease: renewed, it is still open
+    assert redis_client.exists(key) == 1
+    reserved = f"{namespace}:usage:res"
+    assert any(name.encode() in field for field in redis_client.hkeys(reserved))
+    doomed.kill()
+    client.close()
+    deadline = time.monotonic() + 5
+    while redis_client.exists(key) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert redis_client.exists(key) == 0
+    Broker(redis_client, namespace).send(name, "after")  # reads the reservations: the lapsed one goes
+    assert not any(name.encode() in field for field in redis_client.hkeys(reserved))
+    assert Broker(redis_client, namespace).stats(name).queue_size == 1  # the transacted send never was
+
+
 # -- a client in another language ---------------------------------------------------------------------
 
 NODE_CLIENT = """

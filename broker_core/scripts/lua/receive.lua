@@ -1,6 +1,7 @@
 -- Hand the adapter the messages dispatched to a consumer, oldest first, and renew its lease.
 -- A prefetch-0 consumer pulls: it asks for `max` messages (MessagePull), which a dispatch chunk fills.
--- In ack mode 'auto' the messages are acknowledged as they are handed over.
+-- In ack mode 'auto' the messages are acknowledged as they are handed over, but with `after` (below): that
+-- adapter acknowledges them once it has written them, as it does pushed ones (outbox.adapter_acks).
 -- ARGV: now, budget, consumer id, max, lease ms (0: the consumer's own lease length); optionally `after` and
 -- `push` (an adapter taking pushed deliveries, outbox.lua push_*): the dispatch sequence of the last message it
 -- has, so what was handed over after it (pushed, and lost or still on its way) comes first, again; and how
@@ -46,6 +47,7 @@ if c.prefetch == 0 or c.push > 0 then c = consumers.find(cid) end
 local after = ARGV[6] and base.number(ARGV[6])
 local freed = false
 if after then
+  outbox.adapter_acks = true
   out[1] = 0  -- (below)
   local again = {}
   if c.rcv > after then  -- handed over since `after`: at most a window's worth, `max` of them now

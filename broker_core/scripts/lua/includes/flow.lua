@@ -73,14 +73,17 @@ end
 
 -- space held for transactions between their sends and their commit (spec §9: limits are never
 -- passed): '<TP>:memres' (transaction -> 'bytes|expires ms') and flow.usage .. ':res' ('<tx>|<TP>' -> the
--- same). Entries past their transaction's life are dropped when read; commit and rollback delete them
--- (scripts/lua/flow_release.lua).
+-- same). Commit and rollback delete them (scripts/lua/flow_release.lua); an entry whose transaction is
+-- gone (its key '<ns>:tx:<tx>' expired: the owner that renewed it died, ops/transactions.py) or past its
+-- `expires` is dropped when read.
 function flow.reserved(key)
   local flat = redis.call('HGETALL', key)
   local total = 0
+  local tx_prefix = #flat > 0 and string.match(base.P, '^(.-):{') .. ':tx:'
   for i = 1, #flat, 2 do
     local bytes, expires = string.match(flat[i + 1], '^(%d+)|(%d+)$')
-    if not bytes or tonumber(expires) <= base.NOW then
+    if not bytes or tonumber(expires) <= base.NOW
+       or redis.call('EXISTS', tx_prefix .. string.match(flat[i], '^[^|]+')) == 0 then
       redis.call('HDEL', key, flat[i])
     else
       total = total + tonumber(bytes)

@@ -3,7 +3,7 @@
 -- Its module table is `outbox` (pushes below: the push_* fields).
 local outbox = { received_upto = false, hand_over = false, pop = false, PUSH_MOST_BYTES = 256 * 1024,
                  local_channel = nil, push_by_consumer = nil, push_order = nil, push_replies = nil,
-                 push_armed = false, push_add = false, push_flush = false }
+                 push_armed = false, push_add = false, push_flush = false, adapter_acks = false }
 
 function outbox.received_upto(cid)
   return base.number(redis.call('HGET', base.K_C(cid), 'rcv')) or 0
@@ -11,8 +11,10 @@ end
 
 -- Hand messages `ids` of consumer c (in its dispatch order) to the adapter: into `out` as (id, packed message,
 -- redeliveries, group first); with `check_expiry`, an expired one is expired instead (consumerExpiryCheck-
--- Enabled: it never reaches the application). In ack mode 'auto' they are acknowledged as they go. Returns
--- whether that freed room in c's window. What it reads of the messages is one command per key for all of them.
+-- Enabled: it never reaches the application). In ack mode 'auto' they are acknowledged as they go, unless
+-- outbox.adapter_acks (this call's adapter acknowledges them once written, as it does pushed ones: a
+-- connection cut before they were written gives them back, as never received). Returns whether that freed
+-- room in c's window. What it reads of the messages is one command per key for all of them.
 function outbox.hand_over(c, ids, out, check_expiry)
   local blobs = base.call_many('HMGET', base.K_MSGS, ids)
   local redeliveries = base.call_many('HMGET', base.K_REDELIV, ids)
@@ -41,8 +43,9 @@ function outbox.hand_over(c, ids, out, check_expiry)
       out[n + 4] = firsts[i]
     end
   end
-  if c.def.ack == 'auto' and #handed > 0 then lifecycle.ack_messages({ { c, handed } }) end
-  local freed = (c.def.ack == 'auto' and #handed > 0) or #handed < #ids
+  local acked = c.def.ack == 'auto' and #handed > 0 and not outbox.adapter_acks
+  if acked then lifecycle.ack_messages({ { c, handed } }) end
+  local freed = acked or #handed < #ids
   if freed then message.room_freed(c.id) end
   return freed
 end
@@ -76,6 +79,7 @@ end
 -- usual wake-up): a pub/sub subscriber past Redis's output buffer limit for pub/sub is disconnected.
 base.on_call(function()
   outbox.local_channel, outbox.push_by_consumer, outbox.push_order, outbox.push_replies = nil, nil, nil, nil
+  outbox.adapter_acks = false
 end)
 function outbox.push_armed(c) return c.push ~= nil and c.push > 0 and c.def.notify ~= nil end
 function outbox.push_add(c, id, dseq, blob, redeliveries, first)
