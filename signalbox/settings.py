@@ -284,6 +284,19 @@ SIGNALBOX_STOMP_TLS_PORT = int(os.environ.get("SIGNALBOX_STOMP_TLS_PORT") or 616
 SIGNALBOX_STOMP_TLS_CERT = os.environ.get("SIGNALBOX_STOMP_TLS_CERT") or ""
 SIGNALBOX_STOMP_TLS_KEY = os.environ.get("SIGNALBOX_STOMP_TLS_KEY") or ""
 SIGNALBOX_STOMP_MAX_CONNECTIONS = int(os.environ.get("SIGNALBOX_STOMP_MAX_CONNECTIONS") or 1000)
+# The WebSocket and STOMP sessions' knobs, whose defaults live where they are used (gateway/ws/link.py
+# LinkSettings, gateway/stomp/protocol.py StompSettings; docs/websocket.md "Settings"): a setting here only
+# when the environment gives one, checked as a number now rather than at the first connection.
+for _knob in ("SIGNALBOX_WS_LEASE_MS", "SIGNALBOX_WS_SEND_BUFFER_BYTES", "SIGNALBOX_WS_SLOW_CLIENT_SECONDS",
+              "SIGNALBOX_WS_MAX_SUBSCRIPTIONS", "SIGNALBOX_WS_RECEIVE_BATCH",
+              "SIGNALBOX_WS_MAX_TRANSACTION_SIZE", "SIGNALBOX_STOMP_MAX_BODY", "SIGNALBOX_STOMP_MAX_HEADERS",
+              "SIGNALBOX_STOMP_MAX_HEADER_LINE", "SIGNALBOX_STOMP_HEARTBEAT_MIN_MS",
+              "SIGNALBOX_STOMP_HEARTBEAT_GRACE", "SIGNALBOX_STOMP_CONNECT_TIMEOUT"):
+    if os.environ.get(_knob):
+        try:
+            globals()[_knob] = float(os.environ[_knob])
+        except ValueError:
+            raise ImproperlyConfigured(f"{_knob}={os.environ[_knob]!r} is not a number") from None
 # The connection registry (gateway/connections.py, docs/console.md "Connections"): each process renews its
 # connections' entries every third of the lease, so a dead process's connections leave the list within it;
 # at most LIMIT connections are registered (a new one past it is refused, naming the setting); close

@@ -110,17 +110,13 @@ def commit(ops: Context, tx: str, now: int) -> Op:
     records = yield from _tx_records(ops, tx)
     batch: list[Eval] = []
     touched: dict[str, Home] = {}
-    for op, kind, name, *rest in records:
-        dest = Destination(kind, name)
+    for op, dest, rest in _steps(records):
         home = Home(dest)
         touched[home.label] = home
-        if op == "send" and dest.is_topic:
+        if op == "send":
             origin = yield from virtual.origin(ops, dest, "commit")
-            batch.append(calls.TopicSend.call(ops.prefix(dest), now, 0, origin, [rest]))
-        elif op == "send":
-            message_id, blob = rest
-            origin = yield from virtual.origin(ops, dest, "commit")
-            batch.append(calls.Send.call(ops.prefix(dest), now, 0, origin, [(message_id, blob)]))
+            batch.append((calls.TopicSend if dest.is_topic else calls.Send).call(ops.prefix(dest), now, 0,
+                                                                                 origin, rest))
         else:
             consumer_id, mode, message_ids = rest
             if dest.is_topic:  # the ack goes to the consumer's subscription
@@ -156,6 +152,30 @@ def rollback(ops: Context, tx: str, now: int) -> Op:
                 yield from homes.release(ops, consumer, record[5], now)
             except (UnknownConsumer, NotInFlight):  # the consumer closed; its messages went back already
                 continue
+
+
+def _steps(records: list[Any]) -> list[tuple[str, Destination, Any]]:
+    """The records in order as the commit's script calls: ("ack", destination, its record's rest), or
+    ("send", destination, messages) for consecutive sends to one destination, up to flow.SEND_PART
+    messages and SEND_PART_BYTES each, as any batch (a call of one message costs several times a message's
+    share of a batched call: a commit is one MULTI/EXEC, which holds Redis for all of it)."""
+    steps: list[tuple[str, Destination, Any]] = []
+    size = 0
+    for op, kind, name, *rest in records:
+        dest = Destination(kind, name)
+        if op != "send":
+            steps.append((op, dest, rest))
+            continue
+        message = rest if dest.is_topic else (rest[0], rest[1])
+        last = steps[-1] if steps else None
+        if (last is not None and last[0] == "send" and last[1] == dest and len(last[2]) < flow.SEND_PART
+                and size + len(rest[1]) <= flow.SEND_PART_BYTES):
+            last[2].append(message)
+            size += len(rest[1])
+        else:
+            steps.append(("send", dest, [message]))
+            size = len(rest[1])
+    return steps
 
 
 def _sent_to(records: list[Any]) -> list[Destination]:

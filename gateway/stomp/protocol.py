@@ -150,7 +150,8 @@ class StompSession(LinkedSession):
         self._text = getattr(transport, "text", True)
         self.remote_address = remote_address  # ws://host:port of the client, named when its client-id clashes
         self.settings = settings or StompSettings.from_django()
-        self.parser = FrameParser("1.2", self.settings.limits)
+        # until CONNECT is answered, at most what a CONNECT needs (on_connect lifts it)
+        self.parser = FrameParser("1.2", self.settings.limits.before_connect())
         self.version = "1.0"
         self.client_id: str | None = None
         self.last_read = time.monotonic()
@@ -245,7 +246,7 @@ class StompSession(LinkedSession):
                 (dest,) = stomp_destinations(batch[0].get("destination"))
                 await self._authorize([dest], "write")
                 name = batch[0].get("transaction")
-                tx = self.link.transaction(name) if name is not None else None
+                tx = self.link.transaction(name, adding=len(batch)) if name is not None else None
                 messages = [message_from_send(frame, self.link.connection_id) for frame in batch]
                 await self.broker.send(dest, messages, tx=tx)
                 self.note_send([dest], len(messages))
@@ -483,6 +484,7 @@ class StompSession(LinkedSession):
         headers = [("version", version), ("session", link.connection_id), ("server", SERVER_NAME)]
         if version != "1.0":
             headers.append(("heart-beat", beat.header))
+        self.parser.limits = self.settings.limits
         await self.send_frame("CONNECTED", headers)
         loop = asyncio.get_running_loop()
         if beat.send_every:
@@ -502,7 +504,7 @@ class StompSession(LinkedSession):
         await self._authorize(destinations, "write")
         message = message_from_send(frame, self.link.connection_id)
         name = frame.get("transaction")
-        tx = self.link.transaction(name) if name is not None else None
+        tx = self.link.transaction(name, adding=1) if name is not None else None
         if len(destinations) == 1:
             await self.broker.send(destinations[0], message, tx=tx)
         else:

@@ -306,7 +306,8 @@ class JsonSession(LinkedSession):
         await self._authorize(destinations, "write")
         messages = self._messages(request)
         name = _field(request, "transaction", str)
-        tx = self.link.transaction(name) if name is not None else None
+        adding = len(messages) * len(destinations)
+        tx = self.link.transaction(name, adding=adding) if name is not None else None
         ids: list[str] = []
         for dest in destinations:
             ids += await self.broker.send(dest, messages, tx=tx)

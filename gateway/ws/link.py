@@ -50,6 +50,9 @@ class LinkSettings:
     slow_client_seconds: float = 30.0  # SIGNALBOX_WS_SLOW_CLIENT_SECONDS
     max_subscriptions: int = 1000  # SIGNALBOX_WS_MAX_SUBSCRIPTIONS (per connection)
     receive_batch: int = 500  # SIGNALBOX_WS_RECEIVE_BATCH: messages taken per receive call
+    # SIGNALBOX_WS_MAX_TRANSACTION_SIZE: SENDs and ACKs in one transaction. Its commit is one MULTI/EXEC,
+    # which holds Redis for everyone while it runs (500 sends: about 15 ms here; docs/websocket.md)
+    max_transaction_size: int = 500
 
     @classmethod
     def from_django(cls) -> LinkSettings:
@@ -59,6 +62,7 @@ class LinkSettings:
             slow_client_seconds=float(_setting("SIGNALBOX_WS_SLOW_CLIENT_SECONDS", cls.slow_client_seconds)),
             max_subscriptions=int(_setting("SIGNALBOX_WS_MAX_SUBSCRIPTIONS", cls.max_subscriptions)),
             receive_batch=int(_setting("SIGNALBOX_WS_RECEIVE_BATCH", cls.receive_batch)),
+            max_transaction_size=int(_setting("SIGNALBOX_WS_MAX_TRANSACTION_SIZE", cls.max_transaction_size)),
         )
 
     @property
@@ -329,6 +333,7 @@ class Link:
         self.connection_id = f"ws-{uuid.uuid4().hex[:16]}"
         self.subscriptions: dict[str, Subscription] = {}
         self.transactions: dict[str, str] = {}  # the client's name -> broker transaction id
+        self._tx_sizes: dict[str, int] = {}  # the client's name -> SENDs and ACKs in it so far
         # acks made in a transaction, applied at COMMIT: an ABORT gives the client its ack ids back and the
         # messages stay delivered to it (ActiveMQ's STOMP: not redelivered to the live subscription)
         self._tx_acks: dict[str, list[tuple[Subscription, list[Taken]]]] = {}
@@ -661,7 +666,7 @@ class Link:
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected ACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        tx_id = self.transaction(tx) if tx else None
+        tx_id = self.transaction(tx, adding=1) if tx else None
         taken = self._take(sub, ack_id)
         if tx:
             self._tx_acks.setdefault(tx, []).append((sub, taken))
@@ -716,13 +721,23 @@ class Link:
 
     # -- transactions ---------------------------------------------------------------------------------
 
-    def transaction(self, name: str) -> str:
+    def transaction(self, name: str, adding: int = 0) -> str:
+        """The broker's id of the client's transaction `name`, to which the caller adds `adding` SENDs or
+        ACKs: refused past max_transaction_size, before anything is added (the transaction stays open)."""
         try:
-            return self.transactions[name]
+            tx = self.transactions[name]
         except KeyError:
             raise LinkError(f"Invalid transaction id: {name}",
                             f"transaction {name!r} was not begun on this connection (or already ended)",
                             "transaction_error") from None
+        size = self._tx_sizes.get(name, 0) + adding
+        if size > self.settings.max_transaction_size:
+            raise LinkError("Transaction too large",
+                            f"transaction {name!r} would hold {size} SENDs and ACKs; the limit is "
+                            f"{self.settings.max_transaction_size} (SIGNALBOX_WS_MAX_TRANSACTION_SIZE): "
+                            "commit it and go on in another", "transaction_too_large")
+        self._tx_sizes[name] = size
+        return tx
 
     async def begin(self, name: str) -> None:
         if name in self.transactions:
@@ -735,6 +750,7 @@ class Link:
     async def commit(self, name: str) -> None:
         tx = self.transaction(name)
         del self.transactions[name]
+        self._tx_sizes.pop(name, None)
         acks = self._tx_acks.pop(name, [])
         try:
             for sub, taken in acks:  # into the broker transaction, so that they commit with its sends
@@ -749,6 +765,7 @@ class Link:
     async def abort(self, name: str) -> None:
         tx = self.transaction(name)
         del self.transactions[name]
+        self._tx_sizes.pop(name, None)
         for sub, taken in reversed(self._tx_acks.pop(name, [])):
             sub.restore(taken)
         await self.broker.rollback(tx)

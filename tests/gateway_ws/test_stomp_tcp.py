@@ -111,7 +111,27 @@ def test_a_frame_over_the_body_limit_is_refused_with_an_error_that_names_it(raw)
     conn.send_raw(f"SEND\ndestination:{_q()}\ncontent-length:{big}\n\n".encode())
     error = conn.expect("ERROR")
     assert "10485760" in error.get("message", "") + error.body.decode(errors="replace")
+    assert "(SIGNALBOX_STOMP_MAX_BODY)" in error.body.decode()
     assert conn.closed_within(5)
+
+
+def test_before_connect_a_frame_may_be_only_as_large_as_a_connect_needs(raw):
+    """Not logged in yet, a connection may not make the listener hold 10 MB (the whole frame buffered)."""
+    conn = raw()
+    conn.send_raw(f"SEND\ndestination:{_q()}\ncontent-length:{100 * 1024}\n\n".encode())
+    error = conn.expect("ERROR")
+    assert error.get("message") == "Frame body too large"
+    assert "exceeds the limit of 65536 bytes (the limit before CONNECT)" in error.body.decode()
+    assert conn.closed_within(5)
+    conn = raw()
+    conn.send_raw(b"CONNECT\n" + b"".join(b"x-%d:y\n" % n for n in range(40)) + b"\n\x00")
+    error = conn.expect("ERROR")
+    assert "40 headers; the limit is 32 (the limit before CONNECT)" in error.body.decode(), error
+    conn = raw()  # logged in, the settings' limits: the same 100 KiB frame is sent
+    conn.connect()
+    queue = _q()
+    conn.send("SEND", {"destination": queue, "receipt": "big"}, b"x" * 100 * 1024)
+    assert conn.expect("RECEIPT").get("receipt-id") == "big"
 
 
 def test_a_client_that_never_sends_connect_is_cut_off(listener):
@@ -340,6 +360,30 @@ def test_a_transaction_of_a_killed_listener_ends_with_its_lease(listener, gatewa
     Broker(redis_client, namespace).send(name, "after")  # reads the reservations: the lapsed one goes
     assert not any(name.encode() in field for field in redis_client.hkeys(reserved))
     assert Broker(redis_client, namespace).stats(name).queue_size == 1  # the transacted send never was
+
+
+def test_a_transaction_past_its_size_limit_is_refused_and_rolled_back(listener, gateway_data, redis_client):
+    """A commit is one MULTI/EXEC that holds Redis for everyone: a transaction may hold at most
+    SIGNALBOX_WS_MAX_TRANSACTION_SIZE SENDs and ACKs, and the refusal names it (40,000 made a 4.7 s commit,
+    every other client's SEND waiting)."""
+    from broker_core.broker import Broker
+
+    server = listener(SIGNALBOX_WS_MAX_TRANSACTION_SIZE="3")
+    name = _q().removeprefix("/queue/")
+    conn = RawTcp(server.port)
+    conn.connect()
+    conn.send("BEGIN", {"transaction": "t"})
+    for n in range(3):
+        conn.send("SEND", {"destination": f"/queue/{name}", "transaction": "t", "receipt": f"r{n}"}, b"m")
+        assert conn.expect("RECEIPT").get("receipt-id") == f"r{n}"
+    conn.send("SEND", {"destination": f"/queue/{name}", "transaction": "t", "receipt": "r3"}, b"m")
+    error = conn.expect("ERROR")
+    assert error.get("message") == "Transaction too large"
+    assert "the limit is 3 (SIGNALBOX_WS_MAX_TRANSACTION_SIZE)" in error.body.decode()
+    assert conn.closed_within(5)
+    conn.close()
+    time.sleep(0.5)
+    assert Broker(redis_client, gateway_data[1]).stats(name).enqueued == 0  # rolled back with the connection
 
 
 # -- a client in another language ---------------------------------------------------------------------
