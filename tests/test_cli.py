@@ -4,6 +4,7 @@ errors and exit codes, the body from stdin and files, the config precedence, Ctr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -13,6 +14,7 @@ import sys
 import time
 import tomllib
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -56,6 +58,22 @@ def run(home: Path, url: str | None, *args: str, input: bytes | str | None = Non
                             timeout=120)
     return subprocess.CompletedProcess(result.args, result.returncode,
                                        result.stdout.decode(errors="replace"), result.stderr.decode())
+
+
+@contextlib.contextmanager
+def running(home: Path, url: str | None, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """The command as a running process (stdout and stderr piped), to signal or to read as it goes;
+    killed at the end if it is still running."""
+    process = subprocess.Popen([*CLI, *args], cwd=ROOT, env=cli_env(home, url), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        process.stdout.close()
+        process.stderr.close()
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -252,10 +270,7 @@ def test_a_composite_send_reaches_every_part(server, home):
 def test_follow_until_ctrl_c_then_the_consumer_is_closed(server, home):
     q = unique("cli.follow")
     ok(run(home, server, "send", q, "m", "-n", "3"))
-    process = subprocess.Popen([*CLI, "receive", q, "--follow", "--json"], cwd=ROOT,
-                               env=cli_env(home, server), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
-    try:
+    with running(home, server, "receive", q, "--follow", "--json") as process:
         printed = [json.loads(process.stdout.readline()) for _ in range(3)]
         ok(run(home, server, "send", q, "late"))  # --follow keeps receiving
         printed.append(json.loads(process.stdout.readline()))
@@ -266,10 +281,6 @@ def test_follow_until_ctrl_c_then_the_consumer_is_closed(server, home):
         assert stats(home, server, q)["consumer_count"] == 1
         process.send_signal(signal.SIGINT)
         assert process.wait(20) == 130
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
     after = stats(home, server, q)
     # everything printed acknowledged, and the consumer closed at once (not left to its lease)
     assert (after["dequeued"], after["queue_size"], after["consumer_count"]) == (4, 0, 0)
@@ -280,9 +291,7 @@ def test_follow_until_ctrl_c_then_the_consumer_is_closed(server, home):
 def test_an_interrupted_receive_and_send_say_how_far_they_got(server, home):
     q = unique("cli.summary")
     ok(run(home, server, "send", q, "m", "-n", "2"))
-    process = subprocess.Popen([*CLI, "receive", q, "--follow"], cwd=ROOT, env=cli_env(home, server),
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
+    with running(home, server, "receive", q, "--follow") as process:
         assert [process.stdout.readline(), process.stdout.readline()] == [b"m\n", b"m\n"]
         deadline = time.monotonic() + 10
         while stats(home, server, q)["dequeued"] < 2 and time.monotonic() < deadline:
@@ -290,19 +299,10 @@ def test_an_interrupted_receive_and_send_say_how_far_they_got(server, home):
         process.send_signal(signal.SIGINT)
         assert process.wait(20) == 130
         assert process.stderr.read().decode() == f"received 2 messages from queue://{q} (interrupted)\n"
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
-        process.stdout.close()
-        process.stderr.close()
 
     # a send interrupted between batches names how many were sent; the batch in flight may be stored too
     q = unique("cli.summary")
-    process = subprocess.Popen([*CLI, "send", q, "s", "--count", "1000000", "--batch", "100"], cwd=ROOT,
-                               env=cli_env(home, server), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
-    try:
+    with running(home, server, "send", q, "s", "--count", "1000000", "--batch", "100") as process:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and httpx.get(
                 f"{server}/api/v1/queues/{q}", headers={"Authorization": f"Token {ALICE_TOKEN}"},
@@ -311,12 +311,6 @@ def test_an_interrupted_receive_and_send_say_how_far_they_got(server, home):
         process.send_signal(signal.SIGINT)
         assert process.wait(20) == 130
         line = process.stderr.read().decode()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
-        process.stdout.close()
-        process.stderr.close()
     assert line.startswith("signalbox: interrupted after sending ") and line.endswith(" of 1000000\n"), line
     sent = int(line.split()[4])
     assert sent % 100 == 0 and sent <= stats(home, server, q)["enqueued"] <= sent + 100
@@ -337,20 +331,12 @@ def test_a_server_gone_during_follow_is_one_line(tmp_path, home):
         url = f"http://127.0.0.1:{gateway.port}"
         q = unique("cli.gone")
         ok(run(home, url, "send", q, "g"))
-        process = subprocess.Popen([*CLI, "receive", q, "--follow"], cwd=ROOT, env=cli_env(home, url),
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
+        with running(home, url, "receive", q, "--follow") as process:
             assert process.stdout.readline() == b"g\n"
             time.sleep(0.5)  # (its next long poll is waiting)
             gateway.kill()  # (kill -9: the long poll's connection is reset, the close refused)
             assert process.wait(60) == 3
             lines = process.stderr.read().decode().splitlines()
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
-            process.stdout.close()
-            process.stderr.close()
     assert len(lines) == 1 and lines[0].startswith(f"signalbox: cannot reach Signalbox at {url}"), lines
     assert "closing the consumer failed too" in lines[0] and "its lease returns" in lines[0], lines
 
@@ -359,18 +345,11 @@ def test_a_server_gone_during_follow_is_one_line(tmp_path, home):
 def test_sigterm_closes_the_consumer_too(server, home):
     q = unique("cli.term")
     ok(run(home, server, "send", q, "t"))
-    process = subprocess.Popen([*CLI, "receive", q, "--follow"], cwd=ROOT, env=cli_env(home, server),
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    try:
+    with running(home, server, "receive", q, "--follow") as process:
         assert process.stdout.readline() == b"t\n"
         assert stats(home, server, q)["consumer_count"] == 1
         process.send_signal(signal.SIGTERM)
         assert process.wait(20) == 128 + signal.SIGTERM
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
-        process.stdout.close()
     assert stats(home, server, q)["consumer_count"] == 0
 
 
@@ -475,18 +454,10 @@ def test_stat_watch(server, home):
     assert len(refreshes) == 3 and all([r["name"] for r in rows] == [q] for rows in refreshes)
     tables = ok(run(home, server, "stat", q, "--watch", "0.2", "--times", "2"))
     assert tables.count("queue_size") == 2
-    process = subprocess.Popen([*CLI, "stat", "--watch", "0.2"], cwd=ROOT, env=cli_env(home, server),
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
+    with running(home, server, "stat", "--watch", "0.2") as process:
         assert b"Queue Size" in process.stdout.readline()
         process.send_signal(signal.SIGINT)  # Ctrl-C is how a watch ends
         assert process.wait(20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
-        process.stdout.close()
-        process.stderr.close()
 
 
 @pytest.mark.e2e

@@ -152,20 +152,22 @@ class SendBuffer:
             self._append(item, n)  # room now: the condition (and its lock) is only for waiting
             return
         async with self._room:
-            self._waiting += 1
-            try:
-                await asyncio.wait_for(
-                    self._room.wait_for(lambda: self._closed or not self._size
-                                        or self._size + n <= self.max_bytes),
-                    self.slow_seconds)
-            except TimeoutError:
-                raise SlowClient(f"the client read nothing for {self.slow_seconds:g} s with "
-                                 f"{self._size} bytes waiting") from None
-            finally:
-                self._waiting -= 1
+            await self._wait(lambda: self._closed or not self._size or self._size + n <= self.max_bytes)
             if self._closed:
                 return
             self._append(item, n)
+
+    async def _wait(self, done: Callable[[], bool]) -> None:
+        """Wait (holding the condition's lock) until `done()` after a write; SlowClient when the client
+        takes nothing for `slow_seconds`."""
+        self._waiting += 1
+        try:
+            await asyncio.wait_for(self._room.wait_for(done), self.slow_seconds)
+        except TimeoutError:
+            raise SlowClient(f"the client read nothing for {self.slow_seconds:g} s with "
+                             f"{self._size} bytes waiting") from None
+        finally:
+            self._waiting -= 1
 
     def _append(self, item: Payload, n: int) -> None:
         self._items.append(item)
@@ -215,15 +217,7 @@ class SendBuffer:
         if self.handed >= upto:
             return True
         async with self._room:
-            self._waiting += 1
-            try:
-                await asyncio.wait_for(self._room.wait_for(lambda: self._closed or self.handed >= upto),
-                                       self.slow_seconds)
-            except TimeoutError:
-                raise SlowClient(f"the client read nothing for {self.slow_seconds:g} s with "
-                                 f"{self._size} bytes waiting") from None
-            finally:
-                self._waiting -= 1
+            await self._wait(lambda: self._closed or self.handed >= upto)
         return self.handed >= upto
 
     @property
