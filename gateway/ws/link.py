@@ -290,11 +290,6 @@ class Subscription:
         self.unacked.update(kept)
 
 
-async def _written_at_once() -> bool:
-    """`written` of a protocol whose `deliver` writes before it returns."""
-    return True
-
-
 class Link:
     """The broker side of one WebSocket connection. Call `open()` first and `close()` at the end.
 
@@ -304,9 +299,8 @@ class Link:
     called when the link cannot go on (a lease lapsed, the client is slow, the broker failed);
     `unavailable` is true when the cause is Redis being unreachable (gateway/unavailable.py), so the
     protocol can say so and the client knows to reconnect.
-    `written()` waits until everything `deliver` has put so far has been handed to the transport: True,
-    or False when it never will be (the connection is closing); it raises SlowClient when the client takes
-    nothing for the slow-client timeout. Ack mode auto acknowledges after it.
+    `buffer`: the protocol's SendBuffer that `deliver` puts frames in; ack mode auto acknowledges messages
+    once it has handed them to the transport (none: once `deliver` returns).
     `aborted(subscription, notice)` is called when a slow-consumer strategy or an operator aborted one of
     the subscription's consumers (spec §8.4): the link has already closed the subscription; the protocol
     tells the client and, when `notice.abort_connection`, closes the connection.
@@ -316,11 +310,12 @@ class Link:
                                                                  Awaitable[None]],
                  lost: Callable[[str, bool], Awaitable[None]], settings: LinkSettings | None = None,
                  aborted: Callable[[Subscription, AbortNotice], Awaitable[None]] | None = None,
-                 written: Callable[[], Awaitable[bool]] | None = None) -> None:
+                 buffer: SendBuffer | None = None) -> None:
         self.broker = broker
         self.hub = hub
         self.deliver = deliver
-        self.written = written or _written_at_once
+        self.buffer = buffer
+        self._ack_tasks: set[asyncio.Task[None]] = set()  # auto acks waiting for their messages' hand-over
         self.lost = lost
         self.aborted = aborted
         self.settings = settings or LinkSettings.from_django()
@@ -497,8 +492,8 @@ class Link:
                 self._written[cid] = upto
                 if deliveries:
                     await self.deliver(sub, consumer, deliveries)
-                    if auto and await self.written():
-                        await self._ack_written(consumer, [d.message_id for d in deliveries])
+                    if auto:
+                        await self._ack_once_written(consumer, [d.message_id for d in deliveries])
                 if len(deliveries) == batch:
                     continue  # more are waiting
                 # the outbox is empty and the consumer armed: pushes, or a wake-up once the credit is spent;
@@ -518,10 +513,8 @@ class Link:
                         upto = self._written[cid] = pushed.last
                         await self.deliver(sub, consumer, delivered)
                         written += [d.message_id for d in delivered]
-                    # (the ack follows the write, never precedes it: Redis's work on the ack does not sit
-                    # before the client's copy, and a client cut off first loses nothing)
-                    if auto and written and await self.written():
-                        await self._ack_written(consumer, written)
+                    if auto and written:
+                        await self._ack_once_written(consumer, written)
                     if woken:
                         break
         except asyncio.CancelledError:
@@ -554,6 +547,31 @@ class Link:
         task = asyncio.get_running_loop().create_task(retry())
         _CLOSING.add(task)  # (outlives this link: a task of the process)
         task.add_done_callback(_CLOSING.discard)
+
+    async def _ack_once_written(self, consumer: Consumer, ids: list[str]) -> None:
+        """Ack mode auto: acknowledge `ids`, just delivered, once the send buffer has handed them to the
+        transport (after the write, never before: Redis's work on the ack does not sit before the client's
+        copy, and a client cut off as too slow before loses nothing). At once when it has (the usual case:
+        a frame to a client that keeps up is written as it is put); else from a task of its own, so the pump
+        goes on taking messages meanwhile (waiting here held a stream to one batch at a time)."""
+        buffer = self.buffer
+        if buffer is None or buffer.handed >= buffer.puts:
+            await self._ack_written(consumer, ids)
+            return
+        mark = buffer.puts
+
+        async def later() -> None:
+            try:
+                if await buffer.written(mark):
+                    await self._ack_written(consumer, ids)
+            except (SlowClient, UnknownConsumer):
+                pass  # the pump or the close deals with it: closing the consumer gives these back
+            except Exception as exc:
+                self._report_failure(f"acknowledging messages of {consumer.consumer_id} failed", exc)
+
+        task = asyncio.get_running_loop().create_task(later())
+        self._ack_tasks.add(task)
+        task.add_done_callback(self._ack_tasks.discard)
 
     async def _ack_written(self, consumer: Consumer, ids: list[str]) -> None:
         """Ack mode auto: acknowledge messages the send buffer has written. One an operator removed (or
@@ -772,7 +790,8 @@ class Link:
         if self._closed:
             return
         self._closed = True
-        for task in [self._keeper, *self._abort_tasks]:
+        # (an auto ack still waiting for its messages' hand-over: closing the consumer gives them back)
+        for task in [self._keeper, *self._abort_tasks, *self._ack_tasks]:
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -57,16 +57,11 @@ class LinkedSession:
                                  self.link_settings.slow_client_seconds, coalesce=coalesce,
                                  write_nowait=getattr(self.transport, "write_nowait", None))
 
-    async def written(self) -> bool:
-        """Everything put in the send buffer so far has been handed to the transport (Link's `written`)."""
-        assert self.buffer is not None
-        return await self.buffer.written(self.buffer.puts)
-
     async def open_link(self, user: Any) -> Link:
         """The user logged in: open the connection's link to the broker."""
         self.user = user
         link = Link(self.broker, self.hub, self.deliver, self._lost, self.link_settings,
-                    aborted=self._aborted, written=self.written)
+                    aborted=self._aborted, buffer=self.buffer)
         await link.open()
         self.link = link
         return link
