@@ -577,7 +577,9 @@ def machine() -> str:
     with contextlib.suppress(OSError):
         cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")  # noqa: SIM115
                     if line.startswith("model name")), "")
-    return (f"{platform.node()}, nproc {os.cpu_count()}, {cpu}, {platform.platform()}, "
+    on = sorted(os.sched_getaffinity(0))
+    pinned = f" (this run on CPU {','.join(map(str, on))} only)" if len(on) < (os.cpu_count() or 0) else ""
+    return (f"{platform.node()}, nproc {os.cpu_count()}{pinned}, {cpu}, {platform.platform()}, "
             f"Python {platform.python_version()}")
 
 
@@ -619,7 +621,13 @@ def main() -> None:
                              "round and after the last; 0: none")
     parser.add_argument("--no-activemq", action="store_true",
                         help="Signalbox only (e.g. Valkey against Redis)")
+    parser.add_argument("--cpus", help="run every process of the run (both brokers, the clients, the floors) "
+                                       "on these CPUs only, e.g. 1 or 0,1: with one CPU no process wakes "
+                                       "another on an idle CPU, so the figures show the work per message "
+                                       "without the machine's cross-CPU wake-ups (docs/benchmarks.md)")
     args = parser.parse_args()
+    if args.cpus:  # (before anything starts: every child inherits it)
+        os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
     cases = select_cases(args.only)
     servers = [server_binary(choice.strip()) for choice in args.servers.split(",")]
     anchor_dir, kit = Path(args.anchor_dir).resolve(), find_kit(args.kit)
