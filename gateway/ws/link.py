@@ -51,7 +51,7 @@ class LinkSettings:
     max_subscriptions: int = 1000  # SIGNALBOX_WS_MAX_SUBSCRIPTIONS (per connection)
     receive_batch: int = 500  # SIGNALBOX_WS_RECEIVE_BATCH: messages taken per receive call
     # SIGNALBOX_WS_MAX_TRANSACTION_SIZE: SENDs and ACKs in one transaction. Its commit is one MULTI/EXEC,
-    # which holds Redis for everyone while it runs (500 sends: about 15 ms here; docs/websocket.md)
+    # which holds Redis for everyone while it runs (500 sends: about 11 ms here; bench/tx_commit.py)
     max_transaction_size: int = 500
 
     @classmethod
