@@ -111,7 +111,8 @@ def test_the_launcher_says_at_start_whether_metrics_answer(caplog):
 
 
 def test_metrics_answer_get_only(server):
-    answer = httpx.post(f"http://127.0.0.1:{server.port}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    answer = httpx.post(f"http://127.0.0.1:{server.port}/metrics",
+                        headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
     assert answer.status_code == 405
 
 
