@@ -113,7 +113,7 @@ _UNDEFINED_ESCAPE = {version: re.compile("\\\\(?![" + "".join(k for k in table i
 
 def unescape(text: str, version: str) -> str:
     """Undo STOMP header escaping; an undefined escape sequence is an error (1.1 and 1.2). Done with
-    str.split and str.replace (C loops): a character loop in Python took 0.2 s for a 2 MB head of
+    str.split and str.replace (C loops): a character loop in Python took 0.14 s for a 2.2 MB head of
     escapes, and any client may send one, before logging in too."""
     table = _UNESCAPE.get(version)
     if table is None or "\\" not in text:
