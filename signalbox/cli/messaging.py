@@ -220,9 +220,9 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
     except BaseException as e:  # also when the reader of a pipe goes away (BrokenPipeError)
         not_closed = close_consumer(client, base)
         if not_closed is not None and isinstance(e, Failure):  # one line: the error, then the close's
-            e.message += f"; closing the consumer failed too ({not_closed}): {LEASE_RETURNS}"
+            e.message += "; " + close_failed(not_closed, too=True)
         elif not_closed is not None:
-            Failure(f"closing the consumer failed: {not_closed} ({LEASE_RETURNS})").show()
+            Failure(close_failed(not_closed)).show()
         raise
     not_closed = close_consumer(client, base)
     if stopped and sys.stderr.isatty():
@@ -231,12 +231,15 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
         err_console().print(f"received {plural(tally[0], 'message')} from {consumer['destination']}"
                             + (" (interrupted)" if stopped else ""), highlight=False, markup=False)
     if not_closed is not None:
-        Failure(f"closing the consumer failed: {not_closed} ({LEASE_RETURNS})").show()
+        Failure(close_failed(not_closed)).show()
     if stopped:
         raise SystemExit(INTERRUPTED)
 
 
-LEASE_RETURNS = "its lease returns its messages when it lapses"
+def close_failed(reason: str, too: bool = False) -> str:
+    """What is said when `close_consumer` could not close it (`too`: after another error)."""
+    return (f"closing the consumer failed{' too' if too else ''}: {reason} "
+            "(its lease returns its messages when it lapses)")
 
 
 def terminated(signum: int, frame: Any) -> None:
@@ -247,10 +250,9 @@ def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follo
                  as_json: bool, verbose: bool, tally: list[int]) -> None:
     """Receive, print and acknowledge until `limit` messages or, unless following, `wait` seconds without
     one; tally[0] counts the messages printed and acknowledged."""
-    received = 0
     deadline = time.monotonic() + wait
-    while limit is None or received < limit:
-        want = min(limit - received, MAX_BATCH) if limit else 100
+    while limit is None or tally[0] < limit:
+        want = min(limit - tally[0], MAX_BATCH) if limit else 100
         slice_ = MAX_WAIT if follow else max(0.0, min(MAX_WAIT, deadline - time.monotonic()))
         answer = client.call("POST", f"{base}/receive",
                              params={"max_messages": want, "wait": f"{slice_:.3f}"},
@@ -268,8 +270,7 @@ def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follo
             client.call("POST", f"{base}/ack", json={"message_ids": ids})
         elif ack_mode == "client":  # cumulative: the last acknowledges everything before it
             client.call("POST", f"{base}/ack", json={"message_ids": ids[-1:]})
-        received += len(messages)
-        tally[0] = received
+        tally[0] += len(messages)
         deadline = time.monotonic() + wait
 
 
