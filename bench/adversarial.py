@@ -572,7 +572,7 @@ def index_10k(ctx: Context) -> Calls:
         client = redis.asyncio.Redis(unix_socket_path=ctx.client.connection_pool.connection_kwargs["path"])
         try:
             broker = AsyncBroker(client, ctx.broker.namespace)
-            await destination_index._build(broker)
+            await destination_index._build(broker, client)
             await destination_index.list_destinations(broker, None, None, "", "-pending", 50, 0)
         finally:
             await client.aclose()
