@@ -28,6 +28,7 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.signals import setting_changed
 from django.urls import set_script_prefix
 
+from gateway.api.errors import URL_NOT_UTF8, url_not_utf8
 from gateway.api.hot_path import HotPath
 from gateway.metrics import ROUTE_KEY
 
@@ -42,6 +43,11 @@ class GatewayASGIHandler(ASGIHandler):
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope.get("path", "").startswith(API_PREFIXES):
+            if (b"%" in (scope.get("raw_path") or b"") or b"%" in scope.get("query_string", b"")) and (
+                    refusal := url_not_utf8(scope)) is not None:
+                scope[URL_NOT_UTF8] = refusal  # Django's path: the view refuses it once the caller is known
+                await self.handle_api(scope, receive, send)
+                return
             if scope["method"] == "POST" and (match := _HOT.match(scope["path"])) is not None:
                 if self.hot is None:
                     GatewayASGIHandler.hot = HotPath()

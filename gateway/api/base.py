@@ -27,7 +27,7 @@ from gateway import runtime
 from gateway.api.auth import SessionAuthentication, TokenAuthentication, authorization_header, is_basic
 from gateway.api.codec import render_message
 from gateway.api.common import destination_from_url, int_param, setting
-from gateway.api.errors import Problem, describe
+from gateway.api.errors import URL_NOT_UTF8, Problem, describe
 from gateway.credentials import verified
 from gateway.db_steps import db
 from gateway.logins import LoginRefused, failure_pause, in_login_thread
@@ -100,6 +100,9 @@ class GatewayView(APIView):
         request.version, request.versioning_scheme = version, scheme
         await self.authenticate(request)
         self.check_permissions(request)
+        refusal = getattr(request._request, "scope", {}).get(URL_NOT_UTF8)  # (asgi.py: a URL not UTF-8)
+        if refusal is not None:
+            raise refusal
         if request.user.is_authenticated:
             await _throttle(request, self.throttle_scope)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
@@ -62,6 +63,43 @@ class Problem(exceptions.APIException):
         self.problem_code = code
         self.title = title
         self.extra = extra
+
+
+# The ASGI scope's key for url_not_utf8's refusal: asgi.py sets it, GatewayView raises it after the login.
+URL_NOT_UTF8 = "signalbox.url_not_utf8"
+
+
+def url_not_utf8(scope: dict[str, Any]) -> Problem | None:
+    """A refusal when the URL's path or a query parameter is not UTF-8 once percent-decoded, else None.
+    uvicorn and Django decode %XX with errors="replace", so `/queues/a%FFb` and `/queues/a%FEb` would
+    both name the queue `a\ufffdb` (U+FFFD), which neither client asked for, and a send would create it;
+    a query value (`?destination=`, `clientId=`) the same. Only URLs holding a `%` need the look."""
+
+    def check(raw: bytes, what: str, parameter: str) -> Problem | None:
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return Problem(400, "invalid_parameter", "Invalid parameter",
+                           f"{what} is not UTF-8 once percent-decoded (byte 0x{exc.object[exc.start]:02X} "
+                           f"at {exc.start + 1} of {len(exc.object)}): percent-encode the text's UTF-8 bytes",
+                           parameter=parameter)
+        return None
+
+    path = scope.get("raw_path") or b""
+    if b"%" in path and (refusal := check(path.split(b"?")[0], "the path", "path")) is not None:
+        return refusal
+    query = scope.get("query_string") or b""
+    if b"%" in query:
+        for field in query.split(b"&"):
+            if b"%" not in field:
+                continue
+            name, _, value = field.replace(b"+", b" ").partition(b"=")
+            label = unquote_to_bytes(name).decode("utf-8", "replace")
+            refusal = check(name, "a query parameter's name", label) or check(
+                value, f"query parameter {label}", label)
+            if refusal is not None:
+                return refusal
+    return None
 
 
 class NotSupportedYet(Problem):

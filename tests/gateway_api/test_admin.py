@@ -338,3 +338,19 @@ async def test_the_console_groups_view_lists_the_first_groups_and_says_it(api, a
     monkeypatch.setattr(views_console, "GROUPS_SHOWN", 1000)
     body = (await api.get("/api/v1/console/queues/orders.eu/groups", headers=alice)).json()
     assert len(body["groups"]) == 40 and body["groups_complete"] is True
+
+
+async def test_a_browse_cursor_the_listing_did_not_give_is_refused_by_name(api, alice):
+    """As the groups' cursor: 400 invalid_consumer naming `cursor`, never a 500 (Redis refusing a score or
+    an HSCAN cursor) nor an empty last page that tells the client it has seen every message."""
+    await send(api, alice, {"body": "one"}, {"body": "two"})
+    first = (await api.get(f"{Q}/messages", params={"limit": 1}, headers=alice)).json()
+    assert first["next_cursor"].startswith("p:")
+    for bad in ("zzz", "x:1", "p:abc|ID:x", "p:1_0|ID:x", "p:nan|ID:x", "k:1|", "p:", "i:abc", "i:-5",
+                "i:0", f"i:{2**64}"):
+        for path in (f"{Q}/messages", f"{Q}/scheduled"):
+            problem = assert_problem(await api.get(path, params={"cursor": bad}, headers=alice), 400,
+                                     "invalid_consumer")
+            assert problem["field"] == "cursor" and "cursor" in problem["detail"], (bad, problem)
+    rest = (await api.get(f"{Q}/messages", params={"cursor": first["next_cursor"]}, headers=alice)).json()
+    assert [m["body"] for m in rest["messages"]] == ["two"]

@@ -97,3 +97,26 @@ async def test_the_console_session_works_and_needs_csrf_for_changes(api, make_us
     assert (await api.get("/api/v1/destinations")).status_code == 200
     refused = await api.put("/api/v1/queues/orders.eu")
     assert "CSRF" in assert_problem(refused, 403)["detail"]
+
+
+async def test_a_url_that_is_not_utf8_once_percent_decoded_is_refused_and_creates_nothing(api, alice):
+    """uvicorn and Django decode %XX with errors="replace": `orders.a%FFb` and `orders.a%FEb` would both
+    name the queue `orders.a\ufffdb`, which no client asked for (a send created it). Refused by name,
+    for the path and for each query parameter, on the hot path too (the token is cached by the first
+    send); nothing is created."""
+    ok = await api.post("/api/v1/queues/orders.%C3%A9/messages", json={"body": "x"}, headers=alice)
+    assert ok.status_code == 201, ok.text  # real UTF-8 is fine
+    for send in (lambda: api.post("/api/v1/queues/orders.a%FFb/messages", json={"body": "x"}, headers=alice),
+                 lambda: api.post("/api/v1/queues/orders.a%ED%A0%80b/messages", content=b"x",
+                                  headers={**alice, "Content-Type": "text/plain"}),
+                 lambda: api.put("/api/v1/queues/orders.a%FEb", headers=alice),
+                 lambda: api.post("/api/message?type=queue&destination=orders.a%FFb", content=b"x",
+                                  headers={**alice, "Content-Type": "text/plain"}),
+                 lambda: api.get("/api/message/orders.a%FFb?type=queue&readTimeout=0", headers=alice)):
+        problem = assert_problem(await send(), 400, "invalid_parameter")
+        assert "UTF-8" in problem["detail"], problem
+    problem = assert_problem(await api.get("/api/message/orders.eu?type=queue&readTimeout=0&clientId=%FF",
+                                           headers=alice), 400, "invalid_parameter")
+    assert problem["parameter"] == "clientId", problem
+    for name in ("orders.a%EF%BF%BDb", "orders.a%EF%BF%BD%EF%BF%BD%EF%BF%BDb"):  # U+FFFD itself: no queue
+        assert_problem(await api.get(f"/api/v1/queues/{name}", headers=alice), 404, "unknown_destination")

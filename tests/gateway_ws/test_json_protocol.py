@@ -167,3 +167,28 @@ async def test_unsubscribe_returns_unacked_messages():
         await asyncio.sleep(0)
         stats = await aio.stats("queue://json.f")
         assert stats.pending == 1 and stats.consumer_count == 0
+
+
+@pytest.mark.parametrize(("kind", "ack_mode"), [("ack", "client-individual"), ("ack", "client"),
+                                                ("nack", "client-individual")])
+async def test_an_ack_or_nack_naming_one_unknown_id_changes_nothing(kind, ack_mode):
+    """A list with one id the subscription does not hold (or the same id twice) is refused whole, as the
+    REST API's ack and nack are: none of the others is acknowledged or dead-lettered."""
+    aio = runtime.async_broker()
+    queue = f"queue://json.partial.{kind}.{ack_mode}"
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="subscribe", id=1, subscription="s", destination=queue, ack_mode=ack_mode)
+        _, pushed = await answer_and_messages(ws, 2, type="send", id=2, destination=queue,
+                                              messages=[{"body": "one"}, {"body": "two"}])
+        first, second = (m["message"]["message_id"] for m in pushed)
+        for ids in ([first, "ID:not-delivered"], [second, second]):
+            error = await request(ws, type=kind, id=3, subscription="s", message_ids=ids)
+            assert error["type"] == "error" and error["code"] == "not_in_flight", error
+            stats = await aio.stats(queue)
+            assert (stats.in_flight, stats.dequeued, stats.deadlettered) == (2, 0, 0), ids
+        # the ids are still held: a correct request afterwards goes through
+        answer = await request(ws, type=kind, id=4, subscription="s", message_ids=[second, first])
+        assert answer["type"] == "ok", answer
+        stats = await aio.stats(queue)
+        assert stats.in_flight == 0 and stats.dequeued == 2
