@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from typing import Any
 
@@ -77,12 +78,29 @@ def _raw_param(request: Request, name: str) -> Any:
     return raw
 
 
+# A decimal integer as Java's Long.parseLong reads one: Python's int() also takes "1_0", " 10 " and other
+# scripts' digits, which would name a number the client did not write.
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
+def decimal_integer(text: str) -> int:
+    """`text` as a decimal integer (ASCII digits, an optional sign); ValueError otherwise."""
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError(f"not a decimal integer: {text!r}")
+    return int(text)
+
+
 def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
     raw = _raw_param(request, name)
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw)
+        if isinstance(raw, str):
+            value = decimal_integer(raw)
+        elif isinstance(raw, int):  # (a JSON body's number; a bool is refused below)
+            value = raw
+        else:  # (a JSON float, list, ...: int() would cut 2.5 to 2)
+            raise TypeError(name)
     except (TypeError, ValueError):
         raise Problem(400, "invalid_parameter", "Invalid parameter",
                       f"{name} must be an integer {low}..{high}, got {raw!r}", parameter=name) from None

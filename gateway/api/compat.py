@@ -59,7 +59,7 @@ from broker_core.model import ConsumerRef, ConsumerSpec
 from gateway import connections, runtime
 from gateway.api.auth import BasicAuthentication, TokenAuthentication
 from gateway.api.base import GatewayView
-from gateway.api.common import setting, topics_supported
+from gateway.api.common import decimal_integer, setting, topics_supported
 from gateway.api.compat_headers import OMITTED_HEADER, header_value, omitted_header, property_headers
 from gateway.api.errors import Problem, topics_not_supported
 from gateway.api.views_messaging import long_poll, problem_doc, problems
@@ -121,7 +121,7 @@ def _long(params: dict[str, list[str]], name: str, default: int) -> int:
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        return decimal_integer(raw)
     except ValueError:
         raise Problem(400, "invalid_parameter", "Invalid parameter", f"{name} must be a number, got {raw!r}",
                       parameter=name) from None

@@ -275,7 +275,7 @@ class JsonSession(LinkedSession):
             removed += await self.link.unsubscribe_durable(client_id, name, topic)
         return {"removed": removed}
 
-    def _ack_ids(self, request: dict[str, Any], sub: Subscription) -> list[str]:
+    def _ack_ids(self, request: dict[str, Any], sub: Subscription, verb: str) -> list[str]:
         """The ids to ack or nack, in the order the subscription delivered them. Each is acknowledged by
         its own call, so every one is checked first: a list naming an id the subscription does not hold
         (or one twice) is refused whole, with nothing acknowledged, as the REST API's ack and nack are.
@@ -290,7 +290,8 @@ class JsonSession(LinkedSession):
             seen: set[str] = set()
             for ack_id in ids:
                 if ack_id not in sub.unacked or ack_id in seen:
-                    raise RequestError("not_in_flight", f"Unexpected ACK received for message-id [{ack_id}]"
+                    raise RequestError("not_in_flight",
+                                       f"Unexpected {verb} received for message-id [{ack_id}]"
                                        + (" (listed twice)" if ack_id in seen else "")
                                        + "; nothing was acknowledged")
                 seen.add(ack_id)
@@ -303,7 +304,7 @@ class JsonSession(LinkedSession):
         sub = self._subscription(request)
         tx = _field(request, "transaction", str)
         count = 0
-        for message_id in self._ack_ids(request, sub):
+        for message_id in self._ack_ids(request, sub, "ACK"):
             count += await self.link.ack(sub, message_id, tx)
         return {"acknowledged": count}
 
@@ -311,7 +312,7 @@ class JsonSession(LinkedSession):
         assert self.link is not None
         sub = self._subscription(request)
         count = 0
-        for message_id in self._ack_ids(request, sub):
+        for message_id in self._ack_ids(request, sub, "NACK"):
             count += await self.link.nack(sub, message_id, _field(request, "transaction", str))
         return {"dead_lettered": count}
 

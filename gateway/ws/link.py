@@ -707,7 +707,7 @@ class Link:
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected NACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        entries = [entry for _key, entry in self._take(sub, ack_id, cumulative=False)]
+        entries = [entry for _key, entry in self._take(sub, ack_id, cumulative=False, verb="NACK")]
         count = 0
         for consumer, ids in self._by_consumer(entries):
             dead_lettered, _redelivered = await self.broker.nack(consumer, ids, poison=True)
@@ -715,11 +715,12 @@ class Link:
         return count
 
     def _take(self, sub: Subscription, ack_id: str,
-              cumulative: bool = True) -> list[Taken]:
+              cumulative: bool = True, verb: str = "ACK") -> list[Taken]:
+        """`verb` names the frame in the refusal, as ActiveMQ's ProtocolConverter does (ACK or NACK)."""
         try:
             return sub.take(ack_id, cumulative=cumulative and sub.ack_mode == "client")
         except KeyError:
-            raise LinkError("Unexpected ACK", f"Unexpected ACK received for message-id [{ack_id}]",
+            raise LinkError(f"Unexpected {verb}", f"Unexpected {verb} received for message-id [{ack_id}]",
                             "not_in_flight") from None
 
     @staticmethod

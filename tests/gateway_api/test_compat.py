@@ -101,15 +101,26 @@ async def test_a_session_cookie_keeps_the_consumer_and_one_shot_closes_it(api, b
     assert root_stats.status_code == 204
 
 
-async def test_a_second_request_on_a_busy_consumer_is_refused(api, basic):
-    url = "/api/message/orders.eu?type=queue&clientId=busy&readTimeout=3000"
+async def test_a_second_request_on_a_busy_consumer_is_refused(api, basic, make_user):
+    watcher = await blocking(make_user)("watcher", [("queue://orders.>", "read")])
+    url = "/api/message/orders.eu?type=queue&clientId=busy&readTimeout=30000"
     first = asyncio.create_task(api.get(url, headers=basic))
     try:
-        await asyncio.sleep(1.0)  # by then the first request waits on the consumer, even on a busy machine
+        # the first request waits on its consumer once the queue shows it (it took the consumer's turn
+        # before making it): a fixed sleep was too short on a loaded machine
+        for _ in range(200):
+            stats = await api.get("/api/v1/queues/orders.eu", headers=watcher)
+            if stats.status_code == 200 and stats.json()["consumer_count"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(f"the first request's consumer never showed: {stats.text}")
         second = await api.get(url, headers=basic)
         assert "Concurrent access to consumer is not supported" in assert_problem(second, 409)["detail"]
+        await api.post("/api/message/orders.eu?type=queue", content="for the first", headers=basic)
     finally:  # never leave the first request running into the next test's event loop
-        assert (await first).status_code == 204
+        got = await first
+    assert got.status_code == 200 and got.text == "for the first"
 
 
 async def test_a_refusal_after_the_turn_was_taken_ends_the_turn(api, basic, monkeypatch):

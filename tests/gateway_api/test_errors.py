@@ -120,3 +120,18 @@ async def test_a_url_that_is_not_utf8_once_percent_decoded_is_refused_and_create
     assert problem["parameter"] == "clientId", problem
     for name in ("orders.a%EF%BF%BDb", "orders.a%EF%BF%BD%EF%BF%BD%EF%BF%BDb"):  # U+FFFD itself: no queue
         assert_problem(await api.get(f"/api/v1/queues/{name}", headers=alice), 404, "unknown_destination")
+
+
+@pytest.mark.parametrize("written", ["1_0", " 5", "5 ", "\uff15", "+", "2.0"])
+async def test_a_number_parameter_is_plain_decimal_digits(api, alice, written):
+    """Python's int() reads "1_0" as 10, " 5" as 5 and a fullwidth "５" as 5: a number the client did not
+    write. Java's Long.parseLong (the servlet's) refuses the first two; every number parameter takes only an
+    optional sign and ASCII digits, and is refused with its name otherwise, nothing sent."""
+    sent = await api.post("/api/message/orders.eu", params={"type": "queue", "JMSPriority": written},
+                          content=b"x", headers={**alice, "Content-Type": "text/plain"})
+    problem = assert_problem(sent, 400, "invalid_parameter")
+    assert problem["parameter"] == "JMSPriority", problem
+    problem = assert_problem(await api.get("/api/v1/destinations", params={"limit": written}, headers=alice),
+                             400, "invalid_parameter")
+    assert problem["parameter"] == "limit", problem
+    assert_problem(await api.get("/api/v1/queues/orders.eu", headers=alice), 404, "unknown_destination")

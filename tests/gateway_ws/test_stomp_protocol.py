@@ -400,6 +400,13 @@ def test_an_ack_for_an_unknown_message_is_unexpected(clients):
     assert client.expect("ERROR").headers["message"] == "Unexpected ACK received for message-id [ID:nothing]"
 
 
+def test_a_nack_for_an_unknown_message_is_unexpected_by_its_own_name(clients):
+    """ActiveMQ's ProtocolConverter.onStompNack: "Unexpected NACK received for message-id [...]"."""
+    client = clients()
+    client.conn.nack("ID:nothing")
+    assert client.expect("ERROR").headers["message"] == "Unexpected NACK received for message-id [ID:nothing]"
+
+
 def test_an_unknown_command_is_an_error(gateway):
     raw = RawStomp(gateway.stomp_url)
     try:
