@@ -559,6 +559,8 @@ def index_10k(ctx: Context) -> Calls:
     import asyncio
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
+    # (the listing reads the index through the gateway's own connection, made from REDIS_URL: this server's)
+    os.environ["REDIS_URL"] = "unix://" + ctx.client.connection_pool.connection_kwargs["path"]
     import django
 
     django.setup()
