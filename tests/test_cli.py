@@ -317,8 +317,14 @@ def test_an_interrupted_receive_and_send_say_how_far_they_got(server, home):
 
 
 def test_summaries_stay_on_one_line_when_piped(server, home):
+    """Piped, stdout is 250 columns wide (output.console): a send to a composite destination of two long
+    names makes a summary longer than that, which must not wrap; stderr the same."""
     q = unique("cli.a.queue.name.long.enough.that.its.summary.line.would.not.fit.in.eighty.columns")
-    assert ok(run(home, server, "send", q, "x", "-n", "2")) == f"sent 2 messages to queue://{q}\n"
+    other = unique("cli.and.another.queue.name.long.enough.that.the.two.names.together.make"
+                   ".a.summary.line.of.more.than.two.hundred.and.fifty")
+    summary = f"sent 2 messages to queue://{q}, queue://{other}"
+    assert len(summary) > 250
+    assert ok(run(home, server, "send", f"{q},{other}", "x", "-n", "2")) == summary + "\n"
     result = run(home, server, "receive", q, "-n", "2")
     assert ok(result) == "x\nx\n"
     assert result.stderr == f"received 2 messages from queue://{q}\n"
