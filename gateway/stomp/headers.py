@@ -28,7 +28,7 @@ NOT_PROPERTIES = frozenset({
 # SEND's numeric headers: (name, lowest, highest, the value without the header)
 _NUMBER_HEADER_RANGES: tuple[tuple[str, int, int, int | None], ...] = (
     ("expires", 0, 2**63 - 1, 0), ("timestamp", 0, 2**63 - 1, None),
-    ("JMSXGroupSeq", -(2**31), 2**31 - 1, 0), ("priority", 0, 9, 4),
+    ("JMSXGroupSeq", -(2**31), 2**31 - 1, 0), ("priority", -(2**31), 2**31 - 1, 4),
     ("AMQ_SCHEDULED_DELAY", 0, 2**63 - 1, 0), ("AMQ_SCHEDULED_PERIOD", 0, 2**63 - 1, 0),
     ("AMQ_SCHEDULED_REPEAT", 0, 2**31 - 1, 0))
 _NUMBER_HEADERS = frozenset(name for name, *_ in _NUMBER_HEADER_RANGES)
@@ -64,6 +64,14 @@ def int_value(value: str | None, name: str, low: int, high: int, default: int | 
     if not low <= number <= high:
         raise StompError(f"Invalid {name} header", f"{name} must be {low}..{high}, got {number}")
     return number
+
+
+
+def jms_priority(value: int) -> int:
+    """A SEND's priority as ActiveMQ makes it: FrameTranslator's Integer.parseInt, ActiveMQMessage's
+    (byte) cast (which wraps: 130 is -126), then Message.setPriority's clamp to 0..9. So 15 is 9 and -1
+    is 0, delivered with that priority and dispatched in that place, not refused."""
+    return min(max((value + 128) % 256 - 128, 0), 9)
 
 
 
@@ -223,7 +231,7 @@ def message_from_send(frame: Frame, connection_id: str | None = None) -> Message
     return Message(
         body=body,
         content_type=get("content-type"),
-        priority=priority if priority is not None else 4,
+        priority=jms_priority(priority) if priority is not None else 4,
         persistent=java_bool(get("persistent")),
         timestamp=timestamp,
         expiration=expires or 0,

@@ -592,8 +592,9 @@ class StompSession(LinkedSession):
         await self.link.unsubscribe(key)
 
     def _ack_target(self, frame: Frame) -> tuple[Subscription, str] | None:
-        """The subscription and ack id an ACK/NACK names; None for a message of a subscription the broker
-        aborted since (it went back to the queue; acknowledging it late is not the client's error)."""
+        """The subscription and ack id an ACK/NACK names; None for a message of a subscription that was
+        unsubscribed or aborted since (it went back to the queue; ActiveMQ answers such a late ack with
+        a RECEIPT and does nothing, and acknowledging late is not the client's error)."""
         assert self.link is not None
         name = "id" if self.version == "1.2" else "message-id"
         ack_id = frame.get(name)
@@ -613,7 +614,7 @@ class StompSession(LinkedSession):
         sub = self.link.subscriptions.get(sub_key) if sub_key is not None else None
         if sub is None or ack_id not in sub.unacked:
             sub = self.link.find(ack_id)
-        if sub is None and self.link.was_aborted(ack_id):
+        if sub is None and self.link.was_ended(ack_id):
             return None
         if sub is None:
             raise StompError(f"Unexpected {frame.command} received for message-id [{ack_id}]",

@@ -72,7 +72,7 @@ class LinkSettings:
 
 CLOSE_RETRY_SECONDS = 0.5  # a consumer whose close found Redis away is closed again this often
 _CLOSING: set[asyncio.Task[None]] = set()  # those retries (a reference, so they are not collected)
-ABORTED_ACKS_KEPT = 100_000  # ack ids of aborted subscriptions remembered per connection
+ENDED_ACKS_KEPT = 100_000  # ack ids of unsubscribed or aborted subscriptions remembered per connection
 # what an ack takes from a subscription: (ack id, (consumer, message id)); no consumer for a message the
 # broker does not hold (a replayed advisory)
 Taken = tuple[str, tuple["Consumer | None", str]]
@@ -337,7 +337,7 @@ class Link:
         self._abort_tasks: set[asyncio.Task[None]] = set()
         # ack ids that aborted subscriptions had delivered: a late ACK of one is not the client's mistake
         # (the message already went back to the queue), so protocols let it pass
-        self._aborted_acks: OrderedDict[str, None] = OrderedDict()
+        self._ended_acks: OrderedDict[str, None] = OrderedDict()
         self._client_id: ClientIdClaim | None = None
 
     def _report_lost(self, reason: str, unavailable: bool = False) -> None:
@@ -417,7 +417,8 @@ class Link:
         if sub is None:
             raise LinkError("No subscription matched.", f"this connection has no subscription {key!r}",
                             "unknown_subscription")
-        await self._close_subscription(sub, "unsubscribed")
+        await self._close_subscription(sub, "unsubscribed")  # (its pumps stopped: what it holds is final)
+        self._remember_ended(sub)
         return sub
 
     async def unsubscribe_durable(self, client_id: str, name: str, topic: Destination | None = None,
@@ -650,18 +651,24 @@ class Link:
         if self.subscriptions.get(sub.key) is not sub:
             return  # already ended (unsubscribed, or a second consumer of a composite reported it)
         del self.subscriptions[sub.key]
-        for ack_id in sub.unacked:
-            self._aborted_acks[ack_id] = None
-        while len(self._aborted_acks) > ABORTED_ACKS_KEPT:
-            self._aborted_acks.popitem(last=False)
-        sub.unacked.clear()
+        self._remember_ended(sub)
         # a composite's other consumers go too: ActiveMQ aborts the one consumer the subscription is
         await self._close_subscription(sub, "aborted")
         await self.aborted(sub, notice)
 
-    def was_aborted(self, ack_id: str) -> bool:
-        """`ack_id` was delivered by a subscription that the broker aborted since."""
-        return ack_id in self._aborted_acks
+    def _remember_ended(self, sub: Subscription) -> None:
+        """The subscription ended (UNSUBSCRIBE, or the broker aborted it) and its unacknowledged messages go
+        back: a late ACK or NACK of one of them is accepted and does nothing, as ActiveMQ's STOMP keeps
+        its pending ack entries after the consumer is gone (the client had no way to know in time)."""
+        for ack_id in sub.unacked:
+            self._ended_acks[ack_id] = None
+        while len(self._ended_acks) > ENDED_ACKS_KEPT:
+            self._ended_acks.popitem(last=False)
+        sub.unacked.clear()
+
+    def was_ended(self, ack_id: str) -> bool:
+        """`ack_id` was delivered by a subscription that was unsubscribed or aborted since."""
+        return ack_id in self._ended_acks
 
     # -- acknowledgements -----------------------------------------------------------------------------
 

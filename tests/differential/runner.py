@@ -18,7 +18,8 @@ A scenario is data (tests/differential/scenarios/<group>.json): named connection
 - `["close", conn]`: drop the connection without DISCONNECT; `["sleep", seconds]`.
 
 Each destination name written `{q}` / `{t}` (and client id `{c}`) is made unique per run, so runs do not
-see each other; `{future}` is an expiry ten minutes ahead. Advisory bodies are each broker's own document
+see each other; `{future}` is an expiry ten minutes ahead, `{soon}` one second after the step that names it
+(for messages that must expire while the scenario waits). Advisory bodies are each broker's own document
 (ActiveMQ's XStream JSON, Signalbox's documented JSON): only their presence is a fact.
 """
 
@@ -109,7 +110,8 @@ class Normaliser:
 
     def __init__(self, names: dict[str, str] | None = None) -> None:
         self.ids: dict[str, str] = {}
-        self.names = {value: f"{{{key}}}" for key, value in (names or {}).items() if key != "future"}
+        self.names = {value: f"{{{key}}}" for key, value in (names or {}).items()
+                      if key not in ("future", "soon")}
 
     def text(self, value: str) -> str:
         """The run's unique names back to their placeholders, wherever they appear."""
@@ -161,6 +163,7 @@ def run(scenario: dict[str, Any], url: str, login: tuple[str, str], wait: float 
     raw: dict[str, Frame | None] = {}
 
     def fill(text: str) -> str:
+        names["soon"] = str(int(time.time() * 1000) + 1000)
         text = text.format(**names)
         return re.sub(r"\$(\w+)", lambda m: saved.get(m.group(1), m.group(0)), text)
 

@@ -382,7 +382,7 @@ def test_a_bad_send_among_batched_ones_keeps_the_ones_before_it_and_names_itself
         raw.connect()
         dest = ("destination", q(queue_name))
         frames = [encode("SEND", [dest, ("receipt", "r1")], b"one"),
-                  encode("SEND", [dest, ("priority", "12"), ("receipt", "r2")], b"bad"),
+                  encode("SEND", [dest, ("priority", "high"), ("receipt", "r2")], b"bad"),
                   encode("SEND", [dest, ("receipt", "r3")], b"three")]
         raw.send_raw(b"".join(frames))  # one WebSocket message: the gateway batches them
         assert raw.expect("RECEIPT").get("receipt-id") == "r1"

@@ -2,8 +2,9 @@
 -- RedeliveryPolicy numbers. ARGV: now, budget, consumer id, poison ('1'/'0'), jitter (-1..1, for
 -- collision avoidance), message ids...
 -- Each message's redelivery counter goes up. Poison, or a counter past maximumRedeliveries (-1 =
--- unlimited), dead-letters it now; otherwise it is parked until its redelivery delay has passed (other
--- messages keep flowing) and then goes ahead of fresh messages.
+-- unlimited), dead-letters it now (a non-durable topic subscription drops it); otherwise it is parked
+-- until its redelivery delay has passed (other messages keep flowing) and then goes ahead of fresh
+-- messages.
 -- Returns {dead-lettered count, redelivered count, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
@@ -45,6 +46,9 @@ end
 
 local max = base.policy_num('maximumRedeliveries')
 local rcv = outbox.received_upto(cid)
+-- A non-durable topic subscription's poison ack only counts the message (TopicSubscription.acknowledge):
+-- ActiveMQ dead-letters nothing for it, whether a STOMP NACK or a redelivery limit sent the ack.
+local dead_letters = not (base.SUB and redis.call('HGET', base.K_META, 'durable') ~= '1')
 local dead, later = 0, 0
 for _, id in ipairs(ids) do
   if tonumber(redis.call('ZSCORE', base.K_CINF(cid), id)) > rcv then redis.call('LREM', base.K_COUT(cid), 1, id) end
@@ -56,7 +60,13 @@ for _, id in ipairs(ids) do
     local m = message.unpack(blob)
     lifecycle.drop_message(id)
     base.meta_incr('dequeued')
-    if poison then forward.dead_letter(id, m, blob, 'poison') else forward.dead_letter(id, m, blob, 'redelivery', count) end
+    if not dead_letters then
+      base.emit('drop', 'msg', id, 'cause', poison and 'poison' or 'redelivery')
+    elseif poison then
+      forward.dead_letter(id, m, blob, 'poison')
+    else
+      forward.dead_letter(id, m, blob, 'redelivery', count)
+    end
     dead = dead + 1
   else
     local delay = delay_for(count)

@@ -1,7 +1,7 @@
 """IndividualDeadLetterStrategy's destinationPerDurableSubscriber (spec §5.4, issue 5), against a real Redis:
 a durable subscription's dead letters go to `<topicPrefix><topic>.<clientId>:<subscriptionName><topicSuffix>`
-(createDestination with DurableTopicSubscription.getSubscriptionKey); non-durable subscriptions and queues
-keep the destination's own DLQ."""
+(createDestination with DurableTopicSubscription.getSubscriptionKey); queues keep the destination's own DLQ,
+and a non-durable subscription's poison ack dead-letters nothing."""
 
 from __future__ import annotations
 
@@ -46,12 +46,14 @@ def test_a_durable_subscriptions_dead_letter_goes_to_its_own_dlq(broker):
     assert broker.stats("topic://prices").deadlettered == 1
 
 
-def test_a_non_durable_subscriptions_dead_letter_keeps_the_topics_dlq(broker):
+def test_a_non_durable_subscriptions_poison_ack_dead_letters_nothing(broker):
+    """TopicSubscription.acknowledge only counts a POISON ack: neither the topic's DLQ nor a
+    per-subscriber one gets the message."""
     broker.policies.set_entry("topic", "prices", PER_SUBSCRIBER)
     c = consumer(broker, "topic://prices", ack_mode="client-individual")
     broker.send("topic://prices", Message(body="42", message_id="m1"))
     poison(broker, c)
-    assert dead_letters(broker, "queue://ActiveMQ.DLQ.Topic.prices") == ["m1"]
+    assert dead_letters(broker, "queue://ActiveMQ.DLQ.Topic.prices") == []
 
 
 def test_two_durable_subscriptions_each_get_the_message_in_their_own_dlq(broker):

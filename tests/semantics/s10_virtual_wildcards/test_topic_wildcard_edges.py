@@ -124,7 +124,9 @@ def test_a_dead_letter_left_on_a_patterns_topic_is_delivered_after_its_last_subs
     dies before delivering it and the subscription then goes, maintenance still delivers it (the pattern
     waits in <ns>:wildcards:idle), then removes the pseudo-topic's keys."""
     topic_policy(broker, ">", deadLetterStrategy="individual")
-    c = consumer(broker, "topic://orders.>", ack_mode="client-individual")
+    # durable: a non-durable subscription's poison ack dead-letters nothing (TopicSubscription)
+    c = consumer(broker, "topic://orders.>", ack_mode="client-individual", client_id="app",
+                 subscription_name="s")
     broker.send("topic://orders.eu", Message(body="x", message_id="m1"))
     assert [d.message_id for d in drain(broker, c)] == ["m1"]
     op = broker.ops.nack(c, ["m1"], True, clock.now_ms(), 0.0)
@@ -133,6 +135,7 @@ def test_a_dead_letter_left_on_a_patterns_topic_is_delivered_after_its_last_subs
     prefix = broker.ops.prefix(parse_destination("topic://orders.>", allow_wildcards=True))
     assert broker.redis.hlen(f"{prefix}:fwd") == 1  # the dead letter's record survived the crash
     broker.close_consumer(c)
+    broker.unsubscribe("topic://orders.>", client_id="app", subscription_name="s")
     assert idle(broker) == {"orders.>"}
     for _ in range(3):
         maintenance.run_due(broker)
