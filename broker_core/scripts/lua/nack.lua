@@ -60,7 +60,8 @@ for _, id in ipairs(ids) do
     local m = message.unpack(blob)
     lifecycle.drop_message(id)
     base.meta_incr('dequeued')
-    if not dead_letters then
+    if not dead_letters then  -- (counted as the subscription's other drops are: includes/topic.lua)
+      base.meta_incr('dropped')
       base.emit('drop', 'msg', id, 'cause', poison and 'poison' or 'redelivery')
     elseif poison then
       forward.dead_letter(id, m, blob, 'poison')
