@@ -370,11 +370,14 @@ function dispatch.pass(budget, known)
                 available = true
                 local ok = owner == nil or owner == c.id
                 if ok and c.def.nolocal and c.def.conn and c.def.conn == conn then ok = false end
-                if ok then
+                if ok and skip and skip[c.id] then
+                  -- it refused this message in an earlier chunk (only a consumer with a selector is
+                  -- recorded): its selector is not decoded again, which in the offer's last chunks was a
+                  -- decode of nearly every consumer's selector per call
+                  ok = false
+                elseif ok then
                   local expr = consumers.selector_of(c)
-                  if expr and skip and skip[c.id] then
-                    ok = false  -- it refused this message in an earlier chunk
-                  elseif expr then
+                  if expr then
                     local spent = selector.bytes - selector_work
                     if spent > 0 and spent >= selector.call_limit then
                       more, work_cut = 1, true
