@@ -72,7 +72,10 @@ class LinkSettings:
 
 CLOSE_RETRY_SECONDS = 0.5  # a consumer whose close found Redis away is closed again this often
 _CLOSING: set[asyncio.Task[None]] = set()  # those retries (a reference, so they are not collected)
-ENDED_ACKS_KEPT = 100_000  # ack ids of unsubscribed or aborted subscriptions remembered per connection
+# ack ids of unsubscribed or aborted subscriptions remembered per connection, the newest: each costs about
+# 170 bytes, and a client that subscribes and unsubscribes over and over adds a window's worth each time
+# (an older one's late ACK is then an ERROR, as any unknown id's)
+ENDED_ACKS_KEPT = 10_000
 # what an ack takes from a subscription: (ack id, (consumer, message id)); no consumer for a message the
 # broker does not hold (a replayed advisory)
 Taken = tuple[str, tuple["Consumer | None", str]]
