@@ -70,6 +70,15 @@ class LinkSettings:
         return self.lease_ms / 3000
 
 
+@dataclass
+class OpenTransaction:
+    """A transaction the client has begun on this connection: the broker's id, and the SENDs and ACKs in it
+    so far (at most LinkSettings.max_transaction_size)."""
+
+    tx: str
+    size: int = 0
+
+
 CLOSE_RETRY_SECONDS = 0.5  # a consumer whose close found Redis away is closed again this often
 _CLOSING: set[asyncio.Task[None]] = set()  # those retries (a reference, so they are not collected)
 # ack ids of unsubscribed or aborted subscriptions remembered per connection, the newest: each costs about
@@ -324,8 +333,7 @@ class Link:
         self.settings = settings or LinkSettings.from_django()
         self.connection_id = f"ws-{uuid.uuid4().hex[:16]}"
         self.subscriptions: dict[str, Subscription] = {}
-        self.transactions: dict[str, str] = {}  # the client's name -> broker transaction id
-        self._tx_sizes: dict[str, int] = {}  # the client's name -> SENDs and ACKs in it so far
+        self.transactions: dict[str, OpenTransaction] = {}  # by the client's name for it
         # acks made in a transaction, applied at COMMIT: an ABORT gives the client its ack ids back and the
         # messages stay delivered to it (ActiveMQ's STOMP: not redelivered to the live subscription)
         self._tx_acks: dict[str, list[tuple[Subscription, list[Taken]]]] = {}
@@ -598,7 +606,7 @@ class Link:
                     by_destination.setdefault(consumer.destination, []).append(consumer.consumer_id)
             try:
                 if self.transactions:  # (one that lapsed meanwhile: its COMMIT is refused, its ABORT a no-op)
-                    for tx in await self.broker.renew_transactions(list(self.transactions.values()),
+                    for tx in await self.broker.renew_transactions([t.tx for t in self.transactions.values()],
                                                                    self.settings.lease_ms):
                         logger.warning("transaction %s of connection %s lapsed before it was renewed",
                                        tx, self.connection_id)
@@ -748,19 +756,19 @@ class Link:
         """The broker's id of the client's transaction `name`, to which the caller adds `adding` SENDs or
         ACKs: refused past max_transaction_size, before anything is added (the transaction stays open)."""
         try:
-            tx = self.transactions[name]
+            open_tx = self.transactions[name]
         except KeyError:
             raise LinkError(f"Invalid transaction id: {name}",
                             f"transaction {name!r} was not begun on this connection (or already ended)",
                             "transaction_error") from None
-        size = self._tx_sizes.get(name, 0) + adding
+        size = open_tx.size + adding
         if size > self.settings.max_transaction_size:
             raise LinkError("Transaction too large",
                             f"transaction {name!r} would hold {size} SENDs and ACKs; the limit is "
                             f"{self.settings.max_transaction_size} (SIGNALBOX_WS_MAX_TRANSACTION_SIZE): "
                             "commit it and go on in another", "transaction_too_large")
-        self._tx_sizes[name] = size
-        return tx
+        open_tx.size = size
+        return open_tx.tx
 
     async def begin(self, name: str) -> None:
         if name in self.transactions:
@@ -768,12 +776,11 @@ class Link:
                             f"transaction {name!r} was already begun on this connection", "transaction_error")
         # open for one lease, renewed with the consumers' (_keep_leases): a process that dies with it open
         # holds its reserved space and its transacted acks' messages no longer than its consumers
-        self.transactions[name] = await self.broker.begin(self.settings.lease_ms)
+        self.transactions[name] = OpenTransaction(await self.broker.begin(self.settings.lease_ms))
 
     async def commit(self, name: str) -> None:
         tx = self.transaction(name)
         del self.transactions[name]
-        self._tx_sizes.pop(name, None)
         acks = self._tx_acks.pop(name, [])
         try:
             for sub, taken in acks:  # into the broker transaction, so that they commit with its sends
@@ -788,7 +795,6 @@ class Link:
     async def abort(self, name: str) -> None:
         tx = self.transaction(name)
         del self.transactions[name]
-        self._tx_sizes.pop(name, None)
         for sub, taken in reversed(self._tx_acks.pop(name, [])):
             sub.restore(taken)
         await self.broker.rollback(tx)
@@ -809,7 +815,7 @@ class Link:
                     await task
         self._tx_acks.clear()  # their messages are still delivered: closing the consumers returns them
         for name in list(self.transactions):
-            tx = self.transactions.pop(name)
+            tx = self.transactions.pop(name).tx
             with contextlib.suppress(Exception):
                 await self.broker.rollback(tx)
         subs = list(self.subscriptions.values())
