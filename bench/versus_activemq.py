@@ -629,7 +629,11 @@ def main() -> None:
     if args.cpus:  # (before anything starts: every child inherits it)
         os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
     cases = select_cases(args.only)
-    servers = [server_binary(choice.strip()) for choice in args.servers.split(",")]
+    choices = [choice.strip() for choice in args.servers.split(",")]
+    servers = [server_binary(choice) for choice in choices]
+    if len(set(servers)) < len(servers):  # (`default` is an installed Redis 7 when there is one)
+        sys.exit(f"--servers {args.servers}: two of them are the same server ({', '.join(servers)}); "
+                 "for the default install against an installed Redis, use --servers valkey,redis")
     anchor_dir, kit = Path(args.anchor_dir).resolve(), find_kit(args.kit)
     use_kit = kit is not None and (anchor_dir / "extras.jar").exists() and not args.debian_activemq
     if not args.no_activemq and not use_kit and any(case.needs != "tcp" for case in cases):
