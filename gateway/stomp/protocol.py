@@ -625,7 +625,8 @@ class StompSession(LinkedSession):
         assert self.link is not None
         target = self._ack_target(frame)
         if target is not None:
-            await self.link.ack(*target, frame.get("transaction"))
+            sub, ack_id = target
+            await self.link.ack(sub, [ack_id], frame.get("transaction"))
 
     async def on_nack(self, frame: Frame) -> None:
         assert self.link is not None
@@ -633,7 +634,8 @@ class StompSession(LinkedSession):
             raise StompError("NACK received but connection is in v1.0 mode.", "NACK exists from STOMP 1.1 on")
         target = self._ack_target(frame)
         if target is not None:
-            await self.link.nack(*target, frame.get("transaction"))
+            sub, ack_id = target
+            await self.link.nack(sub, [ack_id], frame.get("transaction"))
 
     def _transaction_name(self, frame: Frame) -> str:
         name = frame.get("transaction")

@@ -690,14 +690,16 @@ class Link:
                 return sub
         return None
 
-    async def ack(self, sub: Subscription, ack_id: str, tx: str | None = None) -> int:
+    async def ack(self, sub: Subscription, ack_ids: list[str], tx: str | None = None) -> int:
         """Acknowledge by the subscription's ack mode: `client` is cumulative over the subscription,
-        `client-individual` that message only. Inside a transaction the ack happens on commit."""
+        `client-individual` the listed messages only. Several ids (in delivery order) are checked first
+        and acknowledged in one broker call per consumer, so a list is acknowledged whole or not at all.
+        Inside a transaction the ack happens on commit."""
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected ACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        tx_id = self.transaction(tx, adding=1) if tx else None
-        taken = self._take(sub, ack_id)
+        tx_id = self.transaction(tx, adding=len(ack_ids)) if tx else None
+        taken = self._take(sub, ack_ids)
         if tx:
             self._tx_acks.setdefault(tx, []).append((sub, taken))
             return len(taken)
@@ -715,31 +717,42 @@ class Link:
             count += result if isinstance(result, int) else len(ids)
         return count
 
-    async def nack(self, sub: Subscription, ack_id: str, tx: str | None = None) -> int:
-        """Poison: that one message goes to the dead-letter queue at once (ActiveMQ's STOMP NACK, in every
-        ack mode: in `client` mode the messages before it stay unacknowledged and a later ACK covers
-        them). Not allowed in a transaction."""
+    async def nack(self, sub: Subscription, ack_ids: list[str], tx: str | None = None) -> int:
+        """Poison: those messages go to the dead-letter queue at once (ActiveMQ's STOMP NACK, in every
+        ack mode: in `client` mode the messages before them stay unacknowledged and a later ACK covers
+        them), in one broker call per consumer. Not allowed in a transaction."""
         if tx:
             raise LinkError("Poison ack cannot be transacted",
                             "NACK inside a transaction is rejected, as ActiveMQ does", "transaction_error")
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected NACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        entries = [entry for _key, entry in self._take(sub, ack_id, cumulative=False, verb="NACK")]
+        entries = [entry for _key, entry in self._take(sub, ack_ids, cumulative=False, verb="NACK")]
         count = 0
         for consumer, ids in self._by_consumer(entries):
             dead_lettered, _redelivered = await self.broker.nack(consumer, ids, poison=True)
             count += int(dead_lettered)
         return count
 
-    def _take(self, sub: Subscription, ack_id: str,
+    def _take(self, sub: Subscription, ack_ids: list[str],
               cumulative: bool = True, verb: str = "ACK") -> list[Taken]:
-        """`verb` names the frame in the refusal, as ActiveMQ's ProtocolConverter does (ACK or NACK)."""
-        try:
-            return sub.take(ack_id, cumulative=cumulative and sub.ack_mode == "client")
-        except KeyError:
-            raise LinkError(f"Unexpected {verb}", f"Unexpected {verb} received for message-id [{ack_id}]",
-                            "not_in_flight") from None
+        """What acks of `ack_ids` cover, taken from the subscription once every one is known to be held by
+        it, each once (nothing is taken otherwise). Taken in delivery order, so that a cumulative ack of a
+        later id does not take an earlier listed one before its turn. `verb` names the frame in the
+        refusal, as ActiveMQ's ProtocolConverter does (ACK or NACK)."""
+        listed: set[str] = set()
+        for ack_id in ack_ids:
+            if ack_id not in sub.unacked or ack_id in listed:
+                raise LinkError(f"Unexpected {verb}",
+                                f"Unexpected {verb} received for message-id [{ack_id}]"
+                                + (" (listed twice)" if ack_id in listed else "")
+                                + ("; nothing was acknowledged" if len(ack_ids) > 1 else ""), "not_in_flight")
+            listed.add(ack_id)
+        if len(ack_ids) > 1:
+            order = {ack_id: n for n, ack_id in enumerate(sub.unacked)}
+            ack_ids = sorted(ack_ids, key=order.__getitem__)
+        cumulative = cumulative and sub.ack_mode == "client"
+        return [taken for ack_id in ack_ids for taken in sub.take(ack_id, cumulative=cumulative)]
 
     @staticmethod
     def _by_consumer(entries: list[tuple[Consumer | None, str]]) -> list[tuple[Consumer, list[str]]]:

@@ -192,3 +192,23 @@ async def test_an_ack_or_nack_naming_one_unknown_id_changes_nothing(kind, ack_mo
         assert answer["type"] == "ok", answer
         stats = await aio.stats(queue)
         assert stats.in_flight == 0 and stats.dequeued == 2
+
+
+@pytest.mark.parametrize("ack_mode", ["client-individual", "client"])
+async def test_a_list_ack_is_one_broker_call_acknowledged_whole_or_not_at_all(ack_mode):
+    """The link holds both ids, but the broker no longer has the second in flight (an operator removed
+    it): the list's one ack call is refused by the broker whole, so the first stays unacknowledged
+    rather than being acknowledged before the refusal (as when each id had its own call)."""
+    aio = runtime.async_broker()
+    queue = f"queue://json.whole.{ack_mode}"
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="subscribe", id=1, subscription="s", destination=queue, ack_mode=ack_mode)
+        _, pushed = await answer_and_messages(ws, 2, type="send", id=2, destination=queue,
+                                              messages=[{"body": "one"}, {"body": "two"}])
+        first, second = (m["message"]["message_id"] for m in pushed)
+        assert await aio.remove_message(queue, second)
+        error = await request(ws, type="ack", id=3, subscription="s", message_ids=[first, second])
+        assert error["type"] == "error" and error["code"] == "not_in_flight", error
+        stats = await aio.stats(queue)
+        assert (stats.in_flight, stats.dequeued) == (1, 1)  # (the removed one counts as dequeued)
