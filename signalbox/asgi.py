@@ -13,7 +13,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from gateway.metrics import instrument_http  # noqa: E402
-from signalbox import node  # noqa: E402
+from signalbox import collector, node  # noqa: E402
 from signalbox.routing import origin_checked, websocket_urlpatterns  # noqa: E402
 
 # The web process's heartbeat for the node page (a daemon thread; signalbox/node.py).
@@ -27,3 +27,5 @@ application = ProtocolTypeRouter(
         "websocket": origin_checked(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+# Start-up is over: its objects out of the cyclic collector's sight (signalbox/collector.py).
+collector.settle()

@@ -44,9 +44,10 @@ class Command(BaseCommand):
         listeners = self.listeners(host, port, tls_port)
         if not listeners:
             raise CommandError("nothing to serve: SIGNALBOX_STOMP_PORT is 0 and no TLS certificate is set")
-        from signalbox import node
+        from signalbox import collector, node
 
         node.start_heartbeat("stomp", " ".join(f"{x.host}:{x.port}" for x in listeners))
+        collector.settle()
         try:
             run_loop(self.serve(listeners))
         finally:
