@@ -169,6 +169,16 @@ async def test_unsubscribe_returns_unacked_messages():
         assert stats.pending == 1 and stats.consumer_count == 0
 
 
+async def two_delivered(ws, queue: str, ack_mode: str) -> tuple[str, str]:
+    """Subscription "s" on `queue` in `ack_mode`, and the ids of the two messages sent and pushed to it."""
+    await connected(ws)
+    await request(ws, type="subscribe", id=1, subscription="s", destination=queue, ack_mode=ack_mode)
+    _, pushed = await answer_and_messages(ws, 2, type="send", id=2, destination=queue,
+                                          messages=[{"body": "one"}, {"body": "two"}])
+    first, second = (m["message"]["message_id"] for m in pushed)
+    return first, second
+
+
 @pytest.mark.parametrize(("kind", "ack_mode"), [("ack", "client-individual"), ("ack", "client"),
                                                 ("nack", "client-individual")])
 async def test_an_ack_or_nack_naming_one_unknown_id_changes_nothing(kind, ack_mode):
@@ -177,11 +187,7 @@ async def test_an_ack_or_nack_naming_one_unknown_id_changes_nothing(kind, ack_mo
     aio = runtime.async_broker()
     queue = f"queue://json.partial.{kind}.{ack_mode}"
     async with websocket("/ws/v1") as ws:
-        await connected(ws)
-        await request(ws, type="subscribe", id=1, subscription="s", destination=queue, ack_mode=ack_mode)
-        _, pushed = await answer_and_messages(ws, 2, type="send", id=2, destination=queue,
-                                              messages=[{"body": "one"}, {"body": "two"}])
-        first, second = (m["message"]["message_id"] for m in pushed)
+        first, second = await two_delivered(ws, queue, ack_mode)
         for ids in ([first, "ID:not-delivered"], [second, second]):
             error = await request(ws, type=kind, id=3, subscription="s", message_ids=ids)
             assert error["type"] == "error" and error["code"] == "not_in_flight", error
@@ -202,11 +208,7 @@ async def test_a_list_ack_is_one_broker_call_acknowledged_whole_or_not_at_all(ac
     aio = runtime.async_broker()
     queue = f"queue://json.whole.{ack_mode}"
     async with websocket("/ws/v1") as ws:
-        await connected(ws)
-        await request(ws, type="subscribe", id=1, subscription="s", destination=queue, ack_mode=ack_mode)
-        _, pushed = await answer_and_messages(ws, 2, type="send", id=2, destination=queue,
-                                              messages=[{"body": "one"}, {"body": "two"}])
-        first, second = (m["message"]["message_id"] for m in pushed)
+        first, second = await two_delivered(ws, queue, ack_mode)
         assert await aio.remove_message(queue, second)
         error = await request(ws, type="ack", id=3, subscription="s", message_ids=[first, second])
         assert error["type"] == "error" and error["code"] == "not_in_flight", error
