@@ -138,18 +138,13 @@ def main() -> None:
     args = parser.parse_args()
     checkouts = [Path(c).resolve() for c in (args.checkout or [str(ROOT)])]
     sys.path.insert(0, str(ROOT / "bench"))
-    from scratch_redis import scratch_redis
+    from scratch_redis import run_in_checkout, scratch_redis
 
     times: dict[tuple[Path, str], list[float]] = {}
     with scratch_redis() as port:
         for round_ in range(args.rounds):
             for checkout in checkouts:
-                out = subprocess.run([sys.executable, __file__, "--child", str(port), "time"], cwd=checkout,
-                                     env=dict(os.environ, PYTHONPATH=str(checkout)), capture_output=True,
-                                     text=True, timeout=600)
-                if out.returncode:
-                    raise SystemExit(out.stderr[-3000:])
-                for line in out.stdout.splitlines():
+                for line in run_in_checkout(__file__, checkout, str(port), "time"):
                     name, value = line.split()
                     times.setdefault((checkout, name), []).append(float(value))
                 print(f"round {round_ + 1} {checkout}: " + ", ".join(

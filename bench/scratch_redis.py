@@ -1,9 +1,10 @@
 """A private Redis for a bench: a server of its own on a free loopback port, nothing persisted, stopped
-when the bench is done."""
+when the bench is done; and a bench's child run with another checkout's code (before/after in one run)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -40,3 +41,14 @@ def scratch_redis(binary: str | None = None, unix_socket: str | None = None) -> 
     finally:
         server.terminate()
         server.wait()
+
+
+def run_in_checkout(script: str, checkout: Path, *args: str, timeout: float = 600) -> list[str]:
+    """Run `script --child ARGS...` in a process of its own with `checkout`'s modules first on the path;
+    the lines it printed. A failing child ends the bench with the end of its stderr."""
+    out = subprocess.run([sys.executable, script, "--child", *args], cwd=checkout,
+                         env=dict(os.environ, PYTHONPATH=str(checkout)), capture_output=True, text=True,
+                         timeout=timeout)
+    if out.returncode:
+        raise SystemExit(out.stderr[-3000:])
+    return out.stdout.splitlines()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -51,16 +50,13 @@ def main() -> None:
     args = parser.parse_args()
     checkouts = [Path(c).resolve() for c in (args.checkout or [str(ROOT)])]
     sys.path.insert(0, str(ROOT / "bench"))
-    from scratch_redis import scratch_redis
+    from scratch_redis import run_in_checkout, scratch_redis
 
     results: dict[tuple[Path, int], list[float]] = {}
     with scratch_redis() as port:
         for round_ in range(args.rounds):
             for checkout in checkouts:
-                out = subprocess.run([sys.executable, __file__, "--child", str(port), args.sizes],
-                                     cwd=checkout, env=dict(os.environ, PYTHONPATH=str(checkout)),
-                                     capture_output=True, text=True, timeout=600, check=True)
-                for line in out.stdout.splitlines():
+                for line in run_in_checkout(__file__, checkout, str(port), args.sizes):
                     size, ms = line.split()
                     results.setdefault((checkout, int(size)), []).append(float(ms))
                     print(f"round {round_ + 1} {checkout} {size} sends: commit {float(ms):.1f} ms",
