@@ -330,6 +330,27 @@ def test_summaries_stay_on_one_line_when_piped(server, home):
     assert result.stderr == f"received 2 messages from queue://{q}\n"
 
 
+@pytest.mark.e2e
+def test_tables_show_names_and_bodies_as_they_are_not_as_markup(server, home):
+    """Brackets are ordinary characters of destination names, bodies, properties, groups and selectors:
+    a table shows them as they are (rich would read `[red]` as a style, and `[/x]` as a closing tag with
+    nothing open, an exception)."""
+    q = unique("cli.q[red]x")
+    ok(run(home, server, "send", q, "[/x] and [bold]b[/bold]", "-p", "tag=[red]r", "--group", "[/g]"))
+    listed = ok(run(home, server, "stat", "--search", q))
+    assert any(line.split()[:2] == [q, "1"] for line in listed.splitlines()), listed
+    assert f"queue://{q}" in ok(run(home, server, "stat", q))
+    browsed = ok(run(home, server, "browse", q))
+    assert "[/x] and [bold]b[/bold]" in browsed and '"tag": "[red]r"' in browsed and "[/g]" in browsed
+    with httpx.Client(base_url=server, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=30) as http:
+        consumer = http.post(f"/api/v1/queues/{q}/consumers", json={"selector": "tag <> '[/y]'"}).json()
+        base = f"/api/v1/queues/{q}/consumers/{consumer['consumer_id']}"
+        assert len(http.post(f"{base}/receive", params={"wait": 5}).json()["messages"]) == 1
+        assert "tag <> '[/y]'" in ok(run(home, server, "consumers", q))
+        assert "[/g]" in ok(run(home, server, "groups", "list", q))
+        http.delete(base)
+
+
 def test_a_server_gone_during_follow_is_one_line(tmp_path, home):
     from tests.helpers.gateway_server import own_gateway
 

@@ -99,13 +99,14 @@ def stat(destination: str | None, kind: str | None, search: str | None, sort: st
 
 def detail_table(data: dict[str, Any]) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
     for key in DETAIL_KEYS:
         if key in data:
-            table.add_row(key, str(data[key]))
+            table.add_row(key, Text(str(data[key])))  # (Text: a name's brackets are not markup)
     return table
 
 

@@ -53,12 +53,15 @@ def cell(value: Any) -> str:
 
 def build_table(columns: Sequence[Column], rows: Iterable[dict[str, Any]], title: str | None = None) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title, box=None, header_style="bold", pad_edge=False)
     for heading, _, numeric in columns:
         table.add_column(heading, justify="right" if numeric else "left", overflow="fold")
     for row in rows:
-        table.add_row(*(cell(get(row)) for _, get, _ in columns))
+        # Text, not str: rich reads a str as markup, and names, bodies and selectors may hold brackets
+        # (`queue://q[red]x` would show as `qx`, a body `[/x]` would raise)
+        table.add_row(*(Text(cell(get(row))) for _, get, _ in columns))
     return table
 
 
