@@ -351,6 +351,19 @@ def test_tables_show_names_and_bodies_as_they_are_not_as_markup(server, home):
         http.delete(base)
 
 
+@pytest.mark.e2e
+def test_a_text_body_is_printed_unchanged_when_piped(server, home):
+    """What `receive` prints to a pipe or a file is the body: escape sequences (a coloured log line, say)
+    included; the message is acknowledged once printed, so a changed copy would be all that is left."""
+    q = unique("cli.escapes")
+    body = "\x1b[31mred\x1b[0m \x07 é"
+    ok(run(home, server, "send", q, body))
+    result = subprocess.run([*CLI, "receive", q], cwd=ROOT, env=cli_env(home, server),
+                            stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (body + "\n").encode()
+
+
 def test_a_server_gone_during_follow_is_one_line(tmp_path, home):
     from tests.helpers.gateway_server import own_gateway
 

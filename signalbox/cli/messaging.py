@@ -166,11 +166,14 @@ def show_message(message: dict[str, Any], as_json: bool, verbose: bool) -> None:
             header["properties"] = message["properties"]
         click.echo("# " + json.dumps(header, ensure_ascii=False))
     if message.get("body_base64") is not None and message.get("body") is None:
-        out = click.get_binary_stream("stdout")
-        out.write(base64.b64decode(message["body_base64"]) + b"\n")
-        out.flush()
+        data = base64.b64decode(message["body_base64"])
     else:
-        click.echo(message.get("body") or "")
+        data = (message.get("body") or "").encode()
+    # Written as bytes: click.echo would strip escape sequences from text going to a pipe or a file, and
+    # the message is acknowledged once printed, so what is printed must be the body.
+    out = click.get_binary_stream("stdout")
+    out.write(data + b"\n")
+    out.flush()
 
 
 @click.command()
