@@ -27,9 +27,14 @@ CLI = [sys.executable, "-m", "signalbox.cli"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def gateway(tmp_path_factory):
     with own_gateway(tmp_path_factory.mktemp("cli-gateway"), "cli") as gateway:
-        yield f"http://127.0.0.1:{gateway.port}"
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def server(gateway):
+    return f"http://127.0.0.1:{gateway.port}"
 
 
 @pytest.fixture
@@ -379,6 +384,32 @@ def test_a_server_gone_during_follow_is_one_line(tmp_path, home):
             lines = process.stderr.read().decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"signalbox: cannot reach Signalbox at {url}"), lines
     assert "closing the consumer failed too" in lines[0] and "its lease returns" in lines[0], lines
+
+
+@pytest.mark.e2e
+def test_a_reader_slower_than_the_lease_loses_nothing(gateway, server, home, redis_client):
+    """`receive q | slow-program`: printing blocks while the pipe is full, here for three leases, and the
+    maintenance tick (every second in `run`) reaps lapsed leases meanwhile. The command keeps its
+    consumer's lease alive, so the messages it is printing are not given to another consumer (printed
+    twice) and its acknowledgement is not refused."""
+    from broker_core import maintenance
+    from broker_core.broker import Broker
+
+    q = unique("cli.slow")
+    body = "s" * 2000
+    ok(run(home, server, "send", q, body, "--count", "200", "--batch", "200"))  # 400 KB: the pipe holds 64
+    broker = Broker(redis_client, gateway.namespace)
+    with running(home, server, "receive", q, "-n", "200", "--lease", "2s") as process:
+        for _ in range(7):
+            time.sleep(1)
+            maintenance.run_recovery(broker, f"queue://{q}")
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err.decode()
+    assert out.decode().splitlines() == [body] * 200
+    after = stats(home, server, q)
+    assert (after["queue_size"], after["dequeued"], after["consumer_count"]) == (0, 200, 0)
+    broker.close()
+    failed(run(home, server, "receive", q, "--lease", "2h"), 1, "validation_error", "lease_ms")
 
 
 @pytest.mark.e2e

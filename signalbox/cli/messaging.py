@@ -7,6 +7,7 @@ import contextlib
 import json
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -191,11 +192,14 @@ def show_message(message: dict[str, Any], as_json: bool, verbose: bool) -> None:
 @click.option("--prefetch", type=click.IntRange(0, 32767),
               help="Messages the broker may dispatch ahead (default: 0 with a --count, each receive pulling "
                    "exactly what is missing; 100 with --follow alone).")
+@click.option("--lease", type=MILLIS, default="30s", show_default=True,
+              help="How long the server keeps the consumer, and the messages it holds, when this command "
+                   "dies without closing it (kill -9, a lost network); renewed while the command runs.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Print a header line (# {id, priority, ...}) before each message.")
 @json_option
 def receive(destination: str, ack_mode: str, selector: str | None, count: int | None, follow: bool,
-            wait: float, prefetch: int | None, verbose: bool, as_json: bool) -> None:
+            wait: float, prefetch: int | None, lease: int, verbose: bool, as_json: bool) -> None:
     """Receive messages from DESTINATION and print them (bodies, or JSON lines with --json).
 
     A leased consumer is created, each printed message is acknowledged after it is printed, and the
@@ -206,11 +210,13 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
         prefetch = 0 if limit else 100
     client = api()
     path = destination_path(destination)
-    spec: dict[str, Any] = {"ack_mode": ACK_MODES[ack_mode], "prefetch": prefetch}
+    spec: dict[str, Any] = {"ack_mode": ACK_MODES[ack_mode], "prefetch": prefetch, "lease_ms": lease}
     if selector:
         spec["selector"] = selector
     consumer = client.call("POST", f"{path}/consumers", json=spec)
     base = f"{path}/consumers/{quote(consumer['consumer_id'], safe='')}"
+    keeper = LeaseKeeper(client, base, consumer.get("lease_ms", lease))
+    keeper.start()
     tally = [0]  # messages printed (receive_loop counts them: an interrupted loop returns nothing)
     # SIGTERM ends the command as Ctrl-C does, but as an error: through the `except` that closes the consumer.
     signal.signal(signal.SIGTERM, terminated)
@@ -221,12 +227,14 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
         except KeyboardInterrupt:
             stopped = True
     except BaseException as e:  # also when the reader of a pipe goes away (BrokenPipeError)
+        keeper.stop()
         not_closed = close_consumer(client, base)
         if not_closed is not None and isinstance(e, Failure):  # one line: the error, then the close's
             e.message += "; " + close_failed(not_closed, too=True)
         elif not_closed is not None:
             Failure(close_failed(not_closed)).show()
         raise
+    keeper.stop()
     not_closed = close_consumer(client, base)
     if stopped and sys.stderr.isatty():
         click.echo(err=True)  # (a line of its own after the ^C)
@@ -237,6 +245,29 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
         Failure(close_failed(not_closed)).show()
     if stopped:
         raise SystemExit(INTERRUPTED)
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews the consumer's lease (`…/heartbeat`) every third of it until stopped. The receive loop renews
+    it with each long poll, but printing blocks for as long as the reader of a pipe is busy (`receive q |
+    slow-program`): past the lease the server would give the messages being printed to another consumer
+    and refuse their acknowledgement. With its own client: the loop's may be in a long poll."""
+
+    def __init__(self, client: Api, base: str, lease_ms: int) -> None:
+        super().__init__(name="lease", daemon=True)
+        self.client, self.base, self.every = Api(client.settings), base, lease_ms / 3000
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stopped.wait(self.every):
+                with contextlib.suppress(Exception):  # (the loop's next call says what went wrong)
+                    self.client.call("POST", f"{self.base}/heartbeat", timeout=self.every)
+        finally:
+            self.client.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
 
 
 def close_failed(reason: str, too: bool = False) -> str:
