@@ -190,6 +190,29 @@ def test_config_and_usage_mistakes_exit_2(home):
     assert "Exit codes" in ok(run(home, None, "--help"))
 
 
+def test_ctrl_c_in_any_command_is_one_line_and_130(home):
+    """A command without an interrupt handler of its own (here `stat`, waiting for an answer that does not
+    come: a socket that accepts and never answers) ends with the one line and 130, and no blank line
+    before it when stderr is not a terminal."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        process = subprocess.Popen([*CLI, "stat"], cwd=ROOT, env=cli_env(home, url), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            listener.settimeout(60)
+            connection, _ = listener.accept()  # the command is in its request
+            with connection:
+                process.send_signal(signal.SIGINT)
+                out, err = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert (process.returncode, out, err) == (130, b"", b"signalbox: interrupted\n")
+
+
 # -- against a real server ----------------------------------------------------------------------------
 
 @pytest.mark.e2e
