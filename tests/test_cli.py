@@ -489,6 +489,12 @@ def test_move_copy_and_retry_from_the_dead_letter_queue(server, home):
     assert as_json(run(home, server, "move", src, dst, "-n", "1", "--json"))["count"] == 1
     failed(run(home, server, "move", src, src), 1, "operation_refused")
     failed(run(home, server, "move", src, dst, "--message-id", "x", "--selector", "a = 1"), 2, "--message-id")
+    # by id: a refused id after others were moved says how many were (they are not put back)
+    ok(run(home, server, "send", src, "c"))
+    first, second = [m["message_id"] for m in as_json(run(home, server, "browse", src, "--json"))]
+    failed(run(home, server, "move", src, dst, "--message-id", first, "--message-id", "ID:nope",
+               "--message-id", second), 1, "unknown_message", "ID:nope", "(after moving 1 of 3 messages)")
+    assert [m["message_id"] for m in as_json(run(home, server, "browse", src, "--json"))] == [second]
 
     # a dead letter, made through the API (poison nack), goes back with retry-dlq
     poisoned = unique("cli.poison")
