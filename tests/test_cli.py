@@ -546,6 +546,46 @@ def test_groups_and_consumers(server, home):
 
 
 @pytest.mark.e2e
+def test_stat_pages_through_a_proxy_that_terminates_tls(gateway, server, home, tmp_path):
+    """Behind a proxy that terminates TLS (socat here) the server sees plain HTTP, so the `next` link of
+    each page of destinations says http://: the command asks its own URL for the next page (only the
+    link's query is the server's), so every page comes and the token goes nowhere else."""
+    import shutil
+    import socket
+
+    if not (shutil.which("socat") and shutil.which("openssl")):
+        pytest.skip("needs the socat and openssl commands")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    port = free_port()
+    proxy = subprocess.Popen(["socat", f"OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={cert},"
+                              f"key={key},verify=0", f"TCP:127.0.0.1:{gateway.port}"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proxy.poll() is None, "socat did not listen"
+                time.sleep(0.1)
+        prefix = unique("cli.many")
+        names = [f"{prefix}.{i:04d}" for i in range(1001)]  # more than a page (1000)
+        answer = httpx.post(f"{server}/api/v1/messages", params={"destination": ",".join(names)},
+                            json={"body": "m"}, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=60)
+        assert answer.status_code == 201, answer.text
+        rows = as_json(run(home, f"https://127.0.0.1:{port}", "stat", "--search", prefix, "--json",
+                           SSL_CERT_FILE=str(cert)))
+        assert sorted(r["name"] for r in rows) == names
+    finally:
+        proxy.kill()
+        proxy.wait(10)
+
+
+@pytest.mark.e2e
 def test_stat_watch(server, home):
     q = unique("cli.watch")
     ok(run(home, server, "send", q, "w"))

@@ -98,6 +98,8 @@ class Api:
         """Every row of a list in the API's paged shapes: limit/offset (`{"results", "next"}`, following
         the `next` link) or cursor (`{<rows>, "next_cursor"}`: groups come as `groups`); a plain list is
         one page."""
+        import httpx
+
         answer = self.call("GET", path, params=params)
         while True:
             if isinstance(answer, list):
@@ -105,7 +107,10 @@ class Api:
                 return
             yield from answer.get(rows, [])
             if answer.get("next"):
-                answer = self.call("GET", answer["next"])
+                # The link's query only, asked of our own URL: the server writes the link with the scheme
+                # and host it saw, which behind a proxy (one terminating TLS, say) are not ours, and the
+                # token goes nowhere but to the configured server.
+                answer = self.call("GET", path, params=dict(httpx.URL(answer["next"]).params))
             elif answer.get("next_cursor"):
                 answer = self.call("GET", path, params={**(params or {}), "cursor": answer["next_cursor"]})
             else:
