@@ -359,6 +359,19 @@ def test_summaries_stay_on_one_line_when_piped(server, home):
 
 
 @pytest.mark.e2e
+def test_table_rows_stay_on_one_line_when_piped(server, home):
+    """Piped, a table row is one line however wide (grep, awk): a destination name of 190 characters (the
+    limit is 200) and a property of 300 are not folded at any width."""
+    q = unique("cli.wide." + "n" * 172)
+    assert len(q) == 190
+    ok(run(home, server, "send", q, "body", "-p", "p=" + "v" * 300))
+    [row] = [line for line in ok(run(home, server, "stat", "--search", q)).splitlines()[1:]]
+    assert row.split()[:2] == [q, "1"], row
+    [row] = ok(run(home, server, "browse", q)).splitlines()[1:]
+    assert "v" * 300 in row and row.split()[1] == "pending", row
+
+
+@pytest.mark.e2e
 def test_tables_show_names_and_bodies_as_they_are_not_as_markup(server, home):
     """Brackets are ordinary characters of destination names, bodies, properties, groups and selectors:
     a table shows them as they are (rich would read `[red]` as a style, and `[/x]` as a closing tag with

@@ -22,8 +22,9 @@ json_option = click.option("--json", "as_json", is_flag=True,
 def console() -> Any:
     from rich.console import Console
 
-    # Piped, rich would fold a wide table to 80 columns; rows are easier to grep whole.
-    return Console(width=None if sys.stdout.isatty() else 250)
+    # Piped, rich would fold a wide table to 80 columns (or to any width given): a row is one line,
+    # however wide, for grep and awk. (Tables are as wide as their content, not as the console.)
+    return Console(width=None if sys.stdout.isatty() else 1_000_000)
 
 
 @functools.cache
