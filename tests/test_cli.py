@@ -345,8 +345,8 @@ def test_an_interrupted_receive_and_send_say_how_far_they_got(server, home):
 
 
 def test_summaries_stay_on_one_line_when_piped(server, home):
-    """Piped, stdout is 250 columns wide (output.console): a send to a composite destination of two long
-    names makes a summary longer than that, which must not wrap; stderr the same."""
+    """Piped, a summary is one line however long: a send to a composite destination of two long names
+    makes one of more than 250 columns (wider than a terminal), which must not wrap; stderr the same."""
     q = unique("cli.a.queue.name.long.enough.that.its.summary.line.would.not.fit.in.eighty.columns")
     other = unique("cli.and.another.queue.name.long.enough.that.the.two.names.together.make"
                    ".a.summary.line.of.more.than.two.hundred.and.fifty")
