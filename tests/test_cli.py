@@ -614,6 +614,23 @@ def test_stat_watch(server, home):
 
 
 @pytest.mark.e2e
+def test_a_token_or_url_with_a_stray_line_end_works_and_a_malformed_token_is_refused(server, home):
+    """A token or URL read from a file keeps its line end, a pasted one may have a space: they are still
+    the token and the URL (neither has whitespace). A token that cannot be one (not printable ASCII) is a
+    usage error naming where it came from, not 'cannot reach' (exit 3) or a traceback."""
+    q = unique("cli.strays")
+    ok(run(home, server, "send", q, "x"))
+    (home / "config" / "signalbox").mkdir()
+    (home / "config" / "signalbox" / "cli.toml").write_text(f'token = "{ALICE_TOKEN}\\n"\n')
+    assert as_json(run(home, server + "\n", "stat", q, "--json", token=None))["queue_size"] == 1
+    assert as_json(run(home, server, "stat", q, "--json", token=f" {ALICE_TOKEN}\r\n"))["queue_size"] == 1
+    failed(run(home, server, "stat", q, token="t\u00f6ken"), 2, "token from SIGNALBOX_TOKEN")
+    failed(run(home, server, "stat", q, token="two words"), 2, "token from SIGNALBOX_TOKEN")
+    failed(run(home, server + "/\x07", "stat", q), 2, "url from SIGNALBOX_URL")
+    failed(run(home, "http://host:port", "stat", q), 2, "url from SIGNALBOX_URL is not a URL", "port")
+
+
+@pytest.mark.e2e
 def test_api_errors_are_one_line_with_exit_code_1(server, home):
     failed(run(home, server, "stat", "cli.nosuch"), 1, "Unknown destination", "404", "queue://cli.nosuch")
     failed(run(home, server, "browse", "cli.nosuch"), 1, "unknown_destination")

@@ -65,7 +65,10 @@ class Api:
         headers = {"Accept": "application/json", "User-Agent": "signalbox-cli"}
         if settings.token:
             headers["Authorization"] = f"Token {settings.token}"
-        self.http = httpx.Client(base_url=settings.url, headers=headers, timeout=settings.timeout)
+        try:
+            self.http = httpx.Client(base_url=settings.url, headers=headers, timeout=settings.timeout)
+        except httpx.InvalidURL as e:
+            raise Failure(f"url from {settings.source['url']} is not a URL: {e}", USAGE) from None
 
     def close(self) -> None:
         self.http.close()
