@@ -287,6 +287,28 @@ def test_bytes_from_a_file_arrive_unchanged(server, home):
 
 
 @pytest.mark.e2e
+def test_a_body_argument_that_is_not_utf8_goes_as_bytes(server, home):
+    """An argument is bytes (a shell passes what it was given): a body that is not UTF-8 goes as bytes, as
+    it does from a file; anywhere else (a property, a destination) it is a usage error, not a traceback."""
+    q = unique("cli.argbytes")
+
+    def argv_run(*args: str | bytes) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([*CLI, *args], cwd=ROOT, env=cli_env(home, server), stdin=subprocess.DEVNULL,
+                                capture_output=True, timeout=60)
+        return subprocess.CompletedProcess(result.args, result.returncode,
+                                           result.stdout.decode(errors="replace"), result.stderr.decode())
+
+    ok(argv_run("send", q, b"\xff\xfe not text"))
+    assert [m["body"] for m in as_json(run(home, server, "browse", q, "--json"))] == [None]
+    received = subprocess.run([*CLI, "receive", q], cwd=ROOT, env=cli_env(home, server),
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert (received.returncode, received.stdout) == (0, b"\xff\xfe not text\n")
+    failed(argv_run("send", q, "x", "-p", b"p=\xff"), 2, "UTF-8")
+    failed(argv_run("send", b"q\xff", "x"), 2, "UTF-8")
+    failed(argv_run("stat", b"q\xff"), 2, "UTF-8")
+
+
+@pytest.mark.e2e
 def test_a_composite_send_reaches_every_part(server, home):
     a, b = unique("cli.comp"), unique("cli.comp")
     sent = as_json(run(home, server, "send", f"{a},{b}", "both", "--json"))

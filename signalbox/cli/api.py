@@ -32,7 +32,10 @@ def destination_path(text: str) -> str:
                           USAGE)
     if not name:
         raise Failure(f"destination {text!r} has no name", USAGE)
-    return f"/api/v1/{kind}/{quote(name, safe='')}"
+    try:
+        return f"/api/v1/{kind}/{quote(name, safe='')}"
+    except UnicodeEncodeError:
+        raise Failure(f"destination {text!r} is not UTF-8 text", USAGE) from None
 
 
 def problem_message(response: httpx.Response, has_token: bool) -> tuple[str, dict[str, Any] | None]:
@@ -82,6 +85,9 @@ class Api:
         wait = timeout or self.settings.timeout
         try:
             response = self.http.request(method, path, params=params, json=json, timeout=wait)
+        except UnicodeEncodeError as e:  # an argument's bytes that are not UTF-8 (Python keeps them as such)
+            bad = ascii(e.object[e.start:e.end])
+            raise Failure(f"an argument is not UTF-8 text ({bad})", USAGE) from None
         except httpx.TimeoutException:
             raise Failure(f"no answer from Signalbox at {url} within {wait:g} s", UNREACHABLE) from None
         except httpx.TransportError as e:

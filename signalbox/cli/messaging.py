@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -30,7 +31,8 @@ def read_body(body: str | None, file: str | None) -> bytes | str:
     if body is not None and file is not None:
         raise Failure("give the body as an argument or with --file, not both", USAGE)
     if body is not None:
-        return body
+        # the argument's own bytes (Python decoded them with surrogateescape): not UTF-8, it goes as bytes
+        return os.fsencode(body)
     if file is None:
         if sys.stdin.isatty():
             raise Failure("no body: give it as an argument, with --file PATH, or on standard input", USAGE)
