@@ -309,6 +309,15 @@ def test_a_body_argument_that_is_not_utf8_goes_as_bytes(server, home):
 
 
 @pytest.mark.e2e
+def test_a_body_too_large_for_a_request_names_the_limit_and_its_setting(server, home):
+    """12 MiB of bytes are 16 MiB of base64, past the server's request limit: the one line says the limit
+    and the setting that raises it (not the name of a Django setting the operator cannot set)."""
+    (home / "blob").write_bytes(os.urandom(12 * 1024 * 1024 + 1))
+    failed(run(home, server, "send", unique("cli.huge"), "--file", str(home / "blob")), 1,
+           "413 request_too_large", "16777216 bytes", "SIGNALBOX_MAX_REQUEST_BYTES")
+
+
+@pytest.mark.e2e
 def test_a_composite_send_reaches_every_part(server, home):
     a, b = unique("cli.comp"), unique("cli.comp")
     sent = as_json(run(home, server, "send", f"{a},{b}", "both", "--json"))
