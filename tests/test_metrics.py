@@ -301,6 +301,7 @@ def test_the_dashboard_uses_only_exposed_metrics(server, broker):
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
     used = {name for e in exprs for name in re.findall(r"\bsignalbox_[a-z_]+", e)}
     assert len(used) >= 15
+    scrape(server)  # (a histogram's _bucket samples appear once a request was timed: this one, run alone)
     text = scrape(server).text
     parsed = list(text_string_to_metric_families(text))
     # (a labelled counter no process has counted yet has its family but no sample)
@@ -311,6 +312,24 @@ def test_the_dashboard_uses_only_exposed_metrics(server, broker):
     for family in parsed:
         if family.name.startswith("signalbox_"):
             assert f"`{family.name}" in documented, family.name
+
+
+def test_the_dashboard_shows_the_job_it_is_set_to():
+    """docs/grafana-dashboard.json has a Job selector (two deployments scraped by one Prometheus are two
+    jobs): every series a panel or the Destination list reads is of the chosen job, not of all of them
+    (where two deployments' queue://orders would be summed into one line)."""
+    import re
+    from pathlib import Path
+
+    dashboard = json.loads((Path(__file__).parents[1] / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+    exprs += [v["query"]["query"] for v in dashboard["templating"]["list"]
+              if v["type"] == "query" and v["name"] != "job"]
+    selectors = [(e, m) for e in exprs for m in re.finditer(r"\b(signalbox_[a-z_]+|scrape_duration_seconds)"
+                                                            r"(\{[^}]*\})?", e)]
+    assert len(selectors) >= 25
+    unfiltered = [e for e, m in selectors if 'job=~"$job"' not in (m.group(2) or "")]
+    assert unfiltered == [], unfiltered
 
 
 def test_requests_and_frames_are_counted_by_route_and_command(server, broker):
