@@ -480,6 +480,50 @@ def test_a_reader_slower_than_the_lease_loses_nothing(gateway, server, home, red
 
 
 @pytest.mark.e2e
+def test_follow_waits_for_a_broker_that_restarts(tmp_path, home):
+    """`receive --follow` keeps receiving until Ctrl-C: Redis killed and started again (what `run` does
+    after a crash) makes the gateway answer 503 broker_unavailable for a moment, which the command waits
+    out (saying so once on stderr) instead of ending; it then receives what was sent meanwhile."""
+    from signalbox.embedded_redis import EmbeddedRedis
+    from tests.helpers.gateway_server import prepare_database, start_gateway
+
+    store = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendfsync="always")
+    store.start()
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(tmp_path / "gateway", namespace)
+    gateway = start_gateway(tmp_path / "gateway", namespace, name="cli-restart", REDIS_URL=store.url)
+    url = f"http://127.0.0.1:{gateway.port}"
+    q = unique("cli.restart")
+    try:
+        ok(run(home, url, "send", q, "before"))
+        with running(home, url, "receive", q, "--follow") as process:
+            assert process.stdout.readline() == b"before\n"
+            time.sleep(0.5)  # (in its next long poll)
+            store.process.kill()
+            store.process.wait()
+            time.sleep(2)  # a few of its calls answered 503
+            store.start()  # the same port, data folder and AOF
+            deadline = time.monotonic() + 30
+            while run(home, url, "send", q, "after").returncode != 0:
+                assert time.monotonic() < deadline, "the gateway did not serve again"
+                time.sleep(0.5)
+            assert process.stdout.readline() == b"after\n"
+            deadline = time.monotonic() + 10
+            while stats(home, url, q)["dequeued"] < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)  # (its ack of "after" is on its way)
+            process.send_signal(signal.SIGINT)
+            assert process.wait(20) == 130
+            lines = process.stderr.read().decode().splitlines()
+        assert len(lines) == 2 and "broker_unavailable" in lines[0] and "waiting" in lines[0], lines
+        assert lines[1] == f"received 2 messages from queue://{q} (interrupted)", lines
+        after = stats(home, url, q)
+        assert (after["dequeued"], after["queue_size"], after["consumer_count"]) == (2, 0, 0)
+    finally:
+        gateway.stop()
+        store.stop()
+
+
+@pytest.mark.e2e
 def test_sigterm_closes_the_consumer_too(server, home):
     q = unique("cli.term")
     ok(run(home, server, "send", q, "t"))

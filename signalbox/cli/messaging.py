@@ -287,12 +287,13 @@ def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follo
     """Receive, print and acknowledge until `limit` messages or, unless following, `wait` seconds without
     one; tally[0] counts the messages printed and acknowledged."""
     deadline = time.monotonic() + wait
+    outage = [False]  # (said once per outage)
     while limit is None or tally[0] < limit:
         want = min(limit - tally[0], MAX_BATCH) if limit else 100
         slice_ = MAX_WAIT if follow else max(0.0, min(MAX_WAIT, deadline - time.monotonic()))
-        answer = client.call("POST", f"{base}/receive",
-                             params={"max_messages": want, "wait": f"{slice_:.3f}"},
-                             timeout=client.settings.timeout + slice_)
+        answer = patiently(follow, outage, client, f"{base}/receive",
+                           params={"max_messages": want, "wait": f"{slice_:.3f}"},
+                           timeout=client.settings.timeout + slice_)
         messages = answer["messages"]
         if not messages:
             if follow or time.monotonic() < deadline:
@@ -302,12 +303,31 @@ def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follo
             show_message(message, as_json, verbose)
         sys.stdout.flush()
         ids = [m["message_id"] for m in messages]
-        if ack_mode == "individual":
-            client.call("POST", f"{base}/ack", json={"message_ids": ids})
-        elif ack_mode == "client":  # cumulative: the last acknowledges everything before it
-            client.call("POST", f"{base}/ack", json={"message_ids": ids[-1:]})
+        if ack_mode != "auto":  # client: cumulative, the last acknowledges everything before it
+            acked = ids if ack_mode == "individual" else ids[-1:]
+            patiently(follow, outage, client, f"{base}/ack", json={"message_ids": acked})
         tally[0] += len(messages)
         deadline = time.monotonic() + wait
+
+
+def patiently(follow: bool, outage: list[bool], client: Api, path: str, **options: Any) -> Any:
+    """`client.call("POST", path, **options)`. Following (`--follow`: until Ctrl-C), a broker the server
+    says is away for a moment (503 broker_unavailable: Redis restarting) is waited for, every Retry-After
+    seconds, saying so once on stderr; the consumer lives in Redis and is there again with it. A server
+    that does not answer at all ends the command (exit 3), as any other error does."""
+    while True:
+        try:
+            answer = client.call("POST", path, **options)
+        except Failure as e:
+            if not (follow and (e.problem or {}).get("code") == "broker_unavailable"):
+                raise
+            if not outage[0]:
+                outage[0] = True
+                Failure(f"{e.message}; waiting for it (Ctrl-C to stop)").show()
+            time.sleep(float((e.problem or {}).get("retry_after") or 1))
+            continue
+        outage[0] = False
+        return answer
 
 
 def close_consumer(client: Api, base: str) -> str | None:
