@@ -553,7 +553,9 @@ class Launcher:
         self.spawn(
             "celery worker",
             # --quiet: no banner (the launcher's lines say what started); levels and format: signalbox/logs.py
-            [python, "-m", "celery", "-A", "signalbox", "--quiet", "worker",
+            # --without-gossip: nothing uses the workers' gossip (health pings go through remote control),
+            # and on a lost connection its restart fails inside Celery, an ERROR with a traceback.
+            [python, "-m", "celery", "-A", "signalbox", "--quiet", "worker", "--without-gossip",
              "--concurrency", str(config.worker_concurrency),
              "--hostname", f"signalbox-{os.getpid()}@%h"],
             env,

@@ -67,7 +67,9 @@ DESTINATION_METRICS = (
     ("consumer_count", "signalbox_destination_consumers", False,
      "Consumers (a topic: its subscriptions, durable ones offline included)."),
     ("enqueued", "signalbox_destination_enqueued", True, "Messages enqueued."),
-    ("dequeued", "signalbox_destination_dequeued", True, "Messages acknowledged (ActiveMQ's DequeueCount)."),
+    ("dequeued", "signalbox_destination_dequeued", True,
+     "Messages that left the destination: acknowledged, and also expired, dead-lettered, purged, moved or "
+     "removed (ActiveMQ's DequeueCount)."),
     ("dispatched", "signalbox_destination_dispatched", True, "Messages dispatched to consumers."),
     ("expired", "signalbox_destination_expired", True, "Messages expired."),
     ("deadlettered", "signalbox_destination_dead_lettered", True,

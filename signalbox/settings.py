@@ -329,6 +329,9 @@ CELERY_RESULT_EXPIRES = 3600
 # Several deployments (or test sessions) can share one Redis by using different queues.
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("SIGNALBOX_CELERY_QUEUE") or "signalbox"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery 6's default, said here so a lost connection (Redis restarting) is not also a deprecation notice:
+# no task acknowledges late, so there is nothing for it to cancel.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

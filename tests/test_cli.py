@@ -27,9 +27,14 @@ CLI = [sys.executable, "-m", "signalbox.cli"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def gateway(tmp_path_factory):
     with own_gateway(tmp_path_factory.mktemp("cli-gateway"), "cli") as gateway:
-        yield f"http://127.0.0.1:{gateway.port}"
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def server(gateway):
+    return f"http://127.0.0.1:{gateway.port}"
 
 
 @pytest.fixture
@@ -185,6 +190,29 @@ def test_config_and_usage_mistakes_exit_2(home):
     assert "Exit codes" in ok(run(home, None, "--help"))
 
 
+def test_ctrl_c_in_any_command_is_one_line_and_130(home):
+    """A command without an interrupt handler of its own (here `stat`, waiting for an answer that does not
+    come: a socket that accepts and never answers) ends with the one line and 130, and no blank line
+    before it when stderr is not a terminal."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        process = subprocess.Popen([*CLI, "stat"], cwd=ROOT, env=cli_env(home, url), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            listener.settimeout(60)
+            connection, _ = listener.accept()  # the command is in its request
+            with connection:
+                process.send_signal(signal.SIGINT)
+                out, err = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert (process.returncode, out, err) == (130, b"", b"signalbox: interrupted\n")
+
+
 # -- against a real server ----------------------------------------------------------------------------
 
 @pytest.mark.e2e
@@ -259,6 +287,37 @@ def test_bytes_from_a_file_arrive_unchanged(server, home):
 
 
 @pytest.mark.e2e
+def test_a_body_argument_that_is_not_utf8_goes_as_bytes(server, home):
+    """An argument is bytes (a shell passes what it was given): a body that is not UTF-8 goes as bytes, as
+    it does from a file; anywhere else (a property, a destination) it is a usage error, not a traceback."""
+    q = unique("cli.argbytes")
+
+    def argv_run(*args: str | bytes) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([*CLI, *args], cwd=ROOT, env=cli_env(home, server), stdin=subprocess.DEVNULL,
+                                capture_output=True, timeout=60)
+        return subprocess.CompletedProcess(result.args, result.returncode,
+                                           result.stdout.decode(errors="replace"), result.stderr.decode())
+
+    ok(argv_run("send", q, b"\xff\xfe not text"))
+    assert [m["body"] for m in as_json(run(home, server, "browse", q, "--json"))] == [None]
+    received = subprocess.run([*CLI, "receive", q], cwd=ROOT, env=cli_env(home, server),
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert (received.returncode, received.stdout) == (0, b"\xff\xfe not text\n")
+    failed(argv_run("send", q, "x", "-p", b"p=\xff"), 2, "UTF-8")
+    failed(argv_run("send", b"q\xff", "x"), 2, "UTF-8")
+    failed(argv_run("stat", b"q\xff"), 2, "UTF-8")
+
+
+@pytest.mark.e2e
+def test_a_body_too_large_for_a_request_names_the_limit_and_its_setting(server, home):
+    """12 MiB of bytes are 16 MiB of base64, past the server's request limit: the one line says the limit
+    and the setting that raises it (not the name of a Django setting the operator cannot set)."""
+    (home / "blob").write_bytes(os.urandom(12 * 1024 * 1024 + 1))
+    failed(run(home, server, "send", unique("cli.huge"), "--file", str(home / "blob")), 1,
+           "413 request_too_large", "16777216 bytes", "SIGNALBOX_MAX_REQUEST_BYTES")
+
+
+@pytest.mark.e2e
 def test_a_composite_send_reaches_every_part(server, home):
     a, b = unique("cli.comp"), unique("cli.comp")
     sent = as_json(run(home, server, "send", f"{a},{b}", "both", "--json"))
@@ -317,8 +376,8 @@ def test_an_interrupted_receive_and_send_say_how_far_they_got(server, home):
 
 
 def test_summaries_stay_on_one_line_when_piped(server, home):
-    """Piped, stdout is 250 columns wide (output.console): a send to a composite destination of two long
-    names makes a summary longer than that, which must not wrap; stderr the same."""
+    """Piped, a summary is one line however long: a send to a composite destination of two long names
+    makes one of more than 250 columns (wider than a terminal), which must not wrap; stderr the same."""
     q = unique("cli.a.queue.name.long.enough.that.its.summary.line.would.not.fit.in.eighty.columns")
     other = unique("cli.and.another.queue.name.long.enough.that.the.two.names.together.make"
                    ".a.summary.line.of.more.than.two.hundred.and.fifty")
@@ -328,6 +387,53 @@ def test_summaries_stay_on_one_line_when_piped(server, home):
     result = run(home, server, "receive", q, "-n", "2")
     assert ok(result) == "x\nx\n"
     assert result.stderr == f"received 2 messages from queue://{q}\n"
+
+
+@pytest.mark.e2e
+def test_table_rows_stay_on_one_line_when_piped(server, home):
+    """Piped, a table row is one line however wide (grep, awk): a destination name of 190 characters (the
+    limit is 200) and a property of 300 are not folded at any width."""
+    q = unique("cli.wide." + "n" * 172)
+    assert len(q) == 190
+    ok(run(home, server, "send", q, "body", "-p", "p=" + "v" * 300))
+    [row] = [line for line in ok(run(home, server, "stat", "--search", q)).splitlines()[1:]]
+    assert row.split()[:2] == [q, "1"], row
+    [row] = ok(run(home, server, "browse", q)).splitlines()[1:]
+    assert "v" * 300 in row and row.split()[1] == "pending", row
+
+
+@pytest.mark.e2e
+def test_tables_show_names_and_bodies_as_they_are_not_as_markup(server, home):
+    """Brackets are ordinary characters of destination names, bodies, properties, groups and selectors:
+    a table shows them as they are (rich would read `[red]` as a style, and `[/x]` as a closing tag with
+    nothing open, an exception)."""
+    q = unique("cli.q[red]x")
+    ok(run(home, server, "send", q, "[/x] and [bold]b[/bold]", "-p", "tag=[red]r", "--group", "[/g]"))
+    listed = ok(run(home, server, "stat", "--search", q))
+    assert any(line.split()[:2] == [q, "1"] for line in listed.splitlines()), listed
+    assert f"queue://{q}" in ok(run(home, server, "stat", q))
+    browsed = ok(run(home, server, "browse", q))
+    assert "[/x] and [bold]b[/bold]" in browsed and '"tag": "[red]r"' in browsed and "[/g]" in browsed
+    with httpx.Client(base_url=server, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=30) as http:
+        consumer = http.post(f"/api/v1/queues/{q}/consumers", json={"selector": "tag <> '[/y]'"}).json()
+        base = f"/api/v1/queues/{q}/consumers/{consumer['consumer_id']}"
+        assert len(http.post(f"{base}/receive", params={"wait": 5}).json()["messages"]) == 1
+        assert "tag <> '[/y]'" in ok(run(home, server, "consumers", q))
+        assert "[/g]" in ok(run(home, server, "groups", "list", q))
+        http.delete(base)
+
+
+@pytest.mark.e2e
+def test_a_text_body_is_printed_unchanged_when_piped(server, home):
+    """What `receive` prints to a pipe or a file is the body: escape sequences (a coloured log line, say)
+    included; the message is acknowledged once printed, so a changed copy would be all that is left."""
+    q = unique("cli.escapes")
+    body = "\x1b[31mred\x1b[0m \x07 é"
+    ok(run(home, server, "send", q, body))
+    result = subprocess.run([*CLI, "receive", q], cwd=ROOT, env=cli_env(home, server),
+                            stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (body + "\n").encode()
 
 
 def test_a_server_gone_during_follow_is_one_line(tmp_path, home):
@@ -345,6 +451,76 @@ def test_a_server_gone_during_follow_is_one_line(tmp_path, home):
             lines = process.stderr.read().decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"signalbox: cannot reach Signalbox at {url}"), lines
     assert "closing the consumer failed too" in lines[0] and "its lease returns" in lines[0], lines
+
+
+@pytest.mark.e2e
+def test_a_reader_slower_than_the_lease_loses_nothing(gateway, server, home, redis_client):
+    """`receive q | slow-program`: printing blocks while the pipe is full, here for three leases, and the
+    maintenance tick (every second in `run`) reaps lapsed leases meanwhile. The command keeps its
+    consumer's lease alive, so the messages it is printing are not given to another consumer (printed
+    twice) and its acknowledgement is not refused."""
+    from broker_core import maintenance
+    from broker_core.broker import Broker
+
+    q = unique("cli.slow")
+    body = "s" * 2000
+    ok(run(home, server, "send", q, body, "--count", "200", "--batch", "200"))  # 400 KB: the pipe holds 64
+    broker = Broker(redis_client, gateway.namespace)
+    with running(home, server, "receive", q, "-n", "200", "--lease", "2s") as process:
+        for _ in range(7):
+            time.sleep(1)
+            maintenance.run_recovery(broker, f"queue://{q}")
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err.decode()
+    assert out.decode().splitlines() == [body] * 200
+    after = stats(home, server, q)
+    assert (after["queue_size"], after["dequeued"], after["consumer_count"]) == (0, 200, 0)
+    broker.close()
+    failed(run(home, server, "receive", q, "--lease", "2h"), 1, "validation_error", "lease_ms")
+
+
+@pytest.mark.e2e
+def test_follow_waits_for_a_broker_that_restarts(tmp_path, home):
+    """`receive --follow` keeps receiving until Ctrl-C: Redis killed and started again (what `run` does
+    after a crash) makes the gateway answer 503 broker_unavailable for a moment, which the command waits
+    out (saying so once on stderr) instead of ending; it then receives what was sent meanwhile."""
+    from signalbox.embedded_redis import EmbeddedRedis
+    from tests.helpers.gateway_server import prepare_database, start_gateway
+
+    store = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendfsync="always")
+    store.start()
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(tmp_path / "gateway", namespace)
+    gateway = start_gateway(tmp_path / "gateway", namespace, name="cli-restart", REDIS_URL=store.url)
+    url = f"http://127.0.0.1:{gateway.port}"
+    q = unique("cli.restart")
+    try:
+        ok(run(home, url, "send", q, "before"))
+        with running(home, url, "receive", q, "--follow") as process:
+            assert process.stdout.readline() == b"before\n"
+            time.sleep(0.5)  # (in its next long poll)
+            store.process.kill()
+            store.process.wait()
+            time.sleep(2)  # a few of its calls answered 503
+            store.start()  # the same port, data folder and AOF
+            deadline = time.monotonic() + 30
+            while run(home, url, "send", q, "after").returncode != 0:
+                assert time.monotonic() < deadline, "the gateway did not serve again"
+                time.sleep(0.5)
+            assert process.stdout.readline() == b"after\n"
+            deadline = time.monotonic() + 10
+            while stats(home, url, q)["dequeued"] < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)  # (its ack of "after" is on its way)
+            process.send_signal(signal.SIGINT)
+            assert process.wait(20) == 130
+            lines = process.stderr.read().decode().splitlines()
+        assert len(lines) == 2 and "broker_unavailable" in lines[0] and "waiting" in lines[0], lines
+        assert lines[1] == f"received 2 messages from queue://{q} (interrupted)", lines
+        after = stats(home, url, q)
+        assert (after["dequeued"], after["queue_size"], after["consumer_count"]) == (2, 0, 0)
+    finally:
+        gateway.stop()
+        store.stop()
 
 
 @pytest.mark.e2e
@@ -401,6 +577,12 @@ def test_move_copy_and_retry_from_the_dead_letter_queue(server, home):
     assert as_json(run(home, server, "move", src, dst, "-n", "1", "--json"))["count"] == 1
     failed(run(home, server, "move", src, src), 1, "operation_refused")
     failed(run(home, server, "move", src, dst, "--message-id", "x", "--selector", "a = 1"), 2, "--message-id")
+    # by id: a refused id after others were moved says how many were (they are not put back)
+    ok(run(home, server, "send", src, "c"))
+    first, second = [m["message_id"] for m in as_json(run(home, server, "browse", src, "--json"))]
+    failed(run(home, server, "move", src, dst, "--message-id", first, "--message-id", "ID:nope",
+               "--message-id", second), 1, "unknown_message", "ID:nope", "(after moving 1 of 3 messages)")
+    assert [m["message_id"] for m in as_json(run(home, server, "browse", src, "--json"))] == [second]
 
     # a dead letter, made through the API (poison nack), goes back with retry-dlq
     poisoned = unique("cli.poison")
@@ -452,6 +634,46 @@ def test_groups_and_consumers(server, home):
 
 
 @pytest.mark.e2e
+def test_stat_pages_through_a_proxy_that_terminates_tls(gateway, server, home, tmp_path):
+    """Behind a proxy that terminates TLS (socat here) the server sees plain HTTP, so the `next` link of
+    each page of destinations says http://: the command asks its own URL for the next page (only the
+    link's query is the server's), so every page comes and the token goes nowhere else."""
+    import shutil
+    import socket
+
+    if not (shutil.which("socat") and shutil.which("openssl")):
+        pytest.skip("needs the socat and openssl commands")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    port = free_port()
+    proxy = subprocess.Popen(["socat", f"OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={cert},"
+                              f"key={key},verify=0", f"TCP:127.0.0.1:{gateway.port}"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proxy.poll() is None, "socat did not listen"
+                time.sleep(0.1)
+        prefix = unique("cli.many")
+        names = [f"{prefix}.{i:04d}" for i in range(1001)]  # more than a page (1000)
+        answer = httpx.post(f"{server}/api/v1/messages", params={"destination": ",".join(names)},
+                            json={"body": "m"}, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=60)
+        assert answer.status_code == 201, answer.text
+        rows = as_json(run(home, f"https://127.0.0.1:{port}", "stat", "--search", prefix, "--json",
+                           SSL_CERT_FILE=str(cert)))
+        assert sorted(r["name"] for r in rows) == names
+    finally:
+        proxy.kill()
+        proxy.wait(10)
+
+
+@pytest.mark.e2e
 def test_stat_watch(server, home):
     q = unique("cli.watch")
     ok(run(home, server, "send", q, "w"))
@@ -464,6 +686,23 @@ def test_stat_watch(server, home):
         assert b"Queue Size" in process.stdout.readline()
         process.send_signal(signal.SIGINT)  # Ctrl-C is how a watch ends
         assert process.wait(20) == 0
+
+
+@pytest.mark.e2e
+def test_a_token_or_url_with_a_stray_line_end_works_and_a_malformed_token_is_refused(server, home):
+    """A token or URL read from a file keeps its line end, a pasted one may have a space: they are still
+    the token and the URL (neither has whitespace). A token that cannot be one (not printable ASCII) is a
+    usage error naming where it came from, not 'cannot reach' (exit 3) or a traceback."""
+    q = unique("cli.strays")
+    ok(run(home, server, "send", q, "x"))
+    (home / "config" / "signalbox").mkdir()
+    (home / "config" / "signalbox" / "cli.toml").write_text(f'token = "{ALICE_TOKEN}\\n"\n')
+    assert as_json(run(home, server + "\n", "stat", q, "--json", token=None))["queue_size"] == 1
+    assert as_json(run(home, server, "stat", q, "--json", token=f" {ALICE_TOKEN}\r\n"))["queue_size"] == 1
+    failed(run(home, server, "stat", q, token="t\u00f6ken"), 2, "token from SIGNALBOX_TOKEN")
+    failed(run(home, server, "stat", q, token="two words"), 2, "token from SIGNALBOX_TOKEN")
+    failed(run(home, server + "/\x07", "stat", q), 2, "url from SIGNALBOX_URL")
+    failed(run(home, "http://host:port", "stat", q), 2, "url from SIGNALBOX_URL is not a URL", "port")
 
 
 @pytest.mark.e2e

@@ -257,3 +257,29 @@ def test_a_run_in_json_writes_one_object_per_line_for_every_process(tmp_path: Pa
             "message": "worker: Warm shutdown (MainProcess)"}.items() <= next(
         r for r in records if "Warm shutdown" in r["message"]).items()
     assert not [r for r in records if r["logger"] in ("celery.beat", "celery.app.trace", "signalbox.tasks")]
+
+
+@pytest.mark.e2e
+def test_a_redis_restart_is_told_without_tracebacks(tmp_path: Path):
+    """Redis killed and restarted by the launcher: the worker says it lost the connection and got it back,
+    as one line each, not a Celery bootstep's traceback at ERROR nor a deprecation notice."""
+    from signalbox.embedded_redis import configured_executable
+
+    env = launcher_env(SIGNALBOX_REDIS_PORT=str(free_port()), SIGNALBOX_RESTART_DELAY="0.5")
+    env.pop("SIGNALBOX_LOG_LEVEL", None)
+    env.pop("SIGNALBOX_LOG_FORMAT", None)
+    launcher = start_launcher(tmp_path / "data", free_port(), env, tmp_path / "launcher.log")
+    try:
+        launcher.wait_healthy()
+        before = len(launcher.output())
+        direct_child(launcher, Path(configured_executable()).name).send_signal(signal.SIGKILL)
+        wait_for_output(launcher, r"signalbox.launcher: Redis exited unexpectedly \(killed by SIGKILL\)")
+        wait_for_output(launcher, r"signalbox.launcher: Redis exited unexpectedly (.*\n)*"
+                                  r".*\[celery worker\] celery.worker.consumer.connection: Connected to ")
+        launcher.wait_healthy()
+        assert launcher.ctrl_c() == 0, launcher.output()
+    finally:
+        launcher.kill()
+    after = launcher.output()[before:]
+    for noise in ("Traceback", "Gossip", "DeprecationWarning"):
+        assert noise not in after, after

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -153,7 +154,11 @@ def describe(exc: BaseException) -> tuple[int, dict[str, Any], dict[str, str]] |
         return 503, problem(503, unavailable.CODE, unavailable.TITLE, unavailable.explain(exc),
                             retry_after=wait), headers
     if isinstance(exc, RequestDataTooBig):
-        return 413, problem(413, "request_too_large", "Request too large", str(exc)), headers
+        # (Django's text names its own setting, which an operator sets as SIGNALBOX_MAX_REQUEST_BYTES)
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return 413, problem(413, "request_too_large", "Request too large",
+                            f"the request body is over {limit} bytes (SIGNALBOX_MAX_REQUEST_BYTES); a body "
+                            "sent as body_base64 takes 4/3 of its size"), headers
     if isinstance(exc, exceptions.ValidationError):
         errors = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
         first = _first_message(errors)

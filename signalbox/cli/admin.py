@@ -9,6 +9,7 @@ from urllib.parse import quote
 import click
 
 from signalbox.cli.api import api, destination_path
+from signalbox.cli.errors import Failure
 from signalbox.cli.output import (
     Column,
     build_table,
@@ -99,13 +100,14 @@ def stat(destination: str | None, kind: str | None, search: str | None, sort: st
 
 def detail_table(data: dict[str, Any]) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
     for key in DETAIL_KEYS:
         if key in data:
-            table.add_row(key, str(data[key]))
+            table.add_row(key, Text(str(data[key])))  # (Text: a name's brackets are not markup)
     return table
 
 
@@ -161,6 +163,21 @@ def message_ids_option(verb: str) -> Any:
                         help=f"{verb} only this message (repeatable) instead of by selector.")
 
 
+def by_id(path: str, message_ids: tuple[str, ...], action: str, doing: str, json: Any = None) -> int:
+    """`…/messages/<id>/<action>` for each id, one call each: the messages counted. A refused id ends
+    the command, saying how many went before it (they stay where they went), as send --count does."""
+    client, done = api(), 0
+    for message_id in message_ids:
+        try:
+            done += client.call("POST", f"{path}/messages/{quote(message_id, safe='')}/{action}",
+                                json=json)["count"]
+        except Failure as e:
+            if done:
+                e.message += f" (after {doing} {done} of {len(message_ids)} messages)"
+            raise
+    return done
+
+
 @click.command()
 @click.argument("source")
 @click.argument("target")
@@ -178,8 +195,7 @@ def move(source: str, target: str, selector: str | None, limit: int | None, mess
     if message_ids:
         if selector or limit:
             raise click.UsageError("--message-id does not go with --selector or --limit")
-        count = sum(client.call("POST", f"{path}/messages/{quote(i, safe='')}/{verb}",
-                                json={"target": target})["count"] for i in message_ids)
+        count = by_id(path, message_ids, verb, "copying" if copy else "moving", {"target": target})
     else:
         body: dict[str, Any] = {"target": target, "selector": selector or ""}
         if limit:
@@ -203,8 +219,7 @@ def retry_dlq(dlq: str, selector: str | None, message_ids: tuple[str, ...], as_j
     if message_ids:
         if selector:
             raise click.UsageError("--message-id does not go with --selector")
-        count = sum(client.call("POST", f"{path}/messages/{quote(i, safe='')}/retry")["count"]
-                    for i in message_ids)
+        count = by_id(path, message_ids, "retry", "retrying")
     else:
         count = client.call("POST", f"{path}/retry-matching", json={"selector": selector or ""})["count"]
     if as_json:

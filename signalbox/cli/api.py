@@ -32,7 +32,10 @@ def destination_path(text: str) -> str:
                           USAGE)
     if not name:
         raise Failure(f"destination {text!r} has no name", USAGE)
-    return f"/api/v1/{kind}/{quote(name, safe='')}"
+    try:
+        return f"/api/v1/{kind}/{quote(name, safe='')}"
+    except UnicodeEncodeError:
+        raise Failure(f"destination {text!r} is not UTF-8 text", USAGE) from None
 
 
 def problem_message(response: httpx.Response, has_token: bool) -> tuple[str, dict[str, Any] | None]:
@@ -65,7 +68,10 @@ class Api:
         headers = {"Accept": "application/json", "User-Agent": "signalbox-cli"}
         if settings.token:
             headers["Authorization"] = f"Token {settings.token}"
-        self.http = httpx.Client(base_url=settings.url, headers=headers, timeout=settings.timeout)
+        try:
+            self.http = httpx.Client(base_url=settings.url, headers=headers, timeout=settings.timeout)
+        except httpx.InvalidURL as e:
+            raise Failure(f"url from {settings.source['url']} is not a URL: {e}", USAGE) from None
 
     def close(self) -> None:
         self.http.close()
@@ -79,6 +85,9 @@ class Api:
         wait = timeout or self.settings.timeout
         try:
             response = self.http.request(method, path, params=params, json=json, timeout=wait)
+        except UnicodeEncodeError as e:  # an argument's bytes that are not UTF-8 (Python keeps them as such)
+            bad = ascii(e.object[e.start:e.end])
+            raise Failure(f"an argument is not UTF-8 text ({bad})", USAGE) from None
         except httpx.TimeoutException:
             raise Failure(f"no answer from Signalbox at {url} within {wait:g} s", UNREACHABLE) from None
         except httpx.TransportError as e:
@@ -98,6 +107,8 @@ class Api:
         """Every row of a list in the API's paged shapes: limit/offset (`{"results", "next"}`, following
         the `next` link) or cursor (`{<rows>, "next_cursor"}`: groups come as `groups`); a plain list is
         one page."""
+        import httpx
+
         answer = self.call("GET", path, params=params)
         while True:
             if isinstance(answer, list):
@@ -105,7 +116,10 @@ class Api:
                 return
             yield from answer.get(rows, [])
             if answer.get("next"):
-                answer = self.call("GET", answer["next"])
+                # The link's query only, asked of our own URL: the server writes the link with the scheme
+                # and host it saw, which behind a proxy (one terminating TLS, say) are not ours, and the
+                # token goes nowhere but to the configured server.
+                answer = self.call("GET", path, params=dict(httpx.URL(answer["next"]).params))
             elif answer.get("next_cursor"):
                 answer = self.call("GET", path, params={**(params or {}), "cursor": answer["next_cursor"]})
             else:

@@ -80,8 +80,17 @@ def resolve(url: str | None, token: str | None, config: str | None, timeout: flo
                       USAGE) from None
     if values["timeout"] <= 0:
         raise Failure(f"timeout from {source['timeout']} must be above 0", USAGE)
-    url_text = str(values["url"]).rstrip("/")
+    # Read from a file a URL or token keeps its line end, pasted it may gain a space: neither has
+    # whitespace of its own, and in a header or URL it is refused by the HTTP client (as an unreachable
+    # server, or with a traceback).
+    url_text = str(values["url"]).strip().rstrip("/")
     if not url_text.startswith(("http://", "https://")):
         raise Failure(f"url from {source['url']} must start with http:// or https://, got {url_text!r}",
                       USAGE)
-    return Settings(url_text, values["token"] or None, values["timeout"], source)
+    if not url_text.isprintable():
+        raise Failure(f"url from {source['url']} has a character that is not printable: {url_text!r}", USAGE)
+    token_text = (values["token"] or "").strip()
+    if not (token_text.isascii() and token_text.isprintable()) or " " in token_text:
+        raise Failure(f"token from {source['token']} is not a token: it has a space or a character that is "
+                      "not printable ASCII", USAGE)
+    return Settings(url_text, token_text or None, values["timeout"], source)

@@ -9,7 +9,7 @@ import click
 
 from signalbox.cli import admin, messaging
 from signalbox.cli.api import Session
-from signalbox.cli.errors import INTERRUPTED, USAGE, Failure
+from signalbox.cli.errors import INTERRUPTED, USAGE, Failure, interrupted
 from signalbox.cli.output import print_json, say
 
 
@@ -52,10 +52,18 @@ class App(click.Group):
         except click.ClickException as e:
             e.show()
             sys.exit(e.exit_code)
-        except click.Abort:  # Ctrl-C outside a command's own handling
+        except click.Abort:  # Ctrl-C in a prompt (click's, which has ended the prompt's line)
             Failure("interrupted", INTERRUPTED).show()
             sys.exit(INTERRUPTED)
         sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # Ctrl-C outside a command's own handling: here, not as click's Abort, before which click writes
+        # an empty line to stderr whether or not it is a terminal (the error is one line)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise interrupted() from None
 
 
 @click.group(cls=App, context_settings=CONTEXT)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -29,7 +31,8 @@ def read_body(body: str | None, file: str | None) -> bytes | str:
     if body is not None and file is not None:
         raise Failure("give the body as an argument or with --file, not both", USAGE)
     if body is not None:
-        return body
+        # the argument's own bytes (Python decoded them with surrogateescape): not UTF-8, it goes as bytes
+        return os.fsencode(body)
     if file is None:
         if sys.stdin.isatty():
             raise Failure("no body: give it as an argument, with --file PATH, or on standard input", USAGE)
@@ -166,11 +169,14 @@ def show_message(message: dict[str, Any], as_json: bool, verbose: bool) -> None:
             header["properties"] = message["properties"]
         click.echo("# " + json.dumps(header, ensure_ascii=False))
     if message.get("body_base64") is not None and message.get("body") is None:
-        out = click.get_binary_stream("stdout")
-        out.write(base64.b64decode(message["body_base64"]) + b"\n")
-        out.flush()
+        data = base64.b64decode(message["body_base64"])
     else:
-        click.echo(message.get("body") or "")
+        data = (message.get("body") or "").encode()
+    # Written as bytes: click.echo would strip escape sequences from text going to a pipe or a file, and
+    # the message is acknowledged once printed, so what is printed must be the body.
+    out = click.get_binary_stream("stdout")
+    out.write(data + b"\n")
+    out.flush()
 
 
 @click.command()
@@ -188,11 +194,14 @@ def show_message(message: dict[str, Any], as_json: bool, verbose: bool) -> None:
 @click.option("--prefetch", type=click.IntRange(0, 32767),
               help="Messages the broker may dispatch ahead (default: 0 with a --count, each receive pulling "
                    "exactly what is missing; 100 with --follow alone).")
+@click.option("--lease", type=MILLIS, default="30s", show_default=True,
+              help="How long the server keeps the consumer, and the messages it holds, when this command "
+                   "dies without closing it (kill -9, a lost network); renewed while the command runs.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Print a header line (# {id, priority, ...}) before each message.")
 @json_option
 def receive(destination: str, ack_mode: str, selector: str | None, count: int | None, follow: bool,
-            wait: float, prefetch: int | None, verbose: bool, as_json: bool) -> None:
+            wait: float, prefetch: int | None, lease: int, verbose: bool, as_json: bool) -> None:
     """Receive messages from DESTINATION and print them (bodies, or JSON lines with --json).
 
     A leased consumer is created, each printed message is acknowledged after it is printed, and the
@@ -203,11 +212,13 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
         prefetch = 0 if limit else 100
     client = api()
     path = destination_path(destination)
-    spec: dict[str, Any] = {"ack_mode": ACK_MODES[ack_mode], "prefetch": prefetch}
+    spec: dict[str, Any] = {"ack_mode": ACK_MODES[ack_mode], "prefetch": prefetch, "lease_ms": lease}
     if selector:
         spec["selector"] = selector
     consumer = client.call("POST", f"{path}/consumers", json=spec)
     base = f"{path}/consumers/{quote(consumer['consumer_id'], safe='')}"
+    keeper = LeaseKeeper(client, base, consumer.get("lease_ms", lease))
+    keeper.start()
     tally = [0]  # messages printed (receive_loop counts them: an interrupted loop returns nothing)
     # SIGTERM ends the command as Ctrl-C does, but as an error: through the `except` that closes the consumer.
     signal.signal(signal.SIGTERM, terminated)
@@ -218,12 +229,14 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
         except KeyboardInterrupt:
             stopped = True
     except BaseException as e:  # also when the reader of a pipe goes away (BrokenPipeError)
+        keeper.stop()
         not_closed = close_consumer(client, base)
         if not_closed is not None and isinstance(e, Failure):  # one line: the error, then the close's
             e.message += "; " + close_failed(not_closed, too=True)
         elif not_closed is not None:
             Failure(close_failed(not_closed)).show()
         raise
+    keeper.stop()
     not_closed = close_consumer(client, base)
     if stopped and sys.stderr.isatty():
         click.echo(err=True)  # (a line of its own after the ^C)
@@ -234,6 +247,29 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
         Failure(close_failed(not_closed)).show()
     if stopped:
         raise SystemExit(INTERRUPTED)
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews the consumer's lease (`…/heartbeat`) every third of it until stopped. The receive loop renews
+    it with each long poll, but printing blocks for as long as the reader of a pipe is busy (`receive q |
+    slow-program`): past the lease the server would give the messages being printed to another consumer
+    and refuse their acknowledgement. With its own client: the loop's may be in a long poll."""
+
+    def __init__(self, client: Api, base: str, lease_ms: int) -> None:
+        super().__init__(name="lease", daemon=True)
+        self.client, self.base, self.every = Api(client.settings), base, lease_ms / 3000
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stopped.wait(self.every):
+                with contextlib.suppress(Exception):  # (the loop's next call says what went wrong)
+                    self.client.call("POST", f"{self.base}/heartbeat", timeout=self.every)
+        finally:
+            self.client.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
 
 
 def close_failed(reason: str, too: bool = False) -> str:
@@ -251,12 +287,13 @@ def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follo
     """Receive, print and acknowledge until `limit` messages or, unless following, `wait` seconds without
     one; tally[0] counts the messages printed and acknowledged."""
     deadline = time.monotonic() + wait
+    outage = [False]  # (said once per outage)
     while limit is None or tally[0] < limit:
         want = min(limit - tally[0], MAX_BATCH) if limit else 100
         slice_ = MAX_WAIT if follow else max(0.0, min(MAX_WAIT, deadline - time.monotonic()))
-        answer = client.call("POST", f"{base}/receive",
-                             params={"max_messages": want, "wait": f"{slice_:.3f}"},
-                             timeout=client.settings.timeout + slice_)
+        answer = patiently(follow, outage, client, f"{base}/receive",
+                           params={"max_messages": want, "wait": f"{slice_:.3f}"},
+                           timeout=client.settings.timeout + slice_)
         messages = answer["messages"]
         if not messages:
             if follow or time.monotonic() < deadline:
@@ -266,12 +303,31 @@ def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follo
             show_message(message, as_json, verbose)
         sys.stdout.flush()
         ids = [m["message_id"] for m in messages]
-        if ack_mode == "individual":
-            client.call("POST", f"{base}/ack", json={"message_ids": ids})
-        elif ack_mode == "client":  # cumulative: the last acknowledges everything before it
-            client.call("POST", f"{base}/ack", json={"message_ids": ids[-1:]})
+        if ack_mode != "auto":  # client: cumulative, the last acknowledges everything before it
+            acked = ids if ack_mode == "individual" else ids[-1:]
+            patiently(follow, outage, client, f"{base}/ack", json={"message_ids": acked})
         tally[0] += len(messages)
         deadline = time.monotonic() + wait
+
+
+def patiently(follow: bool, outage: list[bool], client: Api, path: str, **options: Any) -> Any:
+    """`client.call("POST", path, **options)`. Following (`--follow`: until Ctrl-C), a broker the server
+    says is away for a moment (503 broker_unavailable: Redis restarting) is waited for, every Retry-After
+    seconds, saying so once on stderr; the consumer lives in Redis and is there again with it. A server
+    that does not answer at all ends the command (exit 3), as any other error does."""
+    while True:
+        try:
+            answer = client.call("POST", path, **options)
+        except Failure as e:
+            if not (follow and (e.problem or {}).get("code") == "broker_unavailable"):
+                raise
+            if not outage[0]:
+                outage[0] = True
+                Failure(f"{e.message}; waiting for it (Ctrl-C to stop)").show()
+            time.sleep(float((e.problem or {}).get("retry_after") or 1))
+            continue
+        outage[0] = False
+        return answer
 
 
 def close_consumer(client: Api, base: str) -> str | None:

@@ -22,8 +22,9 @@ json_option = click.option("--json", "as_json", is_flag=True,
 def console() -> Any:
     from rich.console import Console
 
-    # Piped, rich would fold a wide table to 80 columns; rows are easier to grep whole.
-    return Console(width=None if sys.stdout.isatty() else 250)
+    # Piped, rich would fold a wide table to 80 columns (or to any width given): a row is one line,
+    # however wide, for grep and awk. (Tables are as wide as their content, not as the console.)
+    return Console(width=None if sys.stdout.isatty() else 1_000_000)
 
 
 @functools.cache
@@ -53,12 +54,15 @@ def cell(value: Any) -> str:
 
 def build_table(columns: Sequence[Column], rows: Iterable[dict[str, Any]], title: str | None = None) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title, box=None, header_style="bold", pad_edge=False)
     for heading, _, numeric in columns:
         table.add_column(heading, justify="right" if numeric else "left", overflow="fold")
     for row in rows:
-        table.add_row(*(cell(get(row)) for _, get, _ in columns))
+        # Text, not str: rich reads a str as markup, and names, bodies and selectors may hold brackets
+        # (`queue://q[red]x` would show as `qx`, a body `[/x]` would raise)
+        table.add_row(*(Text(cell(get(row))) for _, get, _ in columns))
     return table
 
 

@@ -136,6 +136,7 @@ def own_gateway(data_dir: Path, name: str) -> Iterator[GatewayServer]:
     namespace = f"t{uuid.uuid4().hex[:12]}"
     prepare_database(data_dir, namespace)
     gateway = start_gateway(data_dir, namespace, name=name)
+    gateway.namespace = namespace  # (for a test that reaches the same broker state through broker_core)
     try:
         yield gateway
     finally:
