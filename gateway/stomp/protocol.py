@@ -61,7 +61,8 @@ from gateway.ws.session import LinkedSession
 logger = logging.getLogger(__name__)
 
 SERVER_NAME = "Signalbox/0.1.0"
-SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+# ActiveMQ's WSServlet's, highest first (plain `stomp` last: the version then comes from CONNECT alone)
+SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp", "stomp")
 ACK_MODES = ("auto", "client", "client-individual")
 DEFAULT_QUEUE_PREFETCH = 1000  # ActiveMQ's queue prefetch; None lets a destination policy replace it
 GROUP_HEADERS = "signalbox.groupHeaders"

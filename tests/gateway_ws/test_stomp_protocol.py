@@ -58,6 +58,18 @@ def test_the_highest_offered_subprotocol_is_chosen(gateway):
         raw.close()
 
 
+@pytest.mark.parametrize(("offered", "chosen"), [(["stomp"], "stomp"), (["stomp", "v11.stomp"], "v11.stomp")])
+def test_the_plain_stomp_subprotocol_is_accepted_below_the_versioned_ones(gateway, offered, chosen):
+    """ActiveMQ's WSServlet knows `stomp` too, below `v10.stomp`: a client that offers only it is answered
+    with it, and then CONNECT's accept-version decides."""
+    raw = RawStomp(gateway.stomp_url, subprotocols=offered)
+    try:
+        assert raw.subprotocol == chosen
+        assert raw.connect().get("version") == "1.2"
+    finally:
+        raw.close()
+
+
 def test_an_unsupported_version_is_refused_with_the_supported_list(gateway):
     raw = RawStomp(gateway.stomp_url)
     try:
