@@ -25,7 +25,7 @@ SERVER_COMMANDS = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
 _RAW_COMMANDS = frozenset({"CONNECT", "STOMP", "CONNECTED"})
 HEARTBEAT = b"\n"
 
-_COMMAND = re.compile(r"[A-Za-z]{1,32}")
+MAX_COMMAND = 1024  # ActiveMQ's StompWireFormat.MAX_COMMAND_LENGTH
 _BLANK_LINE = re.compile(rb"\n\r?\n")
 _HEART_BEAT = re.compile(r"\s*(\d{1,9})\s*,\s*(\d{1,9})\s*")
 _UNESCAPE = {"1.1": {"n": "\n", "c": ":", "\\": "\\"}, "1.2": {"n": "\n", "c": ":", "\\": "\\", "r": "\r"}}
@@ -280,9 +280,7 @@ class FrameParser:
         lines = text.split("\n")
         command = lines[0]
         if command not in CLIENT_COMMANDS:
-            command = command.strip(JAVA_TRIM)  # ActiveMQ trims the command line (` SEND ` is SEND)
-        if command not in CLIENT_COMMANDS and not _COMMAND.fullmatch(command):
-            raise FrameError("Invalid command", f"{command[:64]!r} is not a STOMP command")
+            command = _command(command)
         version = "1.0" if command in _RAW_COMMANDS else self.version
         escaped = "\\" in text  # (most heads have no escape at all: one look instead of one per line)
         trim = version == "1.0"
@@ -339,9 +337,7 @@ class FrameParser:
                 what = "the command" if number == 0 else f"header line {number}"
                 raise FrameError("Invalid UTF-8", f"{what} is not valid UTF-8 ({exc.reason} at byte "
                                                   f"{exc.start})") from None
-        command = decoded[0].strip(JAVA_TRIM)
-        if not _COMMAND.fullmatch(command):
-            raise FrameError("Invalid command", f"{command[:64]!r} is not a STOMP command")
+        command = _command(decoded[0])
         version = "1.0" if command in _RAW_COMMANDS else self.version
         headers: list[tuple[str, str]] = []
         for line in decoded[1:]:
@@ -354,6 +350,19 @@ class FrameParser:
                 length = self._content_length(value)
                 break
         return command, tuple(headers), body_start, length
+
+
+def _command(line: str) -> str:
+    """The command of a command line, read as ActiveMQ reads it: trimmed (` SEND ` is SEND), and any other
+    text is a command too, which the session answers with `Unknown STOMP action: <command>`."""
+    command = line.strip(JAVA_TRIM)
+    if not command:
+        raise FrameError("Invalid command", "the command line is empty")
+    if len(command) > MAX_COMMAND:
+        raise FrameError("The maximum command length was exceeded",
+                         f"the command line is {len(command)} characters; the limit is {MAX_COMMAND} (as "
+                         "ActiveMQ's)")
+    return command
 
 
 def negotiate_version(accept_version: str | None) -> str | None:

@@ -611,6 +611,9 @@ class StompSession(LinkedSession):
                              else "NACK received without an ack header to acknowledge!",
                              f"STOMP 1.2 {frame.command} names the message by the id header (the MESSAGE's "
                              "ack header)")
+        if sub_key is None and self.version == "1.1" and frame.command == "NACK":  # ActiveMQ asks this first
+            raise StompError("NACK received without a subscription id for acknowledge!",
+                             "STOMP 1.1 NACK needs the subscription header")
         if ack_id is None:
             raise StompError(f"{frame.command} received without a message-id to acknowledge!",
                              f"STOMP {self.version} {frame.command} names the message by its message-id")

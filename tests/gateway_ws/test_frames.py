@@ -113,6 +113,13 @@ def test_the_command_line_is_trimmed(head):
     assert (frame.command, frame.headers) == ("SEND", (("k", "v"),))
 
 
+@pytest.mark.parametrize("command", ["SE ND", "send-it", "subscribe", "NOT_A:COMMAND 2", "F" * 1024])
+def test_any_other_command_line_is_a_command_for_the_session_to_refuse(command):
+    """ActiveMQ answers any command line up to 1,024 characters with `Unknown STOMP action: <it>`."""
+    (frame,) = parse(command.encode() + b"\nreceipt:r\n\n\x00", "1.2")
+    assert (frame.command, frame.get("receipt")) == (command, "r")
+
+
 def test_a_header_line_without_a_colon_is_a_header_with_an_empty_value():
     (frame,) = parse(b"SEND\nflag\nk:v\n\n\x00", "1.2")
     assert frame.headers == (("flag", ""), ("k", "v"))
@@ -138,8 +145,8 @@ def test_unescape_is_the_inverse_of_escape():
 
 
 @pytest.mark.parametrize(("data", "message"), [
-    (b"SE ND\n\n\x00", "Invalid command"),
-    (b"send-it\n\n\x00", "Invalid command"),
+    (b" \t\nk:v\n\n\x00", "Invalid command"),
+    (b"S" * 1025 + b"\n\n\x00", "The maximum command length was exceeded"),
     (b"SEND\nk:\xff\xfe\n\n\x00", "Invalid UTF-8"),
     (b"\xc3\x28\n\n\x00", "Invalid UTF-8"),
     (b"SEND\ncontent-length:abc\n\n\x00", "Specified content-length is not a valid integer"),
