@@ -26,6 +26,11 @@ _RAW_COMMANDS = frozenset({"CONNECT", "STOMP", "CONNECTED"})
 HEARTBEAT = b"\n"
 
 MAX_COMMAND = 1024  # ActiveMQ's StompWireFormat.MAX_COMMAND_LENGTH
+# A limit's ERROR `message` is ActiveMQ's text (StompWireFormat); the ERROR body names our limit.
+_COMMAND_TOO_LONG = "The maximum command length was exceeded"
+_HEADER_TOO_LONG = "The maximum header length was exceeded"
+_TOO_MANY_HEADERS = "The maximum number of headers was exceeded"
+_BODY_TOO_LARGE = "The maximum data length was exceeded"
 _BLANK_LINE = re.compile(rb"\n\r?\n")
 _HEART_BEAT = re.compile(r"\s*(\d{1,9})\s*,\s*(\d{1,9})\s*")
 _UNESCAPE = {"1.1": {"n": "\n", "c": ":", "\\": "\\"}, "1.2": {"n": "\n", "c": ":", "\\": "\\", "r": "\r"}}
@@ -232,7 +237,9 @@ class FrameParser:
             match = _BLANK_LINE.search(self._buf, self._scan_from)
             if match is None:
                 if len(self._buf) > self.limits.max_head:
-                    raise FrameError("Frame headers too large",
+                    # (ActiveMQ's texts, as for the limits below; the explanation names our limit)
+                    many = self._buf.count(b"\n") > self.limits.max_headers
+                    raise FrameError(_TOO_MANY_HEADERS if many else _HEADER_TOO_LONG,
                                      f"no end of headers within {self.limits.max_head} bytes "
                                      f"(at most {self.limits.max_headers} headers of "
                                      f"{self.limits.max_header_line} bytes) "
@@ -255,7 +262,7 @@ class FrameParser:
             end = buf.find(b"\x00", self._scan_from)
             if end < 0:
                 if len(buf) - start > self.limits.max_body:
-                    raise FrameError("Frame body too large",
+                    raise FrameError(_BODY_TOO_LARGE,
                                      f"the body exceeds {self.limits.max_body} bytes without a NUL "
                                      "terminator " + self.limits.source("SIGNALBOX_STOMP_MAX_BODY"))
                 self._scan_from = max(start, len(buf))
@@ -306,7 +313,7 @@ class FrameParser:
                              f"content-length must be a non-negative integer, got {value[:64]!r}")
         length = int(digits)
         if length > self.limits.max_body:
-            raise FrameError("Frame body too large",
+            raise FrameError(_BODY_TOO_LARGE,
                              f"content-length {length} exceeds the limit of {self.limits.max_body} bytes "
                              + self.limits.source("SIGNALBOX_STOMP_MAX_BODY"))
         return length
@@ -315,7 +322,7 @@ class FrameParser:
                                                                         int | None]:
         lines = head.split(b"\n")
         if len(lines) - 1 > self.limits.max_headers:
-            raise FrameError("Too many headers",
+            raise FrameError(_TOO_MANY_HEADERS,
                              f"{len(lines) - 1} headers; the limit is {self.limits.max_headers} "
                              + self.limits.source("SIGNALBOX_STOMP_MAX_HEADERS"))
         # STOMP 1.2 ends lines with LF or CR LF; before 1.2 a CR is part of the header value. The command
@@ -328,7 +335,7 @@ class FrameParser:
                 raw = raw[:-1]
             if len(raw) > self.limits.max_header_line:
                 what = "command line" if number == 0 else f"header line {number}"
-                raise FrameError("Header too long",
+                raise FrameError(_COMMAND_TOO_LONG if number == 0 else _HEADER_TOO_LONG,
                                  f"{what} is {len(raw)} bytes; the limit is {self.limits.max_header_line} "
                                  + self.limits.source("SIGNALBOX_STOMP_MAX_HEADER_LINE"))
             try:
@@ -359,7 +366,7 @@ def _command(line: str) -> str:
     if not command:
         raise FrameError("Invalid command", "the command line is empty")
     if len(command) > MAX_COMMAND:
-        raise FrameError("The maximum command length was exceeded",
+        raise FrameError(_COMMAND_TOO_LONG,
                          f"the command line is {len(command)} characters; the limit is {MAX_COMMAND} (as "
                          "ActiveMQ's)")
     return command

@@ -18,6 +18,8 @@ A scenario is data (tests/differential/scenarios/<group>.json): named connection
 - `["open", conn]`: open connection `conn` and send nothing (for frames before CONNECT).
 - `["raw", conn, text]`: send `text` (UTF-8, names filled in as above) exactly as written, for what the
   frame encoder would not write (STOMP 1.0 spaces after the colon, undefined escapes, CR LF, ...).
+  `["raw", conn, text, {"<mark>": [piece, n]}]` first writes `piece` n times in place of `<mark>`, each
+  `<n>` in it the count from 0 (for frames over a limit).
 - `["close", conn]`: drop the connection without DISCONNECT; `["sleep", seconds]`.
 
 Each destination name written `{q}` / `{t}` (and client id `{c}`) is made unique per run, so runs do not
@@ -211,7 +213,10 @@ def run(scenario: dict[str, Any], url: str, login: tuple[str, str], wait: float 
                 if frame is not None and frame.get(step[3]) is not None:
                     saved[step[4]] = frame.get(step[3]) or ""
             elif kind == "raw":
-                wires[step[1]].send_bytes(fill(step[2]).encode())
+                text = fill(step[2])
+                for mark, (piece, times) in (step[3] if len(step) > 3 else {}).items():
+                    text = text.replace(mark, "".join(piece.replace("<n>", str(n)) for n in range(times)))
+                wires[step[1]].send_bytes(text.encode())
             elif kind == "close":
                 wires.pop(step[1]).close()
             elif kind == "sleep":

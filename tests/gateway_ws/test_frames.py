@@ -163,16 +163,20 @@ def test_malformed_frames_raise_frame_error(data, message):
 
 def test_limits_bound_headers_and_bodies():
     limits = Limits(max_body=10, max_headers=3, max_header_line=20)
-    with pytest.raises(FrameError, match="Too many headers"):
+    with pytest.raises(FrameError, match="The maximum number of headers was exceeded"):
         parse(b"SEND\na:1\nb:2\nc:3\nd:4\n\n\x00", limits=limits)
-    with pytest.raises(FrameError, match="Header too long"):
+    with pytest.raises(FrameError, match="The maximum header length was exceeded"):
         parse(b"SEND\na:" + b"x" * 30 + b"\n\n\x00", limits=limits)
-    with pytest.raises(FrameError, match="Frame body too large"):
+    with pytest.raises(FrameError, match="The maximum data length was exceeded"):
         parse(b"SEND\ncontent-length:11\n\n" + b"x" * 11 + b"\x00", limits=limits)
-    with pytest.raises(FrameError, match="Frame body too large"):
+    with pytest.raises(FrameError, match="The maximum data length was exceeded"):
         FrameParser("1.2", limits).feed(b"SEND\n\n" + b"x" * 11)
-    with pytest.raises(FrameError, match="Frame headers too large"):
+    with pytest.raises(FrameError, match="The maximum number of headers was exceeded"):
         FrameParser("1.2", limits).feed(b"SEND\n" + b"a:1\n" * 100)
+    with pytest.raises(FrameError, match="The maximum header length was exceeded"):
+        FrameParser("1.2", limits).feed(b"SEND\na:" + b"x" * 200)
+    with pytest.raises(FrameError, match="The maximum command length was exceeded"):
+        parse(b"S" * 30 + b"\n\n\x00", limits=limits)
 
 
 def test_a_frame_may_arrive_in_pieces_when_fed_incrementally():

@@ -120,7 +120,7 @@ def test_before_connect_a_frame_may_be_only_as_large_as_a_connect_needs(raw):
     conn = raw()
     conn.send_raw(f"SEND\ndestination:{_q()}\ncontent-length:{100 * 1024}\n\n".encode())
     error = conn.expect("ERROR")
-    assert error.get("message") == "Frame body too large"
+    assert error.get("message") == "The maximum data length was exceeded"
     assert "exceeds the limit of 65536 bytes (the limit before CONNECT)" in error.body.decode()
     assert conn.closed_within(5)
     conn = raw()
