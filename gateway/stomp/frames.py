@@ -373,8 +373,10 @@ def _command(line: str) -> str:
 
 
 def negotiate_version(accept_version: str | None) -> str | None:
-    """The highest version both sides speak: no `accept-version` means 1.0; None when there is none."""
-    if accept_version is None or not accept_version.strip():
+    """The highest version both sides speak: no `accept-version` means 1.0; None when there is none (an
+    empty one names none, as ActiveMQ reads it). Spaces around the commas are allowed (ActiveMQ would not
+    see a ` 1.2`, and answer 1.1 to `1.1, 1.2`; the client did offer 1.2)."""
+    if accept_version is None:
         return "1.0"
     offered = {v.strip() for v in accept_version.split(",")}
     common = [v for v in VERSIONS if v in offered]

@@ -194,6 +194,7 @@ def test_version_negotiation_picks_the_highest_common_version():
     assert negotiate_version("1.0,1.1,1.2") == "1.2"
     assert negotiate_version("1.1, 1.0") == "1.1"
     assert negotiate_version("2.0") is None
+    assert negotiate_version("") is None and negotiate_version(" ") is None  # ActiveMQ refuses it too
 
 
 def test_heart_beats_are_answered_as_activemq_does_swapped_with_a_floor():
