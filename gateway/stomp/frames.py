@@ -399,7 +399,7 @@ def parse_heart_beat(value: str | None) -> tuple[int, int]:
         return 0, 0
     match = _HEART_BEAT.fullmatch(value)
     if match is None:
-        raise FrameError("Invalid heart-beat header",
+        raise FrameError(f"Invalid heart-beat header:{value.strip()[:64]}",  # ActiveMQ's text
                          f"heart-beat must be two non-negative integers 'cx,cy', got {value[:64]!r}")
     return int(match.group(1)), int(match.group(2))
 
