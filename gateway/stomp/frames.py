@@ -24,6 +24,10 @@ SERVER_COMMANDS = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
 # These frames are never escaped, for compatibility with STOMP 1.0 (STOMP 1.2, "Value Encoding").
 _RAW_COMMANDS = frozenset({"CONNECT", "STOMP", "CONNECTED"})
 HEARTBEAT = b"\n"
+# The frames whose `content-length` delimits the body. ActiveMQ's StompWireFormat reads it for these only;
+# any other frame's body ends at its NUL whatever the header says (a SUBSCRIBE with `content-length:5`
+# and no body would otherwise wait for five more octets, and take them from the next frame).
+_SIZED_COMMANDS = frozenset({"SEND", "MESSAGE"})
 
 MAX_COMMAND = 1024  # ActiveMQ's StompWireFormat.MAX_COMMAND_LENGTH
 # A limit's ERROR `message` is ActiveMQ's text (StompWireFormat); the ERROR body names our limit.
@@ -303,7 +307,8 @@ class FrameParser:
             if content_length is None and name == "content-length":
                 content_length = value
             headers.append((name, value))
-        length = self._content_length(content_length) if content_length is not None else None
+        length = (self._content_length(content_length)
+                  if content_length is not None and command in _SIZED_COMMANDS else None)
         return command, tuple(headers), body_start, length
 
     def _content_length(self, value: str) -> int:
@@ -353,7 +358,7 @@ class FrameParser:
             headers.append((unescape(name, version), value.strip(JAVA_TRIM) if version == "1.0" else value))
         length: int | None = None
         for name, value in headers:
-            if name == "content-length":
+            if name == "content-length" and command in _SIZED_COMMANDS:
                 length = self._content_length(value)
                 break
         return command, tuple(headers), body_start, length
