@@ -129,7 +129,7 @@ class _SessionConsumer(AsyncWebsocketConsumer):
 
 
 class StompConsumer(_SessionConsumer):
-    """STOMP over WebSocket at /stomp (subprotocols v12.stomp, v11.stomp, v10.stomp, or none)."""
+    """STOMP over WebSocket at /stomp (subprotocols v12.stomp, v11.stomp, v10.stomp, stomp, or none)."""
 
     def subprotocol(self) -> str | None:
         return choose_subprotocol(list(self.scope.get("subprotocols") or []))

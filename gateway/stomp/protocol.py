@@ -61,7 +61,8 @@ from gateway.ws.session import LinkedSession
 logger = logging.getLogger(__name__)
 
 SERVER_NAME = "Signalbox/0.1.0"
-SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+# ActiveMQ's WSServlet's, highest first (plain `stomp` last: the version then comes from CONNECT alone)
+SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp", "stomp")
 ACK_MODES = ("auto", "client", "client-individual")
 DEFAULT_QUEUE_PREFETCH = 1000  # ActiveMQ's queue prefetch; None lets a destination policy replace it
 GROUP_HEADERS = "signalbox.groupHeaders"
@@ -283,7 +284,7 @@ class StompSession(LinkedSession):
                 raise StompError(f"Unknown STOMP action: {frame.command}",
                                  f"{frame.command!r} is not a client command of STOMP {self.version}")
             if self.link is None:
-                raise StompError("Not connected", f"{frame.command} before CONNECT; send CONNECT first")
+                raise StompError("Not connected.", f"{frame.command} before CONNECT; send CONNECT first")
             receipt_sent = await self._handlers[frame.command](frame)
             outcome = "ok"
             if receipt is not None and not receipt_sent and not self.closing:
@@ -455,16 +456,18 @@ class StompSession(LinkedSession):
 
     async def on_connect(self, frame: Frame) -> None:
         if self.link is not None:
-            raise StompError("Already connected", "this connection sent CONNECT twice")
+            raise StompError("Already connected.", "this connection sent CONNECT twice")
         version = negotiate_version(frame.get("accept-version"))
         if version is None:
-            raise StompError(f"Supported protocol versions are {','.join(VERSIONS)}",
+            # ActiveMQ's text; the `version` header is the STOMP spec's
+            raise StompError(f"Invalid Protocol version[{frame.get('accept-version')}], supported versions "
+                             f"are: [{', '.join(reversed(VERSIONS))}]",
                              f"accept-version {frame.get('accept-version')!r} names no version this server "
                              "speaks", (("version", ",".join(VERSIONS)),))
         self.version = version
         self.parser.version = version
-        beat = negotiate_heart_beat(frame.get("heart-beat") if version != "1.0" else None,
-                                    self.settings.heartbeat_min_ms)
+        # as ActiveMQ, whatever the version: a 1.0 client that asks for heart-beats gets them
+        beat = negotiate_heart_beat(frame.get("heart-beat"), self.settings.heartbeat_min_ms)
         login, passcode = frame.get("login"), frame.get("passcode")
         try:
             user = await auth.authenticate(login, passcode, self.session_user, self.client_host)
@@ -481,9 +484,12 @@ class StompSession(LinkedSession):
             # one connection per client id, across gateway processes (ActiveMQ's InvalidClientIDException)
             await link.claim_client_id(self.client_id, self.remote_address)
         await self.connected()  # ActiveMQ.Advisory.Connection, once the connection stands
-        headers = [("version", version), ("session", link.connection_id), ("server", SERVER_NAME)]
-        if version != "1.0":
-            headers.append(("heart-beat", beat.header))
+        headers = [("version", version), ("session", link.connection_id), ("server", SERVER_NAME),
+                   ("heart-beat", beat.header)]
+        # ActiveMQ answers CONNECT's `request-id` (else its `receipt`) in CONNECTED, under both names
+        request_id = frame.get("request-id", frame.get("receipt"))
+        if request_id is not None:
+            headers += [("response-id", request_id), ("receipt-id", request_id)]
         self.parser.limits = self.settings.limits
         await self.send_frame("CONNECTED", headers)
         loop = asyncio.get_running_loop()
@@ -605,6 +611,9 @@ class StompSession(LinkedSession):
                              else "NACK received without an ack header to acknowledge!",
                              f"STOMP 1.2 {frame.command} names the message by the id header (the MESSAGE's "
                              "ack header)")
+        if sub_key is None and self.version == "1.1" and frame.command == "NACK":  # ActiveMQ asks this first
+            raise StompError("NACK received without a subscription id for acknowledge!",
+                             "STOMP 1.1 NACK needs the subscription header")
         if ack_id is None:
             raise StompError(f"{frame.command} received without a message-id to acknowledge!",
                              f"STOMP {self.version} {frame.command} names the message by its message-id")

@@ -15,6 +15,11 @@ A scenario is data (tests/differential/scenarios/<group>.json): named connection
 - `["silent", conn, seconds, fact]`: whether nothing arrives within `seconds` (`silent`, or the frame).
 - `["collect", conn, seconds, fact]`: every frame until none arrives for `seconds`, in order.
 - `["save", conn, fact, header, name]`: keep a header of a recorded frame under `$name`.
+- `["open", conn]`: open connection `conn` and send nothing (for frames before CONNECT).
+- `["raw", conn, text]`: send `text` (UTF-8, names filled in as above) exactly as written, for what the
+  frame encoder would not write (STOMP 1.0 spaces after the colon, undefined escapes, CR LF, ...).
+  `["raw", conn, text, {"<mark>": [piece, n]}]` first writes `piece` n times in place of `<mark>`, each
+  `<n>` in it the count from 0 (for frames over a limit).
 - `["close", conn]`: drop the connection without DISCONNECT; `["sleep", seconds]`.
 
 Each destination name written `{q}` / `{t}` (and client id `{c}`) is made unique per run, so runs do not
@@ -61,7 +66,9 @@ class Wire:
             self.ws.__enter__()
 
     def send(self, command: str, headers: list[tuple[str, str]], body: bytes = b"") -> None:
-        data = encode(command, headers, body, "1.2")
+        self.send_bytes(encode(command, headers, body, "1.2"))
+
+    def send_bytes(self, data: bytes) -> None:
         try:
             if self.sock is not None:
                 self.sock.sendall(data)
@@ -182,6 +189,8 @@ def run(scenario: dict[str, Any], url: str, login: tuple[str, str], wait: float 
                 all_headers.update({k: fill(v) for k, v in headers.items()})
                 wire.send("CONNECT", list(all_headers.items()))
                 record(f"{conn}.connected", wire.receive(5))
+            elif kind == "open":
+                wires[step[1]] = Wire(url)
             elif kind == "frame":
                 conn, command, headers = step[1], step[2], step[3]
                 body = fill(step[4]).encode() if len(step) > 4 else b""
@@ -203,6 +212,11 @@ def run(scenario: dict[str, Any], url: str, login: tuple[str, str], wait: float 
                 frame = raw.get(step[2])
                 if frame is not None and frame.get(step[3]) is not None:
                     saved[step[4]] = frame.get(step[3]) or ""
+            elif kind == "raw":
+                text = fill(step[2])
+                for mark, (piece, times) in (step[3] if len(step) > 3 else {}).items():
+                    text = text.replace(mark, "".join(piece.replace("<n>", str(n)) for n in range(times)))
+                wires[step[1]].send_bytes(text.encode())
             elif kind == "close":
                 wires.pop(step[1]).close()
             elif kind == "sleep":

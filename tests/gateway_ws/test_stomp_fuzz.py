@@ -1,8 +1,8 @@
-"""Fuzzing the live gateway: hypothesis-generated and mutated frames (bad commands, bad escapes, huge
-headers, truncated bodies, invalid UTF-8) sent over a real socket after a good CONNECT. Each broken frame
-gets an ERROR frame and the connection closes; a frame that a mutation left valid is processed (it asked
-for a receipt). Afterwards the gateway process still serves, has logged no traceback, and the broker state
-that the fuzzing must not touch is intact."""
+"""Fuzzing the live gateway: hypothesis-generated and mutated frames (bad commands, huge headers,
+truncated bodies, invalid UTF-8; an undefined escape is no fault, as in ActiveMQ) sent over a real socket
+after a good CONNECT. Each broken frame gets an ERROR frame and the connection closes; a frame that a
+mutation left valid is processed (it asked for a receipt). Afterwards the gateway process still serves,
+has logged no traceback, and the broker state that the fuzzing must not touch is intact."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 
-from gateway.stomp.frames import CLIENT_COMMANDS, encode
+from gateway.stomp.frames import CLIENT_COMMANDS, JAVA_TRIM, encode
 from tests.helpers.stomp_client import RawStomp
 
 pytestmark = pytest.mark.e2e
@@ -42,20 +42,16 @@ def send_after_connect(gateway, data: bytes, quiet: float = 1.0) -> list:
 
 
 bad_commands = st.text(st.characters(codec="utf-8", exclude_characters="\n\r\x00:"), min_size=1,
-                       max_size=40).filter(lambda c: c.strip() not in CLIENT_COMMANDS and c != "")
-bad_escapes = st.sampled_from("tabx0 \"'").map(lambda c: "\\" + c)
+                       max_size=40).filter(lambda c: c.strip(JAVA_TRIM) not in CLIENT_COMMANDS and c != "")
 invalid_utf8 = st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\x80"])
 
 
 @st.composite
 def broken_frames(draw) -> bytes:
-    kind = draw(st.sampled_from(["command", "escape", "huge_header", "many_headers", "truncated", "utf8"]))
+    kind = draw(st.sampled_from(["command", "huge_header", "many_headers", "truncated", "utf8"]))
     dest = f"/queue/fuzz.{RUN}"
     if kind == "command":
         return draw(bad_commands).encode() + b"\ndestination:" + dest.encode() + b"\n\nbody\x00"
-    if kind == "escape":
-        value = draw(st.text(max_size=5)).replace("\\", "") + draw(bad_escapes)
-        return b"SEND\ndestination:" + dest.encode() + b"\nx:" + value.encode() + b"\n\n\x00"
     if kind == "huge_header":
         size = draw(st.integers(10 * 1024 + 1, 40 * 1024))
         return b"SEND\ndestination:" + dest.encode() + b"\nx:" + b"a" * size + b"\n\n\x00"

@@ -5,6 +5,7 @@ and exact bytes go through a raw WebSocket client."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -57,6 +58,18 @@ def test_the_highest_offered_subprotocol_is_chosen(gateway):
         raw.close()
 
 
+@pytest.mark.parametrize(("offered", "chosen"), [(["stomp"], "stomp"), (["stomp", "v11.stomp"], "v11.stomp")])
+def test_the_plain_stomp_subprotocol_is_accepted_below_the_versioned_ones(gateway, offered, chosen):
+    """ActiveMQ's WSServlet knows `stomp` too, below `v10.stomp`: a client that offers only it is answered
+    with it, and then CONNECT's accept-version decides."""
+    raw = RawStomp(gateway.stomp_url, subprotocols=offered)
+    try:
+        assert raw.subprotocol == chosen
+        assert raw.connect().get("version") == "1.2"
+    finally:
+        raw.close()
+
+
 def test_an_unsupported_version_is_refused_with_the_supported_list(gateway):
     raw = RawStomp(gateway.stomp_url)
     try:
@@ -72,7 +85,7 @@ def test_frames_before_connect_are_refused(gateway):
     raw = RawStomp(gateway.stomp_url)
     try:
         raw.send("SEND", {"destination": "/queue/x"}, b"early")
-        assert raw.expect("ERROR").get("message") == "Not connected"
+        assert raw.expect("ERROR").get("message") == "Not connected."
         assert raw.closed_within(3)
     finally:
         raw.close()
@@ -455,6 +468,29 @@ def test_a_client_that_promises_heart_beats_and_goes_silent_is_disconnected(gate
         raw.close()
 
 
+def test_a_stomp_1_0_client_that_asks_for_heart_beats_gets_them_as_from_activemq(gateway):
+    """ActiveMQ negotiates `heart-beat` whatever the version, 1.0 included: both ways here."""
+    raw = RawStomp(gateway.stomp_url, version="1.0")
+    try:
+        connected = raw.connect(version=None, heart_beat="200,200")
+        assert (connected.get("version"), connected.get("heart-beat")) == ("1.0", "200,200")
+        deadline = time.monotonic() + 1
+        while time.monotonic() < deadline:
+            raw.send_raw(b"\n")
+            with contextlib.suppress(TimeoutError):
+                raw.receive(timeout=0.1)
+        assert raw.heart_beats >= 2
+        silent = RawStomp(gateway.stomp_url, version="1.0")
+        try:
+            silent.connect(version=None, heart_beat="200,0")
+            error = silent.expect("ERROR", timeout=3)
+            assert error.get("message", "").startswith("Channel was inactive for too")
+        finally:
+            silent.close()
+    finally:
+        raw.close()
+
+
 # -- dispatch: groups, exclusive, priority, selectors, noLocal ------------------------------------------
 
 def test_message_groups_stick_to_one_of_two_subscribers(clients, queue_name):
@@ -546,7 +582,7 @@ def test_stomp_1_0_subscribes_without_an_id_and_unsubscribes_by_destination(gate
     raw = RawStomp(gateway.stomp_url, version="1.0")
     try:
         connected = raw.connect(version=None)
-        assert connected.get("version") == "1.0" and "heart-beat" not in connected
+        assert (connected.get("version"), connected.get("heart-beat")) == ("1.0", "0,0")  # as ActiveMQ's
         raw.send("SUBSCRIBE", {"destination": q(queue_name), "receipt": "r"})
         raw.expect("RECEIPT")
         raw.send("SEND", {"destination": q(queue_name)}, b"old school")
