@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import os
 import re
 import socket
 import sqlite3
 import subprocess
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -311,6 +313,45 @@ def test_a_redis_server_that_is_not_a_program_is_one_clear_line(tmp_path: Path):
         ["--data-dir", str(tmp_path)], launcher_env(SIGNALBOX_REDIS_SERVER=str(tmp_path / "no-such-redis"))
     )
     assert_one_clear_line(result, "SIGNALBOX_REDIS_SERVER=", "not an executable file")
+
+
+def run_processes(data_dir: Path) -> list[psutil.Process]:
+    """Every process of the run on `data_dir`, whoever its parent now is: the launcher's children carry the
+    folder in their environment or command line, and so does a child forked but not yet exec'd."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.pid != os.getpid() and (str(data_dir) in " ".join(proc.cmdline())
+                                            or proc.environ().get("SIGNALBOX_DATA_DIR") == str(data_dir)):
+                found.append(proc)
+    return found
+
+
+def test_a_launcher_killed_while_it_starts_a_child_leaves_no_orphan(tmp_path: Path):
+    """SIGKILL of the launcher the moment a child is forked, before the child has asked Linux to end it
+    with its parent: the child must still not outlive the launcher (an orphaned web server or Redis would
+    hold the ports and the AOF, and the next `run` could not start)."""
+    for nth in (5, 6, 7):  # the children forked after Redis and the migration: web server, worker, beat...
+        data_dir = tmp_path / f"data{nth}"
+        env = launcher_env(SIGNALBOX_REDIS_PORT=str(free_port()), SIGNALBOX_ADMIN_PASSWORD="orphan secret")
+        launcher = start_launcher(data_dir, free_port(), env, tmp_path / f"launcher{nth}.log")
+        try:
+            seen: set[str] = set()
+            deadline = time.monotonic() + 60
+            while len(seen) < nth:
+                assert time.monotonic() < deadline, launcher.output()
+                for path in Path(f"/proc/{launcher.process.pid}/task").glob("*/children"):
+                    with contextlib.suppress(OSError):
+                        seen.update(path.read_text().split())
+            launcher.process.kill()
+            launcher.process.wait()
+            _, alive = psutil.wait_procs(run_processes(data_dir), timeout=20)
+            assert alive == [], f"outlived the launcher (child {nth}): {command_lines(alive)}"
+        finally:
+            launcher.kill()
+            for proc in run_processes(data_dir):
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
 
 
 def test_a_data_folder_in_use_by_another_run_is_one_clear_line(tmp_path: Path):
