@@ -208,6 +208,26 @@ def test_an_ack_acknowledges_only_the_subscription_whose_message_it_names(client
     assert (stats_a.dequeued, stats_a.in_flight) == (0, 2)
 
 
+def test_a_stomp_1_1_ack_names_the_message_id_and_the_subscription(gateway, queue_name, broker):
+    """1.1 has no ack header: its ACK names message-id and subscription, so two subscriptions holding the
+    same message id are told apart by the subscription."""
+    raw = RawStomp(gateway.stomp_url, version="1.1")
+    try:
+        raw.connect(version="1.1")
+        a, b = f"{q(queue_name)}.a", f"{q(queue_name)}.b"
+        for key, destination in (("a", a), ("b", b)):
+            raw.send("SUBSCRIBE", {"destination": destination, "id": key, "ack": "client"})
+        raw.send("SEND", {"destination": f"{a},{b}"}, b"both")
+        messages = [raw.expect("MESSAGE"), raw.expect("MESSAGE")]
+        (b_copy,) = [m for m in messages if m.get("subscription") == "b"]
+        raw.send("ACK", {"message-id": b_copy.get("message-id"), "subscription": "b", "receipt": "r"})
+        raw.expect("RECEIPT")
+        assert broker.stats(f"queue://{queue_name}.b").dequeued == 1
+        assert broker.stats(f"queue://{queue_name}.a").in_flight == 1
+    finally:
+        raw.close()
+
+
 # -- ack modes and prefetch -----------------------------------------------------------------------------
 
 def test_auto_mode_acks_on_dispatch_so_the_window_never_fills(clients, queue_name, broker):
