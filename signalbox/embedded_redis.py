@@ -253,6 +253,11 @@ class EmbeddedRedis:
         return at once; the launcher restarts a crashed Redis with this."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_text())
+        # A server killed during an AOF rewrite leaves the rewrite's file, as large as the data set, which
+        # Redis never removes. None is being written now: the data folder is one run's, and a crashed
+        # server's rewrite child went with its process group.
+        for leftover in self.data_dir.glob("temp-rewriteaof-*.aof"):
+            leftover.unlink(missing_ok=True)
         self.process = subprocess.Popen(
             [self.executable, str(self.config_path)],
             env=server_environment(self.executable),

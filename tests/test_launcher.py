@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import os
 import re
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -401,6 +402,37 @@ def test_the_configuration_file_applies_policies_memory_limits_and_virtual_desti
     broker.send("fanout", Message(body="x"))
     assert broker.stats("a").queue_size == 1 and broker.stats("b").queue_size == 1
     assert redis_client.exists(keys.virtual_config_key(namespace))
+
+
+def test_a_redis_killed_while_it_rewrites_its_aof_leaves_no_temporary_file_behind(tmp_path: Path):
+    """A server killed during an AOF rewrite leaves the rewrite's temporary file, as large as the data set,
+    in the data folder, and Redis never removes it: each crash of the kind left one more. The next start
+    removes them (nothing else writes there: the data folder is one run's, and the launcher killed the
+    rewrite child with the server's process group); the data is back from the AOF."""
+    data_dir = tmp_path / "data"
+    server = EmbeddedRedis(data_dir, free_port(), appendfsync="always")
+    server.start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        client.eval("for i = 1, 200000 do redis.call('SET', 'k' .. i, string.rep('x', 100)) end", 0)
+        client.bgrewriteaof()
+        deadline = time.monotonic() + 10
+        while not list(data_dir.glob("temp-rewriteaof-*.aof")):
+            assert time.monotonic() < deadline, sorted(p.name for p in data_dir.iterdir())
+            time.sleep(0.001)
+        assert server.process is not None
+        os.killpg(server.process.pid, signal.SIGKILL)  # the server and its rewrite child
+        server.process.wait()
+        assert list(data_dir.glob("temp-rewriteaof-*.aof"))
+        client.close()
+
+        server.start()
+        client = redis.Redis.from_url(server.url)
+        assert client.dbsize() == 200000 and client.get("k200000") == b"x" * 100
+        assert list(data_dir.glob("temp-rewriteaof-*.aof")) == []
+        client.close()
+    finally:
+        server.stop()
 
 
 def test_the_embedded_server_listens_on_a_socket_in_its_data_folder_unless_the_path_is_too_long(
