@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import os
 import re
 import signal
@@ -353,6 +354,51 @@ def test_a_launcher_killed_while_it_starts_a_child_leaves_no_orphan(tmp_path: Pa
             for proc in run_processes(data_dir):
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
+
+
+def test_a_killed_launcher_takes_its_children_with_it_and_the_next_run_has_every_message(tmp_path: Path):
+    """SIGKILL of `run` itself: every child ends (Redis with SIGTERM, so it writes its AOF out), the ports
+    and the data folder are free at once, and a new `run` on the folder has every message accepted."""
+    redis_port, port = free_port(), free_port()
+    password = "killed launcher secret"
+    env = launcher_env(SIGNALBOX_REDIS_PORT=str(redis_port), SIGNALBOX_ADMIN_PASSWORD=password)
+    data_dir = tmp_path / "data"
+
+    def call(base: str, path: str, body: dict, token: str | None = None) -> dict:
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Token {token}"
+        request = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    first = start_launcher(data_dir, port, env, tmp_path / "first.log")
+    try:
+        first.wait_healthy()
+        token = call(first.base_url, "/api/v1/auth/token", {"username": "admin", "password": password})
+        token = token["token"]
+        for i in range(20):
+            call(first.base_url, "/api/v1/queues/kept/messages", {"body": f"m{i}"}, token)
+        children = first.collect_descendants()
+        first.process.kill()
+        first.process.wait()
+        _, alive = psutil.wait_procs(children, timeout=20)
+        assert alive == [], f"outlived the launcher: {command_lines(alive)}"
+        assert not any(port_in_use("127.0.0.1", p) for p in (port, redis_port, first.stomp_port))
+    finally:
+        first.kill()
+
+    second = start_launcher(data_dir, port, env, tmp_path / "second.log")
+    try:
+        second.wait_healthy()
+        consumer = call(second.base_url, "/api/v1/queues/kept/consumers", {"prefetch": 100}, token)
+        received = call(second.base_url, f"/api/v1/queues/kept/consumers/{consumer['consumer_id']}/receive"
+                        "?max_messages=100&wait=1", {}, token)
+        assert sorted(m["body"] for m in received["messages"]) == sorted(f"m{i}" for i in range(20))
+        second.collect_descendants()
+        assert second.ctrl_c() == 0, second.output()
+    finally:
+        second.kill()
 
 
 def test_a_data_folder_in_use_by_another_run_is_one_clear_line(tmp_path: Path):
