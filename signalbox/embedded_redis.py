@@ -32,6 +32,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,15 +159,28 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def die_with_parent() -> None:
-    """preexec_fn: ask Linux to SIGTERM this child when its parent dies, so a killed launcher
-    (SIGKILL, crash) does not leave servers running. A no-op where prctl is unavailable."""
+def die_with_parent() -> Callable[[], None]:
+    """A preexec_fn for a child of this process: it asks Linux to SIGTERM the child when its parent dies,
+    so a killed launcher (SIGKILL, crash) does not leave servers running. The request only covers a parent
+    still alive when it is made: a launcher killed between the fork and the request left the child
+    orphaned for good (a web server or Redis holding the ports, the next `run` refused), so the child
+    then exits at once. libc is found here, in the parent: find_library runs a program, which a child
+    forked from a threaded process must not. A no-op where prctl is unavailable."""
+    parent = os.getpid()
     libc_name = ctypes.util.find_library("c")
-    if not libc_name:
-        return
+    prctl = None
     with contextlib.suppress(OSError, AttributeError):
+        prctl = ctypes.CDLL(libc_name, use_errno=True).prctl if libc_name else None
+
+    def preexec() -> None:
+        if prctl is None:
+            return
         pr_set_pdeathsig = 1
-        ctypes.CDLL(libc_name, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        prctl(pr_set_pdeathsig, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
 
 
 @dataclass
@@ -239,6 +253,11 @@ class EmbeddedRedis:
         return at once; the launcher restarts a crashed Redis with this."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_text())
+        # A server killed during an AOF rewrite leaves the rewrite's file, as large as the data set, which
+        # Redis never removes. None is being written now: the data folder is one run's, and a crashed
+        # server's rewrite child went with its process group.
+        for leftover in self.data_dir.glob("temp-rewriteaof-*.aof"):
+            leftover.unlink(missing_ok=True)
         self.process = subprocess.Popen(
             [self.executable, str(self.config_path)],
             env=server_environment(self.executable),
@@ -246,7 +265,7 @@ class EmbeddedRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C goes to the launcher, which stops Redis last
-            preexec_fn=die_with_parent,
+            preexec_fn=die_with_parent(),
         )
         return self.process
 

@@ -513,7 +513,7 @@ class Launcher:
                 stderr=subprocess.STDOUT,
                 # Own process group: the launcher alone receives Ctrl-C and decides the shutdown order.
                 start_new_session=True,
-                preexec_fn=die_with_parent,
+                preexec_fn=die_with_parent(),
             )
             relay = threading.Thread(target=self.relay, args=(name, process.stdout), daemon=True,
                                      name=f"output of {name}")

@@ -9,10 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
+import os
 import re
+import signal
 import socket
 import sqlite3
 import subprocess
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -315,6 +319,90 @@ def test_a_redis_server_that_is_not_a_program_is_one_clear_line(tmp_path: Path):
     assert_one_clear_line(result, "SIGNALBOX_REDIS_SERVER=", "not an executable file")
 
 
+def run_processes(data_dir: Path) -> list[psutil.Process]:
+    """Every process of the run on `data_dir`, whoever its parent now is: the launcher's children carry the
+    folder in their environment or command line, and so does a child forked but not yet exec'd."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.pid != os.getpid() and (str(data_dir) in " ".join(proc.cmdline())
+                                            or proc.environ().get("SIGNALBOX_DATA_DIR") == str(data_dir)):
+                found.append(proc)
+    return found
+
+
+def test_a_launcher_killed_while_it_starts_a_child_leaves_no_orphan(tmp_path: Path):
+    """SIGKILL of the launcher the moment a child is forked, before the child has asked Linux to end it
+    with its parent: the child must still not outlive the launcher (an orphaned web server or Redis would
+    hold the ports and the AOF, and the next `run` could not start)."""
+    for nth in (5, 6, 7):  # the children forked after Redis and the migration: web server, worker, beat...
+        data_dir = tmp_path / f"data{nth}"
+        env = launcher_env(SIGNALBOX_REDIS_PORT=str(free_port()), SIGNALBOX_ADMIN_PASSWORD="orphan secret")
+        launcher = start_launcher(data_dir, free_port(), env, tmp_path / f"launcher{nth}.log")
+        try:
+            seen: set[str] = set()
+            deadline = time.monotonic() + 60
+            while len(seen) < nth:
+                assert time.monotonic() < deadline, launcher.output()
+                for path in Path(f"/proc/{launcher.process.pid}/task").glob("*/children"):
+                    with contextlib.suppress(OSError):
+                        seen.update(path.read_text().split())
+            launcher.process.kill()
+            launcher.process.wait()
+            _, alive = psutil.wait_procs(run_processes(data_dir), timeout=20)
+            assert alive == [], f"outlived the launcher (child {nth}): {command_lines(alive)}"
+        finally:
+            launcher.kill()
+            for proc in run_processes(data_dir):
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+
+
+def test_a_killed_launcher_takes_its_children_with_it_and_the_next_run_has_every_message(tmp_path: Path):
+    """SIGKILL of `run` itself: every child ends (Redis with SIGTERM, so it writes its AOF out), the ports
+    and the data folder are free at once, and a new `run` on the folder has every message accepted."""
+    redis_port, port = free_port(), free_port()
+    password = "killed launcher secret"
+    env = launcher_env(SIGNALBOX_REDIS_PORT=str(redis_port), SIGNALBOX_ADMIN_PASSWORD=password)
+    data_dir = tmp_path / "data"
+
+    def call(base: str, path: str, body: dict, token: str | None = None) -> dict:
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Token {token}"
+        request = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    first = start_launcher(data_dir, port, env, tmp_path / "first.log")
+    try:
+        first.wait_healthy()
+        token = call(first.base_url, "/api/v1/auth/token", {"username": "admin", "password": password})
+        token = token["token"]
+        for i in range(20):
+            call(first.base_url, "/api/v1/queues/kept/messages", {"body": f"m{i}"}, token)
+        children = first.collect_descendants()
+        first.process.kill()
+        first.process.wait()
+        _, alive = psutil.wait_procs(children, timeout=20)
+        assert alive == [], f"outlived the launcher: {command_lines(alive)}"
+        assert not any(port_in_use("127.0.0.1", p) for p in (port, redis_port, first.stomp_port))
+    finally:
+        first.kill()
+
+    second = start_launcher(data_dir, port, env, tmp_path / "second.log")
+    try:
+        second.wait_healthy()
+        consumer = call(second.base_url, "/api/v1/queues/kept/consumers", {"prefetch": 100}, token)
+        received = call(second.base_url, f"/api/v1/queues/kept/consumers/{consumer['consumer_id']}/receive"
+                        "?max_messages=100&wait=1", {}, token)
+        assert sorted(m["body"] for m in received["messages"]) == sorted(f"m{i}" for i in range(20))
+        second.collect_descendants()
+        assert second.ctrl_c() == 0, second.output()
+    finally:
+        second.kill()
+
+
 def test_a_data_folder_in_use_by_another_run_is_one_clear_line(tmp_path: Path):
     with open(tmp_path / "launcher.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -362,6 +450,37 @@ def test_the_configuration_file_applies_policies_memory_limits_and_virtual_desti
     broker.send("fanout", Message(body="x"))
     assert broker.stats("a").queue_size == 1 and broker.stats("b").queue_size == 1
     assert redis_client.exists(keys.virtual_config_key(namespace))
+
+
+def test_a_redis_killed_while_it_rewrites_its_aof_leaves_no_temporary_file_behind(tmp_path: Path):
+    """A server killed during an AOF rewrite leaves the rewrite's temporary file, as large as the data set,
+    in the data folder, and Redis never removes it: each crash of the kind left one more. The next start
+    removes them (nothing else writes there: the data folder is one run's, and the launcher killed the
+    rewrite child with the server's process group); the data is back from the AOF."""
+    data_dir = tmp_path / "data"
+    server = EmbeddedRedis(data_dir, free_port(), appendfsync="always")
+    server.start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        client.eval("for i = 1, 200000 do redis.call('SET', 'k' .. i, string.rep('x', 100)) end", 0)
+        client.bgrewriteaof()
+        deadline = time.monotonic() + 10
+        while not list(data_dir.glob("temp-rewriteaof-*.aof")):
+            assert time.monotonic() < deadline, sorted(p.name for p in data_dir.iterdir())
+            time.sleep(0.001)
+        assert server.process is not None
+        os.killpg(server.process.pid, signal.SIGKILL)  # the server and its rewrite child
+        server.process.wait()
+        assert list(data_dir.glob("temp-rewriteaof-*.aof"))
+        client.close()
+
+        server.start()
+        client = redis.Redis.from_url(server.url)
+        assert client.dbsize() == 200000 and client.get("k200000") == b"x" * 100
+        assert list(data_dir.glob("temp-rewriteaof-*.aof")) == []
+        client.close()
+    finally:
+        server.stop()
 
 
 def test_the_embedded_server_listens_on_a_socket_in_its_data_folder_unless_the_path_is_too_long(

@@ -342,7 +342,8 @@ class StompSession(LinkedSession):
         chunk: list[bytes] = []
         size = 0
         for delivery in deliveries:
-            ack_id = sub.track(consumer, delivery) if tracked else None
+            # 1.2 acks by the ack header alone, so it must be unique in the connection; 1.0/1.1 by message-id
+            ack_id = sub.track(consumer, delivery, self.link.find if with_ack else None) if tracked else None
             headers = message_headers(delivery, subscription_id, ack_id if with_ack else None, group_headers)
             body = delivery.body.encode("utf-8") if isinstance(delivery.body, str) else delivery.body
             if isinstance(delivery.body, bytes) or b"\x00" in body:

@@ -267,13 +267,22 @@ class Subscription:
     options: dict[str, Any] = field(default_factory=dict)  # protocol-specific (STOMP id, group headers...)
     durable: tuple[str, str] | None = None  # (client id, subscription name) of a durable topic subscription
 
-    def track(self, consumer: Consumer | None, delivery: Delivery) -> str:
+    def track(self, consumer: Consumer | None, delivery: Delivery,
+              holder: Callable[[str], Subscription | None] | None = None) -> str:
         """Remember a delivered message until it is acknowledged; returns its ack id (the message id,
         made unique within the subscription when a composite delivers the same id twice). No consumer:
-        a message the broker does not hold (a replayed advisory), which an ack only forgets."""
+        a message the broker does not hold (a replayed advisory), which an ack only forgets.
+
+        `holder` (STOMP: `Link.find`) makes the id unique within the connection too: a STOMP 1.2 ACK
+        names its message by the ack id alone, and a composite send or two subscriptions on one topic
+        give two subscriptions the same message id; the second gets the subscription's key added
+        (ActiveMQ makes an ack id per delivery). Shared, the ACK of one subscription's copy took the
+        other's (in `client` mode everything that one had delivered before it)."""
         ack_id = delivery.message_id
         if ack_id in self.unacked:
             ack_id = f"{delivery.message_id}@{delivery.destination}"
+        elif holder is not None and holder(ack_id) is not None:
+            ack_id = f"{delivery.message_id}@{self.key}"
         self.unacked[ack_id] = (consumer, delivery.message_id)
         return ack_id
 

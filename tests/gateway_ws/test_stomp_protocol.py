@@ -201,6 +201,46 @@ def test_a_composite_send_reaches_every_queue(clients, queue_name):
     assert destinations == [f"{q(queue_name)}.a", f"{q(queue_name)}.b"]
 
 
+def test_an_ack_acknowledges_only_the_subscription_whose_message_it_names(clients, queue_name, broker):
+    """A composite send gives two subscriptions of one connection the same message id. STOMP 1.2 relates
+    an ACK to its MESSAGE by the ack header alone, so each delivery needs its own (ActiveMQ generates one
+    per delivery): a shared one let the ACK of subscription b's copy take subscription a's, and in
+    `client` mode everything a had delivered before it, never acknowledged by the client."""
+    client = clients()
+    a, b = f"{q(queue_name)}.a", f"{q(queue_name)}.b"
+    client.receipt(client.conn.subscribe, a, id="a", ack="client")
+    client.receipt(client.conn.subscribe, b, id="b", ack="client")
+    client.conn.send(a, "only a")
+    client.conn.send(f"{a},{b}", "both")
+    messages = client.messages(3)
+    assert len({m.headers["ack"] for m in messages}) == 3, [m.headers for m in messages]
+    (b_copy,) = [m for m in messages if m.headers["subscription"] == "b"]
+    client.receipt(client.conn.ack, b_copy.headers["ack"])
+    assert broker.stats(f"queue://{queue_name}.b").dequeued == 1
+    stats_a = broker.stats(f"queue://{queue_name}.a")
+    assert (stats_a.dequeued, stats_a.in_flight) == (0, 2)
+
+
+def test_a_stomp_1_1_ack_names_the_message_id_and_the_subscription(gateway, queue_name, broker):
+    """1.1 has no ack header: its ACK names message-id and subscription, so two subscriptions holding the
+    same message id are told apart by the subscription."""
+    raw = RawStomp(gateway.stomp_url, version="1.1")
+    try:
+        raw.connect(version="1.1")
+        a, b = f"{q(queue_name)}.a", f"{q(queue_name)}.b"
+        for key, destination in (("a", a), ("b", b)):
+            raw.send("SUBSCRIBE", {"destination": destination, "id": key, "ack": "client"})
+        raw.send("SEND", {"destination": f"{a},{b}"}, b"both")
+        messages = [raw.expect("MESSAGE"), raw.expect("MESSAGE")]
+        (b_copy,) = [m for m in messages if m.get("subscription") == "b"]
+        raw.send("ACK", {"message-id": b_copy.get("message-id"), "subscription": "b", "receipt": "r"})
+        raw.expect("RECEIPT")
+        assert broker.stats(f"queue://{queue_name}.b").dequeued == 1
+        assert broker.stats(f"queue://{queue_name}.a").in_flight == 1
+    finally:
+        raw.close()
+
+
 # -- ack modes and prefetch -----------------------------------------------------------------------------
 
 def test_auto_mode_acks_on_dispatch_so_the_window_never_fills(clients, queue_name, broker):
