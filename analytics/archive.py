@@ -167,8 +167,13 @@ def _clear_temporaries(location: ArchiveLocation, folder: str, name: str) -> Non
             location.fs.delete_file(info.path)
 
 
-def write_entries(location: ArchiveLocation, destination: str, entries: list[tuple[Any, Any]]) -> list[str]:
-    first, last = _text(entries[0][0]), _text(entries[-1][0])
+def write_entries(location: ArchiveLocation, destination: str, entries: list[tuple[Any, Any]],
+                  bounds: tuple[str, str] | None = None) -> list[str]:
+    """Write a batch's files, named by its `bounds` (first and last id; default the entries'). A batch
+    redone after a crash is named by its recorded bounds, not by the entries still there: the stream's cap
+    may have dropped its oldest entries since, and a name from the entries left would put them in a second
+    file beside the complete one."""
+    first, last = bounds or (_text(entries[0][0]), _text(entries[-1][0]))
     name = f"events-{first.replace('-', '_')}-{last.replace('-', '_')}.parquet"
     by_date: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for stream_id, fields in entries:
@@ -238,7 +243,7 @@ def archive_destination(broker: Broker, destination: str | Destination, location
                 event_archive.begin_batch(broker, dest, first_id, last_id)
             if entries:
                 _kill_point("before_write")
-                run.files += write_entries(location, dest.uri, entries)
+                run.files += write_entries(location, dest.uri, entries, (first_id, last_id))
                 _kill_point("before_checkpoint")
             archived = sum(event_stream.count(fields) for _, fields in entries)
             event_archive.end_batch(broker, dest, last_id, broker.clock.now_ms(), archived)

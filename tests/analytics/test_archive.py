@@ -171,3 +171,27 @@ def test_an_unusable_archive_location_is_refused_with_its_name():
         ArchiveLocation.parse("nosuchscheme://x/archive")
     with pytest.raises(archive.ArchiveError, match="empty"):
         ArchiveLocation.parse("  ")
+
+
+@pytest.mark.e2e
+def test_a_pending_batch_whose_oldest_entries_the_cap_dropped_is_not_archived_twice(
+        broker, redis_url, namespace, tmp_path):
+    broker.policies.set_entry("queue", ">", {"eventsMaxLen": 50})
+    broker.refresh_policies()
+    broker.ensure_destination("orders")
+    for i in range(20):  # an entry (one enqueue) each
+        broker.send("orders", Message(body=str(i)))
+    first = stream_ids(broker, "queue://orders")
+    assert len(first) == 20
+    # The first batch (BATCH entries) is written, then the archiver dies before its checkpoint.
+    assert run_archiver(redis_url, namespace, tmp_path, "before_checkpoint:1") == -signal.SIGKILL
+    assert archived_ids(tmp_path, "queue://orders") == first[:BATCH]
+    for i in range(33):  # the stream goes over its cap by 3: the pending batch's oldest 3 entries go
+        broker.send("orders", Message(body=f"more{i}"))
+    assert stream_ids(broker, "queue://orders")[0] == first[3]
+    time.sleep(LEASE_MS / 1000 + 0.2)
+    assert run_archiver(redis_url, namespace, tmp_path) == 0
+    archived = archived_ids(tmp_path, "queue://orders")
+    assert len(archived) == len(set(archived)), "events archived twice"
+    assert archived == sorted(set(first) | set(archived[BATCH:]))
+
