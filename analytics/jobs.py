@@ -35,34 +35,40 @@ def _type(*names: str) -> Column:
 
 
 def _counters() -> dict[str, Column]:
-    """Counter -> the events it counts. `evicted`: the topic pending-limit eviction's `evict` event
-    (spec §8.5; no queue evicts, so it stays 0 until topics exist)."""
+    """Counter -> what an event adds to it (null: nothing). `evicted`: the topic pending-limit eviction's
+    `evict` event (spec §8.5). `lost`: the events the stream's cap dropped before the archive read them
+    (the archive's `lost` rows, each with their `count`): the other counters miss that many events."""
+    def one(condition: Column) -> Column:
+        return F.when(condition, 1)
+
     return {
-        "enqueued": _type("enqueue"),
-        "dispatched": _type("dispatch"),
-        "acked": _type("ack"),
-        "redelivered": _type("dispatch") & (F.col("redeliveries") > 0),
-        "expired": _type("expire"),
-        "dead_lettered": _type("deadletter"),
-        "discarded": _type("discard"),
-        "evicted": _type("evict"),
+        "enqueued": one(_type("enqueue")),
+        "dispatched": one(_type("dispatch")),
+        "acked": one(_type("ack")),
+        "redelivered": one(_type("dispatch") & (F.col("redeliveries") > 0)),
+        "expired": one(_type("expire")),
+        "dead_lettered": one(_type("deadletter")),
+        "discarded": one(_type("discard")),
+        "evicted": one(_type("evict")),
+        "lost": F.when(_type("lost"), F.col("count")),
     }
 
 
 COUNTER_NAMES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "dead_lettered", "discarded",
-                 "evicted")
-COUNTED_TYPES = ("enqueue", "dispatch", "ack", "expire", "deadletter", "discard", "evict")
+                 "evicted", "lost")
+COUNTED_TYPES = ("enqueue", "dispatch", "ack", "expire", "deadletter", "discard", "evict", "lost")
 
 
 def per_minute(events: DataFrame) -> DataFrame:
     """(destination, minute_ms, enqueued, dispatched, acked, redelivered, expired, dead_lettered,
-    discarded, evicted): one row per destination and minute with at least one counted event."""
+    discarded, evicted, lost): one row per destination and minute with at least one counted
+    event."""
     counters = _counters()
     return (
         events.filter(_type(*COUNTED_TYPES))
         .withColumn("minute_ms", F.col("ts") - F.col("ts") % MINUTE_MS)
         .groupBy("destination", "minute_ms")
-        .agg(*(F.sum(F.when(counters[name], 1).otherwise(0)).cast("long").alias(name)
+        .agg(*(F.coalesce(F.sum(counters[name]), F.lit(0)).cast("long").alias(name)
                for name in COUNTER_NAMES))
     )
 

@@ -62,8 +62,10 @@ def index(request: HttpRequest) -> HttpResponse:
         destination = parse_destination(uri)
         if allowed(request.user, destination, "read"):
             balance = entry["groups"].get("balance") or {}
+            lost = entry["totals"].get("lost", 0)  # (summaries from before the counter have none)
             rows.append({"destination": destination, "totals": entry["totals"],
-                         "recommend_reset": bool(balance.get("recommend_reset"))})
+                         "recommend_reset": bool(balance.get("recommend_reset")),
+                         "lost": f"{lost:,}" if lost else ""})
     moments = ({name: _moment(summary[f"{name}_ms"]) for name in ("since", "until", "generated_at")}
                if summary else {})
     return render(request, "console/analytics.html", {

@@ -114,3 +114,30 @@ def test_range_as_dates_latencies_in_units_and_the_throughput_chart_in_uplot(
     assert len(drawn["times"]) == 1440 and drawn["times"][0] == (until - 86_400_000) / 1000
     assert drawn["enqueued"][-1] == 3 and sum(drawn["enqueued"]) == 3
     expect(page.locator("#throughput-caption")).to_contain_text("(the last 24 h of the range).")
+
+
+def test_events_lost_before_archiving_are_said_on_both_pages(
+        hd_page, console_server, redis_client, queue_name):  # noqa: F811
+    from playwright.sync_api import expect
+
+    page = hd_page
+    uri = f"queue://{queue_name}"
+    stored = json.loads(summary(uri, SINCE, SINCE + 30 * MINUTE, [minute(SINCE, 600, 300)]))
+    stored["counters"].append("lost")
+    entry = stored["destinations"][uri]
+    entry["totals"]["lost"] = 1234
+    entry["per_minute"] = [[*p, 1234] for p in entry["per_minute"]]
+    write_summary(redis_client, console_server.namespace, json.dumps(stored))
+
+    page.goto(f"{console_server.url}/console/analytics/")
+    expect(page.locator("#analytics-destinations tbody tr")).to_contain_text("1,234 events lost")
+    page.goto(f"{console_server.url}/console/analytics/queue/{queue_name}/")
+    expect(page.locator("#loss")).to_be_visible()
+    expect(page.locator("#loss")).to_contain_text(
+        "1,234 events were dropped by the event stream's bound (eventsMaxLen) before they were archived")
+    # and without a loss, no warning
+    write_summary(redis_client, console_server.namespace, summary(uri, SINCE, SINCE + 30 * MINUTE,
+                                                                  [minute(SINCE, 600, 300)]))
+    page.reload()
+    expect(page.locator("#range")).to_contain_text("2026-11-21 10:00:00 UTC")
+    expect(page.locator("#loss")).to_be_hidden()

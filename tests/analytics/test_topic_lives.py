@@ -58,3 +58,22 @@ def test_each_subscription_has_its_own_latencies(spark, redis_client, namespace,
     assert {metric: stats["count"] for metric, stats in news["latency"].items()} == dict.fromkeys(
         jobs.LATENCY_METRICS, 2)
     assert news["redeliveries"] == {"0": 2}
+
+
+def test_events_lost_before_archiving_are_counted_in_the_summary(spark, redis_client, namespace, tmp_path):
+    clock = FakeClock()
+    t0 = clock.now_ms()
+    broker = Broker(redis_client, namespace, clock=clock)
+    broker.policies.set_entry("queue", ">", {"eventsMaxLen": 50})
+    broker.refresh_policies()
+    broker.ensure_destination("orders")
+    for i in range(80):
+        broker.send("orders", Message(body=str(i)))
+    location = ArchiveLocation.parse(tmp_path / "archive")
+    archive_all(broker, location, destinations=["queue://orders"])
+    summary = run(spark, since_ms=t0, until_ms=t0 + 60_000, archive=str(tmp_path / "archive"),
+                  output=str(tmp_path / "out")).summary
+    totals = summary["destinations"]["queue://orders"]["totals"]
+    assert (totals["enqueued"], totals["lost"]) == (50, 30)
+    assert broker.stats("orders").enqueued == totals["enqueued"] + totals["lost"]
+
