@@ -35,18 +35,23 @@ def _type(*names: str) -> Column:
 
 
 def _counters() -> dict[str, Column]:
-    """Counter -> what an event adds to it (null: nothing). `evicted`: the topic pending-limit eviction's
+    """Counter -> what an event adds to it (null: nothing). `expired` and `expired_on_arrival` apart, as the
+    broker counts them (a message expired when sent is never enqueued, and ActiveMQ's Queue.send does not
+    count it in the destination's ExpiredCount). `evicted`: the topic pending-limit eviction's
     `evict` event (spec §8.5). `lost`: the events the stream's cap dropped before the archive read them
     (the archive's `lost` rows, each with their `count`): the other counters miss that many events."""
     def one(condition: Column) -> Column:
         return F.when(condition, 1)
+
+    on_arrival = F.coalesce(F.col("attrs")["on_arrival"] == "1", F.lit(False))
 
     return {
         "enqueued": one(_type("enqueue")),
         "dispatched": one(_type("dispatch")),
         "acked": one(_type("ack")),
         "redelivered": one(_type("dispatch") & (F.col("redeliveries") > 0)),
-        "expired": one(_type("expire")),
+        "expired": one(_type("expire") & ~on_arrival),
+        "expired_on_arrival": one(_type("expire") & on_arrival),
         "dead_lettered": one(_type("deadletter")),
         "discarded": one(_type("discard")),
         "evicted": one(_type("evict")),
@@ -54,14 +59,14 @@ def _counters() -> dict[str, Column]:
     }
 
 
-COUNTER_NAMES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "dead_lettered", "discarded",
-                 "evicted", "lost")
+COUNTER_NAMES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "expired_on_arrival",
+                 "dead_lettered", "discarded", "evicted", "lost")
 COUNTED_TYPES = ("enqueue", "dispatch", "ack", "expire", "deadletter", "discard", "evict", "lost")
 
 
 def per_minute(events: DataFrame) -> DataFrame:
-    """(destination, minute_ms, enqueued, dispatched, acked, redelivered, expired, dead_lettered,
-    discarded, evicted, lost): one row per destination and minute with at least one counted
+    """(destination, minute_ms, enqueued, dispatched, acked, redelivered, expired, expired_on_arrival,
+    dead_lettered, discarded, evicted, lost): one row per destination and minute with at least one counted
     event."""
     counters = _counters()
     return (

@@ -7,7 +7,7 @@
   const P = page();
   const admin = P.admin === "1";
   const LABELS = { enqueued: "Enqueued", dispatched: "Dispatched", acked: "Acked", redelivered: "Redelivered",
-    expired: "Expired", dead_lettered: "Dead-lettered", discarded: "Discarded", evicted: "Evicted", lost: "Lost events" };
+    expired: "Expired", expired_on_arrival: "Expired on arrival", dead_lettered: "Dead-lettered", discarded: "Discarded", evicted: "Evicted", lost: "Lost events" };
   const METRICS = { send_to_dispatch: "send → dispatch", dispatch_to_ack: "dispatch → ack", send_to_ack: "send → ack" };
   const when = (ms) => new Date(ms).toISOString().replace("T", " ").slice(0, 19) + " UTC";
   // A latency in the unit that reads best: 0.4 ms, 850 ms, 1.25 s, 42.5 s, 3 min 20 s, 2 h 5 min.

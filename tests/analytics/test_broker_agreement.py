@@ -1,6 +1,8 @@
-"""A topic's subscriptions each get their own copy of a message: one `enqueue` on the topic's stream, then
-each subscription's `dispatch`/`ack` events (carrying its `sub`). The latencies are each subscription's own,
-measured from the real broker's events through the archiver and the pipeline."""
+"""The analytics' figures against the real broker's own counters and the message lives it went through:
+scripted histories on a real Redis, archived by the archiver, computed by the pipeline on Spark.
+A topic's subscriptions each get their own copy of a message (one `enqueue` on the topic's stream, then
+each subscription's `dispatch`/`ack` events, carrying its `sub`): the latencies are each subscription's own.
+Events the stream's cap dropped before the archive read them are counted as lost; expiry on arrival apart."""
 
 from __future__ import annotations
 
@@ -77,3 +79,23 @@ def test_events_lost_before_archiving_are_counted_in_the_summary(spark, redis_cl
     assert (totals["enqueued"], totals["lost"]) == (50, 30)
     assert broker.stats("orders").enqueued == totals["enqueued"] + totals["lost"]
 
+
+def test_expired_counts_as_the_broker_counts_expired_and_expired_on_arrival(spark, redis_client, namespace,
+                                                                            tmp_path):
+    clock = FakeClock()
+    t0 = clock.now_ms()
+    broker = Broker(redis_client, namespace, clock=clock)
+    broker.send("orders", Message(body="late", expiration=t0 - 1))  # expired on arrival: never enqueued
+    broker.send("orders", Message(body="soon", expiration=t0 + 1_000))
+    broker.send("orders", Message(body="kept"))
+    clock.advance(2_000)
+    broker.sweep_expired("orders")
+    stats = broker.stats("orders")
+    assert (stats.enqueued, stats.expired, stats.expired_on_arrival) == (2, 1, 1)
+
+    location = ArchiveLocation.parse(tmp_path / "archive")
+    archive_all(broker, location, destinations=["queue://orders"])
+    summary = run(spark, since_ms=t0, until_ms=t0 + 60_000, archive=str(tmp_path / "archive"),
+                  output=str(tmp_path / "out")).summary
+    totals = summary["destinations"]["queue://orders"]["totals"]
+    assert (totals["enqueued"], totals["expired"], totals["expired_on_arrival"]) == (2, 1, 1)
