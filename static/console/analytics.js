@@ -73,7 +73,11 @@
 
   function show(s) {
     document.getElementById("range").textContent =
-      `${when(s.since_ms)} – ${when(s.until_ms)}; computed ${when(s.generated_at_ms)}.`;
+      `${when(s.since_ms)} – ${when(s.until_ms)}; computed ${when(s.generated_at_ms)} `
+      + `(${duration(Math.max(0, Date.now() - s.generated_at_ms))} ago).`;
+    const stale = document.getElementById("stale");  // (the server says when a scheduled run is overdue)
+    stale.hidden = !s.stale;
+    stale.textContent = s.stale || "";
     // Events the stream's bound dropped before the archive read them (the archive's `lost` rows): every
     // figure on the page misses them, which the page says rather than showing partial numbers as whole.
     const lost = s.totals.lost || 0;
