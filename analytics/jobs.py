@@ -149,15 +149,17 @@ def _bulk(events: DataFrame) -> DataFrame:
     enqueue is given to each subscription that has events of the message (kept once, `sub` '', when none
     has), so that each subscription's copy has its own life; folded into one, the first subscription's ack
     was the only ack, measured from the last subscription's dispatch. Queues' events pass as they are."""
-    bulk = events.filter(_type("enqueue", "dispatch", "ack") & F.col("msg").isNotNull()).withColumn(
-        "sub", F.coalesce(F.col("attrs")["sub"], F.lit("")))
-    on_topic = F.col("destination").startswith("topic://")  # (a partition column: each side reads its own)
-    topic = bulk.filter(on_topic)
+    bulk = events.filter(_type("enqueue", "dispatch", "ack") & F.col("msg").isNotNull())
+    # (`destination` is a partition column: each side reads only its own folders, and queues' events never
+    # decode `attrs`)
+    on_topic = F.col("destination").startswith("topic://")
+    queues = bulk.filter(~on_topic).withColumn("sub", F.lit(""))
+    topic = bulk.filter(on_topic).withColumn("sub", F.coalesce(F.col("attrs")["sub"], F.lit("")))
     subs = topic.filter(F.col("sub") != "").select(*COPY).distinct()
     enqueues = (topic.filter(_type("enqueue")).drop("sub").join(subs, ["destination", "msg"], "left")
                 .withColumn("sub", F.coalesce("sub", F.lit(""))))
-    return (bulk.filter(~on_topic).unionByName(topic.filter(~_type("enqueue")))
-            .unionByName(enqueues.select(*bulk.columns)))
+    return (queues.unionByName(topic.filter(~_type("enqueue")))
+            .unionByName(enqueues.select(*queues.columns)))
 
 
 def _grouped_enqueue() -> Column:
