@@ -115,6 +115,7 @@ class DestinationRun:
     files: list[str] = field(default_factory=list)
     trimmed: int = 0
     skipped: bool = False  # another worker holds the lease
+    lost: int = 0  # events the stream's cap dropped before they were read (archived as `lost` rows)
 
 
 def checkpoint_key(broker: Broker, dest: Destination) -> str:
@@ -167,10 +168,19 @@ def _clear_temporaries(location: ArchiveLocation, folder: str, name: str) -> Non
             location.fs.delete_file(info.path)
 
 
-def write_entries(location: ArchiveLocation, destination: str, entries: list[tuple[Any, Any]]) -> list[str]:
-    first, last = _text(entries[0][0]), _text(entries[-1][0])
+def write_entries(location: ArchiveLocation, destination: str, entries: list[tuple[Any, Any]],
+                  bounds: tuple[str, str] | None = None, lost: int = 0, lost_ts: int = 0) -> list[str]:
+    """Write a batch's files, named by its `bounds` (first and last id; default the entries'). A batch
+    redone after a crash is named by its recorded bounds, not by the entries still there: the stream's cap
+    may have dropped its oldest entries since, and a name from the entries left would put them in a second
+    file beside the complete one. `lost` > 0: the events the cap dropped unread before the batch, as one
+    `lost` row (events.lost_row) before its first entry, at the first event's ts (else `lost_ts`)."""
+    first, last = bounds or (_text(entries[0][0]), _text(entries[-1][0]))
     name = f"events-{first.replace('-', '_')}-{last.replace('-', '_')}.parquet"
     by_date: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    if lost > 0:
+        ts = events.event_rows(*entries[0])[0]["ts"] if entries else lost_ts
+        by_date[events.event_date(ts)].append(events.lost_row(first, ts, lost))
     for stream_id, fields in entries:
         for row in events.event_rows(stream_id, fields):
             by_date[events.event_date(row["ts"])].append(row)
@@ -222,27 +232,43 @@ def archive_destination(broker: Broker, destination: str | Destination, location
             run.skipped = True
             return run
         for _ in range(max_batches):
-            last, pending = (None if v is None else _text(v)
-                             for v in event_archive.checkpoint_fields(broker, dest, "last", "pending"))
+            last, pending, seen, pending_lost, pending_seen = (
+                None if v is None else _text(v) for v in event_archive.checkpoint_fields(
+                    broker, dest, "last", "pending", "lost_seen", "pending_lost", "pending_seen"))
             if last:
                 run.trimmed += _trim(broker, dest, last, keep_ms)  # a crash after the checkpoint left these
             if pending:
                 first_id, last_id = pending.split()
                 entries = read_entries(broker, dest, first_id, last_id, 2**62)
+                # (no pending_seen: the crash came before the loss was worked out; the next batch counts it)
+                lost, lost_seen = int(pending_lost or 0), None if pending_seen is None else int(pending_seen)
             else:
                 start = f"({last}" if last else "-"
                 entries = read_entries(broker, dest, start, "+", batch_events)
                 if not entries:
                     break
                 first_id, last_id = _text(entries[0][0]), _text(entries[-1][0])
-                event_archive.begin_batch(broker, dest, first_id, last_id)
-            if entries:
+                oldest, lost_seen = event_archive.begin_batch(broker, dest, first_id, last_id)
+                # The cap counted as lost what it dropped after `last` until `pending` was recorded: the
+                # events dropped before this read, and those of this batch's oldest entries it dropped
+                # once read (they are here, and archived).
+                kept = None if oldest is None else events.parse_stream_id(oldest)
+                gone = sum(event_stream.count(fields) for entry_id, fields in entries
+                           if kept is None or events.parse_stream_id(entry_id) < kept)
+                lost = lost_seen - int(seen or 0) - gone
+                event_archive.record_loss(broker, dest, lost, lost_seen)
+            if entries or lost:
                 _kill_point("before_write")
-                run.files += write_entries(location, dest.uri, entries)
+                run.files += write_entries(location, dest.uri, entries, (first_id, last_id), lost,
+                                           broker.clock.now_ms())
                 _kill_point("before_checkpoint")
+            if lost:
+                log.warning("%s: %d events were dropped by the event stream's cap (eventsMaxLen) before the "
+                            "archive read them; archived as a loss", dest.uri, lost)
             archived = sum(event_stream.count(fields) for _, fields in entries)
-            event_archive.end_batch(broker, dest, last_id, broker.clock.now_ms(), archived)
+            event_archive.end_batch(broker, dest, last_id, broker.clock.now_ms(), archived, lost, lost_seen)
             run.archived += archived
+            run.lost += lost
             _kill_point("before_trim")
             run.trimmed += _trim(broker, dest, last_id, keep_ms)
             if not lease.renew():
@@ -259,8 +285,12 @@ class ArchiveRun:
     def archived(self) -> int:
         return sum(d.archived for d in self.destinations)
 
+    @property
+    def lost(self) -> int:
+        return sum(d.lost for d in self.destinations)
+
     def as_dict(self) -> dict[str, Any]:
-        return {"archived": self.archived, "removed_days": self.removed_days,
+        return {"archived": self.archived, "lost": self.lost, "removed_days": self.removed_days,
                 "destinations": [vars(d) for d in self.destinations]}
 
 

@@ -77,6 +77,13 @@ def event_rows(stream_id: bytes | str, fields: Mapping[bytes, bytes]) -> list[di
             for place, event in enumerate(event_stream.events_of(fields))]
 
 
+def lost_row(before_id: bytes | str, ts: int, count: int) -> dict[str, Any]:
+    """The `lost` row of `count` events the stream's cap dropped before the archive read them, placed just
+    before the entry `before_id` (the first one read after them: event_seq one below its first event's)."""
+    ms, seq = parse_stream_id(before_id)
+    return _row(ms, seq * SEQ_PER_ENTRY - 1, {"type": "lost", "ts": str(ts), "count": str(count)})
+
+
 def _row(ms: int, seq: int, fields: Mapping[Any, Any]) -> dict[str, Any]:
     plain = {_text(k): _text(v) for k, v in fields.items()}
     row: dict[str, Any] = {"event_ms": ms, "event_seq": seq, "ts": _long(plain.get("ts")) or ms,

@@ -5,7 +5,8 @@ and returns a DataFrame; nothing collects raw events to the driver. Definitions 
 
 - a message's *life* on a destination starts at an `enqueue` event and lasts until the next one (a dead
   letter retried back starts a new life); lives are numbered by a running count of enqueues in stream
-  order (`event_ms`, `event_seq`), which is the true order of a destination's events. Computed by one
+  order (`event_ms`, `event_seq`), which is the true order of a destination's events. On a topic each
+  subscription's copy has its own lives (COPY, _bulk). Computed by one
   hash aggregate per message of plain aggregates (`messages`: min/max/min_by/max_by over positions,
   consumer and group names as 64-bit keys, no per-message list), which is exactly the life of a message
   with one enqueue as its first event; the few other messages fold their events in stream order
@@ -34,34 +35,45 @@ def _type(*names: str) -> Column:
 
 
 def _counters() -> dict[str, Column]:
-    """Counter -> the events it counts. `evicted`: the topic pending-limit eviction's `evict` event
-    (spec §8.5; no queue evicts, so it stays 0 until topics exist)."""
+    """Counter -> what an event adds to it (null: nothing). `expired` and `expired_on_arrival` apart, as the
+    broker counts them (a message expired when sent is never enqueued, and ActiveMQ's Queue.send does not
+    count it in the destination's ExpiredCount). `evicted`: the topic pending-limit eviction's
+    `evict` event (spec §8.5). `lost`: the events the stream's cap dropped before the archive read them
+    (the archive's `lost` rows, each with their `count`): the other counters miss that many events."""
+    def one(condition: Column) -> Column:
+        return F.when(condition, 1)
+
+    on_arrival = F.coalesce(F.col("attrs")["on_arrival"] == "1", F.lit(False))
+
     return {
-        "enqueued": _type("enqueue"),
-        "dispatched": _type("dispatch"),
-        "acked": _type("ack"),
-        "redelivered": _type("dispatch") & (F.col("redeliveries") > 0),
-        "expired": _type("expire"),
-        "dead_lettered": _type("deadletter"),
-        "discarded": _type("discard"),
-        "evicted": _type("evict"),
+        "enqueued": one(_type("enqueue")),
+        "dispatched": one(_type("dispatch")),
+        "acked": one(_type("ack")),
+        "redelivered": one(_type("dispatch") & (F.col("redeliveries") > 0)),
+        "expired": one(_type("expire") & ~on_arrival),
+        "expired_on_arrival": one(_type("expire") & on_arrival),
+        "dead_lettered": one(_type("deadletter")),
+        "discarded": one(_type("discard")),
+        "evicted": one(_type("evict")),
+        "lost": F.when(_type("lost"), F.col("count")),
     }
 
 
-COUNTER_NAMES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "dead_lettered", "discarded",
-                 "evicted")
-COUNTED_TYPES = ("enqueue", "dispatch", "ack", "expire", "deadletter", "discard", "evict")
+COUNTER_NAMES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "expired_on_arrival",
+                 "dead_lettered", "discarded", "evicted", "lost")
+COUNTED_TYPES = ("enqueue", "dispatch", "ack", "expire", "deadletter", "discard", "evict", "lost")
 
 
 def per_minute(events: DataFrame) -> DataFrame:
-    """(destination, minute_ms, enqueued, dispatched, acked, redelivered, expired, dead_lettered,
-    discarded, evicted): one row per destination and minute with at least one counted event."""
+    """(destination, minute_ms, enqueued, dispatched, acked, redelivered, expired, expired_on_arrival,
+    dead_lettered, discarded, evicted, lost): one row per destination and minute with at least one counted
+    event."""
     counters = _counters()
     return (
         events.filter(_type(*COUNTED_TYPES))
         .withColumn("minute_ms", F.col("ts") - F.col("ts") % MINUTE_MS)
         .groupBy("destination", "minute_ms")
-        .agg(*(F.sum(F.when(counters[name], 1).otherwise(0)).cast("long").alias(name)
+        .agg(*(F.coalesce(F.sum(counters[name]), F.lit(0)).cast("long").alias(name)
                for name in COUNTER_NAMES))
     )
 
@@ -126,8 +138,28 @@ def key(column: str | Column, salt: int) -> Column:
     return F.when(name.isNotNull(), F.xxhash64(name, F.lit(salt)))
 
 
+# A message's copy, the thing that lives: on a queue the message (`sub` ''), on a topic one subscription's
+# copy of it (`sub` = the subscription key its dispatch and ack events carry).
+COPY = ("destination", "msg", "sub")
+
+
 def _bulk(events: DataFrame) -> DataFrame:
-    return events.filter(_type("enqueue", "dispatch", "ack") & F.col("msg").isNotNull())
+    """The enqueue/dispatch/ack events, each with its copy's `sub`. A topic's stream holds one `enqueue` per
+    message and every subscription's dispatches and acks (docs/broker_core.md, *Lifecycle events*): the
+    enqueue is given to each subscription that has events of the message (kept once, `sub` '', when none
+    has), so that each subscription's copy has its own life; folded into one, the first subscription's ack
+    was the only ack, measured from the last subscription's dispatch. Queues' events pass as they are."""
+    bulk = events.filter(_type("enqueue", "dispatch", "ack") & F.col("msg").isNotNull())
+    # (`destination` is a partition column: each side reads only its own folders, and queues' events never
+    # decode `attrs`)
+    on_topic = F.col("destination").startswith("topic://")
+    queues = bulk.filter(~on_topic).withColumn("sub", F.lit(""))
+    topic = bulk.filter(on_topic).withColumn("sub", F.coalesce(F.col("attrs")["sub"], F.lit("")))
+    subs = topic.filter(F.col("sub") != "").select(*COPY).distinct()
+    enqueues = (topic.filter(_type("enqueue")).drop("sub").join(subs, ["destination", "msg"], "left")
+                .withColumn("sub", F.coalesce("sub", F.lit(""))))
+    return (queues.unionByName(topic.filter(~_type("enqueue")))
+            .unionByName(enqueues.select(*queues.columns)))
 
 
 def _grouped_enqueue() -> Column:
@@ -194,14 +226,14 @@ def messages(events: DataFrame, salt: int = 0) -> DataFrame:
     # Narrow rows (kind, position and keys as numbers) shuffled by message as they are: a partial
     # aggregation before the shuffle costs more than it saves (most messages' events are few).
     narrow = _bulk(events).select(
-        "destination", "msg", F.when(_type("enqueue"), 0).when(_type("dispatch"), 1).otherwise(2)
+        *COPY, F.when(_type("enqueue"), 0).when(_type("dispatch"), 1).otherwise(2)
         .cast("tinyint").alias("kind"), _position().alias("pos"), "ts",
         key("consumer", salt).alias("consumer"),
         F.when(_grouped_enqueue(), key("group", salt)).alias("group_key"), "redeliveries")
     is_enqueue, is_dispatch, is_ack = (F.col("kind") == 0), (F.col("kind") == 1), (F.col("kind") == 2)
     pos, ts, consumer = F.col("pos"), F.col("ts"), F.col("consumer")
     return (
-        narrow.repartition("destination", "msg").groupBy("destination", "msg").agg(
+        narrow.repartition(*COPY).groupBy(*COPY).agg(
             F.count_if(is_enqueue).alias("enqueues"),
             F.max(F.when(is_enqueue, pos)).alias("enqueue_pos"),
             F.min(pos).alias("first_pos"),
@@ -248,14 +280,14 @@ def complex_messages(events: DataFrame, keys: DataFrame) -> DataFrame:
         bulk = _bulk(events).filter(F.lit(False))  # an empty plan: Spark prunes the scan
     else:
         bulk = _bulk(events).join(F.broadcast(keys) if count <= BROADCAST_KEYS else keys,
-                                  ["destination", "msg"], "left_semi")
+                                  list(COPY), "left_semi")
     return (
-        bulk.groupBy("destination", "msg")
+        bulk.groupBy(*COPY)
         .agg(F.collect_list(F.struct("event_ms", "event_seq", kind.alias("k"), "ts", "consumer",
                                      "redeliveries")).alias("evs"),
              F.collect_set(F.when(_grouped_enqueue(), F.col("group"))).alias("groups"),
              F.collect_set(F.when(is_dispatch, F.struct("consumer"))).alias("dispatched_to"))
-        .select("destination", "msg", F.expr(_FOLD).alias("lives"), "groups", "dispatched_to")
+        .select(*COPY, F.expr(_FOLD).alias("lives"), "groups", "dispatched_to")
     )
 
 
@@ -274,12 +306,12 @@ def keyed_lives(per_message: DataFrame, folded: DataFrame, salt: int) -> DataFra
     aggregates (the ack's delivery is the last dispatch, which comes before it), the others' lives from
     the fold."""
     simple = per_message.filter(F.col("simple")).select(
-        "destination", "msg",
+        *COPY,
         *_life_row(F.lit(1), F.col("sent_ts"), F.col("fd_ts"), F.col("fd_consumer"), F.col("ack_ts"),
                    F.col("ack_consumer"), F.col("ld_ts"), F.col("max_redeliveries")))
     life = F.col("l")
-    folded_lives = folded.select("destination", "msg", F.posexplode("lives").alias("pos", "l")).select(
-        "destination", "msg",
+    folded_lives = folded.select(*COPY, F.posexplode("lives").alias("pos", "l")).select(
+        *COPY,
         *_life_row(F.col("pos") + 1, life["sent_ts"], life["fd_ts"], key(life["fd_consumer"], salt),
                    life["ack_ts"], key(life["ack_consumer"], salt), life["ack_delivered"], life["maxr"]))
     return simple.unionByName(folded_lives)
@@ -292,7 +324,7 @@ def lives(events: DataFrame) -> DataFrame:
     seen = consumers_seen(events)
     salt = key_salt(seen, group_messages(events))
     per_message = messages(events, salt)
-    folded = complex_messages(events, per_message.filter(~F.col("simple")).select("destination", "msg"))
+    folded = complex_messages(events, per_message.filter(~F.col("simple")).select(*COPY))
     keyed = keyed_lives(per_message, folded, salt)
     names = consumer_names(seen, salt)
     first, acker = names.alias("first"), names.alias("acker")
@@ -302,7 +334,7 @@ def lives(events: DataFrame) -> DataFrame:
               .join(acker, (F.col("l.destination") == F.col("acker.destination"))
                     & (F.col("l.ack.consumer") == F.col("acker.key")), "left"))
     return joined.select(
-        "l.destination", "l.msg",
+        "l.destination", "l.msg", "l.sub",
         *_life_row(F.col("l.life"), F.col("l.sent_ts"), F.col("l.first_dispatch.ts"), F.col("first.name"),
                    F.col("l.ack.ts"), F.col("acker.name"), F.col("l.ack.delivered_ts"),
                    F.col("l.max_redeliveries")))
@@ -419,17 +451,19 @@ def decode_consumers(frame: DataFrame, names: DataFrame) -> DataFrame:
 # (value = a life's max redeliveries), GROUP (consumer key, value = group key, first = 1 on the message's
 # first group, so sum(first) counts messages), COMPLEX (msg: a message for complex_messages).
 LATENCY_FACT, REDELIVERY_FACT, GROUP_FACT, COMPLEX_FACT = 0, 1, 2, 3
-FACT_KEYS = ("destination", "kind", "consumer", "metric", "value", "msg")
+FACT_KEYS = ("destination", "kind", "consumer", "metric", "value", "msg", "sub")
 
 
 def _fact(kind: int, *, consumer: Column | None = None, metric: str | None = None,
-          value: Column | None = None, msg: Column | None = None, first: Column | int = 0) -> Column:
+          value: Column | None = None, msg: Column | None = None, sub: Column | None = None,
+          first: Column | int = 0) -> Column:
     def typed(column: Column | None, sql_type: str) -> Column:
         return (F.lit(None) if column is None else column).cast(sql_type)
 
     return F.struct(F.lit(kind).cast("tinyint").alias("kind"), typed(consumer, "bigint").alias("consumer"),
                     typed(None if metric is None else F.lit(metric), "string").alias("metric"),
                     typed(value, "bigint").alias("value"), typed(msg, "string").alias("msg"),
+                    typed(sub, "string").alias("sub"),
                     typed(F.lit(first) if isinstance(first, int) else first, "int").alias("first"))
 
 
@@ -467,7 +501,7 @@ def message_facts(per_message: DataFrame) -> DataFrame:
         F.when(grouped, _fact(GROUP_FACT, consumer=F.col("d_min"), value=F.col("group_key"), first=1)),
         F.when(grouped & (F.col("d_max") != F.col("d_min")),
                _fact(GROUP_FACT, consumer=F.col("d_max"), value=F.col("group_key"), first=1)),
-        F.when(~simple, _fact(COMPLEX_FACT, msg=F.col("msg"))),
+        F.when(~simple, _fact(COMPLEX_FACT, msg=F.col("msg"), sub=F.col("sub"))),
     ]
     return _aggregate_facts(per_message.select("destination", F.array(*facts).alias("facts")))
 
@@ -491,7 +525,7 @@ def folded_facts(folded: DataFrame, salt: int) -> DataFrame:
 def all_facts(events: DataFrame, fast: DataFrame, salt: int) -> DataFrame:
     """`fast` (message_facts, small: the pipeline caches it) with its COMPLEX facts replaced by those
     messages' folded facts."""
-    keys = fast.filter(F.col("kind") == COMPLEX_FACT).select("destination", "msg")
+    keys = fast.filter(F.col("kind") == COMPLEX_FACT).select(*COPY)
     return (fast.filter(F.col("kind") != COMPLEX_FACT)
             .unionByName(folded_facts(complex_messages(events, keys), salt)))
 

@@ -127,7 +127,7 @@ def load_events(spark: Any, location: ArchiveLocation, since_ms: int, until_ms: 
 
 # The columns the jobs read (the archive's other columns are never decoded).
 JOB_COLUMNS = ("event_ms", "event_seq", "ts", "type", "msg", "consumer", "group", "reason", "cause", "target",
-               "detail", "strategy", "redeliveries", "attrs", "destination")
+               "detail", "strategy", "redeliveries", "count", "attrs", "destination")
 
 
 def compute(events: Any, keep: Callable[[Any], Any] = lambda frame: frame) -> dict[str, Any]:

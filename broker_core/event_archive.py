@@ -61,16 +61,35 @@ def checkpoint_fields(broker: Broker, dest: Destination, *fields: str) -> list[A
     return broker.redis.hmget(checkpoint_key(broker, dest), *fields)
 
 
-def begin_batch(broker: Broker, dest: Destination, first_id: str, last_id: str) -> None:
-    """Record the batch about to be written (`pending`), so a run after a crash writes the same one."""
-    broker.redis.hset(checkpoint_key(broker, dest), "pending", f"{first_id} {last_id}")
-
-
-def end_batch(broker: Broker, dest: Destination, last_id: str, now_ms: int, archived: int) -> None:
-    """The batch is written: `last` moves to its last id and `pending` goes, in one MULTI."""
+def begin_batch(broker: Broker, dest: Destination, first_id: str, last_id: str) -> tuple[str | None, int]:
+    """Record the batch about to be written (`pending`), so a run after a crash writes the same one. In the
+    same MULTI: the batch's oldest entry still in the stream (None: none is) and the stream's count of events
+    its cap dropped before the archive read them (`events_lost` in the owner's meta hash: base.lua
+    write_stream), which from here on no longer counts this batch's entries."""
     key = checkpoint_key(broker, dest)
     pipe = broker.redis.pipeline(transaction=True)
-    pipe.hset(key, mapping={"last": last_id, "last_run_ms": now_ms})
-    pipe.hdel(key, "pending")
+    pipe.hset(key, "pending", f"{first_id} {last_id}")
+    pipe.xrange(events_key(broker, dest), first_id, last_id, count=1)
+    pipe.hget(f"{broker.ops.prefix(dest)}:meta", "events_lost")
+    _, oldest, lost = pipe.execute()
+    return (oldest[0][0] if oldest else None), int(lost or 0)
+
+
+def record_loss(broker: Broker, dest: Destination, lost: int, lost_seen: int) -> None:
+    """The pending batch's loss (the events dropped unread before it) and the `events_lost` count it
+    accounts up to, kept with `pending` so that a run after a crash writes the same loss."""
+    broker.redis.hset(checkpoint_key(broker, dest), mapping={"pending_lost": lost, "pending_seen": lost_seen})
+
+
+def end_batch(broker: Broker, dest: Destination, last_id: str, now_ms: int, archived: int,
+              lost: int = 0, lost_seen: int | None = None) -> None:
+    """The batch is written: `last` moves to its last id, `lost` and `lost_seen` (the `events_lost` count
+    accounted for) follow, and `pending` goes, in one MULTI."""
+    key = checkpoint_key(broker, dest)
+    pipe = broker.redis.pipeline(transaction=True)
+    pipe.hset(key, mapping={"last": last_id, "last_run_ms": now_ms,
+                            **({} if lost_seen is None else {"lost_seen": lost_seen})})
+    pipe.hdel(key, "pending", "pending_lost", "pending_seen")
     pipe.hincrby(key, "archived", archived)
+    pipe.hincrby(key, "lost", lost)
     pipe.execute()

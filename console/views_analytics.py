@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import time
 from typing import Any
 
 import redis
@@ -15,6 +16,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from analytics import config
 from analytics.store import read_summary
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import InvalidDestination
@@ -40,6 +42,22 @@ def _moment(ms: int) -> dict[str, str]:
     return {"text": moment.strftime("%Y-%m-%d %H:%M:%S UTC"), "iso": moment.strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
+def _stale(summary: dict[str, Any]) -> str | None:
+    """What to say when the jobs are scheduled (SIGNALBOX_ANALYTICS_SECONDS) and the last run is older than
+    two of their periods and a minute: the scheduled runs have stopped (worker or beat down, runs failing),
+    and the page would otherwise show old figures as the current ones. None when not overdue or not
+    scheduled (a run by hand is as old as its time says)."""
+    period_s = config.analytics_seconds()
+    age_ms = int(time.time() * 1000) - summary["generated_at_ms"]
+    if period_s <= 0 or age_ms <= 2 * period_s * 1000 + 60_000:
+        return None
+    every = f"{period_s / 60:g} min" if period_s % 60 == 0 else f"{period_s:g} s"
+    computed = _moment(summary["generated_at_ms"])["text"]
+    return (f"These figures are stale: the analytics jobs are scheduled every {every}, but the last run was "
+            f"computed {computed}. Are the Celery worker and beat running, and do the runs succeed (the "
+            "worker's log)?")
+
+
 def _destination(kind: str, name: str) -> Destination:
     if kind not in ("queue", "topic"):
         raise Http404(f"unknown destination kind {kind!r}; expected queue or topic")
@@ -62,13 +80,15 @@ def index(request: HttpRequest) -> HttpResponse:
         destination = parse_destination(uri)
         if allowed(request.user, destination, "read"):
             balance = entry["groups"].get("balance") or {}
+            lost = entry["totals"].get("lost", 0)  # (summaries from before the counter have none)
             rows.append({"destination": destination, "totals": entry["totals"],
-                         "recommend_reset": bool(balance.get("recommend_reset"))})
+                         "recommend_reset": bool(balance.get("recommend_reset")),
+                         "lost": f"{lost:,}" if lost else ""})
     moments = ({name: _moment(summary[f"{name}_ms"]) for name in ("since", "until", "generated_at")}
                if summary else {})
     return render(request, "console/analytics.html", {
         "section": "analytics", "summary": summary, "moments": moments, "rows": rows, "not_run": NOT_RUN,
-        "destination": None})
+        "stale": _stale(summary) if summary else None, "destination": None})
 
 
 @login_required(login_url=LOGIN)
@@ -95,4 +115,4 @@ def summary_json(request: HttpRequest, kind: str, name: str) -> JsonResponse:
         return JsonResponse({"detail": f"The last analytics run saw no events on {dest.uri}."}, status=404)
     return JsonResponse({"destination": dest.uri, "since_ms": summary["since_ms"],
                          "until_ms": summary["until_ms"], "generated_at_ms": summary["generated_at_ms"],
-                         "counters": summary["counters"], **entry})
+                         "stale": _stale(summary), "counters": summary["counters"], **entry})

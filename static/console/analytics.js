@@ -7,7 +7,7 @@
   const P = page();
   const admin = P.admin === "1";
   const LABELS = { enqueued: "Enqueued", dispatched: "Dispatched", acked: "Acked", redelivered: "Redelivered",
-    expired: "Expired", dead_lettered: "Dead-lettered", discarded: "Discarded", evicted: "Evicted" };
+    expired: "Expired", expired_on_arrival: "Expired on arrival", dead_lettered: "Dead-lettered", discarded: "Discarded", evicted: "Evicted", lost: "Lost events" };
   const METRICS = { send_to_dispatch: "send → dispatch", dispatch_to_ack: "dispatch → ack", send_to_ack: "send → ack" };
   const when = (ms) => new Date(ms).toISOString().replace("T", " ").slice(0, 19) + " UTC";
   // A latency in the unit that reads best: 0.4 ms, 850 ms, 1.25 s, 42.5 s, 3 min 20 s, 2 h 5 min.
@@ -73,7 +73,19 @@
 
   function show(s) {
     document.getElementById("range").textContent =
-      `${when(s.since_ms)} – ${when(s.until_ms)}; computed ${when(s.generated_at_ms)}.`;
+      `${when(s.since_ms)} – ${when(s.until_ms)}; computed ${when(s.generated_at_ms)} `
+      + `(${duration(Math.max(0, Date.now() - s.generated_at_ms))} ago).`;
+    const stale = document.getElementById("stale");  // (the server says when a scheduled run is overdue)
+    stale.hidden = !s.stale;
+    stale.textContent = s.stale || "";
+    // Events the stream's bound dropped before the archive read them (the archive's `lost` rows): every
+    // figure on the page misses them, which the page says rather than showing partial numbers as whole.
+    const lost = s.totals.lost || 0;
+    const loss = document.getElementById("loss");
+    loss.hidden = lost === 0;
+    loss.textContent = lost === 0 ? "" : `${fmt.num(lost)} events were dropped by the event stream's bound `
+      + "(eventsMaxLen) before they were archived: the figures below miss them. Archive more often "
+      + "(SIGNALBOX_ARCHIVE_SECONDS) or raise eventsMaxLen.";
     document.getElementById("analytics-body").hidden = false;
     document.getElementById("totals").replaceChildren(...s.counters.map((name) =>
       el("div", { dataset: { counter: name } }, el("dt", {}, LABELS[name] || name), el("dd", {}, fmt.num(s.totals[name])))));

@@ -8,8 +8,9 @@ from collections import Counter, defaultdict
 from typing import Any
 
 COUNTED = {"enqueue": "enqueued", "dispatch": "dispatched", "ack": "acked", "expire": "expired",
-           "deadletter": "dead_lettered", "discard": "discarded", "evict": "evicted"}
-NAMES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "dead_lettered", "discarded", "evicted")
+           "deadletter": "dead_lettered", "discard": "discarded", "evict": "evicted", "lost": "lost"}
+NAMES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "expired_on_arrival", "dead_lettered",
+         "discarded", "evicted", "lost")
 
 
 def _ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -23,7 +24,10 @@ def per_minute(rows):
             continue
         key = (r["destination"], r["ts"] - r["ts"] % 60_000)
         counts = out.setdefault(key, dict.fromkeys(NAMES, 0))
-        counts[COUNTED[r["type"]]] += 1
+        name = COUNTED[r["type"]]
+        if name == "expired" and dict(r["attrs"] or []).get("on_arrival") == "1":
+            name = "expired_on_arrival"
+        counts[name] += r["count"] if r["type"] == "lost" else 1  # (a loss row: `count` events)
         if r["type"] == "dispatch" and (r["redeliveries"] or 0) > 0:
             counts["redelivered"] += 1
     return out

@@ -171,3 +171,83 @@ def test_an_unusable_archive_location_is_refused_with_its_name():
         ArchiveLocation.parse("nosuchscheme://x/archive")
     with pytest.raises(archive.ArchiveError, match="empty"):
         ArchiveLocation.parse("  ")
+
+
+@pytest.mark.e2e
+def test_a_pending_batch_whose_oldest_entries_the_cap_dropped_is_not_archived_twice(
+        broker, redis_url, namespace, tmp_path):
+    broker.policies.set_entry("queue", ">", {"eventsMaxLen": 50})
+    broker.refresh_policies()
+    broker.ensure_destination("orders")
+    for i in range(20):  # an entry (one enqueue) each
+        broker.send("orders", Message(body=str(i)))
+    first = stream_ids(broker, "queue://orders")
+    assert len(first) == 20
+    # The first batch (BATCH entries) is written, then the archiver dies before its checkpoint.
+    assert run_archiver(redis_url, namespace, tmp_path, "before_checkpoint:1") == -signal.SIGKILL
+    assert archived_ids(tmp_path, "queue://orders") == first[:BATCH]
+    for i in range(33):  # the stream goes over its cap by 3: the pending batch's oldest 3 entries go
+        broker.send("orders", Message(body=f"more{i}"))
+    assert stream_ids(broker, "queue://orders")[0] == first[3]
+    time.sleep(LEASE_MS / 1000 + 0.2)
+    assert run_archiver(redis_url, namespace, tmp_path) == 0
+    archived = archived_ids(tmp_path, "queue://orders")
+    assert len(archived) == len(set(archived)), "events archived twice"
+    assert archived == sorted(set(first) | set(archived[BATCH:]))
+
+
+def lost_rows(root: Path, destination: str) -> list[dict]:
+    table = ds.dataset(str(root), format="parquet", partitioning="hive").to_table()
+    rows = table.filter(ds.field("destination") == destination).to_pylist()
+    return [r for r in rows if r["type"] == "lost"]
+
+
+def test_events_the_cap_dropped_before_they_were_archived_are_archived_as_a_loss(broker, tmp_path):
+    broker.policies.set_entry("queue", ">", {"eventsMaxLen": 50})
+    broker.refresh_policies()
+    broker.ensure_destination("orders")
+    location = ArchiveLocation.parse(tmp_path)
+    for i in range(80):  # an entry (one enqueue) each: the cap drops the oldest 30, never archived
+        broker.send("orders", Message(body=str(i)))
+    kept = stream_ids(broker, "queue://orders")
+    run = archive_destination(broker, "orders", location, keep_ms=600_000)
+    assert (run.archived, run.lost) == (50, 30)
+    [lost] = lost_rows(tmp_path, "queue://orders")
+    assert lost["count"] == 30 and (lost["event_ms"], lost["event_seq"]) < kept[0]
+    assert archive.checkpoint(broker, "orders")["lost"] == "30"
+    # The archived events kept in the stream (keep_ms) for live views are what the cap drops next: no loss.
+    for i in range(20):
+        broker.send("orders", Message(body=f"more{i}"))
+    again = archive_destination(broker, "orders", location, keep_ms=600_000)
+    assert (again.archived, again.lost) == (20, 0)
+    assert len(lost_rows(tmp_path, "queue://orders")) == 1
+    assert broker.stats("orders").events_trimmed == 50  # the stream's own count: every event it trimmed
+
+
+def test_entries_the_cap_drops_once_the_archive_has_read_them_are_archived_not_lost(
+        broker, tmp_path, monkeypatch):
+    broker.policies.set_entry("queue", ">", {"eventsMaxLen": 50})
+    broker.refresh_policies()
+    broker.ensure_destination("orders")
+    for i in range(50):
+        broker.send("orders", Message(body=str(i)))
+    first = stream_ids(broker, "queue://orders")
+    read = archive.read_entries
+
+    def then_more(*args, **kwargs):  # the broker goes on between the archive's read and its `pending`
+        entries = read(*args, **kwargs)
+        monkeypatch.setattr(archive, "read_entries", read)
+        for i in range(10):  # over the cap: the 10 oldest entries go, which were just read
+            broker.send("orders", Message(body=f"more{i}"))
+        return entries
+
+    monkeypatch.setattr(archive, "read_entries", then_more)
+    location = ArchiveLocation.parse(tmp_path)
+    run = archive_destination(broker, "orders", location, max_batches=1)
+    assert (run.archived, run.lost) == (50, 0)
+    assert broker.stats("orders").events_trimmed == 10
+    again = archive_destination(broker, "orders", location)
+    assert (again.archived, again.lost) == (10, 0)
+    archived = archived_ids(tmp_path, "queue://orders")
+    assert archived[:50] == first and len(archived) == len(set(archived)) == 60
+    assert lost_rows(tmp_path, "queue://orders") == []

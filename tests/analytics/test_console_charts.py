@@ -114,3 +114,84 @@ def test_range_as_dates_latencies_in_units_and_the_throughput_chart_in_uplot(
     assert len(drawn["times"]) == 1440 and drawn["times"][0] == (until - 86_400_000) / 1000
     assert drawn["enqueued"][-1] == 3 and sum(drawn["enqueued"]) == 3
     expect(page.locator("#throughput-caption")).to_contain_text("(the last 24 h of the range).")
+
+
+def test_events_lost_before_archiving_are_said_on_both_pages(
+        hd_page, console_server, redis_client, queue_name):  # noqa: F811
+    from playwright.sync_api import expect
+
+    page = hd_page
+    uri = f"queue://{queue_name}"
+    stored = json.loads(summary(uri, SINCE, SINCE + 30 * MINUTE, [minute(SINCE, 600, 300)]))
+    stored["counters"].append("lost")
+    entry = stored["destinations"][uri]
+    entry["totals"]["lost"] = 1234
+    entry["per_minute"] = [[*p, 1234] for p in entry["per_minute"]]
+    write_summary(redis_client, console_server.namespace, json.dumps(stored))
+
+    page.goto(f"{console_server.url}/console/analytics/")
+    expect(page.locator("#analytics-destinations tbody tr")).to_contain_text("1,234 events lost")
+    page.goto(f"{console_server.url}/console/analytics/queue/{queue_name}/")
+    expect(page.locator("#loss")).to_be_visible()
+    expect(page.locator("#loss")).to_contain_text(
+        "1,234 events were dropped by the event stream's bound (eventsMaxLen) before they were archived")
+    # and without a loss, no warning
+    write_summary(redis_client, console_server.namespace, summary(uri, SINCE, SINCE + 30 * MINUTE,
+                                                                  [minute(SINCE, 600, 300)]))
+    page.reload()
+    expect(page.locator("#range")).to_contain_text("2026-11-21 10:00:00 UTC")
+    expect(page.locator("#loss")).to_be_hidden()
+
+
+@pytest.fixture(scope="module")
+def scheduled_server(tmp_path_factory):
+    """A console whose analytics jobs are scheduled every minute (SIGNALBOX_ANALYTICS_SECONDS=60)."""
+    import subprocess
+    import sys
+    import uuid
+
+    from tests.console.conftest import USERS
+    from tests.helpers.gateway_server import ROOT, server_env, start_gateway
+
+    data_dir = tmp_path_factory.mktemp("scheduled")
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    env = server_env(data_dir, namespace)
+    for command in (["migrate", "--noinput", "-v", "0"], ["shell", "-c", USERS]):
+        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=env, check=True, timeout=120)
+    server = start_gateway(data_dir, namespace, name="console-scheduled", SIGNALBOX_ANALYTICS_SECONDS="60")
+    server.namespace = namespace
+    server.url = f"http://127.0.0.1:{server.port}"
+    yield server
+    server.stop()
+
+
+def test_an_overdue_scheduled_run_is_said_to_be_stale_and_every_run_shows_its_age(
+        chromium, scheduled_server, redis_client, queue_name):  # noqa: F811
+    import time
+
+    from playwright.sync_api import expect
+
+    page = hd_login(chromium, scheduled_server)
+    uri = f"queue://{queue_name}"
+    now = int(time.time() * 1000)
+    until = now - 2 * 3_600_000 - 5_000  # computed (until + 5 s) two hours ago: 120 periods missed
+    write_summary(redis_client, scheduled_server.namespace, summary(
+        uri, until - 30 * MINUTE, until, [minute(until - 10 * MINUTE, 60, 60)]))
+    page.goto(f"{scheduled_server.url}/console/analytics/")
+    expect(page.locator("#analytics-stale")).to_contain_text("scheduled every 1 min")
+    expect(page.locator("#analytics-stale")).to_contain_text("stale")
+    page.goto(f"{scheduled_server.url}/console/analytics/queue/{queue_name}/")
+    expect(page.locator("#stale")).to_be_visible()
+    expect(page.locator("#stale")).to_contain_text("scheduled every 1 min")
+    expect(page.locator("#range")).to_contain_text("(2 h 0 min ago)")
+    # A run a moment ago: no warning.
+    until = int(time.time() * 1000) - 10_000
+    write_summary(redis_client, scheduled_server.namespace, summary(
+        uri, until - 30 * MINUTE, until, [minute(until - 10 * MINUTE, 60, 60)]))
+    page.reload()
+    expect(page.locator("#range")).to_contain_text("ago)")
+    expect(page.locator("#stale")).to_be_hidden()
+    page.goto(f"{scheduled_server.url}/console/analytics/")
+    expect(page.locator("#analytics-range")).to_be_visible()
+    expect(page.locator("#analytics-stale")).to_have_count(0)
+    page.context.close()

@@ -67,7 +67,8 @@ def test_the_summary_counts_exactly_the_traffic_sent(spark, celery_worker, redis
     summary = read_summary(redis_client, namespace)
     orders = summary["destinations"]["queue://orders"]
     assert orders["totals"] == {"enqueued": 50, "dispatched": 55, "acked": 48, "redelivered": 5, "expired": 0,
-                                "dead_lettered": 2, "discarded": 0, "evicted": 0}
+                                "expired_on_arrival": 0,
+                                "dead_lettered": 2, "discarded": 0, "evicted": 0, "lost": 0}
     assert summary["destinations"]["queue://ActiveMQ.DLQ"]["totals"]["enqueued"] == 2
     assert [(d["cause"], d["target"], d["count"]) for d in orders["dead_letters"]] == [
         ("poison", "queue://ActiveMQ.DLQ", 2)]

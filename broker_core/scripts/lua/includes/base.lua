@@ -368,7 +368,9 @@ end
 -- exactly after a packed write (HINCRBY answers the extra), else when the entries alone are over it (so
 -- between packed writes a stream may hold up to its extra events more). Over it, the oldest entries go
 -- (at most EVENTS_TRIM_MAX more than the events the call wrote: work in proportion to the call's), and the
--- events they held are counted (`events_trimmed`): trimming loses events only, never a message.
+-- events they held are counted (`events_trimmed`): trimming loses events only, never a message. Those of
+-- them the event archive had not read (ids after its checkpoint's `last`, or its `pending` batch's last id:
+-- analytics/archive.py) are counted apart (`events_lost`): the archive records them as a loss.
 -- The streams a call has events for, in the order of their first event: each {stream, meta (its owner's),
 -- cap, n events, list of those gathered}. The first stream's table and list are kept from call to call
 -- and emptied once written (most calls write to one stream: a new table and its growth cost more than
@@ -419,11 +421,11 @@ end
 -- `events_extra` follows. When the reading reached the stream's end (no `below`), every entry left was
 -- read, and `events_extra` is set from them rather than adjusted: a count that went wrong (entries
 -- removed by something else than this function) is right again there. Returns the entries and the events
--- dropped.
-function base.drop_events(stream, meta, limit, below, over)
+-- dropped, and the events of those with ids after `after` ({ms, seq}; nil: none counted).
+function base.drop_events(stream, meta, limit, below, over, after)
   local page_size, last = base.EVENTS_TRIM_MAX, below and ('(' .. below) or '+'
   local dropped, events, start, keep, last_id = 0, 0, '-', nil, nil
-  local left, left_events, at_end = 0, 0, false
+  local left, left_events, at_end, unread = 0, 0, false, 0
   while true do
     local page = redis.call('XRANGE', stream, start, last, 'COUNT', page_size)
     for i = 1, #page do
@@ -431,7 +433,9 @@ function base.drop_events(stream, meta, limit, below, over)
         keep = keep or page[i][1]
         left, left_events = left + 1, left_events + base.entry_events(page[i])
       else
-        dropped, events, last_id = dropped + 1, events + base.entry_events(page[i]), page[i][1]
+        local n = base.entry_events(page[i])
+        dropped, events, last_id = dropped + 1, events + n, page[i][1]
+        if after and base.id_after(last_id, after) then unread = unread + n end
       end
     end
     if #page < page_size then
@@ -453,7 +457,22 @@ function base.drop_events(stream, meta, limit, below, over)
   elseif events > dropped then
     redis.call('HINCRBY', meta, 'events_extra', base.NOW_TEXT.num(dropped - events))
   end
-  return dropped, events
+  return dropped, events, unread
+end
+-- Whether stream id `id` ("ms-seq") comes after `bound` ({ms, seq}).
+function base.id_after(id, bound)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  ms, seq = tonumber(ms), tonumber(seq)
+  return ms > bound[1] or (ms == bound[1] and seq > bound[2])
+end
+-- What the event archive has read of the stream whose owner's meta hash is `meta`: {ms, seq} of its
+-- pending batch's last id, else of its checkpoint's `last` ({-1, -1}: nothing; analytics/archive.py).
+function base.archived_bound(meta)
+  local state = redis.call('HMGET', string.sub(meta, 1, -6) .. ':archive', 'pending', 'last')
+  local id = state[1] and string.match(state[1], ' (%S+)$') or state[2]
+  local ms, seq = string.match(id or '', '^(%d+)-(%d+)$')
+  if not ms then return { -1, -1 } end
+  return { tonumber(ms), tonumber(seq) }
 end
 function base.write_stream(s, ts)
   local stream, meta, list = s.stream, s.meta, s.list
@@ -475,8 +494,10 @@ function base.write_stream(s, ts)
   if entries > cap or (extra and entries + extra > cap) then
     local held = entries + (extra or base.number(redis.call('HGET', meta, 'events_extra')) or 0)
     if held > cap then
-      local _, gone = base.drop_events(stream, meta, s.n + base.EVENTS_TRIM_MAX, nil, held - cap)
+      local _, gone, unread = base.drop_events(stream, meta, s.n + base.EVENTS_TRIM_MAX, nil, held - cap,
+                                               base.archived_bound(meta))
       redis.call('HINCRBY', meta, 'events_trimmed', num(gone))
+      if unread > 0 then redis.call('HINCRBY', meta, 'events_lost', num(unread)) end
     end
   end
 end
