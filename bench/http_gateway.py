@@ -16,9 +16,9 @@ Scenarios (each prints msgs/s and the p50/p99 latency of one request):
                  the gateway's flags; no gateway can answer faster on this machine
 
 Without --url it starts its own server: Redis at REDIS_URL or an embedded one (AOF on, appendfsync
-everysec, like `./signalbox.sh run`), a fresh SQLite database, and one uvicorn process serving
-signalbox.asgi (as the launcher does). The client is the standard library's http.client, so the
-figures are the server's, not a client library's. Bodies are 256 bytes.
+everysec, as `./signalbox.sh run` had it until session 20), a fresh SQLite database, and one
+uvicorn process serving signalbox.asgi (as the launcher does). The client is the standard library's
+http.client, so the figures are the server's, not a client library's. Bodies are 256 bytes.
 
 Each scenario also prints the CPU time spent per 10,000 messages by the gateway process (psutil, the
 server's pid: its own with no --url, else --server-pid), by Redis (its process_id from INFO, when it

@@ -47,6 +47,7 @@ from broker_core.config.virtual import load_virtual_config
 from signalbox import logs
 from signalbox.embedded_redis import (
     APPENDFSYNC_POLICIES,
+    DEFAULT_APPENDFSYNC,
     EmbeddedRedis,
     EmbeddedRedisError,
     configured_executable,
@@ -172,7 +173,7 @@ class RunConfig:
     @classmethod
     def from_env(cls, args: argparse.Namespace) -> RunConfig:
         data_dir = Path(args.data_dir or os.environ.get("SIGNALBOX_DATA_DIR") or BASE_DIR / "var")
-        appendfsync = os.environ.get("SIGNALBOX_REDIS_APPENDFSYNC") or "everysec"
+        appendfsync = os.environ.get("SIGNALBOX_REDIS_APPENDFSYNC") or DEFAULT_APPENDFSYNC
         if appendfsync not in APPENDFSYNC_POLICIES:
             raise ConfigError(
                 f"SIGNALBOX_REDIS_APPENDFSYNC={appendfsync!r} is not a Redis fsync policy; "

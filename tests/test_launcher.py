@@ -135,7 +135,7 @@ def test_run_with_embedded_redis_serves_then_stops_every_child_on_ctrl_c(tmp_pat
         launcher.kill()
 
     assert Path(configured_executable()).name in names  # the embedded server (valkey-server)
-    assert (data_dir / "redis.conf").read_text().count("appendfsync everysec") == 1
+    assert (data_dir / "redis.conf").read_text().count("appendfsync always") == 1
     # Redis wrote the key to its AOF before it exited.
     assert key in aof_contents(data_dir)
     assert not port_in_use("127.0.0.1", redis_port)
