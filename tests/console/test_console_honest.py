@@ -282,3 +282,29 @@ def test_the_analytics_page_names_consumers_and_marks_the_busiest_owner_in_its_o
             redis_client.delete(summary_key(console_server.namespace))
         else:
             redis_client.set(summary_key(console_server.namespace), before)
+
+
+def test_the_overview_s_health_says_when_the_maintenance_tick_is_stale(admin_page, console_server, broker):
+    """The overview's Health lists the maintenance tick as /healthz judges it: with Celery beat stopped the
+    workers still answer pings, so Redis, the database and the workers all read "ok" while nothing expires,
+    no lapsed lease is redelivered and no rate is sampled."""
+    from broker_core import maintenance
+
+    key = maintenance._heartbeat_key(broker)
+    page = admin_page
+    try:
+        broker.redis.hset(key, mapping={"last_tick": broker.clock.now_ms() - 60_000, "duration_ms": 3,
+                                        "destinations": 2, "errors": 0})
+        assert page.evaluate("fetch('/healthz').then((r) => r.json())")["maintenance"]["status"] == "error"
+        page.goto(f"{console_server.url}/console/")
+        row = page.locator('#health tbody tr[data-check="maintenance"]')
+        expect(row.locator("th")).to_have_text("Maintenance tick")
+        expect(row.locator(".badge")).to_have_text("error")
+        expect(row).to_contain_text(re.compile(r"last ran 6\d\.\ds ago"))
+        # beat back: the next reading says so
+        broker.redis.hset(key, "last_tick", broker.clock.now_ms())
+        page.reload()
+        expect(row.locator(".badge")).to_have_text("ok")
+        expect(row).to_contain_text(re.compile(r"last ran \d+s ago"))
+    finally:
+        broker.redis.delete(key)
