@@ -85,7 +85,7 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
     status_task: asyncio.Task[None] | None = None
     session_task: asyncio.Task[None] | None = None
     watched: list[str]
-    start_id: str = "$"
+    start_id: str = "$"  # the stream id the tail reads after: the handshake's, then the last one sent
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -239,6 +239,9 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
                 if counts and now - sent_events >= EVENTS_EVERY:
                     await self._send({"type": "events", "counts": counts, "recent": recent})
                     counts, recent, sent_events = {}, [], now
+                    # a run after a lost Redis connection (_outlasting) goes on from here: from the
+                    # handshake's id it sent every event since the page opened again, as new ones
+                    self.start_id = last_id
                 if now - sent_stats >= (STATS_BUSY if busy else STATS_IDLE):
                     await self._send({"type": "stats", "stats": await self._stats(destination)})
                     sent_stats, busy = now, False
