@@ -13,7 +13,8 @@ can ask the user to log in again rather than show numbers that no longer update.
   second while something happens, every 5 s otherwise.
 - no destination (overview, destination list): `{"type": "totals", "totals": {...}}` every 2 s (the
   same totals as GET /api/v1/console/overview), and `"rows"` for the destinations the client named with
-  `{"watch": ["queue://a", ...]}` (at most 200; the rows of the page it shows).
+  `{"watch": ["queue://a", ...]}` (at most 200; the rows of the page it shows), `"gone"` those of them
+  that no longer exist.
 
 Every message carries `ts` (server ms). Every connection also gets `{"type": "status", "broker": "ok"}`
 each second, or `"broker": "unavailable"` with a `detail` while Redis cannot be reached (a PING bounded by
@@ -197,6 +198,9 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
                 idx = await index(broker, wait=False)
                 fresh = await broker.stats_many(list(self.watched))
                 payload["rows"] = [row(s, idx) for s in fresh if s is not None]
+                # deleted since the page listed them: the page reads its list again rather than keep
+                # their last figures on screen as if they were live
+                payload["gone"] = [uri for uri, s in zip(self.watched, fresh, strict=True) if s is None]
             await self._send(payload)
             await asyncio.sleep(TOTALS_EVERY)
 

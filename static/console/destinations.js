@@ -215,7 +215,16 @@
     if (done) { toast(`Created ${name}`); load(); }
   });
 
-  feed = live("", (msg) => { if (msg.type === "totals" && msg.rows) updateRows(msg.rows); },
+  // A row deleted since the list was read (elsewhere, or by anything else) would keep its last figures
+  // under a "Live" header: the list is read again without it.
+  function dropGone(gone) {
+    const listed = (gone || []).filter((uri) => shown.some((r) => r.destination === uri));
+    if (!listed.length) return;
+    toast(`${listed.map((uri) => uri.replace(/^(queue|topic):\/\//, "")).join(", ")} no longer ${listed.length === 1 ? "exists" : "exist"}`);
+    load();
+  }
+
+  feed = live("", (msg) => { if (msg.type === "totals" && msg.rows) { updateRows(msg.rows); dropGone(msg.gone); } },
     (handle) => handle.send({ watch: shown.map((r) => r.destination) }));
   load();
 })();
