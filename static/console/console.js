@@ -291,6 +291,20 @@
     node.hidden = false;
   }
 
+  /* The page's destination deleted while the page is open (its statistics come back empty): the page
+     blanks its figures and says so here, in words that stay (a toast goes after a few seconds and left
+     the last figures reading as live), until the destination exists again: gone(null). */
+  function gone(text) {
+    let node = document.getElementById("gone");
+    if (!text) { if (node) node.hidden = true; return; }
+    if (!node) {
+      node = el("p", { id: "gone", class: "feed-banner", role: "alert" });
+      document.getElementById("main").prepend(node);
+    }
+    if (node.textContent !== text) node.textContent = text;
+    node.hidden = false;
+  }
+
   /* Rates from cumulative counters: rate(counters) gives per-second deltas since the previous call. */
   function rateTracker(names) {
     let last = null;
@@ -365,5 +379,5 @@
   // rather than "Connecting…" for ever.
   window.addEventListener("load", () => { if (!feeds.length) live("", () => {}); });
 
-  window.SB = { api, ApiError, session, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, meter, page, feeds, eventLog, who };
+  window.SB = { api, ApiError, session, queuePath, el, fill, fmt, toast, gone, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, meter, page, feeds, eventLog, who };
 })();

@@ -2,7 +2,7 @@
    and recent events, live from the destination's lifecycle events; QueueView operations for admins. */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live, latest, act, toast, eventLog, tracked, queuePath, meter, page, who } = window.SB;
+  const { api, el, fill, fmt, live, latest, act, toast, gone, eventLog, tracked, queuePath, meter, page, who } = window.SB;
   const P = page();
   const name = P.name; const admin = P.admin === "1";
   const base = queuePath(name);
@@ -10,11 +10,18 @@
   let current = null;
 
   function showStats(stats, ts) {
-    if (!stats) { toast(`The queue ${name} does not exist (any more).`, true); return; }
+    gone(stats ? null : `The queue ${name} does not exist (any more): deleted, or never created. A send to it creates it again.`);
     current = stats;
     for (const node of document.querySelectorAll("[data-stat]")) {
-      const v = stats[node.dataset.stat];
+      const v = stats && stats[node.dataset.stat];
       node.textContent = typeof v === "number" ? fmt.num(v) : (v || "–");
+    }
+    if (!stats) {  // nor its consumers, groups and scheduled messages, gone with it
+      showConsumers([]);
+      fill(document.querySelector("#groups tbody"), [], admin ? 7 : 6, "No message groups are assigned.");
+      fill(document.querySelector("#scheduled tbody"), [], 7, "No scheduled or delayed messages.");
+      document.getElementById("groups-summary").textContent = "";
+      return;
     }
     document.getElementById("paused-badge").hidden = !stats.paused;
     const pause = document.getElementById("pause"); const resume = document.getElementById("resume");
