@@ -16,6 +16,20 @@
     }
   }
 
+  /* The server's clock as this browser sees it: relative times ("in 24s", "2 min ago") compare the server's
+     timestamps with the server's now, not with a workstation clock that may be minutes off (which made a
+     lease due in two minutes read "8 min ago"). Every feed message's `ts` (ms) sets it; until the first
+     one, an API answer's Date header (whole seconds: its middle). */
+  const serverClock = {
+    skew: 0, precise: false,
+    fromFeed(ts) { if (typeof ts === "number") { this.skew = ts - Date.now(); this.precise = true; } },
+    fromDate(header) {
+      const at = header ? Date.parse(header) : NaN;
+      if (!this.precise && !Number.isNaN(at)) this.skew = at + 500 - Date.now();
+    },
+    now() { return Date.now() + this.skew; },
+  };
+
   async function api(method, path, data) {
     const options = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
     if (method !== "GET") options.headers["X-CSRFToken"] = csrf;
@@ -26,6 +40,7 @@
     // Logged out: no more calls that can only fail (the log-in prompt is up).
     if (session.ended) throw new ApiError(401, { detail: "Your session has ended: log in again." });
     const response = await fetch(path.startsWith("/") ? path : `${API}/${path}`, options);
+    serverClock.fromDate(response.headers.get("Date"));
     // A console JSON view (login_required) sends the logged-out to the login page rather than a 401.
     if (response.redirected && new URL(response.url).pathname === (body.dataset.login || "/console/login/")) {
       session.end();
@@ -122,7 +137,7 @@
     time(ms) { return ms ? new Date(Number(ms)).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "–"; },
     ago(ms) {
       if (!ms) return "–";
-      const s = Math.round((Date.now() - Number(ms)) / 1000);
+      const s = Math.round((serverClock.now() - Number(ms)) / 1000);
       if (Math.abs(s) < 60) return s >= 0 ? `${s}s ago` : `in ${-s}s`;
       const m = Math.round(s / 60);
       if (Math.abs(m) < 60) return m >= 0 ? `${m} min ago` : `in ${-m} min`;
@@ -238,6 +253,7 @@
       socket.addEventListener("message", (event) => {
         lastMessage = Date.now();
         let data; try { data = JSON.parse(event.data); } catch (e) { return; }
+        serverClock.fromFeed(data.ts);
         if (data.type === "status") {
           if (data.session === "expired") { session.end(); return; }
           if (data.broker === "unavailable") state("unavailable", "Broker unavailable");
@@ -245,7 +261,7 @@
           indicator.title = data.detail || "";
           return;
         }
-        if (data.type !== "error") lastUpdate = lastMessage;
+        if (data.type !== "error") lastUpdate = data.ts || lastMessage;  // (the server's time, as every time shown)
         if (indicator.dataset.state === "stale") state("connected", "Live");
         if (data.type === "error") toast(data.detail, true);
         onMessage(data);

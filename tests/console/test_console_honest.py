@@ -348,3 +348,21 @@ def test_a_topic_deleted_while_its_page_is_open_shows_no_figures(admin_page, con
     expect(page.locator("#gone")).to_contain_text(f"{queue_name}.t does not exist", timeout=8000)
     expect(page.locator("[data-stat=enqueued]")).to_have_text("–")
     expect(page.locator("#subscriptions tbody tr[data-key]")).to_have_count(0)
+
+
+def test_relative_times_are_the_server_s_on_a_workstation_whose_clock_is_off(console_server, chromium, broker,
+                                                                             queue_name):
+    """An operator's machine 10 minutes fast: the lease that expires in two minutes read "8 min ago", a
+    group assigned a second ago "10 min ago" (every heartbeat and the maintenance tick on the node page
+    too): relative times compare the server's timestamps with the server's clock (the feed's `ts`)."""
+    broker.add_consumer(queue_name, ConsumerSpec(prefetch=1, lease_ms=120_000, client_id="skewed"))
+    broker.send(queue_name, [Message(body="x", group_id="g1")])
+    page = login(chromium, console_server, "admin")
+    try:
+        page.clock.install(time=time.time() + 600)
+        page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+        assert page.evaluate("Date.now()") / 1000 - time.time() > 590  # (the page's clock is 10 min fast)
+        expect(page.locator("#consumers tbody tr[data-consumer] td").last).to_have_text("in 2 min")
+        expect(page.locator('#groups tr[data-group="g1"] td').nth(1)).to_have_text(re.compile(r"^\d+s ago$"))
+    finally:
+        page.context.close()
