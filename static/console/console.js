@@ -145,6 +145,19 @@
     },
   };
 
+  /* A relative time as an element that counts on by itself (every second): a table read again only on
+     events (the message groups) would otherwise say "3s ago" an hour later. */
+  function ago(ms) {
+    if (!ms) return "–";
+    return el("time", { datetime: new Date(Number(ms)).toISOString(), title: fmt.time(ms), dataset: { ago: ms } }, fmt.ago(ms));
+  }
+  setInterval(() => {
+    for (const node of document.querySelectorAll("time[data-ago]")) {
+      const text = fmt.ago(node.dataset.ago);
+      if (node.textContent !== text) node.textContent = text;
+    }
+  }, 1000);
+
   function toast(text, bad) {
     if (bad && session.ended) return; // the failure is the ended session: the log-in prompt says so
     const box = document.getElementById("toast");
@@ -395,5 +408,5 @@
   // rather than "Connecting…" for ever.
   window.addEventListener("load", () => { if (!feeds.length) live("", () => {}); });
 
-  window.SB = { api, ApiError, session, queuePath, el, fill, fmt, toast, gone, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, meter, page, feeds, eventLog, who };
+  window.SB = { api, ApiError, session, queuePath, el, fill, fmt, ago, toast, gone, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, meter, page, feeds, eventLog, who };
 })();

@@ -2,7 +2,7 @@
    and recent events, live from the destination's lifecycle events; QueueView operations for admins. */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live, latest, act, toast, gone, eventLog, tracked, queuePath, meter, page, who } = window.SB;
+  const { api, el, fill, fmt, ago, live, latest, act, toast, gone, eventLog, tracked, queuePath, meter, page, who } = window.SB;
   const P = page();
   const name = P.name; const admin = P.admin === "1";
   const base = queuePath(name);
@@ -64,7 +64,7 @@
         el("td", { class: "num" }, fmt.num(c.acked)),
         el("td", { class: "num" }, fmt.num(c.groups)),
         el("td", { dataset: { col: "slow" } }, slowBadge(c)),
-        el("td", {}, c.lease_expires ? fmt.ago(c.lease_expires) : "–"));
+        el("td", {}, ago(c.lease_expires)));
     });
     fill(document.querySelector("#consumers tbody"), rows, 13, "No consumers.");
   }
@@ -80,7 +80,7 @@
     const rows = sorted.map((x) => el("tr", { dataset: { group: x.group_id } },
       el("th", { scope: "row" }, x.group_id),
       el("td", { class: "id", dataset: { col: "owner" } }, who.node(x.owner), x.owner_busy ? [" ", el("span", { class: "badge warn" }, "busy")] : null),
-      el("td", {}, fmt.ago(x.assigned_at)),
+      el("td", {}, ago(x.assigned_at)),
       el("td", { class: "num" }, fmt.num(x.pending)),
       el("td", { class: "num" }, fmt.num(x.in_flight)),
       el("td", { class: "num" }, fmt.num(x.held_back)),
