@@ -12,8 +12,10 @@
   function showStats(stats) {
     // deleted while the page is open: no last figures left reading as live (as the queue page)
     gone(stats ? null : `The topic ${name} does not exist (any more): deleted, or never created. A send or a subscription creates it again.`);
+    // Pending as the destination list counts it (waiting + in flight); Waiting is `pending`, not dispatched
+    const figures = stats && { ...stats, messages: stats.pending + stats.in_flight };
     for (const node of document.querySelectorAll("[data-stat]")) {
-      const v = stats && stats[node.dataset.stat];
+      const v = figures && figures[node.dataset.stat];
       node.textContent = typeof v === "number" ? fmt.num(v) : (v || "–");
     }
     if (!stats) { showSubscriptions([]); return; }

@@ -382,3 +382,25 @@ def test_a_group_s_assignment_time_keeps_counting_on_a_quiet_queue(admin_page, c
     page.wait_for_timeout(3500)  # nothing happens on the queue meanwhile
     later = int(assigned.inner_text().split("s")[0])
     assert later >= first + 3, (first, later)
+
+
+def test_a_topic_s_pending_is_the_same_figure_in_the_list_and_on_its_page(admin_page, console_server, broker,
+                                                                          queue_name):
+    """The list's Pending is waiting + in flight (docs/console.md); the topic's page showed under the same
+    word only the messages not yet dispatched: 6 in the list, 4 on the page, for one topic."""
+    topic = f"topic://{queue_name}.p"
+    broker.add_consumer(topic, ConsumerSpec(client_id="p", subscription_name="s", prefetch=2,
+                                            lease_ms=120_000))
+    broker.send(topic, [Message(body=str(i)) for i in range(6)])
+    stats = broker.stats(topic)
+    assert (stats.pending, stats.in_flight) == (4, 2)
+    page = admin_page
+    page.goto(f"{console_server.url}/console/destinations/?search={queue_name}.p")
+    cell = page.locator(f'#destinations tr[data-uri="{topic}"] td[data-col=messages]')
+    expect(cell).to_contain_text("6")
+    page.goto(f"{console_server.url}/console/topics/{queue_name}.p/")
+    expect(page.locator("[data-stat=messages]")).to_have_text("6")
+    expect(page.locator("[data-stat=messages]").locator("xpath=../dt")).to_contain_text("Pending")
+    expect(page.locator("[data-stat=pending]").locator("xpath=../dt")).not_to_contain_text("Pending")
+    expect(page.locator("[data-stat=pending]")).to_have_text("4")
+    expect(page.locator("[data-stat=in_flight]")).to_have_text("2")
