@@ -21,8 +21,14 @@
      lease due in two minutes read "8 min ago"). Every feed message's `ts` (ms) sets it; until the first
      one, an API answer's Date header (whole seconds: its middle). */
   const serverClock = {
-    skew: 0, precise: false,
-    fromFeed(ts) { if (typeof ts === "number") { this.skew = ts - Date.now(); this.precise = true; } },
+    skew: 0, precise: false, samples: [],
+    // a message read late (a busy page) gives too small a skew: the largest of the last 20 is the closest
+    fromFeed(ts) {
+      if (typeof ts !== "number") return;
+      this.samples.push(ts - Date.now());
+      if (this.samples.length > 20) this.samples.shift();
+      this.skew = Math.max(...this.samples); this.precise = true;
+    },
     fromDate(header) {
       const at = header ? Date.parse(header) : NaN;
       if (!this.precise && !Number.isNaN(at)) this.skew = at + 500 - Date.now();
