@@ -6,9 +6,9 @@ the overview's totals and the message rates use the **statistics index**: every 
 counters (`AsyncBroker.summaries`) packed into one Redis key, `<ns>:console:index`, with the rates
 between it and the previous one. Any gateway process that finds it older than `INDEX_MAX_AGE` seconds
 refreshes it — one process at a time (a Redis lock), in a worker thread with its own event loop so
-the requests of that process are not held up, while the stale index is served. Only a missing index is
-waited for. The rows a page shows are always read fresh; only their order and the totals may be a few
-seconds old.
+the requests of that process are not held up, while the stale index is served. Only a missing index, and
+one older than INDEX_SERVE_STALE that this process rebuilds, are waited for. The rows a page shows are
+always read fresh; only their order and the totals may be a few seconds old.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from broker_core.destinations import parse_destination as _parse_destination
 from gateway import permissions, runtime
 
 INDEX_MAX_AGE = 5.0  # seconds
+# An index older than this is not served while this process rebuilds it: it is waited for (a listing
+# that need not wait, wait=False, still gets it at once)
+INDEX_SERVE_STALE = 15.0  # seconds
 # How long one process may hold the refresh to itself. A process killed while refreshing leaves its lock
 # behind, and no index is built until it expires: it bounds how stale a kill -9 can leave the index. A build
 # that outlasts it lets a second one start, which costs work but is harmless (both write the same kind of
@@ -147,8 +150,18 @@ async def index(broker: AsyncBroker, wait: bool = True) -> Index | None:
             await _refresh_in_background(broker, cache, client)
             return None
         current = cache.decode(raw)
-    if broker.clock.now_ms() - current.at_ms > INDEX_MAX_AGE * 1000:
+    age_ms = broker.clock.now_ms() - current.at_ms
+    if age_ms > INDEX_MAX_AGE * 1000:
         await _refresh_in_background(broker, cache, client)
+        if wait and age_ms > INDEX_SERVE_STALE * 1000 and cache.refreshing is not None:
+            # Far older than a refresh period (nothing read it for a while: the first look after a quiet
+            # spell, a script polling once a minute): served as it was, every such reading gave the totals of
+            # minutes ago. This process's refresh is waited for (another's lock: served as it is).
+            with contextlib.suppress(Exception):  # (a failed build: the stale index, as before)
+                await asyncio.shield(cache.refreshing)
+                raw = await client.get(_key(broker.namespace))
+                if raw is not None:
+                    current = cache.decode(raw)
     return current
 
 

@@ -13,7 +13,8 @@ can ask the user to log in again rather than show numbers that no longer update.
   second while something happens, every 5 s otherwise.
 - no destination (overview, destination list): `{"type": "totals", "totals": {...}}` every 2 s (the
   same totals as GET /api/v1/console/overview), and `"rows"` for the destinations the client named with
-  `{"watch": ["queue://a", ...]}` (at most 200; the rows of the page it shows).
+  `{"watch": ["queue://a", ...]}` (at most 200; the rows of the page it shows), `"gone"` those of them
+  that no longer exist.
 
 Every message carries `ts` (server ms). Every connection also gets `{"type": "status", "broker": "ok"}`
 each second, or `"broker": "unavailable"` with a `detail` while Redis cannot be reached (a PING bounded by
@@ -85,7 +86,7 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
     status_task: asyncio.Task[None] | None = None
     session_task: asyncio.Task[None] | None = None
     watched: list[str]
-    start_id: str = "$"
+    start_id: str = "$"  # the stream id the tail reads after: the handshake's, then the last one sent
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -197,6 +198,9 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
                 idx = await index(broker, wait=False)
                 fresh = await broker.stats_many(list(self.watched))
                 payload["rows"] = [row(s, idx) for s in fresh if s is not None]
+                # deleted since the page listed them: the page reads its list again rather than keep
+                # their last figures on screen as if they were live
+                payload["gone"] = [uri for uri, s in zip(self.watched, fresh, strict=True) if s is None]
             await self._send(payload)
             await asyncio.sleep(TOTALS_EVERY)
 
@@ -239,6 +243,9 @@ class ConsoleEventsConsumer(AsyncWebsocketConsumer):
                 if counts and now - sent_events >= EVENTS_EVERY:
                     await self._send({"type": "events", "counts": counts, "recent": recent})
                     counts, recent, sent_events = {}, [], now
+                    # a run after a lost Redis connection (_outlasting) goes on from here: from the
+                    # handshake's id it sent every event since the page opened again, as new ones
+                    self.start_id = last_id
                 if now - sent_stats >= (STATS_BUSY if busy else STATS_IDLE):
                     await self._send({"type": "stats", "stats": await self._stats(destination)})
                     sent_stats, busy = now, False

@@ -16,6 +16,26 @@
     }
   }
 
+  /* The server's clock as this browser sees it: relative times ("in 24s", "2 min ago") compare the server's
+     timestamps with the server's now, not with a workstation clock that may be minutes off (which made a
+     lease due in two minutes read "8 min ago"). Every feed message's `ts` (ms) sets it; until the first
+     one, an API answer's Date header (whole seconds: its middle). */
+  const serverClock = {
+    skew: 0, precise: false, samples: [],
+    // a message read late (a busy page) gives too small a skew: the largest of the last 20 is the closest
+    fromFeed(ts) {
+      if (typeof ts !== "number") return;
+      this.samples.push(ts - Date.now());
+      if (this.samples.length > 20) this.samples.shift();
+      this.skew = Math.max(...this.samples); this.precise = true;
+    },
+    fromDate(header) {
+      const at = header ? Date.parse(header) : NaN;
+      if (!this.precise && !Number.isNaN(at)) this.skew = at + 500 - Date.now();
+    },
+    now() { return Date.now() + this.skew; },
+  };
+
   async function api(method, path, data) {
     const options = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
     if (method !== "GET") options.headers["X-CSRFToken"] = csrf;
@@ -26,6 +46,7 @@
     // Logged out: no more calls that can only fail (the log-in prompt is up).
     if (session.ended) throw new ApiError(401, { detail: "Your session has ended: log in again." });
     const response = await fetch(path.startsWith("/") ? path : `${API}/${path}`, options);
+    serverClock.fromDate(response.headers.get("Date"));
     // A console JSON view (login_required) sends the logged-out to the login page rather than a 401.
     if (response.redirected && new URL(response.url).pathname === (body.dataset.login || "/console/login/")) {
       session.end();
@@ -122,13 +143,26 @@
     time(ms) { return ms ? new Date(Number(ms)).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "–"; },
     ago(ms) {
       if (!ms) return "–";
-      const s = Math.round((Date.now() - Number(ms)) / 1000);
+      const s = Math.round((serverClock.now() - Number(ms)) / 1000);
       if (Math.abs(s) < 60) return s >= 0 ? `${s}s ago` : `in ${-s}s`;
       const m = Math.round(s / 60);
       if (Math.abs(m) < 60) return m >= 0 ? `${m} min ago` : `in ${-m} min`;
       return fmt.time(ms);
     },
   };
+
+  /* A relative time as an element that counts on by itself (every second): a table read again only on
+     events (the message groups) would otherwise say "3s ago" an hour later. */
+  function ago(ms) {
+    if (!ms) return "–";
+    return el("time", { datetime: new Date(Number(ms)).toISOString(), title: fmt.time(ms), dataset: { ago: ms } }, fmt.ago(ms));
+  }
+  setInterval(() => {
+    for (const node of document.querySelectorAll("time[data-ago]")) {
+      const text = fmt.ago(node.dataset.ago);
+      if (node.textContent !== text) node.textContent = text;
+    }
+  }, 1000);
 
   function toast(text, bad) {
     if (bad && session.ended) return; // the failure is the ended session: the log-in prompt says so
@@ -238,6 +272,7 @@
       socket.addEventListener("message", (event) => {
         lastMessage = Date.now();
         let data; try { data = JSON.parse(event.data); } catch (e) { return; }
+        serverClock.fromFeed(data.ts);
         if (data.type === "status") {
           if (data.session === "expired") { session.end(); return; }
           if (data.broker === "unavailable") state("unavailable", "Broker unavailable");
@@ -245,7 +280,7 @@
           indicator.title = data.detail || "";
           return;
         }
-        if (data.type !== "error") lastUpdate = lastMessage;
+        if (data.type !== "error") lastUpdate = data.ts || lastMessage;  // (the server's time, as every time shown)
         if (indicator.dataset.state === "stale") state("connected", "Live");
         if (data.type === "error") toast(data.detail, true);
         onMessage(data);
@@ -287,6 +322,20 @@
     // (in UTC, as every time in the console; written only when it changes: the node is an alert, and a
     // screen reader may announce every change)
     const text = `${BANNER[name]}${since ? ` (last update ${fmt.time(since)})` : ""}.`;
+    if (node.textContent !== text) node.textContent = text;
+    node.hidden = false;
+  }
+
+  /* The page's destination deleted while the page is open (its statistics come back empty): the page
+     blanks its figures and says so here, in words that stay (a toast goes after a few seconds and left
+     the last figures reading as live), until the destination exists again: gone(null). */
+  function gone(text) {
+    let node = document.getElementById("gone");
+    if (!text) { if (node) node.hidden = true; return; }
+    if (!node) {
+      node = el("p", { id: "gone", class: "feed-banner", role: "alert" });
+      document.getElementById("main").prepend(node);
+    }
     if (node.textContent !== text) node.textContent = text;
     node.hidden = false;
   }
@@ -365,5 +414,5 @@
   // rather than "Connecting…" for ever.
   window.addEventListener("load", () => { if (!feeds.length) live("", () => {}); });
 
-  window.SB = { api, ApiError, session, queuePath, el, fill, fmt, toast, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, meter, page, feeds, eventLog, who };
+  window.SB = { api, ApiError, session, queuePath, el, fill, fmt, ago, toast, gone, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, meter, page, feeds, eventLog, who };
 })();

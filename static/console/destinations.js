@@ -89,12 +89,16 @@
     if (done) { toast(`${label}: done`); load(); }
   }
 
-  function render(rows) {
-    fill(tbody, rows.map((row) => el("tr", { dataset: { uri: row.destination } },
+  function rowNode(row) {
+    return el("tr", { dataset: { uri: row.destination } },
       el("th", { scope: "row" }, row.kind === "queue" ? el("a", { href: `/console/queues/${encodeURIComponent(row.name)}/` }, row.name)
         : el("a", { href: `/console/topics/${encodeURIComponent(row.name)}/` }, `${row.name} (topic)`),
         row.paused ? el("span", { class: "badge warn" }, " paused") : null),
-      ...cells(row), operations(row))), 11, "No destinations match.");
+      ...cells(row), operations(row));
+  }
+
+  function render(rows) {
+    fill(tbody, rows.map(rowNode), 11, "No destinations match.");
   }
 
   const pages = () => Math.max(1, Math.ceil(count / state.limit));
@@ -168,6 +172,13 @@
     for (const row of rows) {
       const tr = tbody.querySelector(`tr[data-uri="${CSS.escape(row.destination)}"]`);
       if (!tr) continue;
+      const at = shown.findIndex((r) => r.destination === row.destination);
+      if (at >= 0 && Boolean(shown[at].paused) !== Boolean(row.paused)) {
+        // paused or resumed elsewhere: the badge and the menu's Pause / Resume change with it
+        shown[at] = row;
+        tr.replaceWith(rowNode(row));
+        continue;
+      }
       for (const td of tr.querySelectorAll("td[data-col]")) td.replaceChildren(...content(td.dataset.col, row).filter(Boolean));
     }
   }
@@ -215,7 +226,16 @@
     if (done) { toast(`Created ${name}`); load(); }
   });
 
-  feed = live("", (msg) => { if (msg.type === "totals" && msg.rows) updateRows(msg.rows); },
+  // A row deleted since the list was read (elsewhere, or by anything else) would keep its last figures
+  // under a "Live" header: the list is read again without it.
+  function dropGone(gone) {
+    const listed = (gone || []).filter((uri) => shown.some((r) => r.destination === uri));
+    if (!listed.length) return;
+    toast(`${listed.map((uri) => uri.replace(/^(queue|topic):\/\//, "")).join(", ")} no longer ${listed.length === 1 ? "exists" : "exist"}`);
+    load();
+  }
+
+  feed = live("", (msg) => { if (msg.type === "totals" && msg.rows) { updateRows(msg.rows); dropGone(msg.gone); } },
     (handle) => handle.send({ watch: shown.map((r) => r.destination) }));
   load();
 })();

@@ -2,7 +2,7 @@
    and recent events, live from the destination's lifecycle events; QueueView operations for admins. */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live, latest, act, toast, eventLog, tracked, queuePath, meter, page, who } = window.SB;
+  const { api, el, fill, fmt, ago, live, latest, act, toast, gone, eventLog, tracked, queuePath, meter, page, who } = window.SB;
   const P = page();
   const name = P.name; const admin = P.admin === "1";
   const base = queuePath(name);
@@ -10,11 +10,18 @@
   let current = null;
 
   function showStats(stats, ts) {
-    if (!stats) { toast(`The queue ${name} does not exist (any more).`, true); return; }
+    gone(stats ? null : `The queue ${name} does not exist (any more): deleted, or never created. A send to it creates it again.`);
     current = stats;
     for (const node of document.querySelectorAll("[data-stat]")) {
-      const v = stats[node.dataset.stat];
+      const v = stats && stats[node.dataset.stat];
       node.textContent = typeof v === "number" ? fmt.num(v) : (v || "–");
+    }
+    if (!stats) {  // nor its consumers, groups and scheduled messages, gone with it
+      showConsumers([]);
+      fill(document.querySelector("#groups tbody"), [], admin ? 7 : 6, "No message groups are assigned.");
+      fill(document.querySelector("#scheduled tbody"), [], 7, "No scheduled or delayed messages.");
+      document.getElementById("groups-summary").textContent = "";
+      return;
     }
     document.getElementById("paused-badge").hidden = !stats.paused;
     const pause = document.getElementById("pause"); const resume = document.getElementById("resume");
@@ -57,7 +64,7 @@
         el("td", { class: "num" }, fmt.num(c.acked)),
         el("td", { class: "num" }, fmt.num(c.groups)),
         el("td", { dataset: { col: "slow" } }, slowBadge(c)),
-        el("td", {}, c.lease_expires ? fmt.ago(c.lease_expires) : "–"));
+        el("td", {}, ago(c.lease_expires)));
     });
     fill(document.querySelector("#consumers tbody"), rows, 13, "No consumers.");
   }
@@ -73,7 +80,7 @@
     const rows = sorted.map((x) => el("tr", { dataset: { group: x.group_id } },
       el("th", { scope: "row" }, x.group_id),
       el("td", { class: "id", dataset: { col: "owner" } }, who.node(x.owner), x.owner_busy ? [" ", el("span", { class: "badge warn" }, "busy")] : null),
-      el("td", {}, fmt.ago(x.assigned_at)),
+      el("td", {}, ago(x.assigned_at)),
       el("td", { class: "num" }, fmt.num(x.pending)),
       el("td", { class: "num" }, fmt.num(x.in_flight)),
       el("td", { class: "num" }, fmt.num(x.held_back)),

@@ -21,6 +21,9 @@
   const ACTION_LABEL = { purge: "purge", move_message: "move", move_matching: "move", remove_message: "remove", remove_matching: "remove",
     retry_message: "retry", retry_matching: "retry" };
   const HEIGHT = 220;
+  // Every destination is sampled each 5 s pass (a pass over 10,000 takes a few ticks): a last sample
+  // older than this means the maintenance tick has stopped.
+  const SAMPLES_STALE_MS = 30_000;
 
   // The smallest 1, 2 or 5 x 10^n at or above v: the top of the y axis, so its ticks are round.
   function niceCeil(v) {
@@ -160,9 +163,16 @@
         const values = data.rates[s.key];
         for (let i = values.length - 1; i >= 0; i--) if (values[i] !== null) { latest[s.key] = values[i]; break; }
       }
-      now.textContent = data.sampled_until
-        ? `latest (${utc(data.sampled_until)} UTC): ${SERIES.map((s) => `${s.label} ${fmt.rate(latest[s.key])}/s`).join(", ")}`
-        : "No samples yet: the maintenance worker samples every 5 s.";
+      const rates_ = SERIES.map((s) => `${s.label} ${fmt.rate(latest[s.key])}/s`).join(", ");
+      // (by the server's clock: the answer's `now`)
+      const lag = data.sampled_until ? data.now - data.sampled_until : 0;
+      if (!data.sampled_until) now.textContent = "No samples yet: the maintenance worker samples every 5 s.";
+      else if (lag > SAMPLES_STALE_MS) {
+        // the tick stopped (Celery beat or the workers): the last rates are not the rates now
+        const ago = lag < 120_000 ? `${Math.round(lag / 1000)}s ago` : `${Math.round(lag / 60_000)} min ago`;
+        now.textContent = `No samples since ${utc(data.sampled_until)} UTC (${ago}): the maintenance tick has stopped sampling (Celery beat or the workers are down), so the chart is not updating. The last sample: ${rates_}`;
+      } else now.textContent = `latest (${utc(data.sampled_until)} UTC): ${rates_}`;
+      now.dataset.state = lag > SAMPLES_STALE_MS ? "stale" : "";
       marks.replaceChildren(...data.events.map((e) => el("li", { dataset: { action: e.action } }, `${fmt.time(e.at)} ${describe(e)}`)));
       if (!window.uPlot) {
         plot.replaceChildren(chartMissing("The latest rates are below."));

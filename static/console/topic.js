@@ -4,17 +4,21 @@
    an active one). */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live, act, toast, eventLog, page, who } = window.SB;
+  const { api, el, fill, fmt, live, act, toast, gone, eventLog, page, who } = window.SB;
   const P = page();
   const name = P.name; const admin = P.admin === "1";
   const base = `topics/${encodeURIComponent(name)}`;
 
   function showStats(stats) {
-    if (!stats) { toast(`The topic ${name} does not exist (any more).`, true); return; }
+    // deleted while the page is open: no last figures left reading as live (as the queue page)
+    gone(stats ? null : `The topic ${name} does not exist (any more): deleted, or never created. A send or a subscription creates it again.`);
+    // Pending as the destination list counts it (waiting + in flight); Waiting is `pending`, not dispatched
+    const figures = stats && { ...stats, messages: stats.pending + stats.in_flight };
     for (const node of document.querySelectorAll("[data-stat]")) {
-      const v = stats[node.dataset.stat];
+      const v = figures && figures[node.dataset.stat];
       node.textContent = typeof v === "number" ? fmt.num(v) : (v || "–");
     }
+    if (!stats) { showSubscriptions([]); return; }
     who.learn(stats.consumers);
     // a stable order: by name, not the broker's
     showSubscriptions([...(stats.subscriptions || [])].sort((a, b) => (label(a) < label(b) ? -1 : label(a) > label(b) ? 1 : 0)));

@@ -212,3 +212,39 @@ def test_at_phone_width_the_list_is_cards_without_sideways_scrolling(chromium, c
         expect(page.locator("#filters-active")).to_have_text("(2 on)")  # the name and the consumers
     finally:
         page.context.close()
+
+
+def test_a_destination_deleted_elsewhere_leaves_the_list_rather_than_keeping_its_figures(
+        admin_page, console_server, broker, prefix):
+    """The rows on screen are live: one deleted by someone else (or anything else) is not left with its
+    last figures under a "Live" header; the list is read again without it, and says why."""
+    kept, gone = f"{prefix}.kept", f"{prefix}.gone"
+    broker.send(kept, [Message(body="k")])
+    broker.send(gone, [Message(body=str(i)) for i in range(4)])
+    page = admin_page
+    page.goto(f"{console_server.url}/console/destinations/?search={prefix}")
+    expect_rows(page, [f"queue://{gone}", f"queue://{kept}"])
+    expect(page.locator("#live")).to_have_attribute("data-state", "connected")
+    broker.delete_destination(gone)
+    expect_rows(page, [f"queue://{kept}"], timeout=6)
+    expect(page.locator("#dest-count")).to_have_text("1–1 of 1")
+    expect(page.locator("#toast")).to_contain_text(f"{gone} no longer exists")
+
+
+def test_a_queue_paused_elsewhere_reads_paused_in_the_list_without_a_reload(admin_page, console_server,
+                                                                            broker, prefix):
+    """The rows' figures were live but the paused badge and the menu's Pause / Resume were not: a queue
+    paused by someone else (or the CLI) still read as dispatching, and offered Pause."""
+    name = f"{prefix}.p"
+    broker.send(name, [Message(body="x")])
+    page = admin_page
+    page.goto(f"{console_server.url}/console/destinations/?search={prefix}")
+    row = page.locator(f'#destinations tr[data-uri="queue://{name}"]')
+    expect(row).to_have_count(1)
+    expect(row.locator(".badge")).to_have_count(0)
+    broker.pause(name)
+    expect(row.locator(".badge")).to_contain_text("paused", timeout=6000)
+    expect(row.locator("[data-op=resume]")).to_have_count(1)
+    broker.resume(name)
+    expect(row.locator(".badge")).to_have_count(0, timeout=6000)
+    expect(row.locator("[data-op=pause]")).to_have_count(1)

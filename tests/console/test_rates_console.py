@@ -11,6 +11,7 @@ import re
 import time
 
 import pytest
+from playwright.sync_api import expect
 
 from broker_core import rates
 from broker_core.broker import Broker
@@ -202,3 +203,26 @@ def test_without_uplot_the_chart_says_so_and_shows_the_latest_rates_as_text(admi
     assert "uPlot" in missing.inner_text() and "npm ci" in missing.inner_text()
     page.wait_for_selector("#rate-chart .rate-now:has-text('enqueued 2.0/s')")
     assert page.locator("#consumers tbody tr").count() >= 1  # the rest of the page works
+
+
+def test_a_chart_whose_samples_stopped_says_so(admin_page, console_server, redis_client, queue_name):
+    """The maintenance tick stopped (Celery beat or the workers down): the chart's line under it read
+    "latest (<a minute ago>): enqueued 2.0/s" as if it were the rate now, under the header's "Live"."""
+    page = admin_page
+    broker, clock = past_broker(redis_client, console_server.namespace, 120)
+    broker.ensure_destination(queue_name)
+    rates.sample(broker, [queue_name])
+    for _ in range(6):  # samples up to 90 s ago, then none
+        clock.advance(5_000)
+        broker.send(queue_name, [Message(body="x") for _ in range(10)])
+        rates.sample(broker, [queue_name])
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    line = page.locator("#rate-chart .rate-now")
+    expect(line).to_contain_text(re.compile(r"No samples since \d\d:\d\d:\d\d UTC \(\d+s ago\)"))
+    expect(line).to_contain_text("the maintenance tick has stopped sampling")
+    expect(line).to_contain_text("enqueued 2.0/s")  # what the last sample said, as such
+    # sampling again: the line is the latest rates again, at the next reading (every 5 s)
+    clock.advance(90_000)
+    rates.sample(broker, [queue_name])
+    expect(line).to_contain_text("latest (", timeout=8000)
+    expect(line).not_to_contain_text("No samples since")

@@ -92,3 +92,24 @@ async def test_a_listing_sorted_by_name_refreshes_the_rates_it_lends(api_namespa
     assert refreshing is not first and refreshing is not None
     await refreshing
     assert await listed_rate() > 0.0
+
+
+async def test_an_index_much_older_than_its_refresh_period_is_rebuilt_before_it_is_served(api_namespace):
+    """Nobody watched the overview for ten minutes (or a script polls GET /console/overview once a minute):
+    the index is that old. It was served as it was while its refresh ran in the background, so each such
+    reading gave the totals of minutes ago (and the overview page showed them, under "Live", until the
+    feed's second message)."""
+    import msgpack
+
+    broker, client = runtime.async_broker(), runtime.async_redis()
+    await destination_index.index(broker)  # built
+    await broker.send("later", [Message(body="x")] * 3)
+    key = f"{api_namespace}:console:index"
+    data = msgpack.unpackb(await client.get(key), raw=False)
+    data["at"] -= 600_000  # ten minutes old
+    await client.set(key, msgpack.packb(data))
+    await client.set(f"{key}:at", data["at"])
+    destination_index._caches.clear()  # (as another process would find it)
+    totals = await destination_index.totals(broker, None)
+    assert totals["index_age_ms"] < 5_000, totals["index_age_ms"]
+    assert (await destination_index.index(broker)).rows["queue://later"][0] == 3  # its queue_size
