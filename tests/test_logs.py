@@ -175,12 +175,17 @@ def direct_child(launcher, marker: str):
     raise AssertionError(f"no child {marker!r}:\n{launcher.output()}")
 
 
-@pytest.mark.e2e
-def test_a_run_at_info_says_what_matters_and_nothing_every_second(tmp_path: Path):
+def start_at_info(tmp_path: Path):
+    """`run` with the log level and format a user gets (none set), restarting a child after 0.5 s."""
     env = launcher_env(SIGNALBOX_REDIS_PORT=str(free_port()), SIGNALBOX_RESTART_DELAY="0.5")
     env.pop("SIGNALBOX_LOG_LEVEL", None)
     env.pop("SIGNALBOX_LOG_FORMAT", None)
-    launcher = start_launcher(tmp_path / "data", free_port(), env, tmp_path / "launcher.log")
+    return start_launcher(tmp_path / "data", free_port(), env, tmp_path / "launcher.log")
+
+
+@pytest.mark.e2e
+def test_a_run_at_info_says_what_matters_and_nothing_every_second(tmp_path: Path):
+    launcher = start_at_info(tmp_path)
     try:
         launcher.wait_healthy()
         # a client's mistakes: answered, not logged at INFO (Django's "Not Found: ..." is a WARNING)
@@ -265,10 +270,7 @@ def test_a_redis_restart_is_told_without_tracebacks(tmp_path: Path):
     as one line each, not a Celery bootstep's traceback at ERROR nor a deprecation notice."""
     from signalbox.embedded_redis import configured_executable
 
-    env = launcher_env(SIGNALBOX_REDIS_PORT=str(free_port()), SIGNALBOX_RESTART_DELAY="0.5")
-    env.pop("SIGNALBOX_LOG_LEVEL", None)
-    env.pop("SIGNALBOX_LOG_FORMAT", None)
-    launcher = start_launcher(tmp_path / "data", free_port(), env, tmp_path / "launcher.log")
+    launcher = start_at_info(tmp_path)
     try:
         launcher.wait_healthy()
         before = len(launcher.output())
