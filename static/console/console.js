@@ -187,14 +187,28 @@
     };
   }
 
-  /* Every administrative action asks first. Resolves true when confirmed. */
+  /* Every administrative action asks first. Resolves true when confirmed.
+     The dialog's close event is a queued task, and a key press outranks it: Escape then Enter can show the
+     dialog again before the first close event arrives. So the question still waiting is answered when the
+     next one is asked (the dialog is closed by then and its returnValue is that answer), and a close event
+     that finds the dialog open again is a stale one, not this question's answer. */
+  let answer = null; // the question waiting for the dialog's close event: (confirmed) => void
   function confirmAction(text, okLabel) {
     const dialog = document.getElementById("confirm");
+    if (dialog.open) return Promise.resolve(false); // already asking (a second click): not confirmed
+    if (answer) answer(dialog.returnValue === "ok");
     document.getElementById("confirm-text").textContent = text;
     document.getElementById("confirm-ok").textContent = okLabel || "Confirm";
     dialog.returnValue = "";
     return new Promise((resolve) => {
-      dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+      const closed = () => { if (!dialog.open) settle(dialog.returnValue === "ok"); };
+      const settle = (confirmed) => {
+        dialog.removeEventListener("close", closed);
+        answer = null;
+        resolve(confirmed);
+      };
+      answer = settle;
+      dialog.addEventListener("close", closed);
       dialog.showModal();
     });
   }

@@ -366,6 +366,26 @@ def test_at_tablet_width_in_the_dark_theme_the_queue_page_fits_and_works_from_th
         page.context.close()
 
 
+def test_a_question_asked_again_before_the_last_close_event_arrives_gets_its_own_answer(
+        admin_page, console_server, queue_name):
+    # Escape then Enter at once: the key press outranks the first dialog's queued close event, which then
+    # arrives while the dialog asks again. It must not answer the second question ("no"), leaving a
+    # confirmed action that never runs (how the tablet test above once failed).
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    answers = page.evaluate("""async () => {
+        const dialog = document.getElementById("confirm");
+        const first = SB.confirm("first?");
+        dialog.close();                      // cancelled: its close event is queued, not yet fired
+        const second = SB.confirm("second?"); // asked again within the same task
+        await new Promise((r) => setTimeout(r, 100));
+        const openAfterStaleClose = dialog.open;
+        document.getElementById("confirm-ok").click();
+        return [await first, openAfterStaleClose, await second];
+    }""")
+    assert answers == [False, True, True]
+
+
 def test_deleting_everything_a_selector_matches_leaves_the_rest(admin_page, console_server, broker,
                                                                queue_name):
     broker.send(queue_name, [Message(body=str(i), properties={"keep": i % 2 == 0}) for i in range(10)])
