@@ -153,3 +153,13 @@ def test_names_the_broker_refuses_are_refused_by_name_and_change_nothing(http, s
         assert named in answer.json()["detail"], answer.json()
     listed = http.get("/api/v1/destinations", params={"search": prefix}).json()
     assert [d for d in listed["results"] if d["name"].startswith(prefix)] == []
+
+
+def test_a_lowercase_escape_names_the_same_queue_and_problems_give_the_path_as_encoded(http):
+    name = unique("orders/eu")
+    assert http.put(f"/api/v1/queues/{segment(name)}").status_code == 201
+    lower = http.get(f"/api/v1/queues/{segment(name).replace('%2F', '%2f')}")
+    assert lower.status_code == 200 and lower.json()["name"] == name, lower.text
+    missing = http.get(f"/api/v1/queues/{segment(name)}/messages/ID:none", params={"x": "1"})
+    assert missing.status_code == 404, missing.text
+    assert missing.json()["instance"] == f"/api/v1/queues/{segment(name)}/messages/ID:none?x=1"
