@@ -150,7 +150,8 @@ def test_names_the_broker_refuses_are_refused_by_name_and_change_nothing(http, s
         answer = http.request(method, f"/api/v1/queues/{segment(name)}{path}",
                               json={"body": "x"} if path == "/messages" else None)
         assert answer.status_code == 400, (method, path, answer.text)
-        assert named in answer.json()["detail"], answer.json()
+        problem = answer.json()
+        assert problem["code"] == "invalid_destination" and named in problem["detail"], problem
     listed = http.get("/api/v1/destinations", params={"search": prefix}).json()
     assert [d for d in listed["results"] if d["name"].startswith(prefix)] == []
 
