@@ -220,6 +220,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {},
+    # A path's names and ids: any text, sent percent-encoded whole (gateway/paths.py), `/` included; not
+    # the converter's `[^/]+`, which is the encoded segment's shape.
+    "PATH_CONVERTER_OVERRIDES": {"segment": {"type": "string", "minLength": 1}},
 }
 # Gateway knobs. Long-poll receives wait at most this long (seconds), like ActiveMQ's 20 s readTimeout cap.
 SIGNALBOX_MAX_RECEIVE_WAIT = float(os.environ.get("SIGNALBOX_MAX_RECEIVE_WAIT") or 20.0)

@@ -16,6 +16,7 @@ import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -737,3 +738,39 @@ def test_api_errors_are_one_line_with_exit_code_1(server, home):
     failed(run(home, server, "receive", q, token=bob), 1, "403")
     failed(run(home, server, "consumers", "bob.inbox", token=bob), 1, "403")
     assert stats(home, server, q)["consumer_count"] == 0
+
+
+@pytest.mark.parametrize("special", ["orders/eu", "100%2F", "a#b", "café/ü", "x/purge"])
+def test_names_with_url_characters_reach_their_own_queue(server, home, special):
+    """A name holding `/`, `%`, `#` or non-ASCII letters is one path segment, percent-encoded whole
+    (docs/api.md, "Names in URLs"): every command acts on that queue, never on `x` for `x/purge`."""
+    q = f"{unique('cli.names')}.{special}"
+    neighbour = q.split("/")[0] if "/" in special else None
+    if neighbour:
+        ok(run(home, server, "send", neighbour, "bystander"))
+    target = f"queue://{unique('cli.names')}.to/{special}"
+    with httpx.Client(base_url=server, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=30) as http:
+        for name in (q, target.removeprefix("queue://")):
+            assert http.put(f"/api/v1/queues/{quote(name, safe='')}").status_code == 201
+    for body in ("one", "two", "three"):
+        ok(run(home, server, "send", f"queue://{q}", body, "--group", f"g/{body}"))
+    assert as_json(run(home, server, "stat", q, "--json"))["queue_size"] == 3
+    browsed = as_json(run(home, server, "browse", q, "--json"))
+    assert [m["body"] for m in browsed] == ["one", "two", "three"]
+    assert [m["body"] for m in json_lines(run(home, server, "receive", q, "-n", "1", "--json"))] == ["one"]
+    with httpx.Client(base_url=server, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=30) as http:
+        created = http.post(f"/api/v1/queues/{quote(q, safe='')}/consumers", json={"prefetch": 1})
+        consumer = created.json()["links"]
+        assert len(http.post(consumer["receive"], params={"max_messages": 1}).json()["messages"]) == 1
+        listed = as_json(run(home, server, "groups", "list", q, "--json"))
+        assert [g["group_id"] for g in listed] == ["g/two"]
+        assert as_json(run(home, server, "groups", "reset", q, "g/two", "--json")) == {"count": 1}
+        assert len(as_json(run(home, server, "consumers", q, "--json"))) == 1
+        assert http.delete(consumer["self"]).status_code == 204
+    moved = as_json(run(home, server, "move", q, target, "--message-id", browsed[2]["message_id"], "--json"))
+    assert moved["count"] == 1
+    assert "moved 0 messages" in ok(run(home, server, "move", q, target, "--selector", "JMSType = 'none'"))
+    assert f"purged 1 message from queue://{q}" in ok(run(home, server, "purge", q))
+    assert [m["body"] for m in as_json(run(home, server, "browse", target, "--json"))] == ["three"]
+    if neighbour:
+        assert as_json(run(home, server, "stat", neighbour, "--json"))["queue_size"] == 1

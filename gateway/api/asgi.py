@@ -13,6 +13,9 @@ Django's usual path.
 The hottest endpoints go further: hot_path.py's `HotPath` (and compat_hot.py's for ActiveMQ's
 /api/message) serve them without Django's request machinery, handing anything but the plain case to
 Django unchanged.
+
+Every HTTP request (the console's too) is routed on its raw path, so that a name holding `/` or `%` stays
+one segment (gateway/paths.py).
 """
 
 from __future__ import annotations
@@ -24,24 +27,40 @@ from typing import Any
 
 import django
 from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
 from django.core.signals import setting_changed
 from django.urls import set_script_prefix
+from django.utils.encoding import iri_to_uri
 
 from gateway.api.errors import URL_NOT_UTF8, url_not_utf8
 from gateway.api.hot_path import HotPath
 from gateway.metrics import ROUTE_KEY
+from gateway.paths import path_in_url, routing_path
 
 API_PREFIXES = ("/api/v1/", "/api/message")
 # POST /api/v1/<kind>/<name>/messages | .../consumers/<id>/ack | .../consumers/<id>/receive
 _HOT = re.compile(r"/api/v1/(queues|topics)/([^/]+)/(?:messages|consumers/([^/]+)/(ack|receive))\Z")
 
 
+class GatewayRequest(ASGIRequest):
+    """Django's request, whose path is a routing path (gateway/paths.py): its full path (redirects, links,
+    a problem's `instance`) keeps the path's escapes instead of encoding their `%` again."""
+
+    def _get_full_path(self, path: str, force_append_slash: bool) -> str:
+        # (HttpRequest._get_full_path with path_in_url for escape_uri_path)
+        query = self.META.get("QUERY_STRING", "")
+        return "".join((path_in_url(path), "/" if force_append_slash and not path.endswith("/") else "",
+                        f"?{iri_to_uri(query)}" if query else ""))
+
+
 class GatewayASGIHandler(ASGIHandler):
+    request_class = GatewayRequest
     hot: HotPath | None = None
     compat: Any = None  # compat_hot.CompatHotPath
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and b"%" in (raw := scope.get("raw_path") or b""):
+            scope["path"] = routing_path(raw)  # (a path without `%` is its raw path already)
         if scope["type"] == "http" and scope.get("path", "").startswith(API_PREFIXES):
             if (b"%" in (scope.get("raw_path") or b"") or b"%" in scope.get("query_string", b"")) and (
                     refusal := url_not_utf8(scope)) is not None:

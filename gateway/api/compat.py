@@ -63,6 +63,7 @@ from gateway.api.common import decimal_integer, setting, topics_supported
 from gateway.api.compat_headers import OMITTED_HEADER, header_value, omitted_header, property_headers
 from gateway.api.errors import Problem, topics_not_supported
 from gateway.api.views_messaging import long_poll, problem_doc, problems
+from gateway.paths import from_segment
 
 MAX_MESSAGE_SIZE = 100_000
 DEFAULT_PRIORITY = 5
@@ -94,7 +95,10 @@ def _first(params: dict[str, list[str]], name: str) -> str | None:
 
 
 def compat_destination(path: str, params: dict[str, list[str]]) -> Destination:
-    name = _first(params, "destination") or path.strip("/").replace("/", ".")
+    """The destination of a servlet request. `path` is the routing path after /api/message/
+    (gateway/paths.py), decoded whole as Jetty decodes it for ActiveMQ, %2F included, so every `/` is a
+    separator: a name holding `/` is reached through `destination` only, as in ActiveMQ."""
+    name = _first(params, "destination") or from_segment(path).strip("/").replace("/", ".")
     if not name:
         raise Problem(400, "no_destination", "No destination",
                       "no destination given: use /api/message/<name> or ?destination=<name>")

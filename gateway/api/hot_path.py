@@ -27,6 +27,7 @@ from django.conf import settings
 
 from gateway import connections
 from gateway.api import json_input
+from gateway.paths import from_segment, path_in_url
 
 
 class _Params:
@@ -215,6 +216,9 @@ class HotPath:
         data: dict[str, Any] | None = None
         raw: dict[str, Any] | None = None
         kind, name, consumer_id, action = match.groups()
+        name = from_segment(name)  # as the URL patterns' `segment` converter (gateway/paths.py)
+        if consumer_id is not None:
+            consumer_id = from_segment(consumer_id)
         if body.strip():
             media = content_type.split(b";")[0].strip().lower() if content_type is not None else b""
             if media != b"application/json":
@@ -279,7 +283,7 @@ class HotPath:
     def problem(self, scope: dict[str, Any], exc: Exception,
                 allow: tuple[bytes, bytes]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """The problem-details answer of errors.exception_handler, and Django's log line for it."""
-        from django.utils.encoding import escape_uri_path, iri_to_uri
+        from django.utils.encoding import iri_to_uri
 
         errors = self.errors
         described = errors.describe(exc)
@@ -289,7 +293,7 @@ class HotPath:
                                              "the gateway failed unexpectedly; the error is logged"), {})
         status, body, extra = described
         query = scope.get("query_string", b"").decode("latin-1")
-        body["instance"] = escape_uri_path(scope["path"]) + (("?" + iri_to_uri(query)) if query else "")
+        body["instance"] = path_in_url(scope["path"]) + (("?" + iri_to_uri(query)) if query else "")
         payload = self.render(body)
         headers = [(b"Content-Type", errors.PROBLEM_CONTENT_TYPE.encode()), allow,
                    *((k.encode(), v.encode()) for k, v in extra.items()), self.tail[0],

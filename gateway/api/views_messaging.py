@@ -43,6 +43,7 @@ from gateway.api.consumer_ids import HttpConsumer, new_consumer_id, parse_consum
 from gateway.api.errors import Problem
 from gateway.api.render import consumer_json
 from gateway.api.schema import KIND_PARAM, problem_doc, problems
+from gateway.paths import to_segment
 
 MAX_BATCH = 1000
 # -- producing --------------------------------------------------------------------------------------
@@ -253,7 +254,7 @@ class ConsumersView(GatewayView):
             user=request.user.get_username(), client_id=options.get("client_id"),
             address=f"http://{request.META.get('REMOTE_ADDR', '')}", selector=options.get("selector") or None,
             prefetch=consumer.prefetch, durable=options.get("subscription_name"))
-        base = request.build_absolute_uri(f"/api/v1/{kind}/{name}/consumers/{consumer_id}")
+        base = request.build_absolute_uri(f"/api/v1/{kind}/{to_segment(name)}/consumers/{consumer_id}")
         body = {
             "consumer_id": consumer_id, "destination": destination.uri, "ack_mode": options["ack_mode"],
             "prefetch": consumer.prefetch, "lease_ms": options["lease_ms"],
