@@ -1,6 +1,6 @@
 """Transactions over sends and acks: a transaction buffers its sends and acks in Redis (key
-<ns>:tx:<id>); commit applies them in one MULTI/EXEC, rollback returns the acked messages with their
-redelivery counter raised.
+<ns>:tx:<id>); commit applies them all or none in one MULTI/EXEC (`commit`), rollback returns the acked
+messages with their redelivery counter raised.
 
 A transaction spans queues and topics, yet this module is a sibling of ops/queues.py and ops/topics.py in
 the layers and calls neither: an ack or a release works on the consumer's home whatever its kind
@@ -107,16 +107,30 @@ def ack(ops: Context, tx: str, consumer: ConsumerRef, message_ids: list[str], mo
 
 
 def commit(ops: Context, tx: str, now: int) -> Op:
+    """Every step (send, ack, reservation's end) applies, or none does. Redis does not undo a MULTI/EXEC
+    half of whose commands failed, so the commit's one MULTI/EXEC first checks every step (each ack's
+    messages still in flight with its consumer, each send's destination still there and its messages
+    within its limits: the scripts' own checks, `check`), then applies them, and each of its calls is a
+    step of the commit (calls.step_of): once one is refused no later one runs, and the last
+    (commit_end.lua) ends the transaction only if none was. MULTI/EXEC is isolated: nothing else runs
+    between the checks and the steps. Each call is as bounded as any (an ack's ids and a send's messages
+    in parts: `_steps`); the whole is bounded by the transaction's size, which the adapters limit.
+    Refused: TransactionError naming the step and its reason; nothing applied, the transaction open as
+    it was, to commit again or roll back."""
+    key = tx_key(ops.namespace, tx)
     records = yield from _tx_records(ops, tx)
-    batch: list[Eval] = []
+    checks: list[Eval] = []
+    steps: list[Eval] = []
+    names: list[str] = []  # what each check checks, for the refusal
     touched: dict[str, Home] = {}
     for op, dest, rest in _steps(records):
         home = Home(dest)
-        touched[home.label] = home
         if op == "send":
             origin = yield from virtual.origin(ops, dest, "commit")
-            batch.append((calls.TopicSend if dest.is_topic else calls.Send).call(ops.prefix(dest), now, 0,
-                                                                                 origin, rest))
+            script = calls.TopicSend if dest.is_topic else calls.Send
+            checks.append(script.call(ops.prefix(dest), now, 0, "check", rest))
+            steps.append(script.call(ops.prefix(dest), now, 0, origin, rest))
+            names.append(f"the send to {dest.uri} of {_listed([r[0] for r in rest])}")
         else:
             consumer_id, mode, message_ids = rest
             if dest.is_topic:  # the ack goes to the consumer's subscription
@@ -124,20 +138,49 @@ def commit(ops: Context, tx: str, now: int) -> Op:
                     home = yield from ops.subscription_home(dest, consumer_id, None)
                 except UnknownConsumer:
                     continue  # closed: its messages went back (durable) or away (non-durable) already
-                touched[home.label] = home
-            batch.append(calls.Ack.call(ops.home_prefix(home), now, [(consumer_id, mode, 0, message_ids)]))
+            prefix = ops.home_prefix(home)
+            checks.append(calls.Ack.check(prefix, now, consumer_id, mode, message_ids))
+            steps.append(calls.Ack.commit(prefix, now, consumer_id, mode, message_ids))
+            names.append(f"the {mode} ack by consumer {consumer_id} of {dest.uri} of {_listed(message_ids)}")
+        touched[home.label] = home
     # the reservations end in the same atomic step as the committed messages start counting
-    batch += [calls.FlowRelease.call(ops.prefix(d), now, tx) for d in _sent_to(records)]
-    yield Command(("DEL", tx_key(ops.namespace, tx)))
-    replies = yield batch  # one MULTI/EXEC
-    errors = [r for r in replies if isinstance(r, Exception)]
+    releases = [calls.FlowRelease.call(ops.prefix(d), now, tx) for d in _sent_to(records)]
+    replies = yield [*(calls.step_of(call, key) for call in (*checks, *steps, *releases)),
+                     calls.CommitEnd.call(key)]  # one MULTI/EXEC
+    if isinstance(replies[-1], Exception):
+        raise _refusal(tx, replies, names)
     for home in touched.values():  # each script ran one chunk: finish the passes and forwards
         if home.fans_out:  # a topic: its outbox, its subscriptions' passes, a send's unfinished fan-out
             yield Settle(home.destination, now)
             continue
         yield from ops.continue_dispatch(home, now, PASS_HAS_MORE | FORWARDS_WAITING, 0)
-    if errors:
-        raise TransactionError(f"transaction {tx} committed with errors: {errors[0]}", transaction=tx)
+
+
+def _refusal(tx: str, replies: list[Any], names: list[str]) -> TransactionError:
+    """The error of a commit that was not applied: the first step refused, and why (its script's
+    error reply: which message, which limit)."""
+    end = replies[-1]
+    failed = next((n for n, reply in enumerate(replies[:-1]) if isinstance(reply, Exception)), None)
+    if failed is None or not str(end).startswith("NOT_COMMITTED"):  # (no open transaction: expired)
+        return TransactionError(f"transaction {tx} not committed: {end}", transaction=tx)
+    if failed >= len(names):  # a step refused after every check passed: none of them should be
+        return TransactionError(f"transaction {tx} partly committed: step {failed - len(names) + 1} of "
+                                f"{len(replies) - 1 - len(names)} was refused after the steps before it "
+                                f"applied: {replies[failed]}", transaction=tx, applied=True)
+    reason = str(replies[failed])
+    if reason.startswith("NO_DESTINATION"):  # (its text names the destination's keys, not its uri)
+        reason = "NO_DESTINATION it no longer exists (deleted since the send)"
+    return TransactionError(
+        f"transaction {tx} not committed, nothing was applied: {names[failed]} was refused ({reason}); "
+        "the transaction is still open, to commit again or roll back",
+        transaction=tx, refused=names[failed], reason=reason, applied=False)
+
+
+def _listed(message_ids: list[str]) -> str:
+    """Message ids for an error: the first three, and how many more."""
+    shown = ", ".join(message_ids[:3])
+    more = f" and {len(message_ids) - 3} more" if len(message_ids) > 3 else ""
+    return f"message{'s' if len(message_ids) > 1 else ''} {shown}{more}"
 
 
 def rollback(ops: Context, tx: str, now: int) -> Op:
@@ -155,7 +198,8 @@ def rollback(ops: Context, tx: str, now: int) -> Op:
 
 
 def _steps(records: list[Any]) -> list[tuple[str, Destination, Any]]:
-    """The records in order as the commit's script calls: ("ack", destination, its record's rest), or
+    """The records in order as the commit's script calls: ("ack", destination, its record's rest with at
+    most ACK_PART of its ids), or
     ("send", destination, messages) for consecutive sends to one destination, up to flow.SEND_PART
     messages and SEND_PART_BYTES each, as any batch (a call of one message costs several times a message's
     share of a batched call: a commit is one MULTI/EXEC, which holds Redis for all of it)."""
@@ -163,8 +207,10 @@ def _steps(records: list[Any]) -> list[tuple[str, Destination, Any]]:
     size = 0
     for op, kind, name, *rest in records:
         dest = Destination(kind, name)
-        if op != "send":
-            steps.append((op, dest, rest))
+        if op != "send":  # an ack of many ids in parts of ACK_PART, as any (a cumulative ack names one)
+            consumer_id, mode, message_ids = rest
+            steps += [(op, dest, [consumer_id, mode, message_ids[i:i + homes.ACK_PART]])
+                      for i in range(0, len(message_ids), homes.ACK_PART)]
             continue
         message = rest if dest.is_topic else (rest[0], rest[1])
         last = steps[-1] if steps else None
