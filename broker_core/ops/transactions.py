@@ -114,7 +114,9 @@ def commit(ops: Context, tx: str, now: int) -> Op:
     step of the commit (calls.step_of): once one is refused no later one runs, and the last
     (commit_end.lua) ends the transaction only if none was. MULTI/EXEC is isolated: nothing else runs
     between the checks and the steps. Each call is as bounded as any (an ack's ids and a send's messages
-    in parts: `_steps`); the whole is bounded by the transaction's size, which the adapters limit.
+    in parts: `_steps`; a cumulative ack over more than CUMULATIVE_MOST messages, read just before, as
+    individual acks of ACK_PART: if its window changed meanwhile, the check refuses it); the whole is
+    bounded by the transaction's size, which the adapters limit, and its consumers' windows.
     Refused: TransactionError naming the step and its reason; nothing applied, the transaction open as
     it was, to commit again or roll back."""
     key = tx_key(ops.namespace, tx)
@@ -139,9 +141,17 @@ def commit(ops: Context, tx: str, now: int) -> Op:
                 except UnknownConsumer:
                     continue  # closed: its messages went back (durable) or away (non-durable) already
             prefix = ops.home_prefix(home)
-            checks.append(calls.Ack.check(prefix, now, consumer_id, mode, message_ids))
-            steps.append(calls.Ack.commit(prefix, now, consumer_id, mode, message_ids))
-            names.append(f"the {mode} ack by consumer {consumer_id} of {dest.uri} of {_listed(message_ids)}")
+            name = f"the {mode} ack by consumer {consumer_id} of {dest.uri} of {_listed(message_ids)}"
+            parts = [(mode, message_ids)]
+            if mode == "cumulative":  # over more than one call takes: its messages individually, in parts
+                covered = yield from homes.covered_when_over(ops, home, consumer_id, message_ids[0])
+                if covered is not None:
+                    parts = [("individual", covered[i:i + homes.ACK_PART])
+                             for i in range(0, len(covered), homes.ACK_PART)]
+            for part_mode, ids in parts:
+                checks.append(calls.Ack.check(prefix, now, consumer_id, part_mode, ids))
+                steps.append(calls.Ack.commit(prefix, now, consumer_id, part_mode, ids))
+                names.append(name)
         touched[home.label] = home
     # the reservations end in the same atomic step as the committed messages start counting
     releases = [calls.FlowRelease.call(ops.prefix(d), now, tx) for d in _sent_to(records)]

@@ -178,3 +178,18 @@ def test_a_message_acknowledged_twice_in_one_transaction_commits(broker):
     broker.commit(tx)
     stats = broker.stats("orders")
     assert (stats.enqueued, stats.dequeued) == (3, 2)
+
+
+def test_a_transacted_cumulative_ack_over_more_than_one_call_takes_commits_whole(broker):
+    """ack.lua takes a cumulative ack of at most 1,000 messages a call; the commit acknowledges a larger
+    one's messages individually, 100 a call, in its one MULTI/EXEC."""
+    c = consumer(broker, prefetch=1500, ack_mode="client")
+    broker.send("orders", [Message(body=f"m{i}") for i in range(1200)])
+    got = drain(broker, c, 1200)
+    assert len(got) == 1200
+    tx = broker.begin()
+    broker.send("orders", Message(body="in-tx"), tx=tx)
+    broker.ack(c, got[-1].message_id, tx=tx)
+    broker.commit(tx)
+    stats = broker.stats("orders")
+    assert (stats.enqueued, stats.dequeued, stats.in_flight) == (1201, 1200, 1)
