@@ -208,8 +208,8 @@ def rollback(ops: Context, tx: str, now: int) -> Op:
 
 
 def _steps(records: list[Any]) -> list[tuple[str, Destination, Any]]:
-    """The records in order as the commit's script calls: ("ack", destination, its record's rest with at
-    most ACK_PART of its ids), or
+    """The records in order as the commit's script calls: ("ack", destination, [consumer, mode, at most
+    ACK_PART ids]) for consecutive individual acks by one consumer, or any other ack, or
     ("send", destination, messages) for consecutive sends to one destination, up to flow.SEND_PART
     messages and SEND_PART_BYTES each, as any batch (a call of one message costs several times a message's
     share of a batched call: a commit is one MULTI/EXEC, which holds Redis for all of it)."""
@@ -217,8 +217,16 @@ def _steps(records: list[Any]) -> list[tuple[str, Destination, Any]]:
     size = 0
     for op, kind, name, *rest in records:
         dest = Destination(kind, name)
-        if op != "send":  # an ack of many ids in parts of ACK_PART, as any (a cumulative ack names one)
+        if op != "send":
+            # individual acks by one consumer, one after the other (a STOMP client's ACK frames), go in one
+            # call of up to ACK_PART ids, as any ack of many ids (a cumulative ack names one)
             consumer_id, mode, message_ids = rest
+            last = steps[-1] if steps else None
+            if (last is not None and last[0] == "ack" and last[1] == dest and mode == "individual"
+                    and last[2][:2] == [consumer_id, mode]):
+                room = homes.ACK_PART - len(last[2][2])
+                last[2][2].extend(message_ids[:room])
+                message_ids = message_ids[room:]
             steps += [(op, dest, [consumer_id, mode, message_ids[i:i + homes.ACK_PART]])
                       for i in range(0, len(message_ids), homes.ACK_PART)]
             continue
