@@ -127,6 +127,7 @@ def commit(ops: Context, tx: str, now: int) -> Op:
     touched: dict[str, Home] = {}
     for op, dest, rest in _steps(records):
         home = Home(dest)
+        touched[home.label] = home
         if op == "send":
             origin = yield from virtual.origin(ops, dest, "commit")
             script = calls.TopicSend if dest.is_topic else calls.Send
@@ -140,6 +141,7 @@ def commit(ops: Context, tx: str, now: int) -> Op:
                     home = yield from ops.subscription_home(dest, consumer_id, None)
                 except UnknownConsumer:
                     continue  # closed: its messages went back (durable) or away (non-durable) already
+                touched[home.label] = home
             prefix = ops.home_prefix(home)
             name = f"the {mode} ack by consumer {consumer_id} of {dest.uri} of {_listed(message_ids)}"
             parts = [(mode, message_ids)]
@@ -152,7 +154,6 @@ def commit(ops: Context, tx: str, now: int) -> Op:
                 checks.append(calls.Ack.check(prefix, now, consumer_id, part_mode, ids))
                 steps.append(calls.Ack.commit(prefix, now, consumer_id, part_mode, ids))
                 names.append(name)
-        touched[home.label] = home
     # the reservations end in the same atomic step as the committed messages start counting
     releases = [calls.FlowRelease.call(ops.prefix(d), now, tx) for d in _sent_to(records)]
     replies = yield [*(calls.step_of(call, key) for call in (*checks, *steps, *releases)),
