@@ -12,6 +12,7 @@ are: simpler than moving the topic's fan-out below the kinds, where it would not
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -202,10 +203,23 @@ def rollback(ops: Context, tx: str, now: int) -> Op:
     for record in records:
         if record[0] == "ack":
             consumer = ConsumerRef(Destination(record[1], record[2]), record[3])
-            try:
-                yield from homes.release(ops, consumer, record[5], now)
-            except (UnknownConsumer, NotInFlight):  # the consumer closed; its messages went back already
-                continue
+            yield from _give_back(ops, consumer, record[5], now)
+
+
+def _give_back(ops: Context, consumer: ConsumerRef, message_ids: list[str], now: int) -> Op:
+    """A rolled back ack's messages back for redelivery, ACK_PART a call. release.lua refuses a call one of
+    whose messages is not in flight: one that left meanwhile (an operator removed or moved it, a commit
+    refused for that) does not keep the others, which go back one by one."""
+    for i in range(0, len(message_ids), homes.ACK_PART):
+        part = message_ids[i:i + homes.ACK_PART]
+        try:
+            yield from homes.release(ops, consumer, part, now)
+        except UnknownConsumer:  # the consumer closed; its messages went back already
+            return
+        except NotInFlight:
+            for message_id in part if len(part) > 1 else ():
+                with contextlib.suppress(NotInFlight, UnknownConsumer):
+                    yield from homes.release(ops, consumer, [message_id], now)
 
 
 def _steps(records: list[Any]) -> list[tuple[str, Destination, Any]]:

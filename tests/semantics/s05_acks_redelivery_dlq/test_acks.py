@@ -193,3 +193,21 @@ def test_a_transacted_cumulative_ack_over_more_than_one_call_takes_commits_whole
     broker.commit(tx)
     stats = broker.stats("orders")
     assert (stats.enqueued, stats.dequeued, stats.in_flight) == (1201, 1200, 1)
+
+
+def test_a_commit_whose_acked_message_an_operator_removed_applies_nothing(broker):
+    c = consumer(broker, prefetch=10, ack_mode="transacted")
+    send(broker, "m0", "m1")
+    d0, d1 = drain(broker, c)
+    tx = broker.begin()
+    broker.ack(c, [d0.message_id, d1.message_id], tx=tx)
+    broker.send("orders", Message(body="in-tx"), tx=tx)
+    assert broker.remove_message("orders", d1.message_id)
+    with pytest.raises(TransactionError, match=f"{d1.message_id} is not in flight.*nothing was applied|"
+                                               f"nothing was applied.*{d1.message_id} is not in flight"):
+        broker.commit(tx)
+    stats = broker.stats("orders")
+    # in-tx not sent, m0 still held; the one dequeue is the removal's
+    assert (stats.enqueued, stats.dequeued, stats.in_flight) == (2, 1, 1)
+    broker.rollback(tx)
+    assert [(x.body, x.redelivery_count) for x in drain(broker, c)] == [("m0", 1)]
