@@ -82,3 +82,25 @@ def test_at_maxmemory_a_send_is_refused_by_name_and_nothing_stored_is_lost(small
         got += ids
     assert sorted(got) == sorted(sent)
     assert broker.send("orders", Message(body="again"))
+
+
+def test_at_maxmemory_a_commit_applies_nothing_and_commits_whole_once_there_is_room(small_server):
+    """Redis refuses every command a MULTI queues while it is over maxmemory, so a COMMIT then applies
+    nothing (its ack neither: it is an allow-oom script) and the transaction stays open; once there is
+    room the same transaction commits whole."""
+    broker = Broker(small_server, f"t{uuid.uuid4().hex[:8]}")
+    c = broker.add_consumer("orders", ConsumerSpec(prefetch=10, ack_mode="transacted"))
+    broker.send("orders", Message(body="first"))
+    (d,) = broker.receive(c, 1)
+    tx = broker.begin()
+    broker.send("audit", Message(body="in-tx"), tx=tx)
+    broker.ack(c, d.message_id, tx=tx)
+    with pytest.raises(errors.RedisMaxMemory):
+        for _ in range(100_000):
+            broker.send("filler", [Message(body="x" * 2_000) for _ in range(20)])
+    with pytest.raises(errors.RedisMaxMemory):
+        broker.commit(tx)
+    assert (broker.stats("orders").dequeued, broker.stats("audit").enqueued) == (0, 0)
+    small_server.config_set("maxmemory", str(64 << 20))  # room
+    broker.commit(tx)
+    assert (broker.stats("orders").dequeued, broker.stats("audit").enqueued) == (1, 1)

@@ -150,6 +150,17 @@ def ack_many(ops: Context, home: Home, requests: list[AckRequest], now: int) -> 
             for (count, deliveries), before in zip(acked.results, early, strict=True)]
 
 
+def covered_when_over(ops: Context, home: Home, consumer_id: str, message_id: str) -> Op:
+    """The messages a cumulative ack of `message_id` covers, oldest first, when they are more than one
+    call takes (CUMULATIVE_MOST); None when one call takes them (or the message is not in flight: the
+    ack's own check says so)."""
+    window = f"{ops.home_prefix(home)}:c:{consumer_id}:inflight"  # (K_CINF, includes/base.lua)
+    seq = yield Command(("ZSCORE", window, message_id))
+    if seq is None or (yield Command(("ZCOUNT", window, "-inf", repr(seq)))) <= CUMULATIVE_MOST:
+        return None
+    return [_str(i) for i in (yield Command(("ZRANGEBYSCORE", window, "-inf", repr(seq))))]
+
+
 def _ack_oldest(ops: Context, home: Home, consumer: ConsumerRef, message_id: str, now: int) -> Op:
     """A cumulative ack over more than CUMULATIVE_MOST messages (which ack.lua refuses, as more than a
     bounded call) is made a bounded one: the consumer's oldest messages up to `message_id` are

@@ -1,6 +1,6 @@
 """Transactions over sends and acks: a transaction buffers its sends and acks in Redis (key
-<ns>:tx:<id>); commit applies them in one MULTI/EXEC, rollback returns the acked messages with their
-redelivery counter raised.
+<ns>:tx:<id>); commit applies them all or none in one MULTI/EXEC (`commit`), rollback returns the acked
+messages with their redelivery counter raised.
 
 A transaction spans queues and topics, yet this module is a sibling of ops/queues.py and ops/topics.py in
 the layers and calls neither: an ack or a release works on the consumer's home whatever its kind
@@ -12,6 +12,7 @@ are: simpler than moving the topic's fan-out below the kinds, where it would not
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -107,16 +108,33 @@ def ack(ops: Context, tx: str, consumer: ConsumerRef, message_ids: list[str], mo
 
 
 def commit(ops: Context, tx: str, now: int) -> Op:
+    """Every step (send, ack, reservation's end) applies, or none does. Redis does not undo a MULTI/EXEC
+    half of whose commands failed, so the commit's one MULTI/EXEC first checks every step (each ack's
+    messages still in flight with its consumer, each send's destination still there and its messages
+    within its limits: the scripts' own checks, `check`), then applies them, and each of its calls is a
+    step of the commit (calls.step_of): once one is refused no later one runs, and the last
+    (commit_end.lua) ends the transaction only if none was. MULTI/EXEC is isolated: nothing else runs
+    between the checks and the steps. Each call is as bounded as any (an ack's ids and a send's messages
+    in parts: `_steps`; a cumulative ack over more than CUMULATIVE_MOST messages, read just before, as
+    individual acks of ACK_PART: if its window changed meanwhile, the check refuses it); the whole is
+    bounded by the transaction's size, which the adapters limit, and its consumers' windows.
+    Refused: TransactionError naming the step and its reason; nothing applied, the transaction open as
+    it was, to commit again or roll back."""
+    key = tx_key(ops.namespace, tx)
     records = yield from _tx_records(ops, tx)
-    batch: list[Eval] = []
+    checks: list[Eval] = []
+    steps: list[Eval] = []
+    names: list[str] = []  # what each check checks, for the refusal
     touched: dict[str, Home] = {}
     for op, dest, rest in _steps(records):
         home = Home(dest)
         touched[home.label] = home
         if op == "send":
             origin = yield from virtual.origin(ops, dest, "commit")
-            batch.append((calls.TopicSend if dest.is_topic else calls.Send).call(ops.prefix(dest), now, 0,
-                                                                                 origin, rest))
+            script = calls.TopicSend if dest.is_topic else calls.Send
+            checks.append(script.call(ops.prefix(dest), now, 0, "check", rest))
+            steps.append(script.call(ops.prefix(dest), now, 0, origin, rest))
+            names.append(f"the send to {dest.uri} of {_listed([r[0] for r in rest])}")
         else:
             consumer_id, mode, message_ids = rest
             if dest.is_topic:  # the ack goes to the consumer's subscription
@@ -125,19 +143,56 @@ def commit(ops: Context, tx: str, now: int) -> Op:
                 except UnknownConsumer:
                     continue  # closed: its messages went back (durable) or away (non-durable) already
                 touched[home.label] = home
-            batch.append(calls.Ack.call(ops.home_prefix(home), now, [(consumer_id, mode, 0, message_ids)]))
+            prefix = ops.home_prefix(home)
+            name = f"the {mode} ack by consumer {consumer_id} of {dest.uri} of {_listed(message_ids)}"
+            parts = [(mode, message_ids)]
+            if mode == "cumulative":  # over more than one call takes: its messages individually, in parts
+                covered = yield from homes.covered_when_over(ops, home, consumer_id, message_ids[0])
+                if covered is not None:
+                    parts = [("individual", covered[i:i + homes.ACK_PART])
+                             for i in range(0, len(covered), homes.ACK_PART)]
+            for part_mode, ids in parts:
+                checks.append(calls.Ack.check(prefix, now, consumer_id, part_mode, ids))
+                steps.append(calls.Ack.commit(prefix, now, consumer_id, part_mode, ids))
+                names.append(name)
     # the reservations end in the same atomic step as the committed messages start counting
-    batch += [calls.FlowRelease.call(ops.prefix(d), now, tx) for d in _sent_to(records)]
-    yield Command(("DEL", tx_key(ops.namespace, tx)))
-    replies = yield batch  # one MULTI/EXEC
-    errors = [r for r in replies if isinstance(r, Exception)]
+    releases = [calls.FlowRelease.call(ops.prefix(d), now, tx) for d in _sent_to(records)]
+    replies = yield [*(calls.step_of(call, key) for call in (*checks, *steps, *releases)),
+                     calls.CommitEnd.call(key)]  # one MULTI/EXEC
+    if isinstance(replies[-1], Exception):
+        raise _refusal(tx, replies, names)
     for home in touched.values():  # each script ran one chunk: finish the passes and forwards
         if home.fans_out:  # a topic: its outbox, its subscriptions' passes, a send's unfinished fan-out
             yield Settle(home.destination, now)
             continue
         yield from ops.continue_dispatch(home, now, PASS_HAS_MORE | FORWARDS_WAITING, 0)
-    if errors:
-        raise TransactionError(f"transaction {tx} committed with errors: {errors[0]}", transaction=tx)
+
+
+def _refusal(tx: str, replies: list[Any], names: list[str]) -> TransactionError:
+    """The error of a commit that was not applied: the first step refused, and why (its script's
+    error reply: which message, which limit)."""
+    end = replies[-1]
+    failed = next((n for n, reply in enumerate(replies[:-1]) if isinstance(reply, Exception)), None)
+    if failed is None or not str(end).startswith("NOT_COMMITTED"):  # (no open transaction: expired)
+        return TransactionError(f"transaction {tx} not committed: {end}", transaction=tx)
+    if failed >= len(names):  # a step refused after every check passed: none of them should be
+        return TransactionError(f"transaction {tx} partly committed: step {failed - len(names) + 1} of "
+                                f"{len(replies) - 1 - len(names)} was refused after the steps before it "
+                                f"applied: {replies[failed]}", transaction=tx, applied=True)
+    reason = str(replies[failed])
+    if reason.startswith("NO_DESTINATION"):  # (its text names the destination's keys, not its uri)
+        reason = "NO_DESTINATION it no longer exists (deleted since the send)"
+    return TransactionError(
+        f"transaction {tx} not committed, nothing was applied: {names[failed]} was refused ({reason}); "
+        "the transaction is still open, to commit again or roll back",
+        transaction=tx, refused=names[failed], reason=reason, applied=False)
+
+
+def _listed(message_ids: list[str]) -> str:
+    """Message ids for an error: the first three, and how many more."""
+    shown = ", ".join(message_ids[:3])
+    more = f" and {len(message_ids) - 3} more" if len(message_ids) > 3 else ""
+    return f"message{'s' if len(message_ids) > 1 else ''} {shown}{more}"
 
 
 def rollback(ops: Context, tx: str, now: int) -> Op:
@@ -148,14 +203,28 @@ def rollback(ops: Context, tx: str, now: int) -> Op:
     for record in records:
         if record[0] == "ack":
             consumer = ConsumerRef(Destination(record[1], record[2]), record[3])
-            try:
-                yield from homes.release(ops, consumer, record[5], now)
-            except (UnknownConsumer, NotInFlight):  # the consumer closed; its messages went back already
-                continue
+            yield from _give_back(ops, consumer, record[5], now)
+
+
+def _give_back(ops: Context, consumer: ConsumerRef, message_ids: list[str], now: int) -> Op:
+    """A rolled back ack's messages back for redelivery, ACK_PART a call. release.lua refuses a call one of
+    whose messages is not in flight: one that left meanwhile (an operator removed or moved it, a commit
+    refused for that) does not keep the others, which go back one by one."""
+    for i in range(0, len(message_ids), homes.ACK_PART):
+        part = message_ids[i:i + homes.ACK_PART]
+        try:
+            yield from homes.release(ops, consumer, part, now)
+        except UnknownConsumer:  # the consumer closed; its messages went back already
+            return
+        except NotInFlight:
+            for message_id in part if len(part) > 1 else ():
+                with contextlib.suppress(NotInFlight, UnknownConsumer):
+                    yield from homes.release(ops, consumer, [message_id], now)
 
 
 def _steps(records: list[Any]) -> list[tuple[str, Destination, Any]]:
-    """The records in order as the commit's script calls: ("ack", destination, its record's rest), or
+    """The records in order as the commit's script calls: ("ack", destination, [consumer, mode, at most
+    ACK_PART ids]) for consecutive individual acks by one consumer, or any other ack, or
     ("send", destination, messages) for consecutive sends to one destination, up to flow.SEND_PART
     messages and SEND_PART_BYTES each, as any batch (a call of one message costs several times a message's
     share of a batched call: a commit is one MULTI/EXEC, which holds Redis for all of it)."""
@@ -164,7 +233,17 @@ def _steps(records: list[Any]) -> list[tuple[str, Destination, Any]]:
     for op, kind, name, *rest in records:
         dest = Destination(kind, name)
         if op != "send":
-            steps.append((op, dest, rest))
+            # individual acks by one consumer, one after the other (a STOMP client's ACK frames), go in one
+            # call of up to ACK_PART ids, as any ack of many ids (a cumulative ack names one)
+            consumer_id, mode, message_ids = rest
+            last = steps[-1] if steps else None
+            if (last is not None and last[0] == "ack" and last[1] == dest and mode == "individual"
+                    and last[2][:2] == [consumer_id, mode]):
+                room = homes.ACK_PART - len(last[2][2])
+                last[2][2].extend(message_ids[:room])
+                message_ids = message_ids[room:]
+            steps += [(op, dest, [consumer_id, mode, message_ids[i:i + homes.ACK_PART]])
+                      for i in range(0, len(message_ids), homes.ACK_PART)]
             continue
         message = rest if dest.is_topic else (rest[0], rest[1])
         last = steps[-1] if steps else None

@@ -79,6 +79,13 @@ def _flag(value: bool) -> str:
     return "1" if value else "0"
 
 
+def step_of(call: Eval, tx_key: str) -> Eval:
+    """`call` as a step of the commit of the transaction whose key is `tx_key`: it runs only while that
+    transaction is open and no step before it was refused, and a refusal makes every later step not
+    apply (lua/includes/base.lua begin_call)."""
+    return call._replace(keys=(*call.keys, tx_key))
+
+
 class ScriptCall:
     """The typed call of the script named `script` (lua/<script>.lua)."""
 
@@ -192,6 +199,13 @@ class Ack(ScriptCall):
         """The checks only, nothing changed (a large ack is checked whole, then sent in parts)."""
         return Eval(cls.script, (prefix,),
                     (now, "check", consumer_id, mode, 0, len(message_ids), *message_ids))
+
+    @classmethod
+    def commit(cls, prefix: str, now: int, consumer_id: str, mode: str, message_ids: Sequence[str]) -> Eval:
+        """A step of a transaction's commit, checked (`check`) earlier in its MULTI/EXEC: a message no
+        longer in flight was acknowledged by an earlier step of the same commit, and is skipped."""
+        return Eval(cls.script, (prefix,),
+                    (now, "commit", consumer_id, mode, 0, len(message_ids), *message_ids))
 
     @staticmethod
     def parse(reply: list[Any], consumers: Sequence[tuple[str, str]]) -> Acked:
@@ -330,6 +344,17 @@ class Connections(ScriptCall):
     def parse_take(reply: Any) -> list[tuple[str, str]]:
         """(connection id, reason) per close request."""
         return [(_text(row[0]), _text(row[1])) for row in reply or []]
+
+
+class CommitEnd(ScriptCall):
+    """commit_end.lua: the last call of a transaction's commit; ends the transaction when every step
+    applied (1), else leaves it as it was and replies with an error (NOT_COMMITTED, NO_TRANSACTION)."""
+
+    script = "commit_end"
+
+    @classmethod
+    def call(cls, tx_key: str) -> Eval:
+        return Eval(cls.script, (tx_key,), ())
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,9 @@ from redis.exceptions import NoScriptError
 
 SCRIPT_DIR = Path(__file__).with_name("lua")
 _INCLUDE = re.compile(r"^--@include\s+(\S+)\s*$", re.MULTILINE)
-# Scripts that include base.lua start with base.begin_call (flow_release and selector_match need no prefix).
-_BEGIN = "base.begin_call(KEYS)\n"
+# Scripts that include base.lua start with base.begin_call (selector_match needs no prefix).
+# (its reply, when it has one, is the call's: a commit's step that is not to run, base.lua begin_call)
+_BEGIN = "do local skipped = base.begin_call(KEYS) if skipped then return skipped end end\n"
 # ... and a library function whose body uses base ends with base.end_call (it writes the events the call
 # gathered: lua/includes/base.lua)
 _END = "function(KEYS, ARGV) return base.end_call(body(KEYS, ARGV)) end"

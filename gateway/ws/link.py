@@ -26,7 +26,7 @@ from typing import Any
 from django.conf import settings as django_settings
 
 from broker_core.destinations import Destination
-from broker_core.errors import NotInFlight, UnknownConsumer, UnknownSubscription
+from broker_core.errors import NotInFlight, TransactionError, UnknownConsumer, UnknownSubscription
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery
 from broker_core.model import Consumer, ConsumerSpec
@@ -801,6 +801,10 @@ class Link:
         self.transactions[name] = OpenTransaction(await self.broker.begin(self.settings.lease_ms))
 
     async def commit(self, name: str) -> None:
+        """The name ends here whatever happens (ActiveMQ's ProtocolConverter forgets it before it commits).
+        A commit the broker refuses applied nothing (broker_core ops/transactions.py commit); it is rolled
+        back, as ActiveMQ's LocalTransaction rolls back a commit that fails ("COMMIT FAILED: Transaction
+        rolled back"): its SENDs dropped, the messages it ACKed redelivered."""
         tx = self.transaction(name)
         del self.transactions[name]
         acks = self._tx_acks.pop(name, [])
@@ -808,11 +812,17 @@ class Link:
             for sub, taken in acks:  # into the broker transaction, so that they commit with its sends
                 if self.subscriptions.get(sub.key) is sub:  # not a subscription ended since
                     await self._ack_entries(sub, [entry for _key, entry in taken], tx)
-        except BaseException:
+            await self.broker.commit(tx)
+        except BaseException as exc:
             with contextlib.suppress(Exception):
                 await self.broker.rollback(tx)
+            if isinstance(exc, TransactionError) and exc.details.get("applied") is False:
+                raise LinkError("COMMIT FAILED: Transaction rolled back",
+                                f"transaction {name!r} was not committed, nothing was applied: "
+                                f"{exc.details['refused']} was refused ({exc.details['reason']}); it was "
+                                "rolled back: its SENDs dropped, the messages it ACKed redelivered",
+                                "transaction_error") from None
             raise
-        await self.broker.commit(tx)
 
     async def abort(self, name: str) -> None:
         tx = self.transaction(name)

@@ -97,6 +97,32 @@ async def test_transactions_cover_sends():
         assert pushed["message"]["body"] == "later"
 
 
+async def test_a_commit_that_cannot_apply_whole_applies_nothing_and_is_rolled_back():
+    """The queue the transaction sent to is deleted before its commit: nothing applies, the error names the
+    send, the transaction is rolled back (its ACKed message comes again, redelivered) and the connection
+    stays."""
+    aio = runtime.async_broker()
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="subscribe", id=1, subscription="s", destination="queue://json.f")
+        _, (pushed,) = await answer_and_messages(ws, 1, type="send", id=2, destination="queue://json.f",
+                                                 message={"body": "m"})
+        await request(ws, type="begin", id=3, transaction="t")
+        await request(ws, type="send", id=4, destination="queue://json.f-audit", transaction="t",
+                      message={"body": "audit"})
+        await request(ws, type="ack", id=5, subscription="s", transaction="t",
+                      message_id=pushed["message"]["message_id"])
+        await aio.delete_destination("queue://json.f-audit")
+        error, (again,) = await answer_and_messages(ws, 1, type="commit", id=6, transaction="t")
+        assert error["type"] == "error" and error["code"] == "transaction_error", error
+        assert "send to queue://json.f-audit" in error["message"], error
+        assert "nothing was applied" in error["message"] and "rolled back" in error["message"], error
+        assert again["message"]["body"] == "m" and again["message"]["redelivered"] is True
+        stats = await aio.stats("queue://json.f")
+        assert (stats.enqueued, stats.dequeued) == (1, 0)
+        assert (await request(ws, type="begin", id=7, transaction="t"))["type"] == "ok"  # the name is free
+
+
 async def test_binary_bodies_travel_as_base64():
     async with websocket("/ws/v1") as ws:
         await connected(ws)

@@ -363,6 +363,38 @@ def test_an_ack_in_an_aborted_transaction_is_undone_and_a_committed_one_consumes
     assert stats.queue_size == 0 and stats.dequeued == 1
 
 
+def test_a_commit_that_cannot_apply_whole_applies_nothing_and_is_rolled_back_as_activemq_does(
+        clients, queue_name, broker):
+    """The queue a transaction SENT to is deleted before its COMMIT: neither the SEND nor the ACK before it
+    applies; the ERROR is ActiveMQ's `COMMIT FAILED: Transaction rolled back`, its body naming the SEND; as
+    in ActiveMQ the transaction is rolled back, so the ACKed message comes again, redelivered (to another
+    connection: this one ends after the ERROR, as after any)."""
+    client = clients()
+    client.receipt(client.conn.subscribe, q(queue_name), id="s", ack="client-individual")
+    client.conn.send(q(queue_name), "m")
+    message = client.expect("MESSAGE")
+    tx = client.conn.begin()
+    client.conn.send(q(queue_name + "-audit"), "audit", transaction=tx)
+    client.conn.ack(message.headers["ack"], transaction=tx)
+    client.receipt(client.conn.send, q(queue_name + "-other"), "sync")  # (the SENDs before it are stored)
+    broker.delete_destination(f"queue://{queue_name}-audit")
+    client.conn.commit(tx, headers={"receipt": "r-commit"})
+    error = client.next()
+    while error.command == "MESSAGE":  # (the rolled back ACK's message may come back before the ERROR)
+        error = client.next()
+    assert error.command == "ERROR", error
+    assert error.headers["message"] == "COMMIT FAILED: Transaction rolled back"
+    assert error.headers["receipt-id"] == "r-commit"
+    body = error.body.decode() if isinstance(error.body, bytes) else error.body
+    assert f"send to queue://{queue_name}-audit" in body and "nothing was applied" in body, body
+    stats = broker.stats(f"queue://{queue_name}")
+    assert (stats.enqueued, stats.dequeued) == (1, 0)
+    other = clients()
+    other.receipt(other.conn.subscribe, q(queue_name), id="s", ack="client-individual")
+    again = other.expect("MESSAGE")
+    assert (again.body, again.headers["redelivered"]) == (b"m", "true")
+
+
 def test_commit_of_an_unknown_transaction_is_an_error(clients):
     client = clients()
     client.conn.commit("nope")

@@ -1,7 +1,7 @@
 -- Acknowledge messages of one or more consumers of a destination (spec §5.1, Appendix A), then optionally
 -- hand each of them its next messages.
--- ARGV: now, budget ('check': only check, change nothing), then per consumer: consumer id, mode, receive max
--- (0 = none), how many ids, the ids...
+-- ARGV: now, budget ('check': only check, change nothing; 'commit': a step of a transaction's commit, see
+-- below), then per consumer: consumer id, mode, receive max (0 = none), how many ids, the ids...
 --   individual: exactly the listed messages (INDIVIDUAL ack; also STOMP client-individual);
 --   cumulative: every message dispatched to this consumer up to and including the (single) listed one
 --               (STANDARD ack of a CLIENT_ACKNOWLEDGE session; STOMP client mode);
@@ -9,12 +9,17 @@
 -- Several consumers are the acks of concurrent callers (AsyncBroker, broker_core/drivers/coalesce.py), each consumer
 -- named once. Nothing changes unless every listed message is in flight with its consumer: all of them are
 -- checked before any is acknowledged. One dispatch chunk runs after all the acks.
+-- 'commit': the commit's MULTI/EXEC checked every one of its acks ('check') before its first step applied
+-- (ops/transactions.py commit), so a listed message no longer in flight was acknowledged by an earlier
+-- step of the same commit (the transaction named it twice, or a cumulative ack covered it): it is skipped,
+-- not refused, and the commit stays whole.
 -- Returns {per consumer: acked count, messages received, and the received messages as receive.lua returns
 -- them, then the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
+local committing = ARGV[2] == 'commit'
 local groups = { nil }  -- (made with room for one consumer, the usual call)
 local at = 3
 while at <= #ARGV do
@@ -34,26 +39,28 @@ while at <= #ARGV do
   local seqs = { [ARGV[first]] = false }  -- (made with room for the first id: set just below)
   for i = first, last do
     local seq = redis.call('ZSCORE', base.K_CINF(cid), ARGV[i])
-    if not seq then
+    if seq then
+      seqs[ARGV[i]] = base.number(seq)
+    elseif not committing then
       return base.fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
     end
-    seqs[ARGV[i]] = base.number(seq)
   end
   local ids
   if (mode == 'individual' or mode == 'delivered') and count == 1 then
-    ids = { ARGV[first] }  -- one id: nothing to dedupe (no table for that; made at its size)
+    ids = seqs[ARGV[first]] and { ARGV[first] } or {}  -- one id: nothing to dedupe (made at its size)
   elseif mode == 'individual' or mode == 'delivered' then
     ids = {}
     local seen = {}
     for i = first, last do
-      if not seen[ARGV[i]] then ids[#ids + 1] = ARGV[i] end  -- an id named twice is acked once
+      if not seen[ARGV[i]] and seqs[ARGV[i]] then ids[#ids + 1] = ARGV[i] end  -- an id named twice: once
       seen[ARGV[i]] = true
     end
   elseif mode == 'cumulative' then
     if count ~= 1 then return base.fail('INVALID_ACK', 'a cumulative ack names exactly one message') end
     -- at most CUMULATIVE_MOST (ops/homes.py) in one call: more is refused before any change, and the
     -- caller acknowledges the oldest ones first, in bounded calls (a window may hold 32,767)
-    ids = redis.call('ZRANGEBYSCORE', base.K_CINF(cid), '-inf', seqs[ARGV[first]], 'LIMIT', 0, 1001)
+    ids = seqs[ARGV[first]] and redis.call('ZRANGEBYSCORE', base.K_CINF(cid), '-inf', seqs[ARGV[first]],
+                                           'LIMIT', 0, 1001) or {}
     if #ids > 1000 then
       return base.fail('ACK_TOO_LARGE', 'a cumulative ack of more than 1000 messages (consumer ' .. cid .. ')')
     end
@@ -88,7 +95,7 @@ for g = 1, #groups do
       -- acked before received
       if (seqs[ids[i]] or 0) > rcv then redis.call('LREM', base.K_COUT(c.id), 1, ids[i]) end
     end
-    acks[#acks + 1] = { c, ids }
+    if #ids > 0 then acks[#acks + 1] = { c, ids } end
   end
 end
 if #acks > 0 then lifecycle.ack_messages(acks) end
@@ -97,7 +104,8 @@ for g = 1, #groups do message.room_freed(groups[g].c.id) end
 -- them again (consumers.lua), and keeps them current.
 local known = {}
 for g = 1, #groups do known[groups[g].c.id] = groups[g].c end
-local dispatched, more, hold = dispatch.chunk(base.number(ARGV[2]), known)
+local budget = committing and 0 or base.number(ARGV[2])
+local dispatched, more, hold = dispatch.chunk(budget, known)
 -- (room for one consumer's reply with one message: a table that grows is rebuilt at each power of two)
 local out = { nil, nil, nil, nil, nil, nil, nil, nil, nil }
 local refill = false  -- a message expired as it was handed over: its room is dispatched to below
@@ -116,7 +124,7 @@ for g = 1, #groups do
 end
 if refill then
   local more_dispatched
-  more_dispatched, more, hold = dispatch.chunk(base.number(ARGV[2]))
+  more_dispatched, more, hold = dispatch.chunk(budget)
   dispatched = dispatched + more_dispatched
 end
 dispatch.add_tail(out, dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)

@@ -112,3 +112,102 @@ def test_ack_and_receive_hands_over_what_the_freed_window_brought_in_the_same_ca
     assert [d.body for d in broker.ack_and_receive(c, second.message_id, 5)] == ["m2"]
     stats = broker.stats("orders")
     assert (stats.dequeued, stats.in_flight, stats.consumers[0].undelivered) == (2, 1, 0)
+
+
+# -- a commit is all or nothing ----------------------------------------------------------------------------
+
+
+def test_a_commit_whose_ack_cannot_apply_applies_nothing_and_leaves_the_transaction_open(broker):
+    """The consumer whose message the transaction acknowledged was closed (by an operator) before the
+    COMMIT: its ack cannot apply, so neither does the send before it; the transaction stays as it was, and
+    its rollback then gives back what it acknowledged."""
+    c = consumer(broker, prefetch=10, ack_mode="transacted", consumer_id="C")
+    other = consumer(broker, dest="audit", prefetch=10, ack_mode="transacted", consumer_id="D")
+    send(broker, "m0")
+    send(broker, "a0", dest="audit")
+    (d,) = drain(broker, c)
+    (a,) = drain(broker, other)
+    tx = broker.begin()
+    broker.send("orders", Message(body="in-tx"), tx=tx)
+    broker.ack(other, a.message_id, tx=tx)  # (a step that would apply: it must not either)
+    broker.ack(c, d.message_id, tx=tx)
+    broker.close_consumer(c)  # m0 goes back to the queue
+    with pytest.raises(TransactionError) as refused:
+        broker.commit(tx)
+    stats = broker.stats("orders")
+    assert (stats.enqueued, stats.dequeued) == (1, 0)  # the send did not land
+    assert (broker.stats("audit").dequeued, broker.stats("audit").in_flight) == (0, 1)  # nor the other ack
+    text = refused.value.message
+    assert "consumer C" in text and "nothing was applied" in text, text
+    broker.rollback(tx)  # still open: its ack of a0 is undone, the message redelivered
+    assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("a0", 1)]
+
+
+def test_a_commit_whose_send_cannot_apply_acks_nothing_and_can_be_committed_again(broker):
+    """The queue a transaction sent to was deleted before its COMMIT: nothing applies, the client is told
+    which send failed; once the queue is back the same transaction commits whole."""
+    c = consumer(broker, prefetch=10, ack_mode="transacted")
+    send(broker, "m0")
+    (d,) = drain(broker, c)
+    tx = broker.begin()
+    broker.ack(c, d.message_id, tx=tx)
+    broker.send("audit", [Message(body="x"), Message(body="y")], tx=tx)
+    broker.delete_destination("audit")
+    with pytest.raises(TransactionError) as refused:
+        broker.commit(tx)
+    stats = broker.stats("orders")
+    assert (stats.dequeued, stats.in_flight) == (0, 1)  # the ack before it was not applied
+    text = refused.value.message
+    for part in ("nothing was applied", "send to queue://audit", "no longer exists"):
+        assert part in text, text
+    broker.ensure_destination("audit")
+    broker.commit(tx)
+    assert (broker.stats("orders").dequeued, broker.stats("audit").enqueued) == (1, 2)
+
+
+def test_a_message_acknowledged_twice_in_one_transaction_commits(broker):
+    """Both acks are checked before either applies; the second finds the message acknowledged by the first
+    step of the same commit, which is not a failure."""
+    c = consumer(broker, prefetch=10, ack_mode="transacted")
+    send(broker, "m0", "m1")
+    d0, d1 = drain(broker, c)
+    tx = broker.begin()
+    broker.ack(c, d0.message_id, tx=tx)
+    broker.ack(c, [d0.message_id, d1.message_id], tx=tx)
+    broker.send("orders", Message(body="in-tx"), tx=tx)
+    broker.commit(tx)
+    stats = broker.stats("orders")
+    assert (stats.enqueued, stats.dequeued) == (3, 2)
+
+
+def test_a_transacted_cumulative_ack_over_more_than_one_call_takes_commits_whole(broker):
+    """ack.lua takes a cumulative ack of at most 1,000 messages a call; the commit acknowledges a larger
+    one's messages individually, 100 a call, in its one MULTI/EXEC."""
+    c = consumer(broker, prefetch=1500, ack_mode="client")
+    broker.send("orders", [Message(body=f"m{i}") for i in range(1200)])
+    got = drain(broker, c, 1200)
+    assert len(got) == 1200
+    tx = broker.begin()
+    broker.send("orders", Message(body="in-tx"), tx=tx)
+    broker.ack(c, got[-1].message_id, tx=tx)
+    broker.commit(tx)
+    stats = broker.stats("orders")
+    assert (stats.enqueued, stats.dequeued, stats.in_flight) == (1201, 1200, 1)
+
+
+def test_a_commit_whose_acked_message_an_operator_removed_applies_nothing(broker):
+    c = consumer(broker, prefetch=10, ack_mode="transacted")
+    send(broker, "m0", "m1")
+    d0, d1 = drain(broker, c)
+    tx = broker.begin()
+    broker.ack(c, [d0.message_id, d1.message_id], tx=tx)
+    broker.send("orders", Message(body="in-tx"), tx=tx)
+    assert broker.remove_message("orders", d1.message_id)
+    with pytest.raises(TransactionError, match=f"{d1.message_id} is not in flight.*nothing was applied|"
+                                               f"nothing was applied.*{d1.message_id} is not in flight"):
+        broker.commit(tx)
+    stats = broker.stats("orders")
+    # in-tx not sent, m0 still held; the one dequeue is the removal's
+    assert (stats.enqueued, stats.dequeued, stats.in_flight) == (2, 1, 1)
+    broker.rollback(tx)
+    assert [(x.body, x.redelivery_count) for x in drain(broker, c)] == [("m0", 1)]

@@ -104,10 +104,23 @@ end
 -- every script starts with base.begin_call(KEYS) (scripts/library.py puts it in front of the script's body).
 base.CALL_RESETS = {}
 function base.on_call(reset) base.CALL_RESETS[#base.CALL_RESETS + 1] = reset end
+-- A call given a second key is a step of a transaction's commit (ops/transactions.py commit): KEYS[2] is
+-- the transaction's key. Its commit is one MULTI/EXEC whose calls check every step first, then apply them;
+-- Redis applies every command of a MULTI whatever the others replied, so the calls share a verdict: a
+-- step that refuses (returns an error reply) writes the transaction's refusal key (base.end_call), and a
+-- step runs only while the transaction is open and that key is absent. So either every step applies or
+-- none does; the commit's last call (commit_end.lua) ends the transaction or, refused, deletes the key.
+base.STEP_OF = false  -- (set by each call: begin_call)
+function base.refusal_key(tx_key) return tx_key .. ':refused' end
 function base.begin_call(keys)
   base.use_prefix(keys[1])
   local resets = base.CALL_RESETS
   for i = 1, #resets do resets[i]() end
+  local tx = keys[2]
+  base.STEP_OF = tx
+  if tx and (redis.call('EXISTS', tx) == 0 or redis.call('EXISTS', base.refusal_key(tx)) == 1) then
+    return base.fail('NOT_APPLIED', 'a step of the commit of ' .. tx .. ' before this one was refused')
+  end
 end
 
 -- A table of functions an include builds on first use. Redis runs an EVAL script's whole text on every
@@ -502,6 +515,9 @@ function base.write_stream(s, ts)
   end
 end
 function base.end_call(result)
+  if base.STEP_OF and type(result) == 'table' and result.err then  -- a commit's step refused (begin_call)
+    redis.call('SET', base.refusal_key(base.STEP_OF), result.err)
+  end
   local ev = base.EVENTS
   if ev.n == 0 then return result end
   local t = base.NOW_TEXT
