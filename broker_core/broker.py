@@ -21,6 +21,7 @@ from . import client_ids, connections, errors
 from .clock import Clock, SystemClock
 from .config.store import PolicyStore
 from .destinations import Destination, parse_destination, require_concrete, split_composite
+from .drivers import multiplexed
 from .drivers.coalesce import Coalescer
 from .drivers.direct import DirectConnections
 from .drivers.loop import Driver, Io, Transaction, run, run_async, typed_error
@@ -586,14 +587,20 @@ class AsyncBroker(_Api):
         return await super().send(destination, message, tx=tx)
 
     async def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
-                  tx: str | None = None) -> int:
+                  tx: str | None = None, hold: float = 0.0) -> int:
         """As Broker.ack; acks of different consumers of one queue share a script call
-        (drivers/coalesce.py)."""
-        ids = _ids(message_id)
-        if tx is None and ids and consumer.destination.is_queue:
-            request = (consumer, ids, self._ack_mode(consumer, mode, tx), 0)
-            return (await self._acks.run(consumer.destination, request))[0]
-        return await super().ack(consumer, message_id, mode=mode, tx=tx)
+        (drivers/coalesce.py). `hold` (seconds): its script call may wait that long to go out with this
+        broker's next call (drivers/multiplexed.py); for an ack no client waits for (ack mode auto)."""
+        token = multiplexed.hold(hold) if hold else None
+        try:
+            ids = _ids(message_id)
+            if tx is None and ids and consumer.destination.is_queue:
+                request = (consumer, ids, self._ack_mode(consumer, mode, tx), 0)
+                return (await self._acks.run(consumer.destination, request))[0]
+            return await super().ack(consumer, message_id, mode=mode, tx=tx)
+        finally:
+            if token is not None:
+                multiplexed.release_hold(token)
 
     async def ack_and_receive(self, consumer: ConsumerRef, message_id: str | list[str], max_messages: int = 1,
                               *, mode: str | None = None) -> list[Delivery]:
