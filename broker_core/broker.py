@@ -575,6 +575,7 @@ class AsyncBroker(_Api):
         self._acks: Coalescer[AckRequest, tuple[int, list[Delivery]]] = Coalescer(
             self._ack_groups, lambda e: isinstance(e, errors.UnknownConsumer | errors.NotInFlight),
             size=lambda r: len(r[1]), tag=lambda r: r[0].consumer_id)
+        self._syncs: bool | None = None  # _syncs_each_write, once known
 
     async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
                    *, tx: str | None = None) -> list[str]:
@@ -591,7 +592,7 @@ class AsyncBroker(_Api):
         """As Broker.ack; acks of different consumers of one queue share a script call
         (drivers/coalesce.py). `hold` (seconds): its script call may wait that long to go out with this
         broker's next call (drivers/multiplexed.py); for an ack no client waits for (ack mode auto)."""
-        token = multiplexed.hold(hold) if hold else None
+        token = multiplexed.hold(hold) if hold and await self._syncs_each_write() else None
         try:
             ids = _ids(message_id)
             if tx is None and ids and consumer.destination.is_queue:
@@ -610,6 +611,18 @@ class AsyncBroker(_Api):
             request = (consumer, ids, self._ack_mode(consumer, mode, None), max_messages)
             return (await self._acks.run(consumer.destination, request))[1]
         return await super().ack_and_receive(consumer, message_id, max_messages, mode=mode)
+
+    async def _syncs_each_write(self) -> bool:
+        """Whether Redis syncs its AOF before every reply (appendonly yes, appendfsync always), asked once.
+        Only then does an ack gain by waiting for the next call: Redis runs both in one turn and syncs
+        once. Otherwise the ack that waits only puts its script before the next call's reply."""
+        if self._syncs is None:
+            try:
+                conf = {_text(k): _text(v) for k, v in (await self.redis.config_get("append*")).items()}
+                self._syncs = conf.get("appendonly") == "yes" and conf.get("appendfsync") == "always"
+            except redis.RedisError:  # CONFIG renamed or refused (a managed Redis): no holding
+                self._syncs = False
+        return self._syncs
 
     async def _send_groups(self, dest: Destination, groups: list[Packed]) -> list[list[str]]:
         """One send of the grouped sends' messages; each its own ids."""
@@ -781,3 +794,7 @@ class AsyncBroker(_Api):
     def events_key(self, destination: str | Destination) -> str:
         """The Redis stream of the destination's lifecycle events (docs/broker_core.md), for XREAD."""
         return self.ops.events_key(_dest(destination))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
