@@ -21,6 +21,7 @@ from . import client_ids, connections, errors
 from .clock import Clock, SystemClock
 from .config.store import PolicyStore
 from .destinations import Destination, parse_destination, require_concrete, split_composite
+from .drivers import multiplexed
 from .drivers.coalesce import Coalescer
 from .drivers.direct import DirectConnections
 from .drivers.loop import Driver, Io, Transaction, run, run_async, typed_error
@@ -574,6 +575,7 @@ class AsyncBroker(_Api):
         self._acks: Coalescer[AckRequest, tuple[int, list[Delivery]]] = Coalescer(
             self._ack_groups, lambda e: isinstance(e, errors.UnknownConsumer | errors.NotInFlight),
             size=lambda r: len(r[1]), tag=lambda r: r[0].consumer_id)
+        self._syncs: bool | None = None  # _syncs_each_write, once known
 
     async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
                    *, tx: str | None = None) -> list[str]:
@@ -586,14 +588,20 @@ class AsyncBroker(_Api):
         return await super().send(destination, message, tx=tx)
 
     async def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
-                  tx: str | None = None) -> int:
+                  tx: str | None = None, hold: float = 0.0) -> int:
         """As Broker.ack; acks of different consumers of one queue share a script call
-        (drivers/coalesce.py)."""
-        ids = _ids(message_id)
-        if tx is None and ids and consumer.destination.is_queue:
-            request = (consumer, ids, self._ack_mode(consumer, mode, tx), 0)
-            return (await self._acks.run(consumer.destination, request))[0]
-        return await super().ack(consumer, message_id, mode=mode, tx=tx)
+        (drivers/coalesce.py). `hold` (seconds): its script call may wait that long to go out with this
+        broker's next call (drivers/multiplexed.py); for an ack no client waits for (ack mode auto)."""
+        token = multiplexed.hold(hold) if hold and await self._syncs_each_write() else None
+        try:
+            ids = _ids(message_id)
+            if tx is None and ids and consumer.destination.is_queue:
+                request = (consumer, ids, self._ack_mode(consumer, mode, tx), 0)
+                return (await self._acks.run(consumer.destination, request))[0]
+            return await super().ack(consumer, message_id, mode=mode, tx=tx)
+        finally:
+            if token is not None:
+                multiplexed.release_hold(token)
 
     async def ack_and_receive(self, consumer: ConsumerRef, message_id: str | list[str], max_messages: int = 1,
                               *, mode: str | None = None) -> list[Delivery]:
@@ -603,6 +611,18 @@ class AsyncBroker(_Api):
             request = (consumer, ids, self._ack_mode(consumer, mode, None), max_messages)
             return (await self._acks.run(consumer.destination, request))[1]
         return await super().ack_and_receive(consumer, message_id, max_messages, mode=mode)
+
+    async def _syncs_each_write(self) -> bool:
+        """Whether Redis syncs its AOF before every reply (appendonly yes, appendfsync always), asked once.
+        Only then does an ack gain by waiting for the next call: Redis runs both in one turn and syncs
+        once. Otherwise the ack that waits only puts its script before the next call's reply."""
+        if self._syncs is None:
+            try:
+                conf = {_text(k): _text(v) for k, v in (await self.redis.config_get("append*")).items()}
+                self._syncs = conf.get("appendonly") == "yes" and conf.get("appendfsync") == "always"
+            except redis.RedisError:  # CONFIG renamed or refused (a managed Redis): no holding
+                self._syncs = False
+        return self._syncs
 
     async def _send_groups(self, dest: Destination, groups: list[Packed]) -> list[list[str]]:
         """One send of the grouped sends' messages; each its own ids."""
@@ -774,3 +794,7 @@ class AsyncBroker(_Api):
     def events_key(self, destination: str | Destination) -> str:
         """The Redis stream of the destination's lifecycle events (docs/broker_core.md), for XREAD."""
         return self.ops.events_key(_dest(destination))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

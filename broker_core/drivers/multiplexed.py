@@ -10,6 +10,13 @@ others wait simply follow them on the wire: concurrent requests share the connec
 
 A MULTI/EXEC block is written as one buffer, so no other call's command can land inside it.
 
+A call made under `hold(seconds)` (the first of that context only) may wait that long before it is
+written, and goes out with the next call's write if one comes sooner, ahead of it. Redis runs the
+commands of one read in one turn of its event loop and, with `appendfsync always`, syncs its AOF once
+for all of them before replying: a held auto ack that rides with the next send costs no sync of its own
+on the send's way (docs/broker_core.md, "The delivery path"). Held calls keep their order: a later call
+never overtakes one.
+
 Only the script calls and transactions of broker.AsyncBroker use this; every other command (INFO, pub/sub,
 the operators' plain commands) keeps redis-py. `for_client` returns None for a client it cannot mirror
 (TLS, RESP3, decoded responses, a credential provider); AsyncBroker then stays on redis-py.
@@ -20,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import socket
 from typing import Any
 
@@ -30,6 +38,28 @@ import redis.asyncio
 from ..resp import connect_settings, pack, reply_error, setup_commands, transaction_result
 
 _PLAIN = {redis.asyncio.Connection, redis.asyncio.UnixDomainSocketConnection}
+
+
+class _Hold:
+    """How long the next call of a context may wait for another write; spent by that call."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+
+_HOLD: contextvars.ContextVar[_Hold | None] = contextvars.ContextVar("signalbox_hold", default=None)
+
+
+def hold(seconds: float) -> contextvars.Token[_Hold | None]:
+    """Let the current context's next call wait up to `seconds` to share the next write (module
+    docstring); `_HOLD.reset(token)` when done. The calls after that one go at once."""
+    return _HOLD.set(_Hold(seconds))
+
+
+def release_hold(token: contextvars.Token[_Hold | None]) -> None:
+    _HOLD.reset(token)
 
 
 class _Call:
@@ -90,6 +120,8 @@ class MultiplexedConnection:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._connecting: asyncio.Future[None] | None = None
         self._watchdog: asyncio.TimerHandle | None = None
+        self._held: list[tuple[bytes, _Call]] = []  # calls waiting to share the next write
+        self._release: asyncio.TimerHandle | None = None
 
     @classmethod
     def for_client(cls, client: redis.asyncio.Redis) -> MultiplexedConnection | None:
@@ -102,6 +134,7 @@ class MultiplexedConnection:
         if self.loop is not asyncio.get_running_loop():  # the client moved to another event loop
             self.transport = self.opening = None
             self.waiting = collections.deque()
+            self._held, self._release = [], None
             return False
         return True
 
@@ -109,7 +142,12 @@ class MultiplexedConnection:
         """One command's reply; an error reply is raised as redis-py raises it."""
         if not self._ready():
             await self._connect()
-        reply, _errors = await self._write(self.transport, pack(args), 1)
+        held = _HOLD.get()
+        if held is not None and held.seconds > 0:
+            seconds, held.seconds = held.seconds, 0.0
+            reply, _errors = await self._hold(pack(args), seconds)
+        else:
+            reply, _errors = await self._write(self.transport, pack(args), 1)
         if isinstance(reply, Exception):
             raise reply
         return reply
@@ -126,11 +164,61 @@ class MultiplexedConnection:
     def _write(self, transport: asyncio.Transport | None, buffer: bytes, replies: int) -> asyncio.Future[Any]:
         assert self.loop is not None and transport is not None
         future = self.loop.create_future()
-        self.waiting.append(_Call(future, replies, self.loop.time()))
+        now = self.loop.time()
+        if self._held and transport is self.transport:  # the held calls first, in one write with this one
+            buffer = self._take_held(now) + buffer
+        self.waiting.append(_Call(future, replies, now))
         transport.write(buffer)
         if self.timeout and self._watchdog is None:
             self._watchdog = self.loop.call_later(self.timeout, self._check)
         return future
+
+    def _hold(self, buffer: bytes, seconds: float) -> asyncio.Future[Any]:
+        """A call written with the next call's write, or after `seconds` if none comes."""
+        assert self.loop is not None
+        future = self.loop.create_future()
+        self._held.append((buffer, _Call(future, 1, 0.0)))
+        if self._release is None:
+            self._release = self.loop.call_later(seconds, self._write_held)
+        return future
+
+    def _take_held(self, now: float) -> bytes:
+        """The held calls' commands, now waiting for their replies (a cancelled one is dropped)."""
+        held, self._held = self._held, []
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
+        out = []
+        for buffer, call in held:
+            if call.future.cancelled():
+                continue
+            call.sent = now
+            self.waiting.append(call)
+            out.append(buffer)
+        return b"".join(out)
+
+    def _write_held(self) -> None:
+        """No other call came in time: the held calls go on their own."""
+        self._release = None
+        if not self._held or self.loop is None:
+            return
+        if self.transport is None or self.transport.is_closing():
+            self._fail_held(redis.ConnectionError("connection to Redis lost"))
+            return
+        buffer = self._take_held(self.loop.time())
+        if buffer:
+            self.transport.write(buffer)
+            if self.timeout and self._watchdog is None:
+                self._watchdog = self.loop.call_later(self.timeout, self._check)
+
+    def _fail_held(self, exc: Exception) -> None:
+        held, self._held = self._held, []
+        if self._release is not None:
+            self._release.cancel()
+            self._release = None
+        for _, call in held:
+            if not call.future.done():
+                call.future.set_exception(exc)
 
     async def _connect(self) -> None:
         """Open the connection and authenticate, once however many calls wait for it."""
@@ -186,6 +274,7 @@ class MultiplexedConnection:
         """Fail every waiting call and drop the connection; the next call opens a new one."""
         transports = (self.transport, self.opening)
         self.transport = self.opening = None
+        self._fail_held(exc)
         waiting, self.waiting = self.waiting, collections.deque()
         if self._watchdog is not None:
             self._watchdog.cancel()

@@ -79,6 +79,9 @@ class OpenTransaction:
     size: int = 0
 
 
+# An auto ack's call may wait this long to share the process's next write to Redis (`_ack_once_written`):
+# about one tick of the event loop's timer, so a consumer alone on its process gets its acks within it
+AUTO_ACK_HOLD_S = 0.001
 CLOSE_RETRY_SECONDS = 0.5  # a consumer whose close found Redis away is closed again this often
 _CLOSING: set[asyncio.Task[None]] = set()  # those retries (a reference, so they are not collected)
 # ack ids of unsubscribed or aborted subscriptions remembered per connection, the newest: each costs about
@@ -336,7 +339,8 @@ class Link:
         self.hub = hub
         self.deliver = deliver
         self.buffer = buffer
-        self._ack_tasks: set[asyncio.Task[None]] = set()  # auto acks waiting for their messages' hand-over
+        self._ack_tasks: set[asyncio.Task[None]] = set()  # auto acks on their way
+        self._unacked: dict[str, int] = {}  # per consumer, the messages of those auto acks
         self.lost = lost
         self.aborted = aborted
         self.settings = settings or LinkSettings.from_django()
@@ -572,33 +576,47 @@ class Link:
     async def _ack_once_written(self, consumer: Consumer, ids: list[str]) -> None:
         """Ack mode auto: acknowledge `ids`, just delivered, once the send buffer has handed them to the
         transport (after the write, never before: Redis's work on the ack does not sit before the client's
-        copy, and a client cut off as too slow before loses nothing). At once when it has (the usual case:
-        a frame to a client that keeps up is written as it is put); else from a task of its own, so the pump
-        goes on taking messages meanwhile (waiting here held a stream to one batch at a time)."""
+        copy, and a client cut off as too slow before loses nothing). From a task of its own, so the pump
+        goes on taking messages meanwhile (waiting here held a stream to one batch at a time), unless the
+        unacknowledged ones would fill the consumer's window: then the pump waits for the ack, which lets
+        the next messages through. While the window keeps room the ack's call may wait AUTO_ACK_HOLD_S to go
+        out with this process's next call (drivers/multiplexed.py): in a request/reply exchange that is the
+        reply's SEND, and Redis then runs and syncs both in one turn instead of syncing the ack on the
+        reply's way. The messages stay in flight under the lease until the ack lands."""
+        cid = consumer.consumer_id
+        unacked = self._unacked.get(cid, 0) + len(ids)
         buffer = self.buffer
-        if buffer is None or buffer.handed >= buffer.puts:
+        written = buffer is None or buffer.handed >= buffer.puts
+        if written and unacked >= consumer.prefetch:
             await self._ack_written(consumer, ids)
             return
-        mark = buffer.puts
+        self._unacked[cid] = unacked
+        mark = buffer.puts if buffer is not None else 0
 
         async def later() -> None:
             try:
-                if await buffer.written(mark):
-                    await self._ack_written(consumer, ids)
+                if written or await buffer.written(mark):  # type: ignore[union-attr]
+                    await self._ack_written(consumer, ids, AUTO_ACK_HOLD_S if written else 0.0)
             except (SlowClient, UnknownConsumer):
                 pass  # the pump or the close deals with it: closing the consumer gives these back
             except Exception as exc:
                 self._report_failure(f"acknowledging messages of {consumer.consumer_id} failed", exc)
+            finally:
+                left = self._unacked.get(cid, 0) - len(ids)
+                if left > 0:
+                    self._unacked[cid] = left
+                else:
+                    self._unacked.pop(cid, None)
 
         task = asyncio.get_running_loop().create_task(later())
         self._ack_tasks.add(task)
         task.add_done_callback(self._ack_tasks.discard)
 
-    async def _ack_written(self, consumer: Consumer, ids: list[str]) -> None:
+    async def _ack_written(self, consumer: Consumer, ids: list[str], hold: float = 0.0) -> None:
         """Ack mode auto: acknowledge messages the send buffer has written. One an operator removed (or
         moved) meanwhile is not in flight any more: the others are acknowledged one by one."""
         try:
-            await self.broker.ack(consumer, ids, mode="individual")
+            await self.broker.ack(consumer, ids, mode="individual", hold=hold)
         except NotInFlight:
             for message_id in ids:
                 with contextlib.suppress(NotInFlight):

@@ -6,6 +6,8 @@ blocks kept whole, a lost connection failing its waiting calls and the next call
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import pytest
 import redis
@@ -13,10 +15,13 @@ import redis.asyncio
 from redis.exceptions import NoScriptError
 
 from broker_core.broker import AsyncBroker
+from broker_core.config.store import PolicyStore
+from broker_core.drivers import multiplexed
 from broker_core.drivers.multiplexed import MultiplexedConnection
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
 from broker_core.resp import pack
+from signalbox.embedded_redis import EmbeddedRedis, free_port
 from tests.helpers.redis_urls import with_database
 
 
@@ -148,5 +153,106 @@ async def test_async_broker_runs_its_scripts_over_it(redis_url, namespace, clock
         await client.aclose()
 
 
+async def _an_ack_held(aio: AsyncBroker, namespace: str, hold: float) -> tuple[asyncio.Future, Any]:
+    consumer = await aio.add_consumer("held", ConsumerSpec(prefetch=10, ack_mode="client-individual"))
+    await aio.send("held", Message(body="m"))
+    (delivery,) = await aio.receive(consumer, 1)
+    await aio.stats("held")  # (the CONFIG GET of _syncs_each_write is not what the ack waits for)
+    ack = asyncio.ensure_future(aio.ack(consumer, delivery.message_id, hold=hold))
+    await asyncio.sleep(0.1)
+    return ack, consumer
+
+
+async def test_an_ack_held_on_a_redis_that_syncs_every_write_rides_with_the_next_call(tmp_path, namespace,
+                                                                                      clock, broker):
+    store = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendfsync="always")
+    store.start()
+    client = redis.asyncio.Redis.from_url(store.url)
+    policies = PolicyStore(redis.Redis.from_url(store.url), namespace)
+    aio = AsyncBroker(client, namespace, clock, policies=policies)
+    try:
+        assert await aio._syncs_each_write()
+        ack, _ = await _an_ack_held(aio, namespace, hold=5.0)
+        assert not ack.done()  # waiting for this process's next call
+        assert (await aio.stats("held")).dequeued == 1  # that call: the ack ran just before it
+        assert await asyncio.wait_for(ack, 1.0) == 1
+    finally:
+        await aio.aclose()
+        await client.aclose()
+        store.stop()
+
+
+async def test_an_ack_held_on_a_redis_that_does_not_sync_every_write_goes_at_once(redis_url, namespace, clock,
+                                                                                   broker, redis_client):
+    conf = redis_client.config_get("append*")
+    assert (conf["appendonly"], conf["appendfsync"]) != ("yes", "always")  # the tests' Redis
+    client = redis.asyncio.Redis.from_url(redis_url)
+    aio = AsyncBroker(client, namespace, clock, policies=broker.policies)
+    try:
+        assert not await aio._syncs_each_write()
+        ack, _ = await _an_ack_held(aio, namespace, hold=5.0)
+        assert ack.done() and ack.result() == 1
+    finally:
+        await aio.aclose()
+        await client.aclose()
+
+
 def _client_id(client: redis.Redis, name: str) -> str:
     return next(str(c["id"]) for c in client.client_list() if c.get("name") == name)
+
+
+async def _held_call(link, *args, seconds: float):
+    token = multiplexed.hold(seconds)
+    try:
+        return await link.call(*args)
+    finally:
+        multiplexed.release_hold(token)
+
+
+async def test_a_held_call_goes_out_ahead_of_the_next_call_in_one_write(link, namespace, redis_client):
+    key = f"{namespace}:n"
+    await link.call("PING")  # connected: the held call is not written by the connect itself
+    held = asyncio.ensure_future(_held_call(link, "INCR", key, seconds=5.0))
+    await asyncio.sleep(0.05)
+    assert not held.done() and redis_client.get(key) is None  # waiting, not written
+    started = time.monotonic()
+    assert await link.call("GET", key) == b"1"  # the held INCR ran first, in the same write
+    assert await held == 1 and time.monotonic() - started < 1.0
+    # only the first call of the held context waits: the next one goes at once
+    token = multiplexed.hold(5.0)
+    try:
+        assert await link.call("INCR", key) == 2
+        assert await asyncio.wait_for(link.call("INCR", key), 1.0) == 3
+    finally:
+        multiplexed.release_hold(token)
+
+
+async def test_a_held_call_with_no_call_after_it_goes_after_its_time(link, namespace, redis_client):
+    key = f"{namespace}:n"
+    await link.call("PING")
+    started = time.monotonic()
+    first = asyncio.ensure_future(_held_call(link, "RPUSH", key, "a", seconds=0.2))
+    second = asyncio.ensure_future(_held_call(link, "RPUSH", key, "b", seconds=0.2))
+    assert await first == 1 and await second == 2  # in the order they were made
+    assert time.monotonic() - started >= 0.19
+    assert redis_client.lrange(key, 0, -1) == [b"a", b"b"]
+
+
+async def test_a_held_call_cancelled_before_it_went_is_never_written(link, namespace, redis_client):
+    key = f"{namespace}:n"
+    await link.call("PING")
+    held = asyncio.ensure_future(_held_call(link, "INCR", key, seconds=5.0))
+    await asyncio.sleep(0.01)
+    held.cancel()
+    assert await link.call("GET", key) is None
+    assert redis_client.get(key) is None
+
+
+async def test_a_lost_connection_fails_the_held_calls(link, namespace):
+    await link.call("PING")
+    held = asyncio.ensure_future(_held_call(link, "INCR", f"{namespace}:n", seconds=5.0))
+    await asyncio.sleep(0.01)
+    link.abort(redis.ConnectionError("gone"))
+    with pytest.raises(redis.ConnectionError, match="gone"):
+        await held
+    assert await link.call("INCR", f"{namespace}:n") == 1  # reconnected; the held one never ran
