@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from signalbox.embedded_redis import free_port
+from signalbox.embedded_redis import free_port, wait_for_port
 from tests.helpers.gateway_server import ALICE_TOKEN, ROOT, own_gateway
 
 CLI = [sys.executable, "-m", "signalbox.cli"]
@@ -639,7 +639,6 @@ def test_stat_pages_through_a_proxy_that_terminates_tls(gateway, server, home, t
     each page of destinations says http://: the command asks its own URL for the next page (only the
     link's query is the server's), so every page comes and the token goes nowhere else."""
     import shutil
-    import socket
 
     if not (shutil.which("socat") and shutil.which("openssl")):
         pytest.skip("needs the socat and openssl commands")
@@ -652,14 +651,7 @@ def test_stat_pages_through_a_proxy_that_terminates_tls(gateway, server, home, t
                               f"key={key},verify=0", f"TCP:127.0.0.1:{gateway.port}"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and proxy.poll() is None, "socat did not listen"
-                time.sleep(0.1)
+        wait_for_port(port, process=proxy)  # (socat)
         prefix = unique("cli.many")
         names = [f"{prefix}.{i:04d}" for i in range(1001)]  # more than a page (1000)
         answer = httpx.post(f"{server}/api/v1/messages", params={"destination": ",".join(names)},
