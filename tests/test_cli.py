@@ -666,6 +666,37 @@ def test_stat_pages_through_a_proxy_that_terminates_tls(gateway, server, home, t
 
 
 @pytest.mark.e2e
+def test_stat_of_a_topic_lists_its_subscriptions_with_pending_and_consumers(server, home):
+    """`activemq dstat` gives a topic's figures; an operator also needs who subscribes: each subscription,
+    durable or not, active or offline, what waits for it and its consumer (GET /api/v1/topics/<t>)."""
+    t = unique("cli.topic")
+    with httpx.Client(base_url=server, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=30) as http:
+        live = http.post(f"/api/v1/topics/{t}/consumers", json={"prefetch": 1}).json()["consumer_id"]
+        named = {"client_id": "cli-test", "subscription_name": "audit"}
+        durable = http.post(f"/api/v1/topics/{t}/consumers", json=named).json()["consumer_id"]
+        assert http.delete(f"/api/v1/topics/{t}/consumers/{durable}").status_code == 204  # offline now
+        for n in range(3):
+            ok(run(home, server, "send", f"topic://{t}", f"m{n}"))
+        assert len(http.post(f"/api/v1/topics/{t}/consumers/{live}/receive").json()["messages"]) == 1
+        table = ok(run(home, server, "stat", f"topic://{t}"))
+        assert "subscriptions" in table, table
+        rows = [line.split() for line in table.split("subscriptions", 1)[1].splitlines()]
+        # name, durable, active, pending, in flight, enqueued, dequeued, expired, DLQ, client id, consumer
+        offline = next(r for r in rows if r[:1] == ["audit"])
+        assert offline[:11] == ["audit", "yes", "no", "3", "0", "3", "0", "0", "0", "cli-test", "-"], table
+        active = next(r for r in rows if live in r)
+        assert active[:11] == ["-", "no", "yes", "2", "1", "3", "0", "0", "0", "-", live], table
+        assert "durable_offline" in table and "no_subscription" in table
+        detail = as_json(run(home, server, "stat", f"topic://{t}", "--json"))
+        subs = {s.get("subscription_name") or s["consumer_id"]: s for s in detail["subscriptions"]}
+        assert subs.keys() == {"audit", live}
+        audit = subs["audit"]
+        assert (audit["durable"], audit["active"], audit["pending"]) == (True, False, 3)
+        assert (subs[live]["pending"], subs[live]["in_flight"]) == (2, 1)
+        http.delete(f"/api/v1/topics/{t}/consumers/{live}")
+
+
+@pytest.mark.e2e
 def test_stat_watch(server, home):
     q = unique("cli.watch")
     ok(run(home, server, "send", q, "w"))
