@@ -9,6 +9,7 @@ import asyncio
 import uuid
 
 import pytest
+from django.test import override_settings
 
 from gateway import runtime
 from gateway.stomp.frames import Frame, FrameParser, encode
@@ -38,7 +39,7 @@ class Recorder(Transport):
         """The first `count` frames of `command`, in order, waiting for them (others stay; an ERROR fails)."""
         async with asyncio.timeout(timeout):
             while True:
-                assert not any(f.command == "ERROR" for f in self.frames), self.frames
+                assert command == "ERROR" or not any(f.command == "ERROR" for f in self.frames), self.frames
                 taken = [f for f in self.frames if f.command == command][:count]
                 if len(taken) == count:
                     self.frames = [f for f in self.frames if not any(f is t for t in taken)]
@@ -134,3 +135,35 @@ def _message(body: str):
     from broker_core.messages import Message
 
     return Message(body=body)
+
+
+@override_settings(SIGNALBOX_WS_LEASE_MS=1200)
+async def test_a_subscription_the_broker_aborts_takes_its_ack_ids_out_of_the_map(ws_runtime, redis_client):
+    """Consumer loss: an operator aborts the subscription's consumer (spec §8.4); the link notices at its
+    next lease renewal, ends the subscription, and its messages go back: their ids leave the map (a late
+    ACK of one is accepted and does nothing)."""
+    from broker_core import maintenance
+    from broker_core.broker import Broker
+    from broker_core.destinations import parse_destination
+    from broker_core.model import ConsumerRef
+
+    session, transport = await connected()
+    queue = f"aborted.{uuid.uuid4().hex[:8]}"
+    await frame(session, transport, "SUBSCRIBE", destination=f"/queue/{queue}", id="a", ack="client")
+    await frame(session, transport, "SUBSCRIBE", destination=f"/queue/{queue}.kept", id="k", ack="client")
+    aio = runtime.async_broker()
+    await aio.send(f"queue://{queue}", [_message("a0"), _message("a1")])
+    await aio.send(f"queue://{queue}.kept", _message("k0"))
+    messages = await transport.take("MESSAGE", 3)
+    assert len(session.link.pending_acks) == 3
+    (consumer,) = (await aio.stats(f"queue://{queue}")).consumers
+    sync = Broker(redis_client, ws_runtime)
+    await asyncio.to_thread(maintenance.abort_consumer, sync,
+                            ConsumerRef(parse_destination(f"queue://{queue}"), consumer.consumer_id), "test")
+    await transport.take("ERROR")  # the notice, the connection stays (abortConnection false)
+    kept = [m.get("ack") for m in messages if m.get("subscription") == "k"]
+    assert list(session.link.pending_acks) == kept
+    late = next(m.get("ack") for m in messages if m.get("subscription") == "a")
+    await frame(session, transport, "ACK", id=late)  # accepted, does nothing
+    await session.connection_lost()
+    assert session.link.pending_acks == {}
