@@ -333,25 +333,19 @@ def scenario_amq_get_session(client: Client, n: int) -> tuple[float, list[float]
 
 def scenario_empty(client: Client, n: int) -> tuple[float, list[float], int]:
     """GET / of bench/asgi_floor.py in its own uvicorn (the gateway's flags), on its own connection."""
-    import socket
     import subprocess
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    from signalbox.embedded_redis import PortNotOpen, free_port, wait_for_port
+
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "bench.asgi_floor:app", "--host", "127.0.0.1", "--port", str(port),
          "--lifespan", "off", "--log-level", "warning", "--no-access-log"], cwd=ROOT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise SystemExit("the floor's uvicorn did not start") from None
-                time.sleep(0.1)
+        try:
+            wait_for_port(port, process=process)
+        except PortNotOpen as exc:
+            raise SystemExit(f"the floor's uvicorn did not start: {exc}") from None
         floor = Client(f"http://127.0.0.1:{port}", {})
 
         def step() -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from broker_core.messages import Message  # noqa: E402
 from broker_core.model import ConsumerSpec  # noqa: E402
 from console.demo import DemoSystem  # noqa: E402
+from signalbox.embedded_redis import PortNotOpen, wait_for_port  # noqa: E402
 
 TOKEN = "bench-metrics-token-0123456789"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
@@ -88,15 +88,10 @@ def start_before(system: DemoSystem, ref: str, folder: Path) -> Gateway:
         [sys.executable, "-m", "uvicorn", "signalbox.asgi:application", "--host", "127.0.0.1", "--port",
          str(port), "--lifespan", "off", "--log-level", "warning", "--no-access-log"],
         cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((folder / "before.log").read_text(errors="replace")) from None
-            time.sleep(0.1)
+    try:
+        wait_for_port(port, process=process)
+    except PortNotOpen:
+        raise RuntimeError((folder / "before.log").read_text(errors="replace")) from None
     return Gateway(f"before ({ref})", process, port)
 
 

@@ -6,16 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from signalbox.embedded_redis import free_port  # noqa: E402
+from signalbox.embedded_redis import free_port, wait_for_port  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -28,15 +26,7 @@ def scratch_redis(binary: str | None = None, unix_socket: str | None = None) -> 
                                *(["--unixsocket", unix_socket] if unix_socket else [])],
                               stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port)).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        wait_for_port(port, process=server, interval=0.05)
         yield port
     finally:
         server.terminate()

@@ -4,10 +4,14 @@ Redis, the process's real broker client, wake-up hub and link. What a message co
 (the codec, the session, the link, broker_core's client side, the Redis connection), without the load
 of the client processes and without the kernel's work for the client sockets.
 
-Usage: python bench/stomp_session_cpu.py [--n 2000] [--rounds 5] [--checkout DIR ...]
+Usage: python bench/stomp_session_cpu.py [--n 2000] [--rounds 5] [--subscriptions 500]
+                                         [--case NAME ...] [--checkout DIR ...]
 
 Cases: `pingpong` (one session subscribed with ack auto, the other sends; each SEND waits for its
-MESSAGE) and `receipt-np` (SEND with a receipt, non-persistent; each waits for its RECEIPT). Per case
+MESSAGE), `receipt-np` (SEND with a receipt, non-persistent; each waits for its RECEIPT) and
+`client-ack` (the receiving session holds --subscriptions client-individual subscriptions, one per
+queue; each SEND to the first waits for its MESSAGE, then the STOMP 1.2 ACK of it for its RECEIPT:
+what a delivery and an ack cost on a connection with many subscriptions). Per case
 and round: the process's CPU per message (os.times, user + kernel: the gateway's own work, not the time
 it waits for Redis; the kernel's part is mostly the writes to Redis) and the p50 from the SEND handed to
 the session to its answer written. With several --checkout, each round runs every checkout in turn
@@ -28,9 +32,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = b"x" * 100
+CASES = ("receipt-np", "pingpong", "client-ack")
 
 
-def child(n: int) -> None:
+def child(n: int, subscriptions: int, cases: list[str]) -> None:
     """Runs in the checkout's own process (its modules on the path): prints one line per case."""
     import django
 
@@ -67,6 +72,15 @@ def child(n: int) -> None:
                 await self.arrived.wait()
             self.frames.clear()
 
+        async def ack_id(self) -> str:
+            """The ack header of the next MESSAGE."""
+            while not any(f.startswith(b"MESSAGE") for f in self.frames):
+                self.arrived.clear()
+                await self.arrived.wait()
+            head = b"".join(self.frames).split(b"\n\n", 1)[0]
+            self.frames.clear()
+            return next(line[4:] for line in head.decode().split("\n") if line.startswith("ack:"))
+
     user = SimpleNamespace(is_authenticated=True, is_active=True, is_superuser=True, pk=1,
                            get_username=lambda: "bench")
 
@@ -74,6 +88,7 @@ def child(n: int) -> None:
         transport = Kept()
         s = StompSession(transport, broker=runtime.async_broker(), hub=runtime.wakeups(), stream=True)
         await s.start()
+        s.unique_ack_ids = True  # (what CONNECT sets for 1.2)
         await s.open_link(user)  # (CONNECT without the password check: its PBKDF2 is not per message)
         s.version = s.parser.version = "1.2"
         return s, transport
@@ -86,11 +101,15 @@ def child(n: int) -> None:
         queue = f"/queue/cpu.{case}.{os.getpid()}.{time.monotonic_ns()}"
         sender, out = await session()
         receiver = None
-        if case == "pingpong":
+        if case in ("pingpong", "client-ack"):
             receiver, inbox = await session()
-            await receiver.data_received(frame("SUBSCRIBE", {"destination": queue, "id": "s", "ack": "auto",
-                                                             "receipt": "r"}))
-            await inbox.next(b"RECEIPT")
+            ack = "auto" if case == "pingpong" else "client-individual"
+            for k in range(1 if case == "pingpong" else subscriptions):
+                last = k == subscriptions - 1 or case == "pingpong"  # (ActiveMQ's walk would find it last)
+                where = queue if last else f"{queue}.{k}"
+                subscribe = {"destination": where, "id": f"s{k}", "ack": ack, "receipt": "r"}
+                await receiver.data_received(frame("SUBSCRIBE", subscribe))
+                await inbox.next(b"RECEIPT")
             send = frame("SEND", {"destination": queue, "persistent": "false",
                                   "content-length": str(len(BODY))}, BODY)
             waits, answer = inbox, b"MESSAGE"
@@ -103,7 +122,13 @@ def child(n: int) -> None:
         for _ in range(count):
             start = time.perf_counter()
             await sender.data_received(send)
-            await waits.next(answer)
+            if case == "client-ack":
+                ack_id = await waits.ack_id()
+                assert receiver is not None
+                await receiver.data_received(frame("ACK", {"id": ack_id, "receipt": "a"}))
+                await waits.next(b"RECEIPT")
+            else:
+                await waits.next(answer)
             times.append(time.perf_counter() - start)
         await asyncio.sleep(0.05)  # (the last auto ack)
         now = os.times()
@@ -114,7 +139,7 @@ def child(n: int) -> None:
         return user / count * 1e6, system / count * 1e6, statistics.median(times) * 1e6
 
     async def main() -> None:
-        for case in ("receipt-np", "pingpong"):
+        for case in cases:
             await run_case(case, min(300, n))  # warm-up (scripts loaded, caches filled)
             user, system, p50 = await run_case(case, n)
             print(f"{case} {user:.1f} {system:.1f} {p50:.1f}", flush=True)
@@ -130,11 +155,13 @@ def child(n: int) -> None:
 
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--child":
-        child(int(sys.argv[2]))
+        child(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(","))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--subscriptions", type=int, default=500, help="the client-ack case's subscriptions")
+    parser.add_argument("--case", action="append", choices=CASES, help="the cases to run (default: all)")
     parser.add_argument("--checkout", action="append", help="a Signalbox checkout (repeat to compare)")
     args = parser.parse_args()
     checkouts = [Path(c).resolve() for c in (args.checkout or [str(ROOT)])]
@@ -149,8 +176,10 @@ def main() -> None:
                 env = dict(os.environ, DJANGO_SETTINGS_MODULE="signalbox.settings",
                            REDIS_URL=f"redis://127.0.0.1:{port}/0", SIGNALBOX_DATA_DIR=str(data),
                            SIGNALBOX_NAMESPACE=f"cpu{n}", PYTHONPATH=str(checkout))
-                out = subprocess.run([sys.executable, __file__, "--child", str(args.n)], cwd=checkout,
-                                     env=env, capture_output=True, text=True, timeout=600)
+                command = [sys.executable, __file__, "--child", str(args.n), str(args.subscriptions),
+                           ",".join(args.case or CASES)]
+                out = subprocess.run(command, cwd=checkout, env=env, capture_output=True, text=True,
+                                     timeout=600)
                 if out.returncode:
                     raise SystemExit(out.stderr[-3000:])
                 for line in out.stdout.splitlines():

@@ -65,7 +65,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -83,7 +82,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from floor import floors  # noqa: E402
 from versus_clients import Http, Stomp, Target, encode  # noqa: E402
 
-from signalbox.embedded_redis import REDIS_EXECUTABLE, free_port, installed_redis7  # noqa: E402
+from signalbox.embedded_redis import (  # noqa: E402
+    REDIS_EXECUTABLE,
+    PortNotOpen,
+    free_port,
+    installed_redis7,
+    wait_for_port,
+)
 
 BODY = b"x" * 256
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
@@ -363,16 +368,10 @@ def serves(target: Target, needs: str) -> bool:
 # -- the brokers ------------------------------------------------------------------------------------------
 
 def wait_port(port: int, process: subprocess.Popen, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"{what} exited with {process.returncode} before listening on {port}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.2)
-    sys.exit(f"{what} did not listen on {port} within {timeout:.0f} s")
+    try:
+        wait_for_port(port, process=process, timeout=timeout, interval=0.2)
+    except PortNotOpen as exc:
+        sys.exit(f"{what}: {exc}")
 
 
 def find_kit(given: str | None) -> Path | None:

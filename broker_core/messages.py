@@ -371,16 +371,18 @@ def failure_cause(kind: str, argument: str, policy: dict[str, str]) -> str | Non
     return None  # poison: a STOMP NACK carries no cause
 
 
-def forward_copy(blob: bytes, original: str) -> bytes:
+def forward_copy(blob: bytes, original: str, arrived: bool = False) -> bytes:
     """The copy a virtual destination's target receives: the message as sent, with its original
     destination set when the configuration says so (composites and virtual topics).
 
     A repeating scheduled message's copies are made each time its job fires (lifecycle.lua
     fire_scheduled), never at its send, so a copy that still carries a repeat is one firing: like the
     firing ActiveMQ's scheduler re-sends (SchedulerBroker.scheduledJob), it loses its delay, period and
-    repeat, so its target delivers it now and schedules nothing again."""
+    repeat, so its target delivers it now and schedules nothing again. `arrived`: a copy of a message
+    that has reached its destination (the NoConsumer advisory's), which a delay no longer concerns
+    either: it loses any schedule."""
     record = msgpack.unpackb(blob, raw=True)
-    fired = len(record) >= RECORD_LENGTH and bool(record[19])
+    fired = len(record) >= RECORD_LENGTH and bool(record[19] or (arrived and record[17]))
     if not original and not fired:
         return blob
     if original:

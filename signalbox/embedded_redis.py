@@ -155,6 +155,33 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+class PortNotOpen(RuntimeError):
+    """wait_for_port gave up: the message says whether the process exited or the time ran out."""
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True when something accepts a TCP connection on host:port now."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for_port(port: int, *, host: str = "127.0.0.1", timeout: float = 30.0,
+                  process: subprocess.Popen | None = None, interval: float = 0.1) -> None:
+    """Return once something accepts TCP connections on host:port (a server we started is up). PortNotOpen
+    when `process` (the one that should listen) exits first, or after `timeout` seconds: callers add
+    what they know (the server's log)."""
+    deadline = time.monotonic() + timeout
+    while not port_open(host, port):
+        if process is not None and process.poll() is not None:
+            raise PortNotOpen(f"the process exited with {process.returncode} before listening on port {port}")
+        if time.monotonic() > deadline:
+            raise PortNotOpen(f"nothing listened on {host}:{port} within {timeout:g} s")
+        time.sleep(interval)
+
+
 def port_in_use(host: str, port: int) -> bool:
     """True when binding host:port fails the way a listening server would make it fail."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

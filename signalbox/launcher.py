@@ -27,7 +27,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -54,6 +53,7 @@ from signalbox.embedded_redis import (
     die_with_parent,
     maxmemory_setting,
     port_in_use,
+    port_open,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -592,11 +592,8 @@ class Launcher:
     def wait_for_web_server(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self.stop_requested.is_set():
-            self.supervise()
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection((self.config.host, self.config.port), 0.5),
-            ):
+            self.supervise()  # (a child that exits is restarted: no wait_for_port, which gives up then)
+            if port_open(self.config.host, self.config.port):
                 return
             time.sleep(0.1)
         if not self.stop_requested.is_set():

@@ -21,7 +21,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from signalbox.embedded_redis import free_port
+from signalbox.embedded_redis import free_port, wait_for_port
 from tests.helpers.gateway_server import ALICE_TOKEN, ROOT, own_gateway
 
 CLI = [sys.executable, "-m", "signalbox.cli"]
@@ -640,7 +640,6 @@ def test_stat_pages_through_a_proxy_that_terminates_tls(gateway, server, home, t
     each page of destinations says http://: the command asks its own URL for the next page (only the
     link's query is the server's), so every page comes and the token goes nowhere else."""
     import shutil
-    import socket
 
     if not (shutil.which("socat") and shutil.which("openssl")):
         pytest.skip("needs the socat and openssl commands")
@@ -653,14 +652,7 @@ def test_stat_pages_through_a_proxy_that_terminates_tls(gateway, server, home, t
                               f"key={key},verify=0", f"TCP:127.0.0.1:{gateway.port}"],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and proxy.poll() is None, "socat did not listen"
-                time.sleep(0.1)
+        wait_for_port(port, process=proxy)  # (socat)
         prefix = unique("cli.many")
         names = [f"{prefix}.{i:04d}" for i in range(1001)]  # more than a page (1000)
         answer = httpx.post(f"{server}/api/v1/messages", params={"destination": ",".join(names)},
@@ -672,6 +664,37 @@ def test_stat_pages_through_a_proxy_that_terminates_tls(gateway, server, home, t
     finally:
         proxy.kill()
         proxy.wait(10)
+
+
+@pytest.mark.e2e
+def test_stat_of_a_topic_lists_its_subscriptions_with_pending_and_consumers(server, home):
+    """`activemq dstat` gives a topic's figures; an operator also needs who subscribes: each subscription,
+    durable or not, active or offline, what waits for it and its consumer (GET /api/v1/topics/<t>)."""
+    t = unique("cli.topic")
+    with httpx.Client(base_url=server, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=30) as http:
+        live = http.post(f"/api/v1/topics/{t}/consumers", json={"prefetch": 1}).json()["consumer_id"]
+        named = {"client_id": "cli-test", "subscription_name": "audit"}
+        durable = http.post(f"/api/v1/topics/{t}/consumers", json=named).json()["consumer_id"]
+        assert http.delete(f"/api/v1/topics/{t}/consumers/{durable}").status_code == 204  # offline now
+        for n in range(3):
+            ok(run(home, server, "send", f"topic://{t}", f"m{n}"))
+        assert len(http.post(f"/api/v1/topics/{t}/consumers/{live}/receive").json()["messages"]) == 1
+        table = ok(run(home, server, "stat", f"topic://{t}"))
+        assert "subscriptions" in table, table
+        rows = [line.split() for line in table.split("subscriptions", 1)[1].splitlines()]
+        # name, durable, active, pending, in flight, enqueued, dequeued, expired, DLQ, client id, consumer
+        offline = next(r for r in rows if r[:1] == ["audit"])
+        assert offline[:11] == ["audit", "yes", "no", "3", "0", "3", "0", "0", "0", "cli-test", "-"], table
+        active = next(r for r in rows if live in r)
+        assert active[:11] == ["-", "no", "yes", "2", "1", "3", "0", "0", "0", "-", live], table
+        assert "durable_offline" in table and "no_subscription" in table
+        detail = as_json(run(home, server, "stat", f"topic://{t}", "--json"))
+        subs = {s.get("subscription_name") or s["consumer_id"]: s for s in detail["subscriptions"]}
+        assert subs.keys() == {"audit", live}
+        audit = subs["audit"]
+        assert (audit["durable"], audit["active"], audit["pending"]) == (True, False, 3)
+        assert (subs[live]["pending"], subs[live]["in_flight"]) == (2, 1)
+        http.delete(f"/api/v1/topics/{t}/consumers/{live}")
 
 
 @pytest.mark.e2e

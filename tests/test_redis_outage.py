@@ -225,3 +225,29 @@ def test_a_redis_loading_its_data_counts_as_unavailable():
     status, problem, headers = describe(error)
     assert (status, problem["code"], headers) == (503, "broker_unavailable", {"Retry-After": "1"})
     assert "is loading its data" in problem["detail"]
+
+
+def test_each_503_for_redis_being_away_is_logged_once(outage):
+    """One line per refused request, whichever path answered it (the hot path, a DRF view, a Django
+    view): the warning naming the cause, not a second line for the same 503 from Django's request log."""
+    store, server = outage
+    queue = f"logged.{uuid.uuid4().hex[:8]}"
+    cookie = console_cookie(server)
+    store.process.kill()
+    store.process.wait()
+    requests = ((f"/api/v1/queues/{queue}/messages", {"body": "during"}),
+                (f"/api/v1/queues/{queue}/consumers", {}),
+                (f"/api/v1/queues/{queue}", None))
+    before = len(server.output().splitlines())
+    for path, body in requests:
+        assert rest(server, "POST" if body is not None else "GET", path, body)[0] == 503
+    page = urllib.request.Request(f"http://127.0.0.1:{server.port}/console/analytics/",
+                                  headers={"Cookie": cookie})
+    with pytest.raises(urllib.error.HTTPError) as refused_page:
+        urllib.request.urlopen(page, timeout=10)
+    assert refused_page.value.code == 503
+    time.sleep(0.5)  # (the lines are written by now)
+    lines = [line for line in server.output().splitlines()[before:] if line.strip()]
+    assert len(lines) == len(requests) + 1, "\n".join(lines)
+    assert "/console/analytics/" in lines[-1]
+    assert all("Redis unavailable" in line for line in lines), "\n".join(lines)

@@ -146,11 +146,12 @@ def no_consumer_copy(blob: bytes, source: str) -> bytes:
     """The NoConsumer advisory (BaseDestination.onMessageWithNoConsumers): the message itself, same id,
     body and properties, no advisory properties. ActiveMQ sets the copy's original destination to the
     destination it was sent to only when it already had one (a message routed before, e.g. by a
-    virtual destination), and leaves it unset otherwise. A repeating scheduled message's firing (advised
-    at each firing, lifecycle.lua fire_scheduled) leaves without its schedule, as the message ActiveMQ's
-    scheduler re-sends does (messages.forward_copy): a topic refuses a repeat."""
+    virtual destination), and leaves it unset otherwise. It is sent when the message reaches the
+    destination: a repeating message's firing (lifecycle.lua fire_scheduled), a delayed message once due
+    (scheduled_arrived), each leaves without its schedule, as the message ActiveMQ's scheduler re-sends
+    does (messages.forward_copy): a topic refuses a repeat, and would hold a delay again."""
     record = msgpack.unpackb(blob, raw=True)
-    return forward_copy(blob, source if len(record) > 16 and record[16] else "")
+    return forward_copy(blob, source if len(record) > 16 and record[16] else "", arrived=True)
 
 
 def build(advisory_id: str, packed_event: bytes, blob: bytes, now: int) -> bytes:

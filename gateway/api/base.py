@@ -181,6 +181,8 @@ def rendered(response: Any) -> Any:
     for name, value in response.items():
         plain[name] = value
     plain.cookies = response.cookies
+    if getattr(response, "_has_been_logged", False):  # (errors.log_unavailable wrote its line)
+        plain._has_been_logged = True  # type: ignore[attr-defined]
     return plain
 
 

@@ -8,6 +8,7 @@ on it (a selector's `position` and `expected`, a validation error's `errors`, `r
 from __future__ import annotations
 
 import logging
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -147,8 +148,7 @@ def describe(exc: BaseException) -> tuple[int, dict[str, Any], dict[str, str]] |
         elif status_code == 503:
             headers["Retry-After"] = "1"
         return status_code, problem(status_code, exc.code, title, exc.message, **extra), headers
-    if unavailable.store_unavailable(exc):
-        log.warning("Redis unavailable: %s", exc)
+    if unavailable.store_unavailable(exc):  # (logged once, where the response is made: log_unavailable)
         wait = unavailable.retry_after()
         headers["Retry-After"] = str(wait)
         return 503, problem(503, unavailable.CODE, unavailable.TITLE, unavailable.explain(exc),
@@ -196,6 +196,15 @@ def _first_message(errors: Any) -> str:
     return str(errors)
 
 
+def log_unavailable(path: str, exc: BaseException, response: Any = None) -> None:
+    """The one line of a 503 for Redis being away: the request's path and the cause (the driver's text,
+    which the client is not shown). `response` is marked as logged, so that Django's request log does not
+    add a second line for it (its "Service Unavailable: <path>", at ERROR, without the cause)."""
+    log.warning("%s: %s: Redis unavailable (%s)", HTTPStatus.SERVICE_UNAVAILABLE.phrase, path, exc)
+    if response is not None:
+        response._has_been_logged = True  # (django.utils.log.log_response's own mark)
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's EXCEPTION_HANDLER: every exception a view raises becomes a problem response."""
     request = context.get("request")
@@ -212,6 +221,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         response["WWW-Authenticate"] = exc.auth_header  # type: ignore[attr-defined]
     for name, value in headers.items():
         response[name] = value
+    if unavailable.store_unavailable(exc):
+        log_unavailable(getattr(request, "path", "?"), exc, response)
     return response
 
 
@@ -256,6 +267,7 @@ class UnavailableMiddleware(MiddlewareMixin):
             text = f"503 {unavailable.TITLE}: {unavailable.explain(exception)}\n"
             response = HttpResponse(text, status=503, content_type="text/plain; charset=utf-8")
         response["Retry-After"] = str(unavailable.retry_after())
+        log_unavailable(request.path, exception, response)
         return response
 
 

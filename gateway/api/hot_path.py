@@ -298,8 +298,11 @@ class HotPath:
         headers = [(b"Content-Type", errors.PROBLEM_CONTENT_TYPE.encode()), allow,
                    *((k.encode(), v.encode()) for k, v in extra.items()), self.tail[0],
                    (b"Content-Length", str(len(payload)).encode()), *self.tail[1:]]
-        log = self.log.error if status >= 500 else self.log.warning
-        log("%s: %s", HTTPStatus(status).phrase, scope["path"])
+        if errors.unavailable.store_unavailable(exc):
+            errors.log_unavailable(scope["path"], exc)  # (its one line, naming the cause)
+        else:
+            log = self.log.error if status >= 500 else self.log.warning
+            log("%s: %s", HTTPStatus(status).phrase, scope["path"])
         return status, headers, payload
 
 

@@ -342,8 +342,8 @@ class StompSession(LinkedSession):
         chunk: list[bytes] = []
         size = 0
         for delivery in deliveries:
-            # 1.2 acks by the ack header alone, so it must be unique in the connection; 1.0/1.1 by message-id
-            ack_id = sub.track(consumer, delivery, self.link.find if with_ack else None) if tracked else None
+            # 1.2 acks by the ack header alone, unique in the connection (Link.track); 1.0/1.1 by message-id
+            ack_id = self.link.track(sub, consumer, delivery) if tracked else None
             headers = message_headers(delivery, subscription_id, ack_id if with_ack else None, group_headers)
             body = delivery.body.encode("utf-8") if isinstance(delivery.body, str) else delivery.body
             if isinstance(delivery.body, bytes) or b"\x00" in body:
@@ -467,6 +467,7 @@ class StompSession(LinkedSession):
                              "speaks", (("version", ",".join(VERSIONS)),))
         self.version = version
         self.parser.version = version
+        self.unique_ack_ids = version == "1.2"  # its ACK names the message by the ack header alone
         # as ActiveMQ, whatever the version: a 1.0 client that asks for heart-beats gets them
         beat = negotiate_heart_beat(frame.get("heart-beat"), self.settings.heartbeat_min_ms)
         login, passcode = frame.get("login"), frame.get("passcode")

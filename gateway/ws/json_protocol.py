@@ -96,9 +96,10 @@ class JsonSession(LinkedSession):
         await self.buffer.put(json.dumps(obj, separators=(",", ":")), force=force)
 
     async def deliver(self, sub: Subscription, consumer: Consumer, deliveries: list[Delivery]) -> None:
+        assert self.link is not None
         for delivery in deliveries:
             if sub.ack_mode != "auto":
-                sub.track(consumer, delivery)
+                self.link.track(sub, consumer, delivery)
             await self.emit(message_object(sub, delivery))
 
     async def data_received(self, data: bytes) -> None:

@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,22 +270,14 @@ class Subscription:
     options: dict[str, Any] = field(default_factory=dict)  # protocol-specific (STOMP id, group headers...)
     durable: tuple[str, str] | None = None  # (client id, subscription name) of a durable topic subscription
 
-    def track(self, consumer: Consumer | None, delivery: Delivery,
-              holder: Callable[[str], Subscription | None] | None = None) -> str:
+    def track(self, consumer: Consumer | None, delivery: Delivery) -> str:
         """Remember a delivered message until it is acknowledged; returns its ack id (the message id,
         made unique within the subscription when a composite delivers the same id twice). No consumer:
-        a message the broker does not hold (a replayed advisory), which an ack only forgets.
-
-        `holder` (STOMP: `Link.find`) makes the id unique within the connection too: a STOMP 1.2 ACK
-        names its message by the ack id alone, and a composite send or two subscriptions on one topic
-        give two subscriptions the same message id; the second gets the subscription's key added
-        (ActiveMQ makes an ack id per delivery). Shared, the ACK of one subscription's copy took the
-        other's (in `client` mode everything that one had delivered before it)."""
+        a message the broker does not hold (a replayed advisory), which an ack only forgets. (Ack ids
+        unique within the connection: `Link.track`.)"""
         ack_id = delivery.message_id
         if ack_id in self.unacked:
             ack_id = f"{delivery.message_id}@{delivery.destination}"
-        elif holder is not None and holder(ack_id) is not None:
-            ack_id = f"{delivery.message_id}@{self.key}"
         self.unacked[ack_id] = (consumer, delivery.message_id)
         return ack_id
 
@@ -334,7 +326,7 @@ class Link:
                                                                  Awaitable[None]],
                  lost: Callable[[str, bool], Awaitable[None]], settings: LinkSettings | None = None,
                  aborted: Callable[[Subscription, AbortNotice], Awaitable[None]] | None = None,
-                 buffer: SendBuffer | None = None) -> None:
+                 buffer: SendBuffer | None = None, unique_ack_ids: bool = False) -> None:
         self.broker = broker
         self.hub = hub
         self.deliver = deliver
@@ -362,6 +354,14 @@ class Link:
         # ack ids that aborted subscriptions had delivered: a late ACK of one is not the client's mistake
         # (the message already went back to the queue), so protocols let it pass
         self._ended_acks: OrderedDict[str, None] = OrderedDict()
+        # `unique_ack_ids` (STOMP 1.2, whose ACK names its message by the ack id alone): every ack id the
+        # connection's subscriptions hold, to the subscription holding it (whose `unacked` has the consumer
+        # and the message id), as ActiveMQ's pending acks: one lookup per delivery and per ACK, whatever
+        # the number of subscriptions. An id leaves it when its message is acknowledged, nacked or given
+        # back (UNSUBSCRIBE, an aborted subscription, the close); one acknowledged inside a transaction
+        # stays until COMMIT (an ABORT gives it back to the client). None: ids are unique per subscription
+        # only, the ack names the subscription (JSON, STOMP 1.1) or `find` walks them (STOMP 1.0).
+        self.pending_acks: dict[str, Subscription] | None = {} if unique_ack_ids else None
         self._client_id: ClientIdClaim | None = None
 
     def _report_lost(self, reason: str, unavailable: bool = False) -> None:
@@ -700,6 +700,7 @@ class Link:
         its pending ack entries after the consumer is gone (the client had no way to know in time)."""
         for ack_id in sub.unacked:
             self._ended_acks[ack_id] = None
+        self._forget_pending(sub.unacked)
         while len(self._ended_acks) > ENDED_ACKS_KEPT:
             self._ended_acks.popitem(last=False)
         sub.unacked.clear()
@@ -710,12 +711,40 @@ class Link:
 
     # -- acknowledgements -----------------------------------------------------------------------------
 
+    def track(self, sub: Subscription, consumer: Consumer | None, delivery: Delivery) -> str:
+        """Remember a message `sub` delivered until it is acknowledged; returns its ack id. With
+        `unique_ack_ids` the id is unique within the connection: the message id, or when the connection
+        holds that id already (a composite send, two subscriptions on one topic: one message id delivered
+        several times) the subscription's key added, and a number after a second clash (ActiveMQ makes an
+        ack id per delivery). Shared, the ACK of one copy took another's."""
+        pending = self.pending_acks
+        if pending is None:
+            return sub.track(consumer, delivery)
+        ack_id = message_id = delivery.message_id
+        clashes = 0
+        while ack_id in pending:
+            clashes += 1
+            ack_id = f"{message_id}@{sub.key}" + (f"#{clashes}" if clashes > 1 else "")
+        sub.unacked[ack_id] = (consumer, message_id)
+        pending[ack_id] = sub
+        return ack_id
+
     def find(self, ack_id: str) -> Subscription | None:
-        """The subscription that delivered `ack_id` (for protocols whose ack does not name it)."""
+        """The subscription holding `ack_id` unacknowledged (for protocols whose ack does not name it): one
+        lookup with `unique_ack_ids`; else (STOMP 1.0) the first that holds it, as ActiveMQ's converter."""
+        if self.pending_acks is not None:
+            sub = self.pending_acks.get(ack_id)
+            return sub if sub is not None and ack_id in sub.unacked else None  # (not one a transaction took)
         for sub in self.subscriptions.values():
             if ack_id in sub.unacked:
                 return sub
         return None
+
+    def _forget_pending(self, ack_ids: Iterable[str]) -> None:
+        """Their messages were acknowledged, nacked or given back: the ids leave the connection's map."""
+        if self.pending_acks is not None:
+            for ack_id in ack_ids:
+                self.pending_acks.pop(ack_id, None)
 
     async def ack(self, sub: Subscription, ack_ids: list[str], tx: str | None = None) -> int:
         """Acknowledge by the subscription's ack mode: `client` is cumulative over the subscription,
@@ -727,9 +756,10 @@ class Link:
                             "not_in_flight")
         tx_id = self.transaction(tx, adding=len(ack_ids)) if tx else None
         taken = self._take(sub, ack_ids)
-        if tx:
+        if tx:  # (their ids stay pending: an ABORT gives them back)
             self._tx_acks.setdefault(tx, []).append((sub, taken))
             return len(taken)
+        self._forget_pending(key for key, _entry in taken)
         return await self._ack_entries(sub, [entry for _key, entry in taken], tx_id)
 
     async def _ack_entries(self, sub: Subscription, entries: list[tuple[Consumer | None, str]],
@@ -754,7 +784,9 @@ class Link:
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected NACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        entries = [entry for _key, entry in self._take(sub, ack_ids, cumulative=False, verb="NACK")]
+        taken = self._take(sub, ack_ids, cumulative=False, verb="NACK")
+        self._forget_pending(key for key, _entry in taken)
+        entries = [entry for _key, entry in taken]
         count = 0
         for consumer, ids in self._by_consumer(entries):
             dead_lettered, _redelivered = await self.broker.nack(consumer, ids, poison=True)
@@ -826,6 +858,8 @@ class Link:
         tx = self.transaction(name)
         del self.transactions[name]
         acks = self._tx_acks.pop(name, [])
+        for _sub, taken in acks:  # (acknowledged now, or refused with the transaction: they are done)
+            self._forget_pending(key for key, _entry in taken)
         try:
             for sub, taken in acks:  # into the broker transaction, so that they commit with its sends
                 if self.subscriptions.get(sub.key) is sub:  # not a subscription ended since
@@ -846,7 +880,10 @@ class Link:
         tx = self.transaction(name)
         del self.transactions[name]
         for sub, taken in reversed(self._tx_acks.pop(name, [])):
-            sub.restore(taken)
+            if self.subscriptions.get(sub.key) is sub:
+                sub.restore(taken)  # (their ids are pending still)
+            else:  # the subscription ended since: its messages went back with it
+                self._forget_pending(key for key, _entry in taken)
         await self.broker.rollback(tx)
 
     # -- the end --------------------------------------------------------------------------------------
@@ -864,6 +901,8 @@ class Link:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         self._tx_acks.clear()  # their messages are still delivered: closing the consumers returns them
+        if self.pending_acks is not None:
+            self.pending_acks.clear()
         for name in list(self.transactions):
             tx = self.transactions.pop(name).tx
             with contextlib.suppress(Exception):

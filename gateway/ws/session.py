@@ -29,6 +29,7 @@ class LinkedSession:
     protocol = ""  # how the client speaks ('stomp', 'json'), named in the Connection advisory
     client_id: str | None = None  # the JMS client id the client gave (STOMP's client-id header)
     remote_address = ""  # the client's address, when the transport knows it
+    unique_ack_ids = False  # the client acks by the ack id alone: unique within the connection (Link)
 
     def __init__(self, transport: Any, *, broker: Any, hub: Any, session_user: Any = None,
                  link_settings: LinkSettings | None = None) -> None:
@@ -61,7 +62,7 @@ class LinkedSession:
         """The user logged in: open the connection's link to the broker."""
         self.user = user
         link = Link(self.broker, self.hub, self.deliver, self._lost, self.link_settings,
-                    aborted=self._aborted, buffer=self.buffer)
+                    aborted=self._aborted, buffer=self.buffer, unique_ack_ids=self.unique_ack_ids)
         await link.open()
         self.link = link
         return link

@@ -44,7 +44,27 @@ STAT_COLUMNS: list[Column] = [
 DETAIL_KEYS = ["destination", "queue_size", "pending", "in_flight", "parked", "consumer_count",
                "group_count", "enqueued", "dequeued", "dispatched", "expired", "deadlettered", "purged",
                "moved", "duplicates", "paused", "memory_usage", "memory_limit", "memory_percent_usage",
-               "blocked_sends"]
+               "blocked_sends",
+               # a topic's own (GET /api/v1/topics/<t>): published to no subscription, durables by state
+               "no_subscription", "durable_active", "durable_offline"]
+# A topic's subscriptions (the `subscriptions` of GET /api/v1/topics/<t>), ActiveMQ's durable and
+# non-durable subscription views in one: a non-durable one has no client id or name, an offline durable
+# one no consumer.
+SUBSCRIPTION_COLUMNS: list[Column] = [
+    column("subscription_name", "Name"),
+    column("durable", "Durable"),
+    column("active", "Active"),
+    column("pending", "Pending", True),
+    column("in_flight", "In Flight", True),
+    column("enqueued", "Enqueue #", True),
+    column("dequeued", "Dequeue #", True),
+    column("expired", "Expired #", True),
+    column("deadlettered", "DLQ #", True),
+    column("client_id", "Client ID"),
+    column("consumer_id", "Consumer"),
+    column("selector", "Selector"),
+    ("Offline Since", lambda r: relative_ms(r.get("offline_since")), False),
+]
 
 
 def destination_rows(kind: str | None, search: str | None, sort: str) -> list[dict[str, Any]]:
@@ -78,6 +98,9 @@ def stat(destination: str | None, kind: str | None, search: str | None, sort: st
             from rich.console import Group
 
             parts = [detail_table(data)]
+            if "subscriptions" in data:  # a topic, even with none (that is worth seeing too)
+                parts.append(build_table(SUBSCRIPTION_COLUMNS, data["subscriptions"], title="subscriptions")
+                             if data["subscriptions"] else "no subscriptions")
             if data.get("consumers"):
                 parts.append(build_table(CONSUMER_COLUMNS, data["consumers"], title="consumers"))
             return Group(*parts)

@@ -6,16 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from signalbox.embedded_redis import free_port
+from signalbox.embedded_redis import PortNotOpen, free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = "tests.gateway_ws.server_settings"
@@ -115,18 +113,12 @@ def spawn_stomp_listener(data_dir: Path, namespace: str, name: str = "stomp",
 
 
 def wait_listening(server: GatewayServer, timeout: float = 30) -> GatewayServer:
-    process, port = server.process, server.port
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"gateway exited with {process.returncode}:\n{server.output()}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return server
-        except OSError:
-            time.sleep(0.1)
-    server.kill()
-    raise AssertionError(f"gateway did not listen within 30 s:\n{server.output()}")
+    try:
+        wait_for_port(server.port, process=server.process, timeout=timeout)
+    except PortNotOpen as exc:
+        server.kill()
+        raise AssertionError(f"gateway: {exc}:\n{server.output()}") from None
+    return server
 
 
 @contextlib.contextmanager

@@ -26,9 +26,14 @@ local ids = {}
 for i = 9, #ARGV do
   local where, cid = operator.locate(ARGV[i])
   if not where then return base.fail('NO_MESSAGE', 'no message ' .. ARGV[i] .. ' on ' .. self_uri) end
-  if where == 'parked' and redis.call('HEXISTS', base.K_SCHED, ARGV[i]) == 1 then
-    return base.fail('SCHEDULED_JOB', 'message ' .. ARGV[i] .. ' is a repeating scheduled message; cancel it with '
-      .. 'remove instead of moving it')
+  local score, scheduled = nil, false
+  if where == 'parked' then
+    score, scheduled = lifecycle.parked_score(redis.call('HGET', base.K_PARKINFO, ARGV[i]) or '')
+  end
+  if scheduled then  -- (not on the queue before its time, as in ActiveMQ, whose scheduler holds it)
+    return base.fail('SCHEDULED_JOB', 'message ' .. ARGV[i] .. ' is a '
+      .. (score == nil and 'repeating scheduled message' or 'scheduled message, not on the queue before its time')
+      .. '; cancel it with remove instead of moving it')
   end
   if where == 'inflight' then
     return base.fail('IN_FLIGHT', 'message ' .. ARGV[i] .. ' is in flight with consumer ' .. cid ..

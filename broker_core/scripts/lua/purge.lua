@@ -24,8 +24,8 @@ local function old(score)
 end
 
 local function remove(id)
-  local blob, job = operator.take_out(id)
-  if job then
+  local blob, scheduled = operator.take_out(id)  -- (not on the queue yet: cancelled, not purged)
+  if scheduled then
     cancelled = cancelled + 1
     base.emit('cancel', 'msg', id)
   elseif blob then
@@ -60,7 +60,9 @@ end
 
 local function parked_old(id)
   local info = redis.call('HGET', base.K_PARKINFO, id)
-  return info == 'job' or (info ~= false and old(info))  -- (a job: its firings are new messages)
+  if not info then return false end
+  local score = lifecycle.parked_score(info)
+  return score == nil or old(score)  -- (a job: its firings are new messages)
 end
 
 local function pending_old(_, score) return old(score) end

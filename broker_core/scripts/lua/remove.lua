@@ -9,8 +9,8 @@ local unknown = base.unknown_destination()
 if unknown then return unknown end
 local removed = 0
 local function remove(id)
-  local blob, job = operator.take_out(id)
-  if job then
+  local blob, scheduled = operator.take_out(id)  -- (not on the queue yet: cancelled, not purged)
+  if scheduled then
     removed = removed + 1
     base.meta_incr('cancelled')
     base.emit('cancel', 'msg', id)

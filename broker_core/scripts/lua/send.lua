@@ -89,6 +89,7 @@ local now_stored = not single and {} or nil
 local seq = base.number(counts[1]) or 0
 local first_seq = seq
 local stored, charged, lowest = 0, 0, nil
+local scheduled = 0  -- of those stored, delayed ones: parked, counted enqueued when they come back
 -- whether every message was stored or a duplicate: then nothing in the loop changed the memory held
 -- ('mem', read above), and the charge goes in the counters' write
 local only_kept = true
@@ -158,23 +159,26 @@ for i = 4, #ARGV, 2 do
     local delay = tonumber(m[DELAY]) or 0
     local score = prioritized and pending_score(seq, m[PRIORITY]) or seq
     if delay > 0 then
-      lifecycle.park(id, base.NOW + delay, score)
+      -- not on the queue until its time (ActiveMQ's scheduler keeps it): counted enqueued, its enqueue
+      -- event and NoConsumer check then (lifecycle.lua scheduled_arrived); parked until then
+      lifecycle.park(id, base.NOW + delay, score, true)
+      scheduled = scheduled + 1
       base.emit('schedule', 'msg', id, 'at', base.NOW + delay)
     else
       local n = #pending
       pending[n + 1], pending[n + 2] = num(score), id
       if not lowest or score < lowest then lowest = score end
+      -- (not in K_MSGS yet but stored early: written after the loop)
+      emit_message(blob, 'enqueue', 'msg', id, 'priority', num(m[PRIORITY] or 4),
+                   'group', m[GROUP] or '', 'size', num(#blob))
+      if advise_no_consumer then advisory.no_consumer(id, blob, m[PERSISTENT]) end  -- (includes/advisory.lua)
     end
-    -- (not in K_MSGS yet but stored early: written after the loop)
-    emit_message(blob, 'enqueue', 'msg', id, 'priority', num(m[PRIORITY] or 4),
-                 'group', m[GROUP] or '', 'size', num(#blob))
-    if advise_no_consumer then advisory.no_consumer(id, blob, m[PERSISTENT]) end  -- (includes/advisory.lua)
     out[#out + 1] = 'ok'
   end
 end
 if stored > 0 then
   if #msgs > 0 then base.call_many('HSET', base.K_MSGS, msgs) end
-  local enqueued = num((base.number(counts[2]) or 0) + stored)
+  local enqueued = num((base.number(counts[2]) or 0) + stored - scheduled)
   if charged > 0 and only_kept then  -- (flow.memory_add's two increments: this one as a value)
     redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', enqueued,
                'mem', num((base.number(counts[5]) or 0) + charged))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from broker_core.errors import OperationRefused
+from broker_core.event_stream import expand
 from broker_core.messages import Message, TypedValue
 
 from ...helpers.broker import consumer, drain
@@ -140,6 +142,41 @@ def test_a_scheduled_message_becomes_visible_after_its_delay(broker, clock):
     assert [d.body for d in drain(broker, c)] == ["now"]
     clock.advance(500)
     assert [d.body for d in drain(broker, c)] == ["later"]
+
+
+def test_a_delayed_message_counts_as_enqueued_when_it_reaches_the_queue_and_as_parked_until_then(
+        broker, clock, redis_client, namespace):
+    """ActiveMQ's SchedulerBroker keeps a delayed message in its job store and sends it to the queue when it
+    is due: the queue's EnqueueCount (and its enqueue event, its NoConsumer advisory) counts it then. Until
+    then it is counted and visible as parked (stats, the scheduled list, browse)."""
+    broker.send("orders", [Message(body="now"), Message(body="later", delay_ms=500)])
+    stats = broker.stats("orders")
+    assert (stats.enqueued, stats.pending, stats.parked, stats.queue_size) == (1, 1, 1, 1)
+
+    def enqueue_events():
+        events = expand(redis_client.xrange(f"{namespace}:{{q:orders}}:events"))
+        return [e[b"msg"].decode() for _, e in events if e[b"type"] == b"enqueue"]
+
+    assert len(enqueue_events()) == 1
+    clock.advance(500)
+    broker.dispatch("orders")
+    stats = broker.stats("orders")
+    assert (stats.enqueued, stats.pending, stats.parked, stats.queue_size) == (2, 2, 0, 2)
+    assert len(enqueue_events()) == 2
+
+
+def test_a_delayed_message_removed_before_it_is_due_is_cancelled_never_enqueued_nor_dequeued(broker):
+    """Removed from the scheduler before it reached the queue, it leaves the queue's counters alone:
+    counted `cancelled`, as a repeating job is; a purge the same. A delayed message cannot be moved
+    (it is not on the queue yet, as in ActiveMQ, whose queue view does not see scheduler jobs)."""
+    one, _two, _three = broker.send("orders", [Message(body=str(n), delay_ms=60_000) for n in range(3)])
+    broker.ensure_destination("archive")
+    with pytest.raises(OperationRefused, match="scheduled"):
+        broker.move_message("orders", one, "archive")
+    assert broker.remove_message("orders", one)
+    assert broker.purge("orders") == 2
+    stats = broker.stats("orders")
+    assert (stats.enqueued, stats.dequeued, stats.purged, stats.cancelled, stats.parked) == (0, 0, 0, 3, 0)
 
 
 @pytest.mark.parametrize("delay", [-1, 10**13, True])

@@ -65,6 +65,20 @@ def test_a_queue_without_any_consumer_advises_the_message_and_still_keeps_it(bro
     assert [d.message_id for d in drain(broker, late)] == ["q1"]
 
 
+def test_a_delayed_message_is_advised_when_it_reaches_a_queue_without_consumers_not_at_the_send(
+        broker, policy, clock):
+    """SchedulerBroker keeps a delayed message until it is due and then sends it to the queue, whose
+    Queue.messageSent checks for consumers then."""
+    policy("orders", sendAdvisoryIfNoConsumers=True)
+    watcher = watch_no_consumer(broker, "orders")
+    broker.send("orders", Message(body="x", message_id="d1", persistent=False, delay_ms=1000))
+    assert drain(broker, watcher) == []
+    assert broker.stats(watcher.destination).enqueued == 0  # nothing published (not held back there)
+    clock.advance(1000)
+    broker.dispatch("orders")
+    assert [d.message_id for d in drain(broker, watcher)] == ["d1"]  # the copy has no delay left
+
+
 def test_a_queue_with_a_consumer_advises_nothing_even_when_its_selector_refuses_the_message(broker, policy):
     """Queue.messageSent checks consumers.isEmpty() only; selectors do not count there (unlike a topic)."""
     policy("orders", sendAdvisoryIfNoConsumers=True)

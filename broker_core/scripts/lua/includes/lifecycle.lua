@@ -165,7 +165,11 @@ function lifecycle.unpark_due(limit)
     else
       redis.call('ZREM', base.K_PARKED, id)
       redis.call('HDEL', base.K_PARKINFO, id)
-      if info and redis.call('HEXISTS', base.K_MSGS, id) == 1 then message.pending_add(id, tonumber(info)) end
+      if info and string.byte(info) == 115 then  -- 's': a delayed message (parked_score)
+        lifecycle.scheduled_arrived(id, tonumber(string.sub(info, 2)))
+      elseif info and redis.call('HEXISTS', base.K_MSGS, id) == 1 then
+        message.pending_add(id, tonumber(info))
+      end
     end
   end
   return #due / 2
@@ -190,11 +194,35 @@ function lifecycle.load()
     lifecycle.expire_message(id, m, blob)
   end
 
-  -- Hold a message out of dispatch until `at`; it comes back with pending score `score`.
-  lifecycle.park = function(id, at, score)
+  -- A parked message's `…:parkinfo` entry: the pending score it comes back with; 's' before it for a
+  -- delayed (scheduled) message, which is not on the queue until its time (ActiveMQ's SchedulerBroker
+  -- keeps it in its job store and sends it to the queue when due, and the queue counts it then); 'job'
+  -- for a repeating job. Returns the score (nil for a job) and whether it is scheduled (a job is too).
+  lifecycle.parked_score = function(info)
+    if info == 'job' then return nil, true end
+    if string.byte(info) == 115 then return tonumber(string.sub(info, 2)), true end  -- 's'
+    return tonumber(info), false
+  end
+
+  -- A delayed message's time came (unpark_due): it goes on the queue, counted, with the `enqueue` event
+  -- and the NoConsumer check of its arrival, as a send's (send.lua), now and not when it was sent.
+  lifecycle.scheduled_arrived = function(id, score)
+    local blob = redis.call('HGET', base.K_MSGS, id)
+    if not blob then return end
+    message.pending_add(id, score)
+    local m = message.unpack(blob)
+    base.meta_incr('enqueued')
+    base.emit_message(blob, 'enqueue', 'msg', id, 'priority', m[message.PRIORITY] or 4,
+                      'group', m[message.GROUP] or '', 'size', #blob, 'scheduled', id)
+    advisory.no_consumer(id, blob, m[message.PERSISTENT])
+  end
+
+  -- Hold a message out of dispatch until `at`; it comes back with pending score `score`. `scheduled`: a
+  -- delayed message of a queue, which counts as enqueued when it comes back (parked_score).
+  lifecycle.park = function(id, at, score, scheduled)
     redis.call('ZADD', base.K_PARKED, at, id)
     lifecycle.parked.due_at(base.P, at)
-    redis.call('HSET', base.K_PARKINFO, id, score)
+    redis.call('HSET', base.K_PARKINFO, id, scheduled and 's' .. base.NOW_TEXT.num(score) or score)
     lifecycle.parked.next = nil
   end
 
@@ -535,6 +563,8 @@ end
 lifecycle.expire_message = function(...) lifecycle.load() return lifecycle.expire_message(...) end
 lifecycle.expire_pending = function(...) lifecycle.load() return lifecycle.expire_pending(...) end
 lifecycle.park = function(...) lifecycle.load() return lifecycle.park(...) end
+lifecycle.parked_score = function(...) lifecycle.load() return lifecycle.parked_score(...) end
+lifecycle.scheduled_arrived = function(...) lifecycle.load() return lifecycle.scheduled_arrived(...) end
 lifecycle.schedule_job = function(...) lifecycle.load() return lifecycle.schedule_job(...) end
 lifecycle.fire_scheduled = function(...) lifecycle.load() return lifecycle.fire_scheduled(...) end
 lifecycle.recompute_exclusive_owner = function(...) lifecycle.load() return lifecycle.recompute_exclusive_owner(...) end

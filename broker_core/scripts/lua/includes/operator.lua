@@ -12,13 +12,17 @@ function operator.locate(id)
 end
 
 -- Take a stored message out of this destination, wherever it is; returns its packed form, and true
--- when it was a repeating scheduled message's job (cancelled, never enqueued).
+-- when it was a scheduled one not yet on the queue, a delayed message or a repeating message's job
+-- (cancelled, never enqueued: lifecycle.lua parked_score).
 function operator.take_out(id)
   local where, cid = operator.locate(id)
+  local scheduled = false
   if where == 'pending' then
     redis.call('ZREM', base.K_PENDING, id)
     message.pass_dirty.pending = nil  -- (message.lua)
   elseif where == 'parked' then
+    local info = redis.call('HGET', base.K_PARKINFO, id)
+    if info then scheduled = select(2, lifecycle.parked_score(info)) end
     redis.call('ZREM', base.K_PARKED, id)
     redis.call('HDEL', base.K_PARKINFO, id)
     lifecycle.parked.next = nil
@@ -37,5 +41,5 @@ function operator.take_out(id)
     if job then blob = cmsgpack.unpack(job)[1]; flow.memory_release(#blob) end
   end
   lifecycle.drop_message(id)
-  return blob, job ~= nil
+  return blob, scheduled or job ~= nil
 end
