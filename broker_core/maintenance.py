@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from . import rates
 from .broker import Broker
 from .config.entry import PolicyEntry
@@ -537,6 +539,10 @@ def _guarded(tally: _Tally, what: str, run: Any) -> bool:
     try:
         run()
         return True
+    except (redis.ConnectionError, redis.TimeoutError) as exc:  # Redis away (restarting): one line, no trace
+        log.warning("maintenance of %s skipped: Redis unavailable (%s)", what, exc)
+        tally.errors.append(f"{what}: Redis unavailable: {exc}")
+        return False
     except Exception as exc:  # one broken destination must not stop the maintenance of the others
         log.exception("maintenance of %s failed", what)
         tally.errors.append(f"{what}: {type(exc).__name__}: {exc}")

@@ -56,7 +56,13 @@ def _plain(result: Any) -> Any:
 @app.task(name="signalbox.maintenance.tick")
 def tick(namespace: str | None = None) -> dict[str, Any]:
     started = time.monotonic()
-    report = _plain(maintenance.run_due(broker(namespace)))
+    try:
+        report = _plain(maintenance.run_due(broker(namespace)))
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        # Redis restarting or away: one line a tick (not Celery's traceback of a failed task); the next
+        # tick, a second later, does what this one could not
+        log.warning("maintenance tick skipped: Redis unavailable (%s)", exc)
+        return {"skipped": f"Redis unavailable: {exc}"}
     log_tick(report, time.monotonic() - started)
     return report
 

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import redis
 
 from broker_core import maintenance
 from broker_core.broker import Broker
@@ -173,3 +174,31 @@ def test_a_worker_killed_in_the_middle_of_a_sweep_loses_nothing(redis_client, na
     assert (orders.queue_size, orders.forwarding, orders.expired) == (0, 0, total)
     assert dlq.queue_size == total and stored_ids(broker, "ActiveMQ.DLQ") == sent  # each once
     assert maintenance.job_status(broker, "orders")["expire"]["running"] == 0
+
+
+def test_a_tick_while_redis_is_away_is_one_warning_line_without_a_traceback(caplog, namespace, monkeypatch):
+    """Redis restarting (the launcher restarts it after a crash): beat's tick every second must not log
+    Celery's traceback of a failed task, nor the maintenance's own traces; one WARNING line a tick."""
+    from signalbox.embedded_redis import free_port
+
+    away = Broker(redis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1),
+                  namespace)  # (nothing listens there: connection refused)
+    monkeypatch.setattr(tasks, "broker", lambda namespace=None: away)
+    with caplog.at_level("DEBUG"):
+        report = tasks.tick.apply(kwargs={"namespace": namespace}).get()
+    assert report["skipped"].startswith("Redis unavailable: ")
+    records = [r for r in caplog.records if r.levelno >= 30]
+    assert [(r.levelname, r.exc_info) for r in records] == [("WARNING", None)], caplog.text
+    assert "maintenance tick skipped: Redis unavailable" in records[0].getMessage()
+
+
+def test_a_maintenance_step_that_loses_redis_logs_one_line(caplog):
+    tally = maintenance._Tally()
+
+    def lost() -> None:
+        raise redis.ConnectionError("Connection refused")
+
+    with caplog.at_level("DEBUG"):
+        assert not maintenance._guarded(tally, "rate history", lost)
+    assert [(r.levelname, r.exc_info) for r in caplog.records] == [("WARNING", None)]
+    assert tally.errors == ["rate history: Redis unavailable: Connection refused"]
