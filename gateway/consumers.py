@@ -24,8 +24,9 @@ from gateway.ws.json_protocol import JsonSession
 class PingConsumer(AsyncWebsocketConsumer):
     """Echoes every frame back, routed through the channel layer first.
 
-    The detour is the point: a reply proves the Redis channel layer delivers to this process,
-    which is how broker dispatch will wake the gateway process that owns a consumer.
+    The detour is the point: a reply proves the Redis channel layer delivers to this process. (Dispatch
+    does not use the layer: it wakes a consumer's process through that process's own Redis pub/sub
+    subscription, gateway/ws/link.py's hub; this echo is the layer's only user.)
 
     Anonymous, as /healthz: it is the WebSocket path's health probe (load balancers, the launcher's
     check) and tells nothing but that the path works. So an anonymous client cannot use it to pour

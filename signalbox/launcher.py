@@ -190,6 +190,14 @@ class RunConfig:
                 f"SIGNALBOX_REDIS_SERVER={redis_server!r} is not an executable file; give the path of a "
                 "redis-server binary (6.2 or newer), or unset it to use the embedded one"
             )
+        cert, key = (os.environ.get(f"SIGNALBOX_STOMP_TLS_{part}") or "" for part in ("CERT", "KEY"))
+        if bool(cert) != bool(key):  # (else the listener refuses to start, again and again: a crash loop)
+            given = "SIGNALBOX_STOMP_TLS_CERT" if cert else "SIGNALBOX_STOMP_TLS_KEY"
+            raise ConfigError("stomp+ssl needs both SIGNALBOX_STOMP_TLS_CERT and SIGNALBOX_STOMP_TLS_KEY; "
+                              f"only {given} is set")
+        for name, path in (("SIGNALBOX_STOMP_TLS_CERT", cert), ("SIGNALBOX_STOMP_TLS_KEY", key)):
+            if path and not Path(path).expanduser().is_file():
+                raise ConfigError(f"{name}={path!r} is not a file; give the PEM file's path or unset it")
         return cls(
             data_dir=data_dir.expanduser().resolve(),
             host=args.host or os.environ.get("SIGNALBOX_HOST") or "127.0.0.1",
@@ -203,8 +211,7 @@ class RunConfig:
             shutdown_timeout=float(_env_int("SIGNALBOX_SHUTDOWN_TIMEOUT", 20, maximum=3600)),
             restart=RestartPolicy.from_env(),
             stomp_port=_env_int("SIGNALBOX_STOMP_PORT", 61613, minimum=0),
-            stomp_tls_port=(_env_int("SIGNALBOX_STOMP_TLS_PORT", 61614)
-                            if os.environ.get("SIGNALBOX_STOMP_TLS_CERT") else None),
+            stomp_tls_port=_env_int("SIGNALBOX_STOMP_TLS_PORT", 61614) if cert else None,
         )
 
 
@@ -754,7 +761,8 @@ def run_tests(pytest_args: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="signalbox", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run Redis (embedded unless REDIS_URL), web server, worker, beat")
+    run = commands.add_parser("run", help="run Redis (embedded unless REDIS_URL), the web server, the STOMP "
+                               "listener, a Celery worker and beat")
     run.add_argument("--host", help="address of the web server (default 127.0.0.1, env SIGNALBOX_HOST)")
     run.add_argument("--port", type=int, help="port of the web server (default 8000, env SIGNALBOX_PORT)")
     run.add_argument("--data-dir", help="data folder (default ./var, env SIGNALBOX_DATA_DIR)")
@@ -762,7 +770,8 @@ def main(argv: list[str] | None = None) -> int:
                                          "(default INFO, env SIGNALBOX_LOG_LEVEL)")
     run.add_argument("--log-format", help="text, or json: one JSON object per line, for log collectors "
                                           "(default text, env SIGNALBOX_LOG_FORMAT)")
-    test = commands.add_parser("test", help="run ruff and the test suite; extra arguments go to pytest")
+    test = commands.add_parser("test", help="run ruff, the import contracts and the test suite; extra "
+                                            "arguments go to pytest")
     test.add_argument("pytest_args", nargs=argparse.REMAINDER)
     # Options such as -q or -m belong to pytest; argparse's REMAINDER would reject a leading one.
     args, extra = parser.parse_known_args(argv)

@@ -230,6 +230,25 @@ def assert_one_clear_line(result, *fragments: str) -> str:
     return line
 
 
+@pytest.mark.parametrize("given", ["CERT", "KEY"])
+def test_a_stomp_tls_certificate_without_its_key_is_one_clear_line(tmp_path: Path, given: str):
+    pem = tmp_path / "given.pem"
+    pem.write_text("-----BEGIN CERTIFICATE-----\n")
+    result = run_launcher_to_completion(["--data-dir", str(tmp_path), "--port", str(free_port())],
+                                        launcher_env(**{f"SIGNALBOX_STOMP_TLS_{given}": str(pem)}))
+    assert_one_clear_line(result, "stomp+ssl needs both SIGNALBOX_STOMP_TLS_CERT and SIGNALBOX_STOMP_TLS_KEY",
+                          f"only SIGNALBOX_STOMP_TLS_{given} is set")
+
+
+def test_a_stomp_tls_certificate_that_is_not_a_file_is_one_clear_line(tmp_path: Path):
+    key = tmp_path / "key.pem"
+    key.write_text("-----BEGIN PRIVATE KEY-----\n")
+    result = run_launcher_to_completion(["--data-dir", str(tmp_path), "--port", str(free_port())],
+                                        launcher_env(SIGNALBOX_STOMP_TLS_CERT=str(tmp_path / "missing.pem"),
+                                                     SIGNALBOX_STOMP_TLS_KEY=str(key)))
+    assert_one_clear_line(result, "SIGNALBOX_STOMP_TLS_CERT=", "missing.pem", "is not a file")
+
+
 def test_unreachable_redis_url_is_one_clear_line(tmp_path: Path):
     port = free_port()
     result = run_launcher_to_completion(
