@@ -189,14 +189,15 @@ class StompSession(LinkedSession):
         if self.closing:
             return
         for item in self._parse(data):
-            await self.inbox_room()
+            if self._inbox_full():
+                await self.inbox_room()
             self._queue(item)
 
     def feed(self, data: bytes) -> bool:
         """`data_received` for a byte stream, called from the transport's callback (gateway/stomp/tcp.py):
-        the frames of one read are queued at once, and False says the inbox is full, so the caller stops
-        reading until `inbox_room` returns (the frames of that read are held here instead of in the
-        caller: the same bound, one read beyond the inbox's)."""
+        the frames of one read are queued at once, so the inbox may pass its bound by one read's frames
+        (which the reader task held in memory as well while it waited for room); False says the inbox is
+        full, and the caller reads nothing more until `inbox_room` returns."""
         if self.closing:
             return True
         for item in self._parse(data):
