@@ -188,6 +188,23 @@ class StompSession(LinkedSession):
         worker falls behind this waits, and the client's socket with it."""
         if self.closing:
             return
+        for item in self._parse(data):
+            if self._inbox_full():
+                await self.inbox_room()
+            self._queue(item)
+
+    def feed(self, data: bytes) -> bool:
+        """`data_received` for a byte stream, called from the transport's callback (gateway/stomp/tcp.py):
+        the frames of one read are queued at once, so the inbox may pass its bound by one read's frames
+        (which the reader task held in memory as well while it waited for room); False says the inbox is
+        full, and the caller reads nothing more until `inbox_room` returns."""
+        if self.closing:
+            return True
+        for item in self._parse(data):
+            self._queue(item)
+        return not self._inbox_full()
+
+    def _parse(self, data: bytes) -> list[Frame | FrameError]:
         self.last_read = time.monotonic()
         items: list[Frame | FrameError] = []
         try:
@@ -197,15 +214,23 @@ class StompSession(LinkedSession):
         except FrameError as exc:
             items += exc.parsed
             items.append(exc)
-        for item in items:
-            while (len(self._inbox) >= INBOX_FRAMES or self._inbox_bytes >= INBOX_BYTES) and not self.closing:
-                self._inbox_room.clear()
-                await self._inbox_room.wait()
-            size = _size(item)
-            self._inbox.append(item)
-            self._inbox_sizes.append(size)
-            self._inbox_bytes += size
-            self._inbox_ready.set()
+        return items
+
+    def _inbox_full(self) -> bool:
+        return len(self._inbox) >= INBOX_FRAMES or self._inbox_bytes >= INBOX_BYTES
+
+    async def inbox_room(self) -> None:
+        """Wait until the inbox has room for a frame (or the session is closing)."""
+        while self._inbox_full() and not self.closing:
+            self._inbox_room.clear()
+            await self._inbox_room.wait()
+
+    def _queue(self, item: Frame | FrameError) -> None:
+        size = _size(item)
+        self._inbox.append(item)
+        self._inbox_sizes.append(size)
+        self._inbox_bytes += size
+        self._inbox_ready.set()
 
     async def _work(self) -> None:
         """Handle queued frames in order; consecutive SENDs to one destination go to the broker in one

@@ -6,6 +6,11 @@ read may hold many frames (the parser keeps what it has not finished; `stream=Tr
 message boundary closes a frame), and the socket's own flow control applies (a write waits for `drain`,
 and a client that stops reading is cut off by the session's send buffer, as on WebSocket).
 
+Bytes read go from the event loop's callback straight into the session's parser and inbox (`feed`): no
+reader task in between, which was one more task wake-up and turn of the loop for every request. While
+the inbox is full the socket is not read (`pause_reading`), so a client that sends faster than its
+frames are handled waits in its own send buffer, as it did for the reader task.
+
 Several listener processes may serve one Redis, on one port (SO_REUSEPORT) or on several hosts: a
 connection's consumers hold leases, so a listener that dies loses nothing; its clients reconnect.
 """
@@ -24,34 +29,90 @@ from gateway.stomp.protocol import StompSession, Transport
 
 logger = logging.getLogger(__name__)
 
-READ_BYTES = 64 * 1024  # one read; the session's inbox bounds what is buffered beyond it
+
+class _Connection(asyncio.Protocol):
+    """One client socket: what it reads goes to the session (`StompSession.feed`), what the session writes
+    goes to the transport, and `drain` waits while the kernel's send buffer is full."""
+
+    def __init__(self, server: StompServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.session: StompSession | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._writable: asyncio.Future[None] | None = None  # set while the transport asks writers to wait
+        # while reading is paused: the task that resumes it once the inbox has room
+        self.paused_reading: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # (uvloop's is no asyncio.Transport subclass)
+        self.session = self.server.connection_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        session = self.session
+        if session is not None and not session.feed(data):
+            assert self.transport is not None
+            self.transport.pause_reading()
+            self.paused_reading = asyncio.get_running_loop().create_task(self._read_when_room(session))
+
+    async def _read_when_room(self, session: StompSession) -> None:
+        await session.inbox_room()
+        self.paused_reading = None
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def eof_received(self) -> bool:
+        return False  # the client closed its side: close ours too (STOMP has no half-open connection)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.resume_writing()  # a writer waiting for room learns of the end from `drain`
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
+    async def drain(self) -> None:
+        """Return once the transport takes more (at once unless its buffer is over the high-water mark);
+        ConnectionResetError once the connection is lost."""
+        if self._writable is not None:
+            await asyncio.shield(self._writable)
+        if self.closed.done():
+            raise ConnectionResetError("the client's connection was lost")
 
 
 class _StreamTransport(Transport):
     text = False  # the session hands over bytes
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+    def __init__(self, connection: _Connection) -> None:
+        assert connection.transport is not None
+        self.connection = connection
+        self.transport = connection.transport
 
     async def write(self, payload: bytes | str) -> None:
-        self.writer.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
-        await self.writer.drain()
+        self.transport.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
+        await self.connection.drain()
 
     def write_nowait(self, payload: bytes | str) -> bool:  # type: ignore[override]
         """Write at once when the socket took everything written before (so `drain` would not wait);
         else False, and the send buffer's writer writes it and waits for the client."""
-        transport = self.writer.transport
+        transport = self.transport
         if transport.is_closing() or transport.get_write_buffer_size():
             return False
         transport.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
         return True
 
     async def close(self) -> None:
-        self.writer.close()
+        self.transport.close()
         # Shielded: every waiter shares one "closed" future, and a session task cancelled while it waits
         # here (the session's end cancels its tasks) would cancel that future under the connection's task.
         with contextlib.suppress(Exception):
-            await asyncio.shield(self.writer.wait_closed())
+            await asyncio.shield(self.connection.closed)
 
 
 @dataclass(frozen=True)
@@ -78,24 +139,15 @@ class StompServer:
         return "stomp+ssl" if self.listener.tls is not None else "stomp"
 
     async def start(self) -> asyncio.Server:
-        self.server = await asyncio.start_server(
-            self._connection, self.listener.host, self.listener.port, ssl=self.listener.tls,
-            reuse_port=True, limit=READ_BYTES)
+        self.server = await asyncio.get_running_loop().create_server(
+            lambda: _Connection(self), self.listener.host, self.listener.port, ssl=self.listener.tls,
+            reuse_port=True)
         return self.server
 
     @property
     def port(self) -> int:
         assert self.server is not None
         return self.server.sockets[0].getsockname()[1]
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.tasks.add(task)
-        try:
-            await self._serve_connection(reader, writer)
-        finally:
-            self.tasks.discard(task)
 
     async def stop(self) -> None:
         """Stop listening, end every connection as DISCONNECT would (subscriptions closed, unacknowledged
@@ -108,44 +160,49 @@ class StompServer:
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=10)
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("unknown", 0)
-        sock = writer.get_extra_info("socket")
+    def connection_made(self, connection: _Connection) -> StompSession | None:
+        """A client connected: its session, served by a task of its own until the socket closes; None when
+        the listener is full (one ERROR frame naming the limit, then the close)."""
+        transport = connection.transport
+        assert transport is not None
+        sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # a frame goes out when written, not after the client's delayed ACK of the one before (asyncio
             # and uvloop set this already; said here, the latency does not depend on the loop)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if len(self.sessions) >= self.listener.max_connections:
-            # Refused before any session exists: one ERROR frame naming the limit, then the close.
             body = f"this listener serves at most {self.listener.max_connections} connections"
-            writer.write(b"ERROR\nmessage:Too many connections (SIGNALBOX_STOMP_MAX_CONNECTIONS)\n"
-                         b"content-type:text/plain\ncontent-length:%d\n\n%s\x00"
-                         % (len(body), body.encode()))
-            with contextlib.suppress(Exception):
-                await writer.drain()
-            writer.close()
-            return
-        session = StompSession(_StreamTransport(writer), broker=runtime.async_broker(), hub=runtime.wakeups(),
+            transport.write(b"ERROR\nmessage:Too many connections (SIGNALBOX_STOMP_MAX_CONNECTIONS)\n"
+                            b"content-type:text/plain\ncontent-length:%d\n\n%s\x00"
+                            % (len(body), body.encode()))
+            transport.close()  # (after what was written is sent)
+            return None
+        peer = transport.get_extra_info("peername") or ("unknown", 0)
+        session = StompSession(_StreamTransport(connection), broker=runtime.async_broker(),
+                               hub=runtime.wakeups(),
                                remote_address=f"{'tcp' if self.listener.tls is None else 'ssl'}://"
                                               f"{peer[0]}:{peer[1]}",
                                stream=True)
         self.sessions.add(session)
+        task = asyncio.get_running_loop().create_task(self._serve(connection, session))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return session
+
+    async def _serve(self, connection: _Connection, session: StompSession) -> None:
+        """Start the session (frames read meanwhile wait in its inbox), wait for the socket to close (the
+        client went away, or the session closed it), then release the session's broker side."""
         try:
             await session.start()
-            while not session.closing:
-                data = await reader.read(READ_BYTES)
-                if not data:
-                    break
-                await session.data_received(data)
-        except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
-            pass  # the client went away; the session releases below
+            await asyncio.shield(connection.closed)
         finally:
             self.sessions.discard(session)
+            if connection.paused_reading is not None:  # reading was paused: nothing more is read
+                connection.paused_reading.cancel()
             await session.connection_lost()
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            assert connection.transport is not None
+            connection.transport.close()
 
 
 def tls_context(cert: str, key: str) -> ssl.SSLContext:

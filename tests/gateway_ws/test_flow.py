@@ -163,3 +163,60 @@ async def test_unacked_messages_go_back_when_the_socket_drops():
         await client.expect("MESSAGE")
     stats = await aio.stats("queue://drop")
     assert stats.consumer_count == 0 and stats.pending == 1
+
+
+async def bodies(queue: str) -> list[str]:
+    """Every message body of the queue, in order (page by page)."""
+    broker, out, cursor = runtime.async_broker(), [], None
+    while True:
+        page = await broker.browse(queue, cursor=cursor, limit=100)
+        out += [browsed.message.body for browsed in page.messages]
+        if page.next_cursor is None:
+            return out
+        cursor = page.next_cursor
+
+
+async def test_a_tcp_client_sending_faster_than_its_frames_are_handled_is_read_only_as_the_inbox_drains(
+        monkeypatch):
+    """STOMP over TCP hands what it reads to the session from the transport's callback
+    (gateway/stomp/tcp.py): while the session's inbox is full the socket is not read, and reading resumes
+    as the worker takes frames. Nothing is lost or reordered on the way."""
+    from gateway.stomp import protocol, tcp
+
+    monkeypatch.setattr(protocol, "INBOX_FRAMES", 10)
+    paused: list[int] = []
+    read_when_room = tcp._Connection._read_when_room
+
+    async def noted(self, session):
+        paused.append(len(session._inbox))
+        await read_when_room(self, session)
+
+    monkeypatch.setattr(tcp._Connection, "_read_when_room", noted)
+    server = tcp.StompServer(tcp.Listener("127.0.0.1", 0))
+    await server.start()
+    writer = None
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(encode("CONNECT", [("accept-version", "1.2"), ("login", "alice"),
+                                        ("passcode", "secret")]))
+        # Two queues in turn, so no two SENDs in a row share a broker call: one call per frame, far slower
+        # than the client writes them; 1.2 MB, more than one read takes.
+        pad = b"." * 1000
+        writer.write(b"".join(encode("SEND", [("destination", f"/queue/flood.{i % 2}")], b"%d%s" % (i, pad))
+                              for i in range(1200))
+                     + encode("SEND", [("destination", "/queue/flood.0"), ("receipt", "last")], b"end"))
+        await writer.drain()
+        received = b""
+        while b"receipt-id:last" not in received:
+            chunk = await asyncio.wait_for(reader.read(65536), 20)
+            assert chunk, received
+            received += chunk
+        assert received.startswith(b"CONNECTED") and b"ERROR" not in received
+        assert paused and min(paused) >= 10, paused  # the inbox filled, and the socket waited
+        even, odd = await bodies("queue://flood.0"), await bodies("queue://flood.1")
+        assert even == [f"{i}{pad.decode()}" for i in range(0, 1200, 2)] + ["end"]
+        assert odd == [f"{i}{pad.decode()}" for i in range(1, 1200, 2)]
+    finally:
+        if writer is not None:
+            writer.close()
+        await server.stop()
