@@ -3,12 +3,20 @@ runtime error (a script error, not its error reply) or a call Redis refuses befo
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
+import pytest
+import redis
+import redis.asyncio
+
+from broker_core.broker import AsyncBroker, Broker
+from broker_core.clock import SystemClock
 from broker_core.errors import TransactionError
 from broker_core.messages import Message
 
 from ..helpers.broker import consumer, drain
+
+KB = "x" * 1000  # a body that packs to a little over 1,000 bytes
 
 
 def test_a_step_that_dies_with_a_runtime_error_applies_nothing_after_it(broker, redis_client, namespace):
@@ -31,3 +39,30 @@ def test_a_step_that_dies_with_a_runtime_error_applies_nothing_after_it(broker, 
     redis_client.restore(inflight, 0, saved)
     broker.commit(tx)  # still open, whole
     assert (broker.stats("audit").enqueued, broker.stats("orders").dequeued) == (1, 1)
+
+
+def test_a_send_that_outlives_its_transaction_does_not_make_it_again(redis_url, namespace, redis_client):
+    """A transacted send waiting for space (flow control) while its transaction ends (rolled back by its
+    connection's close, or expired: its owner stopped renewing it) must not write a new transaction key
+    when it gets room: one without a lifetime would hold its record (and its reservation) forever."""
+
+    async def scenario():
+        client = redis.asyncio.Redis.from_url(redis_url)
+        sync = Broker(redis.Redis.from_url(redis_url), namespace, SystemClock())
+        sync.policies.set_entry("queue", "orders", {"memoryLimit": 2 * 1100,
+                                                    "sendFailIfNoSpaceAfterTimeout": 5000})
+        broker = AsyncBroker(client, namespace, SystemClock(), policies=sync.policies)
+        await broker.send("orders", [Message(body=KB), Message(body=KB)])
+        tx = await broker.begin(60_000)
+        waiting = asyncio.ensure_future(broker.send("orders", Message(body=KB), tx=tx))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # waiting for room
+        await broker.rollback(tx)
+        await broker.purge("orders")  # room
+        with pytest.raises(TransactionError, match="no open transaction"):
+            await asyncio.wait_for(waiting, 5)
+        await client.aclose()
+        sync.close()
+
+    asyncio.run(scenario())
+    assert [k for k in redis_client.keys(f"{namespace}:tx:*")] == []
