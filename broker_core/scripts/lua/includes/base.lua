@@ -112,7 +112,8 @@ function base.on_call(reset) base.CALL_RESETS[#base.CALL_RESETS + 1] = reset end
 -- dies of a runtime error (a script error: it never reaches end_call), leaves the key, and no later step
 -- runs. So either every step applies or none does; the commit's last call (commit_end.lua) ends the
 -- transaction or, refused, deletes the key. (A step Redis refuses before it runs, a function without
--- allow-oom over maxmemory, cannot happen inside the commit: Redis then refuses the whole EXEC.)
+-- allow-oom over maxmemory, cannot happen inside the commit: Redis then refuses the whole EXEC. An EVAL
+-- script is refused at its first write instead: begin_call's first write cannot be.)
 base.STEP_OF = false  -- (set by each call: begin_call)
 function base.refusal_key(tx_key) return tx_key .. ':refused' end
 function base.begin_call(keys)
@@ -127,6 +128,11 @@ function base.begin_call(keys)
       base.STEP_OF = false  -- (not this step's refusal: end_call leaves the key as it is)
       return base.fail('NOT_APPLIED', 'a step of the commit of ' .. tx .. ' before this one was refused')
     end
+    -- (an EVAL script's first write is refused over maxmemory unless it cannot grow memory, and those
+    -- after it are let through, scripts/library.py: a DEL first, so the mark is always written. Redis is
+    -- over it here only if it got over between the MULTI's queueing and its EXEC; the function form's EXEC
+    -- is then refused whole)
+    redis.call('DEL', refusal .. ':-')
     redis.call('SET', refusal, 'a step began and did not end')  -- (end_call deletes it, or names the error)
   end
 end
