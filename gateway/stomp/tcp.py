@@ -32,6 +32,10 @@ class _StreamTransport(Transport):
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
+        # drain (in `write` and `flush`) waits until asyncio's write buffer is empty, not just under 16 KiB:
+        # a write it returned from has left the process (SendBuffer counts it written, and auto acks it),
+        # so a listener killed then has lost nothing its client was not given
+        writer.transport.set_write_buffer_limits(high=0)
 
     async def write(self, payload: bytes | str) -> None:
         self.writer.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
@@ -45,6 +49,18 @@ class _StreamTransport(Transport):
             return False
         transport.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
         return True
+
+    def unsent(self) -> int:
+        """Bytes written that asyncio still holds (the socket's buffer was full)."""
+        return self.writer.transport.get_write_buffer_size()
+
+    async def flush(self) -> bool:
+        """Wait until asyncio holds none of the bytes written; False when the connection is gone first."""
+        try:
+            await self.writer.drain()
+        except (ConnectionError, RuntimeError):
+            return False
+        return not self.writer.transport.get_write_buffer_size()
 
     async def close(self) -> None:
         self.writer.close()
