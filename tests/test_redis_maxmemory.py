@@ -98,9 +98,64 @@ def test_at_maxmemory_a_commit_applies_nothing_and_commits_whole_once_there_is_r
     with pytest.raises(errors.RedisMaxMemory):
         for _ in range(100_000):
             broker.send("filler", [Message(body="x" * 2_000) for _ in range(20)])
+    # surely over it: the refused batch's memory goes back, and Redis may then be a few KB under it
+    small_server.config_set("maxmemory", str(4 << 20))
     with pytest.raises(errors.RedisMaxMemory):
         broker.commit(tx)
     assert (broker.stats("orders").dequeued, broker.stats("audit").enqueued) == (0, 0)
     small_server.config_set("maxmemory", str(64 << 20))  # room
     broker.commit(tx)
     assert (broker.stats("orders").dequeued, broker.stats("audit").enqueued) == (1, 1)
+
+
+def test_a_commit_that_meets_maxmemory_between_its_queueing_and_its_exec_applies_whole_or_not_at_all(
+        small_server):
+    """Redis refuses a MULTI's commands while it is over maxmemory when they are queued; one that gets
+    over between the queueing and the EXEC runs the block: the function form's EXEC is refused whole (it
+    holds functions without allow-oom), while the EVAL form's scripts meet the limit at their first write,
+    a runtime error. Either way the commit applies whole or not at all (the steps' refusal key,
+    includes/base.lua begin_call): never its ack without its send."""
+    from broker_core.drivers.loop import Transaction
+
+    broker = Broker(small_server, f"t{uuid.uuid4().hex[:8]}")
+    c = broker.add_consumer("orders", ConsumerSpec(prefetch=10, ack_mode="transacted"))
+    broker.send("orders", Message(body="first"))
+    (d,) = broker.receive(c, 1)
+    tx = broker.begin()
+    broker.send("audit", Message(body="in-tx"), tx=tx)
+    broker.ack(c, d.message_id, tx=tx)
+    broker.stats("audit"), broker.stats("orders")  # (their scripts loaded before the limit)
+    perform = broker._perform
+
+    def over_the_limit_at_exec(io):
+        if not isinstance(io, Transaction):
+            return perform(io)
+        conn = small_server.connection_pool.get_connection()
+        try:
+            conn.send_command("MULTI")
+            conn.read_response()
+            for command in io.commands:
+                conn.send_command(*command)
+                conn.read_response()  # QUEUED
+            small_server.config_set("maxmemory", "1")  # over it from now on
+            conn.send_command("EXEC")
+            try:
+                return conn.read_response()
+            except redis.ResponseError as exc:  # EXECABORT
+                raise exc from None
+        finally:
+            small_server.config_set("maxmemory", str(8 << 20))
+            small_server.connection_pool.release(conn)
+
+    broker._perform = over_the_limit_at_exec
+    try:
+        broker.commit(tx)
+        committed = True
+    except (errors.TransactionError, errors.RedisMaxMemory, redis.ResponseError):
+        committed = False
+    broker._perform = perform
+    applied = (broker.stats("orders").dequeued, broker.stats("audit").enqueued)
+    assert applied == ((1, 1) if committed else (0, 0)), (committed, applied)
+    if not committed:
+        broker.commit(tx)  # still open, whole once there is room
+        assert (broker.stats("orders").dequeued, broker.stats("audit").enqueued) == (1, 1)

@@ -84,18 +84,21 @@ def send(ops: Context, tx: str, dest: Destination, messages: Iterable[Message], 
     # together cannot commit past a limit (§9.2), topics included.
     probe = f"probe:{tx}:{RESERVATION_MOST_MS}"
     yield from flow.send_when_space(ops, dest, now, calls.Send, 0, probe, packed)
-    ids = []
     if dest.is_topic:
-        for message_id, blob, retain, copy in records:
-            ids.append(message_id)
-            yield Command(("RPUSH", tx_key(ops.namespace, tx),
-                           msgpack.packb(["send", dest.kind, dest.name, message_id, blob, retain, copy])))
-        return ids
-    for message_id, blob in packed:
-        ids.append(message_id)
-        yield Command(("RPUSH", tx_key(ops.namespace, tx),
-                       msgpack.packb(["send", dest.kind, dest.name, message_id, blob])))
-    return ids
+        sends = [["send", dest.kind, dest.name, message_id, blob, retain, copy]
+                 for message_id, blob, retain, copy in records]
+    else:
+        sends = [["send", dest.kind, dest.name, message_id, blob] for message_id, blob in packed]
+    yield from _record(ops, tx, sends)
+    return [record[3] for record in sends]
+
+
+def _record(ops: Context, tx: str, records: list[list[Any]]) -> Op:
+    """Add records to an open transaction. RPUSHX, not RPUSH: the transaction may have ended since it was
+    checked (rolled back by its owner's close, or expired) while its send waited for room, and RPUSH
+    would make its key again, without a lifetime: kept forever, and its reservation with it."""
+    if not (yield Command(("RPUSHX", tx_key(ops.namespace, tx), *(msgpack.packb(r) for r in records)))):
+        raise TransactionError(f"no open transaction {tx} (it ended while this was added)", transaction=tx)
 
 
 def ack(ops: Context, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
@@ -103,8 +106,8 @@ def ack(ops: Context, tx: str, consumer: ConsumerRef, message_ids: list[str], mo
     yield from _tx_open(ops, tx)
     yield from homes.ack(ops, consumer, message_ids, "delivered", now)
     dest = consumer.destination
-    yield Command(("RPUSH", tx_key(ops.namespace, tx), msgpack.packb(
-        ["ack", dest.kind, dest.name, consumer.consumer_id, mode, message_ids])))
+    # (the transaction gone meanwhile: its messages stay delivered, in flight until its consumer ends)
+    yield from _record(ops, tx, [["ack", dest.kind, dest.name, consumer.consumer_id, mode, message_ids]])
 
 
 def commit(ops: Context, tx: str, now: int) -> Op:

@@ -93,6 +93,10 @@ class _StreamTransport(Transport):
         assert connection.transport is not None
         self.connection = connection
         self.transport = connection.transport
+        # drain (in `write` and `flush`) waits until asyncio's write buffer is empty, not just under 16 KiB:
+        # a write it returned from has left the process (SendBuffer counts it written, and auto acks it),
+        # so a listener killed then has lost nothing its client was not given
+        self.transport.set_write_buffer_limits(high=0)
 
     async def write(self, payload: bytes | str) -> None:
         self.transport.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
@@ -106,6 +110,18 @@ class _StreamTransport(Transport):
             return False
         transport.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
         return True
+
+    def unsent(self) -> int:
+        """Bytes written that asyncio still holds (the socket's buffer was full)."""
+        return self.transport.get_write_buffer_size()
+
+    async def flush(self) -> bool:
+        """Wait until asyncio holds none of the bytes written; False when the connection is gone first."""
+        try:
+            await self.connection.drain()
+        except ConnectionError:
+            return False
+        return not self.transport.get_write_buffer_size()
 
     async def close(self) -> None:
         self.transport.close()

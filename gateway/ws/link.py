@@ -122,13 +122,21 @@ class SendBuffer:
     finds nothing queued and the writer idle tries it first: the usual frame, a RECEIPT or a MESSAGE to a
     client that keeps up, goes out in the caller's turn of the event loop instead of waking the writer
     task (one turn fewer per frame). Anything else queues, so the order and the bound stay the writer's.
+
+    `unsent()`, when the transport has one, is how many bytes handed to it are still in this process (a
+    byte stream's write buffer, before the OS took them), and `flush()` waits until it has none (False
+    when it never will: the connection is gone). A payload counts as written (`written`, `flushed_now`)
+    only once it has left the process: bytes a killed process still held never reach the client.
     """
 
     def __init__(self, write: Callable[[Payload], Awaitable[None]], max_bytes: int, slow_seconds: float,
                  coalesce: bool = False, coalesce_limit: int = 8 * 1024,
-                 write_nowait: Callable[[Payload], bool] | None = None) -> None:
+                 write_nowait: Callable[[Payload], bool] | None = None,
+                 unsent: Callable[[], int] | None = None,
+                 flush: Callable[[], Awaitable[bool]] | None = None) -> None:
         self._write = write
         self._write_nowait = write_nowait
+        self._unsent, self._flush = unsent, flush
         self.max_bytes = max_bytes
         self.slow_seconds = slow_seconds
         self.coalesce = coalesce
@@ -223,17 +231,24 @@ class SendBuffer:
             return first, 1
         return ("".join(parts) if isinstance(first, str) else b"".join(parts)), len(parts)  # type: ignore[arg-type]
 
+    def flushed_now(self) -> bool:
+        """Every payload put has been handed to the transport and has left this process."""
+        return self.handed >= self.puts and (self._unsent is None or not self._unsent())
+
     async def written(self, upto: int) -> bool:
-        """Wait until the first `upto` payloads put have been handed to the transport. False when they never
-        will be (the buffer closed); SlowClient when the client takes nothing for `slow_seconds`."""
-        if self.handed >= upto:
-            return True
-        await asyncio.sleep(0)  # the writer's turn first: a write that does not wait is done by then
-        if self.handed >= upto:
-            return True
-        async with self._room:
-            await self._wait(lambda: self._closed or self.handed >= upto)
-        return self.handed >= upto
+        """Wait until the first `upto` payloads put have been handed to the transport and have left this
+        process. False when they never will (the buffer closed, the connection gone); SlowClient when the
+        client takes nothing for `slow_seconds`."""
+        if self.handed < upto:
+            await asyncio.sleep(0)  # the writer's turn first: a write that does not wait is done by then
+        if self.handed < upto:
+            async with self._room:
+                await self._wait(lambda: self._closed or self.handed >= upto)
+            if self.handed < upto:
+                return False
+        if self._unsent is not None and self._unsent() and self._flush is not None:
+            return await self._flush()
+        return True
 
     @property
     def stuck(self) -> bool:
@@ -586,7 +601,7 @@ class Link:
         cid = consumer.consumer_id
         unacked = self._unacked.get(cid, 0) + len(ids)
         buffer = self.buffer
-        written = buffer is None or buffer.handed >= buffer.puts
+        written = buffer is None or buffer.flushed_now()
         if written and unacked >= consumer.prefetch:
             await self._ack_written(consumer, ids)
             return

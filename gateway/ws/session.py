@@ -56,7 +56,9 @@ class LinkedSession:
     def open_buffer(self, coalesce: bool) -> None:
         self.buffer = SendBuffer(self.transport.write, self.link_settings.send_buffer_bytes,
                                  self.link_settings.slow_client_seconds, coalesce=coalesce,
-                                 write_nowait=getattr(self.transport, "write_nowait", None))
+                                 write_nowait=getattr(self.transport, "write_nowait", None),
+                                 unsent=getattr(self.transport, "unsent", None),
+                                 flush=getattr(self.transport, "flush", None))
 
     async def open_link(self, user: Any) -> Link:
         """The user logged in: open the connection's link to the broker."""

@@ -107,9 +107,13 @@ function base.on_call(reset) base.CALL_RESETS[#base.CALL_RESETS + 1] = reset end
 -- A call given a second key is a step of a transaction's commit (ops/transactions.py commit): KEYS[2] is
 -- the transaction's key. Its commit is one MULTI/EXEC whose calls check every step first, then apply them;
 -- Redis applies every command of a MULTI whatever the others replied, so the calls share a verdict: a
--- step that refuses (returns an error reply) writes the transaction's refusal key (base.end_call), and a
--- step runs only while the transaction is open and that key is absent. So either every step applies or
--- none does; the commit's last call (commit_end.lua) ends the transaction or, refused, deletes the key.
+-- step runs only while the transaction is open and its refusal key is absent, writes that key as it
+-- begins and deletes it as it ends unrefused (base.end_call). A step that refuses (an error reply), or
+-- dies of a runtime error (a script error: it never reaches end_call), leaves the key, and no later step
+-- runs. So either every step applies or none does; the commit's last call (commit_end.lua) ends the
+-- transaction or, refused, deletes the key. (A step Redis refuses before it runs, a function without
+-- allow-oom over maxmemory, cannot happen inside the commit: Redis then refuses the whole EXEC. An EVAL
+-- script is refused at its first write instead: begin_call's first write cannot be.)
 base.STEP_OF = false  -- (set by each call: begin_call)
 function base.refusal_key(tx_key) return tx_key .. ':refused' end
 function base.begin_call(keys)
@@ -118,8 +122,18 @@ function base.begin_call(keys)
   for i = 1, #resets do resets[i]() end
   local tx = keys[2]
   base.STEP_OF = tx
-  if tx and (redis.call('EXISTS', tx) == 0 or redis.call('EXISTS', base.refusal_key(tx)) == 1) then
-    return base.fail('NOT_APPLIED', 'a step of the commit of ' .. tx .. ' before this one was refused')
+  if tx then
+    local refusal = base.refusal_key(tx)
+    if redis.call('EXISTS', tx) == 0 or redis.call('EXISTS', refusal) == 1 then
+      base.STEP_OF = false  -- (not this step's refusal: end_call leaves the key as it is)
+      return base.fail('NOT_APPLIED', 'a step of the commit of ' .. tx .. ' before this one was refused')
+    end
+    -- (an EVAL script's first write is refused over maxmemory unless it cannot grow memory, and those
+    -- after it are let through, scripts/library.py: a DEL first, so the mark is always written. Redis is
+    -- over it here only if it got over between the MULTI's queueing and its EXEC; the function form's EXEC
+    -- is then refused whole)
+    redis.call('DEL', refusal .. ':-')
+    redis.call('SET', refusal, 'a step began and did not end')  -- (end_call deletes it, or names the error)
   end
 end
 
@@ -515,8 +529,12 @@ function base.write_stream(s, ts)
   end
 end
 function base.end_call(result)
-  if base.STEP_OF and type(result) == 'table' and result.err then  -- a commit's step refused (begin_call)
-    redis.call('SET', base.refusal_key(base.STEP_OF), result.err)
+  if base.STEP_OF then  -- a step of a commit that ran (begin_call): its end, or its refusal
+    if type(result) == 'table' and result.err then
+      redis.call('SET', base.refusal_key(base.STEP_OF), result.err)
+    else
+      redis.call('DEL', base.refusal_key(base.STEP_OF))
+    end
   end
   local ev = base.EVENTS
   if ev.n == 0 then return result end

@@ -1,0 +1,68 @@
+"""A transaction's commit stays all-or-nothing when one of its calls fails other than by refusing: a Lua
+runtime error (a script error, not its error reply) or a call Redis refuses before it runs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+import redis.asyncio
+
+from broker_core.broker import AsyncBroker, Broker
+from broker_core.clock import SystemClock
+from broker_core.errors import TransactionError
+from broker_core.messages import Message
+
+from ..helpers.broker import consumer, drain
+
+KB = "x" * 1000  # a body that packs to a little over 1,000 bytes
+
+
+def test_a_step_that_dies_with_a_runtime_error_applies_nothing_after_it(broker, redis_client, namespace):
+    """A step's script that raises (here: WRONGTYPE from a corrupted consumer key) never reaches the
+    end of its call, where a refusal is recorded: the later steps must not apply, nor the commit end."""
+    c = consumer(broker, prefetch=10, ack_mode="transacted", consumer_id="C")
+    broker.send("orders", Message(body="m0"))
+    (d,) = drain(broker, c)
+    tx = broker.begin()
+    broker.send("audit", Message(body="in-tx"), tx=tx)
+    broker.ack(c, d.message_id, tx=tx)
+    (inflight,) = [k for k in redis_client.keys(f"{namespace}*") if b"inflight" in k and b"C" in k]
+    saved = redis_client.dump(inflight)
+    redis_client.delete(inflight)
+    redis_client.set(inflight, b"corrupt")  # the ack's ZSCORE raises WRONGTYPE
+    with pytest.raises(TransactionError):
+        broker.commit(tx)
+    assert broker.stats("audit").enqueued == 0  # the send after the check that died did not land
+    redis_client.delete(inflight)
+    redis_client.restore(inflight, 0, saved)
+    broker.commit(tx)  # still open, whole
+    assert (broker.stats("audit").enqueued, broker.stats("orders").dequeued) == (1, 1)
+
+
+def test_a_send_that_outlives_its_transaction_does_not_make_it_again(redis_url, namespace, redis_client):
+    """A transacted send waiting for space (flow control) while its transaction ends (rolled back by its
+    connection's close, or expired: its owner stopped renewing it) must not write a new transaction key
+    when it gets room: one without a lifetime would hold its record (and its reservation) forever."""
+
+    async def scenario():
+        client = redis.asyncio.Redis.from_url(redis_url)
+        sync = Broker(redis.Redis.from_url(redis_url), namespace, SystemClock())
+        sync.policies.set_entry("queue", "orders", {"memoryLimit": 2 * 1100,
+                                                    "sendFailIfNoSpaceAfterTimeout": 5000})
+        broker = AsyncBroker(client, namespace, SystemClock(), policies=sync.policies)
+        await broker.send("orders", [Message(body=KB), Message(body=KB)])
+        tx = await broker.begin(60_000)
+        waiting = asyncio.ensure_future(broker.send("orders", Message(body=KB), tx=tx))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # waiting for room
+        await broker.rollback(tx)
+        await broker.purge("orders")  # room
+        with pytest.raises(TransactionError, match="no open transaction"):
+            await asyncio.wait_for(waiting, 5)
+        await client.aclose()
+        sync.close()
+
+    asyncio.run(scenario())
+    assert [k for k in redis_client.keys(f"{namespace}:tx:*")] == []
