@@ -84,17 +84,23 @@ def test_at_maxmemory_a_send_is_refused_by_name_and_nothing_stored_is_lost(small
     assert broker.send("orders", Message(body="again"))
 
 
-def test_at_maxmemory_a_commit_applies_nothing_and_commits_whole_once_there_is_room(small_server):
-    """Redis refuses every command a MULTI queues while it is over maxmemory, so a COMMIT then applies
-    nothing (its ack neither: it is an allow-oom script) and the transaction stays open; once there is
-    room the same transaction commits whole."""
-    broker = Broker(small_server, f"t{uuid.uuid4().hex[:8]}")
+def _a_transaction_sending_and_acking(server) -> tuple[Broker, str]:
+    """An open transaction that sends one message to `audit` and acks one of `orders`."""
+    broker = Broker(server, f"t{uuid.uuid4().hex[:8]}")
     c = broker.add_consumer("orders", ConsumerSpec(prefetch=10, ack_mode="transacted"))
     broker.send("orders", Message(body="first"))
     (d,) = broker.receive(c, 1)
     tx = broker.begin()
     broker.send("audit", Message(body="in-tx"), tx=tx)
     broker.ack(c, d.message_id, tx=tx)
+    return broker, tx
+
+
+def test_at_maxmemory_a_commit_applies_nothing_and_commits_whole_once_there_is_room(small_server):
+    """Redis refuses every command a MULTI queues while it is over maxmemory, so a COMMIT then applies
+    nothing (its ack neither: it is an allow-oom script) and the transaction stays open; once there is
+    room the same transaction commits whole."""
+    broker, tx = _a_transaction_sending_and_acking(small_server)
     with pytest.raises(errors.RedisMaxMemory):
         for _ in range(100_000):
             broker.send("filler", [Message(body="x" * 2_000) for _ in range(20)])
@@ -117,13 +123,7 @@ def test_a_commit_that_meets_maxmemory_between_its_queueing_and_its_exec_applies
     includes/base.lua begin_call): never its ack without its send."""
     from broker_core.drivers.loop import Transaction
 
-    broker = Broker(small_server, f"t{uuid.uuid4().hex[:8]}")
-    c = broker.add_consumer("orders", ConsumerSpec(prefetch=10, ack_mode="transacted"))
-    broker.send("orders", Message(body="first"))
-    (d,) = broker.receive(c, 1)
-    tx = broker.begin()
-    broker.send("audit", Message(body="in-tx"), tx=tx)
-    broker.ack(c, d.message_id, tx=tx)
+    broker, tx = _a_transaction_sending_and_acking(small_server)
     broker.stats("audit"), broker.stats("orders")  # (their scripts loaded before the limit)
     perform = broker._perform
 
