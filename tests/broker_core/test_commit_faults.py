@@ -66,3 +66,26 @@ def test_a_send_that_outlives_its_transaction_does_not_make_it_again(redis_url, 
 
     asyncio.run(scenario())
     assert [k for k in redis_client.keys(f"{namespace}:tx:*")] == []
+
+
+def test_a_call_over_several_destinations_is_not_taken_for_a_commit_step(redis_url, namespace, broker):
+    """A commit's step has its transaction's key second (includes/base.lua begin_call); a script over
+    several destinations has the second one's prefix there, which must not make it a step (it was: every
+    summary of more than one destination was refused NOT_APPLIED)."""
+    broker.send("a", Message(body="1"))
+    broker.send("b", [Message(body="2"), Message(body="3")])
+
+    async def main() -> list:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        aio = AsyncBroker(client, namespace, SystemClock())
+        try:
+            found = await aio.summaries(["queue://a", "queue://b", "topic://t"])
+            assert aio._summary_many  # (not given up as on a Redis Cluster: one call for both queues)
+            return found
+        finally:
+            await aio.aclose()
+            await client.aclose()
+
+    broker.ensure_destination("topic://t")
+    a, b, t = asyncio.run(main())
+    assert (a.pending, b.pending, t.pending) == (1, 2, 0)

@@ -120,7 +120,11 @@ function base.begin_call(keys)
   base.use_prefix(keys[1])
   local resets = base.CALL_RESETS
   for i = 1, #resets do resets[i]() end
+  -- (a commit's step has its transaction's key, <ns>:tx:<id>, second; a script over several destinations,
+  -- summary_many, rate_sample, has their prefixes there, each with its hash tag {...}, which a
+  -- transaction's key never has)
   local tx = keys[2]
+  if tx and (string.find(tx, '{', 1, true) or not string.find(tx, ':tx:', 1, true)) then tx = false end
   base.STEP_OF = tx
   if tx then
     local refusal = base.refusal_key(tx)
