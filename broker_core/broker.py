@@ -618,7 +618,8 @@ class AsyncBroker(_Api):
         once. Otherwise the ack that waits only puts its script before the next call's reply."""
         if self._syncs is None:
             try:
-                conf = {_text(k): _text(v) for k, v in (await self.redis.config_get("append*")).items()}
+                found = await self.redis.config_get("append*")
+                conf = {reply_text(k): reply_text(v) for k, v in found.items()}
                 self._syncs = conf.get("appendonly") == "yes" and conf.get("appendfsync") == "always"
             except redis.RedisError:  # CONFIG renamed or refused (a managed Redis): no holding
                 self._syncs = False
@@ -795,6 +796,3 @@ class AsyncBroker(_Api):
         """The Redis stream of the destination's lifecycle events (docs/broker_core.md), for XREAD."""
         return self.ops.events_key(_dest(destination))
 
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -249,9 +249,6 @@ SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 3
 SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER = int(os.environ.get("SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER") or 100_000)
 # The console's "slow" consumer (gateway/api/views_admin.consumer_json): window full, no ack for this long.
 SIGNALBOX_CONSOLE_SLOW_SECONDS = float(os.environ.get("SIGNALBOX_CONSOLE_SLOW_SECONDS") or 30.0)
-# The broker's name in ActiveMQ's client-id refusal (InvalidClientIDException); the advisories'
-# originBrokerName stays ActiveMQ's default, localhost (docs/websocket.md).
-SIGNALBOX_BROKER_NAME = os.environ.get("SIGNALBOX_BROKER_NAME") or "localhost"
 # Every process (web, worker, beat, STOMP listener) writes a heartbeat to Redis this often
 # (signalbox/node.py); the node page calls one missing after three missed beats.
 SIGNALBOX_HEARTBEAT_SECONDS = float(os.environ.get("SIGNALBOX_HEARTBEAT_SECONDS") or 5.0)

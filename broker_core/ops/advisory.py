@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import uuid
 from typing import Any
 
@@ -40,7 +41,10 @@ from ..resp import reply_text as _str
 from .context import Context
 
 PREFIX = "ActiveMQ.Advisory."
-BROKER_NAME = "localhost"  # ActiveMQ's default brokerName, sent as originBrokerName
+# ActiveMQ's brokerName: the advisories' originBrokerName, the STOMP frames' originBrokerId, the client-id
+# refusal's text. Read from the environment (not Django's settings) because every process that runs a script
+# may build an advisory: the web and STOMP processes, the worker, beat, each started by `run` with its own.
+BROKER_NAME = os.environ.get("SIGNALBOX_BROKER_NAME") or "localhost"
 KINDS = ("Consumer", "Expired", "MessageDLQd", "SlowConsumer", "FULL", "FastProducer", "MessageDiscarded",
          "MessageDelivered", "MessageConsumed", "MessageDispatched", "NoConsumer")
 

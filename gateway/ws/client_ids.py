@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
+from broker_core.broker import advisory
 
 
 class ClientIdInUse(Exception):
     def __init__(self, client_id: str, holder_address: str) -> None:
         # ActiveMQ's InvalidClientIDException, word for word (broker name: SIGNALBOX_BROKER_NAME)
-        super().__init__(f"Broker: {settings.SIGNALBOX_BROKER_NAME} - Client: {client_id} "
+        super().__init__(f"Broker: {advisory.BROKER_NAME} - Client: {client_id} "
                          f"already connected from {holder_address}")
         self.client_id = client_id
         self.holder_address = holder_address

@@ -335,13 +335,15 @@ class Link:
     `aborted(subscription, notice)` is called when a slow-consumer strategy or an operator aborted one of
     the subscription's consumers (spec §8.4): the link has already closed the subscription; the protocol
     tells the client and, when `notice.abort_connection`, closes the connection.
+    `transport`: the scheme the client came by (ws, tcp, ssl), the connection id's prefix.
     """
 
     def __init__(self, broker: Any, hub: Any, deliver: Callable[[Subscription, Consumer, list[Delivery]],
                                                                  Awaitable[None]],
                  lost: Callable[[str, bool], Awaitable[None]], settings: LinkSettings | None = None,
                  aborted: Callable[[Subscription, AbortNotice], Awaitable[None]] | None = None,
-                 buffer: SendBuffer | None = None, unique_ack_ids: bool = False) -> None:
+                 buffer: SendBuffer | None = None, unique_ack_ids: bool = False,
+                 transport: str = "ws") -> None:
         self.broker = broker
         self.hub = hub
         self.deliver = deliver
@@ -351,7 +353,8 @@ class Link:
         self.lost = lost
         self.aborted = aborted
         self.settings = settings or LinkSettings.from_django()
-        self.connection_id = f"ws-{uuid.uuid4().hex[:16]}"
+        # named for its transport (ws, tcp, ssl), as an operator reads it in the connections and advisories
+        self.connection_id = f"{transport}-{uuid.uuid4().hex[:16]}"
         self.subscriptions: dict[str, Subscription] = {}
         self.transactions: dict[str, OpenTransaction] = {}  # by the client's name for it
         # acks made in a transaction, applied at COMMIT: an ABORT gives the client its ack ids back and the

@@ -63,8 +63,10 @@ class LinkedSession:
     async def open_link(self, user: Any) -> Link:
         """The user logged in: open the connection's link to the broker."""
         self.user = user
+        scheme, _, rest = self.remote_address.partition("://")
         link = Link(self.broker, self.hub, self.deliver, self._lost, self.link_settings,
-                    aborted=self._aborted, buffer=self.buffer, unique_ack_ids=self.unique_ack_ids)
+                    aborted=self._aborted, buffer=self.buffer, unique_ack_ids=self.unique_ack_ids,
+                    transport=scheme if rest else "ws")
         await link.open()
         self.link = link
         return link

@@ -214,7 +214,7 @@ def test_stomp_over_tls_round_trips_and_the_plain_port_serves_beside_it(listener
     context = ssl.create_default_context(cafile=str(cert))
     conn = RawTcp(tls_port, context)
     try:
-        conn.connect()
+        assert conn.connect().get("session", "").startswith("ssl-")  # named for its transport
         dest = _q()
         conn.send("SUBSCRIBE", {"destination": dest, "id": "s", "receipt": "sub"})
         conn.expect("RECEIPT")
@@ -224,11 +224,36 @@ def test_stomp_over_tls_round_trips_and_the_plain_port_serves_beside_it(listener
         conn.close()
     plain = RawTcp(server.port)
     try:
-        plain.connect()
+        assert plain.connect().get("session", "").startswith("tcp-")
     finally:
         plain.close()
     with pytest.raises(ssl.SSLError):  # no plain text on the TLS port
         RawTcp(tls_port, ssl.create_default_context()).connect()  # an untrusted certificate
+
+
+def test_the_broker_name_setting_names_the_broker_in_advisories_and_client_id_refusals(listener):
+    """SIGNALBOX_BROKER_NAME is ActiveMQ's brokerName everywhere it shows: the advisories' originBrokerName
+    and originBrokerId, and InvalidClientIDException's text."""
+    server = listener(SIGNALBOX_BROKER_NAME="hub-7")
+    name = f"named{uuid.uuid4().hex[:8]}"
+    watcher, consumer = RawTcp(server.port), RawTcp(server.port)
+    try:
+        watcher.connect(**{"client-id": f"w-{name}"})
+        watcher.send("SUBSCRIBE", {"destination": f"/topic/ActiveMQ.Advisory.Consumer.Queue.{name}",
+                                   "id": "adv", "receipt": "adv"})
+        watcher.expect("RECEIPT")
+        consumer.connect()
+        consumer.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s"})
+        advised = watcher.expect("MESSAGE")
+        assert (advised.get("originBrokerName"), advised.get("originBrokerId")) == ("hub-7", "ID:hub-7")
+        consumer.close()
+        consumer = RawTcp(server.port)
+        consumer.send("CONNECT", {"accept-version": "1.2", "login": consumer.login,
+                                  "passcode": consumer.passcode, "host": "x", "client-id": f"w-{name}"})
+        assert consumer.expect("ERROR").get("message", "").startswith("Broker: hub-7 - Client: w-")
+    finally:
+        watcher.close()
+        consumer.close()
 
 
 # -- a listener that dies -----------------------------------------------------------------------------
