@@ -62,9 +62,12 @@ class Context:
         self.client = client
         self.broker = Broker(client, f"adv{uuid.uuid4().hex[:8]}")
 
-    def measure(self, operation: Callable[[], object]) -> Calls:
+    def measure(self, operation: Callable[[], object], block: bool = False) -> Calls:
         """Run `operation` with the SLOWLOG emptied before it; the longest call it made, and how many calls
-        it made that took SLOWLOG_FROM_US or longer."""
+        it made that took SLOWLOG_FROM_US or longer. `block`: the operation's work is one MULTI/EXEC, which
+        the SLOWLOG does not record itself (each command in it apart), and which holds the server for
+        all of them: the figure is then the sum of every entry (an upper bound: it includes what the
+        operation read before the block)."""
         self.client.slowlog_reset()
         operation()
         entries = self.client.slowlog_get(SLOWLOG_ENTRIES)
@@ -73,6 +76,9 @@ class Context:
         if not entries:
             return Calls(0.0, "", 0)
         worst = max(entries, key=lambda e: e["duration"])
+        if block:
+            return Calls(sum(e["duration"] for e in entries) / 1000.0, "(the MULTI/EXEC's commands, summed)",
+                         len(entries))
         return Calls(worst["duration"] / 1000.0, _command(worst)[:80], len(entries))
 
 
@@ -714,6 +720,84 @@ def close_group_owner(ctx: Context) -> Calls:
     return ctx.measure(_per_call_cpu(ctx, op))
 
 
+# --- the largest message ---
+# One message of the default policy's maxMessageSize (its body as large as the limit lets it be) through
+# every path that copies a whole message inside one call, and a transaction holding
+# SIGNALBOX_WS_MAX_TRANSACTION_BYTES of sends: Redis copies a large value at a cost per byte (on these VMs
+# mostly the first touch of newly allocated memory), so the bound holds only while the limits keep it.
+
+LARGEST: dict[str, int] = {}  # --message-bytes, when given
+
+
+def _largest_body() -> str:
+    from broker_core.config.entry import PolicyEntry
+    size = LARGEST.get("bytes") or PolicyEntry().max_message_size
+    return "x" * (size - 4096)  # (room for the record's headers)
+
+
+def _largest(ctx: Context, destination: str, **spec: object) -> tuple[object, Message]:
+    consumer = ctx.broker.add_consumer(destination, ConsumerSpec(**spec))
+    ctx.broker.send(destination, "warm-up")
+    for delivery in ctx.broker.receive(consumer, 1):
+        ctx.broker.ack(consumer, delivery.message_id)
+    return consumer, Message(body=_largest_body())
+
+
+@case("largest message: send, a consumer waiting")
+def largest_send(ctx: Context) -> Calls:
+    _, big = _largest(ctx, "big.q")
+    return ctx.measure(lambda: ctx.broker.send("big.q", big))
+
+
+@case("largest message: receive")
+def largest_receive(ctx: Context) -> Calls:
+    consumer, big = _largest(ctx, "big.q", prefetch=1)
+    ctx.broker.send("big.q", big)
+    return ctx.measure(lambda: ctx.broker.receive(consumer, 1))
+
+
+@case("largest message: browse")
+def largest_browse(ctx: Context) -> Calls:
+    _, big = _largest(ctx, "big.q")
+    ctx.broker.send("big.q", big)
+    return ctx.measure(lambda: ctx.broker.browse("big.q"))
+
+
+@case("largest message: NACK past its redeliveries, to the DLQ")
+def largest_dead_letter(ctx: Context) -> Calls:
+    consumer, big = _largest(ctx, "big.q", ack_mode="client-individual")
+    ctx.broker.send("big.q", big)
+    (delivery,) = ctx.broker.receive(consumer, 1)
+    return ctx.measure(lambda: ctx.broker.nack(consumer, delivery.message_id, poison=True))
+
+
+@case("largest message: topic send to one subscription")
+def largest_topic(ctx: Context) -> Calls:
+    _, big = _largest(ctx, "topic://big.t")
+    return ctx.measure(lambda: ctx.broker.send("topic://big.t", big))
+
+
+def _commit_of(ctx: Context, sends: int, body_bytes: int) -> Calls:
+    _largest(ctx, "big.q")
+    tx = ctx.broker.begin()
+    for _ in range(sends):
+        ctx.broker.send("big.q", Message(body="x" * (body_bytes // sends - 64)), tx=tx)  # (within maxMessageSize)
+    return ctx.measure(lambda: ctx.broker.commit(tx), block=True)
+
+
+@case("largest message: COMMIT of one send of SIGNALBOX_WS_MAX_TRANSACTION_BYTES")
+def largest_commit_one(ctx: Context) -> Calls:
+    from gateway.ws.link import LinkSettings
+    return _commit_of(ctx, 1, LinkSettings().max_transaction_bytes)
+
+
+@case("largest message: COMMIT of the most sends, SIGNALBOX_WS_MAX_TRANSACTION_BYTES in all")
+def largest_commit_many(ctx: Context) -> Calls:
+    from gateway.ws.link import LinkSettings
+    settings = LinkSettings()
+    return _commit_of(ctx, settings.max_transaction_size, settings.max_transaction_bytes)
+
+
 def start_server() -> tuple[subprocess.Popen[bytes], str]:
     """The embedded server on a unix socket, no persistence, the calls of SLOWLOG_FROM_US or longer recorded
     in the SLOWLOG."""
@@ -725,7 +809,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="run only cases whose name contains this text")
     parser.add_argument("--bound-ms", type=float, default=20.0)
+    parser.add_argument("--message-bytes", type=int, default=0,
+                        help="the largest message's cases: this size instead of the default maxMessageSize")
     args = parser.parse_args()
+    LARGEST["bytes"] = args.message_bytes
     server, socket_file = start_server()
     failed = 0
     try:

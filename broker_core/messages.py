@@ -142,6 +142,12 @@ class Message:
     repeat: int = 0  # AMQ_SCHEDULED_REPEAT: deliveries after the first, `period_ms` apart
     cron: str | None = None  # AMQ_SCHEDULED_CRON: not supported; refused with a clear error
 
+    @property
+    def body_size(self) -> int:
+        """The body's bytes as stored (a text body in UTF-8)."""
+        body = self.body
+        return len(body) if isinstance(body, bytes) else len(body.encode("utf-8", "surrogatepass"))
+
     def pack(self, now_ms: int) -> tuple[str, bytes]:
         """Validate and give (message id, packed bytes). Raises InvalidMessage naming the problem."""
         # The usual message passes this one test (plain ints in range, no cron); anything else goes through

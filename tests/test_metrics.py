@@ -261,8 +261,10 @@ def test_oldest_age_with_priority_bands(server, broker):
 def test_oldest_age_of_a_message_too_large_to_read_is_unknown_not_a_stall(server, broker):
     """The timestamp is inside the message: a page reads at most 1 MiB of them (summary_many.lua
     OLDEST_BYTES). A queue headed by a larger message shows no age (unknown), counted, and its other
-    figures as usual."""
+    figures as usual. (Such a message is over the default maxMessageSize: its queue's policy raises it.)"""
     queue = f"huge{uuid.uuid4().hex[:8]}"
+    broker.policies.set_entry("queue", queue, {"maxMessageSize": 2 * 1024 * 1024})
+    broker.refresh_policies()
     broker.send(queue, [Message(body="x" * (1536 * 1024)), Message(body="small")])
     parsed = samples(scrape(server).text)
     q = {"destination": f"queue://{queue}"}

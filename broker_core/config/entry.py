@@ -52,8 +52,11 @@ scripts HMGET these names from a per-destination hash, so they are a stable inte
 Type-dependent attributes are "0" where they do not apply (groupMapBucketCount unless the group map is
 "bucket"; groupMapCacheSize for "simple"; subscriptionRecoveryMaximumSize unless "fixedCount"/"fixedSized").
 
-Signalbox's own limits (not in ActiveMQ): maxMessageSize, default 4 MiB (4194304 bytes; the body as
-stored, at most 512 MiB, Redis's string limit); maxPropertyCount, default 256 properties per message; and
+Signalbox's own limits (not in ActiveMQ): maxMessageSize, default 1 MiB (1048576 bytes, the packed message
+as stored; at most 512 MiB, Redis's string limit): a script call copies a message whole two or three
+times, about 6-13 ms a MiB on this machine's Redis 7, so the default keeps every call under the 20 ms
+bound (4 MiB took 27-70 ms: bench/adversarial.py, "largest message"); a larger limit trades that bound
+for size; maxPropertyCount, default 256 properties per message; and
 eventsMaxLen, default 100000 (at most 1000000), the cap on the events the destination's event stream holds
 (checked once per script call that wrote events: exactly after a call that packed several events into one
 stream entry, else when the entries alone are over it, so a stream may hold up to its packed entries' extra
@@ -129,7 +132,7 @@ class PolicyEntry:
     send_fail_if_no_space: bool | None = _attr(None)  # None = inherit the broker setting (false)
     send_fail_if_no_space_after_timeout: int = _attr(-1, minimum=0, off=-1)  # -1 = inherit (0)
     blocked_producer_warning_interval: int = _attr(30000, minimum=0)
-    max_message_size: int = _attr(4 * 1024 * 1024, minimum=1, maximum=MAX_MESSAGE_SIZE_LIMIT)
+    max_message_size: int = _attr(1024 * 1024, minimum=1, maximum=MAX_MESSAGE_SIZE_LIMIT)
     max_property_count: int = _attr(256, minimum=0, maximum=65535)
     max_destinations: int = _attr(-1, minimum=1, off=-1)  # destinations this entry's pattern may create
     events_max_len: int = _attr(100_000, minimum=1, maximum=1_000_000)  # cap (events) of the event stream

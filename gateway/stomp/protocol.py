@@ -272,8 +272,8 @@ class StompSession(LinkedSession):
                 (dest,) = stomp_destinations(batch[0].get("destination"))
                 await self._authorize([dest], "write")
                 name = batch[0].get("transaction")
-                tx = self.link.transaction(name, adding=len(batch)) if name is not None else None
                 messages = [message_from_send(frame, self.link.connection_id) for frame in batch]
+                tx = self.link.transaction(name, len(batch), messages) if name is not None else None
                 await self.broker.send(dest, messages, tx=tx)
                 self.note_send([dest], len(messages))
             except (StompError, LinkError, BrokerError):  # refused before anything was written:
@@ -537,7 +537,7 @@ class StompSession(LinkedSession):
         await self._authorize(destinations, "write")
         message = message_from_send(frame, self.link.connection_id)
         name = frame.get("transaction")
-        tx = self.link.transaction(name, adding=1) if name is not None else None
+        tx = self.link.transaction(name, 1, [message] * len(destinations)) if name is not None else None
         if len(destinations) == 1:
             await self.broker.send(destinations[0], message, tx=tx)
         else:

@@ -28,7 +28,7 @@ from django.conf import settings as django_settings
 from broker_core.destinations import Destination
 from broker_core.errors import NotInFlight, TransactionError, UnknownConsumer, UnknownSubscription
 from broker_core.maintenance import AbortNotice
-from broker_core.messages import Delivery
+from broker_core.messages import Delivery, Message
 from broker_core.model import Consumer, ConsumerSpec
 from gateway import runtime
 from gateway.unavailable import store_unavailable
@@ -50,9 +50,14 @@ class LinkSettings:
     slow_client_seconds: float = 30.0  # SIGNALBOX_WS_SLOW_CLIENT_SECONDS
     max_subscriptions: int = 1000  # SIGNALBOX_WS_MAX_SUBSCRIPTIONS (per connection)
     receive_batch: int = 500  # SIGNALBOX_WS_RECEIVE_BATCH: messages taken per receive call
-    # SIGNALBOX_WS_MAX_TRANSACTION_SIZE: SENDs and ACKs in one transaction. Its commit is one MULTI/EXEC,
-    # which holds Redis for everyone while it runs (500 sends: about 11 ms here; bench/tx_commit.py)
-    max_transaction_size: int = 500
+    # SIGNALBOX_WS_MAX_TRANSACTION_SIZE: SENDs and ACKs in one transaction, and
+    # SIGNALBOX_WS_MAX_TRANSACTION_BYTES: the message bodies its SENDs carry. Its commit is one MULTI/EXEC,
+    # which holds Redis for everyone while it runs: each step costs about 20-40 us, each MiB of bodies
+    # about 10 ms (copied two or three times); 50 sends of 1 MB held every other client 1.3 s. Both at
+    # their limit: 15-17 ms of Redis here (bench/adversarial.py, "largest message"; docs/benchmarks.md
+    # "Session 22")
+    max_transaction_size: int = 250
+    max_transaction_bytes: int = 1024 * 1024
 
     @classmethod
     def from_django(cls) -> LinkSettings:
@@ -63,6 +68,8 @@ class LinkSettings:
             max_subscriptions=int(_setting("SIGNALBOX_WS_MAX_SUBSCRIPTIONS", cls.max_subscriptions)),
             receive_batch=int(_setting("SIGNALBOX_WS_RECEIVE_BATCH", cls.receive_batch)),
             max_transaction_size=int(_setting("SIGNALBOX_WS_MAX_TRANSACTION_SIZE", cls.max_transaction_size)),
+            max_transaction_bytes=int(_setting("SIGNALBOX_WS_MAX_TRANSACTION_BYTES",
+                                               cls.max_transaction_bytes)),
         )
 
     @property
@@ -72,11 +79,13 @@ class LinkSettings:
 
 @dataclass
 class OpenTransaction:
-    """A transaction the client has begun on this connection: the broker's id, and the SENDs and ACKs in it
-    so far (at most LinkSettings.max_transaction_size)."""
+    """A transaction the client has begun on this connection: the broker's id, the SENDs and ACKs in it so
+    far (at most LinkSettings.max_transaction_size) and the bytes of its SENDs' bodies (at most
+    max_transaction_bytes)."""
 
     tx: str
     size: int = 0
+    body_bytes: int = 0
 
 
 # An auto ack's call may wait this long to share the process's next write to Redis (`_ack_once_written`):
@@ -842,9 +851,10 @@ class Link:
 
     # -- transactions ---------------------------------------------------------------------------------
 
-    def transaction(self, name: str, adding: int = 0) -> str:
+    def transaction(self, name: str, adding: int = 0, messages: list[Message] | None = None) -> str:
         """The broker's id of the client's transaction `name`, to which the caller adds `adding` SENDs or
-        ACKs: refused past max_transaction_size, before anything is added (the transaction stays open)."""
+        ACKs (SENDs: `messages`, whose bodies count too): refused past max_transaction_size or
+        max_transaction_bytes, before anything is added (the transaction stays open)."""
         try:
             open_tx = self.transactions[name]
         except KeyError:
@@ -857,7 +867,15 @@ class Link:
                             f"transaction {name!r} would hold {size} SENDs and ACKs; the limit is "
                             f"{self.settings.max_transaction_size} (SIGNALBOX_WS_MAX_TRANSACTION_SIZE): "
                             "commit it and go on in another", "transaction_too_large")
-        open_tx.size = size
+        body_bytes = open_tx.body_bytes + sum(message.body_size for message in messages or ())
+        if body_bytes > self.settings.max_transaction_bytes:
+            raise LinkError("Transaction too large",
+                            f"transaction {name!r} would hold {body_bytes} bytes of message bodies; the "
+                            f"limit is {self.settings.max_transaction_bytes} "
+                            "(SIGNALBOX_WS_MAX_TRANSACTION_BYTES): "
+                            "commit it and go on in another, or send a large message outside a transaction",
+                            "transaction_too_large")
+        open_tx.size, open_tx.body_bytes = size, body_bytes
         return open_tx.tx
 
     async def begin(self, name: str) -> None:

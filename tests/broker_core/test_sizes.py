@@ -316,3 +316,28 @@ def test_a_cumulative_ack_over_thousands_acknowledges_them_all_in_bounded_calls(
     stats = sized.stats("orders")
     assert stats.dequeued == 2_500 and stats.in_flight == 100
     assert sized.ack(c, got[2_599].message_id) == 100  # (and the usual one-call ack still works)
+
+
+@pytest.mark.parametrize("body", [b"\x00" * (200 * 1024), "é" * (100 * 1024)], ids=["bytes", "text"])
+def test_a_large_message_keeps_every_field_around_its_skipped_body(sized, clock, body):
+    """Scripts decode a large message without its body (message.lua message.unpack): the fields before it
+    (group, properties a selector reads, expiration) and after it (its delay, user, original destination)
+    must still be read as sent."""
+    spec = ConsumerSpec(prefetch=10, selector="colour = 'red' AND size > 3", ack_mode="client-individual")
+    consumer = sized.add_consumer("big", spec)
+    sized.send("big", [Message(body=body, group_id="g1", properties={"colour": "red", "size": 4},
+                               expiration=clock.now_ms() + 60_000, delay_ms=500, user_id="alice",
+                               message_id="late"),
+                       Message(body=body, properties={"colour": "blue", "size": 9}, message_id="blue"),
+                       Message(body=body, properties={"colour": "red", "size": 5}, group_id="g1",
+                               message_id="now")])
+    assert [d.message_id for d in sized.receive(consumer, 10)] == ["now"]  # the delayed one is parked
+    assert sized.stats("big").parked == 1
+    clock.advance(500)
+    sized.dispatch("big")
+    (late,) = sized.receive(consumer, 10)
+    assert (late.message_id, late.body, late.group_id, late.user_id, late.properties["colour"]) == \
+        ("late", body, "g1", "alice", "red")
+    sized.send("big.expiring", Message(body=body, expiration=clock.now_ms() + 1000, message_id="old"))
+    clock.advance(1001)
+    assert sized.sweep_expired("big.expiring").expired == 1  # its expiration read from the decoded fields

@@ -387,24 +387,31 @@ def test_a_transaction_of_a_killed_listener_ends_with_its_lease(listener, gatewa
     assert Broker(redis_client, namespace).stats(name).queue_size == 1  # the transacted send never was
 
 
-def test_a_transaction_past_its_size_limit_is_refused_and_rolled_back(listener, gateway_data, redis_client):
+@pytest.mark.parametrize(("setting", "limit", "bodies", "refused"), [
+    ("SIGNALBOX_WS_MAX_TRANSACTION_SIZE", "3", [b"m"] * 3, b"m"),
+    # the bodies' bytes: UTF-8 text counts as stored (each "é" two bytes)
+    ("SIGNALBOX_WS_MAX_TRANSACTION_BYTES", "10", ["é".encode(), b"12345678"], b"x"),
+])
+def test_a_transaction_past_its_limit_is_refused_and_rolled_back(listener, gateway_data, redis_client, setting,
+                                                                 limit, bodies, refused):
     """A commit is one MULTI/EXEC that holds Redis for everyone: a transaction may hold at most
-    SIGNALBOX_WS_MAX_TRANSACTION_SIZE SENDs and ACKs, and the refusal names it (40,000 made a 4.7 s commit,
-    every other client's SEND waiting)."""
+    SIGNALBOX_WS_MAX_TRANSACTION_SIZE SENDs and ACKs (40,000 made a 4.7 s commit, every other client's SEND
+    waiting) and SIGNALBOX_WS_MAX_TRANSACTION_BYTES of message bodies (50 of 1 MB held Redis 1.3 s), and
+    the refusal names the limit."""
     from broker_core.broker import Broker
 
-    server = listener(SIGNALBOX_WS_MAX_TRANSACTION_SIZE="3")
+    server = listener(**{setting: limit})
     name = _q().removeprefix("/queue/")
     conn = RawTcp(server.port)
     conn.connect()
     conn.send("BEGIN", {"transaction": "t"})
-    for n in range(3):
-        conn.send("SEND", {"destination": f"/queue/{name}", "transaction": "t", "receipt": f"r{n}"}, b"m")
+    for n, body in enumerate(bodies):
+        conn.send("SEND", {"destination": f"/queue/{name}", "transaction": "t", "receipt": f"r{n}"}, body)
         assert conn.expect("RECEIPT").get("receipt-id") == f"r{n}"
-    conn.send("SEND", {"destination": f"/queue/{name}", "transaction": "t", "receipt": "r3"}, b"m")
+    conn.send("SEND", {"destination": f"/queue/{name}", "transaction": "t", "receipt": "over"}, refused)
     error = conn.expect("ERROR")
     assert error.get("message") == "Transaction too large"
-    assert "the limit is 3 (SIGNALBOX_WS_MAX_TRANSACTION_SIZE)" in error.body.decode()
+    assert f"the limit is {limit} ({setting})" in error.body.decode()
     assert conn.closed_within(5)
     conn.close()
     time.sleep(0.5)

@@ -126,7 +126,7 @@ def policy_map(*entries: tuple[str, str, dict], default: dict | None = None) -> 
         ("pendingMessageLimit", -1),
         ("pendingMessageLimitMultiplier", 0.5),
         # Signalbox's own
-        ("maxMessageSize", 4 * 1024 * 1024),
+        ("maxMessageSize", 1024 * 1024),
         ("maxPropertyCount", 256),
         ("eventsMaxLen", 100000),
     ],
