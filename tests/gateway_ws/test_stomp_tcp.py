@@ -392,8 +392,8 @@ def test_a_transaction_of_a_killed_listener_ends_with_its_lease(listener, gatewa
     # the bodies' bytes: UTF-8 text counts as stored (each "é" two bytes)
     ("SIGNALBOX_WS_MAX_TRANSACTION_BYTES", "10", ["é".encode(), b"12345678"], b"x"),
 ])
-def test_a_transaction_past_its_limit_is_refused_and_rolled_back(listener, gateway_data, redis_client, setting,
-                                                                 limit, bodies, refused):
+def test_a_transaction_past_its_limit_is_refused_and_rolled_back(listener, gateway_data, redis_client,
+                                                                 setting, limit, bodies, refused):
     """A commit is one MULTI/EXEC that holds Redis for everyone: a transaction may hold at most
     SIGNALBOX_WS_MAX_TRANSACTION_SIZE SENDs and ACKs (40,000 made a 4.7 s commit, every other client's SEND
     waiting) and SIGNALBOX_WS_MAX_TRANSACTION_BYTES of message bodies (50 of 1 MB held Redis 1.3 s), and
