@@ -26,6 +26,7 @@ import redis
 
 from broker_core.broker import Broker
 from signalbox.embedded_redis import EmbeddedRedis, free_port
+from signalbox.launcher import WEB_SOCKET_PROTOCOL
 
 ROOT = Path(__file__).resolve().parent.parent
 USER, PASSWORD = "admin", "demo-password"
@@ -70,7 +71,8 @@ class DemoSystem:
         self.log = open(self.folder / "gateway.log", "wb")  # noqa: SIM115 - the child writes to it
         self.process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "signalbox.asgi:application", "--host", "127.0.0.1", "--port",
-             str(self.port), "--lifespan", "off", "--log-level", "warning", "--no-access-log"],
+             str(self.port), "--ws", WEB_SOCKET_PROTOCOL, "--lifespan", "off", "--log-level", "warning",
+             "--no-access-log"],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while True:

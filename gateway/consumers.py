@@ -19,6 +19,7 @@ from channels.layers import get_channel_layer
 from gateway import runtime
 from gateway.stomp.protocol import StompSession, Transport, choose_subprotocol
 from gateway.ws.json_protocol import JsonSession
+from gateway.ws.uvicorn_ws import SOCKET_WRITES
 
 
 class PingConsumer(AsyncWebsocketConsumer):
@@ -68,6 +69,11 @@ class PingConsumer(AsyncWebsocketConsumer):
 class _SocketTransport(Transport):
     def __init__(self, consumer: AsyncWebsocketConsumer) -> None:
         self.consumer = consumer
+        # The server says which bytes sent are still in this process (gateway/ws/uvicorn_ws.py): then a frame
+        # counts as written once they left it, as over STOMP/TCP (SendBuffer, gateway/ws/link.py).
+        writes = (consumer.scope.get("extensions") or {}).get(SOCKET_WRITES)
+        if writes is not None:
+            self.unsent, self.flush = writes["unsent"], writes["flush"]
 
     async def write(self, payload: bytes | str) -> None:
         if isinstance(payload, str):

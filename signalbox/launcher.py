@@ -58,6 +58,9 @@ from signalbox.embedded_redis import (
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 MIN_REDIS_VERSION = (6, 2)
+# uvicorn's WebSocket protocol with the gateway's view of unsent bytes (gateway/ws/uvicorn_ws.py): an
+# auto-acknowledged message counts as sent once its bytes left the process. Every web process runs it.
+WEB_SOCKET_PROTOCOL = "gateway.ws.uvicorn_ws:WebSocketProtocol"
 
 
 class ConfigError(Exception):
@@ -582,7 +585,7 @@ class Launcher:
         self.spawn(
             "web server",
             [python, "-m", "uvicorn", "signalbox.asgi:application",
-             "--host", config.host, "--port", str(config.port),
+             "--host", config.host, "--port", str(config.port), "--ws", WEB_SOCKET_PROTOCOL,
              "--lifespan", "off", "--timeout-graceful-shutdown", "5", "--log-config", str(log_config),
              *access],
             env,

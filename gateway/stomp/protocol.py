@@ -127,6 +127,11 @@ class Transport:
     # tries it for a frame that finds nothing queued before it). A byte stream has one; a WebSocket's send
     # goes through the ASGI server's coroutine, so there every frame goes through `write`.
     write_nowait: Callable[[bytes | str], bool] | None = None
+    # Optional, together: how many bytes written are still in this process (the kernel's send buffer was
+    # full), and wait until none are (False: the connection was lost first). With them a frame counts as
+    # written only once its bytes left the process (SendBuffer `written`); without, once `write` returned.
+    unsent: Callable[[], int] | None = None
+    flush: Callable[[], Awaitable[bool]] | None = None
 
     async def write(self, payload: bytes | str) -> None:  # pragma: no cover - interface
         raise NotImplementedError

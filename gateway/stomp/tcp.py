@@ -111,11 +111,11 @@ class _StreamTransport(Transport):
         transport.write(payload.encode("utf-8") if isinstance(payload, str) else payload)
         return True
 
-    def unsent(self) -> int:
+    def unsent(self) -> int:  # type: ignore[override]
         """Bytes written that asyncio still holds (the socket's buffer was full)."""
         return self.transport.get_write_buffer_size()
 
-    async def flush(self) -> bool:
+    async def flush(self) -> bool:  # type: ignore[override]
         """Wait until asyncio holds none of the bytes written; False when the connection is gone first."""
         try:
             await self.connection.drain()

@@ -133,9 +133,10 @@ class SendBuffer:
     task (one turn fewer per frame). Anything else queues, so the order and the bound stay the writer's.
 
     `unsent()`, when the transport has one, is how many bytes handed to it are still in this process (a
-    byte stream's write buffer, before the OS took them), and `flush()` waits until it has none (False
-    when it never will: the connection is gone). A payload counts as written (`written`, `flushed_now`)
-    only once it has left the process: bytes a killed process still held never reach the client.
+    byte stream's write buffer, or the WebSocket server's: gateway/ws/uvicorn_ws.py, before the OS took
+    them), and `flush()` waits until it has none (False when it never will: the connection is gone). A
+    payload counts as written (`written`, `flushed_now`) only once it has left the process: bytes a
+    killed process still held never reach the client.
     """
 
     def __init__(self, write: Callable[[Payload], Awaitable[None]], max_bytes: int, slow_seconds: float,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from signalbox.embedded_redis import PortNotOpen, free_port, wait_for_port
+from signalbox.launcher import WEB_SOCKET_PROTOCOL
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = "tests.gateway_ws.server_settings"
@@ -91,7 +92,8 @@ def spawn_gateway(data_dir: Path, namespace: str, name: str = "gateway", **extra
     log = open(log_path, "wb")  # noqa: SIM115 - the child writes to it
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "signalbox.asgi:application", "--host", "127.0.0.1", "--port",
-         str(port), "--lifespan", "off", "--log-level", "warning", "--no-access-log"],
+         str(port), "--ws", WEB_SOCKET_PROTOCOL, "--lifespan", "off", "--log-level", "warning",
+         "--no-access-log"],
         cwd=ROOT, env=server_env(data_dir, namespace, **extra_env), stdin=subprocess.DEVNULL, stdout=log,
         stderr=subprocess.STDOUT)
     log.close()
