@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from ..destinations import Destination, require_concrete
-from ..effects import Create, Forward, Op, Settle
+from ..effects import Command, Create, Forward, Op, Settle
 from ..errors import OperationRefused
-from ..keys import Home
+from ..keys import Home, temp_tally_key
 from ..messages import Message
 from ..model import AckRequest, ConsumerRef, ConsumerSpec
 from . import admin, advisory, forward, homes, queues, topics, transactions, virtual
@@ -232,6 +232,18 @@ class Router(Context):
             yield from self.run(admin.delete_destination(self, dest, now))
             return stored
         return (yield from self.run(admin.delete_destination(self, dest, now)))
+
+    def delete_temporary(self, dest: Destination, now: int) -> Op:
+        """Delete a temporary destination whose connection ended, as `delete_destination` does, counting
+        it and its messages in `temp_tally_key` in the same step as its keys go (docs/broker_core.md
+        "Temporary destinations"); returns how many messages it held. Each script call is one
+        destination's, the one delete_destination makes."""
+        tally = temp_tally_key(self.namespace)
+        if not (yield Command(("EXISTS", f"{self.prefix(dest)}:meta"))):
+            return 0  # gone already (a topic's subscription removal below would make its keys again)
+        if dest.is_topic:
+            yield from self.run(topics.delete(self, dest, now))
+        return (yield from self.run(admin.delete_destination(self, dest, now, tally)))
 
     def connection_changed(self, info: dict[str, str], now: int, added: bool) -> Op:
         return self.run(advisory.connection_changed(self, info, now, added))

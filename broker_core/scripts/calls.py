@@ -414,8 +414,9 @@ class DestinationDelete(ScriptCall):
     script = "destination_delete"
 
     @classmethod
-    def call(cls, prefix: str, now: int) -> Eval:
-        return Eval(cls.script, (prefix,), (now,))
+    def call(cls, prefix: str, now: int, tally: str = "") -> Eval:
+        """`tally`: a hash counting the deletion (destinations, messages) in the same step."""
+        return Eval(cls.script, (prefix,), (now, tally) if tally else (now,))
 
     @staticmethod
     def parse(reply: Any) -> int:
