@@ -535,6 +535,11 @@ class StompSession(LinkedSession):
             self._tasks.append(loop.create_task(self._check_heart_beats(beat.expect_every)))
 
     async def _authorize(self, destinations: list[Destination], action: str) -> None:
+        # Temporary destinations are every user's, as ActiveMQ's without a tempDestinationAuthorizationEntry
+        # (AuthorizationBroker: no ACLs, no check); who may consume is their owner check's.
+        destinations = [d for d in destinations if not d.is_temporary]
+        if not destinations:
+            return
         refusal = await self.refusal(destinations, action)
         if refusal is not None:
             raise StompError(refusal)

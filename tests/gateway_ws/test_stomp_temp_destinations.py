@@ -14,10 +14,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from broker_core.broker import Broker
 from tests.helpers.gateway_server import (
+    ALICE_TOKEN,
     ROOT,
     prepare_database,
     spawn_gateway,
@@ -113,6 +115,22 @@ def test_request_reply_between_websocket_and_tcp_over_a_temp_queue(servers):
         conn.close()
 
 
+def test_a_user_without_permissions_may_use_temp_destinations(servers):
+    """bob may read and write only queue://bob.>: his temporary queue is his all the same (ActiveMQ without a
+    tempDestinationAuthorizationEntry checks nothing for them)."""
+    bob = RawTcp(servers["listener"].port, login="bob")
+    bob.connect()
+    receipt(bob, "SUBSCRIBE", {"destination": "/temp-queue/answers", "id": "a"})
+    receipt(bob, "SEND", {"destination": "/queue/bob.requests", "reply-to": "/temp-queue/answers"}, b"?")
+    alice = tcp(servers)
+    alice.send("SUBSCRIBE", {"destination": "/queue/bob.requests", "id": "r"})
+    receipt(alice, "SEND", {"destination": alice.expect("MESSAGE").get("reply-to")}, b"!")
+    assert bob.expect("MESSAGE").body == b"!"
+    for conn in (bob, alice):
+        receipt(conn, "DISCONNECT", {})
+        conn.close()
+
+
 def test_only_the_connection_that_created_it_may_subscribe(servers):
     owner = tcp(servers)
     name = remote_name(servers, owner, "mine")
@@ -158,12 +176,22 @@ def test_disconnect_deletes_the_temp_queue_and_counts_its_messages(servers, brok
     remote, sender = _fill(servers, owner, "held")
     uri = "queue://" + remote.rpartition("/")[2]
     assert uri in broker.destinations() and broker.stats(uri).pending == 3
+    # the REST destination list (the console's) shows it, marked temporary
+    name = remote.rpartition("/")[2]
+    listed = httpx.get(f"http://127.0.0.1:{servers['gateway'].port}/api/v1/destinations",
+                       params={"search": name}, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=10)
+    assert [(r["name"], r["temporary"], r["messages"]) for r in listed.json()["results"]] == [(name, True, 3)]
     before = broker.temp_tally()
     receipt(owner, "DISCONNECT", {})
     owner.close()
     after = eventually(lambda: (t := broker.temp_tally())["destinations"] > before["destinations"] and t)
     assert after == {"destinations": before["destinations"] + 1, "messages": before["messages"] + 3}
     assert uri not in broker.destinations()
+    # the console's node page shows the counts
+    node = httpx.get(f"http://127.0.0.1:{servers['gateway'].port}/api/v1/console/node",
+                     headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=10).json()["broker_memory"]
+    assert (node["temporary_deleted"], node["temporary_deleted_messages"]) >= (after["destinations"],
+                                                                                after["messages"])
     _refused_after(sender, remote)
 
 
