@@ -147,13 +147,15 @@ def _destination_names(registry: str, limit: int, page: int) -> Op[list[str]]:
 
 
 def _temp_refusal(namespace: str, registry: str, dest: Destination, now: int) -> Op[str | None]:
-    exists = yield Command(("ZSCORE", registry, dest.uri))
     owner = dest.temporary_owner
     if owner is None:
         return f"{dest.uri} is not a temporary destination"
+    # one round trip: the destination registry's entry and the owner's lease in the connection registry
+    exists, expires = yield [("ZSCORE", registry, dest.uri),
+                             ("ZSCORE", connections.lease_key(namespace), owner)]
     if exists is None:
         return f"no temporary destination {dest.uri}: its connection never created it, or ended"
-    if not (yield from connections.live(namespace, owner, now)):
+    if not connections.lease_live(expires, now):
         return f"the connection {owner} that created {dest.uri} ended"
     return None
 

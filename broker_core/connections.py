@@ -310,7 +310,16 @@ def live(namespace: str, connection_id: str, now_ms: int) -> Op:
     """Whether the connection is registered with a lease that has not lapsed: the owner of a temporary
     destination still lives (a process killed stops renewing; docs/broker_core.md "Temporary
     destinations"). One ZSCORE."""
-    expires = yield Command(("ZSCORE", f"{registry_prefix(namespace)}:lease", connection_id))
+    return lease_live((yield Command(("ZSCORE", lease_key(namespace), connection_id))), now_ms)
+
+
+def lease_key(namespace: str) -> str:
+    """The registry's sorted set of connection id -> lease expiry (ms)."""
+    return f"{registry_prefix(namespace)}:lease"
+
+
+def lease_live(expires: Any, now_ms: int) -> bool:
+    """Whether a lease expiry read from `lease_key` (None: not registered) is still ahead of now."""
     return expires is not None and float(expires) > now_ms
 
 

@@ -687,8 +687,9 @@ class Purge(ScriptCall):
     script = "purge"
 
     @classmethod
-    def call(cls, prefix: str, now: int, mark: str, cursor: str, examine: int) -> Eval:
-        return Eval(cls.script, (prefix,), (now, 0, mark, cursor, examine))
+    def call(cls, prefix: str, now: int, mark: str, cursor: str, examine: int, tally: str = "") -> Eval:
+        """`tally`: a hash whose `messages` counts what the call removes, in the same step."""
+        return Eval(cls.script, (prefix,), (now, 0, mark, cursor, examine, *((tally,) if tally else ())))
 
     @staticmethod
     def parse(reply: list[Any]) -> Taken:

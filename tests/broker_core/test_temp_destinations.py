@@ -11,7 +11,7 @@ import pytest
 from broker_core import maintenance
 from broker_core.connections import ConnectionRecord
 from broker_core.destinations import parse_destination, temporary_name
-from broker_core.errors import InvalidDestination
+from broker_core.errors import InvalidDestination, OperationRefused
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
 
@@ -33,9 +33,10 @@ def test_a_lapsed_owner_s_temp_destination_is_deleted_by_maintenance_and_counted
     broker.connection_put(ConnectionRecord(OWNER, "stomp+tcp", "p1", user="alice"), lease_ms=1000)
     dest = parse_destination(f"{kind}://{temporary_name(OWNER, 1)}")
     broker.ensure_destination(dest)
-    if kind == "topic":  # a durable subscription keeps what a topic holds
-        consumer = broker.add_consumer(dest, broker_spec(OWNER))
-        broker.close_consumer(consumer)
+    if kind == "topic":  # its connection's subscription keeps what a topic holds (durable ones are refused)
+        with pytest.raises(OperationRefused, match="durable subscription cannot be created for a temporary"):
+            broker.add_consumer(dest, ConsumerSpec(client_id=OWNER, subscription_name="keep"))
+        broker.add_consumer(dest, ConsumerSpec(prefetch=1))
     broker.send(dest, [Message(body="a"), Message(body="b")])
     assert broker.temp_destination_refusal(dest) is None
     maintenance.run_due(broker, [dest.uri])
@@ -48,7 +49,3 @@ def test_a_lapsed_owner_s_temp_destination_is_deleted_by_maintenance_and_counted
     maintenance.run_due(broker, [dest.uri])  # gone already: counted once
     assert broker.temp_tally() == {"destinations": 1, "messages": 2}
     assert "no temporary destination" in broker.temp_destination_refusal(dest)
-
-
-def broker_spec(client_id: str) -> ConsumerSpec:
-    return ConsumerSpec(client_id=client_id, subscription_name="keep")

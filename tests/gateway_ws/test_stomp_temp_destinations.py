@@ -242,3 +242,25 @@ def test_a_connection_s_temp_destinations_are_bounded_by_a_named_limit(servers, 
     assert "SIGNALBOX_TEMP_DESTINATION_LIMIT" in error.get("message") and str(LIMIT) in error.get("message")
     assert conn.closed_within(5)
     conn.close()
+
+
+def test_a_temp_topic_carries_replies_and_takes_no_durable_subscription(servers):
+    owner = tcp(servers)
+    receipt(owner, "SUBSCRIBE", {"destination": "/temp-topic/events", "id": "ev"})
+    requests = f"req{uuid.uuid4().hex[:8]}"
+    receipt(owner, "SEND", {"destination": f"/queue/{requests}", "reply-to": "/temp-topic/events"}, b"q")
+    other = tcp(servers)
+    other.send("SUBSCRIBE", {"destination": f"/queue/{requests}", "id": "r"})
+    reply_to = other.expect("MESSAGE").get("reply-to")
+    assert reply_to.startswith("/remote-temp-topic/ID:"), reply_to
+    receipt(other, "SEND", {"destination": reply_to}, b"published")
+    event = owner.expect("MESSAGE")
+    assert (event.body, event.get("destination")) == (b"published", "/temp-topic/events")
+    # ActiveMQ's TempTopicRegion refuses a durable subscription
+    owner.send("SUBSCRIBE", {"destination": "/temp-topic/events", "id": "d",
+                             "activemq.subscriptionName": "d"})
+    error = owner.expect("ERROR")
+    assert error.get("message") == "A durable subscription cannot be created for a temporary topic."
+    owner.close()
+    receipt(other, "DISCONNECT", {})
+    other.close()
