@@ -580,8 +580,9 @@ class StompSession(LinkedSession):
             try:
                 removed = await self.broker.delete_temp_destination(dest)
             except Exception as exc:  # left to maintenance, once this connection's lease lapses
-                logger.warning("temporary destination %s not deleted (%s): maintenance deletes it", dest.uri,
-                               exc)
+                logger.warning("temporary destinations of %s not deleted (%s): maintenance deletes them",
+                               temps.connection_id, exc)
+                return  # (Redis away: the others would wait for it one by one)
             else:
                 logger.info("temporary destination %s deleted with %d messages: its connection ended (%s)",
                             dest.uri, removed, reason or "closed")
