@@ -28,7 +28,7 @@ from .drivers.loop import Driver, Io, Transaction, run, run_async, typed_error
 from .drivers.multiplexed import MultiplexedConnection
 from .effects import Command, Eval, Op, Policy, Sleep
 from .errors import ResourceAllocationError
-from .keys import Home, durables_key
+from .keys import Home, durables_key, temp_tally_key
 from .messages import Delivery, Message
 from .model import (
     AckRequest,
@@ -144,6 +144,25 @@ def _destination_names(registry: str, limit: int, page: int) -> Op[list[str]]:
         if isinstance(part, Exception):
             raise part
     return [reply_text(name) for part in parts for name in part]
+
+
+def _temp_refusal(namespace: str, registry: str, dest: Destination, now: int) -> Op[str | None]:
+    owner = dest.temporary_owner
+    if owner is None:
+        return f"{dest.uri} is not a temporary destination"
+    # one round trip: the destination registry's entry and the owner's lease in the connection registry
+    exists, expires = yield [("ZSCORE", registry, dest.uri),
+                             ("ZSCORE", connections.lease_key(namespace), owner)]
+    if exists is None:
+        return f"no temporary destination {dest.uri}: its connection never created it, or ended"
+    if not connections.lease_live(expires, now):
+        return f"the connection {owner} that created {dest.uri} ended"
+    return None
+
+
+def _temp_tally(key: str) -> Op[dict[str, int]]:
+    values = yield Command(("HMGET", key, "destinations", "messages"))
+    return {"destinations": int(values[0] or 0), "messages": int(values[1] or 0)}
 
 
 def _last_event_id(stream: str) -> Op[str | None]:
@@ -319,6 +338,27 @@ class _Api:
 
     def delete_destination(self, destination: str | Destination) -> int:
         return self._run(self.ops.delete_destination(_dest(destination), self._now()))
+
+    # -- temporary destinations (docs/broker_core.md "Temporary destinations")
+
+    def temp_destination_refusal(self, destination: str | Destination) -> str | None:
+        """None when a producer may send to the temporary destination (it exists and the connection that
+        created it lives), else why not. ActiveMQ refuses such a send (DestinationDoesNotExistException)."""
+        dest = _dest(destination)
+        return self._run(_temp_refusal(self.namespace, self.ops.registry_key, dest, self._now()))
+
+    def delete_temp_destination(self, destination: str | Destination) -> int:
+        """Delete a temporary destination whose connection ended, with its messages, counted in
+        `temp_tally` in the same step; returns how many messages it held (0 when it was gone already)."""
+        return self._run(self.ops.delete_temporary(_dest(destination), self._now()))
+
+    def connection_live(self, connection_id: str) -> bool:
+        """Whether the connection registry holds the connection with a lease that has not lapsed."""
+        return self._run(connections.live(self.namespace, connection_id, self._now()))
+
+    def temp_tally(self) -> dict[str, int]:
+        """How many temporary destinations were deleted because their connection ended, and their messages."""
+        return self._run(_temp_tally(temp_tally_key(self.namespace)))
 
     def release(self, consumer: ConsumerRef, message_ids: list[str]) -> int:
         """Give in-flight messages back at once with the redelivery counter raised (recover/rollback)."""

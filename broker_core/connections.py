@@ -28,6 +28,7 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .effects import Command
 from .scripts import calls
 
 PROTOCOLS = ("stomp+tcp", "stomp+ssl", "stomp+ws", "json-ws", "rest")
@@ -303,6 +304,23 @@ def get(namespace: str, connection_id: str, now_ms: int) -> Op:
     entry = calls.Connections.parse_get(
         (yield calls.Connections.get(registry_prefix(namespace), now_ms, connection_id)), connection_id)
     return None if entry is None else _info(entry)
+
+
+def live(namespace: str, connection_id: str, now_ms: int) -> Op:
+    """Whether the connection is registered with a lease that has not lapsed: the owner of a temporary
+    destination still lives (a process killed stops renewing; docs/broker_core.md "Temporary
+    destinations"). One ZSCORE."""
+    return lease_live((yield Command(("ZSCORE", lease_key(namespace), connection_id))), now_ms)
+
+
+def lease_key(namespace: str) -> str:
+    """The registry's sorted set of connection id -> lease expiry (ms)."""
+    return f"{registry_prefix(namespace)}:lease"
+
+
+def lease_live(expires: Any, now_ms: int) -> bool:
+    """Whether a lease expiry read from `lease_key` (None: not registered) is still ahead of now."""
+    return expires is not None and float(expires) > now_ms
 
 
 def request_close(namespace: str, connection_id: str, reason: str, now_ms: int) -> Op:

@@ -27,10 +27,14 @@ ANY_DESCENDANT = ">"  # the remaining segments, including none: `a.>` matches `a
 _KINDS: tuple[DestinationKind, ...] = ("queue", "topic")
 _TAG_PREFIX = {"queue": "q", "topic": "t"}
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
-_UNSUPPORTED_SCHEMES = {
-    "temp-queue": "temporary destinations (temp-queue://) are not supported",
-    "temp-topic": "temporary destinations (temp-topic://) are not supported",
-}
+# ActiveMQ's qualified names of temporary destinations: a queue or topic named by the temporary name scheme
+_TEMP_SCHEMES: dict[str, DestinationKind] = {"temp-queue": "queue", "temp-topic": "topic"}
+# A temporary destination (ActiveMQ's TempQueue / TempTopic) is an ordinary queue or topic whose name
+# follows this scheme: ActiveMQ's `ID:<connection id>:<n>`, the connection id being the gateway link's
+# (its transport, `ws`, `tcp` or `ssl`, then `-` and 16 hex digits). The owner is in the name, so nothing else need be looked up to know it; the
+# connection registry (connections.py) says whether the owner still lives (docs/broker_core.md
+# "Temporary destinations"). Strict, so that an ordinary name is never taken for one.
+TEMP_NAME = re.compile(r"ID:((?:ws|tcp|ssl)-[0-9a-f]{16}):([1-9][0-9]{0,8})")
 # Characters with a meaning elsewhere: Redis hash tags, composite lists, ActiveMQ destination options.
 _RESERVED = {
     "{": "'{' is reserved for the Redis hash tag",
@@ -83,6 +87,16 @@ class Destination:
         return tuple(self.name.split(SEPARATOR))
 
     @functools.cached_property
+    def temporary_owner(self) -> str | None:
+        """The connection id that owns this temporary destination (TEMP_NAME), None for any other."""
+        match = TEMP_NAME.fullmatch(self.name) if self.name.startswith("ID:") else None
+        return match.group(1) if match else None
+
+    @property
+    def is_temporary(self) -> bool:
+        return self.temporary_owner is not None
+
+    @functools.cached_property
     def is_wildcard(self) -> bool:
         return any(s in (ANY_CHILD, ANY_DESCENDANT) for s in self.segments)
 
@@ -90,16 +104,25 @@ class Destination:
         return self.uri
 
 
+def temporary_name(connection_id: str, number: int) -> str:
+    """The name of a connection's `number`th temporary destination (TEMP_NAME)."""
+    return f"ID:{connection_id}:{number}"
+
+
 def _split_scheme(text: str) -> tuple[str | None, str]:
-    """(lower-cased scheme or None, rest). Raises for schemes other than queue:// and topic://."""
+    """(lower-cased scheme or None, rest). Raises for schemes other than queue:// and topic:// (and
+    temp-queue:// / temp-topic://, which name an existing temporary destination's queue or topic)."""
     match = _SCHEME.match(text)
     if match is None:
         return None, text
     scheme = match.group(1).lower()
-    if scheme in _UNSUPPORTED_SCHEMES:
-        raise InvalidDestination(
-            f"{_UNSUPPORTED_SCHEMES[scheme]}: {text!r}", destination=text, scheme=scheme
-        )
+    if scheme in _TEMP_SCHEMES:
+        rest = text[match.end():]
+        if TEMP_NAME.fullmatch(rest) is None:
+            raise InvalidDestination(
+                f"invalid temporary destination {text!r}: {scheme}:// names one a connection created, "
+                "ID:<connection id>:<number>", destination=text, scheme=scheme)
+        return _TEMP_SCHEMES[scheme], rest
     if scheme not in _KINDS:
         raise InvalidDestination(
             f"unknown scheme '{match.group(1)}://' in {text!r}; use queue:// or topic://",

@@ -81,3 +81,9 @@ def virtual_config_key(namespace: str) -> str:
 def due_key(namespace: str) -> str:
     """<ns>:due: the maintenance index (broker_core/maintenance.py); `:periodic`, `:state` beside it."""
     return f"{namespace}:due"
+
+
+def temp_tally_key(namespace: str) -> str:
+    """<ns>:temps:deleted: temporary destinations deleted because their connection ended, and their
+    messages (`destinations`, `messages`), counted in the deletion's own script call."""
+    return f"{namespace}:temps:deleted"

@@ -454,6 +454,8 @@ def _visit(broker: Broker, dest: Home, entry: PolicyEntry, tally: _Tally) -> Non
     set its index entry to when something is next due there. One script call when nothing is due."""
     topic_level = dest.fans_out
     sweep, slow, offline = _periods(entry, topic_level)
+    if not dest.key and dest.destination.is_temporary:
+        _end_orphaned_temporary(broker, dest.destination)  # (the visit below then drops its index entries)
     now = broker.clock.now_ms()
     token = uuid.uuid4().hex
     visit = calls.Maintenance.parse_visit(broker._run(single(calls.Maintenance.visit(
@@ -485,6 +487,17 @@ def _visit(broker: Broker, dest: Home, entry: PolicyEntry, tally: _Tally) -> Non
         if not visit.scheduled:
             broker._run(single(calls.Maintenance.schedule(broker.ops.home_prefix(dest), broker.clock.now_ms(),
                                                          FORWARD_GRACE_MS, sweep, slow, offline)))
+
+
+def _end_orphaned_temporary(broker: Broker, dest: Destination) -> None:
+    """A temporary destination whose connection is gone (its gateway process died, so its lease in the
+    connection registry lapsed; or a send re-created it after its connection deleted it) is deleted with
+    its messages, counted as its connection's end counts them (Broker.delete_temp_destination)."""
+    owner = dest.temporary_owner
+    if owner is not None and not broker.connection_live(owner):
+        removed = broker.delete_temp_destination(dest)
+        log.info("temporary destination %s deleted with %d messages: its connection %s ended", dest.uri,
+                 removed, owner)
 
 
 def _member_dest(broker: Broker, member: str) -> Home:

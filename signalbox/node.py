@@ -30,7 +30,7 @@ from django.conf import settings
 
 from broker_core import maintenance
 from broker_core.broker import flow
-from broker_core.keys import usage_key
+from broker_core.keys import temp_tally_key, usage_key
 from signalbox import maintenance_check
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,10 @@ async def broker_memory(client: Any, namespace: str) -> dict[str, int]:
     an async client)."""
     used, limit = await client.hmget(usage_key(namespace), "used", "limit")
     usage = flow.memory_usage(used, limit)
-    return {"used": usage.used, "limit": usage.limit, "percent": usage.percent_usage}
+    # temporary destinations deleted because their connection ended, and their messages (Broker.temp_tally)
+    temps, messages = await client.hmget(temp_tally_key(namespace), "destinations", "messages")
+    return {"used": usage.used, "limit": usage.limit, "percent": usage.percent_usage,
+            "temporary_deleted": int(temps or 0), "temporary_deleted_messages": int(messages or 0)}
 
 
 async def gather(client: Any, namespace: str) -> dict[str, Any]:

@@ -306,6 +306,9 @@ for _knob in ("SIGNALBOX_WS_LEASE_MS", "SIGNALBOX_WS_SEND_BUFFER_BYTES", "SIGNAL
 SIGNALBOX_CONNECTION_LEASE_MS = int(os.environ.get("SIGNALBOX_CONNECTION_LEASE_MS") or 15_000)
 SIGNALBOX_CONNECTION_REGISTRY_LIMIT = int(os.environ.get("SIGNALBOX_CONNECTION_REGISTRY_LIMIT") or 100_000)
 SIGNALBOX_CONNECTION_POLL_SECONDS = float(os.environ.get("SIGNALBOX_CONNECTION_POLL_SECONDS") or 1.0)
+# Temporary destinations one STOMP connection may create (/temp-queue/<name>, /temp-topic/<name>; past it a
+# frame naming a new one is refused with an ERROR naming the setting). ActiveMQ has no such bound.
+SIGNALBOX_TEMP_DESTINATION_LIMIT = int(os.environ.get("SIGNALBOX_TEMP_DESTINATION_LIMIT") or 100)
 # While Redis cannot be reached the API answers 503 with this Retry-After (seconds; gateway/unavailable.py).
 SIGNALBOX_UNAVAILABLE_RETRY_AFTER = int(os.environ.get("SIGNALBOX_UNAVAILABLE_RETRY_AFTER") or 1)
 # Largest request body (a batch of messages); larger requests get 413.

@@ -226,15 +226,16 @@ def remove_matching(ops: Context, dest: Destination, selector: str | None, limit
 
 
 def purge(ops: Context, dest: Destination, now: int, total: int,
-          progress: Callable[[int, int], None] | None = None) -> Op:
+          progress: Callable[[int, int], None] | None = None, tally: str = "") -> Op:
     """Remove every message there when the purge starts (broker sequence up to the mark the first call
     takes; later sends stay), wherever it is, in calls of at most PURGE_EXAMINE examined messages
     (scripts/lua/purge.lua): producers and consumers go on between them. `progress(removed, total)` is
-    told after each call (`total`: what the queue held at the start). Interrupted, run it again."""
+    told after each call (`total`: what the queue held at the start). Interrupted, run it again.
+    `tally`: a hash whose `messages` each call adds what it removed to (a temporary queue's deletion)."""
     removed, mark, cursor = 0, "", ""
     while True:
         purged = calls.Purge.parse((yield from ops.eval(Home(dest), now, calls.Purge.call(
-            ops.prefix(dest), now, mark, cursor, PURGE_EXAMINE))))
+            ops.prefix(dest), now, mark, cursor, PURGE_EXAMINE, tally))))
         yield from ops.continue_dispatch(Home(dest), now, purged.tail.flags, purged.tail.hold_until)
         removed += purged.count
         cursor, mark = purged.cursor, purged.mark

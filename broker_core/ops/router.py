@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from ..destinations import Destination, require_concrete
-from ..effects import Create, Forward, Op, Settle
+from ..effects import Command, Create, Forward, Op, Settle
 from ..errors import OperationRefused
-from ..keys import Home
+from ..keys import Home, temp_tally_key
 from ..messages import Message
 from ..model import AckRequest, ConsumerRef, ConsumerSpec
 from . import admin, advisory, forward, homes, queues, topics, transactions, virtual
@@ -95,6 +95,9 @@ class Router(Context):
     # -- consuming -----------------------------------------------------------------------------------
 
     def add_consumer(self, dest: Destination, spec: ConsumerSpec, now: int, consumer_id: str | None) -> Op:
+        if dest.is_temporary and spec.subscription_name is not None:  # ActiveMQ's TempTopicRegion's text
+            raise OperationRefused("A durable subscription cannot be created for a temporary topic.",
+                                   destination=dest.uri)
         cid, packed, selector = homes.consumer_definition(spec, consumer_id)
         return self.run(topics.subscribe(self, dest, spec, now, cid, packed, selector) if dest.is_topic else
                         queues.add_consumer(self, dest, spec, now, cid, packed))
@@ -232,6 +235,22 @@ class Router(Context):
             yield from self.run(admin.delete_destination(self, dest, now))
             return stored
         return (yield from self.run(admin.delete_destination(self, dest, now)))
+
+    def delete_temporary(self, dest: Destination, now: int) -> Op:
+        """Delete a temporary destination whose connection ended with its messages, each counted in
+        `temp_tally_key` in the step that removes it (docs/broker_core.md "Temporary destinations"); returns
+        how many messages it held. Bounded calls: a queue is purged first (PURGE_EXAMINE messages a call),
+        so its deletion finds little left; a temporary topic has no durable subscription (refused), and its
+        connection's own subscriptions ended before this."""
+        tally = temp_tally_key(self.namespace)
+        if not (yield Command(("EXISTS", f"{self.prefix(dest)}:meta"))):
+            return 0  # gone already (a topic's subscription removal below would make its keys again)
+        removed = 0
+        if dest.is_topic:
+            yield from self.run(topics.delete(self, dest, now))
+        else:
+            removed = yield from self.run(queues.purge(self, dest, now, 0, tally=tally))
+        return removed + (yield from self.run(admin.delete_destination(self, dest, now, tally)))
 
     def connection_changed(self, info: dict[str, str], now: int, added: bool) -> Op:
         return self.run(advisory.connection_changed(self, info, now, added))

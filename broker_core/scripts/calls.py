@@ -414,8 +414,9 @@ class DestinationDelete(ScriptCall):
     script = "destination_delete"
 
     @classmethod
-    def call(cls, prefix: str, now: int) -> Eval:
-        return Eval(cls.script, (prefix,), (now,))
+    def call(cls, prefix: str, now: int, tally: str = "") -> Eval:
+        """`tally`: a hash counting the deletion (destinations, messages) in the same step."""
+        return Eval(cls.script, (prefix,), (now, tally) if tally else (now,))
 
     @staticmethod
     def parse(reply: Any) -> int:
@@ -686,8 +687,9 @@ class Purge(ScriptCall):
     script = "purge"
 
     @classmethod
-    def call(cls, prefix: str, now: int, mark: str, cursor: str, examine: int) -> Eval:
-        return Eval(cls.script, (prefix,), (now, 0, mark, cursor, examine))
+    def call(cls, prefix: str, now: int, mark: str, cursor: str, examine: int, tally: str = "") -> Eval:
+        """`tally`: a hash whose `messages` counts what the call removes, in the same step."""
+        return Eval(cls.script, (prefix,), (now, 0, mark, cursor, examine, *((tally,) if tally else ())))
 
     @staticmethod
     def parse(reply: list[Any]) -> Taken:

@@ -209,12 +209,13 @@ def largest_subscription(stats: Any) -> dict[str, Any] | None:
 
 
 def row(stats: Any, idx: Index | None) -> dict[str, Any]:
-    """A destination as the list shows it: every statistic, plus kind, name, `messages` (DERIVED), a
-    topic's largest subscription and the message rates."""
+    """A destination as the list shows it: every statistic, plus kind, name, `temporary`, `messages`
+    (DERIVED), a topic's largest subscription and the message rates."""
     out = dataclasses.asdict(stats)
     out.pop("consumers", None)
     destination = parse_destination(stats.destination)
     out["kind"], out["name"] = destination.kind, destination.name
+    out["temporary"] = destination.is_temporary
     out["messages"] = stats.pending + stats.in_flight
     if destination.kind == "topic":
         out["largest_subscription"] = largest_subscription(stats)

@@ -33,4 +33,5 @@ def destination_json(stats: DestinationStats) -> dict[str, Any]:
     out.pop("consumers", None)
     destination = parse_destination(stats.destination)
     out["kind"], out["name"] = destination.kind, destination.name
+    out["temporary"] = destination.is_temporary
     return out

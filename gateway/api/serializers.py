@@ -200,6 +200,9 @@ class DestinationSerializer(serializers.Serializer):
     destination = serializers.CharField()
     kind = serializers.CharField()
     name = serializers.CharField()
+    temporary = serializers.BooleanField(
+        required=False, help_text="A STOMP connection's temporary queue or topic (named ID:<connection "
+                                  "id>:<n>), deleted with its messages when that connection ends.")
     queue_size = serializers.IntegerField()
     pending = serializers.IntegerField()
     in_flight = serializers.IntegerField()

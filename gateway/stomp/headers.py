@@ -13,7 +13,13 @@ import functools
 from typing import Any
 
 from broker_core.broker import advisory
-from broker_core.destinations import Destination, parse_destination, split_composite
+from broker_core.destinations import (
+    TEMP_NAME,
+    Destination,
+    parse_destination,
+    split_composite,
+    temporary_name,
+)
 from broker_core.errors import BrokerError
 from broker_core.messages import Delivery, Message, TypedValue
 from gateway.stomp.frames import Frame
@@ -75,9 +81,59 @@ def jms_priority(value: int) -> int:
 
 
 
-def stomp_destinations(text: str | None, subscribe: bool = False, command: str = "") -> list[Destination]:
+TEMP_PREFIXES = ("/temp-queue/", "/temp-topic/")
+REMOTE_TEMP_PREFIXES = ("/remote-temp-queue/", "/remote-temp-topic/")
+TEMP_LIMIT_SETTING = "SIGNALBOX_TEMP_DESTINATION_LIMIT"
+
+
+class TempDestinations:
+    """One connection's temporary destinations, as ActiveMQ's ProtocolConverter keeps them
+    (createTempDestination): `/temp-queue/<name>` and `/temp-topic/<name>` each stand for one temporary
+    queue or topic of this connection, made on first use (`resolve`; the session creates what `new` holds
+    before using it) and named ActiveMQ's way, `ID:<connection id>:<n>` (broker_core.destinations
+    TEMP_NAME). MESSAGE frames show this connection its own by the name it gave (`own`), other
+    connections as `/remote-temp-queue/<id>` (stomp_name). At most `limit` per connection."""
+
+    def __init__(self, connection_id: str, limit: int) -> None:
+        self.connection_id = connection_id
+        self.limit = limit
+        self.by_name: dict[str, Destination] = {}
+        self.own: dict[str, str] = {}  # destination uri -> the STOMP name this connection gave it
+        self.new: list[Destination] = []  # resolved, not created yet
+        self._number = 0
+
+    def resolve(self, name: str) -> Destination:
+        dest = self.by_name.get(name)
+        if dest is not None:
+            return dest
+        kind: Any = "topic" if name.startswith("/temp-topic/") else "queue"
+        if len(name) <= len(f"/temp-{kind}/"):
+            raise StompError("Invalid destination", f"{name!r} names no temporary destination: "
+                             f"/temp-{kind}/<name>")
+        if len(self.by_name) >= self.limit:
+            raise StompError(f"Too many temporary destinations: this connection holds {self.limit} "
+                             f"({TEMP_LIMIT_SETTING})",
+                             f"{name}: a connection may create at most {self.limit} temporary destinations "
+                             f"({TEMP_LIMIT_SETTING}); they are deleted when the connection ends")
+        self._number += 1
+        dest = Destination(kind, temporary_name(self.connection_id, self._number))
+        self.by_name[name] = dest
+        self.own[dest.uri] = name
+        self.new.append(dest)
+        return dest
+
+    def name_of(self, uri: str | None) -> str | None:
+        """A destination uri as this connection's MESSAGE frames name it."""
+        if uri is None:
+            return None
+        return self.own.get(uri) or stomp_name(uri)
+
+
+def stomp_destinations(text: str | None, subscribe: bool = False, command: str = "",
+                       temps: TempDestinations | None = None) -> list[Destination]:
     """`/queue/A` or a composite `/queue/A,/queue/B` as broker destinations (ActiveMQ's STOMP names).
     `subscribe`: wildcards (`/topic/orders.>`) are accepted, for broker_core to subscribe to or refuse.
+    `temps`: the connection's temporary destinations, which `/temp-queue/<name>` resolves in.
     The errors are ActiveMQ's texts: a SEND without the header, any frame with an empty one."""
     if text is None and command == "SEND":
         raise StompError("SEND received without a Destination specified!",
@@ -85,6 +141,8 @@ def stomp_destinations(text: str | None, subscribe: bool = False, command: str =
     if text is None or not text.strip():
         raise StompError("Invalid empty or 'null' Destination header",
                          f"{command or 'this frame'} needs a destination header, such as /queue/orders")
+    if "/temp-" in text:  # (a connection's own names: not cached across connections)
+        return _parse_parts(text, subscribe, temps)
     return list(_parse_stomp_destinations(text, subscribe))
 
 
@@ -92,16 +150,29 @@ def stomp_destinations(text: str | None, subscribe: bool = False, command: str =
 def _parse_stomp_destinations(text: str, wildcards: bool = False) -> tuple[Destination, ...]:
     # Cached: a connection sends to the same few destinations, and validating a name looks at each
     # character (errors are not cached: lru_cache does not keep exceptions).
+    return tuple(_parse_parts(text, wildcards, None))
+
+
+def _parse_parts(text: str, wildcards: bool, temps: TempDestinations | None) -> list[Destination]:
     result: list[Destination] = []
     for part in (p.strip() for p in text.split(",")):
         kind = next((k for k in ("queue", "topic") if part.startswith(f"/{k}/")), None)
-        if kind is not None:
+        if part.startswith(TEMP_PREFIXES):
+            if temps is None:
+                raise StompError("Invalid destination", f"{part}: a temporary destination needs a connection")
+            dest = temps.resolve(part)
+        elif part.startswith(REMOTE_TEMP_PREFIXES):
+            # ActiveMQ's name for another connection's temporary destination (LegacyFrameTranslator)
+            qualifier = "temp-topic" if part.startswith("/remote-temp-topic/") else "temp-queue"
+            try:
+                dest = parse_destination(f"{qualifier}://" + part[len(qualifier) + 9:])
+            except BrokerError as exc:
+                raise StompError("Invalid destination", exc.message) from None
+        elif kind is not None:
             try:
                 dest = parse_destination(f"{kind}://" + part[len(kind) + 2:], allow_wildcards=wildcards)
             except BrokerError as exc:
                 raise StompError("Invalid destination", exc.message) from None
-        elif part.startswith(("/temp-queue/", "/temp-topic/", "/remote-temp-queue/", "/remote-temp-topic/")):
-            raise StompError("Temporary destinations are not supported", f"{part}: use /queue/ destinations")
         else:
             # ActiveMQ's fallback (spec Appendix A): any other name is a queue of that literal name, so
             # `bare` is /queue/bare and `/foo/bar` is the queue "/foo/bar" (/queue//foo/bar in MESSAGEs)
@@ -109,16 +180,22 @@ def _parse_stomp_destinations(text: str, wildcards: bool = False) -> tuple[Desti
                 dest = parse_destination("queue://" + part)
             except BrokerError as exc:
                 raise StompError("Invalid destination", exc.message) from None
+        if dest.is_temporary and not part.startswith(TEMP_PREFIXES + REMOTE_TEMP_PREFIXES):
+            # the name scheme is the temporary destinations' own: /queue/ID:ws-… would pass by their checks
+            raise StompError("Invalid destination", f"{part}: names of the form ID:<connection id>:<n> are "
+                             "temporary destinations; name one as /remote-temp-queue/<id> (or -topic)")
         if dest not in result:
             result.append(dest)
-    return tuple(result)
+    return result
 
 
 @functools.lru_cache(maxsize=4096)
 def stomp_name(uri: str | None) -> str | None:
-    """queue://X -> /queue/X (anything else unchanged). A composite as ActiveMQ's STOMP writes it: the
-    first part as a STOMP name, the others qualified (queue://a,b,topic://c -> /queue/a,queue://b,topic://c).
-    Cached: every MESSAGE names its destination, and a connection's are few."""
+    """queue://X -> /queue/X (anything else unchanged); a temporary destination as ActiveMQ shows another
+    connection's, /remote-temp-queue/<id> (its own connection's: TempDestinations.name_of). A composite
+    as ActiveMQ's STOMP writes it: the first part as a STOMP name, the others qualified
+    (queue://a,b,topic://c -> /queue/a,queue://b,topic://c). Cached: every MESSAGE names its destination,
+    and a connection's are few."""
     if uri is None:
         return None
     if "," in uri:
@@ -129,7 +206,10 @@ def stomp_name(uri: str | None) -> str | None:
                 return ",".join([f"/{first.kind}/{first.name}", *(part.uri for part in rest)])
     for kind in ("queue", "topic"):
         if uri.startswith(f"{kind}://"):
-            return f"/{kind}/{uri[len(kind) + 3:]}"
+            name = uri[len(kind) + 3:]
+            if name.startswith("ID:") and TEMP_NAME.fullmatch(name):
+                return f"/remote-temp-{kind}/{name}"
+            return f"/{kind}/{name}"
     return uri
 
 
@@ -142,13 +222,15 @@ def _property_text(value: Any) -> str:
 
 
 def message_headers(delivery: Delivery, subscription_id: str | None, ack_id: str | None,
-                    group_headers: bool) -> list[tuple[str, str]]:
+                    group_headers: bool, temps: TempDestinations | None = None) -> list[tuple[str, str]]:
     """MESSAGE headers as ActiveMQ's FrameTranslator writes them, then the properties as strings; the
-    group fields only when the subscriber asked for them (ActiveMQ never sends them over STOMP)."""
+    group fields only when the subscriber asked for them (ActiveMQ never sends them over STOMP). `temps`:
+    the receiving connection's temporary destinations, which it sees by its own names."""
     d = delivery
     if d.type == "Advisory" and d.destination.startswith(ADVISORY_PREFIX):
         return _advisory_headers(d, subscription_id, ack_id)
-    headers = [("message-id", d.message_id), ("destination", stomp_name(d.destination) or "")]
+    name = temps.name_of if temps is not None and temps.own else stomp_name
+    headers = [("message-id", d.message_id), ("destination", name(d.destination) or "")]
     if d.correlation_id is not None:
         headers.append(("correlation-id", d.correlation_id))
     headers.append(("expires", str(d.expiration)))
@@ -156,14 +238,14 @@ def message_headers(delivery: Delivery, subscription_id: str | None, ack_id: str
         headers.append(("redelivered", "true"))
     headers.append(("priority", str(d.priority)))
     if d.reply_to is not None:
-        headers.append(("reply-to", stomp_name(d.reply_to) or ""))
+        headers.append(("reply-to", name(d.reply_to) or ""))
     headers.append(("timestamp", str(d.timestamp)))
     if d.type is not None:
         headers.append(("type", d.type))
     if d.user_id is not None:
         headers.append(("JMSXUserID", d.user_id))
     if d.original_destination is not None:
-        headers.append(("original-destination", stomp_name(d.original_destination) or ""))
+        headers.append(("original-destination", name(d.original_destination) or ""))
     if d.persistent:
         headers.append(("persistent", "true"))
     if subscription_id is not None:
@@ -195,9 +277,11 @@ def _advisory_headers(d: Delivery, subscription_id: str | None, ack_id: str | No
     return headers
 
 
-def message_from_send(frame: Frame, connection_id: str | None = None) -> Message:
+def message_from_send(frame: Frame, connection_id: str | None = None,
+                      temps: TempDestinations | None = None) -> Message:
     """A SEND frame as a message (ActiveMQ's copyStandardHeadersFromFrameToMessage): a body with
-    content-length is bytes (ActiveMQ's BytesMessage), without it text; `persistent` only when 'true'."""
+    content-length is bytes (ActiveMQ's BytesMessage), without it text; `persistent` only when 'true'.
+    `temps`: the sender's temporary destinations (a reply-to of /temp-queue/<name> makes one)."""
     # One pass over the headers (the first of a repeated header wins, as STOMP says), then dict lookups:
     # this runs for every SEND.
     headers = frame.header_dict()
@@ -221,8 +305,12 @@ def message_from_send(frame: Frame, connection_id: str | None = None) -> Message
                                   if name not in NOT_PROPERTIES}
     # JMSReplyTo is a destination (queue://X, as selectors compare it) only when reply-to names a STOMP
     # queue or topic; anything else stays a string property, as ActiveMQ's translator leaves it
+    # (ActiveMQ's translator makes a /temp-queue/ reply-to the connection's temporary queue, and takes a
+    # /remote-temp-queue/ one as that temporary queue)
     reply_to = get("reply-to")
-    if reply_to is not None and not reply_to.startswith(("/queue/", "/topic/")):
+    if reply_to is not None and reply_to.startswith(TEMP_PREFIXES + REMOTE_TEMP_PREFIXES):
+        reply_to = _parse_parts(reply_to, False, temps)[0].uri
+    elif reply_to is not None and not reply_to.startswith(("/queue/", "/topic/")):
         properties["reply-to"] = reply_to
         reply_to = None
     elif reply_to is not None:

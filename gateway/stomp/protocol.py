@@ -45,7 +45,9 @@ from gateway.stomp.frames import (
     negotiate_version,
 )
 from gateway.stomp.headers import (
+    TEMP_LIMIT_SETTING,
     StompError,
+    TempDestinations,
     int_value,
     java_bool,
     message_from_send,
@@ -94,6 +96,7 @@ class StompSettings:
     heartbeat_min_ms: int = 100  # SIGNALBOX_STOMP_HEARTBEAT_MIN_MS
     heartbeat_grace: float = 1.5  # SIGNALBOX_STOMP_HEARTBEAT_GRACE: missing client beats tolerated x this
     connect_timeout: float = 30.0  # SIGNALBOX_STOMP_CONNECT_TIMEOUT: seconds to send CONNECT
+    temp_destination_limit: int = 100  # SIGNALBOX_TEMP_DESTINATION_LIMIT: per connection
     limits: Limits = Limits()  # SIGNALBOX_STOMP_MAX_BODY, _MAX_HEADERS, _MAX_HEADER_LINE
 
     @classmethod
@@ -105,6 +108,7 @@ class StompSettings:
             heartbeat_min_ms=int(get("SIGNALBOX_STOMP_HEARTBEAT_MIN_MS", cls.heartbeat_min_ms)),
             heartbeat_grace=float(get("SIGNALBOX_STOMP_HEARTBEAT_GRACE", cls.heartbeat_grace)),
             connect_timeout=float(get("SIGNALBOX_STOMP_CONNECT_TIMEOUT", cls.connect_timeout)),
+            temp_destination_limit=int(get(TEMP_LIMIT_SETTING, cls.temp_destination_limit)),
             limits=Limits(
                 max_body=int(get("SIGNALBOX_STOMP_MAX_BODY", Limits.max_body)),
                 max_headers=int(get("SIGNALBOX_STOMP_MAX_HEADERS", Limits.max_headers)),
@@ -160,6 +164,7 @@ class StompSession(LinkedSession):
         self.parser = FrameParser("1.2", self.settings.limits.before_connect())
         self.version = "1.0"
         self.client_id: str | None = None
+        self.temps: TempDestinations | None = None  # the connection's temporary destinations, once connected
         self.last_read = time.monotonic()
         self._inbox: deque[Frame | FrameError] = deque()
         self._inbox_sizes: deque[int] = deque()  # each queued item's `_size`, counted once
@@ -274,11 +279,11 @@ class StompSession(LinkedSession):
         assert self.link is not None
         if len(batch) > 1:
             try:
-                (dest,) = stomp_destinations(batch[0].get("destination"))
-                await self._authorize([dest], "write")
+                (dest,) = await self._send_destinations(batch[0])
                 name = batch[0].get("transaction")
-                messages = [message_from_send(frame, self.link.connection_id) for frame in batch]
+                messages = [message_from_send(frame, self.link.connection_id, self.temps) for frame in batch]
                 tx = self.link.transaction(name, len(batch), messages) if name is not None else None
+                await self._create_temps()
                 await self.broker.send(dest, messages, tx=tx)
                 self.note_send([dest], len(messages))
             except (StompError, LinkError, BrokerError):  # refused before anything was written:
@@ -369,12 +374,14 @@ class StompSession(LinkedSession):
         with_ack = self.version == "1.2"
         subscription_id = sub.options.get("id")
         group_headers = sub.options.get("group_headers", False)
+        temps = self.temps
         chunk: list[bytes] = []
         size = 0
         for delivery in deliveries:
             # 1.2 acks by the ack header alone, unique in the connection (Link.track); 1.0/1.1 by message-id
             ack_id = self.link.track(sub, consumer, delivery) if tracked else None
-            headers = message_headers(delivery, subscription_id, ack_id if with_ack else None, group_headers)
+            headers = message_headers(delivery, subscription_id, ack_id if with_ack else None, group_headers,
+                                      temps)
             body = delivery.body.encode("utf-8") if isinstance(delivery.body, str) else delivery.body
             if isinstance(delivery.body, bytes) or b"\x00" in body:
                 headers.append(("content-length", str(len(body))))
@@ -512,6 +519,7 @@ class StompSession(LinkedSession):
                              "the passcode")
         self.client_id = frame.get("client-id")
         link = await self.open_link(user)
+        self.temps = TempDestinations(link.connection_id, self.settings.temp_destination_limit)
         if self.client_id is not None:
             # one connection per client id, across gateway processes (ActiveMQ's InvalidClientIDException)
             await link.claim_client_id(self.client_id, self.remote_address)
@@ -532,15 +540,63 @@ class StompSession(LinkedSession):
             self._tasks.append(loop.create_task(self._check_heart_beats(beat.expect_every)))
 
     async def _authorize(self, destinations: list[Destination], action: str) -> None:
+        # Temporary destinations are every user's, as ActiveMQ's without a tempDestinationAuthorizationEntry
+        # (AuthorizationBroker: no ACLs, no check); who may consume is their owner check's.
+        destinations = [d for d in destinations if not d.is_temporary]
+        if not destinations:
+            return
         refusal = await self.refusal(destinations, action)
         if refusal is not None:
             raise StompError(refusal)
 
+    async def _create_temps(self) -> None:
+        """Create the temporary destinations the last frame named for the first time (ActiveMQ's
+        DestinationInfo ADD), so that other connections find them (Broker.temp_destination_refusal)."""
+        while self.temps is not None and self.temps.new:
+            await self.broker.ensure_destination(self.temps.new[0])
+            self.temps.new.pop(0)
+
+    async def _send_destinations(self, frame: Frame) -> list[Destination]:
+        """Where a SEND goes, checked: another connection's temporary destination only while it exists and
+        its connection lives (ActiveMQ: DestinationDoesNotExistException, naming it)."""
+        assert self.link is not None
+        destinations = stomp_destinations(frame.get("destination"), command="SEND", temps=self.temps)
+        await self._create_temps()
+        for dest in destinations:
+            if dest.is_temporary and dest.temporary_owner != self.link.connection_id:
+                refusal = await self.broker.temp_destination_refusal(dest)
+                if refusal is not None:
+                    raise StompError(f"Destination does not exist: temp-{dest.kind}://{dest.name}",
+                                     f"cannot send to temp-{dest.kind}://{dest.name}: {refusal} (a temporary "
+                                     "destination is deleted with the connection that created it)")
+        await self._authorize(destinations, "write")
+        return destinations
+
+    async def release(self, reason: str = "") -> None:
+        """LinkedSession's release, then the connection's temporary destinations are deleted with their
+        messages (ActiveMQ's removal of a connection's temp destinations), each counted
+        (Broker.delete_temp_destination). A process that dies deletes none: its connections' leases lapse
+        and maintenance deletes them (broker_core/maintenance.py)."""
+        await super().release(reason)
+        temps, self.temps = self.temps, None
+        if temps is None:
+            return
+        for dest in temps.by_name.values():
+            try:
+                removed = await self.broker.delete_temp_destination(dest)
+            except Exception as exc:  # left to maintenance, once this connection's lease lapses
+                logger.warning("temporary destinations of %s not deleted (%s): maintenance deletes them",
+                               temps.connection_id, exc)
+                return  # (Redis away: the others would wait for it one by one)
+            else:
+                logger.info("temporary destination %s deleted with %d messages: its connection ended (%s)",
+                            dest.uri, removed, reason or "closed")
+
     async def on_send(self, frame: Frame) -> None:
         assert self.link is not None
-        destinations = stomp_destinations(frame.get("destination"), command="SEND")
-        await self._authorize(destinations, "write")
-        message = message_from_send(frame, self.link.connection_id)
+        destinations = await self._send_destinations(frame)
+        message = message_from_send(frame, self.link.connection_id, self.temps)
+        await self._create_temps()
         name = frame.get("transaction")
         tx = self.link.transaction(name, 1, [message] * len(destinations)) if name is not None else None
         if len(destinations) == 1:
@@ -560,7 +616,14 @@ class StompSession(LinkedSession):
             # ActiveMQ subscribes nothing: from STOMP 1.1 on every MESSAGE must name its subscription
             raise StompError("SUBSCRIBE received without a subscription id!",
                              f"STOMP {self.version} SUBSCRIBE needs an id header; ACK and MESSAGE name it")
-        destinations = stomp_destinations(frame.get("destination"), subscribe=True, command="SUBSCRIBE")
+        destinations = stomp_destinations(frame.get("destination"), subscribe=True, command="SUBSCRIBE",
+                                          temps=self.temps)
+        for dest in destinations:  # ActiveMQ's TempQueue/TempTopic.addSubscription, without stealing
+            if dest.is_temporary and dest.temporary_owner != self.link.connection_id:
+                raise StompError(f"Subscribing to a temporary {dest.kind} created by another connection is "
+                                 "not permitted", f"{frame.get('destination')}: only the connection that "
+                                 "created a temporary destination may consume from it")
+        await self._create_temps()
         durable_name = frame.get("activemq.subscriptionName")
         if durable_name is not None and any(not d.is_topic for d in destinations):
             raise StompError("Invalid Subscription: cannot durably subscribe to a Queue destination!")

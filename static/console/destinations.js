@@ -93,7 +93,8 @@
     return el("tr", { dataset: { uri: row.destination } },
       el("th", { scope: "row" }, row.kind === "queue" ? el("a", { href: `/console/queues/${encodeURIComponent(row.name)}/` }, row.name)
         : el("a", { href: `/console/topics/${encodeURIComponent(row.name)}/` }, `${row.name} (topic)`),
-        row.paused ? el("span", { class: "badge warn" }, " paused") : null),
+        row.paused ? el("span", { class: "badge warn" }, " paused") : null,
+        row.temporary ? el("span", { class: "badge" }, " temporary") : null),
       ...cells(row), operations(row));
   }
 

@@ -434,7 +434,7 @@ def test_every_frame_with_a_receipt_header_gets_its_receipt(gateway, queue_name)
 
 @pytest.mark.parametrize(("destination", "headers", "message"), [
     ("", {}, "Invalid empty or 'null' Destination header"),
-    ("/temp-topic/prices", {}, "Temporary destinations are not supported"),
+    ("/remote-temp-topic/prices", {}, "Invalid destination"),  # not a temporary destination's name
     ("/topic/q,/queue/q", {"activemq.subscriptionName": "durable"},
      "Invalid Subscription: cannot durably subscribe to a Queue destination!"),
     ("/queue/q", {"activemq.subscriptionName": "durable"},

@@ -1,10 +1,18 @@
 -- Delete a destination with everything in it (BrokerView.removeQueue). Its consumers are gone with it;
--- their adapters learn it from UNKNOWN_CONSUMER on their next call. ARGV: now.
--- Returns the number of messages that were in it.
+-- their adapters learn it from UNKNOWN_CONSUMER on their next call. ARGV: now[, tally key].
+-- Returns the number of messages that were in it. With a tally key (a temporary destination deleted
+-- because its connection ended: broker_core/ops/router.py delete_temporary), the deletion is counted there
+-- in the same step: `destinations` +1 and `messages` + what it held (a topic's too: its subscriptions' were
+-- its own, still here), only when the destination still existed, so deleting it twice counts once.
 --@include base
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
 local count = redis.call('HLEN', base.K_MSGS)
+local tally = ARGV[2]
+if tally and tally ~= '' and redis.call('EXISTS', base.K_META) == 1 then
+  redis.call('HINCRBY', tally, 'destinations', 1)
+  redis.call('HINCRBY', tally, 'messages', count)
+end
 -- What it held no longer counts towards the broker's memory usage (flow.lua).
 redis.call('HINCRBY', flow.usage, 'used', 0 - (tonumber(redis.call('HGET', base.K_META, 'mem')) or 0))  -- 0 - x: Lua's -(0) is -0, which HINCRBY refuses
 -- virtual copies it still owed stop counting against their targets ('memfwd', virtual.lua), and

@@ -6,7 +6,8 @@
 -- ARGV: now, budget, mark ('' on the first call: the current sequence becomes the mark), cursor ('' = the
 -- start; 'k:<score>|<id>' parked, 'p:<score>|<id>' pending (the last message kept), 'i:<consumers' HSCAN
 -- cursor>:<consumer>:<dispatch sequence>' in flight, 'c:...' the same for closed consumers still returning
--- messages), examine budget.
+-- messages), examine budget[, tally key: a temporary destination's deletion (ops/router.py
+-- delete_temporary) counts what each call removes in that hash's `messages`, in the same step].
 -- Returns {removed, next cursor ('' when done), mark, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
@@ -157,6 +158,7 @@ if purged > 0 then
 end
 if cancelled > 0 then base.meta_incr('cancelled', cancelled) end
 if purged + cancelled > 0 then
+  if ARGV[6] and ARGV[6] ~= '' then redis.call('HINCRBY', ARGV[6], 'messages', purged + cancelled) end
   base.emit('purge', 'count', purged + cancelled)
   message.reset_pass()
 end

@@ -69,8 +69,10 @@ def test_valid_names_parse_to_their_kind_and_name(text, default_kind, expected):
         (".", "starts with '.'"),
         ("orders.*", "wildcard '*' is only allowed in patterns"),
         ("orders.>", "wildcard '>' is only allowed in patterns"),
-        ("temp-queue://ID:1", "temporary destinations (temp-queue://) are not supported"),
-        ("temp-topic://ID:1", "temporary destinations (temp-topic://) are not supported"),
+        # (a temporary destination's own name, ID:<connection id>:<n>, is taken: tests/broker_core/
+        # test_temp_destinations.py)
+        ("temp-queue://ID:1", "temp-queue:// names one a connection created, ID:<connection id>:<number>"),
+        ("temp-topic://ID:1", "temp-topic:// names one a connection created"),
         ("amqp://orders", "unknown scheme 'amqp://'"),
         ("queue://topic://x", "a scheme given twice"),
     ],
@@ -173,7 +175,7 @@ def test_a_single_name_is_a_composite_of_one():
         ("", "names no destination"),
         (" , ,", "names no destination"),
         ("A,B b", "in part 2 of composite destination 'A,B b'"),
-        ("A,temp-queue://x", "temporary destinations"),
+        ("A,temp-queue://x", "invalid temporary destination 'temp-queue://x'"),
         ("A,orders.>", "only allowed in patterns"),
     ],
 )

@@ -1,0 +1,51 @@
+"""Temporary destinations in broker_core on the real Redis, with the fake clock: a queue or topic named by
+the temporary name scheme belongs to the connection in its name; while that connection's lease in the
+connection registry holds, maintenance leaves it, and once the lease lapsed (its gateway process died)
+maintenance deletes it with its messages, counted once in the temporary-destination tally; a send to it is
+then refused by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_core import maintenance
+from broker_core.connections import ConnectionRecord
+from broker_core.destinations import parse_destination, temporary_name
+from broker_core.errors import InvalidDestination, OperationRefused
+from broker_core.messages import Message
+from broker_core.model import ConsumerSpec
+
+OWNER = "ws-0123456789abcdef"
+
+
+def test_the_name_scheme_and_temp_schemes():
+    queue = parse_destination("temp-queue://" + temporary_name(OWNER, 7))
+    assert (queue.kind, queue.uri, queue.temporary_owner) == ("queue", f"queue://ID:{OWNER}:7", OWNER)
+    topic = parse_destination(f"temp-topic://ID:{OWNER}:1")
+    assert topic.is_topic and topic.is_temporary
+    assert not parse_destination("queue://ID:someone:1").is_temporary  # not the scheme: an ordinary name
+    with pytest.raises(InvalidDestination, match="temp-queue:// names one a connection created"):
+        parse_destination("temp-queue://replies")
+
+
+@pytest.mark.parametrize("kind", ["queue", "topic"])
+def test_a_lapsed_owner_s_temp_destination_is_deleted_by_maintenance_and_counted(broker, clock, kind):
+    broker.connection_put(ConnectionRecord(OWNER, "stomp+tcp", "p1", user="alice"), lease_ms=1000)
+    dest = parse_destination(f"{kind}://{temporary_name(OWNER, 1)}")
+    broker.ensure_destination(dest)
+    if kind == "topic":  # its connection's subscription keeps what a topic holds (durable ones are refused)
+        with pytest.raises(OperationRefused, match="durable subscription cannot be created for a temporary"):
+            broker.add_consumer(dest, ConsumerSpec(client_id=OWNER, subscription_name="keep"))
+        broker.add_consumer(dest, ConsumerSpec(prefetch=1))
+    broker.send(dest, [Message(body="a"), Message(body="b")])
+    assert broker.temp_destination_refusal(dest) is None
+    maintenance.run_due(broker, [dest.uri])
+    assert dest.uri in broker.destinations() and broker.temp_tally() == {"destinations": 0, "messages": 0}
+    clock.advance(1500)  # the owner's process died: nobody renewed its lease
+    assert "ended" in broker.temp_destination_refusal(dest)
+    maintenance.run_due(broker, [dest.uri])
+    assert dest.uri not in broker.destinations()
+    assert broker.temp_tally() == {"destinations": 1, "messages": 2}
+    maintenance.run_due(broker, [dest.uri])  # gone already: counted once
+    assert broker.temp_tally() == {"destinations": 1, "messages": 2}
+    assert "no temporary destination" in broker.temp_destination_refusal(dest)
