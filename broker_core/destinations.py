@@ -31,9 +31,10 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 _TEMP_SCHEMES: dict[str, DestinationKind] = {"temp-queue": "queue", "temp-topic": "topic"}
 # A temporary destination (ActiveMQ's TempQueue / TempTopic) is an ordinary queue or topic whose name
 # follows this scheme: ActiveMQ's `ID:<connection id>:<n>`, the connection id being the gateway link's
-# (its transport, `ws`, `tcp` or `ssl`, then `-` and 16 hex digits). The owner is in the name, so nothing else need be looked up to know it; the
-# connection registry (connections.py) says whether the owner still lives (docs/broker_core.md
-# "Temporary destinations"). Strict, so that an ordinary name is never taken for one.
+# (its transport, `ws`, `tcp` or `ssl`, then `-` and 16 hex digits). The owner is in the name, so nothing
+# else need be looked up to know it; the connection registry (connections.py) says whether the owner
+# still lives (docs/broker_core.md "Temporary destinations"). Strict, so that an ordinary name is never
+# taken for one.
 TEMP_NAME = re.compile(r"ID:((?:ws|tcp|ssl)-[0-9a-f]{16}):([1-9][0-9]{0,8})")
 # Characters with a meaning elsewhere: Redis hash tags, composite lists, ActiveMQ destination options.
 _RESERVED = {

@@ -28,11 +28,11 @@ def q(name: str) -> str:
 
 # -- connecting ---------------------------------------------------------------------------------------
 
-def test_connected_names_version_session_server_and_heart_beat(clients):
+def test_connected_names_version_session_server_and_heart_beat(clients, stomp_transport):
     client = clients()
     headers = client.listener.connected
     assert headers["version"] == "1.2"
-    assert headers["session"].startswith("ws-")
+    assert headers["session"].startswith(f"{stomp_transport}-")  # the connection id, named for its transport
     assert headers["server"].startswith("Signalbox/")
     assert headers["heart-beat"] == "0,0"
 
