@@ -618,11 +618,7 @@ class StompSession(LinkedSession):
                              f"STOMP {self.version} SUBSCRIBE needs an id header; ACK and MESSAGE name it")
         destinations = stomp_destinations(frame.get("destination"), subscribe=True, command="SUBSCRIBE",
                                           temps=self.temps)
-        for dest in destinations:  # ActiveMQ's TempQueue/TempTopic.addSubscription, without stealing
-            if dest.is_temporary and dest.temporary_owner != self.link.connection_id:
-                raise StompError(f"Subscribing to a temporary {dest.kind} created by another connection is "
-                                 "not permitted", f"{frame.get('destination')}: only the connection that "
-                                 "created a temporary destination may consume from it")
+        # (another connection's temporary destination: the broker refuses the consumer, Router.add_consumer)
         await self._create_temps()
         durable_name = frame.get("activemq.subscriptionName")
         if durable_name is not None and any(not d.is_topic for d in destinations):

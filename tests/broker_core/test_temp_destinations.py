@@ -35,8 +35,9 @@ def test_a_lapsed_owner_s_temp_destination_is_deleted_by_maintenance_and_counted
     broker.ensure_destination(dest)
     if kind == "topic":  # its connection's subscription keeps what a topic holds (durable ones are refused)
         with pytest.raises(OperationRefused, match="durable subscription cannot be created for a temporary"):
-            broker.add_consumer(dest, ConsumerSpec(client_id=OWNER, subscription_name="keep"))
-        broker.add_consumer(dest, ConsumerSpec(prefetch=1))
+            broker.add_consumer(dest, ConsumerSpec(client_id=OWNER, subscription_name="keep",
+                                                   connection_id=OWNER))
+        broker.add_consumer(dest, ConsumerSpec(prefetch=1, connection_id=OWNER))
     broker.send(dest, [Message(body="a"), Message(body="b")])
     assert broker.temp_destination_refusal(dest) is None
     maintenance.run_due(broker, [dest.uri])
@@ -49,3 +50,15 @@ def test_a_lapsed_owner_s_temp_destination_is_deleted_by_maintenance_and_counted
     maintenance.run_due(broker, [dest.uri])  # gone already: counted once
     assert broker.temp_tally() == {"destinations": 1, "messages": 2}
     assert "no temporary destination" in broker.temp_destination_refusal(dest)
+
+
+@pytest.mark.parametrize("kind", ["queue", "topic"])
+def test_only_the_owning_connection_may_consume_from_a_temporary_destination(broker, kind):
+    """The owner check is broker_core's, so every adapter has it: the JSON protocol and REST consume by
+    the plain name (`queue://ID:<connection>:<n>`), which a wildcard grant may allow."""
+    dest = parse_destination(f"{kind}://{temporary_name(OWNER, 3)}")
+    broker.ensure_destination(dest)
+    for stranger in (None, "ws-fedcba9876543210", "http-c1"):
+        with pytest.raises(OperationRefused, match=f"temporary {kind} created by another connection"):
+            broker.add_consumer(dest, ConsumerSpec(connection_id=stranger))
+    broker.add_consumer(dest, ConsumerSpec(connection_id=OWNER))
