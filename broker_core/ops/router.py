@@ -100,8 +100,8 @@ class Router(Context):
                 raise OperationRefused("A durable subscription cannot be created for a temporary topic.",
                                        destination=dest.uri)
             if spec.connection_id != dest.temporary_owner:  # ActiveMQ's TempQueue/TempTopic, no stealing
-                raise OperationRefused(f"Subscribing to a temporary {dest.kind} created by another connection "
-                                       "is not permitted", destination=dest.uri)
+                raise OperationRefused(f"Subscribing to a temporary {dest.kind} created by another "
+                                       "connection is not permitted", destination=dest.uri)
         cid, packed, selector = homes.consumer_definition(spec, consumer_id)
         return self.run(topics.subscribe(self, dest, spec, now, cid, packed, selector) if dest.is_topic else
                         queues.add_consumer(self, dest, spec, now, cid, packed))
