@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from django.contrib.auth.models import User
 
@@ -33,13 +35,12 @@ async def test_validation_errors_name_their_fields(api, alice):
 
 async def test_rate_limits_answer_429_with_retry_after(api, alice, settings):
     settings.SIGNALBOX_API_RATE_LIMIT = 2
-    statuses = []
-    for _ in range(5):
-        response = await api.get("/api/v1/destinations", headers=alice)
-        statuses.append(response.status_code)
-    assert statuses.count(429) >= 2 and statuses[0] == 200
-    limited = response if response.status_code == 429 else None
-    assert limited is not None
+    # six at once: the limit counts in one-second windows, which requests one after another on a busy
+    # machine may straddle; six in at most two windows of two each leave at least two over the limit
+    responses = await asyncio.gather(*(api.get("/api/v1/destinations", headers=alice) for _ in range(6)))
+    statuses = [response.status_code for response in responses]
+    assert statuses.count(429) >= 2 and statuses.count(200) >= 2, statuses
+    limited = next(response for response in responses if response.status_code == 429)
     assert_problem(limited, 429, "rate_limited")
     assert int(limited.headers["Retry-After"]) >= 1
 
