@@ -434,3 +434,45 @@ def test_a_nodejs_client_from_npm_sends_and_acknowledges_over_tcp(stomp_listener
     assert json.loads(done.stdout.strip().splitlines()[-1]) == ["hello 1:4", "hello 2:4", "hello 3:4"]
     stats = Broker(redis_client, stomp_listener.namespace).stats(dest.removeprefix("/queue/"))
     assert (stats.enqueued, stats.dequeued, stats.queue_size) == (3, 3, 0)
+
+
+def test_a_client_whose_frames_wait_unread_is_not_taken_for_silent(raw, stomp_listener, redis_client):
+    """Reading pauses while the session's inbox is full (1,000 frames waiting behind SENDs that wait for
+    room, producer flow control): the client's heart-beats then wait in the socket, unread. That is no
+    silence of the client's: ActiveMQ skips its read check while a command is being received
+    (AbstractInactivityMonitor.readCheck, inReceive), and the connection must not end as inactive."""
+    import threading
+
+    from broker_core.broker import Broker
+    from broker_core.messages import Message
+
+    name = _q().removeprefix("/queue/")
+    broker = Broker(redis_client, stomp_listener.namespace)
+    broker.policies.set_entry("queue", name, {"memoryLimit": 4_000_000,
+                                              "sendFailIfNoSpaceAfterTimeout": 30000})
+    broker.send(name, [Message(body="x" * 1_950_000) for _ in range(2)])  # full: the SENDs below wait
+    conn = raw()
+    conn.connect(**{"heart-beat": "100,0"})
+    frames = b"".join(encode("SEND", [("destination", f"/queue/{name}")], b"y") for _ in range(2000))
+    frames += encode("SEND", [("destination", f"/queue/{name}"), ("receipt", "last")], b"y")
+    stop = threading.Event()
+
+    def beat() -> None:
+        conn.sock.sendall(frames)
+        while not stop.wait(0.05):
+            conn.sock.sendall(b"\n")
+
+    beating = threading.Thread(target=beat, daemon=True)
+    beating.start()
+    try:
+        time.sleep(2)  # many heart-beat periods with reading paused
+        broker.purge(name)  # room for all: the SENDs go on, and so does reading
+        receipt = conn.expect("RECEIPT", timeout=20)
+        assert receipt.get("receipt-id") == "last"
+    finally:
+        stop.set()
+        beating.join(5)
+    deadline = time.monotonic() + 10
+    while broker.stats(name).enqueued < 2001 + 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert broker.stats(name).enqueued == 2001 + 2
