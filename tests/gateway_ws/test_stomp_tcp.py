@@ -452,7 +452,7 @@ def test_a_client_whose_frames_wait_unread_is_not_taken_for_silent(raw, stomp_li
                                               "sendFailIfNoSpaceAfterTimeout": 30000})
     broker.send(name, [Message(body="x" * 1_950_000) for _ in range(2)])  # full: the SENDs below wait
     conn = raw()
-    conn.connect(**{"heart-beat": "100,0"})
+    conn.connect(**{"heart-beat": "300,0"})  # (a read check every 0.45 s)
     frames = b"".join(encode("SEND", [("destination", f"/queue/{name}")], b"y") for _ in range(2000))
     frames += encode("SEND", [("destination", f"/queue/{name}"), ("receipt", "last")], b"y")
     stop = threading.Event()
