@@ -50,8 +50,9 @@ class LinkSettings:
     slow_client_seconds: float = 30.0  # SIGNALBOX_WS_SLOW_CLIENT_SECONDS
     max_subscriptions: int = 1000  # SIGNALBOX_WS_MAX_SUBSCRIPTIONS (per connection)
     receive_batch: int = 500  # SIGNALBOX_WS_RECEIVE_BATCH: messages taken per receive call
-    # SIGNALBOX_WS_MAX_TRANSACTION_SIZE: SENDs and ACKs in one transaction. Its commit is one MULTI/EXEC,
-    # which holds Redis for everyone while it runs (500 sends: about 11 ms here; bench/tx_commit.py)
+    # SIGNALBOX_WS_MAX_TRANSACTION_SIZE: SENDs and ACKs in one transaction (a `client` mode ACK counts as
+    # the messages it covers). Its commit is one MULTI/EXEC, which holds Redis for everyone while it runs
+    # (500 sends: about 11 ms here; bench/tx_commit.py)
     max_transaction_size: int = 500
 
     @classmethod
@@ -769,13 +770,30 @@ class Link:
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected ACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        tx_id = self.transaction(tx, adding=len(ack_ids)) if tx else None
+        tx_id = self.transaction(tx, adding=self._covered(sub, ack_ids)) if tx else None
         taken = self._take(sub, ack_ids)
         if tx:  # (their ids stay pending: an ABORT gives them back)
             self._tx_acks.setdefault(tx, []).append((sub, taken))
             return len(taken)
         self._forget_pending(key for key, _entry in taken)
         return await self._ack_entries(sub, [entry for _key, entry in taken], tx_id)
+
+    @staticmethod
+    def _covered(sub: Subscription, ack_ids: list[str]) -> int:
+        """How many messages acks of `ack_ids` acknowledge: in `client` mode every one the subscription
+        was given up to the latest listed (up to its prefetch, 32,767), which its transaction's commit
+        applies in its one MULTI/EXEC, so they count against max_transaction_size as many. (An id it
+        does not hold counts one: `_take` refuses it.)"""
+        if sub.ack_mode != "client":
+            return len(ack_ids)
+        wanted, covered = set(ack_ids), 0
+        for n, ack_id in enumerate(sub.unacked, 1):
+            if ack_id in wanted:
+                covered = n
+                wanted.discard(ack_id)
+                if not wanted:
+                    break
+        return covered + len(wanted)
 
     async def _ack_entries(self, sub: Subscription, entries: list[tuple[Consumer | None, str]],
                            tx_id: str | None) -> int:

@@ -386,6 +386,38 @@ def test_a_transaction_past_its_size_limit_is_refused_and_rolled_back(listener, 
     assert Broker(redis_client, gateway_data[1]).stats(name).enqueued == 0  # rolled back with the connection
 
 
+
+def test_a_transacted_client_ack_counts_every_message_it_covers(listener, gateway_data, redis_client):
+    """A `client` mode ACK acknowledges every message its subscription was given up to the one it names
+    (up to activemq.prefetchSize, 32,767), and a commit applies all of them in its one MULTI/EXEC: counted
+    as one against SIGNALBOX_WS_MAX_TRANSACTION_SIZE, a single ACK of 10,000 messages held Redis 160 ms
+    for every client. It counts as the messages it covers."""
+    from broker_core.broker import Broker
+    from broker_core.messages import Message
+
+    server = listener(SIGNALBOX_WS_MAX_TRANSACTION_SIZE="3")
+    name = _q().removeprefix("/queue/")
+    broker = Broker(redis_client, gateway_data[1])
+    broker.send(name, [Message(body=f"m{n}") for n in range(5)])
+    conn = RawTcp(server.port)
+    conn.connect()
+    conn.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s", "ack": "client"})
+    ids = [conn.expect("MESSAGE").get("ack") for _ in range(5)]
+    conn.send("BEGIN", {"transaction": "t"})
+    conn.send("ACK", {"id": ids[1], "transaction": "t", "receipt": "two"})  # covers 2: within the limit
+    assert conn.expect("RECEIPT").get("receipt-id") == "two"
+    conn.send("ACK", {"id": ids[4], "transaction": "t", "receipt": "five"})  # 3 more: 5 in all
+    error = conn.expect("ERROR")
+    assert error.get("message") == "Transaction too large"
+    assert "would hold 5 SENDs and ACKs; the limit is 3" in error.body.decode()
+    assert conn.closed_within(5)
+    conn.close()
+    deadline = time.monotonic() + 5
+    while broker.stats(name).in_flight and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stats = broker.stats(name)
+    assert (stats.dequeued, stats.queue_size) == (0, 5)  # rolled back with the connection: all back
+
 # -- a client in another language ---------------------------------------------------------------------
 
 NODE_CLIENT = """
