@@ -83,6 +83,8 @@ class OpenTransaction:
 # An auto ack's call may wait this long to share the process's next write to Redis (`_ack_once_written`):
 # about one tick of the event loop's timer, so a consumer alone on its process gets its acks within it
 AUTO_ACK_HOLD_S = 0.001
+# How long closing a consumer waits for its auto acks already on their way to Redis (`_acks_landed`).
+ACKS_AT_CLOSE_S = 2.0
 CLOSE_RETRY_SECONDS = 0.5  # a consumer whose close found Redis away is closed again this often
 _CLOSING: set[asyncio.Task[None]] = set()  # those retries (a reference, so they are not collected)
 # ack ids of unsubscribed or aborted subscriptions remembered per connection, the newest: each costs about
@@ -348,6 +350,7 @@ class Link:
         self.deliver = deliver
         self.buffer = buffer
         self._ack_tasks: set[asyncio.Task[None]] = set()  # auto acks on their way
+        self._acking: dict[asyncio.Task[None], str] = {}  # of those, the ones past the write: their consumer
         self._unacked: dict[str, int] = {}  # per consumer, the messages of those auto acks
         self.lost = lost
         self.aborted = aborted
@@ -495,6 +498,7 @@ class Link:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        await self._acks_landed({consumer.consumer_id for consumer in sub.consumers})
         for consumer in sub.consumers:
             # (what was pushed after the last message written goes back as never received)
             written = self._written.pop(consumer.consumer_id, None)
@@ -612,6 +616,7 @@ class Link:
         async def later() -> None:
             try:
                 if written or await buffer.written(mark):  # type: ignore[union-attr]
+                    self._acking[task] = cid  # (the client has them: a close waits for this, `_acks_landed`)
                     await self._ack_written(consumer, ids, AUTO_ACK_HOLD_S if written else 0.0)
             except (SlowClient, UnknownConsumer):
                 pass  # the pump or the close deals with it: closing the consumer gives these back
@@ -627,6 +632,17 @@ class Link:
         task = asyncio.get_running_loop().create_task(later())
         self._ack_tasks.add(task)
         task.add_done_callback(self._ack_tasks.discard)
+        task.add_done_callback(lambda done: self._acking.pop(done, None))
+
+    async def _acks_landed(self, consumer_ids: set[str]) -> None:
+        """Let the auto acks of these consumers that are on their way to Redis land before the consumers
+        close: their messages were written to the client, and a close first gives them back, to be
+        delivered again (a client that reads one MESSAGE and DISCONNECTs got it twice). Bounded: an ack
+        Redis does not answer leaves its messages to the close, as before."""
+        tasks = [task for task, cid in self._acking.items()
+                 if cid in consumer_ids and task is not asyncio.current_task()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=ACKS_AT_CLOSE_S)
 
     async def _ack_written(self, consumer: Consumer, ids: list[str], hold: float = 0.0) -> None:
         """Ack mode auto: acknowledge messages the send buffer has written. One an operator removed (or
@@ -927,7 +943,9 @@ class Link:
         if self._closed:
             return
         self._closed = True
-        # (an auto ack still waiting for its messages' hand-over: closing the consumer gives them back)
+        # (an auto ack still waiting for its messages' hand-over: closing the consumer gives them back;
+        # one whose messages were written is let land first)
+        await self._acks_landed(set(self._acking.values()))
         for task in [self._keeper, *self._abort_tasks, *self._ack_tasks]:
             if task is not None and task is not asyncio.current_task():
                 task.cancel()

@@ -418,6 +418,42 @@ def test_a_transacted_client_ack_counts_every_message_it_covers(listener, gatewa
     stats = broker.stats(name)
     assert (stats.dequeued, stats.queue_size) == (0, 5)  # rolled back with the connection: all back
 
+
+def test_auto_acked_messages_read_just_before_disconnect_are_not_redelivered(listener, gateway_data,
+                                                                              tmp_path):
+    """ack:auto: a message is acknowledged once written, by a call that may wait a millisecond for the
+    next one under appendfsync always. A client that reads a MESSAGE and DISCONNECTs at once (take one
+    and go) had that ack cancelled by the close, and the consumer's close gave the message back: the next
+    consumer got it again. ActiveMQ acknowledges an auto-ack message at dispatch: never redelivered."""
+    import redis
+
+    from broker_core.broker import Broker
+    from broker_core.messages import Message
+    from signalbox.embedded_redis import EmbeddedRedis, free_port
+
+    store = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendfsync="always")
+    store.start()
+    try:
+        server = listener(REDIS_URL=store.url)
+        broker = Broker(redis.Redis.from_url(store.url), gateway_data[1])
+        name = _q().removeprefix("/queue/")
+        rounds = 20
+        for n in range(rounds):
+            broker.send(name, Message(body=f"m{n}"))
+            conn = RawTcp(server.port)
+            conn.connect()
+            conn.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s", "ack": "auto",
+                                    "activemq.prefetchSize": "10"})
+            message = conn.expect("MESSAGE")
+            assert (message.body, message.get("redelivered")) == (f"m{n}".encode(), None), (n, message)
+            conn.send("DISCONNECT", {"receipt": "bye"})
+            conn.expect("RECEIPT")
+            conn.close()
+        stats = broker.stats(name)
+        assert (stats.dequeued, stats.queue_size) == (rounds, 0), stats
+    finally:
+        store.stop()
+
 # -- a client in another language ---------------------------------------------------------------------
 
 NODE_CLIENT = """
@@ -484,7 +520,7 @@ def test_a_client_whose_frames_wait_unread_is_not_taken_for_silent(raw, stomp_li
                                               "sendFailIfNoSpaceAfterTimeout": 30000})
     broker.send(name, [Message(body="x" * 1_950_000) for _ in range(2)])  # full: the SENDs below wait
     conn = raw()
-    conn.connect(**{"heart-beat": "300,0"})  # (a read check every 0.45 s)
+    conn.connect(**{"heart-beat": "1000,0"})  # (silent for 1.5 s: inactive)
     frames = b"".join(encode("SEND", [("destination", f"/queue/{name}")], b"y") for _ in range(2000))
     frames += encode("SEND", [("destination", f"/queue/{name}"), ("receipt", "last")], b"y")
     stop = threading.Event()
@@ -497,7 +533,7 @@ def test_a_client_whose_frames_wait_unread_is_not_taken_for_silent(raw, stomp_li
     beating = threading.Thread(target=beat, daemon=True)
     beating.start()
     try:
-        time.sleep(2)  # many heart-beat periods with reading paused
+        time.sleep(5)  # heart-beat periods with reading paused
         broker.purge(name)  # room for all: the SENDs go on, and so does reading
         receipt = conn.expect("RECEIPT", timeout=20)
         assert receipt.get("receipt-id") == "last"
