@@ -89,3 +89,22 @@ def test_a_call_over_several_destinations_is_not_taken_for_a_commit_step(redis_u
     broker.ensure_destination("topic://t")
     a, b, t = asyncio.run(main())
     assert (a.pending, b.pending, t.pending) == (1, 2, 0)
+
+
+def test_a_namespace_with_a_hash_tag_keeps_the_commit_whole(redis_client, namespace):
+    """A commit's step is known by its second key, the transaction's: `<ns>:tx:<id>`. One holding a `{`
+    was taken for a script over several destinations, so with a namespace such as `{sb}` (one hash tag
+    for every key, on a Redis Cluster) no step was one: a refused step left the later ones to apply and
+    the commit ended as done, the refused send dropped without a word."""
+    broker = Broker(redis_client, "{" + namespace + "}", SystemClock())
+    c = consumer(broker, prefetch=10, ack_mode="transacted", consumer_id="C")
+    broker.send("orders", Message(body="m0"))
+    (d,) = drain(broker, c)
+    tx = broker.begin()
+    broker.send("audit", Message(body="in-tx"), tx=tx)
+    broker.ack(c, d.message_id, tx=tx)
+    broker.delete_destination("queue://audit")  # the send's step is refused
+    with pytest.raises(TransactionError, match="nothing was applied"):
+        broker.commit(tx)
+    assert broker.stats("orders").dequeued == 0  # the ack after it did not apply
+    broker.rollback(tx)
