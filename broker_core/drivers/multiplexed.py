@@ -132,11 +132,37 @@ class MultiplexedConnection:
         if self.transport is None or self.transport.is_closing():
             return False
         if self.loop is not asyncio.get_running_loop():  # the client moved to another event loop
-            self.transport = self.opening = None
-            self.waiting = collections.deque()
-            self._held, self._release = [], None
+            self._leave_loop()
             return False
         return True
+
+    def _leave_loop(self) -> None:
+        """Start afresh on another event loop. The old loop's calls, held or waiting, fail there (their
+        replies can no longer reach them: they would wait for ever) and its connection closes; its timers
+        go (a watchdog still set kept every call on the new loop from getting one)."""
+        old, transports = self.loop, (self.transport, self.opening)
+        calls = [call for _, call in self._held] + list(self.waiting)
+        timers = (self._release, self._watchdog)
+        self.transport = self.opening = None
+        self.waiting = collections.deque()
+        self._held, self._release, self._watchdog = [], None, None
+        if old is None or old.is_closed():
+            return
+        exc = redis.ConnectionError("the connection to Redis moved to another event loop")
+
+        def end() -> None:  # (on the old loop: futures and transports are not thread-safe)
+            for timer in timers:
+                if timer is not None:
+                    timer.cancel()
+            for call in calls:
+                if not call.future.done():
+                    call.future.set_exception(exc)
+            for transport in transports:
+                if transport is not None:
+                    transport.abort()
+
+        with contextlib.suppress(RuntimeError):  # closed meanwhile
+            old.call_soon_threadsafe(end)
 
     async def call(self, *args: Any) -> Any:
         """One command's reply; an error reply is raised as redis-py raises it."""

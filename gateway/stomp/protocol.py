@@ -484,6 +484,11 @@ class StompSession(LinkedSession):
         limit = expect_ms / 1000 * self.settings.heartbeat_grace
         while not self.closing:
             await asyncio.sleep(max(0.01, limit - (time.monotonic() - self.last_read)))
+            if self._inbox_full():
+                # nothing is read while the inbox is full (tcp.py pauses reading; the WebSocket path waits
+                # for room): the client's beats wait on us, it is not silent. ActiveMQ's read check skips a
+                # connection whose command is being received (AbstractInactivityMonitor.readCheck)
+                self.last_read = time.monotonic()
             if time.monotonic() - self.last_read >= limit:
                 await self.fail(f"Channel was inactive for too (>{int(limit * 1000)}) long",
                                 f"no frame or heart-beat from the client for {limit:g} s; it promised one "

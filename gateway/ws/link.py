@@ -50,7 +50,8 @@ class LinkSettings:
     slow_client_seconds: float = 30.0  # SIGNALBOX_WS_SLOW_CLIENT_SECONDS
     max_subscriptions: int = 1000  # SIGNALBOX_WS_MAX_SUBSCRIPTIONS (per connection)
     receive_batch: int = 500  # SIGNALBOX_WS_RECEIVE_BATCH: messages taken per receive call
-    # SIGNALBOX_WS_MAX_TRANSACTION_SIZE: SENDs and ACKs in one transaction, and
+    # SIGNALBOX_WS_MAX_TRANSACTION_SIZE: SENDs and ACKs in one transaction (a `client` mode ACK counts as
+    # the messages it covers), and
     # SIGNALBOX_WS_MAX_TRANSACTION_BYTES: the message bodies its SENDs carry. Its commit is one MULTI/EXEC,
     # which holds Redis for everyone while it runs: each step costs about 20-40 us, each MiB of bodies
     # about 10 ms (copied two or three times); 50 sends of 1 MB held every other client 1.3 s. Both at
@@ -91,6 +92,8 @@ class OpenTransaction:
 # An auto ack's call may wait this long to share the process's next write to Redis (`_ack_once_written`):
 # about one tick of the event loop's timer, so a consumer alone on its process gets its acks within it
 AUTO_ACK_HOLD_S = 0.001
+# How long closing a consumer waits for its auto acks already on their way to Redis (`_acks_landed`).
+ACKS_AT_CLOSE_S = 2.0
 CLOSE_RETRY_SECONDS = 0.5  # a consumer whose close found Redis away is closed again this often
 _CLOSING: set[asyncio.Task[None]] = set()  # those retries (a reference, so they are not collected)
 # ack ids of unsubscribed or aborted subscriptions remembered per connection, the newest: each costs about
@@ -359,6 +362,7 @@ class Link:
         self.deliver = deliver
         self.buffer = buffer
         self._ack_tasks: set[asyncio.Task[None]] = set()  # auto acks on their way
+        self._acking: dict[asyncio.Task[None], str] = {}  # of those, the ones past the write: their consumer
         self._unacked: dict[str, int] = {}  # per consumer, the messages of those auto acks
         self.lost = lost
         self.aborted = aborted
@@ -507,6 +511,7 @@ class Link:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        await self._acks_landed({consumer.consumer_id for consumer in sub.consumers})
         for consumer in sub.consumers:
             # (what was pushed after the last message written goes back as never received)
             written = self._written.pop(consumer.consumer_id, None)
@@ -624,6 +629,7 @@ class Link:
         async def later() -> None:
             try:
                 if written or await buffer.written(mark):  # type: ignore[union-attr]
+                    self._acking[task] = cid  # (the client has them: a close waits for this, `_acks_landed`)
                     await self._ack_written(consumer, ids, AUTO_ACK_HOLD_S if written else 0.0)
             except (SlowClient, UnknownConsumer):
                 pass  # the pump or the close deals with it: closing the consumer gives these back
@@ -639,6 +645,17 @@ class Link:
         task = asyncio.get_running_loop().create_task(later())
         self._ack_tasks.add(task)
         task.add_done_callback(self._ack_tasks.discard)
+        task.add_done_callback(lambda done: self._acking.pop(done, None))
+
+    async def _acks_landed(self, consumer_ids: set[str]) -> None:
+        """Let the auto acks of these consumers that are on their way to Redis land before the consumers
+        close: their messages were written to the client, and a close first gives them back, to be
+        delivered again (a client that reads one MESSAGE and DISCONNECTs got it twice). Bounded: an ack
+        Redis does not answer leaves its messages to the close, as before."""
+        tasks = [task for task, cid in self._acking.items()
+                 if cid in consumer_ids and task is not asyncio.current_task()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=ACKS_AT_CLOSE_S)
 
     async def _ack_written(self, consumer: Consumer, ids: list[str], hold: float = 0.0) -> None:
         """Ack mode auto: acknowledge messages the send buffer has written. One an operator removed (or
@@ -782,7 +799,7 @@ class Link:
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected ACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        tx_id = self.transaction(tx, adding=len(ack_ids)) if tx else None
+        tx_id = self.transaction(tx, adding=self._covered(sub, ack_ids)) if tx else None
         taken = self._take(sub, ack_ids)
         if tx:  # (their ids stay pending: an ABORT gives them back)
             self._tx_acks.setdefault(tx, []).append((sub, taken))
@@ -790,13 +807,34 @@ class Link:
         self._forget_pending(key for key, _entry in taken)
         return await self._ack_entries(sub, [entry for _key, entry in taken], tx_id)
 
+    @staticmethod
+    def _covered(sub: Subscription, ack_ids: list[str]) -> int:
+        """How many messages acks of `ack_ids` acknowledge: in `client` mode every one the subscription
+        was given up to the latest listed (up to its prefetch, 32,767), which its transaction's commit
+        applies in its one MULTI/EXEC, so they count against max_transaction_size as many. (An id it
+        does not hold counts one: `_take` refuses it.)"""
+        if sub.ack_mode != "client":
+            return len(ack_ids)
+        wanted, covered = set(ack_ids), 0
+        for n, ack_id in enumerate(sub.unacked, 1):
+            if ack_id in wanted:
+                covered = n
+                wanted.discard(ack_id)
+                if not wanted:
+                    break
+        return covered + len(wanted)
+
     async def _ack_entries(self, sub: Subscription, entries: list[tuple[Consumer | None, str]],
                            tx_id: str | None) -> int:
         count = 0
+        # in a transaction, by id: a `client` mode ACK names the messages it covers (`_take` took them), so
+        # a commit acknowledges one consumer's messages in calls of 100 (ops/transactions.py _steps), where
+        # each cumulative ACK was a step of its own in the commit's one MULTI/EXEC (500: 80-120 ms)
+        by_id = sub.ack_mode != "client" or tx_id is not None
         for consumer, ids in self._by_consumer(entries):
-            target = ids if sub.ack_mode != "client" else ids[-1]
             try:
-                result = await self.broker.ack(consumer, target, tx=tx_id)
+                mode = "individual" if tx_id is not None and sub.ack_mode == "client" else None
+                result = await self.broker.ack(consumer, ids if by_id else ids[-1], mode=mode, tx=tx_id)
             except NotInFlight as exc:
                 raise LinkError("Unexpected ACK", exc.message, "not_in_flight") from None
             count += result if isinstance(result, int) else len(ids)
@@ -897,10 +935,15 @@ class Link:
         acks = self._tx_acks.pop(name, [])
         for _sub, taken in acks:  # (acknowledged now, or refused with the transaction: they are done)
             self._forget_pending(key for key, _entry in taken)
+        # one subscription's ACKs go into the broker transaction together: by id (`_ack_entries`), in
+        # the order they were taken (a `client` ACK takes the oldest), one call per consumer, not per ACK
+        by_sub: dict[int, tuple[Subscription, list[tuple[Consumer | None, str]]]] = {}
+        for sub, taken in acks:
+            by_sub.setdefault(id(sub), (sub, []))[1].extend(entry for _key, entry in taken)
         try:
-            for sub, taken in acks:  # into the broker transaction, so that they commit with its sends
+            for sub, entries in by_sub.values():  # into the broker transaction, to commit with its sends
                 if self.subscriptions.get(sub.key) is sub:  # not a subscription ended since
-                    await self._ack_entries(sub, [entry for _key, entry in taken], tx)
+                    await self._ack_entries(sub, entries, tx)
             await self.broker.commit(tx)
         except BaseException as exc:
             with contextlib.suppress(Exception):
@@ -931,7 +974,9 @@ class Link:
         if self._closed:
             return
         self._closed = True
-        # (an auto ack still waiting for its messages' hand-over: closing the consumer gives them back)
+        # (an auto ack still waiting for its messages' hand-over: closing the consumer gives them back;
+        # one whose messages were written is let land first)
+        await self._acks_landed(set(self._acking.values()))
         for task in [self._keeper, *self._abort_tasks, *self._ack_tasks]:
             if task is not None and task is not asyncio.current_task():
                 task.cancel()

@@ -135,6 +135,63 @@ def test_the_connection_follows_the_client_to_a_new_event_loop(redis_url, namesp
     link.close()
 
 
+def test_after_a_move_to_a_new_event_loop_a_reply_too_late_still_drops_the_connection(redis_url, namespace,
+                                                                                     redis_client):
+    """The socket-timeout watchdog is a timer of the loop the call was made on: one still pending when
+    that loop closed was never cleared, and no call on the next loop got a watchdog of its own (a Redis
+    that stopped answering held them for ever)."""
+    client = redis.asyncio.Redis.from_url(redis_url, socket_timeout=0.5)
+    link = MultiplexedConnection.for_client(client)
+    try:
+        assert asyncio.run(link.call("ECHO", "first loop")) == b"first loop"  # its watchdog outlives it
+
+        async def late() -> None:
+            redis_client.client_pause(2000)  # no reply for 2 s
+            started = time.monotonic()
+            with pytest.raises(redis.TimeoutError, match="no reply from Redis in 0.5 s"):
+                await link.call("PING")
+            assert time.monotonic() - started < 1.5
+
+        asyncio.run(late())
+    finally:
+        redis_client.client_unpause()
+        link.close()
+
+
+def test_calls_of_a_loop_the_connection_left_fail_rather_than_wait_for_ever(redis_url, namespace):
+    """A connection taken over by another event loop (`_ready`) dropped the calls the first loop still had
+    held or waiting, without failing them: their callers waited for ever. They fail, on their own loop."""
+    import threading
+
+    client = redis.asyncio.Redis.from_url(redis_url)
+    link = MultiplexedConnection.for_client(client)
+    outcome: list[BaseException | str] = []
+    held_made = threading.Event()
+
+    async def first() -> None:
+        await link.call("PING")
+        held = asyncio.ensure_future(_held_call(link, "INCR", f"{namespace}:n", seconds=0.5))
+        await asyncio.sleep(0.01)
+        held_made.set()
+        try:
+            await asyncio.wait_for(held, 3)
+            outcome.append("ran")
+        except BaseException as exc:  # noqa: BLE001 - what the held call ended with is the result
+            outcome.append(exc)
+
+    thread = threading.Thread(target=asyncio.run, args=(first(),))
+    thread.start()
+    try:
+        assert held_made.wait(5)
+        assert asyncio.run(link.call("ECHO", "second loop")) == b"second loop"  # takes the connection over
+        thread.join(10)
+        (result,) = outcome
+        assert isinstance(result, redis.ConnectionError), result
+        assert "another event loop" in str(result)
+    finally:
+        link.close()
+
+
 async def test_async_broker_runs_its_scripts_over_it(redis_url, namespace, clock, broker):
     client = redis.asyncio.Redis.from_url(redis_url)
     aio = AsyncBroker(client, namespace, clock, policies=broker.policies)

@@ -418,6 +418,110 @@ def test_a_transaction_past_its_limit_is_refused_and_rolled_back(listener, gatew
     assert Broker(redis_client, gateway_data[1]).stats(name).enqueued == 0  # rolled back with the connection
 
 
+
+def test_a_transacted_client_ack_counts_every_message_it_covers(listener, gateway_data, redis_client):
+    """A `client` mode ACK acknowledges every message its subscription was given up to the one it names
+    (up to activemq.prefetchSize, 32,767), and a commit applies all of them in its one MULTI/EXEC: counted
+    as one against SIGNALBOX_WS_MAX_TRANSACTION_SIZE, a single ACK of 10,000 messages held Redis at
+    least 66 ms (SLOWLOG) for every client. It counts as the messages it covers."""
+    from broker_core.broker import Broker
+    from broker_core.messages import Message
+
+    server = listener(SIGNALBOX_WS_MAX_TRANSACTION_SIZE="3")
+    name = _q().removeprefix("/queue/")
+    broker = Broker(redis_client, gateway_data[1])
+    broker.send(name, [Message(body=f"m{n}") for n in range(5)])
+    conn = RawTcp(server.port)
+    conn.connect()
+    conn.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s", "ack": "client"})
+    ids = [conn.expect("MESSAGE").get("ack") for _ in range(5)]
+    conn.send("BEGIN", {"transaction": "t"})
+    conn.send("ACK", {"id": ids[1], "transaction": "t", "receipt": "two"})  # covers 2: within the limit
+    assert conn.expect("RECEIPT").get("receipt-id") == "two"
+    conn.send("ACK", {"id": ids[4], "transaction": "t", "receipt": "five"})  # 3 more: 5 in all
+    error = conn.expect("ERROR")
+    assert error.get("message") == "Transaction too large"
+    assert "would hold 5 SENDs and ACKs; the limit is 3" in error.body.decode()
+    assert conn.closed_within(5)
+    conn.close()
+    deadline = time.monotonic() + 5
+    while broker.stats(name).in_flight and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stats = broker.stats(name)
+    assert (stats.dequeued, stats.queue_size) == (0, 5)  # rolled back with the connection: all back
+
+
+def test_auto_acked_messages_read_just_before_disconnect_are_not_redelivered(listener, gateway_data,
+                                                                              tmp_path):
+    """ack:auto: a message is acknowledged once written, by a call that may wait a millisecond for the
+    next one under appendfsync always. A client that reads a MESSAGE and DISCONNECTs at once (take one
+    and go) had that ack cancelled by the close, and the consumer's close gave the message back: the next
+    consumer got it again. ActiveMQ acknowledges an auto-ack message at dispatch: never redelivered."""
+    import redis
+
+    from broker_core.broker import Broker
+    from broker_core.messages import Message
+    from signalbox.embedded_redis import EmbeddedRedis, free_port
+
+    store = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendfsync="always")
+    store.start()
+    try:
+        server = listener(REDIS_URL=store.url)
+        broker = Broker(redis.Redis.from_url(store.url), gateway_data[1])
+        name = _q().removeprefix("/queue/")
+        rounds = 20
+        for n in range(rounds):
+            broker.send(name, Message(body=f"m{n}"))
+            conn = RawTcp(server.port)
+            conn.connect()
+            conn.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s", "ack": "auto",
+                                    "activemq.prefetchSize": "10"})
+            message = conn.expect("MESSAGE")
+            assert (message.body, message.get("redelivered")) == (f"m{n}".encode(), None), (n, message)
+            conn.send("DISCONNECT", {"receipt": "bye"})
+            conn.expect("RECEIPT")
+            conn.close()
+        stats = broker.stats(name)
+        assert (stats.dequeued, stats.queue_size) == (rounds, 0), stats
+    finally:
+        store.stop()
+
+
+def test_a_transaction_of_client_acks_of_each_message_commits_in_few_calls(listener, gateway_data,
+                                                                           redis_client):
+    """`client` mode, an ACK per message inside a transaction (as a client acknowledging each message it
+    handled does): each ACK was a cumulative ack of its own, a step of its own in the commit's one
+    MULTI/EXEC (500 of them: 80-120 ms of Redis, by SLOWLOG). The link knows which messages each ACK
+    covers: the transaction acknowledges them by id, in calls of 100."""
+    from broker_core.broker import Broker
+    from broker_core.messages import Message
+
+    def script_calls() -> int:
+        stats = redis_client.info("commandstats")
+        return sum(stats.get(f"cmdstat_{n}", {}).get("calls", 0) for n in ("evalsha", "eval", "fcall"))
+
+    server = listener()
+    name = _q().removeprefix("/queue/")
+    broker = Broker(redis_client, gateway_data[1])
+    broker.send(name, [Message(body=f"m{n}") for n in range(300)])
+    conn = RawTcp(server.port)
+    conn.connect()
+    conn.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s", "ack": "client",
+                            "activemq.prefetchSize": "300"})
+    ids = [conn.expect("MESSAGE").get("ack") for _ in range(300)]
+    conn.send("BEGIN", {"transaction": "t"})
+    for ack_id in ids[:-1]:
+        conn.send("ACK", {"id": ack_id, "transaction": "t"})
+    conn.send("ACK", {"id": ids[-1], "transaction": "t", "receipt": "acked"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "acked"
+    before = script_calls()
+    conn.send("COMMIT", {"transaction": "t", "receipt": "done"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "done"
+    assert script_calls() - before < 60, script_calls() - before
+    stats = broker.stats(name)
+    assert (stats.dequeued, stats.queue_size) == (300, 0), stats
+    conn.close()
+
 # -- a client in another language ---------------------------------------------------------------------
 
 NODE_CLIENT = """
@@ -466,3 +570,45 @@ def test_a_nodejs_client_from_npm_sends_and_acknowledges_over_tcp(stomp_listener
     assert json.loads(done.stdout.strip().splitlines()[-1]) == ["hello 1:4", "hello 2:4", "hello 3:4"]
     stats = Broker(redis_client, stomp_listener.namespace).stats(dest.removeprefix("/queue/"))
     assert (stats.enqueued, stats.dequeued, stats.queue_size) == (3, 3, 0)
+
+
+def test_a_client_whose_frames_wait_unread_is_not_taken_for_silent(raw, stomp_listener, redis_client):
+    """Reading pauses while the session's inbox is full (1,000 frames waiting behind SENDs that wait for
+    room, producer flow control): the client's heart-beats then wait in the socket, unread. That is no
+    silence of the client's: ActiveMQ skips its read check while a command is being received
+    (AbstractInactivityMonitor.readCheck, inReceive), and the connection must not end as inactive."""
+    import threading
+
+    from broker_core.broker import Broker
+    from broker_core.messages import Message
+
+    name = _q().removeprefix("/queue/")
+    broker = Broker(redis_client, stomp_listener.namespace)
+    broker.policies.set_entry("queue", name, {"memoryLimit": 4_000_000,
+                                              "sendFailIfNoSpaceAfterTimeout": 30000})
+    broker.send(name, [Message(body="x" * 1_950_000) for _ in range(2)])  # full: the SENDs below wait
+    conn = raw()
+    conn.connect(**{"heart-beat": "1000,0"})  # (silent for 1.5 s: inactive)
+    frames = b"".join(encode("SEND", [("destination", f"/queue/{name}")], b"y") for _ in range(2000))
+    frames += encode("SEND", [("destination", f"/queue/{name}"), ("receipt", "last")], b"y")
+    stop = threading.Event()
+
+    def beat() -> None:
+        conn.sock.sendall(frames)
+        while not stop.wait(0.05):
+            conn.sock.sendall(b"\n")
+
+    beating = threading.Thread(target=beat, daemon=True)
+    beating.start()
+    try:
+        time.sleep(5)  # heart-beat periods with reading paused
+        broker.purge(name)  # room for all: the SENDs go on, and so does reading
+        receipt = conn.expect("RECEIPT", timeout=20)
+        assert receipt.get("receipt-id") == "last"
+    finally:
+        stop.set()
+        beating.join(5)
+    deadline = time.monotonic() + 10
+    while broker.stats(name).enqueued < 2001 + 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert broker.stats(name).enqueued == 2001 + 2

@@ -120,11 +120,11 @@ function base.begin_call(keys)
   base.use_prefix(keys[1])
   local resets = base.CALL_RESETS
   for i = 1, #resets do resets[i]() end
-  -- (a commit's step has its transaction's key, <ns>:tx:<id>, second; a script over several destinations,
-  -- summary_many, rate_sample, has their prefixes there, each with its hash tag {...}, which a
-  -- transaction's key never has)
+  -- (a commit's step has its transaction's key, <ns>:tx:tx-<16 hex digits> (ops/transactions.py begin),
+  -- second; a script over several destinations, summary_many, rate_sample, has their prefixes there,
+  -- <ns>:{<tag>}..., which never end so. Not "has no {": a namespace may hold one, `{sb}`)
   local tx = keys[2]
-  if tx and (string.find(tx, '{', 1, true) or not string.find(tx, ':tx:', 1, true)) then tx = false end
+  if tx and not string.find(tx, ':tx:tx%-%x+$') then tx = false end
   base.STEP_OF = tx
   if tx then
     local refusal = base.refusal_key(tx)
