@@ -503,12 +503,12 @@ def test_a_transaction_of_client_acks_of_each_message_commits_in_few_calls(liste
     server = listener()
     name = _q().removeprefix("/queue/")
     broker = Broker(redis_client, gateway_data[1])
-    broker.send(name, [Message(body=f"m{n}") for n in range(300)])
+    broker.send(name, [Message(body=f"m{n}") for n in range(200)])
     conn = RawTcp(server.port)
     conn.connect()
     conn.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s", "ack": "client",
-                            "activemq.prefetchSize": "300"})
-    ids = [conn.expect("MESSAGE").get("ack") for _ in range(300)]
+                            "activemq.prefetchSize": "200"})
+    ids = [conn.expect("MESSAGE").get("ack") for _ in range(200)]
     conn.send("BEGIN", {"transaction": "t"})
     for ack_id in ids[:-1]:
         conn.send("ACK", {"id": ack_id, "transaction": "t"})
@@ -519,8 +519,9 @@ def test_a_transaction_of_client_acks_of_each_message_commits_in_few_calls(liste
     assert conn.expect("RECEIPT").get("receipt-id") == "done"
     assert script_calls() - before < 60, script_calls() - before
     stats = broker.stats(name)
-    assert (stats.dequeued, stats.queue_size) == (300, 0), stats
+    assert (stats.dequeued, stats.queue_size) == (200, 0), stats
     conn.close()
+
 
 # -- a client in another language ---------------------------------------------------------------------
 
@@ -586,7 +587,7 @@ def test_a_client_whose_frames_wait_unread_is_not_taken_for_silent(raw, stomp_li
     broker = Broker(redis_client, stomp_listener.namespace)
     broker.policies.set_entry("queue", name, {"memoryLimit": 4_000_000,
                                               "sendFailIfNoSpaceAfterTimeout": 30000})
-    broker.send(name, [Message(body="x" * 1_950_000) for _ in range(2)])  # full: the SENDs below wait
+    broker.send(name, [Message(body="x" * 975_000) for _ in range(4)])  # full: the SENDs below wait
     conn = raw()
     conn.connect(**{"heart-beat": "1000,0"})  # (silent for 1.5 s: inactive)
     frames = b"".join(encode("SEND", [("destination", f"/queue/{name}")], b"y") for _ in range(2000))
@@ -609,6 +610,6 @@ def test_a_client_whose_frames_wait_unread_is_not_taken_for_silent(raw, stomp_li
         stop.set()
         beating.join(5)
     deadline = time.monotonic() + 10
-    while broker.stats(name).enqueued < 2001 + 2 and time.monotonic() < deadline:
+    while broker.stats(name).enqueued < 2001 + 4 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert broker.stats(name).enqueued == 2001 + 2
+    assert broker.stats(name).enqueued == 2001 + 4
