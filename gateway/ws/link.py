@@ -597,12 +597,15 @@ class Link:
         the next messages through. While the window keeps room the ack's call may wait AUTO_ACK_HOLD_S to go
         out with this process's next call (drivers/multiplexed.py): in a request/reply exchange that is the
         reply's SEND, and Redis then runs and syncs both in one turn instead of syncing the ack on the
-        reply's way. The messages stay in flight under the lease until the ack lands."""
+        reply's way. The messages stay in flight under the lease until the ack lands.
+        Messages already written are acknowledged here, without a task, when the broker is known not to
+        hold acks (Redis does not sync every write: `AsyncBroker.holds_acks`): the task would only add a
+        turn of the event loop (docs/benchmarks.md, "Session 22")."""
         cid = consumer.consumer_id
         unacked = self._unacked.get(cid, 0) + len(ids)
         buffer = self.buffer
         written = buffer is None or buffer.flushed_now()
-        if written and unacked >= consumer.prefetch:
+        if written and (unacked >= consumer.prefetch or self.broker.holds_acks is False):
             await self._ack_written(consumer, ids)
             return
         self._unacked[cid] = unacked
