@@ -615,11 +615,18 @@ class AsyncBroker(_Api):
         self._acks: Coalescer[AckRequest, tuple[int, list[Delivery]]] = Coalescer(
             self._ack_groups, lambda e: isinstance(e, errors.UnknownConsumer | errors.NotInFlight),
             size=lambda r: len(r[1]), tag=lambda r: r[0].consumer_id)
-        self._syncs: bool | None = None  # _syncs_each_write, once known
+        # Whether an `ack` given a `hold` waits for the next call: Redis syncs every write (True) or not
+        # (False); None until the first such ack asks (_syncs_each_write). Read-only for callers: one that
+        # knows the ack goes at once may await it where it is instead of giving it a task of its own
+        # (gateway/ws/link.py).
+        self.holds_acks: bool | None = None
 
     async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
                    *, tx: str | None = None) -> list[str]:
         """As Broker.send; concurrent sends to one queue share a script call (drivers/coalesce.py)."""
+        if (tx is None and type(message) is Message and type(destination) is Destination
+                and destination.is_queue and not destination.is_wildcard):  # (a STOMP SEND's: no helpers)
+            return await self._sends.run(destination, [message.pack(self._now())])
         if tx is None and not _is_composite(destination):
             dest, batch = _dest(destination), _messages(message)
             if dest.is_queue and batch:
@@ -656,14 +663,14 @@ class AsyncBroker(_Api):
         """Whether Redis syncs its AOF before every reply (appendonly yes, appendfsync always), asked once.
         Only then does an ack gain by waiting for the next call: Redis runs both in one turn and syncs
         once. Otherwise the ack that waits only puts its script before the next call's reply."""
-        if self._syncs is None:
+        if self.holds_acks is None:
             try:
                 found = await self.redis.config_get("append*")
                 conf = {reply_text(k): reply_text(v) for k, v in found.items()}
-                self._syncs = conf.get("appendonly") == "yes" and conf.get("appendfsync") == "always"
+                self.holds_acks = conf.get("appendonly") == "yes" and conf.get("appendfsync") == "always"
             except redis.RedisError:  # CONFIG renamed or refused (a managed Redis): no holding
-                self._syncs = False
-        return self._syncs
+                self.holds_acks = False
+        return self.holds_acks
 
     async def _send_groups(self, dest: Destination, groups: list[Packed]) -> list[list[str]]:
         """One send of the grouped sends' messages; each its own ids."""
@@ -677,19 +684,24 @@ class AsyncBroker(_Api):
             start += len(packed)
         return out
 
-    async def _ack_groups(self, dest: Destination,
-                          requests: list[AckRequest]) -> list[tuple[int, list[Delivery]]]:
-        return await self._run(self.ops.ack_many(dest, requests, self._now()))
+    def _ack_groups(self, dest: Destination,
+                    requests: list[AckRequest]) -> Awaitable[list[tuple[int, list[Delivery]]]]:
+        return self._run(self.ops.ack_many(dest, requests, self._now()))  # (awaited by the coalescer)
 
     async def aclose(self) -> None:
         """Close this broker's own connection (the redis-py client given stays the caller's to close)."""
         if self.link is not None:
             self.link.close()
 
-    async def _perform(self, io: Io) -> Any:
-        """Do one request of the driver (drivers/loop.py) with asyncio."""
+    def _perform(self, io: Io) -> Awaitable[Any]:
+        """Do one request of the driver (drivers/loop.py) with asyncio: an awaitable of its reply. A script
+        call's is the connection's own future (no coroutine here to make and resume: there are one or two
+        on every message's path)."""
         if type(io) is tuple:  # a script call: over this broker's one connection
-            return await (self.link.call(*io) if self.link is not None else self.redis.execute_command(*io))
+            return self.link.request(io) if self.link is not None else self.redis.execute_command(*io)
+        return self._perform_other(io)
+
+    async def _perform_other(self, io: Io) -> Any:
         if isinstance(io, Command):
             return await self.redis.execute_command(*io.args)
         if isinstance(io, Policy):

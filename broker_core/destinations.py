@@ -51,9 +51,9 @@ class Destination:
     """A queue or topic. `name` may be a wildcard pattern (`orders.*`, `orders.>`); see `is_wildcard`.
 
     Constructing one validates the name (wildcards allowed); `parse_destination` is the usual way in.
-    `uri`, `tag` and `is_wildcard` are worked out once per object (functools.cached_property keeps them
-    in the instance, past the frozen __setattr__): every call of the API asks for them, on the same
-    objects `parse_destination` keeps.
+    `uri`, `tag`, `is_queue`, `is_topic` and `is_wildcard` are worked out once per object
+    (functools.cached_property keeps them in the instance, past the frozen __setattr__): every call of
+    the API asks for them, on the same objects `parse_destination` keeps.
     """
 
     kind: DestinationKind
@@ -75,11 +75,12 @@ class Destination:
         """The Redis hash tag content, e.g. `q:orders.eu`; keys embed it as `{q:orders.eu}`."""
         return f"{_TAG_PREFIX[self.kind]}:{self.name}"
 
-    @property
+    # (kept too: asked several times on every message's path, where a property is a call each time)
+    @functools.cached_property
     def is_queue(self) -> bool:
         return self.kind == "queue"
 
-    @property
+    @functools.cached_property
     def is_topic(self) -> bool:
         return self.kind == "topic"
 

@@ -263,7 +263,7 @@ class GroupPage:
     next_cursor: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Pushed:
     """Deliveries a dispatch pushed to a consumer (scripts/lua/includes/outbox.lua push_*): `after` is the
     dispatch
@@ -274,6 +274,14 @@ class Pushed:
     after: int
     last: int
     entries: list[tuple[str, bytes, int, bool]]  # (id, packed message, redeliveries, group first)
+
+    def __init__(self, consumer_id: str, after: int, last: int,
+                 entries: list[tuple[str, bytes, int, bool]]) -> None:
+        # The fields written into the instance's dict (which the frozen __setattr__ does not guard): the
+        # generated __init__'s object.__setattr__ per field took twice the instructions, on every push
+        fields = self.__dict__
+        fields["consumer_id"], fields["after"], fields["last"] = consumer_id, after, last
+        fields["entries"] = entries
 
     def deliveries(self, consumer: ConsumerRef) -> list[Delivery]:
         uri, cid = consumer.destination.uri, consumer.consumer_id

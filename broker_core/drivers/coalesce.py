@@ -57,7 +57,10 @@ class Coalescer(Generic[Item, Result]):
             try:
                 return (await self._store(dest, [item]))[0]
             finally:
-                self._next(key, dest)
+                if self._waiting.get(key):
+                    self._next(key, dest)
+                else:  # (nobody came meanwhile, the usual case: _next's other branch, a call fewer)
+                    self._busy.discard(key)
         future: asyncio.Future[Result] = loop.create_future()
         self._waiting.setdefault(key, []).append((item, future))
         return await future

@@ -87,6 +87,9 @@ class Driver:
     def __init__(self) -> None:
         self.functions: bool | None = None
         self.library_loaded = False
+        # per form (functions or not) and script, what its calls start with (FCALL and its function, or
+        # EVALSHA and its SHA): made again on every call, it was two function calls and a lookup each
+        self._heads: tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]] = ({}, {})
 
     def drive(self, op: Op) -> Steps[Any]:
         """Run the operation to its result; a script error reply goes back into it as a typed error."""
@@ -97,8 +100,10 @@ class Driver:
                     if type(request) is Eval:  # the common request, as eval() but a generator fewer per call
                         if self.functions is None:
                             yield from self.uses_functions()
+                        head = (self._heads[1 if self.functions else 0].get(request.script)
+                                or self._head(request.script))
                         try:
-                            reply = yield self.command(request)
+                            reply = yield (*head, len(request.keys), *request.keys, *request.args)
                         except redis.ResponseError as exc:
                             if not is_missing(exc):
                                 raise
@@ -139,6 +144,12 @@ class Driver:
     def command(self, call: Eval) -> tuple:
         """The command that calls the script (once `functions` is known)."""
         return call_args(script(call.script), self.functions, call.keys, call.args)
+
+    def _head(self, name: str) -> tuple[str, str]:
+        """`command`'s first two arguments for script `name` (once `functions` is known), kept."""
+        functions = bool(self.functions)
+        head = self._heads[1 if functions else 0][name] = call_args(script(name), functions, (), ())[:2]
+        return head
 
     def reload(self, call: Eval) -> Steps[Any]:
         """Load the script (or the library) the server lacked, then call it again."""

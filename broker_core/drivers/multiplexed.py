@@ -29,6 +29,7 @@ import collections
 import contextlib
 import contextvars
 import socket
+from collections.abc import Awaitable
 from typing import Any
 
 import hiredis
@@ -64,12 +65,13 @@ def release_hold(token: contextvars.Token[_Hold | None]) -> None:
 
 class _Call:
     """A command (or MULTI/EXEC block) on the wire: how many replies it still has to come, and the
-    errors its block's queued commands got."""
+    errors its block's queued commands got. `single`: one command whose future is its reply itself (an
+    error reply raised), where the others' is (reply, errors)."""
 
-    __slots__ = ("future", "replies", "sent", "errors")
+    __slots__ = ("future", "replies", "sent", "errors", "single")
 
-    def __init__(self, future: asyncio.Future[Any], replies: int, sent: float) -> None:
-        self.future, self.replies, self.sent = future, replies, sent
+    def __init__(self, future: asyncio.Future[Any], replies: int, sent: float, single: bool = False) -> None:
+        self.future, self.replies, self.sent, self.single = future, replies, sent, single
         self.errors: list[Exception] = []
 
 
@@ -99,8 +101,15 @@ class _Protocol(asyncio.Protocol):
                     call.errors.append(reply)
                 continue
             waiting.popleft()
-            if not call.future.done():
-                call.future.set_result((reply, call.errors))
+            future = call.future
+            if future.done():  # (its caller gave up waiting)
+                continue
+            if not call.single:
+                future.set_result((reply, call.errors))
+            elif isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.owner.transport is self.transport or self.owner.opening is self.transport:
@@ -166,17 +175,23 @@ class MultiplexedConnection:
 
     async def call(self, *args: Any) -> Any:
         """One command's reply; an error reply is raised as redis-py raises it."""
+        return await self.request(args)
+
+    def request(self, args: tuple) -> Awaitable[Any]:
+        """`call(*args)`, written now when the connection is open (else once it is): the future of its
+        reply, which AsyncBroker's driver awaits with no coroutine of this module's around it (each one
+        was a frame to make and to resume on every script call)."""
         if not self._ready():
-            await self._connect()
+            return self._call_once_open(args)
         held = _HOLD.get()
         if held is not None and held.seconds > 0:
             seconds, held.seconds = held.seconds, 0.0
-            reply, _errors = await self._hold(pack(args), seconds)
-        else:
-            reply, _errors = await self._write(self.transport, pack(args), 1)
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
+            return self._hold(pack(args), seconds)
+        return self._write(self.transport, pack(args), 1, True)
+
+    async def _call_once_open(self, args: tuple) -> Any:
+        await self._connect()
+        return await self.request(args)
 
     async def transaction(self, commands: list[tuple]) -> list[Any]:
         """MULTI, the commands, EXEC in one write: each command's reply or its error (as redis-py's
@@ -187,13 +202,14 @@ class MultiplexedConnection:
         reply, queued_errors = await self._write(self.transport, buffer, len(commands) + 2)
         return transaction_result(reply, queued_errors)
 
-    def _write(self, transport: asyncio.Transport | None, buffer: bytes, replies: int) -> asyncio.Future[Any]:
+    def _write(self, transport: asyncio.Transport | None, buffer: bytes, replies: int,
+               single: bool = False) -> asyncio.Future[Any]:
         assert self.loop is not None and transport is not None
         future = self.loop.create_future()
         now = self.loop.time()
         if self._held and transport is self.transport:  # the held calls first, in one write with this one
             buffer = self._take_held(now) + buffer
-        self.waiting.append(_Call(future, replies, now))
+        self.waiting.append(_Call(future, replies, now, single))
         transport.write(buffer)
         if self.timeout and self._watchdog is None:
             self._watchdog = self.loop.call_later(self.timeout, self._check)
@@ -203,7 +219,7 @@ class MultiplexedConnection:
         """A call written with the next call's write, or after `seconds` if none comes."""
         assert self.loop is not None
         future = self.loop.create_future()
-        self._held.append((buffer, _Call(future, 1, 0.0)))
+        self._held.append((buffer, _Call(future, 1, 0.0, True)))
         if self._release is None:
             self._release = self.loop.call_later(seconds, self._write_held)
         return future

@@ -111,13 +111,10 @@ def send_when_space(ops: Context, dest: Destination, now: int, sending: type[Sen
     does not fit, wait and re-run it or raise, per the policy. Returns its `Sent` once the messages are
     stored."""
 
-    home = Home(dest)
-
-    def attempt(now: int, origin: Any) -> Op:
-        call = sending.call(ops.prefix(dest), now, budget, origin, records)
-        return sending.parse((yield from ops.eval(home, now, call)))
-
-    sent = yield from attempt(now, origin)
+    home, prefix = Home(dest), ops.prefix(dest)
+    # (each attempt written out, not a generator of its own: one generator fewer to pass every reply
+    # through on each send)
+    sent = sending.parse((yield from ops.eval(home, now, sending.call(prefix, now, budget, origin, records))))
     waited, pause = 0, FIRST_POLL_MS
     if isinstance(sent, Full):
         yield Forward(dest, now)  # the FULL advisory the refusal may have recorded (advisory.py)
@@ -129,7 +126,8 @@ def send_when_space(ops: Context, dest: Destination, now: int, sending: type[Sen
             # copy would fail (VirtualTopicInterceptor swallows the ResourceAllocationException), the
             # send goes on without the copies for full such queues (dropped and counted, virtual.lua).
             origin = _dropping(origin)
-            sent = yield from attempt(now, origin)
+            sent = sending.parse((yield from ops.eval(home, now, sending.call(prefix, now, budget, origin,
+                                                                              records))))
             continue
         if sent.fail_now or sent.need > sent.limit or waited >= deadline:
             if waited:
@@ -140,7 +138,8 @@ def send_when_space(ops: Context, dest: Destination, now: int, sending: type[Sen
         waited += step
         pause = min(pause * 2, MAX_POLL_MS)
         origin = _retry(origin)
-        sent = yield from attempt(now, origin)
+        sent = sending.parse((yield from ops.eval(home, now, sending.call(prefix, now, budget, origin,
+                                                                          records))))
     if waited:
         yield from _record_blocked(ops, dest, waited)
     return sent

@@ -32,7 +32,14 @@ from ..resp import reply_text as _text
 PASS_HAS_MORE, FORWARDS_WAITING, FANOUT_UNFINISHED, EXTRAS = 1, 2, 4, 8
 
 
-@dataclass(frozen=True, slots=True)
+# Tail, Sent and Acked come from most script calls, a few on every message's path. A frozen dataclass's
+# generated __init__ sets each field with its own object.__setattr__ call (about 1,500 instructions a
+# field); their own __init__ writes the fields into the instance's dict, which the frozen __setattr__ does
+# not guard (so no slots), in half the instructions. Equality, hashing, repr and immutability are the
+# dataclass's own.
+
+
+@dataclass(frozen=True, init=False)
 class Tail:
     """What a call left for its caller to finish (see the module's docstring)."""
 
@@ -41,6 +48,12 @@ class Tail:
     hold_until: int
     more: tuple[str, ...] = ()  # subscription keys whose pass has more (a topic's scripts)
     pushed: tuple[bytes, ...] = ()  # push payloads for this process's consumers (outbox.lua)
+
+    def __init__(self, dispatched: int, flags: int, hold_until: int, more: tuple[str, ...] = (),
+                 pushed: tuple[bytes, ...] = ()) -> None:
+        fields = self.__dict__
+        fields["dispatched"], fields["flags"], fields["hold_until"] = dispatched, flags, hold_until
+        fields["more"], fields["pushed"] = more, pushed
 
 
 NO_WORK = Tail(0, 0, 0)
@@ -115,13 +128,17 @@ class Full:
     drops_copies: bool  # the full one drops its copies instead (dropOnResourceLimit)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, init=False)
 class Sent:
     """send, topic_send: a status per message ('ok', 'duplicate', 'expired', 'forwarded'); for 'check' and
     'probe', none and NO_WORK."""
 
     statuses: tuple[str, ...]
     tail: Tail
+
+    def __init__(self, statuses: tuple[str, ...], tail: Tail) -> None:  # (as Tail's)
+        fields = self.__dict__
+        fields["statuses"], fields["tail"] = statuses, tail
 
 
 def _sent(reply: list[Any]) -> Sent | Full:
@@ -173,12 +190,16 @@ class Abort(ScriptCall):
         return Aborted(bool(int(own[0])), int(own[1]), tuple(_text(x) for x in own[2:]), end)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, init=False)
 class Acked:
     """Per request, in order: how many were acknowledged and the next messages handed over."""
 
     results: list[tuple[int, list[Delivery]]]
     tail: Tail
+
+    def __init__(self, results: list[tuple[int, list[Delivery]]], tail: Tail) -> None:  # (as Tail's)
+        fields = self.__dict__
+        fields["results"], fields["tail"] = results, tail
 
 
 class Ack(ScriptCall):

@@ -61,13 +61,19 @@ class FrameError(Exception):
         self.parsed: list[Frame] = []
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Frame:
     """One STOMP frame. `headers` keeps order and repeats; `get` returns the first, as STOMP 1.2 says."""
 
     command: str
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes = b""
+
+    def __init__(self, command: str, headers: tuple[tuple[str, str], ...] = (), body: bytes = b"") -> None:
+        # The fields written into the instance's dict (which the frozen __setattr__ does not guard): the
+        # generated __init__'s object.__setattr__ per field took twice the instructions, on every frame
+        fields = self.__dict__
+        fields["command"], fields["headers"], fields["body"] = command, headers, body
 
     def get(self, name: str, default: str | None = None) -> str | None:
         for key, value in self.headers:

@@ -79,7 +79,7 @@ MESSAGE_CHUNK = 8 * 1024
 def _size(item: Frame | FrameError) -> int:
     if isinstance(item, FrameError):
         return 0
-    return len(item.body) + sum(len(k) + len(v) + 2 for k, v in item.headers)
+    return len(item.body) + sum([len(k) + len(v) + 2 for k, v in item.headers])  # (a list: no generator)
 
 
 def choose_subprotocol(offered: list[str]) -> str | None:

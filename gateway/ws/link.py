@@ -615,12 +615,20 @@ class Link:
         the next messages through. While the window keeps room the ack's call may wait AUTO_ACK_HOLD_S to go
         out with this process's next call (drivers/multiplexed.py): in a request/reply exchange that is the
         reply's SEND, and Redis then runs and syncs both in one turn instead of syncing the ack on the
-        reply's way. The messages stay in flight under the lease until the ack lands."""
+        reply's way. The messages stay in flight under the lease until the ack lands.
+        A lone message already written, with no other ack of the consumer on its way, is acknowledged here,
+        without a task, when the broker is known not to hold acks (Redis does not sync every write:
+        `AsyncBroker.holds_acks`): in a request/reply exchange the task only cost instructions and a turn
+        of the event loop. Not in a stream (several messages a take, or acks still on their way): a pump
+        that waited for each ack let the pushes run past the consumer's push credit, so it pulled its
+        messages instead (docs/benchmarks.md, "Session 22")."""
         cid = consumer.consumer_id
-        unacked = self._unacked.get(cid, 0) + len(ids)
+        before = self._unacked.get(cid, 0)
+        unacked = before + len(ids)
         buffer = self.buffer
         written = buffer is None or buffer.flushed_now()
-        if written and unacked >= consumer.prefetch:
+        if written and (unacked >= consumer.prefetch
+                        or (unacked == 1 and not before and self.broker.holds_acks is False)):
             await self._ack_written(consumer, ids)
             return
         self._unacked[cid] = unacked

@@ -228,7 +228,9 @@ async def test_an_ack_held_on_a_redis_that_syncs_every_write_rides_with_the_next
     policies = PolicyStore(redis.Redis.from_url(store.url), namespace)
     aio = AsyncBroker(client, namespace, clock, policies=policies)
     try:
+        assert aio.holds_acks is None  # (not asked yet)
         assert await aio._syncs_each_write()
+        assert aio.holds_acks is True  # what the link reads to give an auto ack a task of its own
         ack, _ = await _an_ack_held(aio, namespace, hold=5.0)
         assert not ack.done()  # waiting for this process's next call
         assert (await aio.stats("held")).dequeued == 1  # that call: the ack ran just before it
@@ -246,7 +248,9 @@ async def test_an_ack_held_on_a_redis_that_does_not_sync_every_write_goes_at_onc
     client = redis.asyncio.Redis.from_url(redis_url)
     aio = AsyncBroker(client, namespace, clock, policies=broker.policies)
     try:
+        assert aio.holds_acks is None
         assert not await aio._syncs_each_write()
+        assert aio.holds_acks is False  # what the link reads to acknowledge a lone message in place
         ack, _ = await _an_ack_held(aio, namespace, hold=5.0)
         assert ack.done() and ack.result() == 1
     finally:
