@@ -777,12 +777,16 @@ def largest_topic(ctx: Context) -> Calls:
     return ctx.measure(lambda: ctx.broker.send("topic://big.t", big))
 
 
-def _commit_of(ctx: Context, sends: int, body_bytes: int) -> Calls:
+def _commit_of(ctx: Context, sends: int, body_bytes: int, queues: int = 1) -> Calls:
+    """A transaction of `sends` SENDs carrying `body_bytes` of bodies in all, to `queues` queues in turn."""
     _largest(ctx, "big.q")
+    for n in range(1, queues):
+        ctx.broker.ensure_destination(f"big.q{n}")
     tx = ctx.broker.begin()
-    for _ in range(sends):
+    for n in range(sends):
         # (64 bytes fewer: the packed message, headers included, stays within maxMessageSize)
-        ctx.broker.send("big.q", Message(body="x" * (body_bytes // sends - 64)), tx=tx)
+        queue = f"big.q{n % queues}" if n % queues else "big.q"
+        ctx.broker.send(queue, Message(body="x" * (body_bytes // sends - 64)), tx=tx)
     return ctx.measure(lambda: ctx.broker.commit(tx), block=True)
 
 
@@ -797,6 +801,14 @@ def largest_commit_many(ctx: Context) -> Calls:
     from gateway.ws.link import LinkSettings
     settings = LinkSettings()
     return _commit_of(ctx, settings.max_transaction_size, settings.max_transaction_bytes)
+
+
+@case("largest message: COMMIT of the most sends and bytes, to the most queues in turn")
+def largest_commit_spread(ctx: Context) -> Calls:
+    from gateway.ws.link import LinkSettings
+    settings = LinkSettings()
+    return _commit_of(ctx, settings.max_transaction_size, settings.max_transaction_bytes,
+                      settings.max_transaction_destinations)
 
 
 def start_server() -> tuple[subprocess.Popen[bytes], str]:

@@ -282,7 +282,8 @@ class StompSession(LinkedSession):
                 (dest,) = await self._send_destinations(batch[0])
                 name = batch[0].get("transaction")
                 messages = [message_from_send(frame, self.link.connection_id, self.temps) for frame in batch]
-                tx = self.link.transaction(name, len(batch), messages) if name is not None else None
+                tx = (self.link.transaction(name, len(batch), messages, [dest.uri]) if name is not None
+                      else None)
                 await self._create_temps()
                 await self.broker.send(dest, messages, tx=tx)
                 self.note_send([dest], len(messages))
@@ -603,7 +604,8 @@ class StompSession(LinkedSession):
         message = message_from_send(frame, self.link.connection_id, self.temps)
         await self._create_temps()
         name = frame.get("transaction")
-        tx = self.link.transaction(name, 1, [message] * len(destinations)) if name is not None else None
+        tx = self.link.transaction(name, 1, [message] * len(destinations),
+                                   [d.uri for d in destinations]) if name is not None else None
         if len(destinations) == 1:
             await self.broker.send(destinations[0], message, tx=tx)
         else:

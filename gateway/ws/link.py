@@ -54,11 +54,14 @@ class LinkSettings:
     # the messages it covers), and
     # SIGNALBOX_WS_MAX_TRANSACTION_BYTES: the message bodies its SENDs carry. Its commit is one MULTI/EXEC,
     # which holds Redis for everyone while it runs: each step costs about 20-40 us, each MiB of bodies
-    # about 10 ms (copied two or three times); 50 sends of 1 MB held every other client 1.3 s. Both at
-    # their limit: 15-17 ms of Redis here (bench/adversarial.py, "largest message"; docs/benchmarks.md
-    # "Session 22")
+    # about 10-20 ms (copied by its check and by its step); 50 sends of 1 MB held every other client 1.3 s.
+    # All three limits reached: 9-17 ms of Redis here (bench/adversarial.py, "largest message";
+    # docs/benchmarks.md "Session 22")
     max_transaction_size: int = 250
-    max_transaction_bytes: int = 1024 * 1024
+    max_transaction_bytes: int = 512 * 1024
+    # SIGNALBOX_WS_MAX_TRANSACTION_DESTINATIONS: the destinations its SENDs go to and the consumers its ACKs
+    # are for; each is a check and a step of the commit, about 0.1-0.2 ms of Redis (250 queues: 20-46 ms)
+    max_transaction_destinations: int = 16
 
     @classmethod
     def from_django(cls) -> LinkSettings:
@@ -71,6 +74,8 @@ class LinkSettings:
             max_transaction_size=int(_setting("SIGNALBOX_WS_MAX_TRANSACTION_SIZE", cls.max_transaction_size)),
             max_transaction_bytes=int(_setting("SIGNALBOX_WS_MAX_TRANSACTION_BYTES",
                                                cls.max_transaction_bytes)),
+            max_transaction_destinations=int(_setting("SIGNALBOX_WS_MAX_TRANSACTION_DESTINATIONS",
+                                                      cls.max_transaction_destinations)),
         )
 
     @property
@@ -81,12 +86,13 @@ class LinkSettings:
 @dataclass
 class OpenTransaction:
     """A transaction the client has begun on this connection: the broker's id, the SENDs and ACKs in it so
-    far (at most LinkSettings.max_transaction_size) and the bytes of its SENDs' bodies (at most
-    max_transaction_bytes)."""
+    far (at most LinkSettings.max_transaction_size), the bytes of its SENDs' bodies (at most
+    max_transaction_bytes) and the destinations and consumers they name (max_transaction_destinations)."""
 
     tx: str
     size: int = 0
     body_bytes: int = 0
+    places: frozenset[str] = frozenset()  # the destinations sent to and consumers acknowledged for
 
 
 # An auto ack's call may wait this long to share the process's next write to Redis (`_ack_once_written`):
@@ -807,7 +813,8 @@ class Link:
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected ACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        tx_id = self.transaction(tx, adding=self._covered(sub, ack_ids)) if tx else None
+        tx_id = self.transaction(tx, self._covered(sub, ack_ids),
+                                 places=[c.consumer_id for c in sub.consumers]) if tx else None
         taken = self._take(sub, ack_ids)
         if tx:  # (their ids stay pending: an ABORT gives them back)
             self._tx_acks.setdefault(tx, []).append((sub, taken))
@@ -898,10 +905,13 @@ class Link:
 
     # -- transactions ---------------------------------------------------------------------------------
 
-    def transaction(self, name: str, adding: int = 0, messages: list[Message] | None = None) -> str:
+    def transaction(self, name: str, adding: int = 0, messages: list[Message] | None = None,
+                    places: Iterable[str] = ()) -> str:
         """The broker's id of the client's transaction `name`, to which the caller adds `adding` SENDs or
-        ACKs (SENDs: `messages`, whose bodies count too): refused past max_transaction_size or
-        max_transaction_bytes, before anything is added (the transaction stays open)."""
+        ACKs: SENDs of `messages`, whose bodies count too, to the destinations `places`, or ACKs for the
+        consumers `places` (each destination or consumer is a check and a step of the commit's one
+        MULTI/EXEC). Refused past max_transaction_size, max_transaction_bytes or
+        max_transaction_destinations, before anything is added (the transaction stays open)."""
         try:
             open_tx = self.transactions[name]
         except KeyError:
@@ -909,20 +919,20 @@ class Link:
                             f"transaction {name!r} was not begun on this connection (or already ended)",
                             "transaction_error") from None
         size = open_tx.size + adding
-        if size > self.settings.max_transaction_size:
-            raise LinkError("Transaction too large",
-                            f"transaction {name!r} would hold {size} SENDs and ACKs; the limit is "
-                            f"{self.settings.max_transaction_size} (SIGNALBOX_WS_MAX_TRANSACTION_SIZE): "
-                            "commit it and go on in another", "transaction_too_large")
         body_bytes = open_tx.body_bytes + sum(message.body_size for message in messages or ())
-        if body_bytes > self.settings.max_transaction_bytes:
-            raise LinkError("Transaction too large",
-                            f"transaction {name!r} would hold {body_bytes} bytes of message bodies; the "
-                            f"limit is {self.settings.max_transaction_bytes} "
-                            "(SIGNALBOX_WS_MAX_TRANSACTION_BYTES): "
-                            "commit it and go on in another, or send a large message outside a transaction",
-                            "transaction_too_large")
-        open_tx.size, open_tx.body_bytes = size, body_bytes
+        touched = open_tx.places.union(places)
+        limits = self.settings
+        for held, limit, setting, what in (
+                (size, limits.max_transaction_size, "SIZE", "SENDs and ACKs"),
+                (body_bytes, limits.max_transaction_bytes, "BYTES", "bytes of message bodies"),
+                (len(touched), limits.max_transaction_destinations, "DESTINATIONS",
+                 "destinations and consumers")):
+            if held > limit:
+                raise LinkError("Transaction too large",
+                                f"transaction {name!r} would hold {held} {what}; the limit is {limit} "
+                                f"(SIGNALBOX_WS_MAX_TRANSACTION_{setting}): commit it and go on in another",
+                                "transaction_too_large")
+        open_tx.size, open_tx.body_bytes, open_tx.places = size, body_bytes, touched
         return open_tx.tx
 
     async def begin(self, name: str) -> None:

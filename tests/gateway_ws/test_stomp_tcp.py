@@ -387,17 +387,20 @@ def test_a_transaction_of_a_killed_listener_ends_with_its_lease(listener, gatewa
     assert Broker(redis_client, namespace).stats(name).queue_size == 1  # the transacted send never was
 
 
-@pytest.mark.parametrize(("setting", "limit", "bodies", "refused"), [
-    ("SIGNALBOX_WS_MAX_TRANSACTION_SIZE", "3", [b"m"] * 3, b"m"),
+@pytest.mark.parametrize(("setting", "limit", "bodies", "refused", "spread"), [
+    ("SIGNALBOX_WS_MAX_TRANSACTION_SIZE", "3", [b"m"] * 3, b"m", False),
     # the bodies' bytes: UTF-8 text counts as stored (each "é" two bytes)
-    ("SIGNALBOX_WS_MAX_TRANSACTION_BYTES", "10", ["é".encode(), b"12345678"], b"x"),
+    ("SIGNALBOX_WS_MAX_TRANSACTION_BYTES", "10", ["é".encode(), b"12345678"], b"x", False),
+    # the destinations: each SEND to a queue of its own
+    ("SIGNALBOX_WS_MAX_TRANSACTION_DESTINATIONS", "2", [b"m"] * 2, b"m", True),
 ])
 def test_a_transaction_past_its_limit_is_refused_and_rolled_back(listener, gateway_data, redis_client,
-                                                                 setting, limit, bodies, refused):
+                                                                 setting, limit, bodies, refused, spread):
     """A commit is one MULTI/EXEC that holds Redis for everyone: a transaction may hold at most
     SIGNALBOX_WS_MAX_TRANSACTION_SIZE SENDs and ACKs (40,000 made a 4.7 s commit, every other client's SEND
-    waiting) and SIGNALBOX_WS_MAX_TRANSACTION_BYTES of message bodies (50 of 1 MB held Redis 1.3 s), and
-    the refusal names the limit."""
+    waiting), SIGNALBOX_WS_MAX_TRANSACTION_BYTES of message bodies (50 of 1 MB held Redis 1.3 s) and
+    SIGNALBOX_WS_MAX_TRANSACTION_DESTINATIONS destinations and consumers (250 queues: 20-46 ms), and the
+    refusal names the limit."""
     from broker_core.broker import Broker
 
     server = listener(**{setting: limit})
@@ -406,9 +409,11 @@ def test_a_transaction_past_its_limit_is_refused_and_rolled_back(listener, gatew
     conn.connect()
     conn.send("BEGIN", {"transaction": "t"})
     for n, body in enumerate(bodies):
-        conn.send("SEND", {"destination": f"/queue/{name}", "transaction": "t", "receipt": f"r{n}"}, body)
+        dest = f"/queue/{name}" + (f".{n}" if spread and n else "")
+        conn.send("SEND", {"destination": dest, "transaction": "t", "receipt": f"r{n}"}, body)
         assert conn.expect("RECEIPT").get("receipt-id") == f"r{n}"
-    conn.send("SEND", {"destination": f"/queue/{name}", "transaction": "t", "receipt": "over"}, refused)
+    over = f"/queue/{name}" + (".over" if spread else "")
+    conn.send("SEND", {"destination": over, "transaction": "t", "receipt": "over"}, refused)
     error = conn.expect("ERROR")
     assert error.get("message") == "Transaction too large"
     assert f"the limit is {limit} ({setting})" in error.body.decode()
