@@ -210,10 +210,14 @@ async def broker_memory(client: Any, namespace: str) -> dict[str, int]:
     an async client)."""
     used, limit = await client.hmget(usage_key(namespace), "used", "limit")
     usage = flow.memory_usage(used, limit)
-    # temporary destinations deleted because their connection ended, and their messages (Broker.temp_tally)
+    return {"used": usage.used, "limit": usage.limit, "percent": usage.percent_usage}
+
+
+async def temporary_destinations(client: Any, namespace: str) -> dict[str, int]:
+    """The temporary destinations deleted because their connection ended, and the messages they held
+    (Broker.temp_tally, read with an async client)."""
     temps, messages = await client.hmget(temp_tally_key(namespace), "destinations", "messages")
-    return {"used": usage.used, "limit": usage.limit, "percent": usage.percent_usage,
-            "temporary_deleted": int(temps or 0), "temporary_deleted_messages": int(messages or 0)}
+    return {"deleted": int(temps or 0), "deleted_messages": int(messages or 0)}
 
 
 async def gather(client: Any, namespace: str) -> dict[str, Any]:
@@ -224,11 +228,12 @@ async def gather(client: Any, namespace: str) -> dict[str, Any]:
     tick = asyncio.ensure_future(sync_to_async(maintenance_check.check_maintenance, thread_sensitive=False)())
     out: dict[str, Any] = {"now": int(time.time() * 1000)}
     try:
-        facts, memory, procs, errors = await asyncio.wait_for(asyncio.gather(
-            redis_facts(client), broker_memory(client, namespace), processes(client, namespace),
+        facts, memory, temps, procs, errors = await asyncio.wait_for(asyncio.gather(
+            redis_facts(client), broker_memory(client, namespace), temporary_destinations(client, namespace),
+            processes(client, namespace),
             client.lrange(maintenance.errors_key(namespace), 0, maintenance.RECENT_ERRORS - 1)), timeout)
-        out.update(redis={"status": "ok", **facts}, broker_memory=memory, **procs,
-                   recent_errors=maintenance.recent_errors(errors))
+        out.update(redis={"status": "ok", **facts}, broker_memory=memory, temporary_destinations=temps,
+                   **procs, recent_errors=maintenance.recent_errors(errors))
         # At maxmemory (noeviction) Redis refuses the heartbeats' writes too: processes then read missing.
         # Within NEAR_MAXMEMORY of it, since Redis counts a command's own input when it refuses, and what it
         # reports between commands stays just under the limit.
@@ -237,6 +242,6 @@ async def gather(client: Any, namespace: str) -> dict[str, Any]:
     except (redis.RedisError, OSError, TimeoutError) as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else "no answer"
         out.update(redis={"status": "error", "error": f"{type(exc).__name__}: {text}"}, broker_memory=None,
-                   processes=None, running=None, absent=None, recent_errors=None)
+                   temporary_destinations=None, processes=None, running=None, absent=None, recent_errors=None)
     out["maintenance"] = await tick
     return out

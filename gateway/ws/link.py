@@ -923,15 +923,15 @@ class Link:
         touched = open_tx.places.union(places)
         limits = self.settings
         for held, limit, setting, what in (
-                (size, limits.max_transaction_size, "SIZE", "SENDs and ACKs"),
-                (body_bytes, limits.max_transaction_bytes, "BYTES", "bytes of message bodies"),
-                (len(touched), limits.max_transaction_destinations, "DESTINATIONS",
-                 "destinations and consumers")):
+                (size, limits.max_transaction_size, "SIGNALBOX_WS_MAX_TRANSACTION_SIZE", "SENDs and ACKs"),
+                (body_bytes, limits.max_transaction_bytes, "SIGNALBOX_WS_MAX_TRANSACTION_BYTES",
+                 "bytes of message bodies"),
+                (len(touched), limits.max_transaction_destinations,
+                 "SIGNALBOX_WS_MAX_TRANSACTION_DESTINATIONS", "destinations and consumers")):
             if held > limit:
                 raise LinkError("Transaction too large",
                                 f"transaction {name!r} would hold {held} {what}; the limit is {limit} "
-                                f"(SIGNALBOX_WS_MAX_TRANSACTION_{setting}): commit it and go on in another",
-                                "transaction_too_large")
+                                f"({setting}): commit it and go on in another", "transaction_too_large")
         open_tx.size, open_tx.body_bytes, open_tx.places = size, body_bytes, touched
         return open_tx.tx
 

@@ -37,7 +37,8 @@
     const b = data.broker_memory;
     set('[data-fact="broker_memory"]', `${fmt.bytes(b.used)} of ${fmt.bytes(b.limit)} (${b.percent}%)`,
       "Message bytes held, against the broker-wide memory limit of flow control ([systemUsage])");
-    set('[data-fact="temporary_deleted"]', `${fmt.num(b.temporary_deleted)} destinations, ${fmt.num(b.temporary_deleted_messages)} messages`,
+    const t = data.temporary_destinations;
+    set('[data-fact="temporary_deleted"]', `${fmt.num(t.deleted)} destinations, ${fmt.num(t.deleted_messages)} messages`,
       "Temporary destinations deleted because the STOMP connection that made them ended, with the messages they held");
     set('[data-fact="clients"]', fmt.num(r.clients.connected), `${r.clients.blocked} blocked, at most ${r.clients.max}`);
     set('[data-fact="ops"]', fmt.num(r.ops_per_second));

@@ -19,7 +19,7 @@ from broker_core.broker import Broker
 from gateway.stomp.frames import Frame
 from tests.helpers.gateway_server import (
     ALICE_TOKEN,
-    prepare_database,
+    own_gateway_and_listener,
     spawn_gateway,
     spawn_stomp_listener,
     wait_listening,
@@ -35,18 +35,8 @@ FAST = {"SIGNALBOX_CONNECTION_LEASE_MS": str(LEASE_MS), "SIGNALBOX_CONNECTION_PO
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory) -> Iterator[dict[str, Any]]:
-    data_dir = tmp_path_factory.mktemp("conns")
-    namespace = f"t{uuid.uuid4().hex[:12]}"
-    prepare_database(data_dir, namespace)
-    gateway = spawn_gateway(data_dir, namespace, "conns-gw", **FAST)
-    listener = spawn_stomp_listener(data_dir, namespace, "conns-stomp", **FAST)
-    wait_listening(gateway)
-    wait_listening(listener)
-    yield {"gateway": gateway, "listener": listener, "namespace": namespace, "data_dir": data_dir}
-    gateway.stop()
-    listener.stop()
-    for server in (gateway, listener):
-        assert "Traceback" not in server.output(), server.output()
+    with own_gateway_and_listener(tmp_path_factory.mktemp("conns"), "conns", **FAST) as running:
+        yield running
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""kill -9 of the STOMP listener in the middle of transactions and of an auto-ack stream: nothing is lost
-and nothing is done twice. Transactions move each message from one queue to another (ACK and SEND in one
+"""kill -9 of the STOMP listener in the middle of transactions and of an auto-ack stream, and of a STOMP
+listener or a web process streaming to a client that reads slowly: nothing is lost and nothing is done
+twice. Transactions move each message from one queue to another (ACK and SEND in one
 transaction); a listener is killed right after a COMMIT is written, the client not waiting for its
 RECEIPT, so some commits land and some do not. Afterwards every message is in exactly one of the two queues,
 once, and the counters agree; an auto-ack stream's messages all arrive, those seen twice flagged
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import random
+import socket
 import time
 import uuid
 
@@ -16,8 +18,8 @@ import pytest
 
 from broker_core.broker import Broker
 from broker_core.messages import Message
-from tests.helpers.gateway_server import spawn_stomp_listener, wait_listening
-from tests.helpers.stomp_client import RawTcp
+from tests.helpers.gateway_server import spawn_gateway, spawn_stomp_listener, wait_listening
+from tests.helpers.stomp_client import RawTcp, RawWsSocket
 
 pytestmark = pytest.mark.e2e
 
@@ -26,12 +28,16 @@ LEASE_MS = "1500"
 
 @pytest.fixture
 def listeners(gateway_data, request):
+    """start(transport): a STOMP listener (tcp) or a web process (ws: uvicorn) of the test's own, killed at
+    the end."""
     made = []
 
-    def start():
+    def start(transport: str = "tcp"):
         data_dir, namespace = gateway_data
-        server = wait_listening(spawn_stomp_listener(data_dir, namespace, f"kill{len(made)}",
-                                                     SIGNALBOX_WS_LEASE_MS=LEASE_MS))
+        spawn = spawn_stomp_listener if transport == "tcp" else spawn_gateway
+        server = wait_listening(spawn(data_dir, namespace, f"kill{len(made)}",
+                                      SIGNALBOX_WS_LEASE_MS=LEASE_MS))
+        server.transport = transport
         made.append(server)
         return server
 
@@ -40,10 +46,20 @@ def listeners(gateway_data, request):
         server.kill()
 
 
-def _drain(port: int, queue: str, idle: float) -> list[tuple[str, bool]]:
+def _client(server, rcvbuf: int | None = None) -> RawTcp | RawWsSocket:
+    """A hand-driven STOMP 1.2 client of `server`'s transport; `rcvbuf`: its socket's receive window."""
+    if server.transport == "ws":
+        return RawWsSocket(server.port, rcvbuf=rcvbuf)
+    conn = RawTcp(server.port)
+    if rcvbuf is not None:
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    return conn
+
+
+def _drain(server, queue: str, idle: float) -> list[tuple[str, bool]]:
     """Every message of `queue` (client-individual, each acknowledged), until none came for `idle` s: long
-    enough for a killed listener's consumers to lapse and their messages to come back."""
-    conn = RawTcp(port)
+    enough for a killed process's consumers to lapse and their messages to come back."""
+    conn = _client(server)
     conn.connect()
     conn.send("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "d", "ack": "client-individual"})
     out = []
@@ -98,12 +114,12 @@ def test_killed_listeners_lose_no_transaction_and_no_auto_acked_message(listener
 
     server = listeners()
     idle = int(LEASE_MS) / 1000 * 2.5
-    moved, left = _drain(server.port, dst, idle), _drain(server.port, src, idle)
+    moved, left = _drain(server, dst, idle), _drain(server, src, idle)
     counts = collections.Counter(body for body, _ in moved + left)
     assert sorted(counts) == sorted(f"m{i}" for i in range(total)), "a message lost"
     assert max(counts.values()) == 1, [b for b, n in counts.items() if n > 1]  # nor moved twice
     assert len(moved) > 0 and kills == 3
-    got = _drain(server.port, auto, idle)  # what the stream had not handed over
+    got = _drain(server, auto, idle)  # what the stream had not handed over
     assert len({body for body, _ in got}) == len(got)
     for name, enqueued in ((src, total), (dst, len(moved)), (auto, streamed)):
         stats = broker.stats(name)
@@ -111,27 +127,27 @@ def test_killed_listeners_lose_no_transaction_and_no_auto_acked_message(listener
             enqueued, enqueued, 0, 0), (name, stats)
 
 
-def test_a_killed_listener_loses_no_auto_acked_message_a_slow_client_had_not_taken(listeners, gateway_data,
-                                                                                   redis_client):
-    """Auto acks go once a message is handed over; a client that reads slowly keeps the socket's buffers
-    full, so bytes wait in the process (asyncio's write buffer) too. Those are not handed over: a message
-    acknowledged while its bytes were still there was lost with a killed listener."""
-    import socket
-
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_a_killed_process_loses_no_auto_acked_message_a_slow_client_had_not_taken(listeners, gateway_data,
+                                                                                   redis_client, transport):
+    """Auto acks go once a message's bytes have left the process; a client that reads slowly keeps the
+    socket's buffers full, so bytes wait in the process too (asyncio's write buffer; over WebSocket, the
+    ASGI server's). A message acknowledged while its bytes were still there was lost with a killed STOMP
+    listener, and with a killed web process (uvicorn), until each counted a frame written only once its
+    bytes left (gateway/stomp/tcp.py; gateway/ws/uvicorn_ws.py)."""
     broker = Broker(redis_client, gateway_data[1])
     name, total = f"slow{uuid.uuid4().hex[:8]}", 6000
     for start in range(0, total, 500):
         broker.send(name, [Message(body=f"m{i}:" + "x" * 1000) for i in range(start, start + 500)])
-    server = listeners()
-    conn = RawTcp(server.port)
-    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    server = listeners(transport)
+    conn = _client(server, rcvbuf=65536)
     conn.connect()
     conn.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s", "ack": "auto",
                             "activemq.prefetchSize": "1000"})
     time.sleep(2)  # the client reads nothing: every buffer on the way fills
     server.kill()
     got = set()
-    try:
+    try:  # what the kernel still had (it sends a dead process's buffered bytes): received
         while True:
             frame = conn.receive(2)
             if frame.command == "MESSAGE":
@@ -141,7 +157,7 @@ def test_a_killed_listener_loses_no_auto_acked_message_a_slow_client_had_not_tak
     conn.close()
     acked = broker.stats(name).dequeued
     assert 0 < acked < total
-    rest = _drain(listeners().port, name, int(LEASE_MS) / 1000 * 2.5)
+    rest = _drain(listeners(transport), name, int(LEASE_MS) / 1000 * 2.5)
     got |= {body.partition(":")[0] for body, _ in rest}
-    lost = sorted(f"m{i}" for i in range(total) if f"m{i}" not in got)
+    lost = sorted((f"m{i}" for i in range(total) if f"m{i}" not in got), key=lambda m: int(m[1:]))
     assert not lost, f"{len(lost)} acknowledged and never delivered: {lost[:5]}"

@@ -21,10 +21,7 @@ from broker_core.broker import Broker
 from tests.helpers.gateway_server import (
     ALICE_TOKEN,
     ROOT,
-    prepare_database,
-    spawn_gateway,
-    spawn_stomp_listener,
-    wait_listening,
+    own_gateway_and_listener,
 )
 from tests.helpers.stomp_client import RawStomp, RawTcp
 
@@ -37,18 +34,8 @@ SETTINGS = {"SIGNALBOX_CONNECTION_LEASE_MS": "1500", "SIGNALBOX_CONNECTION_POLL_
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory) -> Iterator[dict[str, Any]]:
-    data_dir = tmp_path_factory.mktemp("temps")
-    namespace = f"t{uuid.uuid4().hex[:12]}"
-    prepare_database(data_dir, namespace)
-    gateway = spawn_gateway(data_dir, namespace, "temps-gw", **SETTINGS)
-    listener = spawn_stomp_listener(data_dir, namespace, "temps-stomp", **SETTINGS)
-    wait_listening(gateway)
-    wait_listening(listener)
-    yield {"gateway": gateway, "listener": listener, "namespace": namespace}
-    gateway.stop()
-    listener.stop()
-    for server in (gateway, listener):
-        assert "Traceback" not in server.output(), server.output()
+    with own_gateway_and_listener(tmp_path_factory.mktemp("temps"), "temps", **SETTINGS) as running:
+        yield running
 
 
 @pytest.fixture
@@ -189,9 +176,9 @@ def test_disconnect_deletes_the_temp_queue_and_counts_its_messages(servers, brok
     assert uri not in broker.destinations()
     # the console's node page shows the counts
     node = httpx.get(f"http://127.0.0.1:{servers['gateway'].port}/api/v1/console/node",
-                     headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=10).json()["broker_memory"]
-    assert (node["temporary_deleted"], node["temporary_deleted_messages"]) >= (after["destinations"],
-                                                                                after["messages"])
+                     headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=10).json()
+    node = node["temporary_destinations"]
+    assert (node["deleted"], node["deleted_messages"]) >= (after["destinations"], after["messages"])
     _refused_after(sender, remote)
 
 

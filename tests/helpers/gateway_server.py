@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from signalbox.embedded_redis import PortNotOpen, free_port, wait_for_port
 from signalbox.launcher import WEB_SOCKET_PROTOCOL
@@ -135,3 +136,22 @@ def own_gateway(data_dir: Path, name: str) -> Iterator[GatewayServer]:
         yield gateway
     finally:
         gateway.stop()
+
+
+@contextlib.contextmanager
+def own_gateway_and_listener(data_dir: Path, name: str, **extra_env: str) -> Iterator[dict[str, Any]]:
+    """A web process and a STOMP listener of a test module's own, on one fresh database and namespace, with
+    these settings; stopped at the end, when neither may have logged a traceback."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(data_dir, namespace)
+    gateway = spawn_gateway(data_dir, namespace, f"{name}-gw", **extra_env)
+    listener = spawn_stomp_listener(data_dir, namespace, f"{name}-stomp", **extra_env)
+    try:
+        wait_listening(gateway)
+        wait_listening(listener)
+        yield {"gateway": gateway, "listener": listener, "namespace": namespace, "data_dir": data_dir}
+    finally:
+        gateway.stop()
+        listener.stop()
+    for server in (gateway, listener):
+        assert "Traceback" not in server.output(), server.output()

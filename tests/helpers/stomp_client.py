@@ -178,80 +178,6 @@ class RawStomp:
         self.ws.close()
 
 
-class RawWsSocket:
-    """A hand-driven STOMP 1.2 connection over WebSocket on a blocking socket of its own (websockets' sans-I/O
-    client): nothing reads it in the background, so a client that stops calling `receive` leaves the data in
-    the kernel, and `rcvbuf` (set before connecting: the window the socket offers) keeps that small. The
-    same calls as RawTcp."""
-
-    def __init__(self, port: int, *, rcvbuf: int | None = None, timeout: float = 5) -> None:
-        from websockets.client import ClientProtocol
-        from websockets.protocol import State
-        from websockets.typing import Subprotocol
-        from websockets.uri import parse_uri
-
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if rcvbuf is not None:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.settimeout(5)
-        self.sock.connect(("127.0.0.1", port))
-        self.ws = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/stomp"),
-                                 subprotocols=[Subprotocol("v12.stomp")], max_size=None)
-        self.ws.send_request(self.ws.connect())
-        self._send_pending()
-        self.parser = FrameParser("1.2")
-        self.pending: list[Frame] = []
-        self.timeout = timeout
-        while self.ws.handshake_exc is None and self.ws.state is State.CONNECTING:  # the server's answer
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("closed by the server during the handshake")
-            self.ws.receive_data(data)
-        if self.ws.handshake_exc is not None:
-            raise self.ws.handshake_exc
-
-    def _send_pending(self) -> None:
-        for data in self.ws.data_to_send():
-            if data:  # (b"": the protocol asks for a half-close, which the tests never need)
-                self.sock.sendall(data)
-
-    def send(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
-        self.ws.send_text(encode(command, list((headers or {}).items()), body))
-        self._send_pending()
-
-    def connect(self, **headers: str) -> Frame:
-        self.send("CONNECT", {"accept-version": "1.2", "login": "alice", "passcode": "secret", "host": "x",
-                              **headers})
-        return self.expect("CONNECTED")
-
-    def receive(self, timeout: float | None = None) -> Frame:
-        """The next frame; TimeoutError when none comes in time, ConnectionError once the socket closed."""
-        from websockets.frames import Frame as WsFrame
-        from websockets.frames import Opcode
-
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        while not self.pending:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("closed by the server")
-            self.ws.receive_data(data)
-            for event in self.ws.events_received():
-                if isinstance(event, WsFrame) and event.opcode in (Opcode.TEXT, Opcode.BINARY):
-                    self.pending += [f for f in self.parser.feed(bytes(event.data)) if f.command]
-            with contextlib.suppress(OSError):  # (a pong, a close: the server may be gone)
-                self._send_pending()
-        return self.pending.pop(0)
-
-    def expect(self, command: str, timeout: float | None = None) -> Frame:
-        frame = self.receive(timeout)
-        assert frame.command == command, f"expected {command}, got {frame}"
-        return frame
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 class RawTcp:
     """A hand-driven STOMP 1.2 connection over a plain (or TLS) socket: exact bytes, split anywhere.
     Heart-beats are read and dropped; `timeout` is how long `expect` waits by default; `source` another
@@ -284,8 +210,12 @@ class RawTcp:
             data = self.sock.recv(65536)
             if not data:
                 raise ConnectionError("closed by the server")
-            self.pending += [f for f in self.parser.feed(data) if f.command]
+            self.pending += self._frames(data)
         return self.pending.pop(0)
+
+    def _frames(self, data: bytes) -> list[Frame]:
+        """The frames `data` completes (heart-beats dropped)."""
+        return [f for f in self.parser.feed(data) if f.command]
 
     def expect(self, command: str, timeout: float | None = None) -> Frame:
         frame = self.receive(timeout)
@@ -308,3 +238,58 @@ class RawTcp:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class RawWsSocket(RawTcp):
+    """A hand-driven STOMP 1.2 connection over WebSocket on a blocking socket of its own (websockets' sans-I/O
+    client): nothing reads it in the background, so a client that stops calling `receive` leaves the data in
+    the kernel, and `rcvbuf` (set before connecting: the window the socket offers) keeps that small. The
+    same calls as RawTcp."""
+
+    def __init__(self, port: int, *, rcvbuf: int | None = None, timeout: float = 5) -> None:
+        from websockets.client import ClientProtocol
+        from websockets.protocol import State
+        from websockets.typing import Subprotocol
+        from websockets.uri import parse_uri
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(5)
+        self.sock.connect(("127.0.0.1", port))
+        self.ws = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/stomp"),
+                                 subprotocols=[Subprotocol("v12.stomp")], max_size=None)
+        self.ws.send_request(self.ws.connect())
+        self._send_pending()
+        self.parser = FrameParser("1.2")
+        self.pending: list[Frame] = []
+        self.login, self.passcode, self.timeout = "alice", "secret", timeout
+        while self.ws.handshake_exc is None and self.ws.state is State.CONNECTING:  # the server's answer
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed by the server during the handshake")
+            self.ws.receive_data(data)
+        if self.ws.handshake_exc is not None:
+            raise self.ws.handshake_exc
+
+    def _send_pending(self) -> None:
+        for data in self.ws.data_to_send():
+            if data:  # (b"": the protocol asks for a half-close, which the tests never need)
+                self.sock.sendall(data)
+
+    def send(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
+        self.ws.send_text(encode(command, list((headers or {}).items()), body))
+        self._send_pending()
+
+    def _frames(self, data: bytes) -> list[Frame]:
+        from websockets.frames import Frame as WsFrame
+        from websockets.frames import Opcode
+
+        self.ws.receive_data(data)
+        frames: list[Frame] = []
+        for event in self.ws.events_received():
+            if isinstance(event, WsFrame) and event.opcode in (Opcode.TEXT, Opcode.BINARY):
+                frames += [f for f in self.parser.feed(bytes(event.data)) if f.command]
+        with contextlib.suppress(OSError):  # (a pong, a close: the server may be gone)
+            self._send_pending()
+        return frames
