@@ -45,13 +45,16 @@ ADVISORY_BROKER_URL = "stomp://localhost"  # originBrokerURL: the broker, not th
 
 
 class StompError(Exception):
-    """A frame the session refuses: `message` for the ERROR header, `detail` for its body."""
+    """A frame the session refuses: `message` for the ERROR header, `detail` for its body. `fatal`: the
+    connection closes after the ERROR (ActiveMQ's fatal ProtocolException); otherwise it goes on."""
 
-    def __init__(self, message: str, detail: str = "", headers: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(self, message: str, detail: str = "", headers: tuple[tuple[str, str], ...] = (),
+                 fatal: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.detail = detail or message
         self.headers = headers
+        self.fatal = fatal
 
 
 

@@ -6,7 +6,9 @@ composites, SUBSCRIBE's `activemq.*` headers, SEND headers to message fields (ev
 property), MESSAGE headers exactly as ActiveMQ writes them (the names and both header mappings are in
 gateway/stomp/headers.py), ack modes `auto` / `client` (cumulative over the subscription) /
 `client-individual`, NACK as a poison ack. Any error is an ERROR frame (`message` header, explanation in
-the body, `receipt-id` when the frame asked for a receipt), then the connection closes, as STOMP says.
+the body, `receipt-id` when the frame asked for a receipt); the connection goes on after it, as
+ActiveMQ's, except where ActiveMQ closes it too (a refused CONNECT, an unknown command, a frame the codec
+rejects: `refuse`).
 docs/websocket.md lists every header.
 """
 
@@ -163,6 +165,7 @@ class StompSession(LinkedSession):
         # until CONNECT is answered, at most what a CONNECT needs (on_connect lifts it)
         self.parser = FrameParser("1.2", self.settings.limits.before_connect())
         self.version = "1.0"
+        self.established = False  # CONNECTED was sent: a CONNECT refused before that ends the connection
         self.client_id: str | None = None
         self.temps: TempDestinations | None = None  # the connection's temporary destinations, once connected
         self.last_read = time.monotonic()
@@ -318,17 +321,16 @@ class StompSession(LinkedSession):
                 return
             if frame.command not in CLIENT_COMMANDS:
                 raise StompError(f"Unknown STOMP action: {frame.command}",
-                                 f"{frame.command!r} is not a client command of STOMP {self.version}")
+                                 f"{frame.command!r} is not a client command of STOMP {self.version}",
+                                 fatal=True)
             if self.link is None:
                 raise StompError("Not connected.", f"{frame.command} before CONNECT; send CONNECT first")
             receipt_sent = await self._handlers[frame.command](frame)
             outcome = "ok"
             if receipt is not None and not receipt_sent and not self.closing:
                 await self.send_frame("RECEIPT", [("receipt-id", receipt)])
-        except (StompError, FrameError, LinkError) as exc:
-            await self.fail(exc.message, exc.detail, receipt, getattr(exc, "headers", ()))
-        except BrokerError as exc:
-            await self.fail(exc.message.split("\n", 1)[0][:200], exc.message, receipt)
+        except (StompError, FrameError, LinkError, BrokerError) as exc:
+            await self.refuse(frame, exc, receipt)
         except SlowClient as exc:
             await self.shutdown(str(exc))
         except STORE_ERRORS as exc:
@@ -399,6 +401,39 @@ class StompSession(LinkedSession):
         assert self.buffer is not None
         await self.buffer.put(self._payload(frames[0] if len(frames) == 1 else b"".join(frames)))
 
+    async def refuse(self, frame: Frame, exc: StompError | FrameError | LinkError | BrokerError,
+                     receipt: str | None) -> None:
+        """A frame refused: ERROR, and the connection goes on, as ActiveMQ's ProtocolConverter ("a command
+        can fail.. but that does not invalidate the connection"). It closes after the ERROR (`fail`) when
+        the refusal is fatal there too: a CONNECT refused, an unknown command, a frame the codec rejects.
+        A SEND or ACK of a transaction refused while nobody waited for its answer (no receipt) marks the
+        transaction rollback-only (Link.mark_rollback_only), as ActiveMQ's TransportConnection does for
+        an asynchronous command that fails."""
+        if isinstance(exc, BrokerError):
+            message, detail, headers = exc.message.split("\n", 1)[0][:200], exc.message, ()
+        else:
+            message, detail, headers = exc.message, exc.detail, getattr(exc, "headers", ())
+        refused_connect = frame.command in ("CONNECT", "STOMP") and not self.established
+        if refused_connect or isinstance(exc, FrameError) or getattr(exc, "fatal", False):
+            await self.fail(message, detail, receipt, headers)
+            return
+        name = frame.get("transaction")
+        if (receipt is None and name is not None and self.link is not None
+                and frame.command in ("SEND", "ACK", "NACK")):
+            self.link.mark_rollback_only(name, f"its {frame.command} was refused ({message})")
+        await self.send_error(message, detail, receipt, headers)
+
+    async def send_error(self, message: str, detail: str, receipt: str | None,
+                         headers: tuple[tuple[str, str], ...] = (), force: bool = False) -> None:
+        """The ERROR frame: `message`, `receipt-id` when the frame asked for a receipt, the headers the
+        refusal adds, the explanation as a text body."""
+        body = (detail or message).encode("utf-8")
+        error_headers = [("message", message), *headers, ("content-type", "text/plain"),
+                         ("content-length", str(len(body)))]
+        if receipt is not None:
+            error_headers.insert(1, ("receipt-id", receipt))
+        await self.send_frame("ERROR", error_headers, body, force=force)
+
     async def fail(self, message: str, detail: str = "", receipt: str | None = None,
                    headers: tuple[tuple[str, str], ...] = (), release_first: bool = True) -> None:
         """Send ERROR, then close the connection (STOMP: the server closes after an ERROR). The broker side
@@ -407,16 +442,11 @@ class StompSession(LinkedSession):
         (`release_first=False`), where that would only hold the ERROR back."""
         if self.closing:
             return
-        body = (detail or message).encode("utf-8")
-        error_headers = [("message", message), *headers, ("content-type", "text/plain"),
-                         ("content-length", str(len(body)))]
-        if receipt is not None:
-            error_headers.insert(1, ("receipt-id", receipt))
         self.closing = True
         if release_first:
             await self.release(message)
         with contextlib.suppress(Exception):
-            await self.send_frame("ERROR", error_headers, body, force=True)
+            await self.send_error(message, detail, receipt, headers, force=True)
         await self.shutdown(message)
 
     async def fail_unavailable(self, exc: BaseException, receipt: str | None = None) -> None:
@@ -508,7 +538,6 @@ class StompSession(LinkedSession):
                              f"are: [{', '.join(reversed(VERSIONS))}]",
                              f"accept-version {frame.get('accept-version')!r} names no version this server "
                              "speaks", (("version", ",".join(VERSIONS)),))
-        self.version = version
         self.parser.version = version
         self.unique_ack_ids = version == "1.2"  # its ACK names the message by the ack header alone
         # as ActiveMQ, whatever the version: a 1.0 client that asks for heart-beats gets them
@@ -537,6 +566,10 @@ class StompSession(LinkedSession):
         if request_id is not None:
             headers += [("response-id", request_id), ("receipt-id", request_id)]
         self.parser.limits = self.settings.limits
+        # frames go out in the version from CONNECTED on: a refused CONNECT's ERROR is STOMP 1.0's, as
+        # ActiveMQ's (its wire format takes the version once CONNECTED is sent), so its header unescaped
+        self.version = version
+        self.established = True
         await self.send_frame("CONNECTED", headers)
         loop = asyncio.get_running_loop()
         if beat.send_every:
@@ -572,9 +605,10 @@ class StompSession(LinkedSession):
             if dest.is_temporary and dest.temporary_owner != self.link.connection_id:
                 refusal = await self.broker.temp_destination_refusal(dest)
                 if refusal is not None:
-                    raise StompError(f"Destination does not exist: temp-{dest.kind}://{dest.name}",
-                                     f"cannot send to temp-{dest.kind}://{dest.name}: {refusal} (a temporary "
-                                     "destination is deleted with the connection that created it)")
+                    raise StompError(f"temp-{dest.kind}://{dest.name}",  # ActiveMQ's text: the name alone
+                                     f"Destination does not exist: cannot send to temp-{dest.kind}://"
+                                     f"{dest.name}: {refusal} (a temporary destination is deleted with the "
+                                     "connection that created it)")
         await self._authorize(destinations, "write")
         return destinations
 

@@ -93,6 +93,10 @@ class OpenTransaction:
     size: int = 0
     body_bytes: int = 0
     places: frozenset[str] = frozenset()  # the destinations sent to and consumers acknowledged for
+    # why a SEND or ACK of it was refused while the client did not wait for the answer (no receipt): its
+    # COMMIT must fail, or the client would commit without the refused part unawares (ActiveMQ's
+    # TransportConnection marks such a transaction rollback-only)
+    rollback_only: str = ""
 
 
 # An auto ack's call may wait this long to share the process's next write to Redis (`_ack_once_written`):
@@ -935,6 +939,13 @@ class Link:
         open_tx.size, open_tx.body_bytes, open_tx.places = size, body_bytes, touched
         return open_tx.tx
 
+    def mark_rollback_only(self, name: str, reason: str) -> None:
+        """A SEND or ACK in transaction `name` was refused unanswered: its COMMIT fails (OpenTransaction).
+        The first reason is kept; a name not open is left alone (its own refusal said so)."""
+        open_tx = self.transactions.get(name)
+        if open_tx is not None and not open_tx.rollback_only:
+            open_tx.rollback_only = reason
+
     async def begin(self, name: str) -> None:
         if name in self.transactions:
             raise LinkError(f"The transaction was already started: {name}",
@@ -949,10 +960,16 @@ class Link:
         back, as ActiveMQ's LocalTransaction rolls back a commit that fails ("COMMIT FAILED: Transaction
         rolled back"): its SENDs dropped, the messages it ACKed redelivered."""
         tx = self.transaction(name)
-        del self.transactions[name]
+        rollback_only = self.transactions.pop(name).rollback_only
         acks = self._tx_acks.pop(name, [])
         for _sub, taken in acks:  # (acknowledged now, or refused with the transaction: they are done)
             self._forget_pending(key for key, _entry in taken)
+        if rollback_only:
+            await self.broker.rollback(tx)
+            raise LinkError("COMMIT FAILED: Transaction marked rollback only xaErrorCode:100",
+                            f"transaction {name!r} was not committed, nothing was applied: {rollback_only}; "
+                            "it was rolled back: its SENDs dropped, the messages it ACKed redelivered",
+                            "transaction_error")
         # one subscription's ACKs go into the broker transaction together: by id (`_ack_entries`), in
         # the order they were taken (a `client` ACK takes the oldest), one call per consumer, not per ACK
         by_sub: dict[int, tuple[Subscription, list[tuple[Consumer | None, str]]]] = {}

@@ -106,6 +106,17 @@ class Client:
             pass
 
 
+def goes_on(conn: RawStomp | RawTcp) -> bool:
+    """The connection still answers after an ERROR (ActiveMQ's non-fatal errors): a BEGIN and an ABORT,
+    each answered by its RECEIPT, and nothing else written."""
+    for command, receipt in (("BEGIN", "goes-on-begin"), ("ABORT", "goes-on-abort")):
+        conn.send(command, {"transaction": "goes-on", "receipt": receipt})
+        answer = conn.receive()
+        if answer.command != "RECEIPT" or answer.get("receipt-id") != receipt:
+            return False
+    return True
+
+
 class RawStomp:
     """A hand-driven STOMP connection over the `websockets` client, for what stomp.py cannot send:
     STOMP 1.0/1.1, exact bytes, malformed frames, silence."""
