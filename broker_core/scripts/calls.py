@@ -378,6 +378,17 @@ class CommitEnd(ScriptCall):
         return Eval(cls.script, (tx_key,), ())
 
 
+class TxRecord(ScriptCall):
+    """tx_record.lua: records added to an open transaction if its tally is still the one read (1; 0: it
+    changed meanwhile; -1: no open transaction)."""
+
+    script = "tx_record"
+
+    @classmethod
+    def call(cls, tx_key: str, tally: bytes, new_tally: bytes, records: list[bytes]) -> Eval:
+        return Eval(cls.script, (tx_key,), (tally, new_tally, *records))
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerAdded:
     owner: str  # the exclusive owner ('' when none)

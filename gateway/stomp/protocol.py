@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings as django_settings
 
 from broker_core.destinations import Destination
-from broker_core.errors import BrokerError
+from broker_core.errors import BrokerError, TransactionTooLarge
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, new_message_id
 from broker_core.model import Consumer
@@ -282,7 +282,7 @@ class StompSession(LinkedSession):
                 (dest,) = await self._send_destinations(batch[0])
                 name = batch[0].get("transaction")
                 messages = [message_from_send(frame, self.link.connection_id, self.temps) for frame in batch]
-                tx = (self.link.transaction(name, len(batch), messages, [dest.uri]) if name is not None
+                tx = (await self.link.transaction_for_send(name, messages, [dest.uri]) if name is not None
                       else None)
                 await self._create_temps()
                 await self.broker.send(dest, messages, tx=tx)
@@ -327,6 +327,9 @@ class StompSession(LinkedSession):
                 await self.send_frame("RECEIPT", [("receipt-id", receipt)])
         except (StompError, FrameError, LinkError) as exc:
             await self.fail(exc.message, exc.detail, receipt, getattr(exc, "headers", ()))
+        except TransactionTooLarge as exc:  # (the transaction is rolled back as the connection closes)
+            name = frame.get("transaction")
+            await self.fail("Transaction too large", f"transaction {name!r}: {exc.message}", receipt)
         except BrokerError as exc:
             await self.fail(exc.message.split("\n", 1)[0][:200], exc.message, receipt)
         except SlowClient as exc:
@@ -604,8 +607,8 @@ class StompSession(LinkedSession):
         message = message_from_send(frame, self.link.connection_id, self.temps)
         await self._create_temps()
         name = frame.get("transaction")
-        tx = self.link.transaction(name, 1, [message] * len(destinations),
-                                   [d.uri for d in destinations]) if name is not None else None
+        tx = await self.link.transaction_for_send(name, [message], [d.uri for d in destinations]) \
+            if name is not None else None
         if len(destinations) == 1:
             await self.broker.send(destinations[0], message, tx=tx)
         else:
