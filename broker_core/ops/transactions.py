@@ -214,7 +214,7 @@ def commit(ops: Context, tx: str, now: int) -> Op:
         if op == "send":
             origin = yield from virtual.origin(ops, dest, "commit")
             script = calls.TopicSend if dest.is_topic else calls.Send
-            checks.append(script.call(ops.prefix(dest), now, 0, "check", rest))
+            checks.append(script.check(ops.prefix(dest), now, rest))  # (bodies left out: its step's)
             steps.append(script.call(ops.prefix(dest), now, 0, origin, rest))
             names.append(f"the send to {dest.uri} of {_listed([r[0] for r in rest])}")
         else:

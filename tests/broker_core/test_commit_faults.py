@@ -147,3 +147,33 @@ def test_a_transaction_alternating_between_destinations_commits_in_few_calls(red
     assert [d.body for d in drain(broker, orders)] == [f"o{n}" for n in range(250)]
     assert [d.body for d in drain(broker, audit)] == [f"r{n}" for n in range(250)]
     assert (broker.stats("in1").dequeued, broker.stats("in2").dequeued) == (100, 100)
+
+
+def test_a_commit_carries_each_body_once_and_still_checks_its_size(broker, policy, monkeypatch):
+    """The commit's one MULTI/EXEC checks every send before any is stored, and each body Redis is given
+    costs it a copy or two a byte while every client waits: the check gets each message's packed size and
+    the message without its body, and refuses as before (here a maxMessageSize lowered since the send)."""
+    from broker_core.drivers.loop import Transaction
+    from broker_core.errors import TransactionError
+
+    body = "b" * 100_000
+    tx = broker.begin()
+    broker.send("orders", Message(body=body), tx=tx)
+    multi: list[tuple] = []
+    perform = broker._perform
+
+    def recorded(io):
+        if isinstance(io, Transaction):
+            multi.extend(io.commands)
+        return perform(io)
+
+    monkeypatch.setattr(broker, "_perform", recorded)
+    policy("orders", maxMessageSize=50_000)
+    with pytest.raises(TransactionError, match=r"is 1000\d\d bytes packed, over the destination limit "
+                                               r"maxMessageSize=50000"):
+        broker.commit(tx)
+    carried = sum(len(arg) for command in multi for arg in command if isinstance(arg, bytes | str))
+    assert len(body) < carried < 2 * len(body), carried
+    policy("orders", maxMessageSize=1_000_000)
+    broker.commit(tx)  # still open, whole
+    assert broker.stats("orders").queue_size == 1
