@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from broker_core.broker import Broker  # noqa: E402
 from broker_core.keys import Home  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
-from broker_core.model import ConsumerSpec  # noqa: E402
+from broker_core.model import ConsumerSpec, TransactionLimits  # noqa: E402
 from signalbox.embedded_redis import configured_executable, start_unix_server  # noqa: E402
 
 SLOWLOG_ENTRIES = 100_000
@@ -723,7 +723,7 @@ def close_group_owner(ctx: Context) -> Calls:
 # --- the largest message ---
 # One message of the default policy's maxMessageSize (its body as large as the limit lets it be) through
 # every path that copies a whole message inside one call, and a transaction holding
-# SIGNALBOX_WS_MAX_TRANSACTION_BYTES of sends: Redis copies a large value at a cost per byte (on these VMs
+# SIGNALBOX_MAX_TRANSACTION_BYTES of sends: Redis copies a large value at a cost per byte (on these VMs
 # mostly the first touch of newly allocated memory), so the bound holds only while the limits keep it.
 
 LARGEST: dict[str, int] = {}  # --message-bytes, when given
@@ -790,25 +790,21 @@ def _commit_of(ctx: Context, sends: int, body_bytes: int, queues: int = 1) -> Ca
     return ctx.measure(lambda: ctx.broker.commit(tx), block=True)
 
 
-@case("largest message: COMMIT of one send of SIGNALBOX_WS_MAX_TRANSACTION_BYTES")
+@case("largest message: COMMIT of one send of SIGNALBOX_MAX_TRANSACTION_BYTES")
 def largest_commit_one(ctx: Context) -> Calls:
-    from gateway.ws.link import LinkSettings
-    return _commit_of(ctx, 1, LinkSettings().max_transaction_bytes)
+    return _commit_of(ctx, 1, TransactionLimits().body_bytes)
 
 
-@case("largest message: COMMIT of the most sends, SIGNALBOX_WS_MAX_TRANSACTION_BYTES in all")
+@case("largest message: COMMIT of the most sends, SIGNALBOX_MAX_TRANSACTION_BYTES in all")
 def largest_commit_many(ctx: Context) -> Calls:
-    from gateway.ws.link import LinkSettings
-    settings = LinkSettings()
-    return _commit_of(ctx, settings.max_transaction_size, settings.max_transaction_bytes)
+    limits = TransactionLimits()
+    return _commit_of(ctx, limits.size, limits.body_bytes)
 
 
 @case("largest message: COMMIT of the most sends and bytes, to the most queues in turn")
 def largest_commit_spread(ctx: Context) -> Calls:
-    from gateway.ws.link import LinkSettings
-    settings = LinkSettings()
-    return _commit_of(ctx, settings.max_transaction_size, settings.max_transaction_bytes,
-                      settings.max_transaction_destinations)
+    limits = TransactionLimits()
+    return _commit_of(ctx, limits.size, limits.body_bytes, limits.destinations)
 
 
 def start_server() -> tuple[subprocess.Popen[bytes], str]:

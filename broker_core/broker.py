@@ -43,6 +43,7 @@ from .model import (
     GroupInfo,
     GroupPage,
     SweepResult,
+    TransactionLimits,
 )
 from .ops import advisory, flow, virtual  # noqa: F401 - for the adapters, which import only this facade
 from .ops.router import Router
@@ -176,8 +177,9 @@ class _Api:
     returns, and what an AsyncBroker call's awaitable gives (type checkers see AsyncBroker's inherited
     methods with these sync annotations: typing those as awaitables would repeat every signature)."""
 
-    def __init__(self, namespace: str, clock: Clock | None) -> None:
-        self.ops = Router(namespace)
+    def __init__(self, namespace: str, clock: Clock | None,
+                 transaction_limits: TransactionLimits | None = None) -> None:
+        self.ops = Router(namespace, transaction_limits=transaction_limits)
         self.namespace = namespace
         self.clock = clock or SystemClock()
         # How an operation is run (drivers/loop.py); the two brokers only say how one request is done.
@@ -546,6 +548,14 @@ class _Api:
         """Keep these transactions open `ttl_ms` longer; returns those already gone."""
         return self._run(self.ops.tx_renew(txs, ttl_ms))
 
+    def check_transaction(self, tx: str, size: int = 0, body_bytes: int = 0,
+                          places: Iterable[str] = ()) -> None:
+        """Whether `size` more messages sent or acknowledged, `body_bytes` of bodies and the destinations
+        (uri) and consumers (id) `places` would fit in the transaction: TransactionTooLarge naming the limit
+        if not (`transaction_limits`). Every send and ack with `tx` is checked so; this is for a caller
+        that holds what it adds later (an adapter's acks, added at commit) or adds in several calls."""
+        return self._run(self.ops.tx_check(tx, size, body_bytes, list(places)))
+
     def commit(self, tx: str) -> None:
         return self._run(self.ops.tx_commit(tx, self._now()))
 
@@ -557,8 +567,9 @@ class Broker(_Api):
     """Blocking API over a redis.Redis client (decode_responses must be False)."""
 
     def __init__(self, client: redis.Redis, namespace: str = "sb", clock: Clock | None = None,
-                 policies: PolicyStore | None = None) -> None:
-        super().__init__(namespace, clock)
+                 policies: PolicyStore | None = None,
+                 transaction_limits: TransactionLimits | None = None) -> None:
+        super().__init__(namespace, clock, transaction_limits)
         self.redis = client
         self.policies = policies or PolicyStore(client, namespace)
         # Script calls and transactions go over this broker's own connections (drivers/direct.py), or through
@@ -602,8 +613,9 @@ class AsyncBroker(_Api):
     """The same API for asyncio callers (Channels consumers, async views); every method is awaitable."""
 
     def __init__(self, client: redis.asyncio.Redis, namespace: str = "sb", clock: Clock | None = None,
-                 policies: PolicyStore | None = None) -> None:
-        super().__init__(namespace, clock)
+                 policies: PolicyStore | None = None,
+                 transaction_limits: TransactionLimits | None = None) -> None:
+        super().__init__(namespace, clock, transaction_limits)
         self.redis = client
         self.policies = policies  # resolved in a thread: it uses a blocking client, and only on first use
         # Script calls and transactions share one connection (drivers/multiplexed.py), or go through redis-py

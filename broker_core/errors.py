@@ -64,6 +64,14 @@ class TransactionError(BrokerError):
     code = "transaction_error"
 
 
+class TransactionTooLarge(TransactionError):
+    """A send or ack that would take its transaction past one of its limits (ops/transactions.py
+    TransactionLimits): refused before anything changed, the transaction as it was. `details` name the
+    `setting`, its `limit`, what it counts (`what`) and what the transaction would have held (`held`)."""
+
+    code = "transaction_too_large"
+
+
 class UnknownMessage(BrokerError):
     code = "unknown_message"
 

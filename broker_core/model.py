@@ -20,6 +20,25 @@ DEFAULT_LEASE_MS = 30_000
 
 
 @dataclass(frozen=True)
+class TransactionLimits:
+    """What one transaction may hold (ops/transactions.py checks each send and ack against them, for every
+    adapter and direct caller). Its commit is one MULTI/EXEC, which holds Redis for every client while it
+    runs: each step costs about 20-40 us, each MiB of bodies about 10-20 ms (50 sends of 1 MB held every
+    other client 1.3 s), each destination or consumer a check and a step of about 0.1-0.2 ms (250 queues:
+    20-46 ms). All three reached: 9-17 ms (bench/adversarial.py "largest message"; docs/benchmarks.md
+    "Session 22"). Each is the setting named beside it (gateway/runtime.py reads them)."""
+
+    # SIGNALBOX_MAX_TRANSACTION_SIZE: messages sent and acknowledged (a cumulative ack counts the ids it
+    # names: the commit reads what it covers, bounded by its consumer's window)
+    size: int = 250
+    # SIGNALBOX_MAX_TRANSACTION_BYTES: the bodies its sends carry (a text body in UTF-8; a send to a
+    # composite destination counts once per destination)
+    body_bytes: int = 512 * 1024
+    # SIGNALBOX_MAX_TRANSACTION_DESTINATIONS: the destinations it sends to and the consumers it acks for
+    destinations: int = 16
+
+
+@dataclass(frozen=True)
 class ConsumerSpec:
     """How a consumer wants messages (spec §1.3-1.5, §2, §4, §5.2)."""
 

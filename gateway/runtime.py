@@ -26,7 +26,7 @@ from broker_core import maintenance
 from broker_core.broker import AsyncBroker, Broker
 from broker_core.config.store import PolicyStore
 from broker_core.keys import Home
-from broker_core.model import ConsumerRef, Pushed, is_push, unpack_pushed
+from broker_core.model import ConsumerRef, Pushed, TransactionLimits, is_push, unpack_pushed
 from broker_core.topics import non_durable_key
 
 PROCESS_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -43,9 +43,21 @@ def policies() -> PolicyStore:
 
 
 @functools.cache
+def transaction_limits() -> TransactionLimits:
+    """What one transaction may hold, for every adapter: the settings SIGNALBOX_MAX_TRANSACTION_SIZE,
+    _BYTES and _DESTINATIONS, else broker_core's defaults."""
+    default = TransactionLimits()
+    return TransactionLimits(
+        size=int(getattr(settings, "SIGNALBOX_MAX_TRANSACTION_SIZE", default.size)),
+        body_bytes=int(getattr(settings, "SIGNALBOX_MAX_TRANSACTION_BYTES", default.body_bytes)),
+        destinations=int(getattr(settings, "SIGNALBOX_MAX_TRANSACTION_DESTINATIONS", default.destinations)))
+
+
+@functools.cache
 def broker() -> Broker:
     """The blocking broker client (Django views, Celery tasks)."""
-    return Broker(sync_client(), settings.SIGNALBOX_NAMESPACE, policies=policies())
+    return Broker(sync_client(), settings.SIGNALBOX_NAMESPACE, policies=policies(),
+                  transaction_limits=transaction_limits())
 
 
 @functools.cache
@@ -81,7 +93,8 @@ def _for_loop() -> tuple[AsyncBroker, WakeupHub]:
         pool = redis.asyncio.BlockingConnectionPool.from_url(
             settings.REDIS_URL, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_SECONDS)
         client = redis.asyncio.Redis(connection_pool=pool)
-        broker = AsyncBroker(client, settings.SIGNALBOX_NAMESPACE, policies=policies())
+        broker = AsyncBroker(client, settings.SIGNALBOX_NAMESPACE, policies=policies(),
+                             transaction_limits=transaction_limits())
         hub = WakeupHub(client, settings.SIGNALBOX_NAMESPACE)
         broker.push_locally(hub.channel, hub.pushed)  # the local short-cut
         _async[loop] = (broker, hub)

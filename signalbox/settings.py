@@ -286,12 +286,13 @@ SIGNALBOX_STOMP_TLS_CERT = os.environ.get("SIGNALBOX_STOMP_TLS_CERT") or ""
 SIGNALBOX_STOMP_TLS_KEY = os.environ.get("SIGNALBOX_STOMP_TLS_KEY") or ""
 SIGNALBOX_STOMP_MAX_CONNECTIONS = int(os.environ.get("SIGNALBOX_STOMP_MAX_CONNECTIONS") or 1000)
 # The WebSocket and STOMP sessions' knobs, whose defaults live where they are used (gateway/ws/link.py
-# LinkSettings, gateway/stomp/protocol.py StompSettings; docs/websocket.md "Settings"): a setting here only
+# LinkSettings, gateway/stomp/protocol.py StompSettings; docs/websocket.md "Settings"), and a transaction's
+# limits (broker_core/model.py TransactionLimits; docs/broker_core.md "Transactions"): a setting here only
 # when the environment gives one, checked as a number now rather than at the first connection.
 for _knob in ("SIGNALBOX_WS_LEASE_MS", "SIGNALBOX_WS_SEND_BUFFER_BYTES", "SIGNALBOX_WS_SLOW_CLIENT_SECONDS",
               "SIGNALBOX_WS_MAX_SUBSCRIPTIONS", "SIGNALBOX_WS_RECEIVE_BATCH",
-              "SIGNALBOX_WS_MAX_TRANSACTION_SIZE", "SIGNALBOX_WS_MAX_TRANSACTION_BYTES",
-              "SIGNALBOX_WS_MAX_TRANSACTION_DESTINATIONS",
+              "SIGNALBOX_MAX_TRANSACTION_SIZE", "SIGNALBOX_MAX_TRANSACTION_BYTES",
+              "SIGNALBOX_MAX_TRANSACTION_DESTINATIONS",
               "SIGNALBOX_STOMP_MAX_BODY", "SIGNALBOX_STOMP_MAX_HEADERS",
               "SIGNALBOX_STOMP_MAX_HEADER_LINE", "SIGNALBOX_STOMP_HEARTBEAT_MIN_MS",
               "SIGNALBOX_STOMP_HEARTBEAT_GRACE", "SIGNALBOX_STOMP_CONNECT_TIMEOUT"):
@@ -300,6 +301,14 @@ for _knob in ("SIGNALBOX_WS_LEASE_MS", "SIGNALBOX_WS_SEND_BUFFER_BYTES", "SIGNAL
             globals()[_knob] = float(os.environ[_knob])
         except ValueError:
             raise ImproperlyConfigured(f"{_knob}={os.environ[_knob]!r} is not a number") from None
+# A transaction's limits are every adapter's (broker_core TransactionLimits, where their defaults live;
+# gateway/runtime.py gives them to its brokers), no longer the WebSocket sessions': their old names are
+# refused, naming the new, rather than ignored.
+for _knob in ("SIGNALBOX_MAX_TRANSACTION_SIZE", "SIGNALBOX_MAX_TRANSACTION_BYTES",
+              "SIGNALBOX_MAX_TRANSACTION_DESTINATIONS"):
+    _old = _knob.replace("SIGNALBOX_", "SIGNALBOX_WS_")
+    if os.environ.get(_old):
+        raise ImproperlyConfigured(f"{_old} is now {_knob}: it limits transactions of every adapter")
 # The connection registry (gateway/connections.py, docs/console.md "Connections"): each process renews its
 # connections' entries every third of the lease, so a dead process's connections leave the list within it;
 # at most LIMIT connections are registered (a new one past it is refused, naming the setting); close

@@ -80,3 +80,15 @@ def test_the_secret_key_is_generated_once_and_kept(tmp_path):
     load_settings(tmp_path)
     assert (tmp_path / "secret_key").read_text() == first
     assert len(first) >= 50
+
+
+def test_a_transactions_former_setting_name_is_refused_naming_the_new_one(tmp_path):
+    """The limits were the WebSocket sessions' (SIGNALBOX_WS_MAX_TRANSACTION_*) and are broker_core's for
+    every adapter now: an old name left in an environment is refused, not silently ignored."""
+    child_env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    child_env.update(DJANGO_SETTINGS_MODULE="signalbox.settings", SIGNALBOX_DATA_DIR=str(tmp_path),
+                     SIGNALBOX_WS_MAX_TRANSACTION_BYTES="1000")
+    result = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=child_env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode != 0
+    assert "SIGNALBOX_WS_MAX_TRANSACTION_BYTES is now SIGNALBOX_MAX_TRANSACTION_BYTES" in result.stderr

@@ -19,7 +19,7 @@ from ..destinations import Destination
 from ..effects import Command, Create, Eval, Forward, NoDestination, Op, Policy
 from ..errors import UnknownConsumer, UnknownDestination
 from ..keys import Home
-from ..model import ConsumerRef, DispatchResult
+from ..model import ConsumerRef, DispatchResult, TransactionLimits
 from ..resp import reply_text as _str
 from ..scripts import calls
 from ..scripts.calls import FORWARDS_WAITING, PASS_HAS_MORE
@@ -50,9 +50,11 @@ class VirtualCache:
 class Context:
     """One key namespace and this process's per-namespace state, passed to every operation."""
 
-    def __init__(self, namespace: str = "sb", return_chunk: int = RETURN_CHUNK) -> None:
+    def __init__(self, namespace: str = "sb", return_chunk: int = RETURN_CHUNK,
+                 transaction_limits: TransactionLimits | None = None) -> None:
         self.namespace = namespace
         self.return_chunk = return_chunk  # messages returned (or released) per call
+        self.transaction_limits = transaction_limits or TransactionLimits()
         self.registry_key = keys.registry_key(namespace)
         self.virtual = VirtualCache()  # this process's copy of the routing configuration
         # Deliveries pushed to consumers of this process (outbox.lua push_*): the wake-up channel its

@@ -165,7 +165,7 @@ def send_parts(ops: Context, dest: Destination, now: int, sending: type[Send] | 
     parts.append(part)
     if len(parts) > 1:
         for part in parts:
-            yield from ops.eval(Home(dest), now, sending.call(ops.prefix(dest), now, 0, "check", part))
+            yield from ops.eval(Home(dest), now, sending.check(ops.prefix(dest), now, part))
     statuses: list[str] = []
     # the send names this process's wake-up channel: its own consumers' pushes come back in the reply
     budget = f"0~{ops.local_channel}" if sending is Send and ops.local_channel else 0

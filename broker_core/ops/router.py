@@ -84,7 +84,10 @@ class Router(Context):
         uri = getattr(parts, "uri", "")  # destinations.CompositeParts: the composite's own name
         if uri:
             messages = [replace(m, original_destination=uri) for m in messages]
-        if tx:
+        if tx:  # each part a send of its own, checked whole first: refused, no part is added
+            body_bytes = sum(m.body_size for m in messages)
+            yield from transactions.check(self, tx, len(messages) * len(parts), body_bytes * len(parts),
+                                          [p.uri for p in parts])
             ids: list[str] = []
             for part in parts:
                 ids = yield from self.tx_send(tx, part, messages, now)
@@ -305,6 +308,9 @@ class Router(Context):
 
     def tx_ack(self, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
         return self.run(transactions.ack(self, tx, consumer, message_ids, mode, now))
+
+    def tx_check(self, tx: str, size: int, body_bytes: int, places: Iterable[str]) -> Op:
+        return self.run(transactions.check(self, tx, size, body_bytes, places))
 
     def tx_commit(self, tx: str, now: int) -> Op:
         return self.run(transactions.commit(self, tx, now))

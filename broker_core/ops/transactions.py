@@ -15,16 +15,17 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
 from ..destinations import Destination, require_concrete
 from ..effects import Command, Eval, Op, Settle
-from ..errors import NotInFlight, TransactionError, UnknownConsumer
+from ..errors import NotInFlight, TransactionError, TransactionTooLarge, UnknownConsumer
 from ..keys import Home, tx_key
 from ..messages import Message
-from ..model import ConsumerRef
+from ..model import ConsumerRef, TransactionLimits
 from ..scripts import calls
 from ..scripts.calls import FORWARDS_WAITING, PASS_HAS_MORE
 from ..topics import pack_for_topic
@@ -38,7 +39,7 @@ def begin(ops: Context, ttl_ms: int) -> Op:
     commands left a transaction that never expired."""
     tx = f"tx-{uuid.uuid4().hex[:16]}"
     key = tx_key(ops.namespace, tx)
-    yield [("RPUSH", key, msgpack.packb(["begin"])), ("PEXPIRE", key, ttl_ms)]
+    yield [("RPUSH", key, Tally().pack()), ("PEXPIRE", key, ttl_ms)]
     return tx
 
 
@@ -54,24 +55,75 @@ def renew(ops: Context, txs: list[str], ttl_ms: int) -> Op:
 # The longest a transaction's reservation of space can outlive it: none while its key is read (see `send`).
 RESERVATION_MOST_MS = 24 * 3_600_000
 
-# Records: ["send", kind, name, message id, packed message] and
-# ["ack", kind, name, consumer id, ack mode, [message ids]].
+# Records: the tally first, ["begin", messages, body bytes, [destinations and consumers]] (`Tally`), then
+# ["send", kind, name, message id, packed message] and ["ack", kind, name, consumer id, ack mode, [ids]].
 
 
-def _tx_open(ops: Context, tx: str) -> Op:
-    if not (yield Command(("EXISTS", tx_key(ops.namespace, tx)))):
+@dataclass(frozen=True)
+class Tally:
+    """What a transaction holds, as its limits count it (TransactionLimits): its first record."""
+
+    size: int = 0
+    body_bytes: int = 0
+    places: frozenset[str] = frozenset()  # the destinations sent to (uri) and consumers acked for (id)
+
+    def pack(self) -> bytes:
+        return msgpack.packb(["begin", self.size, self.body_bytes, sorted(self.places)])
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Tally:
+        _, *held = msgpack.unpackb(raw, raw=False)
+        if not held:  # (a transaction begun before its tally was kept: counted from here)
+            return cls()
+        return cls(held[0], held[1], frozenset(held[2]))
+
+    def adding(self, limits: TransactionLimits, tx: str, size: int, body_bytes: int,
+               places: Iterable[str]) -> Tally:
+        """This tally with `size` messages, `body_bytes` of bodies and `places` more; TransactionTooLarge
+        past a limit. The one check of every adapter's transactions."""
+        grown = Tally(self.size + size, self.body_bytes + body_bytes, self.places.union(places))
+        for held, limit, setting, what in (
+                (grown.size, limits.size, "SIGNALBOX_MAX_TRANSACTION_SIZE", "messages sent and acknowledged"),
+                (grown.body_bytes, limits.body_bytes, "SIGNALBOX_MAX_TRANSACTION_BYTES",
+                 "bytes of message bodies"),
+                (len(grown.places), limits.destinations, "SIGNALBOX_MAX_TRANSACTION_DESTINATIONS",
+                 "destinations and consumers")):
+            if held > limit:
+                raise TransactionTooLarge(
+                    f"transaction {tx} would hold {held} {what}; the limit is {limit} ({setting}): nothing "
+                    "was added; commit it and go on in another", transaction=tx, setting=setting,
+                    limit=limit, held=held, what=what)
+        return grown
+
+
+def _tally(ops: Context, tx: str) -> Op:
+    """The transaction's tally as stored (for `_record`) and read; TransactionError if it is not open."""
+    raw = yield Command(("LINDEX", tx_key(ops.namespace, tx), 0))
+    if raw is None:
         raise TransactionError(f"no open transaction {tx}", transaction=tx)
+    return raw, Tally.unpack(raw)
+
+
+def check(ops: Context, tx: str, size: int, body_bytes: int, places: Iterable[str]) -> Op:
+    """Whether `size` messages, `body_bytes` of bodies and `places` more would fit in the open transaction:
+    TransactionTooLarge if not; nothing changes either way. For a caller that adds in several calls
+    what must fit whole (a composite send's parts; an adapter holding acks it adds at commit)."""
+    _, tally = yield from _tally(ops, tx)
+    tally.adding(ops.transaction_limits, tx, size, body_bytes, places)
 
 
 def _tx_records(ops: Context, tx: str) -> Op:
-    yield from _tx_open(ops, tx)
+    yield from _tally(ops, tx)
     raw = yield Command(("LRANGE", tx_key(ops.namespace, tx), 1, -1))
     return [msgpack.unpackb(r, raw=False) for r in raw]
 
 
 def send(ops: Context, tx: str, dest: Destination, messages: Iterable[Message], now: int) -> Op:
     require_concrete(dest, "send to")
-    yield from _tx_open(ops, tx)
+    messages = list(messages)
+    added = (len(messages), sum(message.body_size for message in messages), (dest.uri,))
+    raw, tally = yield from _tally(ops, tx)
+    tally.adding(ops.transaction_limits, tx, *added)  # refused before it reserves space or stores anything
     yield from ops.ensure(dest, now)  # so the commit's MULTI never meets a new one
     if dest.is_topic:  # recorded with the ActiveMQ.Retain decision (topics.pack_for_topic)
         records = [pack_for_topic(message, now) for message in messages]
@@ -89,25 +141,50 @@ def send(ops: Context, tx: str, dest: Destination, messages: Iterable[Message], 
                  for message_id, blob, retain, copy in records]
     else:
         sends = [["send", dest.kind, dest.name, message_id, blob] for message_id, blob in packed]
-    yield from _record(ops, tx, sends)
+    yield from _record(ops, tx, raw, tally, added, sends)
     return [record[3] for record in sends]
 
 
-def _record(ops: Context, tx: str, records: list[list[Any]]) -> Op:
-    """Add records to an open transaction. RPUSHX, not RPUSH: the transaction may have ended since it was
-    checked (rolled back by its owner's close, or expired) while its send waited for room, and RPUSH
-    would make its key again, without a lifetime: kept forever, and its reservation with it."""
-    if not (yield Command(("RPUSHX", tx_key(ops.namespace, tx), *(msgpack.packb(r) for r in records)))):
-        raise TransactionError(f"no open transaction {tx} (it ended while this was added)", transaction=tx)
+# How often `_record` reads a tally again that another caller changed meanwhile before it gives up.
+RECORD_TRIES = 10
+
+
+def _record(ops: Context, tx: str, raw: bytes, tally: Tally, added: tuple[int, int, Iterable[str]],
+            records: list[list[Any]]) -> Op:
+    """Add records to an open transaction with its tally grown by `added`, checked against its limits
+    again if another caller added to it since it was read (`raw`, `tally`: tx_record.lua adds only to the
+    tally it was given). Never makes the key again: the transaction may have ended since it was read
+    (rolled back by its owner's close, or expired) while its send waited for room, and a key made again
+    would have no lifetime, kept forever with its reservation. Refused here (ended, or past a limit by
+    another caller's adds meanwhile), what the send reserved or the ack marked delivered stays until the
+    transaction ends, as it would have had it been added."""
+    key = tx_key(ops.namespace, tx)
+    packed = [msgpack.packb(r) for r in records]
+    for _ in range(RECORD_TRIES):
+        grown = tally.adding(ops.transaction_limits, tx, *added)
+        done = yield calls.TxRecord.call(key, raw, grown.pack(), packed)
+        if done == 1:
+            return
+        if done == -1:
+            break
+        raw, tally = yield from _tally(ops, tx)
+    else:
+        raise TransactionError(f"transaction {tx}: not added, its tally changed {RECORD_TRIES} times while "
+                               "this was added (other callers adding to it)", transaction=tx)
+    raise TransactionError(f"no open transaction {tx} (it ended while this was added)", transaction=tx)
 
 
 def ack(ops: Context, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
-    """A transacted ack is a DELIVERED ack now (the window grows) and a real ack on commit."""
-    yield from _tx_open(ops, tx)
+    """A transacted ack is a DELIVERED ack now (the window grows) and a real ack on commit. Counted as the
+    ids it names (a cumulative ack's covered messages are read at commit, bounded by its window)."""
+    added = (len(message_ids), 0, (consumer.consumer_id,))
+    raw, tally = yield from _tally(ops, tx)
+    tally.adding(ops.transaction_limits, tx, *added)  # refused before any message is marked delivered
     yield from homes.ack(ops, consumer, message_ids, "delivered", now)
     dest = consumer.destination
     # (the transaction gone meanwhile: its messages stay delivered, in flight until its consumer ends)
-    yield from _record(ops, tx, [["ack", dest.kind, dest.name, consumer.consumer_id, mode, message_ids]])
+    yield from _record(ops, tx, raw, tally, added,
+                       [["ack", dest.kind, dest.name, consumer.consumer_id, mode, message_ids]])
 
 
 def commit(ops: Context, tx: str, now: int) -> Op:
@@ -121,7 +198,8 @@ def commit(ops: Context, tx: str, now: int) -> Op:
     in parts, each destination's sends and each consumer's individual acks together: `_steps`; a
     cumulative ack over more than CUMULATIVE_MOST messages, read just before, as individual acks of
     ACK_PART: if its window changed meanwhile, the check refuses it); the whole is
-    bounded by the transaction's size, which the adapters limit, and its consumers' windows.
+    bounded by the transaction's limits (TransactionLimits, checked as it was filled) and its consumers'
+    windows.
     Refused: TransactionError naming the step and its reason; nothing applied, the transaction open as
     it was, to commit again or roll back."""
     key = tx_key(ops.namespace, tx)
@@ -136,7 +214,7 @@ def commit(ops: Context, tx: str, now: int) -> Op:
         if op == "send":
             origin = yield from virtual.origin(ops, dest, "commit")
             script = calls.TopicSend if dest.is_topic else calls.Send
-            checks.append(script.call(ops.prefix(dest), now, 0, "check", rest))
+            checks.append(script.check(ops.prefix(dest), now, rest))  # (bodies left out: its step's)
             steps.append(script.call(ops.prefix(dest), now, 0, origin, rest))
             names.append(f"the send to {dest.uri} of {_listed([r[0] for r in rest])}")
         else:

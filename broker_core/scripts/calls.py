@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from .. import model
 from ..effects import Eval
-from ..messages import Delivery, unpack_delivery
+from ..messages import Delivery, unpack_delivery, without_body
 from ..model import Browsed, BrowsePage, DestinationSummary, GroupInfo, GroupPage
 from ..resp import reply_text as _text
 
@@ -376,6 +376,17 @@ class CommitEnd(ScriptCall):
     @classmethod
     def call(cls, tx_key: str) -> Eval:
         return Eval(cls.script, (tx_key,), ())
+
+
+class TxRecord(ScriptCall):
+    """tx_record.lua: records added to an open transaction if its tally is still the one read (1; 0: it
+    changed meanwhile; -1: no open transaction)."""
+
+    script = "tx_record"
+
+    @classmethod
+    def call(cls, tx_key: str, tally: bytes, new_tally: bytes, records: list[bytes]) -> Eval:
+        return Eval(cls.script, (tx_key,), (tally, new_tally, *records))
 
 
 @dataclass(frozen=True, slots=True)
@@ -892,7 +903,23 @@ class SelectorMatch(ScriptCall):
         return cls.RESULTS[_text(reply)]
 
 
-class Send(ScriptCall):
+class _Checks:
+    """A send script's check call (origin 'check'): the messages' size and property limits checked as any
+    send checks them, nothing stored. Each message goes as (id, packed size, packed without its body),
+    not as `call` gives it: the step after the check carries the body (a transaction's commit checks
+    every part in its one MULTI/EXEC before any is stored, and each body Redis is given costs it a copy
+    or two a byte while every client waits)."""
+
+    script: ClassVar[str]
+
+    @classmethod
+    def check(cls, prefix: str, now: int, records: Iterable[Sequence[Any]]) -> Eval:
+        """`records` as the class's `call` takes them."""
+        return Eval(cls.script, (prefix,), (now, 0, "check", *chain.from_iterable(
+            (record[0], len(record[1]), without_body(record[1])) for record in records)))
+
+
+class Send(ScriptCall, _Checks):
     """send.lua: enqueue messages on a queue. `budget` may carry the calling process's wake-up channel
     ('0~<channel>': pushes to its consumers come back in the tail); `origin` 'producer', 'retry', 'commit',
     'forward', 'check' or 'probe', with a routing plan (virtual.py)."""
@@ -1082,7 +1109,7 @@ class TopicFanout(ScriptCall):
         return FannedOut(int(own[0]), int(own[1]), end)
 
 
-class TopicSend(ScriptCall):
+class TopicSend(ScriptCall, _Checks):
     """topic_send.lua: publish messages on a topic; `origin` as Send's."""
 
     script = "topic_send"

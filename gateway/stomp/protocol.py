@@ -27,7 +27,7 @@ from typing import Any
 from django.conf import settings as django_settings
 
 from broker_core.destinations import Destination
-from broker_core.errors import BrokerError
+from broker_core.errors import BrokerError, TransactionTooLarge
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, new_message_id
 from broker_core.model import Consumer
@@ -285,7 +285,7 @@ class StompSession(LinkedSession):
                 (dest,) = await self._send_destinations(batch[0])
                 name = batch[0].get("transaction")
                 messages = [message_from_send(frame, self.link.connection_id, self.temps) for frame in batch]
-                tx = (self.link.transaction(name, len(batch), messages, [dest.uri]) if name is not None
+                tx = (await self.link.transaction_for_send(name, messages, [dest.uri]) if name is not None
                       else None)
                 await self._create_temps()
                 await self.broker.send(dest, messages, tx=tx)
@@ -409,7 +409,10 @@ class StompSession(LinkedSession):
         A SEND or ACK of a transaction refused while nobody waited for its answer (no receipt) marks the
         transaction rollback-only (Link.mark_rollback_only), as ActiveMQ's TransportConnection does for
         an asynchronous command that fails."""
-        if isinstance(exc, BrokerError):
+        if isinstance(exc, TransactionTooLarge):
+            message, detail, headers = ("Transaction too large",
+                                        f"transaction {frame.get('transaction')!r}: {exc.message}", ())
+        elif isinstance(exc, BrokerError):
             message, detail, headers = exc.message.split("\n", 1)[0][:200], exc.message, ()
         else:
             message, detail, headers = exc.message, exc.detail, getattr(exc, "headers", ())
@@ -638,8 +641,8 @@ class StompSession(LinkedSession):
         message = message_from_send(frame, self.link.connection_id, self.temps)
         await self._create_temps()
         name = frame.get("transaction")
-        tx = self.link.transaction(name, 1, [message] * len(destinations),
-                                   [d.uri for d in destinations]) if name is not None else None
+        tx = await self.link.transaction_for_send(name, [message], [d.uri for d in destinations]) \
+            if name is not None else None
         if len(destinations) == 1:
             await self.broker.send(destinations[0], message, tx=tx)
         else:

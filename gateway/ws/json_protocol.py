@@ -306,9 +306,8 @@ class JsonSession(LinkedSession):
         await self._authorize(destinations, "write")
         messages = self._messages(request)
         name = _field(request, "transaction", str)
-        adding = len(messages) * len(destinations)
-        tx = self.link.transaction(name, adding, messages * len(destinations),
-                                   [d.uri for d in destinations]) if name is not None else None
+        tx = await self.link.transaction_for_send(name, messages, [d.uri for d in destinations]) \
+            if name is not None else None
         ids: list[str] = []
         for dest in destinations:
             ids += await self.broker.send(dest, messages, tx=tx)

@@ -50,19 +50,6 @@ class LinkSettings:
     slow_client_seconds: float = 30.0  # SIGNALBOX_WS_SLOW_CLIENT_SECONDS
     max_subscriptions: int = 1000  # SIGNALBOX_WS_MAX_SUBSCRIPTIONS (per connection)
     receive_batch: int = 500  # SIGNALBOX_WS_RECEIVE_BATCH: messages taken per receive call
-    # SIGNALBOX_WS_MAX_TRANSACTION_SIZE: SENDs and ACKs in one transaction (a `client` mode ACK counts as
-    # the messages it covers), and
-    # SIGNALBOX_WS_MAX_TRANSACTION_BYTES: the message bodies its SENDs carry. Its commit is one MULTI/EXEC,
-    # which holds Redis for everyone while it runs: each step costs about 20-40 us, each MiB of bodies
-    # about 10-20 ms (copied by its check and by its step); 50 sends of 1 MB held every other client 1.3 s.
-    # All three limits reached: 9-17 ms of Redis here (bench/adversarial.py, "largest message";
-    # docs/benchmarks.md "Session 22")
-    max_transaction_size: int = 250
-    max_transaction_bytes: int = 512 * 1024
-    # SIGNALBOX_WS_MAX_TRANSACTION_DESTINATIONS: the destinations its SENDs go to and the consumers its ACKs
-    # are for; each is a check and a step of the commit, about 0.1-0.2 ms of Redis (250 queues: 20-46 ms)
-    max_transaction_destinations: int = 16
-
     @classmethod
     def from_django(cls) -> LinkSettings:
         return cls(
@@ -71,11 +58,6 @@ class LinkSettings:
             slow_client_seconds=float(_setting("SIGNALBOX_WS_SLOW_CLIENT_SECONDS", cls.slow_client_seconds)),
             max_subscriptions=int(_setting("SIGNALBOX_WS_MAX_SUBSCRIPTIONS", cls.max_subscriptions)),
             receive_batch=int(_setting("SIGNALBOX_WS_RECEIVE_BATCH", cls.receive_batch)),
-            max_transaction_size=int(_setting("SIGNALBOX_WS_MAX_TRANSACTION_SIZE", cls.max_transaction_size)),
-            max_transaction_bytes=int(_setting("SIGNALBOX_WS_MAX_TRANSACTION_BYTES",
-                                               cls.max_transaction_bytes)),
-            max_transaction_destinations=int(_setting("SIGNALBOX_WS_MAX_TRANSACTION_DESTINATIONS",
-                                                      cls.max_transaction_destinations)),
         )
 
     @property
@@ -85,14 +67,14 @@ class LinkSettings:
 
 @dataclass
 class OpenTransaction:
-    """A transaction the client has begun on this connection: the broker's id, the SENDs and ACKs in it so
-    far (at most LinkSettings.max_transaction_size), the bytes of its SENDs' bodies (at most
-    max_transaction_bytes) and the destinations and consumers they name (max_transaction_destinations)."""
+    """A transaction the client has begun on this connection: the broker's id, and what its ACKs so far
+    hold, which go into the broker's transaction only at COMMIT (`Link.commit`: an ABORT gives their ids
+    back to the client), yet count against its limits from the ACK on (broker_core TransactionLimits):
+    the messages they acknowledge and their consumers."""
 
     tx: str
-    size: int = 0
-    body_bytes: int = 0
-    places: frozenset[str] = frozenset()  # the destinations sent to and consumers acknowledged for
+    acked: int = 0
+    consumers: frozenset[str] = frozenset()
     # why a SEND or ACK of it was refused while the client did not wait for the answer (no receipt): its
     # COMMIT must fail, or the client would commit without the refused part unawares (ActiveMQ's
     # TransportConnection marks such a transaction rollback-only)
@@ -817,20 +799,24 @@ class Link:
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected ACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        tx_id = self.transaction(tx, self._covered(sub, ack_ids),
-                                 places=[c.consumer_id for c in sub.consumers]) if tx else None
-        taken = self._take(sub, ack_ids)
-        if tx:  # (their ids stay pending: an ABORT gives them back)
-            self._tx_acks.setdefault(tx, []).append((sub, taken))
+        if tx:  # held here until COMMIT; counted now (`OpenTransaction`), with the transaction's sends
+            open_tx = self._open(tx)
+            acked = open_tx.acked + self._covered(sub, ack_ids)
+            consumers = open_tx.consumers.union(c.consumer_id for c in sub.consumers)
+            await self.broker.check_transaction(open_tx.tx, acked, places=consumers)
+            taken = self._take(sub, ack_ids)
+            open_tx.acked, open_tx.consumers = acked, consumers
+            self._tx_acks.setdefault(tx, []).append((sub, taken))  # (their ids stay pending: ABORT)
             return len(taken)
+        taken = self._take(sub, ack_ids)
         self._forget_pending(key for key, _entry in taken)
-        return await self._ack_entries(sub, [entry for _key, entry in taken], tx_id)
+        return await self._ack_entries(sub, [entry for _key, entry in taken], None)
 
     @staticmethod
     def _covered(sub: Subscription, ack_ids: list[str]) -> int:
         """How many messages acks of `ack_ids` acknowledge: in `client` mode every one the subscription
         was given up to the latest listed (up to its prefetch, 32,767), which its transaction's commit
-        applies in its one MULTI/EXEC, so they count against max_transaction_size as many. (An id it
+        applies in its one MULTI/EXEC, so they count against its size limit as many. (An id it
         does not hold counts one: `_take` refuses it.)"""
         if sub.ack_mode != "client":
             return len(ack_ids)
@@ -909,34 +895,30 @@ class Link:
 
     # -- transactions ---------------------------------------------------------------------------------
 
-    def transaction(self, name: str, adding: int = 0, messages: list[Message] | None = None,
-                    places: Iterable[str] = ()) -> str:
-        """The broker's id of the client's transaction `name`, to which the caller adds `adding` SENDs or
-        ACKs: SENDs of `messages`, whose bodies count too, to the destinations `places`, or ACKs for the
-        consumers `places` (each destination or consumer is a check and a step of the commit's one
-        MULTI/EXEC). Refused past max_transaction_size, max_transaction_bytes or
-        max_transaction_destinations, before anything is added (the transaction stays open)."""
+    def transaction(self, name: str) -> str:
+        """The broker's id of the client's transaction `name`."""
+        return self._open(name).tx
+
+    def _open(self, name: str) -> OpenTransaction:
         try:
-            open_tx = self.transactions[name]
+            return self.transactions[name]
         except KeyError:
             raise LinkError(f"Invalid transaction id: {name}",
                             f"transaction {name!r} was not begun on this connection (or already ended)",
                             "transaction_error") from None
-        size = open_tx.size + adding
-        body_bytes = open_tx.body_bytes + sum(message.body_size for message in messages or ())
-        touched = open_tx.places.union(places)
-        limits = self.settings
-        for held, limit, setting, what in (
-                (size, limits.max_transaction_size, "SIGNALBOX_WS_MAX_TRANSACTION_SIZE", "SENDs and ACKs"),
-                (body_bytes, limits.max_transaction_bytes, "SIGNALBOX_WS_MAX_TRANSACTION_BYTES",
-                 "bytes of message bodies"),
-                (len(touched), limits.max_transaction_destinations,
-                 "SIGNALBOX_WS_MAX_TRANSACTION_DESTINATIONS", "destinations and consumers")):
-            if held > limit:
-                raise LinkError("Transaction too large",
-                                f"transaction {name!r} would hold {held} {what}; the limit is {limit} "
-                                f"({setting}): commit it and go on in another", "transaction_too_large")
-        open_tx.size, open_tx.body_bytes, open_tx.places = size, body_bytes, touched
+
+    async def transaction_for_send(self, name: str, messages: list[Message], places: list[str]) -> str:
+        """The broker's id of transaction `name`, to which the caller sends `messages` to the destinations
+        `places` (a message once per destination). The broker checks each send against the transaction's
+        limits, refusing it whole (TransactionTooLarge); checked here first, in one call, when it cannot
+        alone: the transaction's ACKs, held here until COMMIT, must fit with it, or the caller sends to
+        several destinations in several calls, which must fit together."""
+        open_tx = self._open(name)
+        if open_tx.acked or len(places) > 1:
+            await self.broker.check_transaction(
+                open_tx.tx, open_tx.acked + len(messages) * len(places),
+                sum(message.body_size for message in messages) * len(places),
+                open_tx.consumers.union(places))
         return open_tx.tx
 
     def mark_rollback_only(self, name: str, reason: str) -> None:

@@ -13,6 +13,7 @@ from broker_core.broker import AsyncBroker, Broker
 from broker_core.clock import SystemClock
 from broker_core.errors import TransactionError
 from broker_core.messages import Message
+from broker_core.model import TransactionLimits
 
 from ..helpers.broker import consumer, drain
 
@@ -115,13 +116,15 @@ def _script_calls(redis_client) -> int:
     return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval", "fcall"))
 
 
-def test_a_transaction_alternating_between_destinations_commits_in_few_calls(broker, redis_client):
+def test_a_transaction_alternating_between_destinations_commits_in_few_calls(redis_client, namespace, clock):
     """A commit is one MULTI/EXEC: every call in it holds Redis for every client. Taken in record order,
     a transaction that alternates between two queues (an order and its audit record, 250 times) made a
     call per message, and one acknowledging two consumers' messages in turn a call per ack: 500 sends
     held Redis 44-140 ms, 500 acks 38-98 ms (SLOWLOG), against about 10 ms for 500 sends to one queue.
     Each destination's sends, and each consumer's individual acks, go together in calls of up to 100, in
-    their own order (within the MULTI/EXEC nothing sees the order across destinations)."""
+    their own order (within the MULTI/EXEC nothing sees the order across destinations). (700 sends and
+    acks: past the default TransactionLimits, which this grouping is not about.)"""
+    broker = Broker(redis_client, namespace, clock, transaction_limits=TransactionLimits(size=1000))
     c1 = consumer(broker, "in1", prefetch=1000, ack_mode="transacted", consumer_id="C1")
     c2 = consumer(broker, "in2", prefetch=1000, ack_mode="transacted", consumer_id="C2")
     broker.send("in1", [Message(body=f"a{n}") for n in range(100)])
@@ -144,3 +147,33 @@ def test_a_transaction_alternating_between_destinations_commits_in_few_calls(bro
     assert [d.body for d in drain(broker, orders)] == [f"o{n}" for n in range(250)]
     assert [d.body for d in drain(broker, audit)] == [f"r{n}" for n in range(250)]
     assert (broker.stats("in1").dequeued, broker.stats("in2").dequeued) == (100, 100)
+
+
+def test_a_commit_carries_each_body_once_and_still_checks_its_size(broker, policy, monkeypatch):
+    """The commit's one MULTI/EXEC checks every send before any is stored, and each body Redis is given
+    costs it a copy or two a byte while every client waits: the check gets each message's packed size and
+    the message without its body, and refuses as before (here a maxMessageSize lowered since the send)."""
+    from broker_core.drivers.loop import Transaction
+    from broker_core.errors import TransactionError
+
+    body = "b" * 100_000
+    tx = broker.begin()
+    broker.send("orders", Message(body=body), tx=tx)
+    multi: list[tuple] = []
+    perform = broker._perform
+
+    def recorded(io):
+        if isinstance(io, Transaction):
+            multi.extend(io.commands)
+        return perform(io)
+
+    monkeypatch.setattr(broker, "_perform", recorded)
+    policy("orders", maxMessageSize=50_000)
+    with pytest.raises(TransactionError, match=r"is 1000\d\d bytes packed, over the destination limit "
+                                               r"maxMessageSize=50000"):
+        broker.commit(tx)
+    carried = sum(len(arg) for command in multi for arg in command if isinstance(arg, bytes | str))
+    assert len(body) < carried < 2 * len(body), carried
+    policy("orders", maxMessageSize=1_000_000)
+    broker.commit(tx)  # still open, whole
+    assert broker.stats("orders").queue_size == 1

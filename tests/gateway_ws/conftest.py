@@ -34,6 +34,7 @@ async def ws_runtime(channel_layer_cleanup) -> AsyncIterator[str]:
     namespace = f"t{uuid.uuid4().hex[:12]}"
     with override_settings(SIGNALBOX_NAMESPACE=namespace, PASSWORD_HASHERS=FAST_HASHERS):
         runtime.policies.cache_clear()
+        runtime.transaction_limits.cache_clear()  # (a test may set its own)
         runtime._async.clear()
         try:
             yield namespace
@@ -49,6 +50,7 @@ async def ws_runtime(channel_layer_cleanup) -> AsyncIterator[str]:
                 await aio.redis.aclose()
             runtime._async.clear()
             runtime.policies.cache_clear()
+            runtime.transaction_limits.cache_clear()
 
 
 @pytest.fixture

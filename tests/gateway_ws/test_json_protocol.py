@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from django.test import override_settings
 
 from gateway import runtime
 from tests.helpers.channels import receive_json, send_json, websocket
@@ -121,6 +122,48 @@ async def test_a_commit_that_cannot_apply_whole_applies_nothing_and_is_rolled_ba
         stats = await aio.stats("queue://json.f")
         assert (stats.enqueued, stats.dequeued) == (1, 0)
         assert (await request(ws, type="begin", id=7, transaction="t"))["type"] == "ok"  # the name is free
+
+
+@override_settings(SIGNALBOX_MAX_TRANSACTION_DESTINATIONS=2)
+async def test_a_send_past_a_transactions_limit_is_refused_whole_and_the_transaction_stays():
+    """The limits are broker_core's (TransactionLimits), so the JSON protocol has them as STOMP has: a send
+    past one is an error naming its setting, nothing of it is added (no part of a composite), and the
+    transaction stays open as it was, to go on or commit."""
+    aio = runtime.async_broker()
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="begin", id=1, transaction="t")
+        assert (await request(ws, type="send", id=2, destination="queue://json.l1", transaction="t",
+                              message={"body": "one"}))["type"] == "ok"
+        error = await request(ws, type="send", id=3, destination="queue://json.l2,queue://json.l3",
+                              transaction="t", message={"body": "two"})
+        assert error["type"] == "error" and error["code"] == "transaction_too_large", error
+        assert "the limit is 2 (SIGNALBOX_MAX_TRANSACTION_DESTINATIONS)" in error["message"], error
+        assert (await request(ws, type="send", id=4, destination="queue://json.l2", transaction="t",
+                              message={"body": "three"}))["type"] == "ok"
+        assert (await request(ws, type="commit", id=5, transaction="t")) == {"type": "ok", "id": 5}
+    assert [(await aio.stats(f"queue://json.l{n}")).enqueued for n in (1, 2)] == [1, 1]
+
+
+@override_settings(SIGNALBOX_MAX_TRANSACTION_SIZE=3)
+async def test_a_transactions_acks_count_with_its_sends():
+    """A transaction's ACKs go into the broker's transaction only at its commit, yet count from the ACK
+    on: two ACKed and one sent fill a transaction of 3, and one more send is refused."""
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="subscribe", id=1, subscription="s", destination="queue://json.c")
+        _, pushed = await answer_and_messages(ws, 2, type="send", id=2, destination="queue://json.c",
+                                              messages=[{"body": "a"}, {"body": "b"}])
+        await request(ws, type="begin", id=3, transaction="t")
+        assert (await request(ws, type="ack", id=4, subscription="s", transaction="t",
+                              message_ids=[p["message"]["message_id"] for p in pushed]))["type"] == "ok"
+        assert (await request(ws, type="send", id=5, destination="queue://json.c-audit", transaction="t",
+                              message={"body": "x"}))["type"] == "ok"
+        error = await request(ws, type="send", id=6, destination="queue://json.c-audit", transaction="t",
+                              message={"body": "y"})
+        assert error["code"] == "transaction_too_large", error
+        assert "would hold 4 messages sent and acknowledged; the limit is 3" in error["message"], error
+        assert (await request(ws, type="commit", id=7, transaction="t")) == {"type": "ok", "id": 7}
 
 
 async def test_binary_bodies_travel_as_base64():

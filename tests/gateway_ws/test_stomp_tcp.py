@@ -388,18 +388,18 @@ def test_a_transaction_of_a_killed_listener_ends_with_its_lease(listener, gatewa
 
 
 @pytest.mark.parametrize(("setting", "limit", "bodies", "refused", "spread"), [
-    ("SIGNALBOX_WS_MAX_TRANSACTION_SIZE", "3", [b"m"] * 3, b"m", False),
+    ("SIGNALBOX_MAX_TRANSACTION_SIZE", "3", [b"m"] * 3, b"m", False),
     # the bodies' bytes: UTF-8 text counts as stored (each "é" two bytes)
-    ("SIGNALBOX_WS_MAX_TRANSACTION_BYTES", "10", ["é".encode(), b"12345678"], b"x", False),
+    ("SIGNALBOX_MAX_TRANSACTION_BYTES", "10", ["é".encode(), b"12345678"], b"x", False),
     # the destinations: each SEND to a queue of its own
-    ("SIGNALBOX_WS_MAX_TRANSACTION_DESTINATIONS", "2", [b"m"] * 2, b"m", True),
+    ("SIGNALBOX_MAX_TRANSACTION_DESTINATIONS", "2", [b"m"] * 2, b"m", True),
 ])
 def test_a_transaction_past_its_limit_is_refused_and_never_commits_in_part(
         listener, gateway_data, redis_client, setting, limit, bodies, refused, spread):
     """A commit is one MULTI/EXEC that holds Redis for everyone: a transaction may hold at most
-    SIGNALBOX_WS_MAX_TRANSACTION_SIZE SENDs and ACKs (40,000 made a 4.7 s commit, every other client's SEND
-    waiting), SIGNALBOX_WS_MAX_TRANSACTION_BYTES of message bodies (50 of 1 MB held Redis 1.3 s) and
-    SIGNALBOX_WS_MAX_TRANSACTION_DESTINATIONS destinations and consumers (250 queues: 20-46 ms), and the
+    SIGNALBOX_MAX_TRANSACTION_SIZE SENDs and ACKs (40,000 made a 4.7 s commit, every other client's SEND
+    waiting), SIGNALBOX_MAX_TRANSACTION_BYTES of message bodies (50 of 1 MB held Redis 1.3 s) and
+    SIGNALBOX_MAX_TRANSACTION_DESTINATIONS destinations and consumers (250 queues: 20-46 ms), and the
     refusal names the limit. The ERROR answers the SEND with a receipt alone (the transaction goes on, as
     after any refusal the client waited for); one refused without a receipt fails the COMMIT."""
     from broker_core.broker import Broker
@@ -433,12 +433,12 @@ def test_a_transaction_past_its_limit_is_refused_and_never_commits_in_part(
 def test_a_transacted_client_ack_counts_every_message_it_covers(listener, gateway_data, redis_client):
     """A `client` mode ACK acknowledges every message its subscription was given up to the one it names
     (up to activemq.prefetchSize, 32,767), and a commit applies all of them in its one MULTI/EXEC: counted
-    as one against SIGNALBOX_WS_MAX_TRANSACTION_SIZE, a single ACK of 10,000 messages held Redis at
+    as one against SIGNALBOX_MAX_TRANSACTION_SIZE, a single ACK of 10,000 messages held Redis at
     least 66 ms (SLOWLOG) for every client. It counts as the messages it covers."""
     from broker_core.broker import Broker
     from broker_core.messages import Message
 
-    server = listener(SIGNALBOX_WS_MAX_TRANSACTION_SIZE="3")
+    server = listener(SIGNALBOX_MAX_TRANSACTION_SIZE="3")
     name = _q().removeprefix("/queue/")
     broker = Broker(redis_client, gateway_data[1])
     broker.send(name, [Message(body=f"m{n}") for n in range(5)])
@@ -452,7 +452,7 @@ def test_a_transacted_client_ack_counts_every_message_it_covers(listener, gatewa
     conn.send("ACK", {"id": ids[4], "transaction": "t", "receipt": "five"})  # 3 more: 5 in all
     error = conn.expect("ERROR")
     assert error.get("message") == "Transaction too large"
-    assert "would hold 5 SENDs and ACKs; the limit is 3" in error.body.decode()
+    assert "would hold 5 messages sent and acknowledged; the limit is 3" in error.body.decode()
     conn.send("ABORT", {"transaction": "t", "receipt": "abort"})  # (it went on: the ERROR answered the ACK)
     assert conn.expect("RECEIPT").get("receipt-id") == "abort"
     conn.close()

@@ -13,7 +13,8 @@
 -- {'', 'full', scope, used, limit, fail at once, timeout ms, bytes needed, the full destination if another
 -- (a virtual destination's target)}. Origin 'probe' stores nothing
 -- and returns {''} when the messages would fit; 'check' stores nothing and returns {''} when they are within
--- the size and property limits.
+-- the size and property limits, each message given as id, packed size, packed without its body (calls.py
+-- _check).
 --@include base
 --@include dispatch
 --@include virtual
@@ -27,7 +28,7 @@ end
 local origin, plan = virtual.split_origin(ARGV[3])
 local missing = base.require_destination()
 if missing then return missing end
-local unpacked = message.unpack_send(ARGV, origin, 2)
+local unpacked = message.unpack_send(ARGV, origin, origin == 'check' and 3 or 2)
 if unpacked.err then return unpacked end
 -- 'check': a batch sent in parts has every part's limits checked before the first is stored (ops/flow.py send_parts)
 if origin == 'check' then return { '' } end

@@ -19,9 +19,11 @@ base.NOW = tonumber(ARGV[1])
 local origin, plan = virtual.split_origin(ARGV[3])
 local missing = base.require_destination()
 if missing then return missing end
-local unpacked = message.unpack_send(ARGV, origin, 4)
+-- (a check's messages: id, packed size, packed without its body, as send.lua's)
+local step = origin == 'check' and 3 or 4
+local unpacked = message.unpack_send(ARGV, origin, step)
 if unpacked.err then return unpacked end
-for i = 4, #ARGV, 4 do
+for i = 4, #ARGV, step do
   local id, m = ARGV[i], unpacked[i]
   if (tonumber(m[message.REPEAT]) or 0) > 0 then
     return base.fail('TOPIC_REPEAT', 'message ' .. id .. ': repeating scheduled messages (AMQ_SCHEDULED_REPEAT) '
