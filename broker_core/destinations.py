@@ -99,6 +99,12 @@ class Destination:
         return self.temporary_owner is not None
 
     @functools.cached_property
+    def qualified_uri(self) -> str:
+        """The uri ActiveMQ names it by: `temp-queue://ID:…` / `temp-topic://ID:…` for a temporary
+        destination (ActiveMQTempQueue's qualified name, which parse_destination takes back), else `uri`."""
+        return f"temp-{self.kind}://{self.name}" if self.is_temporary else self.uri
+
+    @functools.cached_property
     def is_wildcard(self) -> bool:
         return any(s in (ANY_CHILD, ANY_DESCENDANT) for s in self.segments)
 
@@ -279,10 +285,17 @@ def _segment_matches(pattern_segment: str, segment: str) -> bool:
     return pattern_segment in (ANY_CHILD, segment)
 
 
-def matches(pattern: Destination, destination: Destination) -> bool:
+def matches(pattern: Destination, destination: Destination, *, with_temporary: bool = False) -> bool:
     """True if `pattern` selects `destination` (spec §10.5; ActiveMQ's DestinationFilter family).
 
-    Kinds must agree. A name without wildcards matches only itself. `*` matches exactly one segment.
+    Kinds must agree. A name without wildcards matches only itself. A pattern never matches a temporary
+    destination: ActiveMQ's temporary queues and topics are destination types of their own
+    (ActiveMQTempQueue / ActiveMQTempTopic, DestinationMap's separate temp roots, the filters'
+    destinationType check), and patterns name ordinary ones (names of the temporary scheme are never
+    patterns). So no wildcard subscription, virtual topic or composite destination selects one
+    (docs/broker_core.md "Temporary destinations"). `with_temporary`: match it by its name all the same,
+    as policy entries (config/policy_map.py) and permission grants (gateway/permissions.py) do.
+    `*` matches exactly one segment.
     A trailing `>` matches any number of further segments *including none*, so `orders.>` matches
     `orders` itself (PrefixDestinationFilter), and `>` matches every name of that kind. `destination` is
     normally concrete; wildcard segments in it are compared as literal text.
@@ -291,6 +304,8 @@ def matches(pattern: Destination, destination: Destination) -> bool:
         return False
     if not pattern.is_wildcard:
         return pattern.name == destination.name
+    if destination.is_temporary and not with_temporary:
+        return False
     wanted = pattern.segments
     have = destination.segments
     if wanted[-1] == ANY_DESCENDANT:
@@ -307,7 +322,8 @@ def covers(general: Destination, specific: Destination) -> bool:
     """True if every name `specific` matches is also matched by `general` (pattern inclusion).
 
     Used to rank policy entries: `orders.>` covers `orders.eu.>` and `orders.*`, `*.*` covers `a.*`,
-    while `a.*` and `*.b` cover neither each other. Every pattern covers itself.
+    while `a.*` and `*.b` cover neither each other. Every pattern covers itself. (Its callers, policy entries
+    and grants, take a temporary destination by its name: `matches`'s `with_temporary`.)
     """
     if general.kind != specific.kind:
         return False

@@ -50,7 +50,11 @@ class Rule:
     def applies_to(self, destination: Destination) -> bool:
         if destination.is_wildcard:
             return covers(self.pattern, destination)
-        return matches(self.pattern, destination)
+        # A grant's pattern applies to a temporary destination by its name (`with_temporary`), as to the
+        # ordinary queue or topic it is stored as: the REST API and the JSON protocol reach temporary
+        # destinations through grants (a reply sent to one, an administrator's view); STOMP checks none
+        # (ActiveMQ without a tempDestinationAuthorizationEntry). Routing patterns never match them.
+        return matches(self.pattern, destination, with_temporary=True)
 
 
 @dataclass(frozen=True)
@@ -246,7 +250,7 @@ def readable_patterns(user: Any, action: Action = "read") -> list[Destination] |
 
 def visible(patterns: list[Destination] | None, destination: Destination) -> bool:
     """Whether a destination falls under the patterns from `readable_patterns`."""
-    return patterns is None or any(matches(p, destination) for p in patterns)
+    return patterns is None or any(matches(p, destination, with_temporary=True) for p in patterns)
 
 
 def connect_signals() -> None:

@@ -207,8 +207,14 @@ class PolicyMap:
         return len(self._entries)
 
     def matching_entries(self, destination: Destination) -> list[PolicyMapEntry]:
-        """Every entry that matches `destination`, the one that applies first, then in resolution order."""
-        rest = [e for e in self._by_kind[destination.kind] if matches(e.destination, destination)]
+        """Every entry that matches `destination`, the one that applies first, then in resolution order.
+
+        A temporary destination takes the entries that match its name as an ordinary queue or topic
+        (`with_temporary`), unlike ActiveMQ's PolicyMap, where only tempQueue / tempTopic entries apply to
+        one: those entries are not supported here, and without them a temporary destination could only
+        ever have the default entry's values (docs/broker_core.md "Temporary destinations")."""
+        rest = [e for e in self._by_kind[destination.kind]
+                if matches(e.destination, destination, with_temporary=True)]
         ranked = [e for e in rest if e.destination == destination]
         rest = [e for e in rest if e.destination != destination]
         while rest:

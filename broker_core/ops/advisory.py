@@ -16,9 +16,14 @@ there like the others, so a process that dies in between leaves the record to ma
 The topics, the events they come from, their properties and their policy gates are listed in
 docs/broker_core.md (Advisory topics).
 
-`<T>` is `Queue` or `Topic`. ActiveMQ's advisory carries a data structure (ConsumerInfo, RemoveInfo, the
-message copy); Signalbox sends it as a JSON text body (`{"ConsumerInfo": {...}}`, `{"message": {...}}`),
-the form ActiveMQ gives STOMP clients that ask for JSON. A message copy has no body unless the policy's
+`<T>` is `Queue` or `Topic`, for a temporary queue or topic too (ActiveMQTempQueue.isQueue(): its consumers'
+advisories are on ActiveMQ.Advisory.Consumer.Queue.ID:…), except that a temporary destination's creation
+and deletion are advised on ActiveMQ.Advisory.TempQueue / .TempTopic (`destination_topic`), and advisories
+name it by its qualified uri, `temp-queue://ID:…`.
+
+ActiveMQ's advisory carries a data structure (ConsumerInfo, RemoveInfo, the message copy); Signalbox
+sends it as a JSON text body (`{"ConsumerInfo": {...}}`, `{"message": {...}}`), the form ActiveMQ gives
+STOMP clients that ask for JSON. A message copy has no body unless the policy's
 `includeBodyForAdvisory`. Advisory messages are non-persistent, of JMSType `Advisory`, and are never
 generated about advisory topics.
 """
@@ -68,8 +73,15 @@ CONNECTION_TOPIC = Destination("topic", f"{PREFIX}Connection")
 
 
 def destination_topic(destination: Destination) -> Destination:
-    """ActiveMQ.Advisory.Queue or ActiveMQ.Advisory.Topic: destinations created and removed."""
-    return Destination("topic", f"{PREFIX}{'Topic' if destination.is_topic else 'Queue'}")
+    """ActiveMQ.Advisory.Queue or ActiveMQ.Advisory.Topic: destinations created and removed; a temporary
+    one's on ActiveMQ.Advisory.TempQueue or ActiveMQ.Advisory.TempTopic instead
+    (AdvisorySupport.getDestinationAdvisoryTopic: one topic per destination type)."""
+    return Destination("topic", PREFIX + DESTINATION_TOPICS[destination.kind, destination.is_temporary])
+
+
+# The destination-advisory topic's name after PREFIX, by (kind, temporary).
+DESTINATION_TOPICS = {("queue", False): "Queue", ("topic", False): "Topic",
+                      ("queue", True): "TempQueue", ("topic", True): "TempTopic"}
 
 
 def advisable(ops: Context, topic: Destination) -> Op:
@@ -166,6 +178,8 @@ def build(advisory_id: str, packed_event: bytes, blob: bytes, now: int) -> bytes
         return no_consumer_copy(blob, source)
     if isinstance(fields, list):  # an empty Lua table packs as an array
         fields = {}
+    if source:  # a temporary destination by ActiveMQ's qualified name, temp-queue://ID:… (its type's)
+        source = parse_destination(source, allow_wildcards=True).qualified_uri
     include_body = bool(event.get("body"))
     props: dict[str, Any] = {"originBrokerName": BROKER_NAME}
     msg_id = fields.get("msg")

@@ -1,8 +1,10 @@
 """What ActiveMQ's AdvisoryBroker tells a new subscriber of an advisory topic about the present: one
 ConsumerInfo per consumer that exists now (ActiveMQ.Advisory.Consumer.Queue.X, with the current
 consumerCount), one DestinationInfo (operationType 0) per existing queue or topic (ActiveMQ.Advisory.Queue,
-ActiveMQ.Advisory.Topic). Only the new subscriber gets them; they are built by broker_core.ops.advisory.build,
-the one place advisory messages are made, from the state the broker reports now.
+ActiveMQ.Advisory.Topic), per existing temporary queue or topic (ActiveMQ.Advisory.TempQueue, .TempTopic:
+each destination is advised on its type's topic alone, advisory.destination_topic). Only the new
+subscriber gets them; they are built by broker_core.ops.advisory.build, the one place advisory messages
+are made, from the state the broker reports now.
 
 Bounded: at most REPLAY_LIMIT destinations are read and replayed (broker.destination_names: one ZRANGE);
 a broker with more replays the oldest REPLAY_LIMIT (the registry is ordered by creation)."""
@@ -30,11 +32,10 @@ async def replay(broker: Any, topic: Destination) -> list[Delivery]:
     name = topic.name[len(advisory.PREFIX):]
     now = int(time.time() * 1000)
     events: list[dict[str, Any]] = []
-    if name in ("Queue", "Topic"):
-        kind = name.lower()
+    if name in advisory.DESTINATION_TOPICS.values():
         for uri in await broker.destination_names(REPLAY_LIMIT):
             dest = parse_destination(uri, allow_wildcards=True)
-            if dest.kind == kind and not advisory.is_advisory(dest):
+            if advisory.destination_topic(dest) == topic and not advisory.is_advisory(dest):
                 events.append({"advisory": "Destination", "type": "destination_add", "uri": dest.uri,
                                "fields": {}, "ts": now})
     elif name.startswith(("Consumer.Queue.", "Consumer.Topic.")):

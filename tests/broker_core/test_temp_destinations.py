@@ -10,10 +10,12 @@ import pytest
 
 from broker_core import maintenance
 from broker_core.connections import ConnectionRecord
-from broker_core.destinations import parse_destination, temporary_name
+from broker_core.destinations import matches, parse_destination, temporary_name
 from broker_core.errors import InvalidDestination, OperationRefused
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
+
+from ..helpers.broker import consumer, drain
 
 OWNER = "ws-0123456789abcdef"
 
@@ -62,3 +64,23 @@ def test_only_the_owning_connection_may_consume_from_a_temporary_destination(bro
         with pytest.raises(OperationRefused, match=f"temporary {kind} created by another connection"):
             broker.add_consumer(dest, ConsumerSpec(connection_id=stranger))
     broker.add_consumer(dest, ConsumerSpec(connection_id=OWNER))
+
+
+def test_patterns_never_match_a_temporary_destination_and_near_misses_are_ordinary(broker):
+    """A temporary destination is a type of its own (ActiveMQ's DestinationFilter destinationType): a `*`
+    subscription gets nothing sent to one, while names that only look like one (destinations.TEMP_NAME is
+    strict: upper-case hex, another transport, a leading 0) are ordinary topics it does get. The Lua side
+    (wildcard.is_temporary) decides the same as the Python side (`matches`)."""
+    temporary = f"ID:{OWNER}:1"
+    near_misses = ["ID:ws-0123456789ABCDEF:1", "ID:http-0123456789abcdef:1", f"ID:{OWNER}:01",
+                   "ID:ws-0123456789abcde:1", f"ID:{OWNER}:1234567890"]
+    pattern = parse_destination("topic://*", allow_wildcards=True)
+    assert not matches(pattern, parse_destination(f"topic://{temporary}"))
+    assert matches(pattern, parse_destination(f"topic://{temporary}"), with_temporary=True)
+    assert all(matches(pattern, parse_destination(f"topic://{name}")) for name in near_misses)
+    spy = consumer(broker, "topic://*", prefetch=100)
+    own = consumer(broker, f"topic://{temporary}", prefetch=100, connection_id=OWNER)
+    for name in [temporary, *near_misses]:
+        broker.send(f"topic://{name}", Message(body=name))
+    assert [d.body for d in drain(broker, own)] == [temporary]
+    assert sorted(d.body for d in drain(broker, spy)) == sorted(near_misses)

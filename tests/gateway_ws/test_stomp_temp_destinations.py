@@ -7,6 +7,7 @@ them is bounded by SIGNALBOX_TEMP_DESTINATION_LIMIT."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -18,6 +19,8 @@ import httpx
 import pytest
 
 from broker_core.broker import Broker
+from broker_core.config.virtual import VirtualConfig
+from broker_core.ops import virtual
 from tests.helpers.gateway_server import (
     ALICE_TOKEN,
     ROOT,
@@ -64,6 +67,15 @@ def receipt(conn: Any, command: str, headers: dict[str, str], body: bytes = b"")
     tag = uuid.uuid4().hex[:8]
     conn.send(command, {**headers, "receipt": tag}, body)
     frame = conn.receive()
+    assert frame.command == "RECEIPT" and frame.get("receipt-id") == tag, frame
+
+
+def receipt_after_messages(conn: Any, command: str, headers: dict[str, str]) -> None:
+    """`receipt` for a connection that may still be getting MESSAGEs (advisories): those are skipped."""
+    tag = uuid.uuid4().hex[:8]
+    conn.send(command, {**headers, "receipt": tag})
+    while (frame := conn.receive()).command == "MESSAGE":
+        pass
     assert frame.command == "RECEIPT" and frame.get("receipt-id") == tag, frame
 
 
@@ -255,3 +267,167 @@ def test_a_temp_topic_carries_replies_and_takes_no_durable_subscription(servers)
     owner.close()
     receipt(other, "DISCONNECT", {})
     other.close()
+
+
+def test_wildcard_subscriptions_never_receive_what_a_temp_topic_carries(servers):
+    """ActiveMQ matches wildcards within one destination type (DestinationFilter's destinationType,
+    DestinationMap's separate temp roots): another connection's `/topic/>`, `/topic/*` or durable `/topic/>`
+    never gets the replies sent to someone's temporary topic. A sentinel sent to an ordinary topic after
+    them is the first message each wildcard subscription sees (advisories aside)."""
+    owner = tcp(servers)
+    receipt(owner, "SUBSCRIBE", {"destination": "/temp-topic/replies", "id": "own"})
+    requests = f"req{uuid.uuid4().hex[:8]}"
+    receipt(owner, "SEND", {"destination": f"/queue/{requests}", "reply-to": "/temp-topic/replies"}, b"q")
+    spy = RawTcp(servers["listener"].port)
+    spy.connect(**{"client-id": f"spy{uuid.uuid4().hex[:8]}"})
+    receipt(spy, "SUBSCRIBE", {"destination": "/topic/>", "id": "all"})
+    receipt(spy, "SUBSCRIBE", {"destination": "/topic/*", "id": "one"})
+    receipt(spy, "SUBSCRIBE", {"destination": "/topic/>", "id": "durable",
+                               "activemq.subscriptionName": "everything"})
+    responder = tcp(servers)
+    responder.send("SUBSCRIBE", {"destination": f"/queue/{requests}", "id": "r"})
+    reply_to = responder.expect("MESSAGE").get("reply-to")
+    receipt(responder, "SEND", {"destination": reply_to}, b"secret reply")
+    assert owner.expect("MESSAGE").body == b"secret reply"
+    sentinel = f"sentinel{uuid.uuid4().hex[:8]}"
+    receipt(responder, "SEND", {"destination": f"/topic/{sentinel}"}, b"sentinel")
+    seen = {}
+    while len(seen) < 3:
+        frame = spy.expect("MESSAGE")
+        if frame.get("destination").startswith("/topic/ActiveMQ.Advisory."):
+            continue  # (advisories are ordinary topics: `>` and `*` match them, as in ActiveMQ)
+        assert frame.body == b"sentinel", (frame.get("subscription"), frame.get("destination"), frame.body)
+        seen[frame.get("subscription")] = frame.get("destination")
+    assert seen == {s: f"/topic/{sentinel}" for s in ("all", "one", "durable")}
+    receipt_after_messages(spy, "UNSUBSCRIBE", {"id": "durable"})
+    receipt_after_messages(spy, "UNSUBSCRIBE", {"id": "durable", "activemq.subscriptionName": "everything"})
+    for conn in (owner, spy, responder):
+        receipt_after_messages(conn, "DISCONNECT", {})
+        conn.close()
+
+
+Advisories = list[tuple[str, dict[str, Any]]]
+
+
+def _advisories_until(conn: RawTcp, done: Callable[[Advisories], bool], settle: float = 0.5,
+                      got: Advisories | None = None) -> Advisories:
+    """(subscription, JSON body) of the advisories `conn` gets until `done` says enough, then any more
+    within `settle` seconds (what should not come would come about as soon)."""
+    got = [] if got is None else got
+    while not done(got):
+        frame = conn.expect("MESSAGE")
+        got.append((frame.get("subscription"), json.loads(frame.body)))
+    deadline = time.monotonic() + settle
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            frame = conn.expect("MESSAGE", timeout=left)
+        except TimeoutError:
+            break
+        got.append((frame.get("subscription"), json.loads(frame.body)))
+    return got
+
+
+def _watch(conn: RawTcp, topics: dict[str, str]) -> Advisories:
+    """Subscribe `conn` to each advisory topic (id: name) and return what it is told of the present: a new
+    advisory subscriber's replay (AdvisoryBroker.addConsumer), which comes after the RECEIPT."""
+    got: Advisories = []
+    for sub_id, name in topics.items():
+        conn.send("SUBSCRIBE", {"destination": f"/topic/ActiveMQ.Advisory.{name}", "id": sub_id,
+                                "receipt": sub_id})
+        while (frame := conn.receive()).command == "MESSAGE":
+            got.append((frame.get("subscription"), json.loads(frame.body)))
+        assert frame.command == "RECEIPT" and frame.get("receipt-id") == sub_id, frame
+    return _advisories_until(conn, lambda _: True, got=got)
+
+
+def _destination_infos(got: Advisories, operation: int) -> list[tuple[str, str]]:
+    return sorted((s, b["DestinationInfo"]["destination"]) for s, b in got
+                  if "DestinationInfo" in b and b["DestinationInfo"]["operationType"] == operation)
+
+
+def test_temp_destination_advisories_are_activemq_s(servers):
+    """AdvisorySupport.getDestinationAdvisoryTopic: a temporary queue's creation and deletion go to
+    ActiveMQ.Advisory.TempQueue, a temporary topic's to ActiveMQ.Advisory.TempTopic, never to
+    ActiveMQ.Advisory.Queue / .Topic, and name it by its qualified name (temp-queue://ID:...); a new
+    subscriber of TempQueue is told of the live temporary queues, one of Queue of none of them. Consumer
+    advisories keep getConsumerAdvisoryTopic's topic (ActiveMQTempQueue.isQueue():
+    ActiveMQ.Advisory.Consumer.Queue.<name>)."""
+    watcher = tcp(servers)
+    topics = ("TempQueue", "TempTopic", "Queue", "Topic")
+    _watch(watcher, {name: name for name in topics} | {"cons": "Consumer.Queue.>"})
+    owner = tcp(servers)
+    receipt(owner, "SUBSCRIBE", {"destination": "/temp-queue/a", "id": "a"})
+    receipt(owner, "SUBSCRIBE", {"destination": "/temp-topic/b", "id": "b"})
+    sentinel = f"sentinel{uuid.uuid4().hex[:8]}"
+    receipt(owner, "SEND", {"destination": f"/queue/{sentinel}"}, b"creates an ordinary queue")
+
+    def created(got: Advisories) -> bool:
+        subs = {s for s, _ in _destination_infos(got, 0)}
+        return {"Queue", "TempQueue", "TempTopic"} <= subs and any(s == "cons" for s, _ in got)
+
+    got = _advisories_until(watcher, created)
+    added = _destination_infos(got, 0)
+    assert [i for i in added if i[0] in ("Queue", "Topic")] == [("Queue", f"queue://{sentinel}")], added
+    temps = {s: d for s, d in added if s.startswith("Temp")}
+    assert temps["TempQueue"].startswith("temp-queue://ID:tcp-"), temps
+    assert temps["TempTopic"].startswith("temp-topic://ID:tcp-"), temps
+    consumer = [b["ConsumerInfo"] for s, b in got if s == "cons"]
+    assert [c["destination"] for c in consumer] == [temps["TempQueue"]], got
+    # a late subscriber is told of the temporary queue on TempQueue only
+    late = tcp(servers)
+    told = _watch(late, {"TempQueue": "TempQueue", "Queue": "Queue"})
+    assert ("TempQueue", temps["TempQueue"]) in _destination_infos(told, 0), told
+    assert not [i for i in _destination_infos(told, 0) if i[0] == "Queue" and "ID:" in i[1]], told
+    assert not [i for i in _destination_infos(told, 0) if i[0] == "TempQueue" and "ID:" not in i[1]], told
+    receipt(owner, "DISCONNECT", {})
+    owner.close()
+    gone = _advisories_until(watcher, lambda got: len(_destination_infos(got, 1)) >= 2)
+    assert _destination_infos(gone, 1) == sorted(temps.items()), gone
+    assert [s for s, b in gone if "RemoveInfo" in b] == ["cons"], gone
+    for conn in (watcher, late):
+        receipt_after_messages(conn, "DISCONNECT", {})
+        conn.close()
+
+
+def test_virtual_destination_patterns_never_copy_a_temp_destination_s_messages(servers, broker):
+    """ActiveMQ's VirtualDestinationInterceptor looks composites and virtual topics up in a DestinationMap,
+    whose temporary destinations are a root of their own: a composite on `>` (queue or topic) or a virtual
+    topic on `>` copies nothing sent to a temporary queue or topic. An ordinary destination's sentinel, sent
+    after, is the first copy each gets."""
+    spy = f"spy{uuid.uuid4().hex[:8]}"
+    owner = tcp(servers)
+    receipt(owner, "SUBSCRIBE", {"destination": "/temp-topic/t", "id": "t"})
+    receipt(owner, "SUBSCRIBE", {"destination": "/temp-queue/q", "id": "q"})
+    queue_name = remote_name(servers, owner, "q")
+    topic_name = queue_name.replace("-queue/", "-topic/").rpartition(":")[0] + ":1"  # (created first)
+    # what would be the virtual topic's consumer queue for the temporary topic, there before the reply
+    consumer_queue = f"/queue/{spy}.x.{topic_name.rpartition('/')[2]}"
+    reader = tcp(servers)
+    receipt(reader, "SEND", {"destination": consumer_queue}, b"made")
+    virtual.configure(broker, VirtualConfig.from_config({
+        "compositeTopic": [{"name": ">", "forwardOnly": False, "forwardTo": [f"{spy}.topics"]}],
+        "compositeQueue": [{"name": ">", "forwardOnly": False, "forwardTo": [f"{spy}.queues"]}],
+        "virtualTopic": [{"name": ">", "prefix": f"{spy}.*."}]}))
+    try:
+        time.sleep(1.2)  # every process reads the configuration again within a second (CHECK_INTERVAL_S)
+        receipt(reader, "SEND", {"destination": topic_name}, b"secret topic reply")
+        receipt(reader, "SEND", {"destination": queue_name}, b"secret queue reply")
+        assert sorted(owner.expect("MESSAGE").body for _ in range(2)) == [b"secret queue reply",
+                                                                            b"secret topic reply"]
+        receipt(reader, "SEND", {"destination": f"/topic/{spy}sentinel"}, b"sentinel")
+        receipt(reader, "SEND", {"destination": f"/queue/{spy}sentinel"}, b"sentinel")
+        for queue, first in ((f"{spy}.topics", b"sentinel"), (f"{spy}.queues", b"sentinel"),
+                             (consumer_queue.removeprefix("/queue/"), b"made")):
+            look = tcp(servers)
+            look.send("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "look"})
+            while (frame := look.expect("MESSAGE")).body.startswith(b"{"):
+                pass  # (an advisory's copy: advisory topics are ordinary topics)
+            assert frame.body == first, (queue, frame)
+            receipt_after_messages(look, "DISCONNECT", {})
+            look.close()
+        for conn in (owner, reader):
+            receipt_after_messages(conn, "DISCONNECT", {})
+            conn.close()
+    finally:
+        virtual.configure(broker, VirtualConfig.from_config({}))
+        time.sleep(1.2)

@@ -48,6 +48,14 @@ local wildcard = base.lazy({}, function(wildcard)
     return true
   end
 
+  -- Whether a concrete name is a temporary destination's (destinations.py TEMP_NAME, the same strict
+  -- scheme: `ID:<ws|tcp|ssl>-<16 lower-case hex digits>:<1 to 9 digits, no leading 0>`).
+  function wildcard.is_temporary(name)
+    local transport, hex, number = string.match(name, '^ID:(%l+)%-([0-9a-f]+):([1-9]%d*)$')
+    return transport ~= nil and (transport == 'ws' or transport == 'tcp' or transport == 'ssl')
+      and #hex == 16 and #number <= 9
+  end
+
   -- Whether a name is a pattern. Concrete names never contain '*' or '>' (destinations.py refuses them
   -- unless they are whole wildcard segments of a pattern).
   function wildcard.is_pattern(name)
@@ -118,11 +126,15 @@ local wildcard = base.lazy({}, function(wildcard)
   end
 
   -- The registered patterns that match topic `name` of namespace `ns` (none for a pattern itself: a copy
-  -- delivered to a pattern's pseudo-topic is not matched again). Read on every call, never cached, so a
-  -- subscription made by any process counts from the moment its subscribe returned.
+  -- delivered to a pattern's pseudo-topic is not matched again; none for a temporary topic: ActiveMQ
+  -- matches wildcards within one destination type, and a temporary topic is a type of its own, so nobody
+  -- else's `>` reads the replies sent to it). Read on every call, never cached, so a subscription made by
+  -- any process counts from the moment its subscribe returned.
   function wildcard.matching(ns, name)
     local out = {}
-    if wildcard.is_pattern(name) then return out end
+    if wildcard.is_pattern(name) or (string.sub(name, 1, 3) == 'ID:' and wildcard.is_temporary(name)) then
+      return out
+    end
     local registered = redis.call('SMEMBERS', wildcard.registry(ns))
     if #registered == 0 then return out end
     local have = wildcard.segments(name)
