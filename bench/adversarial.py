@@ -695,6 +695,20 @@ def fan_out_plain(ctx: Context) -> Calls:
     return ctx.measure(_per_call_cpu(ctx, op))
 
 
+@case("scheduled: 100 delayed messages to a topic with 1,000 subscriptions come due at once")
+def topic_jobs_due(ctx: Context) -> Calls:
+    from broker_core.messages import Message
+    from broker_core.model import ConsumerSpec
+    for i in range(1000):
+        ctx.broker.add_consumer("topic://sched.t", ConsumerSpec(), consumer_id=f"s{i}")
+    ctx.broker.send("topic://sched.t", Message(message_id="warm"))
+    # jobs on the topic (topic_send.lua); the dispatch fires them (UNPARK_PER_CALL a call) and publishes each
+    ctx.broker.send("topic://sched.t", [Message(message_id=f"d{i}", body="x" * 1024, delay_ms=50)
+                                        for i in range(100)])
+    time.sleep(0.1)
+    return ctx.measure(lambda: ctx.broker.dispatch("topic://sched.t"))
+
+
 GROUPS = 10_000
 
 

@@ -43,7 +43,6 @@ _ERRORS: dict[str, type[errors.BrokerError]] = {
     "UNKNOWN_DESTINATION": errors.UnknownDestination,
     "DURABLE_IN_USE": errors.DurableSubscriptionInUse,
     "NO_SUBSCRIPTION": errors.UnknownSubscription,
-    "TOPIC_REPEAT": errors.InvalidMessage,
     "REGISTRY_FULL": errors.ConnectionRegistryFull,
 }
 

@@ -165,7 +165,7 @@ def no_consumer_copy(blob: bytes, source: str) -> bytes:
     virtual destination), and leaves it unset otherwise. It is sent when the message reaches the
     destination: a repeating message's firing (lifecycle.lua fire_scheduled), a delayed message once due
     (scheduled_arrived), each leaves without its schedule, as the message ActiveMQ's scheduler re-sends
-    does (messages.forward_copy): a topic refuses a repeat, and would hold a delay again."""
+    does (messages.forward_copy): a target would schedule it again."""
     record = msgpack.unpackb(blob, raw=True)
     return forward_copy(blob, source if len(record) > 16 and record[16] else "", arrived=True)
 

@@ -23,11 +23,14 @@ from ..topics import wildcard_copy
 from . import advisory, topics, virtual
 from .context import Context
 
-TRANSFERS = ("move", "copy", "retry")  # forwards that keep the message as it is (not dead letters)
+# forwards that keep the message as it is (not dead letters), but for a repeating job's schedule
+TRANSFERS = ("move", "copy", "retry")
 # forwards that publish a copy made for the target: a virtual destination's, an advisory, a wildcard
-# subscription's (scripts/lua/includes/wildcard.lua). With TRANSFERS, every forward that is not a dead letter:
-# only a dead letter's target is marked a dead-letter queue (meta dlq=1, which retry requires).
-COPIES = ("virtual", "advisory", "wildcard")
+# subscription's (scripts/lua/includes/wildcard.lua), a topic's scheduled message firing (the topic is its
+# own target: scripts/lua/includes/lifecycle.lua publish_firing). With TRANSFERS, every forward that is
+# not a dead letter: only a dead letter's target is marked a dead-letter queue (meta dlq=1, which retry
+# requires).
+COPIES = ("virtual", "advisory", "wildcard", "scheduled")
 
 
 def forward(ops: Context, dest: Destination, now: int, limit: int = 1_000) -> Op:
@@ -68,8 +71,17 @@ def forward(ops: Context, dest: Destination, now: int, limit: int = 1_000) -> Op
                         "deadLetterTarget"):
                     raise
                 target = parse_destination(source_policy["deadLetterTarget"])
+            retain, retained = "", b""
             if kind in TRANSFERS:
-                copy = blob  # moved, copied or retried as it is
+                # moved, copied or retried as it is; a repeating job's delivery without the schedule it
+                # still carries (forward_copy): it is one firing, which its target must not schedule again
+                copy = forward_copy(blob, "")
+            elif kind == "scheduled":
+                # a topic's job fired: published to the topic's subscriptions of now without its schedule,
+                # with its ActiveMQ.Retain action (the record's argument) and retained copy
+                copy = forward_copy(blob, "", arrived=True)
+                retain = _str(argument)
+                retained = forward_copy(extra[2], "", arrived=True) if len(extra) > 2 and extra[2] else b""
             elif kind == "virtual":  # a virtual destination's copy (virtual.py)
                 copy = forward_copy(blob, _str(argument))
             elif kind == "advisory":  # an advisory message about an event (advisory.py)
@@ -88,12 +100,13 @@ def forward(ops: Context, dest: Destination, now: int, limit: int = 1_000) -> Op
             # the target's own virtual destinations apply (ActiveMQ re-routes a copy too); a
             # wildcard's pseudo-topic is no destination of its own and has none
             origin = "forward"
-            if not target.is_wildcard:
+            # (a topic's firing was routed by its job's plan already, lifecycle.lua fire_scheduled)
+            if not target.is_wildcard and kind != "scheduled":
                 origin = yield from virtual.origin(ops, target, "forward")
             # a virtual copy still on its way counts against its target ('memfwd', virtual.lua)
-            charge = int(extra[1]) if kind == "virtual" and len(extra) > 1 else 0
+            charge = int(extra[1]) if kind in ("virtual", "scheduled") and len(extra) > 1 else 0
             sending = calls.TopicSend if target.is_topic else calls.Send  # a topic: its subscriptions
-            record = (message_id, copy, "", "") if target.is_topic else (message_id, copy)
+            record = (message_id, copy, retain, retained) if target.is_topic else (message_id, copy)
             send = sending.call(ops.prefix(target), now, 0, origin, [record])
             # the target's send and the record's removal are one MULTI/EXEC, so a crash can
             # neither lose the copy nor deliver it twice (not even after the target's audit moved on).
@@ -107,8 +120,7 @@ def forward(ops: Context, dest: Destination, now: int, limit: int = 1_000) -> Op
                         yield Command(("HINCRBY", f"{ops.prefix(target)}:meta", "memfwd", charge))
                     ensured.discard(target)
                     return done
-                # a copy its target refuses for good (e.g. a repeating message's delivery moved or
-                # copied to a topic, which refuses schedules: TOPIC_REPEAT) is counted
+                # a copy its target refuses for good is counted
                 # (forward_refused) and logged, not retried for ever: forwarding goes on.
                 yield calls.ForwardDone.refused(ops.prefix(dest), now, raw_id, target.uri,
                                                 str(reply)[:200])

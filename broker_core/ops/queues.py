@@ -186,8 +186,11 @@ def parked_times(ops: Context, dest: Destination, message_ids: list[str]) -> Op:
     jobs = yield Command(("HMGET", f"{prefix}:sched", *message_ids))
     out: dict[str, dict[str, int | None]] = {}
     for message_id, score, job in zip(message_ids, scores, jobs, strict=True):
-        # a job: [packed message, period, repeats left, fired, routing plan] (lifecycle.lua)
+        # a job: [packed message, period, repeats left, fired, routing plan, ...] (lifecycle.lua); period 0:
+        # a topic's delayed message, one firing, not a repeating job
         period, left = (msgpack.unpackb(job, raw=True)[1:3] if job else (None, None))
+        if not period:
+            period, left = None, None
         out[message_id] = {"due": int(float(score)) if score is not None else None,
                            "period": period, "repeats_left": left}
     return out

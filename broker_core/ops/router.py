@@ -277,7 +277,11 @@ class Router(Context):
         return self.run(queues.parked_times(self, dest, message_ids))
 
     def remove(self, dest: Destination, message_ids: list[str], now: int) -> Op:
-        _refuse_on_topic(dest, "remove messages from")
+        if dest.is_topic:  # a topic's scheduled messages (its jobs) are its own: those may be cancelled
+            jobs = (yield Command(("HMGET", f"{self.prefix(dest)}:sched", *message_ids))
+                    if message_ids else [])
+            if not all(jobs):
+                _refuse_on_topic(dest, "remove messages (other than scheduled ones) from")
         return (yield from self.run(queues.remove(self, dest, message_ids, now)))
 
     def remove_matching(self, dest: Destination, selector: str | None, limit: int | None, now: int,

@@ -256,7 +256,10 @@ def reap(ops: Context, dest: Destination, now: int, limit: int) -> Op:
 
 
 def dispatch(ops: Context, dest: Destination, now: int) -> Op:
-    dispatched, hold = 0, 0
+    """Fire the topic's own jobs that are due (its scheduled messages, published to the subscriptions of
+    now: lifecycle.lua fire_scheduled), then run each subscription's dispatch."""
+    own = yield from homes.dispatch(ops, Home(dest), now)
+    dispatched, hold = 0, own.hold_until
     for sub in (yield from for_each_subscription(ops, dest)):
         result = yield from homes.dispatch(ops, sub, now)
         dispatched += result.dispatched
@@ -332,6 +335,8 @@ def stats(ops: Context, dest: Destination, now: int) -> Op:
         subs.append(one)
         consumers += cons
     fwd = yield Command(("HLEN", f"{ops.prefix(dest)}:fwd"))
+    # its scheduled messages, kept on the topic until they fire (topic_send.lua): parked, as a queue's jobs
+    jobs = int((yield Command(("ZCARD", f"{ops.prefix(dest)}:parked"))))
     events = int((yield Command(("XLEN", f"{ops.prefix(dest)}:events")))) + int(meta.get("events_extra", 0))
     audit_size = int((yield Command(("ZCARD", f"{ops.prefix(dest)}:audit"))))
     # the memory limit in force (the topic's memoryLimit, else the broker's), as for queues
@@ -352,8 +357,9 @@ def stats(ops: Context, dest: Destination, now: int) -> Op:
         dispatched=total("dispatched"),
         expired=count("expired") + total("expired"), expired_on_arrival=count("expired_on_arrival"),
         deadlettered=count("deadlettered") + total("deadlettered"),
-        discarded=count("discarded") + total("discarded"), parked=total("parked"), forwarding=int(fwd),
-        purged=0, moved=0, cancelled=0, duplicates=count("duplicates"), skipped=0, last_pass_skipped=0,
+        discarded=count("discarded") + total("discarded"), parked=total("parked") + jobs, forwarding=int(fwd),
+        purged=0, moved=0, cancelled=count("cancelled"), duplicates=count("duplicates"), skipped=0,
+        last_pass_skipped=0,
         consumer_count=len(subs), group_count=0, paused=False, exclusive_owner=None, consumers=consumers,
         **memory_stats(meta, own_limit, broker_limit), **forward_stats(meta),
         **bound_stats(meta, events, audit_size),

@@ -134,3 +134,23 @@ async def test_the_virtual_destination_routing_in_force_is_listed_for_staff(api,
 async def test_the_virtual_destination_routing_is_refused_to_non_staff(api, trader):
     assert_problem(await api.get("/api/v1/virtual-destinations", headers=trader), 403, "permission_denied")
     assert_problem(await api.get("/api/v1/virtual-destinations"), 401, "not_authenticated")
+
+
+async def test_a_topics_scheduled_messages_are_listed_and_cancelled_on_the_topic(api, trader):
+    """A delayed or repeating message sent to a topic waits on the topic as a job until it fires
+    (ActiveMQ's scheduler): GET …/scheduled lists it there, DELETE …/messages/<id> cancels it."""
+    path = await consumer(api, trader, "prices", kind="topics")
+    response = await api.post(f"{T}/messages", json={"messages": [
+        {"body": "later", "delay": 60_000}, {"body": "tick", "delay": 60_000, "period": 1_000, "repeat": 3}]},
+        headers=trader)
+    assert response.status_code == 201, response.text
+    assert response.json()["statuses"] == ["ok", "scheduled"]
+    later, job = response.json()["message_ids"]
+    listed = (await api.get(f"{T}/scheduled", headers=trader)).json()["messages"]
+    assert sorted((m["message_id"], m["repeats_left"]) for m in listed) == sorted([(job, 3), (later, None)])
+    assert all(m["due"] for m in listed)
+    assert (await api.get(T, headers=trader)).json()["parked"] == 2
+    assert (await api.delete(f"{T}/messages/{job}", headers=trader)).status_code in (200, 204)
+    remaining = (await api.get(f"{T}/scheduled", headers=trader)).json()["messages"]
+    assert [m["message_id"] for m in remaining] == [later]
+    assert await receive(api, trader, path) == []

@@ -6,6 +6,7 @@ WebSocket client against the live gateway process."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -135,3 +136,24 @@ def test_json_protocol_subscribes_to_topics_durably_and_removes_the_subscription
         removed = call(ws, type="unsubscribe", id=3, client_id="json-app", subscription_name="audit")
         assert removed == {"type": "ok", "id": 3, "removed": 1}
         assert broker.subscriptions(f"topic://{topic}") == []
+
+
+def test_a_delayed_topic_message_reaches_the_subscribers_of_its_due_time(clients, topic, broker):
+    """AMQ_SCHEDULED_DELAY on a topic (ActiveMQ's SchedulerBroker sends it to the topic when due): a
+    subscriber that joined during the delay gets it, one that left does not; the topic counts it as
+    scheduled (parked) until then. The test fires it as the maintenance tick would (broker.dispatch)."""
+    leaving = clients()
+    leaving.receipt(leaving.conn.subscribe, f"/topic/{topic}", id="s", ack="auto")
+    producer = clients()
+    producer.receipt(producer.conn.send, f"/topic/{topic}", "later", headers={"AMQ_SCHEDULED_DELAY": "400"})
+    assert broker.stats(f"topic://{topic}").parked == 1
+    joining = clients()
+    joining.receipt(joining.conn.subscribe, f"/topic/{topic}", id="s", ack="auto")
+    leaving.receipt(leaving.conn.unsubscribe, "s")
+    time.sleep(0.5)
+    broker.dispatch(f"topic://{topic}")
+    (got,) = joining.messages(1)
+    assert got.body == b"later" and "AMQ_SCHEDULED_DELAY" not in got.headers
+    assert leaving.silent(0.3)
+    st = broker.stats(f"topic://{topic}")
+    assert (st.parked, st.enqueued) == (0, 1)

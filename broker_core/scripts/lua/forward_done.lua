@@ -5,9 +5,7 @@
 -- removed in one atomic step: a crash leaves both or neither, and a copy is never delivered twice even
 -- once it has left the target's duplicate audit window. A virtual destination's copy also stops counting
 -- against its target's limit while on its way ('memfwd' in the target's meta, includes/virtual.lua).
--- mode 'refused': the target refused the copy for good (e.g. TOPIC_REPEAT for a repeating message's
--- delivery moved or copied to a topic; virtual destinations' copies of one never carry its schedule,
--- virtual.py forward_copy): the record is gone (removed by
+-- mode 'refused': the target refused the copy for good: the record is gone (removed by
 -- 'done' in the same MULTI); count and log it so that the message is accounted for, and forwarding goes on.
 --@include base
 base.NOW = tonumber(ARGV[1])

@@ -6,6 +6,8 @@
 -- (includes/wildcard.lua); a message only they take is not dropped, one nobody takes is 'no_subscription'.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, origin ('producer', 'forward' or 'check'), then per message:
 -- id, packed, retain ('' | 'set' | 'clear': ActiveMQ.Retain, decided by topics.pack_for_topic), retained copy.
+-- A delayed or repeating message is kept as a job on the topic's own keys (lifecycle.lua schedule_job) and
+-- published to the subscriptions of each firing's time, as ActiveMQ's SchedulerBroker sends it to the topic.
 -- Returns {status per message..., the tail (includes/dispatch.lua dispatch.add_tail, with the subscription keys
 -- whose pass has more)}; statuses as send.lua's. Flags: 1 a pass has more, 2 forwards wait, 4 a fan-out is unfinished
 -- (includes/fanout.lua: the caller runs topic_fanout.lua until its messages are matched).
@@ -23,13 +25,6 @@ if missing then return missing end
 local step = origin == 'check' and 3 or 4
 local unpacked = message.unpack_send(ARGV, origin, step)
 if unpacked.err then return unpacked end
-for i = 4, #ARGV, step do
-  local id, m = ARGV[i], unpacked[i]
-  if (tonumber(m[message.REPEAT]) or 0) > 0 then
-    return base.fail('TOPIC_REPEAT', 'message ' .. id .. ': repeating scheduled messages (AMQ_SCHEDULED_REPEAT) '
-      .. 'are not supported on topics; send it to a queue or without a repeat')
-  end
-end
 if origin == 'check' then return { '' } end  -- limits checked, nothing stored (as send.lua)
 if origin == 'producer' or origin == 'retry' then  -- producer flow control, as send.lua (flow.lua)
   local need = 0
@@ -62,7 +57,9 @@ local deferring = fanout.waiting()
 local out = {}
 for i = 4, #ARGV, 4 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
-  if redis.call('HEXISTS', base.K_MSGS, id) == 1 or (audit and redis.call('ZSCORE', base.K_AUDIT, id)) then
+  local delay, repeats = tonumber(m[message.DELAY]) or 0, tonumber(m[message.REPEAT]) or 0
+  if redis.call('HEXISTS', base.K_MSGS, id) == 1 or redis.call('HEXISTS', base.K_SCHED, id) == 1
+     or (audit and redis.call('ZSCORE', base.K_AUDIT, id)) then
     base.meta_incr('duplicates')
     base.emit('duplicate', 'msg', id)
     out[#out + 1] = 'duplicate'
@@ -72,8 +69,24 @@ for i = 4, #ARGV, 4 do
     base.emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
+  elseif repeats > 0 then
+    -- a job kept on the topic, as a queue's (send.lua): each firing is routed by the plan and published
+    -- to the subscriptions of its time (lifecycle.lua fire_scheduled); counted enqueued then. In the audit
+    -- now, as a queue's job: its deliveries are '<id>#<n>'.
+    lifecycle.schedule_job(id, blob, m, base.NOW + delay, plan, ARGV[i + 2], ARGV[i + 3])
+    if audit then redis.call('ZADD', base.K_AUDIT, base.meta_incr('seq'), id) end
+    base.emit('schedule', 'msg', id, 'at', base.NOW + delay, 'period', m[message.PERIOD], 'repeat', m[message.REPEAT])
+    out[#out + 1] = 'scheduled'
   elseif not virtual.route(id, blob, m, plan) then
     out[#out + 1] = 'forwarded'  -- a forward-only composite topic keeps nothing
+  elseif delay > 0 then
+    -- Its copies were recorded above, with the delay, as a queue's (send.lua); the topic keeps it as a
+    -- job with one firing (ActiveMQ's SchedulerBroker sends it to the topic when due), published then
+    -- under its own id to the subscriptions of that time. Not in the audit: its firing comes back here
+    -- under the same id (the job's entry is the duplicate check until then).
+    lifecycle.schedule_job(id, blob, m, base.NOW + delay, nil, ARGV[i + 2], ARGV[i + 3])
+    base.emit('schedule', 'msg', id, 'at', base.NOW + delay)
+    out[#out + 1] = 'ok'
   else
     local seq = base.meta_incr('seq')
     if audit then
@@ -148,6 +161,9 @@ for i = 4, #ARGV, 4 do
 end
 
 local dispatched, flags, hold, more_keys = topic.deliver(touched, touched_order, tonumber(ARGV[2]))
+-- the topic's own jobs that are due fire now (a repeat without a delay: its first firing), as a queue's
+-- send fires its own (dispatch.chunk); each is published by the caller (flag 2, lifecycle.lua publish_firing)
+lifecycle.fire_topic_jobs(dispatch.UNPARK_PER_CALL)
 flags = forward.with_flag(flags)
 if deferring then flags = bit.bor(flags, 4) end  -- the caller goes on with the fan-out (topic_fanout.lua)
 dispatch.add_tail(out, dispatched, flags, hold, more_keys)

@@ -26,7 +26,8 @@ for i, prefix in ipairs(KEYS) do
   local count = m[1] and redis.call('LLEN', prefix .. ':sorder') or 0
   local pending, in_flight, parked, dequeued, dispatched, expired, dead = 0, 0, 0, 0, 0, 0, 0
   if m[1] and from == 0 then
-    pending, in_flight, parked = n(6), n(7), n(8)
+    -- (parked: the topic's own scheduled messages too, kept on it until they fire, topic_send.lua)
+    pending, in_flight, parked = n(6), n(7), n(8) + redis.call('ZCARD', prefix .. ':parked')
     dequeued, dispatched = n(9) + n(13), n(10)
     expired, dead = n(3) + n(11), n(4) + n(12)
   end

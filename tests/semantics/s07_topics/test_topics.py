@@ -7,7 +7,7 @@ import pytest
 
 from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
-from broker_core.errors import InvalidConsumer, InvalidMessage, UnknownConsumer
+from broker_core.errors import InvalidConsumer, UnknownConsumer
 from broker_core.event_stream import count, expand
 from broker_core.keys import Home
 from broker_core.messages import Message
@@ -326,14 +326,6 @@ def test_a_delayed_message_reaches_each_subscription_after_its_delay(broker, clo
     clock.advance(5_000)
     broker.dispatch(T)
     assert bodies(broker.receive(c)) == ["later"]
-
-
-def test_repeating_scheduled_messages_are_refused_on_topics_and_nothing_is_stored(broker):
-    sub(broker)
-    with pytest.raises(InvalidMessage) as err:
-        broker.send(T, [Message(body="ok"), Message(body="job", delay_ms=1_000, period_ms=1_000, repeat=2)])
-    assert "AMQ_SCHEDULED_REPEAT" in str(err.value)
-    assert stored(broker) == 0 and broker.stats(T).enqueued == 0
 
 
 async def test_the_async_broker_runs_topics_like_the_blocking_one(broker, redis_url, namespace, clock):

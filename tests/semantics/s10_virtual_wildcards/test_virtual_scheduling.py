@@ -1,6 +1,6 @@
 """Repeating scheduled messages sent to a destination with virtual routing (spec §10, issue 5): the job stays
 where the producer sent it and each firing is routed like a send (ActiveMQ's SchedulerBroker re-sends each
-repeat to the destination), so a topic target gets every firing and nothing is refused (TOPIC_REPEAT).
+repeat to the destination), so a topic target gets every firing.
 Against a real Redis."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import msgpack
 from broker_core.broker import Broker
 from broker_core.config.virtual import VirtualConfig
 from broker_core.destinations import parse_destination
-from broker_core.event_stream import expand
 from broker_core.messages import Message
 from broker_core.ops import virtual
 
@@ -112,16 +111,21 @@ def test_a_filtered_target_is_matched_at_each_firing(broker, clock):
     assert broker.stats("x").enqueued == 2  # forwardOnly false: each firing kept on x too
 
 
-def test_a_copy_a_topic_still_refuses_is_counted_in_destination_stats(broker, clock):
-    """Refusals for other reasons remain: a repeating job's local delivery keeps its schedule, and a topic
-    refuses one (TOPIC_REPEAT) when an operator copies it there. It is counted as forward_refused, which
-    DestinationStats shows, and forwarding goes on."""
-    consumer(broker, "topic://t")
+def test_an_operators_copy_of_a_firing_carries_no_schedule(broker, clock):
+    """A repeating job's delivery keeps the schedule in its stored form; an operator's copy or move of it is
+    one firing, which its target delivers now and never schedules again (ActiveMQ's fired message has lost
+    its AMQ_SCHEDULED_* properties). A topic once refused it (TOPIC_REPEAT), and a queue made a new job of
+    it; now both take it as it is, once."""
+    sub = consumer(broker, "topic://t")
     broker.send("orders", Message(body="tick", message_id="job", period_ms=100, repeat=1))
     fire(broker, clock, "orders", 100)
     broker.copy_message("orders", "job#1", "topic://t")
-    stats = broker.stats("orders")
-    assert stats.forward_refused == 1 and stats.forwarding == 0
-    events = [e for _, e in expand(broker.redis.xrange(broker.ops.events_key(parse_destination("orders"))))]
-    refused = [e for e in events if e[b"type"] == b"forward_refused"]
-    assert refused and refused[0][b"msg"] == b"job#1" and b"TOPIC_REPEAT" in refused[0][b"reason"]
+    broker.ensure_destination("other")
+    broker.copy_message("orders", "job#1", "other")
+    clock.advance(1_000)
+    broker.dispatch("topic://t")
+    broker.dispatch("other")
+    assert ids(drain(broker, sub)) == ["job#1"]
+    assert stored_record(broker, "other", "job#1")[17:20] == [0, 0, 0]
+    assert (broker.stats("other").enqueued, broker.stats("other").parked) == (1, 0)
+    assert (broker.stats("topic://t").parked, broker.stats("orders").forward_refused) == (0, 0)

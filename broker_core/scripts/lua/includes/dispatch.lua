@@ -494,6 +494,7 @@ dispatch.UNPARK_PER_CALL = 100
 -- `known`: consumers the caller has read and kept current (consumers.lua load_consumers), or nil.
 function dispatch.chunk(budget, known)
   lifecycle.unpark_due(dispatch.UNPARK_PER_CALL)
+  if base.SUB then lifecycle.fire_topic_jobs(dispatch.UNPARK_PER_CALL) end  -- (its topic's jobs)
   local dispatched, more, hold = dispatch.pass(budget, known)
   if hold == 0 then hold = lifecycle.next_unpark() end
   return dispatched, forward.with_flag(more), hold

@@ -138,9 +138,16 @@ function lifecycle.ack_messages(acks)
   end
 end
 
+-- Whether the current prefix is a topic's own keys (keys.py Home.fans_out): they hold no messages of
+-- their own (those are its subscriptions', in its shared store), only its scheduled jobs.
+function lifecycle.fans_out()
+  return not base.SUB and string.match(base.P, '^.-:{(%a):') == 't'
+end
+
 -- When the first parked message is due, as far as this script call knows (nil: ask Redis).
-lifecycle.parked = { next = nil, due_at = base.due_at }  -- (due_at through it: lifecycle.load is near Lua's 60 upvalues)
-base.on_call(function() lifecycle.parked.next = nil end)
+-- (topic_checked: fire_topic_jobs looked in this call)
+lifecycle.parked = { next = nil, due_at = base.due_at, topic_checked = false }  -- (due_at through it: lifecycle.load is near Lua's 60 upvalues)
+base.on_call(function() lifecycle.parked.next, lifecycle.parked.topic_checked = nil, false end)
 
 -- The next time a parked message comes back (0 if none).
 function lifecycle.next_unpark()
@@ -173,6 +180,23 @@ function lifecycle.unpark_due(limit)
     end
   end
   return #due / 2
+end
+
+-- A topic's jobs that are due fire from any of its scripts' dispatch chunks (a subscription's, or the
+-- topic's own: topic_send.lua), once per call: its subscribers then meet its scheduled messages on time, as
+-- a queue's consumers meet the queue's own, not only at the maintenance tick. Each firing is a record the
+-- caller publishes (flag 2: lifecycle.lua publish_firing). The usual case costs one look at the head.
+function lifecycle.fire_topic_jobs(limit)
+  if lifecycle.parked.topic_checked or not (base.SUB or lifecycle.fans_out()) then return end
+  lifecycle.parked.topic_checked = true
+  local first = redis.call('ZRANGE', base.TP .. ':parked', '0', '0', 'WITHSCORES')
+  if #first == 0 or tonumber(first[2]) > base.NOW then return end
+  local own = base.P
+  base.use_prefix(base.TP)
+  lifecycle.parked.next = nil
+  lifecycle.unpark_due(limit)
+  base.use_prefix(own)
+  lifecycle.parked.next = nil
 end
 
 -- Built on first use (see the top of this file): expiry, scheduling, returns, closing.
@@ -232,9 +256,16 @@ function lifecycle.load()
   -- (virtual destinations, includes/virtual.lua) keeps it: each firing is routed like a send of the
   -- delivery (ActiveMQ's scheduler re-sends every repeat to the destination), so its copies, a topic's
   -- too, are made then, selectors evaluated then; the targets are those of the send.
-  lifecycle.schedule_job = function(id, blob, m, at, plan)
-    redis.call('HSET', base.K_SCHED, id,
-               cmsgpack.pack({ blob, tonumber(m[message.PERIOD]), tonumber(m[message.REPEAT]), 0, plan }))
+  -- A topic's own keys hold its jobs, delayed messages included (topic_send.lua): ActiveMQ's
+  -- SchedulerBroker keeps those in its job store too and sends each firing to the topic when due, to the
+  -- subscriptions of that time. A delayed message's one firing keeps its id (SchedulerBroker gives a new
+  -- id only to a repeat's). `retain`, `retained`: a topic message's ActiveMQ.Retain action and retained
+  -- copy (topics.pack_for_topic), applied when it is published.
+  -- (period 0: one firing, a delayed message's; queues.parked_times lists such a job as no repeating one)
+  lifecycle.schedule_job = function(id, blob, m, at, plan, retain, retained)
+    local repeats = tonumber(m[message.REPEAT]) or 0
+    redis.call('HSET', base.K_SCHED, id, cmsgpack.pack({ blob, repeats > 0 and tonumber(m[message.PERIOD]) or 0,
+                                                          repeats, 0, plan or false, retain or '', retained or '' }))
     flow.memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
     redis.call('ZADD', base.K_PARKED, at, id)
     lifecycle.parked.due_at(base.P, at)
@@ -242,27 +273,47 @@ function lifecycle.load()
     lifecycle.parked.next = nil
   end
 
+  -- A topic's firing is published like a send to the topic, by the outbox (ops/forward.py, kind
+  -- 'scheduled': the copy loses its schedule, and the topic's routing, applied by the job's plan, is not
+  -- applied again): one record here, so a call fires a bounded number of jobs whatever the subscriptions,
+  -- whose fan-out topic_send.lua bounds. Until delivered it counts against the topic's memory as a
+  -- virtual copy does ('memfwd', virtual.lua) and shows as `forwarding`.
+  lifecycle.publish_firing = function(delivery, blob, retain, retained)
+    local uri = 'topic://' .. string.match(base.P, '^.-:{t:(.*)}$')
+    local charge = flow.message_charge(#blob)
+    redis.call('HINCRBY', base.K_META, 'memfwd', charge)
+    redis.call('HSET', base.K_FWD, delivery .. '|' .. uri,
+               cmsgpack.pack({ uri, 'scheduled', retain, blob, base.meta_incr('fwdseq'), charge, retained }))
+    base.due_at(base.TP, base.NOW)
+    forward.n = forward.n + 1
+  end
+
   lifecycle.fire_scheduled = function(id, at)
     local job = cmsgpack.unpack(redis.call('HGET', base.K_SCHED, id))
-    local blob, period, left, fired, plan = job[1], job[2], job[3], job[4] + 1, job[5]
-    local delivery = id .. '#' .. fired
+    local blob, period, left, fired, plan = job[1], job[2], job[3], job[4] + 1, job[5] or nil
     local m = message.unpack(blob)
+    local delivery = (tonumber(m[message.REPEAT]) or 0) > 0 and id .. '#' .. fired or id
     -- the copies leave without the schedule (virtual.py forward_copy); nothing kept here when the
     -- plan forwards only (a forward-only composite)
     if virtual.route(delivery, blob, m, plan) then
-      local seq = base.meta_incr('seq')
-      redis.call('HSET', base.K_MSGS, delivery, blob)
-      flow.memory_charge(#blob)
-      message.pending_add(delivery, message.pending_score(seq, m[message.PRIORITY]))
-      base.meta_incr('enqueued')
-      base.emit('enqueue', 'msg', delivery, 'priority', m[message.PRIORITY] or 4, 'group', m[message.GROUP] or '',
-           'size', #blob, 'scheduled', id)
-      -- each firing is a send (SchedulerBroker re-sends it, Queue.messageSent): the NoConsumer check
-      -- runs for this delivery, under its own id (includes/advisory.lua)
-      advisory.no_consumer(delivery, blob, m[message.PERSISTENT])
+      if lifecycle.fans_out() then
+        lifecycle.publish_firing(delivery, blob, job[6] or '', job[7] or '')
+      else
+        local seq = base.meta_incr('seq')
+        redis.call('HSET', base.K_MSGS, delivery, blob)
+        flow.memory_charge(#blob)
+        message.pending_add(delivery, message.pending_score(seq, m[message.PRIORITY]))
+        base.meta_incr('enqueued')
+        base.emit('enqueue', 'msg', delivery, 'priority', m[message.PRIORITY] or 4, 'group', m[message.GROUP] or '',
+             'size', #blob, 'scheduled', id)
+        -- each firing is a send (SchedulerBroker re-sends it, Queue.messageSent): the NoConsumer check
+        -- runs for this delivery, under its own id (includes/advisory.lua)
+        advisory.no_consumer(delivery, blob, m[message.PERSISTENT])
+      end
     end
     if left > 0 then
-      redis.call('HSET', base.K_SCHED, id, cmsgpack.pack({ blob, period, left - 1, fired, plan }))
+      job[3], job[4] = left - 1, fired
+      redis.call('HSET', base.K_SCHED, id, cmsgpack.pack(job))
       redis.call('ZADD', base.K_PARKED, at + period, id)
       lifecycle.parked.due_at(base.P, at + period)
     else
@@ -272,7 +323,6 @@ function lifecycle.load()
       redis.call('HDEL', base.K_PARKINFO, id)
     end
   end
-
 
   -- Closing a consumer or a subscription.
   lifecycle.recompute_exclusive_owner = function(removed_def, removed_id)
@@ -567,6 +617,7 @@ lifecycle.parked_score = function(...) lifecycle.load() return lifecycle.parked_
 lifecycle.scheduled_arrived = function(...) lifecycle.load() return lifecycle.scheduled_arrived(...) end
 lifecycle.schedule_job = function(...) lifecycle.load() return lifecycle.schedule_job(...) end
 lifecycle.fire_scheduled = function(...) lifecycle.load() return lifecycle.fire_scheduled(...) end
+lifecycle.publish_firing = function(...) lifecycle.load() return lifecycle.publish_firing(...) end
 lifecycle.recompute_exclusive_owner = function(...) lifecycle.load() return lifecycle.recompute_exclusive_owner(...) end
 lifecycle.remove_subscription = function(...) lifecycle.load() return lifecycle.remove_subscription(...) end
 lifecycle.subscription_consumer_gone = function(...) lifecycle.load() return lifecycle.subscription_consumer_gone(...) end

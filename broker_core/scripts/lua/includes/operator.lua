@@ -17,6 +17,9 @@ end
 function operator.take_out(id)
   local where, cid = operator.locate(id)
   local scheduled = false
+  -- a topic's own keys: only its jobs are its own (its messages are its subscriptions', stored once for
+  -- all of them, lifecycle.lua fans_out), so nothing else is taken out there
+  if where ~= 'parked' and lifecycle.fans_out() then return nil, false end
   if where == 'pending' then
     redis.call('ZREM', base.K_PENDING, id)
     message.pass_dirty.pending = nil  -- (message.lua)
@@ -33,13 +36,13 @@ function operator.take_out(id)
     lifecycle.take_inflight(cid, id)
     message.room_freed(cid)
   end
-  local blob = redis.call('HGET', base.K_MSGS, id)
+  local blob = not lifecycle.fans_out() and redis.call('HGET', base.K_MSGS, id)
   local job = nil
   if not blob and where == 'parked' then  -- a repeating scheduled message: cancel the job
     job = redis.call('HGET', base.K_SCHED, id)
     redis.call('HDEL', base.K_SCHED, id)
     if job then blob = cmsgpack.unpack(job)[1]; flow.memory_release(#blob) end
   end
-  lifecycle.drop_message(id)
+  if not lifecycle.fans_out() then lifecycle.drop_message(id) end
   return blob, scheduled or job ~= nil
 end

@@ -118,15 +118,11 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     redis.call('ZADD', base.TP .. ':order', seq, id)
   end
 
-  -- Put a stored message in the current subscription's pending list (or park it for its delay).
+  -- Put a stored message in the current subscription's pending list. (A delayed message never gets
+  -- here before its time: the topic keeps it as a job and publishes it when due, topic_send.lua.)
   function topic.add_to_current(id, m)
     local seq = base.meta_incr('seq')
-    local delay = tonumber(m[message.DELAY]) or 0
-    if delay > 0 then
-      lifecycle.park(id, base.NOW + delay, message.pending_score(seq, m[message.PRIORITY]))
-    else
-      message.pending_add(id, message.pending_score(seq, m[message.PRIORITY]))
-    end
+    message.pending_add(id, message.pending_score(seq, m[message.PRIORITY]))
     base.meta_incr('enqueued')
   end
 
@@ -139,14 +135,9 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     for i, id in ipairs(ids) do
       local m = msgs[i]
       local score = message.pending_score(last - #ids + i, m[message.PRIORITY])
-      local delay = tonumber(m[message.DELAY]) or 0
-      if delay > 0 then
-        lifecycle.park(id, base.NOW + delay, score)
-      else
-        zadd[#zadd + 1] = score
-        zadd[#zadd + 1] = id
-        if lowest == nil or score < lowest then lowest = score end
-      end
+      zadd[#zadd + 1] = score
+      zadd[#zadd + 1] = id
+      if lowest == nil or score < lowest then lowest = score end
     end
     if #zadd > 0 then
       for from = 1, #zadd, 2000 do  -- unpack() has a limit; a large batch goes in slices
