@@ -237,3 +237,27 @@ def test_a_cron_schedule_is_refused_with_a_clear_error(broker):
     with pytest.raises(InvalidMessage, match="cron schedules .* are not supported"):
         broker.send("orders", Message(body="x", cron="0 * * * *"))
     assert broker.destinations() == []
+
+
+def test_a_scheduled_message_s_time_to_live_starts_again_when_it_is_due(broker, clock):
+    """ActiveMQ's SchedulerBroker sends a due message with its timestamp set to that time and its
+    expiration to that time plus its time to live (expiration - timestamp), so a delay longer than the time
+    to live does not expire it; a message without an expiration keeps its timestamp. So does each firing of
+    a repeating one."""
+    sent_at = clock.now_ms()
+    broker.send("orders", [Message(body="late", timestamp=sent_at, expiration=sent_at + 300, delay_ms=1_000),
+                           Message(body="forever", timestamp=sent_at, delay_ms=1_000),
+                           Message(message_id="job", body="each", timestamp=sent_at, expiration=sent_at + 300,
+                                   delay_ms=1_000, period_ms=1_000, repeat=1)])
+    c = consumer(broker)
+    clock.advance(1_000)
+    due = clock.now_ms()
+    got = {d.body: d for d in drain(broker, c)}
+    assert set(got) == {"late", "forever", "each"}
+    assert (got["late"].timestamp, got["late"].expiration) == (due, due + 300)
+    assert (got["forever"].timestamp, got["forever"].expiration) == (sent_at, 0)
+    assert (got["each"].timestamp, got["each"].expiration) == (due, due + 300)
+    clock.advance(1_000)
+    (again,) = drain(broker, c)
+    assert (again.body, again.timestamp, again.expiration) == ("each", due + 1_000, due + 1_300)
+    assert broker.stats("orders").expired == 0

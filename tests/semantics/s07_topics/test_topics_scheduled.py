@@ -129,3 +129,17 @@ def test_a_delayed_retained_message_is_retained_when_it_is_published(broker, clo
     later = sub(broker, T, retroactive=True)
     (replayed,) = drain(broker, later)
     assert replayed.body == "last" and replayed.properties.get("ActiveMQ.Retained") is True
+
+
+def test_a_firing_s_time_to_live_starts_when_it_fires(broker, clock):
+    """As on a queue (test_redelivery.py): SchedulerBroker re-stamps the message it sends to the topic, so
+    a delay longer than the time to live does not expire it on the way."""
+    early = sub(broker, T)
+    sent_at = clock.now_ms()
+    broker.send(T, Message(body="later", message_id="m1", timestamp=sent_at, expiration=sent_at + 100,
+                           delay_ms=5_000))
+    clock.advance(5_000)
+    maintenance.run_due(broker)
+    (got,) = drain(broker, early)
+    assert (got.message_id, got.timestamp, got.expiration) == ("m1", sent_at + 5_000, sent_at + 5_100)
+    assert broker.stats(T).expired == 0

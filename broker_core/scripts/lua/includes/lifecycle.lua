@@ -231,10 +231,15 @@ function lifecycle.load()
   -- A delayed message's time came (unpark_due): it goes on the queue, counted, with the `enqueue` event
   -- and the NoConsumer check of its arrival, as a send's (send.lua), now and not when it was sent.
   lifecycle.scheduled_arrived = function(id, score)
-    local blob = redis.call('HGET', base.K_MSGS, id)
-    if not blob then return end
+    local kept = redis.call('HGET', base.K_MSGS, id)
+    if not kept then return end
     message.pending_add(id, score)
-    local m = message.unpack(blob)
+    local blob, m = message.restamp(kept, message.unpack(kept))  -- its time to live from now on
+    if blob ~= kept then
+      redis.call('HSET', base.K_MSGS, id, blob)
+      flow.memory_release(#kept)
+      flow.memory_charge(#blob)
+    end
     base.meta_incr('enqueued')
     base.emit_message(blob, 'enqueue', 'msg', id, 'priority', m[message.PRIORITY] or 4,
                       'group', m[message.GROUP] or '', 'size', #blob, 'scheduled', id)
@@ -290,8 +295,8 @@ function lifecycle.load()
 
   lifecycle.fire_scheduled = function(id, at)
     local job = cmsgpack.unpack(redis.call('HGET', base.K_SCHED, id))
-    local blob, period, left, fired, plan = job[1], job[2], job[3], job[4] + 1, job[5] or nil
-    local m = message.unpack(blob)
+    local kept, period, left, fired, plan = job[1], job[2], job[3], job[4] + 1, job[5] or nil
+    local blob, m = message.restamp(kept, message.unpack(kept))  -- each firing's time to live from now on
     local delivery = (tonumber(m[message.REPEAT]) or 0) > 0 and id .. '#' .. fired or id
     -- the copies leave without the schedule (virtual.py forward_copy); nothing kept here when the
     -- plan forwards only (a forward-only composite)
@@ -318,7 +323,7 @@ function lifecycle.load()
       lifecycle.parked.due_at(base.P, at + period)
     else
       redis.call('HDEL', base.K_SCHED, id)
-      flow.memory_release(#blob)
+      flow.memory_release(#kept)
       redis.call('ZREM', base.K_PARKED, id)
       redis.call('HDEL', base.K_PARKINFO, id)
     end

@@ -74,6 +74,21 @@ end
 -- leaves (drop_message) loses it.
 -- (message.fresh, reset with pass_dirty, below)
 
+-- A scheduled message reaching its destination (a delayed one due, a repeating job's firing): ActiveMQ's
+-- SchedulerBroker sends it with its time to live started again, timestamp now and expiration now plus
+-- (expiration - timestamp), when it has both and that is later; one without an expiration keeps its
+-- timestamp. Returns the packed message and its fields, rewritten (`m` with them) or as they were. Only
+-- the array's first five values are written again; the rest of the bytes, the body among them, are kept.
+function message.restamp(blob, m)
+  local stamp, exp = tonumber(m[message.TIMESTAMP]) or 0, tonumber(m[message.EXPIRATION]) or 0
+  if stamp <= 0 or exp <= 0 or base.NOW + exp - stamp <= exp then return blob, m end
+  if string.byte(blob, 1) ~= 0xdc then return blob, m end  -- (not packed as Python packs it: kept)
+  local after, version, priority, persistent = cmsgpack.unpack_limit(blob, message.EXPIRATION, 3)
+  m[message.TIMESTAMP], m[message.EXPIRATION] = base.NOW, base.NOW + exp - stamp
+  return string.sub(blob, 1, 3) .. cmsgpack.pack(version, priority, persistent, base.NOW, base.NOW + exp - stamp)
+    .. string.sub(blob, after + 1), m
+end
+
 function message.is_expired(m)
   local exp = tonumber(m[message.EXPIRATION]) or 0
   return exp > 0 and base.NOW > exp
