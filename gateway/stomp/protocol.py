@@ -439,10 +439,10 @@ class StompSession(LinkedSession):
 
     async def fail(self, message: str, detail: str = "", receipt: str | None = None,
                    headers: tuple[tuple[str, str], ...] = (), release_first: bool = True) -> None:
-        """Send ERROR, then close the connection (STOMP: the server closes after an ERROR). The broker side
-        is released first (subscriptions closed, unacknowledged messages back, the client id free), so a
-        client that reconnects as soon as it reads the ERROR finds it so; not when Redis is unreachable
-        (`release_first=False`), where that would only hold the ERROR back."""
+        """Send ERROR, then close the connection (a fatal refusal, `refuse`, or the broker's own end). The
+        broker side is released first (subscriptions closed, unacknowledged messages back, the client id
+        free), so a client that reconnects as soon as it reads the ERROR finds it so; not when Redis is
+        unreachable (`release_first=False`), where that would only hold the ERROR back."""
         if self.closing:
             return
         self.closing = True
