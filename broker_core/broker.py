@@ -26,6 +26,7 @@ from .drivers.coalesce import Coalescer
 from .drivers.direct import DirectConnections
 from .drivers.loop import Driver, Io, Transaction, run, run_async, typed_error
 from .drivers.multiplexed import MultiplexedConnection
+from .due import DueTimers
 from .effects import Command, Eval, Op, Policy, Sleep
 from .errors import ResourceAllocationError
 from .keys import Home, durables_key, temp_tally_key
@@ -632,19 +633,32 @@ class AsyncBroker(_Api):
         # knows the ack goes at once may await it where it is instead of giving it a task of its own
         # (gateway/ws/link.py).
         self.holds_acks: bool | None = None
+        # a delayed message's destination dispatched when it is due, not only at the next tick (due.py)
+        self.due = DueTimers(self.dispatch, self._now)
 
     async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
                    *, tx: str | None = None) -> list[str]:
-        """As Broker.send; concurrent sends to one queue share a script call (drivers/coalesce.py)."""
+        """As Broker.send; concurrent sends to one queue share a script call (drivers/coalesce.py). A
+        delayed message's destination is dispatched when it is due (`due`)."""
         if (tx is None and type(message) is Message and type(destination) is Destination
                 and destination.is_queue and not destination.is_wildcard):  # (a STOMP SEND's: no helpers)
-            return await self._sends.run(destination, [message.pack(self._now())])
-        if tx is None and not _is_composite(destination):
-            dest, batch = _dest(destination), _messages(message)
-            if dest.is_queue and batch:
-                now = self._now()
-                return await self._sends.run(dest, [m.pack(now) for m in batch])  # (a bad one fails here)
-        return await super().send(destination, message, tx=tx)
+            now = self._now()
+            sent = await self._sends.run(destination, [message.pack(now)])
+            if message.delay_ms:
+                self.due.arm(destination, now + message.delay_ms)
+            return sent
+        if _is_composite(destination):
+            return await super().send(destination, message, tx=tx)
+        dest, batch = _dest(destination), _messages(message)
+        now = self._now()
+        if tx is None and dest.is_queue and batch:
+            sent = await self._sends.run(dest, [m.pack(now) for m in batch])  # (a bad one fails here)
+        else:
+            sent = await super().send(dest, batch, tx=tx)
+        delay = min((m.delay_ms for m in batch if m.delay_ms), default=0)
+        if delay:  # (in a transaction: dispatched then, and again when due if it was committed later)
+            self.due.arm(dest, now + delay)
+        return sent
 
     async def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
                   tx: str | None = None, hold: float = 0.0) -> int:

@@ -314,6 +314,8 @@ def unpack_delivery(
         props[name] = TypedValue("long", raw) if code == "l" and INT_MIN <= raw <= INT_MAX else raw
         if code == "d" and isinstance(raw, int):
             props[name] = float(raw)
+    if (r[17] or r[19]) and SCHEDULED_JOB_ID not in props:  # (arrived still carrying its schedule)
+        props[SCHEDULED_JOB_ID] = _job_id(message_id)
     # Built without Delivery's generated __init__: a frozen dataclass sets each of its 20 fields with
     # its own object.__setattr__ call, which took about half of the client CPU of a received message.
     # The same fields, so equality, hashing, repr and immutability are Delivery's own.
@@ -400,7 +402,17 @@ def failure_cause(kind: str, argument: str, policy: dict[str, str]) -> str | Non
     return None  # poison: a STOMP NACK carries no cause
 
 
-def forward_copy(blob: bytes, original: str, arrived: bool = False) -> bytes:
+# The property a scheduled message arrives with: the id it was sent with, its job's (SchedulerBroker's
+# scheduledJobId). Set where its schedule is taken off (forward_copy) and on delivery while the stored
+# message still carries it (unpack_delivery: a queue's delayed message, a job's firing `<id>#<n>`).
+SCHEDULED_JOB_ID = "scheduledJobId"
+
+
+def _job_id(message_id: str) -> str:
+    return message_id.split("#", 1)[0]
+
+
+def forward_copy(blob: bytes, original: str, arrived: bool = False, message_id: str | None = None) -> bytes:
     """The copy a virtual destination's target receives: the message as sent, with its original
     destination set when the configuration says so (composites and virtual topics).
 
@@ -408,8 +420,9 @@ def forward_copy(blob: bytes, original: str, arrived: bool = False) -> bytes:
     fire_scheduled), never at its send, so a copy that still carries a repeat is one firing: like the
     firing ActiveMQ's scheduler re-sends (SchedulerBroker.scheduledJob), it loses its delay, period and
     repeat, so its target delivers it now and schedules nothing again. `arrived`: a copy of a message
-    that has reached its destination (the NoConsumer advisory's), which a delay no longer concerns
-    either: it loses any schedule."""
+    that has reached its destination (a move's, the NoConsumer advisory's), which a delay no longer
+    concerns either: it loses any schedule. `message_id`: the copy's id; one that loses its schedule is
+    given SCHEDULED_JOB_ID, as SchedulerBroker gives what it fires."""
     record = msgpack.unpackb(blob, raw=True)
     fired = len(record) >= RECORD_LENGTH and bool(record[19] or (arrived and record[17]))
     if not original and not fired:
@@ -418,4 +431,7 @@ def forward_copy(blob: bytes, original: str, arrived: bool = False) -> bytes:
         record[16] = original
     if fired:
         record[17:20] = [0, 0, 0]
+        flat = list(record[11] or [])
+        if message_id is not None and SCHEDULED_JOB_ID.encode() not in flat[::3]:
+            record[11] = [*flat, SCHEDULED_JOB_ID.encode(), b"s", _job_id(message_id).encode()]
     return msgpack.packb(record, use_bin_type=False)

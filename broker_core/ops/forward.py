@@ -73,17 +73,19 @@ def forward(ops: Context, dest: Destination, now: int, limit: int = 1_000) -> Op
                 target = parse_destination(source_policy["deadLetterTarget"])
             retain, retained = "", b""
             if kind in TRANSFERS:
-                # moved, copied or retried as it is; a repeating job's delivery without the schedule it
-                # still carries (forward_copy): it is one firing, which its target must not schedule again
-                copy = forward_copy(blob, "")
+                # moved, copied or retried as it is, but without the schedule it may still carry (a
+                # delayed message that arrived, a repeating job's delivery: forward_copy): it reached its
+                # queue already, and its target must not schedule it again
+                copy = forward_copy(blob, "", arrived=True, message_id=message_id)
             elif kind == "scheduled":
                 # a topic's job fired: published to the topic's subscriptions of now without its schedule,
                 # with its ActiveMQ.Retain action (the record's argument) and retained copy
-                copy = forward_copy(blob, "", arrived=True)
+                copy = forward_copy(blob, "", arrived=True, message_id=message_id)
                 retain = _str(argument)
-                retained = forward_copy(extra[2], "", arrived=True) if len(extra) > 2 and extra[2] else b""
+                retained = (forward_copy(extra[2], "", arrived=True, message_id=message_id)
+                            if len(extra) > 2 and extra[2] else b"")
             elif kind == "virtual":  # a virtual destination's copy (virtual.py)
-                copy = forward_copy(blob, _str(argument))
+                copy = forward_copy(blob, _str(argument), message_id=message_id)
             elif kind == "advisory":  # an advisory message about an event (advisory.py)
                 copy = advisory.build(message_id, argument, blob, now)
             elif kind == "wildcard":  # a wildcard subscription's copy (scripts/lua/includes/wildcard.lua)

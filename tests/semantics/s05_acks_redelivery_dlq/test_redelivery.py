@@ -264,3 +264,21 @@ def test_a_scheduled_message_s_time_to_live_starts_again_when_it_is_due(broker, 
     (again,) = drain(broker, c)
     assert (again.body, again.timestamp, again.expiration) == ("each", due + 1_000, due + 1_300)
     assert broker.stats("orders").expired == 0
+
+
+def test_a_scheduled_message_arrives_with_its_job_id_and_without_its_schedule(broker, clock):
+    """SchedulerBroker sends what fires with a `scheduledJobId` property (the id it was sent with) and
+    without its AMQ_SCHEDULED_* properties: moved on once it arrived, it is not delayed again."""
+    broker.ensure_destination("elsewhere")
+    broker.send("orders", [Message(message_id="once", body="d", delay_ms=500),
+                           Message(message_id="job", body="r", delay_ms=500, period_ms=500, repeat=1)])
+    c = consumer(broker)
+    clock.advance(500)
+    got = {d.message_id: d for d in drain(broker, c)}
+    assert {i: d.properties.get("scheduledJobId") for i, d in got.items()} == {"once": "once", "job#1": "job"}
+    broker.close_consumer(c)
+    broker.move_message("orders", "once", "elsewhere")
+    broker.forward("orders")
+    (moved,) = drain(broker, consumer(broker, "elsewhere"))
+    assert (moved.message_id, moved.properties["scheduledJobId"]) == ("once", "once")
+    assert broker.stats("elsewhere").parked == 0
