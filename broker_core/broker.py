@@ -284,9 +284,16 @@ class _Api:
         return self._run(self.ops.forward(_dest(destination), self._now()))
 
     def browse(self, destination: str | Destination, *, selector: str | None = None,
-               cursor: str | None = None, limit: int = 100) -> BrowsePage:
-        """A page of stored messages (never changes anything); BrowsePage(messages, next_cursor)."""
-        return self._run(self.ops.browse(_dest(destination, "browse"), selector, cursor, limit, self._now()))
+               cursor: str | None = None, limit: int = 100, parked: bool = True) -> BrowsePage:
+        """A page of stored messages (never changes anything); BrowsePage(messages, next_cursor).
+        `parked=False`: without parked messages (scheduled, delayed), as a queue browser sees the queue."""
+        return self._run(self.ops.browse(_dest(destination, "browse"), selector, cursor, limit, self._now(),
+                                         parked))
+
+    def browser_limit(self, destination: str | Destination, connection_id: str | None = None) -> int:
+        """How many messages a queue browser of connection `connection_id` is given at most (the policy's
+        maxBrowsePageSize); a topic, or another connection's temporary queue, is refused."""
+        return self._run(self.ops.browser_limit(_dest(destination, "browse"), connection_id))
 
     def get_message(self, destination: str | Destination, message_id: str) -> Browsed:
         return self._run(self.ops.get_message(_dest(destination, "read from"), message_id, self._now()))

@@ -290,7 +290,7 @@ SIGNALBOX_STOMP_MAX_CONNECTIONS = int(os.environ.get("SIGNALBOX_STOMP_MAX_CONNEC
 # limits (broker_core/model.py TransactionLimits; docs/broker_core.md "Transactions"): a setting here only
 # when the environment gives one, checked as a number now rather than at the first connection.
 for _knob in ("SIGNALBOX_WS_LEASE_MS", "SIGNALBOX_WS_SEND_BUFFER_BYTES", "SIGNALBOX_WS_SLOW_CLIENT_SECONDS",
-              "SIGNALBOX_WS_MAX_SUBSCRIPTIONS", "SIGNALBOX_WS_RECEIVE_BATCH",
+              "SIGNALBOX_WS_MAX_SUBSCRIPTIONS", "SIGNALBOX_WS_RECEIVE_BATCH", "SIGNALBOX_WS_BROWSE_PAGE",
               "SIGNALBOX_MAX_TRANSACTION_SIZE", "SIGNALBOX_MAX_TRANSACTION_BYTES",
               "SIGNALBOX_MAX_TRANSACTION_DESTINATIONS",
               "SIGNALBOX_STOMP_MAX_BODY", "SIGNALBOX_STOMP_MAX_HEADERS",

@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 import msgpack
 
+from ..config.entry import PolicyEntry
 from ..destinations import Destination, require_concrete
-from ..effects import Command, Op
+from ..effects import Command, Op, Policy
 from ..errors import InvalidConsumer, OperationRefused, UnknownDestination, UnknownMessage
 from ..keys import Home
 from ..model import Consumer, ConsumerRef, ConsumerSpec, GroupInfo
@@ -155,16 +156,24 @@ def summary(ops: Context, dest: Destination, now: int, oldest: bool = False) -> 
 
 
 def browse(ops: Context, dest: Destination, selector: str | None, cursor: str | None, limit: int,
-           now: int) -> Op:
-    """One page of messages, never changing state: pending in dispatch order, then parked, then in
-    flight. Returns BrowsePage; pass its next_cursor to continue (None when done)."""
+           now: int, parked: bool = True) -> Op:
+    """One page of messages, never changing state: pending in dispatch order, then parked (unless
+    `parked` is False), then in flight. Returns BrowsePage; pass its next_cursor to continue (None when
+    done)."""
     if not 1 <= limit <= MAX_RECEIVE:
         raise InvalidConsumer(f"limit must be 1-{MAX_RECEIVE}, got {limit}", field="limit")
     if cursor and not (_BROWSE_CURSOR.fullmatch(cursor) and (cursor[0] != "i" or int(cursor[2:]) < 2**64)):
         raise InvalidConsumer(f"cursor {cursor[:100]!r} is not one this listing gave", field="cursor")
     compiled = parse_selector(selector).compiled if selector and selector.strip() else ""
     return calls.Browse.parse((yield calls.Browse.call(ops.prefix(dest), now, cursor or "", limit,
-                                                       BROWSE_EXAMINE, compiled)), dest.uri)
+                                                       BROWSE_EXAMINE, compiled, parked)), dest.uri)
+
+
+def browser_limit(ops: Context, dest: Destination) -> Op:
+    """How many messages a queue browser is given at most: the policy's maxBrowsePageSize (ActiveMQ's
+    QueueBrowserSubscription sees only what one page-in holds, spec §1.6)."""
+    entry: PolicyEntry = yield Policy(dest)
+    return entry.max_browse_page_size
 
 
 def get_message(ops: Context, dest: Destination, message_id: str, now: int) -> Op:

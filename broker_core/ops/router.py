@@ -102,9 +102,7 @@ class Router(Context):
             if spec.subscription_name is not None:  # ActiveMQ's TempTopicRegion's text
                 raise OperationRefused("A durable subscription cannot be created for a temporary topic.",
                                        destination=dest.uri)
-            if spec.connection_id != dest.temporary_owner:  # ActiveMQ's TempQueue/TempTopic, no stealing
-                raise OperationRefused(f"Subscribing to a temporary {dest.kind} created by another "
-                                       "connection is not permitted", destination=dest.uri)
+            _refuse_others_temp(dest, spec.connection_id)
         cid, packed, selector = homes.consumer_definition(spec, consumer_id)
         return self.run(topics.subscribe(self, dest, spec, now, cid, packed, selector) if dest.is_topic else
                         queues.add_consumer(self, dest, spec, now, cid, packed))
@@ -267,8 +265,15 @@ class Router(Context):
 
     # -- the operator's message operations (spec §14.3) -----------------------------------------------
 
-    def browse(self, dest: Destination, selector: str | None, cursor: str | None, limit: int, now: int) -> Op:
-        return self.run(queues.browse(self, dest, selector, cursor, limit, now))
+    def browse(self, dest: Destination, selector: str | None, cursor: str | None, limit: int, now: int,
+               parked: bool = True) -> Op:
+        return self.run(queues.browse(self, dest, selector, cursor, limit, now, parked))
+
+    def browser_limit(self, dest: Destination, connection_id: str | None) -> Op:
+        _refuse_on_topic(dest, "browse")
+        if dest.is_temporary:  # a browser is a consumer there (ActiveMQ's TempQueue.addSubscription)
+            _refuse_others_temp(dest, connection_id)
+        return (yield from self.run(queues.browser_limit(self, dest)))
 
     def get_message(self, dest: Destination, message_id: str, now: int) -> Op:
         return self.run(queues.get_message(self, dest, message_id, now))
@@ -321,6 +326,12 @@ class Router(Context):
 
     def tx_rollback(self, tx: str, now: int) -> Op:
         return self.run(transactions.rollback(self, tx, now))
+
+
+def _refuse_others_temp(dest: Destination, connection_id: str | None) -> None:
+    if connection_id != dest.temporary_owner:  # ActiveMQ's TempQueue/TempTopic, no stealing
+        raise OperationRefused(f"Subscribing to a temporary {dest.kind} created by another "
+                               "connection is not permitted", destination=dest.uri)
 
 
 def _refuse_on_topic(dest: Destination, what: str) -> None:

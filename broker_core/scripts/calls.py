@@ -248,8 +248,9 @@ class Browse(ScriptCall):
 
     @classmethod
     def call(cls, prefix: str, now: int, cursor: str, limit: int, examine: int,
-             compiled_selector: str) -> Eval:
-        return Eval(cls.script, (prefix,), (now, cursor, limit, examine, compiled_selector))
+             compiled_selector: str, parked: bool = True) -> Eval:
+        return Eval(cls.script, (prefix,), (now, cursor, limit, examine, compiled_selector,
+                                            "1" if parked else "0"))
 
     @staticmethod
     def parse(reply: list[Any], uri: str) -> BrowsePage:

@@ -664,14 +664,16 @@ class StompSession(LinkedSession):
                                           temps=self.temps)
         # (another connection's temporary destination: the broker refuses the consumer, Router.add_consumer)
         await self._create_temps()
+        browser = frame.get("browser") == "true"  # (ActiveMQ compares with "true" exactly: TRUE subscribes)
+        if browser and self.version == "1.0":
+            raise StompError("Queue Browser feature only valid for Stomp v1.1+ clients!",
+                             "SUBSCRIBE with browser:true needs STOMP 1.1 or later")
         durable_name = frame.get("activemq.subscriptionName")
         if durable_name is not None and any(not d.is_topic for d in destinations):
             raise StompError("Invalid Subscription: cannot durably subscribe to a Queue destination!")
-        if java_bool(frame.get("browser")):
-            raise StompError("Browsing is not supported", "SUBSCRIBE with browser:true is not supported")
-        ack = frame.get("ack", "auto") or "auto"
-        if ack not in ACK_MODES:
-            raise StompError("Invalid ack mode", f"ack must be one of {', '.join(ACK_MODES)}, got {ack!r}")
+        if browser:
+            return await self._browse(frame, destinations)
+        ack = self._ack_mode(frame)
         prefetch = _int(frame, "activemq.prefetchSize", 1, 32767)
         priority = _int(frame, "activemq.priority", -128, 127, 0)
         # checked; the topic policy's pendingMessageLimitStrategy decides (ActiveMQ ignores the consumer's
@@ -698,6 +700,48 @@ class StompSession(LinkedSession):
             if replayed:
                 await self.deliver(sub, None, replayed)
         return receipt is not None
+
+    @staticmethod
+    def _ack_mode(frame: Frame) -> str:
+        ack = frame.get("ack", "auto") or "auto"
+        if ack not in ACK_MODES:
+            raise StompError("Invalid ack mode", f"ack must be one of {', '.join(ACK_MODES)}, got {ack!r}")
+        return ack
+
+    async def _browse(self, frame: Frame, destinations: list[Destination]) -> bool:
+        """SUBSCRIBE browser:true, ActiveMQ's queue browser (StompQueueBrowserSubscription): the messages on
+        the queue now as MESSAGE frames (Link.browse), then one MESSAGE with `browser:end` (`_browsed`).
+        The subscription stays, receiving nothing more, until UNSUBSCRIBE. Its messages stay on the queue:
+        an ACK of one only forgets it, a NACK is refused (ActiveMQ's texts)."""
+        assert self.link is not None
+        (dest, *more) = destinations
+        if more or not dest.is_queue or dest.is_wildcard:
+            # (ActiveMQ fails such a browser with a ClassCastException's text; ours names the rule)
+            raise StompError("Queue Browser feature only valid for a single queue",
+                             f"browser:true browses one queue; {frame.get('destination')!r} is not one")
+        ack = self._ack_mode(frame)
+        await self._authorize(destinations, "read")
+        sub_id = frame.get("id")
+        assert sub_id is not None  # (required from STOMP 1.1 on: on_subscribe)
+        selector = frame.get("selector")
+        # STOMP's string coercion, as every STOMP selector (ActiveMQ's convert_string_expressions: prefix)
+        stomp_selector = f"convert_string_expressions:{selector}" if selector and selector.strip() else None
+        sub = await self.link.browse(sub_id, dest, stomp_selector, ack, {"id": sub_id})
+        self.note_subscription(sub, selector, None)
+        receipt = frame.get("receipt")
+        if receipt is not None:  # before the messages, as ActiveMQ's
+            await self.send_frame("RECEIPT", [("receipt-id", receipt)])
+        self.link.start(sub)
+        return receipt is not None
+
+    async def _browsed(self, sub: Subscription) -> None:
+        """A queue browser gave all it will: ActiveMQ's end frame, with these headers in this order (seen
+        on ActiveMQ 5.17.2) and no body."""
+        assert self.temps is not None
+        name = self.temps.name_of if self.temps.own else stomp_name
+        await self.send_frame("MESSAGE", [
+            ("browser", "end"), ("destination", name(sub.destinations[0].uri) or ""),
+            ("message-id", "0"), ("subscription", sub.options["id"])])
 
     def durable_client_id(self) -> str:
         """The client id durable subscriptions are kept under: CONNECT's client-id, else (as ActiveMQ)
@@ -779,6 +823,9 @@ class StompSession(LinkedSession):
         target = self._ack_target(frame)
         if target is not None:
             sub, ack_id = target
+            if sub.browser is not None:
+                raise StompError("Cannot Nack a message on a Queue Browser Subscription.",
+                                 "a browsed message stays on the queue; there is nothing to give back")
             await self.link.nack(sub, [ack_id], frame.get("transaction"))
 
     def _transaction_name(self, frame: Frame) -> str:

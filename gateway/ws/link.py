@@ -26,7 +26,13 @@ from typing import Any
 from django.conf import settings as django_settings
 
 from broker_core.destinations import Destination
-from broker_core.errors import NotInFlight, TransactionError, UnknownConsumer, UnknownSubscription
+from broker_core.errors import (
+    NotInFlight,
+    TransactionError,
+    UnknownConsumer,
+    UnknownDestination,
+    UnknownSubscription,
+)
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message
 from broker_core.model import Consumer, ConsumerSpec
@@ -50,6 +56,7 @@ class LinkSettings:
     slow_client_seconds: float = 30.0  # SIGNALBOX_WS_SLOW_CLIENT_SECONDS
     max_subscriptions: int = 1000  # SIGNALBOX_WS_MAX_SUBSCRIPTIONS (per connection)
     receive_batch: int = 500  # SIGNALBOX_WS_RECEIVE_BATCH: messages taken per receive call
+    browse_page: int = 100  # SIGNALBOX_WS_BROWSE_PAGE: messages a queue browser takes per browse call
     @classmethod
     def from_django(cls) -> LinkSettings:
         return cls(
@@ -58,6 +65,7 @@ class LinkSettings:
             slow_client_seconds=float(_setting("SIGNALBOX_WS_SLOW_CLIENT_SECONDS", cls.slow_client_seconds)),
             max_subscriptions=int(_setting("SIGNALBOX_WS_MAX_SUBSCRIPTIONS", cls.max_subscriptions)),
             receive_batch=int(_setting("SIGNALBOX_WS_RECEIVE_BATCH", cls.receive_batch)),
+            browse_page=int(_setting("SIGNALBOX_WS_BROWSE_PAGE", cls.browse_page)),
         )
 
     @property
@@ -278,6 +286,18 @@ class SendBuffer:
 
 
 @dataclass
+class Browser:
+    """Where a queue browser's walk of its queue is: the broker's browse cursor, the page taken but not
+    delivered yet, and how many messages it may still be given (the policy's maxBrowsePageSize)."""
+
+    selector: str | None
+    left: int
+    page: list[Delivery] = field(default_factory=list)
+    cursor: str | None = None
+    done: bool = False  # the walk reached the end of the queue, or `left` reached 0
+
+
+@dataclass
 class Subscription:
     """One client subscription: its consumers (one per destination of a composite), its ack mode and the
     messages it delivered that wait for an acknowledgement, in delivery order."""
@@ -289,6 +309,7 @@ class Subscription:
     unacked: OrderedDict[str, tuple[Consumer | None, str]] = field(default_factory=OrderedDict)
     options: dict[str, Any] = field(default_factory=dict)  # protocol-specific (STOMP id, group headers...)
     durable: tuple[str, str] | None = None  # (client id, subscription name) of a durable topic subscription
+    browser: Browser | None = None  # a queue browser's walk (no consumers): `Link.browse`
 
     def track(self, consumer: Consumer | None, delivery: Delivery) -> str:
         """Remember a delivered message until it is acknowledged; returns its ack id (the message id,
@@ -341,15 +362,18 @@ class Link:
     the subscription's consumers (spec §8.4): the link has already closed the subscription; the protocol
     tells the client and, when `notice.abort_connection`, closes the connection.
     `transport`: the scheme the client came by (ws, tcp, ssl), the connection id's prefix.
+    `browsed(subscription)` is called once a queue browser (`browse`) has delivered all it will.
     """
 
-    def __init__(self, broker: Any, hub: Any, deliver: Callable[[Subscription, Consumer, list[Delivery]],
-                                                                 Awaitable[None]],
+    def __init__(self, broker: Any, hub: Any,
+                 deliver: Callable[[Subscription, Consumer | None, list[Delivery]], Awaitable[None]],
                  lost: Callable[[str, bool], Awaitable[None]], settings: LinkSettings | None = None,
                  aborted: Callable[[Subscription, AbortNotice], Awaitable[None]] | None = None,
                  buffer: SendBuffer | None = None, unique_ack_ids: bool = False,
-                 transport: str = "ws") -> None:
+                 transport: str = "ws", browsed: Callable[[Subscription], Awaitable[None]] | None = None
+                 ) -> None:
         self.broker = broker
+        self.browsed = browsed
         self.hub = hub
         self.deliver = deliver
         self.buffer = buffer
@@ -424,8 +448,7 @@ class Link:
         return ConsumerSpec(lease_ms=self.settings.lease_ms, notify=self.hub.channel,
                             connection_id=self.connection_id, **options)
 
-    async def subscribe(self, key: str, destinations: list[Destination], spec: ConsumerSpec,
-                        options: dict[str, Any] | None = None, start: bool = True) -> Subscription:
+    def _check_room(self, key: str) -> None:
         if key in self.subscriptions:
             raise LinkError("Duplicate subscription", f"this connection already has a subscription {key!r}",
                             "duplicate_subscription")
@@ -433,6 +456,10 @@ class Link:
             raise LinkError("Too many subscriptions",
                             f"a connection may hold at most {self.settings.max_subscriptions} subscriptions "
                             "(SIGNALBOX_WS_MAX_SUBSCRIPTIONS)", "too_many_subscriptions")
+
+    async def subscribe(self, key: str, destinations: list[Destination], spec: ConsumerSpec,
+                        options: dict[str, Any] | None = None, start: bool = True) -> Subscription:
+        self._check_room(key)
         durable = (spec.client_id or "", spec.subscription_name) if spec.subscription_name else None
         sub = Subscription(key, destinations, spec.ack_mode, options=dict(options or {}), durable=durable)
         # retroactive means nothing for a queue (as in ActiveMQ); durable names are only for topics
@@ -453,9 +480,65 @@ class Link:
             self.start(sub)
         return sub
 
+    async def browse(self, key: str, dest: Destination, selector: str | None, ack_mode: str,
+                     options: dict[str, Any] | None = None) -> Subscription:
+        """A queue browser (ActiveMQ's QueueBrowserSubscription): `start` gives it the messages on the queue
+        now, selector applied, without taking them (pending in dispatch order, then in flight; not parked
+        ones), at most the policy's maxBrowsePageSize, then calls `browsed`. It has no consumer: it holds
+        nothing, and receives nothing more until it is unsubscribed. The first page is taken here, so a bad
+        selector is the SUBSCRIBE's error; the rest one page (SIGNALBOX_WS_BROWSE_PAGE) per broker call as
+        the send buffer takes them, so a slow client holds back the walk, not the gateway's memory."""
+        self._check_room(key)
+        limit = await self.broker.browser_limit(dest, self.connection_id)  # (refuses another's temp queue)
+        await self.broker.ensure_destination(dest)  # (browsing creates the queue, as a consumer does)
+        browser = Browser(selector, limit)
+        await self._browse_page(dest, browser)
+        sub = Subscription(key, [dest], ack_mode, options=dict(options or {}), browser=browser)
+        self.subscriptions[key] = sub
+        return sub
+
+    async def _browse_page(self, dest: Destination, browser: Browser) -> None:
+        """One broker call of the walk: its page (none when nothing in the part it examined matched) into
+        `browser.page`."""
+        if browser.left <= 0:
+            browser.done = True
+            return
+        page = await self.broker.browse(dest, selector=browser.selector, cursor=browser.cursor,
+                                        limit=min(self.settings.browse_page, browser.left), parked=False)
+        browser.page = [b.message for b in page.messages]
+        browser.left -= len(browser.page)
+        browser.cursor = page.next_cursor
+        browser.done = page.next_cursor is None or browser.left <= 0
+
+    async def _walk(self, sub: Subscription) -> None:
+        """Deliver a queue browser's pages, taking each only once the last one is in the send buffer."""
+        browser = sub.browser
+        assert browser is not None
+        try:
+            while True:
+                page, browser.page = browser.page, []
+                if page:
+                    await self.deliver(sub, None, page)
+                if browser.done:
+                    break
+                try:
+                    await self._browse_page(sub.destinations[0], browser)
+                except UnknownDestination:  # deleted meantime: the browse ends with what it gave
+                    break
+            if self.browsed is not None:
+                await self.browsed(sub)
+        except asyncio.CancelledError:
+            raise
+        except SlowClient as exc:
+            self._report_lost(f"slow client: {exc}")
+        except Exception as exc:  # the broker failed: the browse cannot finish
+            self._report_failure(f"browsing {sub.destinations[0].uri} failed", exc)
+
     def start(self, sub: Subscription) -> None:
         """Start pushing the subscription's messages (after a RECEIPT, so that it comes first)."""
         loop = asyncio.get_running_loop()
+        if sub.browser is not None and _walk_key(sub) not in self._pumps:
+            self._pumps[_walk_key(sub)] = loop.create_task(self._walk(sub))
         for consumer in sub.consumers:
             if consumer.consumer_id not in self._pumps:
                 self._pumps[consumer.consumer_id] = loop.create_task(self._pump(sub, consumer))
@@ -497,6 +580,11 @@ class Link:
         return where  # (a wildcard subscription's pattern)
 
     async def _close_subscription(self, sub: Subscription, reason: str) -> None:
+        walk = self._pumps.pop(_walk_key(sub), None) if sub.browser is not None else None
+        if walk is not None and walk is not asyncio.current_task():
+            walk.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await walk
         for consumer in sub.consumers:
             task = self._pumps.pop(consumer.consumer_id, None)
             if task is not None and task is not asyncio.current_task():
@@ -1019,3 +1107,8 @@ class Link:
         if self._client_id is not None:  # last: the id is free once its consumers are gone
             with contextlib.suppress(Exception):  # else it lapses with its lease
                 await self._client_id.release()
+
+
+def _walk_key(sub: Subscription) -> str:
+    """A queue browser's walk among the pumps (which are by consumer id: `browse:` is no consumer id)."""
+    return f"browse:{sub.key}"

@@ -66,7 +66,7 @@ class LinkedSession:
         scheme, _, rest = self.remote_address.partition("://")
         link = Link(self.broker, self.hub, self.deliver, self._lost, self.link_settings,
                     aborted=self._aborted, buffer=self.buffer, unique_ack_ids=self.unique_ack_ids,
-                    transport=scheme if rest else "ws")
+                    transport=scheme if rest else "ws", browsed=self._browsed)
         await link.open()
         self.link = link
         return link
@@ -124,6 +124,10 @@ class LinkedSession:
         raise NotImplementedError
 
     async def _aborted(self, sub: Subscription, notice: AbortNotice) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    async def _browsed(self, sub: Subscription) -> None:  # pragma: no cover - interface
+        """A queue browser (Link.browse) delivered all it will: tell the client, as the protocol does."""
         raise NotImplementedError
 
     async def release(self, reason: str = "") -> None:

@@ -2,7 +2,8 @@
 -- delay, scheduled), then in-flight ones; optionally only those a selector matches. Bounded: examines
 -- at most ARGV[4] messages per call and returns where to continue.
 -- ARGV: now, cursor ('' = start; 'p:<score>', 'k:<score>', 'i:<hscan cursor>'), limit, examine budget,
--- compiled selector JSON or ''.
+-- compiled selector JSON or '', '0' to leave parked messages out (a queue browser's view: ActiveMQ keeps
+-- scheduled and delayed messages outside the queue until they are due) or '1'.
 -- Returns {next cursor ('' when done), then per message: id, packed, state, consumer, redeliveries}.
 --@include base
 --@include dispatch
@@ -78,6 +79,7 @@ if phase == 'p' then
   if next_cursor then out[1] = next_cursor return out end
   phase, position = 'k', ''
 end
+if phase == 'k' and ARGV[6] == '0' then phase, position = 'i', '0' end
 if phase == 'k' then
   local next_cursor = walk_zset(base.K_PARKED, 'k', 'parked', position)
   if next_cursor then out[1] = next_cursor return out end

@@ -48,6 +48,30 @@ def test_browse_has_no_400_message_cap_and_filters_with_a_selector(broker):
     assert matched == [str(i) for i in range(1450, 1500)]
 
 
+def test_a_queue_browsers_view_leaves_parked_messages_out_and_is_capped_by_max_browse_page_size(broker):
+    """What a queue browser (STOMP browser:true) sees: pending and in-flight messages, not scheduled ones
+    (ActiveMQ keeps those outside the queue until due), each page examining only pending then in flight;
+    at most the policy's maxBrowsePageSize (spec §1.6)."""
+    c = consumer(broker, prefetch=1)
+    fill(broker, 3)
+    broker.send("orders", Message(body="later", delay_ms=3_600_000))
+    seen, cursor = [], None
+    while True:
+        page = broker.browse("orders", cursor=cursor, limit=2, parked=False)
+        seen += [b.state for b in page.messages]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert sorted(seen) == ["inflight", "pending", "pending"]
+    assert [b.state for b in broker.browse("orders", limit=10).messages].count("parked") == 1
+    assert broker.browser_limit("orders") == 400
+    broker.policies.set_entry("queue", "capped", {"maxBrowsePageSize": 3})
+    assert broker.browser_limit("capped") == 3
+    with pytest.raises(OperationRefused):
+        broker.browser_limit("topic://prices")
+    del c
+
+
 def test_get_message_shows_headers_properties_body_and_where_it_is(broker):
     c = consumer(broker, prefetch=1, consumer_id="A")
     first, second = fill(broker, 2)
