@@ -463,6 +463,12 @@ _OWNER: dict[str, str] = {
 # sendAdvisoryIfNoConsumers, the last one, is honoured (docs/broker_core.md, Advisory topics).
 _ONLY_FALSE: dict[str, str] = {}
 
+def _temporary_only(kind: str) -> str:
+    return (f"it makes an entry for temporary {kind}s only, and Signalbox has no such entries; a temporary "
+            f"{kind} (STOMP /temp-{kind}/) takes the {kind} entries that match its name, "
+            f"ID:<connection id>:<n> ({kind} = \">\" does)")
+
+
 # ActiveMQ attributes that Signalbox accepts knowingly and rejects with the reason.
 _NOT_SUPPORTED = {
     "cursorMemoryHighWaterMark": "there are no in-memory cursors; pending messages are paged from Redis",
@@ -482,9 +488,13 @@ _NOT_SUPPORTED = {
     "networkBridgeFilterFactory": "there are no networks of brokers",
     "advancedMessageStatisticsEnabled": "statistics come from the lifecycle event streams",
     "useTopicSubscriptionInflightStats": "statistics come from the lifecycle event streams",
-    "allowTempDestinationStealing": "temporary destinations are not supported",
-    "tempQueue": "temporary destinations are not supported",
-    "tempTopic": "temporary destinations are not supported",
+    # (a PolicyEntry attribute since ActiveMQ 5.19; Signalbox's behaviour is its default, false)
+    "allowTempDestinationStealing": "only the connection that made a temporary destination may consume "
+                                    "from it (as with ActiveMQ's default, false)",
+    # tempQueue / tempTopic = true make an entry apply to every temporary queue / topic and to nothing else
+    # (ActiveMQ's DestinationMapEntry: the pattern `>` of the temporary type)
+    "tempQueue": _temporary_only("queue"),
+    "tempTopic": _temporary_only("topic"),
     "messageInterceptorStrategy": "it takes a Java object",
     "messageGroupMapFactory": "it takes a Java object; use messageGroupMapFactoryType",
 }
@@ -613,7 +623,9 @@ def _redis_string(value: Any) -> str:
     return str(value)
 
 
-def _unknown_attribute(name: str) -> InvalidPolicy:
+def attribute_refusal(name: str) -> InvalidPolicy:
+    """Why `name` is not a policy attribute: ActiveMQ's that Signalbox refuses, a snake_case or misspelt
+    name (the one meant), or an unknown one."""
     if name in ("queue", "topic"):
         return _fail(f"{name!r} names the entry's pattern, not an attribute; give it as the pattern",
                      attribute=name)
@@ -711,7 +723,7 @@ def normalize_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(name, str):
             raise _fail(f"policy attribute names must be strings, got {name!r}", attribute=name)
         if name not in _BY_CAMEL:
-            raise _unknown_attribute(name)
+            raise attribute_refusal(name)
         if name in _STRATEGIES:
             type_name, assignments = _parse_type(name, value)
             explicit[name] = type_name
@@ -790,6 +802,7 @@ __all__ = [
     "CLIENT_DEFAULT_PREFETCH",
     "MAX_PREFETCH",
     "PolicyEntry",
+    "attribute_refusal",
     "effective_prefetch",
     "normalize_attributes",
 ]

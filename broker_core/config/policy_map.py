@@ -20,7 +20,7 @@ from broker_core.destinations import (
 )
 from broker_core.errors import InvalidDestination, InvalidPolicy
 
-from .entry import CLASS_DEFAULTS, DEFAULT_ENTRY_ID, PolicyEntry, normalize_attributes
+from .entry import CLASS_DEFAULTS, DEFAULT_ENTRY_ID, PolicyEntry, attribute_refusal, normalize_attributes
 from .files import read_config_table
 
 
@@ -156,11 +156,16 @@ class PolicyMap:
             if not isinstance(raw, Mapping):
                 raise InvalidPolicy(f"{where} must be a table", entry=number)
             kinds = [k for k in ("queue", "topic") if k in raw]
-            if len(kinds) != 1:
-                temporary = {"tempQueue", "tempTopic"} & set(raw)
-                hint = " (temporary destinations are not supported)" if temporary else ""
+            temporary = [k for k in ("tempQueue", "tempTopic") if k in raw]
+            if not kinds and temporary:  # ActiveMQ's entry for temporary destinations only
+                refusal = attribute_refusal(temporary[0])
                 raise InvalidPolicy(
-                    f"{where} must name exactly one of queue = \"pattern\" or topic = \"pattern\"{hint}",
+                    f"{where}: {refusal.message}; an entry names queue = \"pattern\" or topic = \"pattern\"",
+                    **{**refusal.details, "entry": number},
+                )
+            if len(kinds) != 1:
+                raise InvalidPolicy(
+                    f"{where} must name exactly one of queue = \"pattern\" or topic = \"pattern\"",
                     entry=number,
                 )
             kind = kinds[0]

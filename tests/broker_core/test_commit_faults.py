@@ -15,20 +15,25 @@ from broker_core.errors import TransactionError
 from broker_core.messages import Message
 from broker_core.model import TransactionLimits
 
-from ..helpers.broker import consumer, drain
-
-KB = "x" * 1000  # a body that packs to a little over 1,000 bytes
+from ..helpers.broker import KB, consumer, drain, full_queue
 
 
-def test_a_step_that_dies_with_a_runtime_error_applies_nothing_after_it(broker, redis_client, namespace):
-    """A step's script that raises (here: WRONGTYPE from a corrupted consumer key) never reaches the
-    end of its call, where a refusal is recorded: the later steps must not apply, nor the commit end."""
+def _send_and_ack_in_a_transaction(broker: Broker) -> str:
+    """An open transaction of two steps, for a fault to meet at its commit: a send to `audit`, then the
+    ack of a message of `orders` (consumer `C`, transacted). Returns the transaction."""
     c = consumer(broker, prefetch=10, ack_mode="transacted", consumer_id="C")
     broker.send("orders", Message(body="m0"))
     (d,) = drain(broker, c)
     tx = broker.begin()
     broker.send("audit", Message(body="in-tx"), tx=tx)
     broker.ack(c, d.message_id, tx=tx)
+    return tx
+
+
+def test_a_step_that_dies_with_a_runtime_error_applies_nothing_after_it(broker, redis_client, namespace):
+    """A step's script that raises (here: WRONGTYPE from a corrupted consumer key) never reaches the
+    end of its call, where a refusal is recorded: the later steps must not apply, nor the commit end."""
+    tx = _send_and_ack_in_a_transaction(broker)
     (inflight,) = [k for k in redis_client.keys(f"{namespace}*") if b"inflight" in k and b"C" in k]
     saved = redis_client.dump(inflight)
     redis_client.delete(inflight)
@@ -48,22 +53,15 @@ def test_a_send_that_outlives_its_transaction_does_not_make_it_again(redis_url, 
     when it gets room: one without a lifetime would hold its record (and its reservation) forever."""
 
     async def scenario():
-        client = redis.asyncio.Redis.from_url(redis_url)
-        sync = Broker(redis.Redis.from_url(redis_url), namespace, SystemClock())
-        sync.policies.set_entry("queue", "orders", {"memoryLimit": 2 * 1100,
-                                                    "sendFailIfNoSpaceAfterTimeout": 5000})
-        broker = AsyncBroker(client, namespace, SystemClock(), policies=sync.policies)
-        await broker.send("orders", [Message(body=KB), Message(body=KB)])
-        tx = await broker.begin(60_000)
-        waiting = asyncio.ensure_future(broker.send("orders", Message(body=KB), tx=tx))
-        await asyncio.sleep(0.3)
-        assert not waiting.done()  # waiting for room
-        await broker.rollback(tx)
-        await broker.purge("orders")  # room
-        with pytest.raises(TransactionError, match="no open transaction"):
-            await asyncio.wait_for(waiting, 5)
-        await client.aclose()
-        sync.close()
+        async with full_queue(redis_url, namespace, wait_ms=5000) as broker:
+            tx = await broker.begin(60_000)
+            waiting = asyncio.ensure_future(broker.send("orders", Message(body=KB), tx=tx))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()  # waiting for room
+            await broker.rollback(tx)
+            await broker.purge("orders")  # room
+            with pytest.raises(TransactionError, match="no open transaction"):
+                await asyncio.wait_for(waiting, 5)
 
     asyncio.run(scenario())
     assert [k for k in redis_client.keys(f"{namespace}:tx:*")] == []
@@ -98,12 +96,7 @@ def test_a_namespace_with_a_hash_tag_keeps_the_commit_whole(redis_client, namesp
     for every key, on a Redis Cluster) no step was one: a refused step left the later ones to apply and
     the commit ended as done, the refused send dropped without a word."""
     broker = Broker(redis_client, "{" + namespace + "}", SystemClock())
-    c = consumer(broker, prefetch=10, ack_mode="transacted", consumer_id="C")
-    broker.send("orders", Message(body="m0"))
-    (d,) = drain(broker, c)
-    tx = broker.begin()
-    broker.send("audit", Message(body="in-tx"), tx=tx)
-    broker.ack(c, d.message_id, tx=tx)
+    tx = _send_and_ack_in_a_transaction(broker)
     broker.delete_destination("queue://audit")  # the send's step is refused
     with pytest.raises(TransactionError, match="nothing was applied"):
         broker.commit(tx)

@@ -80,15 +80,10 @@ def gateway_data(tmp_path_factory) -> tuple:
 @pytest.fixture(scope="session")
 def gateway(gateway_data):
     """One live gateway process (uvicorn + the project's ASGI app) for the session's protocol tests."""
-    from tests.helpers.gateway_server import start_gateway
+    from tests.helpers.gateway_server import running_gateway
 
-    data_dir, namespace = gateway_data
-    server = start_gateway(data_dir, namespace)
-    server.namespace = namespace
-    yield server
-    server.stop()
-    output = server.output()
-    assert "Traceback" not in output, output
+    with running_gateway(*gateway_data) as server:
+        yield server
 
 
 TWO_GATEWAYS_LEASE_MS = 2000

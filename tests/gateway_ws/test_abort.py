@@ -15,7 +15,7 @@ from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.model import ConsumerRef
 from signalbox import tasks
-from tests.helpers.gateway_server import start_gateway
+from tests.helpers.gateway_server import running_gateway
 from tests.helpers.stomp_client import Client
 
 LEASE_MS = 1500  # the link notices a closed consumer within a third of this
@@ -23,12 +23,8 @@ LEASE_MS = 1500  # the link notices a closed consumer within a third of this
 
 @pytest.fixture(scope="module")
 def fast_gateway(gateway_data):
-    data_dir, namespace = gateway_data
-    server = start_gateway(data_dir, namespace, "abort", SIGNALBOX_WS_LEASE_MS=str(LEASE_MS))
-    server.namespace = namespace
-    yield server
-    server.stop()
-    assert "Traceback" not in server.output(), server.output()
+    with running_gateway(*gateway_data, "abort", SIGNALBOX_WS_LEASE_MS=str(LEASE_MS)) as server:
+        yield server
 
 
 @pytest.fixture
@@ -204,12 +200,8 @@ def test_lease_lapse_without_an_abort_still_ends_the_connection(fast_gateway, br
 
 @pytest.fixture(scope="module")
 def slow_lease_gateway(gateway_data):
-    data_dir, namespace = gateway_data
-    server = start_gateway(data_dir, namespace, "abort-long-lease", SIGNALBOX_WS_LEASE_MS="60000")
-    server.namespace = namespace
-    yield server
-    server.stop()
-    assert "Traceback" not in server.output(), server.output()
+    with running_gateway(*gateway_data, "abort-long-lease", SIGNALBOX_WS_LEASE_MS="60000") as server:
+        yield server
 
 
 def test_the_abort_wakes_the_gateway_so_the_notice_comes_at_once_not_at_the_next_lease_renewal(

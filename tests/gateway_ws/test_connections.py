@@ -9,21 +9,19 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from broker_core.broker import Broker
 from gateway.stomp.frames import Frame
 from tests.helpers.gateway_server import (
-    ALICE_TOKEN,
-    own_gateway_and_listener,
     spawn_gateway,
     spawn_stomp_listener,
     wait_listening,
 )
+from tests.helpers.own_servers import own_servers_fixtures
+from tests.helpers.polling import eventually
 from tests.helpers.stomp_client import RawStomp, RawTcp
 
 pytestmark = pytest.mark.e2e
@@ -32,34 +30,7 @@ LEASE_MS = 1500  # the registry's lease in these servers: a killed process's con
 FAST = {"SIGNALBOX_CONNECTION_LEASE_MS": str(LEASE_MS), "SIGNALBOX_CONNECTION_POLL_SECONDS": "0.2",
         "SIGNALBOX_WS_LEASE_MS": "3000"}
 
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory) -> Iterator[dict[str, Any]]:
-    with own_gateway_and_listener(tmp_path_factory.mktemp("conns"), "conns", **FAST) as running:
-        yield running
-
-
-@pytest.fixture
-def api(servers) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=f"http://127.0.0.1:{servers['gateway'].port}/api/v1",
-                      headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=10) as client:
-        yield client
-
-
-@pytest.fixture
-def broker(servers, redis_client) -> Broker:
-    return Broker(redis_client, servers["namespace"])
-
-
-def eventually(check: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
+servers, api, broker = own_servers_fixtures("conns", **FAST)
 
 
 def find(api: httpx.Client, **filters: str) -> list[dict[str, Any]]:

@@ -12,20 +12,16 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 
-from broker_core.broker import Broker
 from broker_core.config.virtual import VirtualConfig
 from broker_core.ops import virtual
-from tests.helpers.gateway_server import (
-    ALICE_TOKEN,
-    ROOT,
-    own_gateway_and_listener,
-)
+from tests.helpers.gateway_server import ROOT
+from tests.helpers.own_servers import own_servers_fixtures
+from tests.helpers.polling import eventually
 from tests.helpers.stomp_client import RawStomp, RawTcp, goes_on
 
 pytestmark = pytest.mark.e2e
@@ -35,32 +31,13 @@ SETTINGS = {"SIGNALBOX_CONNECTION_LEASE_MS": "1500", "SIGNALBOX_CONNECTION_POLL_
             "SIGNALBOX_TEMP_DESTINATION_LIMIT": str(LIMIT)}
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory) -> Iterator[dict[str, Any]]:
-    with own_gateway_and_listener(tmp_path_factory.mktemp("temps"), "temps", **SETTINGS) as running:
-        yield running
-
-
-@pytest.fixture
-def broker(servers, redis_client) -> Broker:
-    return Broker(redis_client, servers["namespace"])
+servers, api, broker = own_servers_fixtures("temps", **SETTINGS)
 
 
 def tcp(servers: dict[str, Any]) -> RawTcp:
     conn = RawTcp(servers["listener"].port)
     conn.connect()
     return conn
-
-
-def eventually(check: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
 
 
 def receipt(conn: Any, command: str, headers: dict[str, str], body: bytes = b"") -> None:
@@ -171,15 +148,14 @@ def _refused_after(sender: RawTcp, remote: str) -> None:
     sender.close()
 
 
-def test_disconnect_deletes_the_temp_queue_and_counts_its_messages(servers, broker):
+def test_disconnect_deletes_the_temp_queue_and_counts_its_messages(servers, api, broker):
     owner = tcp(servers)
     remote, sender = _fill(servers, owner, "held")
     uri = "queue://" + remote.rpartition("/")[2]
     assert uri in broker.destinations() and broker.stats(uri).pending == 3
     # the REST destination list (the console's) shows it, marked temporary
     name = remote.rpartition("/")[2]
-    listed = httpx.get(f"http://127.0.0.1:{servers['gateway'].port}/api/v1/destinations",
-                       params={"search": name}, headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=10)
+    listed = api.get("/destinations", params={"search": name})
     assert [(r["name"], r["temporary"], r["messages"]) for r in listed.json()["results"]] == [(name, True, 3)]
     before = broker.temp_tally()
     receipt(owner, "DISCONNECT", {})
@@ -188,8 +164,7 @@ def test_disconnect_deletes_the_temp_queue_and_counts_its_messages(servers, brok
     assert after == {"destinations": before["destinations"] + 1, "messages": before["messages"] + 3}
     assert uri not in broker.destinations()
     # the console's node page shows the counts
-    node = httpx.get(f"http://127.0.0.1:{servers['gateway'].port}/api/v1/console/node",
-                     headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=10).json()
+    node = api.get("/console/node").json()
     node = node["temporary_destinations"]
     assert (node["deleted"], node["deleted_messages"]) >= (after["destinations"], after["messages"])
     _refused_after(sender, remote)

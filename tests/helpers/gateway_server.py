@@ -125,6 +125,20 @@ def wait_listening(server: GatewayServer, timeout: float = 30) -> GatewayServer:
 
 
 @contextlib.contextmanager
+def running_gateway(data_dir: Path, namespace: str, name: str = "gateway",
+                    **extra_env: str) -> Iterator[GatewayServer]:
+    """A gateway on an existing database and namespace (the session's), with these settings; stopped at the
+    end, when it may not have logged a traceback."""
+    gateway = start_gateway(data_dir, namespace, name, **extra_env)
+    gateway.namespace = namespace  # (for a test that reaches the same broker state through broker_core)
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+    assert "Traceback" not in gateway.output(), gateway.output()
+
+
+@contextlib.contextmanager
 def own_gateway(data_dir: Path, name: str) -> Iterator[GatewayServer]:
     """A gateway of a test module's own: a fresh database with the test users and namespace, stopped at the
     end."""

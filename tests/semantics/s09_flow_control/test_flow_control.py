@@ -8,9 +8,8 @@ import time
 
 import msgpack
 import pytest
-import redis.asyncio
 
-from broker_core.broker import AsyncBroker, Broker
+from broker_core.broker import Broker
 from broker_core.clock import SystemClock
 from broker_core.config.system_usage import SystemUsage, load_system_usage
 from broker_core.destinations import parse_destination
@@ -18,9 +17,7 @@ from broker_core.errors import InvalidPolicy, ResourceAllocationError
 from broker_core.messages import Message
 from broker_core.ops import flow
 
-from ...helpers.broker import consumer, drain
-
-KB = "x" * 1000  # a body that packs to a little over 1,000 bytes
+from ...helpers.broker import KB, consumer, drain, full_queue
 
 
 def stored_bytes(broker: Broker, dest: str) -> int:
@@ -200,17 +197,11 @@ def test_a_rolled_back_transaction_gives_its_reserved_room_back(broker, policy):
 
 def test_the_async_broker_waits_for_space_too(redis_url, namespace):
     async def scenario():
-        client = redis.asyncio.Redis.from_url(redis_url)
-        sync = Broker(redis.Redis.from_url(redis_url), namespace, SystemClock())
-        sync.policies.set_entry("queue", "orders", {"memoryLimit": 2 * 1100,
-                                                    "sendFailIfNoSpaceAfterTimeout": 200})
-        broker = AsyncBroker(client, namespace, SystemClock(), policies=sync.policies)
-        await broker.send("orders", [Message(body=KB), Message(body=KB)])
-        started = time.monotonic()
-        with pytest.raises(ResourceAllocationError, match="Wait Timeout"):
-            await broker.send("orders", Message(body=KB))
-        assert time.monotonic() - started >= 0.2
-        await client.aclose()
+        async with full_queue(redis_url, namespace, wait_ms=200) as broker:
+            started = time.monotonic()
+            with pytest.raises(ResourceAllocationError, match="Wait Timeout"):
+                await broker.send("orders", Message(body=KB))
+            assert time.monotonic() - started >= 0.2
 
     asyncio.run(scenario())
 

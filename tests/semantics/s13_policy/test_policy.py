@@ -563,7 +563,7 @@ def test_a_file_without_policies_gives_class_defaults(tmp_path):
          "policy.entry #2 (topic = 'b'): unknown policy attribute 'prioritizeMessages'; did you mean"),
         ("[[policy.entry]]\nqueuePrefetch = 1\n", "policy.entry #1 must name exactly one of queue"),
         ("[[policy.entry]]\nqueue = 'a'\ntopic = 'a'\n", "must name exactly one of queue"),
-        ("[[policy.entry]]\ntempQueue = true\n", "temporary destinations are not supported"),
+        ("[[policy.entry]]\ntempQueue = true\n", "policy.entry #1: ActiveMQ's tempQueue is not supported"),
         ("[[policy.entry]]\nqueue = 'a b'\n", "policy.entry #1 (queue = 'a b'): invalid destination name"),
         ("[[policy.entry]]\nqueue = 'a,topic://b'\n", "names a topic (topic://b)"),
         ("[[policy.entry]]\nqueue = 5\n", "queue must be a string pattern"),
@@ -581,6 +581,36 @@ def test_bad_files_are_rejected_with_the_file_entry_and_attribute(tmp_path, text
         load_policy_file(path)
     assert complaint in caught.value.message
     assert caught.value.message.startswith(str(path))
+
+
+@pytest.mark.parametrize("kind", ["queue", "topic"])
+def test_an_entry_for_temporary_destinations_only_is_refused_naming_its_attribute(kind):
+    """Temporary destinations are supported (STOMP /temp-queue/, /temp-topic/); ActiveMQ's tempQueue /
+    tempTopic entry, which applies to them alone, is not. The refusal names that attribute, on its own or
+    beside a pattern, and the entries it says apply to a temporary destination instead do."""
+    attribute = f"temp{kind.title()}"
+    for entry in ({attribute: True}, {kind: "a", attribute: True}):
+        with pytest.raises(InvalidPolicy) as caught:
+            PolicyMap.from_config({"entry": [entry]})
+        message = caught.value.message
+        refusal = (f"ActiveMQ's {attribute} is not supported by Signalbox: it makes an entry for "
+                   f"temporary {kind}s only, and Signalbox has no such entries; a temporary {kind} "
+                   f"(STOMP /temp-{kind}/) takes the {kind} entries that match its name, "
+                   f'ID:<connection id>:<n> ({kind} = ">" does)')
+        assert refusal in message, message
+        assert caught.value.details == {"attribute": attribute, "entry": 1}
+    temporary = parse_destination(f"temp-{kind}://ID:tcp-0123456789abcdef:1")
+    prefetch = f"{kind}Prefetch"
+    resolved = PolicyMap.from_config({"entry": [{kind: ">", prefetch: 7}]}).resolve(temporary)
+    assert getattr(resolved, f"{kind}_prefetch") == 7
+
+
+def test_allow_temp_destination_stealing_is_refused_with_what_signalbox_does():
+    with pytest.raises(InvalidPolicy) as caught:
+        PolicyMap.from_config({"entry": [{"queue": "a", "allowTempDestinationStealing": True}]})
+    assert caught.value.message.endswith(
+        "ActiveMQ's allowTempDestinationStealing is not supported by Signalbox: only the connection that "
+        "made a temporary destination may consume from it (as with ActiveMQ's default, false)")
 
 
 def test_a_missing_file_is_named(tmp_path):
