@@ -777,6 +777,38 @@ def largest_browse(ctx: Context) -> Calls:
     return ctx.measure(lambda: ctx.broker.browse("big.q"))
 
 
+# Many of them at once: what one call hands over or reads is bounded by count (a receive batch, a
+# dispatch chunk, a browse page), so its bytes are that count times the message size.
+MANY = 40
+
+
+def _many_largest(ctx: Context, **spec: object) -> object:
+    consumer, big = _largest(ctx, "big.q", **spec)
+    for _ in range(MANY):
+        ctx.broker.send("big.q", big)
+    return consumer
+
+
+@case("largest message: receive of a batch of them")
+def largest_receive_batch(ctx: Context) -> Calls:
+    consumer = _many_largest(ctx, prefetch=1000)
+    return ctx.measure(lambda: ctx.broker.receive(consumer, 100))
+
+
+@case("largest message: browse a page of them")
+def largest_browse_page(ctx: Context) -> Calls:
+    _many_largest(ctx, prefetch=1)
+    return ctx.measure(lambda: ctx.broker.browse("big.q"))
+
+
+@case("largest message: dispatch of them to a consumer that makes room")
+def largest_dispatch_batch(ctx: Context) -> Calls:
+    consumer = _many_largest(ctx, prefetch=1)
+    ctx.broker.close_consumer(consumer)
+    ctx.broker.add_consumer("big.q", ConsumerSpec(prefetch=1000))
+    return ctx.measure(lambda: ctx.broker.dispatch("big.q"))
+
+
 @case("largest message: NACK past its redeliveries, to the DLQ")
 def largest_dead_letter(ctx: Context) -> Calls:
     consumer, big = _largest(ctx, "big.q", ack_mode="client-individual")
