@@ -130,3 +130,18 @@ def test_pushes_to_many_consumers_stop_at_the_call_budget(broker, redis_client, 
         batch, _ = broker.receive_after(by_id[cid], 0, 1, push=5)
         got += [d.message_id for d in batch]
     assert sorted(got) == sorted(ids)
+
+
+def test_a_browse_page_of_messages_in_flight_stops_at_its_limit_inside_an_hscan_page(broker):
+    """An HSCAN page of the in-flight hash holds all of a small hash at once: a page stops inside it at
+    `limit` (as at the byte budget) and the next goes on after its last id."""
+    consumer(broker, prefetch=100)
+    held = broker.send("orders", [Message(body="small", message_id=f"h{i:02}") for i in range(25)])
+    seen, cursor = [], None
+    while True:
+        page = broker.browse("orders", cursor=cursor, limit=4)
+        assert len(page.messages) <= 4
+        seen += [b.message.message_id for b in page.messages]
+        if (cursor := page.next_cursor) is None:
+            break
+    assert sorted(seen) == sorted(held) and len(seen) == len(held)
