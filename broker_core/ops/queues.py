@@ -32,11 +32,12 @@ from .homes import MAX_RECEIVE
 REMOVE_PAGE = 200  # messages remove_matching removes per call (by id, after a browse page finds them)
 BROWSE_EXAMINE = 400  # messages a browse call looks at, matching or not (100,000 unmatched: 250 calls)
 # The cursors browse.lua gives: '<phase>:<score>|<last id>' in the pending (p) and parked (k) zsets, as
-# Redis prints a score; 'i:<HSCAN cursor>' in the in-flight hash. Anything else is refused by name: the
-# script would fail on a score or HSCAN cursor Redis cannot read (a 500), or read an unknown phase as
+# Redis prints a score; 'i:<HSCAN cursor>' in the in-flight hash, or 'i:<HSCAN cursor>|<last id>' inside
+# one HSCAN page (a page stopped at its limit or the call's byte budget). Anything else is refused by name:
+# the script would fail on a score or HSCAN cursor Redis cannot read (a 500), or read an unknown phase as
 # "done" (an empty last page, telling the client it has seen every message).
 _BROWSE_CURSOR = re.compile(r"[pk]:[-+]?(?:inf|[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)\|.+"
-                            r"|i:[1-9][0-9]{0,19}", re.DOTALL)
+                            r"|i:[1-9][0-9]{0,19}|i:[0-9]{1,20}\|.+", re.DOTALL)
 TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
 PURGE_EXAMINE = 500  # messages a purge call looks at
 GROUPS_PAGE = 200  # message groups per group_list call
@@ -162,7 +163,8 @@ def browse(ops: Context, dest: Destination, selector: str | None, cursor: str | 
     done)."""
     if not 1 <= limit <= MAX_RECEIVE:
         raise InvalidConsumer(f"limit must be 1-{MAX_RECEIVE}, got {limit}", field="limit")
-    if cursor and not (_BROWSE_CURSOR.fullmatch(cursor) and (cursor[0] != "i" or int(cursor[2:]) < 2**64)):
+    if cursor and not (_BROWSE_CURSOR.fullmatch(cursor)
+                       and (cursor[0] != "i" or int(cursor[2:].partition("|")[0]) < 2**64)):
         raise InvalidConsumer(f"cursor {cursor[:100]!r} is not one this listing gave", field="cursor")
     compiled = parse_selector(selector).compiled if selector and selector.strip() else ""
     return calls.Browse.parse((yield calls.Browse.call(ops.prefix(dest), now, cursor or "", limit,

@@ -100,3 +100,23 @@ async def test_a_logged_in_browser_session_connects_without_credentials(stomp_us
     (frame,) = FrameParser().feed(b"".join(written))
     assert frame.command == "CONNECTED"
     await session.connection_lost()
+
+
+async def test_large_messages_waiting_come_in_several_receives_without_a_lull():
+    """Ten of 200 KiB waiting: a receive hands over about 512 KiB (docs/broker_core.md "The byte budget"),
+    fewer than the pump's batch, and the wake-up it publishes sends the pump back at once (without it the
+    pump would wait for its lease renewal, 10 s): every message, in order, each within the expect timeout."""
+    from broker_core.messages import Message
+
+    body = "x" * (200 * 1024)
+    for i in range(10):
+        await runtime.async_broker().send("queue://big", Message(body=body, message_id=f"big-{i}"))
+    async with stomp() as client:
+        await client.connect()
+        await client.send("SUBSCRIBE", {"destination": "/queue/big", "id": "s1", "ack": "client-individual"})
+        got = []
+        for _ in range(10):
+            message = await client.expect("MESSAGE")
+            assert len(message.body) == len(body)
+            got.append(message.get("message-id"))
+        assert got == [f"big-{i}" for i in range(10)]

@@ -1,7 +1,9 @@
 -- Browse a queue without changing it: pending messages in dispatch order, then parked ones (redelivery
 -- delay, scheduled), then in-flight ones; optionally only those a selector matches. Bounded: examines
--- at most ARGV[4] messages per call and returns where to continue.
--- ARGV: now, cursor ('' = start; 'p:<score>', 'k:<score>', 'i:<hscan cursor>'), limit, examine budget,
+-- at most ARGV[4] messages per call, and reads no more once it has read about the call's byte budget
+-- (outbox.lua outbox.CALL_MOST_BYTES, at least one message), and returns where to continue.
+-- ARGV: now, cursor ('' = start; 'p:<score>|<id>', 'k:<score>|<id>', 'i:<hscan cursor>' or, inside an
+-- HSCAN page, 'i:<hscan cursor of that page>|<last id>'), limit, examine budget,
 -- compiled selector JSON or '', '0' to leave parked messages out (a queue browser's view: ActiveMQ keeps
 -- scheduled and delayed messages outside the queue until they are due) or '1'.
 -- Returns {next cursor ('' when done), then per message: id, packed, state, consumer, redeliveries}.
@@ -15,7 +17,7 @@ local cursor, limit, budget = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local expr = false
 if ARGV[5] ~= '' then expr = cjson.decode(ARGV[5]) end
 local out = { '' }
-local found, examined = 0, 0
+local found, examined, bytes = 0, 0, 0
 local selector_work = selector.bytes  -- (selector.lua: the call ends once it has matched enough)
 
 local function offer(id, state, cid)
@@ -26,6 +28,7 @@ local function offer(id, state, cid)
     if job then blob = cmsgpack.unpack(job)[1] end
   end
   if not blob then return end
+  bytes = bytes + #blob
   if expr then
     local ok = selector.matches(expr, message.selector_view(id, message.unpack(blob)))
     if selector.bytes - selector_work >= selector.call_limit then examined = budget end
@@ -45,7 +48,7 @@ end
 -- of that score it has seen (equal scores are ordered by id).
 local function walk_zset(key, tag, state, from)
   local score, last = string.match(from, '^(.-)|(.*)$')
-  while found < limit and examined < budget do
+  while found < limit and examined < budget and bytes < outbox.CALL_MOST_BYTES do
     local want = math.min(100, budget - examined)
     local batch
     local rank = last and redis.call('ZRANK', key, last)
@@ -65,7 +68,9 @@ local function walk_zset(key, tag, state, from)
         examined = examined + 1
       end
       score, last = s, id
-      if found >= limit or examined >= budget then return tag .. ':' .. s .. '|' .. id end
+      if found >= limit or examined >= budget or bytes >= outbox.CALL_MOST_BYTES then
+        return tag .. ':' .. s .. '|' .. id
+      end
     end
     if #batch < 2 * want then return nil end
   end
@@ -86,11 +91,33 @@ if phase == 'k' then
   phase, position = 'i', '0'
 end
 if phase == 'i' then
+  -- A page is offered in id order, so a call that stops inside it (its limit, or the byte budget) says where:
+  -- the next scans the same HSCAN cursor again and goes on after that id.
+  local from, last = string.match(position, '^(.-)|(.*)$')
+  if from then position = from end
   repeat
-    local page = redis.call('HSCAN', base.K_INFLIGHT, position, 'COUNT', 100)
+    local at = position
+    local page = redis.call('HSCAN', base.K_INFLIGHT, at, 'COUNT', 100)
     position = page[1]
-    for i = 1, #page[2], 2 do offer(page[2][i], 'inflight', string.match(page[2][i + 1], '^([^|]*)')) end
-  until position == '0' or found >= limit or examined >= budget
+    local entries, order, held = page[2], {}, {}
+    for i = 1, #entries, 2 do
+      local id = entries[i]
+      if not last or id > last then
+        order[#order + 1] = id
+        held[id] = entries[i + 1]
+      end
+    end
+    table.sort(order)  -- (without a comparison function: compared in C)
+    last = nil
+    for k = 1, #order do
+      local id = order[k]
+      offer(id, 'inflight', string.match(held[id], '^([^|]*)'))
+      if k < #order and (found >= limit or bytes >= outbox.CALL_MOST_BYTES) then
+        out[1] = 'i:' .. at .. '|' .. id
+        return out
+      end
+    end
+  until position == '0' or found >= limit or examined >= budget or bytes >= outbox.CALL_MOST_BYTES
   if position ~= '0' then out[1] = 'i:' .. position end
 end
 return out

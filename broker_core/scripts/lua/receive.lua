@@ -8,7 +8,9 @@
 -- many messages may be pushed to it from now on, when this call leaves its outbox empty.
 -- Returns {per message: id, packed message, redeliveries, group first, then the tail (includes/dispatch.lua
 -- dispatch.add_tail)}; with `after`, {the dispatch sequence of the last message handed over, the
--- messages, the tail}.
+-- messages, the tail}. At most `max` messages, and no more once the reply holds about the call's byte
+-- budget (outbox.lua outbox.CALL_MOST_BYTES), at least one: the rest stay for the next call, in order
+-- (with `after` and a notify channel, a wake-up on it says so: fewer than `max` does not mean none left).
 -- ARGV[8], `turn ms` (with ARGV[6] and [7] empty): first take the consumer's turn (broker_core/turns.py, the
 -- ActiveMQ-compatible GET) for that long. Another request has it: {-1}, nothing else done. Messages are in
 -- flight with the consumer (left by a request that died in its turn): {-2, how many}, the turn taken and
@@ -54,17 +56,21 @@ if after then
     local scored = redis.call('ZRANGEBYSCORE', base.K_CINF(cid), '(' .. base.NOW_TEXT.num(after), base.NOW_TEXT.num(c.rcv),
                               'WITHSCORES', 'LIMIT', 0, base.NOW_TEXT.num(max))
     for i = 1, #scored, 2 do again[#again + 1] = scored[i] end
-    if #again > 0 then out[1] = base.number(scored[#scored]) end
+    -- (the byte budget: those it leaves are handed over again by the next call, after this one's last)
+    local n = #again > 0 and outbox.fit(again, 1) or 0
+    for i = n + 1, #again do again[i] = nil end
+    if n > 0 then out[1] = base.number(scored[2 * n]) end
   end
   if #again > 0 then freed = outbox.hand_over(c, again, out, false) end
-  if #again < max then
-    local _, popped = outbox.pop(c, max - #again, out)
+  if #again < max and not outbox.cut then
+    -- (everything handed over since `after` is in `again`: after it, 'rcv' is the last handed over)
+    local _, popped = outbox.pop(c, max - #again, out, #again > 0 and 0 or 1)
     freed = freed or popped
     out[1] = c.rcv
   end
   -- armed for pushes only with nothing waiting in the outbox (outbox.push_armed: armed means the outbox is empty)
   local push = base.number(ARGV[7]) or 0
-  if push > 0 and c.prefetch > 0 and c.def.notify and #out < 1 + 4 * max
+  if push > 0 and c.prefetch > 0 and c.def.notify and #out < 1 + 4 * max and not outbox.cut
      and redis.call('LLEN', base.K_COUT(cid)) == 0 then
     redis.call('HSET', base.K_C(cid), 'push', base.NOW_TEXT.num(push))
   elseif c.push > 0 then
@@ -79,7 +85,9 @@ if freed then  -- another chunk: handing messages over freed room (acknowledged,
   more_dispatched, more, hold = dispatch.chunk(base.number(ARGV[2]))
   dispatched = dispatched + more_dispatched
 end
-if dispatch.woken_later and c.def.notify and redis.call('LLEN', base.K_COUT(cid)) > 0 then
+if after and outbox.cut and c.def.notify then
+  redis.call('PUBLISH', c.def.notify, cid)  -- the byte budget left some: the adapter asks again at once
+elseif dispatch.woken_later and c.def.notify and redis.call('LLEN', base.K_COUT(cid)) > 0 then
   redis.call('PUBLISH', c.def.notify, cid)  -- dispatched to it beyond what it took: the skipped wake-up
 end
 dispatch.add_tail(out, dispatched, forward.with_flag(more), hold)  -- (handing over may have expired some)

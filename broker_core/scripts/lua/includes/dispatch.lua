@@ -232,7 +232,9 @@ function dispatch.pass(budget, known)
   local order_changed = false
   local examined, dispatched, more = 0, 0, 0
   -- Selector evaluations end the chunk once they have done a call's worth of matching (after at least
-  -- one message): the rest of the page waits for the next chunk (selector.lua selector.bytes).
+  -- one message): the rest of the page waits for the next chunk (selector.lua selector.bytes). So do the
+  -- messages it reads, once the call holds its byte budget (outbox.lua outbox.CALL_MOST_BYTES: reading
+  -- a message into Lua costs by the byte, and so does pushing it).
   local selector_work, work_cut = selector.bytes, false
   -- One message offered to many consumers with selectors can spend a call's worth too: the chunk then
   -- ends before the next evaluation, with the message still at the cursor, and meta 'offered' records
@@ -323,7 +325,8 @@ function dispatch.pass(budget, known)
     local restart = false
     local at_tail = #batch > 0 and #batch / 2 < page
     for i = 1, #batch, 2 do
-      if examined > 0 and selector.bytes - selector_work >= selector.call_limit then
+      if examined > 0 and (selector.bytes - selector_work >= selector.call_limit
+                           or outbox.call_bytes >= outbox.CALL_MOST_BYTES) then
         more, work_cut = 1, true
         break
       end
@@ -332,6 +335,7 @@ function dispatch.pass(budget, known)
       local fresh = fresh_of[id]
       fresh_of[id] = nil
       local blob = fresh and fresh[1] or redis.call('HGET', K_MSGS, id)
+      if blob then outbox.call_bytes = outbox.call_bytes + #blob end
       if not blob then
         redis.call('ZREM', K_PENDING, id)
         message.pass_dirty.pending = nil

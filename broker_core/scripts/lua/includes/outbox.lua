@@ -1,7 +1,8 @@
 -- Handing dispatched messages to the adapter. The outbox is in dispatch order, so one number per consumer,
 -- 'rcv' (the dispatch sequence of the last message handed over), tells received from not yet received.
 -- Its module table is `outbox` (pushes below: the push_* fields).
-local outbox = { received_upto = false, hand_over = false, pop = false, PUSH_MOST_BYTES = 256 * 1024,
+local outbox = { received_upto = false, hand_over = false, pop = false, fit = false, PUSH_MOST_BYTES = 256 * 1024,
+                 CALL_MOST_BYTES = 512 * 1024, call_bytes = 0, cut = false,
                  local_channel = nil, push_by_consumer = nil, push_order = nil, push_replies = nil,
                  push_armed = false, push_add = false, push_flush = false, adapter_acks = false }
 
@@ -35,6 +36,7 @@ function outbox.hand_over(c, ids, out, check_expiry)
       c.n = c.n - 1
       lifecycle.expire_message(id, m, blob)
     elseif blob then
+      outbox.call_bytes = outbox.call_bytes + #blob
       handed[#handed + 1] = id
       local n = #out  -- (once: a table's length is a search each time it is asked)
       out[n + 1] = id
@@ -50,12 +52,43 @@ function outbox.hand_over(c, ids, out, check_expiry)
   return freed
 end
 
--- Pop up to `max` messages from c's outbox into `out` (outbox.hand_over). Returns how many, and whether that freed
--- room in c's window (acknowledged, or expired on the way): the caller then runs a dispatch chunk, or the
--- room stays unused until something else does.
-function outbox.pop(c, max, out)
-  local ids = redis.call('LPOP', base.K_COUT(c.id), base.NOW_TEXT.num(max))
-  if not ids then return 0, false end
+-- The byte budget of a call: copying a message into Lua and into the reply costs by the byte (about 5 ms a
+-- MiB), and a count bounds only the number of messages, so what one call pushes and hands over (and a browse
+-- page, browse.lua) stops once it holds about outbox.CALL_MOST_BYTES. outbox.call_bytes is what this call
+-- has taken so far; outbox.cut says a hand-over left some for the next call.
+base.on_call(function() outbox.call_bytes, outbox.cut = 0, false end)
+
+-- How many of `ids` (from the first, in order) this call takes within its byte budget: at least `least`, then
+-- while the call holds less than outbox.CALL_MOST_BYTES. The sizes come from HSTRLEN (O(1), nothing
+-- copied), so a message left for the next call is never read; hand_over counts what it then reads.
+function outbox.fit(ids, least)
+  local n, most = #ids, outbox.CALL_MOST_BYTES
+  local taken = outbox.call_bytes
+  -- (the destination's stored messages all together fit, by its usage, flow.lua 'mem', which counts each
+  -- at least its packed bytes: no size need be read, the common case of a consumer keeping up)
+  if n <= least then return n end
+  if taken + (base.number(redis.call('HGET', flow.meta_key(), 'mem')) or 0) < most then return n end
+  for i = 1, n do
+    if i > least and taken >= most then
+      outbox.cut = true
+      return i - 1
+    end
+    taken = taken + redis.call('HSTRLEN', base.K_MSGS, ids[i])
+  end
+  return n
+end
+
+-- Pop up to `max` messages from c's outbox into `out` (outbox.hand_over), within the call's byte budget
+-- (outbox.fit: at least `least`, 1 if not given, so a consumer always progresses; the rest stay at the front of
+-- the outbox). Returns how many, and whether that freed room in c's window (acknowledged, or expired on the
+-- way): the caller then runs a dispatch chunk, or the room stays unused until something else does.
+function outbox.pop(c, max, out, least)
+  local key = base.K_COUT(c.id)
+  local ids = redis.call('LRANGE', key, 0, max - 1)
+  local n = #ids > 0 and outbox.fit(ids, least or 1) or 0
+  if n == 0 then return 0, false end
+  for i = n + 1, #ids do ids[i] = nil end
+  redis.call('LTRIM', key, n, -1)
   local last = redis.call('ZSCORE', base.K_CINF(c.id), ids[#ids])  -- before expiry may remove it
   if last then
     redis.call('HSET', base.K_C(c.id), 'rcv', last)
@@ -76,12 +109,22 @@ end
 -- Payload, msgpack: {consumer id, rcv before the push, then per message: dispatch sequence, id, packed
 -- message, redeliveries, group first (1/0)}; the adapter knows from `rcv before` whether it missed any.
 -- A consumer's pushes in one call stop at about outbox.PUSH_MOST_BYTES (the rest wait in its outbox, with the
--- usual wake-up): a pub/sub subscriber past Redis's output buffer limit for pub/sub is disconnected.
+-- usual wake-up): a pub/sub subscriber past Redis's output buffer limit for pub/sub is disconnected. All
+-- consumers' pushes together stop at about outbox.CALL_MOST_BYTES (push_armed), the call's byte budget.
 base.on_call(function()
   outbox.local_channel, outbox.push_by_consumer, outbox.push_order, outbox.push_replies = nil, nil, nil, nil
   outbox.adapter_acks = false
 end)
-function outbox.push_armed(c) return c.push ~= nil and c.push > 0 and c.def.notify ~= nil end
+-- Past the call's byte budget (outbox.CALL_MOST_BYTES, across consumers: one chunk may push a large message
+-- to each of many) an armed consumer is disarmed instead, and the message waits in its outbox with the usual
+-- wake-up (armed must mean the outbox is empty).
+function outbox.push_armed(c)
+  if c.push == nil or c.push <= 0 or c.def.notify == nil then return false end
+  if outbox.call_bytes < outbox.CALL_MOST_BYTES then return true end
+  c.push = 0
+  c.push_write = true  -- (written with its counters at the end of the pass, dispatch.flush_consumer)
+  return false
+end
 function outbox.push_add(c, id, dseq, blob, redeliveries, first)
   local by = outbox.push_by_consumer
   if not by then
@@ -104,8 +147,9 @@ function outbox.push_add(c, id, dseq, blob, redeliveries, first)
   c.push = c.push - 1
   c.rcv = dseq
   mine.bytes = mine.bytes + #blob
-  -- disarmed past the byte bound: what follows goes to the outbox, and armed must mean the outbox is empty
-  if mine.bytes >= outbox.PUSH_MOST_BYTES then c.push = 0 end
+  outbox.call_bytes = outbox.call_bytes + #blob
+  -- disarmed past the byte bounds: what follows goes to the outbox, and armed must mean the outbox is empty
+  if mine.bytes >= outbox.PUSH_MOST_BYTES or outbox.call_bytes >= outbox.CALL_MOST_BYTES then c.push = 0 end
 end
 -- Publish (or keep for the reply) the pushed consumers' messages; the dispatch pass calls it after each
 -- page, under the prefix of the consumers it pushed to. Their 'push' and 'rcv' are written with their other
