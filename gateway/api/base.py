@@ -236,8 +236,23 @@ async def on_existing(view: GatewayView, request: Request, destination: Destinat
     return await view.audited(request, action, destination.uri, target, parameters or {}, run)
 
 
+def refuse_temporary_contents(request: Request, destination: Destination) -> None:
+    """403 unless a staff user reads the messages of a temporary destination: they are its connection's.
+    ActiveMQ's client refuses a browser of another connection's temporary queue as it refuses a consumer
+    ("Cannot consume from a temporary destination created on another connection"), as Signalbox's STOMP
+    browser and every consumer are refused (Broker.browser_limit, Router.add_consumer); REST has no
+    connection, so over REST only an operator may look (a grant covering the name lets a user send a reply
+    to it, not read the replies)."""
+    owner = destination.temporary_owner
+    if owner is not None and not request.user.is_staff:
+        raise exceptions.PermissionDenied(
+            f"{destination.uri} is a temporary destination of connection {owner}: its messages are that "
+            "connection's; only a staff user may read them here")
+
+
 async def browse(view: GatewayView, request: Request, destination: Destination) -> Response:
     await view.require(request, destination, "read")
+    refuse_temporary_contents(request, destination)
     await stats_or_404(destination)
     limit = int_param(request, "limit", 100, 1, 1000)
     selector = request.query_params.get("selector") or None

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from broker_core.destinations import Destination, covers, parse_destination
 from gateway import permissions, runtime
 from gateway.api import serializers as s
-from gateway.api.base import GatewayView, db, on_existing, stats_or_404
+from gateway.api.base import GatewayView, db, on_existing, refuse_temporary_contents, stats_or_404
 from gateway.api.codec import render_message
 from gateway.api.common import destination_from_url, int_param, json_body
 from gateway.api.destination_index import Filters, list_destinations
@@ -191,6 +191,7 @@ class MessageDetailView(GatewayView):
                    responses={200: s.StoredMessageSerializer, **problems(401, 403, 404, 501)})
     async def get(self, request: Request, kind: str, name: str, message_id: str) -> Response:
         destination = await self.destination(request, kind, name, "read")
+        refuse_temporary_contents(request, destination)
         await stats_or_404(destination)
         return Response(render_message(await runtime.async_broker().get_message(destination, message_id)))
 
@@ -299,6 +300,7 @@ class ScheduledView(GatewayView):
                    responses={200: s.ScheduledPageSerializer, **problems(400, 401, 403, 404, 501)})
     async def get(self, request: Request, kind: str, name: str) -> Response:
         destination = await self.destination(request, kind, name, "read")
+        refuse_temporary_contents(request, destination)
         await stats_or_404(destination)
         limit = int_param(request, "limit", 100, 1, 1000)
         cursor = request.query_params.get("cursor") or None

@@ -354,3 +354,20 @@ async def test_a_browse_cursor_the_listing_did_not_give_is_refused_by_name(api, 
             assert problem["field"] == "cursor" and "cursor" in problem["detail"], (bad, problem)
     rest = (await api.get(f"{Q}/messages", params={"cursor": first["next_cursor"]}, headers=alice)).json()
     assert [m["body"] for m in rest["messages"]] == ["two"]
+
+
+async def test_a_temporary_queue_is_browsed_only_by_an_operator(api, make_user):
+    """A temporary queue's messages are its connection's: ActiveMQ's client refuses a browser of another
+    connection's temporary queue as it refuses a consumer ("Cannot consume from a temporary destination
+    created on another connection"), and Signalbox's STOMP browser and its consumers are refused so
+    (Router.add_consumer, Broker.browser_limit). Over REST, which has no connection, a user whose grant
+    covers its name may not browse it either; a staff user (the console's operator) may."""
+    name = "ID:tcp-0123456789abcdef:1"
+    user = await blocking(make_user)("carol", [("queue://>", "admin")])
+    staff = await blocking(make_user)("olga", [("queue://>", "admin")], staff=True)
+    [sent] = await send(api, user, {"body": "a reply"}, destination=name)
+    for path in ("messages", f"messages/{sent}", "scheduled"):
+        problem = assert_problem(await api.get(f"/api/v1/queues/{name}/{path}", headers=user), 403)
+        assert "temporary" in problem["detail"] and name in problem["detail"], (path, problem)
+    page = (await api.get(f"/api/v1/queues/{name}/messages", headers=staff)).json()
+    assert [m["body"] for m in page["messages"]] == ["a reply"]
