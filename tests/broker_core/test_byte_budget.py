@@ -9,7 +9,7 @@ import pytest
 from broker_core.messages import Message
 from broker_core.model import is_push, unpack_pushed
 
-from ..helpers.broker import consumer
+from ..helpers.broker import consumer, published
 
 BUDGET = 512 * 1024  # outbox.CALL_MOST_BYTES
 BODY = "x" * (200 * 1024)  # three of them pass the budget: at most three a call
@@ -20,21 +20,6 @@ def send_large(broker, count=COUNT, dest="orders", tag="m"):
     for i in range(count):
         broker.send(dest, Message(body=BODY, message_id=f"{tag}{i}"))
     return [f"{tag}{i}" for i in range(count)]
-
-
-@pytest.fixture
-def channel(redis_client, namespace):
-    pubsub = redis_client.pubsub()
-    name = f"{namespace}:wake:bytes-test"
-    pubsub.subscribe(name)
-    assert pubsub.get_message(timeout=1)["type"] == "subscribe"
-    yield name, pubsub
-    pubsub.close()
-
-
-def published(pubsub, timeout=1.0):
-    got = pubsub.get_message(timeout=timeout)
-    return None if got is None else got["data"]
 
 
 @pytest.mark.parametrize("ack_mode", ["client", "auto"])

@@ -5,27 +5,10 @@ flight, so a lost push is found again by `receive_after` and a lapsed lease retu
 
 from __future__ import annotations
 
-import pytest
-
 from broker_core.messages import Message
 from broker_core.model import is_push, unpack_pushed
 
-from ..helpers.broker import consumer
-
-
-@pytest.fixture
-def channel(redis_client, namespace):
-    pubsub = redis_client.pubsub()
-    name = f"{namespace}:wake:push-test"
-    pubsub.subscribe(name)
-    assert pubsub.get_message(timeout=1)["type"] == "subscribe"
-    yield name, pubsub
-    pubsub.close()
-
-
-def published(pubsub, timeout=1.0):
-    got = pubsub.get_message(timeout=timeout)
-    return None if got is None else got["data"]
+from ..helpers.broker import consumer, published
 
 
 def test_an_armed_consumer_gets_the_message_from_the_send_itself(broker, channel):

@@ -74,3 +74,9 @@ async def full_queue(redis_url: str, namespace: str, wait_ms: int) -> AsyncItera
     finally:
         await client.aclose()
         sync.close()
+
+
+def published(pubsub, timeout=1.0):
+    """The next message published on a subscribed pub/sub client's channel (its data), None if none came."""
+    got = pubsub.get_message(timeout=timeout)
+    return None if got is None else got["data"]
