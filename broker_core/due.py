@@ -3,10 +3,10 @@ message is due (AsyncBroker.send arms a `DueTimers` timer), so the message reach
 
 The maintenance tick dispatches every destination whose parked messages are due as well (the `<ns>:due`
 index, broker_core/maintenance.py), but it runs once a second, so a delay of 100 ms ended after about a
-second there; ActiveMQ 5.17.2's scheduler fired 200-400 ms late in the same test (docs/broker_core.md,
-"Scheduled delivery"). These timers only bring that moment forward; the tick stays what guarantees it (a
-process that dies with a timer armed, a delay on a virtual destination's copy, more destinations than
-MAX_TIMERS: the tick dispatches them within its second).
+second there; ActiveMQ 5.17.2's scheduler fired 400-500 ms late in the same run (bench/scheduled_delay.py,
+docs/benchmarks.md "Session 23"). These timers only bring that moment forward; the tick stays what
+guarantees it (a process that dies with a timer armed, a delay on a virtual destination's copy, more
+destinations than MAX_TIMERS: the tick dispatches them within its second).
 
 One timer per destination (the earliest time asked), on the event loop of the broker that armed it. When it
 fires it dispatches, and arms itself again for the next time the dispatch reports something waits for
