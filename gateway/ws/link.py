@@ -1034,21 +1034,23 @@ class Link:
         acks = self._tx_acks.pop(name, [])
         for _sub, taken in acks:  # (acknowledged now, or refused with the transaction: they are done)
             self._forget_pending(key for key, _entry in taken)
-        if rollback_only:
-            await self.broker.rollback(tx)
-            raise LinkError("COMMIT FAILED: Transaction marked rollback only xaErrorCode:100",
-                            f"transaction {name!r} was not committed, nothing was applied: {rollback_only}; "
-                            "it was rolled back: its SENDs dropped, the messages it ACKed redelivered",
-                            "transaction_error")
         # one subscription's ACKs go into the broker transaction together: by id (`_ack_entries`), in
         # the order they were taken (a `client` ACK takes the oldest), one call per consumer, not per ACK
         by_sub: dict[int, tuple[Subscription, list[tuple[Consumer | None, str]]]] = {}
         for sub, taken in acks:
             by_sub.setdefault(id(sub), (sub, []))[1].extend(entry for _key, entry in taken)
         try:
-            for sub, entries in by_sub.values():  # into the broker transaction, to commit with its sends
+            # into the broker transaction, to commit with its sends; a rollback-only one's too, so that
+            # its rollback gives their messages back (the link forgot their ids: kept in flight, they
+            # could never be acknowledged, and would hold their consumer's window until it closed)
+            for sub, entries in by_sub.values():
                 if self.subscriptions.get(sub.key) is sub:  # not a subscription ended since
                     await self._ack_entries(sub, entries, tx)
+            if rollback_only:
+                raise LinkError("COMMIT FAILED: Transaction marked rollback only xaErrorCode:100",
+                                f"transaction {name!r} was not committed, nothing was applied: "
+                                f"{rollback_only}; it was rolled back: its SENDs dropped, the messages it "
+                                "ACKed redelivered", "transaction_error")
             await self.broker.commit(tx)
         except BaseException as exc:
             with contextlib.suppress(Exception):

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.stomp.frames import encode
+from gateway.stomp.frames import Frame, encode
 from tests.helpers.gateway_server import ROOT, spawn_stomp_listener, wait_listening
 from tests.helpers.stomp_client import Client, RawTcp
 
@@ -428,6 +428,41 @@ def test_a_transaction_past_its_limit_is_refused_and_never_commits_in_part(
     conn.close()
     assert Broker(redis_client, gateway_data[1]).stats(name).enqueued == 0  # rolled back, all of it
 
+
+
+def test_a_rollback_only_commit_gives_back_the_messages_its_acks_took(raw):
+    """A COMMIT refused because a SEND of its transaction was refused unanswered (rollback-only) rolls the
+    transaction back, its ERROR says, "the messages it ACKed redelivered". Its ACKs were held by the link
+    until the COMMIT and never reached the broker, and the link forgot their ids: the acknowledged message
+    stayed in flight with its consumer, for ever unacknowledgeable, and with activemq.prefetchSize:1 the
+    subscription got nothing more. It comes again, redelivered, as after any commit that fails."""
+    name = _q()
+    conn = raw()
+    conn.connect()
+    for body in (b"m1", b"m2"):
+        conn.send("SEND", {"destination": name, "receipt": body.decode()}, body)
+        conn.expect("RECEIPT")
+    conn.send("SUBSCRIBE", {"destination": name, "id": "s", "ack": "client-individual",
+                            "activemq.prefetchSize": "1"})
+    first = conn.expect("MESSAGE")
+    assert first.body == b"m1"
+    conn.send("BEGIN", {"transaction": "t"})
+    conn.send("ACK", {"id": first.get("ack"), "transaction": "t"})
+    conn.send("SEND", {"destination": "/remote-temp-queue/ID:tcp-0000000000000000:1", "transaction": "t"},
+              b"refused")
+    conn.expect("ERROR")
+    conn.send("COMMIT", {"transaction": "t", "receipt": "commit"})
+    got: dict[bytes, Frame] = {}
+    while len(got) < 3:  # the ERROR, and both messages (m2 once m1's place in the window is free)
+        frame = conn.receive()
+        if frame.command == "ERROR":
+            assert frame.get("message") == "COMMIT FAILED: Transaction marked rollback only xaErrorCode:100"
+            got[b"error"] = frame
+        else:
+            assert frame.command == "MESSAGE" and frame.body not in got, frame
+            got[frame.body] = frame
+            conn.send("ACK", {"id": frame.get("ack")})
+    assert got[b"m1"].get("redelivered") == "true", got[b"m1"]
 
 
 def test_a_transacted_client_ack_counts_every_message_it_covers(listener, gateway_data, redis_client):
