@@ -278,7 +278,10 @@ class StompSession(LinkedSession):
 
     async def handle_sends(self, batch: list[Frame]) -> None:
         """SENDs to one destination in one broker call; anything wrong and they go one by one through
-        `handle`, which reports the first bad frame exactly (a refused batch wrote nothing)."""
+        `handle`, which reports the first bad frame exactly. A batch is refused before anything was
+        written, except by a part refused after others were stored (broker_core flow.send_parts, its
+        `sent`): those frames are answered as sent, and only the rest go one by one (each again would
+        be a new message, stored twice)."""
         assert self.link is not None
         if len(batch) > 1:
             try:
@@ -290,22 +293,29 @@ class StompSession(LinkedSession):
                 await self._create_temps()
                 await self.broker.send(dest, messages, tx=tx)
                 self.note_send([dest], len(messages))
-            except (StompError, LinkError, BrokerError):  # refused before anything was written:
-                pass  # the one-by-one path reports the first bad frame
+            except (StompError, LinkError, BrokerError) as exc:  # the one-by-one path reports the first bad
+                sent = int(getattr(exc, "details", {}).get("sent", 0))  # frame; `sent` were stored
+                if sent:
+                    self.note_send([dest], sent)
+                    await self._sent(batch[:sent])
+                    batch = batch[sent:]
             except STORE_ERRORS as exc:  # perhaps written: never sent again one by one
                 await self.fail_unavailable(exc, batch[0].get("receipt"))
                 return
             else:
-                metrics.frame("stomp", "SEND", "ok", len(batch))
-                for frame in batch:
-                    receipt = frame.get("receipt")
-                    if receipt is not None:
-                        await self.send_frame("RECEIPT", [("receipt-id", receipt)])
+                await self._sent(batch)
                 return
         for frame in batch:
             await self.handle(frame)
             if self.closing:
                 return
+
+    async def _sent(self, batch: list[Frame]) -> None:
+        metrics.frame("stomp", "SEND", "ok", len(batch))
+        for frame in batch:
+            receipt = frame.get("receipt")
+            if receipt is not None:
+                await self.send_frame("RECEIPT", [("receipt-id", receipt)])
 
     async def handle(self, frame: Frame) -> None:
         receipt = frame.get("receipt")

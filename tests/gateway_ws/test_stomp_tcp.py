@@ -465,6 +465,50 @@ def test_a_rollback_only_commit_gives_back_the_messages_its_acks_took(raw):
     assert got[b"m1"].get("redelivered") == "true", got[b"m1"]
 
 
+def test_pipelined_sends_refused_part_way_are_never_stored_twice(raw, stomp_listener, redis_client):
+    """Consecutive SENDs to one queue go to the broker in one call, stored in parts of 100; a part refused
+    for memory after earlier parts were stored (sendFailIfNoSpace) raised, and the session sent every
+    frame of the batch again one by one, each as a new message: the stored ones twice. Each SEND is stored
+    once, or refused (its ERROR), and each frame gets exactly one answer."""
+    from broker_core.broker import Broker
+    from broker_core.messages import Message
+
+    name = _q().removeprefix("/queue/")
+    broker = Broker(redis_client, stomp_listener.namespace)
+    broker.policies.set_entry("queue", name, {"memoryLimit": 150_000, "sendFailIfNoSpace": True})
+    # a SEND that waits for room first, so that the SENDs behind it arrive meanwhile and go as one batch
+    broker.policies.set_entry("queue", f"{name}.full", {"memoryLimit": 4_000,
+                                                         "sendFailIfNoSpaceAfterTimeout": 1_000})
+    broker.send(f"{name}.full", Message(body="x" * 3_000))
+    conn = raw()
+    conn.connect()
+    total = 150
+    conn.send_raw(encode("SEND", [("destination", f"/queue/{name}.full"), ("receipt", "wait")], b"y" * 3_000)
+                  + b"".join(encode("SEND", [("destination", f"/queue/{name}"), ("receipt", str(n))],
+                                    f"{n:04d}".encode() * 250) for n in range(total)))
+    assert conn.expect("ERROR", timeout=10).get("receipt-id") == "wait"
+    answers: dict[str, str] = {}
+    while len(answers) < total:
+        frame = conn.receive(timeout=10)
+        receipt = frame.get("receipt-id")
+        assert receipt is not None and receipt not in answers, frame
+        answers[receipt] = frame.command
+    stored = [m.message.body[:4] for m in _browse_all(broker, name)]
+    assert len(stored) == len(set(stored)), f"{len(stored) - len(set(stored))} messages stored twice"
+    assert sorted(stored) == sorted(f"{int(r):04d}" for r, c in answers.items() if c == "RECEIPT")
+    assert 0 < len(stored) < total
+
+
+def _browse_all(broker, name: str) -> list:
+    out, cursor = [], None
+    while True:
+        page = broker.browse(name, cursor=cursor, limit=500)
+        out += page.messages
+        cursor = page.next_cursor
+        if cursor is None:
+            return out
+
+
 def test_a_transacted_client_ack_counts_every_message_it_covers(listener, gateway_data, redis_client):
     """A `client` mode ACK acknowledges every message its subscription was given up to the one it names
     (up to activemq.prefetchSize, 32,767), and a commit applies all of them in its one MULTI/EXEC: counted
