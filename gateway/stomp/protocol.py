@@ -730,13 +730,16 @@ class StompSession(LinkedSession):
             raise StompError("Queue Browser feature only valid for a single queue",
                              f"browser:true browses one queue; {frame.get('destination')!r} is not one")
         ack = self._ack_mode(frame)
+        # ActiveMQ's browser prefetch (DEFAULT_QUEUE_BROWSER_PREFETCH) unless the client gives one
+        prefetch = _int(frame, "activemq.prefetchSize", 1, 32767, 500)
+        assert prefetch is not None
         await self._authorize(destinations, "read")
         sub_id = frame.get("id")
         assert sub_id is not None  # (required from STOMP 1.1 on: on_subscribe)
         selector = frame.get("selector")
         # STOMP's string coercion, as every STOMP selector (ActiveMQ's convert_string_expressions: prefix)
         stomp_selector = f"convert_string_expressions:{selector}" if selector and selector.strip() else None
-        sub = await self.link.browse(sub_id, dest, stomp_selector, ack, {"id": sub_id})
+        sub = await self.link.browse(sub_id, dest, stomp_selector, ack, {"id": sub_id}, prefetch)
         self.note_subscription(sub, selector, None)
         receipt = frame.get("receipt")
         if receipt is not None:  # before the messages, as ActiveMQ's

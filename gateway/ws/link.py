@@ -295,6 +295,11 @@ class Browser:
     page: list[Delivery] = field(default_factory=list)
     cursor: str | None = None
     done: bool = False  # the walk reached the end of the queue, or `left` reached 0
+    # In a `client` ack mode, how many of its messages (and the end) may wait unacknowledged, as
+    # ActiveMQ's browser counts them against its prefetch; None: no limit (auto acks). `room` is set by
+    # an ACK that frees some (Subscription.take).
+    window: int | None = None
+    room: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass
@@ -328,6 +333,8 @@ class Subscription:
         mode)."""
         if ack_id not in self.unacked:
             raise KeyError(ack_id)
+        if self.browser is not None:
+            self.browser.room.set()  # (its walk may go on: Link._browser_room)
         if not cumulative:
             return [(ack_id, self.unacked.pop(ack_id))]
         taken = []
@@ -481,17 +488,19 @@ class Link:
         return sub
 
     async def browse(self, key: str, dest: Destination, selector: str | None, ack_mode: str,
-                     options: dict[str, Any] | None = None) -> Subscription:
+                     options: dict[str, Any] | None = None, prefetch: int = 500) -> Subscription:
         """A queue browser (ActiveMQ's QueueBrowserSubscription): `start` gives it the messages on the queue
         now, selector applied, without taking them (pending in dispatch order, then in flight; not parked
         ones), at most the policy's maxBrowsePageSize, then calls `browsed`. It has no consumer: it holds
         nothing, and receives nothing more until it is unsubscribed. The first page is taken here, so a bad
         selector is the SUBSCRIBE's error; the rest one page (SIGNALBOX_WS_BROWSE_PAGE) per broker call as
-        the send buffer takes them, so a slow client holds back the walk, not the gateway's memory."""
+        the send buffer takes them, so a slow client holds back the walk, not the gateway's memory. In a
+        `client` ack mode at most `prefetch` messages wait unacknowledged (the end counts as one), as
+        ActiveMQ's browser is a consumer with a prefetch (500 unless the client says)."""
         self._check_room(key)
         limit = await self.broker.browser_limit(dest, self.connection_id)  # (refuses another's temp queue)
         await self.broker.ensure_destination(dest)  # (browsing creates the queue, as a consumer does)
-        browser = Browser(selector, limit)
+        browser = Browser(selector, limit, window=None if ack_mode == "auto" else prefetch)
         await self._browse_page(dest, browser)
         sub = Subscription(key, [dest], ack_mode, options=dict(options or {}), browser=browser)
         self.subscriptions[key] = sub
@@ -517,8 +526,10 @@ class Link:
         try:
             while True:
                 page, browser.page = browser.page, []
-                if page:
-                    await self.deliver(sub, None, page)
+                while page:
+                    room = await self._browser_room(sub, browser, len(page))
+                    await self.deliver(sub, None, page[:room])
+                    page = page[room:]
                 if browser.done:
                     break
                 try:
@@ -526,6 +537,7 @@ class Link:
                 except UnknownDestination:  # deleted meantime: the browse ends with what it gave
                     break
             if self.browsed is not None:
+                await self._browser_room(sub, browser, 1)
                 await self.browsed(sub)
         except asyncio.CancelledError:
             raise
@@ -533,6 +545,17 @@ class Link:
             self._report_lost(f"slow client: {exc}")
         except Exception as exc:  # the broker failed: the browse cannot finish
             self._report_failure(f"browsing {sub.destinations[0].uri} failed", exc)
+
+    @staticmethod
+    async def _browser_room(sub: Subscription, browser: Browser, most: int) -> int:
+        """How many of `most` the browser may be given now: all without a window, else once fewer than
+        its window wait unacknowledged, as many as fit (waiting for an ACK until one does)."""
+        if browser.window is None:
+            return most
+        while len(sub.unacked) >= browser.window:
+            browser.room.clear()
+            await browser.room.wait()
+        return min(most, browser.window - len(sub.unacked))
 
     def start(self, sub: Subscription) -> None:
         """Start pushing the subscription's messages (after a RECEIPT, so that it comes first)."""

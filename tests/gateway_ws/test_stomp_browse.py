@@ -223,3 +223,25 @@ def test_a_connection_browses_its_own_temporary_queue_not_anothers(raw):
     assert error.get("message") == ("Subscribing to a temporary queue created by another connection is not "
                                     "permitted")
     assert goes_on(other)
+
+
+@pytest.mark.parametrize(("ack", "prefetch", "rounds"), [
+    ("client-individual", "1", [["body 0"], ["body 1"], ["body 2"], ["end"]]),
+    ("client", "2", [["body 0", "body 1"], ["body 2", "end"]]),
+])
+def test_a_client_ack_browser_is_given_at_most_its_prefetch_unacknowledged(raw, ack, prefetch, rounds):
+    """As ActiveMQ's browser (a consumer with a prefetch: activemq.prefetchSize, else 500): in a `client`
+    ack mode its messages count against the prefetch until acknowledged, the end frame too, so a client
+    that asks for one at a time gets one at a time (seen on ActiveMQ 5.17.2: these rounds exactly); it
+    was given the whole browse at once."""
+    conn = raw()
+    dest = f"/queue/{_name()}"
+    _fill(conn, dest, 3)
+    conn.send("SUBSCRIBE", {"destination": dest, "id": "b", "browser": "true", "ack": ack,
+                            "activemq.prefetchSize": prefetch})
+    for expected in rounds:
+        got = [conn.expect("MESSAGE") for _ in expected]
+        assert [f.body.decode() or f.get("browser") for f in got] == expected
+        assert goes_on(conn)  # (nothing more until an ACK)
+        if got[-1].get("ack"):
+            conn.send("ACK", {"id": got[-1].get("ack")})
