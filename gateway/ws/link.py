@@ -292,7 +292,8 @@ class SendBuffer:
 @dataclass
 class Browser:
     """Where a queue browser's walk of its queue is: the broker's browse cursor, the page taken but not
-    delivered yet, and how many messages it may still be given (the policy's maxBrowsePageSize)."""
+    delivered yet, and how many more messages it may look at (the policy's maxBrowsePageSize), matching its
+    selector or not: ActiveMQ's browser sees one page-in of the queue."""
 
     selector: str | None
     left: int
@@ -517,9 +518,12 @@ class Link:
             browser.done = True
             return
         page = await self.broker.browse(dest, selector=browser.selector, cursor=browser.cursor,
-                                        limit=min(self.settings.browse_page, browser.left), parked=False)
+                                        limit=min(self.settings.browse_page, browser.left), parked=False,
+                                        examine=browser.left)
         browser.page = [b.message for b in page.messages]
-        browser.left -= len(browser.page)
+        # (what it looked at: a selector matching none of a long queue ends the walk at its page, as
+        # ActiveMQ's, not after a call per 400 messages of the whole queue)
+        browser.left -= max(page.examined, len(browser.page))
         browser.cursor = page.next_cursor
         browser.done = page.next_cursor is None or browser.left <= 0
 
