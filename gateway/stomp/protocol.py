@@ -267,10 +267,14 @@ class StompSession(LinkedSession):
                        and (inbox[0].get("destination"), inbox[0].get("transaction")) == key):
                     batch.append(self._take_item())
             self._inbox_room.set()
-            if len(batch) > 1:
-                await self.handle_sends(batch)
-            else:  # (one frame, the usual case when the client waits for each answer)
-                await self.handle(item)
+            try:
+                if len(batch) > 1:
+                    await self.handle_sends(batch)
+                else:  # (one frame, the usual case when the client waits for each answer)
+                    await self.handle(item)
+            except SlowClient as exc:  # (an answer written outside `handle`'s own: a refusal's ERROR,
+                await self.shutdown(str(exc))  # a batch's RECEIPTs) found the client reading nothing
+                return
 
     def _take_item(self) -> Frame | FrameError:
         self._inbox_bytes -= self._inbox_sizes.popleft()

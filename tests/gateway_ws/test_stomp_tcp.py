@@ -533,6 +533,43 @@ def test_a_connection_holds_a_bounded_number_of_open_transactions(listener):
     conn.close()
 
 
+def test_a_client_that_reads_none_of_its_errors_is_cut_off_as_too_slow(listener, gateway_data, redis_client):
+    """A refused frame's ERROR no longer closes the connection, so it waits in the send buffer like any
+    frame: a client that sends frame after refused frame and reads nothing fills it. The ERROR's wait
+    ended in SlowClient outside the handler that cuts a slow client off: the session's worker died, the
+    connection stayed open reading nothing, and its subscription's consumer lived on. It is cut off as
+    too slow, as for any frame, and its consumer closed."""
+    import socket
+
+    from broker_core.broker import Broker
+
+    server = listener(SIGNALBOX_WS_SLOW_CLIENT_SECONDS="1", SIGNALBOX_WS_SEND_BUFFER_BYTES="65536")
+    name = _q().removeprefix("/queue/")
+    broker = Broker(redis_client, gateway_data[1])
+    broker.ensure_destination(name)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (before connecting: the window it offers)
+    sock.connect(("127.0.0.1", server.port))
+    connect = [("accept-version", "1.2"), ("login", "alice"), ("passcode", "secret"), ("host", "x")]
+    subscribe = [("destination", f"/queue/{name}"), ("id", "s"), ("ack", "client-individual")]
+    sock.sendall(encode("CONNECT", connect, b"") + encode("SUBSCRIBE", subscribe, b""))
+    deadline = time.monotonic() + 10
+    while not broker.stats(name).consumer_count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    bad = encode("ACK", [("id", "x" * 4000)], b"")  # each refused, its ERROR naming the id twice
+    sock.settimeout(30)
+    try:
+        for _ in range(400):
+            sock.sendall(bad)
+    except OSError:
+        pass  # (cut off meanwhile)
+    deadline = time.monotonic() + 20
+    while broker.stats(name).consumer_count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert broker.stats(name).consumer_count == 0
+    sock.close()
+
+
 def test_a_transacted_client_ack_counts_every_message_it_covers(listener, gateway_data, redis_client):
     """A `client` mode ACK acknowledges every message its subscription was given up to the one it names
     (up to activemq.prefetchSize, 32,767), and a commit applies all of them in its one MULTI/EXEC: counted
