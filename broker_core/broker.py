@@ -47,6 +47,7 @@ from .model import (
     TransactionLimits,
 )
 from .ops import advisory, flow, virtual  # noqa: F401 - for the adapters, which import only this facade
+from .ops.queues import BROWSE_EXAMINE
 from .ops.router import Router
 from .resp import reply_text
 from .scripts import calls
@@ -284,11 +285,13 @@ class _Api:
         return self._run(self.ops.forward(_dest(destination), self._now()))
 
     def browse(self, destination: str | Destination, *, selector: str | None = None,
-               cursor: str | None = None, limit: int = 100, parked: bool = True) -> BrowsePage:
-        """A page of stored messages (never changes anything); BrowsePage(messages, next_cursor).
-        `parked=False`: without parked messages (scheduled, delayed), as a queue browser sees the queue."""
+               cursor: str | None = None, limit: int = 100, parked: bool = True,
+               examine: int = BROWSE_EXAMINE) -> BrowsePage:
+        """A page of stored messages (never changes anything); BrowsePage(messages, next_cursor, examined).
+        `parked=False`: without parked messages (scheduled, delayed), as a queue browser sees the queue.
+        `examine`: looking at no more messages than that, matching or not (at most BROWSE_EXAMINE a call)."""
         return self._run(self.ops.browse(_dest(destination, "browse"), selector, cursor, limit, self._now(),
-                                         parked))
+                                         parked, examine))
 
     def browser_limit(self, destination: str | Destination, connection_id: str | None = None) -> int:
         """How many messages a queue browser of connection `connection_id` is given at most (the policy's

@@ -134,6 +134,7 @@ class Browsed:
 class BrowsePage:
     messages: list[Browsed]
     next_cursor: str | None  # None: nothing more
+    examined: int = 0  # messages the page's call looked at, matching or not
 
 
 @dataclass(frozen=True)

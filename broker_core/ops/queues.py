@@ -157,18 +157,19 @@ def summary(ops: Context, dest: Destination, now: int, oldest: bool = False) -> 
 
 
 def browse(ops: Context, dest: Destination, selector: str | None, cursor: str | None, limit: int,
-           now: int, parked: bool = True) -> Op:
+           now: int, parked: bool = True, examine: int = BROWSE_EXAMINE) -> Op:
     """One page of messages, never changing state: pending in dispatch order, then parked (unless
-    `parked` is False), then in flight. Returns BrowsePage; pass its next_cursor to continue (None when
-    done)."""
+    `parked` is False), then in flight, looking at no more than `examine` messages (at most
+    BROWSE_EXAMINE). Returns BrowsePage; pass its next_cursor to continue (None when done)."""
     if not 1 <= limit <= MAX_RECEIVE:
         raise InvalidConsumer(f"limit must be 1-{MAX_RECEIVE}, got {limit}", field="limit")
     if cursor and not (_BROWSE_CURSOR.fullmatch(cursor)
                        and (cursor[0] != "i" or int(cursor[2:].partition("|")[0]) < 2**64)):
         raise InvalidConsumer(f"cursor {cursor[:100]!r} is not one this listing gave", field="cursor")
     compiled = parse_selector(selector).compiled if selector and selector.strip() else ""
+    examine = max(1, min(examine, BROWSE_EXAMINE))
     return calls.Browse.parse((yield calls.Browse.call(ops.prefix(dest), now, cursor or "", limit,
-                                                       BROWSE_EXAMINE, compiled, parked)), dest.uri)
+                                                       examine, compiled, parked)), dest.uri)
 
 
 def browser_limit(ops: Context, dest: Destination) -> Op:

@@ -266,8 +266,8 @@ class Router(Context):
     # -- the operator's message operations (spec §14.3) -----------------------------------------------
 
     def browse(self, dest: Destination, selector: str | None, cursor: str | None, limit: int, now: int,
-               parked: bool = True) -> Op:
-        return self.run(queues.browse(self, dest, selector, cursor, limit, now, parked))
+               parked: bool = True, examine: int = queues.BROWSE_EXAMINE) -> Op:
+        return self.run(queues.browse(self, dest, selector, cursor, limit, now, parked, examine))
 
     def browser_limit(self, dest: Destination, connection_id: str | None) -> Op:
         _refuse_on_topic(dest, "browse")

@@ -256,8 +256,8 @@ class Browse(ScriptCall):
     def parse(reply: list[Any], uri: str) -> BrowsePage:
         messages = [Browsed(unpack_delivery(_text(reply[i]), uri, _text(reply[i + 3]), reply[i + 1],
                                             int(reply[i + 4]), False), _text(reply[i + 2]))
-                    for i in range(1, len(reply), 5)]
-        return BrowsePage(messages, _text(reply[0]) or None)
+                    for i in range(1, len(reply) - 1, 5)]
+        return BrowsePage(messages, _text(reply[0]) or None, int(reply[-1]))
 
 
 class CancelPull(ScriptCall):

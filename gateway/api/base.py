@@ -242,7 +242,7 @@ def refuse_temporary_contents(request: Request, destination: Destination) -> Non
     ("Cannot consume from a temporary destination created on another connection"), as Signalbox's STOMP
     browser and every consumer are refused (Broker.browser_limit, Router.add_consumer); REST has no
     connection, so over REST only an operator may look (a grant covering the name lets a user send a reply
-    to it, not read the replies)."""
+    to it, not read the replies), or move or copy them out to another queue, where they could be read."""
     owner = destination.temporary_owner
     if owner is not None and not request.user.is_staff:
         raise exceptions.PermissionDenied(

@@ -239,6 +239,8 @@ class MessageActionView(GatewayView):
     async def post(self, request: Request, kind: str, name: str, message_id: str) -> Response:
         destination = await self.destination(request, kind, name, "admin")
         action = self.action_name
+        if action in ("move", "copy"):  # (taken out to another queue, its messages would be read there)
+            refuse_temporary_contents(request, destination)
         target = None
         if action != "retry":
             target = await _target(self, request, json_body(request, required=True))
@@ -275,6 +277,8 @@ class MatchingActionView(GatewayView):
         options = body.validated_data
         selector = options.get("selector") or None
         action = self.action_name
+        if action in ("move", "copy"):  # (taken out to another queue, its messages would be read there)
+            refuse_temporary_contents(request, destination)
         target = None if action in ("retry", "remove") else await _target(self, request, options)
         broker = runtime.async_broker()
 

@@ -267,10 +267,14 @@ class StompSession(LinkedSession):
                        and (inbox[0].get("destination"), inbox[0].get("transaction")) == key):
                     batch.append(self._take_item())
             self._inbox_room.set()
-            if len(batch) > 1:
-                await self.handle_sends(batch)
-            else:  # (one frame, the usual case when the client waits for each answer)
-                await self.handle(item)
+            try:
+                if len(batch) > 1:
+                    await self.handle_sends(batch)
+                else:  # (one frame, the usual case when the client waits for each answer)
+                    await self.handle(item)
+            except SlowClient as exc:  # (an answer written outside `handle`'s own: a refusal's ERROR,
+                await self.shutdown(str(exc))  # a batch's RECEIPTs) found the client reading nothing
+                return
 
     def _take_item(self) -> Frame | FrameError:
         self._inbox_bytes -= self._inbox_sizes.popleft()
@@ -278,7 +282,10 @@ class StompSession(LinkedSession):
 
     async def handle_sends(self, batch: list[Frame]) -> None:
         """SENDs to one destination in one broker call; anything wrong and they go one by one through
-        `handle`, which reports the first bad frame exactly (a refused batch wrote nothing)."""
+        `handle`, which reports the first bad frame exactly. A batch is refused before anything was
+        written, except by a part refused after others were stored (broker_core flow.send_parts, its
+        `sent`): those frames are answered as sent, and only the rest go one by one (each again would
+        be a new message, stored twice)."""
         assert self.link is not None
         if len(batch) > 1:
             try:
@@ -290,22 +297,29 @@ class StompSession(LinkedSession):
                 await self._create_temps()
                 await self.broker.send(dest, messages, tx=tx)
                 self.note_send([dest], len(messages))
-            except (StompError, LinkError, BrokerError):  # refused before anything was written:
-                pass  # the one-by-one path reports the first bad frame
+            except (StompError, LinkError, BrokerError) as exc:  # the one-by-one path reports the first bad
+                sent = int(getattr(exc, "details", {}).get("sent", 0))  # frame; `sent` were stored
+                if sent:
+                    self.note_send([dest], sent)
+                    await self._sent(batch[:sent])
+                    batch = batch[sent:]
             except STORE_ERRORS as exc:  # perhaps written: never sent again one by one
                 await self.fail_unavailable(exc, batch[0].get("receipt"))
                 return
             else:
-                metrics.frame("stomp", "SEND", "ok", len(batch))
-                for frame in batch:
-                    receipt = frame.get("receipt")
-                    if receipt is not None:
-                        await self.send_frame("RECEIPT", [("receipt-id", receipt)])
+                await self._sent(batch)
                 return
         for frame in batch:
             await self.handle(frame)
             if self.closing:
                 return
+
+    async def _sent(self, batch: list[Frame]) -> None:
+        metrics.frame("stomp", "SEND", "ok", len(batch))
+        for frame in batch:
+            receipt = frame.get("receipt")
+            if receipt is not None:
+                await self.send_frame("RECEIPT", [("receipt-id", receipt)])
 
     async def handle(self, frame: Frame) -> None:
         receipt = frame.get("receipt")
@@ -720,13 +734,16 @@ class StompSession(LinkedSession):
             raise StompError("Queue Browser feature only valid for a single queue",
                              f"browser:true browses one queue; {frame.get('destination')!r} is not one")
         ack = self._ack_mode(frame)
+        # ActiveMQ's browser prefetch (DEFAULT_QUEUE_BROWSER_PREFETCH) unless the client gives one
+        prefetch = _int(frame, "activemq.prefetchSize", 1, 32767, 500)
+        assert prefetch is not None
         await self._authorize(destinations, "read")
         sub_id = frame.get("id")
         assert sub_id is not None  # (required from STOMP 1.1 on: on_subscribe)
         selector = frame.get("selector")
         # STOMP's string coercion, as every STOMP selector (ActiveMQ's convert_string_expressions: prefix)
         stomp_selector = f"convert_string_expressions:{selector}" if selector and selector.strip() else None
-        sub = await self.link.browse(sub_id, dest, stomp_selector, ack, {"id": sub_id})
+        sub = await self.link.browse(sub_id, dest, stomp_selector, ack, {"id": sub_id}, prefetch)
         self.note_subscription(sub, selector, None)
         receipt = frame.get("receipt")
         if receipt is not None:  # before the messages, as ActiveMQ's

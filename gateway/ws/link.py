@@ -57,6 +57,9 @@ class LinkSettings:
     max_subscriptions: int = 1000  # SIGNALBOX_WS_MAX_SUBSCRIPTIONS (per connection)
     receive_batch: int = 500  # SIGNALBOX_WS_RECEIVE_BATCH: messages taken per receive call
     browse_page: int = 100  # SIGNALBOX_WS_BROWSE_PAGE: messages a queue browser takes per browse call
+    # SIGNALBOX_WS_MAX_TRANSACTIONS: transactions open at once per connection. Each is a key the link renews
+    # with its leases, all in one MULTI/EXEC: 100,000 held every other client of Redis 90-170 ms a renewal.
+    max_transactions: int = 100
     @classmethod
     def from_django(cls) -> LinkSettings:
         return cls(
@@ -66,6 +69,7 @@ class LinkSettings:
             max_subscriptions=int(_setting("SIGNALBOX_WS_MAX_SUBSCRIPTIONS", cls.max_subscriptions)),
             receive_batch=int(_setting("SIGNALBOX_WS_RECEIVE_BATCH", cls.receive_batch)),
             browse_page=int(_setting("SIGNALBOX_WS_BROWSE_PAGE", cls.browse_page)),
+            max_transactions=int(_setting("SIGNALBOX_WS_MAX_TRANSACTIONS", cls.max_transactions)),
         )
 
     @property
@@ -288,13 +292,19 @@ class SendBuffer:
 @dataclass
 class Browser:
     """Where a queue browser's walk of its queue is: the broker's browse cursor, the page taken but not
-    delivered yet, and how many messages it may still be given (the policy's maxBrowsePageSize)."""
+    delivered yet, and how many more messages it may look at (the policy's maxBrowsePageSize), matching its
+    selector or not: ActiveMQ's browser sees one page-in of the queue."""
 
     selector: str | None
     left: int
     page: list[Delivery] = field(default_factory=list)
     cursor: str | None = None
     done: bool = False  # the walk reached the end of the queue, or `left` reached 0
+    # In a `client` ack mode, how many of its messages (and the end) may wait unacknowledged, as
+    # ActiveMQ's browser counts them against its prefetch; None: no limit (auto acks). `room` is set by
+    # an ACK that frees some (Subscription.take).
+    window: int | None = None
+    room: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass
@@ -328,6 +338,8 @@ class Subscription:
         mode)."""
         if ack_id not in self.unacked:
             raise KeyError(ack_id)
+        if self.browser is not None:
+            self.browser.room.set()  # (its walk may go on: Link._browser_room)
         if not cumulative:
             return [(ack_id, self.unacked.pop(ack_id))]
         taken = []
@@ -481,17 +493,19 @@ class Link:
         return sub
 
     async def browse(self, key: str, dest: Destination, selector: str | None, ack_mode: str,
-                     options: dict[str, Any] | None = None) -> Subscription:
+                     options: dict[str, Any] | None = None, prefetch: int = 500) -> Subscription:
         """A queue browser (ActiveMQ's QueueBrowserSubscription): `start` gives it the messages on the queue
         now, selector applied, without taking them (pending in dispatch order, then in flight; not parked
         ones), at most the policy's maxBrowsePageSize, then calls `browsed`. It has no consumer: it holds
         nothing, and receives nothing more until it is unsubscribed. The first page is taken here, so a bad
         selector is the SUBSCRIBE's error; the rest one page (SIGNALBOX_WS_BROWSE_PAGE) per broker call as
-        the send buffer takes them, so a slow client holds back the walk, not the gateway's memory."""
+        the send buffer takes them, so a slow client holds back the walk, not the gateway's memory. In a
+        `client` ack mode at most `prefetch` messages wait unacknowledged (the end counts as one), as
+        ActiveMQ's browser is a consumer with a prefetch (500 unless the client says)."""
         self._check_room(key)
         limit = await self.broker.browser_limit(dest, self.connection_id)  # (refuses another's temp queue)
         await self.broker.ensure_destination(dest)  # (browsing creates the queue, as a consumer does)
-        browser = Browser(selector, limit)
+        browser = Browser(selector, limit, window=None if ack_mode == "auto" else prefetch)
         await self._browse_page(dest, browser)
         sub = Subscription(key, [dest], ack_mode, options=dict(options or {}), browser=browser)
         self.subscriptions[key] = sub
@@ -504,9 +518,12 @@ class Link:
             browser.done = True
             return
         page = await self.broker.browse(dest, selector=browser.selector, cursor=browser.cursor,
-                                        limit=min(self.settings.browse_page, browser.left), parked=False)
+                                        limit=min(self.settings.browse_page, browser.left), parked=False,
+                                        examine=browser.left)
         browser.page = [b.message for b in page.messages]
-        browser.left -= len(browser.page)
+        # (what it looked at: a selector matching none of a long queue ends the walk at its page, as
+        # ActiveMQ's, not after a call per 400 messages of the whole queue)
+        browser.left -= max(page.examined, len(browser.page))
         browser.cursor = page.next_cursor
         browser.done = page.next_cursor is None or browser.left <= 0
 
@@ -517,8 +534,10 @@ class Link:
         try:
             while True:
                 page, browser.page = browser.page, []
-                if page:
-                    await self.deliver(sub, None, page)
+                while page:
+                    room = await self._browser_room(sub, browser, len(page))
+                    await self.deliver(sub, None, page[:room])
+                    page = page[room:]
                 if browser.done:
                     break
                 try:
@@ -526,6 +545,7 @@ class Link:
                 except UnknownDestination:  # deleted meantime: the browse ends with what it gave
                     break
             if self.browsed is not None:
+                await self._browser_room(sub, browser, 1)
                 await self.browsed(sub)
         except asyncio.CancelledError:
             raise
@@ -533,6 +553,17 @@ class Link:
             self._report_lost(f"slow client: {exc}")
         except Exception as exc:  # the broker failed: the browse cannot finish
             self._report_failure(f"browsing {sub.destinations[0].uri} failed", exc)
+
+    @staticmethod
+    async def _browser_room(sub: Subscription, browser: Browser, most: int) -> int:
+        """How many of `most` the browser may be given now: all without a window, else once fewer than
+        its window wait unacknowledged, as many as fit (waiting for an ACK until one does)."""
+        if browser.window is None:
+            return most
+        while len(sub.unacked) >= browser.window:
+            browser.room.clear()
+            await browser.room.wait()
+        return min(most, browser.window - len(sub.unacked))
 
     def start(self, sub: Subscription) -> None:
         """Start pushing the subscription's messages (after a RECEIPT, so that it comes first)."""
@@ -1020,6 +1051,12 @@ class Link:
         if name in self.transactions:
             raise LinkError(f"The transaction was already started: {name}",
                             f"transaction {name!r} was already begun on this connection", "transaction_error")
+        most = self.settings.max_transactions
+        if len(self.transactions) >= most:
+            raise LinkError("Too many transactions",
+                            f"a connection may hold at most {most} open transactions "
+                            "(SIGNALBOX_WS_MAX_TRANSACTIONS): commit or abort one first",
+                            "too_many_transactions")
         # open for one lease, renewed with the consumers' (_keep_leases): a process that dies with it open
         # holds its reserved space and its transacted acks' messages no longer than its consumers
         self.transactions[name] = OpenTransaction(await self.broker.begin(self.settings.lease_ms))
@@ -1034,21 +1071,23 @@ class Link:
         acks = self._tx_acks.pop(name, [])
         for _sub, taken in acks:  # (acknowledged now, or refused with the transaction: they are done)
             self._forget_pending(key for key, _entry in taken)
-        if rollback_only:
-            await self.broker.rollback(tx)
-            raise LinkError("COMMIT FAILED: Transaction marked rollback only xaErrorCode:100",
-                            f"transaction {name!r} was not committed, nothing was applied: {rollback_only}; "
-                            "it was rolled back: its SENDs dropped, the messages it ACKed redelivered",
-                            "transaction_error")
         # one subscription's ACKs go into the broker transaction together: by id (`_ack_entries`), in
         # the order they were taken (a `client` ACK takes the oldest), one call per consumer, not per ACK
         by_sub: dict[int, tuple[Subscription, list[tuple[Consumer | None, str]]]] = {}
         for sub, taken in acks:
             by_sub.setdefault(id(sub), (sub, []))[1].extend(entry for _key, entry in taken)
         try:
-            for sub, entries in by_sub.values():  # into the broker transaction, to commit with its sends
+            # into the broker transaction, to commit with its sends; a rollback-only one's too, so that
+            # its rollback gives their messages back (the link forgot their ids: kept in flight, they
+            # could never be acknowledged, and would hold their consumer's window until it closed)
+            for sub, entries in by_sub.values():
                 if self.subscriptions.get(sub.key) is sub:  # not a subscription ended since
                     await self._ack_entries(sub, entries, tx)
+            if rollback_only:
+                raise LinkError("COMMIT FAILED: Transaction marked rollback only xaErrorCode:100",
+                                f"transaction {name!r} was not committed, nothing was applied: "
+                                f"{rollback_only}; it was rolled back: its SENDs dropped, the messages it "
+                                "ACKed redelivered", "transaction_error")
             await self.broker.commit(tx)
         except BaseException as exc:
             with contextlib.suppress(Exception):

@@ -371,3 +371,26 @@ async def test_a_temporary_queue_is_browsed_only_by_an_operator(api, make_user):
         assert "temporary" in problem["detail"] and name in problem["detail"], (path, problem)
     page = (await api.get(f"/api/v1/queues/{name}/messages", headers=staff)).json()
     assert [m["body"] for m in page["messages"]] == ["a reply"]
+
+
+async def test_a_temporary_queue_s_messages_are_moved_or_copied_out_only_by_an_operator(api, make_user):
+    """A user whose grant covers a temporary queue's name may not browse it (above), nor take its messages
+    out to read them elsewhere: a copy or move of them (by id or by selector) to a queue of the user's own
+    was a browse of them by another way. A staff user may."""
+    name = "ID:tcp-0123456789abcdee:1"
+    user = await blocking(make_user)("cora", [("queue://>", "admin")])
+    staff = await blocking(make_user)("otto", [("queue://>", "admin")], staff=True)
+    [sent] = await send(api, user, {"body": "a reply"}, destination=name)
+    for target in ("cora.copy", "cora.move", "otto.copy"):  # (a target must exist)
+        await send(api, staff, {"body": "before"}, destination=target)
+    source = f"/api/v1/queues/{name}"
+    for action, path in (("copy", f"messages/{sent}/copy"), ("move", f"messages/{sent}/move"),
+                         ("copy", "copy-matching"), ("move", "move-matching")):
+        response = await api.post(f"{source}/{path}", json={"target": f"queue://cora.{action}"}, headers=user)
+        problem = assert_problem(response, 403)
+        assert "temporary" in problem["detail"] and name in problem["detail"], (path, problem)
+    for loot in ("cora.copy", "cora.move"):  # nothing reached them
+        page = (await api.get(f"/api/v1/queues/{loot}/messages", headers=staff)).json()
+        assert [m["body"] for m in page["messages"]] == ["before"], (loot, page)
+    response = await api.post(f"{source}/copy-matching", json={"target": "queue://otto.copy"}, headers=staff)
+    assert response.json()["count"] == 1, response.text

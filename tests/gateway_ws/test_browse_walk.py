@@ -26,14 +26,14 @@ class PagedBroker:
     async def browser_limit(self, dest, connection_id) -> int:
         return self.limit
 
-    async def browse(self, dest, *, selector, cursor, limit, parked) -> BrowsePage:
+    async def browse(self, dest, *, selector, cursor, limit, parked, examine) -> BrowsePage:
         assert parked is False and limit <= PAGE
         self.calls += 1
         start = int(cursor or 0)
         end = min(self.total, start + limit)
         messages = [Browsed(SimpleNamespace(message_id=f"ID:{n}", body=str(n)), "pending")  # type: ignore[arg-type]
                     for n in range(start, end)]
-        return BrowsePage(messages, str(end) if end < self.total else None)
+        return BrowsePage(messages, str(end) if end < self.total else None, len(messages))
 
 
 async def test_the_walk_waits_for_each_page_to_be_delivered_and_ends_once():

@@ -223,3 +223,53 @@ def test_a_connection_browses_its_own_temporary_queue_not_anothers(raw):
     assert error.get("message") == ("Subscribing to a temporary queue created by another connection is not "
                                     "permitted")
     assert goes_on(other)
+
+
+@pytest.mark.parametrize(("ack", "prefetch", "rounds"), [
+    ("client-individual", "1", [["body 0"], ["body 1"], ["body 2"], ["end"]]),
+    ("client", "2", [["body 0", "body 1"], ["body 2", "end"]]),
+])
+def test_a_client_ack_browser_is_given_at_most_its_prefetch_unacknowledged(raw, ack, prefetch, rounds):
+    """As ActiveMQ's browser (a consumer with a prefetch: activemq.prefetchSize, else 500): in a `client`
+    ack mode its messages count against the prefetch until acknowledged, the end frame too, so a client
+    that asks for one at a time gets one at a time (seen on ActiveMQ 5.17.2: these rounds exactly); it
+    was given the whole browse at once."""
+    conn = raw()
+    dest = f"/queue/{_name()}"
+    _fill(conn, dest, 3)
+    conn.send("SUBSCRIBE", {"destination": dest, "id": "b", "browser": "true", "ack": ack,
+                            "activemq.prefetchSize": prefetch})
+    for expected in rounds:
+        got = [conn.expect("MESSAGE") for _ in expected]
+        assert [f.body.decode() or f.get("browser") for f in got] == expected
+        assert goes_on(conn)  # (nothing more until an ACK)
+        if got[-1].get("ack"):
+            conn.send("ACK", {"id": got[-1].get("ack")})
+
+
+def test_a_browse_looks_at_most_at_max_browse_page_size_messages_matching_or_not(raw, broker, redis_client):
+    """ActiveMQ's browser sees one page-in of the queue, selector or not: with 450 messages and a selector
+    that matches only the last 10, ActiveMQ 5.17.2 gave none, just the end frame. The walk went on to the
+    end of the queue until it had found maxBrowsePageSize matches: one SUBSCRIBE with a selector matching
+    nothing on a queue of a million messages made 2,500 browse calls of several ms each, and a connection
+    may hold 1,000 browsers. It looks at maxBrowsePageSize messages at most, as many calls as that takes."""
+    from broker_core.messages import Message
+
+    def script_calls() -> int:
+        stats = redis_client.info("commandstats")
+        return sum(stats.get(f"cmdstat_{n}", {}).get("calls", 0) for n in ("evalsha", "eval", "fcall"))
+
+    name = _name()
+    broker.policies.set_entry("queue", name, {"maxBrowsePageSize": 10})
+    broker.send(name, [Message(body=f"m{n}", properties={"n": n}) for n in range(30)])
+    conn = raw()
+    dest = f"/queue/{name}"
+    *messages, _end = _browse(conn, dest, "late", selector="n >= 20")
+    assert messages == []
+    *messages, _end = _browse(conn, dest, "some", selector="n >= 7")
+    assert [m.get("n") for m in messages] == ["7", "8", "9"]
+    big = _name()
+    broker.send(big, [Message(body="x", properties={"n": n}) for n in range(8_000)])
+    before = script_calls()
+    *messages, _end = _browse(conn, f"/queue/{big}", "none", selector="n < 0")
+    assert messages == [] and script_calls() - before <= 4

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.stomp.frames import encode
+from gateway.stomp.frames import Frame, encode
 from tests.helpers.gateway_server import ROOT, spawn_stomp_listener, wait_listening
 from tests.helpers.stomp_client import Client, RawTcp
 
@@ -428,6 +428,146 @@ def test_a_transaction_past_its_limit_is_refused_and_never_commits_in_part(
     conn.close()
     assert Broker(redis_client, gateway_data[1]).stats(name).enqueued == 0  # rolled back, all of it
 
+
+
+def test_a_rollback_only_commit_gives_back_the_messages_its_acks_took(raw):
+    """A COMMIT refused because a SEND of its transaction was refused unanswered (rollback-only) rolls the
+    transaction back, its ERROR says, "the messages it ACKed redelivered". Its ACKs were held by the link
+    until the COMMIT and never reached the broker, and the link forgot their ids: the acknowledged message
+    stayed in flight with its consumer, for ever unacknowledgeable, and with activemq.prefetchSize:1 the
+    subscription got nothing more. It comes again, redelivered, as after any commit that fails."""
+    name = _q()
+    conn = raw()
+    conn.connect()
+    for body in (b"m1", b"m2"):
+        conn.send("SEND", {"destination": name, "receipt": body.decode()}, body)
+        conn.expect("RECEIPT")
+    conn.send("SUBSCRIBE", {"destination": name, "id": "s", "ack": "client-individual",
+                            "activemq.prefetchSize": "1"})
+    first = conn.expect("MESSAGE")
+    assert first.body == b"m1"
+    conn.send("BEGIN", {"transaction": "t"})
+    conn.send("ACK", {"id": first.get("ack"), "transaction": "t"})
+    conn.send("SEND", {"destination": "/remote-temp-queue/ID:tcp-0000000000000000:1", "transaction": "t"},
+              b"refused")
+    conn.expect("ERROR")
+    conn.send("COMMIT", {"transaction": "t", "receipt": "commit"})
+    got: dict[bytes, Frame] = {}
+    while len(got) < 3:  # the ERROR, and both messages (m2 once m1's place in the window is free)
+        frame = conn.receive()
+        if frame.command == "ERROR":
+            assert frame.get("message") == "COMMIT FAILED: Transaction marked rollback only xaErrorCode:100"
+            got[b"error"] = frame
+        else:
+            assert frame.command == "MESSAGE" and frame.body not in got, frame
+            got[frame.body] = frame
+            conn.send("ACK", {"id": frame.get("ack")})
+    assert got[b"m1"].get("redelivered") == "true", got[b"m1"]
+
+
+def test_pipelined_sends_refused_part_way_are_never_stored_twice(raw, stomp_listener, redis_client):
+    """Consecutive SENDs to one queue go to the broker in one call, stored in parts of 100; a part refused
+    for memory after earlier parts were stored (sendFailIfNoSpace) raised, and the session sent every
+    frame of the batch again one by one, each as a new message: the stored ones twice. Each SEND is stored
+    once, or refused (its ERROR), and each frame gets exactly one answer."""
+    from broker_core.broker import Broker
+    from broker_core.messages import Message
+
+    name = _q().removeprefix("/queue/")
+    broker = Broker(redis_client, stomp_listener.namespace)
+    broker.policies.set_entry("queue", name, {"memoryLimit": 150_000, "sendFailIfNoSpace": True})
+    # a SEND that waits for room first, so that the SENDs behind it arrive meanwhile and go as one batch
+    broker.policies.set_entry("queue", f"{name}.full", {"memoryLimit": 4_000,
+                                                         "sendFailIfNoSpaceAfterTimeout": 1_000})
+    broker.send(f"{name}.full", Message(body="x" * 3_000))
+    conn = raw()
+    conn.connect()
+    total = 150
+    conn.send_raw(encode("SEND", [("destination", f"/queue/{name}.full"), ("receipt", "wait")], b"y" * 3_000)
+                  + b"".join(encode("SEND", [("destination", f"/queue/{name}"), ("receipt", str(n))],
+                                    f"{n:04d}".encode() * 250) for n in range(total)))
+    assert conn.expect("ERROR", timeout=10).get("receipt-id") == "wait"
+    answers: dict[str, str] = {}
+    while len(answers) < total:
+        frame = conn.receive(timeout=10)
+        receipt = frame.get("receipt-id")
+        assert receipt is not None and receipt not in answers, frame
+        answers[receipt] = frame.command
+    stored = [m.message.body[:4] for m in _browse_all(broker, name)]
+    assert len(stored) == len(set(stored)), f"{len(stored) - len(set(stored))} messages stored twice"
+    assert sorted(stored) == sorted(f"{int(r):04d}" for r, c in answers.items() if c == "RECEIPT")
+    assert 0 < len(stored) < total
+
+
+def _browse_all(broker, name: str) -> list:
+    out, cursor = [], None
+    while True:
+        page = broker.browse(name, cursor=cursor, limit=500)
+        out += page.messages
+        cursor = page.next_cursor
+        if cursor is None:
+            return out
+
+
+def test_a_connection_holds_a_bounded_number_of_open_transactions(listener):
+    """Each open transaction is a Redis key its connection renews with its leases, all in one MULTI/EXEC:
+    a client that sent 100,000 BEGINs (3.5 MB of frames) had every renewal hold Redis 90-170 ms for every
+    other client (a PING from another connection waited that long). At most SIGNALBOX_WS_MAX_TRANSACTIONS
+    are open on a connection; one more BEGIN is refused, naming the setting, and the connection goes on."""
+    server = listener(SIGNALBOX_WS_MAX_TRANSACTIONS="3")
+    conn = RawTcp(server.port)
+    conn.connect()
+    for n in range(3):
+        conn.send("BEGIN", {"transaction": f"t{n}", "receipt": f"b{n}"})
+        assert conn.expect("RECEIPT").get("receipt-id") == f"b{n}"
+    conn.send("BEGIN", {"transaction": "t3", "receipt": "over"})
+    error = conn.expect("ERROR")
+    assert (error.get("message"), error.get("receipt-id")) == ("Too many transactions", "over")
+    assert "SIGNALBOX_WS_MAX_TRANSACTIONS" in error.body.decode() and "3" in error.body.decode()
+    conn.send("COMMIT", {"transaction": "t3", "receipt": "c3"})  # it was never begun
+    assert conn.expect("ERROR").get("message") == "Invalid transaction id: t3"
+    conn.send("ABORT", {"transaction": "t0", "receipt": "a0"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "a0"
+    conn.send("BEGIN", {"transaction": "t3", "receipt": "b3"})  # room again
+    assert conn.expect("RECEIPT").get("receipt-id") == "b3"
+    conn.close()
+
+
+def test_a_client_that_reads_none_of_its_errors_is_cut_off_as_too_slow(listener, gateway_data, redis_client):
+    """A refused frame's ERROR no longer closes the connection, so it waits in the send buffer like any
+    frame: a client that sends frame after refused frame and reads nothing fills it. The ERROR's wait
+    ended in SlowClient outside the handler that cuts a slow client off: the session's worker died, the
+    connection stayed open reading nothing, and its subscription's consumer lived on. It is cut off as
+    too slow, as for any frame, and its consumer closed."""
+    import socket
+
+    from broker_core.broker import Broker
+
+    server = listener(SIGNALBOX_WS_SLOW_CLIENT_SECONDS="1", SIGNALBOX_WS_SEND_BUFFER_BYTES="65536")
+    name = _q().removeprefix("/queue/")
+    broker = Broker(redis_client, gateway_data[1])
+    broker.ensure_destination(name)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (before connecting: the window it offers)
+    sock.connect(("127.0.0.1", server.port))
+    connect = [("accept-version", "1.2"), ("login", "alice"), ("passcode", "secret"), ("host", "x")]
+    subscribe = [("destination", f"/queue/{name}"), ("id", "s"), ("ack", "client-individual")]
+    sock.sendall(encode("CONNECT", connect, b"") + encode("SUBSCRIBE", subscribe, b""))
+    deadline = time.monotonic() + 10
+    while not broker.stats(name).consumer_count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    bad = encode("ACK", [("id", "x" * 4000)], b"")  # each refused, its ERROR naming the id twice
+    sock.settimeout(30)
+    try:
+        for _ in range(400):
+            sock.sendall(bad)
+    except OSError:
+        pass  # (cut off meanwhile)
+    deadline = time.monotonic() + 20
+    while broker.stats(name).consumer_count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert broker.stats(name).consumer_count == 0
+    sock.close()
 
 
 def test_a_transacted_client_ack_counts_every_message_it_covers(listener, gateway_data, redis_client):

@@ -6,7 +6,8 @@
 -- HSCAN page, 'i:<hscan cursor of that page>|<last id>'), limit, examine budget,
 -- compiled selector JSON or '', '0' to leave parked messages out (a queue browser's view: ActiveMQ keeps
 -- scheduled and delayed messages outside the queue until they are due) or '1'.
--- Returns {next cursor ('' when done), then per message: id, packed, state, consumer, redeliveries}.
+-- Returns {next cursor ('' when done), then per message: id, packed, state, consumer, redeliveries, and last
+-- how many messages it examined (a queue browser counts them against its page, Link.browse)}.
 --@include base
 --@include dispatch
 --@allow-oom
@@ -40,6 +41,12 @@ local function offer(id, state, cid)
   out[#out + 1] = cid or ''
   out[#out + 1] = tonumber(redis.call('HGET', base.K_REDELIV, id)) or 0
   found = found + 1
+end
+
+-- The reply, with how many messages the call examined last.
+local function finish()
+  out[#out + 1] = examined
+  return out
 end
 
 -- One ordered phase over a zset: returns the cursor to continue with ('<tag>:<score>|<id>' of the last
@@ -81,13 +88,13 @@ local phase, position = string.match(cursor, '^(%a):(.*)$')
 if cursor == '' then phase, position = 'p', '' end
 if phase == 'p' then
   local next_cursor = walk_zset(base.K_PENDING, 'p', 'pending', position)
-  if next_cursor then out[1] = next_cursor return out end
+  if next_cursor then out[1] = next_cursor return finish() end
   phase, position = 'k', ''
 end
 if phase == 'k' and ARGV[6] == '0' then phase, position = 'i', '0' end
 if phase == 'k' then
   local next_cursor = walk_zset(base.K_PARKED, 'k', 'parked', position)
-  if next_cursor then out[1] = next_cursor return out end
+  if next_cursor then out[1] = next_cursor return finish() end
   phase, position = 'i', '0'
 end
 if phase == 'i' then
@@ -114,10 +121,10 @@ if phase == 'i' then
       offer(id, 'inflight', string.match(held[id], '^([^|]*)'))
       if k < #order and (found >= limit or bytes >= outbox.CALL_MOST_BYTES) then
         out[1] = 'i:' .. at .. '|' .. id
-        return out
+        return finish()
       end
     end
   until position == '0' or found >= limit or examined >= budget or bytes >= outbox.CALL_MOST_BYTES
   if position ~= '0' then out[1] = 'i:' .. position end
 end
-return out
+return finish()
