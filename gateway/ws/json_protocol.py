@@ -105,6 +105,13 @@ class JsonSession(LinkedSession):
     async def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        try:
+            await self._request(data)
+        except SlowClient as exc:  # (an answer written outside `_request`'s own handler: a refusal's error)
+            await self.shutdown(str(exc))
+
+    async def _request(self, data: bytes) -> None:
+        """One request: its answer, or the error that names what is wrong with it."""
         request_id = None
         label, outcome = "invalid", "error"  # the metrics' command label: a known type, else few values
         try:
@@ -137,8 +144,6 @@ class JsonSession(LinkedSession):
             await self.error(exc.code, exc.message, request_id)
         except Problem as exc:
             await self.error(exc.problem_code, str(exc.detail), request_id)
-        except SlowClient as exc:
-            await self.shutdown(str(exc))
         except store.STORE_ERRORS as exc:  # the connection's consumers cannot go on either: it ends
             logger.warning("JSON WebSocket connection ends: Redis unavailable (%s)", exc)
             await self.error(store.CODE, store.explain(exc) + "; reconnect to go on", request_id, fatal=True)

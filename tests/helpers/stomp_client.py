@@ -257,7 +257,8 @@ class RawWsSocket(RawTcp):
     the kernel, and `rcvbuf` (set before connecting: the window the socket offers) keeps that small. The
     same calls as RawTcp."""
 
-    def __init__(self, port: int, *, rcvbuf: int | None = None, timeout: float = 5) -> None:
+    def __init__(self, port: int, *, rcvbuf: int | None = None, timeout: float = 5, path: str = "/stomp",
+                 subprotocol: str | None = "v12.stomp") -> None:
         from websockets.client import ClientProtocol
         from websockets.protocol import State
         from websockets.typing import Subprotocol
@@ -268,8 +269,9 @@ class RawWsSocket(RawTcp):
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.settimeout(5)
         self.sock.connect(("127.0.0.1", port))
-        self.ws = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/stomp"),
-                                 subprotocols=[Subprotocol("v12.stomp")], max_size=None)
+        protocols = [Subprotocol(subprotocol)] if subprotocol else None
+        self.ws = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}{path}"), subprotocols=protocols,
+                                 max_size=None)
         self.ws.send_request(self.ws.connect())
         self._send_pending()
         self.parser = FrameParser("1.2")
@@ -289,7 +291,11 @@ class RawWsSocket(RawTcp):
                 self.sock.sendall(data)
 
     def send(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
-        self.ws.send_text(encode(command, list((headers or {}).items()), body))
+        self.send_text(encode(command, list((headers or {}).items()), body))
+
+    def send_text(self, data: bytes) -> None:
+        """One WebSocket text message (a STOMP frame, or a request of the JSON protocol at /ws/v1)."""
+        self.ws.send_text(data)
         self._send_pending()
 
     def _frames(self, data: bytes) -> list[Frame]:
