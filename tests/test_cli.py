@@ -608,6 +608,28 @@ def test_move_copy_and_retry_from_the_dead_letter_queue(server, home):
                                           "JMSMessageID = 'nothing'"))
 
 
+def scheduled(server: str, queue: str) -> list[dict]:
+    answer = httpx.get(f"{server}/api/v1/queues/{queue}/scheduled",
+                       headers={"Authorization": f"Token {ALICE_TOKEN}"}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["messages"]
+
+
+@pytest.mark.e2e
+def test_a_schedule_from_the_command_line(server, home):
+    """--delay, --period and --repeat are ActiveMQ's AMQ_SCHEDULED_* (the job waits parked, not on the
+    queue); a value the broker refuses is one line with exit code 1."""
+    q = unique("cli.scheduled")
+    sent = as_json(run(home, server, "send", q, "tick", "--delay", "1h", "--period", "10s", "--repeat", "3",
+                       "--json"))
+    (job,) = scheduled(server, q)
+    assert job["message_id"] == sent["message_ids"][0]
+    assert (job["period"], job["repeats_left"]) == (10_000, 3)
+    assert job["due"] - job["timestamp"] >= 3_600_000 - 1_000
+    assert stats(home, server, q)["queue_size"] == 0
+    failed(run(home, server, "send", q, "x", "--repeat", "-1"), 2, "--repeat")
+
+
 @pytest.mark.e2e
 def test_groups_and_consumers(server, home):
     q = unique("cli.groups")

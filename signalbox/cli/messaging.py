@@ -79,6 +79,10 @@ def send_path(destination: str) -> tuple[str, dict[str, str] | None]:
 @click.option("--priority", type=click.IntRange(0, 9), help="0-9 (the server's default is 4).")
 @click.option("--ttl", type=MILLIS, help="Time to live: ms, or 30s, 5m, 2h...")
 @click.option("--delay", type=MILLIS, help="Deliver after this long (AMQ_SCHEDULED_DELAY).")
+@click.option("--period", type=MILLIS,
+              help="With --repeat: the time between deliveries (AMQ_SCHEDULED_PERIOD).")
+@click.option("--repeat", type=click.IntRange(0), help="Deliver this many times more (AMQ_SCHEDULED_REPEAT).")
+@click.option("--cron", help="Deliver at the times of this cron expression, in UTC (AMQ_SCHEDULED_CRON).")
 @click.option("--correlation-id", help="JMSCorrelationID.")
 @click.option("--type", "type_", help="JMSType.")
 @click.option("--reply-to", help="JMSReplyTo, a destination.")
@@ -92,13 +96,15 @@ def send_path(destination: str) -> tuple[str, dict[str, str] | None]:
               help="Messages per request with --count.")
 @json_option
 def send(destination: str, body: str | None, file: str | None, properties: tuple[tuple[str, Any], ...],
-         priority: int | None, ttl: int | None, delay: int | None, correlation_id: str | None,
+         priority: int | None, ttl: int | None, delay: int | None, period: int | None, repeat: int | None,
+         cron: str | None, correlation_id: str | None,
          type_: str | None, reply_to: str | None, group: str | None, group_seq: int | None,
          content_type: str | None, non_persistent: bool, count: int, batch: int, as_json: bool) -> None:
     """Send a message to DESTINATION (a queue, queue://name, topic://name, or a composite A,B).
 
     The body is BODY, a file (--file), or standard input."""
-    fields = {"priority": priority, "ttl": ttl, "delay": delay, "correlation_id": correlation_id,
+    fields = {"priority": priority, "ttl": ttl, "delay": delay, "period": period, "repeat": repeat,
+              "cron": cron, "correlation_id": correlation_id,
               "type": type_, "reply_to": reply_to, "group_id": group, "group_seq": group_seq,
               "content_type": content_type, "persistent": False if non_persistent else None}
     envelope = envelope_of(read_body(body, file), fields, list(properties))
