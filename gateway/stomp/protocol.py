@@ -30,7 +30,7 @@ from broker_core import scheduler
 from broker_core.destinations import Destination
 from broker_core.errors import BrokerError, TransactionTooLarge
 from broker_core.maintenance import AbortNotice
-from broker_core.messages import Delivery, Message, new_message_id
+from broker_core.messages import Delivery, new_message_id
 from broker_core.model import Consumer
 from gateway import metrics
 from gateway.logins import LoginRefused
@@ -643,8 +643,8 @@ class StompSession(LinkedSession):
         destinations = await self._send_destinations(frame)
         message = message_from_send(frame, self.link.connection_id, self.temps)
         await self._create_temps()
-        if any(scheduler.is_management(d) for d in destinations):
-            await self._manage_scheduler(destinations, message)
+        if self.is_scheduler_management(destinations):
+            await self.manage_scheduler(destinations, message)
             return
         name = frame.get("transaction")
         tx = await self.link.transaction_for_send(name, [message], [d.uri for d in destinations]) \
@@ -659,19 +659,7 @@ class StompSession(LinkedSession):
             await self.broker.send(",".join(d.uri for d in destinations), message, tx=tx)
         self.note_send(destinations)  # the connection registry's producer rows
 
-    async def _manage_scheduler(self, destinations: list[Destination], message: Message) -> None:
-        """A SEND to ActiveMQ.Scheduler.Management: acted on by the broker, never delivered; at once, in a
-        transaction too (as ActiveMQ's SchedulerBroker). The user's rights on each job's destination decide
-        which jobs it sees (AsyncBroker.manage_scheduler); a BROWSE's reply-to needs the right to write."""
-        if len(destinations) > 1:
-            raise StompError("Invalid destination", f"{scheduler.MANAGEMENT_NAME} takes a message of its "
-                             "own, not a part of a composite destination")
-        request = scheduler.scheduler_request(message)
-        if request.reply_to is not None:
-            await self._authorize([request.reply_to], "write")
-        await self.broker.manage_scheduler(request, self._may)
-
-    async def _may(self, dest: Destination, action: str) -> bool:
+    async def may(self, dest: Destination, action: str) -> bool:
         # (temporary destinations are every user's here, as `_authorize` takes them)
         return dest.is_temporary or await auth.may(self.user, [dest], action)
 
