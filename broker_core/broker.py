@@ -684,27 +684,35 @@ class AsyncBroker(_Api):
             dest = parse_destination(uri)
             if scheduler.is_management(dest) or not await may(dest, need):
                 continue
-            if request.job_id is not None:  # REMOVE
-                if await self._run(self.ops.cancel_scheduled(dest, [request.job_id], self._now())):
-                    return 1
+            try:
+                found = await self._manage_jobs_of(dest, request)
+            except errors.UnknownDestination:  # deleted since the registry was read: no jobs there
                 continue
-            cursor = None
-            while True:
-                page = await self._run(self.ops.scheduled_page(dest, cursor, request.start, request.end,
-                                                               SCHEDULED_PAGE, self._now()))
-                if page.jobs and request.reply_to is not None:  # BROWSE
-                    await self.send(request.reply_to, [scheduler.browsed_job(d, s) for d, s in page.jobs])
-                    done += len(page.jobs)
-                elif page.jobs:  # REMOVEALL
-                    done += await self._run(self.ops.cancel_scheduled(
-                        dest, [d.message_id for d, _ in page.jobs], self._now()))
-                cursor = page.next_cursor
-                if not cursor:
-                    break
+            if request.job_id is not None and found:  # REMOVE: the one job
+                return 1
+            done += found
         if request.job_id is not None:
             raise errors.UnknownMessage(f"no scheduled job {request.job_id} (scheduledJobId) on a "
                                         "destination you may administer", message_id=request.job_id)
         return done
+
+    async def _manage_jobs_of(self, dest: Destination, request: scheduler.SchedulerRequest) -> int:
+        """`manage_scheduler` on one destination: how many of its jobs it sent or cancelled."""
+        if request.job_id is not None:  # REMOVE
+            return await self._run(self.ops.cancel_scheduled(dest, [request.job_id], self._now()))
+        done, cursor = 0, None
+        while True:
+            page = await self._run(self.ops.scheduled_page(dest, cursor, request.start, request.end,
+                                                           SCHEDULED_PAGE, self._now()))
+            if page.jobs and request.reply_to is not None:  # BROWSE
+                await self.send(request.reply_to, [scheduler.browsed_job(d, s) for d, s in page.jobs])
+                done += len(page.jobs)
+            elif page.jobs:  # REMOVEALL
+                done += await self._run(self.ops.cancel_scheduled(
+                    dest, [d.message_id for d, _ in page.jobs], self._now()))
+            cursor = page.next_cursor
+            if not cursor:
+                return done
 
     async def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
                   tx: str | None = None, hold: float = 0.0) -> int:
