@@ -45,13 +45,13 @@ local function offer(id, state, cid)
   found = found + 1
 end
 
+local scheduled_only = ARGV[6] == 's'
+local due_by = scheduled_only and ARGV[7] ~= '' and tonumber(ARGV[7])
+
 -- One ordered phase over a zset: returns the cursor to continue with ('<tag>:<score>|<id>' of the last
 -- message seen), or nil when the zset is done. Scores can tie (parked times often do), so a walk goes on
 -- from the rank of the last id seen; if that id has gone meanwhile, from its score, skipping the ids
 -- of that score it has seen (equal scores are ordered by id).
-local scheduled_only = ARGV[6] == 's'
-local due_by = scheduled_only and ARGV[7] ~= '' and tonumber(ARGV[7])
-
 local function walk_zset(key, tag, state, from)
   local score, last = string.match(from, '^(.-)|(.*)$')
   while found < limit and examined < budget and bytes < outbox.CALL_MOST_BYTES do
