@@ -705,7 +705,8 @@ class AsyncBroker(_Api):
             page = await self._run(self.ops.scheduled_page(dest, cursor, request.start, request.end,
                                                            SCHEDULED_PAGE, self._now()))
             if page.jobs and request.reply_to is not None:  # BROWSE
-                await self.send(request.reply_to, [scheduler.browsed_job(d, s) for d, s in page.jobs])
+                for sending in scheduler.in_sends([scheduler.browsed_job(d, s) for d, s in page.jobs]):
+                    await self.send(request.reply_to, sending)
                 done += len(page.jobs)
             elif page.jobs:  # REMOVEALL
                 done += await self._run(self.ops.cancel_scheduled(

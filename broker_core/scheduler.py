@@ -6,6 +6,7 @@ makes the messages a BROWSE sends; AsyncBroker.manage_scheduler carries it out (
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,6 +24,10 @@ ACTIONS = ("BROWSE", "REMOVE", "REMOVEALL")
 # What a job's destination needs for each action: to see its jobs, the right to read it (a browse of
 # it); to cancel them, the right to administer it (remove_message's).
 NEEDS: dict[str, Literal["read", "admin"]] = {"BROWSE": "read", "REMOVE": "admin", "REMOVEALL": "admin"}
+# The bodies a BROWSE sends to its reply-to in one send at most (at least one message): a page of jobs
+# holds up to browse's byte budget (512 KiB), and storing that much in one call held Redis over 20 ms
+# (bench/scheduler_management.py --body 20000: the send's HSET into a growing hash).
+REPLY_SEND_BYTES = 128 * 1024
 
 
 def is_management(dest: Destination) -> bool:
@@ -102,3 +107,18 @@ def browsed_job(delivery: Delivery, schedule: tuple[int, int, int]) -> Message:
     return Message(delivery.body, delivery.content_type, delivery.priority, False, delivery.timestamp,
                    delivery.expiration, delivery.correlation_id, delivery.reply_to, "Advisory", properties,
                    delivery.group_id, delivery.group_seq, original_destination=delivery.destination)
+
+
+def in_sends(messages: list[Message]) -> Iterator[list[Message]]:
+    """`messages` in consecutive sends of at most REPLY_SEND_BYTES of bodies each (at least one message)."""
+    batch: list[Message] = []
+    size = 0
+    for message in messages:
+        length = len(message.body)
+        if batch and size + length > REPLY_SEND_BYTES:
+            yield batch
+            batch, size = [], 0
+        batch.append(message)
+        size += length
+    if batch:
+        yield batch
