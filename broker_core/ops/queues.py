@@ -226,7 +226,12 @@ def scheduled_page(ops: Context, dest: Destination, cursor: str | None, start: i
 
 def cancel_scheduled(ops: Context, dest: Destination, job_ids: list[str], now: int) -> Op:
     """Cancel scheduled jobs by id, each counted `cancelled` (as remove); an id that is not a job of
-    this destination now (unknown, or a message that has arrived) is left. Returns how many."""
+    this destination now (unknown, or a message that has arrived) is left. Returns how many. An id not
+    parked here at all costs one read, no script call (a REMOVE asks every destination in turn)."""
+    parked = yield Command(("HMGET", f"{ops.prefix(dest)}:parkinfo", *job_ids))
+    job_ids = [job_id for job_id, info in zip(job_ids, parked, strict=True) if info is not None]
+    if not job_ids:
+        return 0
     call = calls.Remove.call(ops.prefix(dest), now, job_ids, scheduled_only=True)
     removed = calls.Remove.parse((yield from ops.eval(Home(dest), now, call)))
     yield from ops.continue_dispatch(Home(dest), now, removed.tail.flags, removed.tail.hold_until)
