@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
-from . import client_ids, connections, errors
+from . import client_ids, connections, errors, scheduler
 from .clock import Clock, SystemClock
 from .config.store import PolicyStore
 from .destinations import Destination, parse_destination, require_concrete, split_composite
@@ -56,6 +56,7 @@ from .topics import SubscriptionStats, durable_registry_field
 
 T = TypeVar("T")
 
+SCHEDULED_PAGE = 100  # scheduled jobs a scheduler management call reads (and sends or cancels) at a time
 Packed = list[tuple[str, bytes]]  # messages as Message.pack gives them: (id, bytes)
 
 
@@ -669,6 +670,53 @@ class AsyncBroker(_Api):
         if delay:  # (in a transaction: dispatched then, and again when due if it was committed later)
             self.due.arm(dest, now + delay)
         return sent
+
+    async def manage_scheduler(self, request: scheduler.SchedulerRequest,
+                               may: Callable[[Destination, str], Awaitable[bool]]) -> int:
+        """Carry out a message sent to ActiveMQ.Scheduler.Management (broker_core/scheduler.py), which is
+        not delivered: BROWSE sends each scheduled job to `request.reply_to`, REMOVE cancels one job,
+        REMOVEALL every job (due from `start` to `end` when given); cancelled jobs count as `cancelled`,
+        as remove_message's. Only the jobs of destinations `may(destination, action)` allows are seen
+        (scheduler.NEEDS: 'read' to browse, 'admin' to cancel). Destination by destination, a page of at
+        most SCHEDULED_PAGE jobs a script call, each bounded as browse's and remove's, so a walk over
+        100,000 jobs holds nobody up. Returns how many jobs it sent or cancelled; a REMOVE of an id no such
+        destination has as a job raises UnknownMessage."""
+        need = scheduler.NEEDS[request.action]
+        done = 0
+        for uri in await self.destinations():
+            dest = parse_destination(uri)
+            if scheduler.is_management(dest) or not await may(dest, need):
+                continue
+            try:
+                found = await self._manage_jobs_of(dest, request)
+            except errors.UnknownDestination:  # deleted since the registry was read: no jobs there
+                continue
+            if request.job_id is not None and found:  # REMOVE: the one job
+                return 1
+            done += found
+        if request.job_id is not None:
+            raise errors.UnknownMessage(f"no scheduled job {request.job_id} (scheduledJobId) on a "
+                                        "destination you may administer", message_id=request.job_id)
+        return done
+
+    async def _manage_jobs_of(self, dest: Destination, request: scheduler.SchedulerRequest) -> int:
+        """`manage_scheduler` on one destination: how many of its jobs it sent or cancelled."""
+        if request.job_id is not None:  # REMOVE
+            return await self._run(self.ops.cancel_scheduled(dest, [request.job_id], self._now()))
+        done, cursor = 0, None
+        while True:
+            page = await self._run(self.ops.scheduled_page(dest, cursor, request.start, request.end,
+                                                           SCHEDULED_PAGE, self._now()))
+            if page.jobs and request.reply_to is not None:  # BROWSE
+                for sending in scheduler.in_sends([scheduler.browsed_job(d, s) for d, s in page.jobs]):
+                    await self.send(request.reply_to, sending)
+                done += len(page.jobs)
+            elif page.jobs:  # REMOVEALL
+                done += await self._run(self.ops.cancel_scheduled(
+                    dest, [d.message_id for d, _ in page.jobs], self._now()))
+            cursor = page.next_cursor
+            if not cursor:
+                return done
 
     async def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
                   tx: str | None = None, hold: float = 0.0) -> int:

@@ -412,6 +412,12 @@ def _job_id(message_id: str) -> str:
     return message_id.split("#", 1)[0]
 
 
+def schedule_of(blob: bytes) -> tuple[int, int, int]:
+    """A stored message's schedule as it was sent: (delay ms, period ms, repeat), 0 where none."""
+    record = msgpack.unpackb(blob, raw=True)
+    return tuple(int(v or 0) for v in (record[17:20] + [0, 0, 0])[:3])  # type: ignore[return-value]
+
+
 def forward_copy(blob: bytes, original: str, arrived: bool = False, message_id: str | None = None) -> bytes:
     """The copy a virtual destination's target receives: the message as sent, with its original
     destination set when the configuration says so (composites and virtual topics).

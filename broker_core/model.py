@@ -138,6 +138,15 @@ class BrowsePage:
 
 
 @dataclass(frozen=True)
+class ScheduledPage:
+    """A page of scheduled jobs (scheduler management): each as delivered, with its schedule as sent
+    (delay, period, repeat)."""
+
+    jobs: list[tuple[Delivery, tuple[int, int, int]]]
+    next_cursor: str | None  # None: nothing more
+
+
+@dataclass(frozen=True)
 class SweepResult:
     examined: int
     expired: int

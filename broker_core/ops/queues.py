@@ -216,6 +216,29 @@ def remove(ops: Context, dest: Destination, message_ids: list[str], now: int) ->
     return removed.removed
 
 
+def scheduled_page(ops: Context, dest: Destination, cursor: str | None, start: int | None, end: int | None,
+                   limit: int, now: int) -> Op:
+    """A page of the destination's scheduled jobs (delayed messages, repeating jobs, a topic's), due from
+    `start` to `end` when given, in due order: browse.lua's parked walk, BROWSE_EXAMINE examined a call
+    at most. Returns ScheduledPage; pass its next_cursor to continue."""
+    return calls.Browse.parse_scheduled((yield calls.Browse.scheduled_call(
+        ops.prefix(dest), now, cursor or "", limit, BROWSE_EXAMINE, start, end)), dest.uri)
+
+
+def cancel_scheduled(ops: Context, dest: Destination, job_ids: list[str], now: int) -> Op:
+    """Cancel scheduled jobs by id, each counted `cancelled` (as remove); an id that is not a job of
+    this destination now (unknown, or a message that has arrived) is left. Returns how many. An id not
+    parked here at all costs one read, no script call (a REMOVE asks every destination in turn)."""
+    parked = yield Command(("HMGET", f"{ops.prefix(dest)}:parkinfo", *job_ids))
+    job_ids = [job_id for job_id, info in zip(job_ids, parked, strict=True) if info is not None]
+    if not job_ids:
+        return 0
+    call = calls.Remove.call(ops.prefix(dest), now, job_ids, scheduled_only=True)
+    removed = calls.Remove.parse((yield from ops.eval(Home(dest), now, call)))
+    yield from ops.continue_dispatch(Home(dest), now, removed.tail.flags, removed.tail.hold_until)
+    return removed.removed
+
+
 def remove_matching(ops: Context, dest: Destination, selector: str | None, limit: int | None, now: int,
                     progress: Callable[[int, int], None] | None = None) -> Op:
     """Remove every message a selector matches, wherever it is (pending, parked, in flight: as

@@ -289,6 +289,13 @@ class Router(Context):
                 _refuse_on_topic(dest, "remove messages (other than scheduled ones) from")
         return (yield from self.run(queues.remove(self, dest, message_ids, now)))
 
+    def scheduled_page(self, dest: Destination, cursor: str | None, start: int | None, end: int | None,
+                       limit: int, now: int) -> Op:
+        return self.run(queues.scheduled_page(self, dest, cursor, start, end, limit, now))
+
+    def cancel_scheduled(self, dest: Destination, job_ids: list[str], now: int) -> Op:
+        return self.run(queues.cancel_scheduled(self, dest, job_ids, now))
+
     def remove_matching(self, dest: Destination, selector: str | None, limit: int | None, now: int,
                         progress: Callable[[int, int], None] | None = None) -> Op:
         _refuse_on_topic(dest, "remove messages from")

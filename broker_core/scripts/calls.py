@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 
 from .. import model
 from ..effects import Eval
-from ..messages import Delivery, unpack_delivery, without_body
-from ..model import Browsed, BrowsePage, DestinationSummary, GroupInfo, GroupPage
+from ..messages import Delivery, schedule_of, unpack_delivery, without_body
+from ..model import Browsed, BrowsePage, DestinationSummary, GroupInfo, GroupPage, ScheduledPage
 from ..resp import reply_text as _text
 
 # The tail's flags (lua/includes/dispatch.lua, forward.lua, topic_send.lua); EXTRAS is the tail's own: the
@@ -258,6 +258,21 @@ class Browse(ScriptCall):
                                             int(reply[i + 4]), False), _text(reply[i + 2]))
                     for i in range(1, len(reply) - 1, 5)]
         return BrowsePage(messages, _text(reply[0]) or None, int(reply[-1]))
+
+    @classmethod
+    def scheduled_call(cls, prefix: str, now: int, cursor: str, limit: int, examine: int,
+                       start: int | None, end: int | None) -> Eval:
+        """The scheduled parked messages alone (jobs, delayed messages), in due order, due from `start` to
+        `end` (inclusive; None: no bound): scheduler management's BROWSE and REMOVEALL."""
+        if not cursor and start is not None:
+            cursor = f"k:{start}|"  # (from that due time on; browse.lua)
+        return Eval(cls.script, (prefix,), (now, cursor, limit, examine, "", "s", "" if end is None else end))
+
+    @staticmethod
+    def parse_scheduled(reply: list[Any], uri: str) -> ScheduledPage:
+        jobs = [(unpack_delivery(_text(reply[i]), uri, "", reply[i + 1], 0, False), schedule_of(reply[i + 1]))
+                for i in range(1, len(reply) - 1, 5)]  # (the last: how many it examined)
+        return ScheduledPage(jobs, _text(reply[0]) or None)
 
 
 class CancelPull(ScriptCall):
@@ -850,8 +865,8 @@ class Remove(ScriptCall):
     script = "remove"
 
     @classmethod
-    def call(cls, prefix: str, now: int, message_ids: Sequence[str]) -> Eval:
-        return Eval(cls.script, (prefix,), (now, 0, 0, *message_ids))
+    def call(cls, prefix: str, now: int, message_ids: Sequence[str], scheduled_only: bool = False) -> Eval:
+        return Eval(cls.script, (prefix,), (now, 0, 1 if scheduled_only else 0, *message_ids))
 
     @staticmethod
     def parse(reply: list[Any]) -> Removed:

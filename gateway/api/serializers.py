@@ -68,6 +68,11 @@ class SendResultSerializer(serializers.Serializer):
         help_text="Per message: ok (enqueued), duplicate (already stored or recently sent: not enqueued "
                   "again), expired (expired on arrival).")
     destinations = serializers.ListField(child=serializers.CharField())
+    jobs = serializers.ListField(
+        child=serializers.IntegerField(), required=False,
+        help_text="Only for a send to ActiveMQ.Scheduler.Management (scheduler management: "
+                  "AMQ_SCHEDULER_ACTION BROWSE, REMOVE or REMOVEALL, delivered to nobody): per message, how "
+                  "many scheduled jobs it sent to its reply_to or cancelled.")
 
 
 class MessageFieldsSerializer(serializers.Serializer):

@@ -14,12 +14,13 @@ from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status
+from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from broker_core import scheduler
 from broker_core.destinations import Destination
-from broker_core.errors import UnknownConsumer
+from broker_core.errors import InvalidDestination, UnknownConsumer
 from broker_core.messages import Message, new_message_id
 from broker_core.model import ConsumerRef, ConsumerSpec
 from gateway import connections, runtime
@@ -44,6 +45,7 @@ from gateway.api.errors import Problem
 from gateway.api.render import consumer_json
 from gateway.api.schema import KIND_PARAM, problem_doc, problems
 from gateway.paths import to_segment
+from gateway.permissions import allowed_async
 
 MAX_BATCH = 1000
 # -- producing --------------------------------------------------------------------------------------
@@ -129,11 +131,33 @@ async def send_parsed(user: Any, destinations: list[Destination], messages: list
         if message_id:
             message.message_id = message_id
     broker = runtime.async_broker()
+    if any(scheduler.is_management(d) for d in destinations):
+        jobs = [await manage_scheduler(user, destinations, message) for message in messages]
+        return {"message_ids": [], "statuses": [], "destinations": [d.uri for d in destinations],
+                "jobs": jobs}
     sent: list[str] = []
     for destination in destinations:
         sent = await broker.send(destination, messages)
     return {"message_ids": [str(i) for i in sent], "statuses": [getattr(i, "status", "ok") for i in sent],
             "destinations": [d.uri for d in destinations]}
+
+
+async def manage_scheduler(user: Any, destinations: list[Destination], message: Message) -> int:
+    """A message sent to ActiveMQ.Scheduler.Management: the broker's scheduler management (docs/api.md),
+    delivered to nobody; as the WebSocket sessions' (gateway/ws/session.py), with the REST API's rights
+    (read to browse a destination's jobs, admin to cancel them, write on a BROWSE's reply-to)."""
+    if len(destinations) > 1:
+        raise InvalidDestination(f"{scheduler.MANAGEMENT_NAME} takes a message of its own, not a part of a "
+                                 "composite destination")
+    request = scheduler.scheduler_request(message)
+    if request.reply_to is not None and not await allowed_async(user, [request.reply_to], "write"):
+        raise exceptions.PermissionDenied(f"user {user.get_username()!r} has no write permission on "
+                                          f"{request.reply_to.uri} (the BROWSE's reply_to)")
+
+    async def may(dest: Destination, action: str) -> bool:
+        return await allowed_async(user, [dest], action)  # type: ignore[arg-type]
+
+    return await runtime.async_broker().manage_scheduler(request, may)
 
 
 async def send_messages(view: GatewayView, request: Request, destinations: list[Destination]) -> Response:

@@ -26,6 +26,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
+from broker_core import scheduler
 from broker_core.destinations import Destination
 from broker_core.errors import BrokerError, TransactionTooLarge
 from broker_core.maintenance import AbortNotice
@@ -290,6 +291,8 @@ class StompSession(LinkedSession):
         if len(batch) > 1:
             try:
                 (dest,) = await self._send_destinations(batch[0])
+                if scheduler.is_management(dest):
+                    raise StompError("scheduler management")  # (each acts in turn: `on_send`)
                 name = batch[0].get("transaction")
                 messages = [message_from_send(frame, self.link.connection_id, self.temps) for frame in batch]
                 tx = (await self.link.transaction_for_send(name, messages, [dest.uri]) if name is not None
@@ -654,6 +657,9 @@ class StompSession(LinkedSession):
         destinations = await self._send_destinations(frame)
         message = message_from_send(frame, self.link.connection_id, self.temps)
         await self._create_temps()
+        if self.is_scheduler_management(destinations):
+            await self.manage_scheduler(destinations, message)
+            return
         name = frame.get("transaction")
         tx = await self.link.transaction_for_send(name, [message], [d.uri for d in destinations]) \
             if name is not None else None
@@ -666,6 +672,10 @@ class StompSession(LinkedSession):
             message = dataclasses.replace(message, message_id=new_message_id())
             await self.broker.send(",".join(d.uri for d in destinations), message, tx=tx)
         self.note_send(destinations)  # the connection registry's producer rows
+
+    async def may(self, dest: Destination, action: str) -> bool:
+        # (temporary destinations are every user's here, as `_authorize` takes them)
+        return dest.is_temporary or await auth.may(self.user, [dest], action)
 
     async def on_subscribe(self, frame: Frame) -> bool:
         assert self.link is not None

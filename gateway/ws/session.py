@@ -10,9 +10,11 @@ import contextlib
 import logging
 from typing import Any
 
+from broker_core import scheduler
 from broker_core.destinations import Destination
+from broker_core.errors import InvalidDestination
 from broker_core.maintenance import AbortNotice
-from broker_core.messages import Delivery
+from broker_core.messages import Delivery, Message
 from broker_core.model import Consumer
 from gateway import connections
 from gateway.unavailable import store_unavailable
@@ -115,6 +117,33 @@ class LinkedSession:
         verb = "write to" if action == "write" else "read from"
         return (f"User {auth.username(self.user)} is not authorized to {verb}: "
                 f"{', '.join(d.uri for d in destinations)}")
+
+    async def may(self, dest: Destination, action: str) -> bool:
+        """May the user `action` on `dest`, as the protocol's own checks take it (`_authorize`)?"""
+        return await auth.may(self.user, [dest], action)
+
+    async def _authorize(self, destinations: list[Destination], action: str
+                         ) -> None:  # pragma: no cover - interface
+        """Refuse (the protocol's error) unless the user may `action` on every destination."""
+        raise NotImplementedError
+
+    @staticmethod
+    def is_scheduler_management(destinations: list[Destination]) -> bool:
+        return any(scheduler.is_management(d) for d in destinations)
+
+    async def manage_scheduler(self, destinations: list[Destination], message: Message) -> int:
+        """A message sent to ActiveMQ.Scheduler.Management (the SEND's right to write there checked): acted
+        on by the broker at once, in a transaction too (as ActiveMQ's SchedulerBroker), and delivered to
+        nobody. The user's rights on each job's destination decide which jobs it sees
+        (AsyncBroker.manage_scheduler); a BROWSE's reply-to needs the right to write. Returns how many jobs
+        it sent or cancelled."""
+        if len(destinations) > 1:
+            raise InvalidDestination(f"{scheduler.MANAGEMENT_NAME} takes a message of its own, not a part of "
+                                     "a composite destination")
+        request = scheduler.scheduler_request(message)
+        if request.reply_to is not None:
+            await self._authorize([request.reply_to], "write")
+        return await self.broker.manage_scheduler(request, self.may)
 
     async def deliver(self, sub: Subscription, consumer: Consumer, deliveries: list[Delivery]
                       ) -> None:  # pragma: no cover - interface

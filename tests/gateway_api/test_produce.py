@@ -183,3 +183,30 @@ async def test_cron_schedules_are_refused(api, alice):
     response = await api.post("/api/v1/queues/orders.eu/messages", json={"body": "x", "cron": "* * * * *"},
                               headers=alice)
     assert "cron" in assert_problem(response, 400, "invalid_message")["detail"]
+
+
+async def test_a_send_to_the_scheduler_management_topic_browses_and_cancels_jobs(api, make_user):
+    """The broker's scheduler management (docs/websocket.md, as over STOMP) from the REST send: BROWSE sends
+    the jobs of the destinations the user may read to its reply_to, REMOVEALL cancels those it may
+    administer; nothing is published on the topic."""
+    carol = await blocking(make_user)("carol", [("queue://orders.>", "admin"),
+                                                ("topic://ActiveMQ.Scheduler.Management", "write")])
+    root = await blocking(make_user)("root", superuser=True)
+    await send(api, root, {"body": "hers", "delay": 3_600_000}, destination="orders.sched")
+    await send(api, root, {"body": "not hers", "delay": 3_600_000}, destination="billing.sched")
+    replies = await consumer(api, carol, "orders.replies")
+    path = "/api/v1/topics/ActiveMQ.Scheduler.Management/messages"
+    response = await api.post(path, json={"properties": {"AMQ_SCHEDULER_ACTION": "BROWSE"},
+                                          "reply_to": "queue://orders.replies"}, headers=carol)
+    assert response.status_code == 201, response.text
+    assert (response.json()["message_ids"], response.json()["jobs"]) == ([], [1])
+    (job,) = await receive(api, carol, replies)
+    assert (job["body"], job["type"]) == ("hers", "Advisory")
+    assert job["properties"]["AMQ_SCHEDULED_DELAY"] == 3_600_000
+    response = await api.post(path, json={"properties": {"AMQ_SCHEDULER_ACTION": "REMOVE"}}, headers=carol)
+    assert "REMOVE needs scheduledJobId" in assert_problem(response, 400)["detail"]
+    response = await api.post(path, json={"properties": {"AMQ_SCHEDULER_ACTION": "REMOVEALL"}}, headers=carol)
+    assert response.json()["jobs"] == [1]
+    broker = runtime.async_broker()
+    assert ((await broker.stats("queue://orders.sched")).cancelled,
+            (await broker.stats("queue://billing.sched")).parked) == (1, 1)

@@ -283,3 +283,29 @@ async def test_a_list_ack_is_one_broker_call_acknowledged_whole_or_not_at_all(ac
         assert error["type"] == "error" and error["code"] == "not_in_flight", error
         stats = await aio.stats(queue)
         assert (stats.in_flight, stats.dequeued) == (1, 1)  # (the removed one counts as dequeued)
+
+
+async def test_a_send_to_the_scheduler_management_topic_browses_and_removes_jobs():
+    """As over STOMP (tests/gateway_ws/test_stomp_scheduler_management.py): the one implementation."""
+    aio = runtime.async_broker()
+    management = "topic://ActiveMQ.Scheduler.Management"
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="subscribe", id=1, subscription="r", destination="queue://json.sched.replies")
+        await request(ws, type="send", id=2, destination="queue://json.sched",
+                      message={"body": "later", "delay": 3_600_000})
+        answer, (browsed,) = await answer_and_messages(
+            ws, 1, type="send", id=3, destination=management,
+            message={"properties": {"AMQ_SCHEDULER_ACTION": "BROWSE"}, "reply_to": "queue://json.sched.replies"})
+        assert answer["message_ids"] == [] and answer["jobs"] == [1]
+        job = browsed["message"]
+        assert job["body"] == "later" and job["type"] == "Advisory"
+        assert job["properties"]["AMQ_SCHEDULED_DELAY"] == 3_600_000
+        error = await request(ws, type="send", id=4, destination=management,
+                              message={"properties": {"AMQ_SCHEDULER_ACTION": "REMOVE"}})
+        assert error["type"] == "error" and "REMOVE needs scheduledJobId" in error["message"], error
+        answer = await request(ws, type="send", id=5, destination=management, message={"properties": {
+            "AMQ_SCHEDULER_ACTION": "REMOVE", "scheduledJobId": job["properties"]["scheduledJobId"]}})
+        assert answer["jobs"] == [1]
+    stats = await aio.stats("queue://json.sched")
+    assert (stats.parked, stats.cancelled) == (0, 1)

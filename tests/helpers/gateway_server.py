@@ -20,7 +20,8 @@ from signalbox.launcher import WEB_SOCKET_PROTOCOL
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = "tests.gateway_ws.server_settings"
 
-# alice: superuser (password 'secret', token ALICE_TOKEN); bob: no permissions but read on queue://bob.>
+# alice: superuser (password 'secret', token ALICE_TOKEN); bob: no permissions but read on queue://bob.>;
+# carol: admin of queue://carol.>, write to the scheduler management topic
 ALICE_TOKEN = "a" * 40
 _USERS = f"""
 from django.contrib.auth import get_user_model
@@ -32,6 +33,10 @@ Token.objects.create(user=alice, key="{ALICE_TOKEN}")
 bob = User.objects.create_user("bob", "bob@example.com", "secret")
 rule = DestinationPermission.objects.create(destination="queue://bob.>", can_read=True, can_write=True)
 rule.users.add(bob)
+carol = User.objects.create_user("carol", "carol@example.com", "secret")
+for pattern, actions in (("queue://carol.>", dict(can_admin=True)),
+                         ("topic://ActiveMQ.Scheduler.Management", dict(can_write=True))):
+    DestinationPermission.objects.create(destination=pattern, **actions).users.add(carol)
 """
 
 

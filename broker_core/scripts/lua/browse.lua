@@ -5,7 +5,10 @@
 -- ARGV: now, cursor ('' = start; 'p:<score>|<id>', 'k:<score>|<id>', 'i:<hscan cursor>' or, inside an
 -- HSCAN page, 'i:<hscan cursor of that page>|<last id>'), limit, examine budget,
 -- compiled selector JSON or '', '0' to leave parked messages out (a queue browser's view: ActiveMQ keeps
--- scheduled and delayed messages outside the queue until they are due) or '1'.
+-- scheduled and delayed messages outside the queue until they are due), '1', or 's': the scheduled parked
+-- ones alone (jobs and delayed messages, not those waiting for a redelivery delay: ActiveMQ's scheduler
+-- management browses its job store), due at most at ARGV[7] ('' = any time), for which a cursor of
+-- 'k:<time>|' starts at that due time.
 -- Returns {next cursor ('' when done), then per message: id, packed, state, consumer, redeliveries, and last
 -- how many messages it examined (a queue browser counts them against its page, Link.browse)}.
 --@include base
@@ -49,6 +52,9 @@ local function finish()
   return out
 end
 
+local scheduled_only = ARGV[6] == 's'
+local due_by = scheduled_only and ARGV[7] ~= '' and tonumber(ARGV[7])
+
 -- One ordered phase over a zset: returns the cursor to continue with ('<tag>:<score>|<id>' of the last
 -- message seen), or nil when the zset is done. Scores can tie (parked times often do), so a walk goes on
 -- from the rank of the last id seen; if that id has gone meanwhile, from its score, skipping the ids
@@ -69,7 +75,10 @@ local function walk_zset(key, tag, state, from)
     if #batch == 0 then return nil end
     for i = 1, #batch, 2 do
       local id, s = batch[i], batch[i + 1]
-      if rank or not last or not (s == score and id <= last) then
+      if due_by and tonumber(s) > due_by then return nil end  -- (parked in due order: none later is wanted)
+      if scheduled_only and not select(2, lifecycle.parked_score(redis.call('HGET', base.K_PARKINFO, id) or '')) then
+        examined = examined + 1  -- waiting for a redelivery delay: no job
+      elseif rank or not last or not (s == score and id <= last) then
         offer(id, state)
       else
         examined = examined + 1
@@ -86,6 +95,7 @@ end
 
 local phase, position = string.match(cursor, '^(%a):(.*)$')
 if cursor == '' then phase, position = 'p', '' end
+if scheduled_only and phase == 'p' then phase, position = 'k', '' end
 if phase == 'p' then
   local next_cursor = walk_zset(base.K_PENDING, 'p', 'pending', position)
   if next_cursor then out[1] = next_cursor return finish() end
@@ -95,6 +105,7 @@ if phase == 'k' and ARGV[6] == '0' then phase, position = 'i', '0' end
 if phase == 'k' then
   local next_cursor = walk_zset(base.K_PARKED, 'k', 'parked', position)
   if next_cursor then out[1] = next_cursor return finish() end
+  if scheduled_only then return finish() end
   phase, position = 'i', '0'
 end
 if phase == 'i' then

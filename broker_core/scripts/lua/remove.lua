@@ -1,5 +1,6 @@
 -- Remove messages by id (QueueView.removeMessage, spec §14.3; a purge is purge.lua). Counted as purged.
--- ARGV: now, budget, '0' (unused), ids...
+-- ARGV: now, budget, '1' to remove scheduled ones alone (jobs and delayed messages not yet due: ActiveMQ's
+-- scheduler management removes from its job store, never a message that has arrived) or '0', ids...
 -- Returns {removed count, left (pending + in flight + parked), the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
@@ -9,6 +10,10 @@ local unknown = base.unknown_destination()
 if unknown then return unknown end
 local removed = 0
 local function remove(id)
+  if ARGV[3] == '1'
+     and not select(2, lifecycle.parked_score(redis.call('HGET', base.K_PARKINFO, id) or '')) then
+    return
+  end
   local blob, scheduled = operator.take_out(id)  -- (not on the queue yet: cancelled, not purged)
   if scheduled then
     removed = removed + 1

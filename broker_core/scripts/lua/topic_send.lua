@@ -123,9 +123,12 @@ for i = 4, #ARGV, 4 do
       forward.n = forward.n + copies  -- includes/forward.lua: flag 2, the caller delivers them now
       for _, pattern in ipairs(takers) do base.emit('forward', 'msg', id, 'target', 'topic://' .. pattern) end
     end
+    -- a firing of the topic's job (ops/forward.py publishes it): its enqueue names the job, as a queue's
+    -- firing's does (lifecycle.lua fire_scheduled, scheduled_arrived)
+    local job = origin == 'forward' and message.job_of(m) or nil
     if rest then
       -- stored now, its events written when its fan-out is done (fanout.finish)
-      fanout.defer(id, blob, seq, matched, subs, rest, copies)
+      fanout.defer(id, blob, seq, matched, subs, rest, copies, job)
     elseif #matched == 0 and copies == 0 then
       -- Topic.onMessageWithNoConsumers: nobody, exact or wildcard, takes it, so it is not stored.
       base.meta_incr('no_subscription')
@@ -133,18 +136,15 @@ for i = 4, #ARGV, 4 do
       advisory.no_consumer(id, blob, m[message.PERSISTENT])  -- sendAdvisoryIfNoConsumers (includes/advisory.lua)
     elseif #matched == 0 then
       -- only wildcard subscriptions take it: their copies hold it, nothing is stored here
-      base.emit('enqueue', 'msg', id, 'priority', base.NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', base.NOW_TEXT.num(#blob),
-           'subscriptions', 0, 'wildcards', copies)
+      topic.enqueued(id, m, #blob, job, 'subscriptions', 0, 'wildcards', copies)
     else
       topic.store(id, blob, #matched, seq)
     end
     if not rest and #matched > 0 then
       if copies == 0 then
-        base.emit('enqueue', 'msg', id, 'priority', base.NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', base.NOW_TEXT.num(#blob),
-             'subscriptions', #matched)
+        topic.enqueued(id, m, #blob, job, 'subscriptions', #matched)
       else
-        base.emit('enqueue', 'msg', id, 'priority', base.NOW_TEXT.num(m[message.PRIORITY] or 4), 'group', m[message.GROUP] or '', 'size', base.NOW_TEXT.num(#blob),
-             'subscriptions', #matched, 'wildcards', copies)
+        topic.enqueued(id, m, #blob, job, 'subscriptions', #matched, 'wildcards', copies)
       end
     end
     for _, s in ipairs(matched) do  -- (those matched before a cut take it now too)

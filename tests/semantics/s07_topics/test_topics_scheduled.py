@@ -143,3 +143,32 @@ def test_a_firing_s_time_to_live_starts_when_it_fires(broker, clock):
     (got,) = drain(broker, early)
     assert (got.message_id, got.timestamp, got.expiration) == ("m1", sent_at + 5_000, sent_at + 5_100)
     assert broker.stats(T).expired == 0
+
+
+def test_a_firing_s_enqueue_event_names_its_job_as_a_queue_firing_s_does(broker, clock):
+    """A queue's firing writes `enqueue` with `scheduled: <job id>` (lifecycle.lua); a topic's, published by
+    topic_send.lua, the same, also when its fan-out goes on over several calls (fanout.lua)."""
+    from .test_topics import events
+
+    sub(broker, T)
+    broker.send(T, [Message(body="plain", message_id="p1"),
+                    Message(body="later", message_id="d1", delay_ms=100),
+                    Message(body="tick", message_id="job", delay_ms=100, period_ms=1_000, repeat=1)])
+    clock.advance(1_100)
+    broker.dispatch(T)
+    enqueues = {e["msg"]: e.get("scheduled") for e in events(broker, T) if e["type"] == "enqueue"}
+    assert enqueues == {"p1": None, "d1": "d1", "job#1": "job", "job#2": "job"}
+
+
+def test_a_firing_whose_fan_out_takes_several_calls_names_its_job_too(broker, clock):
+    """Past 32 subscriptions taking it (fanout.lua MAX_TAKERS) a publication goes on in later calls, and
+    its enqueue event is written when it is done (fanout.finish)."""
+    from .test_topics import events
+
+    subs = [sub(broker, T) for _ in range(40)]
+    broker.send(T, Message(body="later", message_id="d1", delay_ms=100))
+    clock.advance(100)
+    broker.dispatch(T)
+    assert all(ids(drain(broker, s)) == ["d1"] for s in subs)
+    enqueues = [e for e in events(broker, T) if e["type"] == "enqueue"]
+    assert [(e["msg"], e.get("scheduled"), e["subscriptions"]) for e in enqueues] == [("d1", "d1", "40")]

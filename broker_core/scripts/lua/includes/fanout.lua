@@ -15,7 +15,8 @@
 --   :fanout:<id>   list  the subscription keys message <id> is still to be matched against, in the
 --                        order the dispatch policy visited them at the send (the subscriptions of that
 --                        moment: one made later does not get it, one gone meanwhile is skipped)
---   :fanout:n      hash  id -> "<subscriptions that took it so far>|<wildcard copies>"
+--   :fanout:n      hash  id -> "<subscriptions that took it so far>|<wildcard copies>", then "|<job id>"
+--                        for a firing of the topic's job (its enqueue names the job)
 --@include dispatch
 --@include topic
 
@@ -47,7 +48,7 @@ end
 -- Queue message `id` (sent with topic sequence `seq`): stored now, with one reference for each
 -- subscription in `matched` (which take it in this call) and one for the fan-out; the subscriptions
 -- `subs` from index `from` on are matched later. `copies`: the wildcard patterns that got a copy.
-function fanout.defer(id, blob, seq, matched, subs, from, copies)
+function fanout.defer(id, blob, seq, matched, subs, from, copies, job)
   topic.store(id, blob, #matched + 1, seq)
   local list = base.TP .. ':fanout:' .. id
   local keys = {}
@@ -56,7 +57,7 @@ function fanout.defer(id, blob, seq, matched, subs, from, copies)
     redis.call('RPUSH', list, unpack(keys, k, math.min(k + 999, #keys)))
   end
   redis.call('RPUSH', base.TP .. ':fanout', id)
-  redis.call('HSET', base.TP .. ':fanout:n', id, #matched .. '|' .. copies)
+  redis.call('HSET', base.TP .. ':fanout:n', id, #matched .. '|' .. copies .. (job and '|' .. job or ''))
 end
 
 -- Message `id`'s fan-out is done: its events, as a send that matched at once writes them, and the
@@ -65,7 +66,8 @@ function fanout.finish(id, m, blob)
   redis.call('LPOP', base.TP .. ':fanout')
   local n = redis.call('HGET', base.TP .. ':fanout:n', id) or '0|0'
   redis.call('HDEL', base.TP .. ':fanout:n', id)
-  local matched, copies = string.match(n, '^(%d+)|(%d+)$')
+  local matched, copies, job = string.match(n, '^(%d+)|(%d+)|?(.*)$')
+  if job == '' then job = nil end
   matched, copies = tonumber(matched) or 0, tonumber(copies) or 0
   if m then
     local priority, size = base.NOW_TEXT.num(m[message.PRIORITY] or 4), base.NOW_TEXT.num(#blob)
@@ -74,11 +76,9 @@ function fanout.finish(id, m, blob)
       base.emit('no_subscription', 'msg', id, 'priority', priority, 'size', size)
       advisory.no_consumer(id, blob, m[message.PERSISTENT])
     elseif copies == 0 then
-      base.emit('enqueue', 'msg', id, 'priority', priority, 'group', m[message.GROUP] or '', 'size', size,
-           'subscriptions', matched)
+      topic.enqueued(id, m, #blob, job, 'subscriptions', matched)
     else
-      base.emit('enqueue', 'msg', id, 'priority', priority, 'group', m[message.GROUP] or '', 'size', size,
-           'subscriptions', matched, 'wildcards', copies)
+      topic.enqueued(id, m, #blob, job, 'subscriptions', matched, 'wildcards', copies)
     end
     lifecycle.release_shared(id)
   end
@@ -109,8 +109,8 @@ function fanout.run(touched, order)
         if ok then
           redis.call('HINCRBY', base.TP .. ':refs', id, 1)
           local n = redis.call('HGET', base.TP .. ':fanout:n', id) or '0|0'
-          local matched, copies = string.match(n, '^(%d+)|(%d+)$')
-          redis.call('HSET', base.TP .. ':fanout:n', id, (tonumber(matched) + 1) .. '|' .. copies)
+          local matched, rest = string.match(n, '^(%d+)(|.*)$')  -- (the copies, and a firing's job)
+          redis.call('HSET', base.TP .. ':fanout:n', id, (tonumber(matched) + 1) .. rest)
           if not touched[key] then
             touched[key] = { s = s, ids = {}, msgs = {} }
             order[#order + 1] = key

@@ -117,6 +117,18 @@ function message.redelivery_score(score)
   return score - message.REDELIVERY_BAND
 end
 
+-- The job a scheduled message's firing came from: the scheduledJobId property the copy a topic's job
+-- publishes carries (messages.forward_copy, SchedulerBroker's), or nil. Asked of forwarded messages only:
+-- a producer may set that property on anything.
+function message.job_of(m)
+  local flat = m[message.PROPS]
+  if type(flat) ~= 'table' then return nil end
+  for i = 1, #flat, 3 do
+    if flat[i] == 'scheduledJobId' then return flat[i + 2] end
+  end
+  return nil
+end
+
 -- The table the selector evaluator reads (scripts/lua/includes/selector.lua).
 -- (message.dest_uri: this destination's uri, read once per call; reset with pass_dirty, below)
 function message.selector_view(id, m)

@@ -41,6 +41,18 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     '1000', '', '-1',
   }
 
+  -- A message's `enqueue` event on the topic, with the counts that follow it (`...`); `job`: the job it is
+  -- a firing of (topic_send.lua), named as a queue's firing names it (lifecycle.lua fire_scheduled).
+  function topic.enqueued(id, m, size, job, ...)
+    local priority, group = base.NOW_TEXT.num(m[message.PRIORITY] or 4), m[message.GROUP] or ''
+    if job then
+      base.emit('enqueue', 'msg', id, 'priority', priority, 'group', group, 'size', base.NOW_TEXT.num(size),
+                'scheduled', job, ...)
+    else
+      base.emit('enqueue', 'msg', id, 'priority', priority, 'group', group, 'size', base.NOW_TEXT.num(size), ...)
+    end
+  end
+
   function topic.policy()
     if topic._policy then return topic._policy end
     local values = redis.call('HMGET', base.TP .. ':policy', unpack(TOPIC_POLICY_NAMES))
