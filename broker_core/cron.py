@@ -78,8 +78,8 @@ def parse(expression: object) -> list[object]:
     """The compact form of an AMQ_SCHEDULED_CRON expression (see the module); InvalidMessage naming the
     header and what is wrong otherwise."""
     if not isinstance(expression, str):
-        raise InvalidMessage(f"cron schedule (AMQ_SCHEDULED_CRON) must be text, got {type(expression).__name__}",
-                             field="cron")
+        raise InvalidMessage("cron schedule (AMQ_SCHEDULED_CRON) must be text, "
+                             f"got {type(expression).__name__}", field="cron")
     try:
         if len(expression) > MAX_CRON_LENGTH:
             raise _Refused(f"longer than {MAX_CRON_LENGTH} characters (MAX_CRON_LENGTH)")
@@ -103,7 +103,8 @@ def parse(expression: object) -> list[object]:
         masks.append(1 if either else 0)
         return masks
     except _Refused as exc:
-        raise InvalidMessage(f"cron schedule (AMQ_SCHEDULED_CRON) {expression!r}: {exc}", field="cron") from None
+        raise InvalidMessage(f"cron schedule (AMQ_SCHEDULED_CRON) {expression!r}: {exc}",
+                             field="cron") from None
 
 
 def _some_date(days: str, months: str) -> bool:

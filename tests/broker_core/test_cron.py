@@ -37,9 +37,9 @@ def lua_next(redis_client, questions: list[tuple[list[object], int]]) -> list[in
 
 
 def brute_next(expression: str, after_ms: int, limit_days: int) -> int | None:
-    """The first minute after `after_ms` that the expression matches, minute by minute on each matching day (cron's rules read
-    from the text: `x/n` are x's values that are multiples of n, as ActiveMQ's; both day fields restricted:
-    either)."""
+    """The first minute after `after_ms` that the expression matches, minute by minute on each matching day
+    (cron's rules read from the text: `x/n` are x's values that are multiples of n, as ActiveMQ's; both day
+    fields restricted: either)."""
     fields = expression.split()
     ranges = ((0, 60), (0, 24), (1, 32), (1, 12), (0, 6))
     sets = []

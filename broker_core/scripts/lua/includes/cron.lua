@@ -10,16 +10,17 @@ local cron = {}
 -- bounds the loop below whatever the form (about 3,400 turns at most, well under a millisecond).
 cron.MAX_DAYS = 9 * 366
 
-local floor, byte, find = math.floor, string.byte, string.find
-local MONTH_DAYS = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 }
+-- (math and string are read inside the functions: a function library's top level runs where they are not)
+cron.MONTH_DAYS = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 }
 
 function cron.month_days(y, m)
   if m == 2 and ((y % 4 == 0 and y % 100 ~= 0) or y % 400 == 0) then return 29 end
-  return MONTH_DAYS[m]
+  return cron.MONTH_DAYS[m]
 end
 
 -- Days since 1970-01-01 -> year, month (1-12), day (1-31).
 function cron.civil(days)
+  local floor = math.floor
   local z = days + 719468
   local era = floor(z / 146097)
   local doe = z - era * 146097
@@ -37,6 +38,7 @@ end
 -- within cron.MAX_DAYS. Walks day by day (a month not in the form at once to its end); on a matching day
 -- the hour and minute come from the bit strings (string.find of the next '1').
 function cron.next(form, after)
+  local floor, byte, find = math.floor, string.byte, string.find
   local minutes, hours, days, months, weekdays = form[2], form[3], form[4], form[5], form[6]
   local either = tonumber(form[7]) == 1
   local first_minute = find(minutes, '1', 1, true) - 1
