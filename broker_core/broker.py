@@ -304,7 +304,7 @@ class _Api:
                                                        self._now())))
 
     def parked_times(self, destination: str | Destination, message_ids: list[str]) -> Any:
-        """id -> {"due" (ms), "period", "repeats_left"} of parked messages (None where not parked)."""
+        """id -> {"due" (ms), "period", "repeats_left", "cron"} of parked messages (None where not parked)."""
         return self._run(self.ops.parked_times(_dest(destination, "read from"), list(message_ids)))
 
     def remove_matching(self, destination: str | Destination, selector: str | None = None,

@@ -292,6 +292,8 @@ class ScheduledMessageSerializer(StoredMessageSerializer):
     due = serializers.IntegerField(allow_null=True, help_text="When it becomes visible (ms since the epoch).")
     period = serializers.IntegerField(allow_null=True, help_text="A repeating job's period (ms).")
     repeats_left = serializers.IntegerField(allow_null=True, help_text="A repeating job's repeats left.")
+    cron = serializers.CharField(allow_null=True, help_text="A cron job's expression (AMQ_SCHEDULED_CRON); "
+                                                            "`due` is its next time.")
 
 
 class ScheduledPageSerializer(serializers.Serializer):

@@ -46,7 +46,8 @@ def test_a_cron_job_delivers_at_each_time_its_expression_names_and_stays(broker,
     assert (st.enqueued, st.parked) == (4, 1)
     (parked,) = broker.browse("orders").messages
     assert (parked.message.message_id, parked.state) == (job, "parked")
-    assert broker.parked_times("orders", [job])[job]["due"] == START + at("22:35:00")
+    assert broker.parked_times("orders", [job])[job] == {"due": START + at("22:35:00"), "period": None,
+                                                         "repeats_left": None, "cron": "*/5 * * * *"}
 
 
 def test_a_delay_or_a_period_moves_only_the_first_time(broker, clock):
