@@ -10,7 +10,8 @@ date matches (`0 0 30 2 *`), since its job would never fire.
 
 When it fires is cron's (Vixie cron): a minute whose minute, hour and month are in their fields and whose
 day is in the day-of-month field and in the day-of-week one, or in either of them when both are restricted
-(neither starts with `*` or `?`). ActiveMQ's own search for the next time does not always keep to its
+(neither is `*` or `?`; Vixie cron counts `*/2` as unrestricted too, which makes dates such as a Monday
+29 February possible, 28 years apart). ActiveMQ's own search for the next time does not always keep to its
 expression (docs/broker_core.md, "Scheduled delivery"). Times are UTC.
 
 The compact form (scripts/lua/includes/cron.lua reads it): [expression, then one string per field of
@@ -96,7 +97,7 @@ def parse(expression: object) -> list[object]:
             if not any(v <= last for v in values):
                 raise _Refused(f"the {field} field {token!r} names no {field} any time has ({low}-{last})")
             masks.append(_bits(values, low, last))
-        dom_star, dow_star = (tokens[i][0] in "*?" for i in (2, 4))
+        dom_star, dow_star = (tokens[i] in ("*", "?") for i in (2, 4))
         either = not dom_star and not dow_star
         if dow_star and not _some_date(str(masks[3]), str(masks[4])):
             raise _Refused("no date has both its day of month and its month: the job would never fire")

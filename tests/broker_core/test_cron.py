@@ -46,7 +46,7 @@ def brute_next(expression: str, after_ms: int, limit_days: int) -> int | None:
     for token, (low, high) in zip(fields, ranges, strict=True):
         sets.append(_values(token, low, high))
     minutes, hours, days, months, weekdays = sets
-    restricted = [not fields[i].startswith(("*", "?")) for i in (2, 4)]
+    restricted = [fields[i] not in ("*", "?") for i in (2, 4)]
     # day by day (a day that does not match is passed whole), then minute by minute on one that does
     start = datetime.datetime.fromtimestamp(after_ms / 1000, UTC).replace(second=0, microsecond=0)
     start += datetime.timedelta(minutes=1)

@@ -7,7 +7,7 @@ local cron = {}
 
 -- How many days ahead a search looks at most: a date cron.py accepts comes within 8 years (the 29th of
 -- February, across a century year that is not a leap year: 2096 to 2104), so this is never reached; it
--- bounds the loop below whatever the form (about 3,400 turns at most, well under a millisecond).
+-- bounds the loop below whatever the form (a turn per day at most: 3,294).
 cron.MAX_DAYS = 9 * 366
 
 -- (math and string are read inside the functions: a function library's top level runs where they are not)
@@ -34,13 +34,28 @@ function cron.civil(days)
   return y, m, d
 end
 
+-- Year, month (1-12), day (1-31) -> days since 1970-01-01.
+function cron.days(y, m, d)
+  local floor = math.floor
+  if m <= 2 then y = y - 1 end
+  local era = floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m > 2 and m - 3 or m + 9
+  local doy = floor((153 * mp + 2) / 5) + d - 1
+  return era * 146097 + yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy - 719468
+end
+
 -- The first minute strictly after `after` (ms since the epoch) that the form matches, in ms; nil if none
--- within cron.MAX_DAYS. Walks day by day (a month not in the form at once to its end); on a matching day
--- the hour and minute come from the bit strings (string.find of the next '1').
+-- within cron.MAX_DAYS. Walks from date to date: a month not in the form to the next one that is, a day
+-- to the next one that may match (the next in the day-of-month field when that field alone decides, else
+-- the next day: a weekday in the field comes within 7); on a matching day the hour and minute come from
+-- the bit strings (string.find of the next '1'). The 29th of February 2104 from March 2096 is about 40
+-- turns.
 function cron.next(form, after)
   local floor, byte, find = math.floor, string.byte, string.find
   local minutes, hours, days, months, weekdays = form[2], form[3], form[4], form[5], form[6]
   local either = tonumber(form[7]) == 1
+  local only_days = not either and weekdays == '1111111'
   local first_minute = find(minutes, '1', 1, true) - 1
   local t = floor(after / 60000) + 1  -- (minutes since the epoch)
   local day = floor(t / 1440)
@@ -48,9 +63,11 @@ function cron.next(form, after)
   local last = day + cron.MAX_DAYS
   local y, m, d = cron.civil(day)
   while day <= last do
-    local length = cron.month_days(y, m)
     if byte(months, m) ~= 49 then
-      day, d, minute = day + length - d + 1, length + 1, 0
+      local later = find(months, '1', m + 1, true)
+      if later then m = later else m, y = find(months, '1', 1, true), y + 1 end
+      d, minute = 1, 0
+      day = cron.days(y, m, 1)
     else
       local in_month = byte(days, d) == 49
       local in_week = byte(weekdays, (day + 4) % 7 + 1) == 49  -- (1970-01-01 was a Thursday)
@@ -63,11 +80,16 @@ function cron.next(form, after)
         local next_hour = find(hours, '1', h + 2, true)
         if next_hour then return ((day * 24 + next_hour - 1) * 60 + first_minute) * 60000 end
       end
-      day, d, minute = day + 1, d + 1, 0
-    end
-    if d > length then
-      d, m = 1, m + 1
-      if m > 12 then m, y = 1, y + 1 end
+      local to = d + 1
+      if only_days then to = find(days, '1', d + 1, true) or 32 end
+      if to > cron.month_days(y, m) then
+        m = m + 1
+        if m > 12 then m, y = 1, y + 1 end
+        to, day = 1, cron.days(y, m, 1)
+      else
+        day = day + to - d
+      end
+      d, minute = to, 0
     end
   end
   return nil
