@@ -135,6 +135,8 @@ def test_the_next_time_in_lua_matches_a_minute_by_minute_search(redis_client):
     # ActiveMQ's steps: multiples (day of month */5: the 5th, 10th, ...)
     ("0 12 */5 * *", "2026-01-01T00:00", "2026-01-05T12:00"),
     ("*/15 9 * * *", "2026-11-29T21:08", "2026-11-30T09:00"),
+    # a day-of-month step is restricted: the 29th or a Monday (Vixie's rule would want a Monday 29 February)
+    ("0 0 */29 2 1", "2026-03-01T00:00", "2027-02-01T00:00"),
     # the 31st: months that have one
     ("0 0 31 * *", "2026-04-01T00:00", "2026-05-31T00:00"),
 ])

@@ -126,3 +126,20 @@ def test_an_invalid_expression_is_refused_naming_the_header_and_nothing_changes(
         broker.send("orders", Message(body="x", cron=cron))
     assert says in str(raised.value)
     assert broker.destinations() == []
+
+
+def test_a_job_keeps_at_most_max_cron_runs_going(broker, clock):
+    """Every minute a run 90 minutes long (its first delivery 1 ms after the time: the delay): after 16
+    times, 16 runs go on and the 17th time starts none (lifecycle.MAX_CRON_RUNS), so each script call's
+    work stays bounded."""
+    import msgpack
+
+    (job,) = broker.send("orders", Message(body="r", cron="* * * * *", delay_ms=1, period_ms=600_000,
+                                           repeat=9))
+    runs = []
+    for _ in range(18):
+        clock.advance(60_000)
+        broker.dispatch("orders")
+        record = msgpack.unpackb(broker.redis.hget(f"{broker.namespace}:{{q:orders}}:sched", job), raw=True)
+        runs.append(len(record[9]))
+    assert runs == [*range(1, 17), 16, 16]
