@@ -143,3 +143,13 @@ def test_a_job_keeps_at_most_max_cron_runs_going(broker, clock):
         record = msgpack.unpackb(broker.redis.hget(f"{broker.namespace}:{{q:orders}}:sched", job), raw=True)
         runs.append(len(record[9]))
     assert runs == [*range(1, 17), 16, 16]
+
+
+def test_a_cron_job_sent_in_a_transaction_is_kept_at_the_commit(broker, clock):
+    c = consumer(broker, ack_mode="client-individual")
+    tx = broker.begin()
+    broker.send("orders", Message(body="t", message_id="job", cron="*/5 * * * *"), tx=tx)
+    assert broker.stats("orders").parked == 0
+    broker.commit(tx)
+    assert broker.stats("orders").parked == 1
+    assert run(broker, clock, c, at("22:16:00")) == [("job#1", at("22:15:00"))]
