@@ -316,7 +316,8 @@ def unpack_delivery(
         props[name] = TypedValue("long", raw) if code == "l" and INT_MIN <= raw <= INT_MAX else raw
         if code == "d" and isinstance(raw, int):
             props[name] = float(raw)
-    if (r[17] or r[19] or r[CRON]) and SCHEDULED_JOB_ID not in props:  # (arrived still carrying its schedule)
+    # (arrived still carrying its schedule: a delay, a repeat, a cron form)
+    if (r[17] or r[19] or type(r[CRON]) is list) and SCHEDULED_JOB_ID not in props:
         props[SCHEDULED_JOB_ID] = _job_id(message_id)
     # Built without Delivery's generated __init__: a frozen dataclass sets each of its 20 fields with
     # its own object.__setattr__ call, which took about half of the client CPU of a received message.
@@ -426,8 +427,8 @@ def forward_copy(blob: bytes, original: str, arrived: bool = False, message_id: 
     concerns either: it loses any schedule. `message_id`: the copy's id; one that loses its schedule is
     given SCHEDULED_JOB_ID, as SchedulerBroker gives what it fires."""
     record = msgpack.unpackb(blob, raw=True)
-    fired = len(record) >= CRON and bool(record[19] or (len(record) > CRON and record[CRON])
-                                         or (arrived and record[17]))
+    cron = len(record) > CRON and type(record[CRON]) is list
+    fired = len(record) >= CRON and bool(record[19] or cron or (arrived and record[17]))
     if not original and not fired:
         return blob
     if original:

@@ -206,7 +206,7 @@ end
 -- has a next time (includes/cron.lua); nil otherwise.
 function lifecycle.job_start(m)
   local delay = tonumber(m[message.DELAY]) or 0
-  local form = m[message.CRON]
+  local form = message.cron(m)
   if not form then return base.NOW + delay end
   local first = cron.next(form, base.NOW)
   return first and first + (delay > 0 and delay or (tonumber(m[message.PERIOD]) or 0))
@@ -285,11 +285,11 @@ function lifecycle.load()
   -- id only to a repeat's). `retain`, `retained`: a topic message's ActiveMQ.Retain action and retained
   -- copy (topics.pack_for_topic), applied when it is published.
   -- (period 0: one firing, a delayed message's; queues.parked_times lists such a job as no repeating one)
-  -- A cron job (m[message.CRON]) fires at each time its expression names, from `at` (lifecycle.job_start),
+  -- A cron job (message.cron(m)) fires at each time its expression names, from `at` (lifecycle.job_start),
   -- until cancelled: the job also keeps its form, its next time and its runs going (fire_cron).
   lifecycle.schedule_job = function(id, blob, m, at, plan, retain, retained)
     local repeats = tonumber(m[message.REPEAT]) or 0
-    local form = m[message.CRON] or false
+    local form = message.cron(m) or false
     redis.call('HSET', base.K_SCHED, id, cmsgpack.pack({ blob, repeats > 0 and tonumber(m[message.PERIOD]) or 0,
                                                           repeats, 0, plan or false, retain or '', retained or '',
                                                           form, form and at or false, form and {} or false }))
