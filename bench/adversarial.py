@@ -709,6 +709,49 @@ def topic_jobs_due(ctx: Context) -> Calls:
     return ctx.measure(lambda: ctx.broker.dispatch("topic://sched.t"))
 
 
+def _cron_broker(ctx: Context, start: str) -> tuple[Broker, object]:
+    """A broker on a clock set to `start` (UTC), for times the wall clock cannot give."""
+    import datetime
+
+    from broker_core.clock import FakeClock
+
+    at = datetime.datetime.fromisoformat(start).replace(tzinfo=datetime.UTC)
+    clock = FakeClock(int(at.timestamp() * 1000))
+    return Broker(ctx.client, f"adv{uuid.uuid4().hex[:8]}", clock), clock
+
+
+# The longest search for a next time (scripts/lua/includes/cron.lua): the 29th of February from just after
+# 2096's, whose next is 2104's (2100 is no leap year): the walk passes 8 years of Februaries.
+@case("cron: batch send of 1,000 '0 0 29 2 *' jobs on 2096-03-01 (each first time 8 years away)")
+def cron_send_longest(ctx: Context) -> Calls:
+    broker, _clock = _cron_broker(ctx, "2096-03-01T00:00:00")
+    broker.send("cron.q", "warm-up")
+    batch = [Message(body="x" * 1000, cron="0 0 29 2 *") for _ in range(1000)]
+    return ctx.measure(lambda: broker.send("cron.q", batch))
+
+
+@case("cron: 100 '0 0 29 2 *' jobs fire at once on 2096-02-29 (each next time 8 years away)")
+def cron_fire_longest(ctx: Context) -> Calls:
+    broker, clock = _cron_broker(ctx, "2096-02-28T23:59:00")
+    broker.add_consumer("cron.q", ConsumerSpec(prefetch=1000))
+    broker.send("cron.q", [Message(body="x" * 1024, cron="0 0 29 2 *") for _ in range(100)])
+    clock.advance(60_000)
+    return ctx.measure(lambda: broker.dispatch("cron.q"))
+
+
+@case("cron: 100 '* * * * *' jobs with 16 runs going each (repeat 1000, period 1 s) fire at once")
+def cron_fire_runs(ctx: Context) -> Calls:
+    broker, clock = _cron_broker(ctx, "2030-01-01T00:00:00")
+    broker.add_consumer("cron.q", ConsumerSpec(prefetch=1000))
+    broker.send("cron.q", [Message(body="x" * 1024, cron="* * * * *", period_ms=60_000, repeat=1000)
+                           for _ in range(100)])
+    for _ in range(17):  # a time a minute, each starting a run (the 17th none: 16 going)
+        clock.advance(60_000)
+        broker.dispatch("cron.q")
+    clock.advance(60_000)
+    return ctx.measure(lambda: broker.dispatch("cron.q"))
+
+
 GROUPS = 10_000
 
 

@@ -308,7 +308,7 @@ class _Api:
                                                        self._now())))
 
     def parked_times(self, destination: str | Destination, message_ids: list[str]) -> Any:
-        """id -> {"due" (ms), "period", "repeats_left"} of parked messages (None where not parked)."""
+        """id -> {"due" (ms), "period", "repeats_left", "cron"} of parked messages (None where not parked)."""
         return self._run(self.ops.parked_times(_dest(destination, "read from"), list(message_ids)))
 
     def remove_matching(self, destination: str | Destination, selector: str | None = None,
@@ -650,12 +650,14 @@ class AsyncBroker(_Api):
     async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
                    *, tx: str | None = None) -> list[str]:
         """As Broker.send; concurrent sends to one queue share a script call (drivers/coalesce.py). A
-        delayed message's destination is dispatched when it is due (`due`)."""
+        delayed message's destination is dispatched when it is due (`due`); a cron job's is dispatched at
+        once, after its delay (its first time is later still), and the dispatch reports that first time,
+        for which the timer is armed again (due.py), as for each time after."""
         if (tx is None and type(message) is Message and type(destination) is Destination
                 and destination.is_queue and not destination.is_wildcard):  # (a STOMP SEND's: no helpers)
             now = self._now()
             sent = await self._sends.run(destination, [message.pack(now)])
-            if message.delay_ms:
+            if message.delay_ms or message.cron is not None:
                 self.due.arm(destination, now + message.delay_ms)
             return sent
         if _is_composite(destination):
@@ -666,8 +668,8 @@ class AsyncBroker(_Api):
             sent = await self._sends.run(dest, [m.pack(now) for m in batch])  # (a bad one fails here)
         else:
             sent = await super().send(dest, batch, tx=tx)
-        delay = min((m.delay_ms for m in batch if m.delay_ms), default=0)
-        if delay:  # (in a transaction: dispatched then, and again when due if it was committed later)
+        delay = min((m.delay_ms for m in batch if m.delay_ms or m.cron is not None), default=None)
+        if delay is not None:  # (in a transaction: dispatched then, and again when due if committed later)
             self.due.arm(dest, now + delay)
         return sent
 

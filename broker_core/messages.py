@@ -19,11 +19,14 @@ from typing import Literal
 
 import msgpack
 
+from .cron import parse as parse_cron
 from .errors import InvalidMessage
 
 FORMAT_VERSION = 1
-RECORD_LENGTH = 20  # fields of the packed array (scripts/lua/includes/message.lua names them)
-# An optional 21st field, only on the copy a wildcard topic subscription receives: the topic the message
+RECORD_LENGTH = 21  # fields of the packed array (scripts/lua/includes/message.lua names them)
+# The 21st, a cron schedule's compact form (broker_core/cron.py), is packed only when the message has one.
+CRON = 20
+# An optional 22nd field, only on the copy a wildcard topic subscription receives: the topic the message
 # was published to, which its consumers see as its destination (topics.wildcard_copy).
 PUBLISHED_TO = RECORD_LENGTH
 DEFAULT_PRIORITY = 4
@@ -163,7 +166,7 @@ class Message:
     delay_ms: int = 0  # AMQ_SCHEDULED_DELAY: invisible to consumers until this long after the send
     period_ms: int = 0  # AMQ_SCHEDULED_PERIOD: time between repeated deliveries
     repeat: int = 0  # AMQ_SCHEDULED_REPEAT: deliveries after the first, `period_ms` apart
-    cron: str | None = None  # AMQ_SCHEDULED_CRON: not supported; refused with a clear error
+    cron: str | None = None  # AMQ_SCHEDULED_CRON: fires at each time it names (broker_core/cron.py)
 
     @property
     def body_size(self) -> int:
@@ -223,6 +226,8 @@ class Message:
             self.period_ms,
             self.repeat,
         ]
+        if self.cron is not None:
+            record.append(parse_cron(self.cron))
         return message_id, _pack_record(record)
 
     def _check(self) -> None:
@@ -247,9 +252,6 @@ class Message:
                 0 <= self.delay_ms <= MAX_DELAY_MS):
             raise InvalidMessage(f"scheduled delay must be 0-{MAX_DELAY_MS} ms, got {self.delay_ms!r}",
                                  field="delay_ms")
-        if self.cron is not None:
-            raise InvalidMessage(f"cron schedules (AMQ_SCHEDULED_CRON={self.cron!r}) are not supported; "
-                                 "use a delay, a period and a repeat count", field="cron")
         repeat = self.repeat
         if isinstance(repeat, bool) or not isinstance(repeat, int) or not 0 <= repeat <= MAX_REPEAT:
             raise InvalidMessage(f"scheduled repeat must be 0-{MAX_REPEAT}, got {repeat!r}", field="repeat")
@@ -314,7 +316,8 @@ def unpack_delivery(
         props[name] = TypedValue("long", raw) if code == "l" and INT_MIN <= raw <= INT_MAX else raw
         if code == "d" and isinstance(raw, int):
             props[name] = float(raw)
-    if (r[17] or r[19]) and SCHEDULED_JOB_ID not in props:  # (arrived still carrying its schedule)
+    # (arrived still carrying its schedule: a delay, a repeat, a cron form)
+    if (r[17] or r[19] or type(r[CRON]) is list) and SCHEDULED_JOB_ID not in props:
         props[SCHEDULED_JOB_ID] = _job_id(message_id)
     # Built without Delivery's generated __init__: a frozen dataclass sets each of its 20 fields with
     # its own object.__setattr__ call, which took about half of the client CPU of a received message.
@@ -371,7 +374,7 @@ def dead_letter_copy(blob: bytes, source: str, cause: str | None, now_ms: int,
     record[11] = flat
     record[4] = now_ms + expiration_ms if expiration_ms > 0 else 0
     record[16] = source
-    record[17:20] = [0, 0, 0]  # a dead letter is not scheduled
+    record[17:RECORD_LENGTH] = [0, 0, 0, None]  # a dead letter is not scheduled
     return msgpack.packb(record, use_bin_type=False)
 
 
@@ -422,7 +425,7 @@ def forward_copy(blob: bytes, original: str, arrived: bool = False, message_id: 
     """The copy a virtual destination's target receives: the message as sent, with its original
     destination set when the configuration says so (composites and virtual topics).
 
-    A repeating scheduled message's copies are made each time its job fires (lifecycle.lua
+    A repeating (or cron) scheduled message's copies are made each time its job fires (lifecycle.lua
     fire_scheduled), never at its send, so a copy that still carries a repeat is one firing: like the
     firing ActiveMQ's scheduler re-sends (SchedulerBroker.scheduledJob), it loses its delay, period and
     repeat, so its target delivers it now and schedules nothing again. `arrived`: a copy of a message
@@ -430,13 +433,16 @@ def forward_copy(blob: bytes, original: str, arrived: bool = False, message_id: 
     concerns either: it loses any schedule. `message_id`: the copy's id; one that loses its schedule is
     given SCHEDULED_JOB_ID, as SchedulerBroker gives what it fires."""
     record = msgpack.unpackb(blob, raw=True)
-    fired = len(record) >= RECORD_LENGTH and bool(record[19] or (arrived and record[17]))
+    cron = len(record) > CRON and type(record[CRON]) is list
+    fired = len(record) >= CRON and bool(record[19] or cron or (arrived and record[17]))
     if not original and not fired:
         return blob
     if original:
         record[16] = original
     if fired:
         record[17:20] = [0, 0, 0]
+        if len(record) > CRON:
+            record[CRON] = None
         flat = list(record[11] or [])
         if message_id is not None and SCHEDULED_JOB_ID.encode() not in flat[::3]:
             record[11] = [*flat, SCHEDULED_JOB_ID.encode(), b"s", _job_id(message_id).encode()]

@@ -188,9 +188,10 @@ def get_message(ops: Context, dest: Destination, message_id: str, now: int) -> O
 
 
 def parked_times(ops: Context, dest: Destination, message_ids: list[str]) -> Op:
-    """When each parked message (scheduled, delayed, waiting for a redelivery delay) is due, and a
-    repeating job's period and repeats left: id -> {"due", "period", "repeats_left"} (None where
-    not parked / not repeating). Two reads of at most len(message_ids) fields (callers page them)."""
+    """When each parked message (scheduled, delayed, waiting for a redelivery delay) is due, a
+    repeating job's period and repeats left (a cron job's: those of each run its times start), a cron
+    job's expression: id -> {"due", "period", "repeats_left", "cron"} (None where not parked / not
+    repeating / no cron). Two reads of at most len(message_ids) fields (callers page them)."""
     if not message_ids:
         return {}
     prefix = ops.prefix(dest)
@@ -198,13 +199,15 @@ def parked_times(ops: Context, dest: Destination, message_ids: list[str]) -> Op:
     jobs = yield Command(("HMGET", f"{prefix}:sched", *message_ids))
     out: dict[str, dict[str, int | None]] = {}
     for message_id, score, job in zip(message_ids, scores, jobs, strict=True):
-        # a job: [packed message, period, repeats left, fired, routing plan, ...] (lifecycle.lua); period 0:
-        # a topic's delayed message, one firing, not a repeating job
-        period, left = (msgpack.unpackb(job, raw=True)[1:3] if job else (None, None))
+        # a job: [packed message, period, repeats left, fired, routing plan, retain, retained, cron form,
+        # ...] (lifecycle.lua); period 0: a topic's delayed message, one firing, not a repeating job
+        fields = msgpack.unpackb(job, raw=True) if job else [None] * 3
+        period, left = fields[1:3]
+        form = fields[7] if len(fields) > 7 else None
         if not period:
             period, left = None, None
         out[message_id] = {"due": int(float(score)) if score is not None else None,
-                           "period": period, "repeats_left": left}
+                           "period": period, "repeats_left": left, "cron": form[0].decode() if form else None}
     return out
 
 

@@ -113,7 +113,7 @@ def parse_envelope(data: Any, now_ms: int, index: int | None = None, *,
             raise NotSupportedYet("scheduled delivery (delay) is not yet supported by the broker",
                                   field="delay")
         fields["delay_ms"] = _int(data["delay"], "delay", index, 0, 2**53)
-    # ActiveMQ's AMQ_SCHEDULED_PERIOD / REPEAT / CRON, where broker_core has them (it refuses cron).
+    # ActiveMQ's AMQ_SCHEDULED_PERIOD / REPEAT / CRON (broker_core reads the expression: broker_core/cron.py).
     for name, field_name in (("period", "period_ms"), ("repeat", "repeat"), ("cron", "cron")):
         if data.get(name) is None:
             continue

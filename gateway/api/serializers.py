@@ -46,7 +46,9 @@ class MessageEnvelopeSerializer(serializers.Serializer):
     group_id = serializers.CharField(required=False, help_text="JMSXGroupID")
     group_seq = serializers.IntegerField(required=False, help_text="JMSXGroupSeq; -1 closes the group")
     properties = serializers.DictField(required=False, child=serializers.JSONField())
-    # cron (AMQ_SCHEDULED_CRON) is refused by the broker (400) and left out of the schema.
+    cron = serializers.CharField(required=False,
+                                 help_text="AMQ_SCHEDULED_CRON: minute hour day-of-month month day-of-week "
+                                           "(UTC); delivers at each time it names until cancelled.")
     period = serializers.IntegerField(required=False, min_value=0, max_value=MAX_DELAY_MS,
                                       help_text="AMQ_SCHEDULED_PERIOD: ms between repeated deliveries.")
     repeat = serializers.IntegerField(required=False, min_value=0, max_value=MAX_REPEAT,
@@ -295,6 +297,8 @@ class ScheduledMessageSerializer(StoredMessageSerializer):
     due = serializers.IntegerField(allow_null=True, help_text="When it becomes visible (ms since the epoch).")
     period = serializers.IntegerField(allow_null=True, help_text="A repeating job's period (ms).")
     repeats_left = serializers.IntegerField(allow_null=True, help_text="A repeating job's repeats left.")
+    cron = serializers.CharField(allow_null=True, help_text="A cron job's expression (AMQ_SCHEDULED_CRON); "
+                                                            "`due` is its next time.")
 
 
 class ScheduledPageSerializer(serializers.Serializer):

@@ -317,8 +317,9 @@ class ScheduledView(GatewayView):
             if cursor is None or len(found) >= limit:
                 break
         times = await broker.parked_times(destination, [m["message_id"] for m in found])
-        for m in found:  # when it is due; a repeating job's period and repeats left
-            m.update(times.get(m["message_id"]) or {"due": None, "period": None, "repeats_left": None})
+        for m in found:  # when it is due; a repeating job's period and repeats left; a cron job's expression
+            m.update(times.get(m["message_id"])
+                     or {"due": None, "period": None, "repeats_left": None, "cron": None})
         return Response({"messages": found, "next_cursor": cursor})
 
 

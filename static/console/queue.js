@@ -97,7 +97,7 @@
 
   // Cancel = remove: a delayed message goes, a repeating job stops (DELETE …/messages/<id>, audited).
   async function cancelScheduled(m) {
-    const what = m.period ? `the repeating scheduled message ${m.message_id} (no further deliveries)` : `the scheduled message ${m.message_id}`;
+    const what = m.period || m.cron ? `the repeating scheduled message ${m.message_id} (no further deliveries)` : `the scheduled message ${m.message_id}`;
     const done = await act(`Cancel ${what}?`, "Cancel it", () => api("DELETE", `${base}/messages/${encodeURIComponent(m.message_id)}`));
     if (done) { toast(`Cancelled ${m.message_id}`); loadScheduled(); }
   }
@@ -107,7 +107,9 @@
       el("td", { class: "id" }, el("a", { href: `/console/queues/${encodeURIComponent(name)}/messages/${encodeURIComponent(m.message_id)}/` }, m.message_id)),
       el("td", {}, fmt.time(m.timestamp)),
       el("td", { class: "due", title: m.due ? fmt.ago(m.due) : "" }, m.due ? fmt.time(m.due) : "–"),
-      el("td", {}, m.period ? `every ${fmt.num(m.period)} ms, ${fmt.num(m.repeats_left)} more` : "–"),
+      // a cron job (UTC): at each time of its expression, or a run of repeats + 1 from each
+      el("td", {}, m.cron ? `cron ${m.cron} (UTC)${m.period ? `, each a run of ${fmt.num(m.repeats_left + 1)} every ${fmt.num(m.period)} ms` : ""}`
+        : m.period ? `every ${fmt.num(m.period)} ms, ${fmt.num(m.repeats_left)} more` : "–"),
       el("td", {}, m.group_id || "–"), el("td", { class: "num" }, m.priority),
       el("td", {}, admin ? el("button", { type: "button", class: "small danger", onclick: () => cancelScheduled(m), "aria-label": `Cancel ${m.message_id}` }, "Cancel") : "")));
     fill(document.querySelector("#scheduled tbody"), rows, 7, "No scheduled or delayed messages.");

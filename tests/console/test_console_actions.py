@@ -206,6 +206,14 @@ def test_send_warns_before_creating_a_destination_by_a_typo_and_suggests_close_n
     assert broker.stats(f"{queue_name}.fresh").queue_size == 1
 
 
+def test_a_cron_job_shows_its_expression(admin_page, console_server, broker, queue_name):
+    broker.send(queue_name, Message(body="c", message_id=f"ID:{queue_name}-c", cron="0 9 * * 1-5",
+                                    period_ms=5_000, repeat=2))
+    admin_page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    job = admin_page.locator("#scheduled tbody tr", has_text=f"ID:{queue_name}-c")
+    expect(job).to_contain_text("cron 0 9 * * 1-5 (UTC), each a run of 3 every 5,000 ms")
+
+
 def test_send_period_and_repeat_make_a_repeating_scheduled_message(admin_page, console_server, broker,
                                                                    queue_name):
     broker.ensure_destination(f"queue://{queue_name}")

@@ -179,10 +179,14 @@ async def test_a_repeating_schedule_delivers_every_period(api, alice):
     assert bodies == ["tick"] * 3
 
 
-async def test_cron_schedules_are_refused(api, alice):
-    response = await api.post("/api/v1/queues/orders.eu/messages", json={"body": "x", "cron": "* * * * *"},
+async def test_a_cron_schedule_parks_a_job_and_an_invalid_one_is_refused(api, alice):
+    response = await api.post("/api/v1/queues/orders.eu/messages", json={"body": "x", "cron": "0 9 * * 1-5"},
                               headers=alice)
-    assert "cron" in assert_problem(response, 400, "invalid_message")["detail"]
+    assert response.status_code == 201, response.text
+    response = await api.post("/api/v1/queues/orders.eu/messages", json={"body": "x", "cron": "0 9 * * MON"},
+                              headers=alice)
+    detail = assert_problem(response, 400, "invalid_message")["detail"]
+    assert "(AMQ_SCHEDULED_CRON) '0 9 * * MON': the day of week field: 'MON' is not a number" in detail
 
 
 async def test_a_send_to_the_scheduler_management_topic_browses_and_cancels_jobs(api, make_user):

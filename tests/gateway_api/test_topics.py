@@ -154,3 +154,16 @@ async def test_a_topics_scheduled_messages_are_listed_and_cancelled_on_the_topic
     remaining = (await api.get(f"{T}/scheduled", headers=trader)).json()["messages"]
     assert [m["message_id"] for m in remaining] == [later]
     assert await receive(api, trader, path) == []
+
+
+async def test_a_topics_cron_job_is_listed_with_its_expression_and_next_time(api, trader):
+    import time
+
+    response = await api.post(f"{T}/messages", json={"body": "daily", "cron": "0 9 * * *"}, headers=trader)
+    assert response.status_code == 201, response.text
+    (job,) = response.json()["message_ids"]
+    (listed,) = (await api.get(f"{T}/scheduled", headers=trader)).json()["messages"]
+    assert (listed["message_id"], listed["cron"], listed["period"]) == (job, "0 9 * * *", None)
+    # 09:00 UTC next: within a day, on the hour
+    assert 0 < listed["due"] - time.time() * 1000 <= 86_400_000
+    assert listed["due"] % 86_400_000 == 9 * 3_600_000

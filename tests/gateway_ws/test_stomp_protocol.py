@@ -183,7 +183,7 @@ def test_binary_bodies_with_nul_octets_travel_with_content_length(clients, queue
     assert message.headers["content-length"] == str(len(body))
 
 
-def test_schedule_headers_park_the_message_and_cron_is_refused(clients, queue_name, broker):
+def test_schedule_headers_park_the_message_and_an_invalid_cron_is_refused(clients, queue_name, broker):
     client = clients()
     client.receipt(client.conn.subscribe, q(queue_name), id="s")
     client.receipt(client.conn.send, q(queue_name), "later", headers={"AMQ_SCHEDULED_DELAY": "60000"})
@@ -191,9 +191,12 @@ def test_schedule_headers_park_the_message_and_cron_is_refused(clients, queue_na
     (parked,) = broker.browse(f"queue://{queue_name}").messages
     assert parked.state == "parked" and parked.message.body == b"later"
     assert "AMQ_SCHEDULED_DELAY" not in parked.message.properties
-    client.conn.send(q(queue_name), "x", headers={"AMQ_SCHEDULED_CRON": "0 * * * *"})
+    client.receipt(client.conn.send, q(queue_name), "hourly", headers={"AMQ_SCHEDULED_CRON": "0 * * * *"})
+    assert {(b.message.body, b.state) for b in broker.browse(f"queue://{queue_name}").messages} == {
+        (b"later", "parked"), (b"hourly", "parked")}
+    client.conn.send(q(queue_name), "x", headers={"AMQ_SCHEDULED_CRON": "0 25 * * *"})
     error = client.expect("ERROR")
-    assert "cron" in error.body.decode()
+    assert "(AMQ_SCHEDULED_CRON) '0 25 * * *': the hour field '25' is outside 0-24" in error.body.decode()
 
 
 def test_a_composite_send_reaches_every_queue(clients, queue_name):

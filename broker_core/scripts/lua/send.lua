@@ -71,7 +71,7 @@ if single then
   duplicate_one = redis.call('HEXISTS', base.K_SCHED, id) == 1
                   or (audit and redis.call('ZSCORE', base.K_AUDIT, id)) or false
   if not duplicate_one then
-    if not plan and not message.is_expired(m) and (tonumber(m[message.REPEAT]) or 0) <= 0 then
+    if not plan and not message.is_expired(m) and (tonumber(m[message.REPEAT]) or 0) <= 0 and not message.cron(m) then
       stored_early = redis.call('HSETNX', base.K_MSGS, id, ARGV[5]) == 1
       duplicate_one = not stored_early
     else
@@ -124,20 +124,24 @@ for i = 4, #ARGV, 2 do
     emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
-  elseif (tonumber(m[REPEAT]) or 0) > 0 then
-    -- a job kept here; each time it fires, its delivery is routed by the plan (copies then, as
+  elseif (tonumber(m[REPEAT]) or 0) > 0 or message.cron(m) then
+    -- a job kept here (a repeat, a cron schedule); each time it fires, its delivery is routed by the plan (copies then, as
     -- ActiveMQ's scheduler re-sends every repeat to the destination: lifecycle.lua fire_scheduled).
     -- No NoConsumer check here: SchedulerBroker.send keeps the job and does not pass the message on to
     -- the queue (no Queue.messageSent); each firing is checked (fire_scheduled).
     only_kept = false
-    lifecycle.schedule_job(id, blob, m, base.NOW + (tonumber(m[DELAY]) or 0), plan)
+    local at = lifecycle.job_start(m)
+    lifecycle.schedule_job(id, blob, m, at, plan)
     if now_stored then now_stored[id] = true end
     if audit then
       local n = #audited
       audited[n + 1], audited[n + 2] = num(seq), id
     end
-    base.emit('schedule', 'msg', id, 'at', base.NOW + (tonumber(m[DELAY]) or 0), 'period', m[PERIOD],
-         'repeat', m[REPEAT])
+    if message.cron(m) then  -- (the expression as sent)
+      base.emit('schedule', 'msg', id, 'at', at, 'period', m[PERIOD], 'repeat', m[REPEAT], 'cron', message.cron(m)[1])
+    else
+      base.emit('schedule', 'msg', id, 'at', at, 'period', m[PERIOD], 'repeat', m[REPEAT])
+    end
     out[#out + 1] = 'scheduled'
   elseif plan and not virtual.route(id, blob, m, plan) then
     -- copies recorded for the plan's targets (in the call above); nothing is kept here.

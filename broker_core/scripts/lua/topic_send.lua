@@ -69,13 +69,18 @@ for i = 4, #ARGV, 4 do
     base.emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
-  elseif repeats > 0 then
-    -- a job kept on the topic, as a queue's (send.lua): each firing is routed by the plan and published
+  elseif repeats > 0 or message.cron(m) then
+    -- a job kept on the topic (a repeat, a cron schedule), as a queue's (send.lua): each firing is routed by the plan and published
     -- to the subscriptions of its time (lifecycle.lua fire_scheduled); counted enqueued then. In the audit
     -- now, as a queue's job: its deliveries are '<id>#<n>'.
-    lifecycle.schedule_job(id, blob, m, base.NOW + delay, plan, ARGV[i + 2], ARGV[i + 3])
+    local at = lifecycle.job_start(m)
+    lifecycle.schedule_job(id, blob, m, at, plan, ARGV[i + 2], ARGV[i + 3])
     if audit then redis.call('ZADD', base.K_AUDIT, base.meta_incr('seq'), id) end
-    base.emit('schedule', 'msg', id, 'at', base.NOW + delay, 'period', m[message.PERIOD], 'repeat', m[message.REPEAT])
+    if message.cron(m) then  -- (the expression as sent)
+      base.emit('schedule', 'msg', id, 'at', at, 'period', m[message.PERIOD], 'repeat', m[message.REPEAT], 'cron', message.cron(m)[1])
+    else
+      base.emit('schedule', 'msg', id, 'at', at, 'period', m[message.PERIOD], 'repeat', m[message.REPEAT])
+    end
     out[#out + 1] = 'scheduled'
   elseif not virtual.route(id, blob, m, plan) then
     out[#out + 1] = 'forwarded'  -- a forward-only composite topic keeps nothing

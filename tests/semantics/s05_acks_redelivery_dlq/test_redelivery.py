@@ -231,14 +231,6 @@ def test_a_repeat_without_a_period_is_refused(broker):
         broker.send("orders", Message(body="x", repeat=3))
 
 
-def test_a_cron_schedule_is_refused_with_a_clear_error(broker):
-    from broker_core.errors import InvalidMessage
-
-    with pytest.raises(InvalidMessage, match="cron schedules .* are not supported"):
-        broker.send("orders", Message(body="x", cron="0 * * * *"))
-    assert broker.destinations() == []
-
-
 def test_a_scheduled_message_s_time_to_live_starts_again_when_it_is_due(broker, clock):
     """ActiveMQ's SchedulerBroker sends a due message with its timestamp set to that time and its
     expiration to that time plus its time to live (expiration - timestamp), so a delay longer than the time

@@ -129,3 +129,24 @@ def test_an_operators_copy_of_a_firing_carries_no_schedule(broker, clock):
     assert stored_record(broker, "other", "job#1")[17:20] == [0, 0, 0]
     assert (broker.stats("other").enqueued, broker.stats("other").parked) == (1, 0)
     assert (broker.stats("topic://t").parked, broker.stats("orders").forward_refused) == (0, 0)
+
+
+def test_each_firing_of_a_cron_job_sent_to_a_composite_is_routed_without_its_schedule(broker, clock):
+    """A cron job (AMQ_SCHEDULED_CRON) stays on the composite, as a repeat's job: each firing is routed,
+    its copies without the schedule (no cron form either: record[20]), so the target schedules nothing."""
+    configure(broker, compositeQueue=[{"name": "x", "forwardTo": ["topic://t", "x.a"]}])
+    sub = consumer(broker, "topic://t", ack_mode="client-individual")
+    queue = consumer(broker, "x.a", ack_mode="client-individual")
+    (job,) = broker.send("x", Message(body="tick", message_id="job", cron="* * * * *"))
+    assert job.status == "scheduled"
+    got_t, got_q = [], []
+    for _ in range(3):
+        fire(broker, clock, "x", 60_000)
+        got_t += ids(drain(broker, sub))
+        got_q += ids(drain(broker, queue))
+    assert got_t == ["job#1", "job#2", "job#3"] and got_q == ["job#1", "job#2", "job#3"]
+    record = stored_record(broker, "x.a", "job#3")
+    assert record[17:20] == [0, 0, 0] and (len(record) == 20 or record[20] is None)
+    prefix = broker.ops.prefix(parse_destination("x.a"))
+    assert broker.redis.hlen(f"{prefix}:sched") == 0 and broker.stats("x.a").parked == 0
+    assert broker.stats("x").parked == 1  # the job goes on

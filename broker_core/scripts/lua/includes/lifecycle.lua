@@ -1,6 +1,7 @@
 -- How messages leave a destination or go back to it. Each path counts and logs what happened.
 -- (virtual: a repeating scheduled message's firing is routed like a send, fire_scheduled)
 --@include virtual
+--@include cron
 
 -- Redis runs a script's whole body on every call, and each `local function` costs a closure (and a walk
 -- of the open upvalues for each name it uses). The paths most calls never take (expiry, scheduling,
@@ -199,6 +200,23 @@ function lifecycle.fire_topic_jobs(limit)
   lifecycle.parked.next = nil
 end
 
+-- When a job sent now fires first (send.lua, topic_send.lua): after its delay; a cron job (AMQ_SCHEDULED_CRON)
+-- at its expression's first time after now, plus its delay, or its period when it has no delay (ActiveMQ's
+-- JobScheduler: its first time only; later ones are the expression's own). A form cron.py accepted always
+-- has a next time (includes/cron.lua); nil otherwise.
+function lifecycle.job_start(m)
+  local delay = tonumber(m[message.DELAY]) or 0
+  local form = message.cron(m)
+  if not form then return base.NOW + delay end
+  local first = cron.next(form, base.NOW)
+  return first and first + (delay > 0 and delay or (tonumber(m[message.PERIOD]) or 0))
+end
+
+-- A cron job with a repeat starts, at each of its times, a run of repeat + 1 deliveries a period apart
+-- (ActiveMQ's scheduler schedules a new job then, and delivers nothing itself); its runs still going are kept
+-- in the job, at most this many at once: a time that comes while as many are going starts none.
+lifecycle.MAX_CRON_RUNS = 16
+
 -- Built on first use (see the top of this file): expiry, scheduling, returns, closing.
 function lifecycle.load()
   -- A message whose time ran out (spec §6): counted, logged, dead-lettered or dropped per strategy.
@@ -267,10 +285,14 @@ function lifecycle.load()
   -- id only to a repeat's). `retain`, `retained`: a topic message's ActiveMQ.Retain action and retained
   -- copy (topics.pack_for_topic), applied when it is published.
   -- (period 0: one firing, a delayed message's; queues.parked_times lists such a job as no repeating one)
+  -- A cron job (message.cron(m)) fires at each time its expression names, from `at` (lifecycle.job_start),
+  -- until cancelled: the job also keeps its form, its next time and its runs going (fire_cron).
   lifecycle.schedule_job = function(id, blob, m, at, plan, retain, retained)
     local repeats = tonumber(m[message.REPEAT]) or 0
+    local form = message.cron(m) or false
     redis.call('HSET', base.K_SCHED, id, cmsgpack.pack({ blob, repeats > 0 and tonumber(m[message.PERIOD]) or 0,
-                                                          repeats, 0, plan or false, retain or '', retained or '' }))
+                                                          repeats, 0, plan or false, retain or '', retained or '',
+                                                          form, form and at or false, form and {} or false }))
     flow.memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
     redis.call('ZADD', base.K_PARKED, at, id)
     lifecycle.parked.due_at(base.P, at)
@@ -293,11 +315,13 @@ function lifecycle.load()
     forward.n = forward.n + 1
   end
 
-  lifecycle.fire_scheduled = function(id, at)
-    local job = cmsgpack.unpack(redis.call('HGET', base.K_SCHED, id))
-    local kept, period, left, fired, plan = job[1], job[2], job[3], job[4] + 1, job[5] or nil
+  -- One delivery of a job: '<id>#<n>' (a repeat's, a cron job's; n counts the job's deliveries) or the id (a
+  -- delayed message's one firing on a topic), its time to live from now on. Returns the message's fields.
+  lifecycle.deliver_job = function(id, job)
+    local kept, plan = job[1], job[5] or nil
     local blob, m = message.restamp(kept, message.unpack(kept))  -- each firing's time to live from now on
-    local delivery = (tonumber(m[message.REPEAT]) or 0) > 0 and id .. '#' .. fired or id
+    job[4] = job[4] + 1
+    local delivery = (job[8] or (tonumber(m[message.REPEAT]) or 0) > 0) and id .. '#' .. job[4] or id
     -- the copies leave without the schedule (virtual.py forward_copy); nothing kept here when the
     -- plan forwards only (a forward-only composite)
     if virtual.route(delivery, blob, m, plan) then
@@ -316,14 +340,60 @@ function lifecycle.load()
         advisory.no_consumer(delivery, blob, m[message.PERSISTENT])
       end
     end
-    if left > 0 then
-      job[3], job[4] = left - 1, fired
+    return m
+  end
+
+  -- A cron job's turn (job[8] its form, job[9] its next time, job[10] its runs going: {next time, deliveries
+  -- left} each): at most two deliveries per call (a repeat's is one). Its time come: without a repeat it
+  -- delivers, with one it starts a run, whose first delivery is its delay, or its period, from now (ActiveMQ
+  -- schedules a job then, with the cron job's delay, period and repeat), and the next time is the
+  -- expression's first after now (none missed are made up). Then the run due first delivers, and is due a
+  -- period later. Returns when the job is next due (nil: it has ended).
+  lifecycle.fire_cron = function(id, job)
+    local runs, period = job[10], tonumber(job[2]) or 0
+    if job[9] and job[9] <= base.NOW then
+      if (tonumber(job[3]) or 0) > 0 then
+        if #runs < lifecycle.MAX_CRON_RUNS then
+          local delay = tonumber(message.unpack(job[1])[message.DELAY]) or 0
+          runs[#runs + 1] = { base.NOW + (delay > 0 and delay or period), job[3] + 1 }
+        end
+      else
+        lifecycle.deliver_job(id, job)
+      end
+      job[9] = cron.next(job[8], base.NOW) or false
+    end
+    local first
+    for k = 1, #runs do
+      if not first or runs[k][1] < runs[first][1] then first = k end
+    end
+    if first and runs[first][1] <= base.NOW then
+      lifecycle.deliver_job(id, job)
+      runs[first][1], runs[first][2] = runs[first][1] + period, runs[first][2] - 1
+      if runs[first][2] <= 0 then table.remove(runs, first) end
+    end
+    local next_at = job[9] or nil
+    for k = 1, #runs do
+      if not next_at or runs[k][1] < next_at then next_at = runs[k][1] end
+    end
+    return next_at
+  end
+
+  lifecycle.fire_scheduled = function(id, at)
+    local job = cmsgpack.unpack(redis.call('HGET', base.K_SCHED, id))
+    local next_at
+    if job[8] then
+      next_at = lifecycle.fire_cron(id, job)
+    else
+      lifecycle.deliver_job(id, job)
+      if job[3] > 0 then job[3], next_at = job[3] - 1, at + job[2] end
+    end
+    if next_at then
       redis.call('HSET', base.K_SCHED, id, cmsgpack.pack(job))
-      redis.call('ZADD', base.K_PARKED, at + period, id)
-      lifecycle.parked.due_at(base.P, at + period)
+      redis.call('ZADD', base.K_PARKED, next_at, id)
+      lifecycle.parked.due_at(base.P, next_at)
     else
       redis.call('HDEL', base.K_SCHED, id)
-      flow.memory_release(#kept)
+      flow.memory_release(#job[1])
       redis.call('ZREM', base.K_PARKED, id)
       redis.call('HDEL', base.K_PARKINFO, id)
     end

@@ -8,6 +8,16 @@ message.VERSION, message.PRIORITY, message.PERSISTENT, message.TIMESTAMP, messag
 message.CORRELATION, message.REPLY_TO, message.TYPE, message.GROUP, message.GROUP_SEQ = 6, 7, 8, 9, 10
 message.CONNECTION, message.PROPS, message.CONTENT_TYPE, message.BODY_KIND, message.BODY = 11, 12, 13, 14, 15
 message.USER, message.ORIG_DEST, message.DELAY, message.PERIOD, message.REPEAT = 16, 17, 18, 19, 20
+-- (21: a cron schedule's compact form, packed only when the message has one: includes/cron.lua)
+message.CRON = 21
+
+-- A message's cron form, or nil. Only a table is one: a wildcard subscription's copy packed before this field
+-- existed has the topic it was published to there (messages.py PUBLISHED_TO, now the 22nd).
+function message.cron(m)
+  local form = m[message.CRON]
+  if type(form) == 'table' then return form end
+  return nil
+end
 
 -- A packed message is one msgpack array; Python packs it as an array16 (tag 0xdc, then a 2-byte length).
 -- cmsgpack.unpack builds the decoded table one element at a time (regrowing it at each power of two),
