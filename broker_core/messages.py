@@ -27,7 +27,7 @@ RECORD_LENGTH = 21  # fields of the packed array (scripts/lua/includes/message.l
 # The 21st, a cron schedule's compact form (broker_core/cron.py), is packed only when the message has one.
 CRON = 20
 # An optional 22nd field, only on the copy a wildcard topic subscription receives: the topic the message
-# was published to, which its consumers see as its destination (topics.wildcard_copy).
+# was published to, which its consumers see as its destination (topics.wildcard_copy; `published_to`).
 PUBLISHED_TO = RECORD_LENGTH
 DEFAULT_PRIORITY = 4
 MAX_PROPERTY_NAME = 256
@@ -325,7 +325,7 @@ def unpack_delivery(
     delivery = object.__new__(Delivery)
     delivery.__dict__.update(
         message_id=message_id,
-        destination=r[PUBLISHED_TO] if len(r) > PUBLISHED_TO and r[PUBLISHED_TO] else destination,
+        destination=published_to(r) or destination,
         consumer_id=consumer_id,
         body=body if body is not None else "",
         content_type=r[12],
@@ -357,9 +357,10 @@ def dead_letter_copy(blob: bytes, source: str, cause: str | None, now_ms: int,
     outside the message, so the copy starts at 0."""
     record = msgpack.unpackb(blob, raw=True)
     record += [None] * (RECORD_LENGTH - len(record))
-    if len(record) > PUBLISHED_TO:  # a wildcard subscription's copy died: where it was published
-        source = record[PUBLISHED_TO].decode() if record[PUBLISHED_TO] else source
-        del record[PUBLISHED_TO:]
+    topic = published_to(record)
+    if topic is not None:  # a wildcard subscription's copy died: where it was published
+        source = topic.decode()
+    del record[RECORD_LENGTH:]
     flat = list(record[11] or [])
     if cause is not None:  # a retried dead letter that dies again gets the new cause, once
         flat = [x for i in range(0, len(flat), 3) if flat[i] != b"dlqDeliveryFailureCause"
@@ -415,10 +416,25 @@ def _job_id(message_id: str) -> str:
     return message_id.split("#", 1)[0]
 
 
-def schedule_of(blob: bytes) -> tuple[int, int, int]:
-    """A stored message's schedule as it was sent: (delay ms, period ms, repeat), 0 where none."""
-    record = msgpack.unpackb(blob, raw=True)
-    return tuple(int(v or 0) for v in (record[17:20] + [0, 0, 0])[:3])  # type: ignore[return-value]
+def published_to(record: list) -> str | bytes | None:
+    """The topic a wildcard subscription's copy (a record of RECORD_LENGTH fields at least) was published
+    to, None for any other message: its 22nd field, or its 21st in a copy stored before cron schedules
+    took that place (there a string, where a cron form is a list), so such a copy still in Redis after an
+    upgrade keeps its destination."""
+    if len(record) > PUBLISHED_TO:
+        return record[PUBLISHED_TO] or None
+    legacy = record[CRON]
+    return legacy if isinstance(legacy, (str, bytes)) and legacy else None
+
+
+def schedule_of(blob: bytes) -> tuple[int, int, int, str | None]:
+    """A stored message's schedule as it was sent: (delay ms, period ms, repeat, cron expression), 0 and
+    None where none."""
+    record = msgpack.unpackb(blob, raw=False)
+    record += [None] * (RECORD_LENGTH - len(record))
+    delay, period, repeat = (int(v or 0) for v in record[17:20])
+    cron = record[CRON][0] if type(record[CRON]) is list else None
+    return delay, period, repeat, cron
 
 
 def forward_copy(blob: bytes, original: str, arrived: bool = False, message_id: str | None = None) -> bytes:

@@ -140,9 +140,9 @@ class BrowsePage:
 @dataclass(frozen=True)
 class ScheduledPage:
     """A page of scheduled jobs (scheduler management): each as delivered, with its schedule as sent
-    (delay, period, repeat)."""
+    (delay, period, repeat, cron expression)."""
 
-    jobs: list[tuple[Delivery, tuple[int, int, int]]]
+    jobs: list[tuple[Delivery, tuple[int, int, int, str | None]]]
     next_cursor: str | None  # None: nothing more
 
 

@@ -92,17 +92,19 @@ def scheduler_request(message: Message) -> SchedulerRequest:
                             start, end, reply_to)
 
 
-def browsed_job(delivery: Delivery, schedule: tuple[int, int, int]) -> Message:
+def browsed_job(delivery: Delivery, schedule: tuple[int, int, int, str | None]) -> Message:
     """The message a BROWSE sends for one job, as SchedulerBroker's sendScheduledJob: the message as sent,
     with its schedule (the AMQ_SCHEDULED_* it was sent with: a repeating job's full repeat, not what is
     left), its destination as original destination, `scheduledJobId`, type `Advisory`, a new id, not
     persistent."""
-    delay, period, repeat = schedule
+    delay, period, repeat, cron = schedule
     properties: dict[str, PropertyValue] = dict(delivery.properties)
     for name, value in (("AMQ_SCHEDULED_DELAY", delay), ("AMQ_SCHEDULED_PERIOD", period),
                         ("AMQ_SCHEDULED_REPEAT", repeat)):
         if value:
             properties[name] = TypedValue("long", value) if name != "AMQ_SCHEDULED_REPEAT" else value
+    if cron is not None:
+        properties["AMQ_SCHEDULED_CRON"] = cron
     properties.setdefault(SCHEDULED_JOB_ID, delivery.message_id.split("#", 1)[0])
     return Message(delivery.body, delivery.content_type, delivery.priority, False, delivery.timestamp,
                    delivery.expiration, delivery.correlation_id, delivery.reply_to, "Advisory", properties,

@@ -155,6 +155,8 @@ async def manage_scheduler(user: Any, destinations: list[Destination], message: 
                                           f"{request.reply_to.uri} (the BROWSE's reply_to)")
 
     async def may(dest: Destination, action: str) -> bool:
+        if dest.is_temporary:  # (its contents are its STOMP connection's: staff alone over REST)
+            return bool(user.is_staff)
         return await allowed_async(user, [dest], action)  # type: ignore[arg-type]
 
     return await runtime.async_broker().manage_scheduler(request, may)

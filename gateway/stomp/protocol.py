@@ -673,10 +673,6 @@ class StompSession(LinkedSession):
             await self.broker.send(",".join(d.uri for d in destinations), message, tx=tx)
         self.note_send(destinations)  # the connection registry's producer rows
 
-    async def may(self, dest: Destination, action: str) -> bool:
-        # (temporary destinations are every user's here, as `_authorize` takes them)
-        return dest.is_temporary or await auth.may(self.user, [dest], action)
-
     async def on_subscribe(self, frame: Frame) -> bool:
         assert self.link is not None
         sub_id = frame.get("id")

@@ -119,7 +119,12 @@ class LinkedSession:
                 f"{', '.join(d.uri for d in destinations)}")
 
     async def may(self, dest: Destination, action: str) -> bool:
-        """May the user `action` on `dest`, as the protocol's own checks take it (`_authorize`)?"""
+        """May the user `action` on the contents of `dest` (the scheduler management's jobs)? A temporary
+        destination's are its own connection's, or a staff user's (as REST's refuse_temporary_contents);
+        any other's as the protocol's own checks take it (`_authorize`)."""
+        if dest.is_temporary:
+            return (self.link is not None and dest.temporary_owner == self.link.connection_id) \
+                or bool(getattr(self.user, "is_staff", False))
         return await auth.may(self.user, [dest], action)
 
     async def _authorize(self, destinations: list[Destination], action: str

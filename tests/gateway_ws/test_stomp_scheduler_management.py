@@ -179,3 +179,41 @@ def test_a_topics_jobs_are_browsed_and_removed_too(clients, reader, broker):
     manage(client, "REMOVE", scheduledJobId=job.headers["scheduledJobId"])
     stats = broker.stats(f"topic://{topic}")
     assert (stats.parked, stats.cancelled) == (0, 1)
+
+
+def test_a_temporary_queues_jobs_are_its_connections_alone(clients, broker):
+    """A temporary queue's messages are its connection's (ActiveMQ refuses another connection's browser of
+    one; REST shows them to staff alone): another connection's BROWSE does not list its jobs and its
+    REMOVEALL leaves them, even the same user's (carol: no staff, no right on the queue); its own
+    connection's does."""
+    owner, other, reader = clients("carol"), clients("carol"), clients()
+    reader.reply_to = f"/queue/carol.replies{uuid.uuid4().hex[:8]}"  # (carol may write there)
+    reader.receipt(reader.conn.subscribe, reader.reply_to, id="r")
+    owner.receipt(owner.conn.send, "/temp-queue/later", "mine", headers={"AMQ_SCHEDULED_DELAY": str(HOUR)})
+    (temp,) = [d for d in broker.destinations() if "ID:" in d and broker.stats(d).parked == 1
+               and any(m.message.body == b"mine" for m in broker.browse(d).messages)]
+    name = temp.split("://", 1)[1]
+
+    def listed(client) -> list:
+        manage(client, "BROWSE", **{"reply-to": reader.reply_to})
+        got = []
+        while not reader.silent(0.5):
+            got.append(reader.expect("MESSAGE"))
+        return [m for m in got if name in m.headers.get("original-destination", "")]
+
+    assert listed(other) == []
+    manage(other, "REMOVEALL")
+    assert broker.stats(temp).parked == 1
+    assert [m.body for m in listed(owner)] == [b"mine"]
+    manage(owner, "REMOVEALL")
+    assert (broker.stats(temp).parked, broker.stats(temp).cancelled) == (0, 1)
+
+
+def test_a_browsed_cron_job_carries_its_expression(clients, queue_name, reader):
+    """As ActiveMQ's job store keeps the message as sent, a BROWSE's copy of a cron job has its
+    AMQ_SCHEDULED_CRON."""
+    client = clients()
+    client.receipt(client.conn.send, f"/queue/{queue_name}", "nightly",
+                   headers={"AMQ_SCHEDULED_CRON": "0 3 * * *"})
+    (job,) = browse(client, reader, queue_name)
+    assert job.headers["AMQ_SCHEDULED_CRON"] == "0 3 * * *"
