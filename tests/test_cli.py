@@ -628,6 +628,11 @@ def test_a_schedule_from_the_command_line(server, home):
     assert job["due"] - job["timestamp"] >= 3_600_000 - 1_000
     assert stats(home, server, q)["queue_size"] == 0
     failed(run(home, server, "send", q, "x", "--repeat", "-1"), 2, "--repeat")
+    nightly = as_json(run(home, server, "send", q, "nightly", "--cron", "0 3 * * *", "--json"))
+    (job,) = [j for j in scheduled(server, q) if j["message_id"] == nightly["message_ids"][0]]
+    assert job["cron"] == "0 3 * * *" and job["due"] % 86_400_000 == 3 * 3_600_000
+    failed(run(home, server, "send", q, "x", "--cron", "0 25 * * *"), 1, "AMQ_SCHEDULED_CRON", "hour")
+    assert len(scheduled(server, q)) == 2
 
 
 @pytest.mark.e2e
