@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from gateway.stomp.frames import Frame, encode
 from tests.helpers.gateway_server import ROOT, spawn_stomp_listener, wait_listening
+from tests.helpers.polling import eventually, flooded_until_cut_off
 from tests.helpers.stomp_client import Client, RawTcp
 
 pytestmark = pytest.mark.e2e
@@ -553,20 +554,10 @@ def test_a_client_that_reads_none_of_its_errors_is_cut_off_as_too_slow(listener,
     connect = [("accept-version", "1.2"), ("login", "alice"), ("passcode", "secret"), ("host", "x")]
     subscribe = [("destination", f"/queue/{name}"), ("id", "s"), ("ack", "client-individual")]
     sock.sendall(encode("CONNECT", connect, b"") + encode("SUBSCRIBE", subscribe, b""))
-    deadline = time.monotonic() + 10
-    while not broker.stats(name).consumer_count and time.monotonic() < deadline:
-        time.sleep(0.1)
+    eventually(lambda: broker.stats(name).consumer_count, timeout=10)
     bad = encode("ACK", [("id", "x" * 4000)], b"")  # each refused, its ERROR naming the id twice
     sock.settimeout(30)
-    try:
-        for _ in range(400):
-            sock.sendall(bad)
-    except OSError:
-        pass  # (cut off meanwhile)
-    deadline = time.monotonic() + 20
-    while broker.stats(name).consumer_count and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert broker.stats(name).consumer_count == 0
+    flooded_until_cut_off(sock.sendall, bad, 400, lambda: broker.stats(name).consumer_count)
     sock.close()
 
 
