@@ -30,8 +30,13 @@ NEEDS: dict[str, Literal["read", "admin"]] = {"BROWSE": "read", "REMOVE": "admin
 REPLY_SEND_BYTES = 128 * 1024
 
 
+_PREFIX = MANAGEMENT_NAME.lower()
+
+
 def is_management(dest: Destination) -> bool:
-    return dest.name[:len(MANAGEMENT_NAME)].lower() == MANAGEMENT_NAME.lower()
+    # (asked of every SEND: the first letter turns almost every other name away before any lowering)
+    name = dest.name
+    return name[:1] in "aA" and name[:len(_PREFIX)].lower() == _PREFIX
 
 
 @dataclass(frozen=True)
