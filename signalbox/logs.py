@@ -7,9 +7,10 @@ the process in each line (the launcher sets it per child: "web server", "celery 
 
 At INFO a run says what an operator needs: start-up facts, each child's start and exit, errors, and
 maintenance ticks that did work or were slow. What repeats on every request or every second (uvicorn's
-access log, beat's "Sending due task", the worker's per-task received/succeeded lines, mingle) shows only
-at DEBUG. Everything goes to stdout, one line per record; in json, one JSON object per line (time, level,
-process, logger, message, then the record's structured extras), formatted by python-json-logger.
+access log and its lines per WebSocket connection, beat's "Sending due task", the worker's per-task
+received/succeeded lines, mingle) shows only at DEBUG. Everything goes to stdout, one line per record; in
+json, one JSON object per line (time, level, process, logger, message, then the record's structured
+extras), formatted by python-json-logger.
 
 This module imports nothing of Django's, so uvicorn and the launcher can use it before Django loads.
 """
@@ -34,6 +35,20 @@ CHATTY = (
     "celery.worker.strategy",  # "Task ... received"
     "celery.worker.consumer.mingle",  # start-up chatter of the worker's neighbour search
 )
+# uvicorn.error's INFO lines per WebSocket connection (uvicorn's accept, the websockets library's "connection
+# open" and "connection closed", written through uvicorn's logger): shown at DEBUG only, as the access log;
+# its other lines (the server's start, errors) stay.
+PER_CONNECTION = ('%s - "WebSocket %s" [accepted]', "connection open", "connection closed")
+
+
+class PerConnection(logging.Filter):
+    """Drops uvicorn.error's per-connection INFO lines (PER_CONNECTION) unless the log level is DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return (record.levelno != logging.INFO or record.msg not in PER_CONNECTION
+                or logging.getLogger().isEnabledFor(logging.DEBUG))
+
+
 # Loggers that write a WARNING for each refused request, a client's mistake (Django's "Not Found: /x",
 # "Unauthorized: ...", a CSRF refusal): shown at DEBUG only; their ERRORs (a 5xx) always.
 PER_REQUEST = ("django.request", "django.security.csrf")
@@ -118,10 +133,12 @@ def config(level: str | None = None, fmt: str | None = None) -> dict[str, Any]:
     refused = "DEBUG" if level == "DEBUG" else max(level, "ERROR", key=LEVELS.index)
     loggers.update({name: {"handlers": [], "propagate": True, "level": refused} for name in PER_REQUEST})
     loggers["py4j"] = {"level": "WARNING"}  # narrates every gateway connection of Spark at INFO
+    loggers["uvicorn.error"]["filters"] = ["per_connection"]
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"process_name": {"()": "signalbox.logs.ProcessName"}},
+        "filters": {"process_name": {"()": "signalbox.logs.ProcessName"},
+                    "per_connection": {"()": "signalbox.logs.PerConnection"}},
         "formatters": {"signalbox": formatter},
         "handlers": {
             "stdout": {

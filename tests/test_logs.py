@@ -53,6 +53,25 @@ def test_chatty_loggers_speak_at_debug_only_and_a_bad_setting_names_itself():
         logs.config("INFO", "xml")
 
 
+def test_a_websocket_connection_s_lines_show_at_debug_only(capsys):
+    """uvicorn writes three INFO lines per WebSocket connection through uvicorn.error (its accept, the
+    websockets library's open and close); at INFO they are dropped, the logger's other lines stay."""
+    uvicorn_error = logging.getLogger("uvicorn.error")
+    try:
+        for level, shown in (("INFO", False), ("DEBUG", True)):
+            logs.configure(level, "text")
+            uvicorn_error.info('%s - "WebSocket %s" [accepted]', "127.0.0.1:5", "/stomp")
+            uvicorn_error.info("connection open")
+            uvicorn_error.info("connection closed")
+            uvicorn_error.info("Started server process [%d]", 7)
+            uvicorn_error.warning("connection closed")
+            out = capsys.readouterr().out
+            assert ("[accepted]" in out, "connection open" in out) == (shown, shown), out
+            assert "Started server process [7]" in out and "WARNING" in out
+    finally:
+        logs.configure("INFO", "text")
+
+
 def test_a_json_record_carries_time_level_process_logger_message_and_extras(monkeypatch):
     monkeypatch.setenv("SIGNALBOX_PROCESS", "celery worker")
     record = logging.LogRecord("signalbox.tasks", logging.WARNING, __file__, 1, "slow %s", ("tick",), None)
@@ -191,6 +210,10 @@ def test_a_run_at_info_says_what_matters_and_nothing_every_second(tmp_path: Path
         # a client's mistakes: answered, not logged at INFO (Django's "Not Found: ..." is a WARNING)
         assert httpx.get(f"{launcher.base_url}/api/v1/queues/no.such.queue", timeout=30).status_code == 401
         assert httpx.get(f"{launcher.base_url}/no/such/page", timeout=30).status_code == 404
+        from websockets.sync.client import connect  # a WebSocket opened and closed: no line at INFO
+
+        with connect(launcher.base_url.replace("http://", "ws://") + "/ws/ping", open_timeout=30):
+            pass
         time.sleep(10)  # ten maintenance ticks, none of them with work to do
         beat = direct_child(launcher, "celery -A signalbox --quiet beat")
         beat.send_signal(signal.SIGKILL)
@@ -212,7 +235,8 @@ def test_a_run_at_info_says_what_matters_and_nothing_every_second(tmp_path: Path
     assert "signalbox.launcher: Redis exited (exit status 0)" in output
     # No banner, no per-second lines, no per-task lines, no Celery superuser warning.
     for noise in ("-------------- ", "[tasks]", "celery beat v", "Sending due task", "maintenance tick",
-                  "succeeded in", "received", "superuser privileges", "SecurityWarning", "Traceback"):
+                  "succeeded in", "received", "superuser privileges", "SecurityWarning", "Traceback",
+                  "[accepted]", "connection open", "connection closed"):
         assert noise not in output, noise
     if os.geteuid() == 0:
         assert len([line for line in lines if "running as root" in line]) == 1
