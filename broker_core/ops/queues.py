@@ -228,6 +228,16 @@ def scheduled_page(ops: Context, dest: Destination, cursor: str | None, start: i
         ops.prefix(dest), now, cursor or "", limit, BROWSE_EXAMINE, start, end)), dest.uri)
 
 
+def with_parked(ops: Context, dests: list[Destination]) -> Op:
+    """Those of `dests` that have anything parked (a scheduled job, a delayed message, a redelivery delay):
+    one MULTI/EXEC of a ZCARD (O(1)) each, so a walk over every destination (scheduler management) asks the
+    few that may have jobs instead of each in turn. Callers pass a bounded chunk."""
+    if not dests:
+        return []
+    counts = yield [("ZCARD", f"{ops.prefix(dest)}:parked") for dest in dests]
+    return [dest for dest, count in zip(dests, counts, strict=True) if count]
+
+
 def cancel_scheduled(ops: Context, dest: Destination, job_ids: list[str], now: int) -> Op:
     """Cancel scheduled jobs by id, each counted `cancelled` (as remove); an id that is not a job of
     this destination now (unknown, or a message that has arrived) is left. Returns how many. An id not

@@ -293,6 +293,9 @@ class Router(Context):
                        limit: int, now: int) -> Op:
         return self.run(queues.scheduled_page(self, dest, cursor, start, end, limit, now))
 
+    def with_parked(self, dests: list[Destination]) -> Op:
+        return self.run(queues.with_parked(self, dests))
+
     def cancel_scheduled(self, dest: Destination, job_ids: list[str], now: int) -> Op:
         return self.run(queues.cancel_scheduled(self, dest, job_ids, now))
 
