@@ -131,7 +131,8 @@ class LinkedSession:
     def is_scheduler_management(destinations: list[Destination]) -> bool:
         return any(scheduler.is_management(d) for d in destinations)
 
-    async def manage_scheduler(self, destinations: list[Destination], messages: list[Message]) -> list[int]:
+    async def manage_scheduler(self, destinations: list[Destination], messages: list[Message],
+                               transaction: str | None = None) -> list[int]:
         """Messages sent to ActiveMQ.Scheduler.Management (the SEND's right to write there checked): acted
         on by the broker at once, in a transaction too (as ActiveMQ's SchedulerBroker), and delivered to
         nobody. The user's rights on each job's destination decide which jobs it sees
@@ -142,6 +143,9 @@ class LinkedSession:
             raise InvalidDestination(f"{scheduler.MANAGEMENT_NAME} takes a message of its own, not a part of "
                                      "a composite destination")
         requests = [scheduler.scheduler_request(message) for message in messages]
+        if transaction is not None:  # (acted on at once all the same; one never begun is refused as a SEND's)
+            assert self.link is not None
+            self.link.require_transaction(transaction)
         for request in requests:
             if request.reply_to is not None:
                 await self._authorize([request.reply_to], "write")
