@@ -718,7 +718,9 @@ class AsyncBroker(_Api):
                                                            SCHEDULED_PAGE, self._now()))
             if page.jobs and request.reply_to is not None:  # BROWSE
                 for sending in scheduler.in_sends([scheduler.browsed_job(d, s) for d, s in page.jobs]):
-                    await self.send(request.reply_to, sending)
+                    # without producer flow control, as SchedulerBroker's sendScheduledJob: a full reply-to
+                    # neither holds the walk (and the connection) up nor cuts the browse short
+                    await self._run(self.ops.send(request.reply_to, sending, self._now(), kind="exempt"))
                 done += len(page.jobs)
             elif page.jobs:  # REMOVEALL
                 done += await self._run(self.ops.cancel_scheduled(

@@ -47,10 +47,11 @@ GROUPS_PAGE = 200  # message groups per group_list call
 
 
 def send_packed(ops: Context, dest: Destination, packed: list[tuple[str, bytes]], now: int,
-                also: tuple[Destination, ...] = ()) -> Op:
+                also: tuple[Destination, ...] = (), kind: str = "producer") -> Op:
     """`send` to a queue of messages packed already (Message.pack: id, bytes). A limit the script
-    checks (size, properties) refuses all of them before anything is stored."""
-    origin = yield from virtual.origin(ops, dest, "producer", also)
+    checks (size, properties) refuses all of them before anything is stored. `kind` "exempt": the
+    broker's own send, without producer flow control (a BROWSE's replies, scheduler.py)."""
+    origin = yield from virtual.origin(ops, dest, kind, also)
 
     def finish(sent: Sent) -> Op:
         tail = sent.tail

@@ -51,3 +51,19 @@ async def test_destinations_without_jobs_cost_neither_a_call_each_nor_a_permissi
         assert calls_made(redis_client) - before < 3_000 + 100
         assert asked == ["queue://walk.1500"]
         assert done == (1 if request.action == "BROWSE" else 0)
+
+
+async def test_a_browse_to_a_full_reply_to_sends_every_job_without_flow_control(broker, aio):
+    """SchedulerBroker sends a BROWSE's messages with producer flow control off: a reply-to over its memory
+    limit (failing sends at once here) still gets every job, and the BROWSE does not fail half-way."""
+    broker.policies.set_entry("queue", "walk.full", {"memoryLimit": 2 * 1100, "sendFailIfNoSpace": True})
+    broker.send("queue://walk.full", [Message(body="x" * 1000), Message(body="y" * 1000)])  # full now
+    broker.send("queue://walk.jobs", [Message(body=f"job{i}", delay_ms=3_600_000) for i in range(3)])
+
+    async def may(dest: Destination, action: str) -> bool:
+        return True
+
+    done = await aio.manage_scheduler(SchedulerRequest("BROWSE", reply_to=parse_destination(
+        "queue://walk.full")), may)
+    assert done == 3
+    assert (await aio.stats("queue://walk.full")).queue_size == 2 + 3
