@@ -47,10 +47,11 @@ GROUPS_PAGE = 200  # message groups per group_list call
 
 
 def send_packed(ops: Context, dest: Destination, packed: list[tuple[str, bytes]], now: int,
-                also: tuple[Destination, ...] = ()) -> Op:
+                also: tuple[Destination, ...] = (), kind: str = "producer") -> Op:
     """`send` to a queue of messages packed already (Message.pack: id, bytes). A limit the script
-    checks (size, properties) refuses all of them before anything is stored."""
-    origin = yield from virtual.origin(ops, dest, "producer", also)
+    checks (size, properties) refuses all of them before anything is stored. `kind` "exempt": the
+    broker's own send, without producer flow control (a BROWSE's replies, scheduler.py)."""
+    origin = yield from virtual.origin(ops, dest, kind, also)
 
     def finish(sent: Sent) -> Op:
         tail = sent.tail
@@ -226,6 +227,16 @@ def scheduled_page(ops: Context, dest: Destination, cursor: str | None, start: i
     at most. Returns ScheduledPage; pass its next_cursor to continue."""
     return calls.Browse.parse_scheduled((yield calls.Browse.scheduled_call(
         ops.prefix(dest), now, cursor or "", limit, BROWSE_EXAMINE, start, end)), dest.uri)
+
+
+def with_parked(ops: Context, dests: list[Destination]) -> Op:
+    """Those of `dests` that have anything parked (a scheduled job, a delayed message, a redelivery delay):
+    one MULTI/EXEC of a ZCARD (O(1)) each, so a walk over every destination (scheduler management) asks the
+    few that may have jobs instead of each in turn. Callers pass a bounded chunk."""
+    if not dests:
+        return []
+    counts = yield [("ZCARD", f"{ops.prefix(dest)}:parked") for dest in dests]
+    return [dest for dest, count in zip(dests, counts, strict=True) if count]
 
 
 def cancel_scheduled(ops: Context, dest: Destination, job_ids: list[str], now: int) -> Op:

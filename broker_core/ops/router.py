@@ -62,14 +62,15 @@ class Router(Context):
     # -- producing -----------------------------------------------------------------------------------
 
     def send(self, dest: Destination, messages: Iterable[Message], now: int,
-             also: tuple[Destination, ...] = ()) -> Op:
+             also: tuple[Destination, ...] = (), kind: str = "producer") -> Op:
         """Enqueue messages in order; returns their ids. A bad message or a limit refuses the whole batch.
-        `also`: the other parts of a client-side composite (`A,B,topic://C`), sent copies."""
+        `also`: the other parts of a client-side composite (`A,B,topic://C`), sent copies. `kind`
+        "exempt": the broker's own send, without producer flow control (queues.send_packed)."""
         require_concrete(dest, "send to")
         if dest.is_topic:
-            return (yield from self.run(topics.send(self, dest, messages, now, also)))
+            return (yield from self.run(topics.send(self, dest, messages, now, also, kind)))
         packed = [message.pack(now) for message in messages]
-        return (yield from self.run(queues.send_packed(self, dest, packed, now, also)))
+        return (yield from self.run(queues.send_packed(self, dest, packed, now, also, kind)))
 
     def send_packed(self, dest: Destination, packed: list[tuple[str, bytes]], now: int,
                     also: tuple[Destination, ...] = ()) -> Op:
@@ -292,6 +293,9 @@ class Router(Context):
     def scheduled_page(self, dest: Destination, cursor: str | None, start: int | None, end: int | None,
                        limit: int, now: int) -> Op:
         return self.run(queues.scheduled_page(self, dest, cursor, start, end, limit, now))
+
+    def with_parked(self, dests: list[Destination]) -> Op:
+        return self.run(queues.with_parked(self, dests))
 
     def cancel_scheduled(self, dest: Destination, job_ids: list[str], now: int) -> Op:
         return self.run(queues.cancel_scheduled(self, dest, job_ids, now))

@@ -49,9 +49,9 @@ def subscription_keys(ops: Context, topic: Destination) -> Op:
 
 
 def send(ops: Context, dest: Destination, messages: Iterable[Message], now: int,
-         also: tuple[Destination, ...] = ()) -> Op:
-    # `also`, a client-side composite's other parts, recorded as copies
-    origin = yield from virtual.origin(ops, dest, "producer", also)
+         also: tuple[Destination, ...] = (), kind: str = "producer") -> Op:
+    # `also`, a client-side composite's other parts, recorded as copies; `kind` as queues.send_packed's
+    origin = yield from virtual.origin(ops, dest, kind, also)
     records = [pack_for_topic(message, now) for message in messages]
 
     def finish(sent: Sent) -> Op:

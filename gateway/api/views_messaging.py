@@ -132,7 +132,7 @@ async def send_parsed(user: Any, destinations: list[Destination], messages: list
             message.message_id = message_id
     broker = runtime.async_broker()
     if any(scheduler.is_management(d) for d in destinations):
-        jobs = [await manage_scheduler(user, destinations, message) for message in messages]
+        jobs = await manage_scheduler(user, destinations, messages)
         return {"message_ids": [], "statuses": [], "destinations": [d.uri for d in destinations],
                 "jobs": jobs}
     sent: list[str] = []
@@ -142,24 +142,27 @@ async def send_parsed(user: Any, destinations: list[Destination], messages: list
             "destinations": [d.uri for d in destinations]}
 
 
-async def manage_scheduler(user: Any, destinations: list[Destination], message: Message) -> int:
-    """A message sent to ActiveMQ.Scheduler.Management: the broker's scheduler management (docs/api.md),
+async def manage_scheduler(user: Any, destinations: list[Destination], messages: list[Message]) -> list[int]:
+    """Messages sent to ActiveMQ.Scheduler.Management: the broker's scheduler management (docs/api.md),
     delivered to nobody; as the WebSocket sessions' (gateway/ws/session.py), with the REST API's rights
-    (read to browse a destination's jobs, admin to cancel them, write on a BROWSE's reply-to)."""
+    (read to browse a destination's jobs, admin to cancel them, write on a BROWSE's reply-to). Every
+    message of a batch is checked before any acts: a bad one changes nothing."""
     if len(destinations) > 1:
         raise InvalidDestination(f"{scheduler.MANAGEMENT_NAME} takes a message of its own, not a part of a "
                                  "composite destination")
-    request = scheduler.scheduler_request(message)
-    if request.reply_to is not None and not await allowed_async(user, [request.reply_to], "write"):
-        raise exceptions.PermissionDenied(f"user {user.get_username()!r} has no write permission on "
-                                          f"{request.reply_to.uri} (the BROWSE's reply_to)")
+    requests = [scheduler.scheduler_request(message) for message in messages]
+    for request in requests:
+        if request.reply_to is not None and not await allowed_async(user, [request.reply_to], "write"):
+            raise exceptions.PermissionDenied(f"user {user.get_username()!r} has no write permission on "
+                                              f"{request.reply_to.uri} (the BROWSE's reply_to)")
 
     async def may(dest: Destination, action: str) -> bool:
         if dest.is_temporary:  # (its contents are its STOMP connection's: staff alone over REST)
             return bool(user.is_staff)
         return await allowed_async(user, [dest], action)  # type: ignore[arg-type]
 
-    return await runtime.async_broker().manage_scheduler(request, may)
+    broker = runtime.async_broker()
+    return [await broker.manage_scheduler(request, may) for request in requests]
 
 
 async def send_messages(view: GatewayView, request: Request, destinations: list[Destination]) -> Response:

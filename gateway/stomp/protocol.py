@@ -658,7 +658,7 @@ class StompSession(LinkedSession):
         message = message_from_send(frame, self.link.connection_id, self.temps)
         await self._create_temps()
         if self.is_scheduler_management(destinations):
-            await self.manage_scheduler(destinations, message)
+            await self.manage_scheduler(destinations, [message], frame.get("transaction"))
             return
         name = frame.get("transaction")
         tx = await self.link.transaction_for_send(name, [message], [d.uri for d in destinations]) \

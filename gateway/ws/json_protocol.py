@@ -311,7 +311,7 @@ class JsonSession(LinkedSession):
         await self._authorize(destinations, "write")
         messages = self._messages(request)
         if self.is_scheduler_management(destinations):  # (each in turn; none is delivered)
-            jobs = [await self.manage_scheduler(destinations, message) for message in messages]
+            jobs = await self.manage_scheduler(destinations, messages, _field(request, "transaction", str))
             return {"message_ids": [], "jobs": jobs}
         name = _field(request, "transaction", str)
         tx = await self.link.transaction_for_send(name, messages, [d.uri for d in destinations]) \

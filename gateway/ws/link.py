@@ -1026,6 +1026,10 @@ class Link:
                             f"transaction {name!r} was not begun on this connection (or already ended)",
                             "transaction_error") from None
 
+    def require_transaction(self, name: str) -> None:
+        """Refuse (LinkError, as any SEND in it) a transaction `name` not open on this connection."""
+        self._open(name)
+
     async def transaction_for_send(self, name: str, messages: list[Message], places: list[str]) -> str:
         """The broker's id of transaction `name`, to which the caller sends `messages` to the destinations
         `places` (a message once per destination). The broker checks each send against the transaction's

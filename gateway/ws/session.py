@@ -136,19 +136,25 @@ class LinkedSession:
     def is_scheduler_management(destinations: list[Destination]) -> bool:
         return any(scheduler.is_management(d) for d in destinations)
 
-    async def manage_scheduler(self, destinations: list[Destination], message: Message) -> int:
-        """A message sent to ActiveMQ.Scheduler.Management (the SEND's right to write there checked): acted
+    async def manage_scheduler(self, destinations: list[Destination], messages: list[Message],
+                               transaction: str | None = None) -> list[int]:
+        """Messages sent to ActiveMQ.Scheduler.Management (the SEND's right to write there checked): acted
         on by the broker at once, in a transaction too (as ActiveMQ's SchedulerBroker), and delivered to
         nobody. The user's rights on each job's destination decide which jobs it sees
-        (AsyncBroker.manage_scheduler); a BROWSE's reply-to needs the right to write. Returns how many jobs
-        it sent or cancelled."""
+        (AsyncBroker.manage_scheduler); a BROWSE's reply-to needs the right to write. Every message of a
+        batch is checked before any acts (a bad one changes nothing). Returns how many jobs each sent or
+        cancelled."""
         if len(destinations) > 1:
             raise InvalidDestination(f"{scheduler.MANAGEMENT_NAME} takes a message of its own, not a part of "
                                      "a composite destination")
-        request = scheduler.scheduler_request(message)
-        if request.reply_to is not None:
-            await self._authorize([request.reply_to], "write")
-        return await self.broker.manage_scheduler(request, self.may)
+        requests = [scheduler.scheduler_request(message) for message in messages]
+        if transaction is not None:  # (acted on at once all the same; one never begun is refused as a SEND's)
+            assert self.link is not None
+            self.link.require_transaction(transaction)
+        for request in requests:
+            if request.reply_to is not None:
+                await self._authorize([request.reply_to], "write")
+        return [await self.broker.manage_scheduler(request, self.may) for request in requests]
 
     async def deliver(self, sub: Subscription, consumer: Consumer, deliveries: list[Delivery]
                       ) -> None:  # pragma: no cover - interface

@@ -214,3 +214,17 @@ async def test_a_send_to_the_scheduler_management_topic_browses_and_cancels_jobs
     broker = runtime.async_broker()
     assert ((await broker.stats("queue://orders.sched")).cancelled,
             (await broker.stats("queue://billing.sched")).parked) == (1, 1)
+
+
+async def test_a_batch_of_management_messages_with_a_bad_one_changes_nothing(api, make_user):
+    """Bad input changes no state: a batch whose second management message is refused must not have
+    carried out the first (a REMOVEALL that cancelled every job, answered with a 400)."""
+    root = await blocking(make_user)("root", superuser=True)
+    await send(api, root, {"body": "kept", "delay": 3_600_000}, destination="orders.sched")
+    path = "/api/v1/topics/ActiveMQ.Scheduler.Management/messages"
+    response = await api.post(path, json={"messages": [
+        {"properties": {"AMQ_SCHEDULER_ACTION": "REMOVEALL"}},
+        {"properties": {"AMQ_SCHEDULER_ACTION": "REMOVE"}}]}, headers=root)
+    assert "REMOVE needs scheduledJobId" in assert_problem(response, 400)["detail"]
+    stats = await runtime.async_broker().stats("queue://orders.sched")
+    assert (stats.parked, stats.cancelled) == (1, 0)

@@ -309,3 +309,18 @@ async def test_a_send_to_the_scheduler_management_topic_browses_and_removes_jobs
         assert answer["jobs"] == [1]
     stats = await aio.stats("queue://json.sched")
     assert (stats.parked, stats.cancelled) == (0, 1)
+
+
+async def test_a_batch_of_management_messages_with_a_bad_one_changes_nothing():
+    """A `messages` batch to the management topic is checked whole before any acts (as a send's batch)."""
+    aio = runtime.async_broker()
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="send", id=1, destination="queue://json.sched.batch",
+                      message={"body": "later", "delay": 3_600_000})
+        error = await request(ws, type="send", id=2, destination="topic://ActiveMQ.Scheduler.Management",
+                              messages=[{"properties": {"AMQ_SCHEDULER_ACTION": "REMOVEALL"}},
+                                        {"properties": {"AMQ_SCHEDULER_ACTION": "REMOVE"}}])
+        assert error["type"] == "error" and "REMOVE needs scheduledJobId" in error["message"], error
+    stats = await aio.stats("queue://json.sched.batch")
+    assert (stats.parked, stats.cancelled) == (1, 0)

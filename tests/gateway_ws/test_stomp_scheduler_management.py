@@ -128,6 +128,9 @@ def test_remove_of_an_unknown_job_is_an_error_naming_it(clients, queue_name, bro
      "ACTION_START_TIME needs ACTION_END_TIME"),
     ({"AMQ_SCHEDULER_ACTION": "REMOVEALL", "ACTION_START_TIME": "abc", "ACTION_END_TIME": "1"},
      "ACTION_START_TIME must be a time in ms"),
+    # a transaction never begun is refused as on any SEND (ActiveMQ's ProtocolConverter too), not acted on
+    ({"AMQ_SCHEDULER_ACTION": "REMOVEALL", "transaction": "never-begun"},
+     "Invalid transaction id: never-begun"),
 ])
 def test_bad_management_messages_are_errors_naming_the_header_and_change_nothing(
         clients, queue_name, broker, headers, named):

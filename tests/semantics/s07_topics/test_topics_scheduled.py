@@ -172,3 +172,24 @@ def test_a_firing_whose_fan_out_takes_several_calls_names_its_job_too(broker, cl
     assert all(ids(drain(broker, s)) == ["d1"] for s in subs)
     enqueues = [e for e in events(broker, T) if e["type"] == "enqueue"]
     assert [(e["msg"], e.get("scheduled"), e["subscriptions"]) for e in enqueues] == [("d1", "d1", "40")]
+
+
+def test_a_cron_job_waits_while_offline_durable_subscribers_hold_the_topic_over_its_limit(broker, clock):
+    """As a queue's (s05 test_cron_schedule): a firing waits while the topic is over its memoryLimit, so a
+    durable subscriber offline does not make a cron job fill Redis (it held 10 firings, 11.9 KB of a 2.2 KB
+    limit, after ten minutes); it gets the one that fired, then the next once there is room."""
+    broker.policies.set_entry("topic", "ticks", {"memoryLimit": 2 * 1100})
+    broker.ensure_destination(T)
+    broker.close_consumer(sub(broker, T, client_id="app", subscription_name="audit"))
+    (job,) = broker.send(T, Message(body="x" * 1000, cron="* * * * *"))
+    for _ in range(10):
+        clock.advance(60_000)
+        broker.dispatch(T)
+    (info,) = broker.subscriptions(T)
+    assert (info.pending, broker.stats(T).enqueued) == (1, 1)
+    again = sub(broker, T, client_id="app", subscription_name="audit")
+    for d in drain(broker, again):
+        broker.ack(again, d.message_id)
+    clock.advance(1_000)  # (lifecycle.FIRING_RETRY_MS)
+    broker.dispatch(T)
+    assert ids(drain(broker, again)) == [f"{job}#2"]

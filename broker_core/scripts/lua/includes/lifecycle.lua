@@ -216,6 +216,8 @@ end
 -- (ActiveMQ's scheduler schedules a new job then, and delivers nothing itself); its runs still going are kept
 -- in the job, at most this many at once: a time that comes while as many are going starts none.
 lifecycle.MAX_CRON_RUNS = 16
+-- How long a job's firing into a destination over its memory limit waits before it is tried again.
+lifecycle.FIRING_RETRY_MS = 1000
 
 -- Built on first use (see the top of this file): expiry, scheduling, returns, closing.
 function lifecycle.load()
@@ -380,6 +382,15 @@ function lifecycle.load()
 
   lifecycle.fire_scheduled = function(id, at)
     local job = cmsgpack.unpack(redis.call('HGET', base.K_SCHED, id))
+    -- A firing waits while its destination, the broker or a routing target is over its memory limit
+    -- (ActiveMQ's scheduler blocks in the send under producer flow control): it is tried again
+    -- FIRING_RETRY_MS later, and a cron time passed meanwhile is not made up. Over, not merely full, so the
+    -- job's own charge never stops it (need 0: a firing may take usage past the limit by one delivery).
+    if flow.memory_refusal(0, job[5] or nil) then
+      redis.call('ZADD', base.K_PARKED, base.NOW + lifecycle.FIRING_RETRY_MS, id)
+      lifecycle.parked.due_at(base.P, base.NOW + lifecycle.FIRING_RETRY_MS)
+      return
+    end
     local next_at
     if job[8] then
       next_at = lifecycle.fire_cron(id, job)
