@@ -189,14 +189,14 @@ def test_a_password_changed_by_another_process_is_refused_within_a_second(server
         subprocess.run([sys.executable, "manage.py", "shell", "-c", prelude + code], cwd=ROOT, check=True,
                        timeout=120, env=server_env(data_dir, namespace), capture_output=True)
 
-    elsewhere("User.objects.create_superuser('carol', 'c@example.com', 'before-1')")
-    url = "/api/message/carol.elsewhere?type=queue"
-    with httpx.Client(base_url=f"http://127.0.0.1:{gateway.port}", timeout=30) as carol:
+    elsewhere("User.objects.create_superuser('dana', 'd@example.com', 'before-1')")
+    url = "/api/message/dana.elsewhere?type=queue"
+    with httpx.Client(base_url=f"http://127.0.0.1:{gateway.port}", timeout=30) as dana:
         for _ in range(3):  # verified once, then remembered
-            assert carol.post(url, content="x", headers=basic("carol", "before-1")).status_code == 200
-        elsewhere("u = User.objects.get(username='carol'); u.set_password('after-1'); u.save()")
+            assert dana.post(url, content="x", headers=basic("dana", "before-1")).status_code == 200
+        elsewhere("u = User.objects.get(username='dana'); u.set_password('after-1'); u.save()")
         changed_at = time.monotonic()
-        while carol.post(url, content="x", headers=basic("carol", "before-1")).status_code == 200:
+        while dana.post(url, content="x", headers=basic("dana", "before-1")).status_code == 200:
             assert time.monotonic() - changed_at < 5, "the server kept the old password"  # (the TTL is 30 s)
             time.sleep(0.1)
-        assert carol.post(url, content="x", headers=basic("carol", "after-1")).status_code == 200
+        assert dana.post(url, content="x", headers=basic("dana", "after-1")).status_code == 200
