@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import redis.asyncio
+
+from broker_core.broker import AsyncBroker
 
 
 @pytest.fixture
@@ -15,3 +18,15 @@ def channel(redis_client, namespace):
     assert pubsub.get_message(timeout=1)["type"] == "subscribe"
     yield name, pubsub
     pubsub.close()
+
+
+@pytest.fixture
+async def aio(broker, redis_url, namespace, clock):
+    """An AsyncBroker on the test's namespace and clock, with the blocking `broker`'s policies."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    aio = AsyncBroker(client, namespace, clock, policies=broker.policies)
+    try:
+        yield aio
+    finally:
+        await aio.aclose()
+        await client.aclose()

@@ -4,24 +4,10 @@ Against the real Redis, blocking and asyncio."""
 
 from __future__ import annotations
 
-import pytest
-import redis.asyncio
-
-from broker_core.broker import AsyncBroker, Broker
+from broker_core.broker import Broker
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-
-
-@pytest.fixture
-async def aio(broker, redis_url, namespace, clock):
-    client = redis.asyncio.Redis.from_url(redis_url)
-    aio = AsyncBroker(client, namespace, clock, policies=broker.policies)
-    try:
-        yield aio
-    finally:
-        await aio.aclose()
-        await client.aclose()
 
 
 def _created(broker: Broker, n: int) -> list[str]:

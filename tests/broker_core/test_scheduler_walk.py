@@ -3,25 +3,10 @@ real Redis: destinations without anything parked cost no call of their own, and 
 
 from __future__ import annotations
 
-import pytest
-import redis.asyncio
-
-from broker_core.broker import AsyncBroker
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import UnknownMessage
 from broker_core.messages import Message
 from broker_core.scheduler import SchedulerRequest
-
-
-@pytest.fixture
-async def aio(broker, redis_url, namespace, clock):
-    client = redis.asyncio.Redis.from_url(redis_url)
-    aio = AsyncBroker(client, namespace, clock, policies=broker.policies)
-    try:
-        yield aio
-    finally:
-        await aio.aclose()
-        await client.aclose()
 
 
 def calls_made(redis_client) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import redis.asyncio
 
 from broker_core import turns
 from broker_core.broker import AsyncBroker
@@ -15,15 +14,6 @@ from broker_core.errors import NotInFlight, UnknownConsumer
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
 from broker_core.scripts.library import library
-
-
-@pytest.fixture
-async def aio(broker, redis_url, namespace, clock):
-    client = redis.asyncio.Redis.from_url(redis_url)
-    try:
-        yield AsyncBroker(client, namespace, clock, policies=broker.policies)
-    finally:
-        await client.aclose()
 
 
 async def _pull_consumer(aio: AsyncBroker, queue: str) -> ConsumerRef:
