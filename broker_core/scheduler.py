@@ -6,6 +6,7 @@ makes the messages a BROWSE sends; AsyncBroker.manage_scheduler carries it out (
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -61,11 +62,15 @@ def _time(message: Message, name: str) -> int | None:
     text = _text(message.properties.get(name))
     if text is None:
         return None
-    try:  # (ActiveMQ converts the property with Long.valueOf: a non-number is refused there too)
-        return int(text.strip())
-    except ValueError:
-        raise InvalidMessage(f"{name} must be a time in ms since the epoch, got {text[:64]!r}",
-                             field=name) from None
+    # As ActiveMQ's Long.valueOf: a sign and decimal digits (any script's, as Java's Character.digit), no
+    # spaces or digit separators (which Python's int would take), within a long.
+    value = None
+    if "_" not in text and text == text.strip():
+        with contextlib.suppress(ValueError):
+            value = int(text)
+    if value is None or not -(2**63) <= value < 2**63:
+        raise InvalidMessage(f"{name} must be a time in ms since the epoch, got {text[:64]!r}", field=name)
+    return value
 
 
 def scheduler_request(message: Message) -> SchedulerRequest:

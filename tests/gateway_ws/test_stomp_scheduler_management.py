@@ -128,6 +128,13 @@ def test_remove_of_an_unknown_job_is_an_error_naming_it(clients, queue_name, bro
      "ACTION_START_TIME needs ACTION_END_TIME"),
     ({"AMQ_SCHEDULER_ACTION": "REMOVEALL", "ACTION_START_TIME": "abc", "ACTION_END_TIME": "1"},
      "ACTION_START_TIME must be a time in ms"),
+    # what Java's Long.valueOf refuses and Python's int takes: digit separators, spaces, past a long
+    ({"AMQ_SCHEDULER_ACTION": "REMOVEALL", "ACTION_START_TIME": "0", "ACTION_END_TIME": "1_000"},
+     "ACTION_END_TIME must be a time in ms"),
+    ({"AMQ_SCHEDULER_ACTION": "REMOVEALL", "ACTION_START_TIME": " 5", "ACTION_END_TIME": "9"},
+     "ACTION_START_TIME must be a time in ms"),
+    ({"AMQ_SCHEDULER_ACTION": "REMOVEALL", "ACTION_START_TIME": "0", "ACTION_END_TIME": "9" * 20},
+     "ACTION_END_TIME must be a time in ms"),
     # a transaction never begun is refused as on any SEND (ActiveMQ's ProtocolConverter too), not acted on
     ({"AMQ_SCHEDULER_ACTION": "REMOVEALL", "transaction": "never-begun"},
      "Invalid transaction id: never-begun"),
