@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .destinations import Destination, parse_destination
-from .errors import InvalidMessage
+from .errors import InvalidDestination, InvalidMessage
 from .messages import SCHEDULED_JOB_ID, Delivery, Message, PropertyValue, TypedValue
 
 # ActiveMQ's ScheduledMessage names. SchedulerBroker takes any destination, queue or topic, whose name
@@ -100,6 +100,22 @@ def scheduler_request(message: Message) -> SchedulerRequest:
         reply_to = parse_destination(message.reply_to)
     return SchedulerRequest(action, job_id if action == "REMOVE" else None,  # type: ignore[arg-type]
                             start, end, reply_to)
+
+
+def is_management_send(destinations: list[Destination]) -> bool:
+    """Does a SEND to `destinations` go to the scheduler's management destination (asked of every SEND)?"""
+    return any(is_management(dest) for dest in destinations)
+
+
+def scheduler_requests(destinations: list[Destination], messages: list[Message]) -> list[SchedulerRequest]:
+    """A batch sent to the management destination, each message read into its request before any acts
+    (a bad one changes nothing): what every adapter hands AsyncBroker.manage_scheduler. Raises
+    InvalidDestination for the management destination inside a composite, InvalidMessage naming what is
+    wrong with a message."""
+    if len(destinations) > 1:
+        raise InvalidDestination(f"{MANAGEMENT_NAME} takes a message of its own, not a part of a composite "
+                                 "destination")
+    return [scheduler_request(message) for message in messages]
 
 
 def browsed_job(delivery: Delivery, schedule: tuple[int, int, int, str | None]) -> Message:

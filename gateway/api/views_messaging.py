@@ -20,7 +20,7 @@ from rest_framework.response import Response
 
 from broker_core import scheduler
 from broker_core.destinations import Destination
-from broker_core.errors import InvalidDestination, UnknownConsumer
+from broker_core.errors import UnknownConsumer
 from broker_core.messages import Message, new_message_id
 from broker_core.model import ConsumerRef, ConsumerSpec
 from gateway import connections, runtime
@@ -131,7 +131,7 @@ async def send_parsed(user: Any, destinations: list[Destination], messages: list
         if message_id:
             message.message_id = message_id
     broker = runtime.async_broker()
-    if any(scheduler.is_management(d) for d in destinations):
+    if scheduler.is_management_send(destinations):
         jobs = await manage_scheduler(user, destinations, messages)
         return {"message_ids": [], "statuses": [], "destinations": [d.uri for d in destinations],
                 "jobs": jobs}
@@ -147,10 +147,7 @@ async def manage_scheduler(user: Any, destinations: list[Destination], messages:
     delivered to nobody; as the WebSocket sessions' (gateway/ws/session.py), with the REST API's rights
     (read to browse a destination's jobs, admin to cancel them, write on a BROWSE's reply-to). Every
     message of a batch is checked before any acts: a bad one changes nothing."""
-    if len(destinations) > 1:
-        raise InvalidDestination(f"{scheduler.MANAGEMENT_NAME} takes a message of its own, not a part of a "
-                                 "composite destination")
-    requests = [scheduler.scheduler_request(message) for message in messages]
+    requests = scheduler.scheduler_requests(destinations, messages)
     for request in requests:
         if request.reply_to is not None and not await allowed_async(user, [request.reply_to], "write"):
             raise exceptions.PermissionDenied(f"user {user.get_username()!r} has no write permission on "

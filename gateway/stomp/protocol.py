@@ -657,7 +657,7 @@ class StompSession(LinkedSession):
         destinations = await self._send_destinations(frame)
         message = message_from_send(frame, self.link.connection_id, self.temps)
         await self._create_temps()
-        if self.is_scheduler_management(destinations):
+        if scheduler.is_management_send(destinations):
             await self.manage_scheduler(destinations, [message], frame.get("transaction"))
             return
         name = frame.get("transaction")

@@ -14,6 +14,7 @@ import json
 import logging
 from typing import Any
 
+from broker_core import scheduler
 from broker_core.destinations import Destination, parse_composite
 from broker_core.errors import BrokerError, ConnectionRegistryFull
 from broker_core.maintenance import AbortNotice
@@ -310,7 +311,7 @@ class JsonSession(LinkedSession):
         destinations = _destinations(request.get("destination"))
         await self._authorize(destinations, "write")
         messages = self._messages(request)
-        if self.is_scheduler_management(destinations):  # (each in turn; none is delivered)
+        if scheduler.is_management_send(destinations):  # (each in turn; none is delivered)
             jobs = await self.manage_scheduler(destinations, messages, _field(request, "transaction", str))
             return {"message_ids": [], "jobs": jobs}
         name = _field(request, "transaction", str)

@@ -12,7 +12,6 @@ from typing import Any
 
 from broker_core import scheduler
 from broker_core.destinations import Destination
-from broker_core.errors import InvalidDestination
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message
 from broker_core.model import Consumer
@@ -132,10 +131,6 @@ class LinkedSession:
         """Refuse (the protocol's error) unless the user may `action` on every destination."""
         raise NotImplementedError
 
-    @staticmethod
-    def is_scheduler_management(destinations: list[Destination]) -> bool:
-        return any(scheduler.is_management(d) for d in destinations)
-
     async def manage_scheduler(self, destinations: list[Destination], messages: list[Message],
                                transaction: str | None = None) -> list[int]:
         """Messages sent to ActiveMQ.Scheduler.Management (the SEND's right to write there checked): acted
@@ -144,10 +139,7 @@ class LinkedSession:
         (AsyncBroker.manage_scheduler); a BROWSE's reply-to needs the right to write. Every message of a
         batch is checked before any acts (a bad one changes nothing). Returns how many jobs each sent or
         cancelled."""
-        if len(destinations) > 1:
-            raise InvalidDestination(f"{scheduler.MANAGEMENT_NAME} takes a message of its own, not a part of "
-                                     "a composite destination")
-        requests = [scheduler.scheduler_request(message) for message in messages]
+        requests = scheduler.scheduler_requests(destinations, messages)
         if transaction is not None:  # (acted on at once all the same; one never begun is refused as a SEND's)
             assert self.link is not None
             self.link.require_transaction(transaction)
