@@ -6,6 +6,7 @@ silent client, the connection limit, TLS, a listener killed mid-stream, and a cl
 from __future__ import annotations
 
 import shutil
+import socket
 import ssl
 import subprocess
 import time
@@ -315,19 +316,13 @@ def test_a_slow_auto_ack_reader_cut_off_loses_nothing(listener, gateway_data, re
     send buffer was not, and goes back to the queue (before, a send buffer's worth was acknowledged when
     put in the buffer, and dropped with it). Every message is acknowledged or back in the queue; some of a
     batch cut in the middle may have reached the client too (at least once, never lost)."""
-    import socket
 
     from broker_core.broker import Broker
     from gateway.stomp.frames import FrameParser
 
     server = listener(SIGNALBOX_WS_SLOW_CLIENT_SECONDS="2", SIGNALBOX_WS_SEND_BUFFER_BYTES="262144")
     name = _q().removeprefix("/queue/")
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (before connecting: the window it offers)
-    sock.connect(("127.0.0.1", server.port))
-    connect = [("accept-version", "1.2"), ("login", "alice"), ("passcode", "secret"), ("host", "x")]
-    subscribe = [("destination", f"/queue/{name}"), ("id", "s"), ("ack", "auto")]
-    sock.sendall(encode("CONNECT", connect, b"") + encode("SUBSCRIBE", subscribe, b""))
+    sock = _unread_subscriber(server.port, name, "auto")
     time.sleep(0.5)  # subscribed
     producer = RawTcp(server.port, timeout=30)
     producer.connect()
@@ -540,7 +535,6 @@ def test_a_client_that_reads_none_of_its_errors_is_cut_off_as_too_slow(listener,
     ended in SlowClient outside the handler that cuts a slow client off: the session's worker died, the
     connection stayed open reading nothing, and its subscription's consumer lived on. It is cut off as
     too slow, as for any frame, and its consumer closed."""
-    import socket
 
     from broker_core.broker import Broker
 
@@ -548,12 +542,7 @@ def test_a_client_that_reads_none_of_its_errors_is_cut_off_as_too_slow(listener,
     name = _q().removeprefix("/queue/")
     broker = Broker(redis_client, gateway_data[1])
     broker.ensure_destination(name)
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (before connecting: the window it offers)
-    sock.connect(("127.0.0.1", server.port))
-    connect = [("accept-version", "1.2"), ("login", "alice"), ("passcode", "secret"), ("host", "x")]
-    subscribe = [("destination", f"/queue/{name}"), ("id", "s"), ("ack", "client-individual")]
-    sock.sendall(encode("CONNECT", connect, b"") + encode("SUBSCRIBE", subscribe, b""))
+    sock = _unread_subscriber(server.port, name, "client-individual")
     eventually(lambda: broker.stats(name).consumer_count, timeout=10)
     bad = encode("ACK", [("id", "x" * 4000)], b"")  # each refused, its ERROR naming the id twice
     sock.settimeout(30)
@@ -756,3 +745,15 @@ def test_a_client_whose_frames_wait_unread_is_not_taken_for_silent(raw, stomp_li
     while broker.stats(name).enqueued < 2001 + 4 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert broker.stats(name).enqueued == 2001 + 4
+
+
+def _unread_subscriber(port: int, queue: str, ack: str) -> socket.socket:
+    """A raw STOMP connection subscribed to `queue` in `ack` mode that reads nothing: its socket offers a
+    4 KiB receive window (set before connecting), so what the server writes soon backs up."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    connect = [("accept-version", "1.2"), ("login", "alice"), ("passcode", "secret"), ("host", "x")]
+    subscribe = [("destination", f"/queue/{queue}"), ("id", "s"), ("ack", ack)]
+    sock.sendall(encode("CONNECT", connect, b"") + encode("SUBSCRIBE", subscribe, b""))
+    return sock
