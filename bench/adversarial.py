@@ -752,6 +752,62 @@ def cron_fire_runs(ctx: Context) -> Calls:
     return ctx.measure(lambda: broker.dispatch("cron.q"))
 
 
+# --- scheduler management (ActiveMQ.Scheduler.Management: AsyncBroker.manage_scheduler's calls) ---
+SCHEDULER_JOBS = 100_000
+
+
+def _many_jobs(ctx: Context, name: str) -> None:
+    """SCHEDULER_JOBS delayed messages of 1 KiB parked on queue `name`, due in an hour."""
+    for _ in range(SCHEDULER_JOBS // 1000):
+        ctx.broker.send(name, [Message(body="x" * 1024, delay_ms=3_600_000) for _job in range(1000)])
+
+
+@case("scheduler management: a BROWSE page (100 jobs of 1 KiB) among 100,000 jobs")
+def scheduler_browse_page(ctx: Context) -> Calls:
+    from broker_core.broker import SCHEDULED_PAGE
+    from broker_core.destinations import parse_destination
+    _many_jobs(ctx, "jobs.q")
+    dest = parse_destination("queue://jobs.q")
+    op = ctx.broker.ops.scheduled_page(dest, None, None, None, SCHEDULED_PAGE, ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
+@case("scheduler management: a BROWSE window no job is due in, over 100,000 jobs (one call)")
+def scheduler_browse_window(ctx: Context) -> Calls:
+    from broker_core.broker import SCHEDULED_PAGE
+    from broker_core.destinations import parse_destination
+    _many_jobs(ctx, "jobs.q")
+    dest = parse_destination("queue://jobs.q")
+    now = ctx.broker._now()
+    # due from now on but before any of them: the walk examines its most and finds nothing
+    op = ctx.broker.ops.scheduled_page(dest, None, now, now + 60_000, SCHEDULED_PAGE, now)
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
+@case("scheduler management: REMOVEALL's step, cancel 100 of 100,000 jobs of 1 KiB")
+def scheduler_cancel_page(ctx: Context) -> Calls:
+    from broker_core.broker import SCHEDULED_PAGE
+    from broker_core.destinations import parse_destination
+    _many_jobs(ctx, "jobs.q")
+    dest = parse_destination("queue://jobs.q")
+    page = ctx.broker._run(ctx.broker.ops.scheduled_page(dest, None, None, None, SCHEDULED_PAGE,
+                                                         ctx.broker._now()))
+    ids = [delivery.message_id for delivery, _ in page.jobs]
+    op = ctx.broker.ops.cancel_scheduled(dest, ids, ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
+@case("scheduler management: which of 1,000 destinations have jobs (the walk's chunk, one MULTI/EXEC)")
+def scheduler_walk_chunk(ctx: Context) -> Calls:
+    from broker_core.broker import SCHEDULER_WALK_CHUNK
+    from broker_core.destinations import parse_destination
+    dests = []
+    for i in range(SCHEDULER_WALK_CHUNK):
+        ctx.broker.send(f"walk.{i}", [Message(body="x", delay_ms=3_600_000)] if i % 10 == 0 else "x")
+        dests.append(parse_destination(f"queue://walk.{i}"))
+    return ctx.measure(lambda: ctx.broker._run(ctx.broker.ops.with_parked(dests)), block=True)
+
+
 GROUPS = 10_000
 
 
