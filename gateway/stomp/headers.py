@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import re
 from typing import Any
 
 from broker_core.broker import advisory
@@ -34,7 +35,7 @@ NOT_PROPERTIES = frozenset({
 })
 # SEND's numeric headers: (name, lowest, highest, the value without the header)
 _NUMBER_HEADER_RANGES: tuple[tuple[str, int, int, int | None], ...] = (
-    ("expires", 0, 2**63 - 1, 0), ("timestamp", 0, 2**63 - 1, None),
+    ("expires", -(2**63), 2**63 - 1, 0), ("timestamp", 0, 2**63 - 1, None),
     ("JMSXGroupSeq", -(2**31), 2**31 - 1, 0), ("priority", -(2**31), 2**31 - 1, 4),
     ("AMQ_SCHEDULED_DELAY", 0, 2**63 - 1, 0), ("AMQ_SCHEDULED_PERIOD", 0, 2**63 - 1, 0),
     ("AMQ_SCHEDULED_REPEAT", 0, 2**31 - 1, 0))
@@ -64,13 +65,18 @@ def java_bool(value: str | None) -> bool:
 
 
 
+# An integer header as Java's Integer.parseInt / Long.parseLong read it (ActiveMQ's FrameTranslator): an
+# optional sign and ASCII digits, nothing around them. Python's int() takes more (' 5', '1_0', Arabic-Indic
+# digits) that ActiveMQ refuses; a STOMP 1.0 value has been trimmed by the frame parser already.
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def int_value(value: str | None, name: str, low: int, high: int, default: int | None = None) -> int | None:
     if value is None:
         return default
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise StompError(f"Invalid {name} header", f"{name} must be an integer, got {value[:64]!r}") from None
+    if _JAVA_INTEGER.fullmatch(value) is None:
+        raise StompError(f"Invalid {name} header", f"{name} must be an integer, got {value[:64]!r}")
+    number = int(value)
     if not low <= number <= high:
         raise StompError(f"Invalid {name} header", f"{name} must be {low}..{high}, got {number}")
     return number
@@ -281,6 +287,19 @@ def _advisory_headers(d: Delivery, subscription_id: str | None, ack_id: str | No
     return headers
 
 
+def _is_text(message_type: str | None, content_length: bool) -> bool:
+    """Whether a SEND's body is text (ActiveMQ's TextMessage) or bytes: `amq-msg-type` says which, in any
+    case ('text' or 'bytes'), and stays a property as in ActiveMQ; without it, a body with content-length
+    is bytes. Any other type is refused, with ActiveMQ's text."""
+    if message_type is None:
+        return not content_length
+    kind = message_type.lower()
+    if kind not in ("text", "bytes"):
+        raise StompError(f"Unsupported message type '{message_type}'",
+                         f"amq-msg-type must be text or bytes, got {message_type[:64]!r}")
+    return kind == "text"
+
+
 def message_from_send(frame: Frame, connection_id: str | None = None,
                       temps: TempDestinations | None = None) -> Message:
     """A SEND frame as a message (ActiveMQ's copyStandardHeadersFromFrameToMessage): a body with
@@ -291,7 +310,7 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
     headers = frame.header_dict()
     get = headers.get
     body: str | bytes = frame.body
-    if "content-length" not in headers:
+    if _is_text(get("amq-msg-type"), "content-length" in headers):
         try:
             body = frame.body.decode("utf-8")
         except UnicodeDecodeError:
@@ -313,12 +332,20 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
     # /remote-temp-queue/ one as that temporary queue)
     reply_to = get("reply-to")
     if reply_to is not None and reply_to.startswith(TEMP_PREFIXES + REMOTE_TEMP_PREFIXES):
-        reply_to = _parse_parts(reply_to, False, temps)[0].uri
+        try:
+            reply_to = _parse_parts(reply_to, False, temps)[0].uri
+        except StompError as exc:  # (the temporary destinations' limit keeps its own message)
+            if exc.message != "Invalid destination":
+                raise
+            raise StompError("Invalid reply-to header", f"reply-to: {exc.detail}") from None
     elif reply_to is not None and not reply_to.startswith(("/queue/", "/topic/")):
         properties["reply-to"] = reply_to
         reply_to = None
     elif reply_to is not None:
         kind, _, name = reply_to[1:].partition("/")
+        if not name:  # (ActiveMQ ends the connection: its translator's error is no ProtocolException)
+            raise StompError("Invalid reply-to header",
+                             f"reply-to {reply_to!r} names no {kind}: /{kind}/<name>")
         reply_to = f"{kind}://{name}"
     # Every field by position, in _MESSAGE_FIELDS's order: matching 17 keyword arguments to Message's 20
     # parameters took more instructions than the rest of building it (13 k against 5 k a SEND)
@@ -326,9 +353,9 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
         body,  # body
         get("content-type"),  # content_type
         jms_priority(priority) if priority is not None else 4,  # priority
-        java_bool(get("persistent")),  # persistent
+        get("persistent") == "true",  # persistent: ActiveMQ's "true".equals, so 'TRUE' is not
         timestamp,  # timestamp
-        expires or 0,  # expiration
+        max(expires or 0, 0),  # expiration: ActiveMQ's isExpired takes any value <= 0 as never
         get("correlation-id"),  # correlation_id
         reply_to,  # reply_to
         get("type"),  # type
