@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import re
 from typing import Any
 
 from broker_core.broker import advisory
@@ -29,17 +30,22 @@ from gateway.stomp.frames import Frame
 NOT_PROPERTIES = frozenset({
     "destination", "transaction", "receipt", "content-length", "content-type", "message-id", "redelivered",
     "subscription", "JMSXUserID", "JMSXDeliveryCount", "persistent", "priority", "expires", "timestamp",
-    "type", "correlation-id", "reply-to", "JMSXGroupID", "JMSXGroupSeq",
+    "type", "correlation-id", "reply-to", "JMSXGroupID", "JMSXGroupSeq", "JMSRedelivered",
     "AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_REPEAT", "AMQ_SCHEDULED_CRON",
 })
 # SEND's numeric headers: (name, lowest, highest, the value without the header)
 _NUMBER_HEADER_RANGES: tuple[tuple[str, int, int, int | None], ...] = (
-    ("expires", 0, 2**63 - 1, 0), ("timestamp", 0, 2**63 - 1, None),
+    ("expires", -(2**63), 2**63 - 1, 0), ("timestamp", 0, 2**63 - 1, None),
     ("JMSXGroupSeq", -(2**31), 2**31 - 1, 0), ("priority", -(2**31), 2**31 - 1, 4),
     ("AMQ_SCHEDULED_DELAY", 0, 2**63 - 1, 0), ("AMQ_SCHEDULED_PERIOD", 0, 2**63 - 1, 0),
     ("AMQ_SCHEDULED_REPEAT", 0, 2**31 - 1, 0))
 _NUMBER_HEADERS = frozenset(name for name, *_ in _NUMBER_HEADER_RANGES)
 _NUMBER_DEFAULTS = tuple(default for *_, default in _NUMBER_HEADER_RANGES)
+# SEND headers named after a JMS header field set that field, not a property, as ActiveMQ's
+# setObjectProperty does with every header its translator left (so `JMSPriority:8` is priority 8, and wins
+# over `priority`). JMSRedelivered and JMSXDeliveryCount, delivery state, are the broker's: left out.
+_JMS_FIELD_HEADERS = frozenset({"JMSPriority", "JMSType", "JMSCorrelationID", "JMSDeliveryMode",
+                                "JMSExpiration", "JMSReplyTo", "JMSTimestamp"})
 ADVISORY_PREFIX = f"topic://{advisory.PREFIX}"
 ADVISORY_BROKER_URL = "stomp://localhost"  # originBrokerURL: the broker, not this gateway's address
 
@@ -64,13 +70,18 @@ def java_bool(value: str | None) -> bool:
 
 
 
+# An integer header as Java's Integer.parseInt / Long.parseLong read it (ActiveMQ's FrameTranslator): an
+# optional sign and ASCII digits, nothing around them. Python's int() takes more (' 5', '1_0', Arabic-Indic
+# digits) that ActiveMQ refuses; a STOMP 1.0 value has been trimmed by the frame parser already.
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def int_value(value: str | None, name: str, low: int, high: int, default: int | None = None) -> int | None:
     if value is None:
         return default
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise StompError(f"Invalid {name} header", f"{name} must be an integer, got {value[:64]!r}") from None
+    if _JAVA_INTEGER.fullmatch(value) is None:
+        raise StompError(f"Invalid {name} header", f"{name} must be an integer, got {value[:64]!r}")
+    number = int(value)
     if not low <= number <= high:
         raise StompError(f"Invalid {name} header", f"{name} must be {low}..{high}, got {number}")
     return number
@@ -281,6 +292,50 @@ def _advisory_headers(d: Delivery, subscription_id: str | None, ack_id: str | No
     return headers
 
 
+def _is_text(message_type: str | None, content_length: bool) -> bool:
+    """Whether a SEND's body is text (ActiveMQ's TextMessage) or bytes: `amq-msg-type` says which, in any
+    case ('text' or 'bytes'), and stays a property as in ActiveMQ; without it, a body with content-length
+    is bytes. Any other type is refused, with ActiveMQ's text."""
+    if message_type is None:
+        return not content_length
+    kind = message_type.lower()
+    if kind not in ("text", "bytes"):
+        raise StompError(f"Unsupported message type '{message_type}'",
+                         f"amq-msg-type must be text or bytes, got {message_type[:64]!r}")
+    return kind == "text"
+
+
+def _jms_fields(headers: dict[str, str]) -> dict[str, Any]:
+    """The Message fields that headers named after JMS fields set (_JMS_FIELD_HEADERS), converted as
+    ActiveMQ converts a string property: numbers as Java reads them, JMSDeliveryMode a number (2 is
+    persistent) or PERSISTENT / NON_PERSISTENT in any case, JMSReplyTo a destination name (queue unless
+    it says topic://: `/queue/r` is the queue named `/queue/r`, as in ActiveMQ)."""
+    fields: dict[str, Any] = {}
+    get = headers.get
+    if (value := get("JMSPriority")) is not None:
+        fields["priority"] = jms_priority(int_value(value, "JMSPriority", -(2**31), 2**31 - 1) or 0)
+    if (value := get("JMSExpiration")) is not None:
+        fields["expiration"] = max(int_value(value, "JMSExpiration", -(2**63), 2**63 - 1) or 0, 0)
+    if (value := get("JMSTimestamp")) is not None:
+        fields["timestamp"] = int_value(value, "JMSTimestamp", 0, 2**63 - 1)
+    if (value := get("JMSType")) is not None:
+        fields["type"] = value
+    if (value := get("JMSCorrelationID")) is not None:
+        fields["correlation_id"] = value
+    if (value := get("JMSDeliveryMode")) is not None:
+        mode = value.upper()
+        if mode in ("PERSISTENT", "NON_PERSISTENT"):
+            fields["persistent"] = mode == "PERSISTENT"
+        else:
+            fields["persistent"] = int_value(value, "JMSDeliveryMode", -(2**31), 2**31 - 1) == 2
+    if (value := get("JMSReplyTo")) is not None:
+        try:
+            fields["reply_to"] = parse_destination(value).uri
+        except BrokerError as exc:
+            raise StompError("Invalid JMSReplyTo header", f"JMSReplyTo: {exc.message}") from None
+    return fields
+
+
 def message_from_send(frame: Frame, connection_id: str | None = None,
                       temps: TempDestinations | None = None) -> Message:
     """A SEND frame as a message (ActiveMQ's copyStandardHeadersFromFrameToMessage): a body with
@@ -291,7 +346,7 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
     headers = frame.header_dict()
     get = headers.get
     body: str | bytes = frame.body
-    if "content-length" not in headers:
+    if _is_text(get("amq-msg-type"), "content-length" in headers):
         try:
             body = frame.body.decode("utf-8")
         except UnicodeDecodeError:
@@ -313,25 +368,48 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
     # /remote-temp-queue/ one as that temporary queue)
     reply_to = get("reply-to")
     if reply_to is not None and reply_to.startswith(TEMP_PREFIXES + REMOTE_TEMP_PREFIXES):
-        reply_to = _parse_parts(reply_to, False, temps)[0].uri
+        try:
+            reply_to = _parse_parts(reply_to, False, temps)[0].uri
+        except StompError as exc:  # (the temporary destinations' limit keeps its own message)
+            if exc.message != "Invalid destination":
+                raise
+            raise StompError("Invalid reply-to header", f"reply-to: {exc.detail}") from None
     elif reply_to is not None and not reply_to.startswith(("/queue/", "/topic/")):
         properties["reply-to"] = reply_to
         reply_to = None
     elif reply_to is not None:
         kind, _, name = reply_to[1:].partition("/")
+        if not name:  # (ActiveMQ ends the connection: its translator's error is no ProtocolException)
+            raise StompError("Invalid reply-to header",
+                             f"reply-to {reply_to!r} names no {kind}: /{kind}/<name>")
         reply_to = f"{kind}://{name}"
+    priority = jms_priority(priority) if priority is not None else 4
+    persistent = get("persistent") == "true"  # ActiveMQ's "true".equals, so 'TRUE' is not
+    expiration = max(expires or 0, 0)  # ActiveMQ's isExpired takes any value <= 0 as never
+    correlation_id, jms_type = get("correlation-id"), get("type")
+    if not _JMS_FIELD_HEADERS.isdisjoint(headers):  # (rare: one look for most SENDs)
+        jms = _jms_fields(headers)
+        for name in _JMS_FIELD_HEADERS:
+            properties.pop(name, None)
+        priority = jms.get("priority", priority)
+        persistent = jms.get("persistent", persistent)
+        expiration = jms.get("expiration", expiration)
+        timestamp = jms.get("timestamp", timestamp)
+        correlation_id = jms.get("correlation_id", correlation_id)
+        jms_type = jms.get("type", jms_type)
+        reply_to = jms.get("reply_to", reply_to)
     # Every field by position, in _MESSAGE_FIELDS's order: matching 17 keyword arguments to Message's 20
     # parameters took more instructions than the rest of building it (13 k against 5 k a SEND)
     return Message(
         body,  # body
         get("content-type"),  # content_type
-        jms_priority(priority) if priority is not None else 4,  # priority
-        java_bool(get("persistent")),  # persistent
+        priority,  # priority
+        persistent,  # persistent
         timestamp,  # timestamp
-        expires or 0,  # expiration
-        get("correlation-id"),  # correlation_id
+        expiration,  # expiration
+        correlation_id,  # correlation_id
         reply_to,  # reply_to
-        get("type"),  # type
+        jms_type,  # type
         properties,  # properties
         get("JMSXGroupID"),  # group_id
         group_seq or 0,  # group_seq
