@@ -247,6 +247,22 @@ async def test_a_temporary_queues_jobs_are_managed_by_a_staff_user_with_the_gran
     assert await jobs(root, "REMOVEALL") == [1]
 
 
+async def test_a_browse_to_a_full_reply_to_is_a_503_naming_its_limit(api, make_user):
+    """A BROWSE is admitted as a send to its reply_to (docs/broker_core.md "A BROWSE's replies and memory"):
+    to a full one it is refused as a send there is, and nothing is sent."""
+    root = await blocking(make_user)("root", superuser=True)
+    await blocking(runtime.broker().policies.set_entry)("queue", "orders.full", {"memoryLimit": 2048,
+                                                                                 "sendFailIfNoSpace": True})
+    await send(api, root, {"body": "later", "delay": 3_600_000}, destination="orders.sched")
+    await send(api, root, {"body": "x" * 1500}, destination="orders.full")
+    response = await api.post("/api/v1/topics/ActiveMQ.Scheduler.Management/messages",
+                              json={"properties": {"AMQ_SCHEDULER_ACTION": "BROWSE"},
+                                    "reply_to": "queue://orders.full"}, headers=root)
+    detail = assert_problem(response, 503, "resource_limit")["detail"]
+    assert detail.startswith("Usage Manager Memory Limit reached on queue://orders.full")
+    assert (await runtime.async_broker().stats("queue://orders.full")).enqueued == 1
+
+
 async def test_a_batch_of_management_messages_with_a_bad_one_changes_nothing(api, make_user):
     """Bad input changes no state: a batch whose second management message is refused must not have
     carried out the first (a REMOVEALL that cancelled every job, answered with a 400)."""

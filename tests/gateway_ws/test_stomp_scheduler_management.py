@@ -220,6 +220,26 @@ def test_a_temporary_queues_jobs_are_its_connections_alone(clients, broker):
     assert (broker.stats(temp).parked, broker.stats(temp).cancelled) == (0, 1)
 
 
+def test_a_browse_to_a_full_reply_to_is_an_error_naming_its_limit_and_sends_nothing(clients, queue_name,
+                                                                                      broker):
+    """A BROWSE is admitted as a producer's send to its reply-to (docs/broker_core.md "Scheduler
+    management"): to a full one it is refused as a SEND there is, its ERROR carrying the receipt id and
+    ActiveMQ's text, and no job is sent (repeated BROWSEs can no longer fill Redis with copies)."""
+    replies = f"{queue_name}.replies"
+    broker.policies.set_entry("queue", replies, {"memoryLimit": 2048, "sendFailIfNoSpace": True})
+    client = clients()
+    schedule(client, queue_name, "later", HOUR)
+    client.receipt(client.conn.send, f"/queue/{replies}", "x" * 1500)  # (what is left holds no job)
+    client.conn.send(MANAGEMENT, "", receipt="b1",
+                     headers={"AMQ_SCHEDULER_ACTION": "BROWSE", "reply-to": f"/queue/{replies}"})
+    error = client.expect("ERROR")
+    assert error.headers["receipt-id"] == "b1"
+    assert error.headers["message"].startswith(f"Usage Manager Memory Limit reached on queue://{replies}")
+    stats = broker.stats(f"queue://{replies}")
+    assert (stats.enqueued, stats.blocked_sends) == (1, 1)
+    assert broker.stats(f"queue://{queue_name}").parked == 1
+
+
 def test_a_browsed_cron_job_carries_its_expression(clients, queue_name, reader):
     """As ActiveMQ's job store keeps the message as sent, a BROWSE's copy of a cron job has its
     AMQ_SCHEDULED_CRON."""
