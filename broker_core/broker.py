@@ -623,6 +623,26 @@ class Broker(_Api):
         return run(self.driver.drive(op), self._perform)
 
 
+class _BrowseReplies:
+    """Where one BROWSE's messages go (AsyncBroker.manage_scheduler): the first under producer flow
+    control, which admits the BROWSE or refuses it before anything is sent; the rest without, as
+    SchedulerBroker's sendScheduledJob turns it off, so a full reply-to neither holds an admitted BROWSE
+    (and its connection) up nor cuts it short."""
+
+    def __init__(self, broker: AsyncBroker, reply_to: Destination) -> None:
+        self.broker, self.reply_to = broker, reply_to
+        self.admitted = False
+
+    async def send(self, messages: list[Message]) -> None:
+        broker = self.broker
+        if not self.admitted:
+            await broker._run(broker.ops.send(self.reply_to, messages[:1], broker._now()))
+            self.admitted = True
+            messages = messages[1:]
+        if messages:
+            await broker._run(broker.ops.send(self.reply_to, messages, broker._now(), kind="exempt"))
+
+
 class AsyncBroker(_Api):
     """The same API for asyncio callers (Channels consumers, async views); every method is awaitable."""
 
@@ -684,9 +704,18 @@ class AsyncBroker(_Api):
         (scheduler.NEEDS: 'read' to browse, 'admin' to cancel). Destination by destination, a page of at
         most SCHEDULED_PAGE jobs a script call, each bounded as browse's and remove's, so a walk over
         100,000 jobs holds nobody up. Returns how many jobs it sent or cancelled; a REMOVE of an id no such
-        destination has as a job raises UnknownMessage."""
+        destination has as a job raises UnknownMessage.
+
+        A BROWSE is admitted as a producer's send: its first message goes to the reply-to under producer
+        flow control (waiting or failing as the reply-to's policy says: ResourceAllocationError naming the
+        limit, nothing sent), the others without, as SchedulerBroker sends them, so an admitted BROWSE is
+        never cut short. A reply-to (and the broker) so ends at most one BROWSE's messages past its memory
+        limit per BROWSE under way, where BROWSEs repeated without flow control filled Redis without
+        bound (ActiveMQ's copies past the memory limit go to its temp store, which has a limit of its own;
+        Redis is Signalbox's only store)."""
         need = scheduler.NEEDS[request.action]
         done = 0
+        replies = _BrowseReplies(self, request.reply_to) if request.reply_to is not None else None
         registry = [parse_destination(uri) for uri in await self.destinations()]
         for first in range(0, len(registry), SCHEDULER_WALK_CHUNK):
             # only destinations with anything parked can have jobs: asked a chunk a round trip, so 10,000
@@ -697,7 +726,7 @@ class AsyncBroker(_Api):
                 if not await may(dest, need):
                     continue
                 try:
-                    found = await self._manage_jobs_of(dest, request)
+                    found = await self._manage_jobs_of(dest, request, replies)
                 except errors.UnknownDestination:  # deleted since the registry was read: no jobs there
                     continue
                 if request.job_id is not None and found:  # REMOVE: the one job
@@ -708,19 +737,19 @@ class AsyncBroker(_Api):
                                         "destination you may administer", message_id=request.job_id)
         return done
 
-    async def _manage_jobs_of(self, dest: Destination, request: scheduler.SchedulerRequest) -> int:
-        """`manage_scheduler` on one destination: how many of its jobs it sent or cancelled."""
+    async def _manage_jobs_of(self, dest: Destination, request: scheduler.SchedulerRequest,
+                              replies: _BrowseReplies | None) -> int:
+        """`manage_scheduler` on one destination: how many of its jobs it sent (to `replies`: a BROWSE)
+        or cancelled."""
         if request.job_id is not None:  # REMOVE
             return await self._run(self.ops.cancel_scheduled(dest, [request.job_id], self._now()))
         done, cursor = 0, None
         while True:
             page = await self._run(self.ops.scheduled_page(dest, cursor, request.start, request.end,
                                                            SCHEDULED_PAGE, self._now()))
-            if page.jobs and request.reply_to is not None:  # BROWSE
+            if page.jobs and replies is not None:  # BROWSE
                 for sending in scheduler.in_sends([scheduler.browsed_job(d, s) for d, s in page.jobs]):
-                    # without producer flow control, as SchedulerBroker's sendScheduledJob: a full reply-to
-                    # neither holds the walk (and the connection) up nor cuts the browse short
-                    await self._run(self.ops.send(request.reply_to, sending, self._now(), kind="exempt"))
+                    await replies.send(sending)
                 done += len(page.jobs)
             elif page.jobs:  # REMOVEALL
                 done += await self._run(self.ops.cancel_scheduled(

@@ -407,8 +407,13 @@ def failure_cause(kind: str, argument: str, policy: dict[str, str]) -> str | Non
 
 
 # The property a scheduled message arrives with: the id it was sent with, its job's (SchedulerBroker's
-# scheduledJobId). Set where its schedule is taken off (forward_copy) and on delivery while the stored
-# message still carries it (unpack_delivery: a queue's delayed message, a job's firing `<id>#<n>`).
+# scheduledJobId; `_job_id`: a firing's id `<id>#<n>` without its `#<n>`). One rule, given at two moments
+# because the stored record alone must say it came from a job: a message still carrying its schedule (a
+# queue's delayed message, a job's firing, a job a BROWSE reads) is stored without the property, which
+# unpack_delivery adds when it is read (nothing more to store per message); a copy that loses its schedule
+# (forward_copy: a topic job's firing published to its subscriptions, a virtual destination's copy of a
+# firing, a move of one that arrived) would no longer say so when read, so the property is written into the
+# copy. (scripts/lua/includes/message.lua `job_of` reads it back from such a copy; it sets nothing.)
 SCHEDULED_JOB_ID = "scheduledJobId"
 
 

@@ -121,8 +121,8 @@ def scheduler_requests(destinations: list[Destination], messages: list[Message])
 def browsed_job(delivery: Delivery, schedule: tuple[int, int, int, str | None]) -> Message:
     """The message a BROWSE sends for one job, as SchedulerBroker's sendScheduledJob: the message as sent,
     with its schedule (the AMQ_SCHEDULED_* it was sent with: a repeating job's full repeat, not what is
-    left), its destination as original destination, `scheduledJobId`, type `Advisory`, a new id, not
-    persistent."""
+    left), its destination as original destination, `scheduledJobId` (which the job's delivery carries:
+    messages.unpack_delivery), type `Advisory`, a new id, not persistent."""
     delay, period, repeat, cron = schedule
     properties: dict[str, PropertyValue] = dict(delivery.properties)
     for name, value in (("AMQ_SCHEDULED_DELAY", delay), ("AMQ_SCHEDULED_PERIOD", period),
@@ -131,7 +131,6 @@ def browsed_job(delivery: Delivery, schedule: tuple[int, int, int, str | None]) 
             properties[name] = TypedValue("long", value) if name != "AMQ_SCHEDULED_REPEAT" else value
     if cron is not None:
         properties["AMQ_SCHEDULED_CRON"] = cron
-    properties.setdefault(SCHEDULED_JOB_ID, delivery.message_id.split("#", 1)[0])
     return Message(delivery.body, delivery.content_type, delivery.priority, False, delivery.timestamp,
                    delivery.expiration, delivery.correlation_id, delivery.reply_to, "Advisory", properties,
                    delivery.group_id, delivery.group_seq, original_destination=delivery.destination)

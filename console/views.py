@@ -13,7 +13,7 @@ from django.shortcuts import render
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import InvalidDestination
 from gateway.api.destination_index import is_dead_letter_queue
-from gateway.permissions import ACTIONS, allowed
+from gateway.permissions import ACTIONS, allowed, is_staff
 
 LOGIN = "console:login"
 
@@ -91,7 +91,7 @@ def send(request: HttpRequest) -> HttpResponse:
 
 @login_required(login_url=LOGIN)
 def audit(request: HttpRequest) -> HttpResponse:
-    if not (request.user.is_staff or request.user.is_superuser):
+    if not is_staff(request.user):
         return _forbidden(request, "The audit log is for staff users.")
     return _page(request, "audit.html", "audit")
 
@@ -99,22 +99,18 @@ def audit(request: HttpRequest) -> HttpResponse:
 @login_required(login_url=LOGIN)
 def routing(request: HttpRequest) -> HttpResponse:
     # as GET /api/v1/virtual-destinations: routing names destinations across the broker
-    if not (request.user.is_staff or request.user.is_superuser):
+    if not is_staff(request.user):
         return _forbidden(request, "The virtual destination routing is for staff users.")
     return _page(request, "routing.html", "routing")
-
-
-def _staff(request: HttpRequest) -> bool:
-    return bool(request.user.is_staff or request.user.is_superuser)
 
 
 @login_required(login_url=LOGIN)
 def connections(request: HttpRequest) -> HttpResponse:
     # who sees which connection is the API's decision (gateway/api/views_connections.py)
-    return _page(request, "connections.html", "connections", admin=_staff(request))
+    return _page(request, "connections.html", "connections", admin=is_staff(request.user))
 
 
 @login_required(login_url=LOGIN)
 def connection(request: HttpRequest, connection_id: str) -> HttpResponse:
     return _page(request, "connection.html", "connections", connection_id=connection_id,
-                 admin=_staff(request))
+                 admin=is_staff(request.user))

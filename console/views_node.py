@@ -7,11 +7,12 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 
 from console.views import LOGIN, _forbidden, _page
+from gateway.permissions import is_staff
 
 
 @login_required(login_url=LOGIN)
 def node(request: HttpRequest) -> HttpResponse:
     # hosts, process ids and Redis internals, as the API: the operators' business
-    if not (request.user.is_staff or request.user.is_superuser):
+    if not is_staff(request.user):
         return _forbidden(request, "The node's health is for staff users.")
     return _page(request, "node.html", "node")

@@ -238,6 +238,44 @@ async def allowed_async(user: Any, destination: str | Destination | Iterable[Des
     return bool(_decide(user, destination, action, rules))
 
 
+def is_staff(user: Any) -> bool:
+    """A staff user (or a superuser): an operator, who sees what is the broker's rather than one user's (the
+    audit log, the node, every connection, a temporary destination's contents)."""
+    return bool(getattr(user, "is_authenticated", False)
+                and (getattr(user, "is_staff", False) or getattr(user, "is_superuser", False)))
+
+
+def temporary_refusal(user: Any, destination: Destination, connection_id: str | None = None) -> str | None:
+    """Why `user`, on connection `connection_id` (None: the REST API, which has none), may not see or take
+    the contents of `destination` (its messages, its scheduled jobs); None when the rule below allows it
+    or the destination is not temporary. A temporary destination's contents are its own connection's, as
+    ActiveMQ refuses another connection's consumer or browser of one ("Cannot consume from a temporary
+    destination created on another connection"; Router.add_consumer, Broker.browser_limit), and a staff
+    user's: an operator looks, or takes messages out, where no connection could. A grant covering its name
+    lets a user send a reply to it, not read the replies. The one rule of every adapter: the REST API's
+    views (refuse_temporary_contents) and the scheduler management of the REST send and of the
+    WebSocket/STOMP sessions (`contents_allowed`)."""
+    owner = destination.temporary_owner
+    if owner is None or owner == connection_id or is_staff(user):
+        return None
+    return (f"{destination.uri} is a temporary destination of connection {owner}: its messages are that "
+            "connection's; only a staff user may read them here")
+
+
+async def contents_allowed(user: Any, destination: Destination, action: Action,
+                           connection_id: str | None = None) -> bool:
+    """May `user`, on connection `connection_id`, do `action` on the contents of `destination` (the
+    scheduler management's jobs of it)? Its own connection's temporary destination needs no grant (STOMP
+    checks none on temporary destinations, as ActiveMQ without a tempDestinationAuthorizationEntry);
+    anything else needs the grant, and a temporary destination of another connection a staff user too
+    (`temporary_refusal`), as the REST API's views ask both."""
+    if connection_id is not None and destination.temporary_owner == connection_id:
+        return True
+    if temporary_refusal(user, destination, connection_id) is not None:
+        return False
+    return await allowed_async(user, destination, action)
+
+
 def readable_patterns(user: Any, action: Action = "read") -> list[Destination] | None:
     """Patterns under which `user` may do `action`; None means everything (superuser). Blocking."""
     decided = _decide(user, ">", action, None)

@@ -50,7 +50,8 @@ def send_packed(ops: Context, dest: Destination, packed: list[tuple[str, bytes]]
                 also: tuple[Destination, ...] = (), kind: str = "producer") -> Op:
     """`send` to a queue of messages packed already (Message.pack: id, bytes). A limit the script
     checks (size, properties) refuses all of them before anything is stored. `kind` "exempt": the
-    broker's own send, without producer flow control (a BROWSE's replies, scheduler.py)."""
+    broker's own send, without producer flow control (a BROWSE's replies after its first: broker.py
+    _BrowseReplies)."""
     origin = yield from virtual.origin(ops, dest, kind, also)
 
     def finish(sent: Sent) -> Op:

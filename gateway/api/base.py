@@ -31,7 +31,7 @@ from gateway.api.errors import URL_NOT_UTF8, Problem, describe
 from gateway.credentials import verified
 from gateway.db_steps import db
 from gateway.logins import LoginRefused, failure_pause, in_login_thread
-from gateway.permissions import Action, allowed_async
+from gateway.permissions import Action, allowed_async, temporary_refusal
 
 
 class RateLimited(exceptions.Throttled):
@@ -237,17 +237,11 @@ async def on_existing(view: GatewayView, request: Request, destination: Destinat
 
 
 def refuse_temporary_contents(request: Request, destination: Destination) -> None:
-    """403 unless a staff user reads the messages of a temporary destination: they are its connection's.
-    ActiveMQ's client refuses a browser of another connection's temporary queue as it refuses a consumer
-    ("Cannot consume from a temporary destination created on another connection"), as Signalbox's STOMP
-    browser and every consumer are refused (Broker.browser_limit, Router.add_consumer); REST has no
-    connection, so over REST only an operator may look (a grant covering the name lets a user send a reply
-    to it, not read the replies), or move or copy them out to another queue, where they could be read."""
-    owner = destination.temporary_owner
-    if owner is not None and not request.user.is_staff:
-        raise exceptions.PermissionDenied(
-            f"{destination.uri} is a temporary destination of connection {owner}: its messages are that "
-            "connection's; only a staff user may read them here")
+    """403 when the user may not read, or move or copy out, a temporary destination's messages
+    (permissions.temporary_refusal: REST has no connection, so over REST only a staff user may)."""
+    refusal = temporary_refusal(request.user, destination)
+    if refusal is not None:
+        raise exceptions.PermissionDenied(refusal)
 
 
 async def browse(view: GatewayView, request: Request, destination: Destination) -> Response:

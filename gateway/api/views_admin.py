@@ -414,7 +414,7 @@ class AuditListView(GatewayView):
 
         from gateway.models import AuditRecord
 
-        if not (request.user.is_staff or request.user.is_superuser):
+        if not permissions.is_staff(request.user):
             raise PermissionDenied("the audit log is for staff users")
         limit, offset = page_bounds(request)
         filters = {k: request.query_params[k] for k in ("destination", "action")

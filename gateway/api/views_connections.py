@@ -33,10 +33,6 @@ DEFAULT_LIMIT = 50
 CALLS_PER_PAGE = 10  # script calls one request makes, at most, to fill a filtered page
 
 
-def is_admin(user: Any) -> bool:
-    return bool(getattr(user, "is_authenticated", False) and (user.is_staff or user.is_superuser))
-
-
 def _may_see(user: Any, patterns: list[Any] | None, info: ConnectionInfo) -> bool:
     if patterns is None or info.user == user.get_username():
         return True
@@ -68,7 +64,7 @@ def detail(info: ConnectionInfo) -> dict[str, Any]:
 
 async def _visible_or_404(request: Request, connection_id: str) -> ConnectionInfo:
     info = await runtime.async_broker().connection_get(connection_id)
-    if info is not None and not is_admin(request.user):
+    if info is not None and not permissions.is_staff(request.user):
         patterns = await db(permissions.readable_patterns, request.user, "read")
         if not _may_see(request.user, patterns, info):
             info = None
@@ -89,7 +85,7 @@ class ConnectionListView(GatewayView):
         limit = _limit(request)
         filters = {name: request.query_params.get(name, "") for name in FILTERS}
         cursor = request.query_params.get("cursor") or ""
-        admin = is_admin(request.user)
+        admin = permissions.is_staff(request.user)
         patterns = None if admin else await db(permissions.readable_patterns, request.user, "read")
         broker = runtime.async_broker()
         found: list[ConnectionInfo] = []
@@ -122,7 +118,7 @@ class ConnectionCloseView(GatewayView):
     async def post(self, request: Request, connection_id: str) -> Response:
         if not request.user.is_authenticated:
             raise exceptions.NotAuthenticated()
-        if not is_admin(request.user):
+        if not permissions.is_staff(request.user):
             raise exceptions.PermissionDenied(f"user {request.user.get_username()!r} may not close "
                                               "connections: only staff users may")
         info = await _visible_or_404(request, connection_id)

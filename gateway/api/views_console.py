@@ -72,7 +72,7 @@ class PermissionsView(GatewayView):
         text = request.query_params.get("destination") or ""
         destinations = parse_composite(text, allow_wildcards=True) if text.strip() else []
         user = request.user
-        out: dict[str, Any] = {"user": user.get_username(), "staff": bool(user.is_staff or user.is_superuser),
+        out: dict[str, Any] = {"user": user.get_username(), "staff": permissions.is_staff(user),
                                "destinations": {}}
         for d in destinations[:200]:
             out["destinations"][d.uri] = {a: await permissions.allowed_async(user, d, a)

@@ -45,7 +45,7 @@ from gateway.api.errors import Problem
 from gateway.api.render import consumer_json
 from gateway.api.schema import KIND_PARAM, problem_doc, problems
 from gateway.paths import to_segment
-from gateway.permissions import allowed_async
+from gateway.permissions import allowed_async, contents_allowed
 
 MAX_BATCH = 1000
 # -- producing --------------------------------------------------------------------------------------
@@ -154,9 +154,7 @@ async def manage_scheduler(user: Any, destinations: list[Destination], messages:
                                               f"{request.reply_to.uri} (the BROWSE's reply_to)")
 
     async def may(dest: Destination, action: str) -> bool:
-        if dest.is_temporary:  # (its contents are its STOMP connection's: staff alone over REST)
-            return bool(user.is_staff)
-        return await allowed_async(user, [dest], action)  # type: ignore[arg-type]
+        return await contents_allowed(user, dest, action)  # type: ignore[arg-type]
 
     broker = runtime.async_broker()
     return [await broker.manage_scheduler(request, may) for request in requests]

@@ -9,7 +9,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gateway import runtime
+from gateway import permissions, runtime
 from gateway.api.base import GatewayView
 from gateway.api.schema import problems
 from signalbox import node
@@ -21,6 +21,6 @@ class NodeView(GatewayView):
                    responses={200: {"type": "object"}, **problems(401, 403)})
     async def get(self, request: Request) -> Response:
         # Hosts, process ids and Redis internals are the operators' business, as the audit log.
-        if not (request.user.is_staff or request.user.is_superuser):
+        if not permissions.is_staff(request.user):
             raise PermissionDenied("the node's health is for staff users")
         return Response(await node.gather(runtime.async_redis(), settings.SIGNALBOX_NAMESPACE))

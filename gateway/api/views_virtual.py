@@ -13,7 +13,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gateway import runtime
+from gateway import permissions, runtime
 from gateway.api.base import GatewayView
 from gateway.api.schema import problems
 
@@ -40,6 +40,6 @@ class VirtualDestinationListView(GatewayView):
                    responses={200: VirtualDestinationSerializer(many=True), **problems(401, 403)})
     async def get(self, request: Request) -> Response:
         # Routing names destinations across the whole broker, so it is shown to staff only, as the audit log.
-        if not (request.user.is_staff or request.user.is_superuser):
+        if not permissions.is_staff(request.user):
             raise PermissionDenied("the virtual destination routing is for staff users")
         return Response(await runtime.async_broker().virtual_routing())

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker_core.destinations import Destination
-from gateway import permissions
 from gateway.credentials import socket_login, verified
 from gateway.logins import LoginRefused, failure_pause, in_login_thread
 
@@ -54,14 +52,6 @@ async def authenticate(login: str | None, passcode: str | None, session_user: An
         return None
     verified.put(presented, user, None)
     return user
-
-
-async def may(user: Any, destinations: list[Destination], action: str) -> bool:
-    """May `user` do `action` ('read' or 'write') on every one of `destinations`?"""
-    allowed = permissions.allowed_now(user, destinations, action)  # type: ignore[arg-type]
-    if allowed is None:  # (the rules must be read first)
-        allowed = await permissions.allowed_async(user, destinations, action)  # type: ignore[arg-type]
-    return allowed
 
 
 def username(user: Any) -> str:

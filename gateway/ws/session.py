@@ -15,7 +15,7 @@ from broker_core.destinations import Destination
 from broker_core.maintenance import AbortNotice
 from broker_core.messages import Delivery, Message
 from broker_core.model import Consumer
-from gateway import connections
+from gateway import connections, permissions
 from gateway.unavailable import store_unavailable
 from gateway.ws import auth
 from gateway.ws.link import Link, LinkSettings, SendBuffer, Subscription
@@ -111,20 +111,19 @@ class LinkedSession:
 
     async def refusal(self, destinations: list[Destination], action: str) -> str | None:
         """None when the user may `action` ('read' or 'write') every destination, else ActiveMQ's text."""
-        if await auth.may(self.user, destinations, action):
+        if await permissions.allowed_async(self.user, destinations, action):  # type: ignore[arg-type]
             return None
         verb = "write to" if action == "write" else "read from"
         return (f"User {auth.username(self.user)} is not authorized to {verb}: "
                 f"{', '.join(d.uri for d in destinations)}")
 
     async def may(self, dest: Destination, action: str) -> bool:
-        """May the user `action` on the contents of `dest` (the scheduler management's jobs)? A temporary
-        destination's are its own connection's, or a staff user's (as REST's refuse_temporary_contents);
-        any other's as the protocol's own checks take it (`_authorize`)."""
-        if dest.is_temporary:
-            return (self.link is not None and dest.temporary_owner == self.link.connection_id) \
-                or bool(getattr(self.user, "is_staff", False))
-        return await auth.may(self.user, [dest], action)
+        """May the user `action` on the contents of `dest` (the scheduler management's jobs)? As every
+        adapter asks it (permissions.contents_allowed): its own connection's temporary destination's, the
+        grant's, and another connection's temporary destination a staff user's alone."""
+        connection_id = self.link.connection_id if self.link is not None else None
+        return await permissions.contents_allowed(self.user, dest, action,  # type: ignore[arg-type]
+                                                  connection_id)
 
     async def _authorize(self, destinations: list[Destination], action: str
                          ) -> None:  # pragma: no cover - interface

@@ -216,6 +216,53 @@ async def test_a_send_to_the_scheduler_management_topic_browses_and_cancels_jobs
             (await broker.stats("queue://billing.sched")).parked) == (1, 1)
 
 
+async def test_a_temporary_queues_jobs_are_managed_by_a_staff_user_with_the_grant(api, make_user):
+    """One rule for a temporary destination's contents, the REST views' (permissions.contents_allowed): over
+    REST (no connection) its jobs are a staff user's who also has the grant, as its messages are to browse.
+    A staff user without a grant on it neither sees nor cancels them (the management's copy let staff see
+    any); a user with the grant but no staff neither; a superuser (staff or not) does."""
+    from django.contrib.auth.models import User
+
+    name = "ID:tcp-0123456789abcdab:1"
+    manage = [("topic://ActiveMQ.Scheduler.Management", "write"), ("queue://olga.replies", "admin")]
+    olga = await blocking(make_user)("olga", manage, staff=True)  # staff, no grant on the queue
+    carol = await blocking(make_user)("carol", [*manage, ("queue://>", "admin")])  # the grant, no staff
+    otto = await blocking(make_user)("otto", [*manage, ("queue://>", "admin")], staff=True)
+    root = await blocking(make_user)("root", superuser=True)
+    await blocking(lambda: User.objects.filter(username="root").update(is_staff=False))()
+    await send(api, root, {"body": "a reply, later", "delay": 3_600_000}, destination=name)
+    path = "/api/v1/topics/ActiveMQ.Scheduler.Management/messages"
+
+    async def jobs(user: dict[str, str], action: str) -> list[int]:
+        response = await api.post(path, json={"properties": {"AMQ_SCHEDULER_ACTION": action},
+                                              "reply_to": "queue://olga.replies"}, headers=user)
+        assert response.status_code == 201, response.text
+        return response.json()["jobs"]
+
+    for user in (olga, carol):
+        assert (await jobs(user, "BROWSE"), await jobs(user, "REMOVEALL")) == ([0], [0])
+    assert await jobs(otto, "BROWSE") == [1]
+    page = (await api.get(f"/api/v1/queues/{name}/scheduled", headers=root)).json()
+    assert [m["body"] for m in page["messages"]] == ["a reply, later"]
+    assert await jobs(root, "REMOVEALL") == [1]
+
+
+async def test_a_browse_to_a_full_reply_to_is_a_503_naming_its_limit(api, make_user):
+    """A BROWSE is admitted as a send to its reply_to (docs/broker_core.md "A BROWSE's replies and memory"):
+    to a full one it is refused as a send there is, and nothing is sent."""
+    root = await blocking(make_user)("root", superuser=True)
+    await blocking(runtime.broker().policies.set_entry)("queue", "orders.full", {"memoryLimit": 2048,
+                                                                                 "sendFailIfNoSpace": True})
+    await send(api, root, {"body": "later", "delay": 3_600_000}, destination="orders.sched")
+    await send(api, root, {"body": "x" * 1500}, destination="orders.full")
+    response = await api.post("/api/v1/topics/ActiveMQ.Scheduler.Management/messages",
+                              json={"properties": {"AMQ_SCHEDULER_ACTION": "BROWSE"},
+                                    "reply_to": "queue://orders.full"}, headers=root)
+    detail = assert_problem(response, 503, "resource_limit")["detail"]
+    assert detail.startswith("Usage Manager Memory Limit reached on queue://orders.full")
+    assert (await runtime.async_broker().stats("queue://orders.full")).enqueued == 1
+
+
 async def test_a_batch_of_management_messages_with_a_bad_one_changes_nothing(api, make_user):
     """Bad input changes no state: a batch whose second management message is refused must not have
     carried out the first (a REMOVEALL that cancelled every job, answered with a 400)."""

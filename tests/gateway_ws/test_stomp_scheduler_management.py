@@ -194,8 +194,8 @@ def test_a_topics_jobs_are_browsed_and_removed_too(clients, reader, broker):
 def test_a_temporary_queues_jobs_are_its_connections_alone(clients, broker):
     """A temporary queue's messages are its connection's (ActiveMQ refuses another connection's browser of
     one; REST shows them to staff alone): another connection's BROWSE does not list its jobs and its
-    REMOVEALL leaves them, even the same user's (carol: no staff, no right on the queue); its own
-    connection's does."""
+    REMOVEALL leaves them, even the same user's (carol: no staff, no right on the queue), nor a staff user's
+    without a grant on it (permissions.contents_allowed, the REST API's rule); its own connection's does."""
     owner, other, reader = clients("carol"), clients("carol"), clients()
     reader.reply_to = f"/queue/carol.replies{uuid.uuid4().hex[:8]}"  # (carol may write there)
     reader.receipt(reader.conn.subscribe, reader.reply_to, id="r")
@@ -211,12 +211,33 @@ def test_a_temporary_queues_jobs_are_its_connections_alone(clients, broker):
             got.append(reader.expect("MESSAGE"))
         return [m for m in got if name in m.headers.get("original-destination", "")]
 
-    assert listed(other) == []
-    manage(other, "REMOVEALL")
-    assert broker.stats(temp).parked == 1
+    for stranger in (other, clients("sam")):  # (sam: staff, without a grant on the queue, as REST asks)
+        assert listed(stranger) == []
+        manage(stranger, "REMOVEALL")
+        assert broker.stats(temp).parked == 1
     assert [m.body for m in listed(owner)] == [b"mine"]
     manage(owner, "REMOVEALL")
     assert (broker.stats(temp).parked, broker.stats(temp).cancelled) == (0, 1)
+
+
+def test_a_browse_to_a_full_reply_to_is_an_error_naming_its_limit_and_sends_nothing(clients, queue_name,
+                                                                                      broker):
+    """A BROWSE is admitted as a producer's send to its reply-to (docs/broker_core.md "Scheduler
+    management"): to a full one it is refused as a SEND there is, its ERROR carrying the receipt id and
+    ActiveMQ's text, and no job is sent (repeated BROWSEs can no longer fill Redis with copies)."""
+    replies = f"{queue_name}.replies"
+    broker.policies.set_entry("queue", replies, {"memoryLimit": 2048, "sendFailIfNoSpace": True})
+    client = clients()
+    schedule(client, queue_name, "later", HOUR)
+    client.receipt(client.conn.send, f"/queue/{replies}", "x" * 1500)  # (what is left holds no job)
+    client.conn.send(MANAGEMENT, "", receipt="b1",
+                     headers={"AMQ_SCHEDULER_ACTION": "BROWSE", "reply-to": f"/queue/{replies}"})
+    error = client.expect("ERROR")
+    assert error.headers["receipt-id"] == "b1"
+    assert error.headers["message"].startswith(f"Usage Manager Memory Limit reached on queue://{replies}")
+    stats = broker.stats(f"queue://{replies}")
+    assert (stats.enqueued, stats.blocked_sends) == (1, 1)
+    assert broker.stats(f"queue://{queue_name}").parked == 1
 
 
 def test_a_browsed_cron_job_carries_its_expression(clients, queue_name, reader):

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = "tests.gateway_ws.server_settings"
 
 # alice: superuser (password 'secret', token ALICE_TOKEN); bob: no permissions but read on queue://bob.>;
-# carol: admin of queue://carol.>, write to the scheduler management topic
+# carol: admin of queue://carol.>, write to the scheduler management topic; sam: staff, carol's grants
 ALICE_TOKEN = "a" * 40
 _USERS = f"""
 from django.contrib.auth import get_user_model
@@ -37,6 +37,9 @@ carol = User.objects.create_user("carol", "carol@example.com", "secret")
 for pattern, actions in (("queue://carol.>", dict(can_admin=True)),
                          ("topic://ActiveMQ.Scheduler.Management", dict(can_write=True))):
     DestinationPermission.objects.create(destination=pattern, **actions).users.add(carol)
+sam = User.objects.create_user("sam", "sam@example.com", "secret", is_staff=True)
+for rule in DestinationPermission.objects.filter(users=carol):
+    rule.users.add(sam)
 """
 
 

@@ -39,7 +39,8 @@ if origin == 'check' then return { '' } end
 -- (and the memory held, 'mem', for the write after the loop).
 local counts = redis.call('HMGET', base.K_META, 'seq', 'enqueued', 'cursor', 'memmin', 'mem')
 flow.floor_read(counts[4])  -- (a queue: its meta hash is the one flow charges, flow.meta_key)
--- (not checked: forwards, commits (reserved at the probe), 'exempt': the broker's own sends, a BROWSE's replies)
+-- (not checked: forwards, commits (reserved at the probe), 'exempt': the broker's own sends, a BROWSE's
+-- replies after its first, which a producer's send admits: AsyncBroker.manage_scheduler)
 local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
 if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (a transacted send)
   local need = 0
