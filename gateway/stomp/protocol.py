@@ -801,8 +801,10 @@ class StompSession(LinkedSession):
 
     def _ack_target(self, frame: Frame) -> tuple[Subscription, str] | None:
         """The subscription and ack id an ACK/NACK names; None for a message of a subscription that was
-        unsubscribed or aborted since (it went back to the queue; ActiveMQ answers such a late ack with
-        a RECEIPT and does nothing, and acknowledging late is not the client's error)."""
+        unsubscribed or aborted since, named by its ack id alone (1.2's `id`, 1.0's `message-id` without
+        `subscription`): it went back to the queue, ActiveMQ answers such a late ack with a RECEIPT and
+        does nothing, and acknowledging late is not the client's error. One that names the subscription
+        (1.1) is refused, as ActiveMQ's, which looks only in the subscriptions still open."""
         assert self.link is not None
         name = "id" if self.version == "1.2" else "message-id"
         ack_id = frame.get(name)
@@ -822,14 +824,23 @@ class StompSession(LinkedSession):
         if sub_key is None and self.version == "1.1":
             raise StompError(f"{frame.command} received without a subscription id for acknowledge!",
                              f"STOMP 1.1 {frame.command} needs the subscription header")
-        sub = self.link.subscriptions.get(sub_key) if sub_key is not None else None
-        if sub is None or ack_id not in sub.unacked:
+        if sub_key is None or self.version == "1.2":
+            # 1.2 names the delivery alone (a subscription header is not read, as ActiveMQ's); 1.0 without
+            # one: the subscription holding it
             sub = self.link.find(ack_id)
-        if sub is None and self.link.was_ended(ack_id):
-            return None
+            if sub is None and self.link.was_ended(ack_id):
+                return None
+            where = "no subscription of this connection holds"
+        else:
+            # Before 1.2 the subscription named is the only one looked in, as ActiveMQ's: a message another
+            # subscription delivered, or one of this subscription unsubscribed since, is refused
+            sub = self.link.subscriptions.get(sub_key)
+            if sub is not None and ack_id not in sub.unacked:
+                sub = None
+            where = f"subscription {sub_key!r} of this connection does not hold"
         if sub is None:
             raise StompError(f"Unexpected {frame.command} received for message-id [{ack_id}]",
-                             f"no subscription of this connection holds an unacknowledged message {ack_id}")
+                             f"{where} an unacknowledged message {ack_id}")
         return sub, ack_id
 
     async def on_ack(self, frame: Frame) -> None:

@@ -914,7 +914,7 @@ class Link:
         """Acknowledge by the subscription's ack mode: `client` is cumulative over the subscription,
         `client-individual` the listed messages only. Several ids (in delivery order) are checked first
         and acknowledged in one broker call per consumer, so a list is acknowledged whole or not at all.
-        Inside a transaction the ack happens on commit."""
+        Inside a transaction the ack happens on commit; the prefetch window grows at once (`_delivered`)."""
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected ACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
@@ -924,12 +924,31 @@ class Link:
             consumers = open_tx.consumers.union(c.consumer_id for c in sub.consumers)
             await self.broker.check_transaction(open_tx.tx, acked, places=consumers)
             taken = self._take(sub, ack_ids)
+            await self._delivered(sub, taken)
             open_tx.acked, open_tx.consumers = acked, consumers
             self._tx_acks.setdefault(tx, []).append((sub, taken))  # (their ids stay pending: ABORT)
             return len(taken)
         taken = self._take(sub, ack_ids)
         self._forget_pending(key for key, _entry in taken)
         return await self._ack_entries(sub, [entry for _key, entry in taken], None)
+
+    async def _delivered(self, sub: Subscription, taken: list[Taken]) -> None:
+        """A transacted ACK's messages reached the client: the consumer's prefetch window grows by them now
+        (broker_core's `delivered` ack), as ActiveMQ's does at a transacted ack, so that a client holding
+        a full window gets its next messages within the same transaction; the COMMIT's acks shrink it
+        back. Without this a client with prefetch 1 that acknowledges in a transaction waits for a next
+        message that only its COMMIT would let through. An ABORT leaves it grown until those messages are
+        acknowledged or the consumer closes (ActiveMQ's client mode does the same). Refused (a message no
+        longer in flight: expired, or removed by an operator), the ACK takes nothing."""
+        try:
+            for consumer, ids in self._by_consumer([entry for _key, entry in taken]):
+                await self.broker.ack(consumer, ids, mode="delivered")
+        except NotInFlight as exc:
+            sub.restore(taken)
+            raise LinkError("Unexpected ACK", exc.message, "not_in_flight") from None
+        except BaseException:
+            sub.restore(taken)
+            raise
 
     @staticmethod
     def _covered(sub: Subscription, ack_ids: list[str]) -> int:
