@@ -571,3 +571,32 @@ def test_several_web_processes_are_summed_with_a_multiprocess_folder(tmp_path, n
     finally:
         server.stop()
     assert "Traceback" not in server.output(), server.output()
+
+
+@pytest.mark.e2e
+def test_a_clean_disconnect_over_tcp_is_counted_ok(tmp_path):
+    """A STOMP client's DISCONNECT over TCP (with a receipt or not) is its clean end, counted `ok`: the
+    socket's close that it causes must not count it as refused."""
+    import socket
+
+    from tests.helpers.gateway_server import own_gateway_and_listener
+
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    with own_gateway_and_listener(tmp_path, "disconnect", SIGNALBOX_METRICS_TOKEN=TOKEN,
+                                  PROMETHEUS_MULTIPROC_DIR=str(folder)) as parts:
+        for receipt in ("receipt:bye\n", ""):
+            with socket.create_connection(("127.0.0.1", parts["listener"].port), timeout=10) as sock:
+                sock.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\nlogin:alice\npasscode:secret\n\n\x00")
+                assert sock.recv(4096).startswith(b"CONNECTED")
+                sock.sendall(f"DISCONNECT\n{receipt}\n\x00".encode())
+                received = b""
+                while chunk := sock.recv(4096):  # until the listener closes the socket
+                    received += chunk
+                assert received == (b"RECEIPT\nreceipt-id:bye\n\n\x00" if receipt else b"")
+        parsed = samples(scrape(parts["gateway"]).text)
+    assert of(parsed, "signalbox_ws_frames_total", protocol="stomp", command="CONNECT", outcome="ok") == 2
+    refused = ("signalbox_ws_frames_total",
+               (("command", "DISCONNECT"), ("outcome", "error"), ("protocol", "stomp")))
+    assert refused not in parsed
+    assert of(parsed, "signalbox_ws_frames_total", protocol="stomp", command="DISCONNECT", outcome="ok") == 2

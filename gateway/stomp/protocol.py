@@ -346,6 +346,8 @@ class StompSession(LinkedSession):
             outcome = "ok"
             if receipt is not None and not receipt_sent and not self.closing:
                 await self.send_frame("RECEIPT", [("receipt-id", receipt)])
+            if frame.command == "DISCONNECT":  # done (and counted ok) before the close: over TCP the
+                await self.shutdown("DISCONNECT")  # socket's end cancels this task while it waits there
         except (StompError, FrameError, LinkError, BrokerError) as exc:
             await self.refuse(frame, exc, receipt)
         except SlowClient as exc:
@@ -872,10 +874,9 @@ class StompSession(LinkedSession):
         await self.link.abort(self._transaction_name(frame))
 
     async def on_disconnect(self, frame: Frame) -> None:
-        """Close the subscriptions (unacked messages go back), send the RECEIPT, close."""
+        """Close the subscriptions (unacked messages go back) and send the RECEIPT; `handle` then closes."""
         assert self.link is not None
         await self.release("DISCONNECT")
         receipt = frame.get("receipt")
         if receipt is not None:
             await self.send_frame("RECEIPT", [("receipt-id", receipt)], force=True)
-        await self.shutdown("DISCONNECT")
