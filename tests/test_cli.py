@@ -724,6 +724,17 @@ def test_stat_of_a_topic_lists_its_subscriptions_with_pending_and_consumers(serv
         http.delete(f"/api/v1/topics/{t}/consumers/{live}")
 
 
+def test_stat_of_a_queue_shows_no_topic_rows(server, home):
+    """A queue has no subscriptions: its detail shows neither a topic's counters nor "no subscriptions"
+    (the API's queue answer carries those keys, empty)."""
+    q = unique("cli.plain")
+    ok(run(home, server, "send", q, "m"))
+    table = ok(run(home, server, "stat", q))
+    assert "queue_size" in table and "consumer_count" in table, table
+    for topic_only in ("subscription", "durable_active", "durable_offline"):
+        assert topic_only not in table, table
+
+
 @pytest.mark.e2e
 def test_stat_watch(server, home):
     q = unique("cli.watch")
