@@ -526,13 +526,19 @@ def test_follow_waits_for_a_broker_that_restarts(tmp_path, home):
 
 @pytest.mark.e2e
 def test_sigterm_closes_the_consumer_too(server, home):
+    """SIGTERM (`timeout 60 signalbox receive ...`, a service stopped) ends a receive as Ctrl-C does, with
+    143: the consumer closed and one line saying what it took."""
     q = unique("cli.term")
     ok(run(home, server, "send", q, "t"))
     with running(home, server, "receive", q, "--follow") as process:
         assert process.stdout.readline() == b"t\n"
         assert stats(home, server, q)["consumer_count"] == 1
+        deadline = time.monotonic() + 10
+        while stats(home, server, q)["dequeued"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
         process.send_signal(signal.SIGTERM)
         assert process.wait(20) == 128 + signal.SIGTERM
+        assert process.stderr.read().decode() == f"received 1 message from queue://{q} (terminated)\n"
     assert stats(home, server, q)["consumer_count"] == 0
 
 

@@ -6,6 +6,7 @@
     2  usage: a bad option or argument, or a bad config file (click's own code for usage errors)
     3  Signalbox could not be reached (connection refused, DNS, timeout)
   130  interrupted (Ctrl-C); a consumer is closed first, so what it did not print goes back
+  143  `receive` terminated (SIGTERM): as Ctrl-C
 """
 
 from __future__ import annotations

@@ -226,14 +226,15 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
     keeper = LeaseKeeper(client, base, consumer.get("lease_ms", lease))
     keeper.start()
     tally = [0]  # messages printed (receive_loop counts them: an interrupted loop returns nothing)
-    # SIGTERM ends the command as Ctrl-C does, but as an error: through the `except` that closes the consumer.
+    # SIGTERM (`timeout`, a service stopped) ends the command as Ctrl-C does: the consumer closed and what
+    # it took said, exiting 143 rather than 130.
     signal.signal(signal.SIGTERM, terminated)
-    stopped = False
+    stopped: KeyboardInterrupt | None = None
     try:
         try:
             receive_loop(client, base, ack_mode, limit, follow, wait, as_json, verbose, tally)
-        except KeyboardInterrupt:
-            stopped = True
+        except KeyboardInterrupt as e:
+            stopped = e
     except BaseException as e:  # also when the reader of a pipe goes away (BrokenPipeError)
         keeper.stop()
         not_closed = close_consumer(client, base)
@@ -244,15 +245,16 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
         raise
     keeper.stop()
     not_closed = close_consumer(client, base)
-    if stopped and sys.stderr.isatty():
+    if stopped is not None and not isinstance(stopped, Terminated) and sys.stderr.isatty():
         click.echo(err=True)  # (a line of its own after the ^C)
+    why = "" if stopped is None else " (terminated)" if isinstance(stopped, Terminated) else " (interrupted)"
     if not as_json:
-        err_console().print(f"received {plural(tally[0], 'message')} from {consumer['destination']}"
-                            + (" (interrupted)" if stopped else ""), highlight=False, markup=False)
+        err_console().print(f"received {plural(tally[0], 'message')} from {consumer['destination']}{why}",
+                            highlight=False, markup=False)
     if not_closed is not None:
         Failure(close_failed(not_closed)).show()
-    if stopped:
-        raise SystemExit(INTERRUPTED)
+    if stopped is not None:
+        raise SystemExit(128 + signal.SIGTERM if isinstance(stopped, Terminated) else INTERRUPTED)
 
 
 class LeaseKeeper(threading.Thread):
@@ -284,8 +286,12 @@ def close_failed(reason: str, too: bool = False) -> str:
             "(its lease returns its messages when it lapses)")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so it takes the same way out."""
+
+
 def terminated(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
+    raise Terminated
 
 
 def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follow: bool, wait: float,
