@@ -570,8 +570,11 @@ class StompSession(LinkedSession):
         except LoginRefused as exc:
             raise StompError(exc.message, "no password was checked; wait, then connect again",
                              (("retry-after", f"{exc.retry_after:.0f}"),)) from None
-        if user is None:
+        if user is None:  # (the detail says what was wrong with what was given)
             raise StompError(f"User name [{login or ''}] or password is invalid.",
+                             "the login and passcode given are neither a user's password nor an API token "
+                             "of that user" if login and passcode else
+                             "the passcode is no API token (and no login was given)" if passcode else
                              "CONNECT needs login and passcode: a user name and password, or an API token as "
                              "the passcode")
         self.client_id = frame.get("client-id")
