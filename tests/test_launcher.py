@@ -283,7 +283,7 @@ def test_web_port_in_use_is_one_clear_line(tmp_path: Path):
             ["--data-dir", str(tmp_path), "--port", str(port)],
             launcher_env(SIGNALBOX_REDIS_PORT=str(free_port())),
         )
-    assert_one_clear_line(result, f"port {port} on 127.0.0.1 is already in use", "SIGNALBOX_PORT")
+    assert_one_clear_line(result, f"port {port} on 127.0.0.1 is already in use", "--port", "SIGNALBOX_PORT")
 
 
 def test_embedded_redis_port_in_use_is_one_clear_line(tmp_path: Path):

@@ -109,6 +109,29 @@ def test_a_bad_log_level_option_is_one_clear_line(tmp_path: Path):
         "CRITICAL"]
 
 
+def test_a_bad_option_of_run_is_one_clear_line(tmp_path: Path):
+    """argparse's own refusals (a value of the wrong type, an unknown option) end `run` as every other
+    mistake does: one line naming the option, not its usage block as well."""
+    result = run_launcher_to_completion(["--data-dir", str(tmp_path), "--port", "eighty"], launcher_env())
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "signalbox: error: argument --port: invalid int value: 'eighty' (see 'signalbox run --help')"]
+    result = run_launcher_to_completion(["--data-dir", str(tmp_path), "--colour"], launcher_env())
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "signalbox: error: unrecognized arguments: --colour (see 'signalbox run --help')"]
+
+
+def test_a_bad_option_in_json_is_one_json_record_on_stderr(tmp_path: Path):
+    for args in (["--log-format", "json", "--port", "eighty"], ["--port=eighty", "--log-format=json"]):
+        result = run_launcher_to_completion(["--data-dir", str(tmp_path), *args], launcher_env())
+        assert result.returncode == 2
+        [line] = result.stderr.strip().splitlines()
+        record = json.loads(line)
+        assert (record["level"], record["logger"]) == ("ERROR", "signalbox.launcher")
+        assert record["message"].startswith("argument --port: invalid int value: 'eighty'"), record
+
+
 def test_a_configuration_mistake_in_json_is_one_json_record_on_stderr(tmp_path: Path):
     result = run_launcher_to_completion(["--data-dir", str(tmp_path), "--log-format", "json"],
                                         launcher_env(SIGNALBOX_REDIS_APPENDFSYNC="sometimes"))
