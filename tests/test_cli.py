@@ -166,6 +166,10 @@ def test_config_and_usage_mistakes_exit_2(home):
     failed(run(home, "ftp://host", "stat"), 2, "must start with http:// or https://")
     failed(run(home, "http://127.0.0.1:1", "send", "mqtt://x", "body"), 2, "queue:// or topic://")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", "novalue", "body"), 2, "NAME=VALUE")
+    # Python's JSON reader takes NaN and Infinity, and 1e400 overflows to infinity: none is a JSON number
+    for value in ("NaN", "-Infinity", "1e400", '{"type": "double", "value": NaN}'):
+        failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", f"n:={value}", "body"), 2, "--property",
+               "not a finite number")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "--file", str(home / "nope"), ), 2, "--file")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "body", "--file", "-"), 2, "not both")
     # no body and standard input is a terminal: nothing to wait for
