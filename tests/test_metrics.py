@@ -594,8 +594,11 @@ def test_a_clean_disconnect_over_tcp_is_counted_ok(tmp_path):
                 while chunk := sock.recv(4096):  # until the listener closes the socket
                     received += chunk
                 assert received == (b"RECEIPT\nreceipt-id:bye\n\n\x00" if receipt else b"")
-        parsed = samples(scrape(parts["gateway"]).text)
+        text = scrape(parts["gateway"]).text
+    parsed = samples(text)
     assert of(parsed, "signalbox_ws_frames_total", protocol="stomp", command="CONNECT", outcome="ok") == 2
+    help_text = {f.name: f.documentation for f in text_string_to_metric_families(text)}["signalbox_ws_frames"]
+    assert "STOMP frames (over WebSocket and TCP)" in help_text, help_text
     refused = ("signalbox_ws_frames_total",
                (("command", "DISCONNECT"), ("outcome", "error"), ("protocol", "stomp")))
     assert refused not in parsed
