@@ -761,6 +761,45 @@ def test_stat_watch(server, home):
 
 
 @pytest.mark.e2e
+def test_stat_watch_waits_for_a_broker_that_restarts(tmp_path, home):
+    """`stat --watch` is what an operator runs while something is wrong: Redis killed and started again
+    (what `run` does after a crash) makes the gateway answer 503 broker_unavailable for a moment, which
+    the watch waits out (saying so once on stderr) instead of ending; it then shows the figures again."""
+    from signalbox.embedded_redis import EmbeddedRedis
+    from tests.helpers.gateway_server import prepare_database, start_gateway
+
+    store = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendfsync="always")
+    store.start()
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(tmp_path / "gateway", namespace)
+    gateway = start_gateway(tmp_path / "gateway", namespace, name="cli-watch", REDIS_URL=store.url)
+    url = f"http://127.0.0.1:{gateway.port}"
+    q = unique("cli.watched")
+    try:
+        ok(run(home, url, "send", q, "before"))
+        with running(home, url, "stat", q, "--watch", "0.2", "--json") as process:
+            assert json.loads(process.stdout.readline())["queue_size"] == 1
+            store.process.kill()
+            store.process.wait()
+            time.sleep(2)  # a few of its refreshes answered 503
+            assert process.poll() is None, process.stderr.read()
+            store.start()  # the same port, data folder and AOF
+            deadline = time.monotonic() + 30
+            while run(home, url, "send", q, "after").returncode != 0:
+                assert time.monotonic() < deadline, "the gateway did not serve again"
+                time.sleep(0.5)
+            while json.loads(process.stdout.readline())["queue_size"] != 2:
+                assert time.monotonic() < deadline + 10, "the watch did not show the queue again"
+            process.send_signal(signal.SIGINT)  # Ctrl-C is how a watch ends
+            assert process.wait(20) == 0
+            lines = process.stderr.read().decode().splitlines()
+        assert len(lines) == 1 and "broker_unavailable" in lines[0] and "waiting" in lines[0], lines
+    finally:
+        gateway.stop()
+        store.stop()
+
+
+@pytest.mark.e2e
 def test_a_token_or_url_with_a_stray_line_end_works_and_a_malformed_token_is_refused(server, home):
     """A token or URL read from a file keeps its line end, a pasted one may have a space: they are still
     the token and the URL (neither has whitespace). A token that cannot be one (not printable ASCII) is a

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import click
 
-from signalbox.cli.api import api, destination_path
+from signalbox.cli.api import api, destination_path, waiting_out_outages
 from signalbox.cli.errors import Failure
 from signalbox.cli.output import (
     Column,
@@ -138,8 +138,10 @@ def detail_table(data: dict[str, Any], keys: list[str]) -> Any:
 
 def run_watch(fetch: Any, show: Any, every: float, times: int | None, as_json: bool) -> None:
     """Refresh until Ctrl-C (which ends a watch normally) or `times` refreshes: in place on a terminal,
-    else one table (or one JSON line) per refresh."""
+    else one table (or one JSON line) per refresh. A moment when the broker is away (Redis restarting) is
+    waited out, said once on stderr: a watch is what runs while something is wrong."""
     out = console()
+    outage = [False]
     live = None
     if out.is_terminal and not as_json:
         from rich.live import Live
@@ -149,7 +151,7 @@ def run_watch(fetch: Any, show: Any, every: float, times: int | None, as_json: b
     shown = 0
     try:
         while True:
-            data = fetch()
+            data = waiting_out_outages(fetch, outage)
             if as_json:
                 print_json(data, lines=True)
             elif live is not None:

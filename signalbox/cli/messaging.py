@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import click
 
-from signalbox.cli.api import Api, api, destination_path
+from signalbox.cli.api import Api, api, destination_path, waiting_out_outages
 from signalbox.cli.errors import INTERRUPTED, USAGE, Failure, interrupted
 from signalbox.cli.output import console, err_console, json_option, plural, print_json, print_table, say
 from signalbox.cli.params import MILLIS, PROPERTY
@@ -323,23 +323,12 @@ def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follo
 
 
 def patiently(follow: bool, outage: list[bool], client: Api, path: str, **options: Any) -> Any:
-    """`client.call("POST", path, **options)`. Following (`--follow`: until Ctrl-C), a broker the server
-    says is away for a moment (503 broker_unavailable: Redis restarting) is waited for, every Retry-After
-    seconds, saying so once on stderr; the consumer lives in Redis and is there again with it. A server
-    that does not answer at all ends the command (exit 3), as any other error does."""
-    while True:
-        try:
-            answer = client.call("POST", path, **options)
-        except Failure as e:
-            if not (follow and (e.problem or {}).get("code") == "broker_unavailable"):
-                raise
-            if not outage[0]:
-                outage[0] = True
-                Failure(f"{e.message}; waiting for it (Ctrl-C to stop)").show()
-            time.sleep(float((e.problem or {}).get("retry_after") or 1))
-            continue
-        outage[0] = False
-        return answer
+    """`client.call("POST", path, **options)`; following (`--follow`: until Ctrl-C), through a moment when
+    the broker is away (`waiting_out_outages`): the consumer lives in Redis and is there again with it."""
+    def call() -> Any:
+        return client.call("POST", path, **options)
+
+    return waiting_out_outages(call, outage) if follow else call()
 
 
 def close_consumer(client: Api, base: str) -> str | None:
