@@ -713,8 +713,9 @@ class Launcher:
             child.kill_group()
             code = child.process.wait()
             if child in running:
-                log.info(f"{child.name} exited ({exit_text(code)})",
-                         extra={"child": child.name, "exit": exit_text(code)})
+                # ended by the SIGTERM sent above (uvicorn raises it again once it has shut down): as asked
+                text = "stopped by SIGTERM, as asked" if code == -signal.SIGTERM else exit_text(code)
+                log.info(f"{child.name} exited ({text})", extra={"child": child.name, "exit": text})
         for relay in self.relays:  # the children's last lines before ours
             relay.join(timeout=max(0.1, deadline - time.monotonic()))
         if self.redis_server is not None and self.redis_server.process is not None:

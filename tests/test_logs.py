@@ -256,6 +256,9 @@ def test_a_run_at_info_says_what_matters_and_nothing_every_second(tmp_path: Path
         assert re.search(rf"INFO \[launcher\] signalbox.launcher: {name} started \(pid \d+\)$", output, re.M)
         assert re.search(rf"INFO \[launcher\] signalbox.launcher: {name} exited \(", output, re.M), name
     assert "signalbox.launcher: Redis exited (exit status 0)" in output
+    # a child that ends by the SIGTERM of an orderly stop (uvicorn raises it again once it has shut down)
+    # stopped as asked: not "killed", which reads as forced
+    assert "killed by SIGTERM" not in output
     # No banner, no per-second lines, no per-task lines, no Celery superuser warning.
     for noise in ("-------------- ", "[tasks]", "celery beat v", "Sending due task", "maintenance tick",
                   "succeeded in", "received", "superuser privileges", "SecurityWarning", "Traceback",
