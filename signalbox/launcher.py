@@ -280,7 +280,7 @@ class Launcher:
         except BlockingIOError:
             raise ConfigError(
                 f"another Signalbox run is using data folder {data_dir}; stop it first "
-                "or give this one its own folder with SIGNALBOX_DATA_DIR"
+                "or give this one its own folder with --data-dir or SIGNALBOX_DATA_DIR"
             ) from None
 
     def check_ports(self) -> None:

@@ -429,7 +429,8 @@ def test_a_data_folder_in_use_by_another_run_is_one_clear_line(tmp_path: Path):
             ["--data-dir", str(tmp_path), "--port", str(free_port())],
             launcher_env(SIGNALBOX_REDIS_PORT=str(free_port())),
         )
-    assert_one_clear_line(result, "another Signalbox run is using data folder", "SIGNALBOX_DATA_DIR")
+    assert_one_clear_line(result, "another Signalbox run is using data folder", "--data-dir",
+                          "SIGNALBOX_DATA_DIR")
 
 
 def test_a_bad_policy_file_is_one_clear_line(tmp_path: Path, redis_url: str):
