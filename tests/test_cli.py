@@ -734,6 +734,17 @@ def test_stat_of_a_topic_lists_its_subscriptions_with_pending_and_consumers(serv
         http.delete(f"/api/v1/topics/{t}/consumers/{live}")
 
 
+def test_a_send_with_stdout_closed_sends_and_succeeds(server, home):
+    """`signalbox send q x >&-` (stdout closed: Python has None there) sends and exits 0; its summary goes
+    nowhere, not into a traceback after the message was stored (a script would send it again)."""
+    q = unique("cli.closed")
+    result = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", *CLI, "send", q, "x"], cwd=ROOT,
+                            env=cli_env(home, server), stdin=subprocess.DEVNULL, capture_output=True,
+                            text=True, timeout=120)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert stats(home, server, q)["queue_size"] == 1
+
+
 def test_stat_of_a_queue_shows_no_topic_rows(server, home):
     """A queue has no subscriptions: its detail shows neither a topic's counters nor "no subscriptions"
     (the API's queue answer carries those keys, empty)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -40,6 +41,11 @@ class App(click.Group):
              standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
+        # Started with stdout or stderr closed (`signalbox send q x >&-`), Python has None there: what
+        # would be printed goes nowhere, rather than a traceback after the work was done (a send stored).
+        for name in ("stdout", "stderr"):
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
         except NO_ARGS_IS_HELP as e:  # `signalbox groups` alone: the help, as click shows it
