@@ -303,6 +303,9 @@ def test_the_dashboard_uses_only_exposed_metrics(server, broker):
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
     used = {name for e in exprs for name in re.findall(r"\bsignalbox_[a-z_]+", e)}
     assert len(used) >= 15
+    # what an operator looks at first when something is wrong: a role with no process running (the worker,
+    # the STOMP listener), and Redis refusing writes after a failed append-only-file write
+    assert {"signalbox_processes_running", "signalbox_redis_aof_last_write_ok"} <= used, used
     scrape(server)  # (a histogram's _bucket samples appear once a request was timed: this one, run alone)
     text = scrape(server).text
     parsed = list(text_string_to_metric_families(text))
