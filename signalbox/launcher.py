@@ -473,8 +473,20 @@ class Launcher:
         from broker_core.errors import InvalidPolicy
 
         path = settings.SIGNALBOX_POLICY_FILE
-        if not path:
-            log.info("destination policies: ActiveMQ's defaults (no SIGNALBOX_POLICY_FILE)")
+        if not path:  # Redis keeps what it has: say what that is (an admin may have set some by the API)
+            client = redis.Redis.from_url(redis_url)
+            try:
+                kept = Broker(client, settings.SIGNALBOX_NAMESPACE).policies.policy_map()
+            except InvalidPolicy as exc:  # (each destination using it says so too)
+                log.warning(f"destination policies in Redis: {one_line(exc)}")
+                return
+            finally:
+                client.close()
+            count = len(kept.entries)
+            parts = [f"{count} entr{'y' if count == 1 else 'ies'}"] if count else []
+            parts += ["a default entry"] if kept.default_attributes is not None else []
+            log.info(f"destination policies: {' and '.join(parts)} kept in Redis (no SIGNALBOX_POLICY_FILE)"
+                     if parts else "destination policies: ActiveMQ's defaults (no SIGNALBOX_POLICY_FILE)")
             return
         try:
             policy_map = load_policy_file(path)
