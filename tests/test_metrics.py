@@ -77,6 +77,20 @@ def test_refused_without_the_token(server):
     assert scrape(server).status_code == 200
 
 
+@pytest.mark.e2e
+def test_a_token_setting_with_a_line_end_still_answers(tmp_path):
+    """SIGNALBOX_METRICS_TOKEN filled from a file (a Kubernetes secret, `echo $token > file`) keeps the line
+    end; Prometheus trims its credentials_file. Whitespace around the setting is no part of the token."""
+    from tests.helpers.gateway_server import prepare_database, running_gateway
+
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(tmp_path, namespace)
+    with running_gateway(tmp_path, namespace, "metrics-token",
+                         SIGNALBOX_METRICS_TOKEN=f" {TOKEN}\n") as gateway:
+        assert scrape(gateway).status_code == 200
+        assert scrape(gateway, TOKEN + "x").status_code == 401
+
+
 @pytest.mark.parametrize("token", ["", "short"])
 def test_metrics_are_off_until_a_token_is_set(token, settings):
     """No token setting (or one too short to be a secret): 403 saying how to turn metrics on."""
