@@ -547,6 +547,25 @@ def test_sigterm_closes_the_consumer_too(server, home):
 
 
 @pytest.mark.e2e
+def test_a_terminated_send_says_how_far_it_got(server, home):
+    """`timeout 60 signalbox send q x --count 1000000`: SIGTERM ends a long send as Ctrl-C does, naming how
+    many were sent (the batch in flight may be stored too), with 143."""
+    q = unique("cli.termsend")
+    with running(home, server, "send", q, "s", "--count", "1000000", "--batch", "100") as process:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and httpx.get(
+                f"{server}/api/v1/queues/{q}", headers={"Authorization": f"Token {ALICE_TOKEN}"},
+                timeout=30).status_code == 404:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 128 + signal.SIGTERM
+        line = process.stderr.read().decode()
+    assert line.startswith("signalbox: terminated after sending ") and line.endswith(" of 1000000\n"), line
+    sent = int(line.split()[4])
+    assert sent % 100 == 0 and sent <= stats(home, server, q)["enqueued"] <= sent + 100
+
+
+@pytest.mark.e2e
 def test_a_progress_bar_on_a_terminal(server, home):
     q = unique("cli.progress")
     leader, follower = pty.openpty()

@@ -10,7 +10,7 @@ import click
 
 from signalbox.cli import admin, messaging
 from signalbox.cli.api import Session
-from signalbox.cli.errors import INTERRUPTED, USAGE, Failure, interrupted
+from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted
 from signalbox.cli.output import print_json, say
 
 
@@ -68,6 +68,8 @@ class App(click.Group):
         # an empty line to stderr whether or not it is a terminal (the error is one line)
         try:
             return super().invoke(ctx)
+        except Terminated:
+            raise Failure("terminated", TERMINATED) from None
         except KeyboardInterrupt:
             raise interrupted() from None
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import click
 
 from signalbox.cli.api import Api, api, destination_path, waiting_out_outages
-from signalbox.cli.errors import INTERRUPTED, USAGE, Failure, interrupted
+from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted, on_sigterm
 from signalbox.cli.output import console, err_console, json_option, plural, print_json, print_table, say
 from signalbox.cli.params import MILLIS, PROPERTY
 
@@ -111,6 +111,8 @@ def send(destination: str, body: str | None, file: str | None, properties: tuple
     path, params = send_path(destination)
     client = api()
     result: dict[str, Any] = {"message_ids": [], "statuses": [], "destinations": []}
+    if count > 1:  # SIGTERM (`timeout`) ends a long send as Ctrl-C does: saying how far it got
+        signal.signal(signal.SIGTERM, on_sigterm)
     with progress_bar(count, "sending") as advance:
         while len(result["message_ids"]) < count:
             n = min(batch, count - len(result["message_ids"]))
@@ -121,8 +123,10 @@ def send(destination: str, body: str | None, file: str | None, properties: tuple
                 if result["message_ids"]:
                     e.message += f" (after sending {len(result['message_ids'])} of {count})"
                 raise
-            except KeyboardInterrupt:  # (the batch in flight may have been stored: it is not counted)
+            except KeyboardInterrupt as e:  # (the batch in flight may have been stored: it is not counted)
                 sent = len(result["message_ids"])
+                if isinstance(e, Terminated):
+                    raise Failure(f"terminated after sending {sent} of {count}", TERMINATED) from None
                 raise interrupted(f"interrupted after sending {sent} of {count}") from None
             result["message_ids"] += answer["message_ids"]
             result["statuses"] += answer["statuses"]
@@ -228,7 +232,7 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
     tally = [0]  # messages printed (receive_loop counts them: an interrupted loop returns nothing)
     # SIGTERM (`timeout`, a service stopped) ends the command as Ctrl-C does: the consumer closed and what
     # it took said, exiting 143 rather than 130.
-    signal.signal(signal.SIGTERM, terminated)
+    signal.signal(signal.SIGTERM, on_sigterm)
     stopped: KeyboardInterrupt | None = None
     try:
         try:
@@ -254,7 +258,7 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
     if not_closed is not None:
         Failure(close_failed(not_closed)).show()
     if stopped is not None:
-        raise SystemExit(128 + signal.SIGTERM if isinstance(stopped, Terminated) else INTERRUPTED)
+        raise SystemExit(TERMINATED if isinstance(stopped, Terminated) else INTERRUPTED)
 
 
 class LeaseKeeper(threading.Thread):
@@ -284,14 +288,6 @@ def close_failed(reason: str, too: bool = False) -> str:
     """What is said when `close_consumer` could not close it (`too`: after another error)."""
     return (f"closing the consumer failed{' too' if too else ''}: {reason} "
             "(its lease returns its messages when it lapses)")
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so it takes the same way out."""
-
-
-def terminated(signum: int, frame: Any) -> None:
-    raise Terminated
 
 
 def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follow: bool, wait: float,
