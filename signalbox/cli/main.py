@@ -90,7 +90,7 @@ def app(ctx: click.Context, url: str | None, token: str | None, config: str | No
     """Signalbox from the command line, over its REST API.
 
     Exit codes: 0 done, 1 the API refused, 2 usage or config error, 3 server unreachable,
-    130 interrupted."""
+    130 interrupted (Ctrl-C), 143 terminated (SIGTERM)."""
     ctx.obj = Session(url, token, config, timeout)
 
 
