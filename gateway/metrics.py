@@ -29,8 +29,8 @@ HTTP_DURATION = Histogram(
     "(a long-poll receive includes its wait).", ["route", "method"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0))
 WS_FRAMES = Counter(
-    "signalbox_ws_frames", "WebSocket frames (STOMP) and requests (JSON) handled, by protocol, command and "
-    "outcome (ok; error: refused with an ERROR frame or error object; internal_error).",
+    "signalbox_ws_frames", "STOMP frames (over WebSocket and TCP) and JSON protocol requests handled, by "
+    "protocol, command and outcome (ok; error: refused with an ERROR frame or error object; internal_error).",
     ["protocol", "command", "outcome"])
 
 PASSWORD_LOGINS = Counter(

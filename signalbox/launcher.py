@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import dj_database_url
@@ -78,10 +78,10 @@ def say(message: str) -> None:
     print(f"signalbox: {message}", flush=True)
 
 
-def fail(message: str) -> None:
+def fail(message: str, fmt: str | None = None) -> None:
     """The run's last word (a configuration mistake, a crash loop): one line on stderr, `signalbox: error:
-    ...` in text, a JSON record at ERROR in json."""
-    if os.environ.get("SIGNALBOX_LOG_FORMAT", "").strip().lower() == "json":
+    ...` in text, a JSON record at ERROR in json (`fmt`, else SIGNALBOX_LOG_FORMAT's)."""
+    if (fmt or os.environ.get("SIGNALBOX_LOG_FORMAT", "")).strip().lower() == "json":
         record = logging.LogRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
         logs.ProcessName().filter(record)
         line = logs.json_formatter().format(record)
@@ -280,7 +280,7 @@ class Launcher:
         except BlockingIOError:
             raise ConfigError(
                 f"another Signalbox run is using data folder {data_dir}; stop it first "
-                "or give this one its own folder with SIGNALBOX_DATA_DIR"
+                "or give this one its own folder with --data-dir or SIGNALBOX_DATA_DIR"
             ) from None
 
     def check_ports(self) -> None:
@@ -288,7 +288,7 @@ class Launcher:
         if port_in_use(config.host, config.port):
             raise ConfigError(
                 f"port {config.port} on {config.host} is already in use, so the web server cannot listen "
-                "there; stop the program using it or choose another port with SIGNALBOX_PORT"
+                "there; stop the program using it or choose another port with --port or SIGNALBOX_PORT"
             )
         for port in (config.stomp_port, config.stomp_tls_port):
             if port and port_in_use(config.host, port):
@@ -473,8 +473,20 @@ class Launcher:
         from broker_core.errors import InvalidPolicy
 
         path = settings.SIGNALBOX_POLICY_FILE
-        if not path:
-            log.info("destination policies: ActiveMQ's defaults (no SIGNALBOX_POLICY_FILE)")
+        if not path:  # Redis keeps what it has: say what that is (an admin may have set some by the API)
+            client = redis.Redis.from_url(redis_url)
+            try:
+                kept = Broker(client, settings.SIGNALBOX_NAMESPACE).policies.policy_map()
+            except InvalidPolicy as exc:  # (each destination using it says so too)
+                log.warning(f"destination policies in Redis: {one_line(exc)}")
+                return
+            finally:
+                client.close()
+            count = len(kept.entries)
+            parts = [f"{count} entr{'y' if count == 1 else 'ies'}"] if count else []
+            parts += ["a default entry"] if kept.default_attributes is not None else []
+            log.info(f"destination policies: {' and '.join(parts)} kept in Redis (no SIGNALBOX_POLICY_FILE)"
+                     if parts else "destination policies: ActiveMQ's defaults (no SIGNALBOX_POLICY_FILE)")
             return
         try:
             policy_map = load_policy_file(path)
@@ -713,8 +725,9 @@ class Launcher:
             child.kill_group()
             code = child.process.wait()
             if child in running:
-                log.info(f"{child.name} exited ({exit_text(code)})",
-                         extra={"child": child.name, "exit": exit_text(code)})
+                # ended by the SIGTERM sent above (uvicorn raises it again once it has shut down): as asked
+                text = "stopped by SIGTERM, as asked" if code == -signal.SIGTERM else exit_text(code)
+                log.info(f"{child.name} exited ({text})", extra={"child": child.name, "exit": text})
         for relay in self.relays:  # the children's last lines before ours
             relay.join(timeout=max(0.1, deadline - time.monotonic()))
         if self.redis_server is not None and self.redis_server.process is not None:
@@ -761,8 +774,39 @@ def run_tests(pytest_args: list[str]) -> int:
     return code
 
 
+class UsageError(Exception):
+    """argparse refused the command line; the message names the option."""
+
+
+class Arguments(argparse.ArgumentParser):
+    """argparse's refusals (`--port eighty`, an unknown option) raise UsageError, so that `main` ends the
+    run with its one line (`fail`) rather than argparse's usage block and a line that is no JSON record."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def given_log_format(argv: list[str]) -> str | None:
+    """--log-format's value in the arguments, read without argparse (which refused them): how to say so."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--log-format="):
+            return arg.partition("=")[2]
+        if arg == "--log-format" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="signalbox", description=__doc__.splitlines()[0])
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(argv)
+    except UsageError as exc:
+        fail(str(exc), given_log_format(argv))
+        return 2
+
+
+def _main(argv: list[str]) -> int:
+    parser = Arguments(prog="signalbox", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run Redis (embedded unless REDIS_URL), the web server, the STOMP "
                                "listener, a Celery worker and beat")
@@ -781,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "test":
         return run_tests(extra + args.pytest_args)
     if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        run.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         configure_logging(args.log_level, args.log_format)
         config = RunConfig.from_env(args)

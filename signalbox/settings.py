@@ -257,8 +257,9 @@ SIGNALBOX_MAINTENANCE_STALE_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANC
 # A maintenance tick that takes longer than this (seconds) is logged as a WARNING; a tick that did work
 # (reaped, dispatched, expired, ...) at INFO; an idle one at DEBUG only.
 SIGNALBOX_MAINTENANCE_SLOW_SECONDS = float(os.environ.get("SIGNALBOX_MAINTENANCE_SLOW_SECONDS") or 1.0)
-# GET /metrics (docs/metrics.md) answers only `Authorization: Bearer <this>`; unset, it answers 403.
-SIGNALBOX_METRICS_TOKEN = os.environ.get("SIGNALBOX_METRICS_TOKEN") or ""
+# GET /metrics (docs/metrics.md) answers only `Authorization: Bearer <this>`; unset, it answers 403. Stripped:
+# a value filled from a file (a Kubernetes secret) keeps its line end, which no scraper sends.
+SIGNALBOX_METRICS_TOKEN = (os.environ.get("SIGNALBOX_METRICS_TOKEN") or "").strip()
 METRICS_TOKEN_MIN_LENGTH = 16
 
 

@@ -166,6 +166,10 @@ def test_config_and_usage_mistakes_exit_2(home):
     failed(run(home, "ftp://host", "stat"), 2, "must start with http:// or https://")
     failed(run(home, "http://127.0.0.1:1", "send", "mqtt://x", "body"), 2, "queue:// or topic://")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", "novalue", "body"), 2, "NAME=VALUE")
+    # Python's JSON reader takes NaN and Infinity, and 1e400 overflows to infinity: none is a JSON number
+    for value in ("NaN", "-Infinity", "1e400", '{"type": "double", "value": NaN}'):
+        failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", f"n:={value}", "body"), 2, "--property",
+               "not a finite number")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "--file", str(home / "nope"), ), 2, "--file")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "body", "--file", "-"), 2, "not both")
     # no body and standard input is a terminal: nothing to wait for
@@ -526,14 +530,39 @@ def test_follow_waits_for_a_broker_that_restarts(tmp_path, home):
 
 @pytest.mark.e2e
 def test_sigterm_closes_the_consumer_too(server, home):
+    """SIGTERM (`timeout 60 signalbox receive ...`, a service stopped) ends a receive as Ctrl-C does, with
+    143: the consumer closed and one line saying what it took."""
     q = unique("cli.term")
     ok(run(home, server, "send", q, "t"))
     with running(home, server, "receive", q, "--follow") as process:
         assert process.stdout.readline() == b"t\n"
         assert stats(home, server, q)["consumer_count"] == 1
+        deadline = time.monotonic() + 10
+        while stats(home, server, q)["dequeued"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
         process.send_signal(signal.SIGTERM)
         assert process.wait(20) == 128 + signal.SIGTERM
+        assert process.stderr.read().decode() == f"received 1 message from queue://{q} (terminated)\n"
     assert stats(home, server, q)["consumer_count"] == 0
+
+
+@pytest.mark.e2e
+def test_a_terminated_send_says_how_far_it_got(server, home):
+    """`timeout 60 signalbox send q x --count 1000000`: SIGTERM ends a long send as Ctrl-C does, naming how
+    many were sent (the batch in flight may be stored too), with 143."""
+    q = unique("cli.termsend")
+    with running(home, server, "send", q, "s", "--count", "1000000", "--batch", "100") as process:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and httpx.get(
+                f"{server}/api/v1/queues/{q}", headers={"Authorization": f"Token {ALICE_TOKEN}"},
+                timeout=30).status_code == 404:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 128 + signal.SIGTERM
+        line = process.stderr.read().decode()
+    assert line.startswith("signalbox: terminated after sending ") and line.endswith(" of 1000000\n"), line
+    sent = int(line.split()[4])
+    assert sent % 100 == 0 and sent <= stats(home, server, q)["enqueued"] <= sent + 100
 
 
 @pytest.mark.e2e
@@ -724,6 +753,28 @@ def test_stat_of_a_topic_lists_its_subscriptions_with_pending_and_consumers(serv
         http.delete(f"/api/v1/topics/{t}/consumers/{live}")
 
 
+def test_a_send_with_stdout_closed_sends_and_succeeds(server, home):
+    """`signalbox send q x >&-` (stdout closed: Python has None there) sends and exits 0; its summary goes
+    nowhere, not into a traceback after the message was stored (a script would send it again)."""
+    q = unique("cli.closed")
+    result = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", *CLI, "send", q, "x"], cwd=ROOT,
+                            env=cli_env(home, server), stdin=subprocess.DEVNULL, capture_output=True,
+                            text=True, timeout=120)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert stats(home, server, q)["queue_size"] == 1
+
+
+def test_stat_of_a_queue_shows_no_topic_rows(server, home):
+    """A queue has no subscriptions: its detail shows neither a topic's counters nor "no subscriptions"
+    (the API's queue answer carries those keys, empty)."""
+    q = unique("cli.plain")
+    ok(run(home, server, "send", q, "m"))
+    table = ok(run(home, server, "stat", q))
+    assert "queue_size" in table and "consumer_count" in table, table
+    for topic_only in ("subscription", "durable_active", "durable_offline"):
+        assert topic_only not in table, table
+
+
 @pytest.mark.e2e
 def test_stat_watch(server, home):
     q = unique("cli.watch")
@@ -737,6 +788,45 @@ def test_stat_watch(server, home):
         assert b"Queue Size" in process.stdout.readline()
         process.send_signal(signal.SIGINT)  # Ctrl-C is how a watch ends
         assert process.wait(20) == 0
+
+
+@pytest.mark.e2e
+def test_stat_watch_waits_for_a_broker_that_restarts(tmp_path, home):
+    """`stat --watch` is what an operator runs while something is wrong: Redis killed and started again
+    (what `run` does after a crash) makes the gateway answer 503 broker_unavailable for a moment, which
+    the watch waits out (saying so once on stderr) instead of ending; it then shows the figures again."""
+    from signalbox.embedded_redis import EmbeddedRedis
+    from tests.helpers.gateway_server import prepare_database, start_gateway
+
+    store = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendfsync="always")
+    store.start()
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(tmp_path / "gateway", namespace)
+    gateway = start_gateway(tmp_path / "gateway", namespace, name="cli-watch", REDIS_URL=store.url)
+    url = f"http://127.0.0.1:{gateway.port}"
+    q = unique("cli.watched")
+    try:
+        ok(run(home, url, "send", q, "before"))
+        with running(home, url, "stat", q, "--watch", "0.2", "--json") as process:
+            assert json.loads(process.stdout.readline())["queue_size"] == 1
+            store.process.kill()
+            store.process.wait()
+            time.sleep(2)  # a few of its refreshes answered 503
+            assert process.poll() is None, process.stderr.read()
+            store.start()  # the same port, data folder and AOF
+            deadline = time.monotonic() + 30
+            while run(home, url, "send", q, "after").returncode != 0:
+                assert time.monotonic() < deadline, "the gateway did not serve again"
+                time.sleep(0.5)
+            while json.loads(process.stdout.readline())["queue_size"] != 2:
+                assert time.monotonic() < deadline + 10, "the watch did not show the queue again"
+            process.send_signal(signal.SIGINT)  # Ctrl-C is how a watch ends
+            assert process.wait(20) == 0
+            lines = process.stderr.read().decode().splitlines()
+        assert len(lines) == 1 and "broker_unavailable" in lines[0] and "waiting" in lines[0], lines
+    finally:
+        gateway.stop()
+        store.stop()
 
 
 @pytest.mark.e2e

@@ -283,7 +283,7 @@ def test_web_port_in_use_is_one_clear_line(tmp_path: Path):
             ["--data-dir", str(tmp_path), "--port", str(port)],
             launcher_env(SIGNALBOX_REDIS_PORT=str(free_port())),
         )
-    assert_one_clear_line(result, f"port {port} on 127.0.0.1 is already in use", "SIGNALBOX_PORT")
+    assert_one_clear_line(result, f"port {port} on 127.0.0.1 is already in use", "--port", "SIGNALBOX_PORT")
 
 
 def test_embedded_redis_port_in_use_is_one_clear_line(tmp_path: Path):
@@ -429,7 +429,8 @@ def test_a_data_folder_in_use_by_another_run_is_one_clear_line(tmp_path: Path):
             ["--data-dir", str(tmp_path), "--port", str(free_port())],
             launcher_env(SIGNALBOX_REDIS_PORT=str(free_port())),
         )
-    assert_one_clear_line(result, "another Signalbox run is using data folder", "SIGNALBOX_DATA_DIR")
+    assert_one_clear_line(result, "another Signalbox run is using data folder", "--data-dir",
+                          "SIGNALBOX_DATA_DIR")
 
 
 def test_a_bad_policy_file_is_one_clear_line(tmp_path: Path, redis_url: str):
@@ -441,6 +442,31 @@ def test_a_bad_policy_file_is_one_clear_line(tmp_path: Path, redis_url: str):
                      SIGNALBOX_NAMESPACE=f"t{uuid.uuid4().hex[:12]}"),
     )
     assert_one_clear_line(result, "policy file", "prefetchSize")
+
+
+def test_without_a_policy_file_the_start_up_line_says_what_redis_keeps(
+        tmp_path: Path, redis_url: str, redis_client: redis.Redis, namespace: str, settings, caplog):
+    """No SIGNALBOX_POLICY_FILE: Redis keeps the policies it has (an admin may have set some through the
+    API), and the start-up line says so rather than "ActiveMQ's defaults"."""
+    import logging
+
+    from broker_core.broker import Broker
+    from signalbox.launcher import Launcher, RunConfig
+
+    settings.SIGNALBOX_POLICY_FILE = None
+    settings.SIGNALBOX_NAMESPACE = namespace
+    run_config = RunConfig(tmp_path, "127.0.0.1", free_port(), redis_url, free_port(), "everysec", 1, 5.0)
+
+    def said() -> str:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="signalbox.launcher"):
+            Launcher(run_config).load_policies(redis_url)
+        [line] = [r.getMessage() for r in caplog.records if "destination policies" in r.getMessage()]
+        return line
+
+    assert said() == "destination policies: ActiveMQ's defaults (no SIGNALBOX_POLICY_FILE)"
+    Broker(redis_client, namespace).policies.set_entry("queue", "orders.>", {"queuePrefetch": 7})
+    assert said() == "destination policies: 1 entry kept in Redis (no SIGNALBOX_POLICY_FILE)"
 
 
 def test_the_configuration_file_applies_policies_memory_limits_and_virtual_destinations(

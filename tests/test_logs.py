@@ -109,6 +109,29 @@ def test_a_bad_log_level_option_is_one_clear_line(tmp_path: Path):
         "CRITICAL"]
 
 
+def test_a_bad_option_of_run_is_one_clear_line(tmp_path: Path):
+    """argparse's own refusals (a value of the wrong type, an unknown option) end `run` as every other
+    mistake does: one line naming the option, not its usage block as well."""
+    result = run_launcher_to_completion(["--data-dir", str(tmp_path), "--port", "eighty"], launcher_env())
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "signalbox: error: argument --port: invalid int value: 'eighty' (see 'signalbox run --help')"]
+    result = run_launcher_to_completion(["--data-dir", str(tmp_path), "--colour"], launcher_env())
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "signalbox: error: unrecognized arguments: --colour (see 'signalbox run --help')"]
+
+
+def test_a_bad_option_in_json_is_one_json_record_on_stderr(tmp_path: Path):
+    for args in (["--log-format", "json", "--port", "eighty"], ["--port=eighty", "--log-format=json"]):
+        result = run_launcher_to_completion(["--data-dir", str(tmp_path), *args], launcher_env())
+        assert result.returncode == 2
+        [line] = result.stderr.strip().splitlines()
+        record = json.loads(line)
+        assert (record["level"], record["logger"]) == ("ERROR", "signalbox.launcher")
+        assert record["message"].startswith("argument --port: invalid int value: 'eighty'"), record
+
+
 def test_a_configuration_mistake_in_json_is_one_json_record_on_stderr(tmp_path: Path):
     result = run_launcher_to_completion(["--data-dir", str(tmp_path), "--log-format", "json"],
                                         launcher_env(SIGNALBOX_REDIS_APPENDFSYNC="sometimes"))
@@ -233,6 +256,9 @@ def test_a_run_at_info_says_what_matters_and_nothing_every_second(tmp_path: Path
         assert re.search(rf"INFO \[launcher\] signalbox.launcher: {name} started \(pid \d+\)$", output, re.M)
         assert re.search(rf"INFO \[launcher\] signalbox.launcher: {name} exited \(", output, re.M), name
     assert "signalbox.launcher: Redis exited (exit status 0)" in output
+    # a child that ends by the SIGTERM of an orderly stop (uvicorn raises it again once it has shut down)
+    # stopped as asked: not "killed", which reads as forced
+    assert "killed by SIGTERM" not in output
     # No banner, no per-second lines, no per-task lines, no Celery superuser warning.
     for noise in ("-------------- ", "[tasks]", "celery beat v", "Sending due task", "maintenance tick",
                   "succeeded in", "received", "superuser privileges", "SecurityWarning", "Traceback",

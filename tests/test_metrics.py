@@ -77,6 +77,20 @@ def test_refused_without_the_token(server):
     assert scrape(server).status_code == 200
 
 
+@pytest.mark.e2e
+def test_a_token_setting_with_a_line_end_still_answers(tmp_path):
+    """SIGNALBOX_METRICS_TOKEN filled from a file (a Kubernetes secret, `echo $token > file`) keeps the line
+    end; Prometheus trims its credentials_file. Whitespace around the setting is no part of the token."""
+    from tests.helpers.gateway_server import prepare_database, running_gateway
+
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(tmp_path, namespace)
+    with running_gateway(tmp_path, namespace, "metrics-token",
+                         SIGNALBOX_METRICS_TOKEN=f" {TOKEN}\n") as gateway:
+        assert scrape(gateway).status_code == 200
+        assert scrape(gateway, TOKEN + "x").status_code == 401
+
+
 @pytest.mark.parametrize("token", ["", "short"])
 def test_metrics_are_off_until_a_token_is_set(token, settings):
     """No token setting (or one too short to be a secret): 403 saying how to turn metrics on."""
@@ -303,6 +317,9 @@ def test_the_dashboard_uses_only_exposed_metrics(server, broker):
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
     used = {name for e in exprs for name in re.findall(r"\bsignalbox_[a-z_]+", e)}
     assert len(used) >= 15
+    # what an operator looks at first when something is wrong: a role with no process running (the worker,
+    # the STOMP listener), and Redis refusing writes after a failed append-only-file write
+    assert {"signalbox_processes_running", "signalbox_redis_aof_last_write_ok"} <= used, used
     scrape(server)  # (a histogram's _bucket samples appear once a request was timed: this one, run alone)
     text = scrape(server).text
     parsed = list(text_string_to_metric_families(text))
@@ -571,3 +588,35 @@ def test_several_web_processes_are_summed_with_a_multiprocess_folder(tmp_path, n
     finally:
         server.stop()
     assert "Traceback" not in server.output(), server.output()
+
+
+@pytest.mark.e2e
+def test_a_clean_disconnect_over_tcp_is_counted_ok(tmp_path):
+    """A STOMP client's DISCONNECT over TCP (with a receipt or not) is its clean end, counted `ok`: the
+    socket's close that it causes must not count it as refused."""
+    import socket
+
+    from tests.helpers.gateway_server import own_gateway_and_listener
+
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    with own_gateway_and_listener(tmp_path, "disconnect", SIGNALBOX_METRICS_TOKEN=TOKEN,
+                                  PROMETHEUS_MULTIPROC_DIR=str(folder)) as parts:
+        for receipt in ("receipt:bye\n", ""):
+            with socket.create_connection(("127.0.0.1", parts["listener"].port), timeout=10) as sock:
+                sock.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\nlogin:alice\npasscode:secret\n\n\x00")
+                assert sock.recv(4096).startswith(b"CONNECTED")
+                sock.sendall(f"DISCONNECT\n{receipt}\n\x00".encode())
+                received = b""
+                while chunk := sock.recv(4096):  # until the listener closes the socket
+                    received += chunk
+                assert received == (b"RECEIPT\nreceipt-id:bye\n\n\x00" if receipt else b"")
+        text = scrape(parts["gateway"]).text
+    parsed = samples(text)
+    assert of(parsed, "signalbox_ws_frames_total", protocol="stomp", command="CONNECT", outcome="ok") == 2
+    help_text = {f.name: f.documentation for f in text_string_to_metric_families(text)}["signalbox_ws_frames"]
+    assert "STOMP frames (over WebSocket and TCP)" in help_text, help_text
+    refused = ("signalbox_ws_frames_total",
+               (("command", "DISCONNECT"), ("outcome", "error"), ("protocol", "stomp")))
+    assert refused not in parsed
+    assert of(parsed, "signalbox_ws_frames_total", protocol="stomp", command="DISCONNECT", outcome="ok") == 2

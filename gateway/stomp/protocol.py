@@ -346,6 +346,8 @@ class StompSession(LinkedSession):
             outcome = "ok"
             if receipt is not None and not receipt_sent and not self.closing:
                 await self.send_frame("RECEIPT", [("receipt-id", receipt)])
+            if frame.command == "DISCONNECT":  # done (and counted ok) before the close: over TCP the
+                await self.shutdown("DISCONNECT")  # socket's end cancels this task while it waits there
         except (StompError, FrameError, LinkError, BrokerError) as exc:
             await self.refuse(frame, exc, receipt)
         except SlowClient as exc:
@@ -568,8 +570,11 @@ class StompSession(LinkedSession):
         except LoginRefused as exc:
             raise StompError(exc.message, "no password was checked; wait, then connect again",
                              (("retry-after", f"{exc.retry_after:.0f}"),)) from None
-        if user is None:
+        if user is None:  # (the detail says what was wrong with what was given)
             raise StompError(f"User name [{login or ''}] or password is invalid.",
+                             "the login and passcode given are neither a user's password nor an API token "
+                             "of that user" if login and passcode else
+                             "the passcode is no API token (and no login was given)" if passcode else
                              "CONNECT needs login and passcode: a user name and password, or an API token as "
                              "the passcode")
         self.client_id = frame.get("client-id")
@@ -883,10 +888,9 @@ class StompSession(LinkedSession):
         await self.link.abort(self._transaction_name(frame))
 
     async def on_disconnect(self, frame: Frame) -> None:
-        """Close the subscriptions (unacked messages go back), send the RECEIPT, close."""
+        """Close the subscriptions (unacked messages go back) and send the RECEIPT; `handle` then closes."""
         assert self.link is not None
         await self.release("DISCONNECT")
         receipt = frame.get("receipt")
         if receipt is not None:
             await self.send_frame("RECEIPT", [("receipt-id", receipt)], force=True)
-        await self.shutdown("DISCONNECT")

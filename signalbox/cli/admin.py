@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import click
 
-from signalbox.cli.api import api, destination_path
+from signalbox.cli.api import api, destination_path, waiting_out_outages
 from signalbox.cli.errors import Failure
 from signalbox.cli.output import (
     Column,
@@ -44,9 +44,10 @@ STAT_COLUMNS: list[Column] = [
 DETAIL_KEYS = ["destination", "queue_size", "pending", "in_flight", "parked", "consumer_count",
                "group_count", "enqueued", "dequeued", "dispatched", "expired", "deadlettered", "purged",
                "moved", "duplicates", "paused", "memory_usage", "memory_limit", "memory_percent_usage",
-               "blocked_sends",
-               # a topic's own (GET /api/v1/topics/<t>): published to no subscription, durables by state
-               "no_subscription", "durable_active", "durable_offline"]
+               "blocked_sends"]
+# a topic's own (GET /api/v1/topics/<t>): published to no subscription, durables by state. (A queue's
+# answer has these keys too, zero, with an empty `subscriptions`: shown for a topic only.)
+TOPIC_DETAIL_KEYS = ["no_subscription", "durable_active", "durable_offline"]
 # A topic's subscriptions (the `subscriptions` of GET /api/v1/topics/<t>), ActiveMQ's durable and
 # non-durable subscription views in one: a non-durable one has no client id or name, an offline durable
 # one no consumer.
@@ -97,8 +98,9 @@ def stat(destination: str | None, kind: str | None, search: str | None, sort: st
         def show(data: Any) -> Any:
             from rich.console import Group
 
-            parts = [detail_table(data)]
-            if "subscriptions" in data:  # a topic, even with none (that is worth seeing too)
+            topic = data.get("kind") == "topic"
+            parts = [detail_table(data, DETAIL_KEYS + TOPIC_DETAIL_KEYS if topic else DETAIL_KEYS)]
+            if topic:  # its subscriptions, even none (that is worth seeing too)
                 parts.append(build_table(SUBSCRIPTION_COLUMNS, data["subscriptions"], title="subscriptions")
                              if data["subscriptions"] else "no subscriptions")
             if data.get("consumers"):
@@ -121,14 +123,14 @@ def stat(destination: str | None, kind: str | None, search: str | None, sort: st
     run_watch(fetch, show, watch, times, as_json)
 
 
-def detail_table(data: dict[str, Any]) -> Any:
+def detail_table(data: dict[str, Any], keys: list[str]) -> Any:
     from rich.table import Table
     from rich.text import Text
 
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    for key in DETAIL_KEYS:
+    for key in keys:
         if key in data:
             table.add_row(key, Text(str(data[key])))  # (Text: a name's brackets are not markup)
     return table
@@ -136,8 +138,10 @@ def detail_table(data: dict[str, Any]) -> Any:
 
 def run_watch(fetch: Any, show: Any, every: float, times: int | None, as_json: bool) -> None:
     """Refresh until Ctrl-C (which ends a watch normally) or `times` refreshes: in place on a terminal,
-    else one table (or one JSON line) per refresh."""
+    else one table (or one JSON line) per refresh. A moment when the broker is away (Redis restarting) is
+    waited out, said once on stderr: a watch is what runs while something is wrong."""
     out = console()
+    outage = [False]
     live = None
     if out.is_terminal and not as_json:
         from rich.live import Live
@@ -147,7 +151,7 @@ def run_watch(fetch: Any, show: Any, every: float, times: int | None, as_json: b
     shown = 0
     try:
         while True:
-            data = fetch()
+            data = waiting_out_outages(fetch, outage)
             if as_json:
                 print_json(data, lines=True)
             elif live is not None:

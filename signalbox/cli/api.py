@@ -3,8 +3,9 @@ destination arguments turned into paths. No broker semantics here: the server de
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import click
@@ -58,6 +59,30 @@ def problem_message(response: httpx.Response, has_token: bool) -> tuple[str, dic
     if retry_after:
         message += f" (retry after {retry_after} s)"
     return message, body
+
+
+T = TypeVar("T")
+
+
+def waiting_out_outages(call: Callable[[], T], outage: list[bool]) -> T:
+    """`call()`, again every Retry-After seconds while the server says the broker is away for a moment (503
+    broker_unavailable: Redis restarting, as `run` restarts it after a crash), saying so once per outage on
+    stderr (`outage[0]` remembers it was said). For the commands that run until Ctrl-C (`receive --follow`,
+    `stat --watch`): broker state lives in Redis and is there again with it. A server that does not answer
+    at all still ends the command (exit 3), as any other error does."""
+    while True:
+        try:
+            answer = call()
+        except Failure as e:
+            if (e.problem or {}).get("code") != "broker_unavailable":
+                raise
+            if not outage[0]:
+                outage[0] = True
+                Failure(f"{e.message}; waiting for it (Ctrl-C to stop)").show()
+            time.sleep(float((e.problem or {}).get("retry_after") or 1))
+            continue
+        outage[0] = False
+        return answer
 
 
 class Api:

@@ -6,6 +6,7 @@
     2  usage: a bad option or argument, or a bad config file (click's own code for usage errors)
     3  Signalbox could not be reached (connection refused, DNS, timeout)
   130  interrupted (Ctrl-C); a consumer is closed first, so what it did not print goes back
+  143  terminated (SIGTERM, e.g. by `timeout`): `receive` and `send --count` end as on Ctrl-C
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ API_ERROR = 1
 USAGE = 2
 UNREACHABLE = 3
 INTERRUPTED = 130
+TERMINATED = 143  # 128 + SIGTERM
 
 
 class Failure(click.ClickException):
@@ -39,3 +41,12 @@ def interrupted(message: str = "interrupted") -> Failure:
     if sys.stderr.isatty():
         click.echo(err=True)
     return Failure(message, INTERRUPTED)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be (`on_sigterm`), so that it takes the same
+    way out: `receive` closes its consumer and says what it took, `send --count` how far it got."""
+
+
+def on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -9,7 +10,7 @@ import click
 
 from signalbox.cli import admin, messaging
 from signalbox.cli.api import Session
-from signalbox.cli.errors import INTERRUPTED, USAGE, Failure, interrupted
+from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted
 from signalbox.cli.output import print_json, say
 
 
@@ -40,6 +41,11 @@ class App(click.Group):
              standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
+        # Started with stdout or stderr closed (`signalbox send q x >&-`), Python has None there: what
+        # would be printed goes nowhere, rather than a traceback after the work was done (a send stored).
+        for name in ("stdout", "stderr"):
+            if getattr(sys, name) is None:
+                setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
         except NO_ARGS_IS_HELP as e:  # `signalbox groups` alone: the help, as click shows it
@@ -62,6 +68,8 @@ class App(click.Group):
         # an empty line to stderr whether or not it is a terminal (the error is one line)
         try:
             return super().invoke(ctx)
+        except Terminated:
+            raise Failure("terminated", TERMINATED) from None
         except KeyboardInterrupt:
             raise interrupted() from None
 
@@ -82,7 +90,7 @@ def app(ctx: click.Context, url: str | None, token: str | None, config: str | No
     """Signalbox from the command line, over its REST API.
 
     Exit codes: 0 done, 1 the API refused, 2 usage or config error, 3 server unreachable,
-    130 interrupted."""
+    130 interrupted (Ctrl-C), 143 terminated (SIGTERM)."""
     ctx.obj = Session(url, token, config, timeout)
 
 

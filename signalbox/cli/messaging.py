@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 import click
 
-from signalbox.cli.api import Api, api, destination_path
-from signalbox.cli.errors import INTERRUPTED, USAGE, Failure, interrupted
+from signalbox.cli.api import Api, api, destination_path, waiting_out_outages
+from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted, on_sigterm
 from signalbox.cli.output import console, err_console, json_option, plural, print_json, print_table, say
 from signalbox.cli.params import MILLIS, PROPERTY
 
@@ -111,6 +111,8 @@ def send(destination: str, body: str | None, file: str | None, properties: tuple
     path, params = send_path(destination)
     client = api()
     result: dict[str, Any] = {"message_ids": [], "statuses": [], "destinations": []}
+    if count > 1:  # SIGTERM (`timeout`) ends a long send as Ctrl-C does: saying how far it got
+        signal.signal(signal.SIGTERM, on_sigterm)
     with progress_bar(count, "sending") as advance:
         while len(result["message_ids"]) < count:
             n = min(batch, count - len(result["message_ids"]))
@@ -121,8 +123,10 @@ def send(destination: str, body: str | None, file: str | None, properties: tuple
                 if result["message_ids"]:
                     e.message += f" (after sending {len(result['message_ids'])} of {count})"
                 raise
-            except KeyboardInterrupt:  # (the batch in flight may have been stored: it is not counted)
+            except KeyboardInterrupt as e:  # (the batch in flight may have been stored: it is not counted)
                 sent = len(result["message_ids"])
+                if isinstance(e, Terminated):
+                    raise Failure(f"terminated after sending {sent} of {count}", TERMINATED) from None
                 raise interrupted(f"interrupted after sending {sent} of {count}") from None
             result["message_ids"] += answer["message_ids"]
             result["statuses"] += answer["statuses"]
@@ -226,14 +230,15 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
     keeper = LeaseKeeper(client, base, consumer.get("lease_ms", lease))
     keeper.start()
     tally = [0]  # messages printed (receive_loop counts them: an interrupted loop returns nothing)
-    # SIGTERM ends the command as Ctrl-C does, but as an error: through the `except` that closes the consumer.
-    signal.signal(signal.SIGTERM, terminated)
-    stopped = False
+    # SIGTERM (`timeout`, a service stopped) ends the command as Ctrl-C does: the consumer closed and what
+    # it took said, exiting 143 rather than 130.
+    signal.signal(signal.SIGTERM, on_sigterm)
+    stopped: KeyboardInterrupt | None = None
     try:
         try:
             receive_loop(client, base, ack_mode, limit, follow, wait, as_json, verbose, tally)
-        except KeyboardInterrupt:
-            stopped = True
+        except KeyboardInterrupt as e:
+            stopped = e
     except BaseException as e:  # also when the reader of a pipe goes away (BrokenPipeError)
         keeper.stop()
         not_closed = close_consumer(client, base)
@@ -244,15 +249,16 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
         raise
     keeper.stop()
     not_closed = close_consumer(client, base)
-    if stopped and sys.stderr.isatty():
+    if stopped is not None and not isinstance(stopped, Terminated) and sys.stderr.isatty():
         click.echo(err=True)  # (a line of its own after the ^C)
+    why = "" if stopped is None else " (terminated)" if isinstance(stopped, Terminated) else " (interrupted)"
     if not as_json:
-        err_console().print(f"received {plural(tally[0], 'message')} from {consumer['destination']}"
-                            + (" (interrupted)" if stopped else ""), highlight=False, markup=False)
+        err_console().print(f"received {plural(tally[0], 'message')} from {consumer['destination']}{why}",
+                            highlight=False, markup=False)
     if not_closed is not None:
         Failure(close_failed(not_closed)).show()
-    if stopped:
-        raise SystemExit(INTERRUPTED)
+    if stopped is not None:
+        raise SystemExit(TERMINATED if isinstance(stopped, Terminated) else INTERRUPTED)
 
 
 class LeaseKeeper(threading.Thread):
@@ -284,10 +290,6 @@ def close_failed(reason: str, too: bool = False) -> str:
             "(its lease returns its messages when it lapses)")
 
 
-def terminated(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follow: bool, wait: float,
                  as_json: bool, verbose: bool, tally: list[int]) -> None:
     """Receive, print and acknowledge until `limit` messages or, unless following, `wait` seconds without
@@ -317,23 +319,12 @@ def receive_loop(client: Api, base: str, ack_mode: str, limit: int | None, follo
 
 
 def patiently(follow: bool, outage: list[bool], client: Api, path: str, **options: Any) -> Any:
-    """`client.call("POST", path, **options)`. Following (`--follow`: until Ctrl-C), a broker the server
-    says is away for a moment (503 broker_unavailable: Redis restarting) is waited for, every Retry-After
-    seconds, saying so once on stderr; the consumer lives in Redis and is there again with it. A server
-    that does not answer at all ends the command (exit 3), as any other error does."""
-    while True:
-        try:
-            answer = client.call("POST", path, **options)
-        except Failure as e:
-            if not (follow and (e.problem or {}).get("code") == "broker_unavailable"):
-                raise
-            if not outage[0]:
-                outage[0] = True
-                Failure(f"{e.message}; waiting for it (Ctrl-C to stop)").show()
-            time.sleep(float((e.problem or {}).get("retry_after") or 1))
-            continue
-        outage[0] = False
-        return answer
+    """`client.call("POST", path, **options)`; following (`--follow`: until Ctrl-C), through a moment when
+    the broker is away (`waiting_out_outages`): the consumer lives in Redis and is there again with it."""
+    def call() -> Any:
+        return client.call("POST", path, **options)
+
+    return waiting_out_outages(call, outage) if follow else call()
 
 
 def close_consumer(client: Api, base: str) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -44,9 +45,34 @@ class Property(click.ParamType):
         if not name.endswith(":"):
             return name, text
         try:
-            return name[:-1], json.loads(text)
+            parsed = json.loads(text, parse_constant=_no_constant)
+            if not _finite(parsed):  # (1e400 is read as infinity; JSON has no such number to send)
+                raise NotFinite
+        except NotFinite:
+            self.fail(f"{value!r}: not a finite number (JSON has no NaN or Infinity)", param, ctx)
         except ValueError:
             self.fail(f"{value!r}: after := comes JSON (a number, true, false or an object)", param, ctx)
+        return name[:-1], parsed
+
+
+class NotFinite(ValueError):
+    """NaN, Infinity or a number past a double's range in a property's JSON."""
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity, which Python's JSON reader takes and JSON does not: refused, as JSON refuses them."""
+    raise NotFinite
+
+
+def _finite(value: Any) -> bool:
+    """No float in the value (a number, or a typed value's `value`) is infinite."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    return True
 
 
 PROPERTY = Property()

@@ -47,6 +47,9 @@ async def test_bad_credentials_get_activemqs_error_and_the_connection_closes():
         await client.send("CONNECT", {"accept-version": "1.2", "login": "alice", "passcode": "wrong"})
         error = await client.expect("ERROR")
         assert error.get("message") == "User name [alice] or password is invalid."
+        # the body says what was wrong with what was given, not that something was missing
+        assert error.body.decode() == ("the login and passcode given are neither a user's password nor an "
+                                       "API token of that user"), error.body
         await client.expect_closed()
 
 
@@ -71,7 +74,10 @@ async def test_a_browser_page_of_an_allowed_host_connects_with_its_session_login
 async def test_a_client_without_credentials_or_session_is_refused():
     async with stomp() as client:
         await client.send("CONNECT", {"accept-version": "1.2"})
-        assert (await client.expect("ERROR")).get("message") == "User name [] or password is invalid."
+        error = await client.expect("ERROR")
+        assert error.get("message") == "User name [] or password is invalid."
+        assert error.body.decode() == ("CONNECT needs login and passcode: a user name and password, or an "
+                                       "API token as the passcode"), error.body
         await client.expect_closed()
 
 
