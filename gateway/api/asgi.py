@@ -14,6 +14,9 @@ The hottest endpoints go further: hot_path.py's `HotPath` (and compat_hot.py's f
 /api/message) serve them without Django's request machinery, handing anything but the plain case to
 Django unchanged.
 
+Both paths write an answer that carries a leased message (ActiveMQ's GET) before that message is settled,
+and settle it right after (after_write.py: `finish` with the object written).
+
 Every HTTP request (the console's too) is routed on its raw path, so that a name holding `/` or `%` stays
 one segment (gateway/paths.py).
 """
