@@ -56,6 +56,26 @@ def defer(scope: dict[str, Any], unsettled: Unsettled) -> None:
     scope[KEY] = unsettled
 
 
+def rendered_as(scope: dict[str, Any] | None, answer: Any, plain: Any) -> None:
+    """`answer` is written as `plain` (its rendering, gateway.api.base.rendered): its settlement follows."""
+    unsettled = scope.get(KEY) if scope is not None else None
+    if unsettled is not None and unsettled.answer is answer:
+        unsettled.answer = plain
+
+
+async def hand_over(scope: dict[str, Any], build: Callable[[], Any], settle: Callable[[], Awaitable[None]],
+                    give_back: Callable[[], Awaitable[None]]) -> Any:
+    """`build()` the answer carrying leased messages and `defer` their settlement to the handler that writes
+    it; the answer. If building fails (or the request is cancelled), they are given back now."""
+    try:
+        answer = build()
+        defer(scope, Unsettled(answer, settle, give_back))
+    except BaseException:
+        await asyncio.shield(give_back())
+        raise
+    return answer
+
+
 async def finish(scope: dict[str, Any], written: Any) -> None:
     """The request's answer is out (`written`: the object whose last body chunk was sent) or will never be
     (None): settle the message it carries, or give back the one handed over with an answer not written.

@@ -348,18 +348,11 @@ async def take_one(user_pk: Any, client: str, destination: Destination, params: 
             if one_shot:
                 await _close(ref)
             return None
-        message_id = deliveries[0].message_id
-        try:
-            built = build(answer(deliveries[0], params))
-            after_write.defer(scope, after_write.Unsettled(
-                built, functools.partial(_settle, ref, message_id, one_shot),
-                functools.partial(_give_back, ref, message_id)))
-        except BaseException:
-            with contextlib.suppress(NotInFlight, UnknownConsumer):
-                await asyncio.shield(broker.nack(ref, message_id))
-            raise
-        handed_over = True
-        return built
+        delivery = deliveries[0]
+        handed_over = True  # from here on the settlement, or giving back, ends the turn
+        return await after_write.hand_over(scope, lambda: build(answer(delivery, params)),
+                                           functools.partial(_settle, ref, delivery.message_id, one_shot),
+                                           functools.partial(_give_back, ref, delivery.message_id))
     finally:
         if not handed_over:
             await asyncio.shield(turns.end_turn(broker, ref))

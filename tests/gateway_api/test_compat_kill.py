@@ -6,7 +6,8 @@ The doomed gateway reaches Redis through a TCP proxy of the test's (real sockets
 connection at the GET's settlement (the command ending the consumer's turn): either before Redis gets it
 (the process dies after the write, before the settlement: the message must come back, redelivered) or
 after Redis ran it, holding its reply (had the settlement gone before the write, as it once did, the
-process would die acknowledged and unanswered: the message lost)."""
+process would die acknowledged and unanswered: the message lost). The native API's receive for an
+ack-mode-auto consumer is settled the same way, and tested the same way."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 
+from broker_core.scripts.library import script
 from tests.helpers.gateway_server import ALICE_TOKEN, prepare_database, spawn_gateway, wait_listening
 
 pytestmark = pytest.mark.e2e
@@ -203,3 +205,48 @@ def test_back_to_back_gets_of_one_client_are_never_refused_as_concurrent(gateway
         assert bodies == [f"m{i}" for i in range(n)]
         stats = http.get(f"/api/v1/queues/{queue}", headers=TOKEN).json()
         assert (stats["queue_size"], stats["in_flight"], stats["dequeued"]) == (0, 0, n)
+
+
+# -- the native API's receive, ack mode auto: acknowledged once its answer is written too ---------------
+
+@pytest.mark.parametrize("path", ["lean", "django"])
+@pytest.mark.parametrize("stop", ["receive-reply", "ack-request", "ack-reply"])
+def test_a_gateway_killed_around_an_auto_consumers_receive_loses_nothing(gateways, stop, path):
+    """receive-reply: killed once Redis handed the message over, before the answer was written (the receive
+    script acknowledged it there, once: lost); ack-request: after the write, before the ack reached Redis;
+    ack-reply: after the ack ran."""
+    doomed, survivor, proxy = gateways
+    queue = f"native.kill.{uuid.uuid4().hex[:8]}"
+    with (httpx.Client(base_url=f"http://127.0.0.1:{doomed.port}", timeout=4) as doomed_http,
+          httpx.Client(base_url=f"http://127.0.0.1:{survivor.port}", timeout=30) as http):
+        made = doomed_http.post(f"/api/v1/queues/{queue}/consumers", headers=TOKEN,
+                                json={"ack_mode": "auto", "lease_ms": LEASE_MS})
+        assert made.status_code == 201, made.text
+        consumer_id = made.json()["consumer_id"]
+        sent = http.post(f"/api/v1/queues/{queue}/messages", headers=TOKEN, json={"body": "keep me"})
+        assert sent.status_code == 201, sent.text
+        message_id = sent.json()["message_ids"][0].encode()
+        call, where = stop.split("-")
+        # the receive: the receive script's call naming the consumer; the ack: the one naming the message
+        receive = (consumer_id.encode(), script("receive").function.encode())
+        proxy.stop_at(receive if call == "receive" else (message_id, b"individual"), where)
+        wait = 0 if path == "lean" else 2  # (a receive that waits goes to Django's handler, hot_path.py)
+        try:
+            got = doomed_http.post(f"/api/v1/queues/{queue}/consumers/{consumer_id}/receive",
+                                   params={"wait": wait}, headers=TOKEN)
+        except httpx.TransportError as exc:
+            got = exc
+        proxy.stopped.wait(3)
+        doomed.kill()
+        answered = ([m["body"] for m in got.json()["messages"]]
+                    if isinstance(got, httpx.Response) and got.status_code == 200 else [])
+        again = _redelivered(http, queue, 2 * LEASE_MS / 1000 + 4)
+        assert answered + [m["body"] for m in again], f"lost: acknowledged, never answered ({got!r})"
+        assert proxy.stopped.is_set(), "the stop was never reached"
+        assert answered == ([] if call == "receive" else ["keep me"]), got
+        if where == "request" or call == "receive":  # never acknowledged: redelivered
+            assert [(m["body"], m["redelivered"]) for m in again] == [("keep me", True)]
+        else:
+            assert again == []
+            stats = http.get(f"/api/v1/queues/{queue}", headers=TOKEN).json()
+            assert (stats["queue_size"], stats["in_flight"], stats["dequeued"]) == (0, 0, 1)
