@@ -1,9 +1,11 @@
 """A message an HTTP answer carries is settled once that answer has been written, never before.
 
-An answer that carries a leased message (ActiveMQ's /api/message GET, gateway/api/compat.py) is built by
-the view, or by its lean path (compat_hot.py), and written by the ASGI handler (asgi.py). Acknowledging
+An answer that carries leased messages (ActiveMQ's /api/message GET, gateway/api/compat.py; the native
+API's receive for an ack-mode-auto consumer, views_messaging.receive_messages) is built by the view, or by
+its lean path (compat_hot.py, hot_path.py), and written by the ASGI handler (asgi.py). Acknowledging
 before the write loses the message when the process dies between the two: acknowledged, never received.
-So the view only hands the handler the settlement with the answer (`defer`), and the handler calls
+So the view only hands the handler the settlement with the answer (`hand_over`, `defer`; a DRF Response
+rendered into a plain one takes its settlement along, `rendered_as`), and the handler calls
 `finish` once the answer's last body chunk has been sent (`http.response.body` without more_body
 returned): the message is acknowledged only then. A process that dies between the write and the
 settlement leaves the message leased, and the lease gives it back (redelivered): at least once.
