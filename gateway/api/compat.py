@@ -326,7 +326,7 @@ async def take_one(user_pk: Any, client: str, destination: Destination, params: 
                    who: tuple[str, str] = ("", "")) -> Any:
     """The GET: within the consumer's turn (broker_core.turns), lease one message and `build` its answer
     from `answer(delivery, params)`; the answer goes to the ASGI handler with its settlement
-    (after_write.defer), which acknowledges the message and ends the turn once the answer is written. If
+    (after_write.hand_over), which acknowledges the message and ends the turn once the answer is written. If
     building fails, or the request is cancelled, the message is given back (nack). None: no message within
     readTimeout (or at once, without `wait`), the turn ended."""
     ref = consumer_ref(user_pk, client, destination)
