@@ -37,7 +37,7 @@ tcp-stream, tcp-receipt, tcp-pingpong, ws-stream, ws-receipt, ws-pingpong, rest-
   servlet's default), on both brokers (Signalbox's compatible endpoint, gateway/api/compat.py).
 - REST GET: --rest-n messages stored beforehand (STOMP, not timed), then one GET /api/message/<q>?type=queue
   per message, the consumer kept in the HTTP session by its JSESSIONID cookie (ActiveMQ's prefetches 1000
-  and acknowledges on dispatch; Signalbox's pulls one and acknowledges once the answer is built).
+  and acknowledges on dispatch; Signalbox's pulls one and acknowledges once the answer is written).
 - REST native produce / consume+ack (Signalbox only; compared with ActiveMQ's POST / GET above):
   POST /api/v1/queues/<q>/messages with a raw body, one per request; POST .../ack?receive=1 acknowledging
   the previous message and taking the next, one request per message (docs/api.md).

@@ -55,6 +55,8 @@ from .scripts.library import call_args, script
 from .topics import SubscriptionStats, durable_registry_field
 
 T = TypeVar("T")
+# `receive_after`'s `after` past any dispatch sequence: nothing handed over is handed over again
+_HANDED_OVER_ALL = 2**53
 
 SCHEDULED_PAGE = 100  # scheduled jobs a scheduler management call reads (and sends or cancels) at a time
 # Destinations scheduler management asks at once whether they have anything parked (a MULTI of ZCARDs)
@@ -226,6 +228,15 @@ class _Api:
         auto: the caller acknowledges what it got once written (`ack(..., mode="individual")`), as pushed
         messages; until then they are in flight (a connection cut first gives them back)."""
         return self._run(self.ops.receive_after(consumer, after, max_messages, push, self._now(), lease_ms))
+
+    def receive_unacked(self, consumer: ConsumerRef, max_messages: int = 1,
+                        lease_ms: int = 0) -> list[Delivery]:
+        """`receive`, but an ack-mode-auto consumer's messages stay in flight: the caller acknowledges them
+        once it has written them (`ack(..., mode="individual")`), so a process that dies first leaves them
+        leased instead of acknowledged (the REST API's receive, gateway/api/after_write.py). What was handed
+        over before is not handed over again (`receive_after` with nothing after the last handed over)."""
+        return self._run(self._first(self.ops.receive_after(consumer, _HANDED_OVER_ALL, max_messages, 0,
+                                                            self._now(), lease_ms)))
 
     def cancel_pull(self, consumer: ConsumerRef) -> None:
         return self._run(self.ops.cancel_pull(consumer, self._now()))

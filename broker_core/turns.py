@@ -7,7 +7,8 @@ consumer's own keys (in the destination's hash tag), set if absent with an expir
 during its turn blocks the client only until the expiry.
 
 Within its turn a request leases at most one message (a prefetch-0 consumer, client-individual acks) and
-settles it before the turn ends: acknowledged once its answer is built, or given back. So a message found
+settles it before the turn ends: acknowledged once its answer is written (the gateway's after_write.py), or
+given back. So a message found
 in flight with the consumer when a turn begins was left by a request that died holding it; `begin_turn`
 says how many, and the caller gives them back (closing the consumer returns them, redelivered) before
 it leases anything. That check replaces a marker key of the gateway's own.
@@ -25,7 +26,8 @@ redis-py's client or EVAL scripts, `settle` is two round trips). `begin_turn_rec
 leases in one script call (receive.lua with its `turn ms` argument): the script leases nothing when the
 turn is refused or messages are left in flight, so no message is leased only to be given back (giving
 back raises its redelivery counter though no client saw it). A queue's GET that finds a message is then
-two round trips: that call, and `settle`.
+two round trips: that call, and `settle` (the first of a broker also asks whether the function library is
+loaded, `_settle_ready`, so that every `settle` is written the moment it is called).
 """
 
 from __future__ import annotations
@@ -87,7 +89,12 @@ async def begin_turn_receiving(broker: AsyncBroker, consumer: ConsumerRef,
     and up to one message leased to the consumer. Raises UnknownConsumer with the turn taken."""
     if not consumer.destination.is_queue:
         return await begin_turn(broker, consumer, turn_ms), None
-    turn = await broker._run(broker.ops.receive_turn(consumer, broker._now(), int(turn_ms)))
+    try:
+        turn = await broker._run(broker.ops.receive_turn(consumer, broker._now(), int(turn_ms)))
+    except UnknownConsumer:  # (the caller makes the consumer, and may settle a message in this turn)
+        await _settle_ready(broker)
+        raise
+    await _settle_ready(broker)
     if turn.busy:
         return None, None
     if turn.received is None:
@@ -115,6 +122,15 @@ async def settle(broker: AsyncBroker, consumer: ConsumerRef, message_id: str) ->
             await broker._perform(turn)
         return
     await broker._run(_ack_ending_turn(ack, first, turn))
+
+
+async def _settle_ready(broker: AsyncBroker) -> None:
+    """Have the driver know the function library is loaded (it asks once per broker, before its first
+    MULTI/EXEC of scripts: a round trip), so that `settle` writes its MULTI/EXEC the moment it is called:
+    the gateway acknowledges after writing its answer and counts on the ack reaching Redis before anything
+    it does for the client's next request (gateway/api/after_write.py). Asked on a turn's way, once."""
+    if broker.driver.functions and not broker.driver.library_loaded:
+        await broker._load([])
 
 
 def _ack_ending_turn(ack: Op, first: Eval, turn: tuple) -> Op:

@@ -14,6 +14,9 @@ The hottest endpoints go further: hot_path.py's `HotPath` (and compat_hot.py's f
 /api/message) serve them without Django's request machinery, handing anything but the plain case to
 Django unchanged.
 
+Both paths write an answer that carries a leased message (ActiveMQ's GET) before that message is settled,
+and settle it right after (after_write.py: `finish` with the object written).
+
 Every HTTP request (the console's too) is routed on its raw path, so that a name holding `/` or `%` stays
 one segment (gateway/paths.py).
 """
@@ -32,6 +35,7 @@ from django.core.signals import setting_changed
 from django.urls import set_script_prefix
 from django.utils.encoding import iri_to_uri
 
+from gateway.api import after_write
 from gateway.api.errors import URL_NOT_UTF8, url_not_utf8
 from gateway.api.hot_path import HotPath
 from gateway.metrics import ROUTE_KEY
@@ -108,6 +112,7 @@ class GatewayASGIHandler(ASGIHandler):
             if limit is not None and size > limit:
                 break  # too large for the hot path: Django refuses it (413) as it always did
         answer = None
+        after_write.open_slot(scope)
         if not messages[-1].get("more_body") and (limit is None or size <= limit):
             body = b"".join(m.get("body", b"") for m in messages)
             if match is None:
@@ -128,8 +133,13 @@ class GatewayASGIHandler(ASGIHandler):
             scope[ROUTE_KEY] = compat.route(scope)
         else:
             scope[ROUTE_KEY] = "api-messages" if match.group(3) is None else f"api-{match.group(4)}"
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        written = None
+        try:
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": payload})
+            written = answer
+        finally:
+            await after_write.finish(scope, written)  # the message it carries settled only now
 
     async def handle_api(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """ASGIHandler.handle without the thread hops (see the module docstring)."""
@@ -145,29 +155,43 @@ class GatewayASGIHandler(ASGIHandler):
             error_response.close()
             return
 
+        after_write.open_slot(scope)
+        answered = False
+
         async def process_request() -> Any:
+            nonlocal answered
             response = await self.run_get_response(request)
             with contextlib.suppress(asyncio.CancelledError):
                 await self.send_response(response, send)
+                answered = True
+            # the message the answer carries settled only now it is written (after_write.py)
+            await after_write.finish(scope, response if answered else None)
             return response
 
-        # As Django does: a client that disconnects cancels its request (a long-poll stops waiting).
+        # As Django does: a client that disconnects cancels its request (a long-poll stops waiting). Once the
+        # answer is out the request only settles what it carried: that runs to its end (uvicorn reports a
+        # disconnect as soon as the response is complete).
         tasks = [asyncio.create_task(self.listen_for_disconnect(receive)),
                  asyncio.create_task(process_request())]
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            if task.done():
-                try:
-                    task.result()
-                except RequestAborted:
-                    pass
-                except AssertionError:
-                    body_file.close()
-                    raise
-            else:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in tasks:
+                if task.done():
+                    try:
+                        task.result()
+                    except RequestAborted:
+                        pass
+                    except AssertionError:
+                        body_file.close()
+                        raise
+                elif task is tasks[1] and answered:
                     await task
+                else:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        finally:
+            await after_write.finish(scope, None)  # handed over, never written: given back
         try:
             response = tasks[1].result()
         except asyncio.CancelledError:

@@ -24,6 +24,7 @@ from broker_core.destinations import Destination
 from broker_core.errors import UnknownDestination
 from broker_core.model import DestinationStats
 from gateway import runtime
+from gateway.api import after_write
 from gateway.api.auth import SessionAuthentication, TokenAuthentication, authorization_header, is_basic
 from gateway.api.codec import render_message
 from gateway.api.common import destination_from_url, int_param, setting
@@ -122,7 +123,10 @@ class GatewayView(APIView):
         except Exception as exc:
             response = self.handle_exception(exc)
         self.response = self.finalize_response(request, response, *args, **kwargs)
-        return rendered(self.response)
+        plain = rendered(self.response)
+        if plain is not self.response:  # (an answer carrying leased messages: its settlement follows it)
+            after_write.rendered_as(getattr(request._request, "scope", None), self.response, plain)
+        return plain
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):

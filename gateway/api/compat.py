@@ -18,15 +18,21 @@ session. Errors are problem details with their proper status (ActiveMQ answers 5
 answer 501 until broker_core has them. Logging in is HTTP Basic (as ActiveMQ's own), or a token: never
 the console's session cookie, since a GET here consumes and a cross-site link would carry the cookie.
 
-A GET acknowledges only once its whole answer is built: within the consumer's turn (one request at a
+A GET acknowledges only once its answer has been written: within the consumer's turn (one request at a
 time, broker_core/turns.py) the consumer leases one message (client-individual acks), the answer is
-built (status, headers, body), then the ack and the turn's end go in one round trip. If building or the
-ack fails, or the request is cancelled, the message is negatively acknowledged (back to the queue with
-its redelivery counter raised, to the dead-letter queue past maximumRedeliveries), as a JMS consumer's
+built (status, headers, body) and handed, with its settlement, to the ASGI handler, which writes it and
+only then acknowledges the message and ends the turn in one round trip (after_write.py). A process that
+dies between the write and the ack leaves the message leased: the lease gives it back, redelivered (at
+least once; acknowledging first lost it). If building fails, the request is cancelled, the answer is not
+the one written, or the ack fails, the message is negatively acknowledged (back to the queue with its
+redelivery counter raised, to the dead-letter queue past maximumRedeliveries), as a JMS consumer's
 rollback. A message found in flight when a turn begins was left by a request that died holding it (a
-crashed gateway): the GET closes the consumer first, which gives it back, redelivered. Redis round trips
-of a GET that finds a message on a queue: two (take the turn and lease, one script call that leases
-nothing unless the turn is taken and nothing is left in flight; ack and end the turn).
+crashed gateway): the GET closes the consumer first, which gives it back, redelivered. The client's next
+GET does not wait for the ack: this process's ack is in Redis before the next request can be read (one
+multiplexed connection, in order); one served by another process asks for a turn found taken a few more
+times, about 20 ms in all, before refusing it as concurrent. Redis round trips of a GET that finds a
+message on a queue: two (take the turn and lease, one script call that leases nothing unless the turn
+is taken and nothing is left in flight; ack and end the turn), the second after the answer is out.
 
 The state of the servlet's consumers (turns, each client's consumers) is kept by broker_core
 (broker_core/turns.py); this module touches no Redis key itself. The plain requests (cached
@@ -57,6 +63,7 @@ from broker_core.errors import BrokerError, InvalidConsumer, NotInFlight, Unknow
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
 from gateway import connections, runtime
+from gateway.api import after_write
 from gateway.api.auth import BasicAuthentication, TokenAuthentication
 from gateway.api.base import GatewayView
 from gateway.api.common import decimal_integer, setting, topics_supported
@@ -74,7 +81,7 @@ _NOT_PROPERTIES = {"destination", "type", "body", "JMSDeliveryMode", "JMSPriorit
                    "JMSCorrelationID", "JMSExpiration", "JMSReplyTo", "JMSType"}
 _PROLOG = re.compile(r"^<\?.*?\?>", re.DOTALL)
 _SESSION = re.compile(r"[A-Za-z0-9_-]{8,64}")  # a JSESSIONID this servlet made (secrets.token_urlsafe)
-# The consumer acknowledges each message itself, once the answer carrying it is built.
+# The consumer acknowledges each message itself, once the answer carrying it is written.
 ACK_MODE = "client-individual"
 
 
@@ -190,7 +197,7 @@ class MessageServletView(GatewayView):
 
     @extend_schema(
         operation_id="activemq_receive", tags=["activemq"],
-        summary="ActiveMQ MessageServlet: one message, acknowledged once its answer is built; 204 on timeout",
+        summary="ActiveMQ MessageServlet: one message, acknowledged once its answer is written; 204 if none",
         parameters=[OpenApiParameter("type", str, enum=["queue", "topic"]),
                     OpenApiParameter("destination", str), OpenApiParameter("readTimeout", int),
                     OpenApiParameter("clientId", str), OpenApiParameter("oneShot", bool),
@@ -218,7 +225,7 @@ class MessageServletView(GatewayView):
         client, new_cookie = client_key(params, request.COOKIES.get(SESSION_COOKIE))
         who = (request.user.get_username(), f"http://{request.META.get('REMOTE_ADDR', '')}")
         taken = await take_one(request.user.pk, client, destination, params,
-                               request.META.get("HTTP_SELECTOR"), _http_response, who=who)
+                               request.META.get("HTTP_SELECTOR"), _http_response, request.scope, who=who)
         response = taken if taken is not None else _no_cache(HttpResponse(status=204))
         if new_cookie:
             response.set_cookie(SESSION_COOKIE, new_cookie, **COOKIE_ATTRIBUTES)
@@ -315,29 +322,20 @@ def read_timeout_ms(params: dict[str, list[str]]) -> int:
 
 
 async def take_one(user_pk: Any, client: str, destination: Destination, params: dict[str, list[str]],
-                   selector: str | None, build: Any, *, wait: bool = True,
+                   selector: str | None, build: Any, scope: dict[str, Any], *, wait: bool = True,
                    who: tuple[str, str] = ("", "")) -> Any:
-    """The GET: within the consumer's turn (broker_core.turns), lease one message, `build` its answer from
-    `answer(delivery, params)`, then acknowledge it and end the turn in one round trip. If building or the
-    ack fails, or the request is cancelled, the message is given back (nack). None: no message within
-    readTimeout (or at once, without `wait`)."""
+    """The GET: within the consumer's turn (broker_core.turns), lease one message and `build` its answer
+    from `answer(delivery, params)`; the answer goes to the ASGI handler with its settlement
+    (after_write.hand_over), which acknowledges the message and ends the turn once the answer is written. If
+    building fails, or the request is cancelled, the message is given back (nack). None: no message within
+    readTimeout (or at once, without `wait`), the turn ended."""
     ref = consumer_ref(user_pk, client, destination)
     broker = runtime.async_broker()
     timeout_ms = read_timeout_ms(params)
     waiting = timeout_ms / 1000 if wait else 0.0
-    # the turn, and (a queue's consumer, nothing left in flight) the lease of a message there at once
-    try:
-        left, deliveries = await turns.begin_turn_receiving(broker, ref, timeout_ms + 30_000)
-    except UnknownConsumer:  # the turn is taken; the consumer is made below (_poll)
-        left, deliveries = 0, None
-    except (BrokerError, redis.ResponseError):
-        if ref.destination.is_queue:  # receive.lua refuses only after it took the turn: end it
-            await asyncio.shield(turns.end_turn(broker, ref))
-        raise
-    if left is None:
-        raise Problem(409, "concurrent_access", "Consumer busy",
-                      "Concurrent access to consumer is not supported", consumer_id=ref.consumer_id)
-    ended = False
+    one_shot = (_first(params, "oneShot") or "").lower() == "true"
+    left, deliveries = await _begin(broker, ref, timeout_ms)
+    handed_over = False
     try:
         if left:  # a request that died in its turn held these: closing the consumer gives them back
             await _close(ref)
@@ -346,23 +344,65 @@ async def take_one(user_pk: Any, client: str, destination: Destination, params: 
             deliveries = await _poll(user_pk, client, ref, selector, waiting, who)
         elif not deliveries:  # nothing at once, no wait: as long_poll ends a pull that found nothing
             await broker.cancel_pull(ref)
-        built = None
-        if deliveries:
-            delivery = deliveries[0]
-            try:
-                built = build(answer(delivery, params))
-                await turns.settle(broker, ref, delivery.message_id)
-                ended = True
-            except BaseException:
-                with contextlib.suppress(NotInFlight, UnknownConsumer):
-                    await asyncio.shield(broker.nack(ref, delivery.message_id))
-                raise
-        if (_first(params, "oneShot") or "").lower() == "true":
-            await _close(ref)
+        if not deliveries:
+            if one_shot:
+                await _close(ref)
+            return None
+        delivery = deliveries[0]
+        handed_over = True  # from here on the settlement, or giving back, ends the turn
+        return await after_write.hand_over(scope, lambda: build(answer(delivery, params)),
+                                           functools.partial(_settle, ref, delivery.message_id, one_shot),
+                                           functools.partial(_give_back, ref, delivery.message_id))
     finally:
-        if not ended:
+        if not handed_over:
             await asyncio.shield(turns.end_turn(broker, ref))
-    return built
+
+
+# A turn found taken may belong to a request that has answered and whose settlement (which ends the turn)
+# is still on its way to Redis: from another process (this process's own is in Redis first,
+# after_write.py). So the turn is asked for again a few times, about 20 ms in all, before the GET is
+# refused as ActiveMQ refuses a busy consumer.
+TURN_RETRY_PAUSES_S = (0.002, 0.004, 0.006, 0.008)
+
+
+async def _begin(broker: Any, ref: ConsumerRef, timeout_ms: int) -> tuple[int, list[Any] | None]:
+    """The consumer's turn (turns.begin_turn_receiving: with, for a queue's consumer with nothing left in
+    flight, the lease of a message there at once): (messages left in flight, deliveries or None when the
+    consumer is yet to be made or nothing was received). 409 when the turn stays taken."""
+    for pause in (*TURN_RETRY_PAUSES_S, None):
+        try:
+            left, deliveries = await turns.begin_turn_receiving(broker, ref, timeout_ms + 30_000)
+        except UnknownConsumer:  # the turn is taken; the consumer is made by _poll
+            return 0, None
+        except (BrokerError, redis.ResponseError):
+            if ref.destination.is_queue:  # receive.lua refuses only after it took the turn: end it
+                await asyncio.shield(turns.end_turn(broker, ref))
+            raise
+        if left is not None:
+            return left, deliveries
+        if pause is not None:
+            await asyncio.sleep(pause)
+    raise Problem(409, "concurrent_access", "Consumer busy",
+                  "Concurrent access to consumer is not supported", consumer_id=ref.consumer_id)
+
+
+async def _settle(ref: ConsumerRef, message_id: str, one_shot: bool) -> None:
+    """The answer carrying the message is written: acknowledge it and end the turn (one round trip), then
+    close a oneShot consumer (closing first would give the message back)."""
+    await turns.settle(runtime.async_broker(), ref, message_id)
+    if one_shot:
+        await _close(ref)
+
+
+async def _give_back(ref: ConsumerRef, message_id: str) -> None:
+    """The answer carrying the message was not written (or its ack failed): back to the queue, redelivered
+    (a JMS consumer's rollback), and the turn ended."""
+    broker = runtime.async_broker()
+    try:
+        with contextlib.suppress(NotInFlight, UnknownConsumer):
+            await broker.nack(ref, message_id)
+    finally:
+        await turns.end_turn(broker, ref)
 
 
 async def _poll(user_pk: Any, client: str, ref: ConsumerRef, selector: str | None, wait: float,

@@ -104,11 +104,12 @@ class CompatHotPath:
             if scope["method"] == "POST":
                 message_id = await compat.send_message(user, destination, params, text)
                 return self.answer(200, "text/plain", [("messageID", message_id)], b"Message sent")
-            # the whole answer is built before the ack (compat.take_one), its headers encoded included
+            # the whole answer is built (its headers encoded included) before it is handed to the handler,
+            # which settles the message once it has written it (after_write.py)
             peer = scope.get("client") or ("",)
             taken = await compat.take_one(user.pk, client, destination, params, selector_text,
                                           lambda built: self.answer(200, built[0], built[2], built[1]),
-                                          wait=False, who=(user.get_username(), f"http://{peer[0]}"))
+                                          scope, wait=False, who=(user.get_username(), f"http://{peer[0]}"))
         except Exception as exc:  # noqa: BLE001 - answered as the view's exception handler does
             return hot.problem(scope, exc, self.allow)
         return taken  # None: nothing at once, Django's long poll (the turn is ended)

@@ -271,11 +271,15 @@ class HotPath:
             elif endpoint == "ack":
                 result = await views.acknowledge(consumer, ids, mode, count)
                 status = 200
-            else:
-                result = await views.receive_messages(consumer, count, 0.0)
-                status = 200
+            else:  # (an auto consumer's messages are acknowledged once the answer is written: after_write.py)
+                return await views.receive_messages(consumer, count, 0.0,
+                                                    lambda got: self.json_answer(200, endpoint, got), scope)
         except Exception as exc:
             return self.problem(scope, exc, self.allow[endpoint])
+        return self.json_answer(status, endpoint, result)
+
+    def json_answer(self, status: int, endpoint: str,
+                    result: Any) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         payload = self.render(result)
         return status, [(b"Content-Type", b"application/json"), self.allow[endpoint], self.tail[0],
                         (b"Content-Length", str(len(payload)).encode()), *self.tail[1:]], payload

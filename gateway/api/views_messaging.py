@@ -1,13 +1,15 @@
 """Producing and consuming over HTTP: send (one, a batch, raw, composite, idempotent), HTTP consumers
 with leases (create, long-poll receive, ack, nack, heartbeat, delete). Never ack-on-dispatch: a
-message is acknowledged only when the client says so (or, for `auto` consumers, when the gateway
-has handed it over), and a consumer that stops renewing its lease lapses and its messages go back.
+message is acknowledged only when the client says so (or, for `auto` consumers, once the answer carrying
+it has been written, after_write.py), and a consumer that stops renewing its lease lapses and its
+messages go back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import hashlib
 from typing import Any
@@ -20,11 +22,11 @@ from rest_framework.response import Response
 
 from broker_core import scheduler
 from broker_core.destinations import Destination
-from broker_core.errors import UnknownConsumer
+from broker_core.errors import NotInFlight, UnknownConsumer
 from broker_core.messages import Message, new_message_id
 from broker_core.model import ConsumerRef, ConsumerSpec
 from gateway import connections, runtime
-from gateway.api import json_input
+from gateway.api import after_write, json_input
 from gateway.api import serializers as s
 from gateway.api.base import GatewayView, browse
 from gateway.api.codec import parse_envelope, render_delivery
@@ -345,8 +347,11 @@ async def _gone(consumer: HttpConsumer) -> Problem:
                    consumer_id=consumer.consumer_id, destination=consumer.destination.uri)
 
 
-async def long_poll(ref: ConsumerRef, max_messages: int, wait: float, *, pull: bool) -> list[Any]:
+async def long_poll(ref: ConsumerRef, max_messages: int, wait: float, *, pull: bool,
+                    unacked: bool = False) -> list[Any]:
     """Receive up to max_messages; with none there, wait up to `wait` seconds for dispatch to wake us.
+    `unacked`: an ack-mode-auto consumer's messages are left for the caller to acknowledge once written
+    (AsyncBroker.receive_unacked).
 
     Waits are sliced (1 s) so a consumer created through another gateway process, whose wake-ups go
     to that process, is still served; each slice also renews the lease and reaps lapsed peers.
@@ -357,7 +362,10 @@ async def long_poll(ref: ConsumerRef, max_messages: int, wait: float, *, pull: b
     deadline = loop.time() + wait
     try:
         while True:
-            deliveries = await broker.receive(ref, max_messages)
+            if unacked:
+                deliveries = await broker.receive_unacked(ref, max_messages)
+            else:
+                deliveries = await broker.receive(ref, max_messages)
             remaining = deadline - loop.time()
             if deliveries or remaining <= 0:
                 break
@@ -433,7 +441,7 @@ class ReceiveView(GatewayView):
         if request._request.body.strip():
             json_body(request)
         count, wait = receive_params(request)
-        return Response(await receive_messages(consumer, count, wait))
+        return await receive_messages(consumer, count, wait, Response, request.scope)
 
 
 def receive_params(params: Any) -> tuple[int, float]:
@@ -441,13 +449,31 @@ def receive_params(params: Any) -> tuple[int, float]:
     return int_param(params, "max_messages", 1, 1, 1000), float_param(params, "wait", 0.0, 0.0, max_wait())
 
 
-async def receive_messages(consumer: HttpConsumer, count: int, wait: float) -> dict[str, Any]:
-    """The one receive of the REST API (the view and the lean path of gateway/api/hot_path.py)."""
+async def receive_messages(consumer: HttpConsumer, count: int, wait: float, build: Any,
+                           scope: dict[str, Any]) -> Any:
+    """The one receive of the REST API (the view and the lean path of gateway/api/hot_path.py): the answer
+    `build` makes of {"messages": [...]}. An ack-mode-auto consumer's messages are acknowledged once that
+    answer is written, not before (after_write.py): a process that dies in between leaves them in flight,
+    and they come back, redelivered, when the consumer is closed or lapses."""
+    auto = consumer.ack_mode == "auto"
     try:
-        deliveries = await long_poll(consumer.ref, count, wait, pull=consumer.pull)
+        deliveries = await long_poll(consumer.ref, count, wait, pull=consumer.pull, unacked=auto)
     except UnknownConsumer:
         raise await _gone(consumer) from None
-    return {"messages": [render_delivery(d) for d in deliveries]}
+    result = {"messages": [render_delivery(d) for d in deliveries]}
+    if not (auto and deliveries):
+        return build(result)
+    ids = [d.message_id for d in deliveries]
+    broker = runtime.async_broker()
+
+    async def settle() -> None:
+        await broker.ack(consumer.ref, ids, mode="individual")
+
+    async def give_back() -> None:
+        with contextlib.suppress(UnknownConsumer, NotInFlight):
+            await broker.nack(consumer.ref, ids)
+
+    return await after_write.hand_over(scope, lambda: build(result), settle, give_back)
 
 
 def _message_ids(data: dict[str, Any]) -> list[str]:

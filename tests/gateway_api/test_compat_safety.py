@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker_core import turns
 from broker_core.broker import AsyncBroker
 from gateway.api import compat, compat_headers
 from tests.gateway_api.mixins import assert_problem, blocking
@@ -161,6 +162,32 @@ async def test_a_message_held_by_a_request_that_died_is_given_back_by_the_next(a
     assert (got.status_code, got.text) == (200, "survivor")
     stats = await _stats(api, make_user, "orders.crash")
     assert (stats["queue_size"], stats["in_flight"]) == (0, 0)
+
+
+@pytestmark_db
+@pytest.mark.parametrize("lean", [True, False], ids=["lean-path", "django-path"])
+async def test_an_ack_that_fails_after_the_answer_was_written_gives_the_message_back(
+        api, basic, make_user, settings, monkeypatch, lean):
+    """The answer goes out first (gateway/api/after_write.py); its ack failing then cannot take the message
+    back from the client, so it is given back to the queue: delivered again, at least once."""
+    settings.SIGNALBOX_API_HOT_PATH = lean
+    queue = f"orders.ackfail{int(lean)}"
+    url = f"/api/message/{queue}?type=queue&clientId=c&readTimeout=1000"
+    empty = await api.get(url.replace("=1000", "=10"), headers=basic)  # the consumer made, credentials cached
+    assert empty.status_code == 204
+    await api.post(f"/api/message/{queue}?type=queue", content="twice", headers=basic)
+
+    async def refused(*_args, **_kwargs):
+        raise ConnectionError("the ack never reached Redis")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(turns, "settle", refused)
+        first = await api.get(url, headers=basic)
+    assert (first.status_code, first.text) == (200, "twice")  # written before the ack was tried
+    again = await api.get(url, headers=basic)  # the turn ended: not refused as concurrent
+    assert (again.status_code, again.text) == (200, "twice")
+    stats = await _stats(api, make_user, queue)
+    assert (stats["queue_size"], stats["in_flight"], stats["dequeued"]) == (0, 0, 1)
 
 
 @pytestmark_db

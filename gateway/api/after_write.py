@@ -1,0 +1,99 @@
+"""A message an HTTP answer carries is settled once that answer has been written, never before.
+
+An answer that carries leased messages (ActiveMQ's /api/message GET, gateway/api/compat.py; the native
+API's receive for an ack-mode-auto consumer, views_messaging.receive_messages) is built by the view, or by
+its lean path (compat_hot.py, hot_path.py), and written by the ASGI handler (asgi.py). Acknowledging
+before the write loses the message when the process dies between the two: acknowledged, never received.
+So the view only hands the handler the settlement with the answer (`hand_over`, `defer`; a DRF Response
+rendered into a plain one takes its settlement along, `rendered_as`), and the handler calls
+`finish` once the answer's last body chunk has been sent (`http.response.body` without more_body
+returned): the message is acknowledged only then. A process that dies between the write and the
+settlement leaves the message leased, and the lease gives it back (redelivered): at least once.
+
+When the answer handed over is not the one written (a middleware replaced it, the request was cancelled,
+the write failed), `finish` gives the message back instead. Both the lean path and Django's call `finish`
+with the object whose bytes they wrote: the rule exists once, here.
+
+Within one process the settlement's Redis command is written synchronously when `finish` is awaited,
+before the event loop can read the client's next request (the broker's multiplexed connection,
+broker_core/drivers/multiplexed.py, keeps a process's commands in order): Redis runs the settlement first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# the scope's slot: the handlers serving a request make it (`open_slot`); `defer` fills it
+KEY = "signalbox.unsettled"
+
+
+@dataclass(slots=True)
+class Unsettled:
+    """The answer carrying a leased message, and what to do once it is written, or if it is not."""
+
+    answer: Any  # the object the handler writes (Django's HttpResponse, or the lean path's tuple)
+    settle: Callable[[], Awaitable[None]]  # written: acknowledge
+    give_back: Callable[[], Awaitable[None]]  # not written: nack
+
+
+def open_slot(scope: dict[str, Any]) -> None:
+    """Say this request is served by a handler that calls `finish` (asgi.GatewayASGIHandler)."""
+    scope[KEY] = None
+
+
+def defer(scope: dict[str, Any], unsettled: Unsettled) -> None:
+    """Hand the settlement of `unsettled.answer`'s message to the handler that writes it. Raises (the caller
+    gives the message back) when no such handler serves the request: nothing would settle it."""
+    if KEY not in scope:
+        raise RuntimeError("an answer carrying a message must be written by GatewayASGIHandler, which "
+                           "settles it once written")
+    if scope[KEY] is not None:
+        raise RuntimeError("one answer carries one leased message")
+    scope[KEY] = unsettled
+
+
+def rendered_as(scope: dict[str, Any] | None, answer: Any, plain: Any) -> None:
+    """`answer` is written as `plain` (its rendering, gateway.api.base.rendered): its settlement follows."""
+    unsettled = scope.get(KEY) if scope is not None else None
+    if unsettled is not None and unsettled.answer is answer:
+        unsettled.answer = plain
+
+
+async def hand_over(scope: dict[str, Any], build: Callable[[], Any], settle: Callable[[], Awaitable[None]],
+                    give_back: Callable[[], Awaitable[None]]) -> Any:
+    """`build()` the answer carrying leased messages and `defer` their settlement to the handler that writes
+    it; the answer. If building fails (or the request is cancelled), they are given back now."""
+    try:
+        answer = build()
+        defer(scope, Unsettled(answer, settle, give_back))
+    except BaseException:
+        await asyncio.shield(give_back())
+        raise
+    return answer
+
+
+async def finish(scope: dict[str, Any], written: Any) -> None:
+    """The request's answer is out (`written`: the object whose last body chunk was sent) or will never be
+    (None): settle the message it carries, or give back the one handed over with an answer not written.
+    Called by the handler after the write, and again at the end of the request (then a no-op)."""
+    unsettled = scope.get(KEY)
+    if unsettled is None:
+        return
+    scope[KEY] = None
+    if written is not None and written is unsettled.answer:
+        try:
+            await unsettled.settle()
+            return
+        except Exception:  # noqa: BLE001 - the answer is out: nothing to tell the client, the message goes back
+            log.warning("a written answer's message could not be acknowledged; it is given back",
+                        exc_info=True)
+    try:
+        await asyncio.shield(unsettled.give_back())
+    except Exception:  # noqa: BLE001 - still leased: the lease gives it back
+        log.warning("an unwritten answer's message could not be given back; its lease will", exc_info=True)
