@@ -1,0 +1,104 @@
+"""What an operator hit first on a busy broker (session 25): pages that scroll sideways on a phone or clip
+their figures on a laptop, and failures the queue page did not count. In Debian's headless Chromium against
+live gateways; broker state made and checked with broker_core."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from broker_core.broker import Broker
+from broker_core.messages import Message
+from broker_core.model import ConsumerSpec
+from tests.console.conftest import login
+from tests.helpers.gateway_server import start_gateway
+
+pytestmark = pytest.mark.e2e
+
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture
+def own_gateway(console_server, redis_client) -> Iterator[Any]:
+    """A gateway on a namespace of its own (the session's users): the overview's largest backlog is this
+    test's, whatever the other tests left in the session's namespace."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    server = start_gateway(console_server.data_dir, namespace, name="console-own")
+    server.url = f"http://127.0.0.1:{server.port}"
+    server.broker = Broker(redis_client, namespace)
+    yield server
+    server.stop()
+    assert "Traceback" not in server.output(), server.output()
+
+
+def sideways(page: Any) -> int:
+    """How many CSS pixels the page is wider than the screen (0: nothing scrolls sideways)."""
+    return page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
+
+
+def test_no_page_an_operator_opens_first_scrolls_sideways_on_a_phone(chromium, own_gateway):
+    broker = own_gateway.broker
+    topic = "prices.eu"
+    # a topic's offline durable backlog, the largest: the overview names its subscription under it
+    durable = broker.add_consumer(f"topic://{topic}", ConsumerSpec(
+        client_id="pricing-application-eu-west", subscription_name="end-of-day-ticks", lease_ms=120_000))
+    broker.close_consumer(durable)
+    broker.send(f"topic://{topic}", [Message(body=str(i)) for i in range(30)])
+    # scheduled, repeating and cron messages on a queue
+    queue = "reports.scheduled"
+    broker.send(queue, [Message(body="later", delay_ms=3_600_000),
+                        Message(body="again", delay_ms=600_000, period_ms=60_000, repeat=5),
+                        Message(body="cron", cron="*/5 * * * *")])
+    # dead letters from a queue with a long name
+    origin = "payments.settlement.card-authorisations.europe-west"
+    consumer = broker.add_consumer(origin, ConsumerSpec(prefetch=5, lease_ms=120_000))
+    broker.send(origin, [Message(body=str(i)) for i in range(3)])
+    for delivery in broker.receive(consumer, 3):
+        broker.nack(consumer, delivery.message_id, poison=True)
+
+    page = login(chromium, own_gateway, viewport=PHONE)
+    try:
+        largest = page.locator('[data-total="largest"] small.largest')
+        expect(largest).to_contain_text("pricing-application-eu-west / end-of-day-ticks (30)")
+        assert sideways(page) == 0, "the overview scrolls sideways"
+        page.goto(f"{own_gateway.url}/console/queues/{queue}/")
+        expect(page.locator("#scheduled tbody tr")).to_have_count(3)
+        assert sideways(page) == 0, "the queue page scrolls sideways"
+        page.goto(f"{own_gateway.url}/console/dead-letters/")
+        expect(page.locator(".dlq tbody tr")).to_have_count(1)
+        assert sideways(page) == 0, "the dead letters page scrolls sideways"
+
+        # on a laptop the largest backlog's subscription is not cut off by its card
+        page.set_viewport_size({"width": 1366, "height": 900})
+        page.goto(f"{own_gateway.url}/console/")
+        expect(largest).to_be_visible()
+        clipped = largest.evaluate(
+            "(e) => { const card = e.closest('.cards > div').getBoundingClientRect();"
+            " const r = e.getBoundingClientRect();"
+            " return r.right > card.right + 0.5 || e.scrollWidth > e.clientWidth; }")
+        assert not clipped, "the largest backlog's subscription runs out of its card"
+    finally:
+        page.context.close()
+
+
+def test_the_queue_page_counts_dead_letters_the_broker_discarded(admin_page, console_server, broker,
+                                                                 queue_name):
+    """Non-persistent messages refused as poison are dropped, not dead-lettered (ActiveMQ's
+    processNonPersistent=false): the queue page must still say where they went."""
+    consumer = broker.add_consumer(queue_name, ConsumerSpec(prefetch=10, lease_ms=120_000))
+    broker.send(queue_name, [Message(body=f"n{i}", persistent=False) for i in range(4)]
+                + [Message(body="p", persistent=True)])
+    for delivery in broker.receive(consumer, 5):
+        broker.nack(consumer, delivery.message_id, poison=True)
+    stats = broker.stats(queue_name)
+    assert (stats.deadlettered, stats.discarded, stats.dequeued) == (1, 4, 5)
+
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    expect(page.locator('[data-stat="dequeued"]')).to_have_text("5")
+    expect(page.locator('[data-stat="deadlettered"]')).to_have_text("1")
+    expect(page.locator('[data-stat="discarded"]')).to_have_text("4")
