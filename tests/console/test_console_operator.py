@@ -4,6 +4,7 @@ live gateways; broker state made and checked with broker_core."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -102,3 +103,24 @@ def test_the_queue_page_counts_dead_letters_the_broker_discarded(admin_page, con
     expect(page.locator('[data-stat="dequeued"]')).to_have_text("5")
     expect(page.locator('[data-stat="deadlettered"]')).to_have_text("1")
     expect(page.locator('[data-stat="discarded"]')).to_have_text("4")
+
+
+def test_an_active_durable_subscription_offers_no_delete_that_the_broker_refuses(admin_page, console_server,
+                                                                                broker):
+    topic = f"ct.{uuid.uuid4().hex[:10]}"
+    def durable(client_id: str, name: str) -> Any:
+        spec = ConsumerSpec(client_id=client_id, subscription_name=name, lease_ms=120_000)
+        return broker.add_consumer(f"topic://{topic}", spec)
+
+    active, offline = durable("risk", "live"), durable("ledger", "eod")
+    broker.close_consumer(offline)
+    broker.send(f"topic://{topic}", [Message(body="tick")])
+    page = admin_page
+    page.goto(f"{console_server.url}/console/topics/{topic}/")
+    expect(page.locator("#subscriptions tbody tr")).to_have_count(2)
+    in_use = page.get_by_role("button", name="Delete subscription risk / live")
+    expect(in_use).to_be_disabled()
+    expect(in_use).to_have_attribute("title", re.compile("consumer is connected"))
+    expect(page.get_by_role("button", name="Delete subscription ledger / eod")).to_be_enabled()
+    broker.close_consumer(active)  # offline now: the live feed's next statistics offer the delete
+    expect(in_use).to_be_enabled()
