@@ -35,8 +35,11 @@
   function slowBadge(c) {
     if (!c.slow) return "–";
     const quiet = c.last_ack ? `last ack ${fmt.ago(c.last_ack)}` : `no ack since it attached ${fmt.ago(c.added)}`;
-    return el("span", { class: "badge bad", title: `Prefetch window full (${c.in_flight} in flight) and ${quiet}`
-      + (c.slow_since ? `; dispatch last found it full ${fmt.time(c.slow_since)}` : "") }, `slow, ${quiet}`);
+    // the badge one word, the detail as text beside it: the whole sentence in the pill wrapped into a
+    // six-line pill that pushed the table past a laptop's screen
+    const title = `Prefetch window full (${c.in_flight} in flight) and ${quiet}`
+      + (c.slow_since ? `; dispatch last found it full ${fmt.time(c.slow_since)}` : "");
+    return el("span", { class: "slow", title }, el("span", { class: "badge bad" }, "slow"), " ", el("small", {}, quiet));
   }
 
   // The consumer's connection on the Connections page (a REST consumer is a connection of its own).

@@ -124,3 +124,63 @@ def test_an_active_durable_subscription_offers_no_delete_that_the_broker_refuses
     expect(page.get_by_role("button", name="Delete subscription ledger / eod")).to_be_enabled()
     broker.close_consumer(active)  # offline now: the live feed's next statistics offer the delete
     expect(in_use).to_be_enabled()
+
+
+def test_a_network_error_is_said_as_one_and_browse_does_not_read_as_an_empty_queue(admin_page, console_server,
+                                                                                  broker, queue_name):
+    broker.send(queue_name, [Message(body=str(i)) for i in range(3)])
+    page = admin_page
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.route("**/api/v1/queues/*/messages?*", lambda route: route.abort("connectionreset"))
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/browse/")
+    cell = page.locator("#messages tbody td")
+    expect(cell).to_contain_text("Could not read the messages")
+    expect(cell).not_to_contain_text("No messages match")
+    expect(page.locator("#browse-status")).not_to_contain_text("(end)")
+    expect(page.locator("#toast")).to_contain_text("did not reach the server")
+    page.unroute("**/api/v1/queues/*/messages?*")
+    page.reload()
+    expect(page.locator("#messages tbody tr")).to_have_count(3)
+
+    # an action whose request is lost: said so, and that it may not have run
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    page.route("**/purge", lambda route: route.abort("connectionreset"))
+    page.locator("#purge").click()
+    page.locator("dialog[open] button", has_text="Purge").click()
+    expect(page.locator("#toast")).to_contain_text("did not reach the server")
+    assert broker.stats(queue_name).queue_size == 3
+    assert errors == []
+
+
+@pytest.fixture
+def quick_slow_gateway(console_server) -> Iterator[Any]:
+    """A gateway on the session's broker whose console calls a full consumer slow after 1 s without an ack."""
+    server = start_gateway(console_server.data_dir, console_server.namespace, name="console-slow1",
+                           SIGNALBOX_CONSOLE_SLOW_SECONDS="1")
+    server.url = f"http://127.0.0.1:{server.port}"
+    yield server
+    server.stop()
+
+
+def test_the_consumers_table_fits_a_laptop_with_a_slow_consumer(chromium, quick_slow_gateway, broker,
+                                                                queue_name):
+    """At 1366 px the whole consumers table is on screen (lease expiry too), and the slow badge is one line
+    (it wrapped into a six-line pill, the table scrolled sideways)."""
+    for client in ("cart-worker-a", "cart-worker-b"):
+        spec = ConsumerSpec(prefetch=50, client_id=client, ack_mode="client-individual",
+                            connection_id=f"tcp-{uuid.uuid4().hex[:16]}", lease_ms=120_000)
+        broker.add_consumer(queue_name, spec)
+    broker.send(queue_name, [Message(body=str(i), group_id=f"cart-{i % 2}") for i in range(120)])
+    page = login(chromium, quick_slow_gateway)
+    try:
+        page.goto(f"{quick_slow_gateway.url}/console/queues/{queue_name}/")
+        badge = page.locator('#consumers [data-col="slow"] .badge')
+        expect(badge).to_have_count(2, timeout=20_000)
+        region = page.locator('div.scroll[aria-labelledby="consumers-title"]')
+        fits = region.evaluate("(e) => e.scrollWidth <= e.clientWidth")
+        assert fits, "the consumers table scrolls sideways at 1366 px"
+        heights = badge.evaluate_all("(bs) => bs.map((b) => b.getClientRects().length)")
+        assert heights == [1, 1], f"the slow badge wraps over {heights} lines"
+    finally:
+        page.context.close()
