@@ -54,20 +54,21 @@
     const ordered = [...consumers].sort((a, b) => (a.added - b.added) || (a.consumer_id < b.consumer_id ? -1 : 1));
     const rows = ordered.map((c) => {
       const window = c.prefetch + (c.prefetch_extension || 0);
+      // data-label: on a phone the table is a list of cards, each figure under its label (console.css)
       return el("tr", { dataset: { consumer: c.consumer_id } },
-        el("td", { class: "id" }, el("code", {}, c.consumer_id)),
-        el("td", { class: "id" }, connectionLink(c, who.node(c.consumer_id))),
-        el("td", {}, c.selector ? el("code", {}, c.selector) : "–"),
-        el("td", { class: "num" }, c.priority),
-        el("td", {}, c.exclusive ? (c.is_exclusive_owner ? "yes (owner)" : "yes") : (c.is_exclusive_owner ? "owner" : "no")),
-        el("td", {}, c.ack_mode),
-        el("td", { class: "num" }, c.prefetch === 0 ? "0 (pull)" : fmt.num(c.prefetch)),
-        el("td", { class: "prefetch" }, meter(c.in_flight, Math.max(window, c.in_flight), c.full)),
-        el("td", { class: "num" }, fmt.num(c.dispatched)),
-        el("td", { class: "num" }, fmt.num(c.acked)),
-        el("td", { class: "num" }, fmt.num(c.groups)),
-        el("td", { dataset: { col: "slow" } }, slowBadge(c)),
-        el("td", {}, ago(c.lease_expires)));
+        el("td", { class: "id", "data-label": "Id" }, el("code", {}, c.consumer_id)),
+        el("td", { class: "id", "data-label": "Client / connection" }, connectionLink(c, who.node(c.consumer_id))),
+        el("td", { "data-label": "Selector" }, c.selector ? el("code", {}, c.selector) : "–"),
+        el("td", { class: "num", "data-label": "Priority" }, c.priority),
+        el("td", { "data-label": "Exclusive" }, c.exclusive ? (c.is_exclusive_owner ? "yes (owner)" : "yes") : (c.is_exclusive_owner ? "owner" : "no")),
+        el("td", { "data-label": "Ack mode" }, c.ack_mode),
+        el("td", { class: "num", "data-label": "Prefetch" }, c.prefetch === 0 ? "0 (pull)" : fmt.num(c.prefetch)),
+        el("td", { class: "prefetch", "data-label": "In flight / prefetch" }, meter(c.in_flight, Math.max(window, c.in_flight), c.full)),
+        el("td", { class: "num", "data-label": "Dispatched" }, fmt.num(c.dispatched)),
+        el("td", { class: "num", "data-label": "Acked" }, fmt.num(c.acked)),
+        el("td", { class: "num", "data-label": "Groups assigned" }, fmt.num(c.groups)),
+        el("td", { dataset: { col: "slow" }, "data-label": "Slow" }, slowBadge(c)),
+        el("td", { "data-label": "Lease expires" }, ago(c.lease_expires)));
     });
     fill(document.querySelector("#consumers tbody"), rows, 13, "No consumers.");
   }

@@ -77,8 +77,10 @@ def test_no_page_an_operator_opens_first_scrolls_sideways_on_a_phone(chromium, o
         page.set_viewport_size({"width": 1366, "height": 900})
         page.goto(f"{own_gateway.url}/console/")
         expect(largest).to_be_visible()
-        clipped = largest.evaluate(
-            "(e) => { const card = e.closest('.cards > div').getBoundingClientRect();"
+        # (one evaluate that finds the element itself: the live totals replace it every 2 s)
+        clipped = page.evaluate(
+            "() => { const e = document.querySelector('[data-total=\"largest\"] small.largest');"
+            " const card = e.closest('.cards > div').getBoundingClientRect();"
             " const r = e.getBoundingClientRect();"
             " return r.right > card.right + 0.5 || e.scrollWidth > e.clientWidth; }")
         assert not clipped, "the largest backlog's subscription runs out of its card"
@@ -182,5 +184,34 @@ def test_the_consumers_table_fits_a_laptop_with_a_slow_consumer(chromium, quick_
         assert fits, "the consumers table scrolls sideways at 1366 px"
         heights = badge.evaluate_all("(bs) => bs.map((b) => b.getClientRects().length)")
         assert heights == [1, 1], f"the slow badge wraps over {heights} lines"
+    finally:
+        page.context.close()
+
+
+def test_on_a_phone_each_consumer_s_prefetch_window_is_on_screen(chromium, console_server, broker,
+                                                                 queue_name):
+    """How full each prefetch window is, the queue page's first question, without scrolling a 13-column
+    table sideways past the ids: on a phone each consumer is a card with its labelled figures."""
+    spec = ConsumerSpec(prefetch=20, client_id="billing-svc", ack_mode="client-individual",
+                        connection_id=f"tcp-{uuid.uuid4().hex[:16]}", lease_ms=120_000)
+    broker.add_consumer(queue_name, spec)
+    broker.send(queue_name, [Message(body=str(i)) for i in range(30)])
+    page = login(chromium, console_server, viewport=PHONE)
+    try:
+        page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+        meter = page.locator("#consumers [role=meter]")
+        expect(meter).to_have_attribute("aria-valuenow", "20")
+        # (one evaluate that finds the element itself: the live statistics redraw the table)
+        left, right = page.evaluate(
+            "() => { const r = document.querySelector('#consumers [role=meter]').getBoundingClientRect();"
+            " return [r.left, r.right]; }")
+        assert left >= 0 and right <= PHONE["width"], (left, right)
+        region = page.locator('div.scroll[aria-labelledby="consumers-title"]')
+        assert region.evaluate("(e) => e.scrollWidth <= e.clientWidth"), "the consumers scroll sideways"
+        ack_mode = page.locator('#consumers td[data-label="Ack mode"]')
+        expect(ack_mode).to_have_text("client-individual")
+        label = ack_mode.evaluate("(e) => getComputedStyle(e, '::before').content")
+        assert label == '"Ack mode"', label  # each figure under its label, the header row being hidden
+        assert sideways(page) == 0
     finally:
         page.context.close()
