@@ -215,3 +215,17 @@ def test_on_a_phone_each_consumer_s_prefetch_window_is_on_screen(chromium, conso
         assert sideways(page) == 0
     finally:
         page.context.close()
+
+
+def test_send_with_the_priority_left_empty_sends_the_default_priority(admin_page, console_server, broker,
+                                                                     queue_name):
+    """An emptied Priority field is no priority given (JMS's default, 4), not priority 0, the lowest."""
+    broker.ensure_destination(f"queue://{queue_name}")
+    page = admin_page
+    page.goto(f"{console_server.url}/console/send/?destination=queue://{queue_name}")
+    page.fill("#body", "no priority chosen")
+    page.fill("#priority", "")
+    page.click("#send-button")
+    expect(page.locator("#send-result")).to_contain_text("Sent 1 message")
+    (stored,) = broker.browse(queue_name).messages
+    assert stored.message.priority == 4
