@@ -229,3 +229,11 @@ def test_send_with_the_priority_left_empty_sends_the_default_priority(admin_page
     expect(page.locator("#send-result")).to_contain_text("Sent 1 message")
     (stored,) = broker.browse(queue_name).messages
     assert stored.message.priority == 4
+
+
+def test_browsing_a_queue_that_does_not_exist_says_so_rather_than_no_messages(admin_page, console_server):
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/cq.never-made-{uuid.uuid4().hex[:6]}/browse/")
+    cell = page.locator("#messages tbody td")
+    expect(cell).to_contain_text("Could not read the messages: no destination queue://cq.never-made-")
+    expect(page.locator("#browse-status")).to_have_text("page 1: not read")
