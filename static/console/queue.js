@@ -21,8 +21,10 @@
       fill(document.querySelector("#groups tbody"), [], admin ? 7 : 6, "No message groups are assigned.");
       fill(document.querySelector("#scheduled tbody"), [], 7, "No scheduled or delayed messages.");
       document.getElementById("groups-summary").textContent = "";
+      scheduledCut = false; scheduledMore();
       return;
     }
+    scheduledMore();  // (its count is the card's)
     document.getElementById("paused-badge").hidden = !stats.paused;
     const pause = document.getElementById("pause"); const resume = document.getElementById("resume");
     if (pause) { pause.hidden = stats.paused; resume.hidden = !stats.paused; }
@@ -106,7 +108,20 @@
     if (done) { toast(`Cancelled ${m.message_id}`); loadScheduled(); }
   }
 
-  const loadScheduled = latest(() => api("GET", `${base}/scheduled?limit=50`), (data) => {
+  // The table lists the first SCHEDULED_SHOWN (soonest due first); the Scheduled / delayed card counts them
+  // all, so a longer list says that it is cut, with that count (rather than 50 rows under a card of 55).
+  const SCHEDULED_SHOWN = 50;
+  let scheduledCut = false;
+  function scheduledMore() {
+    const note = document.getElementById("scheduled-more");
+    note.hidden = !scheduledCut;
+    const total = current && typeof current.parked === "number" ? ` of ${fmt.num(current.parked)}` : "";
+    note.textContent = scheduledCut ? `The first ${SCHEDULED_SHOWN}${total}, the soonest due first.` : "";
+  }
+
+  const loadScheduled = latest(() => api("GET", `${base}/scheduled?limit=${SCHEDULED_SHOWN}`), (data) => {
+    scheduledCut = Boolean(data.next_cursor);
+    scheduledMore();
     const rows = data.messages.map((m) => el("tr", {},
       el("td", { class: "id" }, el("a", { href: `/console/queues/${encodeURIComponent(name)}/messages/${encodeURIComponent(m.message_id)}/` }, m.message_id)),
       el("td", {}, fmt.time(m.timestamp)),

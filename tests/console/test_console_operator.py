@@ -237,3 +237,15 @@ def test_browsing_a_queue_that_does_not_exist_says_so_rather_than_no_messages(ad
     cell = page.locator("#messages tbody td")
     expect(cell).to_contain_text("Could not read the messages: no destination queue://cq.never-made-")
     expect(page.locator("#browse-status")).to_have_text("page 1: not read")
+
+
+def test_the_scheduled_table_says_when_it_lists_only_the_first_of_more(admin_page, console_server, broker,
+                                                                       queue_name):
+    """The table lists 50; the card above counts them all: 55 scheduled, 50 rows, and a line saying why."""
+    broker.send(queue_name, [Message(body=str(i), delay_ms=3_600_000 + i) for i in range(55)])
+    assert broker.stats(queue_name).parked == 55
+    page = admin_page
+    page.goto(f"{console_server.url}/console/queues/{queue_name}/")
+    expect(page.locator('[data-stat="parked"]')).to_have_text("55")
+    expect(page.locator("#scheduled tbody tr")).to_have_count(50)
+    expect(page.locator("#scheduled-more")).to_have_text("The first 50 of 55, the soonest due first.")
