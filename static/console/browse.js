@@ -53,7 +53,16 @@
         selectorInput.focus();
         if (typeof e.problem.position === "number") selectorInput.setSelectionRange(e.problem.position, e.problem.position + 1);
         rows = []; nextCursor = null;
-      } else toast(e.message, true);
+      } else {
+        // not read: say so, rather than "No messages match" and "(end)" as if the queue were empty
+        toast(e.message, true);
+        rows = []; nextCursor = null;
+        fill(tbody, [], 10, `Could not read the messages: ${e.message}`);
+        document.getElementById("browse-status").textContent = `page ${cursors.length}: not read`;
+        document.getElementById("next").disabled = true;
+        document.getElementById("first").disabled = cursors.length === 1;
+        return;
+      }
     }
     if (errorBox.hidden) selectorInput.removeAttribute("aria-invalid");
     render();

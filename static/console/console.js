@@ -45,7 +45,17 @@
     }
     // Logged out: no more calls that can only fail (the log-in prompt is up).
     if (session.ended) throw new ApiError(401, { detail: "Your session has ended: log in again." });
-    const response = await fetch(path.startsWith("/") ? path : `${API}/${path}`, options);
+    let response;
+    try {
+      response = await fetch(path.startsWith("/") ? path : `${API}/${path}`, options);
+    } catch (error) {
+      // The request got no answer (network down, server gone, connection reset): a problem like the API's,
+      // so every caller can read e.problem, and words that say what is known — a change may or may not
+      // have been made — rather than the browser's "Failed to fetch".
+      throw new ApiError(0, { code: "network_error", detail: method === "GET"
+        ? "The request did not reach the server (network error); the figures shown may be out of date."
+        : "The request did not reach the server (network error), or its answer was lost: it may or may not have been carried out. Reload to see." });
+    }
     serverClock.fromDate(response.headers.get("Date"));
     // A console JSON view (login_required) sends the logged-out to the login page rather than a 401.
     if (response.redirected && new URL(response.url).pathname === (body.dataset.login || "/console/login/")) {

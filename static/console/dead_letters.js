@@ -45,6 +45,7 @@
       const node = template.content.firstElementChild.cloneNode(true);
       const admin = (perms[dlq.destination] || {}).admin;
       node.dataset.dlq = dlq.name;
+      node.querySelector(".origins").setAttribute("aria-label", `Origins of ${dlq.name}`);  // (a scrolling box is a named region)
       const link = node.querySelector(".dlq-link");
       link.textContent = dlq.name; link.href = `/console/queues/${encodeURIComponent(dlq.name)}/`;
       node.querySelector(".dlq-size").textContent = `${fmt.num(dlq.queue_size)} messages`;

@@ -2,7 +2,7 @@
    static/console/rates.js (the server's rate history). */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live } = window.SB;
+  const { api, el, fill, fmt, live, ago } = window.SB;
 
   // The largest backlog's subscription comes with GET console/overview (the feed's totals name only the
   // destination): asked again when the destination changes.
@@ -45,9 +45,10 @@
     // rows all read ok while nothing expires, no lapsed lease is redelivered and no rate is sampled.
     const rows = Object.keys(HEALTH).filter((k) => data[k]).map((k) => {
       const c = data[k];
+      // the tick's age counts on between readings (SB.ago), on the server's clock, as every relative time
       const details = c.status !== "ok" ? c.error
         : c.workers ? `workers: ${c.workers.join(", ")}` : c.version ? `version ${c.version}`
-          : c.age_ms !== undefined ? `last ran ${Math.round(c.age_ms / 1000)}s ago` : c.vendor || "";
+          : c.last_tick ? ["last ran ", ago(c.last_tick)] : c.vendor || "";
       return el("tr", { dataset: { check: k } }, el("th", { scope: "row" }, HEALTH[k]),
         el("td", {}, el("span", { class: `badge ${c.status === "ok" ? "good" : "bad"}` }, c.status)), el("td", {}, details));
     });

@@ -21,8 +21,10 @@
       fill(document.querySelector("#groups tbody"), [], admin ? 7 : 6, "No message groups are assigned.");
       fill(document.querySelector("#scheduled tbody"), [], 7, "No scheduled or delayed messages.");
       document.getElementById("groups-summary").textContent = "";
+      scheduledCut = false; scheduledMore();
       return;
     }
+    scheduledMore();  // (its count is the card's)
     document.getElementById("paused-badge").hidden = !stats.paused;
     const pause = document.getElementById("pause"); const resume = document.getElementById("resume");
     if (pause) { pause.hidden = stats.paused; resume.hidden = !stats.paused; }
@@ -35,8 +37,11 @@
   function slowBadge(c) {
     if (!c.slow) return "–";
     const quiet = c.last_ack ? `last ack ${fmt.ago(c.last_ack)}` : `no ack since it attached ${fmt.ago(c.added)}`;
-    return el("span", { class: "badge bad", title: `Prefetch window full (${c.in_flight} in flight) and ${quiet}`
-      + (c.slow_since ? `; dispatch last found it full ${fmt.time(c.slow_since)}` : "") }, `slow, ${quiet}`);
+    // the badge one word, the detail as text beside it: the whole sentence in the pill wrapped into a
+    // six-line pill that pushed the table past a laptop's screen
+    const title = `Prefetch window full (${c.in_flight} in flight) and ${quiet}`
+      + (c.slow_since ? `; dispatch last found it full ${fmt.time(c.slow_since)}` : "");
+    return el("span", { class: "slow", title }, el("span", { class: "badge bad" }, "slow"), " ", el("small", {}, quiet));
   }
 
   // The consumer's connection on the Connections page (a REST consumer is a connection of its own).
@@ -51,20 +56,21 @@
     const ordered = [...consumers].sort((a, b) => (a.added - b.added) || (a.consumer_id < b.consumer_id ? -1 : 1));
     const rows = ordered.map((c) => {
       const window = c.prefetch + (c.prefetch_extension || 0);
+      // data-label: on a phone the table is a list of cards, each figure under its label (console.css)
       return el("tr", { dataset: { consumer: c.consumer_id } },
-        el("td", { class: "id" }, el("code", {}, c.consumer_id)),
-        el("td", { class: "id" }, connectionLink(c, who.node(c.consumer_id))),
-        el("td", {}, c.selector ? el("code", {}, c.selector) : "–"),
-        el("td", { class: "num" }, c.priority),
-        el("td", {}, c.exclusive ? (c.is_exclusive_owner ? "yes (owner)" : "yes") : (c.is_exclusive_owner ? "owner" : "no")),
-        el("td", {}, c.ack_mode),
-        el("td", { class: "num" }, c.prefetch === 0 ? "0 (pull)" : fmt.num(c.prefetch)),
-        el("td", { class: "prefetch" }, meter(c.in_flight, Math.max(window, c.in_flight), c.full)),
-        el("td", { class: "num" }, fmt.num(c.dispatched)),
-        el("td", { class: "num" }, fmt.num(c.acked)),
-        el("td", { class: "num" }, fmt.num(c.groups)),
-        el("td", { dataset: { col: "slow" } }, slowBadge(c)),
-        el("td", {}, ago(c.lease_expires)));
+        el("td", { class: "id", "data-label": "Id" }, el("code", {}, c.consumer_id)),
+        el("td", { class: "id", "data-label": "Client / connection" }, connectionLink(c, who.node(c.consumer_id))),
+        el("td", { "data-label": "Selector" }, c.selector ? el("code", {}, c.selector) : "–"),
+        el("td", { class: "num", "data-label": "Priority" }, c.priority),
+        el("td", { "data-label": "Exclusive" }, c.exclusive ? (c.is_exclusive_owner ? "yes (owner)" : "yes") : (c.is_exclusive_owner ? "owner" : "no")),
+        el("td", { "data-label": "Ack mode" }, c.ack_mode),
+        el("td", { class: "num", "data-label": "Prefetch" }, c.prefetch === 0 ? "0 (pull)" : fmt.num(c.prefetch)),
+        el("td", { class: "prefetch", "data-label": "In flight / prefetch" }, meter(c.in_flight, Math.max(window, c.in_flight), c.full)),
+        el("td", { class: "num", "data-label": "Dispatched" }, fmt.num(c.dispatched)),
+        el("td", { class: "num", "data-label": "Acked" }, fmt.num(c.acked)),
+        el("td", { class: "num", "data-label": "Groups assigned" }, fmt.num(c.groups)),
+        el("td", { dataset: { col: "slow" }, "data-label": "Slow" }, slowBadge(c)),
+        el("td", { "data-label": "Lease expires" }, ago(c.lease_expires)));
     });
     fill(document.querySelector("#consumers tbody"), rows, 13, "No consumers.");
   }
@@ -102,7 +108,20 @@
     if (done) { toast(`Cancelled ${m.message_id}`); loadScheduled(); }
   }
 
-  const loadScheduled = latest(() => api("GET", `${base}/scheduled?limit=50`), (data) => {
+  // The table lists the first SCHEDULED_SHOWN (soonest due first); the Scheduled / delayed card counts them
+  // all, so a longer list says that it is cut, with that count (rather than 50 rows under a card of 55).
+  const SCHEDULED_SHOWN = 50;
+  let scheduledCut = false;
+  function scheduledMore() {
+    const note = document.getElementById("scheduled-more");
+    note.hidden = !scheduledCut;
+    const total = current && typeof current.parked === "number" ? ` of ${fmt.num(current.parked)}` : "";
+    note.textContent = scheduledCut ? `The first ${SCHEDULED_SHOWN}${total}, the soonest due first.` : "";
+  }
+
+  const loadScheduled = latest(() => api("GET", `${base}/scheduled?limit=${SCHEDULED_SHOWN}`), (data) => {
+    scheduledCut = Boolean(data.next_cursor);
+    scheduledMore();
     const rows = data.messages.map((m) => el("tr", {},
       el("td", { class: "id" }, el("a", { href: `/console/queues/${encodeURIComponent(name)}/messages/${encodeURIComponent(m.message_id)}/` }, m.message_id)),
       el("td", {}, fmt.time(m.timestamp)),

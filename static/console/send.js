@@ -74,7 +74,9 @@
       const raw = row.querySelector(".p-value").value; const type = row.querySelector(".p-type").value;
       properties[n] = type === "string" ? raw : type === "boolean" ? { type, value: raw === "true" } : { type, value: Number(raw) };
     }
-    const envelope = { body: document.getElementById("body").value, priority: number("priority"), persistent: document.getElementById("persistent").checked };
+    const envelope = { body: document.getElementById("body").value, persistent: document.getElementById("persistent").checked };
+    // left empty: no priority given (the API's default, JMS's 4), not 0, the lowest
+    if (value("priority") !== "") envelope.priority = number("priority");
     for (const f of ["correlation_id", "reply_to", "type", "group_id"]) if (value(f)) envelope[f] = value(f);
     if (number("group_seq")) envelope.group_seq = number("group_seq");
     if (number("ttl")) envelope.ttl = number("ttl");

@@ -48,8 +48,11 @@
       el("td", { class: "num", dataset: { col: "pending_limit" } },
         s.pending_message_limit < 0 ? "none" : fmt.num(s.pending_message_limit)),
       el("td", {}, s.slow_since ? el("span", { class: "badge bad" }, `slow since ${fmt.ago(s.slow_since)}`) : "–"),
+      // an active one is refused by the broker (its consumer holds it): not offered, and the reason said
       admin ? el("td", {}, s.durable ? el("button", { type: "button", class: "small danger",
-        "aria-label": `Delete subscription ${label(s)}`, onclick: () => remove(s) }, "Delete subscription") : null) : null));
+        "aria-label": `Delete subscription ${label(s)}`, onclick: () => remove(s), disabled: s.active,
+        title: s.active ? "Its consumer is connected: a durable subscription in use cannot be deleted; close the consumer (or its connection) first" : null },
+      "Delete subscription") : null) : null));
     fill(document.querySelector("#subscriptions tbody"), rows, admin ? 12 : 11, "No subscriptions.");
   }
 
