@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from broker_core.destinations import Destination
+from broker_core.destinations import Destination, covers
 from broker_core.errors import (
     NotInFlight,
     TransactionError,
@@ -104,6 +104,8 @@ _CLOSING: set[asyncio.Task[None]] = set()  # those retries (a reference, so they
 # 170 bytes, and a client that subscribes and unsubscribes over and over adds a window's worth each time
 # (an older one's late ACK is then an ERROR, as any unknown id's)
 ENDED_ACKS_KEPT = 10_000
+# message ids a composite subscription with overlapping topic parts remembers (Link._one_copy)
+COPIES_KEPT = 10_000
 # what an ack takes from a subscription: (ack id, (consumer, message id)); no consumer for a message the
 # broker does not hold (a replayed advisory)
 Taken = tuple[str, tuple["Consumer | None", str]]
@@ -307,6 +309,17 @@ class Browser:
     room: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+def _one_copy_each(destinations: list[Destination]) -> list[Destination]:
+    """The parts of a composite subscription that need a consumer of their own: a topic part that another
+    topic part covers (`/topic/a.a` beside `/topic/a.*`) is left out, so that the subscription gets one copy
+    of a message matching both, as ActiveMQ's one consumer on the composite does (each consumer is a topic
+    subscription, with its own copy). A temporary topic is never covered: no pattern matches one."""
+    topics = [d for d in destinations if d.is_topic]
+    return [d for d in destinations
+            if not d.is_topic or d.is_temporary
+            or not any(other != d and covers(other, d) for other in topics)]
+
+
 @dataclass
 class Subscription:
     """One client subscription: its consumers (one per destination of a composite), its ack mode and the
@@ -320,6 +333,9 @@ class Subscription:
     options: dict[str, Any] = field(default_factory=dict)  # protocol-specific (STOMP id, group headers...)
     durable: tuple[str, str] | None = None  # (client id, subscription name) of a durable topic subscription
     browser: Browser | None = None  # a queue browser's walk (no consumers): `Link.browse`
+    # a composite whose topic parts may both match one message (`a.*.c`, `a.b.*`): message id -> the
+    # consumer that delivered it, so the other's copy is dropped (`Link._one_copy`); None when they cannot
+    copies: OrderedDict[str, str] | None = None
 
     def track(self, consumer: Consumer | None, delivery: Delivery) -> str:
         """Remember a delivered message until it is acknowledged; returns its ack id (the message id,
@@ -477,7 +493,7 @@ class Link:
         # retroactive means nothing for a queue (as in ActiveMQ); durable names are only for topics
         queue_spec = dataclasses.replace(spec, retroactive=False)
         try:
-            for dest in destinations:
+            for dest in _one_copy_each(destinations):
                 self._consumer_seq += 1
                 cid = f"{self.connection_id}-{self._consumer_seq}"
                 dest_spec = spec if dest.is_topic else queue_spec
@@ -487,6 +503,9 @@ class Link:
                 with contextlib.suppress(Exception):
                     await self.broker.close_consumer(consumer, "subscribe failed")
             raise
+        topics = [c for c in sub.consumers if c.destination.is_topic]
+        if len(topics) > 1 and any(c.destination.is_wildcard for c in topics):
+            sub.copies = OrderedDict()
         self.subscriptions[key] = sub
         if start:
             self.start(sub)
@@ -659,6 +678,8 @@ class Link:
                 deliveries, upto = await self.broker.receive_after(consumer, upto, batch, push)
                 # (counted as written once the writing starts: a close in the middle marks them redelivered)
                 self._written[cid] = upto
+                if deliveries and sub.copies is not None:
+                    deliveries = await self._one_copy(sub, consumer, deliveries)
                 if deliveries:
                     await self.deliver(sub, consumer, deliveries)
                     if auto:
@@ -680,7 +701,10 @@ class Link:
                             break
                         delivered = pushed.deliveries(consumer)
                         upto = self._written[cid] = pushed.last
-                        await self.deliver(sub, consumer, delivered)
+                        if sub.copies is not None:
+                            delivered = await self._one_copy(sub, consumer, delivered)
+                        if delivered:
+                            await self.deliver(sub, consumer, delivered)
                         written += [d.message_id for d in delivered]
                     if auto and written:
                         await self._ack_once_written(consumer, written)
@@ -694,6 +718,27 @@ class Link:
             self._report_lost(f"slow client: {exc}")
         except Exception as exc:  # the broker failed: the connection cannot keep its promises
             self._report_failure(f"delivery to {cid} failed", exc)
+
+    async def _one_copy(self, sub: Subscription, consumer: Consumer,
+                        deliveries: list[Delivery]) -> list[Delivery]:
+        """The deliveries a composite subscription has not had yet from another of its topic consumers: one
+        message matching two of its parts reaches it once, as ActiveMQ's one consumer on the composite. The
+        other copy is acknowledged at once (it is that consumer's topic copy, nobody else's). A copy from
+        the consumer that delivered it first (a redelivery) passes. The last COPIES_KEPT ids are kept: the
+        two copies of one message are dispatched by one send, so they come close together."""
+        copies = sub.copies
+        if copies is None:
+            return deliveries
+        fresh: list[Delivery] = []
+        dropped: list[Delivery] = []
+        for delivery in deliveries:
+            first = copies.setdefault(delivery.message_id, consumer.consumer_id)
+            (fresh if first == consumer.consumer_id else dropped).append(delivery)
+        while len(copies) > COPIES_KEPT:
+            copies.popitem(last=False)
+        if dropped:
+            await self.broker.ack(consumer, [d.message_id for d in dropped], mode="individual")
+        return fresh
 
     def _close_later(self, consumer: Consumer, reason: str, written: int | None) -> None:
         """Redis was unreachable when the consumer should have closed: try again until it answers, for at most

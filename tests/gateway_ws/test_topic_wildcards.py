@@ -73,3 +73,20 @@ def test_json_protocol_subscribes_to_a_wildcard(gateway, topic):
         pushed = answers["message"]
         assert (pushed["type"], pushed["subscription"]) == ("message", "w")
         assert (pushed["message"]["body"], pushed["message"]["destination"]) == ("hi", f"topic://{topic}.eu")
+
+
+def test_a_composite_of_partly_overlapping_wildcards_delivers_each_message_once(clients, topic):
+    """`a.*.c` and `a.b.*` both match `a.b.c`: the subscription gets it once, as ActiveMQ's one consumer on
+    the composite (tests/differential 22_destinations). The other part's copy is acknowledged at once, so
+    with a prefetch of 1 it does not hold that part's next message back."""
+    sub = clients()
+    sub.receipt(sub.conn.subscribe, f"/topic/{topic}.*.c,/topic/{topic}.b.*", id="w",
+                ack="client-individual", **{"activemq.prefetchSize": "1"})
+    producer = clients()
+    producer.receipt(producer.conn.send, f"/topic/{topic}.b.c", "m1")
+    producer.receipt(producer.conn.send, f"/topic/{topic}.b.c", "m2")
+    for body in (b"m1", b"m2"):
+        (message,) = sub.messages(1)
+        assert (message.body, message.headers["destination"]) == (body, f"/topic/{topic}.b.c")
+        sub.conn.ack(message.headers["ack"])  # (the next MESSAGE may come before a RECEIPT would)
+    assert sub.silent(0.5)
