@@ -24,6 +24,7 @@ from broker_core.destinations import (
 )
 from broker_core.errors import BrokerError
 from broker_core.messages import Delivery, Message, TypedValue
+from gateway.stomp import advisory_form
 from gateway.stomp.frames import Frame
 
 # Headers of a SEND frame that are not message properties (ActiveMQ strips or maps them).
@@ -236,14 +237,21 @@ def _property_text(value: Any) -> str:
     return str(value)
 
 
+def is_advisory(delivery: Delivery) -> bool:
+    """Whether a delivery is an advisory, written as ActiveMQ writes those (headers and body form)."""
+    return delivery.type == "Advisory" and delivery.destination.startswith(ADVISORY_PREFIX)
+
+
 def message_headers(delivery: Delivery, subscription_id: str | None, ack_id: str | None,
-                    group_headers: bool, temps: TempDestinations | None = None) -> list[tuple[str, str]]:
+                    group_headers: bool, temps: TempDestinations | None = None,
+                    advisory_transformation: str = advisory_form.JSON) -> list[tuple[str, str]]:
     """MESSAGE headers as ActiveMQ's FrameTranslator writes them, then the properties as strings; the
     group fields only when the subscriber asked for them (ActiveMQ never sends them over STOMP). `temps`:
-    the receiving connection's temporary destinations, which it sees by its own names."""
+    the receiving connection's temporary destinations, which it sees by its own names;
+    `advisory_transformation`: the advisory body's form the subscription asked for (advisory_form)."""
     d = delivery
-    if d.type == "Advisory" and d.destination.startswith(ADVISORY_PREFIX):
-        return _advisory_headers(d, subscription_id, ack_id)
+    if is_advisory(d):
+        return _advisory_headers(d, subscription_id, ack_id, advisory_transformation)
     name = temps.name_of if temps is not None and temps.own else stomp_name
     headers = [("message-id", d.message_id), ("destination", name(d.destination) or "")]
     if d.correlation_id is not None:
@@ -276,13 +284,15 @@ def message_headers(delivery: Delivery, subscription_id: str | None, ack_id: str
     return headers
 
 
-def _advisory_headers(d: Delivery, subscription_id: str | None, ack_id: str | None) -> list[tuple[str, str]]:
+def _advisory_headers(d: Delivery, subscription_id: str | None, ack_id: str | None,
+                      transformation: str) -> list[tuple[str, str]]:
     """An advisory as ActiveMQ's STOMP translator for advisory topics writes it: priority and timestamp
-    0 (the advisory's own fields: ActiveMQ sets neither), `transformation:jms-advisory-json`, the origin
-    broker's id and URL, and no content-type; the body is Signalbox's JSON (docs/broker_core.md)."""
+    0 (the advisory's own fields: ActiveMQ sets neither), `transformation` (`jms-advisory-json`, or
+    `jms-advisory-xml` when the subscription asked for XML), the origin broker's id and URL, and no
+    content-type; the body is Signalbox's document (docs/broker_core.md) in that form."""
     headers = [("message-id", d.message_id), ("destination", stomp_name(d.destination) or ""),
                ("expires", "0"), ("priority", "0"), ("timestamp", "0"), ("type", "Advisory"),
-               ("transformation", "jms-advisory-json"), ("originBrokerId", f"ID:{advisory.BROKER_NAME}"),
+               ("transformation", transformation), ("originBrokerId", f"ID:{advisory.BROKER_NAME}"),
                ("originBrokerURL", ADVISORY_BROKER_URL)]
     if subscription_id is not None:
         headers.append(("subscription", subscription_id))

@@ -34,7 +34,7 @@ from broker_core.messages import Delivery, new_message_id
 from broker_core.model import Consumer
 from gateway import metrics
 from gateway.logins import LoginRefused
-from gateway.stomp import advisory_replay
+from gateway.stomp import advisory_form, advisory_replay
 from gateway.stomp.frames import (
     CLIENT_COMMANDS,
     HEARTBEAT,
@@ -52,6 +52,7 @@ from gateway.stomp.headers import (
     StompError,
     TempDestinations,
     int_value,
+    is_advisory,
     java_bool,
     message_from_send,
     message_headers,
@@ -396,6 +397,7 @@ class StompSession(LinkedSession):
         with_ack = self.version == "1.2"
         subscription_id = sub.options.get("id")
         group_headers = sub.options.get("group_headers", False)
+        advisory_transformation = sub.options.get("advisory_transformation", advisory_form.JSON)
         temps = self.temps
         chunk: list[bytes] = []
         size = 0
@@ -403,8 +405,12 @@ class StompSession(LinkedSession):
             # 1.2 acks by the ack header alone, unique in the connection (Link.track); 1.0/1.1 by message-id
             ack_id = self.link.track(sub, consumer, delivery) if tracked else None
             headers = message_headers(delivery, subscription_id, ack_id if with_ack else None, group_headers,
-                                      temps)
-            body = delivery.body.encode("utf-8") if isinstance(delivery.body, str) else delivery.body
+                                      temps, advisory_transformation)
+            if advisory_transformation == advisory_form.XML and is_advisory(delivery):  # asked for XML
+                body = advisory_form.as_xml(delivery.body if isinstance(delivery.body, str)
+                                            else delivery.body.decode("utf-8")).encode("utf-8")
+            else:
+                body = delivery.body.encode("utf-8") if isinstance(delivery.body, str) else delivery.body
             if isinstance(delivery.body, bytes) or b"\x00" in body:
                 headers.append(("content-length", str(len(body))))
             frame = encode("MESSAGE", headers, body, self.version)
@@ -712,7 +718,8 @@ class StompSession(LinkedSession):
             no_local=java_bool(frame.get("activemq.noLocal")), client_id=self.durable_client_id(),
             ack_mode=ack, subscription_name=durable_name,
             retroactive=java_bool(frame.get("activemq.retroactive")))
-        options = {"id": sub_id, "group_headers": java_bool(frame.get(GROUP_HEADERS))}
+        options = {"id": sub_id, "group_headers": java_bool(frame.get(GROUP_HEADERS)),
+                   "advisory_transformation": advisory_form.requested(frame.get("transformation"))}
         receipt = frame.get("receipt")
         sub = await self.link.subscribe(key, destinations, spec, options, start=False)
         self.note_subscription(sub, spec.selector, sub.consumers[0].prefetch)  # the connection registry

@@ -14,6 +14,8 @@ A scenario is data (tests/differential/scenarios/<group>.json): named connection
 - `["expect_sorted", conn, n, fact]`: the next `n` frames, in an order-free form (sorted).
 - `["silent", conn, seconds, fact]`: whether nothing arrives within `seconds` (`silent`, or the frame).
 - `["collect", conn, seconds, fact]`: every frame until none arrives for `seconds`, in order.
+- `["drain", conn, seconds]`: read and forget every frame until none arrives for `seconds` (what an
+  advisory topic replays of the broker's earlier state, which differs between brokers and runs).
 - `["save", conn, fact, header, name]`: keep a header of a recorded frame under `$name`.
 - `["open", conn]`: open connection `conn` and send nothing (for frames before CONNECT).
 - `["raw", conn, text]`: send `text` (UTF-8, names filled in as above) exactly as written, for what the
@@ -25,7 +27,8 @@ A scenario is data (tests/differential/scenarios/<group>.json): named connection
 Each destination name written `{q}` / `{t}` (and client id `{c}`) is made unique per run, so runs do not
 see each other; `{future}` is an expiry ten minutes ahead, `{soon}` one second after the step that names it
 (for messages that must expire while the scenario waits). Advisory bodies are each broker's own document
-(ActiveMQ's XStream JSON, Signalbox's documented JSON): only their presence is a fact.
+(ActiveMQ's XStream JSON, Signalbox's documented JSON): only their presence and form (`<advisory>`, or
+`<advisory xml>` for an XML document) are facts.
 """
 
 from __future__ import annotations
@@ -152,7 +155,9 @@ class Normaliser:
                 value = "<time>"
             out[name] = self.text(value)
         if frame.command == "MESSAGE" and "ActiveMQ.Advisory." in (frame.get("destination") or ""):
-            out["body"] = "<advisory>" if frame.body else ""
+            # the document's form (XML when the subscription asked for it), not its content
+            out["body"] = ("<advisory xml>" if frame.body.lstrip().startswith(b"<") else "<advisory>") \
+                if frame.body else ""
         elif frame.command != "ERROR" and frame.command != "CONNECTED":
             out["body"] = self.text(frame.body.decode("utf-8", "replace"))
         return out
@@ -206,6 +211,9 @@ def run(scenario: dict[str, Any], url: str, login: tuple[str, str], wait: float 
                 while (frame := wires[step[1]].receive(step[2])) is not None:
                     frames.append(frame)
                 facts[step[3]] = [norm.frame(f) for f in frames]
+            elif kind == "drain":
+                while wires[step[1]].receive(step[2]) is not None:
+                    pass
             elif kind == "silent":
                 record(step[3], wires[step[1]].receive(step[2]))
             elif kind == "save":

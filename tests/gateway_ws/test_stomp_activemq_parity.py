@@ -5,6 +5,7 @@ Frames stomp.py will not send go through the raw WebSocket client."""
 from __future__ import annotations
 
 import json
+from xml.etree import ElementTree
 
 import pytest
 
@@ -247,3 +248,22 @@ def test_a_new_queue_advisory_subscriber_gets_a_destination_info_per_existing_qu
         if info["destination"] == f"queue://{queue_name}":
             break
     assert f"queue://{queue_name}" in seen and all(d.startswith("queue://") for d in seen)
+
+
+def test_an_advisory_subscription_asking_for_xml_gets_the_document_as_xml(clients, queue_name):
+    """transformation jms-xml (or jms-advisory-xml) on the SUBSCRIBE: ActiveMQ writes advisories as XML,
+    with transformation:jms-advisory-xml; the replayed ones (consumers that existed before) too."""
+    first = clients()
+    first.receipt(first.conn.subscribe, q(queue_name), id="s")
+    watcher = clients()
+    watcher.receipt(watcher.conn.subscribe, f"/topic/ActiveMQ.Advisory.Consumer.Queue.{queue_name}", id="adv",
+                    headers={"transformation": "jms-xml"})
+    second = clients()
+    second.receipt(second.conn.subscribe, q(queue_name), id="s", headers={"selector": "a < 1"})
+    replayed, added = watcher.expect("MESSAGE"), watcher.expect("MESSAGE")
+    for advised, count in ((replayed, "1"), (added, "2")):
+        assert (advised.headers["transformation"], advised.headers["consumerCount"]) == (
+            "jms-advisory-xml", count)
+        root = ElementTree.fromstring(advised.body)
+        assert (root.tag, root.findtext("destination")) == ("ConsumerInfo", f"queue://{queue_name}")
+    assert ElementTree.fromstring(added.body).findtext("selector") == "a < 1"  # escaped, read back
