@@ -16,6 +16,7 @@ import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -489,17 +490,8 @@ def test_follow_waits_for_a_broker_that_restarts(tmp_path, home):
     """`receive --follow` keeps receiving until Ctrl-C: Redis killed and started again (what `run` does
     after a crash) makes the gateway answer 503 broker_unavailable for a moment, which the command waits
     out (saying so once on stderr) instead of ending; it then receives what was sent meanwhile."""
-    from signalbox.embedded_redis import EmbeddedRedis
-    from tests.helpers.gateway_server import prepare_database, start_gateway
-
-    store = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendfsync="always")
-    store.start()
-    namespace = f"t{uuid.uuid4().hex[:12]}"
-    prepare_database(tmp_path / "gateway", namespace)
-    gateway = start_gateway(tmp_path / "gateway", namespace, name="cli-restart", REDIS_URL=store.url)
-    url = f"http://127.0.0.1:{gateway.port}"
     q = unique("cli.restart")
-    try:
+    with gateway_on_a_redis_that_restarts(tmp_path, "cli-restart") as (url, store):
         ok(run(home, url, "send", q, "before"))
         with running(home, url, "receive", q, "--follow") as process:
             assert process.stdout.readline() == b"before\n"
@@ -508,10 +500,7 @@ def test_follow_waits_for_a_broker_that_restarts(tmp_path, home):
             store.process.wait()
             time.sleep(2)  # a few of its calls answered 503
             store.start()  # the same port, data folder and AOF
-            deadline = time.monotonic() + 30
-            while run(home, url, "send", q, "after").returncode != 0:
-                assert time.monotonic() < deadline, "the gateway did not serve again"
-                time.sleep(0.5)
+            serves_again(home, url, q)
             assert process.stdout.readline() == b"after\n"
             deadline = time.monotonic() + 10
             while stats(home, url, q)["dequeued"] < 2 and time.monotonic() < deadline:
@@ -523,9 +512,33 @@ def test_follow_waits_for_a_broker_that_restarts(tmp_path, home):
         assert lines[1] == f"received 2 messages from queue://{q} (interrupted)", lines
         after = stats(home, url, q)
         assert (after["dequeued"], after["queue_size"], after["consumer_count"]) == (2, 0, 0)
+
+
+@contextlib.contextmanager
+def gateway_on_a_redis_that_restarts(tmp_path: Path, name: str) -> Iterator[tuple[str, Any]]:
+    """A gateway of its own on a Redis of its own (AOF always), which a test may kill and start again on
+    the same port and data: the gateway's URL and the Redis."""
+    from signalbox.embedded_redis import EmbeddedRedis
+    from tests.helpers.gateway_server import prepare_database, start_gateway
+
+    store = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendfsync="always")
+    store.start()
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    prepare_database(tmp_path / "gateway", namespace)
+    gateway = start_gateway(tmp_path / "gateway", namespace, name=name, REDIS_URL=store.url)
+    try:
+        yield f"http://127.0.0.1:{gateway.port}", store
     finally:
         gateway.stop()
         store.stop()
+
+
+def serves_again(home: Path, url: str, q: str) -> None:
+    """Send "after" to `q` once the gateway serves again (within 30 s of its Redis coming back)."""
+    deadline = time.monotonic() + 30
+    while run(home, url, "send", q, "after").returncode != 0:
+        assert time.monotonic() < deadline, "the gateway did not serve again"
+        time.sleep(0.5)
 
 
 @pytest.mark.e2e
@@ -795,17 +808,8 @@ def test_stat_watch_waits_for_a_broker_that_restarts(tmp_path, home):
     """`stat --watch` is what an operator runs while something is wrong: Redis killed and started again
     (what `run` does after a crash) makes the gateway answer 503 broker_unavailable for a moment, which
     the watch waits out (saying so once on stderr) instead of ending; it then shows the figures again."""
-    from signalbox.embedded_redis import EmbeddedRedis
-    from tests.helpers.gateway_server import prepare_database, start_gateway
-
-    store = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendfsync="always")
-    store.start()
-    namespace = f"t{uuid.uuid4().hex[:12]}"
-    prepare_database(tmp_path / "gateway", namespace)
-    gateway = start_gateway(tmp_path / "gateway", namespace, name="cli-watch", REDIS_URL=store.url)
-    url = f"http://127.0.0.1:{gateway.port}"
     q = unique("cli.watched")
-    try:
+    with gateway_on_a_redis_that_restarts(tmp_path, "cli-watch") as (url, store):
         ok(run(home, url, "send", q, "before"))
         with running(home, url, "stat", q, "--watch", "0.2", "--json") as process:
             assert json.loads(process.stdout.readline())["queue_size"] == 1
@@ -814,19 +818,14 @@ def test_stat_watch_waits_for_a_broker_that_restarts(tmp_path, home):
             time.sleep(2)  # a few of its refreshes answered 503
             assert process.poll() is None, process.stderr.read()
             store.start()  # the same port, data folder and AOF
-            deadline = time.monotonic() + 30
-            while run(home, url, "send", q, "after").returncode != 0:
-                assert time.monotonic() < deadline, "the gateway did not serve again"
-                time.sleep(0.5)
+            serves_again(home, url, q)
+            deadline = time.monotonic() + 10
             while json.loads(process.stdout.readline())["queue_size"] != 2:
-                assert time.monotonic() < deadline + 10, "the watch did not show the queue again"
+                assert time.monotonic() < deadline, "the watch did not show the queue again"
             process.send_signal(signal.SIGINT)  # Ctrl-C is how a watch ends
             assert process.wait(20) == 0
             lines = process.stderr.read().decode().splitlines()
         assert len(lines) == 1 and "broker_unavailable" in lines[0] and "waiting" in lines[0], lines
-    finally:
-        gateway.stop()
-        store.stop()
 
 
 @pytest.mark.e2e
