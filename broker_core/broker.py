@@ -255,7 +255,8 @@ class _Api:
     def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
             tx: str | None = None) -> int | None:
         """Acknowledge by the consumer's ack mode (client: cumulative; client-individual: that message)
-        or by an explicit mode: 'individual', 'cumulative' or 'delivered'. Returns how many."""
+        or by an explicit mode: 'individual', 'cumulative', 'delivered' or 'undelivered' (ack.lua).
+        Returns how many."""
         ids = _ids(message_id)
         mode = self._ack_mode(consumer, mode, tx)
         if tx:

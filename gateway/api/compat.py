@@ -162,6 +162,9 @@ class MessageServletView(GatewayView):
     # No SessionAuthentication: a GET consumes, and a cross-site link would carry the console's cookie.
     authentication_classes = [BasicAuthentication, TokenAuthentication]
     throttle_scope = "compat"
+    # No HEAD: its answer goes without a body, so a HEAD answered as a GET (Django's, and the servlet's
+    # doHead) would take a message and send none of it; refused (405) instead, the message left queued.
+    http_method_names = ["get", "post", "delete", "options"]
 
     # -- POST: send ---------------------------------------------------------------------------------
 

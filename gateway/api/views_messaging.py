@@ -363,7 +363,7 @@ async def long_poll(ref: ConsumerRef, max_messages: int, wait: float, *, pull: b
     try:
         while True:
             if unacked:
-                deliveries = await broker.receive_unacked(ref, max_messages)
+                deliveries = await _received_unacked(broker, ref, max_messages)
             else:
                 deliveries = await broker.receive(ref, max_messages)
             remaining = deadline - loop.time()
@@ -378,6 +378,20 @@ async def long_poll(ref: ConsumerRef, max_messages: int, wait: float, *, pull: b
         hub.forget(ref.consumer_id)
         raise
     return deliveries
+
+
+async def _received_unacked(broker: Any, ref: ConsumerRef, max_messages: int) -> list[Any]:
+    """AsyncBroker.receive_unacked, given back if the request is cancelled (its client gone) while the call
+    is under way: its messages are leased once Redis ran it, and no later receive is handed them again, so
+    they would stay in flight, filling the consumer's window, as long as the consumer lives."""
+    call = asyncio.ensure_future(broker.receive_unacked(ref, max_messages))
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):  # (the consumer gone, Redis away: closing or lapsing gives back)
+            if leased := await call:
+                await broker.nack(ref, [d.message_id for d in leased])
+        raise
 
 
 class ConsumerDetailView(GatewayView):

@@ -982,8 +982,9 @@ class Link:
         (broker_core's `delivered` ack), as ActiveMQ's does at a transacted ack, so that a client holding
         a full window gets its next messages within the same transaction; the COMMIT's acks shrink it
         back. Without this a client with prefetch 1 that acknowledges in a transaction waits for a next
-        message that only its COMMIT would let through. An ABORT leaves it grown until those messages are
-        acknowledged or the consumer closes (ActiveMQ's client mode does the same). Refused (a message no
+        message that only its COMMIT would let through. An ABORT shrinks it back in client-individual mode
+        (`abort`), as ActiveMQ's; in client mode it stays grown until those messages are acknowledged or
+        the consumer closes, as ActiveMQ's too. Refused (a message no
         longer in flight: expired, or removed by an operator), the ACK takes nothing."""
         try:
             for consumer, ids in self._by_consumer([entry for _key, entry in taken]):
@@ -1171,12 +1172,21 @@ class Link:
     async def abort(self, name: str) -> None:
         tx = self.transaction(name)
         del self.transactions[name]
+        undelivered: list[tuple[Consumer | None, str]] = []
         for sub, taken in reversed(self._tx_acks.pop(name, [])):
             if self.subscriptions.get(sub.key) is sub:
                 sub.restore(taken)  # (their ids are pending still)
+                if sub.ack_mode == "client-individual":
+                    undelivered += [entry for _key, entry in taken]
             else:  # the subscription ended since: its messages went back with it
                 self._forget_pending(key for key, _entry in taken)
+        # the window their ACKs grew (`_delivered`) shrinks back, as ActiveMQ's rollback of an individual
+        # ack contracts it (its `client` mode keeps it grown: a delivered ack, not undone); left grown, a
+        # client retrying a message in transactions got one more message past its prefetch at each ABORT
         await self.broker.rollback(tx)
+        for consumer, ids in self._by_consumer(undelivered):
+            with contextlib.suppress(NotInFlight, UnknownConsumer):
+                await self.broker.ack(consumer, ids, mode="undelivered")
 
     # -- the end --------------------------------------------------------------------------------------
 

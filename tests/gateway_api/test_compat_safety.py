@@ -107,6 +107,24 @@ def test_hostile_properties_are_delivered_safely_and_the_message_acknowledged(se
     assert (stats["queue_size"], stats["in_flight"], stats["dequeued"]) == (0, 0, 1)  # acknowledged once
 
 
+@pytest.mark.e2e
+def test_a_head_request_consumes_nothing(server, http):
+    """HEAD is answered without a body (the HTTP server drops it): a HEAD answered as a GET took the message,
+    acknowledged it, and sent none of it. It is refused, and the message stays for a GET."""
+    queue = f"compat.head.{uuid.uuid4().hex[:8]}"
+    sent = http.post(f"/api/v1/queues/{queue}/messages", headers=TOKEN, json={"body": "kept"})
+    assert sent.status_code == 201
+    params = {"type": "queue", "readTimeout": "2000", "clientId": "head"}
+    head = http.head(f"/api/message/{queue}", params=params, headers=BASIC)
+    assert head.status_code == 405
+    assert "HEAD" not in head.headers["allow"] and "GET" in head.headers["allow"]
+    stats = http.get(f"/api/v1/queues/{queue}", headers=TOKEN).json()
+    assert (stats["queue_size"], stats["in_flight"], stats["dequeued"]) == (1, 0, 0)
+    got = http.get(f"/api/message/{queue}", params=params, headers=BASIC)
+    assert (got.status_code, got.text) == (200, "kept")
+    assert "redelivered" not in got.headers or got.headers["redelivered"] == "false"
+
+
 # -- in process: failures while answering, and the cookie --------------------------------------------
 
 pytestmark_db = pytest.mark.django_db(transaction=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -290,3 +291,39 @@ async def test_an_aborted_consumer_answers_its_next_call_with_410_and_the_reason
     await blocking(abort_consumer)(runtime.broker(), ref, "stopped acknowledging for 30 s")
     problem = assert_problem(await api.post(f"{path}/receive", headers=alice), 410, "consumer_aborted")
     assert "stopped acknowledging for 30 s" in problem["detail"] and problem["strategy"] == "operator"
+
+
+async def test_an_auto_receive_cancelled_while_its_messages_are_leased_leaves_none_in_flight(api, alice):
+    """An ack-mode-auto consumer's messages are leased, unacknowledged, by the receive's script call and
+    acknowledged once the answer is written (gateway/api/after_write.py); the receive is never handed them
+    again. A request cancelled (its client gone) while that call's reply is on its way must give them back:
+    kept in flight they were stuck there as long as the consumer lived, filling its window. The cancel is
+    swept over the event loop's steps so that some land during the call."""
+    from broker_core.destinations import parse_destination
+    from gateway.api import after_write, views_messaging
+    from gateway.api.consumer_ids import parse_consumer_id
+
+    path = await consumer(api, alice, ack_mode="auto", prefetch=1000)
+    queue = parse_destination("queue://orders.eu")
+    held = parse_consumer_id(queue, path.rsplit("/", 1)[1])
+    await send(api, alice, *[{"body": str(n)} for n in range(60)])
+    for steps in range(60):
+        scope: dict = {}
+        after_write.open_slot(scope)
+        task = asyncio.create_task(views_messaging.receive_messages(held, 1, 0.0, lambda got: got, scope))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await after_write.finish(scope, None)  # as the handler does at the request's end: not written
+    # nothing was written, so nothing acknowledged: the consumer is handed all 60 again (those given back
+    # after their redelivery delay)
+    got: list[int] = []
+    for _ in range(30):
+        got += [int(m["body"]) for m in await receive(api, alice, path, max_messages=1000, wait=1)]
+        if len(got) >= 60:
+            break
+    assert sorted(got) == list(range(60))
+    stats = await runtime.async_broker().stats(queue)
+    assert (stats.queue_size, stats.in_flight) == (0, 0)

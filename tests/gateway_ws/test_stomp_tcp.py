@@ -467,6 +467,37 @@ def test_a_rollback_only_commit_gives_back_the_messages_its_acks_took(raw):
     assert got[b"m1"].get("redelivered") == "true", got[b"m1"]
 
 
+def test_an_abort_shrinks_a_client_individual_window_its_transacted_acks_grew(raw, stomp_listener,
+                                                                             redis_client):
+    """A transacted ACK grows the prefetch window at once; in client-individual mode the ABORT shrinks it
+    back, as ActiveMQ's rollback of an individual ack does (PrefetchSubscription: afterRollback contracts
+    the extension). It stayed grown: a client retrying a message (ACK in a transaction, ABORT, again) got
+    one more message past its prefetch at each try. Here prefetch 1: m1, m2 at the first ACK; after the
+    ABORT and the same ACK in a new transaction the window is 1 + 1 again, full with m1 and m2: m3 waits."""
+    from broker_core.broker import Broker
+
+    name = _q()
+    conn = raw()
+    conn.connect()
+    for body in (b"m1", b"m2", b"m3"):
+        conn.send("SEND", {"destination": name, "receipt": body.decode()}, body)
+        conn.expect("RECEIPT")
+    conn.send("SUBSCRIBE", {"destination": name, "id": "s", "ack": "client-individual",
+                            "activemq.prefetchSize": "1"})
+    first = conn.expect("MESSAGE")
+    assert first.body == b"m1"
+    conn.send("BEGIN", {"transaction": "t"})
+    conn.send("ACK", {"id": first.get("ack"), "transaction": "t"})
+    assert conn.expect("MESSAGE").body == b"m2"  # the transacted ACK's room
+    conn.send("ABORT", {"transaction": "t", "receipt": "ab"})
+    conn.expect("RECEIPT")
+    conn.send("BEGIN", {"transaction": "t2"})
+    conn.send("ACK", {"id": first.get("ack"), "transaction": "t2", "receipt": "k"})
+    conn.expect("RECEIPT")  # (a MESSAGE dispatched by this ACK's room is dispatched by its script call)
+    stats = Broker(redis_client, stomp_listener.namespace).stats(name.removeprefix("/queue/"))
+    assert (stats.in_flight, stats.pending) == (2, 1)
+
+
 def test_pipelined_sends_refused_part_way_are_never_stored_twice(raw, stomp_listener, redis_client):
     """Consecutive SENDs to one queue go to the broker in one call, stored in parts of 100; a part refused
     for memory after earlier parts were stored (sendFailIfNoSpace) raised, and the session sent every

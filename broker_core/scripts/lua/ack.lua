@@ -6,6 +6,9 @@
 --   cumulative: every message dispatched to this consumer up to and including the (single) listed one
 --               (STANDARD ack of a CLIENT_ACKNOWLEDGE session; STOMP client mode);
 --   delivered:  the listed messages reached the application; the prefetch window grows by their count.
+--   undelivered: a 'delivered' ack undone (a STOMP client-individual ABORT, as ActiveMQ's rollback of an
+--               individual ack contracts the extension): the window shrinks by their count, never below
+--               the prefetch; the messages stay in flight.
 -- Several consumers are the acks of concurrent callers (AsyncBroker, broker_core/drivers/coalesce.py), each consumer
 -- named once. Nothing changes unless every listed message is in flight with its consumer: all of them are
 -- checked before any is acknowledged. One dispatch chunk runs after all the acks.
@@ -46,9 +49,10 @@ while at <= #ARGV do
     end
   end
   local ids
-  if (mode == 'individual' or mode == 'delivered') and count == 1 then
+  local by_id = mode == 'individual' or mode == 'delivered' or mode == 'undelivered'
+  if by_id and count == 1 then
     ids = seqs[ARGV[first]] and { ARGV[first] } or {}  -- one id: nothing to dedupe (made at its size)
-  elseif mode == 'individual' or mode == 'delivered' then
+  elseif by_id then
     ids = {}
     local seen = {}
     for i = first, last do
@@ -65,7 +69,7 @@ while at <= #ARGV do
       return base.fail('ACK_TOO_LARGE', 'a cumulative ack of more than 1000 messages (consumer ' .. cid .. ')')
     end
   else
-    return base.fail('INVALID_ACK', 'unknown ack mode ' .. mode .. ' (individual, cumulative or delivered)')
+    return base.fail('INVALID_ACK', 'unknown ack mode ' .. mode .. ' (individual, cumulative, delivered or undelivered)')
   end
   if mode == 'delivered' then
     for i = 1, #ids do
@@ -89,6 +93,10 @@ for g = 1, #groups do
   if group.mode == 'delivered' then
     if c.prefetch > 0 then c.ext = redis.call('HINCRBY', base.K_C(c.id), 'ext', #ids) end  -- `c` stays current
     redis.call('HSET', base.K_C(c.id), 'last_ack', base.NOW)  -- any ack is one (AbstractSubscription.acknowledge)
+  elseif group.mode == 'undelivered' then
+    if c.prefetch > 0 and c.ext > 0 then
+      c.ext = redis.call('HINCRBY', base.K_C(c.id), 'ext', -math.min(c.ext, #ids))  -- `c` stays current
+    end
   else
     local seqs, rcv = group.seqs, c.rcv
     for i = 1, #ids do  -- (numeric loops in this path: ipairs is a call into C per element)
