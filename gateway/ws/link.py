@@ -737,7 +737,7 @@ class Link:
         while len(copies) > COPIES_KEPT:
             copies.popitem(last=False)
         if dropped:
-            await self.broker.ack(consumer, [d.message_id for d in dropped], mode="individual")
+            await self._ack_in_flight(consumer, [d.message_id for d in dropped])
         return fresh
 
     def _close_later(self, consumer: Consumer, reason: str, written: int | None) -> None:
@@ -785,7 +785,7 @@ class Link:
         written = buffer is None or buffer.flushed_now()
         if written and (unacked >= consumer.prefetch
                         or (unacked == 1 and not before and self.broker.holds_acks is False)):
-            await self._ack_written(consumer, ids)
+            await self._ack_in_flight(consumer, ids)
             return
         self._unacked[cid] = unacked
         mark = buffer.puts if buffer is not None else 0
@@ -794,7 +794,7 @@ class Link:
             try:
                 if written or await buffer.written(mark):  # type: ignore[union-attr]
                     self._acking[task] = cid  # (the client has them: a close waits for this, `_acks_landed`)
-                    await self._ack_written(consumer, ids, AUTO_ACK_HOLD_S if written else 0.0)
+                    await self._ack_in_flight(consumer, ids, AUTO_ACK_HOLD_S if written else 0.0)
             except (SlowClient, UnknownConsumer):
                 pass  # the pump or the close deals with it: closing the consumer gives these back
             except Exception as exc:
@@ -821,9 +821,10 @@ class Link:
         if tasks:
             await asyncio.wait(tasks, timeout=ACKS_AT_CLOSE_S)
 
-    async def _ack_written(self, consumer: Consumer, ids: list[str], hold: float = 0.0) -> None:
-        """Ack mode auto: acknowledge messages the send buffer has written. One an operator removed (or
-        moved) meanwhile is not in flight any more: the others are acknowledged one by one."""
+    async def _ack_in_flight(self, consumer: Consumer, ids: list[str], hold: float = 0.0) -> None:
+        """Acknowledge messages no client waits on (ack mode auto's, once the send buffer wrote them; a
+        composite subscription's second copies, `_one_copy`). One an operator removed (or moved) meanwhile
+        is not in flight any more: the others are acknowledged one by one."""
         try:
             await self.broker.ack(consumer, ids, mode="individual", hold=hold)
         except NotInFlight:
