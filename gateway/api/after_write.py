@@ -14,9 +14,12 @@ When the answer handed over is not the one written (a middleware replaced it, th
 the write failed), `finish` gives the message back instead. Both the lean path and Django's call `finish`
 with the object whose bytes they wrote: the rule exists once, here.
 
-Within one process the settlement's Redis command is written synchronously when `finish` is awaited,
-before the event loop can read the client's next request (the broker's multiplexed connection,
+Within one process a queue consumer's settlement is written to Redis synchronously when `finish` is
+awaited, before the event loop can read the client's next request (the broker's multiplexed connection,
 broker_core/drivers/multiplexed.py, keeps a process's commands in order): Redis runs the settlement first.
+A topic consumer's takes more than one round trip (its subscription is looked up first), and a next
+request may reach another process: for those the turn's short retry before a 409 covers the gap
+(compat.TURN_RETRY_PAUSES_S).
 """
 
 from __future__ import annotations
