@@ -349,12 +349,14 @@ def unpack_delivery(
 
 
 def dead_letter_copy(blob: bytes, source: str, cause: str | None, now_ms: int,
-                     expiration_ms: int = 0) -> bytes:
+                     expiration_ms: int = 0, message_id: str | None = None) -> bytes:
     """The copy a dead-letter queue receives (spec §5.4): the same id, `original destination` set to
     where it died, `dlqDeliveryFailureCause` (unless the cause is null, as for a STOMP NACK),
     `originalExpiration` unless already there, no expiry (or the strategy's), persistent (a
     non-persistent one records `originalDeliveryMode`), no scheduled delay. Redelivery counters live
-    outside the message, so the copy starts at 0."""
+    outside the message, so the copy starts at 0. `message_id`: a message that still carried its schedule
+    (a delayed one that expired as it arrived) loses it here, so the copy is given SCHEDULED_JOB_ID, as
+    ActiveMQ's dead letter of a fired job still carries it."""
     record = msgpack.unpackb(blob, raw=True)
     record += [None] * (RECORD_LENGTH - len(record))
     topic = published_to(record)
@@ -367,6 +369,9 @@ def dead_letter_copy(blob: bytes, source: str, cause: str | None, now_ms: int,
                 for x in flat[i:i + 3]]
         flat += [b"dlqDeliveryFailureCause", b"s", cause.encode()]
     names = {flat[i] for i in range(0, len(flat), 3)}
+    scheduled = record[17] or record[19] or type(record[CRON]) is list
+    if scheduled and message_id is not None and SCHEDULED_JOB_ID.encode() not in names:
+        flat += [SCHEDULED_JOB_ID.encode(), b"s", _job_id(message_id).encode()]
     if b"originalExpiration" not in names:
         flat += [b"originalExpiration", b"l", record[4] or 0]
     if not record[2]:

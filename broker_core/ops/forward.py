@@ -93,7 +93,7 @@ def forward(ops: Context, dest: Destination, now: int, limit: int = 1_000) -> Op
             else:
                 text = failure_cause(kind, _str(argument), source_policy)
                 copy = dead_letter_copy(blob, dest.uri, text, now,
-                                        int(source_policy.get("deadLetterExpiration", "0")))
+                                        int(source_policy.get("deadLetterExpiration", "0")), message_id)
                 if dest.is_wildcard:  # the dead-letter queue of the topic it was published to
                     target = yield from topics.wildcard_dead_letter_target(ops, dest, copy, target)
             if target not in ensured:  # the MULTI below must not meet a target without a policy

@@ -370,6 +370,12 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
         expires, timestamp, group_seq, priority, delay, period, repeat = (
             int_value(get(name), name, low, high, default)
             for name, low, high, default in _NUMBER_HEADER_RANGES)
+        # ActiveMQ's SchedulerBroker makes a job of every message with a delay or period header, 0 and a
+        # period without repeat included: it fires at once, once, and arrives with scheduledJobId. The
+        # shortest delay makes it such a job here too.
+        if not delay and not repeat and ("AMQ_SCHEDULED_DELAY" in headers
+                                         or "AMQ_SCHEDULED_PERIOD" in headers):
+            delay = 1
     properties: dict[str, Any] = {name: value for name, value in headers.items()
                                   if name not in NOT_PROPERTIES}
     # JMSReplyTo is a destination (queue://X, as selectors compare it) only when reply-to names a STOMP
