@@ -367,15 +367,7 @@ def test_an_interrupted_receive_and_send_say_how_far_they_got(server, home):
 
     # a send interrupted between batches names how many were sent; the batch in flight may be stored too
     q = unique("cli.summary")
-    with running(home, server, "send", q, "s", "--count", "1000000", "--batch", "100") as process:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and httpx.get(
-                f"{server}/api/v1/queues/{q}", headers={"Authorization": f"Token {ALICE_TOKEN}"},
-                timeout=30).status_code == 404:
-            time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
-        assert process.wait(20) == 130
-        line = process.stderr.read().decode()
+    line = long_send_stopped(home, server, q, signal.SIGINT)
     assert line.startswith("signalbox: interrupted after sending ") and line.endswith(" of 1000000\n"), line
     sent = int(line.split()[4])
     assert sent % 100 == 0 and sent <= stats(home, server, q)["enqueued"] <= sent + 100
@@ -564,18 +556,24 @@ def test_a_terminated_send_says_how_far_it_got(server, home):
     """`timeout 60 signalbox send q x --count 1000000`: SIGTERM ends a long send as Ctrl-C does, naming how
     many were sent (the batch in flight may be stored too), with 143."""
     q = unique("cli.termsend")
+    line = long_send_stopped(home, server, q, signal.SIGTERM)
+    assert line.startswith("signalbox: terminated after sending ") and line.endswith(" of 1000000\n"), line
+    sent = int(line.split()[4])
+    assert sent % 100 == 0 and sent <= stats(home, server, q)["enqueued"] <= sent + 100
+
+
+def long_send_stopped(home: Path, server: str, q: str, sig: int) -> str:
+    """`send q s --count 1000000` stopped by `sig` once its first batch made the queue: its stderr line
+    (it exits 130 for SIGINT, 128 + the signal otherwise)."""
     with running(home, server, "send", q, "s", "--count", "1000000", "--batch", "100") as process:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and httpx.get(
                 f"{server}/api/v1/queues/{q}", headers={"Authorization": f"Token {ALICE_TOKEN}"},
                 timeout=30).status_code == 404:
             time.sleep(0.05)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(20) == 128 + signal.SIGTERM
-        line = process.stderr.read().decode()
-    assert line.startswith("signalbox: terminated after sending ") and line.endswith(" of 1000000\n"), line
-    sent = int(line.split()[4])
-    assert sent % 100 == 0 and sent <= stats(home, server, q)["enqueued"] <= sent + 100
+        process.send_signal(sig)
+        assert process.wait(20) == (130 if sig == signal.SIGINT else 128 + sig)
+        return process.stderr.read().decode()
 
 
 @pytest.mark.e2e

@@ -12,6 +12,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -433,18 +434,7 @@ def test_a_rollback_only_commit_gives_back_the_messages_its_acks_took(raw):
     stayed in flight with its consumer, for ever unacknowledgeable, and with activemq.prefetchSize:1 the
     subscription got nothing more once m2 was in. It comes again, redelivered, as after any commit that
     fails. (m2 comes at the transacted ACK already: the window grows there, as ActiveMQ's.)"""
-    name = _q()
-    conn = raw()
-    conn.connect()
-    for body in (b"m1", b"m2"):
-        conn.send("SEND", {"destination": name, "receipt": body.decode()}, body)
-        conn.expect("RECEIPT")
-    conn.send("SUBSCRIBE", {"destination": name, "id": "s", "ack": "client-individual",
-                            "activemq.prefetchSize": "1"})
-    first = conn.expect("MESSAGE")
-    assert first.body == b"m1"
-    conn.send("BEGIN", {"transaction": "t"})
-    conn.send("ACK", {"id": first.get("ack"), "transaction": "t"})
+    conn, _name, first = _acked_in_a_transaction(raw, b"m1", b"m2")
     conn.send("SEND", {"destination": "/remote-temp-queue/ID:tcp-0000000000000000:1", "transaction": "t"},
               b"refused")
     got: dict[bytes, Frame] = {}
@@ -467,6 +457,24 @@ def test_a_rollback_only_commit_gives_back_the_messages_its_acks_took(raw):
     assert got[b"m1"].get("redelivered") == "true", got[b"m1"]
 
 
+def _acked_in_a_transaction(raw: Any, *bodies: bytes) -> tuple[RawTcp, str, Frame]:
+    """A connection that sent `bodies` to a new queue, subscribed client-individual with prefetch 1, got
+    the first and ACKed it in transaction `t`: the connection, the queue, that MESSAGE."""
+    name = _q()
+    conn = raw()
+    conn.connect()
+    for body in bodies:
+        conn.send("SEND", {"destination": name, "receipt": body.decode()}, body)
+        conn.expect("RECEIPT")
+    conn.send("SUBSCRIBE", {"destination": name, "id": "s", "ack": "client-individual",
+                            "activemq.prefetchSize": "1"})
+    first = conn.expect("MESSAGE")
+    assert first.body == bodies[0]
+    conn.send("BEGIN", {"transaction": "t"})
+    conn.send("ACK", {"id": first.get("ack"), "transaction": "t"})
+    return conn, name, first
+
+
 def test_an_abort_shrinks_a_client_individual_window_its_transacted_acks_grew(raw, stomp_listener,
                                                                              redis_client):
     """A transacted ACK grows the prefetch window at once; in client-individual mode the ABORT shrinks it
@@ -476,18 +484,7 @@ def test_an_abort_shrinks_a_client_individual_window_its_transacted_acks_grew(ra
     ABORT and the same ACK in a new transaction the window is 1 + 1 again, full with m1 and m2: m3 waits."""
     from broker_core.broker import Broker
 
-    name = _q()
-    conn = raw()
-    conn.connect()
-    for body in (b"m1", b"m2", b"m3"):
-        conn.send("SEND", {"destination": name, "receipt": body.decode()}, body)
-        conn.expect("RECEIPT")
-    conn.send("SUBSCRIBE", {"destination": name, "id": "s", "ack": "client-individual",
-                            "activemq.prefetchSize": "1"})
-    first = conn.expect("MESSAGE")
-    assert first.body == b"m1"
-    conn.send("BEGIN", {"transaction": "t"})
-    conn.send("ACK", {"id": first.get("ack"), "transaction": "t"})
+    conn, name, first = _acked_in_a_transaction(raw, b"m1", b"m2", b"m3")
     assert conn.expect("MESSAGE").body == b"m2"  # the transacted ACK's room
     conn.send("ABORT", {"transaction": "t", "receipt": "ab"})
     conn.expect("RECEIPT")
