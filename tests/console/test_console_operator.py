@@ -273,3 +273,23 @@ def test_the_overview_s_maintenance_tick_age_counts_on_between_health_readings(a
         assert later >= first + 3, (first, later)
     finally:
         broker.redis.delete(key)
+
+
+def test_long_health_details_do_not_widen_the_overview_on_a_phone(admin_page, console_server):
+    """The health table's details hold names that do not break by themselves: the workers' node names
+    (`celery@<host name>`, joined by commas), an error's text with a URL. On a phone they wrapped nowhere and
+    made the overview scroll sideways (the full suite's workers had such names). /healthz's answer is
+    given here (its form: signalbox/health.py) so that the names are as long as a real host's may be."""
+    workers = [f"celery@signalbox-worker-{i}-{'x' * 40}.eu-west-1.compute.internal" for i in range(2)]
+    answer = {"status": "error",
+              "redis": {"status": "ok", "version": "7.0.15"},
+              "database": {"status": "ok", "vendor": "sqlite"},
+              "celery": {"status": "ok", "workers": workers},
+              "maintenance": {"status": "error",
+                              "error": "no tick since redis://127.0.0.1:6379/0?client_name=signalbox-maintenance"}}
+    page = admin_page
+    page.set_viewport_size(PHONE)
+    page.route("**/healthz", lambda route: route.fulfill(status=503, json=answer))
+    page.goto(f"{console_server.url}/console/")
+    expect(page.locator('#health tr[data-check="celery"]')).to_contain_text(workers[1])
+    assert sideways(page) == 0, "the overview scrolls sideways"
