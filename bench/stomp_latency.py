@@ -17,9 +17,10 @@ Starts `./signalbox.sh run`'s launcher on free loopback ports with an installed 
   --profile-dir; its top functions by own time are printed.
 Cases: tcp-pingpong, tcp-receipt, tcp-receipt-np, ws-pingpong, ws-receipt, ws-receipt-np, tcp-stream,
 tcp-stream-np (the same clients as bench/versus_activemq.py; receipt and stream cases persistent, -np
-non-persistent). A stream case sends its messages 100 frames per write, without receipts, to a consumer
-(auto ack, prefetch 1000) reading them in a thread: its "p50" is the mean time per message, first SEND to
-last MESSAGE.
+non-persistent), tcp-txack (a persistent SEND, its MESSAGE to a client-individual consumer, which then
+sends BEGIN, ACK in that transaction, COMMIT with a receipt: timed from the SEND to the RECEIPT). A
+stream case sends its messages 100 frames per write, without receipts, to a consumer (auto ack, prefetch
+1000) reading them in a thread: its "p50" is the mean time per message, first SEND to last MESSAGE.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from versus_clients import Http, Stomp, Target, encode  # noqa: E402
 from signalbox.embedded_redis import free_port  # noqa: E402
 
 CASES = ("tcp-pingpong", "tcp-receipt", "tcp-receipt-np", "ws-pingpong", "ws-receipt", "ws-receipt-np",
-         "tcp-stream-np", "tcp-stream")
+         "tcp-stream-np", "tcp-stream", "tcp-txack")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -147,6 +148,28 @@ def run_case(target: Target, case: str, n: int, start: Callable[[], None] = lamb
             t = time.perf_counter()
             sender.send_bytes(frame)
             receiver.read_until("MESSAGE")
+            latencies.append(time.perf_counter() - t)
+        stop()
+        sender.close()
+        receiver.close()
+    elif kind == "txack":
+        # a consumer acknowledging each message in a transaction of its own: BEGIN, ACK, COMMIT
+        receiver = Stomp(target, transport)
+        receiver.frame("SUBSCRIBE", {"destination": queue, "id": "s", "ack": "client-individual",
+                                     "receipt": "sub"})
+        receiver.read_until("RECEIPT")
+        sender = Stomp(target, transport)
+        frame = encode("SEND", {"destination": queue, "persistent": "true",
+                                "content-length": str(len(BODY))}, BODY)
+        start()
+        for i in range(n):
+            t = time.perf_counter()
+            sender.send_bytes(frame)
+            ack = receiver.read_until("MESSAGE")[1]["ack"]
+            receiver.frame("BEGIN", {"transaction": f"t{i}"})
+            receiver.frame("ACK", {"id": ack, "transaction": f"t{i}"})
+            receiver.frame("COMMIT", {"transaction": f"t{i}", "receipt": f"c{i}"})
+            receiver.read_until("RECEIPT")
             latencies.append(time.perf_counter() - t)
         stop()
         sender.close()

@@ -253,14 +253,16 @@ class _Api:
         return mode
 
     def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
-            tx: str | None = None) -> int | None:
+            tx: str | None = None, mark_delivered: bool = True) -> int | None:
         """Acknowledge by the consumer's ack mode (client: cumulative; client-individual: that message)
         or by an explicit mode: 'individual', 'cumulative', 'delivered' or 'undelivered' (ack.lua).
-        Returns how many."""
+        Returns how many. In a transaction `tx` the messages are marked delivered now (their window
+        grows) and acknowledged on commit; `mark_delivered=False` when the caller marked them delivered
+        itself, earlier (ops/transactions.py `ack`)."""
         ids = _ids(message_id)
         mode = self._ack_mode(consumer, mode, tx)
         if tx:
-            return self._run(self.ops.tx_ack(tx, consumer, ids, mode, self._now()))
+            return self._run(self.ops.tx_ack(tx, consumer, ids, mode, self._now(), mark_delivered))
         return self._run(self._first(self.ops.ack(consumer, ids, mode, self._now())))
 
     def ack_and_receive(self, consumer: ConsumerRef, message_id: str | list[str], max_messages: int = 1,
@@ -771,7 +773,7 @@ class AsyncBroker(_Api):
                 return done
 
     async def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
-                  tx: str | None = None, hold: float = 0.0) -> int:
+                  tx: str | None = None, mark_delivered: bool = True, hold: float = 0.0) -> int:
         """As Broker.ack; acks of different consumers of one queue share a script call
         (drivers/coalesce.py). `hold` (seconds): its script call may wait that long to go out with this
         broker's next call (drivers/multiplexed.py); for an ack no client waits for (ack mode auto)."""
@@ -781,7 +783,7 @@ class AsyncBroker(_Api):
             if tx is None and ids and consumer.destination.is_queue:
                 request = (consumer, ids, self._ack_mode(consumer, mode, tx), 0)
                 return (await self._acks.run(consumer.destination, request))[0]
-            return await super().ack(consumer, message_id, mode=mode, tx=tx)
+            return await super().ack(consumer, message_id, mode=mode, tx=tx, mark_delivered=mark_delivered)
         finally:
             if token is not None:
                 multiplexed.release_hold(token)

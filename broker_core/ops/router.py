@@ -326,8 +326,9 @@ class Router(Context):
     def tx_send(self, tx: str, dest: Destination, messages: Iterable[Message], now: int) -> Op:
         return self.run(transactions.send(self, tx, dest, messages, now))
 
-    def tx_ack(self, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
-        return self.run(transactions.ack(self, tx, consumer, message_ids, mode, now))
+    def tx_ack(self, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
+               mark_delivered: bool = True) -> Op:
+        return self.run(transactions.ack(self, tx, consumer, message_ids, mode, now, mark_delivered))
 
     def tx_check(self, tx: str, size: int, body_bytes: int, places: Iterable[str]) -> Op:
         return self.run(transactions.check(self, tx, size, body_bytes, places))

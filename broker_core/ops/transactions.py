@@ -174,13 +174,19 @@ def _record(ops: Context, tx: str, raw: bytes, tally: Tally, added: tuple[int, i
     raise TransactionError(f"no open transaction {tx} (it ended while this was added)", transaction=tx)
 
 
-def ack(ops: Context, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int) -> Op:
+def ack(ops: Context, tx: str, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
+        mark_delivered: bool = True) -> Op:
     """A transacted ack is a DELIVERED ack now (the window grows) and a real ack on commit. Counted as the
-    ids it names (a cumulative ack's covered messages are read at commit, bounded by its window)."""
+    ids it names (a cumulative ack's covered messages are read at commit, bounded by its window).
+    `mark_delivered=False`: the caller marked them delivered already, when its client acknowledged them (an
+    adapter that records its transaction's acks at commit, gateway/ws/link.py); marked again, the window
+    would grow twice and the commit's acks shrink it once: one message more past the prefetch for each
+    transaction committed."""
     added = (len(message_ids), 0, (consumer.consumer_id,))
     raw, tally = yield from _tally(ops, tx)
     tally.adding(ops.transaction_limits, tx, *added)  # refused before any message is marked delivered
-    yield from homes.ack(ops, consumer, message_ids, "delivered", now)
+    if mark_delivered:
+        yield from homes.ack(ops, consumer, message_ids, "delivered", now)
     dest = consumer.destination
     # (the transaction gone meanwhile: its messages stay delivered, in flight until its consumer ends)
     yield from _record(ops, tx, raw, tally, added,

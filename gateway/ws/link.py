@@ -1024,7 +1024,9 @@ class Link:
         for consumer, ids in self._by_consumer(entries):
             try:
                 mode = "individual" if tx_id is not None and sub.ack_mode == "client" else None
-                result = await self.broker.ack(consumer, ids if by_id else ids[-1], mode=mode, tx=tx_id)
+                # (a transaction's: marked delivered at its ACK already, `_delivered`)
+                result = await self.broker.ack(consumer, ids if by_id else ids[-1], mode=mode, tx=tx_id,
+                                               mark_delivered=False)
             except NotInFlight as exc:
                 raise LinkError("Unexpected ACK", exc.message, "not_in_flight") from None
             count += result if isinstance(result, int) else len(ids)

@@ -495,6 +495,35 @@ def test_an_abort_shrinks_a_client_individual_window_its_transacted_acks_grew(ra
     assert (stats.in_flight, stats.pending) == (2, 1)
 
 
+@pytest.mark.parametrize("ack", ["client", "client-individual"])
+def test_committed_transacted_acks_leave_the_window_as_it_was(raw, stomp_listener, redis_client, ack):
+    """A transacted ACK grows the window at once (the link's `delivered` ack); its COMMIT acknowledges and
+    shrinks it back. The COMMIT's broker call grew it a second time (broker_core's transacted ack is
+    itself a `delivered` ack, then the real one on commit), so each transaction committed left the window
+    one message larger: after three, a prefetch-1 consumer held four unacknowledged messages."""
+    from broker_core.broker import Broker
+
+    name = _q()
+    conn = raw()
+    conn.connect()
+    for n in range(8):
+        conn.send("SEND", {"destination": name, "receipt": str(n)}, f"m{n}".encode())
+        conn.expect("RECEIPT")
+    conn.send("SUBSCRIBE", {"destination": name, "id": "s", "ack": ack, "activemq.prefetchSize": "1"})
+    messages = [conn.expect("MESSAGE")]
+    for n in range(3):
+        frame = messages.pop(0)
+        assert frame.body == f"m{n}".encode()
+        conn.send("BEGIN", {"transaction": f"t{n}"})
+        conn.send("ACK", {"id": frame.get("ack"), "transaction": f"t{n}"})
+        conn.send("COMMIT", {"transaction": f"t{n}", "receipt": f"c{n}"})
+        while (frame := conn.receive()).command != "RECEIPT":  # (the next MESSAGE comes at the ACK)
+            assert frame.command == "MESSAGE", frame
+            messages.append(frame)
+    stats = Broker(redis_client, stomp_listener.namespace).stats(name.removeprefix("/queue/"))
+    assert (stats.in_flight, stats.pending) == (1, 4)  # m3 in the window of 1; m4-m7 wait
+
+
 def test_pipelined_sends_refused_part_way_are_never_stored_twice(raw, stomp_listener, redis_client):
     """Consecutive SENDs to one queue go to the broker in one call, stored in parts of 100; a part refused
     for memory after earlier parts were stored (sendFailIfNoSpace) raised, and the session sent every

@@ -366,14 +366,15 @@ def test_a_transaction_that_is_never_ended_holds_its_room_only_for_its_life(brok
     owner renews while it lives), so a client that vanishes without commit or rollback, or whose gateway
     process dies, does not block a destination for ever."""
     policy("orders", memoryLimit=2 * 1100, sendFailIfNoSpace=True)
-    tx = broker.begin(ttl_ms=300)
+    # (a lifetime of 1 s renewed every 0.25 s: a loaded machine stalled a 300 ms one between renewals)
+    tx = broker.begin(ttl_ms=1000)
     broker.send("orders", [Message(body=KB), Message(body=KB)], tx=tx)
-    for _ in range(6):  # renewed, it stays open past its first 300 ms, and keeps its room
-        time.sleep(0.1)
-        assert broker.renew_transactions([tx], 300) == []
+    for _ in range(6):  # renewed, it stays open past its first second, and keeps its room
+        time.sleep(0.25)
+        assert broker.renew_transactions([tx], 1000) == []
     with pytest.raises(ResourceAllocationError):
         fill(broker, "orders", 1)
-    time.sleep(0.4)  # no longer renewed: gone
-    assert broker.renew_transactions([tx], 300) == [tx]
+    time.sleep(1.2)  # no longer renewed: gone
+    assert broker.renew_transactions([tx], 1000) == [tx]
     fill(broker, "orders", 2)
     assert broker.stats("orders").queue_size == 2
