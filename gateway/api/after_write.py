@@ -32,16 +32,19 @@ say which bytes arrived, so that last window (a client crashing after the answer
 the at-least-once the lease gives for any consumer.
 
 A request cancelled by Django's handler because its client left (a long poll) gives back what it took:
-a message handed over is given back by `finish` (the answer never written); one leased by a receive the
-cancellation interrupted is given back by that receive (views_messaging.long_poll).
+a message handed over is given back by `finish` (the answer never written); one leased by a call the
+cancellation interrupted is given back by its caller once the call returns (views_messaging.long_poll's
+receive, compat._begin_cancellable's turn). A client gone just before the write (uvicorn's mark set, the
+handler's listener not yet woken to cancel) is caught by `dropped`, as on the lean paths, which are never
+cancelled (nothing listens for their client leaving).
 
-Giving back is a `nack`, as a JMS consumer's rollback: the message comes back after the redelivery
-delay with its redelivery counter raised (to the dead-letter queue past maximumRedeliveries), though the
-client never saw it. ActiveMQ would not count a message it knows never reached the application (a
-prefetched one, returned on close), but this broker's mark of what a consumer received is one dispatch
-sequence per consumer, already past a pulled message, and lowering it would unmark messages a concurrent
-receive handed to the client. Counting one more redelivery errs towards "may have been seen", as
-JMSRedelivered means.
+Giving back is a `nack`, as a JMS consumer's rollback: the message comes back after the policy's
+redelivery delay with its redelivery counter raised (to the dead-letter queue past maximumRedeliveries),
+though the client never saw it. ActiveMQ would not count a message it knows never reached the
+application (a prefetched one, returned on close), but this broker's mark of what a consumer received is
+one dispatch sequence per consumer, already past a pulled message, and lowering it would unmark messages
+a concurrent receive handed to the client. Counting one more redelivery errs towards "may have been
+seen", as JMSRedelivered means.
 
 Within one process a queue consumer's settlement is written to Redis synchronously when `finish` is
 awaited, before the event loop can read the client's next request (the broker's multiplexed connection,
@@ -114,9 +117,10 @@ def dropped(receive: Any) -> bool:
     """Whether the server dropped the answer just sent, its client gone (module docstring): the mark of
     uvicorn's request cycle, whose bound method the server's `receive` is (a wrapper of it, such as a handler
     replaying a request's body, names it `__wrapped__`)."""
-    while (inner := getattr(receive, "__wrapped__", None)) is not None:
-        receive = inner
-    return getattr(getattr(receive, "__self__", None), "disconnected", False) is True
+    cycle = getattr(receive, "__self__", None)
+    while cycle is None and (receive := getattr(receive, "__wrapped__", None)) is not None:
+        cycle = getattr(receive, "__self__", None)
+    return getattr(cycle, "disconnected", False) is True
 
 
 async def finish(scope: dict[str, Any], written: Any, receive: Any = None) -> None:
