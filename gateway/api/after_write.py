@@ -25,11 +25,12 @@ reads, and only for an answer that carries a message. The ASGI way, watching `re
 `http.disconnect`, tells less: the event reaches a listener a turn of the loop after uvicorn marks the
 cycle (the answer may be dropped in between), uvicorn also answers `http.disconnect` once the answer is
 complete (written or not), and the lean paths would need a listener task on every request. A server
-that raises from `send` on a closed connection (ASGI 2.4's OSError) has the answer counted not written
-too; one that does neither cannot be told apart from a written answer. Bytes written to a socket whose
-peer has just closed, before the server has seen it close, are lost with the connection: TCP does not
-say which bytes arrived, so that last window (a client crashing after the answer arrived, likewise) is
-the at-least-once the lease gives for any consumer.
+that raises from `send` on a closed connection (the OSError the ASGI spec now asks for; uvicorn's HTTP
+`send` does not) has the answer counted not written too; one that does neither cannot be told apart from
+a written answer. What is left: an answer written to a socket whose peer closed a moment before, the
+server not having seen it yet, goes to the kernel and is acknowledged, then lost with the connection,
+as one whose client dies after it arrived and before it was read: no server learns whether an HTTP
+answer was read.
 
 A request cancelled by Django's handler because its client left (a long poll) gives back what it took:
 a message handed over is given back by `finish` (the answer never written); one leased by a call the
