@@ -14,8 +14,9 @@ The hottest endpoints go further: hot_path.py's `HotPath` (and compat_hot.py's f
 /api/message) serve them without Django's request machinery, handing anything but the plain case to
 Django unchanged.
 
-Both paths write an answer that carries a leased message (ActiveMQ's GET) before that message is settled,
-and settle it right after (after_write.py: `finish` with the object written).
+Both paths write an answer that carries a leased message (ActiveMQ's GET, an auto consumer's receive)
+before that message is settled, and settle it right after (after_write.py: `finish` with the object
+written and the server's `receive`, which tells whether the client was still there to be written to).
 
 Every HTTP request (the console's too) is routed on its raw path, so that a name holding `/` or `%` stays
 one segment (gateway/paths.py).
@@ -125,6 +126,7 @@ class GatewayASGIHandler(ASGIHandler):
             async def replayed() -> Any:
                 return messages.pop() if messages else await receive()
 
+            replayed.__wrapped__ = receive  # type: ignore[attr-defined]  # (the server's: after_write.dropped)
             await self.handle_api(scope, replayed, send)
             return
         status, headers, payload = answer
@@ -139,7 +141,8 @@ class GatewayASGIHandler(ASGIHandler):
             await send({"type": "http.response.body", "body": payload})
             written = answer
         finally:
-            await after_write.finish(scope, written)  # the message it carries settled only now
+            # the message it carries settled only now, and given back if the client was gone (after_write.py)
+            await after_write.finish(scope, written, receive)
 
     async def handle_api(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """ASGIHandler.handle without the thread hops (see the module docstring)."""
@@ -164,8 +167,9 @@ class GatewayASGIHandler(ASGIHandler):
             with contextlib.suppress(asyncio.CancelledError):
                 await self.send_response(response, send)
                 answered = True
-            # the message the answer carries settled only now it is written (after_write.py)
-            await after_write.finish(scope, response if answered else None)
+            # the message the answer carries settled only now it is written, and given back if the client
+            # was gone (after_write.py)
+            await after_write.finish(scope, response if answered else None, receive)
             return response
 
         # As Django does: a client that disconnects cancels its request (a long-poll stops waiting). Once the

@@ -19,20 +19,21 @@ answer 501 until broker_core has them. Logging in is HTTP Basic (as ActiveMQ's o
 the console's session cookie, since a GET here consumes and a cross-site link would carry the cookie.
 
 A GET acknowledges only once its answer has been written: within the consumer's turn (one request at a
-time, broker_core/turns.py) the consumer leases one message (client-individual acks), the answer is
-built (status, headers, body) and handed, with its settlement, to the ASGI handler, which writes it and
-only then acknowledges the message and ends the turn in one round trip (after_write.py). A process that
-dies between the write and the ack leaves the message leased: the lease gives it back, redelivered (at
-least once; acknowledging first lost it). If building fails, the request is cancelled, the answer is not
-the one written, or the ack fails, the message is negatively acknowledged (back to the queue with its
-redelivery counter raised, to the dead-letter queue past maximumRedeliveries), as a JMS consumer's
-rollback. A message found in flight when a turn begins was left by a request that died holding it (a
-crashed gateway): the GET closes the consumer first, which gives it back, redelivered. The client's next
-GET does not wait for the ack: this process's ack is in Redis before the next request can be read (one
-multiplexed connection, in order); one served by another process asks for a turn found taken a few more
-times, about 20 ms in all, before refusing it as concurrent. Redis round trips of a GET that finds a
-message on a queue: two (take the turn and lease, one script call that leases nothing unless the turn
-is taken and nothing is left in flight; ack and end the turn), the second after the answer is out.
+time, broker_core/turns.py) the consumer leases one message (client-individual acks), the answer is built
+(status, headers, body) and handed, with its settlement, to the ASGI handler, which writes it and only
+then acknowledges the message and ends the turn in one round trip (after_write.py). A process that dies
+between the write and the ack leaves the message leased: the lease gives it back, redelivered (at least
+once; acknowledging first lost it). If building fails, the request is cancelled (its client gone, even
+while the turn's call or the long poll leases the message), the answer is not the one written or was
+dropped because the client had gone, or the ack fails, the message is negatively acknowledged (back to the
+queue with its redelivery counter raised, to the dead-letter queue past maximumRedeliveries), as a JMS
+consumer's rollback. A message found in flight when a turn begins was left by a request that died holding
+it (a crashed gateway): the GET closes the consumer first, which gives it back, redelivered. The client's
+next GET does not wait for the ack: this process's ack is in Redis before the next request can be read
+(one multiplexed connection, in order); one served by another process asks for a turn found taken a few
+more times, about 20 ms in all, before refusing it as concurrent. Redis round trips of a GET that finds a
+message on a queue: two (take the turn and lease, one script call that leases nothing unless the turn is
+taken and nothing is left in flight; ack and end the turn), the second after the answer is out.
 
 The state of the servlet's consumers (turns, each client's consumers) is kept by broker_core
 (broker_core/turns.py); this module touches no Redis key itself. The plain requests (cached
@@ -337,7 +338,8 @@ async def take_one(user_pk: Any, client: str, destination: Destination, params: 
     timeout_ms = read_timeout_ms(params)
     waiting = timeout_ms / 1000 if wait else 0.0
     one_shot = (_first(params, "oneShot") or "").lower() == "true"
-    left, deliveries = await _begin(broker, ref, timeout_ms)
+    left, deliveries = await (_begin_cancellable(broker, ref, timeout_ms) if wait
+                              else _begin(broker, ref, timeout_ms))
     handed_over = False
     try:
         if left:  # a request that died in its turn held these: closing the consumer gives them back
@@ -387,6 +389,25 @@ async def _begin(broker: Any, ref: ConsumerRef, timeout_ms: int) -> tuple[int, l
             await asyncio.sleep(pause)
     raise Problem(409, "concurrent_access", "Consumer busy",
                   "Concurrent access to consumer is not supported", consumer_id=ref.consumer_id)
+
+
+async def _begin_cancellable(broker: Any, ref: ConsumerRef, timeout_ms: int) -> tuple[int, list[Any] | None]:
+    """`_begin` for Django's path, whose request is cancelled when its client leaves: cancelled while the
+    call is under way, the turn it took is ended and a message it leased given back, not left in flight
+    until the client's next GET (or the lease, minutes) with the turn held until it expires. (The lean path
+    is never cancelled, and spares the task.)"""
+    call = asyncio.ensure_future(_begin(broker, ref, timeout_ms))
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):  # (a refusal took no turn; Redis away: the turn expires)
+            _left, deliveries = await call
+            try:
+                if deliveries:
+                    await broker.nack(ref, [d.message_id for d in deliveries])
+            finally:
+                await turns.end_turn(broker, ref)
+        raise
 
 
 async def _settle(ref: ConsumerRef, message_id: str, one_shot: bool) -> None:

@@ -362,9 +362,9 @@ async def long_poll(ref: ConsumerRef, max_messages: int, wait: float, *, pull: b
     deadline = loop.time() + wait
     try:
         while True:
-            if unacked:
-                deliveries = await _received_unacked(broker, ref, max_messages)
-            else:
+            if unacked or wait > 0:
+                deliveries = await _received(broker, ref, max_messages, unacked)
+            else:  # (the lean path's receive, which nothing cancels: no task of its own)
                 deliveries = await broker.receive(ref, max_messages)
             remaining = deadline - loop.time()
             if deliveries or remaining <= 0:
@@ -380,11 +380,14 @@ async def long_poll(ref: ConsumerRef, max_messages: int, wait: float, *, pull: b
     return deliveries
 
 
-async def _received_unacked(broker: Any, ref: ConsumerRef, max_messages: int) -> list[Any]:
-    """AsyncBroker.receive_unacked, given back if the request is cancelled (its client gone) while the call
-    is under way: its messages are leased once Redis ran it, and no later receive is handed them again, so
-    they would stay in flight, filling the consumer's window, as long as the consumer lives."""
-    call = asyncio.ensure_future(broker.receive_unacked(ref, max_messages))
+async def _received(broker: Any, ref: ConsumerRef, max_messages: int, unacked: bool) -> list[Any]:
+    """AsyncBroker.receive (receive_unacked: `unacked`), given back if the request is cancelled (its client
+    gone: Django's handler cancels a long poll then) while the call is under way: its messages are leased
+    once Redis ran it, and no later receive is handed them again, so they would stay in flight, never seen,
+    until the consumer closes or lapses (ActiveMQ's GET: its lease, minutes), and a client-mode consumer's
+    cumulative ack would even acknowledge them."""
+    call = asyncio.ensure_future(broker.receive_unacked(ref, max_messages) if unacked
+                                 else broker.receive(ref, max_messages))
     try:
         return await asyncio.shield(call)
     except asyncio.CancelledError:

@@ -2,7 +2,7 @@
 processes: one killed with SIGKILL between writing a GET's answer and settling its message loses nothing,
 and a client's GETs one after the other are never refused as concurrent.
 
-The doomed gateway reaches Redis through a TCP proxy of the test's (real sockets both ways) that stops one
+The doomed gateway reaches Redis through a TCP proxy (tests/helpers/redis_proxy.py) that stops one
 connection at the GET's settlement (the command ending the consumer's turn): either before Redis gets it
 (the process dies after the write, before the settlement: the message must come back, redelivered) or
 after Redis ran it, holding its reply (had the settlement gone before the write, as it once did, the
@@ -12,95 +12,22 @@ ack-mode-auto consumer is settled the same way, and tested the same way."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
-import socket
-import threading
 import time
 import uuid
-from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
 
 from broker_core.scripts.library import script
 from tests.helpers.gateway_server import ALICE_TOKEN, prepare_database, spawn_gateway, wait_listening
+from tests.helpers.redis_proxy import RedisProxy
 
 pytestmark = pytest.mark.e2e
 
 TOKEN = {"Authorization": f"Token {ALICE_TOKEN}"}
 BASIC = {"Authorization": "Basic " + base64.b64encode(b"alice:secret").decode()}
 LEASE_MS = 2000  # the doomed gateway's compat consumers lapse this soon after it dies
-
-
-class RedisProxy:
-    """Forwards TCP connections to the session's Redis, a thread per direction. `stop_at(marker, where)`:
-    the first client command chunk holding every part of `marker` stops its connection, `where` "request":
-    the chunk is never forwarded (nor anything after it); "reply": it is forwarded, and no reply after it
-    reaches the client. `stopped` is set then."""
-
-    def __init__(self, upstream_url: str) -> None:
-        url = urlparse(upstream_url)
-        if url.scheme == "unix":
-            self.upstream: tuple = (socket.AF_UNIX, url.path)
-            self.db = parse_qs(url.query).get("db", ["0"])[0]
-        else:
-            self.upstream = (socket.AF_INET, (url.hostname, url.port or 6379))
-            self.db = (url.path or "/0").lstrip("/") or "0"
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.marker: tuple[bytes, ...] | None = None
-        self.where = ""
-        self.stopped = threading.Event()
-        self.closing = False
-        self.sockets: list[socket.socket] = [self.listener]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/{self.db}"
-
-    def stop_at(self, marker: tuple[bytes, ...], where: str) -> None:
-        self.where, self.marker = where, marker
-
-    def _accept(self) -> None:
-        while not self.closing:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.socket(self.upstream[0], socket.SOCK_STREAM)
-            server.connect(self.upstream[1])
-            self.sockets += [client, server]
-            muted = threading.Event()  # this connection's replies no longer reach its client
-            threading.Thread(target=self._up, args=(client, server, muted), daemon=True).start()
-            threading.Thread(target=self._down, args=(server, client, muted), daemon=True).start()
-
-    def _up(self, client: socket.socket, server: socket.socket, muted: threading.Event) -> None:
-        with contextlib.suppress(OSError):
-            while chunk := client.recv(65536):
-                marker = self.marker
-                if marker is not None and not self.stopped.is_set() and all(p in chunk for p in marker):
-                    if self.where == "reply":
-                        muted.set()
-                        server.sendall(chunk)
-                    self.stopped.set()
-                    while client.recv(65536):  # the connection hangs from here on
-                        pass
-                    return
-                server.sendall(chunk)
-
-    def _down(self, server: socket.socket, client: socket.socket, muted: threading.Event) -> None:
-        with contextlib.suppress(OSError):
-            while chunk := server.recv(65536):
-                if not muted.is_set():
-                    client.sendall(chunk)
-
-    def close(self) -> None:
-        self.closing = True
-        for sock in self.sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
 
 
 @pytest.fixture

@@ -94,15 +94,17 @@ def start_gateway(data_dir: Path, namespace: str, name: str = "gateway", **extra
     return wait_listening(spawn_gateway(data_dir, namespace, name, **extra_env))
 
 
-def spawn_gateway(data_dir: Path, namespace: str, name: str = "gateway", **extra_env: str) -> GatewayServer:
-    """Start uvicorn on a free port without waiting for it (start several, then `wait_listening`)."""
+def spawn_gateway(data_dir: Path, namespace: str, name: str = "gateway", *, http: str = "auto",
+                  **extra_env: str) -> GatewayServer:
+    """Start uvicorn on a free port without waiting for it (start several, then `wait_listening`). `http`:
+    uvicorn's HTTP implementation (auto: httptools, as `run` has it, when installed; or h11)."""
     port = free_port()
     log_path = data_dir / f"{name}-{port}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - the child writes to it
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "signalbox.asgi:application", "--host", "127.0.0.1", "--port",
-         str(port), "--ws", WEB_SOCKET_PROTOCOL, "--lifespan", "off", "--log-level", "warning",
-         "--no-access-log"],
+         str(port), "--ws", WEB_SOCKET_PROTOCOL, "--http", http, "--lifespan", "off",
+         "--log-level", "warning", "--no-access-log"],
         cwd=ROOT, env=server_env(data_dir, namespace, **extra_env), stdin=subprocess.DEVNULL, stdout=log,
         stderr=subprocess.STDOUT)
     log.close()
