@@ -29,10 +29,17 @@ from .effects import Command, Eval, Op
 from .errors import InvalidDestination
 from .scripts import calls
 
-SERIES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "deadlettered")
+SERIES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "deadlettered", "discarded")
+# A ring's slot holds the first six series (its layout since the history began); a series added since has
+# a ring of its own beside it, "<ring>:<series>", of 8-byte slots (epoch, delta; the span is the main
+# slot's), so history stored before it was added reads as it was written (rate_sample.lua too).
+SLOTTED = SERIES[:6]
+ADDED = SERIES[6:]
 RINGS = {"5s": (5_000, 720), "1m": (60_000, 1_440)}  # name: (resolution ms, slots); rate_sample.lua too
-SLOT = 8 + 4 * len(SERIES)
-RING_BYTES = sum(SLOT * size for _, size in RINGS.values())  # per destination: 69,120
+SLOT = 8 + 4 * len(SLOTTED)
+ADDED_SLOT = 8
+# per destination: 69,120 + 17,280 for `discarded`
+RING_BYTES = sum((SLOT + ADDED_SLOT * len(ADDED)) * size for _, size in RINGS.values())
 RANGES = {"5m": ("5s", 300_000), "1h": ("5s", 3_600_000), "24h": ("1m", 86_400_000)}
 KEEP_MS = 25 * 3_600_000  # a destination's rings and base go after this long without a sample
 MAX_SUBS = 100  # a topic's rates count its first MAX_SUBS subscriptions (bounded work per call)
@@ -43,7 +50,8 @@ TICK_SECONDS = 0.5  # sampling time per tick; the rest of a pass is the next tic
 PASS_MS = 5_000  # a pass starts once per 5 s epoch
 GAP_MS = 15_000  # a longer pass span is a stop of the sampler: the namespace's rings get no span for it
 LEASE_MS = 10_000
-_UNPACK = struct.Struct(f">{2 + len(SERIES)}I")
+_UNPACK = struct.Struct(f">{2 + len(SLOTTED)}I")
+_UNPACK_ADDED = struct.Struct(">2I")
 
 
 def _key(broker: Broker, dest: Destination | None) -> str:
@@ -116,7 +124,8 @@ def sample_due(broker: Broker, seconds: float = TICK_SECONDS) -> int:
 @dataclass(frozen=True)
 class History:
     """Rates per second at each step of a range: `times` (ms, the start of each step), `rates` (series ->
-    one value per step, None where nothing was sampled), what was sampled (`since_ms`, `until_ms`)."""
+    one value per step, None where nothing was sampled), what was sampled (`since_ms`, `until_ms`). A
+    series added after the history began (ADDED) is None before it was first sampled."""
 
     range: str
     resolution_ms: int
@@ -131,33 +140,45 @@ def history_op(broker: Any, dest: Destination | None, range_name: str, now: int)
     (RANGES) ending now. Two reads. For Broker._run or AsyncBroker._run."""
     ring, span = RANGES[range_name]
     key = _key(broker, dest)
-    raw = yield Command(("GET", f"{key}:{ring}"))
-    since, until = yield Command(("HMGET", key, "since", "at"))
+    raw, *added = yield Command(("MGET", f"{key}:{ring}", *(f"{key}:{ring}:{name}" for name in ADDED)))
+    since, until, added_since = yield Command(("HMGET", key, "since", "at", "xsince"))
     return decode(raw or b"", range_name, now, int(since) if since else None, int(until) if until else None,
-                  dense=dest is None)
+                  dense=dest is None, added=[a or b"" for a in added],
+                  added_since=int(added_since) if added_since else None)
 
 
-def _slots(raw: bytes) -> dict[int, tuple[int, tuple[int, ...]]]:
+def _slots(raw: bytes, added: list[bytes] | None = None) -> dict[int, tuple[int, tuple[int, ...]]]:
+    """Epoch -> (span, one delta per series): the ring's slots, each with the added series' deltas of its
+    epoch from their rings (0 where they have none: nothing of that series moved)."""
+    extra: list[dict[int, int]] = []
+    for ring in added or [b""] * len(ADDED):
+        found: dict[int, int] = {}
+        for offset in range(0, len(ring) - ADDED_SLOT + 1, ADDED_SLOT):
+            epoch, delta = _UNPACK_ADDED.unpack_from(ring, offset)
+            if epoch:
+                found[epoch] = delta
+        extra.append(found)
     out: dict[int, tuple[int, tuple[int, ...]]] = {}
     for offset in range(0, len(raw) - SLOT + 1, SLOT):
         epoch, span, *deltas = _UNPACK.unpack_from(raw, offset)
         if epoch:
-            out[epoch] = (span, tuple(deltas))
+            out[epoch] = (span, (*deltas, *(e.get(epoch, 0) for e in extra)))
     return out
 
 
 def decode(raw: bytes, range_name: str, now: int, since: int | None, until: int | None, *,
-           dense: bool = False) -> History:
+           dense: bool = False, added: list[bytes] | None = None, added_since: int | None = None) -> History:
     """Rates from a ring. A step before the first sample or after the last is None. A step with no slot is
     0 for a destination's ring (nothing moved: idle samples are not written) and None for the namespace's
     (`dense`: every pass writes one), unless a later slot's span covers it (the sampler was late or
     stopped): then it gets that slot's average. A namespace slot of span 0 (a pass's later call in a new
-    epoch) counts in the slot before it."""
+    epoch) counts in the slot before it. The ADDED series (their rings: `added`) are None before
+    `added_since`, when the sampler first read them for this key (history stored before they existed)."""
     ring, length = RANGES[range_name]
     res, _ = RINGS[ring]
     last = now // res
     first = last - length // res + 1
-    slots = _slots(raw)
+    slots = _slots(raw, added)
     for epoch in sorted(e for e, (s, _) in slots.items() if s == 0):
         _, deltas = slots.pop(epoch)
         before = max((e for e in slots if epoch - 2 <= e < epoch), default=None)
@@ -181,8 +202,10 @@ def decode(raw: bytes, range_name: str, now: int, since: int | None, until: int 
         values = per_step.get(e) if known else None
         if values is None and known and not dense:
             values = (0.0,) * len(SERIES)
+        new_known = added_since is not None and (e + 1) * res > added_since
         for i, name in enumerate(SERIES):
-            rates[name].append(None if values is None else round(values[i], 3))
+            absent = values is None or (i >= len(SLOTTED) and not new_known)
+            rates[name].append(None if absent else round(values[i], 3))
     return History(range_name, res, times, rates, since, until)
 
 

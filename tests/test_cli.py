@@ -135,8 +135,8 @@ def test_the_console_script_names_the_command_group():
     assert config["project"]["scripts"] == {"signalbox": "signalbox.cli:app"}
     from signalbox.cli import app
 
-    assert set(app.commands) == {"send", "receive", "consume", "browse", "stat", "purge", "move", "retry-dlq",
-                                 "groups", "consumers", "token"}
+    assert set(app.commands) == {"send", "receive", "consume", "browse", "stat", "purge", "delete", "move",
+                                 "retry-dlq", "groups", "consumers", "token"}
     assert set(app.commands["groups"].commands) == {"list", "reset", "remove-all"}
 
 
@@ -274,6 +274,35 @@ def test_round_trip_send_stat_browse_receive_purge(server, home):
     assert "purged 0 messages" in ok(run(home, server, "purge", q))
     result = run(home, server, "receive", q, "--wait", "0.5")
     assert ok(result) == "" and "received 0 messages" in result.stderr
+
+
+def test_delete_a_topic_with_its_durable_subscription_only_when_confirmed(gateway, server, home,
+                                                                          redis_client):
+    """`delete` is the API's DELETE (the console's and REST's one operation): a topic goes with its
+    subscriptions, and the messages held for its offline durable subscription are counted in the answer.
+    Without --yes and no terminal to ask on, nothing is deleted."""
+    from broker_core.broker import Broker
+    from broker_core.messages import Message
+    from broker_core.model import ConsumerSpec
+
+    t = f"topic://{unique('cli.prices')}"
+    broker = Broker(redis_client, gateway.namespace)
+    broker.close_consumer(broker.add_consumer(t, ConsumerSpec(client_id="ledger", subscription_name="eod")))
+    broker.send(t, [Message(body=str(i)) for i in range(3)])
+    failed(run(home, server, "delete", t), 2, "--yes")
+    assert t in broker.destinations()
+    assert ok(run(home, server, "delete", t, "--yes")).strip() == f"deleted {t}: 3 messages removed"
+    assert t not in broker.destinations()
+    failed(run(home, server, "delete", t, "--yes"), 1, "unknown_destination")
+    q = unique("cli.gone")
+    ok(run(home, server, "send", q, "x", "-n", "2"))
+    assert as_json(run(home, server, "delete", q, "--yes", "--json")) == {"removed": 2}
+    # bob may read and write queue://bob.>, not administer it: refused by the server
+    bob = ok(run(home, server, "token", "-u", "bob", "--password-stdin", input="secret\n",
+                 token=None)).strip()
+    ok(run(home, server, "send", "bob.inbox", "hi", token=bob))
+    failed(run(home, server, "delete", "bob.inbox", "--yes", token=bob), 1, "permission_denied")
+    broker.close()
 
 
 @pytest.mark.e2e

@@ -235,11 +235,12 @@ class Router(Context):
         return self.run(admin.refresh_policies(self, now))
 
     def delete_destination(self, dest: Destination, now: int) -> Op:
-        """Delete a destination and everything in it; returns how many messages it held."""
-        if dest.is_topic:  # its subscriptions first, then its own keys
-            stored = yield from self.run(topics.delete(self, dest, now))
+        """Delete a destination and everything in it; returns how many messages it held (a topic's: what
+        its subscriptions held, each one's counted, and its scheduled messages: topics.delete)."""
+        if dest.is_topic:  # its subscriptions first (bounded calls), then its own keys
+            removed = yield from self.run(topics.delete(self, dest, now))
             yield from self.run(admin.delete_destination(self, dest, now))
-            return stored
+            return removed
         return (yield from self.run(admin.delete_destination(self, dest, now)))
 
     def delete_temporary(self, dest: Destination, now: int) -> Op:

@@ -1081,8 +1081,13 @@ class TopicAdmin(ScriptCall):
         return [_text(k) for k in reply]
 
     @classmethod
-    def delete(cls, prefix: str, now: int) -> Eval:
-        return Eval(cls.script, (prefix,), (now, "delete"))
+    def delete(cls, prefix: str, now: int, budget: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "delete", budget))
+
+    @staticmethod
+    def parse_delete(reply: list[Any]) -> tuple[int, int]:
+        """delete: (messages the removed subscriptions held, subscriptions left)."""
+        return int(reply[0]), int(reply[1])
 
     @classmethod
     def limits(cls, prefix: str, now: int) -> Eval:

@@ -1,7 +1,8 @@
-"""stat, purge, move, retry-dlq, groups and consumers: the operator's commands."""
+"""stat, purge, delete, move, retry-dlq, groups and consumers: the operator's commands."""
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 from urllib.parse import quote
@@ -9,7 +10,7 @@ from urllib.parse import quote
 import click
 
 from signalbox.cli.api import api, destination_path, waiting_out_outages
-from signalbox.cli.errors import Failure
+from signalbox.cli.errors import USAGE, Failure
 from signalbox.cli.output import (
     Column,
     build_table,
@@ -183,6 +184,29 @@ def purge(destination: str, as_json: bool) -> None:
     else:
         where = answer.get("destination", destination)
         say(f"purged {plural(answer.get('removed', 0), 'message')} from {where}")
+
+
+@click.command()
+@click.argument("destination")
+@click.option("--yes", is_flag=True, help="Do not ask (needed when standard input is not a terminal).")
+@json_option
+def delete(destination: str, yes: bool, as_json: bool) -> None:
+    """Delete DESTINATION with every message in it; a topic with all its subscriptions, durable ones too
+    (ActiveMQ's removeQueue / removeTopic; docs/api.md). Asks first unless --yes."""
+    path = destination_path(destination)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise Failure(f"not deleting {destination} unasked: give --yes (standard input is not a "
+                          "terminal)", USAGE)
+        if not click.confirm(f"Delete {destination} and every message in it? This cannot be undone",
+                             default=False, err=True):
+            raise Failure(f"{destination} not deleted", USAGE)
+    answer = api().call("DELETE", path)
+    if as_json:
+        print_json(answer)
+    else:
+        where = destination if "://" in destination else f"queue://{destination}"
+        say(f"deleted {where}: {plural(answer.get('removed', 0), 'message')} removed")
 
 
 def message_ids_option(verb: str) -> Any:

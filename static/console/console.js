@@ -184,6 +184,17 @@
     toast.timer = setTimeout(() => { box.hidden = true; }, bad ? 8000 : 4000);
   }
 
+  /* A toast for the next page: an action that leaves the page (a deletion) keeps its result in sight. */
+  const NEXT_TOAST = "sb:toast";
+  function toastNext(text) {
+    try { sessionStorage.setItem(NEXT_TOAST, text); } catch (e) { /* storage refused: no toast */ }
+  }
+  function toastLeft() {
+    let text = null;
+    try { text = sessionStorage.getItem(NEXT_TOAST); sessionStorage.removeItem(NEXT_TOAST); } catch (e) { return; }
+    if (text) toast(text);
+  }
+
   /* A loader whose calls may overlap (a live update and an action's refresh): load() fetches, show(data)
      renders, and only the call started last renders, so an older answer arriving later cannot put back
      what an action has just changed. A failed fetch renders nothing. */
@@ -437,6 +448,7 @@
   // header's indicator alone: it says whether the console's connection is up and the broker answers,
   // rather than "Connecting…" for ever.
   window.addEventListener("load", () => { if (!feeds.length) live("", () => {}); });
+  toastLeft();
 
-  window.SB = { api, ApiError, session, queuePath, el, fill, fmt, ago, toast, gone, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, meter, page, feeds, eventLog, who };
+  window.SB = { api, ApiError, session, queuePath, el, fill, fmt, ago, toast, toastNext, gone, confirm: confirmAction, progress, tracked, act, live, latest, rateTracker, meter, page, feeds, eventLog, who };
 })();

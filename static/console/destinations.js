@@ -43,16 +43,18 @@
   function operations(row) {
     const may = perms[row.destination] || {};
     const ops = el("td", { class: "ops" });
-    if (row.kind !== "queue") return ops;
     const name = row.name;
-    const items = [el("a", { href: `/console/queues/${encodeURIComponent(name)}/browse/` }, "Browse")];
+    const items = row.kind === "queue" ? [el("a", { href: `/console/queues/${encodeURIComponent(name)}/browse/` }, "Browse")] : [];
     if (may.write) items.push(el("a", { href: `/console/send/?destination=${encodeURIComponent(row.destination)}` }, "Send"));
-    if (may.admin) {
+    if (row.kind === "topic") {  // no browse, pause or purge for a topic (as ActiveMQ's topics.jsp): send, delete
+      if (may.admin) items.push(deleteItem(row, `Delete the topic ${name} with its ${fmt.num(row.consumer_count)} subscriptions and the ${fmt.num(row.messages)} messages held for them? This cannot be undone.`));
+      if (!items.length) return ops;
+    } else if (may.admin) {
       const pause = row.paused ? "resume" : "pause";
       items.push(
         el("button", { type: "button", dataset: { op: pause }, onclick: () => run(`${pause[0].toUpperCase()}${pause.slice(1)} ${name}?`, pause, () => api("POST", `${queuePath(name)}/${pause}`)) }, row.paused ? "Resume" : "Pause"),
         el("button", { type: "button", class: "danger-text", dataset: { op: "purge" }, onclick: () => run(`Purge every message of ${name}? This cannot be undone.`, "Purge", () => api("POST", `${queuePath(name)}/purge`)) }, "Purge…"),
-        el("button", { type: "button", class: "danger-text", dataset: { op: "delete" }, onclick: () => run(`Delete ${name} and all its messages? This cannot be undone.`, "Delete", () => api("DELETE", queuePath(name))) }, "Delete…"));
+        deleteItem(row, `Delete ${name} and all its messages? This cannot be undone.`));
     }
     ops.append(el("details", { class: "menu" },
       el("summary", {}, "Actions", el("span", { class: "visually-hidden" }, ` for ${name}`)),
@@ -82,6 +84,15 @@
   });
   window.addEventListener("scroll", () => closeMenus(null), { passive: true });
   document.querySelector("#destinations").parentElement.addEventListener("scroll", () => closeMenus(null), { passive: true });
+
+  // Delete a queue or a topic (one API call for both), saying what went: the messages the server removed.
+  function deleteItem(row, question) {
+    return el("button", { type: "button", class: "danger-text", dataset: { op: "delete" }, onclick: async () => {
+      closeMenus(null);
+      const done = await act(question, "Delete", () => api("DELETE", `${row.kind}s/${encodeURIComponent(row.name)}`));
+      if (done) { toast(`Deleted ${row.destination}: ${fmt.num(done.removed)} messages removed`); load(); }
+    } }, "Delete…");
+  }
 
   async function run(text, label, call) {
     closeMenus(null);

@@ -16,15 +16,13 @@
       const v = stats && stats[node.dataset.stat];
       node.textContent = typeof v === "number" ? fmt.num(v) : (v || "–");
     }
+    scheduled.stats(stats);  // (its count is the card's)
     if (!stats) {  // nor its consumers, groups and scheduled messages, gone with it
       showConsumers([]);
       fill(document.querySelector("#groups tbody"), [], admin ? 7 : 6, "No message groups are assigned.");
-      fill(document.querySelector("#scheduled tbody"), [], 7, "No scheduled or delayed messages.");
       document.getElementById("groups-summary").textContent = "";
-      scheduledCut = false; scheduledMore();
       return;
     }
-    scheduledMore();  // (its count is the card's)
     document.getElementById("paused-badge").hidden = !stats.paused;
     const pause = document.getElementById("pause"); const resume = document.getElementById("resume");
     if (pause) { pause.hidden = stats.paused; resume.hidden = !stats.paused; }
@@ -101,38 +99,10 @@
     if (done) { toast(`Group ${group} reset`); loadGroups(); }
   }
 
-  // Cancel = remove: a delayed message goes, a repeating job stops (DELETE …/messages/<id>, audited).
-  async function cancelScheduled(m) {
-    const what = m.period || m.cron ? `the repeating scheduled message ${m.message_id} (no further deliveries)` : `the scheduled message ${m.message_id}`;
-    const done = await act(`Cancel ${what}?`, "Cancel it", () => api("DELETE", `${base}/messages/${encodeURIComponent(m.message_id)}`));
-    if (done) { toast(`Cancelled ${m.message_id}`); loadScheduled(); }
-  }
-
-  // The table lists the first SCHEDULED_SHOWN (soonest due first); the Scheduled / delayed card counts them
-  // all, so a longer list says that it is cut, with that count (rather than 50 rows under a card of 55).
-  const SCHEDULED_SHOWN = 50;
-  let scheduledCut = false;
-  function scheduledMore() {
-    const note = document.getElementById("scheduled-more");
-    note.hidden = !scheduledCut;
-    const total = current && typeof current.parked === "number" ? ` of ${fmt.num(current.parked)}` : "";
-    note.textContent = scheduledCut ? `The first ${SCHEDULED_SHOWN}${total}, the soonest due first.` : "";
-  }
-
-  const loadScheduled = latest(() => api("GET", `${base}/scheduled?limit=${SCHEDULED_SHOWN}`), (data) => {
-    scheduledCut = Boolean(data.next_cursor);
-    scheduledMore();
-    const rows = data.messages.map((m) => el("tr", {},
-      el("td", { class: "id" }, el("a", { href: `/console/queues/${encodeURIComponent(name)}/messages/${encodeURIComponent(m.message_id)}/` }, m.message_id)),
-      el("td", {}, fmt.time(m.timestamp)),
-      el("td", { class: "due", title: m.due ? fmt.ago(m.due) : "" }, m.due ? fmt.time(m.due) : "–"),
-      // a cron job (UTC): at each time of its expression, or a run of repeats + 1 from each
-      el("td", {}, m.cron ? `cron ${m.cron} (UTC)${m.period ? `, each a run of ${fmt.num(m.repeats_left + 1)} every ${fmt.num(m.period)} ms` : ""}`
-        : m.period ? `every ${fmt.num(m.period)} ms, ${fmt.num(m.repeats_left)} more` : "–"),
-      el("td", {}, m.group_id || "–"), el("td", { class: "num" }, m.priority),
-      el("td", {}, admin ? el("button", { type: "button", class: "small danger", onclick: () => cancelScheduled(m), "aria-label": `Cancel ${m.message_id}` }, "Cancel") : "")));
-    fill(document.querySelector("#scheduled tbody"), rows, 7, "No scheduled or delayed messages.");
-  });
+  // scheduled and delayed messages: the table the topic page has too (scheduled.js)
+  const scheduled = window.SB.scheduledTable({ base, admin,
+    link: (id) => `/console/queues/${encodeURIComponent(name)}/messages/${encodeURIComponent(id)}/` });
+  const loadScheduled = scheduled.load;
 
   const showEvents = eventLog(document.getElementById("events"));
 
@@ -170,7 +140,10 @@
     document.getElementById("resume").addEventListener("click", async () => { if (await admin_(`Resume ${name}?`, "Resume", () => api("POST", `${base}/resume`))) showStats(await api("GET", base), Date.now()); });
     document.getElementById("purge").addEventListener("click", () => admin_(`Purge every message of ${name}, in flight too? This cannot be undone.`, "Purge", () => api("POST", `${base}/purge`), `Purging ${name}`));
     document.getElementById("delete").addEventListener("click", async () => {
-      if (await admin_(`Delete ${name} and all its messages? This cannot be undone.`, "Delete", () => api("DELETE", base))) location.href = "/console/destinations/";
+      const done = await admin_(`Delete ${name} and all its messages? This cannot be undone.`, "Delete", () => api("DELETE", base));
+      if (!done) return;
+      window.SB.toastNext(`Deleted ${P.uri}: ${fmt.num(done.removed)} messages removed`);  // (said on the list)
+      location.href = "/console/destinations/";
     });
     document.getElementById("remove-all-groups").addEventListener("click", async () => {
       if (await admin_(`Remove all message groups of ${name}? Their next messages are assigned to consumers again.`, "Remove all message groups",

@@ -15,6 +15,9 @@
     { key: "redelivered", label: "redelivered", color: "--rate-redelivered" },
     { key: "expired", label: "expired", color: "--rate-expired" },
     { key: "deadlettered", label: "dead-lettered", color: "--rate-deadlettered" },
+    // dropped without delivery or a dead-letter queue: a topic's evictions and pending-limit drops, dead
+    // letters discarded (null before the server first sampled it for this destination: drawn as a gap)
+    { key: "discarded", label: "discarded", color: "--rate-discarded" },
   ];
   const RANGES = [["5m", "5 min"], ["1h", "1 h"], ["24h", "24 h"]];
   const REFRESH_MS = { "5m": 5000, "1h": 5000, "24h": 60000 };

@@ -1,17 +1,24 @@
 /* Topic page: the topic's statistics and its subscriptions (durable active/offline, retroactive, pending,
-   in flight, slow state, discards, pending-message limit), live from the destination's stats; admins may
-   delete an offline durable subscription (DurableSubscriptionView.destroy; the API audits it and refuses
-   an active one). */
+   in flight, slow state, discards, pending-message limit), live from the destination's stats, and its
+   scheduled messages (scheduled.js, as the queue page); admins may delete an offline durable subscription
+   (DurableSubscriptionView.destroy; the API audits it and refuses an active one) and delete the topic
+   (BrokerView.removeTopic: every subscription goes, durable and active ones too; the API audits it with
+   the messages removed). */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, live, act, toast, gone, eventLog, page, who } = window.SB;
+  const { api, el, fill, fmt, live, act, toast, toastNext, gone, eventLog, page, who } = window.SB;
   const P = page();
   const name = P.name; const admin = P.admin === "1";
   const base = `topics/${encodeURIComponent(name)}`;
+  // (no message page for a topic's message: its ids are not links)
+  const scheduled = window.SB.scheduledTable({ base, admin, link: null });
+  let current = null;
 
   function showStats(stats) {
     // deleted while the page is open: no last figures left reading as live (as the queue page)
     gone(stats ? null : `The topic ${name} does not exist (any more): deleted, or never created. A send or a subscription creates it again.`);
+    current = stats;
+    scheduled.stats(stats);
     // Pending as the destination list counts it (waiting + in flight); Waiting is `pending`, not dispatched
     const figures = stats && { ...stats, messages: stats.pending + stats.in_flight };
     for (const node of document.querySelectorAll("[data-stat]")) {
@@ -65,11 +72,36 @@
 
   function refresh() { return api("GET", base).then(showStats).catch((e) => toast(e.message, true)); }
 
+  // What goes with the topic, from the figures on screen; the count removed comes back from the server.
+  function deleteQuestion(s) {
+    if (!s) return `Delete the topic ${name}? This cannot be undone.`;
+    const held = s.pending + s.in_flight;
+    const durables = s.durable_active + s.durable_offline;
+    const active = (s.subscriptions || []).filter((x) => x.active).length;
+    return `Delete the topic ${name} with its ${fmt.num(s.consumer_count)} subscriptions (${fmt.num(durables)} durable, `
+      + `${fmt.num(s.durable_offline)} offline) and the ${fmt.num(held)} messages held for them`
+      + `${s.parked ? `, and ${fmt.num(s.parked)} scheduled or delayed` : ""}?`
+      + `${active ? ` ${fmt.num(active)} active subscribers are cut off.` : ""} This cannot be undone.`;
+  }
+
+  if (admin) {
+    document.getElementById("delete").addEventListener("click", async () => {
+      const done = await act(deleteQuestion(current), "Delete", () => api("DELETE", base));
+      if (!done) return;
+      toastNext(`Deleted ${P.uri}: ${fmt.num(done.removed)} messages removed`);
+      location.href = "/console/destinations/";
+    });
+  }
+
   const showEvents = eventLog(document.getElementById("events"));
 
   live(`destination=${encodeURIComponent(P.uri)}`, (msg) => {
     if (msg.type === "stats") showStats(msg.stats);
-    else if (msg.type === "events") showEvents(msg.recent);
-  });
+    else if (msg.type === "events") {
+      showEvents(msg.recent);
+      if (Object.keys(msg.counts).some((k) => k === "schedule" || k === "cancel")) scheduled.load();
+    }
+  }, () => scheduled.load());  // (re)opened: what changed while it was closed
   refresh();
+  scheduled.load();
 })();

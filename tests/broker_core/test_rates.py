@@ -64,7 +64,7 @@ def test_a_purge_is_not_a_rate_and_redeliveries_and_dead_letters_are(broker, clo
     last = {name: values[-1] for name, values in rates.history(broker, "queue://q", "5m").rates.items()}
     # 10 dispatched, and 4 more into the room the four NACKs made: 14
     assert last == {"enqueued": 20.0, "dispatched": 2.8, "acked": 0.0, "redelivered": 1.8, "expired": 0.0,
-                    "deadlettered": 0.2}
+                    "deadlettered": 0.2, "discarded": 0.0}
 
 
 def test_the_rings_hold_an_hour_at_5_s_and_a_day_at_1_min_and_never_grow(broker, clock):
@@ -164,3 +164,64 @@ def test_the_tick_samples_every_destination_once_per_5_s_in_bounded_calls(broker
     assert rates.history(broker, "queue://q1", "5m").rates["enqueued"][-1] == 0.0
     everything = rates.history(broker, None, "5m")  # the namespace's: every destination summed
     assert everything.rates["enqueued"][-1] == 60.0 and everything.rates["enqueued"][-3] is None
+
+
+def test_discarded_messages_are_a_series_a_topic_s_evictions_and_a_queue_s_dropped_dead_letters(broker,
+                                                                                                 clock):
+    """Messages the broker dropped without delivering or dead-lettering them (the console's *discards*): a
+    topic subscription's evictions by a pending-message limit, a queue's dead letters discarded (a
+    non-persistent poison message). Each is a rate of its own, and the namespace's rings sum them."""
+    broker.policies.set_entry("topic", "ticks", {"pendingMessageLimitStrategy": "constant",
+                                                 "pendingMessageLimit": 2})
+    broker.refresh_policies()
+    broker.add_consumer("topic://ticks", ConsumerSpec(prefetch=1))
+    broker.ensure_destination("q")
+    both = ["topic://ticks", "queue://q"]
+    rates.sample(broker, both, pass_span=5_000)
+    clock.advance(5_000)
+    broker.send("topic://ticks", [Message(body=str(i)) for i in range(6)])  # 1 dispatched, 2 kept, 3 evicted
+    c = broker.add_consumer("q", ConsumerSpec(prefetch=10))
+    broker.send("q", [Message(body=str(i), persistent=False) for i in range(4)])
+    for d in broker.receive(c, 4):
+        broker.nack(c, d.message_id, poison=True)  # non-persistent: discarded, not dead-lettered
+    assert (broker.stats("topic://ticks").evicted, broker.stats("q").discarded) == (3, 4)
+    rates.sample(broker, both, pass_span=5_000)
+    assert rates.history(broker, "topic://ticks", "5m").rates["discarded"][-1] == 0.6
+    queue = rates.history(broker, "queue://q", "5m").rates
+    assert queue["discarded"][-1] == 0.8 and queue["deadlettered"][-1] == 0.0
+    assert rates.history(broker, None, "5m").rates["discarded"][-1] == 1.4
+
+
+def test_history_stored_before_the_discarded_series_keeps_its_rates_and_reads_it_as_absent(broker, clock):
+    """The rings stored by the sampler before the series was added (32-byte slots of six deltas, a base of
+    six counters) are read as they were; *discarded* is null (not sampled) before the sampler first read it
+    for that destination, and the first new sample carries the old base on (no lost step)."""
+    import struct
+
+    broker.ensure_destination("old")
+    prefix = broker.ops.prefix(rates.parse_destination("queue://old"))
+    send(broker, "old", 50)
+    # what the previous sampler left: a base at t0, then one 5 s slot with the 50 enqueued, base at t1
+    t0, t1 = clock.now_ms() - 5_000, clock.now_ms()
+    broker.redis.hset(f"{prefix}:rates", mapping={"since": t0, "at": t1, "c": "50,0,0,0,0,0",
+                                                  "w5s": t1 // 5_000, "w1m": t1 // 60_000})
+    for ring, res, size in (("5s", 5_000, 720), ("1m", 60_000, 1_440)):
+        epoch = t1 // res
+        broker.redis.setrange(f"{prefix}:rates:{ring}", (epoch % size) * 32,
+                              struct.pack(">8I", epoch, 5_000, 50, 0, 0, 0, 0, 0))
+    clock.advance(5_000)
+    send(broker, "old", 10)
+    rates.sample(broker, ["queue://old"])
+    h = rates.history(broker, "queue://old", "5m").rates
+    assert h["enqueued"][-3:] == [0.0, 10.0, 2.0]  # the old base, its slot, the new sample from the old base
+    assert h["discarded"][-3:] == [None, None, 0.0]  # not sampled before, then its base
+    c = broker.add_consumer("old", ConsumerSpec(prefetch=100))
+    for d in broker.receive(c, 5):
+        broker.nack(c, d.message_id, poison=True)  # persistent: dead-lettered, not discarded
+    broker.send("old", [Message(body="n", persistent=False)])
+    [d] = [d for d in broker.receive(c, 100) if d.body == "n"]
+    broker.nack(c, d.message_id, poison=True)
+    clock.advance(5_000)
+    rates.sample(broker, ["queue://old"])
+    h = rates.history(broker, "queue://old", "5m").rates
+    assert (h["deadlettered"][-1], h["discarded"][-1]) == (1.0, 0.2)

@@ -38,7 +38,8 @@ local keys = { base.K_META, base.K_POLICY, base.K_MSGS, base.K_PENDING, base.K_I
   -- maintenance state (broker_core/maintenance.py, scripts/lua/abort.lua)
   base.P .. ':maint', base.P .. ':slowcons', base.P .. ':aborted', base.P .. ':aborted:at',
   -- rate history (broker_core/rates.py): a queue made again under this name starts a history of its own
-  base.P .. ':rates', base.P .. ':rates:5s', base.P .. ':rates:1m' }
+  base.P .. ':rates', base.P .. ':rates:5s', base.P .. ':rates:1m', base.P .. ':rates:5s:discarded',
+  base.P .. ':rates:1m:discarded' }
 for _, cid in ipairs(redis.call('HKEYS', base.K_CONSUMERS)) do
   keys[#keys + 1] = base.K_C(cid)
   keys[#keys + 1] = base.K_CINF(cid)

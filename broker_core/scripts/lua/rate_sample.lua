@@ -5,16 +5,24 @@
 -- ARGV: now, kinds ('q' or 't' per destination), pass_span (ms since the previous pass began: the span
 -- the namespace's slot gets from this call; 0 for the pass's further calls), keep_ms, max_subs.
 -- A ring is a string of fixed slots, slot = epoch % size, 32 bytes: epoch, span (ms the deltas cover),
--- then one delta per series (all unsigned 32-bit big-endian). A slot whose epoch is not the one asked for
--- is stale (a lap behind) and is overwritten. Returns how many destinations were sampled.
+-- then one delta per series of the first six (all unsigned 32-bit big-endian). A series added since
+-- (`discarded`) has a ring of its own beside it, <ring>:discarded, of 8-byte slots (epoch, delta; the span
+-- is the main slot's), written only when it moved, so the stored layout of the first six never changed
+-- and history from before reads as written. A slot whose epoch is not the one asked for is stale (a lap
+-- behind) and is overwritten. Returns how many destinations were sampled.
 local NOW = tonumber(ARGV[1])
 local KINDS = ARGV[2]
 local PASS_SPAN = tonumber(ARGV[3])
 local KEEP = tonumber(ARGV[4])
 local MAX_SUBS = tonumber(ARGV[5])
 local RINGS = { { '5s', 5000, 720 }, { '1m', 60000, 1440 } }  -- (rates.py RINGS)
-local SERIES = 6  -- enqueued, dispatched, acked, redelivered, expired, deadlettered (rates.py SERIES)
-local SLOT = 8 + 4 * SERIES
+-- enqueued, dispatched, acked, redelivered, expired, deadlettered in the slot; discarded in its own ring
+-- (rates.py SERIES, SLOTTED, ADDED)
+local SERIES = 7
+local SLOTTED = 6
+local ADDED = { [7] = 'discarded' }
+local SLOT = 8 + 4 * SLOTTED
+local ADDED_SLOT = 8
 -- Deltas over a longer span than this (the sampler was stopped) stay out of the namespace's rings: the
 -- destination's own ring spreads them over the span, the sum of all would draw them as one spike.
 local NS_GAP_MS = 15000
@@ -33,7 +41,8 @@ local function read_u32(s, i)
 end
 
 -- Adds `delta` (covering `span` ms) to the slot of NOW's epoch; a sample of nothing only lengthens the
--- span of a slot this epoch already has (a missing slot reads as zero). Returns the epoch last written.
+-- span of a slot this epoch already has (a missing slot reads as zero). An added series that moved goes
+-- to its own ring's slot of the same epoch (a missing one reads as zero). Returns the epoch last written.
 local function add(key, res, size, delta, span, nothing, written)
   local epoch = math.floor(NOW / res)
   if nothing and written ~= epoch then return written end
@@ -42,13 +51,23 @@ local function add(key, res, size, delta, span, nothing, written)
   local parts = { u32(epoch) }
   if #old == SLOT and read_u32(old, 1) == epoch then
     parts[2] = u32(span + read_u32(old, 5))
-    for i = 1, SERIES do parts[i + 2] = u32(delta[i] + read_u32(old, 5 + 4 * i)) end
+    for i = 1, SLOTTED do parts[i + 2] = u32(delta[i] + read_u32(old, 5 + 4 * i)) end
   else
     parts[2] = u32(span)
-    for i = 1, SERIES do parts[i + 2] = u32(delta[i]) end
+    for i = 1, SLOTTED do parts[i + 2] = u32(delta[i]) end
   end
   redis.call('SETRANGE', key, offset, table.concat(parts))
   redis.call('PEXPIRE', key, KEEP)
+  for i, name in pairs(ADDED) do
+    if delta[i] > 0 then
+      local added, at = key .. ':' .. name, (epoch % size) * ADDED_SLOT
+      local prev = redis.call('GETRANGE', added, at, at + ADDED_SLOT - 1)
+      local sum = delta[i]
+      if #prev == ADDED_SLOT and read_u32(prev, 1) == epoch then sum = sum + read_u32(prev, 5) end
+      redis.call('SETRANGE', added, at, u32(epoch) .. u32(sum))
+      redis.call('PEXPIRE', added, KEEP)
+    end
+  end
   return epoch
 end
 
@@ -56,27 +75,32 @@ local function num(v) return tonumber(v) or 0 end
 
 -- A queue's counters from its meta hash; a topic's are its own plus its subscriptions' (the first
 -- max_subs of them) plus those of ended subscriptions, as topic_ops.stats counts them. nil when gone.
+-- Discarded: dropped without delivery or a dead-letter queue (the console's discards): a queue's dead
+-- letters discarded; a topic's, and its subscriptions' evicted (the eviction strategy) and dropped (a
+-- pending-message limit of 0) too.
 local function counters(prefix, kind)
   if kind == 'q' then
     local m = redis.call('HMGET', prefix .. ':meta', 'uri', 'enqueued', 'dispatched', 'acked', 'redelivered',
-                         'expired', 'deadlettered')
+                         'expired', 'deadlettered', 'discarded')
     if not m[1] then return nil end
-    return { num(m[2]), num(m[3]), num(m[4]), num(m[5]), num(m[6]), num(m[7]) }
+    return { num(m[2]), num(m[3]), num(m[4]), num(m[5]), num(m[6]), num(m[7]), num(m[8]) }
   end
   local m = redis.call('HMGET', prefix .. ':meta', 'uri', 'enqueued', 'expired', 'deadlettered',
                        'ended_dispatched', 'ended_acked', 'ended_redelivered', 'ended_expired',
-                       'ended_deadlettered')
+                       'ended_deadlettered', 'discarded', 'ended_discarded', 'ended_evicted', 'ended_dropped')
   if not m[1] then return nil end
-  local c = { num(m[2]), num(m[5]), num(m[6]), num(m[7]), num(m[3]) + num(m[8]), num(m[4]) + num(m[9]) }
+  local c = { num(m[2]), num(m[5]), num(m[6]), num(m[7]), num(m[3]) + num(m[8]), num(m[4]) + num(m[9]),
+              num(m[10]) + num(m[11]) + num(m[12]) + num(m[13]) }
   for _, key in ipairs(redis.call('LRANGE', prefix .. ':sorder', 0, MAX_SUBS - 1)) do
     local s = redis.call('HMGET', prefix .. ':s:' .. key .. ':meta', 'dispatched', 'acked', 'redelivered',
-                         'expired', 'deadlettered')
+                         'expired', 'deadlettered', 'discarded', 'evicted', 'dropped')
     for i = 1, 5 do c[i + 1] = c[i + 1] + num(s[i]) end
+    c[7] = c[7] + num(s[6]) + num(s[7]) + num(s[8])
   end
   return c
 end
 
-local total = { 0, 0, 0, 0, 0, 0 }
+local total = { 0, 0, 0, 0, 0, 0, 0 }
 local sampled = 0
 for k = 2, #KEYS do
   local prefix = KEYS[k]
@@ -84,13 +108,18 @@ for k = 2, #KEYS do
   if now_c then
     sampled = sampled + 1
     local state_key = prefix .. ':rates'
-    local st = redis.call('HMGET', state_key, 'at', 'c', 'w5s', 'w1m')
+    local st = redis.call('HMGET', state_key, 'at', 'c', 'w5s', 'w1m', 'xsince')
     local at, written = tonumber(st[1]), { tonumber(st[3]), tonumber(st[4]) }
     local last = {}
     for v in string.gmatch(st[2] or '', '[^,]+') do last[#last + 1] = tonumber(v) end
     local state = { 'at', NOW, 'c', table.concat(now_c, ',') }
+    -- a base stored before `discarded` was sampled (six counters): the others carry on, discarded's base
+    -- is now, and its history starts here (xsince: rates.py reads it as absent before)
+    if #last == SLOTTED then last[SERIES] = now_c[SERIES] end
+    if not st[5] then state[#state + 1], state[#state + 2] = 'xsince', NOW end
     if not at or #last ~= SERIES then
-      state[5], state[6] = 'since', NOW  -- the first sample only sets the base: no rate, no spike
+      -- the first sample only sets the base: no rate, no spike
+      state[#state + 1], state[#state + 2] = 'since', NOW
     elseif NOW > at then
       local delta, nothing, fell = {}, true, false
       for i = 1, SERIES do
@@ -99,7 +128,7 @@ for k = 2, #KEYS do
       end
       if fell then
         -- a counter went down (the destination was deleted and made again): a new base, no rate
-        state[5], state[6] = 'since', NOW
+        state[#state + 1], state[#state + 2] = 'since', NOW
       else
         local span = NOW - at
         for r, ring in ipairs(RINGS) do
@@ -121,7 +150,9 @@ end
 -- The namespace's rings: this pass's deltas so far; its first call brings the pass's span.
 local ns = KEYS[1]
 local fields = { 'at', NOW }
-if redis.call('HEXISTS', ns, 'since') == 0 then fields[3], fields[4] = 'since', NOW end
+local ns_since = redis.call('HMGET', ns, 'since', 'xsince')
+if not ns_since[1] then fields[#fields + 1], fields[#fields + 2] = 'since', NOW end
+if not ns_since[2] then fields[#fields + 1], fields[#fields + 2] = 'xsince', NOW end
 local moved = PASS_SPAN > 0
 for i = 1, SERIES do if total[i] > 0 then moved = true end end
 if moved then

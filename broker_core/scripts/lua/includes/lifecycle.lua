@@ -486,7 +486,9 @@ function lifecycle.load()
     redis.call('UNLINK', unpack(keys))
     message.pass_dirty.passfull_key, message.pass_dirty.pending = nil, nil
     redis.call('HDEL', base.TP .. ':subs', base.SUB)
-    redis.call('LREM', base.TP .. ':sorder', 0, base.SUB)
+    -- (count 1: a key is listed once, topic_subscribe.lua; the scan stops there, so a topic's deletion,
+    -- which removes from the head, does not walk the whole list per subscription)
+    redis.call('LREM', base.TP .. ':sorder', 1, base.SUB)
     -- a wildcard pattern with no subscription left leaves <ns>:wildcards in this step (wildcard.lua)
     if redis.call('HLEN', base.TP .. ':subs') == 0 then wildcard.mark(false) end
     if dropped > 0 then redis.call('HINCRBY', base.TP .. ':meta', 'sub_removed', dropped) end
