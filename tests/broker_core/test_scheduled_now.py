@@ -1,0 +1,76 @@
+"""A scheduler job with no delay (ActiveMQ's SchedulerBroker makes a job of every message sent with an
+AMQ_SCHEDULED_DELAY or AMQ_SCHEDULED_PERIOD property, whatever its value): a delay given as 0, or a period
+without a repeat, is a job due now. It is delivered at once, once, with `scheduledJobId`, and a BROWSE of
+the scheduler shows the schedule as it was given (0 included). The rule is broker_core's (messages.py
+`Message.is_job`), so every adapter that builds a Message with a delay or a period of 0 gets it; against
+the real Redis, with the test's clock standing still (nothing waits for a later time)."""
+
+from __future__ import annotations
+
+from broker_core.destinations import Destination, parse_destination
+from broker_core.messages import Message, TypedValue
+from broker_core.scheduler import SchedulerRequest
+
+from ..helpers.broker import consumer, drain
+
+
+def job_ids(deliveries) -> dict[str, str | None]:
+    return {d.message_id: d.properties.get("scheduledJobId") for d in deliveries}
+
+
+def test_a_delay_of_0_or_a_period_alone_is_a_job_delivered_at_once_with_its_job_id(broker, clock):
+    c = consumer(broker)
+    broker.send("orders", [Message(message_id="zero", body="a", delay_ms=0),
+                           Message(message_id="period", body="b", period_ms=200),
+                           Message(message_id="zero-period", body="c", delay_ms=0, period_ms=0),
+                           Message(message_id="plain", body="d")])
+    # at once (the clock has not moved), in the order sent, each once; the plain message is no job
+    got = drain(broker, c)
+    assert [d.message_id for d in got] == ["zero", "period", "zero-period", "plain"]
+    assert job_ids(got) == {"zero": "zero", "period": "period", "zero-period": "zero-period", "plain": None}
+    stats = broker.stats("orders")
+    assert (stats.enqueued, stats.parked) == (4, 0)
+    clock.advance(1_000)  # a period without a repeat fires once
+    assert drain(broker, c) == []
+
+
+def test_a_job_due_now_on_a_topic_reaches_its_subscribers_at_once(broker, clock):
+    sub = consumer(broker, "topic://now")
+    broker.send("topic://now", Message(message_id="t0", body="now", delay_ms=0))
+    broker.forward("topic://now")  # (the firing is published as any topic job's: ops/forward.py)
+    assert job_ids(drain(broker, sub)) == {"t0": "t0"}
+    assert broker.stats("topic://now").parked == 0
+
+
+def test_a_job_due_now_sent_in_a_transaction_is_delivered_at_the_commit(broker):
+    c = consumer(broker)
+    tx = broker.begin()
+    broker.send("orders", Message(message_id="tx0", body="x", delay_ms=0), tx=tx)
+    assert drain(broker, c) == []
+    broker.commit(tx)
+    assert job_ids(drain(broker, c)) == {"tx0": "tx0"}
+
+
+async def test_a_browse_shows_a_delay_or_period_of_0_as_given(broker, aio):
+    """SchedulerBroker's BROWSE sends each job with the properties it was sent with: a repeating job sent
+    with AMQ_SCHEDULED_DELAY 0 shows it (it was left out), a cron job sent with a period of 0 that."""
+    broker.send("queue://browsed", [
+        Message(message_id="rep", body="r", delay_ms=0, period_ms=3_600_000, repeat=2),
+        Message(message_id="cron", body="c", cron="0 0 1 1 *", period_ms=0),
+        Message(message_id="late", body="l", delay_ms=3_600_000)])
+    consumer(broker, "queue://browse.replies")
+
+    async def may(dest: Destination, action: str) -> bool:
+        return True
+
+    replies = parse_destination("queue://browse.replies")
+    assert await aio.manage_scheduler(SchedulerRequest("BROWSE", reply_to=replies), may) == 3
+    shown = {m.message.properties["scheduledJobId"]: {k: v for k, v in m.message.properties.items()
+                                                      if k.startswith("AMQ_SCHEDULED")}
+             for m in broker.browse(replies).messages}
+    assert shown == {
+        "rep": {"AMQ_SCHEDULED_DELAY": TypedValue("long", 0), "AMQ_SCHEDULED_PERIOD": TypedValue("long", 3_600_000),
+                "AMQ_SCHEDULED_REPEAT": 2},
+        "cron": {"AMQ_SCHEDULED_PERIOD": TypedValue("long", 0), "AMQ_SCHEDULED_CRON": "0 0 1 1 *"},
+        "late": {"AMQ_SCHEDULED_DELAY": TypedValue("long", 3_600_000)},
+    }
