@@ -168,6 +168,24 @@ async def test_a_scheduled_message_is_delivered_after_its_delay(api, alice):
     assert [m["body"] for m in got] == ["later"] and loop.time() - started < 4
 
 
+async def test_a_delay_of_0_or_a_period_alone_makes_a_job_delivered_at_once(api, alice):
+    """ActiveMQ's SchedulerBroker makes a job of every message sent with a delay or a period, 0 and a period
+    without a repeat included: delivered at once, once, with scheduledJobId. The broker's rule
+    (Message.is_job), so the REST send applies it as STOMP's does: the envelope's `delay` / `period`, and a
+    raw body's `Message-Delay` header."""
+    path = await consumer(api, alice)
+    ids = await send(api, alice, {"body": "zero", "delay": 0}, {"body": "period", "period": 200},
+                     {"body": "plain"})
+    response = await api.post("/api/v1/queues/orders.eu/messages", content=b"raw",
+                              headers={**alice, "Content-Type": "text/plain", "Message-Delay": "0"})
+    assert response.status_code == 201, response.text
+    ids += response.json()["message_ids"]
+    got = await receive(api, alice, path, wait=2)
+    assert [(m["body"], m["properties"].get("scheduledJobId")) for m in got] == [
+        ("zero", ids[0]), ("period", ids[1]), ("plain", None), ("raw", ids[3])]
+    assert await receive(api, alice, path, wait=0.5) == []  # (once: the period without a repeat)
+
+
 async def test_a_repeating_schedule_delivers_every_period(api, alice):
     path = await consumer(api, alice)
     await send(api, alice, {"body": "tick", "delay": 100, "period": 200, "repeat": 2})
