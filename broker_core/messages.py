@@ -198,7 +198,8 @@ class Message:
         if not (type(self.priority) is int and 0 <= self.priority <= 9
                 and type(self.expiration) is int and 0 <= self.expiration <= LONG_MAX
                 and type(self.group_seq) is int and INT_MIN <= self.group_seq <= INT_MAX
-                and (self.delay_ms is None or type(self.delay_ms) is int and 0 <= self.delay_ms <= MAX_DELAY_MS)
+                and (self.delay_ms is None
+                     or type(self.delay_ms) is int and 0 <= self.delay_ms <= MAX_DELAY_MS)
                 and (self.period_ms is None
                      or type(self.period_ms) is int and 0 <= self.period_ms <= MAX_DELAY_MS)
                 and type(self.repeat) is int and 0 <= self.repeat <= MAX_REPEAT
@@ -266,15 +267,17 @@ class Message:
                                  field="group_seq")
         if not INT_MIN <= self.group_seq <= INT_MAX:
             raise InvalidMessage(f"group sequence {self.group_seq} does not fit in an int", field="group_seq")
-        if self.delay_ms is not None and (isinstance(self.delay_ms, bool) or not isinstance(self.delay_ms, int)
-                                          or not 0 <= self.delay_ms <= MAX_DELAY_MS):
+        delay = self.delay_ms
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int)
+                                  or not 0 <= delay <= MAX_DELAY_MS):
             raise InvalidMessage(f"scheduled delay must be 0-{MAX_DELAY_MS} ms, got {self.delay_ms!r}",
                                  field="delay_ms")
         repeat = self.repeat
         if isinstance(repeat, bool) or not isinstance(repeat, int) or not 0 <= repeat <= MAX_REPEAT:
             raise InvalidMessage(f"scheduled repeat must be 0-{MAX_REPEAT}, got {repeat!r}", field="repeat")
-        if self.period_ms is not None and (isinstance(self.period_ms, bool) or not isinstance(self.period_ms, int)
-                                           or not 0 <= self.period_ms <= MAX_DELAY_MS):
+        period = self.period_ms
+        if period is not None and (isinstance(period, bool) or not isinstance(period, int)
+                                   or not 0 <= period <= MAX_DELAY_MS):
             raise InvalidMessage(f"scheduled period must be 0-{MAX_DELAY_MS} ms, got {self.period_ms!r}",
                                  field="period_ms")
         if self.repeat and not self.period_ms:

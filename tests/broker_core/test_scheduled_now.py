@@ -69,8 +69,8 @@ async def test_a_browse_shows_a_delay_or_period_of_0_as_given(broker, aio):
                                                       if k.startswith("AMQ_SCHEDULED")}
              for m in broker.browse(replies).messages}
     assert shown == {
-        "rep": {"AMQ_SCHEDULED_DELAY": TypedValue("long", 0), "AMQ_SCHEDULED_PERIOD": TypedValue("long", 3_600_000),
-                "AMQ_SCHEDULED_REPEAT": 2},
+        "rep": {"AMQ_SCHEDULED_DELAY": TypedValue("long", 0),
+                "AMQ_SCHEDULED_PERIOD": TypedValue("long", 3_600_000), "AMQ_SCHEDULED_REPEAT": 2},
         "cron": {"AMQ_SCHEDULED_PERIOD": TypedValue("long", 0), "AMQ_SCHEDULED_CRON": "0 0 1 1 *"},
         "late": {"AMQ_SCHEDULED_DELAY": TypedValue("long", 3_600_000)},
     }
