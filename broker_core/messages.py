@@ -41,6 +41,14 @@ MAX_DELAY_MS = 366 * 24 * 3600 * 1000  # a year and a day
 # there keeps meaning "none given", as in every record stored before, so that a stored message moved or
 # dead-lettered is not made a job.
 GIVEN_ZERO = -1
+# The properties a JMS producer schedules a message with (ActiveMQ's ScheduledMessage), and the Message
+# fields of the same meaning: SchedulerBroker reads only the properties, so a producer that can set nothing
+# else (ActiveMQ's REST servlet makes every parameter a string property) schedules with them.
+# `Message.pack` moves them into the fields (`_schedule_from_properties`).
+SCHEDULE_PROPERTIES = {"AMQ_SCHEDULED_DELAY": "delay_ms", "AMQ_SCHEDULED_PERIOD": "period_ms",
+                       "AMQ_SCHEDULED_REPEAT": "repeat", "AMQ_SCHEDULED_CRON": "cron"}
+_SCHEDULE_NAMES = frozenset(SCHEDULE_PROPERTIES)
+_JAVA_LONG = re.compile(r"[+-]?[0-9]{1,19}")  # what Long.valueOf reads (ASCII digits, an optional sign)
 MAX_REPEAT = 1_000_000
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -192,7 +200,10 @@ class Message:
         return len(body) if isinstance(body, bytes) else len(body.encode("utf-8", "surrogatepass"))
 
     def pack(self, now_ms: int) -> tuple[str, bytes]:
-        """Validate and give (message id, packed bytes). Raises InvalidMessage naming the problem."""
+        """Validate and give (message id, packed bytes). Raises InvalidMessage naming the problem. The
+        AMQ_SCHEDULED_* properties are moved into the schedule's fields first (SCHEDULE_PROPERTIES)."""
+        if self.properties and not _SCHEDULE_NAMES.isdisjoint(self.properties):
+            self._schedule_from_properties()
         # The usual message passes this one test (plain ints in range, no cron); anything else goes through
         # `_check`, which accepts what it always accepted (int subclasses too) and names what it refuses.
         if not (type(self.priority) is int and 0 <= self.priority <= 9
@@ -248,6 +259,35 @@ class Message:
         if self.cron is not None:
             record.append(parse_cron(self.cron))
         return message_id, _pack_record(record)
+
+    def _schedule_from_properties(self) -> None:
+        """Move the AMQ_SCHEDULED_* properties into the fields of the same meaning, converted as ActiveMQ's
+        TypeConversionSupport does (a number, or text Long.valueOf reads; a cron expression as text), so
+        that the message is scheduled, and delivered without them, as SchedulerBroker does. Raises
+        InvalidMessage for a value that is no number, or a property given beside its field (before any
+        change)."""
+        taken: dict[str, int | str] = {}
+        for name, field_name in SCHEDULE_PROPERTIES.items():
+            if name not in self.properties:
+                continue
+            value = self.properties[name]
+            raw = value.value if isinstance(value, TypedValue) else value
+            if getattr(self, field_name) not in (None, 0):
+                raise InvalidMessage(f"property {name!r} gives the schedule's {field_name} again: give one "
+                                     "of them", property=name)
+            if field_name == "cron":
+                if not isinstance(raw, str):
+                    raise InvalidMessage(f"property {name!r} must be a cron expression (text), got {raw!r}",
+                                         property=name)
+                taken[field_name] = raw
+            elif type(raw) is int or (isinstance(raw, str) and _JAVA_LONG.fullmatch(raw)):
+                taken[field_name] = int(raw)
+            else:
+                raise InvalidMessage(f"property {name!r} must be an integer (ms, or a count), got {raw!r}",
+                                     property=name)
+        self.properties = {k: v for k, v in self.properties.items() if k not in _SCHEDULE_NAMES}
+        for field_name, given in taken.items():
+            setattr(self, field_name, given)
 
     def _check(self) -> None:
         """Every field's check, in order: InvalidMessage for the first one at fault."""

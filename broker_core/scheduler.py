@@ -118,6 +118,15 @@ def scheduler_requests(destinations: list[Destination], messages: list[Message])
     return [scheduler_request(message) for message in messages]
 
 
+class BrowsedJob(Message):
+    """A BROWSE's message for one job (`browsed_job`): its AMQ_SCHEDULED_* properties show the job's
+    schedule and schedule nothing themselves, as SchedulerBroker's sendScheduledJob sends them past its own
+    scheduling (Message.pack reads them as a schedule from any other message)."""
+
+    def _schedule_from_properties(self) -> None:
+        return None
+
+
 def browsed_job(delivery: Delivery, schedule: tuple[int | None, int | None, int, str | None]) -> Message:
     """The message a BROWSE sends for one job, as SchedulerBroker's sendScheduledJob: the message as sent,
     with its schedule (the AMQ_SCHEDULED_* it was sent with, messages.schedule_of: a delay or period given
@@ -133,7 +142,7 @@ def browsed_job(delivery: Delivery, schedule: tuple[int | None, int | None, int,
         properties["AMQ_SCHEDULED_REPEAT"] = repeat
     if cron is not None:
         properties["AMQ_SCHEDULED_CRON"] = cron
-    return Message(delivery.body, delivery.content_type, delivery.priority, False, delivery.timestamp,
+    return BrowsedJob(delivery.body, delivery.content_type, delivery.priority, False, delivery.timestamp,
                    delivery.expiration, delivery.correlation_id, delivery.reply_to, "Advisory", properties,
                    delivery.group_id, delivery.group_seq, original_destination=delivery.destination)
 

@@ -7,7 +7,10 @@ the real Redis, with the test's clock standing still (nothing waits for a later 
 
 from __future__ import annotations
 
+import pytest
+
 from broker_core.destinations import Destination, parse_destination
+from broker_core.errors import InvalidMessage
 from broker_core.messages import Message, TypedValue
 from broker_core.scheduler import SchedulerRequest
 
@@ -65,6 +68,8 @@ async def test_a_browse_shows_a_delay_or_period_of_0_as_given(broker, aio):
 
     replies = parse_destination("queue://browse.replies")
     assert await aio.manage_scheduler(SchedulerRequest("BROWSE", reply_to=replies), may) == 3
+    # (the replies' AMQ_SCHEDULED_* properties show the schedule; they schedule nothing: scheduler.BrowsedJob)
+    assert (broker.stats(replies).queue_size, broker.stats(replies).parked) == (3, 0)
     shown = {m.message.properties["scheduledJobId"]: {k: v for k, v in m.message.properties.items()
                                                       if k.startswith("AMQ_SCHEDULED")}
              for m in broker.browse(replies).messages}
@@ -74,3 +79,26 @@ async def test_a_browse_shows_a_delay_or_period_of_0_as_given(broker, aio):
         "cron": {"AMQ_SCHEDULED_PERIOD": TypedValue("long", 0), "AMQ_SCHEDULED_CRON": "0 0 1 1 *"},
         "late": {"AMQ_SCHEDULED_DELAY": TypedValue("long", 3_600_000)},
     }
+
+
+def test_the_amq_scheduled_properties_schedule_a_message_as_the_fields_do(broker, clock):
+    """SchedulerBroker reads a message's schedule from its AMQ_SCHEDULED_* properties alone (converting text,
+    TypeConversionSupport), which is all ActiveMQ's REST servlet can set: Message.pack moves them into the
+    fields, so the message is scheduled and delivered without them."""
+    c = consumer(broker)
+    broker.send("orders", [Message(message_id="p0", body="a",
+                                   properties={"AMQ_SCHEDULED_DELAY": "0", "n": 1}),
+                           Message(message_id="p1", body="b", properties={
+                               "AMQ_SCHEDULED_DELAY": TypedValue("long", 500)})])
+    (now,) = drain(broker, c)
+    assert (now.message_id, now.properties) == ("p0", {"n": 1, "scheduledJobId": "p0"})
+    clock.advance(500)
+    assert job_ids(drain(broker, c)) == {"p1": "p1"}
+    for bad, named in (({"AMQ_SCHEDULED_PERIOD": "soon"}, "must be an integer"),
+                       ({"AMQ_SCHEDULED_DELAY": 1.5}, "must be an integer"),
+                       ({"AMQ_SCHEDULED_CRON": 5}, "must be a cron expression")):
+        with pytest.raises(InvalidMessage, match=named):
+            broker.send("orders", Message(body="x", properties=bad))
+    with pytest.raises(InvalidMessage, match="gives the schedule's delay_ms again"):
+        broker.send("orders", Message(body="x", delay_ms=5, properties={"AMQ_SCHEDULED_DELAY": 5}))
+    assert broker.stats("orders").enqueued == 2
