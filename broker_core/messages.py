@@ -179,19 +179,14 @@ class Message:
     message_id: str | None = None
     original_destination: str | None = None
     # AMQ_SCHEDULED_DELAY: invisible to consumers until this long after the send. None: not given. A delay
-    # or a period given, 0 included, makes the message a scheduler job (`is_job`).
+    # or a period given, 0 included, makes the message a scheduler job (ActiveMQ's SchedulerBroker.send asks
+    # whether the property is there): with no delay, repeat or cron one due now, delivered at once, once,
+    # with scheduledJobId. Stored as GIVEN_ZERO when 0 (`_stored_schedule`), which the scripts read
+    # (scripts/lua/includes/message.lua `message.delayed`): the one place the rule is written.
     delay_ms: int | None = None
     period_ms: int | None = None  # AMQ_SCHEDULED_PERIOD: time between repeated deliveries; None: not given
     repeat: int = 0  # AMQ_SCHEDULED_REPEAT: deliveries after the first, `period_ms` apart
     cron: str | None = None  # AMQ_SCHEDULED_CRON: fires at each time it names (broker_core/cron.py)
-
-    @property
-    def is_job(self) -> bool:
-        """Is this a scheduler job (ActiveMQ's SchedulerBroker.send: a delay, period or cron property
-        present, whatever its value)? A job with no delay, no repeat and no cron is due now: it is delivered
-        at once, once, with scheduledJobId. (A repeat needs a period: `_check`.) The one place this rule
-        is written; the scripts read it from the stored schedule (GIVEN_ZERO)."""
-        return self.delay_ms is not None or self.period_ms is not None or self.cron is not None
 
     @property
     def body_size(self) -> int:

@@ -363,7 +363,7 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
             body = frame.body
     # The numeric headers, checked in _NUMBER_HEADER_RANGES's order (the first bad one is reported); the
     # scheduler's are ActiveMQ's ScheduledMessage (the broker parks the message, or repeats it): a delay or
-    # period absent stays None, and one given, 0 included, makes the message a job (Message.is_job, the
+    # period absent stays None, and one given, 0 included, makes the message a job (Message.delay_ms, the
     # broker's rule for every adapter). Most SENDs have none of them.
     if _NUMBER_HEADERS.isdisjoint(headers):
         expires, timestamp, group_seq, priority, delay, period, repeat = _NUMBER_DEFAULTS

@@ -2,8 +2,9 @@
 AMQ_SCHEDULED_DELAY or AMQ_SCHEDULED_PERIOD property, whatever its value): a delay given as 0, or a period
 without a repeat, is a job due now. It is delivered at once, once, with `scheduledJobId`, and a BROWSE of
 the scheduler shows the schedule as it was given (0 included). The rule is broker_core's (messages.py
-`Message.is_job`), so every adapter that builds a Message with a delay or a period of 0 gets it; against
-the real Redis, with the test's clock standing still (nothing waits for a later time)."""
+`Message.delay_ms` / `period_ms` given, GIVEN_ZERO), so every adapter that builds a Message with a delay
+or a period of 0 gets it; against the real Redis, with the test's clock standing still (nothing waits for
+a later time)."""
 
 from __future__ import annotations
 

@@ -171,8 +171,8 @@ async def test_a_scheduled_message_is_delivered_after_its_delay(api, alice):
 async def test_a_delay_of_0_or_a_period_alone_makes_a_job_delivered_at_once(api, alice):
     """ActiveMQ's SchedulerBroker makes a job of every message sent with a delay or a period, 0 and a period
     without a repeat included: delivered at once, once, with scheduledJobId. The broker's rule
-    (Message.is_job), so the REST send applies it as STOMP's does: the envelope's `delay` / `period`, and a
-    raw body's `Message-Delay` header."""
+    (broker_core/messages.py), so the REST send applies it as STOMP's does: the envelope's `delay` /
+    `period`, and a raw body's `Message-Delay` header."""
     path = await consumer(api, alice)
     ids = await send(api, alice, {"body": "zero", "delay": 0}, {"body": "period", "period": 200},
                      {"body": "plain"})

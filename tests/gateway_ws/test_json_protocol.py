@@ -312,9 +312,9 @@ async def test_a_send_to_the_scheduler_management_topic_browses_and_removes_jobs
 
 
 async def test_a_delay_of_0_or_a_period_alone_makes_a_job_delivered_at_once():
-    """As over STOMP and REST (the broker's rule, Message.is_job): ActiveMQ's SchedulerBroker makes a job of
-    a message sent with a delay or a period, 0 and a period without a repeat included, delivered at once,
-    once, with scheduledJobId."""
+    """As over STOMP and REST (the broker's rule, broker_core/messages.py): ActiveMQ's SchedulerBroker makes
+    a job of a message sent with a delay or a period, 0 and a period without a repeat included, delivered
+    at once, once, with scheduledJobId."""
     async with websocket("/ws/v1") as ws:
         await connected(ws)
         await request(ws, type="subscribe", id=1, subscription="s", destination="queue://json.now",

@@ -22,7 +22,7 @@ function message.schedule_ms(value)
 end
 
 -- Whether a message that neither repeats nor has a cron form is a job with one firing: a delay or a period
--- given, 0 included (messages.py Message.is_job); due after its delay.
+-- given, 0 included (messages.py Message.delay_ms, GIVEN_ZERO); due after its delay.
 function message.delayed(m)
   return (tonumber(m[message.DELAY]) or 0) ~= 0 or (tonumber(m[message.PERIOD]) or 0) ~= 0
 end
