@@ -102,3 +102,18 @@ def test_the_amq_scheduled_properties_schedule_a_message_as_the_fields_do(broker
     with pytest.raises(InvalidMessage, match="gives the schedule's delay_ms again"):
         broker.send("orders", Message(body="x", delay_ms=5, properties={"AMQ_SCHEDULED_DELAY": 5}))
     assert broker.stats("orders").enqueued == 2
+
+
+async def test_jobs_due_now_are_on_the_queue_when_their_send_returns_with_no_timer(broker, aio):
+    """The send's own script call brings a job due now back (its dispatch chunk runs after the send's loop:
+    lifecycle.lua unpark_due), so nothing waits for a timer or the maintenance tick, and no timer is armed
+    for it (due.py: one armed at the send's own time would only dispatch again). Past the 100 parked
+    messages one chunk brings back too: a batch of 250."""
+    queue = parse_destination("queue://due.now")
+    c = consumer(broker, queue.uri, prefetch=1000)
+    await aio.send(queue, Message(message_id="n0", body="x", delay_ms=0))
+    await aio.send(queue, [Message(message_id=f"b{i}", body="x", period_ms=0) for i in range(250)])
+    stats = await aio.stats(queue)
+    assert (stats.parked, stats.enqueued, len(aio.due)) == (0, 251, 0)
+    got = drain(broker, c)
+    assert len(got) == 251 and all(d.properties["scheduledJobId"] == d.message_id for d in got)
