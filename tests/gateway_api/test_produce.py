@@ -7,6 +7,7 @@ import base64
 
 import pytest
 
+from broker_core.errors import UnknownDestination
 from gateway import runtime
 from tests.gateway_api.mixins import EndpointTests, assert_problem, blocking, consumer, receive, send
 
@@ -232,6 +233,23 @@ async def test_a_send_to_the_scheduler_management_topic_browses_and_cancels_jobs
     broker = runtime.async_broker()
     assert ((await broker.stats("queue://orders.sched")).cancelled,
             (await broker.stats("queue://billing.sched")).parked) == (1, 1)
+
+
+async def test_a_browse_needs_write_on_its_reply_to(api, make_user):
+    """A BROWSE's replies are sends to its reply_to: 403 naming it where the user may not write there
+    (gateway.permissions.reply_to_refusal, the STOMP and JSON sessions' check too: the same text), nothing
+    sent."""
+    carol = await blocking(make_user)("carol", [("queue://orders.>", "admin"),
+                                                ("topic://ActiveMQ.Scheduler.Management", "write")])
+    await send(api, carol, {"body": "hers", "delay": 3_600_000}, destination="orders.sched")
+    response = await api.post("/api/v1/topics/ActiveMQ.Scheduler.Management/messages",
+                              json={"properties": {"AMQ_SCHEDULER_ACTION": "BROWSE"},
+                                    "reply_to": "queue://elsewhere.replies"}, headers=carol)
+    assert assert_problem(response, 403, "permission_denied")["detail"] == (
+        "User carol is not authorized to write to: queue://elsewhere.replies (the BROWSE's reply-to, where "
+        "its jobs go)")
+    with pytest.raises(UnknownDestination):  # (nothing was ever sent there)
+        await runtime.async_broker().stats("queue://elsewhere.replies")
 
 
 async def test_a_temporary_queues_jobs_are_managed_by_a_staff_user_with_the_grant(api, make_user):
