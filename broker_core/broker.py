@@ -693,8 +693,8 @@ class AsyncBroker(_Api):
                 and destination.is_queue and not destination.is_wildcard):  # (a STOMP SEND's: no helpers)
             now = self._now()
             sent = await self._sends.run(destination, [message.pack(now)])
-            if message.delay_ms or message.cron is not None:
-                self.due.arm(destination, now + message.delay_ms)
+            if message.delay_ms or message.cron is not None:  # (a job due now came back in the send's call)
+                self.due.arm(destination, now + (message.delay_ms or 0))
             return sent
         if _is_composite(destination):
             return await super().send(destination, message, tx=tx)
@@ -704,7 +704,7 @@ class AsyncBroker(_Api):
             sent = await self._sends.run(dest, [m.pack(now) for m in batch])  # (a bad one fails here)
         else:
             sent = await super().send(dest, batch, tx=tx)
-        delay = min((m.delay_ms for m in batch if m.delay_ms or m.cron is not None), default=None)
+        delay = min((m.delay_ms or 0 for m in batch if m.delay_ms or m.cron is not None), default=None)
         if delay is not None:  # (in a transaction: dispatched then, and again when due if committed later)
             self.due.arm(dest, now + delay)
         return sent

@@ -34,6 +34,21 @@ MAX_PROPERTY_NAME = 256
 MAX_MESSAGE_ID = 256
 _ID_FORBIDDEN = re.compile(r"[\s|#]")  # whitespace (as str.isspace), '|' and '#'
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000  # a year and a day
+# A delay or a period the producer gave as 0, as the record stores it (fields 18 and 19 of
+# scripts/lua/includes/message.lua, which names it too). ActiveMQ's SchedulerBroker makes a scheduler job of
+# every message sent with an AMQ_SCHEDULED_DELAY or AMQ_SCHEDULED_PERIOD property, whatever its value:
+# given as 0 the message is still a job, due now (delivered at once, once, with scheduledJobId). A 0 stored
+# there keeps meaning "none given", as in every record stored before, so that a stored message moved or
+# dead-lettered is not made a job.
+GIVEN_ZERO = -1
+# The properties a JMS producer schedules a message with (ActiveMQ's ScheduledMessage), and the Message
+# fields of the same meaning: SchedulerBroker reads only the properties, so a producer that can set nothing
+# else (ActiveMQ's REST servlet makes every parameter a string property) schedules with them.
+# `Message.pack` moves them into the fields (`_schedule_from_properties`).
+SCHEDULE_PROPERTIES = {"AMQ_SCHEDULED_DELAY": "delay_ms", "AMQ_SCHEDULED_PERIOD": "period_ms",
+                       "AMQ_SCHEDULED_REPEAT": "repeat", "AMQ_SCHEDULED_CRON": "cron"}
+_SCHEDULE_NAMES = frozenset(SCHEDULE_PROPERTIES)
+_JAVA_LONG = re.compile(r"[+-]?[0-9]{1,19}")  # what Long.valueOf reads (ASCII digits, an optional sign)
 MAX_REPEAT = 1_000_000
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -163,8 +178,13 @@ class Message:
     user_id: str | None = None
     message_id: str | None = None
     original_destination: str | None = None
-    delay_ms: int = 0  # AMQ_SCHEDULED_DELAY: invisible to consumers until this long after the send
-    period_ms: int = 0  # AMQ_SCHEDULED_PERIOD: time between repeated deliveries
+    # AMQ_SCHEDULED_DELAY: invisible to consumers until this long after the send. None: not given. A delay
+    # or a period given, 0 included, makes the message a scheduler job (ActiveMQ's SchedulerBroker.send asks
+    # whether the property is there): with no delay, repeat or cron one due now, delivered at once, once,
+    # with scheduledJobId. Stored as GIVEN_ZERO when 0 (`_stored_schedule`), which the scripts read
+    # (scripts/lua/includes/message.lua `message.delayed`): the one place the rule is written.
+    delay_ms: int | None = None
+    period_ms: int | None = None  # AMQ_SCHEDULED_PERIOD: time between repeated deliveries; None: not given
     repeat: int = 0  # AMQ_SCHEDULED_REPEAT: deliveries after the first, `period_ms` apart
     cron: str | None = None  # AMQ_SCHEDULED_CRON: fires at each time it names (broker_core/cron.py)
 
@@ -175,14 +195,19 @@ class Message:
         return len(body) if isinstance(body, bytes) else len(body.encode("utf-8", "surrogatepass"))
 
     def pack(self, now_ms: int) -> tuple[str, bytes]:
-        """Validate and give (message id, packed bytes). Raises InvalidMessage naming the problem."""
+        """Validate and give (message id, packed bytes). Raises InvalidMessage naming the problem. The
+        AMQ_SCHEDULED_* properties are moved into the schedule's fields first (SCHEDULE_PROPERTIES)."""
+        if self.properties and not _SCHEDULE_NAMES.isdisjoint(self.properties):
+            self._schedule_from_properties()
         # The usual message passes this one test (plain ints in range, no cron); anything else goes through
         # `_check`, which accepts what it always accepted (int subclasses too) and names what it refuses.
         if not (type(self.priority) is int and 0 <= self.priority <= 9
                 and type(self.expiration) is int and 0 <= self.expiration <= LONG_MAX
                 and type(self.group_seq) is int and INT_MIN <= self.group_seq <= INT_MAX
-                and type(self.delay_ms) is int and 0 <= self.delay_ms <= MAX_DELAY_MS
-                and type(self.period_ms) is int and 0 <= self.period_ms <= MAX_DELAY_MS
+                and (self.delay_ms is None
+                     or type(self.delay_ms) is int and 0 <= self.delay_ms <= MAX_DELAY_MS)
+                and (self.period_ms is None
+                     or type(self.period_ms) is int and 0 <= self.period_ms <= MAX_DELAY_MS)
                 and type(self.repeat) is int and 0 <= self.repeat <= MAX_REPEAT
                 and (self.period_ms or not self.repeat) and self.cron is None
                 and type(self.body) in (str, bytes)):
@@ -222,13 +247,42 @@ class Message:
             self.body,
             self.user_id,
             self.original_destination,
-            self.delay_ms,
-            self.period_ms,
+            _stored_schedule(self.delay_ms),
+            _stored_schedule(self.period_ms),
             self.repeat,
         ]
         if self.cron is not None:
             record.append(parse_cron(self.cron))
         return message_id, _pack_record(record)
+
+    def _schedule_from_properties(self) -> None:
+        """Move the AMQ_SCHEDULED_* properties into the fields of the same meaning, converted as ActiveMQ's
+        TypeConversionSupport does (a number, or text Long.valueOf reads; a cron expression as text), so
+        that the message is scheduled, and delivered without them, as SchedulerBroker does. Raises
+        InvalidMessage for a value that is no number, or a property given beside its field (before any
+        change)."""
+        taken: dict[str, int | str] = {}
+        for name, field_name in SCHEDULE_PROPERTIES.items():
+            if name not in self.properties:
+                continue
+            value = self.properties[name]
+            raw = value.value if isinstance(value, TypedValue) else value
+            if getattr(self, field_name) not in (None, 0):
+                raise InvalidMessage(f"property {name!r} gives the schedule's {field_name} again: give one "
+                                     "of them", property=name)
+            if field_name == "cron":
+                if not isinstance(raw, str):
+                    raise InvalidMessage(f"property {name!r} must be a cron expression (text), got {raw!r}",
+                                         property=name)
+                taken[field_name] = raw
+            elif type(raw) is int or (isinstance(raw, str) and _JAVA_LONG.fullmatch(raw)):
+                taken[field_name] = int(raw)
+            else:
+                raise InvalidMessage(f"property {name!r} must be an integer (ms, or a count), got {raw!r}",
+                                     property=name)
+        self.properties = {k: v for k, v in self.properties.items() if k not in _SCHEDULE_NAMES}
+        for field_name, given in taken.items():
+            setattr(self, field_name, given)
 
     def _check(self) -> None:
         """Every field's check, in order: InvalidMessage for the first one at fault."""
@@ -248,20 +302,32 @@ class Message:
                                  field="group_seq")
         if not INT_MIN <= self.group_seq <= INT_MAX:
             raise InvalidMessage(f"group sequence {self.group_seq} does not fit in an int", field="group_seq")
-        if isinstance(self.delay_ms, bool) or not isinstance(self.delay_ms, int) or not (
-                0 <= self.delay_ms <= MAX_DELAY_MS):
+        delay = self.delay_ms
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int)
+                                  or not 0 <= delay <= MAX_DELAY_MS):
             raise InvalidMessage(f"scheduled delay must be 0-{MAX_DELAY_MS} ms, got {self.delay_ms!r}",
                                  field="delay_ms")
         repeat = self.repeat
         if isinstance(repeat, bool) or not isinstance(repeat, int) or not 0 <= repeat <= MAX_REPEAT:
             raise InvalidMessage(f"scheduled repeat must be 0-{MAX_REPEAT}, got {repeat!r}", field="repeat")
-        if isinstance(self.period_ms, bool) or not isinstance(self.period_ms, int) or not (
-                0 <= self.period_ms <= MAX_DELAY_MS):
+        period = self.period_ms
+        if period is not None and (isinstance(period, bool) or not isinstance(period, int)
+                                   or not 0 <= period <= MAX_DELAY_MS):
             raise InvalidMessage(f"scheduled period must be 0-{MAX_DELAY_MS} ms, got {self.period_ms!r}",
                                  field="period_ms")
         if self.repeat and not self.period_ms:
             raise InvalidMessage("a repeated scheduled message needs a period (AMQ_SCHEDULED_PERIOD > 0)",
                                  field="period_ms")
+
+
+def _stored_schedule(value: int | None) -> int:
+    """A delay or period as the record stores it: 0 when not given, GIVEN_ZERO when given as 0."""
+    return 0 if value is None else value or GIVEN_ZERO
+
+
+def _given_schedule(stored: int | None) -> int | None:
+    """`_stored_schedule` undone: the delay or period as the producer gave it, None when not given."""
+    return None if not stored else 0 if stored == GIVEN_ZERO else int(stored)
 
 
 @dataclass(frozen=True)
@@ -316,8 +382,8 @@ def unpack_delivery(
         props[name] = TypedValue("long", raw) if code == "l" and INT_MIN <= raw <= INT_MAX else raw
         if code == "d" and isinstance(raw, int):
             props[name] = float(raw)
-    # (arrived still carrying its schedule: a delay, a repeat, a cron form)
-    if (r[17] or r[19] or type(r[CRON]) is list) and SCHEDULED_JOB_ID not in props:
+    # (arrived still carrying its schedule: a delay or a period (GIVEN_ZERO too), a repeat, a cron form)
+    if (r[17] or r[18] or r[19] or type(r[CRON]) is list) and SCHEDULED_JOB_ID not in props:
         props[SCHEDULED_JOB_ID] = _job_id(message_id)
     # Built without Delivery's generated __init__: a frozen dataclass sets each of its 20 fields with
     # its own object.__setattr__ call, which took about half of the client CPU of a received message.
@@ -369,7 +435,7 @@ def dead_letter_copy(blob: bytes, source: str, cause: str | None, now_ms: int,
                 for x in flat[i:i + 3]]
         flat += [b"dlqDeliveryFailureCause", b"s", cause.encode()]
     names = {flat[i] for i in range(0, len(flat), 3)}
-    scheduled = record[17] or record[19] or type(record[CRON]) is list
+    scheduled = record[17] or record[18] or record[19] or type(record[CRON]) is list
     if scheduled and message_id is not None and SCHEDULED_JOB_ID.encode() not in names:
         flat += [SCHEDULED_JOB_ID.encode(), b"s", _job_id(message_id).encode()]
     if b"originalExpiration" not in names:
@@ -437,14 +503,13 @@ def published_to(record: list) -> str | bytes | None:
     return legacy if isinstance(legacy, (str, bytes)) and legacy else None
 
 
-def schedule_of(blob: bytes) -> tuple[int, int, int, str | None]:
-    """A stored message's schedule as it was sent: (delay ms, period ms, repeat, cron expression), 0 and
-    None where none."""
+def schedule_of(blob: bytes) -> tuple[int | None, int | None, int, str | None]:
+    """A stored message's schedule as it was sent: (delay ms, period ms, repeat, cron expression); a
+    delay or period not given None (one given as 0 is 0), no repeat 0, no cron None."""
     record = msgpack.unpackb(blob, raw=False)
     record += [None] * (RECORD_LENGTH - len(record))
-    delay, period, repeat = (int(v or 0) for v in record[17:20])
     cron = record[CRON][0] if type(record[CRON]) is list else None
-    return delay, period, repeat, cron
+    return _given_schedule(record[17]), _given_schedule(record[18]), int(record[19] or 0), cron
 
 
 def forward_copy(blob: bytes, original: str, arrived: bool = False, message_id: str | None = None) -> bytes:
@@ -460,7 +525,7 @@ def forward_copy(blob: bytes, original: str, arrived: bool = False, message_id: 
     given SCHEDULED_JOB_ID, as SchedulerBroker gives what it fires."""
     record = msgpack.unpackb(blob, raw=True)
     cron = len(record) > CRON and type(record[CRON]) is list
-    fired = len(record) >= CRON and bool(record[19] or cron or (arrived and record[17]))
+    fired = len(record) >= CRON and bool(record[19] or cron or (arrived and (record[17] or record[18])))
     if not original and not fired:
         return blob
     if original:

@@ -118,20 +118,31 @@ def scheduler_requests(destinations: list[Destination], messages: list[Message])
     return [scheduler_request(message) for message in messages]
 
 
-def browsed_job(delivery: Delivery, schedule: tuple[int, int, int, str | None]) -> Message:
+class BrowsedJob(Message):
+    """A BROWSE's message for one job (`browsed_job`): its AMQ_SCHEDULED_* properties show the job's
+    schedule and schedule nothing themselves, as SchedulerBroker's sendScheduledJob sends them past its own
+    scheduling (Message.pack reads them as a schedule from any other message)."""
+
+    def _schedule_from_properties(self) -> None:
+        return None
+
+
+def browsed_job(delivery: Delivery, schedule: tuple[int | None, int | None, int, str | None]) -> Message:
     """The message a BROWSE sends for one job, as SchedulerBroker's sendScheduledJob: the message as sent,
-    with its schedule (the AMQ_SCHEDULED_* it was sent with: a repeating job's full repeat, not what is
-    left), its destination as original destination, `scheduledJobId` (which the job's delivery carries:
+    with its schedule (the AMQ_SCHEDULED_* it was sent with, messages.schedule_of: a delay or period given
+    as 0 shows as 0, one not given not at all; a repeating job's full repeat, not what is left), its
+    destination as original destination, `scheduledJobId` (which the job's delivery carries:
     messages.unpack_delivery), type `Advisory`, a new id, not persistent."""
     delay, period, repeat, cron = schedule
     properties: dict[str, PropertyValue] = dict(delivery.properties)
-    for name, value in (("AMQ_SCHEDULED_DELAY", delay), ("AMQ_SCHEDULED_PERIOD", period),
-                        ("AMQ_SCHEDULED_REPEAT", repeat)):
-        if value:
-            properties[name] = TypedValue("long", value) if name != "AMQ_SCHEDULED_REPEAT" else value
+    for name, given in (("AMQ_SCHEDULED_DELAY", delay), ("AMQ_SCHEDULED_PERIOD", period)):
+        if given is not None:
+            properties[name] = TypedValue("long", given)
+    if repeat:
+        properties["AMQ_SCHEDULED_REPEAT"] = repeat
     if cron is not None:
         properties["AMQ_SCHEDULED_CRON"] = cron
-    return Message(delivery.body, delivery.content_type, delivery.priority, False, delivery.timestamp,
+    return BrowsedJob(delivery.body, delivery.content_type, delivery.priority, False, delivery.timestamp,
                    delivery.expiration, delivery.correlation_id, delivery.reply_to, "Advisory", properties,
                    delivery.group_id, delivery.group_seq, original_destination=delivery.destination)
 

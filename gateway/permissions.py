@@ -276,6 +276,21 @@ async def contents_allowed(user: Any, destination: Destination, action: Action,
     return await allowed_async(user, destination, action)
 
 
+async def reply_to_refusal(user: Any, reply_to: Destination, *, temporary_checked: bool = True) -> str | None:
+    """Why `user` may not have a scheduler management BROWSE send its jobs to `reply_to`; None when it may.
+    A BROWSE's replies are sends there, so it needs the right to write there as a send does (ActiveMQ's
+    SchedulerBroker sends them below its authorization and checks nothing: without this a user could put
+    messages where it may not write). `temporary_checked=False`: the adapter's sends check no temporary
+    destination (STOMP, as ActiveMQ without a tempDestinationAuthorizationEntry), so neither does this. The
+    one rule of every adapter: the REST send (gateway/api/views_messaging.py manage_scheduler) and the
+    STOMP and JSON sessions (gateway/ws/session.py LinkedSession.manage_scheduler)."""
+    if (not temporary_checked and reply_to.is_temporary) or await allowed_async(user, reply_to, "write"):
+        return None
+    name = user.get_username() if hasattr(user, "get_username") else ""
+    return (f"User {name} is not authorized to write to: {reply_to.uri} (the BROWSE's reply-to, where its "
+            "jobs go)")
+
+
 def readable_patterns(user: Any, action: Action = "read") -> list[Destination] | None:
     """Patterns under which `user` may do `action`; None means everything (superuser). Blocking."""
     decided = _decide(user, ">", action, None)

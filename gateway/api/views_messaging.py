@@ -25,7 +25,7 @@ from broker_core.destinations import Destination
 from broker_core.errors import NotInFlight, UnknownConsumer
 from broker_core.messages import Message, new_message_id
 from broker_core.model import ConsumerRef, ConsumerSpec
-from gateway import connections, runtime
+from gateway import connections, permissions, runtime
 from gateway.api import after_write, json_input
 from gateway.api import serializers as s
 from gateway.api.base import GatewayView, browse
@@ -47,7 +47,7 @@ from gateway.api.errors import Problem
 from gateway.api.render import consumer_json
 from gateway.api.schema import KIND_PARAM, problem_doc, problems
 from gateway.paths import to_segment
-from gateway.permissions import allowed_async, contents_allowed
+from gateway.permissions import contents_allowed
 
 MAX_BATCH = 1000
 # -- producing --------------------------------------------------------------------------------------
@@ -151,9 +151,10 @@ async def manage_scheduler(user: Any, destinations: list[Destination], messages:
     message of a batch is checked before any acts: a bad one changes nothing."""
     requests = scheduler.scheduler_requests(destinations, messages)
     for request in requests:
-        if request.reply_to is not None and not await allowed_async(user, [request.reply_to], "write"):
-            raise exceptions.PermissionDenied(f"user {user.get_username()!r} has no write permission on "
-                                              f"{request.reply_to.uri} (the BROWSE's reply_to)")
+        if request.reply_to is not None:
+            refusal = await permissions.reply_to_refusal(user, request.reply_to)
+            if refusal is not None:
+                raise exceptions.PermissionDenied(refusal)
 
     async def may(dest: Destination, action: str) -> bool:
         return await contents_allowed(user, dest, action)  # type: ignore[arg-type]

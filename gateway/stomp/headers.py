@@ -38,7 +38,7 @@ NOT_PROPERTIES = frozenset({
 _NUMBER_HEADER_RANGES: tuple[tuple[str, int, int, int | None], ...] = (
     ("expires", -(2**63), 2**63 - 1, 0), ("timestamp", 0, 2**63 - 1, None),
     ("JMSXGroupSeq", -(2**31), 2**31 - 1, 0), ("priority", -(2**31), 2**31 - 1, 4),
-    ("AMQ_SCHEDULED_DELAY", 0, 2**63 - 1, 0), ("AMQ_SCHEDULED_PERIOD", 0, 2**63 - 1, 0),
+    ("AMQ_SCHEDULED_DELAY", 0, 2**63 - 1, None), ("AMQ_SCHEDULED_PERIOD", 0, 2**63 - 1, None),
     ("AMQ_SCHEDULED_REPEAT", 0, 2**31 - 1, 0))
 _NUMBER_HEADERS = frozenset(name for name, *_ in _NUMBER_HEADER_RANGES)
 _NUMBER_DEFAULTS = tuple(default for *_, default in _NUMBER_HEADER_RANGES)
@@ -362,20 +362,15 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
         except UnicodeDecodeError:
             body = frame.body
     # The numeric headers, checked in _NUMBER_HEADER_RANGES's order (the first bad one is reported); the
-    # scheduler's are ActiveMQ's ScheduledMessage (the broker parks the message, or repeats it). Most
-    # SENDs have none of them.
+    # scheduler's are ActiveMQ's ScheduledMessage (the broker parks the message, or repeats it): a delay or
+    # period absent stays None, and one given, 0 included, makes the message a job (Message.delay_ms, the
+    # broker's rule for every adapter). Most SENDs have none of them.
     if _NUMBER_HEADERS.isdisjoint(headers):
         expires, timestamp, group_seq, priority, delay, period, repeat = _NUMBER_DEFAULTS
     else:
         expires, timestamp, group_seq, priority, delay, period, repeat = (
             int_value(get(name), name, low, high, default)
             for name, low, high, default in _NUMBER_HEADER_RANGES)
-        # ActiveMQ's SchedulerBroker makes a job of every message with a delay or period header, 0 and a
-        # period without repeat included: it fires at once, once, and arrives with scheduledJobId. The
-        # shortest delay makes it such a job here too.
-        if not delay and not repeat and ("AMQ_SCHEDULED_DELAY" in headers
-                                         or "AMQ_SCHEDULED_PERIOD" in headers):
-            delay = 1
     properties: dict[str, Any] = {name: value for name, value in headers.items()
                                   if name not in NOT_PROPERTIES}
     # JMSReplyTo is a destination (queue://X, as selectors compare it) only when reply-to names a STOMP
@@ -433,8 +428,8 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
         None,  # user_id
         None,  # message_id
         None,  # original_destination
-        delay or 0,  # delay_ms
-        period or 0,  # period_ms
+        delay,  # delay_ms
+        period,  # period_ms
         repeat or 0,  # repeat
         get("AMQ_SCHEDULED_CRON"),  # cron
     )

@@ -153,6 +153,7 @@ class StompSession(LinkedSession):
     `stream=True`), `connection_lost` at the end."""
 
     protocol = "stomp"
+    checks_temporary = False  # (as `_authorize`: ActiveMQ checks no temporary destination)
 
     def __init__(self, transport: Transport, *, broker: Any, hub: Any, session_user: Any = None,
                  settings: StompSettings | None = None, link_settings: LinkSettings | None = None,
@@ -612,12 +613,16 @@ class StompSession(LinkedSession):
     async def _authorize(self, destinations: list[Destination], action: str) -> None:
         # Temporary destinations are every user's, as ActiveMQ's without a tempDestinationAuthorizationEntry
         # (AuthorizationBroker: no ACLs, no check); who may consume is their owner check's.
+        # (checks_temporary = False says so to the checks the sessions share)
         destinations = [d for d in destinations if not d.is_temporary]
         if not destinations:
             return
         refusal = await self.refusal(destinations, action)
         if refusal is not None:
-            raise StompError(refusal)
+            raise self.refused(refusal)
+
+    def refused(self, refusal: str) -> Exception:
+        return StompError(refusal)
 
     async def _create_temps(self) -> None:
         """Create the temporary destinations the last frame named for the first time (ActiveMQ's

@@ -220,7 +220,10 @@ class JsonSession(LinkedSession):
     async def _authorize(self, destinations: list[Destination], action: str) -> None:
         refusal = await self.refusal(destinations, action)
         if refusal is not None:
-            raise RequestError("permission_denied", refusal)
+            raise self.refused(refusal)
+
+    def refused(self, refusal: str) -> Exception:
+        return RequestError("permission_denied", refusal)
 
     def _subscription(self, request: dict[str, Any]) -> Subscription:
         assert self.link is not None

@@ -31,6 +31,9 @@ class LinkedSession:
     client_id: str | None = None  # the JMS client id the client gave (STOMP's client-id header)
     remote_address = ""  # the client's address, when the transport knows it
     unique_ack_ids = False  # the client acks by the ack id alone: unique within the connection (Link)
+    # whether the protocol's permission checks cover temporary destinations (STOMP's do not: ActiveMQ's
+    # without a tempDestinationAuthorizationEntry); a BROWSE's reply-to is checked as its sends are
+    checks_temporary = True
 
     def __init__(self, transport: Any, *, broker: Any, hub: Any, session_user: Any = None,
                  link_settings: LinkSettings | None = None) -> None:
@@ -130,6 +133,10 @@ class LinkedSession:
         """Refuse (the protocol's error) unless the user may `action` on every destination."""
         raise NotImplementedError
 
+    def refused(self, refusal: str) -> Exception:  # pragma: no cover - interface
+        """The protocol's error for a permission refusal (its text: `refusal`)."""
+        raise NotImplementedError
+
     async def manage_scheduler(self, destinations: list[Destination], messages: list[Message],
                                transaction: str | None = None) -> list[int]:
         """Messages sent to ActiveMQ.Scheduler.Management (the SEND's right to write there checked): acted
@@ -144,7 +151,10 @@ class LinkedSession:
             self.link.require_transaction(transaction)
         for request in requests:
             if request.reply_to is not None:
-                await self._authorize([request.reply_to], "write")
+                refusal = await permissions.reply_to_refusal(self.user, request.reply_to,
+                                                             temporary_checked=self.checks_temporary)
+                if refusal is not None:
+                    raise self.refused(refusal)
         return [await self.broker.manage_scheduler(request, self.may) for request in requests]
 
     async def deliver(self, sub: Subscription, consumer: Consumer, deliveries: list[Delivery]

@@ -160,6 +160,32 @@ async def test_json_and_xml_parameters_choose_the_content_type(api, basic):
     assert as_xml.headers["content-type"] == "application/xml"
 
 
+async def test_scheduling_parameters_schedule_the_message_as_activemqs_servlet_does(api, basic):
+    """ActiveMQ's servlet makes every other parameter a string property, and its SchedulerBroker schedules a
+    message by its AMQ_SCHEDULED_* properties, converting a string (TypeConversionSupport): a delay
+    parameter delays it, one of 0 makes a job delivered at once with scheduledJobId. broker_core reads those
+    properties (Message.pack), so this adapter needs no rule of its own; one that is no number is refused,
+    naming it, and nothing is sent."""
+    sent = await api.post("/api/message/orders.eu?type=queue&AMQ_SCHEDULED_DELAY=0", content="now",
+                          headers=basic)
+    assert sent.status_code == 200, sent.text
+    got = await api.get("/api/message/orders.eu?type=queue&readTimeout=1000", headers=basic)
+    assert got.text == "now" and got.headers["scheduledJobId"] == sent.headers["messageID"]
+    assert "AMQ_SCHEDULED_DELAY" not in got.headers  # (stripped when it fires, as ActiveMQ's)
+    sent = await api.post("/api/message/orders.eu?type=queue&AMQ_SCHEDULED_DELAY=1500", content="later",
+                          headers=basic)
+    assert sent.status_code == 200, sent.text
+    nothing = await api.get("/api/message/orders.eu?type=queue&readTimeout=300", headers=basic)
+    assert nothing.status_code == 204
+    got = await api.get("/api/message/orders.eu?type=queue&readTimeout=5000", headers=basic)
+    assert got.text == "later" and got.headers["scheduledJobId"] == sent.headers["messageID"]
+    bad = await api.post("/api/message/orders.eu?type=queue&AMQ_SCHEDULED_DELAY=soon", content="x",
+                         headers=basic)
+    assert "AMQ_SCHEDULED_DELAY" in assert_problem(bad, 400)["detail"]
+    nothing = await api.get("/api/message/orders.eu?type=queue&readTimeout=300", headers=basic)
+    assert nothing.status_code == 204
+
+
 async def test_a_form_post_and_its_errors(api, basic):
     sent = await api.post("/api/message/orders.eu", data={"type": "queue", "body": "from a form"},
                           headers=basic)

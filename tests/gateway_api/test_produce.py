@@ -7,6 +7,7 @@ import base64
 
 import pytest
 
+from broker_core.errors import UnknownDestination
 from gateway import runtime
 from tests.gateway_api.mixins import EndpointTests, assert_problem, blocking, consumer, receive, send
 
@@ -168,6 +169,24 @@ async def test_a_scheduled_message_is_delivered_after_its_delay(api, alice):
     assert [m["body"] for m in got] == ["later"] and loop.time() - started < 4
 
 
+async def test_a_delay_of_0_or_a_period_alone_makes_a_job_delivered_at_once(api, alice):
+    """ActiveMQ's SchedulerBroker makes a job of every message sent with a delay or a period, 0 and a period
+    without a repeat included: delivered at once, once, with scheduledJobId. The broker's rule
+    (broker_core/messages.py), so the REST send applies it as STOMP's does: the envelope's `delay` /
+    `period`, and a raw body's `Message-Delay` header."""
+    path = await consumer(api, alice)
+    ids = await send(api, alice, {"body": "zero", "delay": 0}, {"body": "period", "period": 200},
+                     {"body": "plain"})
+    response = await api.post("/api/v1/queues/orders.eu/messages", content=b"raw",
+                              headers={**alice, "Content-Type": "text/plain", "Message-Delay": "0"})
+    assert response.status_code == 201, response.text
+    ids += response.json()["message_ids"]
+    got = await receive(api, alice, path, wait=2)
+    assert [(m["body"], m["properties"].get("scheduledJobId")) for m in got] == [
+        ("zero", ids[0]), ("period", ids[1]), ("plain", None), ("raw", ids[3])]
+    assert await receive(api, alice, path, wait=0.5) == []  # (once: the period without a repeat)
+
+
 async def test_a_repeating_schedule_delivers_every_period(api, alice):
     path = await consumer(api, alice)
     await send(api, alice, {"body": "tick", "delay": 100, "period": 200, "repeat": 2})
@@ -214,6 +233,23 @@ async def test_a_send_to_the_scheduler_management_topic_browses_and_cancels_jobs
     broker = runtime.async_broker()
     assert ((await broker.stats("queue://orders.sched")).cancelled,
             (await broker.stats("queue://billing.sched")).parked) == (1, 1)
+
+
+async def test_a_browse_needs_write_on_its_reply_to(api, make_user):
+    """A BROWSE's replies are sends to its reply_to: 403 naming it where the user may not write there
+    (gateway.permissions.reply_to_refusal, the STOMP and JSON sessions' check too: the same text), nothing
+    sent."""
+    carol = await blocking(make_user)("carol", [("queue://orders.>", "admin"),
+                                                ("topic://ActiveMQ.Scheduler.Management", "write")])
+    await send(api, carol, {"body": "hers", "delay": 3_600_000}, destination="orders.sched")
+    response = await api.post("/api/v1/topics/ActiveMQ.Scheduler.Management/messages",
+                              json={"properties": {"AMQ_SCHEDULER_ACTION": "BROWSE"},
+                                    "reply_to": "queue://elsewhere.replies"}, headers=carol)
+    assert assert_problem(response, 403, "permission_denied")["detail"] == (
+        "User carol is not authorized to write to: queue://elsewhere.replies (the BROWSE's reply-to, where "
+        "its jobs go)")
+    with pytest.raises(UnknownDestination):  # (nothing was ever sent there)
+        await runtime.async_broker().stats("queue://elsewhere.replies")
 
 
 async def test_a_temporary_queues_jobs_are_managed_by_a_staff_user_with_the_grant(api, make_user):

@@ -311,6 +311,25 @@ async def test_a_send_to_the_scheduler_management_topic_browses_and_removes_jobs
     assert (stats.parked, stats.cancelled) == (0, 1)
 
 
+async def test_a_delay_of_0_or_a_period_alone_makes_a_job_delivered_at_once():
+    """As over STOMP and REST (the broker's rule, broker_core/messages.py): ActiveMQ's SchedulerBroker makes
+    a job of a message sent with a delay or a period, 0 and a period without a repeat included, delivered
+    at once, once, with scheduledJobId."""
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="subscribe", id=1, subscription="s", destination="queue://json.now",
+                      ack_mode="auto")
+        for n, (body, schedule) in enumerate([("zero", {"delay": 0}), ("period", {"period": 200}),
+                                              ("plain", {})], start=2):
+            sent, (pushed,) = await answer_and_messages(ws, 1, type="send", id=n, destination="queue://json.now",
+                                                        message={"body": body, **schedule})
+            message = pushed["message"]
+            job = message["properties"].get("scheduledJobId")
+            assert (message["body"], job) == (body, None if body == "plain" else sent["message_ids"][0])
+        with pytest.raises(asyncio.TimeoutError):  # (once: the period without a repeat)
+            await asyncio.wait_for(receive_json(ws), 0.5)
+
+
 async def test_a_batch_of_management_messages_with_a_bad_one_changes_nothing():
     """A `messages` batch to the management topic is checked whole before any acts (as a send's batch)."""
     aio = runtime.async_broker()

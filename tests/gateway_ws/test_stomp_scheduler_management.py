@@ -14,6 +14,8 @@ import uuid
 
 import pytest
 
+from broker_core.errors import UnknownDestination
+
 pytestmark = pytest.mark.e2e
 
 MANAGEMENT = "/topic/ActiveMQ.Scheduler.Management"
@@ -248,3 +250,30 @@ def test_a_browsed_cron_job_carries_its_expression(clients, queue_name, reader):
                    headers={"AMQ_SCHEDULED_CRON": "0 3 * * *"})
     (job,) = browse(client, reader, queue_name)
     assert job.headers["AMQ_SCHEDULED_CRON"] == "0 3 * * *"
+
+
+def test_a_browse_needs_write_on_its_reply_to_but_not_on_a_temporary_one(clients, queue_name, broker):
+    """A BROWSE's replies are sends to its reply-to: refused, naming it, where the user may not write
+    (gateway.permissions.reply_to_refusal, the REST send's check too: the same text), before any job is
+    sent; a temporary reply-to needs no grant, as a STOMP SEND there (ActiveMQ checks none)."""
+    alice = clients()
+    schedule(alice, f"carol.{queue_name}", "hers", HOUR)
+    carol = clients("carol", "secret")
+    carol.conn.send(MANAGEMENT, "", headers={"AMQ_SCHEDULER_ACTION": "BROWSE",
+                                             "reply-to": f"/queue/elsewhere.{queue_name}"})
+    assert carol.expect("ERROR").headers["message"] == (
+        f"User carol is not authorized to write to: queue://elsewhere.{queue_name} (the BROWSE's reply-to, "
+        "where its jobs go)")
+    with pytest.raises(UnknownDestination):  # (nothing was ever sent there)
+        broker.stats(f"queue://elsewhere.{queue_name}")
+    carol = clients("carol", "secret")
+    carol.receipt(carol.conn.subscribe, "/temp-queue/jobs", id="t")
+    # (its RECEIPT and the replies on the same connection may come in either order)
+    carol.conn.send(MANAGEMENT, "", receipt="browsed",
+                    headers={"AMQ_SCHEDULER_ACTION": "BROWSE", "reply-to": "/temp-queue/jobs"})
+    got = []
+    while not carol.silent(0.5):
+        got.append(carol.next())
+    assert [f.headers.get("receipt-id") for f in got if f.command == "RECEIPT"] == ["browsed"]
+    assert [f.body for f in got if f.command == "MESSAGE"
+            and f.headers.get("original-destination") == f"/queue/carol.{queue_name}"] == [b"hers"]

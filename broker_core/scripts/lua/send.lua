@@ -140,7 +140,7 @@ for i = 4, #ARGV, 2 do
       audited[n + 1], audited[n + 2] = num(seq), id
     end
     if message.cron(m) then  -- (the expression as sent)
-      base.emit('schedule', 'msg', id, 'at', at, 'period', m[PERIOD], 'repeat', m[REPEAT], 'cron', message.cron(m)[1])
+      base.emit('schedule', 'msg', id, 'at', at, 'period', message.schedule_ms(m[PERIOD]), 'repeat', m[REPEAT], 'cron', message.cron(m)[1])
     else
       base.emit('schedule', 'msg', id, 'at', at, 'period', m[PERIOD], 'repeat', m[REPEAT])
     end
@@ -163,14 +163,15 @@ for i = 4, #ARGV, 2 do
       local n = #audited
       audited[n + 1], audited[n + 2] = num(seq), id
     end
-    local delay = tonumber(m[DELAY]) or 0
     local score = prioritized and pending_score(seq, m[PRIORITY]) or seq
-    if delay > 0 then
+    if (tonumber(m[DELAY]) or 0) ~= 0 or (tonumber(m[PERIOD]) or 0) ~= 0 then  -- (message.delayed, inline)
       -- not on the queue until its time (ActiveMQ's scheduler keeps it): counted enqueued, its enqueue
-      -- event and NoConsumer check then (lifecycle.lua scheduled_arrived); parked until then
-      lifecycle.park(id, base.NOW + delay, score, true)
+      -- event and NoConsumer check then (lifecycle.lua scheduled_arrived); parked until then. A job due
+      -- now (a delay or period given as 0: message.GIVEN_ZERO) comes back in this call's dispatch chunk.
+      local at = base.NOW + message.schedule_ms(m[DELAY])
+      lifecycle.park(id, at, score, true)
       scheduled = scheduled + 1
-      base.emit('schedule', 'msg', id, 'at', base.NOW + delay)
+      base.emit('schedule', 'msg', id, 'at', at)
     else
       local n = #pending
       pending[n + 1], pending[n + 2] = num(score), id

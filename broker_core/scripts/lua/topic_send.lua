@@ -57,7 +57,7 @@ local deferring = fanout.waiting()
 local out = {}
 for i = 4, #ARGV, 4 do
   local id, blob, m = ARGV[i], ARGV[i + 1], unpacked[i]
-  local delay, repeats = tonumber(m[message.DELAY]) or 0, tonumber(m[message.REPEAT]) or 0
+  local repeats = tonumber(m[message.REPEAT]) or 0
   if redis.call('HEXISTS', base.K_MSGS, id) == 1 or redis.call('HEXISTS', base.K_SCHED, id) == 1
      or (audit and redis.call('ZSCORE', base.K_AUDIT, id)) then
     base.meta_incr('duplicates')
@@ -77,20 +77,22 @@ for i = 4, #ARGV, 4 do
     lifecycle.schedule_job(id, blob, m, at, plan, ARGV[i + 2], ARGV[i + 3])
     if audit then redis.call('ZADD', base.K_AUDIT, base.meta_incr('seq'), id) end
     if message.cron(m) then  -- (the expression as sent)
-      base.emit('schedule', 'msg', id, 'at', at, 'period', m[message.PERIOD], 'repeat', m[message.REPEAT], 'cron', message.cron(m)[1])
+      base.emit('schedule', 'msg', id, 'at', at, 'period', message.schedule_ms(m[message.PERIOD]), 'repeat', m[message.REPEAT], 'cron', message.cron(m)[1])
     else
-      base.emit('schedule', 'msg', id, 'at', at, 'period', m[message.PERIOD], 'repeat', m[message.REPEAT])
+      base.emit('schedule', 'msg', id, 'at', at, 'period', message.schedule_ms(m[message.PERIOD]), 'repeat', m[message.REPEAT])
     end
     out[#out + 1] = 'scheduled'
   elseif not virtual.route(id, blob, m, plan) then
     out[#out + 1] = 'forwarded'  -- a forward-only composite topic keeps nothing
-  elseif delay > 0 then
+  elseif message.delayed(m) then
     -- Its copies were recorded above, with the delay, as a queue's (send.lua); the topic keeps it as a
     -- job with one firing (ActiveMQ's SchedulerBroker sends it to the topic when due), published then
-    -- under its own id to the subscriptions of that time. Not in the audit: its firing comes back here
-    -- under the same id (the job's entry is the duplicate check until then).
-    lifecycle.schedule_job(id, blob, m, base.NOW + delay, nil, ARGV[i + 2], ARGV[i + 3])
-    base.emit('schedule', 'msg', id, 'at', base.NOW + delay)
+    -- under its own id to the subscriptions of that time (one due now, a delay or period given as 0,
+    -- fires in this call's dispatch chunk). Not in the audit: its firing comes back here under the same
+    -- id (the job's entry is the duplicate check until then).
+    local at = base.NOW + message.schedule_ms(m[message.DELAY])
+    lifecycle.schedule_job(id, blob, m, at, nil, ARGV[i + 2], ARGV[i + 3])
+    base.emit('schedule', 'msg', id, 'at', at)
     out[#out + 1] = 'ok'
   else
     local seq = base.meta_incr('seq')

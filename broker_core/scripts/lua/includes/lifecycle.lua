@@ -205,11 +205,11 @@ end
 -- JobScheduler: its first time only; later ones are the expression's own). A form cron.py accepted always
 -- has a next time (includes/cron.lua); nil otherwise.
 function lifecycle.job_start(m)
-  local delay = tonumber(m[message.DELAY]) or 0
+  local delay = message.schedule_ms(m[message.DELAY])
   local form = message.cron(m)
   if not form then return base.NOW + delay end
   local first = cron.next(form, base.NOW)
-  return first and first + (delay > 0 and delay or (tonumber(m[message.PERIOD]) or 0))
+  return first and first + (delay > 0 and delay or message.schedule_ms(m[message.PERIOD]))
 end
 
 -- A cron job with a repeat starts, at each of its times, a run of repeat + 1 deliveries a period apart
@@ -356,7 +356,7 @@ function lifecycle.load()
     if job[9] and job[9] <= base.NOW then
       if (tonumber(job[3]) or 0) > 0 then
         if #runs < lifecycle.MAX_CRON_RUNS then
-          local delay = tonumber(message.unpack(job[1])[message.DELAY]) or 0
+          local delay = message.schedule_ms(message.unpack(job[1])[message.DELAY])
           runs[#runs + 1] = { base.NOW + (delay > 0 and delay or period), job[3] + 1 }
         end
       else

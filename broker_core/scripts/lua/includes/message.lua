@@ -10,6 +10,22 @@ message.CONNECTION, message.PROPS, message.CONTENT_TYPE, message.BODY_KIND, mess
 message.USER, message.ORIG_DEST, message.DELAY, message.PERIOD, message.REPEAT = 16, 17, 18, 19, 20
 -- (21: a cron schedule's compact form, packed only when the message has one: includes/cron.lua)
 message.CRON = 21
+-- A delay or period the producer gave as 0 (messages.py GIVEN_ZERO; 0 there is none given): the message is
+-- a scheduler job all the same, due now, as ActiveMQ's SchedulerBroker makes one of every message with the
+-- property present.
+message.GIVEN_ZERO = -1
+
+-- A delay or period field in ms (GIVEN_ZERO and none are 0).
+function message.schedule_ms(value)
+  value = tonumber(value) or 0
+  return value > 0 and value or 0
+end
+
+-- Whether a message that neither repeats nor has a cron form is a job with one firing: a delay or a period
+-- given, 0 included (messages.py Message.delay_ms, GIVEN_ZERO); due after its delay.
+function message.delayed(m)
+  return (tonumber(m[message.DELAY]) or 0) ~= 0 or (tonumber(m[message.PERIOD]) or 0) ~= 0
+end
 
 -- A message's cron form, or nil. Only a table is one: a wildcard subscription's copy packed before this field
 -- existed has the topic it was published to there (messages.py PUBLISHED_TO, now the 22nd).
