@@ -105,3 +105,25 @@ def reader_page(chromium, console_server) -> Iterator[Any]:
     page = login(chromium, console_server, "reader")
     yield page
     page.context.close()
+
+
+@pytest.fixture
+def topic_name() -> str:
+    return f"ct.{uuid.uuid4().hex[:10]}"
+
+
+# may read every topic, nothing else (the session's "reader" reads queues only)
+TOPIC_READER = f"""
+from django.contrib.auth import get_user_model
+from gateway.models import DestinationPermission
+user = get_user_model().objects.create_user("topic-reader", "tr@example.com", "{PASSWORD}")
+DestinationPermission.objects.create(destination="topic://>", can_read=True).users.add(user)
+"""
+
+
+@pytest.fixture(scope="session")
+def topic_reader(console_server) -> str:
+    env = server_env(console_server.data_dir, console_server.namespace)
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", TOPIC_READER], cwd=ROOT, env=env, check=True,
+                   timeout=60)
+    return "topic-reader"

@@ -5,10 +5,7 @@ and checked with broker_core."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,39 +17,17 @@ from broker_core.broker import Broker
 from broker_core.clock import FakeClock
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from tests.console.conftest import PASSWORD, login
+from tests.console.conftest import login
 from tests.console.test_console import confirm
-from tests.helpers.gateway_server import ROOT, server_env
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def topic_name() -> str:
-    return f"ct.{uuid.uuid4().hex[:10]}"
-
-
-# may read every topic, nothing else (the session's "reader" reads queues only; test_topics_console.py
-# makes its own "topic-reader")
-TOPIC_WATCHER = f"""
-from django.contrib.auth import get_user_model
-from gateway.models import DestinationPermission
-user = get_user_model().objects.create_user("topic-watcher", "tw@example.com", "{PASSWORD}")
-DestinationPermission.objects.create(destination="topic://>", can_read=True).users.add(user)
-"""
-
-
-@pytest.fixture(scope="module")
-def topic_watcher(console_server) -> str:
-    env = server_env(console_server.data_dir, console_server.namespace)
-    subprocess.run([sys.executable, "manage.py", "shell", "-c", TOPIC_WATCHER], cwd=ROOT, env=env, check=True,
-                   timeout=60)
-    return "topic-watcher"
 
 
 @pytest.fixture
-def watcher_page(chromium, console_server, topic_watcher) -> Iterator[Any]:
-    page = login(chromium, console_server, topic_watcher)
+def watcher_page(chromium, console_server, topic_reader) -> Iterator[Any]:
+    page = login(chromium, console_server, topic_reader)
     yield page
     page.context.close()
 

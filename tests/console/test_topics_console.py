@@ -4,8 +4,6 @@ and the virtual destination routing in force. Broker state is made and checked w
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -15,33 +13,12 @@ from broker_core.config.virtual import VirtualConfig
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
 from broker_core.ops import virtual
-from tests.console.conftest import PASSWORD, login
+from tests.console.conftest import login
 from tests.console.test_console import confirm
-from tests.helpers.gateway_server import ROOT, server_env
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def topic_name() -> str:
-    return f"ct.{uuid.uuid4().hex[:10]}"
-
-
-# may read every topic, nothing else (the session's "reader" reads queues only)
-TOPIC_READER = f"""
-from django.contrib.auth import get_user_model
-from gateway.models import DestinationPermission
-user = get_user_model().objects.create_user("topic-reader", "tr@example.com", "{PASSWORD}")
-DestinationPermission.objects.create(destination="topic://>", can_read=True).users.add(user)
-"""
-
-
-@pytest.fixture(scope="module")
-def topic_reader(console_server) -> str:
-    env = server_env(console_server.data_dir, console_server.namespace)
-    subprocess.run([sys.executable, "manage.py", "shell", "-c", TOPIC_READER], cwd=ROOT, env=env, check=True,
-                   timeout=60)
-    return "topic-reader"
 
 
 def durable_offline_and_active(broker, topic: str) -> None:
