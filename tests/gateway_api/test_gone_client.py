@@ -17,6 +17,7 @@ import base64
 import socket
 import time
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -130,19 +131,26 @@ def test_a_compat_get_whose_client_left_gives_its_message_back(held, survivor, r
         first = gateway_http.get(f"/api/message/{queue}?type=queue&clientId=k&readTimeout=0", headers=BASIC)
         assert first.status_code == 204, first.text
         request = _request(gateway.port, "GET", target, headers)
-        produce = _send(http, queue, body)
-        if read_timeout:  # (sent once the GET waits)
-            _leave_as_the_message_comes(gateway, proxy, request, body.encode(),
-                                        lambda: (time.sleep(0.5), produce()))
-        else:
-            produce()
-            _leave_as_the_message_comes(gateway, proxy, request, body.encode(), lambda: None)
-        assert _settled(http, queue) == (0, 0), "(in flight, dequeued): 1 dequeued is acknowledged, never "\
-                                                "written: lost; 1 in flight is left leased"
-        assert _received_elsewhere(http, queue) == [(body, True, 2)]
+        _leave_and_find_it_kept(gateway, proxy, http, queue, body, request, waits=bool(read_timeout))
         # the client's consumer is free again: its next GET is not refused as concurrent
         again = gateway_http.get(f"/api/message/{queue}?type=queue&clientId=k&readTimeout=0", headers=BASIC)
         assert again.status_code == 204, again.text
+
+
+def _leave_and_find_it_kept(gateway: Any, proxy: Any, http: httpx.Client, queue: str, body: str, request: Any,
+                            waits: bool) -> None:
+    """The message sent (after a moment when the request `waits` for it, else first), the client leaving
+    as it comes; then neither in flight nor dequeued, and another consumer gets it, redelivered."""
+    produce = _send(http, queue, body)
+    if waits:
+        _leave_as_the_message_comes(gateway, proxy, request, body.encode(),
+                                    lambda: (time.sleep(0.5), produce()))
+    else:
+        produce()
+        _leave_as_the_message_comes(gateway, proxy, request, body.encode(), lambda: None)
+    assert _settled(http, queue) == (0, 0), "(in flight, dequeued): 1 dequeued is acknowledged, never "\
+                                            "written: lost; 1 in flight is left leased"
+    assert _received_elsewhere(http, queue) == [(body, True, 2)]
 
 
 @pytest.mark.parametrize("wait", [0, 10], ids=["lean-at-once", "django-long-poll"])
@@ -159,13 +167,4 @@ def test_an_auto_receive_whose_client_left_gives_its_message_back(held, survivor
         consumer_id = made.json()["consumer_id"]
         target = f"/api/v1/queues/{queue}/consumers/{consumer_id}/receive?wait={wait}"
         request = _request(gateway.port, "POST", target, TOKEN)
-        produce = _send(http, queue, body)
-        if wait:
-            _leave_as_the_message_comes(gateway, proxy, request, body.encode(),
-                                        lambda: (time.sleep(0.5), produce()))
-        else:
-            produce()
-            _leave_as_the_message_comes(gateway, proxy, request, body.encode(), lambda: None)
-        assert _settled(http, queue) == (0, 0), "(in flight, dequeued): 1 dequeued is acknowledged, never "\
-                                                "written: lost; 1 in flight is left leased"
-        assert _received_elsewhere(http, queue) == [(body, True, 2)]
+        _leave_and_find_it_kept(gateway, proxy, http, queue, body, request, waits=bool(wait))
