@@ -363,18 +363,22 @@ function base.NOW_TEXT.get()
   return t.arg
 end
 function base.NOW_TEXT.num(n)
-  if n % 1 ~= 0 or n >= 9007199254740992 or n <= -9007199254740992 or (n == 0 and 1 / n < 0) then return n end
   local t = base.NOW_TEXT
+  -- (the texts already made first, before the checks: a whole number from 0 to 4095 made before, or one
+  -- of the two made last, is its text whatever those checks would say; -0 is the one number equal to such
+  -- a number (0) whose text differs, '-0')
+  local text = t.nums[n]
+  if text and (n ~= 0 or 1 / n > 0) then return text end
+  if n == t.n1 then return t.t1 end
+  if n == t.n2 then return t.t2 end
+  if n % 1 ~= 0 or n >= 9007199254740992 or n <= -9007199254740992 or (n == 0 and 1 / n < 0) then return n end
   if n < 0 or n >= 4096 then
     -- the two made last are kept (n1, n2): a message's sequence and dispatch sequence are each written
     -- more than once in a call (the audit, the pending and in-flight scores; the consumer's, the destination's)
-    if n == t.n1 then return t.t1 end
-    if n == t.n2 then return t.t2 end
-    local text = string.format('%d', n)
+    text = string.format('%d', n)
     t.n2, t.t2, t.n1, t.t1 = t.n1, t.t1, n, text
     return text
   end
-  local text = t.nums[n]
   if not text then
     text = string.format('%d', n)
     if t.keep then
