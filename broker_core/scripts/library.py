@@ -10,8 +10,9 @@ body. So where the server has functions (FUNCTION LOAD, Redis 7), all the includ
 the library `signalbox_<hash>` and each script body is registered in it as the function
 `sb<hash>_<name>`; elsewhere each script is its includes plus its body, run by EVALSHA. In both forms the
 body is a function of KEYS and ARGV that starts with `base.begin_call(KEYS)` (includes/base.lua), which resets
-the state a call may leave behind, so the two behave the same. The hash covers the whole library, so
-processes running different versions of the scripts never call each other's functions.
+the state a call may leave behind (each include's `--@on-call` blocks, made into one function here), so
+the two behave the same. The hash covers the whole library, so processes running different versions of
+the scripts never call each other's functions.
 
 A server that lost its scripts or its library (a restart without persistence) answers NOSCRIPT or
 "Function not found"; the caller loads them again and repeats the call (broker.py).
@@ -47,6 +48,13 @@ _END = "function(KEYS, ARGV) return base.end_call(body(KEYS, ARGV)) end"
 _ALLOW_OOM = re.compile(r"^--@allow-oom\s*$", re.MULTILINE)
 _OOM_GUARD = "redis.call('DEL', KEYS[1] .. ':-')  -- (--@allow-oom: see scripts/library.py)\n"
 _FUNCTIONS_ENV = "SIGNALBOX_REDIS_FUNCTIONS"
+# An include's resets of the state a call keeps outside its functions sit between a line `--@on-call` and a
+# line `--@on-call-end`, next to that state. They are taken out of their place and made, in their order,
+# into the one function base.reset_call, after all the includes (every module table is in scope there),
+# which base.begin_call runs first thing in every call (lua/includes/base.lua): one function rather than
+# one per include, as a Lua call costs about what a reset's statements do (docs/benchmarks.md, "Session 26").
+_ON_CALL = re.compile(r"^--@on-call\n(.*?)^--@on-call-end\n", re.MULTILINE | re.DOTALL)
+_RESET_HEAD = "-- the includes' --@on-call blocks (scripts/library.py)\nfunction base.reset_call()\n"
 
 
 def _expand(text: str, included: set[str]) -> str:
@@ -73,9 +81,17 @@ def _split(name: str) -> tuple[list[str], str]:
 
 
 def _includes_text(names: list[str]) -> tuple[str, set[str]]:
+    """The includes `names` bring, expanded, then base.reset_call made of their `--@on-call` blocks."""
     included: set[str] = set()
     text = _expand("".join(f"--@include {n}\n" for n in names), included)
-    return text, included
+    resets = _ON_CALL.findall(text)
+    if not resets:
+        return text, included
+    if "base" not in included:
+        raise ValueError(f"--@on-call blocks without base.lua in {names}")
+    text = _ON_CALL.sub("", text)
+    blocks = "".join(f"do\n{block}end\n" for block in resets)
+    return f"{text}{_RESET_HEAD}{blocks}end\n", included
 
 
 @dataclass(frozen=True)

@@ -101,3 +101,35 @@ def test_a_script_names_nothing_undeclared(name):
     # a name left over from before a rename (a function moved into a module table) reads as a global: nil
     free = {t.text for t in shape(script(name).source, REDIS_NAMES).free_uses}
     assert free - LUA_GLOBALS - REDIS_NAMES == set()
+
+
+@pytest.mark.parametrize("name", sorted(INCLUDES))
+def test_an_includes_resets_are_whole_blocks(name):
+    # (a marker without its end would leave its statements where they are: run once, when the library
+    # loads, and never again at the start of a call)
+    lines = INCLUDES[name].splitlines()
+    opened = [i for i, line in enumerate(lines) if line.rstrip() == "--@on-call"]
+    closed = [i for i, line in enumerate(lines) if line.rstrip() == "--@on-call-end"]
+    assert len(opened) == len(closed), f"{name}.lua: an --@on-call block without its end"
+    assert all(o < c for o, c in zip(opened, closed, strict=True))
+    assert all(c < o for c, o in zip(closed, opened[1:], strict=False)), f"{name}.lua: nested --@on-call"
+
+
+@pytest.mark.parametrize("source", ["library", *sorted(SCRIPTS)])
+def test_every_reset_is_in_base_reset_call(source):
+    # base.begin_call runs base.reset_call (scripts/library.py makes it of the includes' --@on-call
+    # blocks): each block of every include the text holds is in it, and none is left where it was
+    text = library().source if source == "library" else script(source).source
+    lines = text.splitlines()
+    assert "--@on-call" not in lines and "--@on-call-end" not in lines
+    brought = sorted(INCLUDES) if source == "library" else sorted(_closure(shape(SCRIPTS[source]).includes))
+    blocks = [block for n in brought
+              for block in INCLUDES[n].split("--@on-call\n")[1:]]
+    if not blocks:
+        assert "function base.reset_call()" not in text
+        return
+    head, _, generated = text.partition("function base.reset_call()\n")
+    assert head and generated
+    for block in blocks:
+        statements = block.split("--@on-call-end\n")[0]
+        assert statements in generated and statements not in head

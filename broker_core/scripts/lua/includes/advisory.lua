@@ -12,7 +12,9 @@
 -- Its module table `advisory`. Per call: n, the advisories recorded (forward.lua's flag 2); flags and dest,
 -- what read_flags and source read once.
 local advisory = { n = 0, flags = nil, dest = nil, sources = false, EVENTS = false, FLAGS = false }
-base.on_call(function() advisory.n, advisory.flags, advisory.dest = 0, nil, nil end)
+--@on-call
+advisory.n, advisory.flags, advisory.dest = 0, nil, nil
+--@on-call-end
 
 -- Event type -> {advisory kind, the policy flag that gates it ('' = always)}.
 advisory.EVENTS = {

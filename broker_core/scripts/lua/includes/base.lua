@@ -100,10 +100,14 @@ end
 
 -- State that lives for one call. On Redis >= 7 these includes are loaded once as a function library
 -- (broker_core/scripts/library.py), so their top-level statements run once, not per call: whatever a call
--- changes outside its own functions is reset here. Each include registers its resets with base.on_call;
--- every script starts with base.begin_call(KEYS) (scripts/library.py puts it in front of the script's body).
-base.CALL_RESETS = {}
-function base.on_call(reset) base.CALL_RESETS[#base.CALL_RESETS + 1] = reset end
+-- changes outside its own functions is reset here. Each include writes its resets between a line
+-- `--@on-call` and a line `--@on-call-end`, next to the state they reset; scripts/library.py takes these
+-- blocks out of their place and makes of them, in their order, the one function base.reset_call, put
+-- after the includes (where every module table is in scope). One function, not one per include: a call
+-- of a Lua function costs about as much as the statements of a reset, and every script call runs them
+-- all (docs/benchmarks.md, "Session 26"). Every script starts with base.begin_call(KEYS)
+-- (scripts/library.py puts it in front of the script's body).
+base.reset_call = false  -- (made by scripts/library.py)
 -- A call given a second key is a step of a transaction's commit (ops/transactions.py commit): KEYS[2] is
 -- the transaction's key. Its commit is one MULTI/EXEC whose calls check every step first, then apply them;
 -- Redis applies every command of a MULTI whatever the others replied, so the calls share a verdict: a
@@ -118,8 +122,7 @@ base.STEP_OF = false  -- (set by each call: begin_call)
 function base.refusal_key(tx_key) return tx_key .. ':refused' end
 function base.begin_call(keys)
   base.use_prefix(keys[1])
-  local resets = base.CALL_RESETS
-  for i = 1, #resets do resets[i]() end
+  base.reset_call()
   -- (a commit's step has its transaction's key, <ns>:tx:tx-<16 hex digits> (ops/transactions.py begin),
   -- second; a script over several destinations, summary_many, rate_sample, has their prefixes there,
   -- <ns>:{<tag>}..., which never end so. Not "has no {": a namespace may hold one, `{sb}`)
@@ -201,11 +204,13 @@ function base.with_defaults(names, defaults, values)
 end
 -- The values read (once per call), which policy hash they came from and whether it exists.
 base.POLICY_READ = { values = nil, key = nil, found = false }
-base.on_call(function()
-  base.NOW = 0
+--@on-call
+base.NOW = 0
+do
   local read = base.POLICY_READ
   read.values, read.key, read.found = nil, nil, false
-end)
+end
+--@on-call-end
 -- Where the library outlives a call (Redis >= 7, scripts/library.py), the table decoded from a packed policy is
 -- kept under that packed string: the same bytes always decode to the same values, and a changed policy
 -- is packed anew, so the cache can only miss, never be stale. Nothing changes these tables' values; what
@@ -363,18 +368,22 @@ function base.NOW_TEXT.get()
   return t.arg
 end
 function base.NOW_TEXT.num(n)
-  if n % 1 ~= 0 or n >= 9007199254740992 or n <= -9007199254740992 or (n == 0 and 1 / n < 0) then return n end
   local t = base.NOW_TEXT
+  -- (the texts already made first, before the checks: a whole number from 0 to 4095 made before, or one
+  -- of the two made last, is its text whatever those checks would say; -0 is the one number equal to such
+  -- a number (0) whose text differs, '-0')
+  local text = t.nums[n]
+  if text and (n ~= 0 or 1 / n > 0) then return text end
+  if n == t.n1 then return t.t1 end
+  if n == t.n2 then return t.t2 end
+  if n % 1 ~= 0 or n >= 9007199254740992 or n <= -9007199254740992 or (n == 0 and 1 / n < 0) then return n end
   if n < 0 or n >= 4096 then
     -- the two made last are kept (n1, n2): a message's sequence and dispatch sequence are each written
     -- more than once in a call (the audit, the pending and in-flight scores; the consumer's, the destination's)
-    if n == t.n1 then return t.t1 end
-    if n == t.n2 then return t.t2 end
-    local text = string.format('%d', n)
+    text = string.format('%d', n)
     t.n2, t.t2, t.n1, t.t1 = t.n1, t.t1, n, text
     return text
   end
-  local text = t.nums[n]
   if not text then
     text = string.format('%d', n)
     if t.keep then
@@ -419,9 +428,9 @@ function base.clear_events()
   if ev.n > 1 then ev.more = {} end
   ev.n = 0
 end
-base.on_call(function()
-  if base.EVENTS.n > 0 then base.clear_events() end  -- (a call that failed before end_call)
-end)
+--@on-call
+if base.EVENTS.n > 0 then base.clear_events() end  -- (a call that failed before end_call)
+--@on-call-end
 -- The current prefix's stream of the call's events (base.K_EVENTS), made at its first event.
 function base.events_for(stream)
   local b = base

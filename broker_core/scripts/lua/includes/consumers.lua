@@ -220,13 +220,15 @@ end
 -- Whether the destination has a message-group map yet (meta 'gmap'): read once per script call (and
 -- per prefix: a topic send switches subscriptions), not once per dispatched message.
 consumers.gmap = { key = nil, on = false, cprio_key = nil, cprio = nil }
--- (one reset for the module's per-call state: each reset is a call at the start of every script call)
-base.on_call(function()
+-- (the module's per-call state, reset at the start of every call)
+--@on-call
+do
   local gmap, rule = consumers.gmap, consumers.slow_rule
   gmap.key, gmap.on, gmap.cprio_key = nil, false, nil
   rule.prefix, rule.topic, rule.defer = nil, false, false
-  consumers.gone.any = false
-end)
+end
+consumers.gone.any = false
+--@on-call-end
 function consumers.gmap.exists()
   if consumers.gmap.key ~= base.K_META then consumers.gmap.key, consumers.gmap.on = base.K_META, redis.call('HGET', base.K_META, 'gmap') == '1' end
   return consumers.gmap.on

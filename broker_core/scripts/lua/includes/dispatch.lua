@@ -30,7 +30,9 @@ local dispatch = {}
 -- A pull consumer (prefetch 0) whose own receive call runs this pass: what is dispatched to it is handed
 -- over by that same call, so waking its adapter would only make it ask again for nothing. Its wake-up is
 -- skipped (`woken_later`), and receive.lua publishes it after all if anything is left in its outbox.
-base.on_call(function() dispatch.receiver, dispatch.woken_later = nil, nil end)
+--@on-call
+dispatch.receiver, dispatch.woken_later = nil, nil
+--@on-call-end
 function dispatch.wake(c)
   if c.id == dispatch.receiver then dispatch.woken_later = true else redis.call('PUBLISH', c.def.notify, c.id) end
 end

@@ -22,7 +22,9 @@
 
 -- Its module table `fanout` (one table, not locals: the scripts' main chunk is close to Lua's 200 locals)
 local fanout = { visits = 0 }
-base.on_call(function() fanout.visits = 0 end)
+--@on-call
+fanout.visits = 0
+--@on-call-end
 -- What one call (a send, or a continuation) does at most, whatever the selector work: a topic's
 -- subscriptions are not limited in number. One that takes messages costs the call about 0.13 ms (its
 -- pending list, its dispatch chunk, the slow and pending-limit rules), so a call gives messages to at most

@@ -19,13 +19,13 @@ function flow.meta_key()  -- TP .. ':meta', made once per prefix
 end
 flow.BROKER_DEFAULT_LIMIT = 1073741824  -- SystemUsage's memory limit when none is configured: 1 GB
 
-base.on_call(function()
-  if flow.usage_of ~= base.P then
-    flow.usage_of, flow.usage = base.P, string.match(base.P, '^(.-):{') .. ':usage'
-    flow.usage_res = flow.usage .. ':res'  -- flow.usage .. ':res'
-  end
-  flow.floor, flow.reservation, flow.drop = nil, nil, nil
-end)
+--@on-call
+if flow.usage_of ~= base.P then
+  flow.usage_of, flow.usage = base.P, string.match(base.P, '^(.-):{') .. ':usage'
+  flow.usage_res = flow.usage .. ':res'  -- flow.usage .. ':res'
+end
+flow.floor, flow.reservation, flow.drop = nil, nil, nil
+--@on-call-end
 
 -- What a message of `bytes` packed bytes counts. The floor is read from the policy once, when the
 -- destination first stores something, and kept in K_META, so a charge and its release always agree

@@ -9,7 +9,9 @@
 -- selector.bytes when the call began.
 local forward = { n = 0, work_start = 0, work_spent = false, with_flag = false, record = false,
                   dead_letter = false }
-base.on_call(function() forward.n, forward.work_start = 0, selector.bytes end)
+--@on-call
+forward.n, forward.work_start = 0, selector.bytes
+--@on-call-end
 -- Has this call's selector work (selector.lua selector.bytes) reached a call's worth? Checked before an
 -- evaluation, so a call does at most one more. Loops over any number of selectors in one send stop there:
 -- a topic's fan-out goes on in the next call (fanout.lua); a routing check answers "take a copy".

@@ -56,11 +56,11 @@ end
 function groups.lru_reset()
   groups.lru_key, groups.lru_ticked, groups.lru_size, groups.lru_msg = false, false, false, false
 end
--- (with owners_gone's, below: one reset for the module, each being a call at the start of every script call)
-base.on_call(function()
-  groups.lru_reset()
-  if next(groups.owners_gone) ~= nil then groups.owners_gone = {} end  -- (an empty one is as good as new)
-end)
+-- (at the start of every call, with owners_gone's: groups.lru_reset's work, without a call)
+--@on-call
+groups.lru_key, groups.lru_ticked, groups.lru_size, groups.lru_msg = false, false, false, false
+if next(groups.owners_gone) ~= nil then groups.owners_gone = {} end  -- (an empty one is as good as new)
+--@on-call-end
 -- (The clock's text is made here, not by NOW_TEXT.num, whose last two numbers are the message's and the
 -- dispatch's sequences, written again later in the call.)
 function groups.lru_tick()

@@ -148,7 +148,9 @@ end
 -- When the first parked message is due, as far as this script call knows (nil: ask Redis).
 -- (topic_checked: fire_topic_jobs looked in this call)
 lifecycle.parked = { next = nil, due_at = base.due_at, topic_checked = false }  -- (due_at through it: lifecycle.load is near Lua's 60 upvalues)
-base.on_call(function() lifecycle.parked.next, lifecycle.parked.topic_checked = nil, false end)
+--@on-call
+lifecycle.parked.next, lifecycle.parked.topic_checked = nil, false
+--@on-call-end
 
 -- The next time a parked message comes back (0 if none).
 function lifecycle.next_unpark()

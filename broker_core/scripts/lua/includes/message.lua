@@ -187,12 +187,14 @@ end
 -- so it is not empty; whatever removes from it forgets it.
 -- message.pass_dirty.in_pass: a dispatch pass is running, and writes 'dirty' with its state when it ends.
 message.pass_dirty = { value = false, passfull_key = nil, passfull = nil, pending = nil, in_pass = false }
-base.on_call(function()
-  message.pass_dirty.value, message.pass_dirty.passfull_key, message.pass_dirty.passfull, message.pass_dirty.pending = false, nil, nil, nil
-  message.pass_dirty.in_pass = false
-  if next(message.fresh) ~= nil then message.fresh = {} end  -- (an empty one is as good as a new one)
-  message.dest_uri = nil
-end)
+--@on-call
+do
+  local dirty = message.pass_dirty
+  dirty.value, dirty.passfull_key, dirty.passfull, dirty.pending, dirty.in_pass = false, nil, nil, nil, false
+end
+if next(message.fresh) ~= nil then message.fresh = {} end  -- (an empty one is as good as a new one)
+message.dest_uri = nil
+--@on-call-end
 function message.mark_dirty()
   message.pass_dirty.value = true
   if not message.pass_dirty.in_pass then redis.call('HSET', base.K_META, 'dirty', '1') end

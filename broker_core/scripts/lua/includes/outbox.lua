@@ -56,7 +56,9 @@ end
 -- MiB), and a count bounds only the number of messages, so what one call pushes and hands over (and a browse
 -- page, browse.lua) stops once it holds about outbox.CALL_MOST_BYTES. outbox.call_bytes is what this call
 -- has taken so far; outbox.cut says a hand-over left some for the next call.
-base.on_call(function() outbox.call_bytes, outbox.cut = 0, false end)
+--@on-call
+outbox.call_bytes, outbox.cut = 0, false
+--@on-call-end
 
 -- How many of `ids` (from the first, in order) this call takes within its byte budget: at least `least`, then
 -- while the call holds less than outbox.CALL_MOST_BYTES. The sizes come from HSTRLEN (O(1), nothing
@@ -111,10 +113,10 @@ end
 -- A consumer's pushes in one call stop at about outbox.PUSH_MOST_BYTES (the rest wait in its outbox, with the
 -- usual wake-up): a pub/sub subscriber past Redis's output buffer limit for pub/sub is disconnected. All
 -- consumers' pushes together stop at about outbox.CALL_MOST_BYTES (push_armed), the call's byte budget.
-base.on_call(function()
-  outbox.local_channel, outbox.push_by_consumer, outbox.push_order, outbox.push_replies = nil, nil, nil, nil
-  outbox.adapter_acks = false
-end)
+--@on-call
+outbox.local_channel, outbox.push_by_consumer, outbox.push_order, outbox.push_replies = nil, nil, nil, nil
+outbox.adapter_acks = false
+--@on-call-end
 -- Past the call's byte budget (outbox.CALL_MOST_BYTES, across consumers: one chunk may push a large message
 -- to each of many) an armed consumer is disarmed instead, and the message waits in its outbox with the usual
 -- wake-up (armed must mean the outbox is empty).

@@ -491,8 +491,8 @@ end)
 -- in the same script that creates or removes the subscription it names.
 -- The registry's name is made once per prefix (as flow.lua's flow.usage), not per call; the per-call
 -- selectors table is replaced only when a call used it (an empty one is as good as a new one).
-base.on_call(function()
-  if topic.registry_of ~= base.P then topic.registry_of, topic.registry = base.P, string.match(base.P, '^(.-):{') .. ':durables' end
-  if next(topic.selectors) ~= nil then topic.selectors = {} end
-  topic._policy = nil
-end)
+--@on-call
+if topic.registry_of ~= base.P then topic.registry_of, topic.registry = base.P, string.match(base.P, '^(.-):{') .. ':durables' end
+if next(topic.selectors) ~= nil then topic.selectors = {} end
+topic._policy = nil
+--@on-call-end

@@ -122,7 +122,6 @@ local virtual = base.lazy({ selectors = {} }, function(virtual)
   end
 end)
 -- (rawget: in the EVAL form the table builds its functions on first use only, base.lua `lazy`)
-base.on_call(function()
-  local selectors = rawget(virtual, 'selectors')
-  if next(selectors) ~= nil then virtual.selectors = {} end  -- (an empty one is as good as a new one)
-end)
+--@on-call
+if next(rawget(virtual, 'selectors')) ~= nil then virtual.selectors = {} end  -- (an empty one is as good as a new one)
+--@on-call-end
