@@ -17,16 +17,21 @@ A scenario is data (tests/differential/scenarios/<group>.json): named connection
 - `["drain", conn, seconds]`: read and forget every frame until none arrives for `seconds` (what an
   advisory topic replays of the broker's earlier state, which differs between brokers and runs).
 - `["save", conn, fact, header, name]`: keep a header of a recorded frame under `$name`.
+- `["header", fact, header, name]`: the value of a header of a recorded frame as fact `name` (`absent`
+  when it has none), for a header left out of comparison in general (`heart-beat`: what a CONNECTED
+  answers to the client's own `heart-beat` is behaviour; the default is each server's choice).
 - `["open", conn]`: open connection `conn` and send nothing (for frames before CONNECT).
 - `["raw", conn, text]`: send `text` (UTF-8, names filled in as above) exactly as written, for what the
   frame encoder would not write (STOMP 1.0 spaces after the colon, undefined escapes, CR LF, ...).
   `["raw", conn, text, {"<mark>": [piece, n]}]` first writes `piece` n times in place of `<mark>`, each
-  `<n>` in it the count from 0 (for frames over a limit).
+  `<n>` in it the count from 0 (for frames over a limit, or many SENDs in one write; names are filled in
+  the pieces too).
 - `["close", conn]`: drop the connection without DISCONNECT; `["sleep", seconds]`.
 
 Each destination name written `{q}` / `{t}` (and client id `{c}`) is made unique per run, so runs do not
 see each other; `{future}` is an expiry ten minutes ahead, `{soon}` one second after the step that names it
-(for messages that must expire while the scenario waits). Advisory bodies are each broker's own document
+(for messages that must expire while the scenario waits), `{login}` / `{passcode}` the run's credentials
+(for a CONNECT or STOMP frame the scenario writes itself). Advisory bodies are each broker's own document
 (ActiveMQ's XStream JSON, Signalbox's documented JSON): only their presence and form (`<advisory>`, or
 `<advisory xml>` for an XML document) are facts.
 """
@@ -121,7 +126,7 @@ class Normaliser:
     def __init__(self, names: dict[str, str] | None = None) -> None:
         self.ids: dict[str, str] = {}
         self.names = {value: f"{{{key}}}" for key, value in (names or {}).items()
-                      if key not in ("future", "soon")}
+                      if key not in ("future", "soon", "login", "passcode")}
 
     def text(self, value: str) -> str:
         """The run's unique names back to their placeholders, wherever they appear."""
@@ -167,7 +172,7 @@ def run(scenario: dict[str, Any], url: str, login: tuple[str, str], wait: float 
     """Run one scenario against the server at `url`; returns {fact name: normalised observation}."""
     suffix = uuid.uuid4().hex[:8]
     names = {"q": f"dq{suffix}", "t": f"dt{suffix}", "c": f"dc{suffix}",
-             "future": str(int(time.time() * 1000) + 600_000)}
+             "future": str(int(time.time() * 1000) + 600_000), "login": login[0], "passcode": login[1]}
     wires: dict[str, Wire] = {}
     saved: dict[str, str] = {}
     norm = Normaliser(names)
@@ -220,11 +225,15 @@ def run(scenario: dict[str, Any], url: str, login: tuple[str, str], wait: float 
                 frame = raw.get(step[2])
                 if frame is not None and frame.get(step[3]) is not None:
                     saved[step[4]] = frame.get(step[3]) or ""
+            elif kind == "header":
+                frame = raw.get(step[1])
+                value = frame.get(step[2]) if frame is not None else None
+                facts[step[3]] = "absent" if value is None else norm.text(value)
             elif kind == "raw":
-                text = fill(step[2])
+                text = step[2]
                 for mark, (piece, times) in (step[3] if len(step) > 3 else {}).items():
                     text = text.replace(mark, "".join(piece.replace("<n>", str(n)) for n in range(times)))
-                wires[step[1]].send_bytes(text.encode())
+                wires[step[1]].send_bytes(fill(text).encode())
             elif kind == "close":
                 wires.pop(step[1]).close()
             elif kind == "sleep":
