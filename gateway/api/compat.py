@@ -248,7 +248,9 @@ def _http_response(answer: Answer) -> HttpResponse:
 
 FORM = "application/x-www-form-urlencoded"
 COOKIE_ATTRIBUTES = {"httponly": True, "samesite": "Lax", "path": "/api/message"}
-NO_CACHE_HEADERS = (("Cache-Control", "no-cache"), ("Pragma", "no-cache"), ("Expires", "0"))
+# As the servlet's writeResponse sets them (Expires by setDateHeader(0): an HTTP date, as RFC 9111 asks).
+NO_CACHE_HEADERS = (("Cache-Control", "no-cache, no-store, must-revalidate"), ("Pragma", "no-cache"),
+                    ("Expires", "Thu, 01 Jan 1970 00:00:00 GMT"))
 # (content type, body, headers after Content-Type) of a GET's answer with a message
 Answer = tuple[str, bytes, list[tuple[str, str]]]
 
@@ -489,6 +491,10 @@ def answer(delivery: Any, params: dict[str, list[str]]) -> Answer:
         content_type = setting("SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE", "")
     else:
         content_type = "application/xml" if text.startswith("<") else "text/plain"
+    if content_type in ("text/plain", "application/xml"):
+        # The body is UTF-8, and says so: without a charset a client reads text/plain as ISO-8859-1
+        # (ActiveMQ's Jetty declares ISO-8859-1 and writes what it cannot encode as '?').
+        content_type += ";charset=utf-8"
     headers = [("destination", header_value(delivery.destination)), ("id", header_value(delivery.message_id))]
     properties, omitted = property_headers(delivery.properties)
     headers += properties
@@ -503,9 +509,11 @@ def answer(delivery: Any, params: dict[str, list[str]]) -> Answer:
 
 
 def _no_cache(response: HttpResponse) -> HttpResponse:
-    response["Cache-Control"] = "no-cache"
-    response["Pragma"] = "no-cache"
-    response["Expires"] = "0"
+    """A 204 without content, so without a Content-Type, but not to be cached: a 204 is cacheable by
+    default (RFC 9110 15.3.5), and a stored one would hide the messages that arrive later."""
+    del response["Content-Type"]
+    for name, value in NO_CACHE_HEADERS:
+        response[name] = value
     return response
 
 

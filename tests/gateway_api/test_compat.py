@@ -27,8 +27,9 @@ async def test_post_then_get_round_trips_a_text_message(api, basic):
     assert got.status_code == 200 and got.text == "hello"
     assert got.headers["destination"] == "queue://orders.eu"
     assert got.headers["id"] == sent.headers["messageID"]
-    assert got.headers["content-type"] == "text/plain"
-    assert got.headers["cache-control"] == "no-cache"
+    assert got.headers["content-type"] == "text/plain;charset=utf-8"
+    assert got.headers["cache-control"] == "no-cache, no-store, must-revalidate"
+    assert got.headers["expires"] == "Thu, 01 Jan 1970 00:00:00 GMT"
 
 
 async def test_parameters_become_headers_properties_and_groups(api, basic):
@@ -38,7 +39,7 @@ async def test_parameters_become_headers_properties_and_groups(api, basic):
     got = await api.get("/api/message/orders.eu", params={"type": "queue", "readTimeout": "1000"},
                         headers=basic)
     assert got.text == "<order/>"  # the prolog is removed
-    assert got.headers["content-type"] == "application/xml"  # the text starts with '<'
+    assert got.headers["content-type"] == "application/xml;charset=utf-8"  # the text starts with '<'
     assert got.headers["region"] == "eu" and got.headers["JMSXGroupID"] == "cart"
     assert "JMSCorrelationID" not in got.headers  # a header field, not a property
 
@@ -75,6 +76,7 @@ async def test_an_empty_queue_answers_204_after_the_read_timeout(api, basic):
     started = loop.time()
     got = await api.get("/api/message/orders.eu?type=queue&readTimeout=300", headers=basic)
     assert got.status_code == 204 and got.content == b""
+    assert "content-type" not in got.headers and got.headers["expires"] == "Thu, 01 Jan 1970 00:00:00 GMT"
     assert 0.25 < loop.time() - started < 3
 
 
@@ -157,7 +159,7 @@ async def test_json_and_xml_parameters_choose_the_content_type(api, basic):
     as_json = await api.get("/api/message/orders.eu?type=queue&json=true&readTimeout=500", headers=basic)
     as_xml = await api.get("/api/message/orders.eu?type=queue&xml=true&readTimeout=500", headers=basic)
     assert as_json.headers["content-type"] == "application/json"
-    assert as_xml.headers["content-type"] == "application/xml"
+    assert as_xml.headers["content-type"] == "application/xml;charset=utf-8"
 
 
 async def test_scheduling_parameters_schedule_the_message_as_activemqs_servlet_does(api, basic):
