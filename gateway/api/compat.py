@@ -61,7 +61,7 @@ from rest_framework.request import Request
 from broker_core import turns
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import BrokerError, InvalidConsumer, NotInFlight, UnknownConsumer
-from broker_core.messages import Message
+from broker_core.messages import Message, jms_priority
 from broker_core.model import ConsumerRef, ConsumerSpec
 from gateway import connections, runtime
 from gateway.api import after_write
@@ -274,11 +274,14 @@ async def send_message(user: Any, destination: Destination, params: dict[str, li
     mode = _first(params, "JMSDeliveryMode")
     ttl = _long(params, "JMSTimeToLive", 0)
     priority = _long(params, "JMSPriority", DEFAULT_PRIORITY)
+    if not -(2**31) <= priority < 2**31:  # the servlet's Integer.parseInt refuses it
+        raise Problem(400, "invalid_parameter", "Invalid parameter",
+                      f"JMSPriority must be a 32-bit integer, got {priority}", parameter="JMSPriority")
     reply_to = _first(params, "JMSReplyTo")
     message = Message(
         body=text,
-        priority=priority,
-        persistent=mode is None or mode.lower() == "persistent",
+        priority=jms_priority(priority),  # out of 0..9 it wraps and is clamped, as ActiveMQ's
+        persistent=mode is None or mode.strip().lower() == "persistent",  # (the servlet trims it)
         expiration=now + ttl if ttl > 0 else 0,
         correlation_id=_first(params, "JMSCorrelationID"),
         reply_to=parse_destination(reply_to).uri if reply_to else None,

@@ -55,6 +55,21 @@ async def test_priority_defaults_to_5_and_delivery_mode_to_persistent(api, basic
     assert [(m["priority"], m["persistent"]) for m in messages] == [(5, True), (9, False)]
 
 
+async def test_priority_out_of_range_and_delivery_mode_are_read_as_activemq_reads_them(api, basic, make_user):
+    """The servlet sends JMSPriority through JMS, whose (byte) cast and clamp make 12 a 9 and 130 a 0
+    (not a refusal); it trims JMSDeliveryMode, so ' persistent ' is persistent. Past a Java int: refused."""
+    for priority, mode in (("12", " persistent "), ("130", "NON_PERSISTENT"), ("-1", "Persistent")):
+        params = {"type": "queue", "body": priority, "JMSPriority": priority, "JMSDeliveryMode": mode}
+        sent = await api.post("/api/message/orders.eu", params=params, headers=basic)
+        assert sent.status_code == 200, sent.text
+    refused = await api.post("/api/message/orders.eu", params={
+        "type": "queue", "body": "x", "JMSPriority": str(2**31)}, headers=basic)
+    assert refused.status_code == 400 and refused.json()["parameter"] == "JMSPriority"
+    root = await blocking(make_user)("root", superuser=True)
+    messages = (await api.get("/api/v1/queues/orders.eu/messages", headers=root)).json()["messages"]
+    assert sorted((m["priority"], m["persistent"]) for m in messages) == [(0, False), (0, True), (9, True)]
+
+
 async def test_no_type_means_a_topic(api, basic):
     # a topic keeps nothing for subscribers that do not exist yet: the first GET subscribes (204), a
     # message sent then reaches the kept consumer's subscription, the next GET gets it
