@@ -16,6 +16,8 @@ A scenario is data (tests/differential/rest/scenarios/<group>.json): steps.
   confirmed by a RECEIPT before the next step.
 - `["stomp_send", conn, destination, {headers}, body]`; `["stomp_expect", conn, seconds, fact]`: the next
   MESSAGE within `seconds` (or `silent`).
+- `["http_start", client, METHOD, path, {params}, {options}, fact]`: the same request in a thread of its
+  own, for requests that overlap; `["http_wait", fact]` waits for it and records its answer.
 - `["sleep", seconds]`.
 
 An HTTP fact is the status, the headers a servlet sets (HEADER_IGNORED leaves out the server's and the
@@ -31,6 +33,7 @@ import base64
 import http.client
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -132,6 +135,8 @@ def run(scenario: dict[str, Any], base: str, stomp_url: str, login: tuple[str, s
     facts: dict[str, Any] = {}
     clients: dict[str, Http] = {}
     wires: dict[str, Wire] = {}
+    started: dict[str, Future] = {}
+    pool = ThreadPoolExecutor(max_workers=4)
 
     def fill(value: Any) -> Any:
         if isinstance(value, str):
@@ -162,6 +167,14 @@ def run(scenario: dict[str, Any], base: str, stomp_url: str, login: tuple[str, s
                 status, headers, payload = clients[client].request(method, fill(path), fill(params),
                                                                    fill(options))
                 facts[fact] = http_fact(norm, status, headers, payload)
+            elif kind == "http_start":
+                client, method, path, params, options, fact = step[1:]
+                if client not in clients:
+                    clients[client] = Http(base, login, keeps_cookie=client != "-")
+                started[fact] = pool.submit(clients[client].request, method, fill(path), fill(params),
+                                            fill(options))
+            elif kind == "http_wait":
+                facts[step[1]] = http_fact(norm, *started.pop(step[1]).result(timeout=60))
             elif kind == "stomp_subscribe":
                 wire = stomp(step[1])
                 wire.send("SUBSCRIBE", [("id", "s"), ("destination", fill(step[2])), ("ack", "auto"),
@@ -179,6 +192,7 @@ def run(scenario: dict[str, Any], base: str, stomp_url: str, login: tuple[str, s
             else:
                 raise ValueError(f"unknown step {step!r}")
     finally:
+        pool.shutdown(wait=True)
         for wire in wires.values():
             wire.close()
     return facts
