@@ -30,6 +30,16 @@ CRON = 20
 # was published to, which its consumers see as its destination (topics.wildcard_copy; `published_to`).
 PUBLISHED_TO = RECORD_LENGTH
 DEFAULT_PRIORITY = 4
+
+
+def jms_priority(value: int) -> int:
+    """A priority given as a Java int, as ActiveMQ makes it (a STOMP SEND's priority header, the REST
+    servlet's JMSPriority): ActiveMQMessage's (byte) cast (which wraps: 130 is -126), then
+    Message.setPriority's clamp to 0..9. So 15 is 9 and -1 is 0, delivered with that priority and
+    dispatched in that place, not refused."""
+    return min(max((value + 128) % 256 - 128, 0), 9)
+
+
 MAX_PROPERTY_NAME = 256
 MAX_MESSAGE_ID = 256
 _ID_FORBIDDEN = re.compile(r"[\s|#]")  # whitespace (as str.isspace), '|' and '#'

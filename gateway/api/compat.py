@@ -61,7 +61,7 @@ from rest_framework.request import Request
 from broker_core import turns
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import BrokerError, InvalidConsumer, NotInFlight, UnknownConsumer
-from broker_core.messages import Message
+from broker_core.messages import Message, jms_priority
 from broker_core.model import ConsumerRef, ConsumerSpec
 from gateway import connections, runtime
 from gateway.api import after_write
@@ -248,7 +248,9 @@ def _http_response(answer: Answer) -> HttpResponse:
 
 FORM = "application/x-www-form-urlencoded"
 COOKIE_ATTRIBUTES = {"httponly": True, "samesite": "Lax", "path": "/api/message"}
-NO_CACHE_HEADERS = (("Cache-Control", "no-cache"), ("Pragma", "no-cache"), ("Expires", "0"))
+# As the servlet's writeResponse sets them (Expires by setDateHeader(0): an HTTP date, as RFC 9111 asks).
+NO_CACHE_HEADERS = (("Cache-Control", "no-cache, no-store, must-revalidate"), ("Pragma", "no-cache"),
+                    ("Expires", "Thu, 01 Jan 1970 00:00:00 GMT"))
 # (content type, body, headers after Content-Type) of a GET's answer with a message
 Answer = tuple[str, bytes, list[tuple[str, str]]]
 
@@ -272,11 +274,14 @@ async def send_message(user: Any, destination: Destination, params: dict[str, li
     mode = _first(params, "JMSDeliveryMode")
     ttl = _long(params, "JMSTimeToLive", 0)
     priority = _long(params, "JMSPriority", DEFAULT_PRIORITY)
+    if not -(2**31) <= priority < 2**31:  # the servlet's Integer.parseInt refuses it
+        raise Problem(400, "invalid_parameter", "Invalid parameter",
+                      f"JMSPriority must be a 32-bit integer, got {priority}", parameter="JMSPriority")
     reply_to = _first(params, "JMSReplyTo")
     message = Message(
         body=text,
-        priority=priority,
-        persistent=mode is None or mode.lower() == "persistent",
+        priority=jms_priority(priority),  # out of 0..9 it wraps and is clamped, as ActiveMQ's
+        persistent=mode is None or mode.strip().lower() == "persistent",  # (the servlet trims it)
         expiration=now + ttl if ttl > 0 else 0,
         correlation_id=_first(params, "JMSCorrelationID"),
         reply_to=parse_destination(reply_to).uri if reply_to else None,
@@ -489,6 +494,10 @@ def answer(delivery: Any, params: dict[str, list[str]]) -> Answer:
         content_type = setting("SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE", "")
     else:
         content_type = "application/xml" if text.startswith("<") else "text/plain"
+    if content_type in ("text/plain", "application/xml"):
+        # The body is UTF-8, and says so: without a charset a client reads text/plain as ISO-8859-1
+        # (ActiveMQ's Jetty declares ISO-8859-1 and writes what it cannot encode as '?').
+        content_type += ";charset=utf-8"
     headers = [("destination", header_value(delivery.destination)), ("id", header_value(delivery.message_id))]
     properties, omitted = property_headers(delivery.properties)
     headers += properties
@@ -503,9 +512,11 @@ def answer(delivery: Any, params: dict[str, list[str]]) -> Answer:
 
 
 def _no_cache(response: HttpResponse) -> HttpResponse:
-    response["Cache-Control"] = "no-cache"
-    response["Pragma"] = "no-cache"
-    response["Expires"] = "0"
+    """A 204 without content, so without a Content-Type, but not to be cached: a 204 is cacheable by
+    default (RFC 9110 15.3.5), and a stored one would hide the messages that arrive later."""
+    del response["Content-Type"]
+    for name, value in NO_CACHE_HEADERS:
+        response[name] = value
     return response
 
 

@@ -23,7 +23,7 @@ from broker_core.destinations import (
     temporary_name,
 )
 from broker_core.errors import BrokerError
-from broker_core.messages import Delivery, Message, TypedValue
+from broker_core.messages import Delivery, Message, TypedValue, jms_priority
 from gateway.stomp import advisory_form
 from gateway.stomp.frames import Frame
 
@@ -86,14 +86,6 @@ def int_value(value: str | None, name: str, low: int, high: int, default: int | 
     if not low <= number <= high:
         raise StompError(f"Invalid {name} header", f"{name} must be {low}..{high}, got {number}")
     return number
-
-
-
-def jms_priority(value: int) -> int:
-    """A SEND's priority as ActiveMQ makes it: FrameTranslator's Integer.parseInt, ActiveMQMessage's
-    (byte) cast (which wraps: 130 is -126), then Message.setPriority's clamp to 0..9. So 15 is 9 and -1
-    is 0, delivered with that priority and dispatched in that place, not refused."""
-    return min(max((value + 128) % 256 - 128, 0), 9)
 
 
 

@@ -43,6 +43,7 @@ def signalbox(tmp_path_factory, redis_url):
     for server in servers:
         wait_listening(server)
     gateway, listener = servers
-    yield SimpleNamespace(ws=f"ws://127.0.0.1:{gateway.port}/stomp", tcp=f"tcp://127.0.0.1:{listener.port}")
+    yield SimpleNamespace(ws=f"ws://127.0.0.1:{gateway.port}/stomp", tcp=f"tcp://127.0.0.1:{listener.port}",
+                          http=f"http://127.0.0.1:{gateway.port}")
     for server in servers:
         server.stop()

@@ -27,8 +27,9 @@ async def test_post_then_get_round_trips_a_text_message(api, basic):
     assert got.status_code == 200 and got.text == "hello"
     assert got.headers["destination"] == "queue://orders.eu"
     assert got.headers["id"] == sent.headers["messageID"]
-    assert got.headers["content-type"] == "text/plain"
-    assert got.headers["cache-control"] == "no-cache"
+    assert got.headers["content-type"] == "text/plain;charset=utf-8"
+    assert got.headers["cache-control"] == "no-cache, no-store, must-revalidate"
+    assert got.headers["expires"] == "Thu, 01 Jan 1970 00:00:00 GMT"
 
 
 async def test_parameters_become_headers_properties_and_groups(api, basic):
@@ -38,7 +39,7 @@ async def test_parameters_become_headers_properties_and_groups(api, basic):
     got = await api.get("/api/message/orders.eu", params={"type": "queue", "readTimeout": "1000"},
                         headers=basic)
     assert got.text == "<order/>"  # the prolog is removed
-    assert got.headers["content-type"] == "application/xml"  # the text starts with '<'
+    assert got.headers["content-type"] == "application/xml;charset=utf-8"  # the text starts with '<'
     assert got.headers["region"] == "eu" and got.headers["JMSXGroupID"] == "cart"
     assert "JMSCorrelationID" not in got.headers  # a header field, not a property
 
@@ -52,6 +53,21 @@ async def test_priority_defaults_to_5_and_delivery_mode_to_persistent(api, basic
     root = await blocking(make_user)("root", superuser=True)
     messages = (await api.get("/api/v1/queues/orders.eu/messages", headers=root)).json()["messages"]
     assert [(m["priority"], m["persistent"]) for m in messages] == [(5, True), (9, False)]
+
+
+async def test_priority_out_of_range_and_delivery_mode_are_read_as_activemq_reads_them(api, basic, make_user):
+    """The servlet sends JMSPriority through JMS, whose (byte) cast and clamp make 12 a 9 and 130 a 0
+    (not a refusal); it trims JMSDeliveryMode, so ' persistent ' is persistent. Past a Java int: refused."""
+    for priority, mode in (("12", " persistent "), ("130", "NON_PERSISTENT"), ("-1", "Persistent")):
+        params = {"type": "queue", "body": priority, "JMSPriority": priority, "JMSDeliveryMode": mode}
+        sent = await api.post("/api/message/orders.eu", params=params, headers=basic)
+        assert sent.status_code == 200, sent.text
+    refused = await api.post("/api/message/orders.eu", params={
+        "type": "queue", "body": "x", "JMSPriority": str(2**31)}, headers=basic)
+    assert refused.status_code == 400 and refused.json()["parameter"] == "JMSPriority"
+    root = await blocking(make_user)("root", superuser=True)
+    messages = (await api.get("/api/v1/queues/orders.eu/messages", headers=root)).json()["messages"]
+    assert sorted((m["priority"], m["persistent"]) for m in messages) == [(0, False), (0, True), (9, True)]
 
 
 async def test_no_type_means_a_topic(api, basic):
@@ -75,6 +91,7 @@ async def test_an_empty_queue_answers_204_after_the_read_timeout(api, basic):
     started = loop.time()
     got = await api.get("/api/message/orders.eu?type=queue&readTimeout=300", headers=basic)
     assert got.status_code == 204 and got.content == b""
+    assert "content-type" not in got.headers and got.headers["expires"] == "Thu, 01 Jan 1970 00:00:00 GMT"
     assert 0.25 < loop.time() - started < 3
 
 
@@ -157,7 +174,7 @@ async def test_json_and_xml_parameters_choose_the_content_type(api, basic):
     as_json = await api.get("/api/message/orders.eu?type=queue&json=true&readTimeout=500", headers=basic)
     as_xml = await api.get("/api/message/orders.eu?type=queue&xml=true&readTimeout=500", headers=basic)
     assert as_json.headers["content-type"] == "application/json"
-    assert as_xml.headers["content-type"] == "application/xml"
+    assert as_xml.headers["content-type"] == "application/xml;charset=utf-8"
 
 
 async def test_scheduling_parameters_schedule_the_message_as_activemqs_servlet_does(api, basic):

@@ -26,15 +26,20 @@ SCENARIOS = ROOT / "tests" / "differential" / "scenarios"
 GOLDEN = ROOT / "tests" / "differential" / "golden"
 
 
+def split_stable(observed: list[dict]) -> tuple[dict, list[str]]:
+    """(the facts every run observed identically, the names of the others: timing, not behaviour)."""
+    stable = {fact: value for fact, value in observed[0].items()
+              if all(other.get(fact, object()) == value for other in observed[1:])}
+    return stable, sorted(set().union(*observed) - set(stable))
+
+
 def record_group(path: Path, url: str, runs: int) -> tuple[int, int]:
     scenarios = json.loads(path.read_text())
     golden: dict[str, dict] = {}
     kept = dropped = 0
     for name, scenario in scenarios.items():
         observed = [flatten(run(scenario, url, ("admin", "admin"))) for _ in range(runs)]
-        stable = {fact: value for fact, value in observed[0].items()
-                  if all(other.get(fact, object()) == value for other in observed[1:])}
-        unstable = sorted(set().union(*observed) - set(stable))
+        stable, unstable = split_stable(observed)
         golden[name] = stable
         kept += len(stable)
         dropped += len(unstable)
