@@ -15,7 +15,7 @@ from ...helpers.broker import consumer, drain
 
 def _acked_then_closed(broker, ttl_ms=None):
     """m0 and m1 received by C; m0 acknowledged in a transaction (with a send), then C closed. Returns
-    the transaction and a second consumer D on the queue."""
+    the transaction, a second consumer D on the queue and m0's id."""
     c = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="C")
     broker.send("orders", [Message(body="m0"), Message(body="m1")])
     d0, _d1 = drain(broker, c)
@@ -24,11 +24,11 @@ def _acked_then_closed(broker, ttl_ms=None):
     broker.ack(c, d0.message_id, tx=tx)
     broker.close_consumer(c)
     other = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="D")
-    return tx, other
+    return tx, other, d0.message_id
 
 
 def test_the_commit_consumes_a_message_whose_consumer_closed_after_its_transacted_ack(broker):
-    tx, other = _acked_then_closed(broker)
+    tx, other, _m0 = _acked_then_closed(broker)
     # held for the transaction: not dispatched again meanwhile, still counted in the queue
     assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m1", 1)]
     stats = broker.stats("orders")
@@ -41,7 +41,7 @@ def test_the_commit_consumes_a_message_whose_consumer_closed_after_its_transacte
 
 
 def test_a_rollback_returns_it_redelivered_once(broker):
-    tx, other = _acked_then_closed(broker)
+    tx, other, _m0 = _acked_then_closed(broker)
     assert [x.body for x in drain(broker, other)] == ["m1"]
     broker.rollback(tx)
     assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m0", 1)]
@@ -53,7 +53,7 @@ def test_a_rollback_returns_it_redelivered_once(broker):
 def test_a_transaction_that_lapses_gives_it_back_at_the_next_tick(broker, clock):
     """Its owner died (the key expired, never renewed): the maintenance index brings the queue up when
     the transaction would have ended, and the tick returns the message, once."""
-    tx, other = _acked_then_closed(broker, ttl_ms=300)
+    tx, other, _m0 = _acked_then_closed(broker, ttl_ms=300)
     assert [x.body for x in drain(broker, other)] == ["m1"]
     maintenance.run_due(broker)
     assert drain(broker, other) == []  # the transaction is still open
@@ -80,3 +80,24 @@ def test_a_reaped_consumer_s_transacted_ack_commits_too(broker, clock):
     broker.commit(tx)
     stats = broker.stats("orders")
     assert (stats.queue_size, stats.dequeued) == (0, 1)
+
+
+def test_a_held_message_an_operator_removed_is_not_committed_nor_given_back(broker, clock):
+    """Removed while held: the commit refuses the ack (nothing applied), and neither the rollback nor the
+    tick brings back a message that is gone."""
+    tx, other, m0 = _acked_then_closed(broker)
+    assert [x.body for x in drain(broker, other)] == ["m1"]
+    assert broker.remove_message("orders", m0)
+    try:
+        broker.commit(tx)
+    except Exception as exc:  # noqa: BLE001 - the refusal is what is asserted
+        assert "nothing was applied" in str(exc), exc
+    else:
+        raise AssertionError("the commit applied")
+    broker.rollback(tx)
+    clock.advance(3_600_000)  # (past the transaction's hour: D's lease lapses too, m1 goes back)
+    maintenance.run_due(broker)
+    last = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="E")
+    assert [x.body for x in drain(broker, last)] == ["m1"]
+    stats = broker.stats("orders")
+    assert (stats.queue_size, stats.in_flight, stats.dequeued) == (1, 1, 1)

@@ -646,7 +646,9 @@ function lifecycle.load_closing()
     for i = 1, #due do
       local tx = string.match(marks[i] or '', '^(.*)|[^|]*$')
       local ttl = tx and redis.call('PTTL', tx) or -2
-      if ttl == -2 then
+      if not tx then  -- (no longer held: an operator took it out)
+        redis.call('ZREM', key, due[i])
+      elseif ttl == -2 then
         gone[#gone + 1] = due[i]
       else
         local at = base.NOW + (ttl >= 0 and ttl or lifecycle.TXHELD_RECHECK_MS)
