@@ -101,3 +101,15 @@ def test_a_held_message_an_operator_removed_is_not_committed_nor_given_back(brok
     assert [x.body for x in drain(broker, last)] == ["m1"]
     stats = broker.stats("orders")
     assert (stats.queue_size, stats.in_flight, stats.dequeued) == (1, 1, 1)
+
+
+def test_reaping_lapsed_consumers_gives_back_what_lapsed_transactions_held(broker, clock):
+    """The live processes that reap a dead one's consumers (every lease renewal) give back what its
+    lapsed transactions held, without waiting for the maintenance tick."""
+    tx, other, _m0 = _acked_then_closed(broker, ttl_ms=300)
+    assert [x.body for x in drain(broker, other)] == ["m1"]
+    time.sleep(0.4)
+    clock.advance(1_000)
+    broker.renew_leases("orders", ["D"], 60_000)
+    assert broker.reap_lapsed("orders") == []
+    assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m0", 1)]

@@ -827,5 +827,6 @@ lifecycle.close_consumer = function(...) lifecycle.load_closing() return lifecyc
 lifecycle.return_messages = function(...) lifecycle.load_closing() return lifecycle.return_messages(...) end
 lifecycle.return_owed = function(...) lifecycle.load_closing() return lifecycle.return_owed(...) end
 lifecycle.return_held = function(...) lifecycle.load_closing() return lifecycle.return_held(...) end
+lifecycle.return_lapsed = function(...) lifecycle.load_closing() return lifecycle.return_lapsed(...) end
 lifecycle.returns_begin = function(...) lifecycle.load_closing() return lifecycle.returns_begin(...) end
 lifecycle.release_ended = function(...) lifecycle.load_closing() return lifecycle.release_ended(...) end
