@@ -607,7 +607,7 @@ function lifecycle.load_closing()
       redis.call('ZADD', lifecycle.txheld_key(), string.format('%d', at), id)
       base.due_at(base.P, at)  -- the tick returns it if the transaction lapses (its owner died)
       base.emit('hold', 'msg', id, 'consumer', cid, 'redeliveries', counts[hold[i][4]],
-                'transaction', string.match(value, ':tx:(tx%-%x+)|'))
+                'transaction', string.match(value, ':tx:(tx%-%x+)|') or value)
     end
     return n
   end
