@@ -23,6 +23,7 @@
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
 local committing = ARGV[2] == 'commit'
+local NONE = {}  -- (no held messages: the usual case, no table made per consumer)
 local groups = { nil }  -- (made with room for one consumer, the usual call)
 local at = 3
 while at <= #ARGV do
@@ -38,8 +39,10 @@ while at <= #ARGV do
   end
   -- a transacted individual ack (mode 'tx:<tx key>'): a DELIVERED ack that also marks its messages as the
   -- transaction's, so that a close of their consumer holds them for it (includes/lifecycle.lua txacks_key)
-  local mark = string.match(mode, '^tx:(.+)$')
-  if mark then mode = 'delivered' end
+  local mark = false
+  if string.byte(mode) == 116 then  -- ('t': no other mode starts so; a pattern match costs every ack)
+    mark, mode = string.sub(mode, 4), 'delivered'
+  end
   local c = consumers.find(cid)
   -- a step of a commit may acknowledge messages held for its transaction, their consumer closed since
   local held_ok = base.STEP_OF and mode == 'individual'
@@ -60,7 +63,7 @@ while at <= #ARGV do
       return base.fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
     end
   end
-  local held = {}
+  local held = NONE
   if others then
     held = lifecycle.held_for(base.STEP_OF, others)
     if #held < #others and not committing then  -- (committing: acknowledged by an earlier step)
@@ -133,6 +136,7 @@ for g = 1, #groups do
       local marks = {}
       for i = 1, #ids do marks[2 * i - 1], marks[2 * i] = ids[i], group.mark end
       base.call_many('HSET', lifecycle.txacks_key(), marks)
+      redis.call('HSET', base.K_META, 'txmarks', '1')  -- (from now on acks look for marks: count_acked)
     end
     if c.prefetch > 0 then c.ext = redis.call('HINCRBY', base.K_C(c.id), 'ext', #ids) end  -- `c` stays current
     redis.call('HSET', base.K_C(c.id), 'last_ack', base.NOW)  -- any ack is one (AbstractSubscription.acknowledge)

@@ -65,8 +65,10 @@ end
 -- <topic>:refs; it is deleted (and its memory released, on the topic's meta) when the last
 -- subscription is done with it.
 -- With `charge_only` (a queue's messages), the memory is not released here: the bytes are returned for
--- the caller to write with its own counters (ack_messages).
-function lifecycle.drop_messages(ids, charge_only)
+-- the caller to write with its own counters (ack_messages). `marked` false: the caller knows no message
+-- of this destination was ever marked by a transaction (meta 'txmarks', count_acked), so no mark is
+-- looked for (a command less per ack).
+function lifecycle.drop_messages(ids, charge_only, marked)
   local bytes = 0
   local fresh, sub, K_MSGS, charge = message.fresh, base.SUB, base.K_MSGS, flow.message_charge  -- (read once)
   for i = 1, #ids do
@@ -85,7 +87,7 @@ function lifecycle.drop_messages(ids, charge_only)
   end
   base.call_many('HDEL', base.K_REDELIV, ids)
   base.call_many('SREM', base.K_GFIRST, ids)
-  base.call_many('HDEL', lifecycle.txacks_key(), ids)  -- (a transaction's mark: includes/lifecycle.lua)
+  if marked ~= false then base.call_many('HDEL', lifecycle.txacks_key(), ids) end  -- (txacks_key)
   return bytes
 end
 function lifecycle.drop_message(id) lifecycle.drop_messages({ id }) end
@@ -156,15 +158,15 @@ function lifecycle.count_acked(all)
   local num = base.NOW_TEXT.num
   -- (dequeued counts purges and moves too; the rate history wants acks)
   if base.SUB then  -- (a topic's message is released on the topic's meta: lifecycle.release_shared)
-    lifecycle.drop_messages(all)
+    lifecycle.drop_messages(all, nil, false)  -- (a subscription's messages are never marked)
     base.meta_incr('dequeued', num(#all))
     base.meta_incr('acked', num(#all))
   else
     -- A queue's counters, the memory it holds among them, read with the memory floor in one command and
     -- written in one (where they were the floor's read and three increments: bench/redis_instructions.py)
-    local meta = redis.call('HMGET', base.K_META, 'memmin', 'mem', 'dequeued', 'acked')
+    local meta = redis.call('HMGET', base.K_META, 'memmin', 'mem', 'dequeued', 'acked', 'txmarks')
     flow.floor_read(meta[1])
-    local bytes = lifecycle.drop_messages(all, true)
+    local bytes = lifecycle.drop_messages(all, true, meta[5] and true or false)
     redis.call('HSET', base.K_META, 'mem', num((base.number(meta[2]) or 0) - bytes),
                'dequeued', num((base.number(meta[3]) or 0) + #all), 'acked', num((base.number(meta[4]) or 0) + #all))
     if bytes > 0 then flow.usage_add(-bytes) end
