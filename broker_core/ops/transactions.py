@@ -185,8 +185,14 @@ def ack(ops: Context, tx: str, consumer: ConsumerRef, message_ids: list[str], mo
     added = (len(message_ids), 0, (consumer.consumer_id,))
     raw, tally = yield from _tally(ops, tx)
     tally.adding(ops.transaction_limits, tx, *added)  # refused before any message is marked delivered
+    # a queue consumer's individual ack also marks its messages as the transaction's: should the consumer
+    # close before the transaction ends, they are held for it (the commit consumes them, a rollback or
+    # the transaction's lapse returns them), as ActiveMQ's Queue keeps a transacted ack's message. (An
+    # adapter that marked them delivered itself records its acks just before its commit: no mark.)
+    held = mode == "individual" and not consumer.destination.is_topic
     if mark_delivered:
-        yield from homes.ack(ops, consumer, message_ids, "delivered", now)
+        yield from homes.ack(ops, consumer, message_ids,
+                             f"tx:{tx_key(ops.namespace, tx)}" if held else "delivered", now)
     dest = consumer.destination
     # (the transaction gone meanwhile: its messages stay delivered, in flight until its consumer ends)
     yield from _record(ops, tx, raw, tally, added,
@@ -291,23 +297,24 @@ def rollback(ops: Context, tx: str, now: int) -> Op:
     for record in records:
         if record[0] == "ack":
             consumer = ConsumerRef(Destination(record[1], record[2]), record[3])
-            yield from _give_back(ops, consumer, record[5], now)
+            yield from _give_back(ops, consumer, record[5], now, tx_key(ops.namespace, tx))
 
 
-def _give_back(ops: Context, consumer: ConsumerRef, message_ids: list[str], now: int) -> Op:
-    """A rolled back ack's messages back for redelivery, ACK_PART a call. release.lua refuses a call one of
-    whose messages is not in flight: one that left meanwhile (an operator removed or moved it, a commit
-    refused for that) does not keep the others, which go back one by one."""
+def _give_back(ops: Context, consumer: ConsumerRef, message_ids: list[str], now: int, key: str) -> Op:
+    """A rolled back ack's messages back for redelivery, ACK_PART a call, those held for the transaction
+    (`key`; their consumer closed since) too. release.lua refuses a call one of whose messages is not in
+    flight: one that left meanwhile (an operator removed or moved it, a commit refused for that) does not
+    keep the others, which go back one by one."""
     for i in range(0, len(message_ids), homes.ACK_PART):
         part = message_ids[i:i + homes.ACK_PART]
         try:
-            yield from homes.release(ops, consumer, part, now)
-        except UnknownConsumer:  # the consumer closed; its messages went back already
+            yield from homes.release(ops, consumer, part, now, key)
+        except UnknownConsumer:  # the consumer closed and holds none of them: they went back already
             return
         except NotInFlight:
             for message_id in part if len(part) > 1 else ():
                 with contextlib.suppress(NotInFlight, UnknownConsumer):
-                    yield from homes.release(ops, consumer, [message_id], now)
+                    yield from homes.release(ops, consumer, [message_id], now, key)
 
 
 def _steps(records: list[Any]) -> list[tuple[str, Destination, Any]]:

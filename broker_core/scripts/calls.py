@@ -843,8 +843,11 @@ class Release(ScriptCall):
     script = "release"
 
     @classmethod
-    def call(cls, prefix: str, now: int, consumer_id: str, message_ids: Sequence[str]) -> Eval:
-        return Eval(cls.script, (prefix,), (now, 0, consumer_id, *message_ids))
+    def call(cls, prefix: str, now: int, consumer_id: str, message_ids: Sequence[str],
+             tx_key: str = "") -> Eval:
+        """`tx_key`: the rolled back transaction's key, whose held messages (the consumer closed since its
+        ack) go back too."""
+        return Eval(cls.script, (prefix,), (now, 0, consumer_id, tx_key, *message_ids))
 
     @staticmethod
     def parse(reply: list[Any]) -> Counted:

@@ -27,6 +27,7 @@ from django.conf import settings as django_settings
 
 from broker_core.destinations import Destination, covers
 from broker_core.errors import (
+    BrokerError,
     NotInFlight,
     TransactionError,
     UnknownConsumer,
@@ -642,6 +643,7 @@ class Link:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         await self._acks_landed({consumer.consumer_id for consumer in sub.consumers})
+        await self._tx_acks_to_broker(sub)
         for consumer in sub.consumers:
             # (what was pushed after the last message written goes back as never received)
             written = self._written.pop(consumer.consumer_id, None)
@@ -654,6 +656,31 @@ class Link:
                 raise
             finally:
                 self.hub.forget(consumer.consumer_id)
+
+    async def _tx_acks_to_broker(self, sub: Subscription) -> None:
+        """A client-individual subscription ends with ACKs in open transactions: they go into the broker's
+        transactions now, before its consumers close, so the broker holds their messages for those
+        transactions (the COMMIT consumes them, an ABORT returns them: broker_core's transacted ack), as
+        ActiveMQ's STOMP sends an individual ACK to its broker at once, in its transaction. A `client`
+        ACK goes to ActiveMQ's broker only at the COMMIT, and only for a subscription still open: its
+        messages go back with the UNSUBSCRIBE, here too. Refused (a message gone meanwhile, the
+        transaction lapsed), its messages go back with the close."""
+        if sub.ack_mode != "client-individual":
+            return
+        for name, acks in list(self._tx_acks.items()):  # (the broker calls below let other frames run)
+            open_tx = self.transactions.get(name)
+            if open_tx is None or not any(held is sub for held, _taken in acks):
+                continue
+            self._tx_acks[name] = [(held, taken) for held, taken in acks if held is not sub]
+            taken = [entry for held, entries in acks if held is sub for entry in entries]
+            self._forget_pending(key for key, _entry in taken)
+            open_tx.acked -= len(taken)  # (counted in the broker's transaction from here)
+            for consumer, ids in self._by_consumer([entry for _key, entry in taken]):
+                try:
+                    await self.broker.ack(consumer, ids, mode="individual", tx=open_tx.tx)
+                except BrokerError as exc:
+                    logger.info("ACKs of transaction %s of connection %s go back with subscription %s: %s",
+                                name, self.connection_id, sub.key, exc)
 
     async def _pump(self, sub: Subscription, consumer: Consumer) -> None:
         """Deliver the consumer's messages in dispatch order. Between receive calls the consumer is armed for

@@ -161,3 +161,51 @@ def test_a_killed_process_loses_no_auto_acked_message_a_slow_client_had_not_take
     got |= {body.partition(":")[0] for body, _ in rest}
     lost = sorted((f"m{i}" for i in range(total) if f"m{i}" not in got), key=lambda m: int(m[1:]))
     assert not lost, f"{len(lost)} acknowledged and never delivered: {lost[:5]}"
+
+
+def test_killed_listeners_lose_no_transaction_whose_subscription_ended_before_its_commit(
+        listeners, gateway_data, redis_client):
+    """Each transaction moves one message (ACK and SEND) and its subscription is unsubscribed before the
+    COMMIT: the broker holds the ACKed message for the transaction (the COMMIT consumes it). A listener is
+    killed with transactions in every state, the held ones' left to lapse with its lease and come back at
+    the maintenance tick. Afterwards every message is in exactly one of the two queues, once. (Before,
+    the UNSUBSCRIBE gave the message back and the COMMIT still sent its copy: moved twice.)"""
+    broker = Broker(redis_client, gateway_data[1])
+    tag = uuid.uuid4().hex[:8]
+    src, dst = f"usrc{tag}", f"udst{tag}"
+    total = 40
+    broker.send(src, [Message(body=f"m{i}") for i in range(total)])
+    rng = random.Random(11)
+    for _round in range(3):
+        server = listeners()
+        conn = RawTcp(server.port)
+        conn.connect()
+        for n in range(rng.randint(3, 6)):
+            sub, tx = f"s{n}", f"t{n}"
+            conn.send("SUBSCRIBE", {"destination": f"/queue/{src}", "id": sub, "ack": "client-individual",
+                                    "activemq.prefetchSize": "2"})
+            frame = conn.receive()
+            while frame.command == "RECEIPT" or frame.get("subscription") != sub:
+                frame = conn.receive()  # (earlier commits' receipts, what ended subscriptions had on its way)
+            assert frame.command == "MESSAGE" and frame.get("subscription") == sub, frame
+            conn.send("BEGIN", {"transaction": tx})
+            conn.send("ACK", {"id": frame.get("ack"), "transaction": tx})
+            conn.send("SEND", {"destination": f"/queue/{dst}", "transaction": tx}, frame.body)
+            conn.send("UNSUBSCRIBE", {"id": sub})
+            if n < 2 or rng.random() < 0.7:  # (else left open: it lapses with the killed listener)
+                conn.send("COMMIT", {"transaction": tx, "receipt": tx})
+        time.sleep(rng.uniform(0, 0.01))  # the last COMMIT in flight
+        server.kill()
+        conn.close()
+
+    server = listeners()
+    idle = int(LEASE_MS) / 1000 * 2.5
+    moved, left = _drain(server, dst, idle), _drain(server, src, idle)
+    counts = collections.Counter(body for body, _ in moved + left)
+    assert sorted(counts) == sorted(f"m{i}" for i in range(total)), "a message lost"
+    assert max(counts.values()) == 1, [b for b, n in counts.items() if n > 1]  # nor moved twice
+    assert len(moved) > 0
+    for name, enqueued in ((src, total), (dst, len(moved))):
+        stats = broker.stats(name)
+        assert (stats.enqueued, stats.dequeued, stats.in_flight, stats.queue_size) == (
+            enqueued, enqueued, 0, 0), (name, stats)

@@ -3,6 +3,10 @@ golden files (tests/differential/golden/<group>.json), for tests/differential/te
 Signalbox with.
 
     python -m tools.differential.record [--url tcp://127.0.0.1:61613] [--runs 3] [group ...]
+    python -m tools.differential.record --url ... --only <scenario> [--only ...] <group>
+
+`--only` records the named scenarios of the group and keeps the rest of its golden file as it was
+(scenarios added to a group recorded earlier, without running its others again).
 
 Run it against ActiveMQ 5.17.2 configured as tests/differential/activemq/activemq.xml (Debian's
 `activemq` package; see tests/differential/README.md). Each scenario runs `--runs` times; only facts
@@ -33,9 +37,15 @@ def split_stable(observed: list[dict]) -> tuple[dict, list[str]]:
     return stable, sorted(set().union(*observed) - set(stable))
 
 
-def record_group(path: Path, url: str, runs: int) -> tuple[int, int]:
+def record_group(path: Path, url: str, runs: int, only: list[str] | None = None) -> tuple[int, int]:
     scenarios = json.loads(path.read_text())
     golden: dict[str, dict] = {}
+    if only:
+        unknown = sorted(set(only) - set(scenarios))
+        if unknown:
+            raise SystemExit(f"{path.stem} has no scenario {', '.join(unknown)}")
+        golden = json.loads((GOLDEN / path.name).read_text())
+        scenarios = {name: scenario for name, scenario in scenarios.items() if name in only}
     kept = dropped = 0
     for name, scenario in scenarios.items():
         observed = [flatten(run(scenario, url, ("admin", "admin"))) for _ in range(runs)]
@@ -55,14 +65,18 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="tcp://127.0.0.1:61613")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", action="append", metavar="SCENARIO",
+                        help="record only this scenario of the (one) group named, keeping the others")
     parser.add_argument("groups", nargs="*")
     args = parser.parse_args()
+    if args.only and len(args.groups) != 1:
+        parser.error("--only needs exactly one group")
     paths = sorted(SCENARIOS.glob("*.json"))
     if args.groups:
         paths = [p for p in paths if p.stem in args.groups]
     total = 0
     for path in paths:
-        kept, dropped = record_group(path, args.url, args.runs)
+        kept, dropped = record_group(path, args.url, args.runs, args.only)
         total += kept
         print(f"{path.stem}: {kept} facts ({dropped} unstable dropped)")
     print(f"total: {total} facts in {len(paths)} groups")

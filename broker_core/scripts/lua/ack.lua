@@ -23,6 +23,7 @@
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
 local committing = ARGV[2] == 'commit'
+local NONE = {}  -- (no held messages: the usual case, no table made per consumer)
 local groups = { nil }  -- (made with room for one consumer, the usual call)
 local at = 3
 while at <= #ARGV do
@@ -32,20 +33,56 @@ while at <= #ARGV do
     return base.fail('INVALID_ACK', 'malformed arguments for consumer ' .. tostring(cid))
   end
   for g = 1, #groups do
-    if groups[g].c.id == cid then
+    if groups[g].cid == cid then
       return base.fail('INVALID_ACK', 'consumer ' .. cid .. ' named twice in one call')
     end
   end
+  -- a transacted individual ack (mode 'tx:<tx key>'): a DELIVERED ack that also marks its messages as the
+  -- transaction's, so that a close of their consumer holds them for it (includes/lifecycle.lua txacks_key)
+  local mark = false
+  if string.byte(mode) == 116 then  -- ('t': no other mode starts so; a pattern match costs every ack)
+    mark, mode = string.sub(mode, 4), 'delivered'
+  end
   local c = consumers.find(cid)
-  if not c then return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
+  -- a step of a commit may acknowledge messages held for its transaction, their consumer closed since
+  local held_ok = base.STEP_OF and mode == 'individual'
+  if not c and not held_ok then
+    return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination')
+  end
   if count < 1 then return base.fail('INVALID_ACK', 'no message id given') end
   local seqs = { [ARGV[first]] = false }  -- (made with room for the first id: set just below)
+  local others = nil  -- ids not in the consumer's window
   for i = first, last do
-    local seq = redis.call('ZSCORE', base.K_CINF(cid), ARGV[i])
+    local seq = c and redis.call('ZSCORE', base.K_CINF(cid), ARGV[i])
     if seq then
       seqs[ARGV[i]] = base.number(seq)
+    elseif held_ok then
+      others = others or {}
+      others[#others + 1] = ARGV[i]
     elseif not committing then
       return base.fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
+    end
+  end
+  local held = NONE
+  if others then
+    held = lifecycle.held_for(base.STEP_OF, others)
+    if #held < #others and not committing then  -- (committing: acknowledged by an earlier step)
+      if not c then return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
+      local known = {}
+      for i = 1, #held do known[held[i]] = true end
+      for i = 1, #others do
+        if not known[others[i]] then
+          return base.fail('NOT_IN_FLIGHT', 'message ' .. others[i] .. ' is not in flight with consumer ' .. cid)
+        end
+      end
+    end
+    if #held > 1 then  -- an id named twice: once
+      local seen, once = {}, {}
+      for i = 1, #held do
+        if not seen[held[i]] then once[#once + 1] = held[i] end
+        seen[held[i]] = true
+      end
+      held = once
     end
   end
   local ids
@@ -78,7 +115,8 @@ while at <= #ARGV do
       end
     end
   end
-  groups[#groups + 1] = { c = c, mode = mode, ids = ids, seqs = seqs, receive_max = receive_max }
+  groups[#groups + 1] = { c = c, cid = cid, mode = mode, ids = ids, seqs = seqs, receive_max = receive_max,
+                          held = held, mark = mark }
   at = last + 1
 end
 if #groups == 0 then return base.fail('INVALID_ACK', 'no consumer given') end
@@ -89,15 +127,26 @@ local acks = { nil }  -- the acknowledged messages, {consumer, ids} per consumer
 for g = 1, #groups do
   local group = groups[g]
   local c, ids = group.c, group.ids
-  c.kept = true  -- this script keeps `c` current (lifecycle.lua ack_messages)
-  if group.mode == 'delivered' then
+  if #group.held > 0 then lifecycle.consume_held(group.cid, group.held) end
+  if not c then
+    -- (a closed consumer: its held messages only)
+  elseif group.mode == 'delivered' then
+    c.kept = true  -- this script keeps `c` current (lifecycle.lua ack_messages)
+    if group.mark and #ids > 0 then
+      local marks = {}
+      for i = 1, #ids do marks[2 * i - 1], marks[2 * i] = ids[i], group.mark end
+      base.call_many('HSET', lifecycle.txacks_key(), marks)
+      redis.call('HSET', base.K_META, 'txmarks', '1')  -- (from now on acks look for marks: count_acked)
+    end
     if c.prefetch > 0 then c.ext = redis.call('HINCRBY', base.K_C(c.id), 'ext', #ids) end  -- `c` stays current
     redis.call('HSET', base.K_C(c.id), 'last_ack', base.NOW)  -- any ack is one (AbstractSubscription.acknowledge)
   elseif group.mode == 'undelivered' then
+    c.kept = true
     if c.prefetch > 0 and c.ext > 0 then
       c.ext = redis.call('HINCRBY', base.K_C(c.id), 'ext', -math.min(c.ext, #ids))  -- `c` stays current
     end
   else
+    c.kept = true
     local seqs, rcv = group.seqs, c.rcv
     for i = 1, #ids do  -- (numeric loops in this path: ipairs is a call into C per element)
       -- acked before received
@@ -107,11 +156,11 @@ for g = 1, #groups do
   end
 end
 if #acks > 0 then lifecycle.ack_messages(acks) end
-for g = 1, #groups do message.room_freed(groups[g].c.id) end
+for g = 1, #groups do if groups[g].c then message.room_freed(groups[g].c.id) end end
 -- The consumers' tables are current (the acks kept them so): the dispatch chunk uses them rather than read
 -- them again (consumers.lua), and keeps them current.
 local known = {}
-for g = 1, #groups do known[groups[g].c.id] = groups[g].c end
+for g = 1, #groups do if groups[g].c then known[groups[g].c.id] = groups[g].c end end
 local budget = committing and 0 or base.number(ARGV[2])
 local dispatched, more, hold = dispatch.chunk(budget, known)
 -- (room for one consumer's reply with one message: a table that grows is rebuilt at each power of two)
@@ -120,10 +169,10 @@ local refill = false  -- a message expired as it was handed over: its room is di
 for g = 1, #groups do
   local group = groups[g]
   local c = group.c
-  out[#out + 1] = #group.ids
+  out[#out + 1] = #group.ids + #group.held
   local count_at = #out + 1
   out[count_at] = 0
-  if group.receive_max > 0 then
+  if group.receive_max > 0 and c then
     -- (the dispatch chunk changes a pull consumer's (prefetch 0) window: read again)
     local _, freed = outbox.pop(c.prefetch > 0 and c or consumers.find(c.id), group.receive_max, out)
     refill = refill or freed

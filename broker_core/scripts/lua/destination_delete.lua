@@ -35,6 +35,8 @@ end
 redis.call('UNLINK', base.P .. ':memres')
 local keys = { base.K_META, base.K_POLICY, base.K_MSGS, base.K_PENDING, base.K_INFLIGHT, base.K_REDELIV, base.K_GFIRST, base.K_CONSUMERS, base.K_CORDER,
   base.K_LEASES, base.K_PASSFULL, base.K_GROUPS, base.K_GLRU, base.K_PARKED, base.K_PARKINFO, base.K_FWD, base.K_AUDIT, base.K_EVENTS, base.K_SCHED,
+  -- transactions' marks and the messages held for them (includes/lifecycle.lua txacks_key)
+  base.P .. ':txacks', base.P .. ':txheld',
   -- maintenance state (broker_core/maintenance.py, scripts/lua/abort.lua)
   base.P .. ':maint', base.P .. ':slowcons', base.P .. ':aborted', base.P .. ':aborted:at',
   -- rate history (broker_core/rates.py): a queue made again under this name starts a history of its own

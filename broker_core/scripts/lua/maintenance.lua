@@ -10,7 +10,8 @@
 --   recover token ttl grace -> {held, lapsed consumers, forwards waiting, next dispatch time (0 = none),
 --                             closed consumers whose messages are still owed and ended subscriptions
 --                             whose messages are still to release (a closer died between chunks:
---                             includes/lifecycle.lua return_owed) and a topic's unfinished
+--                             includes/lifecycle.lua return_owed), messages held for a transaction
+--                             due to be looked at (return_lapsed) and a topic's unfinished
 --                             fan-outs (a sender died: includes/fanout.lua)};
 --                             takes the 'recover' lease only when there is something to do. Forwards
 --                             count only once they have waited `grace` ms: until then the process that
@@ -69,7 +70,11 @@ local function probe(token, ttl, grace)
   local hold = base.tonum(redis.call('HGET', base.K_META, 'hold_until'), 0)
   if hold > 0 and (due == 0 or hold < due) then due = hold end
   local owed = redis.call('HLEN', base.P .. ':closing') + redis.call('SCARD', base.TP .. ':ended')
-  if not base.SUB then owed = owed + redis.call('LLEN', base.TP .. ':fanout') end  -- includes/fanout.lua
+  if not base.SUB then
+    owed = owed + redis.call('LLEN', base.TP .. ':fanout')  -- includes/fanout.lua
+    -- messages held for a transaction due to be looked at (includes/lifecycle.lua return_lapsed)
+    owed = owed + redis.call('ZCOUNT', base.P .. ':txheld', '-inf', base.NOW)
+  end
   local held = 0
   if lapsed > 0 or stale or owed > 0 or (due > 0 and due <= base.NOW) then
     held = acquire('recover', token, ttl)
@@ -95,6 +100,9 @@ local function schedule(grace, sweep, slow, offline)
   if #first > 0 then soon(tonumber(first[2])) end
   local hold = base.tonum(redis.call('HGET', base.K_META, 'hold_until'), 0)
   if hold > 0 then soon(hold) end
+  -- a message held for a transaction: when its transaction is next looked at (it may have lapsed)
+  first = redis.call('ZRANGE', base.P .. ':txheld', 0, 0, 'WITHSCORES')
+  if #first > 0 then soon(tonumber(first[2])) end
   -- returns a closed consumer still owes, or what an ended subscription held: the closer drives them, and
   -- the next tick finishes them if it died
   if redis.call('HLEN', base.P .. ':closing') + redis.call('SCARD', base.TP .. ':ended') > 0 then soon(base.NOW) end

@@ -1,34 +1,56 @@
 -- Return in-flight messages of a consumer to the destination at once, redelivery counter raised
--- (transaction rollback, session recover). ARGV: now, budget, consumer id, message ids...
+-- (transaction rollback, session recover). ARGV: now, budget, consumer id, the rolled back transaction's key
+-- ('' for none), message ids... A message held for that transaction, its consumer closed since
+-- (includes/lifecycle.lua txacks_key), goes back as its close would have put it (its counter raised then),
+-- whether or not the consumer is still there.
 -- Returns {returned count, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
-local cid = ARGV[3]
-if redis.call('HEXISTS', base.K_CONSUMERS, cid) == 0 then
-  return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination')
-end
-local ids, seqs = {}, {}
-for i = 4, #ARGV do
-  local seq = redis.call('ZSCORE', base.K_CINF(cid), ARGV[i])
-  if not seq then
-    return base.fail('NOT_IN_FLIGHT', 'message ' .. ARGV[i] .. ' is not in flight with consumer ' .. cid)
+local cid, tx = ARGV[3], ARGV[4]
+local listed = {}
+for i = 5, #ARGV do listed[#listed + 1] = ARGV[i] end
+local held = tx ~= '' and lifecycle.held_for(tx, listed) or {}
+local is_held = {}
+for _, id in ipairs(held) do is_held[id] = true end
+local ids, seqs, live = {}, {}, false
+for _, id in ipairs(listed) do
+  if not is_held[id] then
+    live = live or redis.call('HEXISTS', base.K_CONSUMERS, cid) == 1
+    if not live then return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
+    local seq = redis.call('ZSCORE', base.K_CINF(cid), id)
+    if not seq then
+      return base.fail('NOT_IN_FLIGHT', 'message ' .. id .. ' is not in flight with consumer ' .. cid)
+    end
+    if not seqs[id] then ids[#ids + 1] = id end
+    seqs[id] = tonumber(seq)
   end
-  if not seqs[ARGV[i]] then ids[#ids + 1] = ARGV[i] end
-  seqs[ARGV[i]] = tonumber(seq)
+end
+local back = 0
+if #held > 0 then
+  local once, seen = {}, {}
+  for _, id in ipairs(held) do
+    if not seen[id] then once[#once + 1] = id end
+    seen[id] = true
+  end
+  back = lifecycle.return_held(once, 'rollback')
+end
+if #ids == 0 then
+  local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
+  return dispatch.add_tail({ back, nil, nil, nil }, dispatched, more, hold)
 end
 local rcv = outbox.received_upto(cid)
-local held = {}
+local window = {}
 for _, id in ipairs(ids) do
   if seqs[id] > rcv then redis.call('LREM', base.K_COUT(cid), 1, id) end  -- never received: no bump
-  local n = #held
-  held[n + 1], held[n + 2] = id, seqs[id]
+  local n = #window
+  window[n + 1], window[n + 2] = id, seqs[id]
 end
-lifecycle.return_messages(cid, held, rcv, 'rollback')
+lifecycle.return_messages(cid, window, rcv, 'rollback')
 -- The window opened by DELIVERED acks (a transaction's acks) closes again, never below zero.
 local ext = tonumber(redis.call('HGET', base.K_C(cid), 'ext')) or 0
 redis.call('HSET', base.K_C(cid), 'ext', math.max(0, ext - #ids))
 message.room_freed(cid)
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
-return dispatch.add_tail({ #ids, nil, nil, nil }, dispatched, more, hold)
+return dispatch.add_tail({ #ids + back, nil, nil, nil }, dispatched, more, hold)

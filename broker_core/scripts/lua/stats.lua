@@ -5,7 +5,10 @@
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
 local out = {
-  redis.call('HGETALL', base.K_META), redis.call('ZCARD', base.K_PENDING), redis.call('HLEN', base.K_INFLIGHT),
+  -- (in flight: with a consumer, or held for the transaction that acknowledged it, its consumer closed
+  -- since: includes/lifecycle.lua txheld_key)
+  redis.call('HGETALL', base.K_META), redis.call('ZCARD', base.K_PENDING),
+  redis.call('HLEN', base.K_INFLIGHT) + redis.call('ZCARD', base.P .. ':txheld'),
   redis.call('HLEN', base.K_GROUPS), redis.call('ZCARD', base.K_PARKED), redis.call('HLEN', base.K_FWD),
 }
 local consumers = {}

@@ -52,7 +52,7 @@ for _, prefix in ipairs(KEYS) do
   local pending = redis.call('ZCARD', pending_key)
   out[#out + 1] = meta[1] and 1 or 0
   out[#out + 1] = pending
-  out[#out + 1] = redis.call('HLEN', prefix .. ':inflight')
+  out[#out + 1] = redis.call('HLEN', prefix .. ':inflight') + redis.call('ZCARD', prefix .. ':txheld')
   out[#out + 1] = redis.call('ZCARD', prefix .. ':parked')
   out[#out + 1] = redis.call('HLEN', prefix .. ':groups')
   out[#out + 1] = redis.call('LLEN', prefix .. ':corder')

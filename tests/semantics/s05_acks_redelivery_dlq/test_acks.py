@@ -118,10 +118,12 @@ def test_ack_and_receive_hands_over_what_the_freed_window_brought_in_the_same_ca
 
 
 def test_a_commit_whose_ack_cannot_apply_applies_nothing_and_leaves_the_transaction_open(broker):
-    """The consumer whose message the transaction acknowledged was closed (by an operator) before the
-    COMMIT: its ack cannot apply, so neither does the send before it; the transaction stays as it was, and
-    its rollback then gives back what it acknowledged."""
-    c = consumer(broker, prefetch=10, ack_mode="transacted", consumer_id="C")
+    """The consumer whose message the transaction acknowledged cumulatively was closed (by an operator)
+    before the COMMIT: its ack cannot apply (a cumulative ack covers that consumer's window, gone with it;
+    an individual one's messages are held for the transaction: test_tx_closed_consumer.py), so neither
+    does the send before it; the transaction stays as it was, and its rollback then gives back what it
+    acknowledged."""
+    c = consumer(broker, prefetch=10, ack_mode="client", consumer_id="C")
     other = consumer(broker, dest="audit", prefetch=10, ack_mode="transacted", consumer_id="D")
     send(broker, "m0")
     send(broker, "a0", dest="audit")

@@ -33,14 +33,42 @@ function lifecycle.release_shared(id)
   end
 end
 
+-- Messages a transaction acknowledged individually (ack.lua, a transacted ack's mode 'tx:<tx key>'):
+-- hash message id -> the transaction's key while the message is in flight with its consumer; once that
+-- consumer closed with the transaction still open, '<tx key>|<pending score>': the message is held for
+-- the transaction (return_messages), in neither the pending zset nor a window, as ActiveMQ's Queue keeps
+-- a transacted ack's message (acked, never dispatched again) after its subscription is removed. The
+-- commit consumes it (consume_held), a rollback returns it (return_held), and so does the maintenance
+-- tick once the transaction's key is gone (return_lapsed: its owner died). TXHELD lists the held ones
+-- by when their transaction is next looked at (its key's expiry, read when it was held or last looked at).
+function lifecycle.txacks_key() return base.P .. ':txacks' end
+function lifecycle.txheld_key() return base.P .. ':txheld' end
+-- How long before the tick looks again at a held message whose transaction's key has no expiry.
+lifecycle.TXHELD_RECHECK_MS = 60000
+
+-- The message ids of `ids` held for the transaction whose key is `tx` (one HMGET).
+function lifecycle.held_for(tx, ids)
+  local out = {}
+  if #ids == 0 then return out end
+  local marks = base.call_many('HMGET', lifecycle.txacks_key(), ids)
+  local head = tx .. '|'
+  for i = 1, #ids do
+    local mark = marks[i]
+    if mark and string.sub(mark, 1, #head) == head then out[#out + 1] = ids[i] end
+  end
+  return out
+end
+
 -- Forget the stored state of messages that have left the destination: one command per key for all of
 -- them, and one memory release.
 -- a topic's message is stored once for all its subscriptions, with a reference count in
 -- <topic>:refs; it is deleted (and its memory released, on the topic's meta) when the last
 -- subscription is done with it.
 -- With `charge_only` (a queue's messages), the memory is not released here: the bytes are returned for
--- the caller to write with its own counters (ack_messages).
-function lifecycle.drop_messages(ids, charge_only)
+-- the caller to write with its own counters (ack_messages). `marked` false: the caller knows no message
+-- of this destination was ever marked by a transaction (meta 'txmarks', count_acked), so no mark is
+-- looked for (a command less per ack).
+function lifecycle.drop_messages(ids, charge_only, marked)
   local bytes = 0
   local fresh, sub, K_MSGS, charge = message.fresh, base.SUB, base.K_MSGS, flow.message_charge  -- (read once)
   for i = 1, #ids do
@@ -59,6 +87,7 @@ function lifecycle.drop_messages(ids, charge_only)
   end
   base.call_many('HDEL', base.K_REDELIV, ids)
   base.call_many('SREM', base.K_GFIRST, ids)
+  if marked ~= false then base.call_many('HDEL', lifecycle.txacks_key(), ids) end  -- (txacks_key)
   return bytes
 end
 function lifecycle.drop_message(id) lifecycle.drop_messages({ id }) end
@@ -92,22 +121,7 @@ function lifecycle.ack_messages(acks)
   end
   if #all == 0 then return end
   base.call_many('HDEL', base.K_INFLIGHT, all)
-  local num = base.NOW_TEXT.num
-  -- (dequeued counts purges and moves too; the rate history wants acks)
-  if base.SUB then  -- (a topic's message is released on the topic's meta: lifecycle.release_shared)
-    lifecycle.drop_messages(all)
-    base.meta_incr('dequeued', num(#all))
-    base.meta_incr('acked', num(#all))
-  else
-    -- A queue's counters, the memory it holds among them, read with the memory floor in one command and
-    -- written in one (where they were the floor's read and three increments: bench/redis_instructions.py)
-    local meta = redis.call('HMGET', base.K_META, 'memmin', 'mem', 'dequeued', 'acked')
-    flow.floor_read(meta[1])
-    local bytes = lifecycle.drop_messages(all, true)
-    redis.call('HSET', base.K_META, 'mem', num((base.number(meta[2]) or 0) - bytes),
-               'dequeued', num((base.number(meta[3]) or 0) + #all), 'acked', num((base.number(meta[4]) or 0) + #all))
-    if bytes > 0 then flow.usage_add(-bytes) end
-  end
+  lifecycle.count_acked(all)
   for a = 1, #acks do
     local c, ids = acks[a][1], acks[a][2]
     local n = #ids
@@ -137,6 +151,35 @@ function lifecycle.ack_messages(acks)
       for i = 1, n do emit(nil, 'ack', 'msg', ids[i], 'consumer', cid) end
     end
   end
+end
+
+-- Acknowledged messages `all` leave the destination: stored state dropped, counters written once.
+function lifecycle.count_acked(all)
+  local num = base.NOW_TEXT.num
+  -- (dequeued counts purges and moves too; the rate history wants acks)
+  if base.SUB then  -- (a topic's message is released on the topic's meta: lifecycle.release_shared)
+    lifecycle.drop_messages(all, nil, false)  -- (a subscription's messages are never marked)
+    base.meta_incr('dequeued', num(#all))
+    base.meta_incr('acked', num(#all))
+  else
+    -- A queue's counters, the memory it holds among them, read with the memory floor in one command and
+    -- written in one (where they were the floor's read and three increments: bench/redis_instructions.py)
+    local meta = redis.call('HMGET', base.K_META, 'memmin', 'mem', 'dequeued', 'acked', 'txmarks')
+    flow.floor_read(meta[1])
+    local bytes = lifecycle.drop_messages(all, true, meta[5] and true or false)
+    redis.call('HSET', base.K_META, 'mem', num((base.number(meta[2]) or 0) - bytes),
+               'dequeued', num((base.number(meta[3]) or 0) + #all), 'acked', num((base.number(meta[4]) or 0) + #all))
+    if bytes > 0 then flow.usage_add(-bytes) end
+  end
+end
+
+-- Messages held for the transaction whose key is `tx` (held_for), acknowledged by its commit on behalf of
+-- consumer `cid`, closed since: consumed as its ack would have, one 'ack' event each.
+function lifecycle.consume_held(cid, ids)
+  if #ids == 0 then return end
+  base.call_many('ZREM', lifecycle.txheld_key(), ids)
+  lifecycle.count_acked(ids)  -- (drop_messages forgets their marks)
+  for i = 1, #ids do base.emit_message(nil, 'ack', 'msg', ids[i], 'consumer', cid) end
 end
 
 -- Whether the current prefix is a topic's own keys (keys.py Home.fans_out): they hold no messages of
@@ -526,12 +569,13 @@ function lifecycle.load_closing()
     for i = 1, #held, 2 do ids[#ids + 1] = held[i] end
     local where = base.call_many('HMGET', base.K_INFLIGHT, ids)
     local counts = base.call_many('HMGET', base.K_REDELIV, ids)
-    local entries, bumped, lowest = {}, {}, nil
+    -- a message an open transaction acknowledged is held for it (lifecycle.txacks_key), not returned:
+    -- a closing queue consumer's (a rollback returns it; a subscription's consumer keeps the old rule)
+    local marks = base.call_many('HMGET', lifecycle.txacks_key(), ids)
+    local entries, bumped, lowest, hold, unmark, returned = {}, {}, nil, {}, {}, {}
     for k = 1, n do
       local id = ids[k]
       local score = message.redelivery_score(tonumber(string.match(where[k] or '', '|(.*)$')) or 0)
-      if lowest == nil or score < lowest then lowest = score end
-      entries[2 * k - 1], entries[2 * k] = base.NOW_TEXT.num(score), id
       local count = tonumber(counts[k]) or 0
       if tonumber(held[2 * k]) <= rcv then
         count = count + 1
@@ -539,17 +583,87 @@ function lifecycle.load_closing()
         bumped[at + 1], bumped[at + 2] = id, string.format('%d', count)
       end
       counts[k] = count
+      local mark = marks[k]
+      local ttl = mark and reason ~= 'rollback' and not base.SUB and redis.call('PTTL', mark)
+      if ttl and ttl ~= -2 then
+        hold[#hold + 1] = { id, mark .. '|' .. base.NOW_TEXT.num(score), ttl, k }
+      else
+        if mark then unmark[#unmark + 1] = id end
+        if lowest == nil or score < lowest then lowest = score end
+        local at = #entries
+        entries[at + 1], entries[at + 2] = base.NOW_TEXT.num(score), id
+        returned[#returned + 1] = k
+      end
     end
     base.call_many('HDEL', base.K_INFLIGHT, ids)
     base.call_many('ZREM', base.K_CINF(cid), ids)
     redis.call('HINCRBY', base.K_C(cid), 'n', string.format('%d', -n))
     base.call_many('HSET', base.K_REDELIV, bumped)
     if #bumped > 0 then base.meta_incr('redelivered', string.format('%d', #bumped / 2)) end
-    message.pending_add_many(entries, lowest)
-    for k = 1, n do
+    base.call_many('HDEL', lifecycle.txacks_key(), unmark)
+    if #entries > 0 then message.pending_add_many(entries, lowest) end
+    for i = 1, #returned do
+      local k = returned[i]
       base.emit('return', 'msg', ids[k], 'consumer', cid, 'redeliveries', counts[k], 'reason', reason)
     end
+    for i = 1, #hold do
+      local id, value, ttl = hold[i][1], hold[i][2], hold[i][3]
+      local at = base.NOW + (ttl >= 0 and ttl or lifecycle.TXHELD_RECHECK_MS)
+      redis.call('HSET', lifecycle.txacks_key(), id, value)
+      redis.call('ZADD', lifecycle.txheld_key(), string.format('%d', at), id)
+      base.due_at(base.P, at)  -- the tick returns it if the transaction lapses (its owner died)
+      base.emit('hold', 'msg', id, 'consumer', cid, 'redeliveries', counts[hold[i][4]],
+                'transaction', string.match(value, ':tx:(tx%-%x+)|') or value)
+    end
     return n
+  end
+
+  -- Held messages `ids` (held_for) go back to the pending zset where their consumer's close would have
+  -- put them (their redelivery counter was raised then), one 'return' event each with `reason`.
+  lifecycle.return_held = function(ids, reason)
+    if #ids == 0 then return 0 end
+    local marks = base.call_many('HMGET', lifecycle.txacks_key(), ids)
+    local counts = base.call_many('HMGET', base.K_REDELIV, ids)
+    local entries, lowest = {}, nil
+    for i = 1, #ids do
+      local score = tonumber(string.match(marks[i] or '', '|([^|]*)$')) or 0
+      if lowest == nil or score < lowest then lowest = score end
+      entries[2 * i - 1], entries[2 * i] = base.NOW_TEXT.num(score), ids[i]
+    end
+    base.call_many('HDEL', lifecycle.txacks_key(), ids)
+    base.call_many('ZREM', lifecycle.txheld_key(), ids)
+    message.pending_add_many(entries, lowest)
+    for i = 1, #ids do
+      base.emit('return', 'msg', ids[i], 'redeliveries', tonumber(counts[i]) or 0, 'reason', reason)
+    end
+    return #ids
+  end
+
+  -- Up to `limit` held messages whose transaction was due to be looked at: returned when its key is gone
+  -- (it lapsed: its owner died; or it ended and a step failed to say so), else looked at again when the
+  -- key would expire now. Returns how many it returned, and how many are still due.
+  lifecycle.return_lapsed = function(limit)
+    local key = lifecycle.txheld_key()
+    local now = base.NOW_TEXT.num(base.NOW)
+    local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, limit or -1)
+    if #due == 0 then return 0, 0 end
+    local marks = base.call_many('HMGET', lifecycle.txacks_key(), due)
+    local gone = {}
+    for i = 1, #due do
+      local tx = string.match(marks[i] or '', '^(.*)|[^|]*$')
+      local ttl = tx and redis.call('PTTL', tx) or -2
+      if not tx then  -- (no longer held: an operator took it out)
+        redis.call('ZREM', key, due[i])
+      elseif ttl == -2 then
+        gone[#gone + 1] = due[i]
+      else
+        local at = base.NOW + (ttl >= 0 and ttl or lifecycle.TXHELD_RECHECK_MS)
+        redis.call('ZADD', key, string.format('%d', at), due[i])
+        base.due_at(base.P, at)
+      end
+    end
+    local returned = lifecycle.return_held(gone, 'transaction ended')
+    return returned, redis.call('ZCOUNT', key, '-inf', now)
   end
 
   -- A closed consumer's returns are all made: forget it; with none left owed the fence goes and the pass
@@ -634,6 +748,10 @@ function lifecycle.load_closing()
     local names = only and { only } or redis.call('HKEYS', lifecycle.closing_key())
     local returned, owed = 0, 0
     if not only then returned, owed = lifecycle.release_ended(limit) end
+    if not only and not base.SUB then  -- held messages whose transaction lapsed
+      local back, due = lifecycle.return_lapsed(limit and limit - returned)
+      returned, owed = returned + back, owed + due
+    end
     local group_room = limit and GROUP_FREE_CHUNK or -1
     for i = 1, #names do
       local cid = names[i]
@@ -714,5 +832,7 @@ lifecycle.subscription_consumer_gone = function(...) lifecycle.load() return lif
 lifecycle.close_consumer = function(...) lifecycle.load_closing() return lifecycle.close_consumer(...) end
 lifecycle.return_messages = function(...) lifecycle.load_closing() return lifecycle.return_messages(...) end
 lifecycle.return_owed = function(...) lifecycle.load_closing() return lifecycle.return_owed(...) end
+lifecycle.return_held = function(...) lifecycle.load_closing() return lifecycle.return_held(...) end
+lifecycle.return_lapsed = function(...) lifecycle.load_closing() return lifecycle.return_lapsed(...) end
 lifecycle.returns_begin = function(...) lifecycle.load_closing() return lifecycle.returns_begin(...) end
 lifecycle.release_ended = function(...) lifecycle.load_closing() return lifecycle.release_ended(...) end

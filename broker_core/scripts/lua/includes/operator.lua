@@ -35,6 +35,8 @@ function operator.take_out(id)
     end
     lifecycle.take_inflight(cid, id)
     message.room_freed(cid)
+  elseif not where then  -- held for a transaction (lifecycle.lua txheld_key): its commit will not find it
+    redis.call('ZREM', lifecycle.txheld_key(), id)
   end
   local blob = not lifecycle.fans_out() and redis.call('HGET', base.K_MSGS, id)
   local job = nil

@@ -1,0 +1,115 @@
+"""A message a transaction acknowledged (individually) whose consumer closes before the transaction ends
+stays with the transaction, as ActiveMQ's Queue keeps a transacted ack's message (acked, not dispatched
+again) after its subscription's removal: the COMMIT consumes it, a ROLLBACK (or the transaction's lapse,
+found by the maintenance tick) returns it for redelivery, its counter raised once, by the close."""
+
+from __future__ import annotations
+
+import time
+
+from broker_core import maintenance
+from broker_core.messages import Message
+
+from ...helpers.broker import consumer, drain
+
+
+def _acked_then_closed(broker, ttl_ms=None):
+    """m0 and m1 received by C; m0 acknowledged in a transaction (with a send), then C closed. Returns
+    the transaction, a second consumer D on the queue and m0's id."""
+    c = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="C")
+    broker.send("orders", [Message(body="m0"), Message(body="m1")])
+    d0, _d1 = drain(broker, c)
+    tx = broker.begin(ttl_ms) if ttl_ms else broker.begin()
+    broker.send("audit", Message(body="in-tx"), tx=tx)
+    broker.ack(c, d0.message_id, tx=tx)
+    broker.close_consumer(c)
+    other = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="D")
+    return tx, other, d0.message_id
+
+
+def test_the_commit_consumes_a_message_whose_consumer_closed_after_its_transacted_ack(broker):
+    tx, other, _m0 = _acked_then_closed(broker)
+    # held for the transaction: not dispatched again meanwhile, still counted in the queue
+    assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m1", 1)]
+    stats = broker.stats("orders")
+    assert (stats.queue_size, stats.in_flight, stats.dequeued) == (2, 2, 0)
+    broker.commit(tx)
+    stats = broker.stats("orders")
+    assert (stats.queue_size, stats.in_flight, stats.dequeued) == (1, 1, 1)
+    assert broker.stats("audit").enqueued == 1
+    assert drain(broker, other) == []  # m0 never comes back
+
+
+def test_a_rollback_returns_it_redelivered_once(broker):
+    tx, other, _m0 = _acked_then_closed(broker)
+    assert [x.body for x in drain(broker, other)] == ["m1"]
+    broker.rollback(tx)
+    assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m0", 1)]
+    stats = broker.stats("orders")
+    assert (stats.queue_size, stats.in_flight, stats.dequeued) == (2, 2, 0)
+    assert broker.stats("audit").enqueued == 0
+
+
+def test_a_transaction_that_lapses_gives_it_back_at_the_next_tick(broker, clock):
+    """Its owner died (the key expired, never renewed): the maintenance index brings the queue up when
+    the transaction would have ended, and the tick returns the message, once."""
+    tx, other, _m0 = _acked_then_closed(broker, ttl_ms=300)
+    assert [x.body for x in drain(broker, other)] == ["m1"]
+    maintenance.run_due(broker)
+    assert drain(broker, other) == []  # the transaction is still open
+    time.sleep(0.4)  # (Redis's clock ends the key)
+    clock.advance(1_000)
+    maintenance.run_due(broker)
+    assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m0", 1)]
+    clock.advance(1_000)
+    maintenance.run_due(broker)
+    assert drain(broker, other) == []  # once
+    assert broker.stats("orders").in_flight == 2
+
+
+def test_a_reaped_consumer_s_transacted_ack_commits_too(broker, clock):
+    """The lease lapsed (the reaper closed the consumer) while the transaction stayed open: one rule."""
+    c = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="C", lease_ms=1_000)
+    broker.send("orders", Message(body="m0"))
+    (d0,) = drain(broker, c)
+    tx = broker.begin()
+    broker.ack(c, d0.message_id, tx=tx)
+    clock.advance(5_000)
+    maintenance.run_due(broker)
+    assert broker.stats("orders").consumer_count == 0
+    broker.commit(tx)
+    stats = broker.stats("orders")
+    assert (stats.queue_size, stats.dequeued) == (0, 1)
+
+
+def test_a_held_message_an_operator_removed_is_not_committed_nor_given_back(broker, clock):
+    """Removed while held: the commit refuses the ack (nothing applied), and neither the rollback nor the
+    tick brings back a message that is gone."""
+    tx, other, m0 = _acked_then_closed(broker)
+    assert [x.body for x in drain(broker, other)] == ["m1"]
+    assert broker.remove_message("orders", m0)
+    try:
+        broker.commit(tx)
+    except Exception as exc:  # noqa: BLE001 - the refusal is what is asserted
+        assert "nothing was applied" in str(exc), exc
+    else:
+        raise AssertionError("the commit applied")
+    broker.rollback(tx)
+    clock.advance(3_600_000)  # (past the transaction's hour: D's lease lapses too, m1 goes back)
+    maintenance.run_due(broker)
+    last = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="E")
+    assert [x.body for x in drain(broker, last)] == ["m1"]
+    stats = broker.stats("orders")
+    assert (stats.queue_size, stats.in_flight, stats.dequeued) == (1, 1, 1)
+
+
+def test_reaping_lapsed_consumers_gives_back_what_lapsed_transactions_held(broker, clock):
+    """The live processes that reap a dead one's consumers (every lease renewal) give back what its
+    lapsed transactions held, without waiting for the maintenance tick."""
+    tx, other, _m0 = _acked_then_closed(broker, ttl_ms=300)
+    assert [x.body for x in drain(broker, other)] == ["m1"]
+    time.sleep(0.4)
+    clock.advance(1_000)
+    broker.renew_leases("orders", ["D"], 60_000)
+    assert broker.reap_lapsed("orders") == []
+    assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m0", 1)]
