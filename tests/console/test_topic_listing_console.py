@@ -7,7 +7,6 @@ import pytest
 from playwright.sync_api import expect
 
 from broker_core.model import ConsumerSpec
-from tests.console.test_topics_console import topic_name  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.e2e
 
