@@ -48,9 +48,6 @@ GIVEN_ZERO = -1
 SCHEDULE_PROPERTIES = {"AMQ_SCHEDULED_DELAY": "delay_ms", "AMQ_SCHEDULED_PERIOD": "period_ms",
                        "AMQ_SCHEDULED_REPEAT": "repeat", "AMQ_SCHEDULED_CRON": "cron"}
 _SCHEDULE_NAMES = frozenset(SCHEDULE_PROPERTIES)
-# The properties that make a message a job (SchedulerBroker.send asks for these three; a repeat is read only
-# for a job, and alone it stays a property as any other)
-JOB_PROPERTIES = frozenset({"AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_PERIOD", "AMQ_SCHEDULED_CRON"})
 _JAVA_LONG = re.compile(r"[+-]?[0-9]{1,19}")  # what Long.valueOf reads (ASCII digits, an optional sign)
 MAX_REPEAT = 1_000_000
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
@@ -267,10 +264,7 @@ class Message:
         TypeConversionSupport does (a number, or text Long.valueOf reads; a cron expression as text), so
         that the message is scheduled, and delivered without them, as SchedulerBroker does. Raises
         InvalidMessage for a value that is no number, or a property given beside its field (before any
-        change). A repeat alone (no delay, period or cron, as property or field) is no schedule: it stays."""
-        if JOB_PROPERTIES.isdisjoint(self.properties) and (self.delay_ms, self.period_ms, self.cron) == (
-                None, None, None):
-            return
+        change)."""
         taken: dict[str, int | str] = {}
         for name, field_name in SCHEDULE_PROPERTIES.items():
             if name not in self.properties:

@@ -23,14 +23,7 @@ from broker_core.destinations import (
     temporary_name,
 )
 from broker_core.errors import BrokerError
-from broker_core.messages import (
-    JOB_PROPERTIES,
-    SCHEDULE_PROPERTIES,
-    SCHEDULED_JOB_ID,
-    Delivery,
-    Message,
-    TypedValue,
-)
+from broker_core.messages import SCHEDULE_PROPERTIES, SCHEDULED_JOB_ID, Delivery, Message, TypedValue
 from gateway.stomp import advisory_form
 from gateway.stomp.frames import Frame
 
@@ -374,21 +367,15 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
     # broker's rule for every adapter). Most SENDs have none of them.
     # A message carrying a job's id is not scheduled again (SchedulerBroker.send asks for AMQ_SCHEDULED_ID;
     # Message.pack keeps its AMQ_SCHEDULED_* properties as they are): its schedule headers are properties.
-    # So is a repeat without a delay, period or cron, which SchedulerBroker reads only for a job.
-    if SCHEDULED_JOB_ID in headers:
-        kept = frozenset(SCHEDULE_PROPERTIES)
-    elif "AMQ_SCHEDULED_REPEAT" in headers and JOB_PROPERTIES.isdisjoint(headers):
-        kept = frozenset({"AMQ_SCHEDULED_REPEAT"})
-    else:
-        kept = frozenset()
+    fired = SCHEDULED_JOB_ID in headers
     if _NUMBER_HEADERS.isdisjoint(headers):
         expires, timestamp, group_seq, priority, delay, period, repeat = _NUMBER_DEFAULTS
     else:
         expires, timestamp, group_seq, priority, delay, period, repeat = (
-            int_value(None if name in kept else get(name), name, low, high, default)
+            int_value(None if fired and name in SCHEDULE_PROPERTIES else get(name), name, low, high, default)
             for name, low, high, default in _NUMBER_HEADER_RANGES)
     properties: dict[str, Any] = {name: value for name, value in headers.items()
-                                  if name not in NOT_PROPERTIES or name in kept}
+                                  if name not in NOT_PROPERTIES or fired and name in SCHEDULE_PROPERTIES}
     # JMSReplyTo is a destination (queue://X, as selectors compare it) only when reply-to names a STOMP
     # queue or topic; anything else stays a string property, as ActiveMQ's translator leaves it
     # (ActiveMQ's translator makes a /temp-queue/ reply-to the connection's temporary queue, and takes a
@@ -447,7 +434,7 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
         delay,  # delay_ms
         period,  # period_ms
         repeat or 0,  # repeat
-        None if kept else get("AMQ_SCHEDULED_CRON"),  # cron
+        None if fired else get("AMQ_SCHEDULED_CRON"),  # cron
     )
 
 

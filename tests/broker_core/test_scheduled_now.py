@@ -141,13 +141,3 @@ def test_a_message_carrying_a_scheduled_job_id_is_not_scheduled_again(broker):
     (got,) = drain(broker, c)
     assert got.properties == props
     assert broker.stats("orders").parked == 0
-
-
-def test_a_repeat_property_alone_schedules_nothing_and_stays_a_property(broker):
-    """SchedulerBroker makes a job only of a message with a delay, period or cron property; a repeat alone
-    is no schedule (it is read only for a job): the message is delivered at once, the property with it,
-    not refused."""
-    c = consumer(broker)
-    broker.send("orders", Message(message_id="r", body="x", properties={"AMQ_SCHEDULED_REPEAT": "3"}))
-    (got,) = drain(broker, c)
-    assert got.properties == {"AMQ_SCHEDULED_REPEAT": "3"}

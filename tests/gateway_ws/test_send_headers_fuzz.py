@@ -50,11 +50,3 @@ def test_a_send_carrying_a_scheduled_job_id_keeps_its_schedule_headers_as_proper
     message = message_from_send(Frame("SEND", headers, b"x"), "conn-1")
     assert (message.delay_ms, message.period_ms, message.repeat, message.cron) == (None, None, 0, None)
     assert message.properties == dict(headers[1:])
-
-
-def test_a_repeat_header_alone_is_a_property():
-    """As SchedulerBroker: a repeat without a delay, period or cron schedules nothing; it stays a property."""
-    headers = (("destination", "/queue/r"), ("AMQ_SCHEDULED_REPEAT", "3"))
-    message = message_from_send(Frame("SEND", headers, b"x"), "conn-1")
-    assert (message.delay_ms, message.period_ms, message.repeat, message.cron) == (None, None, 0, None)
-    assert message.properties == {"AMQ_SCHEDULED_REPEAT": "3"}
