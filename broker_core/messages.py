@@ -207,7 +207,11 @@ class Message:
     def pack(self, now_ms: int) -> tuple[str, bytes]:
         """Validate and give (message id, packed bytes). Raises InvalidMessage naming the problem. The
         AMQ_SCHEDULED_* properties are moved into the schedule's fields first (SCHEDULE_PROPERTIES)."""
-        if self.properties and not _SCHEDULE_NAMES.isdisjoint(self.properties):
+        # (not a message a scheduler fired already, which carries its job's id: SchedulerBroker.send
+        # schedules only a message without AMQ_SCHEDULED_ID, so a BROWSE's reply re-sent as it came is
+        # delivered at once, its AMQ_SCHEDULED_* kept as properties)
+        if (self.properties and not _SCHEDULE_NAMES.isdisjoint(self.properties)
+                and SCHEDULED_JOB_ID not in self.properties):
             self._schedule_from_properties()
         # The usual message passes this one test (plain ints in range, no cron); anything else goes through
         # `_check`, which accepts what it always accepted (int subclasses too) and names what it refuses.
@@ -277,7 +281,8 @@ class Message:
                 continue
             value = self.properties[name]
             raw = value.value if isinstance(value, TypedValue) else value
-            if getattr(self, field_name) not in (None, 0):
+            # (a delay or period given as 0 is given: a job due now; no repeat is 0)
+            if getattr(self, field_name) not in ((None, 0) if field_name == "repeat" else (None,)):
                 raise InvalidMessage(f"property {name!r} gives the schedule's {field_name} again: give one "
                                      "of them", property=name)
             if field_name == "cron":

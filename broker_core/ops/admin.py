@@ -62,10 +62,13 @@ def refresh_policies(ops: Context, now: int) -> Op:
 
 def delete_destination(ops: Context, dest: Destination, now: int, tally: str = "") -> Op:
     """Delete a destination's own keys and its registry entry (a topic's subscriptions went first:
-    topics.delete); returns how many messages its keys held. Its deletion advisory, if anybody listens,
-    goes through the advisory topic's outbox. `tally`: a hash that counts the deletion in the same step
-    (a temporary destination's: Router.delete_temporary)."""
+    topics.delete); returns how many messages its keys held, None (nothing deleted) for a topic that has
+    a subscription again (Router._delete_topic removes it and calls again). Its deletion advisory, if
+    anybody listens, goes through the advisory topic's outbox. `tally`: a hash that counts the deletion in
+    the same step (a temporary destination's: Router.delete_temporary)."""
     count = calls.DestinationDelete.parse((yield calls.DestinationDelete.call(ops.prefix(dest), now, tally)))
+    if count is None:  # a topic subscribed to since its subscriptions were removed: nothing was deleted
+        return None
     removed = yield Command(("ZREM", ops.registry_key, dest.uri))
     yield from virtual.on_deleted(ops, dest)
     if removed:

@@ -238,10 +238,22 @@ class Router(Context):
         """Delete a destination and everything in it; returns how many messages it held (a topic's: what
         its subscriptions held, each one's counted, and its scheduled messages: topics.delete)."""
         if dest.is_topic:  # its subscriptions first (bounded calls), then its own keys
-            removed = yield from self.run(topics.delete(self, dest, now))
-            yield from self.run(admin.delete_destination(self, dest, now))
+            removed, _held = yield from self._delete_topic(dest, now)
             return removed
         return (yield from self.run(admin.delete_destination(self, dest, now)))
+
+    def _delete_topic(self, dest: Destination, now: int, tally: str = "") -> Op:
+        """A topic's subscriptions removed, then the topic (admin.delete_destination), again while a
+        subscription made meanwhile (a client resubscribing when told its went) keeps its deletion from
+        going ahead: none is left behind subscribed to a topic that no longer exists. Returns (what
+        topics.delete removed, what its deletion found in the topic's store)."""
+        removed, first = 0, True
+        while True:
+            removed += yield from self.run(topics.delete(self, dest, now, jobs=first))
+            held = yield from self.run(admin.delete_destination(self, dest, now, tally))
+            if held is not None:
+                return removed, held
+            first = False
 
     def delete_temporary(self, dest: Destination, now: int) -> Op:
         """Delete a temporary destination whose connection ended with its messages, each counted in
@@ -252,11 +264,10 @@ class Router(Context):
         tally = temp_tally_key(self.namespace)
         if not (yield Command(("EXISTS", f"{self.prefix(dest)}:meta"))):
             return 0  # gone already (a topic's subscription removal below would make its keys again)
-        removed = 0
         if dest.is_topic:
-            yield from self.run(topics.delete(self, dest, now))
-        else:
-            removed = yield from self.run(queues.purge(self, dest, now, 0, tally=tally))
+            _removed, held = yield from self._delete_topic(dest, now, tally)
+            return held
+        removed = yield from self.run(queues.purge(self, dest, now, 0, tally=tally))
         return removed + (yield from self.run(admin.delete_destination(self, dest, now, tally)))
 
     def connection_changed(self, info: dict[str, str], now: int, added: bool) -> Op:

@@ -416,24 +416,20 @@ def summaries(ops: Context, topics: list[Destination], now: int,
 DELETE_SUBSCRIPTIONS = 50
 
 
-def delete(ops: Context, dest: Destination, now: int) -> Op:
-    """Delete a topic: every subscription, durable ones included, active or not (its consumers learn it
-    from UNKNOWN_CONSUMER), DELETE_SUBSCRIPTIONS per call, then the topic's own keys. Returns how many
-    messages went: those its subscriptions held, each subscription's counted (the topic's Pending, and
-    what unsubscribing each would report), plus its scheduled messages not yet published."""
-    jobs = int((yield Command(("ZCARD", f"{ops.prefix(dest)}:parked"))))
-    removed = jobs
+def delete(ops: Context, dest: Destination, now: int, jobs: bool = True) -> Op:
+    """Remove a topic's subscriptions before it is deleted: every one, durable ones included, active or not
+    (its consumers learn it from UNKNOWN_CONSUMER), DELETE_SUBSCRIPTIONS per call; the topic's own keys go
+    with its deletion (destination_delete.lua, which refuses while a subscription made meanwhile is
+    there: Router.delete_destination calls this again, `jobs` False). Returns how many messages went:
+    those its subscriptions held, each subscription's counted (the topic's Pending, and what
+    unsubscribing each would report), plus (`jobs`) its scheduled messages not yet published."""
+    removed = int((yield Command(("ZCARD", f"{ops.prefix(dest)}:parked")))) if jobs else 0
     while True:
         dropped, left = calls.TopicAdmin.parse_delete((yield from ops.eval(
             Home(dest), now, calls.TopicAdmin.delete(ops.prefix(dest), now, DELETE_SUBSCRIPTIONS))))
         removed += dropped
         if not left:
             break
-    prefix = ops.prefix(dest)
-    # UNLINK: a topic holding many messages has large `refs` and `order`; Redis frees them off its main
-    # thread (a DEL of 10,000 references took 20 ms, holding every client)
-    yield Command(("UNLINK", *[f"{prefix}:{name}" for name in
-                               ("subs", "sorder", "subof", "refs", "order", "retain", "recov", "recovmsg")]))
     if dest.is_wildcard:  # its last subscription made it idle (wildcard.lua forget): nothing is left of it
         yield Command(("SREM", f"{wildcards_key(ops.namespace)}:idle", dest.name))
     return removed

@@ -467,9 +467,10 @@ class DestinationDelete(ScriptCall):
         return Eval(cls.script, (prefix,), (now, tally) if tally else (now,))
 
     @staticmethod
-    def parse(reply: Any) -> int:
-        """How many messages it held."""
-        return int(reply)
+    def parse(reply: Any) -> int | None:
+        """How many messages it held; None when nothing was deleted: a topic that has a subscription."""
+        count = int(reply)
+        return None if count < 0 else count
 
 
 class Dispatch(ScriptCall):

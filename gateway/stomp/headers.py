@@ -23,7 +23,14 @@ from broker_core.destinations import (
     temporary_name,
 )
 from broker_core.errors import BrokerError
-from broker_core.messages import Delivery, Message, TypedValue, jms_priority
+from broker_core.messages import (
+    SCHEDULE_PROPERTIES,
+    SCHEDULED_JOB_ID,
+    Delivery,
+    Message,
+    TypedValue,
+    jms_priority,
+)
 from gateway.stomp import advisory_form
 from gateway.stomp.frames import Frame
 
@@ -357,14 +364,17 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
     # scheduler's are ActiveMQ's ScheduledMessage (the broker parks the message, or repeats it): a delay or
     # period absent stays None, and one given, 0 included, makes the message a job (Message.delay_ms, the
     # broker's rule for every adapter). Most SENDs have none of them.
+    # A message carrying a job's id is not scheduled again (SchedulerBroker.send asks for AMQ_SCHEDULED_ID;
+    # Message.pack keeps its AMQ_SCHEDULED_* properties as they are): its schedule headers are properties.
+    fired = SCHEDULED_JOB_ID in headers
     if _NUMBER_HEADERS.isdisjoint(headers):
         expires, timestamp, group_seq, priority, delay, period, repeat = _NUMBER_DEFAULTS
     else:
         expires, timestamp, group_seq, priority, delay, period, repeat = (
-            int_value(get(name), name, low, high, default)
+            int_value(None if fired and name in SCHEDULE_PROPERTIES else get(name), name, low, high, default)
             for name, low, high, default in _NUMBER_HEADER_RANGES)
     properties: dict[str, Any] = {name: value for name, value in headers.items()
-                                  if name not in NOT_PROPERTIES}
+                                  if name not in NOT_PROPERTIES or fired and name in SCHEDULE_PROPERTIES}
     # JMSReplyTo is a destination (queue://X, as selectors compare it) only when reply-to names a STOMP
     # queue or topic; anything else stays a string property, as ActiveMQ's translator leaves it
     # (ActiveMQ's translator makes a /temp-queue/ reply-to the connection's temporary queue, and takes a
@@ -423,7 +433,7 @@ def message_from_send(frame: Frame, connection_id: str | None = None,
         delay,  # delay_ms
         period,  # period_ms
         repeat or 0,  # repeat
-        get("AMQ_SCHEDULED_CRON"),  # cron
+        None if fired else get("AMQ_SCHEDULED_CRON"),  # cron
     )
 
 

@@ -117,3 +117,27 @@ async def test_jobs_due_now_are_on_the_queue_when_their_send_returns_with_no_tim
     assert (stats.parked, stats.enqueued, len(aio.due)) == (0, 251, 0)
     got = drain(broker, c)
     assert len(got) == 251 and all(d.properties["scheduledJobId"] == d.message_id for d in got)
+
+
+def test_a_delay_field_given_as_0_beside_the_property_is_refused(broker):
+    """A delay (or period) given as 0 is given (a job due now): the same property beside it gives it again,
+    and is refused as any other pair, not taken silently over the field."""
+    consumer(broker)
+    for fields, name in (({"delay_ms": 0}, "AMQ_SCHEDULED_DELAY"),
+                         ({"period_ms": 0}, "AMQ_SCHEDULED_PERIOD")):
+        with pytest.raises(InvalidMessage, match="again: give one of them"):
+            broker.send("orders", Message(body="x", properties={name: "60000"}, **fields))
+    assert broker.stats("orders").enqueued == 0
+
+
+def test_a_message_carrying_a_scheduled_job_id_is_not_scheduled_again(broker):
+    """SchedulerBroker.send schedules a message only when it has no AMQ_SCHEDULED_ID (scheduledJobId): one
+    that has been through a scheduler already (a BROWSE's reply, re-sent as it came) is delivered at once,
+    its AMQ_SCHEDULED_* properties kept as properties."""
+    c = consumer(broker)
+    props = {"scheduledJobId": "ID:old-job", "AMQ_SCHEDULED_DELAY": TypedValue("long", 3_600_000),
+             "AMQ_SCHEDULED_PERIOD": "5000", "AMQ_SCHEDULED_REPEAT": 2}
+    broker.send("orders", Message(message_id="resent", body="x", properties=dict(props)))
+    (got,) = drain(broker, c)
+    assert got.properties == props
+    assert broker.stats("orders").parked == 0

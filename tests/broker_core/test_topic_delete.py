@@ -89,3 +89,26 @@ def test_subscriptions_made_between_the_calls_go_as_well(broker):
     assert T not in broker.destinations()
     with pytest.raises(UnknownConsumer):
         broker.receive(late, 1)
+
+
+def test_a_subscription_made_after_the_last_call_goes_as_well_and_leaves_nothing(broker, redis_client):
+    """A subscriber that comes back at once (a client resubscribing when told its subscription went) may
+    subscribe after the call that removed the last subscription and before the topic's own keys go: it
+    goes too, with its durable registry entry, instead of being left behind, subscribed to nothing."""
+    broker.close_consumer(durable(broker, 0))
+    op = broker.ops.delete_destination(parse_destination(T), broker._now())
+    request, late = next(op), None
+    try:
+        while True:
+            reply = broker._step(request)
+            if late is None and isinstance(request, Eval) and request.script == "topic_admin":
+                assert int(reply[1]) == 0  # the last call: nothing left
+                late = durable(broker, 1)  # subscribes right after it
+            request = op.send(reply)
+    except StopIteration:
+        pass
+    assert T not in broker.destinations()
+    with pytest.raises(UnknownConsumer):
+        broker.receive(late, 1)
+    assert list(redis_client.scan_iter(match=f"{broker.namespace}:{{t:prices}}*")) == []
+    assert not [k for k in redis_client.hkeys(f"{broker.namespace}:durables") if b"app" in k]

@@ -38,3 +38,15 @@ def test_any_send_headers_make_a_message_or_a_stomp_error(headers, body):
     assert isinstance(message, Message)
     assert 0 <= message.priority <= 9
     assert message.expiration >= 0
+
+
+def test_a_send_carrying_a_scheduled_job_id_keeps_its_schedule_headers_as_properties():
+    """SchedulerBroker.send schedules only a message without AMQ_SCHEDULED_ID (scheduledJobId): a BROWSE's
+    reply re-sent as it came is no job, its AMQ_SCHEDULED_* headers mere properties (text, unchecked, as
+    ActiveMQ's translator leaves any header)."""
+    headers = (("destination", "/queue/again"), ("scheduledJobId", "ID:job-1"),
+               ("AMQ_SCHEDULED_DELAY", "60000"), ("AMQ_SCHEDULED_PERIOD", "soon"),
+               ("AMQ_SCHEDULED_REPEAT", "2"), ("AMQ_SCHEDULED_CRON", "* * * * *"))
+    message = message_from_send(Frame("SEND", headers, b"x"), "conn-1")
+    assert (message.delay_ms, message.period_ms, message.repeat, message.cron) == (None, None, 0, None)
+    assert message.properties == dict(headers[1:])

@@ -1,12 +1,17 @@
 -- Delete a destination with everything in it (BrokerView.removeQueue). Its consumers are gone with it;
 -- their adapters learn it from UNKNOWN_CONSUMER on their next call. ARGV: now[, tally key].
--- Returns the number of messages that were in it. With a tally key (a temporary destination deleted
+-- Returns the number of messages that were in it, or -1 (nothing deleted) for a topic that has a
+-- subscription: one made after ops/topics.py delete removed the last (a client resubscribing at once),
+-- which the caller removes the same way before it calls again, so that none is left behind, its keys and
+-- durable registry entry naming a topic that no longer exists. A topic's own keys (its subscription
+-- lists, shared store references) go here, in the step that found no subscription. With a tally key (a temporary destination deleted
 -- because its connection ended: broker_core/ops/router.py delete_temporary), the deletion is counted there
 -- in the same step: `destinations` +1 and `messages` + what it held (a topic's too: its subscriptions' were
 -- its own, still here), only when the destination still existed, so deleting it twice counts once.
 --@include base
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
+if redis.call('LLEN', base.P .. ':sorder') > 0 then return -1 end
 local count = redis.call('HLEN', base.K_MSGS)
 local tally = ARGV[2]
 if tally and tally ~= '' and redis.call('EXISTS', base.K_META) == 1 then
@@ -41,7 +46,11 @@ local keys = { base.K_META, base.K_POLICY, base.K_MSGS, base.K_PENDING, base.K_I
   base.P .. ':maint', base.P .. ':slowcons', base.P .. ':aborted', base.P .. ':aborted:at',
   -- rate history (broker_core/rates.py): a queue made again under this name starts a history of its own
   base.P .. ':rates', base.P .. ':rates:5s', base.P .. ':rates:1m', base.P .. ':rates:5s:discarded',
-  base.P .. ':rates:1m:discarded' }
+  base.P .. ':rates:1m:discarded',
+  -- a topic's (none on a queue); UNLINK: a topic holding many messages has large `refs` and `order`, which
+  -- Redis frees off its main thread (a DEL of 10,000 references took 20 ms, holding every client)
+  base.P .. ':subs', base.P .. ':sorder', base.P .. ':subof', base.P .. ':refs', base.P .. ':order',
+  base.P .. ':retain', base.P .. ':recov', base.P .. ':recovmsg' }
 for _, cid in ipairs(redis.call('HKEYS', base.K_CONSUMERS)) do
   keys[#keys + 1] = base.K_C(cid)
   keys[#keys + 1] = base.K_CINF(cid)
