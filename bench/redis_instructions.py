@@ -265,6 +265,30 @@ async def grouped_sends(client: redis.Redis, pid: int, out_prefix: str, n: int,
     return per_message, n // tasks * tasks / max(calls, 1)
 
 
+def callgrind_server(*settings: str) -> tuple[str, str, subprocess.Popen, redis.Redis]:
+    """The configured Redis server under callgrind with `settings`, on a free port, in a new folder, once it
+    answers: (folder, the dumps' prefix, the process, a client)."""
+    folder = tempfile.mkdtemp()
+    out_prefix = os.path.join(folder, "callgrind.out")
+    port = free_port()
+    server = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_prefix}", configured_executable(),
+         "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", folder, *settings],
+        env=server_environment(configured_executable()),  # (the allocator settings `run` gives it)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port, socket_timeout=600)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            client.ping()
+            return folder, out_prefix, server, client
+        except redis.ConnectionError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                sys.exit("could not start redis-server under valgrind (is valgrind installed?)")
+            time.sleep(0.5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=300)
@@ -275,28 +299,11 @@ def main() -> None:
     parser.add_argument("--listpack-entries", type=int, default=int(dict(ENCODING_SETTINGS)[
         "hash-max-ziplist-entries"]))
     args = parser.parse_args()
-    folder = tempfile.mkdtemp()
-    out_prefix = os.path.join(folder, "callgrind.out")
-    port = free_port()
     entries = str(args.listpack_entries)
-    server = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_prefix}", configured_executable(),
-         "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "yes" if args.aof else "no", "--appendfsync", "everysec", "--dir", folder,
-         "--hash-max-ziplist-entries", entries, "--zset-max-ziplist-entries", entries],
-        env=server_environment(configured_executable()),  # (the allocator settings `run` gives it)
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(port=port, socket_timeout=600)
+    folder, out_prefix, server, client = callgrind_server(
+        "--appendonly", "yes" if args.aof else "no", "--appendfsync", "everysec",
+        "--hash-max-ziplist-entries", entries, "--zset-max-ziplist-entries", entries)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    sys.exit("could not start redis-server under valgrind (is valgrind installed?)")
-                time.sleep(0.5)
         info = client.info("server")
         print(f"Redis {info['redis_version']} ({configured_executable()}) under callgrind, "
               f"listpacks up to {entries} entries, {args.messages} messages per phase, body 256 bytes")

@@ -16,20 +16,16 @@ Usage: VALGRIND_OPTS="--toggle-collect=processCommand" SIGNALBOX_REDIS_SERVER=/u
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import redis
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.redis_instructions import instructions  # noqa: E402
+from bench.redis_instructions import callgrind_server, instructions  # noqa: E402
 from broker_core.scripts.library import library  # noqa: E402
-from signalbox.embedded_redis import configured_executable, free_port, server_environment  # noqa: E402
+from signalbox.embedded_redis import configured_executable  # noqa: E402
 
 FUNCTIONS = """
 redis.register_function('floor_one', function(KEYS, ARGV) return 1 end)
@@ -56,25 +52,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     args = parser.parse_args()
-    folder = tempfile.mkdtemp()
-    out_prefix = os.path.join(folder, "callgrind.out")
-    port = free_port()
-    server = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_prefix}", configured_executable(),
-         "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-         "--appendfsync", "everysec", "--dir", folder],
-        env=server_environment(configured_executable()), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(port=port, socket_timeout=600)
+    _folder, out_prefix, server, client = callgrind_server("--appendonly", "yes", "--appendfsync", "everysec")
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    sys.exit("could not start redis-server under valgrind (is valgrind installed?)")
-                time.sleep(0.5)
         # the includes as the library has them (its text up to the first script body), named apart
         lib = library()
         shared = lib.source.split("\ndo\nlocal body", 1)[0].replace(lib.name, "signalbox_floor")
