@@ -11,53 +11,33 @@ ActiveMQ's")."""
 
 from __future__ import annotations
 
-import fnmatch
-import json
 from pathlib import Path
 
 import pytest
 
 from tests.differential.rest.runner import run
 from tests.differential.runner import flatten
+from tests.differential.suite import Suite
 
 pytestmark = pytest.mark.e2e
 
-HERE = Path(__file__).parent
-GROUPS = sorted(p.stem for p in (HERE / "golden").glob("*.json"))
-DELIBERATE: dict[str, str] = json.loads((HERE / "deliberate.json").read_text())
-
-
-def deliberate(key: str) -> str | None:
-    return next((reason for pattern, reason in DELIBERATE.items() if fnmatch.fnmatchcase(key, pattern)), None)
+SUITE = Suite(Path(__file__).parent)
 
 
 def test_every_scenario_has_golden_facts():
-    for group in GROUPS:
-        scenarios = json.loads((HERE / "scenarios" / f"{group}.json").read_text())
-        golden = json.loads((HERE / "golden" / f"{group}.json").read_text())
-        assert set(golden) == set(scenarios), group
+    for group in SUITE.groups:
+        golden = SUITE.golden(group)
+        assert set(golden) == set(SUITE.scenarios(group)), group
         assert all(golden.values()), group
 
 
 def test_every_deliberate_difference_names_golden_facts():
     """A pattern that matches no recorded fact excuses nothing: stale, or a typo."""
-    keys = [f"{group}/{name}/{fact}" for group in GROUPS
-            for name, facts in json.loads((HERE / "golden" / f"{group}.json").read_text()).items()
-            for fact in facts]
-    stale = [pattern for pattern in DELIBERATE if not fnmatch.filter(keys, pattern)]
-    assert not stale, stale
+    assert not SUITE.stale_patterns()
 
 
-@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("group", SUITE.groups)
 def test_signalbox_does_what_activemq_did(signalbox, group):
-    scenarios = json.loads((HERE / "scenarios" / f"{group}.json").read_text())
-    golden = json.loads((HERE / "golden" / f"{group}.json").read_text())
-    differences: list[str] = []
-    for name, expected in golden.items():
-        observed = flatten(run(scenarios[name], signalbox.http, signalbox.tcp, ("alice", "secret")))
-        for fact, value in expected.items():
-            key = f"{group}/{name}/{fact}"
-            got = observed.get(fact, "<absent>")
-            if got != value and deliberate(key) is None:
-                differences.append(f"{key}: ActiveMQ {value!r}, Signalbox {got!r}")
+    differences = SUITE.differences(
+        group, lambda scenario: flatten(run(scenario, signalbox.http, signalbox.tcp, ("alice", "secret"))))
     assert not differences, f"{len(differences)} facts differ:\n" + "\n".join(differences)
