@@ -13,6 +13,7 @@ import random
 import socket
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -54,6 +55,16 @@ def _client(server, rcvbuf: int | None = None) -> RawTcp | RawWsSocket:
     if rcvbuf is not None:
         conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     return conn
+
+
+def _moved_exactly_once(server: Any, src: str, dst: str, total: int, idle: float) -> list:
+    """What reached `dst` of the messages m0..m<total-1> sent to `src`, having checked that each is in
+    exactly one of them, once (nor lost, nor moved twice)."""
+    moved, left = _drain(server, dst, idle), _drain(server, src, idle)
+    counts = collections.Counter(body for body, _ in moved + left)
+    assert sorted(counts) == sorted(f"m{i}" for i in range(total)), "a message lost"
+    assert max(counts.values()) == 1, [b for b, n in counts.items() if n > 1]  # nor moved twice
+    return moved
 
 
 def _drain(server, queue: str, idle: float) -> list[tuple[str, bool]]:
@@ -114,10 +125,7 @@ def test_killed_listeners_lose_no_transaction_and_no_auto_acked_message(listener
 
     server = listeners()
     idle = int(LEASE_MS) / 1000 * 2.5
-    moved, left = _drain(server, dst, idle), _drain(server, src, idle)
-    counts = collections.Counter(body for body, _ in moved + left)
-    assert sorted(counts) == sorted(f"m{i}" for i in range(total)), "a message lost"
-    assert max(counts.values()) == 1, [b for b, n in counts.items() if n > 1]  # nor moved twice
+    moved = _moved_exactly_once(server, src, dst, total, idle)
     assert len(moved) > 0 and kills == 3
     got = _drain(server, auto, idle)  # what the stream had not handed over
     assert len({body for body, _ in got}) == len(got)
@@ -200,10 +208,7 @@ def test_killed_listeners_lose_no_transaction_whose_subscription_ended_before_it
 
     server = listeners()
     idle = int(LEASE_MS) / 1000 * 2.5
-    moved, left = _drain(server, dst, idle), _drain(server, src, idle)
-    counts = collections.Counter(body for body, _ in moved + left)
-    assert sorted(counts) == sorted(f"m{i}" for i in range(total)), "a message lost"
-    assert max(counts.values()) == 1, [b for b, n in counts.items() if n > 1]  # nor moved twice
+    moved = _moved_exactly_once(server, src, dst, total, idle)
     assert len(moved) > 0
     for name, enqueued in ((src, total), (dst, len(moved))):
         stats = broker.stats(name)
