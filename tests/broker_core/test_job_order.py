@@ -115,3 +115,20 @@ def test_ids_sort_in_the_order_they_are_made(id_clock):
     ids = [messages.new_message_id() for _ in range(5_000)]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert all(i.startswith("ID:") and len(i) == 19 for i in ids)
+
+
+async def test_a_scheduler_browse_lists_jobs_due_together_in_send_order(broker, aio, id_clock):
+    """A BROWSE walks a destination's jobs by due time, and jobs due together in the order they were sent,
+    as ActiveMQ's job store lists them (the later-due job, sent first, comes last)."""
+    from broker_core.destinations import Destination, parse_destination
+    from broker_core.scheduler import SchedulerRequest
+
+    broker.send("queue://browsed", [Message(body="late", delay_ms=2_000), *sent(delay_ms=1_000)])
+    consumer(broker, "queue://browse.replies")
+
+    async def may(dest: Destination, action: str) -> bool:
+        return True
+
+    replies = parse_destination("queue://browse.replies")
+    assert await aio.manage_scheduler(SchedulerRequest("BROWSE", reply_to=replies), may) == N + 1
+    assert [m.message.body for m in broker.browse(replies).messages] == [*expected(), "late"]
