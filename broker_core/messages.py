@@ -85,13 +85,14 @@ PropertyValue = str | bool | int | float | TypedValue
 _ID_BITS = random.Random()
 
 # Ids sort, as bytes, in the order this process makes them: the parked set (a zset scored by due time)
-# breaks ties by member, the id, so jobs due in the same millisecond come back in send order, as ActiveMQ's
-# scheduler keeps them (docs/broker_core.md "Message ids"). An id is the millisecond it was made (never
-# less than the last one's: a clock stepping back does not reorder) and a 48-bit count within it that
-# starts at a random value below 2**47 (the uniqueness across processes the random half gave) and goes
-# up by one per id. The 64 characters are url-safe base64's, in byte order.
+# breaks ties by member, the id, so jobs due in the same millisecond come back in send order, as
+# ActiveMQ's scheduler keeps them (docs/broker_core.md "Scheduled delivery"). An id is the millisecond it
+# was made (never less than the last one's: a clock stepping back does not reorder) and a 48-bit count
+# within it that starts at a random value below 2**47 (the uniqueness across processes the random half
+# gave) and goes up by one per id. The 64 characters are url-safe base64's, in byte order.
 _ID_ALPHABET = b"-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
-_ID_SORTED = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", _ID_ALPHABET)
+_ID_SORTED = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+                             _ID_ALPHABET)
 _ID_LOW = (1 << 48) - 1
 _ID_LOCK = threading.Lock()
 _ID_LAST = [-1, 0]  # the last id's millisecond and count
@@ -160,7 +161,8 @@ def new_message_id() -> str:
         else:  # (2**47 ids in one millisecond: on into the next)
             ms, count = ms + 1, _ID_BITS.getrandbits(47)
         _ID_LAST[0], _ID_LAST[1] = ms, count
-    return "ID:" + base64.urlsafe_b64encode((ms << 48 | count).to_bytes(12, "big")).translate(_ID_SORTED).decode()
+    raw = (ms << 48 | count).to_bytes(12, "big")
+    return "ID:" + base64.urlsafe_b64encode(raw).translate(_ID_SORTED).decode()
 
 
 def _typed(name: str, value: PropertyValue) -> tuple[str, str | bool | int | float]:

@@ -25,7 +25,8 @@ N = 12
 def id_clock(request, monkeypatch):
     """The clock the broker's ids are made by: stopped at one millisecond, or the real one."""
     if request.param == "same_ms":
-        monkeypatch.setattr(messages, "time", types.SimpleNamespace(time_ns=lambda: 1_800_000_000_000_000_000))
+        stopped = types.SimpleNamespace(time_ns=lambda: 1_800_000_000_000_000_000)
+        monkeypatch.setattr(messages, "time", stopped)
     return request.param
 
 
@@ -132,3 +133,18 @@ async def test_a_scheduler_browse_lists_jobs_due_together_in_send_order(broker, 
     replies = parse_destination("queue://browse.replies")
     assert await aio.manage_scheduler(SchedulerRequest("BROWSE", reply_to=replies), may) == N + 1
     assert [m.message.body for m in broker.browse(replies).messages] == [*expected(), "late"]
+
+
+@pytest.mark.parametrize("dest", ["queue://orders", "topic://ticks"])
+def test_messages_waiting_out_one_redelivery_delay_come_back_in_their_order(broker, clock, id_clock, dest):
+    """Parked for a redelivery delay (a queue's, a topic subscription's), due together: back in the order
+    they had (their pending score, which they come back with, orders them whatever the ids)."""
+    c = consumer(broker, dest, prefetch=100, ack_mode="client-individual")
+    broker.send(dest, sent())
+    got = drain(broker, c)
+    assert bodies(got) == expected()
+    broker.nack(c, [d.message_id for d in reversed(got)])
+    assert drain(broker, c) == []
+    clock.advance(1_000)
+    maintenance.run_due(broker)
+    assert bodies(drain(broker, c)) == expected()
