@@ -99,9 +99,12 @@ _ID_LAST = [-1, 0]  # the last id's millisecond and count
 
 
 def _forked() -> None:
-    """A forked child starts its own count (its parent's next ids would be the same)."""
+    """A forked child starts its own count (its parent's next ids would be the same), with a lock of its
+    own (another thread of the parent may have held it at the fork)."""
+    global _ID_LOCK
     _ID_BITS.seed()
     _ID_LAST[:] = [-1, 0]
+    _ID_LOCK = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forked)
