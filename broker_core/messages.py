@@ -83,7 +83,31 @@ PropertyValue = str | bool | int | float | TypedValue
 # again in a forked child), so an application seeding `random` cannot make two processes' ids collide, and
 # an id costs no system call (os.urandom's getrandom() is one, dear on a virtual machine).
 _ID_BITS = random.Random()
-os.register_at_fork(after_in_child=_ID_BITS.seed)
+
+# Ids sort, as bytes, in the order this process makes them: the parked set (a zset scored by due time)
+# breaks ties by member, the id, so jobs due in the same millisecond come back in send order, as
+# ActiveMQ's scheduler keeps them (docs/broker_core.md "Scheduled delivery"). An id is the millisecond it
+# was made (never less than the last one's: a clock stepping back does not reorder) and a 48-bit count
+# within it that starts at a random value below 2**47 (the uniqueness across processes the random half
+# gave) and goes up by one per id. The 64 characters are url-safe base64's, in byte order.
+_ID_ALPHABET = b"-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+_ID_SORTED = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+                             _ID_ALPHABET)
+_ID_LOW = (1 << 48) - 1
+_ID_LOCK = threading.Lock()
+_ID_LAST = [-1, 0]  # the last id's millisecond and count
+
+
+def _forked() -> None:
+    """A forked child starts its own count (its parent's next ids would be the same), with a lock of its
+    own (another thread of the parent may have held it at the fork)."""
+    global _ID_LOCK
+    _ID_BITS.seed()
+    _ID_LAST[:] = [-1, 0]
+    _ID_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 # msgpack.packb makes a Packer, and its buffer, on every call; a send packs with this thread's own instead
@@ -128,9 +152,20 @@ def _pack_record(record: list[object]) -> bytes:
 
 
 def new_message_id() -> str:
-    """A unique, roughly time-ordered id: 'ID:' + 16 url-safe characters (48-bit ms + 48 random bits)."""
-    raw = ((time.time_ns() // 1_000_000) << 48 | _ID_BITS.getrandbits(48)).to_bytes(12, "big")
-    return "ID:" + base64.urlsafe_b64encode(raw).decode()
+    """A unique id that sorts after every id this process made before: 'ID:' + 16 url-safe characters
+    (48-bit ms, 48-bit count within it; see _ID_ALPHABET)."""
+    now = time.time_ns() // 1_000_000
+    with _ID_LOCK:
+        ms, count = _ID_LAST
+        if now > ms:
+            ms, count = now, _ID_BITS.getrandbits(47)
+        elif count < _ID_LOW:
+            count += 1
+        else:  # (2**47 ids in one millisecond: on into the next)
+            ms, count = ms + 1, _ID_BITS.getrandbits(47)
+        _ID_LAST[0], _ID_LAST[1] = ms, count
+    raw = (ms << 48 | count).to_bytes(12, "big")
+    return "ID:" + base64.urlsafe_b64encode(raw).translate(_ID_SORTED).decode()
 
 
 def _typed(name: str, value: PropertyValue) -> tuple[str, str | bool | int | float]:

@@ -282,4 +282,8 @@ class Idempotency:
 
 
 def message_ids_for(prefix: str, count: int) -> list[str]:
-    return [f"{prefix}-{i}" for i in range(count)]
+    """The ids of a batch sent with an Idempotency-Key, sorting in the batch's order: jobs due in the
+    same millisecond fire in id order (docs/broker_core.md "Scheduled delivery"). An index of two or more
+    digits has a letter for its length before it ('a' two, 'b' three: after every digit), so the first
+    ten are as they always were and a retry across an upgrade is still a duplicate."""
+    return [f"{prefix}-{i}" if i < 10 else f"{prefix}-{chr(95 + len(str(i)))}{i}" for i in range(count)]
