@@ -93,7 +93,7 @@ _ID_BITS = random.Random()
 _ID_ALPHABET = b"-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
 _ID_SORTED = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
                              _ID_ALPHABET)
-_ID_LOW = (1 << 48) - 1
+_ID_COUNT_MOST = (1 << 48) - 1
 _ID_LOCK = threading.Lock()
 _ID_LAST = [-1, 0]  # the last id's millisecond and count
 
@@ -159,7 +159,7 @@ def new_message_id() -> str:
         ms, count = _ID_LAST
         if now > ms:
             ms, count = now, _ID_BITS.getrandbits(47)
-        elif count < _ID_LOW:
+        elif count < _ID_COUNT_MOST:
             count += 1
         else:  # (2**47 ids in one millisecond: on into the next)
             ms, count = ms + 1, _ID_BITS.getrandbits(47)
