@@ -367,7 +367,8 @@ def stats(ops: Context, dest: Destination, now: int) -> Op:
         dispatched=total("dispatched"),
         expired=count("expired") + total("expired"), expired_on_arrival=count("expired_on_arrival"),
         deadlettered=count("deadlettered") + total("deadlettered"),
-        parked=total("parked") + jobs, scheduled=jobs, redelivery_delayed=total("parked"), forwarding=int(fwd),
+        parked=total("parked") + jobs, scheduled=jobs, redelivery_delayed=total("parked"),
+        forwarding=int(fwd),
         # the parts of the rate history's "discarded" series, each as rate_sample.lua reads it: the live
         # subscriptions' and the ended ones' (`total`), and for dead letters the topic's own too
         **discard_counts(total("evicted"), total("dropped"), count("discarded") + total("discarded")),
