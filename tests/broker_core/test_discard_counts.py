@@ -106,3 +106,20 @@ def test_a_topic_s_scheduled_jobs_are_its_own_parked_its_subscriptions_parked_ar
     broker.nack(c, got[0].message_id)
     st = broker.stats("topic://news")
     assert (st.parked, st.scheduled, st.redelivery_delayed) == (2, 1, 1)
+
+
+def test_the_scheduled_count_follows_a_purge_and_a_destination_made_again(broker, clock):
+    broker.policies.set_entry("queue", "gone", {"initialRedeliveryDelay": 60_000})
+    broker.refresh_policies()
+    broker.send("gone", [Message(body="a", delay_ms=600_000), Message(body="now")])
+    c = broker.add_consumer("gone", ConsumerSpec(prefetch=1))
+    broker.nack(c, broker.receive(c, 1)[0].message_id)
+    assert (broker.stats("gone").scheduled, broker.stats("gone").redelivery_delayed) == (1, 1)
+    broker.close_consumer(c)
+    broker.purge("gone")  # the job is cancelled, the delayed redelivery purged
+    st = broker.stats("gone")
+    assert (st.parked, st.scheduled, st.redelivery_delayed) == (0, 0, 0)
+    broker.send("gone", Message(body="b", delay_ms=600_000))
+    broker.delete_destination("gone")
+    broker.send("gone", Message(body="c", delay_ms=600_000))
+    assert (broker.stats("gone").parked, broker.stats("gone").scheduled) == (1, 1)
