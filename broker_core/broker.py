@@ -43,6 +43,7 @@ from .model import (
     GroupCounts,
     GroupInfo,
     GroupPage,
+    ScheduledPage,
     SweepResult,
     TransactionLimits,
 )
@@ -309,6 +310,15 @@ class _Api:
         `examine`: looking at no more messages than that, matching or not (at most BROWSE_EXAMINE a call)."""
         return self._run(self.ops.browse(_dest(destination, "browse"), selector, cursor, limit, self._now(),
                                          parked, examine))
+
+    def scheduled(self, destination: str | Destination, *, cursor: str | None = None,
+                  limit: int = 100) -> ScheduledPage:
+        """A page of the destination's scheduled jobs (delayed messages, repeating and cron jobs; a topic's
+        own), soonest due first, without the messages waiting for a redelivery delay: those the stats'
+        `scheduled` counts. ScheduledPage(jobs, next_cursor); a page may hold fewer than `limit` with a
+        cursor (each call examines at most BROWSE_EXAMINE parked entries)."""
+        return self._run(self.ops.scheduled_page(_dest(destination, "read from"), cursor, None, None, limit,
+                                                 self._now()))
 
     def browser_limit(self, destination: str | Destination, connection_id: str | None = None) -> int:
         """How many messages a queue browser of connection `connection_id` is given at most (the policy's

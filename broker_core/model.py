@@ -191,7 +191,7 @@ class DestinationStats:
     expired_on_arrival: int
     deadlettered: int  # left for the dead-letter queue (poison, past maximumRedeliveries, expired)
     discarded: int  # dead letters dropped by the strategy (discarding, non-persistent, a DLQ's own)
-    parked: int  # waiting for a redelivery delay or a scheduled time
+    parked: int  # waiting for a redelivery delay or a scheduled time: scheduled + redelivery_delayed
     forwarding: int  # dead letters on their way to the dead-letter queue
     purged: int  # removed by an operator (remove, purge)
     moved: int  # moved or retried to another destination
@@ -212,6 +212,14 @@ class DestinationStats:
     durable_offline: int = 0
     evicted: int = 0
     removed_with_subscription: int = 0
+    # (discard_counts) a topic's messages dropped by a pending-message limit of 0 (or a non-durable
+    # subscription's poison), and `discards`: evicted + dropped + discarded, the rate history's "discarded"
+    dropped: int = 0
+    discards: int = 0
+    # `parked` told apart: scheduled jobs not yet due (delayed messages, repeating and cron jobs; a topic's
+    # are its own), and messages waiting for a redelivery delay (a topic's: its subscriptions')
+    scheduled: int = 0
+    redelivery_delayed: int = 0
     # Selectors that failed on a message, which they then did not match (an evaluation error, such as
     # one over limits.MAX_EVALUATION_BYTES), counted by the dispatch (a topic: by the send).
     selector_errors: int = 0
@@ -232,6 +240,17 @@ class DestinationStats:
     events: int = 0
     events_trimmed: int = 0
     audit_size: int = 0
+
+
+def discard_counts(evicted: int, dropped: int, discarded: int) -> dict[str, int]:
+    """The stats' discard fields: messages the broker gave up without delivering them or putting them on a
+    dead-letter queue, by cause (evicted by the eviction strategy, dropped by a pending
+    limit of 0 or a non-durable subscription's poison, dead letters discarded), and `discards`, their sum,
+    which is what the rate history's "discarded" series counts (rate_sample.lua reads the same counters: a
+    topic's own, its subscriptions' and its ended subscriptions'). A queue has only dead letters
+    discarded."""
+    return {"evicted": evicted, "dropped": dropped, "discarded": discarded,
+            "discards": evicted + dropped + discarded}
 
 
 @dataclass(frozen=True)

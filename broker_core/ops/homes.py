@@ -29,6 +29,7 @@ from ..model import (
     DestinationStats,
     DispatchResult,
     SweepResult,
+    discard_counts,
 )
 from ..replies import bound_stats, forward_stats, memory_stats
 from ..resp import reply_text as _str
@@ -292,6 +293,14 @@ def sweep_expired(ops: Context, home: Home, now: int) -> Op:
     return SweepResult(examined=swept.examined, expired=swept.expired, done=swept.done)
 
 
+def parked_counts(parked: int, scheduled: int) -> dict[str, int]:
+    """`parked` told apart from the meta's 'scheduled' (includes/lifecycle.lua set_parkinfo keeps it as
+    parked entries come and go): scheduled jobs, the rest waiting for a redelivery delay. (Bounded to
+    `parked`: jobs parked before the count was kept are missing from it until all of those have left.)"""
+    scheduled = min(max(scheduled, 0), parked)
+    return {"scheduled": scheduled, "redelivery_delayed": parked - scheduled}
+
+
 def stats(ops: Context, home: Home, now: int) -> Op:
     """The statistics of a queue, or of one subscription (topics.stats adds a topic's up)."""
     read = calls.Stats.parse((yield calls.Stats.call(ops.home_prefix(home), now)))
@@ -335,7 +344,9 @@ def stats(ops: Context, home: Home, now: int) -> Op:
         destination=home.uri, queue_size=pending + in_flight, pending=pending, in_flight=in_flight,
         enqueued=count("enqueued"), dequeued=count("dequeued"), dispatched=count("dispatched"),
         expired=count("expired"), expired_on_arrival=count("expired_on_arrival"),
-        deadlettered=count("deadlettered"), discarded=count("discarded"), parked=read.parked,
+        deadlettered=count("deadlettered"), parked=read.parked,
+        **parked_counts(read.parked, count("scheduled")),
+        **discard_counts(count("evicted"), count("dropped"), count("discarded")),
         forwarding=read.forwarding, purged=count("purged"), moved=count("moved"),
         cancelled=count("cancelled"),
         duplicates=count("duplicates"), skipped=count("skipped"),

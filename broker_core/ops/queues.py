@@ -38,6 +38,8 @@ BROWSE_EXAMINE = 400  # messages a browse call looks at, matching or not (100,00
 # "done" (an empty last page, telling the client it has seen every message).
 _BROWSE_CURSOR = re.compile(r"[pk]:[-+]?(?:inf|[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)\|.+"
                             r"|i:[1-9][0-9]{0,19}|i:[0-9]{1,20}\|.+", re.DOTALL)
+# the scheduled listing's cursors: its walk over the parked messages only (browse.lua, mode 's')
+_SCHEDULED_CURSOR = re.compile(r"k:[-+]?(?:inf|[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)\|.+", re.DOTALL)
 TRANSFER_EXAMINE = 500  # messages a move/copy call looks at
 PURGE_EXAMINE = 500  # messages a purge call looks at
 GROUPS_PAGE = 200  # message groups per group_list call
@@ -225,7 +227,9 @@ def scheduled_page(ops: Context, dest: Destination, cursor: str | None, start: i
                    limit: int, now: int) -> Op:
     """A page of the destination's scheduled jobs (delayed messages, repeating jobs, a topic's), due from
     `start` to `end` when given, in due order: browse.lua's parked walk, BROWSE_EXAMINE examined a call
-    at most. Returns ScheduledPage; pass its next_cursor to continue."""
+    at most. Returns ScheduledPage; pass its next_cursor to continue (another cursor is refused by name)."""
+    if cursor and not _SCHEDULED_CURSOR.fullmatch(cursor):
+        raise InvalidConsumer(f"cursor {cursor[:100]!r} is not one this listing gave", field="cursor")
     return calls.Browse.parse_scheduled((yield calls.Browse.scheduled_call(
         ops.prefix(dest), now, cursor or "", limit, BROWSE_EXAMINE, start, end)), dest.uri)
 

@@ -18,7 +18,15 @@ from ..effects import Command, Forward, NoDestination, Op, Policy
 from ..errors import DurableSubscriptionInUse, InvalidConsumer, UnknownConsumer, UnknownDestination
 from ..keys import Home, durables_key, usage_key, wildcards_key
 from ..messages import Message
-from ..model import Consumer, ConsumerSpec, DestinationStats, DestinationSummary, DispatchResult, SweepResult
+from ..model import (
+    Consumer,
+    ConsumerSpec,
+    DestinationStats,
+    DestinationSummary,
+    DispatchResult,
+    SweepResult,
+    discard_counts,
+)
 from ..replies import bound_stats, forward_stats, memory_stats
 from ..resp import reply_text as _str
 from ..scripts import calls
@@ -335,7 +343,9 @@ def stats(ops: Context, dest: Destination, now: int) -> Op:
         subs.append(one)
         consumers += cons
     fwd = yield Command(("HLEN", f"{ops.prefix(dest)}:fwd"))
-    # its scheduled messages, kept on the topic until they fire (topic_send.lua): parked, as a queue's jobs
+    # its scheduled messages, kept on the topic until they fire (topic_send.lua): parked, as a queue's jobs;
+    # its subscriptions' parked messages are only ever waiting for a redelivery delay (firings reach them
+    # without a schedule)
     jobs = int((yield Command(("ZCARD", f"{ops.prefix(dest)}:parked"))))
     events = int((yield Command(("XLEN", f"{ops.prefix(dest)}:events")))) + int(meta.get("events_extra", 0))
     audit_size = int((yield Command(("ZCARD", f"{ops.prefix(dest)}:audit"))))
@@ -357,7 +367,11 @@ def stats(ops: Context, dest: Destination, now: int) -> Op:
         dispatched=total("dispatched"),
         expired=count("expired") + total("expired"), expired_on_arrival=count("expired_on_arrival"),
         deadlettered=count("deadlettered") + total("deadlettered"),
-        discarded=count("discarded") + total("discarded"), parked=total("parked") + jobs, forwarding=int(fwd),
+        parked=total("parked") + jobs, scheduled=jobs, redelivery_delayed=total("parked"),
+        forwarding=int(fwd),
+        # the parts of the rate history's "discarded" series, each as rate_sample.lua reads it: the live
+        # subscriptions' and the ended ones' (`total`), and for dead letters the topic's own too
+        **discard_counts(total("evicted"), total("dropped"), count("discarded") + total("discarded")),
         purged=0, moved=0, cancelled=count("cancelled"), duplicates=count("duplicates"), skipped=0,
         last_pass_skipped=0,
         consumer_count=len(subs), group_count=0, paused=False, exclusive_owner=None, consumers=consumers,
@@ -366,7 +380,7 @@ def stats(ops: Context, dest: Destination, now: int) -> Op:
         subscriptions=subs, no_subscription=count("no_subscription"),
         durable_active=sum(1 for s in subs if s.durable and s.active),
         durable_offline=sum(1 for s in subs if s.durable and not s.active),
-        evicted=total("evicted"), removed_with_subscription=count("sub_removed"),
+        removed_with_subscription=count("sub_removed"),
         selector_errors=count("selector_errors"),
     )
 

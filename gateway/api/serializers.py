@@ -225,9 +225,25 @@ class DestinationSerializer(serializers.Serializer):
     expired = serializers.IntegerField()
     expired_on_arrival = serializers.IntegerField()
     deadlettered = serializers.IntegerField(required=False)
-    discarded = serializers.IntegerField(required=False)
+    discarded = serializers.IntegerField(required=False,
+                                         help_text="Dead letters dropped (no dead-letter queue).")
+    evicted = serializers.IntegerField(
+        required=False, help_text="A topic's: given up by a subscription's eviction strategy (ended ones "
+                                  "included); 0 for a queue.")
+    dropped = serializers.IntegerField(
+        required=False, help_text="A topic's: dropped by a pending-message limit of 0 or a non-durable "
+                                  "subscription's poison (ended ones included); 0 for a queue.")
+    discards = serializers.IntegerField(
+        required=False, help_text="evicted + dropped + discarded: what the rate history's `discarded` "
+                                  "series counts.")
     parked = serializers.IntegerField(required=False,
-                                      help_text="Waiting for a redelivery delay or a schedule.")
+                                      help_text="Waiting for a redelivery delay or a schedule: scheduled + "
+                                                "redelivery_delayed.")
+    scheduled = serializers.IntegerField(
+        required=False, help_text="Scheduled jobs not yet due (delayed messages, repeating and cron jobs): "
+                                  "what GET …/scheduled lists.")
+    redelivery_delayed = serializers.IntegerField(
+        required=False, help_text="Messages waiting for a redelivery delay (a topic's: its subscriptions').")
     forwarding = serializers.IntegerField(required=False)
     forward_refused = serializers.IntegerField(
         required=False, help_text="Virtual destination copies made here that their target refused for good.")

@@ -4,11 +4,12 @@
    (DELETE …/messages/<id>, audited: a delayed message goes, a repeating job stops).
    Usage: const table = SB.scheduledTable({ base: "queues/<name>", admin, link: (id) => url | null });
    table.load() reads it again; table.stats(stats) with the page's statistics (null: the destination is
-   gone) keeps the "first 50 of N" line on the card's count and reads again when that count moves. */
+   gone) keeps the "first 50 of N" line on the Scheduled card's count (`scheduled`: jobs only, not the
+   messages waiting for a redelivery delay that `parked` also counts) and reads again when it moves. */
 "use strict";
 (function () {
   const { api, el, fill, fmt, latest, act, toast } = window.SB;
-  // The table lists the first SHOWN (soonest due first); the Scheduled / delayed card counts them all, so
+  // The table lists the first SHOWN (soonest due first); the Scheduled card counts them all, so
   // a longer list says that it is cut, with that count (rather than 50 rows under a card of 55).
   const SHOWN = 50;
   const EMPTY = "No scheduled or delayed messages.";
@@ -16,11 +17,11 @@
   function scheduledTable({ base, admin, link }) {
     const body = document.querySelector("#scheduled tbody");
     const note = document.getElementById("scheduled-more");
-    let cut = false; let parked = null;
+    let cut = false; let jobs = null;
 
     function more() {
       note.hidden = !cut;
-      const total = typeof parked === "number" ? ` of ${fmt.num(parked)}` : "";
+      const total = typeof jobs === "number" ? ` of ${fmt.num(jobs)}` : "";
       note.textContent = cut ? `The first ${SHOWN}${total}, the soonest due first.` : "";
     }
 
@@ -51,11 +52,11 @@
     function stats(s) {
       if (!s) {  // gone, and its scheduled messages with it
         fill(body, [], 7, EMPTY);
-        cut = false; parked = null; more();
+        cut = false; jobs = null; more();
         return;
       }
-      const moved = parked !== null && s.parked !== parked;  // one fired, was sent or cancelled elsewhere
-      parked = s.parked;
+      const moved = jobs !== null && s.scheduled !== jobs;  // one fired, was sent or cancelled elsewhere
+      jobs = s.scheduled;
       more();
       if (moved) load();
     }

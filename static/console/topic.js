@@ -80,7 +80,8 @@
     const active = (s.subscriptions || []).filter((x) => x.active).length;
     return `Delete the topic ${name} with its ${fmt.num(s.consumer_count)} subscriptions (${fmt.num(durables)} durable, `
       + `${fmt.num(s.durable_offline)} offline) and the ${fmt.num(held)} messages held for them`
-      + `${s.parked ? `, and ${fmt.num(s.parked)} scheduled or delayed` : ""}?`
+      + `${s.redelivery_delayed ? `, ${fmt.num(s.redelivery_delayed)} waiting for a redelivery delay` : ""}`
+      + `${s.scheduled ? `, and ${fmt.num(s.scheduled)} scheduled` : ""}?`
       + `${active ? ` ${fmt.num(active)} active subscribers are cut off.` : ""} This cannot be undone.`;
   }
 

@@ -154,3 +154,72 @@ def test_a_topic_page_lists_its_scheduled_messages_as_a_queue_page_does(admin_pa
     row = watcher_page.locator("#scheduled tbody tr", has_text=f"ID:{topic_name}-d")
     expect(row).to_have_count(1)
     expect(row.get_by_role("button")).to_have_count(0)
+
+
+def test_the_topic_s_discard_cards_add_up_to_the_chart_s_discarded_series(admin_page, console_server,
+                                                                         redis_client, topic_name):
+    """Evicted, dropped by a pending limit (here a non-durable subscription's poison) and dead letters
+    discarded each have a card, an ended subscription's included; their sum is the chart's series (the
+    page had only *Evicted*, so the chart's discards matched no figure)."""
+    now = time.time_ns() // 1_000_000
+    clock = FakeClock(now - now % 5_000 - 60_000)
+    broker = Broker(redis_client, console_server.namespace, clock)
+    broker.policies.set_entry("topic", topic_name, {"pendingMessageLimitStrategy": "constant",
+                                                    "pendingMessageLimit": 2})
+    broker.refresh_policies()
+    uri = f"topic://{topic_name}"
+    quick = broker.add_consumer(uri, ConsumerSpec(prefetch=1, lease_ms=600_000))
+    keep = durable(broker, topic_name, "app", "keep", prefetch=10)
+    rates.sample(broker, [uri])
+    clock.advance(5_000)
+    broker.send(uri, [Message(body=str(i)) for i in range(6)])  # quick: 1 dispatched, 2 kept, 3 evicted
+    (first,) = broker.receive(quick, 1)
+    broker.nack(quick, first.message_id, poison=True)  # dropped: a non-durable subscription's poison
+    broker.close_consumer(quick)  # ended: its counts stay the topic's
+    broker.send(uri, [Message(body=f"np{i}", persistent=False) for i in range(2)])
+    for d in broker.receive(keep, 8):
+        if d.body.startswith("np"):
+            broker.nack(keep, d.message_id, poison=True)  # a non-persistent dead letter: discarded
+        else:
+            broker.ack(keep, [d.message_id], mode="individual")
+    rates.sample(broker, [uri])
+
+    page = admin_page
+    page.goto(f"{console_server.url}/console/topics/{topic_name}/")
+    cards = {stat: page.locator(f'#stats [data-stat="{stat}"]') for stat in
+             ("evicted", "dropped", "discarded", "discards")}
+    for stat, shown in (("evicted", "3"), ("dropped", "1"), ("discarded", "2"), ("discards", "6")):
+        expect(cards[stat]).to_have_text(shown)
+    for stat in ("evicted", "dropped", "discarded"):
+        title = cards[stat].locator("xpath=../dt").get_attribute("title")
+        assert "discarded series" in title and "rate chart" in title
+    page.wait_for_selector("#rate-chart[data-loaded-range='5m']")
+    drawn = page.evaluate("""() => {
+      const u = document.querySelector('#rate-chart').uplot;
+      const i = u.series.findIndex((s) => s.label === 'discarded/s');
+      return Math.max(...u.data[i].filter((v) => v !== null));
+    }""")
+    assert drawn * 5 == 6  # the series' count over its 5 s step: the cards' sum
+
+
+def test_the_topic_s_scheduled_count_is_its_jobs_not_its_redelivery_delayed_messages(admin_page,
+                                                                                    console_server, broker,
+                                                                                    topic_name):
+    """"The first 50 of N": N counts scheduled jobs only, not a subscription's message waiting for its
+    redelivery delay (the stats' parked counts both)."""
+    uri = f"topic://{topic_name}"
+    broker.policies.set_entry("topic", topic_name, {"initialRedeliveryDelay": 3_600_000})
+    broker.refresh_policies()
+    sub = durable(broker, topic_name, "app", "slow", prefetch=1)
+    broker.send(uri, Message(body="now"))
+    (d,) = broker.receive(sub, 1)
+    broker.nack(sub, d.message_id)  # back in an hour: parked on the subscription
+    broker.send(uri, [Message(body=str(i), delay_ms=3_600_000 + i) for i in range(55)])
+    st = broker.stats(uri)
+    assert (st.parked, st.scheduled, st.redelivery_delayed) == (56, 55, 1)
+    page = admin_page
+    page.goto(f"{console_server.url}/console/topics/{topic_name}/")
+    expect(page.locator('#stats [data-stat="scheduled"]')).to_have_text("55")
+    expect(page.locator('#stats [data-stat="redelivery_delayed"]')).to_have_text("1")
+    expect(page.locator("#scheduled tbody tr")).to_have_count(50)
+    expect(page.locator("#scheduled-more")).to_have_text("The first 50 of 55, the soonest due first.")

@@ -77,7 +77,8 @@ local function num(v) return tonumber(v) or 0 end
 -- max_subs of them) plus those of ended subscriptions, as topic_ops.stats counts them. nil when gone.
 -- Discarded: dropped without delivery or a dead-letter queue (the console's discards): a queue's dead
 -- letters discarded; a topic's, and its subscriptions' evicted (the eviction strategy) and dropped (a
--- pending-message limit of 0) too.
+-- pending-message limit of 0) too: the stats' `discards` (model.py discard_counts), a topic's over every
+-- subscription where this reads the first max_subs.
 local function counters(prefix, kind)
   if kind == 'q' then
     local m = redis.call('HMGET', prefix .. ':meta', 'uri', 'enqueued', 'dispatched', 'acked', 'redelivered',

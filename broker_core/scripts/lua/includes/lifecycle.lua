@@ -204,6 +204,23 @@ function lifecycle.next_unpark()
   return lifecycle.parked.next
 end
 
+-- The meta's 'scheduled': how many parked entries are scheduled (a queue's delayed message, a job:
+-- parkinfo 's<score>' or 'job', parked_score), the others waiting for a redelivery delay, so the stats
+-- tell them apart without a walk (ops/homes.py parked_counts). Kept where an entry is written
+-- (parked_info) and deleted (unparked, given the entry it had); it never goes below 0 (entries parked
+-- before it was kept are not in it).
+function lifecycle.parked_info(id, info, scheduled)
+  if redis.call('HSET', base.K_PARKINFO, id, info) == 1 and scheduled then base.meta_incr('scheduled') end
+end
+
+function lifecycle.unparked(id, info)
+  if redis.call('HDEL', base.K_PARKINFO, id) == 1 and info
+     and (info == 'job' or string.byte(info) == 115)  -- (parked_score: 's' or a job)
+     and (tonumber(redis.call('HGET', base.K_META, 'scheduled')) or 0) > 0 then
+    base.meta_incr('scheduled', -1)
+  end
+end
+
 -- Bring back parked messages whose time has come (bounded); returns how many.
 function lifecycle.unpark_due(limit)
   local first = lifecycle.next_unpark()
@@ -217,7 +234,7 @@ function lifecycle.unpark_due(limit)
       lifecycle.fire_scheduled(id, at)
     else
       redis.call('ZREM', base.K_PARKED, id)
-      redis.call('HDEL', base.K_PARKINFO, id)
+      lifecycle.unparked(id, info)
       if info and string.byte(info) == 115 then  -- 's': a delayed message (parked_score)
         lifecycle.scheduled_arrived(id, tonumber(string.sub(info, 2)))
       elseif info and redis.call('HEXISTS', base.K_MSGS, id) == 1 then
@@ -316,7 +333,7 @@ function lifecycle.load()
   lifecycle.park = function(id, at, score, scheduled)
     redis.call('ZADD', base.K_PARKED, at, id)
     lifecycle.parked.due_at(base.P, at)
-    redis.call('HSET', base.K_PARKINFO, id, scheduled and 's' .. base.NOW_TEXT.num(score) or score)
+    lifecycle.parked_info(id, scheduled and 's' .. base.NOW_TEXT.num(score) or score, scheduled)
     lifecycle.parked.next = nil
   end
 
@@ -343,7 +360,7 @@ function lifecycle.load()
     flow.memory_charge(#blob)  -- the job holds the message until its last delivery (flow.lua)
     redis.call('ZADD', base.K_PARKED, at, id)
     lifecycle.parked.due_at(base.P, at)
-    redis.call('HSET', base.K_PARKINFO, id, 'job')
+    lifecycle.parked_info(id, 'job', true)
     lifecycle.parked.next = nil
   end
 
@@ -451,7 +468,7 @@ function lifecycle.load()
       redis.call('HDEL', base.K_SCHED, id)
       flow.memory_release(#job[1])
       redis.call('ZREM', base.K_PARKED, id)
-      redis.call('HDEL', base.K_PARKINFO, id)
+      lifecycle.unparked(id, 'job')
     end
   end
 

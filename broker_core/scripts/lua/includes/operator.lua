@@ -27,7 +27,7 @@ function operator.take_out(id)
     local info = redis.call('HGET', base.K_PARKINFO, id)
     if info then scheduled = select(2, lifecycle.parked_score(info)) end
     redis.call('ZREM', base.K_PARKED, id)
-    redis.call('HDEL', base.K_PARKINFO, id)
+    lifecycle.unparked(id, info)
     lifecycle.parked.next = nil
   elseif where == 'inflight' then
     if tonumber(redis.call('ZSCORE', base.K_CINF(cid), id)) > outbox.received_upto(cid) then
