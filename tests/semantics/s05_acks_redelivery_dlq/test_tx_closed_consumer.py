@@ -113,3 +113,21 @@ def test_reaping_lapsed_consumers_gives_back_what_lapsed_transactions_held(broke
     broker.renew_leases("orders", ["D"], 60_000)
     assert broker.reap_lapsed("orders") == []
     assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m0", 1)]
+
+
+def test_a_purge_takes_a_held_message_too(broker, clock):
+    """A purge removes every message the queue held when it began, wherever it is (in flight too): one
+    held for an open transaction as well, which would otherwise come back at the rollback (or the lapse)
+    from a queue the operator emptied. The commit then refuses its ack, as for any in-flight message a
+    purge took."""
+    tx, other, _m0 = _acked_then_closed(broker)
+    assert [x.body for x in drain(broker, other)] == ["m1"]
+    assert broker.purge("orders") == 2
+    stats = broker.stats("orders")
+    assert (stats.queue_size, stats.in_flight, stats.dequeued) == (0, 0, 2)
+    broker.rollback(tx)
+    clock.advance(3_600_000)  # (past the transaction's hour)
+    maintenance.run_due(broker)
+    last = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="E")
+    assert drain(broker, last) == []  # (D was reaped: its lease lapsed meanwhile)
+    assert broker.stats("orders").queue_size == 0
