@@ -131,3 +131,19 @@ def test_a_purge_takes_a_held_message_too(broker, clock):
     last = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="E")
     assert drain(broker, last) == []  # (D was reaped: its lease lapsed meanwhile)
     assert broker.stats("orders").queue_size == 0
+
+
+def test_a_rollback_returns_the_held_messages_of_an_ack_one_of_whose_messages_left(broker):
+    """One ack of two messages in the transaction, both held, one removed by an operator since: the
+    rollback gives back the other at once (it was refused whole, its consumer gone, and left held until
+    the transaction's key would have expired: an hour)."""
+    c = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="C")
+    broker.send("orders", [Message(body="m0"), Message(body="m1")])
+    d0, d1 = drain(broker, c)
+    tx = broker.begin()
+    broker.ack(c, [d0.message_id, d1.message_id], tx=tx)
+    broker.close_consumer(c)
+    assert broker.remove_message("orders", d0.message_id)
+    broker.rollback(tx)
+    other = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="D")
+    assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m1", 1)]
