@@ -147,3 +147,23 @@ def test_a_rollback_returns_the_held_messages_of_an_ack_one_of_whose_messages_le
     broker.rollback(tx)
     other = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="D")
     assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m1", 1)]
+
+
+def test_a_message_negatively_acknowledged_after_its_transacted_ack_is_no_longer_the_transaction_s(broker, policy):
+    """C acknowledges m0 in a transaction, then NACKs it: m0 goes back to the queue (and to C again, at
+    once), and the transaction's mark goes with the window it was made in. C's close, then D's, give it
+    back; it was held for the transaction instead (found nowhere), whose commit would have consumed a
+    message redelivered since and never acknowledged again."""
+    policy("orders", initialRedeliveryDelay=0, redeliveryDelay=0)  # (redelivered at once)
+    c = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="C")
+    broker.send("orders", Message(body="m0"))
+    (d0,) = drain(broker, c)
+    tx = broker.begin()
+    broker.ack(c, d0.message_id, tx=tx)
+    broker.nack(c, [d0.message_id])
+    broker.close_consumer(c)
+    d = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="D")
+    assert [x.body for x in drain(broker, d)] == ["m0"]
+    broker.close_consumer(d)
+    e = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="E")
+    assert [x.body for x in drain(broker, e)] == ["m0"]
