@@ -149,7 +149,7 @@ def test_a_rollback_returns_the_held_messages_of_an_ack_one_of_whose_messages_le
     assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m1", 1)]
 
 
-def test_a_message_negatively_acknowledged_after_its_transacted_ack_is_no_longer_the_transaction_s(broker, policy):
+def test_a_nack_after_a_transacted_ack_ends_the_transaction_s_mark(broker, policy):
     """C acknowledges m0 in a transaction, then NACKs it: m0 goes back to the queue (and to C again, at
     once), and the transaction's mark goes with the window it was made in. C's close, then D's, give it
     back; it was held for the transaction instead (found nowhere), whose commit would have consumed a
