@@ -167,3 +167,20 @@ def test_a_nack_after_a_transacted_ack_ends_the_transaction_s_mark(broker, polic
     broker.close_consumer(d)
     e = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="E")
     assert [x.body for x in drain(broker, e)] == ["m0"]
+
+
+def test_an_operator_sees_a_held_message_where_the_counts_put_it(broker):
+    """Counted in the queue's size and in flight, a held message is browsed and found by id too, in flight
+    with no consumer (its consumer closed): an operator who could not see it could not remove it."""
+    _tx, other, m0 = _acked_then_closed(broker)
+    assert [x.body for x in drain(broker, other)] == ["m1"]
+    page = broker.browse("orders")
+    assert sorted((b.message.body, b.state, b.message.consumer_id) for b in page.messages) == [
+        ("m0", "inflight", ""), ("m1", "inflight", "D")]
+    assert page.next_cursor is None
+    got = broker.get_message("orders", m0)
+    assert (got.message.body, got.state, got.message.redelivery_count) == ("m0", "inflight", 1)
+    # one at a time, the cursor goes from the windows to the held ones
+    first = broker.browse("orders", limit=1)
+    second = broker.browse("orders", limit=1, cursor=first.next_cursor)
+    assert {first.messages[0].message.body, second.messages[0].message.body} == {"m0", "m1"}
