@@ -184,3 +184,17 @@ def test_an_operator_sees_a_held_message_where_the_counts_put_it(broker):
     first = broker.browse("orders", limit=1)
     second = broker.browse("orders", limit=1, cursor=first.next_cursor)
     assert {first.messages[0].message.body, second.messages[0].message.body} == {"m0", "m1"}
+
+
+def test_a_held_message_is_not_moved_and_the_refusal_says_why(broker):
+    """In flight (held for its transaction), it is refused as any in-flight message, not as one missing."""
+    _tx, other, m0 = _acked_then_closed(broker)
+    drain(broker, other)
+    broker.send("elsewhere", Message(body="x"))
+    try:
+        broker.move_message("orders", m0, "elsewhere")
+    except Exception as exc:  # noqa: BLE001 - the refusal is what is asserted
+        assert "in flight" in str(exc) and "transaction" in str(exc), exc
+    else:
+        raise AssertionError("moved")
+    assert broker.stats("orders").queue_size == 2
