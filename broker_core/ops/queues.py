@@ -36,7 +36,8 @@ BROWSE_EXAMINE = 400  # messages a browse call looks at, matching or not (100,00
 # one HSCAN page (a page stopped at its limit or the call's byte budget). Anything else is refused by name:
 # the script would fail on a score or HSCAN cursor Redis cannot read (a 500), or read an unknown phase as
 # "done" (an empty last page, telling the client it has seen every message).
-_BROWSE_CURSOR = re.compile(r"[pk]:[-+]?(?:inf|[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)\|.+"
+# (h: the messages held for transactions, browse.lua: 'h:' their start)
+_BROWSE_CURSOR = re.compile(r"[pkh]:[-+]?(?:inf|[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)\|.+|h:"
                             r"|i:[1-9][0-9]{0,19}|i:[0-9]{1,20}\|.+", re.DOTALL)
 # the scheduled listing's cursors: its walk over the parked messages only (browse.lua, mode 's')
 _SCHEDULED_CURSOR = re.compile(r"k:[-+]?(?:inf|[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)\|.+", re.DOTALL)

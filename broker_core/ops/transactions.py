@@ -309,8 +309,8 @@ def _give_back(ops: Context, consumer: ConsumerRef, message_ids: list[str], now:
         part = message_ids[i:i + homes.ACK_PART]
         try:
             yield from homes.release(ops, consumer, part, now, key)
-        except UnknownConsumer:  # the consumer closed and holds none of them: they went back already
-            return
+        except UnknownConsumer:  # the consumer closed and none of this part is held: they went back already
+            continue  # (a later part may hold some: release.lua gives back a part's held ones whatever else)
         except NotInFlight:
             for message_id in part if len(part) > 1 else ():
                 with contextlib.suppress(NotInFlight, UnknownConsumer):

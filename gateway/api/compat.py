@@ -46,6 +46,7 @@ ActiveMQ copies every property name and value into a header unchecked.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import functools
 import hashlib
@@ -261,7 +262,13 @@ def message_text(params: dict[str, list[str]], raw: bytes, encoding: str) -> str
     if body is None:
         if len(raw) > MAX_MESSAGE_SIZE:
             raise _too_large()
-        return raw.decode(encoding, errors="replace")
+        try:
+            return raw.decode(encoding)
+        except UnicodeDecodeError as exc:  # (U+FFFD in their place: another text than the one sent)
+            named = "UTF-8" if codecs.lookup(encoding).name == "utf-8" else encoding
+            raise Problem(400, "invalid_body", "Invalid body",
+                          f"the body is not {named} text (byte {exc.start}: {raw[exc.start]:#04x}); send it "
+                          "in UTF-8, or name its charset in Content-Type") from None
     if len(body.encode()) > MAX_MESSAGE_SIZE:
         raise _too_large()
     return body

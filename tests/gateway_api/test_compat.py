@@ -224,3 +224,21 @@ async def test_the_servlet_checks_permissions_too(api, make_user):
     assert sent.status_code == 200
     response = await api.get("/api/message/orders.eu?type=queue&readTimeout=10", headers=writer)
     assert_problem(response, 403, "permission_denied")
+
+
+async def test_a_raw_body_not_in_its_charset_is_refused_not_changed(api, basic, make_user):
+    """Bytes that are not UTF-8 (no charset named) are refused, naming where, nothing sent: decoded with
+    U+FFFD in their place, the message would be another text than the one sent. A body in the charset
+    its Content-Type names is that text."""
+    latin1 = "h\xe9llo".encode("latin-1")
+    for content_type in ("text/plain", "text/plain; charset=utf-8"):
+        refused = await api.post("/api/message/orders.eu?type=queue", content=latin1,
+                                 headers={**basic, "Content-Type": content_type})
+        assert_problem(refused, 400, "invalid_body")
+        assert "UTF-8" in refused.json()["detail"] and "byte 1" in refused.json()["detail"]
+    sent = await api.post("/api/message/orders.eu?type=queue", content=latin1,
+                          headers={**basic, "Content-Type": "text/plain; charset=ISO-8859-1"})
+    assert sent.status_code == 200, sent.text
+    root = await blocking(make_user)("root", superuser=True)
+    messages = (await api.get("/api/v1/queues/orders.eu/messages", headers=root)).json()["messages"]
+    assert [m["body"] for m in messages] == ["h\xe9llo"]

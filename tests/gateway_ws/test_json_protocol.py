@@ -343,3 +343,31 @@ async def test_a_batch_of_management_messages_with_a_bad_one_changes_nothing():
         assert error["type"] == "error" and "REMOVE needs scheduledJobId" in error["message"], error
     stats = await aio.stats("queue://json.sched.batch")
     assert (stats.parked, stats.cancelled) == (1, 0)
+
+
+async def test_an_unsubscribe_leaves_a_transactions_acks_to_its_commit_or_abort():
+    """A client-individual subscription ends with an ACK in an open transaction: its message is held for
+    the transaction (neither redelivered nor consumed yet); the COMMIT consumes it, and after an ABORT
+    it comes again, redelivered once (docs/broker_core.md "A transaction's acks of a consumer that
+    closes")."""
+    aio = runtime.async_broker()
+    async with websocket("/ws/v1") as ws:
+        await connected(ws)
+        await request(ws, type="subscribe", id=1, subscription="s", destination="queue://json.h")
+        _, pushed = await answer_and_messages(ws, 2, type="send", id=2, destination="queue://json.h",
+                                              messages=[{"body": "kept"}, {"body": "undone"}])
+        ids = {m["message"]["body"]: m["message"]["message_id"] for m in pushed}
+        for n, (name, body) in enumerate((("c", "kept"), ("a", "undone"))):
+            await request(ws, type="begin", id=10 + n, transaction=name)
+            assert (await request(ws, type="ack", id=20 + n, subscription="s", transaction=name,
+                                  message_id=ids[body]))["type"] == "ok"
+        assert await request(ws, type="unsubscribe", id=3, subscription="s") == {"type": "ok", "id": 3}
+        stats = await aio.stats("queue://json.h")
+        assert (stats.pending, stats.in_flight, stats.consumer_count) == (0, 2, 0)
+        assert await request(ws, type="commit", id=4, transaction="c") == {"type": "ok", "id": 4}
+        assert await request(ws, type="abort", id=5, transaction="a") == {"type": "ok", "id": 5}
+        _, (again,) = await answer_and_messages(ws, 1, type="subscribe", id=6, subscription="t",
+                                                destination="queue://json.h")
+        assert again["message"]["body"] == "undone" and again["message"]["delivery_count"] == 2
+        stats = await aio.stats("queue://json.h")
+        assert (stats.dequeued, stats.queue_size) == (1, 1)

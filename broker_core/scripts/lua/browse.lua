@@ -1,5 +1,5 @@
 -- Browse a queue without changing it: pending messages in dispatch order, then parked ones (redelivery
--- delay, scheduled), then in-flight ones; optionally only those a selector matches. Bounded: examines
+-- delay, scheduled), then in-flight ones (then those held for a transaction, 'h:<score>|<id>'); optionally only those a selector matches. Bounded: examines
 -- at most ARGV[4] messages per call, and reads no more once it has read about the call's byte budget
 -- (outbox.lua outbox.CALL_MOST_BYTES, at least one message), and returns where to continue.
 -- ARGV: now, cursor ('' = start; 'p:<score>|<id>', 'k:<score>|<id>', 'i:<hscan cursor>' or, inside an
@@ -136,6 +136,17 @@ if phase == 'i' then
       end
     end
   until position == '0' or found >= limit or examined >= budget or bytes >= outbox.CALL_MOST_BYTES
-  if position ~= '0' then out[1] = 'i:' .. position end
+  if position ~= '0' then out[1] = 'i:' .. position return finish() end
+  phase, position = 'h', ''
+end
+-- Messages held for a transaction (its consumer closed since its ack: includes/lifecycle.lua
+-- txheld_key) are in flight too, with no consumer; an operator's browse shows them (not a queue
+-- browser's: they are acknowledged, and never dispatched again unless the transaction rolls back).
+if phase == 'h' and ARGV[6] ~= '0' and redis.call('ZCARD', lifecycle.txheld_key()) > 0 then
+  if found >= limit or examined >= budget or bytes >= outbox.CALL_MOST_BYTES then
+    out[1] = 'h:' .. position  -- (the windows' messages filled this call: the held ones next)
+    return finish()
+  end
+  out[1] = walk_zset(lifecycle.txheld_key(), 'h', 'inflight', position) or ''
 end
 return finish()

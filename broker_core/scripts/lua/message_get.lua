@@ -7,6 +7,9 @@ base.NOW = tonumber(ARGV[1])
 local unknown = base.unknown_destination()
 if unknown then return unknown end
 local where, cid = operator.locate(ARGV[2])
+if not where and redis.call('ZSCORE', lifecycle.txheld_key(), ARGV[2]) then
+  where, cid = 'inflight', ''  -- held for a transaction, its consumer closed (includes/lifecycle.lua)
+end
 local blob = redis.call('HGET', base.K_MSGS, ARGV[2])
 if not blob and where == 'parked' then
   local job = redis.call('HGET', base.K_SCHED, ARGV[2])

@@ -25,6 +25,10 @@ local self_uri = redis.call('HGET', base.K_META, 'uri')
 local ids = {}
 for i = 9, #ARGV do
   local where, cid = operator.locate(ARGV[i])
+  if not where and redis.call('ZSCORE', lifecycle.txheld_key(), ARGV[i]) then  -- (includes/lifecycle.lua)
+    return base.fail('IN_FLIGHT', 'message ' .. ARGV[i] .. ' is in flight, held for the transaction that '
+      .. 'acknowledged it (its consumer closed); it can be moved once that transaction rolls back')
+  end
   if not where then return base.fail('NO_MESSAGE', 'no message ' .. ARGV[i] .. ' on ' .. self_uri) end
   local score, scheduled = nil, false
   if where == 'parked' then

@@ -1,12 +1,12 @@
 -- Purge (QueueView.purge, spec §14.3) in bounded calls: removes the messages the queue held when the purge
 -- began, the ones whose broker sequence is at most the mark, wherever they are: parked, then pending, then
--- in flight (ActiveMQ's purge takes dispatched messages too). Messages sent after the mark stay, as in
+-- in flight (ActiveMQ's purge takes dispatched messages too), then held for a transaction (its consumer closed). Messages sent after the mark stay, as in
 -- ActiveMQ, whose purge holds the queue's send lock. Each call examines at most ARGV[5] messages and
 -- says where the next one goes on; counted as purged (a repeating scheduled message's job: cancelled).
 -- ARGV: now, budget, mark ('' on the first call: the current sequence becomes the mark), cursor ('' = the
 -- start; 'k:<score>|<id>' parked, 'p:<score>|<id>' pending (the last message kept), 'i:<consumers' HSCAN
 -- cursor>:<consumer>:<dispatch sequence>' in flight, 'c:...' the same for closed consumers still returning
--- messages), examine budget[, tally key: a temporary destination's deletion (ops/router.py
+-- messages, 'h:<score>|<id>' those held for transactions, the last kept), examine budget[, tally key: a temporary destination's deletion (ops/router.py
 -- delete_temporary) counts what each call removes in that hash's `messages`, in the same step].
 -- Returns {removed, next cursor ('' when done), mark, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
@@ -67,6 +67,13 @@ local function parked_old(id)
 end
 
 local function pending_old(_, score) return old(score) end
+
+-- A message held for a transaction (includes/lifecycle.lua txheld_key; its consumer closed since the
+-- transaction acknowledged it) is in flight too: its pending score is in its mark, '<tx key>|<score>'.
+local function held_old(id)
+  local score = string.match(redis.call('HGET', lifecycle.txacks_key(), id) or '', '|([^|]*)$')
+  return score ~= nil and old(score)
+end
 
 -- Old messages of consumer `cid`'s window (ids, with their dispatch sequences), taken out together: one
 -- command per key (take_out's steps for a message in flight, for all of them).
@@ -143,7 +150,12 @@ if phase == 'i' then
 end
 if phase == 'c' then
   local hcur, cid, after = string.match(position, '^([^:]*):([^:]*):(.*)$')
-  cursor = in_flight(base.P .. ':closing', 'c', hcur, cid, after) or ''
+  cursor = in_flight(base.P .. ':closing', 'c', hcur, cid, after)
+  if not cursor then phase, position = 'h', '' end
+end
+local held = {}  -- old messages held for transactions
+if phase == 'h' then
+  cursor = walk(lifecycle.txheld_key(), 'h', position, held_old, held) or ''
 end
 for _, id in ipairs(parked) do remove(id) end
 if #leaving > 0 then
@@ -151,6 +163,11 @@ if #leaving > 0 then
   message.pass_dirty.pending = nil
   lifecycle.drop_messages(leaving)
   purged = purged + #leaving
+end
+if #held > 0 then  -- (drop_messages forgets their marks: the commit refuses their acks, nothing applied)
+  base.call_many('ZREM', lifecycle.txheld_key(), held)
+  lifecycle.drop_messages(held)
+  purged = purged + #held
 end
 if purged > 0 then
   base.meta_incr('purged', purged)

@@ -2,7 +2,8 @@
 -- (transaction rollback, session recover). ARGV: now, budget, consumer id, the rolled back transaction's key
 -- ('' for none), message ids... A message held for that transaction, its consumer closed since
 -- (includes/lifecycle.lua txacks_key), goes back as its close would have put it (its counter raised then),
--- whether or not the consumer is still there.
+-- whether or not the consumer is still there; with the consumer gone, the other ids are skipped (they went
+-- back with its close or left since), and the call refused (UNKNOWN_CONSUMER) only when none is held.
 -- Returns {returned count, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
 --@include dispatch
@@ -14,11 +15,17 @@ for i = 5, #ARGV do listed[#listed + 1] = ARGV[i] end
 local held = tx ~= '' and lifecycle.held_for(tx, listed) or {}
 local is_held = {}
 for _, id in ipairs(held) do is_held[id] = true end
-local ids, seqs, live = {}, {}, false
+local ids, seqs, live = {}, {}, nil
 for _, id in ipairs(listed) do
   if not is_held[id] then
-    live = live or redis.call('HEXISTS', base.K_CONSUMERS, cid) == 1
-    if not live then return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
+    if live == nil then live = redis.call('HEXISTS', base.K_CONSUMERS, cid) == 1 end
+    -- the consumer closed: a rolled back message it did not leave held went back with the close, or left
+    -- the queue since (an operator removed it): nothing to give back, and the held ones go back all the same
+    if not live and #held == 0 then
+      return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination')
+    end
+  end
+  if not is_held[id] and live then
     local seq = redis.call('ZSCORE', base.K_CINF(cid), id)
     if not seq then
       return base.fail('NOT_IN_FLIGHT', 'message ' .. id .. ' is not in flight with consumer ' .. cid)

@@ -113,3 +113,88 @@ def test_reaping_lapsed_consumers_gives_back_what_lapsed_transactions_held(broke
     broker.renew_leases("orders", ["D"], 60_000)
     assert broker.reap_lapsed("orders") == []
     assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m0", 1)]
+
+
+def test_a_purge_takes_a_held_message_too(broker, clock):
+    """A purge removes every message the queue held when it began, wherever it is (in flight too): one
+    held for an open transaction as well, which would otherwise come back at the rollback (or the lapse)
+    from a queue the operator emptied. The commit then refuses its ack, as for any in-flight message a
+    purge took."""
+    tx, other, _m0 = _acked_then_closed(broker)
+    assert [x.body for x in drain(broker, other)] == ["m1"]
+    assert broker.purge("orders") == 2
+    stats = broker.stats("orders")
+    assert (stats.queue_size, stats.in_flight, stats.dequeued) == (0, 0, 2)
+    broker.rollback(tx)
+    clock.advance(3_600_000)  # (past the transaction's hour)
+    maintenance.run_due(broker)
+    last = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="E")
+    assert drain(broker, last) == []  # (D was reaped: its lease lapsed meanwhile)
+    assert broker.stats("orders").queue_size == 0
+
+
+def test_a_rollback_returns_the_held_messages_of_an_ack_one_of_whose_messages_left(broker):
+    """One ack of two messages in the transaction, both held, one removed by an operator since: the
+    rollback gives back the other at once (it was refused whole, its consumer gone, and left held until
+    the transaction's key would have expired: an hour)."""
+    c = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="C")
+    broker.send("orders", [Message(body="m0"), Message(body="m1")])
+    d0, d1 = drain(broker, c)
+    tx = broker.begin()
+    broker.ack(c, [d0.message_id, d1.message_id], tx=tx)
+    broker.close_consumer(c)
+    assert broker.remove_message("orders", d0.message_id)
+    broker.rollback(tx)
+    other = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="D")
+    assert [(x.body, x.redelivery_count) for x in drain(broker, other)] == [("m1", 1)]
+
+
+def test_a_nack_after_a_transacted_ack_ends_the_transaction_s_mark(broker, policy):
+    """C acknowledges m0 in a transaction, then NACKs it: m0 goes back to the queue (and to C again, at
+    once), and the transaction's mark goes with the window it was made in. C's close, then D's, give it
+    back; it was held for the transaction instead (found nowhere), whose commit would have consumed a
+    message redelivered since and never acknowledged again."""
+    policy("orders", initialRedeliveryDelay=0, redeliveryDelay=0)  # (redelivered at once)
+    c = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="C")
+    broker.send("orders", Message(body="m0"))
+    (d0,) = drain(broker, c)
+    tx = broker.begin()
+    broker.ack(c, d0.message_id, tx=tx)
+    broker.nack(c, [d0.message_id])
+    broker.close_consumer(c)
+    d = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="D")
+    assert [x.body for x in drain(broker, d)] == ["m0"]
+    broker.close_consumer(d)
+    e = consumer(broker, prefetch=10, ack_mode="client-individual", consumer_id="E")
+    assert [x.body for x in drain(broker, e)] == ["m0"]
+
+
+def test_an_operator_sees_a_held_message_where_the_counts_put_it(broker):
+    """Counted in the queue's size and in flight, a held message is browsed and found by id too, in flight
+    with no consumer (its consumer closed): an operator who could not see it could not remove it."""
+    _tx, other, m0 = _acked_then_closed(broker)
+    assert [x.body for x in drain(broker, other)] == ["m1"]
+    page = broker.browse("orders")
+    assert sorted((b.message.body, b.state, b.message.consumer_id) for b in page.messages) == [
+        ("m0", "inflight", ""), ("m1", "inflight", "D")]
+    assert page.next_cursor is None
+    got = broker.get_message("orders", m0)
+    assert (got.message.body, got.state, got.message.redelivery_count) == ("m0", "inflight", 1)
+    # one at a time, the cursor goes from the windows to the held ones
+    first = broker.browse("orders", limit=1)
+    second = broker.browse("orders", limit=1, cursor=first.next_cursor)
+    assert {first.messages[0].message.body, second.messages[0].message.body} == {"m0", "m1"}
+
+
+def test_a_held_message_is_not_moved_and_the_refusal_says_why(broker):
+    """In flight (held for its transaction), it is refused as any in-flight message, not as one missing."""
+    _tx, other, m0 = _acked_then_closed(broker)
+    drain(broker, other)
+    broker.send("elsewhere", Message(body="x"))
+    try:
+        broker.move_message("orders", m0, "elsewhere")
+    except Exception as exc:  # noqa: BLE001 - the refusal is what is asserted
+        assert "in flight" in str(exc) and "transaction" in str(exc), exc
+    else:
+        raise AssertionError("moved")
+    assert broker.stats("orders").queue_size == 2
