@@ -71,20 +71,26 @@ def test_active_subscriptions_are_removed_too_and_their_in_flight_messages_count
             broker.receive(consumer, 1)
 
 
-def test_subscriptions_made_between_the_calls_go_as_well(broker):
-    for i in range(topics.DELETE_SUBSCRIPTIONS + 1):
-        broker.close_consumer(durable(broker, i))
-    broker.send(T, [Message(body="a")])
+def _delete_subscribing_after_the_first_call(broker, subscribe):
+    """Delete T step by step; right after its first topic_admin call, `subscribe(that call's reply)` makes
+    a subscription. (what the deletion returned, that subscription)"""
     op = broker.ops.delete_destination(parse_destination(T), broker._now())
     request, late = next(op), None
     try:
         while True:
             reply = broker._step(request)
             if late is None and isinstance(request, Eval) and request.script == "topic_admin":
-                late = durable(broker, 999)  # subscribes after the first call
+                late = subscribe(reply)
             request = op.send(reply)
     except StopIteration as done:
-        removed = done.value
+        return done.value, late
+
+
+def test_subscriptions_made_between_the_calls_go_as_well(broker):
+    for i in range(topics.DELETE_SUBSCRIPTIONS + 1):
+        broker.close_consumer(durable(broker, i))
+    broker.send(T, [Message(body="a")])
+    removed, late = _delete_subscribing_after_the_first_call(broker, lambda reply: durable(broker, 999))
     assert removed == topics.DELETE_SUBSCRIPTIONS + 1
     assert T not in broker.destinations()
     with pytest.raises(UnknownConsumer):
@@ -96,17 +102,11 @@ def test_a_subscription_made_after_the_last_call_goes_as_well_and_leaves_nothing
     subscribe after the call that removed the last subscription and before the topic's own keys go: it
     goes too, with its durable registry entry, instead of being left behind, subscribed to nothing."""
     broker.close_consumer(durable(broker, 0))
-    op = broker.ops.delete_destination(parse_destination(T), broker._now())
-    request, late = next(op), None
-    try:
-        while True:
-            reply = broker._step(request)
-            if late is None and isinstance(request, Eval) and request.script == "topic_admin":
-                assert int(reply[1]) == 0  # the last call: nothing left
-                late = durable(broker, 1)  # subscribes right after it
-            request = op.send(reply)
-    except StopIteration:
-        pass
+    def subscribe(reply):
+        assert int(reply[1]) == 0  # the last call: nothing left
+        return durable(broker, 1)  # subscribes right after it
+
+    _removed, late = _delete_subscribing_after_the_first_call(broker, subscribe)
     assert T not in broker.destinations()
     with pytest.raises(UnknownConsumer):
         broker.receive(late, 1)
