@@ -2,7 +2,7 @@
 physical floor beside them and, optionally, a sampling profile of the gateway process.
 
 Usage: python bench/stomp_latency.py [--n 2000] [--cases tcp-pingpong,tcp-receipt,...] [--fsync everysec]
-           [--py-spy /path/to/py-spy] [--profile-dir DIR]
+           [--py-spy /path/to/py-spy [--native]] [--profile-dir DIR]
 
 Starts `./signalbox.sh run`'s launcher on free loopback ports with an installed Redis 7 (AOF, --fsync), then:
 - the floor: a Redis PING and an EVALSHA of `return 1` over that server's unix socket, the way the
@@ -225,9 +225,9 @@ class Meter:
     command statistics, and (when asked) py-spy's samples or strace's counts of the gateway process."""
 
     def __init__(self, gateway: int, redis: int, line: RedisLine, py_spy: str | None, strace: bool,
-                 profile_dir: str, case: str) -> None:
+                 profile_dir: str, case: str, native: bool = False) -> None:
         self.gateway, self.redis, self.line = gateway, redis, line
-        self.py_spy, self.strace = py_spy, strace
+        self.py_spy, self.strace, self.native = py_spy, strace, native
         self.raw = Path(profile_dir) / f"{case}.txt"
         self.summary = Path(profile_dir) / f"{case}.strace"
         self.spy: subprocess.Popen[bytes] | None = None
@@ -240,7 +240,9 @@ class Meter:
         if self.py_spy:
             self.raw.parent.mkdir(parents=True, exist_ok=True)
             self.spy = subprocess.Popen([self.py_spy, "record", "--pid", str(self.gateway), "--rate", "400",
-                                         "--format", "raw", "--output", str(self.raw), "--nonblocking"],
+                                         "--format", "raw", "--output", str(self.raw),
+                                         # (py-spy reads native frames only from a stopped process)
+                                         *(["--native"] if self.native else ["--nonblocking"])],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1)
         if self.strace:
@@ -281,6 +283,9 @@ def main() -> None:
     parser.add_argument("--server", default="redis", help="as bench/versus_activemq.py's --servers")
     parser.add_argument("--py-spy", help="a py-spy binary: profile the gateway process during each case")
     parser.add_argument("--profile-dir", default="/tmp/stomp-profile")
+    parser.add_argument("--native", action="store_true",
+                        help="with --py-spy, sample C frames too (the event loop's, the interpreter's; "
+                             "py-spy stops the process for each sample, so the case's figures are slower)")
     parser.add_argument("--strace", action="store_true",
                         help="count the gateway process's system calls during each case (strace -c -w: time "
                              "in each call, wall clock; strace slows the process, the counts are the point)")
@@ -306,7 +311,7 @@ def main() -> None:
                 run_case(box.target, case, min(200, args.n))  # warm-up
                 gateway = box.pids["stomp" if case.startswith("tcp") else "web"]
                 meter = Meter(gateway, box.pids["redis"], line, args.py_spy, args.strace, args.profile_dir,
-                              case)
+                              case, args.native)
                 result = run_case(box.target, case, args.n, meter.start, meter.stop)
                 if meter.tracer is not None:
                     print(meter.summary.read_text())
