@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from gateway import paths  # noqa: F401 - registers the `segment` converter
 from gateway.api import (  # noqa: F401 - schema registers
     compat,
+    jolokia,
     schema,
     views_admin,
     views_connections,
@@ -128,5 +129,7 @@ urlpatterns = [
     path(f"{CONSUMER}/nack", views_messaging.NackView.as_view(), name="api-nack"),
     path(f"{CONSUMER}/heartbeat", views_messaging.HeartbeatView.as_view(), name="api-heartbeat"),
     path("message", compat.MessageServletRootView.as_view(), name="api-activemq-root"),
+    # ActiveMQ's Jolokia agent, read side (a GET's parts escape `/` as `!/`, so the path is taken whole)
+    re_path(r"^jolokia(?:/(?P<path>.*))?$", jolokia.JolokiaView.as_view(), name="api-jolokia"),
     re_path(r"^message/(?P<path>.+)$", compat.MessageServletView.as_view(), name="api-activemq"),
 ]

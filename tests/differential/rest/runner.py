@@ -10,7 +10,8 @@ A scenario is data (tests/differential/rest/scenarios/<group>.json): steps.
 - `["http", client, METHOD, path, {params}, {options}, fact]`: one request. `params` go in the query
   string (a list value repeats the parameter); options: `body` (text, sent as it is), `headers`
   (Content-Type included: none is added), `form` (fields sent as an application/x-www-form-urlencoded
-  body), `auth` (`good`, default; `none`; `wrong`: the right user, a wrong password). `client` keeps its
+  body), `json` (the answer is Jolokia's JSON: compared as JSON, `http_fact`), `auth` (`good`, default;
+  `none`; `wrong`: the right user, a wrong password). `client` keeps its
   JSESSIONID cookie across requests, as a browser would; client `-` keeps none.
 - `["stomp_subscribe", conn, destination]`: a STOMP connection subscribing (auto ack) to a destination,
   confirmed by a RECEIPT before the next step.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import json
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -104,7 +106,10 @@ class Http:
 
 
 def http_fact(norm: Normaliser, status: int, headers: list[tuple[str, str]],
-              payload: bytes) -> dict[str, Any]:
+              payload: bytes, as_json: bool = False) -> dict[str, Any]:
+    """With `as_json` (a Jolokia answer), the body is the JSON it holds, its keys sorted, every
+    `timestamp` `<time>` and every list of names sorted (a search's: Jolokia's order is a hash set's),
+    and an Expires header (Jolokia's is an hour before the answer) `<date>`."""
     out: dict[str, Any] = {"status": status}
     cookie = "none"
     for name, value in headers:
@@ -115,6 +120,8 @@ def http_fact(norm: Normaliser, status: int, headers: list[tuple[str, str]],
             continue
         if lowered in ID_HEADERS:
             value = norm.id("message-id", value)
+        elif lowered == "expires" and as_json:
+            value = "<date>"
         elif lowered == "content-type":  # the media type and the charset are two facts
             media, _, charset = value.replace(" ", "").lower().partition(";charset=")
             out["charset"] = charset or "<none>"
@@ -122,8 +129,19 @@ def http_fact(norm: Normaliser, status: int, headers: list[tuple[str, str]],
         out[lowered] = norm.text(value)
     out["cookie"] = cookie
     text = payload.decode("utf-8", "replace")
+    if as_json and status < 400:
+        text = json.dumps(_timeless(json.loads(text)), sort_keys=True)
     out["body"] = ("<error body>" if text else "") if status >= 400 else norm.text(text)
     return out
+
+
+def _timeless(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: "<time>" if k == "timestamp" else _timeless(v) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [_timeless(v) for v in value]
+        return sorted(items) if all(isinstance(v, str) for v in items) else items
+    return value
 
 
 def run(scenario: dict[str, Any], base: str, stomp_url: str, login: tuple[str, str]) -> dict[str, Any]:
@@ -166,7 +184,7 @@ def run(scenario: dict[str, Any], base: str, stomp_url: str, login: tuple[str, s
                     clients[client] = Http(base, login, keeps_cookie=client != "-")
                 status, headers, payload = clients[client].request(method, fill(path), fill(params),
                                                                    fill(options))
-                facts[fact] = http_fact(norm, status, headers, payload)
+                facts[fact] = http_fact(norm, status, headers, payload, bool(options.get("json")))
             elif kind == "http_start":
                 client, method, path, params, options, fact = step[1:]
                 if client not in clients:

@@ -1,0 +1,324 @@
+"""`/api/jolokia`: the read side of ActiveMQ's Jolokia agent (protocol 7.2, as ActiveMQ 5.17 ships it), so
+the tools that watch an ActiveMQ broker through it (autoscalers reading a queue's QueueSize, Telegraf's
+jolokia2 input, scripts) watch Signalbox by changing only the host.
+
+Requests: `read` (an MBean's attributes, one, several or all; an MBean pattern reads every match),
+`search` (the names matching a pattern) and `version`, by GET (`/api/jolokia/read/<mbean>[/<attribute>[,
+<attribute>...][/<path>]]`, `/search/<pattern>`, `/version`; `!/` stands for a `/` inside a part, `!!`
+for `!`) or POST (one request as a JSON object, or a list of them answered by a list). The MBeans are
+gateway/api/mbeans.py's. Answers are Jolokia's: HTTP 200 with `status` in the body (200, or 400, 403,
+404 with `error_type` and `error`, as Jolokia names Java's exceptions), `request` (the MBean in canonical
+form), `value` and `timestamp` (seconds); `text/plain;charset=utf-8` unless `mimeType=application/json`.
+
+What differs from ActiveMQ's agent, on purpose: it is read-only (`exec`, `write`, `list` and
+notifications answer a SecurityException, 403, naming the REST endpoint to use instead: ActiveMQ's
+agent lets any logged-in user purge a queue through it); a user sees the destinations they may read
+(per-destination permissions, gateway/permissions.py), the broker's totals over those; a pattern
+matching more than SIGNALBOX_JOLOKIA_MAX_OBJECTS MBeans is refused with that name (Jolokia's maxObjects
+cuts the answer off silently); a POST holds at most MAX_REQUESTS requests of MAX_BODY_BYTES in all.
+Logging in: HTTP Basic (as ActiveMQ's) or an API token.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import time
+from typing import Any
+
+from django.http import HttpResponse
+from django.utils.http import http_date
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.request import Request
+
+from broker_core.destinations import Destination, parse_destination
+from gateway import permissions, runtime
+from gateway.api import mbeans
+from gateway.api.auth import BasicAuthentication, TokenAuthentication
+from gateway.api.base import GatewayView
+from gateway.api.common import setting
+from gateway.api.destination_index import index, totals
+from gateway.api.object_names import MalformedObjectName, ObjectName, parse
+from gateway.api.schema import problems
+from gateway.db_steps import db
+
+PROTOCOL = "7.2"
+AGENT = "1.7.1"  # the Jolokia agent whose protocol this answers (ActiveMQ 5.17.2's)
+MAX_REQUESTS = 100  # requests in one POST
+MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_MAX_OBJECTS = 20_000
+MIME_TYPES = ("text/plain", "application/json")
+READ_ONLY = ("exec", "write", "list", "notification")
+INSTEAD = {"exec": "the REST API's actions (POST /api/v1/queues/<name>/purge, /pause, /resume, message "
+                   "moves and removals: docs/api.md)",
+           "write": "the destination policies (PUT /api/v1/policies/<pattern>)",
+           "list": "search, and read with no attribute (every attribute of an MBean)",
+           "notification": "the console's live feed or the metrics (docs/metrics.md)"}
+
+
+class JolokiaError(Exception):
+    """One request's refusal, answered in its place (the others of a POST go on)."""
+
+    def __init__(self, error_type: str, message: str, status: int) -> None:
+        super().__init__(message)
+        self.error_type, self.message, self.status = error_type, message, status
+
+
+def _illegal(message: str) -> JolokiaError:
+    return JolokiaError("java.lang.IllegalArgumentException", message, 400)
+
+
+def _not_found(message: str) -> JolokiaError:
+    return JolokiaError("javax.management.InstanceNotFoundException", message, 404)
+
+
+def split_path(text: str) -> list[str]:
+    """A GET path's parts: split at `/`, where `!x` stands for `x` (Jolokia's escape)."""
+    parts, current, chars = [], [], iter(text)
+    for char in chars:
+        if char == "!":
+            current.append(next(chars, "!"))
+        elif char == "/":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
+def from_path(path: str) -> dict[str, Any]:
+    """A GET request as the JSON request it stands for."""
+    parts = split_path(path.strip("/")) if path.strip("/") else []
+    if not parts:
+        return {"type": "version"}
+    kind, args = parts[0], parts[1:]
+    request: dict[str, Any] = {"type": kind}
+    if kind.lower() in ("read", "search") and args:
+        request["mbean"] = args[0]
+        if kind.lower() == "read" and len(args) > 1 and args[1]:
+            names = args[1].split(",")
+            request["attribute"] = names if len(names) > 1 else names[0]
+            if len(args) > 2:
+                request["path"] = "/".join(args[2:])
+    return request
+
+
+class Reader:
+    """Answers the requests of one HTTP request for one user (their readable destinations looked up
+    once)."""
+
+    def __init__(self, user: Any, patterns: list[Destination] | None) -> None:
+        self.user, self.patterns = user, patterns
+        self.broker = runtime.async_broker()
+        self.max_objects = int(setting("SIGNALBOX_JOLOKIA_MAX_OBJECTS", DEFAULT_MAX_OBJECTS))
+
+    async def answer(self, request: Any) -> dict[str, Any]:
+        echo: dict[str, Any] | None = None
+        try:
+            if not isinstance(request, dict):
+                raise _illegal("Invalid JSON request: each request is an object")
+            kind = request.get("type")
+            if not isinstance(kind, str) or not kind:
+                raise _illegal("No type given")
+            kind = kind.lower()
+            if kind in READ_ONLY:
+                raise JolokiaError("java.lang.SecurityException",
+                                   f"Signalbox's Jolokia view is read-only: {kind} is not served; use "
+                                   f"{INSTEAD[kind]}", 403)
+            if kind == "version":
+                return _ok({"type": "version"}, version())
+            if kind not in ("read", "search"):
+                raise _illegal(f"No type with name '{request.get('type')}' exists")
+            mbean = request.get("mbean")
+            if not isinstance(mbean, str) or not mbean:
+                raise _illegal("No MBean name given")
+            try:
+                name = parse(mbean)
+            except MalformedObjectName as exc:
+                raise _illegal(f"Invalid object name. {exc}") from None
+            echo = {"mbean": name.canonical, "type": kind}
+            if kind == "search":
+                return _ok(echo, [bean.name.canonical for bean in await self.beans(name)])
+            attributes = _attributes(request.get("attribute"))
+            if attributes:
+                echo["attribute"] = attributes[0] if len(attributes) == 1 else attributes
+            path = request.get("path")
+            if path is not None:
+                if not isinstance(path, str):
+                    raise _illegal("path is a string")
+                echo["path"] = path
+            return _ok(echo, await self.read(name, mbean, request.get("attribute"), attributes, path))
+        except JolokiaError as exc:
+            return _error(echo, exc)
+
+    async def beans(self, name: ObjectName) -> list[mbeans.Bean]:
+        """The MBeans `name` designates that the user may see: the broker's, and destinations'."""
+        found = [mbeans.Bean(mbeans.BROKER)] if name.matches(mbeans.BROKER) else []
+        exact = None if name.is_pattern else mbeans.named_destination(name)
+        if exact is not None and "_" not in (name.get("destinationName") or ""):
+            if not permissions.visible(self.patterns, exact):
+                raise JolokiaError("java.lang.SecurityException",
+                                   f"user {self.user.get_username()!r} has no read permission on {exact.uri}",
+                                   403)
+            return found + [mbeans.Bean(mbeans.destination_bean(exact), exact)]
+        if name.domain != mbeans.DOMAIN and not name.is_pattern:
+            return found
+        for uri in await self.broker.destinations():  # (ZSCAN pages: no call reads them all)
+            destination = parse_destination(uri)
+            bean = mbeans.destination_bean(destination)
+            if name.matches(bean) and permissions.visible(self.patterns, destination):
+                found.append(mbeans.Bean(bean, destination))
+                if len(found) > self.max_objects:
+                    raise JolokiaError("java.lang.IllegalArgumentException",
+                                       f"{name.canonical} designates more than {self.max_objects} MBeans "
+                                       "(SIGNALBOX_JOLOKIA_MAX_OBJECTS): name fewer", 400)
+        return found
+
+    async def read(self, name: ObjectName, written: str, asked: Any, attributes: list[str],
+                   path: str | None) -> Any:
+        beans = await self.beans(name)
+        values = await self.values(beans)
+        if not name.is_pattern:
+            if not values:
+                raise _not_found(written)
+            chosen = _choose(next(iter(values.values())), attributes, strict=True)
+            value = chosen if isinstance(asked, list) or len(attributes) != 1 else chosen[attributes[0]]
+            return _walk(value, path)
+        out = {}
+        for bean_name, all_values in values.items():
+            chosen = _choose(all_values, attributes, strict=False)
+            if chosen:
+                out[bean_name] = chosen
+        if not out:
+            raise _not_found(f"No MBean with pattern {written} found for reading attributes")
+        return out
+
+    async def values(self, beans: list[mbeans.Bean]) -> dict[str, dict[str, Any]]:
+        """Each bean's attributes by its canonical name (a destination gone meanwhile left out)."""
+        destinations = [bean.destination for bean in beans if bean.destination is not None]
+        summaries = await self.broker.summaries(destinations) if destinations else []
+        by_uri = {summary.destination: summary for summary in summaries if summary is not None}
+        out: dict[str, dict[str, Any]] = {}
+        for bean in beans:
+            if bean.destination is None:
+                out[bean.name.canonical] = await self.broker_values()
+            elif (summary := by_uri.get(bean.destination.uri)) is not None:
+                out[bean.name.canonical] = mbeans.destination_attributes(summary, bean.destination)
+        return out
+
+    async def broker_values(self) -> dict[str, Any]:
+        sums = await totals(self.broker, self.patterns)
+        current = await index(self.broker)
+        readable = [d for d in map(parse_destination, current.rows if current else ())
+                    if permissions.visible(self.patterns, d)]
+        return mbeans.broker_attributes(sums, readable, signalbox_version())
+
+
+def _attributes(asked: Any) -> list[str]:
+    if asked is None:
+        return []
+    names = [asked] if isinstance(asked, str) else asked
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise _illegal("attribute is a name or a list of names")
+    return names
+
+
+def _choose(values: dict[str, Any], attributes: list[str], strict: bool) -> dict[str, Any]:
+    """The attributes asked for (all when none is named); with `strict`, an unknown one is an error."""
+    if not attributes:
+        return values
+    if strict:
+        for name in attributes:
+            if name not in values:
+                raise JolokiaError("javax.management.AttributeNotFoundException",
+                                   f"No such attribute: {name}", 404)
+    return {name: values[name] for name in attributes if name in values}
+
+
+def _walk(value: Any, path: str | None) -> Any:
+    """The part of a value an inner path names (Jolokia's: keys of a map, indexes of a list); null when
+    there is no such part."""
+    for step in split_path(path) if path else []:
+        if isinstance(value, dict):
+            value = value.get(step)
+        elif isinstance(value, list) and step.isdigit() and int(step) < len(value):
+            value = value[int(step)]
+        else:
+            return None
+    return value
+
+
+def _ok(echo: dict[str, Any], value: Any) -> dict[str, Any]:
+    return {"request": echo, "value": value, "timestamp": int(time.time()), "status": 200}
+
+
+def _error(echo: dict[str, Any] | None, exc: JolokiaError) -> dict[str, Any]:
+    out: dict[str, Any] = {} if echo is None else {"request": echo}
+    out.update(error_type=exc.error_type, error=f"{exc.error_type} : {exc.message}", status=exc.status)
+    return out
+
+
+def signalbox_version() -> str:
+    try:
+        return importlib.metadata.version("signalbox")
+    except importlib.metadata.PackageNotFoundError:  # (a checkout not installed)
+        return "unknown"
+
+
+def version() -> dict[str, Any]:
+    return {"agent": AGENT, "protocol": PROTOCOL,
+            "info": {"product": "signalbox", "vendor": "Signalbox", "version": signalbox_version()}}
+
+
+class JolokiaView(GatewayView):
+    authentication_classes = [BasicAuthentication, TokenAuthentication]
+    http_method_names = ["get", "post", "options"]
+
+    @extend_schema(operation_id="jolokia_get", tags=["activemq"],
+                   summary="ActiveMQ's Jolokia agent, read side: /read/<mbean>[/<attributes>], "
+                           "/search/<pattern>, /version",
+                   responses={200: OpenApiResponse(dict, description="Jolokia's answer (its status inside)"),
+                              **problems(401)})
+    async def get(self, request: Request, path: str = "") -> HttpResponse:
+        reader = await self._reader(request)
+        return _respond(request, await reader.answer(from_path(path)))
+
+    @extend_schema(operation_id="jolokia_post", tags=["activemq"],
+                   summary="ActiveMQ's Jolokia agent, read side: a request object, or a list of them",
+                   request={"application/json": {"type": "object"}},
+                   responses={200: OpenApiResponse(dict, description="Jolokia's answer(s)"), **problems(401)})
+    async def post(self, request: Request, path: str = "") -> HttpResponse:
+        body = request._request.body
+        if len(body) > MAX_BODY_BYTES:
+            return _respond(request, _error(None, _illegal(
+                f"the request body is {len(body)} bytes, more than {MAX_BODY_BYTES} (MAX_BODY_BYTES)")))
+        try:
+            parsed = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return _respond(request, _error(None, _illegal(f"Invalid JSON request: {exc}")))
+        if isinstance(parsed, list) and len(parsed) > MAX_REQUESTS:
+            return _respond(request, _error(None, _illegal(
+                f"{len(parsed)} requests in one POST, more than {MAX_REQUESTS} (MAX_REQUESTS)")))
+        if isinstance(parsed, list):
+            for item in parsed:  # (Jolokia reads a bulk whole first: one request without a type fails it all)
+                if not isinstance(item, dict) or not isinstance(item.get("type"), str) or not item["type"]:
+                    return _respond(request, _error(None, _illegal("No type given")))
+        reader = await self._reader(request)
+        if isinstance(parsed, list):
+            return _respond(request, [await reader.answer(item) for item in parsed])
+        return _respond(request, await reader.answer(parsed))
+
+    @staticmethod
+    async def _reader(request: Request) -> Reader:
+        return Reader(request.user, await db(permissions.readable_patterns, request.user, "read"))
+
+
+def _respond(request: Request, answer: Any) -> HttpResponse:
+    mime = request.query_params.get("mimeType") or "text/plain"
+    response = HttpResponse(json.dumps(answer).encode(),
+                            content_type=f"{mime if mime in MIME_TYPES else 'text/plain'};charset=utf-8")
+    response["Cache-Control"] = "no-cache"
+    response["Pragma"] = "no-cache"
+    response["Expires"] = http_date(time.time() - 3600)  # (Jolokia's: an hour before the answer)
+    return response

@@ -1,0 +1,143 @@
+"""The MBeans the Jolokia view shows (gateway/api/jolokia.py): ActiveMQ's broker view and destination
+views (spec §14), named as ActiveMQ names them and with the attributes Signalbox's statistics give.
+
+Names: `org.apache.activemq:type=Broker,brokerName=<SIGNALBOX_BROKER_NAME>` and, per destination,
+`…,destinationType=Queue|Topic|TempQueue|TempTopic,destinationName=<name>`, each part encoded as
+ActiveMQ's JMXSupport.encodeObjectNamePart does (`:`, `,`, `'` and `"` become `_`; `?` `&qe;`, `=`
+`&amp;`, `*` `&ast;`). A name holding `_` may stand for several destinations' names: it designates every
+destination whose encoded name it is (ActiveMQ would have registered only the first of them).
+
+Values: a destination's from its summary (DestinationSummary, the counters the metrics scrape reads: one
+small script call per page of destinations, fresh at the read); the broker's from the console's totals
+over the destinations the user may read (gateway/api/destination_index.py, at most 5 s old). Attributes
+ActiveMQ has that Signalbox keeps no figure for are not shown (a read naming one answers
+AttributeNotFoundException, as for any unknown name), except ProducerCount: 0, which is what ActiveMQ
+shows for the producers of STOMP and REST clients (anonymous producers, counted on no destination), the
+only producers Signalbox has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from broker_core.broker import advisory
+from broker_core.destinations import Destination, parse_destination
+from broker_core.errors import BrokerError
+from broker_core.model import DestinationSummary
+from gateway.api.destination_index import is_dead_letter_queue
+from gateway.api.object_names import ObjectName, object_name
+
+DOMAIN = "org.apache.activemq"
+TYPES = {("queue", False): "Queue", ("topic", False): "Topic", ("queue", True): "TempQueue",
+         ("topic", True): "TempTopic"}
+_KINDS = {value: key for key, value in TYPES.items()}
+# ActiveMQ's JMXSupport.encodeObjectNamePart, in its order
+_ENCODED = ((":", "_"), (",", "_"), ("'", "_"), ('"', "_"), ("?", "&qe;"), ("=", "&amp;"), ("*", "&ast;"))
+_DECODED = (("&qe;", "?"), ("&amp;", "="), ("&ast;", "*"))
+
+
+def encode_part(text: str) -> str:
+    for char, replacement in _ENCODED:
+        text = text.replace(char, replacement)
+    return text
+
+
+def _decode_part(text: str) -> str:
+    for encoded, char in _DECODED:
+        text = text.replace(encoded, char)
+    return text
+
+
+BROKER = object_name(DOMAIN, [("type", "Broker"), ("brokerName", encode_part(advisory.BROKER_NAME))])
+
+
+def destination_bean(destination: Destination) -> ObjectName:
+    kind = TYPES[destination.kind, destination.is_temporary]
+    return object_name(DOMAIN, [*BROKER.properties, ("destinationType", kind),
+                                ("destinationName", encode_part(destination.name))])
+
+
+def named_destination(name: ObjectName) -> Destination | None:
+    """The destination a name (no pattern) designates, read as written (None when it names none: another
+    domain, broker or key). A name with `_` may also designate others (`encode_part`): the caller looks."""
+    keys = {key for key, _value in name.properties}
+    if (name.domain != DOMAIN or keys != {"type", "brokerName", "destinationType", "destinationName"}
+            or name.get("type") != "Broker" or name.get("brokerName") != BROKER.get("brokerName")):
+        return None
+    kind = _KINDS.get(name.get("destinationType") or "")
+    if kind is None:
+        return None
+    try:
+        destination = parse_destination(f"{kind[0]}://{_decode_part(name.get('destinationName') or '')}")
+    except BrokerError:
+        return None
+    if destination.is_wildcard or destination.is_temporary != kind[1]:
+        return None
+    return destination
+
+
+@dataclass(frozen=True)
+class Bean:
+    """An MBean the view shows: the broker's (`destination` None) or a destination's."""
+
+    name: ObjectName
+    destination: Destination | None = None
+
+
+def _count(field: str) -> Callable[[DestinationSummary, Destination], Any]:
+    return lambda summary, _destination: getattr(summary, field)
+
+
+# A destination's attributes (ActiveMQ's DestinationViewMBean names), from its summary
+DESTINATION_ATTRIBUTES: dict[str, Callable[[DestinationSummary, Destination], Any]] = {
+    "Name": lambda _summary, destination: destination.name,
+    # (a topic's is always 0 in ActiveMQ, AMQ-2586: its messages wait per subscription)
+    "QueueSize": lambda summary, destination: summary.queue_size if destination.is_queue else 0,
+    "EnqueueCount": _count("enqueued"),
+    "DequeueCount": _count("dequeued"),
+    "DispatchCount": _count("dispatched"),
+    "InFlightCount": _count("in_flight"),
+    "ExpiredCount": _count("expired"),
+    "ConsumerCount": _count("consumer_count"),
+    "ProducerCount": lambda _summary, _destination: 0,
+    "MemoryUsageByteCount": _count("memory_usage"),
+    "DLQ": lambda _summary, destination: destination.is_queue and is_dead_letter_queue(destination.name),
+}
+QUEUE_ATTRIBUTES: dict[str, Callable[[DestinationSummary, Destination], Any]] = {
+    "Paused": _count("paused"),
+}
+
+
+def destination_attributes(summary: DestinationSummary, destination: Destination) -> dict[str, Any]:
+    out = {name: get(summary, destination) for name, get in DESTINATION_ATTRIBUTES.items()}
+    if destination.is_queue:
+        out.update((name, get(summary, destination)) for name, get in QUEUE_ATTRIBUTES.items())
+    return out
+
+
+def broker_attributes(totals: dict[str, Any], destinations: list[Destination],
+                      version: str) -> dict[str, Any]:
+    """The broker's attributes (ActiveMQ's BrokerViewMBean names): `totals` as destination_index.totals
+    gives them, `destinations` those the user may read, `version` Signalbox's."""
+
+    def beans(kind: str, temporary: bool) -> list[dict[str, str]]:
+        return [{"objectName": destination_bean(d).canonical} for d in destinations
+                if d.kind == kind and d.is_temporary == temporary]
+
+    return {
+        "BrokerName": advisory.BROKER_NAME,
+        "BrokerVersion": version,
+        "TotalEnqueueCount": totals["enqueued"],
+        "TotalDequeueCount": totals["dequeued"],
+        "TotalMessageCount": totals["queue_size"],
+        "TotalConsumerCount": totals["consumers"],
+        "Queues": beans("queue", False),
+        "Topics": beans("topic", False),
+        "TemporaryQueues": beans("queue", True),
+        "TemporaryTopics": beans("topic", True),
+        "Persistent": True,
+        "Slave": False,
+        "StatisticsEnabled": True,
+    }

@@ -1,0 +1,218 @@
+"""ActiveMQ's Jolokia agent, read side, at /api/jolokia (gateway/api/jolokia.py): the requests monitoring
+tools make of an ActiveMQ broker get ActiveMQ's answers, over the real ASGI app and a real Redis."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from tests.gateway_api.mixins import blocking
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BROKER = "org.apache.activemq:brokerName=localhost,type=Broker"
+
+
+def queue_bean(name: str, kind: str = "Queue") -> str:
+    return (f"org.apache.activemq:brokerName=localhost,destinationName={name},destinationType={kind},"
+            "type=Broker")
+
+
+@pytest.fixture
+def admin_basic(make_user):
+    make_user("amq", [("queue://>", "admin"), ("topic://>", "admin")])
+    return {"Authorization": "Basic " + base64.b64encode(b"amq:pw").decode()}
+
+
+async def send(api, headers, path: str, count: int = 1) -> None:
+    for _ in range(count):
+        sent = await api.post(f"/api/message/{path}", content="hello", headers=headers)
+        assert sent.status_code == 200, sent.text
+
+
+async def jolokia(api, headers, path: str = "", **params):
+    answer = await api.get(f"/api/jolokia{path}", headers=headers, params=params)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "text/plain;charset=utf-8"
+    return answer.json()
+
+
+async def test_a_queue_size_as_an_autoscaler_reads_it(api, admin_basic):
+    await send(api, admin_basic, "orders?type=queue", 3)
+    got = await jolokia(api, admin_basic, "/read/org.apache.activemq:type=Broker,brokerName=localhost,"
+                                          "destinationType=Queue,destinationName=orders/QueueSize")
+    assert got["status"] == 200 and got["value"] == 3
+    # the request echoed with the name in canonical form (keys sorted), as Jolokia does
+    assert got["request"] == {"mbean": queue_bean("orders"), "attribute": "QueueSize", "type": "read"}
+    assert isinstance(got["timestamp"], int)
+
+
+async def test_every_attribute_of_a_queue_and_of_a_topic(api, admin_basic):
+    await send(api, admin_basic, "orders?type=queue", 2)
+    await send(api, admin_basic, "prices?type=topic")
+    queue = (await jolokia(api, admin_basic, f"/read/{queue_bean('orders')}"))["value"]
+    assert queue["Name"] == "orders"
+    assert [queue[n] for n in ("QueueSize", "EnqueueCount", "DequeueCount", "InFlightCount")] == [2, 2, 0, 0]
+    assert queue["Paused"] is False and queue["DLQ"] is False and queue["ProducerCount"] == 0
+    assert queue["MemoryUsageByteCount"] > 0
+    topic = (await jolokia(api, admin_basic, f"/read/{queue_bean('prices', 'Topic')}"))["value"]
+    assert topic["Name"] == "prices" and topic["QueueSize"] == 0  # ActiveMQ's: always 0 for a topic
+    assert "Paused" not in topic  # a queue's attribute only, as ActiveMQ's TopicView
+
+
+async def test_counts_follow_consumption(api, admin_basic):
+    await send(api, admin_basic, "work?type=queue", 2)
+    got = await api.get("/api/message/work?type=queue&readTimeout=1000", headers=admin_basic)
+    assert got.status_code == 200
+    value = await jolokia(api, admin_basic, f"/read/{queue_bean('work')}/QueueSize,DequeueCount,EnqueueCount")
+    assert value["value"] == {"QueueSize": 1, "DequeueCount": 1, "EnqueueCount": 2}
+    assert value["request"]["attribute"] == ["QueueSize", "DequeueCount", "EnqueueCount"]
+
+
+async def test_a_pattern_reads_every_match_and_skips_what_a_bean_lacks(api, admin_basic):
+    await send(api, admin_basic, "a.one?type=queue")
+    await send(api, admin_basic, "a.two?type=queue", 2)
+    await send(api, admin_basic, "b?type=topic")
+    got = await jolokia(api, admin_basic, "/read/org.apache.activemq:type=Broker,brokerName=*,"
+                                          "destinationType=Queue,destinationName=a.*/QueueSize,Nope")
+    assert got["status"] == 200
+    assert got["value"] == {queue_bean("a.one"): {"QueueSize": 1}, queue_bean("a.two"): {"QueueSize": 2}}
+    everything = await jolokia(api, admin_basic, "/read/org.apache.activemq:*/QueueSize")
+    # the broker has no QueueSize: left out of a pattern's answer, as Jolokia leaves it
+    assert set(everything["value"]) == {queue_bean("a.one"), queue_bean("a.two"), queue_bean("b", "Topic")}
+
+
+async def test_search_lists_names_and_a_property_list_pattern(api, admin_basic):
+    await send(api, admin_basic, "orders?type=queue")
+    got = await jolokia(api, admin_basic, "/search/org.apache.activemq:type=Broker,*")
+    assert sorted(got["value"]) == sorted([BROKER, queue_bean("orders")])
+    assert got["request"] == {"mbean": "org.apache.activemq:type=Broker,*", "type": "search"}
+    none = await jolokia(api, admin_basic, "/search/org.apache.activemq:type=Broker,brokerName=localhost,"
+                                           "destinationType=Queue,destinationName=zzz*")
+    assert none["value"] == [] and none["status"] == 200
+
+
+async def test_the_broker_bean_totals_and_lists_destinations(api, admin_basic):
+    await send(api, admin_basic, "orders?type=queue", 2)
+    await send(api, admin_basic, "prices?type=topic")
+    value = (await jolokia(api, admin_basic, f"/read/{BROKER}"))["value"]
+    assert value["BrokerName"] == "localhost"
+    assert value["TotalEnqueueCount"] >= 2 and value["TotalMessageCount"] == 2
+    assert value["Queues"] == [{"objectName": queue_bean("orders")}]
+    assert {"objectName": queue_bean("prices", "Topic")} in value["Topics"]
+    inner = await jolokia(api, admin_basic, f"/read/{BROKER}/Queues/0/objectName")  # an inner path
+    assert inner["value"] == queue_bean("orders") and inner["request"]["path"] == "0/objectName"
+
+
+async def test_a_slash_in_a_name_is_escaped_in_the_path(api, admin_basic, make_user):
+    await send(api, admin_basic, "x?type=queue&destination=a/b")
+    got = await jolokia(api, admin_basic, f"/read/{queue_bean('a!/b')}/QueueSize")
+    assert got["value"] == 1 and got["request"]["mbean"] == queue_bean("a/b")
+
+
+async def test_names_encoded_as_activemq_encodes_them(api, admin_basic):
+    # ActiveMQ's JMXSupport.encodeObjectNamePart: '=' -> &amp;, '?' -> &qe;, '*' -> &ast;, ':' ',' -> _
+    await send(api, admin_basic, "x?type=queue&destination=" + "k%3Dv")
+    await send(api, admin_basic, "x?type=queue&destination=" + "c%3Ad")
+    search = await jolokia(api, admin_basic, "/search/org.apache.activemq:destinationType=Queue,*")
+    assert sorted(search["value"]) == sorted([queue_bean("c_d"), queue_bean("k&amp;v")])
+    assert (await jolokia(api, admin_basic, f"/read/{queue_bean('k&amp;v')}/QueueSize"))["value"] == 1
+    # '_' stands for ':' or ',' (or '_'): the name designates whichever destinations it encodes
+    assert (await jolokia(api, admin_basic, f"/read/{queue_bean('c_d')}/QueueSize"))["value"] == 1
+
+
+async def test_errors_are_answered_with_status_200_and_jolokias_types(api, admin_basic):
+    await send(api, admin_basic, "orders?type=queue")
+    unknown = await jolokia(api, admin_basic, f"/read/{queue_bean('orders')}/Nope")
+    assert unknown["status"] == 404
+    assert unknown["error_type"] == "javax.management.AttributeNotFoundException"
+    assert unknown["error"] == "javax.management.AttributeNotFoundException : No such attribute: Nope"
+    missing = await jolokia(api, admin_basic, f"/read/{queue_bean('missing')}")
+    assert (missing["status"], missing["error_type"]) == (404, "javax.management.InstanceNotFoundException")
+    malformed = await jolokia(api, admin_basic, "/read/notaname")
+    assert malformed == {"error_type": "java.lang.IllegalArgumentException", "status": 400,
+                         "error": "java.lang.IllegalArgumentException : Invalid object name. "
+                                  "Key properties cannot be empty"}
+    bad_type = await jolokia(api, admin_basic, "/bogus/x")
+    assert bad_type["error"] == "java.lang.IllegalArgumentException : No type with name 'bogus' exists"
+    nothing = await jolokia(api, admin_basic, "/read/org.apache.activemq:type=Broker,destinationName=zzz*,*")
+    assert nothing["status"] == 404 and "No MBean with pattern" in nothing["error"]
+
+
+async def test_exec_write_and_list_are_refused_and_change_nothing(api, admin_basic):
+    await send(api, admin_basic, "orders?type=queue")
+    answer = await api.post("/api/jolokia", headers=admin_basic, json={
+        "type": "exec", "mbean": queue_bean("orders"), "operation": "purge()"})
+    refused = answer.json()
+    assert refused["status"] == 403 and refused["error_type"] == "java.lang.SecurityException"
+    assert "read-only" in refused["error"] and "/purge" in refused["error"]
+    write = (await api.post("/api/jolokia", headers=admin_basic, json={
+        "type": "write", "mbean": queue_bean("orders"), "attribute": "DLQ", "value": True})).json()
+    assert write["status"] == 403
+    assert (await jolokia(api, admin_basic, f"/read/{queue_bean('orders')}/QueueSize"))["value"] == 1
+
+
+async def test_post_one_request_or_a_bulk_of_them(api, admin_basic):
+    await send(api, admin_basic, "orders?type=queue")
+    one = (await api.post("/api/jolokia", headers=admin_basic, json={
+        "type": "READ", "mbean": queue_bean("orders"), "attribute": "QueueSize"})).json()
+    assert one["value"] == 1  # (the type in any case, as Jolokia takes it)
+    bulk = (await api.post("/api/jolokia", headers=admin_basic, json=[
+        {"type": "read", "mbean": queue_bean("orders"), "attribute": ["QueueSize"]},
+        {"type": "search", "mbean": "org.apache.activemq:destinationType=Queue,*"},
+        {"type": "read", "mbean": "x:y=z"}])).json()
+    assert bulk[0]["value"] == {"QueueSize": 1} and bulk[0]["request"]["attribute"] == "QueueSize"
+    assert bulk[1]["value"] == [queue_bean("orders")]
+    assert (bulk[2]["status"], bulk[2]["request"]) == (404, {"mbean": "x:y=z", "type": "read"})
+    # a request without a type fails the whole bulk, as Jolokia reads a bulk whole before answering
+    untyped = (await api.post("/api/jolokia", headers=admin_basic, json=[
+        {"type": "version"}, {"mbean": "x:y=z"}])).json()
+    assert untyped == {"error_type": "java.lang.IllegalArgumentException", "status": 400,
+                       "error": "java.lang.IllegalArgumentException : No type given"}
+    garbage = await api.post("/api/jolokia", headers=admin_basic, content=b"not json")
+    assert garbage.status_code == 200 and garbage.json()["status"] == 400
+    assert (await api.post("/api/jolokia", headers=admin_basic, json=[])).json() == []
+
+
+async def test_limits_say_their_names(api, admin_basic, settings):
+    too_many = (await api.post("/api/jolokia", headers=admin_basic, json=[{"type": "version"}] * 101)).json()
+    assert too_many["status"] == 400 and "MAX_REQUESTS" in too_many["error"]
+    settings.SIGNALBOX_JOLOKIA_MAX_OBJECTS = 2
+    from gateway.api import common
+    common._settings_read.pop("SIGNALBOX_JOLOKIA_MAX_OBJECTS", None)
+    try:
+        for name in ("m1", "m2", "m3"):
+            await send(api, admin_basic, f"{name}?type=queue")
+        over = await jolokia(api, admin_basic, "/search/org.apache.activemq:destinationType=Queue,*")
+        assert over["status"] == 400 and "SIGNALBOX_JOLOKIA_MAX_OBJECTS" in over["error"]
+        # a name without a pattern is read whatever the limit
+        assert (await jolokia(api, admin_basic, f"/read/{queue_bean('m3')}/QueueSize"))["value"] == 1
+    finally:
+        common._settings_read.pop("SIGNALBOX_JOLOKIA_MAX_OBJECTS", None)
+    long = await jolokia(api, admin_basic, "/read/a:b=" + "x" * 5000)
+    assert long["status"] == 400 and "MAX_OBJECT_NAME_LENGTH" in long["error"]
+
+
+async def test_a_user_sees_the_destinations_they_may_read(api, admin_basic, make_user):
+    await send(api, admin_basic, "orders.eu?type=queue", 2)
+    await send(api, admin_basic, "secret?type=queue", 5)
+    carol = await blocking(make_user)("carol", [("queue://orders.>", "read")])
+    seen = await jolokia(api, carol, "/search/org.apache.activemq:destinationType=Queue,*")
+    assert seen["value"] == [queue_bean("orders.eu")]
+    refused = await jolokia(api, carol, f"/read/{queue_bean('secret')}/QueueSize")
+    assert refused["status"] == 403 and refused["error_type"] == "java.lang.SecurityException"
+    broker = (await jolokia(api, carol, f"/read/{BROKER}/TotalMessageCount,Queues"))["value"]
+    assert broker == {"TotalMessageCount": 2, "Queues": [{"objectName": queue_bean("orders.eu")}]}
+
+
+async def test_logging_in_is_required(api):
+    answer = await api.get("/api/jolokia/version")
+    assert answer.status_code == 401
+
+
+async def test_version_and_the_json_mime_type(api, admin_basic):
+    answer = await api.get("/api/jolokia", headers=admin_basic, params={"mimeType": "application/json"})
+    assert answer.headers["content-type"] == "application/json;charset=utf-8"
+    value = answer.json()["value"]
+    assert value["protocol"] == "7.2" and value["info"]["product"] == "signalbox"
