@@ -29,7 +29,7 @@ from .drivers.multiplexed import MultiplexedConnection
 from .due import DueTimers
 from .effects import Command, Eval, Op, Policy, Sleep
 from .errors import ResourceAllocationError
-from .keys import Home, durables_key, temp_tally_key
+from .keys import Home, durables_key, temp_tally_key, usage_key
 from .messages import Delivery, Message
 from .model import (
     AckRequest,
@@ -135,6 +135,11 @@ def _messages(message: Message | str | bytes | Iterable[Message]) -> list[Messag
 
 def _int_reply(command: Command) -> Op[int]:
     return int((yield command))
+
+
+def _memory(namespace: str) -> Op[flow.MemoryUsage]:
+    used, limit = yield Command(("HMGET", usage_key(namespace), "used", "limit"))
+    return flow.memory_usage(used, limit)
 
 
 def _durable_topic(namespace: str, client_id: str, subscription_name: str) -> Op[Destination | None]:
@@ -538,6 +543,11 @@ class _Api:
         """The topic (a wildcard subscription's pattern) the durable subscription (client id, name) is
         registered on, None when there is none (a durable key is broker-wide)."""
         return self._run(_durable_topic(self.namespace, client_id, subscription_name))
+
+    def memory(self) -> flow.MemoryUsage:
+        """The broker-wide memory usage against its limit (BrokerView's MemoryPercentUsage, MemoryLimit):
+        what producer flow control counts, read in one HMGET."""
+        return self._run(_memory(self.namespace))
 
     def destination_count(self) -> int:
         """How many destinations the registry holds (one ZCARD)."""

@@ -206,7 +206,7 @@ async def redis_facts(client: Any) -> dict[str, Any]:
 
 
 async def broker_memory(client: Any, namespace: str) -> dict[str, int]:
-    """The broker-wide memory limit and usage of flow control (broker_core.ops.flow.broker_memory, read with
+    """The broker-wide memory limit and usage of flow control (broker_core Broker.memory, read with
     an async client)."""
     used, limit = await client.hmget(usage_key(namespace), "used", "limit")
     usage = flow.memory_usage(used, limit)

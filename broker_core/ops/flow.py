@@ -64,11 +64,6 @@ class MemoryUsage:
         return percent(self.used, self.limit)
 
 
-def broker_memory(broker: Any) -> MemoryUsage:
-    """The broker-wide memory usage (BrokerView's MemoryPercentUsage, MemoryLimit)."""
-    return memory_usage(*broker.redis.hmget(usage_key(broker.namespace), "used", "limit"))
-
-
 def memory_usage(used: Any, limit: Any) -> MemoryUsage:
     """The usage hash's `used` and `limit` as read (HMGET, sync or async client), absent ones defaulted."""
     return MemoryUsage(int(used or 0), int(limit) if limit is not None else DEFAULT_MEMORY_LIMIT)

@@ -212,7 +212,7 @@ class Reader:
         current = await index(self.broker)
         readable = [d for d in map(parse_destination, current.rows if current else ())
                     if permissions.visible(self.patterns, d)]
-        return mbeans.broker_attributes(sums, readable, signalbox_version())
+        return mbeans.broker_attributes(sums, readable, await self.broker.memory(), signalbox_version())
 
 
 def _attributes(asked: Any) -> list[str]:

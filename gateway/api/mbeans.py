@@ -117,10 +117,11 @@ def destination_attributes(summary: DestinationSummary, destination: Destination
     return out
 
 
-def broker_attributes(totals: dict[str, Any], destinations: list[Destination],
+def broker_attributes(totals: dict[str, Any], destinations: list[Destination], memory: Any,
                       version: str) -> dict[str, Any]:
     """The broker's attributes (ActiveMQ's BrokerViewMBean names): `totals` as destination_index.totals
-    gives them, `destinations` those the user may read, `version` Signalbox's."""
+    gives them, `destinations` those the user may read, `memory` the broker's (Broker.memory), `version`
+    Signalbox's."""
 
     def beans(kind: str, temporary: bool) -> list[dict[str, str]]:
         return [{"objectName": destination_bean(d).canonical} for d in destinations
@@ -133,6 +134,8 @@ def broker_attributes(totals: dict[str, Any], destinations: list[Destination],
         "TotalDequeueCount": totals["dequeued"],
         "TotalMessageCount": totals["queue_size"],
         "TotalConsumerCount": totals["consumers"],
+        "MemoryLimit": memory.limit,
+        "MemoryPercentUsage": memory.percent_usage,
         "Queues": beans("queue", False),
         "Topics": beans("topic", False),
         "TemporaryQueues": beans("queue", True),

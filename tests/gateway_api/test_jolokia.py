@@ -98,6 +98,7 @@ async def test_the_broker_bean_totals_and_lists_destinations(api, admin_basic):
     await send(api, admin_basic, "prices?type=topic")
     value = (await jolokia(api, admin_basic, f"/read/{BROKER}"))["value"]
     assert value["BrokerName"] == "localhost"
+    assert value["MemoryLimit"] > 0 and value["MemoryPercentUsage"] == 0  # (two small messages)
     assert value["TotalEnqueueCount"] >= 2 and value["TotalMessageCount"] == 2
     assert value["Queues"] == [{"objectName": queue_bean("orders")}]
     assert {"objectName": queue_bean("prices", "Topic")} in value["Topics"]

@@ -62,12 +62,12 @@ def test_memory_usage_counts_packed_bytes_at_least_minimum_message_size_and_goes
     # "small" counts the floor, 2048; the other its packed size, a little over its 5,000-byte body
     assert stats.memory_usage == stored_bytes(broker, "orders")
     assert 2048 + 5000 < stats.memory_usage < 2048 + 5200
-    assert flow.broker_memory(broker).used == stats.memory_usage
+    assert broker.memory().used == stats.memory_usage
     c = consumer(broker, "orders", prefetch=10)
     for d in drain(broker, c):
         broker.ack(c, d.message_id)
     assert broker.stats("orders").memory_usage == 0
-    assert flow.broker_memory(broker).used == 0
+    assert broker.memory().used == 0
 
 
 def test_every_way_a_message_leaves_releases_its_memory(broker, policy, clock):
@@ -90,9 +90,9 @@ def test_every_way_a_message_leaves_releases_its_memory(broker, policy, clock):
     assert broker.stats("orders").memory_usage == 0
     dlq = broker.stats("ActiveMQ.DLQ")
     assert dlq.memory_usage == stored_bytes(broker, "ActiveMQ.DLQ") > 0
-    assert flow.broker_memory(broker).used == dlq.memory_usage
+    assert broker.memory().used == dlq.memory_usage
     broker.delete_destination("ActiveMQ.DLQ")
-    assert flow.broker_memory(broker).used == 0
+    assert broker.memory().used == 0
 
 
 def test_the_broker_wide_limit_covers_all_destinations(broker, policy):
@@ -103,7 +103,7 @@ def test_the_broker_wide_limit_covers_all_destinations(broker, policy):
         broker.send("c", Message(body=KB))
     assert refused.value.details["scope"] == "broker"
     assert "broker memory limit (systemUsage) 6600 bytes" in refused.value.message
-    assert flow.broker_memory(broker).used <= 6600
+    assert broker.memory().used <= 6600
     # A destination without its own memoryLimit reports its share of the broker's limit.
     stats = broker.stats("a")
     assert stats.memory_limit == 6600 and stats.memory_percent_usage == stats.memory_usage * 100 // 6600
@@ -248,7 +248,7 @@ def test_producers_far_faster_than_consumers_never_pass_the_limits_and_lose_noth
         while not stop.is_set():
             peak["fast"] = max(peak["fast"], broker.stats("fast").memory_usage if "queue://fast" in
                                broker.destinations() else 0)
-            peak["broker"] = max(peak["broker"], flow.broker_memory(broker).used)
+            peak["broker"] = max(peak["broker"], broker.memory().used)
             # what Redis itself reports for the hash holding the messages
             peak["fast_redis"] = max(peak["fast_redis"], redis_client.memory_usage(fast_msgs, samples=0) or 0)
             time.sleep(0.005)
@@ -275,7 +275,7 @@ def test_producers_far_faster_than_consumers_never_pass_the_limits_and_lose_noth
     assert all("Usage Manager Memory Limit Wait Timeout" in e.message for e in refused)
     assert refused, "the fast queue's producers, with a 50 ms timeout, should have been refused"
     assert broker.stats("fast").blocked_sends > 0
-    assert flow.broker_memory(broker).used == 0
+    assert broker.memory().used == 0
 
 
 def test_system_usage_comes_from_the_configuration_file_and_bad_values_are_named(tmp_path):
@@ -321,7 +321,7 @@ def test_a_topic_counts_each_message_once_and_its_producers_wait_like_a_queues(b
     for sub in subs:
         for d in drain(broker, sub):
             broker.ack(sub, d.message_id)
-    assert broker.stats("topic://prices").memory_usage == 0 == flow.broker_memory(broker).used
+    assert broker.stats("topic://prices").memory_usage == 0 == broker.memory().used
 
 
 def test_a_virtual_topic_send_waits_or_fails_when_a_consumer_queue_is_full(broker):
@@ -357,7 +357,7 @@ def test_the_copies_of_a_composite_send_count_against_the_broker_limit(broker):
     with pytest.raises(ResourceAllocationError) as refused:
         broker.send("x", Message(body=KB))
     assert refused.value.details["scope"] == "broker"
-    assert flow.broker_memory(broker).used <= 4 * 1100
+    assert broker.memory().used <= 4 * 1100
     assert broker.stats("x.a").queue_size == broker.stats("x.b").queue_size == 2
 
 
