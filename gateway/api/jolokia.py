@@ -41,6 +41,7 @@ from gateway.api.destination_index import index, totals
 from gateway.api.object_names import MalformedObjectName, ObjectName, parse
 from gateway.api.schema import problems
 from gateway.db_steps import db
+from signalbox import health
 
 PROTOCOL = "7.2"
 AGENT = "1.7.1"  # the Jolokia agent whose protocol this answers (ActiveMQ 5.17.2's)
@@ -154,7 +155,7 @@ class Reader:
 
     async def beans(self, name: ObjectName) -> list[mbeans.Bean]:
         """The MBeans `name` designates that the user may see: the broker's, and destinations'."""
-        found = [mbeans.Bean(mbeans.BROKER)] if name.matches(mbeans.BROKER) else []
+        found = [mbeans.Bean(bean) for bean in (mbeans.BROKER, mbeans.HEALTH) if name.matches(bean)]
         exact = None if name.is_pattern else mbeans.named_destination(name)
         if exact is not None and "_" not in (name.get("destinationName") or ""):
             if not permissions.visible(self.patterns, exact):
@@ -178,6 +179,8 @@ class Reader:
     async def read(self, name: ObjectName, written: str, asked: Any, attributes: list[str],
                    path: str | None) -> Any:
         beans = await self.beans(name)
+        if attributes and name.is_pattern:  # (one with none of them is not read: the health's checks)
+            beans = [b for b in beans if b.attributes is None or not b.attributes.isdisjoint(attributes)]
         values = await self.values(beans)
         if not name.is_pattern:
             if not values:
@@ -201,11 +204,21 @@ class Reader:
         by_uri = {summary.destination: summary for summary in summaries if summary is not None}
         out: dict[str, dict[str, Any]] = {}
         for bean in beans:
-            if bean.destination is None:
+            if bean.name == mbeans.BROKER:
                 out[bean.name.canonical] = await self.broker_values()
-            elif (summary := by_uri.get(bean.destination.uri)) is not None:
+            elif bean.name == mbeans.HEALTH:
+                out[bean.name.canonical] = await self.health_values()
+            elif bean.destination is not None and (summary := by_uri.get(bean.destination.uri)) is not None:
                 out[bean.name.canonical] = mbeans.destination_attributes(summary, bean.destination)
         return out
+
+    @staticmethod
+    async def health_values() -> dict[str, Any]:
+        """/healthz's checks (bounded by HEALTH_CHECK_TIMEOUT) and Redis's memory against maxmemory."""
+        checks = await health.run_checks()
+        memory = await runtime.async_redis().info("memory")
+        used, limit = int(memory.get("used_memory", 0)), int(memory.get("maxmemory", 0))
+        return mbeans.health_attributes(checks, used, limit)
 
     async def broker_values(self) -> dict[str, Any]:
         sums = await totals(self.broker, self.patterns)

@@ -51,6 +51,7 @@ def _decode_part(text: str) -> str:
 
 
 BROKER = object_name(DOMAIN, [("type", "Broker"), ("brokerName", encode_part(advisory.BROKER_NAME))])
+HEALTH = object_name(DOMAIN, [*BROKER.properties, ("service", "Health")])
 
 
 def destination_bean(destination: Destination) -> ObjectName:
@@ -80,10 +81,19 @@ def named_destination(name: ObjectName) -> Destination | None:
 
 @dataclass(frozen=True)
 class Bean:
-    """An MBean the view shows: the broker's (`destination` None) or a destination's."""
+    """An MBean the view shows: the broker's, its health's (ActiveMQ's HealthView), or a destination's."""
 
     name: ObjectName
     destination: Destination | None = None
+
+    @property
+    def attributes(self) -> frozenset[str] | None:
+        """The names of its attributes when known without reading it (a destination's vary by kind)."""
+        if self.name == BROKER:
+            return BROKER_ATTRIBUTES
+        if self.name == HEALTH:
+            return HEALTH_ATTRIBUTES
+        return None
 
 
 def _count(field: str) -> Callable[[DestinationSummary, Destination], Any]:
@@ -115,6 +125,30 @@ def destination_attributes(summary: DestinationSummary, destination: Destination
     if destination.is_queue:
         out.update((name, get(summary, destination)) for name, get in QUEUE_ATTRIBUTES.items())
     return out
+
+
+BROKER_ATTRIBUTES = frozenset({
+    "BrokerName", "BrokerVersion", "TotalEnqueueCount", "TotalDequeueCount", "TotalMessageCount",
+    "TotalConsumerCount", "MemoryLimit", "MemoryPercentUsage", "Queues", "Topics", "TemporaryQueues",
+    "TemporaryTopics", "Persistent", "Slave", "StatisticsEnabled"})
+HEALTH_ATTRIBUTES = frozenset({"CurrentStatus"})
+STORE_WORRY_PERCENT = 90  # ActiveMQ's HealthView worries past 90 % of the store's limit
+
+
+def health_attributes(checks: dict[str, dict[str, Any]], store_used: int, store_limit: int) -> dict[str, Any]:
+    """ActiveMQ's HealthView: `CurrentStatus` "Good", or "Getting Worried {<id>: <level> <message> from
+    <resource> , ... }" (its HealthStatus texts). The worries here: each of /healthz's checks that fails
+    (`checks`, signalbox/health.py: Redis, the database, a Celery worker, the maintenance tick), and the
+    store — Redis's memory against its maxmemory, where Redis refuses writes — past 90 % of its limit, as
+    ActiveMQ's for its message store."""
+    worries = [f"signalbox.{name}: ERROR {check.get('error', 'failed')} from {name}"
+               for name, check in checks.items() if check.get("status") != "ok"]
+    if store_limit > 0 and store_used * 100 // store_limit > STORE_WORRY_PERCENT:
+        worries.append(f"org.apache.activemq.StoreLimit: WARNING Message Store size is within "
+                       f"{store_used * 100 // store_limit}% of its limit from redis")
+    if not worries:
+        return {"CurrentStatus": "Good"}
+    return {"CurrentStatus": "Getting Worried {" + "".join(f"{w} , " for w in worries) + " }"}
 
 
 def broker_attributes(totals: dict[str, Any], destinations: list[Destination], memory: Any,

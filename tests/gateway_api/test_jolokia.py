@@ -7,11 +7,13 @@ import base64
 
 import pytest
 
+from gateway.api import mbeans
 from tests.gateway_api.mixins import blocking
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BROKER = "org.apache.activemq:brokerName=localhost,type=Broker"
+HEALTH = "org.apache.activemq:brokerName=localhost,service=Health,type=Broker"
 
 
 def queue_bean(name: str, kind: str = "Queue") -> str:
@@ -86,7 +88,7 @@ async def test_a_pattern_reads_every_match_and_skips_what_a_bean_lacks(api, admi
 async def test_search_lists_names_and_a_property_list_pattern(api, admin_basic):
     await send(api, admin_basic, "orders?type=queue")
     got = await jolokia(api, admin_basic, "/search/org.apache.activemq:type=Broker,*")
-    assert sorted(got["value"]) == sorted([BROKER, queue_bean("orders")])
+    assert sorted(got["value"]) == sorted([BROKER, HEALTH, queue_bean("orders")])
     assert got["request"] == {"mbean": "org.apache.activemq:type=Broker,*", "type": "search"}
     none = await jolokia(api, admin_basic, "/search/org.apache.activemq:type=Broker,brokerName=localhost,"
                                            "destinationType=Queue,destinationName=zzz*")
@@ -217,3 +219,22 @@ async def test_version_and_the_json_mime_type(api, admin_basic):
     assert answer.headers["content-type"] == "application/json;charset=utf-8"
     value = answer.json()["value"]
     assert value["protocol"] == "7.2" and value["info"]["product"] == "signalbox"
+
+
+async def test_the_health_bean_worries_about_what_healthz_finds_failing(api, admin_basic, settings):
+    settings.HEALTH_CHECK_TIMEOUT = 0.5
+    # the test's namespace never had a maintenance tick: /healthz would say 503
+    got = await jolokia(api, admin_basic, f"/read/{HEALTH}/CurrentStatus")
+    status = got["value"]
+    assert status.startswith("Getting Worried {") and status.endswith(" }")
+    assert "signalbox.maintenance: ERROR" in status and "from maintenance" in status
+    assert "signalbox.redis" not in status and "signalbox.database" not in status
+
+
+def test_health_is_good_when_nothing_fails_and_worries_near_the_store_limit():
+    ok = {name: {"status": "ok"} for name in ("redis", "database", "celery", "maintenance")}
+    assert mbeans.health_attributes(ok, 100, 0) == {"CurrentStatus": "Good"}  # (no maxmemory: no limit)
+    assert mbeans.health_attributes(ok, 90, 100) == {"CurrentStatus": "Good"}
+    assert mbeans.health_attributes(ok, 95, 100) == {"CurrentStatus": (
+        "Getting Worried {org.apache.activemq.StoreLimit: WARNING Message Store size is within 95% of its "
+        "limit from redis ,  }")}
