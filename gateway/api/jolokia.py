@@ -156,15 +156,16 @@ class Reader:
     async def beans(self, name: ObjectName) -> list[mbeans.Bean]:
         """The MBeans `name` designates that the user may see: the broker's, and destinations'."""
         found = [mbeans.Bean(bean) for bean in (mbeans.BROKER, mbeans.HEALTH) if name.matches(bean)]
-        exact = None if name.is_pattern else mbeans.named_destination(name)
-        if exact is not None and "_" not in (name.get("destinationName") or ""):
+        if not name.is_pattern and "_" not in (name.get("destinationName") or ""):
+            # (a name without `_` designates the one destination it decodes to, if any: no listing)
+            exact = mbeans.named_destination(name)
+            if exact is None:
+                return found
             if not permissions.visible(self.patterns, exact):
                 raise JolokiaError("java.lang.SecurityException",
                                    f"user {self.user.get_username()!r} has no read permission on {exact.uri}",
                                    403)
             return found + [mbeans.Bean(mbeans.destination_bean(exact), exact)]
-        if name.domain != mbeans.DOMAIN and not name.is_pattern:
-            return found
         for uri in await self.broker.destinations():  # (ZSCAN pages: no call reads them all)
             destination = parse_destination(uri)
             bean = mbeans.destination_bean(destination)
