@@ -72,6 +72,7 @@ from gateway.api.common import decimal_integer, setting, topics_supported
 from gateway.api.compat_headers import OMITTED_HEADER, header_value, omitted_header, property_headers
 from gateway.api.errors import Problem, topics_not_supported
 from gateway.api.views_messaging import long_poll, problem_doc, problems
+from gateway.java import java_trim
 from gateway.paths import from_segment
 
 MAX_MESSAGE_SIZE = 100_000
@@ -288,7 +289,7 @@ async def send_message(user: Any, destination: Destination, params: dict[str, li
     message = Message(
         body=text,
         priority=jms_priority(priority),  # out of 0..9 it wraps and is clamped, as ActiveMQ's
-        persistent=mode is None or mode.strip().lower() == "persistent",  # (the servlet trims it)
+        persistent=mode is None or java_trim(mode).lower() == "persistent",  # (the servlet trims it)
         expiration=now + ttl if ttl > 0 else 0,
         correlation_id=_first(params, "JMSCorrelationID"),
         reply_to=parse_destination(reply_to).uri if reply_to else None,

@@ -70,6 +70,21 @@ async def test_priority_out_of_range_and_delivery_mode_are_read_as_activemq_read
     assert sorted((m["priority"], m["persistent"]) for m in messages) == [(0, False), (0, True), (9, True)]
 
 
+async def test_delivery_mode_is_trimmed_as_javas_string_trim_trims(api, basic, make_user):
+    """The servlet reads JMSDeliveryMode with Java's String.trim, which takes off every character up to
+    U+0020 (control characters too) and nothing else: a no-break space or an em space around `persistent`
+    stays, so the message is not persistent; a U+0001 or U+001F around it goes, so it is."""
+    modes = {"\u00a0persistent": False, "persistent\u2003": False, "\x01persistent\x1f": True,
+             "\tpersistent\r\n": True}
+    for mode in modes:
+        sent = await api.post("/api/message/orders.eu", params={
+            "type": "queue", "body": repr(mode), "JMSDeliveryMode": mode}, headers=basic)
+        assert sent.status_code == 200, sent.text
+    root = await blocking(make_user)("root", superuser=True)
+    messages = (await api.get("/api/v1/queues/orders.eu/messages", headers=root)).json()["messages"]
+    assert {m["body"]: m["persistent"] for m in messages} == {repr(k): v for k, v in modes.items()}
+
+
 async def test_no_type_means_a_topic(api, basic):
     # a topic keeps nothing for subscribers that do not exist yet: the first GET subscribes (204), a
     # message sent then reaches the kept consumer's subscription, the next GET gets it
