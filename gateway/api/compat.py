@@ -50,12 +50,14 @@ import codecs
 import contextlib
 import functools
 import hashlib
+import logging
 import re
 import secrets
 from typing import Any
 
 import redis
 from django.http import HttpResponse
+from django.utils.http import parse_header_parameters
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
 
@@ -86,6 +88,7 @@ _PROLOG = re.compile(r"^<\?.*?\?>", re.DOTALL)
 _SESSION = re.compile(r"[A-Za-z0-9_-]{8,64}")  # a JSESSIONID this servlet made (secrets.token_urlsafe)
 # The consumer acknowledges each message itself, once the answer carrying it is written.
 ACK_MODE = "client-individual"
+log = logging.getLogger(__name__)
 
 
 def _parameters(request: Request) -> dict[str, list[str]]:
@@ -502,10 +505,7 @@ def answer(delivery: Any, params: dict[str, list[str]]) -> Answer:
         content_type = setting("SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE", "")
     else:
         content_type = "application/xml" if text.startswith("<") else "text/plain"
-    if content_type in ("text/plain", "application/xml"):
-        # The body is UTF-8, and says so: without a charset a client reads text/plain as ISO-8859-1
-        # (ActiveMQ's Jetty declares ISO-8859-1 and writes what it cannot encode as '?').
-        content_type += ";charset=utf-8"
+    content_type, encoding = _with_charset(content_type)
     headers = [("destination", header_value(delivery.destination)), ("id", header_value(delivery.message_id))]
     properties, omitted = property_headers(delivery.properties)
     headers += properties
@@ -516,7 +516,28 @@ def answer(delivery: Any, params: dict[str, list[str]]) -> Answer:
     if delivery.group_first_for_consumer:
         headers.append(("JMSXGroupFirstForConsumer", "true"))
     headers += NO_CACHE_HEADERS
-    return content_type, text.encode("utf-8", "replace"), headers
+    return content_type, text.encode(encoding, "replace"), headers
+
+
+@functools.lru_cache(maxsize=64)  # (a few values: the three fixed ones and the setting's)
+def _with_charset(content_type: str) -> tuple[str, str]:
+    """(Content-Type, the body's encoding). A text type (text/*, XML) names its charset: without one a
+    client reads text/* as ISO-8859-1 (ActiveMQ's Jetty declares ISO-8859-1 and writes what it cannot
+    encode as '?'), so the body is UTF-8 and says so, unless SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE names
+    a charset: then the body is written in that one (what its clients decode it with), '?' for what it
+    lacks, as Jetty writes it. Other types (JSON, UTF-8 by definition; binary ones) go as they are."""
+    media, params = parse_header_parameters(content_type)
+    charset = params.get("charset")
+    if charset:
+        try:
+            return content_type, codecs.lookup(charset).name
+        except LookupError:  # (a name Python does not know: the body could not be written in it)
+            log.warning("SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE names an unknown charset %r: answering in "
+                        "UTF-8", charset)
+            content_type = media + "".join(f"; {k}={v}" for k, v in params.items() if k != "charset")
+    if media.startswith("text/") or media == "application/xml" or media.endswith("+xml"):
+        content_type += ";charset=utf-8"
+    return content_type, "utf-8"
 
 
 def _no_cache(response: HttpResponse) -> HttpResponse:
