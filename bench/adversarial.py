@@ -695,6 +695,22 @@ def fan_out_plain(ctx: Context) -> Calls:
     return ctx.measure(_per_call_cpu(ctx, op))
 
 
+@case("rates: a sample of a topic with 10,000 subscriptions and 24 more of 100 (rate_sample)")
+def rates_wide_topic(ctx: Context) -> Calls:
+    """The rate history's sampler reads every subscription's counters, SUBS_PER_CALL a call: the big topic
+    in parts over 20 calls, the others after it."""
+    from broker_core import rates
+
+    names = ["topic://rates.wide", *(f"topic://rates.t{i}" for i in range(rates.SAMPLE_CHUNK - 1))]
+    for i, name in enumerate(names):
+        for k in range(10_000 if i == 0 else 100):
+            ctx.broker.add_consumer(name, ConsumerSpec(), consumer_id=f"s{k}")
+    ctx.broker.send(names[0], Message(message_id="one"))
+    rates.sample(ctx.broker, names)  # (loads the script; the base)
+    time.sleep(0.01)
+    return ctx.measure(lambda: rates.sample(ctx.broker, names))
+
+
 @case("scheduled: 100 delayed messages to a topic with 1,000 subscriptions come due at once")
 def topic_jobs_due(ctx: Context) -> Calls:
     from broker_core.messages import Message

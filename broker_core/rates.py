@@ -42,13 +42,12 @@ ADDED_SLOT = 8
 RING_BYTES = sum((SLOT + ADDED_SLOT * len(ADDED)) * size for _, size in RINGS.values())
 RANGES = {"5m": ("5s", 300_000), "1h": ("5s", 3_600_000), "24h": ("1m", 86_400_000)}
 KEEP_MS = 25 * 3_600_000  # a destination's rings and base go after this long without a sample
-MAX_SUBS = 100  # a topic's rates count its first MAX_SUBS subscriptions (bounded work per call)
 # destinations per script call: about 10 commands each; 50 took up to 14 ms at load average 15 on 2 cores
 SAMPLE_CHUNK = 25
-# topics per call: each reads up to MAX_SUBS subscriptions' counters, so SAMPLE_CHUNK topics of 100
-# subscriptions read 2,500 (10-25 ms a call under load); 5 read at most 500, as many commands as a call of
-# queues
-SAMPLE_TOPICS = 5
+# subscriptions whose counters a call reads at most (one HMGET each): a topic with more is read over several
+# calls of the pass, from where the previous one stopped (rate_sample.lua), so its rates count every
+# subscription, as its stats do; 500 is what 5 topics of 100 read a call when a topic read its first 100
+SUBS_PER_CALL = 500
 SCAN_COUNT = 200
 TICK_SECONDS = 0.5  # sampling time per tick; the rest of a pass is the next tick's
 PASS_MS = 5_000  # a pass starts once per 5 s epoch
@@ -69,32 +68,23 @@ def _sample_op(call: Eval) -> Op:
 
 
 def sample(broker: Broker, destinations: Iterable[str | Destination], *, pass_span: int = 0) -> int:
-    """Sample these destinations now (SAMPLE_CHUNK a call); how many exist. `pass_span`: the ms the
-    namespace's slot covers (the time since the previous pass began; 0 for a pass's further calls)."""
+    """Sample these destinations now (SAMPLE_CHUNK a call, at most SUBS_PER_CALL subscriptions read a call:
+    a topic with more goes on in the next call); how many exist. `pass_span`: the ms the namespace's slot
+    covers (the time since the previous pass began; 0 for a pass's further calls)."""
     dests = [d if isinstance(d, Destination) else parse_destination(d, allow_wildcards=True)
              for d in destinations]
-    sampled = 0
-    for chunk in _chunks(dests):
-        kinds = "".join("t" if d.is_topic else "q" for d in chunk)
-        sampled += broker._run(_sample_op(calls.RateSample.call(
-            _key(broker, None), [broker.ops.prefix(d) for d in chunk], broker.clock.now_ms(), kinds,
-            pass_span, KEEP_MS, MAX_SUBS)))
+    sampled, went_on = 0, calls.RateSampled(0, 0)
+    while True:  # (at least one call, for the namespace's span)
+        chunk = dests[:SAMPLE_CHUNK]
+        went_on = broker._run(_sample_op(calls.RateSample.call(
+            _key(broker, None), [broker.ops.prefix(d) for d in chunk], broker.clock.now_ms(),
+            "".join("t" if d.is_topic else "q" for d in chunk), pass_span, KEEP_MS, SUBS_PER_CALL,
+            went_on.start, went_on.last, went_on.carry)))
+        sampled += went_on.sampled
         pass_span = 0
-    return sampled
-
-
-def _chunks(dests: list[Destination]) -> list[list[Destination]]:
-    """The destinations a call at a time: SAMPLE_CHUNK, at most SAMPLE_TOPICS of them topics (at least one
-    call, for the namespace's span)."""
-    chunks: list[list[Destination]] = [[]]
-    topics = 0
-    for dest in dests:
-        if len(chunks[-1]) == SAMPLE_CHUNK or (dest.is_topic and topics == SAMPLE_TOPICS):
-            chunks.append([])
-            topics = 0
-        chunks[-1].append(dest)
-        topics += dest.is_topic
-    return chunks
+        dests = dests[went_on.done:]
+        if not dests:
+            return sampled
 
 
 def sample_due(broker: Broker, seconds: float = TICK_SECONDS) -> int:

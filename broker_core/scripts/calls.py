@@ -746,6 +746,19 @@ class Purge(ScriptCall):
         return Taken(int(own[0]), _text(own[1]), end, _text(own[2]))
 
 
+@dataclass(frozen=True, slots=True)
+class RateSampled:
+    """What a rate_sample call did: how many of its destinations exist (`sampled`), how many it finished
+    (`done`); when a topic did not fit (the destination at `done`), where its subscriptions go on
+    (`start`), the one read last (`last`) and the sums read so far (`carry`), for the next call."""
+
+    sampled: int
+    done: int
+    start: int = 0
+    last: str = ""
+    carry: str = ""
+
+
 class RateSample(ScriptCall):
     """rate_sample.lua: the rate history's sampler over a few destinations."""
 
@@ -753,13 +766,15 @@ class RateSample(ScriptCall):
 
     @classmethod
     def call(cls, rates_key: str, prefixes: Sequence[str], now: int, kinds: str, pass_span: int, keep_ms: int,
-             max_subs: int) -> Eval:
-        return Eval(cls.script, (rates_key, *prefixes), (now, kinds, pass_span, keep_ms, max_subs))
+             budget: int, start: int = 0, last: str = "", carry: str = "") -> Eval:
+        return Eval(cls.script, (rates_key, *prefixes),
+                    (now, kinds, pass_span, keep_ms, budget, start, last, carry))
 
     @staticmethod
-    def parse(reply: Any) -> int:
-        """How many of the destinations exist."""
-        return int(reply)
+    def parse(reply: Any) -> RateSampled:
+        if len(reply) == 2:
+            return RateSampled(int(reply[0]), int(reply[1]))
+        return RateSampled(int(reply[0]), int(reply[1]), int(reply[2]), _text(reply[3]), _text(reply[4]))
 
 
 @dataclass(frozen=True, slots=True)

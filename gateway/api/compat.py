@@ -50,12 +50,14 @@ import codecs
 import contextlib
 import functools
 import hashlib
+import logging
 import re
 import secrets
 from typing import Any
 
 import redis
 from django.http import HttpResponse
+from django.utils.http import parse_header_parameters
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
 
@@ -72,6 +74,7 @@ from gateway.api.common import decimal_integer, setting, topics_supported
 from gateway.api.compat_headers import OMITTED_HEADER, header_value, omitted_header, property_headers
 from gateway.api.errors import Problem, topics_not_supported
 from gateway.api.views_messaging import long_poll, problem_doc, problems
+from gateway.java import java_trim
 from gateway.paths import from_segment
 
 MAX_MESSAGE_SIZE = 100_000
@@ -85,6 +88,7 @@ _PROLOG = re.compile(r"^<\?.*?\?>", re.DOTALL)
 _SESSION = re.compile(r"[A-Za-z0-9_-]{8,64}")  # a JSESSIONID this servlet made (secrets.token_urlsafe)
 # The consumer acknowledges each message itself, once the answer carrying it is written.
 ACK_MODE = "client-individual"
+log = logging.getLogger(__name__)
 
 
 def _parameters(request: Request) -> dict[str, list[str]]:
@@ -288,7 +292,7 @@ async def send_message(user: Any, destination: Destination, params: dict[str, li
     message = Message(
         body=text,
         priority=jms_priority(priority),  # out of 0..9 it wraps and is clamped, as ActiveMQ's
-        persistent=mode is None or mode.strip().lower() == "persistent",  # (the servlet trims it)
+        persistent=mode is None or java_trim(mode).lower() == "persistent",  # (the servlet trims it)
         expiration=now + ttl if ttl > 0 else 0,
         correlation_id=_first(params, "JMSCorrelationID"),
         reply_to=parse_destination(reply_to).uri if reply_to else None,
@@ -501,10 +505,7 @@ def answer(delivery: Any, params: dict[str, list[str]]) -> Answer:
         content_type = setting("SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE", "")
     else:
         content_type = "application/xml" if text.startswith("<") else "text/plain"
-    if content_type in ("text/plain", "application/xml"):
-        # The body is UTF-8, and says so: without a charset a client reads text/plain as ISO-8859-1
-        # (ActiveMQ's Jetty declares ISO-8859-1 and writes what it cannot encode as '?').
-        content_type += ";charset=utf-8"
+    content_type, encoding = _with_charset(content_type)
     headers = [("destination", header_value(delivery.destination)), ("id", header_value(delivery.message_id))]
     properties, omitted = property_headers(delivery.properties)
     headers += properties
@@ -515,7 +516,28 @@ def answer(delivery: Any, params: dict[str, list[str]]) -> Answer:
     if delivery.group_first_for_consumer:
         headers.append(("JMSXGroupFirstForConsumer", "true"))
     headers += NO_CACHE_HEADERS
-    return content_type, text.encode("utf-8", "replace"), headers
+    return content_type, text.encode(encoding, "replace"), headers
+
+
+@functools.lru_cache(maxsize=64)  # (a few values: the three fixed ones and the setting's)
+def _with_charset(content_type: str) -> tuple[str, str]:
+    """(Content-Type, the body's encoding). A text type (text/*, XML) names its charset: without one a
+    client reads text/* as ISO-8859-1 (ActiveMQ's Jetty declares ISO-8859-1 and writes what it cannot
+    encode as '?'), so the body is UTF-8 and says so, unless SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE names
+    a charset: then the body is written in that one (what its clients decode it with), '?' for what it
+    lacks, as Jetty writes it. Other types (JSON, UTF-8 by definition; binary ones) go as they are."""
+    media, params = parse_header_parameters(content_type)
+    charset = params.get("charset")
+    if charset:
+        try:
+            return content_type, codecs.lookup(charset).name
+        except LookupError:  # (a name Python does not know: the body could not be written in it)
+            log.warning("SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE names an unknown charset %r: answering in "
+                        "UTF-8", charset)
+            content_type = media + "".join(f"; {k}={v}" for k, v in params.items() if k != "charset")
+    if media.startswith("text/") or media == "application/xml" or media.endswith("+xml"):
+        content_type += ";charset=utf-8"
+    return content_type, "utf-8"
 
 
 def _no_cache(response: HttpResponse) -> HttpResponse:

@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gateway.java import JAVA_TRIM, java_trim
+
 VERSIONS: tuple[str, ...] = ("1.0", "1.1", "1.2")
 CLIENT_COMMANDS = frozenset(
     {"CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT",
@@ -43,10 +45,6 @@ _ESCAPE = {
     "1.2": str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"}),
 }
 _NO_EOL = str.maketrans({"\n": " ", "\r": " "})
-# What Java's String.trim takes off both ends of a STOMP 1.0 header value in ActiveMQ's StompWireFormat
-# (`destination: /queue/a`, as the 1.0 spec's own examples write headers): every character up to U+0020.
-# CONNECT, read before a version is agreed, is read as 1.0 there too.
-JAVA_TRIM = "".join(map(chr, range(0x21)))
 
 
 class FrameError(Exception):
@@ -308,8 +306,9 @@ class FrameParser:
             name, _, value = line.partition(":")
             if escaped and "\\" in line:
                 name, value = unescape(name, version), unescape(value, version)
-            if trim:
-                value = value.strip(JAVA_TRIM)
+            if trim:  # (ActiveMQ's StompWireFormat trims a 1.0 value: `destination: /queue/a`, as the
+                # 1.0 spec's own examples write headers; CONNECT, read before a version is agreed, too)
+                value = java_trim(value)
             if content_length is None and name == "content-length":
                 content_length = value
             headers.append((name, value))
@@ -361,7 +360,7 @@ class FrameParser:
         for line in decoded[1:]:
             name, _, value = line.partition(":")
             value = unescape(value, version)
-            headers.append((unescape(name, version), value.strip(JAVA_TRIM) if version == "1.0" else value))
+            headers.append((unescape(name, version), java_trim(value) if version == "1.0" else value))
         length: int | None = None
         for name, value in headers:
             if name == "content-length" and command in _SIZED_COMMANDS:
@@ -373,7 +372,7 @@ class FrameParser:
 def _command(line: str) -> str:
     """The command of a command line, read as ActiveMQ reads it: trimmed (` SEND ` is SEND), and any other
     text is a command too, which the session answers with `Unknown STOMP action: <command>`."""
-    command = line.strip(JAVA_TRIM)
+    command = java_trim(line)
     if not command:
         raise FrameError("Invalid command", "the command line is empty")
     if len(command) > MAX_COMMAND:

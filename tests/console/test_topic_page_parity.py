@@ -23,8 +23,6 @@ from tests.console.test_console import confirm
 pytestmark = pytest.mark.e2e
 
 
-
-
 @pytest.fixture
 def watcher_page(chromium, console_server, topic_reader) -> Iterator[Any]:
     page = login(chromium, console_server, topic_reader)
@@ -97,17 +95,37 @@ def test_the_destination_list_deletes_a_topic_for_admins_only(admin_page, watche
     assert uri not in broker.destinations()
 
 
+def sampling_broker(redis_client, console_server, topic_name: str, policy: dict | None = None) -> Any:
+    """(a broker whose clock stands a minute back, on a 5 s step, the rate chart's ranges, the topic's uri),
+    with `policy` set on the topic."""
+    now = time.time_ns() // 1_000_000
+    clock = FakeClock(now - now % 5_000 - 60_000)
+    broker = Broker(redis_client, console_server.namespace, clock)
+    if policy:
+        broker.policies.set_entry("topic", topic_name, policy)
+        broker.refresh_policies()
+    return broker, clock, f"topic://{topic_name}"
+
+
+EVICT_PAST_2 = {"pendingMessageLimitStrategy": "constant", "pendingMessageLimit": 2}
+
+
+def chart_peak(page, console_server, topic_name: str, label: str) -> float | None:
+    """The topic page's rate chart: the highest value its `label` series draws (None: no such series)."""
+    page.goto(f"{console_server.url}/console/topics/{topic_name}/")
+    page.wait_for_selector("#rate-chart[data-loaded-range='5m']")
+    return page.evaluate("""(label) => {
+      const u = document.querySelector('#rate-chart').uplot;
+      const i = u.series.findIndex((s) => s.label === label);
+      return i < 0 ? null : Math.max(...u.data[i].filter((v) => v !== null));
+    }""", f"{label}/s")
+
+
 def test_the_rate_chart_draws_the_messages_a_topic_discarded(admin_page, console_server, redis_client,
                                                             topic_name):
     """A pending-message limit evicts from a slow subscription: the evictions are a series of their own
     (they were in none: the chart showed messages enqueued and nothing else leaving)."""
-    now = time.time_ns() // 1_000_000
-    clock = FakeClock(now - now % 5_000 - 60_000)
-    broker = Broker(redis_client, console_server.namespace, clock)
-    broker.policies.set_entry("topic", topic_name, {"pendingMessageLimitStrategy": "constant",
-                                                    "pendingMessageLimit": 2})
-    broker.refresh_policies()
-    uri = f"topic://{topic_name}"
+    broker, clock, uri = sampling_broker(redis_client, console_server, topic_name, EVICT_PAST_2)
     broker.add_consumer(uri, ConsumerSpec(prefetch=1, lease_ms=600_000))
     rates.sample(broker, [uri])
     clock.advance(5_000)
@@ -115,16 +133,24 @@ def test_the_rate_chart_draws_the_messages_a_topic_discarded(admin_page, console
     rates.sample(broker, [uri])
     assert broker.stats(uri).evicted == 25
 
-    page = admin_page
-    page.goto(f"{console_server.url}/console/topics/{topic_name}/")
-    page.wait_for_selector("#rate-chart[data-loaded-range='5m']")
-    drawn = page.evaluate("""() => {
-      const u = document.querySelector('#rate-chart').uplot;
-      const i = u.series.findIndex((s) => s.label === 'discarded/s');
-      return i < 0 ? null : Math.max(...u.data[i].filter((v) => v !== null));
-    }""")
-    assert drawn == 5.0  # 25 in 5 s
-    expect(page.locator("#rate-chart .rate-now")).to_contain_text("discarded")
+    assert chart_peak(admin_page, console_server, topic_name, "discarded") == 5.0  # 25 in 5 s
+    expect(admin_page.locator("#rate-chart .rate-now")).to_contain_text("discarded")
+
+
+def test_the_chart_counts_every_subscription_as_the_cards_do(admin_page, console_server, redis_client,
+                                                            topic_name):
+    """Past 100 subscriptions the chart's series summed the first 100 while the cards count all: 150
+    subscriptions, one message each dispatched, are 150 on the card and 150 in the chart's step."""
+    broker, clock, uri = sampling_broker(redis_client, console_server, topic_name)
+    for _ in range(150):
+        broker.add_consumer(uri, ConsumerSpec(prefetch=1, lease_ms=600_000))
+    rates.sample(broker, [uri])
+    clock.advance(5_000)
+    broker.send(uri, Message(body="x"))
+    rates.sample(broker, [uri])
+
+    assert chart_peak(admin_page, console_server, topic_name, "dispatched") * 5 == 150
+    expect(admin_page.locator('#stats [data-stat="dispatched"]')).to_have_text("150")
 
 
 def test_a_topic_page_lists_its_scheduled_messages_as_a_queue_page_does(admin_page, watcher_page,
@@ -161,13 +187,7 @@ def test_the_topic_s_discard_cards_add_up_to_the_chart_s_discarded_series(admin_
     """Evicted, dropped by a pending limit (here a non-durable subscription's poison) and dead letters
     discarded each have a card, an ended subscription's included; their sum is the chart's series (the
     page had only *Evicted*, so the chart's discards matched no figure)."""
-    now = time.time_ns() // 1_000_000
-    clock = FakeClock(now - now % 5_000 - 60_000)
-    broker = Broker(redis_client, console_server.namespace, clock)
-    broker.policies.set_entry("topic", topic_name, {"pendingMessageLimitStrategy": "constant",
-                                                    "pendingMessageLimit": 2})
-    broker.refresh_policies()
-    uri = f"topic://{topic_name}"
+    broker, clock, uri = sampling_broker(redis_client, console_server, topic_name, EVICT_PAST_2)
     quick = broker.add_consumer(uri, ConsumerSpec(prefetch=1, lease_ms=600_000))
     keep = durable(broker, topic_name, "app", "keep", prefetch=10)
     rates.sample(broker, [uri])
@@ -185,7 +205,8 @@ def test_the_topic_s_discard_cards_add_up_to_the_chart_s_discarded_series(admin_
     rates.sample(broker, [uri])
 
     page = admin_page
-    page.goto(f"{console_server.url}/console/topics/{topic_name}/")
+    drawn = chart_peak(page, console_server, topic_name, "discarded")
+    assert drawn * 5 == 6  # the series' count over its 5 s step: the cards' sum
     cards = {stat: page.locator(f'#stats [data-stat="{stat}"]') for stat in
              ("evicted", "dropped", "discarded", "discards")}
     for stat, shown in (("evicted", "3"), ("dropped", "1"), ("discarded", "2"), ("discards", "6")):
@@ -193,13 +214,6 @@ def test_the_topic_s_discard_cards_add_up_to_the_chart_s_discarded_series(admin_
     for stat in ("evicted", "dropped", "discarded"):
         title = cards[stat].locator("xpath=../dt").get_attribute("title")
         assert "discarded series" in title and "rate chart" in title
-    page.wait_for_selector("#rate-chart[data-loaded-range='5m']")
-    drawn = page.evaluate("""() => {
-      const u = document.querySelector('#rate-chart').uplot;
-      const i = u.series.findIndex((s) => s.label === 'discarded/s');
-      return Math.max(...u.data[i].filter((v) => v !== null));
-    }""")
-    assert drawn * 5 == 6  # the series' count over its 5 s step: the cards' sum
 
 
 def test_the_topic_s_scheduled_count_is_its_jobs_not_its_redelivery_delayed_messages(admin_page,

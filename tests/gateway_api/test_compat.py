@@ -70,6 +70,21 @@ async def test_priority_out_of_range_and_delivery_mode_are_read_as_activemq_read
     assert sorted((m["priority"], m["persistent"]) for m in messages) == [(0, False), (0, True), (9, True)]
 
 
+async def test_delivery_mode_is_trimmed_as_javas_string_trim_trims(api, basic, make_user):
+    """The servlet reads JMSDeliveryMode with Java's String.trim, which takes off every character up to
+    U+0020 (control characters too) and nothing else: a no-break space or an em space around `persistent`
+    stays, so the message is not persistent; a U+0001 or U+001F around it goes, so it is."""
+    modes = {"\u00a0persistent": False, "persistent\u2003": False, "\x01persistent\x1f": True,
+             "\tpersistent\r\n": True}
+    for mode in modes:
+        sent = await api.post("/api/message/orders.eu", params={
+            "type": "queue", "body": repr(mode), "JMSDeliveryMode": mode}, headers=basic)
+        assert sent.status_code == 200, sent.text
+    root = await blocking(make_user)("root", superuser=True)
+    messages = (await api.get("/api/v1/queues/orders.eu/messages", headers=root)).json()["messages"]
+    assert {m["body"]: m["persistent"] for m in messages} == {repr(k): v for k, v in modes.items()}
+
+
 async def test_no_type_means_a_topic(api, basic):
     # a topic keeps nothing for subscribers that do not exist yet: the first GET subscribes (204), a
     # message sent then reaches the kept consumer's subscription, the next GET gets it
@@ -175,6 +190,28 @@ async def test_json_and_xml_parameters_choose_the_content_type(api, basic):
     as_xml = await api.get("/api/message/orders.eu?type=queue&xml=true&readTimeout=500", headers=basic)
     assert as_json.headers["content-type"] == "application/json"
     assert as_xml.headers["content-type"] == "application/xml;charset=utf-8"
+
+
+@pytest.mark.parametrize(("setting", "answered", "encoding"), [
+    ("text/html", "text/html;charset=utf-8", "utf-8"),
+    ("Text/CSV; header=present", "Text/CSV; header=present;charset=utf-8", "utf-8"),
+    ("application/atom+xml", "application/atom+xml;charset=utf-8", "utf-8"),
+    ("text/html; charset=UTF-8", "text/html; charset=UTF-8", "utf-8"),
+    ("text/plain; charset=ISO-8859-1", "text/plain; charset=ISO-8859-1", "latin-1"),
+    ("application/octet-stream", "application/octet-stream", "utf-8"),
+    ("text/plain; charset=no-such-charset", "text/plain;charset=utf-8", "utf-8"),  # (logged)
+])
+async def test_the_default_content_type_setting_names_the_bodys_charset(api, basic, settings, setting,
+                                                                       answered, encoding):
+    """SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE: a text type (text/*, XML) is answered with charset=utf-8, the
+    body's, unless the setting names a charset: then the body is in that one (what a client decodes it
+    with), a character it lacks written '?', as ActiveMQ's Jetty writes it (one it does not know: UTF-8,
+    and named). Other types go as set."""
+    settings.SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE = setting
+    await api.post("/api/message/orders.eu?type=queue", content="déjà vu €".encode(), headers=basic)
+    got = await api.get("/api/message/orders.eu?type=queue&readTimeout=1000", headers=basic)
+    assert got.headers["content-type"] == answered
+    assert got.content == "déjà vu €".encode(encoding, "replace")
 
 
 async def test_scheduling_parameters_schedule_the_message_as_activemqs_servlet_does(api, basic):

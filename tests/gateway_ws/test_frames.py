@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.java import JAVA_TRIM
 from gateway.stomp.frames import (
-    JAVA_TRIM,
     Frame,
     FrameError,
     FrameParser,

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 
-from gateway.stomp.frames import CLIENT_COMMANDS, JAVA_TRIM, encode
+from gateway.java import JAVA_TRIM
+from gateway.stomp.frames import CLIENT_COMMANDS, encode
 from tests.helpers.stomp_client import RawStomp
 
 pytestmark = pytest.mark.e2e

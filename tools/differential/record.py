@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,40 @@ def split_stable(observed: list[dict]) -> tuple[dict, list[str]]:
     return stable, sorted(set().union(*observed) - set(stable))
 
 
+def record_scenarios(group: str, scenarios: dict[str, dict], observe: Callable[[dict], dict], runs: int,
+                     golden: dict[str, dict]) -> tuple[int, int]:
+    """Run each scenario `runs` times (`observe`: one run's facts, flattened) and keep in `golden` the facts
+    every run observed identically, naming the others; (facts kept, facts dropped as unstable)."""
+    kept = dropped = 0
+    for name, scenario in scenarios.items():
+        golden[name], unstable = split_stable([observe(scenario) for _ in range(runs)])
+        kept += len(golden[name])
+        dropped += len(unstable)
+        if unstable:
+            print(f"  {group}/{name}: unstable, dropped: {', '.join(unstable)}")
+    return kept, dropped
+
+
+def write_golden(directory: Path, group: Path, golden: dict[str, dict]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / group.name).write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
+
+
+def record_groups(scenarios: Path, groups: list[str],
+                  record_group: Callable[[Path], tuple[int, int]]) -> None:
+    """Record the groups named (every group when none) of the scenario files in `scenarios`, printing each
+    group's facts and the total."""
+    paths = sorted(scenarios.glob("*.json"))
+    if groups:
+        paths = [p for p in paths if p.stem in groups]
+    total = 0
+    for path in paths:
+        kept, dropped = record_group(path)
+        total += kept
+        print(f"{path.stem}: {kept} facts ({dropped} unstable dropped)")
+    print(f"total: {total} facts in {len(paths)} groups")
+
+
 def record_group(path: Path, url: str, runs: int, only: list[str] | None = None) -> tuple[int, int]:
     scenarios = json.loads(path.read_text())
     golden: dict[str, dict] = {}
@@ -46,18 +81,10 @@ def record_group(path: Path, url: str, runs: int, only: list[str] | None = None)
             raise SystemExit(f"{path.stem} has no scenario {', '.join(unknown)}")
         golden = json.loads((GOLDEN / path.name).read_text())
         scenarios = {name: scenario for name, scenario in scenarios.items() if name in only}
-    kept = dropped = 0
-    for name, scenario in scenarios.items():
-        observed = [flatten(run(scenario, url, ("admin", "admin"))) for _ in range(runs)]
-        stable, unstable = split_stable(observed)
-        golden[name] = stable
-        kept += len(stable)
-        dropped += len(unstable)
-        if unstable:
-            print(f"  {path.stem}/{name}: unstable, dropped: {', '.join(unstable)}")
-    GOLDEN.mkdir(parents=True, exist_ok=True)
-    (GOLDEN / path.name).write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
-    return kept, dropped
+    counts = record_scenarios(path.stem, scenarios,
+                              lambda scenario: flatten(run(scenario, url, ("admin", "admin"))), runs, golden)
+    write_golden(GOLDEN, path, golden)
+    return counts
 
 
 def main() -> None:
@@ -71,15 +98,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.only and len(args.groups) != 1:
         parser.error("--only needs exactly one group")
-    paths = sorted(SCENARIOS.glob("*.json"))
-    if args.groups:
-        paths = [p for p in paths if p.stem in args.groups]
-    total = 0
-    for path in paths:
-        kept, dropped = record_group(path, args.url, args.runs, args.only)
-        total += kept
-        print(f"{path.stem}: {kept} facts ({dropped} unstable dropped)")
-    print(f"total: {total} facts in {len(paths)} groups")
+    record_groups(SCENARIOS, args.groups, lambda path: record_group(path, args.url, args.runs, args.only))
 
 
 if __name__ == "__main__":

@@ -23,25 +23,18 @@ sys.path.insert(0, str(ROOT))
 
 from tests.differential.rest.runner import run  # noqa: E402
 from tests.differential.runner import flatten  # noqa: E402
-from tools.differential.record import split_stable  # noqa: E402
+from tools.differential.record import record_groups, record_scenarios, write_golden  # noqa: E402
 
 SUITE = ROOT / "tests" / "differential" / "rest"
 
 
 def record_group(path: Path, http: str, stomp: str, runs: int) -> tuple[int, int]:
-    scenarios = json.loads(path.read_text())
     golden: dict[str, dict] = {}
-    kept = dropped = 0
-    for name, scenario in scenarios.items():
-        observed = [flatten(run(scenario, http, stomp, ("admin", "admin"))) for _ in range(runs)]
-        golden[name], unstable = split_stable(observed)
-        kept += len(golden[name])
-        dropped += len(unstable)
-        if unstable:
-            print(f"  {path.stem}/{name}: unstable, dropped: {', '.join(unstable)}")
-    (SUITE / "golden").mkdir(parents=True, exist_ok=True)
-    (SUITE / "golden" / path.name).write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
-    return kept, dropped
+    counts = record_scenarios(path.stem, json.loads(path.read_text()),
+                              lambda scenario: flatten(run(scenario, http, stomp, ("admin", "admin"))), runs,
+                              golden)
+    write_golden(SUITE / "golden", path, golden)
+    return counts
 
 
 def main() -> None:
@@ -52,15 +45,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("groups", nargs="*")
     args = parser.parse_args()
-    paths = sorted((SUITE / "scenarios").glob("*.json"))
-    if args.groups:
-        paths = [p for p in paths if p.stem in args.groups]
-    total = 0
-    for path in paths:
-        kept, dropped = record_group(path, args.http, args.stomp, args.runs)
-        total += kept
-        print(f"{path.stem}: {kept} facts ({dropped} unstable dropped)")
-    print(f"total: {total} facts in {len(paths)} groups")
+    record_groups(SUITE / "scenarios", args.groups,
+                  lambda path: record_group(path, args.http, args.stomp, args.runs))
 
 
 if __name__ == "__main__":

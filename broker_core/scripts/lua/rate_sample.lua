@@ -3,18 +3,33 @@
 -- its two rings (5 s x 720, 1 min x 1440) and into the namespace's rings (the overview's chart).
 -- KEYS: the namespace's rate key (<ns>:rates), then the destinations' prefixes.
 -- ARGV: now, kinds ('q' or 't' per destination), pass_span (ms since the previous pass began: the span
--- the namespace's slot gets from this call; 0 for the pass's further calls), keep_ms, max_subs.
+-- the namespace's slot gets from this call; 0 for the pass's further calls), keep_ms, budget (subscriptions
+-- read at most in this call), then for a first topic continued from the previous call (else 0, '', ''):
+-- start (where in its subscription list, :sorder, to go on), last (the subscription read last), carry (the
+-- sums of its subscriptions read so far, comma-separated).
+-- A topic counts every subscription, as topics.stats does, read over as many calls as the budget needs:
+-- a call that cannot finish one stops there and replies where it goes on; the topic is sampled by the call
+-- that reads its last part. Parts are one count only if no subscription before the cursor went in between
+-- (removed, its counters go to the topic's ended_*, read with the last part: counted twice; and the one
+-- after it shifts back, unread): the list shifts, so the subscription at start - 1 is no longer `last`,
+-- and the topic is left out of this pass (not sampled: its next sample covers both spans). Subscriptions
+-- made meanwhile are appended, read by a later part.
+-- Returns {destinations sampled, destinations done (of KEYS[2..]), then, when one did not fit (done < its
+-- count): where its subscriptions go on, the one read last, the carry}.
 -- A ring is a string of fixed slots, slot = epoch % size, 32 bytes: epoch, span (ms the deltas cover),
 -- then one delta per series of the first six (all unsigned 32-bit big-endian). A series added since
 -- (`discarded`) has a ring of its own beside it, <ring>:discarded, of 8-byte slots (epoch, delta; the span
 -- is the main slot's), written only when it moved, so the stored layout of the first six never changed
 -- and history from before reads as written. A slot whose epoch is not the one asked for is stale (a lap
--- behind) and is overwritten. Returns how many destinations were sampled.
+-- behind) and is overwritten.
 local NOW = tonumber(ARGV[1])
 local KINDS = ARGV[2]
 local PASS_SPAN = tonumber(ARGV[3])
 local KEEP = tonumber(ARGV[4])
-local MAX_SUBS = tonumber(ARGV[5])
+local budget = tonumber(ARGV[5])
+local START, LAST = tonumber(ARGV[6]), ARGV[7]
+local CARRY = {}
+for v in string.gmatch(ARGV[8], '[^,]+') do CARRY[#CARRY + 1] = tonumber(v) end
 local RINGS = { { '5s', 5000, 720 }, { '1m', 60000, 1440 } }  -- (rates.py RINGS)
 -- enqueued, dispatched, acked, redelivered, expired, deadlettered in the slot; discarded in its own ring
 -- (rates.py SERIES, SLOTTED, ADDED)
@@ -73,39 +88,61 @@ end
 
 local function num(v) return tonumber(v) or 0 end
 
--- A queue's counters from its meta hash; a topic's are its own plus its subscriptions' (the first
--- max_subs of them) plus those of ended subscriptions, as topic_ops.stats counts them. nil when gone.
+-- A queue's counters from its meta hash; a topic's are its own plus its subscriptions' plus those of
+-- ended subscriptions, as topic_ops.stats counts them. nil when gone, or when the topic goes on in the next
+-- call (`stop` set) or is left out of this pass (then true as the second value: it exists).
 -- Discarded: dropped without delivery or a dead-letter queue (the console's discards): a queue's dead
 -- letters discarded; a topic's, and its subscriptions' evicted (the eviction strategy) and dropped (a
--- pending-message limit of 0) too: the stats' `discards` (model.py discard_counts), a topic's over every
--- subscription where this reads the first max_subs.
-local function counters(prefix, kind)
+-- pending-message limit of 0) too: the stats' `discards` (model.py discard_counts).
+local stop = nil
+local function counters(prefix, kind, k)
   if kind == 'q' then
     local m = redis.call('HMGET', prefix .. ':meta', 'uri', 'enqueued', 'dispatched', 'acked', 'redelivered',
                          'expired', 'deadlettered', 'discarded')
     if not m[1] then return nil end
     return { num(m[2]), num(m[3]), num(m[4]), num(m[5]), num(m[6]), num(m[7]), num(m[8]) }
   end
+  local order = prefix .. ':sorder'
+  -- dispatched, acked, redelivered, expired, deadlettered, discards of the subscriptions read
+  local from, subs, last = 0, { 0, 0, 0, 0, 0, 0 }, ''
+  if k == 2 and START > 0 then
+    from, subs, last = START, CARRY, LAST
+    if redis.call('LINDEX', order, START - 1) ~= LAST then
+      return nil, redis.call('EXISTS', prefix .. ':meta') == 1
+    end
+  end
   local m = redis.call('HMGET', prefix .. ':meta', 'uri', 'enqueued', 'expired', 'deadlettered',
                        'ended_dispatched', 'ended_acked', 'ended_redelivered', 'ended_expired',
                        'ended_deadlettered', 'discarded', 'ended_discarded', 'ended_evicted', 'ended_dropped')
   if not m[1] then return nil end
-  local c = { num(m[2]), num(m[5]), num(m[6]), num(m[7]), num(m[3]) + num(m[8]), num(m[4]) + num(m[9]),
-              num(m[10]) + num(m[11]) + num(m[12]) + num(m[13]) }
-  for _, key in ipairs(redis.call('LRANGE', prefix .. ':sorder', 0, MAX_SUBS - 1)) do
-    local s = redis.call('HMGET', prefix .. ':s:' .. key .. ':meta', 'dispatched', 'acked', 'redelivered',
-                         'expired', 'deadlettered', 'discarded', 'evicted', 'dropped')
-    for i = 1, 5 do c[i + 1] = c[i + 1] + num(s[i]) end
-    c[7] = c[7] + num(s[6]) + num(s[7]) + num(s[8])
+  local count = redis.call('LLEN', order)
+  local upto = math.min(count, from + budget) - 1
+  if upto >= from then
+    for _, key in ipairs(redis.call('LRANGE', order, from, upto)) do
+      local s = redis.call('HMGET', prefix .. ':s:' .. key .. ':meta', 'dispatched', 'acked', 'redelivered',
+                           'expired', 'deadlettered', 'discarded', 'evicted', 'dropped')
+      for i = 1, 5 do subs[i] = subs[i] + num(s[i]) end
+      subs[6] = subs[6] + num(s[6]) + num(s[7]) + num(s[8])
+      last = key
+    end
+    budget = budget - (upto - from + 1)
   end
-  return c
+  if upto + 1 < count then
+    stop = { k - 2, upto + 1, last, table.concat(subs, ',') }
+    return nil
+  end
+  return { num(m[2]), subs[1] + num(m[5]), subs[2] + num(m[6]), subs[3] + num(m[7]),
+           subs[4] + num(m[3]) + num(m[8]), subs[5] + num(m[4]) + num(m[9]),
+           subs[6] + num(m[10]) + num(m[11]) + num(m[12]) + num(m[13]) }
 end
 
 local total = { 0, 0, 0, 0, 0, 0, 0 }
 local sampled = 0
 for k = 2, #KEYS do
   local prefix = KEYS[k]
-  local now_c = counters(prefix, string.sub(KINDS, k - 1, k - 1))
+  local now_c, left_out = counters(prefix, string.sub(KINDS, k - 1, k - 1), k)
+  if stop then break end
+  if left_out then sampled = sampled + 1 end
   if now_c then
     sampled = sampled + 1
     local state_key = prefix .. ':rates'
@@ -163,4 +200,5 @@ if moved then
   end
 end
 redis.call('HSET', ns, unpack(fields))
-return sampled
+if stop then return { sampled, stop[1], stop[2], stop[3], stop[4] } end
+return { sampled, #KEYS - 1 }
