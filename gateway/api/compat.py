@@ -74,7 +74,7 @@ from gateway.api.common import decimal_integer, setting, topics_supported
 from gateway.api.compat_headers import OMITTED_HEADER, header_value, omitted_header, property_headers
 from gateway.api.errors import Problem, topics_not_supported
 from gateway.api.views_messaging import long_poll, problem_doc, problems
-from gateway.java import java_trim
+from gateway.java import java_equals_ignore_case, java_trim
 from gateway.paths import from_segment
 
 MAX_MESSAGE_SIZE = 100_000
@@ -125,7 +125,7 @@ def compat_destination(path: str, params: dict[str, list[str]]) -> Destination:
     else:
         type_ = _first(params, "type")
         # ActiveMQ's servlet init-param `topic` defaults to true: no type means a topic.
-        kind = "topic" if type_ is None or type_.lower() == "topic" else "queue"
+        kind = "topic" if type_ is None or java_equals_ignore_case(type_, "topic") else "queue"
     destination = parse_destination(name, kind)  # type: ignore[arg-type]
     if destination.is_topic and not topics_supported():
         raise topics_not_supported(f"{destination.uri}; ActiveMQ's /api/message defaults to a topic when "
@@ -292,7 +292,7 @@ async def send_message(user: Any, destination: Destination, params: dict[str, li
     message = Message(
         body=text,
         priority=jms_priority(priority),  # out of 0..9 it wraps and is clamped, as ActiveMQ's
-        persistent=mode is None or java_trim(mode).lower() == "persistent",  # (the servlet trims it)
+        persistent=mode is None or java_equals_ignore_case(java_trim(mode), "persistent"),  # (trimmed)
         expiration=now + ttl if ttl > 0 else 0,
         correlation_id=_first(params, "JMSCorrelationID"),
         reply_to=parse_destination(reply_to).uri if reply_to else None,
@@ -353,7 +353,7 @@ async def take_one(user_pk: Any, client: str, destination: Destination, params: 
     broker = runtime.async_broker()
     timeout_ms = read_timeout_ms(params)
     waiting = timeout_ms / 1000 if wait else 0.0
-    one_shot = (_first(params, "oneShot") or "").lower() == "true"
+    one_shot = java_equals_ignore_case(_first(params, "oneShot"), "true")
     left, deliveries = await (_begin_cancellable(broker, ref, timeout_ms) if wait
                               else _begin(broker, ref, timeout_ms))
     handed_over = False
@@ -497,9 +497,9 @@ def answer(delivery: Any, params: dict[str, list[str]]) -> Answer:
     text = delivery.body if isinstance(delivery.body, str) else ""
     if text.startswith("<?"):
         text = _PROLOG.sub("", text, count=1)
-    if (_first(params, "xml") or "").lower() == "true":
+    if java_equals_ignore_case(_first(params, "xml"), "true"):
         content_type = "application/xml"
-    elif (_first(params, "json") or "").lower() == "true":
+    elif java_equals_ignore_case(_first(params, "json"), "true"):
         content_type = "application/json"
     elif setting("SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE", ""):
         content_type = setting("SIGNALBOX_COMPAT_DEFAULT_CONTENT_TYPE", "")

@@ -85,6 +85,28 @@ async def test_delivery_mode_is_trimmed_as_javas_string_trim_trims(api, basic, m
     assert {m["body"]: m["persistent"] for m in messages} == {repr(k): v for k, v in modes.items()}
 
 
+async def test_names_compare_as_javas_equals_ignore_case(api, basic, make_user):
+    """The servlet compares JMSDeliveryMode, type, oneShot, xml and json with Java's equalsIgnoreCase,
+    which matches character by character after upper- then lower-casing each: 'ſ' (long s) is an 's',
+    'K' (Kelvin) a 'k', 'İ' an 'i', where comparing str.lower() texts sees none of them."""
+    modes = {"perſistent": True, "PERSISTENT": True, "persiſtent\u0307": False}
+    for mode in modes:
+        sent = await api.post("/api/message/orders.eu", params={
+            "type": "queue", "body": repr(mode), "JMSDeliveryMode": mode}, headers=basic)
+        assert sent.status_code == 200, sent.text
+    root = await blocking(make_user)("root", superuser=True)
+    messages = (await api.get("/api/v1/queues/orders.eu/messages", headers=root)).json()["messages"]
+    assert {m["body"]: m["persistent"] for m in messages} == {repr(k): v for k, v in modes.items()}
+    # type=topİc ('İ' upper-cased is itself, then lower-cased 'i') is a topic, as ActiveMQ reads it
+    first = await api.get("/api/message/orders.kelvin", params={"type": "topİc", "readTimeout": "10",
+                                                                "clientId": "k"}, headers=basic)
+    assert first.status_code == 204  # (subscribed)
+    await api.post("/api/message/orders.kelvin", params={"type": "topic", "body": "x"}, headers=basic)
+    got = await api.get("/api/message/orders.kelvin", params={"type": "topİc", "readTimeout": "2000",
+                                                              "clientId": "k"}, headers=basic)
+    assert (got.status_code, got.headers["destination"]) == (200, "topic://orders.kelvin")
+
+
 async def test_no_type_means_a_topic(api, basic):
     # a topic keeps nothing for subscribers that do not exist yet: the first GET subscribes (204), a
     # message sent then reaches the kept consumer's subscription, the next GET gets it
