@@ -597,8 +597,12 @@ class _Api:
     def commit(self, tx: str) -> None:
         return self._run(self.ops.tx_commit(tx, self._now()))
 
-    def rollback(self, tx: str) -> None:
-        return self._run(self.ops.tx_rollback(tx, self._now()))
+    def rollback(self, tx: str, *, redeliver: bool = True) -> None:
+        """Undo the transaction: its sends dropped, its acks' messages back for redelivery, counter raised.
+        `redeliver=False`: those still in flight with their consumer stay delivered to it, unacknowledged,
+        the window their acks opened closing again (STOMP's ABORT, as ActiveMQ's); those held for it
+        (their consumer closed since its ack) go back either way (ops/transactions.py `rollback`)."""
+        return self._run(self.ops.tx_rollback(tx, self._now(), redeliver))
 
 
 class Broker(_Api):
