@@ -256,7 +256,7 @@ class _Api:
     def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
             tx: str | None = None, mark_delivered: bool = True) -> int | None:
         """Acknowledge by the consumer's ack mode (client: cumulative; client-individual: that message)
-        or by an explicit mode: 'individual', 'cumulative', 'delivered' or 'undelivered' (ack.lua).
+        or by an explicit mode: 'individual', 'cumulative' or 'delivered' (ack.lua).
         Returns how many. In a transaction `tx` the messages are marked delivered now (their window
         grows) and acknowledged on commit; `mark_delivered=False` when the caller marked them delivered
         itself, earlier (ops/transactions.py `ack`)."""

@@ -114,7 +114,7 @@ def cancel_pull(ops: Context, consumer: ConsumerRef, now: int) -> Op:
 
 def ack(ops: Context, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
         receive: int = 0) -> Op:
-    """mode: 'individual', 'cumulative', 'delivered' or 'undelivered' (see scripts/lua/ack.lua). Returns
+    """mode: 'individual', 'cumulative' or 'delivered' (see scripts/lua/ack.lua). Returns
     how many were acknowledged and, when `receive` > 0, up to that many next messages for the consumer."""
     if not message_ids:
         raise NotInFlight("no message id given to acknowledge")
