@@ -258,3 +258,34 @@ def test_an_aborted_subscription_leaves_its_transacted_acks_to_the_transaction(f
     finally:
         client.close()
         other.close()
+
+
+def test_an_aborted_client_subscription_returns_what_its_transaction_acked_and_the_commit_succeeds(
+        fast_gateway, broker, queue):
+    """`client` mode, as ActiveMQ's STOMP (its cumulative ACK goes to the broker at the COMMIT, for the
+    subscriptions still open): the ACKed messages go back with the aborted subscription, redelivered,
+    and the COMMIT succeeds without acknowledging them."""
+    from broker_core import maintenance
+
+    client = Client(fast_gateway.port).connect()
+    other = Client(fast_gateway.port).connect()
+    try:
+        for body in ("m0", "m1"):
+            other.receipt(other.conn.send, f"/queue/{queue}", body)
+        client.conn.subscribe(f"/queue/{queue}", id="s1", ack="client",
+                              headers={"activemq.prefetchSize": "10"})
+        m0, _m1 = client.messages(2)
+        client.receipt(client.conn.begin, "t")
+        client.receipt(client.conn.ack, m0.headers["ack"], transaction="t")
+        (consumer,) = broker.stats(queue).consumers
+        maintenance.abort_consumer(broker, ConsumerRef(parse_destination(queue), consumer.consumer_id),
+                                   "stuck")
+        assert client.expect("ERROR", timeout=LEASE_MS / 1000 + 3).headers["message"] == "stuck"
+        client.receipt(client.conn.commit, "t")
+        other.receipt(other.conn.subscribe, f"/queue/{queue}", id="s2", ack="client-individual")
+        again = other.messages(2)
+        assert [(m.body, m.headers.get("redelivered")) for m in again] == [(b"m0", "true"), (b"m1", "true")]
+        assert broker.stats(queue).dequeued == 0
+    finally:
+        client.close()
+        other.close()
