@@ -113,6 +113,18 @@ while at <= #ARGV do
       end
     end
   end
+  if mark then  -- a message another open transaction acknowledged is that one's until it ends: refused, naming it
+    local marks = base.call_many('HMGET', lifecycle.txacks_key(), ids)
+    for i = 1, #ids do
+      local other = marks[i]  -- (in flight: the key alone; held: the key, '|', its pending score)
+      other = other and string.match(other, '^[^|]*')
+      if other and other ~= mark and redis.call('EXISTS', other) == 1 then
+        return base.fail('IN_TRANSACTION', 'message ' .. ids[i] .. ' is acknowledged in transaction '
+                         .. (string.match(other, ':tx:([^:]*)$') or other) .. ' already: nothing was done (commit '
+                         .. 'or roll that one back first)')
+      end
+    end
+  end
   groups[#groups + 1] = { c = c, cid = cid, mode = mode, ids = ids, seqs = seqs, receive_max = receive_max,
                           held = held, mark = mark }
   at = last + 1
