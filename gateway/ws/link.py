@@ -1279,8 +1279,8 @@ class Link:
             self.pending_acks.clear()
         for name in list(self.transactions):
             tx = self.transactions.pop(name).tx
-            with contextlib.suppress(Exception):
-                await self.broker.rollback(tx)
+            with contextlib.suppress(Exception):  # (left delivered: the consumers' close returns them once)
+                await self.broker.rollback(tx, redeliver=False)
         subs = list(self.subscriptions.values())
         self.subscriptions.clear()
         for sub in subs:
