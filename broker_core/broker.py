@@ -261,7 +261,7 @@ class _Api:
     def ack(self, consumer: ConsumerRef, message_id: str | list[str], *, mode: str | None = None,
             tx: str | None = None, mark_delivered: bool = True) -> int | None:
         """Acknowledge by the consumer's ack mode (client: cumulative; client-individual: that message)
-        or by an explicit mode: 'individual', 'cumulative', 'delivered' or 'undelivered' (ack.lua).
+        or by an explicit mode: 'individual', 'cumulative' or 'delivered' (ack.lua).
         Returns how many. In a transaction `tx` the messages are marked delivered now (their window
         grows) and acknowledged on commit; `mark_delivered=False` when the caller marked them delivered
         itself, earlier (ops/transactions.py `ack`)."""
@@ -607,8 +607,12 @@ class _Api:
     def commit(self, tx: str) -> None:
         return self._run(self.ops.tx_commit(tx, self._now()))
 
-    def rollback(self, tx: str) -> None:
-        return self._run(self.ops.tx_rollback(tx, self._now()))
+    def rollback(self, tx: str, *, redeliver: bool = True) -> None:
+        """Undo the transaction: its sends dropped, its acks' messages back for redelivery, counter raised.
+        `redeliver=False`: those still in flight with their consumer stay delivered to it, unacknowledged,
+        the window their acks opened closing again (STOMP's ABORT, as ActiveMQ's); those held for it
+        (their consumer closed since its ack) go back either way (ops/transactions.py `rollback`)."""
+        return self._run(self.ops.tx_rollback(tx, self._now(), redeliver))
 
 
 class Broker(_Api):

@@ -32,6 +32,7 @@ _ERRORS: dict[str, type[errors.BrokerError]] = {
     "NOT_IN_FLIGHT": errors.NotInFlight,
     "NOT_DELIVERED": errors.NotInFlight,
     "INVALID_ACK": errors.NotInFlight,
+    "IN_TRANSACTION": errors.TransactionError,  # (ack.lua: acknowledged in another open transaction)
     "CONSUMER_EXISTS": errors.InvalidConsumer,
     "MESSAGE_TOO_LARGE": errors.MessageTooLarge,
     "TOO_MANY_PROPERTIES": errors.InvalidMessage,

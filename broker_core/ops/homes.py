@@ -114,7 +114,7 @@ def cancel_pull(ops: Context, consumer: ConsumerRef, now: int) -> Op:
 
 def ack(ops: Context, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
         receive: int = 0) -> Op:
-    """mode: 'individual', 'cumulative', 'delivered' or 'undelivered' (see scripts/lua/ack.lua). Returns
+    """mode: 'individual', 'cumulative' or 'delivered' (see scripts/lua/ack.lua). Returns
     how many were acknowledged and, when `receive` > 0, up to that many next messages for the consumer."""
     if not message_ids:
         raise NotInFlight("no message id given to acknowledge")
@@ -220,12 +220,13 @@ def nack(ops: Context, consumer: ConsumerRef, message_ids: list[str], poison: bo
     return nacked.dead_lettered, nacked.redelivered
 
 
-def release(ops: Context, consumer: ConsumerRef, message_ids: list[str], now: int, tx_key: str = "") -> Op:
+def release(ops: Context, consumer: ConsumerRef, message_ids: list[str], now: int, tx_key: str = "",
+            keep: bool = False) -> Op:
     """In-flight messages back for redelivery; with `tx_key` (a rollback) those held for that transaction
-    too, the consumer closed since (release.lua)."""
+    too, the consumer closed since; with `keep`, those still in flight stay delivered (release.lua)."""
     home = yield from ops.home(consumer)
     released = calls.Release.parse((yield from ops.eval(home, now, calls.Release.call(
-        ops.home_prefix(home), now, consumer.consumer_id, message_ids, tx_key))))
+        ops.home_prefix(home), now, consumer.consumer_id, message_ids, tx_key, keep))))
     yield from ops.continue_dispatch(home, now, released.tail.flags, released.tail.hold_until)
     return released.count
 

@@ -348,8 +348,8 @@ class Router(Context):
     def tx_commit(self, tx: str, now: int) -> Op:
         return self.run(transactions.commit(self, tx, now))
 
-    def tx_rollback(self, tx: str, now: int) -> Op:
-        return self.run(transactions.rollback(self, tx, now))
+    def tx_rollback(self, tx: str, now: int, redeliver: bool = True) -> Op:
+        return self.run(transactions.rollback(self, tx, now, redeliver))
 
 
 def _refuse_others_temp(dest: Destination, connection_id: str | None) -> None:

@@ -289,32 +289,43 @@ def _listed(message_ids: list[str]) -> str:
     return f"message{'s' if len(message_ids) > 1 else ''} {shown}{more}"
 
 
-def rollback(ops: Context, tx: str, now: int) -> Op:
+def rollback(ops: Context, tx: str, now: int, redeliver: bool = True) -> Op:
+    """Drop the sends (their reserved space given back) and give back what the acks took: their messages
+    go back for redelivery, counter raised. `redeliver=False` (a client that keeps what it was given:
+    STOMP's ABORT, as ActiveMQ's broker rolls back an ack without taking the message from its live
+    consumer): those still in flight with their consumer stay delivered to it, the window their acks
+    opened closing again. Either way those held for the transaction (their consumer closed since) go
+    back. One consumer's acks go back together, ACK_PART ids a call, whatever their records' order."""
     records = yield from _tx_records(ops, tx)
     yield Command(("DEL", tx_key(ops.namespace, tx)))
     for dest in _sent_to(records):  # give back the space its sends reserved
         yield calls.FlowRelease.call(ops.prefix(dest), now, tx)
+    acked: dict[ConsumerRef, list[str]] = {}
     for record in records:
         if record[0] == "ack":
             consumer = ConsumerRef(Destination(record[1], record[2]), record[3])
-            yield from _give_back(ops, consumer, record[5], now, tx_key(ops.namespace, tx))
+            acked.setdefault(consumer, []).extend(record[5])
+    for consumer, message_ids in acked.items():
+        yield from _give_back(ops, consumer, list(dict.fromkeys(message_ids)), now,
+                              tx_key(ops.namespace, tx), not redeliver)
 
 
-def _give_back(ops: Context, consumer: ConsumerRef, message_ids: list[str], now: int, key: str) -> Op:
-    """A rolled back ack's messages back for redelivery, ACK_PART a call, those held for the transaction
-    (`key`; their consumer closed since) too. release.lua refuses a call one of whose messages is not in
-    flight: one that left meanwhile (an operator removed or moved it, a commit refused for that) does not
-    keep the others, which go back one by one."""
+def _give_back(ops: Context, consumer: ConsumerRef, message_ids: list[str], now: int, key: str,
+               keep: bool) -> Op:
+    """A rolled back ack's messages back for redelivery (`keep`: left delivered, release.lua), ACK_PART
+    a call, those held for the transaction (`key`; their consumer closed since) too. release.lua refuses
+    a call one of whose messages is not in flight: one that left meanwhile (an operator removed or moved
+    it, a commit refused for that) does not keep the others, which go back one by one."""
     for i in range(0, len(message_ids), homes.ACK_PART):
         part = message_ids[i:i + homes.ACK_PART]
         try:
-            yield from homes.release(ops, consumer, part, now, key)
+            yield from homes.release(ops, consumer, part, now, key, keep)
         except UnknownConsumer:  # the consumer closed and none of this part is held: they went back already
             continue  # (a later part may hold some: release.lua gives back a part's held ones whatever else)
         except NotInFlight:
             for message_id in part if len(part) > 1 else ():
                 with contextlib.suppress(NotInFlight, UnknownConsumer):
-                    yield from homes.release(ops, consumer, [message_id], now, key)
+                    yield from homes.release(ops, consumer, [message_id], now, key, keep)
 
 
 def _steps(records: list[Any]) -> list[tuple[str, Destination, Any]]:

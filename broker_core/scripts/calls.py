@@ -860,10 +860,11 @@ class Release(ScriptCall):
 
     @classmethod
     def call(cls, prefix: str, now: int, consumer_id: str, message_ids: Sequence[str],
-             tx_key: str = "") -> Eval:
+             tx_key: str = "", keep: bool = False) -> Eval:
         """`tx_key`: the rolled back transaction's key, whose held messages (the consumer closed since its
-        ack) go back too."""
-        return Eval(cls.script, (prefix,), (now, 0, consumer_id, tx_key, *message_ids))
+        ack) go back too. `keep`: those still in flight with the consumer stay delivered to it, only the
+        window their transacted acks opened closing again (release.lua)."""
+        return Eval(cls.script, (prefix,), (now, 0, consumer_id, tx_key, int(keep), *message_ids))
 
     @staticmethod
     def parse(reply: list[Any]) -> Counted:

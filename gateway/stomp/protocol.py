@@ -848,16 +848,19 @@ class StompSession(LinkedSession):
             if sub is None and self.link.was_ended(ack_id):
                 return None
             where = "no subscription of this connection holds"
+            held = self.link.transaction_of(ack_id) if sub is None else None
         else:
             # Before 1.2 the subscription named is the only one looked in, as ActiveMQ's: a message another
             # subscription delivered, or one of this subscription unsubscribed since, is refused
-            sub = self.link.subscriptions.get(sub_key)
+            sub = named = self.link.subscriptions.get(sub_key)
             if sub is not None and ack_id not in sub.unacked:
                 sub = None
             where = f"subscription {sub_key!r} of this connection does not hold"
+            held = self.link.transaction_of(ack_id, named) if sub is None and named is not None else None
         if sub is None:
             raise StompError(f"Unexpected {frame.command} received for message-id [{ack_id}]",
-                             f"{where} an unacknowledged message {ack_id}")
+                             self.link.acknowledged_in(ack_id, held) if held is not None
+                             else f"{where} an unacknowledged message {ack_id}")
         return sub, ack_id
 
     async def on_ack(self, frame: Frame) -> None:

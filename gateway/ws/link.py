@@ -27,7 +27,6 @@ from django.conf import settings as django_settings
 
 from broker_core.destinations import Destination, covers
 from broker_core.errors import (
-    BrokerError,
     NotInFlight,
     TransactionError,
     UnknownConsumer,
@@ -80,10 +79,11 @@ class LinkSettings:
 
 @dataclass
 class OpenTransaction:
-    """A transaction the client has begun on this connection: the broker's id, and what its ACKs so far
-    hold, which go into the broker's transaction only at COMMIT (`Link.commit`: an ABORT gives their ids
-    back to the client), yet count against its limits from the ACK on (broker_core TransactionLimits):
-    the messages they acknowledge and their consumers."""
+    """A transaction the client has begun on this connection: the broker's id, and what its `client`
+    mode ACKs so far hold, which go into the broker's transaction only at COMMIT (`Link.commit`, as
+    ActiveMQ's STOMP sends them), yet count against its limits from the ACK on (broker_core
+    TransactionLimits): the messages they acknowledge and their consumers. (A `client-individual` ACK
+    goes into the broker's transaction at once, counted there.)"""
 
     tx: str
     acked: int = 0
@@ -337,6 +337,9 @@ class Subscription:
     # a composite whose topic parts may both match one message (`a.*.c`, `a.b.*`): message id -> the
     # consumer that delivered it, so the other's copy is dropped (`Link._one_copy`); None when they cannot
     copies: OrderedDict[str, str] | None = None
+    # ack id -> the client's name of the open transaction whose ACK took it (`Link.ack`), until that
+    # transaction ends: a second ACK of it is refused naming that transaction (`Link.transaction_of`)
+    transacted: dict[str, str] = field(default_factory=dict)
 
     def track(self, consumer: Consumer | None, delivery: Delivery) -> str:
         """Remember a delivered message until it is acknowledged; returns its ack id (the message id,
@@ -416,8 +419,9 @@ class Link:
         self.connection_id = f"{transport}-{uuid.uuid4().hex[:16]}"
         self.subscriptions: dict[str, Subscription] = {}
         self.transactions: dict[str, OpenTransaction] = {}  # by the client's name for it
-        # acks made in a transaction, applied at COMMIT: an ABORT gives the client its ack ids back and the
-        # messages stay delivered to it (ActiveMQ's STOMP: not redelivered to the live subscription)
+        # what acks made in a transaction took, by its name, until it ends (`ack`): an ABORT gives the client
+        # its ack ids back and the messages stay delivered to it (ActiveMQ's STOMP: not redelivered to the
+        # live subscription); a `client` mode ACK's are acknowledged in the broker's transaction at COMMIT
         self._tx_acks: dict[str, list[tuple[Subscription, list[Taken]]]] = {}
         self._pumps: dict[str, asyncio.Task[None]] = {}
         # per consumer, the dispatch sequence of the last message its pump wrote or began to write (closing
@@ -643,7 +647,6 @@ class Link:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         await self._acks_landed({consumer.consumer_id for consumer in sub.consumers})
-        await self._tx_acks_to_broker(sub)
         for consumer in sub.consumers:
             # (what was pushed after the last message written goes back as never received)
             written = self._written.pop(consumer.consumer_id, None)
@@ -656,31 +659,6 @@ class Link:
                 raise
             finally:
                 self.hub.forget(consumer.consumer_id)
-
-    async def _tx_acks_to_broker(self, sub: Subscription) -> None:
-        """A client-individual subscription ends with ACKs in open transactions: they go into the broker's
-        transactions now, before its consumers close, so the broker holds their messages for those
-        transactions (the COMMIT consumes them, an ABORT returns them: broker_core's transacted ack), as
-        ActiveMQ's STOMP sends an individual ACK to its broker at once, in its transaction. A `client`
-        ACK goes to ActiveMQ's broker only at the COMMIT, and only for a subscription still open: its
-        messages go back with the UNSUBSCRIBE, here too. Refused (a message gone meanwhile, the
-        transaction lapsed), its messages go back with the close."""
-        if sub.ack_mode != "client-individual":
-            return
-        for name, acks in list(self._tx_acks.items()):  # (the broker calls below let other frames run)
-            open_tx = self.transactions.get(name)
-            if open_tx is None or not any(held is sub for held, _taken in acks):
-                continue
-            self._tx_acks[name] = [(held, taken) for held, taken in acks if held is not sub]
-            taken = [entry for held, entries in acks if held is sub for entry in entries]
-            self._forget_pending(key for key, _entry in taken)
-            open_tx.acked -= len(taken)  # (counted in the broker's transaction from here)
-            for consumer, ids in self._by_consumer([entry for _key, entry in taken]):
-                try:
-                    await self.broker.ack(consumer, ids, mode="individual", tx=open_tx.tx)
-                except BrokerError as exc:
-                    logger.info("ACKs of transaction %s of connection %s go back with subscription %s: %s",
-                                name, self.connection_id, sub.key, exc)
 
     async def _pump(self, sub: Subscription, consumer: Consumer) -> None:
         """Deliver the consumer's messages in dispatch order. Between receive calls the consumer is armed for
@@ -977,6 +955,21 @@ class Link:
                 return sub
         return None
 
+    def transaction_of(self, ack_id: str, sub: Subscription | None = None) -> str | None:
+        """The name of the open transaction whose ACK took `ack_id` (of `sub`, or of whichever
+        subscription delivered it), if one did: an ACK or NACK of it is refused, naming that transaction
+        (`acknowledged_in`), not as an id the connection never had."""
+        if sub is None and self.pending_acks is not None:
+            sub = self.pending_acks.get(ack_id)  # (a transaction's ids stay pending until it ends)
+        subs = [sub] if sub is not None else list(self.subscriptions.values())
+        return next((s.transacted[ack_id] for s in subs if ack_id in s.transacted), None)
+
+    @staticmethod
+    def acknowledged_in(ack_id: str, tx: str) -> str:
+        """Why an ACK or NACK of `ack_id`, which an ACK in open transaction `tx` took, is refused."""
+        return (f"message-id [{ack_id}] is acknowledged in transaction {tx} already: nothing was done "
+                f"(COMMIT or ABORT {tx} first; an ABORT gives it back to the subscription)")
+
     def _forget_pending(self, ack_ids: Iterable[str]) -> None:
         """Their messages were acknowledged, nacked or given back: the ids leave the connection's map."""
         if self.pending_acks is not None:
@@ -987,33 +980,72 @@ class Link:
         """Acknowledge by the subscription's ack mode: `client` is cumulative over the subscription,
         `client-individual` the listed messages only. Several ids (in delivery order) are checked first
         and acknowledged in one broker call per consumer, so a list is acknowledged whole or not at all.
-        Inside a transaction the ack happens on commit; the prefetch window grows at once (`_delivered`)."""
+        Inside a transaction the ack happens on commit and the prefetch window grows at once, as
+        ActiveMQ's STOMP does it: a `client-individual` ACK goes into the broker's transaction now
+        (`_ack_in_transaction`), a `client` one is a `delivered` ack now (`_delivered`) and goes into the
+        broker's transaction at COMMIT, for subscriptions still open (`commit`)."""
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected ACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        if tx:  # held here until COMMIT; counted now (`OpenTransaction`), with the transaction's sends
-            open_tx = self._open(tx)
+        if not tx:
+            taken = self._take(sub, ack_ids)
+            self._forget_pending(key for key, _entry in taken)
+            return await self._ack_entries(sub, [entry for _key, entry in taken], None)
+        open_tx = self._open(tx)
+        if sub.ack_mode == "client-individual":
+            taken = await self._ack_in_transaction(sub, ack_ids, tx, open_tx)
+        else:  # held here until COMMIT; counted now (`OpenTransaction`), with the transaction's sends
             acked = open_tx.acked + self._covered(sub, ack_ids)
             consumers = open_tx.consumers.union(c.consumer_id for c in sub.consumers)
             await self.broker.check_transaction(open_tx.tx, acked, places=consumers)
             taken = self._take(sub, ack_ids)
             await self._delivered(sub, taken)
             open_tx.acked, open_tx.consumers = acked, consumers
-            self._tx_acks.setdefault(tx, []).append((sub, taken))  # (their ids stay pending: ABORT)
-            return len(taken)
+        self._tx_acks.setdefault(tx, []).append((sub, taken))  # (their ids stay pending: ABORT)
+        sub.transacted.update((key, tx) for key, _entry in taken)
+        return len(taken)
+
+    async def _ack_in_transaction(self, sub: Subscription, ack_ids: list[str], tx: str,
+                                  open_tx: OpenTransaction) -> list[Taken]:
+        """A `client-individual` ACK in transaction `tx` goes into the broker's transaction now, one call
+        per consumer (broker_core's transacted individual ack: the window grows by its messages, which
+        are marked as the transaction's), as ActiveMQ's STOMP sends it to its broker at once: should the
+        subscription end before the transaction does (UNSUBSCRIBE, or the broker aborts it), the broker
+        holds those messages for the transaction (the COMMIT consumes them, an ABORT or its lapse
+        returns them). The broker checks one call against the transaction's limits; this connection's
+        `client` ACKs held for the COMMIT, or a composite's several calls, are checked with it first."""
+        if open_tx.acked or len(sub.consumers) > 1:
+            await self.broker.check_transaction(
+                open_tx.tx, open_tx.acked + len(ack_ids),
+                places=open_tx.consumers.union(c.consumer_id for c in sub.consumers))
         taken = self._take(sub, ack_ids)
-        self._forget_pending(key for key, _entry in taken)
-        return await self._ack_entries(sub, [entry for _key, entry in taken], None)
+        left = [entry for _key, entry in taken]
+        try:
+            for consumer, ids in self._by_consumer(left):
+                await self.broker.ack(consumer, ids, mode="individual", tx=open_tx.tx)
+                left = [entry for entry in left if entry[0] is not consumer]
+        except BaseException as exc:
+            recorded = [(key, entry) for key, entry in taken if entry not in left]
+            sub.restore([(key, entry) for key, entry in taken if entry in left])
+            if recorded:  # (a composite's: one consumer's part is in the transaction, another's refused)
+                self._tx_acks.setdefault(tx, []).append((sub, recorded))
+                sub.transacted.update((key, tx) for key, _entry in recorded)
+                self.mark_rollback_only(tx, f"an ACK was applied in part ({exc})")
+            if isinstance(exc, NotInFlight):
+                raise LinkError("Unexpected ACK", exc.message, "not_in_flight") from None
+            raise
+        return taken
 
     async def _delivered(self, sub: Subscription, taken: list[Taken]) -> None:
-        """A transacted ACK's messages reached the client: the consumer's prefetch window grows by them now
-        (broker_core's `delivered` ack), as ActiveMQ's does at a transacted ack, so that a client holding
-        a full window gets its next messages within the same transaction; the COMMIT's acks shrink it
-        back. Without this a client with prefetch 1 that acknowledges in a transaction waits for a next
-        message that only its COMMIT would let through. An ABORT shrinks it back in client-individual mode
-        (`abort`), as ActiveMQ's; in client mode it stays grown until those messages are acknowledged or
-        the consumer closes, as ActiveMQ's too. Refused (a message no
-        longer in flight: expired, or removed by an operator), the ACK takes nothing."""
+        """A transacted `client` ACK's messages reached the client: the consumer's prefetch window grows by
+        them now (broker_core's `delivered` ack), as ActiveMQ's STOMP sends a DELIVERED ack at a
+        transacted client ACK, so that a client holding a full window gets its next messages within the
+        same transaction; the COMMIT's acks shrink it back. Without this a client with prefetch 1 that
+        acknowledges in a transaction waits for a next message that only its COMMIT would let through.
+        After an ABORT it stays grown until those messages are acknowledged or the consumer closes, as
+        ActiveMQ's. (A `client-individual` ACK's broker call grows it itself: `_ack_in_transaction`.)
+        Refused (a message no longer in flight: expired, or removed by an operator), the ACK takes
+        nothing."""
         try:
             for consumer, ids in self._by_consumer([entry for _key, entry in taken]):
                 await self.broker.ack(consumer, ids, mode="delivered")
@@ -1044,13 +1076,14 @@ class Link:
     async def _ack_entries(self, sub: Subscription, entries: list[tuple[Consumer | None, str]],
                            tx_id: str | None) -> int:
         count = 0
-        # in a transaction, by id: a `client` mode ACK names the messages it covers (`_take` took them), so
-        # a commit acknowledges one consumer's messages in calls of 100 (ops/transactions.py _steps), where
-        # each cumulative ACK was a step of its own in the commit's one MULTI/EXEC (500: 80-120 ms)
+        # in a transaction (a `client` mode ACK's, at COMMIT), by id: it names the messages it covers
+        # (`_take` took them), so a commit acknowledges one consumer's messages in calls of 100
+        # (ops/transactions.py _steps), where each cumulative ACK was a step of its own in the commit's one
+        # MULTI/EXEC (500: 80-120 ms)
         by_id = sub.ack_mode != "client" or tx_id is not None
         for consumer, ids in self._by_consumer(entries):
             try:
-                mode = "individual" if tx_id is not None and sub.ack_mode == "client" else None
+                mode = "individual" if tx_id is not None else None
                 # (a transaction's: marked delivered at its ACK already, `_delivered`)
                 result = await self.broker.ack(consumer, ids if by_id else ids[-1], mode=mode, tx=tx_id,
                                                mark_delivered=False)
@@ -1087,9 +1120,11 @@ class Link:
         listed: set[str] = set()
         for ack_id in ack_ids:
             if ack_id not in sub.unacked or ack_id in listed:
+                held = sub.transacted.get(ack_id) if ack_id not in listed else None
                 raise LinkError(f"Unexpected {verb}",
-                                f"Unexpected {verb} received for message-id [{ack_id}]"
-                                + (" (listed twice)" if ack_id in listed else "")
+                                (self.acknowledged_in(ack_id, held) if held is not None else
+                                 f"Unexpected {verb} received for message-id [{ack_id}]"
+                                 + (" (listed twice)" if ack_id in listed else ""))
                                 + ("; nothing was acknowledged" if len(ack_ids) > 1 else ""), "not_in_flight")
             listed.add(ack_id)
         if len(ack_ids) > 1:
@@ -1168,20 +1203,24 @@ class Link:
         tx = self.transaction(name)
         rollback_only = self.transactions.pop(name).rollback_only
         acks = self._tx_acks.pop(name, [])
-        for _sub, taken in acks:  # (acknowledged now, or refused with the transaction: they are done)
+        for sub, taken in acks:  # (acknowledged now, or refused with the transaction: they are done)
             self._forget_pending(key for key, _entry in taken)
-        # one subscription's ACKs go into the broker transaction together: by id (`_ack_entries`), in
-        # the order they were taken (a `client` ACK takes the oldest), one call per consumer, not per ACK
+            for key, _entry in taken:
+                sub.transacted.pop(key, None)
+        # a `client` subscription's ACKs go into the broker transaction together: by id
+        # (`_ack_entries`), in the order they were taken (a `client` ACK takes the oldest), one call per
+        # consumer, not per ACK; those of a subscription ended since are not acknowledged, as ActiveMQ's
+        # STOMP: its messages went back with it. (A `client-individual` ACK is in it already.)
         by_sub: dict[int, tuple[Subscription, list[tuple[Consumer | None, str]]]] = {}
         for sub, taken in acks:
-            by_sub.setdefault(id(sub), (sub, []))[1].extend(entry for _key, entry in taken)
+            if sub.ack_mode == "client" and self.subscriptions.get(sub.key) is sub:
+                by_sub.setdefault(id(sub), (sub, []))[1].extend(entry for _key, entry in taken)
         try:
             # into the broker transaction, to commit with its sends; a rollback-only one's too, so that
             # its rollback gives their messages back (the link forgot their ids: kept in flight, they
             # could never be acknowledged, and would hold their consumer's window until it closed)
             for sub, entries in by_sub.values():
-                if self.subscriptions.get(sub.key) is sub:  # not a subscription ended since
-                    await self._ack_entries(sub, entries, tx)
+                await self._ack_entries(sub, entries, tx)
             if rollback_only:
                 raise LinkError("COMMIT FAILED: Transaction marked rollback only xaErrorCode:100",
                                 f"transaction {name!r} was not committed, nothing was applied: "
@@ -1200,23 +1239,24 @@ class Link:
             raise
 
     async def abort(self, name: str) -> None:
+        """The transaction's SENDs are dropped; its ACKs' messages stay delivered to their subscription,
+        unacknowledged, their ack ids valid again (ActiveMQ's STOMP: not redelivered to the live
+        subscription). The broker's rollback leaves a `client-individual` ACK's messages with their
+        consumer (`redeliver=False`) and shrinks back the window the ACK grew, as ActiveMQ's rollback of
+        an individual ack contracts it (left grown, a client retrying a message in transactions got one
+        more message past its prefetch at each ABORT); it returns those it held for the transaction, the
+        subscription ended since. A `client` ACK's window stays grown (a delivered ack, not undone in
+        ActiveMQ either) until those messages are acknowledged or the subscription ends."""
         tx = self.transaction(name)
         del self.transactions[name]
-        undelivered: list[tuple[Consumer | None, str]] = []
         for sub, taken in reversed(self._tx_acks.pop(name, [])):
+            for key, _entry in taken:
+                sub.transacted.pop(key, None)
             if self.subscriptions.get(sub.key) is sub:
                 sub.restore(taken)  # (their ids are pending still)
-                if sub.ack_mode == "client-individual":
-                    undelivered += [entry for _key, entry in taken]
-            else:  # the subscription ended since: its messages went back with it
+            else:  # the subscription ended since: its messages went back with it, or are the broker's
                 self._forget_pending(key for key, _entry in taken)
-        # the window their ACKs grew (`_delivered`) shrinks back, as ActiveMQ's rollback of an individual
-        # ack contracts it (its `client` mode keeps it grown: a delivered ack, not undone); left grown, a
-        # client retrying a message in transactions got one more message past its prefetch at each ABORT
-        await self.broker.rollback(tx)
-        for consumer, ids in self._by_consumer(undelivered):
-            with contextlib.suppress(NotInFlight, UnknownConsumer):
-                await self.broker.ack(consumer, ids, mode="undelivered")
+        await self.broker.rollback(tx, redeliver=False)
 
     # -- the end --------------------------------------------------------------------------------------
 
@@ -1239,8 +1279,8 @@ class Link:
             self.pending_acks.clear()
         for name in list(self.transactions):
             tx = self.transactions.pop(name).tx
-            with contextlib.suppress(Exception):
-                await self.broker.rollback(tx)
+            with contextlib.suppress(Exception):  # (left delivered: the consumers' close returns them once)
+                await self.broker.rollback(tx, redeliver=False)
         subs = list(self.subscriptions.values())
         self.subscriptions.clear()
         for sub in subs:

@@ -219,3 +219,73 @@ def test_the_abort_wakes_the_gateway_so_the_notice_comes_at_once_not_at_the_next
         assert client.conn.is_connected()
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("end", ["COMMIT", "ABORT"])
+def test_an_aborted_subscription_leaves_its_transacted_acks_to_the_transaction(fast_gateway, broker, queue,
+                                                                                end):
+    """A client-individual ACK in an open transaction, then an operator aborts the subscription: as after
+    an UNSUBSCRIBE, the acknowledged message is held for the transaction (dispatched to nobody), not
+    returned with the subscription's other messages; the COMMIT consumes it, an ABORT returns it,
+    redelivered. It went back to the queue with the abort, and the COMMIT acknowledged nothing."""
+    from broker_core import maintenance
+
+    client = Client(fast_gateway.port).connect()
+    other = Client(fast_gateway.port).connect()
+    try:
+        for body in ("m0", "m1"):
+            other.receipt(other.conn.send, f"/queue/{queue}", body)
+        client.conn.subscribe(f"/queue/{queue}", id="s1", ack="client-individual",
+                              headers={"activemq.prefetchSize": "10"})
+        m0, _m1 = client.messages(2)
+        client.receipt(client.conn.begin, "t")
+        client.receipt(client.conn.ack, m0.headers["ack"], transaction="t")
+        (consumer,) = broker.stats(queue).consumers
+        maintenance.abort_consumer(broker, ConsumerRef(parse_destination(queue), consumer.consumer_id),
+                                   "stuck")
+        assert client.expect("ERROR", timeout=LEASE_MS / 1000 + 3).headers["message"] == "stuck"
+        other.receipt(other.conn.subscribe, f"/queue/{queue}", id="s2", ack="client-individual")
+        (again,) = other.messages(1)
+        assert (again.body, again.headers.get("redelivered")) == (b"m1", "true")
+        assert other.silent(0.3)  # m0 is the transaction's
+        client.receipt(client.conn.commit if end == "COMMIT" else client.conn.abort, "t")
+        if end == "COMMIT":
+            assert other.silent(0.3)
+            assert broker.stats(queue).dequeued == 1
+        else:
+            (back,) = other.messages(1)
+            assert (back.body, back.headers.get("redelivered")) == (b"m0", "true")
+    finally:
+        client.close()
+        other.close()
+
+
+def test_an_aborted_client_subscription_returns_what_its_transaction_acked_and_the_commit_succeeds(
+        fast_gateway, broker, queue):
+    """`client` mode, as ActiveMQ's STOMP (its cumulative ACK goes to the broker at the COMMIT, for the
+    subscriptions still open): the ACKed messages go back with the aborted subscription, redelivered,
+    and the COMMIT succeeds without acknowledging them."""
+    from broker_core import maintenance
+
+    client = Client(fast_gateway.port).connect()
+    other = Client(fast_gateway.port).connect()
+    try:
+        for body in ("m0", "m1"):
+            other.receipt(other.conn.send, f"/queue/{queue}", body)
+        client.conn.subscribe(f"/queue/{queue}", id="s1", ack="client",
+                              headers={"activemq.prefetchSize": "10"})
+        m0, _m1 = client.messages(2)
+        client.receipt(client.conn.begin, "t")
+        client.receipt(client.conn.ack, m0.headers["ack"], transaction="t")
+        (consumer,) = broker.stats(queue).consumers
+        maintenance.abort_consumer(broker, ConsumerRef(parse_destination(queue), consumer.consumer_id),
+                                   "stuck")
+        assert client.expect("ERROR", timeout=LEASE_MS / 1000 + 3).headers["message"] == "stuck"
+        client.receipt(client.conn.commit, "t")
+        other.receipt(other.conn.subscribe, f"/queue/{queue}", id="s2", ack="client-individual")
+        again = other.messages(2)
+        assert [(m.body, m.headers.get("redelivered")) for m in again] == [(b"m0", "true"), (b"m1", "true")]
+        assert broker.stats(queue).dequeued == 0
+    finally:
+        client.close()
+        other.close()

@@ -820,3 +820,112 @@ def _unread_subscriber(port: int, queue: str, ack: str) -> socket.socket:
     subscribe = [("destination", f"/queue/{queue}"), ("id", "s"), ("ack", ack)]
     sock.sendall(encode("CONNECT", connect, b"") + encode("SUBSCRIBE", subscribe, b""))
     return sock
+
+
+# -- transacted ACKs (gateway/ws/link.py `ack`, `commit`, `abort`) ------------------------------------------
+
+def _subscribed(raw: Any, dest: str, ack: str, bodies: list[bytes],
+                prefetch: int = 10) -> tuple[RawTcp, list[Frame]]:
+    """A connection subscribed to `dest` (ack mode `ack`), then `bodies` sent to it by the same
+    connection, each with a receipt, and their MESSAGEs."""
+    conn = raw()
+    conn.connect()
+    conn.send("SUBSCRIBE", {"destination": dest, "id": "s", "ack": ack, "receipt": "sub",
+                            "activemq.prefetchSize": str(prefetch)})
+    conn.expect("RECEIPT")
+    for body in bodies:
+        conn.send("SEND", {"destination": dest, "receipt": body.decode()}, body)
+    messages: list[Frame] = []
+    receipts = 0
+    while receipts < len(bodies) or len(messages) < min(prefetch, len(bodies)):
+        frame = conn.receive()
+        if frame.command == "RECEIPT":
+            receipts += 1
+        else:
+            assert frame.command == "MESSAGE", frame
+            messages.append(frame)
+    return conn, messages
+
+
+@pytest.mark.parametrize("ack", ["client", "client-individual"])
+@pytest.mark.parametrize("end", ["COMMIT", "ABORT"])
+def test_a_transacted_ack_on_a_topic_subscription_commits_or_aborts_as_on_a_queue(raw, stomp_listener,
+                                                                                  redis_client, ack, end):
+    """A transacted ACK of a topic subscription's message acknowledges it at COMMIT (the subscription's
+    dequeued count, its window empty); at ABORT it stays delivered to the subscription, its ack id valid
+    again (acknowledged by the next plain ACK), as a queue subscription's."""
+    from broker_core.broker import Broker
+
+    topic = f"/topic/tcp{uuid.uuid4().hex[:10]}"
+    conn, (m1, m2) = _subscribed(raw, topic, ack, [b"m1", b"m2"])
+    conn.send("BEGIN", {"transaction": "t"})
+    conn.send("ACK", {"id": m1.get("ack"), "transaction": "t"})
+    conn.send("ACK", {"id": m2.get("ack"), "transaction": "t", "receipt": "acked"})
+    conn.expect("RECEIPT")
+    conn.send(end, {"transaction": "t", "receipt": "end"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "end"
+    broker = Broker(redis_client, stomp_listener.namespace)
+    (sub,) = broker.subscriptions(f"topic://{topic.removeprefix('/topic/')}")
+    if end == "COMMIT":
+        assert (sub.in_flight, sub.dequeued) == (0, 2), sub
+        return
+    assert (sub.in_flight, sub.dequeued) == (2, 0), sub
+    with pytest.raises(TimeoutError):  # not delivered again to the live subscription
+        conn.receive(0.3)
+    for n, frame in enumerate((m1, m2)):
+        conn.send("ACK", {"id": frame.get("ack"), "receipt": f"again{n}"})
+        assert conn.expect("RECEIPT").get("receipt-id") == f"again{n}"
+    (sub,) = broker.subscriptions(f"topic://{topic.removeprefix('/topic/')}")
+    assert (sub.in_flight, sub.dequeued) == (0, 2), sub
+
+
+@pytest.mark.parametrize("ack", ["client", "client-individual"])
+def test_an_ack_of_a_message_another_open_transaction_acknowledged_names_that_transaction(
+        raw, stomp_listener, redis_client, ack):
+    """One message ACKed in transaction t1, then in t2: the second ACK is refused, saying the message is
+    acknowledged in t1 already (it said only that the message was unexpected, as for an id never
+    delivered), and nothing changes: t2 commits nothing, t1 commits the message."""
+    from broker_core.broker import Broker
+
+    name = _q()
+    conn, (m1,) = _subscribed(raw, name, ack, [b"m1"])
+    conn.send("BEGIN", {"transaction": "t1"})
+    conn.send("BEGIN", {"transaction": "t2"})
+    conn.send("ACK", {"id": m1.get("ack"), "transaction": "t1", "receipt": "one"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "one"
+    conn.send("ACK", {"id": m1.get("ack"), "transaction": "t2", "receipt": "two"})
+    error = conn.expect("ERROR")
+    assert error.get("receipt-id") == "two"
+    assert f"{m1.get('ack')}] is acknowledged in transaction t1 already" in error.body.decode(), error
+    broker = Broker(redis_client, stomp_listener.namespace)
+    stats = broker.stats(name.removeprefix("/queue/"))
+    assert (stats.in_flight, stats.dequeued) == (1, 0)
+    conn.send("COMMIT", {"transaction": "t2", "receipt": "c2"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "c2"
+    assert broker.stats(name.removeprefix("/queue/")).dequeued == 0
+    conn.send("COMMIT", {"transaction": "t1", "receipt": "c1"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "c1"
+    stats = broker.stats(name.removeprefix("/queue/"))
+    assert (stats.in_flight, stats.dequeued) == (0, 1)
+
+
+def test_a_client_ack_in_a_transaction_then_unsubscribe_commits_and_the_message_is_redelivered(
+        raw, stomp_listener, redis_client):
+    """`client` mode, as ActiveMQ 5.17's STOMP: the transacted ACK is a DELIVERED ack at once and its
+    cumulative ack goes to the broker at the COMMIT (StompSubscription.onStompCommit); an UNSUBSCRIBE in
+    between returns the subscription's messages to the queue, and the COMMIT then succeeds (the ack of a
+    consumer gone is ignored): the message comes again, redelivered, not refused by the COMMIT."""
+    name = _q()
+    conn, (m1, _m2) = _subscribed(raw, name, "client", [b"m1", b"m2"])
+    conn.send("BEGIN", {"transaction": "t"})
+    conn.send("ACK", {"id": m1.get("ack"), "transaction": "t", "receipt": "acked"})
+    conn.expect("RECEIPT")
+    conn.send("UNSUBSCRIBE", {"id": "s", "receipt": "u"})
+    conn.expect("RECEIPT")
+    conn.send("COMMIT", {"transaction": "t", "receipt": "c"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "c"
+    other = raw()
+    other.connect()
+    other.send("SUBSCRIBE", {"destination": name, "id": "s2", "ack": "client-individual"})
+    again = [other.expect("MESSAGE") for _ in range(2)]
+    assert [(f.body, f.get("redelivered")) for f in again] == [(b"m1", "true"), (b"m2", "true")]

@@ -5,10 +5,8 @@
 --   individual: exactly the listed messages (INDIVIDUAL ack; also STOMP client-individual);
 --   cumulative: every message dispatched to this consumer up to and including the (single) listed one
 --               (STANDARD ack of a CLIENT_ACKNOWLEDGE session; STOMP client mode);
---   delivered:  the listed messages reached the application; the prefetch window grows by their count.
---   undelivered: a 'delivered' ack undone (a STOMP client-individual ABORT, as ActiveMQ's rollback of an
---               individual ack contracts the extension): the window shrinks by their count, never below
---               the prefetch; the messages stay in flight.
+--   delivered:  the listed messages reached the application; the prefetch window grows by their count
+--               (a rollback that leaves them delivered shrinks it back: release.lua's keep).
 -- Several consumers are the acks of concurrent callers (AsyncBroker, broker_core/drivers/coalesce.py), each consumer
 -- named once. Nothing changes unless every listed message is in flight with its consumer: all of them are
 -- checked before any is acknowledged. One dispatch chunk runs after all the acks.
@@ -86,7 +84,7 @@ while at <= #ARGV do
     end
   end
   local ids
-  local by_id = mode == 'individual' or mode == 'delivered' or mode == 'undelivered'
+  local by_id = mode == 'individual' or mode == 'delivered'
   if by_id and count == 1 then
     ids = seqs[ARGV[first]] and { ARGV[first] } or {}  -- one id: nothing to dedupe (made at its size)
   elseif by_id then
@@ -106,12 +104,24 @@ while at <= #ARGV do
       return base.fail('ACK_TOO_LARGE', 'a cumulative ack of more than 1000 messages (consumer ' .. cid .. ')')
     end
   else
-    return base.fail('INVALID_ACK', 'unknown ack mode ' .. mode .. ' (individual, cumulative, delivered or undelivered)')
+    return base.fail('INVALID_ACK', 'unknown ack mode ' .. mode .. ' (individual, cumulative or delivered)')
   end
   if mode == 'delivered' then
     for i = 1, #ids do
       if seqs[ids[i]] > c.rcv then  -- (c.rcv: outbox.received_upto(cid), read with the consumer)
         return base.fail('NOT_DELIVERED', 'message ' .. ids[i] .. ' has not been received by consumer ' .. cid)
+      end
+    end
+  end
+  if mark then  -- a message another open transaction acknowledged is that one's until it ends: refused, naming it
+    local marks = base.call_many('HMGET', lifecycle.txacks_key(), ids)
+    for i = 1, #ids do
+      local other = marks[i]  -- (in flight: the key alone; held: the key, '|', its pending score)
+      other = other and string.match(other, '^[^|]*')
+      if other and other ~= mark and redis.call('EXISTS', other) == 1 then
+        return base.fail('IN_TRANSACTION', 'message ' .. ids[i] .. ' is acknowledged in transaction '
+                         .. (string.match(other, ':tx:([^:]*)$') or other) .. ' already: nothing was done (commit '
+                         .. 'or roll that one back first)')
       end
     end
   end
@@ -140,11 +150,6 @@ for g = 1, #groups do
     end
     if c.prefetch > 0 then c.ext = redis.call('HINCRBY', base.K_C(c.id), 'ext', #ids) end  -- `c` stays current
     redis.call('HSET', base.K_C(c.id), 'last_ack', base.NOW)  -- any ack is one (AbstractSubscription.acknowledge)
-  elseif group.mode == 'undelivered' then
-    c.kept = true
-    if c.prefetch > 0 and c.ext > 0 then
-      c.ext = redis.call('HINCRBY', base.K_C(c.id), 'ext', -math.min(c.ext, #ids))  -- `c` stays current
-    end
   else
     c.kept = true
     local seqs, rcv = group.seqs, c.rcv

@@ -182,6 +182,31 @@ def test_a_message_acknowledged_twice_in_one_transaction_commits(broker):
     assert (stats.enqueued, stats.dequeued) == (3, 2)
 
 
+def test_a_message_another_open_transaction_acknowledged_is_refused_naming_it(broker):
+    """Transaction t1 acknowledged m0 individually (marked as t1's); an ack of m0 in t2 is refused naming
+    t1 and changes nothing (it took the mark, and t2's commit was then refused as if m0 were not in
+    flight: the text did not say why). Once t1 is rolled back, t2 may acknowledge it."""
+    c = consumer(broker, prefetch=10, ack_mode="transacted")
+    send(broker, "m0", "m1")
+    d0, _d1 = drain(broker, c)
+    t1, t2 = broker.begin(), broker.begin()
+    broker.ack(c, d0.message_id, tx=t1)
+    before = broker.stats("orders")
+    refusal = f"{d0.message_id} is acknowledged in transaction {t1} already"
+    with pytest.raises(TransactionError, match=refusal):
+        broker.ack(c, d0.message_id, tx=t2)
+    after = broker.stats("orders")
+    assert (after.in_flight, after.pending, after.consumers[0].prefetch_extension) == (
+        before.in_flight, before.pending, before.consumers[0].prefetch_extension)
+    broker.commit(t2)  # empty
+    broker.rollback(t1)
+    t3 = broker.begin()
+    assert d0.message_id in [d.message_id for d in drain(broker, c)]  # redelivered (the rollback)
+    broker.ack(c, d0.message_id, tx=t3)
+    broker.commit(t3)
+    assert broker.stats("orders").dequeued == 1
+
+
 def test_a_transacted_cumulative_ack_over_more_than_one_call_takes_commits_whole(broker):
     """ack.lua takes a cumulative ack of at most 1,000 messages a call; the commit acknowledges a larger
     one's messages individually, 100 a call, in its one MULTI/EXEC."""
