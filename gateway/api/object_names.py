@@ -153,14 +153,34 @@ def _wild(text: str) -> bool:
 
 
 def _match(pattern: str, text: str) -> bool:
-    return _compiled(pattern).fullmatch(text) is not None if _wild(pattern) else pattern == text
+    """Whether `text` is one `pattern` (ObjectName's wildcards: `*` any run of characters, `?` one)
+    designates. Not one regular expression of `.*` runs, which backtracks exponentially in the stars (14
+    of them before a character the text lacks took seconds): the parts between stars have fixed lengths,
+    so the first must start the text, the last end it, and each other is taken at its leftmost place after
+    the one before (leftmost leaves the most room to the rest); each is one search in C, none retried."""
+    if not _wild(pattern):
+        return pattern == text
+    parts = pattern.split("*")
+    if len(parts) == 1:  # (`?` alone)
+        return _compiled(pattern).fullmatch(text) is not None
+    first, *middle, last = parts
+    end = len(text) - len(last)
+    if (end < len(first) or _compiled(first).match(text) is None
+            or _compiled(last).fullmatch(text, end) is None):
+        return False
+    at = len(first)
+    for part in middle:
+        found = _compiled(part).search(text, at, end) if part else None
+        if part and found is None:
+            return False
+        at = found.end() if found else at
+    return True
 
 
-@functools.lru_cache(maxsize=256)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    # (ObjectName's wildcards are `*` and `?` alone: every other character stands for itself)
-    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern),
-                      re.DOTALL)
+@functools.lru_cache(maxsize=1024)
+def _compiled(part: str) -> re.Pattern[str]:
+    """A part of a pattern between stars: `?` any one character, every other character itself."""
+    return re.compile("".join("." if c == "?" else re.escape(c) for c in part), re.DOTALL)
 
 
 def _shown(c: str) -> str:
