@@ -33,7 +33,7 @@ from rest_framework.request import Request
 
 from broker_core.destinations import Destination, parse_destination
 from gateway import permissions, runtime
-from gateway.api import mbeans
+from gateway.api import json_input, mbeans
 from gateway.api.auth import BasicAuthentication, TokenAuthentication
 from gateway.api.base import GatewayView
 from gateway.api.common import setting
@@ -294,8 +294,8 @@ class JolokiaView(GatewayView):
             return _respond(request, _error(None, _illegal(
                 f"the request body is {len(body)} bytes, more than {MAX_BODY_BYTES} (MAX_BODY_BYTES)")))
         try:
-            parsed = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+            parsed = json_input.loads(body)  # (the project's limits: nesting depth, lone surrogates)
+        except json_input.InvalidJSON as exc:
             return _respond(request, _error(None, _illegal(f"Invalid JSON request: {exc}")))
         if isinstance(parsed, list) and len(parsed) > MAX_REQUESTS:
             return _respond(request, _error(None, _illegal(

@@ -217,3 +217,12 @@ async def test_version_and_the_json_mime_type(api, admin_basic):
     assert answer.headers["content-type"] == "application/json;charset=utf-8"
     value = answer.json()["value"]
     assert value["protocol"] == "7.2" and value["info"]["product"] == "signalbox"
+
+
+async def test_a_malformed_post_body_is_a_jolokia_error_not_a_crash(api, admin_basic):
+    # (the project's JSON limits, gateway/api/json_input.py: a deep nesting raised RecursionError, a 500)
+    for body, says in ((b"[" * 100_000 + b"]" * 100_000, "MAX_JSON_DEPTH"), (b"1e999999", ""),
+                       (b'{"type": "read", "mbean": "\\ud800:a=b"}', "surrogate"), (b"\xff\xfe", "")):
+        answer = await api.post("/api/jolokia", headers=admin_basic, content=body)
+        assert answer.status_code == 200, body[:20]
+        assert answer.json()["status"] == 400 and says in answer.json()["error"]
