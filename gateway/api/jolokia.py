@@ -161,6 +161,9 @@ class Reader:
                 raise JolokiaError("java.lang.SecurityException",
                                    f"user {self.user.get_username()!r} has no read permission on {exact.uri}",
                                    403)
+            # (only if it exists: a search names what is there, and ActiveMQ's finds nothing for it)
+            if (await self.broker.summaries([exact]))[0] is None:
+                return found
             return found + [mbeans.Bean(mbeans.destination_bean(exact), exact)]
         if name.domain != mbeans.DOMAIN and not name.is_pattern:
             return found

@@ -226,3 +226,12 @@ async def test_a_malformed_post_body_is_a_jolokia_error_not_a_crash(api, admin_b
         answer = await api.post("/api/jolokia", headers=admin_basic, content=body)
         assert answer.status_code == 200, body[:20]
         assert answer.json()["status"] == 400 and says in answer.json()["error"]
+
+
+async def test_a_search_for_a_name_that_designates_nothing_finds_nothing(api, admin_basic):
+    # (ActiveMQ's agent: an empty list; the view listed the name of a destination that does not exist)
+    got = await jolokia(api, admin_basic, f"/search/{queue_bean('nosuch')}")
+    assert (got["status"], got["value"]) == (200, [])
+    await send(api, admin_basic, "there?type=queue")
+    there = await jolokia(api, admin_basic, f"/search/{queue_bean('there')}")
+    assert there["value"] == [queue_bean("there")]
