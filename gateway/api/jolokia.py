@@ -13,9 +13,10 @@ form), `value` and `timestamp` (seconds); `text/plain;charset=utf-8` unless `mim
 What differs from ActiveMQ's agent, on purpose: it is read-only (`exec`, `write`, `list` and
 notifications answer a SecurityException, 403, naming the REST endpoint to use instead: ActiveMQ's
 agent lets any logged-in user purge a queue through it); a user sees the destinations they may read
-(per-destination permissions, gateway/permissions.py), the broker's totals over those; a pattern
-matching more than SIGNALBOX_JOLOKIA_MAX_OBJECTS MBeans is refused with that name (Jolokia's maxObjects
-cuts the answer off silently); a POST holds at most MAX_REQUESTS requests of MAX_BODY_BYTES in all.
+(per-destination permissions, gateway/permissions.py), the broker's totals over those; answers naming
+more than SIGNALBOX_JOLOKIA_MAX_OBJECTS MBeans in one HTTP request (a POST's requests together) are
+refused with that name (Jolokia's maxObjects cuts the answer off silently); a POST holds at most
+MAX_REQUESTS requests of MAX_BODY_BYTES in all.
 Logging in: HTTP Basic (as ActiveMQ's) or an API token.
 """
 
@@ -106,12 +107,24 @@ def from_path(path: str) -> dict[str, Any]:
 
 class Reader:
     """Answers the requests of one HTTP request for one user (their readable destinations looked up
-    once)."""
+    once). The MBeans its answers name, together, are at most SIGNALBOX_JOLOKIA_MAX_OBJECTS: each request
+    of a POST under it alone let a bulk of 100 pattern reads over 5,000 queues make 227 MB in 47 s."""
 
     def __init__(self, user: Any, patterns: list[Destination] | None) -> None:
         self.user, self.patterns = user, patterns
         self.broker = runtime.async_broker()
         self.max_objects = int(setting("SIGNALBOX_JOLOKIA_MAX_OBJECTS", DEFAULT_MAX_OBJECTS))
+        self.spent = 0  # MBeans named by the answers so far
+        self._broker_values: dict[str, Any] | None = None
+        self._listing: list[tuple[Destination, ObjectName]] | None = None
+
+    def charge(self, count: int, what: str) -> None:
+        """Count `count` more MBeans named in the answers, or refuse `what` with the limit's name."""
+        if self.spent + count > self.max_objects:
+            raise _illegal(f"{what} designates more than the {self.max_objects - self.spent} MBeans left of "
+                           f"{self.max_objects} for one HTTP request (SIGNALBOX_JOLOKIA_MAX_OBJECTS): name "
+                           "fewer, or attributes without the broker's lists")
+        self.spent += count
 
     async def answer(self, request: Any) -> dict[str, Any]:
         echo: dict[str, Any] | None = None
@@ -162,21 +175,28 @@ class Reader:
                                    f"user {self.user.get_username()!r} has no read permission on {exact.uri}",
                                    403)
             # (only if it exists: a search names what is there, and ActiveMQ's finds nothing for it)
-            if (await self.broker.summaries([exact]))[0] is None:
-                return found
-            return found + [mbeans.Bean(mbeans.destination_bean(exact), exact)]
-        if name.domain != mbeans.DOMAIN and not name.is_pattern:
-            return found
-        for uri in await self.broker.destinations():  # (ZSCAN pages: no call reads them all)
-            destination = parse_destination(uri)
-            bean = mbeans.destination_bean(destination)
-            if name.matches(bean) and permissions.visible(self.patterns, destination):
-                found.append(mbeans.Bean(bean, destination))
-                if len(found) > self.max_objects:
-                    raise JolokiaError("java.lang.IllegalArgumentException",
-                                       f"{name.canonical} designates more than {self.max_objects} MBeans "
-                                       "(SIGNALBOX_JOLOKIA_MAX_OBJECTS): name fewer", 400)
+            if (await self.broker.summaries([exact]))[0] is not None:
+                found.append(mbeans.Bean(mbeans.destination_bean(exact), exact))
+        elif name.domain == mbeans.DOMAIN or name.is_pattern:
+            left = self.max_objects - self.spent
+            for destination, bean in await self.listing():
+                if name.matches(bean):
+                    found.append(mbeans.Bean(bean, destination))
+                    if len(found) > left:  # (refused as soon as known, before reading any value)
+                        break
+        self.charge(len(found), name.canonical)
         return found
+
+    async def listing(self) -> list[tuple[Destination, ObjectName]]:
+        """The destinations the user may read, with their MBean names: listed once per HTTP request (a
+        POST's patterns share it)."""
+        if self._listing is None:
+            self._listing = []
+            for uri in await self.broker.destinations():  # (ZSCAN pages: no call reads them all)
+                destination = parse_destination(uri)
+                if permissions.visible(self.patterns, destination):
+                    self._listing.append((destination, mbeans.destination_bean(destination)))
+        return self._listing
 
     async def read(self, name: ObjectName, written: str, asked: Any, attributes: list[str],
                    path: str | None) -> Any:
@@ -186,12 +206,14 @@ class Reader:
             if not values:
                 raise _not_found(written)
             chosen = _choose(next(iter(values.values())), attributes, strict=True)
+            self.charge(_listed(chosen), name.canonical)
             value = chosen if isinstance(asked, list) or len(attributes) != 1 else chosen[attributes[0]]
             return _walk(value, path)
         out = {}
         for bean_name, all_values in values.items():
             chosen = _choose(all_values, attributes, strict=False)
             if chosen:
+                self.charge(_listed(chosen), name.canonical)
                 out[bean_name] = chosen
         if not out:
             raise _not_found(f"No MBean with pattern {written} found for reading attributes")
@@ -211,11 +233,20 @@ class Reader:
         return out
 
     async def broker_values(self) -> dict[str, Any]:
-        sums = await totals(self.broker, self.patterns)
-        current = await index(self.broker)
-        readable = [d for d in map(parse_destination, current.rows if current else ())
-                    if permissions.visible(self.patterns, d)]
-        return mbeans.broker_attributes(sums, readable, await self.broker.memory(), signalbox_version())
+        """The broker's attributes, once per HTTP request (a pass over every destination's row)."""
+        if self._broker_values is None:
+            sums = await totals(self.broker, self.patterns)
+            current = await index(self.broker)
+            readable = [d for d in map(parse_destination, current.rows if current else ())
+                        if permissions.visible(self.patterns, d)]
+            self._broker_values = mbeans.broker_attributes(sums, readable, await self.broker.memory(),
+                                                           signalbox_version())
+        return self._broker_values
+
+
+def _listed(values: dict[str, Any]) -> int:
+    """The MBeans an answer's attributes name (the broker's Queues, Topics, ...: lists of names)."""
+    return sum(len(value) for value in values.values() if isinstance(value, list))
 
 
 def _attributes(asked: Any) -> list[str]:
