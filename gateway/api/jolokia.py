@@ -42,6 +42,7 @@ from gateway.api.destination_index import index, totals
 from gateway.api.object_names import MalformedObjectName, ObjectName, parse
 from gateway.api.schema import problems
 from gateway.db_steps import db
+from gateway.paths import from_segment
 
 PROTOCOL = "7.2"
 AGENT = "1.7.1"  # the Jolokia agent whose protocol this answers (ActiveMQ 5.17.2's)
@@ -316,7 +317,9 @@ class JolokiaView(GatewayView):
                               **problems(401)})
     async def get(self, request: Request, path: str = "") -> HttpResponse:
         reader = await self._reader(request)
-        return _respond(request, await reader.answer(from_path(path)))
+        # (the gateway routes on the path with %2F and %25 still encoded, gateway/paths.py; Jolokia reads
+        # the servlet's, decoded whole: a %2F is a separator there, unless escaped by a `!`)
+        return _respond(request, await reader.answer(from_path(from_segment(path or ""))))
 
     @extend_schema(operation_id="jolokia_post", tags=["activemq"],
                    summary="ActiveMQ's Jolokia agent, read side: a request object, or a list of them",

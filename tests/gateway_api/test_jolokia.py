@@ -257,3 +257,15 @@ async def test_the_object_limit_holds_for_a_whole_post(api, admin_basic, setting
         assert reads[0]["status"] == 200 and reads[1]["status"] == 400
     finally:
         common._settings_read.pop("SIGNALBOX_JOLOKIA_MAX_OBJECTS", None)
+
+
+async def test_percent_escapes_in_the_get_path_are_decoded_as_the_servlet_decodes_them(api, admin_basic):
+    # (the gateway routes on a path keeping %2F and %25 encoded, gateway/paths.py; Jolokia splits the
+    # decoded path: `%25` is a `%`, `%2F` a `/`, a separator unless after `!`)
+    await send(api, admin_basic, "x?type=queue&destination=50%25")
+    await send(api, admin_basic, "x?type=queue&destination=a/b", 2)
+    assert (await jolokia(api, admin_basic, f"/read/{queue_bean('50%25')}/QueueSize"))["value"] == 1
+    assert (await jolokia(api, admin_basic, f"/read/{queue_bean('a!%2Fb')}/QueueSize"))["value"] == 2
+    split = await jolokia(api, admin_basic, "/read/org.apache.activemq:type=Broker,brokerName=localhost,"
+                                            "destinationType=Queue,destinationName=a%2Fb/QueueSize")
+    assert split["request"]["attribute"] == "b" and split["request"]["path"] == "QueueSize"
