@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 import time
 from typing import Any
 
@@ -277,11 +278,16 @@ def _walk(value: Any, path: str | None) -> Any:
     for step in split_path(path) if path else []:
         if isinstance(value, dict):
             value = value.get(step)
-        elif isinstance(value, list) and step.isdigit() and int(step) < len(value):
+        elif isinstance(value, list) and _INDEX.fullmatch(step) and int(step) < len(value):
             value = value[int(step)]
         else:
             return None
     return value
+
+
+# a list index as Java's Integer.parseInt reads one (`00` is 0), not negative; str.isdigit takes `²`,
+# which int() refuses
+_INDEX = re.compile(r"\+?\d+")
 
 
 def _ok(echo: dict[str, Any], value: Any) -> dict[str, Any]:

@@ -63,6 +63,8 @@ def named_destination(name: ObjectName) -> Destination | None:
     """The destination a name (no pattern) designates, read as written (None when it names none: another
     domain, broker or key). A name with `_` may also designate others (`encode_part`): the caller looks."""
     keys = {key for key, _value in name.properties}
+    if any(value.startswith('"') for _key, value in name.properties):  # (JMX: `k="v"` is not `k=v`)
+        return None
     if (name.domain != DOMAIN or keys != {"type", "brokerName", "destinationType", "destinationName"}
             or name.get("type") != "Broker" or name.get("brokerName") != BROKER.get("brokerName")):
         return None

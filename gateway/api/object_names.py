@@ -5,9 +5,10 @@ The grammar is javax.management.ObjectName's: `domain:key=value,...`. The domain
 empty and holds none of `:,=*?` nor a line end; an unquoted value holds none of `:,="` nor a line end, a
 quoted one (`"..."`) escapes `"`, `\\`, `*`, `?` and `n` with a backslash. `*` and `?` in the domain or
 in an unquoted value make a pattern (any run of characters, one character), and a `*` in place of a
-property makes a property-list pattern (`type=Broker,*`: any other properties too). The canonical form
-lists the properties sorted by key, which is how the view names MBeans in its answers. A refusal's text
-is ObjectName's own (MalformedObjectNameException), which Jolokia's answers carry.
+property makes a property-list pattern (`type=Broker,*`: any other properties too). A quoted value is
+compared as written (JMX's `k="v"` is another name than `k=v`). The canonical form lists the properties
+sorted by key, which is how the view names MBeans in its answers. A refusal's text is ObjectName's own
+(MalformedObjectNameException), which Jolokia's answers carry.
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ class ObjectName:
         for key, value in self.properties:
             if key not in theirs:
                 return False
-            if value.startswith('"') or not _wild(value):
-                if unquote(value) != unquote(theirs[key]):
+            if value.startswith('"') or theirs[key].startswith('"') or not _wild(value):
+                # (as written: JMX's `k="v"` is another name than `k=v`, and a quoted value is no
+                # pattern here, so it designates only the same quoted value)
+                if value != theirs[key]:
                     return False
             elif not _match(value, theirs[key]):
                 return False

@@ -269,3 +269,24 @@ async def test_percent_escapes_in_the_get_path_are_decoded_as_the_servlet_decode
     split = await jolokia(api, admin_basic, "/read/org.apache.activemq:type=Broker,brokerName=localhost,"
                                             "destinationType=Queue,destinationName=a%2Fb/QueueSize")
     assert split["request"]["attribute"] == "b" and split["request"]["path"] == "QueueSize"
+
+
+async def test_an_inner_path_index_is_read_as_java_reads_it(api, admin_basic):
+    await send(api, admin_basic, "orders?type=queue")
+    queues = f"/read/{BROKER}/Queues"
+    assert (await jolokia(api, admin_basic, f"{queues}/00"))["value"] == {"objectName": queue_bean("orders")}
+    for step in ("-1", "x", "1", "%C2%B2"):  # ('²' is a digit to str.isdigit, not to int(): was a 500)
+        assert (await jolokia(api, admin_basic, f"{queues}/{step}"))["value"] is None, step
+
+
+async def test_a_quoted_value_is_another_name_than_the_unquoted_one(api, admin_basic):
+    # (JMX's: brokerName="localhost" is not brokerName=localhost; ActiveMQ's agent answers 404 and [])
+    await send(api, admin_basic, "orders?type=queue")
+    for mbean in ('org.apache.activemq:type=Broker,brokerName="localhost"',
+                  'org.apache.activemq:type=Broker,brokerName=localhost,destinationType=Queue,'
+                  'destinationName="orders"'):
+        got = (await api.post("/api/jolokia", headers=admin_basic, json={"type": "read", "mbean": mbean}))
+        assert got.json()["status"] == 404
+        assert got.json()["error_type"] == "javax.management.InstanceNotFoundException"
+        found = (await api.post("/api/jolokia", headers=admin_basic, json={"type": "search", "mbean": mbean}))
+        assert found.json()["value"] == []
