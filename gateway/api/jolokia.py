@@ -159,9 +159,9 @@ class Reader:
             if attributes:
                 echo["attribute"] = attributes[0] if len(attributes) == 1 else attributes
             path = request.get("path")
-            if path is not None:
-                if not isinstance(path, str):
-                    raise _illegal("path is a string")
+            if path is not None and not isinstance(path, str):
+                raise _illegal("path is a string")
+            if path:  # (an empty one is none, as Jolokia echoes it)
                 echo["path"] = path
             return _ok(echo, await self.read(name, mbean, request.get("attribute"), attributes, path))
         except JolokiaError as exc:
@@ -219,7 +219,7 @@ class Reader:
                 out[bean_name] = chosen
         if not out:
             raise _not_found(f"No MBean with pattern {written} found for reading attributes")
-        return out
+        return _walk(out, path)  # (Jolokia's: the path starts at the MBean names)
 
     async def values(self, beans: list[mbeans.Bean]) -> dict[str, dict[str, Any]]:
         """Each bean's attributes by its canonical name (a destination gone meanwhile left out)."""
@@ -273,9 +273,25 @@ def _choose(values: dict[str, Any], attributes: list[str], strict: bool) -> dict
 
 
 def _walk(value: Any, path: str | None) -> Any:
-    """The part of a value an inner path names (Jolokia's: keys of a map, indexes of a list); null when
-    there is no such part."""
-    for step in split_path(path) if path else []:
+    """The part of a value an inner path names (Jolokia's: keys of a map, indexes of a list, `*` each of
+    them, those where the rest finds nothing left out); null when there is no such part."""
+    steps = split_path(path) if path else []
+    if steps and steps[-1] == "*":
+        raise _illegal(f"Path '{path}' must not end with a wildcard")
+    return _steps(value, steps)
+
+
+def _steps(value: Any, steps: list[str]) -> Any:
+    for i, step in enumerate(steps):
+        if step == "*":
+            rest = steps[i + 1:]
+            if isinstance(value, dict):
+                found: Any = {k: v for k, inner in value.items() if (v := _steps(inner, rest)) is not None}
+            elif isinstance(value, list):
+                found = [v for inner in value if (v := _steps(inner, rest)) is not None]
+            else:
+                return None
+            return found or None
         if isinstance(value, dict):
             value = value.get(step)
         elif isinstance(value, list) and _INDEX.fullmatch(step) and int(step) < len(value):

@@ -290,3 +290,36 @@ async def test_a_quoted_value_is_another_name_than_the_unquoted_one(api, admin_b
         assert got.json()["error_type"] == "javax.management.InstanceNotFoundException"
         found = (await api.post("/api/jolokia", headers=admin_basic, json={"type": "search", "mbean": mbean}))
         assert found.json()["value"] == []
+
+
+async def test_inner_paths_with_wildcards_and_on_pattern_reads(api, admin_basic):
+    # (Jolokia's, checked against ActiveMQ's agent: a pattern read's path starts at the MBean names; `*`
+    # stands for every key or element, those the rest of the path finds nothing in left out)
+    await send(api, admin_basic, "p.one?type=queue")
+    await send(api, admin_basic, "p.two?type=queue", 2)
+
+    async def read(mbean, path, attribute=None):
+        request = {"type": "read", "mbean": mbean, "path": path}
+        if attribute is not None:
+            request["attribute"] = attribute
+        return (await api.post("/api/jolokia", headers=admin_basic, json=request)).json()
+
+    pattern = "org.apache.activemq:type=Broker,destinationName=p.*,*"
+    sizes = await read(pattern, "*/QueueSize", "QueueSize")
+    assert sizes["value"] == {queue_bean("p.one"): 1, queue_bean("p.two"): 2}
+    names = await read(pattern, "*/Name")
+    assert names["value"] == {queue_bean("p.one"): "p.one", queue_bean("p.two"): "p.two"}
+    one = await read(pattern, queue_bean("p.one").replace("/", "!/"), "QueueSize")
+    assert one["value"] == {"QueueSize": 1}
+    assert (await read(pattern, "x/y", "QueueSize"))["value"] is None
+    assert (await read(pattern, "*/*/x", ["QueueSize", "Name"]))["value"] is None
+    names = await read(BROKER, "*/objectName", "Queues")
+    assert sorted(names["value"]) == [queue_bean("p.one"), queue_bean("p.two")]
+    first = (await read(BROKER, "*/0"))["value"]
+    assert first["Queues"] in ({"objectName": queue_bean("p.one")}, {"objectName": queue_bean("p.two")})
+    assert "Topics" not in first  # (none: nothing at index 0, left out)
+    ending = await read(BROKER, "Queues/*")
+    assert ending["status"] == 400
+    assert ending["error"] == ("java.lang.IllegalArgumentException : Path 'Queues/*' must not end with a "
+                               "wildcard")
+    assert "path" not in (await read(BROKER, "", "BrokerName"))["request"]  # (an empty path is none)
