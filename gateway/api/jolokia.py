@@ -152,15 +152,18 @@ class Reader:
                 name = parse(mbean)
             except MalformedObjectName as exc:
                 raise _illegal(f"Invalid object name. {exc}") from None
-            echo = {"mbean": name.canonical, "type": kind}
             if kind == "search":
+                echo = {"mbean": name.canonical, "type": kind}
                 return _ok(echo, [bean.name.canonical for bean in await self.beans(name)])
+            # (checked before the request is echoed: Jolokia refuses these as it builds the request)
             attributes = _attributes(request.get("attribute"))
-            if attributes:
-                echo["attribute"] = attributes[0] if len(attributes) == 1 else attributes
             path = request.get("path")
             if path is not None and not isinstance(path, str):
                 raise _illegal("path is a string")
+            _path_steps(path)
+            echo = {"mbean": name.canonical, "type": kind}
+            if attributes:
+                echo["attribute"] = attributes[0] if len(attributes) == 1 else attributes
             if path:  # (an empty one is none, as Jolokia echoes it)
                 echo["path"] = path
             return _ok(echo, await self.read(name, mbean, request.get("attribute"), attributes, path))
@@ -275,10 +278,14 @@ def _choose(values: dict[str, Any], attributes: list[str], strict: bool) -> dict
 def _walk(value: Any, path: str | None) -> Any:
     """The part of a value an inner path names (Jolokia's: keys of a map, indexes of a list, `*` each of
     them, those where the rest finds nothing left out); null when there is no such part."""
+    return _steps(value, _path_steps(path))
+
+
+def _path_steps(path: str | None) -> list[str]:
     steps = split_path(path) if path else []
     if steps and steps[-1] == "*":
         raise _illegal(f"Path '{path}' must not end with a wildcard")
-    return _steps(value, steps)
+    return steps
 
 
 def _steps(value: Any, steps: list[str]) -> Any:
