@@ -52,6 +52,7 @@ MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_OBJECTS = 20_000
 MIME_TYPES = ("text/plain", "application/json")
 READ_ONLY = ("exec", "write", "list", "notification")
+TYPES = ("read", "search", "version", *READ_ONLY)  # Jolokia's request types
 INSTEAD = {"exec": "the REST API's actions (POST /api/v1/queues/<name>/purge, /pause, /resume, message "
                    "moves and removals: docs/api.md)",
            "write": "the destination policies (PUT /api/v1/policies/<pattern>)",
@@ -143,7 +144,7 @@ class Reader:
                                    f"{INSTEAD[kind]}", 403)
             if kind == "version":
                 return _ok({"type": "version"}, version())
-            if kind not in ("read", "search"):
+            if kind not in TYPES:
                 raise _illegal(f"No type with name '{request.get('type')}' exists")
             mbean = request.get("mbean")
             if not isinstance(mbean, str) or not mbean:
@@ -370,6 +371,9 @@ class JolokiaView(GatewayView):
             for item in parsed:  # (Jolokia reads a bulk whole first: one request without a type fails it all)
                 if not isinstance(item, dict) or not isinstance(item.get("type"), str) or not item["type"]:
                     return _respond(request, _error(None, _illegal("No type given")))
+                if item["type"].lower() not in TYPES:  # (nor one of an unknown type)
+                    return _respond(request, _error(None, _illegal(
+                        f"No type with name '{item['type']}' exists")))
         reader = await self._reader(request)
         if isinstance(parsed, list):
             return _respond(request, [await reader.answer(item) for item in parsed])

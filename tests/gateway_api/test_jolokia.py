@@ -323,3 +323,11 @@ async def test_inner_paths_with_wildcards_and_on_pattern_reads(api, admin_basic)
     assert ending["error"] == ("java.lang.IllegalArgumentException : Path 'Queues/*' must not end with a "
                                "wildcard")
     assert "path" not in (await read(BROKER, "", "BrokerName"))["request"]  # (an empty path is none)
+
+
+async def test_a_bulk_with_an_unknown_type_fails_whole(api, admin_basic):
+    # (ActiveMQ's agent builds every request of a bulk first: one of an unknown type fails them all)
+    answer = (await api.post("/api/jolokia", headers=admin_basic, json=[
+        {"type": "read", "mbean": "x:y=z"}, {"type": "bogus"}])).json()
+    assert answer == {"error_type": "java.lang.IllegalArgumentException", "status": 400,
+                      "error": "java.lang.IllegalArgumentException : No type with name 'bogus' exists"}
