@@ -331,3 +331,34 @@ async def test_a_bulk_with_an_unknown_type_fails_whole(api, admin_basic):
         {"type": "read", "mbean": "x:y=z"}, {"type": "bogus"}])).json()
     assert answer == {"error_type": "java.lang.IllegalArgumentException", "status": 400,
                       "error": "java.lang.IllegalArgumentException : No type with name 'bogus' exists"}
+
+
+async def test_what_a_user_may_not_read_answers_as_what_does_not_exist(api, admin_basic, make_user):
+    # names holding `_` (several destinations each), another connection's temporary queue: a user without
+    # read permission learns nothing from the errors, the searches or the broker's lists and totals
+    from gateway import runtime
+
+    await send(api, admin_basic, "x?type=queue&destination=sec%3Ax", 3)
+    await runtime.async_broker().ensure_destination("temp-queue://ID:tcp-00000000000000c1:1")
+    await send(api, admin_basic, "orders.eu?type=queue")
+    carol = await blocking(make_user)("carol", [("queue://orders.>", "read")])
+    temp = "org.apache.activemq:brokerName=localhost,destinationName={},destinationType=TempQueue,type=Broker"
+
+    async def error(mbean):
+        got = await jolokia(api, carol, f"/read/{mbean}/QueueSize")
+        return got["status"], got["error"].replace(mbean, "<name>")
+
+    assert await error(queue_bean("sec_x")) == await error(queue_bean("sec_y")) == (
+        404, "javax.management.InstanceNotFoundException : <name>")
+    other, missing = temp.format("ID_tcp-00000000000000c1_1"), temp.format("ID_tcp-00000000000000c9_9")
+    assert await error(other) == await error(missing)
+    for pattern in ("org.apache.activemq:*", "org.apache.activemq:destinationName=sec*,*",
+                    "org.apache.activemq:destinationType=TempQueue,*"):
+        found = (await jolokia(api, carol, f"/search/{pattern}"))["value"]
+        assert set(found) <= {BROKER, queue_bean("orders.eu")}, pattern
+    broker = (await jolokia(api, carol, f"/read/{BROKER}"))["value"]
+    assert broker["TemporaryQueues"] == [] and broker["Queues"] == [{"objectName": queue_bean("orders.eu")}]
+    assert broker["TotalMessageCount"] == 1 and broker["TotalEnqueueCount"] == 1
+    # one who may read every queue sees the temporary one, as GET /api/v1/queues lists it
+    everyone = (await jolokia(api, admin_basic, f"/read/{BROKER}/TemporaryQueues"))["value"]
+    assert everyone == [{"objectName": other}]
