@@ -147,6 +147,8 @@ class Reader:
             if kind not in TYPES:
                 raise _illegal(f"No type with name '{request.get('type')}' exists")
             mbean = request.get("mbean")
+            if mbean is None:
+                raise _illegal("Objectname can not be null")
             if not isinstance(mbean, str) or not mbean:
                 raise _illegal("No MBean name given")
             try:
@@ -349,7 +351,12 @@ class JolokiaView(GatewayView):
         reader = await self._reader(request)
         # (the gateway routes on the path with %2F and %25 still encoded, gateway/paths.py; Jolokia reads
         # the servlet's, decoded whole: a %2F is a separator there, unless escaped by a `!`)
-        return _respond(request, await reader.answer(from_path(from_segment(path or ""))))
+        decoded = from_segment(path or "")
+        asked = from_path(decoded)
+        if asked["type"].lower() in ("read", "search") and "mbean" not in asked:
+            return _respond(request, _error(None, _illegal(
+                f"Invalid arguments in pathinfo /{decoded} for command {asked['type'].upper()}")))
+        return _respond(request, await reader.answer(asked))
 
     @extend_schema(operation_id="jolokia_post", tags=["activemq"],
                    summary="ActiveMQ's Jolokia agent, read side: a request object, or a list of them",

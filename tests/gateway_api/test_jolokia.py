@@ -362,3 +362,13 @@ async def test_what_a_user_may_not_read_answers_as_what_does_not_exist(api, admi
     # one who may read every queue sees the temporary one, as GET /api/v1/queues lists it
     everyone = (await jolokia(api, admin_basic, f"/read/{BROKER}/TemporaryQueues"))["value"]
     assert everyone == [{"objectName": other}]
+
+
+async def test_a_read_or_search_without_a_name_says_what_activemqs_agent_says(api, admin_basic):
+    for path, says in (("/read", "Invalid arguments in pathinfo /read for command READ"),
+                       ("/search/", "Invalid arguments in pathinfo /search/ for command SEARCH")):
+        got = await jolokia(api, admin_basic, path)
+        assert got == {"error_type": "java.lang.IllegalArgumentException", "status": 400,
+                       "error": f"java.lang.IllegalArgumentException : {says}"}
+    posted = (await api.post("/api/jolokia", headers=admin_basic, json={"type": "read"})).json()
+    assert posted["error"] == "java.lang.IllegalArgumentException : Objectname can not be null"
