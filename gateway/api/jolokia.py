@@ -218,8 +218,9 @@ class Reader:
             value = chosen if isinstance(asked, list) or len(attributes) != 1 else chosen[attributes[0]]
             return _walk(value, path)
         out = {}
+        asked = frozenset(attributes)  # (once, not per MBean)
         for bean_name, all_values in values.items():
-            chosen = _choose(all_values, attributes, strict=False)
+            chosen = _choose(all_values, asked if attributes else [], strict=False)
             if chosen:
                 self.charge(_listed(chosen), name.canonical)
                 out[bean_name] = chosen
@@ -266,7 +267,7 @@ def _attributes(asked: Any) -> list[str]:
     return names
 
 
-def _choose(values: dict[str, Any], attributes: list[str], strict: bool) -> dict[str, Any]:
+def _choose(values: dict[str, Any], attributes: list[str] | frozenset[str], strict: bool) -> dict[str, Any]:
     """The attributes asked for (all when none is named); with `strict`, an unknown one is an error."""
     if not attributes:
         return values
@@ -275,7 +276,10 @@ def _choose(values: dict[str, Any], attributes: list[str], strict: bool) -> dict
             if name not in values:
                 raise JolokiaError("javax.management.AttributeNotFoundException",
                                    f"No such attribute: {name}", 404)
-    return {name: values[name] for name in attributes if name in values}
+    # (over the MBean's few attributes, not the list asked: a pattern calls this for every MBean it
+    # matches, and a POST may name 100,000 attributes)
+    asked = attributes if isinstance(attributes, frozenset) else frozenset(attributes)
+    return {name: value for name, value in values.items() if name in asked}
 
 
 def _walk(value: Any, path: str | None) -> Any:
