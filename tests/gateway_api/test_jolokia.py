@@ -383,9 +383,14 @@ async def test_a_long_attribute_list_costs_once_not_once_per_mbean(api, admin_ba
 
     for i in range(300):
         await runtime.async_broker().ensure_destination(f"queue://many.q{i}")
-    names = [f"A{i}" for i in range(100_000)] + ["QueueSize"]
-    started = time.perf_counter()
-    got = (await api.post("/api/jolokia", headers=admin_basic, json={
-        "type": "read", "mbean": "org.apache.activemq:destinationName=many.*,*", "attribute": names})).json()
-    assert time.perf_counter() - started < 1.5
-    assert len(got["value"]) == 300 and got["value"][queue_bean("many.q7")] == {"QueueSize": 0}
+    async def read(names):
+        started = time.perf_counter()
+        got = (await api.post("/api/jolokia", headers=admin_basic, json={
+            "type": "read", "mbean": "org.apache.activemq:destinationName=many.*,*",
+            "attribute": names})).json()
+        assert len(got["value"]) == 300 and got["value"][queue_bean("many.q7")] == {"QueueSize": 0}
+        return time.perf_counter() - started
+
+    await read(["QueueSize"])  # (the login's password hash, once)
+    plain = await read(["QueueSize"])
+    assert await read([f"A{i}" for i in range(100_000)] + ["QueueSize"]) < plain + 0.6  # (was + 1.5 s)
