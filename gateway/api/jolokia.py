@@ -177,7 +177,10 @@ class Reader:
         """The MBeans `name` designates that the user may see: the broker's, and destinations'."""
         found = [mbeans.Bean(mbeans.BROKER)] if name.matches(mbeans.BROKER) else []
         exact = None if name.is_pattern else mbeans.named_destination(name)
-        if exact is not None and "_" not in (name.get("destinationName") or ""):
+        written = name.get("destinationName") or ""
+        # (a `_` stands for any of four characters, and `&amp;`, `&qe;`, `&ast;` are also names as written:
+        # such a name may designate several destinations, looked for among them all)
+        if exact is not None and "_" not in written and "&" not in written:
             if not permissions.visible(self.patterns, exact):
                 raise JolokiaError("java.lang.SecurityException",
                                    f"user {self.user.get_username()!r} has no read permission on {exact.uri}",

@@ -394,3 +394,11 @@ async def test_a_long_attribute_list_costs_once_not_once_per_mbean(api, admin_ba
     await read(["QueueSize"])  # (the login's password hash, once)
     plain = await read(["QueueSize"])
     assert await read([f"A{i}" for i in range(100_000)] + ["QueueSize"]) < plain + 0.6  # (was + 1.5 s)
+
+
+async def test_a_name_holding_an_encoding_designates_the_destination_written_so_too(api, admin_basic):
+    # ('&amp;' is how ActiveMQ writes '=', and also the name of a queue called 'k&amp;v': both are the
+    # MBean named k&amp;v, as `_` stands for several characters)
+    await send(api, admin_basic, "x?type=queue&destination=" + "k%26amp%3Bv", 2)
+    got = await jolokia(api, admin_basic, f"/read/{queue_bean('k&amp;v')}/QueueSize")
+    assert got["value"] == 2
