@@ -402,3 +402,35 @@ async def test_a_name_holding_an_encoding_designates_the_destination_written_so_
     await send(api, admin_basic, "x?type=queue&destination=" + "k%26amp%3Bv", 2)
     got = await jolokia(api, admin_basic, f"/read/{queue_bean('k&amp;v')}/QueueSize")
     assert got["value"] == 2
+
+
+async def test_a_long_scan_lets_the_other_requests_of_the_process_run(api, admin_basic):
+    # (a bulk of pattern searches matched names without ever giving the event loop back: the process's
+    # other HTTP and WebSocket clients waited for all of it, 1 s here)
+    import asyncio
+    import time
+
+    from gateway import runtime
+
+    for i in range(1000):
+        await runtime.async_broker().ensure_destination(f"queue://scan.q{i}.{'a' * 60}")
+    await jolokia(api, admin_basic, "/version")  # (the login's password hash, once)
+    pattern = "org.apache.activemq:destinationName=" + "*?" * 200 + "*,*"  # (70 parts tried per name)
+    bulk = [{"type": "search", "mbean": pattern}] * 40
+    gaps: list[float] = []
+
+    async def watch(done: asyncio.Event) -> None:  # how long the loop went without running this
+        while not done.is_set():
+            before = time.perf_counter()
+            await asyncio.sleep(0.001)
+            gaps.append(time.perf_counter() - before)
+
+    done = asyncio.Event()
+    watcher = asyncio.ensure_future(watch(done))
+    started = time.perf_counter()
+    answer = await api.post("/api/jolokia", headers=admin_basic, json=bulk)
+    whole = time.perf_counter() - started
+    done.set()
+    await watcher
+    assert answer.json()[0]["value"] == [] and whole > 0.3  # (long enough to show)
+    assert max(gaps) < 0.1
