@@ -434,3 +434,35 @@ async def test_a_long_scan_lets_the_other_requests_of_the_process_run(api, admin
     await watcher
     assert answer.json()[0]["value"] == [] and whole > 0.3  # (long enough to show)
     assert max(gaps) < 0.1
+
+
+async def test_no_get_path_or_post_body_makes_a_crash(api, admin_basic):
+    # (a fuzz through the ASGI app: every answer Jolokia's JSON, never a 500; it found the deep nesting
+    # and the '²' index above)
+    import json
+    import random
+    from urllib.parse import quote
+
+    await send(api, admin_basic, "orders?type=queue")
+    rnd = random.Random(27)
+    pieces = [*'ab:,=*?"\\\n!/ %é²١0-_&;', "%2F", "%25", "org.apache.activemq", "type=Broker",
+              "brokerName=localhost", "destinationType=Queue", "destinationName=", "Queues", "QueueSize",
+              "&amp;", "!/", "!!", "*/"]
+    starts = ["read/", "search/", "", "list/", "read/org.apache.activemq:",
+              f"read/{queue_bean('orders')}/", f"read/{BROKER}/Queues/"]
+    for _ in range(400):
+        path = rnd.choice(starts) + "".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 10)))
+        answer = await api.get("/api/jolokia/" + quote(path, safe="/:,=*!%&;"), headers=admin_basic)
+        assert answer.status_code == 200 and "status" in answer.json(), path
+    values = [None, 1, 1.5, True, "", "x", [], {}, ["a"], [1], {"a": 1}, "org.apache.activemq:*", "a:b=c",
+              BROKER, "QueueSize", ["QueueSize", 2], "Queues", "0/objectName", "²", "*", "*/*", "a!/b",
+              "read"]
+    keys = ["type", "mbean", "attribute", "path", "config", "operation", "arguments", "value"]
+    for _ in range(400):
+        request = {k: rnd.choice(values) for k in rnd.sample(keys, rnd.randint(0, 5))}
+        if rnd.random() < 0.7:
+            request["type"] = rnd.choice(["read", "search", "version", "READ", "list", 3, None])
+        body = rnd.choice([request, [request], [request, request], "x", 3, None, [None], [[request]]])
+        answer = await api.post("/api/jolokia", headers=admin_basic, content=json.dumps(body))
+        assert answer.status_code == 200, body
+        answer.json()
