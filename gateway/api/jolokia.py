@@ -107,8 +107,8 @@ def from_path(path: str) -> dict[str, Any]:
         if kind.lower() == "read" and len(args) > 1 and args[1]:
             names = args[1].split(",")
             request["attribute"] = names if len(names) > 1 else names[0]
-            if len(args) > 2:
-                request["path"] = "/".join(args[2:])
+            if len(args) > 2:  # (escaped again, as Jolokia echoes it: a `/` inside one key stays `!/`)
+                request["path"] = "/".join(part.replace("!", "!!").replace("/", "!/") for part in args[2:])
     return request
 
 

@@ -466,3 +466,17 @@ async def test_no_get_path_or_post_body_makes_a_crash(api, admin_basic):
         answer = await api.post("/api/jolokia", headers=admin_basic, content=json.dumps(body))
         assert answer.status_code == 200, body
         answer.json()
+
+
+async def test_a_get_inner_path_keeps_its_escapes(api, admin_basic):
+    # (ActiveMQ's agent: the path echoed as written, `!/` a `/` inside one key; a MBean name holding a `/`
+    # is a key of a pattern read's answer)
+    await send(api, admin_basic, "x?type=queue&destination=esc/y!", 2)
+    got = await jolokia(api, admin_basic, "/read/org.apache.activemq:type=Broker,destinationName=esc*,*/"
+                                          "QueueSize/org.apache.activemq:brokerName=localhost,"
+                                          "destinationName=esc!/y!!,destinationType=Queue,type=Broker")
+    assert got["value"] == {"QueueSize": 2}
+    assert got["request"]["path"] == ("org.apache.activemq:brokerName=localhost,destinationName=esc!/y!!,"
+                                      "destinationType=Queue,type=Broker")
+    echoed = await jolokia(api, admin_basic, f"/read/{BROKER}/BrokerName/a!/b!!c/d")
+    assert echoed["request"]["path"] == "a!/b!!c/d" and echoed["value"] is None
