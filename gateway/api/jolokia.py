@@ -237,7 +237,9 @@ class Reader:
             return _walk(value, path)
         out = {}
         asked = frozenset(attributes)  # (once, not per MBean)
-        for bean_name, all_values in values.items():
+        for i, (bean_name, all_values) in enumerate(values.items()):
+            if i % 32 == 31:
+                await self.pause()
             chosen = _choose(all_values, asked if attributes else [], strict=False)
             if chosen:
                 self.charge(_listed(chosen), name.canonical)
@@ -252,7 +254,9 @@ class Reader:
         summaries = await self.broker.summaries(destinations) if destinations else []
         by_uri = {summary.destination: summary for summary in summaries if summary is not None}
         out: dict[str, dict[str, Any]] = {}
-        for bean in beans:
+        for i, bean in enumerate(beans):
+            if i % 32 == 31:
+                await self.pause()
             if bean.destination is None:
                 out[bean.name.canonical] = await self.broker_values()
             elif (summary := by_uri.get(bean.destination.uri)) is not None:
