@@ -236,11 +236,11 @@ class Reader:
             value = chosen if isinstance(asked, list) or len(attributes) != 1 else chosen[attributes[0]]
             return _walk(value, path)
         out = {}
-        asked = frozenset(attributes)  # (once, not per MBean)
+        wanted = frozenset(attributes)  # (once, not per MBean)
         for i, (bean_name, all_values) in enumerate(values.items()):
             if i % 32 == 31:
                 await self.pause()
-            chosen = _choose(all_values, asked if attributes else [], strict=False)
+            chosen = _choose(all_values, wanted if attributes else [], strict=False)
             if chosen:
                 self.charge(_listed(chosen), name.canonical)
                 out[bean_name] = chosen
