@@ -245,7 +245,8 @@ SIGNALBOX_AUTH_CHANGES_SECONDS = float(os.environ.get("SIGNALBOX_AUTH_CHANGES_SE
 SIGNALBOX_PERMISSION_CACHE_SECONDS = float(os.environ.get("SIGNALBOX_PERMISSION_CACHE_SECONDS") or 1.0)
 # Lease of the consumers behind ActiveMQ's /api/message GET (renewed by every GET of that client).
 SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 300_000)
-# MBeans one /api/jolokia pattern may designate (gateway/api/jolokia.py); past it the request is refused.
+# MBeans one /api/jolokia HTTP request's answers may name, a POST's requests together
+# (gateway/api/jolokia.py); past it a request is refused.
 SIGNALBOX_JOLOKIA_MAX_OBJECTS = int(os.environ.get("SIGNALBOX_JOLOKIA_MAX_OBJECTS") or 20_000)
 # Idempotency-Key records a user may hold at once (each kept 24 h); a new key past it is refused (429).
 SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER = int(os.environ.get("SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER") or 100_000)

@@ -75,7 +75,7 @@ async def test_redis_facts_and_broker_memory_are_the_servers_and_the_brokers(red
         broker = Broker(redis_client, namespace)
         flow.configure(broker, flow.SystemUsage(memory_limit=123_456))
         assert await node.broker_memory(client, namespace) == {"used": 0, "limit": 123_456, "percent": 0}
-        assert flow.broker_memory(broker).limit == 123_456
+        assert broker.memory().limit == 123_456
     finally:
         await client.aclose()
 

@@ -4,8 +4,9 @@ views (spec §14), named as ActiveMQ names them and with the attributes Signalbo
 Names: `org.apache.activemq:type=Broker,brokerName=<SIGNALBOX_BROKER_NAME>` and, per destination,
 `…,destinationType=Queue|Topic|TempQueue|TempTopic,destinationName=<name>`, each part encoded as
 ActiveMQ's JMXSupport.encodeObjectNamePart does (`:`, `,`, `'` and `"` become `_`; `?` `&qe;`, `=`
-`&amp;`, `*` `&ast;`). A name holding `_` may stand for several destinations' names: it designates every
-destination whose encoded name it is (ActiveMQ would have registered only the first of them).
+`&amp;`, `*` `&ast;`). A name holding `_` (or `&`: `k&amp;v` is also a name as written) may stand for
+several destinations' names: it designates every destination whose encoded name it is (ActiveMQ would
+have registered only the first of them).
 
 Values: a destination's from its summary (DestinationSummary, the counters the metrics scrape reads: one
 small script call per page of destinations, fresh at the read); the broker's from the console's totals
@@ -64,6 +65,8 @@ def named_destination(name: ObjectName) -> Destination | None:
     """The destination a name (no pattern) designates, read as written (None when it names none: another
     domain, broker or key). A name with `_` may also designate others (`encode_part`): the caller looks."""
     keys = {key for key, _value in name.properties}
+    if any(value.startswith('"') for _key, value in name.properties):  # (JMX: `k="v"` is not `k=v`)
+        return None
     if (name.domain != DOMAIN or keys != {"type", "brokerName", "destinationType", "destinationName"}
             or name.get("type") != "Broker" or name.get("brokerName") != BROKER.get("brokerName")):
         return None

@@ -123,7 +123,7 @@ def test_mirrored_queue_fanout_to_virtual_topic_queues_cannot_pass_the_broker_li
             broker.send("q", Message(body="s", message_id=f"m{i}"))
         except ResourceAllocationError:
             break
-    used = flow.broker_memory(broker).used
+    used = broker.memory().used
     assert used <= 5 * FLOOR, used
 
 

@@ -16,7 +16,7 @@ from broker_core.effects import Command
 from broker_core.errors import ResourceAllocationError
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from broker_core.ops import advisory, flow
+from broker_core.ops import advisory
 
 from ...helpers.broker import consumer, drain
 
@@ -183,9 +183,9 @@ def test_advisory_topic_names_are_activemqs():
 def test_an_advisory_counts_towards_memory_until_its_subscriber_has_it(broker):
     sub = watch(broker, "Consumer", "orders")
     consumer(broker, "orders")
-    assert flow.broker_memory(broker).used == broker.stats(sub.destination).memory_usage > 0
+    assert broker.memory().used == broker.stats(sub.destination).memory_usage > 0
     assert len(advisories(broker, sub)) == 1  # auto-acknowledged as it is handed over
-    assert flow.broker_memory(broker).used == 0
+    assert broker.memory().used == 0
 
 
 def test_messages_a_topic_subscription_discards_are_advised_when_the_policy_asks(broker):
