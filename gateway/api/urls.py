@@ -130,7 +130,8 @@ urlpatterns = [
     path(f"{CONSUMER}/heartbeat", views_messaging.HeartbeatView.as_view(), name="api-heartbeat"),
     path("message", compat.MessageServletRootView.as_view(), name="api-activemq-root"),
     # ActiveMQ's Jolokia agent, read side (a GET's parts escape `/` as `!/`, so the path is taken whole)
-    # ((?s): a path holding an encoded line end is still the agent's to answer, not a 404)
-    re_path(r"(?s)^jolokia(?:/(?P<path>.*))?$", jolokia.JolokiaView.as_view(), name="api-jolokia"),
+    # ([\s\S]: a path holding an encoded line end is still the agent's to answer, not a 404; not (?s),
+    # which Django cannot reverse: every {% url %} of the site failed with it)
+    re_path(r"^jolokia(?:/(?P<path>[\s\S]*))?$", jolokia.JolokiaView.as_view(), name="api-jolokia"),
     re_path(r"^message/(?P<path>.+)$", compat.MessageServletView.as_view(), name="api-activemq"),
 ]

@@ -221,6 +221,22 @@ def test_the_abort_wakes_the_gateway_so_the_notice_comes_at_once_not_at_the_next
         client.close()
 
 
+def ack_in_a_transaction_then_abort(client: Client, other: Client, broker, queue: str, ack: str) -> None:
+    """Two messages sent by `other`; `client` subscribes in ack mode `ack`, gets both, ACKs the first in
+    transaction `t`; an operator then aborts its subscription ("stuck")."""
+    from broker_core import maintenance
+
+    for body in ("m0", "m1"):
+        other.receipt(other.conn.send, f"/queue/{queue}", body)
+    client.conn.subscribe(f"/queue/{queue}", id="s1", ack=ack, headers={"activemq.prefetchSize": "10"})
+    m0, _m1 = client.messages(2)
+    client.receipt(client.conn.begin, "t")
+    client.receipt(client.conn.ack, m0.headers["ack"], transaction="t")
+    (consumer,) = broker.stats(queue).consumers
+    maintenance.abort_consumer(broker, ConsumerRef(parse_destination(queue), consumer.consumer_id), "stuck")
+    assert client.expect("ERROR", timeout=LEASE_MS / 1000 + 3).headers["message"] == "stuck"
+
+
 @pytest.mark.parametrize("end", ["COMMIT", "ABORT"])
 def test_an_aborted_subscription_leaves_its_transacted_acks_to_the_transaction(fast_gateway, broker, queue,
                                                                                 end):
@@ -228,22 +244,10 @@ def test_an_aborted_subscription_leaves_its_transacted_acks_to_the_transaction(f
     an UNSUBSCRIBE, the acknowledged message is held for the transaction (dispatched to nobody), not
     returned with the subscription's other messages; the COMMIT consumes it, an ABORT returns it,
     redelivered. It went back to the queue with the abort, and the COMMIT acknowledged nothing."""
-    from broker_core import maintenance
-
     client = Client(fast_gateway.port).connect()
     other = Client(fast_gateway.port).connect()
     try:
-        for body in ("m0", "m1"):
-            other.receipt(other.conn.send, f"/queue/{queue}", body)
-        client.conn.subscribe(f"/queue/{queue}", id="s1", ack="client-individual",
-                              headers={"activemq.prefetchSize": "10"})
-        m0, _m1 = client.messages(2)
-        client.receipt(client.conn.begin, "t")
-        client.receipt(client.conn.ack, m0.headers["ack"], transaction="t")
-        (consumer,) = broker.stats(queue).consumers
-        maintenance.abort_consumer(broker, ConsumerRef(parse_destination(queue), consumer.consumer_id),
-                                   "stuck")
-        assert client.expect("ERROR", timeout=LEASE_MS / 1000 + 3).headers["message"] == "stuck"
+        ack_in_a_transaction_then_abort(client, other, broker, queue, "client-individual")
         other.receipt(other.conn.subscribe, f"/queue/{queue}", id="s2", ack="client-individual")
         (again,) = other.messages(1)
         assert (again.body, again.headers.get("redelivered")) == (b"m1", "true")
@@ -265,22 +269,10 @@ def test_an_aborted_client_subscription_returns_what_its_transaction_acked_and_t
     """`client` mode, as ActiveMQ's STOMP (its cumulative ACK goes to the broker at the COMMIT, for the
     subscriptions still open): the ACKed messages go back with the aborted subscription, redelivered,
     and the COMMIT succeeds without acknowledging them."""
-    from broker_core import maintenance
-
     client = Client(fast_gateway.port).connect()
     other = Client(fast_gateway.port).connect()
     try:
-        for body in ("m0", "m1"):
-            other.receipt(other.conn.send, f"/queue/{queue}", body)
-        client.conn.subscribe(f"/queue/{queue}", id="s1", ack="client",
-                              headers={"activemq.prefetchSize": "10"})
-        m0, _m1 = client.messages(2)
-        client.receipt(client.conn.begin, "t")
-        client.receipt(client.conn.ack, m0.headers["ack"], transaction="t")
-        (consumer,) = broker.stats(queue).consumers
-        maintenance.abort_consumer(broker, ConsumerRef(parse_destination(queue), consumer.consumer_id),
-                                   "stuck")
-        assert client.expect("ERROR", timeout=LEASE_MS / 1000 + 3).headers["message"] == "stuck"
+        ack_in_a_transaction_then_abort(client, other, broker, queue, "client")
         client.receipt(client.conn.commit, "t")
         other.receipt(other.conn.subscribe, f"/queue/{queue}", id="s2", ack="client-individual")
         again = other.messages(2)
