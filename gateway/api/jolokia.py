@@ -379,6 +379,13 @@ def version() -> dict[str, Any]:
             "info": {"product": "signalbox", "vendor": "Signalbox", "version": signalbox_version()}}
 
 
+def answers(description: str) -> dict[tuple[int, str], OpenApiResponse]:
+    """The 200 answers' documentation: JSON as text/plain (Jolokia's default) or, asked for with
+    `mimeType`, application/json."""
+    body = {"oneOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}]}
+    return {(200, mime): OpenApiResponse(body, description=description) for mime in MIME_TYPES}
+
+
 class JolokiaView(GatewayView):
     authentication_classes = [BasicAuthentication, TokenAuthentication]
     http_method_names = ["get", "post", "options"]
@@ -386,8 +393,7 @@ class JolokiaView(GatewayView):
     @extend_schema(operation_id="jolokia_get", tags=["activemq"],
                    summary="ActiveMQ's Jolokia agent, read side: /read/<mbean>[/<attributes>], "
                            "/search/<pattern>, /version",
-                   responses={200: OpenApiResponse(dict, description="Jolokia's answer (its status inside)"),
-                              **problems(401)})
+                   responses={**answers("Jolokia's answer (its status inside)"), **problems(401)})
     async def get(self, request: Request, path: str = "") -> HttpResponse:
         reader = await self._reader(request)
         # (the gateway routes on the path with %2F and %25 still encoded, gateway/paths.py; Jolokia reads
@@ -401,8 +407,9 @@ class JolokiaView(GatewayView):
 
     @extend_schema(operation_id="jolokia_post", tags=["activemq"],
                    summary="ActiveMQ's Jolokia agent, read side: a request object, or a list of them",
-                   request={"application/json": {"type": "object"}},
-                   responses={200: OpenApiResponse(dict, description="Jolokia's answer(s)"), **problems(401)})
+                   request={"application/json": {"oneOf": [{"type": "object"},
+                                                            {"type": "array", "items": {"type": "object"}}]}},
+                   responses={**answers("Jolokia's answer, or a list of them for a list"), **problems(401)})
     async def post(self, request: Request, path: str = "") -> HttpResponse:
         body = request._request.body
         if len(body) > MAX_BODY_BYTES:
