@@ -27,6 +27,8 @@ def id_clock(request, monkeypatch):
     if request.param == "same_ms":
         stopped = types.SimpleNamespace(time_ns=lambda: 1_800_000_000_000_000_000)
         monkeypatch.setattr(messages, "time", stopped)
+        # and the ids made after it go on from the real clock, not from that (future) millisecond
+        monkeypatch.setattr(messages, "_ID_LAST", [-1, 0])
     return request.param
 
 

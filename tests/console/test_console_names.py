@@ -47,7 +47,7 @@ def test_a_queue_named_with_url_characters_is_browsed_moved_purged_and_deleted(
     expect(page.locator("#toast")).to_contain_text("Move: 1 messages")
     wait_for(lambda: broker.stats(moved_to).queue_size == 1)
 
-    page.locator("#messages td.id a", has_text=ids[1]).click()
+    page.locator("#messages td.id a").get_by_text(ids[1], exact=True).click()  # (has_text ignores case)
     expect(page.locator("#headers tr", has_text="Message id")).to_be_visible()
     page.locator(".crumbs a", has_text=name).click()  # the breadcrumb back to the queue's page
     expect(page.locator("[data-stat=queue_size]")).to_have_text("2")
