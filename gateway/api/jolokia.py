@@ -200,8 +200,9 @@ class Reader:
                                        f"user {self.user.get_username()!r} has no read permission on "
                                        f"{exact.uri}", 403)
                 # (only if it exists: a search names what is there, and ActiveMQ's finds nothing for it)
-                if (await self.broker.summaries([exact]))[0] is not None:
-                    found.append(mbeans.Bean(mbeans.destination_bean(exact), exact))
+                summary = (await self.broker.summaries([exact]))[0]
+                if summary is not None:
+                    found.append(mbeans.Bean(mbeans.destination_bean(exact), exact, summary))
         elif name.domain == mbeans.DOMAIN or name.is_pattern:
             left = self.max_objects - self.spent
             for i, (destination, bean) in enumerate(await self.listing()):
@@ -255,9 +256,11 @@ class Reader:
 
     async def values(self, beans: list[mbeans.Bean]) -> dict[str, dict[str, Any]]:
         """Each bean's attributes by its canonical name (a destination gone meanwhile left out)."""
-        destinations = [bean.destination for bean in beans if bean.destination is not None]
+        by_uri = {bean.summary.destination: bean.summary for bean in beans if bean.summary is not None}
+        destinations = [bean.destination for bean in beans
+                        if bean.destination is not None and bean.destination.uri not in by_uri]
         summaries = await self.broker.summaries(destinations) if destinations else []
-        by_uri = {summary.destination: summary for summary in summaries if summary is not None}
+        by_uri.update((summary.destination, summary) for summary in summaries if summary is not None)
         out: dict[str, dict[str, Any]] = {}
         for i, bean in enumerate(beans):
             if i % 32 == 31:
@@ -281,8 +284,9 @@ class Reader:
     async def broker_values(self) -> dict[str, Any]:
         """The broker's attributes, once per HTTP request (a pass over every destination's row)."""
         if self._broker_values is None:
-            sums = await totals(self.broker, self.patterns)
+            # (one index for both: the totals and the lists of one answer from the same pass)
             current = await index(self.broker)
+            sums = await totals(self.broker, self.patterns, current)
             readable = [d for d in map(parse_destination, current.rows if current else ())
                         if permissions.visible(self.patterns, d)]
             self._broker_values = mbeans.broker_attributes(sums, readable, await self.broker.memory(),
