@@ -51,7 +51,6 @@ PROTOCOL = "7.2"
 AGENT = "1.7.1"  # the Jolokia agent whose protocol this answers (ActiveMQ 5.17.2's)
 MAX_REQUESTS = 100  # requests in one POST
 MAX_BODY_BYTES = 1024 * 1024
-DEFAULT_MAX_OBJECTS = 20_000
 # the longest a scan holds the event loop before letting the process's other clients run (a bulk of
 # pattern searches over 1,000 long names, never letting go, kept a version request waiting 0.6 s)
 SLICE_SECONDS = 0.002
@@ -121,7 +120,7 @@ class Reader:
     def __init__(self, user: Any, patterns: list[Destination] | None) -> None:
         self.user, self.patterns = user, patterns
         self.broker = runtime.async_broker()
-        self.max_objects = int(setting("SIGNALBOX_JOLOKIA_MAX_OBJECTS", DEFAULT_MAX_OBJECTS))
+        self.max_objects = int(setting("SIGNALBOX_JOLOKIA_MAX_OBJECTS"))
         self.spent = 0  # MBeans named by the answers so far
         self._broker_values: dict[str, Any] | None = None
         self._listing: list[tuple[Destination, ObjectName]] | None = None
