@@ -607,6 +607,122 @@ def browse_100k(ctx: Context) -> Calls:
     return ctx.measure(lambda: ctx.broker.browse(SIZES_QUEUE, selector="n = 2", limit=100))
 
 
+# --- Jolokia ---
+# /api/jolokia over 5,000 queues, through the gateway's own code: gateway/api/jolokia.py's Reader, which
+# the view makes for each HTTP request (an admin's: every destination readable), and the body it encodes.
+# The Redis side is the figure, as for every case; the gateway side is printed below it: how long the
+# answer took to build, the longest the event loop went without running a watcher meanwhile (the Reader
+# gives the loop back every SLICE_SECONDS), and the body's encoding, one synchronous step that holds the
+# loop for all of it.
+
+JOLOKIA_QUEUES = 5_000
+JOLOKIA_QUEUE_PATTERN = ("org.apache.activemq:type=Broker,brokerName=localhost,destinationType=Queue,"
+                         "destinationName=*")
+
+
+def _jolokia(ctx: Context, requests: list[dict[str, object]] | dict[str, object],
+             unbuilt_index: bool = False) -> Calls:
+    """`requests` (one request, or a POST's list) answered as the view answers them, on this case's
+    5,000 queues (one message each): once to warm up, then measured. `unbuilt_index`: the statistics
+    index (gateway/api/destination_index.py) removed before the measured run, which then builds it, as the
+    first broker bean read after a quiet spell does."""
+    import asyncio
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
+    import django
+    from django.conf import settings
+
+    django.setup()
+    from gateway import runtime
+    from gateway.api import destination_index, jolokia
+    from signalbox import collector
+
+    collector.settle()  # (as the web server does once started, signalbox/asgi.py: the loop's holds are its)
+    # the gateway's connection and namespace: this server's, this case's
+    settings.REDIS_URL = "unix://" + ctx.client.connection_pool.connection_kwargs["path"]
+    settings.SIGNALBOX_NAMESPACE = ctx.broker.namespace
+    runtime.sync_client.cache_clear()
+    runtime.policies.cache_clear()
+    for i in range(JOLOKIA_QUEUES):
+        ctx.broker.send(f"jolokia.q{i:04d}", Message(body="x"))
+
+    async def answer(report: bool) -> None:
+        gaps: list[float] = []
+        done = asyncio.Event()
+
+        async def watch() -> None:  # how long the loop went without running this (1 ms sleeps)
+            while not done.is_set():
+                before = time.perf_counter()
+                await asyncio.sleep(0.001)
+                gaps.append(time.perf_counter() - before - 0.001)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            # (user None: an admin's Reader, patterns None; the user is named only in a refusal)
+            reader = jolokia.Reader(None, None)
+            started = time.perf_counter()
+            if isinstance(requests, list):
+                got: object = [await reader.answer(request) for request in requests]
+            else:
+                got = await reader.answer(requests)
+            built = time.perf_counter() - started
+            done.set()
+            await watcher
+            started = time.perf_counter()
+            body = jolokia.encode(got)
+            encoded = time.perf_counter() - started
+            answers = got if isinstance(got, list) else [got]
+            assert answers[0]["status"] == 200, answers[0]
+            if report:
+                statuses = sorted({a["status"] for a in answers})
+                print(f"    gateway: answer built in {built * 1000:.0f} ms (the loop held at most "
+                      f"{max(gaps, default=0) * 1000:.1f} ms at a time meanwhile); body "
+                      f"{len(body) / 1e6:.1f} MB encoded in {encoded * 1000:.0f} ms, one hold of the event "
+                      f"loop; statuses {statuses}")
+        finally:
+            done.set()
+            broker, hub = runtime._async.pop(asyncio.get_running_loop())
+            if hub._listener is not None:
+                hub._listener.cancel()
+            await broker.aclose()
+            await broker.redis.aclose()
+
+    asyncio.run(answer(False))
+    if unbuilt_index:
+        key = destination_index._key(ctx.broker.namespace)
+        ctx.client.delete(key, f"{key}:at")
+        destination_index._caches.pop(ctx.broker.namespace, None)
+    return ctx.measure(lambda: asyncio.run(answer(True)))
+
+
+@case("jolokia: search of all 5,000 queues (a pattern)")
+def jolokia_search(ctx: Context) -> Calls:
+    return _jolokia(ctx, {"type": "search", "mbean": JOLOKIA_QUEUE_PATTERN})
+
+
+@case("jolokia: read of every attribute of all 5,000 queues (a pattern)")
+def jolokia_read_all(ctx: Context) -> Calls:
+    return _jolokia(ctx, {"type": "read", "mbean": JOLOKIA_QUEUE_PATTERN})
+
+
+@case("jolokia: a POST of 100 pattern reads of 5,000 queues (past the object limit: refused)")
+def jolokia_bulk(ctx: Context) -> Calls:
+    # (SIGNALBOX_JOLOKIA_MAX_OBJECTS, 20,000: four are answered, each later one refused once its listing
+    # passes the limit)
+    return _jolokia(ctx, [{"type": "read", "mbean": JOLOKIA_QUEUE_PATTERN, "attribute": "QueueSize"}] * 100)
+
+
+@case("jolokia: read of the broker bean, 5,000 queues (statistics index built)")
+def jolokia_broker(ctx: Context) -> Calls:
+    return _jolokia(ctx, {"type": "read", "mbean": "org.apache.activemq:type=Broker,brokerName=localhost"})
+
+
+@case("jolokia: read of the broker bean, 5,000 queues, no statistics index yet (the read builds it)")
+def jolokia_broker_unbuilt(ctx: Context) -> Calls:
+    return _jolokia(ctx, {"type": "read", "mbean": "org.apache.activemq:type=Broker,brokerName=localhost"},
+                    unbuilt_index=True)
+
+
 
 # --- fan-out and groups ---
 # One send to a topic whose 100 subscriptions each have a pathological selector (every evaluation runs to

@@ -31,12 +31,17 @@ KINDS = {"queues": "queue", "topics": "topic"}
 _settings_read: dict[str, Any] = {}
 
 
-def setting(name: str, default: Any) -> Any:
-    """settings.<name>, or `default` when it is not set (each name always read with the same default)."""
+_DEFINED = object()  # (setting's default for a name settings.py defines)
+
+
+def setting(name: str, default: Any = _DEFINED) -> Any:
+    """settings.<name>, or `default` when it is not set (each name always read with the same default).
+    Without a default the name is one signalbox/settings.py defines, with its default: the only one."""
     try:
         return _settings_read[name]
     except KeyError:
-        value = _settings_read[name] = getattr(settings, name, default)
+        value = getattr(settings, name) if default is _DEFINED else getattr(settings, name, default)
+        _settings_read[name] = value
         return value
 
 

@@ -313,9 +313,12 @@ async def list_destinations(broker: AsyncBroker, patterns: list[Destination] | N
     return len(chosen), [row(s, idx) for s in fresh if s is not None], hidden
 
 
-async def totals(broker: AsyncBroker, patterns: list[Destination] | None) -> dict[str, Any]:
-    """Broker totals over the destinations the user may read (ActiveMQ's BrokerView totals)."""
-    idx = await index(broker)
+async def totals(broker: AsyncBroker, patterns: list[Destination] | None,
+                 idx: Index | None = None) -> dict[str, Any]:
+    """Broker totals over the destinations the user may read (ActiveMQ's BrokerView totals), from `idx`
+    (the statistics index, read now when not given: a caller that also uses it passes the one it read)."""
+    if idx is None:
+        idx = await index(broker)
     assert idx is not None
     everything = patterns is None  # the same for every user who may read everything: computed once
     if everything and _totals_memo.get(broker.namespace, (None,))[0] == idx.at_ms:

@@ -51,7 +51,6 @@ PROTOCOL = "7.2"
 AGENT = "1.7.1"  # the Jolokia agent whose protocol this answers (ActiveMQ 5.17.2's)
 MAX_REQUESTS = 100  # requests in one POST
 MAX_BODY_BYTES = 1024 * 1024
-DEFAULT_MAX_OBJECTS = 20_000
 # the longest a scan holds the event loop before letting the process's other clients run (a bulk of
 # pattern searches over 1,000 long names, never letting go, kept a version request waiting 0.6 s)
 SLICE_SECONDS = 0.002
@@ -121,7 +120,7 @@ class Reader:
     def __init__(self, user: Any, patterns: list[Destination] | None) -> None:
         self.user, self.patterns = user, patterns
         self.broker = runtime.async_broker()
-        self.max_objects = int(setting("SIGNALBOX_JOLOKIA_MAX_OBJECTS", DEFAULT_MAX_OBJECTS))
+        self.max_objects = int(setting("SIGNALBOX_JOLOKIA_MAX_OBJECTS"))
         self.spent = 0  # MBeans named by the answers so far
         self._broker_values: dict[str, Any] | None = None
         self._listing: list[tuple[Destination, ObjectName]] | None = None
@@ -200,8 +199,9 @@ class Reader:
                                        f"user {self.user.get_username()!r} has no read permission on "
                                        f"{exact.uri}", 403)
                 # (only if it exists: a search names what is there, and ActiveMQ's finds nothing for it)
-                if (await self.broker.summaries([exact]))[0] is not None:
-                    found.append(mbeans.Bean(mbeans.destination_bean(exact), exact))
+                summary = (await self.broker.summaries([exact]))[0]
+                if summary is not None:
+                    found.append(mbeans.Bean(mbeans.destination_bean(exact), exact, summary))
         elif name.domain == mbeans.DOMAIN or name.is_pattern:
             left = self.max_objects - self.spent
             for i, (destination, bean) in enumerate(await self.listing()):
@@ -255,9 +255,11 @@ class Reader:
 
     async def values(self, beans: list[mbeans.Bean]) -> dict[str, dict[str, Any]]:
         """Each bean's attributes by its canonical name (a destination gone meanwhile left out)."""
-        destinations = [bean.destination for bean in beans if bean.destination is not None]
+        by_uri = {bean.summary.destination: bean.summary for bean in beans if bean.summary is not None}
+        destinations = [bean.destination for bean in beans
+                        if bean.destination is not None and bean.destination.uri not in by_uri]
         summaries = await self.broker.summaries(destinations) if destinations else []
-        by_uri = {summary.destination: summary for summary in summaries if summary is not None}
+        by_uri.update((summary.destination, summary) for summary in summaries if summary is not None)
         out: dict[str, dict[str, Any]] = {}
         for i, bean in enumerate(beans):
             if i % 32 == 31:
@@ -281,8 +283,9 @@ class Reader:
     async def broker_values(self) -> dict[str, Any]:
         """The broker's attributes, once per HTTP request (a pass over every destination's row)."""
         if self._broker_values is None:
-            sums = await totals(self.broker, self.patterns)
+            # (one index for both: the totals and the lists of one answer from the same pass)
             current = await index(self.broker)
+            sums = await totals(self.broker, self.patterns, current)
             readable = [d for d in map(parse_destination, current.rows if current else ())
                         if permissions.visible(self.patterns, d)]
             self._broker_values = mbeans.broker_attributes(sums, readable, await self.broker.memory(),
@@ -439,9 +442,14 @@ class JolokiaView(GatewayView):
         return Reader(request.user, await db(permissions.readable_patterns, request.user, "read"))
 
 
+def encode(answer: Any) -> bytes:
+    """An answer's body, made on the event loop in one go (bench/adversarial.py's Jolokia cases time it)."""
+    return json.dumps(answer).encode()
+
+
 def _respond(request: Request, answer: Any) -> HttpResponse:
     mime = request.query_params.get("mimeType") or "text/plain"
-    response = HttpResponse(json.dumps(answer).encode(),
+    response = HttpResponse(encode(answer),
                             content_type=f"{mime if mime in MIME_TYPES else 'text/plain'};charset=utf-8")
     response["Cache-Control"] = "no-cache"
     response["Pragma"] = "no-cache"

@@ -20,7 +20,7 @@ only producers Signalbox has.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core.broker import advisory
@@ -88,6 +88,9 @@ class Bean:
 
     name: ObjectName
     destination: Destination | None = None
+    # a destination's counters when already read as it was found (an exact name's are, to know that it
+    # exists): its values are made from them rather than asked again
+    summary: DestinationSummary | None = field(default=None, compare=False)
 
     @property
     def attributes(self) -> frozenset[str] | None:

@@ -501,3 +501,41 @@ async def test_a_get_inner_path_keeps_its_escapes(api, admin_basic):
                                       "destinationType=Queue,type=Broker")
     echoed = await jolokia(api, admin_basic, f"/read/{BROKER}/BrokerName/a!/b!!c/d")
     assert echoed["request"]["path"] == "a!/b!!c/d" and echoed["value"] is None
+
+
+async def test_a_read_of_one_named_destination_asks_its_counters_once(api, admin_basic, monkeypatch):
+    # (its name was looked up to know it exists, then its counters asked again for the answer)
+    from broker_core.broker import AsyncBroker
+
+    await send(api, admin_basic, "once?type=queue", 2)
+    asked: list[int] = []
+    summaries = AsyncBroker.summaries
+
+    async def counted(self, destinations, *args, **kwargs):
+        asked.append(len(destinations))
+        return await summaries(self, destinations, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncBroker, "summaries", counted)
+    got = await jolokia(api, admin_basic, f"/read/{queue_bean('once')}/QueueSize")
+    assert got["value"] == 2 and asked == [1]
+
+
+async def test_the_broker_bean_reads_the_statistics_index_once(api, admin_basic, monkeypatch):
+    # (its totals read the index, then its lists read it again: two look-ups that could each find a
+    # different index)
+    from gateway.api import destination_index
+    from gateway.api import jolokia as view
+
+    await send(api, admin_basic, "counted?type=queue")
+    reads: list[str] = []
+    index = destination_index.index
+
+    async def counted(broker, *args, **kwargs):
+        reads.append(broker.namespace)
+        return await index(broker, *args, **kwargs)
+
+    monkeypatch.setattr(destination_index, "index", counted)
+    monkeypatch.setattr(view, "index", counted)
+    got = await jolokia(api, admin_basic, f"/read/{BROKER}/TotalMessageCount,Queues")
+    assert got["value"] == {"TotalMessageCount": 1, "Queues": [{"objectName": queue_bean("counted")}]}
+    assert len(reads) == 1
