@@ -157,15 +157,15 @@ def health_attributes(checks: dict[str, dict[str, Any]], store_used: int, store_
     return {"CurrentStatus": "Getting Worried {" + "".join(f"{w} , " for w in worries) + " }"}
 
 
-def broker_attributes(totals: dict[str, Any], destinations: list[Destination], memory: Any,
-                      version: str) -> dict[str, Any]:
+def broker_attributes(totals: dict[str, Any], listed: dict[tuple[str, bool], list[dict[str, str]]],
+                      memory: Any, version: str) -> dict[str, Any]:
     """The broker's attributes (ActiveMQ's BrokerViewMBean names): `totals` as destination_index.totals
-    gives them, `destinations` those the user may read, `memory` the broker's (Broker.memory), `version`
-    Signalbox's."""
+    gives them, `listed` the destinations the user may read by (kind, temporary), each as its
+    {"objectName": canonical name} (the caller makes them in slices of the event loop), `memory` the
+    broker's (Broker.memory), `version` Signalbox's."""
 
     def beans(kind: str, temporary: bool) -> list[dict[str, str]]:
-        return [{"objectName": destination_bean(d).canonical} for d in destinations
-                if d.kind == kind and d.is_temporary == temporary]
+        return listed.get((kind, temporary), [])
 
     return {
         "BrokerName": advisory.BROKER_NAME,
