@@ -33,6 +33,11 @@ def durable_key(client_id: str, subscription_name: str) -> str:
     return f"d.{digest}"
 
 
+def is_durable_key(key: str) -> bool:
+    """Whether a subscription's key is a durable subscription's (durable_key), not a consumer's own."""
+    return key.startswith("d.")
+
+
 def durable_registry_field(client_id: str, subscription_name: str) -> str:
     """(client id, subscription name) as one string, told apart for every pair: the client id's length
     comes first, so no character the two may contain (NUL included) can make two pairs meet."""

@@ -113,13 +113,16 @@ def cancel_pull(ops: Context, consumer: ConsumerRef, now: int) -> Op:
 
 
 def ack(ops: Context, consumer: ConsumerRef, message_ids: list[str], mode: str, now: int,
-        receive: int = 0) -> Op:
+        receive: int = 0, home: Home | None = None) -> Op:
     """mode: 'individual', 'cumulative' or 'delivered' (see scripts/lua/ack.lua). Returns
-    how many were acknowledged and, when `receive` > 0, up to that many next messages for the consumer."""
+    how many were acknowledged and, when `receive` > 0, up to that many next messages for the consumer.
+    `home`: the consumer's, when the caller has it."""
     if not message_ids:
         raise NotInFlight("no message id given to acknowledge")
-    # (a queue consumer's home is its queue: no generator for that, the usual case)
-    home = (yield from ops.home(consumer)) if consumer.destination.is_topic else Home(consumer.destination)
+    if home is None and consumer.destination.is_topic:
+        home = yield from ops.home(consumer)
+    elif home is None:  # (a queue consumer's home is its queue: no generator for that, the usual case)
+        home = Home(consumer.destination)
     return (yield from ack_many(ops, home, [(consumer, message_ids, mode, receive)], now))[0]
 
 

@@ -25,10 +25,10 @@ from ..effects import Command, Eval, Op, Settle
 from ..errors import NotInFlight, TransactionError, TransactionTooLarge, UnknownConsumer
 from ..keys import Home, tx_key
 from ..messages import Message
-from ..model import ConsumerRef, TransactionLimits
+from ..model import Consumer, ConsumerRef, TransactionLimits
 from ..scripts import calls
 from ..scripts.calls import FORWARDS_WAITING, PASS_HAS_MORE
-from ..topics import pack_for_topic
+from ..topics import is_durable_key, pack_for_topic
 from . import flow, homes, virtual
 from .context import Context
 
@@ -56,7 +56,9 @@ def renew(ops: Context, txs: list[str], ttl_ms: int) -> Op:
 RESERVATION_MOST_MS = 24 * 3_600_000
 
 # Records: the tally first, ["begin", messages, body bytes, [destinations and consumers]] (`Tally`), then
-# ["send", kind, name, message id, packed message] and ["ack", kind, name, consumer id, ack mode, [ids]].
+# ["send", kind, name, message id, packed message] and ["ack", kind, name, consumer id, ack mode, [ids]],
+# with the subscription's key after the ids for an ack whose messages a durable subscription holds for the
+# transaction should its consumer close (`ack`).
 
 
 @dataclass(frozen=True)
@@ -185,18 +187,24 @@ def ack(ops: Context, tx: str, consumer: ConsumerRef, message_ids: list[str], mo
     added = (len(message_ids), 0, (consumer.consumer_id,))
     raw, tally = yield from _tally(ops, tx)
     tally.adding(ops.transaction_limits, tx, *added)  # refused before any message is marked delivered
-    # a queue consumer's individual ack also marks its messages as the transaction's: should the consumer
-    # close before the transaction ends, they are held for it (the commit consumes them, a rollback or
-    # the transaction's lapse returns them), as ActiveMQ's Queue keeps a transacted ack's message. (An
-    # adapter that marked them delivered itself records its acks just before its commit: no mark.)
-    held = mode == "individual" and not consumer.destination.is_topic
-    if mark_delivered:
-        yield from homes.ack(ops, consumer, message_ids,
-                             f"tx:{tx_key(ops.namespace, tx)}" if held else "delivered", now)
+    # an individual ack of a queue consumer or a durable subscription's also marks its messages as the
+    # transaction's: should the consumer close before the transaction ends, they are held for it (the
+    # commit consumes them, a rollback or the transaction's lapse returns them), as ActiveMQ's Queue keeps
+    # a transacted ack's message, and its durable subscription's store holds the ack in the transaction
+    # (Topic.acknowledge, the transaction store), applied at the commit whatever became of the subscriber.
+    # A non-durable subscription's messages end with it (no mark). (An adapter that marked them delivered
+    # itself records its acks just before its commit, its subscriptions open: no mark.)
     dest = consumer.destination
+    record = ["ack", dest.kind, dest.name, consumer.consumer_id, mode, message_ids]
+    if mark_delivered:
+        home = (yield from ops.home(consumer)) if dest.is_topic else Home(dest)
+        held = mode == "individual" and (not dest.is_topic or is_durable_key(home.key))
+        yield from homes.ack(ops, consumer, message_ids,
+                             f"tx:{tx_key(ops.namespace, tx)}" if held else "delivered", now, home=home)
+        if held and dest.is_topic:  # where they are held: the consumer's subscription, found by it no more
+            record.append(home.key)
     # (the transaction gone meanwhile: its messages stay delivered, in flight until its consumer ends)
-    yield from _record(ops, tx, raw, tally, added,
-                       [["ack", dest.kind, dest.name, consumer.consumer_id, mode, message_ids]])
+    yield from _record(ops, tx, raw, tally, added, [record])
 
 
 def commit(ops: Context, tx: str, now: int) -> Op:
@@ -230,12 +238,17 @@ def commit(ops: Context, tx: str, now: int) -> Op:
             steps.append(script.call(ops.prefix(dest), now, 0, origin, rest))
             names.append(f"the send to {dest.uri} of {_listed([r[0] for r in rest])}")
         else:
-            consumer_id, mode, message_ids = rest
+            consumer_id, mode, message_ids, held_in = rest
             if dest.is_topic:  # the ack goes to the consumer's subscription
                 try:
                     home = yield from ops.subscription_home(dest, consumer_id, None)
                 except UnknownConsumer:
-                    continue  # closed: its messages went back (durable) or away (non-durable) already
+                    # closed: a durable subscription holds the messages for this transaction (`ack`),
+                    # unless it was removed since, its messages with it; those of a non-durable one, or
+                    # of an ack that marked none, went away or back already
+                    if not held_in or not (yield Command(("HEXISTS", f"{ops.prefix(dest)}:subs", held_in))):
+                        continue
+                    home = Home(dest, held_in)
                 touched[home.label] = home
             prefix = ops.home_prefix(home)
             name = f"the {mode} ack by consumer {consumer_id} of {dest.uri} of {_listed(message_ids)}"
@@ -302,8 +315,9 @@ def rollback(ops: Context, tx: str, now: int, redeliver: bool = True) -> Op:
         yield calls.FlowRelease.call(ops.prefix(dest), now, tx)
     acked: dict[ConsumerRef, list[str]] = {}
     for record in records:
-        if record[0] == "ack":
-            consumer = ConsumerRef(Destination(record[1], record[2]), record[3])
+        if record[0] == "ack":  # (one held in a durable subscription: found there, its consumer gone)
+            consumer = (Consumer(Destination(record[1], record[2]), record[3], subscription=record[6])
+                        if len(record) > 6 else ConsumerRef(Destination(record[1], record[2]), record[3]))
             acked.setdefault(consumer, []).extend(record[5])
     for consumer, message_ids in acked.items():
         yield from _give_back(ops, consumer, list(dict.fromkeys(message_ids)), now,
@@ -331,14 +345,15 @@ def _give_back(ops: Context, consumer: ConsumerRef, message_ids: list[str], now:
 def _steps(records: list[Any]) -> list[tuple[str, Destination, Any]]:
     """The records as the commit's script calls: ("send", destination, messages) of up to flow.SEND_PART
     messages and SEND_PART_BYTES, as any batch, and ("ack", destination, [consumer, mode, at most ACK_PART
-    ids]). A destination's sends go together, and so do one consumer's individual acks (a STOMP client's
-    ACK frames), wherever they stand in the transaction, each group in its own order, at the place of its
-    first record; any other ack is a step of its own, in place. Inside the commit's one MULTI/EXEC nothing
-    sees the order of steps on different destinations; on one, a dispatch after an ack may now find more
-    of the transaction's sends pending, as in ActiveMQ, whose commit makes every send visible before it
-    dispatches. And the MULTI/EXEC holds Redis for everyone: taken in record order, a transaction
-    alternating between two queues made a call per message (500 sends held Redis 44-140 ms, 500 acks of
-    two consumers in turn 38-98 ms, by SLOWLOG), where a call of 100 costs little more than one of one."""
+    ids, the durable subscription that holds them for the transaction or None]). A destination's sends go
+    together, and so do one consumer's individual acks (a STOMP client's ACK frames), wherever they stand in
+    the transaction, each group in its own order, at the place of its first record; any other ack is a step of
+    its own, in place. Inside the commit's one MULTI/EXEC nothing sees the order of steps on different
+    destinations; on one, a dispatch after an ack may now find more of the transaction's sends pending, as in
+    ActiveMQ, whose commit makes every send visible before it dispatches. And the MULTI/EXEC holds Redis for
+    everyone: taken in record order, a transaction alternating between two queues made a call per message (500
+    sends held Redis 44-140 ms, 500 acks of two consumers in turn 38-98 ms, by SLOWLOG), where a call of 100
+    costs little more than one of one."""
     groups: dict[Any, tuple[str, Destination, Any]] = {}  # by destination, or consumer: in first-record order
     for n, (op, kind, name, *rest) in enumerate(records):
         dest = Destination(kind, name)
@@ -346,14 +361,16 @@ def _steps(records: list[Any]) -> list[tuple[str, Destination, Any]]:
             message = rest if dest.is_topic else (rest[0], rest[1])
             groups.setdefault(("send", dest), ("send", dest, []))[2].append(message)
             continue
-        consumer_id, mode, message_ids = rest
+        consumer_id, mode, message_ids, *held_in = rest
         key = ("ack", dest, consumer_id) if mode == "individual" else n
-        groups.setdefault(key, ("ack", dest, [consumer_id, mode, []]))[2][2].extend(message_ids)
+        group = groups.setdefault(key, ("ack", dest, [consumer_id, mode, [], None]))[2]
+        group[2].extend(message_ids)
+        group[3] = group[3] or (held_in[0] if held_in else None)
     steps: list[tuple[str, Destination, Any]] = []
     for op, dest, items in groups.values():
         if op == "ack":
-            consumer_id, mode, message_ids = items
-            steps += [(op, dest, [consumer_id, mode, message_ids[i:i + homes.ACK_PART]])
+            consumer_id, mode, message_ids, held_in = items
+            steps += [(op, dest, [consumer_id, mode, message_ids[i:i + homes.ACK_PART], held_in])
                       for i in range(0, len(message_ids), homes.ACK_PART)]
             continue
         size = 0

@@ -929,3 +929,31 @@ def test_a_client_ack_in_a_transaction_then_unsubscribe_commits_and_the_message_
     other.send("SUBSCRIBE", {"destination": name, "id": "s2", "ack": "client-individual"})
     again = [other.expect("MESSAGE") for _ in range(2)]
     assert [(f.body, f.get("redelivered")) for f in again] == [(b"m1", "true"), (b"m2", "true")]
+
+
+def test_a_durable_subscriber_s_transacted_ack_commits_after_it_went_offline(raw, stomp_listener):
+    """`client-individual`, a durable subscription: the transacted ACK goes to the broker at once, as
+    ActiveMQ 5.17's STOMP sends its INDIVIDUAL ack (StompSubscription.onStompMessageAck), and its broker
+    acknowledges the message in the subscription's store within the transaction, whatever becomes of the
+    subscriber. An UNSUBSCRIBE (without `activemq.subscriptionName`: the subscription goes offline) before
+    the COMMIT: the message never comes back to the subscription; the one not acknowledged does."""
+    topic = f"/topic/tcp{uuid.uuid4().hex[:10]}"
+    durable = {"destination": topic, "id": "s", "ack": "client-individual", "activemq.subscriptionName": "s"}
+    conn = raw()
+    conn.connect(**{"client-id": f"app-{uuid.uuid4().hex[:8]}"})
+    conn.send("SUBSCRIBE", {**durable, "receipt": "sub"})
+    conn.expect("RECEIPT")
+    for body in (b"m1", b"m2"):
+        conn.send("SEND", {"destination": topic}, body)
+    m1, _m2 = conn.expect("MESSAGE"), conn.expect("MESSAGE")
+    conn.send("BEGIN", {"transaction": "t"})
+    conn.send("ACK", {"id": m1.get("ack"), "transaction": "t"})
+    conn.send("UNSUBSCRIBE", {"id": "s", "receipt": "u"})
+    conn.expect("RECEIPT")
+    conn.send("COMMIT", {"transaction": "t", "receipt": "c"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "c"
+    conn.send("SUBSCRIBE", {**durable, "id": "s2"})
+    again = conn.expect("MESSAGE")
+    assert (again.body, again.get("redelivered")) == (b"m2", "true")
+    with pytest.raises(TimeoutError):
+        conn.receive(0.5)

@@ -70,11 +70,9 @@ local function probe(token, ttl, grace)
   local hold = base.tonum(redis.call('HGET', base.K_META, 'hold_until'), 0)
   if hold > 0 and (due == 0 or hold < due) then due = hold end
   local owed = redis.call('HLEN', base.P .. ':closing') + redis.call('SCARD', base.TP .. ':ended')
-  if not base.SUB then
-    owed = owed + redis.call('LLEN', base.TP .. ':fanout')  -- includes/fanout.lua
-    -- messages held for a transaction due to be looked at (includes/lifecycle.lua return_lapsed)
-    owed = owed + redis.call('ZCOUNT', base.P .. ':txheld', '-inf', base.NOW)
-  end
+  if not base.SUB then owed = owed + redis.call('LLEN', base.TP .. ':fanout') end  -- includes/fanout.lua
+  -- messages held for a transaction due to be looked at (includes/lifecycle.lua return_lapsed)
+  owed = owed + redis.call('ZCOUNT', base.P .. ':txheld', '-inf', base.NOW)
   local held = 0
   if lapsed > 0 or stale or owed > 0 or (due > 0 and due <= base.NOW) then
     held = acquire('recover', token, ttl)

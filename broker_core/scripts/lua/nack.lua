@@ -81,10 +81,10 @@ for _, id in ipairs(ids) do
     later = later + 1
   end
 end
--- back to the queue, no longer a transaction's (a transacted ack's mark goes with the window it was made
--- in, as at a return: includes/lifecycle.lua txacks_key); left, the next consumer's close would hold it for
--- that transaction, whose commit would consume what that consumer never acknowledged
-if not base.SUB then base.call_many('HDEL', lifecycle.txacks_key(), ids) end
+-- back to the queue (or subscription), no longer a transaction's (a transacted ack's mark goes with the
+-- window it was made in, as at a return: includes/lifecycle.lua txacks_key); left, the next consumer's close
+-- would hold it for that transaction, whose commit would consume what that consumer never acknowledged
+base.call_many('HDEL', lifecycle.txacks_key(), ids)
 redis.call('HSET', base.K_C(cid), 'last_ack', base.NOW)  -- a negative ack is an ack for lastAckTime
 message.room_freed(cid)
 local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))

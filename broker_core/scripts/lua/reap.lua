@@ -22,7 +22,7 @@ end
 -- process that died held both the consumer and the transaction, and the live processes that reap its
 -- consumers give those back too (the maintenance tick does it as well)
 local back = 0
-if chunk > 0 and not base.SUB then
+if chunk > 0 then
   local due
   back, due = lifecycle.return_lapsed(chunk)
   owed = owed + due

@@ -38,7 +38,8 @@ for i, prefix in ipairs(KEYS) do
       local sub = prefix .. ':s:' .. key
       local c = redis.call('HMGET', sub .. ':meta', 'dequeued', 'dispatched', 'expired', 'deadlettered')
       pending = pending + redis.call('ZCARD', sub .. ':pending')
-      in_flight = in_flight + redis.call('HLEN', sub .. ':inflight')
+      -- (and those held for a transaction, their consumer gone: includes/lifecycle.lua txheld_key)
+      in_flight = in_flight + redis.call('HLEN', sub .. ':inflight') + redis.call('ZCARD', sub .. ':txheld')
       parked = parked + redis.call('ZCARD', sub .. ':parked')
       dequeued = dequeued + (tonumber(c[1]) or 0)
       dispatched = dispatched + (tonumber(c[2]) or 0)

@@ -8,7 +8,10 @@ from __future__ import annotations
 import time
 
 from broker_core import maintenance
+from broker_core.destinations import parse_destination
+from broker_core.keys import Home
 from broker_core.messages import Message
+from broker_core.model import summary_of
 
 from ...helpers.broker import consumer, drain
 
@@ -198,3 +201,169 @@ def test_a_held_message_is_not_moved_and_the_refusal_says_why(broker):
     else:
         raise AssertionError("moved")
     assert broker.stats("orders").queue_size == 2
+
+
+# -- a durable topic subscription's consumer ---------------------------------------------------------------
+# ActiveMQ 5.17 acknowledges a durable subscription's message in its store inside the transaction
+# (DurableTopicSubscription.acknowledge -> Topic.acknowledge -> TopicMessageStore.acknowledge through the
+# transaction store: MemoryTransactionStore / KahaDBTransactionStore.acknowledge queue the ack in the
+# transaction, KahaDB's MessageDatabase.process(KahaCommitCommand) applies it), whatever became of the
+# subscriber since (DurableTopicSubscription.deactivate leaves the store alone): the commit consumes the
+# message, which never comes back to the subscription; a rollback drops the queued ack, and the message is
+# still the subscription's, dispatched again when it is active.
+
+TOPIC = "topic://prices"
+
+
+def _durable(broker, consumer_id):
+    return consumer(broker, TOPIC, client_id="app", subscription_name="s", prefetch=10,
+                    ack_mode="client-individual", consumer_id=consumer_id)
+
+
+def _durable_acked_then_offline(broker, ttl_ms=None):
+    """m0 and m1 received by the durable subscriber C; m0 acknowledged in a transaction, then C closed
+    (the subscription offline). Returns the transaction."""
+    c = _durable(broker, "C")
+    broker.send(TOPIC, [Message(body="m0"), Message(body="m1")])
+    d0, _d1 = drain(broker, c)
+    tx = broker.begin(ttl_ms) if ttl_ms else broker.begin()
+    broker.ack(c, d0.message_id, tx=tx)
+    broker.close_consumer(c)
+    return tx
+
+
+def _subscription(broker):
+    (sub,) = broker.subscriptions(TOPIC)
+    return sub
+
+
+def test_the_commit_consumes_a_durable_subscription_s_message_acked_before_it_went_offline(broker):
+    tx = _durable_acked_then_offline(broker)
+    broker.commit(tx)
+    again = _durable(broker, "D")
+    assert [(x.body, x.redelivery_count) for x in drain(broker, again)] == [("m1", 1)]
+    sub = _subscription(broker)
+    assert (sub.in_flight, sub.dequeued) == (1, 1)
+
+
+def test_held_while_the_durable_subscriber_is_back_before_the_commit(broker):
+    """Back before the transaction ends, the subscriber is not given m0 again (the commit will consume it):
+    held for the transaction, counted in flight."""
+    tx = _durable_acked_then_offline(broker)
+    again = _durable(broker, "D")
+    assert [(x.body, x.redelivery_count) for x in drain(broker, again)] == [("m1", 1)]
+    assert _subscription(broker).in_flight == 2
+    broker.commit(tx)
+    assert drain(broker, again) == []
+    sub = _subscription(broker)
+    assert (sub.in_flight, sub.dequeued) == (1, 1)
+
+
+def test_a_rollback_gives_it_back_to_the_durable_subscription(broker):
+    tx = _durable_acked_then_offline(broker)
+    broker.rollback(tx)
+    again = _durable(broker, "D")
+    assert sorted((x.body, x.redelivery_count) for x in drain(broker, again)) == [("m0", 1), ("m1", 1)]
+    assert _subscription(broker).dequeued == 0
+
+
+def test_a_rollback_while_the_durable_subscriber_is_back_gives_it_back_to_it(broker):
+    tx = _durable_acked_then_offline(broker)
+    again = _durable(broker, "D")
+    assert [x.body for x in drain(broker, again)] == ["m1"]
+    broker.rollback(tx)
+    assert [(x.body, x.redelivery_count) for x in drain(broker, again)] == [("m0", 1)]
+
+
+def test_a_durable_subscription_s_held_message_goes_back_when_its_transaction_lapses(broker, clock):
+    tx = _durable_acked_then_offline(broker, ttl_ms=300)
+    again = _durable(broker, "D")
+    assert [x.body for x in drain(broker, again)] == ["m1"]
+    time.sleep(0.4)  # (Redis's clock ends the key)
+    clock.advance(1_000)
+    maintenance.run_due(broker)
+    assert [(x.body, x.redelivery_count) for x in drain(broker, again)] == [("m0", 1)]
+    clock.advance(1_000)
+    maintenance.run_due(broker)
+    assert drain(broker, again) == []  # once
+    assert tx
+
+
+def test_a_held_message_leaves_with_its_durable_subscription(broker):
+    """The subscription destroyed while it holds a message for a transaction: the topic's one stored copy
+    goes with it (left, nothing would ever release it), and the commit skips the ack, as a non-durable
+    subscription's whose messages went with it, and applies the rest."""
+    tx = _durable_acked_then_offline(broker)
+    broker.send("audit", Message(body="in-tx"), tx=tx)
+    assert broker.unsubscribe(TOPIC, client_id="app", subscription_name="s") == 2
+    maintenance.run_due(broker)  # (an ended subscription's messages are released a chunk per call)
+    assert broker.redis.hlen(f"{broker.namespace}:{{t:prices}}:msgs") == 0
+    broker.commit(tx)
+    assert broker.stats("audit").enqueued == 1
+
+
+def test_a_non_durable_subscription_s_transacted_ack_is_skipped_once_its_subscriber_closed(broker):
+    """A non-durable subscription ends with its consumer and its messages with it (TopicSubscription holds
+    nothing in a store): the commit has nothing to consume and applies the rest."""
+    c = consumer(broker, TOPIC, prefetch=10, ack_mode="client-individual", consumer_id="C")
+    broker.send(TOPIC, Message(body="m0"))
+    (d0,) = drain(broker, c)
+    tx = broker.begin()
+    broker.send("audit", Message(body="in-tx"), tx=tx)
+    broker.ack(c, d0.message_id, tx=tx)
+    broker.close_consumer(c)
+    broker.commit(tx)
+    assert broker.stats("audit").enqueued == 1
+    assert broker.redis.hlen(f"{broker.namespace}:{{t:prices}}:msgs") == 0
+
+
+def test_a_durable_subscription_s_committed_ack_leaves_no_mark_behind(broker):
+    """The subscriber still there at the commit: the message is acknowledged as any, and the
+    transaction's mark on it goes with it (left, the subscription's marks would only grow)."""
+    c = _durable(broker, "C")
+    broker.send(TOPIC, Message(body="m0"))
+    (d0,) = drain(broker, c)
+    tx = broker.begin()
+    broker.ack(c, d0.message_id, tx=tx)
+    broker.commit(tx)
+    assert _subscription(broker).dequeued == 1
+    home = Home(parse_destination(TOPIC), c.subscription)
+    assert broker.redis.hlen(f"{broker.ops.home_prefix(home)}:txacks") == 0
+
+
+def test_a_durable_subscription_s_held_message_counts_in_flight_in_the_topic_s_summary(broker):
+    """The topic's summary (the console's list, /metrics) adds its subscriptions up as its stats do."""
+    _durable_acked_then_offline(broker)
+    topic = parse_destination(TOPIC)
+    (summary,) = broker._run(broker.ops.summaries([topic], broker.clock.now_ms()))
+    assert summary == summary_of(broker.stats(TOPIC))
+    assert (summary.pending, summary.in_flight) == (1, 1)
+
+
+def test_reaping_a_durable_subscriber_gives_back_what_its_lapsed_transaction_held(broker, clock):
+    """The live processes that reap a dead one's consumers give back what its lapsed transactions held in
+    a durable subscription too, its next subscriber's lease renewal reaping them."""
+    _durable_acked_then_offline(broker, ttl_ms=300)
+    again = _durable(broker, "D")
+    assert [x.body for x in drain(broker, again)] == ["m1"]
+    time.sleep(0.4)
+    clock.advance(1_000)
+    broker.renew_leases(TOPIC, ["D"], 60_000)
+    assert broker.reap_lapsed(TOPIC) == []
+    assert [(x.body, x.redelivery_count) for x in drain(broker, again)] == [("m0", 1)]
+
+
+def test_a_nack_after_a_durable_subscriber_s_transacted_ack_ends_the_transaction_s_mark(broker):
+    """As on a queue: the NACKed message is back in the subscription and no longer the transaction's, so
+    its subscriber's close gives it back instead of holding it for that transaction."""
+    broker.policies.set_entry("topic", "prices", {"initialRedeliveryDelay": 0, "redeliveryDelay": 0})
+    broker.refresh_policies()
+    c = _durable(broker, "C")
+    broker.send(TOPIC, Message(body="m0"))
+    (d0,) = drain(broker, c)
+    tx = broker.begin()
+    broker.ack(c, d0.message_id, tx=tx)
+    broker.nack(c, [d0.message_id])
+    broker.close_consumer(c)
+    again = _durable(broker, "D")
+    assert [x.body for x in drain(broker, again)] == ["m0"]

@@ -33,11 +33,13 @@ function lifecycle.release_shared(id)
   end
 end
 
--- Messages a transaction acknowledged individually (ack.lua, a transacted ack's mode 'tx:<tx key>'):
--- hash message id -> the transaction's key while the message is in flight with its consumer; once that
--- consumer closed with the transaction still open, '<tx key>|<pending score>': the message is held for
--- the transaction (return_messages), in neither the pending zset nor a window, as ActiveMQ's Queue keeps
--- a transacted ack's message (acked, never dispatched again) after its subscription is removed. The
+-- Messages a transaction acknowledged individually (ack.lua, a transacted ack's mode 'tx:<tx key>'; a
+-- queue's, and a durable subscription's: ops/transactions.py ack): hash message id -> the transaction's
+-- key while the message is in flight with its consumer; once that consumer closed with the transaction
+-- still open, '<tx key>|<pending score>': the message is held for the transaction (return_messages), in
+-- neither the pending zset nor a window, as ActiveMQ's Queue keeps a transacted ack's message (acked,
+-- never dispatched again) after its subscription is removed, and its durable subscription's store holds
+-- the ack in the transaction, applied at the commit whether the subscriber is there or not. The
 -- commit consumes it (consume_held), a rollback returns it (return_held), and so does the maintenance
 -- tick once the transaction's key is gone (return_lapsed: its owner died). TXHELD lists the held ones
 -- by when their transaction is next looked at (its key's expiry, read when it was held or last looked at).
@@ -158,7 +160,8 @@ function lifecycle.count_acked(all)
   local num = base.NOW_TEXT.num
   -- (dequeued counts purges and moves too; the rate history wants acks)
   if base.SUB then  -- (a topic's message is released on the topic's meta: lifecycle.release_shared)
-    lifecycle.drop_messages(all, nil, false)  -- (a subscription's messages are never marked)
+    -- (a durable subscription's messages may be marked: txacks_key)
+    lifecycle.drop_messages(all, nil, redis.call('HEXISTS', base.K_META, 'txmarks') == 1)
     base.meta_incr('dequeued', num(#all))
     base.meta_incr('acked', num(#all))
   else
@@ -506,7 +509,9 @@ function lifecycle.load()
   -- one is freed outside the call).
   lifecycle.remove_subscription = function(reason)
     local dropped = 0
-    local holders = { base.K_PENDING, base.K_PARKED }
+    -- (txheld_key: a durable subscription's messages held for open transactions, whose commits then skip
+    -- their acks: ops/transactions.py commit)
+    local holders = { base.K_PENDING, base.K_PARKED, lifecycle.txheld_key() }
     for _, cid in ipairs(redis.call('HKEYS', base.K_CONSUMERS)) do holders[#holders + 1] = base.K_CINF(cid) end
     for _, cid in ipairs(redis.call('HKEYS', base.P .. ':closing')) do holders[#holders + 1] = base.K_CINF(cid) end
     local aside = nil
@@ -530,7 +535,7 @@ function lifecycle.load()
     end
     local keys = { base.K_META, base.K_PENDING, base.K_INFLIGHT, base.K_REDELIV, base.K_GFIRST, base.K_CONSUMERS, base.K_CORDER, base.K_LEASES,
       base.K_PASSFULL, base.K_GROUPS, base.K_GLRU, base.K_PARKED, base.K_PARKINFO, base.K_SCHED, base.K_AUDIT,
-      base.P .. ':maint', base.P .. ':slowcons' }
+      base.P .. ':maint', base.P .. ':slowcons', lifecycle.txacks_key(), lifecycle.txheld_key() }
     for _, cid in ipairs(redis.call('HKEYS', base.K_CONSUMERS)) do
       redis.call('HDEL', base.TP .. ':subof', cid)
       keys[#keys + 1] = base.K_C(cid)
@@ -586,8 +591,9 @@ function lifecycle.load_closing()
     for i = 1, #held, 2 do ids[#ids + 1] = held[i] end
     local where = base.call_many('HMGET', base.K_INFLIGHT, ids)
     local counts = base.call_many('HMGET', base.K_REDELIV, ids)
-    -- a message an open transaction acknowledged is held for it (lifecycle.txacks_key), not returned:
-    -- a closing queue consumer's (a rollback returns it; a subscription's consumer keeps the old rule)
+    -- a message an open transaction acknowledged is held for it (lifecycle.txacks_key), not returned (a
+    -- rollback returns it): a closing queue consumer's, or a durable subscription's (a non-durable one's
+    -- messages are never marked: they end with it)
     local marks = base.call_many('HMGET', lifecycle.txacks_key(), ids)
     local entries, bumped, lowest, hold, unmark, returned = {}, {}, nil, {}, {}, {}
     for k = 1, n do
@@ -601,7 +607,7 @@ function lifecycle.load_closing()
       end
       counts[k] = count
       local mark = marks[k]
-      local ttl = mark and reason ~= 'rollback' and not base.SUB and redis.call('PTTL', mark)
+      local ttl = mark and reason ~= 'rollback' and redis.call('PTTL', mark)
       if ttl and ttl ~= -2 then
         hold[#hold + 1] = { id, mark .. '|' .. base.NOW_TEXT.num(score), ttl, k }
       else
@@ -765,7 +771,7 @@ function lifecycle.load_closing()
     local names = only and { only } or redis.call('HKEYS', lifecycle.closing_key())
     local returned, owed = 0, 0
     if not only then returned, owed = lifecycle.release_ended(limit) end
-    if not only and not base.SUB then  -- held messages whose transaction lapsed
+    if not only then  -- held messages whose transaction lapsed
       local back, due = lifecycle.return_lapsed(limit and limit - returned)
       returned, owed = returned + back, owed + due
     end
