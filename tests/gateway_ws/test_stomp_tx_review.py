@@ -1,0 +1,51 @@
+"""A hostile review of STOMP transactions as the link implements them (gateway/ws/link.py `ack`, `nack`,
+`commit`, `abort`, `close`), over real sockets to a STOMP listener: each test here failed before the fix
+its docstring names."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.gateway_ws import test_stomp_tcp as tcp
+
+pytestmark = pytest.mark.e2e
+
+raw = tcp.raw  # the fixture: hand-driven STOMP 1.2 connections to the session's listener
+
+
+def _q() -> str:
+    return f"/queue/txr{uuid.uuid4().hex[:10]}"
+
+
+@pytest.mark.parametrize("ack", ["client", "client-individual"])
+def test_an_ack_in_a_transaction_named_by_the_empty_string_is_in_it(raw, stomp_listener, redis_client, ack):
+    """`transaction:` with an empty value names a transaction as any other name does (ActiveMQ's
+    ProtocolConverter looks up whatever the header holds; BEGIN, SEND, COMMIT and ABORT here did too). The
+    link took the empty name for none: such an ACK acknowledged its message at once, which the ABORT then
+    did not give back (consumed, though the client aborted), and such a NACK dead-lettered its message
+    inside the transaction (ActiveMQ: "Poison ack cannot be transacted")."""
+    from broker_core.broker import Broker
+
+    name = _q()
+    conn, (m1, m2) = tcp._subscribed(raw, name, ack, [b"m1", b"m2"])
+    conn.send("ACK", {"id": m1.get("ack"), "transaction": "", "receipt": "none"})  # never begun
+    error = conn.expect("ERROR")
+    assert (error.get("message"), error.get("receipt-id")) == ("Invalid transaction id: ", "none")
+    conn.send("BEGIN", {"transaction": "", "receipt": "b"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "b"
+    conn.send("ACK", {"id": m1.get("ack"), "transaction": "", "receipt": "a"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "a"
+    conn.send("NACK", {"id": m2.get("ack"), "transaction": "", "receipt": "n"})
+    error = conn.expect("ERROR")
+    assert (error.get("message"), error.get("receipt-id")) == ("Poison ack cannot be transacted", "n")
+    broker = Broker(redis_client, stomp_listener.namespace)
+    stats = broker.stats(name.removeprefix("/queue/"))
+    assert (stats.in_flight, stats.dequeued) == (2, 0), stats
+    conn.send("ABORT", {"transaction": "", "receipt": "ab"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "ab"
+    stats = broker.stats(name.removeprefix("/queue/"))
+    assert (stats.in_flight, stats.dequeued) == (2, 0), stats  # the ABORT gave m1 back to the subscription
+    conn.send("ACK", {"id": m1.get("ack"), "receipt": "again"})  # its ack id valid again
+    assert conn.expect("RECEIPT").get("receipt-id") == "again"
