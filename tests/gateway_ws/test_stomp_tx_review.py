@@ -49,3 +49,36 @@ def test_an_ack_in_a_transaction_named_by_the_empty_string_is_in_it(raw, stomp_l
     assert (stats.in_flight, stats.dequeued) == (2, 0), stats  # the ABORT gave m1 back to the subscription
     conn.send("ACK", {"id": m1.get("ack"), "receipt": "again"})  # its ack id valid again
     assert conn.expect("RECEIPT").get("receipt-id") == "again"
+
+
+@pytest.mark.xfail(strict=True, reason="not fixed: broker_core holds a transacted ack's message for its "
+                   "transaction only on a queue (ops/transactions.py ack, lifecycle.lua return_messages); a "
+                   "durable subscription's consumer closed since gets it back and the COMMIT skips its ack")
+def test_a_committed_transacted_ack_of_a_durable_subscription_unsubscribed_before_the_commit_consumes(
+        raw, stomp_listener, redis_client):
+    """A durable subscription's message ACKed (client-individual) in a transaction, then the subscription's
+    consumer UNSUBSCRIBEd (the durable subscription stays), then the COMMIT, which succeeds: the message
+    was acknowledged by a committed transaction, so the durable subscription must not deliver it again
+    (ActiveMQ's individual ack goes to its broker at the ACK, and the commit removes the message from the
+    subscription's store). On a queue the broker holds it for the transaction; here the consumer's close
+    gave it back to the subscription and the COMMIT skipped the ack of a consumer gone: delivered twice."""
+    topic = f"/topic/txr{uuid.uuid4().hex[:10]}"
+    conn = raw()
+    conn.connect(**{"client-id": f"c{uuid.uuid4().hex[:8]}"})
+    durable = {"destination": topic, "id": "s", "ack": "client-individual", "activemq.subscriptionName": "d"}
+    conn.send("SUBSCRIBE", {**durable, "receipt": "sub"})
+    conn.expect("RECEIPT")
+    conn.send("SEND", {"destination": topic, "persistent": "true"}, b"m1")
+    m1 = conn.expect("MESSAGE")
+    conn.send("BEGIN", {"transaction": "t"})
+    conn.send("ACK", {"id": m1.get("ack"), "transaction": "t", "receipt": "a"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "a"
+    conn.send("UNSUBSCRIBE", {"id": "s", "receipt": "u"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "u"
+    conn.send("COMMIT", {"transaction": "t", "receipt": "c"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "c"
+    conn.send("SUBSCRIBE", {**durable, "receipt": "again"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "again"
+    with pytest.raises(TimeoutError):
+        frame = conn.receive(0.5)
+        pytest.fail(f"delivered again after the COMMIT of its ACK: {frame}")
