@@ -82,3 +82,28 @@ def test_a_committed_transacted_ack_of_a_durable_subscription_unsubscribed_befor
     with pytest.raises(TimeoutError):
         frame = conn.receive(0.5)
         pytest.fail(f"delivered again after the COMMIT of its ACK: {frame}")
+
+
+def test_a_delayed_send_committed_after_its_delay_comes_its_delay_after_the_commit(raw):
+    """A SEND with AMQ_SCHEDULED_DELAY in a transaction is scheduled by its COMMIT (ActiveMQ's
+    SchedulerBroker schedules it after the commit, the delay counted from there; send.lua parks it so).
+    The process that sent it arms a timer for its destination at the SEND (broker_core/due.py), which
+    fired before a COMMIT that came later than the delay, with nothing parked yet: the committed message
+    then waited for the maintenance tick (here, with no tick running, about 9 s) instead of its delay."""
+    import time
+
+    name = _q()
+    conn = raw()
+    conn.connect()
+    conn.send("SUBSCRIBE", {"destination": name, "id": "s", "receipt": "sub"})
+    conn.expect("RECEIPT")
+    conn.send("BEGIN", {"transaction": "t"})
+    conn.send("SEND", {"destination": name, "transaction": "t", "AMQ_SCHEDULED_DELAY": "300", "receipt": "s"},
+              b"later")
+    conn.expect("RECEIPT")
+    time.sleep(0.6)  # the delay has passed since the SEND
+    conn.send("COMMIT", {"transaction": "t", "receipt": "c"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "c"
+    committed = time.monotonic()
+    assert conn.expect("MESSAGE", 3).body == b"later"
+    assert 0.25 <= time.monotonic() - committed < 2.5
