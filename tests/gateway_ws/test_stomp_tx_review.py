@@ -1,6 +1,6 @@
 """A hostile review of STOMP transactions as the link implements them (gateway/ws/link.py `ack`, `nack`,
 `commit`, `abort`, `close`), over real sockets to a STOMP listener: each test here failed before the fix
-its docstring names."""
+its docstring names, but for the one marked xfail, a defect left for broker_core's transaction scripts."""
 
 from __future__ import annotations
 
