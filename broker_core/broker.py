@@ -706,6 +706,9 @@ class AsyncBroker(_Api):
         self.holds_acks: bool | None = None
         # a delayed message's destination dispatched when it is due, not only at the next tick (due.py)
         self.due = DueTimers(self.dispatch, self._now)
+        # open transactions' delayed sends: transaction -> destination -> the shortest delay (ms), armed
+        # again at the commit, which schedules them (`commit`); dropped at the commit or the rollback
+        self._tx_delays: dict[str, dict[Destination, int]] = {}
 
     async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
                    *, tx: str | None = None) -> list[str]:
@@ -731,7 +734,25 @@ class AsyncBroker(_Api):
         delay = min((m.delay_ms or 0 for m in batch if m.delay_ms or m.cron is not None), default=None)
         if delay is not None:  # (in a transaction: dispatched then, and again when due if committed later)
             self.due.arm(dest, now + delay)
+            if tx is not None:  # (committed after the delay, the timer above has fired already: `commit`)
+                delays = self._tx_delays.setdefault(tx, {})
+                delays[dest] = min(delay, delays.get(dest, delay))
         return sent
+
+    async def commit(self, tx: str) -> None:
+        """As Broker.commit. The commit schedules the transaction's delayed sends, their delay counted from
+        it (send.lua, as ActiveMQ's SchedulerBroker schedules them after the commit): their destinations'
+        timers are armed for then (a COMMIT later than the delay found the SEND's timer fired already, and
+        the message waited for the maintenance tick)."""
+        now = self._now()
+        await self._run(self.ops.tx_commit(tx, now))
+        for dest, delay in self._tx_delays.pop(tx, {}).items():
+            self.due.arm(dest, now + delay)
+
+    async def rollback(self, tx: str, *, redeliver: bool = True) -> None:
+        """As Broker.rollback."""
+        self._tx_delays.pop(tx, None)
+        await self._run(self.ops.tx_rollback(tx, self._now(), redeliver))
 
     async def manage_scheduler(self, request: scheduler.SchedulerRequest,
                                may: Callable[[Destination, str], Awaitable[bool]]) -> int:

@@ -1,5 +1,6 @@
 """Scheduled messages on time: the process that sent a delayed message dispatches its destination when the
-message is due (AsyncBroker.send arms a `DueTimers` timer), so the message reaches a waiting consumer then.
+message is due (AsyncBroker.send arms a `DueTimers` timer; a transacted send's, AsyncBroker.commit too), so
+the message reaches a waiting consumer then.
 
 The maintenance tick dispatches every destination whose parked messages are due as well (the `<ns>:due`
 index, broker_core/maintenance.py), but it runs once a second, so a delay of 100 ms ended after about a

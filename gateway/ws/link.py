@@ -987,7 +987,7 @@ class Link:
         if sub.ack_mode == "auto":
             raise LinkError("Unexpected ACK", f"subscription {sub.key} acknowledges automatically",
                             "not_in_flight")
-        if not tx:
+        if tx is None:  # ('' is a name, as ActiveMQ's: a transaction may be begun under it)
             taken = self._take(sub, ack_ids)
             self._forget_pending(key for key, _entry in taken)
             return await self._ack_entries(sub, [entry for _key, entry in taken], None)
@@ -1096,7 +1096,7 @@ class Link:
         """Poison: those messages go to the dead-letter queue at once (ActiveMQ's STOMP NACK, in every
         ack mode: in `client` mode the messages before them stay unacknowledged and a later ACK covers
         them), in one broker call per consumer. Not allowed in a transaction."""
-        if tx:
+        if tx is not None:
             raise LinkError("Poison ack cannot be transacted",
                             "NACK inside a transaction is rejected, as ActiveMQ does", "transaction_error")
         if sub.ack_mode == "auto":
