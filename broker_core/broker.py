@@ -77,6 +77,9 @@ def _send_refused(error: Exception) -> bool:
 
 # Queues per summary_many call: 1,000 took 19 ms of Redis on the 2-core machine, 50 take about 1 ms.
 SUMMARY_CHUNK = 50
+# open transactions an AsyncBroker remembers delayed sends of, to arm their timers at the commit: past it
+# the oldest is forgotten, and its delayed messages wait for the maintenance tick (at most a second late)
+TX_DELAYS_KEPT = 10_000
 _ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "transacted": "individual"}
 
 
@@ -707,7 +710,8 @@ class AsyncBroker(_Api):
         # a delayed message's destination dispatched when it is due, not only at the next tick (due.py)
         self.due = DueTimers(self.dispatch, self._now)
         # open transactions' delayed sends: transaction -> destination -> the shortest delay (ms), armed
-        # again at the commit, which schedules them (`commit`); dropped at the commit or the rollback
+        # again at the commit, which schedules them (`commit`); dropped at the commit or the rollback, or
+        # past TX_DELAYS_KEPT transactions (one that lapsed ends neither here)
         self._tx_delays: dict[str, dict[Destination, int]] = {}
 
     async def send(self, destination: str | Destination, message: Message | str | bytes | Iterable[Message],
@@ -737,6 +741,8 @@ class AsyncBroker(_Api):
             if tx is not None:  # (committed after the delay, the timer above has fired already: `commit`)
                 delays = self._tx_delays.setdefault(tx, {})
                 delays[dest] = min(delay, delays.get(dest, delay))
+                if len(self._tx_delays) > TX_DELAYS_KEPT:  # (the oldest: most likely one never ended here)
+                    del self._tx_delays[next(iter(self._tx_delays))]
         return sent
 
     async def commit(self, tx: str) -> None:

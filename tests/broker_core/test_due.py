@@ -75,3 +75,21 @@ def test_past_max_timers_a_destination_is_left_to_the_tick(monkeypatch):
         assert len(timers) == 0
 
     asyncio.run(scenario())
+
+
+async def test_the_delayed_sends_of_transactions_never_ended_here_are_remembered_up_to_a_bound(aio,
+                                                                                              monkeypatch):
+    """AsyncBroker arms a transaction's delayed destinations again at its commit; a transaction that lapses
+    (its client gone, nobody commits or rolls back here) must not be remembered for ever: past
+    TX_DELAYS_KEPT the oldest goes (its messages then wait for the maintenance tick)."""
+    from broker_core import broker as broker_module
+    from broker_core.messages import Message
+
+    monkeypatch.setattr(broker_module, "TX_DELAYS_KEPT", 2)
+    txs = [await aio.begin(60_000) for _ in range(3)]
+    for tx in txs:
+        await aio.send("queue://tx-delays", Message(body="later", delay_ms=60_000), tx=tx)
+    assert list(aio._tx_delays) == txs[1:]
+    await aio.commit(txs[2])
+    await aio.rollback(txs[1])
+    assert not aio._tx_delays

@@ -1,6 +1,7 @@
 """A hostile review of STOMP transactions as the link implements them (gateway/ws/link.py `ack`, `nack`,
 `commit`, `abort`, `close`), over real sockets to a STOMP listener: each test here failed before the fix
-its docstring names, but for the one marked xfail, a defect left for broker_core's transaction scripts."""
+its docstring names (the durable subscription's one, by broker_core's holding a durable subscription's
+transacted acks for their transaction: ops/transactions.py `ack`)."""
 
 from __future__ import annotations
 
@@ -51,9 +52,6 @@ def test_an_ack_in_a_transaction_named_by_the_empty_string_is_in_it(raw, stomp_l
     assert conn.expect("RECEIPT").get("receipt-id") == "again"
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: broker_core holds a transacted ack's message for its "
-                   "transaction only on a queue (ops/transactions.py ack, lifecycle.lua return_messages); a "
-                   "durable subscription's consumer closed since gets it back and the COMMIT skips its ack")
 def test_a_committed_transacted_ack_of_a_durable_subscription_unsubscribed_before_the_commit_consumes(
         raw, stomp_listener, redis_client):
     """A durable subscription's message ACKed (client-individual) in a transaction, then the subscription's
