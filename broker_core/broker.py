@@ -404,6 +404,11 @@ class _Api:
         """Whether the connection registry holds the connection with a lease that has not lapsed."""
         return self._run(connections.live(self.namespace, connection_id, self._now()))
 
+    def connection_counts(self) -> tuple[int, int]:
+        """(connections registered now with a live lease, connections registered since the registry began):
+        ActiveMQ's CurrentConnectionsCount and TotalConnectionsCount (connections.counts)."""
+        return self._run(connections.counts(self.namespace, self._now()))
+
     def temp_tally(self) -> dict[str, int]:
         """How many temporary destinations were deleted because their connection ended, and their messages."""
         return self._run(_temp_tally(temp_tally_key(self.namespace)))

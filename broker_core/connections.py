@@ -313,6 +313,14 @@ def live(namespace: str, connection_id: str, now_ms: int) -> Op:
     return lease_live((yield Command(("ZSCORE", lease_key(namespace), connection_id))), now_ms)
 
 
+def counts(namespace: str, now_ms: int) -> Op:
+    """(connections registered now with a live lease, connections registered since the registry began):
+    ActiveMQ's CurrentConnectionsCount and TotalConnectionsCount. A ZCOUNT (O(log n)) and a GET."""
+    live_now, total = yield [("ZCOUNT", lease_key(namespace), f"({now_ms}", "+inf"),
+                             ("GET", f"{registry_prefix(namespace)}:total")]
+    return int(live_now), int(total or 0)
+
+
 def lease_key(namespace: str) -> str:
     """The registry's sorted set of connection id -> lease expiry (ms)."""
     return f"{registry_prefix(namespace)}:lease"

@@ -276,9 +276,7 @@ class Reader:
     async def health_values() -> dict[str, Any]:
         """/healthz's checks (bounded by HEALTH_CHECK_TIMEOUT) and Redis's memory against maxmemory."""
         checks = await health.run_checks()
-        memory = await runtime.async_redis().info("memory")
-        used, limit = int(memory.get("used_memory", 0)), int(memory.get("maxmemory", 0))
-        return mbeans.health_attributes(checks, used, limit)
+        return mbeans.health_attributes(checks, *await _store())
 
     async def broker_values(self) -> dict[str, Any]:
         """The broker's attributes, once per HTTP request (a pass over every destination's row)."""
@@ -295,9 +293,16 @@ class Reader:
                 if permissions.visible(self.patterns, destination):
                     listed.setdefault((destination.kind, destination.is_temporary), []).append(
                         {"objectName": mbeans.destination_bean(destination).canonical})
-            self._broker_values = mbeans.broker_attributes(sums, listed, await self.broker.memory(),
-                                                           signalbox_version())
+            self._broker_values = mbeans.broker_attributes(
+                sums, listed, await self.broker.memory(), await _store(),
+                await self.broker.connection_counts(), signalbox_version())
         return self._broker_values
+
+
+async def _store() -> tuple[int, int]:
+    """Redis's memory, the store's: (used_memory, maxmemory; 0 when it has none)."""
+    memory = await runtime.async_redis().info("memory")
+    return int(memory.get("used_memory", 0)), int(memory.get("maxmemory", 0))
 
 
 def _listed(values: dict[str, Any]) -> int:

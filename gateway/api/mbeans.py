@@ -135,8 +135,9 @@ def destination_attributes(summary: DestinationSummary, destination: Destination
 
 BROKER_ATTRIBUTES = frozenset({
     "BrokerName", "BrokerVersion", "TotalEnqueueCount", "TotalDequeueCount", "TotalMessageCount",
-    "TotalConsumerCount", "MemoryLimit", "MemoryPercentUsage", "Queues", "Topics", "TemporaryQueues",
-    "TemporaryTopics", "Persistent", "Slave", "StatisticsEnabled"})
+    "TotalConsumerCount", "TotalProducerCount", "CurrentConnectionsCount", "TotalConnectionsCount",
+    "MemoryLimit", "MemoryPercentUsage", "StoreLimit", "StorePercentUsage", "TempPercentUsage", "Queues",
+    "Topics", "TemporaryQueues", "TemporaryTopics", "Persistent", "Slave", "StatisticsEnabled"})
 HEALTH_ATTRIBUTES = frozenset({"CurrentStatus"})
 STORE_WORRY_PERCENT = 90  # ActiveMQ's HealthView worries past 90 % of the store's limit
 
@@ -149,20 +150,31 @@ def health_attributes(checks: dict[str, dict[str, Any]], store_used: int, store_
     ActiveMQ's for its message store."""
     worries = [f"signalbox.{name}: ERROR {check.get('error', 'failed')} from {name}"
                for name, check in checks.items() if check.get("status") != "ok"]
-    if store_limit > 0 and store_used * 100 // store_limit > STORE_WORRY_PERCENT:
+    if store_percent(store_used, store_limit) > STORE_WORRY_PERCENT:
         worries.append(f"org.apache.activemq.StoreLimit: WARNING Message Store size is within "
-                       f"{store_used * 100 // store_limit}% of its limit from redis")
+                       f"{store_percent(store_used, store_limit)}% of its limit from redis")
     if not worries:
         return {"CurrentStatus": "Good"}
     return {"CurrentStatus": "Getting Worried {" + "".join(f"{w} , " for w in worries) + " }"}
 
 
+def store_percent(used: int, limit: int) -> int:
+    """How full the store is, as ActiveMQ's Usage.getPercentUsage (an integer percent; 0 without a limit):
+    the store is Redis, its limit maxmemory."""
+    return used * 100 // limit if limit > 0 else 0
+
+
 def broker_attributes(totals: dict[str, Any], listed: dict[tuple[str, bool], list[dict[str, str]]],
-                      memory: Any, version: str) -> dict[str, Any]:
+                      memory: Any, store: tuple[int, int], connections: tuple[int, int],
+                      version: str) -> dict[str, Any]:
     """The broker's attributes (ActiveMQ's BrokerViewMBean names): `totals` as destination_index.totals
     gives them, `listed` the destinations the user may read by (kind, temporary), each as its
     {"objectName": canonical name} (the caller makes them in slices of the event loop), `memory` the
-    broker's (Broker.memory), `version` Signalbox's."""
+    broker's (Broker.memory), `store` Redis's (used_memory, maxmemory: 0 none), `connections` (now, since
+    the registry began: Broker.connection_counts), `version` Signalbox's. No temporary store (ActiveMQ's
+    spools non-persistent messages to disk there): its usage is 0. No producer is registered on a
+    destination by STOMP or REST (ActiveMQ's STOMP producer is anonymous, counted on none), so the total
+    is 0, as each destination's ProducerCount."""
 
     def beans(kind: str, temporary: bool) -> list[dict[str, str]]:
         return listed.get((kind, temporary), [])
@@ -174,8 +186,14 @@ def broker_attributes(totals: dict[str, Any], listed: dict[tuple[str, bool], lis
         "TotalDequeueCount": totals["dequeued"],
         "TotalMessageCount": totals["queue_size"],
         "TotalConsumerCount": totals["consumers"],
+        "TotalProducerCount": 0,
+        "CurrentConnectionsCount": connections[0],
+        "TotalConnectionsCount": connections[1],
         "MemoryLimit": memory.limit,
         "MemoryPercentUsage": memory.percent_usage,
+        "StoreLimit": store[1],
+        "StorePercentUsage": store_percent(*store),
+        "TempPercentUsage": 0,
         "Queues": beans("queue", False),
         "Topics": beans("topic", False),
         "TemporaryQueues": beans("queue", True),

@@ -539,3 +539,40 @@ async def test_the_broker_bean_reads_the_statistics_index_once(api, admin_basic,
     got = await jolokia(api, admin_basic, f"/read/{BROKER}/TotalMessageCount,Queues")
     assert got["value"] == {"TotalMessageCount": 1, "Queues": [{"objectName": queue_bean("counted")}]}
     assert len(reads) == 1
+
+
+# What Metricbeat's ActiveMQ module (its `broker` metricset: a Jolokia read of these attributes of the
+# pattern org.apache.activemq:brokerName=*,type=Broker) asks of every broker
+METRICBEAT_BROKER = ("BrokerName", "MemoryPercentUsage", "StorePercentUsage", "TempPercentUsage",
+                     "TotalConnectionsCount", "TotalConsumerCount", "TotalDequeueCount", "TotalEnqueueCount",
+                     "TotalMessageCount", "TotalProducerCount")
+
+
+async def test_the_broker_bean_answers_what_metricbeat_reads_connections_and_the_store(api, admin_basic):
+    from broker_core.connections import ConnectionRecord
+    from gateway import runtime
+
+    broker = runtime.async_broker()
+    before = (await jolokia(api, admin_basic, f"/read/{BROKER}"))["value"]
+    for n in range(2):  # two connections made, one gone since
+        await broker.connection_put(ConnectionRecord(f"jolokia-conn-{n}", "stomp+tcp", "p1", user="amq"))
+    await broker.connection_drop(["jolokia-conn-0"])
+    got = await jolokia(api, admin_basic, "/read/org.apache.activemq:brokerName=*,type=Broker/"
+                                          + ",".join(METRICBEAT_BROKER))
+    value = got["value"][BROKER]
+    assert sorted(value) == sorted(METRICBEAT_BROKER)  # every one of them (a pattern leaves out the missing)
+    assert value["TotalConnectionsCount"] == before["TotalConnectionsCount"] + 2  # made since the start
+    after = (await jolokia(api, admin_basic, f"/read/{BROKER}"))["value"]
+    assert after["CurrentConnectionsCount"] == before["CurrentConnectionsCount"] + 1  # registered now
+    assert value["TotalProducerCount"] == 0 and value["TempPercentUsage"] == 0
+    await broker.connection_drop(["jolokia-conn-1"])
+    # the store is Redis: its used memory against maxmemory (0, none: 0 %)
+    redis = runtime.async_redis()
+    kept = (await redis.config_get("maxmemory"))["maxmemory"]
+    used = int((await redis.info("memory"))["used_memory"])
+    await redis.config_set("maxmemory", used * 4)  # about 25 % used (the test writes little meanwhile)
+    try:
+        store = (await jolokia(api, admin_basic, f"/read/{BROKER}/StoreLimit,StorePercentUsage"))["value"]
+    finally:
+        await redis.config_set("maxmemory", kept)
+    assert store["StoreLimit"] == used * 4 and 20 <= store["StorePercentUsage"] <= 30, store

@@ -10,6 +10,8 @@
 --   R:p:<id>       hash: destination -> "<count>|<last send ms>" (what this connection sent)
 --   R:d:<id>       hash: destination -> "s", "p" or "sp" (what the destination filter looks at)
 --   R:close:<process>  set: connections an operator asked that process to close
+--   R:total        string: connections registered since the registry began (a connection whose lease lapsed
+--                  and that registers again counts again): ActiveMQ's BrokerView TotalConnectionsCount
 -- Each connection's keys carry a PEXPIRE of its lease too (Redis's clock), so the keys of a connection
 -- whose process died go away even when nobody lists; the lease set is what the answers are judged by.
 --
@@ -77,7 +79,7 @@ if op == 'put' then
     end
     if result == 2 then return 2 end
   end
-  redis.call('ZADD', K_IDS, 0, id)
+  if redis.call('ZADD', K_IDS, 0, id) == 1 then redis.call('INCR', R .. ':total') end
   redis.call('ZADD', K_LEASE, NOW + lease, id)
   local function hset(key, map)
     local args = {}
