@@ -277,6 +277,13 @@ class DestinationSummary:
     # lookup would have read more message bytes than one call may (summary_many.lua OLDEST_BYTES)
     oldest_timestamp: int | None = None
     oldest_unknown: bool = False
+    memory_limit: int = 0  # the limit in force (DestinationStats.memory_limit)
+
+
+def percent(used: int, limit: int) -> int:
+    """ActiveMQ's MemoryPercentUsage (and its store's, its temporary store's): whole percent of the limit
+    used, 0 when there is no limit."""
+    return used * 100 // limit if limit > 0 else 0
 
 
 def summary_of(stats: DestinationStats) -> DestinationSummary:
@@ -284,7 +291,7 @@ def summary_of(stats: DestinationStats) -> DestinationSummary:
     return DestinationSummary(
         stats.destination, stats.queue_size, stats.pending, stats.in_flight, stats.parked, stats.group_count,
         stats.consumer_count, stats.enqueued, stats.dequeued, stats.dispatched, stats.expired,
-        stats.deadlettered, stats.paused, stats.memory_usage, None)
+        stats.deadlettered, stats.paused, stats.memory_usage, None, memory_limit=stats.memory_limit)
 
 
 @dataclass(frozen=True)

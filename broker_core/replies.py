@@ -5,11 +5,7 @@ commands, topic_ops.stats)."""
 from __future__ import annotations
 
 from .config.system_usage import DEFAULT_MEMORY_LIMIT
-
-
-def percent(used: int, limit: int) -> int:
-    """ActiveMQ's MemoryPercentUsage: whole percent of the limit used (0 when there is no limit)."""
-    return used * 100 // limit if limit > 0 else 0
+from .model import percent
 
 
 def memory_stats(meta: dict[str, str], own_limit: str, broker_limit: str) -> dict[str, int]:

@@ -29,8 +29,7 @@ from ..destinations import Destination
 from ..effects import Command, Forward, Op, Sleep
 from ..errors import RETRY_AFTER_S, BrokerError, ResourceAllocationError
 from ..keys import Home, usage_key
-from ..model import SentId
-from ..replies import percent
+from ..model import SentId, percent
 from ..scripts.calls import Full, Send, Sent, TopicSend
 from .context import Context
 

@@ -1022,7 +1022,7 @@ class Stats(ScriptCall):
                           int(sizes[1]))
 
 
-SUMMARY_WIDTH = 14  # values per queue in summary_many.lua's reply
+SUMMARY_WIDTH = 15  # values per queue in summary_many.lua's reply
 
 
 class SummaryMany(ScriptCall):
@@ -1047,7 +1047,8 @@ def _summary(r: list[Any], uri: str) -> DestinationSummary | None:
     oldest = int(r[13]) if r[13] else None
     return DestinationSummary(uri, int(r[1]) + int(r[2]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
                               int(r[5]), n[0], n[1], n[2], n[3], n[4], r[11] in (b"1", "1"),
-                              int(r[12]) if r[12] else 0, None if oldest == -1 else oldest, oldest == -1)
+                              int(r[12]) if r[12] else 0, None if oldest == -1 else oldest, oldest == -1,
+                              int(r[14]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -1220,6 +1221,7 @@ class TopicSummaryPart:
     expired: int
     deadlettered: int
     memory: int
+    memory_limit: int  # in force: the topic's memoryLimit, else the broker's
 
     def continued_by(self, part: TopicSummaryPart) -> TopicSummaryPart:
         """This topic's parts so far and the next one: the sums over subscriptions grow."""
@@ -1227,10 +1229,10 @@ class TopicSummaryPart:
             self.exists, self.subscriptions, part.next, self.pending + part.pending,
             self.in_flight + part.in_flight, self.parked + part.parked, self.enqueued,
             self.dequeued + part.dequeued, self.dispatched + part.dispatched, self.expired + part.expired,
-            self.deadlettered + part.deadlettered, self.memory)
+            self.deadlettered + part.deadlettered, self.memory, self.memory_limit)
 
 
-TOPIC_SUMMARY_WIDTH = 12  # values per topic in topic_summary_many.lua's reply
+TOPIC_SUMMARY_WIDTH = 13  # values per topic in topic_summary_many.lua's reply
 
 
 class TopicSummaryMany(ScriptCall):

@@ -26,7 +26,7 @@ from typing import Any
 from broker_core.broker import advisory
 from broker_core.destinations import Destination, parse_destination
 from broker_core.errors import BrokerError
-from broker_core.model import DestinationSummary
+from broker_core.model import DestinationSummary, percent
 from gateway.api.destination_index import is_dead_letter_queue
 from gateway.api.object_names import ObjectName, object_name
 
@@ -119,6 +119,10 @@ DESTINATION_ATTRIBUTES: dict[str, Callable[[DestinationSummary, Destination], An
     "ConsumerCount": _count("consumer_count"),
     "ProducerCount": lambda _summary, _destination: 0,
     "MemoryUsageByteCount": _count("memory_usage"),
+    # the limit in force (the destination's memoryLimit, else the broker's) and the whole percent of it
+    # used, as ActiveMQ's destination MemoryUsage (a child of the broker's, with its limit unless its own)
+    "MemoryLimit": _count("memory_limit"),
+    "MemoryPercentUsage": lambda summary, _destination: percent(summary.memory_usage, summary.memory_limit),
     "DLQ": lambda _summary, destination: destination.is_queue and is_dead_letter_queue(destination.name),
 }
 QUEUE_ATTRIBUTES: dict[str, Callable[[DestinationSummary, Destination], Any]] = {
@@ -150,18 +154,12 @@ def health_attributes(checks: dict[str, dict[str, Any]], store_used: int, store_
     ActiveMQ's for its message store."""
     worries = [f"signalbox.{name}: ERROR {check.get('error', 'failed')} from {name}"
                for name, check in checks.items() if check.get("status") != "ok"]
-    if store_percent(store_used, store_limit) > STORE_WORRY_PERCENT:
+    if percent(store_used, store_limit) > STORE_WORRY_PERCENT:
         worries.append(f"org.apache.activemq.StoreLimit: WARNING Message Store size is within "
-                       f"{store_percent(store_used, store_limit)}% of its limit from redis")
+                       f"{percent(store_used, store_limit)}% of its limit from redis")
     if not worries:
         return {"CurrentStatus": "Good"}
     return {"CurrentStatus": "Getting Worried {" + "".join(f"{w} , " for w in worries) + " }"}
-
-
-def store_percent(used: int, limit: int) -> int:
-    """How full the store is, as ActiveMQ's Usage.getPercentUsage (an integer percent; 0 without a limit):
-    the store is Redis, its limit maxmemory."""
-    return used * 100 // limit if limit > 0 else 0
 
 
 def broker_attributes(totals: dict[str, Any], listed: dict[tuple[str, bool], list[dict[str, str]]],
@@ -192,7 +190,7 @@ def broker_attributes(totals: dict[str, Any], listed: dict[tuple[str, bool], lis
         "MemoryLimit": memory.limit,
         "MemoryPercentUsage": memory.percent_usage,
         "StoreLimit": store[1],
-        "StorePercentUsage": store_percent(*store),
+        "StorePercentUsage": percent(*store),  # (the store is Redis, its limit maxmemory)
         "TempPercentUsage": 0,
         "Queues": beans("queue", False),
         "Topics": beans("topic", False),

@@ -8,7 +8,7 @@ import base64
 import pytest
 
 from gateway.api import mbeans
-from tests.gateway_api.mixins import blocking
+from tests.gateway_api.mixins import blocking, token_headers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -576,3 +576,29 @@ async def test_the_broker_bean_answers_what_metricbeat_reads_connections_and_the
     finally:
         await redis.config_set("maxmemory", kept)
     assert store["StoreLimit"] == used * 4 and 20 <= store["StorePercentUsage"] <= 30, store
+
+
+async def test_a_destination_s_memory_limit_in_force_and_its_percent_as_metricbeat_reads_them(api,
+                                                                                              admin_basic):
+    """Metricbeat's queue and topic metricsets read MemoryPercentUsage: the destination's bytes against the
+    limit in force, its own memoryLimit or else the broker's (ActiveMQ's child MemoryUsage)."""
+    from gateway import runtime
+
+    await send(api, admin_basic, "bounded?type=queue")
+    await send(api, admin_basic, "free?type=queue")
+    from django.contrib.auth.models import User
+
+    token = await blocking(lambda: token_headers(User.objects.get(username="amq")))()
+    policy = "/api/v1/policies/queue/bounded"
+    assert (await api.put(policy, json={"attributes": {"memoryLimit": 1000}}, headers=token)).is_success
+    try:
+        got = await jolokia(api, admin_basic, "/read/org.apache.activemq:brokerName=*,destinationName=*,"
+                                              "destinationType=Queue,type=Broker/MemoryLimit,"
+                                              "MemoryPercentUsage,MemoryUsageByteCount")
+        bounded, free = got["value"][queue_bean("bounded")], got["value"][queue_bean("free")]
+        assert bounded["MemoryLimit"] == 1000
+        assert bounded["MemoryPercentUsage"] == bounded["MemoryUsageByteCount"] * 100 // 1000 > 0
+        broker_limit = (await runtime.async_broker().memory()).limit
+        assert free["MemoryLimit"] == broker_limit and free["MemoryPercentUsage"] == 0
+    finally:
+        await api.delete(policy, headers=token)

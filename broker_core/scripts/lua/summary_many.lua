@@ -3,11 +3,14 @@
 -- dominated). KEYS: the queues' prefixes. A Redis Cluster refuses a call over several slots (CROSSSLOT);
 -- the caller then calls it per queue. ARGV: now, oldest (1: also look up the oldest pending message,
 -- up to 10 more lookups per queue; the metrics scrape asks, the console's index does not).
--- Returns per queue 14 values: exists (0/1), pending, in flight, parked, groups, consumers, the meta
+-- Returns per queue 15 values: exists (0/1), pending, in flight, parked, groups, consumers, the meta
 -- counters enqueued, dequeued, dispatched, expired, deadlettered, paused (false when unset), bytes held
--- (meta.mem), and the timestamp of the oldest pending message (false when none or not asked; -1 when
--- unknown: reading it would pass the call's OLDEST_BYTES).
+-- (meta.mem), the timestamp of the oldest pending message (false when none or not asked; -1 when
+-- unknown: reading it would pass the call's OLDEST_BYTES), and the memory limit in force (its policy's
+-- memoryLimit, else the broker's: MemoryLimit of ActiveMQ's queue MBean; read across hash tags, as
+-- includes/flow.lua reads the broker's usage).
 --@include base
+--@include flow
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
 local want_oldest = ARGV[2] == '1'
@@ -43,6 +46,8 @@ local function oldest_pending_timestamp(pending_key, msgs_key)
 end
 
 local out = {}
+local broker_limit = KEYS[1] and tonumber(redis.call('HGET', string.match(KEYS[1], '^(.-):{') .. ':usage',
+  'limit')) or flow.BROKER_DEFAULT_LIMIT
 for _, prefix in ipairs(KEYS) do
   -- the few keys read here, named here (base.lua's names for a queue): use_prefix would build all 19
   -- names of every queue, half of this script's time
@@ -59,5 +64,7 @@ for _, prefix in ipairs(KEYS) do
   for i = 2, 8 do out[#out + 1] = meta[i] or false end
   out[#out + 1] = want_oldest and pending > 0 and oldest_pending_timestamp(pending_key, prefix .. ':msgs')
     or false
+  local own = tonumber(redis.call('HGET', prefix .. ':policy', 'memoryLimit')) or 0
+  out[#out + 1] = own > 0 and own or broker_limit
 end
 return out
