@@ -152,6 +152,12 @@ def _durable_topic(namespace: str, client_id: str, subscription_name: str) -> Op
     return None if where is None else parse_destination(reply_text(where), allow_wildcards=True)
 
 
+def _durable_topics_page(namespace: str, cursor: int, count: int) -> Op[tuple[int, list[Destination]]]:
+    next_cursor, found = yield Command(("HSCAN", durables_key(namespace), cursor, "COUNT", count))
+    return int(next_cursor), [parse_destination(reply_text(uri), allow_wildcards=True)
+                              for uri in found.values()]
+
+
 def _destination_names(registry: str, limit: int, page: int) -> Op[list[str]]:
     ranges = [("ZRANGE", registry, start, min(start + page, limit) - 1) for start in range(0, limit, page)]
     if not ranges:
@@ -551,6 +557,11 @@ class _Api:
         """The topic (a wildcard subscription's pattern) the durable subscription (client id, name) is
         registered on, None when there is none (a durable key is broker-wide)."""
         return self._run(_durable_topic(self.namespace, client_id, subscription_name))
+
+    def durable_topics_page(self, cursor: int = 0, count: int = 500) -> tuple[int, list[Destination]]:
+        """A page of the durable subscription registry (one HSCAN of about `count` entries): (the cursor to
+        go on from, 0 at the end; the topic, or a wildcard subscription's pattern, of each subscription)."""
+        return self._run(_durable_topics_page(self.namespace, cursor, count))
 
     def memory(self) -> flow.MemoryUsage:
         """The broker-wide memory usage against its limit (BrokerView's MemoryPercentUsage, MemoryLimit):

@@ -248,6 +248,10 @@ SIGNALBOX_COMPAT_LEASE_MS = int(os.environ.get("SIGNALBOX_COMPAT_LEASE_MS") or 3
 # MBeans one /api/jolokia HTTP request's answers may name, a POST's requests together
 # (gateway/api/jolokia.py); past it a request is refused.
 SIGNALBOX_JOLOKIA_MAX_OBJECTS = int(os.environ.get("SIGNALBOX_JOLOKIA_MAX_OBJECTS") or 20_000)
+# Subscriptions one /admin/xml/subscribers.jsp reads at most (gateway/api/webconsole_xml.py): past it the
+# answer is refused naming this, rather than cut short.
+SIGNALBOX_WEBCONSOLE_XML_MAX_SUBSCRIPTIONS = int(os.environ.get("SIGNALBOX_WEBCONSOLE_XML_MAX_SUBSCRIPTIONS")
+                                                 or 10_000)
 # Idempotency-Key records a user may hold at once (each kept 24 h); a new key past it is refused (429).
 SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER = int(os.environ.get("SIGNALBOX_IDEMPOTENCY_KEYS_PER_USER") or 100_000)
 # The console's "slow" consumer (gateway/api/views_admin.consumer_json): window full, no ack for this long.

@@ -9,11 +9,12 @@ page sends an anonymous browser to the console's login first.
 
 from django.contrib import admin
 from django.contrib.auth.decorators import login_required
-from django.urls import include, path
+from django.urls import include, path, re_path
 from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularSwaggerView
 
 from gateway.api.schema import SchemaView
+from gateway.api.webconsole_xml import WebConsoleXmlView
 from signalbox.health import healthz
 from signalbox.metrics import metrics_view
 
@@ -21,6 +22,9 @@ urlpatterns = [
     path("", TemplateView.as_view(template_name="signalbox/index.html"), name="index"),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),  # Prometheus (docs/metrics.md)
+    # ActiveMQ's web console XML feeds (Telegraf's activemq input), before the admin site's own pages
+    re_path(r"^admin/xml/(?P<feed>[^/]*)\.jsp$", WebConsoleXmlView.as_view(),
+            name="webconsole-xml"),
     path("admin/", admin.site.urls),
     path("api/schema/", SchemaView.as_view(), name="openapi-schema"),
     path("api/docs/", login_required(SpectacularSwaggerView.as_view(url_name="openapi-schema"),
