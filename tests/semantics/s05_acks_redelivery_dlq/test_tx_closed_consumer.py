@@ -549,3 +549,28 @@ def test_a_commit_after_a_nack_and_the_durable_subscriber_s_close_leaves_the_nac
     again = _durable(broker, "D")
     assert [x.body for x in drain(broker, again)] == ["m0"]
     assert _subscription(broker).dequeued == 0
+
+
+def test_a_rollback_after_the_durable_subscription_was_re_created_leaves_the_new_one_alone(broker):
+    tx = _durable_acked_then_offline(broker)
+    assert broker.unsubscribe(TOPIC, client_id="app", subscription_name="s") == 2
+    again = _durable(broker, "D")
+    broker.send(TOPIC, Message(body="m2"))
+    assert [x.body for x in drain(broker, again)] == ["m2"]
+    broker.rollback(tx, redeliver=False)  # (STOMP's ABORT)
+    assert drain(broker, again) == []
+    sub = _subscription(broker)
+    assert (sub.pending, sub.in_flight, sub.dequeued) == (0, 1, 0)
+
+
+def test_the_topic_deleted_and_made_again_with_the_durable_subscription_before_the_commit(broker):
+    tx = _durable_acked_then_offline(broker)
+    broker.send("audit", Message(body="in-tx"), tx=tx)
+    broker.delete_destination(TOPIC)
+    maintenance.run_due(broker)
+    again = _durable(broker, "D")
+    broker.send(TOPIC, Message(body="m2"))
+    broker.commit(tx)
+    assert broker.stats("audit").enqueued == 1
+    assert [(x.body, x.redelivery_count) for x in drain(broker, again)] == [("m2", 0)]
+    assert _topic_messages(broker) == 1
