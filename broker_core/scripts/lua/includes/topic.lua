@@ -321,8 +321,11 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     if #durables == 0 then return items end
     for _, id in ipairs(redis.call('ZRANGE', base.TP .. ':order', 0, -1)) do
       for _, prefix in ipairs(durables) do
+        -- (:txheld: held for a transaction that acknowledged it, its subscriber gone: in flight, its ack
+        -- not applied yet; includes/lifecycle.lua txheld_key)
         if redis.call('ZSCORE', prefix .. ':pending', id) or redis.call('ZSCORE', prefix .. ':parked', id)
-           or redis.call('HEXISTS', prefix .. ':inflight', id) == 1 then
+           or redis.call('HEXISTS', prefix .. ':inflight', id) == 1
+           or redis.call('ZSCORE', prefix .. ':txheld', id) then
           items[#items + 1] = { id, redis.call('HGET', base.K_MSGS, id) }
           break
         end
