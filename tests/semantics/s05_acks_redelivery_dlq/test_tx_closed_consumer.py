@@ -585,3 +585,27 @@ def test_a_new_retroactive_durable_subscription_gets_a_message_another_one_holds
     late = consumer(broker, TOPIC, client_id="app", subscription_name="late", prefetch=10,
                     ack_mode="client-individual", consumer_id="L", retroactive=True)
     assert sorted(x.body for x in drain(broker, late)) == ["m0", "m1"]
+
+
+def test_a_retroactive_durable_subscriber_back_is_not_replayed_the_retained_message_held_for_it(broker):
+    """The retained message, acknowledged in a transaction and held for it (its subscriber gone): the
+    subscriber back, retroactive, is not given it again (the subscription holds it, as one in flight), so
+    that the rollback's return does not put in its pending list a message already in its window (it was
+    then delivered twice)."""
+    def durable(cid):
+        return consumer(broker, TOPIC, client_id="app", subscription_name="s", prefetch=10,
+                        ack_mode="client-individual", consumer_id=cid, retroactive=True)
+
+    c = durable("C")
+    broker.send(TOPIC, Message(body="r", message_id="r1", properties={"ActiveMQ.Retain": True}))
+    (r1,) = drain(broker, c)
+    tx = broker.begin()
+    broker.ack(c, r1.message_id, tx=tx)
+    broker.close_consumer(c)
+    again = durable("D")
+    assert drain(broker, again) == []
+    broker.rollback(tx)
+    assert [(x.message_id, x.redelivery_count) for x in drain(broker, again)] == [("r1", 1)]
+    assert drain(broker, again) == []
+    sub = _subscription(broker)
+    assert (sub.pending, sub.in_flight) == (0, 1)

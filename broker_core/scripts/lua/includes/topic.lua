@@ -161,10 +161,11 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     end
   end
 
-  -- Does the current subscription hold message `id` already (pending, parked or in flight)?
+  -- Does the current subscription hold message `id` already (pending, parked or in flight: with a
+  -- consumer, or held for the transaction that acknowledged it, includes/lifecycle.lua txheld_key)?
   function topic.holds(id)
     return redis.call('ZSCORE', base.K_PENDING, id) or redis.call('ZSCORE', base.K_PARKED, id)
-        or redis.call('HEXISTS', base.K_INFLIGHT, id) == 1
+        or redis.call('HEXISTS', base.K_INFLIGHT, id) == 1 or redis.call('ZSCORE', base.P .. ':txheld', id)
   end
 
   -- §7.5: what the recovery policy keeps. Called on the topic prefix for every message sent. What it keeps
