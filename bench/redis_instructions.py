@@ -14,6 +14,8 @@ receives
 (`ack_and_receive` of one) by 16 consumers in their own tasks, which it groups likewise (how many share a
 script call depends on timing, so it is printed); sends of one message to a queue with 10 consumers,
 without and with message groups, and the batched phase with 10 consumers and 10,000 message groups.
+`--only-topics`: instead, `ack_and_receive` of one message by a durable and by a non-durable topic
+subscriber (topic_phases).
 Counters are zeroed before a phase with `callgrind_control -z` and read after it with
 `callgrind_control -d`. Needs Debian's `valgrind` package.
 --listpack-entries sets hash- and zset-max-ziplist-entries (default: what `run` configures).
@@ -156,6 +158,26 @@ def hop_phases(broker: Broker, pid: int, out_prefix: str, n: int) -> dict[str, f
     return figures
 
 
+def topic_phases(broker: Broker, pid: int, out_prefix: str, n: int) -> dict[str, float]:
+    """`ack_and_receive` of one message by a topic subscriber (prefetch n + 10, client-individual acks), a
+    durable subscription's and a non-durable one's: the queue phase's ack on a subscription's keys, the
+    message released from the topic's shared store. Instructions per message."""
+    figures = {}
+    for label, fields in (("durable", {"client_id": "bench", "subscription_name": "s"}), ("non-durable", {})):
+        topic = f"topic://ir.{label}"
+        c = broker.add_consumer(topic, spec(prefetch=n + 10, ack_mode="client-individual", **fields))
+        for _ in range(n + 20):
+            broker.send(topic, Message(body=BODY))
+        got = broker.receive(c, 1)
+        for _ in range(10):  # warm-up
+            got = broker.ack_and_receive(c, got[0].message_id, 1)
+        subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+        for _ in range(n):
+            got = broker.ack_and_receive(c, got[0].message_id, 1)
+        figures[f"ack_and_receive, {label} subscription"] = instructions(pid, out_prefix) / n
+    return figures
+
+
 def spread_sends(broker: Broker, pid: int, out_prefix: str, n: int, dest: str, group_count: int) -> float:
     """`send` of one message to a queue with 10 consumers (prefetch n + 30): each dispatched to the next
     consumer in the rotation; with `group_count`, the messages carry that many group ids in turn (each a new
@@ -293,6 +315,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=300)
     parser.add_argument("--only-hop", action="store_true", help="only the one-hop phases (hop_phases)")
+    parser.add_argument("--only-topics", action="store_true",
+                        help="only the topic subscription phases (topic_phases)")
     parser.add_argument("--aof", action="store_true",
                         help="append-only file on, appendfsync everysec, as `run` configures it (its "
                              "propagation of every write a script makes is counted too)")
@@ -307,8 +331,12 @@ def main() -> None:
         info = client.info("server")
         print(f"Redis {info['redis_version']} ({configured_executable()}) under callgrind, "
               f"listpacks up to {entries} entries, {args.messages} messages per phase, body 256 bytes")
-        hop = hop_phases(Broker(client, "ir"), server.pid, out_prefix, args.messages)
-        figures = hop if args.only_hop else {**measure(client, server.pid, out_prefix, args.messages), **hop}
+        if args.only_topics:
+            figures = topic_phases(Broker(client, "ir"), server.pid, out_prefix, args.messages)
+        else:
+            hop = hop_phases(Broker(client, "ir"), server.pid, out_prefix, args.messages)
+            figures = hop if args.only_hop else {**measure(client, server.pid, out_prefix, args.messages),
+                                                 **hop}
         for name, value in figures.items():
             if name in (GROUP_SIZE, ACK_GROUP_SIZE):
                 what = name.split(" per ")[0]

@@ -239,16 +239,22 @@ def commit(ops: Context, tx: str, now: int) -> Op:
             names.append(f"the send to {dest.uri} of {_listed([r[0] for r in rest])}")
         else:
             consumer_id, mode, message_ids, held_in = rest
-            if dest.is_topic:  # the ack goes to the consumer's subscription
+            if dest.is_topic and held_in:
+                # the durable subscription that holds the messages for this transaction should their
+                # consumer close (`ack`), whatever became of the consumer since (its id may be another
+                # subscription's now); removed since, its messages went with it: nothing to acknowledge
+                # (and one re-created under its name holds none of them: ack.lua skips them)
+                if not (yield Command(("HEXISTS", f"{ops.prefix(dest)}:subs", held_in))):
+                    continue
+                home = Home(dest, held_in)
+                touched[home.label] = home
+            elif dest.is_topic:  # the ack goes to the consumer's subscription
                 try:
                     home = yield from ops.subscription_home(dest, consumer_id, None)
                 except UnknownConsumer:
-                    # closed: a durable subscription holds the messages for this transaction (`ack`),
-                    # unless it was removed since, its messages with it; those of a non-durable one, or
-                    # of an ack that marked none, went away or back already
-                    if not held_in or not (yield Command(("HEXISTS", f"{ops.prefix(dest)}:subs", held_in))):
-                        continue
-                    home = Home(dest, held_in)
+                    # closed: a non-durable subscription's messages went away with it, those of a durable
+                    # one's ack that marked none (cumulative, or marked by its adapter) back to it
+                    continue
                 touched[home.label] = home
             prefix = ops.home_prefix(home)
             name = f"the {mode} ack by consumer {consumer_id} of {dest.uri} of {_listed(message_ids)}"

@@ -64,7 +64,11 @@ while at <= #ARGV do
   local held = NONE
   if others then
     held = lifecycle.held_for(base.STEP_OF, others)
-    if #held < #others and not committing then  -- (committing: acknowledged by an earlier step)
+    -- (committing: acknowledged by an earlier step. A durable subscription's consumer gone: the others
+    -- are not this subscription's to acknowledge for the transaction, skipped: it was re-created under its
+    -- name since, the ack's messages removed with the old one, or a NACK gave them back to it; an operator
+    -- removes no subscription's message, so none left that way, as a queue's may, refused below)
+    if #held < #others and not committing and (c or not base.SUB) then
       if not c then return base.fail('UNKNOWN_CONSUMER', 'no consumer ' .. cid .. ' on this destination') end
       local known = {}
       for i = 1, #held do known[held[i]] = true end

@@ -160,8 +160,11 @@ function lifecycle.count_acked(all)
   local num = base.NOW_TEXT.num
   -- (dequeued counts purges and moves too; the rate history wants acks)
   if base.SUB then  -- (a topic's message is released on the topic's meta: lifecycle.release_shared)
-    -- (a durable subscription's messages may be marked: txacks_key)
-    lifecycle.drop_messages(all, nil, redis.call('HEXISTS', base.K_META, 'txmarks') == 1)
+    -- (a durable subscription's messages may be marked, txacks_key, and meta 'txmarks' says whether any
+    -- ever was; a non-durable one's never are: its acks ask nothing, a command less. Its key's first
+    -- character tells which: 'd' (100) topics.py durable_key's, 'c' non_durable_key's)
+    lifecycle.drop_messages(all, nil, string.byte(base.SUB) == 100
+                            and redis.call('HEXISTS', base.K_META, 'txmarks') == 1)
     base.meta_incr('dequeued', num(#all))
     base.meta_incr('acked', num(#all))
   else

@@ -161,10 +161,11 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     end
   end
 
-  -- Does the current subscription hold message `id` already (pending, parked or in flight)?
+  -- Does the current subscription hold message `id` already (pending, parked or in flight: with a
+  -- consumer, or held for the transaction that acknowledged it, includes/lifecycle.lua txheld_key)?
   function topic.holds(id)
     return redis.call('ZSCORE', base.K_PENDING, id) or redis.call('ZSCORE', base.K_PARKED, id)
-        or redis.call('HEXISTS', base.K_INFLIGHT, id) == 1
+        or redis.call('HEXISTS', base.K_INFLIGHT, id) == 1 or redis.call('ZSCORE', base.P .. ':txheld', id)
   end
 
   -- §7.5: what the recovery policy keeps. Called on the topic prefix for every message sent. What it keeps
@@ -321,8 +322,11 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     if #durables == 0 then return items end
     for _, id in ipairs(redis.call('ZRANGE', base.TP .. ':order', 0, -1)) do
       for _, prefix in ipairs(durables) do
+        -- (:txheld: held for a transaction that acknowledged it, its subscriber gone: in flight, its ack
+        -- not applied yet; includes/lifecycle.lua txheld_key)
         if redis.call('ZSCORE', prefix .. ':pending', id) or redis.call('ZSCORE', prefix .. ':parked', id)
-           or redis.call('HEXISTS', prefix .. ':inflight', id) == 1 then
+           or redis.call('HEXISTS', prefix .. ':inflight', id) == 1
+           or redis.call('ZSCORE', prefix .. ':txheld', id) then
           items[#items + 1] = { id, redis.call('HGET', base.K_MSGS, id) }
           break
         end
