@@ -965,6 +965,27 @@ def close_group_owner(ctx: Context) -> Calls:
     return ctx.measure(_per_call_cpu(ctx, op))
 
 
+# --- retroactive durable subscriptions ---
+
+BACKLOG = 100_000
+
+
+@case("retroactive: a new durable subscription catches up on 100,000 messages an offline one holds")
+def retroactive_backlog(ctx: Context) -> Calls:
+    """A new retroactive durable subscription gets every message still stored for the other durable
+    subscriptions (topic.lua durable_backlog): here 100,000 an offline one holds."""
+    topic = "topic://backlog.t"
+    held = ctx.broker.add_consumer(topic, ConsumerSpec(client_id="app", subscription_name="offline"))
+    ctx.broker.close_consumer(held)  # offline: it keeps what is sent
+    for start in range(0, BACKLOG, 500):
+        ctx.broker.send(topic, [Message(body="x") for _ in range(min(500, BACKLOG - start))])
+    # (the subscribe script loaded, on another topic)
+    ctx.broker.add_consumer("topic://backlog.warm", ConsumerSpec(client_id="app", subscription_name="warm",
+                                                                 retroactive=True))
+    spec = ConsumerSpec(client_id="app", subscription_name="new", retroactive=True, prefetch=10)
+    return ctx.measure(lambda: ctx.broker.add_consumer(topic, spec))
+
+
 # --- the largest message ---
 # One message of the default policy's maxMessageSize (its body as large as the limit lets it be) through
 # every path that copies a whole message inside one call, and a transaction holding

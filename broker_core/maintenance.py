@@ -172,7 +172,8 @@ class Recovery:
 def run_recovery(broker: Broker, destination: str | Destination | Home) -> Recovery:
     """Close consumers whose lease lapsed (their messages return with the redelivery counter raised),
     finish returning what closed consumers still hold and releasing what ended subscriptions held (a
-    process died between those chunks), complete forwards left behind, and run dispatch when a parked
+    process died between those chunks), a send's fan-out and a new retroactive durable subscription's
+    catch-up left unfinished, complete forwards left behind, and run dispatch when a parked
     message or a delayed start came due. One cheap script call when there is nothing to do."""
     dest = _home(destination)
     now = broker.clock.now_ms()
@@ -200,6 +201,8 @@ def _recover(broker: Broker, dest: Home, now: int, token: str, lapsed: int, forw
             broker._run(broker.ops.return_owed(dest, now))
             if dest.fans_out:  # or fanning out a send (fanout.lua)
                 broker._run(broker.ops.fan_out(dest.destination, now))
+            elif dest.key:  # or catching a new retroactive durable subscription up (topic.lua catch_up)
+                broker._run(broker.ops.catch_up(dest, now))
         forwarded = 0
         if forwards:
             forwarded = broker.forward(dest.destination)  # (a subscription's forwards wait on its topic)

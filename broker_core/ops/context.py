@@ -30,6 +30,12 @@ MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded scri
 # costs about 10 µs of Redis CPU: 200 keep a call at 2-6 ms, well under the 20 ms bound
 # (docs/benchmarks.md, "Closing and reaping").
 RETURN_CHUNK = 200
+# A new retroactive durable subscription's catch-up on the messages stored for the other durable
+# subscriptions (scripts/lua/includes/topic.lua catch_up): (stored message, other durable subscription)
+# checks per script call, the rest in further calls (topics.catch_up). A message an offline subscription
+# holds, replayed, costs about 13 µs of Redis CPU: 200 keep a call at 2.5-4.5 ms (docs/benchmarks.md,
+# "Session 28"). A call examines one message at least, however many durable subscriptions it checks.
+BACKLOG_CHECKS = 200
 
 
 class VirtualCache:
@@ -51,9 +57,11 @@ class Context:
     """One key namespace and this process's per-namespace state, passed to every operation."""
 
     def __init__(self, namespace: str = "sb", return_chunk: int = RETURN_CHUNK,
-                 transaction_limits: TransactionLimits | None = None) -> None:
+                 transaction_limits: TransactionLimits | None = None,
+                 backlog_checks: int = BACKLOG_CHECKS) -> None:
         self.namespace = namespace
         self.return_chunk = return_chunk  # messages returned (or released) per call
+        self.backlog_checks = backlog_checks  # a retroactive catch-up's checks per call
         self.transaction_limits = transaction_limits or TransactionLimits()
         self.registry_key = keys.registry_key(namespace)
         self.virtual = VirtualCache()  # this process's copy of the routing configuration

@@ -167,6 +167,10 @@ class Router(Context):
         """What closed consumers still hold goes back, `return_chunk` per call (homes.return_owed)."""
         return self.run(homes.return_owed(self, home, now))
 
+    def catch_up(self, sub: Home, now: int) -> Op:
+        """Go on with a new retroactive durable subscription's catch-up (topics.catch_up)."""
+        return self.run(topics.catch_up(self, sub, now))
+
     def fan_out(self, topic: Destination, now: int) -> Op:
         """Go on with the topic's unfinished fan-outs (topics.fan_out)."""
         return self.run(topics.fan_out(self, topic, now))

@@ -30,7 +30,16 @@ from ..model import (
 from ..replies import bound_stats, forward_stats, memory_stats
 from ..resp import reply_text as _str
 from ..scripts import calls
-from ..scripts.calls import FANOUT_UNFINISHED, FORWARDS_WAITING, PASS_HAS_MORE, Closing, Elsewhere, Sent, Tail
+from ..scripts.calls import (
+    FANOUT_UNFINISHED,
+    FORWARDS_WAITING,
+    PASS_HAS_MORE,
+    CatchingUp,
+    Closing,
+    Elsewhere,
+    Sent,
+    Tail,
+)
 from ..topics import SubscriptionStats, durable_key, durable_registry_field, non_durable_key, pack_for_topic
 from . import flow, homes, virtual
 from .context import Context
@@ -144,12 +153,18 @@ def subscribe(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, cid
         # topic_subscribe validates everything, then registers the durable key with the subscription in
         # one step; a key registered on another topic comes back as 'elsewhere' with nothing changed.
         call = calls.TopicSubscribe.call(ops.prefix(dest), now, cid, packed, spec.lease_ms, requested, key,
-                                         sub_packed, spec.retroactive, client, name, field, dest.uri)
+                                         sub_packed, spec.retroactive, client, name, field, dest.uri,
+                                         max(1, ops.backlog_checks))
         subscribed = calls.TopicSubscribe.parse((yield from ops.eval(Home(dest), now, call)))
         if isinstance(subscribed, Closing):
             # the durable subscription's last consumer had this id and its messages are still going
             # back (return_owed): finish that, then subscribe
             yield from homes.return_owed(ops, Home(dest, key), now)
+            continue
+        if isinstance(subscribed, CatchingUp):
+            # made retroactive, it has not had its whole backlog yet (its subscriber's process died while
+            # catching it up): finish that, then subscribe
+            yield from catch_up(ops, Home(dest, key), now)
             continue
         if not isinstance(subscribed, Elsewhere):
             break
@@ -172,10 +187,29 @@ def subscribe(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, cid
     assert isinstance(subscribed, calls.Subscribed)  # (the loop ends on one, or raises)
     result = yield from ops.continue_dispatch(Home(dest, key), now, subscribed.tail.flags,
                                               subscribed.tail.hold_until)
+    if subscribed.catching_up:  # the rest of its backlog, before the consumer is handed back
+        result = yield from catch_up(ops, Home(dest, key), now)
     if subscribed.changed:  # the replaced subscription's messages are released a chunk per call
         yield from homes.return_owed(ops, Home(dest), now)
     return Consumer(dest, cid, spec.ack_mode, prefetch=subscribed.prefetch, hold_until=result.hold_until,
                     subscription=key)
+
+
+def catch_up(ops: Context, sub: Home, now: int) -> Op:
+    """Go on with a new retroactive durable subscription's catch-up on the messages stored for the other
+    durable subscriptions when it was made (scripts/lua/topic_catchup.lua, includes/topic.lua catch_up),
+    `ops.backlog_checks` checks per call, until it is done; then its dispatch. Safe from several processes
+    at once (the maintenance tick finishes one whose driver died). Returns the dispatch's result."""
+    result = DispatchResult(0, 0)
+    while True:
+        try:
+            caught = calls.TopicCatchup.parse((yield calls.TopicCatchup.call(
+                ops.prefix(sub.destination), now, sub.key, max(1, ops.backlog_checks))))
+        except NoDestination:  # deleted meanwhile: the subscription went with it
+            return result
+        result = yield from ops.continue_dispatch(sub, now, caught.tail.flags, caught.tail.hold_until)
+        if not caught.more:
+            return result
 
 
 def wildcard_dead_letter_target(ops: Context, pattern: Destination, copy: bytes,

@@ -1175,11 +1175,18 @@ class Elsewhere:
 
 
 @dataclass(frozen=True, slots=True)
+class CatchingUp:
+    """topic_subscribe: the durable subscription's retroactive catch-up is still under way
+    (topic_catchup.lua); nothing changed."""
+
+
+@dataclass(frozen=True, slots=True)
 class Subscribed:
     prefetch: int  # in force
     recovered: int  # messages a retroactive consumer got
     changed: bool  # a durable subscription replaced (selector or noLocal changed): its messages released
     tail: Tail
+    catching_up: bool = False  # a new retroactive durable's catch-up goes on (topic_catchup.lua)
 
 
 class TopicSubscribe(ScriptCall):
@@ -1190,19 +1197,45 @@ class TopicSubscribe(ScriptCall):
     @classmethod
     def call(cls, prefix: str, now: int, consumer_id: str, definition: bytes, lease_ms: int, prefetch: int,
              key: str, subscription: bytes, retroactive: bool, client_id: str, subscription_name: str,
-             registry_field: str, uri: str) -> Eval:
+             registry_field: str, uri: str, checks: int) -> Eval:
+        """`checks`: what a new retroactive durable's catch-up may check in this call (TopicCatchup)."""
         return Eval(cls.script, (prefix,), (now, 0, consumer_id, definition, lease_ms, prefetch, key,
                                             subscription, _flag(retroactive), client_id, subscription_name,
-                                            registry_field, uri))
+                                            registry_field, uri, checks))
 
     @staticmethod
-    def parse(reply: list[Any]) -> Subscribed | Elsewhere | Closing:
+    def parse(reply: list[Any]) -> Subscribed | Elsewhere | Closing | CatchingUp:
         if reply[0] == b"closing":
             return Closing()
+        if reply[0] == b"catchup":
+            return CatchingUp()
         if reply[0] == b"elsewhere":
             return Elsewhere(_text(reply[1]))
         own, end = split(reply)
-        return Subscribed(int(own[0]), int(own[1]), own[2] == b"changed", end)
+        return Subscribed(int(own[0]), int(own[1]), own[2] == b"changed", end, int(own[3]) == 1)
+
+
+@dataclass(frozen=True, slots=True)
+class CaughtUp:
+    more: bool  # the catch-up goes on
+    recovered: int  # messages it replayed in this call
+    tail: Tail
+
+
+class TopicCatchup(ScriptCall):
+    """topic_catchup.lua: the next slice of a new retroactive durable subscription's catch-up."""
+
+    script = "topic_catchup"
+
+    @classmethod
+    def call(cls, prefix: str, now: int, key: str, checks: int) -> Eval:
+        """`checks`: (stored message, other durable subscription) checks at most (one message at least)."""
+        return Eval(cls.script, (prefix,), (now, 0, key, checks))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> CaughtUp:
+        own, end = split(reply)
+        return CaughtUp(int(own[0]) == 1, int(own[1]), end)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,9 @@
 --                             closed consumers whose messages are still owed and ended subscriptions
 --                             whose messages are still to release (a closer died between chunks:
 --                             includes/lifecycle.lua return_owed), messages held for a transaction
---                             due to be looked at (return_lapsed) and a topic's unfinished
---                             fan-outs (a sender died: includes/fanout.lua)};
+--                             due to be looked at (return_lapsed), a topic's unfinished
+--                             fan-outs (a sender died: includes/fanout.lua) and a subscription's
+--                             unfinished retroactive catch-up (includes/topic.lua catch_up)};
 --                             takes the 'recover' lease only when there is something to do. Forwards
 --                             count only once they have waited `grace` ms: until then the process that
 --                             queued them is taken to be delivering them.
@@ -70,7 +71,11 @@ local function probe(token, ttl, grace)
   local hold = base.tonum(redis.call('HGET', base.K_META, 'hold_until'), 0)
   if hold > 0 and (due == 0 or hold < due) then due = hold end
   local owed = redis.call('HLEN', base.P .. ':closing') + redis.call('SCARD', base.TP .. ':ended')
-  if not base.SUB then owed = owed + redis.call('LLEN', base.TP .. ':fanout') end  -- includes/fanout.lua
+  if not base.SUB then
+    owed = owed + redis.call('LLEN', base.TP .. ':fanout')  -- includes/fanout.lua
+  else
+    owed = owed + redis.call('HEXISTS', base.K_META, 'catchup')  -- a retroactive catch-up: topic.lua catch_up
+  end
   -- messages held for a transaction due to be looked at (includes/lifecycle.lua return_lapsed)
   owed = owed + redis.call('ZCOUNT', base.P .. ':txheld', '-inf', base.NOW)
   local held = 0
@@ -104,6 +109,8 @@ local function schedule(grace, sweep, slow, offline)
   -- returns a closed consumer still owes, or what an ended subscription held: the closer drives them, and
   -- the next tick finishes them if it died
   if redis.call('HLEN', base.P .. ':closing') + redis.call('SCARD', base.TP .. ':ended') > 0 then soon(base.NOW) end
+  -- a new retroactive durable subscription's catch-up (includes/topic.lua catch_up), the same way
+  if base.SUB and redis.call('HEXISTS', base.K_META, 'catchup') == 1 then soon(base.NOW) end
   local maint = redis.call('HMGET', base.P .. ':maint', 'recover:fwd_since', 'expire:started', 'expire:running',
                            'slow:last_run', 'offline:last_run')
   if not base.SUB and redis.call('HLEN', base.K_FWD) > 0 then soon((tonumber(maint[1] or '') or base.NOW) + grace) end

@@ -4,11 +4,14 @@
 -- with ActiveMQ's text. Retroactive consumers get what the recovery policy kept.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, consumer id, packed consumer definition, lease ms,
 -- requested prefetch (-1 = client default), subscription key, packed subscription definition,
--- retroactive ('1'/'0'), client id, subscription name, registry field, topic uri.
--- Returns {effective prefetch, recovered, 'new'|'changed'|'existing', the tail (includes/dispatch.lua
+-- retroactive ('1'/'0'), client id, subscription name, registry field, topic uri, the checks a new
+-- retroactive durable's catch-up makes in this call (includes/topic.lua topic.catch_up).
+-- Returns {effective prefetch, recovered, 'new'|'changed'|'existing', 1 while that catch-up goes on (its
+-- subscriber's process continues it with topic_catchup.lua) else 0, the tail (includes/dispatch.lua
 -- dispatch.add_tail)}, or
 -- {'elsewhere', uri} when the durable key is registered on another topic (nothing changed: topic_ops
--- removes that one with topic_admin 'release' and tries again).
+-- removes that one with topic_admin 'release' and tries again), or {'catchup'} when the durable
+-- subscription's catch-up is still under way (nothing changed: the caller finishes it and tries again).
 -- A durable key's registry entry (<ns>:durables, topic.registry) is written here, in the same step as
 -- the subscription, so a crash can never leave one without the other.
 --@include base
@@ -47,6 +50,8 @@ if existing then
   -- its last consumer, under this id, still has messages being returned: the caller returns them
   -- (return_owed.lua) and asks again (consumer_add.lua does the same)
   if redis.call('HEXISTS', base.P .. ':closing', cid) == 1 then return { 'closing' } end
+  -- made retroactive, it has not had all of its backlog yet (topic.catch_up): that comes first
+  if redis.call('HEXISTS', base.K_META, 'catchup') == 1 then return { 'catchup' } end
   local old = cmsgpack.unpack(existing)
   if (old.selector_text or '') ~= (sub_def.selector_text or '') or (old.nolocal == true) ~= (sub_def.nolocal == true) then
     lifecycle.remove_subscription('changed')  -- TopicRegion.hasDurableSubChanged: a new subscription replaces it
@@ -110,6 +115,7 @@ if durable and state == 'existing' then base.emit('subscription_online', 'consum
 
 -- §7.5 retroactive consumers.
 local recovered = 0
+local catching_up = false
 local replayed = nil
 local s = { key = key, def = sub_def }
 -- Whether this attachment replays the recovery policy, for the subscription listing (topic_ops): the
@@ -117,18 +123,23 @@ local s = { key = key, def = sub_def }
 redis.call('HSET', base.K_META, 'retroactive', (retroactive or (not durable and (pol['alwaysRetroactive'] == '1'
   or pol['alwaysRetroactive'] == 'true'))) and '1' or '0')
 if durable then
-  if retroactive then
+  if retroactive and state ~= 'existing' then
     -- A new subscription first catches up on what is stored for other durable subscriptions (Topic.activate
     -- loads the store's backlog); then the wrapped recovery policy runs only if that left nothing pending
-    -- (DurableTopicSubscription.activate, §7.5); the retained message always.
-    if state ~= 'existing' then recovered = topic.replay(s, topic.durable_backlog(key)) end
+    -- (DurableTopicSubscription.activate, §7.5); the retained message always. In bounded slices, the
+    -- first here (includes/topic.lua topic.catch_up).
+    topic.catch_up_begin()
+    local done
+    done, recovered = topic.catch_up(s, tonumber(ARGV[14]))
+    catching_up = not done
+  elseif retroactive then
     local empty = redis.call('ZCARD', base.K_PENDING) == 0 and redis.call('HLEN', base.K_INFLIGHT) == 0
       and redis.call('ZCARD', base.K_PARKED) == 0
     -- What the buffer may still give this subscription (meta 'replay_upto', a topic sequence): at first
     -- what was sent before it was made, as it had every later message when that was sent; once it has
     -- been offered the buffer, nothing (-1), so a message it acknowledged is not delivered again.
-    local upto = state == 'existing' and tonumber(redis.call('HGET', base.K_META, 'replay_upto')) or nil
-    recovered = recovered + topic.replay(s, topic.recovery_items(empty, upto))
+    local upto = tonumber(redis.call('HGET', base.K_META, 'replay_upto'))
+    recovered = topic.replay(s, topic.recovery_items(empty, upto))
     if empty then redis.call('HSET', base.K_META, 'replay_upto', -1) end
   end
 elseif (retroactive or pol['alwaysRetroactive'] == '1' or pol['alwaysRetroactive'] == 'true')
@@ -144,4 +155,5 @@ local dispatched, more, hold = dispatch.chunk(tonumber(ARGV[2]))
 -- pending-message limit applies to them.
 if replayed and #replayed > 0 then topic.after_send(replayed, s) end
 -- Dead letters of evicted replays (and advisories) wait in the topic's :fwd; flag 2 has them delivered now.
-return dispatch.add_tail({ prefetch, recovered, state, nil, nil, nil }, dispatched, forward.with_flag(more), hold)
+return dispatch.add_tail({ prefetch, recovered, state, catching_up and 1 or 0 }, dispatched, forward.with_flag(more),
+                         hold)

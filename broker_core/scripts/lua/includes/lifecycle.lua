@@ -704,6 +704,8 @@ function lifecycle.load_closing()
   -- free already.
   local function lift_fence()
     if redis.call('HEXISTS', base.K_META, 'fence') == 0 then return end
+    -- (a new retroactive durable subscription's catch-up holds it too: topic.lua catch_up lifts it)
+    if redis.call('HEXISTS', base.K_META, 'catchup') == 1 then return end
     for _, cid in ipairs(redis.call('HKEYS', lifecycle.closing_key())) do
       if redis.call('ZCARD', base.K_CINF(cid)) > 0 then return end
     end

@@ -132,8 +132,8 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
 
   -- Put a stored message in the current subscription's pending list. (A delayed message never gets
   -- here before its time: the topic keeps it as a job and publishes it when due, topic_send.lua.)
-  function topic.add_to_current(id, m)
-    local seq = base.meta_incr('seq')
+  function topic.add_to_current(id, m, seq_field)
+    local seq = base.meta_incr(seq_field or 'seq')
     message.pending_add(id, message.pending_score(seq, m[message.PRIORITY]))
     base.meta_incr('enqueued')
   end
@@ -261,7 +261,8 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
   -- replays a copy carrying ActiveMQ.Retained=true): while the published one is stored under the same id, the
   -- copy is stored once under its own id '<id>#retained' ('#' is never in a producer's id, messages.py) with
   -- its own reference count, and shared by the retroactive subscribers that come while it lasts.
-  function topic.replay(s, items, into)
+  -- `seq_field`: the meta field their pending sequence comes from (default 'seq'; topic.catch_up).
+  function topic.replay(s, items, into, seq_field)
     local got = 0
     for _, item in ipairs(items) do
       local id, blob = item[1], item[2]
@@ -279,7 +280,7 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
         else
           topic.store(key, blob, 1, tonumber(redis.call('HINCRBY', base.TP .. ':meta', 'seq', 1)))
         end
-        topic.add_to_current(key, m)
+        topic.add_to_current(key, m, seq_field)
         base.emit('recover', 'msg', key)
         got = got + 1
         if into then into[#into + 1] = key end
@@ -311,28 +312,85 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     return items
   end
 
-  -- A new durable subscription created retroactive gets every message still stored for other durable
-  -- subscriptions, in topic order (KahaDB's addAckLocationForRetroactiveSub, §7.5).
-  function topic.durable_backlog(key)
-    local items = {}
+  -- A new durable subscription created retroactive gets every message that was stored for other durable
+  -- subscriptions when it was made, in topic order (KahaDB's addAckLocationForRetroactiveSub, §7.5), then
+  -- the recovery policy's messages. A topic may store any number, so the walk of <topic>:order goes in
+  -- slices of at most `checks` (stored message, other durable subscription) checks a call, fewer when the
+  -- call's selector work or bytes read reach a call's worth (at least one message a call):
+  -- topic_subscribe.lua makes the first slice, topic_catchup.lua the rest (its subscriber's add_consumer,
+  -- or the maintenance tick should that process die). Its state, in the subscription's meta while it lasts:
+  --   catchup       the topic sequence (<topic>:order's score: one per message) of the last message examined,
+  --                 '' before the first: the walk goes on after it whatever was removed meanwhile
+  --   catchup_upto  the topic sequence when the subscription was made: what was sent later reached it then
+  --   catchup_seq   the pending sequence (message.pending_score) its next replayed message takes: those up
+  --                 to its own 'seq' are reserved for them when it is made, so the backlog comes before
+  --                 what reached it meanwhile, as when it was replayed in one call
+  --   catchup_got   how many messages the backlog gave it so far
+  -- and the fence '-inf' (dispatch.lua: the pass reads nothing) keeps anything from being dispatched to it
+  -- before the backlog is all in.
+  topic.CATCHUP_FIELDS = { 'catchup', 'catchup_upto', 'catchup_seq', 'catchup_got' }
+
+  function topic.catch_up_begin()
+    local reserve = redis.call('ZCARD', base.TP .. ':order') + redis.call('ZCARD', base.TP .. ':recov') + 1
+    redis.call('HSET', base.K_META, 'catchup', '', 'catchup_upto', redis.call('HGET', base.TP .. ':meta', 'seq') or 0,
+               'catchup_seq', 0, 'catchup_got', 0, 'seq', reserve, 'fence', '-inf')
+  end
+
+  -- One slice of the current subscription `s`'s catch-up. Returns whether it is done, and how many messages
+  -- it got in this call. The slice that finishes the backlog then replays the recovery policy's messages
+  -- sent before the subscription was made (the buffer only if the backlog gave it nothing: its rule "only
+  -- if that left nothing pending", DurableTopicSubscription.activate), the retained message always, and
+  -- lifts the fence. Nothing under way: done.
+  function topic.catch_up(s, checks)
+    local state = redis.call('HMGET', base.K_META, 'catchup', 'catchup_upto')
+    if not state[1] then return true, 0 end
+    local after, upto = state[1], tonumber(state[2])
     local durables = {}
-    for _, s in ipairs(topic.subscriptions()) do
-      if s.key ~= key and s.def.durable then durables[#durables + 1] = base.TP .. ':s:' .. s.key end
+    for _, other in ipairs(topic.subscriptions()) do
+      if other.key ~= s.key and other.def.durable then durables[#durables + 1] = base.TP .. ':s:' .. other.key end
     end
-    if #durables == 0 then return items end
-    for _, id in ipairs(redis.call('ZRANGE', base.TP .. ':order', 0, -1)) do
-      for _, prefix in ipairs(durables) do
-        -- (:txheld: held for a transaction that acknowledged it, its subscriber gone: in flight, its ack
-        -- not applied yet; includes/lifecycle.lua txheld_key)
-        if redis.call('ZSCORE', prefix .. ':pending', id) or redis.call('ZSCORE', prefix .. ':parked', id)
-           or redis.call('HEXISTS', prefix .. ':inflight', id) == 1
-           or redis.call('ZSCORE', prefix .. ':txheld', id) then
-          items[#items + 1] = { id, redis.call('HGET', base.K_MSGS, id) }
+    local got, done = 0, true
+    if #durables > 0 then
+      local most = math.max(1, math.floor(checks / #durables))
+      local page = redis.call('ZRANGEBYSCORE', base.TP .. ':order', after == '' and '-inf' or '(' .. after, upto,
+                              'WITHSCORES', 'LIMIT', 0, most)
+      done = #page < 2 * most
+      local bytes = 0
+      for i = 1, #page, 2 do
+        if i > 1 and (forward.work_spent() or bytes >= outbox.CALL_MOST_BYTES) then
+          done = false
           break
+        end
+        local id = page[i]
+        after = page[i + 1]
+        for _, prefix in ipairs(durables) do
+          -- (:txheld: held for a transaction that acknowledged it, its subscriber gone: in flight, its ack
+          -- not applied yet; includes/lifecycle.lua txheld_key)
+          if redis.call('ZSCORE', prefix .. ':pending', id) or redis.call('ZSCORE', prefix .. ':parked', id)
+             or redis.call('HEXISTS', prefix .. ':inflight', id) == 1
+             or redis.call('ZSCORE', prefix .. ':txheld', id) then
+            local blob = redis.call('HGET', base.K_MSGS, id)
+            if blob then
+              bytes = bytes + #blob
+              got = got + topic.replay(s, { { id, blob } }, nil, 'catchup_seq')
+            end
+            break
+          end
         end
       end
     end
-    return items
+    if not done then
+      redis.call('HSET', base.K_META, 'catchup', after)
+      redis.call('HINCRBY', base.K_META, 'catchup_got', got)
+      base.due_at(base.P, base.NOW + lifecycle.RETURNS_GRACE_MS)  -- the tick finishes it if its driver dies
+      return false, got
+    end
+    local empty = got + tonumber(redis.call('HGET', base.K_META, 'catchup_got')) == 0
+    got = got + topic.replay(s, topic.recovery_items(empty, upto), nil, 'catchup_seq')
+    if empty then redis.call('HSET', base.K_META, 'replay_upto', -1) end
+    redis.call('HDEL', base.K_META, 'fence', unpack(topic.CATCHUP_FIELDS))
+    message.reset_pass()
+    return true, got
   end
 
   -- §8.5: the current (non-durable) subscription `s`'s pending-message limit, from the policy's strategy;
