@@ -174,9 +174,6 @@ def broker_attributes(totals: dict[str, Any], listed: dict[tuple[str, bool], lis
     destination by STOMP or REST (ActiveMQ's STOMP producer is anonymous, counted on none), so the total
     is 0, as each destination's ProducerCount."""
 
-    def beans(kind: str, temporary: bool) -> list[dict[str, str]]:
-        return listed.get((kind, temporary), [])
-
     return {
         "BrokerName": advisory.BROKER_NAME,
         "BrokerVersion": version,
@@ -192,10 +189,10 @@ def broker_attributes(totals: dict[str, Any], listed: dict[tuple[str, bool], lis
         "StoreLimit": store[1],
         "StorePercentUsage": percent(*store),  # (the store is Redis, its limit maxmemory)
         "TempPercentUsage": 0,
-        "Queues": beans("queue", False),
-        "Topics": beans("topic", False),
-        "TemporaryQueues": beans("queue", True),
-        "TemporaryTopics": beans("topic", True),
+        "Queues": listed.get(("queue", False), []),
+        "Topics": listed.get(("topic", False), []),
+        "TemporaryQueues": listed.get(("queue", True), []),
+        "TemporaryTopics": listed.get(("topic", True), []),
         "Persistent": True,
         "Slave": False,
         "StatisticsEnabled": True,

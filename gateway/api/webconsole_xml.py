@@ -17,8 +17,8 @@ is refused with that name rather than cut short)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
+from xml.sax.saxutils import escape as xml_escape
 
 from django.http import Http404, HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -40,11 +40,13 @@ SIZE, CONSUMERS, ENQUEUED, DEQUEUED = (FIELDS.index(f) for f in ("queue_size", "
 DURABLES_PAGE = 500  # registry entries read per HSCAN
 
 
+# JSTL's c:out escapes quotes by number (saxutils does &, < and > itself)
+_JSTL_QUOTES = {"'": "&#039;", '"': "&#034;"}
+
+
 def escape(value: Any) -> str:
     """As JSTL's c:out escapes XML (None as the empty string)."""
-    text = "" if value is None else str(value)
-    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("'", "&#039;")
-            .replace('"', "&#034;"))
+    return xml_escape("" if value is None else str(value), _JSTL_QUOTES)
 
 
 def _stats(row: list[float]) -> str:
@@ -87,17 +89,15 @@ class SubscribersTooMany(exceptions.APIException):
     default_code = "too_many_subscriptions"
 
 
-async def durable_topics(patterns: list[Destination] | None) -> dict[Destination, int]:
-    """The topics the user may read with durable subscriptions, and how many each has (the registry, a page
-    at a time). A wildcard subscription's pattern is left out: its copies are on the topics it matches."""
+async def durable_topics(patterns: list[Destination] | None) -> set[Destination]:
+    """The topics the user may read that have durable subscriptions (the registry, a page at a time). A
+    wildcard subscription's pattern is left out: its copies are on the topics it matches."""
     broker = runtime.async_broker()
-    found: dict[Destination, int] = defaultdict(int)
+    found: set[Destination] = set()
     cursor = 0
     while True:
         cursor, topics = await broker.durable_topics_page(cursor, DURABLES_PAGE)
-        for topic in topics:
-            if not topic.is_wildcard and permissions.visible(patterns, topic):
-                found[topic] += 1
+        found.update(t for t in topics if not t.is_wildcard and permissions.visible(patterns, t))
         if not cursor:
             return found
 
