@@ -61,7 +61,7 @@ class Context:
                  backlog_checks: int = BACKLOG_CHECKS) -> None:
         self.namespace = namespace
         self.return_chunk = return_chunk  # messages returned (or released) per call
-        self.backlog_checks = backlog_checks  # a retroactive catch-up's checks per call
+        self.backlog_checks = max(1, backlog_checks)  # a retroactive catch-up's checks per call (1 at least)
         self.transaction_limits = transaction_limits or TransactionLimits()
         self.registry_key = keys.registry_key(namespace)
         self.virtual = VirtualCache()  # this process's copy of the routing configuration

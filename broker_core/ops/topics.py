@@ -154,7 +154,7 @@ def subscribe(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, cid
         # one step; a key registered on another topic comes back as 'elsewhere' with nothing changed.
         call = calls.TopicSubscribe.call(ops.prefix(dest), now, cid, packed, spec.lease_ms, requested, key,
                                          sub_packed, spec.retroactive, client, name, field, dest.uri,
-                                         max(1, ops.backlog_checks))
+                                         ops.backlog_checks)
         subscribed = calls.TopicSubscribe.parse((yield from ops.eval(Home(dest), now, call)))
         if isinstance(subscribed, Closing):
             # the durable subscription's last consumer had this id and its messages are still going
@@ -204,7 +204,7 @@ def catch_up(ops: Context, sub: Home, now: int) -> Op:
     while True:
         try:
             caught = calls.TopicCatchup.parse((yield calls.TopicCatchup.call(
-                ops.prefix(sub.destination), now, sub.key, max(1, ops.backlog_checks))))
+                ops.prefix(sub.destination), now, sub.key, ops.backlog_checks)))
         except NoDestination:  # deleted meanwhile: the subscription went with it
             return result
         result = yield from ops.continue_dispatch(sub, now, caught.tail.flags, caught.tail.hold_until)
