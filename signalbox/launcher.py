@@ -167,7 +167,10 @@ class RunConfig:
     worker_concurrency: int
     shutdown_timeout: float
     stomp_port: int = 61613  # 0: no STOMP over TCP listener
-    stomp_tls_port: int | None = None  # set when a certificate and key are configured
+    stomp_ws_port: int = 61614  # 0: no STOMP over WebSocket on a port of its own
+    # stomp+ssl and wss: set when a certificate and key are configured (0: not that one)
+    stomp_tls_port: int | None = None
+    stomp_wss_port: int | None = None
     redis_server: str = field(default_factory=configured_executable)  # the embedded server's binary
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     # the embedded server's maxmemory: SIGNALBOX_REDIS_MAXMEMORY, else half the machine's memory
@@ -214,7 +217,9 @@ class RunConfig:
             shutdown_timeout=float(_env_int("SIGNALBOX_SHUTDOWN_TIMEOUT", 20, maximum=3600)),
             restart=RestartPolicy.from_env(),
             stomp_port=_env_int("SIGNALBOX_STOMP_PORT", 61613, minimum=0),
-            stomp_tls_port=_env_int("SIGNALBOX_STOMP_TLS_PORT", 61614) if cert else None,
+            stomp_ws_port=_env_int("SIGNALBOX_STOMP_WS_PORT", 61614, minimum=0),
+            stomp_tls_port=_env_int("SIGNALBOX_STOMP_TLS_PORT", 61612, minimum=0) if cert else None,
+            stomp_wss_port=_env_int("SIGNALBOX_STOMP_WSS_PORT", 61619, minimum=0) if cert else None,
         )
 
 
@@ -283,6 +288,15 @@ class Launcher:
                 "or give this one its own folder with --data-dir or SIGNALBOX_DATA_DIR"
             ) from None
 
+    def stomp_ports(self) -> list[tuple[int, str]]:
+        """The STOMP listener's ports that are on, each with the setting that names it."""
+        config = self.config
+        ports = ((config.stomp_port, "SIGNALBOX_STOMP_PORT"),
+                 (config.stomp_ws_port, "SIGNALBOX_STOMP_WS_PORT"),
+                 (config.stomp_tls_port, "SIGNALBOX_STOMP_TLS_PORT"),
+                 (config.stomp_wss_port, "SIGNALBOX_STOMP_WSS_PORT"))
+        return [(port, name) for port, name in ports if port]
+
     def check_ports(self) -> None:
         config = self.config
         if port_in_use(config.host, config.port):
@@ -290,12 +304,12 @@ class Launcher:
                 f"port {config.port} on {config.host} is already in use, so the web server cannot listen "
                 "there; stop the program using it or choose another port with --port or SIGNALBOX_PORT"
             )
-        for port in (config.stomp_port, config.stomp_tls_port):
-            if port and port_in_use(config.host, port):
+        for port, name in self.stomp_ports():
+            if port_in_use(config.host, port):
                 raise ConfigError(
                     f"port {port} on {config.host} is already in use, so the STOMP listener cannot listen "
-                    "there; stop the program using it (an ActiveMQ?), choose another port with "
-                    "SIGNALBOX_STOMP_PORT / SIGNALBOX_STOMP_TLS_PORT, or set SIGNALBOX_STOMP_PORT=0"
+                    f"there; stop the program using it (an ActiveMQ?), or choose another port with {name} "
+                    "(0: none)"
                 )
         if config.redis_url is None and port_in_use("127.0.0.1", config.redis_port):
             raise ConfigError(
@@ -602,12 +616,13 @@ class Launcher:
              *access],
             env,
         )  # fmt: skip
-        if config.stomp_port or config.stomp_tls_port:
+        if self.stomp_ports():
             self.spawn(
                 "STOMP listener",
                 [python, "-m", "django", "stomp_listener", "--host", config.host,
-                 "--port", str(config.stomp_port),
-                 *(["--tls-port", str(config.stomp_tls_port)] if config.stomp_tls_port else [])],
+                 "--port", str(config.stomp_port), "--ws-port", str(config.stomp_ws_port),
+                 "--tls-port", str(config.stomp_tls_port or 0),
+                 "--wss-port", str(config.stomp_wss_port or 0)],
                 env,
             )  # fmt: skip
 

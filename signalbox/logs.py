@@ -34,6 +34,9 @@ CHATTY = (
     "celery.app.trace",  # "Task ... succeeded in ..." (failures are ERROR and still show)
     "celery.worker.strategy",  # "Task ... received"
     "celery.worker.consumer.mingle",  # start-up chatter of the worker's neighbour search
+    # the websockets library's "connection open" and "connection closed" for each client of the STOMP
+    # listener's WebSocket port (gateway/stomp/ws_port.py names this logger)
+    "gateway.stomp.ws_port.connections",
 )
 # uvicorn.error's INFO lines per WebSocket connection (uvicorn's accept, the websockets library's "connection
 # open" and "connection closed", written through uvicorn's logger): shown at DEBUG only, as the access log;

@@ -284,12 +284,17 @@ def metrics_off(token: str) -> str | None:
 
 # A scrape shows at most this many destinations (the oldest); the rest are counted as omitted.
 SIGNALBOX_METRICS_MAX_DESTINATIONS = int(os.environ.get("SIGNALBOX_METRICS_MAX_DESTINATIONS") or 20_000)
-# STOMP over TCP (gateway/stomp/tcp.py; `manage.py stomp_listener`, which `run` starts): the address, the
-# plain port (0: none), the stomp+ssl port (used when a PEM certificate and key are given) and how many
-# connections one listener process serves at once.
+# The STOMP listener (`manage.py stomp_listener`, which `run` starts): STOMP over TCP (gateway/stomp/tcp.py)
+# and over WebSocket on a port of its own (gateway/stomp/ws_port.py, ActiveMQ's ws:// connector). The
+# address, the plain ports (0: none), the TLS ones (stomp+ssl, wss: used when a PEM certificate and key are
+# given; 0: none) and how many connections one listener process serves at once, on each port. The defaults
+# are ActiveMQ's: stomp 61613 and ws 61614 as its activemq.xml ships them, stomp+ssl 61612 as its STOMP
+# documentation and tests use it; wss has no port of ActiveMQ's own (61619 here).
 SIGNALBOX_STOMP_HOST = os.environ.get("SIGNALBOX_HOST") or "127.0.0.1"
 SIGNALBOX_STOMP_PORT = int(os.environ.get("SIGNALBOX_STOMP_PORT") or 61613)
-SIGNALBOX_STOMP_TLS_PORT = int(os.environ.get("SIGNALBOX_STOMP_TLS_PORT") or 61614)
+SIGNALBOX_STOMP_TLS_PORT = int(os.environ.get("SIGNALBOX_STOMP_TLS_PORT") or 61612)
+SIGNALBOX_STOMP_WS_PORT = int(os.environ.get("SIGNALBOX_STOMP_WS_PORT") or 61614)
+SIGNALBOX_STOMP_WSS_PORT = int(os.environ.get("SIGNALBOX_STOMP_WSS_PORT") or 61619)
 SIGNALBOX_STOMP_TLS_CERT = os.environ.get("SIGNALBOX_STOMP_TLS_CERT") or ""
 SIGNALBOX_STOMP_TLS_KEY = os.environ.get("SIGNALBOX_STOMP_TLS_KEY") or ""
 SIGNALBOX_STOMP_MAX_CONNECTIONS = int(os.environ.get("SIGNALBOX_STOMP_MAX_CONNECTIONS") or 1000)

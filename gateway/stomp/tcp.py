@@ -30,9 +30,15 @@ from gateway.stomp.protocol import StompSession, Transport
 logger = logging.getLogger(__name__)
 
 
-class _Connection(asyncio.Protocol):
+class Connection(asyncio.Protocol):
     """One client socket: what it reads goes to the session (`StompSession.feed`), what the session writes
-    goes to the transport, and `drain` waits while the kernel's send buffer is full."""
+    goes to the transport, and `drain` waits while the kernel's send buffer is full. The session is made
+    at once (a WebSocket's, gateway/stomp/ws_port.py, once its handshake is done)."""
+
+    # plain, with TLS: what a listener of these connections serves, and a client's address as the connection
+    # registry lists it (ActiveMQ's remote addresses)
+    schemes = ("stomp", "stomp+ssl")
+    peer_schemes = ("tcp", "ssl")
 
     def __init__(self, server: StompServer) -> None:
         self.server = server
@@ -45,11 +51,16 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # (uvloop's is no asyncio.Transport subclass)
-        self.session = self.server.connection_made(self)
+        self.session = self.server.open_session(self, StreamTransport(self), stream=True)
 
     def data_received(self, data: bytes) -> None:
+        self.feed(data)
+
+    def feed(self, data: bytes) -> None:
+        """Hand what was read (a stream's read; a WebSocket's message) to the session; while its inbox is
+        full nothing more is read."""
         session = self.session
-        if session is not None and not session.feed(data):
+        if session is not None and not session.feed(data) and self.paused_reading is None:
             assert self.transport is not None
             self.transport.pause_reading()
             self.paused_reading = asyncio.get_running_loop().create_task(self._read_when_room(session))
@@ -86,10 +97,10 @@ class _Connection(asyncio.Protocol):
             raise ConnectionResetError("the client's connection was lost")
 
 
-class _StreamTransport(Transport):
+class StreamTransport(Transport):
     text = False  # the session hands over bytes
 
-    def __init__(self, connection: _Connection) -> None:
+    def __init__(self, connection: Connection) -> None:
         assert connection.transport is not None
         self.connection = connection
         self.transport = connection.transport
@@ -133,12 +144,14 @@ class _StreamTransport(Transport):
 
 @dataclass(frozen=True)
 class Listener:
-    """Where to listen: host, port (0 picks one), TLS context or None, and how many connections at once."""
+    """Where to listen: host, port (0 picks one), TLS context or None, how many connections at once, and
+    what a connection is (`Connection`: STOMP over the byte stream; or gateway/stomp/ws_port.py's)."""
 
     host: str
     port: int
     tls: ssl.SSLContext | None = None
     max_connections: int = 1000
+    connection: type[Connection] = Connection
 
 
 class StompServer:
@@ -152,11 +165,12 @@ class StompServer:
 
     @property
     def scheme(self) -> str:
-        return "stomp+ssl" if self.listener.tls is not None else "stomp"
+        return self.listener.connection.schemes[self.listener.tls is not None]
 
     async def start(self) -> asyncio.Server:
+        connection = self.listener.connection
         self.server = await asyncio.get_running_loop().create_server(
-            lambda: _Connection(self), self.listener.host, self.listener.port, ssl=self.listener.tls,
+            lambda: connection(self), self.listener.host, self.listener.port, ssl=self.listener.tls,
             reuse_port=True)
         return self.server
 
@@ -176,12 +190,13 @@ class StompServer:
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=10)
 
-    def connection_made(self, connection: _Connection) -> StompSession | None:
-        """A client connected: its session, served by a task of its own until the socket closes; None when
-        the listener is full (one ERROR frame naming the limit, then the close)."""
-        transport = connection.transport
-        assert transport is not None
-        sock = transport.get_extra_info("socket")
+    def open_session(self, connection: Connection, transport: Transport, stream: bool) -> StompSession | None:
+        """A client connected (over a WebSocket: its handshake is done): its session, served by a task of
+        its own until the socket closes; None when the listener is full (one ERROR frame naming the limit,
+        then the close)."""
+        socket_transport = connection.transport
+        assert socket_transport is not None
+        sock = socket_transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # a frame goes out when written, not after the client's delayed ACK of the one before (asyncio
             # and uvloop set this already; said here, the latency does not depend on the loop)
@@ -189,24 +204,23 @@ class StompServer:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if len(self.sessions) >= self.listener.max_connections:
             body = f"this listener serves at most {self.listener.max_connections} connections"
-            transport.write(b"ERROR\nmessage:Too many connections (SIGNALBOX_STOMP_MAX_CONNECTIONS)\n"
-                            b"content-type:text/plain\ncontent-length:%d\n\n%s\x00"
-                            % (len(body), body.encode()))
-            transport.close()  # (after what was written is sent)
+            assert transport.write_nowait is not None
+            transport.write_nowait(b"ERROR\nmessage:Too many connections (SIGNALBOX_STOMP_MAX_CONNECTIONS)\n"
+                                   b"content-type:text/plain\ncontent-length:%d\n\n%s\x00"
+                                   % (len(body), body.encode()))
+            socket_transport.close()  # (after what was written is sent)
             return None
-        peer = transport.get_extra_info("peername") or ("unknown", 0)
-        session = StompSession(_StreamTransport(connection), broker=runtime.async_broker(),
-                               hub=runtime.wakeups(),
-                               remote_address=f"{'tcp' if self.listener.tls is None else 'ssl'}://"
-                                              f"{peer[0]}:{peer[1]}",
-                               stream=True)
+        peer = socket_transport.get_extra_info("peername") or ("unknown", 0)
+        scheme = self.listener.connection.peer_schemes[self.listener.tls is not None]
+        session = StompSession(transport, broker=runtime.async_broker(), hub=runtime.wakeups(),
+                               remote_address=f"{scheme}://{peer[0]}:{peer[1]}", stream=stream)
         self.sessions.add(session)
         task = asyncio.get_running_loop().create_task(self._serve(connection, session))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return session
 
-    async def _serve(self, connection: _Connection, session: StompSession) -> None:
+    async def _serve(self, connection: Connection, session: StompSession) -> None:
         """Start the session (frames read meanwhile wait in its inbox), wait for the socket to close (the
         client went away, or the session closed it), then release the session's broker side."""
         try:

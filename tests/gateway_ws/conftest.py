@@ -120,7 +120,8 @@ def queue_name() -> str:
 
 @pytest.fixture(scope="session")
 def stomp_listener(gateway_data):
-    """One STOMP-over-TCP listener process (`manage.py stomp_listener`) on the session's namespace."""
+    """One STOMP listener process (`manage.py stomp_listener`: TCP on `port`, WebSocket on `ws_port`) on the
+    session's namespace."""
     from tests.helpers.gateway_server import spawn_stomp_listener, wait_listening
 
     data_dir, namespace = gateway_data
@@ -134,7 +135,8 @@ def stomp_listener(gateway_data):
 
 @pytest.fixture
 def stomp_transport() -> str:
-    """How `clients` connect: 'ws' here; a module that overrides this with params runs on both."""
+    """How `clients` connect: 'ws' (the web server's /stomp) here; a module that overrides this with params
+    runs on others too: 'tcp' (the STOMP listener's TCP port), 'ws-port' (its WebSocket port)."""
     return "ws"
 
 
@@ -145,7 +147,11 @@ def clients(gateway, stomp_transport, request):
 
     made: list[Client] = []
     tcp = stomp_transport == "tcp"
-    port = request.getfixturevalue("stomp_listener").port if tcp else gateway.port
+    if stomp_transport == "ws":
+        port = gateway.port
+    else:
+        listener = request.getfixturevalue("stomp_listener")
+        port = listener.port if tcp else listener.ws_port
 
     def make(login: str = "alice", passcode: str = "secret", *, heartbeats=(0, 0), connect: bool = True,
              binary_mode: bool = False, **headers: str) -> Client:

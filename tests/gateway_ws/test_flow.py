@@ -185,13 +185,13 @@ async def test_a_tcp_client_sending_faster_than_its_frames_are_handled_is_read_o
 
     monkeypatch.setattr(protocol, "INBOX_FRAMES", 10)
     paused: list[int] = []
-    read_when_room = tcp._Connection._read_when_room
+    read_when_room = tcp.Connection._read_when_room
 
     async def noted(self, session):
         paused.append(len(session._inbox))
         await read_when_room(self, session)
 
-    monkeypatch.setattr(tcp._Connection, "_read_when_room", noted)
+    monkeypatch.setattr(tcp.Connection, "_read_when_room", noted)
     server = tcp.StompServer(tcp.Listener("127.0.0.1", 0))
     await server.start()
     writer = None

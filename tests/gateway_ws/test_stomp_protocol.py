@@ -16,9 +16,10 @@ from tests.helpers.stomp_client import RawStomp, goes_on
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(params=["ws", "tcp"])
+@pytest.fixture(params=["ws", "tcp", "ws-port"])
 def stomp_transport(request) -> str:
-    """Every test with `clients` runs over WebSocket and over TCP: one session code, two transports."""
+    """Every test with `clients` runs over the web server's WebSocket, over TCP and over the STOMP
+    listener's WebSocket port: one session code, three transports."""
     return request.param
 
 
@@ -32,7 +33,8 @@ def test_connected_names_version_session_server_and_heart_beat(clients, stomp_tr
     client = clients()
     headers = client.listener.connected
     assert headers["version"] == "1.2"
-    assert headers["session"].startswith(f"{stomp_transport}-")  # the connection id, named for its transport
+    # the connection id, named for its transport
+    assert headers["session"].startswith({"ws": "ws-", "tcp": "tcp-", "ws-port": "ws-"}[stomp_transport])
     assert headers["server"].startswith("Signalbox/")
     assert headers["heart-beat"] == "0,0"
 

@@ -66,6 +66,7 @@ class GatewayServer:
     process: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    ws_port: int = 0  # a STOMP listener's port for STOMP over WebSocket
 
     @property
     def stomp_url(self) -> str:
@@ -113,16 +114,18 @@ def spawn_gateway(data_dir: Path, namespace: str, name: str = "gateway", *, http
 
 def spawn_stomp_listener(data_dir: Path, namespace: str, name: str = "stomp",
                          **extra_env: str) -> GatewayServer:
-    """`manage.py stomp_listener` (STOMP over TCP) on a free port, without waiting for it."""
-    port = free_port()
+    """`manage.py stomp_listener` (STOMP over TCP on `port`, over WebSocket on `ws_port`) on free ports,
+    without waiting for it."""
+    port, ws_port = free_port(), free_port()
     log_path = data_dir / f"{name}-{port}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - the child writes to it
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "stomp_listener", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "manage.py", "stomp_listener", "--host", "127.0.0.1", "--port", str(port),
+         "--ws-port", str(ws_port)],
         cwd=ROOT, env=server_env(data_dir, namespace, **extra_env), stdin=subprocess.DEVNULL, stdout=log,
         stderr=subprocess.STDOUT)
     log.close()
-    return GatewayServer(process, port, log_path)
+    return GatewayServer(process, port, log_path, ws_port)
 
 
 def wait_listening(server: GatewayServer, timeout: float = 30) -> GatewayServer:

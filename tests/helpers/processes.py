@@ -32,6 +32,7 @@ def launcher_env(**overrides: str) -> dict[str, str]:
     env["SIGNALBOX_VENV"] = sys.prefix
     # Each launcher's STOMP listener on a port of its own (61613 may be another broker's, or another test's).
     env["SIGNALBOX_STOMP_PORT"] = str(free_port())
+    env["SIGNALBOX_STOMP_WS_PORT"] = str(free_port())
     env["SIGNALBOX_METRICS_TOKEN"] = METRICS_TOKEN
     env.update(overrides)
     return env

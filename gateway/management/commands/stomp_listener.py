@@ -1,6 +1,7 @@
-"""`manage.py stomp_listener [--host H] [--port P] [--tls-port P]`: serve STOMP over TCP (and stomp+ssl when
-SIGNALBOX_STOMP_TLS_CERT and _KEY are set) until stopped. `run` starts one as a supervised child; more may
-run on the same port (SO_REUSEPORT) or on other hosts against the same Redis."""
+"""`manage.py stomp_listener [--host H] [--port P] [--ws-port P] [--tls-port P] [--wss-port P]`: serve STOMP
+over TCP and over WebSocket on a port of its own (and stomp+ssl and wss when SIGNALBOX_STOMP_TLS_CERT and
+_KEY are set) until stopped. `run` starts one as a supervised child; more may run on the same ports
+(SO_REUSEPORT) or on other hosts against the same Redis."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from gateway.stomp.tcp import Listener, serve, tls_context
+from gateway.stomp.tcp import Connection, Listener, serve, tls_context
+from gateway.stomp.ws_port import WsConnection
 
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:
@@ -31,19 +33,28 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
 
 
 class Command(BaseCommand):
-    help = "Serve STOMP over TCP (and TLS) until stopped."
+    help = "Serve STOMP over TCP and WebSocket (and TLS) until stopped."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=settings.SIGNALBOX_STOMP_HOST)
         parser.add_argument("--port", type=int, default=settings.SIGNALBOX_STOMP_PORT,
                             help="plain STOMP port (0: none)")
+        parser.add_argument("--ws-port", type=int, default=settings.SIGNALBOX_STOMP_WS_PORT,
+                            help="STOMP over WebSocket port (0: none)")
         parser.add_argument("--tls-port", type=int, default=settings.SIGNALBOX_STOMP_TLS_PORT,
-                            help="stomp+ssl port, used when SIGNALBOX_STOMP_TLS_CERT and _KEY are set")
+                            help="stomp+ssl port, used when SIGNALBOX_STOMP_TLS_CERT and _KEY are set "
+                                 "(0: none)")
+        parser.add_argument("--wss-port", type=int, default=settings.SIGNALBOX_STOMP_WSS_PORT,
+                            help="STOMP over secure WebSocket port, used when SIGNALBOX_STOMP_TLS_CERT "
+                                 "and _KEY are set (0: none)")
 
-    def handle(self, *args: object, host: str, port: int, tls_port: int, **options: object) -> None:
-        listeners = self.listeners(host, port, tls_port)
+    def handle(self, *args: object, host: str, port: int, ws_port: int, tls_port: int, wss_port: int,
+               **options: object) -> None:
+        listeners = self.listeners(host, {Connection: port, WsConnection: ws_port},
+                                   {Connection: tls_port, WsConnection: wss_port})
         if not listeners:
-            raise CommandError("nothing to serve: SIGNALBOX_STOMP_PORT is 0 and no TLS certificate is set")
+            raise CommandError("nothing to serve: SIGNALBOX_STOMP_PORT and SIGNALBOX_STOMP_WS_PORT are 0 "
+                               "and no TLS certificate is set")
         from signalbox import collector, node
 
         node.start_heartbeat("stomp", " ".join(f"{x.host}:{x.port}" for x in listeners))
@@ -53,9 +64,11 @@ class Command(BaseCommand):
         finally:
             node.stop_heartbeat("stomp")
 
-    def listeners(self, host: str, port: int, tls_port: int) -> list[Listener]:
+    def listeners(self, host: str, plain: dict[type[Connection], int], tls: dict[type[Connection], int]
+                  ) -> list[Listener]:
+        """A listener per port that is not 0: `plain`, and `tls` with a certificate; by kind of connection."""
         most = settings.SIGNALBOX_STOMP_MAX_CONNECTIONS
-        listeners = [Listener(host, port, None, most)] if port else []
+        listeners = [Listener(host, port, None, most, kind) for kind, port in plain.items() if port]
         cert, key = settings.SIGNALBOX_STOMP_TLS_CERT, settings.SIGNALBOX_STOMP_TLS_KEY
         if bool(cert) != bool(key):
             raise CommandError("stomp+ssl needs both SIGNALBOX_STOMP_TLS_CERT and SIGNALBOX_STOMP_TLS_KEY")
@@ -65,7 +78,7 @@ class Command(BaseCommand):
             except (OSError, ValueError) as exc:
                 raise CommandError(f"cannot load the STOMP TLS certificate {cert} and key {key}: {exc}"
                                    ) from exc
-            listeners.append(Listener(host, tls_port, context, most))
+            listeners += [Listener(host, port, context, most, kind) for kind, port in tls.items() if port]
         return listeners
 
     async def serve(self, listeners: list[Listener]) -> None:
