@@ -15,12 +15,14 @@ Starts `./signalbox.sh run`'s launcher on free loopback ports with an installed 
   (from /proc);
 - with --py-spy, a flame graph (SVG) and the raw samples of the gateway process during each case, in
   --profile-dir; its top functions by own time are printed.
-Cases: tcp-pingpong, tcp-receipt, tcp-receipt-np, ws-pingpong, ws-receipt, ws-receipt-np, tcp-stream,
-tcp-stream-np (the same clients as bench/versus_activemq.py; receipt and stream cases persistent, -np
-non-persistent), tcp-txack (a persistent SEND, its MESSAGE to a client-individual consumer, which then
-sends BEGIN, ACK in that transaction, COMMIT with a receipt: timed from the SEND to the RECEIPT). A
-stream case sends its messages 100 frames per write, without receipts, to a consumer (auto ack, prefetch
-1000) reading them in a thread: its "p50" is the mean time per message, first SEND to last MESSAGE.
+Cases: tcp-pingpong, tcp-receipt, tcp-receipt-np, ws-pingpong, ws-receipt, ws-receipt-np (the web
+server's /stomp), wsport-pingpong, wsport-receipt, wsport-receipt-np (the STOMP listener's WebSocket
+port), tcp-stream, tcp-stream-np (the same clients as bench/versus_activemq.py; receipt and stream cases
+persistent, -np non-persistent), tcp-txack (a persistent SEND, its MESSAGE to a client-individual
+consumer, which then sends BEGIN, ACK in that transaction, COMMIT with a receipt: timed from the SEND to
+the RECEIPT). A stream case sends its messages 100 frames per write, without receipts, to a consumer (auto
+ack, prefetch 1000) reading them in a thread: its "p50" is the mean time per message, first SEND to last
+MESSAGE.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from versus_clients import Http, Stomp, Target, encode  # noqa: E402
 from signalbox.embedded_redis import free_port  # noqa: E402
 
 CASES = ("tcp-pingpong", "tcp-receipt", "tcp-receipt-np", "ws-pingpong", "ws-receipt", "ws-receipt-np",
-         "tcp-stream-np", "tcp-stream", "tcp-txack")
+         "wsport-pingpong", "wsport-receipt", "wsport-receipt-np", "tcp-stream-np", "tcp-stream", "tcp-txack")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -99,12 +101,13 @@ def descendants(root: int) -> dict[str, int]:
 class Signalbox:
     def __init__(self, folder: Path, binary: str, fsync: str, root: Path = ROOT) -> None:
         folder.mkdir(parents=True)
-        port, stomp, self.redis_port = free_port(), free_port(), free_port()
+        port, stomp, ws_port, self.redis_port = free_port(), free_port(), free_port(), free_port()
         self.redis_socket = str(folder / "redis.sock")  # (signalbox/embedded_redis.py: run's children use it)
         password = secrets.token_urlsafe(12)
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
         env.update(SIGNALBOX_DATA_DIR=str(folder), SIGNALBOX_PORT=str(port), SIGNALBOX_STOMP_PORT=str(stomp),
-                   SIGNALBOX_REDIS_PORT=str(self.redis_port), SIGNALBOX_ADMIN_PASSWORD=password,
+                   SIGNALBOX_STOMP_WS_PORT=str(ws_port), SIGNALBOX_REDIS_PORT=str(self.redis_port),
+                   SIGNALBOX_ADMIN_PASSWORD=password,
                    SIGNALBOX_REDIS_APPENDFSYNC=fsync, SIGNALBOX_REDIS_SERVER=binary,
                    SIGNALBOX_CELERY_QUEUE=f"bench-{uuid.uuid4().hex[:6]}")
         self.process = subprocess.Popen([sys.executable, "-m", "signalbox.launcher", "run"], cwd=root,
@@ -118,7 +121,8 @@ class Signalbox:
         client.close()
         expect(status, 200, data, "Signalbox POST /api/v1/auth/token")
         self.target = Target("Signalbox", stomp, "admin", password, ws_url=f"ws://127.0.0.1:{port}/stomp",
-                             http_url=f"http://127.0.0.1:{port}", signalbox=True)
+                             http_url=f"http://127.0.0.1:{port}", signalbox=True,
+                             ws_port_url=f"ws://127.0.0.1:{ws_port}/stomp")
         self.pids = descendants(self.process.pid)
 
     def stop(self) -> None:
@@ -309,7 +313,7 @@ def main() -> None:
                 print(f"floor: {name}: {value:.0f} us")
             for case in cases:
                 run_case(box.target, case, min(200, args.n))  # warm-up
-                gateway = box.pids["stomp" if case.startswith("tcp") else "web"]
+                gateway = box.pids["web" if case.startswith("ws-") else "stomp"]
                 meter = Meter(gateway, box.pids["redis"], line, args.py_spy, args.strace, args.profile_dir,
                               case, args.native)
                 result = run_case(box.target, case, args.n, meter.start, meter.stop)

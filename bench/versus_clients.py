@@ -31,6 +31,9 @@ class Target:
     signalbox: bool = False
     facts: dict[str, str] = field(default_factory=dict)
     redis_port: int | None = None  # Signalbox's embedded server's port (its children use its unix socket)
+    # STOMP over WebSocket on the STOMP listener's own port (Signalbox; transport "wsport"); None: the
+    # broker's one WebSocket endpoint, `ws_url`, serves that transport too (ActiveMQ's ws:// connector)
+    ws_port_url: str | None = None
 
 
 Frame = tuple[str, dict[str, str], bytes]
@@ -82,8 +85,8 @@ class FrameBuffer:
 
 
 class Stomp:
-    """A STOMP 1.2 connection over TCP (`ws_url` None) or over WebSocket (subprotocol v12.stomp, one frame
-    per text message)."""
+    """A STOMP 1.2 connection over TCP (transport "tcp") or over WebSocket ("ws": the broker's `ws_url`;
+    "wsport": its `ws_port_url` where it has one), subprotocol v12.stomp, one frame per text message."""
 
     def __init__(self, target: Target, transport: str, timeout: float = 60) -> None:
         self.frames = FrameBuffer()
@@ -92,12 +95,13 @@ class Stomp:
                                                                        timeout=timeout)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.ws = None
-        elif transport == "ws":
-            if target.ws_url is None:
+        elif transport in ("ws", "wsport"):
+            url = target.ws_port_url if transport == "wsport" and target.ws_port_url else target.ws_url
+            if url is None:
                 raise RuntimeError(f"{target.name} has no STOMP over WebSocket endpoint")
             self.sock = None
             # No Origin header, as a server-side client sends none (Signalbox checks Origin for browsers).
-            self.ws = websocket.create_connection(target.ws_url, subprotocols=["v12.stomp"], timeout=timeout,
+            self.ws = websocket.create_connection(url, subprotocols=["v12.stomp"], timeout=timeout,
                                                   suppress_origin=True,
                                                   sockopt=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
         else:

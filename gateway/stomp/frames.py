@@ -275,6 +275,10 @@ class FrameParser:
                                      "terminator " + self.limits.source("SIGNALBOX_STOMP_MAX_BODY"))
                 self._scan_from = max(start, len(buf))
                 return None
+            if end - start > self.limits.max_body:  # (its NUL came in the same read: a WebSocket message)
+                raise FrameError(_BODY_TOO_LARGE,
+                                 f"the body is {end - start} bytes, over the limit of {self.limits.max_body} "
+                                 + self.limits.source("SIGNALBOX_STOMP_MAX_BODY"))
         body = bytes(buf[start:end])
         del buf[:end + 1]
         self._head = None

@@ -4,8 +4,11 @@ with passwords and API tokens, and STOMP helpers over Channels' WebsocketCommuni
 from __future__ import annotations
 
 import contextlib
+import shutil
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from django.test import override_settings
@@ -162,3 +165,16 @@ def clients(gateway, stomp_transport, request):
     yield make
     for client in made:
         client.close()
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[Path, Path]:
+    """A self-signed certificate and its key (PEM) for localhost and 127.0.0.1: stomp+ssl's and wss's."""
+    if not shutil.which("openssl"):
+        pytest.skip("needs the openssl command")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    return cert, key

@@ -65,9 +65,17 @@ def page_gateway(gateway_data, page_server):
     server.stop()
 
 
+@pytest.mark.parametrize("endpoint", ["web server", "listener port"])
 def test_a_stompjs_page_in_chromium_subscribes_receives_acks_and_replies(page_gateway, page_server, clients,
-                                                                           broker):
+                                                                           broker, endpoint, request):
+    """Over the web server's /stomp, and over the STOMP listener's WebSocket port (ActiveMQ's ws://
+    connector, which a page of any origin may use: it logs in with CONNECT's credentials, no cookie)."""
     from playwright.sync_api import sync_playwright
+
+    if endpoint == "web server":
+        url = f"ws://127.0.0.1:{page_gateway.port}/stomp"
+    else:
+        url = f"ws://127.0.0.1:{request.getfixturevalue('stomp_listener').ws_port}/stomp"
 
     name = f"browser.{uuid.uuid4().hex[:8]}"
     queue = f"/queue/{name}"
@@ -76,8 +84,7 @@ def test_a_stompjs_page_in_chromium_subscribes_receives_acks_and_replies(page_ga
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page()
-            page.goto(f"{page_server}/page.html?broker=ws://127.0.0.1:{page_gateway.port}/stomp"
-                      f"&queue={queue}")
+            page.goto(f"{page_server}/page.html?broker={url}&queue={queue}")
             page.wait_for_function("window.subscribed === true", timeout=15_000)
             assert page.evaluate("window.connected.version") == "1.2"
 

@@ -181,6 +181,11 @@ def test_limits_bound_headers_and_bodies():
         parse(b"SEND\ncontent-length:11\n\n" + b"x" * 11 + b"\x00", limits=limits)
     with pytest.raises(FrameError, match="The maximum data length was exceeded"):
         FrameParser("1.2", limits).feed(b"SEND\n\n" + b"x" * 11)
+    # a body without content-length that arrives whole, its NUL in the same read (a WebSocket message)
+    with pytest.raises(FrameError, match="The maximum data length was exceeded") as whole:
+        parse(b"SEND\n\n" + b"x" * 11 + b"\x00", limits=limits)
+    assert "the body is 11 bytes, over the limit of 10" in whole.value.detail
+    assert [f.body for f in parse(b"SEND\n\n" + b"x" * 10 + b"\x00", limits=limits)] == [b"x" * 10]
     with pytest.raises(FrameError, match="The maximum number of headers was exceeded"):
         FrameParser("1.2", limits).feed(b"SEND\n" + b"a:1\n" * 100)
     with pytest.raises(FrameError, match="The maximum header length was exceeded"):

@@ -11,7 +11,6 @@ import ssl
 import subprocess
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -194,18 +193,6 @@ def test_a_burst_of_subscriptions_from_many_connections_is_served(stomp_listener
 
 # -- TLS ----------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory) -> tuple[Path, Path]:
-    if not shutil.which("openssl"):
-        pytest.skip("needs the openssl command")
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
-    return cert, key
-
-
 def test_stomp_over_tls_round_trips_and_the_plain_port_serves_beside_it(listener, certificate):
     from signalbox.embedded_redis import free_port
 
@@ -261,18 +248,22 @@ def test_the_broker_name_setting_names_the_broker_in_advisories_and_client_id_re
 
 # -- a listener that dies -----------------------------------------------------------------------------
 
-def test_a_listener_killed_mid_stream_loses_nothing(listener, stomp_listener, redis_client):
+@pytest.mark.parametrize("transport", ["tcp", "ws-port"])
+def test_a_listener_killed_mid_stream_loses_nothing(listener, stomp_listener, redis_client, transport):
     """Messages a killed listener's client held unacknowledged come back when its lease lapses; with what
-    the other listener's client acknowledges, every message is consumed exactly once."""
+    the other listener's client acknowledges, every message is consumed exactly once. Over TCP and over the
+    listener's WebSocket port (gateway/stomp/ws_port.py)."""
     from broker_core import maintenance
     from broker_core.broker import Broker
 
+    tcp = transport == "tcp"
     doomed = listener(SIGNALBOX_WS_LEASE_MS="1500")
     dest = _q()
     sent = [f"m{i}" for i in range(40)]
-    first = Client(doomed.port, tcp=True).connect()
+    first = Client(doomed.port if tcp else doomed.ws_port, tcp=tcp).connect()
     first.conn.subscribe(dest, id="a", ack="client-individual", headers={"activemq.prefetchSize": "5"})
-    producer = Client(stomp_listener.port, tcp=True).connect()
+    port = stomp_listener.port if tcp else stomp_listener.ws_port
+    producer = Client(port, tcp=tcp).connect()
     try:
         for body in sent:
             producer.conn.send(dest, body)
@@ -285,7 +276,7 @@ def test_a_listener_killed_mid_stream_loses_nothing(listener, stomp_listener, re
         while receipts < 2:  # the acks' receipts come among the messages that refill the window
             receipts += first.next().command == "RECEIPT"
         doomed.kill()  # the rest of its window is unacknowledged
-        second = Client(stomp_listener.port, tcp=True).connect()
+        second = Client(port, tcp=tcp).connect()
         try:
             second.conn.subscribe(dest, id="b", ack="client-individual")
             broker = Broker(redis_client, stomp_listener.namespace)

@@ -121,12 +121,13 @@ class RawStomp:
     """A hand-driven STOMP connection over the `websockets` client, for what stomp.py cannot send:
     STOMP 1.0/1.1, exact bytes, malformed frames, silence."""
 
-    def __init__(self, url: str, version: str = "1.2", subprotocols: list[str] | None = None) -> None:
+    def __init__(self, url: str, version: str = "1.2", subprotocols: list[str] | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         from websockets.sync.client import connect
 
         from gateway.stomp.frames import FrameParser
 
-        self.ws = connect(url, subprotocols=subprotocols, open_timeout=5)  # type: ignore[arg-type]
+        self.ws = connect(url, subprotocols=subprotocols, open_timeout=5, ssl=tls)  # type: ignore[arg-type]
         self.ws.__enter__()  # the sync client warns when not used as a context manager
         self.version = version
         self.parser = FrameParser(version)

@@ -1,0 +1,331 @@
+"""STOMP over WebSocket on the STOMP listener's own port (gateway/stomp/ws_port.py, ActiveMQ's ws://
+connector) with real sockets: what the WebSocket adds to the session every transport shares
+(tests/gateway_ws/test_stomp_protocol.py runs every stomp.py test over it as well): the handshake and its
+subprotocols, messages split into fragments or holding many frames, text and binary messages, the limits,
+pings and the close, the connection limit, wss. The WebSocket framing is fuzzed from a raw socket. A
+listener killed mid-stream: tests/gateway_ws/test_stomp_tcp.py, over both."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import ssl
+import time
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from websockets.frames import Frame, Opcode
+
+from gateway.stomp.frames import FrameParser, encode
+from gateway.stomp.ws_port import MAX_MESSAGE
+from tests.helpers.gateway_server import spawn_stomp_listener, wait_listening
+from tests.helpers.stomp_client import RawStomp
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def listener(gateway_data, request):
+    """A listener of the test's own, with settings of its own (environment variables); killed at the end."""
+    made = []
+
+    def start(**env: str):
+        data_dir, namespace = gateway_data
+        server = wait_listening(spawn_stomp_listener(data_dir, namespace, f"{request.node.name[:40]}", **env))
+        made.append(server)
+        return server
+
+    yield start
+    for server in made:
+        server.kill()
+
+
+@pytest.fixture
+def raw(stomp_listener):
+    made: list[RawStomp] = []
+
+    def make(path: str = "/stomp", subprotocols: list[str] | None = None) -> RawStomp:
+        conn = RawStomp(f"ws://127.0.0.1:{stomp_listener.ws_port}{path}", subprotocols=subprotocols)
+        made.append(conn)
+        return conn
+
+    yield make
+    for conn in made:
+        conn.close()
+
+
+def _q() -> str:
+    return f"/queue/wsport{uuid.uuid4().hex[:10]}"
+
+
+# -- the handshake ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("offered", "chosen"), [
+    (["v10.stomp", "v11.stomp"], "v11.stomp"), (["stomp", "v12.stomp"], "v12.stomp"), (["stomp"], "stomp"),
+    (None, None), (["mqtt"], None)])
+def test_the_highest_stomp_subprotocol_offered_is_chosen(raw, offered, chosen):
+    conn = raw(subprotocols=offered)
+    assert conn.subprotocol == chosen
+    assert conn.connect().get("version") == "1.2"
+
+
+@pytest.mark.parametrize("path", ["/", "/stomp", "/any/path?x=1"])
+def test_any_path_is_served(raw, path):
+    """ActiveMQ maps its WebSocket servlet at "/": clients written for it name any path."""
+    assert raw(path).connect().get("session", "").startswith("ws-")  # named for its transport
+
+
+def _raw_socket(port: int, tls: ssl.SSLContext | None = None) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    return tls.wrap_socket(sock, server_hostname="localhost") if tls is not None else sock
+
+
+def _read_until_closed(sock: socket.socket, timeout: float) -> bytes:
+    sock.settimeout(timeout)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_request_that_is_no_websocket_upgrade_is_refused_and_closed(stomp_listener):
+    sock = _raw_socket(stomp_listener.ws_port)
+    try:
+        sock.sendall(b"GET /stomp HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        answer = _read_until_closed(sock, 5)  # (a timeout here: never closed)
+        assert answer.startswith(b"HTTP/1.1 426 "), answer[:200]
+    finally:
+        sock.close()
+
+
+def test_a_client_that_never_finishes_its_handshake_is_cut_off(listener):
+    server = listener(SIGNALBOX_STOMP_CONNECT_TIMEOUT="1")
+    sock = _raw_socket(server.ws_port)
+    try:
+        sock.sendall(b"GET /stomp HTTP/1.1\r\nHost: localh")  # slow loris: a request that never ends
+        began = time.monotonic()
+        assert _read_until_closed(sock, 6) == b""
+        assert time.monotonic() - began < 5
+    finally:
+        sock.close()
+
+
+# -- messages and frames ------------------------------------------------------------------------------
+
+class RawWs:
+    """A WebSocket client from a raw socket: the handshake by hand, then masked frames written as bytes, cut
+    anywhere (what a client's writes and the network may do to them)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = _raw_socket(port)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(f"GET /stomp HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
+                          f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                          f"Sec-WebSocket-Protocol: v12.stomp\r\n\r\n".encode())
+        self.buffer = b""
+        while b"\r\n\r\n" not in self.buffer:
+            self.buffer += self.sock.recv(65536)
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101 ") and b"Sec-WebSocket-Protocol: v12.stomp" in head, head
+        self.parser = FrameParser("1.2")
+        self.frames: list = []
+
+    @staticmethod
+    def frame(opcode: Opcode, data: bytes, fin: bool = True) -> bytes:
+        return Frame(opcode, data, fin).serialize(mask=True, extensions=[])
+
+    def receive(self, timeout: float = 5):
+        """The next STOMP frame (and the opcode of the WebSocket message it came in)."""
+        self.sock.settimeout(timeout)
+        while not self.frames:
+            while True:
+                opcode, payload, used = _server_frame(self.buffer)
+                if used:
+                    break
+                chunk = self.sock.recv(65536)
+                assert chunk, "the server closed the connection"
+                self.buffer += chunk
+            self.buffer = self.buffer[used:]
+            if opcode in (Opcode.TEXT, Opcode.BINARY) and payload.strip(b"\n"):
+                self.frames += [(opcode, f) for f in self.parser.feed(payload)]
+        return self.frames.pop(0)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _server_frame(data: bytes) -> tuple[Opcode | None, bytes, int]:
+    """One unmasked frame from the server at the start of `data`: (opcode, payload, bytes used); used 0 while
+    it is not all there."""
+    if len(data) < 2:
+        return None, b"", 0
+    length, start = data[1] & 0x7F, 2
+    if length == 126:
+        length, start = int.from_bytes(data[2:4], "big"), 4
+    elif length == 127:
+        length, start = int.from_bytes(data[2:10], "big"), 10
+    if len(data) < start + length:
+        return None, b"", 0
+    return Opcode(data[0] & 0x0F), data[start:start + length], start + length
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(min_value=1, max_value=300), min_size=1, max_size=10),
+       bodies=st.lists(st.binary(max_size=60), min_size=1, max_size=5),
+       fragment=st.integers(min_value=1, max_value=80))
+def test_frames_in_fragmented_messages_cut_anywhere_arrive_whole_and_in_order(stomp_listener, cuts, bodies,
+                                                                              fragment):
+    """SENDs in WebSocket messages split into fragments (continuation frames), with pings between, the bytes
+    written in pieces cut anywhere: the same messages, in order; text and binary bodies come back in text
+    and binary messages."""
+    ws = RawWs(stomp_listener.ws_port)
+    try:
+        dest = _q()
+        stream = [ws.frame(Opcode.TEXT, encode("CONNECT", [("accept-version", "1.2"), ("login", "alice"),
+                                                             ("passcode", "secret")]))]
+        for body in bodies:
+            data = encode("SEND", [("destination", dest), ("content-length", str(len(body)))], body)
+            pieces = [data[i:i + fragment] for i in range(0, len(data), fragment)]
+            for n, piece in enumerate(pieces):
+                opcode = Opcode.BINARY if n == 0 else Opcode.CONT
+                stream.append(ws.frame(opcode, piece, fin=n == len(pieces) - 1))
+            stream.append(ws.frame(Opcode.PING, b"between"))  # (allowed between fragments too; not here)
+        stream.append(ws.frame(Opcode.TEXT, encode("SUBSCRIBE", [("destination", dest), ("id", "s"),
+                                                                  ("receipt", "sub")])))
+        data, start = b"".join(stream), 0
+        for cut in cuts:
+            ws.sock.sendall(data[start:start + cut])
+            start += cut
+            time.sleep(0.001)
+        ws.sock.sendall(data[start:])
+        assert ws.receive()[1].command == "CONNECTED"
+        assert ws.receive()[1].command == "RECEIPT"
+        got = [ws.receive() for _ in bodies]
+        assert [frame.body for _, frame in got] == bodies
+        # A message that is all UTF-8 goes as text, one with any other byte as binary (the headers are ASCII:
+        # the bodies decide; several MESSAGE frames may share one WebSocket message).
+        utf8 = [_is_utf8(body) for body in bodies]
+        assert all(opcode == Opcode.BINARY for (opcode, _), ok in zip(got, utf8, strict=True) if not ok)
+        if all(utf8):
+            assert {opcode for opcode, _ in got} == {Opcode.TEXT}
+    finally:
+        ws.close()
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_several_frames_in_one_message_are_each_handled(raw):
+    conn = raw()
+    conn.connect()
+    dest = _q()
+    conn.send_raw(encode("SEND", [("destination", dest)], b"one")
+                  + encode("SEND", [("destination", dest)], b"two")
+                  + encode("SUBSCRIBE", [("destination", dest), ("id", "s"), ("receipt", "sub")]))
+    conn.expect("RECEIPT")
+    assert [conn.expect("MESSAGE").body for _ in range(2)] == [b"one", b"two"]
+
+
+def test_a_frame_over_the_body_limit_is_refused_with_an_error_that_names_it(raw):
+    conn = raw()
+    conn.connect()
+    big = 11 * 1024 * 1024
+    conn.send_raw(encode("SEND", [("destination", _q())], b"x" * big))
+    error = conn.expect("ERROR")
+    assert "(SIGNALBOX_STOMP_MAX_BODY)" in error.body.decode()
+    assert conn.closed_within(5)
+
+
+def test_a_message_over_the_largest_closes_the_connection_as_too_big(stomp_listener):
+    """Refused from the frame's length, before its payload is read: a close frame with 1009 ("message too
+    big"), then the close."""
+    ws = RawWs(stomp_listener.ws_port)
+    try:
+        # FIN + text, masked, a 64-bit length one over the largest, the mask; no payload follows
+        ws.sock.sendall(b"\x81\xff" + (MAX_MESSAGE + 1).to_bytes(8, "big") + os.urandom(4))
+        data = _read_until_closed(ws.sock, 5)
+        opcode, payload, used = _server_frame(data)
+        assert (opcode, int.from_bytes(payload[:2], "big"), data[used:]) == (Opcode.CLOSE, 1009, b"")
+    finally:
+        ws.close()
+
+
+def test_a_ping_is_answered_and_a_close_ends_the_session_and_its_consumers(raw, stomp_listener, redis_client):
+    from broker_core.broker import Broker
+
+    conn = raw()
+    conn.connect()
+    dest = _q()
+    conn.send("SUBSCRIBE", {"destination": dest, "id": "s", "receipt": "sub"})
+    conn.expect("RECEIPT")
+    assert conn.ws.ping(b"are you there").wait(5)  # (the pong)
+    broker = Broker(redis_client, stomp_listener.namespace)
+    name = dest.removeprefix("/queue/")
+    assert len(broker.stats(name).consumers) == 1
+    conn.ws.close()
+    deadline = time.monotonic() + 10
+    while broker.stats(name).consumers and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert broker.stats(name).consumers == []
+
+
+def test_connections_beyond_the_limit_are_refused_with_an_error_that_names_it(listener):
+    server = listener(SIGNALBOX_STOMP_MAX_CONNECTIONS="2")
+    url = f"ws://127.0.0.1:{server.ws_port}/stomp"
+    held = [RawStomp(url) for _ in range(2)]
+    try:
+        for conn in held:
+            conn.connect()
+        third = RawStomp(url)
+        try:
+            error = third.expect("ERROR")
+            assert "SIGNALBOX_STOMP_MAX_CONNECTIONS" in error.get("message", "")
+            assert third.closed_within(5)
+        finally:
+            third.close()
+    finally:
+        for conn in held:
+            conn.close()
+
+
+# -- wss ----------------------------------------------------------------------------------------------
+
+def test_stomp_over_secure_websocket_round_trips_beside_the_plain_ports(listener, certificate):
+    from signalbox.embedded_redis import free_port
+
+    cert, key = certificate
+    wss_port = free_port()
+    server = listener(SIGNALBOX_STOMP_TLS_CERT=str(cert), SIGNALBOX_STOMP_TLS_KEY=str(key),
+                      SIGNALBOX_STOMP_TLS_PORT="0", SIGNALBOX_STOMP_WSS_PORT=str(wss_port))
+    wait_listening(type(server)(server.process, wss_port, server.log_path))
+    conn = RawStomp(f"wss://localhost:{wss_port}/stomp", tls=ssl.create_default_context(cafile=str(cert)))
+    try:
+        assert conn.connect().get("session", "").startswith("wss-")
+        dest = _q()
+        conn.send("SUBSCRIBE", {"destination": dest, "id": "s", "receipt": "sub"})
+        conn.expect("RECEIPT")
+        conn.send("SEND", {"destination": dest}, b"secret")
+        assert conn.expect("MESSAGE").body == b"secret"
+    finally:
+        conn.close()
+    plain = RawStomp(f"ws://127.0.0.1:{server.ws_port}/stomp")
+    try:
+        assert plain.connect().get("session", "").startswith("ws-")
+    finally:
+        plain.close()
+    with pytest.raises(ssl.SSLError):  # an untrusted certificate
+        RawStomp(f"wss://localhost:{wss_port}/stomp", tls=ssl.create_default_context())
+    sock = _raw_socket(wss_port)  # no plain WebSocket on the TLS port
+    try:
+        sock.sendall(b"GET /stomp HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert b"HTTP/1.1 101" not in _read_until_closed(sock, 5)
+    finally:
+        sock.close()
