@@ -8,6 +8,7 @@ listener killed mid-stream: tests/gateway_ws/test_stomp_tcp.py, over both."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import socket
 import ssl
@@ -84,19 +85,31 @@ def _raw_socket(port: int, tls: ssl.SSLContext | None = None) -> socket.socket:
 
 
 def _read_until_closed(sock: socket.socket, timeout: float) -> bytes:
+    """What the server writes until it closes the connection (a reset counts as closed: a server that closes
+    with bytes it has not read resets); TimeoutError when it does not within `timeout`."""
     sock.settimeout(timeout)
     data = b""
-    while chunk := sock.recv(65536):
-        data += chunk
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            data += chunk
     return data
 
 
-def test_a_request_that_is_no_websocket_upgrade_is_refused_and_closed(stomp_listener):
+@pytest.mark.parametrize(("request_bytes", "status"), [
+    (b"GET /stomp HTTP/1.1\r\nHost: localhost\r\n\r\n", b"426"),  # plain HTTP: "Upgrade Required"
+    (b"POST /stomp HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n", None),
+    (b"\x00\x16\x03\x01garbage\r\n\r\n", None),  # (a TLS hello, or noise)
+    (b"GET /" + b"x" * 70_000 + b" HTTP/1.1\r\n\r\n", None),  # a request line past websockets' limit
+])
+def test_a_request_that_is_no_websocket_upgrade_is_refused_and_closed(stomp_listener, request_bytes, status):
     sock = _raw_socket(stomp_listener.ws_port)
     try:
-        sock.sendall(b"GET /stomp HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        with contextlib.suppress(OSError):  # (the server may close before it has read all)
+            sock.sendall(request_bytes)
         answer = _read_until_closed(sock, 5)  # (a timeout here: never closed)
-        assert answer.startswith(b"HTTP/1.1 426 "), answer[:200]
+        assert b" 101 " not in answer.partition(b"\r\n")[0], answer[:200]
+        if status is not None:
+            assert answer.startswith(b"HTTP/1.1 " + status + b" "), answer[:200]
     finally:
         sock.close()
 
