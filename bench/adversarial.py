@@ -986,6 +986,38 @@ def retroactive_backlog(ctx: Context) -> Calls:
     return ctx.measure(lambda: ctx.broker.add_consumer(topic, spec))
 
 
+MANY_DURABLES = 5_000
+MANY_BACKLOG = 1_000
+
+
+@case("retroactive: a new durable subscription catches up among 5,000 durable subscriptions")
+def retroactive_many_durables(ctx: Context) -> Calls:
+    """The same catch-up on a topic with 5,000 durable subscriptions: 1,000 stored messages, a live
+    non-durable subscription holding them all and the first durable one every even one; the other 4,999
+    durable subscriptions came after the backlog and hold none of it (so an odd message is held by no
+    durable subscription at all, the most a "held by another durable?" question can cost)."""
+    topic = "topic://many.t"
+    ctx.broker.add_consumer(topic, ConsumerSpec(), consumer_id="live")
+    holder = ctx.broker.add_consumer(topic, ConsumerSpec(client_id="app", subscription_name="holder",
+                                                         selector="n % 2 = 0"))
+    ctx.broker.close_consumer(holder)  # offline: it keeps what is sent
+    for start in range(0, MANY_BACKLOG, 500):
+        ctx.broker.send(topic, [Message(body="x", properties={"n": n}) for n in range(start, start + 500)])
+    for n in range(1, MANY_DURABLES):
+        ctx.broker.close_consumer(ctx.broker.add_consumer(topic, ConsumerSpec(client_id="app",
+                                                                              subscription_name=f"d{n}")))
+    # (the subscribe and catch-up scripts loaded, on another topic, one message a call)
+    warm = "topic://many.warm"
+    ctx.broker.close_consumer(ctx.broker.add_consumer(warm, ConsumerSpec(client_id="app",
+                                                                         subscription_name="warm-holder")))
+    ctx.broker.send(warm, [Message(body="x"), Message(body="x")])
+    checks, ctx.broker.ops.backlog_checks = ctx.broker.ops.backlog_checks, 1
+    ctx.broker.add_consumer(warm, ConsumerSpec(client_id="app", subscription_name="warm", retroactive=True))
+    ctx.broker.ops.backlog_checks = checks
+    spec = ConsumerSpec(client_id="app", subscription_name="new", retroactive=True, prefetch=10)
+    return ctx.measure(lambda: ctx.broker.add_consumer(topic, spec))
+
+
 # --- the largest message ---
 # One message of the default policy's maxMessageSize (its body as large as the limit lets it be) through
 # every path that copies a whole message inside one call, and a transaction holding

@@ -14,8 +14,8 @@ receives
 (`ack_and_receive` of one) by 16 consumers in their own tasks, which it groups likewise (how many share a
 script call depends on timing, so it is printed); sends of one message to a queue with 10 consumers,
 without and with message groups, and the batched phase with 10 consumers and 10,000 message groups.
-`--only-topics`: instead, `ack_and_receive` of one message by a durable and by a non-durable topic
-subscriber (topic_phases).
+`--only-topics`: instead, `send` of one message to a topic and `ack_and_receive` of one message by a
+durable and by a non-durable topic subscriber (topic_phases).
 Counters are zeroed before a phase with `callgrind_control -z` and read after it with
 `callgrind_control -d`. Needs Debian's `valgrind` package.
 --listpack-entries sets hash- and zset-max-ziplist-entries (default: what `run` configures).
@@ -159,15 +159,20 @@ def hop_phases(broker: Broker, pid: int, out_prefix: str, n: int) -> dict[str, f
 
 
 def topic_phases(broker: Broker, pid: int, out_prefix: str, n: int) -> dict[str, float]:
-    """`ack_and_receive` of one message by a topic subscriber (prefetch n + 10, client-individual acks), a
+    """`send` of one message to a topic with one subscriber (prefetch n + 10, client-individual acks: the
+    message stored once, dispatched in the same call), then `ack_and_receive` of one message by it, a
     durable subscription's and a non-durable one's: the queue phase's ack on a subscription's keys, the
     message released from the topic's shared store. Instructions per message."""
     figures = {}
     for label, fields in (("durable", {"client_id": "bench", "subscription_name": "s"}), ("non-durable", {})):
         topic = f"topic://ir.{label}"
         c = broker.add_consumer(topic, spec(prefetch=n + 10, ack_mode="client-individual", **fields))
-        for _ in range(n + 20):
+        for _ in range(20):  # warm-up
             broker.send(topic, Message(body=BODY))
+        subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+        for _ in range(n):
+            broker.send(topic, Message(body=BODY))
+        figures[f"send, {label} subscription"] = instructions(pid, out_prefix) / n
         got = broker.receive(c, 1)
         for _ in range(10):  # warm-up
             got = broker.ack_and_receive(c, got[0].message_id, 1)

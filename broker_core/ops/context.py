@@ -31,10 +31,10 @@ MAX_DISPATCH_CHUNKS = 1_000  # per operation; each chunk is its own bounded scri
 # (docs/benchmarks.md, "Closing and reaping").
 RETURN_CHUNK = 200
 # A new retroactive durable subscription's catch-up on the messages stored for the other durable
-# subscriptions (scripts/lua/includes/topic.lua catch_up): (stored message, other durable subscription)
-# checks per script call, the rest in further calls (topics.catch_up). A message an offline subscription
-# holds, replayed, costs about 13 µs of Redis CPU: 200 keep a call at 2.5-4.5 ms (docs/benchmarks.md,
-# "Session 28"). A call examines one message at least, however many durable subscriptions it checks.
+# subscriptions (scripts/lua/includes/topic.lua catch_up): stored messages examined per script call (one
+# read each tells whether a durable subscription holds it, however many the topic has), the rest in
+# further calls (topics.catch_up). A message an offline subscription holds, replayed, costs about 13 µs of
+# Redis CPU: 200 keep a call at 2.5-4.5 ms (docs/benchmarks.md, "Session 28" and "Session 29").
 BACKLOG_CHECKS = 200
 
 
@@ -61,7 +61,7 @@ class Context:
                  backlog_checks: int = BACKLOG_CHECKS) -> None:
         self.namespace = namespace
         self.return_chunk = return_chunk  # messages returned (or released) per call
-        self.backlog_checks = max(1, backlog_checks)  # a retroactive catch-up's checks per call (1 at least)
+        self.backlog_checks = max(1, backlog_checks)  # a retroactive catch-up's messages a call (1 at least)
         self.transaction_limits = transaction_limits or TransactionLimits()
         self.registry_key = keys.registry_key(namespace)
         self.virtual = VirtualCache()  # this process's copy of the routing configuration

@@ -198,8 +198,9 @@ def subscribe(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, cid
 def catch_up(ops: Context, sub: Home, now: int) -> Op:
     """Go on with a new retroactive durable subscription's catch-up on the messages stored for the other
     durable subscriptions when it was made (scripts/lua/topic_catchup.lua, includes/topic.lua catch_up),
-    `ops.backlog_checks` checks per call, until it is done; then its dispatch. Safe from several processes
-    at once (the maintenance tick finishes one whose driver died). Returns the dispatch's result."""
+    `ops.backlog_checks` stored messages per call, until it is done; then its dispatch. Safe from several
+    processes at once (the maintenance tick finishes one whose driver died). Returns the dispatch's
+    result."""
     result = DispatchResult(0, 0)
     while True:
         try:

@@ -33,3 +33,22 @@ def test_a_cron_message_is_not_taken_for_a_legacy_copy():
     message_id, blob = Message("tick", cron="0 3 * * *").pack(1_000)
     delivery = unpack_delivery(message_id, "queue://q", "c1", blob, 0, False)
     assert delivery.destination == "queue://q" and delivery.properties["scheduledJobId"] == message_id
+
+
+def test_a_topic_messages_reference_count_stored_before_durable_references_weighed_more(broker):
+    """<topic>:refs counted every holder 1 before session 29 (a durable subscription's reference now weighs
+    2^32, lifecycle.lua ref_weight): a message stored then, held by a durable and a non-durable
+    subscription, stays stored when the durable one acknowledges it, and goes with the last holder."""
+    from broker_core.model import ConsumerSpec
+
+    topic, p = "topic://layout", f"{broker.namespace}:{{t:layout}}"
+    held = broker.add_consumer(topic, ConsumerSpec(client_id="app", subscription_name="d",
+                                                   ack_mode="client-individual"))
+    live = broker.add_consumer(topic, ConsumerSpec(ack_mode="client-individual"))
+    broker.send(topic, Message("old", message_id="m1"))
+    broker.redis.hset(f"{p}:refs", "m1", 2)  # as the earlier version stored it
+    broker.ack(held, broker.receive(held, 1)[0].message_id)
+    assert broker.redis.hget(f"{p}:refs", "m1") == b"1" and broker.redis.hexists(f"{p}:msgs", "m1")
+    assert [d.body for d in broker.receive(live, 1)] == ["old"]
+    broker.ack(live, "m1")
+    assert not broker.redis.hexists(f"{p}:msgs", "m1") and not broker.redis.hexists(f"{p}:refs", "m1")

@@ -2,7 +2,8 @@
 -- (includes/topic.lua topic.catch_up), and a dispatch chunk once it is done. Its subscriber's process
 -- calls this until it is (topics.catch_up), the maintenance tick should that process die; two drivers at
 -- once are safe (each call goes on from the cursor the last one left).
--- KEYS[1] = the topic's prefix. ARGV: now, budget, subscription key, checks (as topic_subscribe's).
+-- KEYS[1] = the topic's prefix. ARGV: now, budget, subscription key, stored messages to examine at most (as
+-- topic_subscribe's).
 -- Returns {1 while the catch-up goes on else 0, messages replayed}, then the tail (dispatch.add_tail).
 -- A subscription gone meanwhile (its catch-up with it): {0, 0}.
 --@include base

@@ -145,7 +145,7 @@ for i = 4, #ARGV, 4 do
       -- only wildcard subscriptions take it: their copies hold it, nothing is stored here
       topic.enqueued(id, m, #blob, job, 'subscriptions', 0, 'wildcards', copies)
     else
-      topic.store(id, blob, #matched, seq)
+      topic.store(id, blob, topic.refs_of(matched), seq)
     end
     if not rest and #matched > 0 then
       if copies == 0 then

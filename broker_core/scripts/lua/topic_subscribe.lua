@@ -4,8 +4,8 @@
 -- with ActiveMQ's text. Retroactive consumers get what the recovery policy kept.
 -- KEYS[1] = the topic's prefix. ARGV: now, budget, consumer id, packed consumer definition, lease ms,
 -- requested prefetch (-1 = client default), subscription key, packed subscription definition,
--- retroactive ('1'/'0'), client id, subscription name, registry field, topic uri, the checks a new
--- retroactive durable's catch-up makes in this call (includes/topic.lua topic.catch_up).
+-- retroactive ('1'/'0'), client id, subscription name, registry field, topic uri, the stored messages a new
+-- retroactive durable's catch-up examines in this call at most (includes/topic.lua topic.catch_up).
 -- Returns {effective prefetch, recovered, 'new'|'changed'|'existing', 1 while that catch-up goes on (its
 -- subscriber's process continues it with topic_catchup.lua) else 0, the tail (includes/dispatch.lua
 -- dispatch.add_tail)}, or

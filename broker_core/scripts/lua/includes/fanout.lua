@@ -51,7 +51,7 @@ end
 -- subscription in `matched` (which take it in this call) and one for the fan-out; the subscriptions
 -- `subs` from index `from` on are matched later. `copies`: the wildcard patterns that got a copy.
 function fanout.defer(id, blob, seq, matched, subs, from, copies, job)
-  topic.store(id, blob, #matched + 1, seq)
+  topic.store(id, blob, topic.refs_of(matched) + 1, seq)
   local list = base.TP .. ':fanout:' .. id
   local keys = {}
   for k = from, #subs do keys[#keys + 1] = subs[k].key end
@@ -82,7 +82,7 @@ function fanout.finish(id, m, blob)
     else
       topic.enqueued(id, m, #blob, job, 'subscriptions', matched, 'wildcards', copies)
     end
-    lifecycle.release_shared(id)
+    lifecycle.release_shared(id, 1)  -- (the fan-out's own reference: no subscription's)
   end
 end
 
@@ -109,7 +109,7 @@ function fanout.run(touched, order)
         local ok
         ok, view = topic.matches(s, id, m, view)
         if ok then
-          redis.call('HINCRBY', base.TP .. ':refs', id, 1)
+          redis.call('HINCRBY', base.TP .. ':refs', id, lifecycle.ref_weight(key))
           local n = redis.call('HGET', base.TP .. ':fanout:n', id) or '0|0'
           local matched, rest = string.match(n, '^(%d+)(|.*)$')  -- (the copies, and a firing's job)
           redis.call('HSET', base.TP .. ':fanout:n', id, (tonumber(matched) + 1) .. rest)

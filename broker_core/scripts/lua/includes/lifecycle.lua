@@ -20,9 +20,27 @@ function lifecycle.closing_key() return base.P .. ':closing' end
 -- itself, call after call; the tick is for a closer that died).
 lifecycle.RETURNS_GRACE_MS = 2000
 
--- A subscription is done with topic message `id`: one reference fewer, and the message gone with the last.
-function lifecycle.release_shared(id)
-  if redis.call('HINCRBY', base.TP .. ':refs', id, -1) <= 0 then
+-- A topic message's references (<topic>:refs): each subscription holding it counts 1, a durable one
+-- DURABLE_REF, so the count also answers "does a durable subscription hold it?" (>= DURABLE_REF) with no
+-- command of its own: a new retroactive durable subscription's catch-up asks it of every stored message
+-- (topic.lua catch_up). (A topic's non-durable subscriptions, each with its consumer, stay far below 2^32;
+-- its durable ones below 2^31, where the count would leave Redis's 64-bit integers.)
+lifecycle.DURABLE_REF = 4294967296
+-- The weight of subscription `key`'s reference: its key's first character tells a durable one's, 'd'
+-- (100) topics.py durable_key's, from a non-durable one's, 'c' non_durable_key's.
+function lifecycle.ref_weight(key)
+  return string.byte(key) == 100 and lifecycle.DURABLE_REF or 1
+end
+
+-- A subscription is done with topic message `id`: its reference (`weight`, ref_weight) let go, and the
+-- message gone with the last.
+-- A count stored before references were weighted (session 28 and earlier: every holder 1) is the only one
+-- a durable subscription's release takes below 0 (a weighted count holds DURABLE_REF for each durable
+-- holder): that release lets go of 1 instead, so such a message still goes with its last holder.
+function lifecycle.release_shared(id, weight)
+  local left = redis.call('HINCRBY', base.TP .. ':refs', id, -weight)
+  if left < 0 then left = redis.call('HINCRBY', base.TP .. ':refs', id, weight - 1) end
+  if left <= 0 then
     local own_meta = base.K_META
     base.K_META = base.TP .. ':meta'
     flow.memory_release(redis.call('HSTRLEN', base.TP .. ':msgs', id))
@@ -73,11 +91,12 @@ end
 function lifecycle.drop_messages(ids, charge_only, marked)
   local bytes = 0
   local fresh, sub, K_MSGS, charge = message.fresh, base.SUB, base.K_MSGS, flow.message_charge  -- (read once)
+  local weight = sub and lifecycle.ref_weight(sub)
   for i = 1, #ids do
     local id = ids[i]
     fresh[id] = nil
     if sub then
-      lifecycle.release_shared(id)
+      lifecycle.release_shared(id, weight)
     else
       local size = redis.call('HSTRLEN', K_MSGS, id)  -- 0 when it is not stored
       if size > 0 then bytes = bytes + charge(size) end
@@ -507,9 +526,10 @@ function lifecycle.load()
   -- the end of a subscription (docs/broker_core.md "Topics"). Every message it holds (pending,
   -- parked, in flight) is counted on the topic as 'sub_removed' now, and released from the shared store in
   -- the calls that follow: the keys listing them (in flight: each message is in one consumer's window, a
-  -- closed consumer's too) are renamed aside, <topic>:ended:<n>:<i>, listed in the set <topic>:ended, and
-  -- return_owed (closing_load) releases them a chunk per call. The rest of its keys go now (UNLINK: a big
-  -- one is freed outside the call).
+  -- closed consumer's too) are renamed aside, <topic>:ended:<n>:<i> (<n>:d<i> for a durable subscription's:
+  -- its references weigh DURABLE_REF), listed in the set <topic>:ended, and return_owed (closing_load)
+  -- releases them a chunk per call. The rest of its keys go now (UNLINK: a big one is freed outside the
+  -- call).
   lifecycle.remove_subscription = function(reason)
     local dropped = 0
     -- (txheld_key: a durable subscription's messages held for open transactions, whose commits then skip
@@ -522,6 +542,7 @@ function lifecycle.load()
       local n = redis.call('ZCARD', holders[i])
       if n > 0 then
         aside = aside or base.TP .. ':ended:' .. redis.call('HINCRBY', base.TP .. ':meta', 'endseq', 1) .. ':'
+                         .. (lifecycle.ref_weight(base.SUB) == 1 and '' or 'd')
         redis.call('RENAME', holders[i], aside .. i)
         redis.call('SADD', base.TP .. ':ended', aside .. i)
         base.due_at(base.TP, base.NOW + lifecycle.RETURNS_GRACE_MS)  -- the tick releases them if the caller dies
@@ -743,7 +764,8 @@ function lifecycle.load_closing()
       local take = limit and limit - released or -1
       if take ~= 0 then
         local ids = redis.call('ZRANGE', key, 0, take > 0 and take - 1 or -1)
-        for i = 1, #ids do lifecycle.release_shared(ids[i]) end
+        local weight = string.find(key, ':d%d+$') and lifecycle.DURABLE_REF or 1  -- (remove_subscription)
+        for i = 1, #ids do lifecycle.release_shared(ids[i], weight) end
         base.call_many('ZREM', key, ids)
         released = released + #ids
       end

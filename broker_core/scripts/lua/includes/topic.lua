@@ -6,7 +6,8 @@
 --                  name, durable, priority}
 --   :sorder  list  subscription keys in the order they were created (the dispatch policies start here)
 --   :subof   hash  consumer id -> subscription key (how a ConsumerRef finds its subscription)
---   :refs    hash  message id -> how many subscriptions still hold it (the message is in :msgs once)
+--   :refs    hash  message id -> the references of the subscriptions that still hold it (the message is in
+--                  :msgs once): 1 each, DURABLE_REF a durable one's (lifecycle.lua ref_weight)
 --   :order   zset  stored message id -> topic sequence (a new retroactive durable catches up from it)
 --   :retain  hash  the ActiveMQ.Retain message: id, blob
 --   :recov   zset  id -> topic sequence of what the recovery policy keeps; :recovmsg hash id -> {blob, ts}
@@ -119,14 +120,23 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     return ok, view
   end
 
-  -- Store a message once for `refs` subscriptions (memory counted on the topic, flow.lua).
+  -- The references subscriptions `subs` hold on a message they all take (lifecycle.lua ref_weight).
+  function topic.refs_of(subs)
+    local refs, weight = 0, lifecycle.ref_weight
+    for i = 1, #subs do refs = refs + weight(subs[i].key) end
+    return refs
+  end
+
+  -- Store a message once with references `refs` (topic.refs_of; memory counted on the topic, flow.lua).
   function topic.store(id, blob, refs, seq)
     local own_meta = base.K_META
     base.K_META = base.TP .. ':meta'
     flow.memory_charge(#blob)
     base.K_META = own_meta
     redis.call('HSET', base.TP .. ':msgs', id, blob)
-    redis.call('HSET', base.TP .. ':refs', id, refs)
+    -- (as an integer's digits: Redis 7.0 writes a Lua number of 10^17 or more, 2^32 times 23 million
+    -- durable subscriptions, in exponent notation, which HINCRBY refuses)
+    redis.call('HSET', base.TP .. ':refs', id, string.format('%d', refs))
     redis.call('ZADD', base.TP .. ':order', seq, id)
   end
 
@@ -275,10 +285,11 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
         elseif shared and shared ~= blob then
           key, shared = own, false
         end
+        local weight = lifecycle.ref_weight(base.SUB)
         if shared then
-          redis.call('HINCRBY', base.TP .. ':refs', key, 1)  -- still stored for others: shared, not copied
+          redis.call('HINCRBY', base.TP .. ':refs', key, weight)  -- still stored for others: shared, not copied
         else
-          topic.store(key, blob, 1, tonumber(redis.call('HINCRBY', base.TP .. ':meta', 'seq', 1)))
+          topic.store(key, blob, weight, tonumber(redis.call('HINCRBY', base.TP .. ':meta', 'seq', 1)))
         end
         topic.add_to_current(key, m, seq_field)
         base.emit('recover', 'msg', key)
@@ -314,9 +325,11 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
 
   -- A new durable subscription created retroactive gets every message that was stored for other durable
   -- subscriptions when it was made, in topic order (KahaDB's addAckLocationForRetroactiveSub, §7.5), then
-  -- the recovery policy's messages. A topic may store any number, so the walk of <topic>:order goes in
-  -- slices of at most `checks` (stored message, other durable subscription) checks a call, fewer when the
-  -- call's selector work or bytes read reach a call's worth (at least one message a call):
+  -- the recovery policy's messages. A message is stored for a durable subscription while its references
+  -- reach DURABLE_REF (lifecycle.lua ref_weight): one read tells, however many subscriptions the topic has
+  -- (the new one holds none of them yet: it had only what was sent after it was made). A topic may store any
+  -- number, so the walk of <topic>:order goes in slices of at most `checks` stored messages a call, fewer
+  -- when the call's selector work or bytes read reach a call's worth (at least one message a call):
   -- topic_subscribe.lua makes the first slice, topic_catchup.lua the rest (its subscriber's add_consumer,
   -- or the maintenance tick should that process die). Its state, in the subscription's meta while it lasts:
   --   catchup       the topic sequence (<topic>:order's score: one per message) of the last message examined,
@@ -341,20 +354,24 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
   -- sent before the subscription was made (the buffer only if the backlog gave it nothing: its rule "only
   -- if that left nothing pending", DurableTopicSubscription.activate), the retained message always, and
   -- lifts the fence. Nothing under way: done.
+  -- While subscriptions that ended still have messages to release (lifecycle.lua remove_subscription), a
+  -- slice releases a chunk of them instead (as return_owed does): an ended durable subscription's references
+  -- still count until then, and it holds nothing any more.
   function topic.catch_up(s, checks)
     local state = redis.call('HMGET', base.K_META, 'catchup', 'catchup_upto')
     if not state[1] then return true, 0 end
     local after, upto = state[1], tonumber(state[2])
-    local durables = {}
-    for _, other in ipairs(topic.subscriptions()) do
-      if other.key ~= s.key and other.def.durable then durables[#durables + 1] = base.TP .. ':s:' .. other.key end
-    end
     local got, done = 0, true
-    if #durables > 0 then
-      local most = math.max(1, math.floor(checks / #durables))
+    if redis.call('SCARD', base.TP .. ':ended') > 0 then
+      lifecycle.release_ended(checks)
+      done = false
+    else
       local page = redis.call('ZRANGEBYSCORE', base.TP .. ':order', after == '' and '-inf' or '(' .. after, upto,
-                              'WITHSCORES', 'LIMIT', 0, most)
-      done = #page < 2 * most
+                              'WITHSCORES', 'LIMIT', 0, checks)
+      done = #page < 2 * checks
+      local ids = {}
+      for i = 1, #page, 2 do ids[#ids + 1] = page[i] end
+      local refs = base.call_many('HMGET', base.TP .. ':refs', ids)
       local bytes = 0
       for i = 1, #page, 2 do
         if i > 1 and (forward.work_spent() or bytes >= outbox.CALL_MOST_BYTES) then
@@ -363,18 +380,11 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
         end
         local id = page[i]
         after = page[i + 1]
-        for _, prefix in ipairs(durables) do
-          -- (:txheld: held for a transaction that acknowledged it, its subscriber gone: in flight, its ack
-          -- not applied yet; includes/lifecycle.lua txheld_key)
-          if redis.call('ZSCORE', prefix .. ':pending', id) or redis.call('ZSCORE', prefix .. ':parked', id)
-             or redis.call('HEXISTS', prefix .. ':inflight', id) == 1
-             or redis.call('ZSCORE', prefix .. ':txheld', id) then
-            local blob = redis.call('HGET', base.K_MSGS, id)
-            if blob then
-              bytes = bytes + #blob
-              got = got + topic.replay(s, { { id, blob } }, nil, 'catchup_seq')
-            end
-            break
+        if (tonumber(refs[(i + 1) / 2]) or 0) >= lifecycle.DURABLE_REF then
+          local blob = redis.call('HGET', base.K_MSGS, id)
+          if blob then
+            bytes = bytes + #blob
+            got = got + topic.replay(s, { { id, blob } }, nil, 'catchup_seq')
           end
         end
       end
