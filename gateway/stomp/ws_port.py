@@ -31,6 +31,7 @@ from websockets.http11 import Request
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
+from gateway.stomp.frames import BEFORE_CONNECT
 from gateway.stomp.protocol import StompSettings, choose_subprotocol
 from gateway.stomp.tcp import Connection, StompServer, StreamTransport
 
@@ -38,6 +39,14 @@ from gateway.stomp.tcp import Connection, StompServer, StreamTransport
 connections_logger = logging.getLogger(f"{__name__}.connections")
 
 MAX_MESSAGE = 16 * 1024 * 1024  # bytes: the largest WebSocket message read (uvicorn's --ws-max-size default)
+# Until the session is established, at most what frames within the STOMP limits before CONNECT take (a
+# CONNECT is a few short headers): websockets holds a message until its last byte, and each of the 1,000
+# connections a listener serves could otherwise hold 16 MiB unauthenticated. (Beyond the STOMP limits and
+# under this one, the STOMP parser refuses with an ERROR that names its limit; past this, the close code
+# 1009.) A message that came before the session was established is held to this too, as a frame read
+# before then is to the STOMP limits before CONNECT over TCP.
+MAX_MESSAGE_BEFORE_CONNECT = (BEFORE_CONNECT.max_body
+                              + BEFORE_CONNECT.max_headers * BEFORE_CONNECT.max_header_line + 1024)
 
 
 def _select_subprotocol(_protocol: ServerProtocol, offered: Sequence[str]) -> str | None:
@@ -52,7 +61,7 @@ class WsConnection(Connection):
 
     def __init__(self, server: StompServer) -> None:
         super().__init__(server)
-        self.ws = ServerProtocol(select_subprotocol=_select_subprotocol, max_size=MAX_MESSAGE,
+        self.ws = ServerProtocol(select_subprotocol=_select_subprotocol, max_size=MAX_MESSAGE_BEFORE_CONNECT,
                                  logger=connections_logger)
         self._fragments: list[bytes] = []  # a message sent in several frames, until its last
         self._handshake_timer: asyncio.TimerHandle | None = None
@@ -64,6 +73,9 @@ class WsConnection(Connection):
 
     def data_received(self, data: bytes) -> None:
         ws = self.ws
+        # (websockets takes a frame's limit when its first byte is read: lifted before these bytes go in)
+        if ws.max_message_size != MAX_MESSAGE and self.session is not None and self.session.established:
+            ws.max_message_size = MAX_MESSAGE
         ws.receive_data(data)
         for event in ws.events_received():
             if isinstance(event, Request):

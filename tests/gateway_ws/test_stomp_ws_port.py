@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from websockets.frames import Frame, Opcode
 
 from gateway.stomp.frames import FrameParser, encode
-from gateway.stomp.ws_port import MAX_MESSAGE
+from gateway.stomp.ws_port import MAX_MESSAGE, MAX_MESSAGE_BEFORE_CONNECT
 from tests.helpers.gateway_server import spawn_stomp_listener, wait_listening
 from tests.helpers.stomp_client import RawStomp
 
@@ -257,13 +257,26 @@ def test_a_frame_over_the_body_limit_is_refused_with_an_error_that_names_it(raw)
     assert conn.closed_within(5)
 
 
-def test_a_message_over_the_largest_closes_the_connection_as_too_big(stomp_listener):
+@pytest.mark.parametrize("connected", [True, False])
+def test_a_message_over_the_largest_closes_the_connection_as_too_big(stomp_listener, connected):
     """Refused from the frame's length, before its payload is read: a close frame with 1009 ("message too
-    big"), then the close."""
+    big"), then the close. Before CONNECT the largest is what a CONNECT may take (no unauthenticated
+    connection holds megabytes); after, 16 MiB."""
     ws = RawWs(stomp_listener.ws_port)
     try:
+        largest = MAX_MESSAGE_BEFORE_CONNECT
+        if connected:
+            connect = encode("CONNECT", [("accept-version", "1.2"), ("login", "alice"),
+                                         ("passcode", "secret")])
+            ws.sock.sendall(ws.frame(Opcode.TEXT, connect))
+            assert ws.receive()[1].command == "CONNECTED"
+            body = b"x" * (largest + 1)  # (within the STOMP limits: taken)
+            send = encode("SEND", [("destination", _q()), ("receipt", "big")], body)
+            ws.sock.sendall(ws.frame(Opcode.TEXT, send))
+            assert ws.receive()[1].command == "RECEIPT"
+            largest = MAX_MESSAGE
         # FIN + text, masked, a 64-bit length one over the largest, the mask; no payload follows
-        ws.sock.sendall(b"\x81\xff" + (MAX_MESSAGE + 1).to_bytes(8, "big") + os.urandom(4))
+        ws.sock.sendall(b"\x81\xff" + (largest + 1).to_bytes(8, "big") + os.urandom(4))
         data = _read_until_closed(ws.sock, 5)
         opcode, payload, used = _server_frame(data)
         assert (opcode, int.from_bytes(payload[:2], "big"), data[used:]) == (Opcode.CLOSE, 1009, b"")
