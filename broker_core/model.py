@@ -4,7 +4,7 @@ of a consumer, and what operations return (statistics, browse pages, message gro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import msgpack
 
@@ -177,6 +177,44 @@ class ConsumerStats:
 
 
 @dataclass(frozen=True)
+class MessageSizes:
+    """ActiveMQ's DestinationStatistics messageSize (a SizeStatisticImpl): the sizes of the messages the
+    destination counted enqueued, each as its memory usage counts it (packed bytes, at least
+    minimumMessageSize; scripts/lua/includes/message.lua size_note). 0s when none."""
+
+    count: int = 0
+    total: int = 0
+    smallest: int = 0
+    largest: int = 0
+
+    @property
+    def average(self) -> int:
+        """The MBeans' AverageMessageSize: the mean, its fraction dropped (ActiveMQ casts it to a long)."""
+        return self.total // self.count if self.count else 0
+
+    def combined(self, other: MessageSizes) -> MessageSizes:
+        """Both together (the broker's: ActiveMQ's destinations add theirs to the broker's as they go)."""
+        if not other.count:
+            return self
+        if not self.count:
+            return other
+        return MessageSizes(self.count + other.count, self.total + other.total,
+                            min(self.smallest, other.smallest), max(self.largest, other.largest))
+
+    @classmethod
+    def parse(cls, stored: Any) -> MessageSizes:
+        """From the meta field msgsize as Redis gives it ("<count> <sum> <smallest> <largest>"; unset:
+        none)."""
+        if not stored:
+            return NO_SIZES
+        text = stored.decode() if isinstance(stored, bytes) else stored
+        return cls(*(int(v) for v in text.split()))
+
+
+NO_SIZES = MessageSizes()
+
+
+@dataclass(frozen=True)
 class DestinationStats:
     """ActiveMQ's queue view (spec §14.2): QueueSize counts pending plus in-flight messages."""
 
@@ -234,6 +272,7 @@ class DestinationStats:
     # full dropOnResourceLimit consumer queue that were dropped instead of failing the send.
     forward_refused: int = 0
     forward_dropped: int = 0
+    message_sizes: MessageSizes = NO_SIZES
     # What the destination keeps beside its messages, each bounded (docs/broker_core.md "Memory bounds"):
     # the lifecycle event stream's length (eventsMaxLen) and the events trimmed off it so far, and the ids
     # in the duplicate audit (maxQueueAuditDepth).
@@ -278,6 +317,7 @@ class DestinationSummary:
     oldest_timestamp: int | None = None
     oldest_unknown: bool = False
     memory_limit: int = 0  # the limit in force (DestinationStats.memory_limit)
+    message_sizes: MessageSizes = NO_SIZES
 
 
 def percent(used: int, limit: int) -> int:
@@ -291,7 +331,8 @@ def summary_of(stats: DestinationStats) -> DestinationSummary:
     return DestinationSummary(
         stats.destination, stats.queue_size, stats.pending, stats.in_flight, stats.parked, stats.group_count,
         stats.consumer_count, stats.enqueued, stats.dequeued, stats.dispatched, stats.expired,
-        stats.deadlettered, stats.paused, stats.memory_usage, None, memory_limit=stats.memory_limit)
+        stats.deadlettered, stats.paused, stats.memory_usage, None, memory_limit=stats.memory_limit,
+        message_sizes=stats.message_sizes)
 
 
 @dataclass(frozen=True)

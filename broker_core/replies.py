@@ -5,7 +5,7 @@ commands, topic_ops.stats)."""
 from __future__ import annotations
 
 from .config.system_usage import DEFAULT_MEMORY_LIMIT
-from .model import percent
+from .model import MessageSizes, percent
 
 
 def memory_stats(meta: dict[str, str], own_limit: str, broker_limit: str) -> dict[str, int]:
@@ -29,3 +29,8 @@ def forward_stats(meta: dict[str, str]) -> dict[str, int]:
     """DestinationStats' virtual destination copy counters from the meta hash (includes/virtual.lua)."""
     return {"forward_refused": int(meta.get("forward_refused", 0)),
             "forward_dropped": int(meta.get("forward_dropped", 0))}
+
+
+def message_sizes(meta: dict[str, str]) -> dict[str, MessageSizes]:
+    """DestinationStats' message sizes from the meta hash (includes/message.lua size_note)."""
+    return {"message_sizes": MessageSizes.parse(meta.get("msgsize"))}

@@ -27,7 +27,7 @@ from ..model import (
     SweepResult,
     discard_counts,
 )
-from ..replies import bound_stats, forward_stats, memory_stats
+from ..replies import bound_stats, forward_stats, memory_stats, message_sizes
 from ..resp import reply_text as _str
 from ..scripts import calls
 from ..scripts.calls import (
@@ -410,7 +410,7 @@ def stats(ops: Context, dest: Destination, now: int) -> Op:
         purged=0, moved=0, cancelled=count("cancelled"), duplicates=count("duplicates"), skipped=0,
         last_pass_skipped=0,
         consumer_count=len(subs), group_count=0, paused=False, exclusive_owner=None, consumers=consumers,
-        **memory_stats(meta, own_limit, broker_limit), **forward_stats(meta),
+        **message_sizes(meta), **memory_stats(meta, own_limit, broker_limit), **forward_stats(meta),
         **bound_stats(meta, events, audit_size),
         subscriptions=subs, no_subscription=count("no_subscription"),
         durable_active=sum(1 for s in subs if s.durable and s.active),
@@ -453,7 +453,7 @@ def summaries(ops: Context, topics: list[Destination], now: int,
             out.append(DestinationSummary(
                 t.uri, 0, acc.pending, acc.in_flight, acc.parked, 0, acc.subscriptions, acc.enqueued,
                 acc.dequeued, acc.dispatched, acc.expired, acc.deadlettered, False, acc.memory, None,
-                memory_limit=acc.memory_limit) if acc.exists else None)
+                memory_limit=acc.memory_limit, message_sizes=acc.message_sizes) if acc.exists else None)
             acc, start, done = None, 0, done + 1
         remaining = remaining[done:]
     return out

@@ -28,6 +28,7 @@ from django.conf import settings
 from broker_core.broker import AsyncBroker
 from broker_core.destinations import Destination
 from broker_core.destinations import parse_destination as _parse_destination
+from broker_core.model import NO_SIZES, DestinationSummary, MessageSizes
 from gateway import permissions, runtime
 
 INDEX_MAX_AGE = 5.0  # seconds
@@ -42,6 +43,8 @@ REFRESH_LOCK_SECONDS = 10.0
 # The counters kept per destination, in this order (DestinationSummary's names).
 FIELDS = ("queue_size", "pending", "in_flight", "parked", "group_count", "consumer_count", "enqueued",
           "dequeued", "dispatched", "expired", "deadlettered")
+# the message sizes (DestinationSummary.message_sizes), whose sums, smallest and largest make the broker's
+SIZES = ("size_count", "size_total", "size_smallest", "size_largest")
 RATES = ("enqueue_rate", "dequeue_rate")
 # `messages`, the list's Pending column, is derived rather than stored: pending + in flight. A queue's is its
 # QueueSize; a topic's (whose QueueSize is 0, as in ActiveMQ) is the backlog of all its subscriptions.
@@ -54,11 +57,17 @@ parse_destination = functools.lru_cache(maxsize=100_000)(_parse_destination)
 @dataclasses.dataclass
 class Index:
     at_ms: int
-    rows: dict[str, list[float]]  # uri -> FIELDS values, then RATES
+    rows: dict[str, list[float]]  # uri -> FIELDS values, then SIZES, then RATES
 
     def rates(self, uri: str) -> tuple[float, float]:
         row = self.rows.get(uri)
         return (row[-2], row[-1]) if row else (0.0, 0.0)
+
+
+def _row(s: DestinationSummary) -> list[int]:
+    """A destination's counters in the index: FIELDS, then SIZES."""
+    sizes = s.message_sizes
+    return [*(int(getattr(s, f)) for f in FIELDS), sizes.count, sizes.total, sizes.smallest, sizes.largest]
 
 
 def _key(namespace: str) -> str:
@@ -84,7 +93,7 @@ async def _build(broker: AsyncBroker, client: redis.asyncio.Redis) -> bytes:
     for uri, s in zip(uris, summaries, strict=True):
         if s is None:
             continue
-        row = [int(getattr(s, f)) for f in FIELDS]
+        row = _row(s)
         enqueue_rate = dequeue_rate = 0.0
         before = previous["rows"].get(uri) if previous else None
         if before is not None and elapsed >= 1:
@@ -249,7 +258,7 @@ async def _counters(broker: AsyncBroker, idx: Index, uris: list[str]) -> dict[st
     if missing:
         for s in await broker.summaries(missing):
             if s is not None:
-                rows[s.destination] = [int(getattr(s, f)) for f in FIELDS] + [0.0, 0.0]
+                rows[s.destination] = [*_row(s), 0.0, 0.0]
     return rows
 
 
@@ -258,7 +267,7 @@ def _value(counters: dict[str, list[float]], key: str) -> Callable[[Destination]
     if key == "messages":
         pending, in_flight = FIELDS.index("pending"), FIELDS.index("in_flight")
         return lambda d: (r[pending] + r[in_flight]) if (r := counters.get(d.uri)) else 0
-    position = (FIELDS + RATES).index(key)
+    position = (FIELDS + SIZES + RATES).index(key)
     return lambda d: r[position] if (r := counters.get(d.uri)) else 0
 
 
@@ -334,6 +343,8 @@ async def totals(broker: AsyncBroker, patterns: list[Destination] | None,
     consumers = FIELDS.index("consumer_count")
     pending, in_flight = FIELDS.index("pending"), FIELDS.index("in_flight")
     largest = (0, "")
+    sizes = NO_SIZES
+    size_at = len(FIELDS)
     for uri, values in idx.rows.items():
         if patterns is not None:
             destination = parse_destination(uri)
@@ -350,10 +361,15 @@ async def totals(broker: AsyncBroker, patterns: list[Destination] | None,
         for n, i in zip(names, positions, strict=True):
             out[n] += values[i]
         out["consumers"] += values[consumers]
+        if len(values) > size_at + len(RATES):  # (an index built before SIZES has none)
+            sizes = sizes.combined(MessageSizes(*(int(v) for v in values[size_at:size_at + len(SIZES)])))
         out["enqueue_rate"] += values[-2]
         out["dequeue_rate"] += values[-1]
     out["enqueue_rate"] = round(out["enqueue_rate"], 2)
     out["dequeue_rate"] = round(out["dequeue_rate"], 2)
+    # ActiveMQ's broker view: every destination's sizes added to the broker's as they come
+    out["message_sizes"] = {"count": sizes.count, "total": sizes.total, "smallest": sizes.smallest,
+                            "largest": sizes.largest, "average": sizes.average}
     if largest[0] > 0:  # the destination with the most messages (the overview names it)
         out["largest"] = {"destination": largest[1], "messages": largest[0]}
     if everything:

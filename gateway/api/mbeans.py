@@ -12,9 +12,9 @@ Values: a destination's from its summary (DestinationSummary, the counters the m
 small script call per page of destinations, fresh at the read); the broker's from the console's totals
 over the destinations the user may read (gateway/api/destination_index.py, at most 5 s old). Attributes
 ActiveMQ has that Signalbox keeps no figure for are not shown (a read naming one answers
-AttributeNotFoundException, as for any unknown name), except ProducerCount: 0, which is what ActiveMQ
-shows for the producers of STOMP and REST clients (anonymous producers, counted on no destination), the
-only producers Signalbox has.
+AttributeNotFoundException, as for any unknown name: AverageEnqueueTime, MinEnqueueTime and MaxEnqueueTime
+among them, docs/api.md), except ProducerCount: 0, which is what ActiveMQ shows for the producers of STOMP
+and REST clients (anonymous producers, counted on no destination), the only producers Signalbox has.
 """
 
 from __future__ import annotations
@@ -124,6 +124,11 @@ DESTINATION_ATTRIBUTES: dict[str, Callable[[DestinationSummary, Destination], An
     "MemoryLimit": _count("memory_limit"),
     "MemoryPercentUsage": lambda summary, _destination: percent(summary.memory_usage, summary.memory_limit),
     "DLQ": lambda _summary, destination: destination.is_queue and is_dead_letter_queue(destination.name),
+    # ActiveMQ's messageSize statistic (longs: the average's fraction dropped, as ActiveMQ's cast drops it):
+    # the messages counted enqueued, each at the size its memory usage counts (DestinationSummary)
+    "AverageMessageSize": lambda summary, _destination: summary.message_sizes.average,
+    "MinMessageSize": lambda summary, _destination: summary.message_sizes.smallest,
+    "MaxMessageSize": lambda summary, _destination: summary.message_sizes.largest,
 }
 QUEUE_ATTRIBUTES: dict[str, Callable[[DestinationSummary, Destination], Any]] = {
     "Paused": _count("paused"),
@@ -141,7 +146,8 @@ BROKER_ATTRIBUTES = frozenset({
     "BrokerName", "BrokerVersion", "TotalEnqueueCount", "TotalDequeueCount", "TotalMessageCount",
     "TotalConsumerCount", "TotalProducerCount", "CurrentConnectionsCount", "TotalConnectionsCount",
     "MemoryLimit", "MemoryPercentUsage", "StoreLimit", "StorePercentUsage", "TempPercentUsage", "Queues",
-    "Topics", "TemporaryQueues", "TemporaryTopics", "Persistent", "Slave", "StatisticsEnabled"})
+    "Topics", "TemporaryQueues", "TemporaryTopics", "Persistent", "Slave", "StatisticsEnabled",
+    "AverageMessageSize", "MinMessageSize", "MaxMessageSize"})
 HEALTH_ATTRIBUTES = frozenset({"CurrentStatus"})
 STORE_WORRY_PERCENT = 90  # ActiveMQ's HealthView worries past 90 % of the store's limit
 
@@ -196,4 +202,9 @@ def broker_attributes(totals: dict[str, Any], listed: dict[tuple[str, bool], lis
         "Persistent": True,
         "Slave": False,
         "StatisticsEnabled": True,
+        # (over the destinations the user may read, as the totals: ActiveMQ's broker statistics are the
+        # parent every destination's add to)
+        "AverageMessageSize": totals["message_sizes"]["average"],
+        "MinMessageSize": totals["message_sizes"]["smallest"],
+        "MaxMessageSize": totals["message_sizes"]["largest"],
     }

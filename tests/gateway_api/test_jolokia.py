@@ -602,3 +602,86 @@ async def test_a_destination_s_memory_limit_in_force_and_its_percent_as_metricbe
         assert free["MemoryLimit"] == broker_limit and free["MemoryPercentUsage"] == 0
     finally:
         await api.delete(policy, headers=token)
+
+
+SIZES = ("AverageMessageSize", "MinMessageSize", "MaxMessageSize")
+
+
+async def amq_token(api):
+    from django.contrib.auth.models import User
+
+    return await blocking(lambda: token_headers(User.objects.get(username="amq")))()
+
+
+async def sizes_of(api, headers, bean: str) -> dict[str, int]:
+    got = await jolokia(api, headers, f"/read/{bean}/" + ",".join(SIZES))
+    assert got["status"] == 200, got
+    return got["value"]
+
+
+async def test_message_sizes_as_metricbeat_reads_them(api, admin_basic):
+    """ActiveMQ's messageSize statistic (DestinationView's AverageMessageSize, MinMessageSize,
+    MaxMessageSize: longs): every message the destination counts enqueued adds its size, the size its memory
+    usage counts (packed bytes, at least minimumMessageSize, 1,024 by default); the average's fraction is
+    dropped, as ActiveMQ's cast to long drops it."""
+    one = {"body": "x" * 3000}
+    token = await amq_token(api)
+    await api.post("/api/v1/queues/probe/messages", json={"messages": [one]}, headers=token)
+    probe = await sizes_of(api, admin_basic, queue_bean("probe"))
+    overhead = probe["MaxMessageSize"] - 3000  # what a message packs beside its body
+    assert probe == {"AverageMessageSize": 3000 + overhead, "MinMessageSize": 3000 + overhead,
+                     "MaxMessageSize": 3000 + overhead} and 0 < overhead < 200
+    sent = await api.post("/api/v1/queues/sized/messages", headers=token, json={"messages": [
+        {"body": "small"}, one, {"body": "y" * 6000}]})
+    assert sent.status_code == 201, sent.text
+    expected_average = (1024 + 3000 + 6000 + 2 * overhead) // 3
+    assert await sizes_of(api, admin_basic, queue_bean("sized")) == {
+        "AverageMessageSize": expected_average, "MinMessageSize": 1024, "MaxMessageSize": 6000 + overhead}
+    # consumed, they stay counted (a figure of what passed through, as ActiveMQ's)
+    got = await api.get("/api/message/sized?type=queue&readTimeout=1000", headers=admin_basic)
+    assert got.status_code == 200
+    assert (await sizes_of(api, admin_basic, queue_bean("sized")))["MaxMessageSize"] == 6000 + overhead
+    # a topic counts each message it is sent, subscribed to or not (Topic.dispatch counts before matching)
+    published = await api.post("/api/v1/topics/sizes.t/messages", headers=token, json={"messages": [
+        one, {"body": "z" * 5000}]})
+    assert published.status_code == 201, published.text
+    assert await sizes_of(api, admin_basic, queue_bean("sizes.t", "Topic")) == {
+        "AverageMessageSize": 4000 + overhead, "MinMessageSize": 3000 + overhead,
+        "MaxMessageSize": 5000 + overhead}
+    # the broker's: over every destination the user may read (ActiveMQ's destinations add theirs to it)
+    broker = await sizes_of(api, admin_basic, BROKER)
+    assert broker == {"AverageMessageSize": (1024 + 3 * 3000 + 6000 + 5000 + 5 * overhead) // 6,
+                      "MinMessageSize": 1024, "MaxMessageSize": 6000 + overhead}
+
+
+async def test_what_a_message_size_counts_and_what_it_does_not(api, admin_basic):
+    """As ActiveMQ counts a message's size where it counts it enqueued: a message expired on arrival is
+    neither (Queue.send drops it before messageSent), a delayed one counts when it reaches the queue (the
+    scheduler sends it then), and one moved to the dead-letter queue counts there too, as a send to it."""
+    token = await amq_token(api)
+    empty = {"AverageMessageSize": 0, "MinMessageSize": 0, "MaxMessageSize": 0}
+    sent = await api.post("/api/v1/queues/what/messages", headers=token, json={"messages": [
+        {"body": "e" * 2000, "expiration": 1}]})
+    assert sent.json()["statuses"] == ["expired"], sent.text
+    # (the queue exists: the send made it)
+    assert await sizes_of(api, admin_basic, queue_bean("what")) == empty
+    dead = await sizes_of(api, admin_basic, queue_bean("ActiveMQ.DLQ"))
+    assert dead["MaxMessageSize"] > 2000  # the expired message went to the dead-letter queue: counted there
+    sent = await api.post("/api/v1/queues/what/messages", headers=token, json={"messages": [
+        {"body": "d" * 2500, "delay": 300}]})
+    assert sent.status_code == 201, sent.text
+    assert await sizes_of(api, admin_basic, queue_bean("what")) == empty  # not on the queue yet
+    got = await api.get("/api/message/what?type=queue&readTimeout=3000", headers=admin_basic)
+    assert got.status_code == 200 and got.text == "d" * 2500
+    arrived = await sizes_of(api, admin_basic, queue_bean("what"))
+    assert arrived["MinMessageSize"] == arrived["MaxMessageSize"] == arrived["AverageMessageSize"] > 2500
+
+
+async def test_enqueue_times_are_not_served_as_made_up_figures(api, admin_basic):
+    """ActiveMQ's AverageEnqueueTime, MinEnqueueTime and MaxEnqueueTime time each dispatch from the moment the
+    message reached the broker (RegionBroker.preProcessDispatch); Signalbox keeps no such moment per
+    message, so it does not answer them (AttributeNotFoundException, as ActiveMQ for an unknown attribute)
+    rather than answer a figure that would mislead."""
+    await send(api, admin_basic, "timed?type=queue")
+    got = await jolokia(api, admin_basic, f"/read/{queue_bean('timed')}/AverageEnqueueTime")
+    assert got["status"] == 404 and got["error_type"] == "javax.management.AttributeNotFoundException"

@@ -36,8 +36,8 @@ if origin == 'check' then return { '' } end
 -- messages, their pending and audit entries, the sequence and enqueued counters, and (with no routing
 -- plan, whose copies check the usage as they go) the memory charged. The counters are read here with the
 -- memory floor (flow.lua flow.message_charge), which the flow check below needs first: one read for both
--- (and the memory held, 'mem', for the write after the loop).
-local counts = redis.call('HMGET', base.K_META, 'seq', 'enqueued', 'cursor', 'memmin', 'mem')
+-- (and the memory held, 'mem', and the message sizes, message.lua size_note, for the write after the loop).
+local counts = redis.call('HMGET', base.K_META, 'seq', 'enqueued', 'cursor', 'memmin', 'mem', 'msgsize')
 flow.floor_read(counts[4])  -- (a queue: its meta hash is the one flow charges, flow.meta_key)
 -- (not checked: forwards, commits (reserved at the probe), 'exempt': the broker's own sends, a BROWSE's
 -- replies after its first, which a producer's send admits: AsyncBroker.manage_scheduler)
@@ -93,6 +93,8 @@ local seq = base.number(counts[1]) or 0
 local first_seq = seq
 local stored, charged, lowest = 0, 0, nil
 local scheduled = 0  -- of those stored, delayed ones: parked, counted enqueued when they come back
+-- the sizes of those counted enqueued (message.lua size_note): sum, smallest, largest
+local size_sum, size_min, size_max = 0, nil, nil
 -- whether every message was stored or a duplicate: then nothing in the loop changed the memory held
 -- ('mem', read above), and the charge goes in the counters' write
 local only_kept = true
@@ -158,7 +160,8 @@ for i = 4, #ARGV, 2 do
       msgs[n + 1], msgs[n + 2] = id, blob
     end
     fresh[id] = { blob, m }  -- the dispatch chunk below needs not read it back (message.lua)
-    if plan then flow.memory_charge(#blob) else charged = charged + flow.message_charge(#blob) end  -- includes/flow.lua
+    local size = flow.message_charge(#blob)  -- includes/flow.lua
+    if plan then flow.memory_charge(#blob) else charged = charged + size end
     if audit then
       local n = #audited
       audited[n + 1], audited[n + 2] = num(seq), id
@@ -175,6 +178,9 @@ for i = 4, #ARGV, 2 do
     else
       local n = #pending
       pending[n + 1], pending[n + 2] = num(score), id
+      size_sum = size_sum + size
+      if not size_min or size < size_min then size_min = size end
+      if not size_max or size > size_max then size_max = size end
       if not lowest or score < lowest then lowest = score end
       -- (not in K_MSGS yet but stored early: written after the loop)
       emit_message(blob, 'enqueue', 'msg', id, 'priority', num(m[PRIORITY] or 4),
@@ -188,10 +194,19 @@ if stored > 0 then
   if #msgs > 0 then base.call_many('HSET', base.K_MSGS, msgs) end
   local enqueued = num((base.number(counts[2]) or 0) + stored - scheduled)
   if charged > 0 and only_kept then  -- (flow.memory_add's two increments: this one as a value)
-    redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', enqueued,
-               'mem', num((base.number(counts[5]) or 0) + charged))
+    if size_min then
+      redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', enqueued,
+                 'mem', num((base.number(counts[5]) or 0) + charged),
+                 'msgsize', message.size_added(counts[6], stored - scheduled, size_sum, size_min, size_max))
+    else
+      redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', enqueued,
+                 'mem', num((base.number(counts[5]) or 0) + charged))
+    end
     flow.usage_add(charged)
     charged = 0
+  elseif size_min then
+    redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', enqueued,
+               'msgsize', message.size_added(counts[6], stored - scheduled, size_sum, size_min, size_max))
   else
     redis.call('HSET', base.K_META, 'seq', num(seq), 'enqueued', enqueued)
   end

@@ -104,6 +104,7 @@ for i = 4, #ARGV, 4 do
       end
     end
     base.meta_incr('enqueued')
+    message.size_note(flow.message_charge(#blob))  -- (Topic.dispatch: before it is matched)
     if not wild.is_pattern then topic.recovery_add(id, ARGV[i + 3] ~= '' and ARGV[i + 3] or blob, seq, ARGV[i + 2]) end
     local matched, view, rest = {}, nil, deferring and 1 or nil
     if not deferring then
@@ -166,6 +167,7 @@ for i = 4, #ARGV, 4 do
     out[#out + 1] = 'ok'
   end
 end
+message.sizes_write(base.TP .. ':meta')
 
 local dispatched, flags, hold, more_keys = topic.deliver(touched, touched_order, tonumber(ARGV[2]))
 -- the topic's own jobs that are due fire now (a repeat without a delay: its first firing), as a queue's

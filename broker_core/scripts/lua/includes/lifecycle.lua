@@ -267,6 +267,7 @@ function lifecycle.unpark_due(limit)
       end
     end
   end
+  message.sizes_write(base.K_META)  -- (those that arrived: scheduled_arrived, deliver_job)
   return #due / 2
 end
 
@@ -348,6 +349,7 @@ function lifecycle.load()
       flow.memory_charge(#blob)
     end
     base.meta_incr('enqueued')
+    message.size_note(flow.message_charge(#blob))
     base.emit_message(blob, 'enqueue', 'msg', id, 'priority', m[message.PRIORITY] or 4,
                       'group', m[message.GROUP] or '', 'size', #blob, 'scheduled', id)
     advisory.no_consumer(id, blob, m[message.PERSISTENT])
@@ -422,6 +424,7 @@ function lifecycle.load()
         flow.memory_charge(#blob)
         message.pending_add(delivery, message.pending_score(seq, m[message.PRIORITY]))
         base.meta_incr('enqueued')
+        message.size_note(flow.message_charge(#blob))
         base.emit('enqueue', 'msg', delivery, 'priority', m[message.PRIORITY] or 4, 'group', m[message.GROUP] or '',
              'size', #blob, 'scheduled', id)
         -- each firing is a send (SchedulerBroker re-sends it, Queue.messageSent): the NoConsumer check

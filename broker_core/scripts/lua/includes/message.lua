@@ -194,7 +194,68 @@ do
 end
 if next(message.fresh) ~= nil then message.fresh = {} end  -- (an empty one is as good as a new one)
 message.dest_uri = nil
+message.sizes = nil
 --@on-call-end
+
+-- ActiveMQ's DestinationStatistics messageSize (its MBeans' AverageMessageSize, MinMessageSize and
+-- MaxMessageSize): each message the destination counts enqueued adds its size (Queue.messageSent,
+-- Topic.dispatch: a scheduled message when it arrives, not when it was sent; never a duplicate or one
+-- expired on arrival). Its size here is what its memory usage counts (flow.message_charge: packed bytes, at
+-- least minimumMessageSize), as ActiveMQ's Message.getSize is what its MemoryUsage counts. Kept in the
+-- destination's meta as one field, 'msgsize': "<count> <sum> <smallest> <largest>", read and written with
+-- the counters a send already reads and writes, no command of its own (four fields cost a one-message
+-- send 8 % more Redis instructions, this one under 3 %: docs/benchmarks.md "Session 29"). send.lua keeps
+-- a send's sizes in locals and writes them with its counters; elsewhere a call notes them here
+-- (message.sizes: n, sum, min, max) and writes them once (message.sizes_write).
+function message.size_note(size)
+  local s = message.sizes
+  if not s then
+    message.sizes = { 1, size, size, size }
+    return
+  end
+  s[1], s[2] = s[1] + 1, s[2] + size
+  if size < s[3] then s[3] = size end
+  if size > s[4] then s[4] = size end
+end
+
+-- The 'msgsize' value of `stored` (as read: false when none yet) with n more sizes of sum `sum`, smallest
+-- `least`, largest `most`. The last value made and its numbers are kept (`size_made`): where Redis keeps
+-- the library between calls, the next send to the same destination reads back that value and parses
+-- nothing (string.match and four tonumber's strtod: ~5 k instructions in a send's profile); a value's
+-- text says all its numbers, so a kept one is never stale.
+message.size_made = { text = false, n = 0, sum = 0, least = 0, most = 0 }
+function message.size_added(stored, n, sum, least, most)
+  local made = message.size_made
+  local had_n, had_sum, had_min, had_max
+  if stored and stored == made.text then
+    had_n, had_sum, had_min, had_max = made.n, made.sum, made.least, made.most
+  elseif stored then
+    had_n, had_sum, had_min, had_max = string.match(stored, '^(%d+) (%d+) (%d+) (%d+)$')
+    if had_n then
+      had_n, had_sum = tonumber(had_n), tonumber(had_sum)
+      had_min, had_max = tonumber(had_min), tonumber(had_max)
+    end
+  end
+  if had_n then
+    n, sum = n + had_n, sum + had_sum
+    if had_min < least then least = had_min end
+    if had_max > most then most = had_max end
+  end
+  -- ('%d': the integer conversion, a fraction of the cost of the float one that '%.0f' or tostring make)
+  local text = string.format('%d %d %d %d', n, sum, least, most)
+  made.text, made.n, made.sum, made.least, made.most = text, n, sum, least, most
+  return text
+end
+
+-- Write the sizes this call noted to meta hash `key` (two commands, whatever their number).
+function message.sizes_write(key)
+  local s = message.sizes
+  if not s then return end
+  message.sizes = nil
+  local stored = redis.call('HGET', key, 'msgsize')
+  redis.call('HSET', key, 'msgsize', message.size_added(stored, s[1], s[2], s[3], s[4]))
+end
+
 function message.mark_dirty()
   message.pass_dirty.value = true
   if not message.pass_dirty.in_pass then redis.call('HSET', base.K_META, 'dirty', '1') end
