@@ -79,8 +79,13 @@ def test_any_path_is_served(raw, path):
     assert raw(path).connect().get("session", "").startswith("ws-")  # named for its transport
 
 
-def _raw_socket(port: int, tls: ssl.SSLContext | None = None) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+def _raw_socket(port: int, tls: ssl.SSLContext | None = None,
+                receive_buffer: int | None = None) -> socket.socket:
+    sock = socket.socket()
+    if receive_buffer is not None:  # (set before connecting: the window offered)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.settimeout(5)
+    sock.connect(("127.0.0.1", port))
     return tls.wrap_socket(sock, server_hostname="localhost") if tls is not None else sock
 
 
@@ -132,8 +137,8 @@ class RawWs:
     """A WebSocket client from a raw socket: the handshake by hand, then masked frames written as bytes, cut
     anywhere (what a client's writes and the network may do to them)."""
 
-    def __init__(self, port: int) -> None:
-        self.sock = _raw_socket(port)
+    def __init__(self, port: int, receive_buffer: int | None = None) -> None:
+        self.sock = _raw_socket(port, receive_buffer=receive_buffer)
         key = base64.b64encode(os.urandom(16)).decode()
         self.sock.sendall(f"GET /stomp HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
@@ -301,6 +306,47 @@ def test_a_ping_is_answered_and_a_close_ends_the_session_and_its_consumers(raw, 
     while broker.stats(name).consumers and time.monotonic() < deadline:
         time.sleep(0.05)
     assert broker.stats(name).consumers == []
+
+
+def test_a_slow_auto_ack_reader_cut_off_loses_nothing(listener, gateway_data, redis_client):
+    """ack:auto, a client that reads nothing (a 4 KiB receive window): the listener cuts it off as too slow,
+    as over TCP. A message is acknowledged only once its bytes left the process (WsTransport's `unsent`);
+    what waited in the send buffer goes back to the queue: every message acknowledged or back, some of a
+    batch cut in the middle perhaps delivered too (at least once, never lost)."""
+    from broker_core.broker import Broker
+
+    server = listener(SIGNALBOX_WS_SLOW_CLIENT_SECONDS="2", SIGNALBOX_WS_SEND_BUFFER_BYTES="262144")
+    dest = _q()
+    name = dest.removeprefix("/queue/")
+    reader = RawWs(server.ws_port, receive_buffer=4096)
+    connect = encode("CONNECT", [("accept-version", "1.2"), ("login", "alice"), ("passcode", "secret")])
+    subscribe = encode("SUBSCRIBE", [("destination", dest), ("id", "s"), ("ack", "auto")])
+    reader.sock.sendall(reader.frame(Opcode.TEXT, connect) + reader.frame(Opcode.TEXT, subscribe))
+    time.sleep(0.5)  # subscribed
+    producer = RawStomp(f"ws://127.0.0.1:{server.ws_port}/stomp")
+    producer.connect()
+    total = 3000
+    for n in range(total):
+        producer.send("SEND", {"destination": dest, "persistent": "false",
+                               **({"receipt": "last"} if n == total - 1 else {})}, b"x" * 4096)
+    assert producer.expect("RECEIPT", timeout=30).get("receipt-id") == "last"
+    broker = Broker(redis_client, gateway_data[1])
+    deadline = time.monotonic() + 30
+    while broker.stats(name).consumer_count and time.monotonic() < deadline:  # cut off, consumer closed
+        time.sleep(0.2)
+    assert broker.stats(name).consumer_count == 0
+    received = 0
+    try:
+        while True:
+            received += reader.receive()[1].command == "MESSAGE"
+    except (AssertionError, OSError):  # closed (or reset), or nothing more within the timeout
+        pass
+    finally:
+        reader.close()
+        producer.close()
+    stats = broker.stats(name)
+    assert 0 < stats.dequeued <= received < total, (stats, received)
+    assert stats.queue_size + stats.dequeued == total, stats
 
 
 def test_connections_beyond_the_limit_are_refused_with_an_error_that_names_it(listener):
