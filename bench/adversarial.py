@@ -922,6 +922,33 @@ def rates_wide_topic(ctx: Context) -> Calls:
     return ctx.measure(lambda: rates.sample(ctx.broker, names))
 
 
+@case("rates: a tick's share (10 ms here) over a registry page of 4 topics of 2,500 subscriptions")
+def rates_tick_share(ctx: Context) -> Calls:
+    """sample_due with a share of 10 ms (the tick's is rates.TICK_SECONDS, 0.5 s) over one registry page
+    whose topics take 20 calls: how long the first tick sampled, and how many ticks the pass took."""
+    from broker_core import rates
+
+    names = [f"topic://rates.share{i}" for i in range(4)]
+    for name in names:
+        for k in range(2_500):
+            ctx.broker.add_consumer(name, ConsumerSpec(), consumer_id=f"s{k}")
+    rates.sample(ctx.broker, names)  # (loads the script)
+    ticks: list[float] = []
+
+    def tick() -> None:
+        started = time.perf_counter()
+        rates.sample_due(ctx.broker, seconds=0.01)
+        ticks.append((time.perf_counter() - started) * 1000)
+
+    calls = ctx.measure(tick)
+    while ctx.client.hget(rates._key(ctx.broker, None), "cursor") not in (None, b"0") or \
+            ctx.client.hget(rates._key(ctx.broker, None), "left") not in (None, b"", b"[]"):
+        tick()
+    print(f"    the first tick sampled for {ticks[0]:.0f} ms; the pass took {len(ticks)} ticks "
+          f"(the longest {max(ticks):.0f} ms)")
+    return calls
+
+
 @case("scheduled: 100 delayed messages to a topic with 1,000 subscriptions come due at once")
 def topic_jobs_due(ctx: Context) -> Calls:
     from broker_core.messages import Message
