@@ -949,6 +949,24 @@ def rates_tick_share(ctx: Context) -> Calls:
     return calls
 
 
+@case("scheduled: the maintenance visit's recount of 2,000 scheduled jobs (recount_scheduled)")
+def scheduled_recount(ctx: Context) -> Calls:
+    """The most the visit counts afresh in its call (maintenance.lua RECOUNT_MOST): the count removed, as a
+    deployment from before it was kept left it."""
+    from broker_core import maintenance
+    from broker_core.destinations import parse_destination
+
+    for _ in range(4):
+        ctx.broker.send("recount.q", [Message(body="x", delay_ms=3_600_000) for _ in range(500)])
+    ctx.broker.ensure_destination("recount.warm")
+    maintenance.run_due(ctx.broker, ["queue://recount.warm"])  # (loads the scripts)
+    ctx.client.hdel(f"{ctx.broker.ops.prefix(parse_destination('queue://recount.q'))}:meta", "scheduled",
+                    "scheduled_counted")
+    calls = ctx.measure(lambda: maintenance.run_due(ctx.broker, ["queue://recount.q"]))
+    assert ctx.broker.stats("recount.q").scheduled == 2_000
+    return calls
+
+
 @case("scheduled: 100 delayed messages to a topic with 1,000 subscriptions come due at once")
 def topic_jobs_due(ctx: Context) -> Calls:
     from broker_core.messages import Message
