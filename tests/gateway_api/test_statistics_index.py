@@ -151,17 +151,18 @@ async def _longest_hold_ms(work) -> float:
 
 
 @pytest.fixture
-def settled():
-    """The collector as a running gateway has it (signalbox/collector.py: what start-up made, frozen), so a
-    full collection walks what the test made rather than every object of a pytest process."""
+def no_collector():
+    """The cyclic collector off while the loop is watched: what is measured is the longest step of the
+    index's code. A full collection is the process's, whatever allocated last (signalbox/collector.py): with
+    the 10,000 queues' objects alive one took 6-10 ms here, falling in whichever step it fell in."""
     gc.collect()
-    gc.freeze()
+    gc.disable()
     yield
-    gc.unfreeze()
+    gc.enable()
 
 
 async def test_building_and_reading_the_index_of_10_000_queues_leaves_the_event_loop_to_the_others(
-        api_namespace, monkeypatch, settled):
+        api_namespace, monkeypatch, no_collector):
     """The index's build (the first, waited for, and each refresh in the background), its unpacking in each
     process and the totals read from it give the event loop back every SLICE_SECONDS: at 10,000 queues a
     build waited for held it 40-80 ms at a time, the totals 6-14 ms (and a refresh in a worker thread about
@@ -185,5 +186,5 @@ async def test_building_and_reading_the_index_of_10_000_queues_leaves_the_event_
     holds["unpacking"] = await _longest_hold_ms(destination_index.index(broker))
     holds["totals"] = await _longest_hold_ms(destination_index.totals(broker, None))
     assert (await destination_index.totals(broker, None))["queues"] == 10_000
-    # (slices of 1 ms; the bound leaves room for a collection of the young objects)
+    # (slices of 1 ms; a step waits for at most two; the bound leaves room for a busy machine)
     assert max(holds.values()) < 10, holds
