@@ -599,6 +599,101 @@ def index_10k(ctx: Context) -> Calls:
     return ctx.measure(lambda: asyncio.run(build()))
 
 
+# The statistics index built while a probe task sleeps 1 ms at a time on the same event loop: how long the
+# loop went without running it (past its 1 ms: what every STOMP, WebSocket and HTTP client of a gateway
+# process waits), as wall time and as the process's CPU time (which a machine busy with other processes
+# does not lengthen). The build as a missing index has it (waited for), then as a refresh (in the
+# background), then the index unpacked by another process and its totals; the collector settled as in a
+# running gateway (signalbox/collector.py).
+
+
+async def _longest_hold(work) -> tuple[float, float, float]:
+    """(ms `work` took, the longest wall-time stall of the probe past its 1 ms, the longest CPU time)."""
+    import asyncio
+
+    stalls: list[tuple[float, float]] = []
+    done = False
+
+    async def probe() -> None:
+        while not done:
+            wall, cpu = time.perf_counter(), time.process_time()
+            await asyncio.sleep(0.001)
+            stalls.append((time.perf_counter() - wall - 0.001, time.process_time() - cpu - 0.001))
+
+    watcher = asyncio.ensure_future(probe())
+    await asyncio.sleep(0.005)
+    stalls.clear()
+    started = time.perf_counter()
+    await work
+    took = time.perf_counter() - started
+    done = True
+    await watcher
+    return took * 1000, max(w for w, _ in stalls) * 1000, max(c for _, c in stalls) * 1000
+
+
+def _index_loop(ctx: Context, queues: int) -> Calls:
+    import asyncio
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
+    import django
+    from django.conf import settings
+
+    django.setup()
+    from gateway import runtime
+    from gateway.api import destination_index
+    from signalbox import collector
+
+    settings.REDIS_URL = "unix://" + ctx.client.connection_pool.connection_kwargs["path"]
+    settings.SIGNALBOX_NAMESPACE = ctx.broker.namespace
+    runtime.sync_client.cache_clear()
+    runtime.policies.cache_clear()
+    for n in range(queues):
+        ctx.broker.ensure_destination(f"idx.q{n:05d}")
+    collector.settle()
+
+    async def phases() -> None:
+        broker = runtime.async_broker()
+        await broker.summaries(["queue://idx.q00000"])  # (the scripts loaded, as in a running gateway)
+        destination_index._caches.clear()
+        destination_index._totals_memo.clear()
+        measured = {"first build (waited for)": await _longest_hold(destination_index.index(broker))}
+        await asyncio.sleep(1.0)
+        max_age = destination_index.INDEX_MAX_AGE
+        destination_index.INDEX_MAX_AGE = 0.0
+
+        async def refresh() -> None:
+            await destination_index.index(broker)
+            await destination_index._caches[ctx.broker.namespace].refreshing
+
+        try:
+            measured["refresh (background)"] = await _longest_hold(refresh())
+        finally:
+            destination_index.INDEX_MAX_AGE = max_age
+        destination_index._caches.clear()  # another process: unpacks what it finds
+        measured["unpacked by another process"] = await _longest_hold(destination_index.index(broker))
+        measured["totals"] = await _longest_hold(destination_index.totals(broker, None))
+        for what, (took, wall, cpu) in measured.items():
+            print(f"    gateway: {what}: {took:.0f} ms, the loop held at most {wall:.1f} ms at a time "
+                  f"({cpu:.1f} ms of CPU)")
+        broker_, hub = runtime._async.pop(asyncio.get_running_loop())
+        if hub._listener is not None:
+            hub._listener.cancel()
+        await broker_.aclose()
+        await broker_.redis.aclose()
+
+    return ctx.measure(lambda: asyncio.run(phases()))
+
+
+@case("index: the event loop while the statistics index is built, 5,000 queues")
+def index_loop_5k(ctx: Context) -> Calls:
+    return _index_loop(ctx, 5_000)
+
+
+@case("index: the event loop while the statistics index is built, 10,000 queues")
+def index_loop_10k(ctx: Context) -> Calls:
+    return _index_loop(ctx, 10_000)
+
+
 @case("sizes: browse with a selector over 100,000 non-matching")
 def browse_100k(ctx: Context) -> Calls:
     _fill_small(ctx, 100_000, properties={"n": 1})
@@ -825,6 +920,51 @@ def rates_wide_topic(ctx: Context) -> Calls:
     rates.sample(ctx.broker, names)  # (loads the script; the base)
     time.sleep(0.01)
     return ctx.measure(lambda: rates.sample(ctx.broker, names))
+
+
+@case("rates: a tick's share (10 ms here) over a registry page of 4 topics of 2,500 subscriptions")
+def rates_tick_share(ctx: Context) -> Calls:
+    """sample_due with a share of 10 ms (the tick's is rates.TICK_SECONDS, 0.5 s) over one registry page
+    whose topics take 20 calls: how long the first tick sampled, and how many ticks the pass took."""
+    from broker_core import rates
+
+    names = [f"topic://rates.share{i}" for i in range(4)]
+    for name in names:
+        for k in range(2_500):
+            ctx.broker.add_consumer(name, ConsumerSpec(), consumer_id=f"s{k}")
+    rates.sample(ctx.broker, names)  # (loads the script)
+    ticks: list[float] = []
+
+    def tick() -> None:
+        started = time.perf_counter()
+        rates.sample_due(ctx.broker, seconds=0.01)
+        ticks.append((time.perf_counter() - started) * 1000)
+
+    calls = ctx.measure(tick)
+    while ctx.client.hget(rates._key(ctx.broker, None), "cursor") not in (None, b"0") or \
+            ctx.client.hget(rates._key(ctx.broker, None), "left") not in (None, b"", b"[]"):
+        tick()
+    print(f"    the first tick sampled for {ticks[0]:.0f} ms; the pass took {len(ticks)} ticks "
+          f"(the longest {max(ticks):.0f} ms)")
+    return calls
+
+
+@case("scheduled: the maintenance visit's recount of 2,000 scheduled jobs (recount_scheduled)")
+def scheduled_recount(ctx: Context) -> Calls:
+    """The most the visit counts afresh in its call (maintenance.lua RECOUNT_MOST): the count removed, as a
+    deployment from before it was kept left it."""
+    from broker_core import maintenance
+    from broker_core.destinations import parse_destination
+
+    for _ in range(4):
+        ctx.broker.send("recount.q", [Message(body="x", delay_ms=3_600_000) for _ in range(500)])
+    ctx.broker.ensure_destination("recount.warm")
+    maintenance.run_due(ctx.broker, ["queue://recount.warm"])  # (loads the scripts)
+    ctx.client.hdel(f"{ctx.broker.ops.prefix(parse_destination('queue://recount.q'))}:meta", "scheduled",
+                    "scheduled_counted")
+    calls = ctx.measure(lambda: maintenance.run_due(ctx.broker, ["queue://recount.q"]))
+    assert ctx.broker.stats("recount.q").scheduled == 2_000
+    return calls
 
 
 @case("scheduled: 100 delayed messages to a topic with 1,000 subscriptions come due at once")

@@ -2,10 +2,11 @@
 kept in Redis so a chart opened now shows the past (docs/broker_core.md "Rate history").
 
 The maintenance tick samples (`sample_due`): one pass over the registry per 5 s epoch, in script calls of
-SAMPLE_CHUNK destinations, for at most TICK_SECONDS per tick (a pass that does not fit goes on at the next
-tick from its ZSCAN cursor). `rate_sample.lua` reads each destination's cumulative counters and adds what
-moved since its previous sample to its rings; a ring is a string of fixed 32-byte slots (epoch, span,
-one delta per series), so memory per destination is bounded (RING_BYTES) and a destination idle for
+SAMPLE_CHUNK destinations, until the call that passes TICK_SECONDS in a tick (a pass that does not fit goes
+on at the next tick from where it stopped: its ZSCAN cursor, the rest of its page, a topic's
+subscriptions). `rate_sample.lua` reads each destination's cumulative counters and adds what moved since
+its previous sample to its rings; a ring is a string of fixed 32-byte slots (epoch, span, one delta per
+series), so memory per destination is bounded (RING_BYTES) and a destination idle for
 KEEP_MS has none. The first sample of a destination only sets the base (no spike on load); a counter
 that went down (the destination made again) sets a new base; a sample after a stop (the worker was down)
 covers the whole stop and is read as its average over it. The namespace's own rings sum every
@@ -16,6 +17,7 @@ Rates only: operator operations (purge, move) are not series; the console marks 
 
 from __future__ import annotations
 
+import json
 import struct
 import time
 import uuid
@@ -27,6 +29,7 @@ from .broker import Broker
 from .destinations import Destination, parse_destination
 from .effects import Command, Eval, Op
 from .errors import InvalidDestination
+from .resp import reply_text as _text
 from .scripts import calls
 
 SERIES = ("enqueued", "dispatched", "acked", "redelivered", "expired", "deadlettered", "discarded")
@@ -75,11 +78,7 @@ def sample(broker: Broker, destinations: Iterable[str | Destination], *, pass_sp
              for d in destinations]
     sampled, went_on = 0, calls.RateSampled(0, 0)
     while True:  # (at least one call, for the namespace's span)
-        chunk = dests[:SAMPLE_CHUNK]
-        went_on = broker._run(_sample_op(calls.RateSample.call(
-            _key(broker, None), [broker.ops.prefix(d) for d in chunk], broker.clock.now_ms(),
-            "".join("t" if d.is_topic else "q" for d in chunk), pass_span, KEEP_MS, SUBS_PER_CALL,
-            went_on.start, went_on.last, went_on.carry)))
+        went_on = _sample_call(broker, dests, pass_span, went_on)
         sampled += went_on.sampled
         pass_span = 0
         dests = dests[went_on.done:]
@@ -87,41 +86,78 @@ def sample(broker: Broker, destinations: Iterable[str | Destination], *, pass_sp
             return sampled
 
 
+def _sample_call(broker: Broker, dests: list[Destination], pass_span: int,
+                 went_on: calls.RateSampled) -> calls.RateSampled:
+    """One rate_sample call over the first SAMPLE_CHUNK of `dests`, the first going on from where `went_on`
+    (the previous call's reply) stopped in its subscriptions."""
+    chunk = dests[:SAMPLE_CHUNK]
+    return broker._run(_sample_op(calls.RateSample.call(
+        _key(broker, None), [broker.ops.prefix(d) for d in chunk], broker.clock.now_ms(),
+        "".join("t" if d.is_topic else "q" for d in chunk), pass_span, KEEP_MS, SUBS_PER_CALL,
+        went_on.start, went_on.last, went_on.carry)))
+
+
+def _registered(names: Iterable[Any]) -> list[Destination]:
+    """The destinations of registry members; a name that is not one (written by hand) is left out: not ours
+    to sample, the pass goes on."""
+    dests = []
+    for name in names:
+        try:
+            dests.append(parse_destination(name.decode() if isinstance(name, bytes) else name,
+                                           allow_wildcards=True))
+        except InvalidDestination:
+            continue
+    return dests
+
+
 def sample_due(broker: Broker, seconds: float = TICK_SECONDS) -> int:
     """The tick's share of sampling: go on with the pass under way, or start one if this 5 s epoch has
-    none yet; stop after `seconds`. One worker at a time (a lease). Returns how many were sampled."""
+    none yet; stop after the script call that passes `seconds`. One worker at a time (a lease). Returns how
+    many were sampled.
+
+    The pass's place is kept in the namespace's rate key between ticks: the registry's ZSCAN cursor, the
+    rest of the page read last (`left`, its names) and, for a topic mid-way, where its subscriptions go on
+    (`start`, `last`, `carry`, as the script replied). So a tick stops within one call of its share, where
+    a check per registry page (up to SCAN_COUNT names, a topic's subscriptions over many calls each) let
+    one page hold it for as long as that page took."""
     ns = _key(broker, None)
     token = uuid.uuid4().hex
     if not broker.redis.set(f"{ns}:lease", token, nx=True, px=LEASE_MS):
         return 0
     try:
         now = broker.clock.now_ms()
-        pass_at, cursor = broker.redis.hmget(ns, "pass_at", "cursor")
-        span = 0
-        if cursor in (None, b"0", "0"):
+        pass_at, cursor, left, start, last, carry = broker.redis.hmget(
+            ns, "pass_at", "cursor", "left", "start", "last", "carry")
+        dests = _registered(json.loads(left)) if left else []
+        went_on = calls.RateSampled(0, 0, int(start or 0), _text(last or b""), _text(carry or b""))
+        cursor = int(cursor or 0)
+        span, new_pass = 0, not cursor and not dests
+        if new_pass:
             if pass_at is not None and now // PASS_MS == int(pass_at) // PASS_MS:
                 return 0
             span = now - int(pass_at) if pass_at is not None else 0
             span = span if 0 < span <= GAP_MS else 0
             broker.redis.hset(ns, "pass_at", now)
-            cursor = 0
         deadline = time.monotonic() + seconds
         sampled = 0
         while True:
-            cursor, page = broker.redis.zscan(broker.ops.registry_key, cursor, count=SCAN_COUNT)
-            dests = []
-            for member, _ in page:
-                try:
-                    dests.append(parse_destination(member.decode() if isinstance(member, bytes) else member,
-                                                   allow_wildcards=True))
-                except InvalidDestination:  # (an entry written by hand) not ours to sample; the pass goes on
-                    continue
+            if not dests:
+                if not cursor and not new_pass:  # the pass's last page is done
+                    break
+                new_pass = False
+                cursor, page = broker.redis.zscan(broker.ops.registry_key, cursor, count=SCAN_COUNT)
+                dests = _registered(member for member, _ in page)
             if dests or span:
-                sampled += sample(broker, dests, pass_span=span)
+                went_on = _sample_call(broker, dests, span, went_on)
                 span = 0
-            if not int(cursor) or time.monotonic() >= deadline:
+                sampled += went_on.sampled
+                dests = dests[went_on.done:]
+            if time.monotonic() >= deadline:
                 break
-        broker.redis.hset(ns, "cursor", int(cursor))
+        if not dests:
+            went_on = calls.RateSampled(0, 0)
+        broker.redis.hset(ns, mapping={"cursor": int(cursor), "left": json.dumps([d.uri for d in dests]),
+                                       "start": went_on.start, "last": went_on.last, "carry": went_on.carry})
         return sampled
     finally:
         if broker.redis.get(f"{ns}:lease") in (token, token.encode()):

@@ -300,7 +300,8 @@ def sweep_expired(ops: Context, home: Home, now: int) -> Op:
 def parked_counts(parked: int, scheduled: int) -> dict[str, int]:
     """`parked` told apart from the meta's 'scheduled' (includes/lifecycle.lua set_parkinfo keeps it as
     parked entries come and go): scheduled jobs, the rest waiting for a redelivery delay. (Bounded to
-    `parked`: jobs parked before the count was kept are missing from it until all of those have left.)"""
+    `parked`. Jobs parked before the count was kept are in it once maintenance has visited the destination:
+    maintenance.lua recount_scheduled.)"""
     scheduled = min(max(scheduled, 0), parked)
     return {"scheduled": scheduled, "redelivery_delayed": parked - scheduled}
 

@@ -22,7 +22,6 @@ Logging in: HTTP Basic (as ActiveMQ's) or an API token.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 import json
 import re
@@ -39,7 +38,7 @@ from gateway import permissions, runtime
 from gateway.api import json_input, mbeans
 from gateway.api.auth import BasicAuthentication, TokenAuthentication
 from gateway.api.base import GatewayView
-from gateway.api.common import setting
+from gateway.api.common import LoopShare, setting
 from gateway.api.destination_index import index, totals
 from gateway.api.object_names import MalformedObjectName, ObjectName, parse
 from gateway.api.schema import problems
@@ -51,9 +50,6 @@ PROTOCOL = "7.2"
 AGENT = "1.7.1"  # the Jolokia agent whose protocol this answers (ActiveMQ 5.17.2's)
 MAX_REQUESTS = 100  # requests in one POST
 MAX_BODY_BYTES = 1024 * 1024
-# the longest a scan holds the event loop before letting the process's other clients run (a bulk of
-# pattern searches over 1,000 long names, never letting go, kept a version request waiting 0.6 s)
-SLICE_SECONDS = 0.002
 MIME_TYPES = ("text/plain", "application/json")
 READ_ONLY = ("exec", "write", "list", "notification")
 TYPES = ("read", "search", "version", *READ_ONLY)  # Jolokia's request types
@@ -124,13 +120,7 @@ class Reader:
         self.spent = 0  # MBeans named by the answers so far
         self._broker_values: dict[str, Any] | None = None
         self._listing: list[tuple[Destination, ObjectName]] | None = None
-        self._resumed = time.monotonic()
-
-    async def pause(self) -> None:
-        """Let the event loop run others if this request has held it for SLICE_SECONDS."""
-        if time.monotonic() - self._resumed > SLICE_SECONDS:
-            await asyncio.sleep(0)
-            self._resumed = time.monotonic()
+        self.pause = LoopShare().pause  # (between the steps of a scan: common.SLICE_SECONDS)
 
     def charge(self, count: int, what: str) -> None:
         """Count `count` more MBeans named in the answers, or refuse `what` with the limit's name."""

@@ -123,3 +123,26 @@ def test_the_scheduled_count_follows_a_purge_and_a_destination_made_again(broker
     broker.delete_destination("gone")
     broker.send("gone", Message(body="c", delay_ms=600_000))
     assert (broker.stats("gone").parked, broker.stats("gone").scheduled) == (1, 1)
+
+
+def test_jobs_parked_before_the_count_was_kept_are_counted_once_by_the_next_maintenance_visit(broker, clock):
+    """The meta's 'scheduled' is kept as parked entries come and go (includes/lifecycle.lua parked_info):
+    jobs a deployment parked before it was kept are not in it, and a repeating job's entry stays (each
+    firing parks it again under the same id), so the count read low for as long as it ran. The maintenance
+    visit counts a destination's scheduled entries afresh once (bounded: a parkinfo of at most 2,000)."""
+    from broker_core import maintenance
+    from broker_core.destinations import parse_destination
+
+    broker.send("old", [Message(body="delayed", delay_ms=600_000),
+                        Message(body="cron-like", delay_ms=600_000, period_ms=1_000, repeat=100)])
+    c = broker.add_consumer("old", ConsumerSpec(prefetch=1))
+    broker.send("old", [Message(body="now")])
+    broker.nack(c, broker.receive(c, 1)[0].message_id)  # a redelivery delay: parked, not a job
+    meta = f"{broker.ops.prefix(parse_destination('queue://old'))}:meta"
+    broker.redis.hdel(meta, "scheduled")  # as a deployment from before the count left them
+    broker.send("old", Message(body="since", delay_ms=600_000))  # counted from there
+    st = broker.stats("old")
+    assert (st.parked, st.scheduled) == (4, 1)
+    maintenance.run_due(broker, ["queue://old"])
+    st = broker.stats("old")
+    assert (st.parked, st.scheduled, st.redelivery_delayed) == (4, 3, 1)

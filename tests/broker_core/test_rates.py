@@ -316,3 +316,31 @@ def test_a_subscription_removed_between_two_parts_leaves_the_topic_out_of_that_p
     rates.sample(broker, [topic])
     h = rates.history(broker, topic, "5m").rates["dispatched"]
     assert h[-2:] == [10.0, 10.0]  # 100 over the 10 s the sample covers, read as their average
+
+
+def test_the_tick_s_sampling_stops_at_the_call_that_spends_its_time_and_the_next_tick_goes_on_from_there(
+        broker, clock, monkeypatch):
+    """The tick's share of sampling is checked after each script call, not after each registry page: a
+    page (SCAN_COUNT, 200 names) of topics read over several calls each could hold the tick for seconds
+    past its share. A tick whose time is spent makes one call; the next goes on with the rest of the page
+    (and a topic mid-way from where its subscriptions stopped), and the pass samples each destination once."""
+    monkeypatch.setattr(rates, "SUBS_PER_CALL", 40)
+    names = [f"queue://q{i}" for i in range(150)] + ["topic://wide"]
+    for name in names:
+        broker.ensure_destination(name)
+    _subscribers(broker, "topic://wide", 100)  # three calls' worth of subscriptions
+    assert broker.redis.zcard(broker.ops.registry_key) == len(names)  # (one ZSCAN page: SCAN_COUNT 200)
+    made = _recorded_calls(monkeypatch)
+    ticks: list[int] = []  # what each tick sampled
+    while len(ticks) < 20:
+        calls_before = len(made)
+        ticks.append(rates.sample_due(broker, seconds=0))
+        if len(made) == calls_before:  # the pass is over: this tick had nothing to do
+            break
+        assert len(made) == calls_before + 1  # one call: its time was spent at the first
+    assert 8 < len(ticks) < 20  # 151 destinations 25 a call, the topic's parts in calls of their own
+    assert sum(ticks) == len(names)  # each sampled once
+    # the topic's second and third parts, each a later tick's, from where the previous one stopped
+    assert [start for name, start, _ in made if name == "wide" and start] == [40, 80]
+    clock.advance(5_000)  # the next pass, all of it in one tick
+    assert rates.sample_due(broker) == len(names)

@@ -26,6 +26,8 @@
 --                             is done here (it would examine nothing). When nothing is left for the
 --                             caller to do, the entries are set to when something is next due here
 --                             (scheduled = 1); else the caller does the work and then calls `schedule`.
+--                             The first visit of a prefix also counts its scheduled jobs afresh
+--                             (recount_scheduled).
 --   schedule grace sweep_period slow_period offline_schedule -> {next due, next periodic} (0: no entry)
 --@include base
 --@allow-oom
@@ -129,6 +131,24 @@ local function schedule(grace, sweep, slow, offline)
   return {at or 0, later or 0}
 end
 
+-- The meta's 'scheduled' (includes/lifecycle.lua parked_info) counted afresh, once per destination: entries
+-- parked before the count was kept are not in it, and a repeating job's entry never leaves (each firing
+-- parks it again under its id), so it read low for as long as such a job ran. Bounded: a parkinfo of at
+-- most RECOUNT_MOST entries is counted in this call (HVALS, well under a millisecond); a larger one keeps
+-- its count as it is. 'scheduled_counted' in the meta marks it done (a destination made again counts again).
+local RECOUNT_MOST = 2000
+local function recount_scheduled()
+  if redis.call('HEXISTS', base.K_META, 'scheduled_counted') == 1
+     or redis.call('HLEN', base.K_PARKINFO) > RECOUNT_MOST then
+    return
+  end
+  local n = 0
+  for _, info in ipairs(redis.call('HVALS', base.K_PARKINFO)) do
+    if info == 'job' or string.byte(info) == 115 then n = n + 1 end  -- (lifecycle.unparked's test)
+  end
+  redis.call('HSET', base.K_META, 'scheduled', n, 'scheduled_counted', 1)
+end
+
 if op == 'acquire' then
   return acquire(ARGV[3], ARGV[4], tonumber(ARGV[5]))
 elseif op == 'release' then
@@ -147,6 +167,7 @@ elseif op == 'visit' then
     redis.call('ZREM', DUE_KEY .. ':periodic', base.P)
     return {0, 0, 0, 0, 0, 0, 0, 0, 1}
   end
+  recount_scheduled()
   local grace, sweep, slow, offline = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
   local reply = probe(ARGV[3], tonumber(ARGV[4]), grace)
   local maint = redis.call('HMGET', base.P .. ':maint', 'expire:started', 'expire:running', 'slow:last_run',
