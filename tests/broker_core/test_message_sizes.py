@@ -8,26 +8,13 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
 from broker_core.broker import Broker
 from broker_core.messages import Message
 from broker_core.model import MessageSizes
 
 from ..helpers.broker import consumer, drain
 from .test_script_forms import client7, functions_url  # noqa: F401  (fixtures: a Redis >= 7)
-
-
-@pytest.fixture(params=["eval", "functions"])
-def on_form(request, redis_client, clock):
-    if request.param == "eval":
-        client, functions = redis_client, False
-    else:
-        client, functions = request.getfixturevalue("client7"), True
-    broker = Broker(client, f"t{uuid.uuid4().hex[:12]}", clock)
-    broker.driver.functions = functions
-    yield broker
-    broker.close()
+from .test_sizes import sized  # noqa: F401, F811  (the fixture: a Broker on each script form)
 
 
 def size_of(broker: Broker, body: str, **fields) -> int:
@@ -41,8 +28,8 @@ def expected(*sizes: int) -> MessageSizes:
     return MessageSizes(len(sizes), sum(sizes), min(sizes), max(sizes))
 
 
-def test_sizes_of_interleaved_sends_and_batches(on_form):
-    broker = on_form
+def test_sizes_of_interleaved_sends_and_batches(sized):  # noqa: F811
+    broker = sized
     a, b, c, small = (size_of(broker, "a" * 3000), size_of(broker, "b" * 5000), size_of(broker, "c" * 9000),
                       size_of(broker, "s"))
     assert small == 1024 and a < b < c  # (the floor: minimumMessageSize)
@@ -57,8 +44,8 @@ def test_sizes_of_interleaved_sends_and_batches(on_form):
     assert broker.stats("one").message_sizes.average == (b + a + small + c + b) // 5
 
 
-def test_what_counts_is_what_is_counted_enqueued(on_form, clock):
-    broker = on_form
+def test_what_counts_is_what_is_counted_enqueued(sized, clock):  # noqa: F811
+    broker = sized
     a, b = size_of(broker, "a" * 3000), size_of(broker, "b" * 5000)
     late = size_of(broker, "b" * 5000, delay_ms=1_000)  # (its delay is packed too)
     broker.send("q", Message(message_id="m1", body="a" * 3000))

@@ -178,3 +178,22 @@ def certificate(tmp_path_factory) -> tuple[Path, Path]:
                     "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
     return cert, key
+
+
+@pytest.fixture
+def listener(gateway_data, request):
+    """Factory of STOMP listeners of the test's own, with settings of its own (environment variables);
+    killed at the end."""
+    from tests.helpers.gateway_server import spawn_stomp_listener, wait_listening
+
+    made = []
+
+    def start(**env: str):
+        data_dir, namespace = gateway_data
+        server = wait_listening(spawn_stomp_listener(data_dir, namespace, f"{request.node.name[:40]}", **env))
+        made.append(server)
+        return server
+
+    yield start
+    for server in made:
+        server.kill()

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.stomp.frames import Frame, encode
-from tests.helpers.gateway_server import ROOT, spawn_stomp_listener, wait_listening
+from tests.helpers.gateway_server import ROOT, wait_listening
 from tests.helpers.polling import eventually, flooded_until_cut_off
-from tests.helpers.stomp_client import Client, RawTcp
+from tests.helpers.stomp_client import Client, RawStomp, RawTcp
 
 pytestmark = pytest.mark.e2e
 
@@ -37,22 +37,6 @@ def raw(stomp_listener):
     yield make
     for conn in made:
         conn.close()
-
-
-@pytest.fixture
-def listener(gateway_data, request):
-    """A listener of the test's own, with settings of its own (environment variables); killed at the end."""
-    made = []
-
-    def start(**env: str):
-        data_dir, namespace = gateway_data
-        server = wait_listening(spawn_stomp_listener(data_dir, namespace, f"{request.node.name[:40]}", **env))
-        made.append(server)
-        return server
-
-    yield start
-    for server in made:
-        server.kill()
 
 
 def _q() -> str:
@@ -155,14 +139,24 @@ def test_missing_heart_beats_end_the_connection(raw):
     assert conn.closed_within(5)
 
 
-def test_connections_beyond_the_limit_are_refused_with_an_error_that_names_it(listener):
+def _client(transport: str, port: int, tls: ssl.SSLContext | None = None) -> RawTcp | RawStomp:
+    """A hand-driven client of the listener's `transport`: "tcp" (stomp, stomp+ssl) or "ws-port" (its
+    WebSocket port: ws, wss)."""
+    if transport == "tcp":
+        return RawTcp(port, tls)
+    return RawStomp(f"wss://localhost:{port}/stomp" if tls else f"ws://127.0.0.1:{port}/stomp", tls=tls)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws-port"])
+def test_connections_beyond_the_limit_are_refused_with_an_error_that_names_it(listener, transport):
     server = listener(SIGNALBOX_STOMP_MAX_CONNECTIONS="2")
+    port = server.port if transport == "tcp" else server.ws_port
     time.sleep(1)  # the probe connection that saw the listener up has been closed and counted out
-    held = [RawTcp(server.port) for _ in range(2)]
+    held = [_client(transport, port) for _ in range(2)]
     try:
         for conn in held:
             conn.connect()
-        third = RawTcp(server.port)
+        third = _client(transport, port)
         try:
             error = third.expect("ERROR")
             assert "SIGNALBOX_STOMP_MAX_CONNECTIONS" in error.get("message", "")
@@ -193,18 +187,22 @@ def test_a_burst_of_subscriptions_from_many_connections_is_served(stomp_listener
 
 # -- TLS ----------------------------------------------------------------------------------------------
 
-def test_stomp_over_tls_round_trips_and_the_plain_port_serves_beside_it(listener, certificate):
+@pytest.mark.parametrize("transport", ["tcp", "ws-port"])
+def test_stomp_over_tls_round_trips_and_the_plain_port_serves_beside_it(listener, certificate, transport):
+    """stomp+ssl beside stomp; wss beside ws (the listener's WebSocket port)."""
     from signalbox.embedded_redis import free_port
 
     cert, key = certificate
     tls_port = free_port()
+    setting = "SIGNALBOX_STOMP_TLS_PORT" if transport == "tcp" else "SIGNALBOX_STOMP_WSS_PORT"
     server = listener(SIGNALBOX_STOMP_TLS_CERT=str(cert), SIGNALBOX_STOMP_TLS_KEY=str(key),
-                      SIGNALBOX_STOMP_TLS_PORT=str(tls_port))
+                      **{setting: str(tls_port)})
     wait_listening(type(server)(server.process, tls_port, server.log_path))
     context = ssl.create_default_context(cafile=str(cert))
-    conn = RawTcp(tls_port, context)
+    conn = _client(transport, tls_port, context)
     try:
-        assert conn.connect().get("session", "").startswith("ssl-")  # named for its transport
+        # named for its transport
+        assert conn.connect().get("session", "").startswith("ssl-" if transport == "tcp" else "wss-")
         dest = _q()
         conn.send("SUBSCRIBE", {"destination": dest, "id": "s", "receipt": "sub"})
         conn.expect("RECEIPT")
@@ -212,41 +210,14 @@ def test_stomp_over_tls_round_trips_and_the_plain_port_serves_beside_it(listener
         assert conn.expect("MESSAGE").body == b"secret"
     finally:
         conn.close()
-    plain = RawTcp(server.port)
+    plain = _client(transport, server.port if transport == "tcp" else server.ws_port)
     try:
-        assert plain.connect().get("session", "").startswith("tcp-")
+        assert plain.connect().get("session", "").startswith("tcp-" if transport == "tcp" else "ws-")
     finally:
         plain.close()
     with pytest.raises(ssl.SSLError):  # no plain text on the TLS port
-        RawTcp(tls_port, ssl.create_default_context()).connect()  # an untrusted certificate
+        _client(transport, tls_port, ssl.create_default_context()).connect()  # an untrusted certificate
 
-
-def test_the_broker_name_setting_names_the_broker_in_advisories_and_client_id_refusals(listener):
-    """SIGNALBOX_BROKER_NAME is ActiveMQ's brokerName everywhere it shows: the advisories' originBrokerName
-    and originBrokerId, and InvalidClientIDException's text."""
-    server = listener(SIGNALBOX_BROKER_NAME="hub-7")
-    name = f"named{uuid.uuid4().hex[:8]}"
-    watcher, consumer = RawTcp(server.port), RawTcp(server.port)
-    try:
-        watcher.connect(**{"client-id": f"w-{name}"})
-        watcher.send("SUBSCRIBE", {"destination": f"/topic/ActiveMQ.Advisory.Consumer.Queue.{name}",
-                                   "id": "adv", "receipt": "adv"})
-        watcher.expect("RECEIPT")
-        consumer.connect()
-        consumer.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s"})
-        advised = watcher.expect("MESSAGE")
-        assert (advised.get("originBrokerName"), advised.get("originBrokerId")) == ("hub-7", "ID:hub-7")
-        consumer.close()
-        consumer = RawTcp(server.port)
-        consumer.send("CONNECT", {"accept-version": "1.2", "login": consumer.login,
-                                  "passcode": consumer.passcode, "host": "x", "client-id": f"w-{name}"})
-        assert consumer.expect("ERROR").get("message", "").startswith("Broker: hub-7 - Client: w-")
-    finally:
-        watcher.close()
-        consumer.close()
-
-
-# -- a listener that dies -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("transport", ["tcp", "ws-port"])
 def test_a_listener_killed_mid_stream_loses_nothing(listener, stomp_listener, redis_client, transport):
