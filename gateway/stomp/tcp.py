@@ -153,6 +153,14 @@ class Listener:
     max_connections: int = 1000
     connection: type[Connection] = Connection
 
+    @property
+    def scheme(self) -> str:
+        return self.connection.schemes[self.tls is not None]
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
 
 class StompServer:
     """One listener's connections; `serve` runs until cancelled."""
@@ -162,10 +170,6 @@ class StompServer:
         self.sessions: set[StompSession] = set()
         self.tasks: set[asyncio.Task[None]] = set()  # one per connection, awaited when the listener stops
         self.server: asyncio.Server | None = None
-
-    @property
-    def scheme(self) -> str:
-        return self.listener.connection.schemes[self.listener.tls is not None]
 
     async def start(self) -> asyncio.Server:
         connection = self.listener.connection
@@ -247,7 +251,8 @@ async def serve(listeners: list[Listener], ready: asyncio.Event | None = None) -
     servers = [StompServer(listener) for listener in listeners]
     for server in servers:
         await server.start()
-        logger.info("STOMP listening on %s://%s:%d", server.scheme, server.listener.host, server.port)
+        listener = server.listener
+        logger.info("STOMP listening on %s://%s:%d", listener.scheme, listener.host, server.port)
     if ready is not None:
         ready.set()
     try:

@@ -57,7 +57,7 @@ class Command(BaseCommand):
                                "and no TLS certificate is set")
         from signalbox import collector, node
 
-        node.start_heartbeat("stomp", " ".join(f"{x.host}:{x.port}" for x in listeners))
+        node.start_heartbeat("stomp", " ".join(listener.url for listener in listeners))
         collector.settle()
         try:
             run_loop(self.serve(listeners))
