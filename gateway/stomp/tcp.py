@@ -13,6 +13,10 @@ frames are handled waits in its own send buffer, as it did for the reader task.
 
 Several listener processes may serve one Redis, on one port (SO_REUSEPORT) or on several hosts: a
 connection's consumers hold leases, so a listener that dies loses nothing; its clients reconnect.
+
+The listener here (`Listener`, `StompServer`) serves STOMP over WebSocket on a port of its own as well: a
+`Listener` names its kind of connection, and gateway/stomp/ws_port.py's `WsConnection` is this module's
+`Connection` with a WebSocket's handshake and framing in front of the same `feed`.
 """
 
 from __future__ import annotations
