@@ -49,14 +49,21 @@ end
 
 -- Queue message `id` (sent with topic sequence `seq`): stored now, with one reference for each
 -- subscription in `matched` (which take it in this call) and one for the fan-out; the subscriptions
--- `subs` from index `from` on are matched later. `copies`: the wildcard patterns that got a copy.
-function fanout.defer(id, blob, seq, matched, subs, from, copies, job)
+-- `subs` from index `from` on are matched later, then those whose definitions the send did not read,
+-- `unread` (topic.subscriptions: ranges of :sorder's indexes, nil for none). `copies`: the wildcard
+-- patterns that got a copy.
+function fanout.defer(id, blob, seq, matched, subs, from, copies, job, unread)
   topic.store(id, blob, topic.refs_of(matched) + 1, seq)
   local list = base.TP .. ':fanout:' .. id
   local keys = {}
   for k = from, #subs do keys[#keys + 1] = subs[k].key end
   for k = 1, #keys, 1000 do  -- unpack() has a limit
     redis.call('RPUSH', list, unpack(keys, k, math.min(k + 999, #keys)))
+  end
+  for r = 1, #(unread or {}), 2 do
+    for k = unread[r], unread[r + 1], 1000 do
+      redis.call('RPUSH', list, unpack(redis.call('LRANGE', base.TP .. ':sorder', k, math.min(k + 999, unread[r + 1]))))
+    end
   end
   redis.call('RPUSH', base.TP .. ':fanout', id)
   redis.call('HSET', base.TP .. ':fanout:n', id, #matched .. '|' .. copies .. (job and '|' .. job or ''))

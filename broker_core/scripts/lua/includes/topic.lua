@@ -68,12 +68,8 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     message.pass_dirty.value = false
   end
 
-  -- The subscriptions in the order the topic's dispatch policy visits them (§7.1). Every matching one gets
-  -- the message whatever the policy; the policy only orders the deliveries of one send.
-  function topic.subscriptions()
-    local keys = redis.call('LRANGE', base.TP .. ':sorder', 0, -1)
-    local subs = {}
-    if #keys == 0 then return subs end
+  -- Append the subscriptions of `keys` (those with a definition) to `subs`.
+  local function read_definitions(keys, subs)
     -- unpack() has a limit (~8000 values), so the definitions are read in slices.
     for from = 1, #keys, 1000 do
       local upto = math.min(from + 999, #keys)
@@ -83,7 +79,45 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
         if def then subs[#subs + 1] = { key = keys[i], def = cmsgpack.unpack(def) } end
       end
     end
+    return subs
+  end
+
+  -- The subscriptions in the order the topic's dispatch policy visits them (§7.1). Every matching one gets
+  -- the message whatever the policy; the policy only orders the deliveries of one send.
+  -- With `most` (a send, which matches at most a call's worth of them: includes/fanout.lua), only the first
+  -- `most` definitions are read under the simple, strictOrder and roundRobin policies, which visit :sorder
+  -- in its order (roundRobin from a turning start); the keys of the others are returned too, as ranges of
+  -- :sorder's indexes {first, last, ...} in visiting order (nil when none is left), for fanout.defer to copy.
+  -- The priority policy orders them all by their definitions: it reads them all.
+  function topic.subscriptions(most)
     local dispatch_policy = topic.policy()['dispatchPolicy']
+    if most and dispatch_policy ~= 'priority' then
+      local K_SORDER = base.TP .. ':sorder'
+      local keys = redis.call('LRANGE', K_SORDER, 0, most - 1)
+      if #keys < most and dispatch_policy ~= 'roundRobin' then return read_definitions(keys, {}) end
+      local n = redis.call('LLEN', K_SORDER)
+      local turn = 0
+      if dispatch_policy == 'roundRobin' and n > 1 then
+        turn = redis.call('HINCRBY', base.TP .. ':meta', 'rr', 1) % n
+        keys = redis.call('LRANGE', K_SORDER, turn, turn + most - 1)
+        if #keys < most and turn > 0 then  -- (wrapped round to the head)
+          for _, key in ipairs(redis.call('LRANGE', K_SORDER, 0, math.min(turn, most - #keys) - 1)) do
+            keys[#keys + 1] = key
+          end
+        end
+      end
+      local subs, rest = read_definitions(keys, {}), nil
+      local first = turn + #keys  -- (the first index not read, counted past the end when it wrapped)
+      if first < n then
+        rest = { first, n - 1 }
+        if turn > 0 then rest[3], rest[4] = 0, turn - 1 end
+      elseif first - n < turn then
+        rest = { first - n, turn - 1 }
+      end
+      return subs, rest
+    end
+    local subs = read_definitions(redis.call('LRANGE', base.TP .. ':sorder', 0, -1), {})
+    if #subs == 0 then return subs end
     if dispatch_policy == 'priority' then
       -- PriorityDispatchPolicy: by consumer priority, highest first; a stable insertion sort.
       for i = 2, #subs do
