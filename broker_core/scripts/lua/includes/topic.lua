@@ -94,15 +94,18 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     if most and dispatch_policy ~= 'priority' then
       local K_SORDER = base.TP .. ':sorder'
       local keys = redis.call('LRANGE', K_SORDER, 0, most - 1)
-      if #keys < most and dispatch_policy ~= 'roundRobin' then return read_definitions(keys, {}) end
-      local n = redis.call('LLEN', K_SORDER)
+      local n = #keys < most and #keys or redis.call('LLEN', K_SORDER)
       local turn = 0
       if dispatch_policy == 'roundRobin' and n > 1 then
         turn = redis.call('HINCRBY', base.TP .. ':meta', 'rr', 1) % n
-        keys = redis.call('LRANGE', K_SORDER, turn, turn + most - 1)
-        if #keys < most and turn > 0 then  -- (wrapped round to the head)
-          for _, key in ipairs(redis.call('LRANGE', K_SORDER, 0, math.min(turn, most - #keys) - 1)) do
-            keys[#keys + 1] = key
+        if n <= most then  -- all read: turned here
+          local turned = {}
+          for i = 1, n do turned[i] = keys[((i - 1 + turn) % n) + 1] end
+          keys = turned
+        else
+          keys = redis.call('LRANGE', K_SORDER, turn, turn + most - 1)
+          if #keys < most then  -- (wrapped round to the head)
+            for _, key in ipairs(redis.call('LRANGE', K_SORDER, 0, most - #keys - 1)) do keys[#keys + 1] = key end
           end
         end
       end
