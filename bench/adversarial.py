@@ -1056,6 +1056,17 @@ for _many in (5_000, 10_000):
         op = ctx.broker.ops.send(parse_destination(topic), [Message(body="x")], ctx.broker._now())
         return ctx.measure(_per_call_cpu(ctx, op))
 
+    @case(f"topic: a batch of 100 messages to {_many:,} offline durable subscriptions")
+    def topic_batch_many(ctx: Context, many: int = _many) -> Calls:
+        """The same with 100 messages in one send: the first is cut past the definitions read, the others
+        queued behind it, each listing every subscription (fanout.defer)."""
+        topic = "topic://wide.t"
+        _offline_durables(ctx, topic, many)
+        ctx.broker.send(topic, Message(body="warm"))
+        batch = [Message(body="x") for _ in range(100)]
+        op = ctx.broker.ops.send(parse_destination(topic), batch, ctx.broker._now())
+        return ctx.measure(_per_call_cpu(ctx, op))
+
     @case(f"topic: expire_offline over {_many:,} offline durable subscriptions, none due")
     def expire_offline_none(ctx: Context, many: int = _many) -> Calls:
         topic = "topic://wide.t"

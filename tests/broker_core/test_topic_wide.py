@@ -64,7 +64,8 @@ TAKERS = (0, 1_000, 2_005)  # the subscriptions without a selector; every other 
 def test_a_send_reads_a_calls_worth_of_definitions_and_leaves_the_rest_to_the_fan_out(broker, policy):
     """A send to a topic with more subscriptions than a call visits reads the first MAX_VISITS definitions
     (in the dispatch policy's order: roundRobin's turns wrap round :sorder) and queues the others for the
-    fan-out's calls; every subscription that matches gets each message once, in send order."""
+    fan-out's calls; every subscription that matches gets each message once, in send order, single sends
+    and a batch alike."""
     broker.policies.set_entry("topic", ">", {"dispatchPolicy": policy})
     broker.refresh_policies()
     topic = "topic://wide"
@@ -78,6 +79,9 @@ def test_a_send_reads_a_calls_worth_of_definitions_and_leaves_the_rest_to_the_fa
             if name == "topic_send":
                 deferred.append(bool(TopicSend.parse(reply).tail.flags & 4))
     assert deferred == [True] * 3
+    # a batch: the first message cut past the definitions read, the next ones queued whole behind it
+    broker.send(topic, [Message(f"m{n}", properties={"n": n}) for n in range(3, 6)])
     for i in TAKERS:
         got = drain(broker, ConsumerRef(parse_destination(topic), f"s{i}"))
-        assert [d.body for d in got] == ["m0", "m1", "m2"], i
+        assert [d.body for d in got] == [f"m{n}" for n in range(6)], i
+    assert not broker.redis.keys(f"{broker.namespace}:{{t:wide}}:fanout*")
