@@ -37,6 +37,7 @@ import redis.asyncio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker_core.broker import Broker  # noqa: E402
+from broker_core.destinations import parse_destination  # noqa: E402
 from broker_core.keys import Home  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
 from broker_core.model import ConsumerSpec, TransactionLimits  # noqa: E402
@@ -1137,6 +1138,12 @@ def retroactive_many_durables(ctx: Context) -> Calls:
     durable subscriptions came after the backlog and hold none of it (so an odd message is held by no
     durable subscription at all, the most a "held by another durable?" question can cost)."""
     topic = "topic://many.t"
+    _many_durables(ctx, topic)
+    spec = ConsumerSpec(client_id="app", subscription_name="new", retroactive=True, prefetch=10)
+    return ctx.measure(lambda: ctx.broker.add_consumer(topic, spec))
+
+
+def _many_durables(ctx: Context, topic: str) -> None:
     ctx.broker.add_consumer(topic, ConsumerSpec(), consumer_id="live")
     holder = ctx.broker.add_consumer(topic, ConsumerSpec(client_id="app", subscription_name="holder",
                                                          selector="n % 2 = 0"))
@@ -1154,8 +1161,68 @@ def retroactive_many_durables(ctx: Context) -> Calls:
     checks, ctx.broker.ops.backlog_checks = ctx.broker.ops.backlog_checks, 1
     ctx.broker.add_consumer(warm, ConsumerSpec(client_id="app", subscription_name="warm", retroactive=True))
     ctx.broker.ops.backlog_checks = checks
+
+
+@case("retroactive: a catch-up among 5,000 durable subscriptions, on a topic stored before weights")
+def retroactive_many_durables_unweighted(ctx: Context) -> Calls:
+    """The case above on a topic an earlier version stored (session 28: every reference counted 1, its
+    meta unmarked): the catch-up asks the durable subscriptions about each message
+    (topic.lua catch_up_unweighted), at most backlog_checks questions a call."""
+    topic = "topic://many.t"
+    _many_durables(ctx, topic)
+    p = ctx.broker.ops.prefix(parse_destination(topic))
+    old = {m: (2 if n % 2 == 0 else 1) for n, m in enumerate(ctx.client.zrange(f"{p}:order", 0, -1))}
+    ctx.client.hset(f"{p}:refs", mapping=old)  # the live one's and the holder's: 1 each
+    ctx.client.hdel(f"{p}:meta", "weighted_after")
     spec = ConsumerSpec(client_id="app", subscription_name="new", retroactive=True, prefetch=10)
-    return ctx.measure(lambda: ctx.broker.add_consumer(topic, spec))
+    return ctx.measure(_per_call_cpu(ctx, ctx.broker.ops.add_consumer(parse_destination(topic), spec,
+                                                                        ctx.broker._now(), "new")))
+
+
+def _offline_durables(ctx: Context, topic: str, count: int) -> None:
+    for n in range(count):
+        ctx.broker.close_consumer(ctx.broker.add_consumer(topic, ConsumerSpec(client_id="app",
+                                                                              subscription_name=f"d{n}")))
+
+
+for _many in (5_000, 10_000):
+    @case(f"topic: a send to {_many:,} offline durable subscriptions")
+    def topic_send_many(ctx: Context, many: int = _many) -> Calls:
+        """One message every subscription takes: the send reads every subscription's definition
+        (topic.subscriptions), then the fan-out goes on across calls (includes/fanout.lua)."""
+        topic = "topic://wide.t"
+        _offline_durables(ctx, topic, many)
+        ctx.broker.send(topic, Message(body="warm"))
+        op = ctx.broker.ops.send(parse_destination(topic), [Message(body="x")], ctx.broker._now())
+        return ctx.measure(_per_call_cpu(ctx, op))
+
+    @case(f"topic: a batch of 100 messages to {_many:,} offline durable subscriptions")
+    def topic_batch_many(ctx: Context, many: int = _many) -> Calls:
+        """The same with 100 messages in one send: the first is cut past the definitions read, the others
+        queued behind it, each listing every subscription (fanout.defer)."""
+        topic = "topic://wide.t"
+        _offline_durables(ctx, topic, many)
+        ctx.broker.send(topic, Message(body="warm"))
+        batch = [Message(body="x") for _ in range(100)]
+        op = ctx.broker.ops.send(parse_destination(topic), batch, ctx.broker._now())
+        return ctx.measure(_per_call_cpu(ctx, op))
+
+    @case(f"topic: expire_offline over {_many:,} offline durable subscriptions, none due")
+    def expire_offline_none(ctx: Context, many: int = _many) -> Calls:
+        topic = "topic://wide.t"
+        _offline_durables(ctx, topic, many)
+        ctx.broker.expire_offline_durables(topic, 3_600_000)  # (the script loaded)
+        op = ctx.broker.ops.expire_offline_durables(parse_destination(topic), 3_600_000, ctx.broker._now())
+        return ctx.measure(_per_call_cpu(ctx, op))
+
+    @case(f"topic: expire_offline over {_many:,} offline durable subscriptions, all due")
+    def expire_offline_all(ctx: Context, many: int = _many) -> Calls:
+        topic = "topic://wide.t"
+        _offline_durables(ctx, topic, many)
+        ctx.broker.expire_offline_durables("topic://wide.warm", 0)  # (the script loaded)
+        time.sleep(0.01)
+        op = ctx.broker.ops.expire_offline_durables(parse_destination(topic), 0, ctx.broker._now())
+        return ctx.measure(_per_call_cpu(ctx, op))
 
 
 # --- the largest message ---

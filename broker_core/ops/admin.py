@@ -20,7 +20,11 @@ def init_destination(ops: Context, dest: Destination, now: int) -> Op:
     yield from ops.write_policy(dest)
     prefix = ops.prefix(dest)
     yield Command(("HSETNX", f"{prefix}:meta", "uri", dest.uri))
-    yield Command(("HSETNX", f"{prefix}:meta", "created", now))
+    new = yield Command(("HSETNX", f"{prefix}:meta", "created", now))
+    if new and dest.is_topic:
+        # every reference to its messages is weighted (a durable subscription's 2^32): a new retroactive
+        # durable subscription's catch-up reads the counts alone (scripts/lua/includes/topic.lua catch_up)
+        yield Command(("HSETNX", f"{prefix}:meta", "weighted_after", 0))
     # into the maintenance index (broker_core/maintenance.py), due now: its first visit schedules it
     yield Command(("ZADD", f"{due_key(ops.namespace)}:periodic", "NX", now, prefix))
     if dest.is_wildcard:

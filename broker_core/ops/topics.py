@@ -256,16 +256,28 @@ def unsubscribe(ops: Context, dest: Destination, client_id: str, subscription_na
     return dropped
 
 
+# The offline-durable cleanup's script calls (topic_admin expire_offline): subscriptions looked at (one
+# HMGET of its meta each), and removed (~15 commands each, as a deletion's), at most per call.
+OFFLINE_LOOKS = 1_000
+OFFLINE_REMOVALS = 50
+
+
 def expire_offline_durables(ops: Context, dest: Destination, timeout_ms: int | None, now: int) -> Op:
     """Remove the durable subscriptions offline for `timeout_ms` (None: the policy's
-    offlineDurableSubscriberTimeout) or more, with their registry entries; returns their keys."""
+    offlineDurableSubscriberTimeout) or more, with their registry entries; returns their keys. The topic's
+    subscriptions are looked at OFFLINE_LOOKS a call, OFFLINE_REMOVALS removed at most."""
     if timeout_ms is None:
         entry: PolicyEntry = yield Policy(dest)
         timeout_ms = entry.offline_durable_subscriber_timeout
     if timeout_ms < 0:
         return []
-    removed = calls.TopicAdmin.parse_expired((yield from ops.eval(
-        Home(dest), now, calls.TopicAdmin.expire_offline(ops.prefix(dest), now, timeout_ms))))
+    removed: list[str] = []
+    start = 0
+    while start >= 0:
+        call = calls.TopicAdmin.expire_offline(ops.prefix(dest), now, timeout_ms, start, OFFLINE_LOOKS,
+                                               OFFLINE_REMOVALS)
+        start, keys = calls.TopicAdmin.parse_expired((yield from ops.eval(Home(dest), now, call)))
+        removed += keys
     if removed:
         yield from homes.return_owed(ops, Home(dest), now)  # their messages are released a chunk per call
     return removed

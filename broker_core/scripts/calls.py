@@ -1093,13 +1093,15 @@ class TopicAdmin(ScriptCall):
         return int(reply)
 
     @classmethod
-    def expire_offline(cls, prefix: str, now: int, timeout_ms: int) -> Eval:
-        return Eval(cls.script, (prefix,), (now, "expire_offline", timeout_ms))
+    def expire_offline(cls, prefix: str, now: int, timeout_ms: int, start: int, looks: int, removals: int
+                       ) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "expire_offline", timeout_ms, start, looks, removals))
 
     @staticmethod
-    def parse_expired(reply: list[Any]) -> list[str]:
-        """The keys of the subscriptions removed."""
-        return [_text(k) for k in reply]
+    def parse_expired(reply: list[Any]) -> tuple[int, list[str]]:
+        """(where the next call starts in the topic's subscriptions, -1 when done; the keys of the
+        subscriptions removed)."""
+        return int(reply[0]), [_text(k) for k in reply[1:]]
 
     @classmethod
     def delete(cls, prefix: str, now: int, budget: int) -> Eval:

@@ -1,8 +1,10 @@
 -- Durable subscriptions' administration (spec §7.4). KEYS[1] = the topic's prefix. ARGV: now, op, ...
 --   unsubscribe key client name -> messages dropped with it. Refused while a consumer is attached
 --       ("Durable consumer is in use") and for a missing subscription (ActiveMQ's text).
---   expire_offline timeout -> keys of the durable subscriptions removed for having been offline at least
---       `timeout` ms (offlineDurableSubscriberTimeout; TopicRegion.doCleanup), with their messages.
+--   expire_offline timeout from looks removals -> {where the next call starts in :sorder (-1: done), then
+--       the keys of the durable subscriptions removed for having been offline at least `timeout` ms
+--       (offlineDurableSubscriberTimeout; TopicRegion.doCleanup), with their messages}: at most `looks`
+--       subscriptions looked at, from index `from`, and `removals` removed.
 --   delete budget -> up to `budget` subscriptions removed with their messages (the topic is being deleted):
 --       {messages they held (each subscription's own count, as an unsubscribe's), subscriptions left}.
 --   release key field uri -> the durable subscription `key` removed (with its messages) because its key is
@@ -46,22 +48,31 @@ elseif op == 'release' then
   redis.call('HDEL', topic.registry, field)
   return dropped
 elseif op == 'expire_offline' then
-  local timeout = tonumber(ARGV[3])
-  local removed = {}
-  for _, s in ipairs(topic.subscriptions()) do
-    if s.def.durable then
-      topic.switch(s.key)
-      local state = redis.call('HMGET', base.K_META, 'active', 'offline_since')
+  -- From index `from` of :sorder on, at most `looks` subscriptions looked at and `removals` removed a call
+  -- (a topic with 5,000 took 240-920 ms in one call: docs/benchmarks.md, "Session 29"); the caller calls
+  -- again from where this one stopped (ops/topics.py expire_offline_durables). The keys of those removed
+  -- leave :sorder, so the next call starts that many places earlier. (A subscription another caller
+  -- removes between two calls moves the rest one place forward: one of them is looked at in the next run.)
+  local timeout, from, looks, removals = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  local keys = redis.call('LRANGE', base.TP .. ':sorder', from, from + looks - 1)
+  local removed, looked = {}, 0
+  for _, key in ipairs(keys) do
+    if #removed >= removals then break end
+    looked = looked + 1
+    if string.byte(key) == 100 then  -- a durable subscription's (topics.durable_key; lifecycle.ref_weight)
+      local state = redis.call('HMGET', base.TP .. ':s:' .. key .. ':meta', 'active', 'offline_since')
       local since = tonumber(state[2] or '')
       if (state[1] or '') == '' and since and base.NOW - since >= timeout then
+        topic.switch(key)
         topic.unregister(topic_uri)
         lifecycle.remove_subscription('offline_timeout')
-        removed[#removed + 1] = s.key
+        topic.switch(nil)
+        removed[#removed + 1] = key
       end
-      topic.switch(nil)
     end
   end
-  return removed
+  local more = looked < #keys or #keys == looks
+  return { more and from + looked - #removed or -1, unpack(removed) }
 elseif op == 'limits' then
   local out = {}
   for _, s in ipairs(topic.subscriptions()) do

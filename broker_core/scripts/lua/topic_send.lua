@@ -42,7 +42,8 @@ end
 
 local audit = base.policy_flag('enableAudit')
 local audit_depth = base.policy_num('maxQueueAuditDepth')
-local subs = topic.subscriptions()
+-- (the definitions of a call's worth of them: the others' keys, `unread`, go to the fan-out's later calls)
+local subs, unread = topic.subscriptions(fanout.MAX_VISITS)
 -- Wildcard subscriptions (includes/wildcard.lua): the registered patterns matching this topic and their
 -- subscriptions, read in this step; an accepted message owes a copy to each pattern one of whose
 -- subscriptions takes it, recorded below and delivered by operations.forward. A pattern's own pseudo-topic matches none and keeps no recovery buffer (a
@@ -121,6 +122,7 @@ for i = 4, #ARGV, 4 do
           if not touched[s.key] then takers = takers + 1 end
         end
       end
+      if unread and not rest then rest, deferring = #subs + 1, true end
     end
     -- the matching patterns some of whose subscriptions take it (selector, noLocal) get a copy
     local takers
@@ -136,7 +138,7 @@ for i = 4, #ARGV, 4 do
     local job = origin == 'forward' and message.job_of(m) or nil
     if rest then
       -- stored now, its events written when its fan-out is done (fanout.finish)
-      fanout.defer(id, blob, seq, matched, subs, rest, copies, job)
+      fanout.defer(id, blob, seq, matched, subs, rest, copies, job, unread)
     elseif #matched == 0 and copies == 0 then
       -- Topic.onMessageWithNoConsumers: nobody, exact or wildcard, takes it, so it is not stored.
       base.meta_incr('no_subscription')

@@ -74,7 +74,10 @@ if not existing then
   redis.call('HSET', base.TP .. ':subs', key, sub_packed)
   redis.call('RPUSH', base.TP .. ':sorder', key)
   topic.switch(key)
+  -- ('made': the topic's subscriptions made so far, this one's number: a key removed and made again is
+  -- another subscription, told apart where a walk of :sorder stopped at it, topic.lua catch_up_unweighted)
   redis.call('HSET', base.K_META, 'uri', redis.call('HGET', base.TP .. ':meta', 'uri') or '', 'created', base.NOW,
+             'made', redis.call('HINCRBY', base.TP .. ':meta', 'subs_made', 1),
              'replay_upto', redis.call('HGET', base.TP .. ':meta', 'seq') or 0,
              'durable', durable and '1' or '0', 'client', client, 'name', name,
              'selector', sub_def.selector_text or '', 'nolocal', sub_def.nolocal and '1' or '0',

@@ -68,12 +68,8 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     message.pass_dirty.value = false
   end
 
-  -- The subscriptions in the order the topic's dispatch policy visits them (§7.1). Every matching one gets
-  -- the message whatever the policy; the policy only orders the deliveries of one send.
-  function topic.subscriptions()
-    local keys = redis.call('LRANGE', base.TP .. ':sorder', 0, -1)
-    local subs = {}
-    if #keys == 0 then return subs end
+  -- Append the subscriptions of `keys` (those with a definition) to `subs`.
+  local function read_definitions(keys, subs)
     -- unpack() has a limit (~8000 values), so the definitions are read in slices.
     for from = 1, #keys, 1000 do
       local upto = math.min(from + 999, #keys)
@@ -83,7 +79,48 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
         if def then subs[#subs + 1] = { key = keys[i], def = cmsgpack.unpack(def) } end
       end
     end
+    return subs
+  end
+
+  -- The subscriptions in the order the topic's dispatch policy visits them (§7.1). Every matching one gets
+  -- the message whatever the policy; the policy only orders the deliveries of one send.
+  -- With `most` (a send, which matches at most a call's worth of them: includes/fanout.lua), only the first
+  -- `most` definitions are read under the simple, strictOrder and roundRobin policies, which visit :sorder
+  -- in its order (roundRobin from a turning start); the keys of the others are returned too, as ranges of
+  -- :sorder's indexes {first, last, ...} in visiting order (nil when none is left), for fanout.defer to copy.
+  -- The priority policy orders them all by their definitions: it reads them all.
+  function topic.subscriptions(most)
     local dispatch_policy = topic.policy()['dispatchPolicy']
+    if most and dispatch_policy ~= 'priority' then
+      local K_SORDER = base.TP .. ':sorder'
+      local keys = redis.call('LRANGE', K_SORDER, 0, most - 1)
+      local n = #keys < most and #keys or redis.call('LLEN', K_SORDER)
+      local turn = 0
+      if dispatch_policy == 'roundRobin' and n > 1 then
+        turn = redis.call('HINCRBY', base.TP .. ':meta', 'rr', 1) % n
+        if n <= most then  -- all read: turned here
+          local turned = {}
+          for i = 1, n do turned[i] = keys[((i - 1 + turn) % n) + 1] end
+          keys = turned
+        else
+          keys = redis.call('LRANGE', K_SORDER, turn, turn + most - 1)
+          if #keys < most then  -- (wrapped round to the head)
+            for _, key in ipairs(redis.call('LRANGE', K_SORDER, 0, most - #keys - 1)) do keys[#keys + 1] = key end
+          end
+        end
+      end
+      local subs, rest = read_definitions(keys, {}), nil
+      local first = turn + #keys  -- (the first index not read, counted past the end when it wrapped)
+      if first < n then
+        rest = { first, n - 1 }
+        if turn > 0 then rest[3], rest[4] = 0, turn - 1 end
+      elseif first - n < turn then
+        rest = { first - n, turn - 1 }
+      end
+      return subs, rest
+    end
+    local subs = read_definitions(redis.call('LRANGE', base.TP .. ':sorder', 0, -1), {})
+    if #subs == 0 then return subs end
     if dispatch_policy == 'priority' then
       -- PriorityDispatchPolicy: by consumer priority, highest first; a stable insertion sort.
       for i = 2, #subs do
@@ -339,14 +376,109 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
   --                 to its own 'seq' are reserved for them when it is made, so the backlog comes before
   --                 what reached it meanwhile, as when it was replayed in one call
   --   catchup_got   how many messages the backlog gave it so far
+  --   catchup_sub   while a message stored before the topic's references were weighted is being asked
+  --                 about (catch_up_unweighted): '<made>|<key>', the subscription asked last ('' none yet)
   -- and the fence '-inf' (dispatch.lua: the pass reads nothing) keeps anything from being dispatched to it
   -- before the backlog is all in.
-  topic.CATCHUP_FIELDS = { 'catchup', 'catchup_upto', 'catchup_seq', 'catchup_got' }
+  topic.CATCHUP_FIELDS = { 'catchup', 'catchup_upto', 'catchup_seq', 'catchup_got', 'catchup_sub' }
 
+  -- A topic made by an earlier version (its meta has no 'weighted_after': admin.init_destination writes 0)
+  -- is marked here, at its first retroactive catch-up, with its sequence now: every message stored later
+  -- is stored by this version, with weighted references.
   function topic.catch_up_begin()
+    local seq = redis.call('HGET', base.TP .. ':meta', 'seq') or 0
+    redis.call('HSETNX', base.TP .. ':meta', 'weighted_after', seq)
     local reserve = redis.call('ZCARD', base.TP .. ':order') + redis.call('ZCARD', base.TP .. ':recov') + 1
-    redis.call('HSET', base.K_META, 'catchup', '', 'catchup_upto', redis.call('HGET', base.TP .. ':meta', 'seq') or 0,
-               'catchup_seq', 0, 'catchup_got', 0, 'seq', reserve, 'fence', '-inf')
+    redis.call('HSET', base.K_META, 'catchup', '', 'catchup_upto', seq, 'catchup_seq', 0, 'catchup_got', 0,
+               'catchup_sub', '', 'seq', reserve, 'fence', '-inf')
+  end
+
+  -- Does durable subscription `key` hold message `id`: pending, parked, in flight, or held for a
+  -- transaction that acknowledged it, its subscriber gone (lifecycle.lua txheld_key)?
+  local function durable_holds(key, id)
+    local prefix = base.TP .. ':s:' .. key
+    return redis.call('ZSCORE', prefix .. ':pending', id) or redis.call('ZSCORE', prefix .. ':parked', id)
+        or redis.call('HEXISTS', prefix .. ':inflight', id) == 1 or redis.call('ZSCORE', prefix .. ':txheld', id)
+  end
+
+  local SORDER_READ = 100  -- subscription keys read at a time by catch_up_unweighted
+
+  -- Where the questions about a message go on in :sorder, from the cursor catch_up_unweighted left: after
+  -- the subscription asked last while it is still that one (a key removed and made again is another
+  -- subscription, at the end of :sorder: its 'made', topic_subscribe.lua, tells), else from the start.
+  -- Returns the index and the key.
+  local function asked_last()
+    local made, key = string.match(redis.call('HGET', base.K_META, 'catchup_sub') or '', '^([^|]*)|(.*)$')
+    if not key then return 0, '' end
+    local at = redis.call('LPOS', base.TP .. ':sorder', key)
+    if not at or (redis.call('HGET', base.TP .. ':s:' .. key .. ':meta', 'made') or '') ~= made then return 0, '' end
+    return at + 1, key
+  end
+
+  -- Record where the questions about the message after the cursor stopped: after subscription `key`.
+  local function ask_next_after(key)
+    local made = key ~= '' and (redis.call('HGET', base.TP .. ':s:' .. key .. ':meta', 'made') or '') .. '|' or ''
+    redis.call('HSET', base.K_META, 'catchup_sub', made .. key)
+  end
+
+  -- A slice of the catch-up's walk over the messages stored up to `upto`, the topic's 'weighted_after': a
+  -- message stored by an earlier version counts each holder's reference 1, a durable subscription's too,
+  -- so its count cannot say whether one holds it (but 2^32 or more still says so: a reference this version
+  -- added). The durable subscriptions are asked, in :sorder's order (which only grows at its end), each
+  -- about its pending, parked, in-flight and transaction keys: at most `checks` questions and reads of
+  -- SORDER_READ keys a call, one message being asked about over several calls when the topic has more
+  -- durable subscriptions than that ('catchup_sub' says where it goes on; the subscription named there
+  -- removed meanwhile, the message's questions start over: each is a read, asked_last). One made meanwhile
+  -- is asked too, at the end of :sorder (it holds a stored message only through its own catch-up or a
+  -- replay, by a weighted reference). `after`: the walk's cursor (catch_up). Returns whether this part is
+  -- done, the cursor, and the messages it replayed.
+  function topic.catch_up_unweighted(s, after, upto, checks)
+    local K_SORDER = base.TP .. ':sorder'
+    local index, last = asked_last()
+    local spent, got, bytes = 0, 0, 0
+    local moved = false  -- (a call asks one question at least, so the walk goes on whatever the budget)
+    while true do
+      local page = redis.call('ZRANGEBYSCORE', base.TP .. ':order', after == '' and '-inf' or '(' .. after, upto,
+                              'WITHSCORES', 'LIMIT', 0, 1)
+      if #page == 0 then
+        ask_next_after('')
+        return true, upto, got
+      end
+      local id = page[1]
+      spent = spent + 1
+      local held = (tonumber(redis.call('HGET', base.TP .. ':refs', id)) or 0) >= lifecycle.DURABLE_REF
+      while not held do
+        if spent >= checks and moved then
+          ask_next_after(last)
+          return false, after, got
+        end
+        local keys = redis.call('LRANGE', K_SORDER, index, index + SORDER_READ - 1)
+        spent = spent + 1
+        if #keys == 0 then break end  -- every durable subscription asked: none holds it
+        for i = 1, #keys do
+          local key = keys[i]
+          if string.byte(key) == 100 and key ~= s.key then  -- a durable subscription's (lifecycle.ref_weight)
+            if spent >= checks and moved then break end
+            spent, moved = spent + 1, true
+            held = durable_holds(key, id)
+          end
+          index, last = index + 1, key
+          if held then break end
+        end
+      end
+      if held then
+        local blob = redis.call('HGET', base.K_MSGS, id)
+        if blob then
+          bytes = bytes + #blob
+          got = got + topic.replay(s, { { id, blob } }, nil, 'catchup_seq')
+        end
+      end
+      after, index, last, moved = page[2], 0, '', true
+      if spent >= checks or forward.work_spent() or bytes >= outbox.CALL_MOST_BYTES then
+        ask_next_after('')
+        return false, after, got
+      end
+    end
   end
 
   -- One slice of the current subscription `s`'s catch-up. Returns whether it is done, and how many messages
@@ -362,9 +494,14 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     if not state[1] then return true, 0 end
     local after, upto = state[1], tonumber(state[2])
     local got, done = 0, true
+    local unweighted = math.min(tonumber(redis.call('HGET', base.TP .. ':meta', 'weighted_after')) or 0, upto)
     if redis.call('SCARD', base.TP .. ':ended') > 0 then
       lifecycle.release_ended(checks)
       done = false
+    elseif unweighted > 0 and (after == '' or tonumber(after) < unweighted) then
+      local finished
+      finished, after, got = topic.catch_up_unweighted(s, after, unweighted, checks)
+      done = finished and unweighted >= upto
     else
       local page = redis.call('ZRANGEBYSCORE', base.TP .. ':order', after == '' and '-inf' or '(' .. after, upto,
                               'WITHSCORES', 'LIMIT', 0, checks)
