@@ -29,6 +29,16 @@ CRON = 20
 # An optional 22nd field, only on the copy a wildcard topic subscription receives: the topic the message
 # was published to, which its consumers see as its destination (topics.wildcard_copy; `published_to`).
 PUBLISHED_TO = RECORD_LENGTH
+# The 23rd field, always the last (the two before it nil when the message has neither): when the message
+# last reached a destination, ms. ActiveMQ's brokerInTime, which RegionBroker.send sets on every send (a
+# producer's, the scheduler's firing, a dead letter's, a move's) and its destinations' enqueue time
+# (AverageEnqueueTime, Min/MaxEnqueueTime) measures each dispatch from. Set when a send is packed (`arrive`),
+# by a dead letter's and a moved message's copy, and by a scheduled message's firing
+# (scripts/lua/includes/message.lua restamp); a virtual destination's or a wildcard subscription's copy keeps
+# it (ActiveMQ's interceptors pass the message on, not through a send). A time after 1970-02-19 packs as
+# msgpack's uint64 (0xcf and 8 bytes), which message.lua `arrived` reads off the end of the record without
+# decoding it. Records stored before it have no 23rd field: their dispatches are not timed.
+ARRIVED = PUBLISHED_TO + 1
 DEFAULT_PRIORITY = 4
 
 
@@ -138,6 +148,13 @@ def without_body(packed: bytes) -> bytes:
     start = unpacker.tell()
     unpacker.skip()
     return packed[:start] + b"\xa0" + packed[unpacker.tell():]  # (0xa0: msgpack's empty string)
+
+
+def arrive(record: list[object], now_ms: int) -> None:
+    """Make `now_ms` the time the message (its record, as unpacked) reached its destination: ARRIVED."""
+    record += [None] * (ARRIVED - len(record))
+    del record[ARRIVED:]
+    record.append(now_ms)
 
 
 def _pack_record(record: list[object]) -> bytes:
@@ -302,6 +319,7 @@ class Message:
         ]
         if self.cron is not None:
             record.append(parse_cron(self.cron))
+        arrive(record, now_ms)
         return message_id, _pack_record(record)
 
     def _schedule_from_properties(self) -> None:
@@ -497,6 +515,7 @@ def dead_letter_copy(blob: bytes, source: str, cause: str | None, now_ms: int,
     record[4] = now_ms + expiration_ms if expiration_ms > 0 else 0
     record[16] = source
     record[17:RECORD_LENGTH] = [0, 0, 0, None]  # a dead letter is not scheduled
+    arrive(record, now_ms)  # (a send to the dead-letter queue: its enqueue time starts again)
     return msgpack.packb(record, use_bin_type=False)
 
 
@@ -562,7 +581,8 @@ def schedule_of(blob: bytes) -> tuple[int | None, int | None, int, str | None]:
     return _given_schedule(record[17]), _given_schedule(record[18]), int(record[19] or 0), cron
 
 
-def forward_copy(blob: bytes, original: str, arrived: bool = False, message_id: str | None = None) -> bytes:
+def forward_copy(blob: bytes, original: str, arrived: bool = False, message_id: str | None = None,
+                 now_ms: int | None = None) -> bytes:
     """The copy a virtual destination's target receives: the message as sent, with its original
     destination set when the configuration says so (composites and virtual topics).
 
@@ -572,12 +592,16 @@ def forward_copy(blob: bytes, original: str, arrived: bool = False, message_id: 
     repeat, so its target delivers it now and schedules nothing again. `arrived`: a copy of a message
     that has reached its destination (a move's, the NoConsumer advisory's), which a delay no longer
     concerns either: it loses any schedule. `message_id`: the copy's id; one that loses its schedule is
-    given SCHEDULED_JOB_ID, as SchedulerBroker gives what it fires."""
+    given SCHEDULED_JOB_ID, as SchedulerBroker gives what it fires. `now_ms`: the copy is sent anew (a
+    move, a copy, a retry: ActiveMQ re-sends it, BrokerSupport.resend), its ARRIVED then; else it keeps the
+    message's."""
     record = msgpack.unpackb(blob, raw=True)
     cron = len(record) > CRON and type(record[CRON]) is list
     fired = len(record) >= CRON and bool(record[19] or cron or (arrived and (record[17] or record[18])))
-    if not original and not fired:
+    if not original and not fired and now_ms is None:
         return blob
+    if now_ms is not None:
+        arrive(record, now_ms)
     if original:
         record[16] = original
     if fired:

@@ -205,13 +205,42 @@ class MessageSizes:
     def parse(cls, stored: Any) -> MessageSizes:
         """From the meta field msgsize as Redis gives it ("<count> <sum> <smallest> <largest>"; unset:
         none)."""
-        if not stored:
-            return NO_SIZES
-        text = stored.decode() if isinstance(stored, bytes) else stored
-        return cls(*(int(v) for v in text.split()))
+        return cls(*_four(stored)) if stored else NO_SIZES
+
+
+def _four(stored: str | bytes) -> list[int]:
+    """A meta field's "<count> <sum> <smallest> <largest>" (msgsize, enqtime) as numbers."""
+    text = stored.decode() if isinstance(stored, bytes) else stored
+    return [int(v) for v in text.split()]
 
 
 NO_SIZES = MessageSizes()
+
+
+@dataclass(frozen=True)
+class EnqueueTimes:
+    """ActiveMQ's DestinationStatistics processTime (a TimeStatisticImpl: the MBeans' AverageEnqueueTime,
+    MinEnqueueTime, MaxEnqueueTime): at each dispatch, redeliveries and each topic subscriber's included,
+    the ms since the message last reached the broker (scripts/lua/includes/message.lua times_added). The
+    smallest is TimeStatisticImpl's: a 0 holds only until the next time. 0s when none."""
+
+    count: int = 0
+    total: int = 0
+    smallest: int = 0
+    largest: int = 0
+
+    @property
+    def average(self) -> float:
+        """AverageEnqueueTime: a double in ActiveMQ (the fraction kept)."""
+        return self.total / self.count if self.count else 0.0
+
+    @classmethod
+    def parse(cls, stored: Any) -> EnqueueTimes:
+        """From the meta field enqtime as Redis gives it (unset: none)."""
+        return cls(*_four(stored)) if stored else NO_TIMES
+
+
+NO_TIMES = EnqueueTimes()
 
 
 @dataclass(frozen=True)
@@ -273,6 +302,7 @@ class DestinationStats:
     forward_refused: int = 0
     forward_dropped: int = 0
     message_sizes: MessageSizes = NO_SIZES
+    enqueue_times: EnqueueTimes = NO_TIMES
     # What the destination keeps beside its messages, each bounded (docs/broker_core.md "Memory bounds"):
     # the lifecycle event stream's length (eventsMaxLen) and the events trimmed off it so far, and the ids
     # in the duplicate audit (maxQueueAuditDepth).
@@ -318,6 +348,7 @@ class DestinationSummary:
     oldest_unknown: bool = False
     memory_limit: int = 0  # the limit in force (DestinationStats.memory_limit)
     message_sizes: MessageSizes = NO_SIZES
+    enqueue_times: EnqueueTimes = NO_TIMES
 
 
 def percent(used: int, limit: int) -> int:
@@ -332,7 +363,7 @@ def summary_of(stats: DestinationStats) -> DestinationSummary:
         stats.destination, stats.queue_size, stats.pending, stats.in_flight, stats.parked, stats.group_count,
         stats.consumer_count, stats.enqueued, stats.dequeued, stats.dispatched, stats.expired,
         stats.deadlettered, stats.paused, stats.memory_usage, None, memory_limit=stats.memory_limit,
-        message_sizes=stats.message_sizes)
+        message_sizes=stats.message_sizes, enqueue_times=stats.enqueue_times)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ commands, topic_ops.stats)."""
 from __future__ import annotations
 
 from .config.system_usage import DEFAULT_MEMORY_LIMIT
-from .model import MessageSizes, percent
+from .model import EnqueueTimes, MessageSizes, percent
 
 
 def memory_stats(meta: dict[str, str], own_limit: str, broker_limit: str) -> dict[str, int]:
@@ -31,6 +31,8 @@ def forward_stats(meta: dict[str, str]) -> dict[str, int]:
             "forward_dropped": int(meta.get("forward_dropped", 0))}
 
 
-def message_sizes(meta: dict[str, str]) -> dict[str, MessageSizes]:
-    """DestinationStats' message sizes from the meta hash (includes/message.lua size_note)."""
-    return {"message_sizes": MessageSizes.parse(meta.get("msgsize"))}
+def message_sizes(meta: dict[str, str]) -> dict[str, MessageSizes | EnqueueTimes]:
+    """DestinationStats' message sizes and enqueue times from the meta hash (includes/message.lua
+    size_note, times_added)."""
+    return {"message_sizes": MessageSizes.parse(meta.get("msgsize")),
+            "enqueue_times": EnqueueTimes.parse(meta.get("enqtime"))}

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgpack
 
-from .messages import PUBLISHED_TO, RECORD_LENGTH, Message, TypedValue
+from .messages import ARRIVED, PUBLISHED_TO, RECORD_LENGTH, Message, TypedValue
 
 RETAIN_PROPERTY = "ActiveMQ.Retain"
 RETAINED_PROPERTY = "ActiveMQ.Retained"
@@ -50,9 +50,12 @@ def wildcard_copy(blob: bytes, published_to: str) -> bytes:
     destination (Delivery.destination, STOMP `destination`) while `original_destination` stays the
     message's own."""
     record = msgpack.unpackb(blob, raw=True)
+    arrived = record[ARRIVED] if len(record) > ARRIVED else None  # (kept: the message's, ActiveMQ's too)
     record += [None] * (RECORD_LENGTH - len(record))
     del record[PUBLISHED_TO:]
     record.append(published_to)
+    if arrived is not None:
+        record.append(arrived)
     return msgpack.packb(record, use_bin_type=False)
 
 

@@ -75,8 +75,8 @@ def forward(ops: Context, dest: Destination, now: int, limit: int = 1_000) -> Op
             if kind in TRANSFERS:
                 # moved, copied or retried as it is, but without the schedule it may still carry (a
                 # delayed message that arrived, a repeating job's delivery: forward_copy): it reached its
-                # queue already, and its target must not schedule it again
-                copy = forward_copy(blob, "", arrived=True, message_id=message_id)
+                # queue already, and its target must not schedule it again; it arrives there now
+                copy = forward_copy(blob, "", arrived=True, message_id=message_id, now_ms=now)
             elif kind == "scheduled":
                 # a topic's job fired: published to the topic's subscriptions of now without its schedule,
                 # with its ActiveMQ.Retain action (the record's argument) and retained copy

@@ -465,7 +465,8 @@ def summaries(ops: Context, topics: list[Destination], now: int,
             out.append(DestinationSummary(
                 t.uri, 0, acc.pending, acc.in_flight, acc.parked, 0, acc.subscriptions, acc.enqueued,
                 acc.dequeued, acc.dispatched, acc.expired, acc.deadlettered, False, acc.memory, None,
-                memory_limit=acc.memory_limit, message_sizes=acc.message_sizes) if acc.exists else None)
+                memory_limit=acc.memory_limit, message_sizes=acc.message_sizes,
+                enqueue_times=acc.enqueue_times) if acc.exists else None)
             acc, start, done = None, 0, done + 1
         remaining = remaining[done:]
     return out

@@ -24,7 +24,16 @@ from typing import Any, ClassVar
 from .. import model
 from ..effects import Eval
 from ..messages import Delivery, schedule_of, unpack_delivery, without_body
-from ..model import Browsed, BrowsePage, DestinationSummary, GroupInfo, GroupPage, MessageSizes, ScheduledPage
+from ..model import (
+    Browsed,
+    BrowsePage,
+    DestinationSummary,
+    EnqueueTimes,
+    GroupInfo,
+    GroupPage,
+    MessageSizes,
+    ScheduledPage,
+)
 from ..resp import reply_text as _text
 
 # The tail's flags (lua/includes/dispatch.lua, forward.lua, topic_send.lua); EXTRAS is the tail's own: the
@@ -1022,7 +1031,7 @@ class Stats(ScriptCall):
                           int(sizes[1]))
 
 
-SUMMARY_WIDTH = 16  # values per queue in summary_many.lua's reply
+SUMMARY_WIDTH = 17  # values per queue in summary_many.lua's reply
 
 
 class SummaryMany(ScriptCall):
@@ -1048,7 +1057,7 @@ def _summary(r: list[Any], uri: str) -> DestinationSummary | None:
     return DestinationSummary(uri, int(r[1]) + int(r[2]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
                               int(r[5]), n[0], n[1], n[2], n[3], n[4], r[11] in (b"1", "1"),
                               int(r[12]) if r[12] else 0, None if oldest == -1 else oldest, oldest == -1,
-                              int(r[14]), MessageSizes.parse(r[15]))
+                              int(r[14]), MessageSizes.parse(r[15]), EnqueueTimes.parse(r[16]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -1258,6 +1267,7 @@ class TopicSummaryPart:
     memory: int
     memory_limit: int  # in force: the topic's memoryLimit, else the broker's
     message_sizes: MessageSizes  # the topic's own
+    enqueue_times: EnqueueTimes  # the topic's own (whichever subscription dispatched)
 
     def continued_by(self, part: TopicSummaryPart) -> TopicSummaryPart:
         """This topic's parts so far and the next one: the sums over subscriptions grow."""
@@ -1265,10 +1275,11 @@ class TopicSummaryPart:
             self.exists, self.subscriptions, part.next, self.pending + part.pending,
             self.in_flight + part.in_flight, self.parked + part.parked, self.enqueued,
             self.dequeued + part.dequeued, self.dispatched + part.dispatched, self.expired + part.expired,
-            self.deadlettered + part.deadlettered, self.memory, self.memory_limit, self.message_sizes)
+            self.deadlettered + part.deadlettered, self.memory, self.memory_limit, self.message_sizes,
+            self.enqueue_times)
 
 
-TOPIC_SUMMARY_WIDTH = 14  # values per topic in topic_summary_many.lua's reply
+TOPIC_SUMMARY_WIDTH = 15  # values per topic in topic_summary_many.lua's reply
 
 
 class TopicSummaryMany(ScriptCall):
@@ -1284,7 +1295,8 @@ class TopicSummaryMany(ScriptCall):
     def parse(reply: list[Any]) -> list[TopicSummaryPart]:
         parts = []
         for i in range(0, len(reply), TOPIC_SUMMARY_WIDTH):
-            last = i + TOPIC_SUMMARY_WIDTH - 1  # (the sizes: a text)
+            last = i + TOPIC_SUMMARY_WIDTH - 2  # (the sizes and the times: texts)
             v = [int(x) for x in reply[i:last]]
-            parts.append(TopicSummaryPart(bool(v[0]), *v[1:], MessageSizes.parse(reply[last])))
+            parts.append(TopicSummaryPart(bool(v[0]), *v[1:], MessageSizes.parse(reply[last]),
+                                          EnqueueTimes.parse(reply[last + 1])))
         return parts

@@ -7,8 +7,12 @@ import base64
 
 import pytest
 
+from broker_core.broker import Broker
+from broker_core.messages import Message
+from broker_core.model import ConsumerSpec
 from gateway.api import mbeans
 from tests.gateway_api.mixins import blocking, token_headers
+from tests.helpers.broker import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -677,11 +681,72 @@ async def test_what_a_message_size_counts_and_what_it_does_not(api, admin_basic)
     assert arrived["MinMessageSize"] == arrived["MaxMessageSize"] == arrived["AverageMessageSize"] > 2500
 
 
-async def test_enqueue_times_are_not_served_as_made_up_figures(api, admin_basic):
-    """ActiveMQ's AverageEnqueueTime, MinEnqueueTime and MaxEnqueueTime time each dispatch from the moment the
-    message reached the broker (RegionBroker.preProcessDispatch); Signalbox keeps no such moment per
-    message, so it does not answer them (AttributeNotFoundException, as ActiveMQ for an unknown attribute)
-    rather than answer a figure that would mislead."""
-    await send(api, admin_basic, "timed?type=queue")
-    got = await jolokia(api, admin_basic, f"/read/{queue_bean('timed')}/AverageEnqueueTime")
+TIMES = ("AverageEnqueueTime", "MinEnqueueTime", "MaxEnqueueTime")
+
+
+@pytest.fixture
+def timed(redis_client, api_namespace, clock) -> Broker:
+    """A broker on the API's namespace with the test's clock, so what waits, waits a known time."""
+    return Broker(redis_client, api_namespace, clock)
+
+
+async def times_of(api, headers, bean: str) -> dict[str, float]:
+    got = await jolokia(api, headers, f"/read/{bean}/" + ",".join(TIMES))
+    assert got["status"] == 200, got
+    return got["value"]
+
+
+def enqueue_times(average: float, least: int, most: int) -> dict[str, float]:
+    return {"AverageEnqueueTime": average, "MinEnqueueTime": least, "MaxEnqueueTime": most}
+
+
+async def test_enqueue_times_as_activemq_times_each_dispatch(api, admin_basic, timed, clock):
+    """ActiveMQ's processTime statistic (DestinationView's AverageEnqueueTime, a double, MinEnqueueTime and
+    MaxEnqueueTime, longs, ms): each dispatch adds the time since the message last reached the broker
+    (RegionBroker.preProcessDispatch: now - brokerInTime); a redelivery counts again, from the send."""
+    timed.send("timed", [Message(message_id="m1", body="a"), Message(message_id="m2", body="b")])
+    assert await times_of(api, admin_basic, queue_bean("timed")) == enqueue_times(0, 0, 0)  # none yet
+    clock.advance(400)
+    c = timed.add_consumer("timed", ConsumerSpec(prefetch=1))
+    assert [d.message_id for d in drain(timed, c)] == ["m1"]  # waited 400 ms
+    clock.advance(600)
+    timed.release(c, ["m1"])  # redelivered at once: 1,000 ms after its send
+    assert [d.redelivery_count for d in drain(timed, c)] == [1]
+    timed.ack(c, "m1")  # m2 takes its place: 1,000 ms
+    assert await times_of(api, admin_basic, queue_bean("timed")) == enqueue_times(800.0, 400, 1000)
+    rest = await api.get("/api/v1/queues/timed", headers=await amq_token(api))  # (the REST statistics)
+    assert rest.json()["enqueue_times"] == {"count": 3, "total": 2400, "smallest": 400, "largest": 1000}
+    # a dead letter's time starts again on the dead-letter queue: a send to it
+    clock.advance(500)
+    timed.nack(c, "m2", poison=True)
+    timed.forward("timed")
+    clock.advance(250)
+    assert [d.message_id for d in drain(timed, timed.add_consumer("ActiveMQ.DLQ", ConsumerSpec()))] == ["m2"]
+    assert await times_of(api, admin_basic, queue_bean("ActiveMQ.DLQ")) == enqueue_times(250.0, 250, 250)
+    assert await times_of(api, admin_basic, queue_bean("timed")) == enqueue_times(800.0, 400, 1000)
+
+
+async def test_a_scheduled_message_s_enqueue_time_starts_at_its_firing(api, admin_basic, timed, clock):
+    """The scheduler sends a delayed message when it is due (SchedulerBroker.scheduledJob): its time is
+    measured from then, not from the producer's send."""
+    timed.send("later", Message(body="later", delay_ms=2_000))
+    clock.advance(2_000)
+    timed.send("later", Message(body="now"))  # (its call fires the delayed one: both reach the queue now)
+    clock.advance(300)
+    got = drain(timed, timed.add_consumer("later", ConsumerSpec()))
+    assert sorted(d.body for d in got) == ["later", "now"]
+    assert await times_of(api, admin_basic, queue_bean("later")) == enqueue_times(300.0, 300, 300)
+
+
+async def test_a_topic_counts_each_subscriber_s_dispatch(api, admin_basic, timed, clock):
+    """Each subscription's dispatch counts on the topic. MinEnqueueTime is TimeStatisticImpl's: a time
+    replaces the smallest when it is smaller or the smallest is 0, so a 0 holds only until the next time."""
+    one = timed.add_consumer("topic://ticks", ConsumerSpec(prefetch=1))
+    timed.send("topic://ticks", [Message(message_id="m1", body="a"), Message(message_id="m2", body="b")])
+    clock.advance(50)
+    assert [d.message_id for d in drain(timed, one)] == ["m1"]  # dispatched at the send: 0
+    timed.ack(one, "m1")  # m2, 50 ms after its send
+    assert await times_of(api, admin_basic, queue_bean("ticks", "Topic")) == enqueue_times(25.0, 50, 50)
+    # the broker MBean has none (ActiveMQ's BrokerView serves no enqueue time)
+    got = await jolokia(api, admin_basic, f"/read/{BROKER}/AverageEnqueueTime")
     assert got["status"] == 404 and got["error_type"] == "javax.management.AttributeNotFoundException"

@@ -3,13 +3,13 @@
 -- dominated). KEYS: the queues' prefixes. A Redis Cluster refuses a call over several slots (CROSSSLOT);
 -- the caller then calls it per queue. ARGV: now, oldest (1: also look up the oldest pending message,
 -- up to 10 more lookups per queue; the metrics scrape asks, the console's index does not).
--- Returns per queue 16 values: exists (0/1), pending, in flight, parked, groups, consumers, the meta
+-- Returns per queue 17 values: exists (0/1), pending, in flight, parked, groups, consumers, the meta
 -- counters enqueued, dequeued, dispatched, expired, deadlettered, paused (false when unset), bytes held
 -- (meta.mem), the timestamp of the oldest pending message (false when none or not asked; -1 when
 -- unknown: reading it would pass the call's OLDEST_BYTES), the memory limit in force (its policy's
 -- memoryLimit, else the broker's: MemoryLimit of ActiveMQ's queue MBean; read across hash tags, as
 -- includes/flow.lua reads the broker's usage), and the message sizes (meta.msgsize, includes/message.lua
--- size_note; false when none).
+-- size_note; false when none) and enqueue times (meta.enqtime, message.lua times_added; false when none).
 --@include base
 --@include flow
 --@allow-oom
@@ -54,7 +54,7 @@ for _, prefix in ipairs(KEYS) do
   -- names of every queue, half of this script's time
   local pending_key = prefix .. ':pending'
   local meta = redis.call('HMGET', prefix .. ':meta', 'uri', 'enqueued', 'dequeued', 'dispatched', 'expired',
-                          'deadlettered', 'paused', 'mem', 'msgsize')
+                          'deadlettered', 'paused', 'mem', 'msgsize', 'enqtime')
   local pending = redis.call('ZCARD', pending_key)
   out[#out + 1] = meta[1] and 1 or 0
   out[#out + 1] = pending
@@ -68,5 +68,6 @@ for _, prefix in ipairs(KEYS) do
   local own = tonumber(redis.call('HGET', prefix .. ':policy', 'memoryLimit')) or 0
   out[#out + 1] = own > 0 and own or broker_limit
   out[#out + 1] = meta[9] or false
+  out[#out + 1] = meta[10] or false
 end
 return out

@@ -3,11 +3,12 @@
 -- KEYS: the topics' prefixes. ARGV: now, start (where in the first topic's subscription list, :sorder, to
 -- begin: 0, or the `next` a previous reply gave), budget (units of work at most: one per topic reached and
 -- one per subscription read, so a call over a topic with thousands of subscriptions stays short).
--- Returns 14 values per topic reached, in KEYS order: exists (0/1), subscriptions (LLEN :sorder), next (0:
+-- Returns 15 values per topic reached, in KEYS order: exists (0/1), subscriptions (LLEN :sorder), next (0:
 -- this topic is complete; else the index where its subscriptions continue, and no later topic follows),
 -- pending, in flight, parked, enqueued, dequeued, dispatched, expired, deadlettered, bytes held (meta.mem),
 -- the memory limit in force (the topic's memoryLimit, else the broker's; as summary_many.lua), and the
--- topic's message sizes (meta.msgsize, includes/message.lua size_note; false when none).
+-- topic's message sizes and enqueue times (meta.msgsize, meta.enqtime, includes/message.lua size_note,
+-- times_added; false when none).
 -- The sums cover the subscriptions read; the first part of a topic (start 0) also carries the topic's own
 -- counts and those its ended subscriptions left (ended_*, evict_dequeued). Topics past the budget are not
 -- in the reply: the caller asks again from the first one missing.
@@ -18,7 +19,7 @@ local start = tonumber(ARGV[2])
 local budget = tonumber(ARGV[3])
 local TOPIC_FIELDS = { 'uri', 'enqueued', 'expired', 'deadlettered', 'mem', 'ended_pending', 'ended_in_flight',
   'ended_parked', 'ended_dequeued', 'ended_dispatched', 'ended_expired', 'ended_deadlettered',
-  'evict_dequeued', 'msgsize' }
+  'evict_dequeued', 'msgsize', 'enqtime' }
 local out = {}
 local broker_limit = KEYS[1] and tonumber(redis.call('HGET', string.match(KEYS[1], '^(.-):{') .. ':usage',
   'limit')) or flow.BROKER_DEFAULT_LIMIT
@@ -69,6 +70,7 @@ for i, prefix in ipairs(KEYS) do
   local own = tonumber(redis.call('HGET', prefix .. ':policy', 'memoryLimit')) or 0
   out[#out + 1] = own > 0 and own or broker_limit
   out[#out + 1] = m[14] or false
+  out[#out + 1] = m[15] or false
   if following ~= 0 then break end
 end
 return out

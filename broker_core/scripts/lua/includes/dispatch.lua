@@ -79,6 +79,9 @@ function dispatch.deliver(c, id, score, tally, fresh, writes, first, blob)
   c.delivered = (c.delivered or 0) + 1
   if c.prefetch == 0 then c.ext = c.ext - 1 end
   tally.dispatched = tally.dispatched + 1
+  -- the enqueue time (message.lua times_added); never below 0, should another caller's clock be behind
+  local arrived = message.arrived(blob)
+  if arrived then tally.times[#tally.times + 1] = arrived < b.NOW and b.NOW - arrived or 0 end
   b.emit_message(nil, 'dispatch', 'msg', id, 'consumer', c.id, 'redeliveries', redeliveries)  -- (b.emit's work)
 end
 
@@ -158,6 +161,16 @@ function dispatch.flush_counts(cons, tally)
   else
     meta = {}
   end
+  local times = tally.times
+  if #times > 0 then
+    if base.SUB then  -- (a topic's is the topic's: its own meta hash, read and written here)
+      local key = base.TP .. ':meta'
+      redis.call('HSET', key, 'enqtime', message.times_added(redis.call('HGET', key, 'enqtime'), times))
+    else  -- (read with the pass state: dispatch.STATE)
+      meta[#meta + 1], meta[#meta + 2] = 'enqtime', message.times_added(tally.times_stored, times)
+    end
+    tally.times = {}
+  end
   return meta
 end
 
@@ -185,7 +198,7 @@ end
 -- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
 -- The pass state in meta (dispatch.pass): paused, hold_until, fence, then the rest, read after them.
 dispatch.STATE = { 'paused', 'hold_until', 'fence', 'cursor', 'dirty', 'owner', 'pass_skipped', 'dseq',
-                   'dispatched', 'dirty_room', 'resume', 'offered' }
+                   'dispatched', 'dirty_room', 'resume', 'offered', 'enqtime' }
 function dispatch.pass(budget, known)
   -- the pass state is read in two steps where messages may be pending or not: an ack on a drained queue
   -- (the check for pending messages below) needs only the first two fields; after a send (message.fresh)
@@ -225,7 +238,8 @@ function dispatch.pass(budget, known)
   if owner == '' then owner = nil end
   local number = base.number
   local pass_skipped = number(rest[o + 4]) or 0
-  local tally = { dseq = number(rest[o + 5]) or 0, dispatched = 0, total = number(rest[o + 6]) or 0 }
+  local tally = { dseq = number(rest[o + 5]) or 0, dispatched = 0, total = number(rest[o + 6]) or 0,
+                  times = {}, times_stored = rest[o + 10] }
   local excluded = {}
   local passfull_before = message.pass_dirty.passfull_key == base.K_PASSFULL and message.pass_dirty.passfull
                           or redis.call('SMEMBERS', base.K_PASSFULL)  -- (read by room_freed: message.lua)

@@ -10,6 +10,9 @@ message.CONNECTION, message.PROPS, message.CONTENT_TYPE, message.BODY_KIND, mess
 message.USER, message.ORIG_DEST, message.DELAY, message.PERIOD, message.REPEAT = 16, 17, 18, 19, 20
 -- (21: a cron schedule's compact form, packed only when the message has one: includes/cron.lua)
 message.CRON = 21
+-- (22: a wildcard subscription's copy's topic; 23, always last: when the message last reached a
+-- destination, messages.py ARRIVED, read by message.arrived)
+message.ARRIVED = 23
 -- A delay or period the producer gave as 0 (messages.py GIVEN_ZERO; 0 there is none given): the message is
 -- a scheduler job all the same, due now, as ActiveMQ's SchedulerBroker makes one of every message with the
 -- property present.
@@ -105,7 +108,10 @@ end
 -- (expiration - timestamp), when it has both and that is later; one without an expiration keeps its
 -- timestamp. Returns the packed message and its fields, rewritten (`m` with them) or as they were. Only
 -- the array's first five values are written again; the rest of the bytes, the body among them, are kept.
+-- Its arrival (message.ARRIVED) is now in any case: the scheduler's send is a send (RegionBroker.send sets
+-- brokerInTime), so its enqueue time starts at the firing.
 function message.restamp(blob, m)
+  blob = message.arrive(blob, m)
   local stamp, exp = tonumber(m[message.TIMESTAMP]) or 0, tonumber(m[message.EXPIRATION]) or 0
   if stamp <= 0 or exp <= 0 or base.NOW + exp - stamp <= exp then return blob, m end
   if string.byte(blob, 1) ~= 0xdc then return blob, m end  -- (not packed as Python packs it: kept)
@@ -113,6 +119,32 @@ function message.restamp(blob, m)
   m[message.TIMESTAMP], m[message.EXPIRATION] = base.NOW, base.NOW + exp - stamp
   return string.sub(blob, 1, 3) .. cmsgpack.pack(version, priority, persistent, base.NOW, base.NOW + exp - stamp)
     .. string.sub(blob, after + 1), m
+end
+
+-- When the message last reached a destination (ms), read off the end of its packed form (messages.py
+-- ARRIVED: the last of 23 fields, a uint64: 0xcf and 8 bytes, big-endian) without decoding it; nil for a
+-- record stored before that field (not timed). Two C calls, ~3 k instructions a dispatch, most of it the
+-- calls themselves (struct's one read of the tail costs 0.5 k less than string.byte's nine values):
+-- docs/benchmarks.md "Session 29".
+function message.arrived(blob)
+  local tag, high, low = string.byte(blob, 1, 3)
+  if tag ~= 0xdc or high * 256 + low ~= message.ARRIVED then return nil end
+  local t, at = struct.unpack('>BI8', blob, #blob - 8)
+  if t ~= 0xcf then return nil end
+  return at
+end
+
+-- `blob` (its fields `m`) arriving now: its ARRIVED rewritten in place (the bytes before it kept), m's too.
+-- A record without the field (stored before it) is kept as it is.
+function message.arrive(blob, m)
+  if not message.arrived(blob) then return blob end
+  local bytes, at = {}, base.NOW
+  for i = 8, 1, -1 do
+    bytes[i] = at % 256
+    at = (at - bytes[i]) / 256
+  end
+  m[message.ARRIVED] = base.NOW
+  return string.sub(blob, 1, #blob - 8) .. string.char(unpack(bytes))
 end
 
 function message.is_expired(m)
@@ -254,6 +286,34 @@ function message.sizes_write(key)
   message.sizes = nil
   local stored = redis.call('HGET', key, 'msgsize')
   redis.call('HSET', key, 'msgsize', message.size_added(stored, s[1], s[2], s[3], s[4]))
+end
+
+-- ActiveMQ's DestinationStatistics processTime (its MBeans' AverageEnqueueTime, MinEnqueueTime and
+-- MaxEnqueueTime, a TimeStatisticImpl): each dispatch adds now minus the time the message last reached the
+-- broker (RegionBroker.preProcessDispatch), redeliveries and each topic subscriber's dispatch included.
+-- Kept in the destination's meta as one field, 'enqtime': "<count> <sum> <smallest> <largest>" (ms), as
+-- 'msgsize'; a topic's on the topic, whichever subscription dispatched. `stored`: the value as read (false
+-- when none yet); `times`: this pass's times, in order. The smallest follows TimeStatisticImpl.addTime: a
+-- time replaces it when smaller or when it is 0 (so a 0 holds only until the next time).
+message.times_made = { text = false, n = 0, sum = 0, least = 0, most = 0 }
+function message.times_added(stored, times)
+  local made = message.times_made
+  local n, sum, least, most = 0, 0, 0, 0
+  if stored and stored == made.text then
+    n, sum, least, most = made.n, made.sum, made.least, made.most
+  elseif stored then
+    local a, b, c, d = string.match(stored, '^(%d+) (%d+) (%d+) (%d+)$')
+    if a then n, sum, least, most = tonumber(a), tonumber(b), tonumber(c), tonumber(d) end
+  end
+  for i = 1, #times do
+    local t = times[i]
+    n, sum = n + 1, sum + t
+    if t > most then most = t end
+    if t < least or least == 0 then least = t end
+  end
+  local text = string.format('%d %d %d %d', n, sum, least, most)
+  made.text, made.n, made.sum, made.least, made.most = text, n, sum, least, most
+  return text
 end
 
 function message.mark_dirty()
