@@ -177,15 +177,29 @@ class ConsumerStats:
 
 
 @dataclass(frozen=True)
-class MessageSizes:
-    """ActiveMQ's DestinationStatistics messageSize (a SizeStatisticImpl): the sizes of the messages the
-    destination counted enqueued, each as its memory usage counts it (packed bytes, at least
-    minimumMessageSize; scripts/lua/includes/message.lua size_note). 0s when none."""
+class Tally:
+    """What a destination's meta keeps as "<count> <sum> <smallest> <largest>" (ActiveMQ's size and time
+    statistics: MessageSizes, EnqueueTimes). 0s when none."""
 
     count: int = 0
     total: int = 0
     smallest: int = 0
     largest: int = 0
+
+    @classmethod
+    def parse(cls, stored: Any) -> Any:
+        """From the meta field as Redis gives it (unset: none)."""
+        if not stored:
+            return cls()
+        text = stored.decode() if isinstance(stored, bytes) else stored
+        return cls(*(int(v) for v in text.split()))
+
+
+@dataclass(frozen=True)
+class MessageSizes(Tally):
+    """ActiveMQ's DestinationStatistics messageSize (a SizeStatisticImpl): the sizes of the messages the
+    destination counted enqueued, each as its memory usage counts it (packed bytes, at least
+    minimumMessageSize; scripts/lua/includes/message.lua size_note): the meta field msgsize."""
 
     @property
     def average(self) -> int:
@@ -201,43 +215,21 @@ class MessageSizes:
         return MessageSizes(self.count + other.count, self.total + other.total,
                             min(self.smallest, other.smallest), max(self.largest, other.largest))
 
-    @classmethod
-    def parse(cls, stored: Any) -> MessageSizes:
-        """From the meta field msgsize as Redis gives it ("<count> <sum> <smallest> <largest>"; unset:
-        none)."""
-        return cls(*_four(stored)) if stored else NO_SIZES
-
-
-def _four(stored: str | bytes) -> list[int]:
-    """A meta field's "<count> <sum> <smallest> <largest>" (msgsize, enqtime) as numbers."""
-    text = stored.decode() if isinstance(stored, bytes) else stored
-    return [int(v) for v in text.split()]
-
 
 NO_SIZES = MessageSizes()
 
 
 @dataclass(frozen=True)
-class EnqueueTimes:
+class EnqueueTimes(Tally):
     """ActiveMQ's DestinationStatistics processTime (a TimeStatisticImpl: the MBeans' AverageEnqueueTime,
     MinEnqueueTime, MaxEnqueueTime): at each dispatch, redeliveries and each topic subscriber's included,
-    the ms since the message last reached the broker (scripts/lua/includes/message.lua times_added). The
-    smallest is TimeStatisticImpl's: a 0 holds only until the next time. 0s when none."""
-
-    count: int = 0
-    total: int = 0
-    smallest: int = 0
-    largest: int = 0
+    the ms since the message last reached the broker (scripts/lua/includes/message.lua times_added): the
+    meta field enqtime. The smallest is TimeStatisticImpl's: a 0 holds only until the next time."""
 
     @property
     def average(self) -> float:
         """AverageEnqueueTime: a double in ActiveMQ (the fraction kept)."""
         return self.total / self.count if self.count else 0.0
-
-    @classmethod
-    def parse(cls, stored: Any) -> EnqueueTimes:
-        """From the meta field enqtime as Redis gives it (unset: none)."""
-        return cls(*_four(stored)) if stored else NO_TIMES
 
 
 NO_TIMES = EnqueueTimes()

@@ -401,6 +401,14 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
         or redis.call('HEXISTS', prefix .. ':inflight', id) == 1 or redis.call('ZSCORE', prefix .. ':txheld', id)
   end
 
+  -- Give stored message `id` to the catching-up subscription `s`: the bytes read, and the messages it got
+  -- (none when it is no longer stored).
+  local function replay_stored(s, id)
+    local blob = redis.call('HGET', base.K_MSGS, id)
+    if not blob then return 0, 0 end
+    return #blob, topic.replay(s, { { id, blob } }, nil, 'catchup_seq')
+  end
+
   local SORDER_READ = 100  -- subscription keys read at a time by catch_up_unweighted
 
   -- Where the questions about a message go on in :sorder, from the cursor catch_up_unweighted left: after
@@ -467,11 +475,8 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
         end
       end
       if held then
-        local blob = redis.call('HGET', base.K_MSGS, id)
-        if blob then
-          bytes = bytes + #blob
-          got = got + topic.replay(s, { { id, blob } }, nil, 'catchup_seq')
-        end
+        local read, n = replay_stored(s, id)
+        bytes, got = bytes + read, got + n
       end
       after, index, last, moved = page[2], 0, '', true
       if spent >= checks or forward.work_spent() or bytes >= outbox.CALL_MOST_BYTES then
@@ -518,11 +523,8 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
         local id = page[i]
         after = page[i + 1]
         if (tonumber(refs[(i + 1) / 2]) or 0) >= lifecycle.DURABLE_REF then
-          local blob = redis.call('HGET', base.K_MSGS, id)
-          if blob then
-            bytes = bytes + #blob
-            got = got + topic.replay(s, { { id, blob } }, nil, 'catchup_seq')
-          end
+          local read, n = replay_stored(s, id)
+          bytes, got = bytes + read, got + n
         end
       end
     end
