@@ -197,3 +197,17 @@ def listener(gateway_data, request):
     yield start
     for server in made:
         server.kill()
+
+
+@pytest.fixture
+def closing():
+    """`closing(conn)` returns `conn` and closes it at the end of the test."""
+    made = []
+
+    def keep(conn):
+        made.append(conn)
+        return conn
+
+    yield keep
+    for conn in made:
+        conn.close()

@@ -26,17 +26,13 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def raw(stomp_listener):
-    made: list[RawTcp] = []
+def raw(stomp_listener, closing):
+    """Factory of hand-driven connections to the listener's TCP port (or `port`), closed at the end."""
 
     def make(port: int | None = None, tls: ssl.SSLContext | None = None) -> RawTcp:
-        conn = RawTcp(port or stomp_listener.port, tls)
-        made.append(conn)
-        return conn
+        return closing(RawTcp(port or stomp_listener.port, tls))
 
-    yield make
-    for conn in made:
-        conn.close()
+    return make
 
 
 def _q() -> str:

@@ -28,17 +28,13 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def raw(stomp_listener):
-    made: list[RawStomp] = []
+def raw(stomp_listener, closing):
+    """Factory of hand-driven connections to the listener's WebSocket port, closed at the end."""
 
     def make(path: str = "/stomp", subprotocols: list[str] | None = None) -> RawStomp:
-        conn = RawStomp(f"ws://127.0.0.1:{stomp_listener.ws_port}{path}", subprotocols=subprotocols)
-        made.append(conn)
-        return conn
+        return closing(RawStomp(f"ws://127.0.0.1:{stomp_listener.ws_port}{path}", subprotocols=subprotocols))
 
-    yield make
-    for conn in made:
-        conn.close()
+    return make
 
 
 def _q() -> str:
