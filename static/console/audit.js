@@ -2,7 +2,7 @@
    same action by one user grouped under one row. */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, toast, live } = window.SB;
+  const { api, el, fill, fmt, toast, live, latest } = window.SB;
   const state = { offset: 0, limit: 50, destination: "", action: "" };
   const actionSelect = document.getElementById("a-action");
   const GROUP_MIN = 3; const GROUP_GAP_MS = 60000; // a run of 3+ within a minute of each other is one group
@@ -68,18 +68,19 @@
     actionSelect.value = list.includes(chosen) ? chosen : "";
   }
 
-  async function load() {
+  // (the page's first load may answer after a filter's: only the last one started renders)
+  const load = latest(() => {
     const q = new URLSearchParams({ limit: state.limit, offset: state.offset });
     if (state.destination) q.set("destination", state.destination);
     if (state.action) q.set("action", state.action);
-    let data;
-    try { data = await api("GET", `audit?${q}`); } catch (e) { toast(e.message, true); return; }
+    return api("GET", `audit?${q}`);
+  }, (data) => {
     actions(data.actions || []);
     fill(document.querySelector("#audit tbody"), runs(data.results).flatMap((rs) => (rs.length >= GROUP_MIN ? group(rs) : rs.map((r) => row(r)))), 8, "No audit records.");
     document.getElementById("audit-count").textContent = `${fmt.num(data.count ? state.offset + 1 : 0)}–${fmt.num(state.offset + data.results.length)} of ${fmt.num(data.count)}`;
     document.getElementById("prev").disabled = !data.previous;
     document.getElementById("next").disabled = !data.next;
-  }
+  }, (e) => toast(e.message, true));
   document.getElementById("audit-filter").addEventListener("submit", (e) => {
     e.preventDefault();
     state.destination = document.getElementById("a-destination").value.trim();

@@ -2,7 +2,7 @@
    or on everything matching the selector, with progress. */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, toast, tracked, queuePath, page } = window.SB;
+  const { api, el, fill, fmt, toast, tracked, queuePath, page, latest } = window.SB;
   const P = page();
   const name = P.name; const base = queuePath(name); const dlq = P.dlq === "1";
   const tbody = document.querySelector("#messages tbody");
@@ -35,41 +35,44 @@
     document.getElementById("select-all").checked = rows.length > 0 && rows.every((m) => selected.has(m.message_id));
   }
 
-  async function load() {
-    const q = new URLSearchParams({ limit: 50 });
-    const selector = selectorInput.value.trim();
-    if (selector) q.set("selector", selector);
-    const cursor = cursors[cursors.length - 1];
-    if (cursor) q.set("cursor", cursor);
-    errorBox.hidden = true;
-    try {
-      const data = await api("GET", `${base}/messages?${q}`);
-      rows = data.messages; nextCursor = data.next_cursor;
-    } catch (e) {
-      if (e.problem.code === "invalid_selector") {
-        errorBox.textContent = `Invalid selector: ${e.message}`;
-        errorBox.hidden = false;
-        selectorInput.setAttribute("aria-invalid", "true");
-        selectorInput.focus();
-        if (typeof e.problem.position === "number") selectorInput.setSelectionRange(e.problem.position, e.problem.position + 1);
-        rows = []; nextCursor = null;
-      } else {
-        // not read: say so, rather than "No messages match" and "(end)" as if the queue were empty
-        toast(e.message, true);
-        rows = []; nextCursor = null;
-        fill(tbody, [], 10, `Could not read the messages: ${e.message}`);
-        document.getElementById("browse-status").textContent = `page ${cursors.length}: not read`;
-        document.getElementById("next").disabled = true;
-        document.getElementById("first").disabled = cursors.length === 1;
-        return;
-      }
-    }
+  function showPage() {
     if (errorBox.hidden) selectorInput.removeAttribute("aria-invalid");
     render();
     document.getElementById("browse-status").textContent = `page ${cursors.length}: ${rows.length} messages${nextCursor ? "" : " (end)"}`;
     document.getElementById("next").disabled = !nextCursor;
     document.getElementById("first").disabled = cursors.length === 1;
   }
+
+  // (a selector given while the page's first load is under way: only the load started last renders)
+  const load = latest(() => {
+    const q = new URLSearchParams({ limit: 50 });
+    const selector = selectorInput.value.trim();
+    if (selector) q.set("selector", selector);
+    const cursor = cursors[cursors.length - 1];
+    if (cursor) q.set("cursor", cursor);
+    errorBox.hidden = true;
+    return api("GET", `${base}/messages?${q}`);
+  }, (data) => {
+    rows = data.messages; nextCursor = data.next_cursor;
+    showPage();
+  }, (e) => {
+    rows = []; nextCursor = null;
+    if (e.problem && e.problem.code === "invalid_selector") {
+      errorBox.textContent = `Invalid selector: ${e.message}`;
+      errorBox.hidden = false;
+      selectorInput.setAttribute("aria-invalid", "true");
+      selectorInput.focus();
+      if (typeof e.problem.position === "number") selectorInput.setSelectionRange(e.problem.position, e.problem.position + 1);
+      showPage();
+      return;
+    }
+    // not read: say so, rather than "No messages match" and "(end)" as if the queue were empty
+    toast(e.message, true);
+    fill(tbody, [], 10, `Could not read the messages: ${e.message}`);
+    document.getElementById("browse-status").textContent = `page ${cursors.length}: not read`;
+    document.getElementById("next").disabled = true;
+    document.getElementById("first").disabled = cursors.length === 1;
+  });
 
   document.getElementById("selector-form").addEventListener("submit", (e) => {
     e.preventDefault(); cursors = [null]; selected.clear(); countSelected();

@@ -2,16 +2,17 @@
    Re-read every 5 s, the registry having no event stream. */
 "use strict";
 (function () {
-  const { api, el, fill, fmt, toast, live } = window.SB;
+  const { api, el, fill, fmt, toast, live, latest } = window.SB;
   const state = { cursors: [""], index: 0, next: null, filters: {} };
   function link(c) { return el("a", { href: `/console/connections/${encodeURIComponent(c.id)}/` }, el("code", {}, c.id)); }
-  async function load() {
+  // (the 5 s refresh, a filter, a page: only the load started last renders)
+  const load = latest(() => {
     const q = new URLSearchParams({ limit: 50 });
     const cursor = state.cursors[state.index];
     if (cursor) q.set("cursor", cursor);
     for (const [k, v] of Object.entries(state.filters)) if (v) q.set(k, v);
-    let data;
-    try { data = await api("GET", `connections?${q}`); } catch (e) { toast(e.message, true); return; }
+    return api("GET", `connections?${q}`);
+  }, (data) => {
     fill(document.querySelector("#connections tbody"), data.connections.map((c) => el("tr", { dataset: { connection: c.id } },
       el("td", { class: "id" }, link(c)), el("td", {}, c.protocol), el("td", { class: "id" }, c.client_id || "–"),
       el("td", {}, c.user || "–"), el("td", {}, c.address || "–"),
@@ -22,7 +23,7 @@
     document.getElementById("conn-count").textContent = `page ${state.index + 1}: ${fmt.num(data.connections.length)} shown`;
     document.getElementById("prev").disabled = state.index === 0;
     document.getElementById("next").disabled = !state.next;
-  }
+  }, (e) => toast(e.message, true));
   document.getElementById("conn-filter").addEventListener("submit", (e) => {
     e.preventDefault();
     state.filters = {

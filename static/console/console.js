@@ -195,15 +195,16 @@
     if (text) toast(text);
   }
 
-  /* A loader whose calls may overlap (a live update and an action's refresh): load() fetches, show(data)
-     renders, and only the call started last renders, so an older answer arriving later cannot put back
-     what an action has just changed. A failed fetch renders nothing. */
-  function latest(load, show) {
+  /* A loader whose calls may overlap (a live update and an action's refresh, a filter changed while the
+     page's first load is under way): load() fetches, show(data) renders, and only the call started last
+     renders, so an older answer arriving later cannot put back what an action has just changed or rows of
+     a filter no longer chosen. A failed fetch renders nothing but failed(error), the last call's only. */
+  function latest(load, show, failed = () => {}) {
     let seq = 0;
     return async () => {
       const mine = ++seq;
       let data;
-      try { data = await load(); } catch (e) { return; }
+      try { data = await load(); } catch (e) { if (mine === seq) failed(e); return; }
       if (mine === seq) show(data);
     };
   }
