@@ -288,8 +288,8 @@ SIGNALBOX_METRICS_MAX_DESTINATIONS = int(os.environ.get("SIGNALBOX_METRICS_MAX_D
 # and over WebSocket on a port of its own (gateway/stomp/ws_port.py, ActiveMQ's ws:// connector). The
 # address, the plain ports (0: none), the TLS ones (stomp+ssl, wss: used when a PEM certificate and key are
 # given; 0: none) and how many connections one listener process serves at once, on each port. The defaults
-# are ActiveMQ's: stomp 61613 and ws 61614 as its activemq.xml ships them, stomp+ssl 61612 as its STOMP
-# documentation and tests use it; wss has no port of ActiveMQ's own (61619 here).
+# are ActiveMQ's: stomp 61613 and ws 61614 as its activemq.xml ships them, stomp+ssl 61612 as its own STOMP
+# SSL tests use it; wss has no port of ActiveMQ's own (61619 here).
 SIGNALBOX_STOMP_HOST = os.environ.get("SIGNALBOX_HOST") or "127.0.0.1"
 SIGNALBOX_STOMP_PORT = int(os.environ.get("SIGNALBOX_STOMP_PORT") or 61613)
 SIGNALBOX_STOMP_TLS_PORT = int(os.environ.get("SIGNALBOX_STOMP_TLS_PORT") or 61612)
