@@ -31,7 +31,7 @@ def forward_stats(meta: dict[str, str]) -> dict[str, int]:
             "forward_dropped": int(meta.get("forward_dropped", 0))}
 
 
-def message_sizes(meta: dict[str, str]) -> dict[str, MessageSizes | EnqueueTimes]:
+def tallies(meta: dict[str, str]) -> dict[str, MessageSizes | EnqueueTimes]:
     """DestinationStats' message sizes and enqueue times from the meta hash (includes/message.lua
     size_note, times_added)."""
     return {"message_sizes": MessageSizes.parse(meta.get("msgsize")),

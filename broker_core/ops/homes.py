@@ -31,7 +31,7 @@ from ..model import (
     SweepResult,
     discard_counts,
 )
-from ..replies import bound_stats, forward_stats, memory_stats, message_sizes
+from ..replies import bound_stats, forward_stats, memory_stats, tallies
 from ..resp import reply_text as _str
 from ..scripts import calls
 from ..selector import parse_selector
@@ -358,7 +358,7 @@ def stats(ops: Context, home: Home, now: int) -> Op:
         last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
         group_count=read.groups, paused=meta.get("paused") == "1", exclusive_owner=owner,
         consumers=consumers, **memory_stats(meta, read.memory_limit, read.broker_memory_limit),
-        **message_sizes(meta),
+        **tallies(meta),
         **forward_stats(meta), selector_errors=count("selector_errors"),
         **bound_stats(meta, read.events, read.audit_size),
     )

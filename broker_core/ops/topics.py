@@ -27,7 +27,7 @@ from ..model import (
     SweepResult,
     discard_counts,
 )
-from ..replies import bound_stats, forward_stats, memory_stats, message_sizes
+from ..replies import bound_stats, forward_stats, memory_stats, tallies
 from ..resp import reply_text as _str
 from ..scripts import calls
 from ..scripts.calls import (
@@ -422,7 +422,7 @@ def stats(ops: Context, dest: Destination, now: int) -> Op:
         purged=0, moved=0, cancelled=count("cancelled"), duplicates=count("duplicates"), skipped=0,
         last_pass_skipped=0,
         consumer_count=len(subs), group_count=0, paused=False, exclusive_owner=None, consumers=consumers,
-        **message_sizes(meta), **memory_stats(meta, own_limit, broker_limit), **forward_stats(meta),
+        **tallies(meta), **memory_stats(meta, own_limit, broker_limit), **forward_stats(meta),
         **bound_stats(meta, events, audit_size),
         subscriptions=subs, no_subscription=count("no_subscription"),
         durable_active=sum(1 for s in subs if s.durable and s.active),

@@ -12,9 +12,9 @@ Values: a destination's from its summary (DestinationSummary, the counters the m
 small script call per page of destinations, fresh at the read); the broker's from the console's totals
 over the destinations the user may read (gateway/api/destination_index.py, at most 5 s old). Attributes
 ActiveMQ has that Signalbox keeps no figure for are not shown (a read naming one answers
-AttributeNotFoundException, as for any unknown name: AverageEnqueueTime, MinEnqueueTime and MaxEnqueueTime
-among them, docs/api.md), except ProducerCount: 0, which is what ActiveMQ shows for the producers of STOMP
-and REST clients (anonymous producers, counted on no destination), the only producers Signalbox has.
+AttributeNotFoundException, as for any unknown name), except ProducerCount: 0, which is what ActiveMQ
+shows for the producers of STOMP and REST clients (anonymous producers, counted on no destination), the
+only producers Signalbox has.
 """
 
 from __future__ import annotations

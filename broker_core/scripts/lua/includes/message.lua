@@ -250,33 +250,38 @@ function message.size_note(size)
   if size > s[4] then s[4] = size end
 end
 
+-- A meta field's "<count> <sum> <smallest> <largest>" ('msgsize', 'enqtime') as numbers, nil when there
+-- is none. `made` keeps the last value made and its numbers (message.tally_text): where Redis keeps the
+-- library between calls, the next call on the same destination reads back that value and parses nothing
+-- (string.match and four tonumber's strtod: ~5 k instructions in a send's profile); a value's text says
+-- all its numbers, so a kept one is never stale.
+function message.tally_read(stored, made)
+  if not stored then return nil end
+  if stored == made.text then return made.n, made.sum, made.least, made.most end
+  local n, sum, least, most = string.match(stored, '^(%d+) (%d+) (%d+) (%d+)$')
+  if not n then return nil end
+  return tonumber(n), tonumber(sum), tonumber(least), tonumber(most)
+end
+
+-- The field's value for these numbers, kept in `made` for tally_read. ('%d': the integer conversion, a
+-- fraction of the cost of the float one that '%.0f' or tostring make)
+function message.tally_text(made, n, sum, least, most)
+  local text = string.format('%d %d %d %d', n, sum, least, most)
+  made.text, made.n, made.sum, made.least, made.most = text, n, sum, least, most
+  return text
+end
+
 -- The 'msgsize' value of `stored` (as read: false when none yet) with n more sizes of sum `sum`, smallest
--- `least`, largest `most`. The last value made and its numbers are kept (`size_made`): where Redis keeps
--- the library between calls, the next send to the same destination reads back that value and parses
--- nothing (string.match and four tonumber's strtod: ~5 k instructions in a send's profile); a value's
--- text says all its numbers, so a kept one is never stale.
+-- `least`, largest `most`.
 message.size_made = { text = false, n = 0, sum = 0, least = 0, most = 0 }
 function message.size_added(stored, n, sum, least, most)
-  local made = message.size_made
-  local had_n, had_sum, had_min, had_max
-  if stored and stored == made.text then
-    had_n, had_sum, had_min, had_max = made.n, made.sum, made.least, made.most
-  elseif stored then
-    had_n, had_sum, had_min, had_max = string.match(stored, '^(%d+) (%d+) (%d+) (%d+)$')
-    if had_n then
-      had_n, had_sum = tonumber(had_n), tonumber(had_sum)
-      had_min, had_max = tonumber(had_min), tonumber(had_max)
-    end
-  end
+  local had_n, had_sum, had_min, had_max = message.tally_read(stored, message.size_made)
   if had_n then
     n, sum = n + had_n, sum + had_sum
     if had_min < least then least = had_min end
     if had_max > most then most = had_max end
   end
-  -- ('%d': the integer conversion, a fraction of the cost of the float one that '%.0f' or tostring make)
-  local text = string.format('%d %d %d %d', n, sum, least, most)
-  made.text, made.n, made.sum, made.least, made.most = text, n, sum, least, most
-  return text
+  return message.tally_text(message.size_made, n, sum, least, most)
 end
 
 -- Write the sizes this call noted to meta hash `key` (two commands, whatever their number).
@@ -297,23 +302,15 @@ end
 -- time replaces it when smaller or when it is 0 (so a 0 holds only until the next time).
 message.times_made = { text = false, n = 0, sum = 0, least = 0, most = 0 }
 function message.times_added(stored, times)
-  local made = message.times_made
-  local n, sum, least, most = 0, 0, 0, 0
-  if stored and stored == made.text then
-    n, sum, least, most = made.n, made.sum, made.least, made.most
-  elseif stored then
-    local a, b, c, d = string.match(stored, '^(%d+) (%d+) (%d+) (%d+)$')
-    if a then n, sum, least, most = tonumber(a), tonumber(b), tonumber(c), tonumber(d) end
-  end
+  local n, sum, least, most = message.tally_read(stored, message.times_made)
+  if not n then n, sum, least, most = 0, 0, 0, 0 end
   for i = 1, #times do
     local t = times[i]
     n, sum = n + 1, sum + t
     if t > most then most = t end
     if t < least or least == 0 then least = t end
   end
-  local text = string.format('%d %d %d %d', n, sum, least, most)
-  made.text, made.n, made.sum, made.least, made.most = text, n, sum, least, most
-  return text
+  return message.tally_text(message.times_made, n, sum, least, most)
 end
 
 function message.mark_dirty()
