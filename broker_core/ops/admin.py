@@ -72,10 +72,11 @@ def delete_destination(ops: Context, dest: Destination, now: int, tally: str = "
     a subscription again (Router._delete_topic removes it and calls again). Its deletion advisory, if
     anybody listens, goes through the advisory topic's outbox. `tally`: a hash that counts the deletion in
     the same step (a temporary destination's: Router.delete_temporary)."""
-    count = calls.DestinationDelete.parse((yield calls.DestinationDelete.call(ops.prefix(dest), now, tally)))
-    if count is None:  # a topic subscribed to since its subscriptions were removed: nothing was deleted
+    deleted = calls.DestinationDelete.parse(
+        (yield calls.DestinationDelete.call(ops.prefix(dest), now, ops.registry_key, dest.uri, tally)))
+    if deleted is None:  # a topic subscribed to since its subscriptions were removed: nothing was deleted
         return None
-    removed = yield Command(("ZREM", ops.registry_key, dest.uri))
+    count, removed = deleted
     yield from virtual.on_deleted(ops, dest)
     if removed:
         yield from advisory.destination_changed(ops, dest, now, added=False)

@@ -471,15 +471,18 @@ class DestinationDelete(ScriptCall):
     script = "destination_delete"
 
     @classmethod
-    def call(cls, prefix: str, now: int, tally: str = "") -> Eval:
-        """`tally`: a hash counting the deletion (destinations, messages) in the same step."""
-        return Eval(cls.script, (prefix,), (now, tally) if tally else (now,))
+    def call(cls, prefix: str, now: int, registry: str, uri: str, tally: str = "") -> Eval:
+        """`registry`: the destination registry, whose `uri` entry goes in the same step; `tally`: a hash
+        counting the deletion (destinations, messages) in the same step."""
+        return Eval(cls.script, (prefix,), (now, registry, uri, tally) if tally else (now, registry, uri))
 
     @staticmethod
-    def parse(reply: Any) -> int | None:
-        """How many messages it held; None when nothing was deleted: a topic that has a subscription."""
-        count = int(reply)
-        return None if count < 0 else count
+    def parse(reply: Any) -> tuple[int, bool] | None:
+        """(how many messages it held, whether the registry listed it); None when nothing was deleted: a
+        topic that has a subscription."""
+        if not isinstance(reply, list):
+            return None
+        return int(reply[0]), bool(int(reply[1]))
 
 
 class Dispatch(ScriptCall):

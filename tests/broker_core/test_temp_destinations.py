@@ -12,8 +12,10 @@ from broker_core import maintenance
 from broker_core.connections import ConnectionRecord
 from broker_core.destinations import matches, parse_destination, temporary_name
 from broker_core.errors import InvalidDestination, OperationRefused
+from broker_core.keys import temp_tally_key
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
+from broker_core.scripts import calls
 
 from ..helpers.broker import consumer, drain
 
@@ -84,3 +86,18 @@ def test_patterns_never_match_a_temporary_destination_and_near_misses_are_ordina
         broker.send(f"topic://{name}", Message(body=name))
     assert [d.body for d in drain(broker, own)] == [temporary]
     assert sorted(d.body for d in drain(broker, spy)) == sorted(near_misses)
+
+
+def test_the_step_that_counts_a_deletion_also_unlists_the_destination(broker):
+    """One script both counts a temporary destination's deletion and removes its registry entry: a reader
+    (the console, a test waiting for the tally) never sees it counted while it is still listed, and no
+    crash between two calls leaves it listed without its keys."""
+    dest = parse_destination(f"queue://{temporary_name(OWNER, 3)}")
+    broker.send(dest, [Message(body="a")])
+    tally = temp_tally_key(broker.namespace)
+    step = calls.DestinationDelete.call(broker.ops.prefix(dest), 0, broker.ops.registry_key, dest.uri, tally)
+    assert calls.DestinationDelete.parse(broker._step(step)) == (1, True)
+    assert dest.uri not in broker.destinations()
+    assert broker.temp_tally() == {"destinations": 1, "messages": 1}
+    assert calls.DestinationDelete.parse(broker._step(step)) == (0, False)  # gone: counted once
+    assert broker.temp_tally() == {"destinations": 1, "messages": 1}

@@ -1,6 +1,8 @@
 -- Delete a destination with everything in it (BrokerView.removeQueue). Its consumers are gone with it;
--- their adapters learn it from UNKNOWN_CONSUMER on their next call. ARGV: now[, tally key].
--- Returns the number of messages that were in it, or -1 (nothing deleted) for a topic that has a
+-- their adapters learn it from UNKNOWN_CONSUMER on their next call. ARGV: now, registry key, uri[, tally
+-- key]. The registry entry goes in this step too, so no reader sees a deletion counted (the tally) while
+-- the destination is still listed, and no crash leaves a listed destination without keys.
+-- Returns {messages that were in it, 1 if the registry held it}, or -1 (nothing deleted) for a topic that has a
 -- subscription: one made after ops/topics.py delete removed the last (a client resubscribing at once),
 -- which the caller removes the same way before it calls again, so that none is left behind, its keys and
 -- durable registry entry naming a topic that no longer exists. A topic's own keys (its subscription
@@ -13,7 +15,7 @@
 base.NOW = tonumber(ARGV[1])
 if redis.call('LLEN', base.P .. ':sorder') > 0 then return -1 end
 local count = redis.call('HLEN', base.K_MSGS)
-local tally = ARGV[2]
+local tally = ARGV[4]
 if tally and tally ~= '' and redis.call('EXISTS', base.K_META) == 1 then
   redis.call('HINCRBY', tally, 'destinations', 1)
   redis.call('HINCRBY', tally, 'messages', count)
@@ -73,4 +75,4 @@ for _, id in ipairs(redis.call('LRANGE', base.P .. ':fanout', 0, -1)) do keys[#k
 keys[#keys + 1] = base.P .. ':fanout'
 keys[#keys + 1] = base.P .. ':fanout:n'
 redis.call('UNLINK', unpack(keys))
-return count
+return { count, redis.call('ZREM', ARGV[2], ARGV[3]) }
