@@ -19,7 +19,7 @@ from channels.layers import get_channel_layer
 from gateway import runtime
 from gateway.stomp.protocol import StompSession, Transport, choose_subprotocol
 from gateway.ws.json_protocol import JsonSession
-from gateway.ws.uvicorn_ws import SOCKET_WRITES
+from gateway.ws.uvicorn_ws import MESSAGE_LIMIT, SOCKET_WRITES
 
 
 class PingConsumer(AsyncWebsocketConsumer):
@@ -123,6 +123,9 @@ class _SessionConsumer(AsyncWebsocketConsumer):
             await super().dispatch(message)
 
     async def connect(self) -> None:
+        limit = (self.scope.get("extensions") or {}).get(MESSAGE_LIMIT)
+        if limit is not None:  # (messages up to 16 MiB once logged in: gateway/ws/message_limits.py)
+            limit["logged_in"](lambda: self.session is not None and self.session.established)
         await self.accept(self.subprotocol())
         self.session = self.make_session(_SocketTransport(self))
         await self.session.start()

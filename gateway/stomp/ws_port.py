@@ -11,7 +11,8 @@ loop's callback into the session's parser (`Connection.feed`), as a TCP read doe
 
 What it shares with /stomp: the subprotocols (v12.stomp, v11.stomp, v10.stomp, stomp, or none:
 `choose_subprotocol`), one or more frames per message and no frame across messages, text messages unless
-a frame is not UTF-8 (then binary), and the largest message (MAX_MESSAGE, uvicorn's default for /stomp).
+a frame is not UTF-8 (then binary), and the largest message before and after CONNECT
+(gateway/ws/message_limits.py).
 What it shares with STOMP over TCP: the login (CONNECT's login and passcode, or a token; no browser
 session: no cookie is ever read, so no page of another origin can borrow a login, and no Origin check is
 needed, as ActiveMQ's connector makes none), the connection limit, TLS (wss) with the same certificate,
@@ -31,22 +32,12 @@ from websockets.http11 import Request
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
-from gateway.stomp.frames import BEFORE_CONNECT
 from gateway.stomp.protocol import StompSettings, choose_subprotocol
 from gateway.stomp.tcp import Connection, StompServer, StreamTransport
+from gateway.ws.message_limits import MAX_MESSAGE, MAX_MESSAGE_BEFORE_LOGIN
 
 # websockets' own lines, one or two per connection: at DEBUG only (signalbox/logs.py CHATTY)
 connections_logger = logging.getLogger(f"{__name__}.connections")
-
-MAX_MESSAGE = 16 * 1024 * 1024  # bytes: the largest WebSocket message read (uvicorn's --ws-max-size default)
-# Until the session is established, at most what frames within the STOMP limits before CONNECT take (a
-# CONNECT is a few short headers): websockets holds a message until its last byte, and each of the 1,000
-# connections a listener serves could otherwise hold 16 MiB unauthenticated. (Beyond the STOMP limits and
-# under this one, the STOMP parser refuses with an ERROR that names its limit; past this, the close code
-# 1009.) A message that came before the session was established is held to this too, as a frame read
-# before then is to the STOMP limits before CONNECT over TCP.
-MAX_MESSAGE_BEFORE_CONNECT = (BEFORE_CONNECT.max_body
-                              + BEFORE_CONNECT.max_headers * BEFORE_CONNECT.max_header_line + 1024)
 
 
 def _select_subprotocol(_protocol: ServerProtocol, offered: Sequence[str]) -> str | None:
@@ -61,7 +52,7 @@ class WsConnection(Connection):
 
     def __init__(self, server: StompServer) -> None:
         super().__init__(server)
-        self.ws = ServerProtocol(select_subprotocol=_select_subprotocol, max_size=MAX_MESSAGE_BEFORE_CONNECT,
+        self.ws = ServerProtocol(select_subprotocol=_select_subprotocol, max_size=MAX_MESSAGE_BEFORE_LOGIN,
                                  logger=connections_logger)
         self._fragments: list[bytes] = []  # a message sent in several frames, until its last
         self._handshake_timer: asyncio.TimerHandle | None = None

@@ -215,6 +215,7 @@ class JsonSession(LinkedSession):
         except ConnectionRegistryFull as exc:
             await self.error(exc.code, exc.message, request_id, fatal=True)
             return False
+        self.established = True
         return True
 
     async def _authorize(self, destinations: list[Destination], action: str) -> None:

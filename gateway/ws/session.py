@@ -31,6 +31,9 @@ class LinkedSession:
     client_id: str | None = None  # the JMS client id the client gave (STOMP's client-id header)
     remote_address = ""  # the client's address, when the transport knows it
     unique_ack_ids = False  # the client acks by the ack id alone: unique within the connection (Link)
+    # logged in and registered (STOMP: CONNECTED sent); until then a WebSocket message is held to what a
+    # login needs (gateway/ws/message_limits.py)
+    established = False
     # whether the protocol's permission checks cover temporary destinations (STOMP's do not: ActiveMQ's
     # without a tempDestinationAuthorizationEntry); a BROWSE's reply-to is checked as its sends are
     checks_temporary = True

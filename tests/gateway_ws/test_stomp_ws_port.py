@@ -3,12 +3,14 @@ connector) with real sockets: what the WebSocket adds to the session every trans
 (tests/gateway_ws/test_stomp_protocol.py runs every stomp.py test over it as well): the handshake and its
 subprotocols, messages split into fragments or holding many frames, text and binary messages, the limits,
 pings and the close, a slow reader. The WebSocket framing is fuzzed from a raw socket. The connection
-limit, TLS (wss) and a listener killed mid-stream: tests/gateway_ws/test_stomp_tcp.py, over both."""
+limit, TLS (wss) and a listener killed mid-stream: tests/gateway_ws/test_stomp_tcp.py, over both. The
+message limits before and after login run against the web server's /stomp and /ws/v1 too."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import socket
 import ssl
@@ -20,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.frames import Frame, Opcode
 
-from gateway.stomp.frames import FrameParser, encode
-from gateway.stomp.ws_port import MAX_MESSAGE, MAX_MESSAGE_BEFORE_CONNECT
+from gateway.stomp.frames import BEFORE_CONNECT, FrameParser, encode
+from gateway.ws.message_limits import MAX_MESSAGE, MAX_MESSAGE_BEFORE_LOGIN
 from tests.helpers.stomp_client import RawStomp
 
 pytestmark = pytest.mark.e2e
@@ -116,17 +118,20 @@ class RawWs:
     """A WebSocket client from a raw socket: the handshake by hand, then masked frames written as bytes, cut
     anywhere (what a client's writes and the network may do to them)."""
 
-    def __init__(self, port: int, receive_buffer: int | None = None) -> None:
+    def __init__(self, port: int, receive_buffer: int | None = None, path: str = "/stomp",
+                 subprotocol: str | None = "v12.stomp") -> None:
         self.sock = _raw_socket(port, receive_buffer=receive_buffer)
         key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall(f"GET /stomp HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
+        offer = f"Sec-WebSocket-Protocol: {subprotocol}\r\n" if subprotocol else ""
+        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                          f"Sec-WebSocket-Protocol: v12.stomp\r\n\r\n".encode())
+                          f"{offer}\r\n".encode())
         self.buffer = b""
         while b"\r\n\r\n" not in self.buffer:
             self.buffer += self.sock.recv(65536)
         head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 101 ") and b"Sec-WebSocket-Protocol: v12.stomp" in head, head
+        assert head.startswith(b"HTTP/1.1 101 "), head
+        assert not subprotocol or f"Sec-WebSocket-Protocol: {subprotocol}".encode() in head, head
         self.parser = FrameParser("1.2")
         self.frames: list = []
 
@@ -149,6 +154,18 @@ class RawWs:
             if opcode in (Opcode.TEXT, Opcode.BINARY) and payload.strip(b"\n"):
                 self.frames += [(opcode, f) for f in self.parser.feed(payload)]
         return self.frames.pop(0)
+
+    def receive_payload(self, timeout: float = 5) -> tuple[Opcode | None, bytes]:
+        """The next WebSocket message's opcode and payload, as they came."""
+        self.sock.settimeout(timeout)
+        while True:
+            opcode, payload, used = _server_frame(self.buffer)
+            if used:
+                self.buffer = self.buffer[used:]
+                return opcode, payload
+            chunk = self.sock.recv(65536)
+            assert chunk, "the server closed the connection"
+            self.buffer += chunk
 
     def close(self) -> None:
         self.sock.close()
@@ -233,27 +250,53 @@ def test_a_frame_over_the_body_limit_is_refused_with_an_error_that_names_it(raw)
     assert conn.closed_within(5)
 
 
+def _login(ws: RawWs, endpoint: str) -> None:
+    """Log in over a raw WebSocket, then show a message over the limit before login is taken."""
+    body = "x" * (MAX_MESSAGE_BEFORE_LOGIN + 1)
+    if endpoint == "json":
+        ws.sock.sendall(ws.frame(Opcode.TEXT, json.dumps({"type": "connect", "id": "c", "login": "alice",
+                                                         "passcode": "secret"}).encode()))
+        assert json.loads(ws.receive_payload()[1])["type"] == "ok"
+        send = {"type": "send", "id": "big", "destination": f"queue://{_q()[7:]}", "message": {"body": body}}
+        ws.sock.sendall(ws.frame(Opcode.TEXT, json.dumps(send).encode()))
+        answer = json.loads(ws.receive_payload()[1])
+        assert (answer["type"], answer["id"], len(answer["message_ids"])) == ("ok", "big", 1), answer
+        return
+    connect = encode("CONNECT", [("accept-version", "1.2"), ("login", "alice"), ("passcode", "secret")])
+    ws.sock.sendall(ws.frame(Opcode.TEXT, connect))
+    assert ws.receive()[1].command == "CONNECTED"
+    # (within STOMP's limits)
+    send = encode("SEND", [("destination", _q()), ("receipt", "big")], body.encode())
+    ws.sock.sendall(ws.frame(Opcode.TEXT, send))
+    assert ws.receive()[1].command == "RECEIPT"
+
+
 @pytest.mark.parametrize("connected", [True, False])
-def test_a_message_over_the_largest_closes_the_connection_as_too_big(stomp_listener, connected):
+@pytest.mark.parametrize("endpoint", ["listener", "stomp", "json"])
+def test_a_message_over_the_largest_closes_the_connection_as_too_big(stomp_listener, gateway, endpoint,
+                                                                     connected):
     """Refused from the frame's length, before its payload is read: a close frame with 1009 ("message too
-    big"), then the close. Before CONNECT the largest is what a CONNECT may take (no unauthenticated
-    connection holds megabytes); after, 16 MiB."""
-    ws = RawWs(stomp_listener.ws_port)
+    big"), then the close. Before login the largest is what a STOMP CONNECT within its limits may take (no
+    unauthenticated connection holds megabytes); after, 16 MiB. On the listener's port, on the web server's
+    /stomp and on its JSON protocol at /ws/v1."""
+    limits = BEFORE_CONNECT
+    connect_at_its_limits = limits.max_body + limits.max_headers * limits.max_header_line
+    assert connect_at_its_limits <= MAX_MESSAGE_BEFORE_LOGIN
+    if endpoint == "listener":
+        ws = RawWs(stomp_listener.ws_port)
+    elif endpoint == "stomp":
+        ws = RawWs(gateway.port)
+    else:
+        ws = RawWs(gateway.port, path="/ws/v1", subprotocol=None)
     try:
-        largest = MAX_MESSAGE_BEFORE_CONNECT
+        largest = MAX_MESSAGE_BEFORE_LOGIN
         if connected:
-            connect = encode("CONNECT", [("accept-version", "1.2"), ("login", "alice"),
-                                         ("passcode", "secret")])
-            ws.sock.sendall(ws.frame(Opcode.TEXT, connect))
-            assert ws.receive()[1].command == "CONNECTED"
-            body = b"x" * (largest + 1)  # (within the STOMP limits: taken)
-            send = encode("SEND", [("destination", _q()), ("receipt", "big")], body)
-            ws.sock.sendall(ws.frame(Opcode.TEXT, send))
-            assert ws.receive()[1].command == "RECEIPT"
+            _login(ws, endpoint)
             largest = MAX_MESSAGE
         # FIN + text, masked, a 64-bit length one over the largest, the mask; no payload follows
         ws.sock.sendall(b"\x81\xff" + (largest + 1).to_bytes(8, "big") + os.urandom(4))
         data = _read_until_closed(ws.sock, 5)
+        data = ws.buffer + data
         opcode, payload, used = _server_frame(data)
         assert (opcode, int.from_bytes(payload[:2], "big"), data[used:]) == (Opcode.CLOSE, 1009, b"")
     finally:
