@@ -1285,6 +1285,18 @@ def delete_consumers(ctx: Context) -> Calls:
     return ctx.measure(_per_call_cpu(ctx, op))
 
 
+@case(f"delete: a topic with {DELETE_MANY:,} offline durable subscriptions holding a message each")
+def delete_topic_ended(ctx: Context) -> Calls:
+    """topics.delete removes the subscriptions 50 a call, each leaving its pending set in :ended, which the
+    deletion drains a chunk a call (it once unlinked all of :ended in each topic_admin call)."""
+    topic = "topic://ended.t"
+    _offline_durables(ctx, topic, DELETE_MANY)
+    ctx.broker.send(topic, Message(body="x"))
+    ctx.broker.delete_destination("topic://ended.warm")  # (the scripts loaded)
+    op = ctx.broker.ops.delete_destination(parse_destination(topic), ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
 @case(f"release: {DELETE_MANY:,} ended subscriptions' messages")
 def release_many_ended(ctx: Context) -> Calls:
     """Offline durable subscriptions that each hold a message all expire at once: each leaves its pending
