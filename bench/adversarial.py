@@ -1225,6 +1225,91 @@ for _many in (5_000, 10_000):
         return ctx.measure(_per_call_cpu(ctx, op))
 
 
+# --- a destination's deletion (session 30) ---
+# destination_delete.lua once read every forward record (HVALS, a cmsgpack.unpack each: the virtual copies a
+# queue still owes), every consumer's and closed consumer's four keys, a topic's ended subscriptions' keys
+# and queued fan-outs, in its one call; the router now drains them DELETE_CHUNK a call first
+# (ops/admin.py delete_destination), and release_ended looks at ENDED_LOOKS ended keys a call.
+
+DELETE_MANY = 10_000
+DELETE_COPIES = 30_000  # 3,000 messages of 1 kB sent to a composite queue of 10 targets
+
+
+def _owing(ctx: Context, copies: int, targets: int = 10) -> None:
+    """Queue `owing` forwarding to `targets` queues that owes each of them copies of `copies // targets`
+    messages: the sends' forwards never ran (a process that died after each send)."""
+    from broker_core.config.virtual import VirtualConfig
+    from broker_core.ops import virtual
+
+    names = [f"owing.t{i}" for i in range(targets)]
+    virtual.configure(ctx.broker, VirtualConfig.from_config(
+        {"compositeQueue": [{"name": "owing", "forwardTo": names}]}))
+    for name in names:
+        ctx.broker.ensure_destination(name)
+    ctx.broker.ensure_destination("owing")
+    dest = parse_destination("owing")
+    fwd = f"{ctx.broker.ops.prefix(dest)}:fwd"
+    while ctx.client.hlen(fwd) < copies:
+        op = ctx.broker.ops.send(dest, [Message(body="x" * 1000) for _ in range(100)], ctx.broker._now())
+        request = next(op)
+        while not (hasattr(request, "args") and request.args[0] == "HSCAN"):  # stop where it forwards
+            request = op.send(ctx.broker._step(request))
+        op.close()
+
+
+@case(f"delete: a queue owing {DELETE_COPIES:,} virtual copies")
+def delete_owing(ctx: Context) -> Calls:
+    _owing(ctx, DELETE_COPIES)
+    ctx.broker.delete_destination("owing.warm")  # (the script loaded)
+    op = ctx.broker.ops.delete_destination(parse_destination("owing"), ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
+@case(f"delete: a queue with {DELETE_MANY:,} consumers")
+def delete_consumers(ctx: Context) -> Calls:
+    for n in range(2):
+        ctx.broker.add_consumer("many.q", ConsumerSpec(prefetch=1), consumer_id=f"c{n}")
+    # (2 added for real, the rest's keys written as consumer_add writes them: 10,000 adds take minutes)
+    pipe = ctx.client.pipeline(transaction=False)
+    p = ctx.broker.ops.prefix(parse_destination("many.q"))
+    packed = ctx.client.hget(f"{p}:consumers", "c0")
+    fields = ctx.client.hgetall(f"{p}:c:c0")
+    for n in range(2, DELETE_MANY):
+        pipe.hset(f"{p}:consumers", f"c{n}", packed)
+        pipe.hset(f"{p}:c:c{n}", mapping=fields)
+        pipe.rpush(f"{p}:corder", f"c{n}")
+        pipe.zadd(f"{p}:leases", {f"c{n}": ctx.broker._now() + 60_000})
+    pipe.execute()
+    ctx.broker.delete_destination("many.warm")  # (the script loaded)
+    op = ctx.broker.ops.delete_destination(parse_destination("many.q"), ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
+@case(f"delete: a topic with {DELETE_MANY:,} offline durable subscriptions holding a message each")
+def delete_topic_ended(ctx: Context) -> Calls:
+    """topics.delete removes the subscriptions 50 a call, each leaving its pending set in :ended, which the
+    deletion drains a chunk a call (it once unlinked all of :ended in each topic_admin call)."""
+    topic = "topic://ended.t"
+    _offline_durables(ctx, topic, DELETE_MANY)
+    ctx.broker.send(topic, Message(body="x"))
+    ctx.broker.delete_destination("topic://ended.warm")  # (the scripts loaded)
+    op = ctx.broker.ops.delete_destination(parse_destination(topic), ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
+@case(f"release: {DELETE_MANY:,} ended subscriptions' messages")
+def release_many_ended(ctx: Context) -> Calls:
+    """Offline durable subscriptions that each hold a message all expire at once: each leaves its pending
+    set in the topic's :ended set, released return_chunk messages a call (lifecycle.lua release_ended)."""
+    topic = "topic://ended.t"
+    _offline_durables(ctx, topic, DELETE_MANY)
+    ctx.broker.send(topic, Message(body="x"))
+    ctx.broker.expire_offline_durables("topic://ended.warm", 0)  # (the script loaded)
+    time.sleep(0.01)
+    op = ctx.broker.ops.expire_offline_durables(parse_destination(topic), 0, ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
 # --- the largest message ---
 # One message of the default policy's maxMessageSize (its body as large as the limit lets it be) through
 # every path that copies a whole message inside one call, and a transaction holding

@@ -13,6 +13,11 @@ from . import advisory, virtual
 from .context import Context
 
 DESTINATIONS_PAGE = 500  # registry entries per ZSCAN
+# Entries of a destination's large parts (forward records, consumers, closed consumers, ended
+# subscriptions' keys, queued fan-outs, reservations) its deletion drains per call before the last
+# (destination_delete.lua): 30,000 owed copies in one call took 470 ms, 200 a call at most 3 ms of the
+# server's CPU (docs/benchmarks.md, "Session 30: a destination's deletion bounded").
+DELETE_CHUNK = 200
 
 
 def init_destination(ops: Context, dest: Destination, now: int) -> Op:
@@ -71,11 +76,16 @@ def delete_destination(ops: Context, dest: Destination, now: int, tally: str = "
     topics.delete); returns how many messages its keys held, None (nothing deleted) for a topic that has
     a subscription again (Router._delete_topic removes it and calls again). Its deletion advisory, if
     anybody listens, goes through the advisory topic's outbox. `tally`: a hash that counts the deletion in
-    the same step (a temporary destination's: Router.delete_temporary)."""
-    deleted = calls.DestinationDelete.parse(
-        (yield calls.DestinationDelete.call(ops.prefix(dest), now, ops.registry_key, dest.uri, tally)))
+    the same step (a temporary destination's: Router.delete_temporary). Its large parts are drained
+    DELETE_CHUNK entries a call first; a deletion stopped between calls is finished by a repeated one."""
+    while True:  # its large parts drained DELETE_CHUNK a call, then the rest deleted in the last call
+        deleted = calls.DestinationDelete.parse((yield calls.DestinationDelete.call(
+            ops.prefix(dest), now, ops.registry_key, dest.uri, tally, DELETE_CHUNK)))
+        if deleted != calls.DestinationDelete.DRAINING:
+            break
     if deleted is None:  # a topic subscribed to since its subscriptions were removed: nothing was deleted
         return None
+    assert isinstance(deleted, tuple)
     count, removed = deleted
     yield from virtual.on_deleted(ops, dest)
     if removed:

@@ -466,22 +466,26 @@ class ConsumerClose(ScriptCall):
 
 
 class DestinationDelete(ScriptCall):
-    """destination_delete.lua: a destination's keys, all of them."""
+    """destination_delete.lua: a destination's keys, all of them, its large parts drained first."""
 
     script = "destination_delete"
+    DRAINING = "draining"  # parse: this call drained `chunk` entries and more are left; call again
 
     @classmethod
-    def call(cls, prefix: str, now: int, registry: str, uri: str, tally: str = "") -> Eval:
+    def call(cls, prefix: str, now: int, registry: str, uri: str, tally: str, chunk: int) -> Eval:
         """`registry`: the destination registry, whose `uri` entry goes in the same step; `tally`: a hash
-        counting the deletion (destinations, messages) in the same step."""
-        return Eval(cls.script, (prefix,), (now, registry, uri, tally) if tally else (now, registry, uri))
+        counting the deletion (destinations, messages) in the same step ('' for none); `chunk`: the
+        entries of its large parts (forward records, consumers, ...) drained at most per call."""
+        return Eval(cls.script, (prefix,), (now, registry, uri, tally, chunk))
 
-    @staticmethod
-    def parse(reply: Any) -> tuple[int, bool] | None:
-        """(how many messages it held, whether the registry listed it); None when nothing was deleted: a
-        topic that has a subscription."""
+    @classmethod
+    def parse(cls, reply: Any) -> tuple[int, bool] | str | None:
+        """(how many messages it held, whether the registry listed it); DRAINING when it drained a chunk
+        and deleted nothing yet; None when nothing was deleted: a topic that has a subscription."""
         if not isinstance(reply, list):
             return None
+        if len(reply) == 1:
+            return cls.DRAINING
         return int(reply[0]), bool(int(reply[1]))
 
 

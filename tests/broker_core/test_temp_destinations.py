@@ -15,6 +15,7 @@ from broker_core.errors import InvalidDestination, OperationRefused
 from broker_core.keys import temp_tally_key
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
+from broker_core.ops import admin
 from broker_core.scripts import calls
 
 from ..helpers.broker import consumer, drain
@@ -95,7 +96,8 @@ def test_the_step_that_counts_a_deletion_also_unlists_the_destination(broker):
     dest = parse_destination(f"queue://{temporary_name(OWNER, 3)}")
     broker.send(dest, [Message(body="a")])
     tally = temp_tally_key(broker.namespace)
-    step = calls.DestinationDelete.call(broker.ops.prefix(dest), 0, broker.ops.registry_key, dest.uri, tally)
+    step = calls.DestinationDelete.call(broker.ops.prefix(dest), 0, broker.ops.registry_key, dest.uri, tally,
+                                        admin.DELETE_CHUNK)
     assert calls.DestinationDelete.parse(broker._step(step)) == (1, True)
     assert dest.uri not in broker.destinations()
     assert broker.temp_tally() == {"destinations": 1, "messages": 1}

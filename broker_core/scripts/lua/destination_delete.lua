@@ -1,19 +1,96 @@
 -- Delete a destination with everything in it (BrokerView.removeQueue). Its consumers are gone with it;
--- their adapters learn it from UNKNOWN_CONSUMER on their next call. ARGV: now, registry key, uri[, tally
--- key]. The registry entry goes in this step too, so no reader sees a deletion counted (the tally) while
--- the destination is still listed, and no crash leaves a listed destination without keys.
--- Returns {messages that were in it, 1 if the registry held it}, or -1 (nothing deleted) for a topic that has a
--- subscription: one made after ops/topics.py delete removed the last (a client resubscribing at once),
--- which the caller removes the same way before it calls again, so that none is left behind, its keys and
--- durable registry entry naming a topic that no longer exists. A topic's own keys (its subscription
--- lists, shared store references) go here, in the step that found no subscription. With a tally key (a temporary destination deleted
--- because its connection ended: broker_core/ops/router.py delete_temporary), the deletion is counted there
--- in the same step: `destinations` +1 and `messages` + what it held (a topic's too: its subscriptions' were
--- its own, still here), only when the destination still existed, so deleting it twice counts once.
+-- their adapters learn it from UNKNOWN_CONSUMER on their next call. ARGV: now, registry key, uri, tally key
+-- ('' for none), chunk. The registry entry goes in this step too, so no reader sees a deletion counted (the
+-- tally) while the destination is still listed, and no crash leaves a listed destination without keys.
+-- What grows with the data (the forward records of virtual copies still owed, consumers and closed
+-- consumers with four keys each, a topic's ended subscriptions' keys and queued fan-outs, transactions'
+-- reservations) is drained first, at most `chunk` entries a call (a forward record's blob counted against
+-- DRAIN_BYTES too): a call that leaves some returns {'more'} and the caller calls again
+-- (broker_core/ops/admin.py delete_destination). Each drained entry goes with what it counted (a copy's
+-- charge on its target's 'memfwd'), so a deletion stopped between calls leaves counts right, and a repeated
+-- delete finishes it; a send or subscription meanwhile is drained or refused (-1) by the next call.
+-- Returns {messages that were in it, 1 if the registry held it}, {'more'}, or -1 (nothing deleted) for a
+-- topic that has a subscription: one made after ops/topics.py delete removed the last (a client
+-- resubscribing at once), which the caller removes the same way before it calls again, so that none is left
+-- behind, its keys and durable registry entry naming a topic that no longer exists. A topic's own keys (its
+-- subscription lists, shared store references) go here, in the step that found no subscription. With a
+-- tally key (a temporary destination deleted because its connection ended: broker_core/ops/router.py
+-- delete_temporary), the deletion is counted there in the same step: `destinations` +1 and `messages` +
+-- what it held (a topic's too: its subscriptions' were its own, still here), only when the destination
+-- still existed, so deleting it twice counts once.
 --@include base
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
 if redis.call('LLEN', base.P .. ':sorder') > 0 then return -1 end
+
+-- The drain: `room` entries left in this call.
+local room = tonumber(ARGV[5])
+local DRAIN_BYTES = 4 * 1024 * 1024  -- forward records' blobs read a call (at least one record)
+
+-- A consumer's (or closed consumer's) keys, its id off the lists that name it.
+local function drop_consumer(cid)
+  redis.call('UNLINK', base.K_C(cid), base.K_CINF(cid), base.K_COUT(cid), base.K_CGRP(cid))
+  redis.call('ZREM', base.K_LEASES, cid)
+  redis.call('SREM', base.K_PASSFULL, cid)
+end
+
+local function drain()
+  -- virtual copies it still owed stop counting against their targets ('memfwd', virtual.lua)
+  local bytes = 0
+  for _, field in ipairs(room > 0 and redis.call('HRANDFIELD', base.K_FWD, room) or {}) do
+    bytes = bytes + redis.call('HSTRLEN', base.K_FWD, field)
+    if bytes > DRAIN_BYTES and room < tonumber(ARGV[5]) then room = 0 break end
+    local r = cmsgpack.unpack(redis.call('HGET', base.K_FWD, field))
+    local charge = tonumber(r[6]) or 0
+    if r[2] == 'virtual' and charge > 0 then
+      local kind, name = string.match(r[1], '^(%a+)://(.*)$')
+      local meta = string.match(base.P, '^(.-):{') .. ':{' .. (kind == 'topic' and 't' or 'q') .. ':' .. name
+        .. '}:meta'
+      if redis.call('EXISTS', meta) == 1 and redis.call('HINCRBY', meta, 'memfwd', -charge) < 0 then
+        redis.call('HSET', meta, 'memfwd', 0)
+      end
+    end
+    redis.call('HDEL', base.K_FWD, field)
+    room = room - 1
+  end
+  -- transactions' reservations on it end (flow.lua)
+  for _, tx in ipairs(room > 0 and redis.call('HRANDFIELD', base.P .. ':memres', room) or {}) do
+    redis.call('HDEL', flow.usage .. ':res', tx .. '|' .. base.P)
+    redis.call('HDEL', base.P .. ':memres', tx)
+    room = room - 1
+  end
+  -- consumers, and closed consumers whose messages were still being returned (includes/lifecycle.lua
+  -- return_owed); once some go, dispatch has none (their order goes first)
+  local ids = room > 0 and redis.call('HRANDFIELD', base.K_CONSUMERS, room) or {}
+  if #ids > 0 then redis.call('UNLINK', base.K_CORDER) end
+  for _, cid in ipairs(ids) do
+    drop_consumer(cid)
+    redis.call('HDEL', base.K_CONSUMERS, cid)
+  end
+  room = room - #ids
+  for _, cid in ipairs(room > 0 and redis.call('HRANDFIELD', base.P .. ':closing', room) or {}) do
+    drop_consumer(cid)
+    redis.call('HDEL', base.P .. ':closing', cid)
+    room = room - 1
+  end
+  -- a topic's ended subscriptions' messages still to release (includes/lifecycle.lua remove_subscription):
+  -- they go with the topic's store, not released one by one
+  for _, key in ipairs(room > 0 and redis.call('SPOP', base.P .. ':ended', room) or {}) do
+    redis.call('UNLINK', key)
+    room = room - 1
+  end
+  -- a topic's unfinished fan-outs (includes/fanout.lua), oldest first
+  for _, id in ipairs(room > 0 and (redis.call('LPOP', base.P .. ':fanout', room) or {}) or {}) do
+    redis.call('UNLINK', base.P .. ':fanout:' .. id)
+    redis.call('HDEL', base.P .. ':fanout:n', id)
+    room = room - 1
+  end
+  return redis.call('HLEN', base.K_FWD) + redis.call('HLEN', base.P .. ':memres')
+    + redis.call('HLEN', base.K_CONSUMERS) + redis.call('HLEN', base.P .. ':closing')
+    + redis.call('SCARD', base.P .. ':ended') + redis.call('LLEN', base.P .. ':fanout') == 0
+end
+if not drain() then return { 'more' } end
+
 local count = redis.call('HLEN', base.K_MSGS)
 local tally = ARGV[4]
 if tally and tally ~= '' and redis.call('EXISTS', base.K_META) == 1 then
@@ -22,24 +99,6 @@ if tally and tally ~= '' and redis.call('EXISTS', base.K_META) == 1 then
 end
 -- What it held no longer counts towards the broker's memory usage (flow.lua).
 redis.call('HINCRBY', flow.usage, 'used', 0 - (tonumber(redis.call('HGET', base.K_META, 'mem')) or 0))  -- 0 - x: Lua's -(0) is -0, which HINCRBY refuses
--- virtual copies it still owed stop counting against their targets ('memfwd', virtual.lua), and
--- transactions' reservations on it end (flow.lua).
-for _, packed in ipairs(redis.call('HVALS', base.K_FWD)) do
-  local r = cmsgpack.unpack(packed)
-  local charge = tonumber(r[6]) or 0
-  if r[2] == 'virtual' and charge > 0 then
-    local kind, name = string.match(r[1], '^(%a+)://(.*)$')
-    local meta = string.match(base.P, '^(.-):{') .. ':{' .. (kind == 'topic' and 't' or 'q') .. ':' .. name
-      .. '}:meta'
-    if redis.call('EXISTS', meta) == 1 and redis.call('HINCRBY', meta, 'memfwd', -charge) < 0 then
-      redis.call('HSET', meta, 'memfwd', 0)
-    end
-  end
-end
-for _, tx in ipairs(redis.call('HKEYS', base.P .. ':memres')) do
-  redis.call('HDEL', flow.usage .. ':res', tx .. '|' .. base.P)
-end
-redis.call('UNLINK', base.P .. ':memres')
 local keys = { base.K_META, base.K_POLICY, base.K_MSGS, base.K_PENDING, base.K_INFLIGHT, base.K_REDELIV, base.K_GFIRST, base.K_CONSUMERS, base.K_CORDER,
   base.K_LEASES, base.K_PASSFULL, base.K_GROUPS, base.K_GLRU, base.K_PARKED, base.K_PARKINFO, base.K_FWD, base.K_AUDIT, base.K_EVENTS, base.K_SCHED,
   -- transactions' marks and the messages held for them (includes/lifecycle.lua txacks_key)
@@ -53,25 +112,9 @@ local keys = { base.K_META, base.K_POLICY, base.K_MSGS, base.K_PENDING, base.K_I
   -- Redis frees off its main thread (a DEL of 10,000 references took 20 ms, holding every client)
   base.P .. ':subs', base.P .. ':sorder', base.P .. ':subof', base.P .. ':refs', base.P .. ':order',
   base.P .. ':retain', base.P .. ':recov', base.P .. ':recovmsg' }
-for _, cid in ipairs(redis.call('HKEYS', base.K_CONSUMERS)) do
-  keys[#keys + 1] = base.K_C(cid)
-  keys[#keys + 1] = base.K_CINF(cid)
-  keys[#keys + 1] = base.K_COUT(cid)
-  keys[#keys + 1] = base.K_CGRP(cid)
-end
--- closed consumers whose messages were still being returned (includes/lifecycle.lua return_owed)
-for _, cid in ipairs(redis.call('HKEYS', base.P .. ':closing')) do
-  keys[#keys + 1] = base.K_C(cid)
-  keys[#keys + 1] = base.K_CINF(cid)
-  keys[#keys + 1] = base.K_COUT(cid)
-  keys[#keys + 1] = base.K_CGRP(cid)  -- (its group entries still to delete)
-end
 keys[#keys + 1] = base.P .. ':closing'
--- a topic's ended subscriptions' messages still to release (includes/lifecycle.lua remove_subscription)
-for _, key in ipairs(redis.call('SMEMBERS', base.P .. ':ended')) do keys[#keys + 1] = key end
 keys[#keys + 1] = base.P .. ':ended'
--- a topic's unfinished fan-outs (includes/fanout.lua)
-for _, id in ipairs(redis.call('LRANGE', base.P .. ':fanout', 0, -1)) do keys[#keys + 1] = base.P .. ':fanout:' .. id end
+keys[#keys + 1] = base.P .. ':memres'
 keys[#keys + 1] = base.P .. ':fanout'
 keys[#keys + 1] = base.P .. ':fanout:n'
 redis.call('UNLINK', unpack(keys))

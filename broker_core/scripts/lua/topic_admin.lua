@@ -105,9 +105,9 @@ elseif op == 'delete' then
       redis.call('LREM', base.TP .. ':sorder', 1, key)
     end
   end
-  -- what they held goes with the topic's messages (destination_delete.lua), not released one by one
-  for _, key in ipairs(redis.call('SMEMBERS', base.TP .. ':ended')) do redis.call('UNLINK', key) end
-  redis.call('UNLINK', base.TP .. ':ended')
+  -- what they held goes with the topic's messages, not released one by one: destination_delete.lua drains
+  -- the ended keys a chunk a call (here every call would read all those earlier calls and subscriptions
+  -- that ended before left in `:ended`, thousands of keys)
   local left = redis.call('LLEN', base.TP .. ':sorder')
   if left == 0 then topic.recovery_release_all() end
   return { dropped, left }

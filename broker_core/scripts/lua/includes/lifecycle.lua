@@ -26,6 +26,10 @@ lifecycle.RETURNS_GRACE_MS = 2000
 -- (topic.lua catch_up). (A topic's non-durable subscriptions, each with its consumer, stay far below 2^32;
 -- its durable ones below 2^31, where the count would leave Redis's 64-bit integers.)
 lifecycle.DURABLE_REF = 4294967296
+-- The ended subscriptions' keys (<topic>:ended) one release_ended call with a limit looks at: the set may
+-- hold thousands (10,000 offline durable subscriptions expiring at once, each with its pending set), and
+-- reading each one's ZCARD in every call took 35 ms a call (docs/benchmarks.md, session 30).
+lifecycle.ENDED_LOOKS = 100
 -- The weight of subscription `key`'s reference: its key's first character tells a durable one's, 'd'
 -- (100) topics.py durable_key's, from a non-durable one's, 'c' non_durable_key's.
 function lifecycle.ref_weight(key)
@@ -760,10 +764,14 @@ function lifecycle.load_closing()
   end
 
   -- Release up to `limit` (all when nil) of the messages ended subscriptions of this topic held
-  -- (remove_subscription set them aside). Returns how many, and how many are left (0: none).
+  -- (remove_subscription set them aside), from at most ENDED_LOOKS of their keys when `limit` is given (any
+  -- of them: each call empties some or releases `limit`). Returns how many, and how many are left (0:
+  -- none; counted over the keys it looked at, plus one for each key it did not look at).
   lifecycle.release_ended = function(limit)
-    local released, left = 0, 0
-    for _, key in ipairs(redis.call('SMEMBERS', base.TP .. ':ended')) do
+    local ended = base.TP .. ':ended'
+    local released, left, kept = 0, 0, 0
+    local keys = limit and redis.call('SRANDMEMBER', ended, lifecycle.ENDED_LOOKS) or redis.call('SMEMBERS', ended)
+    for _, key in ipairs(keys) do
       local take = limit and limit - released or -1
       if take ~= 0 then
         local ids = redis.call('ZRANGE', key, 0, take > 0 and take - 1 or -1)
@@ -773,9 +781,9 @@ function lifecycle.load_closing()
         released = released + #ids
       end
       local n = redis.call('ZCARD', key)
-      if n == 0 then redis.call('SREM', base.TP .. ':ended', key) else left = left + n end
+      if n == 0 then redis.call('SREM', ended, key) else left, kept = left + n, kept + 1 end
     end
-    return released, left
+    return released, left + redis.call('SCARD', ended) - kept
   end
 
   -- Consumer `cid` closed (it is gone from dispatch): return the first `limit` of its messages now (all
