@@ -1249,6 +1249,17 @@ for _many in (5_000, 10_000):
         op = ctx.broker.ops.add_consumer(parse_destination(topic), spec, ctx.broker._now(), "new")
         return ctx.measure(_per_call_cpu(ctx, op))
 
+    @case(f"topic: expire_offline over {_many:,} offline durable subscriptions of ten priorities, all due")
+    def expire_offline_all_priorities(ctx: Context, many: int = _many) -> Calls:
+        """As "all due" below, each removal's key also taken out of :sprio (LREM: a scan to its place, which
+        is anywhere in the list when the priorities are mixed)."""
+        topic = "topic://wide.t"
+        _priority_subscriptions(ctx, topic, many)
+        ctx.broker.expire_offline_durables("topic://wide.warm", 0)  # (the script loaded)
+        time.sleep(0.01)
+        op = ctx.broker.ops.expire_offline_durables(parse_destination(topic), 0, ctx.broker._now())
+        return ctx.measure(_per_call_cpu(ctx, op))
+
     @case(f"topic: its subscriptions' pending limits (stats), {_many:,} subscriptions")
     def topic_limits_many(ctx: Context, many: int = _many) -> Calls:
         """topic_admin 'limits', which the topic's stats and subscription list read (ops/topics.py
