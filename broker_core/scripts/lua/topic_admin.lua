@@ -84,16 +84,17 @@ elseif op == 'limits' then
   local defs = #keys > 0 and redis.call('HMGET', base.TP .. ':subs', unpack(keys)) or {}
   local out = { #keys == count and from + count or -1 }
   for i, key in ipairs(keys) do
-    local s = defs[i] and { key = key, def = cmsgpack.unpack(defs[i]) }
-    local limit = -1
-    if s and not s.def.durable then
-      topic.switch(key)
-      local c = consumers.load()[1]
-      if c then limit = topic.pending_limit(c.prefetch, s) end
-      topic.switch(nil)
+    if defs[i] then  -- (a key listed without its definition is no subscription)
+      local s, limit = { key = key, def = cmsgpack.unpack(defs[i]) }, -1
+      if not s.def.durable then
+        topic.switch(key)
+        local c = consumers.load()[1]
+        if c then limit = topic.pending_limit(c.prefetch, s) end
+        topic.switch(nil)
+      end
+      out[#out + 1] = key
+      out[#out + 1] = limit
     end
-    out[#out + 1] = key
-    out[#out + 1] = limit
   end
   return out
 elseif op == 'delete' then

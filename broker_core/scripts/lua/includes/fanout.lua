@@ -51,8 +51,7 @@ end
 -- subscription in `matched` (which take it in this call) and one for the fan-out; the subscriptions
 -- `subs` from index `from` on are matched later, then those whose definitions the send did not read,
 -- `unread` (topic.subscriptions: ranges of the indexes of the list it visited, :sorder or :sprio, nil for
--- none). `copies`: the wildcard
--- patterns that got a copy.
+-- none). `copies`: the wildcard patterns that got a copy.
 function fanout.defer(id, blob, seq, matched, subs, from, copies, job, unread)
   topic.store(id, blob, topic.refs_of(matched) + 1, seq)
   local list = base.TP .. ':fanout:' .. id
