@@ -41,6 +41,7 @@ from broker_core.destinations import parse_destination  # noqa: E402
 from broker_core.keys import Home  # noqa: E402
 from broker_core.messages import Message  # noqa: E402
 from broker_core.model import ConsumerSpec, TransactionLimits  # noqa: E402
+from broker_core.ops import topics  # noqa: E402
 from signalbox.embedded_redis import configured_executable, start_unix_server  # noqa: E402
 
 SLOWLOG_ENTRIES = 100_000
@@ -1179,6 +1180,16 @@ def retroactive_many_durables_unweighted(ctx: Context) -> Calls:
                                                                         ctx.broker._now(), "new")))
 
 
+def _priority_subscriptions(ctx: Context, topic: str, count: int) -> None:
+    """`count` offline durable subscriptions of priorities 0-9 made in an order no priority follows, the
+    topic under the priority dispatch policy."""
+    ctx.broker.policies.set_entry("topic", ">", {"dispatchPolicy": "priority"})
+    ctx.broker.refresh_policies()
+    for n in range(count):
+        ctx.broker.close_consumer(ctx.broker.add_consumer(topic, ConsumerSpec(
+            client_id="app", subscription_name=f"d{n}", priority=(n * 7) % 10)))
+
+
 def _offline_durables(ctx: Context, topic: str, count: int) -> None:
     for n in range(count):
         ctx.broker.close_consumer(ctx.broker.add_consumer(topic, ConsumerSpec(client_id="app",
@@ -1205,6 +1216,59 @@ for _many in (5_000, 10_000):
         ctx.broker.send(topic, Message(body="warm"))
         batch = [Message(body="x") for _ in range(100)]
         op = ctx.broker.ops.send(parse_destination(topic), batch, ctx.broker._now())
+        return ctx.measure(_per_call_cpu(ctx, op))
+
+    @case(f"topic: one message, {_many:,} subscriptions, priority policy")
+    def topic_send_many_priority(ctx: Context, many: int = _many) -> Calls:
+        """The first case under the priority dispatch policy, the subscriptions of ten priorities made in
+        an order no priority follows: the send reads the first MAX_VISITS in priority order (:sprio,
+        includes/topic.lua), the fan-out the rest in that order."""
+        topic = "topic://wide.t"
+        _priority_subscriptions(ctx, topic, many)
+        ctx.broker.send(topic, Message(body="warm"))
+        op = ctx.broker.ops.send(parse_destination(topic), [Message(body="x")], ctx.broker._now())
+        return ctx.measure(_per_call_cpu(ctx, op))
+
+    @case(f"topic: one message, {_many:,} subscriptions, priority policy, stored before :sprio")
+    def topic_send_many_priority_old(ctx: Context, many: int = _many) -> Calls:
+        """The same on a topic whose subscriptions were made before :sprio existed (deleted here): the
+        send reads every definition, sorts them and writes :sprio, once (topic.subscriptions)."""
+        topic = "topic://wide.t"
+        _priority_subscriptions(ctx, topic, many)
+        ctx.broker.send(topic, Message(body="warm"))
+        ctx.client.delete(f"{ctx.broker.ops.prefix(parse_destination(topic))}:sprio")
+        op = ctx.broker.ops.send(parse_destination(topic), [Message(body="x")], ctx.broker._now())
+        return ctx.measure(_per_call_cpu(ctx, op))
+
+    @case(f"topic: a subscription made among {_many:,} of ten priorities")
+    def topic_subscribe_many_priority(ctx: Context, many: int = _many) -> Calls:
+        """Its place in :sprio found by a binary search, then LINSERT (topic.index_add)."""
+        topic = "topic://wide.t"
+        _priority_subscriptions(ctx, topic, many)
+        spec = ConsumerSpec(client_id="app", subscription_name="new", priority=5)
+        op = ctx.broker.ops.add_consumer(parse_destination(topic), spec, ctx.broker._now(), "new")
+        return ctx.measure(_per_call_cpu(ctx, op))
+
+    @case(f"topic: expire_offline over {_many:,} offline durable subscriptions of ten priorities, all due")
+    def expire_offline_all_priorities(ctx: Context, many: int = _many) -> Calls:
+        """As "all due" below, each removal's key also taken out of :sprio (LREM: a scan to its place, which
+        is anywhere in the list when the priorities are mixed)."""
+        topic = "topic://wide.t"
+        _priority_subscriptions(ctx, topic, many)
+        ctx.broker.expire_offline_durables("topic://wide.warm", 0)  # (the script loaded)
+        time.sleep(0.01)
+        op = ctx.broker.ops.expire_offline_durables(parse_destination(topic), 0, ctx.broker._now())
+        return ctx.measure(_per_call_cpu(ctx, op))
+
+    @case(f"topic: its subscriptions' pending limits (stats), {_many:,} subscriptions")
+    def topic_limits_many(ctx: Context, many: int = _many) -> Calls:
+        """topic_admin 'limits', which the topic's stats and subscription list read (ops/topics.py
+        pending_limits): each non-durable subscription's consumer loaded for its limit."""
+        topic = "topic://wide.t"
+        for n in range(many):
+            ctx.broker.add_consumer(topic, ConsumerSpec(), consumer_id=f"c{n}")
+        ctx.broker.subscriptions("topic://wide.warm")  # (the script loaded)
+        op = topics.pending_limits(ctx.broker.ops, parse_destination(topic), ctx.broker._now())
         return ctx.measure(_per_call_cpu(ctx, op))
 
     @case(f"topic: expire_offline over {_many:,} offline durable subscriptions, none due")

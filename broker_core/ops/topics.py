@@ -335,10 +335,20 @@ def sweep_expired(ops: Context, dest: Destination, now: int) -> Op:
     return SweepResult(examined, expired, done)
 
 
+# subscriptions a topic_admin 'limits' call reads: about 3 ms (docs/benchmarks.md, "Session 30")
+LIMITS_PAGE = 100
+
+
 def pending_limits(ops: Context, dest: Destination, now: int) -> Op:
-    """Subscription key -> the pending-message limit in force, as the send script computes it (§8.5)."""
-    return calls.TopicAdmin.parse_limits((yield from ops.eval(Home(dest), now, calls.TopicAdmin.limits(
-        ops.prefix(dest), now))))
+    """Subscription key -> the pending-message limit in force, as the send script computes it (§8.5), read
+    LIMITS_PAGE subscriptions a call."""
+    limits: dict[str, int] = {}
+    start = 0
+    while start >= 0:
+        call = calls.TopicAdmin.limits(ops.prefix(dest), now, start, LIMITS_PAGE)
+        start, page = calls.TopicAdmin.parse_limits((yield from ops.eval(Home(dest), now, call)))
+        limits.update(page)
+    return limits
 
 
 def subscription_stats(ops: Context, sub: Home, now: int, limits: dict[str, int]) -> Op:

@@ -1129,13 +1129,14 @@ class TopicAdmin(ScriptCall):
         return int(reply[0]), int(reply[1])
 
     @classmethod
-    def limits(cls, prefix: str, now: int) -> Eval:
-        return Eval(cls.script, (prefix,), (now, "limits"))
+    def limits(cls, prefix: str, now: int, start: int, count: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "limits", start, count))
 
     @staticmethod
-    def parse_limits(reply: list[Any]) -> dict[str, int]:
-        """Subscription key -> the pending-message limit in force."""
-        return {_text(reply[i]): int(reply[i + 1]) for i in range(0, len(reply), 2)}
+    def parse_limits(reply: list[Any]) -> tuple[int, dict[str, int]]:
+        """(where the next call starts in the topic's subscriptions, -1 when done; subscription key -> the
+        pending-message limit in force)."""
+        return int(reply[0]), {_text(reply[i]): int(reply[i + 1]) for i in range(1, len(reply), 2)}
 
     @classmethod
     def drop_idle(cls, prefix: str, now: int, jobs: Sequence[str]) -> Eval:

@@ -15,6 +15,7 @@ import re
 import uuid
 
 import hypothesis.strategies as st
+import msgpack
 import pytest
 import redis
 from hypothesis import HealthCheck, settings
@@ -446,9 +447,11 @@ class TopicMachine(RuleBasedStateMachine):
 
     def _subscribe(self, kind, name, prefetch, retroactive):
         self.opened += 1
+        # (priorities 0, 4 and 8 in turn: the topic's :sprio keeps them in the priority policy's order)
         spec = ConsumerSpec(prefetch=prefetch, selector=f"kind = '{kind}'" if kind else None,
                             retroactive=retroactive, ack_mode="client-individual",
-                            client_id="inv" if name else None, subscription_name=name)
+                            client_id="inv" if name else None, subscription_name=name,
+                            priority=self.opened % 3 * 4)
         kinds = dict(self.sent)
 
         def matching(ids):
@@ -688,6 +691,15 @@ class TopicMachine(RuleBasedStateMachine):
         refs = {k.decode(): int(v) for k, v in self.client.hgetall(self._key("refs")).items()}
         assert stored == set(holders), f"stored {stored ^ set(holders)} differs from what is held"
         assert refs == holders
+
+    @invariant()
+    def the_priority_order_is_the_stable_sort_of_the_subscriptions_by_priority(self):
+        # (includes/topic.lua :sprio: PriorityDispatchPolicy's order, kept whatever the policy)
+        order = [k.decode() for k in self.client.lrange(self._key("sorder"), 0, -1)]
+        defs = self.client.hgetall(self._key("subs"))
+        priority = {k.decode(): msgpack.unpackb(v, raw=False).get("priority") or 0 for k, v in defs.items()}
+        expected = sorted(order, key=lambda k: -priority[k])
+        assert [k.decode() for k in self.client.lrange(self._key("sprio"), 0, -1)] == expected
 
     @invariant()
     def each_durable_key_is_registered_on_the_one_topic_it_lives_on(self):

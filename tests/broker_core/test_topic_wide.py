@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from broker_core.destinations import parse_destination
+from broker_core.event_stream import expand
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
 from broker_core.ops import topics
@@ -85,3 +86,123 @@ def test_a_send_reads_a_calls_worth_of_definitions_and_leaves_the_rest_to_the_fa
         got = drain(broker, ConsumerRef(parse_destination(topic), f"s{i}"))
         assert [d.body for d in got] == [f"m{n}" for n in range(6)], i
     assert not broker.redis.keys(f"{broker.namespace}:{{t:wide}}:fanout*")
+
+
+def _dispatch_order(broker, topic, mid):
+    raw = expand(broker.redis.xrange(f"{broker.namespace}:{{t:{topic[8:]}}}:events"))
+    fields = [{k.decode(): v.decode() for k, v in f.items()} for _, f in raw]
+    return [f["sub"] for f in fields if f["type"] == "dispatch" and f["msg"] == mid]
+
+
+def _send_cut(broker, topic, n):
+    """Send one message, driving its calls; returns (its id, the keys its fan-out was left with by the
+    send's call, in the order they are to be matched)."""
+    op = broker.ops.send(parse_destination(topic), [Message(f"m{n}", properties={"n": n})], broker._now())
+    p = f"{broker.namespace}:{{t:{topic[8:]}}}"
+    left = None
+    for name, reply in calls(broker, op):
+        if name == "topic_send":
+            assert TopicSend.parse(reply).tail.flags & 4  # (cut: the rest goes to the fan-out's calls)
+            mid = broker.redis.lindex(f"{p}:fanout", 0).decode()
+            left = [k.decode() for k in broker.redis.lrange(f"{p}:fanout:{mid}", 0, -1)]
+    [mid] = broker.redis.zrange(f"{p}:order", -1, -1)  # (the newest stored: takers hold it)
+    return mid.decode(), left
+
+
+def test_the_priority_policy_visits_by_priority_across_the_cut(broker):
+    """Under dispatchPolicy=priority a send reads the first MAX_VISITS subscriptions in priority order and
+    leaves the rest to the fan-out in that order: highest priority first, equal ones in the order they were
+    made (PriorityDispatchPolicy's stable sort), with subscriptions removed, added after, and a durable one
+    replaced (its selector changed) with another priority, which makes it the newest of its priority. The
+    same on a topic whose subscriptions were made before the priority order was kept (its :sprio gone):
+    the first send builds it (reading every definition, that once), and is cut the same. The order is
+    kept whatever the policy: this topic's subscriptions are made under the default one."""
+    topic = "topic://prio"
+    made = []  # (key, priority, takes the message), in the order made
+
+    def add(i, priority, taker, durable=False, selector=None):
+        selector = selector or (None if taker else "n = -1")
+        if durable:
+            spec = ConsumerSpec(client_id="app", subscription_name=f"d{i}", priority=priority,
+                                selector=selector)
+            ref = broker.add_consumer(topic, spec)
+        else:
+            spec = ConsumerSpec(priority=priority, selector=selector)
+            ref = broker.add_consumer(topic, spec, consumer_id=f"s{i}")
+        made.append((ref.subscription, priority, taker))
+        return ref
+
+    takers = {0, 1, 7, 1_000, 1_999, 2_000, 2_005}  # (priorities (i * 7) % 10: 0, 7, 9, 0, 3, 0, 5)
+    refs = {}
+    for i in range(WIDE):
+        refs[i] = add(i, (i * 7) % 10, i in takers, durable=i in (3, 2_004))
+    for i in (5, 1_500, 2_000):  # removed (non-durable: closing ends them)
+        broker.close_consumer(refs[i])
+        made = [e for e in made if e[0] != refs[i].subscription]
+    for i in (3, 2_004):  # replaced, with a new priority, taking the message now
+        broker.close_consumer(refs[i])
+        made = [e for e in made if e[0] != refs[i].subscription]
+        add(i, 9 if i == 3 else 0, True, durable=True, selector="n >= 0")
+    add(WIDE, 9, True)
+    add(WIDE + 1, 0, True)
+    broker.policies.set_entry("topic", ">", {"dispatchPolicy": "priority"})
+    broker.refresh_policies()
+    order = [key for key, _, _ in sorted(made, key=lambda e: -e[1])]  # (stable, as ActiveMQ's)
+    taking = {key for key, _, taker in made if taker}
+    p = f"{broker.namespace}:{{t:prio}}"
+    for n, old in enumerate((False, True, False)):  # (the third: after the second built it)
+        if old:
+            broker.redis.delete(f"{p}:sprio")
+            broker.redis.rpush(f"{p}:sorder", "c.gone")  # (a key listed without its definition: dropped)
+        mid, left = _send_cut(broker, topic, n)
+        assert left == order[len(order) - len(left):]
+        assert len(left) >= len(order) - 2_000
+        # (the fan-out finished by the send's op: each taker got the message, in the order visited)
+        assert _dispatch_order(broker, topic, mid) == [key for key in order if key in taking]
+        assert [k.decode() for k in broker.redis.lrange(f"{p}:sprio", 0, -1)] == order
+        assert broker.redis.llen(f"{p}:sorder") == len(order)
+
+
+def test_a_priority_send_reads_as_much_with_a_thousand_subscriptions_more(broker):
+    """The send's call under dispatchPolicy=priority runs the same commands with 2,010 subscriptions as with
+    3,010: it reads MAX_VISITS definitions (an HMGET a thousand), not every one, and the rest of the keys go
+    to the fan-out by the server's copy of the priority order."""
+    broker.policies.set_entry("topic", ">", {"dispatchPolicy": "priority"})
+    broker.refresh_policies()
+    per_call = {}
+    for size in (WIDE, WIDE + 1_000):
+        topic = f"topic://prio{size}"
+        for i in range(size):
+            broker.add_consumer(topic, ConsumerSpec(priority=i % 10, selector="n = -1"), consumer_id=f"s{i}")
+        broker.send(topic, Message("warm", properties={"n": 0}))  # (its :sprio complete: no build)
+        op = broker.ops.send(parse_destination(topic), [Message("x", properties={"n": 0})], broker._now())
+        before = _commands(broker.redis)
+        for name, _ in calls(broker, op):
+            if name == "topic_send":
+                per_call[size] = _commands(broker.redis) - before
+                break
+        op.close()
+    assert per_call[WIDE] == per_call[WIDE + 1_000]
+
+
+def test_the_pending_limits_are_read_a_page_a_call_and_turn_no_round_robin(broker, monkeypatch):
+    """The subscriptions' pending-message limits (the listing, the topic's stats) are read LIMITS_PAGE
+    subscriptions a call (each one's consumer loaded: 10,000 were one call of 275 ms), every one's right,
+    and reading them is no send: the roundRobin policy's start does not turn."""
+    monkeypatch.setattr(topics, "LIMITS_PAGE", 2)
+    broker.policies.set_entry("topic", ">", {"dispatchPolicy": "roundRobin", "pendingMessageLimitStrategy":
+                                             "constant", "pendingMessageLimit": 5})
+    broker.refresh_policies()
+    topic = "topic://limits"
+    for i in range(4):
+        broker.add_consumer(topic, ConsumerSpec(maximum_pending_message_limit=3 if i == 1 else 0),
+                            consumer_id=f"s{i}")
+    broker.add_consumer(topic, ConsumerSpec(client_id="app", subscription_name="d"), consumer_id="d")
+    broker.send(topic, Message("x"))
+    rr = broker.redis.hget(f"{broker.namespace}:{{t:limits}}:meta", "rr")
+    op = topics.pending_limits(broker.ops, parse_destination(topic), broker._now())
+    pages = [name for name, _ in calls(broker, op) if name == "topic_admin"]
+    assert len(pages) == 3
+    got = {s.consumer_id: s.pending_message_limit for s in broker.subscriptions(topic)}
+    assert got == {"s0": 5, "s1": 3, "s2": 5, "s3": 5, "d": -1}  # (a durable subscription has none)
+    assert broker.redis.hget(f"{broker.namespace}:{{t:limits}}:meta", "rr") == rr

@@ -10,7 +10,8 @@
 --   release key field uri -> the durable subscription `key` removed (with its messages) because its key is
 --       being subscribed on another topic (TopicRegion.addConsumer); refused while a consumer is attached.
 --       Does nothing unless the registry still names this topic (`uri`). Returns the messages dropped.
---   limits -> {key, pending-message limit in force, ...} for every subscription (changes nothing): the
+--   limits from count -> {where the next call starts in :sorder (-1: done), then key, pending-message limit
+--       in force, ...} for the subscriptions at indexes `from` to from + count - 1 (changes nothing): the
 --       value topic.after_send applies (§8.5; -1 = unlimited, and for durable subscriptions, which have none).
 --   drop_idle lease... -> a wildcard pattern's pseudo-topic whose last subscription went: its keys removed
 --       once no forward waits there and no job (`lease...`: the maintenance jobs' names) holds a lease;
@@ -74,17 +75,26 @@ elseif op == 'expire_offline' then
   local more = looked < #keys or #keys == looks
   return { more and from + looked - #removed or -1, unpack(removed) }
 elseif op == 'limits' then
-  local out = {}
-  for _, s in ipairs(topic.subscriptions()) do
-    local limit = -1
-    if not s.def.durable then
-      topic.switch(s.key)
-      local c = consumers.load()[1]
-      if c then limit = topic.pending_limit(c.prefetch, s) end
-      topic.switch(nil)
+  -- `count` subscriptions a call (each one's consumer loaded: 10,000 made one call of 275 ms); the caller
+  -- calls again from where this one stopped (ops/topics.py pending_limits). In :sorder's order, whatever
+  -- the dispatch policy (asking turns no roundRobin start). A subscription removed between two calls moves
+  -- the rest one place forward: one of them is left out, its limit read as -1 (unknown) by the caller.
+  local from, count = tonumber(ARGV[3]), tonumber(ARGV[4])
+  local keys = redis.call('LRANGE', base.TP .. ':sorder', from, from + count - 1)
+  local defs = #keys > 0 and redis.call('HMGET', base.TP .. ':subs', unpack(keys)) or {}
+  local out = { #keys == count and from + count or -1 }
+  for i, key in ipairs(keys) do
+    if defs[i] then  -- (a key listed without its definition is no subscription)
+      local s, limit = { key = key, def = cmsgpack.unpack(defs[i]) }, -1
+      if not s.def.durable then
+        topic.switch(key)
+        local c = consumers.load()[1]
+        if c then limit = topic.pending_limit(c.prefetch, s) end
+        topic.switch(nil)
+      end
+      out[#out + 1] = key
+      out[#out + 1] = limit
     end
-    out[#out + 1] = s.key
-    out[#out + 1] = limit
   end
   return out
 elseif op == 'delete' then
@@ -94,6 +104,9 @@ elseif op == 'delete' then
   local budget = tonumber(ARGV[3])
   local dropped = 0
   local keys = redis.call('LRANGE', base.TP .. ':sorder', 0, budget - 1)
+  -- (the priority policy's order goes first: each removal's LREM would walk it from its head, where these
+  -- keys are not; without it a priority send reads them all, and rebuilds it, topic.lua)
+  redis.call('DEL', base.TP .. ':sprio')
   local defs = #keys > 0 and redis.call('HMGET', base.TP .. ':subs', unpack(keys)) or {}
   for i, key in ipairs(keys) do
     if defs[i] then

@@ -73,6 +73,7 @@ if not existing then
   if state ~= 'changed' then state = 'new' end
   redis.call('HSET', base.TP .. ':subs', key, sub_packed)
   redis.call('RPUSH', base.TP .. ':sorder', key)
+  topic.index_add(key, sub_def)
   topic.switch(key)
   -- ('made': the topic's subscriptions made so far, this one's number: a key removed and made again is
   -- another subscription, told apart where a walk of :sorder stopped at it, topic.lua catch_up_unweighted)

@@ -50,8 +50,8 @@ end
 -- Queue message `id` (sent with topic sequence `seq`): stored now, with one reference for each
 -- subscription in `matched` (which take it in this call) and one for the fan-out; the subscriptions
 -- `subs` from index `from` on are matched later, then those whose definitions the send did not read,
--- `unread` (topic.subscriptions: ranges of :sorder's indexes, nil for none). `copies`: the wildcard
--- patterns that got a copy.
+-- `unread` (topic.subscriptions: ranges of the indexes of the list it visited, :sorder or :sprio, nil for
+-- none). `copies`: the wildcard patterns that got a copy.
 function fanout.defer(id, blob, seq, matched, subs, from, copies, job, unread)
   topic.store(id, blob, topic.refs_of(matched) + 1, seq)
   local list = base.TP .. ':fanout:' .. id
@@ -66,13 +66,13 @@ function fanout.defer(id, blob, seq, matched, subs, from, copies, job, unread)
   redis.call('HSET', base.TP .. ':fanout:n', id, #matched .. '|' .. copies .. (job and '|' .. job or ''))
 end
 
--- List in `list` the keys of `subs` from index `from` on, then those of `unread`'s ranges of :sorder: the
+-- List in `list` the keys of `subs` from index `from` on, then those of `unread`'s ranges of its list: the
 -- first range copied by the server (COPY, then LTRIM: a small part of the 0.35 µs a key that reading and
 -- pushing them from Lua takes), the keys read before it pushed in front of it.
 function fanout.list_keys(list, subs, from, unread)
   local keys = {}
   if unread then
-    redis.call('COPY', base.TP .. ':sorder', list)
+    redis.call('COPY', unread.list, list)
     redis.call('LTRIM', list, unread[1], unread[2])
     for k = #subs, from, -1 do keys[#keys + 1] = subs[k].key end  -- (LPUSH puts each one in front)
   else
@@ -83,7 +83,7 @@ function fanout.list_keys(list, subs, from, unread)
   end
   for r = 3, #(unread or {}), 2 do  -- (roundRobin's wrap round: the head of :sorder)
     for k = unread[r], unread[r + 1], 1000 do
-      redis.call('RPUSH', list, unpack(redis.call('LRANGE', base.TP .. ':sorder', k, math.min(k + 999, unread[r + 1]))))
+      redis.call('RPUSH', list, unpack(redis.call('LRANGE', unread.list, k, math.min(k + 999, unread[r + 1]))))
     end
   end
 end

@@ -587,6 +587,7 @@ function lifecycle.load()
     -- (count 1: a key is listed once, topic_subscribe.lua; the scan stops there, so a topic's deletion,
     -- which removes from the head, does not walk the whole list per subscription)
     redis.call('LREM', base.TP .. ':sorder', 1, base.SUB)
+    redis.call('LREM', base.TP .. ':sprio', 1, base.SUB)  -- (the priority policy's order, topic.lua)
     -- a wildcard pattern with no subscription left leaves <ns>:wildcards in this step (wildcard.lua)
     if redis.call('HLEN', base.TP .. ':subs') == 0 then wildcard.mark(false) end
     if dropped > 0 then redis.call('HINCRBY', base.TP .. ':meta', 'sub_removed', dropped) end

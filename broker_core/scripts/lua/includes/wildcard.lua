@@ -116,7 +116,7 @@ local wildcard = base.lazy({}, function(wildcard)
     if mem ~= 0 then redis.call('HINCRBY', ns .. ':usage', 'used', 0 - mem) end
     local keys = {}
     for _, suffix in ipairs({ 'meta', 'policy', 'msgs', 'fwd', 'audit', 'events', 'maint', 'slowcons',
-                              'aborted', 'aborted:at', 'memres', 'subs', 'sorder', 'subof', 'refs', 'order',
+                              'aborted', 'aborted:at', 'memres', 'subs', 'sorder', 'sprio', 'subof', 'refs', 'order',
                               'retain', 'recov', 'recovmsg' }) do
       keys[#keys + 1] = base.TP .. ':' .. suffix
     end
