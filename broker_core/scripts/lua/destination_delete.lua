@@ -70,9 +70,10 @@ keys[#keys + 1] = base.P .. ':closing'
 -- a topic's ended subscriptions' messages still to release (includes/lifecycle.lua remove_subscription)
 for _, key in ipairs(redis.call('SMEMBERS', base.P .. ':ended')) do keys[#keys + 1] = key end
 keys[#keys + 1] = base.P .. ':ended'
--- a topic's unfinished fan-outs (includes/fanout.lua)
+-- a topic's unfinished fan-outs (includes/fanout.lua: each list is named by a queued id)
 for _, id in ipairs(redis.call('LRANGE', base.P .. ':fanout', 0, -1)) do keys[#keys + 1] = base.P .. ':fanout:' .. id end
 keys[#keys + 1] = base.P .. ':fanout'
 keys[#keys + 1] = base.P .. ':fanout:n'
+keys[#keys + 1] = base.P .. ':fanout:at'
 redis.call('UNLINK', unpack(keys))
 return { count, redis.call('ZREM', ARGV[2], ARGV[3]) }
