@@ -94,7 +94,8 @@ def fan_out(ops: Context, dest: Destination, now: int) -> Op:
     """Go on with the topic's unfinished fan-outs (scripts/lua/topic_fanout.lua), a call's worth of selector
     work per call, until those queued when it started are done: the sender's own messages are among them
     (a fan-out is FIFO), and a stream of later sends does not keep it here. Safe from several processes at
-    once (each call takes the next subscriptions off the list). Returns how many it finished."""
+    once (each call moves a message's index in its list past the subscriptions it matched). Returns how
+    many it finished."""
     finished, owed = 0, None
     while True:
         try:

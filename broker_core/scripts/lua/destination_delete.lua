@@ -81,8 +81,9 @@ local function drain()
   end
   -- a topic's unfinished fan-outs (includes/fanout.lua), oldest first
   for _, id in ipairs(room > 0 and (redis.call('LPOP', base.P .. ':fanout', room) or {}) or {}) do
-    redis.call('UNLINK', base.P .. ':fanout:' .. id)
+    redis.call('UNLINK', base.P .. ':fanout:' .. id)  -- (a list shared by a send's messages: its last's)
     redis.call('HDEL', base.P .. ':fanout:n', id)
+    redis.call('HDEL', base.P .. ':fanout:at', id)
     room = room - 1
   end
   return redis.call('HLEN', base.K_FWD) + redis.call('HLEN', base.P .. ':memres')
@@ -118,5 +119,6 @@ keys[#keys + 1] = base.P .. ':ended'
 keys[#keys + 1] = base.P .. ':memres'
 keys[#keys + 1] = base.P .. ':fanout'
 keys[#keys + 1] = base.P .. ':fanout:n'
+keys[#keys + 1] = base.P .. ':fanout:at'
 redis.call('UNLINK', unpack(keys))
 return { count, redis.call('ZREM', ARGV[2], ARGV[3]) }

@@ -169,6 +169,7 @@ for i = 4, #ARGV, 4 do
     out[#out + 1] = 'ok'
   end
 end
+fanout.seal()  -- (the messages queued share one list of subscription keys)
 message.sizes_write(base.TP .. ':meta')
 
 local dispatched, flags, hold, more_keys = topic.deliver(touched, touched_order, tonumber(ARGV[2]))
