@@ -339,6 +339,39 @@ def _dispatch_to_selector(ctx: Context) -> Calls:
     return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("sel", spec)))
 
 
+# --- consumers ---
+# Nothing limits the consumers of a queue (ActiveMQ has no such limit): adding one must not read the others.
+# Three priorities, so the order is by priority; one consumer closed first, so the queue has a group map
+# (ActiveMQ makes it on the first removal) and the order is by group count too.
+
+MANY_CONSUMERS = 5_000
+
+
+def _consumers(ctx: Context, count: int) -> None:
+    ctx.broker.add_consumer("many.q", ConsumerSpec(), consumer_id="gone")
+    for i in range(count):
+        ctx.broker.add_consumer("many.q", ConsumerSpec(priority=i % 3), consumer_id=f"c{i}")
+    from broker_core.model import ConsumerRef
+    ctx.broker.close_consumer(ConsumerRef(parse_destination("many.q"), "gone"))
+
+
+@case("consumers: the 5,000th consumer added (3 priorities, a group map)")
+def consumer_add_5000th(ctx: Context) -> Calls:
+    _consumers(ctx, MANY_CONSUMERS - 1)
+    spec = ConsumerSpec(priority=1)
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("many.q", spec, consumer_id="last")))
+
+
+@case("consumers: the 5,000th consumer added after a group was assigned")
+def consumer_add_5000th_grouped(ctx: Context) -> Calls:
+    """A group count changed since the last add: the order may be unsorted by it, and the add sorts every
+    consumer again (ActiveMQ's Queue.addToConsumerList), reading each one's priority and group count."""
+    _consumers(ctx, MANY_CONSUMERS - 1)
+    ctx.broker.send("many.q", Message(body="g", group_id="G"))
+    spec = ConsumerSpec(priority=1)
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("many.q", spec, consumer_id="last")))
+
+
 # --- close and reap ---
 # A consumer holding 32,767 messages (the largest prefetch a client may ask for) that its client had all
 # received: closing it, or reaping it once its lease lapsed, returns them all with the counter raised. A

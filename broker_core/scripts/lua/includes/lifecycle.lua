@@ -849,6 +849,7 @@ function lifecycle.load_closing()
     redis.call('HDEL', base.K_CONSUMERS, cid)
     redis.call('LREM', base.K_CORDER, 0, cid)
     consumers.gmap.forget_priorities()
+    if not base.SUB then consumers.priority_left(tonumber(def.priority) or 0) end  -- (consumers.lua join_order)
     redis.call('ZREM', base.K_LEASES, cid)
     redis.call('SREM', base.K_PASSFULL, cid)
     message.pass_dirty.passfull_key = nil
