@@ -372,6 +372,51 @@ def consumer_add_5000th_grouped(ctx: Context) -> Calls:
     return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("many.q", spec, consumer_id="last")))
 
 
+# --- returns owed by many closed consumers ---
+# 5,000 consumers each received 3 messages and closed at once (a gateway's connections dropped), each
+# close's first call returning one (chunk 1) before the process driving it died: 10,000 are owed. One
+# return_owed call, the maintenance tick's or a closer's, with the default chunk.
+
+MANY_CLOSED = 5_000
+
+
+def _closed_owing(ctx: Context) -> None:
+    from broker_core.effects import Eval
+
+    broker = ctx.broker
+    consumers = [broker.add_consumer("owed.q", ConsumerSpec(prefetch=3), consumer_id=f"c{i}")
+                 for i in range(MANY_CLOSED)]
+    for _ in range(3 * MANY_CLOSED // 100):
+        broker.send("owed.q", [Message(body="x") for _m in range(100)])
+    for c in consumers:
+        broker.receive(c, 3)
+    chunk, broker.ops.return_chunk = broker.ops.return_chunk, 1
+    for c in consumers:
+        op = broker.ops.close_consumer(c, broker._now(), "closed")
+        request = next(op)
+        while not (isinstance(request, Eval) and request.script == "consumer_close"):
+            request = op.send(broker._step(request))
+        broker._step(request)
+        op.close()
+    broker.ops.return_chunk = chunk
+
+
+@case("returns: one return_owed call, 5,000 closed consumers owing 10,000 messages")
+def return_owed_5000(ctx: Context) -> Calls:
+    from broker_core.effects import Eval
+
+    _closed_owing(ctx)
+
+    def one_call() -> None:
+        op = ctx.broker.ops.return_owed(Home(parse_destination("owed.q")), ctx.broker._now())
+        request = next(op)
+        assert isinstance(request, Eval) and request.script == "return_owed"
+        ctx.broker._step(request)
+        op.close()
+
+    return ctx.measure(_with_cpu(ctx, one_call))
+
+
 # --- close and reap ---
 # A consumer holding 32,767 messages (the largest prefetch a client may ask for) that its client had all
 # received: closing it, or reaping it once its lease lapsed, returns them all with the counter raised. A
