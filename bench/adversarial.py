@@ -417,6 +417,24 @@ def return_owed_5000(ctx: Context) -> Calls:
     return ctx.measure(_with_cpu(ctx, one_call))
 
 
+# --- transactions' reservations ---
+# 5,000 open transactions each sent a message to one queue (with a memoryLimit of its own, so its
+# reservations are checked as well as the broker's): each holds space until its commit or rollback. A plain
+# send to that queue, far below the limits.
+
+OPEN_TRANSACTIONS = 5_000
+
+
+@case("reservations: a send, 5,000 open transactions holding space on its queue")
+def send_among_reservations(ctx: Context) -> Calls:
+    broker = ctx.broker
+    broker.policies.set_entry("queue", "res.q", {"memoryLimit": 512 * 1024 * 1024})
+    broker.refresh_policies()
+    for _ in range(OPEN_TRANSACTIONS):
+        broker.send("res.q", Message(body="r"), tx=broker.begin())
+    return ctx.measure(_with_cpu(ctx, lambda: broker.send("res.q", Message(body="plain"))))
+
+
 # --- close and reap ---
 # A consumer holding 32,767 messages (the largest prefetch a client may ask for) that its client had all
 # received: closing it, or reaping it once its lease lapsed, returns them all with the counter raised. A

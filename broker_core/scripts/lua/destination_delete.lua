@@ -55,8 +55,8 @@ local function drain()
   end
   -- transactions' reservations on it end (flow.lua)
   for _, tx in ipairs(room > 0 and redis.call('HRANDFIELD', base.P .. ':memres', room) or {}) do
-    redis.call('HDEL', flow.usage .. ':res', tx .. '|' .. base.P)
-    redis.call('HDEL', base.P .. ':memres', tx)
+    flow.reservation_end(flow.usage_res, tx .. '|' .. base.P)
+    flow.reservation_end(base.P .. ':memres', tx)
     room = room - 1
   end
   -- consumers, and closed consumers whose messages were still being returned (includes/lifecycle.lua
