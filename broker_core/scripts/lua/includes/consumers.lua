@@ -323,7 +323,7 @@ function consumers.selector_of(c)
   return c.expr
 end
 
--- A queue consumer's add without reading the others (consumer_add.lua; docs/broker_core.md "Consumers").
+-- A queue consumer's add without reading the others (consumer_add.lua; docs/broker_core.md "Dispatch").
 -- Two things are kept as consumers come and go, so the newcomer's place in the order and meta 'cprio' come
 -- from a few reads, whatever the number of consumers:
 --   <P>:prios, a hash: priority -> how many of the queue's consumers have it (consumer_add adds one,
@@ -370,7 +370,7 @@ function consumers.priority_left(priority)
 end
 
 -- The kept priority counts (priority number -> count) when they account for all `count` consumers, else nil.
-local function priority_counts(count)
+function consumers.priority_counts(count)
   local flat = redis.call('HGETALL', consumers.prios_key())
   local counts, sum = {}, 0
   for i = 1, #flat, 2 do
@@ -383,7 +383,7 @@ local function priority_counts(count)
 end
 
 -- meta 'cprio' from the counts (what note_priorities works out from every consumer).
-local function note_counts(counts)
+function consumers.note_counts(counts)
   local only, distinct = nil, 0
   for priority in pairs(counts) do only, distinct = priority, distinct + 1 end
   consumers.gmap.cprio_key = base.K_META
@@ -391,7 +391,7 @@ local function note_counts(counts)
   redis.call('HSET', base.K_META, 'cprio', consumers.gmap.cprio)
 end
 
-local function group_count(index)
+function consumers.group_count(index)
   local cid = redis.call('LINDEX', base.K_CORDER, index)
   return tonumber(redis.call('HGET', base.K_C(cid), 'groups')) or 0
 end
@@ -399,7 +399,7 @@ end
 -- Where a stable sort puts a newcomer of `priority` with no groups, appended after the `count` consumers of
 -- a sorted order: after every consumer of a higher priority, and of its own priority after those with no
 -- more groups than it (a binary search of its band: log2 of the band's size group counts read).
-local function place(priority, counts, count)
+function consumers.place(priority, counts, count)
   local by_priority = consumers.gmap.cprio == 'mixed'
   local by_groups = consumers.gmap.exists()
   if not (by_priority or by_groups) then return count end
@@ -414,7 +414,7 @@ local function place(priority, counts, count)
   if not by_groups then return hi end
   while lo < hi do  -- the first of the band with more groups than none
     local mid = math.floor((lo + hi) / 2)
-    if group_count(mid) > 0 then hi = mid else lo = mid + 1 end
+    if consumers.group_count(mid) > 0 then hi = mid else lo = mid + 1 end
   end
   return lo
 end
@@ -422,7 +422,7 @@ end
 -- Put queue consumer `cid` of `priority`, just registered, into the dispatch order, the `count` consumers
 -- already there staying in order; meta 'cprio' and the kept counts follow (see above).
 function consumers.join_order(cid, priority, count)
-  local counts = priority_counts(count)
+  local counts = consumers.priority_counts(count)
   local kept = counts ~= nil and redis.call('HGET', base.K_META, 'ordered') == '1'
     and redis.call('LLEN', base.K_CORDER) == count
   if not kept then
@@ -445,13 +445,13 @@ function consumers.join_order(cid, priority, count)
   end
   redis.call('HINCRBY', consumers.prios_key(), consumers.priority_name(priority), 1)
   counts[priority] = (counts[priority] or 0) + 1
-  note_counts(counts)
+  consumers.note_counts(counts)
   if not base.policy_flag('useConsumerPriority') then
     redis.call('RPUSH', base.K_CORDER, cid)
     consumers.unordered()
     return
   end
-  local at = place(priority, counts, count)
+  local at = consumers.place(priority, counts, count)
   if at >= count then
     redis.call('RPUSH', base.K_CORDER, cid)
   else
