@@ -89,20 +89,21 @@ function flow.reserved_sum(key)
   return string.sub(key, 1, -8) .. ':meta', 'memres'  -- ('<TP>:memres' -> '<TP>:meta')
 end
 
+-- Entry `field` = `value`: its bytes while its transaction lives, else nil, and the entry is dropped.
+-- Second: the bytes it counted (in the sum).
+function flow.entry_live(key, field, value)
+  local bytes, expires = string.match(value, '^(%d+)|(%d+)$')
+  local tx = string.match(base.P, '^(.-):{') .. ':tx:' .. string.match(field, '^[^|]+')
+  if bytes and tonumber(expires) > base.NOW and redis.call('EXISTS', tx) == 1 then return tonumber(bytes) end
+  redis.call('HDEL', key, field)
+  return nil, tonumber(bytes) or 0
+end
+
 -- The live entries' bytes under `key`, the dead ones dropped; its sum written.
 function flow.reserved(key)
   local flat = redis.call('HGETALL', key)
   local total = 0
-  local tx_prefix = #flat > 0 and string.match(base.P, '^(.-):{') .. ':tx:'
-  for i = 1, #flat, 2 do
-    local bytes, expires = string.match(flat[i + 1], '^(%d+)|(%d+)$')
-    if not bytes or tonumber(expires) <= base.NOW
-       or redis.call('EXISTS', tx_prefix .. string.match(flat[i], '^[^|]+')) == 0 then
-      redis.call('HDEL', key, flat[i])
-    else
-      total = total + tonumber(bytes)
-    end
-  end
+  for i = 1, #flat, 2 do total = total + (flow.entry_live(key, flat[i], flat[i + 1]) or 0) end
   local sum_key, field = flow.reserved_sum(key)
   if #flat > 0 or redis.call('HEXISTS', sum_key, field) == 1 then
     redis.call('HSET', sum_key, field, base.NOW_TEXT.num(total))
@@ -111,11 +112,25 @@ function flow.reserved(key)
 end
 
 -- At least what the live entries under `key` hold: its sum, else (not kept yet) flow.reserved's figure.
+-- RESERVED_LOOKS entries are looked at, any of them, and those whose transaction is gone dropped, so a
+-- dead one leaves (and its bytes the sum) without a check that needs them all.
+flow.RESERVED_LOOKS = 8
 function flow.reserved_most(key)
   local sum_key, field = flow.reserved_sum(key)
   local sum = redis.call('HGET', sum_key, field)
-  if sum then return tonumber(sum) end
-  return flow.reserved(key)
+  if not sum then return flow.reserved(key) end
+  sum = tonumber(sum)
+  local flat = redis.call('HRANDFIELD', key, flow.RESERVED_LOOKS, 'WITHVALUES')
+  local dropped = 0
+  for i = 1, #flat, 2 do
+    local live, counted = flow.entry_live(key, flat[i], flat[i + 1])
+    if not live then dropped = dropped + counted end
+  end
+  if dropped > 0 then
+    sum = sum - dropped
+    redis.call('HSET', sum_key, field, base.NOW_TEXT.num(sum))
+  end
+  return sum
 end
 
 -- `bytes` more (or fewer) under `key`'s sum, when it is kept: a sum made now, with entries already there,
