@@ -340,6 +340,102 @@ def _dispatch_to_selector(ctx: Context) -> Calls:
     return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("sel", spec)))
 
 
+# --- consumers ---
+# Nothing limits the consumers of a queue (ActiveMQ has no such limit): adding one must not read the others.
+# Three priorities, so the order is by priority; one consumer closed first, so the queue has a group map
+# (ActiveMQ makes it on the first removal) and the order is by group count too.
+
+MANY_CONSUMERS = 5_000
+
+
+def _consumers(ctx: Context, count: int) -> None:
+    ctx.broker.add_consumer("many.q", ConsumerSpec(), consumer_id="gone")
+    for i in range(count):
+        ctx.broker.add_consumer("many.q", ConsumerSpec(priority=i % 3), consumer_id=f"c{i}")
+    from broker_core.model import ConsumerRef
+    ctx.broker.close_consumer(ConsumerRef(parse_destination("many.q"), "gone"))
+
+
+@case("consumers: the 5,000th consumer added (3 priorities, a group map)")
+def consumer_add_5000th(ctx: Context) -> Calls:
+    _consumers(ctx, MANY_CONSUMERS - 1)
+    spec = ConsumerSpec(priority=1)
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("many.q", spec, consumer_id="last")))
+
+
+@case("consumers: the 5,000th consumer added after a group was assigned")
+def consumer_add_5000th_grouped(ctx: Context) -> Calls:
+    """A group count changed since the last add: the order may be unsorted by it, and the add sorts every
+    consumer again (ActiveMQ's Queue.addToConsumerList), reading each one's priority and group count."""
+    _consumers(ctx, MANY_CONSUMERS - 1)
+    ctx.broker.send("many.q", Message(body="g", group_id="G"))
+    spec = ConsumerSpec(priority=1)
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("many.q", spec, consumer_id="last")))
+
+
+# --- returns owed by many closed consumers ---
+# 5,000 consumers each received 3 messages and closed at once (a gateway's connections dropped), each
+# close's first call returning one (chunk 1) before the process driving it died: 10,000 are owed. One
+# return_owed call, the maintenance tick's or a closer's, with the default chunk.
+
+MANY_CLOSED = 5_000
+
+
+def _closed_owing(ctx: Context) -> None:
+    from broker_core.effects import Eval
+
+    broker = ctx.broker
+    consumers = [broker.add_consumer("owed.q", ConsumerSpec(prefetch=3), consumer_id=f"c{i}")
+                 for i in range(MANY_CLOSED)]
+    for _ in range(3 * MANY_CLOSED // 100):
+        broker.send("owed.q", [Message(body="x") for _m in range(100)])
+    for c in consumers:
+        broker.receive(c, 3)
+    chunk, broker.ops.return_chunk = broker.ops.return_chunk, 1
+    for c in consumers:
+        op = broker.ops.close_consumer(c, broker._now(), "closed")
+        request = next(op)
+        while not (isinstance(request, Eval) and request.script == "consumer_close"):
+            request = op.send(broker._step(request))
+        broker._step(request)
+        op.close()
+    broker.ops.return_chunk = chunk
+
+
+@case("returns: one return_owed call, 5,000 closed consumers owing 10,000 messages")
+def return_owed_5000(ctx: Context) -> Calls:
+    from broker_core.effects import Eval
+
+    _closed_owing(ctx)
+
+    def one_call() -> None:
+        op = ctx.broker.ops.return_owed(Home(parse_destination("owed.q")), ctx.broker._now())
+        request = next(op)
+        assert isinstance(request, Eval) and request.script == "return_owed"
+        ctx.broker._step(request)
+        op.close()
+
+    return ctx.measure(_with_cpu(ctx, one_call))
+
+
+# --- transactions' reservations ---
+# 5,000 open transactions each sent a message to one queue (with a memoryLimit of its own, so its
+# reservations are checked as well as the broker's): each holds space until its commit or rollback. A plain
+# send to that queue, far below the limits.
+
+OPEN_TRANSACTIONS = 5_000
+
+
+@case("reservations: a send, 5,000 open transactions holding space on its queue")
+def send_among_reservations(ctx: Context) -> Calls:
+    broker = ctx.broker
+    broker.policies.set_entry("queue", "res.q", {"memoryLimit": 512 * 1024 * 1024})
+    broker.refresh_policies()
+    for _ in range(OPEN_TRANSACTIONS):
+        broker.send("res.q", Message(body="r"), tx=broker.begin())
+    return ctx.measure(_with_cpu(ctx, lambda: broker.send("res.q", Message(body="plain"))))
+
+
 # --- close and reap ---
 # A consumer holding 32,767 messages (the largest prefetch a client may ask for) that its client had all
 # received: closing it, or reaping it once its lease lapsed, returns them all with the counter raised. A

@@ -26,11 +26,8 @@ redis.call('HSET', base.K_C(cid), 'n', 0, 'ext', 0, 'groups', 0, 'dispatched', 0
            'prefetch', prefetch)
 redis.call('ZADD', base.K_LEASES, base.NOW + lease_ms, cid)
 base.due_at(base.P, base.NOW + lease_ms + 1)  -- the reaper's visit when it lapses
-redis.call('RPUSH', base.K_CORDER, cid)
-local cons = consumers.load()
-consumers.gmap.note_priorities(cons)
-consumers.sort(cons)
-consumers.save_order(cons)
+-- (its place in the order without reading the other consumers: includes/consumers.lua join_order)
+consumers.join_order(cid, tonumber(def.priority) or 0, before)
 
 -- Exclusive ownership: the first wins; a newcomer takes over only with priority 127 or strictly higher.
 if def.exclusive or base.policy_flag('allConsumersExclusiveByDefault') then

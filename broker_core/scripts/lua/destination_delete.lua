@@ -55,8 +55,8 @@ local function drain()
   end
   -- transactions' reservations on it end (flow.lua)
   for _, tx in ipairs(room > 0 and redis.call('HRANDFIELD', base.P .. ':memres', room) or {}) do
-    redis.call('HDEL', flow.usage .. ':res', tx .. '|' .. base.P)
-    redis.call('HDEL', base.P .. ':memres', tx)
+    flow.reservation_end(flow.usage_res, tx .. '|' .. base.P)
+    flow.reservation_end(base.P .. ':memres', tx)
     room = room - 1
   end
   -- consumers, and closed consumers whose messages were still being returned (includes/lifecycle.lua
@@ -71,6 +71,7 @@ local function drain()
   for _, cid in ipairs(room > 0 and redis.call('HRANDFIELD', base.P .. ':closing', room) or {}) do
     drop_consumer(cid)
     redis.call('HDEL', base.P .. ':closing', cid)
+    redis.call('SREM', base.P .. ':closing:held', cid)  -- (includes/lifecycle.lua closing_held_key)
     room = room - 1
   end
   -- a topic's ended subscriptions' messages still to release (includes/lifecycle.lua remove_subscription):
@@ -106,6 +107,10 @@ local keys = { base.K_META, base.K_POLICY, base.K_MSGS, base.K_PENDING, base.K_I
   base.P .. ':txacks', base.P .. ':txheld',
   -- maintenance state (broker_core/maintenance.py, scripts/lua/abort.lua)
   base.P .. ':maint', base.P .. ':slowcons', base.P .. ':aborted', base.P .. ':aborted:at',
+  -- the consumers' priority counts (includes/consumers.lua join_order)
+  base.P .. ':prios',
+  -- closed consumers whose windows still hold messages (includes/lifecycle.lua closing_held_key)
+  base.P .. ':closing:held',
   -- rate history (broker_core/rates.py): a queue made again under this name starts a history of its own
   base.P .. ':rates', base.P .. ':rates:5s', base.P .. ':rates:1m', base.P .. ':rates:5s:discarded',
   base.P .. ':rates:1m:discarded',

@@ -6,6 +6,6 @@
 --@allow-oom
 local P = KEYS[1]
 local TP = string.match(P, '^(.-}):s:') or P
-redis.call('HDEL', TP .. ':memres', ARGV[2])
-redis.call('HDEL', string.match(TP, '^(.-):{') .. ':usage:res', ARGV[2] .. '|' .. TP)
+flow.reservation_end(TP .. ':memres', ARGV[2])
+flow.reservation_end(flow.usage_res, ARGV[2] .. '|' .. TP)
 return 1

@@ -9,6 +9,7 @@ local removed = 0
 if ARGV[4] == 'all' then
   removed = redis.call('HLEN', base.K_GROUPS)
   local reset_counts = groups.map_type() == 'cached'  -- only the cached map resets assigned counts
+  if reset_counts then consumers.unordered() end  -- (includes/consumers.lua join_order)
   -- UNLINK, not DEL: the keys leave at once and Redis frees a large one in its background thread, so the
   -- call costs the same with 50,000 groups as with 5 (DEL frees each group here).
   for _, cid in ipairs(redis.call('HKEYS', base.K_CONSUMERS)) do

@@ -228,6 +228,7 @@ do
   rule.prefix, rule.topic, rule.defer = nil, false, false
 end
 consumers.gone.any = false
+consumers.order_kept.cleared, consumers.order_kept.stale = nil, {}
 --@on-call-end
 function consumers.gmap.exists()
   if consumers.gmap.key ~= base.K_META then consumers.gmap.key, consumers.gmap.on = base.K_META, redis.call('HGET', base.K_META, 'gmap') == '1' end
@@ -235,6 +236,8 @@ function consumers.gmap.exists()
 end
 function consumers.gmap.create()
   if not consumers.gmap.exists() then
+    -- (the group counts become a key of the order, all 0 still: groups are assigned only once there is a
+    -- map, so a sorted order stays sorted)
     redis.call('HSET', base.K_META, 'gmap', '1')
     consumers.gmap.on = true
   end
@@ -269,9 +272,13 @@ end
 -- Stable sort by priority (descending) and, once the queue has a group map, by the number of
 -- groups assigned (ascending); equal keys keep their current order (Collections.sort is stable).
 function consumers.sort(cons)
-  if not base.policy_flag('useConsumerPriority') then return end
+  if not base.policy_flag('useConsumerPriority') then
+    consumers.unordered()  -- (a rotation leaves the order unsorted)
+    return
+  end
   local by_groups = consumers.gmap.exists()
   local by_priority = not consumers.gmap.one_priority(cons)
+  consumers.order_kept.stale[base.K_META] = nil  -- (`cons` is every consumer: sorted below, counts as they are)
   if not (by_groups or by_priority) then return end  -- every key is equal: the order stands
   if by_groups then  -- (the group count alone of a consumer not read yet: counted reads the rest if needed)
     for i = 1, #cons do
@@ -314,4 +321,140 @@ function consumers.selector_of(c)
     if type(compiled) == 'string' and compiled ~= '' then c.expr = cjson.decode(compiled) else c.expr = false end
   end
   return c.expr
+end
+
+-- A queue consumer's add without reading the others (consumer_add.lua; docs/broker_core.md "Dispatch").
+-- Two things are kept as consumers come and go, so the newcomer's place in the order and meta 'cprio' come
+-- from a few reads, whatever the number of consumers:
+--   <P>:prios, a hash: priority -> how many of the queue's consumers have it (consumer_add adds one,
+--     lifecycle.lua close_consumer takes one away; at most 256 fields, the priorities -128..127);
+--   meta 'ordered' ('1'): the stored order is sorted as consumers.sort sorts it, with the group counts as
+--     stored. Whatever may leave it unsorted deletes it (consumers.unordered): a group count written
+--     (dispatch.lua flush_consumer, groups.lua, group_reset.lua), a rotation while useConsumerPriority is
+--     off.
+-- Without both (data written before they were kept, or after any of those) the add reads every consumer and
+-- sorts them all, as ActiveMQ's Queue.addToConsumerList does, and keeps both again from there.
+-- Per call: `cleared`, the meta key whose 'ordered' this call deleted; `stale`, meta key -> true for a
+-- destination some of whose consumers' group counts this call changed since it last sorted them all (the
+-- dispatch pass sorts them after each delivery to rotate them, so a count changed there is usually sorted
+-- by the time it is written).
+consumers.order_kept = { cleared = nil, stale = {} }
+function consumers.prios_key() return base.P .. ':prios' end
+function consumers.priority_name(priority) return string.format('%d', priority) end
+
+function consumers.unordered()
+  if consumers.order_kept.cleared == base.K_META then return end
+  consumers.order_kept.cleared = base.K_META
+  redis.call('HDEL', base.K_META, 'ordered')
+end
+function consumers.ordered()
+  redis.call('HSET', base.K_META, 'ordered', '1')
+  consumers.order_kept.cleared = nil
+end
+-- Consumer c's group count changed (in its table; written at the end of the pass).
+function consumers.groups_moved(c)
+  c.groups_moved = true
+  consumers.order_kept.stale[base.K_META] = true
+end
+-- A consumer's group count is written: the order is unsorted unless it was sorted since the count changed.
+function consumers.groups_written()
+  if consumers.order_kept.stale[base.K_META] then consumers.unordered() end
+end
+
+-- A consumer of `priority` left the queue (lifecycle.lua close_consumer).
+function consumers.priority_left(priority)
+  local key = consumers.prios_key()
+  if redis.call('HINCRBY', key, consumers.priority_name(priority), -1) <= 0 then
+    redis.call('HDEL', key, consumers.priority_name(priority))
+  end
+end
+
+-- The kept priority counts (priority number -> count) when they account for all `count` consumers, else nil.
+function consumers.priority_counts(count)
+  local flat = redis.call('HGETALL', consumers.prios_key())
+  local counts, sum = {}, 0
+  for i = 1, #flat, 2 do
+    local n = tonumber(flat[i + 1])
+    counts[tonumber(flat[i])] = n
+    sum = sum + n
+  end
+  if sum ~= count then return nil end
+  return counts
+end
+
+-- meta 'cprio' from the counts (what note_priorities works out from every consumer).
+function consumers.note_counts(counts)
+  local only, distinct = nil, 0
+  for priority in pairs(counts) do only, distinct = priority, distinct + 1 end
+  consumers.gmap.cprio_key = base.K_META
+  consumers.gmap.cprio = distinct == 1 and consumers.priority_name(only) or 'mixed'
+  redis.call('HSET', base.K_META, 'cprio', consumers.gmap.cprio)
+end
+
+function consumers.group_count(index)
+  local cid = redis.call('LINDEX', base.K_CORDER, index)
+  return tonumber(redis.call('HGET', base.K_C(cid), 'groups')) or 0
+end
+
+-- Where a stable sort puts a newcomer of `priority` with no groups, appended after the `count` consumers of
+-- a sorted order: after every consumer of a higher priority, and of its own priority after those with no
+-- more groups than it (a binary search of its band: log2 of the band's size group counts read).
+function consumers.place(priority, counts, count)
+  local by_priority = consumers.gmap.cprio == 'mixed'
+  local by_groups = consumers.gmap.exists()
+  if not (by_priority or by_groups) then return count end
+  local lo, hi = 0, count
+  if by_priority then
+    lo = 0
+    for p, n in pairs(counts) do
+      if p > priority then lo = lo + n end
+    end
+    hi = lo + (counts[priority] or 0) - 1  -- (the counts include the newcomer)
+  end
+  if not by_groups then return hi end
+  while lo < hi do  -- the first of the band with more groups than none
+    local mid = math.floor((lo + hi) / 2)
+    if consumers.group_count(mid) > 0 then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+-- Put queue consumer `cid` of `priority`, just registered, into the dispatch order, the `count` consumers
+-- already there staying in order; meta 'cprio' and the kept counts follow (see above).
+function consumers.join_order(cid, priority, count)
+  local counts = consumers.priority_counts(count)
+  local kept = counts ~= nil and redis.call('HGET', base.K_META, 'ordered') == '1'
+    and redis.call('LLEN', base.K_CORDER) == count
+  if not kept then
+    redis.call('RPUSH', base.K_CORDER, cid)
+    local cons = consumers.load()
+    consumers.gmap.note_priorities(cons)
+    consumers.sort(cons)
+    consumers.save_order(cons)
+    local fields = {}
+    for i = 1, #cons do
+      local name = consumers.priority_name(cons[i].priority)
+      fields[name] = (fields[name] or 0) + 1
+    end
+    local flat = {}
+    for name, n in pairs(fields) do flat[#flat + 1], flat[#flat + 2] = name, n end
+    redis.call('DEL', consumers.prios_key())
+    if #flat > 0 then redis.call('HSET', consumers.prios_key(), unpack(flat)) end
+    if base.policy_flag('useConsumerPriority') then consumers.ordered() end
+    return
+  end
+  redis.call('HINCRBY', consumers.prios_key(), consumers.priority_name(priority), 1)
+  counts[priority] = (counts[priority] or 0) + 1
+  consumers.note_counts(counts)
+  if not base.policy_flag('useConsumerPriority') then
+    redis.call('RPUSH', base.K_CORDER, cid)
+    consumers.unordered()
+    return
+  end
+  local at = consumers.place(priority, counts, count)
+  if at >= count then
+    redis.call('RPUSH', base.K_CORDER, cid)
+  else
+    redis.call('LINSERT', base.K_CORDER, 'BEFORE', redis.call('LINDEX', base.K_CORDER, at), cid)
+  end
 end

@@ -112,6 +112,7 @@ end
 function dispatch.flush_consumer(c)
   local slow, pushed = c.slow_write, c.push_write
   c.slow_write, c.push_write = nil, nil
+  if c.groups_moved then consumers.groups_written() end  -- (consumers.lua join_order)
   local num = base.NOW_TEXT.num
   if c.delivered then
     local dispatched = c.dispatched + c.delivered

@@ -76,25 +76,87 @@ end
 -- same). Commit and rollback delete them (scripts/lua/flow_release.lua); an entry whose transaction is
 -- gone (its key '<ns>:tx:<tx>' expired: the owner that renewed it died, ops/transactions.py) or past its
 -- `expires` is dropped when read.
+--
+-- Reading them all is what a flow check costs per open transaction holding space, so each key's entries are
+-- also summed as they are written (flow.reserved_sum: the destination's meta 'memres', the broker's
+-- flow.usage 'res'): every entry counted, live or not, so the sum is never below what the live ones hold.
+-- A check first uses the sums (flow.memory_refusal): a send that fits with them fits, whatever lapsed, and
+-- reads no entry; only one that would not fit reads them all (flow.reserved), which drops the dead ones and
+-- writes the sum again, as it is now exact. A sum not there (entries written before sums were kept) is
+-- worked out by that read, and until then nothing adds to it.
+function flow.reserved_sum(key)
+  if key == flow.usage_res then return flow.usage, 'res' end
+  return string.sub(key, 1, -8) .. ':meta', 'memres'  -- ('<TP>:memres' -> '<TP>:meta')
+end
+
+-- Entry `field` = `value`: its bytes while its transaction lives, else nil, and the entry is dropped.
+-- Second: the bytes it counted (in the sum).
+function flow.entry_live(key, field, value)
+  local bytes, expires = string.match(value, '^(%d+)|(%d+)$')
+  local tx = string.match(base.P, '^(.-):{') .. ':tx:' .. string.match(field, '^[^|]+')
+  if bytes and tonumber(expires) > base.NOW and redis.call('EXISTS', tx) == 1 then return tonumber(bytes) end
+  redis.call('HDEL', key, field)
+  return nil, tonumber(bytes) or 0
+end
+
+-- The live entries' bytes under `key`, the dead ones dropped; its sum written.
 function flow.reserved(key)
   local flat = redis.call('HGETALL', key)
   local total = 0
-  local tx_prefix = #flat > 0 and string.match(base.P, '^(.-):{') .. ':tx:'
-  for i = 1, #flat, 2 do
-    local bytes, expires = string.match(flat[i + 1], '^(%d+)|(%d+)$')
-    if not bytes or tonumber(expires) <= base.NOW
-       or redis.call('EXISTS', tx_prefix .. string.match(flat[i], '^[^|]+')) == 0 then
-      redis.call('HDEL', key, flat[i])
-    else
-      total = total + tonumber(bytes)
-    end
+  for i = 1, #flat, 2 do total = total + (flow.entry_live(key, flat[i], flat[i + 1]) or 0) end
+  local sum_key, field = flow.reserved_sum(key)
+  if #flat > 0 or redis.call('HEXISTS', sum_key, field) == 1 then
+    redis.call('HSET', sum_key, field, base.NOW_TEXT.num(total))
   end
   return total
+end
+
+-- At least what the live entries under `key` hold: its sum, else (not kept yet) flow.reserved's figure.
+-- RESERVED_LOOKS entries are looked at, any of them, and those whose transaction is gone dropped, so a
+-- dead one leaves (and its bytes the sum) without a check that needs them all.
+flow.RESERVED_LOOKS = 8
+function flow.reserved_most(key)
+  local sum_key, field = flow.reserved_sum(key)
+  local sum = redis.call('HGET', sum_key, field)
+  if not sum then return flow.reserved(key) end
+  sum = tonumber(sum)
+  local flat = redis.call('HRANDFIELD', key, flow.RESERVED_LOOKS, 'WITHVALUES')
+  local dropped = 0
+  for i = 1, #flat, 2 do
+    local live, counted = flow.entry_live(key, flat[i], flat[i + 1])
+    if not live then dropped = dropped + counted end
+  end
+  if dropped > 0 then
+    sum = sum - dropped
+    redis.call('HSET', sum_key, field, base.NOW_TEXT.num(sum))
+  end
+  return sum
+end
+
+-- `bytes` more (or fewer) under `key`'s sum, when it is kept: a sum made now, with entries already there,
+-- would count too little.
+function flow.reserved_add(key, bytes)
+  if bytes == 0 then return end
+  local sum_key, field = flow.reserved_sum(key)
+  if redis.call('HEXISTS', sum_key, field) == 1 then
+    redis.call('HINCRBY', sum_key, field, base.NOW_TEXT.num(bytes))
+  elseif bytes > 0 and redis.call('EXISTS', key) == 0 then
+    redis.call('HSET', sum_key, field, base.NOW_TEXT.num(bytes))
+  end
+end
+
+-- Entry `field` under `key` ends (a commit or rollback, a deletion): its bytes leave the sum.
+function flow.reservation_end(key, field)
+  local entry = redis.call('HGET', key, field)
+  if not entry then return end
+  flow.reserved_add(key, 0 - (tonumber(string.match(entry, '^(%d+)|')) or 0))  -- (0 - x: Lua's -(0) is -0)
+  redis.call('HDEL', key, field)
 end
 
 function flow.add_reservation(key, field, need, expires)
   local old = redis.call('HGET', key, field)
   local bytes = old and tonumber(string.match(old, '^(%d+)|')) or 0
+  flow.reserved_add(key, need)  -- (before the entry: a key with none yet starts its sum)
   redis.call('HSET', key, field, (bytes + need) .. '|' .. expires)
 end
 
@@ -108,12 +170,14 @@ function flow.reserve(need)
 end
 
 -- Bytes a destination holds or has coming: stored, copies recorded for it but not yet delivered
--- ('memfwd', includes/virtual.lua) and transactions' reservations.
-function flow.held(prefix, stored)
+-- ('memfwd', includes/virtual.lua) and transactions' reservations (`most`: their sum, at least what they
+-- hold; else read one by one).
+function flow.held(prefix, stored, most)
   local mem = redis.call('HMGET', prefix .. ':meta', 'mem', 'memfwd')
   local coming = tonumber(mem[2]) or 0
   if coming < 0 then coming = 0 end  -- the target was deleted and recreated while a copy was on its way
-  return (tonumber(stored or mem[1]) or 0) + coming + flow.reserved(prefix .. ':memres')
+  local reserved = most and flow.reserved_most or flow.reserved
+  return (tonumber(stored or mem[1]) or 0) + coming + reserved(prefix .. ':memres')
 end
 
 -- The key prefix of the destination `uri` names ('queue://x' / 'topic://x'), in this namespace.
@@ -151,6 +215,7 @@ function flow.target_refusal(prefix, need, sys)
                        'sendFailIfNoSpace', 'sendFailIfNoSpaceAfterTimeout')
   local t_limit = tonumber(t[2]) or 0
   if t_limit <= 0 or flow.flag_value(t[1]) == 0 then return nil end
+  if flow.held(prefix, nil, true) + need <= t_limit then return nil end  -- (fits with the sum: reservation_most)
   local t_used = flow.held(prefix)
   if t_used + need <= t_limit then return nil end
   local fail_now, timeout = flow.wait_rule(t[3], t[4], sys or flow.system_usage())
@@ -186,14 +251,21 @@ function flow.memory_refusal(need, plan)
   local kept = (plan and plan[1] == 1 and plan[2] == 0) and 0 or 1  -- forward only: nothing stays here
   if flow.flag_value(p['producerFlowControl']) ~= 0 then
     local own = tonumber(p['memoryLimit']) or 0
-    local broker_used = (tonumber(sys[1]) or 0) + flow.reserved(flow.usage_res)  -- flow.usage .. ':res'
     local broker_limit = tonumber(sys[2]) or flow.BROKER_DEFAULT_LIMIT
-    local mine = own > 0 and flow.held(base.TP) or 0
-    if own > 0 and mine + need > own then
-      scope, used, limit, total = 'destination', mine, own, need
-    elseif broker_limit > 0 and broker_used + need * (kept + weight) > broker_limit then
-      -- memoryLimit 0: the destination's limit is the broker's (a child usage with portion 1.0)
-      scope, used, limit, total = 'broker', broker_used, broker_limit, need * (kept + weight)
+    -- first with the reservations' sums (at least what they hold: flow.reserved_sum); what does not fit
+    -- with them is checked again with the live reservations read one by one
+    for _, most in ipairs({ true, false }) do
+      local reserved = most and flow.reserved_most or flow.reserved
+      local broker_used = (tonumber(sys[1]) or 0) + reserved(flow.usage_res)  -- flow.usage .. ':res'
+      local mine = own > 0 and flow.held(base.TP, nil, most) or 0
+      scope = nil
+      if own > 0 and mine + need > own then
+        scope, used, limit, total = 'destination', mine, own, need
+      elseif broker_limit > 0 and broker_used + need * (kept + weight) > broker_limit then
+        -- memoryLimit 0: the destination's limit is the broker's (a child usage with portion 1.0)
+        scope, used, limit, total = 'broker', broker_used, broker_limit, need * (kept + weight)
+      end
+      if not scope then break end
     end
   end
   if not scope then

@@ -89,11 +89,14 @@ function groups.count_down(cid, cons)
     if c.id == cid then
       consumers.counted(c)
       c.groups = c.groups - 1
-      c.groups_moved = true
+      consumers.groups_moved(c)
       return
     end
   end
-  if redis.call('HEXISTS', base.K_CONSUMERS, cid) == 1 then redis.call('HINCRBY', base.K_C(cid), 'groups', -1) end
+  if redis.call('HEXISTS', base.K_CONSUMERS, cid) == 1 then
+    redis.call('HINCRBY', base.K_C(cid), 'groups', -1)
+    consumers.unordered()  -- (consumers.lua join_order)
+  end
 end
 
 -- Assign group `gid` (stored under `slot`, whose stored value was `previous`) to consumer c, one of the
@@ -109,7 +112,7 @@ function groups.assign(gid, slot, previous, c, cons, orphan)
   redis.call('HSET', base.K_GROUPS, slot, c.id .. '|' .. base.NOW)
   redis.call('SADD', base.K_CGRP(c.id), slot)
   c.groups = c.groups + 1
-  c.groups_moved = true
+  consumers.groups_moved(c)
   local kind = groups.map_type()
   if kind == 'cached' then
     local size = base.policy_num('groupMapCacheSize')
@@ -191,7 +194,7 @@ function groups.allows(c, id, gid, seq, cons)
       groups.lru_msg = false
       groups.remove_slot(slot)
       c.groups = c.groups - 1
-      c.groups_moved = true
+      consumers.groups_moved(c)
       message.mark_dirty()
       base.emit('group_close', 'group', gid, 'consumer', c.id)
     end

@@ -16,6 +16,13 @@ local lifecycle = { parked = false }
 -- 'fence' keeps the dispatch pass below that score (dispatch.lua): a message that was never returned
 -- cannot overtake the owed ones, which the one-step close would have put ahead of it.
 function lifecycle.closing_key() return base.P .. ':closing' end
+-- Of those, the ones whose window still holds messages (a set: return_owed adds those it finds holding
+-- some, returns_begin's first among them, and takes away those it finds empty): the fence lifts when it is
+-- empty, without reading every closed consumer.
+function lifecycle.closing_held_key() return base.P .. ':closing:held' end
+-- Closed consumers a return_owed call looks at (any of them: each call returns its chunk from some): the
+-- number closed at once has no limit (a gateway's connections dropped together).
+lifecycle.CLOSING_LOOKS = 100
 -- How long the maintenance index waits before a tick finishes returns a closer left owed (it drives them
 -- itself, call after call; the tick is for a closer that died).
 lifecycle.RETURNS_GRACE_MS = 2000
@@ -581,6 +588,7 @@ function lifecycle.load()
       keys[#keys + 1] = base.K_COUT(cid)
     end
     keys[#keys + 1] = base.P .. ':closing'
+    keys[#keys + 1] = lifecycle.closing_held_key()
     redis.call('UNLINK', unpack(keys))
     message.pass_dirty.passfull_key, message.pass_dirty.pending = nil, nil
     redis.call('HDEL', base.TP .. ':subs', base.SUB)
@@ -726,6 +734,7 @@ function lifecycle.load_closing()
   local function returns_done(cid)
     redis.call('DEL', base.K_C(cid), base.K_CINF(cid), base.K_COUT(cid), base.K_CGRP(cid))
     redis.call('HDEL', lifecycle.closing_key(), cid)
+    redis.call('SREM', lifecycle.closing_held_key(), cid)
   end
 
   -- With no closed consumer holding messages any more the fence goes and the pass starts over at the head
@@ -735,9 +744,12 @@ function lifecycle.load_closing()
     if redis.call('HEXISTS', base.K_META, 'fence') == 0 then return end
     -- (a new retroactive durable subscription's catch-up holds it too: topic.lua catch_up lifts it)
     if redis.call('HEXISTS', base.K_META, 'catchup') == 1 then return end
-    for _, cid in ipairs(redis.call('HKEYS', lifecycle.closing_key())) do
+    local held = lifecycle.closing_held_key()
+    for _, cid in ipairs(redis.call('SRANDMEMBER', held, lifecycle.CLOSING_LOOKS)) do
       if redis.call('ZCARD', base.K_CINF(cid)) > 0 then return end
+      redis.call('SREM', held, cid)  -- (emptied by other means: its messages purged, or acknowledged)
     end
+    if redis.call('SCARD', held) > 0 then return end
     redis.call('HDEL', base.K_META, 'fence')
     message.reset_pass()
   end
@@ -804,11 +816,20 @@ function lifecycle.load_closing()
   end
 
   -- Return up to `limit` more messages that closed consumers still hold (all when `limit` is nil), oldest
-  -- dispatch first, consumer `only` alone when given. Returns how many it returned and how many are still
-  -- owed (counted over the consumers it looked at: `owed` is 0 only when none is left).
+  -- dispatch first, consumer `only` alone when given, else from at most CLOSING_LOOKS of them when `limit`
+  -- is given. Returns how many it returned and how many are still owed (counted over the consumers it
+  -- looked at, plus one for each it did not look at: `owed` is 0 only when none is left).
   lifecycle.return_owed = function(limit, only)
-    local names = only and { only } or redis.call('HKEYS', lifecycle.closing_key())
-    local returned, owed = 0, 0
+    local closing = lifecycle.closing_key()
+    local names, sampled = nil, false
+    if only then
+      names = { only }
+    elseif limit and redis.call('HLEN', closing) > lifecycle.CLOSING_LOOKS then
+      names, sampled = redis.call('HRANDFIELD', closing, lifecycle.CLOSING_LOOKS), true
+    else
+      names = redis.call('HKEYS', closing)
+    end
+    local returned, owed, kept = 0, 0, 0
     if not only then returned, owed = lifecycle.release_ended(limit) end
     if not only then  -- held messages whose transaction lapsed
       local back, due = lifecycle.return_lapsed(limit and limit - returned)
@@ -832,9 +853,15 @@ function lifecycle.load_closing()
           groups = free_groups(cid, group_room < 0 and redis.call('SCARD', base.K_CGRP(cid)) or group_room)
           if group_room > 0 then group_room = math.max(0, group_room - (before - groups)) end
         end
-        if left == 0 and groups == 0 then returns_done(cid) else owed = owed + left + groups end
+        if left == 0 and groups == 0 then
+          returns_done(cid)
+        else
+          owed, kept = owed + left + groups, kept + 1
+          redis.call(left == 0 and 'SREM' or 'SADD', lifecycle.closing_held_key(), cid)
+        end
       end
     end
+    if sampled then owed = owed + redis.call('HLEN', closing) - kept end
     lift_fence()
     return returned, owed
   end
@@ -850,6 +877,7 @@ function lifecycle.load_closing()
     redis.call('HDEL', base.K_CONSUMERS, cid)
     redis.call('LREM', base.K_CORDER, 0, cid)
     consumers.gmap.forget_priorities()
+    if not base.SUB then consumers.priority_left(tonumber(def.priority) or 0) end  -- (consumers.lua join_order)
     redis.call('ZREM', base.K_LEASES, cid)
     redis.call('SREM', base.K_PASSFULL, cid)
     message.pass_dirty.passfull_key = nil

@@ -1,0 +1,104 @@
+"""A queue consumer's add without reading the other consumers (session 30): consumer_add.lua puts the
+newcomer where ActiveMQ's sort of every consumer puts it (priority, then assigned group count once the queue
+has a group map; ties in their order) from the kept priority counts (`<queue>:prios`) and, when the order is
+known to be sorted (meta `ordered`), a binary search of the newcomer's band; otherwise it reads and sorts
+them all, as before. Nothing limits the consumers of a queue (ActiveMQ has no such limit)."""
+
+from __future__ import annotations
+
+import random
+
+from broker_core.destinations import parse_destination
+from broker_core.messages import Message
+from broker_core.model import ConsumerRef, ConsumerSpec
+
+CONSUMERS = 300
+
+
+def prefix(broker, queue: str) -> str:
+    return f"{broker.namespace}:{{q:{queue}}}"
+
+
+def order(broker, queue: str) -> list[str]:
+    return [c.decode() for c in broker.redis.lrange(f"{prefix(broker, queue)}:corder", 0, -1)]
+
+
+def command_calls(client, *names: str) -> int:
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{n}", {}).get("calls", 0)) for n in names)
+
+
+def test_an_add_reads_no_other_consumer(broker, redis_client):
+    gone = broker.add_consumer("many", ConsumerSpec(), consumer_id="gone")
+    for i in range(CONSUMERS):
+        broker.add_consumer("many", ConsumerSpec(priority=i % 3), consumer_id=f"c{i}")
+    broker.close_consumer(gone)  # (the queue's group map: the order is by group count too)
+    # a group assigned (the dispatch pass sorts the consumers again after the delivery, as it rotates them)
+    broker.send("many", Message(body="g", group_id="G"))
+    reads = command_calls(redis_client, "hmget", "hget", "lindex")
+    broker.add_consumer("many", ConsumerSpec(priority=1), consumer_id="last")
+    reads = command_calls(redis_client, "hmget", "hget", "lindex") - reads
+    # each consumer's definition and counters were read (2 a consumer); now the kept counts and a binary
+    # search of the band (log2(100) group counts, each an LINDEX and an HGET) and the add's own reads
+    assert reads < 60
+    ids = order(broker, "many")
+    # after every consumer of priority 2 but the one that took the group, which went last of them; after
+    # those of priority 1 that were there before (none has a group)
+    twos = [f"c{i}" for i in range(2, CONSUMERS, 3)]
+    assert ids[:CONSUMERS // 3] == twos[1:] + ["c2"]
+    assert ids.index("last") == CONSUMERS // 3 * 2
+    assert ids[-CONSUMERS // 3:] == [f"c{i}" for i in range(0, CONSUMERS, 3)]
+
+
+def _step(broker, rnd: random.Random, queue: str, n: int, live: list) -> None:
+    """One random change to `queue` (the same on each queue for the same `rnd` state)."""
+    kind = rnd.random()
+    if kind < 0.45 or len(live) < 2:
+        spec = ConsumerSpec(priority=rnd.choice((-1, 0, 0, 2)), prefetch=50, exclusive=rnd.random() < 0.05)
+        c = broker.add_consumer(queue, spec, consumer_id=f"c{n}")
+        live.append(c)
+    elif kind < 0.6:
+        broker.close_consumer(live.pop(rnd.randrange(len(live))))
+    elif kind < 0.9:
+        group = f"G{rnd.randrange(6)}"
+        seq = -1 if rnd.random() < 0.25 else 0
+        broker.send(queue, Message(body="m", group_id=group, group_seq=seq))
+    else:
+        c = rnd.choice(live)
+        for d in broker.receive(c, 5):
+            broker.ack(c, d.message_id)
+
+
+def test_the_order_is_the_full_sorts(broker):
+    """The same random adds, closes, grouped sends (group closes among them) and acks on two queues; on
+    one, the order is forgotten as sorted before each add, so each add reads and sorts every consumer, as
+    every add did before. The orders stay the same throughout, and so do the deliveries."""
+    bounded = 0  # adds on the first queue that found the order sorted (so read no other consumer)
+    for seed in range(4):
+        queues = (f"kept{seed}", f"full{seed}")
+        lives: dict[str, list] = {q: [] for q in queues}
+        rnds = {q: random.Random(seed) for q in queues}
+        for n in range(120):
+            for q in queues:
+                ordered = broker.redis.hget(f"{prefix(broker, q)}:meta", "ordered") == b"1"
+                if q.startswith("full"):
+                    broker.redis.hdel(f"{prefix(broker, q)}:meta", "ordered")
+                size = len(lives[q])
+                _step(broker, rnds[q], q, n, lives[q])
+                bounded += q.startswith("kept") and ordered and len(lives[q]) > size
+            kept, full = (order(broker, q) for q in queues)
+            assert kept == full, (seed, n)
+        assert broker.stats(queues[0]).dispatched == broker.stats(queues[1]).dispatched
+    assert bounded >= 40
+
+
+def test_priorities_once_counted_survive_closes(broker, redis_client):
+    for i in range(6):
+        broker.add_consumer("p", ConsumerSpec(priority=i % 2), consumer_id=f"c{i}")
+    for i in (1, 3, 5):
+        broker.close_consumer(ConsumerRef(parse_destination("p"), f"c{i}"))
+    counts = {k.decode(): int(v) for k, v in redis_client.hgetall(f"{prefix(broker, 'p')}:prios").items()}
+    assert counts == {"0": 3}
+    broker.add_consumer("p", ConsumerSpec(priority=0), consumer_id="c6")
+    assert redis_client.hget(f"{prefix(broker, 'p')}:meta", "cprio") == b"0"
+    assert order(broker, "p") == ["c0", "c2", "c4", "c6"]
