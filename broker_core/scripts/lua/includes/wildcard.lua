@@ -8,9 +8,9 @@
 -- currently have subscriptions: topic_subscribe.lua adds one with its first subscription, remove_subscription
 -- (lifecycle.lua) takes it out with its last, in the same step (into <ns>:wildcards:idle until
 -- maintenance has delivered what waits there and removed the keys: wildcard.drop_idle). A send to a
--- concrete topic reads the set and the matching patterns' subscriptions in the step that accepts the
--- message and records one forward per matching pattern some subscription of takes it (operations.forward
--- delivers it), as virtual-topic copies and advisories travel. Like <ns>:usage and <ns>:durables, the set is
+-- concrete topic reads the set and, within a call's worth (wildcard.MAX_VISITS), the matching patterns'
+-- subscriptions in the step that accepts the message, and records one forward per matching pattern some
+-- subscription of takes it or not decided by then (operations.forward delivers it), as virtual-topic copies and advisories travel. Like <ns>:usage and <ns>:durables, the set is
 -- a key outside the hash tag: atomic on one Redis server, not across a cluster's slots.
 --
 -- Functions only (no top-level state), built on a script's first use of one (base.lua `lazy`).
@@ -145,34 +145,53 @@ local wildcard = base.lazy({}, function(wildcard)
     return out
   end
 
-  -- The subscriptions of pattern `pattern`'s pseudo-topic in namespace `ns`, as topic.subscriptions
-  -- reads the current topic's, each key prefixed with the pattern (topic.matches caches a selector per key,
-  -- and the topic's own subscriptions may use the same keys). Keys under the pattern's hash tag: like
+  -- What a send's call spends on the matching patterns' subscriptions at most, in visits: a definition read
+  -- and decoded is one, a subscription tried against a message one more. A pattern undecided when they are
+  -- spent gets its copy, as one undecided when the call's selector work is (wildcard.takers): a pattern's
+  -- subscriptions are not limited in number (one with 10,000 made every send to a matching topic read and
+  -- try them all in its call: 64 ms of CPU). Definitions are read SLICE at a time, as they are needed.
+  wildcard.MAX_VISITS = 2000
+  wildcard.SLICE = 64
+
+  -- The `k`th subscription of pattern `pattern`'s pseudo-topic (namespace found.ns), as topic.subscriptions
+  -- reads the current topic's, its key prefixed with the pattern (topic.matches caches a selector per key,
+  -- and the topic's own subscriptions may use the same keys). found.subs[pattern] keeps those read so far in
+  -- the call, in :sorder's order (`at`: the keys of :sorder read; `done`: all of them), the next slice read
+  -- when needed while the call has visits left. Returns the subscription; else nil and whether the pattern
+  -- is known to have no more (false: the visits are spent). Keys under the pattern's hash tag: like
   -- <ns>:wildcards, read in the send's step, atomic on one Redis server only.
-  function wildcard.subscriptions(ns, pattern)
-    local tp = ns .. ':{t:' .. pattern .. '}'
-    local keys = redis.call('LRANGE', tp .. ':sorder', 0, -1)
-    local subs = {}
-    for from = 1, #keys, 1000 do  -- unpack() has a limit (~8000 values): read in slices
-      local upto = math.min(from + 999, #keys)
-      local defs = redis.call('HMGET', tp .. ':subs', unpack(keys, from, upto))
-      for i = from, upto do
-        local def = defs[i - from + 1]
-        if def then subs[#subs + 1] = { key = pattern .. '|' .. keys[i], def = cmsgpack.unpack(def) } end
+  function wildcard.subscription(found, pattern, k)
+    local read = found.subs[pattern]
+    if not read then
+      read = { at = 0, done = false }
+      found.subs[pattern] = read
+    end
+    while not read[k] do
+      if read.done then return nil, true end
+      local room = wildcard.MAX_VISITS - found.visits
+      if room <= 0 then return nil, false end
+      local tp = found.ns .. ':{t:' .. pattern .. '}'
+      local want = math.min(wildcard.SLICE, room)
+      local keys = redis.call('LRANGE', tp .. ':sorder', read.at, read.at + want - 1)
+      read.at, read.done = read.at + #keys, #keys < want
+      if #keys > 0 then
+        found.visits = found.visits + #keys
+        local defs = redis.call('HMGET', tp .. ':subs', unpack(keys))
+        for i = 1, #keys do  -- (a key without its definition, a subscription going, is left out)
+          if defs[i] then read[#read + 1] = { key = pattern .. '|' .. keys[i], def = cmsgpack.unpack(defs[i]) } end
+        end
       end
     end
-    return subs
+    return read[k]
   end
 
-  -- What a topic send needs: the patterns matching this topic with their subscriptions (read once per
-  -- call), whether the topic is itself a pattern (its pseudo-topic keeps no recovery buffer), and its uri
-  -- (the destination the copies' consumers see).
+  -- What a topic send needs: the patterns matching this topic (their subscriptions read as the send tries
+  -- them, wildcard.subscription, within `visits`), whether the topic is itself a pattern (its pseudo-topic
+  -- keeps no recovery buffer), and its uri (the destination the copies' consumers see).
   function wildcard.for_send()
     local ns, name = wildcard.topic_name()
-    local found = { patterns = wildcard.matching(ns, name), is_pattern = wildcard.is_pattern(name),
-                    uri = 'topic://' .. name, subs = {} }
-    for _, pattern in ipairs(found.patterns) do found.subs[pattern] = wildcard.subscriptions(ns, pattern) end
-    return found
+    return { patterns = wildcard.matching(ns, name), is_pattern = wildcard.is_pattern(name),
+             uri = 'topic://' .. name, ns = ns, subs = {}, visits = 0 }
   end
 
   -- The patterns of `found` (wildcard.for_send) that some subscription of takes message (id, m): noLocal
@@ -181,22 +200,28 @@ local wildcard = base.lazy({}, function(wildcard)
   -- the topic's `no_subscription` and NoConsumer advisory (topic_send.lua), as in ActiveMQ. `matches` is
   -- topic.matches (includes/topic.lua, included after this file, so passed in). Returns the patterns and
   -- the selector view (reused for the next subscription). Once the call's selector work is spent
-  -- (`spent`: forward.work_spent) a pattern not decided yet gets its copy unchecked: its pseudo-topic matches
-  -- its subscriptions itself, in slices (fanout.lua), and counts the copy `no_subscription` if none takes it.
+  -- (`spent`: forward.work_spent) or its visits (wildcard.MAX_VISITS), a pattern not decided yet gets its
+  -- copy unchecked: its pseudo-topic matches its subscriptions itself, in slices (fanout.lua), and counts
+  -- the copy `no_subscription` if none takes it.
   function wildcard.takers(found, id, m, view, matches, spent)
     local out = {}
     for _, pattern in ipairs(found.patterns) do
-      for _, s in ipairs(found.subs[pattern]) do
-        local ok
-        if spent() then
-          out[#out + 1] = pattern
+      local k = 1
+      while true do
+        local s, known
+        if not spent() and found.visits < wildcard.MAX_VISITS then s, known = wildcard.subscription(found, pattern, k) end
+        if not s then
+          if not known then out[#out + 1] = pattern end  -- undecided: the copy decides there
           break
         end
+        local ok
+        found.visits = found.visits + 1
         ok, view = matches(s, id, m, view)
         if ok then
           out[#out + 1] = pattern
           break
         end
+        k = k + 1
       end
     end
     return out, view
