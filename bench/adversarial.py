@@ -1332,6 +1332,17 @@ def wildcard_many_patterns(ctx: Context) -> Calls:
     return ctx.measure(_per_call_cpu(ctx, op))
 
 
+
+@case(f"topic: one message, {WILD_MANY:,} registered wildcard patterns, none matching")
+def wildcard_many_registered(ctx: Context) -> Calls:
+    """Each send reads the whole set of registered patterns (<ns>:wildcards, wildcard.matching) and matches
+    each against the topic's name: most differ in their first segment."""
+    for n in range(WILD_MANY):
+        ctx.broker.add_consumer(f"topic://p{n}.>", ConsumerSpec(), consumer_id=f"w{n}")
+    ctx.broker.send("topic://orders.x", Message(body="warm"))
+    op = ctx.broker.ops.send(parse_destination("topic://orders.x"), [Message(body="x")], ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
 # --- a destination's deletion (session 30) ---
 # destination_delete.lua once read every forward record (HVALS, a cmsgpack.unpack each: the virtual copies a
 # queue still owes), every consumer's and closed consumer's four keys, a topic's ended subscriptions' keys

@@ -242,3 +242,47 @@ def test_every_subscription_of_a_wide_pattern_gets_its_messages_in_order(form, r
     assert drain(broker, subs[1]) == []
     assert [d.message_id for d in drain(broker, exact)] == want
     assert broker.stats("topic://w.>").no_subscription == 0
+
+
+MANY_SEGMENTS = "a.b.c.d.e.f.g.h"  # 255 patterns match it: its segments, those of a bit mask made `*`
+MAX_PATTERNS = 200  # wildcard.MAX_PATTERNS: the patterns a call decides at most
+
+
+def _forward_events(redis_client, broker, topic):
+    raw = expand(redis_client.xrange(f"{broker.namespace}:{{t:{topic[8:]}}}:events"))
+    return sum(1 for _, f in raw if f[b"type"] == b"forward")
+
+
+def test_a_call_decides_a_bounded_number_of_matching_patterns_and_the_fan_out_the_rest(form, redis_client):
+    """255 patterns match the topic, each with one subscription that takes everything: a call decides at
+    most MAX_PATTERNS of them (each a definition read, a try, a copy recorded: 2,000 made one send of
+    38 ms of CPU), the fan-out's calls the others; every pattern's subscription gets each message once, in
+    send order, a batch and a single send alike, as does the topic's own subscription."""
+    broker = form
+    segments = MANY_SEGMENTS.split(".")
+    patterns = [".".join("*" if mask >> i & 1 else s for i, s in enumerate(segments))
+                for mask in range(1, 2 ** len(segments))]
+    subs = [consumer(broker, f"topic://{p}", prefetch=10, consumer_id=f"w{n}")
+            for n, p in enumerate(patterns)]
+    topic = f"topic://{MANY_SEGMENTS}"
+    exact = consumer(broker, topic, prefetch=10, consumer_id="exact")
+    per_call, names = [], []
+    sends = ([Message(body=f"m{n}", message_id=f"m{n}") for n in range(3)],
+             [Message(body="m3", message_id="m3")])
+    for batch in sends:
+        before = _forward_events(redis_client, broker, topic)
+        for name, _ in calls(broker, broker.ops.send(parse_destination(topic), batch, broker._now())):
+            if name in ("topic_send", "topic_fanout"):
+                names.append(name)
+                after = _forward_events(redis_client, broker, topic)
+                per_call.append(after - before)
+                before = after
+    assert sum(per_call) == 4 * len(patterns)
+    assert max(per_call) <= MAX_PATTERNS, per_call
+    assert names.count("topic_fanout") >= 4
+    want = ["m0", "m1", "m2", "m3"]
+    for n, c in enumerate(subs):
+        assert [d.message_id for d in drain(broker, c)] == want, patterns[n]
+    assert [d.message_id for d in drain(broker, exact)] == want
+    assert broker.stats(topic).no_subscription == 0
+    assert not redis_client.keys(f"{broker.namespace}:{{t:{MANY_SEGMENTS}}}:fanout*")

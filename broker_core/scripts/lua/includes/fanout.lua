@@ -14,16 +14,18 @@
 --   :fanout        list  ids of sent messages whose fan-out is unfinished, in send order
 --   :fanout:<id>   list  the subscription keys message <id> is still to be matched against, in the
 --                        order the dispatch policy visited them at the send (the subscriptions of that
---                        moment: one made later does not get it, one gone meanwhile is skipped)
+--                        moment: one made later does not get it, one gone meanwhile is skipped), then
+--                        `w.<pattern>` for each matching wildcard pattern still to decide (a subscription
+--                        key is `c.` or `d.` and more, topics.py), in the order wildcard.matching sorts them
 --   :fanout:n      hash  id -> "<subscriptions that took it so far>|<wildcard copies>", then "|<job id>"
 --                        for a firing of the topic's job (its enqueue names the job)
 --@include dispatch
 --@include topic
 
 -- Its module table `fanout` (one table, not locals: the scripts' main chunk is close to Lua's 200 locals)
-local fanout = { visits = 0, whole = false }
+local fanout = { visits = 0, whole = false, whole_patterns = false, wild = false }
 --@on-call
-fanout.visits, fanout.whole = 0, false
+fanout.visits, fanout.whole, fanout.whole_patterns, fanout.wild = 0, false, false, false
 --@on-call-end
 -- What one call (a send, or a continuation) does at most, whatever the selector work: a topic's
 -- subscriptions are not limited in number. One that takes messages costs the call about 0.13 ms (its
@@ -51,16 +53,23 @@ end
 -- subscription in `matched` (which take it in this call) and one for the fan-out; the subscriptions
 -- `subs` from index `from` on are matched later, then those whose definitions the send did not read,
 -- `unread` (topic.subscriptions: ranges of the indexes of the list it visited, :sorder or :sprio, nil for
--- none). `copies`: the wildcard patterns that got a copy.
-function fanout.defer(id, blob, seq, matched, subs, from, copies, job, unread)
+-- none), then the wildcard patterns `patterns` (wildcard.takers: those it did not decide; all of them,
+-- the send's wildcard.for_send list, for a message deferred before). `copies`: the wildcard patterns that
+-- got a copy.
+function fanout.defer(id, blob, seq, matched, subs, from, copies, job, unread, patterns)
   topic.store(id, blob, topic.refs_of(matched) + 1, seq)
   local list = base.TP .. ':fanout:' .. id
-  if from == 1 and fanout.whole then
-    -- (a later message of the send, past the cut: every subscription, listed for an earlier one already)
+  if from == 1 and fanout.whole and patterns == fanout.whole_patterns then
+    -- (a later message of the send, past the cut: every subscription and pattern, listed for an earlier one)
     redis.call('COPY', fanout.whole, list)
   else
     fanout.list_keys(list, subs, from, unread)
-    if from == 1 then fanout.whole = list end
+    for k = 1, #patterns, 1000 do  -- (unpack() has a limit)
+      local entries = {}
+      for q = k, math.min(k + 999, #patterns) do entries[#entries + 1] = 'w.' .. patterns[q] end
+      redis.call('RPUSH', list, unpack(entries))
+    end
+    if from == 1 then fanout.whole, fanout.whole_patterns = list, patterns end
   end
   redis.call('RPUSH', base.TP .. ':fanout', id)
   redis.call('HSET', base.TP .. ':fanout:n', id, #matched .. '|' .. copies .. (job and '|' .. job or ''))
@@ -88,6 +97,35 @@ function fanout.list_keys(list, subs, from, unread)
   end
 end
 
+-- Record the copies of message `id` owed to `patterns` (wildcard.takers) in the forwarding hash
+-- (wildcard.record); the caller delivers them (flag 2), an event `forward` each.
+function fanout.copy(found, id, blob, patterns)
+  wildcard.record(id, blob, found.uri, patterns)
+  forward.n = forward.n + #patterns
+  for _, pattern in ipairs(patterns) do base.emit('forward', 'msg', id, 'target', 'topic://' .. pattern) end
+end
+
+-- Decide wildcard pattern `pattern` for queued message (id, m, blob), in this call's wildcard.reader
+-- (wildcard.takers): its copy recorded and counted in :fanout:n if some subscription of it takes the
+-- message, or if the call cannot decide. Returns the selector view.
+function fanout.pattern(id, m, blob, pattern, view)
+  fanout.wild = fanout.wild or wildcard.reader()
+  local takers
+  takers, view = wildcard.takers(fanout.wild, { pattern }, id, m, view, topic.matches, fanout.spent)
+  if #takers > 0 then
+    fanout.copy(fanout.wild, id, blob, takers)
+    local n = redis.call('HGET', base.TP .. ':fanout:n', id) or '0|0'
+    local matched, copies, rest = string.match(n, '^(%d+)|(%d+)(.*)$')  -- (rest: a firing's job)
+    redis.call('HSET', base.TP .. ':fanout:n', id, matched .. '|' .. (tonumber(copies) + 1) .. rest)
+  end
+  return view
+end
+
+-- Has this call decided as many wildcard patterns as a call may (wildcard.MAX_PATTERNS)?
+function fanout.patterns_full()
+  return fanout.wild and fanout.wild.decided >= wildcard.MAX_PATTERNS
+end
+
 -- Message `id`'s fan-out is done: its events, as a send that matched at once writes them, and the
 -- fan-out's reference let go (the message goes with it if nobody took it).
 function fanout.finish(id, m, blob)
@@ -112,12 +150,13 @@ function fanout.finish(id, m, blob)
   end
 end
 
--- Go on with the queued fan-outs, oldest first, until the call is full (fanout.full, MAX_VISITS).
+-- Go on with the queued fan-outs, oldest first, until the call is full (fanout.full, MAX_VISITS, and
+-- wildcard.MAX_PATTERNS patterns decided).
 -- The subscriptions that took messages get them in `touched` ({s, ids, msgs} per key) and `order`, for
 -- the caller to add and dispatch. Returns how many messages' fan-outs it finished.
 function fanout.run(touched, order)
   local finished = 0
-  while not fanout.full(#order) and fanout.visits < fanout.MAX_VISITS do
+  while not fanout.full(#order) and fanout.visits < fanout.MAX_VISITS and not fanout.patterns_full() do
     local id = redis.call('LINDEX', base.TP .. ':fanout', 0)
     if not id then break end
     local blob = redis.call('HGET', base.TP .. ':msgs', id)
@@ -125,11 +164,19 @@ function fanout.run(touched, order)
     local list = base.TP .. ':fanout:' .. id
     local view, done = nil, true
     while true do
-      if fanout.full(#order) or fanout.visits >= fanout.MAX_VISITS then done = false break end
+      if fanout.full(#order) or fanout.visits >= fanout.MAX_VISITS or fanout.patterns_full() then
+        done = false
+        break
+      end
       local key = redis.call('LPOP', list)
       if not key then break end
       fanout.visits = fanout.visits + 1
-      local def = m and redis.call('HGET', base.TP .. ':subs', key)
+      local def
+      if string.sub(key, 1, 2) == 'w.' then
+        if m then view = fanout.pattern(id, m, blob, string.sub(key, 3), view) end
+      else
+        def = m and redis.call('HGET', base.TP .. ':subs', key)
+      end
       if def then
         local s = { key = key, def = cmsgpack.unpack(def) }
         local ok

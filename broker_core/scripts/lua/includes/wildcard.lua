@@ -185,27 +185,48 @@ local wildcard = base.lazy({}, function(wildcard)
     return read[k]
   end
 
-  -- What a topic send needs: the patterns matching this topic (their subscriptions read as the send tries
-  -- them, wildcard.subscription, within `visits`), whether the topic is itself a pattern (its pseudo-topic
-  -- keeps no recovery buffer), and its uri (the destination the copies' consumers see).
-  function wildcard.for_send()
+  -- What a call decides about patterns at most (wildcard.takers): each costs reading its first definitions
+  -- and trying them, and the copy it is owed (a forward record and its event); 2,000 patterns matching one
+  -- topic made one send of 38 ms of CPU. The patterns past it are left to the fan-out's calls (fanout.lua).
+  wildcard.MAX_PATTERNS = 200
+
+  -- What a call reads of wildcard subscriptions, for the current topic (a concrete one): its namespace,
+  -- its uri (the destination the copies' consumers see), the patterns' subscriptions read so far
+  -- (wildcard.subscription), the visits spent and the patterns decided (wildcard.takers).
+  function wildcard.reader()
     local ns, name = wildcard.topic_name()
-    return { patterns = wildcard.matching(ns, name), is_pattern = wildcard.is_pattern(name),
-             uri = 'topic://' .. name, ns = ns, subs = {}, visits = 0 }
+    return { ns = ns, uri = 'topic://' .. name, subs = {}, visits = 0, decided = 0 }
   end
 
-  -- The patterns of `found` (wildcard.for_send) that some subscription of takes message (id, m): noLocal
-  -- and the selector, as for the topic's own subscriptions (Topic.dispatch offers a message to every
-  -- consumer, wildcard ones included). Only those get a copy, so a message every subscription refuses is
-  -- the topic's `no_subscription` and NoConsumer advisory (topic_send.lua), as in ActiveMQ. `matches` is
-  -- topic.matches (includes/topic.lua, included after this file, so passed in). Returns the patterns and
-  -- the selector view (reused for the next subscription). Once the call's selector work is spent
-  -- (`spent`: forward.work_spent) or its visits (wildcard.MAX_VISITS), a pattern not decided yet gets its
-  -- copy unchecked: its pseudo-topic matches its subscriptions itself, in slices (fanout.lua), and counts
-  -- the copy `no_subscription` if none takes it.
-  function wildcard.takers(found, id, m, view, matches, spent)
+  -- What a topic send needs: wildcard.reader with the patterns matching this topic (their subscriptions
+  -- read as the send tries them), and whether the topic is itself a pattern (its pseudo-topic keeps no
+  -- recovery buffer).
+  function wildcard.for_send()
+    local found = wildcard.reader()
+    local _, name = wildcard.topic_name()
+    found.patterns, found.is_pattern = wildcard.matching(found.ns, name), wildcard.is_pattern(name)
+    return found
+  end
+
+  -- The patterns among `patterns` that some subscription of takes message (id, m): noLocal and the
+  -- selector, as for the topic's own subscriptions (Topic.dispatch offers a message to every consumer,
+  -- wildcard ones included). Only those get a copy, so a message every subscription refuses is the topic's
+  -- `no_subscription` and NoConsumer advisory (topic_send.lua, fanout.finish), as in ActiveMQ. `found`:
+  -- wildcard.reader's; `matches` is topic.matches (includes/topic.lua, included after this file, so passed
+  -- in). Once the call's selector work is spent (`spent`: forward.work_spent) or its visits
+  -- (wildcard.MAX_VISITS), a pattern not decided yet gets its copy unchecked: its pseudo-topic matches its
+  -- subscriptions itself, in slices (fanout.lua), and counts the copy `no_subscription` if none takes it.
+  -- Returns the patterns, the selector view (reused for the next subscription), and those `patterns` left
+  -- undecided once the call has decided MAX_PATTERNS (nil when none is).
+  function wildcard.takers(found, patterns, id, m, view, matches, spent)
     local out = {}
-    for _, pattern in ipairs(found.patterns) do
+    for p, pattern in ipairs(patterns) do
+      if found.decided >= wildcard.MAX_PATTERNS then
+        local left = {}
+        for q = p, #patterns do left[#left + 1] = patterns[q] end
+        return out, view, left
+      end
+      found.decided = found.decided + 1
       local k = 1
       while true do
         local s, known
@@ -224,7 +245,7 @@ local wildcard = base.lazy({}, function(wildcard)
         k = k + 1
       end
     end
-    return out, view
+    return out, view, nil
   end
 
   -- Record the copy of message `id` that each pattern in `patterns` is owed, in the current topic's
