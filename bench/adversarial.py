@@ -1343,6 +1343,19 @@ def wildcard_many_registered(ctx: Context) -> Calls:
     op = ctx.broker.ops.send(parse_destination("topic://orders.x"), [Message(body="x")], ctx.broker._now())
     return ctx.measure(_per_call_cpu(ctx, op))
 
+
+@case(f"topic: one message, {WILD_MANY:,} registered wildcard patterns, no trie of them yet")
+def wildcard_many_registered_unbuilt(ctx: Context) -> Calls:
+    """As above on a namespace whose patterns were registered before the trie existed (its keys deleted
+    here): the send builds it, once (wildcard.build_index)."""
+    for n in range(WILD_MANY):
+        ctx.broker.add_consumer(f"topic://p{n}.>", ConsumerSpec(), consumer_id=f"w{n}")
+    ctx.broker.send("topic://orders.x", Message(body="warm"))
+    ns = ctx.broker.namespace
+    ctx.client.delete(f"{ns}:wildcards:indexed", *ctx.client.keys(f"{ns}:wildcards:t:*"))
+    op = ctx.broker.ops.send(parse_destination("topic://orders.x"), [Message(body="x")], ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
 # --- a destination's deletion (session 30) ---
 # destination_delete.lua once read every forward record (HVALS, a cmsgpack.unpack each: the virtual copies a
 # queue still owes), every consumer's and closed consumer's four keys, a topic's ended subscriptions' keys

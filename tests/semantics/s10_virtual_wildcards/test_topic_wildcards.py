@@ -323,11 +323,14 @@ FILLERS = 2_010  # registered patterns past wildcard.SCAN_MOST (2,000): sends re
 
 
 def test_a_registry_past_its_scan_size_is_read_through_its_trie_kept_with_the_subscriptions(broker):
-    """The trie is built at the first send that reads a registry that large, then kept as subscriptions
-    come and go: the patterns matching a topic get its messages, a pattern whose subscriptions went gets
-    none, and once all went no trie key is left."""
+    """The trie is kept from a namespace's first pattern on, and built by the first send that reads a
+    registry that large when its patterns were registered before it (its keys deleted here); then kept as
+    subscriptions come and go: the patterns matching a topic get its messages, a pattern whose
+    subscriptions went gets none, and once all went no trie key is left."""
     fillers = [subscribe(broker, f"f{n}.>") for n in range(FILLERS)]
     subs = {p: subscribe(broker, p) for p in ("orders.>", "orders.*", "*.eu", "orders.eu.>", "*")}
+    trie = [*broker.redis.keys(f"{broker.namespace}:wildcards:t:*"), f"{broker.namespace}:wildcards:indexed"]
+    assert broker.redis.delete(*trie) == len(trie) > 2
     broker.send("topic://orders.eu", Message(body="a", message_id="a"))
     assert broker.redis.exists(f"{broker.namespace}:wildcards:indexed")
     broker.close_consumer(subs.pop("orders.*"))
