@@ -1389,6 +1389,73 @@ for _many in (5_000, 10_000):
         return ctx.measure(_per_call_cpu(ctx, op))
 
 
+# --- wildcard subscriptions (session 30) ---
+# A send to a concrete topic decides, for each registered pattern matching it, whether some subscription of
+# the pattern takes the message (includes/wildcard.lua); it once read every definition of every matching
+# pattern's pseudo-topic in its call.
+
+WILD_MANY = 10_000
+WILD_PATTERNS = 2_000
+WILD_TOPIC = ".".join(f"s{i}" for i in range(11))  # 2,047 patterns match it with one `*` or more
+
+
+def _matching_patterns(name: str, count: int) -> list[str]:
+    """`count` distinct patterns matching `name`: its segments with those of a bit mask replaced by `*`."""
+    segments = name.split(".")
+    return [".".join("*" if mask >> i & 1 else seg for i, seg in enumerate(segments))
+            for mask in range(1, count + 1)]
+
+
+@case(f"topic: one message, a wildcard pattern with {WILD_MANY:,} subscriptions none of which takes it")
+def wildcard_many_subscriptions(ctx: Context) -> Calls:
+    """Every subscription of `orders.>` refuses the message (its selector): the send tries them until its
+    budget, then the pattern gets its copy undecided and its pseudo-topic matches them in slices."""
+    for n in range(WILD_MANY):
+        ctx.broker.add_consumer("topic://orders.>", ConsumerSpec(selector="n = -1"), consumer_id=f"w{n}")
+    ctx.broker.send("topic://orders.x", Message(body="warm", properties={"n": 0}))
+    op = ctx.broker.ops.send(parse_destination("topic://orders.x"), [Message(body="x", properties={"n": 1})],
+                             ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
+@case(f"topic: one message, {WILD_PATTERNS:,} matching wildcard patterns, one refusing subscription each")
+def wildcard_many_patterns(ctx: Context) -> Calls:
+    """Each pattern is the topic's name (11 segments) with a different set of its segments replaced by `*`;
+    every subscription refuses the message, so each pattern is read and tried, and those left past the
+    budget get their copy undecided."""
+    patterns = _matching_patterns(WILD_TOPIC, WILD_PATTERNS)
+    for n, pattern in enumerate(patterns):
+        ctx.broker.add_consumer(f"topic://{pattern}", ConsumerSpec(selector="n = -1"), consumer_id=f"w{n}")
+    ctx.broker.send(f"topic://{WILD_TOPIC}", Message(body="warm", properties={"n": 0}))
+    one = [Message(body="x", properties={"n": 1})]
+    op = ctx.broker.ops.send(parse_destination(f"topic://{WILD_TOPIC}"), one, ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
+
+@case(f"topic: one message, {WILD_MANY:,} registered wildcard patterns, none matching")
+def wildcard_many_registered(ctx: Context) -> Calls:
+    """Each send reads the whole set of registered patterns (<ns>:wildcards, wildcard.matching) and matches
+    each against the topic's name: most differ in their first segment."""
+    for n in range(WILD_MANY):
+        ctx.broker.add_consumer(f"topic://p{n}.>", ConsumerSpec(), consumer_id=f"w{n}")
+    ctx.broker.send("topic://orders.x", Message(body="warm"))
+    op = ctx.broker.ops.send(parse_destination("topic://orders.x"), [Message(body="x")], ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
+@case(f"topic: one message, {WILD_MANY:,} registered wildcard patterns, no trie of them yet")
+def wildcard_many_registered_unbuilt(ctx: Context) -> Calls:
+    """As above on a namespace whose patterns were registered before the trie existed (its keys deleted
+    here): the send builds it, once (wildcard.build_index)."""
+    for n in range(WILD_MANY):
+        ctx.broker.add_consumer(f"topic://p{n}.>", ConsumerSpec(), consumer_id=f"w{n}")
+    ctx.broker.send("topic://orders.x", Message(body="warm"))
+    ns = ctx.broker.namespace
+    ctx.client.delete(f"{ns}:wildcards:indexed", *ctx.client.keys(f"{ns}:wildcards:t:*"))
+    op = ctx.broker.ops.send(parse_destination("topic://orders.x"), [Message(body="x")], ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
 # --- a destination's deletion (session 30) ---
 # destination_delete.lua once read every forward record (HVALS, a cmsgpack.unpack each: the virtual copies a
 # queue still owes), every consumer's and closed consumer's four keys, a topic's ended subscriptions' keys

@@ -201,3 +201,88 @@ def test_a_batch_to_a_topic_with_few_subscriptions_is_one_call(form, redis_clien
     assert names == ["topic_send"]
     for c in subs:
         assert [d.message_id for d in drain(broker, c)] == [f"s{i}" for i in range(100)]
+
+
+WILD_WIDE = 2_010  # subscriptions of one pattern: past what a send's call visits (wildcard.MAX_VISITS, 2,000)
+WILD_TAKERS = (0, 1_000, 2_009)  # without a selector; every other one's never matches
+
+
+def _wide_pattern(broker, takers=()):
+    return {i: consumer(broker, "topic://w.>", prefetch=10,
+                        **({} if i in takers else {"selector": "n = -1"}), consumer_id=f"w{i}")
+            for i in range(WILD_WIDE)}
+
+
+def test_a_send_tries_a_calls_worth_of_a_patterns_subscriptions_and_the_copy_decides(form, redis_client):
+    """A pattern with more subscriptions than a send's call visits: the send stops reading and trying them
+    at its bound, so the pattern gets the copy undecided and its pseudo-topic matches them in slices,
+    counting the copy `no_subscription` when none takes it (not the sending topic, nor its NoConsumer
+    advisory). Reading every definition of the pattern made one send of 64 ms of CPU at 10,000."""
+    broker = form
+    _wide_pattern(broker)
+    broker.send("topic://w.x", Message(body="a", message_id="a", properties={"n": 1}))
+    assert broker.stats("topic://w.x").no_subscription == 0
+    assert broker.stats("topic://w.>").no_subscription == 1
+    assert not redis_client.keys(f"{broker.namespace}:{{t:w.>}}:fanout*")
+
+
+def test_every_subscription_of_a_wide_pattern_gets_its_messages_in_order(form, redis_client):
+    """Past the bound nothing is lost: each subscription of the pattern that takes the messages gets every
+    one once, in send order, single sends and a batch alike, as does the topic's own subscription."""
+    broker = form
+    subs = _wide_pattern(broker, WILD_TAKERS)
+    exact = consumer(broker, "topic://w.x", prefetch=10, consumer_id="exact")
+    for n in range(2):
+        broker.send("topic://w.x", Message(body=f"m{n}", message_id=f"m{n}", properties={"n": n}))
+    broker.send("topic://w.x", [Message(body=f"m{n}", message_id=f"m{n}", properties={"n": n})
+                                for n in range(2, 5)])
+    want = [f"m{n}" for n in range(5)]
+    for i in WILD_TAKERS:
+        assert [d.message_id for d in drain(broker, subs[i])] == want, i
+    assert drain(broker, subs[1]) == []
+    assert [d.message_id for d in drain(broker, exact)] == want
+    assert broker.stats("topic://w.>").no_subscription == 0
+
+
+MANY_SEGMENTS = "a.b.c.d.e.f.g.h"  # 255 patterns match it: its segments, those of a bit mask made `*`
+MAX_PATTERNS = 200  # wildcard.MAX_PATTERNS: the patterns a call decides at most
+
+
+def _forward_events(redis_client, broker, topic):
+    raw = expand(redis_client.xrange(f"{broker.namespace}:{{t:{topic[8:]}}}:events"))
+    return sum(1 for _, f in raw if f[b"type"] == b"forward")
+
+
+def test_a_call_decides_a_bounded_number_of_matching_patterns_and_the_fan_out_the_rest(form, redis_client):
+    """255 patterns match the topic, each with one subscription that takes everything: a call decides at
+    most MAX_PATTERNS of them (each a definition read, a try, a copy recorded: 2,000 made one send of
+    38 ms of CPU), the fan-out's calls the others; every pattern's subscription gets each message once, in
+    send order, a batch and a single send alike, as does the topic's own subscription."""
+    broker = form
+    segments = MANY_SEGMENTS.split(".")
+    patterns = [".".join("*" if mask >> i & 1 else s for i, s in enumerate(segments))
+                for mask in range(1, 2 ** len(segments))]
+    subs = [consumer(broker, f"topic://{p}", prefetch=10, consumer_id=f"w{n}")
+            for n, p in enumerate(patterns)]
+    topic = f"topic://{MANY_SEGMENTS}"
+    exact = consumer(broker, topic, prefetch=10, consumer_id="exact")
+    per_call, names = [], []
+    sends = ([Message(body=f"m{n}", message_id=f"m{n}") for n in range(3)],
+             [Message(body="m3", message_id="m3")])
+    for batch in sends:
+        before = _forward_events(redis_client, broker, topic)
+        for name, _ in calls(broker, broker.ops.send(parse_destination(topic), batch, broker._now())):
+            if name in ("topic_send", "topic_fanout"):
+                names.append(name)
+                after = _forward_events(redis_client, broker, topic)
+                per_call.append(after - before)
+                before = after
+    assert sum(per_call) == 4 * len(patterns)
+    assert max(per_call) <= MAX_PATTERNS, per_call
+    assert names.count("topic_fanout") >= 4
+    want = ["m0", "m1", "m2", "m3"]
+    for n, c in enumerate(subs):
+        assert [d.message_id for d in drain(broker, c)] == want, patterns[n]
+    assert [d.message_id for d in drain(broker, exact)] == want
+    assert broker.stats(topic).no_subscription == 0
+    assert not redis_client.keys(f"{broker.namespace}:{{t:{MANY_SEGMENTS}}}:fanout*")

@@ -124,21 +124,22 @@ for i = 4, #ARGV, 4 do
       end
       if unread and not rest then rest, deferring = #subs + 1, true end
     end
-    -- the matching patterns some of whose subscriptions take it (selector, noLocal) get a copy
-    local takers
-    takers, view = wildcard.takers(wild, id, m, view, topic.matches, forward.work_spent)
-    local copies = #takers
-    if copies > 0 then
-      wildcard.record(id, blob, wild.uri, takers)
-      forward.n = forward.n + copies  -- includes/forward.lua: flag 2, the caller delivers them now
-      for _, pattern in ipairs(takers) do base.emit('forward', 'msg', id, 'target', 'topic://' .. pattern) end
+    -- the matching patterns some of whose subscriptions take it (selector, noLocal) get a copy, those of a
+    -- call's worth (wildcard.MAX_PATTERNS); the others are decided by the fan-out's calls, and all of them
+    -- for a message deferred already (after its subscriptions: each pattern's copies in send order)
+    local takers, left = {}, wild.patterns
+    if not rest then
+      takers, view, left = wildcard.takers(wild, wild.patterns, id, m, view, topic.matches, forward.work_spent)
+      if left then rest, deferring = #subs + 1, true end
     end
+    local copies = #takers
+    if copies > 0 then fanout.copy(wild, id, blob, takers) end  -- (flag 2: the caller delivers them now)
     -- a firing of the topic's job (ops/forward.py publishes it): its enqueue names the job, as a queue's
     -- firing's does (lifecycle.lua fire_scheduled, scheduled_arrived)
     local job = origin == 'forward' and message.job_of(m) or nil
     if rest then
       -- stored now, its events written when its fan-out is done (fanout.finish)
-      fanout.defer(id, blob, seq, matched, subs, rest, copies, job, unread)
+      fanout.defer(id, blob, seq, matched, subs, rest, copies, job, unread, left, left == wild.patterns)
     elseif #matched == 0 and copies == 0 then
       -- Topic.onMessageWithNoConsumers: nobody, exact or wildcard, takes it, so it is not stored.
       base.meta_incr('no_subscription')

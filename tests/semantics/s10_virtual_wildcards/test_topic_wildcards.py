@@ -294,3 +294,56 @@ def test_a_retroactive_wildcard_subscription_is_refused(broker):
     with pytest.raises(InvalidConsumer, match="retroactive consumers are not supported on wildcard"):
         subscribe(broker, "orders.>", retroactive=True)
     assert registry(broker) == set()
+
+
+def test_the_registrys_trie_finds_exactly_the_matching_patterns(redis_client):
+    """Past SCAN_MOST registered patterns a send reads the trie of them (wildcard.walk: the prefixes of
+    the patterns matching its name), not all of them: it finds, for every name of the table, exactly the
+    patterns of the table the Python matcher matches to it; counted out again, it leaves no key."""
+    include = ("local base = {}\nfunction base.lazy(t, build) build(t) return t end\n"
+               + (SCRIPT_DIR / "includes" / "wildcard.lua").read_text())
+    count = include + ("\nfor i = 3, #ARGV do wildcard.index(ARGV[1], ARGV[i], tonumber(ARGV[2])) end\n"
+                       "return 0")
+    walk = include + ("\nlocal out = {}\nfor i = 2, #ARGV do\n"
+                      "  local found = wildcard.walk(ARGV[1], wildcard.segments(ARGV[i]))\n"
+                      "  out[#out + 1] = table.concat(found, ' ')\nend\nreturn out")
+    patterns = sorted({p for p, _, _ in CASES})
+    names = sorted({n for _, n, _ in CASES})
+    ns = "trie-test"
+    redis_client.eval(count, 0, ns, 1, *patterns, "a.>.b")  # ('>' not last, as no name allows: left out)
+    for name, line in zip(names, redis_client.eval(walk, 0, ns, *names), strict=True):
+        want = sorted(p for p in patterns if matches(parse_destination(p, "topic", allow_wildcards=True),
+                                                    parse_destination(name, "topic")))
+        assert sorted(line.decode().split()) == want, name
+    redis_client.eval(count, 0, ns, -1, *patterns, "a.>.b")
+    assert redis_client.keys(f"{ns}:wildcards:t:*") == []
+
+
+FILLERS = 2_010  # registered patterns past wildcard.SCAN_MOST (2,000): sends read the trie
+
+
+def test_a_registry_past_its_scan_size_is_read_through_its_trie_kept_with_the_subscriptions(broker):
+    """The trie is kept from a namespace's first pattern on, and built by the first send that reads a
+    registry that large when its patterns were registered before it (its keys deleted here); then kept as
+    subscriptions come and go: the patterns matching a topic get its messages, a pattern whose
+    subscriptions went gets none, and once all went no trie key is left."""
+    fillers = [subscribe(broker, f"f{n}.>") for n in range(FILLERS)]
+    subs = {p: subscribe(broker, p) for p in ("orders.>", "orders.*", "*.eu", "orders.eu.>", "*")}
+    trie = [*broker.redis.keys(f"{broker.namespace}:wildcards:t:*"), f"{broker.namespace}:wildcards:indexed"]
+    assert broker.redis.delete(*trie) == len(trie) > 2
+    broker.send("topic://orders.eu", Message(body="a", message_id="a"))
+    assert broker.redis.exists(f"{broker.namespace}:wildcards:indexed")
+    broker.close_consumer(subs.pop("orders.*"))
+    later = subscribe(broker, "orders.*")  # (counted in again)
+    broker.send("topic://orders.eu", Message(body="b", message_id="b"))
+    broker.send("topic://eu", Message(body="c", message_id="c"))
+    assert ids(broker, subs["orders.>"]) == ["a", "b"]
+    assert ids(broker, subs["*.eu"]) == ["a", "b"]
+    assert ids(broker, subs["orders.eu.>"]) == ["a", "b"]  # ('>': none left)
+    assert ids(broker, subs["*"]) == ["c"]
+    assert ids(broker, later) == ["b"]
+    assert ids(broker, fillers[0]) == []
+    for c in [*fillers, *subs.values(), later]:
+        broker.close_consumer(c)
+    assert registry(broker) == set()
+    assert broker.redis.keys(f"{broker.namespace}:wildcards:t:*") == []

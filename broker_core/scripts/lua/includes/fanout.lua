@@ -14,7 +14,11 @@
 --   :fanout        list  ids of sent messages whose fan-out is unfinished, in send order
 --   :fanout:<id>   list  subscription keys in the order the dispatch policy visited them at a send (the
 --                        subscriptions of that moment: one made later does not get its messages, one
---                        gone meanwhile is skipped). One list per send, shared by the messages it queued:
+--                        gone meanwhile is skipped), then `w.<pattern>` for each matching wildcard
+--                        pattern still to decide (a subscription key is `c.` or `d.` and more, topics.py),
+--                        in the order wildcard.matching sorts them. One list per send, shared by the
+--                        messages it queued with every pattern left to decide (a first message that
+--                        decided some has one of its own):
 --                        each reads it from its own index on (:fanout:at), none pops it. It is named after
 --                        the last of them, which finishes last (fan-outs finish in send order) and deletes
 --                        it; so :fanout's ids name every list there is (destination_delete.lua)
@@ -28,10 +32,10 @@
 
 -- Its module table `fanout` (one table, not locals: the scripts' main chunk is close to Lua's 200 locals)
 -- `list`, `front`, `queued`: the send's list (fanout.defer), the index in `subs` of its first key, and the
--- messages queued so far, {id, first index in `subs`} each.
-local fanout = { visits = 0, list = false, front = 0, queued = {} }
+-- messages queued so far, {id, first index in `subs`} each; `wild`: the continuation's wildcard.reader.
+local fanout = { visits = 0, list = false, front = 0, queued = {}, wild = false }
 --@on-call
-fanout.visits, fanout.list, fanout.front, fanout.queued = 0, false, 0, {}
+fanout.visits, fanout.list, fanout.front, fanout.queued, fanout.wild = 0, false, 0, {}, false
 --@on-call-end
 -- What one call (a send, or a continuation) does at most, whatever the selector work: a topic's
 -- subscriptions are not limited in number. One that takes messages costs the call about 0.13 ms (its
@@ -61,24 +65,34 @@ end
 -- subscription in `matched` (which take it in this call) and one for the fan-out; the subscriptions
 -- `subs` from index `from` on are matched later, then those whose definitions the send did not read,
 -- `unread` (topic.subscriptions: ranges of the indexes of the list it visited, :sorder or :sprio, nil for
--- none). `copies`: the wildcard patterns that got a copy. The send's call ends with fanout.seal.
-function fanout.defer(id, blob, seq, matched, subs, from, copies, job, unread)
+-- none), then the wildcard patterns `patterns` still to decide (wildcard.takers: those it did not decide;
+-- all of them, the send's wildcard.for_send list, for a message deferred before: `every` says which).
+-- `copies`: the wildcard patterns that got a copy. The send's call ends with fanout.seal.
+function fanout.defer(id, blob, seq, matched, subs, from, copies, job, unread, patterns, every)
   topic.store(id, blob, topic.refs_of(matched) + 1, seq)
-  fanout.cover(id, subs, from, unread)
-  fanout.queued[#fanout.queued + 1] = { id, from }
+  if every then
+    fanout.cover(id, subs, from, unread, patterns)
+    fanout.queued[#fanout.queued + 1] = { id, from }
+  else  -- (a first message that decided some patterns: a list of its own, read from its head)
+    local list = base.TP .. ':fanout:' .. id
+    fanout.list_keys(list, subs, from, unread)
+    fanout.list_patterns(list, patterns)
+  end
   redis.call('RPUSH', base.TP .. ':fanout', id)
   redis.call('HSET', base.TP .. ':fanout:n', id, #matched .. '|' .. copies .. (job and '|' .. job or ''))
 end
 
--- Make the send's one list hold the keys of `subs` from `from` on, then `unread`'s. Every message a send
+-- Make the send's one list hold the keys of `subs` from `from` on, then `unread`'s, then `patterns`
+-- (every matching one: the same for each message that shares the list). Every message a send
 -- queues after its first has the same subscriptions from the first on (only the first can be cut part way),
 -- so the list is made once, by the first (named after it until fanout.seal), and a later one at most
 -- pushes the keys before the first's cut in front: a batch costs the call one list, not one per message
 -- (a COPY of 10,000 keys each made 100 messages one call of 36 ms).
-function fanout.cover(id, subs, from, unread)
+function fanout.cover(id, subs, from, unread, patterns)
   if not fanout.list then
     fanout.list, fanout.front = base.TP .. ':fanout:' .. id, from
     fanout.list_keys(fanout.list, subs, from, unread)
+    fanout.list_patterns(fanout.list, patterns)
   elseif from < fanout.front then
     local keys = {}
     for k = fanout.front - 1, from, -1 do keys[#keys + 1] = subs[k].key end  -- (LPUSH puts each one in front)
@@ -138,6 +152,40 @@ function fanout.list_keys(list, subs, from, unread)
   end
 end
 
+-- Add `w.<pattern>` for each of `patterns` at the end of `list`.
+function fanout.list_patterns(list, patterns)
+  for k = 1, #patterns, 1000 do  -- (unpack() has a limit)
+    local entries = {}
+    for q = k, math.min(k + 999, #patterns) do entries[#entries + 1] = 'w.' .. patterns[q] end
+    redis.call('RPUSH', list, unpack(entries))
+  end
+end
+
+-- Record the copies of message `id` owed to `patterns` (wildcard.takers) in the forwarding hash
+-- (wildcard.record); the caller delivers them (flag 2), an event `forward` each.
+function fanout.copy(found, id, blob, patterns)
+  wildcard.record(id, blob, found.uri, patterns)
+  forward.n = forward.n + #patterns
+  for _, pattern in ipairs(patterns) do base.emit('forward', 'msg', id, 'target', 'topic://' .. pattern) end
+end
+
+-- Decide wildcard pattern `pattern` for queued message (id, m, blob), in this call's wildcard.reader
+-- (wildcard.takers): its copy recorded if some subscription of it takes the message, or if the call
+-- cannot decide. Returns whether it got a copy (fanout.run counts it in :fanout:n), and the selector view.
+function fanout.pattern(id, m, blob, pattern, view)
+  fanout.visits = fanout.visits + 1
+  fanout.wild = fanout.wild or wildcard.reader()
+  local takers
+  takers, view = wildcard.takers(fanout.wild, { pattern }, id, m, view, topic.matches, fanout.spent)
+  if #takers > 0 then fanout.copy(fanout.wild, id, blob, takers) end
+  return #takers > 0, view
+end
+
+-- Has this call decided as many wildcard patterns as a call may (wildcard.MAX_PATTERNS)?
+function fanout.patterns_full()
+  return fanout.wild and fanout.wild.decided >= wildcard.MAX_PATTERNS
+end
+
 -- Message `id`'s fan-out is done: its events, as a send that matched at once writes them, and the
 -- fan-out's reference let go (the message goes with it if nobody took it). `n`: its :fanout:n entry, with
 -- the subscriptions that took it in this call added; `owner`: the id naming its list.
@@ -164,9 +212,10 @@ function fanout.finish(id, m, blob, n, owner)
   end
 end
 
--- Has this call visited as many subscriptions, or served as many, as it may?
+-- Has this call visited as many subscriptions, or served as many, or decided as many wildcard patterns
+-- (wildcard.MAX_PATTERNS), as it may?
 function fanout.stop(order)
-  return fanout.full(#order) or fanout.visits >= fanout.MAX_VISITS
+  return fanout.full(#order) or fanout.visits >= fanout.MAX_VISITS or fanout.patterns_full()
 end
 
 -- Does subscription `key` take message (id, m)? If so it gets it in `touched` and `order` (fanout.run),
@@ -204,7 +253,7 @@ function fanout.run(touched, order)
     local n = redis.call('HGET', base.TP .. ':fanout:n', id) or '0|0'
     local index, owner = fanout.position(id)
     local start, list = index, base.TP .. ':fanout:' .. owner
-    local took, view, done = 0, nil, m == nil  -- (a message gone meanwhile: nobody left to give it to)
+    local took, copied, view, done = 0, 0, nil, m == nil  -- (a message gone meanwhile: nobody to give it to)
     while not done and not fanout.stop(order) do
       local keys = redis.call('LRANGE', list, index, index + fanout.READ - 1)
       done = #keys < fanout.READ
@@ -214,15 +263,20 @@ function fanout.run(touched, order)
           break
         end
         local ok
-        ok, view = fanout.visit(key, id, m, view, touched, order)
-        if ok then took = took + 1 end
+        if string.sub(key, 1, 2) == 'w.' then  -- (a wildcard pattern still to decide, after the keys)
+          ok, view = fanout.pattern(id, m, blob, string.sub(key, 3), view)
+          if ok then copied = copied + 1 end
+        else
+          ok, view = fanout.visit(key, id, m, view, touched, order)
+          if ok then took = took + 1 end
+        end
         index = index + 1
       end
     end
-    local matched, rest = string.match(n, '^(%d+)(|.*)$')  -- (the copies, and a firing's job)
-    n = (tonumber(matched) + took) .. rest
+    local matched, copies, job = string.match(n, '^(%d+)|(%d+)(.*)$')  -- (job: a firing's, "|<job id>")
+    n = (tonumber(matched) + took) .. '|' .. (tonumber(copies) + copied) .. job
     if not done then
-      if took > 0 then redis.call('HSET', base.TP .. ':fanout:n', id, n) end
+      if took > 0 or copied > 0 then redis.call('HSET', base.TP .. ':fanout:n', id, n) end
       if index > start then redis.call('HSET', base.TP .. ':fanout:at', id, index .. '|' .. owner) end
       break
     end
