@@ -99,27 +99,30 @@ function flow.entry_live(key, field, value)
   return nil, tonumber(bytes) or 0
 end
 
--- The live entries' bytes under `key`, the dead ones dropped; its sum written.
+-- The live entries' bytes under `key`, the dead ones dropped; its sum written (exact now: kept from here
+-- on, also when there is none, so the next check reads the sum alone; not on a destination that does not
+-- exist, whose meta it would make).
 function flow.reserved(key)
   local flat = redis.call('HGETALL', key)
   local total = 0
   for i = 1, #flat, 2 do total = total + (flow.entry_live(key, flat[i], flat[i + 1]) or 0) end
   local sum_key, field = flow.reserved_sum(key)
-  if #flat > 0 or redis.call('HEXISTS', sum_key, field) == 1 then
+  if #flat > 0 or sum_key == flow.usage or redis.call('EXISTS', sum_key) == 1 then
     redis.call('HSET', sum_key, field, base.NOW_TEXT.num(total))
   end
   return total
 end
 
--- At least what the live entries under `key` hold: its sum, else (not kept yet) flow.reserved's figure.
--- RESERVED_LOOKS entries are looked at, any of them, and those whose transaction is gone dropped, so a
--- dead one leaves (and its bytes the sum) without a check that needs them all.
+-- At least what the live entries under `key` hold: its sum `sum` (as the caller read it with what else it
+-- reads there: flow.reserved_sum), else (not kept yet) flow.reserved's figure. RESERVED_LOOKS entries are
+-- looked at, any of them, and those whose transaction is gone dropped, so a dead one leaves (and its bytes
+-- the sum) without a check that needs them all; a sum of 0 has none holding anything (each one is counted).
 flow.RESERVED_LOOKS = 8
-function flow.reserved_most(key)
-  local sum_key, field = flow.reserved_sum(key)
-  local sum = redis.call('HGET', sum_key, field)
+function flow.reserved_most(key, sum)
   if not sum then return flow.reserved(key) end
   sum = tonumber(sum)
+  if sum <= 0 then return 0 end
+  local sum_key, field = flow.reserved_sum(key)
   local flat = redis.call('HRANDFIELD', key, flow.RESERVED_LOOKS, 'WITHVALUES')
   local dropped = 0
   for i = 1, #flat, 2 do
@@ -173,11 +176,11 @@ end
 -- ('memfwd', includes/virtual.lua) and transactions' reservations (`most`: their sum, at least what they
 -- hold; else read one by one).
 function flow.held(prefix, stored, most)
-  local mem = redis.call('HMGET', prefix .. ':meta', 'mem', 'memfwd')
+  local mem = redis.call('HMGET', prefix .. ':meta', 'mem', 'memfwd', 'memres')
   local coming = tonumber(mem[2]) or 0
   if coming < 0 then coming = 0 end  -- the target was deleted and recreated while a copy was on its way
-  local reserved = most and flow.reserved_most or flow.reserved
-  return (tonumber(stored or mem[1]) or 0) + coming + reserved(prefix .. ':memres')
+  local reserved = most and flow.reserved_most(prefix .. ':memres', mem[3]) or flow.reserved(prefix .. ':memres')
+  return (tonumber(stored or mem[1]) or 0) + coming + reserved
 end
 
 -- The key prefix of the destination `uri` names ('queue://x' / 'topic://x'), in this namespace.
@@ -203,8 +206,11 @@ function flow.wait_rule(fail_v, timeout_v, sys)
 end
 
 -- The broker's usage: {used, limit} (the rules are read by flow.wait_rule when needed).
+-- The broker's {used, limit}, and `res`: the sum of its reservations (flow.reserved_sum).
 function flow.system_usage()
-  return redis.call('HMGET', flow.usage, 'used', 'limit')
+  local sys = redis.call('HMGET', flow.usage, 'used', 'limit', 'res')
+  sys.res, sys[3] = sys[3], nil  -- ([3] and [4]: flow.wait_rule's)
+  return sys
 end
 
 -- A virtual destination's target under `prefix` goes through its own flow control (ActiveMQ sends a copy
@@ -255,8 +261,8 @@ function flow.memory_refusal(need, plan)
     -- first with the reservations' sums (at least what they hold: flow.reserved_sum); what does not fit
     -- with them is checked again with the live reservations read one by one
     for _, most in ipairs({ true, false }) do
-      local reserved = most and flow.reserved_most or flow.reserved
-      local broker_used = (tonumber(sys[1]) or 0) + reserved(flow.usage_res)  -- flow.usage .. ':res'
+      local reserved = most and flow.reserved_most(flow.usage_res, sys.res) or flow.reserved(flow.usage_res)
+      local broker_used = (tonumber(sys[1]) or 0) + reserved  -- (flow.usage_res: flow.usage .. ':res')
       local mine = own > 0 and flow.held(base.TP, nil, most) or 0
       scope = nil
       if own > 0 and mine + need > own then

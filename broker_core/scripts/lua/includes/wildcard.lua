@@ -216,9 +216,11 @@ local wildcard = base.lazy({}, function(wildcard)
     if wildcard.is_pattern(name) or (string.sub(name, 1, 3) == 'ID:' and wildcard.is_temporary(name)) then
       return out
     end
-    local have = wildcard.segments(name)
     local registry = wildcard.registry(ns)
-    if redis.call('SCARD', registry) <= wildcard.SCAN_MOST then
+    local registered = redis.call('SCARD', registry)
+    if registered == 0 then return out end  -- (most topics' sends: no pattern subscribed to anywhere)
+    local have = wildcard.segments(name)
+    if registered <= wildcard.SCAN_MOST then
       for _, pattern in ipairs(redis.call('SMEMBERS', registry)) do
         if wildcard.matches(pattern, name, have) then out[#out + 1] = pattern end
       end
