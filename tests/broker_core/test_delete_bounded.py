@@ -140,6 +140,29 @@ def test_many_consumers_go_a_chunk_a_call_with_their_keys(broker, redis_client):
     assert list(redis_client.scan_iter(match=f"{broker.ops.prefix(parse_destination('q'))}*")) == []
 
 
+def test_a_deletion_stopped_after_some_consumers_went_leaves_the_others_served_in_order(broker, redis_client):
+    """The drain takes consumers off the head of the dispatch order: the ones left stay in it, so a queue
+    whose deletion stopped there (its driver died) still delivers to them, and a consumer added then is
+    placed among them by a sort of whoever is left."""
+    refs = [broker.add_consumer("q", ConsumerSpec(prefetch=10), consumer_id=f"c{i}") for i in range(8)]
+    with pytest.raises(Crash):
+        deletion_calls(broker, "q", stop_after=1)  # one drain call: CHUNK consumers gone, 3 left
+    prefix = broker.ops.prefix(parse_destination("q"))
+    left = [c.decode() for c in redis_client.lrange(f"{prefix}:corder", 0, -1)]
+    assert left == ["c5", "c6", "c7"] and redis_client.hlen(f"{prefix}:consumers") == 3
+    broker.send("q", [Message(body=f"m{i}") for i in range(6)])
+    got = {r.consumer_id: len(broker.receive(r, 10)) for r in refs[5:]}
+    assert sum(got.values()) == 6 and all(got.values()), got
+    with pytest.raises(UnknownConsumer):
+        broker.receive(refs[0], 1)
+    late = broker.add_consumer("q", ConsumerSpec(prefetch=10, priority=9), consumer_id="late")
+    assert redis_client.lindex(f"{prefix}:corder", 0) == b"late"  # (the highest priority first)
+    broker.delete_destination("q")
+    assert list(redis_client.scan_iter(match=f"{prefix}*")) == []
+    with pytest.raises(UnknownConsumer):
+        broker.receive(late, 1)
+
+
 def command_calls(redis_client, command: str) -> int:
     return int(redis_client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 

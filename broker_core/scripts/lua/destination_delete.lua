@@ -59,10 +59,17 @@ local function drain()
     flow.reservation_end(base.P .. ':memres', tx)
     room = room - 1
   end
-  -- consumers, and closed consumers whose messages were still being returned (includes/lifecycle.lua
-  -- return_owed); once some go, dispatch has none (their order goes first)
-  local ids = room > 0 and redis.call('HRANDFIELD', base.K_CONSUMERS, room) or {}
-  if #ids > 0 then redis.call('UNLINK', base.K_CORDER) end
+  -- consumers, from the dispatch order (so the ones left are still served, in order, if the deletion
+  -- stops here), then any the order does not name; their priority counts go, so the next add sorts
+  -- whoever is left (includes/consumers.lua join_order)
+  local ids = room > 0 and (redis.call('LPOP', base.K_CORDER, room) or {}) or {}
+  if #ids < room then
+    for _, cid in ipairs(redis.call('HRANDFIELD', base.K_CONSUMERS, room - #ids)) do ids[#ids + 1] = cid end
+  end
+  if #ids > 0 then
+    redis.call('UNLINK', base.P .. ':prios')
+    redis.call('HDEL', base.K_META, 'ordered')
+  end
   for _, cid in ipairs(ids) do
     drop_consumer(cid)
     redis.call('HDEL', base.K_CONSUMERS, cid)
@@ -75,12 +82,13 @@ local function drain()
     room = room - 1
   end
   -- a topic's ended subscriptions' messages still to release (includes/lifecycle.lua remove_subscription):
-  -- they go with the topic's store, not released one by one
+  -- they go with the topic's store, counted with it in the last call, not released one by one (a deletion
+  -- that stops here leaves them stored, and counted in memory, until it is done again)
   for _, key in ipairs(room > 0 and redis.call('SPOP', base.P .. ':ended', room) or {}) do
     redis.call('UNLINK', key)
     room = room - 1
   end
-  -- a topic's unfinished fan-outs (includes/fanout.lua), oldest first
+  -- a topic's unfinished fan-outs (includes/fanout.lua), oldest first (their messages likewise)
   for _, id in ipairs(room > 0 and (redis.call('LPOP', base.P .. ':fanout', room) or {}) or {}) do
     redis.call('UNLINK', base.P .. ':fanout:' .. id)  -- (a list shared by a send's messages: its last's)
     redis.call('HDEL', base.P .. ':fanout:n', id)

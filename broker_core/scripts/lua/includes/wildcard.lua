@@ -187,6 +187,8 @@ local wildcard = base.lazy({}, function(wildcard)
     if redis.call('HLEN', base.TP .. ':fwd') > 0 then return 0 end
     -- (an ended subscription's messages still to release: maintenance's recovery releases them first)
     if redis.call('SCARD', base.TP .. ':ended') > 0 then return 0 end
+    -- (a fan-out of its own still unfinished: maintenance's recovery finishes it first, fanout.lua)
+    if redis.call('LLEN', base.TP .. ':fanout') > 0 then return 0 end
     for _, job in ipairs(leases) do
       if redis.call('EXISTS', base.TP .. ':lease:' .. job) == 1 then return 0 end
     end
@@ -198,7 +200,7 @@ local wildcard = base.lazy({}, function(wildcard)
     local keys = {}
     for _, suffix in ipairs({ 'meta', 'policy', 'msgs', 'fwd', 'audit', 'events', 'maint', 'slowcons',
                               'aborted', 'aborted:at', 'memres', 'subs', 'sorder', 'sprio', 'subof', 'refs', 'order',
-                              'retain', 'recov', 'recovmsg' }) do
+                              'retain', 'recov', 'recovmsg', 'fanout', 'fanout:n', 'fanout:at' }) do
       keys[#keys + 1] = base.TP .. ':' .. suffix
     end
     redis.call('DEL', unpack(keys))
