@@ -1418,6 +1418,19 @@ def wildcard_many_subscriptions(ctx: Context) -> Calls:
     return ctx.measure(_per_call_cpu(ctx, op))
 
 
+@case("topic: a batch of 100 messages, 2,000 subscriptions whose cheap selectors refuse them")
+def topic_batch_cheap_refusals(ctx: Context) -> Calls:
+    """Every subscription's selector refuses every message after reading one small property: each try
+    costs the call's selector budget little, so what bounds the send's call is the number of tries."""
+    topic = "topic://cheap.t"
+    for n in range(2_000):
+        ctx.broker.add_consumer(topic, ConsumerSpec(selector="n = -1"), consumer_id=f"c{n}")
+    ctx.broker.send(topic, Message(body="warm", properties={"n": 0}))
+    batch = [Message(body="x", properties={"n": i}) for i in range(100)]
+    op = ctx.broker.ops.send(parse_destination(topic), batch, ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
 @case(f"topic: one message, {WILD_PATTERNS:,} matching wildcard patterns, one refusing subscription each")
 def wildcard_many_patterns(ctx: Context) -> Calls:
     """Each pattern is the topic's name (11 segments) with a different set of its segments replaced by `*`;

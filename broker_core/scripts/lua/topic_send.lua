@@ -117,6 +117,7 @@ for i = 4, #ARGV, 4 do
         end
         local ok
         ok, view = topic.matches(s, id, m, view)
+        fanout.tried()
         if ok then
           matched[#matched + 1] = s
           if not touched[s.key] then takers = takers + 1 end

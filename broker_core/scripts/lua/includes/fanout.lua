@@ -33,9 +33,9 @@
 -- Its module table `fanout` (one table, not locals: the scripts' main chunk is close to Lua's 200 locals)
 -- `list`, `front`, `queued`: the send's list (fanout.defer), the index in `subs` of its first key, and the
 -- messages queued so far, {id, first index in `subs`} each; `wild`: the continuation's wildcard.reader.
-local fanout = { visits = 0, list = false, front = 0, queued = {}, wild = false }
+local fanout = { visits = 0, tries = 0, list = false, front = 0, queued = {}, wild = false }
 --@on-call
-fanout.visits, fanout.list, fanout.front, fanout.queued, fanout.wild = 0, false, 0, {}, false
+fanout.visits, fanout.tries, fanout.list, fanout.front, fanout.queued, fanout.wild = 0, 0, false, 0, {}, false
 --@on-call-end
 -- What one call (a send, or a continuation) does at most, whatever the selector work: a topic's
 -- subscriptions are not limited in number. One that takes messages costs the call about 0.13 ms (its
@@ -47,9 +47,21 @@ fanout.MAX_TAKERS = 32
 -- How many keys a continuation reads from a list at once (LRANGE): a call's visit may stop anywhere in them.
 fanout.READ = 100
 
+-- A send tries its messages against the subscriptions whose definitions it read at most MAX_TRIES times
+-- (fanout.tried): a try that refuses cheaply (a selector reading one small property, noLocal) costs the
+-- selector budget little and takes nothing, so neither bound above stops it, and a batch of 100 messages
+-- to 2,000 such subscriptions was one call of 234 ms (about 1.2 us a try; docs/benchmarks.md "Session 30:
+-- cheap refusals"). The rest go to the fan-out's calls, which visit at most MAX_VISITS.
+fanout.MAX_TRIES = 4000
+
 -- Must the call stop matching here? `takers`: the subscriptions that took messages in this call so far.
 function fanout.full(takers)
-  return fanout.spent() or takers >= fanout.MAX_TAKERS
+  return fanout.spent() or takers >= fanout.MAX_TAKERS or fanout.tries >= fanout.MAX_TRIES
+end
+
+-- The send tried a message against one subscription.
+function fanout.tried()
+  fanout.tries = fanout.tries + 1
 end
 
 -- Has this call's selector work reached a call's worth? (forward.lua; checked before each evaluation, so
