@@ -158,6 +158,24 @@ def test_an_idle_patterns_keys_go_at_the_next_tick_and_it_can_be_subscribed_agai
     assert [d.message_id for d in drain(broker, again)] == ["m2"]
 
 
+def test_an_idle_patterns_keys_wait_for_its_unfinished_fan_outs(broker):
+    """A pattern's pseudo-topic whose last subscription went while a fan-out of its own was still queued
+    (includes/fanout.lua: maintenance's recovery finishes it) keeps its keys until that is done, then they
+    all go, the fan-out's among them."""
+    c = consumer(broker, "topic://orders.>", ack_mode="auto")
+    broker.send("topic://orders.eu", Message(body="x", message_id="m1"))
+    broker.close_consumer(c)
+    queued = f"{broker.namespace}:{{t:orders.>}}:fanout"
+    broker.redis.rpush(queued, "m9")  # (a fan-out still queued there: what a cut send leaves)
+    broker.redis.hset(f"{queued}:n", "m9", "0|0")
+    broker._run(broker.ops.drop_idle_pattern(parse_destination("topic://orders.>", allow_wildcards=True),
+                                             broker.clock.now_ms(), ()))
+    assert f"{broker.namespace}:{{t:orders.>}}:meta".encode() in pattern_keys(broker)
+    broker.redis.delete(queued)  # (finished)
+    maintenance.run_due(broker)
+    assert pattern_keys(broker) == [] and idle(broker) == set()
+
+
 def test_a_pattern_subscribed_again_before_the_tick_keeps_its_keys(broker):
     c = consumer(broker, "topic://orders.>", ack_mode="auto")
     broker.close_consumer(c)
