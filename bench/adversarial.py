@@ -1289,6 +1289,12 @@ def _priority_subscriptions(ctx: Context, topic: str, count: int) -> None:
             client_id="app", subscription_name=f"d{n}", priority=(n * 7) % 10)))
 
 
+def _send_cpu(ctx: Context, topic: str, messages: list[Message]) -> Calls:
+    """The server CPU of each script call of one send of `messages` to `topic` (its fan-out's too)."""
+    op = ctx.broker.ops.send(parse_destination(topic), messages, ctx.broker._now())
+    return ctx.measure(_per_call_cpu(ctx, op))
+
+
 def _offline_durables(ctx: Context, topic: str, count: int) -> None:
     for n in range(count):
         ctx.broker.close_consumer(ctx.broker.add_consumer(topic, ConsumerSpec(client_id="app",
@@ -1303,8 +1309,7 @@ for _many in (5_000, 10_000):
         topic = "topic://wide.t"
         _offline_durables(ctx, topic, many)
         ctx.broker.send(topic, Message(body="warm"))
-        op = ctx.broker.ops.send(parse_destination(topic), [Message(body="x")], ctx.broker._now())
-        return ctx.measure(_per_call_cpu(ctx, op))
+        return _send_cpu(ctx, topic, [Message(body="x")])
 
     @case(f"topic: a batch of 100 messages to {_many:,} offline durable subscriptions")
     def topic_batch_many(ctx: Context, many: int = _many) -> Calls:
@@ -1315,8 +1320,7 @@ for _many in (5_000, 10_000):
         _offline_durables(ctx, topic, many)
         ctx.broker.send(topic, Message(body="warm"))
         batch = [Message(body="x") for _ in range(100)]
-        op = ctx.broker.ops.send(parse_destination(topic), batch, ctx.broker._now())
-        return ctx.measure(_per_call_cpu(ctx, op))
+        return _send_cpu(ctx, topic, batch)
 
     @case(f"topic: one message, {_many:,} subscriptions, priority policy")
     def topic_send_many_priority(ctx: Context, many: int = _many) -> Calls:
@@ -1326,8 +1330,7 @@ for _many in (5_000, 10_000):
         topic = "topic://wide.t"
         _priority_subscriptions(ctx, topic, many)
         ctx.broker.send(topic, Message(body="warm"))
-        op = ctx.broker.ops.send(parse_destination(topic), [Message(body="x")], ctx.broker._now())
-        return ctx.measure(_per_call_cpu(ctx, op))
+        return _send_cpu(ctx, topic, [Message(body="x")])
 
     @case(f"topic: one message, {_many:,} subscriptions, priority policy, stored before :sprio")
     def topic_send_many_priority_old(ctx: Context, many: int = _many) -> Calls:
@@ -1337,8 +1340,7 @@ for _many in (5_000, 10_000):
         _priority_subscriptions(ctx, topic, many)
         ctx.broker.send(topic, Message(body="warm"))
         ctx.client.delete(f"{ctx.broker.ops.prefix(parse_destination(topic))}:sprio")
-        op = ctx.broker.ops.send(parse_destination(topic), [Message(body="x")], ctx.broker._now())
-        return ctx.measure(_per_call_cpu(ctx, op))
+        return _send_cpu(ctx, topic, [Message(body="x")])
 
     @case(f"topic: a subscription made among {_many:,} of ten priorities")
     def topic_subscribe_many_priority(ctx: Context, many: int = _many) -> Calls:
@@ -1427,8 +1429,7 @@ def topic_batch_cheap_refusals(ctx: Context) -> Calls:
         ctx.broker.add_consumer(topic, ConsumerSpec(selector="n = -1"), consumer_id=f"c{n}")
     ctx.broker.send(topic, Message(body="warm", properties={"n": 0}))
     batch = [Message(body="x", properties={"n": i}) for i in range(100)]
-    op = ctx.broker.ops.send(parse_destination(topic), batch, ctx.broker._now())
-    return ctx.measure(_per_call_cpu(ctx, op))
+    return _send_cpu(ctx, topic, batch)
 
 
 @case(f"topic: one message, {WILD_PATTERNS:,} matching wildcard patterns, one refusing subscription each")

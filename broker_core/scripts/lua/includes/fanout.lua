@@ -108,9 +108,7 @@ function fanout.cover(id, subs, from, unread, patterns)
   elseif from < fanout.front then
     local keys = {}
     for k = fanout.front - 1, from, -1 do keys[#keys + 1] = subs[k].key end  -- (LPUSH puts each one in front)
-    for k = 1, #keys, 1000 do  -- unpack() has a limit
-      redis.call('LPUSH', fanout.list, unpack(keys, k, math.min(k + 999, #keys)))
-    end
+    base.call_many('LPUSH', fanout.list, keys)
     fanout.front = from
   end
 end
@@ -129,9 +127,7 @@ function fanout.seal()
     at[#at + 1] = q[1]
     at[#at + 1] = (q[2] - fanout.front) .. '|' .. owner
   end
-  for k = 1, #at, 1000 do
-    redis.call('HSET', base.TP .. ':fanout:at', unpack(at, k, math.min(k + 999, #at)))
-  end
+  base.call_many('HSET', base.TP .. ':fanout:at', at)
 end
 
 -- Where message `id`'s fan-out goes on: the index of its next key, and the id naming its list.
@@ -166,11 +162,9 @@ end
 
 -- Add `w.<pattern>` for each of `patterns` at the end of `list`.
 function fanout.list_patterns(list, patterns)
-  for k = 1, #patterns, 1000 do  -- (unpack() has a limit)
-    local entries = {}
-    for q = k, math.min(k + 999, #patterns) do entries[#entries + 1] = 'w.' .. patterns[q] end
-    redis.call('RPUSH', list, unpack(entries))
-  end
+  local entries = {}
+  for q = 1, #patterns do entries[q] = 'w.' .. patterns[q] end
+  base.call_many('RPUSH', list, entries)
 end
 
 -- Record the copies of message `id` owed to `patterns` (wildcard.takers) in the forwarding hash
