@@ -17,12 +17,13 @@ can ask the user to log in again rather than show numbers that no longer update.
   that no longer exist.
 
 Every message carries `ts` (server ms). Every connection also gets `{"type": "status", "broker": "ok"}`
-each second, or `"broker": "unavailable"` with a `detail` while Redis cannot be reached (a PING bounded by
-PING_TIMEOUT, on a fixed one-second cadence, so a Redis that stops answering is reported within
-STATUS_EVERY + PING_TIMEOUT, under two seconds); the feed's own loops wait for Redis and go on by
-themselves. The client shows a disconnected indicator when the socket drops (and reconnects by itself),
-"Broker unavailable" on such a status, "stale" when nothing at all arrived for two seconds (a stalled
-server), and a log-in prompt on a `session` status or the 4401 close.
+twice a second, or `"broker": "unavailable"` with a `detail` while Redis cannot be reached (a PING bounded
+by PING_TIMEOUT, on a fixed half-second cadence, so a Redis that stops answering is reported within
+STATUS_EVERY + PING_TIMEOUT, 1.25 s: the console promises two, with room for a loaded machine); the
+feed's own loops wait for Redis and go on by themselves. The client shows a disconnected indicator when
+the socket drops (and reconnects by itself), "Broker unavailable" on such a status, "stale" when nothing
+at all arrived for two seconds (a stalled server), and a log-in prompt on a `session` status or the 4401
+close.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from gateway.unavailable import STORE_ERRORS, explain
 RECENT = 20  # events listed per batch; the rest are only counted
 EVENTS_EVERY = 0.5
 STATS_BUSY, STATS_IDLE, TOTALS_EVERY = 1.0, 5.0, 2.0
-STATUS_EVERY = 1.0  # the broker status message, also the heartbeat the browser's staleness check watches
+STATUS_EVERY = 0.5  # the broker status message, also the heartbeat the browser's staleness check watches
 PING_TIMEOUT = 0.75  # a hung Redis (stopped, not dead) is reported after this: STATUS_EVERY + this < 2 s
 SESSION_EVERY = 1.0  # how often an open connection's session is read again (one database query)
 SESSION_EXPIRED = 4401  # the close code of a connection without (or no longer with) a logged-in session

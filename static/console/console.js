@@ -278,9 +278,9 @@
   }
 
   /* The live feed. Reconnects with back-off; the header's indicator says whether it is connected, whether
-     the broker's store answers (the server's `status` message, every second) and whether updates stopped
+     the broker's store answers (the server's `status` message, every half second) and whether updates stopped
      coming at all (stale after STALE_MS of silence). */
-  // The server's status arrives every second: two seconds of silence (checked every STALE_CHECK_MS) is
+  // The server's status arrives every half second: two seconds of silence (checked every STALE_CHECK_MS) is
   // a stalled server, shown within STALE_MS + STALE_CHECK_MS = 2 s of the last message.
   const STALE_MS = 1750; const STALE_CHECK_MS = 250;
   const SESSION_EXPIRED = 4401; // the feed's close code when the session has ended (gateway/ws/events.py)
