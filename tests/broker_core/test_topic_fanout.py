@@ -307,3 +307,26 @@ def test_a_send_makes_a_bounded_number_of_tries_however_cheaply_they_refuse(form
     assert names[0] == "topic_send" and names.count("topic_fanout") >= 1, names
     assert [d.message_id for d in drain(broker, taker)] == [f"m{i}" for i in range(100)]
     assert broker.stats(topic).no_subscription == 0
+
+
+def test_a_subscription_made_again_under_its_key_mid_fan_out_does_not_get_the_earlier_message(form):
+    """A fan-out's list holds the subscriptions of the send's moment: a durable subscription removed and
+    made again under the same key before the fan-out reaches it is another subscription, made after the
+    message was sent (ActiveMQ dispatches a send to the subscriptions of that moment, under its lock)."""
+    broker = form
+    plain = [consumer(broker, TOPIC, prefetch=10, consumer_id=f"p{i}") for i in range(40)]
+    late = consumer(broker, TOPIC, prefetch=10, client_id="app", subscription_name="late", consumer_id="d1")
+    broker.close_consumer(late)
+    driving = calls(broker, broker.ops.send(parse_destination(TOPIC), [Message(body="x", message_id="m0")],
+                                            broker._now()))
+    for name, _ in driving:
+        if name == "topic_send":
+            break
+    driving.close()  # the sender died: 32 subscriptions have m0, the rest wait for the fan-out
+    assert broker.unsubscribe(TOPIC, client_id="app", subscription_name="late") == 0  # (no message yet)
+    again = consumer(broker, TOPIC, prefetch=10, client_id="app", subscription_name="late", consumer_id="d2")
+    assert maintenance.run_recovery(broker, TOPIC).ran
+    assert drain(broker, again) == []
+    for c in plain:
+        assert [d.message_id for d in drain(broker, c)] == ["m0"], c.consumer_id
+    assert broker.stats(TOPIC).enqueued == 1

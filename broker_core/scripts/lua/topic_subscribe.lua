@@ -57,11 +57,17 @@ if existing then
     lifecycle.remove_subscription('changed')  -- TopicRegion.hasDurableSubChanged: a new subscription replaces it
     existing = nil
     state = 'changed'
-  elseif old.selector ~= sub_def.selector then
-    -- The same selector compiled by another version of the parser (since version 2 its patterns are
-    -- automata, which the evaluator needs): the subscription stays, with the new compiled form.
-    old.selector = sub_def.selector
-    redis.call('HSET', base.TP .. ':subs', key, cmsgpack.pack(old))
+  else
+    -- Back (DurableTopicSubscription.activate): the subscription takes its new consumer's info, the
+    -- connection noLocal compares publishers with, the priority the priority policy sorts by (and the
+    -- same selector as compiled by this version of the parser), and keeps its place among the topic's
+    -- subscriptions (Topic.activate) and the moment it was made (`since`).
+    sub_def.since = old.since
+    local renewed = cmsgpack.pack(sub_def)
+    if renewed ~= existing then
+      redis.call('HSET', base.TP .. ':subs', key, renewed)
+      if (tonumber(old.priority) or 0) ~= (tonumber(sub_def.priority) or 0) then topic.index_move(key, sub_def) end
+    end
   end
   topic.switch(nil)
 end
@@ -71,7 +77,11 @@ if durable then redis.call('HSET', topic.registry, reg_field, uri) end
 wildcard.mark(true)
 if not existing then
   if state ~= 'changed' then state = 'new' end
-  redis.call('HSET', base.TP .. ':subs', key, sub_packed)
+  -- `since`: the topic's last message sequence when it is made: a fan-out still going to the subscriptions
+  -- of an earlier send passes it by (fanout.visit), as it does one that a key made again replaced
+  local since = tonumber(redis.call('HGET', base.TP .. ':meta', 'seq') or 0)
+  sub_def.since = since
+  redis.call('HSET', base.TP .. ':subs', key, cmsgpack.pack(sub_def))
   redis.call('RPUSH', base.TP .. ':sorder', key)
   topic.index_add(key, sub_def)
   topic.switch(key)
@@ -79,7 +89,7 @@ if not existing then
   -- another subscription, told apart where a walk of :sorder stopped at it, topic.lua catch_up_unweighted)
   redis.call('HSET', base.K_META, 'uri', redis.call('HGET', base.TP .. ':meta', 'uri') or '', 'created', base.NOW,
              'made', redis.call('HINCRBY', base.TP .. ':meta', 'subs_made', 1),
-             'replay_upto', redis.call('HGET', base.TP .. ':meta', 'seq') or 0,
+             'replay_upto', since,
              'durable', durable and '1' or '0', 'client', client, 'name', name,
              'selector', sub_def.selector_text or '', 'nolocal', sub_def.nolocal and '1' or '0',
              'regfield', durable and reg_field or '')

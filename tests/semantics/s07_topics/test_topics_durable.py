@@ -196,3 +196,37 @@ def test_the_offline_cleanup_runs_every_task_schedule_from_the_maintenance_tick(
     assert len(report.offline_removed) == 1 and report.offline_removed[0].startswith(T + "#d.")
     # A removed subscription's key is free again: subscribing creates a new, empty one.
     assert drain(broker, durable(broker, name="a")) == []
+
+
+def test_a_durable_subscriber_back_on_another_connection_is_no_local_to_that_one(broker):
+    """§7.3, §7.4: a reactivated durable subscription takes its new consumer's info (ActiveMQ's
+    DurableTopicSubscription.activate), so noLocal compares publishers with the connection it is back on."""
+    d = durable(broker, no_local=True, connection_id="conn-1")
+    broker.close_consumer(d)
+    again = durable(broker, no_local=True, connection_id="conn-2")
+    broker.send(T, [Message(body="from-2", connection_id="conn-2"),
+                    Message(body="from-1", connection_id="conn-1")])
+    assert bodies(drain(broker, again)) == ["from-1"]
+
+
+def test_a_durable_subscriber_back_with_another_priority_keeps_its_place_among_equals(broker):
+    """PriorityDispatchPolicy sorts the topic's subscriptions by their consumers' priorities, equal ones in
+    the order they were made (a stable sort of Topic.consumers, where a reactivated durable subscription
+    keeps its place): back with priority 9, the oldest goes first among the 9s."""
+    from .test_topics import events
+    broker.policies.set_entry("topic", ">", {"dispatchPolicy": "priority"})
+    d = durable(broker, priority=0, consumer_id="old")
+    b = sub(broker, T, consumer_id="b", priority=9)
+    c = sub(broker, T, consumer_id="c", priority=9)
+    low = sub(broker, T, consumer_id="low", priority=1)
+    broker.close_consumer(d)
+    again = durable(broker, priority=9, consumer_id="back")
+    [mid] = broker.send(T, Message(body="x"))
+    order = [e["consumer"] for e in events(broker, T) if e["type"] == "dispatch" and e["msg"] == mid]
+    assert order == [again.consumer_id, b.consumer_id, c.consumer_id, low.consumer_id]
+    # and back at priority 0 it goes after every other
+    broker.close_consumer(again)
+    last = durable(broker, priority=0, consumer_id="last")
+    [mid] = broker.send(T, Message(body="y"))
+    order = [e["consumer"] for e in events(broker, T) if e["type"] == "dispatch" and e["msg"] == mid]
+    assert order == [b.consumer_id, c.consumer_id, low.consumer_id, last.consumer_id]

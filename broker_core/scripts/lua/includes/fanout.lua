@@ -224,13 +224,17 @@ function fanout.stop(order)
   return fanout.full(#order) or fanout.visits >= fanout.MAX_VISITS or fanout.patterns_full()
 end
 
--- Does subscription `key` take message (id, m)? If so it gets it in `touched` and `order` (fanout.run),
--- with the fan-out's reference on it. Returns whether it took it, and the message's selector view.
-function fanout.visit(key, id, m, view, touched, order)
+-- Does subscription `key` take message (id, m), sent with topic sequence `seq`? If so it gets it in
+-- `touched` and `order` (fanout.run), with the fan-out's reference on it. Returns whether it took it, and
+-- the message's selector view.
+function fanout.visit(key, id, m, seq, view, touched, order)
   fanout.visits = fanout.visits + 1
   local def = redis.call('HGET', base.TP .. ':subs', key)
   if not def then return false, view end  -- (gone since the send: skipped)
   local s = { key = key, def = cmsgpack.unpack(def) }
+  -- (made after the send: the key was made again since, another subscription; a subscription stored
+  -- before `since` existed has none, and is older than any fan-out that reads it)
+  if seq and seq <= (tonumber(s.def.since) or -1) then return false, view end
   -- (a selector's compiled form is decoded for the call too: such a visit costs about two of one without,
   -- so it counts twice; 2,000 of them made a call of 20 ms)
   if type(s.def.selector) == 'string' and s.def.selector ~= '' then fanout.visits = fanout.visits + 1 end
@@ -259,6 +263,7 @@ function fanout.run(touched, order)
     if not id then break end
     local blob = redis.call('HGET', base.TP .. ':msgs', id)
     local m = blob and message.unpack(blob)
+    local seq = m and tonumber(redis.call('ZSCORE', base.TP .. ':order', id))
     local n = redis.call('HGET', base.TP .. ':fanout:n', id) or '0|0'
     local index, owner = fanout.position(id)
     local start, list = index, base.TP .. ':fanout:' .. owner
@@ -276,7 +281,7 @@ function fanout.run(touched, order)
           ok, view = fanout.pattern(id, m, blob, string.sub(key, 3), view)
           if ok then copied = copied + 1 end
         else
-          ok, view = fanout.visit(key, id, m, view, touched, order)
+          ok, view = fanout.visit(key, id, m, seq, view, touched, order)
           if ok then took = took + 1 end
         end
         index = index + 1

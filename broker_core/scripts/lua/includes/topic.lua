@@ -91,30 +91,65 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     return tonumber(def.priority) or 0
   end
 
+  -- The priority of the subscription at index `at` of :sprio (a listed key always has its definition:
+  -- both go in one step).
+  local function priority_at(at)
+    local def = redis.call('HGET', base.TP .. ':subs', redis.call('LINDEX', base.TP .. ':sprio', at))
+    return def and priority_of(cmsgpack.unpack(def)) or 0
+  end
+
+  -- The first index in [lo, hi) of :sprio where `holds` (false before it, true from it on), hi if none: a
+  -- binary search, about 14 reads at 10,000.
+  local function first_where(lo, hi, holds)
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if holds(mid) then hi = mid else lo = mid + 1 end
+    end
+    return lo
+  end
+
+  -- Put `key` at index `at` of :sprio, of `n` (LINSERT scans to its place on the server, as LREM does
+  -- when one goes).
+  local function index_put(key, at, n)
+    local K_SPRIO = base.TP .. ':sprio'
+    if at >= n then
+      redis.call('RPUSH', K_SPRIO, key)
+    else
+      redis.call('LINSERT', K_SPRIO, 'BEFORE', redis.call('LINDEX', K_SPRIO, at), key)
+    end
+  end
+
   -- Put new subscription `key` (its definition `def`, its key already at the end of :sorder) in :sprio:
   -- after every one of the same or a higher priority (it is the newest, last of its equals in the stable
   -- sort). At the end when the last one's priority is not lower (all of a topic's subscriptions at the
-  -- default priority: three commands); else before the first of a lower priority, found by a binary search
-  -- of the list (about 14 reads at 10,000; LINSERT then scans to its place on the server, as LREM does
-  -- when one goes). Done whatever the policy, so a topic switched to `priority` has its order ready.
+  -- default priority: three commands); else before the first of a lower priority. Done whatever the
+  -- policy, so a topic switched to `priority` has its order ready.
   function topic.index_add(key, def)
-    local K_SPRIO, K_SUBS = base.TP .. ':sprio', base.TP .. ':subs'
     local p = priority_of(def)
-    local function lower(at)  -- (a listed key always has its definition: both go in one step)
-      local other = redis.call('HGET', K_SUBS, redis.call('LINDEX', K_SPRIO, at))
-      return other ~= false and priority_of(cmsgpack.unpack(other)) < p
-    end
-    local n = redis.call('LLEN', K_SPRIO)
-    if n == 0 or not lower(n - 1) then
-      redis.call('RPUSH', K_SPRIO, key)
+    local n = redis.call('LLEN', base.TP .. ':sprio')
+    if n == 0 or priority_at(n - 1) >= p then
+      redis.call('RPUSH', base.TP .. ':sprio', key)
       return
     end
-    local lo, hi = 0, n - 1  -- (the first of a lower priority is in [lo, hi]: the last one is)
-    while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      if lower(mid) then hi = mid else lo = mid + 1 end
-    end
-    redis.call('LINSERT', K_SPRIO, 'BEFORE', redis.call('LINDEX', K_SPRIO, lo), key)
+    index_put(key, first_where(0, n - 1, function(at) return priority_at(at) < p end), n)
+  end
+
+  -- Move durable subscription `key`, back with definition `def` of another priority, to its place in
+  -- :sprio: after every one of a higher priority, and among its equals where :sorder has it (the stable
+  -- sort of Topic.consumers, in which a reactivated durable subscription kept its place). A probe among
+  -- the equals finds their places in :sorder with LPOS, a scan on the server: this runs only when a
+  -- subscriber comes back with another priority. Nothing to do while :sprio is not all of :sorder yet
+  -- (the first priority send builds it from the definitions, topic.subscriptions).
+  function topic.index_move(key, def)
+    local K_SPRIO, K_LIST = base.TP .. ':sprio', base.TP .. ':sorder'
+    if redis.call('LLEN', K_SPRIO) ~= redis.call('LLEN', K_LIST) then return end
+    redis.call('LREM', K_SPRIO, 1, key)
+    local p, n = priority_of(def), redis.call('LLEN', K_SPRIO)
+    local equals = first_where(0, n, function(at) return priority_at(at) <= p end)
+    local mine = redis.call('LPOS', K_LIST, key)
+    index_put(key, first_where(equals, n, function(at)
+      return priority_at(at) < p or redis.call('LPOS', K_LIST, redis.call('LINDEX', K_SPRIO, at)) > mine
+    end), n)
   end
 
   -- :sprio of every subscription, from `subs` (all of them, in :sorder's order), for a topic whose
