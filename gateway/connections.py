@@ -41,13 +41,14 @@ def poll_seconds() -> float:
 
 
 def protocol_of(session: Any) -> str:
-    """The registry's protocol name: stomp+tcp, stomp+ssl, stomp+ws or json-ws."""
+    """The registry's protocol name: stomp+tcp, stomp+ssl, stomp+ws, stomp+wss (the listener's TLS WebSocket
+    port) or json-ws."""
     if session.protocol == "json":
         return "json-ws"
     address = session.remote_address or ""
     if getattr(session, "stream", False):
         return "stomp+ssl" if address.startswith("ssl://") else "stomp+tcp"
-    return "stomp+ws"
+    return "stomp+wss" if address.startswith("wss://") else "stomp+ws"
 
 
 class ProcessConnections:

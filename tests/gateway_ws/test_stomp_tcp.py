@@ -184,8 +184,11 @@ def test_a_burst_of_subscriptions_from_many_connections_is_served(stomp_listener
 # -- TLS ----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("transport", ["tcp", "ws-port"])
-def test_stomp_over_tls_round_trips_and_the_plain_port_serves_beside_it(listener, certificate, transport):
-    """stomp+ssl beside stomp; wss beside ws (the listener's WebSocket port)."""
+def test_stomp_over_tls_round_trips_and_the_plain_port_serves_beside_it(listener, certificate, transport,
+                                                                        gateway_data, redis_client):
+    """stomp+ssl beside stomp; wss beside ws (the listener's WebSocket port); the connection registry
+    names each connection's protocol, TLS or not."""
+    from broker_core.broker import Broker
     from signalbox.embedded_redis import free_port
 
     cert, key = certificate
@@ -198,7 +201,11 @@ def test_stomp_over_tls_round_trips_and_the_plain_port_serves_beside_it(listener
     conn = _client(transport, tls_port, context)
     try:
         # named for its transport
-        assert conn.connect().get("session", "").startswith("ssl-" if transport == "tcp" else "wss-")
+        client_id = f"tls-{uuid.uuid4().hex[:8]}"
+        assert conn.connect(**{"client-id": client_id}).get("session", "").startswith(
+            "ssl-" if transport == "tcp" else "wss-")
+        listed = Broker(redis_client, gateway_data[1]).connection_list(filters={"client": client_id}).items
+        assert [c.protocol for c in listed] == ["stomp+ssl" if transport == "tcp" else "stomp+wss"]
         dest = _q()
         conn.send("SUBSCRIBE", {"destination": dest, "id": "s", "receipt": "sub"})
         conn.expect("RECEIPT")
