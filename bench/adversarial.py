@@ -1510,6 +1510,22 @@ def delete_owing(ctx: Context) -> Calls:
     return ctx.measure(_per_call_cpu(ctx, op))
 
 
+@case(f"delete: a queue owing {DELETE_COPIES:,} virtual copies, finished by the tick (its driver died)")
+def delete_owing_finished(ctx: Context) -> Calls:
+    """The deletion's driver dies after its record and first drain call; the tick's finish_deletions
+    (maintenance.py, run here without its grace) finishes it in the same bounded calls."""
+    from broker_core.effects import Eval
+    _owing(ctx, DELETE_COPIES)
+    ctx.broker.delete_destination("owing.warm")  # (the script loaded)
+    op = ctx.broker.ops.delete_destination(parse_destination("owing"), ctx.broker._now())
+    request = next(op)
+    while not (isinstance(request, Eval) and request.script == "destination_delete"):
+        request = op.send(ctx.broker._step(request))
+    ctx.broker._step(request)  # its first drain call, and no more
+    now = ctx.broker._now()
+    return ctx.measure(_per_call_cpu(ctx, ctx.broker.ops.finish_deletions(now, now, 1)))
+
+
 @case(f"delete: a queue with {DELETE_MANY:,} consumers")
 def delete_consumers(ctx: Context) -> Calls:
     for n in range(2):

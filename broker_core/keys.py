@@ -83,6 +83,14 @@ def due_key(namespace: str) -> str:
     return f"{namespace}:due"
 
 
+def deletions_key(namespace: str) -> str:
+    """<ns>:deleting: the destinations whose deletion is under way (uri -> when it was started, or taken
+    over by maintenance), and `:tally` beside it (uri -> the tally key the deletion counts in, when it has
+    one). Written before the deletion's first step, removed by its last (destination_delete.lua), so a
+    deletion whose driver died is found and finished by maintenance (Router.finish_deletions)."""
+    return f"{namespace}:deleting"
+
+
 def temp_tally_key(namespace: str) -> str:
     """<ns>:temps:deleted: temporary destinations deleted because their connection ended, and their
     messages (`destinations`, `messages`), counted in the deletion's own script call."""

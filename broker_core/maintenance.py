@@ -1,6 +1,6 @@
 """Maintenance jobs that keep the broker healthy, as ActiveMQ's broker timers do (spec §6, §8): expiry
 sweeps, slow-consumer aborts, and recovery (lapsed consumers, parked messages that came due, forwards a
-crashed process left behind).
+crashed process left behind, destinations' deletions it stopped half-way).
 
 Each job works on one destination, does bounded work per call and may run on several workers at once:
 it holds a lease (`<prefix>:lease:<job>`) while it runs, every change it makes is one atomic script, and a
@@ -58,6 +58,13 @@ TICK_CHUNK = 200
 TICK_SECONDS = 5.0
 PERIODIC_SLICE_SECONDS = 0.2  # periodic visits between two looks at the work with a deadline
 RETRY_MS = 1_000  # an entry whose visit failed is looked at again this much later
+# A deletion recorded this long ago is taken for one whose driver died, and finished by the tick
+# (finish_deletions): until then its driver is presumed to be finishing it (a topic's 10,000
+# subscriptions go in 200 calls, about a second). At most DELETIONS_PER_TICK of them a tick, none started
+# after DELETION_SECONDS_PER_TICK (each in bounded calls); the rest are the next tick's.
+DELETION_GRACE_MS = 5_000
+DELETIONS_PER_TICK = 10
+DELETION_SECONDS_PER_TICK = 2.0
 # (Re)building the index walks the registry this many destinations per tick (SCAN's COUNT hint).
 REINDEX_CHUNK = 500
 INDEX_VERSION = "1"  # bumped when what the index holds changes: every deployment rebuilds it once
@@ -420,6 +427,7 @@ class TickReport:
     indexed: int = 0  # entries in the maintenance index after the tick
     still_due: int = 0  # of them, due before the tick started and left for the next (over TICK_SECONDS)
     sampled: int = 0  # destinations whose counters the rate history sampled (broker_core/rates.py)
+    deletions_finished: list[str] = field(default_factory=list)  # their uris (finish_deletions)
 
 
 @dataclass
@@ -490,6 +498,23 @@ def _visit(broker: Broker, dest: Home, entry: PolicyEntry, tally: _Tally) -> Non
         if not visit.scheduled:
             broker._run(single(calls.Maintenance.schedule(broker.ops.home_prefix(dest), broker.clock.now_ms(),
                                                          FORWARD_GRACE_MS, sweep, slow, offline)))
+
+
+def finish_deletions(broker: Broker) -> list[str]:
+    """Finish the deletions whose driver died between two of their calls (a process killed mid-way), which
+    would otherwise leave their destination listed and half-drained: up to DELETIONS_PER_TICK recorded at
+    least DELETION_GRACE_MS ago, each as its driver would have (Router.finish_deletions), in bounded calls.
+    Returns their uris."""
+    finished: list[str] = []
+    until = time.monotonic() + DELETION_SECONDS_PER_TICK
+    while len(finished) < DELETIONS_PER_TICK and time.monotonic() < until:
+        now = broker.clock.now_ms()  # (one at a time: the oldest left, its record's time read afresh)
+        done = broker._run(broker.ops.finish_deletions(now, now - DELETION_GRACE_MS, 1))
+        if not done:
+            break
+        log.info("the deletion of %s, stopped half-way, finished", done[0])
+        finished += done
+    return finished
 
 
 def _end_orphaned_temporary(broker: Broker, dest: Destination) -> None:
@@ -598,13 +623,15 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
     What is due is read from the maintenance index (key prefix -> when it is next due): `<ns>:due` for work
     with a deadline (leases, parked messages, delayed starts, forwards), `<ns>:due:periodic` for the
     periodic jobs; TICK_CHUNK entries per call, for at most TICK_SECONDS, the rest being the next tick's.
-    So a tick costs what is due, not what exists. With `destinations`, those destinations and all their
-    subscriptions are visited whatever the index says. A failing destination is logged and reported; the
-    others go on."""
+    So a tick costs what is due, not what exists. Before them, deletions whose driver died half-way are
+    finished (`finish_deletions`). With `destinations`, those destinations and all their subscriptions are
+    visited whatever the index says (and no deletion is finished). A failing destination is logged and
+    reported; the others go on."""
     started = time.monotonic()
     policy_map = broker.policies.policy_map()
     tally = _Tally()
     now = broker.clock.now_ms()
+    deletions: list[str] = []
 
     def visit(dest: Home) -> None:
         _visit(broker, dest, policy_map.resolve(dest.destination), tally)
@@ -625,6 +652,7 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
     else:
         key = _due_key(broker)
         _reindex_step(broker, now)
+        _guarded(tally, "unfinished deletions", lambda: deletions.extend(finish_deletions(broker)))
         # The pseudo-topics of patterns that lost their last subscription (a handful): what waits there is
         # delivered by their visit, then their keys go.
         for uri in broker._run(broker.ops.idle_pattern_topics()):
@@ -670,7 +698,7 @@ def run_due(broker: Broker, destinations: Iterable[str] | None = None) -> TickRe
     broker.redis.hset(_heartbeat_key(broker), mapping={"indexed": indexed, "still_due": still_due})
     return TickReport(count, tally.reaped, tally.forwarded, tally.dispatched, tally.sweeps, tally.expired,
                       tally.slow_checks, tally.aborted, tally.errors, duration_ms, tally.offline_removed,
-                      indexed, still_due, sum(sampled))
+                      indexed, still_due, sum(sampled), deletions)
 
 
 # -- what the console shows ---------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from signalbox.celery import app
 
 log = logging.getLogger(__name__)
 # What a tick report counts that changed something (the rest is bookkeeping: destinations, checks run).
-TICK_WORK = ("reaped", "forwarded", "dispatched", "expired", "aborted", "offline_removed")
+TICK_WORK = ("reaped", "forwarded", "dispatched", "expired", "aborted", "offline_removed",
+             "deletions_finished")
 
 
 @functools.cache

@@ -71,16 +71,47 @@ def refresh_policies(ops: Context, now: int) -> Op:
         yield Command(("HSET", f"{ops.prefix(dest)}:meta", "dirty", "1"))
 
 
+def begin_deletion(ops: Context, dest: Destination, now: int, tally: str) -> Op:
+    """Record that the destination's deletion is under way (keys.deletions_key), before its first step
+    (a topic's subscriptions' removal, a temporary queue's purge, the drain), so that maintenance finishes
+    it if its driver dies (Router.finish_deletions); its last step removes the record. One MULTI/EXEC with
+    the tally key the deletion counts in, so whoever finishes it counts it where it was meant to. A
+    deletion already recorded keeps its time (and its tally)."""
+    record = ("ZADD", ops.deletions_key, "NX", now, dest.uri)
+    if not tally:
+        yield Command(record)
+        return
+    yield [record, ("HSETNX", f"{ops.deletions_key}:tally", dest.uri, tally)]
+
+
+def stalled_deletions(ops: Context, started_before: int, limit: int) -> Op:
+    """Up to `limit` deletions under way since before `started_before` (ms), oldest first: [(uri, tally
+    key or '')]."""
+    uris = [_str(u) for u in (yield Command(("ZRANGE", ops.deletions_key, "-inf", started_before, "BYSCORE",
+                                             "LIMIT", 0, limit)))]
+    if not uris:
+        return []
+    tallies = yield Command(("HMGET", f"{ops.deletions_key}:tally", *uris))
+    return [(uri, _str(tally) if tally else "") for uri, tally in zip(uris, tallies, strict=True)]
+
+
+def take_over_deletion(ops: Context, uri: str, now: int) -> Op:
+    """Take over a stalled deletion: its record's time moves to `now`, so the next ticks leave it to this
+    one for the grace period; False when its record is gone (its driver finished it meanwhile)."""
+    return bool((yield Command(("ZADD", ops.deletions_key, "XX", "CH", now, uri))))
+
+
 def delete_destination(ops: Context, dest: Destination, now: int, tally: str = "") -> Op:
     """Delete a destination's own keys and its registry entry (a topic's subscriptions went first:
     topics.delete); returns how many messages its keys held, None (nothing deleted) for a topic that has
     a subscription again (Router._delete_topic removes it and calls again). Its deletion advisory, if
     anybody listens, goes through the advisory topic's outbox. `tally`: a hash that counts the deletion in
     the same step (a temporary destination's: Router.delete_temporary). Its large parts are drained
-    DELETE_CHUNK entries a call first; a deletion stopped between calls is finished by a repeated one."""
+    DELETE_CHUNK entries a call first; the last call removes its record (begin_deletion). A deletion
+    stopped between calls is finished by maintenance (Router.finish_deletions) or a repeated one."""
     while True:  # its large parts drained DELETE_CHUNK a call, then the rest deleted in the last call
         deleted = calls.DestinationDelete.parse((yield calls.DestinationDelete.call(
-            ops.prefix(dest), now, ops.registry_key, dest.uri, tally, DELETE_CHUNK)))
+            ops.prefix(dest), now, ops.registry_key, dest.uri, tally, DELETE_CHUNK, ops.deletions_key)))
         if deleted != calls.DestinationDelete.DRAINING:
             break
     if deleted is None:  # a topic subscribed to since its subscriptions were removed: nothing was deleted

@@ -64,6 +64,7 @@ class Context:
         self.backlog_checks = max(1, backlog_checks)  # a retroactive catch-up's messages a call (1 at least)
         self.transaction_limits = transaction_limits or TransactionLimits()
         self.registry_key = keys.registry_key(namespace)
+        self.deletions_key = keys.deletions_key(namespace)  # deletions under way (admin.begin_deletion)
         self.virtual = VirtualCache()  # this process's copy of the routing configuration
         # Deliveries pushed to consumers of this process (outbox.lua push_*): the wake-up channel its
         # consumers give as `notify`; a send names it, and the pushes to it come back in the send's reply

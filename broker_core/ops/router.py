@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from ..destinations import Destination, require_concrete
+from ..destinations import Destination, parse_destination, require_concrete
 from ..effects import Command, Create, Forward, Op, Settle
-from ..errors import OperationRefused
+from ..errors import OperationRefused, UnknownDestination
 from ..keys import Home, temp_tally_key
 from ..messages import Message
 from ..model import AckRequest, ConsumerRef, ConsumerSpec
@@ -241,10 +241,53 @@ class Router(Context):
     def delete_destination(self, dest: Destination, now: int) -> Op:
         """Delete a destination and everything in it; returns how many messages it held (a topic's: what
         its subscriptions held, each one's counted, and its scheduled messages: topics.delete)."""
+        removed, held = yield from self._delete(dest, now)
+        return removed if dest.is_topic else held
+
+    def delete_temporary(self, dest: Destination, now: int) -> Op:
+        """Delete a temporary destination whose connection ended with its messages, each counted in
+        `temp_tally_key` in the step that removes it (docs/broker_core.md "Temporary destinations"); returns
+        how many messages it held. Bounded calls: a queue is purged first (PURGE_EXAMINE messages a call),
+        so its deletion finds little left; a temporary topic has no durable subscription (refused), and its
+        connection's own subscriptions ended before this."""
+        if not (yield Command(("EXISTS", f"{self.prefix(dest)}:meta"))):
+            return 0  # gone already: nothing to record, nothing to count
+        removed, held = yield from self._delete(dest, now, temp_tally_key(self.namespace))
+        return held if dest.is_topic else removed + held
+
+    def finish_deletions(self, now: int, started_before: int, limit: int) -> Op:
+        """Finish the deletions whose driver died (or stalls): up to `limit` of those recorded before
+        `started_before` (ms; admin.begin_deletion), each taken over first (its record's time moved to
+        `now`, so other ticks leave it alone for as long) and run as its driver runs it (`_delete`), with
+        the tally it is counted in. A driver still going and this meeting on one deletion is harmless:
+        each step is atomic, neither makes the destination again, and only the step that finds it still
+        there counts it (destination_delete.lua). Returns their uris."""
+        finished = []
+        for uri, tally in (yield from self.run(admin.stalled_deletions(self, started_before, limit))):
+            if (yield from self.run(admin.take_over_deletion(self, uri, now))):
+                dest = parse_destination(uri, allow_wildcards=True)
+                yield from self._delete(dest, now, tally, recorded=True)
+                finished.append(uri)
+        return finished
+
+    def _delete(self, dest: Destination, now: int, tally: str = "", recorded: bool = False) -> Op:
+        """A deletion, whoever drives it (the operator, a temporary destination's end, maintenance taking
+        one over): recorded first unless it is already (`recorded`), so that maintenance finishes it if
+        this driver dies; then a topic's subscriptions and the topic (`_delete_topic`), or a queue, purged
+        first when the deletion is counted in `tally` (each message counted as it goes), and deleted; the
+        record goes in the last step. Returns (what the subscriptions' removal or the purge removed, what
+        the deletion found in the destination's store)."""
+        if not recorded:
+            yield from self.run(admin.begin_deletion(self, dest, now, tally))
         if dest.is_topic:  # its subscriptions first (bounded calls), then its own keys
-            removed, _held = yield from self._delete_topic(dest, now)
-            return removed
-        return (yield from self.run(admin.delete_destination(self, dest, now)))
+            return (yield from self._delete_topic(dest, now, tally))
+        removed = 0
+        if tally:
+            try:
+                removed = yield from self.run(queues.purge(self, dest, now, 0, tally=tally))
+            except UnknownDestination:  # deleted meanwhile (purge.lua makes no queue): its record goes below
+                removed = 0
+        return removed, (yield from self.run(admin.delete_destination(self, dest, now, tally)))
 
     def _delete_topic(self, dest: Destination, now: int, tally: str = "") -> Op:
         """A topic's subscriptions removed, then the topic (admin.delete_destination), again while a
@@ -258,21 +301,6 @@ class Router(Context):
             if held is not None:
                 return removed, held
             first = False
-
-    def delete_temporary(self, dest: Destination, now: int) -> Op:
-        """Delete a temporary destination whose connection ended with its messages, each counted in
-        `temp_tally_key` in the step that removes it (docs/broker_core.md "Temporary destinations"); returns
-        how many messages it held. Bounded calls: a queue is purged first (PURGE_EXAMINE messages a call),
-        so its deletion finds little left; a temporary topic has no durable subscription (refused), and its
-        connection's own subscriptions ended before this."""
-        tally = temp_tally_key(self.namespace)
-        if not (yield Command(("EXISTS", f"{self.prefix(dest)}:meta"))):
-            return 0  # gone already (a topic's subscription removal below would make its keys again)
-        if dest.is_topic:
-            _removed, held = yield from self._delete_topic(dest, now, tally)
-            return held
-        removed = yield from self.run(queues.purge(self, dest, now, 0, tally=tally))
-        return removed + (yield from self.run(admin.delete_destination(self, dest, now, tally)))
 
     def connection_changed(self, info: dict[str, str], now: int, added: bool) -> Op:
         return self.run(advisory.connection_changed(self, info, now, added))

@@ -472,11 +472,14 @@ class DestinationDelete(ScriptCall):
     DRAINING = "draining"  # parse: this call drained `chunk` entries and more are left; call again
 
     @classmethod
-    def call(cls, prefix: str, now: int, registry: str, uri: str, tally: str, chunk: int) -> Eval:
+    def call(cls, prefix: str, now: int, registry: str, uri: str, tally: str, chunk: int,
+             deletions: str) -> Eval:
         """`registry`: the destination registry, whose `uri` entry goes in the same step; `tally`: a hash
         counting the deletion (destinations, messages) in the same step ('' for none); `chunk`: the
-        entries of its large parts (forward records, consumers, ...) drained at most per call."""
-        return Eval(cls.script, (prefix,), (now, registry, uri, tally, chunk))
+        entries of its large parts (forward records, consumers, ...) drained at most per call;
+        `deletions`: the records of deletions under way (keys.deletions_key), whose `uri` entry goes in
+        the last step."""
+        return Eval(cls.script, (prefix,), (now, registry, uri, tally, chunk, deletions))
 
     @classmethod
     def parse(cls, reply: Any) -> tuple[int, bool] | str | None:

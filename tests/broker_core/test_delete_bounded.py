@@ -1,23 +1,28 @@
 """A destination's deletion in bounded calls (session 30): what grows with the data (forward records of
 virtual copies still owed, consumers and closed consumers, ended subscriptions' keys) is drained
 admin.DELETE_CHUNK entries a call before the call that deletes the rest (destination_delete.lua); a
-deletion stopped between calls leaves the targets' counts right and is finished by a repeated delete; a
-consumer added or a copy owed meanwhile goes with it. And release_ended looks at a bounded number of
-ended subscriptions' keys a call (lifecycle.lua ENDED_LOOKS)."""
+deletion stopped between calls leaves the targets' counts right and is finished by the maintenance tick
+once DELETION_GRACE_MS have passed (or by a repeated delete), counted once; a consumer added or a copy
+owed meanwhile goes with it. And release_ended looks at a bounded number of ended subscriptions' keys a
+call (lifecycle.lua ENDED_LOOKS)."""
 
 from __future__ import annotations
 
 import msgpack
 import pytest
+import redis
 
+from broker_core import maintenance
 from broker_core.config.virtual import VirtualConfig
-from broker_core.destinations import parse_destination
+from broker_core.connections import ConnectionRecord
+from broker_core.destinations import parse_destination, temporary_name
+from broker_core.drivers.loop import typed_error
 from broker_core.effects import Eval
 from broker_core.errors import UnknownConsumer
-from broker_core.keys import Home
+from broker_core.keys import Home, durables_key, usage_key
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
-from broker_core.ops import admin, virtual
+from broker_core.ops import admin, topics, virtual
 from broker_core.scripts import calls
 
 CHUNK = 5
@@ -234,3 +239,147 @@ def test_a_topic_s_queued_fan_outs_go_a_chunk_a_call(broker, redis_client):
     # (the removed subscriptions' ended keys share the calls)
     assert max(a - b for a, b in zip(queued, queued[1:], strict=False)) <= CHUNK
     assert list(redis_client.scan_iter(match=f"{prefix}*")) == []
+
+
+# -- a deletion whose driver died is finished by maintenance -------------------------------------------
+
+
+def requests(broker, op):
+    """Drive operation `op` one Redis request at a time, as the driver does (a script's error reply goes
+    back into it, typed); yields the name of each script it ran (None for a command), once it ran."""
+    request = next(op)
+    try:
+        while True:
+            done = request.script if isinstance(request, Eval) else None
+            try:
+                reply = broker._step(request)
+            except redis.ResponseError as exc:
+                yield done
+                request = op.throw(typed_error(exc))
+            else:
+                yield done
+                request = op.send(reply)
+    except StopIteration:
+        return
+
+
+def driven_until(broker, op, script: str, n: int = 1):
+    """Drive operation `op` until its `n`th call of `script` ran; returns the driver, paused there: left
+    alone, the process died there; driven on (`for _ in driver`), it was only slow."""
+    driver, seen = requests(broker, op), 0
+    for name in driver:
+        seen += name == script
+        if seen == n:
+            return driver
+    raise AssertionError(f"the operation ended after {seen} calls of {script}")
+
+
+def gone(broker, redis_client, dest: str) -> bool:
+    """Nothing is left of the destination: unlisted, no key under its prefix, no deletion record."""
+    prefix = broker.ops.prefix(parse_destination(dest))
+    return (dest not in broker.destinations() and not list(redis_client.scan_iter(match=f"{prefix}*"))
+            and not redis_client.exists(broker.ops.deletions_key, f"{broker.ops.deletions_key}:tally"))
+
+
+def test_a_queue_s_deletion_whose_driver_died_is_finished_by_the_tick_after_its_grace(
+        broker, composite, clock, redis_client):
+    """The driver dies after the first drain call: the queue stays listed, half-drained, until the tick
+    after DELETION_GRACE_MS finishes it (not one before: its driver may still be going), its owed copies'
+    charges off their targets, its messages off the broker's memory usage, nothing left of it."""
+    owing(broker, 6)  # 12 forward records
+    for i in range(7):
+        broker.add_consumer("x", ConsumerSpec(prefetch=1), consumer_id=f"c{i}")
+    assert int(redis_client.hget(usage_key(broker.namespace), "used")) > 0
+    driven_until(broker, broker.ops.delete_destination(parse_destination("x"), broker._now()),
+                 "destination_delete")  # its process died after one drain call
+    prefix = broker.ops.prefix(parse_destination("x"))
+    assert redis_client.hlen(f"{prefix}:fwd") + redis_client.hlen(f"{prefix}:consumers") == 12 + 7 - CHUNK
+    clock.advance(maintenance.DELETION_GRACE_MS - 1)
+    assert maintenance.run_due(broker).deletions_finished == []  # within the grace: left to its driver
+    assert "queue://x" in broker.destinations()
+    clock.advance(1)
+    assert maintenance.run_due(broker).deletions_finished == ["queue://x"]
+    assert gone(broker, redis_client, "queue://x")
+    assert [memfwd(broker, t) for t in TARGETS] == [0, 0]
+    assert int(redis_client.hget(usage_key(broker.namespace), "used")) == 0
+    clock.advance(maintenance.DELETION_GRACE_MS)
+    assert maintenance.run_due(broker).deletions_finished == []
+
+
+def test_a_topic_s_deletion_whose_driver_died_among_its_subscriptions_is_finished_by_the_tick(
+        broker, clock, redis_client, monkeypatch):
+    """The driver dies after the first call removing the topic's subscriptions (durable ones, offline and
+    active, and plain ones): the tick finishes it, every subscription gone with its durable registry
+    entry, the topic unlisted, no key left, its messages off the broker's memory usage."""
+    monkeypatch.setattr(topics, "DELETE_SUBSCRIPTIONS", 3)
+    topic = "topic://news"
+    for i in range(4):
+        spec = ConsumerSpec(client_id="app", subscription_name=f"d{i}")
+        broker.close_consumer(broker.add_consumer(topic, spec))
+    active = [broker.add_consumer(topic, spec) for spec in (
+        ConsumerSpec(client_id="app", subscription_name="live", prefetch=1), ConsumerSpec(prefetch=1),
+        ConsumerSpec())]
+    broker.send(topic, [Message(body=f"m{i}") for i in range(5)])
+    op = broker.ops.delete_destination(parse_destination(topic), broker._now())
+    driven_until(broker, op, "topic_admin")
+    # (the first three in subscription order went: d0, d1, d2)
+    assert topic in broker.destinations() and redis_client.hlen(durables_key(broker.namespace)) == 2
+    clock.advance(maintenance.DELETION_GRACE_MS)
+    assert maintenance.run_due(broker).deletions_finished == [topic]
+    assert gone(broker, redis_client, topic)
+    assert redis_client.hlen(durables_key(broker.namespace)) == 0
+    assert int(redis_client.hget(usage_key(broker.namespace), "used")) == 0
+    for ref in active:
+        with pytest.raises(UnknownConsumer):
+            broker.receive(ref)
+
+
+OWNER = "ws-0123456789abcdef"
+
+
+@pytest.mark.parametrize("kind", ["queue", "topic"])
+def test_a_temporary_destination_s_deletion_finished_by_the_tick_and_its_slow_driver_counts_once(
+        broker, clock, redis_client, monkeypatch, kind):
+    """Its connection ended and the deletion stopped after its first call (a temporary queue's purge, a
+    temporary topic's first subscriptions' removal), its connection's lease not lapsed yet: the tick after
+    the grace finishes it, counted in the temporary destinations' tally with what it held. Its driver,
+    only slow, then goes on: nothing more is counted, nothing is left (nor made again)."""
+    monkeypatch.setattr(topics, "DELETE_SUBSCRIPTIONS", 2)
+    monkeypatch.setattr("broker_core.ops.queues.PURGE_EXAMINE", 2)
+    broker.connection_put(ConnectionRecord(OWNER, "stomp+tcp", "p1", user="alice"), lease_ms=3_600_000)
+    dest = parse_destination(f"{kind}://{temporary_name(OWNER, 1)}")
+    broker.ensure_destination(dest)
+    if kind == "topic":  # its connection's subscriptions, which keep what it holds
+        for _ in range(5):
+            broker.add_consumer(dest, ConsumerSpec(prefetch=1, connection_id=OWNER))
+    broker.send(dest, [Message(body=f"m{i}") for i in range(5)])
+    driver = driven_until(broker, broker.ops.delete_temporary(dest, broker._now()),
+                          "topic_admin" if kind == "topic" else "purge")
+    assert dest.uri in broker.destinations()
+    clock.advance(maintenance.DELETION_GRACE_MS)
+    assert maintenance.run_due(broker).deletions_finished == [dest.uri]
+    assert gone(broker, redis_client, dest.uri)
+    assert broker.temp_tally() == {"destinations": 1, "messages": 5}
+    for _ in driver:  # the slow driver's next calls find it deleted
+        pass
+    assert gone(broker, redis_client, dest.uri)
+    assert broker.temp_tally() == {"destinations": 1, "messages": 5}
+    assert int(redis_client.hget(usage_key(broker.namespace), "used")) == 0
+
+
+def test_a_deletion_whose_driver_is_still_going_is_not_taken_over(broker, composite, clock, redis_client):
+    """Within the grace period the tick leaves a deletion under way alone, and the driver finishes it,
+    its record with it: no later tick finds anything to finish."""
+    owing(broker, 6)
+    driver = driven_until(broker, broker.ops.delete_destination(parse_destination("x"), broker._now()),
+                          "destination_delete", 2)
+    clock.advance(maintenance.DELETION_GRACE_MS // 2)
+    assert maintenance.run_due(broker).deletions_finished == []
+    prefix = broker.ops.prefix(parse_destination("x"))
+    assert redis_client.hlen(f"{prefix}:fwd") == 12 - 2 * CHUNK  # untouched by the tick
+    for _ in driver:
+        pass
+    assert gone(broker, redis_client, "queue://x")
+    clock.advance(maintenance.DELETION_GRACE_MS)
+    assert maintenance.run_due(broker).deletions_finished == []
+    assert [memfwd(broker, t) for t in TARGETS] == [0, 0]

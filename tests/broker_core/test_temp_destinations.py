@@ -97,7 +97,7 @@ def test_the_step_that_counts_a_deletion_also_unlists_the_destination(broker):
     broker.send(dest, [Message(body="a")])
     tally = temp_tally_key(broker.namespace)
     step = calls.DestinationDelete.call(broker.ops.prefix(dest), 0, broker.ops.registry_key, dest.uri, tally,
-                                        admin.DELETE_CHUNK)
+                                        admin.DELETE_CHUNK, broker.ops.deletions_key)
     assert calls.DestinationDelete.parse(broker._step(step)) == (1, True)
     assert dest.uri not in broker.destinations()
     assert broker.temp_tally() == {"destinations": 1, "messages": 1}

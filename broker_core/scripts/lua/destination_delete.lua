@@ -1,14 +1,18 @@
 -- Delete a destination with everything in it (BrokerView.removeQueue). Its consumers are gone with it;
 -- their adapters learn it from UNKNOWN_CONSUMER on their next call. ARGV: now, registry key, uri, tally key
--- ('' for none), chunk. The registry entry goes in this step too, so no reader sees a deletion counted (the
--- tally) while the destination is still listed, and no crash leaves a listed destination without keys.
+-- ('' for none), chunk, deletions key. The registry entry goes in this step too, so no reader sees a
+-- deletion counted (the tally) while the destination is still listed, and no crash leaves a listed
+-- destination without keys. So does the deletion's record (`uri` in the deletions zset and its `:tally`
+-- hash, written before the deletion's first step: broker_core/ops/admin.py begin_deletion), by which
+-- maintenance finishes a deletion whose driver died (Router.finish_deletions).
 -- What grows with the data (the forward records of virtual copies still owed, consumers and closed
 -- consumers with four keys each, a topic's ended subscriptions' keys and queued fan-outs, transactions'
 -- reservations) is drained first, at most `chunk` entries a call (a forward record's blob counted against
 -- DRAIN_BYTES too): a call that leaves some returns {'more'} and the caller calls again
 -- (broker_core/ops/admin.py delete_destination). Each drained entry goes with what it counted (a copy's
--- charge on its target's 'memfwd'), so a deletion stopped between calls leaves counts right, and a repeated
--- delete finishes it; a send or subscription meanwhile is drained or refused (-1) by the next call.
+-- charge on its target's 'memfwd'), so a deletion stopped between calls leaves counts right, and whoever
+-- finishes it (maintenance, a repeated delete) finds it as it was left; a send or subscription meanwhile is
+-- drained or refused (-1) by the next call.
 -- Returns {messages that were in it, 1 if the registry held it}, {'more'}, or -1 (nothing deleted) for a
 -- topic that has a subscription: one made after ops/topics.py delete removed the last (a client
 -- resubscribing at once), which the caller removes the same way before it calls again, so that none is left
@@ -17,7 +21,8 @@
 -- tally key (a temporary destination deleted because its connection ended: broker_core/ops/router.py
 -- delete_temporary), the deletion is counted there in the same step: `destinations` +1 and `messages` +
 -- what it held (a topic's too: its subscriptions' were its own, still here), only when the destination
--- still existed, so deleting it twice counts once.
+-- still existed, so deleting it twice counts once: a slow driver and maintenance finishing the same
+-- deletion (neither makes it again: topic_admin's delete and purge make no destination).
 --@include base
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
@@ -103,7 +108,7 @@ if not drain() then return { 'more' } end
 
 local count = redis.call('HLEN', base.K_MSGS)
 local tally = ARGV[4]
-if tally and tally ~= '' and redis.call('EXISTS', base.K_META) == 1 then
+if tally ~= '' and redis.call('EXISTS', base.K_META) == 1 then
   redis.call('HINCRBY', tally, 'destinations', 1)
   redis.call('HINCRBY', tally, 'messages', count)
 end
@@ -134,4 +139,6 @@ keys[#keys + 1] = base.P .. ':fanout'
 keys[#keys + 1] = base.P .. ':fanout:n'
 keys[#keys + 1] = base.P .. ':fanout:at'
 redis.call('UNLINK', unpack(keys))
+redis.call('ZREM', ARGV[6], ARGV[3])  -- its deletion's record: finished
+redis.call('HDEL', ARGV[6] .. ':tally', ARGV[3])
 return { count, redis.call('ZREM', ARGV[2], ARGV[3]) }

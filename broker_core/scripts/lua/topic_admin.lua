@@ -122,7 +122,9 @@ elseif op == 'delete' then
   -- the ended keys a chunk a call (here every call would read all those earlier calls and subscriptions
   -- that ended before left in `:ended`, thousands of keys)
   local left = redis.call('LLEN', base.TP .. ':sorder')
-  if left == 0 then topic.recovery_release_all() end
+  -- (not on a topic gone already, deleted meanwhile by another driver of its deletion: its meta made
+  -- again would be counted again by the deletion's last step, destination_delete.lua)
+  if left == 0 and redis.call('EXISTS', base.TP .. ':meta') == 1 then topic.recovery_release_all() end
   return { dropped, left }
 elseif op == 'drop_idle' then
   return wildcard.drop_idle({ unpack(ARGV, 3) })
