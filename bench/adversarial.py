@@ -1335,7 +1335,9 @@ for _many in (5_000, 10_000):
     @case(f"topic: one message, {_many:,} subscriptions, priority policy, stored before :sprio")
     def topic_send_many_priority_old(ctx: Context, many: int = _many) -> Calls:
         """The same on a topic whose subscriptions were made before :sprio existed (deleted here): the
-        send reads every definition, sorts them and writes :sprio, once (topic.subscriptions)."""
+        send's call and its fan-out's build :sprio INDEX_SLICE keys a call (topic.index_ready; until
+        session 31 the send read every definition and wrote :sprio in its one call), then the fan-out
+        visits them in that order."""
         topic = "topic://wide.t"
         _priority_subscriptions(ctx, topic, many)
         ctx.broker.send(topic, Message(body="warm"))
@@ -1461,7 +1463,8 @@ def wildcard_many_registered(ctx: Context) -> Calls:
 @case(f"topic: one message, {WILD_MANY:,} registered wildcard patterns, no trie of them yet")
 def wildcard_many_registered_unbuilt(ctx: Context) -> Calls:
     """As above on a namespace whose patterns were registered before the trie existed (its keys deleted
-    here): the send builds it, once (wildcard.build_index)."""
+    here): the send's call and its fan-out's build it BUILD_SLICE patterns a call (wildcard.index_ready;
+    until session 31 the send built it whole in its one call), then the fan-out decides the patterns."""
     for n in range(WILD_MANY):
         ctx.broker.add_consumer(f"topic://p{n}.>", ConsumerSpec(), consumer_id=f"w{n}")
     ctx.broker.send("topic://orders.x", Message(body="warm"))

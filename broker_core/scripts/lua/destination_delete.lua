@@ -129,7 +129,7 @@ local keys = { base.K_META, base.K_POLICY, base.K_MSGS, base.K_PENDING, base.K_I
   base.P .. ':rates:1m:discarded',
   -- a topic's (none on a queue); UNLINK: a topic holding many messages has large `refs` and `order`, which
   -- Redis frees off its main thread (a DEL of 10,000 references took 20 ms, holding every client)
-  base.P .. ':subs', base.P .. ':sorder', base.P .. ':sprio', base.P .. ':subof', base.P .. ':refs',
+  base.P .. ':subs', base.P .. ':sorder', base.P .. ':sprio', base.P .. ':sprio:build', base.P .. ':subof', base.P .. ':refs',
   base.P .. ':order',
   base.P .. ':retain', base.P .. ':recov', base.P .. ':recovmsg' }
 keys[#keys + 1] = base.P .. ':closing'

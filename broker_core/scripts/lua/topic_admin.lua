@@ -106,7 +106,8 @@ elseif op == 'delete' then
   local keys = redis.call('LRANGE', base.TP .. ':sorder', 0, budget - 1)
   -- (the priority policy's order goes first: each removal's LREM would walk it from its head, where these
   -- keys are not; without it a priority send reads them all, and rebuilds it, topic.lua)
-  redis.call('DEL', base.TP .. ':sprio')
+  redis.call('DEL', base.TP .. ':sprio', base.TP .. ':sprio:build')  -- (and a build of it, topic.lua)
+  redis.call('HDEL', base.TP .. ':meta', 'sprio_walk', 'sprio_moved', 'sprio_seq')
   local defs = #keys > 0 and redis.call('HMGET', base.TP .. ':subs', unpack(keys)) or {}
   for i, key in ipairs(keys) do
     if defs[i] then

@@ -129,7 +129,9 @@ for i = 4, #ARGV, 4 do
     -- call's worth (wildcard.MAX_PATTERNS); the others are decided by the fan-out's calls, and all of them
     -- for a message deferred already (after its subscriptions: each pattern's copies in send order)
     local takers, left = {}, wild.patterns
-    if not rest then
+    if not rest and wild.unbuilt then  -- (the patterns not known yet: the fan-out decides them, fanout.run)
+      rest, deferring = #subs + 1, true
+    elseif not rest then
       takers, view, left = wildcard.takers(wild, wild.patterns, id, m, view, topic.matches, forward.work_spent)
       if left then rest, deferring = #subs + 1, true end
     end

@@ -21,6 +21,7 @@ from broker_core.messages import Message
 from broker_core.ops import advisory
 from broker_core.scripts.library import SCRIPT_DIR
 
+from ...broker_core.test_chunked_close import calls
 from ...helpers.broker import consumer, drain
 from .test_flow_virtual_edges import Crash, drive
 
@@ -347,3 +348,79 @@ def test_a_registry_past_its_scan_size_is_read_through_its_trie_kept_with_the_su
         broker.close_consumer(c)
     assert registry(broker) == set()
     assert broker.redis.keys(f"{broker.namespace}:wildcards:t:*") == []
+
+
+def _trie(broker: Broker) -> dict[str, dict[str, int]]:
+    return {k.decode(): {f.decode(): int(v) for f, v in broker.redis.hgetall(k).items()}
+            for k in broker.redis.keys(f"{broker.namespace}:wildcards:t:*")}
+
+
+def _trie_of(broker: Broker, patterns: set[str]) -> dict[str, dict[str, int]]:
+    """The trie `patterns` make (wildcard.lua wildcard.index): per prefix node, the patterns through each
+    segment after it, '' those ending there, '>' those ending with '>' after it."""
+    trie: dict[str, dict[str, int]] = {}
+
+    def count(path: str, field: str) -> None:
+        node = trie.setdefault(f"{broker.namespace}:wildcards:t:{path}", {})
+        node[field] = node.get(field, 0) + 1
+
+    for name in patterns:
+        segments, path = name.split("."), ""
+        for i, segment in enumerate(segments):
+            count(path, segment)
+            if segment == ">":
+                break
+            path = segment if i == 0 else f"{path}.{segment}"
+        else:
+            count(path, "")
+    return trie
+
+
+@pytest.mark.parametrize("functions", [True, False], ids=["functions", "eval"])
+@pytest.mark.parametrize("change", [False, True], ids=["alone", "patterns coming and going"])
+def test_the_trie_of_patterns_registered_before_it_is_built_across_calls_while_sends_wait(broker, change,
+                                                                                          functions):
+    """A registry past SCAN_MOST whose patterns were registered before the trie existed (its keys deleted
+    here) gets it built a slice a call (in one call it took 80 ms at 10,000 patterns): the send's call
+    builds a slice and leaves the patterns to its fan-out, whose calls build the rest, then decide them;
+    the message reaches the patterns matching it, the registry's at that moment (one whose subscription
+    went meanwhile gets nothing), once. Patterns subscribed to and left meanwhile are counted in and out
+    where the build is: the trie built is that of the registry. In both script forms (the library keeps
+    its state between calls: a call builds one slice)."""
+    broker.driver.functions = functions
+
+    fillers = [subscribe(broker, f"f{n}.>") for n in range(FILLERS)]
+    subs = {p: subscribe(broker, p) for p in ("orders.>", "orders.*", "*.eu", "orders.eu.>", "*")}
+    broker.send("topic://orders.eu", Message(body="warm"))  # (the topic made)
+    for c in subs.values():
+        drain(broker, c)
+    ns = broker.namespace
+    broker.redis.delete(f"{ns}:wildcards:indexed", *broker.redis.keys(f"{ns}:wildcards:t:*"))
+    op = broker.ops.send(parse_destination("topic://orders.eu"), [Message(body="a", message_id="a")],
+                         broker._now())
+    fanouts, added = 0, []
+    for name, _ in calls(broker, op):
+        if name == "topic_send":
+            assert not broker.redis.exists(f"{ns}:wildcards:indexed")  # (a slice built, not all)
+            if change:
+                broker.close_consumer(subs.pop("orders.*"))
+                for c in fillers[:300]:
+                    broker.close_consumer(c)
+                added += [subscribe(broker, f"g{n}.*.x") for n in range(300)]
+                added.append(subscribe(broker, "orders.eu"))  # (no pattern: an ordinary topic's)
+        fanouts += name == "topic_fanout"
+    assert fanouts >= 2
+    assert broker.redis.exists(f"{ns}:wildcards:indexed") and not broker.redis.exists(f"{ns}:wildcards:scan")
+    assert _trie(broker) == _trie_of(broker, registry(broker))
+    assert ids(broker, subs["orders.>"]) == ["a"]
+    assert ids(broker, subs["*.eu"]) == ["a"]
+    assert ids(broker, subs["orders.eu.>"]) == ["a"]
+    assert ids(broker, subs["*"]) == []
+    if not change:
+        assert ids(broker, subs["orders.*"]) == ["a"]
+    broker.send("topic://orders.eu", Message(body="b", message_id="b"))
+    assert ids(broker, subs["orders.>"]) == ["b"]
+    for c in [*fillers[300 if change else 0:], *subs.values(), *added]:
+        broker.close_consumer(c)
+    assert registry(broker) == set()
+    assert broker.redis.keys(f"{ns}:wildcards:t:*") == []

@@ -95,8 +95,12 @@ function advisory.topic(kind, src)
     names = { topic, src.ns .. ':{t:' .. topic .. '}:meta' }
     src.topics[kind] = names
   end
-  -- a wildcard subscription on a pattern matching the advisory topic counts as its existence
-  if redis.call('EXISTS', names[2]) == 0 and #wildcard.matching(src.ns, names[1]) == 0 then return nil end
+  -- a wildcard subscription on a pattern matching the advisory topic counts as its existence (and one
+  -- that may match, while the registry's trie is built: wildcard.matching, nothing lost)
+  if redis.call('EXISTS', names[2]) == 0 then
+    local patterns = wildcard.matching(src.ns, names[1])
+    if patterns and #patterns == 0 then return nil end
+  end
   return names[1]
 end
 

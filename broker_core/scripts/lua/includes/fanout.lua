@@ -16,9 +16,12 @@
 --                        subscriptions of that moment: one made later does not get its messages, one
 --                        gone meanwhile is skipped), then `w.<pattern>` for each matching wildcard
 --                        pattern still to decide (a subscription key is `c.` or `d.` and more, topics.py),
---                        in the order wildcard.matching sorts them. One list per send, shared by the
---                        messages it queued with every pattern left to decide (a first message that
---                        decided some has one of its own):
+--                        in the order wildcard.matching sorts them. While the priority policy's order
+--                        is built, the entry topic.UNBUILT stands for the subscription keys; while the
+--                        patterns' trie is built, 'w.' (wildcard.UNBUILT) for the patterns: each replaced
+--                        when its build is complete (fanout.unbuilt, fanout.unbuilt_patterns). One list
+--                        per send, shared by the messages it queued with every pattern left to decide (a
+--                        first message that decided some has one of its own):
 --                        each reads it from its own index on (:fanout:at), none pops it. It is named after
 --                        the last of them, which finishes last (fan-outs finish in send order) and deletes
 --                        it; so :fanout's ids name every list there is (destination_delete.lua)
@@ -142,6 +145,10 @@ end
 -- first range copied by the server (COPY, then LTRIM: a small part of the 0.35 µs a key that reading and
 -- pushing them from Lua takes), the keys read before it pushed in front of it.
 function fanout.list_keys(list, subs, from, unread)
+  if unread and unread.unbuilt then  -- (:sprio not built yet: none read, its keys listed once it is, fanout.run)
+    redis.call('RPUSH', list, topic.UNBUILT)
+    return
+  end
   local keys = {}
   if unread then
     redis.call('COPY', unread.list, list)
@@ -252,6 +259,41 @@ function fanout.visit(key, id, m, seq, view, touched, order)
   return true, view
 end
 
+-- List entry topic.UNBUILT at index `at` of `list` reached: the subscriptions in the priority policy's
+-- order, :sprio, still being built when the send listed them (topic.subscriptions). A slice of the build
+-- (topic.index_ready); once complete, the entry is replaced by :sprio's keys (the server's copy, the
+-- entries around it pushed on each side: the patterns after it, none before it). Either way the call's
+-- visits are spent: the next call reads the list from there. The keys are those of that moment: one made
+-- since the send is passed by, one gone is skipped (fanout.visit).
+function fanout.unbuilt(list, at)
+  fanout.visits = fanout.MAX_VISITS
+  if not topic.index_ready() then return end
+  local before = at > 0 and redis.call('LRANGE', list, 0, at - 1) or {}
+  local after = redis.call('LRANGE', list, at + 1, -1)
+  local made = list .. ':sprio'
+  redis.call('COPY', base.TP .. ':sprio', made, 'REPLACE')
+  local front = {}
+  for k = #before, 1, -1 do front[#front + 1] = before[k] end  -- (LPUSH puts each one in front)
+  base.call_many('LPUSH', made, front)
+  base.call_many('RPUSH', made, after)
+  if redis.call('EXISTS', made) == 1 then redis.call('RENAME', made, list) else redis.call('DEL', list) end
+end
+
+-- List entry 'w.' .. wildcard.UNBUILT at index `at` of `list` reached (the last one: patterns come last,
+-- and a send lists it alone): the patterns matching the topic, not known at the send while the registry's
+-- trie was built (wildcard.for_send). A slice of the build; once complete, the entry is replaced by the
+-- matching patterns of that moment. Either way the call's visits are spent, as for fanout.unbuilt.
+function fanout.unbuilt_patterns(list, at)
+  fanout.visits = fanout.MAX_VISITS
+  local ns, name = wildcard.topic_name()
+  local patterns = wildcard.matching(ns, name)
+  if not patterns then return end
+  local after = redis.call('LRANGE', list, at + 1, -1)
+  if at > 0 then redis.call('LTRIM', list, 0, at - 1) else redis.call('DEL', list) end
+  fanout.list_patterns(list, patterns)
+  base.call_many('RPUSH', list, after)
+end
+
 -- Go on with the queued fan-outs, oldest first, until the call is full (fanout.stop). Each message reads
 -- its list from its own index on (fanout.READ keys at a time), and notes where it stopped. The
 -- subscriptions that took messages get them in `touched` ({s, ids, msgs} per key) and `order`, for the
@@ -277,7 +319,11 @@ function fanout.run(touched, order)
           break
         end
         local ok
-        if string.sub(key, 1, 2) == 'w.' then  -- (a wildcard pattern still to decide, after the keys)
+        if key == topic.UNBUILT or key == 'w.' .. wildcard.UNBUILT then
+          if key == topic.UNBUILT then fanout.unbuilt(list, index) else fanout.unbuilt_patterns(list, index) end
+          done = false
+          break
+        elseif string.sub(key, 1, 2) == 'w.' then  -- (a wildcard pattern still to decide, after the keys)
           ok, view = fanout.pattern(id, m, blob, string.sub(key, 3), view)
           if ok then copied = copied + 1 end
         else

@@ -596,6 +596,12 @@ function lifecycle.load()
     -- which removes from the head, does not walk the whole list per subscription)
     redis.call('LREM', base.TP .. ':sorder', 1, base.SUB)
     redis.call('LREM', base.TP .. ':sprio', 1, base.SUB)  -- (the priority policy's order, topic.lua)
+    -- (a build of it under way, topic.lua index_ready: a key walked already leaves the walk's count)
+    if redis.call('ZREM', base.TP .. ':sprio:build', base.SUB) == 1 then
+      if redis.call('HEXISTS', base.TP .. ':meta', 'sprio_walk') == 1 then
+        redis.call('HINCRBY', base.TP .. ':meta', 'sprio_walk', -1)
+      end
+    end
     -- a wildcard pattern with no subscription left leaves <ns>:wildcards in this step (wildcard.lua)
     if redis.call('HLEN', base.TP .. ':subs') == 0 then wildcard.mark(false) end
     if dropped > 0 then redis.call('HINCRBY', base.TP .. ':meta', 'sub_removed', dropped) end

@@ -6,9 +6,13 @@
 --                  name, durable, priority}
 --   :sorder  list  subscription keys in the order they were created (the dispatch policies start here)
 --   :sprio   list  subscription keys in the priority dispatch policy's order: by their definitions'
---                  priority, highest first, equal ones as in :sorder (topic.index_add). Always a part of
---                  :sorder in that order; all of it when as long (a topic's subscriptions made before it
---                  existed are added by the first priority send, topic.subscriptions).
+--                  priority, highest first, equal ones as in :sorder (topic.index_add). All of :sorder in
+--                  that order when as long and no build is under way; a topic's subscriptions made before
+--                  it existed get it built in slices (topic.index_ready), priority sends waiting meanwhile.
+--   :sprio:build  zset  while :sprio is built: the keys walked and not yet moved to :sprio, scored by
+--                  priority and walk order (index_score); meta 'sprio_walk' (keys of :sorder walked, while
+--                  walking), 'sprio_moved' (the score of the last key moved to :sprio, while moving),
+--                  'sprio_seq' (the walk order's counter)
 --   :subof   hash  consumer id -> subscription key (how a ConsumerRef finds its subscription)
 --   :refs    hash  message id -> the references of the subscriptions that still hold it (the message is in
 --                  :msgs once): 1 each, DURABLE_REF a durable one's (lifecycle.lua ref_weight)
@@ -119,14 +123,58 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     end
   end
 
+  -- Building :sprio for a topic whose subscriptions were made before it existed, in slices of at most
+  -- INDEX_SLICE keys a call (reading every definition in one call took 37 ms at 10,000): first a walk of
+  -- :sorder from its head, each key with a definition scored into :sprio:build by its priority, highest
+  -- first, and its walk order (equal priorities stay in :sorder's order: PriorityDispatchPolicy's stable
+  -- sort); then the keys moved from :sprio:build to :sprio, lowest score first. A subscription made,
+  -- removed (lifecycle.lua remove_subscription) or back with another priority meanwhile is taken into
+  -- account where the build is (topic.index_add, topic.index_move).
+  topic.INDEX_SLICE = 1000
+  -- (scores: -priority * ORDER_SPAN + walk order, exact in a double for priorities -128..127)
+  local ORDER_SPAN = 4294967296
+
+  local function K_BUILD() return base.TP .. ':sprio:build' end
+
+  local function index_score(p, order)
+    return -p * ORDER_SPAN + order
+  end
+
+  -- Where a build is: the keys of :sorder walked (while walking), the score of the last key moved
+  -- ('-inf' before the first, while moving); nil, nil when none is under way.
+  local function build_state()
+    local state = redis.call('HMGET', base.TP .. ':meta', 'sprio_walk', 'sprio_moved')
+    return state[1], state[2]
+  end
+
+  local function build_start()
+    redis.call('DEL', base.TP .. ':sprio', K_BUILD())
+    redis.call('HSET', base.TP .. ':meta', 'sprio_walk', 0, 'sprio_seq', 0)
+    redis.call('HDEL', base.TP .. ':meta', 'sprio_moved')
+  end
+
   -- Put new subscription `key` (its definition `def`, its key already at the end of :sorder) in :sprio:
   -- after every one of the same or a higher priority (it is the newest, last of its equals in the stable
   -- sort). At the end when the last one's priority is not lower (all of a topic's subscriptions at the
-  -- default priority: three commands); else before the first of a lower priority. Done whatever the
+  -- default priority: six commands); else before the first of a lower priority. Done whatever the
   -- policy, so a topic switched to `priority` has its order ready.
+  -- While :sprio is built (topic.index_ready): nothing while walking (the walk reaches the key, at the end
+  -- of :sorder); while moving, to :sprio:build when its place is among the keys not moved yet, else into
+  -- :sprio as below (every key of a higher or the same priority is there). Before a build, nothing.
   function topic.index_add(key, def)
     local p = priority_of(def)
+    local walk, moved = build_state()
+    if walk then return end
     local n = redis.call('LLEN', base.TP .. ':sprio')
+    if moved then
+      local score = index_score(p, redis.call('HINCRBY', base.TP .. ':meta', 'sprio_seq', 1))
+      if moved == '-inf' or score > tonumber(moved) then
+        redis.call('ZADD', K_BUILD(), score, key)
+        return
+      end
+    elseif n ~= redis.call('LLEN', base.TP .. ':sorder') - 1 then
+      return
+    end
     if n == 0 or priority_at(n - 1) >= p then
       redis.call('RPUSH', base.TP .. ':sprio', key)
       return
@@ -138,10 +186,22 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
   -- :sprio: after every one of a higher priority, and among its equals where :sorder has it (the stable
   -- sort of Topic.consumers, in which a reactivated durable subscription kept its place). A probe among
   -- the equals finds their places in :sorder with LPOS, a scan on the server: this runs only when a
-  -- subscriber comes back with another priority. Nothing to do while :sprio is not all of :sorder yet
-  -- (the first priority send builds it from the definitions, topic.subscriptions).
+  -- subscriber comes back with another priority. While :sprio is built (topic.index_ready): a key walked
+  -- already is scored again, keeping its walk order; one not walked yet is read by the walk; while moving
+  -- the build starts over (rare: a return with another priority). Before a build, nothing.
   function topic.index_move(key, def)
     local K_SPRIO, K_LIST = base.TP .. ':sprio', base.TP .. ':sorder'
+    local walk, moved = build_state()
+    if walk then
+      local score = redis.call('ZSCORE', K_BUILD(), key)
+      if score then
+        redis.call('ZADD', K_BUILD(), index_score(priority_of(def), tonumber(score) % ORDER_SPAN), key)
+      end
+      return
+    elseif moved then
+      build_start()
+      return
+    end
     if redis.call('LLEN', K_SPRIO) ~= redis.call('LLEN', K_LIST) then return end
     redis.call('LREM', K_SPRIO, 1, key)
     local p, n = priority_of(def), redis.call('LLEN', K_SPRIO)
@@ -152,40 +212,66 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     end), n)
   end
 
-  -- :sprio of every subscription, from `subs` (all of them, in :sorder's order), for a topic whose
-  -- subscriptions were made before :sprio existed; returns them in that order. Sorted by priority, equal
-  -- ones in :sorder's order: what PriorityDispatchPolicy's stable sort gives. Each one goes to the group
-  -- of its priority, in order, and the groups are joined highest first: a few priorities sorted, not the
-  -- subscriptions (an insertion sort did it here before, as many steps as pairs out of order: 838 ms at
-  -- 5,000 of ten priorities; table.sort takes 3 times the groups' time).
-  local function index_build(subs)
-    local groups, priorities = {}, {}
-    for _, s in ipairs(subs) do
-      local p = priority_of(s.def)
-      local group = groups[p]
-      if not group then
-        group = {}
-        groups[p] = group
-        priorities[#priorities + 1] = p
-      end
-      group[#group + 1] = s
-    end
-    table.sort(priorities, function(a, b) return a > b end)
-    local sorted, K_SPRIO = {}, base.TP .. ':sprio'
-    redis.call('DEL', K_SPRIO)
-    for _, p in ipairs(priorities) do
-      local group = groups[p]
-      for from = 1, #group, 1000 do  -- unpack() has a limit
-        local keys = {}
-        for i = from, math.min(from + 999, #group) do
-          sorted[#sorted + 1] = group[i]
-          keys[#keys + 1] = group[i].key
-        end
-        redis.call('RPUSH', K_SPRIO, unpack(keys))
+  -- Walk at most `most` keys of :sorder from index `at`; returns how many of `most` are left.
+  local function build_walk(at, most)
+    local keys = redis.call('LRANGE', base.TP .. ':sorder', at, at + most - 1)
+    local subs = read_definitions(keys, {})
+    if #subs < #keys then  -- (a key listed without its definition, no subscription: off the list, as
+      local have = {}      -- topic_admin's delete does, or :sprio would never be as long)
+      for _, s in ipairs(subs) do have[s.key] = true end
+      for _, key in ipairs(keys) do
+        if not have[key] then redis.call('LREM', base.TP .. ':sorder', 1, key) end
       end
     end
-    return sorted
+    local seq = redis.call('HINCRBY', base.TP .. ':meta', 'sprio_seq', #subs) - #subs
+    local scored = {}
+    for i, s in ipairs(subs) do
+      scored[#scored + 1] = index_score(priority_of(s.def), seq + i)
+      scored[#scored + 1] = s.key
+    end
+    base.call_many('ZADD', K_BUILD(), scored)
+    if #keys < most then  -- (walked: keys made from now on go by topic.index_add)
+      redis.call('HDEL', base.TP .. ':meta', 'sprio_walk')
+      redis.call('HSET', base.TP .. ':meta', 'sprio_moved', '-inf')
+    else
+      redis.call('HSET', base.TP .. ':meta', 'sprio_walk', at + #subs)
+    end
+    return most - #keys
   end
+
+  -- Move at most `most` keys from :sprio:build to the end of :sprio; returns whether the build is done.
+  local function build_move(most)
+    local popped = redis.call('ZPOPMIN', K_BUILD(), most)
+    local keys = {}
+    for i = 1, #popped, 2 do keys[#keys + 1] = popped[i] end
+    base.call_many('RPUSH', base.TP .. ':sprio', keys)
+    if redis.call('EXISTS', K_BUILD()) == 1 then
+      redis.call('HSET', base.TP .. ':meta', 'sprio_moved', popped[#popped])
+      return false
+    end
+    redis.call('HDEL', base.TP .. ':meta', 'sprio_moved', 'sprio_seq')
+    return true
+  end
+
+  -- Is :sprio all of :sorder in the priority policy's order? If not, a slice of its build is done here
+  -- (started when none is under way): returns whether it is complete now. A topic of up to 500
+  -- subscriptions is built in one call.
+  function topic.index_ready()
+    local walk, moved = build_state()
+    if not walk and not moved then
+      if redis.call('LLEN', base.TP .. ':sprio') == redis.call('LLEN', base.TP .. ':sorder') then return true end
+      build_start()
+      walk = 0
+    end
+    local most = topic.INDEX_SLICE
+    if walk then most = build_walk(tonumber(walk), most) end
+    if most <= 0 then return false end
+    return build_move(most)
+  end
+
+  -- What topic.subscriptions returns for the keys not read while :sprio is built: the send's fan-out lists
+  -- UNBUILT, and lists :sprio's keys in its place once it is complete (fanout.run).
+  topic.UNBUILT = 'sprio'
 
   -- The subscriptions in the order the topic's dispatch policy visits them (§7.1), for a send: every
   -- matching one gets the message whatever the policy; the policy only orders the deliveries of one send.
@@ -194,30 +280,15 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
   -- from a turning start under roundRobin (wrapping round), :sprio's under priority. The keys of the
   -- others are returned too, as ranges of the list's indexes {first, last, ..., list = its key} in
   -- visiting order (nil when none is left), for fanout.defer to copy.
-  -- A priority topic whose :sprio is not all of :sorder yet (made before :sprio existed) has every
-  -- definition read and :sprio built in this call, once.
+  -- A priority topic whose :sprio is not complete (made before :sprio existed) has a slice of its build
+  -- done (topic.index_ready); while it is not complete, no definition is read and every subscription is
+  -- left to the fan-out, as { unbuilt = true } (fanout.list_keys): its messages wait for the build there.
   function topic.subscriptions(most)
     local dispatch_policy = topic.policy()['dispatchPolicy']
     local K_LIST = base.TP .. ':sorder'
     if dispatch_policy == 'priority' then
-      local K_SPRIO = base.TP .. ':sprio'
-      if redis.call('LLEN', K_SPRIO) ~= redis.call('LLEN', K_LIST) then
-        local keys = redis.call('LRANGE', K_LIST, 0, -1)
-        local subs = read_definitions(keys, {})
-        if #subs < #keys then  -- (a key listed without its definition, no subscription: off the list,
-          local have = {}      -- as topic_admin's delete does, or :sprio would never be as long)
-          for _, s in ipairs(subs) do have[s.key] = true end
-          for _, key in ipairs(keys) do
-            if not have[key] then redis.call('LREM', K_LIST, 1, key) end
-          end
-        end
-        subs = index_build(subs)
-        if #subs <= most then return subs, nil end
-        -- (the rest as if unread: the fan-out's list copied from :sprio by the server, not pushed from Lua)
-        for i = #subs, most + 1, -1 do subs[i] = nil end
-        return subs, { most, redis.call('LLEN', K_SPRIO) - 1, list = K_SPRIO }
-      end
-      K_LIST = K_SPRIO
+      if not topic.index_ready() then return {}, { unbuilt = true } end
+      K_LIST = base.TP .. ':sprio'
     end
     local keys = redis.call('LRANGE', K_LIST, 0, most - 1)
     local n = #keys < most and #keys or redis.call('LLEN', K_LIST)
