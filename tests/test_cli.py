@@ -187,6 +187,11 @@ def test_config_and_usage_mistakes_exit_2(home):
            "'--priority': 12 is not in the range 0<=x<=9", "see 'signalbox send --help'")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "body", "--ttl", "soon"), 2,
            "'soon' is not a duration")
+    # the consumer's lease is 1 s to 1 h (the API's bounds): checked here, naming the option, like the others
+    failed(run(home, "http://127.0.0.1:1", "receive", "q", "--lease", "2h"), 2,
+           "'--lease': '2h' is not between 1s and 1h", "see 'signalbox receive --help'")
+    failed(run(home, "http://127.0.0.1:1", "receive", "q", "--lease", "500"), 2,
+           "'--lease': '500' is not between 1s and 1h")
     failed(run(home, "http://127.0.0.1:1", "frobnicate"), 2, "No such command 'frobnicate'")
     failed(run(home, "http://127.0.0.1:1", "stat", "--watch", "orders"), 2,
            "'orders' is not a number of seconds", "stat orders --watch")
