@@ -430,6 +430,8 @@ class Link:
         self._keeper: asyncio.Task[None] | None = None
         self._consumer_seq = 0
         self._closed = False
+        self._close_task: asyncio.Task[None] | None = None  # the one close every `close` waits for
+        self._close_caller: asyncio.Task[Any] | None = None  # the task that started it
         self._lost_task: asyncio.Task[None] | None = None
         self._abort_tasks: set[asyncio.Task[None]] = set()
         # ack ids that aborted subscriptions had delivered: a late ACK of one is not the client's mistake
@@ -636,13 +638,13 @@ class Link:
 
     async def _close_subscription(self, sub: Subscription, reason: str) -> None:
         walk = self._pumps.pop(_walk_key(sub), None) if sub.browser is not None else None
-        if walk is not None and walk is not asyncio.current_task():
+        if walk is not None and not self._is_caller(walk):
             walk.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await walk
         for consumer in sub.consumers:
             task = self._pumps.pop(consumer.consumer_id, None)
-            if task is not None and task is not asyncio.current_task():
+            if task is not None and not self._is_caller(task):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
@@ -822,7 +824,7 @@ class Link:
         delivered again (a client that reads one MESSAGE and DISCONNECTs got it twice). Bounded: an ack
         Redis does not answer leaves its messages to the close, as before."""
         tasks = [task for task, cid in self._acking.items()
-                 if cid in consumer_ids and task is not asyncio.current_task()]
+                 if cid in consumer_ids and not self._is_caller(task)]
         if tasks:
             await asyncio.wait(tasks, timeout=ACKS_AT_CLOSE_S)
 
@@ -1262,15 +1264,27 @@ class Link:
 
     async def close(self) -> None:
         """Roll back open transactions, close every consumer (their unacked messages go back for
-        redelivery) and stop the tasks. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        redelivery) and stop the tasks. Idempotent: the first call starts the close as a task of its own,
+        which every call waits for, so a caller cancelled meanwhile does not stop it half-way (the frame
+        task handling a DISCONNECT is cancelled when the client's socket ends while the close waits for
+        auto acks: stopped there, the connection's subscriptions stayed open, their leases renewed)."""
+        if self._close_task is None:
+            self._closed = True
+            self._close_caller = asyncio.current_task()
+            self._close_task = asyncio.get_running_loop().create_task(self._close())
+        await asyncio.shield(self._close_task)
+
+    def _is_caller(self, task: asyncio.Task[Any]) -> bool:
+        """The task running this code, or the one that started the close (an abort's task, a pump's): the
+        close must not cancel (nor wait for) the task that waits for it, which goes on after it."""
+        return task is asyncio.current_task() or task is self._close_caller
+
+    async def _close(self) -> None:
         # (an auto ack still waiting for its messages' hand-over: closing the consumer gives them back;
         # one whose messages were written is let land first)
         await self._acks_landed(set(self._acking.values()))
         for task in [self._keeper, *self._abort_tasks, *self._ack_tasks]:
-            if task is not None and task is not asyncio.current_task():
+            if task is not None and not self._is_caller(task):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task

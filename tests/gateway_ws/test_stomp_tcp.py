@@ -915,3 +915,40 @@ def test_a_durable_subscriber_s_transacted_ack_commits_after_it_went_offline(raw
     assert (again.body, again.get("redelivered")) == (b"m2", "true")
     with pytest.raises(TimeoutError):
         conn.receive(0.5)
+
+
+
+def test_a_client_that_leaves_while_its_disconnect_closes_its_subscriptions_leaves_none_open(
+        raw, stomp_listener, redis_client):
+    """A client that reads its messages (ack:auto), sends DISCONNECT and closes its socket without waiting
+    for the RECEIPT, as many do: the DISCONNECT's close waits for the auto acks on their way (up to 2 s),
+    the socket's end cancelled the frame task in that wait, and the second close the socket's end started
+    returned at once (the link was marked closed), so every subscription stayed open, its lease renewed
+    for as long as the listener process lived (seen: 60 of 60; 13 of 21 after a stomp.py client's
+    disconnect). Whoever starts the close and whatever is cancelled meanwhile, it runs to the end."""
+    from broker_core.broker import Broker
+    from broker_core.errors import UnknownDestination
+
+    broker = Broker(redis_client, stomp_listener.namespace)
+    topic = f"tcp{uuid.uuid4().hex[:10]}"
+    subscriptions = 60
+    for _ in range(3):
+        conn = raw()
+        conn.connect()
+        for n in range(subscriptions):
+            conn.send("SUBSCRIBE", {"destination": f"/topic/{topic}", "id": f"s{n}", "selector": "a = 'x'",
+                                    **({"receipt": "all"} if n == subscriptions - 1 else {})})
+        conn.expect("RECEIPT")
+        conn.send("SEND", {"destination": f"/topic/{topic}", "a": "x"}, b"m")
+        for _ in range(subscriptions):  # each acknowledged (ack:auto) once written: acks on their way
+            conn.expect("MESSAGE")
+        conn.send("DISCONNECT")
+        conn.close()
+
+    def consumers() -> int:
+        try:
+            return broker.stats(f"topic://{topic}").consumer_count
+        except UnknownDestination:  # (a topic whose last subscription ended may be gone)
+            return 0
+
+    eventually(lambda: consumers() == 0, timeout=10)  # (a lease is 30 s, and a leaked one is renewed)
