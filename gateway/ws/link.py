@@ -504,7 +504,7 @@ class Link:
                 self._consumer_seq += 1
                 cid = f"{self.connection_id}-{self._consumer_seq}"
                 dest_spec = spec if dest.is_topic else queue_spec
-                sub.consumers.append(await self.broker.add_consumer(dest, dest_spec, cid))
+                sub.consumers.append(await self._add_consumer(dest, dest_spec, cid, sub.consumers))
         except BaseException:
             for consumer in sub.consumers:
                 with contextlib.suppress(Exception):
@@ -517,6 +517,19 @@ class Link:
         if start:
             self.start(sub)
         return sub
+
+    async def _add_consumer(self, dest: Destination, spec: ConsumerSpec, cid: str,
+                            made: list[Consumer]) -> Consumer:
+        """The broker's new consumer. A cancel meanwhile (the client's socket ended) does not stop the call
+        in Redis, which may still make the consumer: it is waited for and put in `made`, which the caller
+        closes, rather than left unknown, holding messages in flight until its lease lapses."""
+        call = asyncio.ensure_future(self.broker.add_consumer(dest, spec, cid))
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                made.append(await call)
+            raise
 
     async def browse(self, key: str, dest: Destination, selector: str | None, ack_mode: str,
                      options: dict[str, Any] | None = None, prefetch: int = 500) -> Subscription:

@@ -952,3 +952,36 @@ def test_a_client_that_leaves_while_its_disconnect_closes_its_subscriptions_leav
             return 0
 
     eventually(lambda: consumers() == 0, timeout=10)  # (a lease is 30 s, and a leaked one is renewed)
+
+
+def test_a_subscribe_the_socket_s_end_interrupts_leaves_no_consumer_holding_messages(listener, gateway_data,
+                                                                                     tmp_path):
+    """A client that SUBSCRIBEs and closes its socket at once: the socket's end cancelled the frame task
+    while the broker made the consumer (a write Redis answers once it is on disk: appendfsync always, as
+    `run` starts it), the call went on in Redis, and the consumer it made was known to nobody, so nothing
+    closed it: it held the queue's messages in flight (prefetch 1000) until its lease lapsed, 30 s (seen:
+    5 of 5 messages, against ./signalbox.sh run). ActiveMQ removes a connection's consumers with its
+    transport, at once."""
+    import redis
+
+    from broker_core.broker import Broker
+    from broker_core.messages import Message
+    from signalbox.embedded_redis import EmbeddedRedis, free_port
+
+    store = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendfsync="always")
+    store.start()
+    try:
+        server = listener(REDIS_URL=store.url)
+        broker = Broker(redis.Redis.from_url(store.url), gateway_data[1])
+        for _ in range(10):
+            name = _q().removeprefix("/queue/")
+            broker.send(name, [Message(body=f"m{n}") for n in range(5)])
+            conn = RawTcp(server.port)
+            conn.connect()
+            conn.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s", "ack": "client"})
+            conn.close()
+            stats = eventually(lambda name=name: (s := broker.stats(name)).consumer_count == 0 and s,
+                               timeout=5)  # (a lease is 30 s)
+            assert (stats.in_flight, stats.queue_size) == (0, 5), stats
+    finally:
+        store.stop()
