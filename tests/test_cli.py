@@ -187,6 +187,11 @@ def test_config_and_usage_mistakes_exit_2(home):
            "'--priority': 12 is not in the range 0<=x<=9", "see 'signalbox send --help'")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "body", "--ttl", "soon"), 2,
            "'soon' is not a duration")
+    # the consumer's lease is 1 s to 1 h (the API's bounds): checked here, naming the option, like the others
+    failed(run(home, "http://127.0.0.1:1", "receive", "q", "--lease", "2h"), 2,
+           "'--lease': '2h' is not between 1s and 1h", "see 'signalbox receive --help'")
+    failed(run(home, "http://127.0.0.1:1", "receive", "q", "--lease", "500"), 2,
+           "'--lease': '500' is not between 1s and 1h")
     failed(run(home, "http://127.0.0.1:1", "frobnicate"), 2, "No such command 'frobnicate'")
     failed(run(home, "http://127.0.0.1:1", "stat", "--watch", "orders"), 2,
            "'orders' is not a number of seconds", "stat orders --watch")
@@ -503,7 +508,9 @@ def test_a_reader_slower_than_the_lease_loses_nothing(gateway, server, home, red
     after = stats(home, server, q)
     assert (after["queue_size"], after["dequeued"], after["consumer_count"]) == (0, 200, 0)
     broker.close()
-    failed(run(home, server, "receive", q, "--lease", "2h"), 1, "validation_error", "lease_ms")
+    # the command's bounds of --lease are the API's (past them: a usage error, test_config_and_usage_...)
+    for lease in ("1s", "1h"):
+        ok(run(home, server, "receive", q, "--lease", lease, "--wait", "0"))
 
 
 @pytest.mark.e2e

@@ -430,6 +430,8 @@ class Link:
         self._keeper: asyncio.Task[None] | None = None
         self._consumer_seq = 0
         self._closed = False
+        self._close_task: asyncio.Task[None] | None = None  # the one close every `close` waits for
+        self._close_caller: asyncio.Task[Any] | None = None  # the task that started it
         self._lost_task: asyncio.Task[None] | None = None
         self._abort_tasks: set[asyncio.Task[None]] = set()
         # ack ids that aborted subscriptions had delivered: a late ACK of one is not the client's mistake
@@ -502,7 +504,7 @@ class Link:
                 self._consumer_seq += 1
                 cid = f"{self.connection_id}-{self._consumer_seq}"
                 dest_spec = spec if dest.is_topic else queue_spec
-                sub.consumers.append(await self.broker.add_consumer(dest, dest_spec, cid))
+                sub.consumers.append(await self._add_consumer(dest, dest_spec, cid, sub.consumers))
         except BaseException:
             for consumer in sub.consumers:
                 with contextlib.suppress(Exception):
@@ -515,6 +517,19 @@ class Link:
         if start:
             self.start(sub)
         return sub
+
+    async def _add_consumer(self, dest: Destination, spec: ConsumerSpec, cid: str,
+                            made: list[Consumer]) -> Consumer:
+        """The broker's new consumer. A cancel meanwhile (the client's socket ended) does not stop the call
+        in Redis, which may still make the consumer: it is waited for and put in `made`, which the caller
+        closes, rather than left unknown, holding messages in flight until its lease lapses."""
+        call = asyncio.ensure_future(self.broker.add_consumer(dest, spec, cid))
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                made.append(await call)
+            raise
 
     async def browse(self, key: str, dest: Destination, selector: str | None, ack_mode: str,
                      options: dict[str, Any] | None = None, prefetch: int = 500) -> Subscription:
@@ -636,13 +651,13 @@ class Link:
 
     async def _close_subscription(self, sub: Subscription, reason: str) -> None:
         walk = self._pumps.pop(_walk_key(sub), None) if sub.browser is not None else None
-        if walk is not None and walk is not asyncio.current_task():
+        if walk is not None and not self._is_caller(walk):
             walk.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await walk
         for consumer in sub.consumers:
             task = self._pumps.pop(consumer.consumer_id, None)
-            if task is not None and task is not asyncio.current_task():
+            if task is not None and not self._is_caller(task):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
@@ -822,7 +837,7 @@ class Link:
         delivered again (a client that reads one MESSAGE and DISCONNECTs got it twice). Bounded: an ack
         Redis does not answer leaves its messages to the close, as before."""
         tasks = [task for task, cid in self._acking.items()
-                 if cid in consumer_ids and task is not asyncio.current_task()]
+                 if cid in consumer_ids and not self._is_caller(task)]
         if tasks:
             await asyncio.wait(tasks, timeout=ACKS_AT_CLOSE_S)
 
@@ -1262,15 +1277,27 @@ class Link:
 
     async def close(self) -> None:
         """Roll back open transactions, close every consumer (their unacked messages go back for
-        redelivery) and stop the tasks. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        redelivery) and stop the tasks. Idempotent: the first call starts the close as a task of its own,
+        which every call waits for, so a caller cancelled meanwhile does not stop it half-way (the frame
+        task handling a DISCONNECT is cancelled when the client's socket ends while the close waits for
+        auto acks: stopped there, the connection's subscriptions stayed open, their leases renewed)."""
+        if self._close_task is None:
+            self._closed = True
+            self._close_caller = asyncio.current_task()
+            self._close_task = asyncio.get_running_loop().create_task(self._close())
+        await asyncio.shield(self._close_task)
+
+    def _is_caller(self, task: asyncio.Task[Any]) -> bool:
+        """The task running this code, or the one that started the close (an abort's task, a pump's): the
+        close must not cancel (nor wait for) the task that waits for it, which goes on after it."""
+        return task is asyncio.current_task() or task is self._close_caller
+
+    async def _close(self) -> None:
         # (an auto ack still waiting for its messages' hand-over: closing the consumer gives them back;
         # one whose messages were written is let land first)
         await self._acks_landed(set(self._acking.values()))
         for task in [self._keeper, *self._abort_tasks, *self._ack_tasks]:
-            if task is not None and task is not asyncio.current_task():
+            if task is not None and not self._is_caller(task):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task

@@ -20,7 +20,7 @@ import click
 from signalbox.cli.api import Api, api, destination_path, waiting_out_outages
 from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted, on_sigterm
 from signalbox.cli.output import console, err_console, json_option, plural, print_json, print_table, say
-from signalbox.cli.params import MILLIS, PROPERTY
+from signalbox.cli.params import LEASE, MILLIS, PROPERTY
 
 MAX_BATCH = 1000  # the API's largest batch
 
@@ -204,9 +204,10 @@ def show_message(message: dict[str, Any], as_json: bool, verbose: bool) -> None:
 @click.option("--prefetch", type=click.IntRange(0, 32767),
               help="Messages the broker may dispatch ahead (default: 0 with a --count, each receive pulling "
                    "exactly what is missing; 100 with --follow alone).")
-@click.option("--lease", type=MILLIS, default="30s", show_default=True,
+@click.option("--lease", type=LEASE, default="30s", show_default=True,
               help="How long the server keeps the consumer, and the messages it holds, when this command "
-                   "dies without closing it (kill -9, a lost network); renewed while the command runs.")
+                   "dies without closing it (kill -9, a lost network); renewed while the command runs. "
+                   "1s to 1h.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Print a header line (# {id, priority, ...}) before each message.")
 @json_option

@@ -13,13 +13,24 @@ UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 class Millis(click.ParamType):
-    """A duration in ms: a plain number is ms; `250ms`, `30s`, `5m`, `2h`, `1d` are converted."""
+    """A duration in ms: a plain number is ms; `250ms`, `30s`, `5m`, `2h`, `1d` are converted. With bounds
+    (as written, e.g. "1s" and "1h"), one outside them is a usage error naming the option, before any call."""
 
     name = "duration"
+
+    def __init__(self, least: str | None = None, most: str | None = None) -> None:
+        self.least, self.most = least, most
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return value
+        ms = self._millis(value, param, ctx)
+        if self.least is not None and self.most is not None and not (
+                self._millis(self.least, param, ctx) <= ms <= self._millis(self.most, param, ctx)):
+            self.fail(f"{value!r} is not between {self.least} and {self.most}", param, ctx)
+        return ms
+
+    def _millis(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", str(value).lower())
         if not found:
             self.fail(f"{value!r} is not a duration: give ms, or a number with ms, s, m, h or d", param, ctx)
@@ -27,6 +38,8 @@ class Millis(click.ParamType):
 
 
 MILLIS = Millis()
+# a leased consumer's lease: the API's bounds (`lease_ms`, 1000..3600000)
+LEASE = Millis("1s", "1h")
 
 
 class Property(click.ParamType):

@@ -922,3 +922,73 @@ def test_a_durable_subscriber_s_transacted_ack_commits_after_it_went_offline(raw
     assert (again.body, again.get("redelivered")) == (b"m2", "true")
     with pytest.raises(TimeoutError):
         conn.receive(0.5)
+
+
+
+def test_a_client_that_leaves_while_its_disconnect_closes_its_subscriptions_leaves_none_open(
+        raw, stomp_listener, redis_client):
+    """A client that reads its messages (ack:auto), sends DISCONNECT and closes its socket without waiting
+    for the RECEIPT, as many do: the DISCONNECT's close waits for the auto acks on their way (up to 2 s),
+    the socket's end cancelled the frame task in that wait, and the second close the socket's end started
+    returned at once (the link was marked closed), so every subscription stayed open, its lease renewed
+    for as long as the listener process lived (seen: 60 of 60; 13 of 21 after a stomp.py client's
+    disconnect). Whoever starts the close and whatever is cancelled meanwhile, it runs to the end."""
+    from broker_core.broker import Broker
+    from broker_core.errors import UnknownDestination
+
+    broker = Broker(redis_client, stomp_listener.namespace)
+    topic = f"tcp{uuid.uuid4().hex[:10]}"
+    subscriptions = 60
+    for _ in range(3):
+        conn = raw()
+        conn.connect()
+        for n in range(subscriptions):
+            conn.send("SUBSCRIBE", {"destination": f"/topic/{topic}", "id": f"s{n}", "selector": "a = 'x'",
+                                    **({"receipt": "all"} if n == subscriptions - 1 else {})})
+        conn.expect("RECEIPT")
+        conn.send("SEND", {"destination": f"/topic/{topic}", "a": "x"}, b"m")
+        for _ in range(subscriptions):  # each acknowledged (ack:auto) once written: acks on their way
+            conn.expect("MESSAGE")
+        conn.send("DISCONNECT")
+        conn.close()
+
+    def consumers() -> int:
+        try:
+            return broker.stats(f"topic://{topic}").consumer_count
+        except UnknownDestination:  # (a topic whose last subscription ended may be gone)
+            return 0
+
+    eventually(lambda: consumers() == 0, timeout=10)  # (a lease is 30 s, and a leaked one is renewed)
+
+
+def test_a_subscribe_the_socket_s_end_interrupts_leaves_no_consumer_holding_messages(listener, gateway_data,
+                                                                                     tmp_path):
+    """A client that SUBSCRIBEs and closes its socket at once: the socket's end cancelled the frame task
+    while the broker made the consumer (a write Redis answers once it is on disk: appendfsync always, as
+    `run` starts it), the call went on in Redis, and the consumer it made was known to nobody, so nothing
+    closed it: it held the queue's messages in flight (prefetch 1000) until its lease lapsed, 30 s (seen:
+    5 of 5 messages, against ./signalbox.sh run). ActiveMQ removes a connection's consumers with its
+    transport, at once."""
+    import redis
+
+    from broker_core.broker import Broker
+    from broker_core.messages import Message
+    from signalbox.embedded_redis import EmbeddedRedis, free_port
+
+    store = EmbeddedRedis(tmp_path / "redis", port=free_port(), appendfsync="always")
+    store.start()
+    try:
+        server = listener(REDIS_URL=store.url)
+        broker = Broker(redis.Redis.from_url(store.url), gateway_data[1])
+        for _ in range(10):
+            name = _q().removeprefix("/queue/")
+            broker.send(name, [Message(body=f"m{n}") for n in range(5)])
+            conn = RawTcp(server.port)
+            conn.connect()
+            conn.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s", "ack": "client"})
+            conn.close()
+            stats = eventually(lambda name=name: (s := broker.stats(name)).consumer_count == 0 and s,
+                               timeout=5)  # (a lease is 30 s)
+            assert (stats.in_flight, stats.queue_size) == (0, 5), stats
+    finally:
+        store.stop()
