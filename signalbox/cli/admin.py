@@ -71,7 +71,17 @@ SUBSCRIPTION_COLUMNS: list[Column] = [
 
 def destination_rows(kind: str | None, search: str | None, sort: str) -> list[dict[str, Any]]:
     params = {"limit": 1000, "ordering": sort, "kind": kind, "search": search}
-    return list(api().pages("/api/v1/destinations", {k: v for k, v in params.items() if v}))
+    try:
+        return list(api().pages("/api/v1/destinations", {k: v for k, v in params.items() if v}))
+    except Failure as e:
+        # the server knows the columns (the list below is its own): its refusal, as a usage error naming
+        # the option the user typed, not the API's parameter
+        problem = e.problem or {}
+        if problem.get("parameter") != "ordering":
+            raise
+        columns = str(problem.get("detail") or "").removeprefix("ordering is one of ")
+        raise click.BadParameter(f"{sort!r} is not a column; the columns: {columns}",
+                                 param_hint="'--sort'") from None
 
 
 @click.command()
