@@ -402,6 +402,46 @@ def _closed_owing(ctx: Context) -> None:
     broker.ops.return_chunk = chunk
 
 
+# --- queue browsers (Broker.open_browser: counted among a queue's consumers) ---
+
+MANY_BROWSERS = 100_000
+
+
+def _browsers(ctx: Context, expiry_ms: int, advised: bool = False) -> str:
+    """A queue holding MANY_BROWSERS open browsers whose leases end at `expiry_ms` (put in directly: the
+    opens would take minutes); `advised`: with a consumer advisory subscriber, so each removal is advised."""
+    ctx.broker.ensure_destination("browsed.q")
+    if advised:
+        from broker_core.ops import advisory
+        ctx.broker.add_consumer(advisory.topic("Consumer", "browsed.q"), ConsumerSpec(ack_mode="auto"))
+    key = f"{ctx.broker.ops.prefix(parse_destination('browsed.q'))}:browsers"
+    pipe = ctx.client.pipeline(transaction=False)
+    for n in range(0, MANY_BROWSERS, 1000):
+        pipe.zadd(key, {f"conn-{i}-1": expiry_ms for i in range(n, n + 1000)})
+    pipe.execute()
+    return key
+
+
+@case("browsers: a connection's renewal of 1,000 browsers (its most) on a queue with 100,000 open")
+def browsers_renew(ctx: Context) -> Calls:
+    _browsers(ctx, ctx.broker._now() + 60_000)
+    ids = [f"conn-{i}-1" for i in range(1000)]
+    ctx.broker.renew_browsers("browsed.q", ids[:1], 30_000)  # (the scripts loaded: not the figure)
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.renew_browsers("browsed.q", ids, 30_000)))
+
+
+@case("browsers: a browser opened beside 100,000 lapsed ones, advised (100 removed)")
+def browsers_open_among_lapsed(ctx: Context) -> Calls:
+    _browsers(ctx, ctx.broker._now() - 1, advised=True)
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.open_browser("browsed.q", "new", 30_000)))
+
+
+@case("browsers: stats and a summary of a queue with 100,000 open browsers")
+def browsers_stats(ctx: Context) -> Calls:
+    _browsers(ctx, ctx.broker._now() + 60_000)
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.stats("browsed.q")))
+
+
 @case("returns: one return_owed call, 5,000 closed consumers owing 10,000 messages")
 def return_owed_5000(ctx: Context) -> Calls:
     from broker_core.effects import Eval

@@ -339,6 +339,27 @@ class _Api:
         maxBrowsePageSize); a topic, or another connection's temporary queue, is refused."""
         return self._run(self.ops.browser_limit(_dest(destination, "browse"), connection_id))
 
+    def open_browser(self, destination: str | Destination, browser_id: str, lease_ms: int = 30_000,
+                     prefetch: int = 0, selector: str | None = None) -> None:
+        """Count an adapter's queue browser among the queue's consumers (ActiveMQ's ConsumerCount counts its
+        QueueBrowserSubscriptions) until `close_browsers`, or until its lease lapses unrenewed
+        (`renew_browsers`): a browser of a process that died stops counting within one lease. It takes no
+        part in dispatch; opening and closing it are advised as a consumer's (ConsumerInfo browser=true)."""
+        return self._run(self.ops.open_browser(_dest(destination, "browse"), browser_id, lease_ms, prefetch,
+                                               selector, self._now()))
+
+    def renew_browsers(self, destination: str | Destination, browser_ids: list[str],
+                       lease_ms: int = 30_000) -> list[str]:
+        """Renew open browsers' leases; returns the ids that are not open (closed, or lapsed and removed)."""
+        return self._run(self.ops.renew_browsers(_dest(destination, "browse"), list(browser_ids), lease_ms,
+                                                 self._now()))
+
+    def close_browsers(self, destination: str | Destination, browser_ids: list[str],
+                       reason: str = "closed") -> int:
+        """Stop counting these browsers; returns how many were open."""
+        return self._run(self.ops.close_browsers(_dest(destination, "browse"), list(browser_ids), reason,
+                                                 self._now()))
+
     def get_message(self, destination: str | Destination, message_id: str) -> Browsed:
         return self._run(self.ops.get_message(_dest(destination, "read from"), message_id, self._now()))
 

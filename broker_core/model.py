@@ -258,11 +258,12 @@ class DestinationStats:
     duplicates: int
     skipped: int
     last_pass_skipped: int
-    consumer_count: int
+    consumer_count: int  # the consumers, and a queue's open browsers
     group_count: int
     paused: bool
     exclusive_owner: str | None
     consumers: list[ConsumerStats] = field(default_factory=list)
+    browsers: int = 0  # a queue's open browsers (counted in consumer_count, not in `consumers`)
     # (ops/topics.stats) the subscriptions, messages no subscription matched (dropped), durable
     # subscriptions active and offline, evictions (§8.5), messages dropped with a removed subscription.
     subscriptions: list[SubscriptionStats] = field(default_factory=list)

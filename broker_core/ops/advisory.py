@@ -202,7 +202,9 @@ def build(advisory_id: str, packed_event: bytes, blob: bytes, now: int) -> bytes
             info = {"consumerId": fields.get("consumer"), "destination": source,
                     "prefetchSize": _int(fields.get("prefetch")), "priority": _int(fields.get("priority")),
                     "exclusive": fields.get("exclusive") in ("1", "true"),
-                    "selector": fields.get("selector") or None}
+                    "selector": fields.get("selector") or None,
+                    # a queue browser (ActiveMQ's ConsumerInfo.browser): Broker.open_browser
+                    "browser": fields.get("browser") == "1"}
             body: dict[str, Any] = {"ConsumerInfo": info}
         else:
             body = {"RemoveInfo": {"objectId": fields.get("consumer"), "destination": source,

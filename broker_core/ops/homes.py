@@ -355,7 +355,9 @@ def stats(ops: Context, home: Home, now: int) -> Op:
         forwarding=read.forwarding, purged=count("purged"), moved=count("moved"),
         cancelled=count("cancelled"),
         duplicates=count("duplicates"), skipped=count("skipped"),
-        last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers),
+        # (open queue browsers count, as in ActiveMQ's ConsumerCount: they are not in `consumers`)
+        last_pass_skipped=count("last_pass_skipped"), consumer_count=len(consumers) + read.browsers,
+        browsers=read.browsers,
         group_count=read.groups, paused=meta.get("paused") == "1", exclusive_owner=owner,
         consumers=consumers, **memory_stats(meta, read.memory_limit, read.broker_memory_limit),
         **tallies(meta),

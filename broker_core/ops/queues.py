@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import msgpack
 
@@ -22,6 +23,7 @@ from ..effects import Command, Op, Policy
 from ..errors import InvalidConsumer, OperationRefused, UnknownDestination, UnknownMessage
 from ..keys import Home
 from ..model import Consumer, ConsumerRef, ConsumerSpec, GroupInfo
+from ..resp import reply_text
 from ..scripts import calls
 from ..scripts.calls import Closing, Sent
 from ..selector import parse_selector
@@ -182,6 +184,36 @@ def browser_limit(ops: Context, dest: Destination) -> Op:
     QueueBrowserSubscription sees only what one page-in holds, spec §1.6)."""
     entry: PolicyEntry = yield Policy(dest)
     return entry.max_browse_page_size
+
+
+def open_browser(ops: Context, dest: Destination, browser_id: str, lease_ms: int, prefetch: int,
+                 selector: str | None, now: int) -> Op:
+    """Count a queue browser among the queue's consumers while its lease lasts (scripts/lua/browsers.lua);
+    its adapter renews the lease (`renew_browsers`) and closes it (`close_browsers`). It takes no part in
+    dispatch. Creates the queue, as a consumer does."""
+    yield from _browsers(ops, dest, now, (yield from ops.eval(Home(dest), now, calls.Browsers.open(
+        ops.prefix(dest), now, lease_ms, browser_id, prefetch, selector))))
+
+
+def renew_browsers(ops: Context, dest: Destination, browser_ids: list[str], lease_ms: int, now: int) -> Op:
+    """Renew browsers' leases; returns the ids that are not open (closed, or lapsed and removed)."""
+    call = calls.Browsers.renew(ops.prefix(dest), now, lease_ms, browser_ids)
+    missing = yield from _browsers(ops, dest, now, (yield call))
+    return [reply_text(m) for m in missing]
+
+
+def close_browsers(ops: Context, dest: Destination, browser_ids: list[str], reason: str, now: int) -> Op:
+    """No longer count these browsers; returns how many were open."""
+    call = calls.Browsers.close(ops.prefix(dest), now, reason, browser_ids)
+    closed = yield from _browsers(ops, dest, now, (yield call))
+    return int(closed[0])
+
+
+def _browsers(ops: Context, dest: Destination, now: int, reply: list[Any]) -> Op:
+    """A browsers.lua reply's values, once the advisories it recorded (consumer added or removed) are sent."""
+    values, tail = calls.Browsers.parse(reply)
+    yield from ops.continue_dispatch(Home(dest), now, tail.flags, tail.hold_until)
+    return values
 
 
 def get_message(ops: Context, dest: Destination, message_id: str, now: int) -> Op:

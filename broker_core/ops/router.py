@@ -320,6 +320,17 @@ class Router(Context):
             _refuse_others_temp(dest, connection_id)
         return (yield from self.run(queues.browser_limit(self, dest)))
 
+    def open_browser(self, dest: Destination, browser_id: str, lease_ms: int, prefetch: int,
+                     selector: str | None, now: int) -> Op:
+        _refuse_on_topic(dest, "browse")
+        return self.run(queues.open_browser(self, dest, browser_id, lease_ms, prefetch, selector, now))
+
+    def renew_browsers(self, dest: Destination, browser_ids: list[str], lease_ms: int, now: int) -> Op:
+        return self.run(queues.renew_browsers(self, dest, browser_ids, lease_ms, now))
+
+    def close_browsers(self, dest: Destination, browser_ids: list[str], reason: str, now: int) -> Op:
+        return self.run(queues.close_browsers(self, dest, browser_ids, reason, now))
+
     def get_message(self, dest: Destination, message_id: str, now: int) -> Op:
         return self.run(queues.get_message(self, dest, message_id, now))
 

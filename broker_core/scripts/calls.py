@@ -928,6 +928,31 @@ class Renew(ScriptCall):
         return [_text(x) for x in reply]
 
 
+class Browsers(ScriptCall):
+    """browsers.lua: a queue's open browsers, counted among its consumers while their leases last."""
+
+    script = "browsers"
+
+    @classmethod
+    def open(cls, prefix: str, now: int, lease_ms: int, browser_id: str, prefetch: int,
+             selector: str | None) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "open", lease_ms, browser_id, prefetch, selector or ""))
+
+    @classmethod
+    def renew(cls, prefix: str, now: int, lease_ms: int, browser_ids: Sequence[str]) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "renew", lease_ms, *browser_ids))
+
+    @classmethod
+    def close(cls, prefix: str, now: int, reason: str, browser_ids: Sequence[str]) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "close", reason, *browser_ids))
+
+    @staticmethod
+    def parse(reply: list[Any]) -> tuple[list[Any], Tail]:
+        """The op's values (renew: the ids that are not open, closed or lapsed and removed; close: how
+        many were open) and the tail (advisories waiting)."""
+        return split(reply)
+
+
 class ReturnOwed(ScriptCall):
     """return_owed.lua: the next chunk of what closed consumers still hold."""
 
@@ -1018,6 +1043,7 @@ class QueueStats:
     broker_memory_limit: str  # the broker's ('' when unset)
     events: int  # the events the event stream holds (a packed entry holds several: base.end_call)
     audit_size: int
+    browsers: int  # open queue browsers, lease not lapsed (browsers.lua)
 
 
 class Stats(ScriptCall):
@@ -1038,7 +1064,7 @@ class Stats(ScriptCall):
         limits, sizes = reply[7], reply[8]
         return QueueStats(_pairs(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]),
                           int(reply[5]), consumers, _text(limits[0]), _text(limits[1]), int(sizes[0]),
-                          int(sizes[1]))
+                          int(sizes[1]), int(reply[9]))
 
 
 SUMMARY_WIDTH = 17  # values per queue in summary_many.lua's reply

@@ -263,7 +263,10 @@ class DestinationSerializer(serializers.Serializer):
     last_pass_skipped = serializers.IntegerField()
     selector_errors = serializers.IntegerField(
         required=False, help_text="Selector evaluations that failed on a message (no match), e.g. a limit.")
-    consumer_count = serializers.IntegerField()
+    consumer_count = serializers.IntegerField(
+        help_text="Consumers, and a queue's open browsers (STOMP browser:true), as ActiveMQ's ConsumerCount.")
+    browsers = serializers.IntegerField(
+        required=False, help_text="A queue's open browsers (counted in consumer_count, not in consumers).")
     group_count = serializers.IntegerField()
     paused = serializers.BooleanField()
     exclusive_owner = serializers.CharField(allow_null=True)

@@ -42,14 +42,17 @@ async def replay(broker: Any, topic: Destination) -> list[Delivery]:
         kind = "queue" if name.startswith("Consumer.Queue.") else "topic"
         dest = Destination(kind, name.split(".", 2)[2])
         try:
-            consumers = (await broker.stats(dest)).consumers
+            stats = await broker.stats(dest)
         except BrokerError:  # no such destination: nobody consumes from it
-            consumers = []
+            stats = None
+        consumers = stats.consumers if stats is not None else []
+        # (a queue's count has its open browsers, as the advisories the scripts record: advisory.lua)
+        count = stats.consumer_count if stats is not None and not dest.is_topic else len(consumers)
         for c in consumers:
             fields = {"consumer": c.consumer_id, "prefetch": str(c.prefetch), "priority": str(c.priority),
                       "exclusive": "1" if c.exclusive else "0", "selector": c.selector or ""}
             events.append({"advisory": "Consumer", "type": "consumer_add", "uri": dest.uri,
-                           "count": len(consumers), "ts": now, "fields": fields})
+                           "count": count, "ts": now, "fields": fields})
     deliveries = []
     for event in events:
         advisory_id = f"ID:advisory:replay:{uuid.uuid4().hex[:16]}"

@@ -308,6 +308,9 @@ class Browser:
     # an ACK that frees some (Subscription.take).
     window: int | None = None
     room: asyncio.Event = field(default_factory=asyncio.Event)
+    # its id in the broker, which counts it among the queue's consumers while the link renews its lease
+    # (Broker.open_browser), numbered as the connection's consumers: ActiveMQ's browser is a consumer
+    browser_id: str = ""
 
 
 def _one_copy_each(destinations: list[Destination]) -> list[Destination]:
@@ -536,19 +539,39 @@ class Link:
         """A queue browser (ActiveMQ's QueueBrowserSubscription): `start` gives it the messages on the queue
         now, selector applied, without taking them (pending in dispatch order, then in flight; not parked
         ones), at most the policy's maxBrowsePageSize, then calls `browsed`. It has no consumer: it holds
-        nothing, and receives nothing more until it is unsubscribed. The first page is taken here, so a bad
-        selector is the SUBSCRIBE's error; the rest one page (SIGNALBOX_WS_BROWSE_PAGE) per broker call as
-        the send buffer takes them, so a slow client holds back the walk, not the gateway's memory. In a
-        `client` ack mode at most `prefetch` messages wait unacknowledged (the end counts as one), as
-        ActiveMQ's browser is a consumer with a prefetch (500 unless the client says)."""
+        nothing, and receives nothing more until it is unsubscribed; the broker counts it among the queue's
+        consumers until then (Broker.open_browser, its lease renewed with the consumers'). The first page
+        is taken here, so a bad selector is the SUBSCRIBE's error; the rest one page
+        (SIGNALBOX_WS_BROWSE_PAGE) per broker call as the send buffer takes them, so a slow client holds
+        back the walk, not the gateway's memory. In a `client` ack mode at most `prefetch` messages wait
+        unacknowledged (the end counts as one), as ActiveMQ's browser is a consumer with a prefetch (500
+        unless the client says)."""
         self._check_room(key)
         limit = await self.broker.browser_limit(dest, self.connection_id)  # (refuses another's temp queue)
         await self.broker.ensure_destination(dest)  # (browsing creates the queue, as a consumer does)
         browser = Browser(selector, limit, window=None if ack_mode == "auto" else prefetch)
         await self._browse_page(dest, browser)
+        self._consumer_seq += 1
+        browser.browser_id = f"{self.connection_id}-{self._consumer_seq}"
+        await self._open_browser(dest, browser, prefetch)
         sub = Subscription(key, [dest], ack_mode, options=dict(options or {}), browser=browser)
         self.subscriptions[key] = sub
         return sub
+
+    async def _open_browser(self, dest: Destination, browser: Browser, prefetch: int) -> None:
+        """Have the broker count the browser among the queue's consumers. A cancel meanwhile (the socket
+        ended) does not stop the call in Redis: it is waited for and the browser closed, rather than left
+        counted until its lease lapses."""
+        lease_ms = self.settings.lease_ms
+        call = asyncio.ensure_future(self.broker.open_browser(dest, browser.browser_id, lease_ms, prefetch,
+                                                              browser.selector))
+        try:
+            await asyncio.shield(call)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await call
+                await self.broker.close_browsers(dest, [browser.browser_id], "subscribe failed")
+            raise
 
     async def _browse_page(self, dest: Destination, browser: Browser) -> None:
         """One broker call of the walk: its page (none when nothing in the part it examined matched) into
@@ -655,6 +678,11 @@ class Link:
             walk.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await walk
+        if sub.browser is not None:
+            try:
+                await self.broker.close_browsers(sub.destinations[0], [sub.browser.browser_id], reason)
+            except Exception as exc:  # it stops counting once its lease lapses
+                logger.warning("closing browser %s failed (%s)", sub.browser.browser_id, exc)
         for consumer in sub.consumers:
             task = self._pumps.pop(consumer.consumer_id, None)
             if task is not None and not self._is_caller(task):
@@ -858,10 +886,19 @@ class Link:
             if self._client_id is not None and not await self._renew_client_id():
                 return
             by_destination: dict[Destination, list[str]] = {}
+            browsers: dict[Destination, list[str]] = {}
             for sub in list(self.subscriptions.values()):
                 for consumer in sub.consumers:
                     by_destination.setdefault(consumer.destination, []).append(consumer.consumer_id)
+                if sub.browser is not None:
+                    browsers.setdefault(sub.destinations[0], []).append(sub.browser.browser_id)
             try:
+                for dest, ids in browsers.items():
+                    # (one that lapsed meanwhile, this process stalled past its lease, is no longer counted;
+                    # its walk goes on: it holds nothing)
+                    for lapsed in await self.broker.renew_browsers(dest, ids, self.settings.lease_ms):
+                        logger.warning("browser %s of connection %s lapsed before it was renewed",
+                                       lapsed, self.connection_id)
                 if self.transactions:  # (one that lapsed meanwhile: its COMMIT is refused, its ABORT a no-op)
                     for tx in await self.broker.renew_transactions([t.tx for t in self.transactions.values()],
                                                                    self.settings.lease_ms):

@@ -26,6 +26,12 @@ class PagedBroker:
     async def browser_limit(self, dest, connection_id) -> int:
         return self.limit
 
+    async def open_browser(self, dest, browser_id, lease_ms, prefetch, selector) -> None:
+        pass
+
+    async def close_browsers(self, dest, browser_ids, reason) -> int:
+        return len(browser_ids)
+
     async def browse(self, dest, *, selector, cursor, limit, parked, examine) -> BrowsePage:
         assert parked is False and limit <= PAGE
         self.calls += 1

@@ -317,3 +317,26 @@ def test_rest_entry_lapses_with_its_consumer(api):
     assert detail(api, consumer_id) is not None
     # no request for longer than its lease (and the third more the entry gets): the entry is gone
     eventually(lambda: detail(api, consumer_id) is None, timeout=4)
+
+
+def test_an_open_queue_browser_is_in_the_rest_apis_consumer_count(servers, api, broker):
+    """GET /queues/<q> and the destination list count an open STOMP browser (browser:true) among the
+    queue's consumers, as ActiveMQ's ConsumerCount does (`browsers` says how many of them are browsers),
+    until it is unsubscribed."""
+    queue = f"q{uuid.uuid4().hex[:8]}"
+    client = RawTcp(servers["listener"].port)
+    try:
+        client.connect()
+        client.send("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "b", "browser": "true",
+                                  "receipt": "r"})
+        client.expect("RECEIPT")
+        assert client.expect("MESSAGE").get("browser") == "end"
+        detail = api.get(f"/queues/{queue}").json()
+        assert (detail["consumer_count"], detail["browsers"], detail["consumers"]) == (1, 1, [])
+        [row] = api.get("/destinations", params={"kind": "queue", "search": queue}).json()["results"]
+        assert row["consumer_count"] == 1
+        client.send("UNSUBSCRIBE", {"id": "b", "receipt": "u"})
+        client.expect("RECEIPT")
+        assert api.get(f"/queues/{queue}").json()["consumer_count"] == 0
+    finally:
+        client.close()

@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from tests.helpers.gateway_server import spawn_stomp_listener, wait_listening
+from tests.helpers.polling import eventually
 from tests.helpers.stomp_client import RawStomp, RawTcp, goes_on
 
 pytestmark = pytest.mark.e2e
@@ -273,3 +274,25 @@ def test_a_browse_looks_at_most_at_max_browse_page_size_messages_matching_or_not
     before = script_calls()
     *messages, _end = _browse(conn, f"/queue/{big}", "none", selector="n < 0")
     assert messages == [] and script_calls() - before <= 4
+
+
+def test_an_open_browser_counts_among_the_queues_consumers_until_it_ends(raw, broker):
+    """ActiveMQ's ConsumerCount counts a QueueBrowserSubscription while it is open (after its end frame
+    too): so do the queue's stats (the REST API's, the CLI's and the metrics' read them). It is no consumer
+    of the queue's (`consumers` lists none) and stops counting at UNSUBSCRIBE and at DISCONNECT, at once, not
+    when a lease lapses (30 s)."""
+    name = _name()
+    dest = f"/queue/{name}"
+    first, second = raw(), raw()
+    _fill(first, dest, 1)
+    _browse(first, dest, "b1")
+    _browse(second, dest, "b2", selector="n = 0")
+    stats = broker.stats(f"queue://{name}")
+    assert (stats.consumer_count, stats.browsers, stats.consumers) == (2, 2, [])
+    assert (stats.pending, stats.in_flight) == (1, 0)  # (nothing dispatched to them)
+    first.send("UNSUBSCRIBE", {"id": "b1", "receipt": "u"})
+    assert first.expect("RECEIPT").get("receipt-id") == "u"
+    assert broker.stats(f"queue://{name}").consumer_count == 1
+    second.send("DISCONNECT", {"receipt": "bye"})
+    second.expect("RECEIPT")
+    eventually(lambda: broker.stats(f"queue://{name}").consumer_count == 0, timeout=5)

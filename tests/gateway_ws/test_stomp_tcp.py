@@ -276,6 +276,35 @@ def test_a_listener_killed_mid_stream_loses_nothing(listener, stomp_listener, re
         producer.close()
 
 
+def test_a_browser_of_a_killed_listener_stops_counting_once_its_lease_lapses(listener, stomp_listener,
+                                                                              redis_client):
+    """A queue browser counts among the queue's consumers (ActiveMQ's ConsumerCount) while its listener
+    renews its lease; once that listener is killed it counts no more within about a lease, and the
+    maintenance tick removes it."""
+    from broker_core import maintenance
+    from broker_core.broker import Broker
+
+    doomed = listener(SIGNALBOX_WS_LEASE_MS="1500")
+    name = _q().removeprefix("/queue/")
+    client = RawTcp(doomed.port)
+    client.connect()
+    client.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "b", "browser": "true", "receipt": "r"})
+    client.expect("RECEIPT")
+    assert client.expect("MESSAGE").get("browser") == "end"
+    broker = Broker(redis_client, stomp_listener.namespace)
+    time.sleep(2)  # past a lease: renewed, it still counts
+    assert broker.stats(name).consumer_count == 1
+    doomed.kill()
+    client.close()
+    eventually(lambda: broker.stats(name).consumer_count == 0, timeout=5)
+
+    def removed() -> bool:
+        maintenance.run_due(broker)
+        return not list(redis_client.scan_iter(f"{stomp_listener.namespace}:*{name}*:browsers"))
+
+    eventually(removed, timeout=5)
+
+
 def test_a_slow_auto_ack_reader_cut_off_loses_nothing(listener, gateway_data, redis_client):
     """ack:auto, a client that reads nothing: the listener cuts it off as too slow. A message is
     acknowledged only once written (the client still reads those from its socket); what waited in the

@@ -122,6 +122,8 @@ local keys = { base.K_META, base.K_POLICY, base.K_MSGS, base.K_PENDING, base.K_I
   base.P .. ':maint', base.P .. ':slowcons', base.P .. ':aborted', base.P .. ':aborted:at',
   -- the consumers' priority counts (includes/consumers.lua join_order)
   base.P .. ':prios',
+  -- its open browsers (scripts/lua/browsers.lua)
+  base.P .. ':browsers',
   -- closed consumers whose windows still hold messages (includes/lifecycle.lua closing_held_key)
   base.P .. ':closing:held',
   -- rate history (broker_core/rates.py): a queue made again under this name starts a history of its own

@@ -101,6 +101,8 @@ local function schedule(grace, sweep, slow, offline)
   local function periodic(t) if not later or t < later then later = t end end
   local first = redis.call('ZRANGE', base.K_LEASES, 0, 0, 'WITHSCORES')
   if #first > 0 then soon(tonumber(first[2]) + 1) end  -- a lease lapses once its end is in the past
+  first = redis.call('ZRANGE', base.P .. ':browsers', 0, 0, 'WITHSCORES')  -- (a browser's: the visit removes it)
+  if #first > 0 then soon(tonumber(first[2]) + 1) end
   first = redis.call('ZRANGE', base.K_PARKED, 0, 0, 'WITHSCORES')
   if #first > 0 then soon(tonumber(first[2])) end
   local hold = base.tonum(redis.call('HGET', base.K_META, 'hold_until'), 0)
@@ -168,6 +170,7 @@ elseif op == 'visit' then
     return {0, 0, 0, 0, 0, 0, 0, 0, 1}
   end
   recount_scheduled()
+  base.prune_browsers()  -- browsers of gateways that died (a bounded part; the schedule brings the rest)
   local grace, sweep, slow, offline = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
   local reply = probe(ARGV[3], tonumber(ARGV[4]), grace)
   local maint = redis.call('HMGET', base.P .. ':maint', 'expire:started', 'expire:running', 'slow:last_run',

@@ -1,6 +1,7 @@
 -- A consistent snapshot of a destination's counters and of each consumer (spec §14.2-14.4).
 -- ARGV: now. Returns {meta hash flat, pending, in flight, groups, parked, forwarding,
--- consumers: per consumer id, definition, counters (flat), lease, undelivered, {memoryLimit, broker limit}}.
+-- consumers: per consumer id, definition, counters (flat), lease, undelivered, {memoryLimit, broker limit},
+-- {events, audit size}, open browsers}.
 --@include base
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
@@ -26,4 +27,6 @@ out[#out + 1] = { redis.call('HGET', base.K_POLICY, 'memoryLimit') or '0', redis
 -- packed entries hold beyond one each, in the owner's meta: base.end_call), the duplicate audit's size
 out[#out + 1] = { redis.call('XLEN', base.K_EVENTS) + (tonumber(redis.call('HGET', base.TP .. ':meta', 'events_extra')) or 0),
                   redis.call('ZCARD', base.K_AUDIT) }
+-- the queue's open browsers (includes/base.lua live_browsers): consumers in its ConsumerCount
+out[#out + 1] = base.live_browsers()
 return out

@@ -3,7 +3,8 @@
 -- dominated). KEYS: the queues' prefixes. A Redis Cluster refuses a call over several slots (CROSSSLOT);
 -- the caller then calls it per queue. ARGV: now, oldest (1: also look up the oldest pending message,
 -- up to 10 more lookups per queue; the metrics scrape asks, the console's index does not).
--- Returns per queue 17 values: exists (0/1), pending, in flight, parked, groups, consumers, the meta
+-- Returns per queue 17 values: exists (0/1), pending, in flight, parked, groups, consumers (open browsers
+-- too), the meta
 -- counters enqueued, dequeued, dispatched, expired, deadlettered, paused (false when unset), bytes held
 -- (meta.mem), the timestamp of the oldest pending message (false when none or not asked; -1 when
 -- unknown: reading it would pass the call's OLDEST_BYTES), the memory limit in force (its policy's
@@ -61,7 +62,8 @@ for _, prefix in ipairs(KEYS) do
   out[#out + 1] = redis.call('HLEN', prefix .. ':inflight') + redis.call('ZCARD', prefix .. ':txheld')
   out[#out + 1] = redis.call('ZCARD', prefix .. ':parked')
   out[#out + 1] = redis.call('HLEN', prefix .. ':groups')
-  out[#out + 1] = redis.call('LLEN', prefix .. ':corder')
+  -- (with its open browsers, as ActiveMQ's ConsumerCount: includes/base.lua live_browsers)
+  out[#out + 1] = redis.call('LLEN', prefix .. ':corder') + base.live_browsers(prefix)
   for i = 2, 8 do out[#out + 1] = meta[i] or false end
   out[#out + 1] = want_oldest and pending > 0 and oldest_pending_timestamp(pending_key, prefix .. ':msgs')
     or false

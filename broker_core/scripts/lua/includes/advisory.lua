@@ -160,8 +160,13 @@ function advisory.advise(kind, blob, ...)
   local event = { type = kind, uri = src.uri, fields = fields, ts = base.NOW,
                   body = flags['includeBodyForAdvisory'] and 1 or 0 }
   if kind == 'consumer_add' or kind == 'consumer_remove' then
-    -- ConsumerCount as ActiveMQ counts it: on a topic, offline durable subscriptions too
-    event.count = redis.call('HLEN', base.TP .. (src.type == 'Topic' and ':subs' or ':consumers'))
+    -- ConsumerCount as ActiveMQ counts it: on a topic, offline durable subscriptions too; on a queue, its
+    -- open browsers (base.live_browsers)
+    if src.type == 'Topic' then
+      event.count = redis.call('HLEN', base.TP .. ':subs')
+    else
+      event.count = redis.call('HLEN', base.TP .. ':consumers') + base.live_browsers(base.TP)
+    end
     -- the count after the removal (AdvisoryBroker.removeConsumer runs after it): a non-durable
     -- subscription ('c.<id>') is deleted right after this event (lifecycle.lua close_consumer).
     if kind == 'consumer_remove' and base.SUB and string.sub(base.SUB, 1, 2) == 'c.'

@@ -323,6 +323,28 @@ function base.due_at(prefix, at)
   redis.call('ZADD', string.match(prefix, '^(.-):{') .. ':due', 'LT', string.format('%d', at), prefix)
 end
 
+-- A queue's open browsers (gateway/ws/link.py browse; scripts/lua/browsers.lua): <P>:browsers, a zset of
+-- browser id -> lease expiry (ms), renewed like consumers' leases. They take no part in dispatch; a live
+-- one counts among the queue's consumers, as ActiveMQ's ConsumerCount counts its QueueBrowserSubscriptions.
+-- Live: a lease not past (consumers' rule: maintenance.lua counts a lease lapsed once its end < now).
+function base.live_browsers(prefix)
+  return redis.call('ZCOUNT', (prefix or base.P) .. ':browsers', string.format('%d', base.NOW), '+inf')
+end
+
+-- Remove at most `limit` browsers whose lease lapsed (a gateway died with them open), each advised as a
+-- consumer's removal; returns how many.
+base.BROWSERS_PRUNED = 100  -- a call's most
+function base.prune_browsers(limit)
+  local key = base.P .. ':browsers'
+  local lapsed = redis.call('ZRANGE', key, '-inf', '(' .. string.format('%d', base.NOW), 'BYSCORE', 'LIMIT', 0,
+                            limit or base.BROWSERS_PRUNED)
+  for _, id in ipairs(lapsed) do
+    redis.call('ZREM', key, id)
+    base.emit('consumer_remove', 'consumer', id, 'reason', 'lease lapsed', 'browser', 1)
+  end
+  return #lapsed
+end
+
 -- events ActiveMQ advises about become advisory messages.
 --@include advisory
 
