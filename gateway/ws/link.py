@@ -309,8 +309,10 @@ class Browser:
     window: int | None = None
     room: asyncio.Event = field(default_factory=asyncio.Event)
     # its id in the broker, which counts it among the queue's consumers while the link renews its lease
-    # (Broker.open_browser), numbered as the connection's consumers: ActiveMQ's browser is a consumer
+    # (Broker.open_browser), numbered as the connection's consumers: ActiveMQ's browser is a consumer; and
+    # the prefetch its advisory names
     browser_id: str = ""
+    prefetch: int = 0
 
 
 def _one_copy_each(destinations: list[Destination]) -> list[Destination]:
@@ -549,22 +551,22 @@ class Link:
         self._check_room(key)
         limit = await self.broker.browser_limit(dest, self.connection_id)  # (refuses another's temp queue)
         await self.broker.ensure_destination(dest)  # (browsing creates the queue, as a consumer does)
-        browser = Browser(selector, limit, window=None if ack_mode == "auto" else prefetch)
+        browser = Browser(selector, limit, window=None if ack_mode == "auto" else prefetch, prefetch=prefetch)
         await self._browse_page(dest, browser)
         self._consumer_seq += 1
         browser.browser_id = f"{self.connection_id}-{self._consumer_seq}"
-        await self._open_browser(dest, browser, prefetch)
+        await self._open_browser(dest, browser)
         sub = Subscription(key, [dest], ack_mode, options=dict(options or {}), browser=browser)
         self.subscriptions[key] = sub
         return sub
 
-    async def _open_browser(self, dest: Destination, browser: Browser, prefetch: int) -> None:
+    async def _open_browser(self, dest: Destination, browser: Browser) -> None:
         """Have the broker count the browser among the queue's consumers. A cancel meanwhile (the socket
         ended) does not stop the call in Redis: it is waited for and the browser closed, rather than left
         counted until its lease lapses."""
         lease_ms = self.settings.lease_ms
-        call = asyncio.ensure_future(self.broker.open_browser(dest, browser.browser_id, lease_ms, prefetch,
-                                                              browser.selector))
+        call = asyncio.ensure_future(self.broker.open_browser(dest, browser.browser_id, lease_ms,
+                                                              browser.prefetch, browser.selector))
         try:
             await asyncio.shield(call)
         except asyncio.CancelledError:
@@ -886,19 +888,22 @@ class Link:
             if self._client_id is not None and not await self._renew_client_id():
                 return
             by_destination: dict[Destination, list[str]] = {}
-            browsers: dict[Destination, list[str]] = {}
+            browsers: dict[Destination, dict[str, Browser]] = {}
             for sub in list(self.subscriptions.values()):
                 for consumer in sub.consumers:
                     by_destination.setdefault(consumer.destination, []).append(consumer.consumer_id)
                 if sub.browser is not None:
-                    browsers.setdefault(sub.destinations[0], []).append(sub.browser.browser_id)
+                    browsers.setdefault(sub.destinations[0], {})[sub.browser.browser_id] = sub.browser
             try:
-                for dest, ids in browsers.items():
-                    # (one that lapsed meanwhile, this process stalled past its lease, is no longer counted;
-                    # its walk goes on: it holds nothing)
-                    for lapsed in await self.broker.renew_browsers(dest, ids, self.settings.lease_ms):
-                        logger.warning("browser %s of connection %s lapsed before it was renewed",
-                                       lapsed, self.connection_id)
+                for dest, open_ones in browsers.items():
+                    # One that lapsed meanwhile (this process stalled past its lease) was removed and no
+                    # longer counts; it is still open for its client, so it is counted again (it holds
+                    # nothing: its walk went on).
+                    lease_ms = self.settings.lease_ms
+                    for lapsed in await self.broker.renew_browsers(dest, list(open_ones), lease_ms):
+                        logger.warning("browser %s of connection %s lapsed before it was renewed: counted "
+                                       "again", lapsed, self.connection_id)
+                        await self._open_browser(dest, open_ones[lapsed])
                 if self.transactions:  # (one that lapsed meanwhile: its COMMIT is refused, its ABORT a no-op)
                     for tx in await self.broker.renew_transactions([t.tx for t in self.transactions.values()],
                                                                    self.settings.lease_ms):

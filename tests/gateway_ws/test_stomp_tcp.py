@@ -6,6 +6,7 @@ silent client, the connection limit, TLS, a listener killed mid-stream, and a cl
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -303,6 +304,32 @@ def test_a_browser_of_a_killed_listener_stops_counting_once_its_lease_lapses(lis
         return not list(redis_client.scan_iter(f"{stomp_listener.namespace}:*{name}*:browsers"))
 
     eventually(removed, timeout=5)
+
+
+def test_a_browser_whose_listener_stalled_past_its_lease_counts_again(listener, stomp_listener, redis_client):
+    """A listener stopped past its browsers' lease (a long GC pause, a stopped VM) finds them removed at its
+    next renewal: they are still open for their clients, so they are counted again."""
+    from broker_core import maintenance
+    from broker_core.broker import Broker
+
+    stalled = listener(SIGNALBOX_WS_LEASE_MS="1500")
+    name = _q().removeprefix("/queue/")
+    client = RawTcp(stalled.port)
+    client.connect()
+    client.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "b", "browser": "true", "receipt": "r"})
+    client.expect("RECEIPT")
+    assert client.expect("MESSAGE").get("browser") == "end"
+    broker = Broker(redis_client, stomp_listener.namespace)
+    assert broker.stats(name).consumer_count == 1
+    stalled.process.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(2)  # past the lease
+        maintenance.run_due(broker)  # removes it
+        assert broker.stats(name).consumer_count == 0
+    finally:
+        stalled.process.send_signal(signal.SIGCONT)
+    eventually(lambda: broker.stats(name).consumer_count == 1, timeout=5)
+    client.close()
 
 
 def test_a_slow_auto_ack_reader_cut_off_loses_nothing(listener, gateway_data, redis_client):
