@@ -213,8 +213,16 @@ def test_ctrl_c_in_any_command_is_one_line_and_130(home):
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             listener.settimeout(60)
-            connection, _ = listener.accept()  # the command is in its request
+            connection, _ = listener.accept()
             with connection:
+                # the command has sent its request and waits for the answer: a Ctrl-C that came before it
+                # blocked in that wait would be seen only when the wait ends (CPython checks for signals
+                # between steps, and a signal just before a blocking call is left pending: the test raced)
+                connection.settimeout(30)
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += connection.recv(65536)
+                time.sleep(0.3)
                 process.send_signal(signal.SIGINT)
                 out, err = process.communicate(timeout=30)
         finally:
