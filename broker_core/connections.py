@@ -31,7 +31,6 @@ from typing import Any
 from .effects import Command
 from .scripts import calls
 
-PROTOCOLS = ("stomp+tcp", "stomp+ssl", "stomp+ws", "stomp+wss", "json-ws", "rest")
 PRODUCER_LIMIT = 100  # destinations one connection's producer rows name
 DEFAULT_LEASE_MS = 15_000
 DEFAULT_LIMIT = 100_000

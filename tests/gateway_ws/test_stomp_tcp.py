@@ -277,6 +277,16 @@ def test_a_listener_killed_mid_stream_loses_nothing(listener, stomp_listener, re
         producer.close()
 
 
+def _browsing(server: Any, name: str) -> RawTcp:
+    """A client of `server` with a queue browser open on queue `name`, its walk done (the end frame read)."""
+    client = RawTcp(server.port)
+    client.connect()
+    client.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "b", "browser": "true", "receipt": "r"})
+    client.expect("RECEIPT")
+    assert client.expect("MESSAGE").get("browser") == "end"
+    return client
+
+
 def test_a_browser_of_a_killed_listener_stops_counting_once_its_lease_lapses(listener, stomp_listener,
                                                                               redis_client):
     """A queue browser counts among the queue's consumers (ActiveMQ's ConsumerCount) while its listener
@@ -287,11 +297,7 @@ def test_a_browser_of_a_killed_listener_stops_counting_once_its_lease_lapses(lis
 
     doomed = listener(SIGNALBOX_WS_LEASE_MS="1500")
     name = _q().removeprefix("/queue/")
-    client = RawTcp(doomed.port)
-    client.connect()
-    client.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "b", "browser": "true", "receipt": "r"})
-    client.expect("RECEIPT")
-    assert client.expect("MESSAGE").get("browser") == "end"
+    client = _browsing(doomed, name)
     broker = Broker(redis_client, stomp_listener.namespace)
     time.sleep(2)  # past a lease: renewed, it still counts
     assert broker.stats(name).consumer_count == 1
@@ -314,11 +320,7 @@ def test_a_browser_whose_listener_stalled_past_its_lease_counts_again(listener, 
 
     stalled = listener(SIGNALBOX_WS_LEASE_MS="1500")
     name = _q().removeprefix("/queue/")
-    client = RawTcp(stalled.port)
-    client.connect()
-    client.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "b", "browser": "true", "receipt": "r"})
-    client.expect("RECEIPT")
-    assert client.expect("MESSAGE").get("browser") == "end"
+    client = _browsing(stalled, name)
     broker = Broker(redis_client, stomp_listener.namespace)
     assert broker.stats(name).consumer_count == 1
     stalled.process.send_signal(signal.SIGSTOP)
