@@ -35,6 +35,7 @@ from .model import (
     AckRequest,
     Browsed,
     BrowsePage,
+    BrowserInfo,
     Consumer,
     ConsumerRef,
     ConsumerSpec,
@@ -359,6 +360,11 @@ class _Api:
         """Stop counting these browsers; returns how many were open."""
         return self._run(self.ops.close_browsers(_dest(destination, "browse"), list(browser_ids), reason,
                                                  self._now()))
+
+    def browsers(self, destination: str | Destination, most: int = 1000) -> list[BrowserInfo]:
+        """At most `most` of a queue's open browsers (those `open_browser` counts), for a consumer
+        advisory's replay (ActiveMQ's AdvisoryBroker replays a browser's ConsumerInfo as any consumer's)."""
+        return self._run(self.ops.browsers(_dest(destination, "browse"), most, self._now()))
 
     def get_message(self, destination: str | Destination, message_id: str) -> Browsed:
         return self._run(self.ops.get_message(_dest(destination, "read from"), message_id, self._now()))

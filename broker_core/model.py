@@ -177,6 +177,15 @@ class ConsumerStats:
 
 
 @dataclass(frozen=True)
+class BrowserInfo:
+    """An open queue browser as its consumer advisory tells it (ActiveMQ's ConsumerInfo, browser=true)."""
+
+    browser_id: str
+    prefetch: int
+    selector: str | None
+
+
+@dataclass(frozen=True)
 class Tally:
     """What a destination's meta keeps as "<count> <sum> <smallest> <largest>" (ActiveMQ's size and time
     statistics: MessageSizes, EnqueueTimes). 0s when none."""

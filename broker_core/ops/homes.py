@@ -34,7 +34,7 @@ from ..model import (
 from ..replies import bound_stats, forward_stats, memory_stats, tallies
 from ..resp import reply_text as _str
 from ..scripts import calls
-from ..selector import parse_selector
+from ..selector import CONVERT_STRING_EXPRESSIONS_PREFIX, parse_selector
 from .context import Context
 
 # No ':' so that a consumer's key names never collide with another consumer's (…:c:<id>:inflight).
@@ -45,6 +45,15 @@ CUMULATIVE_MOST = 1_000  # messages one cumulative ack call takes (scripts/lua/a
 
 
 # -- consuming -----------------------------------------------------------------------------------------
+
+
+def selector_text(spec: ConsumerSpec) -> str | None:
+    """A consumer's selector as ActiveMQ's ConsumerInfo holds it, which its advisories and management views
+    show: a STOMP subscription's with the `convert_string_expressions:` prefix (its ProtocolConverter adds
+    it); None without one."""
+    if not (spec.selector and spec.selector.strip()):
+        return None
+    return f"{CONVERT_STRING_EXPRESSIONS_PREFIX}{spec.selector}" if spec.stomp_selector else spec.selector
 
 
 def consumer_definition(spec: ConsumerSpec, consumer_id: str | None) -> tuple[str, bytes, str | None]:
@@ -63,7 +72,7 @@ def consumer_definition(spec: ConsumerSpec, consumer_id: str | None) -> tuple[st
         "priority": spec.priority,
         "exclusive": spec.exclusive,
         "selector": selector.compiled if selector else None,
-        "selector_text": spec.selector if selector else None,
+        "selector_text": selector_text(spec),
         "nolocal": spec.no_local,
         "conn": spec.connection_id,
         "client": spec.client_id,

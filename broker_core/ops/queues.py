@@ -22,7 +22,7 @@ from ..destinations import Destination, require_concrete
 from ..effects import Command, Op, Policy
 from ..errors import InvalidConsumer, OperationRefused, UnknownDestination, UnknownMessage
 from ..keys import Home
-from ..model import Consumer, ConsumerRef, ConsumerSpec, GroupInfo
+from ..model import BrowserInfo, Consumer, ConsumerRef, ConsumerSpec, GroupInfo
 from ..resp import reply_text
 from ..scripts import calls
 from ..scripts.calls import Closing, Sent
@@ -207,6 +207,13 @@ def close_browsers(ops: Context, dest: Destination, browser_ids: list[str], reas
     call = calls.Browsers.close(ops.prefix(dest), now, reason, browser_ids)
     closed = yield from _browsers(ops, dest, now, (yield call))
     return int(closed[0])
+
+
+def browsers(ops: Context, dest: Destination, most: int, now: int) -> Op:
+    """At most `most` of the queue's open browsers, those whose lease ends first first."""
+    flat = yield from _browsers(ops, dest, now, (yield calls.Browsers.list(ops.prefix(dest), now, most)))
+    return [BrowserInfo(reply_text(flat[i]), int(flat[i + 1] or 0), reply_text(flat[i + 2]) or None)
+            for i in range(0, len(flat), 3)]
 
 
 def _browsers(ops: Context, dest: Destination, now: int, reply: list[Any]) -> Op:

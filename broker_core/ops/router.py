@@ -331,6 +331,10 @@ class Router(Context):
     def close_browsers(self, dest: Destination, browser_ids: list[str], reason: str, now: int) -> Op:
         return self.run(queues.close_browsers(self, dest, browser_ids, reason, now))
 
+    def browsers(self, dest: Destination, most: int, now: int) -> Op:
+        _refuse_on_topic(dest, "browse")
+        return self.run(queues.browsers(self, dest, most, now))
+
     def get_message(self, dest: Destination, message_id: str, now: int) -> Op:
         return self.run(queues.get_message(self, dest, message_id, now))
 

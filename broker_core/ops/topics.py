@@ -144,7 +144,7 @@ def subscribe(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, cid
         raise InvalidConsumer("no_local needs the subscriber's connection_id", field="connection_id")
     key = durable_key(client, name) if durable else non_durable_key(cid)
     field = durable_registry_field(client, name) if durable else ""
-    sub_def = {"selector": selector_compiled, "selector_text": spec.selector if selector_compiled else None,
+    sub_def = {"selector": selector_compiled, "selector_text": homes.selector_text(spec),
                "nolocal": spec.no_local, "conn": spec.connection_id, "client": spec.client_id,
                "name": spec.subscription_name, "durable": durable, "priority": spec.priority,
                "maxpending": spec.maximum_pending_message_limit}

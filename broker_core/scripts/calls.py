@@ -946,10 +946,14 @@ class Browsers(ScriptCall):
     def close(cls, prefix: str, now: int, reason: str, browser_ids: Sequence[str]) -> Eval:
         return Eval(cls.script, (prefix,), (now, "close", reason, *browser_ids))
 
+    @classmethod
+    def list(cls, prefix: str, now: int, most: int) -> Eval:
+        return Eval(cls.script, (prefix,), (now, "list", most))
+
     @staticmethod
     def parse(reply: list[Any]) -> tuple[list[Any], Tail]:
         """The op's values (renew: the ids that are not open, closed or lapsed and removed; close: how
-        many were open) and the tail (advisories waiting)."""
+        many were open; list: id, prefetch, selector of each open one) and the tail (advisories waiting)."""
         return split(reply)
 
 

@@ -59,6 +59,22 @@ def test_a_browser_whose_lease_lapses_stops_counting_and_maintenance_removes_it(
     clock.advance(1_001)
     maintenance.run_due(broker)  # (scheduled for b1's lapse)
     assert _count(broker) == 0 and redis_client.zcard(key) == 0
+    assert redis_client.exists(f"{key}:def") == 0  # (what the advisories' replay told of each goes too)
+
+
+def test_the_open_browsers_are_listed_with_what_their_advisory_tells(broker, clock):
+    """What a consumer advisory's replay tells of each open browser (gateway/stomp/advisory_replay.py):
+    closed and lapsed ones are not listed; at most the number asked for."""
+    broker.ensure_destination("orders")
+    broker.open_browser("orders", "b1", lease_ms=5_000, prefetch=7, selector="a = 1 AND b LIKE 'x y%'")
+    broker.open_browser("orders", "b2", lease_ms=1_000)
+    broker.open_browser("orders", "b3", lease_ms=9_000, prefetch=500)
+    assert [(b.browser_id, b.prefetch, b.selector) for b in broker.browsers("orders")] == [
+        ("b2", 0, None), ("b1", 7, "a = 1 AND b LIKE 'x y%'"), ("b3", 500, None)]
+    assert [b.browser_id for b in broker.browsers("orders", most=1)] == ["b2"]
+    broker.close_browsers("orders", ["b3"])
+    clock.advance(2_000)  # b2 lapsed
+    assert [b.browser_id for b in broker.browsers("orders")] == ["b1"]
 
 
 def test_lapsed_browsers_are_removed_a_bounded_part_at_a_time(broker, clock, redis_client):
@@ -81,7 +97,7 @@ def test_deleting_the_queue_deletes_its_browsers(broker, redis_client):
     broker.open_browser("orders", "b1")
     broker.delete_destination("orders")
     key = f"{broker.ops.prefix(parse_destination('queue://orders'))}:browsers"
-    assert redis_client.exists(key) == 0
+    assert redis_client.exists(key, f"{key}:def") == 0
 
 
 def test_a_browser_is_advised_as_a_consumer_with_the_count(broker):

@@ -228,7 +228,8 @@ def test_a_new_consumer_advisory_subscriber_gets_one_consumer_info_per_existing_
     replayed = watcher.messages(2)
     assert [m.headers["consumerCount"] for m in replayed] == ["2", "2"]
     infos = [json.loads(m.body)["ConsumerInfo"] for m in replayed]
-    assert sorted(str(i["selector"]) for i in infos) == ["None", "x = 1"]
+    # (a STOMP selector as ActiveMQ 5.17.2 holds it in its ConsumerInfo: prefixed)
+    assert sorted(str(i["selector"]) for i in infos) == ["None", "convert_string_expressions:x = 1"]
     assert all(i["destination"] == f"queue://{queue_name}" for i in infos)
     watcher.receipt(watcher.conn.ack, replayed[0].headers["ack"])  # acknowledging one is no error
     assert watcher.silent(0.3)
@@ -266,4 +267,5 @@ def test_an_advisory_subscription_asking_for_xml_gets_the_document_as_xml(client
             "jms-advisory-xml", count)
         root = ElementTree.fromstring(advised.body)
         assert (root.tag, root.findtext("destination")) == ("ConsumerInfo", f"queue://{queue_name}")
-    assert ElementTree.fromstring(added.body).findtext("selector") == "a < 1"  # escaped, read back
+    # escaped, read back (prefixed, as ActiveMQ's ConsumerInfo holds a STOMP selector)
+    assert ElementTree.fromstring(added.body).findtext("selector") == "convert_string_expressions:a < 1"

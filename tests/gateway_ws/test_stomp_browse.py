@@ -7,6 +7,7 @@ refused; at most the policy's maxBrowsePageSize messages."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -296,3 +297,26 @@ def test_an_open_browser_counts_among_the_queues_consumers_until_it_ends(raw, br
     second.send("DISCONNECT", {"receipt": "bye"})
     second.expect("RECEIPT")
     eventually(lambda: broker.stats(f"queue://{name}").consumer_count == 0, timeout=5)
+
+
+def test_a_new_consumer_advisory_subscriber_is_told_of_the_open_browsers(raw):
+    """ActiveMQ's AdvisoryBroker replays every ConsumerInfo it holds to a new subscriber of a consumer
+    advisory topic, a QueueBrowserSubscription's (browser=true) among them, with the count that has it."""
+    name = _name()
+    dest = f"/queue/{name}"
+    browsing, consuming = raw(), raw()
+    _browse(browsing, dest, "b1")
+    _browse(browsing, dest, "b2", selector="n = 0", **{"activemq.prefetchSize": "7"})
+    consuming.send("SUBSCRIBE", {"destination": dest, "id": "c", "receipt": "c"})
+    consuming.expect("RECEIPT")
+    watcher = raw()
+    watcher.send("SUBSCRIBE", {"destination": f"/topic/ActiveMQ.Advisory.Consumer.Queue.{name}", "id": "adv"})
+    replayed = [watcher.expect("MESSAGE") for _ in range(3)]
+    assert [m.get("consumerCount") for m in replayed] == ["3", "3", "3"]
+    infos = sorted((json.loads(m.body)["ConsumerInfo"] for m in replayed), key=lambda i: str(i["selector"]))
+    # (a STOMP selector as ActiveMQ's ConsumerInfo holds it: its ProtocolConverter prefixes it)
+    assert [(i["browser"], str(i["selector"])) for i in infos] == [
+        (False, "None"), (True, "None"), (True, "convert_string_expressions:n = 0")]
+    assert infos[2]["prefetchSize"] == 7
+    with pytest.raises(TimeoutError):  # nothing more
+        watcher.receive(0.3)

@@ -123,7 +123,7 @@ local keys = { base.K_META, base.K_POLICY, base.K_MSGS, base.K_PENDING, base.K_I
   -- the consumers' priority counts (includes/consumers.lua join_order)
   base.P .. ':prios',
   -- its open browsers (scripts/lua/browsers.lua)
-  base.P .. ':browsers',
+  base.P .. ':browsers', base.P .. ':browsers:def',
   -- closed consumers whose windows still hold messages (includes/lifecycle.lua closing_held_key)
   base.P .. ':closing:held',
   -- rate history (broker_core/rates.py): a queue made again under this name starts a history of its own

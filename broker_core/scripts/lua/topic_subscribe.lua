@@ -53,7 +53,13 @@ if existing then
   -- made retroactive, it has not had all of its backlog yet (topic.catch_up): that comes first
   if redis.call('HEXISTS', base.K_META, 'catchup') == 1 then return { 'catchup' } end
   local old = cmsgpack.unpack(existing)
-  if (old.selector_text or '') ~= (sub_def.selector_text or '') or (old.nolocal == true) ~= (sub_def.nolocal == true) then
+  -- (a STOMP selector is kept with ActiveMQ's `convert_string_expressions:` prefix, as its ConsumerInfo
+  -- holds it; one stored without, before the prefix was kept, is the same selector)
+  local function same_selector(a, b)
+    local prefix = '^convert_string_expressions:'
+    return string.gsub(a or '', prefix, '') == string.gsub(b or '', prefix, '')
+  end
+  if not same_selector(old.selector_text, sub_def.selector_text) or (old.nolocal == true) ~= (sub_def.nolocal == true) then
     lifecycle.remove_subscription('changed')  -- TopicRegion.hasDurableSubChanged: a new subscription replaces it
     existing = nil
     state = 'changed'

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 
 from broker_core import maintenance
 from broker_core.broker import Broker
+from broker_core.destinations import parse_destination
 from broker_core.errors import DurableSubscriptionInUse, InvalidConsumer, UnknownSubscription
 from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
@@ -88,6 +90,24 @@ def test_resubscribing_with_the_same_selector_keeps_the_messages(broker):
     broker.send(T, [Message(body=str(n), properties={"n": n}) for n in range(4)])
     again = durable(broker, selector="n > 1")
     assert bodies(drain(broker, again)) == ["2", "3"]
+
+
+def test_a_stomp_selector_is_kept_as_activemq_holds_it_and_one_kept_before_without_is_the_same(
+        broker, redis_client):
+    """A STOMP subscription's selector is kept with ActiveMQ's `convert_string_expressions:` prefix (its
+    ProtocolConverter adds it, and its advisories and views show it); a durable subscription stored before
+    that, without it, is still the same selector when its STOMP subscriber comes back (not replaced)."""
+    offline_durable(broker, selector="n > 1", stomp_selector=True)
+    [info] = broker.subscriptions(T)
+    assert info.selector == "convert_string_expressions:n > 1"
+    subs = f"{broker.ops.prefix(parse_destination(T))}:subs"
+    [(key, packed)] = redis_client.hgetall(subs).items()
+    old = msgpack.unpackb(packed)
+    old["selector_text"] = "n > 1"  # as stored before the prefix was kept
+    redis_client.hset(subs, key, msgpack.packb(old))
+    broker.send(T, [Message(body=str(n), properties={"n": str(n)}) for n in range(4)])
+    again = durable(broker, selector="n > 1", stomp_selector=True)
+    assert bodies(drain(broker, again)) == ["2", "3"]  # kept (and STOMP's string coercion applied)
 
 
 def test_resubscribing_on_another_topic_replaces_the_subscription(broker):

@@ -340,6 +340,7 @@ function base.prune_browsers(limit)
                             limit or base.BROWSERS_PRUNED)
   for _, id in ipairs(lapsed) do
     redis.call('ZREM', key, id)
+    redis.call('HDEL', key .. ':def', id)
     base.emit('consumer_remove', 'consumer', id, 'reason', 'lease lapsed', 'browser', 1)
   end
   return #lapsed
