@@ -17,6 +17,8 @@ import contextlib
 import functools
 import os
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import redis
 import redis.asyncio
@@ -28,6 +30,8 @@ from broker_core.config.store import PolicyStore
 from broker_core.keys import Home
 from broker_core.model import ConsumerRef, Pushed, TransactionLimits, is_push, unpack_pushed
 from broker_core.topics import non_durable_key
+
+T = TypeVar("T")
 
 PROCESS_ID = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
@@ -259,3 +263,17 @@ class WakeupHub:
         self._events.pop(consumer_id, None)
         self._pushed.pop(consumer_id, None)
         self._woken.discard(consumer_id)
+
+
+async def uncancelled(call: Awaitable[T], undo: Callable[[T], Awaitable[None]]) -> T:
+    """Await a broker call that makes or takes something (a consumer, a browser, leased messages). A cancel
+    meanwhile (the client gone: its socket ended, Django's handler cancelled the request) does not stop the
+    call in Redis, which may still do it: the call is waited for and what it made given to `undo`, rather
+    than left unknown, holding messages or counting, until its lease lapses; then the cancel goes on."""
+    call_task = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(call_task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await undo(await call_task)
+        raise

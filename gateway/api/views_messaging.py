@@ -387,15 +387,12 @@ async def _received(broker: Any, ref: ConsumerRef, max_messages: int, unacked: b
     once Redis ran it, and no later receive is handed them again, so they would stay in flight, never seen,
     until the consumer closes or lapses (ActiveMQ's GET: its lease, minutes), and a client-mode consumer's
     cumulative ack would even acknowledge them."""
-    call = asyncio.ensure_future(broker.receive_unacked(ref, max_messages) if unacked
-                                 else broker.receive(ref, max_messages))
-    try:
-        return await asyncio.shield(call)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):  # (the consumer gone, Redis away: closing or lapsing gives back)
-            if leased := await call:
-                await broker.nack(ref, [d.message_id for d in leased])
-        raise
+    async def give_back(leased: list[Any]) -> None:
+        if leased:  # (the consumer gone, Redis away: closing or lapsing gives back)
+            await broker.nack(ref, [d.message_id for d in leased])
+
+    return await runtime.uncancelled(broker.receive_unacked(ref, max_messages) if unacked
+                                     else broker.receive(ref, max_messages), give_back)
 
 
 class ConsumerDetailView(GatewayView):

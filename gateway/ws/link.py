@@ -528,13 +528,10 @@ class Link:
         """The broker's new consumer. A cancel meanwhile (the client's socket ended) does not stop the call
         in Redis, which may still make the consumer: it is waited for and put in `made`, which the caller
         closes, rather than left unknown, holding messages in flight until its lease lapses."""
-        call = asyncio.ensure_future(self.broker.add_consumer(dest, spec, cid))
-        try:
-            return await asyncio.shield(call)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                made.append(await call)
-            raise
+        async def keep(consumer: Consumer) -> None:
+            made.append(consumer)
+
+        return await runtime.uncancelled(self.broker.add_consumer(dest, spec, cid), keep)
 
     async def browse(self, key: str, dest: Destination, selector: str | None, ack_mode: str,
                      options: dict[str, Any] | None = None, prefetch: int = 500) -> Subscription:
@@ -564,16 +561,11 @@ class Link:
         """Have the broker count the browser among the queue's consumers. A cancel meanwhile (the socket
         ended) does not stop the call in Redis: it is waited for and the browser closed, rather than left
         counted until its lease lapses."""
-        lease_ms = self.settings.lease_ms
-        call = asyncio.ensure_future(self.broker.open_browser(dest, browser.browser_id, lease_ms,
-                                                              browser.prefetch, browser.selector))
-        try:
-            await asyncio.shield(call)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await call
-                await self.broker.close_browsers(dest, [browser.browser_id], "subscribe failed")
-            raise
+        async def close(_: None) -> None:
+            await self.broker.close_browsers(dest, [browser.browser_id], "subscribe failed")
+
+        await runtime.uncancelled(self.broker.open_browser(dest, browser.browser_id, self.settings.lease_ms,
+                                                    browser.prefetch, browser.selector), close)
 
     async def _browse_page(self, dest: Destination, browser: Browser) -> None:
         """One broker call of the walk: its page (none when nothing in the part it examined matched) into
