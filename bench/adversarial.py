@@ -373,6 +373,83 @@ def consumer_add_5000th_grouped(ctx: Context) -> Calls:
     return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("many.q", spec, consumer_id="last")))
 
 
+def _stored_consumers(ctx: Context, queue: str, count: int, prefetch: int = 1) -> str:
+    """A queue of `count` consumers: 2 added for real, the others' keys written as consumer_add writes them
+    (10,000 adds take minutes), each the next in the dispatch order. Returns the queue's key prefix."""
+    for n in range(2):
+        ctx.broker.add_consumer(queue, ConsumerSpec(prefetch=prefetch), consumer_id=f"c{n}")
+    pipe = ctx.client.pipeline(transaction=False)
+    p = ctx.broker.ops.prefix(parse_destination(queue))
+    packed = ctx.client.hget(f"{p}:consumers", "c0")
+    fields = ctx.client.hgetall(f"{p}:c:c0")
+    for n in range(2, count):
+        pipe.hset(f"{p}:consumers", f"c{n}", packed)
+        pipe.hset(f"{p}:c:c{n}", mapping=fields)
+        pipe.rpush(f"{p}:corder", f"c{n}")
+        pipe.zadd(f"{p}:leases", {f"c{n}": ctx.broker._now() + 600_000})
+    pipe.execute()
+    return p
+
+
+# Session 32: what else grows with a queue's consumers (docs/benchmarks.md, "Session 32").
+
+for _crowd in (5_000, 10_000):
+    @case(f"consumers: stats of a queue with {_crowd:,} consumers")
+    def consumers_stats(ctx: Context, count: int = _crowd) -> Calls:
+        _stored_consumers(ctx, "crowd.q", count)
+        op = ctx.broker.ops.stats(parse_destination("crowd.q"), ctx.broker._now())
+        return ctx.measure(_per_call_cpu(ctx, op))
+
+
+@case("consumers: the first add after the order was left unsorted, 10 consumers owning 100,000 groups")
+def consumer_add_after_unsorted_groups(ctx: Context) -> Calls:
+    """The add sorts every consumer when meta 'ordered' is gone (a group count changed without a sort):
+    its work is the consumers', not their groups' (each one's count is one field)."""
+    p = _stored_consumers(ctx, "grouped.q", 10)
+    pipe = ctx.client.pipeline(transaction=False)
+    for g0 in range(0, 100_000, 1000):
+        pipe.hset(f"{p}:groups", mapping={f"g{g}": f"c{g % 10}|1" for g in range(g0, g0 + 1000)})
+    for c in range(10):
+        pipe.sadd(f"{p}:c:c{c}:groups", *[f"g{g}" for g in range(c, 100_000, 10)])
+        pipe.hset(f"{p}:c:c{c}", "groups", 10_000)
+    pipe.hset(f"{p}:meta", "gmap", "1")
+    pipe.hdel(f"{p}:meta", "ordered")
+    pipe.execute()
+    spec = ConsumerSpec(priority=1)
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("grouped.q", spec, consumer_id="last")))
+
+
+@case("consumers: the first add after the order was left unsorted, 5,000 consumers")
+def consumer_add_after_unsorted(ctx: Context) -> Calls:
+    p = _stored_consumers(ctx, "unsorted.q", MANY_CONSUMERS)
+    ctx.client.hdel(f"{p}:meta", "ordered")
+    spec = ConsumerSpec(priority=1)
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.add_consumer("unsorted.q", spec, consumer_id="z")))
+
+
+@case("consumers: a batch of 100 messages to a queue with 5,000 consumers")
+def consumers_send(ctx: Context) -> Calls:
+    _stored_consumers(ctx, "crowd.q", MANY_CONSUMERS)
+    ctx.broker.send("crowd.q", Message(body="w"))
+    batch = [Message(body="x") for _ in range(100)]
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.send("crowd.q", batch)))
+
+
+@case("consumers: a batch of 100 messages of 100 groups to a queue with 5,000 consumers")
+def consumers_send_groups(ctx: Context) -> Calls:
+    _stored_consumers(ctx, "crowd.q", MANY_CONSUMERS)
+    ctx.broker.send("crowd.q", Message(body="w", group_id="w"))
+    batch = [Message(body="x", group_id=f"G{i}") for i in range(100)]
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.send("crowd.q", batch)))
+
+
+@case("consumers: removeAllMessageGroups, 5,000 consumers")
+def consumers_group_reset(ctx: Context) -> Calls:
+    _stored_consumers(ctx, "crowd.q", MANY_CONSUMERS)
+    ctx.broker.send("crowd.q", Message(body="w", group_id="w"))
+    return ctx.measure(_with_cpu(ctx, lambda: ctx.broker.remove_all_message_groups("crowd.q")))
+
+
 # --- returns owed by many closed consumers ---
 # 5,000 consumers each received 3 messages and closed at once (a gateway's connections dropped), each
 # close's first call returning one (chunk 1) before the process driving it died: 10,000 are owed. One
@@ -1571,19 +1648,7 @@ def delete_owing_finished(ctx: Context) -> Calls:
 
 @case(f"delete: a queue with {DELETE_MANY:,} consumers")
 def delete_consumers(ctx: Context) -> Calls:
-    for n in range(2):
-        ctx.broker.add_consumer("many.q", ConsumerSpec(prefetch=1), consumer_id=f"c{n}")
-    # (2 added for real, the rest's keys written as consumer_add writes them: 10,000 adds take minutes)
-    pipe = ctx.client.pipeline(transaction=False)
-    p = ctx.broker.ops.prefix(parse_destination("many.q"))
-    packed = ctx.client.hget(f"{p}:consumers", "c0")
-    fields = ctx.client.hgetall(f"{p}:c:c0")
-    for n in range(2, DELETE_MANY):
-        pipe.hset(f"{p}:consumers", f"c{n}", packed)
-        pipe.hset(f"{p}:c:c{n}", mapping=fields)
-        pipe.rpush(f"{p}:corder", f"c{n}")
-        pipe.zadd(f"{p}:leases", {f"c{n}": ctx.broker._now() + 60_000})
-    pipe.execute()
+    _stored_consumers(ctx, "many.q", DELETE_MANY)
     ctx.broker.delete_destination("many.warm")  # (the script loaded)
     op = ctx.broker.ops.delete_destination(parse_destination("many.q"), ctx.broker._now())
     return ctx.measure(_per_call_cpu(ctx, op))

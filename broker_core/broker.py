@@ -84,6 +84,21 @@ TX_DELAYS_KEPT = 10_000
 _ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "transacted": "individual"}
 
 
+def _resumed(op: Op[T], request: Any) -> Op[T]:
+    """The rest of operation `op`, run elsewhere up to its next request, `request` (AsyncBroker.stats_many
+    pipelines the first calls of many)."""
+    try:
+        while True:
+            try:
+                reply = yield request
+            except Exception as exc:  # noqa: BLE001 - handed to the operation, which decides
+                request = op.throw(exc)
+            else:
+                request = op.send(reply)
+    except StopIteration as stop:
+        return stop.value
+
+
 def _dest(destination: str | Destination, refuse_pattern: str | None = None) -> Destination:
     """A destination from its text (or as given). Topic patterns (`topic://orders.>`) are what a wildcard
     subscription subscribes to; their pseudo-topics are no destinations (docs/broker_core.md "Wildcard
@@ -983,7 +998,9 @@ class AsyncBroker(_Api):
                 try:
                     if isinstance(reply, redis.ResponseError):
                         op.throw(typed_error(reply))
-                    op.send(reply)
+                    request = op.send(reply)
+                    # a queue of more than calls.STATS_PAGE consumers: the rest of them a call at a time
+                    queue_stats.append(await self._run(_resumed(op, request)))
                 except StopIteration as stop:
                     queue_stats.append(stop.value)
                 except errors.UnknownDestination:

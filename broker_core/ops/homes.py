@@ -317,13 +317,19 @@ def parked_counts(parked: int, scheduled: int) -> dict[str, int]:
 
 def stats(ops: Context, home: Home, now: int) -> Op:
     """The statistics of a queue, or of one subscription (topics.stats adds a topic's up)."""
-    read = calls.Stats.parse((yield calls.Stats.call(ops.home_prefix(home), now)))
+    prefix, token = ops.home_prefix(home), uuid.uuid4().hex
+    read = calls.Stats.parse((yield calls.Stats.call(prefix, now, token)))
     meta = read.meta
     if "uri" not in meta:
         raise UnknownDestination(f"no destination {home.uri}", destination=home.uri)
     owner = meta.get("owner") or None
+    # Past the first page the consumers are read a page a call (nothing limits a queue's consumers): each as
+    # it is at its page's call, in the dispatch order of the first; one closed in between is left out.
+    stored = list(read.consumers)
+    for start in range(calls.STATS_PAGE, read.order_size, calls.STATS_PAGE):
+        stored += calls.Stats.parse_page((yield calls.Stats.page(prefix, now, token, start)))
     consumers = []
-    for one in read.consumers:
+    for one in stored:
         cid = one.consumer_id
         definition = msgpack.unpackb(one.definition, raw=False) if one.definition else {}
         counters = one.counters

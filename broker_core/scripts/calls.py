@@ -1021,6 +1021,11 @@ class Send(ScriptCall, _Checks):
         return _sent(reply)
 
 
+# The most consumers one stats.lua call reads (its five keys each: about 20 us a consumer on this project's
+# 2-CPU VM, so 200 a call stay a few ms; docs/benchmarks.md, "Session 32").
+STATS_PAGE = 200
+
+
 @dataclass(frozen=True, slots=True)
 class QueueConsumer:
     """stats.lua: one consumer as it is stored."""
@@ -1034,7 +1039,7 @@ class QueueConsumer:
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """stats.lua: a consistent snapshot of a queue (or subscription) and its consumers."""
+    """stats.lua's first call: a consistent snapshot of a queue (or subscription) and its first consumers."""
 
     meta: dict[str, str]
     pending: int
@@ -1048,27 +1053,37 @@ class QueueStats:
     events: int  # the events the event stream holds (a packed entry holds several: base.end_call)
     audit_size: int
     browsers: int  # open queue browsers, lease not lapsed (browsers.lua)
+    order_size: int  # the order's consumers when more than STATS_PAGE (Stats.page reads the rest), else 0
 
 
 class Stats(ScriptCall):
-    """stats.lua."""
+    """stats.lua: the counters and the first STATS_PAGE consumers, then a page of the rest a call."""
 
     script = "stats"
 
     @classmethod
-    def call(cls, prefix: str, now: int) -> Eval:
-        return Eval(cls.script, (prefix,), (now,))
+    def call(cls, prefix: str, now: int, token: str) -> Eval:
+        """`token`: names this read's copy of the order (unique to the read)."""
+        return Eval(cls.script, (prefix,), (now, STATS_PAGE, token))
+
+    @classmethod
+    def page(cls, prefix: str, now: int, token: str, start: int) -> Eval:
+        """The consumers of the order from index `start` (a multiple of STATS_PAGE, below
+        QueueStats.order_size) as the first call copied it, those still registered."""
+        return Eval(cls.script, (prefix,), (now, STATS_PAGE, token, "consumers", start))
 
     @staticmethod
     def parse(reply: list[Any]) -> QueueStats:
-        flat = reply[6]
-        consumers = [QueueConsumer(_text(flat[i]), flat[i + 1] or b"", _pairs(flat[i + 2]),
-                                   _text(flat[i + 3]), int(flat[i + 4]))
-                     for i in range(0, len(flat), 5)]
         limits, sizes = reply[7], reply[8]
         return QueueStats(_pairs(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]),
-                          int(reply[5]), consumers, _text(limits[0]), _text(limits[1]), int(sizes[0]),
-                          int(sizes[1]), int(reply[9]))
+                          int(reply[5]), Stats.parse_page(reply[6]), _text(limits[0]), _text(limits[1]),
+                          int(sizes[0]), int(sizes[1]), int(reply[9]), int(reply[10]))
+
+    @staticmethod
+    def parse_page(flat: list[Any]) -> list[QueueConsumer]:
+        return [QueueConsumer(_text(flat[i]), flat[i + 1] or b"", _pairs(flat[i + 2]), _text(flat[i + 3]),
+                              int(flat[i + 4]))
+                for i in range(0, len(flat), 5)]
 
 
 SUMMARY_WIDTH = 17  # values per queue in summary_many.lua's reply

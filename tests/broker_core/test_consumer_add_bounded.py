@@ -102,3 +102,20 @@ def test_priorities_once_counted_survive_closes(broker, redis_client):
     broker.add_consumer("p", ConsumerSpec(priority=0), consumer_id="c6")
     assert redis_client.hget(f"{prefix(broker, 'p')}:meta", "cprio") == b"0"
     assert order(broker, "p") == ["c0", "c2", "c4", "c6"]
+
+
+def test_a_queue_of_more_consumers_than_one_command_takes(broker, redis_client):
+    """Past about 8,000 consumers every list of them the scripts passed to one command (Lua's `unpack`
+    limit) failed: the dispatch pass's read of the definitions, the order written back, the full
+    consumers left out; so did an add that sorts them all (meta `ordered` gone). They are passed in slices."""
+    many = 9_000
+    for i in range(many):
+        broker.add_consumer("crowd", ConsumerSpec(prefetch=1), consumer_id=f"c{i}")
+    # two messages: the first goes to the head of the order, the second needs the next consumer, which
+    # reads the others' definitions, and the rotation writes the order back
+    broker.send("crowd", [Message(body="a"), Message(body="b")])
+    ids = order(broker, "crowd")
+    assert len(ids) == many and ids[-2:] == ["c0", "c1"]
+    redis_client.hdel(f"{prefix(broker, 'crowd')}:meta", "ordered")
+    broker.add_consumer("crowd", ConsumerSpec(prefetch=1), consumer_id="last")
+    assert order(broker, "crowd")[-3:] == ["c0", "c1", "last"]

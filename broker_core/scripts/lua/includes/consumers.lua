@@ -106,7 +106,7 @@ function consumers.lazy_load(ids, known, out)
         local s = waiting[i]
         if rawget(s, 'def') == nil then rest[#rest + 1], names[#names + 1] = s, s.id end
       end
-      local defs = redis.call('HMGET', base.K_CONSUMERS, unpack(names))
+      local defs = base.call_many('HMGET', base.K_CONSUMERS, names)  -- (unpack's limit: about 8,000)
       local alive = consumers.live_leases()
       for i = 1, #rest do define(rest[i], defs[i], alive[rest[i].id] == true) end
     end
@@ -143,7 +143,7 @@ function consumers.load(lazy, known)
   end
   local defs, alive = nil, nil  -- (read only for the consumers asked for)
   if #ask > 0 then
-    defs = redis.call('HMGET', base.K_CONSUMERS, unpack(ask))
+    defs = base.call_many('HMGET', base.K_CONSUMERS, ask)  -- (unpack's limit: about 8,000)
     alive = consumers.live_leases()
   end
   local i = 0
@@ -312,7 +312,7 @@ function consumers.save_order(cons)
     local c = cons[i]
     if not consumers.gone.any or rawget(c, 'def') ~= consumers.DEF_NONE then ids[#ids + 1] = c.id end
   end
-  if #ids > 0 then redis.call('RPUSH', base.K_CORDER, unpack(ids)) end
+  base.call_many('RPUSH', base.K_CORDER, ids)
 end
 
 function consumers.selector_of(c)

@@ -475,7 +475,7 @@ function dispatch.pass(budget, known)
     for cid in pairs(excluded) do passfull[#passfull + 1] = cid end
     -- nothing in the pass adds to the set: it holds what was read at the start
     if #passfull_before > 0 then redis.call('DEL', base.K_PASSFULL) end
-    if #passfull > 0 then redis.call('SADD', base.K_PASSFULL, unpack(passfull)) end
+    base.call_many('SADD', base.K_PASSFULL, passfull)
     message.pass_dirty.passfull_key = nil
   end
   full = full or message.pass_dirty.value == true
