@@ -216,8 +216,9 @@ class _Api:
     methods with these sync annotations: typing those as awaitables would repeat every signature)."""
 
     def __init__(self, namespace: str, clock: Clock | None,
-                 transaction_limits: TransactionLimits | None = None) -> None:
-        self.ops = Router(namespace, transaction_limits=transaction_limits)
+                 transaction_limits: TransactionLimits | None = None,
+                 max_consumers: int | None = None) -> None:
+        self.ops = Router(namespace, transaction_limits=transaction_limits, max_consumers=max_consumers)
         self.namespace = namespace
         self.clock = clock or SystemClock()
         # How an operation is run (drivers/loop.py); the two brokers only say how one request is done.
@@ -681,8 +682,9 @@ class Broker(_Api):
 
     def __init__(self, client: redis.Redis, namespace: str = "sb", clock: Clock | None = None,
                  policies: PolicyStore | None = None,
-                 transaction_limits: TransactionLimits | None = None) -> None:
-        super().__init__(namespace, clock, transaction_limits)
+                 transaction_limits: TransactionLimits | None = None,
+                 max_consumers: int | None = None) -> None:
+        super().__init__(namespace, clock, transaction_limits, max_consumers)
         self.redis = client
         self.policies = policies or PolicyStore(client, namespace)
         # Script calls and transactions go over this broker's own connections (drivers/direct.py), or through
@@ -747,8 +749,9 @@ class AsyncBroker(_Api):
 
     def __init__(self, client: redis.asyncio.Redis, namespace: str = "sb", clock: Clock | None = None,
                  policies: PolicyStore | None = None,
-                 transaction_limits: TransactionLimits | None = None) -> None:
-        super().__init__(namespace, clock, transaction_limits)
+                 transaction_limits: TransactionLimits | None = None,
+                 max_consumers: int | None = None) -> None:
+        super().__init__(namespace, clock, transaction_limits, max_consumers)
         self.redis = client
         self.policies = policies  # resolved in a thread: it uses a blocking client, and only on first use
         # Script calls and transactions share one connection (drivers/multiplexed.py), or go through redis-py

@@ -72,6 +72,15 @@ class TransactionTooLarge(TransactionError):
     code = "transaction_too_large"
 
 
+class TooManyConsumers(BrokerError):
+    """A queue consumer's add past the queue's limit (SIGNALBOX_MAX_CONSUMERS, Context.max_consumers): the
+    dispatch pass and an add that sorts the order read every consumer, so their number bounds a call's
+    work. Refused before anything changed; `details` name the `setting`, its `limit` and the
+    `destination`. ActiveMQ has no such limit."""
+
+    code = "too_many_consumers"
+
+
 class UnknownMessage(BrokerError):
     code = "unknown_message"
 

@@ -17,6 +17,13 @@ from .topics import SubscriptionStats
 AckMode = Literal["auto", "client", "client-individual", "transacted"]
 ACK_MODES: tuple[str, ...] = ("auto", "client", "client-individual", "transacted")
 DEFAULT_LEASE_MS = 30_000
+# SIGNALBOX_MAX_CONSUMERS: the consumers one queue may have (0: no limit, as ActiveMQ); an add past it is
+# refused (TooManyConsumers). The dispatch pass (a chunk of it bounded by its work budget: dispatch.lua
+# CONSUMER_STEPS) and an add that sorts the order read every consumer: at 1,000 the largest such call took
+# 5-23 ms of server CPU (on a loaded machine), at 2,000 before the budget 17-104 ms, at 5,000 35-214 ms
+# (bench/adversarial.py "consumers: "; docs/benchmarks.md "Session 32"). A topic's subscriptions are not
+# counted: each has its own dispatch, and a send's fan-out to them is cut into bounded calls.
+MAX_CONSUMERS = 1_000
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from broker_core import maintenance
 from broker_core.broker import AsyncBroker, Broker
 from broker_core.config.store import PolicyStore
 from broker_core.keys import Home
-from broker_core.model import ConsumerRef, Pushed, TransactionLimits, is_push, unpack_pushed
+from broker_core.model import MAX_CONSUMERS, ConsumerRef, Pushed, TransactionLimits, is_push, unpack_pushed
 from broker_core.topics import non_durable_key
 
 T = TypeVar("T")
@@ -57,11 +57,17 @@ def transaction_limits() -> TransactionLimits:
         destinations=int(getattr(settings, "SIGNALBOX_MAX_TRANSACTION_DESTINATIONS", default.destinations)))
 
 
+def max_consumers() -> int:
+    """The consumers one queue may have, for every adapter: the setting SIGNALBOX_MAX_CONSUMERS (0: no
+    limit), else broker_core's default (model.MAX_CONSUMERS)."""
+    return int(getattr(settings, "SIGNALBOX_MAX_CONSUMERS", MAX_CONSUMERS))
+
+
 @functools.cache
 def broker() -> Broker:
     """The blocking broker client (Django views, Celery tasks)."""
     return Broker(sync_client(), settings.SIGNALBOX_NAMESPACE, policies=policies(),
-                  transaction_limits=transaction_limits())
+                  transaction_limits=transaction_limits(), max_consumers=max_consumers())
 
 
 @functools.cache
@@ -98,7 +104,7 @@ def _for_loop() -> tuple[AsyncBroker, WakeupHub]:
             settings.REDIS_URL, max_connections=POOL_CONNECTIONS, timeout=POOL_WAIT_SECONDS)
         client = redis.asyncio.Redis(connection_pool=pool)
         broker = AsyncBroker(client, settings.SIGNALBOX_NAMESPACE, policies=policies(),
-                             transaction_limits=transaction_limits())
+                             transaction_limits=transaction_limits(), max_consumers=max_consumers())
         hub = WakeupHub(client, settings.SIGNALBOX_NAMESPACE)
         broker.push_locally(hub.channel, hub.pushed)  # the local short-cut
         _async[loop] = (broker, hub)

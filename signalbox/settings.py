@@ -300,13 +300,14 @@ SIGNALBOX_STOMP_TLS_KEY = os.environ.get("SIGNALBOX_STOMP_TLS_KEY") or ""
 SIGNALBOX_STOMP_MAX_CONNECTIONS = int(os.environ.get("SIGNALBOX_STOMP_MAX_CONNECTIONS") or 1000)
 # The WebSocket and STOMP sessions' knobs, whose defaults live where they are used (gateway/ws/link.py
 # LinkSettings, gateway/stomp/protocol.py StompSettings; docs/websocket.md "Settings"), and a transaction's
-# limits (broker_core/model.py TransactionLimits; docs/broker_core.md "Transactions"): a setting here only
+# limits (broker_core/model.py TransactionLimits; docs/broker_core.md "Transactions") and a queue's consumers
+# (SIGNALBOX_MAX_CONSUMERS, model.py MAX_CONSUMERS; 0: no limit): a setting here only
 # when the environment gives one, checked as a number now rather than at the first connection.
 for _knob in ("SIGNALBOX_WS_LEASE_MS", "SIGNALBOX_WS_SEND_BUFFER_BYTES", "SIGNALBOX_WS_SLOW_CLIENT_SECONDS",
               "SIGNALBOX_WS_MAX_SUBSCRIPTIONS", "SIGNALBOX_WS_RECEIVE_BATCH", "SIGNALBOX_WS_BROWSE_PAGE",
               "SIGNALBOX_WS_MAX_TRANSACTIONS",
               "SIGNALBOX_MAX_TRANSACTION_SIZE", "SIGNALBOX_MAX_TRANSACTION_BYTES",
-              "SIGNALBOX_MAX_TRANSACTION_DESTINATIONS",
+              "SIGNALBOX_MAX_TRANSACTION_DESTINATIONS", "SIGNALBOX_MAX_CONSUMERS",
               "SIGNALBOX_STOMP_MAX_BODY", "SIGNALBOX_STOMP_MAX_HEADERS",
               "SIGNALBOX_STOMP_MAX_HEADER_LINE", "SIGNALBOX_STOMP_HEARTBEAT_MIN_MS",
               "SIGNALBOX_STOMP_HEARTBEAT_GRACE", "SIGNALBOX_STOMP_CONNECT_TIMEOUT"):

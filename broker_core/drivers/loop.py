@@ -34,6 +34,7 @@ _ERRORS: dict[str, type[errors.BrokerError]] = {
     "INVALID_ACK": errors.NotInFlight,
     "IN_TRANSACTION": errors.TransactionError,  # (ack.lua: acknowledged in another open transaction)
     "CONSUMER_EXISTS": errors.InvalidConsumer,
+    "TOO_MANY_CONSUMERS": errors.TooManyConsumers,
     "MESSAGE_TOO_LARGE": errors.MessageTooLarge,
     "TOO_MANY_PROPERTIES": errors.InvalidMessage,
     "NO_MESSAGE": errors.UnknownMessage,

@@ -19,7 +19,7 @@ from ..destinations import Destination
 from ..effects import Command, Create, Eval, Forward, NoDestination, Op, Policy
 from ..errors import UnknownConsumer, UnknownDestination
 from ..keys import Home
-from ..model import ConsumerRef, DispatchResult, TransactionLimits
+from ..model import MAX_CONSUMERS, ConsumerRef, DispatchResult, TransactionLimits
 from ..resp import reply_text as _str
 from ..scripts import calls
 from ..scripts.calls import FORWARDS_WAITING, PASS_HAS_MORE
@@ -58,11 +58,13 @@ class Context:
 
     def __init__(self, namespace: str = "sb", return_chunk: int = RETURN_CHUNK,
                  transaction_limits: TransactionLimits | None = None,
-                 backlog_checks: int = BACKLOG_CHECKS) -> None:
+                 backlog_checks: int = BACKLOG_CHECKS, max_consumers: int | None = None) -> None:
         self.namespace = namespace
         self.return_chunk = return_chunk  # messages returned (or released) per call
         self.backlog_checks = max(1, backlog_checks)  # a retroactive catch-up's messages a call (1 at least)
         self.transaction_limits = transaction_limits or TransactionLimits()
+        # the consumers one queue may have (model.MAX_CONSUMERS, SIGNALBOX_MAX_CONSUMERS; 0: no limit)
+        self.max_consumers = MAX_CONSUMERS if max_consumers is None else max(0, int(max_consumers))
         self.registry_key = keys.registry_key(namespace)
         self.deletions_key = keys.deletions_key(namespace)  # deletions under way (admin.begin_deletion)
         self.virtual = VirtualCache()  # this process's copy of the routing configuration

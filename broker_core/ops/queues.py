@@ -20,7 +20,7 @@ import msgpack
 from ..config.entry import PolicyEntry
 from ..destinations import Destination, require_concrete
 from ..effects import Command, Op, Policy
-from ..errors import InvalidConsumer, OperationRefused, UnknownDestination, UnknownMessage
+from ..errors import InvalidConsumer, OperationRefused, TooManyConsumers, UnknownDestination, UnknownMessage
 from ..keys import Home
 from ..model import BrowserInfo, Consumer, ConsumerRef, ConsumerSpec, GroupInfo
 from ..resp import reply_text
@@ -82,8 +82,14 @@ def add_consumer(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, 
                               field="subscription_name")
     require_concrete(dest, "subscribe to")  # wildcard queues: not supported
     requested = -1 if spec.prefetch is None else spec.prefetch
-    call = calls.ConsumerAdd.call(ops.prefix(dest), now, cid, packed, spec.lease_ms, requested)
-    added = calls.ConsumerAdd.parse((yield from ops.eval(Home(dest), now, call)))
+    call = calls.ConsumerAdd.call(ops.prefix(dest), now, cid, packed, spec.lease_ms, requested,
+                                  ops.max_consumers)
+    try:
+        added = calls.ConsumerAdd.parse((yield from ops.eval(Home(dest), now, call)))
+    except TooManyConsumers as exc:  # (the script's refusal, with what a caller may act on)
+        raise TooManyConsumers(f"too many consumers: {dest.uri} has {exc.message}; one must close before "
+                               "another is added", setting="SIGNALBOX_MAX_CONSUMERS", limit=ops.max_consumers,
+                               destination=dest.uri) from None
     if isinstance(added, Closing):  # the id of a closed consumer whose messages are still going back
         yield from homes.return_owed(ops, Home(dest), now)
         added = calls.ConsumerAdd.parse((yield from ops.eval(Home(dest), now, call)))

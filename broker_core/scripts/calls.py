@@ -428,9 +428,11 @@ class ConsumerAdd(ScriptCall):
 
     @classmethod
     def call(cls, prefix: str, now: int, consumer_id: str, definition: bytes, lease_ms: int,
-             prefetch: int) -> Eval:
-        """`prefetch`: the one asked for, -1 for the policy's default."""
-        return Eval(cls.script, (prefix,), (now, 0, consumer_id, definition, lease_ms, prefetch))
+             prefetch: int, max_consumers: int) -> Eval:
+        """`prefetch`: the one asked for, -1 for the policy's default; `max_consumers`: the consumers the
+        queue may have with this one (SIGNALBOX_MAX_CONSUMERS; 0: no limit)."""
+        return Eval(cls.script, (prefix,),
+                    (now, 0, consumer_id, definition, lease_ms, prefetch, max_consumers))
 
     @staticmethod
     def parse(reply: list[Any]) -> ConsumerAdded | Closing:

@@ -36,6 +36,7 @@ BROKER_STATUS: dict[str, tuple[int, str]] = {
     "invalid_message": (400, "Invalid message"),
     "message_too_large": (413, "Message too large"),
     "invalid_consumer": (400, "Invalid consumer"),
+    "too_many_consumers": (409, "Too many consumers"),  # SIGNALBOX_MAX_CONSUMERS (errors.TooManyConsumers)
     "invalid_policy": (400, "Invalid policy"),
     "unknown_consumer": (404, "Unknown consumer"),
     "unknown_destination": (404, "Unknown destination"),

@@ -253,7 +253,9 @@ LEASE_DEFAULT_MS = 30_000
 class ConsumersView(GatewayView):
     @extend_schema(operation_id="consumer_create", summary="Create an HTTP consumer",
                    parameters=[KIND_PARAM], request=s.ConsumerCreateSerializer,
-                   responses={201: s.HttpConsumerSerializer, **problems(400, 401, 403, 501)})
+                   responses={201: s.HttpConsumerSerializer, **problems(400, 401, 403, 501),
+                              **problem_doc(409, "too_many_consumers: the queue has SIGNALBOX_MAX_CONSUMERS "
+                                                 "consumers (the detail names the limit)")})
     async def post(self, request: Request, kind: str, name: str) -> Response:
         destination = destination_from_url(kind, name)
         await self.require(request, destination, "read")

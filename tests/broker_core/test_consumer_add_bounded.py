@@ -2,7 +2,7 @@
 newcomer where ActiveMQ's sort of every consumer puts it (priority, then assigned group count once the queue
 has a group map; ties in their order) from the kept priority counts (`<queue>:prios`) and, when the order is
 known to be sorted (meta `ordered`), a binary search of the newcomer's band; otherwise it reads and sorts
-them all, as before. Nothing limits the consumers of a queue (ActiveMQ has no such limit)."""
+them all, as before. (A queue's consumers are limited, SIGNALBOX_MAX_CONSUMERS: test_consumer_limit.py.)"""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import random
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
+from broker_core.scripts import calls
 
 CONSUMERS = 300
 
@@ -104,10 +105,14 @@ def test_priorities_once_counted_survive_closes(broker, redis_client):
     assert order(broker, "p") == ["c0", "c2", "c4", "c6"]
 
 
-def test_a_queue_of_more_consumers_than_one_command_takes(broker, redis_client):
+def test_a_queue_of_more_consumers_than_one_command_takes(redis_client, namespace, clock):
     """Past about 8,000 consumers every list of them the scripts passed to one command (Lua's `unpack`
     limit) failed: the dispatch pass's read of the definitions, the order written back, the full
-    consumers left out; so did an add that sorts them all (meta `ordered` gone). They are passed in slices."""
+    consumers left out; so did an add that sorts them all (meta `ordered` gone). They are passed in slices.
+    (Past the default SIGNALBOX_MAX_CONSUMERS: a broker without the limit, as an operator may run one.)"""
+    from broker_core.broker import Broker
+
+    broker = Broker(redis_client, namespace, clock, max_consumers=0)
     many = 9_000
     for i in range(many):
         broker.add_consumer("crowd", ConsumerSpec(prefetch=1), consumer_id=f"c{i}")
@@ -119,3 +124,39 @@ def test_a_queue_of_more_consumers_than_one_command_takes(broker, redis_client):
     redis_client.hdel(f"{prefix(broker, 'crowd')}:meta", "ordered")
     broker.add_consumer("crowd", ConsumerSpec(prefetch=1), consumer_id="last")
     assert order(broker, "crowd")[-3:] == ["c0", "c1", "last"]
+
+
+def test_a_pass_that_sorts_every_consumer_per_delivery_stops_at_its_budget_and_goes_on(broker, redis_client,
+                                                                                      monkeypatch):
+    """With a group map or mixed priorities each delivery re-sorts every consumer (the round-robin), and a
+    message whose group's owner is full is offered to each: a chunk of the pass counts that work
+    (dispatch.lua dispatch.CONSUMER_STEPS, 10,000) and ends with `more` past it, the driver going
+    on in the next call. Its deliveries are those of the same messages sent one at a time (a pass of one
+    message each, which never reaches the budget): the same consumers, in the same order."""
+    queues = ("batched", "single")
+    for q in queues:
+        gone = broker.add_consumer(q, ConsumerSpec(), consumer_id="gone")
+        for i in range(CONSUMERS):
+            broker.add_consumer(q, ConsumerSpec(priority=i % 3, prefetch=2), consumer_id=f"c{i}")
+        broker.close_consumer(gone)  # (the group map: the order is by group count too)
+    rnd = random.Random(7)
+    batch = [Message(body=f"m{n}", message_id=f"m{n}", group_id=f"G{rnd.randrange(120)}") for n in range(200)]
+    chunks = []  # the chunks the driver ran after the send's own (ops/context.py continue_dispatch)
+    made = calls.Dispatch.call
+    monkeypatch.setattr(calls.Dispatch, "call", lambda *a, **k: chunks.append(a) or made(*a, **k))
+    broker.send("batched", batch)
+    monkeypatch.undo()
+    # stored 100 a call (docs/api.md "Batch send"): each part's 100 deliveries walk 300 consumers in the
+    # sort, 30,000 steps: each part's pass goes on in calls of their own
+    assert len(chunks) >= 4
+    for message in batch:
+        broker.send("single", message)
+
+    def given(q: str) -> dict[str, list[str]]:
+        p = prefix(broker, q)
+        return {f"c{i}": [m.decode() for m in redis_client.lrange(f"{p}:c:c{i}:outbox", 0, -1)]
+                for i in range(CONSUMERS)}
+
+    assert given("batched") == given("single")
+    assert order(broker, "batched") == order(broker, "single")
+    assert broker.stats("batched").dispatched == broker.stats("single").dispatched > 0

@@ -327,3 +327,18 @@ async def test_an_auto_receive_cancelled_while_its_messages_are_leased_leaves_no
     assert sorted(got) == list(range(60))
     stats = await runtime.async_broker().stats(queue)
     assert (stats.queue_size, stats.in_flight) == (0, 0)
+
+
+async def test_a_consumer_past_the_queues_limit_is_a_problem_naming_it(api, alice, settings):
+    """SIGNALBOX_MAX_CONSUMERS (broker_core/model.py MAX_CONSUMERS): a queue's consumers bound what its
+    dispatch reads; one more is refused, naming the setting and its value, and none is made."""
+    settings.SIGNALBOX_MAX_CONSUMERS = 2
+    paths = [await consumer(api, alice), await consumer(api, alice)]
+    response = await api.post("/api/v1/queues/orders.eu/consumers", json={}, headers=alice)
+    problem = assert_problem(response, 409, "too_many_consumers")
+    assert "the limit is 2 (SIGNALBOX_MAX_CONSUMERS)" in problem["detail"]
+    assert (problem["setting"], problem["limit"]) == ("SIGNALBOX_MAX_CONSUMERS", 2)
+    listed = await api.get("/api/v1/queues/orders.eu/consumers", headers=alice)
+    assert len(listed.json()) == 2
+    assert (await api.delete(paths[0], headers=alice)).status_code == 204
+    await consumer(api, alice)  # room again

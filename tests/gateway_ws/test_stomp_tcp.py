@@ -636,6 +636,32 @@ def test_a_client_that_reads_none_of_its_errors_is_cut_off_as_too_slow(listener,
     sock.close()
 
 
+def test_a_subscribe_past_the_queues_consumer_limit_gets_an_error_naming_it(
+        listener, gateway_data, redis_client):
+    """SIGNALBOX_MAX_CONSUMERS (broker_core/model.py MAX_CONSUMERS): a queue's consumers bound what its
+    dispatch reads. A SUBSCRIBE past it is refused with an ERROR naming the setting and its value, and the
+    connection goes on (ActiveMQ's ProtocolConverter: a refused command does not end it)."""
+    from broker_core.broker import Broker
+
+    server = listener(SIGNALBOX_MAX_CONSUMERS="2")
+    name = _q().removeprefix("/queue/")
+    conn = RawTcp(server.port)
+    conn.connect()
+    for n in range(2):
+        conn.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": f"s{n}", "receipt": f"r{n}"})
+        assert conn.expect("RECEIPT").get("receipt-id") == f"r{n}"
+    conn.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s2", "receipt": "over"})
+    error = conn.expect("ERROR")
+    assert error.get("receipt-id") == "over"
+    assert "the limit is 2 (SIGNALBOX_MAX_CONSUMERS)" in error.get("message")
+    assert Broker(redis_client, gateway_data[1]).stats(name).consumer_count == 2
+    conn.send("UNSUBSCRIBE", {"id": "s0", "receipt": "gone"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "gone"
+    conn.send("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s2", "receipt": "again"})
+    assert conn.expect("RECEIPT").get("receipt-id") == "again"  # room again, on the same connection
+    conn.close()
+
+
 def test_a_transacted_client_ack_counts_every_message_it_covers(listener, gateway_data, redis_client):
     """A `client` mode ACK acknowledges every message its subscription was given up to the one it names
     (up to activemq.prefetchSize, 32,767), and a commit applies all of them in its one MULTI/EXEC: counted

@@ -1,5 +1,6 @@
 -- Register a consumer (spec §1.3, §2, §3.6) and dispatch to it.
--- ARGV: now, budget, consumer id, packed definition, lease ms, requested prefetch (-1 = client default).
+-- ARGV: now, budget, consumer id, packed definition, lease ms, requested prefetch (-1 = client default),
+-- the consumers the queue may have (SIGNALBOX_MAX_CONSUMERS; 0: no limit).
 -- The policy's queuePrefetch applies only to a consumer that kept the client default (spec §1.5).
 -- Returns {exclusive owner, effective prefetch, the tail (includes/dispatch.lua dispatch.add_tail)}.
 --@include base
@@ -17,8 +18,14 @@ end
 -- The id of a closed consumer whose messages are still being returned (its keys are still in use): the
 -- caller returns them (return_owed.lua) and asks again.
 if redis.call('HEXISTS', base.P .. ':closing', cid) == 1 then return { 'closing' } end
-local def = cmsgpack.unpack(packed)
 local before = redis.call('HLEN', base.K_CONSUMERS)
+-- The dispatch pass and an add that sorts the order read every consumer: their number bounds those calls'
+-- work (broker_core/model.py MAX_CONSUMERS). Refused before anything is written.
+local most = tonumber(ARGV[7]) or 0
+if most > 0 and before >= most then
+  return base.fail('TOO_MANY_CONSUMERS', before .. ' consumers; the limit is ' .. most .. ' (SIGNALBOX_MAX_CONSUMERS)')
+end
+local def = cmsgpack.unpack(packed)
 redis.call('HSET', base.K_CONSUMERS, cid, packed)
 redis.call('HDEL', base.P .. ':aborted', cid)  -- a reused id does not inherit an old abort notice
 redis.call('ZREM', base.P .. ':aborted:at', cid)

@@ -271,15 +271,17 @@ end
 
 -- Stable sort by priority (descending) and, once the queue has a group map, by the number of
 -- groups assigned (ascending); equal keys keep their current order (Collections.sort is stable).
+-- Returns how many consumers it walked (0 when every key is equal: the order stands), which the dispatch
+-- pass counts against its work budget (dispatch.lua dispatch.CONSUMER_STEPS).
 function consumers.sort(cons)
   if not base.policy_flag('useConsumerPriority') then
     consumers.unordered()  -- (a rotation leaves the order unsorted)
-    return
+    return 0
   end
   local by_groups = consumers.gmap.exists()
   local by_priority = not consumers.gmap.one_priority(cons)
   consumers.order_kept.stale[base.K_META] = nil  -- (`cons` is every consumer: sorted below, counts as they are)
-  if not (by_groups or by_priority) then return end  -- every key is equal: the order stands
+  if not (by_groups or by_priority) then return 0 end  -- every key is equal: the order stands
   if by_groups then  -- (the group count alone of a consumer not read yet: counted reads the rest if needed)
     for i = 1, #cons do
       local c = cons[i]
@@ -300,6 +302,7 @@ function consumers.sort(cons)
     end
     cons[j + 1] = c
   end
+  return #cons
 end
 
 -- (an id whose consumer is gone from the destination, found by lazy_consumers, is left out, as

@@ -195,6 +195,16 @@ function dispatch.pass_room(cons, excluded, want)
   return usable, any, free
 end
 
+-- The work on consumers one chunk of the pass may do before it ends with `more` after its current message
+-- (at least one message a chunk), the next chunk going on from there: each consumer the sort that rotates
+-- the one served walks counts one (consumers.sort returns how many: all of them under a group map or mixed
+-- priorities), each consumer a message is offered to OFFER_STEPS (its checks, selector and group owner cost
+-- about five times a sort's step). With a group map each delivery re-sorts every consumer, and a message of
+-- a group whose owner is full is offered to every consumer: at 1,000 consumers 100 such messages in one
+-- chunk took 33-46 ms of CPU, and 134-253 ms (docs/benchmarks.md, "Session 32").
+dispatch.CONSUMER_STEPS = 10000
+dispatch.OFFER_STEPS = 5
+
 -- One chunk of the pass. Returns dispatched count, 1 when the pass has more to examine, and the time
 -- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
 -- The pass state in meta (dispatch.pass): paused, hold_until, fence, then the rest, read after them.
@@ -253,6 +263,7 @@ function dispatch.pass(budget, known)
   -- messages it reads, once the call holds its byte budget (outbox.lua outbox.CALL_MOST_BYTES: reading
   -- a message into Lua costs by the byte, and so does pushing it).
   local selector_work, work_cut = selector.bytes, false
+  local steps, STEPS, OFFER = 0, dispatch.CONSUMER_STEPS, dispatch.OFFER_STEPS  -- (dispatch.CONSUMER_STEPS)
   -- One message offered to many consumers with selectors can spend a call's worth too: the chunk then
   -- ends before the next evaluation, with the message still at the cursor, and meta 'offered' records
   -- which consumers' selectors refused it ("<ids, comma-separated>|<message id>"), so the next chunk
@@ -343,7 +354,7 @@ function dispatch.pass(budget, known)
     local at_tail = #batch > 0 and #batch / 2 < page
     for i = 1, #batch, 2 do
       if examined > 0 and (selector.bytes - selector_work >= selector.call_limit
-                           or outbox.call_bytes >= outbox.CALL_MOST_BYTES) then
+                           or outbox.call_bytes >= outbox.CALL_MOST_BYTES or steps >= STEPS) then
         more, work_cut = 1, true
         break
       end
@@ -380,6 +391,7 @@ function dispatch.pass(budget, known)
           local refused = nil
           for k = 1, #cons do
             local c = cons[k]
+            steps = steps + OFFER
             if c.alive and not excluded[c.id] then
               if free_slots(c) <= 0 then  -- consumers.is_full
                 left_out()
@@ -442,7 +454,7 @@ function dispatch.pass(budget, known)
                 if c == target then table.remove(cons, j) break end
               end
               cons[#cons + 1] = target
-              consumers.sort(cons)
+              steps = steps + consumers.sort(cons)
               order_changed = true
             end
           elseif not available then
