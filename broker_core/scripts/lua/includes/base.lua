@@ -15,7 +15,7 @@ local base = {
   K_META = false, K_POLICY = false, K_MSGS = false, K_PENDING = false, K_INFLIGHT = false, K_REDELIV = false,
   K_GFIRST = false, K_CONSUMERS = false, K_CORDER = false, K_LEASES = false, K_PASSFULL = false,
   K_GROUPS = false, K_GLRU = false, K_EVENTS = false, K_PARKED = false, K_PARKINFO = false, K_FWD = false,
-  K_SCHED = false, K_AUDIT = false,
+  K_SCHED = false, K_AUDIT = false, K_TMETA = false,
   NOW = 0,
 }
 -- The key names of a prefix are built once and kept (per call with EVAL; where the library outlives a
@@ -53,6 +53,7 @@ do
       K_FWD = TP .. ':fwd',           -- hash: message id -> packed forward (dead letter, move) to deliver
       K_SCHED = P .. ':sched',        -- hash: repeating scheduled message id -> packed job
       K_AUDIT = P .. ':audit',        -- zset: recently enqueued ids -> broker sequence (duplicate detection)
+      K_TMETA = TP .. ':meta',        -- hash: TP's meta (a queue's is K_META's; a subscription's, its topic's)
     }
   end
   function base.use_prefix(prefix)
@@ -79,6 +80,7 @@ do
                                                                k.K_EVENTS
     b.K_PARKED, b.K_PARKINFO, b.K_FWD, b.K_SCHED, b.K_AUDIT = k.K_PARKED, k.K_PARKINFO, k.K_FWD, k.K_SCHED,
                                                             k.K_AUDIT
+    b.K_TMETA = k.K_TMETA
   end
   local function remember(kind, cid, key)
     if current.count >= 1024 then
@@ -468,7 +470,7 @@ function base.events_for(stream)
     more[ev.n] = s
   end
   ev.n = ev.n + 1
-  s.stream, s.meta, s.cap = stream, b.TP .. ':meta', b.policy_num('eventsMaxLen')
+  s.stream, s.meta, s.cap = stream, b.K_TMETA, b.policy_num('eventsMaxLen')
   return s
 end
 -- The events in a stream entry as XRANGE returns it ({id, {field, value, ...}}): 1, or its `n`.

@@ -228,7 +228,9 @@ do
   rule.prefix, rule.topic, rule.defer = nil, false, false
 end
 consumers.gone.any = false
-consumers.order_kept.cleared, consumers.order_kept.stale = nil, {}
+consumers.order_kept.cleared = nil
+-- (an empty one is as good as a new one: a table made per call costs its making and its collection)
+if next(consumers.order_kept.stale) ~= nil then consumers.order_kept.stale = {} end
 --@on-call-end
 function consumers.gmap.exists()
   if consumers.gmap.key ~= base.K_META then consumers.gmap.key, consumers.gmap.on = base.K_META, redis.call('HGET', base.K_META, 'gmap') == '1' end

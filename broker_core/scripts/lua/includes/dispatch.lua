@@ -205,6 +205,21 @@ end
 dispatch.CONSUMER_STEPS = 10000
 dispatch.OFFER_STEPS = 5
 
+-- A pass ends (dispatch.pass): the next one starts at the head, unless this one left a consumer out for
+-- being full (`resume`, the cursor then, and `resume_skipped`, its skipped count then, nil: stored in meta)
+-- and nothing since needs a walk from the head (`full`, or message.pass_dirty.value true). Returns the pass
+-- state the next one starts with: cursor, skipped count, the ended pass's skipped count (`pass_skipped`),
+-- dirty, full, excluded, resume, resume_skipped, and true (the excluded set changed).
+function dispatch.pass_end(resume, full, resume_skipped, pass_skipped)
+  local start, skipped = '', 0
+  if resume ~= '-' and not (full or message.pass_dirty.value == true) then
+    start = resume
+    skipped = resume_skipped or tonumber(redis.call('HGET', base.K_META, 'resume_skipped')) or 0
+  end
+  message.pass_dirty.value = false
+  return start, skipped, pass_skipped, false, false, {}, '-', nil, true
+end
+
 -- One chunk of the pass. Returns dispatched count, 1 when the pass has more to examine, and the time
 -- a delayed start (consumersBeforeDispatchStarts / timeBeforeDispatchStarts) holds dispatch until.
 -- The pass state in meta (dispatch.pass): paused, hold_until, fence, then the rest, read after them.
@@ -216,12 +231,23 @@ function dispatch.pass(budget, known)
   -- there are, and all of it is read at once
   -- (third: the fence of a close whose returns are still owed, lifecycle.lua closing_key: the pass reads
   -- only messages below it)
+  -- (the first three kept by the call's ack, when it read them: message.pass_head)
   local sent = next(message.fresh) ~= nil
-  local state = sent and redis.call('HMGET', base.K_META, unpack(dispatch.STATE))
-                or redis.call('HMGET', base.K_META, 'paused', 'hold_until', 'fence')
-  if state[1] == '1' then return 0, 0, 0 end
-  local upper = state[3] and '(' .. state[3] or '+inf'
-  local hold = base.tonum(state[2], 0)
+  local kept = message.pass_head
+  local state, paused, held, fence
+  if sent then
+    state = redis.call('HMGET', base.K_META, unpack(dispatch.STATE))
+    paused, held, fence = state[1], state[2], state[3]
+  elseif kept.of == base.K_META then
+    paused, held, fence = kept.paused, kept.hold_until, kept.fence
+  else
+    state = redis.call('HMGET', base.K_META, 'paused', 'hold_until', 'fence')
+    paused, held, fence = state[1], state[2], state[3]
+  end
+  kept.of = nil
+  if paused == '1' then return 0, 0, 0 end
+  local upper = fence and '(' .. fence or '+inf'
+  local hold = base.tonum(held, 0)
   if hold > 0 then
     local needed = base.policy_num('consumersBeforeDispatchStarts')
     if base.NOW >= hold or (needed > 0 and redis.call('HLEN', base.K_CONSUMERS) >= needed) then
@@ -291,21 +317,10 @@ function dispatch.pass(budget, known)
   -- (written only when they change, as 'dirty_room'; the skipped count is read when needed)
   local resume_stored, room_stored = rest[o + 8] or '-', rest[o + 7] == '1'
   local resume, resume_skipped = resume_stored, nil
-  local function left_out()
-    if resume == '-' then resume, resume_skipped = cursor, pass_skipped end
-  end
-  local function end_pass()
-    local start, skipped = '', 0
-    if resume ~= '-' and not (full or message.pass_dirty.value == true) then
-      start = resume
-      skipped = resume_skipped or tonumber(redis.call('HGET', base.K_META, 'resume_skipped')) or 0
-    end
-    cursor, dirty, full, excluded, resume, resume_skipped = start, false, false, {}, '-', nil
-    message.pass_dirty.value = false
-    excluded_changed = true
-    last_skipped = pass_skipped
-    pass_skipped = skipped
-  end
+  -- (where the pass leaves a consumer out for being full: `if resume == '-' then resume, resume_skipped =
+  -- cursor, pass_skipped end`, written out in place; where it ends, dispatch.pass_end. No closures over this
+  -- function's locals: each local a closure names becomes an object made and collected every pass,
+  -- bench/redis_instructions.py)
 
   consumers.slow_rule.defer = true  -- until flush_counts (consumers.lua note_slow)
   message.pass_dirty.in_pass = true  -- until the state is written, below (message.lua mark_dirty)
@@ -324,12 +339,14 @@ function dispatch.pass(budget, known)
       if message.pass_dirty.pending == base.K_PENDING or redis.call('ZCARD', base.K_PENDING) > 0 then  -- (message.lua)
         for i = 1, #cons do if cons[i].alive then note_slow(cons[i], true) end end
       end
-      left_out()
-      end_pass()
+      if resume == '-' then resume, resume_skipped = cursor, pass_skipped end  -- (left out)
+      cursor, pass_skipped, last_skipped, dirty, full, excluded, resume, resume_skipped, excluded_changed =
+        dispatch.pass_end(resume, full, resume_skipped, pass_skipped)
       break
     end
     if not usable then                          -- room only where this pass may not go: start over
-      end_pass()
+      cursor, pass_skipped, last_skipped, dirty, full, excluded, resume, resume_skipped, excluded_changed =
+        dispatch.pass_end(resume, full, resume_skipped, pass_skipped)
       usable, any, free = dispatch.pass_room(cons, excluded, budget - examined)
     end
     if examined >= budget then more = 1 break end
@@ -346,7 +363,8 @@ function dispatch.pass(budget, known)
     if #batch == 0 then
       -- At the tail: restart from the head if something changed behind the cursor, else rest here.
       if not dirty then break end
-      end_pass()
+      cursor, pass_skipped, last_skipped, dirty, full, excluded, resume, resume_skipped, excluded_changed =
+        dispatch.pass_end(resume, full, resume_skipped, pass_skipped)
       -- Nothing left at all: the pass is over (a later message starts the next one at the head).
       if redis.call('ZCARD', base.K_PENDING) == 0 then break end
     end
@@ -394,7 +412,7 @@ function dispatch.pass(budget, known)
             steps = steps + OFFER
             if c.alive and not excluded[c.id] then
               if free_slots(c) <= 0 then  -- consumers.is_full
-                left_out()
+                if resume == '-' then resume, resume_skipped = cursor, pass_skipped end  -- (left out)
                 excluded[c.id] = true
                 excluded_changed = true
                 note_slow(c, true)
@@ -472,7 +490,8 @@ function dispatch.pass(budget, known)
     if work_cut then break end
     if restart then
       local _, any_left = dispatch.pass_room(cons, excluded)
-      end_pass()
+      cursor, pass_skipped, last_skipped, dirty, full, excluded, resume, resume_skipped, excluded_changed =
+        dispatch.pass_end(resume, full, resume_skipped, pass_skipped)
       if not any_left then break end
     elseif at_tail and not (dirty or message.pass_dirty.value) then
       break  -- the pass rests at the tail; no need to ask Redis again

@@ -38,7 +38,8 @@
 -- messages queued so far, {id, first index in `subs`} each; `wild`: the continuation's wildcard.reader.
 local fanout = { visits = 0, tries = 0, list = false, front = 0, queued = {}, wild = false }
 --@on-call
-fanout.visits, fanout.tries, fanout.list, fanout.front, fanout.queued, fanout.wild = 0, 0, false, 0, {}, false
+fanout.visits, fanout.tries, fanout.list, fanout.front, fanout.wild = 0, 0, false, 0, false
+if next(fanout.queued) ~= nil then fanout.queued = {} end  -- (an empty one is as good as a new one)
 --@on-call-end
 -- What one call (a send, or a continuation) does at most, whatever the selector work: a topic's
 -- subscriptions are not limited in number. One that takes messages costs the call about 0.13 ms (its

@@ -9,13 +9,11 @@
 -- usage is counted in the destination's own meta hash whichever subscription a script has switched to.
 -- Its module table `flow`. Per call: floor, the destination's minimumMessageSize as first charged;
 -- reservation, a transacted send's probe ({tx, ttl}, set by virtual.lua split_origin); drop, a 'drop'
--- retry (virtual.lua). Kept per prefix: usage_of/usage (flow.usage's name, <ns>:usage)/usage_res, and
--- meta_of/meta.
-local flow = { floor = nil, usage_of = nil, usage = nil, meta_of = nil, meta = nil, usage_res = nil,
+-- retry (virtual.lua). Kept per prefix: usage_of/usage (flow.usage's name, <ns>:usage)/usage_res.
+local flow = { floor = nil, usage_of = nil, usage = nil, usage_res = nil,
                reservation = nil, drop = nil, BROKER_DEFAULT_LIMIT = false }
-function flow.meta_key()  -- TP .. ':meta', made once per prefix
-  if flow.meta_of ~= base.TP then flow.meta_of, flow.meta = base.TP, base.TP .. ':meta' end
-  return flow.meta
+function flow.meta_key()  -- TP .. ':meta' (made once per prefix, base.lua use_prefix)
+  return base.K_TMETA
 end
 flow.BROKER_DEFAULT_LIMIT = 1073741824  -- SystemUsage's memory limit when none is configured: 1 GB
 
