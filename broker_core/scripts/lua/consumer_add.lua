@@ -53,7 +53,6 @@ end
 
 -- A consumer arriving at an empty destination may hold dispatch back (never blocking Redis).
 if before == 0 then
-  message.pass_head.of = nil  -- (hold_until may be written)
   local needed = base.policy_num('consumersBeforeDispatchStarts')
   local wait = base.policy_num('timeBeforeDispatchStarts')
   if needed > 0 then

@@ -5,7 +5,6 @@
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
 redis.call('HSET', base.K_META, 'paused', ARGV[3])
-message.pass_head.of = nil
 base.emit(ARGV[3] == '1' and 'pause' or 'resume')
 if ARGV[3] == '1' then return dispatch.add_tail({ nil, nil, nil }, 0, 0, 0) end
 message.mark_dirty()

@@ -231,23 +231,12 @@ function dispatch.pass(budget, known)
   -- there are, and all of it is read at once
   -- (third: the fence of a close whose returns are still owed, lifecycle.lua closing_key: the pass reads
   -- only messages below it)
-  -- (the first three kept by the call's ack, when it read them: message.pass_head)
   local sent = next(message.fresh) ~= nil
-  local kept = message.pass_head
-  local state, paused, held, fence
-  if sent then
-    state = redis.call('HMGET', base.K_META, unpack(dispatch.STATE))
-    paused, held, fence = state[1], state[2], state[3]
-  elseif kept.of == base.K_META then
-    paused, held, fence = kept.paused, kept.hold_until, kept.fence
-  else
-    state = redis.call('HMGET', base.K_META, 'paused', 'hold_until', 'fence')
-    paused, held, fence = state[1], state[2], state[3]
-  end
-  kept.of = nil
-  if paused == '1' then return 0, 0, 0 end
-  local upper = fence and '(' .. fence or '+inf'
-  local hold = base.tonum(held, 0)
+  local state = sent and redis.call('HMGET', base.K_META, unpack(dispatch.STATE))
+                or redis.call('HMGET', base.K_META, 'paused', 'hold_until', 'fence')
+  if state[1] == '1' then return 0, 0, 0 end
+  local upper = state[3] and '(' .. state[3] or '+inf'
+  local hold = base.tonum(state[2], 0)
   if hold > 0 then
     local needed = base.policy_num('consumersBeforeDispatchStarts')
     if base.NOW >= hold or (needed > 0 and redis.call('HLEN', base.K_CONSUMERS) >= needed) then

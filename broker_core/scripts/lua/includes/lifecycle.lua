@@ -200,11 +200,7 @@ function lifecycle.count_acked(all)
   else
     -- A queue's counters, the memory it holds among them, read with the memory floor in one command and
     -- written in one (where they were the floor's read and three increments: bench/redis_instructions.py)
-    -- (and the pass state's first fields, for the dispatch chunk an ack runs next: message.pass_head)
-    local meta = redis.call('HMGET', base.K_META, 'memmin', 'mem', 'dequeued', 'acked', 'txmarks', 'paused',
-                            'hold_until', 'fence')
-    local head = message.pass_head
-    head.of, head.paused, head.hold_until, head.fence = base.K_META, meta[6], meta[7], meta[8]
+    local meta = redis.call('HMGET', base.K_META, 'memmin', 'mem', 'dequeued', 'acked', 'txmarks')
     flow.floor_read(meta[1])
     local bytes = lifecycle.drop_messages(all, true, meta[5] and true or false)
     redis.call('HSET', base.K_META, 'mem', num((base.number(meta[2]) or 0) - bytes),
@@ -761,7 +757,6 @@ function lifecycle.load_closing()
     end
     if redis.call('SCARD', held) > 0 then return end
     redis.call('HDEL', base.K_META, 'fence')
-    message.pass_head.of = nil
     message.reset_pass()
   end
 
@@ -822,7 +817,6 @@ function lifecycle.load_closing()
       -- (returned messages score below 0 unless messages are prioritized: then they are spread over the
       -- priority order, and nothing is dispatched until the last is back)
       redis.call('HSET', base.K_META, 'fence', message.prioritized() and '-inf' or '0')
-      message.pass_head.of = nil
     end
     return owed
   end

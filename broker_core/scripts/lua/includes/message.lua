@@ -219,18 +219,11 @@ end
 -- so it is not empty; whatever removes from it forgets it.
 -- message.pass_dirty.in_pass: a dispatch pass is running, and writes 'dirty' with its state when it ends.
 message.pass_dirty = { value = false, passfull_key = nil, passfull = nil, pending = nil, in_pass = false }
--- The first three fields of the pass state (dispatch.lua dispatch.STATE: paused, hold_until, fence) as this
--- call read them with other fields of the same meta hash (lifecycle.lua count_acked, an ack's), kept for
--- its next dispatch pass, which then need not read them (a command, and on a small hash each absent field
--- is a walk of all its fields: bench/redis_instructions.py). `of`: the meta hash they are of; nil: none
--- kept. Whatever writes one of them forgets them (of = nil), as does the pass that uses them.
-message.pass_head = { of = nil, paused = false, hold_until = false, fence = false }
 --@on-call
 do
   local dirty = message.pass_dirty
   dirty.value, dirty.passfull_key, dirty.passfull, dirty.pending, dirty.in_pass = false, nil, nil, nil, false
 end
-message.pass_head.of = nil
 if next(message.fresh) ~= nil then message.fresh = {} end  -- (an empty one is as good as a new one)
 message.dest_uri = nil
 message.sizes = nil

@@ -568,7 +568,6 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     local reserve = redis.call('ZCARD', base.TP .. ':order') + redis.call('ZCARD', base.TP .. ':recov') + 1
     redis.call('HSET', base.K_META, 'catchup', '', 'catchup_upto', seq, 'catchup_seq', 0, 'catchup_got', 0,
                'catchup_sub', '', 'seq', reserve, 'fence', '-inf')
-    message.pass_head.of = nil
   end
 
   -- Does durable subscription `key` hold message `id`: pending, parked, in flight, or held for a
@@ -716,7 +715,6 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     got = got + topic.replay(s, topic.recovery_items(empty, upto), nil, 'catchup_seq')
     if empty then redis.call('HSET', base.K_META, 'replay_upto', -1) end
     redis.call('HDEL', base.K_META, 'fence', unpack(topic.CATCHUP_FIELDS))
-    message.pass_head.of = nil
     message.reset_pass()
     return true, got
   end
