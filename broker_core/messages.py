@@ -543,6 +543,8 @@ def failure_cause(kind: str, argument: str, policy: dict[str, str]) -> str | Non
                 f"{redelivery_policy_text(policy)}, cause:null")
     if kind == "expired":
         return f"java.lang.Throwable: Message Expired. Expiration:{argument}"
+    if kind == "evicted":  # TopicSubscription.discard in 5.17.2 (5.18 on: "Subscription discard. ID:")
+        return f"java.lang.Throwable: TopicSubDiscard. ID:{argument}"
     return None  # poison: a STOMP NACK carries no cause
 
 
