@@ -1,10 +1,12 @@
 """Expiry (spec §6): an expired message is dead-lettered with its expiration and cause, or dropped with
 processExpired off; one that expires on arrival or before the adapter takes it is never delivered; the
-sweep walks the queue page by page. (Moved from test_redelivery.py unchanged.)"""
+sweep walks the queue page by page (those moved from test_redelivery.py unchanged); a non-durable topic
+subscriber's message that expired while pending is discarded, as 5.17.2 does."""
 
 from __future__ import annotations
 
 from broker_core.messages import Message
+from broker_core.model import ConsumerSpec
 
 from ...helpers.broker import consumer, drain
 
@@ -67,3 +69,43 @@ def test_the_sweep_walks_the_queue_page_by_page_and_leaves_in_flight_messages_al
     stats = broker.stats("orders")
     assert (stats.expired, stats.in_flight, stats.pending) == (22, 3, 0)
     del c
+
+
+def test_a_non_durable_subscribers_message_that_expired_while_pending_is_discarded(broker, clock):
+    """ActiveMQ 5.17.2's TopicSubscription.dispatchMatched gives a message that expired while it waited in
+    the subscription's pending list to discard(): counted in the subscription's DiscardedCount (here
+    `evicted`) and the topic's dequeues, not as expired, and dead-lettered with the cause
+    `TopicSubDiscard. ID:<consumer id>` (5.19's discard(message, expired=true) calls messageExpired)."""
+    t = "topic://prices"
+    c = broker.add_consumer(t, ConsumerSpec(prefetch=1, ack_mode="client-individual"), consumer_id="sub-1")
+    broker.send(t, [Message(body="a"), Message(body="b", expiration=clock.now_ms() + 10)])
+    clock.advance(100)
+    [a] = broker.receive(c)
+    broker.ack(c, a.message_id)  # "b", pending behind the full window, is dispatched now: expired
+    assert broker.receive(c) == []
+    (s,) = broker.subscriptions(t)
+    assert (s.expired, s.evicted, s.deadlettered) == (0, 1, 1)
+    stats = broker.stats(t)
+    assert (stats.expired, stats.evicted, stats.dequeued) == (0, 1, 2)
+    (dead,) = drain(broker, consumer(broker, DLQ))
+    assert (dead.body, dead.original_destination) == ("b", t)
+    assert dead.properties["dlqDeliveryFailureCause"] == "java.lang.Throwable: TopicSubDiscard. ID:sub-1"
+
+
+def test_a_durable_subscribers_message_that_expired_while_pending_expires(broker, clock):
+    """A durable subscription is a prefetch subscription (PrefetchSubscription.dispatchPending): the
+    message expires (Topic.messageExpired), dead-lettered with the expiry's cause."""
+    t = "topic://prices"
+    spec = ConsumerSpec(prefetch=1, ack_mode="client-individual", client_id="c", subscription_name="d")
+    c = broker.add_consumer(t, spec)
+    expiration = clock.now_ms() + 10
+    broker.send(t, [Message(body="a"), Message(body="b", expiration=expiration)])
+    clock.advance(100)
+    [a] = broker.receive(c)
+    broker.ack(c, a.message_id)
+    assert broker.receive(c) == []
+    (s,) = broker.subscriptions(t)
+    assert (s.expired, s.evicted) == (1, 0)
+    (dead,) = drain(broker, consumer(broker, DLQ))
+    cause = dead.properties["dlqDeliveryFailureCause"]
+    assert cause == f"java.lang.Throwable: Message Expired. Expiration:{expiration}"

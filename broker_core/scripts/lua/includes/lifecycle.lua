@@ -337,6 +337,22 @@ function lifecycle.load()
     lifecycle.expire_message(id, m, blob)
   end
 
+  -- A non-durable topic subscription's (key 'c.<consumer id>', topics.non_durable_key) pending message
+  -- given up for good, as ActiveMQ 5.17.2's TopicSubscription.discard: by the eviction strategy (§8.5;
+  -- `why` its name) or expired when the dispatch met it (dispatchMatched; `why` 'expired'). Counted as the
+  -- subscription's DiscardedCount (`evicted`) and the topic's dequeues (not the subscription's: those
+  -- are acks), the `evict` event (MessageDiscarded advisory), and dead-lettered with the cause naming the
+  -- consumer (messages.failure_cause).
+  lifecycle.discard_pending = function(id, blob, why)
+    redis.call('ZREM', base.K_PENDING, id)
+    message.pass_dirty.pending = nil
+    base.meta_incr('evicted')
+    redis.call('HINCRBY', base.TP .. ':meta', 'evict_dequeued', 1)
+    base.emit('evict', 'msg', id, 'strategy', why)
+    if blob then forward.dead_letter(id, message.unpack(blob), blob, 'evicted', string.sub(base.SUB, 3)) end
+    lifecycle.drop_message(id)
+  end
+
   -- A parked message's `…:parkinfo` entry: the pending score it comes back with; 's' before it for a
   -- delayed (scheduled) message, which is not on the queue until its time (ActiveMQ's SchedulerBroker
   -- keeps it in its job store and sends it to the queue when due, and the queue counts it then); 'job'
@@ -916,6 +932,7 @@ end
 
 lifecycle.expire_message = function(...) lifecycle.load() return lifecycle.expire_message(...) end
 lifecycle.expire_pending = function(...) lifecycle.load() return lifecycle.expire_pending(...) end
+lifecycle.discard_pending = function(...) lifecycle.load() return lifecycle.discard_pending(...) end
 lifecycle.park = function(...) lifecycle.load() return lifecycle.park(...) end
 lifecycle.parked_score = function(...) lifecycle.load() return lifecycle.parked_score(...) end
 lifecycle.scheduled_arrived = function(...) lifecycle.load() return lifecycle.scheduled_arrived(...) end
