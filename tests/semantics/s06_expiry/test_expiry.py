@@ -109,3 +109,23 @@ def test_a_durable_subscribers_message_that_expired_while_pending_expires(broker
     (dead,) = drain(broker, consumer(broker, DLQ))
     cause = dead.properties["dlqDeliveryFailureCause"]
     assert cause == f"java.lang.Throwable: Message Expired. Expiration:{expiration}"
+
+
+def test_a_non_durable_subscribers_message_that_expired_in_its_window_is_counted_expired_only(broker, clock):
+    """Dispatched, then expired before the adapter took it: the client's consumer expiry check would send
+    an EXPIRED ack, which ActiveMQ's TopicSubscription.acknowledge only counts (ExpiredCount, dequeues):
+    no dead letter, no Expired advisory (a queue's or durable subscription's EXPIRED ack goes to
+    messageExpired: test_a_message_that_expires_before_the_adapter_takes_it_is_never_delivered)."""
+    from broker_core.ops import advisory
+
+    t = "topic://prices"
+    watcher = broker.add_consumer(advisory.topic("Expired", t), ConsumerSpec(ack_mode="auto"))
+    c = broker.add_consumer(t, ConsumerSpec(prefetch=5, ack_mode="client-individual"))
+    broker.send(t, [Message(body="brief", expiration=clock.now_ms() + 10), Message(body="ok")])
+    clock.advance(100)
+    assert [d.body for d in drain(broker, c)] == ["ok"]
+    (s,) = broker.subscriptions(t)
+    assert (s.expired, s.deadlettered, s.discarded, s.evicted) == (1, 0, 0, 0)
+    assert (broker.stats(t).expired, broker.stats(t).dequeued) == (1, 1)
+    assert "queue://ActiveMQ.DLQ" not in broker.destinations()
+    assert drain(broker, watcher) == []

@@ -128,10 +128,11 @@ end
 
 -- Called by emit() with the event's type and fields. `blob`, when the caller gave one (base.lua
 -- emit_message), is the packed message the event is about (it may already be gone from K_MSGS, e.g. an
--- expired one).
+-- expired one); false: an event ActiveMQ advises nothing about (a non-durable topic subscription's
+-- EXPIRED ack, lifecycle.lua expire_message).
 function advisory.advise(kind, blob, ...)
   local spec = advisory.EVENTS[kind]
-  if not spec then return end
+  if not spec or blob == false then return end
   local flags = advisory.read_flags()  -- gated events (most sends, dispatches, acks) stop here: one HMGET
   local gate = spec[2]
   local maybe = kind == 'full' and flags['advisoryForFastProducers']

@@ -321,11 +321,18 @@ lifecycle.FIRING_RETRY_MS = 1000
 -- Built on first use (see the top of this file): expiry, scheduling, returns, closing.
 function lifecycle.load()
   -- A message whose time ran out (spec §6): counted, logged, dead-lettered or dropped per strategy.
-  lifecycle.expire_message = function(id, m, blob)
+  -- `acked`: the expiry stands for the client's EXPIRED ack (outbox.hand_over); on a non-durable topic
+  -- subscription (key 'c.<consumer>') ActiveMQ's TopicSubscription.acknowledge only counts that ack
+  -- (ExpiredCount, dequeues): no dead letter, no Expired advisory (the event says `acked`).
+  lifecycle.expire_message = function(id, m, blob, acked)
     lifecycle.drop_message(id)
     base.meta_incr('expired')
     base.meta_incr('dequeued')
     local expiration = tonumber(m[message.EXPIRATION]) or 0
+    if acked and base.SUB and string.sub(base.SUB, 1, 2) == 'c.' then
+      base.emit_message(false, 'expire', 'msg', id, 'expiration', expiration, 'acked', 1)
+      return
+    end
     -- the Expired advisory carries a copy (it is gone from K_MSGS)
     base.emit_message(blob, 'expire', 'msg', id, 'expiration', expiration)
     forward.dead_letter(id, m, blob, 'expired', expiration)
