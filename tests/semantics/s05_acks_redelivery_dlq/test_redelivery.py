@@ -97,6 +97,21 @@ def test_a_poison_nack_dead_letters_at_once_without_a_cause(broker):
     assert dead.properties["originalExpiration"] == TypedValue("long", 0)
 
 
+def test_a_strategy_expiration_gives_the_dead_letter_that_time_to_live_and_no_original_expiration(
+        broker, policy, clock):
+    """RegionBroker.sendToDeadLetterQueue: with the strategy's expiration > 0 the copy expires that long
+    after it is dead-lettered and is not stamped (stampAsExpired, which writes originalExpiration, is the
+    branch of an expiration of 0)."""
+    policy("orders", deadLetterExpiration=5000)
+    c = consumer(broker, ack_mode="client-individual")
+    broker.send("orders", Message(body="m", expiration=clock.now_ms() + 100_000))
+    clock.advance(10)
+    broker.nack(c, drain(broker, c)[0].message_id, poison=True)
+    (dead,) = drain(broker, consumer(broker, DLQ))
+    assert dead.expiration == clock.now_ms() + 5000
+    assert "originalExpiration" not in dead.properties
+
+
 def test_non_persistent_poison_is_dropped_by_default_and_kept_with_process_non_persistent(broker, policy):
     c = consumer(broker, ack_mode="client-individual")
     broker.send("orders", Message(body="np", persistent=False))
