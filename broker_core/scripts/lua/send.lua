@@ -43,9 +43,8 @@ flow.floor_read(counts[4])  -- (a queue: its meta hash is the one flow charges, 
 -- replies after its first, which a producer's send admits: AsyncBroker.manage_scheduler)
 local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
 if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (a transacted send)
-  local need = 0
-  for i = 4, #ARGV, 2 do need = need + flow.message_charge(#ARGV[i + 1]) end
-  local full = flow.memory_refusal(need, plan)
+  local need = message.send_need(ARGV, unpacked, 2)
+  local full = need > 0 and flow.memory_refusal(need, plan)
   if full then
     if origin == 'producer' then  -- counted and logged once per send, not per retry
       base.meta_incr('blocked_sends')

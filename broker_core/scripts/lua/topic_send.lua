@@ -27,9 +27,8 @@ local unpacked = message.unpack_send(ARGV, origin, step)
 if unpacked.err then return unpacked end
 if origin == 'check' then return { '' } end  -- limits checked, nothing stored (as send.lua)
 if origin == 'producer' or origin == 'retry' then  -- producer flow control, as send.lua (flow.lua)
-  local need = 0
-  for i = 4, #ARGV, 4 do need = need + flow.message_charge(#ARGV[i + 1]) end
-  local full = flow.memory_refusal(need, plan)  -- the copies' targets count (flow.lua)
+  local need = message.send_need(ARGV, unpacked, 4)
+  local full = need > 0 and flow.memory_refusal(need, plan)  -- the copies' targets count (flow.lua)
   if full then
     if origin == 'producer' then
       base.meta_incr('blocked_sends')
