@@ -129,3 +129,26 @@ def test_a_non_durable_subscribers_message_that_expired_in_its_window_is_counted
     assert (broker.stats(t).expired, broker.stats(t).dequeued) == (1, 1)
     assert "queue://ActiveMQ.DLQ" not in broker.destinations()
     assert drain(broker, watcher) == []
+
+
+def test_a_topics_sweep_expires_for_offline_durable_subscriptions_only(broker, clock):
+    """Topic.doBrowse, the topic's expiry task in 5.17.2, expires a stored message for each durable
+    subscription that is not active (BrokerService's enableMessageExpirationOnActiveDurableSubs, default
+    false, is not offered); an active subscriber's pending message waits for its dispatch, and a
+    non-durable subscription's is never swept. With two offline subscriptions the dead-letter queue's
+    audit keeps one copy."""
+    t = "topic://prices"
+    offline = [broker.add_consumer(t, ConsumerSpec(client_id=n, subscription_name="s")) for n in ("a", "b")]
+    for c in offline:
+        broker.close_consumer(c)
+    active = broker.add_consumer(t, ConsumerSpec(client_id="c", subscription_name="s", prefetch=1,
+                                                 ack_mode="client-individual"))
+    plain = broker.add_consumer(t, ConsumerSpec(prefetch=1, ack_mode="client-individual"))
+    broker.send(t, [Message(body="held"), Message(body="brief", expiration=clock.now_ms() + 10)])
+    clock.advance(100)
+    while not broker.sweep_expired(t).done:
+        pass
+    expired = {(s.client_id, s.durable): (s.expired, s.pending) for s in broker.subscriptions(t)}
+    assert expired == {("a", True): (1, 1), ("b", True): (1, 1), ("c", True): (0, 1), (None, False): (0, 1)}
+    assert len(drain(broker, consumer(broker, DLQ))) == 1
+    del active, plain
