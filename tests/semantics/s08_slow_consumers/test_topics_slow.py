@@ -40,6 +40,14 @@ def test_a_non_durable_subscriber_is_slow_once_more_than_its_prefetch_waits(brok
     assert len([e for e in events(broker, T) if e["type"] == "slow"]) == 1  # marked once
 
 
+def test_a_non_durable_subscriber_with_a_prefetch_of_one_is_never_marked_slow(broker):
+    """TopicSubscription.add marks it only when `info.getPrefetchSize() > 1`."""
+    c = sub(broker, T, prefetch=1)
+    send(broker, 20)
+    assert info(broker, c).slow_since is None and info(broker, c).pending == 19
+    assert [e for e in events(broker, T) if e["type"] == "slow"] == []
+
+
 def test_an_immediate_dispatch_clears_the_slow_mark(broker):
     c = sub(broker, T, prefetch=2)
     send(broker, 5)
