@@ -123,8 +123,13 @@ for i = 4, #ARGV, 2 do
     -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
     only_kept = false
     base.meta_incr('expired_on_arrival')
-    -- the Expired advisory carries a copy
-    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
+    -- not counted expired (Queue.send: "not stored - or added to stats yet"), unless it expired while its
+    -- producer waited for space: Queue.send's waiting send counts that one in ExpiredCount
+    local counted = origin == 'retry' and 1 or 0
+    if counted == 1 then base.meta_incr('expired') end
+    -- the Expired advisory carries a copy; `counted`: in `expired` too
+    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1,
+                 'counted', counted)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif (tonumber(m[REPEAT]) or 0) > 0 or message.cron(m) then

@@ -65,8 +65,10 @@ for i = 4, #ARGV, 4 do
     out[#out + 1] = 'duplicate'
   elseif message.is_expired(m) then
     base.meta_incr('expired_on_arrival')
-    -- the Expired advisory carries a copy, as send.lua's
-    base.emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
+    base.meta_incr('expired')  -- (Topic.send counts it in ExpiredCount; Queue.send does not)
+    -- the Expired advisory carries a copy, as send.lua's; `counted`: in `expired` too
+    base.emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1,
+                      'counted', 1)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif repeats > 0 or message.cron(m) then

@@ -152,3 +152,44 @@ def test_a_topics_sweep_expires_for_offline_durable_subscriptions_only(broker, c
     assert expired == {("a", True): (1, 1), ("b", True): (1, 1), ("c", True): (0, 1), (None, False): (0, 1)}
     assert len(drain(broker, consumer(broker, DLQ))) == 1
     del active, plain
+
+
+def test_expired_on_arrival_counts_as_expired_on_a_topic_and_not_on_a_queue(broker, clock):
+    """Topic.send counts an expired message in ExpiredCount as it expires it; Queue.send does not
+    ("message not stored - or added to stats yet")."""
+    t = "topic://prices"
+    broker.add_consumer(t, ConsumerSpec())
+    broker.send(t, Message(body="late", expiration=clock.now_ms() - 1))
+    broker.send("orders", Message(body="late", expiration=clock.now_ms() - 1))
+    topic, queue = broker.stats(t), broker.stats("orders")
+    assert (topic.expired, topic.expired_on_arrival, topic.enqueued) == (1, 1, 0)
+    assert (queue.expired, queue.expired_on_arrival, queue.enqueued) == (0, 1, 0)
+
+
+def test_a_message_that_expired_while_its_producer_waited_for_space_counts_expired(redis_client, namespace):
+    """Queue.send's waiting send finds it expired once there is room: messageExpired (the DLQ) and
+    ExpiredCount, not stored."""
+    import threading
+    import time
+
+    from broker_core.broker import Broker
+    from broker_core.clock import SystemClock
+
+    from ...helpers.broker import KB
+
+    broker = Broker(redis_client, namespace, SystemClock())
+    broker.policies.set_entry("queue", "orders", {"memoryLimit": 2 * 1100})
+    broker.send("orders", [Message(body=KB), Message(body=KB)])
+    c = consumer(broker, "orders", prefetch=1)
+
+    def consume_later():
+        time.sleep(0.5)
+        broker.ack(c, broker.receive(c, 1)[0].message_id)
+
+    worker = threading.Thread(target=consume_later)
+    worker.start()
+    (sent,) = broker.send("orders", Message(body=KB, expiration=int(time.time() * 1000) + 200))
+    worker.join()
+    stats = broker.stats("orders")
+    assert sent.status == "expired"
+    assert (stats.expired, stats.expired_on_arrival, stats.enqueued, stats.deadlettered) == (1, 1, 2, 1)
