@@ -37,20 +37,22 @@ def _type(*names: str) -> Column:
 def _counters() -> dict[str, Column]:
     """Counter -> what an event adds to it (null: nothing). `expired` and `expired_on_arrival` apart, as the
     broker counts them (a message expired when sent is never enqueued, and ActiveMQ's Queue.send does not
-    count it in the destination's ExpiredCount). `evicted`: the topic pending-limit eviction's
+    count it in the destination's ExpiredCount; Topic.send, and Queue.send's send that waited for space, do:
+    the event's `counted`). `evicted`: the topic pending-limit eviction's
     `evict` event (spec §8.5). `lost`: the events the stream's cap dropped before the archive read them
     (the archive's `lost` rows, each with their `count`): the other counters miss that many events."""
     def one(condition: Column) -> Column:
         return F.when(condition, 1)
 
     on_arrival = F.coalesce(F.col("attrs")["on_arrival"] == "1", F.lit(False))
+    counted = F.coalesce(F.col("attrs")["counted"] == "1", F.lit(False))  # (on arrival, and in `expired` too)
 
     return {
         "enqueued": one(_type("enqueue")),
         "dispatched": one(_type("dispatch")),
         "acked": one(_type("ack")),
         "redelivered": one(_type("dispatch") & (F.col("redeliveries") > 0)),
-        "expired": one(_type("expire") & ~on_arrival),
+        "expired": one(_type("expire") & (~on_arrival | counted)),
         "expired_on_arrival": one(_type("expire") & on_arrival),
         "dead_lettered": one(_type("deadletter")),
         "discarded": one(_type("discard")),

@@ -485,8 +485,9 @@ def unpack_delivery(
 def dead_letter_copy(blob: bytes, source: str, cause: str | None, now_ms: int,
                      expiration_ms: int = 0, message_id: str | None = None) -> bytes:
     """The copy a dead-letter queue receives (spec §5.4): the same id, `original destination` set to
-    where it died, `dlqDeliveryFailureCause` (unless the cause is null, as for a STOMP NACK),
-    `originalExpiration` unless already there, no expiry (or the strategy's), persistent (a
+    where it died, `dlqDeliveryFailureCause` (unless the cause is null, as for a STOMP NACK), no expiry
+    and `originalExpiration` unless already there (or, with the strategy's expiration, that expiry and no
+    `originalExpiration`: RegionBroker.sendToDeadLetterQueue), persistent (a
     non-persistent one records `originalDeliveryMode`), no scheduled delay. Redelivery counters live
     outside the message, so the copy starts at 0. `message_id`: a message that still carried its schedule
     (a delayed one that expired as it arrived) loses it here, so the copy is given SCHEDULED_JOB_ID, as
@@ -506,7 +507,8 @@ def dead_letter_copy(blob: bytes, source: str, cause: str | None, now_ms: int,
     scheduled = record[17] or record[18] or record[19] or type(record[CRON]) is list
     if scheduled and message_id is not None and SCHEDULED_JOB_ID.encode() not in names:
         flat += [SCHEDULED_JOB_ID.encode(), b"s", _job_id(message_id).encode()]
-    if b"originalExpiration" not in names:
+    if expiration_ms <= 0 and b"originalExpiration" not in names:
+        # (stampAsExpired: only a copy that never expires records the expiration it had)
         flat += [b"originalExpiration", b"l", record[4] or 0]
     if not record[2]:
         flat += [b"originalDeliveryMode", b"s", b"NON_PERSISTENT"]
@@ -543,6 +545,8 @@ def failure_cause(kind: str, argument: str, policy: dict[str, str]) -> str | Non
                 f"{redelivery_policy_text(policy)}, cause:null")
     if kind == "expired":
         return f"java.lang.Throwable: Message Expired. Expiration:{argument}"
+    if kind == "evicted":  # TopicSubscription.discard in 5.17.2 (5.18 on: "Subscription discard. ID:")
+        return f"java.lang.Throwable: TopicSubDiscard. ID:{argument}"
     return None  # poison: a STOMP NACK carries no cause
 
 

@@ -110,7 +110,7 @@ class SubscriptionStats:
     enqueued: int
     dispatched: int
     dequeued: int
-    evicted: int  # given up by the eviction strategy (ActiveMQ's DiscardedCount), §8.5
+    evicted: int  # ActiveMQ's DiscardedCount: by the eviction strategy (§8.5), or expired while pending (§6)
     dropped: int  # dropped by a pending-message limit of 0, §8.5
     expired: int
     deadlettered: int

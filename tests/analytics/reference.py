@@ -25,8 +25,11 @@ def per_minute(rows):
         key = (r["destination"], r["ts"] - r["ts"] % 60_000)
         counts = out.setdefault(key, dict.fromkeys(NAMES, 0))
         name = COUNTED[r["type"]]
-        if name == "expired" and dict(r["attrs"] or []).get("on_arrival") == "1":
+        attrs = dict(r["attrs"] or [])
+        if name == "expired" and attrs.get("on_arrival") == "1":
             name = "expired_on_arrival"
+            if attrs.get("counted") == "1":  # counted in `expired` too (a topic's, a send that waited)
+                counts["expired"] += 1
         counts[name] += r["count"] if r["type"] == "lost" else 1  # (a loss row: `count` events)
         if r["type"] == "dispatch" and (r["redeliveries"] or 0) > 0:
             counts["redelivered"] += 1

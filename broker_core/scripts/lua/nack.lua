@@ -40,7 +40,9 @@ local function delay_for(count)
     end
     delay = next_delay
   end
-  if p['useCollisionAvoidance'] == '1' then delay = delay + delay * 0.15 * jitter end
+  -- (the variance is getNextRedeliveryDelay's: ActiveMQMessageConsumer.rollback takes the initial delay as
+  -- it is; a back-off's chain is computed from unvaried delays, where the client's multiplies the varied one)
+  if count > 1 and p['useCollisionAvoidance'] == '1' then delay = delay + delay * 0.15 * jitter end
   return math.floor(delay)
 end
 

@@ -43,9 +43,8 @@ flow.floor_read(counts[4])  -- (a queue: its meta hash is the one flow charges, 
 -- replies after its first, which a producer's send admits: AsyncBroker.manage_scheduler)
 local flow_checked = origin == 'producer' or origin == 'retry' or origin == 'probe'
 if flow_checked then  -- producer flow control (spec §9.2); 'probe' only asks (a transacted send)
-  local need = 0
-  for i = 4, #ARGV, 2 do need = need + flow.message_charge(#ARGV[i + 1]) end
-  local full = flow.memory_refusal(need, plan)
+  local need = message.send_need(ARGV, unpacked, 2)
+  local full = need > 0 and flow.memory_refusal(need, plan)
   if full then
     if origin == 'producer' then  -- counted and logged once per send, not per retry
       base.meta_incr('blocked_sends')
@@ -124,8 +123,13 @@ for i = 4, #ARGV, 2 do
     -- Expired on arrival: not enqueued (Queue.send), but expired like any other (broker.messageExpired).
     only_kept = false
     base.meta_incr('expired_on_arrival')
-    -- the Expired advisory carries a copy
-    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
+    -- not counted expired (Queue.send: "not stored - or added to stats yet"), unless it expired while its
+    -- producer waited for space: Queue.send's waiting send counts that one in ExpiredCount
+    local counted = origin == 'retry' and 1 or 0
+    if counted == 1 then base.meta_incr('expired') end
+    -- the Expired advisory carries a copy; `counted`: in `expired` too
+    emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1,
+                 'counted', counted)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif (tonumber(m[REPEAT]) or 0) > 0 or message.cron(m) then

@@ -9,6 +9,13 @@
 base.NOW = tonumber(ARGV[1])
 if redis.call('EXISTS', base.K_META) == 0 then return dispatch.add_tail({ 0, 0, 1, nil, nil, nil }, 0, 0, 0) end  -- deleted meanwhile: nothing to do
 if redis.call('HGET', base.K_META, 'paused') == '1' then return dispatch.add_tail({ 0, 0, 1, nil, nil, nil }, 0, 0, 0) end
+if base.SUB then
+  -- A topic's sweep (Topic.doBrowse, 5.17.2) expires for durable subscriptions that are not active only
+  -- (BrokerService's enableMessageExpirationOnActiveDurableSubs, default false, is not offered): an
+  -- active one's and a non-durable one's expired messages go when their dispatch meets them.
+  local sub = redis.call('HMGET', base.K_META, 'durable', 'active')
+  if sub[1] ~= '1' or (sub[2] or '') ~= '' then return dispatch.add_tail({ 0, 0, 1, nil, nil, nil }, 0, 0, 0) end
+end
 local cursor = redis.call('HGET', base.K_META, 'sweep_cursor') or ''
 local lower = '-inf'
 if cursor ~= '' then lower = '(' .. cursor end

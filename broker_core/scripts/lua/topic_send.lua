@@ -27,9 +27,8 @@ local unpacked = message.unpack_send(ARGV, origin, step)
 if unpacked.err then return unpacked end
 if origin == 'check' then return { '' } end  -- limits checked, nothing stored (as send.lua)
 if origin == 'producer' or origin == 'retry' then  -- producer flow control, as send.lua (flow.lua)
-  local need = 0
-  for i = 4, #ARGV, 4 do need = need + flow.message_charge(#ARGV[i + 1]) end
-  local full = flow.memory_refusal(need, plan)  -- the copies' targets count (flow.lua)
+  local need = message.send_need(ARGV, unpacked, 4)
+  local full = need > 0 and flow.memory_refusal(need, plan)  -- the copies' targets count (flow.lua)
   if full then
     if origin == 'producer' then
       base.meta_incr('blocked_sends')
@@ -66,8 +65,10 @@ for i = 4, #ARGV, 4 do
     out[#out + 1] = 'duplicate'
   elseif message.is_expired(m) then
     base.meta_incr('expired_on_arrival')
-    -- the Expired advisory carries a copy, as send.lua's
-    base.emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1)
+    base.meta_incr('expired')  -- (Topic.send counts it in ExpiredCount; Queue.send does not)
+    -- the Expired advisory carries a copy, as send.lua's; `counted`: in `expired` too
+    base.emit_message(blob, 'expire', 'msg', id, 'expiration', tonumber(m[message.EXPIRATION]) or 0, 'on_arrival', 1,
+                      'counted', 1)
     forward.dead_letter(id, m, blob, 'expired', tonumber(m[message.EXPIRATION]) or 0)
     out[#out + 1] = 'expired'
   elseif repeats > 0 or message.cron(m) then

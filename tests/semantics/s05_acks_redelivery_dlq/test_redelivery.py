@@ -87,6 +87,28 @@ def test_exponential_back_off_delays_grow_by_the_multiplier_up_to_the_cap(broker
     assert d.redelivery_count == 5
 
 
+def test_collision_avoidance_varies_later_delays_by_up_to_15_percent_not_the_first(broker, policy, clock):
+    """ActiveMQMessageConsumer.rollback takes getInitialRedeliveryDelay() as it is for the first
+    redelivery; only getNextRedeliveryDelay, for the later ones, adds the +/- collisionAvoidanceFactor
+    (0.15) x random variance."""
+    policy("orders", useCollisionAvoidance=True, maximumRedeliveries=-1)
+    c = consumer(broker, prefetch=1, ack_mode="client-individual")
+    firsts, laters = set(), set()
+    for n in range(8):
+        broker.send("orders", Message(body=f"m{n}"))
+        (d,) = drain(broker, c)
+        for attempt in range(3):
+            broker.nack(c, d.message_id)
+            start = clock.now_ms()
+            while not (got := broker.receive(c, 1)):
+                clock.advance(1)
+            (firsts if attempt == 0 else laters).add(clock.now_ms() - start)
+            d = got[0]
+        broker.ack(c, d.message_id)
+    assert firsts == {1000}
+    assert all(850 <= w <= 1150 for w in laters) and len(laters) > 1, laters
+
+
 def test_a_poison_nack_dead_letters_at_once_without_a_cause(broker):
     c = consumer(broker, ack_mode="client-individual")
     broker.send("orders", Message(body="m"))
@@ -95,6 +117,21 @@ def test_a_poison_nack_dead_letters_at_once_without_a_cause(broker):
     (dead,) = drain(broker, consumer(broker, DLQ))
     assert "dlqDeliveryFailureCause" not in dead.properties
     assert dead.properties["originalExpiration"] == TypedValue("long", 0)
+
+
+def test_a_strategy_expiration_gives_the_dead_letter_that_time_to_live_and_no_original_expiration(
+        broker, policy, clock):
+    """RegionBroker.sendToDeadLetterQueue: with the strategy's expiration > 0 the copy expires that long
+    after it is dead-lettered and is not stamped (stampAsExpired, which writes originalExpiration, is the
+    branch of an expiration of 0)."""
+    policy("orders", deadLetterExpiration=5000)
+    c = consumer(broker, ack_mode="client-individual")
+    broker.send("orders", Message(body="m", expiration=clock.now_ms() + 100_000))
+    clock.advance(10)
+    broker.nack(c, drain(broker, c)[0].message_id, poison=True)
+    (dead,) = drain(broker, consumer(broker, DLQ))
+    assert dead.expiration == clock.now_ms() + 5000
+    assert "originalExpiration" not in dead.properties
 
 
 def test_non_persistent_poison_is_dropped_by_default_and_kept_with_process_non_persistent(broker, policy):

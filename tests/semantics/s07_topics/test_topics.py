@@ -288,7 +288,8 @@ def test_an_expired_message_is_not_delivered_to_topic_subscribers(broker, clock)
     [a] = broker.receive(c)
     broker.ack(c, a.message_id)
     assert broker.receive(c) == []
-    assert broker.stats(T).expired == 1
+    # discarded as ActiveMQ 5.17.2's dispatchMatched does, not counted expired (s06_expiry/test_expiry.py)
+    assert (broker.stats(T).expired, broker.stats(T).evicted) == (0, 1)
     assert stored(broker) == 0
 
 

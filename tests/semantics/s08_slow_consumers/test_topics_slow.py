@@ -7,7 +7,7 @@ import pytest
 from broker_core import maintenance
 from broker_core.errors import UnknownConsumer
 from broker_core.messages import Message
-from broker_core.model import ConsumerRef
+from broker_core.model import ConsumerRef, ConsumerSpec
 
 from ...helpers.broker import drain
 from ..s07_topics.test_topics import bodies, events, stored, sub
@@ -38,6 +38,14 @@ def test_a_non_durable_subscriber_is_slow_once_more_than_its_prefetch_waits(brok
     assert [e["consumer"] for e in events(broker, T) if e["type"] == "slow"] == [c.consumer_id]
     send(broker, 3)
     assert len([e for e in events(broker, T) if e["type"] == "slow"]) == 1  # marked once
+
+
+def test_a_non_durable_subscriber_with_a_prefetch_of_one_is_never_marked_slow(broker):
+    """TopicSubscription.add marks it only when `info.getPrefetchSize() > 1`."""
+    c = sub(broker, T, prefetch=1)
+    send(broker, 20)
+    assert info(broker, c).slow_since is None and info(broker, c).pending == 19
+    assert [e for e in events(broker, T) if e["type"] == "slow"] == []
 
 
 def test_an_immediate_dispatch_clears_the_slow_mark(broker):
@@ -103,6 +111,19 @@ def test_a_constant_limit_evicts_the_oldest_pending_and_dead_letters_them(broker
     assert broker.stats("queue://ActiveMQ.DLQ").enqueued == 3  # persistent: the DLQ keeps them
     assert broker.stats(T).evicted == 3
     assert stored(broker, T) == 3
+
+
+def test_an_evicted_dead_letter_carries_the_subscriptions_discard_cause(broker):
+    """ActiveMQ 5.17.2's TopicSubscription.discard sends the evicted message to the dead-letter queue with
+    the cause `new Throwable("TopicSubDiscard. ID:" + consumerId)`, which RegionBroker.sendToDeadLetterQueue
+    writes into dlqDeliveryFailureCause (5.18 on: "Subscription discard. ID:")."""
+    set_topic_policy(broker, pendingMessageLimitStrategy="constant", pendingMessageLimit=1)
+    c = sub(broker, T, prefetch=1, consumer_id="slow-1")
+    send(broker, 3)
+    assert info(broker, c).evicted == 1
+    (dead,) = drain(broker, broker.add_consumer("queue://ActiveMQ.DLQ", ConsumerSpec()))
+    assert dead.body == "1" and dead.original_destination == T
+    assert dead.properties["dlqDeliveryFailureCause"] == "java.lang.Throwable: TopicSubDiscard. ID:slow-1"
 
 
 def test_evicted_non_persistent_messages_are_discarded_not_dead_lettered(broker):

@@ -117,6 +117,20 @@ def test_a_message_larger_than_the_limit_fails_at_once_even_when_the_policy_says
     assert time.monotonic() - started < 1
 
 
+def test_an_already_expired_message_sent_to_a_full_destination_expires_not_refused(broker, policy, clock):
+    """Queue.send asks message.isExpired() before memoryUsage.isFull(): an expired message goes to
+    messageExpired (the DLQ) and the producer is neither blocked nor refused."""
+    policy("orders", memoryLimit=2 * 1100, sendFailIfNoSpace=True)
+    fill(broker, "orders", 2)
+    (sent,) = broker.send("orders", Message(body=KB, expiration=clock.now_ms() - 1))
+    assert sent.status == "expired"
+    stats = broker.stats("orders")
+    assert (stats.enqueued, stats.expired_on_arrival, stats.blocked_sends) == (2, 1, 0)
+    assert broker.stats("ActiveMQ.DLQ").enqueued == 1
+    with pytest.raises(ResourceAllocationError):  # a live one is still refused
+        broker.send("orders", [Message(body=KB, expiration=clock.now_ms() - 1), Message(body=KB)])
+
+
 def test_a_full_destination_makes_the_producer_wait_then_fail_after_the_timeout(broker, policy):
     policy("orders", memoryLimit=3 * 1100, sendFailIfNoSpaceAfterTimeout=300)
     fill(broker, "orders", 3)

@@ -94,10 +94,19 @@ def test_a_message_sent_to_the_dead_letter_queue_is_advised(broker, policy):
     assert broker.stats("ActiveMQ.DLQ").queue_size == 1
 
 
-def test_a_slow_queue_consumer_is_advised_without_any_policy_flag(broker):
+def test_a_slow_queue_consumer_is_advised_only_with_advisory_for_slow_consumers(broker, policy):
+    """ActiveMQ 5.17.2's Queue.doActualDispatch never reports a full subscription (5.17.3's AMQ-9153
+    calls broker.slowConsumer there, whatever the flags); its slow mark (PrefetchSubscription.
+    dispatchPending, our dispatch's `slow` flag, spec §8.1) reaches BaseDestination.slowConsumer, which
+    advises only when advisoryForSlowConsumers is set."""
+    quiet = watch(broker, "SlowConsumer", "quiet")
+    consumer(broker, "quiet", prefetch=1)
+    broker.send("quiet", [Message(body="1"), Message(body="2")])  # its window is full, one waits
+    assert advisories(broker, quiet) == []
+    policy("orders", advisoryForSlowConsumers=True)
     sub = watch(broker, "SlowConsumer", "orders")
     c = consumer(broker, "orders", consumer_id="slowpoke", prefetch=1)
-    broker.send("orders", [Message(body="1"), Message(body="2")])  # its window is full, one waits
+    broker.send("orders", [Message(body="1"), Message(body="2")])
     [(props, body)] = advisories(broker, sub)
     assert props["consumerId"] == "slowpoke" and body["ConsumerInfo"]["consumerId"] == "slowpoke"
     assert c.consumer_id == "slowpoke"

@@ -20,7 +20,9 @@ advisory.n, advisory.flags, advisory.dest = 0, nil, nil
 advisory.EVENTS = {
   consumer_add = { 'Consumer', '' }, consumer_remove = { 'Consumer', '' },
   expire = { 'Expired', '' }, deadletter = { 'MessageDLQd', '' },
-  slow = { 'SlowConsumer', 'advisoryForSlowConsumers' },  -- ungated for queues (5.17.3+), see below
+  -- gated for queues too: 5.17.2's queue dispatch never advises a full subscription itself (5.17.3's
+  -- AMQ-9153 does, ungated); its slow mark goes through BaseDestination.slowConsumer, which checks the flag
+  slow = { 'SlowConsumer', 'advisoryForSlowConsumers' },
   full = { 'FULL', 'advisoryWhenFull' },
   evict = { 'MessageDiscarded', 'advisoryForDiscardingMessages' },
   enqueue = { 'MessageDelivered', 'advisoryForDelivery' },
@@ -45,7 +47,7 @@ function advisory.read_flags()
       -- base.emit calls it for those only, once the flags are read (the rest return at its gate)
       local loud = {}
       for kind, spec in pairs(advisory.EVENTS) do
-        if spec[2] == '' or flags[spec[2]] or kind == 'slow' or (kind == 'full' and flags['advisoryForFastProducers']) then
+        if spec[2] == '' or flags[spec[2]] or (kind == 'full' and flags['advisoryForFastProducers']) then
           loud[kind] = true
         end
       end
@@ -126,17 +128,17 @@ end
 
 -- Called by emit() with the event's type and fields. `blob`, when the caller gave one (base.lua
 -- emit_message), is the packed message the event is about (it may already be gone from K_MSGS, e.g. an
--- expired one).
+-- expired one); false: an event ActiveMQ advises nothing about (a non-durable topic subscription's
+-- EXPIRED ack, lifecycle.lua expire_message).
 function advisory.advise(kind, blob, ...)
   local spec = advisory.EVENTS[kind]
-  if not spec then return end
+  if not spec or blob == false then return end
   local flags = advisory.read_flags()  -- gated events (most sends, dispatches, acks) stop here: one HMGET
   local gate = spec[2]
-  local maybe = kind == 'slow' or (kind == 'full' and flags['advisoryForFastProducers'])
+  local maybe = kind == 'full' and flags['advisoryForFastProducers']
   if gate ~= '' and not flags[gate] and not maybe then return end
   local src = advisory.source()
   if not src then return end
-  if kind == 'slow' and src.type == 'Queue' then gate = '' end
   local kinds = {}
   if gate == '' or flags[gate] then kinds[#kinds + 1] = spec[1] end
   if kind == 'full' and flags['advisoryForFastProducers'] then kinds[#kinds + 1] = 'FastProducer' end

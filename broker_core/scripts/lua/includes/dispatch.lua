@@ -387,7 +387,13 @@ function dispatch.pass(budget, known)
                                 tonumber(full[message.GROUP_SEQ]) or 0, full[message.CONNECTION]
         end  -- (head's sequence is a number already)
         if exp > 0 and now > exp then  -- is_expired
-          lifecycle.expire_pending(id, full or message.unpack(blob), blob)
+          if base.SUB and string.sub(base.SUB, 1, 2) == 'c.' then
+            -- a non-durable topic subscription: ActiveMQ 5.17.2's TopicSubscription.dispatchMatched
+            -- discards it (discard(), not messageExpired: not counted expired, the discard's cause)
+            lifecycle.discard_pending(id, blob, 'expired')
+          else
+            lifecycle.expire_pending(id, full or message.unpack(blob), blob)
+          end
           cursor = batch[i + 1]
         else
           if gid then consumers.gmap.create() end

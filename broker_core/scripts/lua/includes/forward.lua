@@ -41,7 +41,8 @@ end
 -- §5.4: send a message that left this destination for a reason to the dead-letter queue, or drop it
 -- (discarding strategy, non-persistent without processNonPersistent, expired without processExpired,
 -- or the dead-letter queue itself). `cause` is 'redelivery' (argument: the delivery count), 'poison'
--- (no cause text, STOMP NACK) or 'expired' (argument: the expiration). Returns true if forwarded.
+-- (no cause text, STOMP NACK), 'expired' (argument: the expiration) or 'evicted' (a topic subscription's
+-- discard; argument: its consumer id). Returns true if forwarded.
 function forward.dead_letter(id, m, blob, cause, cause_arg)
   local target, field = base.policy()['deadLetterTarget'], nil
   if base.SUB then

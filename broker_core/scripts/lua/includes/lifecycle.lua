@@ -321,11 +321,18 @@ lifecycle.FIRING_RETRY_MS = 1000
 -- Built on first use (see the top of this file): expiry, scheduling, returns, closing.
 function lifecycle.load()
   -- A message whose time ran out (spec §6): counted, logged, dead-lettered or dropped per strategy.
-  lifecycle.expire_message = function(id, m, blob)
+  -- `acked`: the expiry stands for the client's EXPIRED ack (outbox.hand_over); on a non-durable topic
+  -- subscription (key 'c.<consumer>') ActiveMQ's TopicSubscription.acknowledge only counts that ack
+  -- (ExpiredCount, dequeues): no dead letter, no Expired advisory (the event says `acked`).
+  lifecycle.expire_message = function(id, m, blob, acked)
     lifecycle.drop_message(id)
     base.meta_incr('expired')
     base.meta_incr('dequeued')
     local expiration = tonumber(m[message.EXPIRATION]) or 0
+    if acked and base.SUB and string.sub(base.SUB, 1, 2) == 'c.' then
+      base.emit_message(false, 'expire', 'msg', id, 'expiration', expiration, 'acked', 1)
+      return
+    end
     -- the Expired advisory carries a copy (it is gone from K_MSGS)
     base.emit_message(blob, 'expire', 'msg', id, 'expiration', expiration)
     forward.dead_letter(id, m, blob, 'expired', expiration)
@@ -335,6 +342,22 @@ function lifecycle.load()
     redis.call('ZREM', base.K_PENDING, id)
     message.pass_dirty.pending = nil
     lifecycle.expire_message(id, m, blob)
+  end
+
+  -- A non-durable topic subscription's (key 'c.<consumer id>', topics.non_durable_key) pending message
+  -- given up for good, as ActiveMQ 5.17.2's TopicSubscription.discard: by the eviction strategy (§8.5;
+  -- `why` its name) or expired when the dispatch met it (dispatchMatched; `why` 'expired'). Counted as the
+  -- subscription's DiscardedCount (`evicted`) and the topic's dequeues (not the subscription's: those
+  -- are acks), the `evict` event (MessageDiscarded advisory), and dead-lettered with the cause naming the
+  -- consumer (messages.failure_cause).
+  lifecycle.discard_pending = function(id, blob, why)
+    redis.call('ZREM', base.K_PENDING, id)
+    message.pass_dirty.pending = nil
+    base.meta_incr('evicted')
+    redis.call('HINCRBY', base.TP .. ':meta', 'evict_dequeued', 1)
+    base.emit('evict', 'msg', id, 'strategy', why)
+    if blob then forward.dead_letter(id, message.unpack(blob), blob, 'evicted', string.sub(base.SUB, 3)) end
+    lifecycle.drop_message(id)
   end
 
   -- A parked message's `…:parkinfo` entry: the pending score it comes back with; 's' before it for a
@@ -916,6 +939,7 @@ end
 
 lifecycle.expire_message = function(...) lifecycle.load() return lifecycle.expire_message(...) end
 lifecycle.expire_pending = function(...) lifecycle.load() return lifecycle.expire_pending(...) end
+lifecycle.discard_pending = function(...) lifecycle.load() return lifecycle.discard_pending(...) end
 lifecycle.park = function(...) lifecycle.load() return lifecycle.park(...) end
 lifecycle.parked_score = function(...) lifecycle.load() return lifecycle.parked_score(...) end
 lifecycle.scheduled_arrived = function(...) lifecycle.load() return lifecycle.scheduled_arrived(...) end

@@ -381,6 +381,17 @@ function message.pending_add(id, score) message.pending_add_many({ base.NOW_TEXT
 -- changes nothing: the unpacked messages by argument index (`argv`, the script's ARGV: from 4 on it holds `step` values per message,
 -- its id and packed form first), or the fail() reply. Forwarded messages (dead letters, moves, copies)
 -- were accepted once already and are not refused now.
+-- The room a producer's send (`argv`, its messages every `step` from 4, `unpacked` by unpack_send) needs
+-- (spec §9.2): the charge of each message not expired. Queue.send and Topic.send expire an expired one
+-- before they look at the memory, so it is neither blocked nor refused (0: nothing to check).
+function message.send_need(argv, unpacked, step)
+  local need = 0
+  for i = 4, #argv, step do
+    if not message.is_expired(unpacked[i]) then need = need + flow.message_charge(#argv[i + 1]) end
+  end
+  return need
+end
+
 function message.unpack_send(argv, origin, step)
   local limit = base.policy_num('maxMessageSize') or 0
   local max_props = base.policy_num('maxPropertyCount') or 0

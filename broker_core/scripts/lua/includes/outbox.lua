@@ -34,7 +34,7 @@ function outbox.hand_over(c, ids, out, check_expiry)
       local m = message.unpack(blob)
       lifecycle.take_inflight(c.id, id, true)
       c.n = c.n - 1
-      lifecycle.expire_message(id, m, blob)
+      lifecycle.expire_message(id, m, blob, true)
     elseif blob then
       outbox.call_bytes = outbox.call_bytes + #blob
       handed[#handed + 1] = id

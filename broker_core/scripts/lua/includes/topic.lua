@@ -737,22 +737,16 @@ local topic = base.lazy({ selectors = {}, registry_of = false, registry = false 
     return value
   end
 
-  -- Take message `id` out of the current subscription's pending list for good: evicted (counted as
-  -- ActiveMQ's discarded, and dead-lettered per the strategy, §8.5) or dropped by a limit of 0.
+  -- Take message `id` out of the current subscription's pending list for good: evicted (lifecycle.lua
+  -- discard_pending: ActiveMQ's discard, §8.5; `detail` the strategy) or dropped by a limit of 0.
   function topic.discard_pending(id, cause, detail)
-    local blob = redis.call('HGET', base.K_MSGS, id)
+    if cause == 'evicted' then
+      return lifecycle.discard_pending(id, redis.call('HGET', base.K_MSGS, id), detail)
+    end
     redis.call('ZREM', base.K_PENDING, id)
     message.pass_dirty.pending = nil  -- (message.lua)
-    if cause == 'evicted' then
-      -- TopicSubscription.discard: the topic's dequeues count it, not the subscription's (those are acks).
-      base.meta_incr('evicted')
-      redis.call('HINCRBY', base.TP .. ':meta', 'evict_dequeued', 1)
-      base.emit('evict', 'msg', id, 'strategy', detail)
-      if blob then forward.dead_letter(id, message.unpack(blob), blob, 'evicted', detail) end
-    else
-      base.meta_incr('dropped')
-      base.emit('drop', 'msg', id, 'cause', cause)
-    end
+    base.meta_incr('dropped')
+    base.emit('drop', 'msg', id, 'cause', cause)
     lifecycle.drop_message(id)
   end
 
