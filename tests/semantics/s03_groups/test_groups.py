@@ -292,8 +292,9 @@ def test_removing_a_group_leaves_its_owners_count(broker):
 
 
 def test_remove_all_message_groups_resets_the_counts_only_under_the_cached_map(broker, policy):
-    # §3.1: CachedMessageGroupMap.removeAll clears every consumer's count; SimpleMessageGroupMap's does not
-    for kind, after in (("cached", 0), ("simple", 1)):
+    # §3.1: CachedMessageGroupMap.removeAll clears every consumer's count; SimpleMessageGroupMap's and
+    # MessageGroupHashBucket's do not
+    for kind, after in (("cached", 0), ("simple", 1), ("bucket", 1)):
         queue = f"orders-{kind}"
         broker.policies.set_entry("queue", queue, {"messageGroupMapFactoryType": kind})
         broker.refresh_policies()
