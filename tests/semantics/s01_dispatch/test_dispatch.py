@@ -281,3 +281,20 @@ def test_an_order_entry_whose_consumer_is_gone_is_passed_over_and_dropped(broker
     send(broker, "m0", "m1", "m2")
     assert (bodies(drain(broker, a)), bodies(drain(broker, b))) == (["m0", "m2"], ["m1"])
     assert b"ghost" not in redis_client.lrange(order, 0, -1)
+
+
+def test_a_consumer_full_in_an_earlier_pass_takes_its_turn_once_it_has_room(broker):
+    # §1.4: doActualDispatch starts each pass with an empty fullConsumers set, so B, full when m3 came and
+    # passed over then, is first in turn for m4 once its ack made room (A/B round-robin, B next); seen on
+    # ActiveMQ 5.17.2 in a run of random sends, acks and closes against Debian's package.
+    b = consumer(broker, prefetch=1, ack_mode="client-individual", consumer_id="B")
+    c = consumer(broker, prefetch=3, ack_mode="client-individual", consumer_id="C")
+    send(broker, "m1", "m2")
+    (m1,) = drain(broker, b)
+    assert bodies(drain(broker, c)) == ["m2"]
+    send(broker, "m3")  # B is full: C takes it
+    assert bodies(drain(broker, c)) == ["m3"]
+    broker.ack(b, m1.message_id, mode="individual")
+    send(broker, "m4")
+    assert bodies(drain(broker, b)) == ["m4"]
+    assert drain(broker, c) == []

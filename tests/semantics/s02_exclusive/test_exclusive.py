@@ -83,3 +83,51 @@ def test_the_owner_is_not_rotated(broker):
     ex = consumer(broker, exclusive=True, prefetch=10, consumer_id="X")
     broker.send("orders", [Message(body=f"m{i}") for i in range(4)])
     assert [d.body for d in drain(broker, ex)] == ["m0", "m1", "m2", "m3"]
+
+
+def test_a_takeover_leaves_what_the_old_owner_already_holds_with_it(broker):
+    # §2: the owner changes for later dispatches only; messages dispatched to the old owner stay with it
+    e1 = consumer(broker, exclusive=True, prefetch=10, consumer_id="E1")
+    broker.send("orders", [Message(body=f"m{i}") for i in range(3)])
+    e2 = consumer(broker, exclusive=True, prefetch=10, priority=5, consumer_id="E2")
+    broker.send("orders", [Message(body=f"n{i}") for i in range(2)])
+    assert [d.body for d in drain(broker, e1)] == ["m0", "m1", "m2"]
+    assert [d.body for d in drain(broker, e2)] == ["n0", "n1"]
+
+
+def test_with_all_consumers_exclusive_an_explicit_owner_leaving_promotes_no_plain_consumer(broker, policy):
+    # §2 Queue.removeSubscription: a removed consumer whose own ConsumerInfo is exclusive takes the first
+    # branch, which looks for exclusive consumers only; allConsumersExclusiveByDefault's recomputation is
+    # the else branch and does not run. With no owner the others share in turn, and the next consumer added
+    # becomes the owner (addSubscription: no owner yet).
+    policy("orders", allConsumersExclusiveByDefault=True)
+    a = consumer(broker, prefetch=10, exclusive=True, consumer_id="A")
+    b = consumer(broker, prefetch=10, consumer_id="B")
+    c = consumer(broker, prefetch=10, consumer_id="C")
+    assert owner(broker) == "A"
+    broker.close_consumer(a)
+    assert owner(broker) is None
+    broker.send("orders", [Message(body=f"m{i}") for i in range(4)])
+    assert ([d.body for d in drain(broker, b)], [d.body for d in drain(broker, c)]) == (
+        ["m0", "m2"], ["m1", "m3"])
+    d = consumer(broker, prefetch=10, consumer_id="D")
+    assert owner(broker) == "D"
+    broker.send("orders", [Message(body=f"n{i}") for i in range(2)])
+    assert [x.body for x in drain(broker, d)] == ["n0", "n1"]
+    assert drain(broker, b) == drain(broker, c) == []
+
+
+def test_with_all_consumers_exclusive_a_close_hands_over_by_the_group_sorted_order(broker, policy):
+    # §2 + §1.3: the recomputation on a close takes the first consumer of the highest priority in the
+    # consumer list, which (with a group map) is sorted by group count at each add: D, added after A
+    # took a group, sorts ahead of A, and closing B makes D the owner though A, the owner, is still there.
+    policy("orders", allConsumersExclusiveByDefault=True)
+    a = consumer(broker, prefetch=10, consumer_id="A")
+    b = consumer(broker, prefetch=10, consumer_id="B")
+    broker.send("orders", Message(body="g", group_id="G"))
+    d = consumer(broker, prefetch=10, consumer_id="D")
+    assert owner(broker) == "A"
+    broker.close_consumer(b)
+    assert owner(broker) == "D"
+    broker.send("orders", Message(body="m"))
+    assert ([x.body for x in drain(broker, a)], [x.body for x in drain(broker, d)]) == (["g"], ["m"])

@@ -254,3 +254,67 @@ def test_time_before_dispatch_starts_delays_the_first_consumer(broker, policy, c
     assert drain(broker, a) == []
     clock.advance(301)
     assert [d.body for d in drain(broker, a)] == ["m"]  # receive runs a dispatch chunk
+
+
+def test_a_group_owner_sorts_behind_consumers_owning_fewer_groups(broker):
+    # §1.3: once the queue has a group map, consumers of one priority are ordered by the groups they own,
+    # fewest first (Queue.orderedCompare), so the owner of G is passed over for ungrouped messages while
+    # the others own none; ActiveMQ 5.17.2 gave u1..u4 to B, C, B, C (23_groups_priority.json)
+    cs = [consumer(broker, prefetch=10, consumer_id=x) for x in "ABC"]
+    grouped(broker, "g1", "G")
+    for i in range(1, 5):
+        broker.send("orders", Message(body=f"u{i}"))
+    assert {c.consumer_id: [d.body for d in drain(broker, c)] for c in cs} == {
+        "A": ["g1"], "B": ["u1", "u3"], "C": ["u2", "u4"]}
+
+
+def test_a_group_rebound_by_sequence_one_stays_counted_on_its_old_owner(broker):
+    # §3.2: assignGroup for JMSXGroupSeq=1 counts the group on its new owner and does not count it down on
+    # the old one, which keeps sorting behind consumers owning none; ActiveMQ 5.17.2 gave C all of u1..u4
+    cs = [consumer(broker, prefetch=10, consumer_id=x) for x in "ABC"]
+    grouped(broker, "x1", "X", 1)
+    grouped(broker, "x1b", "X", 1)
+    for i in range(1, 5):
+        broker.send("orders", Message(body=f"u{i}"))
+    assert {c.consumer_id: [d.body for d in drain(broker, c)] for c in cs} == {
+        "A": ["x1"], "B": ["x1b"], "C": ["u1", "u2", "u3", "u4"]}
+    assert {c.consumer_id: c.groups for c in broker.stats("orders").consumers} == {"A": 1, "B": 1, "C": 0}
+
+
+def test_removing_a_group_leaves_its_owners_count(broker):
+    # §3.5: QueueView.removeMessageGroup calls the map's removeGroup, which adjusts no consumer's count
+    consumer(broker, prefetch=10, consumer_id="A")
+    consumer(broker, prefetch=10, consumer_id="B")
+    grouped(broker, "x", "X")
+    grouped(broker, "y", "Y")
+    assert broker.remove_message_group("orders", "X") == 1
+    assert {c.consumer_id: c.groups for c in broker.stats("orders").consumers} == {"A": 1, "B": 1}
+
+
+def test_remove_all_message_groups_resets_the_counts_only_under_the_cached_map(broker, policy):
+    # §3.1: CachedMessageGroupMap.removeAll clears every consumer's count; SimpleMessageGroupMap's and
+    # MessageGroupHashBucket's do not
+    for kind, after in (("cached", 0), ("simple", 1), ("bucket", 1)):
+        queue = f"orders-{kind}"
+        broker.policies.set_entry("queue", queue, {"messageGroupMapFactoryType": kind})
+        broker.refresh_policies()
+        for x in "AB":
+            consumer(broker, queue, prefetch=10, consumer_id=f"{kind}-{x}")
+        broker.send(queue, [Message(body="x", group_id="X"), Message(body="y", group_id="Y")])
+        assert broker.remove_all_message_groups(queue) == 2
+        assert [c.groups for c in broker.stats(queue).consumers] == [after, after], kind
+
+
+def test_a_redelivered_message_keeps_its_first_for_consumer_flag(broker):
+    # §3.3: assignGroup sets JMSXGroupFirstForConsumer on the broker's message and nothing clears it, so x1,
+    # first for A, is still flagged when it comes back to B, which owns X since x1b re-bound it
+    a = consumer(broker, prefetch=10, consumer_id="A")
+    b = consumer(broker, prefetch=10, consumer_id="B")
+    grouped(broker, "x1", "X", 1)
+    grouped(broker, "x1b", "X", 1)
+    assert (take(broker, a), take(broker, b)) == ([("x1", True)], [("x1b", True)])
+    broker.close_consumer(a)
+    assert [(d.body, d.group_first_for_consumer, d.redelivered) for d in drain(broker, b)] == [
+        ("x1", True, True)]
+    grouped(broker, "x2", "X", 2)
+    assert take(broker, b) == [("x2", False)]

@@ -92,6 +92,25 @@ def test_resubscribing_with_the_same_selector_keeps_the_messages(broker):
     assert bodies(drain(broker, again)) == ["2", "3"]
 
 
+
+def test_resubscribing_with_no_local_changed_replaces_the_subscription_and_drops_its_messages(broker):
+    """§7.4: TopicRegion.hasDurableSubChanged compares noLocal on a NoLocalSubscriptionAware store (KahaDB,
+    the memory store); ActiveMQ 5.17.2 dropped the kept message either way the flag changed
+    (09_durable_retroactive.json, resubscribing_with_no_local_turned_*)."""
+    for before, after in ((False, True), (True, False)):
+        name = f"nl-{before}"
+        offline_durable(broker, name=name, no_local=before, connection_id="conn-1")
+        broker.send(T, Message(body="kept", connection_id="conn-2"))
+        again = durable(broker, name=name, no_local=after, connection_id="conn-1")
+        assert drain(broker, again) == []
+        broker.send(T, Message(body="later", connection_id="conn-2"))
+        assert bodies(drain(broker, again)) == ["later"]
+        broker.close_consumer(again)
+    offline_durable(broker, name="same", no_local=True, connection_id="conn-1")
+    broker.send(T, Message(body="kept", connection_id="conn-2"))
+    same = durable(broker, name="same", no_local=True, connection_id="conn-3")
+    assert bodies(drain(broker, same)) == ["kept"]
+
 def test_a_stomp_selector_is_kept_as_activemq_holds_it_and_one_kept_before_without_is_the_same(
         broker, redis_client):
     """A STOMP subscription's selector is kept with ActiveMQ's `convert_string_expressions:` prefix (its

@@ -311,6 +311,16 @@ function dispatch.pass(budget, known)
   -- function's locals: each local a closure names becomes an object made and collected every pass,
   -- bench/redis_instructions.py)
 
+  -- A pass that had reached the tail and is dirty (room freed for a consumer it left out, a consumer
+  -- added, ...) starts over before it looks at what this call sent: ActiveMQ runs each send's dispatch as
+  -- a new doActualDispatch, whose fullConsumers set starts empty, over the pending list from its head.
+  -- Otherwise the new messages would be offered with the old pass's full set, passing over a consumer
+  -- that has room again (B, full for m3, acks; m4 went to C although B was next in turn).
+  if sent and dirty and cursor ~= '' then
+    local after = redis.call('ZRANGEBYSCORE', base.K_PENDING, '(' .. cursor, upper, 'LIMIT', '0', '1')
+    if after[1] and message.fresh[after[1]] then end_pass() end
+  end
+
   consumers.slow_rule.defer = true  -- until flush_counts (consumers.lua note_slow)
   message.pass_dirty.in_pass = true  -- until the state is written, below (message.lua mark_dirty)
   local writes = nil  -- the deliveries' writes of the page being examined (dispatch.deliver)
