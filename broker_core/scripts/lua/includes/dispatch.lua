@@ -318,7 +318,10 @@ function dispatch.pass(budget, known)
   -- that has room again (B, full for m3, acks; m4 went to C although B was next in turn).
   if sent and dirty and cursor ~= '' then
     local after = redis.call('ZRANGEBYSCORE', base.K_PENDING, '(' .. cursor, upper, 'LIMIT', '0', '1')
-    if after[1] and message.fresh[after[1]] then end_pass() end
+    if after[1] and message.fresh[after[1]] then
+      cursor, pass_skipped, last_skipped, dirty, full, excluded, resume, resume_skipped, excluded_changed =
+        dispatch.pass_end(resume, full, resume_skipped, pass_skipped)
+    end
   end
 
   consumers.slow_rule.defer = true  -- until flush_counts (consumers.lua note_slow)
