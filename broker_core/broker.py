@@ -24,7 +24,7 @@ from .destinations import Destination, parse_destination, require_concrete, spli
 from .drivers import multiplexed
 from .drivers.coalesce import Coalescer
 from .drivers.direct import DirectConnections
-from .drivers.loop import Driver, Io, Transaction, run, run_async, typed_error
+from .drivers.loop import Driver, Io, Transaction, resumed, run, run_async, typed_error
 from .drivers.multiplexed import MultiplexedConnection
 from .due import DueTimers
 from .effects import Command, Eval, Op, Policy, Sleep
@@ -82,21 +82,6 @@ SUMMARY_CHUNK = 50
 # the oldest is forgotten, and its delayed messages wait for the maintenance tick (at most a second late)
 TX_DELAYS_KEPT = 10_000
 _ACK_MODE_FOR = {"client": "cumulative", "client-individual": "individual", "transacted": "individual"}
-
-
-def _resumed(op: Op[T], request: Any) -> Op[T]:
-    """The rest of operation `op`, run elsewhere up to its next request, `request` (AsyncBroker.stats_many
-    pipelines the first calls of many)."""
-    try:
-        while True:
-            try:
-                reply = yield request
-            except Exception as exc:  # noqa: BLE001 - handed to the operation, which decides
-                request = op.throw(exc)
-            else:
-                request = op.send(reply)
-    except StopIteration as stop:
-        return stop.value
 
 
 def _dest(destination: str | Destination, refuse_pattern: str | None = None) -> Destination:
@@ -1003,7 +988,7 @@ class AsyncBroker(_Api):
                         op.throw(typed_error(reply))
                     request = op.send(reply)
                     # a queue of more than calls.STATS_PAGE consumers: the rest of them a call at a time
-                    queue_stats.append(await self._run(_resumed(op, request)))
+                    queue_stats.append(await self._run(resumed(op, request)))
                 except StopIteration as stop:
                     queue_stats.append(stop.value)
                 except errors.UnknownDestination:

@@ -32,13 +32,11 @@ loaded, `_settle_ready`, so that every `settle` is written the moment it is call
 
 from __future__ import annotations
 
-from typing import Any
-
 import redis
 
 from .broker import AsyncBroker
 from .destinations import parse_destination
-from .drivers.loop import Transaction, run_async, typed_error
+from .drivers.loop import Transaction, resumed, run_async
 from .effects import Eval, Op
 from .errors import UnknownConsumer
 from .messages import Delivery
@@ -117,7 +115,7 @@ async def settle(broker: AsyncBroker, consumer: ConsumerRef, message_id: str) ->
     if broker.link is None or not isinstance(first, Eval) or not functions:
         # (redis-py's pool may use two connections; EVAL scripts would be loaded first: one after the other)
         try:
-            await broker._run(_resumed(ack, first))
+            await broker._run(resumed(ack, first))
         finally:
             await broker._perform(turn)
         return
@@ -142,27 +140,8 @@ def _ack_ending_turn(ack: Op, first: Eval, turn: tuple) -> Op:
     if isinstance(acked, redis.ResponseError) and is_missing(acked):
         # the library is gone (a Redis restart) and the turn has ended: the ack alone, as the driver loop
         # runs a script (loading the library first)
-        return (yield from _resumed(ack, first))
-    return (yield from _resumed(ack, None, acked))
-
-
-def _resumed(op: Op, request: Any, reply: Any = None) -> Op:
-    """`yield from op` for an operation already started: `request` is the one it yielded last (None:
-    `reply` answers that one already; an error reply goes in as its typed error, as the driver loop
-    does). Only hands requests and replies through: the driver loop does the Redis work."""
-    try:
-        if request is None:
-            failed = isinstance(reply, redis.ResponseError)
-            request = op.throw(typed_error(reply)) if failed else op.send(reply)
-        while True:
-            try:
-                reply = yield request
-            except Exception as exc:  # noqa: BLE001 - what the driver loop throws in goes to the operation
-                request = op.throw(exc)
-            else:
-                request = op.send(reply)
-    except StopIteration as stop:
-        return stop.value
+        return (yield from resumed(ack, first))
+    return (yield from resumed(ack, None, acked))
 
 
 def _clients_key(broker: AsyncBroker, client: str) -> str:

@@ -60,6 +60,26 @@ def typed_error(exc: redis.ResponseError) -> Exception:
     return kind(rest) if kind else exc
 
 
+def resumed(op: Op, request: Any, reply: Any = None) -> Op:
+    """`yield from op` for an operation already started elsewhere: `request` is the one it yielded last
+    (None: `reply` answers that one already; an error reply goes in as its typed error, as `run` does).
+    Only hands requests and replies through. Used where the first call of an operation went out with others
+    (AsyncBroker.stats_many's pipeline, a turn's ack in one MULTI/EXEC with the turn's end)."""
+    try:
+        if request is None:
+            failed = isinstance(reply, redis.ResponseError)
+            request = op.throw(typed_error(reply)) if failed else op.send(reply)
+        while True:
+            try:
+                reply = yield request
+            except Exception as exc:  # noqa: BLE001 - handed to the operation, which decides
+                request = op.throw(exc)
+            else:
+                request = op.send(reply)
+    except StopIteration as stop:
+        return stop.value
+
+
 # -- what the driver asks its broker to do: one `Io` at a time -----------------------------------------
 # A tuple: one command over the broker's script connection (direct.py / multiplexed.py, else redis-py).
 # Command: a plain command through the redis-py client. Policy: the destination's PolicyEntry.
