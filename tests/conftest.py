@@ -17,6 +17,7 @@ import redis
 from hypothesis import settings
 
 from broker_core.clock import FakeClock
+from signalbox.embedded_redis import EmbeddedRedis, configured_executable, free_port
 
 # The broker fixtures tests/broker_core and tests/semantics share (a plugin: pytest only takes
 # pytest_plugins from the top-level conftest).
@@ -28,10 +29,23 @@ settings.register_profile("signalbox", deadline=None)
 settings.load_profile("signalbox")
 
 
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    """URL of the session's real Redis (REDIS_URL, or the embedded server started for the session)."""
-    return os.environ["REDIS_URL"]
+@pytest.fixture(scope="module")
+def redis_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of the session's real Redis (REDIS_URL, or the embedded server started for the session).
+    A module marked `private_redis` gets a server of its own instead: its tests count what the server
+    ran (INFO commandstats), which counts every client's commands, and the session's server also serves
+    the background loops of servers other tests started (the Celery worker's BRPOP, the console server's
+    samplers), whose commands landed in a count now and then."""
+    if request.node.get_closest_marker("private_redis") is None:
+        yield os.environ["REDIS_URL"]
+        return
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"), port=free_port(), appendonly=False,
+                           executable=configured_executable())
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 
 @pytest.fixture

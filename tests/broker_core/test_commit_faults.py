@@ -17,6 +17,9 @@ from broker_core.model import TransactionLimits
 
 from ..helpers.broker import KB, consumer, drain, full_queue
 
+# counts what the server ran (INFO commandstats): on a server of its own (tests/conftest.py redis_url)
+pytestmark = pytest.mark.private_redis
+
 
 def _send_and_ack_in_a_transaction(broker: Broker) -> str:
     """An open transaction of two steps, for a fault to meet at its commit: a send to `audit`, then the

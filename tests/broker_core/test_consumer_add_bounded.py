@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from broker_core.destinations import parse_destination
 from broker_core.messages import Message
 from broker_core.model import ConsumerRef, ConsumerSpec
 from broker_core.scripts import calls
+
+# counts what the server ran (INFO commandstats): on a server of its own (tests/conftest.py redis_url)
+pytestmark = pytest.mark.private_redis
 
 CONSUMERS = 300
 

@@ -25,6 +25,9 @@ from broker_core.model import ConsumerSpec
 from broker_core.ops import admin, topics, virtual
 from broker_core.scripts import calls
 
+# counts what the server ran (INFO commandstats): on a server of its own (tests/conftest.py redis_url)
+pytestmark = pytest.mark.private_redis
+
 CHUNK = 5
 TARGETS = ("x.a", "x.b")
 

@@ -12,6 +12,9 @@ import pytest
 from broker_core.errors import ResourceAllocationError
 from broker_core.messages import Message
 
+# counts what the server ran (INFO commandstats): on a server of its own (tests/conftest.py redis_url)
+pytestmark = pytest.mark.private_redis
+
 OPEN = 300
 KB = "x" * 1024
 

@@ -16,6 +16,9 @@ from broker_core.model import ConsumerRef, ConsumerSpec
 from ..helpers.broker import drain
 from .test_chunked_close import calls
 
+# counts what the server ran (INFO commandstats): on a server of its own (tests/conftest.py redis_url)
+pytestmark = pytest.mark.private_redis
+
 BACKLOG = 30
 CHECKS = 10
 

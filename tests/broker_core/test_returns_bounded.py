@@ -6,6 +6,8 @@ every closed consumer."""
 
 from __future__ import annotations
 
+import pytest
+
 from broker_core.destinations import parse_destination
 from broker_core.effects import Eval
 from broker_core.keys import Home
@@ -13,6 +15,9 @@ from broker_core.messages import Message
 from broker_core.model import ConsumerSpec
 
 from .test_chunked_close import calls
+
+# counts what the server ran (INFO commandstats): on a server of its own (tests/conftest.py redis_url)
+pytestmark = pytest.mark.private_redis
 
 CLOSED = 300
 HELD = 3  # each closed consumer's messages: the close returns 1 (chunk 1), 2 are owed

@@ -19,6 +19,9 @@ from broker_core.ops import flow, homes, queues
 
 from .test_script_forms import client7, functions_url  # noqa: F401  (fixtures: a Redis >= 7)
 
+# counts what the server ran (INFO commandstats): on a server of its own (tests/conftest.py redis_url)
+pytestmark = pytest.mark.private_redis
+
 
 @pytest.fixture(params=["eval", "functions"])
 def sized(request, redis_client, clock):

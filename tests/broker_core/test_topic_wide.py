@@ -20,6 +20,9 @@ from ..helpers.broker import drain
 from .test_chunked_close import calls
 from .test_retroactive_catchup import _commands
 
+# counts what the server ran (INFO commandstats): on a server of its own (tests/conftest.py redis_url)
+pytestmark = pytest.mark.private_redis
+
 TIMEOUT = 5_000
 
 

@@ -32,6 +32,9 @@ from ...helpers.broker import drain
 from .test_selector_like import activemq_like
 from .test_selector_regex import _python, java_matches, java_split
 
+# counts what the server ran (INFO commandstats): on a server of its own (tests/conftest.py redis_url)
+pytestmark = pytest.mark.private_redis
+
 BOUND_MS = 50.0  # generous: the 2-core test machine is shared; the matching itself is a few ms
 BIG = 100_000
 
