@@ -201,7 +201,9 @@ end
 -- priorities), each consumer a message is offered to OFFER_STEPS (its checks, selector and group owner cost
 -- about five times a sort's step). With a group map each delivery re-sorts every consumer, and a message of
 -- a group whose owner is full is offered to every consumer: at 1,000 consumers 100 such messages in one
--- chunk took 33-46 ms of CPU, and 134-253 ms (docs/benchmarks.md, "Session 32").
+-- chunk took 33-46 ms of CPU, and 134-253 ms (docs/benchmarks.md, "Session 32"). (Since session 33 only the
+-- first of them in a chunk is: the others of a group with the same owner are passed over for a step each,
+-- the walk recorded in dispatch.pass.)
 dispatch.CONSUMER_STEPS = 10000
 dispatch.OFFER_STEPS = 5
 
@@ -333,6 +335,21 @@ function dispatch.pass(budget, known)
   local fresh_of, head, free_slots, note_slow, allows, deliver =
     message.fresh, message.head, consumers.free_slots, consumers.note_slow, groups.allows, dispatch.deliver
   local now, K_PENDING, K_MSGS = base.NOW, base.K_PENDING, base.K_MSGS
+  -- A message of a group whose owner is full (or is not offered it: its lease run out, noLocal, another
+  -- consumer exclusive) is offered to every consumer and taken by none. ActiveMQ's walk for the next message of a group with the
+  -- same owner gives the same answer and changes nothing, as long as nothing changed in between: the full
+  -- consumers it meets are left out already (`excluded`), the others' slow marks are cleared already, each
+  -- other consumer's assignMessageGroup refuses it (the owner is another, live consumer; the sequence is not
+  -- 1). So within a chunk such a message is passed over without the walk (`blocked` below), its group's
+  -- cached-map entry touched as the walk's first assignMessageGroup would (groups.stored), counted skipped as
+  -- the walk's end would. The record is of the last such walk:
+  -- `memo_owner`, its group's owner; `memo_excluded`, the pass's left-out set then (pass_end makes a new
+  -- one); `memo_dispatched`, the chunk's deliveries then (a delivery moves a window, the order, maybe a
+  -- group); `memo_conn` its message's connection when a noLocal consumer was offered it (whom noLocal
+  -- turns away depends on it). A walk that evaluated a selector is not recorded: the next message's
+  -- evaluations may fail where its did not (meta 'selector_errors' counts each), so it is walked again.
+  -- Without it, at 1,000 consumers one chunk's work budget (CONSUMER_STEPS) passed over two such messages.
+  local memo_owner, memo_excluded, memo_dispatched, memo_nolocal, memo_conn = false, nil, -1, false, nil
   while true do
     dispatch.flush_page(writes)  -- (before anything below reads the pending zset)
     writes = nil
@@ -373,8 +390,11 @@ function dispatch.pass(budget, known)
     local restart = false
     local at_tail = #batch > 0 and #batch / 2 < page
     for i = 1, #batch, 2 do
+      -- (with a walk recorded, the step budget is checked once the message is read: one the record
+      -- passes over costs a step or two, so those after a walk that spent the budget go in this chunk)
       if examined > 0 and (selector.bytes - selector_work >= selector.call_limit
-                           or outbox.call_bytes >= outbox.CALL_MOST_BYTES or steps >= STEPS) then
+                           or outbox.call_bytes >= outbox.CALL_MOST_BYTES
+                           or steps >= STEPS and not (memo_excluded == excluded and memo_dispatched == dispatched)) then
         more, work_cut = 1, true
         break
       end
@@ -409,13 +429,33 @@ function dispatch.pass(budget, known)
           end
           cursor = batch[i + 1]
         else
-          if gid then consumers.gmap.create() end
           local view = nil
           local target, first = nil, false
           local available = false
           local skip = (id == offered_id) and refused_before or nil
           local refused = nil
-          for k = 1, #cons do
+          local grouped = gid ~= nil and gid ~= false
+          local blocked = false  -- its group's owner is the one of the walk recorded (above the loop)
+          if grouped and memo_excluded == excluded and memo_dispatched == dispatched and seq ~= 1 and not skip
+             and (not memo_nolocal or memo_conn == conn) then
+            -- (read, not offered: the message's offer, which touches its entry in the cached map, is made
+            -- below, by its walk or, passed over, here)
+            local v, slot = groups.peek(gid)
+            blocked = v and string.match(v, '^([^|]*)') == memo_owner
+            if blocked then groups.stored(id, gid, seq, slot, v) end
+          end
+          local reached, walk_selector, walk_nolocal = false, false, false  -- (what the walk below met)
+          if blocked then
+            steps = steps + OFFER
+            available = true
+          elseif examined > 1 and steps >= STEPS then  -- (the budget's check deferred above)
+            examined = examined - 1
+            fresh_of[id] = fresh
+            more, work_cut = 1, true
+            break
+          end
+          if gid then consumers.gmap.create() end
+          for k = 1, blocked and 0 or #cons do
             local c = cons[k]
             steps = steps + OFFER
             if c.alive and not excluded[c.id] then
@@ -428,7 +468,10 @@ function dispatch.pass(budget, known)
                 note_slow(c, false)
                 available = true
                 local ok = owner == nil or owner == c.id
-                if ok and c.def.nolocal and c.def.conn and c.def.conn == conn then ok = false end
+                if ok and c.def.nolocal and c.def.conn then
+                  walk_nolocal = true
+                  if c.def.conn == conn then ok = false end
+                end
                 if ok and skip and skip[c.id] then
                   -- it refused this message in an earlier chunk (only a consumer with a selector is
                   -- recorded): its selector is not decoded again, which in the offer's last chunks was a
@@ -437,6 +480,7 @@ function dispatch.pass(budget, known)
                 elseif ok then
                   local expr = consumers.selector_of(c)
                   if expr then
+                    walk_selector = true
                     local spent = selector.bytes - selector_work
                     if spent > 0 and spent >= selector.call_limit then
                       more, work_cut = 1, true
@@ -453,7 +497,8 @@ function dispatch.pass(budget, known)
                     end
                   end
                 end
-                if ok and gid ~= nil and gid ~= false then  -- (a message in no group: groups.allows is true)
+                if ok and grouped then  -- (a message in no group: groups.allows is true)
+                  reached = true
                   ok, first = allows(c, id, gid, seq, cons)
                 end
                 if ok then target = c break end
@@ -470,6 +515,12 @@ function dispatch.pass(budget, known)
             break
           end
           if skip then offered_out = '' end  -- (done with the message the record was for)
+          if reached and not target and not walk_selector and not skip and available then
+            -- walked past every consumer, its group's assignMessageGroup refusing each one it was offered
+            -- to (so the group has a live owner: groups.allows; its value is the walk's, not read again)
+            memo_owner = string.match(groups.stored(id, gid, seq), '^([^|]*)')
+            memo_excluded, memo_dispatched, memo_nolocal, memo_conn = excluded, dispatched, walk_nolocal, conn
+          end
           if target then
             deliver(target, id, score, tally, fresh, writes, first, blob)
             dispatched = dispatched + 1

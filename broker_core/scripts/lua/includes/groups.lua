@@ -163,6 +163,29 @@ function groups.owner_gone(cid)
   return gone
 end
 
+-- The stored value ('<owner>|<since>', or false) of the group (`gid`, stored under `slot`) of message `id`
+-- (sequence `seq`), as the pass's offers of the message find it: read once per message, the cached map's
+-- access order moved once per message (LinkedHashMap.get: ActiveMQ's get for each consumer offered the
+-- message moves the same entry to the same end), kept for the candidates after the first. `v`: the value,
+-- when the caller has read it (groups.peek).
+function groups.stored(id, gid, seq, slot, v)
+  if groups.lru_msg == id then return groups.lru_stored end
+  slot = slot or groups.slot(gid)
+  if v == nil then v = redis.call('HGET', base.K_GROUPS, slot) end
+  groups.lru_msg, groups.lru_stored = id, v
+  if v and seq ~= 1 and groups.map_type() == 'cached' then
+    redis.call('ZADD', base.K_GLRU, groups.lru_tick(), slot)  -- LinkedHashMap access order
+  end
+  return v
+end
+
+-- The stored value of group `gid` and its slot, read without what an offer does (groups.stored): for the
+-- dispatch pass's question whether a message needs its walk at all (dispatch.lua, `blocked`).
+function groups.peek(gid)
+  local slot = groups.slot(gid)
+  return redis.call('HGET', base.K_GROUPS, slot), slot
+end
+
 -- Queue.assignMessageGroup for the candidate consumer c (after selector and exclusivity passed); called by
 -- the dispatch pass only (its consumers `cons`), which ends with groups.lru_flush. Returns whether c may have the
 -- message and, second, whether it is the first of its group for c (JMSXGroupFirstForConsumer: the pass
@@ -171,14 +194,7 @@ function groups.allows(c, id, gid, seq, cons)
   if gid == nil or gid == false then return true end  -- '' is a group, as in ActiveMQ
   if base.SUB then return true end  -- message groups are a queue's (§3.3); a subscription has none
   local slot = groups.slot(gid)
-  local v = groups.lru_stored
-  if groups.lru_msg ~= id then
-    v = redis.call('HGET', base.K_GROUPS, slot)
-    groups.lru_msg, groups.lru_stored = id, v
-    if v and seq ~= 1 and groups.map_type() == 'cached' then
-      redis.call('ZADD', base.K_GLRU, groups.lru_tick(), slot)  -- LinkedHashMap access order
-    end
-  end
+  local v = groups.stored(id, gid, seq, slot)
   local owner = v and string.match(v, '^([^|]*)')
   -- An owner that is no consumer any more closed: its group is free (close_consumer leaves the entries
   -- to be deleted a chunk per call, lifecycle.lua free_groups). Its id stays listed as closing until
