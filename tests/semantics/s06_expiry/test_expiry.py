@@ -92,6 +92,24 @@ def test_a_non_durable_subscribers_message_that_expired_while_pending_is_discard
     assert dead.properties["dlqDeliveryFailureCause"] == "java.lang.Throwable: TopicSubDiscard. ID:sub-1"
 
 
+def test_processexpired_off_drops_a_non_durable_subscribers_discarded_expired_message(broker, clock):
+    """The discard of a message that expired while pending goes through sendToDeadLetterQueue, whose
+    strategy's isSendToDeadLetterQueue refuses any expired message without processExpired, whatever the
+    cause (AbstractDeadLetterStrategy, 5.17.2): discarded (DiscardedCount), not dead-lettered."""
+    broker.policies.set_entry("topic", "prices", {"processExpired": False})
+    broker.refresh_policies()
+    t = "topic://prices"
+    c = broker.add_consumer(t, ConsumerSpec(prefetch=1, ack_mode="client-individual"), consumer_id="sub-1")
+    broker.send(t, [Message(body="a"), Message(body="b", expiration=clock.now_ms() + 10)])
+    clock.advance(100)
+    [a] = broker.receive(c)
+    broker.ack(c, a.message_id)  # "b" is dispatched now: expired, discarded
+    assert broker.receive(c) == []
+    (s,) = broker.subscriptions(t)
+    assert (s.evicted, s.deadlettered, s.discarded) == (1, 0, 1)
+    assert "queue://ActiveMQ.DLQ" not in broker.destinations()
+
+
 def test_a_durable_subscribers_message_that_expired_while_pending_expires(broker, clock):
     """A durable subscription is a prefetch subscription (PrefetchSubscription.dispatchPending): the
     message expires (Topic.messageExpired), dead-lettered with the expiry's cause."""

@@ -39,8 +39,8 @@ function forward.record(id, blob, target, cause, cause_arg, field)
 end
 
 -- §5.4: send a message that left this destination for a reason to the dead-letter queue, or drop it
--- (discarding strategy, non-persistent without processNonPersistent, expired without processExpired,
--- or the dead-letter queue itself). `cause` is 'redelivery' (argument: the delivery count), 'poison'
+-- (discarding strategy, non-persistent without processNonPersistent, expired without processExpired
+-- whatever the cause, or the dead-letter queue itself). `cause` is 'redelivery' (argument: the delivery count), 'poison'
 -- (no cause text, STOMP NACK), 'expired' (argument: the expiration) or 'evicted' (a topic subscription's
 -- discard; argument: its consumer id). Returns true if forwarded.
 function forward.dead_letter(id, m, blob, cause, cause_arg)
@@ -61,7 +61,12 @@ function forward.dead_letter(id, m, blob, cause, cause_arg)
   local persistent = m[message.PERSISTENT] == true or m[message.PERSISTENT] == 1
   local keep = target ~= '' and target ~= redis.call('HGET', base.K_META, 'uri')
   if keep and not persistent and not base.policy_flag('processNonPersistent') then keep = false end
-  if keep and cause == 'expired' and not base.policy_flag('processExpired') then keep = false end
+  -- (isSendToDeadLetterQueue asks whether the message is expired, whatever the cause: a non-durable topic
+  -- subscription's discard of one that expired while pending is refused too; 'expired' is kept for an
+  -- EXPIRED ack, which the client may send before the broker's clock says so)
+  if keep and (cause == 'expired' or message.is_expired(m)) and not base.policy_flag('processExpired') then
+    keep = false
+  end
   if keep then
     forward.record(id, blob, target, cause, cause_arg, field)
     base.meta_incr('deadlettered')
