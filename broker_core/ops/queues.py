@@ -86,13 +86,13 @@ def add_consumer(ops: Context, dest: Destination, spec: ConsumerSpec, now: int, 
                                   ops.max_consumers)
     try:
         added = calls.ConsumerAdd.parse((yield from ops.eval(Home(dest), now, call)))
-    except TooManyConsumers as exc:  # (the script's refusal, with what a caller may act on)
+        if isinstance(added, Closing):  # the id of a closed consumer whose messages are still going back
+            yield from homes.return_owed(ops, Home(dest), now)
+            added = calls.ConsumerAdd.parse((yield from ops.eval(Home(dest), now, call)))
+    except TooManyConsumers as exc:  # (the script's refusal, either call's, with what a caller may act on)
         raise TooManyConsumers(f"too many consumers: {dest.uri} has {exc.message}; one must close before "
                                "another is added", setting="SIGNALBOX_MAX_CONSUMERS", limit=ops.max_consumers,
                                destination=dest.uri) from None
-    if isinstance(added, Closing):  # the id of a closed consumer whose messages are still going back
-        yield from homes.return_owed(ops, Home(dest), now)
-        added = calls.ConsumerAdd.parse((yield from ops.eval(Home(dest), now, call)))
     assert not isinstance(added, Closing)  # (return_owed returned everything)
     result = yield from ops.continue_dispatch(Home(dest), now, added.tail.flags, added.tail.hold_until)
     return Consumer(dest, cid, spec.ack_mode, prefetch=added.prefetch, hold_until=result.hold_until)

@@ -72,3 +72,25 @@ def test_no_limit_and_topics(redis_client, namespace, clock):
         limited.add_consumer("topic://news", ConsumerSpec(), consumer_id=f"t{i}")
     with pytest.raises(TooManyConsumers):
         limited.add_consumer("free", ConsumerSpec(), consumer_id="c5")
+
+
+def test_an_add_refused_after_returning_a_closed_consumers_messages_names_the_limit_too(
+        redis_client, namespace, clock):
+    """The add of a consumer id whose earlier consumer's messages are still going back (consumer_add.lua
+    answers 'closing') returns them and asks again: that second call's refusal is the same as the first's."""
+    broker = Broker(redis_client, namespace, clock, max_consumers=2)
+    broker.ops.return_chunk = 5
+    a = broker.add_consumer("crowd", ConsumerSpec(prefetch=50), consumer_id="A")
+    broker.send("crowd", [Message(body=str(i)) for i in range(20)])
+    closing = broker.ops.close_consumer(a, broker._now(), "closed")
+    request = next(closing)
+    closing.send(broker._step(request))  # the first call of the close only: A's returns are owed
+    closing.close()
+    assert redis_client.hexists(f"{namespace}:{{q:crowd}}:closing", "A")
+    for cid in ("B", "C"):
+        broker.add_consumer("crowd", ConsumerSpec(), consumer_id=cid)
+    with pytest.raises(TooManyConsumers) as refused:
+        broker.add_consumer("crowd", ConsumerSpec(), consumer_id="A")
+    assert refused.value.details == {"setting": "SIGNALBOX_MAX_CONSUMERS", "limit": 2,
+                                     "destination": "queue://crowd"}
+    assert not redis_client.hexists(f"{namespace}:{{q:crowd}}:closing", "A")  # (its messages went back)
