@@ -36,6 +36,11 @@
     now() { return Date.now() + this.skew; },
   };
 
+  /* When the figures on the page were last brought up to date, on the server's clock (0: not yet): by a
+     feed message with figures, or by an API answer to a GET (a page's first figures come from one; the
+     banner's "last update" names it when the feed has sent none since). */
+  let lastUpdate = 0;
+
   async function api(method, path, data) {
     const options = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
     if (method !== "GET") options.headers["X-CSRFToken"] = csrf;
@@ -69,6 +74,7 @@
       if (loggedOut(response.status, payload)) session.end();
       throw new ApiError(response.status, payload);
     }
+    if (method === "GET") lastUpdate = serverClock.now();
     return payload;
   }
 
@@ -288,12 +294,14 @@
     const indicator = document.getElementById("live");
     const label = indicator.querySelector(".label");
     const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${body.dataset.events}${query ? `?${query}` : ""}`;
-    // lastMessage: any message (the staleness check); lastUpdate: the last one with figures (the banner's
-    // "last update": the status messages keep coming while the broker is unavailable, the figures do not)
-    let socket = null; let delay = 500; let closedByUs = false; let lastMessage = 0; let lastUpdate = 0;
+    // lastMessage: when any message came (the staleness check), on the monotonic clock (performance.now():
+    // a step of the wall clock must not make the feed read stale, nor hide a stall); lastUpdate (above):
+    // the last one with figures (the banner's "last update": the status messages keep coming while the
+    // broker is unavailable, the figures do not)
+    let socket = null; let delay = 500; let closedByUs = false; let lastMessage = 0;
     const state = (name, text) => { indicator.dataset.state = name; label.textContent = text; banner(name, lastUpdate); };
     setInterval(() => {
-      if (socket && socket.readyState === WebSocket.OPEN && Date.now() - lastMessage > STALE_MS
+      if (socket && socket.readyState === WebSocket.OPEN && performance.now() - lastMessage > STALE_MS
           && indicator.dataset.state === "connected") {
         state("stale", "Stale — no updates");
       }
@@ -302,11 +310,11 @@
       if (session.ended) return;
       socket = new WebSocket(url);
       socket.addEventListener("open", () => {
-        delay = 500; lastMessage = Date.now(); state("connected", "Live");
+        delay = 500; lastMessage = performance.now(); state("connected", "Live");
         if (onOpen) onOpen(handle);
       });
       socket.addEventListener("message", (event) => {
-        lastMessage = Date.now();
+        lastMessage = performance.now();
         let data; try { data = JSON.parse(event.data); } catch (e) { return; }
         serverClock.fromFeed(data.ts);
         if (data.type === "status") {
@@ -316,7 +324,7 @@
           indicator.title = data.detail || "";
           return;
         }
-        if (data.type !== "error") lastUpdate = data.ts || lastMessage;  // (the server's time, as every time shown)
+        if (data.type !== "error") lastUpdate = data.ts || serverClock.now();  // (the server's time, as every time shown)
         if (indicator.dataset.state === "stale") state("connected", "Live");
         if (data.type === "error") toast(data.detail, true);
         onMessage(data);
