@@ -441,7 +441,7 @@ function dispatch.pass(budget, known)
             -- (read, not offered: the message's offer, which touches its entry in the cached map, is made
             -- below, by its walk or, passed over, here)
             local v, slot = groups.peek(gid)
-            blocked = v and string.match(v, '^([^|]*)') == memo_owner
+            blocked = v and groups.owner_of(v) == memo_owner
             if blocked then groups.stored(id, gid, seq, slot, v) end
           end
           local reached, walk_selector, walk_nolocal = false, false, false  -- (what the walk below met)
@@ -518,7 +518,7 @@ function dispatch.pass(budget, known)
           if reached and not target and not walk_selector and not skip and available then
             -- walked past every consumer, its group's assignMessageGroup refusing each one it was offered
             -- to (so the group has a live owner: groups.allows; its value is the walk's, not read again)
-            memo_owner = string.match(groups.stored(id, gid, seq), '^([^|]*)')
+            memo_owner = groups.owner_of(groups.stored(id, gid, seq))
             memo_excluded, memo_dispatched, memo_nolocal, memo_conn = excluded, dispatched, walk_nolocal, conn
           end
           if target then

@@ -2,7 +2,7 @@
 -- "bucket" (owners per hash bucket of the group id, so colliding groups share an owner).
 -- Its module table `groups`; the lru_* fields are the cached map's per-pass state (below).
 local groups = { lru_key = false, lru_clock = 0, lru_ticked = false, lru_size = false, lru_msg = false,
-                 lru_stored = false, owners_gone = {} }
+                 lru_stored = false, lru_slot = false, owners_gone = {} }
 function groups.map_type() return base.policy()['messageGroupMapFactoryType'] end
 
 -- java.lang.String.hashCode over UTF-16 code units, as MessageGroupHashBucket uses it.
@@ -48,8 +48,9 @@ end
 -- and the LRU's size are kept here, and the consumers' group counts in their tables (written by
 -- flush_counts, dispatch.lua); the clock is written with the pass's state (groups.lru_flush). A message that
 -- opens a group and evicts the eldest would otherwise read and write each of them once more.
--- groups.lru_msg, groups.lru_stored: the message whose group was looked up last and the group's stored value, so the
--- candidates after the first (dispatch.lua tries each consumer in turn) do not read it again.
+-- groups.lru_msg, groups.lru_stored, groups.lru_slot: the message whose group was looked up last, the group's
+-- stored value and its slot, so the candidates after the first (dispatch.lua tries each consumer in turn) do
+-- not read it, or hash its name for a bucket map, again.
 -- (Fields are reset to false, not nil: a field set to nil is dropped from the table by the next garbage
 -- collection, and setting it again adds it anew.)
 -- groups.lru_ticked: the clock's text once it moved in this pass.
@@ -106,7 +107,7 @@ function groups.assign(gid, slot, previous, c, cons, orphan)
     -- Re-binding (JMSXGroupSeq 1) moves the group; like ActiveMQ the old owner's count is not decremented.
     -- Messages of the group skipped earlier in this pass may now go to the new owner (an orphan's were
     -- not skipped: the pass restarted when its owner closed).
-    redis.call('SREM', base.K_CGRP(string.match(previous, '^([^|]*)')), slot)
+    redis.call('SREM', base.K_CGRP(groups.owner_of(previous)), slot)
     if not orphan then message.mark_dirty() end
   end
   redis.call('HSET', base.K_GROUPS, slot, c.id .. '|' .. base.NOW)
@@ -124,7 +125,7 @@ function groups.assign(gid, slot, previous, c, cons, orphan)
       local v = redis.call('HGET', base.K_GROUPS, eldest)
       redis.call('HDEL', base.K_GROUPS, eldest)
       if v then
-        local owner = string.match(v, '^([^|]*)')
+        local owner = groups.owner_of(v)
         redis.call('SREM', base.K_CGRP(owner), eldest)
         groups.count_down(owner, cons)
         message.mark_dirty()
@@ -143,7 +144,7 @@ end
 function groups.remove_slot(slot)
   local v = redis.call('HGET', base.K_GROUPS, slot)
   if not v then return nil end
-  local owner = string.match(v, '^([^|]*)')
+  local owner = groups.owner_of(v)
   redis.call('HDEL', base.K_GROUPS, slot)
   redis.call('SREM', base.K_CGRP(owner), slot)
   if groups.map_type() == 'cached' then
@@ -169,14 +170,19 @@ end
 -- message moves the same entry to the same end), kept for the candidates after the first. `v`: the value,
 -- when the caller has read it (groups.peek).
 function groups.stored(id, gid, seq, slot, v)
-  if groups.lru_msg == id then return groups.lru_stored end
+  if groups.lru_msg == id then return groups.lru_stored, groups.lru_slot end
   slot = slot or groups.slot(gid)
   if v == nil then v = redis.call('HGET', base.K_GROUPS, slot) end
-  groups.lru_msg, groups.lru_stored = id, v
+  groups.lru_msg, groups.lru_stored, groups.lru_slot = id, v, slot
   if v and seq ~= 1 and groups.map_type() == 'cached' then
     redis.call('ZADD', base.K_GLRU, groups.lru_tick(), slot)  -- LinkedHashMap access order
   end
-  return v
+  return v, slot
+end
+
+-- The owner's consumer id in a group's stored value ('<consumer id>|<assigned at>', groups.assign).
+function groups.owner_of(v)
+  return string.match(v, '^([^|]*)')
 end
 
 -- The stored value of group `gid` and its slot, read without what an offer does (groups.stored): for the
@@ -193,9 +199,8 @@ end
 function groups.allows(c, id, gid, seq, cons)
   if gid == nil or gid == false then return true end  -- '' is a group, as in ActiveMQ
   if base.SUB then return true end  -- message groups are a queue's (§3.3); a subscription has none
-  local slot = groups.slot(gid)
-  local v = groups.stored(id, gid, seq, slot)
-  local owner = v and string.match(v, '^([^|]*)')
+  local v, slot = groups.stored(id, gid, seq)
+  local owner = v and groups.owner_of(v)
   -- An owner that is no consumer any more closed: its group is free (close_consumer leaves the entries
   -- to be deleted a chunk per call, lifecycle.lua free_groups). Its id stays listed as closing until
   -- then, so no new consumer has it.

@@ -796,7 +796,7 @@ function lifecycle.load_closing()
         local owners = base.call_many('HMGET', base.K_GROUPS, slots)
         local mine = {}
         for i = 1, #slots do
-          if owners[i] and string.match(owners[i], '^([^|]*)') == cid then mine[#mine + 1] = slots[i] end
+          if owners[i] and groups.owner_of(owners[i]) == cid then mine[#mine + 1] = slots[i] end
         end
         base.call_many('HDEL', base.K_GROUPS, mine)
         if groups.map_type() == 'cached' then base.call_many('ZREM', base.K_GLRU, mine) end
