@@ -121,6 +121,19 @@ def advisory_replay_registry(ctx: Context) -> Calls:
     return ctx.measure(lambda: ctx.broker.redis.zrange(key, 0, REPLAY_LIMIT - 1))
 
 
+def _django(ctx: Context):  # (-> django.conf.settings, a lazy object)
+    """Django's settings, set up with REDIS_URL this server's: the gateway's modules (the metrics page, the
+    statistics index, Jolokia) read their settings at import and reach Redis through the gateway's own
+    connection, made from REDIS_URL, so a case that runs them calls this first."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
+    import django
+    from django.conf import settings
+
+    django.setup()
+    settings.REDIS_URL = "unix://" + ctx.client.connection_pool.connection_kwargs["path"]
+    return settings
+
+
 # --- metrics ---
 
 
@@ -134,6 +147,8 @@ def metrics_page(ctx: Context) -> Calls:
 
     from broker_core.broker import AsyncBroker
     from broker_core.messages import Message
+
+    _django(ctx)
     from signalbox.metrics import PAGE
 
     ctx.broker.policies.set_entry("queue", "metrics.>", {"prioritizedMessages": True})
@@ -169,6 +184,8 @@ def metrics_page_large_messages(ctx: Context) -> Calls:
     import redis.asyncio
 
     from broker_core.broker import AsyncBroker
+
+    _django(ctx)
     from signalbox.metrics import PAGE
 
     names = [f"metrics.big{i:03d}" for i in range(PAGE)]
@@ -203,6 +220,8 @@ def metrics_topic_summaries(ctx: Context) -> Calls:
     import redis.asyncio
 
     from broker_core.broker import AsyncBroker
+
+    _django(ctx)
     from signalbox.metrics import PAGE
 
     names = [f"topic://metrics.t{i:03d}" for i in range(PAGE)]
@@ -812,13 +831,7 @@ def archive_100k(ctx: Context) -> Calls:
 def index_10k(ctx: Context) -> Calls:
     import asyncio
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
-    import django
-    from django.conf import settings
-
-    django.setup()
-    # (the listing reads the index through the gateway's own connection, made from REDIS_URL: this server's)
-    settings.REDIS_URL = "unix://" + ctx.client.connection_pool.connection_kwargs["path"]
+    _django(ctx)
     from broker_core.broker import AsyncBroker
     from gateway.api import destination_index
 
@@ -873,16 +886,11 @@ async def _longest_hold(work) -> tuple[float, float, float]:
 def _index_loop(ctx: Context, queues: int) -> Calls:
     import asyncio
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
-    import django
-    from django.conf import settings
-
-    django.setup()
+    settings = _django(ctx)
     from gateway import runtime
     from gateway.api import destination_index
     from signalbox import collector
 
-    settings.REDIS_URL = "unix://" + ctx.client.connection_pool.connection_kwargs["path"]
     settings.SIGNALBOX_NAMESPACE = ctx.broker.namespace
     runtime.sync_client.cache_clear()
     runtime.policies.cache_clear()
@@ -962,18 +970,13 @@ def _jolokia(ctx: Context, requests: list[dict[str, object]] | dict[str, object]
     first broker bean read after a quiet spell does."""
     import asyncio
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "signalbox.settings")
-    import django
-    from django.conf import settings
-
-    django.setup()
+    settings = _django(ctx)
     from gateway import runtime
     from gateway.api import destination_index, jolokia
     from signalbox import collector
 
     collector.settle()  # (as the web server does once started, signalbox/asgi.py: the loop's holds are its)
-    # the gateway's connection and namespace: this server's, this case's
-    settings.REDIS_URL = "unix://" + ctx.client.connection_pool.connection_kwargs["path"]
+    # the gateway's namespace: this case's
     settings.SIGNALBOX_NAMESPACE = ctx.broker.namespace
     runtime.sync_client.cache_clear()
     runtime.policies.cache_clear()
