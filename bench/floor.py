@@ -11,7 +11,11 @@ with a gateway process and a store process (Signalbox's) costs at the least befo
   least a SEND -> RECEIPT (one store call) or a ping-pong costs in Signalbox's design.
 - `round_trips(RedisLine(port), n)`: a Redis PING and an EVALSHA of `return 1` over a plain socket.
 - `floors` measures the Redis PING and the relay over loopback TCP and over a unix socket, the way `run`'s
-  processes reach the embedded server (signalbox/embedded_redis.py).
+  processes reach the embedded server (signalbox/embedded_redis.py), and, on a machine of two CPUs or more,
+  the blocking echo with the client and the server pinned to one CPU and to two: what a hand-off between
+  processes costs when the one woken runs where the waker was, and when its CPU must be woken first (on
+  a virtual machine whose idle CPUs halt, the second costs tens of microseconds: docs/benchmarks.md,
+  "Session 34").
 
 Usage: python bench/floor.py [--n 5000] [--server redis|valkey|PATH]
 """
@@ -124,11 +128,17 @@ else:
 """
 
 
-def echo_round_trip(n: int, kind: str, redis: int | str | None = None) -> float:
+def echo_round_trip(n: int, kind: str, redis: int | str | None = None,
+                    cpus: tuple[int, int] | None = None) -> float:
     """p50 microseconds of a 300-byte request -> reply through a server process of `kind` (module
-    docstring); the relay reaches Redis at `redis`, a port or a unix socket's path."""
+    docstring); the relay reaches Redis at `redis`, a port or a unix socket's path. `cpus`: the CPU the
+    client (this process, for the measurement) and the one the server are pinned to."""
     args = [kind] + ([str(redis)] if kind == "relay" else [])
     server = subprocess.Popen([sys.executable, "-c", SERVER, *args], stdout=subprocess.PIPE)
+    mine = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, {cpus[0]})
+        os.sched_setaffinity(server.pid, {cpus[1]})
     try:
         port = int(server.stdout.readline())
         sock = socket.create_connection(("127.0.0.1", port))
@@ -145,6 +155,7 @@ def echo_round_trip(n: int, kind: str, redis: int | str | None = None) -> float:
         sock.close()
         return statistics.median(times) * 1e6
     finally:
+        os.sched_setaffinity(0, mine)
         server.terminate()
         server.wait()
 
@@ -159,6 +170,10 @@ def floors(n: int, binary: str) -> dict[str, float]:
             round_trips(line, min(n, 1000))  # warm-up
             round_trips(unix_line, min(n, 1000))
             out = {"one hop, blocking-socket echo": echo_round_trip(n, "blocking"),
+                   **({"one hop, blocking-socket echo, client and server on one CPU":
+                       echo_round_trip(n, "blocking", cpus=(0, 0)),
+                       "one hop, blocking-socket echo, client and server on two CPUs":
+                       echo_round_trip(n, "blocking", cpus=(0, 1))} if (os.cpu_count() or 1) > 1 else {}),
                    "one hop, uvloop echo": echo_round_trip(n, "uvloop"),
                    "one hop, asyncio echo": echo_round_trip(n, "asyncio"),
                    **round_trips(line, n),

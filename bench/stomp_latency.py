@@ -294,13 +294,22 @@ def main() -> None:
                         help="count the gateway process's system calls during each case (strace -c -w: time "
                              "in each call, wall clock; strace slows the process, the counts are the point)")
     parser.add_argument("--checkout", default=str(ROOT), help="the Signalbox checkout to run")
+    parser.add_argument("--pin", type=int, metavar="CPU",
+                        help="pin Redis and the gateway processes (every thread) to this CPU, the client "
+                             "left free: their hand-offs then wake no other CPU (docs/benchmarks.md, "
+                             "\"Session 34\")")
     args = parser.parse_args()
     cases = [c for c in args.cases.split(",") if c]
     with tempfile.TemporaryDirectory(prefix="stomp-latency-") as tmp:
         box = Signalbox(Path(tmp) / "signalbox", server_binary(args.server), args.fsync, Path(args.checkout))
+        if args.pin is not None:
+            for pid in box.pids.values():
+                for thread in os.listdir(f"/proc/{pid}/task"):
+                    os.sched_setaffinity(int(thread), {args.pin})
         try:
             print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
-                  f"{os.cpu_count()} cores; processes {box.pids}")
+                  f"{os.cpu_count()} cores; processes {box.pids}"
+                  + (f", pinned to CPU {args.pin}" if args.pin is not None else ""))
             line = RedisLine(box.redis_socket)
             round_trips(line, 2000)  # warm-up
             floor = round_trips(line, 5000)
