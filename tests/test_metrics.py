@@ -333,6 +333,78 @@ def test_the_dashboard_uses_only_exposed_metrics(server, broker):
             assert f"`{family.name}" in documented, family.name
 
 
+# Grafana units a panel may give a per-second rate (docs/grafana-dashboard.json uses the first two)
+PER_SECOND_UNITS = {"ops", "reqps", "cps"}
+_SELECTOR = r"\b(signalbox_[a-z_]+|scrape_duration_seconds)\b(?:\{([^}]*)\})?"
+
+
+def _expected_unit(expr: str) -> str:
+    """The unit a query's values have, from Prometheus's naming rules: a rate is per second, a quantile of
+    a _seconds histogram and a _seconds gauge are seconds, a _bytes gauge bytes, anything else a count."""
+    import re
+
+    if expr.startswith("histogram_quantile("):
+        return "s"
+    if re.search(r"\b(rate|irate)\(", expr):
+        return "per second"
+    [unit] = {"s" if name.endswith("_seconds") else "bytes" if name.endswith("_bytes") else "short"
+              for name in (m.group(1) for m in re.finditer(_SELECTOR, expr))}  # (a sum: of one unit)
+    return unit
+
+
+def test_the_dashboard_queries_labels_the_scrape_has_rates_counters_and_shows_their_units(server, broker):
+    """Each query of docs/grafana-dashboard.json against a real scrape: the labels it selects, groups by
+    or names in its legend are labels of its metrics (`job` is Prometheus's own); rate() is over counters
+    (or a histogram's cumulative series) only; each series is drawn in its metric's unit (a panel mixing
+    seconds and counts gives the counts their own unit by an override)."""
+    import re
+    from pathlib import Path
+
+    from websockets.sync.client import connect
+
+    from broker_core import maintenance
+
+    maintenance.run_due(broker)
+    broker.send(f"units{uuid.uuid4().hex[:6]}", Message(body="x"))
+    with connect(f"ws://127.0.0.1:{server.port}/ws/v1") as ws:  # a frame counted: its labels in the scrape
+        ws.send(json.dumps({"type": "teleport", "id": 1}))
+        ws.recv(5)
+    scrape(server)
+    parsed = list(text_string_to_metric_families(scrape(server).text))
+    labels: dict[str, set[str]] = {}
+    for family in parsed:
+        for s in family.samples:
+            labels.setdefault(s.name, set()).update(s.labels)
+    counters = {s.name for f in parsed if f.type in ("counter", "histogram") for s in f.samples
+                if not s.name.endswith("_created")}
+    dashboard = json.loads((Path(__file__).parents[1] / "docs" / "grafana-dashboard.json").read_text())
+    wrong = []
+    for panel in dashboard["panels"]:
+        config = panel.get("fieldConfig", {})
+        for target in panel.get("targets", []):
+            expr, where = target["expr"], f"{panel['title']!r} {target['refId']}"
+            names = [m.group(1) for m in re.finditer(_SELECTOR, expr) if m.group(1).startswith("signalbox_")]
+            have = set.intersection(*(labels.get(n, set()) for n in names)) if names else set()
+            asked = {lab for m in re.finditer(_SELECTOR, expr)
+                     for lab in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", m.group(2) or "")}
+            asked |= {lab.strip() for group in re.findall(r"\bby \(([^)]*)\)", expr)
+                      for lab in group.split(",")}
+            asked |= set(re.findall(r"\{\{(\w+)\}\}", target.get("legendFormat", "")))
+            if names and asked - have - {"job"}:
+                wrong.append(f"{where}: labels {sorted(asked - have - {'job'})} not on {names}")
+            for inner in re.findall(r"\b(?:rate|irate|increase)\((\w+)", expr):
+                if inner not in counters:
+                    wrong.append(f"{where}: rate() of {inner}, not a counter")
+            overridden = [p["value"] for o in config.get("overrides", [])
+                          if o["matcher"] == {"id": "byFrameRefID", "options": target["refId"]}
+                          for p in o["properties"] if p["id"] == "unit"]
+            unit = overridden[0] if overridden else config.get("defaults", {}).get("unit")
+            expected = _expected_unit(expr)
+            if not (unit in PER_SECOND_UNITS if expected == "per second" else unit == expected):
+                wrong.append(f"{where}: drawn in {unit!r}, its values are {expected!r}")
+    assert wrong == [], "\n".join(wrong)
+
+
 def test_the_dashboard_shows_the_job_it_is_set_to():
     """docs/grafana-dashboard.json has a Job selector (two deployments scraped by one Prometheus are two
     jobs): every series a panel or the Destination list reads is of the chosen job, not of all of them
