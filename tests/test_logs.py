@@ -335,3 +335,19 @@ def test_a_redis_restart_is_told_without_tracebacks(tmp_path: Path):
     after = launcher.output()[before:]
     for noise in ("Traceback", "Gossip", "DeprecationWarning"):
         assert noise not in after, after
+
+
+def test_the_stomp_listener_says_why_it_stops(tmp_path: Path, namespace: str):
+    """SIGTERM (the launcher's Ctrl-C, or an operator's kill of its pid) ends the listener cleanly, with exit
+    status 0: without a line of its own, the launcher's "STOMP listener exited unexpectedly (exit status
+    0)" would be all the log had to say about it."""
+    from tests.helpers.gateway_server import prepare_database, spawn_stomp_listener, wait_listening
+
+    prepare_database(tmp_path, namespace)
+    listener = wait_listening(spawn_stomp_listener(tmp_path, namespace, SIGNALBOX_LOG_LEVEL="INFO",
+                                                   SIGNALBOX_PROCESS="STOMP listener"))
+    listener.process.send_signal(signal.SIGTERM)
+    assert listener.process.wait(30) == 0
+    output = listener.output()
+    assert re.search(r"INFO \[STOMP listener\] \S+: STOMP listener stopping on SIGTERM", output), output
+    assert "Traceback" not in output, output
