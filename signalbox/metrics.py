@@ -65,7 +65,8 @@ DESTINATION_METRICS = (
     ("in_flight", "signalbox_destination_in_flight", False,
      "Messages dispatched to a consumer and not yet acknowledged."),
     ("consumer_count", "signalbox_destination_consumers", False,
-     "Consumers (a topic: its subscriptions, durable ones offline included)."),
+     "Consumers (a queue: its open STOMP browsers too; a topic: its subscriptions, durable ones offline "
+     "included), as ActiveMQ's ConsumerCount."),
     ("enqueued", "signalbox_destination_enqueued", True, "Messages enqueued."),
     ("dequeued", "signalbox_destination_dequeued", True,
      "Messages that left the destination: acknowledged, and also expired, dead-lettered, purged, moved or "

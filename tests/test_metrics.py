@@ -692,3 +692,25 @@ def test_a_clean_disconnect_over_tcp_is_counted_ok(tmp_path):
                (("command", "DISCONNECT"), ("outcome", "error"), ("protocol", "stomp")))
     assert refused not in parsed
     assert of(parsed, "signalbox_ws_frames_total", protocol="stomp", command="DISCONNECT", outcome="ok") == 2
+
+
+def test_help_texts_say_what_is_counted_and_what_is_not(server):
+    """A login the process's credential cache answers (the same login and passcode within
+    SIGNALBOX_AUTH_CACHE_SECONDS) runs no password check and is not counted: the HELP says so, so that a
+    dashboard does not read the counter as every login. A queue's consumers count its STOMP browsers."""
+    from websockets.sync.client import connect
+
+    def login() -> None:
+        with connect(f"ws://127.0.0.1:{server.port}/ws/v1") as ws:
+            ws.send(json.dumps({"type": "connect", "login": "carol", "passcode": "secret", "id": 1}))
+            assert json.loads(ws.recv(5))["type"] == "ok"
+
+    login()
+    before = samples(scrape(server).text)
+    login()  # from the cache
+    text = scrape(server).text
+    key = ("signalbox_password_logins_total", (("outcome", "ok"),))
+    assert samples(text)[key] == before[key]
+    docs = {f.name: f.documentation for f in text_string_to_metric_families(text)}
+    assert "credential cache" in docs["signalbox_password_logins"], docs["signalbox_password_logins"]
+    assert "browsers" in docs["signalbox_destination_consumers"], docs["signalbox_destination_consumers"]
