@@ -714,3 +714,32 @@ def test_help_texts_say_what_is_counted_and_what_is_not(server):
     docs = {f.name: f.documentation for f in text_string_to_metric_families(text)}
     assert "credential cache" in docs["signalbox_password_logins"], docs["signalbox_password_logins"]
     assert "browsers" in docs["signalbox_destination_consumers"], docs["signalbox_destination_consumers"]
+
+
+def test_temporary_destinations_are_summed_not_a_series_per_connection(server, broker):
+    """A temporary destination is named after its STOMP connection (`ID:<connection id>:<n>`) and lives as
+    long as it: as a `destination` label it would make new series for every connection (a request/reply
+    client reconnecting all day), which Prometheus keeps. They are counted, with the messages they hold."""
+    from websockets.sync.client import connect
+
+    def temporary() -> list[str]:
+        return [dict(labels)["destination"] for (name, labels) in samples(scrape(server).text)
+                if name == "signalbox_destination_queue_size" and "ID:" in dict(labels)["destination"]]
+
+    with connect(f"ws://127.0.0.1:{server.port}/stomp", subprotocols=["v12.stomp"]) as ws:
+        ws.send("CONNECT\naccept-version:1.2\nhost:localhost\nlogin:alice\npasscode:secret\n\n\x00")
+        assert ws.recv(5).startswith("CONNECTED")
+        for n, name in enumerate(("replies", "other")):
+            ws.send(f"SEND\ndestination:/temp-queue/{name}\nreceipt:r{n}\n\nhello\x00")
+            assert ws.recv(5).startswith("RECEIPT")
+        parsed = samples(scrape(server).text)
+        assert temporary() == []
+        assert of(parsed, "signalbox_temporary_destinations") >= 2
+        assert of(parsed, "signalbox_temporary_destination_messages") >= 2
+    deadline = time.monotonic() + 10  # the connection's end deletes them
+    left = lambda: of(samples(scrape(server).text), "signalbox_temporary_destinations")  # noqa: E731
+    while time.monotonic() < deadline and left():
+        time.sleep(0.1)
+    parsed = samples(scrape(server).text)
+    assert (of(parsed, "signalbox_temporary_destinations"),
+            of(parsed, "signalbox_temporary_destination_messages")) == (0, 0)
