@@ -743,3 +743,29 @@ def test_temporary_destinations_are_summed_not_a_series_per_connection(server, b
     parsed = samples(scrape(server).text)
     assert (of(parsed, "signalbox_temporary_destinations"),
             of(parsed, "signalbox_temporary_destination_messages")) == (0, 0)
+
+
+def test_every_metric_docs_metrics_md_lists_is_in_a_scrape(server, broker):
+    """The reverse of the dashboard test's check: each signalbox_ name in docs/metrics.md's tables is a
+    family of a real scrape (once a frame, a login, a request and a tick were counted)."""
+    import re
+    from pathlib import Path
+
+    from websockets.sync.client import connect
+
+    from broker_core import maintenance
+
+    maintenance.run_due(broker)
+    now = broker.clock.now_ms()
+    broker.send(f"doc{uuid.uuid4().hex[:6]}", Message(body="x", timestamp=now - 1000))
+    with connect(f"ws://127.0.0.1:{server.port}/ws/v1") as ws:
+        ws.send(json.dumps({"type": "connect", "login": "alice", "passcode": "secret", "id": 1}))
+        ws.recv(5)
+    scrape(server)
+    parsed = list(text_string_to_metric_families(scrape(server).text))
+    exposed = {f.name for f in parsed} | {s.name for f in parsed for s in f.samples}
+    documented = (Path(__file__).parents[1] / "docs" / "metrics.md").read_text()
+    listed = {name for line in documented.splitlines() if line.startswith("| `")
+              for name in re.findall(r"`(signalbox_[a-z_]+)`", line.split("|")[1])}
+    assert len(listed) >= 30, listed
+    assert listed - exposed == set(), listed - exposed
