@@ -769,3 +769,15 @@ def test_every_metric_docs_metrics_md_lists_is_in_a_scrape(server, broker):
               for name in re.findall(r"`(signalbox_[a-z_]+)`", line.split("|")[1])}
     assert len(listed) >= 30, listed
     assert listed - exposed == set(), listed - exposed
+
+
+def test_oldest_age_of_a_message_without_a_timestamp_is_its_time_on_the_broker(server, broker):
+    """JMSTimestamp 0 is JMS's "no timestamp" (a producer with setDisableMessageTimestamp, a STOMP SEND
+    with `timestamp:0`): read as a time it made a queue's oldest message 56 years old, an alert on
+    `> 300` firing for ever. Such a message's age is counted from when it reached the queue."""
+    queue = f"nots{uuid.uuid4().hex[:8]}"
+    broker.send(queue, [Message(body="unstamped", timestamp=0)])
+    time.sleep(1.2)
+    age = of(samples(scrape(server).text), "signalbox_destination_oldest_message_age_seconds",
+             destination=f"queue://{queue}")
+    assert 1 <= age < 30, age
