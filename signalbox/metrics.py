@@ -257,8 +257,8 @@ class BrokerCollector(Collector):
         yield DestinationFamily(
             "signalbox_destination_oldest_message_age_seconds", "Age of the oldest message waiting for "
             "dispatch, by its timestamp (JMSTimestamp: the send's time unless the producer set one; when it "
-            "is 0, none given, from the message's arrival); 0 when none waits. Queues only; none for a queue "
-            "in signalbox_metrics_oldest_unknown.", "gauge",
+            "is 0, none given, or later than the message's arrival, from the arrival); 0 when none waits. "
+            "Queues only; none for a queue in signalbox_metrics_oldest_unknown.", "gauge",
             [labels[i] for i in queues],
             [max(0, now - ts) / 1000 if ts is not None else 0 for ts in oldest])
 

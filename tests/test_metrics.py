@@ -781,3 +781,14 @@ def test_oldest_age_of_a_message_without_a_timestamp_is_its_time_on_the_broker(s
     age = of(samples(scrape(server).text), "signalbox_destination_oldest_message_age_seconds",
              destination=f"queue://{queue}")
     assert 1 <= age < 30, age
+
+
+def test_oldest_age_of_a_message_stamped_ahead_of_the_broker_counts_from_its_arrival(server, broker):
+    """A producer whose clock runs ahead stamps its messages in the broker's future: read as they are, a
+    queue stuck on such a message showed an age of 0 (none waiting) until the broker's clock caught up."""
+    queue = f"ahead{uuid.uuid4().hex[:8]}"
+    broker.send(queue, [Message(body="from the future", timestamp=broker.clock.now_ms() + 600_000)])
+    time.sleep(1.2)
+    age = of(samples(scrape(server).text), "signalbox_destination_oldest_message_age_seconds",
+             destination=f"queue://{queue}")
+    assert 1 <= age < 30, age
