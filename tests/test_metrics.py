@@ -402,6 +402,12 @@ def test_the_dashboard_queries_labels_the_scrape_has_rates_counters_and_shows_th
             expected = _expected_unit(expr)
             if not (unit in PER_SECOND_UNITS if expected == "per second" else unit == expected):
                 wrong.append(f"{where}: drawn in {unit!r}, its values are {expected!r}")
+    for variable in dashboard["templating"]["list"]:  # label_values(<metric>{...}, <label>)
+        if variable["type"] == "query" and variable["name"] != "job":
+            metric, label = re.fullmatch(r"label_values\((\w+)(?:\{[^}]*\})?, (\w+)\)",
+                                         variable["query"]["query"]).groups()
+            if label not in labels.get(metric, set()):
+                wrong.append(f"variable {variable['name']}: no label {label} on {metric}")
     assert wrong == [], "\n".join(wrong)
 
 
