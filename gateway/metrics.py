@@ -36,7 +36,9 @@ WS_FRAMES = Counter(
 PASSWORD_LOGINS = Counter(
     "signalbox_password_logins", "Password logins (STOMP, JSON protocol, HTTP Basic, token endpoint, "
     "console) by outcome: ok; failed (a wrong user name or password); refused_failures and refused_queue "
-    "(refused unchecked by the login guard: SIGNALBOX_LOGIN_FAILURES, SIGNALBOX_LOGIN_QUEUE).", ["outcome"])
+    "(refused unchecked by the login guard: SIGNALBOX_LOGIN_FAILURES, SIGNALBOX_LOGIN_QUEUE). A login the "
+    "process's credential cache answers (the same credentials again within SIGNALBOX_AUTH_CACHE_SECONDS) "
+    "runs no password check and is not counted.", ["outcome"])
 
 # The scope key through which Django's middleware or the API's hot path names the route it served.
 ROUTE_KEY = "signalbox.route"

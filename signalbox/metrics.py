@@ -65,7 +65,8 @@ DESTINATION_METRICS = (
     ("in_flight", "signalbox_destination_in_flight", False,
      "Messages dispatched to a consumer and not yet acknowledged."),
     ("consumer_count", "signalbox_destination_consumers", False,
-     "Consumers (a topic: its subscriptions, durable ones offline included)."),
+     "Consumers (a queue: its open STOMP browsers too; a topic: its subscriptions, durable ones offline "
+     "included), as ActiveMQ's ConsumerCount."),
     ("enqueued", "signalbox_destination_enqueued", True, "Messages enqueued."),
     ("dequeued", "signalbox_destination_dequeued", True,
      "Messages that left the destination: acknowledged, and also expired, dead-lettered, purged, moved or "
@@ -90,7 +91,8 @@ class Snapshot:
     redis: dict[str, Any] = field(default_factory=dict)  # node.redis_facts
     processes: dict[str, Any] = field(default_factory=dict)  # node.processes
     registered: int = 0  # destinations in the registry
-    summaries: list[DestinationSummary] = field(default_factory=list)
+    summaries: list[DestinationSummary] = field(default_factory=list)  # those shown per destination
+    temporary: list[DestinationSummary] = field(default_factory=list)  # read, summed (`split_temporary`)
     pages: int = 0
     limit: int = 0
     tick: dict[str, Any] = field(default_factory=dict)
@@ -128,14 +130,26 @@ async def gather(broker: AsyncBroker, client: Any, limit: int | None = None, pag
         names = await broker.destination_names(min(limit, out.registered), NAMES_PAGE)
         uris = [parse_destination(n) for n in names]
         # one summary_many script call per `page` queues; a page's topics: topic_summary_many calls
-        out.summaries = [s for s in await broker.summaries(uris, page, oldest=True, concurrency=CONCURRENCY)
-                         if s is not None]  # (None: deleted since the ZRANGE)
+        read = [s for s in await broker.summaries(uris, page, oldest=True, concurrency=CONCURRENCY)
+                if s is not None]  # (None: deleted since the ZRANGE)
+        out.summaries, out.temporary = split_temporary(read, {u.uri for u in uris if u.is_temporary})
         out.pages = -(-len(uris) // page)
     except (redis.RedisError, OSError) as exc:  # Redis went away during the scrape
-        out.redis_up, out.redis_error, out.summaries = False, f"{type(exc).__name__}: {exc}", []
+        out.redis_up, out.redis_error = False, f"{type(exc).__name__}: {exc}"
+        out.summaries, out.temporary = [], []
     out.tick = await tick
     out.seconds = time.perf_counter() - started
     return out
+
+
+def split_temporary(summaries: list[DestinationSummary], temporary: set[str]
+                    ) -> tuple[list[DestinationSummary], list[DestinationSummary]]:
+    """(those shown per destination, the temporary ones). A temporary destination is named after its STOMP
+    connection (`ID:<connection id>:<n>`) and lives as long as it: as a label value it would start new
+    series with every connection (a request/reply client reconnecting all day), which Prometheus keeps
+    long after; so they are summed instead (signalbox_temporary_destinations and _messages)."""
+    shown = [s for s in summaries if s.destination not in temporary]
+    return shown, [s for s in summaries if s.destination in temporary]
 
 
 class BrokerCollector(Collector):
@@ -180,6 +194,13 @@ class BrokerCollector(Collector):
                                 "age: the messages at the head of their pending set were too large to read "
                                 "in a bounded call (1 MiB of messages per page).",
                                 value=sum(1 for summary in s.summaries if summary.oldest_unknown))
+        yield GaugeMetricFamily("signalbox_temporary_destinations", "Temporary destinations (a STOMP "
+                                "connection's, ID:<connection id>:<n>) among those read: summed here, not "
+                                "shown per destination, as their names change with every connection.",
+                                value=len(s.temporary))
+        yield GaugeMetricFamily("signalbox_temporary_destination_messages", "Messages the temporary "
+                                "destinations hold (a queue's pending and in flight; a topic's, over its "
+                                "subscriptions).", value=sum(t.pending + t.in_flight for t in s.temporary))
         yield GaugeMetricFamily("signalbox_metrics_pages", "Pages of destination summaries this scrape read "
                                 f"({PAGE} destinations each: one script call for its queues, one or more "
                                 "for its topics).", value=s.pages)
@@ -235,8 +256,9 @@ class BrokerCollector(Collector):
         oldest = [s.summaries[i].oldest_timestamp for i in queues]
         yield DestinationFamily(
             "signalbox_destination_oldest_message_age_seconds", "Age of the oldest message waiting for "
-            "dispatch, by its timestamp (JMSTimestamp: the send's time unless the producer set one); 0 when "
-            "none waits. Queues only; none for a queue in signalbox_metrics_oldest_unknown.", "gauge",
+            "dispatch, by its timestamp (JMSTimestamp: the send's time unless the producer set one; when it "
+            "is 0, none given, or later than the message's arrival, from the arrival); 0 when none waits. "
+            "Queues only; none for a queue in signalbox_metrics_oldest_unknown.", "gauge",
             [labels[i] for i in queues],
             [max(0, now - ts) / 1000 if ts is not None else 0 for ts in oldest])
 

@@ -335,3 +335,53 @@ def test_a_redis_restart_is_told_without_tracebacks(tmp_path: Path):
     after = launcher.output()[before:]
     for noise in ("Traceback", "Gossip", "DeprecationWarning"):
         assert noise not in after, after
+
+
+def test_the_stomp_listener_says_why_it_stops(tmp_path: Path, namespace: str):
+    """SIGTERM (the launcher's Ctrl-C, or an operator's kill of its pid) ends the listener cleanly, with exit
+    status 0: without a line of its own, the launcher's "STOMP listener exited unexpectedly (exit status
+    0)" would be all the log had to say about it."""
+    from tests.helpers.gateway_server import prepare_database, spawn_stomp_listener, wait_listening
+
+    prepare_database(tmp_path, namespace)
+    listener = wait_listening(spawn_stomp_listener(tmp_path, namespace, SIGNALBOX_LOG_LEVEL="INFO",
+                                                   SIGNALBOX_PROCESS="STOMP listener"))
+    listener.process.send_signal(signal.SIGTERM)
+    assert listener.process.wait(30) == 0
+    output = listener.output()
+    assert re.search(r"INFO \[STOMP listener\] \S+: STOMP listener stopping on SIGTERM", output), output
+    assert "Traceback" not in output, output
+
+
+def test_a_connection_s_empty_temporary_queue_is_not_an_info_line(tmp_path: Path, namespace: str):
+    """A request/reply client makes a temporary queue per connection: its deletion when the connection ends
+    is a line per connection, DEBUG like the other per-connection lines; deleting messages with it (replies
+    nobody will read) stays an INFO line, naming how many."""
+    import socket
+
+    from tests.helpers.gateway_server import prepare_database, spawn_stomp_listener, wait_listening
+
+    prepare_database(tmp_path, namespace)
+    listener = wait_listening(spawn_stomp_listener(tmp_path, namespace, SIGNALBOX_LOG_LEVEL="INFO",
+                                                   SIGNALBOX_PROCESS="STOMP listener"))
+    try:
+        for n, frame in enumerate((b"SUBSCRIBE\nid:1\ndestination:/temp-queue/replies\nreceipt:r\n\n\x00",
+                                   b"SEND\ndestination:/temp-queue/replies\nreceipt:r\n\nlost\x00")):
+            with socket.create_connection(("127.0.0.1", listener.port), timeout=10) as client:
+                client.sendall(b"CONNECT\naccept-version:1.2\nhost:localhost\nlogin:alice\npasscode:secret"
+                               b"\n\n\x00")
+                assert client.recv(4096).startswith(b"CONNECTED")
+                client.sendall(frame)
+                assert b"RECEIPT" in client.recv(4096)
+                client.sendall(b"DISCONNECT\nreceipt:bye\n\n\x00")
+                assert b"RECEIPT" in client.recv(4096)
+            deadline = time.monotonic() + 10
+            while listener.output().count("deleted with") < n and time.monotonic() < deadline:
+                time.sleep(0.1)
+        time.sleep(0.5)
+    finally:
+        listener.stop()
+    lines = [line for line in listener.output().splitlines() if "temporary destination" in line]
+    assert len(lines) == 1, lines
+    assert re.search(r"INFO \[STOMP listener\] \S+: temporary destination queue://ID:\S+ deleted with 1 "
+                     r"message", lines[0]), lines

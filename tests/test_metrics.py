@@ -333,6 +333,84 @@ def test_the_dashboard_uses_only_exposed_metrics(server, broker):
             assert f"`{family.name}" in documented, family.name
 
 
+# Grafana units a panel may give a per-second rate (docs/grafana-dashboard.json uses the first two)
+PER_SECOND_UNITS = {"ops", "reqps", "cps"}
+_SELECTOR = r"\b(signalbox_[a-z_]+|scrape_duration_seconds)\b(?:\{([^}]*)\})?"
+
+
+def _expected_unit(expr: str) -> str:
+    """The unit a query's values have, from Prometheus's naming rules: a rate is per second, a quantile of
+    a _seconds histogram and a _seconds gauge are seconds, a _bytes gauge bytes, anything else a count."""
+    import re
+
+    if expr.startswith("histogram_quantile("):
+        return "s"
+    if re.search(r"\b(rate|irate)\(", expr):
+        return "per second"
+    [unit] = {"s" if name.endswith("_seconds") else "bytes" if name.endswith("_bytes") else "short"
+              for name in (m.group(1) for m in re.finditer(_SELECTOR, expr))}  # (a sum: of one unit)
+    return unit
+
+
+def test_the_dashboard_queries_labels_the_scrape_has_rates_counters_and_shows_their_units(server, broker):
+    """Each query of docs/grafana-dashboard.json against a real scrape: the labels it selects, groups by
+    or names in its legend are labels of its metrics (`job` is Prometheus's own); rate() is over counters
+    (or a histogram's cumulative series) only; each series is drawn in its metric's unit (a panel mixing
+    seconds and counts gives the counts their own unit by an override)."""
+    import re
+    from pathlib import Path
+
+    from websockets.sync.client import connect
+
+    from broker_core import maintenance
+
+    maintenance.run_due(broker)
+    broker.send(f"units{uuid.uuid4().hex[:6]}", Message(body="x"))
+    with connect(f"ws://127.0.0.1:{server.port}/ws/v1") as ws:  # a frame counted: its labels in the scrape
+        ws.send(json.dumps({"type": "teleport", "id": 1}))
+        ws.recv(5)
+    scrape(server)
+    parsed = list(text_string_to_metric_families(scrape(server).text))
+    labels: dict[str, set[str]] = {}
+    for family in parsed:
+        for s in family.samples:
+            labels.setdefault(s.name, set()).update(s.labels)
+    counters = {s.name for f in parsed if f.type in ("counter", "histogram") for s in f.samples
+                if not s.name.endswith("_created")}
+    dashboard = json.loads((Path(__file__).parents[1] / "docs" / "grafana-dashboard.json").read_text())
+    wrong = []
+    for panel in dashboard["panels"]:
+        config = panel.get("fieldConfig", {})
+        for target in panel.get("targets", []):
+            expr, where = target["expr"], f"{panel['title']!r} {target['refId']}"
+            names = [m.group(1) for m in re.finditer(_SELECTOR, expr) if m.group(1).startswith("signalbox_")]
+            have = set.intersection(*(labels.get(n, set()) for n in names)) if names else set()
+            asked = {lab for m in re.finditer(_SELECTOR, expr)
+                     for lab in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", m.group(2) or "")}
+            asked |= {lab.strip() for group in re.findall(r"\bby \(([^)]*)\)", expr)
+                      for lab in group.split(",")}
+            asked |= set(re.findall(r"\{\{(\w+)\}\}", target.get("legendFormat", "")))
+            if names and asked - have - {"job"}:
+                wrong.append(f"{where}: labels {sorted(asked - have - {'job'})} not on {names}")
+            for inner in re.findall(r"\b(?:rate|irate|increase)\((\w+)", expr):
+                if inner not in counters:
+                    wrong.append(f"{where}: rate() of {inner}, not a counter")
+            overridden = [p["value"] for o in config.get("overrides", [])
+                          if o["matcher"] == {"id": "byFrameRefID", "options": target["refId"]}
+                          for p in o["properties"] if p["id"] == "unit"]
+            unit = overridden[0] if overridden else config.get("defaults", {}).get("unit")
+            expected = _expected_unit(expr)
+            if not (unit in PER_SECOND_UNITS if expected == "per second" else unit == expected):
+                wrong.append(f"{where}: drawn in {unit!r}, its values are {expected!r}")
+    for variable in dashboard["templating"]["list"]:  # label_values(<metric>{...}, <label>)
+        if variable["type"] == "query" and variable["name"] != "job":
+            metric, label = re.fullmatch(r"label_values\((\w+)(?:\{[^}]*\})?, (\w+)\)",
+                                         variable["query"]["query"]).groups()
+            if label not in labels.get(metric, set()):
+                wrong.append(f"variable {variable['name']}: no label {label} on {metric}")
+    assert wrong == [], "\n".join(wrong)
+
+
 def test_the_dashboard_shows_the_job_it_is_set_to():
     """docs/grafana-dashboard.json has a Job selector (two deployments scraped by one Prometheus are two
     jobs): every series a panel or the Destination list reads is of the chosen job, not of all of them
@@ -620,3 +698,103 @@ def test_a_clean_disconnect_over_tcp_is_counted_ok(tmp_path):
                (("command", "DISCONNECT"), ("outcome", "error"), ("protocol", "stomp")))
     assert refused not in parsed
     assert of(parsed, "signalbox_ws_frames_total", protocol="stomp", command="DISCONNECT", outcome="ok") == 2
+
+
+def test_help_texts_say_what_is_counted_and_what_is_not(server):
+    """A login the process's credential cache answers (the same login and passcode within
+    SIGNALBOX_AUTH_CACHE_SECONDS) runs no password check and is not counted: the HELP says so, so that a
+    dashboard does not read the counter as every login. A queue's consumers count its STOMP browsers."""
+    from websockets.sync.client import connect
+
+    def login() -> None:
+        with connect(f"ws://127.0.0.1:{server.port}/ws/v1") as ws:
+            ws.send(json.dumps({"type": "connect", "login": "carol", "passcode": "secret", "id": 1}))
+            assert json.loads(ws.recv(5))["type"] == "ok"
+
+    login()
+    before = samples(scrape(server).text)
+    login()  # from the cache
+    text = scrape(server).text
+    key = ("signalbox_password_logins_total", (("outcome", "ok"),))
+    assert samples(text)[key] == before[key]
+    docs = {f.name: f.documentation for f in text_string_to_metric_families(text)}
+    assert "credential cache" in docs["signalbox_password_logins"], docs["signalbox_password_logins"]
+    assert "browsers" in docs["signalbox_destination_consumers"], docs["signalbox_destination_consumers"]
+
+
+def test_temporary_destinations_are_summed_not_a_series_per_connection(server, broker):
+    """A temporary destination is named after its STOMP connection (`ID:<connection id>:<n>`) and lives as
+    long as it: as a `destination` label it would make new series for every connection (a request/reply
+    client reconnecting all day), which Prometheus keeps. They are counted, with the messages they hold."""
+    from websockets.sync.client import connect
+
+    def temporary() -> list[str]:
+        return [dict(labels)["destination"] for (name, labels) in samples(scrape(server).text)
+                if name == "signalbox_destination_queue_size" and "ID:" in dict(labels)["destination"]]
+
+    with connect(f"ws://127.0.0.1:{server.port}/stomp", subprotocols=["v12.stomp"]) as ws:
+        ws.send("CONNECT\naccept-version:1.2\nhost:localhost\nlogin:alice\npasscode:secret\n\n\x00")
+        assert ws.recv(5).startswith("CONNECTED")
+        for n, name in enumerate(("replies", "other")):
+            ws.send(f"SEND\ndestination:/temp-queue/{name}\nreceipt:r{n}\n\nhello\x00")
+            assert ws.recv(5).startswith("RECEIPT")
+        parsed = samples(scrape(server).text)
+        assert temporary() == []
+        assert of(parsed, "signalbox_temporary_destinations") >= 2
+        assert of(parsed, "signalbox_temporary_destination_messages") >= 2
+    deadline = time.monotonic() + 10  # the connection's end deletes them
+    left = lambda: of(samples(scrape(server).text), "signalbox_temporary_destinations")  # noqa: E731
+    while time.monotonic() < deadline and left():
+        time.sleep(0.1)
+    parsed = samples(scrape(server).text)
+    assert (of(parsed, "signalbox_temporary_destinations"),
+            of(parsed, "signalbox_temporary_destination_messages")) == (0, 0)
+
+
+def test_every_metric_docs_metrics_md_lists_is_in_a_scrape(server, broker):
+    """The reverse of the dashboard test's check: each signalbox_ name in docs/metrics.md's tables is a
+    family of a real scrape (once a frame, a login, a request and a tick were counted)."""
+    import re
+    from pathlib import Path
+
+    from websockets.sync.client import connect
+
+    from broker_core import maintenance
+
+    maintenance.run_due(broker)
+    now = broker.clock.now_ms()
+    broker.send(f"doc{uuid.uuid4().hex[:6]}", Message(body="x", timestamp=now - 1000))
+    with connect(f"ws://127.0.0.1:{server.port}/ws/v1") as ws:
+        ws.send(json.dumps({"type": "connect", "login": "alice", "passcode": "secret", "id": 1}))
+        ws.recv(5)
+    scrape(server)
+    parsed = list(text_string_to_metric_families(scrape(server).text))
+    exposed = {f.name for f in parsed} | {s.name for f in parsed for s in f.samples}
+    documented = (Path(__file__).parents[1] / "docs" / "metrics.md").read_text()
+    listed = {name for line in documented.splitlines() if line.startswith("| `")
+              for name in re.findall(r"`(signalbox_[a-z_]+)`", line.split("|")[1])}
+    assert len(listed) >= 30, listed
+    assert listed - exposed == set(), listed - exposed
+
+
+def test_oldest_age_of_a_message_without_a_timestamp_is_its_time_on_the_broker(server, broker):
+    """JMSTimestamp 0 is JMS's "no timestamp" (a producer with setDisableMessageTimestamp, a STOMP SEND
+    with `timestamp:0`): read as a time it made a queue's oldest message 56 years old, an alert on
+    `> 300` firing for ever. Such a message's age is counted from when it reached the queue."""
+    queue = f"nots{uuid.uuid4().hex[:8]}"
+    broker.send(queue, [Message(body="unstamped", timestamp=0)])
+    time.sleep(1.2)
+    age = of(samples(scrape(server).text), "signalbox_destination_oldest_message_age_seconds",
+             destination=f"queue://{queue}")
+    assert 1 <= age < 30, age
+
+
+def test_oldest_age_of_a_message_stamped_ahead_of_the_broker_counts_from_its_arrival(server, broker):
+    """A producer whose clock runs ahead stamps its messages in the broker's future: read as they are, a
+    queue stuck on such a message showed an age of 0 (none waiting) until the broker's clock caught up."""
+    queue = f"ahead{uuid.uuid4().hex[:8]}"
+    broker.send(queue, [Message(body="from the future", timestamp=broker.clock.now_ms() + 600_000)])
+    time.sleep(1.2)
+    age = of(samples(scrape(server).text), "signalbox_destination_oldest_message_age_seconds",
+             destination=f"queue://{queue}")
+    assert 1 <= age < 30, age

@@ -665,8 +665,11 @@ class StompSession(LinkedSession):
                                temps.connection_id, exc)
                 return  # (Redis away: the others would wait for it one by one)
             else:
-                logger.info("temporary destination %s deleted with %d messages: its connection ended (%s)",
-                            dest.uri, removed, reason or "closed")
+                # a request/reply client has one per connection: a line per connection, DEBUG as the others;
+                # replies deleted unread are worth telling
+                logger.log(logging.INFO if removed else logging.DEBUG,
+                           "temporary destination %s deleted with %d message%s: its connection ended (%s)",
+                           dest.uri, removed, "" if removed == 1 else "s", reason or "closed")
 
     async def on_send(self, frame: Frame) -> None:
         assert self.link is not None

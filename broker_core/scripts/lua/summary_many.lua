@@ -6,12 +6,14 @@
 -- Returns per queue 17 values: exists (0/1), pending, in flight, parked, groups, consumers (open browsers
 -- too), the meta
 -- counters enqueued, dequeued, dispatched, expired, deadlettered, paused (false when unset), bytes held
--- (meta.mem), the timestamp of the oldest pending message (false when none or not asked; -1 when
+-- (meta.mem), the timestamp of the oldest pending message (its arrival for a JMSTimestamp of 0 or one
+-- after it; false when none or not asked; -1 when
 -- unknown: reading it would pass the call's OLDEST_BYTES), the memory limit in force (its policy's
 -- memoryLimit, else the broker's: MemoryLimit of ActiveMQ's queue MBean; read across hash tags, as
 -- includes/flow.lua reads the broker's usage), and the message sizes (meta.msgsize, includes/message.lua
 -- size_note; false when none) and enqueue times (meta.enqtime, message.lua times_added; false when none).
 --@include base
+--@include message
 --@include flow
 --@allow-oom
 base.NOW = tonumber(ARGV[1])
@@ -38,6 +40,11 @@ local function oldest_pending_timestamp(pending_key, msgs_key)
     if blob and string.byte(blob, 1) == 0xdc then
       local _, _, _, _, ts = cmsgpack.unpack_limit(blob, 4, 3)
       ts = tonumber(ts)
+      -- Its age counts from when it got here when the timestamp says nothing of that: JMSTimestamp 0 is
+      -- JMS's "none given" (a producer's disableMessageTimestamp, STOMP's timestamp:0), not 1970; one after
+      -- its arrival is a producer's clock running ahead. Read as they are, both showed a stuck queue as 0.
+      local arrived = message.arrived(blob)
+      if ts == 0 or (arrived and ts and ts > arrived) then ts = arrived end
       if ts and (not oldest or ts < oldest) then oldest = ts end
     end
     local score = tonumber(head[2])  -- (returned messages without priority: the band below 0)

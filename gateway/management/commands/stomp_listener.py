@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from collections.abc import Coroutine
 from typing import Any
@@ -16,6 +17,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from gateway.stomp.tcp import Connection, Listener, serve, tls_context
 from gateway.stomp.ws_port import WsConnection
+
+logger = logging.getLogger(__name__)
 
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:
@@ -84,8 +87,14 @@ class Command(BaseCommand):
     async def serve(self, listeners: list[Listener]) -> None:
         task = asyncio.ensure_future(serve(listeners))
         loop = asyncio.get_running_loop()
+
+        def stop(signum: signal.Signals) -> None:
+            # the listener then exits with status 0, which is all the launcher can tell: this line says why
+            logger.info("STOMP listener stopping on %s: its connections end as DISCONNECT would", signum.name)
+            task.cancel()
+
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, task.cancel)
+            loop.add_signal_handler(signum, stop, signum)
         try:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
