@@ -669,3 +669,21 @@ def test_stomp_1_0_subscribes_without_an_id_and_unsubscribes_by_destination(gate
         assert raw.expect("RECEIPT").get("receipt-id") == "r2"
     finally:
         raw.close()
+
+
+def test_stomp_1_0_unsubscribes_by_destination_a_subscription_made_with_an_id(gateway, queue_name):
+    """As ActiveMQ's onStompUnsubscribe, a 1.0 UNSUBSCRIBE's destination matches a subscription made with
+    an id too (differential 27_versions_odd_frames)."""
+    raw = RawStomp(gateway.stomp_url, version="1.0")
+    try:
+        raw.connect(version=None)
+        raw.send("SUBSCRIBE", {"destination": q(queue_name), "id": "s", "receipt": "r"})
+        raw.expect("RECEIPT")
+        raw.send("UNSUBSCRIBE", {"destination": q(queue_name), "receipt": "r2"})
+        assert raw.expect("RECEIPT").get("receipt-id") == "r2"
+        raw.send("SEND", {"destination": q(queue_name), "receipt": "r3"}, b"for nobody")
+        raw.expect("RECEIPT")
+        with pytest.raises(TimeoutError):  # no subscription left to deliver it
+            raw.receive(timeout=0.5)
+    finally:
+        raw.close()
