@@ -49,6 +49,7 @@ from gateway.stomp.frames import (
 )
 from gateway.stomp.headers import (
     TEMP_LIMIT_SETTING,
+    TEMP_PREFIXES,
     StompError,
     TempDestinations,
     int_value,
@@ -823,6 +824,11 @@ class StompSession(LinkedSession):
         id or not, as ActiveMQ's onStompUnsubscribe matches a subscription by its destination."""
         assert self.link is not None
         if destination in self.link.subscriptions:
+            return destination
+        known = self.temps.by_name if self.temps is not None else {}
+        # a temporary name this connection never used has no subscription, and resolving it would make one
+        if any(part.strip().startswith(TEMP_PREFIXES) and part.strip() not in known
+               for part in destination.split(",")):
             return destination
         try:
             wanted = stomp_destinations(destination, subscribe=True, command="UNSUBSCRIBE", temps=self.temps)
