@@ -321,7 +321,9 @@ class FrameParser:
         return command, tuple(headers), body_start, length
 
     def _content_length(self, value: str) -> int:
-        digits = value.strip()
+        # (as ActiveMQ's Integer.parseInt of the trimmed value: '+3' and '03' are 3; a negative length
+        # is refused)
+        digits = java_trim(value).removeprefix("+")
         if not digits.isdigit() or not digits.isascii():
             raise FrameError("Specified content-length is not a valid integer",
                              f"content-length must be a non-negative integer, got {value[:64]!r}")

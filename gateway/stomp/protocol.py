@@ -49,6 +49,7 @@ from gateway.stomp.frames import (
 )
 from gateway.stomp.headers import (
     TEMP_LIMIT_SETTING,
+    TEMP_PREFIXES,
     StompError,
     TempDestinations,
     int_value,
@@ -815,9 +816,29 @@ class StompSession(LinkedSession):
             for topic in topics:
                 await self.link.unsubscribe_durable(client_id, durable_name, topic, end_own=False)
             return
-        key = frame.get("id") if frame.get("id") is not None else frame.get("destination")
-        assert key is not None
+        key = frame.get("id")
+        if key is None:
+            key = self._unsubscribe_key_by_destination(frame.get("destination") or "")
         await self.link.unsubscribe(key)
+
+    def _unsubscribe_key_by_destination(self, destination: str) -> str:
+        """STOMP 1.0's UNSUBSCRIBE by `destination`: the subscription made without an id on that
+        destination (keyed by it), else the first one of the connection on the same destinations, with an
+        id or not, as ActiveMQ's onStompUnsubscribe matches a subscription by its destination."""
+        assert self.link is not None
+        if destination in self.link.subscriptions:
+            return destination
+        known = self.temps.by_name if self.temps is not None else {}
+        # a temporary name this connection never used has no subscription, and resolving it would make one
+        if any(part.strip().startswith(TEMP_PREFIXES) and part.strip() not in known
+               for part in destination.split(",")):
+            return destination
+        try:
+            wanted = stomp_destinations(destination, subscribe=True, command="UNSUBSCRIBE", temps=self.temps)
+        except StompError:
+            return destination  # (no such subscription: link.unsubscribe says so)
+        return next((sub.key for sub in self.link.subscriptions.values() if sub.destinations == wanted),
+                    destination)
 
     def _ack_target(self, frame: Frame) -> tuple[Subscription, str] | None:
         """The subscription and ack id an ACK/NACK names; None for a message of a subscription that was

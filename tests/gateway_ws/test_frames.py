@@ -60,6 +60,14 @@ def test_content_length_bodies_may_hold_nul_octets():
     assert frame.body == b"a\x00b\x00c"
 
 
+@pytest.mark.parametrize("length", [" 3", "3 ", "+3", "03", "\t+003\t"])
+def test_content_length_is_read_as_java_reads_an_int(length):
+    """ActiveMQ reads content-length with Integer.parseInt of the trimmed value: a '+' sign and leading
+    zeros are a number (differential 27_versions_odd_frames/content_length_forms)."""
+    (frame,) = parse(b"SEND\ndestination:/q\ncontent-length:" + length.encode() + b"\n\na\x00b\x00")
+    assert frame.body == b"a\x00b"
+
+
 def test_without_content_length_the_body_ends_at_the_first_nul():
     frames = parse(b"SEND\ndestination:/q\n\nab\x00SEND\ndestination:/q\n\ncd\x00")
     assert [f.body for f in frames] == [b"ab", b"cd"]

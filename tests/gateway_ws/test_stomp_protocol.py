@@ -669,3 +669,25 @@ def test_stomp_1_0_subscribes_without_an_id_and_unsubscribes_by_destination(gate
         assert raw.expect("RECEIPT").get("receipt-id") == "r2"
     finally:
         raw.close()
+
+
+@pytest.mark.parametrize("temporary", [False, True])
+def test_stomp_1_0_unsubscribes_by_destination_a_subscription_made_with_an_id(gateway, queue_name, temporary):
+    """As ActiveMQ's onStompUnsubscribe, a 1.0 UNSUBSCRIBE's destination matches a subscription made with
+    an id too (differential 27_versions_odd_frames), a temporary queue's included."""
+    destination = "/temp-queue/replies" if temporary else q(queue_name)
+    raw = RawStomp(gateway.stomp_url, version="1.0")
+    try:
+        raw.connect(version=None)
+        raw.send("UNSUBSCRIBE", {"destination": "/temp-queue/never", "receipt": "r0"})
+        assert raw.expect("ERROR").get("message") == "No subscription matched."
+        raw.send("SUBSCRIBE", {"destination": destination, "id": "s", "receipt": "r"})
+        raw.expect("RECEIPT")
+        raw.send("UNSUBSCRIBE", {"destination": destination, "receipt": "r2"})
+        assert raw.expect("RECEIPT").get("receipt-id") == "r2"
+        raw.send("SEND", {"destination": destination, "receipt": "r3"}, b"for nobody")
+        raw.expect("RECEIPT")
+        with pytest.raises(TimeoutError):  # no subscription left to deliver it
+            raw.receive(timeout=0.5)
+    finally:
+        raw.close()
