@@ -201,6 +201,28 @@ def test_config_and_usage_mistakes_exit_2(home):
     assert "Exit codes" in ok(run(home, None, "--help"))
 
 
+def test_numbers_that_are_not_finite_or_too_big_are_usage_errors(home):
+    """NaN, infinity and numbers past a float's range are refused by name (exit 2), wherever they are
+    given, rather than ending in a traceback from the HTTP client, `time.sleep` or `int(float(...))`."""
+    bad = home / "bad.toml"
+    for value in ("nan", "inf"):
+        failed(run(home, "http://127.0.0.1:1", "--timeout", value, "stat"), 2, "'--timeout'", value)
+        failed(run(home, "http://127.0.0.1:1", "stat", SIGNALBOX_TIMEOUT=value), 2,
+               "timeout from SIGNALBOX_TIMEOUT")
+        bad.write_text(f"timeout = {value}\n")
+        failed(run(home, "http://127.0.0.1:1", "--config", str(bad), "stat"), 2, "timeout from", "bad.toml")
+        failed(run(home, "http://127.0.0.1:1", "receive", "q", "--wait", value), 2, "'--wait'", value)
+        failed(run(home, "http://127.0.0.1:1", "stat", "--watch", value, "--times", "2"), 2, "'--watch'")
+    huge = "9" * 400
+    for option in ("--ttl", "--delay", "--period"):
+        failed(run(home, "http://127.0.0.1:1", "send", "q", "x", option, f"{huge}d"), 2, f"'{option}'",
+               "too long")
+    failed(run(home, "http://127.0.0.1:1", "receive", "q", "--lease", f"{huge}s"), 2, "'--lease'",
+           "not between 1s and 1h")
+    # a time to live of half a millisecond would be sent as 0, which is "never expires"
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "x", "--ttl", "0.5"), 2, "'--ttl'", "1 ms")
+
+
 def test_ctrl_c_in_any_command_is_one_line_and_130(home):
     """A command without an interrupt handler of its own (here `stat`, waiting for an answer that does not
     come: a socket that accepts and never answers) ends with the one line and 130, and no blank line

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass
@@ -78,8 +79,9 @@ def resolve(url: str | None, token: str | None, config: str | None, timeout: flo
     except ValueError:
         raise Failure(f"timeout from {source['timeout']} is not a number: {values['timeout']!r}",
                       USAGE) from None
-    if values["timeout"] <= 0:
-        raise Failure(f"timeout from {source['timeout']} must be above 0", USAGE)
+    if not 0 < values["timeout"] < math.inf:  # (nan too: the HTTP client would end in a traceback)
+        raise Failure(f"timeout from {source['timeout']} must be a number above 0, got {values['timeout']}",
+                      USAGE)
     # Read from a file a URL or token keeps its line end, pasted it may gain a space: neither has
     # whitespace of its own, and in a header or URL it is refused by the HTTP client (as an unreachable
     # server, or with a traceback).

@@ -12,6 +12,7 @@ from signalbox.cli import admin, messaging
 from signalbox.cli.api import Session
 from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted
 from signalbox.cli.output import print_json, say
+from signalbox.cli.params import Seconds
 
 
 def show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -80,7 +81,7 @@ class App(click.Group):
 @click.option("--token", help="API token (else SIGNALBOX_TOKEN, else the config file).")
 @click.option("--config", type=click.Path(dir_okay=False),
               help="Config file (else SIGNALBOX_CONFIG, else ~/.config/signalbox/cli.toml).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", type=Seconds(0, above=True),
               help="Seconds to wait for an answer (default 30).")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=show_version,
               help="Show the version and exit.")

@@ -20,7 +20,7 @@ import click
 from signalbox.cli.api import Api, api, destination_path, waiting_out_outages
 from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted, on_sigterm
 from signalbox.cli.output import console, err_console, json_option, plural, print_json, print_table, say
-from signalbox.cli.params import LEASE, MILLIS, PROPERTY
+from signalbox.cli.params import LEASE, MILLIS, PROPERTY, Seconds
 
 MAX_BATCH = 1000  # the API's largest batch
 
@@ -199,7 +199,7 @@ def show_message(message: dict[str, Any], as_json: bool, verbose: bool) -> None:
 @click.option("-n", "--count", type=click.IntRange(1),
               help="Stop after N messages (default: 1, or no limit with --follow).")
 @click.option("-f", "--follow", is_flag=True, help="Keep receiving until Ctrl-C (or --count).")
-@click.option("--wait", type=click.FloatRange(0), default=5.0, show_default=True,
+@click.option("--wait", type=Seconds(0), default=5.0, show_default=True,
               help="Without --follow: seconds to wait for a message before stopping.")
 @click.option("--prefetch", type=click.IntRange(0, 32767),
               help="Messages the broker may dispatch ahead (default: 0 with a --count, each receive pulling "
