@@ -410,6 +410,8 @@ def test_follow_until_ctrl_c_then_the_consumer_is_closed(server, home):
         assert stats(home, server, q)["consumer_count"] == 1
         process.send_signal(signal.SIGINT)
         assert process.wait(20) == 130
+        # with --json too, stderr says what it took (the JSON lines are on stdout alone)
+        assert process.stderr.read().decode() == f"received 4 messages from queue://{q} (interrupted)\n"
     after = stats(home, server, q)
     # everything printed acknowledged, and the consumer closed at once (not left to its lease)
     assert (after["dequeued"], after["queue_size"], after["consumer_count"]) == (4, 0, 0)

@@ -253,9 +253,9 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
     if stopped is not None and not isinstance(stopped, Terminated) and sys.stderr.isatty():
         click.echo(err=True)  # (a line of its own after the ^C)
     why = "" if stopped is None else " (terminated)" if isinstance(stopped, Terminated) else " (interrupted)"
-    if not as_json:
-        err_console().print(f"received {plural(tally[0], 'message')} from {consumer['destination']}{why}",
-                            highlight=False, markup=False)
+    # (on stderr, --json or not: stdout holds the messages alone)
+    err_console().print(f"received {plural(tally[0], 'message')} from {consumer['destination']}{why}",
+                        highlight=False, markup=False)
     if not_closed is not None:
         Failure(close_failed(not_closed)).show()
     if stopped is not None:
