@@ -925,14 +925,20 @@ def test_api_errors_are_one_line_with_exit_code_1(server, home):
     failed(run(home, server, "send", "bad name", "x"), 1, "invalid_destination", "whitespace")
     failed(run(home, server, "send", q, "x", "-p", "big:={\"type\": \"long\"}"), 1, "invalid_message",
            "properties.big")
-    failed(run(home, server, "stat", token="0" * 40), 1, "401", "Invalid token")
+    # a refused token is named by where it came from: a stale variable is not hunted for in the file
+    failed(run(home, server, "stat", token="0" * 40), 1, "401", "Invalid token",
+           "(the token from SIGNALBOX_TOKEN)")
     failed(run(home, server, "stat", token=None), 1, "401", "no token: give --token, SIGNALBOX_TOKEN")
     # a token from the config file; a flag overrides it
     (home / "config" / "signalbox").mkdir()
     (home / "config" / "signalbox" / "cli.toml").write_text(f'token = "{ALICE_TOKEN}"\n')
     assert stats(home, server, q)["queue_size"] == 1
     ok(run(home, server, "stat", q, token=None))
-    failed(run(home, server, "--token", "0" * 40, "stat", q, token=None), 1, "401")
+    failed(run(home, server, "--token", "0" * 40, "stat", q, token=None), 1, "401",
+           "(the token from --token)")
+    (home / "config" / "signalbox" / "cli.toml").write_text(f'token = "{"0" * 40}"\n')
+    failed(run(home, server, "stat", q, token=None), 1, "401",
+           f"(the token from {home / 'config' / 'signalbox' / 'cli.toml'})")
     # bob may read and write queue://bob.> only; he gets his token with his password
     bob = ok(run(home, server, "token", "-u", "bob", "--password-stdin", input="secret\n",
                  token=None)).strip()
