@@ -387,6 +387,32 @@ def test_a_body_too_large_for_a_request_names_the_limit_and_its_setting(server, 
            "413 request_too_large", "16777216 bytes", "SIGNALBOX_MAX_REQUEST_BYTES")
 
 
+def test_send_count_splits_a_batch_too_large_for_one_request(server, home):
+    """60 copies of 400 KB are 24 MB in one request of the default batch (100), past the server's 16 MiB:
+    each message fits, so the batch is split (a refused request stores nothing) rather than the send
+    failing on a limit the one message is far from."""
+    q = unique("cli.bigbatch")
+    (home / "body").write_bytes(b"a" * 400_000)
+    assert ok(run(home, server, "send", q, "--file", str(home / "body"), "--count", "60")) == (
+        f"sent 60 messages to queue://{q}\n")
+    assert stats(home, server, q)["enqueued"] == 60
+    # one message over the limit is still refused, naming it
+    (home / "body").write_bytes(os.urandom(12 * 1024 * 1024 + 1))
+    failed(run(home, server, "send", q, "--file", str(home / "body"), "--count", "2"), 1, "413")
+    assert stats(home, server, q)["enqueued"] == 60
+
+
+def test_an_empty_standard_input_sends_nothing_unless_asked_for(server, home):
+    """`producer | signalbox send q` when the producer failed, or a cron job with no input: an empty
+    standard input read because no body was given is refused (exit 2, nothing sent); `--file -` and ''
+    send an empty body on purpose."""
+    q = unique("cli.empty")
+    failed(run(home, server, "send", q, input=b""), 2, "standard input was empty", "--file -")
+    ok(run(home, server, "send", q, "--file", "-", input=b""))
+    ok(run(home, server, "send", q, ""))
+    assert [m["body"] for m in as_json(run(home, server, "browse", q, "--json"))] == ["", ""]
+
+
 @pytest.mark.e2e
 def test_a_composite_send_reaches_every_part(server, home):
     a, b = unique("cli.comp"), unique("cli.comp")

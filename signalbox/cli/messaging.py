@@ -36,7 +36,13 @@ def read_body(body: str | None, file: str | None) -> bytes | str:
     if file is None:
         if sys.stdin.isatty():
             raise Failure("no body: give it as an argument, with --file PATH, or on standard input", USAGE)
-        file = "-"
+        # Read because no body was given, an empty input is more likely a producer that failed
+        # (`producer | signalbox send q`) or a job with no input than an empty message meant.
+        data = sys.stdin.buffer.read()
+        if not data:
+            raise Failure("no body: standard input was empty, nothing sent (an empty body on purpose: "
+                          "--file - or '')", USAGE)
+        return data
     if file == "-":
         return sys.stdin.buffer.read()
     try:
@@ -120,6 +126,11 @@ def send(destination: str, body: str | None, file: str | None, properties: tuple
             try:
                 answer = client.call("POST", path, params=params, json=payload)
             except Failure as e:
+                if n > 1 and (e.problem or {}).get("code") == "request_too_large":
+                    # the copies are over the server's request limit together, not one by one: a refused
+                    # request stores nothing, so the same messages go again in smaller requests
+                    batch = n // 2
+                    continue
                 if result["message_ids"]:
                     e.message += f" (after sending {len(result['message_ids'])} of {count})"
                 raise
