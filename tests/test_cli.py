@@ -223,6 +223,18 @@ def test_numbers_that_are_not_finite_or_too_big_are_usage_errors(home):
     failed(run(home, "http://127.0.0.1:1", "send", "q", "x", "--ttl", "0.5"), 2, "'--ttl'", "1 ms")
 
 
+def test_a_connection_flag_after_the_command_says_where_it_goes(home):
+    """`signalbox send q x --token T` is a natural thing to type: the error says the flag goes before the
+    command, rather than suggesting --cron or --times."""
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "x", "--token", "abc"), 2, "'--token'",
+           "before the command", "signalbox --token ... send")
+    line = failed(run(home, "http://127.0.0.1:1", "stat", "--timeout=3"), 2, "'--timeout'",
+                  "signalbox --timeout ... stat")
+    assert "--times" not in line
+    failed(run(home, "http://127.0.0.1:1", "groups", "list", "q", "--url", "http://x"), 2,
+           "signalbox --url ... groups list")
+
+
 def test_ctrl_c_in_any_command_is_one_line_and_130(home):
     """A command without an interrupt handler of its own (here `stat`, waiting for an answer that does not
     come: a socket that accepts and never answers) ends with the one line and 130, and no blank line

@@ -54,7 +54,7 @@ class App(click.Group):
             sys.exit(USAGE)
         except click.UsageError as e:
             where = e.ctx.command_path if e.ctx else "signalbox"
-            Failure(f"{e.format_message()} (see '{where} --help')", USAGE).show()
+            Failure(f"{group_option_misplaced(e) or e.format_message()} (see '{where} --help')", USAGE).show()
             sys.exit(USAGE)
         except click.ClickException as e:
             e.show()
@@ -73,6 +73,19 @@ class App(click.Group):
             raise Failure("terminated", TERMINATED) from None
         except KeyboardInterrupt:
             raise interrupted() from None
+
+
+def group_option_misplaced(error: click.UsageError) -> str | None:
+    """For `signalbox stat --token T`: that the group's option goes before the command (click would say
+    only that the command has no such option, suggesting one of its own: --times for --timeout)."""
+    if not isinstance(error, click.NoSuchOption) or error.ctx is None or error.ctx.parent is None:
+        return None
+    name = error.option_name.partition("=")[0]
+    if not any(name in option.opts for option in app.params if isinstance(option, click.Option)):
+        return None
+    command = error.ctx.command_path.removeprefix(error.ctx.find_root().command_path).strip()
+    return (f"'{name}' is an option of signalbox itself: give it before the command "
+            f"(signalbox {name} ... {command})")
 
 
 @click.group(cls=App, context_settings=CONTEXT)
