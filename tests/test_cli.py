@@ -235,6 +235,13 @@ def test_a_connection_flag_after_the_command_says_where_it_goes(home):
            "signalbox --url ... groups list")
 
 
+def test_an_empty_connection_flag_is_refused_by_name(home):
+    """`--token "$TOKEN"` with TOKEN unset gives an empty flag, which overrides the environment and the
+    file: it is named, rather than a 401 saying to give --token (or, for --url, a URL error)."""
+    failed(run(home, "http://127.0.0.1:1", "--token", "", "stat"), 2, "--token is empty")
+    failed(run(home, "http://127.0.0.1:1", "--url", " ", "stat"), 2, "--url is empty")
+
+
 def test_ctrl_c_in_any_command_is_one_line_and_130(home):
     """A command without an interrupt handler of its own (here `stat`, waiting for an answer that does not
     come: a socket that accepts and never answers) ends with the one line and 130, and no blank line

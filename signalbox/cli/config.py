@@ -67,6 +67,8 @@ def resolve(url: str | None, token: str | None, config: str | None, timeout: flo
                                          ("token", token, "SIGNALBOX_TOKEN", None),
                                          ("timeout", timeout, "SIGNALBOX_TIMEOUT", DEFAULT_TIMEOUT)):
         if flag is not None:
+            if not str(flag).strip():  # (`--token "$TOKEN"` with TOKEN unset: not "no token, give --token")
+                raise Failure(f"--{key} is empty", USAGE)
             values[key], source[key] = flag, f"--{key}"
         elif env.get(variable):
             values[key], source[key] = env[variable], variable
