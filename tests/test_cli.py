@@ -619,6 +619,29 @@ def test_follow_waits_for_a_broker_that_restarts(tmp_path, home):
         assert (after["dequeued"], after["queue_size"], after["consumer_count"]) == (2, 0, 0)
 
 
+def test_follow_started_while_the_broker_is_away_waits_for_it(tmp_path, home):
+    """A `receive --follow` started (by a service manager, say) while Redis is restarting waits for it as a
+    running one does, rather than ending with the 503 before it had a consumer."""
+    q = unique("cli.startdown")
+    with gateway_on_a_redis_that_restarts(tmp_path, "cli-startdown") as (url, store):
+        ok(run(home, url, "send", q, "before"))
+        store.process.kill()
+        store.process.wait()
+        with running(home, url, "receive", q, "--follow") as process:
+            time.sleep(2)  # its consumer's creation answered 503 a few times
+            assert process.poll() is None, process.stderr.read()
+            store.start()
+            assert process.stdout.readline() == b"before\n"
+            deadline = time.monotonic() + 10
+            while stats(home, url, q)["dequeued"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.1)  # (its ack is on its way)
+            process.send_signal(signal.SIGINT)
+            assert process.wait(20) == 130
+            lines = process.stderr.read().decode().splitlines()
+        assert len(lines) == 2 and "broker_unavailable" in lines[0] and "waiting" in lines[0], lines
+        assert lines[1] == f"received 1 message from queue://{q} (interrupted)", lines
+
+
 @contextlib.contextmanager
 def gateway_on_a_redis_that_restarts(tmp_path: Path, name: str) -> Iterator[tuple[str, Any]]:
     """A gateway of its own on a Redis of its own (AOF always), which a test may kill and start again on

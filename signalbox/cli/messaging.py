@@ -237,7 +237,8 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
     spec: dict[str, Any] = {"ack_mode": ACK_MODES[ack_mode], "prefetch": prefetch, "lease_ms": lease}
     if selector:
         spec["selector"] = selector
-    consumer = client.call("POST", f"{path}/consumers", json=spec)
+    # (following, a broker away at the start is waited for too: a service may start before it is back)
+    consumer = patiently(follow, [False], client, f"{path}/consumers", json=spec)
     base = f"{path}/consumers/{quote(consumer['consumer_id'], safe='')}"
     keeper = LeaseKeeper(client, base, consumer.get("lease_ms", lease))
     keeper.start()
