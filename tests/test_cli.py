@@ -240,6 +240,7 @@ def test_an_empty_connection_flag_is_refused_by_name(home):
     file: it is named, rather than a 401 saying to give --token (or, for --url, a URL error)."""
     failed(run(home, "http://127.0.0.1:1", "--token", "", "stat"), 2, "--token is empty")
     failed(run(home, "http://127.0.0.1:1", "--url", " ", "stat"), 2, "--url is empty")
+    failed(run(home, "http://127.0.0.1:1", "--config", "", "stat"), 2, "--config is empty")
 
 
 def test_ctrl_c_in_any_command_is_one_line_and_130(home):

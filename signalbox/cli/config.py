@@ -58,6 +58,8 @@ def read_file(path: Path, explicit: bool) -> dict[str, Any]:
 def resolve(url: str | None, token: str | None, config: str | None, timeout: float | None) -> Settings:
     """Flags override the environment, which overrides the file."""
     env = os.environ
+    if config is not None and not config.strip():  # (else the default file would be read instead)
+        raise Failure("--config is empty", USAGE)
     named = config or env.get("SIGNALBOX_CONFIG")
     path = Path(named).expanduser() if named else default_path()
     data = read_file(path, explicit=bool(named))
