@@ -912,6 +912,21 @@ def test_a_send_with_stdout_closed_sends_and_succeeds(server, home):
     assert stats(home, server, q)["queue_size"] == 1
 
 
+def test_commands_reading_standard_input_when_it_is_closed(server, home):
+    """`signalbox send q <&-` (stdin closed: Python has None there) reads an empty input, as from
+    /dev/null: one line and exit 2, not a traceback; `token` and `delete` the same."""
+
+    def closed_stdin(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", 'exec "$@" <&-', "sh", *CLI, *args], cwd=ROOT,
+                              env=cli_env(home, server), capture_output=True, text=True, timeout=120)
+
+    q = unique("cli.nostdin")
+    failed(closed_stdin("send", q), 2, "standard input was empty")
+    failed(closed_stdin("delete", q), 2, "give --yes")
+    failed(closed_stdin("token", "-u", "alice", "--password-stdin"), 1, "password")
+    failed(closed_stdin("token", "-u", "alice"), 2, "give --password-stdin")
+
+
 def test_stat_of_a_queue_shows_no_topic_rows(server, home):
     """A queue has no subscriptions: its detail shows neither a topic's counters nor "no subscriptions"
     (the API's queue answer carries those keys, empty)."""

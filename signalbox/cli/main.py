@@ -44,9 +44,10 @@ class App(click.Group):
             return super().main(args, prog_name, complete_var, False, **extra)
         # Started with stdout or stderr closed (`signalbox send q x >&-`), Python has None there: what
         # would be printed goes nowhere, rather than a traceback after the work was done (a send stored).
-        for name in ("stdout", "stderr"):
+        # A closed stdin (`<&-`) reads as empty, as /dev/null does, rather than ending in a traceback.
+        for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
             if getattr(sys, name) is None:
-                setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
+                setattr(sys, name, open(os.devnull, mode))  # noqa: SIM115 - for the process's life
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
         except NO_ARGS_IS_HELP as e:  # `signalbox groups` alone: the help, as click shows it
