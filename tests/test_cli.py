@@ -936,6 +936,8 @@ def test_stat_of_a_queue_shows_no_topic_rows(server, home):
     assert "queue_size" in table and "consumer_count" in table, table
     for topic_only in ("subscription", "durable_active", "durable_offline"):
         assert topic_only not in table, table
+    # a yes/no as the other tables show one, not Python's False
+    assert ["paused", "no"] in [line.split() for line in table.splitlines()], table
 
 
 @pytest.mark.e2e

@@ -14,6 +14,7 @@ from signalbox.cli.errors import USAGE, Failure
 from signalbox.cli.output import (
     Column,
     build_table,
+    cell,
     column,
     console,
     json_option,
@@ -143,7 +144,7 @@ def detail_table(data: dict[str, Any], keys: list[str]) -> Any:
     table.add_column()
     for key in keys:
         if key in data:
-            table.add_row(key, Text(str(data[key])))  # (Text: a name's brackets are not markup)
+            table.add_row(key, Text(cell(data[key])))  # (Text: a name's brackets are not markup)
     return table
 
 
