@@ -166,6 +166,11 @@ def test_config_and_usage_mistakes_exit_2(home):
     failed(run(home, None, "--config", str(bad), "stat"), 2, "bad.toml")
     failed(run(home, "ftp://host", "stat"), 2, "must start with http:// or https://")
     failed(run(home, "http://127.0.0.1:1", "send", "mqtt://x", "body"), 2, "queue:// or topic://")
+    # a composite is for send alone: elsewhere it is named as such, not as a server's internal hint
+    for command in (["receive"], ["browse"], ["stat"], ["purge"], ["groups", "list"], ["consumers"]):
+        failed(run(home, "http://127.0.0.1:1", *command, "a,topic://b"), 2, "'a,topic://b'",
+               "a composite destination (A,B) is for send only")
+    failed(run(home, "http://127.0.0.1:1", "move", "a,b", "c"), 2, "for send only")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", "novalue", "body"), 2, "NAME=VALUE")
     # Python's JSON reader takes NaN and Infinity, and 1e400 overflows to infinity: none is a JSON number
     for value in ("NaN", "-Infinity", "1e400", '{"type": "double", "value": NaN}'):

@@ -22,6 +22,9 @@ SCHEMES = {"queue://": "queues", "topic://": "topics"}
 def destination_path(text: str) -> str:
     """`orders` or `queue://orders` -> /api/v1/queues/orders; `topic://prices` -> /api/v1/topics/prices.
     The name itself is checked by the server."""
+    if "," in text:  # (never in a name: the server's refusal would name its own function)
+        raise Failure(f"destination {text!r}: a composite destination (A,B) is for send only; give one "
+                      "destination", USAGE)
     kind, name = "queues", text
     for scheme, plural in SCHEMES.items():
         if text.startswith(scheme):
