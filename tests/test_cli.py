@@ -917,6 +917,18 @@ def test_a_send_with_stdout_closed_sends_and_succeeds(server, home):
     assert stats(home, server, q)["queue_size"] == 1
 
 
+def test_a_receive_with_stdout_closed_takes_nothing(server, home):
+    """`signalbox receive q >&-`: there is nowhere to print, so no message is taken (and acknowledged
+    into nothing): one line and exit 2, the message still on the queue."""
+    q = unique("cli.closedout")
+    ok(run(home, server, "send", q, "keep me"))
+    result = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", *CLI, "receive", q], cwd=ROOT,
+                            env=cli_env(home, server), stdin=subprocess.DEVNULL, capture_output=True,
+                            text=True, timeout=120)
+    failed(result, 2, "standard output is closed")
+    assert (stats(home, server, q)["queue_size"], stats(home, server, q)["dequeued"]) == (1, 0)
+
+
 def test_commands_reading_standard_input_when_it_is_closed(server, home):
     """`signalbox send q <&-` (stdin closed: Python has None there) reads an empty input, as from
     /dev/null: one line and exit 2, not a traceback; `token` and `delete` the same."""

@@ -11,7 +11,7 @@ import click
 from signalbox.cli import admin, messaging
 from signalbox.cli.api import Session
 from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted
-from signalbox.cli.output import print_json, say
+from signalbox.cli.output import CLOSED_AT_START, print_json, say
 from signalbox.cli.params import Seconds
 
 
@@ -48,6 +48,7 @@ class App(click.Group):
         for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
             if getattr(sys, name) is None:
                 setattr(sys, name, open(os.devnull, mode))  # noqa: SIM115 - for the process's life
+                CLOSED_AT_START.add(name)
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
         except NO_ARGS_IS_HELP as e:  # `signalbox groups` alone: the help, as click shows it

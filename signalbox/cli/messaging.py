@@ -19,7 +19,16 @@ import click
 
 from signalbox.cli.api import Api, api, destination_path, waiting_out_outages
 from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted, on_sigterm
-from signalbox.cli.output import console, err_console, json_option, plural, print_json, print_table, say
+from signalbox.cli.output import (
+    CLOSED_AT_START,
+    console,
+    err_console,
+    json_option,
+    plural,
+    print_json,
+    print_table,
+    say,
+)
 from signalbox.cli.params import LEASE, MILLIS, PROPERTY, Seconds
 
 MAX_BATCH = 1000  # the API's largest batch
@@ -228,6 +237,8 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
 
     A leased consumer is created, each printed message is acknowledged after it is printed, and the
     consumer is closed on exit (Ctrl-C too), so what was not printed goes back to the queue."""
+    if "stdout" in CLOSED_AT_START:  # (each message would be acknowledged once "printed")
+        raise Failure("standard output is closed: no message taken, as it could not be printed", USAGE)
     limit = count if count is not None else (None if follow else 1)
     if prefetch is None:
         # A bounded receive pulls: nothing is dispatched to it that it will not print and ack.

@@ -14,6 +14,10 @@ import click
 # A column: heading, how to get the cell from a row, and whether it is a number (right-aligned).
 Column = tuple[str, Callable[[dict[str, Any]], Any], bool]
 
+# The standard streams the command was started without (`>&-`), which it reads and writes as /dev/null:
+# `receive` takes no message it could only print into nothing.
+CLOSED_AT_START: set[str] = set()
+
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print JSON (for scripts) instead of text.")
 
