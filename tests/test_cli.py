@@ -929,6 +929,24 @@ def test_a_receive_with_stdout_closed_takes_nothing(server, home):
     assert (stats(home, server, q)["queue_size"], stats(home, server, q)["dequeued"]) == (1, 0)
 
 
+def test_output_that_cannot_be_written_is_one_line_and_the_message_goes_back(server, home):
+    """`receive q --json > out.jsonl` on a full disk (here /dev/full): one line and exit 1, not a
+    traceback, and the message it could not write is not acknowledged: it is still on the queue."""
+    q = unique("cli.full")
+    ok(run(home, server, "send", q, "keep me"))
+
+    def to_full(*args: str) -> subprocess.CompletedProcess[str]:
+        with open("/dev/full", "wb") as full:
+            return subprocess.run([*CLI, *args], cwd=ROOT, env=cli_env(home, server),
+                                  stdin=subprocess.DEVNULL, stdout=full, stderr=subprocess.PIPE, text=True,
+                                  timeout=120)
+
+    failed(to_full("receive", q, "--json"), 1, "cannot write to standard output", "No space left")
+    assert (stats(home, server, q)["queue_size"], stats(home, server, q)["dequeued"]) == (1, 0)
+    failed(to_full("stat", q, "--json"), 1, "cannot write to standard output")
+    failed(to_full("browse", q), 1, "cannot write to standard output")
+
+
 def test_commands_reading_standard_input_when_it_is_closed(server, home):
     """`signalbox send q <&-` (stdin closed: Python has None there) reads an empty input, as from
     /dev/null: one line and exit 2, not a traceback; `token` and `delete` the same."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import Any
@@ -10,7 +11,7 @@ import click
 
 from signalbox.cli import admin, messaging
 from signalbox.cli.api import Session
-from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted
+from signalbox.cli.errors import API_ERROR, INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted
 from signalbox.cli.output import CLOSED_AT_START, print_json, say
 from signalbox.cli.params import Seconds
 
@@ -30,6 +31,9 @@ def show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> No
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
+
+# what writing to a file that cannot take more says (a full disk, a quota, a file size limit)
+UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
 
@@ -61,6 +65,13 @@ class App(click.Group):
         except click.ClickException as e:
             e.show()
             sys.exit(e.exit_code)
+        except OSError as e:  # (click handles EPIPE, the reader of a pipe gone, itself: exit 1, no message)
+            # stdout on a full disk, say (`receive q --json > out.jsonl`): what was not written was not
+            # acknowledged. What is left in stdout's buffer goes nowhere, not into a second error at exit.
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the process's life
+            Failure(f"cannot write to standard output: {e.strerror or e}" if e.errno in UNWRITABLE
+                    else f"{type(e).__name__}: {e}").show()
+            sys.exit(API_ERROR)
         except click.Abort:  # Ctrl-C in a prompt (click's, which has ended the prompt's line)
             Failure("interrupted", INTERRUPTED).show()
             sys.exit(INTERRUPTED)
