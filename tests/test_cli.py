@@ -172,6 +172,9 @@ def test_config_and_usage_mistakes_exit_2(home):
                "a composite destination (A,B) is for send only")
     failed(run(home, "http://127.0.0.1:1", "move", "a,b", "c"), 2, "for send only")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", "novalue", "body"), 2, "NAME=VALUE")
+    # a property given twice would keep only its last value, unsaid
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", "n=1", "-p", "n:=2", "body"), 2,
+           "property 'n' is given twice")
     # Python's JSON reader takes NaN and Infinity, and 1e400 overflows to infinity: none is a JSON number
     for value in ("NaN", "-Infinity", "1e400", '{"type": "double", "value": NaN}'):
         failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", f"n:={value}", "body"), 2, "--property",

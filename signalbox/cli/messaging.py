@@ -74,6 +74,9 @@ def envelope_of(body: bytes | str, fields: dict[str, Any],
         envelope["body"] = body
     envelope.update({k: v for k, v in fields.items() if v is not None})
     if properties:
+        twice = next((name for name, n in Counter(name for name, _ in properties).items() if n > 1), None)
+        if twice is not None:  # (a dict would keep the last value, unsaid)
+            raise click.BadParameter(f"property {twice!r} is given twice", param_hint="'-p' / '--property'")
         envelope["properties"] = dict(properties)
     return envelope
 
