@@ -136,7 +136,7 @@ def test_the_console_script_names_the_command_group():
     from signalbox.cli import app
 
     assert set(app.commands) == {"send", "receive", "consume", "browse", "stat", "purge", "delete", "move",
-                                 "retry-dlq", "groups", "consumers", "token"}
+                                 "retry-dlq", "groups", "consumers", "scheduled", "remove", "token"}
     assert set(app.commands["groups"].commands) == {"list", "reset", "remove-all"}
 
 
@@ -818,6 +818,29 @@ def test_a_schedule_from_the_command_line(server, home):
     assert job["cron"] == "0 3 * * *" and job["due"] % 86_400_000 == 3 * 3_600_000
     failed(run(home, server, "send", q, "x", "--cron", "0 25 * * *"), 1, "AMQ_SCHEDULED_CRON", "hour")
     assert len(scheduled(server, q)) == 2
+
+
+@pytest.mark.e2e
+def test_scheduled_jobs_are_listed_and_cancelled_from_the_command_line(server, home):
+    """A delayed or cron message sent with `send` can be seen (`scheduled`) and cancelled (`remove`, which
+    removes a stored message the same way) without leaving the command line."""
+    q = unique("cli.jobs")
+    def sent(*args: str) -> str:
+        return as_json(run(home, server, "send", q, *args, "--json"))["message_ids"][0]
+
+    later, nightly = sent("later", "--delay", "1h"), sent("nightly", "--cron", "0 3 * * *")
+    stored = sent("now")
+    jobs = as_json(run(home, server, "scheduled", q, "--json"))
+    assert sorted(j["message_id"] for j in jobs) == sorted([later, nightly])
+    table = ok(run(home, server, "scheduled", q))
+    assert nightly in table and "0 3 * * *" in table, table
+    assert any(f"in {n} s" in table for n in (3598, 3599, 3600)), table  # (the delayed one's due time)
+    assert ok(run(home, server, "remove", q, nightly, stored)) == f"removed 2 messages from queue://{q}\n"
+    assert [j["message_id"] for j in as_json(run(home, server, "scheduled", q, "--json"))] == [later]
+    assert stats(home, server, q)["queue_size"] == 0
+    failed(run(home, server, "remove", q, later, "ID:nothing"), 1, "unknown_message", "ID:nothing",
+           "after removing 1 of 2 messages")
+    assert "no scheduled messages" in ok(run(home, server, "scheduled", q))
 
 
 @pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""stat, purge, delete, move, retry-dlq, groups and consumers: the operator's commands."""
+"""stat, purge, delete, move, retry-dlq, groups, consumers, scheduled and remove: the operator's commands."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import click
 
 from signalbox.cli.api import api, destination_path, waiting_out_outages
 from signalbox.cli.errors import USAGE, Failure
+from signalbox.cli.messaging import body_preview
 from signalbox.cli.output import (
     Column,
     build_table,
@@ -288,6 +289,64 @@ def retry_dlq(dlq: str, selector: str | None, message_ids: tuple[str, ...], as_j
         print_json({"count": count, "dlq": dlq})
     else:
         say(f"retried {plural(count, 'message')} from {dlq}")
+
+
+# -- scheduled, remove --------------------------------------------------------------------------------
+
+SCHEDULED_COLUMNS: list[Column] = [
+    column("message_id", "ID"),
+    ("Due", lambda r: relative_ms(r.get("due")), False),
+    column("period", "Period (ms)", True),
+    column("repeats_left", "Repeats Left", True),
+    column("cron", "Cron"),
+    ("Body", body_preview, False),
+]
+
+
+@click.command()
+@click.argument("destination")
+@click.option("-n", "--limit", type=click.IntRange(1), default=100, show_default=True,
+              help="Show at most this many jobs.")
+@json_option
+def scheduled(destination: str, limit: int, as_json: bool) -> None:
+    """The scheduled messages of DESTINATION, soonest due first: delayed, repeating and cron jobs
+    (send --delay/--period/--repeat/--cron). Cancel one with `remove DESTINATION ID`."""
+    rows = []
+    for row in api().pages(destination_path(destination) + "/scheduled", {"limit": min(limit, 1000)},
+                           rows="messages"):
+        rows.append(row)
+        if len(rows) >= limit:
+            break
+    if as_json:
+        print_json(rows)
+    elif rows:
+        print_table(SCHEDULED_COLUMNS, rows)
+    else:
+        say("no scheduled messages")
+
+
+@click.command()
+@click.argument("destination")
+@click.argument("message_ids", nargs=-1, required=True, metavar="MESSAGE_ID...")
+@json_option
+def remove(destination: str, message_ids: tuple[str, ...], as_json: bool) -> None:
+    """Remove messages of DESTINATION by id (in flight too), or cancel scheduled jobs: no further
+    deliveries (DELETE …/messages/<id>, admin). One call per id: when one is refused, the error says how
+    many were removed before it."""
+    client, path, done = api(), destination_path(destination), 0
+    where = destination if "://" in destination else f"queue://{destination}"
+    for message_id in message_ids:
+        try:
+            client.call("DELETE", f"{path}/messages/{quote(message_id, safe='')}")
+        except Failure as e:
+            if done:
+                e.message += f" (after removing {done} of {plural(len(message_ids), 'message')})"
+            raise
+        done += 1
+    if as_json:
+        print_json({"removed": done, "destination": where})
+    else:
+        say(f"removed {plural(done, 'message')} from {where}")
 
 
 # -- groups, consumers --------------------------------------------------------------------------------
