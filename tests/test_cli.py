@@ -971,6 +971,12 @@ def test_output_that_cannot_be_written_is_one_line_and_the_message_goes_back(ser
     assert (stats(home, server, q)["queue_size"], stats(home, server, q)["dequeued"]) == (1, 0)
     failed(to_full("stat", q, "--json"), 1, "cannot write to standard output")
     failed(to_full("browse", q), 1, "cannot write to standard output")
+    # a command that changed something says that it did: only its report is lost (a script taking the
+    # error for a failed send would send again)
+    failed(to_full("send", q, "again"), 1, "sent ID:", f"to queue://{q}, but cannot write to standard output")
+    failed(to_full("send", q, "more", "--json"), 1, "sent ID:", "but cannot write")
+    assert stats(home, server, q)["queue_size"] == 3
+    failed(to_full("purge", q), 1, f"purged 3 messages from queue://{q}, but cannot write")
 
 
 def test_commands_reading_standard_input_when_it_is_closed(server, home):

@@ -23,6 +23,7 @@ from signalbox.cli.output import (
     print_json,
     print_table,
     relative_ms,
+    report_done,
     say,
 )
 from signalbox.cli.params import WATCH_SECONDS
@@ -191,11 +192,8 @@ def run_watch(fetch: Any, show: Any, every: float, times: int | None, as_json: b
 def purge(destination: str, as_json: bool) -> None:
     """Remove every message of DESTINATION: pending, parked and in flight (ActiveMQ's purge; docs/api.md)."""
     answer = api().call("POST", destination_path(destination) + "/purge")
-    if as_json:
-        print_json(answer)
-    else:
-        where = answer.get("destination", destination)
-        say(f"purged {plural(answer.get('removed', 0), 'message')} from {where}")
+    where = answer.get("destination", destination)
+    report_done(as_json, answer, f"purged {plural(answer.get('removed', 0), 'message')} from {where}")
 
 
 @click.command()
@@ -214,11 +212,8 @@ def delete(destination: str, yes: bool, as_json: bool) -> None:
                              default=False, err=True):
             raise Failure(f"{destination} not deleted", USAGE)
     answer = api().call("DELETE", path)
-    if as_json:
-        print_json(answer)
-    else:
-        where = destination if "://" in destination else f"queue://{destination}"
-        say(f"deleted {where}: {plural(answer.get('removed', 0), 'message')} removed")
+    where = destination if "://" in destination else f"queue://{destination}"
+    report_done(as_json, answer, f"deleted {where}: {plural(answer.get('removed', 0), 'message')} removed")
 
 
 def message_ids_option(verb: str) -> Any:
@@ -264,10 +259,8 @@ def move(source: str, target: str, selector: str | None, limit: int | None, mess
         if limit:
             body["limit"] = limit
         count = client.call("POST", f"{path}/{verb}-matching", json=body)["count"]
-    if as_json:
-        print_json({"count": count, "source": source, "target": target})
-    else:
-        say(f"{'copied' if copy else 'moved'} {plural(count, 'message')} from {source} to {target}")
+    report_done(as_json, {"count": count, "source": source, "target": target},
+                f"{'copied' if copy else 'moved'} {plural(count, 'message')} from {source} to {target}")
 
 
 @click.command("retry-dlq")
@@ -285,10 +278,7 @@ def retry_dlq(dlq: str, selector: str | None, message_ids: tuple[str, ...], as_j
         count = by_id(path, message_ids, "retry", "retrying")
     else:
         count = client.call("POST", f"{path}/retry-matching", json={"selector": selector or ""})["count"]
-    if as_json:
-        print_json({"count": count, "dlq": dlq})
-    else:
-        say(f"retried {plural(count, 'message')} from {dlq}")
+    report_done(as_json, {"count": count, "dlq": dlq}, f"retried {plural(count, 'message')} from {dlq}")
 
 
 # -- scheduled, remove --------------------------------------------------------------------------------
@@ -343,10 +333,8 @@ def remove(destination: str, message_ids: tuple[str, ...], as_json: bool) -> Non
                 e.message += f" (after removing {done} of {plural(len(message_ids), 'message')})"
             raise
         done += 1
-    if as_json:
-        print_json({"removed": done, "destination": where})
-    else:
-        say(f"removed {plural(done, 'message')} from {where}")
+    report_done(as_json, {"removed": done, "destination": where},
+                f"removed {plural(done, 'message')} from {where}")
 
 
 # -- groups, consumers --------------------------------------------------------------------------------
@@ -378,10 +366,7 @@ def groups_list(destination: str, as_json: bool) -> None:
 def groups_reset(destination: str, group: str, as_json: bool) -> None:
     """Free GROUP (removeMessageGroup): its next message picks an owner again."""
     answer = api().call("DELETE", f"{destination_path(destination)}/groups/{quote(group, safe='')}")
-    if as_json:
-        print_json(answer)
-    else:
-        say(f"reset group {group} of {destination}")
+    report_done(as_json, answer, f"reset group {group} of {destination}")
 
 
 @groups.command("remove-all")
@@ -390,10 +375,8 @@ def groups_reset(destination: str, group: str, as_json: bool) -> None:
 def groups_remove_all(destination: str, as_json: bool) -> None:
     """Free every message group of DESTINATION (removeAllMessageGroups)."""
     answer = api().call("DELETE", destination_path(destination) + "/groups")
-    if as_json:
-        print_json(answer)
-    else:
-        say(f"removed {plural(answer.get('count', 0), 'message group')} of {destination}")
+    report_done(as_json, answer,
+                f"removed {plural(answer.get('count', 0), 'message group')} of {destination}")
 
 
 CONSUMER_COLUMNS: list[Column] = [

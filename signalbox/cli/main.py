@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 from typing import Any
@@ -12,7 +11,7 @@ import click
 from signalbox.cli import admin, messaging
 from signalbox.cli.api import Session
 from signalbox.cli.errors import API_ERROR, INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted
-from signalbox.cli.output import CLOSED_AT_START, print_json, say
+from signalbox.cli.output import CLOSED_AT_START, UNWRITABLE, print_json, say
 from signalbox.cli.params import Seconds
 
 
@@ -31,9 +30,6 @@ def show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> No
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-
-# what writing to a file that cannot take more says (a full disk, a quota, a file size limit)
-UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
 

@@ -27,7 +27,7 @@ from signalbox.cli.output import (
     plural,
     print_json,
     print_table,
-    say,
+    report_done,
 )
 from signalbox.cli.params import LEASE, MILLIS, PROPERTY, Seconds
 
@@ -155,17 +155,12 @@ def send(destination: str, body: str | None, file: str | None, properties: tuple
             result["statuses"] += answer["statuses"]
             result["destinations"] = answer["destinations"]
             advance(n)
-    if as_json:
-        print_json(result)
-        return
     where = ", ".join(result["destinations"])
     tally = Counter(result["statuses"])
     others = ", ".join(f"{n} {status}" for status, n in sorted(tally.items()))
     note = "" if set(tally) <= {"ok"} else f" ({others})"
-    if count == 1:
-        say(f"sent {result['message_ids'][0]} to {where}{note}")
-    else:
-        say(f"sent {count} messages to {where}{note}")
+    what = result["message_ids"][0] if count == 1 else f"{count} messages"
+    report_done(as_json, result, f"sent {what} to {where}{note}")
 
 
 @contextlib.contextmanager

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
+
+from signalbox.cli.errors import Failure
 
 # A column: heading, how to get the cell from a row, and whether it is a number (right-aligned).
 Column = tuple[str, Callable[[dict[str, Any]], Any], bool]
@@ -77,6 +81,27 @@ def print_table(columns: Sequence[Column], rows: Iterable[dict[str, Any]], title
 def say(text: str) -> None:
     """A human summary line (stdout; --json prints data instead): one line however long, for grep."""
     console().print(text, highlight=False, markup=False, soft_wrap=True)
+
+
+# what writing to a file that cannot take more says (a full disk, a quota, a file size limit)
+UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def report_done(as_json: bool, data: Any, summary: str) -> None:
+    """The outcome of a command that changed something: `data` as JSON, or the `summary` line. When
+    standard output cannot take it (a full disk), the one error line says the change was made: only the
+    report is lost (a script taking it for a failed send would send again)."""
+    try:
+        if as_json:
+            print_json(data)
+        else:
+            say(summary)
+        sys.stdout.flush()
+    except OSError as e:
+        if e.errno not in UNWRITABLE:
+            raise
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - (what is left buffered goes nowhere at exit)
+        raise Failure(f"{summary}, but cannot write to standard output: {e.strerror}") from None
 
 
 def plural(count: int, noun: str) -> str:
