@@ -11,9 +11,9 @@ import click
 
 from signalbox.cli.api import api, destination_path, waiting_out_outages
 from signalbox.cli.errors import USAGE, Failure
-from signalbox.cli.messaging import body_preview
 from signalbox.cli.output import (
     Column,
+    body_preview,
     build_table,
     cell,
     column,

@@ -21,6 +21,7 @@ from signalbox.cli.api import Api, api, destination_path, waiting_out_outages
 from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted, on_sigterm
 from signalbox.cli.output import (
     CLOSED_AT_START,
+    body_preview,
     console,
     err_console,
     json_option,
@@ -361,13 +362,6 @@ def close_consumer(client: Api, base: str) -> str | None:
 
 
 # -- browse -------------------------------------------------------------------------------------------
-
-def body_preview(message: dict[str, Any], width: int = 60) -> str:
-    if message.get("body") is None and message.get("body_base64") is not None:
-        return f"<{len(base64.b64decode(message['body_base64']))} bytes>"
-    text = (message.get("body") or "").replace("\n", "\\n")
-    return text if len(text) <= width else text[:width - 1] + "…"
-
 
 BROWSE_COLUMNS = [
     ("ID", lambda m: m["message_id"], False),

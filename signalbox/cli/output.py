@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import errno
 import functools
 import json
@@ -106,6 +107,13 @@ def report_done(as_json: bool, data: Any, summary: str) -> None:
 
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def body_preview(message: dict[str, Any], width: int = 60) -> str:
+    if message.get("body") is None and message.get("body_base64") is not None:
+        return f"<{len(base64.b64decode(message['body_base64']))} bytes>"
+    text = (message.get("body") or "").replace("\n", "\\n")
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def relative_ms(epoch_ms: int | None) -> str:
