@@ -112,7 +112,7 @@ def send_path(destination: str) -> tuple[str, dict[str, str] | None]:
 @click.option("-n", "--count", type=click.IntRange(1), default=1, show_default=True,
               help="Send the message this many times (in batches, with a progress bar on a terminal).")
 @click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=100, show_default=True,
-              help="Messages per request with --count.")
+              help="Messages per request with --count (halved while over the server's request limit).")
 @json_option
 def send(destination: str, body: str | None, file: str | None, properties: tuple[tuple[str, Any], ...],
          priority: int | None, ttl: int | None, delay: int | None, period: int | None, repeat: int | None,
@@ -121,7 +121,8 @@ def send(destination: str, body: str | None, file: str | None, properties: tuple
          content_type: str | None, non_persistent: bool, count: int, batch: int, as_json: bool) -> None:
     """Send a message to DESTINATION (a queue, queue://name, topic://name, or a composite A,B).
 
-    The body is BODY, a file (--file), or standard input."""
+    The body is BODY, a file (--file), or standard input when neither is given (an empty one is refused
+    then; --file - or '' sends an empty body)."""
     fields = {"priority": priority, "ttl": ttl, "delay": delay, "period": period, "repeat": repeat,
               "cron": cron, "correlation_id": correlation_id,
               "type": type_, "reply_to": reply_to, "group_id": group, "group_seq": group_seq,
