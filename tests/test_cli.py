@@ -205,6 +205,10 @@ def test_config_and_usage_mistakes_exit_2(home):
            "'orders' is not a number of seconds", "stat orders --watch")
     failed(run(home, "http://127.0.0.1:1", "stat", "--watch", "0.1"), 2, "0.2")
     failed(run(home, "http://127.0.0.1:1", "stat", "--times", "3"), 2, "give --watch too")
+    # the list's filters do nothing with one destination: said, not ignored
+    for option in (["--kind", "topic"], ["--search", "x"], ["--sort", "-queue_size"]):
+        failed(run(home, "http://127.0.0.1:1", "stat", "orders", *option), 2, f"'{option[0]}'",
+               "without DESTINATION")
     failed(run(home, "http://127.0.0.1:1", "receive"), 2, "Missing argument 'DESTINATION'")
     assert "Exit codes" in ok(run(home, None, "--help"))
 

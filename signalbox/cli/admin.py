@@ -105,6 +105,11 @@ def stat(destination: str | None, kind: str | None, search: str | None, sort: st
     if times is not None and watch is None:
         raise click.UsageError("--times counts the refreshes of --watch: give --watch too")
     if destination is not None:
+        ctx = click.get_current_context()
+        for name in ("kind", "search", "sort"):  # (the list's filters: with one destination, nothing to do)
+            if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE:
+                raise click.UsageError(f"'--{name}' is for the list of destinations (stat without "
+                                       f"DESTINATION), not for {destination}")
         def fetch() -> Any:
             detail = api().call("GET", destination_path(destination))
             return {k: v for k, v in detail.items() if k != "policy"} if not as_json else detail
