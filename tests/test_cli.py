@@ -136,7 +136,7 @@ def test_the_console_script_names_the_command_group():
     from signalbox.cli import app
 
     assert set(app.commands) == {"send", "receive", "consume", "browse", "stat", "purge", "delete", "move",
-                                 "retry-dlq", "groups", "consumers", "token"}
+                                 "retry-dlq", "groups", "consumers", "scheduled", "remove", "token"}
     assert set(app.commands["groups"].commands) == {"list", "reset", "remove-all"}
 
 
@@ -166,7 +166,15 @@ def test_config_and_usage_mistakes_exit_2(home):
     failed(run(home, None, "--config", str(bad), "stat"), 2, "bad.toml")
     failed(run(home, "ftp://host", "stat"), 2, "must start with http:// or https://")
     failed(run(home, "http://127.0.0.1:1", "send", "mqtt://x", "body"), 2, "queue:// or topic://")
+    # a composite is for send alone: elsewhere it is named as such, not as a server's internal hint
+    for command in (["receive"], ["browse"], ["stat"], ["purge"], ["groups", "list"], ["consumers"]):
+        failed(run(home, "http://127.0.0.1:1", *command, "a,topic://b"), 2, "'a,topic://b'",
+               "a composite destination (A,B) is for send only")
+    failed(run(home, "http://127.0.0.1:1", "move", "a,b", "c"), 2, "for send only")
     failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", "novalue", "body"), 2, "NAME=VALUE")
+    # a property given twice would keep only its last value, unsaid
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", "n=1", "-p", "n:=2", "body"), 2,
+           "property 'n' is given twice")
     # Python's JSON reader takes NaN and Infinity, and 1e400 overflows to infinity: none is a JSON number
     for value in ("NaN", "-Infinity", "1e400", '{"type": "double", "value": NaN}'):
         failed(run(home, "http://127.0.0.1:1", "send", "q", "-p", f"n:={value}", "body"), 2, "--property",
@@ -197,8 +205,54 @@ def test_config_and_usage_mistakes_exit_2(home):
            "'orders' is not a number of seconds", "stat orders --watch")
     failed(run(home, "http://127.0.0.1:1", "stat", "--watch", "0.1"), 2, "0.2")
     failed(run(home, "http://127.0.0.1:1", "stat", "--times", "3"), 2, "give --watch too")
+    # the list's filters do nothing with one destination: said, not ignored
+    for option in (["--kind", "topic"], ["--search", "x"], ["--sort", "-queue_size"]):
+        failed(run(home, "http://127.0.0.1:1", "stat", "orders", *option), 2, f"'{option[0]}'",
+               "without DESTINATION")
     failed(run(home, "http://127.0.0.1:1", "receive"), 2, "Missing argument 'DESTINATION'")
     assert "Exit codes" in ok(run(home, None, "--help"))
+
+
+def test_numbers_that_are_not_finite_or_too_big_are_usage_errors(home):
+    """NaN, infinity and numbers past a float's range are refused by name (exit 2), wherever they are
+    given, rather than ending in a traceback from the HTTP client, `time.sleep` or `int(float(...))`."""
+    bad = home / "bad.toml"
+    for value in ("nan", "inf"):
+        failed(run(home, "http://127.0.0.1:1", "--timeout", value, "stat"), 2, "'--timeout'", value)
+        failed(run(home, "http://127.0.0.1:1", "stat", SIGNALBOX_TIMEOUT=value), 2,
+               "timeout from SIGNALBOX_TIMEOUT")
+        bad.write_text(f"timeout = {value}\n")
+        failed(run(home, "http://127.0.0.1:1", "--config", str(bad), "stat"), 2, "timeout from", "bad.toml")
+        failed(run(home, "http://127.0.0.1:1", "receive", "q", "--wait", value), 2, "'--wait'", value)
+        failed(run(home, "http://127.0.0.1:1", "stat", "--watch", value, "--times", "2"), 2, "'--watch'")
+    huge = "9" * 400
+    for option in ("--ttl", "--delay", "--period"):
+        failed(run(home, "http://127.0.0.1:1", "send", "q", "x", option, f"{huge}d"), 2, f"'{option}'",
+               "too long")
+    failed(run(home, "http://127.0.0.1:1", "receive", "q", "--lease", f"{huge}s"), 2, "'--lease'",
+           "not between 1s and 1h")
+    # a time to live of half a millisecond would be sent as 0, which is "never expires"
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "x", "--ttl", "0.5"), 2, "'--ttl'", "1 ms")
+
+
+def test_a_connection_flag_after_the_command_says_where_it_goes(home):
+    """`signalbox send q x --token T` is a natural thing to type: the error says the flag goes before the
+    command, rather than suggesting --cron or --times."""
+    failed(run(home, "http://127.0.0.1:1", "send", "q", "x", "--token", "abc"), 2, "'--token'",
+           "before the command", "signalbox --token ... send")
+    line = failed(run(home, "http://127.0.0.1:1", "stat", "--timeout=3"), 2, "'--timeout'",
+                  "signalbox --timeout ... stat")
+    assert "--times" not in line
+    failed(run(home, "http://127.0.0.1:1", "groups", "list", "q", "--url", "http://x"), 2,
+           "signalbox --url ... groups list")
+
+
+def test_an_empty_connection_flag_is_refused_by_name(home):
+    """`--token "$TOKEN"` with TOKEN unset gives an empty flag, which overrides the environment and the
+    file: it is named, rather than a 401 saying to give --token (or, for --url, a URL error)."""
+    failed(run(home, "http://127.0.0.1:1", "--token", "", "stat"), 2, "--token is empty")
+    failed(run(home, "http://127.0.0.1:1", "--url", " ", "stat"), 2, "--url is empty")
+    failed(run(home, "http://127.0.0.1:1", "--config", "", "stat"), 2, "--config is empty")
 
 
 def test_ctrl_c_in_any_command_is_one_line_and_130(home):
@@ -365,6 +419,32 @@ def test_a_body_too_large_for_a_request_names_the_limit_and_its_setting(server, 
            "413 request_too_large", "16777216 bytes", "SIGNALBOX_MAX_REQUEST_BYTES")
 
 
+def test_send_count_splits_a_batch_too_large_for_one_request(server, home):
+    """60 copies of 400 KB are 24 MB in one request of the default batch (100), past the server's 16 MiB:
+    each message fits, so the batch is split (a refused request stores nothing) rather than the send
+    failing on a limit the one message is far from."""
+    q = unique("cli.bigbatch")
+    (home / "body").write_bytes(b"a" * 400_000)
+    assert ok(run(home, server, "send", q, "--file", str(home / "body"), "--count", "60")) == (
+        f"sent 60 messages to queue://{q}\n")
+    assert stats(home, server, q)["enqueued"] == 60
+    # one message over the limit is still refused, naming it
+    (home / "body").write_bytes(os.urandom(12 * 1024 * 1024 + 1))
+    failed(run(home, server, "send", q, "--file", str(home / "body"), "--count", "2"), 1, "413")
+    assert stats(home, server, q)["enqueued"] == 60
+
+
+def test_an_empty_standard_input_sends_nothing_unless_asked_for(server, home):
+    """`producer | signalbox send q` when the producer failed, or a cron job with no input: an empty
+    standard input read because no body was given is refused (exit 2, nothing sent); `--file -` and ''
+    send an empty body on purpose."""
+    q = unique("cli.empty")
+    failed(run(home, server, "send", q, input=b""), 2, "standard input was empty", "--file -")
+    ok(run(home, server, "send", q, "--file", "-", input=b""))
+    ok(run(home, server, "send", q, ""))
+    assert [m["body"] for m in as_json(run(home, server, "browse", q, "--json"))] == ["", ""]
+
+
 @pytest.mark.e2e
 def test_a_composite_send_reaches_every_part(server, home):
     a, b = unique("cli.comp"), unique("cli.comp")
@@ -388,6 +468,8 @@ def test_follow_until_ctrl_c_then_the_consumer_is_closed(server, home):
         assert stats(home, server, q)["consumer_count"] == 1
         process.send_signal(signal.SIGINT)
         assert process.wait(20) == 130
+        # with --json too, stderr says what it took (the JSON lines are on stdout alone)
+        assert process.stderr.read().decode() == f"received 4 messages from queue://{q} (interrupted)\n"
     after = stats(home, server, q)
     # everything printed acknowledged, and the consumer closed at once (not left to its lease)
     assert (after["dequeued"], after["queue_size"], after["consumer_count"]) == (4, 0, 0)
@@ -548,6 +630,29 @@ def test_follow_waits_for_a_broker_that_restarts(tmp_path, home):
         assert lines[1] == f"received 2 messages from queue://{q} (interrupted)", lines
         after = stats(home, url, q)
         assert (after["dequeued"], after["queue_size"], after["consumer_count"]) == (2, 0, 0)
+
+
+def test_follow_started_while_the_broker_is_away_waits_for_it(tmp_path, home):
+    """A `receive --follow` started (by a service manager, say) while Redis is restarting waits for it as a
+    running one does, rather than ending with the 503 before it had a consumer."""
+    q = unique("cli.startdown")
+    with gateway_on_a_redis_that_restarts(tmp_path, "cli-startdown") as (url, store):
+        ok(run(home, url, "send", q, "before"))
+        store.process.kill()
+        store.process.wait()
+        with running(home, url, "receive", q, "--follow") as process:
+            time.sleep(2)  # its consumer's creation answered 503 a few times
+            assert process.poll() is None, process.stderr.read()
+            store.start()
+            assert process.stdout.readline() == b"before\n"
+            deadline = time.monotonic() + 10
+            while stats(home, url, q)["dequeued"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.1)  # (its ack is on its way)
+            process.send_signal(signal.SIGINT)
+            assert process.wait(20) == 130
+            lines = process.stderr.read().decode().splitlines()
+        assert len(lines) == 2 and "broker_unavailable" in lines[0] and "waiting" in lines[0], lines
+        assert lines[1] == f"received 1 message from queue://{q} (interrupted)", lines
 
 
 @contextlib.contextmanager
@@ -720,6 +825,29 @@ def test_a_schedule_from_the_command_line(server, home):
 
 
 @pytest.mark.e2e
+def test_scheduled_jobs_are_listed_and_cancelled_from_the_command_line(server, home):
+    """A delayed or cron message sent with `send` can be seen (`scheduled`) and cancelled (`remove`, which
+    removes a stored message the same way) without leaving the command line."""
+    q = unique("cli.jobs")
+    def sent(*args: str) -> str:
+        return as_json(run(home, server, "send", q, *args, "--json"))["message_ids"][0]
+
+    later, nightly = sent("later", "--delay", "1h"), sent("nightly", "--cron", "0 3 * * *")
+    stored = sent("now")
+    jobs = as_json(run(home, server, "scheduled", q, "--json"))
+    assert sorted(j["message_id"] for j in jobs) == sorted([later, nightly])
+    table = ok(run(home, server, "scheduled", q))
+    assert nightly in table and "0 3 * * *" in table, table
+    assert any(f"in {n} s" in table for n in (3598, 3599, 3600)), table  # (the delayed one's due time)
+    assert ok(run(home, server, "remove", q, nightly, stored)) == f"removed 2 messages from queue://{q}\n"
+    assert [j["message_id"] for j in as_json(run(home, server, "scheduled", q, "--json"))] == [later]
+    assert stats(home, server, q)["queue_size"] == 0
+    failed(run(home, server, "remove", q, later, "ID:nothing"), 1, "unknown_message", "ID:nothing",
+           "after removing 1 of 2 messages")
+    assert "no scheduled messages" in ok(run(home, server, "scheduled", q))
+
+
+@pytest.mark.e2e
 def test_groups_and_consumers(server, home):
     q = unique("cli.groups")
     for group in ("g1", "g2", "g3"):
@@ -819,6 +947,57 @@ def test_a_send_with_stdout_closed_sends_and_succeeds(server, home):
     assert stats(home, server, q)["queue_size"] == 1
 
 
+def test_a_receive_with_stdout_closed_takes_nothing(server, home):
+    """`signalbox receive q >&-`: there is nowhere to print, so no message is taken (and acknowledged
+    into nothing): one line and exit 2, the message still on the queue."""
+    q = unique("cli.closedout")
+    ok(run(home, server, "send", q, "keep me"))
+    result = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", *CLI, "receive", q], cwd=ROOT,
+                            env=cli_env(home, server), stdin=subprocess.DEVNULL, capture_output=True,
+                            text=True, timeout=120)
+    failed(result, 2, "standard output is closed")
+    assert (stats(home, server, q)["queue_size"], stats(home, server, q)["dequeued"]) == (1, 0)
+
+
+def test_output_that_cannot_be_written_is_one_line_and_the_message_goes_back(server, home):
+    """`receive q --json > out.jsonl` on a full disk (here /dev/full): one line and exit 1, not a
+    traceback, and the message it could not write is not acknowledged: it is still on the queue."""
+    q = unique("cli.full")
+    ok(run(home, server, "send", q, "keep me"))
+
+    def to_full(*args: str) -> subprocess.CompletedProcess[str]:
+        with open("/dev/full", "wb") as full:
+            return subprocess.run([*CLI, *args], cwd=ROOT, env=cli_env(home, server),
+                                  stdin=subprocess.DEVNULL, stdout=full, stderr=subprocess.PIPE, text=True,
+                                  timeout=120)
+
+    failed(to_full("receive", q, "--json"), 1, "cannot write to standard output", "No space left")
+    assert (stats(home, server, q)["queue_size"], stats(home, server, q)["dequeued"]) == (1, 0)
+    failed(to_full("stat", q, "--json"), 1, "cannot write to standard output")
+    failed(to_full("browse", q), 1, "cannot write to standard output")
+    # a command that changed something says that it did: only its report is lost (a script taking the
+    # error for a failed send would send again)
+    failed(to_full("send", q, "again"), 1, "sent ID:", f"to queue://{q}, but cannot write to standard output")
+    failed(to_full("send", q, "more", "--json"), 1, "sent ID:", "but cannot write")
+    assert stats(home, server, q)["queue_size"] == 3
+    failed(to_full("purge", q), 1, f"purged 3 messages from queue://{q}, but cannot write")
+
+
+def test_commands_reading_standard_input_when_it_is_closed(server, home):
+    """`signalbox send q <&-` (stdin closed: Python has None there) reads an empty input, as from
+    /dev/null: one line and exit 2, not a traceback; `token` and `delete` the same."""
+
+    def closed_stdin(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", 'exec "$@" <&-', "sh", *CLI, *args], cwd=ROOT,
+                              env=cli_env(home, server), capture_output=True, text=True, timeout=120)
+
+    q = unique("cli.nostdin")
+    failed(closed_stdin("send", q), 2, "standard input was empty")
+    failed(closed_stdin("delete", q), 2, "give --yes")
+    failed(closed_stdin("token", "-u", "alice", "--password-stdin"), 1, "password")
+    failed(closed_stdin("token", "-u", "alice"), 2, "give --password-stdin")
+
+
 def test_stat_of_a_queue_shows_no_topic_rows(server, home):
     """A queue has no subscriptions: its detail shows neither a topic's counters nor "no subscriptions"
     (the API's queue answer carries those keys, empty)."""
@@ -828,6 +1007,8 @@ def test_stat_of_a_queue_shows_no_topic_rows(server, home):
     assert "queue_size" in table and "consumer_count" in table, table
     for topic_only in ("subscription", "durable_active", "durable_offline"):
         assert topic_only not in table, table
+    # a yes/no as the other tables show one, not Python's False
+    assert ["paused", "no"] in [line.split() for line in table.splitlines()], table
 
 
 @pytest.mark.e2e
@@ -901,14 +1082,20 @@ def test_api_errors_are_one_line_with_exit_code_1(server, home):
     failed(run(home, server, "send", "bad name", "x"), 1, "invalid_destination", "whitespace")
     failed(run(home, server, "send", q, "x", "-p", "big:={\"type\": \"long\"}"), 1, "invalid_message",
            "properties.big")
-    failed(run(home, server, "stat", token="0" * 40), 1, "401", "Invalid token")
+    # a refused token is named by where it came from: a stale variable is not hunted for in the file
+    failed(run(home, server, "stat", token="0" * 40), 1, "401", "Invalid token",
+           "(the token from SIGNALBOX_TOKEN)")
     failed(run(home, server, "stat", token=None), 1, "401", "no token: give --token, SIGNALBOX_TOKEN")
     # a token from the config file; a flag overrides it
     (home / "config" / "signalbox").mkdir()
     (home / "config" / "signalbox" / "cli.toml").write_text(f'token = "{ALICE_TOKEN}"\n')
     assert stats(home, server, q)["queue_size"] == 1
     ok(run(home, server, "stat", q, token=None))
-    failed(run(home, server, "--token", "0" * 40, "stat", q, token=None), 1, "401")
+    failed(run(home, server, "--token", "0" * 40, "stat", q, token=None), 1, "401",
+           "(the token from --token)")
+    (home / "config" / "signalbox" / "cli.toml").write_text(f'token = "{"0" * 40}"\n')
+    failed(run(home, server, "stat", q, token=None), 1, "401",
+           f"(the token from {home / 'config' / 'signalbox' / 'cli.toml'})")
     # bob may read and write queue://bob.> only; he gets his token with his password
     bob = ok(run(home, server, "token", "-u", "bob", "--password-stdin", input="secret\n",
                  token=None)).strip()

@@ -1,4 +1,4 @@
-"""stat, purge, delete, move, retry-dlq, groups and consumers: the operator's commands."""
+"""stat, purge, delete, move, retry-dlq, groups, consumers, scheduled and remove: the operator's commands."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from signalbox.cli.api import api, destination_path, waiting_out_outages
 from signalbox.cli.errors import USAGE, Failure
 from signalbox.cli.output import (
     Column,
+    body_preview,
     build_table,
+    cell,
     column,
     console,
     json_option,
@@ -21,6 +23,7 @@ from signalbox.cli.output import (
     print_json,
     print_table,
     relative_ms,
+    report_done,
     say,
 )
 from signalbox.cli.params import WATCH_SECONDS
@@ -102,6 +105,11 @@ def stat(destination: str | None, kind: str | None, search: str | None, sort: st
     if times is not None and watch is None:
         raise click.UsageError("--times counts the refreshes of --watch: give --watch too")
     if destination is not None:
+        ctx = click.get_current_context()
+        for name in ("kind", "search", "sort"):  # (the list's filters: with one destination, nothing to do)
+            if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE:
+                raise click.UsageError(f"'--{name}' is for the list of destinations (stat without "
+                                       f"DESTINATION), not for {destination}")
         def fetch() -> Any:
             detail = api().call("GET", destination_path(destination))
             return {k: v for k, v in detail.items() if k != "policy"} if not as_json else detail
@@ -143,7 +151,7 @@ def detail_table(data: dict[str, Any], keys: list[str]) -> Any:
     table.add_column()
     for key in keys:
         if key in data:
-            table.add_row(key, Text(str(data[key])))  # (Text: a name's brackets are not markup)
+            table.add_row(key, Text(cell(data[key])))  # (Text: a name's brackets are not markup)
     return table
 
 
@@ -189,11 +197,8 @@ def run_watch(fetch: Any, show: Any, every: float, times: int | None, as_json: b
 def purge(destination: str, as_json: bool) -> None:
     """Remove every message of DESTINATION: pending, parked and in flight (ActiveMQ's purge; docs/api.md)."""
     answer = api().call("POST", destination_path(destination) + "/purge")
-    if as_json:
-        print_json(answer)
-    else:
-        where = answer.get("destination", destination)
-        say(f"purged {plural(answer.get('removed', 0), 'message')} from {where}")
+    where = answer.get("destination", destination)
+    report_done(as_json, answer, f"purged {plural(answer.get('removed', 0), 'message')} from {where}")
 
 
 @click.command()
@@ -212,11 +217,8 @@ def delete(destination: str, yes: bool, as_json: bool) -> None:
                              default=False, err=True):
             raise Failure(f"{destination} not deleted", USAGE)
     answer = api().call("DELETE", path)
-    if as_json:
-        print_json(answer)
-    else:
-        where = destination if "://" in destination else f"queue://{destination}"
-        say(f"deleted {where}: {plural(answer.get('removed', 0), 'message')} removed")
+    where = destination if "://" in destination else f"queue://{destination}"
+    report_done(as_json, answer, f"deleted {where}: {plural(answer.get('removed', 0), 'message')} removed")
 
 
 def message_ids_option(verb: str) -> Any:
@@ -262,10 +264,8 @@ def move(source: str, target: str, selector: str | None, limit: int | None, mess
         if limit:
             body["limit"] = limit
         count = client.call("POST", f"{path}/{verb}-matching", json=body)["count"]
-    if as_json:
-        print_json({"count": count, "source": source, "target": target})
-    else:
-        say(f"{'copied' if copy else 'moved'} {plural(count, 'message')} from {source} to {target}")
+    report_done(as_json, {"count": count, "source": source, "target": target},
+                f"{'copied' if copy else 'moved'} {plural(count, 'message')} from {source} to {target}")
 
 
 @click.command("retry-dlq")
@@ -283,10 +283,63 @@ def retry_dlq(dlq: str, selector: str | None, message_ids: tuple[str, ...], as_j
         count = by_id(path, message_ids, "retry", "retrying")
     else:
         count = client.call("POST", f"{path}/retry-matching", json={"selector": selector or ""})["count"]
+    report_done(as_json, {"count": count, "dlq": dlq}, f"retried {plural(count, 'message')} from {dlq}")
+
+
+# -- scheduled, remove --------------------------------------------------------------------------------
+
+SCHEDULED_COLUMNS: list[Column] = [
+    column("message_id", "ID"),
+    ("Due", lambda r: relative_ms(r.get("due")), False),
+    column("period", "Period (ms)", True),
+    column("repeats_left", "Repeats Left", True),
+    column("cron", "Cron"),
+    ("Body", body_preview, False),
+]
+
+
+@click.command()
+@click.argument("destination")
+@click.option("-n", "--limit", type=click.IntRange(1), default=100, show_default=True,
+              help="Show at most this many jobs.")
+@json_option
+def scheduled(destination: str, limit: int, as_json: bool) -> None:
+    """The scheduled messages of DESTINATION, soonest due first: delayed, repeating and cron jobs
+    (send --delay/--period/--repeat/--cron). Cancel one with `remove DESTINATION ID`."""
+    rows = []
+    for row in api().pages(destination_path(destination) + "/scheduled", {"limit": min(limit, 1000)},
+                           rows="messages"):
+        rows.append(row)
+        if len(rows) >= limit:
+            break
     if as_json:
-        print_json({"count": count, "dlq": dlq})
+        print_json(rows)
+    elif rows:
+        print_table(SCHEDULED_COLUMNS, rows)
     else:
-        say(f"retried {plural(count, 'message')} from {dlq}")
+        say("no scheduled messages")
+
+
+@click.command()
+@click.argument("destination")
+@click.argument("message_ids", nargs=-1, required=True, metavar="MESSAGE_ID...")
+@json_option
+def remove(destination: str, message_ids: tuple[str, ...], as_json: bool) -> None:
+    """Remove messages of DESTINATION by id (in flight too), or cancel scheduled jobs: no further
+    deliveries (DELETE …/messages/<id>, admin). One call per id: when one is refused, the error says how
+    many were removed before it."""
+    client, path, done = api(), destination_path(destination), 0
+    where = destination if "://" in destination else f"queue://{destination}"
+    for message_id in message_ids:
+        try:
+            client.call("DELETE", f"{path}/messages/{quote(message_id, safe='')}")
+        except Failure as e:
+            if done:
+                e.message += f" (after removing {done} of {plural(len(message_ids), 'message')})"
+            raise
+        done += 1
+    report_done(as_json, {"removed": done, "destination": where},
+                f"removed {plural(done, 'message')} from {where}")
 
 
 # -- groups, consumers --------------------------------------------------------------------------------
@@ -318,10 +371,7 @@ def groups_list(destination: str, as_json: bool) -> None:
 def groups_reset(destination: str, group: str, as_json: bool) -> None:
     """Free GROUP (removeMessageGroup): its next message picks an owner again."""
     answer = api().call("DELETE", f"{destination_path(destination)}/groups/{quote(group, safe='')}")
-    if as_json:
-        print_json(answer)
-    else:
-        say(f"reset group {group} of {destination}")
+    report_done(as_json, answer, f"reset group {group} of {destination}")
 
 
 @groups.command("remove-all")
@@ -330,10 +380,8 @@ def groups_reset(destination: str, group: str, as_json: bool) -> None:
 def groups_remove_all(destination: str, as_json: bool) -> None:
     """Free every message group of DESTINATION (removeAllMessageGroups)."""
     answer = api().call("DELETE", destination_path(destination) + "/groups")
-    if as_json:
-        print_json(answer)
-    else:
-        say(f"removed {plural(answer.get('count', 0), 'message group')} of {destination}")
+    report_done(as_json, answer,
+                f"removed {plural(answer.get('count', 0), 'message group')} of {destination}")
 
 
 CONSUMER_COLUMNS: list[Column] = [

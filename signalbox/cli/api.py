@@ -22,6 +22,9 @@ SCHEMES = {"queue://": "queues", "topic://": "topics"}
 def destination_path(text: str) -> str:
     """`orders` or `queue://orders` -> /api/v1/queues/orders; `topic://prices` -> /api/v1/topics/prices.
     The name itself is checked by the server."""
+    if "," in text:  # (never in a name: the server's refusal would name its own function)
+        raise Failure(f"destination {text!r}: a composite destination (A,B) is for send only; give one "
+                      "destination", USAGE)
     kind, name = "queues", text
     for scheme, plural in SCHEMES.items():
         if text.startswith(scheme):
@@ -39,8 +42,9 @@ def destination_path(text: str) -> str:
         raise Failure(f"destination {text!r} is not UTF-8 text", USAGE) from None
 
 
-def problem_message(response: httpx.Response, has_token: bool) -> tuple[str, dict[str, Any] | None]:
-    """One line from an error answer: the problem's title, status, code and detail (RFC 9457)."""
+def problem_message(response: httpx.Response, token_from: str | None) -> tuple[str, dict[str, Any] | None]:
+    """One line from an error answer: the problem's title, status, code and detail (RFC 9457). A 401
+    says where the token came from (`token_from`: a flag, variable or file; None: no token)."""
     try:
         body = response.json()
     except ValueError:
@@ -53,8 +57,10 @@ def problem_message(response: httpx.Response, has_token: bool) -> tuple[str, dic
     message = f"{title} ({status}{' ' + code if code else ''})"
     if body.get("detail") and body["detail"] != title:
         message += f": {body['detail']}"
-    if status == 401 and not has_token:
+    if status == 401 and token_from is None:
         message += " (no token: give --token, SIGNALBOX_TOKEN or token in the config file)"
+    elif status == 401:  # (the three places are read in turn: a stale one may hide the one meant)
+        message += f" (the token from {token_from})"
     retry_after = response.headers.get("Retry-After")
     if retry_after:
         message += f" (retry after {retry_after} s)"
@@ -118,7 +124,8 @@ class Api:
         except httpx.TransportError as e:
             raise Failure(f"cannot reach Signalbox at {url}: {e or type(e).__name__}", UNREACHABLE) from None
         if response.status_code >= 400:
-            message, body = problem_message(response, bool(self.settings.token))
+            token_from = self.settings.source["token"] if self.settings.token else None
+            message, body = problem_message(response, token_from)
             raise Failure(message, problem=body)
         if not response.content:
             return None

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass
@@ -57,6 +58,8 @@ def read_file(path: Path, explicit: bool) -> dict[str, Any]:
 def resolve(url: str | None, token: str | None, config: str | None, timeout: float | None) -> Settings:
     """Flags override the environment, which overrides the file."""
     env = os.environ
+    if config is not None and not config.strip():  # (else the default file would be read instead)
+        raise Failure("--config is empty", USAGE)
     named = config or env.get("SIGNALBOX_CONFIG")
     path = Path(named).expanduser() if named else default_path()
     data = read_file(path, explicit=bool(named))
@@ -66,6 +69,8 @@ def resolve(url: str | None, token: str | None, config: str | None, timeout: flo
                                          ("token", token, "SIGNALBOX_TOKEN", None),
                                          ("timeout", timeout, "SIGNALBOX_TIMEOUT", DEFAULT_TIMEOUT)):
         if flag is not None:
+            if not str(flag).strip():  # (`--token "$TOKEN"` with TOKEN unset: not "no token, give --token")
+                raise Failure(f"--{key} is empty", USAGE)
             values[key], source[key] = flag, f"--{key}"
         elif env.get(variable):
             values[key], source[key] = env[variable], variable
@@ -78,8 +83,9 @@ def resolve(url: str | None, token: str | None, config: str | None, timeout: flo
     except ValueError:
         raise Failure(f"timeout from {source['timeout']} is not a number: {values['timeout']!r}",
                       USAGE) from None
-    if values["timeout"] <= 0:
-        raise Failure(f"timeout from {source['timeout']} must be above 0", USAGE)
+    if not 0 < values["timeout"] < math.inf:  # (nan too: the HTTP client would end in a traceback)
+        raise Failure(f"timeout from {source['timeout']} must be a number above 0, got {values['timeout']}",
+                      USAGE)
     # Read from a file a URL or token keeps its line end, pasted it may gain a space: neither has
     # whitespace of its own, and in a header or URL it is refused by the HTTP client (as an unreachable
     # server, or with a traceback).

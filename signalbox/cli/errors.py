@@ -2,7 +2,8 @@
 
     0  done
     1  the API refused (an HTTP error: its problem's title and detail are printed); also click's code
-       when the reader of a pipe goes away (`signalbox receive q -n 100 | head -1`)
+       when the reader of a pipe goes away (`signalbox receive q -n 100 | head -1`), and when standard
+       output cannot be written (a full disk)
     2  usage: a bad option or argument, or a bad config file (click's own code for usage errors)
     3  Signalbox could not be reached (connection refused, DNS, timeout)
   130  interrupted (Ctrl-C); a consumer is closed first, so what it did not print goes back

@@ -10,8 +10,9 @@ import click
 
 from signalbox.cli import admin, messaging
 from signalbox.cli.api import Session
-from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted
-from signalbox.cli.output import print_json, say
+from signalbox.cli.errors import API_ERROR, INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted
+from signalbox.cli.output import CLOSED_AT_START, UNWRITABLE, print_json, say
+from signalbox.cli.params import Seconds
 
 
 def show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -43,9 +44,11 @@ class App(click.Group):
             return super().main(args, prog_name, complete_var, False, **extra)
         # Started with stdout or stderr closed (`signalbox send q x >&-`), Python has None there: what
         # would be printed goes nowhere, rather than a traceback after the work was done (a send stored).
-        for name in ("stdout", "stderr"):
+        # A closed stdin (`<&-`) reads as empty, as /dev/null does, rather than ending in a traceback.
+        for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
             if getattr(sys, name) is None:
-                setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
+                setattr(sys, name, open(os.devnull, mode))  # noqa: SIM115 - for the process's life
+                CLOSED_AT_START.add(name)
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
         except NO_ARGS_IS_HELP as e:  # `signalbox groups` alone: the help, as click shows it
@@ -53,11 +56,18 @@ class App(click.Group):
             sys.exit(USAGE)
         except click.UsageError as e:
             where = e.ctx.command_path if e.ctx else "signalbox"
-            Failure(f"{e.format_message()} (see '{where} --help')", USAGE).show()
+            Failure(f"{group_option_misplaced(e) or e.format_message()} (see '{where} --help')", USAGE).show()
             sys.exit(USAGE)
         except click.ClickException as e:
             e.show()
             sys.exit(e.exit_code)
+        except OSError as e:  # (click handles EPIPE, the reader of a pipe gone, itself: exit 1, no message)
+            # stdout on a full disk, say (`receive q --json > out.jsonl`): what was not written was not
+            # acknowledged. What is left in stdout's buffer goes nowhere, not into a second error at exit.
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the process's life
+            Failure(f"cannot write to standard output: {e.strerror or e}" if e.errno in UNWRITABLE
+                    else f"{type(e).__name__}: {e}").show()
+            sys.exit(API_ERROR)
         except click.Abort:  # Ctrl-C in a prompt (click's, which has ended the prompt's line)
             Failure("interrupted", INTERRUPTED).show()
             sys.exit(INTERRUPTED)
@@ -74,13 +84,26 @@ class App(click.Group):
             raise interrupted() from None
 
 
+def group_option_misplaced(error: click.UsageError) -> str | None:
+    """For `signalbox stat --token T`: that the group's option goes before the command (click would say
+    only that the command has no such option, suggesting one of its own: --times for --timeout)."""
+    if not isinstance(error, click.NoSuchOption) or error.ctx is None or error.ctx.parent is None:
+        return None
+    name = error.option_name.partition("=")[0]
+    if not any(name in option.opts for option in app.params if isinstance(option, click.Option)):
+        return None
+    command = error.ctx.command_path.removeprefix(error.ctx.find_root().command_path).strip()
+    return (f"'{name}' is an option of signalbox itself: give it before the command "
+            f"(signalbox {name} ... {command})")
+
+
 @click.group(cls=App, context_settings=CONTEXT)
 @click.option("--url", help="The server, e.g. http://127.0.0.1:8000 (else SIGNALBOX_URL, else the config "
                             "file).")
 @click.option("--token", help="API token (else SIGNALBOX_TOKEN, else the config file).")
 @click.option("--config", type=click.Path(dir_okay=False),
               help="Config file (else SIGNALBOX_CONFIG, else ~/.config/signalbox/cli.toml).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", type=Seconds(0, above=True),
               help="Seconds to wait for an answer (default 30).")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=show_version,
               help="Show the version and exit.")
@@ -126,3 +149,5 @@ app.add_command(admin.move)
 app.add_command(admin.retry_dlq)
 app.add_command(admin.groups)
 app.add_command(admin.consumers)
+app.add_command(admin.scheduled)
+app.add_command(admin.remove)

@@ -19,8 +19,18 @@ import click
 
 from signalbox.cli.api import Api, api, destination_path, waiting_out_outages
 from signalbox.cli.errors import INTERRUPTED, TERMINATED, USAGE, Failure, Terminated, interrupted, on_sigterm
-from signalbox.cli.output import console, err_console, json_option, plural, print_json, print_table, say
-from signalbox.cli.params import LEASE, MILLIS, PROPERTY
+from signalbox.cli.output import (
+    CLOSED_AT_START,
+    body_preview,
+    console,
+    err_console,
+    json_option,
+    plural,
+    print_json,
+    print_table,
+    report_done,
+)
+from signalbox.cli.params import LEASE, MILLIS, PROPERTY, Seconds
 
 MAX_BATCH = 1000  # the API's largest batch
 
@@ -36,7 +46,13 @@ def read_body(body: str | None, file: str | None) -> bytes | str:
     if file is None:
         if sys.stdin.isatty():
             raise Failure("no body: give it as an argument, with --file PATH, or on standard input", USAGE)
-        file = "-"
+        # Read because no body was given, an empty input is more likely a producer that failed
+        # (`producer | signalbox send q`) or a job with no input than an empty message meant.
+        data = sys.stdin.buffer.read()
+        if not data:
+            raise Failure("no body: standard input was empty, nothing sent (an empty body on purpose: "
+                          "--file - or '')", USAGE)
+        return data
     if file == "-":
         return sys.stdin.buffer.read()
     try:
@@ -59,6 +75,9 @@ def envelope_of(body: bytes | str, fields: dict[str, Any],
         envelope["body"] = body
     envelope.update({k: v for k, v in fields.items() if v is not None})
     if properties:
+        twice = next((name for name, n in Counter(name for name, _ in properties).items() if n > 1), None)
+        if twice is not None:  # (a dict would keep the last value, unsaid)
+            raise click.BadParameter(f"property {twice!r} is given twice", param_hint="'-p' / '--property'")
         envelope["properties"] = dict(properties)
     return envelope
 
@@ -93,7 +112,7 @@ def send_path(destination: str) -> tuple[str, dict[str, str] | None]:
 @click.option("-n", "--count", type=click.IntRange(1), default=1, show_default=True,
               help="Send the message this many times (in batches, with a progress bar on a terminal).")
 @click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=100, show_default=True,
-              help="Messages per request with --count.")
+              help="Messages per request with --count (halved while over the server's request limit).")
 @json_option
 def send(destination: str, body: str | None, file: str | None, properties: tuple[tuple[str, Any], ...],
          priority: int | None, ttl: int | None, delay: int | None, period: int | None, repeat: int | None,
@@ -102,7 +121,8 @@ def send(destination: str, body: str | None, file: str | None, properties: tuple
          content_type: str | None, non_persistent: bool, count: int, batch: int, as_json: bool) -> None:
     """Send a message to DESTINATION (a queue, queue://name, topic://name, or a composite A,B).
 
-    The body is BODY, a file (--file), or standard input."""
+    The body is BODY, a file (--file), or standard input when neither is given (an empty one is refused
+    then; --file - or '' sends an empty body)."""
     fields = {"priority": priority, "ttl": ttl, "delay": delay, "period": period, "repeat": repeat,
               "cron": cron, "correlation_id": correlation_id,
               "type": type_, "reply_to": reply_to, "group_id": group, "group_seq": group_seq,
@@ -120,6 +140,11 @@ def send(destination: str, body: str | None, file: str | None, properties: tuple
             try:
                 answer = client.call("POST", path, params=params, json=payload)
             except Failure as e:
+                if n > 1 and (e.problem or {}).get("code") == "request_too_large":
+                    # the copies are over the server's request limit together, not one by one: a refused
+                    # request stores nothing, so the same messages go again in smaller requests
+                    batch = n // 2
+                    continue
                 if result["message_ids"]:
                     e.message += f" (after sending {len(result['message_ids'])} of {count})"
                 raise
@@ -132,17 +157,12 @@ def send(destination: str, body: str | None, file: str | None, properties: tuple
             result["statuses"] += answer["statuses"]
             result["destinations"] = answer["destinations"]
             advance(n)
-    if as_json:
-        print_json(result)
-        return
     where = ", ".join(result["destinations"])
     tally = Counter(result["statuses"])
     others = ", ".join(f"{n} {status}" for status, n in sorted(tally.items()))
     note = "" if set(tally) <= {"ok"} else f" ({others})"
-    if count == 1:
-        say(f"sent {result['message_ids'][0]} to {where}{note}")
-    else:
-        say(f"sent {count} messages to {where}{note}")
+    what = result["message_ids"][0] if count == 1 else f"{count} messages"
+    report_done(as_json, result, f"sent {what} to {where}{note}")
 
 
 @contextlib.contextmanager
@@ -199,7 +219,7 @@ def show_message(message: dict[str, Any], as_json: bool, verbose: bool) -> None:
 @click.option("-n", "--count", type=click.IntRange(1),
               help="Stop after N messages (default: 1, or no limit with --follow).")
 @click.option("-f", "--follow", is_flag=True, help="Keep receiving until Ctrl-C (or --count).")
-@click.option("--wait", type=click.FloatRange(0), default=5.0, show_default=True,
+@click.option("--wait", type=Seconds(0), default=5.0, show_default=True,
               help="Without --follow: seconds to wait for a message before stopping.")
 @click.option("--prefetch", type=click.IntRange(0, 32767),
               help="Messages the broker may dispatch ahead (default: 0 with a --count, each receive pulling "
@@ -217,6 +237,8 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
 
     A leased consumer is created, each printed message is acknowledged after it is printed, and the
     consumer is closed on exit (Ctrl-C too), so what was not printed goes back to the queue."""
+    if "stdout" in CLOSED_AT_START:  # (each message would be acknowledged once "printed")
+        raise Failure("standard output is closed: no message taken, as it could not be printed", USAGE)
     limit = count if count is not None else (None if follow else 1)
     if prefetch is None:
         # A bounded receive pulls: nothing is dispatched to it that it will not print and ack.
@@ -226,7 +248,8 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
     spec: dict[str, Any] = {"ack_mode": ACK_MODES[ack_mode], "prefetch": prefetch, "lease_ms": lease}
     if selector:
         spec["selector"] = selector
-    consumer = client.call("POST", f"{path}/consumers", json=spec)
+    # (following, a broker away at the start is waited for too: a service may start before it is back)
+    consumer = patiently(follow, [False], client, f"{path}/consumers", json=spec)
     base = f"{path}/consumers/{quote(consumer['consumer_id'], safe='')}"
     keeper = LeaseKeeper(client, base, consumer.get("lease_ms", lease))
     keeper.start()
@@ -253,9 +276,9 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
     if stopped is not None and not isinstance(stopped, Terminated) and sys.stderr.isatty():
         click.echo(err=True)  # (a line of its own after the ^C)
     why = "" if stopped is None else " (terminated)" if isinstance(stopped, Terminated) else " (interrupted)"
-    if not as_json:
-        err_console().print(f"received {plural(tally[0], 'message')} from {consumer['destination']}{why}",
-                            highlight=False, markup=False)
+    # (on stderr, --json or not: stdout holds the messages alone)
+    err_console().print(f"received {plural(tally[0], 'message')} from {consumer['destination']}{why}",
+                        highlight=False, markup=False)
     if not_closed is not None:
         Failure(close_failed(not_closed)).show()
     if stopped is not None:
@@ -340,13 +363,6 @@ def close_consumer(client: Api, base: str) -> str | None:
 
 
 # -- browse -------------------------------------------------------------------------------------------
-
-def body_preview(message: dict[str, Any], width: int = 60) -> str:
-    if message.get("body") is None and message.get("body_base64") is not None:
-        return f"<{len(base64.b64decode(message['body_base64']))} bytes>"
-    text = (message.get("body") or "").replace("\n", "\\n")
-    return text if len(text) <= width else text[:width - 1] + "…"
-
 
 BROWSE_COLUMNS = [
     ("ID", lambda m: m["message_id"], False),

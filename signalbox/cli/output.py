@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import errno
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -11,8 +14,14 @@ from typing import Any
 
 import click
 
+from signalbox.cli.errors import Failure
+
 # A column: heading, how to get the cell from a row, and whether it is a number (right-aligned).
 Column = tuple[str, Callable[[dict[str, Any]], Any], bool]
+
+# The standard streams the command was started without (`>&-`), which it reads and writes as /dev/null:
+# `receive` takes no message it could only print into nothing.
+CLOSED_AT_START: set[str] = set()
 
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print JSON (for scripts) instead of text.")
@@ -75,8 +84,36 @@ def say(text: str) -> None:
     console().print(text, highlight=False, markup=False, soft_wrap=True)
 
 
+# what writing to a file that cannot take more says (a full disk, a quota, a file size limit)
+UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def report_done(as_json: bool, data: Any, summary: str) -> None:
+    """The outcome of a command that changed something: `data` as JSON, or the `summary` line. When
+    standard output cannot take it (a full disk), the one error line says the change was made: only the
+    report is lost (a script taking it for a failed send would send again)."""
+    try:
+        if as_json:
+            print_json(data)
+        else:
+            say(summary)
+        sys.stdout.flush()
+    except OSError as e:
+        if e.errno not in UNWRITABLE:
+            raise
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - (what is left buffered goes nowhere at exit)
+        raise Failure(f"{summary}, but cannot write to standard output: {e.strerror}") from None
+
+
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def body_preview(message: dict[str, Any], width: int = 60) -> str:
+    if message.get("body") is None and message.get("body_base64") is not None:
+        return f"<{len(base64.b64decode(message['body_base64']))} bytes>"
+    text = (message.get("body") or "").replace("\n", "\\n")
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def relative_ms(epoch_ms: int | None) -> str:

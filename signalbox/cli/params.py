@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from decimal import Decimal
 from typing import Any
 
 import click
 
 UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+MAX_MILLIS = 2 ** 53  # the API's largest duration (a JSON number every client reads exactly)
 
 
 class Millis(click.ParamType):
@@ -25,16 +27,21 @@ class Millis(click.ParamType):
         if isinstance(value, int):
             return value
         ms = self._millis(value, param, ctx)
-        if self.least is not None and self.most is not None and not (
-                self._millis(self.least, param, ctx) <= ms <= self._millis(self.most, param, ctx)):
-            self.fail(f"{value!r} is not between {self.least} and {self.most}", param, ctx)
-        return ms
+        if self.least is not None and self.most is not None:
+            if not self._millis(self.least, param, ctx) <= ms <= self._millis(self.most, param, ctx):
+                self.fail(f"{value!r} is not between {self.least} and {self.most}", param, ctx)
+        elif ms > MAX_MILLIS:
+            self.fail(f"{value!r} is too long (at most {MAX_MILLIS} ms)", param, ctx)
+        if 0 < ms < 1:  # it would go as 0, which for a time to live means "never expires"
+            self.fail(f"{value!r} is above 0 but under 1 ms: give 0 or at least 1 ms", param, ctx)
+        return int(ms)
 
-    def _millis(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+    def _millis(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Decimal:
         found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", str(value).lower())
         if not found:
             self.fail(f"{value!r} is not a duration: give ms, or a number with ms, s, m, h or d", param, ctx)
-        return int(float(found[1]) * UNITS[found[2] or "ms"])
+        # Decimal, not float: 400 digits would be infinity, which no int holds
+        return Decimal(found[1]) * UNITS[found[2] or "ms"]
 
 
 MILLIS = Millis()
@@ -91,7 +98,23 @@ def _finite(value: Any) -> bool:
 PROPERTY = Property()
 
 
-class WatchSeconds(click.FloatRange):
+class Seconds(click.FloatRange):
+    """Seconds, at least `least` (`above`: more than it), and finite: click's FloatRange takes `nan`
+    (no comparison refuses it) and `inf`, which the HTTP client and `time.sleep` end in a traceback on."""
+
+    name = "seconds"
+
+    def __init__(self, least: float, above: bool = False) -> None:
+        super().__init__(min=least, min_open=above)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
+
+
+class WatchSeconds(Seconds):
     """--watch's optional SECONDS (at least 0.2): what follows --watch is taken as its value, so a
     destination written after it is named in the error."""
 
