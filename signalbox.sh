@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set-up and entry point: creates .venv on first use, installs the project with its test extra
 # (again whenever pyproject.toml changes), then hands over to the launcher.
-#   ./signalbox.sh run    # embedded Redis + migrations + admin user + web server + worker + beat
-#   ./signalbox.sh test   # ruff, then the whole pytest suite; extra arguments go to pytest
+#   ./signalbox.sh run    # embedded Redis + migrations + admin user + web server, STOMP listener, worker, beat
+#   ./signalbox.sh test   # ruff, the import contracts, then the whole pytest suite; extra arguments go to pytest
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
