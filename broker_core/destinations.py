@@ -40,7 +40,7 @@ TEMP_NAME = re.compile(r"ID:((?:ws|tcp|ssl)-[0-9a-f]{16}):([1-9][0-9]{0,8})")
 _RESERVED = {
     "{": "'{' is reserved for the Redis hash tag",
     "}": "'}' is reserved for the Redis hash tag",
-    ",": "',' separates the parts of a composite destination (use parse_composite)",
+    ",": "',' separates the parts of a composite destination (A,B): not allowed where one is named",
     "?": "'?' starts ActiveMQ destination options, which are not supported",
 }
 _DISALLOWED_CATEGORIES = {"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"}

@@ -142,7 +142,8 @@ def test_activemq_servlet_reaches_such_a_queue_by_its_destination_parameter(http
     assert stat(http, "queues", dotted.replace("/", "."))["queue_size"] == 1
 
 
-@pytest.mark.parametrize(("special", "named"), [("a?b", "'?'"), ("a b", "U+0020")])
+@pytest.mark.parametrize(("special", "named"), [("a?b", "'?'"), ("a b", "U+0020"),
+                                               ("a,b", "',' separates the parts of a composite destination")])
 def test_names_the_broker_refuses_are_refused_by_name_and_change_nothing(http, special, named):
     name = unique(special)
     prefix = name.split(".")[0]
@@ -152,6 +153,7 @@ def test_names_the_broker_refuses_are_refused_by_name_and_change_nothing(http, s
         assert answer.status_code == 400, (method, path, answer.text)
         problem = answer.json()
         assert problem["code"] == "invalid_destination" and named in problem["detail"], problem
+        assert "parse_composite" not in problem["detail"], problem  # (a function's name: not the user's)
     listed = http.get("/api/v1/destinations", params={"search": prefix}).json()
     assert [d for d in listed["results"] if d["name"].startswith(prefix)] == []
 

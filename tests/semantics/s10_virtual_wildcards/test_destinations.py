@@ -61,7 +61,7 @@ def test_valid_names_parse_to_their_kind_and_name(text, default_kind, expected):
         ("ord\u200bers", "U+200B"),
         ("orders{eu}", "'{' is reserved for the Redis hash tag at position 7"),
         ("orders}", "'}' is reserved for the Redis hash tag"),
-        ("a,b", "use parse_composite"),
+        ("a,b", "composite destination (A,B): not allowed where one is named at position 2"),
         ("a?consumer.prefetchSize=1", "destination options"),
         ("a..b", "empty segment ('..') at position 2"),
         (".a", "starts with '.'"),
