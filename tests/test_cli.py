@@ -761,7 +761,9 @@ def test_move_copy_and_retry_from_the_dead_letter_queue(server, home):
     assert "moved 2 messages" in ok(run(home, server, "move", src, dst, "--selector", "kind = 'a'"))
     assert {m["body"] for m in as_json(run(home, server, "browse", dst, "--json"))} == {"a"}
     one = as_json(run(home, server, "browse", src, "--json"))[0]["message_id"]
-    assert as_json(run(home, server, "move", src, dst, "--message-id", one, "--json"))["count"] == 1
+    # (--json names the destinations in full, as every command's output does: not as typed)
+    assert as_json(run(home, server, "move", src, dst, "--message-id", one, "--json")) == {
+        "count": 1, "source": f"queue://{src}", "target": f"queue://{dst}"}
     assert as_json(run(home, server, "move", src, dst, "--copy", "--json"))["count"] == 2
     assert (stats(home, server, src)["queue_size"], stats(home, server, dst)["queue_size"]) == (2, 5)
     assert as_json(run(home, server, "move", src, dst, "-n", "1", "--json"))["count"] == 1
@@ -791,7 +793,7 @@ def test_move_copy_and_retry_from_the_dead_letter_queue(server, home):
             time.sleep(0.2)
     failed(run(home, server, "retry-dlq", src), 1, "operation_refused")
     retried = as_json(run(home, server, "retry-dlq", "--message-id", message["message_id"], "--json"))
-    assert retried == {"count": 1, "dlq": "ActiveMQ.DLQ"}
+    assert retried == {"count": 1, "dlq": "queue://ActiveMQ.DLQ"}
     assert [m["body"] for m in as_json(run(home, server, "browse", poisoned, "--json"))] == ["bad"]
     assert "retried 0 messages" in ok(run(home, server, "retry-dlq", "queue://ActiveMQ.DLQ", "--selector",
                                           "JMSMessageID = 'nothing'"))

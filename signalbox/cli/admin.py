@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import click
 
-from signalbox.cli.api import api, destination_path, waiting_out_outages
+from signalbox.cli.api import api, destination_path, qualified, waiting_out_outages
 from signalbox.cli.errors import USAGE, Failure
 from signalbox.cli.output import (
     Column,
@@ -217,7 +217,7 @@ def delete(destination: str, yes: bool, as_json: bool) -> None:
                              default=False, err=True):
             raise Failure(f"{destination} not deleted", USAGE)
     answer = api().call("DELETE", path)
-    where = destination if "://" in destination else f"queue://{destination}"
+    where = qualified(destination)
     report_done(as_json, answer, f"deleted {where}: {plural(answer.get('removed', 0), 'message')} removed")
 
 
@@ -264,6 +264,7 @@ def move(source: str, target: str, selector: str | None, limit: int | None, mess
         if limit:
             body["limit"] = limit
         count = client.call("POST", f"{path}/{verb}-matching", json=body)["count"]
+    source, target = qualified(source), qualified(target)
     report_done(as_json, {"count": count, "source": source, "target": target},
                 f"{'copied' if copy else 'moved'} {plural(count, 'message')} from {source} to {target}")
 
@@ -283,6 +284,7 @@ def retry_dlq(dlq: str, selector: str | None, message_ids: tuple[str, ...], as_j
         count = by_id(path, message_ids, "retry", "retrying")
     else:
         count = client.call("POST", f"{path}/retry-matching", json={"selector": selector or ""})["count"]
+    dlq = qualified(dlq)
     report_done(as_json, {"count": count, "dlq": dlq}, f"retried {plural(count, 'message')} from {dlq}")
 
 
@@ -329,7 +331,7 @@ def remove(destination: str, message_ids: tuple[str, ...], as_json: bool) -> Non
     deliveries (DELETE …/messages/<id>, admin). One call per id: when one is refused, the error says how
     many were removed before it."""
     client, path, done = api(), destination_path(destination), 0
-    where = destination if "://" in destination else f"queue://{destination}"
+    where = qualified(destination)
     for message_id in message_ids:
         try:
             client.call("DELETE", f"{path}/messages/{quote(message_id, safe='')}")
@@ -371,7 +373,7 @@ def groups_list(destination: str, as_json: bool) -> None:
 def groups_reset(destination: str, group: str, as_json: bool) -> None:
     """Free GROUP (removeMessageGroup): its next message picks an owner again."""
     answer = api().call("DELETE", f"{destination_path(destination)}/groups/{quote(group, safe='')}")
-    report_done(as_json, answer, f"reset group {group} of {destination}")
+    report_done(as_json, answer, f"reset group {group} of {qualified(destination)}")
 
 
 @groups.command("remove-all")
@@ -381,7 +383,7 @@ def groups_remove_all(destination: str, as_json: bool) -> None:
     """Free every message group of DESTINATION (removeAllMessageGroups)."""
     answer = api().call("DELETE", destination_path(destination) + "/groups")
     report_done(as_json, answer,
-                f"removed {plural(answer.get('count', 0), 'message group')} of {destination}")
+                f"removed {plural(answer.get('count', 0), 'message group')} of {qualified(destination)}")
 
 
 CONSUMER_COLUMNS: list[Column] = [

@@ -42,6 +42,12 @@ def destination_path(text: str) -> str:
         raise Failure(f"destination {text!r} is not UTF-8 text", USAGE) from None
 
 
+def qualified(text: str) -> str:
+    """`orders` -> `queue://orders`: the full form every command's output names a destination by, whatever
+    form it was given in."""
+    return text if "://" in text else f"queue://{text}"
+
+
 def problem_message(response: httpx.Response, token_from: str | None) -> tuple[str, dict[str, Any] | None]:
     """One line from an error answer: the problem's title, status, code and detail (RFC 9457). A 401
     says where the token came from (`token_from`: a flag, variable or file; None: no token)."""
