@@ -655,6 +655,35 @@ def test_follow_started_while_the_broker_is_away_waits_for_it(tmp_path, home):
         assert lines[1] == f"received 1 message from queue://{q} (interrupted)", lines
 
 
+def test_follow_makes_a_new_consumer_when_its_own_is_gone(server, home):
+    """A `receive --follow` whose consumer the server no longer has (its lease lapsed while the machine
+    slept, an operator closed it) says so once and goes on with a new one, rather than ending: what the old
+    one had not acknowledged went back to the queue, so it may be printed again."""
+    q = unique("cli.regone")
+    ok(run(home, server, "send", q, "first"))
+    with running(home, server, "receive", q, "--follow") as process:
+        assert process.stdout.readline() == b"first\n"
+        deadline = time.monotonic() + 10
+        while stats(home, server, q)["dequeued"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)  # (its ack is on its way)
+        admin = {"Authorization": f"Token {ALICE_TOKEN}"}
+        with httpx.Client(base_url=server, headers=admin, timeout=30) as http:
+            gone = [c["consumer_id"] for c in http.get(f"/api/v1/queues/{q}/consumers").json()]
+            assert len(gone) == 1, gone
+            assert http.delete(f"/api/v1/queues/{q}/consumers/{gone[0]}").status_code == 204
+        ok(run(home, server, "send", q, "second"))
+        assert process.stdout.readline() == b"second\n"
+        while stats(home, server, q)["dequeued"] < 2 and time.monotonic() < deadline + 10:
+            time.sleep(0.1)
+        assert process.poll() is None
+        process.send_signal(signal.SIGINT)
+        assert process.wait(20) == 130
+        lines = process.stderr.read().decode().splitlines()
+    assert len(lines) == 2, lines
+    assert "unknown_consumer" in lines[0] and "a new consumer" in lines[0], lines
+    assert lines[1] == f"received 2 messages from queue://{q} (interrupted)", lines
+
+
 @contextlib.contextmanager
 def gateway_on_a_redis_that_restarts(tmp_path: Path, name: str) -> Iterator[tuple[str, Any]]:
     """A gateway of its own on a Redis of its own (AOF always), which a test may kill and start again on

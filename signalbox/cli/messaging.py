@@ -248,11 +248,7 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
     spec: dict[str, Any] = {"ack_mode": ACK_MODES[ack_mode], "prefetch": prefetch, "lease_ms": lease}
     if selector:
         spec["selector"] = selector
-    # (following, a broker away at the start is waited for too: a service may start before it is back)
-    consumer = patiently(follow, [False], client, f"{path}/consumers", json=spec)
-    base = f"{path}/consumers/{quote(consumer['consumer_id'], safe='')}"
-    keeper = LeaseKeeper(client, base, consumer.get("lease_ms", lease))
-    keeper.start()
+    consumer, base, keeper = open_consumer(client, path, spec, follow)
     tally = [0]  # messages printed (receive_loop counts them: an interrupted loop returns nothing)
     # SIGTERM (`timeout`, a service stopped) ends the command as Ctrl-C does: the consumer closed and what
     # it took said, exiting 143 rather than 130.
@@ -260,7 +256,22 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
     stopped: KeyboardInterrupt | None = None
     try:
         try:
-            receive_loop(client, base, ack_mode, limit, follow, wait, as_json, verbose, tally)
+            while True:
+                try:
+                    receive_loop(client, base, ack_mode, limit, follow, wait, as_json, verbose, tally)
+                    break
+                except Failure as e:
+                    # Following, a consumer the server no longer has (its lease lapsed while the machine
+                    # slept, an operator closed it) is made again, as `tail -F` opens a file again.
+                    if not follow or (e.problem or {}).get("code") != "unknown_consumer":
+                        raise
+                    keeper.stop()
+                    err_console().print(
+                        f"signalbox: {e.message}: following with a new consumer (what the old one had not "
+                        "acknowledged went back to the queue and may be printed again)",
+                        highlight=False, markup=False)
+                    time.sleep(0.5)  # (at most two a second, should the server drop each one at once)
+                    consumer, base, keeper = open_consumer(client, path, spec, follow)
         except KeyboardInterrupt as e:
             stopped = e
     except BaseException as e:  # also when the reader of a pipe goes away (BrokenPipeError)
@@ -283,6 +294,17 @@ def receive(destination: str, ack_mode: str, selector: str | None, count: int | 
         Failure(close_failed(not_closed)).show()
     if stopped is not None:
         raise SystemExit(TERMINATED if isinstance(stopped, Terminated) else INTERRUPTED)
+
+
+def open_consumer(client: Api, path: str, spec: dict[str, Any], follow: bool
+                  ) -> tuple[dict[str, Any], str, LeaseKeeper]:
+    """A new consumer on the destination at `path`: the API's answer, its path, and the started thread
+    that keeps its lease. Following, a broker away is waited for (a service may start before it is back)."""
+    consumer = patiently(follow, [False], client, f"{path}/consumers", json=spec)
+    base = f"{path}/consumers/{quote(consumer['consumer_id'], safe='')}"
+    keeper = LeaseKeeper(client, base, consumer.get("lease_ms", spec["lease_ms"]))
+    keeper.start()
+    return consumer, base, keeper
 
 
 class LeaseKeeper(threading.Thread):
